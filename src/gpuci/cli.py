@@ -1,0 +1,149 @@
+"""Parse, dispatch, exit codes; nothing else.
+
+Flags are built from the command registry, so every action input is a flag of the same name.
+Values stay raw strings here: :func:`gpuci.inputs.resolve` applies flag > env > default and
+parses, so a malformed value gets the same one-line error whether it came from a flag or from
+``INPUT_*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from gpuci import __version__
+from gpuci.commands import Command, all_commands
+from gpuci.errors import ExitCode, GpuciError, InputError
+from gpuci.inputs import resolve
+from gpuci.runtime import Result, Runtime
+
+EPILOG = """\
+exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 infrastructure
+(S3, network, driver). Every input is also read from INPUT_<NAME> (e.g. INPUT_MIN-MEMORY-GB);
+flags beat env, env beats defaults. Output renders for GitHub Actions, GitLab CI, a terminal,
+or JSON (--json).
+"""
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run", action="store_true", help="plan only: report what would happen, change nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
+    parser = subparsers.add_parser(
+        cmd.name,
+        help=cmd.help,
+        description=cmd.help,
+        epilog=EPILOG if not cmd.subcommands else None,
+    )
+    full = f"{prefix}{cmd.name}"
+    if cmd.subcommands:
+        inner = parser.add_subparsers(title="sub-commands", metavar="SUB-COMMAND")
+        inner.required = True
+        for sub in cmd.subcommands:
+            _add_command(inner, sub, prefix=f"{full} ")
+        return
+    parser.set_defaults(_command=cmd, _full_name=full)
+    if cmd.positional:
+        parser.add_argument(f"_pos_{cmd.positional}", nargs="?", metavar=cmd.positional.upper())
+    for spec in cmd.inputs:
+        text = spec.help
+        if spec.default is not None:
+            text += f" (default: {spec.default})"
+        if spec.choices:
+            text += f" [{'|'.join(spec.choices)}]"
+        parser.add_argument(spec.flag, dest=f"in_{spec.dest}", metavar="VALUE", help=text)
+    _add_common(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuci",
+        description="gpu-ci: keep GPU CI jobs short, cheap and trustworthy.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"gpuci {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    subparsers.required = True
+    for cmd in all_commands():
+        _add_command(subparsers, cmd)
+    return parser
+
+
+def _flags(args: argparse.Namespace, cmd: Command) -> dict[str, str | None]:
+    flags = {spec.name: getattr(args, f"in_{spec.dest}", None) for spec in cmd.inputs}
+    if cmd.positional:
+        positional = getattr(args, f"_pos_{cmd.positional}", None)
+        if positional is not None:
+            if flags.get(cmd.positional) not in (None, positional):
+                raise InputError(
+                    f"'{cmd.positional}' given twice with different values",
+                    hint=f"pass {cmd.positional} once",
+                )
+            flags[cmd.positional] = positional
+    return flags
+
+
+def run_command(
+    cmd: Command,
+    full_name: str,
+    flags: dict[str, str | None],
+    runtime: Runtime,
+) -> Result:
+    """Resolve inputs and run one command, turning every known error into a Result."""
+    try:
+        values = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
+        func = cmd.load()
+        if func is None:
+            return Result(
+                command=full_name,
+                exit_code=ExitCode.BAD_INPUT,
+                headline="not implemented yet in this version of gpu-ci",
+            )
+        return func(values, runtime)
+    except GpuciError as exc:
+        return Result.from_error(full_name, exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cmd: Command = args._command
+    dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
+    runtime = Runtime(json_mode=args.json, dry_run=dry_run)
+    try:
+        try:
+            flags = _flags(args, cmd)
+        except GpuciError as exc:
+            return runtime.render(Result.from_error(args._full_name, exc))
+        result = run_command(cmd, args._full_name, flags, runtime)
+        return runtime.render(result)
+    except GpuciError as exc:  # e.g. GITHUB_OUTPUT missing while rendering
+        sys.stdout.write(
+            f"::error title={exc.title}::{exc.one_line()}\n"
+            if runtime.ci_platform == "github"
+            else f"error: {exc.one_line()}\n"
+        )
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    except Exception as exc:  # a traceback is a bug: say so in one line, keep it debuggable
+        if os.environ.get("GPUCI_DEBUG"):
+            raise
+        sys.stdout.write(
+            f"error: internal error in {args._full_name}: "
+            f"{type(exc).__name__}: {runtime.redact(str(exc))} "
+            "(fix: this is a gpu-ci bug; rerun with GPUCI_DEBUG=1 and report it)\n"
+        )
+        return int(ExitCode.INFRA)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""The command registry: names, help and input specs, importable without heavy dependencies.
+
+Each command's implementation is named as ``"module:function"`` and imported only when that
+command runs, so ``python -m gpuci --help`` stays fast and ``gpu-setup`` never loads boto3.
+Command names equal action names; every action input is a flag of the same name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpuci.inputs import Input
+
+if TYPE_CHECKING:
+    from gpuci.runtime import Result, Runtime
+
+RunFn = Callable[[dict[str, Any], "Runtime"], "Result"]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    inputs: tuple[Input, ...] = ()
+    target: str | None = None  # "package.module:function"; None = not implemented yet
+    subcommands: tuple[Command, ...] = ()
+    actions: tuple[str, ...] = ()  # action folders (relative to the repo) that run this command
+    positional: str | None = None  # name of an input that may also be given positionally
+
+    def load(self) -> RunFn | None:
+        if self.target is None:
+            return None
+        module, _, func = self.target.partition(":")
+        return getattr(importlib.import_module(module), func)
+
+
+def all_commands() -> tuple[Command, ...]:
+    from gpuci.commands import cache_weights, dry_run, gpu_setup, gpu_smoke, retry_fetch
+
+    return (
+        gpu_setup.COMMAND,
+        cache_weights.COMMAND,
+        retry_fetch.COMMAND,
+        gpu_smoke.COMMAND,
+        dry_run.COMMAND,
+    )
+
+
+def iter_leaf_commands() -> list[tuple[str, Command]]:
+    """(full name, command) for every runnable command, e.g. ``cache-weights save``."""
+    leaves: list[tuple[str, Command]] = []
+    for cmd in all_commands():
+        if cmd.subcommands:
+            leaves += [(f"{cmd.name} {sub.name}", sub) for sub in cmd.subcommands]
+        else:
+            leaves.append((cmd.name, cmd))
+    return leaves
+
+
+def command_for_action(action_folder: str) -> tuple[str, Command] | None:
+    """Map ``actions/cache-weights/save`` (or ``.`` for the root action) to its command."""
+    folder = action_folder.strip("/") or "."
+    for full_name, cmd in iter_leaf_commands():
+        if folder in cmd.actions:
+            return full_name, cmd
+    return None

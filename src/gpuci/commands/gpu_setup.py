@@ -1,0 +1,55 @@
+"""``gpu-setup``: query the GPUs through NVML and check them against the job's needs."""
+
+from gpuci.commands import Command
+from gpuci.inputs import Input
+
+INPUTS = (
+    Input(
+        "min-gpus",
+        "Fewest GPUs (or MIG devices, with allow-mig) the job needs.",
+        "int",
+        "1",
+        minimum=0,
+    ),
+    Input("min-memory-gb", "Least total memory per GPU, in GB (10^9 bytes).", "float", minimum=0),
+    Input("min-compute-capability", "Lowest CUDA compute capability, e.g. 8.0.", "version"),
+    Input("min-cuda", "Lowest CUDA version the driver must support, e.g. 12.4.", "version"),
+    Input(
+        "gpu-name",
+        "Regular expression every used GPU's name must match, e.g. 'H100|H200'.",
+        "regex",
+    ),
+    Input(
+        "require-gpu",
+        "Fail when no GPU or no driver is found; false gives a CPU-only report.",
+        "bool",
+        "true",
+    ),
+    Input(
+        "allow-mig",
+        "Count MIG devices as GPUs and list their UUIDs in visible-devices.",
+        "bool",
+        "true",
+    ),
+    Input(
+        "fail-on-ecc-errors",
+        "Fail on volatile uncorrected ECC errors or pending remaps.",
+        "bool",
+        "true",
+    ),
+    Input("export-visible-devices", "Set CUDA_VISIBLE_DEVICES for later steps.", "bool", "false"),
+    Input(
+        "report",
+        "Where to write the JSON report (default: gpuci-gpu-report.json in "
+        "RUNNER_TEMP or the current folder).",
+        "str",
+    ),
+)
+
+COMMAND = Command(
+    name="gpu-setup",
+    help="Query the GPUs through NVML and check them against the job's needs.",
+    inputs=INPUTS,
+    target="gpuci.gpu.setup:run",
+    actions=("actions/gpu-setup",),
+)

@@ -1,0 +1,45 @@
+"""``gpu-smoke``: catch a bad GPU node in seconds, before the expensive job starts."""
+
+from gpuci.commands import Command
+from gpuci.inputs import Input
+
+INPUTS = (
+    Input("checks", "Checks to run (comma or newline separated); default: all that apply.", "list"),
+    Input(
+        "budget-seconds",
+        "Time budget for all checks; checks that would overrun are skipped and reported.",
+        "float",
+        "30",
+        minimum=1,
+    ),
+    Input(
+        "memory-fraction",
+        "Fraction of free GPU memory the memory test fills.",
+        "float",
+        "0.9",
+        minimum=0,
+    ),
+    Input(
+        "min-bandwidth-gbs",
+        "Least device memory bandwidth in GB/s (default: per model).",
+        "float",
+        minimum=0,
+    ),
+    Input("framework", "Load generator.", "str", "auto", choices=("auto", "torch", "cupy", "none")),
+    Input(
+        "dcgm-level",
+        "Run dcgmi diag at this level when present (0 = off).",
+        "int",
+        "0",
+        choices=("0", "1", "2"),
+    ),
+    Input("report", "Where to write the JSON report.", "str"),
+)
+
+COMMAND = Command(
+    name="gpu-smoke",
+    help="Smoke-test each GPU (health counters, memory, GEMM, bandwidth) within a time budget.",
+    inputs=INPUTS,
+    target=None,
+    actions=("actions/gpu-smoke",),
+)

@@ -1,0 +1,42 @@
+"""``retry-fetch``: downloads that survive transient failures and resume where they stopped."""
+
+from gpuci.commands import Command
+from gpuci.inputs import Input
+
+INPUTS = (
+    Input(
+        "url",
+        "URL(s) to fetch, one per line; or @FILE naming a file of 'url sha256 dest' lines.",
+        "lines",
+        required=True,
+    ),
+    Input("dest", "Destination file (one URL) or folder (several URLs).", "str"),
+    Input("sha256", "Expected sha256 (hex), or a URL of a .sha256 file.", "str"),
+    Input(
+        "mirrors", "Fallback URLs tried in order after the main URL fails, one per line.", "lines"
+    ),
+    Input(
+        "headers",
+        "Extra request headers, 'Name: value' one per line (values masked).",
+        "lines",
+        secret=True,
+    ),
+    Input("attempts", "Attempts per URL before moving to the next mirror.", "int", "5", minimum=1),
+    Input("timeout", "Per-attempt timeout for connecting and for each read.", "duration", "60s"),
+    Input("deadline", "Total time allowed for the whole download.", "duration", "30m"),
+    Input(
+        "max-wait",
+        "Longest backoff between attempts (Retry-After is capped by it too).",
+        "duration",
+        "60s",
+    ),
+    Input("parallel", "How many files to download at once.", "int", "4", minimum=1),
+)
+
+COMMAND = Command(
+    name="retry-fetch",
+    help="Download with retries of transient failures, resume, and sha256 verification.",
+    inputs=INPUTS,
+    target="gpuci.fetch:run",
+    actions=("actions/retry-fetch",),
+)

@@ -1,0 +1,82 @@
+"""One error hierarchy for the whole product.
+
+Every error carries a one-line ``message`` naming the cause and a ``hint`` naming the fix.
+The class decides the documented exit code, so commands raise and never pick codes themselves.
+A traceback reaching the user is a bug: the CLI turns each of these into one line (and an
+annotation in GitHub Actions).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CHECK_FAILED = 1  # the command ran and a check said no
+    BAD_INPUT = 2  # the user's input or configuration is wrong
+    INFRA = 3  # S3, network, driver: the world around us failed
+
+
+class GpuciError(Exception):
+    """Base class: a message (the cause) and a hint (the fix)."""
+
+    exit_code: ExitCode = ExitCode.BAD_INPUT
+    title: str = "gpu-ci error"
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = self.message.replace("\n", " ").strip()
+        if self.hint:
+            text = f"{text} (fix: {self.hint.strip()})"
+        return text
+
+
+class InputError(GpuciError):
+    """A malformed or missing input, a bad workflow, a manifest we refuse to trust."""
+
+    exit_code = ExitCode.BAD_INPUT
+    title = "gpu-ci: bad input"
+
+
+class CheckFailed(GpuciError):
+    """The command ran and a requirement was not met (GPU too small, metric too low)."""
+
+    exit_code = ExitCode.CHECK_FAILED
+    title = "gpu-ci: check failed"
+
+
+class InfraError(GpuciError):
+    """Something outside our control failed: the store, the network, the driver."""
+
+    exit_code = ExitCode.INFRA
+    title = "gpu-ci: infrastructure error"
+
+
+class NvmlUnavailable(InfraError):
+    title = "gpu-ci: NVML unavailable"
+
+
+class StoreError(InfraError):
+    title = "gpu-ci: cache store error"
+
+
+class FetchError(InfraError):
+    title = "gpu-ci: download failed"
+
+
+class IntegrityError(InfraError):
+    """Bytes that do not match their sha256: never written under a final name."""
+
+    title = "gpu-ci: integrity check failed"
+
+
+class ConflictError(GpuciError):
+    """Another job won a race (e.g. two saves of one key); reported cleanly, not a crash."""
+
+    exit_code = ExitCode.CHECK_FAILED
+    title = "gpu-ci: concurrent update"

@@ -1,0 +1,346 @@
+"""The CI runtime: one Result per command, rendered for GitHub Actions, GitLab CI, a terminal or JSON.
+
+Commands never touch ``GITHUB_OUTPUT`` and friends themselves: they return a :class:`Result` and
+:meth:`Runtime.render` writes it the way the platform expects. During a run they log, open groups
+and mask secrets through the same :class:`Runtime`, so the platform rules live in one place.
+
+GitHub rules followed here: file commands (``GITHUB_OUTPUT``, ``GITHUB_ENV``, ``GITHUB_PATH``,
+``GITHUB_STATE``) with a random heredoc delimiter, never the deprecated ``::set-output``;
+``::add-mask::`` the moment a secret is read; annotation text escaped (``%``, CR, LF, and in
+properties ``:`` and ``,``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+from gpuci.errors import ExitCode, GpuciError, InfraError
+
+Platform = Literal["github", "gitlab", "terminal", "json"]
+Level = Literal["error", "warning", "notice"]
+OutputValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Annotation:
+    level: Level
+    message: str
+    title: str = ""
+
+
+@dataclass
+class Result:
+    """Everything a command has to say: outputs, summary, annotations, exit code, report."""
+
+    command: str
+    exit_code: ExitCode = ExitCode.OK
+    headline: str = ""
+    outputs: dict[str, OutputValue] = field(default_factory=dict)
+    summary: list[str] = field(default_factory=list)  # markdown blocks for the job summary
+    annotations: list[Annotation] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    path: list[str] = field(default_factory=list)
+    state: dict[str, str] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)  # machine-readable detail for --json
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == ExitCode.OK
+
+    def error(self, message: str, title: str = "") -> None:
+        self.annotations.append(Annotation("error", message, title))
+
+    def warning(self, message: str, title: str = "") -> None:
+        self.annotations.append(Annotation("warning", message, title))
+
+    def notice(self, message: str, title: str = "") -> None:
+        self.annotations.append(Annotation("notice", message, title))
+
+    @classmethod
+    def from_error(cls, command: str, exc: GpuciError) -> Result:
+        result = cls(command=command, exit_code=exc.exit_code, headline=exc.one_line())
+        result.error(exc.one_line(), exc.title)
+        result.report = {
+            "error": {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+        }
+        return result
+
+
+def format_output(value: OutputValue) -> str:
+    """Booleans are always ``true``/``false``; ``None`` is empty; floats lose trailing noise."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e15 else str(value)
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(v: Any) -> str:
+        text = format_output(v) if isinstance(v, bool | float) or v is None else str(v)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def detect_platform(environ: Mapping[str, str]) -> Platform:
+    if environ.get("GITHUB_ACTIONS") == "true":
+        return "github"
+    if environ.get("GITLAB_CI") == "true":
+        return "gitlab"
+    return "terminal"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+_COLOURS = {"error": "31", "warning": "33", "notice": "36", "ok": "32", "bold": "1", "dim": "2"}
+
+
+class Runtime:
+    """Platform-aware I/O for one command run."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str] | None = None,
+        *,
+        json_mode: bool = False,
+        dry_run: bool = False,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self.environ: Mapping[str, str] = os.environ if environ is None else environ
+        self.platform: Platform = "json" if json_mode else detect_platform(self.environ)
+        self.ci_platform = detect_platform(self.environ)
+        self.dry_run = dry_run
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self._secrets: set[str] = set()
+        self._sections = 0
+
+    # ----- terminal niceties -------------------------------------------------------------
+    @property
+    def is_tty(self) -> bool:
+        return (
+            bool(getattr(self.stderr, "isatty", lambda: False)()) and self.ci_platform == "terminal"
+        )
+
+    def colour(self, text: str, style: str) -> str:
+        out = self.stdout
+        if self.platform != "terminal" or "NO_COLOR" in self.environ:
+            return text
+        if not getattr(out, "isatty", lambda: False)():
+            return text
+        return f"\033[{_COLOURS[style]}m{text}\033[0m"
+
+    # ----- secrets -----------------------------------------------------------------------
+    def mask(self, secret: str | None) -> None:
+        """Register a secret: masked by the runner from now on, and redacted in our own text."""
+        if not secret or len(secret) < 3:
+            return
+        for part in {secret, *secret.splitlines()}:
+            part = part.strip()
+            if len(part) < 3 or part in self._secrets:
+                continue
+            self._secrets.add(part)
+            if self.ci_platform == "github":
+                self.stdout.write(f"::add-mask::{_escape_data(part)}\n")
+                self.stdout.flush()
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+    # ----- logging -----------------------------------------------------------------------
+    @property
+    def _log_stream(self) -> TextIO:
+        return self.stderr if self.platform == "json" else self.stdout
+
+    def log(self, message: str) -> None:
+        stream = self._log_stream
+        stream.write(self.redact(message) + "\n")
+        stream.flush()
+
+    @contextlib.contextmanager
+    def group(self, title: str) -> Iterator[None]:
+        """A collapsible log section (GitHub group, GitLab section, a heading elsewhere)."""
+        stream = self._log_stream
+        title = self.redact(title)
+        if self.platform == "github":
+            stream.write(f"::group::{_escape_data(title)}\n")
+        elif self.platform == "gitlab":
+            self._sections += 1
+            name = f"gpuci_{self._sections}_{re.sub(r'[^a-z0-9_]', '_', title.lower())[:40]}"
+            stream.write(
+                f"\033[0Ksection_start:{int(time.time())}:{name}[collapsed=true]\r\033[0K{title}\n"
+            )
+        else:
+            stream.write(self.colour(f"== {title}", "bold") + "\n")
+        stream.flush()
+        try:
+            yield
+        finally:
+            if self.platform == "github":
+                stream.write("::endgroup::\n")
+            elif self.platform == "gitlab":
+                stream.write(f"\033[0Ksection_end:{int(time.time())}:{name}\r\033[0K\n")
+            stream.flush()
+
+    # ----- rendering ---------------------------------------------------------------------
+    def render(self, result: Result) -> int:
+        """Write the result the platform's way and return the exit code."""
+        renderer = {
+            "github": self._render_github,
+            "gitlab": self._render_gitlab,
+            "terminal": self._render_terminal,
+            "json": self._render_json,
+        }[self.platform]
+        renderer(result)
+        self.stdout.flush()
+        return int(result.exit_code)
+
+    def _text_lines(self, result: Result, annotations: bool = True) -> list[str]:
+        lines: list[str] = []
+        verdict = {
+            0: ("ok", "ok"),
+            1: ("check failed", "error"),
+            2: ("bad input", "error"),
+            3: ("infrastructure error", "error"),
+        }[int(result.exit_code)]
+        head = f"{result.command}: {verdict[0]}"
+        if result.headline:
+            head += f": {result.headline}"
+        lines.append(self.colour(head, verdict[1]))
+        for note in result.annotations if annotations else []:
+            if note.message == result.headline:
+                continue  # already said on the first line
+            label = self.colour(note.level.upper(), note.level)
+            lines.append(f"{label}: {note.title + ': ' if note.title else ''}{note.message}")
+        for block in result.summary:
+            lines.append("")
+            lines.append(block)
+        if result.outputs:
+            lines.append("")
+            lines.append(self.colour("outputs:", "dim"))
+            for key, value in result.outputs.items():
+                text = format_output(value)
+                if "\n" in text:
+                    text = text.replace("\n", "\n    ")
+                lines.append(f"  {key}: {text}")
+        return [self.redact(line) for line in lines]
+
+    def _render_terminal(self, result: Result) -> None:
+        self.stdout.write("\n".join(self._text_lines(result)) + "\n")
+
+    def _render_json(self, result: Result) -> None:
+        body = {
+            "command": result.command,
+            "exit_code": int(result.exit_code),
+            "ok": result.ok,
+            "headline": result.headline,
+            "outputs": {k: format_output(v) for k, v in result.outputs.items()},
+            "annotations": [a.__dict__ for a in result.annotations],
+            "env": result.env,
+            "path": result.path,
+            "report": result.report,
+            "summary_markdown": "\n\n".join(result.summary),
+        }
+        self.stdout.write(self.redact(json.dumps(body, indent=2, default=str)) + "\n")
+
+    def _file_var(self, name: str) -> Path:
+        value = self.environ.get(name, "")
+        if not value:
+            raise InfraError(
+                f"running in GitHub Actions but ${name} is not set",
+                hint="run on a current runner (file commands replaced ::set-output in 2022)",
+            )
+        return Path(value)
+
+    @staticmethod
+    def _heredoc(name: str, value: str) -> str:
+        delimiter = f"ghadelimiter_{uuid.uuid4()}"
+        while delimiter in value:  # astronomically unlikely; loop for proof, not for luck
+            delimiter = f"ghadelimiter_{uuid.uuid4()}"
+        return f"{name}<<{delimiter}\n{value}\n{delimiter}\n"
+
+    def _append(self, var: str, text: str) -> None:
+        with open(self._file_var(var), "a", encoding="utf-8") as handle:
+            handle.write(text)
+
+    def _render_github(self, result: Result) -> None:
+        for note in result.annotations:
+            props = f" title={_escape_property(self.redact(note.title))}" if note.title else ""
+            self.stdout.write(f"::{note.level}{props}::{_escape_data(self.redact(note.message))}\n")
+        self.stdout.write("\n".join(self._text_lines(result, annotations=False)) + "\n")
+        if result.outputs:
+            self._append(
+                "GITHUB_OUTPUT",
+                "".join(self._heredoc(k, format_output(v)) for k, v in result.outputs.items()),
+            )
+        if result.env:
+            self._append("GITHUB_ENV", "".join(self._heredoc(k, v) for k, v in result.env.items()))
+        if result.path:
+            self._append("GITHUB_PATH", "".join(f"{p}\n" for p in result.path))
+        if result.state:
+            self._append(
+                "GITHUB_STATE", "".join(self._heredoc(k, v) for k, v in result.state.items())
+            )
+        if result.summary:
+            self._append("GITHUB_STEP_SUMMARY", self.redact("\n\n".join(result.summary)) + "\n\n")
+
+    def dotenv_path(self) -> Path:
+        return Path(self.environ.get("GPUCI_DOTENV", "gpuci-outputs.env"))
+
+    def _render_gitlab(self, result: Result) -> None:
+        self.stdout.write("\n".join(self._text_lines(result)) + "\n")
+        pairs = {
+            f"GPUCI_{re.sub(r'[^A-Za-z0-9]', '_', k).upper()}": format_output(v)
+            for k, v in result.outputs.items()
+        }
+        pairs.update(result.env)
+        if pairs:
+            # GitLab's dotenv report takes one line per variable: newlines become commas.
+            with open(self.dotenv_path(), "a", encoding="utf-8") as handle:
+                for key, value in pairs.items():
+                    handle.write(f"{key}={','.join(value.splitlines())}\n")
+        summary_file = self.environ.get("GPUCI_SUMMARY")
+        if summary_file and result.summary:
+            with open(summary_file, "a", encoding="utf-8") as handle:
+                handle.write(self.redact("\n\n".join(result.summary)) + "\n\n")
+
+    # ----- progress ----------------------------------------------------------------------
+    def progress(self, label: str, total: int | None):
+        """A byte meter: a live bar on a terminal, plain lines every few seconds in CI."""
+        from gpuci.progress import Progress
+
+        interval = float(self.environ.get("GPUCI_PROGRESS_INTERVAL", "5"))
+        stream = self.stderr if self.is_tty or self.platform == "json" else self._log_stream
+        return Progress(label, total, stream, live=self.is_tty, interval=interval)
