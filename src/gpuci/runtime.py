@@ -1,4 +1,4 @@
-"""The CI runtime: one Result per command, rendered for GitHub Actions, GitLab CI, a terminal or JSON.
+"""The CI runtime: one Result per command, rendered for GitHub, GitLab, a terminal or JSON.
 
 Commands never touch ``GITHUB_OUTPUT`` and friends themselves: they return a :class:`Result` and
 :meth:`Runtime.render` writes it the way the platform expects. During a run they log, open groups
