@@ -21,10 +21,19 @@ RunFn = Callable[[dict[str, Any], "Runtime"], "Result"]
 
 
 @dataclass(frozen=True)
+class Output:
+    """One action output; the action's ``outputs:`` map is generated from these."""
+
+    name: str
+    help: str
+
+
+@dataclass(frozen=True)
 class Command:
     name: str
     help: str
     inputs: tuple[Input, ...] = ()
+    outputs: tuple[Output, ...] = ()
     target: str | None = None  # "package.module:function"; None = not implemented yet
     subcommands: tuple[Command, ...] = ()
     actions: tuple[str, ...] = ()  # action folders (relative to the repo) that run this command

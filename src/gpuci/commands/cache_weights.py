@@ -1,6 +1,6 @@
 """``cache-weights``: a content-addressed, S3-backed cache for datasets and model weights."""
 
-from gpuci.commands import Command
+from gpuci.commands import Command, Output
 from gpuci.inputs import Input
 
 STORE_INPUTS = (
@@ -16,6 +16,16 @@ STORE_INPUTS = (
 
 KEY = Input("key", "The exact cache key, e.g. weights-llama-3-8b-v1.", "str", required=True)
 PATH = Input("path", "Folders or files to cache, one per line.", "lines", required=True)
+
+CACHE_OUTPUTS = (
+    Output("cache-hit", "true only when the exact key matched; always true or false."),
+    Output("matched-key", "The key that matched (exact or via restore-keys); empty on a miss."),
+    Output("manifest", "sha256 of the manifest restored or saved."),
+    Output("bytes-downloaded", "Bytes fetched from the store."),
+    Output("bytes-uploaded", "Bytes sent to the store."),
+    Output("files", "Files in the tree."),
+    Output("seconds", "Wall time."),
+)
 
 RESTORE = Command(
     name="restore",
@@ -38,6 +48,7 @@ RESTORE = Command(
             "false",
         ),
     ),
+    outputs=CACHE_OUTPUTS,
     target="gpuci.cache.restore:run",
     actions=("actions/cache-weights", "actions/cache-weights/restore"),
 )
@@ -46,6 +57,7 @@ SAVE = Command(
     name="save",
     help="Save a tree under a key, uploading only the blobs the store lacks.",
     inputs=(KEY, PATH, *STORE_INPUTS),
+    outputs=CACHE_OUTPUTS,
     target="gpuci.cache.save:run",
     actions=("actions/cache-weights/save",),
 )

@@ -1,6 +1,6 @@
 """``gpu-setup``: query the GPUs through NVML and check them against the job's needs."""
 
-from gpuci.commands import Command
+from gpuci.commands import Command, Output
 from gpuci.inputs import Input
 
 INPUTS = (
@@ -46,10 +46,22 @@ INPUTS = (
     ),
 )
 
+OUTPUTS = (
+    Output("gpu-count", "GPUs (or MIG devices) found and usable."),
+    Output("gpu-names", "Their names, comma-separated."),
+    Output("memory-gb", "Total memory of the smallest usable GPU, in GB."),
+    Output("cuda-version", "Highest CUDA version the driver supports."),
+    Output("driver-version", "NVIDIA driver version."),
+    Output("compute-capability", "Lowest compute capability among the usable GPUs."),
+    Output("visible-devices", "UUIDs of the usable GPUs / MIG devices, comma-separated."),
+    Output("report", "Path of the JSON report."),
+)
+
 COMMAND = Command(
     name="gpu-setup",
     help="Query the GPUs through NVML and check them against the job's needs.",
     inputs=INPUTS,
+    outputs=OUTPUTS,
     target="gpuci.gpu.setup:run",
     actions=("actions/gpu-setup",),
 )

@@ -1,6 +1,6 @@
 """``gpu-smoke``: catch a bad GPU node in seconds, before the expensive job starts."""
 
-from gpuci.commands import Command
+from gpuci.commands import Command, Output
 from gpuci.inputs import Input
 
 INPUTS = (
@@ -40,6 +40,12 @@ COMMAND = Command(
     name="gpu-smoke",
     help="Smoke-test each GPU (health counters, memory, GEMM, bandwidth) within a time budget.",
     inputs=INPUTS,
+    outputs=(
+        Output("passed", "true when every check that ran passed, else false."),
+        Output("failed-checks", "Names of the failed checks, comma-separated."),
+        Output("report", "Path of the JSON report."),
+        Output("seconds", "Wall time of all checks."),
+    ),
     target=None,
     actions=("actions/gpu-smoke",),
 )

@@ -1,6 +1,6 @@
 """``retry-fetch``: downloads that survive transient failures and resume where they stopped."""
 
-from gpuci.commands import Command
+from gpuci.commands import Command, Output
 from gpuci.inputs import Input
 
 INPUTS = (
@@ -37,6 +37,14 @@ COMMAND = Command(
     name="retry-fetch",
     help="Download with retries of transient failures, resume, and sha256 verification.",
     inputs=INPUTS,
+    outputs=(
+        Output("path", "Path(s) of the verified file(s), one per line."),
+        Output("sha256", "Their sha256 digests, one per line."),
+        Output("bytes", "Bytes in the final file(s)."),
+        Output("attempts", "HTTP attempts made in all."),
+        Output("resumed-bytes", "Bytes kept from earlier attempts instead of downloaded again."),
+        Output("seconds", "Wall time."),
+    ),
     target="gpuci.fetch:run",
     actions=("actions/retry-fetch",),
 )
