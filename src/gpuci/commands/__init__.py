@@ -47,7 +47,15 @@ class Command:
 
 
 def all_commands() -> tuple[Command, ...]:
-    from gpuci.commands import cache_weights, dry_run, gpu_setup, gpu_smoke, retry_fetch
+    from gpuci.commands import (
+        cache_weights,
+        dry_run,
+        gpu_setup,
+        gpu_smoke,
+        pods,
+        retry_fetch,
+        training,
+    )
 
     return (
         gpu_setup.COMMAND,
@@ -55,6 +63,10 @@ def all_commands() -> tuple[Command, ...]:
         retry_fetch.COMMAND,
         gpu_smoke.COMMAND,
         dry_run.COMMAND,
+        pods.COMMAND,
+        training.GATE,
+        training.PROVENANCE,
+        training.REPORT,
     )
 
 
