@@ -1,0 +1,307 @@
+"""``dry-run``: read a workflow, find its gpu-ci steps, and judge each one on this machine.
+
+The point is to learn, before paying for a GPU minute, that a job would fail: a malformed
+input, a cache key that would miss, a URL that doesn't answer, a GPU requirement no runner
+meets. Each gpu-ci step's ``with:`` is resolved (literal values only: ``${{ ... }}`` is
+reported as unresolved, never guessed) and handed to the same command the action runs, in
+dry-run mode. A check that fails *here* (no GPU on a laptop) is reported, not fatal: the
+verdict is about the plan. Only bad input makes the whole run fail (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.commands import Command, command_for_action
+from gpuci.errors import ExitCode, InputError
+from gpuci.runtime import Result, Runtime, format_output, markdown_table
+
+# owner/repo/actions/<name>@ref, ./actions/<name>, and the root all-in-one action.
+_REMOTE_SUB = re.compile(r"^[\w.-]+/[\w.-]+/(?P<folder>actions/[\w./-]+?)/?@[\w./-]+$")
+_LOCAL_SUB = re.compile(r"^\./(?P<folder>actions/[\w./-]+?)/?$")
+_ROOT = re.compile(r"^(?:[\w.-]+/gpu-ci@[\w./-]+|\./?)$")
+_EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
+ROOT_STEPS = ("gpu-setup", "cache-weights restore", "gpu-smoke")
+
+
+@dataclass
+class StepPlan:
+    job: str
+    index: int
+    name: str
+    uses: str = ""
+    command: str = ""
+    verdict: str = ""  # ok | would-fail | bad-input | not-implemented | run | other-action
+    detail: str = ""
+    unresolved: list[str] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+
+
+def _load_workflow(path: Path) -> dict[str, Any]:
+    import yaml
+
+    if not path.is_file():
+        raise InputError(
+            f"workflow file {path} not found",
+            hint="pass the path of a workflow, e.g. .github/workflows/train.yml",
+        )
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(
+            f"workflow {path} is not valid YAML{where}",
+            hint="fix the YAML (actionlint shows the exact spot)",
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+        raise InputError(
+            f"workflow {path} has no 'jobs:' mapping",
+            hint="point dry-run at a GitHub Actions workflow file",
+        )
+    return data
+
+
+def classify_uses(uses: str) -> list[tuple[str, Command]] | None:
+    """The gpu-ci command(s) a ``uses:`` runs, or None when it is someone else's action."""
+    uses = uses.strip()
+    for pattern in (_REMOTE_SUB, _LOCAL_SUB):
+        match = pattern.match(uses)
+        if match:
+            found = command_for_action(match.group("folder"))
+            return [found] if found else []
+    if _ROOT.match(uses):
+        from gpuci.commands import iter_leaf_commands
+
+        leaves = dict(iter_leaf_commands())
+        return [(name, leaves[name]) for name in ROOT_STEPS if name in leaves]
+    return None
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def _literal_env(*scopes: Any) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for scope in scopes:
+        if isinstance(scope, dict):
+            for key, value in scope.items():
+                text = _literal(value)
+                if not _EXPR.search(text):
+                    env[str(key)] = text
+    return env
+
+
+def _plan_step(
+    job: str, index: int, step: dict[str, Any], env: dict[str, str], rt: Runtime
+) -> StepPlan:
+    uses = str(step.get("uses", "") or "")
+    name = str(
+        step.get("name") or uses or (str(step.get("run", "")).strip().splitlines() or [""])[0]
+    )
+    plan = StepPlan(job=job, index=index, name=name, uses=uses)
+    if not uses:
+        plan.verdict, plan.detail = "run", "a plain run: step (not judged)"
+        return plan
+    commands = classify_uses(uses)
+    if commands is None:
+        plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
+        return plan
+    if not commands:
+        plan.verdict = "bad-input"
+        plan.detail = f"'{uses}' names no gpu-ci action"
+        return plan
+    with_ = step.get("with") or {}
+    if not isinstance(with_, dict):
+        plan.verdict, plan.detail = "bad-input", "'with:' is not a mapping"
+        return plan
+    given = {str(k): _literal(v) for k, v in with_.items()}
+    plan.unresolved = sorted(k for k, v in given.items() if _EXPR.search(v))
+    known = {spec.name for _, cmd in commands for spec in cmd.inputs}
+    unknown = sorted(set(given) - known)
+    if unknown and len(commands) == 1:
+        plan.verdict = "bad-input"
+        plan.detail = (
+            f"unknown input(s) {', '.join(unknown)} for {commands[0][0]}; "
+            f"known: {', '.join(sorted(known))}"
+        )
+        return plan
+    plan.command = " + ".join(full for full, _ in commands)
+    inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
+    inner_env.update(env)
+    for full_name, cmd in commands:
+        plan.results.append(_plan_command(full_name, cmd, given, plan.unresolved, inner_env, rt))
+    codes = [r.exit_code for r in plan.results]
+    if ExitCode.BAD_INPUT in codes:
+        plan.verdict = "bad-input"
+    elif any(r.report.get("not_implemented") for r in plan.results):
+        plan.verdict = "not-implemented"
+    elif any(c != ExitCode.OK for c in codes):
+        plan.verdict = "would-fail"
+    else:
+        plan.verdict = "ok"
+    plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
+    return plan
+
+
+def _plan_command(
+    full_name: str,
+    cmd: Command,
+    given: dict[str, str],
+    unresolved: list[str],
+    env: dict[str, str],
+    rt: Runtime,
+) -> Result:
+    from gpuci.cli import run_command
+
+    if cmd.target is None:
+        result = Result(command=full_name, headline="not implemented in this version of gpu-ci")
+        result.report["not_implemented"] = True
+        return result
+    names = {spec.name for spec in cmd.inputs}
+    flags: dict[str, str | None] = {
+        k: v for k, v in given.items() if k in names and k not in unresolved
+    }
+    missing = [
+        s.name for s in cmd.inputs if s.required and s.default is None and s.name in unresolved
+    ]
+    if missing:
+        result = Result(
+            command=full_name,
+            headline=f"needs run-time value(s) for {', '.join(missing)}: plan not evaluated",
+        )
+        return result
+    inner = Runtime(
+        env,
+        dry_run=True,
+        stdout=rt.stderr if rt.platform == "json" else rt.stdout,
+        stderr=rt.stderr,
+    )
+    inner.platform = "terminal" if rt.platform == "json" else rt.platform
+    return run_command(cmd, full_name, flags, inner)
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    path = Path(values["workflow"])
+    workflow = _load_workflow(path)
+    jobs: dict[str, Any] = workflow["jobs"]
+    wanted = values.get("job")
+    if wanted and wanted not in jobs:
+        raise InputError(
+            f"job '{wanted}' not in {path}", hint=f"use one of: {', '.join(map(str, jobs))}"
+        )
+    plans: list[StepPlan] = []
+    for job_id, job in jobs.items():
+        if (wanted and job_id != wanted) or not isinstance(job, dict):
+            continue
+        steps = job.get("steps") or []
+        runs_on = job.get("runs-on", "")
+        with rt.group(f"job {job_id} (runs-on: {_literal(runs_on) or '?'})"):
+            for index, step in enumerate(steps, start=1):
+                if not isinstance(step, dict):
+                    continue
+                env = _literal_env(workflow.get("env"), job.get("env"), step.get("env"))
+                plan = _plan_step(str(job_id), index, step, env, rt)
+                plans.append(plan)
+                _log_plan(plan, rt)
+    return _result(path, plans, wanted)
+
+
+def _log_plan(plan: StepPlan, rt: Runtime) -> None:
+    marks = {
+        "ok": "ok",
+        "would-fail": "would fail here",
+        "bad-input": "BAD INPUT",
+        "not-implemented": "not implemented",
+        "run": "run",
+        "other-action": "other",
+    }
+    rt.log(f"  step {plan.index}: {plan.name} [{marks[plan.verdict]}]")
+    if plan.verdict in ("run", "other-action"):
+        return
+    if plan.unresolved:
+        rt.log(
+            f"    unresolved at plan time (set by the workflow at run time): "
+            f"{', '.join(plan.unresolved)}"
+        )
+    if not plan.results:
+        rt.log(f"    {plan.detail}")
+    for result in plan.results:
+        rt.log(f"    {result.command}: {result.headline or 'ok'}")
+        for note in result.annotations:
+            if note.message != result.headline:
+                rt.log(f"      {note.level}: {note.message}")
+        for key, value in result.outputs.items():
+            text = format_output(value)
+            if text and "\n" not in text and len(text) < 200:
+                rt.log(f"      {key} = {text}")
+
+
+def _result(path: Path, plans: list[StepPlan], job: str | None) -> Result:
+    judged = [p for p in plans if p.verdict not in ("run", "other-action")]
+    bad = [p for p in judged if p.verdict == "bad-input"]
+    failing = [p for p in judged if p.verdict == "would-fail"]
+    result = Result(command="dry-run")
+    rows = [
+        (p.job, p.index, p.name, p.command or p.uses or "run", p.verdict, p.detail) for p in plans
+    ]
+    result.summary.append(
+        f"### gpu-ci dry run of `{path}`\n\n"
+        + markdown_table(["job", "step", "name", "action", "verdict", "detail"], rows)
+    )
+    result.report = {
+        "workflow": str(path),
+        "job": job,
+        "steps": [
+            {
+                "job": p.job,
+                "index": p.index,
+                "name": p.name,
+                "uses": p.uses,
+                "command": p.command,
+                "verdict": p.verdict,
+                "detail": p.detail,
+                "unresolved": p.unresolved,
+                "plans": [
+                    {
+                        "command": r.command,
+                        "exit_code": int(r.exit_code),
+                        "headline": r.headline,
+                        "outputs": {k: format_output(v) for k, v in r.outputs.items()},
+                        "report": r.report,
+                    }
+                    for r in p.results
+                ],
+            }
+            for p in plans
+        ],
+    }
+    result.outputs = {"steps": len(judged), "bad-input": len(bad), "would-fail": len(failing)}
+    if not judged:
+        result.headline = f"no gpu-ci steps found in {path}"
+        result.warning(result.headline)
+    elif bad:
+        result.exit_code = ExitCode.BAD_INPUT
+        for p in bad:
+            result.error(
+                f"job {p.job}, step {p.index} ({p.name}): {p.detail}", "gpu-ci dry run: bad input"
+            )
+        result.headline = (
+            f"{len(bad)} of {len(judged)} gpu-ci step(s) have bad input; "
+            "fix them before paying for a GPU"
+        )
+    else:
+        result.headline = f"plan is valid: {len(judged)} gpu-ci step(s) checked"
+        if failing:
+            result.headline += (
+                f"; {len(failing)} would fail on this machine "
+                "(expected where the runner differs, see above)"
+            )
+    return result

@@ -1,0 +1,77 @@
+"""The CLI as a user meets it: help, exit codes, one-line errors, lazy imports."""
+
+import json
+import subprocess
+import sys
+
+from conftest import clean_env, run_cli
+from gpuci.commands import all_commands, iter_leaf_commands
+
+ACTION_COMMANDS = ("gpu-setup", "cache-weights", "retry-fetch", "gpu-smoke", "dry-run")
+
+
+def test_help_lists_every_command():
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for name in ACTION_COMMANDS:
+        assert name in proc.stdout
+    for cmd in all_commands():
+        assert cmd.name in proc.stdout
+    assert "exit codes: 0 ok, 1 a check failed, 2 bad input" in proc.stdout
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = (
+        "import sys, contextlib, io\n"
+        "from gpuci.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try: main(['--help'])\n"
+        "    except SystemExit: pass\n"
+        "print(','.join(m for m in ('boto3','botocore','httpx','pynvml','yaml','tenacity')"
+        " if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
+
+
+def test_every_input_is_a_flag_of_the_same_name():
+    for full_name, cmd in iter_leaf_commands():
+        proc = run_cli(*full_name.split(), "--help")
+        assert proc.returncode == 0, proc.stderr
+        for spec in cmd.inputs:
+            assert f"--{spec.name}" in proc.stdout, (full_name, spec.name)
+
+
+def test_malformed_input_exit_2_names_the_input():
+    proc = run_cli("gpu-setup", "--min-memory-gb", "lots")
+    assert proc.returncode == 2
+    assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    proc = run_cli("gpu-setup", env=clean_env(**{"INPUT_MIN-MEMORY-GB": "lots"}))
+    assert proc.returncode == 2
+    assert "INPUT_MIN-MEMORY-GB" in proc.stdout
+
+
+def test_malformed_input_in_actions_is_an_error_annotation(tmp_path):
+    out = tmp_path / "out"
+    out.write_text("")
+    env = clean_env(
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(out),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "s"),
+        INPUT_MIN_GPUS="two",
+    )
+    proc = run_cli("gpu-setup", env=env)
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("::error")]
+    assert len(lines) == 1
+    assert "min-gpus" in lines[0] and "title=gpu-ci" in lines[0]
+
+
+def test_json_error_shape():
+    proc = run_cli("retry-fetch", "--json")  # url is required
+    assert proc.returncode == 2
+    body = json.loads(proc.stdout)
+    assert body["ok"] is False
+    assert body["report"]["error"]["type"] == "InputError"
+    assert "'url' is required" in body["report"]["error"]["message"]

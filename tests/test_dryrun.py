@@ -1,0 +1,136 @@
+"""``dry-run`` of a workflow: find gpu-ci steps, resolve literal inputs, judge the plan."""
+
+import json
+import textwrap
+
+from conftest import REPO, clean_env, run_cli
+from gpuci.dryrun import classify_uses
+
+
+def write(tmp_path, body: str):
+    path = tmp_path / "wf.yml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_classify_uses():
+    assert classify_uses("acme/gpu-ci/actions/gpu-setup@v1")[0][0] == "gpu-setup"
+    assert classify_uses("./actions/cache-weights/save")[0][0] == "cache-weights save"
+    assert classify_uses("acme/gpu-ci/actions/cache-weights@main")[0][0] == (
+        "cache-weights restore"
+    )
+    assert [n for n, _ in classify_uses("acme/gpu-ci@v1")] == [
+        "gpu-setup",
+        "cache-weights restore",
+        "gpu-smoke",
+    ]
+    assert classify_uses("actions/checkout@v4") is None
+    assert classify_uses("acme/gpu-ci/actions/no-such@v1") == []
+
+
+def test_malformed_input_names_step_and_input(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          train:
+            runs-on: gpu-large
+            steps:
+              - uses: actions/checkout@v4
+              - name: Check GPUs
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory-gb: lots
+              - run: python train.py
+    """,
+    )
+    proc = run_cli("dry-run", str(wf))
+    assert proc.returncode == 2, proc.stdout
+    assert "job train, step 2 (Check GPUs)" in proc.stdout
+    assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
+    assert "step 3: python train.py [run]" in proc.stdout
+
+
+def test_unknown_input_is_bad_input(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          j:
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory: 40
+    """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json")
+    assert proc.returncode == 2
+    body = json.loads(proc.stdout)
+    step = body["report"]["steps"][0]
+    assert step["verdict"] == "bad-input"
+    assert "min-memory" in step["detail"] and "min-memory-gb" in step["detail"]
+
+
+def test_expressions_are_reported_not_guessed(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          j:
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/retry-fetch@v1
+                with:
+                  url: ${{ vars.MODEL_URL }}
+    """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json")
+    body = json.loads(proc.stdout)
+    step = body["report"]["steps"][0]
+    assert step["unresolved"] == ["url"]
+    assert "needs run-time value(s) for url" in step["plans"][0]["headline"]
+    assert proc.returncode == 0
+
+
+def test_job_filter_and_errors(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          a:
+            runs-on: x
+            steps: [{run: echo hi}]
+    """,
+    )
+    proc = run_cli("dry-run", str(wf), "--job", "nope")
+    assert proc.returncode == 2
+    assert "job 'nope' not in" in proc.stdout and "use one of: a" in proc.stdout
+    proc = run_cli("dry-run", str(wf))
+    assert proc.returncode == 0
+    assert "no gpu-ci steps found" in proc.stdout
+    bad = tmp_path / "bad.yml"
+    bad.write_text("jobs: [unclosed\n")
+    proc = run_cli("dry-run", str(bad))
+    assert proc.returncode == 2 and "not valid YAML at line" in proc.stdout
+    proc = run_cli("dry-run", str(tmp_path / "missing.yml"))
+    assert proc.returncode == 2 and "not found" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
+    """The README's first command: the local dry run of the example workflow."""
+    env = clean_env(HOME=str(tmp_path))  # an empty embedded store: the cache would miss
+    proc = run_cli("dry-run", "examples/workflows/train.yml", env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plan is valid" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    proc = run_cli("dry-run", "examples/workflows/train.yml", "--json", env=env, cwd=REPO)
+    body = json.loads(proc.stdout)
+    verdicts = {s["command"]: s["verdict"] for s in body["report"]["steps"] if s["command"]}
+    assert verdicts["gpu-setup"] == "would-fail"  # no GPU here: reported, not fatal
+    assert verdicts["cache-weights restore"] in ("ok", "would-fail")

@@ -1,0 +1,77 @@
+"""Input resolution: flag > INPUT_<NAME> (hyphen or underscore form) > default, parsed by kind."""
+
+import pytest
+
+from gpuci.errors import InputError
+from gpuci.inputs import Input, parse_duration, parse_list, resolve
+
+SPECS = (
+    Input("min-memory-gb", "mem", "float"),
+    Input("min-gpus", "n", "int", "1", minimum=0),
+    Input("require-gpu", "b", "bool", "true"),
+    Input("path", "p", "lines"),
+    Input("token", "t", "str", secret=True),
+    Input("framework", "f", "str", "auto", choices=("auto", "torch")),
+    Input("key", "k", "str", required=True),
+)
+
+
+def test_flag_beats_env_beats_default():
+    env = {"INPUT_MIN-GPUS": "4", "INPUT_KEY": "k1"}
+    assert resolve(SPECS, {"min-gpus": "2"}, env)["min-gpus"] == 2
+    assert resolve(SPECS, {}, env)["min-gpus"] == 4
+    assert resolve(SPECS, {}, {"INPUT_KEY": "k"})["min-gpus"] == 1
+
+
+def test_hyphen_and_underscore_env_forms():
+    values = resolve(SPECS, {}, {"INPUT_MIN-MEMORY-GB": "80", "INPUT_KEY": "k"})
+    assert values["min-memory-gb"] == 80.0
+    values = resolve(SPECS, {}, {"INPUT_MIN_MEMORY_GB": "40.5", "INPUT_KEY": "k"})
+    assert values["min-memory-gb"] == 40.5
+
+
+def test_empty_env_means_unset():
+    # The runner passes '' for inputs the user didn't set: that must fall back to the default.
+    values = resolve(SPECS, {}, {"INPUT_REQUIRE_GPU": "", "INPUT_KEY": "k"})
+    assert values["require-gpu"] is True
+
+
+def test_malformed_value_names_the_input_and_source():
+    with pytest.raises(InputError) as info:
+        resolve(SPECS, {}, {"INPUT_MIN-MEMORY-GB": "lots", "INPUT_KEY": "k"})
+    assert "min-memory-gb" in info.value.message
+    assert "INPUT_MIN-MEMORY-GB" in info.value.message
+    assert "'lots'" in info.value.message
+    assert info.value.exit_code == 2
+
+
+def test_bool_minimum_and_choices():
+    with pytest.raises(InputError, match="require-gpu"):
+        resolve(SPECS, {"require-gpu": "maybe", "key": "k"}, {})
+    with pytest.raises(InputError, match="below the minimum"):
+        resolve(SPECS, {"min-gpus": "-1", "key": "k"}, {})
+    with pytest.raises(InputError, match="not one of: auto, torch"):
+        resolve(SPECS, {"framework": "jax", "key": "k"}, {})
+
+
+def test_required_missing():
+    with pytest.raises(InputError, match="'key' is required"):
+        resolve(SPECS, {}, {})
+
+
+def test_secret_callback_sees_value_before_parsing():
+    seen = []
+    resolve(SPECS, {"token": "s3cr3t-value", "key": "k"}, {}, on_secret=seen.append)
+    assert seen == ["s3cr3t-value"]
+
+
+def test_lists_and_durations():
+    assert parse_list("a, b\n\n# comment\nc") == ["a", "b", "c"]
+    values = resolve(SPECS, {"path": "models/a,b\n data/x \n", "key": "k"}, {})
+    assert values["path"] == ["models/a,b", "data/x"]
+    assert parse_duration("45m") == 2700
+    assert parse_duration("2h") == 7200
+    assert parse_duration("14d") == 14 * 86400
+    assert parse_duration("90") == 90
+    with pytest.raises(ValueError):
+        parse_duration("soon")

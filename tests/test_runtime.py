@@ -1,0 +1,161 @@
+"""The runtime renders one Result per platform; these tests read what a runner would read."""
+
+import io
+import json
+import re
+
+import pytest
+
+from gpuci.errors import ExitCode, InfraError
+from gpuci.runtime import Result, Runtime, markdown_table
+
+
+def parse_file_command(text: str) -> dict[str, str]:
+    """Parse GITHUB_OUTPUT/GITHUB_ENV heredoc syntax the way the runner does."""
+    values, lines, i = {}, text.split("\n"), 0
+    while i < len(lines):
+        line = lines[i]
+        if "<<" in line:
+            name, delimiter = line.split("<<", 1)
+            body = []
+            i += 1
+            while lines[i] != delimiter:
+                body.append(lines[i])
+                i += 1
+            values[name] = "\n".join(body)
+        elif "=" in line:
+            name, value = line.split("=", 1)
+            values[name] = value
+        i += 1
+    return values
+
+
+@pytest.fixture
+def gh_env(tmp_path):
+    files = {
+        n: tmp_path / n.lower()
+        for n in (
+            "GITHUB_OUTPUT",
+            "GITHUB_ENV",
+            "GITHUB_PATH",
+            "GITHUB_STATE",
+            "GITHUB_STEP_SUMMARY",
+        )
+    }
+    for f in files.values():
+        f.write_text("")
+    env = {"GITHUB_ACTIONS": "true", **{k: str(v) for k, v in files.items()}}
+    return env, files
+
+
+def sample() -> Result:
+    result = Result(command="gpu-setup", headline="2 GPUs")
+    result.outputs = {
+        "gpu-count": 2,
+        "ok": True,
+        "empty": False,
+        "names": "H100\nH100",
+        "none": None,
+    }
+    result.env = {"CUDA_VISIBLE_DEVICES": "GPU-1,GPU-2"}
+    result.path = ["/opt/tool/bin"]
+    result.summary.append(markdown_table(["gpu", "memory"], [["H100", "80 GB"]]))
+    result.warning("low: power, limit", title="Power: capped")
+    return result
+
+
+def test_github_file_commands_and_annotations(gh_env):
+    env, files = gh_env
+    out = io.StringIO()
+    code = Runtime(env, stdout=out).render(sample())
+    assert code == 0
+    outputs = parse_file_command(files["GITHUB_OUTPUT"].read_text())
+    assert outputs == {
+        "gpu-count": "2",
+        "ok": "true",
+        "empty": "false",
+        "names": "H100\nH100",
+        "none": "",
+    }
+    delimiters = re.findall(r"<<(\S+)", files["GITHUB_OUTPUT"].read_text())
+    assert len(set(delimiters)) == len(delimiters) == 5  # a fresh delimiter per value
+    assert parse_file_command(files["GITHUB_ENV"].read_text()) == {
+        "CUDA_VISIBLE_DEVICES": "GPU-1,GPU-2"
+    }
+    assert files["GITHUB_PATH"].read_text() == "/opt/tool/bin\n"
+    assert "| H100 | 80 GB |" in files["GITHUB_STEP_SUMMARY"].read_text()
+    # properties escape ':' and ','; data escapes nothing of those
+    assert "::warning title=Power%3A capped::low: power, limit" in out.getvalue()
+    assert "::set-output" not in out.getvalue()
+
+
+def test_github_missing_file_variable_fails_loudly(gh_env):
+    env, _ = gh_env
+    del env["GITHUB_OUTPUT"]
+    with pytest.raises(InfraError, match=r"\$GITHUB_OUTPUT is not set"):
+        Runtime(env, stdout=io.StringIO()).render(sample())
+
+
+def test_annotation_data_escaping(gh_env):
+    env, _ = gh_env
+    out = io.StringIO()
+    result = Result(command="x", exit_code=ExitCode.CHECK_FAILED)
+    result.error("100% broken\nsecond line")
+    Runtime(env, stdout=out).render(result)
+    assert "::error::100%25 broken%0Asecond line" in out.getvalue()
+
+
+def test_mask_emits_add_mask_and_redacts(gh_env):
+    env, files = gh_env
+    out = io.StringIO()
+    rt = Runtime(env, stdout=out)
+    rt.mask("hunter2-token")
+    result = Result(command="x", headline="used hunter2-token")
+    result.summary.append("token hunter2-token")
+    rt.render(result)
+    text = out.getvalue()
+    assert text.startswith("::add-mask::hunter2-token\n")
+    assert text.count("hunter2-token") == 1  # only in the add-mask command itself
+    assert "hunter2-token" not in files["GITHUB_STEP_SUMMARY"].read_text()
+
+
+def test_gitlab_dotenv_and_sections(tmp_path):
+    dotenv = tmp_path / "out.env"
+    env = {"GITLAB_CI": "true", "GPUCI_DOTENV": str(dotenv)}
+    out = io.StringIO()
+    rt = Runtime(env, stdout=out)
+    with rt.group("Checking GPUs"):
+        rt.log("inside")
+    rt.render(sample())
+    text = out.getvalue()
+    assert re.search(r"section_start:\d+:gpuci_1_checking_gpus\[collapsed=true\]", text)
+    assert "section_end:" in text
+    lines = dotenv.read_text().splitlines()
+    assert "GPUCI_GPU_COUNT=2" in lines
+    assert "GPUCI_OK=true" in lines
+    assert "GPUCI_NAMES=H100,H100" in lines  # dotenv is one line per variable
+    assert "CUDA_VISIBLE_DEVICES=GPU-1,GPU-2" in lines
+
+
+def test_json_render_is_pure_json_on_stdout():
+    out, err = io.StringIO(), io.StringIO()
+    rt = Runtime({}, json_mode=True, stdout=out, stderr=err)
+    rt.log("progress goes to stderr")
+    rt.render(sample())
+    body = json.loads(out.getvalue())
+    assert body["outputs"]["ok"] == "true"
+    assert body["exit_code"] == 0
+    assert "progress goes to stderr" in err.getvalue()
+
+
+def test_terminal_has_no_colour_when_not_a_tty():
+    out = io.StringIO()
+    result = Result(command="x", exit_code=ExitCode.CHECK_FAILED, headline="too small")
+    Runtime({}, stdout=out).render(result)
+    assert "\033[" not in out.getvalue()
+    assert out.getvalue().startswith("x: check failed: too small")
+
+
+def test_markdown_table_escapes_pipes():
+    table = markdown_table(["a", "b"], [["x|y", True]])
+    assert "x\\|y" in table and "| true |" in table
