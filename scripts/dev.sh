@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run a command inside the project's development venv, creating or refreshing it first.
+#   bash scripts/dev.sh python -m gpuci dry-run examples/workflows/train.yml
+#   bash scripts/dev.sh python -m pytest
+# The venv (.venv) is rebuilt only when pyproject.toml changes (its hash is kept inside).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${GPUCI_DEV_VENV:-$root/.venv}"
+stamp="$venv/.gpuci-dev-stamp"
+want="$(sha256sum pyproject.toml | cut -c1-16)"
+
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "gpuci dev: preparing $venv (first run or pyproject.toml changed)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip uv >&2
+  "$venv/bin/python" -m uv pip install -q --python "$venv/bin/python" -e ".[dev]" >&2
+  echo "$want" > "$stamp"
+fi
+export PATH="$venv/bin:$PATH"
+export VIRTUAL_ENV="$venv"
+exec "$@"
