@@ -1,0 +1,25 @@
+"""ruff is part of the test command, so a lint failure fails CI the same way a test does."""
+
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+TARGETS = ["src", "tests", "scripts", "examples"]
+
+
+def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ruff") or sys.executable
+    cmd = [exe, *args] if exe != sys.executable else [exe, "-m", "ruff", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
+
+
+def test_ruff_check():
+    proc = _ruff("check", *TARGETS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_format():
+    proc = _ruff("format", "--check", *TARGETS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
