@@ -1,9 +1,136 @@
-"""``pods``: ephemeral GPU pods on RunPod from CI (placeholder spec; filled by the pods work)."""
+"""``pods``: ephemeral GPU pods on RunPod from CI (up, ls, stop, start, down, reap, cost).
 
-from gpuci.commands import Command
+The key is read from ``RUNPOD_API_KEY`` (masked at once), the API base from ``RUNPOD_API_URL``.
+"""
+
+from gpuci.commands import Command, Output
+from gpuci.inputs import Input
+
+OWNER = Input(
+    "owner",
+    "Who the pod is for (budget and cost attribution); default: the CI actor or $USER.",
+    "str",
+)
+POD_ID = Input("pod-id", "Pod id(s), comma-separated.", "list")
+
+UP = Command(
+    name="up",
+    help="Create a GPU pod on the first preferred GPU type that places; wait until ready.",
+    inputs=(
+        Input(
+            "gpu-types",
+            "RunPod GPU type ids in preference order, comma-separated "
+            "(e.g. NVIDIA GeForce RTX 4090,NVIDIA L40S).",
+            "list",
+            required=True,
+        ),
+        Input("image", "Container image.", "str", required=True),
+        Input(
+            "command",
+            "Container start command; wrapped by the self-stop timer (without it the timer is "
+            "off and only down/reap end the pod).",
+            "str",
+        ),
+        Input("env", "Pod environment, one KEY=VALUE per line.", "lines"),
+        Input("ports", "Exposed ports, e.g. 8000/http,22/tcp.", "list"),
+        Input("disk-gb", "Container disk in GB.", "int", "50", minimum=1),
+        Input("gpu-count", "GPUs per pod.", "int", "1", minimum=1),
+        Input("cloud", "RunPod cloud tier.", "str", "SECURE", choices=("SECURE", "COMMUNITY")),
+        Input("data-centers", "Data centre ids to try, in order (default: any).", "list"),
+        Input("ttl", "Lifetime: the pod stops itself and is reaped after this.", "duration", "1h"),
+        OWNER,
+        Input("budget-usd", "Refuse the pod if the owner's spend would pass this.", "float"),
+        Input("budget-period", "The period budget-usd covers.", "duration", "30d"),
+        Input(
+            "health-url",
+            "Wait until this URL answers 2xx: a full URL ({pod_id} is replaced) or a path on "
+            "the first http port's proxy URL, e.g. /v1/models.",
+            "str",
+        ),
+        Input("timeout", "How long to wait for RUNNING and health.", "duration", "20m"),
+        Input(
+            "placement-timeout",
+            "Keep walking the candidates with backoff this long while none places.",
+            "duration",
+            "10m",
+        ),
+    ),
+    outputs=(
+        Output("pod-id", "The pod's id."),
+        Output("status", "RUNNING after a real run, PLANNED in a dry run."),
+        Output("cost-per-hr", "USD per hour billed for the pod."),
+        Output("url", "Proxy URL of the first http port (empty without one)."),
+        Output("gpu-type", "The GPU type that was placed."),
+        Output("data-center", "The data centre the pod runs in."),
+        Output("expires-at", "When the pod stops itself and becomes reapable (UTC)."),
+    ),
+    target="gpuci.pods.lifecycle:up",
+)
+
+IDS_OUT = (
+    Output("pod-ids", "The pods acted on, comma-separated."),
+    Output("count", "How many."),
+)
+
+LS = Command(
+    name="ls",
+    help="List gpu-ci pods with owner, GPU, cost per hour and expiry.",
+    inputs=(OWNER, Input("all", "Include pods gpu-ci did not create.", "bool", "false")),
+    outputs=IDS_OUT,
+    target="gpuci.pods.lifecycle:ls",
+)
+
+STOP = Command(
+    name="stop",
+    help="Stop pods (GPU released, disk kept); already stopped is success.",
+    inputs=(POD_ID,),
+    outputs=IDS_OUT,
+    target="gpuci.pods.lifecycle:stop",
+)
+
+START = Command(
+    name="start",
+    help="Start stopped pods; ttl gives them a new expiry.",
+    inputs=(POD_ID, Input("ttl", "New lifetime from now.", "duration")),
+    outputs=IDS_OUT,
+    target="gpuci.pods.lifecycle:start",
+)
+
+DOWN = Command(
+    name="down",
+    help="Terminate pods by id, or all pods of this CI run; a missing pod is success.",
+    inputs=(POD_ID,),
+    outputs=IDS_OUT,
+    target="gpuci.pods.lifecycle:down",
+)
+
+REAP = Command(
+    name="reap",
+    help="Terminate every gpu-ci pod past its expiry; run it on a schedule.",
+    inputs=(
+        OWNER,
+        Input("grace", "Extra time after expiry before reaping.", "duration", "0"),
+    ),
+    outputs=IDS_OUT,
+    target="gpuci.pods.lifecycle:reap",
+)
+
+COST = Command(
+    name="cost",
+    help="Spend per owner and per GPU type, as a table and JSON.",
+    inputs=(
+        Input("owner", "Only this owner.", "str"),
+        Input("period", "How far back.", "duration", "30d"),
+    ),
+    outputs=(
+        Output("total-usd", "Spend in the period (of the owner, if given)."),
+        Output("live-usd-per-hr", "Cost per hour of the live pods."),
+    ),
+    target="gpuci.pods.cost:run_cost",
+)
 
 COMMAND = Command(
     name="pods",
     help="Deploy, list, stop, start and destroy ephemeral RunPod GPU pods; reap; costs.",
-    target=None,
+    subcommands=(UP, LS, STOP, START, DOWN, REAP, COST),
 )

@@ -1,0 +1,582 @@
+"""``pods up|ls|stop|start|down|reap``: the pod lifecycle, one function per sub-command.
+
+``up`` walks the candidates with backoff until one is placed, waits for RUNNING (and a health
+URL), and terminates its own pod if anything after the create fails or the job is cancelled.
+``down`` and ``reap`` treat a missing pod as success, so they are safe to run twice and in
+``if: always()``. Every function takes a clock so the tests can simulate a day of CI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httpx
+
+from gpuci import journal
+from gpuci.errors import CheckFailed, GpuciError, InfraError, InputError
+from gpuci.pods import cost, ledger, plan
+from gpuci.pods.client import (
+    API_KEY_ENV,
+    API_URL_ENV,
+    DEFAULT_API_URL,
+    CandidateRejected,
+    InvalidTransition,
+    NotFound,
+    RunPodClient,
+)
+from gpuci.pods.clock import SYSTEM, Clock, iso
+from gpuci.pods.naming import PodTag, default_owner, new_tag, run_url, tag_of
+from gpuci.runtime import Result, Runtime, markdown_table
+
+PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
+LIVE = ("PROVISIONING", "STARTING", "RUNNING")
+
+
+def _poll_s(rt: Runtime) -> float:
+    return float(rt.environ.get("GPUCI_PODS_POLL_S", "5"))
+
+
+def _client(rt: Runtime, clock: Clock) -> RunPodClient:
+    return RunPodClient.from_env(rt.environ, rt.mask, clock)
+
+
+def _api_url(rt: Runtime) -> str:
+    return rt.environ.get(API_URL_ENV) or DEFAULT_API_URL
+
+
+def pod_url(pod: dict[str, Any], environ: Any) -> str:
+    """The RunPod proxy URL of the first HTTP port, or empty."""
+    template = environ.get("GPUCI_RUNPOD_PROXY_URL") or PROXY_URL
+    for port in pod.get("ports") or []:
+        number, _, proto = str(port).partition("/")
+        if proto == "http":
+            return template.format(pod_id=pod["id"], port=number)
+    return ""
+
+
+def _spec(values: dict[str, Any], rt: Runtime) -> plan.PodSpec:
+    return plan.PodSpec(
+        image=values["image"],
+        command=values.get("command") or "",
+        env=plan.parse_env(values.get("env"), rt.mask),
+        ports=plan.check_ports(values.get("ports")),
+        disk_gb=int(values.get("disk-gb") or 50),
+        gpu_count=int(values.get("gpu-count") or 1),
+        cloud=values.get("cloud") or "SECURE",
+    )
+
+
+def _tag(values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
+    owner = values.get("owner") or default_owner(rt.environ)
+    return new_tag(owner, run_url(rt.environ), now + float(values["ttl"]))
+
+
+# ----- up -----------------------------------------------------------------------------------
+def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Create one pod on the first candidate that places and is affordable; wait until ready."""
+    if float(values["ttl"]) <= 0:
+        raise InputError("ttl must be positive", hint="set ttl to e.g. 45m")
+    spec = _spec(values, rt)
+    now = clock.now()
+    tag = _tag(values, rt, now)
+    if not spec.command:
+        warn = (
+            "no command given: the self-stop timer is off for this pod (reap and down still "
+            "end it); pass command to enable it"
+        )
+    else:
+        warn = ""
+    if rt.dry_run:
+        return _plan_up(values, rt, spec, tag, warn)
+    result = Result(command="pods up")
+    if warn:
+        result.warning(warn)
+    with _client(rt, clock) as client:
+        catalog = client.list_gpu_types(spec.cloud)
+        cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
+        affordable, refused = _budget(values, rt, client, clock, spec, tag, catalog, cands)
+        result.report["budget_refused"] = refused
+        pod, attempts = _place(values, rt, client, clock, spec, tag, affordable)
+        result.report["attempts"] = attempts
+        _remember(rt, pod, tag, spec)
+        try:
+            pod = _wait_running(client, clock, pod["id"], now + float(values["timeout"]), rt)
+            url = pod_url(pod, rt.environ)
+            if values.get("health-url"):
+                _wait_healthy(
+                    _health_url(values["health-url"], pod, url),
+                    clock,
+                    now + float(values["timeout"]),
+                    rt,
+                )
+        except BaseException:
+            _terminate_quietly(client, pod["id"], rt)
+            raise
+    result.headline = (
+        f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
+        f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
+    )
+    result.outputs = {
+        "pod-id": pod["id"],
+        "status": pod["status"],
+        "cost-per-hr": float(pod.get("cost") or 0.0),
+        "url": url,
+        "gpu-type": pod.get("gpu", {}).get("id", ""),
+        "data-center": pod.get("dataCenterId") or "",
+        "expires-at": iso(tag.expires_at),
+    }
+    result.summary = [
+        "### RunPod pod\n\n"
+        + markdown_table(
+            ["pod", "GPU", "data centre", "USD/h", "owner", "expires", "url"],
+            [
+                [
+                    pod["id"],
+                    result.outputs["gpu-type"],
+                    result.outputs["data-center"],
+                    f"{float(pod.get('cost') or 0):.2f}",
+                    tag.owner,
+                    iso(tag.expires_at),
+                    url,
+                ]
+            ],
+        )
+    ]
+    result.report["pod"] = {k: pod.get(k) for k in ("id", "name", "status", "cost", "gpu")}
+    return result
+
+
+def _plan_up(
+    values: dict[str, Any], rt: Runtime, spec: plan.PodSpec, tag: PodTag, warn: str
+) -> Result:
+    """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
+    cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
+    api = _api_url(rt)
+    bodies = [plan.create_body(spec, tag, c, api) for c in cands]
+    budget = values.get("budget-usd")
+    result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
+    if warn:
+        result.warning(warn)
+    if not rt.environ.get(API_KEY_ENV):
+        result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
+    result.outputs = {"pod-id": "", "status": "PLANNED", "cost-per-hr": "", "url": ""}
+    result.report = {
+        "plan": {
+            "owner": tag.owner,
+            "run_url": tag.run_url,
+            "ttl_s": float(values["ttl"]),
+            "expires_at": iso(tag.expires_at),
+            "gpu_order": [c.gpu_id for c in cands],
+            "candidates": [{"gpu": c.gpu_id, "data_centers": list(c.data_centers)} for c in cands],
+            "requests": [{"method": "POST", "path": "/v2/pods", "body": b} for b in bodies],
+            "budget": {
+                "budget_usd": budget,
+                "period_s": float(values.get("budget-period") or 0),
+                "rule": "refuse a candidate when billed spend + live pods' committed cost "
+                "+ catalog USD/h x ttl exceeds budget-usd (checked against the API at run time)"
+                if budget is not None
+                else "no budget-usd: no check",
+            },
+            "self_stop": bool(spec.command),
+        }
+    }
+    result.summary = [
+        "### pods up plan (dry run)\n\n"
+        + markdown_table(
+            ["#", "GPU type", "data centres", "TTL ends"],
+            [
+                [i + 1, c.gpu_id, ", ".join(c.data_centers) or "any", iso(tag.expires_at)]
+                for i, c in enumerate(cands)
+            ],
+        )
+    ]
+    return result
+
+
+def _budget(
+    values: dict[str, Any],
+    rt: Runtime,
+    client: RunPodClient,
+    clock: Clock,
+    spec: plan.PodSpec,
+    tag: PodTag,
+    catalog: list[dict[str, Any]],
+    cands: list[plan.Candidate],
+) -> tuple[list[plan.Candidate], list[dict[str, Any]]]:
+    budget = values.get("budget-usd")
+    if budget is None:
+        return cands, []
+    now = clock.now()
+    spend = cost.gather(client, rt.environ, float(values["budget-period"]), now)
+    exposure = spend.exposure(tag.owner)
+    ttl = tag.expires_at - now
+    ok: list[plan.Candidate] = []
+    refused: list[dict[str, Any]] = []
+    for cand in cands:
+        rate = plan.price_per_hr(catalog, cand.gpu_id, spec.cloud, spec.gpu_count)
+        if rate is None:
+            refused.append({"candidate": cand.label(), "reason": "no catalog price"})
+            continue
+        fits, projected = cost.verdict(float(budget), exposure, rate, ttl)
+        if fits:
+            ok.append(cand)
+        else:
+            refused.append(
+                {"candidate": cand.label(), "rate": rate, "projected_usd": round(projected, 4)}
+            )
+            rt.log(f"budget: skip {cand.label()}: ${projected:.2f} projected > ${budget:.2f}")
+    if not ok:
+        raise CheckFailed(
+            f"owner {tag.owner} would pass budget ${float(budget):.2f}: "
+            f"${exposure:.2f} spent or committed, every candidate adds more",
+            hint="stop or down your other pods, shorten ttl, choose a cheaper GPU, "
+            "or raise budget-usd",
+        )
+    return ok, refused
+
+
+def _place(
+    values: dict[str, Any],
+    rt: Runtime,
+    client: RunPodClient,
+    clock: Clock,
+    spec: plan.PodSpec,
+    tag: PodTag,
+    cands: Sequence[plan.Candidate],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Rounds over the candidates (400/403: next one) with backoff between rounds."""
+    deadline = clock.now() + float(values.get("placement-timeout") or 0)
+    attempts: list[dict[str, Any]] = []
+    api = _api_url(rt)
+    delay = 15.0
+    last = ""
+    while True:
+        for cand in cands:
+            body = plan.create_body(spec, tag, cand, api)
+            try:
+                pod = client.create_pod(body)
+            except CandidateRejected as exc:
+                last = exc.detail or exc.message
+                attempts.append({"candidate": cand.label(), "status": exc.status, "detail": last})
+                rt.log(f"not placed: {cand.label()}: HTTP {exc.status} {last}")
+                continue
+            attempts.append({"candidate": cand.label(), "status": 201, "pod": pod["id"]})
+            rt.log(f"placed {pod['id']} on {cand.label()}")
+            return pod, attempts
+        if clock.now() + delay > deadline:
+            break
+        rt.log(f"no candidate placed; next round in {delay:.0f}s")
+        clock.sleep(delay)
+        delay = min(delay * 2, 300.0)
+    raise InfraError(
+        f"no candidate placed after {len(attempts)} attempt(s); last answer: {last}",
+        hint="add GPU types or data centres, raise placement-timeout, or, if every "
+        "candidate failed alike, fix the request the detail names",
+    )
+
+
+def _remember(rt: Runtime, pod: dict[str, Any], tag: PodTag, spec: plan.PodSpec) -> None:
+    entry = {
+        "podId": pod["id"],
+        "owner": tag.owner,
+        "gpu": pod.get("gpu", {}).get("id", ""),
+        "costPerHr": pod.get("cost"),
+        "expiresAt": iso(tag.expires_at),
+        "runUrl": tag.run_url,
+    }
+    try:
+        ledger.append(rt.environ, entry)
+        journal.record("pod-up", entry, rt.environ)
+    except OSError as exc:  # bookkeeping must never leave a pod without its teardown
+        rt.log(f"warning: could not write the pods ledger: {exc}")
+
+
+def _wait_running(
+    client: RunPodClient, clock: Clock, pod_id: str, deadline: float, rt: Runtime
+) -> dict[str, Any]:
+    last = ""
+    while True:
+        pod = client.get_pod(pod_id)
+        status = (pod or {}).get("status", "TERMINATED")
+        if status != last:
+            rt.log(f"{pod_id}: {status}")
+            last = status
+        if status == "RUNNING" and pod is not None:
+            return pod
+        if status in ("EXITED", "ERROR", "TERMINATED"):
+            raise InfraError(
+                f"pod {pod_id} became {status} before RUNNING",
+                hint="check the image and command in the pod's logs; the pod was terminated",
+            )
+        if clock.now() >= deadline:
+            raise InfraError(
+                f"pod {pod_id} still {status} at the timeout",
+                hint="raise timeout or pick a GPU type with more stock",
+            )
+        clock.sleep(_poll_s(rt))
+
+
+def _health_url(raw: str, pod: dict[str, Any], url: str) -> str:
+    text = raw.strip().replace("{pod_id}", pod["id"])
+    if text.startswith("/"):
+        if not url:
+            raise InputError(
+                f"health-url {raw} is a path but the pod exposes no http port",
+                hint="add e.g. 8000/http to ports or give a full URL",
+            )
+        return url + text
+    return text
+
+
+def _wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
+    last = ""
+    with httpx.Client(timeout=10.0, follow_redirects=True) as http:
+        while True:
+            try:
+                response = http.get(url)
+                if response.is_success:
+                    rt.log(f"healthy: {url} answered {response.status_code}")
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            if clock.now() >= deadline:
+                raise InfraError(
+                    f"health URL {url} did not answer 2xx before the timeout ({last})",
+                    hint="raise timeout (large models load slowly) or check the server's logs",
+                )
+            clock.sleep(_poll_s(rt))
+
+
+def _terminate_quietly(client: RunPodClient, pod_id: str, rt: Runtime) -> None:
+    try:
+        client.delete_pod(pod_id)
+        rt.log(f"terminated {pod_id} after the failure")
+    except NotFound:
+        pass
+    except GpuciError as exc:
+        rt.log(f"warning: could not terminate {pod_id}: {exc.one_line()} (reap will)")
+
+
+# ----- ls -----------------------------------------------------------------------------------
+def _ours(
+    pods: Sequence[dict[str, Any]], owner: str = "", include_all: bool = False
+) -> list[tuple[dict[str, Any], PodTag | None]]:
+    out = []
+    for pod in pods:
+        tag = tag_of(pod)
+        if tag is None and not include_all:
+            continue
+        if owner and (tag is None or tag.owner != owner):
+            continue
+        out.append((pod, tag))
+    return out
+
+
+def _fmt_expiry(tag: PodTag | None, now: float) -> str:
+    if tag is None or math.isnan(tag.expires_at):
+        return "-"
+    left = tag.expires_at - now
+    return f"{iso(tag.expires_at)} ({'in ' if left >= 0 else ''}{abs(left) / 60:.0f}m" + (
+        ")" if left >= 0 else " ago)"
+    )
+
+
+def ls(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """List gpu-ci pods (``all`` for every pod) with owner, GPU, cost and expiry."""
+    with _client(rt, clock) as client:
+        pods = client.list_pods()
+    now = clock.now()
+    rows = _ours(pods, values.get("owner") or "", bool(values.get("all")))
+    result = Result(command="pods ls", headline=f"{len(rows)} pod(s)")
+    result.summary = [
+        "### RunPod pods\n\n"
+        + markdown_table(
+            ["pod", "status", "GPU", "USD/h", "owner", "expires", "run"],
+            [
+                [
+                    p["id"],
+                    p.get("status", "?"),
+                    (p.get("gpu") or {}).get("id", "cpu"),
+                    f"{float(p.get('cost') or 0):.2f}",
+                    t.owner if t else "-",
+                    _fmt_expiry(t, now),
+                    t.run_url if t else "-",
+                ]
+                for p, t in rows
+            ],
+        )
+    ]
+    result.outputs = {"count": len(rows), "pod-ids": ",".join(p["id"] for p, _ in rows)}
+    result.report = {
+        "pods": [
+            {
+                "id": p["id"],
+                "status": p.get("status"),
+                "gpu": (p.get("gpu") or {}).get("id"),
+                "cost_per_hr": p.get("cost"),
+                "owner": t.owner if t else None,
+                "run_url": t.run_url if t else None,
+                "expires_at": iso(t.expires_at) if t and not math.isnan(t.expires_at) else None,
+                "url": pod_url(p, rt.environ),
+            }
+            for p, t in rows
+        ]
+    }
+    return result
+
+
+# ----- stop / start -------------------------------------------------------------------------
+def _each(ids: Sequence[str], fn: Callable[[str], str], command: str, rt: Runtime) -> Result:
+    """Apply ``fn`` to every pod id; report all, fail (exit 3) if any failed."""
+    done: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for pod_id in ids:
+        try:
+            done[pod_id] = fn(pod_id)
+            rt.log(f"{pod_id}: {done[pod_id]}")
+        except GpuciError as exc:
+            failed[pod_id] = exc.one_line()
+    result = Result(command=command)
+    result.outputs = {"pod-ids": ",".join(done), "count": len(done)}
+    result.report = {"done": done, "failed": failed}
+    if done:
+        result.summary = [markdown_table(["pod", "result"], [[k, v] for k, v in done.items()])]
+    if failed:
+        first = next(iter(failed.values()))
+        raise_from = InfraError(
+            f"{len(failed)} of {len(ids)} pod(s) failed; first: {first}",
+            hint="rerun; the command is idempotent",
+        )
+        err = Result.from_error(command, raise_from)
+        err.outputs, err.report, err.summary = result.outputs, result.report, result.summary
+        return err
+    result.headline = f"{len(done)} pod(s): " + ", ".join(f"{k} {v}" for k, v in done.items())
+    return result
+
+
+def _need_ids(values: dict[str, Any], command: str) -> list[str]:
+    ids = values.get("pod-id") or []
+    if not ids:
+        raise InputError(f"{command} needs pod-id", hint="pass --pod-id ID (comma-separated ok)")
+    return list(ids)
+
+
+def stop(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Stop pods (keep the disk, stop GPU billing); already stopped counts as done."""
+    ids = _need_ids(values, "pods stop")
+    if rt.dry_run:
+        return Result(command="pods stop", headline="would stop " + ", ".join(ids))
+    with _client(rt, clock) as client:
+
+        def one(pod_id: str) -> str:
+            try:
+                client.action(pod_id, "stop")
+            except InvalidTransition:
+                pod = client.get_pod(pod_id)
+                if pod is not None and pod.get("status") == "EXITED":
+                    return "already stopped"
+                raise
+            return "stopped"
+
+        return _each(ids, one, "pods stop", rt)
+
+
+def start(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting."""
+    ids = _need_ids(values, "pods start")
+    ttl = values.get("ttl")
+    if rt.dry_run:
+        extra = f" with expiry now+{ttl:.0f}s" if ttl else ""
+        return Result(command="pods start", headline="would start " + ", ".join(ids) + extra)
+    with _client(rt, clock) as client:
+
+        def one(pod_id: str) -> str:
+            pod = client.get_pod(pod_id)
+            if pod is None:
+                raise NotFound(f"pod {pod_id} not found", hint="check the id with `pods ls`")
+            tag = tag_of(pod)
+            note = ""
+            if ttl and tag is not None:
+                new = tag.with_expiry(clock.now() + float(ttl))
+                env = {**(pod.get("env") or {}), **new.env()}
+                client.update_pod(pod_id, {"name": new.name(), "env": env})
+                note = f", expires {iso(new.expires_at)}"
+            elif tag is not None and tag.expires_at <= clock.now():
+                raise InputError(
+                    f"pod {pod_id} expired at {iso(tag.expires_at)}; its timer would stop it "
+                    "at once",
+                    hint="pass ttl to give it a new expiry",
+                )
+            if pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING"):
+                return "already running" + note
+            client.action(pod_id, "start")
+            return "started" + note
+
+        return _each(ids, one, "pods start", rt)
+
+
+# ----- down / reap --------------------------------------------------------------------------
+def _terminate(client: RunPodClient, pod_id: str) -> str:
+    try:
+        client.delete_pod(pod_id)
+    except NotFound:
+        return "already gone"
+    return "terminated"
+
+
+def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Terminate pods by id, or every pod of this CI run; a missing pod is success."""
+    ids = list(values.get("pod-id") or [])
+    this_run = run_url(rt.environ)
+    if not ids and this_run == "local":
+        raise InputError(
+            "down needs pod-id outside CI (no CI run URL to match)",
+            hint="pass --pod-id ID, or run inside GitHub Actions / GitLab CI",
+        )
+    if rt.dry_run and ids:
+        return Result(command="pods down", headline="would terminate " + ", ".join(ids))
+    with _client(rt, clock) as client:
+        if not ids:
+            ids = [p["id"] for p, t in _ours(client.list_pods()) if t and t.run_url == this_run]
+            rt.log(f"pods of {this_run}: {', '.join(ids) or 'none'}")
+        if rt.dry_run:
+            return Result(command="pods down", headline="would terminate " + ", ".join(ids))
+        if not ids:
+            return Result(
+                command="pods down",
+                headline="nothing to terminate",
+                outputs={"pod-ids": "", "count": 0},
+            )
+        return _each(ids, lambda pid: _terminate(client, pid), "pods down", rt)
+
+
+def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Terminate every gpu-ci pod past its expiry (plus ``grace``); untagged pods are left."""
+    grace = float(values.get("grace") or 0)
+    owner = values.get("owner") or ""
+    with _client(rt, clock) as client:
+        now = clock.now()
+        pods = _ours(client.list_pods(), owner)
+        expired = [
+            p["id"]
+            for p, t in pods
+            if t and not math.isnan(t.expires_at) and t.expires_at + grace <= now
+        ]
+        unknown = [p["id"] for p, t in pods if t and math.isnan(t.expires_at)]
+        if rt.dry_run:
+            return Result(
+                command="pods reap",
+                headline=f"would terminate {len(expired)} expired pod(s)",
+                outputs={"pod-ids": ",".join(expired), "count": len(expired)},
+            )
+        if not expired:
+            result = Result(command="pods reap", headline=f"no expired pods of {len(pods)}")
+            result.outputs = {"pod-ids": "", "count": 0}
+        else:
+            result = _each(expired, lambda pid: _terminate(client, pid), "pods reap", rt)
+    for pod_id in unknown:
+        result.warning(f"pod {pod_id} has a gpu-ci tag without a readable expiry; left alone")
+    return result

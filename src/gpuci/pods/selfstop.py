@@ -1,0 +1,55 @@
+"""The self-stop timer that runs inside the pod: the layer that works when CI is gone.
+
+RunPod's own auto-stop flags never worked reliably, and a cancelled job never runs its
+teardown. So ``up`` makes the container's command a small POSIX shell wrapper: it starts a
+background timer, then ``exec``s the user's command. The wrapper and the command travel in the
+pod's env (``GPUCI_WRAPPER``, ``GPUCI_START_COMMAND``) and ``args`` is only
+``sh -c 'eval "$GPUCI_WRAPPER"'``, so user text is never re-quoted. At
+``GPUCI_EXPIRES_EPOCH`` the timer stops the pod through the API with the pod's own id
+(``RUNPOD_POD_ID``) and the pod-scoped key RunPod injects (``RUNPOD_API_KEY``), retrying until
+the call succeeds. The expiry is absolute, so a restart does not reset the clock;
+``pods start --ttl`` moves it. Tests run this exact script with ``sh`` against the fake API.
+"""
+
+from __future__ import annotations
+
+ENV_WRAPPER = "GPUCI_WRAPPER"
+ENV_COMMAND = "GPUCI_START_COMMAND"
+ENV_API_URL = "GPUCI_RUNPOD_API_URL"
+ENV_ACTION = "GPUCI_SELF_STOP_ACTION"
+
+ARGS = "sh -c 'eval \"$GPUCI_WRAPPER\"'"
+
+WRAPPER = r"""
+gpuci_stop() {
+  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}/action"
+  b="{\"action\":\"${GPUCI_SELF_STOP_ACTION:-stop}\"}"
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -m 30 -o /dev/null -X POST -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
+      -H "Content-Type: application/json" -d "$b" "$u"
+  elif command -v wget >/dev/null 2>&1; then
+    wget -q -T 30 -O /dev/null --header="Authorization: Bearer ${RUNPOD_API_KEY}" \
+      --header="Content-Type: application/json" --post-data="$b" "$u"
+  else
+    python3 -c 'import os, sys, urllib.request as r
+q = r.Request(sys.argv[1], sys.argv[2].encode(), method="POST")
+q.add_header("Authorization", "Bearer " + os.environ["RUNPOD_API_KEY"])
+q.add_header("Content-Type", "application/json")
+r.urlopen(q, timeout=30)' "$u" "$b"
+  fi
+}
+(
+  left=$(( ${GPUCI_EXPIRES_EPOCH:-0} - $(date +%s) ))
+  if [ "$left" -gt 0 ]; then sleep "$left"; fi
+  until gpuci_stop; do sleep "${GPUCI_SELF_STOP_RETRY_S:-30}"; done
+) &
+exec sh -c "$GPUCI_START_COMMAND"
+""".strip()
+
+
+def wrap(command: str, api_url: str) -> tuple[str, dict[str, str]]:
+    """``args`` and the env entries that make ``command`` stop its pod at the expiry."""
+    env = {ENV_WRAPPER: WRAPPER, ENV_COMMAND: command}
+    if api_url.rstrip("/") != "https://api.runpod.io":
+        env[ENV_API_URL] = api_url.rstrip("/")
+    return ARGS, env
