@@ -1,0 +1,280 @@
+"""Requirement checks: a job's GPU needs against an NVML snapshot, as data.
+
+Kept apart from the command so ``dry-run`` and the all-in-one action judge a machine the same
+way ``gpu-setup`` does. Each check ends pass, fail or unsupported; unsupported (the GPU or
+driver does not report the value) is never a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from gpuci.gpu.nvml import GpuInfo, Snapshot
+
+Outcome = Literal["pass", "fail", "unsupported"]
+GB = 1e9
+
+
+def version_text(version: tuple[int, ...] | None) -> str | None:
+    return None if version is None else ".".join(str(p) for p in version)
+
+
+def version_ge(found: tuple[int, ...], required: tuple[int, ...]) -> bool:
+    width = max(len(found), len(required))
+    return tuple(found) + (0,) * (width - len(found)) >= tuple(required) + (0,) * (
+        width - len(required)
+    )
+
+
+def gb(n_bytes: int | None) -> float | None:
+    return None if n_bytes is None else round(n_bytes / GB, 1)
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """The job's needs, from gpu-setup's inputs (hyphenated keys, already parsed)."""
+
+    min_gpus: int = 1
+    min_memory_gb: float | None = None
+    min_compute_capability: tuple[int, ...] | None = None
+    min_cuda: tuple[int, ...] | None = None
+    gpu_name: re.Pattern[str] | None = None
+    require_gpu: bool = True
+    allow_mig: bool = True
+    fail_on_ecc_errors: bool = True
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> Requirements:
+        def get(name: str, default: Any) -> Any:
+            value = values.get(name)
+            return default if value is None else value
+
+        return cls(
+            min_gpus=get("min-gpus", 1),
+            min_memory_gb=values.get("min-memory-gb"),
+            min_compute_capability=values.get("min-compute-capability"),
+            min_cuda=values.get("min-cuda"),
+            gpu_name=values.get("gpu-name"),
+            require_gpu=get("require-gpu", True),
+            allow_mig=get("allow-mig", True),
+            fail_on_ecc_errors=get("fail-on-ecc-errors", True),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "min-gpus": self.min_gpus,
+            "min-memory-gb": self.min_memory_gb,
+            "min-compute-capability": version_text(self.min_compute_capability),
+            "min-cuda": version_text(self.min_cuda),
+            "gpu-name": self.gpu_name.pattern if self.gpu_name else None,
+            "require-gpu": self.require_gpu,
+            "allow-mig": self.allow_mig,
+            "fail-on-ecc-errors": self.fail_on_ecc_errors,
+        }
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A device a CUDA program would see: a whole GPU, or one MIG device of a GPU in MIG mode."""
+
+    uuid: str
+    name: str
+    memory_total: int | None
+    compute_capability: tuple[int, int] | None
+    gpu_index: int
+    mig_index: int | None = None  # the MIG device's slot on its GPU, None for a whole GPU
+
+    @property
+    def mig(self) -> bool:
+        return self.mig_index is not None
+
+    def label(self) -> str:
+        slot = "" if self.mig_index is None else f"/MIG {self.mig_index}"
+        return f"GPU {self.gpu_index}{slot} '{self.name}'"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["compute_capability"] = version_text(self.compute_capability)
+        data["memory_gb"] = gb(self.memory_total)
+        data["mig"] = self.mig
+        return data
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    check: str  # the input's name, so a failure points at the line to change
+    required: str
+    outcome: Outcome
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def usable_units(snapshot: Snapshot | None, allow_mig: bool) -> list[Unit]:
+    """Whole GPUs, with a MIG-mode GPU replaced by its MIG devices (or dropped without MIG)."""
+    units: list[Unit] = []
+    for gpu in snapshot.gpus if snapshot else ():
+        if gpu.mig_enabled:
+            if allow_mig:
+                units += [
+                    Unit(
+                        uuid=m.uuid,
+                        name=m.name or f"{gpu.name} MIG",
+                        memory_total=m.memory_total,
+                        compute_capability=gpu.compute_capability,
+                        gpu_index=gpu.index,
+                        mig_index=m.index,
+                    )
+                    for m in gpu.mig_devices
+                ]
+            continue
+        units.append(Unit(gpu.uuid, gpu.name, gpu.memory_total, gpu.compute_capability, gpu.index))
+    return units
+
+
+def _per_unit(
+    check: str,
+    required: str,
+    units: list[Unit],
+    value: Any,
+    ok: Any,
+    show: Any,
+) -> CheckOutcome:
+    """Fail on the first unit that misses; unsupported when no unit reports the value."""
+    known = [(u, value(u)) for u in units if value(u) is not None]
+    if not known:
+        return CheckOutcome(check, required, "unsupported", "not reported by this GPU/driver")
+    bad = [f"{u.label()} has {show(v)}" for u, v in known if not ok(v)]
+    if bad:
+        return CheckOutcome(check, required, "fail", "; ".join(bad))
+    lowest = min(known, key=lambda uv: uv[1])
+    note = "" if len(known) == len(units) else f" ({len(units) - len(known)} not reported)"
+    return CheckOutcome(
+        check, required, "pass", f"lowest: {lowest[0].label()} has {show(lowest[1])}{note}"
+    )
+
+
+def _ecc_check(req: Requirements, gpus: tuple[GpuInfo, ...]) -> CheckOutcome:
+    required = "no uncorrected ECC errors or pending remaps"
+    if not req.fail_on_ecc_errors:
+        required = "report only"
+    problems = [
+        f"GPU {g.index}: {', '.join(g.health.memory_problems())}"
+        for g in gpus
+        if g.health.memory_problems()
+    ]
+    if not any(g.health.memory_counters_supported() for g in gpus):
+        return CheckOutcome(
+            "fail-on-ecc-errors", required, "unsupported", "ECC counters not reported (ECC off?)"
+        )
+    if problems and req.fail_on_ecc_errors:
+        return CheckOutcome("fail-on-ecc-errors", required, "fail", "; ".join(problems))
+    if problems:
+        return CheckOutcome(
+            "fail-on-ecc-errors",
+            required,
+            "pass",
+            "; ".join(problems) + " (not failing: fail-on-ecc-errors is false)",
+        )
+    return CheckOutcome("fail-on-ecc-errors", required, "pass", "no ECC errors, no pending remaps")
+
+
+def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]:
+    """Every requirement against ``snapshot`` (``None``: no NVML on this machine)."""
+    gpus = snapshot.gpus if snapshot else ()
+    units = usable_units(snapshot, req.allow_mig)
+    checks: list[CheckOutcome] = []
+    need = "a GPU" if req.require_gpu else "none (CPU-only allowed)"
+    if not gpus:
+        if not req.require_gpu:
+            return [CheckOutcome("require-gpu", need, "pass", "no GPU here; continuing CPU-only")]
+        checks.append(CheckOutcome("require-gpu", need, "fail", "no GPU found"))
+    else:
+        checks.append(CheckOutcome("require-gpu", need, "pass", f"{len(gpus)} GPU(s) found"))
+
+    mig_gpus = [g for g in gpus if g.mig_enabled]
+    required = "MIG devices allowed" if req.allow_mig else "no GPU in MIG mode"
+    if not mig_gpus:
+        checks.append(CheckOutcome("allow-mig", required, "pass", "no GPU in MIG mode"))
+    elif not req.allow_mig:
+        names = ", ".join(f"GPU {g.index} '{g.name}'" for g in mig_gpus)
+        checks.append(
+            CheckOutcome("allow-mig", required, "fail", f"{names} in MIG mode: not usable whole")
+        )
+    else:
+        empty = [f"GPU {g.index}" for g in mig_gpus if not g.mig_devices]
+        count = sum(len(g.mig_devices) for g in mig_gpus)
+        reason = f"{count} MIG device(s) on {len(mig_gpus)} GPU(s), counted as GPUs"
+        if empty:
+            reason += f"; {', '.join(empty)} in MIG mode with no instances"
+        checks.append(CheckOutcome("allow-mig", required, "pass", reason))
+
+    outcome: Outcome = "pass" if len(units) >= req.min_gpus else "fail"
+    kind = "GPU(s)/MIG device(s)" if mig_gpus and req.allow_mig else "usable GPU(s)"
+    checks.append(
+        CheckOutcome("min-gpus", f">= {req.min_gpus}", outcome, f"{len(units)} {kind} found")
+    )
+
+    if req.min_memory_gb is not None:
+        need_gb = req.min_memory_gb
+        checks.append(
+            _per_unit(
+                "min-memory-gb",
+                f">= {need_gb:g} GB per GPU",
+                units,
+                lambda u: u.memory_total,
+                lambda v: v >= need_gb * GB,
+                lambda v: f"{v / GB:.1f} GB",
+            )
+            if units
+            else CheckOutcome("min-memory-gb", f">= {need_gb:g} GB", "fail", "no usable GPU")
+        )
+    if req.min_compute_capability is not None:
+        need_cc = req.min_compute_capability
+        text = version_text(need_cc)
+        checks.append(
+            _per_unit(
+                "min-compute-capability",
+                f">= {text}",
+                units,
+                lambda u: u.compute_capability,
+                lambda v: version_ge(v, need_cc),
+                lambda v: f"compute capability {version_text(v)}",
+            )
+            if units
+            else CheckOutcome("min-compute-capability", f">= {text}", "fail", "no usable GPU")
+        )
+    if req.min_cuda is not None:
+        text = f">= {version_text(req.min_cuda)}"
+        cuda = snapshot.cuda_version if snapshot else None
+        if not gpus:
+            checks.append(CheckOutcome("min-cuda", text, "fail", "no NVIDIA driver here"))
+        elif cuda is None:
+            checks.append(CheckOutcome("min-cuda", text, "unsupported", "driver's CUDA unknown"))
+        else:
+            ok = version_ge(cuda, req.min_cuda)
+            reason = f"driver {snapshot.driver_version} supports CUDA up to {version_text(cuda)}"  # type: ignore[union-attr]
+            if not ok:
+                reason += "; upgrade the driver"
+            checks.append(CheckOutcome("min-cuda", text, "pass" if ok else "fail", reason))
+    if req.gpu_name is not None:
+        pattern = req.gpu_name
+        checks.append(
+            _per_unit(
+                "gpu-name",
+                f"matches /{pattern.pattern}/",
+                units,
+                lambda u: u.name,
+                lambda v: pattern.search(v) is not None,
+                lambda v: f"name '{v}'",
+            )
+            if units
+            else CheckOutcome("gpu-name", f"/{pattern.pattern}/", "fail", "no usable GPU")
+        )
+    if gpus:
+        checks.append(_ecc_check(req, gpus))
+    return checks

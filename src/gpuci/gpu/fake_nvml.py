@@ -1,0 +1,530 @@
+"""A fake NVML with the surface of ``pynvml`` that :class:`~gpuci.gpu.nvml.NvmlSession` calls.
+
+Profiles carry values as real GPUs report them (``nvidia-smi -q`` on those boards and NVIDIA's
+spec sheets): memory in MiB as the framebuffer reports it, driver and CUDA pairs that shipped
+together, which counters each generation supports (row remapping from Ampere on, retired pages
+before it). Select in-process with ``FakeNvml(["h200"])`` or across processes with
+``GPUCI_FAKE_NVML=h100-sxm,h100-sxm``. A profile may carry modifiers after ``:``, e.g.
+``h100-sxm:xid=79:ecc+=2:replay+=40`` (an XID 79 queued for the first event wait; the ECC and
+PCIe replay counters grow by that much from the second read on), so a workload-time change can
+be simulated across a process boundary. In-process, :meth:`FakeNvml.inject_xid` and
+:meth:`FakeNvml.set` change a GPU between two reads.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid as uuidlib
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any
+
+from gpuci.errors import InputError
+from gpuci.gpu import nvml as N
+
+MiB = 1024 * 1024
+_NS = uuidlib.UUID("6f1c8e52-6a3e-4c8e-9b1e-6a1a0c9e7d11")
+
+
+class NVMLError(Exception):
+    """Same contract as ``pynvml.NVMLError``: the NVML return code in ``.value``."""
+
+    _TEXT = {
+        N.ERROR_NOT_SUPPORTED: "Not Supported",
+        N.ERROR_NOT_FOUND: "Not Found",
+        N.ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+        N.ERROR_TIMEOUT: "Timeout",
+        N.ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+        N.ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+        N.ERROR_GPU_IS_LOST: "GPU is lost",
+    }
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self._TEXT.get(self.value, f"NVML Error with code {self.value}")
+
+
+UNSUPPORTED = None  # a profile field set to this makes the call raise NotSupported
+
+
+@dataclass
+class MigProfile:
+    name: str  # e.g. "3g.20gb"
+    memory_mib: int
+    gpu_instance_id: int
+
+
+@dataclass
+class Profile:
+    """One GPU as NVML reports it. ``None`` fields raise NVML_ERROR_NOT_SUPPORTED."""
+
+    name: str
+    memory_mib: int
+    reserved_mib: int
+    cc: tuple[int, int]
+    arch: int
+    driver: str
+    cuda: int  # nvmlSystemGetCudaDriverVersion_v2 form: 12040 = 12.4
+    power_limit_mw: int | None
+    pcie_gen: tuple[int, int] | None  # (current, max)
+    pcie_width: tuple[int, int] | None
+    temperature_c: int | None = 33
+    ecc_enabled: bool | None = True
+    ecc_volatile_uncorrected: int | None = 0
+    retired_pages_pending: bool | None = None  # pre-Ampere only
+    remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failure
+    pcie_replay: int | None = 0
+    clock_events: int | None = 0x1  # GPU idle
+    mig: list[MigProfile] | None = None  # None: MIG unsupported; []: supported, off
+    memory_v2: bool = True  # nvmlDeviceGetMemoryInfo_v2 exists (R510+)
+    processes: list[tuple[int, int]] = field(default_factory=list)
+    xid_supported: bool = True
+
+
+_HOPPER_REMAP = (0, 0, False, False)
+
+PROFILES: dict[str, Profile] = {
+    # nvidia-smi on an H200 SXM: 143771 MiB FB (141 GB HBM3e), 700 W, PCIe Gen5 x16.
+    "h200": Profile(
+        name="NVIDIA H200",
+        memory_mib=143771,
+        reserved_mib=579,
+        cc=(9, 0),
+        arch=9,
+        driver="550.90.07",
+        cuda=12040,
+        power_limit_mw=700000,
+        pcie_gen=(5, 5),
+        pcie_width=(16, 16),
+        temperature_c=31,
+        remapped_rows=_HOPPER_REMAP,
+        mig=[],
+    ),
+    # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
+    "h100-sxm": Profile(
+        name="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        reserved_mib=551,
+        cc=(9, 0),
+        arch=9,
+        driver="535.129.03",
+        cuda=12020,
+        power_limit_mw=700000,
+        pcie_gen=(5, 5),
+        pcie_width=(16, 16),
+        temperature_c=29,
+        remapped_rows=_HOPPER_REMAP,
+        mig=[],
+    ),
+    # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
+    "a100-mig": Profile(
+        name="NVIDIA A100-SXM4-40GB",
+        memory_mib=40960,
+        reserved_mib=0,
+        cc=(8, 0),
+        arch=7,
+        driver="525.85.12",
+        cuda=12000,
+        power_limit_mw=400000,
+        pcie_gen=(4, 4),
+        pcie_width=(16, 16),
+        temperature_c=27,
+        remapped_rows=_HOPPER_REMAP,
+        mig=[MigProfile("3g.20gb", 19968, 1), MigProfile("3g.20gb", 19968, 2)],
+    ),
+    # L4: 23034 MiB GDDR6, 72 W, PCIe Gen4 x16, Ada (cc 8.9).
+    "l4": Profile(
+        name="NVIDIA L4",
+        memory_mib=23034,
+        reserved_mib=428,
+        cc=(8, 9),
+        arch=8,
+        driver="535.104.05",
+        cuda=12020,
+        power_limit_mw=72000,
+        pcie_gen=(4, 4),
+        pcie_width=(16, 16),
+        temperature_c=38,
+        remapped_rows=(0, 0, False, False),
+        mig=None,
+    ),
+    # T4: 15360 MiB GDDR6, 70 W, PCIe Gen3 x16, Turing (cc 7.5): retired pages, no remapping.
+    "t4": Profile(
+        name="Tesla T4",
+        memory_mib=15360,
+        reserved_mib=0,
+        cc=(7, 5),
+        arch=6,
+        driver="535.104.05",
+        cuda=12020,
+        power_limit_mw=70000,
+        pcie_gen=(1, 3),  # idles at Gen1 to save power, as nvidia-smi shows
+        pcie_width=(16, 16),
+        temperature_c=41,
+        retired_pages_pending=False,
+        pcie_replay=UNSUPPORTED,
+        mig=None,
+    ),
+    # An A100 80GB with 2 volatile uncorrected ECC errors and a row remap pending a reset.
+    "ecc-bad": Profile(
+        name="NVIDIA A100-SXM4-80GB",
+        memory_mib=81920,
+        reserved_mib=0,
+        cc=(8, 0),
+        arch=7,
+        driver="535.129.03",
+        cuda=12020,
+        power_limit_mw=400000,
+        pcie_gen=(4, 4),
+        pcie_width=(16, 16),
+        temperature_c=35,
+        ecc_volatile_uncorrected=2,
+        remapped_rows=(0, 1, True, False),
+        pcie_replay=3,
+        mig=[],
+    ),
+    # V100 on driver 470 (CUDA 11.4): no nvmlDeviceGetMemoryInfo_v2, retired pages only.
+    "old-driver": Profile(
+        name="Tesla V100-SXM2-16GB",
+        memory_mib=16160,
+        reserved_mib=0,
+        cc=(7, 0),
+        arch=5,
+        driver="470.57.02",
+        cuda=11040,
+        power_limit_mw=300000,
+        pcie_gen=(3, 3),
+        pcie_width=(16, 16),
+        temperature_c=36,
+        retired_pages_pending=False,
+        mig=None,
+        memory_v2=False,
+    ),
+}
+
+# Whole-machine states, not GPUs: selectable alone through GPUCI_FAKE_NVML.
+MACHINE_STATES = {
+    "no-library": N.ERROR_LIBRARY_NOT_FOUND,
+    "no-driver": N.ERROR_DRIVER_NOT_LOADED,
+    "none": None,  # driver loaded, zero GPUs
+}
+
+
+def _uuid(prefix: str, *parts: object) -> str:
+    return f"{prefix}-{uuidlib.uuid5(_NS, '/'.join(map(str, parts)))}"
+
+
+@dataclass
+class _Drift:
+    ecc: int = 0
+    replay: int = 0
+    clock_events: int | None = None
+
+
+class FakeDevice:
+    def __init__(self, profile_name: str, profile: Profile, index: int) -> None:
+        self.profile_name = profile_name
+        self.p = replace(profile)
+        self.index = index
+        self.uuid = _uuid("GPU", profile_name, index)
+        self.migs = [
+            FakeMig(self, slot, m) for slot, m in enumerate(self.p.mig or []) if self.p.mig
+        ]
+        self.drift = _Drift()
+        self.reads = 0  # health reads, so drift shows from the second read on
+
+
+class FakeMig:
+    def __init__(self, parent: FakeDevice, slot: int, profile: MigProfile) -> None:
+        self.parent = parent
+        self.slot = slot
+        self.p = profile
+        self.uuid = _uuid("MIG", parent.uuid, slot)
+
+
+class _EventSet:
+    def __init__(self) -> None:
+        self.devices: set[int] = set()
+
+
+class FakeNvml:
+    """Fake ``pynvml``: the functions named in :data:`gpuci.gpu.nvml.SEAM`, no hardware."""
+
+    NVMLError = NVMLError
+
+    def __init__(
+        self,
+        profiles: list[str] | None = None,
+        *,
+        init_error: int | None = None,
+        source: str | None = None,
+    ) -> None:
+        self.devices: list[FakeDevice] = []
+        for index, name in enumerate(profiles or []):
+            if name not in PROFILES:
+                raise InputError(
+                    f"unknown fake NVML profile '{name}'",
+                    hint="use one of: " + ", ".join([*PROFILES, *MACHINE_STATES]),
+                )
+            self.devices.append(FakeDevice(name, PROFILES[name], index))
+        self.init_error = init_error
+        self.source = source or "fake:" + ",".join(profiles or ["none"])
+        self.initialised = 0
+        self._cond = threading.Condition()
+        self._xids: list[tuple[int, int]] = []  # (device index, xid), delivered in order
+
+    # ----- construction from GPUCI_FAKE_NVML ----------------------------------------------
+    @classmethod
+    def from_spec(cls, spec: str) -> FakeNvml:
+        """``h100-sxm,h100-sxm``, ``a100-mig``, ``no-driver``, ``h200:xid=79:ecc+=1``."""
+        items = [s.strip() for s in spec.split(",") if s.strip()]
+        if len(items) == 1 and items[0] in MACHINE_STATES:
+            return cls([], init_error=MACHINE_STATES[items[0]], source=f"fake:{items[0]}")
+        names = [item.split(":")[0] for item in items]
+        fake = cls(names, source=f"fake:{spec.strip()}")
+        for dev, item in zip(fake.devices, items, strict=True):
+            for mod in item.split(":")[1:]:
+                fake._apply_modifier(dev, mod.strip())
+        return fake
+
+    def _apply_modifier(self, dev: FakeDevice, mod: str) -> None:
+        try:
+            if mod.startswith("xid="):
+                self._xids.append((dev.index, int(mod[4:])))
+            elif mod.startswith("ecc+="):
+                dev.drift.ecc = int(mod[5:])
+            elif mod.startswith("replay+="):
+                dev.drift.replay = int(mod[8:])
+            elif mod.startswith("clocks="):
+                dev.drift.clock_events = int(mod[7:], 0)
+            else:
+                raise ValueError(mod)
+        except ValueError:
+            raise InputError(
+                f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
+                hint="use xid=N, ecc+=N, replay+=N or clocks=0xMASK",
+            ) from None
+
+    # ----- test controls -----------------------------------------------------------------
+    def inject_xid(self, index: int, xid: int) -> None:
+        """Deliver an XID critical error on GPU ``index`` to registered event sets."""
+        with self._cond:
+            self._xids.append((index, xid))
+            self._cond.notify_all()
+
+    def set(self, index: int, **fields: Any) -> None:
+        """Change profile values of GPU ``index`` now, e.g. ``set(0, pcie_replay=12)``."""
+        dev = self.devices[index]
+        dev.p = replace(dev.p, **fields)
+
+    # ----- helpers -----------------------------------------------------------------------
+    def _check(self) -> None:
+        if not self.initialised:
+            raise NVMLError(1)  # NVML_ERROR_UNINITIALIZED
+
+    @staticmethod
+    def _value(value: Any) -> Any:
+        if value is None:
+            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        return value
+
+    def _dev(self, handle: Any) -> FakeDevice:
+        self._check()
+        if not isinstance(handle, FakeDevice):
+            raise NVMLError(N.ERROR_NOT_SUPPORTED)  # MIG handles lack most device queries
+        return handle
+
+    # ----- system ------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+        self.initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self._check()
+        self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check()
+        return self.devices[0].p.driver if self.devices else "550.90.07"
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._check()
+        return self.devices[0].p.cuda if self.devices else 12040
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._check()
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDevice:
+        self._check()
+        if not 0 <= index < len(self.devices):
+            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        return self.devices[index]
+
+    # ----- identity and memory -----------------------------------------------------------
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        self._check()
+        if isinstance(handle, FakeMig):
+            return f"{handle.parent.p.name} MIG {handle.p.name}"
+        return self._dev(handle).p.name
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        self._check()
+        return handle.uuid
+
+    def nvmlDeviceGetIndex(self, handle: Any) -> int:
+        return self._dev(handle).index
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
+        self._check()
+        if isinstance(handle, FakeMig):
+            total, reserved, v2 = handle.p.memory_mib * MiB, 0, handle.parent.p.memory_v2
+        else:
+            dev = self._dev(handle)
+            total, reserved, v2 = dev.p.memory_mib * MiB, dev.p.reserved_mib * MiB, dev.p.memory_v2
+        if version and not v2:
+            raise NVMLError(N.ERROR_FUNCTION_NOT_FOUND)
+        used = 5 * MiB  # a driver context's worth, as an idle GPU shows
+        if version:
+            return SimpleNamespace(
+                version=version, total=total, reserved=reserved, free=total - reserved - used,
+                used=used,
+            )  # fmt: skip
+        return SimpleNamespace(total=total, free=total - reserved - used, used=reserved + used)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        return self._dev(handle).p.cc
+
+    def nvmlDeviceGetArchitecture(self, handle: Any) -> int:
+        return self._dev(handle).p.arch
+
+    # ----- MIG ---------------------------------------------------------------------------
+    def nvmlDeviceGetMigMode(self, handle: Any) -> list[int]:
+        mig = self._value(self._dev(handle).p.mig)
+        return [int(bool(mig)), int(bool(mig))]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Any) -> int:
+        dev = self._dev(handle)
+        self._value(dev.p.mig)
+        return 7 if dev.p.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> FakeMig:
+        dev = self._dev(handle)
+        if not dev.p.mig:
+            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        if index >= len(dev.migs):
+            raise NVMLError(N.ERROR_NOT_FOUND)
+        return dev.migs[index]
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        self._check()
+        if not isinstance(handle, FakeMig):
+            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        return handle.p.gpu_instance_id
+
+    # ----- health ------------------------------------------------------------------------
+    def _read(self, dev: FakeDevice) -> bool:
+        """True from the second health read on, when ``:ecc+=``-style drift applies."""
+        return dev.reads >= 2
+
+    def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
+        dev = self._dev(handle)
+        dev.reads += 1  # the session reads ECC mode first in every health read
+        enabled = int(bool(self._value(dev.p.ecc_enabled)))
+        return [enabled, enabled]
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int:
+        dev = self._dev(handle)
+        if not dev.p.ecc_enabled:
+            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        base = self._value(dev.p.ecc_volatile_uncorrected)
+        if error_type != N.MEMORY_ERROR_TYPE_UNCORRECTED:
+            return 0
+        return base + (dev.drift.ecc if self._read(dev) else 0)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
+        return int(self._value(self._dev(handle).p.retired_pages_pending))
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        corr, unc, pending, failure = self._value(self._dev(handle).p.remapped_rows)
+        return corr, unc, int(pending), int(failure)
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
+        dev = self._dev(handle)
+        return self._value(dev.p.pcie_replay) + (dev.drift.replay if self._read(dev) else 0)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        dev = self._dev(handle)
+        if dev.drift.clock_events is not None and self._read(dev):
+            return dev.drift.clock_events
+        return self._value(dev.p.clock_events)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        return self._value(self._dev(handle).p.temperature_c)
+
+    # ----- PCIe, power, processes --------------------------------------------------------
+    def _pcie(self, handle: Any, attr: str, which: int) -> int:
+        return self._value(getattr(self._dev(handle).p, attr))[which]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        return self._pcie(handle, "pcie_gen", 0)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        return self._pcie(handle, "pcie_gen", 1)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        return self._pcie(handle, "pcie_width", 0)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        return self._pcie(handle, "pcie_width", 1)
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        return self._value(self._dev(handle).p.power_limit_mw)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        dev = self._dev(handle)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in dev.p.processes]
+
+    # ----- events ------------------------------------------------------------------------
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
+        dev = self._dev(handle)
+        return N.EVENT_XID_CRITICAL_ERROR | 0x1 if dev.p.xid_supported else 0x1
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        self._check()
+        return _EventSet()
+
+    def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: _EventSet) -> None:
+        dev = self._dev(handle)
+        if types & N.EVENT_XID_CRITICAL_ERROR and not dev.p.xid_supported:
+            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        event_set.devices.add(dev.index)
+
+    def nvmlEventSetWait_v2(self, event_set: _EventSet, timeout_ms: int) -> SimpleNamespace:
+        self._check()
+
+        def pending() -> int | None:
+            for i, (index, _) in enumerate(self._xids):
+                if index in event_set.devices:
+                    return i
+            return None
+
+        with self._cond:
+            if not self._cond.wait_for(lambda: pending() is not None, timeout_ms / 1000):
+                raise NVMLError(N.ERROR_TIMEOUT)
+            index, xid = self._xids.pop(pending())  # type: ignore[arg-type]
+        return SimpleNamespace(
+            device=self.devices[index],
+            eventType=N.EVENT_XID_CRITICAL_ERROR,
+            eventData=xid,
+            gpuInstanceId=0xFFFFFFFF,
+            computeInstanceId=0xFFFFFFFF,
+        )
+
+    def nvmlEventSetFree(self, event_set: _EventSet) -> None:
+        self._check()
+        event_set.devices.clear()

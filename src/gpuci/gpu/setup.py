@@ -1,0 +1,191 @@
+"""``gpu-setup``: read the GPUs through NVML, judge them against the job's needs, report.
+
+The report is written atomically (``*.incomplete``, verified, renamed) so a later step never
+reads half a file; the journal gets a GPU summary so ``provenance`` can name model, driver and
+CUDA. In a dry run nothing is written and a missing GPU is described, never failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuci import journal
+from gpuci.errors import CheckFailed, ExitCode, InputError, NvmlUnavailable
+from gpuci.gpu import summary
+from gpuci.gpu.checks import (
+    CheckOutcome,
+    Requirements,
+    Unit,
+    evaluate,
+    gb,
+    usable_units,
+    version_text,
+)
+from gpuci.gpu.nvml import GpuInfo, Snapshot, open_nvml
+from gpuci.runtime import OutputValue, Result, Runtime
+
+COMMAND = "gpu-setup"
+REPORT_NAME = "gpuci-gpu-report.json"
+REPORT_SCHEMA = 1
+
+
+def report_path(values: Mapping[str, Any], environ: Mapping[str, str]) -> Path:
+    if values.get("report"):
+        return Path(values["report"])
+    return Path(environ.get("RUNNER_TEMP") or os.getcwd()) / REPORT_NAME
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``path.incomplete``, re-read and parse it, then rename over ``path``."""
+    tmp = path.with_name(path.name + ".incomplete")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        json.loads(tmp.read_text(encoding="utf-8"))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(
+            f"cannot write the GPU report to {path}: {exc.strerror or exc}",
+            hint="set the report input to a writable path",
+        ) from None
+
+
+def read_snapshot(
+    environ: Mapping[str, str], nvml: Any = None
+) -> tuple[Snapshot | None, NvmlUnavailable | None]:
+    """This machine's GPUs, or the reason NVML could not be used."""
+    try:
+        with open_nvml(environ, nvml) as session:
+            return session.snapshot(), None
+    except NvmlUnavailable as exc:
+        return None, exc
+
+
+def outputs_for(
+    snapshot: Snapshot | None, units: list[Unit], path: Path | None
+) -> dict[str, OutputValue]:
+    ccs = [u.compute_capability for u in units if u.compute_capability is not None]
+    memories = [u.memory_total for u in units if u.memory_total is not None]
+    return {
+        "gpu-count": len(units),
+        "gpu-names": ",".join(u.name for u in units),
+        "memory-gb": gb(min(memories)) if memories else 0,
+        "cuda-version": snapshot.cuda_text if snapshot else None,
+        "driver-version": snapshot.driver_version if snapshot else None,
+        "compute-capability": version_text(min(ccs)) if ccs else None,
+        "visible-devices": ",".join(u.uuid for u in units),
+        "report": str(path) if path else None,
+    }
+
+
+def _journal_gpu(gpu: GpuInfo) -> dict[str, Any]:
+    return {
+        "index": gpu.index,
+        "name": gpu.name,
+        "uuid": gpu.uuid,
+        "memory_total": gpu.memory_total,
+        "compute_capability": gpu.cc_text,
+        "architecture": gpu.architecture,
+        "mig": gpu.mig_enabled,
+    }
+
+
+def _headline(failed: list[CheckOutcome], units: list[Unit], cpu_only: bool) -> str:
+    if failed:
+        return f"{len(failed)} check(s) failed: " + "; ".join(
+            f"{c.check} ({c.reason})" for c in failed
+        )
+    if cpu_only:
+        return "no GPU; CPU-only report (require-gpu is false)"
+    names = sorted({u.name for u in units})
+    return f"{len(units)} device(s) ready: {', '.join(names)}"
+
+
+def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
+    """The gpu-setup command. ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process."""
+    req = Requirements.from_values(values)
+    path = report_path(values, rt.environ)
+    snapshot, nvml_error = read_snapshot(rt.environ, nvml)
+    if nvml_error is not None and req.require_gpu and not rt.dry_run:
+        raise nvml_error
+    units = usable_units(snapshot, req.allow_mig)
+    checks = evaluate(req, snapshot)
+    failed = [c for c in checks if c.outcome == "fail"]
+    cpu_only = not (snapshot and snapshot.gpus)
+    outputs = outputs_for(snapshot, units, None if rt.dry_run else path)
+
+    result = Result(command=COMMAND)
+    result.report = {
+        "schema": REPORT_SCHEMA,
+        "command": COMMAND,
+        "dry_run": rt.dry_run,
+        "verdict": "fail" if failed else "pass",
+        "cpu_only": cpu_only,
+        "nvml_error": nvml_error.one_line() if nvml_error else None,
+        "requirements": req.to_dict(),
+        "checks": [c.to_dict() for c in checks],
+        "devices": [u.to_dict() for u in units],
+        "nvml": snapshot.to_dict() if snapshot else None,
+        "outputs": {k: v for k, v in outputs.items() if k != "report"},
+    }
+    if snapshot and snapshot.gpus:
+        result.summary.append(summary.overview(snapshot))
+        result.summary += [summary.gpu_table(g) for g in snapshot.gpus]
+    elif nvml_error:
+        result.summary.append(f"**GPUs**: none ({nvml_error.message})")
+    else:
+        result.summary.append("**GPUs**: none found by NVML")
+    result.summary.append(summary.checks_table(checks))
+    for note in [n for g in (snapshot.gpus if snapshot else ()) for n in g.notes]:
+        result.warning(f"unexpected NVML answer: {note}", "gpu-setup")
+
+    if rt.dry_run:
+        # Plan only: say what this machine lacks, write nothing, fail nothing.
+        lacking = "; ".join(f"{c.check}: {c.reason}" for c in failed)
+        result.headline = (
+            f"dry run: this machine lacks what the job needs: {lacking}"
+            if failed
+            else "dry run: " + _headline([], units, cpu_only)
+        )
+        if nvml_error:
+            result.notice(f"no usable NVML here: {nvml_error.message}", "gpu-setup dry run")
+        return result
+
+    result.outputs = outputs
+    result.report["report_path"] = str(path)
+    write_json_atomic(path, result.report)
+    journal.record(
+        COMMAND,
+        {
+            "source": snapshot.source if snapshot else None,
+            "driver_version": snapshot.driver_version if snapshot else None,
+            "cuda_version": snapshot.cuda_text if snapshot else None,
+            "gpus": [_journal_gpu(g) for g in (snapshot.gpus if snapshot else ())],
+            "visible_devices": [u.uuid for u in units],
+            "verdict": result.report["verdict"],
+        },
+        rt.environ,
+    )
+    if values.get("export-visible-devices") and units:
+        result.env["CUDA_VISIBLE_DEVICES"] = ",".join(u.uuid for u in units)
+    result.headline = _headline(failed, units, cpu_only)
+    for check in failed:
+        result.error(f"{check.check}: {check.reason} (required {check.required})", "gpu-setup")
+    if not failed:
+        for g in snapshot.gpus if snapshot else ():
+            if g.health.memory_problems():
+                result.warning(
+                    f"GPU {g.index}: {', '.join(g.health.memory_problems())}", "gpu-setup: ECC"
+                )
+    if failed:
+        result.exit_code = ExitCode(CheckFailed.exit_code)
+    return result
