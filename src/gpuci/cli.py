@@ -57,7 +57,16 @@ def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
             text += f" (default: {spec.default})"
         if spec.choices:
             text += f" [{'|'.join(spec.choices)}]"
-        parser.add_argument(spec.flag, dest=f"in_{spec.dest}", metavar="VALUE", help=text)
+        extra: dict = {}
+        if spec.kind == "lines":  # repeatable: --min a=1 --min b=2 (joined by newlines)
+            extra = {"action": "append"}
+            text += " Repeatable."
+        elif spec.kind == "bool":  # a bare --comment means true
+            extra = {"nargs": "?", "const": "true"}
+        help_text = text.replace("%", "%%")  # argparse formats help with %
+        parser.add_argument(
+            spec.flag, dest=f"in_{spec.dest}", metavar="VALUE", help=help_text, **extra
+        )
     _add_common(parser)
 
 
@@ -78,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _flags(args: argparse.Namespace, cmd: Command) -> dict[str, str | None]:
     flags = {spec.name: getattr(args, f"in_{spec.dest}", None) for spec in cmd.inputs}
+    for name, value in flags.items():
+        if isinstance(value, list):  # a repeated "lines" flag
+            flags[name] = "\n".join(value)
     if cmd.positional:
         positional = getattr(args, f"_pos_{cmd.positional}", None)
         if positional is not None:

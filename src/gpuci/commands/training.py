@@ -1,7 +1,135 @@
-"""``gate``, ``provenance``, ``report``: training in CI (placeholder specs; filled by that work)."""
+"""``gate``, ``provenance``, ``report``: training in CI, a metric gate, provenance, the PR report.
 
-from gpuci.commands import Command
+The ``actions/metric-gate`` action runs ``gate``, which also writes the provenance when
+``artifacts`` is given and posts the report when ``comment`` is true, so one step does all three
+and the dry run plans all three. ``provenance`` and ``report`` run alone from any shell or CI.
+"""
 
-GATE = Command(name="gate", help="Fail the job when a model's metrics miss their thresholds.")
-PROVENANCE = Command(name="provenance", help="Record which commit and which data made a model.")
-REPORT = Command(name="report", help="Post the gate table and provenance on the pull request.")
+from gpuci.commands import Command, Output
+from gpuci.inputs import Input
+
+OUTPUT_DIR = Input(
+    "output-dir",
+    "Folder for gate.json, provenance.json, provenance.intoto.json and predicate.json.",
+    "str",
+    "gpuci-training",
+)
+ARTIFACTS = Input(
+    "artifacts",
+    "Trained model files to hash: paths, folders or globs, one per line.",
+    "lines",
+)
+PYTHON = Input(
+    "python",
+    "Interpreter whose package versions to record (default: python3 on PATH, the job's).",
+    "str",
+)
+METRICS = Input(
+    "metrics",
+    "Metrics file: JSON (flat, or nested with dotted names) or a JSONL log (last line).",
+    "str",
+)
+
+REPORT_INPUTS = (
+    Input(
+        "comment",
+        "Post or update the sticky pull-request comment (needs a token and a PR).",
+        "bool",
+        "false",
+    ),
+    Input("token", "GitHub token (default: GITHUB_TOKEN); masked.", "str", secret=True),
+    Input("api-url", "GitHub REST API root (default: GITHUB_API_URL, for GHES).", "str"),
+    Input("repository", "owner/name (default: GITHUB_REPOSITORY).", "str"),
+    Input("pr", "Pull request number (default: from the event).", "int", minimum=1),
+    Input(
+        "marker",
+        "Name in the hidden marker that finds the comment again; one comment per marker.",
+        "str",
+        "training",
+    ),
+    Input(
+        "gpu-minutes",
+        "GPU-minutes to report (default: GPUs x time since this job's gpu-setup).",
+        "float",
+        minimum=0,
+    ),
+)
+
+PROVENANCE_OUTPUTS = (
+    Output("record", "Path of provenance.json, the plain record."),
+    Output("statement", "Path of the in-toto Statement v1 (SLSA provenance v1 predicate)."),
+    Output("predicate", "Path of the predicate alone, for actions/attest predicate-path."),
+    Output("digest", "sha256:<hex> of the statement file."),
+)
+COMMENT_OUTPUTS = (
+    Output("comment", "created, updated or skipped."),
+    Output("comment-url", "URL of the pull-request comment; empty when skipped."),
+)
+
+GATE = Command(
+    name="gate",
+    help="Fail the job when a model's metrics miss their thresholds.",
+    inputs=(
+        Input(METRICS.name, METRICS.help, METRICS.kind, required=True),
+        Input("min", "Lower bounds, name=value, one per line.", "lines"),
+        Input("max", "Upper bounds, name=value, one per line.", "lines"),
+        Input("baseline", "Baseline metrics file (e.g. the base branch's last run).", "str"),
+        Input(
+            "max-regression",
+            "Allowed worsening vs the baseline, name=value or name=1%, one per line.",
+            "lines",
+        ),
+        Input(
+            "lower-is-better",
+            "Metrics where lower is better (default: a lone max rule, or names such as loss).",
+            "list",
+        ),
+        Input(
+            "require-baseline",
+            "Fail max-regression rules when there is no baseline (default: skip them).",
+            "bool",
+            "false",
+        ),
+        OUTPUT_DIR,
+        ARTIFACTS,
+        PYTHON,
+        *REPORT_INPUTS,
+    ),
+    outputs=(
+        Output("passed", "true when every rule passed, else false."),
+        Output("failed-rules", "The failed rules, comma-separated."),
+        Output("gate-report", "Path of gate.json."),
+        *PROVENANCE_OUTPUTS,
+        *COMMENT_OUTPUTS,
+    ),
+    target="gpuci.training.gate:run",
+    actions=("actions/metric-gate",),
+)
+
+PROVENANCE = Command(
+    name="provenance",
+    help="Record which commit, data, GPU and packages made a model (plus an in-toto statement).",
+    inputs=(
+        Input(ARTIFACTS.name, ARTIFACTS.help, ARTIFACTS.kind, required=True),
+        Input(METRICS.name, METRICS.help + " Default: the one this job's gate read.", "str"),
+        OUTPUT_DIR,
+        PYTHON,
+    ),
+    outputs=PROVENANCE_OUTPUTS,
+    target="gpuci.training.provenance:run",
+)
+
+REPORT = Command(
+    name="report",
+    help="Put the gate table and provenance in the job summary and on the pull request.",
+    inputs=(
+        *REPORT_INPUTS,
+        Input("gate-report", "gate.json to report (default: this job's gate).", "str"),
+        Input("provenance", "provenance.json to report (default: this job's).", "str"),
+    ),
+    outputs=(
+        *COMMENT_OUTPUTS,
+        Output("gpu-minutes", "GPU-minutes reported; empty when not measured."),
+    ),
+    target="gpuci.training.report:run",
+)

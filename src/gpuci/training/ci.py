@@ -1,0 +1,125 @@
+"""Where this run happens: repository, commit, workflow run, pull request.
+
+Read once from the platform's own variables (``GITHUB_*`` on Actions, ``CI_*`` on GitLab) and
+from ``git`` elsewhere, so provenance and the report name the same commit and run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunContext:
+    platform: str  # github | gitlab | local
+    repository: str = ""  # owner/name or group/project
+    server_url: str = ""
+    commit: str = ""
+    ref: str = ""
+    workflow: str = ""  # workflow ref on GitHub, pipeline source on GitLab
+    run_id: str = ""
+    run_attempt: str = ""
+    run_url: str = ""
+    job: str = ""
+    runner: str = ""  # github-hosted | self-hosted | a GitLab runner id
+    pull_request: int | None = None
+
+    @property
+    def repo_uri(self) -> str:
+        if self.server_url and self.repository:
+            return f"git+{self.server_url}/{self.repository}"
+        return self.repository
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _git(*args: str) -> str:
+    try:
+        proc = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _github_pr(env: Mapping[str, str]) -> int | None:
+    """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
+    event_path = env.get("GITHUB_EVENT_PATH", "")
+    if event_path and Path(event_path).is_file():
+        try:
+            event = json.loads(Path(event_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            event = {}
+        number = (event.get("pull_request") or {}).get("number")
+        if isinstance(number, int):
+            return number
+        issue = event.get("issue") or {}
+        if isinstance(issue.get("number"), int) and issue.get("pull_request"):
+            return issue["number"]
+    match = re.match(r"^refs/pull/(\d+)/", env.get("GITHUB_REF", ""))
+    return int(match.group(1)) if match else None
+
+
+def detect(env: Mapping[str, str]) -> RunContext:
+    if env.get("GITHUB_ACTIONS") == "true" or env.get("GITHUB_REPOSITORY"):
+        server = env.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+        repo = env.get("GITHUB_REPOSITORY", "")
+        run_id = env.get("GITHUB_RUN_ID", "")
+        attempt = env.get("GITHUB_RUN_ATTEMPT", "")
+        url = f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else ""
+        if url and attempt:
+            url += f"/attempts/{attempt}"
+        return RunContext(
+            platform="github",
+            repository=repo,
+            server_url=server,
+            commit=env.get("GITHUB_SHA", "") or _git("rev-parse", "HEAD"),
+            ref=env.get("GITHUB_REF", ""),
+            workflow=env.get("GITHUB_WORKFLOW_REF", "") or env.get("GITHUB_WORKFLOW", ""),
+            run_id=run_id,
+            run_attempt=attempt,
+            run_url=url,
+            job=env.get("GITHUB_JOB", ""),
+            runner=env.get("RUNNER_ENVIRONMENT", ""),
+            pull_request=_github_pr(env),
+        )
+    if env.get("GITLAB_CI") == "true":
+        mr = env.get("CI_MERGE_REQUEST_IID", "")
+        return RunContext(
+            platform="gitlab",
+            repository=env.get("CI_PROJECT_PATH", ""),
+            server_url=env.get("CI_SERVER_URL", "").rstrip("/"),
+            commit=env.get("CI_COMMIT_SHA", ""),
+            ref=env.get("CI_COMMIT_REF_NAME", ""),
+            workflow=env.get("CI_PIPELINE_SOURCE", ""),
+            run_id=env.get("CI_PIPELINE_ID", ""),
+            run_url=env.get("CI_JOB_URL", "") or env.get("CI_PIPELINE_URL", ""),
+            job=env.get("CI_JOB_NAME", ""),
+            runner=env.get("CI_RUNNER_ID", ""),
+            pull_request=int(mr) if mr.isdigit() else None,
+        )
+    remote = _git("config", "--get", "remote.origin.url")
+    return RunContext(
+        platform="local",
+        repository=remote,
+        commit=_git("rev-parse", "HEAD"),
+        ref=_git("rev-parse", "--abbrev-ref", "HEAD"),
+    )
+
+
+def builder_id(ctx: RunContext) -> str:
+    """SLSA ``builder.id``: the platform that ran the build, as GitHub's own attestations say."""
+    if ctx.platform == "github":
+        kind = "github-hosted" if ctx.runner == "github-hosted" else "self-hosted"
+        return f"https://github.com/actions/runner/{kind}"
+    if ctx.platform == "gitlab" and ctx.server_url:
+        return f"{ctx.server_url}/-/runners/{ctx.runner or 'unknown'}"
+    return "local"

@@ -1,0 +1,223 @@
+"""``python -m gpuci gate``: fail the job when a model's metrics miss their thresholds.
+
+Tests gate a merge; this gates a model. The gate reads the metrics the run wrote, judges every
+rule (a missing metric, NaN or a non-number fails, never passes), writes ``gate.json`` and a
+journal record for the later steps, and, because the metric-gate action is one step, also writes
+the provenance (when ``artifacts`` is given) and posts the pull-request report (``comment``) —
+before failing, so a failed gate is recorded and shown too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpuci import journal
+from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
+from gpuci.runtime import Result, Runtime
+from gpuci.training import metrics as metrics_mod
+from gpuci.training import provenance, report
+from gpuci.training.files import dump_json, sha256_file, write_atomic
+from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
+
+GATE_NAME = "gate.json"
+RULE_INPUTS = ("min", "max", "max-regression")
+
+
+def parse_all(values: dict[str, Any]) -> list[Rule]:
+    rules = [rule for kind in RULE_INPUTS for rule in parse_rules(kind, values.get(kind))]
+    if not rules:
+        raise InputError(
+            "the gate has no rules",
+            hint="set min, max or max-regression, e.g. --min eval.accuracy=0.92",
+        )
+    return rules
+
+
+def _missing_file_verdict(rules: list[Rule], message: str) -> Verdict:
+    verdict = Verdict()
+    for rule in rules:
+        verdict.rows.append(
+            Row(
+                rule=rule, rule_text=rule.describe(), metric=rule.metric, verdict=f"FAIL: {message}"
+            )
+        )
+    return verdict
+
+
+def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any], list[str]]:
+    """Judge the metrics file; returns the gate record and warnings (never raises on bad data)."""
+    warnings: list[str] = []
+    metrics_path = Path(values["metrics"])
+    baseline_path = values.get("baseline")
+    baseline = None
+    if baseline_path:
+        try:
+            baseline = metrics_mod.load(baseline_path, what="baseline", missing_ok=True)
+        except CheckFailed as exc:
+            raise InputError(exc.message, hint="fix or remove the baseline file") from None
+        if baseline is None:
+            warnings.append(
+                f"baseline {baseline_path} not found: max-regression rules skipped"
+                + (
+                    " (and failed: require-baseline is true)"
+                    if values.get("require-baseline")
+                    else ""
+                )
+            )
+    error = ""
+    try:
+        metrics = metrics_mod.load(metrics_path)
+    except CheckFailed as exc:
+        metrics, error = None, exc.one_line()
+    if metrics is None:
+        verdict = _missing_file_verdict(rules, "metrics file unusable")
+    else:
+        verdict = judge(
+            metrics,
+            rules,
+            baseline,
+            lower_better_names=values.get("lower-is-better"),
+            require_baseline=bool(values.get("require-baseline")),
+        )
+    record = {
+        "passed": verdict.passed,
+        "failed_rules": [row.rule_text for row in verdict.failed],
+        "rows": [row.as_dict() for row in verdict.rows],
+        "rules": {kind: values.get(kind) or [] for kind in RULE_INPUTS},
+        "metrics_path": metrics_path.as_posix(),
+        "metrics_sha256": sha256_file(metrics_path) if metrics is not None else "",
+        "metrics_error": error,
+        "baseline_path": baseline_path or "",
+        "baseline_found": baseline is not None,
+        "deltas": numeric_deltas(metrics or {}, baseline),
+    }
+    return record, warnings
+
+
+def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Result) -> Result:
+    lines = [f"would check {len(rules)} rule(s): " + "; ".join(r.describe() for r in rules)]
+    if Path(values["metrics"]).is_file():
+        record, _ = evaluate(values, rules)
+        would = "pass" if record["passed"] else "FAIL"
+        lines.append(f"metrics {values['metrics']} is here: the gate would {would}")
+        result.summary.append("### Model gate (dry run)\n\n" + table(record))
+        if not record["passed"]:
+            result.exit_code = ExitCode.CHECK_FAILED
+    else:
+        lines.append(f"metrics {values['metrics']} not there yet (training writes it)")
+    if values.get("baseline"):
+        found = Path(values["baseline"]).is_file()
+        lines.append(f"baseline {values['baseline']}: {'found' if found else 'not there yet'}")
+    out = Path(values["output-dir"]) / GATE_NAME
+    lines.append(f"would write {out.as_posix()}")
+    if values.get("artifacts"):
+        lines += provenance.plan(values["artifacts"], values["output-dir"], rt.environ)
+    if values.get("comment"):
+        report.publish(values, rt, "", result)
+        lines += [n.message for n in result.annotations if n.title == "gpu-ci report"]
+    result.headline = "dry run: " + lines[0]
+    result.summary.insert(0, "### Model gate plan\n\n" + "\n".join(f"- {ln}" for ln in lines))
+    result.report["plan"] = lines
+    return result
+
+
+def table(record: dict[str, Any]) -> str:
+    from gpuci.training.rules import table_markdown
+
+    return table_markdown(record["rows"])
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    result = Result(command="gate")
+    rules = parse_all(values)
+    result.outputs = {
+        "passed": False,
+        "failed-rules": "",
+        "gate-report": "",
+        "record": "",
+        "statement": "",
+        "predicate": "",
+        "digest": "",
+        "comment": "skipped",
+        "comment-url": "",
+    }
+    if rt.dry_run:
+        return _dry_run(values, rules, rt, result)
+    record, warnings = evaluate(values, rules)
+    for warning in warnings:
+        result.warning(warning, "gpu-ci gate")
+    if record["metrics_error"]:
+        result.error(record["metrics_error"], "gpu-ci gate")
+    out = Path(values["output-dir"]) / GATE_NAME
+    write_atomic(out, dump_json(record))
+    record["report"] = out.as_posix()
+    journal.record("gate", record, rt.environ)
+    failed = record["failed_rules"]
+    result.outputs.update(
+        {"passed": record["passed"], "failed-rules": ", ".join(failed), "gate-report": str(out)}
+    )
+    result.summary.append(
+        f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n" + table(record)
+    )
+    if record["passed"]:
+        result.headline = f"{len(record['rows'])} rule(s) passed"
+    else:
+        result.exit_code = ExitCode.CHECK_FAILED
+        result.headline = f"{len(failed)} of {len(record['rows'])} rule(s) failed: " + "; ".join(
+            failed
+        )
+        result.error(result.headline, "gpu-ci: model gate failed")
+    prov = _provenance(values, rt, record, result)
+    if values.get("comment"):
+        _report(values, rt, record, prov, result)
+    result.report["gate"] = record
+    return result
+
+
+def _fail_soft(result: Result, exc: GpuciError, what: str) -> None:
+    result.error(f"{what}: {exc.one_line()}", f"gpu-ci {what}")
+    if result.exit_code == ExitCode.OK:
+        result.exit_code = exc.exit_code
+
+
+def _provenance(
+    values: dict[str, Any], rt: Runtime, record: dict[str, Any], result: Result
+) -> dict[str, Any] | None:
+    if not values.get("artifacts"):
+        return None
+    try:
+        produced = provenance.produce(
+            values["artifacts"],
+            environ=rt.environ,
+            out_dir=values["output-dir"],
+            metrics_path=values["metrics"],
+            gate=record,
+            python=values.get("python"),
+        )
+    except GpuciError as exc:
+        _fail_soft(result, exc, "provenance")
+        return None
+    for warning in produced.warnings:
+        result.warning(warning, "gpu-ci provenance")
+    result.outputs.update(provenance.result_outputs(produced))
+    result.summary.append(provenance.summary_markdown(produced))
+    return produced.record
+
+
+def _report(
+    values: dict[str, Any],
+    rt: Runtime,
+    record: dict[str, Any],
+    prov: dict[str, Any] | None,
+    result: Result,
+) -> None:
+    from gpuci.training import ci
+
+    minutes = report.gpu_minutes(rt.environ, values.get("gpu-minutes"))
+    marker = values.get("marker") or "training"
+    body = report.render(marker, record, prov, minutes, ci.detect(rt.environ))
+    try:
+        report.publish(values, rt, body, result)
+    except GpuciError as exc:  # the comment is a courtesy: it never hides the gate's verdict
+        result.warning(f"PR comment not posted: {exc.one_line()}", "gpu-ci report")

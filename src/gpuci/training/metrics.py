@@ -1,0 +1,118 @@
+"""Read the metrics a training run wrote: flat or nested JSON, or the last line of a JSONL log.
+
+Nested objects flatten to dotted names (``{"eval": {"accuracy": 0.9}}`` -> ``eval.accuracy``), so
+rules name metrics the same way whatever shape the file has. Values are kept as parsed: judging
+them (NaN, strings, booleans) is the gate's job, because a bad value must fail, never vanish.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from gpuci.errors import CheckFailed, InputError
+
+Metrics = dict[str, Any]
+_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def flatten(data: Any, prefix: str = "") -> Metrics:
+    """Dotted names for every leaf; list items get their index (``losses.0``)."""
+    flat: Metrics = {}
+    if isinstance(data, dict):
+        items = ((str(k), v) for k, v in data.items())
+    elif isinstance(data, list):
+        items = ((str(i), v) for i, v in enumerate(data))
+    else:
+        return {prefix: data}
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict | list) and value:
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _last_jsonl_object(path: Path, text: str) -> Any:
+    """The last non-blank line that parses: a log may end in a line torn by a killed job."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    raise CheckFailed(
+        f"metrics log {path} has no JSON line",
+        hint="make the training script append one JSON object per line",
+    )
+
+
+def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -> Metrics | None:
+    """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``."""
+    path = Path(path)
+    if not path.is_file():
+        if missing_ok:
+            return None
+        raise CheckFailed(
+            f"{what} file {path} not found",
+            hint="make the training/evaluation step write it, or fix the path",
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {what} file {path}: {exc}", hint="check the file") from None
+    if path.suffix.lower() in _JSONL_SUFFIXES:
+        data = _last_jsonl_object(path, text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            # A .log or .txt holding JSON lines is still a log: try its last line.
+            if "\n" in text.strip():
+                data = _last_jsonl_object(path, text)
+            else:
+                raise CheckFailed(
+                    f"{what} file {path} is not valid JSON ({exc.msg} at line {exc.lineno})",
+                    hint="write the metrics with json.dump",
+                ) from None
+    if not isinstance(data, dict):
+        raise CheckFailed(
+            f"{what} file {path} holds a JSON {type(data).__name__}, not an object",
+            hint='write an object such as {"eval": {"accuracy": 0.93}}',
+        )
+    return flatten(data)
+
+
+def lookup(metrics: Metrics, name: str) -> tuple[str, Any] | None:
+    """Find ``name``: exactly, else as the unique dotted suffix (``accuracy`` -> ``eval.accuracy``).
+
+    Returns ``(full name, value)`` or ``None`` when absent; an ambiguous suffix is bad input,
+    never a guess.
+    """
+    if name in metrics:
+        return name, metrics[name]
+    matches = sorted(k for k in metrics if k.endswith("." + name))
+    if len(matches) > 1:
+        raise InputError(
+            f"metric '{name}' is ambiguous: it matches {', '.join(matches)}",
+            hint="name the metric in full, with its dotted path",
+        )
+    if matches:
+        return matches[0], metrics[matches[0]]
+    return None
+
+
+def as_number(value: Any) -> tuple[float | None, str]:
+    """``(number, "")`` for a finite int/float, else ``(None, why)``: booleans are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "null" if value is None else type(value).__name__
+        return None, f"not a number ({kind})"
+    number = float(value)
+    if math.isnan(number):
+        return None, "NaN"
+    if math.isinf(number):
+        return None, "infinite"
+    return number, ""

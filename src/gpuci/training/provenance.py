@@ -1,0 +1,387 @@
+"""What made this model: commit, run, data, GPU, packages, metrics, verdict.
+
+Two forms of one truth. ``provenance.json`` is the plain record a person or a later job reads.
+``provenance.intoto.json`` is an in-toto Statement v1 whose predicate is SLSA provenance v1, with
+the trained artifacts as subjects and the restored datasets/weights (by manifest digest) under
+``resolvedDependencies``; ``predicate.json`` is that predicate alone, which is what
+``actions/attest`` takes to sign it. Where attestations are not available the unsigned files are
+kept as a build artifact. The other steps of the job tell us what they did through the journal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci import journal
+from gpuci.errors import CheckFailed
+from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.training import ci
+from gpuci.training.files import dump_json, sha256_file, write_atomic
+
+SCHEMA = "gpuci.provenance/v1"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://gpuci.dev/buildtypes/training/v1"
+RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME = (
+    "provenance.json",
+    "provenance.intoto.json",
+    "predicate.json",
+)
+_GLOB_CHARS = set("*?[")
+
+_PACKAGES_SCRIPT = """
+import importlib.metadata as m, json, platform, sys
+packages = {}
+for d in m.distributions():
+    name = d.metadata["Name"]
+    if name:
+        packages.setdefault(name, d.version)
+print(json.dumps({"version": platform.python_version(),
+                  "implementation": platform.python_implementation(),
+                  "executable": sys.executable,
+                  "packages": dict(sorted(packages.items(), key=lambda kv: kv[0].lower()))}))
+"""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str
+    size: int
+    sha256: str = ""
+
+
+@dataclass
+class Produced:
+    record: dict[str, Any]
+    statement: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)  # record/statement/predicate -> path
+    digest: str = ""  # sha256:<hex> of the statement file
+    warnings: list[str] = field(default_factory=list)
+
+
+def find_artifacts(patterns: list[str], *, hash_files: bool = True) -> list[Artifact]:
+    """Expand paths, folders and globs to files; a pattern matching nothing fails the check."""
+    found: dict[str, Path] = {}
+    for pattern in patterns:
+        if _GLOB_CHARS & set(pattern):
+            paths = [Path(p) for p in sorted(glob.glob(pattern, recursive=True))]
+        else:
+            paths = [Path(pattern)] if Path(pattern).exists() else []
+        files: list[Path] = []
+        for path in paths:
+            if path.is_dir():
+                files += sorted(p for p in path.rglob("*") if p.is_file())
+            elif path.is_file():
+                files.append(path)
+        files = [f for f in files if not f.name.endswith(".incomplete")]
+        if not files:
+            raise CheckFailed(
+                f"artifact '{pattern}' matches no file",
+                hint="run this after training wrote the model, or fix the artifacts path",
+            )
+        for file in files:
+            found.setdefault(file.as_posix(), file)
+    return [
+        Artifact(name, path.stat().st_size, sha256_file(path) if hash_files else "")
+        for name, path in sorted(found.items())
+    ]
+
+
+def python_environment(python: str | None) -> tuple[dict[str, Any] | None, str]:
+    """Versions of the packages in the interpreter that trained (not gpu-ci's private venv).
+
+    Asked in a child process, so the answer describes that interpreter, whichever it is.
+    """
+    exe = shutil.which(python) if python else shutil.which("python3") or shutil.which("python")
+    if python and not exe:
+        return None, f"python interpreter '{python}' not found: package versions not recorded"
+    try:
+        proc = subprocess.run(
+            [exe or sys.executable, "-c", _PACKAGES_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None, f"could not list the packages of {exe}: package versions not recorded"
+
+
+def _strip(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if k not in ("kind",)}
+
+
+def _datasets(environ: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Cache restores from the journal: (hits with a manifest digest, misses)."""
+    hits, misses = [], []
+    for rec in journal.read("cache-restore", environ):
+        (hits if rec.get("manifest") else misses).append(_strip(rec))
+    return hits, misses
+
+
+def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
+    records = journal.read(kind, environ)
+    return _strip(records[-1]) if records else None
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_record(
+    artifacts: list[Artifact],
+    *,
+    environ: Any,
+    metrics_path: str | None,
+    gate: dict[str, Any] | None,
+    python: str | None,
+) -> tuple[dict[str, Any], list[str]]:
+    warnings: list[str] = []
+    ctx = ci.detect(environ)
+    hits, misses = _datasets(environ)
+    py, why = python_environment(python)
+    if why:
+        warnings.append(why)
+    metrics: dict[str, Any] | None = None
+    if metrics_path and Path(metrics_path).is_file():
+        from gpuci.training.metrics import load
+
+        path = Path(metrics_path)
+        try:
+            values = load(path)
+        except Exception as exc:  # unreadable metrics are recorded as such, not fatal here
+            values = None
+            warnings.append(f"metrics file {path} not recorded as values: {exc}")
+        metrics = {"path": path.as_posix(), "sha256": sha256_file(path), "values": values}
+    elif metrics_path:
+        warnings.append(f"metrics file {metrics_path} not found: not recorded")
+    record = {
+        "schema": SCHEMA,
+        "created": _now(),
+        "source": {
+            "repository": ctx.repository,
+            "server_url": ctx.server_url,
+            "commit": ctx.commit,
+            "ref": ctx.ref,
+        },
+        "run": {
+            "platform": ctx.platform,
+            "workflow": ctx.workflow,
+            "run_id": ctx.run_id,
+            "run_attempt": ctx.run_attempt,
+            "run_url": ctx.run_url,
+            "job": ctx.job,
+            "runner": ctx.runner,
+            "pull_request": ctx.pull_request,
+            "builder_id": ci.builder_id(ctx),
+        },
+        "artifacts": [a.__dict__ for a in artifacts],
+        "datasets": hits,
+        "cache_misses": misses,
+        "gpu": _latest("gpu-setup", environ),
+        "python": py,
+        "metrics": metrics,
+        "gate": gate,
+        "verdict": "not gated" if gate is None else ("passed" if gate.get("passed") else "failed"),
+    }
+    return record, warnings
+
+
+def _dependency(ds: dict[str, Any]) -> dict[str, Any]:
+    name = str(ds.get("matched_key") or ds.get("key") or "dataset")
+    descriptor: dict[str, Any] = {
+        "name": name,
+        "uri": f"gpuci-cache:{name}",
+        "digest": {"sha256": str(ds["manifest"]).removeprefix("sha256:")},
+        "annotations": {
+            k: ds[k] for k in ("key", "matched_key", "path", "files", "bytes", "store") if k in ds
+        },
+    }
+    if ds.get("store"):
+        descriptor["downloadLocation"] = str(ds["store"])
+    return descriptor
+
+
+def statement(record: dict[str, Any]) -> dict[str, Any]:
+    """The in-toto Statement v1 with a SLSA provenance v1 predicate, built from the record."""
+    source, run = record["source"], record["run"]
+    deps: list[dict[str, Any]] = []
+    if source.get("commit"):
+        uri = (
+            f"git+{source['server_url']}/{source['repository']}"
+            if source.get("server_url")
+            else source.get("repository") or "git"
+        )
+        if source.get("ref"):
+            uri += f"@{source['ref']}"
+        deps.append({"uri": uri, "digest": {"gitCommit": source["commit"]}})
+    deps += [_dependency(ds) for ds in record["datasets"]]
+    byproducts: list[dict[str, Any]] = []
+    if record.get("metrics"):
+        m = record["metrics"]
+        byproducts.append(
+            {
+                "name": m["path"],
+                "digest": {"sha256": m["sha256"]},
+                "mediaType": "application/json",
+                "annotations": {"verdict": record["verdict"], "values": m.get("values")},
+            }
+        )
+    predicate = {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "workflow": {
+                    "ref": run["workflow"],
+                    "repository": source["repository"],
+                    "job": run["job"],
+                },
+                "gate": (record.get("gate") or {}).get("rules"),
+            },
+            "internalParameters": {
+                "platform": run["platform"],
+                "pull_request": run["pull_request"],
+                "gpu": record.get("gpu"),
+                "python": record.get("python"),
+            },
+            "resolvedDependencies": deps,
+        },
+        "runDetails": {
+            "builder": {"id": run["builder_id"]},
+            "metadata": {
+                "invocationId": run["run_url"] or run["run_id"] or "local",
+                "finishedOn": record["created"],
+            },
+            "byproducts": byproducts,
+        },
+    }
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [
+            {"name": a["path"], "digest": {"sha256": a["sha256"]}} for a in record["artifacts"]
+        ],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
+def produce(
+    patterns: list[str],
+    *,
+    environ: Any,
+    out_dir: str,
+    metrics_path: str | None = None,
+    gate: dict[str, Any] | None = None,
+    python: str | None = None,
+) -> Produced:
+    """Hash the artifacts, build the record and the statement, write all three atomically."""
+    artifacts = find_artifacts(patterns)
+    record, warnings = build_record(
+        artifacts, environ=environ, metrics_path=metrics_path, gate=gate, python=python
+    )
+    stmt = statement(record)
+    folder = Path(out_dir)
+    produced = Produced(record=record, statement=stmt, warnings=warnings)
+    payload = dump_json(stmt)
+    produced.digest = "sha256:" + write_atomic(folder / STATEMENT_NAME, payload)
+    write_atomic(folder / PREDICATE_NAME, dump_json(stmt["predicate"]))
+    record_out = {**record, "statement_digest": produced.digest}
+    write_atomic(folder / RECORD_NAME, dump_json(record_out))
+    produced.record = record_out
+    produced.files = {
+        "record": (folder / RECORD_NAME).as_posix(),
+        "statement": (folder / STATEMENT_NAME).as_posix(),
+        "predicate": (folder / PREDICATE_NAME).as_posix(),
+    }
+    journal.record(
+        "provenance",
+        {**produced.files, "digest": produced.digest, "artifacts": len(artifacts)},
+        environ,
+    )
+    return produced
+
+
+def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
+    """Dry run: what would be hashed and written, without hashing or writing anything."""
+    lines: list[str] = []
+    for pattern in patterns:
+        try:
+            arts = find_artifacts([pattern], hash_files=False)
+        except CheckFailed:
+            lines.append(f"would hash '{pattern}': nothing there yet (training writes it)")
+            continue
+        total = sum(a.size for a in arts)
+        lines.append(f"would hash '{pattern}': {len(arts)} file(s), {human_bytes(total)}")
+    hits, misses = _datasets(environ)
+    lines.append(
+        f"journal: {len(hits)} restored dataset/weights manifest(s), {len(misses)} miss(es), "
+        f"gpu-setup report {'found' if _latest('gpu-setup', environ) else 'not found yet'}"
+    )
+    names = (RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME)
+    lines.append(f"would write {', '.join((Path(out_dir) / n).as_posix() for n in names)}")
+    return lines
+
+
+def summary_markdown(produced: Produced) -> str:
+    rec = produced.record
+    rows = [(a["path"], human_bytes(a["size"]), f"`{a['sha256'][:16]}…`") for a in rec["artifacts"]]
+    text = "### Provenance\n\n" + markdown_table(["artifact", "size", "sha256"], rows)
+    if rec["datasets"]:
+        drows = [
+            (
+                d.get("matched_key") or d.get("key"),
+                f"`{str(d['manifest'])[:16]}…`",
+                d.get("path", ""),
+            )
+            for d in rec["datasets"]
+        ]
+        text += "\n\n" + markdown_table(["dataset / weights", "manifest", "path"], drows)
+    text += f"\n\nStatement digest: `{produced.digest}` (in-toto v1, SLSA provenance v1)"
+    return text
+
+
+def result_outputs(produced: Produced) -> dict[str, str]:
+    return {**produced.files, "digest": produced.digest}
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    """``python -m gpuci provenance``: the record of what produced the model."""
+    result = Result(command="provenance")
+    patterns: list[str] = values["artifacts"]
+    out_dir = values["output-dir"]
+    if rt.dry_run:
+        lines = plan(patterns, out_dir, rt.environ)
+        result.headline = "dry run: " + lines[0]
+        result.summary.append("### Provenance (dry run)\n\n" + "\n".join(f"- {ln}" for ln in lines))
+        result.report = {"plan": lines}
+        return result
+    gate = _latest("gate", rt.environ)
+    metrics_path = values.get("metrics") or (gate or {}).get("metrics_path")
+    with rt.group("provenance: hashing artifacts"):
+        produced = produce(
+            patterns,
+            environ=rt.environ,
+            out_dir=out_dir,
+            metrics_path=metrics_path,
+            gate=gate,
+            python=values.get("python"),
+        )
+    for warning in produced.warnings:
+        result.warning(warning, "gpu-ci provenance")
+    result.outputs = result_outputs(produced)
+    result.summary.append(summary_markdown(produced))
+    result.headline = (
+        f"{len(produced.record['artifacts'])} artifact(s), "
+        f"{len(produced.record['datasets'])} dataset(s); {produced.digest}"
+    )
+    result.report = {"record": produced.record}
+    return result

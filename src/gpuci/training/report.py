@@ -1,0 +1,203 @@
+"""The training report on the pull request: one sticky comment, updated in place on every push.
+
+The comment is found again by a hidden HTML marker, so a rerun or a new commit edits the same
+comment instead of adding another. It shows the gate table, the deltas against the baseline, the
+provenance digest and the GPU minutes the job used. Without a token or outside a pull request the
+report says so and skips: a missing comment must never fail a training job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuci import journal
+from gpuci.errors import InputError
+from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.training import ci
+from gpuci.training.rules import fmt, table_markdown
+
+MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters
+MAX_DELTA_ROWS = 50
+
+
+def marker_comment(marker: str) -> str:
+    return f"<!-- gpuci-report:{marker} -->"
+
+
+def _load_json(path: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} not found", hint=f"fix the path of the {what}") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(
+            f"cannot read {what} {path}: {exc}", hint="pass the file gpu-ci wrote"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what} {path} is not a JSON object", hint="pass the file gpu-ci wrote")
+    return data
+
+
+def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
+    records = journal.read(kind, environ)
+    return records[-1] if records else None
+
+
+def collect(
+    environ: Any, gate_report: str | None, provenance: str | None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The gate verdict and the provenance record: from the given files, else this job's journal."""
+    gate = _load_json(gate_report, "gate report") if gate_report else _latest("gate", environ)
+    if provenance:
+        prov = _load_json(provenance, "provenance record")
+    else:
+        entry = _latest("provenance", environ)
+        prov = None
+        if entry and Path(entry.get("record", "")).is_file():
+            prov = _load_json(entry["record"], "provenance record")
+    return gate, prov
+
+
+def gpu_minutes(
+    environ: Any, override: float | None, now: float | None = None
+) -> tuple[float | None, str]:
+    """GPU-minutes: the given figure, else GPUs x time since this job's gpu-setup step."""
+    if override is not None:
+        return override, "as given"
+    setups = journal.read("gpu-setup", environ)
+    if not setups:
+        return None, "no gpu-setup step in this job"
+    first = setups[0]
+    gpus = first.get("gpu_count")
+    if not isinstance(gpus, int):
+        listed = first.get("gpus")
+        gpus = len(listed) if isinstance(listed, list) else 1
+    elapsed = max(0.0, (now or time.time()) - float(first.get("time", now or time.time())))
+    return gpus * elapsed / 60, f"{gpus} GPU(s) x {elapsed / 60:.1f} min since gpu-setup"
+
+
+def render(
+    marker: str,
+    gate: dict[str, Any] | None,
+    prov: dict[str, Any] | None,
+    minutes: tuple[float | None, str],
+    ctx: ci.RunContext,
+) -> str:
+    """The comment body (markdown), marker first so it is found again."""
+    parts = [marker_comment(marker)]
+    if gate is None:
+        parts.append("### gpu-ci training report\n\nNo gate ran in this job.")
+    else:
+        head = "✅ Model gate passed" if gate.get("passed") else "❌ Model gate failed"
+        parts.append(f"### {head}")
+        parts.append(table_markdown(gate.get("rows", [])))
+        if gate.get("failed_rules"):
+            parts.append("Failed: " + ", ".join(f"`{r}`" for r in gate["failed_rules"]))
+        if not gate.get("baseline_found"):
+            parts.append("_No baseline metrics: regression rules were skipped._")
+        deltas = gate.get("deltas") or []
+        if deltas:
+            rows = [
+                (f"`{name}`", fmt(value), fmt(base), fmt(value - base, signed=True))
+                for name, value, base in deltas[:MAX_DELTA_ROWS]
+            ]
+            more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
+            parts.append(
+                f"<details><summary>All metrics vs baseline: {len(deltas)}{more}</summary>\n\n"
+                + markdown_table(["metric", "value", "baseline", "delta"], rows)
+                + "\n\n</details>"
+            )
+    facts: list[str] = []
+    if prov is not None:
+        arts = prov.get("artifacts", [])
+        sets = prov.get("datasets", [])
+        names = ", ".join(f"`{d.get('matched_key') or d.get('key')}`" for d in sets[:5])
+        facts.append(
+            f"**Provenance:** `{prov.get('statement_digest', '?')}`; {len(arts)} artifact(s)"
+            + (f"; data: {names}" if names else "")
+        )
+    value, how = minutes
+    facts.append(
+        f"**GPU time:** {value:.1f} GPU-minutes ({how})"
+        if value is not None
+        else f"**GPU time:** not measured ({how})"
+    )
+    where = []
+    if ctx.run_url:
+        where.append(f"[run]({ctx.run_url})")
+    if ctx.commit:
+        where.append(f"commit `{ctx.commit[:12]}`")
+    if where:
+        facts.append("**Run:** " + ", ".join(where))
+    parts.append("\n".join(f"- {f}" for f in facts))
+    parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
+    body = "\n\n".join(parts)
+    if len(body) > MAX_BODY:
+        body = body[:MAX_BODY] + "\n\n_(truncated)_"
+    return body
+
+
+def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> None:
+    """Post or update the sticky comment, or say why not; sets ``comment`` outputs."""
+    from gpuci.training.github import Forbidden, GitHub
+
+    ctx = ci.detect(rt.environ)
+    token = values.get("token") or rt.environ.get("GITHUB_TOKEN", "")
+    rt.mask(token)
+    repository = values.get("repository") or ctx.repository
+    number = values.get("pr") or ctx.pull_request
+    api_url = values.get("api-url") or rt.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    result.outputs.update({"comment": "skipped", "comment-url": ""})
+    reason = ""
+    if not token:
+        reason = "no token (set the token input or GITHUB_TOKEN)"
+    elif not number:
+        reason = "not a pull request"
+    elif not repository or "/" not in repository:
+        reason = "no repository (set the repository input or GITHUB_REPOSITORY)"
+    if reason:
+        result.notice(f"PR comment skipped: {reason}", "gpu-ci report")
+        result.report["comment"] = {"action": "skipped", "reason": reason}
+        return
+    if rt.dry_run:
+        result.notice(
+            f"dry run: would post or update the sticky comment on {repository}#{number} "
+            f"via {api_url}",
+            "gpu-ci report",
+        )
+        result.report["comment"] = {"action": "would-post", "pr": number}
+        return
+    marker = marker_comment(values.get("marker") or "training")
+    try:
+        with GitHub(api_url, token, repository) as gh:
+            action, comment = gh.upsert(int(number), marker, body)
+    except Forbidden as exc:
+        result.warning(f"PR comment skipped: {exc.one_line()}", "gpu-ci report")
+        result.report["comment"] = {"action": "skipped", "reason": exc.message}
+        return
+    result.outputs.update({"comment": action, "comment-url": comment.get("html_url", "")})
+    result.report["comment"] = {"action": action, "id": comment.get("id"), "pr": number}
+    rt.log(f"{action} the report comment on {repository}#{number}")
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    """``python -m gpuci report``: the job summary always, the PR comment with ``--comment``."""
+    result = Result(command="report")
+    gate, prov = collect(rt.environ, values.get("gate-report"), values.get("provenance"))
+    minutes = gpu_minutes(rt.environ, values.get("gpu-minutes"))
+    body = render(values.get("marker") or "training", gate, prov, minutes, ci.detect(rt.environ))
+    result.summary.append(body.split("\n\n", 1)[1])  # the summary without the hidden marker
+    result.outputs["gpu-minutes"] = round(minutes[0], 2) if minutes[0] is not None else ""
+    if values.get("comment"):
+        publish(values, rt, body, result)
+    else:
+        result.outputs.update({"comment": "skipped", "comment-url": ""})
+    verdict = "no gate" if gate is None else "passed" if gate.get("passed") else "failed"
+    result.headline = f"gate {verdict}; comment {result.outputs['comment']}"
+    if rt.dry_run:
+        result.headline = "dry run: " + result.headline
+    result.report["body"] = body
+    return result

@@ -1,0 +1,247 @@
+"""Gate rules as data: parse ``name=value`` lines, then judge metrics against them.
+
+Three kinds: ``min`` (value >= threshold), ``max`` (value <= threshold) and ``max-regression``
+(no worse than the baseline by more than an absolute amount, or a relative one written ``1%``).
+Whether "worse" means lower or higher is decided once per metric (:func:`lower_is_better`), so a
+loss and an accuracy are both guarded by the same rule. Every rule yields one row; a missing
+metric, NaN or a non-number is a failing row, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.errors import InputError
+from gpuci.training.metrics import Metrics, as_number, lookup
+
+_NAME = re.compile(r"^[^\s=]+$")
+# Words that mark a metric where smaller is better, matched as whole dotted/underscored parts.
+LOWER_BETTER_WORDS = frozenset(
+    {"loss", "error", "err", "errors", "perplexity", "ppl", "latency", "time", "seconds", "secs"}
+    | {"ms", "wer", "cer", "mse", "mae", "rmse", "mape", "nll", "bpb", "bpc"}
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str  # "min" | "max" | "max-regression"
+    metric: str
+    value: float
+    relative: bool = False  # max-regression only: value is a fraction of the baseline
+
+    def describe(self, lower_better: bool = False) -> str:
+        if self.kind == "min":
+            return f"{self.metric} >= {self.value:g}"
+        if self.kind == "max":
+            return f"{self.metric} <= {self.value:g}"
+        amount = f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
+        way = "rise" if lower_better else "drop"
+        return f"{self.metric} {way} <= {amount} vs baseline"
+
+
+@dataclass
+class Row:
+    """One judged rule: what the summary table, the outputs and the report show."""
+
+    rule: Rule
+    rule_text: str
+    metric: str  # the full dotted name found (or the name asked for, when missing)
+    value: Any = None
+    baseline: float | None = None
+    delta: float | None = None
+    passed: bool = False
+    skipped: bool = False
+    verdict: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.rule.kind,
+            "rule": self.rule_text,
+            "metric": self.metric,
+            "value": self.value,
+            "baseline": self.baseline,
+            "delta": self.delta,
+            "passed": self.passed,
+            "skipped": self.skipped,
+            "verdict": self.verdict,
+        }
+
+
+@dataclass
+class Verdict:
+    rows: list[Row] = field(default_factory=list)
+    baseline_found: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.rows)
+
+    @property
+    def failed(self) -> list[Row]:
+        return [row for row in self.rows if not row.passed]
+
+
+def _parse_number(kind: str, line: str, raw: str, allow_percent: bool) -> tuple[float, bool]:
+    text = raw.strip()
+    relative = allow_percent and text.endswith("%")
+    if relative:
+        text = text[:-1].strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if value != value or value in (float("inf"), float("-inf")):
+        example = "accuracy=0.01 or accuracy=1%" if allow_percent else "eval.accuracy=0.92"
+        raise InputError(
+            f"{kind} rule '{line}': '{raw.strip()}' is not a finite number",
+            hint=f"write one name=value per line, e.g. {example}",
+        )
+    if allow_percent and value < 0:
+        raise InputError(
+            f"{kind} rule '{line}': a regression allowance cannot be negative",
+            hint="write how much worse than the baseline is still fine, e.g. accuracy=0.01",
+        )
+    return (value / 100 if relative else value), relative
+
+
+def parse_rules(kind: str, lines: list[str] | None) -> list[Rule]:
+    """``["eval.accuracy=0.92", ...]`` -> rules; any malformed line is bad input (exit 2)."""
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for line in lines or []:
+        name, sep, raw = line.partition("=")
+        name = name.strip()
+        if not sep or not name or not _NAME.match(name):
+            raise InputError(
+                f"{kind} rule '{line}' is not name=value",
+                hint=f"write one rule per line, e.g. {kind}: eval.accuracy=0.92",
+            )
+        if name in seen:
+            raise InputError(
+                f"{kind} rule for '{name}' given twice", hint="keep one rule per metric and kind"
+            )
+        seen.add(name)
+        value, relative = _parse_number(kind, line, raw, allow_percent=kind == "max-regression")
+        rules.append(Rule(kind, name, value, relative))
+    return rules
+
+
+def lower_is_better(name: str, rules: list[Rule], declared: list[str] | None) -> bool:
+    """Declared names win; then a lone ``max`` rule says lower is better; then the name's words."""
+    if declared and (name in declared or name.rsplit(".", 1)[-1] in declared):
+        return True
+    kinds = {r.kind for r in rules if r.metric == name}
+    if "max" in kinds and "min" not in kinds:
+        return True
+    if "min" in kinds:
+        return False
+    words = set(re.split(r"[._\-/]", name.lower()))
+    return bool(words & LOWER_BETTER_WORDS)
+
+
+def _baseline_number(baseline: Metrics | None, full_name: str, asked: str) -> float | None:
+    if baseline is None:
+        return None
+    found = lookup(baseline, full_name) or lookup(baseline, asked)
+    if found is None:
+        return None
+    number, _ = as_number(found[1])
+    return number
+
+
+def judge(
+    metrics: Metrics,
+    rules: list[Rule],
+    baseline: Metrics | None,
+    *,
+    lower_better_names: list[str] | None = None,
+    require_baseline: bool = False,
+) -> Verdict:
+    """Judge every rule; the verdict passes only when every row passes."""
+    verdict = Verdict(baseline_found=baseline is not None)
+    for rule in rules:
+        lower = lower_is_better(rule.metric, rules, lower_better_names)
+        row = Row(rule=rule, rule_text=rule.describe(lower), metric=rule.metric)
+        verdict.rows.append(row)
+        found = lookup(metrics, rule.metric)
+        if found is None:
+            row.verdict = "FAIL: metric missing"
+            continue
+        row.metric, row.value = found
+        number, why = as_number(row.value)
+        row.baseline = _baseline_number(baseline, row.metric, rule.metric)
+        if number is not None and row.baseline is not None:
+            row.delta = number - row.baseline
+        if number is None:
+            row.verdict = f"FAIL: {why}"
+            continue
+        if rule.kind == "min":
+            row.passed = number >= rule.value
+            row.verdict = "pass" if row.passed else f"FAIL: below {rule.value:g}"
+        elif rule.kind == "max":
+            row.passed = number <= rule.value
+            row.verdict = "pass" if row.passed else f"FAIL: above {rule.value:g}"
+        else:
+            _judge_regression(row, number, lower, require_baseline, baseline is not None)
+    return verdict
+
+
+def _judge_regression(
+    row: Row, number: float, lower: bool, require_baseline: bool, have_file: bool
+) -> None:
+    rule = row.rule
+    if row.baseline is None:
+        reason = "not in baseline" if have_file else "no baseline"
+        row.skipped = not require_baseline
+        row.passed = not require_baseline
+        row.verdict = f"skipped: {reason}" if row.passed else f"FAIL: {reason}"
+        return
+    worse_by = (number - row.baseline) if lower else (row.baseline - number)
+    allowed = rule.value * abs(row.baseline) if rule.relative else rule.value
+    # A tiny epsilon: 0.93 - 0.92 must not fail a 0.01 allowance on float rounding.
+    row.passed = worse_by <= allowed + 1e-12 * max(1.0, abs(row.baseline))
+    row.verdict = "pass" if row.passed else f"FAIL: worse by {worse_by:.4g} > {allowed:.4g}"
+
+
+def numeric_deltas(metrics: Metrics, baseline: Metrics | None) -> list[tuple[str, float, float]]:
+    """``(name, value, baseline)`` for every finite metric present in both files."""
+    if baseline is None:
+        return []
+    out: list[tuple[str, float, float]] = []
+    for name, value in metrics.items():
+        number, _ = as_number(value)
+        base, _ = as_number(baseline.get(name))
+        if number is not None and base is not None:
+            out.append((name, number, base))
+    return out
+
+
+def fmt(value: Any, signed: bool = False) -> str:
+    """Numbers to 4 significant digits (``+``/``-`` for deltas); anything else as JSON shows it."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return repr(value) if isinstance(value, str) else str(value)
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+def table_markdown(rows: list[dict[str, Any]]) -> str:
+    """The gate table from row dicts (as stored in the journal): one line per rule."""
+    from gpuci.runtime import markdown_table
+
+    body = [
+        (
+            f"`{r['metric']}`",
+            fmt(r["value"]),
+            r["rule"],
+            fmt(r["baseline"]),
+            fmt(r["delta"], signed=True),
+            ("✅ " if r["passed"] and not r["skipped"] else "⏭️ " if r["passed"] else "❌ ")
+            + r["verdict"],
+        )
+        for r in rows
+    ]
+    return markdown_table(["metric", "value", "rule", "baseline", "delta", "verdict"], body)
