@@ -42,6 +42,13 @@ UP = Command(
         Input("budget-usd", "Refuse the pod if the owner's spend would pass this.", "float"),
         Input("budget-period", "The period budget-usd covers.", "duration", "30d"),
         Input(
+            "reap-interval",
+            "How often the reaper runs: the budget counts each pod for ttl plus this, the "
+            "longest it can outlive a failed self-stop.",
+            "duration",
+            "15m",
+        ),
+        Input(
             "health-url",
             "Wait until this URL answers 2xx: a full URL ({pod_id} is replaced) or a path on "
             "the first http port's proxy URL, e.g. /v1/models.",

@@ -3,8 +3,9 @@
 Spend is RunPod's pod billing for the period, attributed to owners through the live pods'
 tags and the local ledger (billing names only pod ids). An owner's exposure is that spend plus
 what their live pods are committed to: cost per hour times the time left until each pod's
-expiry, because the self-stop timer and the reaper end it there. ``up`` refuses a candidate
-when exposure plus the new pod's cost per hour times its TTL would pass ``budget-usd``.
+expiry plus one reaper interval (the self-stop timer ends it at expiry; if that layer failed,
+the reaper ends it within one interval). ``up`` refuses a candidate when exposure plus the new
+pod's cost per hour times (TTL + reaper interval) would pass ``budget-usd``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def attribute(
     pods: Sequence[Mapping[str, Any]],
     book: Mapping[str, Mapping[str, Any]],
     now: float,
+    grace_s: float = 0.0,
 ) -> Spend:
     owner_of: dict[str, str] = {pid: e.get("owner", UNATTRIBUTED) for pid, e in book.items()}
     gpu_of: dict[str, str] = {pid: e.get("gpu", "?") for pid, e in book.items()}
@@ -56,7 +58,7 @@ def attribute(
         if tag is None or pod.get("status") not in LIVE:
             continue
         rate = float(pod.get("cost") or 0.0)
-        left_h = 0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at - now) / 3600
+        left_h = 0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - now) / 3600
         spend.committed_by_owner[tag.owner] += rate * left_h
         spend.rate_by_owner[tag.owner] += rate
         spend.pods_by_owner[tag.owner].add(pod["id"])
@@ -71,10 +73,12 @@ def attribute(
     return spend
 
 
-def gather(client: Any, environ: Mapping[str, str], period_s: float, now: float) -> Spend:
+def gather(
+    client: Any, environ: Mapping[str, str], period_s: float, now: float, grace_s: float = 0.0
+) -> Spend:
     """Billing for [now - period, now) plus the live pods, attributed."""
     records = client.pod_billing(iso(now - period_s), iso(now))
-    return attribute(records, client.list_pods(), ledger.read(environ), now)
+    return attribute(records, client.list_pods(), ledger.read(environ), now, grace_s)
 
 
 def verdict(budget: float, exposure: float, rate: float, ttl_s: float) -> tuple[bool, float]:

@@ -175,7 +175,8 @@ def _plan_up(
                 "budget_usd": budget,
                 "period_s": float(values.get("budget-period") or 0),
                 "rule": "refuse a candidate when billed spend + live pods' committed cost "
-                "+ catalog USD/h x ttl exceeds budget-usd (checked against the API at run time)"
+                "+ catalog USD/h x (ttl + reap-interval) exceeds budget-usd "
+                "(checked against the API at run time)"
                 if budget is not None
                 else "no budget-usd: no check",
             },
@@ -209,9 +210,10 @@ def _budget(
     if budget is None:
         return cands, []
     now = clock.now()
-    spend = cost.gather(client, rt.environ, float(values["budget-period"]), now)
+    grace = float(values.get("reap-interval") or 0)
+    spend = cost.gather(client, rt.environ, float(values["budget-period"]), now, grace)
     exposure = spend.exposure(tag.owner)
-    ttl = tag.expires_at - now
+    ttl = tag.expires_at - now + grace
     ok: list[plan.Candidate] = []
     refused: list[dict[str, Any]] = []
     for cand in cands:

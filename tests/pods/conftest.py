@@ -1,0 +1,93 @@
+"""Fixtures: a fake RunPod on 127.0.0.1, a fake clock, and a way to run a sub-command in-process."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpuci.commands import pods as spec
+from gpuci.errors import GpuciError
+from gpuci.inputs import resolve
+from gpuci.runtime import Result, Runtime
+from fake_runpod import FakeRunPod
+
+SUBS = {c.name: c for c in spec.COMMAND.subcommands}
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_795_000_000.0) -> None:
+        self.t = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += max(0.0, seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake(clock: FakeClock) -> Iterator[FakeRunPod]:
+    server = FakeRunPod(clock=clock.now).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def env(fake: FakeRunPod, tmp_path) -> dict[str, str]:
+    return {
+        "RUNPOD_API_KEY": fake.api_key,
+        "RUNPOD_API_URL": fake.url,
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+        "GPUCI_PODS_POLL_S": "5",
+        "USER": "tester",
+    }
+
+
+class Run:
+    """The outcome of one in-process run: the Result and what was printed."""
+
+    def __init__(self, result: Result, stdout: str, stderr: str) -> None:
+        self.result, self.stdout, self.stderr = result, stdout, stderr
+        self.json = json.loads(stdout)
+
+    @property
+    def code(self) -> int:
+        return int(self.result.exit_code)
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        return self.json["outputs"]
+
+
+@pytest.fixture
+def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
+    def _run(sub: str, dry_run: bool = False, extra_env: dict | None = None, **flags: Any) -> Run:
+        cmd = SUBS[sub]
+        out, err = io.StringIO(), io.StringIO()
+        rt = Runtime({**env, **(extra_env or {})}, json_mode=True, dry_run=dry_run, stdout=out,
+                     stderr=err)
+        raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
+        try:
+            values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
+            result = cmd.load()(values, rt, clock=clock)
+        except GpuciError as exc:
+            result = Result.from_error(f"pods {sub}", exc)
+        rt.render(result)
+        return Run(result, out.getvalue(), err.getvalue())
+
+    return _run

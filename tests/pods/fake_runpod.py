@@ -1,0 +1,402 @@
+"""A fake RunPod REST API v2 on 127.0.0.1: the subset gpu-ci uses, held to the OpenAPI contract.
+
+Every request body is validated against the spec's own schema (``CreatePodRequest``,
+``UpdatePodRequest``, ``PodActionRequest``) and refused with 422 exactly as the real API would;
+cross-field rules the handler enforces answer 400. Pods move PROVISIONING -> STARTING ->
+RUNNING one step per ``getPod``; actions follow the spec's transition table (409 otherwise);
+billing accrues ``cost`` per RUNNING second on an injectable clock. Faults are scripted per
+route: 429 with ``Retry-After``, 5xx, capacity (400), no access (403), low balance (402).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+# A verbatim copy of RunPod's published OpenAPI document, so the tests run anywhere.
+SPEC_PATH = Path(__file__).with_name("runpod-openapi-v2.json")
+SPEC = json.loads(SPEC_PATH.read_text())
+_REGISTRY = Registry().with_resource(
+    "urn:runpod", Resource.from_contents(SPEC, default_specification=DRAFT202012)
+)
+
+
+def validator(schema_name: str) -> Draft202012Validator:
+    return Draft202012Validator(
+        {"$ref": f"urn:runpod#/components/schemas/{schema_name}"}, registry=_REGISTRY
+    )
+
+
+VALIDATORS = {
+    name: validator(name)
+    for name in ("CreatePodRequest", "UpdatePodRequest", "PodActionRequest", "Pod")
+}
+
+CATALOG = [
+    {
+        "id": "NVIDIA GeForce RTX 4090",
+        "name": "RTX 4090",
+        "pool": "ADA_24",
+        "manufacturer": "NVIDIA",
+        "memory": 24,
+        "secure": True,
+        "community": True,
+        "price": {"secure": 0.44, "community": 0.31},
+        "maxCount": {"secure": 8, "community": 4},
+        "availability": "HIGH",
+        "dataCenters": [
+            {"id": "US-KS-2", "name": "US Kansas 2", "availability": "LOW"},
+            {"id": "EU-RO-1", "name": "EU Romania 1", "availability": "HIGH"},
+        ],
+    },
+    {
+        "id": "NVIDIA L40S",
+        "name": "L40S",
+        "pool": "ADA_48_PRO",
+        "manufacturer": "NVIDIA",
+        "memory": 48,
+        "secure": True,
+        "community": False,
+        "price": {"secure": 0.86, "community": 0.0},
+        "maxCount": {"secure": 8, "community": 0},
+        "availability": "MEDIUM",
+        "dataCenters": [{"id": "US-TX-3", "name": "US Texas 3", "availability": "MEDIUM"}],
+    },
+    {
+        "id": "NVIDIA H100 80GB HBM3",
+        "name": "H100 SXM",
+        "pool": "HOPPER_80",
+        "manufacturer": "NVIDIA",
+        "memory": 80,
+        "secure": True,
+        "community": False,
+        "price": {"secure": 2.99, "community": 0.0},
+        "maxCount": {"secure": 8, "community": 0},
+        "availability": "LOW",
+        "dataCenters": [{"id": "US-TX-3", "name": "US Texas 3", "availability": "LOW"}],
+    },
+]
+PRICE = {g["id"]: g["price"] for g in CATALOG}
+TRANSITIONS = {
+    "RUNNING": ("stop", "restart", "terminate"),
+    "EXITED": ("start", "terminate"),
+    "ERROR": ("start", "terminate"),
+    "PROVISIONING": ("stop", "terminate"),
+    "STARTING": ("stop", "terminate"),
+}
+
+
+def iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: Any
+    auth: str
+    status: int = 0
+
+
+@dataclass
+class FakeRunPod:
+    api_key: str = field(default_factory=lambda: "rpa_" + secrets.token_hex(16))
+    clock: Callable[[], float] = time.time
+    steps_to_running: int = 2  # getPod calls spent in PROVISIONING and STARTING
+    echo_key_in_401: bool = True  # a hostile server: proves we redact what comes back
+    no_capacity: set[str] = field(default_factory=set)  # "gpu" or "gpu@dc"
+    forbidden: set[str] = field(default_factory=set)
+    balance_low: bool = False
+    lose_create_responses: int = 0  # create the pod, then answer 503 (a lost response)
+    fail_on_start: set[str] = field(default_factory=set)  # GPU ids whose pods go ERROR
+
+    def __post_init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.billed: dict[str, float] = {}  # podId -> USD accrued (survives termination)
+        self.running_since: dict[str, float] = {}
+        self.requests: list[Recorded] = []
+        self.faults: dict[str, list[tuple[int, dict[str, str]]]] = {}
+        self.terminated_at: dict[str, float] = {}
+        self.created_at: dict[str, float] = {}
+        self.lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # ----- harness -----------------------------------------------------------------------
+    def start(self) -> FakeRunPod:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                status, headers, body = fake.handle(
+                    self.command, self.path, raw, self.headers.get("Authorization", "")
+                )
+                data = b"" if body is None else json.dumps(body).encode()
+                self.send_response(status)
+                ctype = "application/problem+json" if status >= 400 else "application/json"
+                if data:
+                    self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                if data:
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def fail(self, route: str, *answers: tuple[int, dict[str, str]]) -> None:
+        """Script the next answers for ``"POST /v2/pods"`` (or any ``METHOD path``)."""
+        self.faults.setdefault(route, []).extend(answers)
+
+    def calls(self, method: str | None = None, path: str | None = None) -> list[Recorded]:
+        return [
+            r
+            for r in self.requests
+            if (method is None or r.method == method)
+            and (path is None or re.fullmatch(path, r.path))
+        ]
+
+    # ----- model -------------------------------------------------------------------------
+    def _accrue(self, pod_id: str, now: float) -> None:
+        since = self.running_since.pop(pod_id, None)
+        if since is not None:
+            rate = self.pods[pod_id]["cost"]
+            self.billed[pod_id] = self.billed.get(pod_id, 0.0) + rate * (now - since) / 3600
+
+    def _set_status(self, pod: dict[str, Any], status: str) -> None:
+        now = self.clock()
+        if pod["status"] == "RUNNING" and status != "RUNNING":
+            self._accrue(pod["id"], now)
+        if status == "RUNNING" and pod["status"] != "RUNNING":
+            self.running_since[pod["id"]] = now
+            pod["startedAt"] = iso(now)
+        pod["status"] = status
+        pod["actions"] = list(TRANSITIONS.get(status, ()))
+        pod["runtime"] = {"uptime": 0, "ports": []} if status == "RUNNING" else None
+
+    def view(self, pod: dict[str, Any]) -> dict[str, Any]:
+        out = dict(pod)
+        out.pop("_steps", None)
+        out.pop("_rate", None)
+        out["cost"] = pod["_rate"] if pod["status"] in ("PROVISIONING", "STARTING", "RUNNING") else 0.0
+        return out
+
+    def billed_now(self, pod_id: str) -> float:
+        with self.lock:
+            total = self.billed.get(pod_id, 0.0)
+            since = self.running_since.get(pod_id)
+            if since is not None and pod_id in self.pods:
+                total += self.pods[pod_id]["cost"] * (self.clock() - since) / 3600
+            return total
+
+    def self_stop_due(self) -> list[str]:
+        """What the in-pod timers would do now: stop RUNNING pods past GPUCI_EXPIRES_EPOCH."""
+        stopped = []
+        with self.lock:
+            for pod in self.pods.values():
+                env = pod.get("env") or {}
+                if "GPUCI_WRAPPER" not in env or pod["status"] != "RUNNING":
+                    continue
+                if int(env.get("GPUCI_EXPIRES_EPOCH", "0")) <= self.clock():
+                    self._set_status(pod, "EXITED")
+                    stopped.append(pod["id"])
+        return stopped
+
+    # ----- HTTP --------------------------------------------------------------------------
+    def handle(
+        self, method: str, target: str, raw: bytes, auth: str
+    ) -> tuple[int, dict[str, str], Any]:
+        parts = urlsplit(target)
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode(errors="replace")
+        rec = Recorded(method, parts.path, parse_qs(parts.query), body, auth)
+        with self.lock:
+            self.requests.append(rec)
+            status, headers, answer = self._route(method, parts.path, rec)
+            rec.status = status
+        return status, headers, answer
+
+    @staticmethod
+    def problem(status: int, detail: str, errors: list[str] | None = None) -> dict[str, Any]:
+        titles = {400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
+                  403: "Forbidden", 404: "Not Found", 409: "Conflict",
+                  422: "Unprocessable Entity", 429: "Too Many Requests",
+                  500: "Internal Server Error", 503: "Service Unavailable"}
+        out: dict[str, Any] = {"title": titles.get(status, "Error"), "status": status,
+                               "detail": detail}
+        if errors:
+            out["errors"] = errors
+        return out
+
+    def _invalid(self, schema: str, body: Any) -> list[str]:
+        return [
+            f"$.{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+            for e in VALIDATORS[schema].iter_errors(body)
+        ]
+
+    def _route(self, method: str, path: str, rec: Recorded) -> tuple[int, dict[str, str], Any]:
+        if rec.auth != f"Bearer {self.api_key}":
+            detail = f"invalid key {rec.auth}" if self.echo_key_in_401 else "invalid key"
+            return 401, {}, self.problem(401, detail)
+        route = f"{method} {path}"
+        for pattern, queue in self.faults.items():
+            if queue and re.fullmatch(pattern, route):
+                status, headers = queue.pop(0)
+                return status, headers, self.problem(status, f"scripted {status}")
+        if route == "GET /v2/pods":
+            return 200, {}, {"pods": [self.view(p) for p in self.pods.values()]}
+        if route == "POST /v2/pods":
+            return self._create(rec.body)
+        if route == "GET /v2/catalog/gpus":
+            return 200, {}, {"gpus": CATALOG}
+        if route == "GET /v2/billing/pods":
+            return self._billing(rec.query)
+        m = re.fullmatch(r"/v2/pods/([^/]+)(/action)?", path)
+        if not m:
+            return 404, {}, self.problem(404, "no such route")
+        pod_id, is_action = m.group(1), bool(m.group(2))
+        pod = self.pods.get(pod_id)
+        if is_action and method == "POST":
+            errors = self._invalid("PodActionRequest", rec.body)
+            if errors:
+                return 422, {}, self.problem(422, "Request validation failed.", errors)
+            if pod is None:
+                return 404, {}, self.problem(404, "pod not found")
+            return self._action(pod, rec.body["action"])
+        if pod is None:
+            return 404, {}, self.problem(404, "pod not found")
+        if method == "GET":
+            if pod["_steps"] > 0 and pod["status"] in ("PROVISIONING", "STARTING"):
+                pod["_steps"] -= 1
+                if pod["_steps"] == 0:
+                    failed = pod["gpu"]["id"] in self.fail_on_start
+                    self._set_status(pod, "ERROR" if failed else "RUNNING")
+                elif pod["status"] == "PROVISIONING":
+                    self._set_status(pod, "STARTING")
+            return 200, {}, self.view(pod)
+        if method == "PATCH":
+            errors = self._invalid("UpdatePodRequest", rec.body)
+            if errors:
+                return 422, {}, self.problem(422, "Request validation failed.", errors)
+            for key in ("name", "env", "image", "args", "disk", "ports"):
+                if key in rec.body:
+                    pod[key] = rec.body[key]
+            return 200, {}, self.view(pod)
+        if method == "DELETE":
+            return self._terminate(pod)
+        return 405, {"Allow": "GET, PATCH, DELETE"}, self.problem(405, "method not allowed")
+
+    def _create(self, body: Any) -> tuple[int, dict[str, str], Any]:
+        errors = self._invalid("CreatePodRequest", body)
+        if errors:
+            return 422, {}, self.problem(422, "Request validation failed.", errors)
+        if ("gpu" in body) == ("cpu" in body):
+            return 400, {}, self.problem(400, "exactly one of gpu or cpu must be set")
+        if self.balance_low:
+            return 402, {}, self.problem(402, "insufficient balance")
+        gpu = body["gpu"]["id"]
+        dcs = body.get("dataCenterIds") or []
+        if gpu in self.forbidden:
+            return 403, {}, self.problem(403, f"no access to {gpu}")
+        if gpu not in PRICE:
+            return 400, {}, self.problem(400, f"unknown GPU type {gpu}")
+        usable = [dc for dc in dcs if f"{gpu}@{dc}" not in self.no_capacity] if dcs else ["US-KS-2"]
+        if gpu in self.no_capacity or not usable:
+            return 400, {}, self.problem(400, f"There are no instances available for {gpu}")
+        pod_id = "pod" + secrets.token_hex(5)
+        cloud = body.get("cloud", "SECURE")
+        rate = round(PRICE[gpu][cloud.lower()] * body["gpu"].get("count", 1), 4)
+        pod = {
+            "id": pod_id, "name": body["name"], "image": body["image"],
+            "args": body.get("args", ""), "disk": body.get("disk", 20),
+            "ports": body.get("ports", []), "env": body.get("env", {}), "registry": None,
+            "status": "PROVISIONING", "actions": list(TRANSITIONS["PROVISIONING"]),
+            "mounts": {}, "gpu": {"id": gpu, "count": body["gpu"].get("count", 1)},
+            "cloud": cloud, "dataCenterId": usable[0], "cudaVersion": "12.8",
+            "ssh": {"proxy": None, "direct": None}, "template": None, "cost": rate,
+            "_rate": rate, "locked": False, "globalNetworking": {"enabled": False},
+            "runtime": None, "createdAt": iso(self.clock()), "startedAt": None,
+            "_steps": self.steps_to_running,
+        }
+        self.pods[pod_id] = pod
+        self.created_at[pod_id] = self.clock()
+        if self.steps_to_running == 0:
+            self._set_status(pod, "RUNNING")
+        if self.lose_create_responses > 0:
+            self.lose_create_responses -= 1
+            return 503, {}, self.problem(503, "upstream timeout")
+        return 201, {}, self.view(pod)
+
+    def _terminate(self, pod: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
+        self._set_status(pod, "TERMINATED")
+        self.terminated_at[pod["id"]] = self.clock()
+        del self.pods[pod["id"]]
+        return 204, {}, None
+
+    def _action(self, pod: dict[str, Any], action: str) -> tuple[int, dict[str, str], Any]:
+        if action not in TRANSITIONS.get(pod["status"], ()):
+            return 409, {}, self.problem(409, f"cannot {action} a {pod['status']} pod")
+        if action == "terminate":
+            return self._terminate(pod)
+        if action == "stop":
+            self._set_status(pod, "EXITED")
+        elif action == "start":
+            self._set_status(pod, "STARTING")
+            pod["_steps"] = 1
+        return 200, {}, self.view(pod)
+
+    def _billing(self, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
+        start = query.get("startTime", [iso(self.clock() - 30 * 86400)])[0]
+        end = query.get("endTime", [iso(self.clock())])[0]
+        ids = set(self.billed) | set(self.running_since)
+        records = [
+            {"startTime": start, "endTime": end, "podId": pid,
+             "totalAmount": round(self.billed_now(pid), 6),
+             "gpuAmount": round(self.billed_now(pid), 6), "cpuAmount": 0.0, "diskAmount": 0.0}
+            for pid in sorted(ids)
+        ]
+        total = sum(r["totalAmount"] for r in records)
+        meta = {"query": {"startTime": start, "endTime": end, "bucketSize": "day", "podId": None},
+                "recordCount": len(records), "uniquePodCount": len(records),
+                "totals": {"totalAmount": total, "gpuAmount": total, "cpuAmount": 0.0,
+                           "diskAmount": 0.0}}
+        return 200, {}, {"records": records, "metadata": meta}
