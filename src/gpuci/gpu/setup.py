@@ -7,6 +7,7 @@ CUDA. In a dry run nothing is written and a missing GPU is described, never fail
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -52,7 +53,8 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         json.loads(tmp.read_text(encoding="utf-8"))
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise InputError(
             f"cannot write the GPU report to {path}: {exc.strerror or exc}",
             hint="set the report input to a writable path",

@@ -1,0 +1,78 @@
+"""Shared helpers for gpu-setup tests: a clean environment and a CLI runner in a subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuci.commands.gpu_setup import INPUTS
+from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.setup import run
+from gpuci.inputs import resolve
+from gpuci.runtime import Result, Runtime
+
+_DROP = ("INPUT_", "GITHUB_", "GPUCI_", "RUNNER_", "GITLAB", "CUDA_VISIBLE")
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP)}
+    env.update(
+        RUNNER_TEMP=str(tmp_path),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        NO_COLOR="1",
+    )
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m gpuci gpu-setup ARGS`` the way a CI step would."""
+
+    def invoke(*args: str, fake: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        environ = clean_env(tmp_path, **env)
+        if fake is not None:
+            environ["GPUCI_FAKE_NVML"] = fake
+        return subprocess.run(
+            [sys.executable, "-m", "gpuci", "gpu-setup", *args],
+            cwd=tmp_path,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    return invoke
+
+
+def _cli_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def cli_json() -> Callable[[subprocess.CompletedProcess[str]], dict[str, Any]]:
+    """Parse a ``--json`` run, asserting no traceback escaped."""
+    return _cli_json
+
+
+@pytest.fixture
+def setup_run(tmp_path: Path) -> Callable[..., Result]:
+    """Run gpu-setup in-process on a FakeNvml, inputs resolved like the CLI resolves them."""
+
+    def invoke(profiles: list[str] | FakeNvml, dry_run: bool = False, **flags: str) -> Result:
+        environ = clean_env(tmp_path)
+        values = resolve(INPUTS, {k.replace("_", "-"): v for k, v in flags.items()}, environ)
+        fake = profiles if isinstance(profiles, FakeNvml) else FakeNvml(profiles)
+        rt = Runtime(environ, json_mode=True, dry_run=dry_run, stdout=io.StringIO())
+        return run(values, rt, nvml=fake)
+
+    return invoke

@@ -1,0 +1,205 @@
+"""The NVML session against the fake: fields, unsupported values, health drift, XID events."""
+
+from __future__ import annotations
+
+import threading
+
+import pynvml
+import pytest
+
+from gpuci.errors import InputError, NvmlUnavailable
+from gpuci.gpu import nvml as N
+from gpuci.gpu.fake_nvml import PROFILES, FakeNvml
+from gpuci.gpu.nvml import NvmlSession, open_nvml
+
+GiB = 1024**3
+
+
+def snap(*profiles: str) -> N.Snapshot:
+    with open_nvml({}, FakeNvml(list(profiles))) as session:
+        return session.snapshot()
+
+
+def test_seam_names_exist_in_pynvml_and_the_fake() -> None:
+    """The fake must stay a drop-in for pynvml: same names for everything the session calls."""
+    missing_real = [name for name in N.SEAM if not hasattr(pynvml, name)]
+    missing_fake = [name for name in N.SEAM if not hasattr(FakeNvml, name)]
+    assert missing_real == [] and missing_fake == []
+
+
+def test_constants_match_pynvml() -> None:
+    assert N.ERROR_DRIVER_NOT_LOADED == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    assert N.ERROR_LIBRARY_NOT_FOUND == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+    assert N.ERROR_NOT_SUPPORTED == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert N.ERROR_GPU_IS_LOST == pynvml.NVML_ERROR_GPU_IS_LOST
+    assert pynvml.nvmlMemory_v2 == N.MEMORY_V2
+    assert pynvml.nvmlEventTypeXidCriticalError == N.EVENT_XID_CRITICAL_ERROR
+    assert N.MEMORY_ERROR_TYPE_UNCORRECTED == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    assert pynvml.nvmlClocksEventReasonHwSlowdown == 0x8
+
+
+def test_h200_snapshot_fields() -> None:
+    s = snap("h200")
+    assert (s.driver_version, s.cuda_version, s.source) == ("550.90.07", (12, 4), "fake:h200")
+    (g,) = s.gpus
+    assert g.name == "NVIDIA H200" and g.uuid.startswith("GPU-") and g.index == 0
+    assert g.memory_total == 143771 * 1024 * 1024 and 140 < g.memory_total / GiB < 141
+    assert g.memory_free is not None and g.memory_free < g.memory_total
+    assert g.compute_capability == (9, 0) and g.architecture == "Hopper"
+    assert g.mig_enabled is False and g.mig_devices == ()
+    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current) == (5, 5, 16)
+    assert g.power_limit_w == 700
+    h = g.health
+    assert h.ecc_enabled is True and h.ecc_volatile_uncorrected == 0
+    assert h.retired_pages_pending is None  # Hopper retired pages -> row remapping
+    assert h.remapped_rows_pending is False and h.remapped_rows_failure is False
+    assert h.pcie_replay_counter == 0 and h.clock_events == ("gpu_idle",)
+    assert h.temperature_c == 31 and g.processes == () and g.notes == ()
+    assert g.to_dict()["compute_capability"] == "9.0"
+
+
+def test_two_gpus_of_one_profile_have_distinct_stable_uuids() -> None:
+    a, b = snap("h100-sxm", "h100-sxm").gpus
+    assert a.uuid != b.uuid and (a.index, b.index) == (0, 1)
+    assert snap("h100-sxm", "h100-sxm").gpus[1].uuid == b.uuid
+
+
+def test_mig_devices_are_listed_with_uuids_and_memory() -> None:
+    (g,) = snap("a100-mig").gpus
+    assert g.mig_enabled is True and len(g.mig_devices) == 2
+    assert all(m.uuid.startswith("MIG-") for m in g.mig_devices)
+    assert len({m.uuid for m in g.mig_devices}) == 2
+    assert [m.gpu_instance_id for m in g.mig_devices] == [1, 2]
+    assert all(m.memory_total == 19968 * 1024 * 1024 for m in g.mig_devices)
+    assert g.mig_devices[0].name == "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+
+
+def test_unsupported_fields_are_none_not_errors() -> None:
+    (t4,) = snap("t4").gpus
+    assert t4.health.pcie_replay_counter is None  # profile: not reported
+    assert t4.health.remapped_rows_pending is None  # Turing has no row remapping
+    assert t4.health.retired_pages_pending is False
+    assert t4.mig_enabled is None and t4.notes == ()
+    (l4,) = snap("l4").gpus
+    assert l4.compute_capability == (8, 9) and l4.architecture == "Ada"
+
+
+def test_old_driver_falls_back_to_memory_info_v1() -> None:
+    s = snap("old-driver")
+    assert s.cuda_version == (11, 4) and s.driver_version == "470.57.02"
+    assert s.gpus[0].memory_total == 16160 * 1024 * 1024
+
+
+def test_unexpected_errors_on_optional_fields_become_notes() -> None:
+    fake = FakeNvml(["l4"])
+
+    def broken(handle: object) -> int:
+        raise fake.NVMLError(999)
+
+    fake.nvmlDeviceGetPcieReplayCounter = broken  # type: ignore[method-assign]
+    with open_nvml({}, fake) as session:
+        (g,) = session.snapshot().gpus
+    assert g.health.pcie_replay_counter is None
+    assert g.notes == ("nvmlDeviceGetPcieReplayCounter: NVML Error with code 999",)
+
+
+def test_gpu_lost_is_an_infra_error() -> None:
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+
+    def lost(handle: object) -> int:
+        raise fake.NVMLError(N.ERROR_GPU_IS_LOST)
+
+    fake.nvmlDeviceGetTemperature = lambda handle, sensor: lost(handle)  # type: ignore[method-assign]
+    session = open_nvml({}, fake)
+    with pytest.raises(NvmlUnavailable, match="GPU 0 has fallen off the bus"):
+        session.snapshot()
+    session.close()
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [("no-driver", "NVML driver not loaded"), ("no-library", "NVML library not found")],
+)
+def test_machine_states_via_env(state: str, message: str) -> None:
+    with pytest.raises(NvmlUnavailable) as info:
+        open_nvml({"GPUCI_FAKE_NVML": state})
+    assert info.value.message.startswith(message)
+    assert info.value.hint and "require-gpu: false" in info.value.hint
+    assert "\n" not in info.value.one_line()
+
+
+def test_env_selects_profiles_and_rejects_unknown_ones() -> None:
+    with open_nvml({"GPUCI_FAKE_NVML": "l4, t4"}) as session:
+        names = [g.name for g in session.snapshot().gpus]
+    assert names == ["NVIDIA L4", "Tesla T4"]
+    with pytest.raises(InputError, match="unknown fake NVML profile 'b200'"):
+        open_nvml({"GPUCI_FAKE_NVML": "b200"})
+    with pytest.raises(InputError, match="modifier 'boom'"):
+        open_nvml({"GPUCI_FAKE_NVML": "h200:boom"})
+    with open_nvml({"GPUCI_FAKE_NVML": "none"}) as session:
+        assert session.snapshot().gpus == ()
+
+
+def test_session_shuts_nvml_down() -> None:
+    fake = FakeNvml(["t4"])
+    with open_nvml({}, fake):
+        assert fake.initialised == 1
+    assert fake.initialised == 0
+
+
+def test_counters_change_between_two_reads_in_process() -> None:
+    fake = FakeNvml(["h100-sxm"])
+    with open_nvml({}, fake) as session:
+        before = session.health(0)
+        fake.set(0, pcie_replay=12, remapped_rows=(0, 1, True, False), clock_events=0x48)
+        after = session.health(0)
+    assert before.increased(after) == {
+        "remapped_rows_uncorrectable": (0, 1),
+        "pcie_replay_counter": (0, 12),
+        "remapped_rows_pending": (0, 1),
+    }
+    assert after.clock_events == ("hw_slowdown", "hw_thermal_slowdown")
+    assert after.clock_events and set(after.clock_events) <= N.HARMFUL_CLOCK_EVENTS
+
+
+def test_counter_drift_across_processes_via_env_modifiers() -> None:
+    env = {"GPUCI_FAKE_NVML": "h200:ecc+=2:replay+=40:clocks=0x8,h200"}
+    with open_nvml(env) as session:
+        first = session.health(0)
+        second = session.health(0)
+        other = session.health(1), session.health(1)
+    assert first.increased(second) == {
+        "ecc_volatile_uncorrected": (0, 2),
+        "pcie_replay_counter": (0, 40),
+    }
+    assert second.clock_events == ("hw_slowdown",)
+    assert other[0].increased(other[1]) == {}
+
+
+def test_xid_event_wait_returns_injected_event_and_times_out_quietly() -> None:
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    with open_nvml({}, fake) as session, session.watch_xid() as watch:
+        assert watch.watched == [0, 1] and watch.unsupported == []
+        assert watch.wait(0.01) is None
+        timer = threading.Timer(0.05, fake.inject_xid, args=(1, 79))
+        timer.start()
+        event = watch.wait(5)
+        timer.join()
+    assert event is not None and (event.gpu_index, event.xid) == (1, 79)
+    assert event.uuid == fake.devices[1].uuid
+
+
+def test_xid_from_env_and_unsupported_devices() -> None:
+    fake = FakeNvml.from_spec("l4:xid=48,t4")
+    fake.set(1, xid_supported=False)
+    with NvmlSession(fake).open() as session, session.watch_xid() as watch:
+        assert (watch.watched, watch.unsupported) == ([0], [1])
+        event = watch.wait(1)
+        assert event is not None and (event.gpu_index, event.xid) == (0, 48)
+        assert watch.wait(0) is None
+
+
+def test_every_profile_snapshots_cleanly() -> None:
+    for name in PROFILES:
+        (g,) = snap(name).gpus
+        assert g.notes == () and g.name and g.memory_total
