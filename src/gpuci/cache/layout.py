@@ -1,0 +1,98 @@
+"""The cache layout, named once: object keys, size thresholds and file-name suffixes.
+
+Everything that decides where a byte lives in a store, or how transfers are cut up, is a
+constant here, so the format documented in ``docs/cache-format.md`` has one source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+FORMAT_VERSION = 1
+
+BLOBS = "blobs/sha256"  # blobs/sha256/<ab>/<hex>: one file's bytes, immutable
+PACKS = "packs/sha256"  # packs/sha256/<ab>/<hex>: many small files' bytes back to back
+MANIFESTS = "manifests"  # manifests/<hex>.json: canonical JSON, hex = sha256 of the bytes
+REFS = "refs"  # refs/<namespace>/<quoted key>: small JSON naming a manifest
+
+DEFAULT_NAMESPACE = "default"
+NAMESPACE_ENV = "GPUCI_CACHE_NAMESPACE"
+STORE_ENV = "GPUCI_STORE"
+
+# Files below this size are packed; above it each file is its own blob.
+PACK_THRESHOLD = 1 << 20
+# A pack is closed once it reaches this size (bytes of file data).
+PACK_TARGET = 16 << 20
+# Ranged GETs: a large blob is fetched in parts of this size, packs in runs of whole files
+# up to this size. Big enough to amortise a request, small enough to spread across workers.
+PART_SIZE = 16 << 20
+PACK_RUN = 8 << 20
+# Reads from the network and from disk go through buffers of this size.
+IO_CHUNK = 1 << 20
+# Uploads above this size go multipart.
+MULTIPART_THRESHOLD = 64 << 20
+MULTIPART_CHUNK = 32 << 20
+
+DEFAULT_WORKERS = 16
+
+INCOMPLETE = ".incomplete"
+STAGING_PREFIX = ".gpuci-staging-"
+
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+# Keys are quoted char by char, so quote(prefix) is a prefix of quote(key): prefix listing works.
+_KEY_SAFE = "-_.~+=@,:"
+
+
+def is_sha256(text: str) -> bool:
+    return bool(_HEX.match(text))
+
+
+def blob_key(digest: str) -> str:
+    return f"{BLOBS}/{digest[:2]}/{digest}"
+
+
+def pack_key(digest: str) -> str:
+    return f"{PACKS}/{digest[:2]}/{digest}"
+
+
+def manifest_key(digest: str) -> str:
+    return f"{MANIFESTS}/{digest}.json"
+
+
+def refs_prefix(namespace: str) -> str:
+    return f"{REFS}/{quote(namespace, safe=_KEY_SAFE)}/"
+
+
+def ref_key(namespace: str, key: str) -> str:
+    return refs_prefix(namespace) + quote(key, safe=_KEY_SAFE)
+
+
+def key_from_ref(namespace: str, object_key: str) -> str:
+    return unquote(object_key[len(refs_prefix(namespace)) :])
+
+
+def namespace(environ: Mapping[str, str]) -> str:
+    return environ.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE
+
+
+def default_store_url(environ: Mapping[str, str]) -> str:
+    """``GPUCI_STORE``, else ``$RUNNER_TOOL_CACHE/gpuci/store`` on a runner, else ~/.cache."""
+    if environ.get(STORE_ENV, "").strip():
+        return environ[STORE_ENV].strip()
+    tool_cache = environ.get("RUNNER_TOOL_CACHE", "").strip()
+    base = Path(tool_cache) / "gpuci" if tool_cache else Path.home() / ".cache" / "gpuci"
+    if not tool_cache and environ.get("XDG_CACHE_HOME", "").strip():
+        base = Path(environ["XDG_CACHE_HOME"]) / "gpuci"
+    return (base / "store").absolute().as_uri()
+
+
+def workers(environ: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
+    try:
+        return max(1, int(env.get("GPUCI_CACHE_WORKERS", DEFAULT_WORKERS)))
+    except ValueError:
+        return DEFAULT_WORKERS

@@ -1,0 +1,238 @@
+"""Manifests: the immutable, canonical-JSON description of one saved tree.
+
+A manifest lists every file (path, size, mode, sha256 and where its bytes live), every symlink
+that stays inside the tree and every directory. Its name is the sha256 of its canonical bytes,
+so a manifest cannot change without changing its name. :func:`parse` refuses anything that could
+write outside the target (``..``, absolute paths, escaping symlinks) before a byte is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.cache import layout
+from gpuci.errors import InputError
+
+PRODUCER_ENV = {
+    "commit": ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"),
+    "run": ("GITHUB_RUN_ID", "CI_PIPELINE_ID", "BUILDKITE_BUILD_ID", "BUILD_ID"),
+    "repository": ("GITHUB_REPOSITORY", "CI_PROJECT_PATH"),
+    "job": ("GITHUB_JOB", "CI_JOB_ID"),
+}
+
+
+@dataclass
+class Entry:
+    """One thing in a tree: a file, a symlink or a directory, relative to its root."""
+
+    type: str  # "file" | "symlink" | "dir"
+    root: int
+    path: str  # posix, relative to the root; "" only for a root that is itself a file
+    mode: int = 0o644
+    size: int = 0
+    sha256: str = ""
+    target: str = ""  # symlinks only
+    pack: str = ""  # packed files: sha256 of the pack holding the bytes
+    offset: int = 0  # packed files: where the bytes start in the pack
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "root": self.root, "path": self.path}
+        if self.type == "file":
+            out.update(size=self.size, mode=self.mode, sha256=self.sha256)
+            if self.pack:
+                out.update(pack=self.pack, offset=self.offset)
+        elif self.type == "symlink":
+            out["target"] = self.target
+        else:
+            out["mode"] = self.mode
+        return out
+
+    def content_id(self) -> tuple[Any, ...]:
+        """What the entry means, without where its bytes happen to be stored."""
+        return (self.type, self.root, self.path, self.mode, self.size, self.sha256, self.target)
+
+
+@dataclass
+class Manifest:
+    key: str
+    roots: list[dict[str, str]]
+    entries: list[Entry]
+    created: str = ""
+    producer: dict[str, str] = field(default_factory=dict)
+    format: int = layout.FORMAT_VERSION
+
+    @property
+    def files(self) -> list[Entry]:
+        return [e for e in self.entries if e.type == "file"]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "key": self.key,
+            "created": self.created,
+            "producer": self.producer,
+            "roots": self.roots,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "entries": [e.to_json() for e in self.entries],
+        }
+
+    def canonical(self) -> bytes:
+        return canonical_json(self.to_json())
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    def same_tree(self, other: Manifest) -> bool:
+        return self.roots == other.roots and [e.content_id() for e in self.entries] == [
+            e.content_id() for e in other.entries
+        ]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted keys, no whitespace, UTF-8: one byte sequence per meaning, so hashes are stable."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def producer(environ: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, candidates in PRODUCER_ENV.items():
+        for var in candidates:
+            if environ.get(var):
+                out[name] = environ[var]
+                break
+    return out
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----- parsing and validation ----------------------------------------------------------------
+
+
+def _bad(source: str, why: str) -> InputError:
+    return InputError(
+        f"manifest {source} is unsafe or malformed: {why}",
+        hint="do not restore it; save the key again from a trusted job",
+    )
+
+
+def _check_path(source: str, path: Any, allow_empty: bool) -> str:
+    if not isinstance(path, str):
+        raise _bad(source, f"path {path!r} is not text")
+    if path == "" and allow_empty:
+        return path
+    if path == "" or "\x00" in path or "\\" in path:
+        raise _bad(source, f"path {path!r} is empty or holds NUL or backslash")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        raise _bad(source, f"path {path!r} is absolute")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise _bad(source, f"path {path!r} is not normalised or climbs out with '..'")
+    return path
+
+
+def _int(source: str, value: Any, what: str, upper: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _bad(source, f"{what} {value!r} is not a non-negative integer")
+    if upper is not None and value > upper:
+        raise _bad(source, f"{what} {value!r} is out of range")
+    return value
+
+
+def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
+    if not isinstance(raw, dict):
+        raise _bad(source, "an entry is not an object")
+    kind = raw.get("type")
+    if kind not in ("file", "symlink", "dir"):
+        raise _bad(source, f"entry type {kind!r} is unknown")
+    root = _int(source, raw.get("root"), "root")
+    if root >= len(roots):
+        raise _bad(source, f"entry names root {root}, the manifest has {len(roots)}")
+    file_root = roots[root].get("kind") == "file"
+    path = _check_path(source, raw.get("path"), allow_empty=file_root and kind == "file")
+    if file_root and path != "":
+        raise _bad(source, f"root {root} is a single file but an entry names {path!r}")
+    entry = Entry(type=kind, root=root, path=path)
+    if kind == "file":
+        entry.size = _int(source, raw.get("size"), "size")
+        entry.mode = _int(source, raw.get("mode"), "mode", 0o7777)
+        entry.sha256 = str(raw.get("sha256", ""))
+        if not layout.is_sha256(entry.sha256):
+            raise _bad(source, f"{path!r} has no valid sha256")
+        if "pack" in raw:
+            entry.pack = str(raw["pack"])
+            if not layout.is_sha256(entry.pack):
+                raise _bad(source, f"{path!r} names an invalid pack")
+            entry.offset = _int(source, raw.get("offset"), "offset")
+    elif kind == "symlink":
+        target = raw.get("target")
+        if not isinstance(target, str) or not target or "\x00" in target:
+            raise _bad(source, f"symlink {path!r} has no target")
+        if target.startswith("/"):
+            raise _bad(source, f"symlink {path!r} points at the absolute path {target!r}")
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if resolved == ".." or resolved.startswith("../"):
+            raise _bad(source, f"symlink {path!r} -> {target!r} escapes the target folder")
+        entry.target = target
+    else:
+        entry.mode = _int(source, raw.get("mode", 0o755), "mode", 0o7777)
+    return entry
+
+
+def parse(data: bytes, source: str) -> Manifest:
+    """Parse and validate a manifest: everything unsafe raises InputError before any write."""
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _bad(source, f"not JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    if not isinstance(raw, dict):
+        raise _bad(source, "not a JSON object")
+    if raw.get("format") != layout.FORMAT_VERSION:
+        raise InputError(
+            f"manifest {source} has format {raw.get('format')!r}; this gpu-ci reads format "
+            f"{layout.FORMAT_VERSION}",
+            hint="upgrade gpu-ci, or save the key again with this version",
+        )
+    roots = raw.get("roots")
+    if not isinstance(roots, list) or not roots:
+        raise _bad(source, "no roots")
+    for root in roots:
+        if not isinstance(root, dict) or root.get("kind") not in ("dir", "file"):
+            raise _bad(source, "a root is malformed")
+    entries_raw = raw.get("entries")
+    if not isinstance(entries_raw, list):
+        raise _bad(source, "no entries list")
+    entries = [_entry(source, item, roots) for item in entries_raw]
+    seen: set[tuple[int, str]] = set()
+    links: set[tuple[int, str]] = set()
+    for entry in entries:
+        ident = (entry.root, entry.path)
+        if ident in seen:
+            raise _bad(source, f"{entry.path!r} appears twice")
+        seen.add(ident)
+        if entry.type == "symlink":
+            links.add(ident)
+    for entry in entries:  # writing through a symlink listed in the manifest is refused
+        parts = entry.path.split("/")
+        for i in range(1, len(parts)):
+            if (entry.root, "/".join(parts[:i])) in links:
+                raise _bad(source, f"{entry.path!r} lies under a symlink")
+    return Manifest(
+        key=str(raw.get("key", "")),
+        roots=[{"path": str(r.get("path", "")), "kind": str(r["kind"])} for r in roots],
+        entries=entries,
+        created=str(raw.get("created", "")),
+        producer={str(k): str(v) for k, v in (raw.get("producer") or {}).items()},
+    )

@@ -1,0 +1,342 @@
+"""``cache-weights restore``: find the key, check the manifest, stream the tree into place.
+
+Read top to bottom: look up the ref (exact key, then restore-keys prefixes, newest first);
+fetch the manifest and verify it hashes to its name; refuse anything that would write outside
+the target before touching the disk; build each root in a staging folder next to it (same
+filesystem, so the final rename is atomic); stream every file in with parallel ranged GETs,
+checking sha256 on the way; rename into place. Any failure removes the staging folder, and a
+killed restore's leftovers are swept by the next one, so a partial file never carries a final
+name.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuci import journal
+from gpuci.cache import layout, refs
+from gpuci.cache import manifest as mf
+from gpuci.cache.common import outputs, store_from, summary_table
+from gpuci.cache.store import LocalStore, Store
+from gpuci.cache.transfer import Downloader
+from gpuci.cache.tree import resolve_path
+from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
+from gpuci.runtime import Result, Runtime, human_bytes
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# Headroom kept free on the target filesystem beyond the tree itself.
+DISK_MARGIN = 64 << 20
+
+
+def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
+    """Fetch, check the hash against the name, parse and validate. Returns (manifest, bytes)."""
+    got = store.get(layout.manifest_key(digest))
+    if got is None:
+        raise StoreError(
+            f"manifest {digest[:12]} named by the ref is missing from {store.url}",
+            hint="the store was pruned or damaged; save the key again",
+        )
+    data = got[0]
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise IntegrityError(
+            f"manifest {digest[:12]} in {store.url} hashes to {actual[:12]}",
+            hint="the store holds a corrupt manifest; delete it and save the key again",
+        )
+    return mf.parse(data, digest[:12]), len(data)
+
+
+@dataclass
+class _Root:
+    index: int
+    kind: str
+    target: Path
+    staging: Path
+
+    @property
+    def build(self) -> Path:
+        """Where entries of this root are created inside the staging folder."""
+        return self.staging if self.kind == "dir" else self.staging / self.target.name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(target: Path) -> None:
+    """Remove staging folders left by killed restores of ``target`` (their process is gone)."""
+    parent = target.parent
+    if not parent.is_dir():
+        return
+    stem = f"{layout.STAGING_PREFIX}{target.name}."
+    for item in parent.iterdir():
+        if not item.name.startswith(stem):
+            continue
+        pid = item.name[len(stem) :]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(item, ignore_errors=True)
+
+
+def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return InfraError(
+            f"disk full while restoring into {where.parent} (the tree needs {human_bytes(need)})",
+            hint="free disk space on the runner or restore to a larger volume",
+        )
+    return InfraError(
+        f"cannot write the restore into {where.parent}: {exc.strerror or exc}",
+        hint="check the path is writable and on a healthy filesystem",
+    )
+
+
+def _place(root: _Root) -> None:
+    """Move a finished staging tree into place: one rename when the target is new."""
+    target = root.target
+    if root.kind == "file":
+        os.replace(root.build, target)
+        root.staging.rmdir()
+        return
+    if not os.path.lexists(target):
+        os.rename(root.staging, target)
+        return
+    if not target.is_dir() or target.is_symlink():
+        raise InputError(
+            f"path '{target}' exists and is not a folder, so the cached folder cannot go there",
+            hint="remove it or restore to another path",
+        )
+    # Merge into an existing folder: each file replaces its namesake atomically.
+    for dirpath, dirnames, filenames in os.walk(root.staging, topdown=True):
+        rel = Path(dirpath).relative_to(root.staging)
+        dest_dir = target / rel
+        for name in list(dirnames):
+            src, dest = Path(dirpath) / name, dest_dir / name
+            if os.path.islink(src):
+                dirnames.remove(name)
+                filenames.append(name)
+            elif os.path.lexists(dest) and not dest.is_dir():
+                dest.unlink()
+        for name in filenames:
+            src, dest = Path(dirpath) / name, dest_dir / name
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest)
+            if os.path.islink(src) and os.path.lexists(dest):
+                dest.unlink()
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dest)
+        for name in dirnames:
+            (dest_dir / name).mkdir(exist_ok=True)
+            shutil.copymode(Path(dirpath) / name, dest_dir / name)
+    shutil.rmtree(root.staging, ignore_errors=True)
+
+
+def restore_tree(
+    store: Store, manifest: mf.Manifest, paths: list[str], rt: Runtime, label: str
+) -> int:
+    """Materialise ``manifest`` at ``paths``; returns bytes downloaded."""
+    roots: list[_Root] = []
+    for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
+        target = resolve_path(raw)
+        staging = target.parent / f"{layout.STAGING_PREFIX}{target.name}.{os.getpid()}"
+        roots.append(_Root(index, spec["kind"], target, staging))
+    need = manifest.total_bytes
+    try:
+        for root in roots:
+            root.target.parent.mkdir(parents=True, exist_ok=True)
+            sweep_stale(root.target)
+        free = shutil.disk_usage(roots[0].target.parent).free
+        if need + DISK_MARGIN > free:
+            raise InfraError(
+                f"not enough disk for the restore into {roots[0].target.parent}: the tree needs "
+                f"{human_bytes(need)}, {human_bytes(free)} is free",
+                hint="free disk space on the runner or restore to a larger volume",
+            )
+    except OSError as exc:
+        raise _disk_error(exc, roots[0].target, need) from None
+    files: list[tuple[mf.Entry, Path]] = []
+    try:
+        for root in roots:
+            root.staging.mkdir()
+        dirs: list[tuple[Path, int]] = []
+        for entry in manifest.entries:
+            base = roots[entry.root].build
+            path = base / entry.path if entry.path else base
+            if entry.type == "dir":
+                path.mkdir(parents=True, exist_ok=True)
+                dirs.append((path, entry.mode))
+            elif entry.type == "file":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if entry.size == 0:
+                    if entry.sha256 != EMPTY_SHA256:
+                        raise IntegrityError(
+                            f"{entry.path}: the manifest gives an empty file a non-empty hash",
+                            hint="the manifest is corrupt; save the key again",
+                        )
+                    path.touch()
+                    path.chmod(entry.mode & 0o777)
+                else:
+                    files.append((entry, path))
+        meter = rt.progress(label, sum(e.size for e, _ in files))
+        _, attempts = retry_settings_for(rt)
+        downloader = Downloader(store, layout.workers(rt.environ), meter.advance, attempts)
+        try:
+            downloader.fetch(files)
+        finally:
+            meter.close()
+        for entry in manifest.entries:
+            if entry.type == "symlink":
+                base = roots[entry.root].build
+                link = base / entry.path
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(entry.target, link)
+        for path, mode in reversed(dirs):
+            path.chmod((mode & 0o777) | 0o700)
+        for root in roots:
+            _place(root)
+    except OSError as exc:
+        _cleanup(roots)
+        raise _disk_error(exc, roots[0].target, need) from None
+    except BaseException:
+        _cleanup(roots)
+        raise
+    return downloader.bytes
+
+
+def retry_settings_for(rt: Runtime) -> tuple[str, int]:
+    """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
+    try:
+        attempts = max(1, int(rt.environ.get("AWS_MAX_ATTEMPTS", "").strip() or "8"))
+    except ValueError:
+        attempts = 8
+    return "standard", attempts
+
+
+def _cleanup(roots: list[_Root]) -> None:
+    for root in roots:
+        shutil.rmtree(root.staging, ignore_errors=True)
+
+
+def _plan_counts(manifest: mf.Manifest) -> tuple[int, int]:
+    return len(manifest.files), manifest.total_bytes
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    start = time.monotonic()
+    key = refs.check_key(values["key"])
+    paths: list[str] = values.get("path") or []
+    if not paths:
+        raise InputError("no path to restore into", hint="list the target folders in path")
+    restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
+    store = store_from(values, rt)
+    namespace = layout.namespace(rt.environ)
+    lookup_only = bool(values.get("lookup-only"))
+    fail_on_miss = bool(values.get("fail-on-miss"))
+    result = Result(command="cache-weights restore")
+    empty_local = isinstance(store, LocalStore) and not store.exists()
+    found = None if empty_local else refs.lookup(store, namespace, key, restore_keys)
+    if found is None:
+        seconds = time.monotonic() - start
+        verb = "would miss" if rt.dry_run else "miss"
+        result.headline = f"{verb}: no cache for {key}" + (
+            f" or prefixes {', '.join(restore_keys)}" if restore_keys else ""
+        )
+        result.outputs = outputs(
+            hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
+        )
+        result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
+        result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
+        if fail_on_miss:
+            result.exit_code = ExitCode.CHECK_FAILED
+            result.error(f"cache miss for {key} and fail-on-miss is set", "gpu-ci cache: miss")
+        return result
+    ref, exact = found
+    manifest, manifest_bytes = fetch_manifest(store, ref.manifest)
+    if len(manifest.roots) != len(paths):
+        raise InputError(
+            f"{ref.key} was saved from {len(manifest.roots)} path(s), this restore lists "
+            f"{len(paths)}",
+            hint="list as many paths, in the same order, as the save did",
+        )
+    files, size = _plan_counts(manifest)
+    outcome = "hit" if exact else f"partial hit ({ref.key})"
+    if rt.dry_run or lookup_only:
+        seconds = time.monotonic() - start
+        verb = "would restore" if rt.dry_run else "found"
+        result.headline = f"{verb} {ref.key} ({outcome}): {files} files, {human_bytes(size)}"
+        result.outputs = outputs(
+            hit=exact,
+            matched=ref.key,
+            manifest=ref.manifest,
+            down=0,
+            up=0,
+            files=files,
+            seconds=seconds,
+        )
+        result.summary.append(summary_table(key, f"{verb}: {outcome}", files, size, 0, seconds))
+        result.report = {
+            "key": key,
+            "matched_key": ref.key,
+            "hit": exact,
+            "manifest": ref.manifest,
+            "store": store.url,
+            "files": files,
+            "bytes": size,
+            "dry_run": rt.dry_run,
+            "lookup_only": lookup_only,
+        }
+        return result
+    downloaded = restore_tree(store, manifest, paths, rt, f"restore {ref.key}")
+    seconds = time.monotonic() - start
+    journal.record(
+        "cache-restore",
+        {
+            "key": key,
+            "matched_key": ref.key,
+            "manifest": ref.manifest,
+            "store": store.url,
+            "path": paths,
+            "files": files,
+            "bytes": size,
+            "producer": manifest.producer,
+        },
+        rt.environ,
+    )
+    rate = downloaded / seconds / 1e6 if seconds > 0 else 0.0
+    result.headline = (
+        f"{outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
+        f"in {seconds:.1f}s ({rate:.0f} MB/s)"
+    )
+    result.outputs = outputs(
+        hit=exact,
+        matched=ref.key,
+        manifest=ref.manifest,
+        down=downloaded + manifest_bytes,
+        up=0,
+        files=files,
+        seconds=seconds,
+    )
+    result.summary.append(summary_table(key, outcome, files, size, downloaded, seconds))
+    result.report = {
+        "key": key,
+        "matched_key": ref.key,
+        "hit": exact,
+        "manifest": ref.manifest,
+        "store": store.url,
+        "files": files,
+        "bytes": size,
+        "bytes_downloaded": downloaded,
+        "producer": manifest.producer,
+    }
+    return result

@@ -1,0 +1,377 @@
+"""The S3 store: boto3 for signing and the control plane, a lean HTTP path for the bytes.
+
+boto3 (credentials from the standard AWS chain, botocore's retries for 5xx, SlowDown and dropped
+connections) handles refs, manifests, listings, HEADs and uploads. Ranged GETs of blobs and packs
+go through presigned URLs over plain ``http.client`` connections, one per worker thread, reading
+straight into preallocated buffers: on a 2-core runner the client's CPU per byte decides the
+speed, and boto3's streaming body costs about twice what this path does.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import boto3
+import botocore.exceptions
+from boto3.exceptions import S3UploadFailedError
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+from gpuci.cache import layout
+from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
+from gpuci.errors import ConflictError, StoreError
+
+_CRED_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AccessDenied",
+    "TokenRefreshRequired",
+    "InvalidClientTokenId",
+    "AuthorizationHeaderMalformed",
+}
+_CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+_NO_CREDS = (
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.PartialCredentialsError,
+)
+_CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
+_CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
+
+
+def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
+    """botocore's own knobs (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS), with sturdier defaults."""
+    mode = environ.get("AWS_RETRY_MODE", "").strip() or "standard"
+    try:
+        attempts = max(1, int(environ.get("AWS_MAX_ATTEMPTS", "").strip() or "8"))
+    except ValueError:
+        attempts = 8
+    return mode, attempts
+
+
+class _HttpRange:
+    """One ranged GET on a pooled connection; the connection goes back once fully read."""
+
+    def __init__(self, owner: S3Store, conn: http.client.HTTPConnection, response) -> None:
+        self._owner = owner
+        self._conn = conn
+        self._resp = response
+        self._done = False
+
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            n = self._resp.readinto(buffer)
+        except (OSError, http.client.HTTPException) as exc:
+            self._abandon()
+            raise TransientError(f"connection dropped mid-body: {exc}") from None
+        if n == 0 and len(buffer) > 0 and not self._done:
+            if self._resp.length:  # EOF before Content-Length: a dropped connection
+                self._abandon()
+                raise TransientError("connection closed before the body was complete")
+            self._done = True
+            self._owner._release(self._conn)
+        return n
+
+    def _abandon(self) -> None:
+        self._done = True
+        self._conn.close()
+
+    def close(self) -> None:
+        if not self._done:
+            if self._resp.length == 0:
+                self._done = True
+                self._owner._release(self._conn)
+            else:
+                self._abandon()
+
+
+class S3Store(Store):
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        endpoint_url: str | None,
+        region: str | None,
+        environ: Mapping[str, str],
+        mask: Callable[[str], None] | None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = f"{prefix}/" if prefix else ""
+        self.url = f"s3://{bucket}/{prefix}".rstrip("/")
+        self.endpoint_url = endpoint_url
+        mode, attempts = retry_settings(environ)
+        self.max_attempts = attempts
+        workers = layout.workers(environ)
+        session = boto3.session.Session(region_name=region)
+        creds = session.get_credentials()
+        if creds is None:
+            raise StoreError(
+                f"no AWS credentials found for {self.url}",
+                hint="configure credentials (aws-actions/configure-aws-credentials, "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)",
+            )
+        frozen = creds.get_frozen_credentials()
+        if mask is not None:
+            for secret in (frozen.access_key, frozen.secret_key, frozen.token):
+                if secret:
+                    mask(secret)
+        config = Config(
+            signature_version="s3v4",
+            retries={"mode": mode, "max_attempts": attempts},
+            max_pool_connections=max(10, workers * 2),
+            connect_timeout=10,
+            read_timeout=60,
+            s3={"addressing_style": "path"} if endpoint_url else {},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        self.client = session.client("s3", endpoint_url=endpoint_url, config=config)
+        self._transfer = TransferConfig(
+            multipart_threshold=layout.MULTIPART_THRESHOLD,
+            multipart_chunksize=layout.MULTIPART_CHUNK,
+            max_concurrency=4,
+        )
+        self._local = threading.local()
+        self._urls: dict[str, str] = {}
+        self._urls_lock = threading.Lock()
+
+    # ----- errors ----------------------------------------------------------------------------
+    def _where(self) -> str:
+        return self.endpoint_url or "AWS S3"
+
+    def _error(self, exc: Exception, op: str, key: str = "") -> Exception:
+        """One line naming the cause and the fix, for every way boto3 can fail."""
+        target = f"{self.url}/{key}" if key else self.url
+        if isinstance(exc, _NO_CREDS):
+            return StoreError(
+                f"no usable AWS credentials for {self.url}",
+                hint="configure credentials (aws-actions/configure-aws-credentials or "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+            )
+        if isinstance(
+            exc,
+            botocore.exceptions.EndpointConnectionError
+            | botocore.exceptions.ConnectTimeoutError
+            | botocore.exceptions.ConnectionClosedError
+            | botocore.exceptions.ReadTimeoutError,
+        ):
+            return StoreError(
+                f"cannot reach the S3 endpoint {self._where()} ({type(exc).__name__})",
+                hint="check endpoint-url, the network and any proxy settings",
+            )
+        code, message = "", str(exc)
+        if isinstance(exc, botocore.exceptions.ClientError):
+            err = exc.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            message = str(err.get("Message", "")) or code
+            if code in ("404", "NotFound") and op in ("list", "exists"):
+                code = "NoSuchBucket"
+        elif isinstance(exc, S3UploadFailedError):
+            found = _CODE_IN_TEXT.findall(str(exc))
+            code = found[-1] if found else ""
+        if code == "NoSuchBucket":
+            return StoreError(
+                f"bucket '{self.bucket}' does not exist at {self._where()}",
+                hint="create the bucket or fix the store input",
+            )
+        if code in _CRED_CODES or code == "403":
+            return StoreError(
+                f"S3 refused the credentials for {self.url} ({code})",
+                hint="check the AWS credentials and that they may read and write this bucket",
+            )
+        if code in _CONFLICT_CODES:
+            return ConflictError(f"{key} was changed by someone else ({code})")
+        return StoreError(
+            f"S3 {op} of {target} failed: {code or type(exc).__name__} {message}".strip(),
+            hint="check the store, its permissions and the endpoint; retry if S3 was down",
+        )
+
+    def _call(self, op: str, key: str, fn: Callable, **kwargs):
+        try:
+            return fn(Bucket=self.bucket, **kwargs)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(exc, op, key) from None
+        except S3UploadFailedError as exc:
+            raise self._error(exc, op, key) from None
+
+    # ----- control plane ---------------------------------------------------------------------
+    def exists(self) -> bool:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return True
+        except botocore.exceptions.ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket"):
+                return False
+            raise self._error(exc, "exists") from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(exc, "exists") from None
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            resp = self.client.head_object(Bucket=self.bucket, Key=self.prefix + key)
+        except botocore.exceptions.ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise self._error(exc, "head", key) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(exc, "head", key) from None
+        return ObjectInfo(
+            key, int(resp["ContentLength"]), resp["LastModified"].timestamp(), resp.get("ETag", "")
+        )
+
+    def get(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)
+            return resp["Body"].read(), resp.get("ETag", "")
+        except botocore.exceptions.ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404"):
+                return None
+            raise self._error(exc, "get", key) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error(exc, "get", key) from None
+
+    def put(self, key: str, data: bytes) -> str:
+        resp = self._call("put", key, self.client.put_object, Key=self.prefix + key, Body=data)
+        return resp.get("ETag", "")
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        resp = self._call(
+            "put", key, self.client.put_object, Key=self.prefix + key, Body=data, IfNoneMatch="*"
+        )
+        return resp.get("ETag", "")
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        resp = self._call(
+            "put", key, self.client.put_object, Key=self.prefix + key, Body=data, IfMatch=etag
+        )
+        return resp.get("ETag", "")
+
+    def upload_file(self, key: str, path: Path, size: int, on_bytes: Callable[[int], None]) -> None:
+        try:
+            self.client.upload_file(
+                str(path), self.bucket, self.prefix + key, Config=self._transfer, Callback=on_bytes
+            )
+        except (
+            botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError,
+            S3UploadFailedError,
+        ) as exc:
+            raise self._error(exc, "upload", key) from None
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        strip = len(self.prefix)
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+                for item in page.get("Contents", []):
+                    yield ObjectInfo(
+                        item["Key"][strip:],
+                        int(item["Size"]),
+                        item["LastModified"].timestamp(),
+                        item.get("ETag", ""),
+                    )
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(exc, "list", prefix) from None
+
+    def delete(self, key: str) -> None:
+        self._call("delete", key, self.client.delete_object, Key=self.prefix + key)
+
+    # ----- data plane: presigned ranged GETs over pooled connections ---------------------------
+    def _url(self, key: str) -> str:
+        with self._urls_lock:
+            url = self._urls.get(key)
+        if url is None:
+            url = self.client.generate_presigned_url(
+                "get_object",
+                Params={"Bucket": self.bucket, "Key": self.prefix + key},
+                ExpiresIn=6 * 3600,
+            )
+            with self._urls_lock:
+                self._urls[key] = url
+        return url
+
+    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        pool: dict = self._local.__dict__.setdefault("pool", {})
+        conn = pool.pop((scheme, netloc), None)
+        if conn is None:
+            if scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    netloc, timeout=60, context=ssl.create_default_context()
+                )
+            else:
+                conn = http.client.HTTPConnection(netloc, timeout=60)
+        return conn
+
+    def _release(self, conn: http.client.HTTPConnection) -> None:
+        pool: dict = self._local.__dict__.setdefault("pool", {})
+        scheme = "https" if isinstance(conn, http.client.HTTPSConnection) else "http"
+        netloc = f"{conn.host}:{conn.port}"
+        old = pool.pop((scheme, netloc), None)
+        if old is not None:
+            old.close()
+        pool[(scheme, netloc)] = conn
+
+    def open_range(self, key: str, offset: int, length: int) -> RangeReader:
+        parts = urlsplit(self._url(key))
+        netloc = (
+            parts.netloc
+            if ":" in parts.netloc
+            else (f"{parts.netloc}:{443 if parts.scheme == 'https' else 80}")
+        )
+        conn = self._connection(parts.scheme, netloc)
+        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
+        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+        try:
+            conn.request("GET", target, headers=headers)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            if isinstance(exc, ConnectionRefusedError | socket.gaierror):
+                raise TransientError(f"cannot reach the S3 endpoint {self._where()}") from None
+            raise TransientError(f"request failed: {type(exc).__name__}") from None
+        if resp.status in (200, 206):
+            expected = length if resp.status == 206 else None
+            if expected is not None and resp.length is not None and resp.length != expected:
+                conn.close()
+                raise TransientError(f"server sent {resp.length} bytes for a {length}-byte range")
+            if resp.status == 200 and offset:
+                conn.close()
+                raise StoreError(
+                    f"the S3 endpoint {self._where()} ignored a Range request",
+                    hint="use an S3-compatible endpoint that supports ranged GETs",
+                )
+            return _HttpRange(self, conn, resp)
+        body = resp.read(65536)
+        conn.close()
+        found = _CODE_RE.search(body.decode("utf-8", "replace"))
+        code = found.group(1) if found else str(resp.status)
+        if resp.status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError"):
+            raise TransientError(f"S3 answered {resp.status} {code}")
+        if code == "NoSuchKey" or (resp.status == 404 and code == "404"):
+            raise StoreError(
+                f"{self.url}/{key} is missing from the cache store",
+                hint="the store was pruned or damaged; save the key again",
+            )
+        if code == "NoSuchBucket":
+            raise StoreError(
+                f"bucket '{self.bucket}' does not exist at {self._where()}",
+                hint="create the bucket or fix the store input",
+            )
+        if resp.status == 403:
+            raise StoreError(
+                f"S3 refused the credentials for {self.url} ({code})",
+                hint="check the AWS credentials and that they may read this bucket",
+            )
+        raise StoreError(
+            f"S3 GET of {self.url}/{key} failed: {resp.status} {code}",
+            hint="check the store and its permissions",
+        )

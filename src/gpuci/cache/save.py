@@ -1,0 +1,335 @@
+"""``cache-weights save``: hash a tree, upload only what the store lacks, then manifest, then ref.
+
+Order is the whole safety story: blobs and packs first, the manifest once every object it names
+exists, the ref last and conditionally. A save killed at any point leaves, at worst, orphan
+blobs (harmless, prunable), never a ref naming something missing. Small files are deduplicated
+against the manifests this job already knows (the key's current one and any restored earlier in
+the job), so re-saving after changing one file uploads that file plus metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci import journal
+from gpuci.cache import layout, refs
+from gpuci.cache import manifest as mf
+from gpuci.cache.common import outputs, store_from, summary_table
+from gpuci.cache.packs import PackBuilder
+from gpuci.cache.store import Store
+from gpuci.cache.transfer import parallel
+from gpuci.cache.tree import Tree, scan
+from gpuci.errors import ConflictError, InputError
+from gpuci.runtime import Result, Runtime, human_bytes
+
+
+@dataclass
+class SaveStats:
+    data_bytes: int = 0  # blob and pack bytes sent
+    meta_bytes: int = 0  # manifest and ref bytes sent
+    blobs: int = 0
+    packs: int = 0
+    reused_files: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+def _hash_file(path, size: int) -> str:
+    hasher = hashlib.sha256()
+    buf = memoryview(bytearray(layout.IO_CHUNK))
+    done = 0
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            n = handle.readinto(buf)
+            if not n:
+                break
+            hasher.update(buf[:n])
+            done += n
+    if done != size:
+        raise InputError(
+            f"{path} changed size while it was being saved",
+            hint="save after the step that writes the tree has finished",
+        )
+    return hasher.hexdigest()
+
+
+class Saver:
+    def __init__(self, store: Store, namespace: str, key: str, rt: Runtime) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.key = key
+        self.rt = rt
+        self.workers = layout.workers(rt.environ)
+        self.stats = SaveStats()
+
+    # ----- what the store already has ---------------------------------------------------------
+    def _load_manifest(self, digest: str) -> mf.Manifest | None:
+        got = self.store.get(layout.manifest_key(digest))
+        if got is None or hashlib.sha256(got[0]).hexdigest() != digest:
+            return None
+        try:
+            return mf.parse(got[0], digest[:12])
+        except InputError:
+            return None
+
+    def known_small_files(
+        self, current: refs.Ref | None
+    ) -> tuple[dict[str, mf.Entry], mf.Manifest | None]:
+        """sha256 -> a packed entry whose pack exists, from the manifests this job knows."""
+        digests: list[str] = []
+        if current is not None:
+            digests.append(current.manifest)
+        for record in journal.read("cache-restore", self.rt.environ):
+            digest = str(record.get("manifest"))
+            if record.get("store") == self.store.url and layout.is_sha256(digest):
+                digests.append(digest)
+        current_manifest = None
+        known: dict[str, mf.Entry] = {}
+        for digest in dict.fromkeys(digests):
+            manifest = self._load_manifest(digest)
+            if manifest is None:
+                continue
+            if current is not None and digest == current.manifest:
+                current_manifest = manifest
+            for entry in manifest.files:
+                if entry.pack:
+                    known.setdefault(entry.sha256, entry)
+        packs = sorted({e.pack for e in known.values()})
+        present: set[str] = set()
+
+        def check(pack: str) -> None:
+            if self.store.head(layout.pack_key(pack)) is not None:
+                present.add(pack)
+
+        parallel(check, packs, self.workers)
+        return {sha: e for sha, e in known.items() if e.pack in present}, current_manifest
+
+    # ----- hashing and uploading --------------------------------------------------------------
+    def hash_large(self, tree: Tree, large: list[mf.Entry]) -> None:
+        meter = self.rt.progress("hash", sum(e.size for e in large)) if large else None
+
+        def one(entry: mf.Entry) -> None:
+            entry.sha256 = _hash_file(tree.source(entry), entry.size)
+            if meter:
+                meter.advance(entry.size)
+
+        parallel(one, large, min(self.workers, 4))
+        if meter:
+            meter.close()
+
+    def upload_large(self, tree: Tree, large: list[mf.Entry], dry_run: bool) -> None:
+        unique = {e.sha256: e for e in large}
+        missing: list[mf.Entry] = []
+        lock = threading.Lock()
+
+        def check(entry: mf.Entry) -> None:
+            if self.store.head(layout.blob_key(entry.sha256)) is None:
+                with lock:
+                    missing.append(entry)
+
+        parallel(check, list(unique.values()), self.workers)
+        total = sum(e.size for e in missing)
+        if dry_run or not missing:
+            self.stats.add(data_bytes=total, blobs=len(missing))
+            return
+        meter = self.rt.progress("upload", total)
+
+        def send(entry: mf.Entry) -> None:
+            self.store.upload_file(
+                layout.blob_key(entry.sha256), tree.source(entry), entry.size, meter.advance
+            )
+            self.stats.add(data_bytes=entry.size, blobs=1)
+
+        parallel(send, missing, min(self.workers, 4))
+        meter.close()
+
+    def pack_small(
+        self, tree: Tree, small: list[mf.Entry], known: dict[str, mf.Entry], dry_run: bool
+    ) -> None:
+        builder = PackBuilder()
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuci-pack")
+        slots = threading.Semaphore(4)  # at most 4 packs in memory at once
+        futures: list[Future] = []
+
+        def send(data: bytes, members: list[mf.Entry]) -> None:
+            try:
+                digest = hashlib.sha256(data).hexdigest()
+                for entry in members:
+                    entry.pack = digest
+                key = layout.pack_key(digest)
+                if self.store.head(key) is None:
+                    if not dry_run:
+                        self.store.put(key, data)
+                    self.stats.add(data_bytes=len(data), packs=1)
+            finally:
+                slots.release()
+
+        def flush() -> None:
+            data, members = builder.take()
+            slots.acquire()
+            futures.append(pool.submit(send, data, members))
+
+        try:
+            for entry in small:
+                data = tree.source(entry).read_bytes()
+                if len(data) != entry.size:
+                    raise InputError(
+                        f"{tree.source(entry)} changed size while it was being saved",
+                        hint="save after the step that writes the tree has finished",
+                    )
+                entry.sha256 = hashlib.sha256(data).hexdigest()
+                reuse = known.get(entry.sha256)
+                if reuse is not None:
+                    entry.pack, entry.offset = reuse.pack, reuse.offset
+                    self.stats.add(reused_files=1)
+                    continue
+                if builder.add(entry, data):
+                    flush()
+            if builder:
+                flush()
+            for future in futures:
+                future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _plan_missing_paths(values: dict[str, Any], key: str, store: Store, start: float) -> Result:
+    result = Result(command="cache-weights save", headline=f"would save {key}: path not there yet")
+    result.outputs = outputs(
+        hit=False,
+        matched="",
+        manifest="",
+        down=0,
+        up=0,
+        files=0,
+        seconds=time.monotonic() - start,
+    )
+    result.report = {"plan": {"key": key, "store": store.url, "paths": values["path"]}}
+    return result
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    start = time.monotonic()
+    key = refs.check_key(values["key"])
+    paths: list[str] = values.get("path") or []
+    if not paths:
+        raise InputError("no path to save", hint="list the folders or files to cache in path")
+    store = store_from(values, rt)
+    namespace = layout.namespace(rt.environ)
+    try:
+        tree = scan(paths)
+    except InputError:
+        if rt.dry_run:
+            return _plan_missing_paths(values, key, store, start)
+        raise
+    saver = Saver(store, namespace, key, rt)
+    current = refs.read(store, namespace, key) if (store.exists() or not rt.dry_run) else None
+    known, current_manifest = saver.known_small_files(current)
+    files = [e for e in tree.entries if e.type == "file"]
+    large = [e for e in files if e.size >= layout.PACK_THRESHOLD]
+    small = [e for e in files if e.size < layout.PACK_THRESHOLD]
+    saver.hash_large(tree, large)
+    saver.pack_small(tree, small, known, rt.dry_run)
+    manifest = mf.Manifest(
+        key=key,
+        roots=tree.roots,
+        entries=tree.entries,
+        created=mf.now_iso(),
+        producer=mf.producer(rt.environ),
+    )
+    size = manifest.total_bytes
+    unchanged = current_manifest is not None and manifest.same_tree(current_manifest)
+    result = Result(command="cache-weights save")
+    for warning in tree.warnings:
+        result.warning(warning, "gpu-ci cache")
+    digest = current.manifest if (unchanged and current) else manifest.digest()
+    outcome = "unchanged"
+    if not unchanged:
+        saver.upload_large(tree, large, rt.dry_run)
+        body = manifest.canonical()
+        ref_body = refs.ref_body(key, digest, len(manifest.files), size)
+        if rt.dry_run:
+            saver.stats.add(meta_bytes=len(body) + len(ref_body))
+            outcome = "would save"
+        else:
+            store.put(layout.manifest_key(digest), body)
+            saver.stats.add(meta_bytes=len(body))
+            try:
+                refs.write(store, namespace, key, ref_body, current)
+                saver.stats.add(meta_bytes=len(ref_body))
+                outcome = "saved" if current is None else "updated"
+            except ConflictError:
+                outcome = _lost_race(store, namespace, key, manifest, saver, result)
+                winner = refs.read(store, namespace, key)
+                digest = winner.manifest if winner else digest
+    seconds = time.monotonic() - start
+    stats = saver.stats
+    uploaded = stats.data_bytes + stats.meta_bytes
+    if not rt.dry_run:
+        journal.record(
+            "cache-save",
+            {
+                "key": key,
+                "manifest": digest,
+                "store": store.url,
+                "paths": paths,
+                "files": len(manifest.files),
+                "bytes": size,
+                "bytes_uploaded": uploaded,
+                "outcome": outcome,
+            },
+            rt.environ,
+        )
+    result.headline = (
+        f"{outcome} {key}: {len(manifest.files)} files, {human_bytes(size)}, "
+        f"uploaded {human_bytes(uploaded)} in {seconds:.1f}s"
+    )
+    result.outputs = outputs(
+        hit=unchanged,
+        matched=key,
+        manifest=digest,
+        down=0,
+        up=uploaded,
+        files=len(manifest.files),
+        seconds=seconds,
+    )
+    result.summary.append(summary_table(key, outcome, len(manifest.files), size, uploaded, seconds))
+    result.report = {
+        "key": key,
+        "store": store.url,
+        "outcome": outcome,
+        "manifest": digest,
+        "dry_run": rt.dry_run,
+        "bytes_data": stats.data_bytes,
+        "bytes_metadata": stats.meta_bytes,
+        "blobs_uploaded": stats.blobs,
+        "packs_uploaded": stats.packs,
+        "small_files_reused": stats.reused_files,
+    }
+    return result
+
+
+def _lost_race(
+    store: Store, namespace: str, key: str, ours: mf.Manifest, saver: Saver, result: Result
+) -> str:
+    """Another job moved the ref between our read and our write: theirs stands, say so."""
+    winner = refs.read(store, namespace, key)
+    if winner is not None:
+        theirs = saver._load_manifest(winner.manifest)
+        if theirs is not None and theirs.same_tree(ours):
+            return "saved by another job (same content)"
+    result.warning(
+        f"another job saved {key} at the same time and its tree won; this job's blobs are "
+        "stored but the key names the other tree",
+        "gpu-ci cache: concurrent save",
+    )
+    return "lost race"

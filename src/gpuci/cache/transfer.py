@@ -1,0 +1,373 @@
+"""Moving bytes: parallel ranged GETs streamed into place, sha256 checked on the way.
+
+Large files are cut into parts fetched in parallel and written at their offsets with
+``os.pwrite`` into a preallocated file; a per-file hash cursor consumes the bytes in order as
+they arrive (parts that land early are re-read from the page cache when their turn comes), so a
+file is verified the moment its last byte is written. Packed small files come in runs of
+neighbours, one GET per run, split into files while streaming. Every worker reads through one
+preallocated buffer, so memory stays flat whatever the file size.
+
+Transient failures (5xx, SlowDown, dropped connections) are retried by one policy declared
+once (:func:`retrying`); a file whose bytes do not match their hash is fetched once more, then
+fails with IntegrityError. Nothing here ever writes outside the staging paths it is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from gpuci.cache import layout
+from gpuci.cache.manifest import Entry
+from gpuci.cache.packs import Run, plan_runs
+from gpuci.cache.store import Store, TransientError
+from gpuci.errors import IntegrityError, StoreError
+
+
+def retrying(attempts: int) -> Retrying:
+    """The retry policy for the data path: exponential backoff with jitter, transient only."""
+    return Retrying(
+        stop=stop_after_attempt(max(1, attempts)),
+        wait=wait_exponential_jitter(initial=0.1, max=5.0),
+        retry=retry_if_exception_type(TransientError),
+        reraise=True,
+    )
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _Corrupt(Exception):
+    def __init__(self, what: str, expected: str, got: str) -> None:
+        super().__init__(what)
+        self.what, self.expected, self.got = what, expected, got
+
+
+class WorkPool:
+    """N threads over one queue; tasks may enqueue more; the first error stops everything."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
+        self.error: BaseException | None = None
+        self.cancelled = threading.Event()
+
+    def submit(self, fn: Callable[[memoryview], None]) -> None:
+        with self._lock:
+            self._pending += 1
+        self._queue.put(fn)
+
+    def _worker(self) -> None:
+        buffer = memoryview(bytearray(layout.IO_CHUNK))
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            try:
+                if not self.cancelled.is_set():
+                    fn(buffer)
+            except BaseException as exc:
+                with self._lock:
+                    if self.error is None and not isinstance(exc, _Cancelled):
+                        self.error = exc
+                self.cancelled.set()
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.notify_all()
+
+    def run(self) -> None:
+        threads = [
+            threading.Thread(target=self._worker, name=f"gpuci-io-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            with self._lock:
+                while self._pending:
+                    self._idle.wait(0.5)
+        finally:
+            if self.error:
+                self.cancelled.set()
+            for _ in threads:
+                self._queue.put(None)
+            for thread in threads:
+                thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int) -> None:
+    """Run ``fn(item)`` for every item on ``workers`` threads; re-raise the first failure."""
+    pool = WorkPool(workers)
+    for item in items:
+        pool.submit(lambda _buf, item=item: fn(item))
+    pool.run()
+
+
+def _write_all(fd: int, data: memoryview, offset: int | None = None) -> None:
+    while len(data):
+        n = os.write(fd, data) if offset is None else os.pwrite(fd, data, offset)
+        data = data[n:]
+        if offset is not None:
+            offset += n
+
+
+@dataclass
+class _BlobTarget:
+    """One large file assembled from parts, with an in-order hash cursor."""
+
+    entry: Entry
+    path: Path
+    fd: int = -1
+    hasher: Any = field(default_factory=hashlib.sha256)
+    next: int = 0
+    done: dict[int, int] = field(default_factory=dict)
+    hashing: bool = False
+    refetched: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def open(self) -> None:
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if self.entry.size:
+            try:
+                os.posix_fallocate(self.fd, 0, self.entry.size)  # ENOSPC now, not halfway
+            except OSError as exc:
+                if exc.errno not in (95, 22):  # EOPNOTSUPP / EINVAL: a filesystem without it
+                    raise
+                os.ftruncate(self.fd, self.entry.size)
+
+    def reset(self) -> None:
+        self.hasher, self.next, self.done, self.hashing = hashlib.sha256(), 0, {}, False
+
+    def advance(self, pos: int, data: memoryview, scratch: memoryview) -> bool:
+        """Record bytes written at ``pos``; returns True when this call completed the file."""
+        with self.lock:
+            if self.hashing or pos != self.next:
+                self.done[pos] = len(data)
+                return False
+            self.hashing = True
+        self.hasher.update(data)
+        position = pos + len(data)
+        while True:
+            with self.lock:
+                self.next = position
+                length = self.done.pop(position, None)
+                if length is None:
+                    self.hashing = False
+                    return position == self.entry.size
+            view = scratch[:length]
+            got = os.preadv(self.fd, [view], position)
+            self.hasher.update(view[:got])
+            position += got
+            if got < length:  # a short read cannot happen on a regular file; be safe
+                with self.lock:
+                    self.done[position] = length - got
+
+    def finish(self) -> None:
+        digest = self.hasher.hexdigest()
+        if digest != self.entry.sha256:
+            raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
+        os.fchmod(self.fd, self.entry.mode & 0o777)
+        os.close(self.fd)
+        self.fd = -1
+
+
+class Downloader:
+    """Fetch a manifest's file contents into staging paths."""
+
+    def __init__(
+        self,
+        store: Store,
+        workers: int,
+        on_bytes: Callable[[int], None],
+        attempts: int = 5,
+        part_size: int = layout.PART_SIZE,
+    ) -> None:
+        self.store = store
+        self.workers = workers
+        self.on_bytes = on_bytes
+        self.attempts = attempts
+        self.part_size = part_size
+        self.bytes = 0
+        self._count_lock = threading.Lock()
+        self._pool: WorkPool | None = None
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.bytes += n
+        self.on_bytes(n)
+
+    def fetch(self, files: list[tuple[Entry, Path]]) -> None:
+        """Download every entry to its path (entries of size 0 are the caller's job)."""
+        pool = self._pool = WorkPool(self.workers)
+        blobs = [_BlobTarget(e, p) for e, p in files if not e.pack and e.size]
+        packed = [(e, p) for e, p in files if e.pack and e.size]
+        try:
+            for target in blobs:
+                target.open()
+                self._submit_parts(target)
+            packed_entries = [e for e, _ in packed]
+            for run in plan_runs(packed_entries):
+                members = [packed[i] for i in run.members]
+                pool.submit(lambda buf, run=run, members=members: self._run(run, members, buf))
+            pool.run()
+        except _Corrupt as exc:
+            raise IntegrityError(
+                f"{exc.what}: the store's bytes hash to {exc.got[:12]}..., the manifest says "
+                f"{exc.expected[:12]}... (fetched twice)",
+                hint="the store holds a corrupt object; delete it and save the key again",
+            ) from None
+        finally:
+            for target in blobs:
+                if target.fd >= 0:
+                    os.close(target.fd)
+                    target.fd = -1
+
+    # ----- large files --------------------------------------------------------------------------
+    def _submit_parts(self, target: _BlobTarget) -> None:
+        assert self._pool is not None
+        size = target.entry.size
+        # Spread a lone big file across the workers, but keep parts large enough to amortise.
+        part = max(min(self.part_size, -(-size // self.workers)), 4 << 20)
+        for offset in range(0, size, part):
+            length = min(part, size - offset)
+            self._pool.submit(lambda buf, o=offset, n=length: self._part(target, o, n, buf))
+
+    def _part(self, target: _BlobTarget, offset: int, length: int, buf: memoryview) -> None:
+        key = layout.blob_key(target.entry.sha256)
+        state = {"pos": offset}
+        end = offset + length
+        completed = False
+        for attempt in retrying(self.attempts):
+            with attempt:
+                completed = self._stream_part(target, key, state, end, buf)
+        if completed:
+            try:
+                target.finish()
+            except _Corrupt:
+                if target.refetched:
+                    raise
+                target.refetched = True
+                target.reset()
+                self._submit_parts(target)
+
+    def _stream_part(
+        self,
+        target: _BlobTarget,
+        key: str,
+        state: dict[str, int],
+        end: int,
+        buf: memoryview,
+    ) -> bool:
+        assert self._pool is not None
+        reader = self.store.open_range(key, state["pos"], end - state["pos"])
+        completed = False
+        try:
+            while state["pos"] < end:
+                if self._pool.cancelled.is_set():
+                    raise _Cancelled()
+                want = min(len(buf), end - state["pos"])
+                n = reader.readinto(buf[:want])
+                if n == 0:
+                    raise TransientError("the store closed the stream early")
+                chunk = buf[:n]
+                _write_all(target.fd, chunk, state["pos"])
+                self._count(n)
+                # The hash cursor may re-read earlier parts into a scratch buffer.
+                if target.advance(state["pos"], chunk, _scratch()):
+                    completed = True
+                state["pos"] += n
+        finally:
+            reader.close()
+        return completed
+
+    # ----- packed small files -------------------------------------------------------------------
+    def _run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
+        for attempt_round in (0, 1):
+            try:
+                for attempt in retrying(self.attempts):
+                    with attempt:
+                        self._stream_run(run, members, buf)
+                return
+            except _Corrupt:
+                if attempt_round == 1:
+                    raise
+
+    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
+        assert self._pool is not None
+        key = layout.pack_key(run.pack)
+        reader = self.store.open_range(key, run.start, run.length)
+        pos, end = run.start, run.start + run.length
+        index, fd, hasher = 0, -1, hashlib.sha256()
+        try:
+            while pos < end:
+                if self._pool.cancelled.is_set():
+                    raise _Cancelled()
+                n = reader.readinto(buf[: min(len(buf), end - pos)])
+                if n == 0:
+                    raise TransientError("the store closed the stream early")
+                self._count(n)
+                data = buf[:n]
+                while len(data) and index < len(members):
+                    entry, path = members[index]
+                    if pos < entry.offset:  # a gap: bytes of files this tree doesn't use
+                        skip = min(entry.offset - pos, len(data))
+                        data, pos = data[skip:], pos + skip
+                        continue
+                    if fd < 0:
+                        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                        hasher = hashlib.sha256()
+                    take = min(entry.offset + entry.size - pos, len(data))
+                    _write_all(fd, data[:take])
+                    hasher.update(data[:take])
+                    data, pos = data[take:], pos + take
+                    if pos == entry.offset + entry.size:
+                        digest = hasher.hexdigest()
+                        if digest != entry.sha256:
+                            raise _Corrupt(entry.path or path.name, entry.sha256, digest)
+                        os.fchmod(fd, entry.mode & 0o777)
+                        os.close(fd)
+                        fd, index = -1, index + 1
+                pos += len(data)
+        finally:
+            reader.close()
+            if fd >= 0:
+                os.close(fd)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch() -> memoryview:
+    """A per-thread buffer for re-reading parts that arrived before their turn to be hashed."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None:
+        buf = _SCRATCH.buf = memoryview(bytearray(layout.IO_CHUNK))
+    return buf
+
+
+def missing_error(key: str) -> StoreError:
+    return StoreError(
+        f"{key} is missing from the cache store",
+        hint="the store was pruned or damaged; save the key again",
+    )
