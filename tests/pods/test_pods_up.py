@@ -1,0 +1,159 @@
+"""``pods up``: candidate walk, exact bodies, waiting, health, budget, cleanup on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from fake_runpod import VALIDATORS
+
+from gpuci.pods import ledger
+
+REPO = Path(__file__).resolve().parents[2]
+GPUS = "NVIDIA GeForce RTX 4090,NVIDIA L40S,NVIDIA H100 80GB HBM3"
+UP = dict(gpu_types=GPUS, image="vllm/vllm-openai:v0.6.3", command="vllm serve m",
+          ports="8000/http", ttl="45m", owner="alice")
+
+
+def test_dry_run_prints_exact_valid_bodies_and_sends_nothing(fake, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_", "GPUCI_"))}
+    env.update(RUNPOD_API_KEY=fake.api_key, RUNPOD_API_URL=fake.url, USER="tester")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuci", "pods", "up", "--dry-run", "--json",
+         "--gpu-types", "NVIDIA L40S,NVIDIA GeForce RTX 4090", "--image", "img",
+         "--command", "python -m http.server 8000", "--ttl", "45m", "--budget-usd", "10",
+         "--data-centers", "EU-RO-1,US-KS-2", "--env", "HF_TOKEN=hf_secret_value\nMODE=x"],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads(proc.stdout)["report"]["plan"]
+    assert fake.requests == []  # no API call at all
+    assert plan["gpu_order"] == ["NVIDIA L40S", "NVIDIA L40S", "NVIDIA GeForce RTX 4090",
+                                 "NVIDIA GeForce RTX 4090"]
+    bodies = [r["body"] for r in plan["requests"]]
+    assert [b["dataCenterIds"] for b in bodies] == [["EU-RO-1"], ["US-KS-2"]] * 2
+    for body in bodies:
+        assert list(VALIDATORS["CreatePodRequest"].iter_errors(body)) == []
+        assert body["env"]["GPUCI_EXPIRES_AT"] == plan["expires_at"]
+        assert body["env"]["GPUCI_START_COMMAND"] == "python -m http.server 8000"
+        assert body["args"] == "sh -c 'eval \"$GPUCI_WRAPPER\"'"
+        assert "owner=tester" in body["name"] and f"exp={plan['expires_at']}" in body["name"]
+    assert plan["ttl_s"] == 2700 and plan["budget"]["budget_usd"] == 10
+    assert "hf_secret_value" not in proc.stdout + proc.stderr  # secret-looking env is masked
+
+
+def test_up_walks_candidates_in_order_and_waits_for_running(fake, run, clock, env):
+    fake.forbidden.add("NVIDIA GeForce RTX 4090")  # 403: skip
+    fake.no_capacity.add("NVIDIA L40S")  # 400: next
+    res = run("up", **UP)
+    assert res.code == 0, res.stdout
+    posts = fake.calls("POST", "/v2/pods")
+    assert [(p.body["gpu"]["id"], p.status) for p in posts] == [
+        ("NVIDIA GeForce RTX 4090", 403), ("NVIDIA L40S", 400), ("NVIDIA H100 80GB HBM3", 201)]
+    # catalog order: data centres with stock, most first
+    assert posts[0].body["dataCenterIds"] == ["EU-RO-1", "US-KS-2"]
+    pod_id = res.outputs["pod-id"]
+    assert res.outputs["status"] == "RUNNING" and res.outputs["cost-per-hr"] == "2.99"
+    assert res.outputs["url"] == f"https://{pod_id}-8000.proxy.runpod.net"
+    assert res.outputs["gpu-type"] == "NVIDIA H100 80GB HBM3"
+    assert len(fake.calls("GET", f"/v2/pods/{pod_id}")) == 2  # STARTING, RUNNING
+    assert clock.sleeps == [5.0]
+    ledger = [json.loads(x) for x in Path(env["GPUCI_PODS_LEDGER"]).read_text().splitlines()]
+    assert ledger[0]["podId"] == pod_id and ledger[0]["owner"] == "alice"
+    assert f"| {pod_id} | NVIDIA H100 80GB HBM3 | US-TX-3 | 2.99 | alice |" in res.json[
+        "summary_markdown"
+    ]
+
+
+def test_up_keeps_walking_rounds_with_backoff_until_one_places(fake, run, clock):
+    fake.fail("POST /v2/pods", *[(400, {})] * 4)  # two rounds of two candidates fail
+    res = run("up", **{**UP, "gpu_types": "NVIDIA L40S,NVIDIA GeForce RTX 4090"})
+    assert res.code == 0, res.stdout
+    assert [p.status for p in fake.calls("POST", "/v2/pods")] == [400] * 4 + [201]
+    assert clock.sleeps[:2] == [15.0, 30.0]
+
+
+def test_402_stops_the_walk_at_once(fake, run):
+    fake.balance_low = True
+    res = run("up", **UP)
+    assert res.code == 1 and len(fake.calls("POST", "/v2/pods")) == 1
+    assert "balance" in res.json["headline"]
+
+
+def test_every_candidate_refused_names_the_last_detail(fake, run):
+    fake.no_capacity.update(g for g in GPUS.split(","))
+    res = run("up", **UP, placement_timeout="0")
+    assert res.code == 3 and "no instances available" in res.json["headline"]
+    assert len(fake.calls("POST", "/v2/pods")) == 3
+
+
+def test_a_pod_that_fails_to_start_is_terminated(fake, run):
+    fake.fail_on_start.add("NVIDIA GeForce RTX 4090")
+    res = run("up", **UP)
+    assert res.code == 3 and "ERROR" in res.json["headline"]
+    assert fake.pods == {} and len(fake.calls("DELETE", r"/v2/pods/\w+")) == 1
+
+
+def _health_server(answers: list[int]):
+    hits: list[str] = []
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            hits.append(self.path)
+            code = answers.pop(0) if answers else 200
+            self.send_response(code)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server, hits
+
+
+def test_up_waits_for_the_health_url(fake, run, clock):
+    server, hits = _health_server([503, 503])
+    try:
+        port = server.server_address[1]
+        res = run("up", **UP, health_url=f"http://127.0.0.1:{port}/{{pod_id}}/v1/models")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.code == 0, res.stdout
+    assert hits == [f"/{res.outputs['pod-id']}/v1/models"] * 3
+
+
+def test_health_timeout_terminates_the_pod(fake, run):
+    server, hits = _health_server([503] * 1000)
+    try:
+        port = server.server_address[1]
+        res = run("up", **UP, health_url=f"http://127.0.0.1:{port}/v1/models", timeout="1m")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.code == 3 and "health URL" in res.json["headline"]
+    assert fake.pods == {}
+
+
+def test_budget_skips_what_does_not_fit_and_refuses_when_nothing_does(fake, run, env):
+    ledger.append(env, {"podId": "old-pod", "owner": "alice", "gpu": "NVIDIA L40S"})
+    fake.billed["old-pod"] = 8.0  # alice spent $8 this period on a pod that is gone
+    order = "NVIDIA H100 80GB HBM3,NVIDIA L40S"  # 45m ttl + 15m reap interval = 1 h each
+    first = run("up", **{**UP, "gpu_types": order}, budget_usd="9")
+    assert first.code == 0, first.stdout
+    assert [p.body["gpu"]["id"] for p in fake.calls("POST", "/v2/pods")] == ["NVIDIA L40S"]
+    assert first.result.report["budget_refused"][0]["candidate"].startswith("NVIDIA H100")
+    fake.requests.clear()
+    second = run("up", **{**UP, "gpu_types": order}, budget_usd="9")
+    assert second.code == 1 and "would pass budget $9.00" in second.json["headline"]
+    assert fake.calls("POST", "/v2/pods") == []  # refused before any create
+    bob = run("up", **{**UP, "gpu_types": order, "owner": "bob"}, budget_usd="9")
+    assert bob.code == 0 and bob.outputs["gpu-type"] == "NVIDIA H100 80GB HBM3"  # per owner
