@@ -8,6 +8,7 @@ URL), and terminates its own pod if anything after the create fails or the job i
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -432,30 +433,33 @@ def ls(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
 
 # ----- stop / start -------------------------------------------------------------------------
 def _each(ids: Sequence[str], fn: Callable[[str], str], command: str, rt: Runtime) -> Result:
-    """Apply ``fn`` to every pod id; report all, fail (exit 3) if any failed."""
+    """Apply ``fn`` to every pod id and report all; a failure does not stop the others.
+
+    The exit code is the first failure's (bad input 2, infrastructure 3), so one stuck pod
+    fails the step without hiding what happened to the rest.
+    """
     done: dict[str, str] = {}
-    failed: dict[str, str] = {}
+    failed: dict[str, GpuciError] = {}
     for pod_id in ids:
         try:
             done[pod_id] = fn(pod_id)
             rt.log(f"{pod_id}: {done[pod_id]}")
         except GpuciError as exc:
-            failed[pod_id] = exc.one_line()
+            failed[pod_id] = exc
     result = Result(command=command)
-    result.outputs = {"pod-ids": ",".join(done), "count": len(done)}
-    result.report = {"done": done, "failed": failed}
-    if done:
-        result.summary = [markdown_table(["pod", "result"], [[k, v] for k, v in done.items()])]
     if failed:
         first = next(iter(failed.values()))
-        raise_from = InfraError(
-            f"{len(failed)} of {len(ids)} pod(s) failed; first: {first}",
-            hint="rerun; the command is idempotent",
-        )
-        err = Result.from_error(command, raise_from)
-        err.outputs, err.report, err.summary = result.outputs, result.report, result.summary
-        return err
-    result.headline = f"{len(done)} pod(s): " + ", ".join(f"{k} {v}" for k, v in done.items())
+        prefix = f"{len(failed)} of {len(ids)} pod(s) failed: " if len(ids) > 1 else ""
+        shown = copy.copy(first)
+        shown.message = prefix + first.message
+        result = Result.from_error(command, shown)
+    else:
+        result.headline = f"{len(done)} pod(s): " + ", ".join(f"{k} {v}" for k, v in done.items())
+    result.outputs = {"pod-ids": ",".join(done), "count": len(done)}
+    result.report["done"] = done
+    result.report["failed"] = {k: v.one_line() for k, v in failed.items()}
+    if done:
+        result.summary = [markdown_table(["pod", "result"], [[k, v] for k, v in done.items()])]
     return result
 
 

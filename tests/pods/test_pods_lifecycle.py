@@ -1,0 +1,120 @@
+"""ls, stop, start, down and reap: idempotent, tag-aware, asserted on what the fake received."""
+
+from __future__ import annotations
+
+from fake_runpod import VALIDATORS
+
+from gpuci.pods.clock import iso
+
+UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
+GH = {"GITHUB_RUN_ID": "42", "GITHUB_REPOSITORY": "org/repo", "GITHUB_SERVER_URL": "https://github.com"}
+
+
+def _untagged(fake) -> str:
+    fake.requests.clear()
+    status, _, pod = fake.handle(
+        "POST", "/v2/pods",
+        b'{"name":"someone-elses","image":"img","gpu":{"id":"NVIDIA L40S"}}',
+        f"Bearer {fake.api_key}",
+    )
+    assert status == 201
+    return pod["id"]
+
+
+def test_ls_shows_only_our_pods_unless_all(fake, run, clock):
+    mine = run("up", **UP).outputs["pod-id"]
+    other = _untagged(fake)
+    res = run("ls")
+    assert res.outputs == {"pod-ids": mine, "count": "1"}
+    row = res.json["report"]["pods"][0]
+    assert row["owner"] == "alice" and row["expires_at"] == iso(clock.now() - 5 + 1800)
+    assert set(run("ls", all="true").outputs["pod-ids"].split(",")) == {mine, other}
+    assert run("ls", owner="bob").outputs["count"] == "0"
+
+
+def test_stop_twice_is_fine(fake, run):
+    pod = run("up", **UP).outputs["pod-id"]
+    fake.requests.clear()
+    first, second = run("stop", pod_id=pod), run("stop", pod_id=pod)
+    assert first.code == second.code == 0
+    assert first.result.report["done"] == {pod: "stopped"}
+    assert second.result.report["done"] == {pod: "already stopped"}
+    actions = fake.calls("POST", f"/v2/pods/{pod}/action")
+    assert [(a.body, a.status) for a in actions] == [({"action": "stop"}, 200)] * 1 + [
+        ({"action": "stop"}, 409)]
+    assert fake.pods[pod]["status"] == "EXITED"
+
+
+def test_start_with_ttl_moves_the_expiry_in_name_and_env(fake, run, clock):
+    pod = run("up", **UP).outputs["pod-id"]
+    run("stop", pod_id=pod)
+    clock.advance(3600)  # long past the first expiry
+    refused = run("start", pod_id=pod)
+    assert refused.code == 2 and "expired" in refused.json["headline"]
+    fake.requests.clear()
+    res = run("start", pod_id=pod, ttl="2h")
+    assert res.code == 0, res.stdout
+    patch = fake.calls("PATCH", f"/v2/pods/{pod}")[0]
+    assert list(VALIDATORS["UpdatePodRequest"].iter_errors(patch.body)) == []
+    new_exp = iso(clock.now() + 7200)
+    assert f"exp={new_exp}" in patch.body["name"] and patch.body["env"]["GPUCI_EXPIRES_AT"] == new_exp
+    assert patch.body["env"]["GPUCI_START_COMMAND"] == "serve"  # PATCH replaces env: kept whole
+    assert [a.body for a in fake.calls("POST", f"/v2/pods/{pod}/action")] == [{"action": "start"}]
+    assert fake.pods[pod]["status"] == "STARTING"
+
+
+def test_down_is_idempotent_and_missing_is_success(fake, run):
+    pod = run("up", **UP).outputs["pod-id"]
+    first, second = run("down", pod_id=pod), run("down", pod_id=pod)
+    assert first.code == second.code == 0
+    assert first.result.report["done"] == {pod: "terminated"}
+    assert second.result.report["done"] == {pod: "already gone"}
+    assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod}")] == [204, 404]
+
+
+def test_down_without_ids_ends_every_pod_of_this_run_only(fake, run):
+    ours = [run("up", **UP, extra_env=GH).outputs["pod-id"] for _ in range(2)]
+    theirs = run("up", **UP, extra_env={**GH, "GITHUB_RUN_ID": "43"}).outputs["pod-id"]
+    untagged = _untagged(fake)
+    res = run("down", extra_env=GH)
+    assert res.code == 0 and sorted(res.outputs["pod-ids"].split(",")) == sorted(ours)
+    assert set(fake.pods) == {theirs, untagged}
+    assert run("down", extra_env=GH).json["headline"] == "nothing to terminate"
+
+
+def test_down_outside_ci_needs_an_id(run):
+    res = run("down")
+    assert res.code == 2 and "pod-id" in res.json["headline"]
+
+
+def test_down_reports_a_failed_teardown_and_keeps_going(fake, run):
+    a, b = (run("up", **UP).outputs["pod-id"] for _ in range(2))
+    fake.fail(f"DELETE /v2/pods/{a}", *[(503, {})] * 6)
+    res = run("down", pod_id=f"{a},{b}")
+    assert res.code == 3 and "1 of 2 pod(s) failed" in res.json["headline"]
+    assert res.result.report["done"] == {b: "terminated"} and a in res.result.report["failed"]
+    assert set(fake.pods) == {a}  # b went; a is left for the reaper
+
+
+def test_reap_ends_expired_tagged_pods_once(fake, run, clock):
+    short = run("up", **{**UP, "ttl": "10m"}).outputs["pod-id"]
+    long = run("up", **{**UP, "ttl": "2h"}).outputs["pod-id"]
+    other = _untagged(fake)
+    clock.advance(11 * 60)
+    dry = run("reap", dry_run=True)
+    assert dry.outputs["pod-ids"] == short and short in fake.pods  # dry run removes nothing
+    fake.requests.clear()
+    res = run("reap")
+    assert res.code == 0 and res.outputs["pod-ids"] == short
+    assert [r.path for r in fake.calls("DELETE")] == [f"/v2/pods/{short}"]
+    assert set(fake.pods) == {long, other}
+    again = run("reap")
+    assert again.code == 0 and again.outputs["count"] == "0"
+
+
+def test_reap_grace_and_owner_filter(fake, run, clock):
+    pod = run("up", **{**UP, "ttl": "10m"}).outputs["pod-id"]
+    clock.advance(11 * 60)
+    assert run("reap", grace="5m").outputs["count"] == "0"
+    assert run("reap", owner="bob").outputs["count"] == "0"
+    assert run("reap", owner="alice").outputs["pod-ids"] == pod
