@@ -34,6 +34,12 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
+def gpu_env() -> Callable[..., dict[str, str]]:
+    """``clean_env`` for tests that build their own subprocess."""
+    return clean_env
+
+
+@pytest.fixture
 def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``python -m gpuci gpu-setup ARGS`` the way a CI step would."""
 
