@@ -1,0 +1,215 @@
+"""The ``retry-fetch`` command: inputs in, parallel downloads or a dry-run plan, one Result."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpuci import journal
+from gpuci.errors import ExitCode, GpuciError
+from gpuci.fetch.download import FetchResult, fetch_file, new_client
+from gpuci.fetch.plan import Probe, probe
+from gpuci.fetch.policy import FetchPolicy
+from gpuci.fetch.sources import Job, build_jobs, fetch_checksum, file_name, parse_headers
+from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+
+COMMAND = "retry-fetch"
+
+
+def policy_from(values: dict[str, Any]) -> FetchPolicy:
+    return FetchPolicy(
+        attempts=values["attempts"],
+        timeout=values["timeout"],
+        deadline=values["deadline"],
+        max_wait=values["max-wait"],
+        initial_wait=min(1.0, values["max-wait"]),
+    )
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    """Fetch every URL (``parallel`` at a time); a failure of one fails the step after all ran."""
+    started = time.monotonic()
+    headers = parse_headers(values.get("headers"), rt.mask)
+    policy = policy_from(values)
+    jobs = build_jobs(
+        values["url"], values.get("dest"), values.get("sha256"), values.get("mirrors"), Path.cwd()
+    )
+    workers = max(1, min(values["parallel"], len(jobs)))
+    with new_client(policy, connections=workers) as client:
+        if rt.dry_run:
+            return _plan(jobs, client, headers, policy, workers, rt)
+        with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
+            outcomes = list(pool.map(lambda j: _one(j, client, headers, policy, rt), jobs))
+    done = [o for o in outcomes if isinstance(o, FetchResult)]
+    failed = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if isinstance(o, GpuciError)]
+    result = (
+        Result.from_error(COMMAND, failed[0][1])
+        if failed
+        else Result(
+            command=COMMAND,
+            headline=f"{len(done)} file(s), {human_bytes(sum(r.bytes for r in done))} verified",
+        )
+    )
+    for _job, exc in failed[1:]:
+        result.error(exc.one_line(), exc.title)
+    result.outputs.update(_outputs(done, time.monotonic() - started))
+    result.summary.append(_table(jobs, outcomes))
+    result.report["files"] = [_record(r) for r in done]
+    result.report["failed"] = [{"url": j.url, "error": e.one_line()} for j, e in failed]
+    if done:
+        try:
+            journal.record(COMMAND, {"files": [_record(r) for r in done]}, rt.environ)
+        except OSError as exc:
+            result.warning(f"could not write the job journal: {exc}", "gpu-ci: journal")
+    return result
+
+
+def _one(
+    job: Job, client: httpx.Client, headers: dict[str, str], policy: FetchPolicy, rt: Runtime
+) -> FetchResult | GpuciError:
+    try:
+        if job.sha256_url:
+            job = replace(
+                job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
+            )
+        meter = rt.progress(job.dest.name, None)
+        try:
+            res = fetch_file(
+                job.url,
+                job.dest,
+                job.sha256,
+                policy=policy,
+                headers=headers,
+                mirrors=job.mirrors,
+                client=client,
+                progress=meter,
+            )
+        finally:
+            meter.close()
+        return res
+    except GpuciError as exc:
+        return exc
+
+
+def _outputs(done: list[FetchResult], seconds: float) -> dict[str, Any]:
+    return {
+        "path": "\n".join(str(r.path) for r in done),
+        "sha256": "\n".join(r.sha256 for r in done),
+        "bytes": sum(r.bytes for r in done),
+        "attempts": sum(r.attempts for r in done),
+        "resumed-bytes": sum(r.resumed_bytes for r in done),
+        "seconds": round(seconds, 3),
+    }
+
+
+def _record(r: FetchResult) -> dict[str, Any]:
+    return {
+        "url": r.url,
+        "path": str(r.path),
+        "sha256": r.sha256,
+        "bytes": r.bytes,
+        "attempts": r.attempts,
+        "resumed_bytes": r.resumed_bytes,
+        "skipped": r.skipped,
+    }
+
+
+def _table(jobs: list[Job], outcomes: list[FetchResult | GpuciError]) -> str:
+    rows = []
+    for job, out in zip(jobs, outcomes, strict=True):
+        if isinstance(out, FetchResult):
+            rate = human_bytes(out.bytes / out.seconds) + "/s" if out.seconds > 0 else "-"
+            rows.append(
+                [
+                    str(out.path),
+                    human_bytes(out.bytes),
+                    f"`{out.sha256[:16]}…`",
+                    out.attempts,
+                    human_bytes(out.resumed_bytes),
+                    f"{out.seconds:.2f}",
+                    "already present" if out.skipped else rate,
+                    out.url,
+                ]
+            )
+        else:
+            rows.append([str(job.dest), "-", "-", "-", "-", "-", "FAILED", job.url])
+    headers = ["file", "size", "sha256", "attempts", "resumed", "seconds", "rate", "source"]
+    return "### retry-fetch\n\n" + markdown_table(headers, rows)
+
+
+def _plan(
+    jobs: list[Job],
+    client: httpx.Client,
+    headers: dict[str, str],
+    policy: FetchPolicy,
+    workers: int,
+    rt: Runtime,
+) -> Result:
+    """Dry run: probe every URL (in parallel), write nothing."""
+
+    def one(job: Job) -> Probe:
+        if job.sha256_url:
+            try:
+                job = replace(
+                    job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
+                )
+            except GpuciError as exc:
+                return Probe(job, None, None, False, "fail", exc.one_line())
+        return probe(client, job, headers, policy)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="probe") as pool:
+        probes = list(pool.map(one, jobs))
+    bad = [p for p in probes if not p.ok]
+    total = sum(p.size or 0 for p in probes)
+    result = Result(
+        command=COMMAND,
+        headline=f"dry run: would fetch {len(jobs)} file(s), {human_bytes(total)}",
+    )
+    if bad:
+        result.exit_code = ExitCode.INFRA
+        result.headline = f"dry run: {len(bad)} of {len(jobs)} URL(s) would fail"
+        for p in bad:
+            result.error(f"{p.job.url}: {p.error}", "gpu-ci: download would fail")
+    rows = [
+        [
+            p.job.url,
+            p.status if p.status is not None else "-",
+            human_bytes(p.size) if p.size is not None else "unknown",
+            p.resumable,
+            p.job.sha256[:16] + "…" if p.job.sha256 else "-",
+            p.error or p.action,
+        ]
+        for p in probes
+    ]
+    result.summary.append(
+        "### retry-fetch (dry run)\n\n"
+        + markdown_table(["url", "status", "size", "resumable", "sha256", "would"], rows)
+    )
+    result.outputs.update(
+        {
+            "path": "\n".join(str(p.job.dest) for p in probes),
+            "sha256": "\n".join(p.job.sha256 or "" for p in probes),
+            "bytes": total,
+            "attempts": 0,
+            "resumed-bytes": 0,
+            "seconds": 0,
+        }
+    )
+    result.report["plan"] = [
+        {
+            "url": p.job.url,
+            "dest": str(p.job.dest),
+            "status": p.status,
+            "size": p.size,
+            "resumable": p.resumable,
+            "would": p.action,
+            "error": p.error,
+        }
+        for p in probes
+    ]
+    return result

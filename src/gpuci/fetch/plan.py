@@ -1,0 +1,75 @@
+"""Dry run: ask each URL what it would send, write nothing.
+
+A HEAD per URL (falling back to a one-byte ranged GET when HEAD is refused) tells us the size,
+whether the server resumes (``Accept-Ranges`` or a 206), and whether earlier partial bytes on
+disk would be kept. That is what a laptop can check before a GPU job pays for the download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from gpuci.fetch.download import (
+    INCOMPLETE,
+    META,
+    describe,
+    file_sha256,
+    parse_content_range,
+    strong_validator,
+)
+from gpuci.fetch.policy import FetchPolicy
+from gpuci.fetch.sources import Job
+
+
+@dataclass(frozen=True)
+class Probe:
+    job: Job
+    status: int | None
+    size: int | None
+    resumable: bool
+    action: str  # what a real run would do, in words
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: FetchPolicy) -> Probe:
+    """HEAD the URL (or a ``bytes=0-0`` GET) and say what a real run would write."""
+    if job.sha256 and job.dest.is_file() and file_sha256(job.dest)[0].hexdigest() == job.sha256:
+        return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
+    base = {**headers, "Accept-Encoding": "identity"}
+    try:
+        resp = client.head(job.url, headers=base, timeout=policy.timeout)
+        if resp.status_code != 200 or _length(resp) is None:  # HEAD refused (or signed for GET)
+            ranged = {**base, "Range": "bytes=0-0"}
+            resp = client.get(job.url, headers=ranged, timeout=policy.timeout)
+    except httpx.HTTPError as exc:
+        return Probe(job, None, None, False, "fail", describe(exc))
+    status = resp.status_code
+    if status not in (200, 206):
+        return Probe(job, status, None, False, "fail", f"HTTP {status} {resp.reason_phrase}")
+    span = parse_content_range(resp.headers.get("Content-Range"))
+    size = span[2] if status == 206 and span else _length(resp)
+    resumable = status == 206 or resp.headers.get("Accept-Ranges", "").lower() == "bytes"
+    resumable = resumable and strong_validator(resp.headers) is not None
+    partial = job.dest.with_name(job.dest.name + INCOMPLETE)
+    has_meta = job.dest.with_name(job.dest.name + META).is_file()
+    if partial.is_file() and partial.stat().st_size and has_meta and resumable:
+        action = f"resume from byte {partial.stat().st_size} into {partial}"
+    else:
+        action = f"write {partial}, verify, rename"
+    action += f" -> {job.dest}"
+    if job.dest.exists():
+        action += " (replacing the existing file)"
+    return Probe(job, status, size, resumable, action)
+
+
+def _length(resp: httpx.Response) -> int | None:
+    try:
+        return int(resp.headers["Content-Length"])
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,100 @@
+"""The retry policy, declared once: what is retried, how long we wait, when we give up.
+
+Only failures that a later attempt can cure are retried: transport errors (connect, read,
+``RemoteProtocolError`` when a server closes mid-body, timeouts) and the statuses 408, 429, 500,
+502, 503 and 504. Every other 4xx means the request itself is wrong, so it fails at once.
+Waits are full-jitter exponential backoff capped by ``max_wait``; a ``Retry-After`` (seconds or
+HTTP date) replaces the backoff but is capped too, so a server cannot park a GPU job for an hour.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from dataclasses import dataclass
+
+import httpx
+import tenacity
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+# LocalProtocolError and UnsupportedProtocol are our own mistakes: retrying cannot help.
+RETRY_TRANSPORT: tuple[type[BaseException], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+    httpx.ProxyError,
+)
+
+
+class RetryableError(Exception):
+    """A failure a later attempt may cure; ``retry_after`` is the server's wish, in seconds."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RetryableStatus(RetryableError):
+    def __init__(self, status: int, url: str, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}", retry_after)
+        self.url = url
+        self.status = status
+
+
+class ShortBody(RetryableError):
+    """The connection ended cleanly but with fewer bytes than announced."""
+
+
+class RangeMismatch(RetryableError):
+    """A 206 for other bytes than we asked for, or a validator that changed: start over."""
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds from now; both forms (``120`` and an HTTP date) are valid."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """How hard to try. Times are seconds; ``deadline`` bounds the whole download, waits included.
+
+    ``timeout`` bounds each connect and each read (a stalled server), not a whole attempt: a
+    10 GB file may legitimately take longer than any sensible per-request timeout.
+    """
+
+    attempts: int = 5
+    timeout: float = 60.0
+    deadline: float = 1800.0
+    max_wait: float = 60.0
+    initial_wait: float = 1.0
+
+    def wait_seconds(self, retry_state: tenacity.RetryCallState) -> float:
+        """Retry-After when the server gave one, else full-jitter exponential backoff."""
+        exc = retry_state.outcome.exception() if retry_state.outcome else None
+        if isinstance(exc, RetryableError) and exc.retry_after is not None:
+            return min(exc.retry_after, self.max_wait)
+        backoff = tenacity.wait_random_exponential(multiplier=self.initial_wait, max=self.max_wait)
+        return backoff(retry_state)
+
+    def retrying(self, started: float | None = None) -> tenacity.Retrying:
+        """A fresh tenacity controller; ``started`` shares one deadline across mirrors."""
+        remaining = self.deadline - (time.monotonic() - started if started is not None else 0.0)
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type((*RETRY_TRANSPORT, RetryableError)),
+            stop=tenacity.stop_after_attempt(self.attempts)
+            | tenacity.stop_before_delay(max(0.0, remaining)),
+            wait=self.wait_seconds,
+            reraise=True,
+        )

@@ -1,0 +1,207 @@
+"""From inputs to a list of downloads: URL lines, ``url sha256 dest`` files, checksums, mirrors.
+
+Each ``url`` line is ``URL [SHA256|-] [DEST]``; a line ``@FILE`` reads such lines from FILE.
+``sha256`` is a hex digest (one URL) or the URL of a ``.sha256`` / ``SHA256SUMS`` file, matched
+by file name. A mirror ending in ``/`` is a base that the file name is appended to; any other
+mirror is a full URL and only makes sense for a single file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from gpuci.errors import FetchError, InputError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from gpuci.fetch.policy import FetchPolicy
+
+_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+@dataclass(frozen=True)
+class Job:
+    url: str
+    dest: Path
+    sha256: str | None = None
+    sha256_url: str | None = None
+    mirrors: tuple[str, ...] = field(default_factory=tuple)
+
+
+def is_url(text: str) -> bool:
+    return urlsplit(text).scheme in ("http", "https")
+
+
+def file_name(url: str) -> str:
+    return PurePosixPath(unquote(urlsplit(url).path)).name
+
+
+def parse_headers(lines: Sequence[str] | None, mask: Callable[[str], None]) -> dict[str, str]:
+    """``Name: value`` lines; each value is masked before anything can print it."""
+    headers: dict[str, str] = {}
+    for line in lines or ():
+        name, sep, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        mask(value)
+        if not sep or not _HEADER_NAME.match(name):
+            raise InputError(
+                "input 'headers' has a line that is not 'Name: value'",
+                hint="write one header per line, e.g. 'Authorization: Bearer $TOKEN'",
+            )
+        headers[name] = value
+    return headers
+
+
+def _digest(text: str, where: str) -> str | None:
+    if text in ("", "-"):
+        return None
+    if not _HEX.match(text):
+        raise InputError(
+            f"{where}: '{text[:80]}' is not a sha256 (64 hex digits)",
+            hint="give the 64-hex-digit digest, '-' for none, or a .sha256 URL",
+        )
+    return text.lower()
+
+
+def _lines(raw: Sequence[str], base: Path) -> list[tuple[list[str], str]]:
+    """Expand ``@FILE`` entries; returns (fields, where) pairs for messages."""
+    out: list[tuple[list[str], str]] = []
+    for number, line in enumerate(raw, 1):
+        if line.startswith("@"):
+            path = (base / line[1:].strip()).expanduser()
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise InputError(
+                    f"cannot read the url list {path}: {exc.strerror or exc}",
+                    hint="check the path after '@' (relative to the working directory)",
+                ) from None
+            for inner, item in enumerate(text.splitlines(), 1):
+                item = item.strip()
+                if item and not item.startswith("#"):
+                    out.append((item.split(), f"{path}:{inner}"))
+        else:
+            out.append((line.split(), f"url line {number}"))
+    return out
+
+
+def build_jobs(
+    urls: Sequence[str],
+    dest: str | None,
+    sha256: str | None,
+    mirrors: Sequence[str] | None,
+    cwd: Path,
+) -> list[Job]:
+    """Validate every input up front, so a typo fails before any byte moves."""
+    entries = _lines(urls, cwd)
+    if not entries:
+        raise InputError("input 'url' names no URL", hint="pass --url URL (one per line)")
+    single = len(entries) == 1
+    dest_path = Path(dest).expanduser() if dest else None
+    if dest_path is not None and not dest_path.is_absolute():
+        dest_path = cwd / dest_path
+    as_folder = not single or bool(dest and (dest.endswith("/") or Path(dest_path).is_dir()))
+    folder = dest_path if as_folder else None
+    sha_url = sha256 if sha256 and is_url(sha256) else None
+    sha_hex = _digest(sha256.strip(), "input 'sha256'") if sha256 and not sha_url else None
+    if sha_hex and not single:
+        raise InputError(
+            "input 'sha256' is one digest but 'url' names several files",
+            hint="put 'url sha256 dest' on each url line, or pass a SHA256SUMS URL",
+        )
+    full_mirrors = [m for m in mirrors or () if not m.endswith("/")]
+    if full_mirrors and not single:
+        raise InputError(
+            f"mirror '{full_mirrors[0]}' is a full URL but 'url' names several files",
+            hint="give mirrors as base URLs ending in '/', the file name is appended",
+        )
+    for mirror in mirrors or ():
+        if not is_url(mirror):
+            raise InputError(f"mirror '{mirror}' is not an http(s) URL", hint="fix the mirrors")
+    jobs: list[Job] = []
+    for fields, where in entries:
+        if len(fields) > 3 or not is_url(fields[0]):
+            raise InputError(
+                f"{where}: expected 'URL [SHA256|-] [DEST]' with an http(s) URL, got "
+                f"'{' '.join(fields)[:120]}'",
+                hint="one download per line: the URL, optionally its sha256 and destination",
+            )
+        url = fields[0]
+        digest = _digest(fields[1], where) if len(fields) > 1 else sha_hex
+        name = file_name(url)
+        if len(fields) > 2:
+            target = Path(fields[2]).expanduser()
+            target = target if target.is_absolute() else (folder or cwd) / target
+        elif single and dest_path is not None and folder is None:
+            target = dest_path
+        elif name:
+            target = (folder or cwd) / name
+        else:
+            raise InputError(
+                f"{where}: cannot name a file after '{url}' (no file name in its path)",
+                hint="give a destination: the dest input, or a third field on the url line",
+            )
+        job_mirrors = tuple(m + name if m.endswith("/") else m for m in mirrors or ())
+        jobs.append(Job(url, target, digest, None if digest else sha_url, job_mirrors))
+    seen: dict[Path, str] = {}
+    for job in jobs:
+        if job.dest in seen:
+            raise InputError(
+                f"'{seen[job.dest]}' and '{job.url}' would both be written to {job.dest}",
+                hint="give each URL its own destination",
+            )
+        seen[job.dest] = job.url
+    return jobs
+
+
+def parse_checksums(text: str, name: str, where: str) -> str:
+    """``HEX``, ``HEX  name`` or ``HEX *name`` lines (sha256sum output): the digest for name."""
+    entries: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        parts = line.strip().split(None, 1)
+        if parts and _HEX.match(parts[0]):
+            entries.append(
+                (parts[0].lower(), parts[1].lstrip("*").strip() if len(parts) > 1 else "")
+            )
+    if len(entries) == 1 and entries[0][1] in ("", name):
+        return entries[0][0]
+    for digest, entry_name in entries:
+        if entry_name == name or PurePosixPath(entry_name).name == name:
+            return digest
+    raise InputError(
+        f"{where} has no sha256 for '{name}'",
+        hint="point sha256 at a checksum file that lists this file, or give the digest",
+    )
+
+
+def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolicy) -> str:
+    """Fetch a small checksum file with the same retry policy as the downloads."""
+    import httpx
+
+    from gpuci.fetch.policy import RetryableStatus, parse_retry_after
+
+    try:
+        for attempt in policy.retrying():
+            with attempt:
+                resp = client.get(url, timeout=policy.timeout)
+                if resp.status_code in (408, 429, 500, 502, 503, 504):
+                    after = parse_retry_after(resp.headers.get("Retry-After"))
+                    raise RetryableStatus(resp.status_code, url, after)
+    except (httpx.HTTPError, RetryableStatus) as exc:
+        raise FetchError(
+            f"cannot fetch the checksum file {url}: {exc}",
+            hint="check the sha256 URL, or give the digest itself",
+        ) from exc
+    if resp.status_code != 200:
+        raise FetchError(
+            f"HTTP {resp.status_code} for the checksum file {url}",
+            hint="check the sha256 URL, or give the digest itself",
+        )
+    return parse_checksums(resp.text[:1_000_000], name, url)

@@ -1,0 +1,302 @@
+"""A real HTTP/1.1 server on 127.0.0.1 that misbehaves on command, for retry-fetch tests.
+
+Each path serves a file (bytes in memory or a file on disk, via ``sendfile``) and holds a queue
+of :class:`Fault` entries: every GET takes the next one, so a test scripts "drop after 1000 bytes,
+then answer 503, then behave". The server counts the body bytes it really sent and logs each
+request's Range headers, which is what the tests assert on. Also used by scripts/bench_fetch.py.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip
+import hashlib
+import os
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+@dataclass
+class Fault:
+    """What to do wrong on one request; the defaults mean "behave"."""
+
+    status: int | None = None  # answer this status with an empty body instead of the file
+    retry_after: str | None = None  # Retry-After header value for that status
+    drop_after: int | None = None  # close the connection after this many body bytes
+    stall: float | None = None  # pause this long (after drop_after/stall_after bytes)
+    stall_after: int = 0
+    ignore_range: bool = False  # answer 200 with the whole file even to a Range request
+    ignore_if_range: bool = False  # honour Range even when If-Range no longer matches
+    etag: str | None = None  # change the file's ETag from now on (the file "changed")
+    corrupt: bool = False  # flip the first byte sent (a wrong checksum)
+    redirect_to: str | None = None  # 302 to this path
+    gzip: bool = False  # Content-Encoding: gzip the whole body
+    bad_content_range: bool = False  # a 206 whose Content-Range starts elsewhere
+
+
+@dataclass
+class Entry:
+    data: bytes | None = None
+    file: Path | None = None
+    etag: str | None = '"v1"'
+    last_modified: str | None = None
+    accept_ranges: bool = True
+    faults: deque[Fault] = field(default_factory=deque)
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else os.path.getsize(self.file or "")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    range: str | None
+    if_range: str | None
+    status: int = 0
+    body_bytes: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FaultyServer:
+    """Start with ``with FaultyServer() as srv:``; ``srv.url("/f")`` names a path."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.requests: list[Request] = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    # ----- setup ---------------------------------------------------------------------------
+    def add(self, path: str, data: bytes | None = None, file: Path | None = None, **kw) -> Entry:
+        entry = Entry(data=data, file=file, **kw)
+        self.entries[path] = entry
+        return entry
+
+    def faults(self, path: str, *faults: Fault) -> None:
+        self.entries[path].faults.extend(faults)
+
+    def url(self, path: str) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}{path}"
+
+    # ----- what happened ---------------------------------------------------------------------
+    def served(self, path: str | None = None) -> int:
+        """Body bytes actually written to sockets (for ``path``, or in all)."""
+        with self.lock:
+            return sum(r.body_bytes for r in self.requests if path in (None, r.path))
+
+    def gets(self, path: str | None = None) -> list[Request]:
+        with self.lock:
+            return [r for r in self.requests if r.method == "GET" and path in (None, r.path)]
+
+    # ----- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> FaultyServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """``bytes=a-`` / ``bytes=a-b`` -> (start, end inclusive); None when absent or unsupported."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, _, last = header[6:].partition("-")
+    if not first:
+        return None  # suffix ranges are not needed here
+    start = int(first)
+    end = int(last) if last else size - 1
+    return start, min(end, size - 1)
+
+
+def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet tests
+            pass
+
+        def do_HEAD(self) -> None:
+            self._serve(head=True)
+
+        def do_GET(self) -> None:
+            self._serve(head=False)
+
+        def _serve(self, head: bool) -> None:
+            path = self.path.split("?")[0]
+            req = Request(
+                self.command,
+                path,
+                self.headers.get("Range"),
+                self.headers.get("If-Range"),
+                headers=dict(self.headers.items()),
+            )
+            with server.lock:
+                server.requests.append(req)
+            entry = server.entries.get(path)
+            if entry is None:
+                return self._empty(req, 404)
+            fault = Fault()
+            if not head and entry.faults:
+                with server.lock:
+                    fault = entry.faults.popleft()
+            if fault.etag is not None:
+                entry.etag = fault.etag
+            if fault.redirect_to:
+                return self._empty(req, 302, {"Location": fault.redirect_to})
+            if fault.status:
+                extra = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                return self._empty(req, fault.status, extra)
+            self._body(req, entry, fault, head)
+
+        def _empty(self, req: Request, status: int, headers: dict[str, str] | None = None) -> None:
+            req.status = status
+            self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _body(self, req: Request, entry: Entry, fault: Fault, head: bool) -> None:
+            size = entry.size
+            wanted = None if (fault.ignore_range or not entry.accept_ranges) else req.range
+            rng = _parse_range(wanted, size)
+            stale = req.if_range is not None and req.if_range not in (
+                entry.etag,
+                entry.last_modified,
+            )
+            if rng and stale and not fault.ignore_if_range:
+                rng = None  # the validator is stale: RFC 9110 says send the whole file
+            if rng and rng[0] >= size:
+                req.status = 416
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            start, end = rng if rng else (0, size - 1)
+            status = 206 if rng else 200
+            payload: bytes | None = None
+            if fault.gzip:
+                payload = gzip.compress(self._read(entry, 0, size), mtime=0)
+                start, end, status = 0, len(payload) - 1, 200
+            req.status = status
+            self.send_response(status)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(end - start + 1))
+            if entry.accept_ranges:
+                self.send_header("Accept-Ranges", "bytes")
+            if entry.etag:
+                self.send_header("ETag", entry.etag)
+            if entry.last_modified:
+                self.send_header("Last-Modified", entry.last_modified)
+            if fault.gzip:
+                self.send_header("Content-Encoding", "gzip")
+            if status == 206:
+                shown = start + 1 if fault.bad_content_range else start
+                self.send_header("Content-Range", f"bytes {shown}-{end}/{size}")
+            self.end_headers()
+            if head:
+                return
+            limit = end - start + 1
+            if fault.drop_after is not None:
+                limit = min(limit, fault.drop_after)
+            self._send(req, entry, payload, start, limit, fault)
+            if fault.drop_after is not None and limit < end - start + 1:
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+
+        @staticmethod
+        def _read(entry: Entry, start: int, count: int) -> bytes:
+            if entry.data is not None:
+                return entry.data[start : start + count]
+            with open(entry.file or "", "rb") as handle:
+                handle.seek(start)
+                return handle.read(count)
+
+        def _send(
+            self,
+            req: Request,
+            entry: Entry,
+            payload: bytes | None,
+            start: int,
+            count: int,
+            fault: Fault,
+        ) -> None:
+            if fault.stall is not None:
+                first = min(count, fault.stall_after)
+                self._send_span(req, entry, payload, start, first, fault.corrupt)
+                self.wfile.flush()
+                server.stop.wait(fault.stall)
+                start, count = start + first, count - first
+                fault = Fault()
+            self._send_span(req, entry, payload, start, count, fault.corrupt)
+
+        def _send_span(
+            self,
+            req: Request,
+            entry: Entry,
+            payload: bytes | None,
+            start: int,
+            count: int,
+            corrupt: bool,
+        ) -> None:
+            if count <= 0:
+                return
+            try:
+                if payload is None and entry.file is not None and not corrupt:
+                    self.wfile.flush()
+                    with open(entry.file, "rb") as handle:
+                        sent = 0
+                        while sent < count:
+                            n = os.sendfile(
+                                self.connection.fileno(),
+                                handle.fileno(),
+                                start + sent,
+                                count - sent,
+                            )
+                            if n == 0:
+                                break
+                            sent += n
+                            with server.lock:
+                                req.body_bytes += n
+                    return
+                data = payload if payload is not None else self._read(entry, start, count)
+                data = data[start : start + count] if payload is not None else data
+                if corrupt:
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                view = memoryview(data)
+                for pos in range(0, len(view), 1 << 16):
+                    chunk = view[pos : pos + (1 << 16)]
+                    self.wfile.write(chunk)
+                    with server.lock:
+                        req.body_bytes += len(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+    return Handler
+
+
+def http_date(seconds_from_now: float) -> str:
+    return email.utils.formatdate(time.time() + seconds_from_now, usegmt=True)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
