@@ -1,0 +1,137 @@
+"""A small fake of the GitHub REST API (issue comments) on 127.0.0.1, for the report tests.
+
+It serves under ``/api/v3`` as GitHub Enterprise Server does, so a client that drops the base
+path fails here. Pages hold at most ``page_size`` comments and link the next page with an
+absolute ``Link`` header, as GitHub does; it checks the bearer token and can be told to fail.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+PREFIX = "/api/v3"
+_LIST = re.compile(rf"^{PREFIX}/repos/([^/]+/[^/]+)/issues/(\d+)/comments$")
+_ONE = re.compile(rf"^{PREFIX}/repos/([^/]+/[^/]+)/issues/comments/(\d+)$")
+
+
+@dataclass
+class State:
+    token: str
+    page_size: int = 2
+    comments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "repo#n" -> list
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    fail_next: list[int] = field(default_factory=list)  # status codes to answer, in order
+    next_id: int = 1000
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, repo: str, number: int, body: str, user: str = "someone") -> dict[str, Any]:
+        with self.lock:
+            self.next_id += 1
+            comment = {
+                "id": self.next_id,
+                "body": body,
+                "user": {"login": user},
+                "html_url": f"https://github.example/{repo}/pull/{number}#issuecomment-{self.next_id}",
+            }
+            self.comments.setdefault(f"{repo}#{number}", []).append(comment)
+            return comment
+
+
+class FakeGitHub:
+    def __init__(self, token: str = "ghs_faketoken123456") -> None:
+        self.state = State(token=token)
+        state = self.state
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+            def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict[str, Any]:
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"{}")
+
+            def _handle(self, method: str) -> None:
+                url = urlparse(self.path)
+                state.requests.append((method, self.path))
+                if state.fail_next:
+                    code = state.fail_next.pop(0)
+                    self._reply(code, {"message": f"forced {code}"})
+                    return
+                if self.headers.get("Authorization") != f"Bearer {state.token}":
+                    self._reply(401, {"message": "Bad credentials"})
+                    return
+                if self.headers.get("X-GitHub-Api-Version") is None:
+                    self._reply(400, {"message": "missing X-GitHub-Api-Version"})
+                    return
+                if m := _LIST.match(url.path):
+                    key = f"{m.group(1)}#{m.group(2)}"
+                    if method == "GET":
+                        self._list(key, parse_qs(url.query))
+                    elif method == "POST":
+                        body = self._body()
+                        self._reply(
+                            201, state.add(m.group(1), int(m.group(2)), body["body"], "bot")
+                        )
+                    else:
+                        self._reply(405, {"message": "method"})
+                    return
+                if (m := _ONE.match(url.path)) and method == "PATCH":
+                    body = self._body()
+                    for comment in (c for lst in state.comments.values() for c in lst):
+                        if comment["id"] == int(m.group(2)):
+                            comment["body"] = body["body"]
+                            self._reply(200, comment)
+                            return
+                self._reply(404, {"message": "Not Found"})
+
+            def _list(self, key: str, query: dict[str, list[str]]) -> None:
+                items = state.comments.get(key, [])
+                size = min(int(query.get("per_page", ["30"])[0]), state.page_size)
+                page = int(query.get("page", ["1"])[0])
+                chunk = items[(page - 1) * size : page * size]
+                headers = {}
+                if page * size < len(items):
+                    host = f"http://127.0.0.1:{self.server.server_address[1]}"
+                    path = urlparse(self.path).path
+                    headers["Link"] = f'<{host}{path}?per_page={size}&page={page + 1}>; rel="next"'
+                self._reply(200, chunk, headers)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_PATCH(self) -> None:
+                self._handle("PATCH")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{PREFIX}"
+
+    def __enter__(self) -> FakeGitHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,138 @@
+"""The sticky PR comment against a fake GitHub REST API on 127.0.0.1: created once, then updated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import clean_env, run_cli
+from fakegithub import FakeGitHub
+from gpuci import journal
+
+REPO = "acme/models"
+MARKER = "<!-- gpuci-report:training -->"
+
+
+@pytest.fixture
+def github():
+    with FakeGitHub() as fake:
+        yield fake
+
+
+def pr_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 7}}))
+    (tmp_path / "out").write_text("")
+    (tmp_path / "summary").write_text("")
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_OUTPUT": str(tmp_path / "out"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_API_URL": fake.api_url,
+        "GITHUB_TOKEN": fake.state.token,
+        "GITHUB_SHA": "c" * 40,
+        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+    }
+    return clean_env(**{**env, **extra})
+
+
+def gate(tmp_path: Path, env: dict[str, str], accuracy: float, *extra: str):
+    metrics = tmp_path / "m.json"
+    metrics.write_text(json.dumps({"eval": {"accuracy": accuracy, "loss": 0.3}}))
+    baseline = tmp_path / "base.json"
+    baseline.write_text(json.dumps({"eval": {"accuracy": 0.93, "loss": 0.31}}))
+    model = tmp_path / "model.npz"
+    model.write_bytes(b"m" * 100)
+    return run_cli(
+        "gate", "--metrics", str(metrics), "--min", "eval.accuracy=0.92",
+        "--baseline", str(baseline), "--max-regression", "accuracy=0.01",
+        "--artifacts", str(model), "--output-dir", str(tmp_path / "o"), *extra, env=env,
+    )  # fmt: skip
+
+
+def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github):
+    # Others' comments fill more than one page, so finding ours needs the Link header.
+    for i in range(5):
+        github.state.add(REPO, 7, f"looks good {i}")
+    env = pr_env(tmp_path, github)
+    journal.record("gpu-setup", {"gpus": [{}, {}], "time": 0}, env)  # 2 GPUs
+
+    first = gate(tmp_path, env, 0.95, "--comment")
+    assert first.returncode == 0, first.stdout + first.stderr
+    ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
+    assert len(ours) == 1
+    body = ours[0]["body"]
+    assert body.startswith(MARKER)
+    assert "✅ Model gate passed" in body
+    assert "| `eval.accuracy` | 0.95 | eval.accuracy >= 0.92 | 0.93 | +0.02 | ✅ pass |" in body
+    assert "All metrics vs baseline: 2" in body and "| `eval.loss` | 0.3 | 0.31 | -0.01 |" in body
+    record = json.loads((tmp_path / "o" / "provenance.json").read_text())
+    assert f"**Provenance:** `{record['statement_digest']}`" in body
+    assert "GPU-minutes (2 GPU(s) x" in body
+    assert "commit `cccccccccccc`" in body
+    outputs = (tmp_path / "out").read_text()
+    assert "created" in outputs and "issuecomment-" in outputs
+    # masked the moment it was read, and printed nowhere else
+    lines = (first.stdout + first.stderr).splitlines()
+    assert lines[0] == f"::add-mask::{github.state.token}"
+    assert not [ln for ln in lines[1:] if github.state.token in ln]
+
+    second = gate(tmp_path, env, 0.90, "--comment")
+    assert second.returncode == 1  # the gate fails, and the comment still says so
+    ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
+    assert len(ours) == 1, "a second run must update, not add"
+    assert "❌ Model gate failed" in ours[0]["body"] and "FAIL: below 0.92" in ours[0]["body"]
+    assert len(github.state.comments[f"{REPO}#7"]) == 6
+    methods = [m for m, _ in github.state.requests]
+    assert methods.count("POST") == 1 and methods.count("PATCH") == 1
+    # every request went through the GHES-style base path
+    assert all(path.startswith("/api/v3/repos/acme/models/") for _, path in github.state.requests)
+
+
+def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
+    env = pr_env(tmp_path, github)
+    assert gate(tmp_path, env, 0.95).returncode == 0  # no --comment: nothing posted
+    assert github.state.requests == []
+    github.state.fail_next = [502]  # one transient failure, retried
+    proc = run_cli("report", "--comment", "--gpu-minutes", "12.5", env=env)
+    assert proc.returncode == 0, proc.stdout
+    comment = github.state.comments[f"{REPO}#7"][0]
+    assert "12.5 GPU-minutes (as given)" in comment["body"]
+    assert [m for m, _ in github.state.requests] == ["GET", "GET", "POST"]
+    assert "Model gate passed" in (tmp_path / "summary").read_text()
+
+
+def test_skips_without_token_or_outside_a_pull_request(tmp_path, github):
+    env = pr_env(tmp_path, github)
+    del env["GITHUB_TOKEN"]
+    proc = run_cli("report", "--comment", env=env)
+    assert proc.returncode == 0
+    assert "PR comment skipped: no token" in proc.stdout
+    env = pr_env(tmp_path, github, GITHUB_EVENT_NAME="push")
+    (tmp_path / "event.json").write_text(json.dumps({"ref": "refs/heads/main"}))
+    proc = run_cli("report", "--comment", env=env)
+    assert proc.returncode == 0 and "PR comment skipped: not a pull request" in proc.stdout
+    assert github.state.requests == []
+
+
+def test_rejected_token_is_bad_input_and_forbidden_is_a_warning(tmp_path, github):
+    env = pr_env(tmp_path, github, GITHUB_TOKEN="ghs_wrongtoken")
+    proc = run_cli("report", "--comment", env=env)
+    assert proc.returncode == 2
+    assert "GitHub rejected the token" in proc.stdout
+    shown = [ln for ln in proc.stdout.splitlines() if not ln.startswith("::add-mask::")]
+    assert "ghs_wrongtoken" not in "\n".join(shown)
+    env = pr_env(tmp_path, github)
+    github.state.fail_next = [403]
+    proc = run_cli("report", "--comment", env=env)
+    assert proc.returncode == 0
+    assert "::warning" in proc.stdout and "fork PRs get a read-only token" in proc.stdout
+
+
+def test_unreachable_api_is_infra_error(tmp_path, github):
+    env = pr_env(tmp_path, github, GITHUB_API_URL="http://127.0.0.1:9/api/v3")
+    proc = run_cli("report", "--comment", env=env)
+    assert proc.returncode == 3 and "cannot reach the GitHub API" in proc.stdout
