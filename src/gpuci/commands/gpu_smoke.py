@@ -46,6 +46,6 @@ COMMAND = Command(
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),
-    target=None,
+    target="gpuci.gpu.smoke:run",
     actions=("actions/gpu-smoke",),
 )

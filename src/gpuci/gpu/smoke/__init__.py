@@ -1,0 +1,485 @@
+"""``gpu-smoke``: catch a bad GPU node in seconds, before the expensive job starts.
+
+The run: read NVML (health before), listen for XIDs, drive a load through torch or cupy
+(context, GEMM, device bandwidth, host-device bandwidth with the PCIe link read under load,
+memory patterns, NCCL), optionally ``dcgmi diag``, read NVML again (health after). Every check
+ends pass, fail or skip-with-reason inside one time budget. Nothing here imports boto3,
+tenacity or httpx, so it runs on a plain GPU image.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from gpuci.errors import ExitCode, InputError, NvmlUnavailable
+from gpuci.gpu.nvml import GpuInfo, NvmlSession, Snapshot, open_nvml
+from gpuci.gpu.smoke import dcgm, load
+from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
+from gpuci.gpu.smoke.checks import (
+    CHECK_NAMES,
+    LOAD_CHECKS,
+    Budget,
+    CheckError,
+    Context,
+    Outcome,
+    Planned,
+    run_check,
+)
+from gpuci.gpu.smoke.health import LoadSampler, XidListener, judge
+from gpuci.gpu.smoke.load import Rates, Sizes, Target
+from gpuci.gpu.smoke.models import minimums
+from gpuci.gpu.smoke.report import SCHEMA, report_path, summary_tables, write_json_atomic
+from gpuci.runtime import Result, Runtime
+
+COMMAND = "gpu-smoke"
+
+NO_GPU_HINT = (
+    "run gpu-smoke on a GPU runner (containers need the NVIDIA container toolkit, e.g. "
+    "--gpus all); use --dry-run to plan without one"
+)
+
+
+def selected_checks(values: dict[str, Any]) -> list[str]:
+    """The ``checks`` input, validated; empty means all. ``dcgm`` joins when a level is set."""
+    asked = [c.strip().lower() for c in values.get("checks") or []]
+    unknown = [c for c in asked if c not in CHECK_NAMES]
+    if unknown:
+        raise InputError(
+            f"unknown check(s) in checks: {', '.join(unknown)}",
+            hint="use any of: " + ", ".join(CHECK_NAMES),
+        )
+    chosen = [c for c in CHECK_NAMES if c in asked] if asked else list(CHECK_NAMES)
+    if int(values.get("dcgm-level") or 0) == 0 and "dcgm" in chosen:
+        chosen.remove("dcgm")
+        if "dcgm" in asked:
+            raise InputError(
+                "checks lists dcgm but dcgm-level is 0", hint="set dcgm-level to 1 or 2"
+            )
+    return chosen
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    """The command entry point (registry target ``gpuci.gpu.smoke:run``)."""
+    return smoke(values, rt)
+
+
+def smoke(
+    values: dict[str, Any],
+    rt: Runtime,
+    *,
+    nvml: Any = None,
+    backend: Backend | None = None,
+    sizes: Sizes | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Result:
+    """The whole run; ``nvml``, ``backend``, ``sizes`` and ``clock`` are injected by tests."""
+    budget = Budget(float(values.get("budget-seconds") or 30), clock)
+    checks = selected_checks(values)
+    framework = backend.name if backend is not None else resolve_framework(values["framework"])
+    sizes = sizes or (Sizes() if backend is None or backend.is_gpu else Sizes.tiny())
+    try:
+        session = open_nvml(rt.environ, nvml)
+    except NvmlUnavailable as exc:
+        if rt.dry_run:
+            return _dry_run(values, checks, framework, sizes, None, exc.message)
+        raise
+    try:
+        snapshot = session.snapshot()
+        if not snapshot.gpus and not rt.dry_run:
+            raise NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
+        if rt.dry_run:
+            return _dry_run(values, checks, framework, sizes, snapshot, None)
+        return _run(values, rt, session, snapshot, checks, framework, backend, sizes, budget)
+    finally:
+        session.close()
+
+
+# ----- planning --------------------------------------------------------------------------
+def _params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+    return {
+        "health": {"reads": "before, under load, after", "xid_events": "watched"},
+        "context": {"tiny_kernel": "sum 0..65535"},
+        "gemm": {"n": sizes.gemm_n, "dtype": "float16", "repeats": sizes.gemm_repeats},
+        "membw": {"bytes": sizes.membw_bytes, "repeats": sizes.membw_repeats},
+        "pcie": {"bytes": sizes.pcie_bytes, "repeats": sizes.pcie_repeats, "pinned": True},
+        "memory": {
+            "memory_fraction": values["memory-fraction"],
+            "chunk_bytes": sizes.memory_chunk,
+            "patterns": "0x00,0xAA,0x55,0xFF",
+        },
+        "nccl": {"elements": sizes.nccl_elements, "timeout_s": sizes.nccl_timeout_s},
+        "dcgm": {"level": values.get("dcgm-level"), "command": "dcgmi diag -r N -j"},
+    }[name]
+
+
+def _dry_run(
+    values: dict[str, Any],
+    checks: list[str],
+    framework: str,
+    sizes: Sizes,
+    snapshot: Snapshot | None,
+    nvml_error: str | None,
+) -> Result:
+    """Which checks would run, on which GPUs, with which parameters and minimums; runs none."""
+    gpus = list(snapshot.gpus) if snapshot else []
+    plan = []
+    for name in checks:
+        why = None
+        if name in LOAD_CHECKS and framework == "none":
+            why = "framework none: health only"
+        elif name == "nccl" and len(gpus) < 2:
+            why = f"needs 2 or more GPUs, {len(gpus) if snapshot else 'unknown'} here"
+        elif name == "dcgm" and not dcgm.shutil.which("dcgmi"):
+            why = "dcgmi is not installed here"
+        plan.append({"check": name, "would_run": why is None, "reason": why,
+                     "params": _params(name, values, sizes)})  # fmt: skip
+    mins = {
+        g.index: minimums(
+            g.name, (g.pcie_gen_max, g.pcie_width_max), values.get("min-bandwidth-gbs")
+        ).to_dict()
+        for g in gpus
+    }
+    rows = [
+        [p["check"], "yes" if p["would_run"] else f"no: {p['reason']}", _kv(p["params"])]
+        for p in plan
+    ]
+    from gpuci.runtime import markdown_table
+
+    where = (
+        ", ".join(f"GPU {g.index} {g.name}" for g in gpus)
+        if gpus
+        else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
+    )
+    result = Result(command=COMMAND, headline=f"dry run: would smoke-test {where}")
+    result.summary.append(
+        f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
+        + markdown_table(("check", "would run", "parameters"), rows)
+    )
+    result.report = {
+        "schema": SCHEMA,
+        "command": COMMAND,
+        "dry_run": True,
+        "framework": framework,
+        "framework_installed": {n: installed(n) for n in ("torch", "cupy")},
+        "budget_seconds": values["budget-seconds"],
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in gpus],
+        "minimums": mins,
+        "nvml_error": nvml_error,
+        "plan": plan,
+    }
+    result.outputs = {"passed": True, "failed-checks": "", "report": "", "seconds": 0}
+    return result
+
+
+def _kv(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+# ----- the run ---------------------------------------------------------------------------
+def _targets(
+    backend: Backend, session: NvmlSession, gpus: list[GpuInfo], values: dict[str, Any]
+) -> list[Target]:
+    """Pair each framework device with its NVML GPU (by UUID, else by index when counts match)."""
+    by_uuid: dict[str, GpuInfo] = {}
+    for g in gpus:
+        by_uuid[g.uuid] = g
+        for m in g.mig_devices:
+            by_uuid[m.uuid] = g
+    count = backend.device_count()
+    targets = []
+    for i in range(count):
+        uuid = backend.device_uuid(i)
+        gpu = by_uuid.get(uuid) if uuid else None
+        if gpu is None and backend.is_gpu and count == len(gpus) and uuid is None:
+            gpu = gpus[i]
+        if gpu is None and not backend.is_gpu and i < len(gpus):
+            gpu = gpus[i]  # the CPU stand-in plays NVML GPU i (tests)
+        name = gpu.name if gpu else f"device {i}"
+        link_max = (gpu.pcie_gen_max, gpu.pcie_width_max) if gpu else (None, None)
+        reader = None
+        if gpu is not None:
+            index = gpu.index
+
+            def reader(index: int = index) -> tuple[int | None, int | None]:
+                info = session.gpu(index)
+                return info.pcie_gen_current, info.pcie_width_current
+
+        targets.append(
+            Target(
+                backend_index=i,
+                nvml_index=gpu.index if gpu else None,
+                name=name,
+                minimums=minimums(name, link_max, values.get("min-bandwidth-gbs")),
+                rates=Rates.for_name(name, backend.is_gpu),
+                read_link=reader,
+                link_max=link_max,
+            )
+        )
+    return targets
+
+
+def _plan_load(
+    backend: Backend, targets: list[Target], checks: list[str], values: dict[str, Any], sizes: Sizes
+) -> list[Planned]:
+    fraction = float(values["memory-fraction"])
+    plan: list[Planned] = []
+    per_gpu = {
+        "context": (
+            lambda t: sizes.context_estimate_s,
+            lambda t: partial(load.context, backend, t),
+        ),
+        "gemm": (
+            lambda t: load.gemm_estimate(t, sizes),
+            lambda t: lambda ctx: load.gemm(t, ctx, sizes),
+        ),
+        "membw": (
+            lambda t: load.membw_estimate(t, sizes),
+            lambda t: lambda ctx: load.membw(t, ctx, sizes),
+        ),
+        "pcie": (
+            lambda t: load.pcie_estimate(t, sizes),
+            lambda t: lambda ctx: load.pcie(t, ctx, sizes),
+        ),
+        "memory": (
+            lambda t: load.memory_estimate(t, sizes, fraction),
+            lambda t: lambda ctx: load.memory(t, ctx, sizes, fraction),
+        ),
+    }
+    for name in ("context", "gemm", "membw", "pcie", "memory"):
+        if name not in checks and name != "context":
+            continue
+        est, fn = per_gpu[name]
+        for t in targets:
+            plan.append(
+                Planned(name, t.label, _params(name, values, sizes), partial(est, t), fn(t))
+            )
+    if "nccl" in checks:
+        skip = None if len(targets) >= 2 else f"needs 2 or more GPUs, {len(targets)} here"
+        plan.append(
+            Planned(
+                "nccl",
+                None,
+                _params("nccl", values, sizes),
+                lambda: sizes.nccl_timeout_s / 3,
+                lambda ctx: load.nccl(backend, targets, ctx, sizes),
+                skip_reason=skip,
+            )
+        )
+    return plan
+
+
+def _run(
+    values: dict[str, Any],
+    rt: Runtime,
+    session: NvmlSession,
+    snapshot: Snapshot,
+    checks: list[str],
+    framework: str,
+    backend: Backend | None,
+    sizes: Sizes,
+    budget: Budget,
+) -> Result:
+    gpus = list(snapshot.gpus)
+    outcomes: list[Outcome] = []
+    notes: list[str] = []
+    wants_load = any(c in LOAD_CHECKS for c in checks)
+
+    def record(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        figures = " ".join(f"{k}={v}" for k, v in outcome.figures.items() if v not in (None, []))
+        text = f"{outcome.label}: {outcome.status} in {outcome.seconds:.2f}s"
+        rt.log(text + (f": {outcome.reason}" if outcome.reason else "") + f" {figures}".rstrip())
+
+    # Which GPUs: the framework's devices when a load runs, else every GPU NVML sees.
+    targets: list[Target] = []
+    load_skip: str | None = None
+    if wants_load and framework == "none":
+        load_skip = (
+            "framework none: health checks only, no load"
+            if values["framework"] == "none"
+            else "neither torch nor cupy is installed: health checks only, no load"
+        )
+    elif wants_load:
+        try:
+            if backend is None:
+                from gpuci.gpu.smoke.backends import load_backend
+
+                backend = load_backend(framework)
+            targets = _targets(backend, session, gpus, values)
+        except BackendUnavailable as exc:
+            load_skip = None
+            for g in gpus:
+                outcomes.append(Outcome("context", g.index, "fail", f"{exc}", params={}))
+        except ImportError as exc:
+            for g in gpus:
+                outcomes.append(
+                    Outcome("context", g.index, "fail", f"{framework} failed to import: {exc}")
+                )
+    if load_skip:
+        notes.append(load_skip)
+    watched = sorted({t.nvml_index for t in targets if t.nvml_index is not None}) or [
+        g.index for g in gpus
+    ]
+    names = {g.index: g.name for g in gpus}
+
+    # Health before: the snapshot's read; then XIDs and clock events for the run's length.
+    xids: XidListener | None = None
+    sampler: LoadSampler | None = None
+    if "health" in checks:
+        xids = XidListener(session, watched).start()
+        if xids.unsupported:
+            notes.append(
+                "XID events not reported for GPU(s) "
+                + ",".join(map(str, xids.unsupported))
+                + " (e.g. MIG or vGPU): not watched"
+            )
+        if targets:
+            sampler = LoadSampler(session.health, watched).start()
+
+    with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
+        for o in outcomes:
+            rt.log(f"{o.label}: {o.status}: {o.reason}")
+        for item in _plan_load(backend, targets, checks, values, sizes) if targets else []:
+            record(run_check(item, budget))
+        for name in (c for c in checks if c in LOAD_CHECKS):
+            if load_skip:
+                for index in watched if name != "nccl" else [None]:
+                    record(Outcome(name, index, "skip", load_skip))
+        if "dcgm" in checks:
+            level = int(values["dcgm-level"])
+            record(
+                run_check(
+                    Planned(
+                        "dcgm",
+                        None,
+                        _params("dcgm", values, sizes),
+                        lambda: dcgm.estimate(level),
+                        lambda ctx: dcgm.run(level, ctx),
+                    ),
+                    budget,
+                )
+            )
+        if sampler is not None:
+            sampler.stop()
+        if "health" in checks and xids is not None:
+            events = xids.stop()
+            before = {g.index: g.health for g in gpus}
+            for index in watched:
+                clocks = sampler.seen.get(index) if sampler else None
+
+                def health_check(ctx: Context, index: int = index, clocks: Any = clocks) -> dict:
+                    after = session.health(index)
+                    mine = [e.xid for e in events if e.gpu_index in (index, None)]
+                    reasons, figures = judge(before[index], after, mine, clocks)
+                    if index in xids.unsupported:
+                        figures["xids"] = "not supported"
+                    if reasons:
+                        raise CheckError("; ".join(reasons), figures)
+                    return figures
+
+                record(
+                    run_check(
+                        Planned(
+                            "health",
+                            index,
+                            _params("health", values, sizes),
+                            lambda: 0.1,
+                            health_check,
+                            always=True,
+                        ),
+                        budget,
+                    )
+                )
+            if xids.error:
+                notes.append(f"XID listening stopped early: {xids.error}")
+    return _result(values, rt, snapshot, outcomes, notes, framework, backend, budget, names)
+
+
+def _result(
+    values: dict[str, Any],
+    rt: Runtime,
+    snapshot: Snapshot,
+    outcomes: list[Outcome],
+    notes: list[str],
+    framework: str,
+    backend: Backend | None,
+    budget: Budget,
+    names: dict[int, str],
+) -> Result:
+    seconds = round(budget.elapsed(), 2)
+    order = {n: i for i, n in enumerate(CHECK_NAMES)}
+    outcomes.sort(key=lambda o: (o.gpu if o.gpu is not None else 1 << 30, order[o.name]))
+    failed = [o for o in outcomes if o.status == "fail"]
+    skipped = [o for o in outcomes if o.status == "skip"]
+    passed = [o for o in outcomes if o.status == "pass"]
+    path = report_path(values, rt.environ)
+    result = Result(command=COMMAND)
+    result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
+    gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
+    if failed:
+        result.headline = f"{len(failed)} check(s) failed: " + "; ".join(
+            f"{o.label} ({o.reason})" for o in failed
+        )
+    else:
+        result.headline = (
+            f"{len(passed)} check(s) passed, {len(skipped)} skipped on {gpu_text} in {seconds:g}s"
+        )
+    for o in failed:
+        result.error(f"{o.label}: {o.reason}", "gpu-smoke")
+    for note in notes:
+        result.warning(note, "gpu-smoke")
+    budget_skips = [o for o in skipped if o.reason.startswith("skipped to keep the budget")]
+    if budget_skips:
+        result.warning(
+            f"{len(budget_skips)} check(s) skipped to keep the {budget.total:g}s budget: "
+            + ", ".join(o.label for o in budget_skips),
+            "gpu-smoke",
+        )
+    result.summary = summary_tables(outcomes, names)
+    result.outputs = {
+        "passed": not failed,
+        "failed-checks": ",".join(o.label for o in failed),
+        "report": str(path),
+        "seconds": seconds,
+    }
+    result.report = {
+        "schema": SCHEMA,
+        "command": COMMAND,
+        "passed": not failed,
+        "seconds": seconds,
+        "budget_seconds": budget.total,
+        "framework": framework,
+        "backend": {"name": backend.name, "version": backend.version} if backend else None,
+        "nvml_source": snapshot.source,
+        "driver_version": snapshot.driver_version,
+        "cuda_version": snapshot.cuda_text,
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
+        "failed_checks": [o.label for o in failed],
+        "notes": notes,
+        "checks": [o.to_dict() for o in outcomes],
+        "report_path": str(path),
+    }
+    write_json_atomic(path, result.report)
+    _journal(result, rt)
+    return result
+
+
+def _journal(result: Result, rt: Runtime) -> None:
+    from gpuci import journal
+
+    try:
+        journal.record(
+            COMMAND,
+            {
+                "passed": result.report["passed"],
+                "failed_checks": result.report["failed_checks"],
+                "seconds": result.report["seconds"],
+                "gpus": result.report["gpus"],
+            },
+            rt.environ,
+        )
+    except OSError as exc:
+        result.warning(f"could not append to the job journal: {exc}", "gpu-smoke")

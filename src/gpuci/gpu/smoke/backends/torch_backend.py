@@ -1,0 +1,140 @@
+"""PyTorch on CUDA (or on the CPU, for the CI smoke of this very code)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpuci.gpu.smoke.backends import BackendUnavailable
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+class TorchDevice:
+    def __init__(self, torch: Any, index: int, device_type: str) -> None:
+        self._t = torch
+        self.index = index
+        self._cuda = device_type == "cuda"
+        self.dev = torch.device(device_type, index) if self._cuda else torch.device("cpu")
+        if self._cuda:
+            torch.cuda.set_device(self.dev)
+            self.name = torch.cuda.get_device_name(self.dev)
+        else:
+            self.name = "torch CPU"
+
+    def mem_info(self) -> tuple[int, int]:
+        if self._cuda:
+            free, total = self._t.cuda.mem_get_info(self.dev)
+            return int(free), int(total)
+        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(pages), int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+    def tiny_kernel(self, n: int) -> float:
+        x = self._t.arange(n, dtype=self._t.float64, device=self.dev)
+        return float(x.sum().item())
+
+    def empty(self, nbytes: int) -> Any:
+        return self._t.empty(nbytes, dtype=self._t.uint8, device=self.dev)
+
+    def fill(self, buf: Any, byte: int) -> None:
+        buf.fill_(byte)
+
+    def pattern_errors(self, buf: Any, byte: int) -> int:
+        t = self._t
+        if buf.numel() % 8 == 0:
+            # min == max == the pattern word proves every byte without a full-size temporary
+            word = int.from_bytes(bytes([byte]) * 8, "little", signed=True)
+            lo, hi = t.aminmax(buf.view(t.int64))
+            if int(lo.item()) == word and int(hi.item()) == word:
+                return 0
+        return int((buf != byte).sum().item())
+
+    def randint(self, shape: tuple[int, int], low: int, high: int, seed: int) -> Any:
+        gen = self._t.Generator(device=self.dev).manual_seed(seed)
+        x = self._t.randint(low, high, shape, generator=gen, dtype=self._t.int8, device=self.dev)
+        return x.to(self._t.float16)
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        return self._t.matmul(a, b)
+
+    def rows(self, x: Any, index: list[int]) -> Any:
+        return x[self._t.tensor(index, device=x.device)]
+
+    def max_abs_diff(self, a: Any, b: Any) -> float:
+        if self._t.equal(a, b):
+            return 0.0
+        return float((a.float() - b.float()).abs().max().item())
+
+    def to_host(self, x: Any) -> Any:
+        return x.float().cpu().numpy()
+
+    def copy(self, dst: Any, src: Any) -> None:
+        dst.copy_(src)
+
+    def synchronize(self) -> None:
+        if self._cuda:
+            self._t.cuda.synchronize(self.dev)
+
+    def pinned(self, nbytes: int) -> Any:
+        return self._t.empty(nbytes, dtype=self._t.uint8, pin_memory=self._cuda)
+
+    def h2d(self, dst: Any, host: Any) -> None:
+        dst.copy_(host, non_blocking=True)
+
+    def d2h(self, host: Any, src: Any) -> None:
+        host.copy_(src, non_blocking=True)
+
+    def release(self) -> None:
+        if self._cuda:
+            self._t.cuda.synchronize(self.dev)
+            self._t.cuda.empty_cache()
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, device_type: str = "cuda") -> None:
+        torch = _torch()
+        self._t = torch
+        self.version = torch.__version__
+        self._type = device_type
+        self.is_gpu = device_type == "cuda"
+        if self.is_gpu and not torch.cuda.is_available():
+            built = torch.version.cuda
+            why = (
+                f"torch {torch.__version__} is a CPU-only build"
+                if built is None
+                else f"torch {torch.__version__} (CUDA {built}) cannot initialise CUDA here"
+            )
+            raise BackendUnavailable(why)
+
+    def device_count(self) -> int:
+        return self._t.cuda.device_count() if self.is_gpu else 1
+
+    def device_uuid(self, index: int) -> str | None:
+        if not self.is_gpu:
+            return None
+        raw = getattr(self._t.cuda.get_device_properties(index), "uuid", None)
+        if raw is None:
+            return None
+        text = str(raw)
+        return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+    def open(self, index: int) -> TorchDevice:
+        return TorchDevice(self._t, index, self._type)
+
+    def all_reduce_ones(self, indices: list[int], n: int) -> list[tuple[float, float]]:
+        t = self._t
+        from torch.cuda import nccl
+
+        bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
+        if not nccl.is_available(bufs):
+            raise BackendUnavailable("torch was built without NCCL")
+        nccl.all_reduce(bufs)
+        for i in indices:
+            t.cuda.synchronize(i)
+        return [(float(b.min().item()), float(b.max().item())) for b in bufs]

@@ -1,0 +1,99 @@
+"""``dcgmi diag``: NVIDIA's own diagnostics, folded in when the machine has them.
+
+DCGM needs its host engine (``nv-hostengine``), which many containers lack; then the check is a
+skip with the reason, never a failure of the GPU. The JSON layout differs between DCGM 2, 3 and
+4, so the verdict is read by walking the document for per-test ``status`` entries rather than
+by one fixed path.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
+
+# Typical wall time per level (NVIDIA's documentation: level 1 seconds, level 2 about 2 minutes).
+ESTIMATE_S = {1: 15.0, 2: 120.0}
+_CONNECT = ("host engine", "hostengine", "unable to connect", "connection", "not running")
+
+
+def estimate(level: int) -> float:
+    return ESTIMATE_S.get(level, 120.0)
+
+
+def _tests(doc: Any, name: str = "") -> list[tuple[str, str, str]]:
+    """(test name, status, detail) for every result found anywhere in the document."""
+    found: list[tuple[str, str, str]] = []
+    if isinstance(doc, dict):
+        here = str(doc.get("name") or doc.get("test_name") or name)
+        status = doc.get("status")
+        if isinstance(status, str):
+            detail = doc.get("warnings") or doc.get("info") or doc.get("warning") or ""
+            if isinstance(detail, list):
+                detail = " ".join(
+                    str(d.get("warning", d) if isinstance(d, dict) else d) for d in detail
+                )
+            found.append((here, status, " ".join(str(detail).split())[:200]))
+        for value in doc.values():
+            found += _tests(value, here)
+    elif isinstance(doc, list):
+        for item in doc:
+            found += _tests(item, name)
+    return found
+
+
+def verdict(stdout: str, returncode: int) -> dict[str, Any]:
+    """Figures from a ``dcgmi diag -j`` run; raises ``CheckError`` on any failed test."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        doc = None
+    if doc is None:
+        text = " ".join(stdout.split())[:200]
+        if returncode != 0 and any(k in text.lower() for k in _CONNECT):
+            raise CheckSkipped(f"dcgmi cannot reach the DCGM host engine: {text}")
+        if returncode != 0:
+            raise CheckError(f"dcgmi diag exited {returncode}: {text or 'no output'}")
+        raise CheckSkipped("dcgmi diag printed no JSON verdict")
+    tests = _tests(doc)
+    failed = [t for t in tests if t[1].lower() in ("fail", "failed", "error")]
+    figures = {
+        "tests": len({t[0] for t in tests}),
+        "passed": sum(1 for t in tests if t[1].lower() in ("pass", "passed")),
+        "skipped": sum(1 for t in tests if t[1].lower() in ("skip", "skipped", "not run")),
+        "warned": sum(1 for t in tests if t[1].lower() in ("warn", "warning")),
+        "failed": len(failed),
+    }
+    if failed:
+        names = "; ".join(f"{n}: {d}" if d else n for n, _, d in failed[:4])
+        raise CheckError(f"dcgmi diag failed {len(failed)} test(s): {names}", figures)
+    if not tests and returncode != 0:
+        raise CheckError(f"dcgmi diag exited {returncode} without test results", figures)
+    return figures
+
+
+def run(level: int, ctx: Context) -> dict[str, Any]:
+    exe = shutil.which("dcgmi")
+    if exe is None:
+        raise CheckSkipped("dcgmi is not installed on this machine (DCGM absent)")
+    timeout = max(1.0, ctx.time_left())
+    try:
+        proc = subprocess.run(
+            [exe, "diag", "-r", str(level), "-j"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckError(
+            f"dcgmi diag -r {level} did not finish within the {timeout:.0f}s left of the budget"
+        ) from None
+    except OSError as exc:
+        raise CheckSkipped(f"dcgmi could not be started: {exc.strerror or exc}") from None
+    figures = verdict(proc.stdout or proc.stderr, proc.returncode)
+    figures["level"] = level
+    return figures

@@ -1,0 +1,219 @@
+"""NVML before and after the load: counters that grew, XIDs raised, links and clocks under load.
+
+A single read proves little: a GPU can look clean idle and raise an uncorrectable ECC error, a
+PCIe replay storm or an XID only once it is worked. So the counters are read before the load,
+XID critical errors are listened for while it runs, a sampler polls clock-event reasons during
+it, and the counters are read again after. Any increase, any XID, any pending remap or harmful
+clock event fails the GPU. A counter the GPU does not report (``None``) never fails anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.gpu.nvml import HARMFUL_CLOCK_EVENTS, Health, NvmlSession, XidEvent, clock_event_names
+
+_COUNTER_TEXT = {
+    "ecc_volatile_uncorrected": "volatile uncorrected ECC errors",
+    "remapped_rows_uncorrectable": "rows remapped for uncorrectable errors",
+    "pcie_replay_counter": "PCIe replays",
+    "retired_pages_pending": "retired pages pending",
+    "remapped_rows_pending": "row remap pending",
+    "remapped_rows_failure": "row remap failure",
+}
+
+
+class XidListener:
+    """Listens for XID critical errors on a background thread for the length of the run."""
+
+    def __init__(self, session: NvmlSession, indices: Iterable[int], poll_s: float = 0.2) -> None:
+        self.events: list[XidEvent] = []
+        self.error: str | None = None
+        self._watch = session.watch_xid(list(indices))
+        self.watched = list(self._watch.watched)
+        self.unsupported = list(self._watch.unsupported)
+        self._poll = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpuci-xid", daemon=True)
+
+    def start(self) -> XidListener:
+        if self.watched:
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                event = self._watch.wait(self._poll)
+            except Exception as exc:  # NvmlUnavailable from a broken wait: report, stop
+                self.error = str(getattr(exc, "message", exc))
+                return
+            if event is not None:
+                self.events.append(event)
+
+    def stop(self) -> list[XidEvent]:
+        """Stop listening, after draining anything already queued."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._poll * 5 + 1)
+        if self.watched and self.error is None:
+            while (event := self._watch.wait(0)) is not None:
+                self.events.append(event)
+        self._watch.close()
+        return self.events
+
+
+@dataclass
+class LoadSampler:
+    """Polls health while the load runs: clock-event reasons a single idle read would miss."""
+
+    read: Callable[[int], Health]
+    indices: list[int]
+    interval_s: float = 0.25
+    seen: dict[int, int] = field(default_factory=dict)  # index -> OR of clock-event masks
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpuci-sampler", daemon=True)
+
+    def start(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        for index in self.indices:
+            try:
+                mask = self.read(index).clock_event_reasons
+            except Exception:
+                continue  # a lost GPU is caught by the after-read, with a proper message
+            if mask is not None:
+                self.seen[index] = self.seen.get(index, 0) | mask
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval_s * 4 + 1)
+        self.sample()  # one last read, so a short load still has a sample
+
+
+def judge(
+    before: Health,
+    after: Health,
+    xids: list[int],
+    clocks_under_load: int | None = None,
+) -> tuple[list[str], dict[str, Any]]:
+    """Reasons to fail one GPU (empty when healthy) and the figures behind the verdict."""
+    reasons: list[str] = []
+    for name, (was, now) in before.increased(after).items():
+        if isinstance(getattr(after, name), bool):
+            reasons.append(f"{_COUNTER_TEXT[name]} appeared during the run")
+        else:
+            reasons.append(f"{_COUNTER_TEXT[name]} rose from {was} to {now} during the run")
+    for problem in after.memory_problems():
+        if not any(problem.split(" (")[0] in r for r in reasons):
+            reasons.append(problem)
+    for xid in xids:
+        reasons.append(f"XID {xid} raised during the run")
+    masks = [m for m in (before.clock_event_reasons, clocks_under_load, after.clock_event_reasons)]
+    events = sorted({e for m in masks if m is not None for e in clock_event_names(m)})
+    harmful = [e for e in events if e in HARMFUL_CLOCK_EVENTS]
+    if harmful:
+        reasons.append("clocks held down by " + ", ".join(harmful))
+    unsupported = [
+        name
+        for name in (
+            "ecc_volatile_uncorrected",
+            "remapped_rows_pending",
+            "retired_pages_pending",
+            "pcie_replay_counter",
+            "clock_event_reasons",
+        )
+        if getattr(after, name) is None
+    ]
+    figures: dict[str, Any] = {
+        "ecc_uncorrected": [before.ecc_volatile_uncorrected, after.ecc_volatile_uncorrected],
+        "pcie_replays": [before.pcie_replay_counter, after.pcie_replay_counter],
+        "remap_pending": after.remapped_rows_pending,
+        "retired_pages_pending": after.retired_pages_pending,
+        "clock_events": events,
+        "temperature_c": [before.temperature_c, after.temperature_c],
+        "xids": list(xids),
+    }
+    if unsupported:
+        figures["not_supported"] = unsupported
+    return reasons, figures
+
+
+@dataclass
+class LinkReport:
+    """PCIe generation and width seen while host-device copies ran."""
+
+    gen_max: int | None
+    width_max: int | None
+    gen_seen: int | None = None
+    width_seen: int | None = None
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.gen_seen and self.gen_max and self.gen_seen < self.gen_max:
+            found.append(f"PCIe link at Gen{self.gen_seen} under load, Gen{self.gen_max} possible")
+        if self.width_seen and self.width_max and self.width_seen < self.width_max:
+            found.append(f"PCIe link at x{self.width_seen} under load, x{self.width_max} possible")
+        return found
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "link_under_load": _link(self.gen_seen, self.width_seen),
+            "link_max": _link(self.gen_max, self.width_max),
+        }
+
+
+def _link(gen: int | None, width: int | None) -> str | None:
+    if gen is None and width is None:
+        return None
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
+class LinkSampler:
+    """Reads the PCIe link while copies run: idle links downtrain legitimately, busy ones don't."""
+
+    def __init__(
+        self, read: Callable[[], tuple[int | None, int | None]], interval_s: float = 0.02
+    ) -> None:
+        self._read = read
+        self._interval = interval_s
+        self.gen: int | None = None
+        self.width: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpuci-link", daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            gen, width = self._read()
+        except Exception:
+            return
+        if gen is not None:
+            self.gen = max(self.gen or 0, gen)
+        if width is not None:
+            self.width = max(self.width or 0, width)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> LinkSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)

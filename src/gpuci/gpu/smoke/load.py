@@ -1,0 +1,385 @@
+"""The load checks: context, memory patterns, GEMM, device and host-device bandwidth, NCCL.
+
+Each function takes a :class:`Target` (one GPU) and a :class:`~gpuci.gpu.smoke.checks.Context`
+and returns figures, or raises ``CheckError`` with a one-line reason. They talk to the GPU only
+through the backend protocol, so the same code runs on CUDA (torch, cupy) and on the CPU
+(numpy) in CI.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.gpu.smoke.backends import Backend, Device
+from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
+from gpuci.gpu.smoke.health import LinkReport, LinkSampler
+from gpuci.gpu.smoke.models import Minimums, lookup
+
+GiB = 1024**3
+MiB = 1024**2
+PATTERNS = (0x00, 0xAA, 0x55, 0xFF)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each check's work is; the defaults suit a datacenter GPU, ``tiny`` suits CI."""
+
+    gemm_n: int = 8192
+    gemm_repeats: int = 8
+    gemm_sample_rows: int = 8
+    membw_bytes: int = 1 * GiB
+    membw_repeats: int = 10
+    pcie_bytes: int = 256 * MiB
+    pcie_repeats: int = 8
+    memory_chunk: int = 1 * GiB
+    nccl_elements: int = 32 * 1024 * 1024
+    nccl_timeout_s: float = 15.0
+    context_estimate_s: float = 3.0
+
+    @classmethod
+    def tiny(cls) -> Sizes:
+        return cls(
+            gemm_n=64,
+            gemm_repeats=3,
+            gemm_sample_rows=4,
+            membw_bytes=1 * MiB,
+            membw_repeats=3,
+            pcie_bytes=1 * MiB,
+            pcie_repeats=2,
+            memory_chunk=1 * MiB,
+            nccl_elements=1024,
+            nccl_timeout_s=5.0,
+            context_estimate_s=0.05,
+        )
+
+
+@dataclass
+class Rates:
+    """Expected speeds for estimating check costs; replaced by measurements as they arrive."""
+
+    mem_bw_gbs: float = 150.0
+    pcie_gbs: float = 8.0
+    fp16_tflops: float = 15.0
+
+    @classmethod
+    def for_name(cls, name: str | None, is_gpu: bool = True) -> Rates:
+        if not is_gpu:
+            return cls(mem_bw_gbs=2.0, pcie_gbs=2.0, fp16_tflops=0.001)
+        model = lookup(name)
+        if model is None:
+            return cls()
+        # plan with half the datasheet peak: an estimate that errs long skips, never overruns
+        return cls(model.mem_bw_gbs / 2, 12.0, model.fp16_tflops / 4)
+
+
+@dataclass
+class Target:
+    """One GPU under test: its backend index, NVML index (when matched) and what it is held to."""
+
+    backend_index: int
+    nvml_index: int | None
+    name: str
+    minimums: Minimums
+    rates: Rates
+    read_link: Callable[[], tuple[int | None, int | None]] | None = None
+    link_max: tuple[int | None, int | None] = (None, None)
+    device: Device | None = None
+    context_error: str | None = None
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> int:
+        return self.nvml_index if self.nvml_index is not None else self.backend_index
+
+    def need_device(self) -> Device:
+        if self.device is None:
+            raise CheckSkipped(
+                "no device context on this GPU: " + (self.context_error or "context check not run")
+            )
+        return self.device
+
+
+def _timed(dev: Device, fn: Callable[[], None], repeats: int) -> float:
+    """Seconds for ``repeats`` calls after one warm-up, synchronised at both ends."""
+    fn()
+    dev.synchronize()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    dev.synchronize()
+    return max(time.perf_counter() - start, 1e-9)
+
+
+# ----- context ---------------------------------------------------------------------------
+def context(backend: Backend, target: Target, ctx: Context) -> dict[str, Any]:
+    """Create the context and run a tiny kernel whose answer we know."""
+    start = time.perf_counter()
+    try:
+        dev = backend.open(target.backend_index)
+        n = 1 << 16
+        got = dev.tiny_kernel(n)
+    except Exception as exc:
+        target.context_error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        raise CheckError(
+            f"cannot create a context or run a kernel: {target.context_error}"
+        ) from None
+    want = n * (n - 1) / 2
+    if got != want:
+        target.context_error = "tiny kernel returned a wrong sum"
+        raise CheckError(f"tiny kernel summed 0..{n - 1} to {got:.0f}, expected {want:.0f}")
+    target.device = dev
+    free, total = dev.mem_info()
+    return {
+        "device": dev.name,
+        "context_s": round(time.perf_counter() - start, 3),
+        "free_gib": round(free / GiB, 2),
+        "total_gib": round(total / GiB, 2),
+    }
+
+
+# ----- GEMM ------------------------------------------------------------------------------
+def gemm_estimate(target: Target, sizes: Sizes) -> float:
+    n = sizes.gemm_n
+    flops = 2 * n**3 * (sizes.gemm_repeats + 1)
+    host = 2 * n * n * 2 / (target.rates.pcie_gbs * 1e9)
+    cpu = 2 * sizes.gemm_sample_rows * n * n / 2e9
+    return flops / (target.rates.fp16_tflops * 1e12) + host + cpu + 0.3
+
+
+def gemm(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
+    """FP16 GEMM of small integers, exact in FP32 accumulation, so any wrong bit shows.
+
+    Sampled rows are checked against a CPU reference; every repeat must equal the first (cuBLAS
+    is deterministic for the same inputs on the same GPU), and the repeats give TFLOP/s.
+    """
+    import numpy as np
+
+    dev = target.need_device()
+    n, repeats = sizes.gemm_n, sizes.gemm_repeats
+    a = dev.randint((n, n), -2, 3, seed=1)
+    b = dev.randint((n, n), -2, 3, seed=2)
+    first = dev.matmul(a, b)
+    dev.synchronize()
+    picks = sorted({0, n - 1, *np.linspace(0, n - 1, sizes.gemm_sample_rows, dtype=int).tolist()})
+    ref = dev.to_host(dev.rows(a, picks)).astype(np.float64) @ dev.to_host(b).astype(np.float64)
+    got = dev.to_host(dev.rows(first, picks)).astype(np.float64)
+    err = float(np.max(np.abs(got - ref)))
+    figures: dict[str, Any] = {"n": n, "dtype": "float16", "rows_checked": len(picks)}
+    # FP16 holds integers exactly up to 2048; |C| here stays far below, so any error is real.
+    if err > 0.5:
+        bad = int(np.count_nonzero(np.abs(got - ref) > 0.5))
+        raise CheckError(
+            f"GEMM differs from the CPU reference: {bad} element(s) wrong, max error {err:g}",
+            {**figures, "max_abs_error": err},
+        )
+    worst = 0.0
+    start = time.perf_counter()
+    for _ in range(repeats):
+        again = dev.matmul(a, b)
+        worst = max(worst, dev.max_abs_diff(again, first))
+        if ctx.time_left() < 0:
+            break
+    dev.synchronize()
+    seconds = max(time.perf_counter() - start, 1e-9)
+    figures["max_abs_error"] = err
+    figures["repeat_max_diff"] = worst
+    if worst > 0:
+        raise CheckError(
+            f"GEMM is unstable: repeating the same product changed it by up to {worst:g}", figures
+        )
+    tflops = 2 * n**3 * repeats / seconds / 1e12
+    figures["tflops"] = round(tflops, 2 if tflops >= 0.01 else 6)
+    target.rates.fp16_tflops = max(tflops, 1e-6)
+    del a, b, first
+    dev.release()
+    return figures
+
+
+# ----- device memory bandwidth -----------------------------------------------------------
+def membw_estimate(target: Target, sizes: Sizes) -> float:
+    return 2 * sizes.membw_bytes * (sizes.membw_repeats + 1) / (target.rates.mem_bw_gbs * 1e9)
+
+
+def membw(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
+    """Device-to-device copy: bytes read plus bytes written per second, as STREAM counts."""
+    dev = target.need_device()
+    nbytes = _fit(dev, sizes.membw_bytes, parts=4)
+    src, dst = dev.empty(nbytes), dev.empty(nbytes)
+    dev.fill(src, 0x5A)
+    seconds = _timed(dev, lambda: dev.copy(dst, src), sizes.membw_repeats)
+    gbs = 2 * nbytes * sizes.membw_repeats / seconds / 1e9
+    errors = dev.pattern_errors(dst, 0x5A)
+    src = dst = None  # drop the buffers before giving the cache back
+    dev.release()
+    target.rates.mem_bw_gbs = max(gbs, 1e-3)
+    minimum = target.minimums.mem_bw_gbs
+    figures = {"copy_gbs": round(gbs, 1), "bytes": nbytes, "min_gbs": minimum}
+    if errors:
+        raise CheckError(f"device copy corrupted {errors} byte(s)", figures)
+    if minimum is not None and gbs < minimum:
+        raise CheckError(
+            f"device memory bandwidth {gbs:.0f} GB/s is below the {minimum:g} GB/s minimum "
+            f"({target.minimums.source})",
+            figures,
+        )
+    return figures
+
+
+def _fit(dev: Device, nbytes: int, parts: int) -> int:
+    """``nbytes`` or less, so ``parts`` buffers of it fit in free memory; a multiple of 8."""
+    free, _ = dev.mem_info()
+    return max(8, min(nbytes, free // max(parts, 1)) // 8 * 8)
+
+
+# ----- host <-> device -------------------------------------------------------------------
+def pcie_estimate(target: Target, sizes: Sizes) -> float:
+    return 2 * sizes.pcie_bytes * (sizes.pcie_repeats + 1) / (target.rates.pcie_gbs * 1e9) + 0.3
+
+
+def pcie(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
+    """Pinned host-to-device and device-to-host bandwidth, with the link read while it runs."""
+    dev = target.need_device()
+    nbytes = _fit(dev, sizes.pcie_bytes, parts=4)
+    host, buf = dev.pinned(nbytes), dev.empty(nbytes)
+    link = LinkReport(*target.link_max)
+    if target.read_link is not None:
+        with LinkSampler(target.read_link) as sampler:
+            h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
+            d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
+        link.gen_seen, link.width_seen = sampler.gen, sampler.width
+    else:
+        h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
+        d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
+    host = buf = None
+    dev.release()
+    h2d = nbytes * sizes.pcie_repeats / h2d_s / 1e9
+    d2h = nbytes * sizes.pcie_repeats / d2h_s / 1e9
+    target.rates.pcie_gbs = max(min(h2d, d2h), 1e-3)
+    mins = target.minimums
+    figures: dict[str, Any] = {
+        "h2d_gbs": round(h2d, 1),
+        "d2h_gbs": round(d2h, 1),
+        "bytes": nbytes,
+        "min_gbs": mins.h2d_gbs,
+        **link.figures(),
+    }
+    problems = link.problems()
+    if mins.h2d_gbs is not None and h2d < mins.h2d_gbs:
+        problems.append(f"host-to-device {h2d:.1f} GB/s is below the {mins.h2d_gbs:g} GB/s minimum")
+    if mins.d2h_gbs is not None and d2h < mins.d2h_gbs:
+        problems.append(f"device-to-host {d2h:.1f} GB/s is below the {mins.d2h_gbs:g} GB/s minimum")
+    if problems:
+        raise CheckError("; ".join(problems), figures)
+    if target.read_link is None:
+        figures["note"] = "link not read: this GPU could not be matched to NVML"
+    return figures
+
+
+# ----- memory patterns -------------------------------------------------------------------
+def memory_estimate(target: Target, sizes: Sizes, fraction: float) -> float:
+    dev = target.device
+    free = dev.mem_info()[0] if dev is not None else 0
+    nbytes = free * fraction
+    # per pattern: one write and two reads (min and max); plus allocation
+    return 3 * len(PATTERNS) * nbytes / (target.rates.mem_bw_gbs * 1e9) + 0.5
+
+
+def memory(target: Target, ctx: Context, sizes: Sizes, fraction: float) -> dict[str, Any]:
+    """Fill ``fraction`` of free memory with 0x00, 0xAA, 0x55, 0xFF in chunks; read each back.
+
+    Every chunk holds one pattern at a time and all chunks are written before any is read, so a
+    cell that cannot hold its value for the length of a pass is caught. Stops early (and says
+    so) if the budget's deadline arrives mid-test.
+    """
+    dev = target.need_device()
+    free, _ = dev.mem_info()
+    goal = int(free * fraction)
+    chunk = max(8, min(sizes.memory_chunk, goal) // 8 * 8)
+    chunks: list[Any] = []
+    alloc_note = ""
+    start = time.perf_counter()
+    try:
+        while (len(chunks) + 1) * chunk <= goal:
+            chunks.append(dev.empty(chunk))
+    except Exception as exc:  # out of memory: something else holds memory; test what we got
+        alloc_note = f"allocation stopped early ({type(exc).__name__})"
+        dev.release()
+    if not chunks:
+        raise CheckError(
+            f"could not allocate even one {chunk} byte chunk of {goal} bytes asked for"
+            + (f": {alloc_note}" if alloc_note else "")
+        )
+    tested = len(chunks) * chunk
+    failures: list[str] = []
+    done = 0
+    partial = ""
+    for pattern in PATTERNS:
+        if ctx.time_left() <= 0:
+            partial = f"budget reached: {done} of {len(PATTERNS)} patterns tested"
+            break
+        for buf in chunks:
+            dev.fill(buf, pattern)
+        dev.synchronize()
+        bad = [(i, dev.pattern_errors(buf, pattern)) for i, buf in enumerate(chunks)]
+        wrong = [(i, n) for i, n in bad if n]
+        if wrong:
+            count = sum(n for _, n in wrong)
+            failures.append(f"0x{pattern:02X}: {count} byte(s) wrong in chunk(s) "
+                            + ",".join(str(i) for i, _ in wrong[:5]))  # fmt: skip
+        done += 1
+    seconds = max(time.perf_counter() - start, 1e-9)
+    chunks.clear()
+    dev.release()
+    figures: dict[str, Any] = {
+        "tested_gib": round(tested / GiB, 3),
+        "fraction_of_free": round(tested / free, 3) if free else None,
+        "chunks": tested // chunk,
+        "patterns": done,
+        "pass_gbs": round(3 * done * tested / seconds / 1e9, 1),
+    }
+    if failures:
+        raise CheckError("memory pattern mismatch: " + "; ".join(failures), figures)
+    notes = [n for n in (alloc_note, partial) if n]
+    if notes:
+        figures["note"] = "; ".join(notes)
+    return figures
+
+
+# ----- NCCL ------------------------------------------------------------------------------
+def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) -> dict[str, Any]:
+    """All-reduce a vector of ones across every GPU; each element must equal the GPU count."""
+    usable = [t for t in targets if t.device is not None]
+    if len(usable) < 2:
+        raise CheckSkipped(f"needs 2 or more working GPUs, {len(usable)} here")
+    indices = [t.backend_index for t in usable]
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = backend.all_reduce_ones(indices, sizes.nccl_elements)
+        except Exception as exc:
+            box["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+    timeout = max(0.5, min(sizes.nccl_timeout_s, ctx.time_left()))
+    start = time.perf_counter()
+    thread = threading.Thread(target=work, name="gpuci-nccl", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    seconds = time.perf_counter() - start
+    figures: dict[str, Any] = {"gpus": len(indices), "elements": sizes.nccl_elements}
+    if thread.is_alive():
+        raise CheckError(f"all-reduce did not finish within {timeout:.0f}s (hung)", figures)
+    if "error" in box:
+        raise CheckError(f"all-reduce failed: {box['error']}", figures)
+    want = float(len(indices))
+    wrong = [
+        i for i, (lo, hi) in zip(indices, box["result"], strict=True) if lo != want or hi != want
+    ]
+    figures["seconds_with_init"] = round(seconds, 3)
+    if wrong:
+        raise CheckError(f"all-reduce of ones gave a wrong sum on GPU(s) {wrong}", figures)
+    return figures
