@@ -1,0 +1,198 @@
+"""The retry-fetch command end to end: inputs as a user types them, outputs, summary, dry run."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fetch_server import Fault, FaultyServer
+
+from conftest import DATA
+from gpuci.cli import run_command
+from gpuci.commands import retry_fetch
+from gpuci.runtime import Result, Runtime
+
+SHA = hashlib.sha256(DATA).hexdigest()
+FAST = {"attempts": "4", "timeout": "1s", "max-wait": "50ms", "deadline": "20s"}
+
+
+def fetch(
+    flags: dict[str, str], tmp_path: Path, dry_run: bool = False, **env: str
+) -> tuple[Result, str]:
+    out = io.StringIO()
+    environ = {"GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"), **env}
+    rt = Runtime(environ, dry_run=dry_run, stdout=out, stderr=out)
+    result = run_command(retry_fetch.COMMAND, "retry-fetch", {**FAST, **flags}, rt)
+    rt.render(result)
+    return result, out.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def test_one_url_outputs_summary_and_journal(server: FaultyServer, tmp_path: Path):
+    server.faults("/data.bin", Fault(drop_after=120_000))
+    result, text = fetch(
+        {"url": server.url("/data.bin"), "dest": "w/model.bin", "sha256": SHA}, tmp_path
+    )
+    assert result.ok, text
+    assert (tmp_path / "w/model.bin").read_bytes() == DATA
+    out = result.outputs
+    assert out["path"] == str(tmp_path / "w/model.bin")
+    assert (out["sha256"], out["bytes"], out["attempts"]) == (SHA, len(DATA), 2)
+    assert out["resumed-bytes"] == 120_000
+    assert "| file | size | sha256 | attempts |" in result.summary[0]
+    assert "model.bin" in result.summary[0]
+    record = json.loads((tmp_path / "journal.jsonl").read_text())
+    assert record["kind"] == "retry-fetch" and record["files"][0]["sha256"] == SHA
+
+
+def test_several_urls_in_parallel_into_a_folder(tmp_path: Path):
+    blobs = {f"/f{i}.bin": os.urandom(50_000 + i) for i in range(5)}
+    with FaultyServer() as srv:
+        for path, data in blobs.items():
+            srv.add(path, data)
+        srv.faults("/f2.bin", Fault(status=503), Fault(drop_after=10_000))
+        urls = "\n".join(srv.url(p) for p in blobs)
+        result, text = fetch({"url": urls, "dest": "out", "parallel": "3"}, tmp_path)
+        assert result.ok, text
+        for path, data in blobs.items():
+            assert (tmp_path / "out" / path[1:]).read_bytes() == data
+        assert result.outputs["attempts"] == 5 + 2
+        assert result.outputs["resumed-bytes"] == 10_000
+        assert result.outputs["sha256"].splitlines() == [
+            hashlib.sha256(d).hexdigest() for d in blobs.values()
+        ]
+        assert srv.served() == sum(len(d) for d in blobs.values())
+
+
+def test_list_file_with_a_bad_checksum_fails_that_file_only(server, tmp_path: Path):
+    server.add("/other.bin", b"x" * 1000)
+    listing = tmp_path / "files.txt"
+    listing.write_text(
+        f"# url sha256 dest\n{server.url('/data.bin')} {SHA} a.bin\n"
+        f"{server.url('/other.bin')} {'0' * 64} b.bin\n"
+    )
+    result, _ = fetch({"url": "@files.txt"}, tmp_path)
+    assert result.exit_code == 3
+    assert "sha256 mismatch" in result.headline and "0" * 64 in result.headline
+    assert (tmp_path / "a.bin").read_bytes() == DATA
+    assert not (tmp_path / "b.bin").exists()
+    assert not (tmp_path / "b.bin.incomplete").exists()
+    assert result.outputs["path"] == str(tmp_path / "a.bin")
+    assert "FAILED" in result.summary[0]
+
+
+def test_sha256_from_a_checksums_url(server, tmp_path: Path):
+    sums = f"{'1' * 64}  other.bin\n{SHA} *data.bin\n".encode()
+    server.add("/SHA256SUMS", sums)
+    result, text = fetch(
+        {"url": server.url("/data.bin"), "sha256": server.url("/SHA256SUMS")}, tmp_path
+    )
+    assert result.ok, text
+    assert result.outputs["sha256"] == SHA
+
+
+def test_header_values_are_masked_and_sent(server, tmp_path: Path):
+    result, text = fetch(
+        {"url": server.url("/data.bin"), "headers": "Authorization: Bearer tok-123456"},
+        tmp_path,
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(tmp_path / "gh_out"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "gh_summary"),
+    )
+    assert result.ok, text
+    assert "::add-mask::Bearer tok-123456" in text
+    assert server.gets()[0].headers["Authorization"] == "Bearer tok-123456"
+    assert "attempts<<" in (tmp_path / "gh_out").read_text()
+
+
+def test_progress_lines_per_file(server, tmp_path: Path):
+    result, text = fetch(
+        {"url": server.url("/data.bin"), "dest": "p.bin"}, tmp_path, GPUCI_PROGRESS_INTERVAL="0"
+    )
+    assert result.ok
+    assert "p.bin: " in text and "/s" in text
+
+
+def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):
+    (tmp_path / "big.bin.incomplete").write_bytes(DATA[:1000])
+    (tmp_path / "big.bin.incomplete.json").write_text('{"validator": "\\"v1\\""}')
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result, text = fetch(
+        {"url": server.url("/data.bin"), "dest": "big.bin"}, tmp_path, dry_run=True
+    )
+    assert result.ok, text
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert [r.method for r in server.requests] == ["HEAD"]
+    plan = result.report["plan"][0]
+    assert plan["size"] == len(DATA) and plan["resumable"] is True
+    assert plan["would"].startswith("resume from byte 1000")
+    assert result.outputs["bytes"] == len(DATA)
+
+
+def test_dry_run_reports_a_url_that_would_fail(server, tmp_path: Path):
+    result, text = fetch({"url": server.url("/nope.bin")}, tmp_path, dry_run=True)
+    assert result.exit_code == 3
+    assert "HTTP 404" in text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dry_run_without_range_support(tmp_path: Path):
+    with FaultyServer() as srv:
+        srv.add("/plain.bin", DATA, accept_ranges=False, etag=None)
+        result, _ = fetch({"url": srv.url("/plain.bin")}, tmp_path, dry_run=True)
+    assert result.ok and result.report["plan"][0]["resumable"] is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        ({"url": "http://h/a.bin", "sha256": "abc"}, "not a sha256"),
+        ({"url": "http://h/a.bin\nhttp://h/b.bin", "mirrors": "http://m/a.bin"}, "full URL"),
+        ({"url": "http://h/a.bin", "headers": "no colon here"}, "Name: value"),
+        ({"url": "ftp://h/a.bin"}, "http(s) URL"),
+        ({"url": "http://h/"}, "cannot name a file"),
+        ({"url": "http://h/a.bin\nhttp://other/a.bin"}, "would both be written"),
+        ({"url": "@missing.txt"}, "cannot read the url list"),
+        ({"url": "http://h/a.bin", "attempts": "0"}, "below the minimum"),
+    ],
+)
+def test_bad_input_is_exit_2_before_any_request(tmp_path: Path, flags, needle):
+    result, text = fetch(flags, tmp_path)
+    assert result.exit_code == 2, text
+    assert needle in result.headline
+    assert "(fix: " in result.headline
+
+
+def test_cli_one_line_error_and_exit_code(server, tmp_path: Path):
+    env = {**os.environ, "INPUT_URL": server.url("/missing.bin"), "INPUT_ATTEMPTS": "2"}
+    env.pop("GITHUB_ACTIONS", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuci", "retry-fetch", "--json"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["report"]["error"]["type"] == "FetchError"
+    assert "HTTP 404" in body["headline"] and "Traceback" not in proc.stderr
+
+
+def test_command_spec_stays_light():
+    code = (
+        "import sys, gpuci.cli, gpuci.commands.retry_fetch; "
+        "assert 'httpx' not in sys.modules and 'tenacity' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
