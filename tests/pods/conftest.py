@@ -8,12 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from fake_runpod import FakeRunPod
 
 from gpuci.commands import pods as spec
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
-from fake_runpod import FakeRunPod
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
 
@@ -79,8 +79,9 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
     def _run(sub: str, dry_run: bool = False, extra_env: dict | None = None, **flags: Any) -> Run:
         cmd = SUBS[sub]
         out, err = io.StringIO(), io.StringIO()
-        rt = Runtime({**env, **(extra_env or {})}, json_mode=True, dry_run=dry_run, stdout=out,
-                     stderr=err)
+        rt = Runtime(
+            {**env, **(extra_env or {})}, json_mode=True, dry_run=dry_run, stdout=out, stderr=err
+        )
         raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
         try:
             values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)

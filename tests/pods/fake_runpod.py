@@ -215,7 +215,9 @@ class FakeRunPod:
         out = dict(pod)
         out.pop("_steps", None)
         out.pop("_rate", None)
-        out["cost"] = pod["_rate"] if pod["status"] in ("PROVISIONING", "STARTING", "RUNNING") else 0.0
+        out["cost"] = (
+            pod["_rate"] if pod["status"] in ("PROVISIONING", "STARTING", "RUNNING") else 0.0
+        )
         return out
 
     def billed_now(self, pod_id: str) -> float:
@@ -259,12 +261,23 @@ class FakeRunPod:
 
     @staticmethod
     def problem(status: int, detail: str, errors: list[str] | None = None) -> dict[str, Any]:
-        titles = {400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
-                  403: "Forbidden", 404: "Not Found", 409: "Conflict",
-                  422: "Unprocessable Entity", 429: "Too Many Requests",
-                  500: "Internal Server Error", 503: "Service Unavailable"}
-        out: dict[str, Any] = {"title": titles.get(status, "Error"), "status": status,
-                               "detail": detail}
+        titles = {
+            400: "Bad Request",
+            401: "Unauthorized",
+            402: "Payment Required",
+            403: "Forbidden",
+            404: "Not Found",
+            409: "Conflict",
+            422: "Unprocessable Entity",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+            503: "Service Unavailable",
+        }
+        out: dict[str, Any] = {
+            "title": titles.get(status, "Error"),
+            "status": status,
+            "detail": detail,
+        }
         if errors:
             out["errors"] = errors
         return out
@@ -348,15 +361,30 @@ class FakeRunPod:
         cloud = body.get("cloud", "SECURE")
         rate = round(PRICE[gpu][cloud.lower()] * body["gpu"].get("count", 1), 4)
         pod = {
-            "id": pod_id, "name": body["name"], "image": body["image"],
-            "args": body.get("args", ""), "disk": body.get("disk", 20),
-            "ports": body.get("ports", []), "env": body.get("env", {}), "registry": None,
-            "status": "PROVISIONING", "actions": list(TRANSITIONS["PROVISIONING"]),
-            "mounts": {}, "gpu": {"id": gpu, "count": body["gpu"].get("count", 1)},
-            "cloud": cloud, "dataCenterId": usable[0], "cudaVersion": "12.8",
-            "ssh": {"proxy": None, "direct": None}, "template": None, "cost": rate,
-            "_rate": rate, "locked": False, "globalNetworking": {"enabled": False},
-            "runtime": None, "createdAt": iso(self.clock()), "startedAt": None,
+            "id": pod_id,
+            "name": body["name"],
+            "image": body["image"],
+            "args": body.get("args", ""),
+            "disk": body.get("disk", 20),
+            "ports": body.get("ports", []),
+            "env": body.get("env", {}),
+            "registry": None,
+            "status": "PROVISIONING",
+            "actions": list(TRANSITIONS["PROVISIONING"]),
+            "mounts": {},
+            "gpu": {"id": gpu, "count": body["gpu"].get("count", 1)},
+            "cloud": cloud,
+            "dataCenterId": usable[0],
+            "cudaVersion": "12.8",
+            "ssh": {"proxy": None, "direct": None},
+            "template": None,
+            "cost": rate,
+            "_rate": rate,
+            "locked": False,
+            "globalNetworking": {"enabled": False},
+            "runtime": None,
+            "createdAt": iso(self.clock()),
+            "startedAt": None,
             "_steps": self.steps_to_running,
         }
         self.pods[pod_id] = pod
@@ -391,14 +419,27 @@ class FakeRunPod:
         end = query.get("endTime", [iso(self.clock())])[0]
         ids = set(self.billed) | set(self.running_since)
         records = [
-            {"startTime": start, "endTime": end, "podId": pid,
-             "totalAmount": round(self.billed_now(pid), 6),
-             "gpuAmount": round(self.billed_now(pid), 6), "cpuAmount": 0.0, "diskAmount": 0.0}
+            {
+                "startTime": start,
+                "endTime": end,
+                "podId": pid,
+                "totalAmount": round(self.billed_now(pid), 6),
+                "gpuAmount": round(self.billed_now(pid), 6),
+                "cpuAmount": 0.0,
+                "diskAmount": 0.0,
+            }
             for pid in sorted(ids)
         ]
         total = sum(r["totalAmount"] for r in records)
-        meta = {"query": {"startTime": start, "endTime": end, "bucketSize": "day", "podId": None},
-                "recordCount": len(records), "uniquePodCount": len(records),
-                "totals": {"totalAmount": total, "gpuAmount": total, "cpuAmount": 0.0,
-                           "diskAmount": 0.0}}
+        meta = {
+            "query": {"startTime": start, "endTime": end, "bucketSize": "day", "podId": None},
+            "recordCount": len(records),
+            "uniquePodCount": len(records),
+            "totals": {
+                "totalAmount": total,
+                "gpuAmount": total,
+                "cpuAmount": 0.0,
+                "diskAmount": 0.0,
+            },
+        }
         return 200, {}, {"records": records, "metadata": meta}

@@ -7,13 +7,18 @@ from fake_runpod import VALIDATORS
 from gpuci.pods.clock import iso
 
 UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
-GH = {"GITHUB_RUN_ID": "42", "GITHUB_REPOSITORY": "org/repo", "GITHUB_SERVER_URL": "https://github.com"}
+GH = {
+    "GITHUB_RUN_ID": "42",
+    "GITHUB_REPOSITORY": "org/repo",
+    "GITHUB_SERVER_URL": "https://github.com",
+}
 
 
 def _untagged(fake) -> str:
     fake.requests.clear()
     status, _, pod = fake.handle(
-        "POST", "/v2/pods",
+        "POST",
+        "/v2/pods",
         b'{"name":"someone-elses","image":"img","gpu":{"id":"NVIDIA L40S"}}',
         f"Bearer {fake.api_key}",
     )
@@ -41,7 +46,8 @@ def test_stop_twice_is_fine(fake, run):
     assert second.result.report["done"] == {pod: "already stopped"}
     actions = fake.calls("POST", f"/v2/pods/{pod}/action")
     assert [(a.body, a.status) for a in actions] == [({"action": "stop"}, 200)] * 1 + [
-        ({"action": "stop"}, 409)]
+        ({"action": "stop"}, 409)
+    ]
     assert fake.pods[pod]["status"] == "EXITED"
 
 
@@ -57,7 +63,9 @@ def test_start_with_ttl_moves_the_expiry_in_name_and_env(fake, run, clock):
     patch = fake.calls("PATCH", f"/v2/pods/{pod}")[0]
     assert list(VALIDATORS["UpdatePodRequest"].iter_errors(patch.body)) == []
     new_exp = iso(clock.now() + 7200)
-    assert f"exp={new_exp}" in patch.body["name"] and patch.body["env"]["GPUCI_EXPIRES_AT"] == new_exp
+    assert (
+        f"exp={new_exp}" in patch.body["name"] and patch.body["env"]["GPUCI_EXPIRES_AT"] == new_exp
+    )
     assert patch.body["env"]["GPUCI_START_COMMAND"] == "serve"  # PATCH replaces env: kept whole
     assert [a.body for a in fake.calls("POST", f"/v2/pods/{pod}/action")] == [{"action": "start"}]
     assert fake.pods[pod]["status"] == "STARTING"

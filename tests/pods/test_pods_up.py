@@ -16,25 +16,59 @@ from gpuci.pods import ledger
 
 REPO = Path(__file__).resolve().parents[2]
 GPUS = "NVIDIA GeForce RTX 4090,NVIDIA L40S,NVIDIA H100 80GB HBM3"
-UP = dict(gpu_types=GPUS, image="vllm/vllm-openai:v0.6.3", command="vllm serve m",
-          ports="8000/http", ttl="45m", owner="alice")
+UP = dict(
+    gpu_types=GPUS,
+    image="vllm/vllm-openai:v0.6.3",
+    command="vllm serve m",
+    ports="8000/http",
+    ttl="45m",
+    owner="alice",
+)
 
 
 def test_dry_run_prints_exact_valid_bodies_and_sends_nothing(fake, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_", "GPUCI_"))}
     env.update(RUNPOD_API_KEY=fake.api_key, RUNPOD_API_URL=fake.url, USER="tester")
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuci", "pods", "up", "--dry-run", "--json",
-         "--gpu-types", "NVIDIA L40S,NVIDIA GeForce RTX 4090", "--image", "img",
-         "--command", "python -m http.server 8000", "--ttl", "45m", "--budget-usd", "10",
-         "--data-centers", "EU-RO-1,US-KS-2", "--env", "HF_TOKEN=hf_secret_value\nMODE=x"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "gpuci",
+            "pods",
+            "up",
+            "--dry-run",
+            "--json",
+            "--gpu-types",
+            "NVIDIA L40S,NVIDIA GeForce RTX 4090",
+            "--image",
+            "img",
+            "--command",
+            "python -m http.server 8000",
+            "--ttl",
+            "45m",
+            "--budget-usd",
+            "10",
+            "--data-centers",
+            "EU-RO-1,US-KS-2",
+            "--env",
+            "HF_TOKEN=hf_secret_value\nMODE=x",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plan = json.loads(proc.stdout)["report"]["plan"]
     assert fake.requests == []  # no API call at all
-    assert plan["gpu_order"] == ["NVIDIA L40S", "NVIDIA L40S", "NVIDIA GeForce RTX 4090",
-                                 "NVIDIA GeForce RTX 4090"]
+    assert plan["gpu_order"] == [
+        "NVIDIA L40S",
+        "NVIDIA L40S",
+        "NVIDIA GeForce RTX 4090",
+        "NVIDIA GeForce RTX 4090",
+    ]
     bodies = [r["body"] for r in plan["requests"]]
     assert [b["dataCenterIds"] for b in bodies] == [["EU-RO-1"], ["US-KS-2"]] * 2
     for body in bodies:
@@ -54,7 +88,10 @@ def test_up_walks_candidates_in_order_and_waits_for_running(fake, run, clock, en
     assert res.code == 0, res.stdout
     posts = fake.calls("POST", "/v2/pods")
     assert [(p.body["gpu"]["id"], p.status) for p in posts] == [
-        ("NVIDIA GeForce RTX 4090", 403), ("NVIDIA L40S", 400), ("NVIDIA H100 80GB HBM3", 201)]
+        ("NVIDIA GeForce RTX 4090", 403),
+        ("NVIDIA L40S", 400),
+        ("NVIDIA H100 80GB HBM3", 201),
+    ]
     # catalog order: data centres with stock, most first
     assert posts[0].body["dataCenterIds"] == ["EU-RO-1", "US-KS-2"]
     pod_id = res.outputs["pod-id"]
@@ -65,9 +102,10 @@ def test_up_walks_candidates_in_order_and_waits_for_running(fake, run, clock, en
     assert clock.sleeps == [5.0]
     ledger = [json.loads(x) for x in Path(env["GPUCI_PODS_LEDGER"]).read_text().splitlines()]
     assert ledger[0]["podId"] == pod_id and ledger[0]["owner"] == "alice"
-    assert f"| {pod_id} | NVIDIA H100 80GB HBM3 | US-TX-3 | 2.99 | alice |" in res.json[
-        "summary_markdown"
-    ]
+    assert (
+        f"| {pod_id} | NVIDIA H100 80GB HBM3 | US-TX-3 | 2.99 | alice |"
+        in res.json["summary_markdown"]
+    )
 
 
 def test_up_keeps_walking_rounds_with_backoff_until_one_places(fake, run, clock):
@@ -132,7 +170,7 @@ def test_up_waits_for_the_health_url(fake, run, clock):
 
 
 def test_health_timeout_terminates_the_pod(fake, run):
-    server, hits = _health_server([503] * 1000)
+    server, _ = _health_server([503] * 1000)
     try:
         port = server.server_address[1]
         res = run("up", **UP, health_url=f"http://127.0.0.1:{port}/v1/models", timeout="1m")

@@ -58,7 +58,9 @@ def attribute(
         if tag is None or pod.get("status") not in LIVE:
             continue
         rate = float(pod.get("cost") or 0.0)
-        left_h = 0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - now) / 3600
+        left_h = (
+            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - now) / 3600
+        )
         spend.committed_by_owner[tag.owner] += rate * left_h
         spend.rate_by_owner[tag.owner] += rate
         spend.pods_by_owner[tag.owner].add(pod["id"])

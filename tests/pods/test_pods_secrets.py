@@ -1,0 +1,101 @@
+"""The RunPod key never reaches stdout, stderr or the report, even when the server echoes it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(fake, tmp_path, *args: str, key: str | None = None, **extra: str):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("INPUT_", "GITHUB_", "GPUCI_", "RUNPOD_", "GITLAB_", "CI"))
+    }
+    env.update(
+        RUNPOD_API_KEY=key or fake.api_key,
+        RUNPOD_API_URL=fake.url,
+        USER="tester",
+        GPUCI_PODS_POLL_S="0.01",
+        GPUCI_PODS_LEDGER=str(tmp_path / "l.jsonl"),
+        GPUCI_JOURNAL=str(tmp_path / "j.jsonl"),
+        **extra,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpuci", "pods", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def live():
+    from fake_runpod import FakeRunPod
+
+    server = FakeRunPod(steps_to_running=1).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "terminal"])
+def test_a_refused_key_echoed_back_is_still_masked(live, tmp_path, mode):
+    wrong = "rpa_WRONGKEY0123456789abcdef"
+    proc = _cli(live, tmp_path, "ls", *mode, key=wrong)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert live.requests[0].auth == f"Bearer {wrong}"  # it was sent, and echoed in the 401
+    assert "invalid key" in proc.stdout
+    assert wrong not in proc.stdout + proc.stderr and "***" in proc.stdout
+
+
+def test_a_full_up_and_down_never_prints_the_key(live, tmp_path):
+    up = _cli(
+        live,
+        tmp_path,
+        "up",
+        "--json",
+        "--gpu-types",
+        "NVIDIA L40S",
+        "--image",
+        "img",
+        "--command",
+        "serve",
+        "--ports",
+        "8000/http",
+        "--ttl",
+        "10m",
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    pod_id = next(iter(live.pods))
+    down = _cli(live, tmp_path, "down", "--pod-id", pod_id)
+    assert down.returncode == 0, down.stdout
+    for proc in (up, down):
+        assert live.api_key not in proc.stdout + proc.stderr
+    ledger = (tmp_path / "l.jsonl").read_text() + (tmp_path / "j.jsonl").read_text()
+    assert live.api_key not in ledger
+    assert live.api_key not in str(live.calls("POST", "/v2/pods")[0].body)  # not in the pod env
+
+
+def test_github_mode_registers_the_mask_before_any_request(live, tmp_path):
+    out = tmp_path / "out"
+    proc = _cli(
+        live,
+        tmp_path,
+        "ls",
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(out),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "sum"),
+    )
+    assert proc.returncode == 0, proc.stdout
+    first = proc.stdout.splitlines()[0]
+    assert first == f"::add-mask::{live.api_key}"
+    assert proc.stdout.count(live.api_key) == 1

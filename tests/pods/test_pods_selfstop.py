@@ -1,0 +1,94 @@
+"""The in-pod self-stop wrapper, run for real with ``sh`` against the fake API."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fake_runpod import FakeRunPod
+
+from gpuci.pods import plan
+from gpuci.pods.naming import new_tag
+
+
+@pytest.fixture
+def live():
+    server = FakeRunPod(steps_to_running=0).start()
+    yield server
+    server.stop()
+
+
+def _pod(fake: FakeRunPod, expires_in: float) -> tuple[str, dict[str, str], str]:
+    tag = new_tag("alice", "local", time.time() + expires_in)
+    spec = plan.PodSpec(image="img", command="echo started; sleep 30")
+    body = plan.create_body(spec, tag, plan.Candidate("NVIDIA L40S"), fake.url)
+    status, _, pod = fake.handle(
+        "POST", "/v2/pods", json.dumps(body).encode(), f"Bearer {fake.api_key}"
+    )
+    assert status == 201 and pod["status"] == "RUNNING"
+    return pod["id"], body["env"], body["args"]
+
+
+def _tools_only(tmp_path: Path, names: list[str]) -> str:
+    """A PATH holding only these tools: proves each fallback on its own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in names:
+        os.symlink(shutil.which(name), bin_dir / name)
+    return str(bin_dir)
+
+
+def _run_pod(fake, pod_id, env, args, path, wait_s=8.0):
+    """Start the container command as RunPod would: args split like a shell, pod env set."""
+    pod_env = {
+        **env,
+        "PATH": path,
+        "RUNPOD_POD_ID": pod_id,
+        "RUNPOD_API_KEY": fake.api_key,
+        "GPUCI_SELF_STOP_RETRY_S": "0.2",
+    }
+    proc = subprocess.Popen(
+        shlex.split(args),
+        env=pod_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + wait_s
+    try:
+        while time.time() < deadline and fake.pods[pod_id]["status"] == "RUNNING":
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate(timeout=5)
+    return out, err
+
+
+@pytest.mark.parametrize("tools", [["curl"], ["wget"], ["python3"]], ids=lambda t: t[0])
+def test_the_pod_stops_itself_at_its_expiry(live, tmp_path, tools):
+    pod_id, env, args = _pod(live, expires_in=1.5)
+    started = time.time()
+    path = _tools_only(tmp_path, ["sh", "date", "sleep", *tools])
+    out, err = _run_pod(live, pod_id, env, args, path)
+    assert "started" in out  # the user's command ran (exec'd by the wrapper)
+    assert live.pods[pod_id]["status"] == "EXITED", err
+    stops = live.calls("POST", f"/v2/pods/{pod_id}/action")
+    assert [s.body for s in stops] == [{"action": "stop"}]
+    assert stops[0].auth == f"Bearer {live.api_key}"  # the pod's own key, its own id
+    assert time.time() - started >= 1.0  # not before the expiry
+
+
+def test_the_timer_retries_until_the_api_answers(live, tmp_path):
+    pod_id, env, args = _pod(live, expires_in=0.5)
+    live.fail(f"POST /v2/pods/{pod_id}/action", (503, {}), (429, {"Retry-After": "1"}))
+    path = _tools_only(tmp_path, ["sh", "date", "sleep", "curl"])
+    _run_pod(live, pod_id, env, args, path)
+    assert [r.status for r in live.calls("POST", f"/v2/pods/{pod_id}/action")] == [503, 429, 200]
+    assert live.pods[pod_id]["status"] == "EXITED"
