@@ -71,8 +71,13 @@ def test_min_compute_capability() -> None:
 def test_gpu_name_regex() -> None:
     req = Requirements(gpu_name=re.compile("H100|H200"))
     assert outcome(evaluate(req, snap("h200", "h100-sxm")), "gpu-name")[0] == "pass"
-    verdict, reason = outcome(evaluate(req, snap("l4")), "gpu-name")
-    assert verdict == "fail" and "'NVIDIA L4'" in reason
+    assert outcome(evaluate(req, snap("h200", "h100-sxm")), "gpu-name")[1] == (
+        "all match: NVIDIA H100 80GB HBM3, NVIDIA H200"
+    )
+    assert outcome(evaluate(req, snap("h200", "l4")), "gpu-name") == (
+        "fail",
+        "GPU 1 'NVIDIA L4': name does not match",
+    )
 
 
 def test_min_gpus_counts_mig_devices_only_when_allowed() -> None:

@@ -101,7 +101,7 @@ def test_real_pynvml_cpu_only_report(cli, cli_json, tmp_path: Path) -> None:
 def test_real_pynvml_dry_run_never_fails_on_missing_gpu(cli, tmp_path: Path) -> None:
     proc = cli("--dry-run", "--min-memory-gb", "80")
     assert proc.returncode == 0, proc.stdout
-    assert "dry run: this machine lacks what the job needs: require-gpu: no GPU found" in (
+    assert "dry run: this machine lacks what the job needs: require-gpu (a GPU): no GPU found" in (
         proc.stdout
     )
     assert not (tmp_path / "gpuci-gpu-report.json").exists()

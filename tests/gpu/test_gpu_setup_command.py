@@ -122,8 +122,8 @@ def test_dry_run_describes_what_is_lacking_and_writes_nothing(setup_run, tmp_pat
     result = setup_run(FakeNvml(init_error=12), dry_run=True, min_memory_gb="80")
     assert result.exit_code == 0
     assert result.headline.startswith("dry run: this machine lacks what the job needs: ")
-    assert "require-gpu: no GPU found" in result.headline
-    assert "min-memory-gb: no usable GPU" in result.headline
+    assert "require-gpu (a GPU): no GPU found" in result.headline
+    assert "min-memory-gb (>= 80 GB per GPU): no usable GPU" in result.headline
     assert result.outputs == {} and result.env == {}
     assert result.report["dry_run"] is True and result.report["verdict"] == "fail"
     assert "NVML library not found" in result.annotations[0].message

@@ -33,7 +33,8 @@ INPUTS = (
     ),
     Input(
         "fail-on-ecc-errors",
-        "Fail on volatile uncorrected ECC errors or pending remaps.",
+        "Fail on volatile uncorrected ECC errors, pending page retirement or row remapping, "
+        "or a failed remap; false only warns.",
         "bool",
         "true",
     ),

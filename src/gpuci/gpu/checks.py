@@ -144,7 +144,9 @@ def _per_unit(
     ok: Any,
     show: Any,
 ) -> CheckOutcome:
-    """Fail on the first unit that misses; unsupported when no unit reports the value."""
+    """Fail naming every unit that misses; unsupported when no unit reports the value."""
+    if not units:
+        return CheckOutcome(check, required, "fail", "no usable GPU")
     known = [(u, value(u)) for u in units if value(u) is not None]
     if not known:
         return CheckOutcome(check, required, "unsupported", "not reported by this GPU/driver")
@@ -181,6 +183,17 @@ def _ecc_check(req: Requirements, gpus: tuple[GpuInfo, ...]) -> CheckOutcome:
             "; ".join(problems) + " (not failing: fail-on-ecc-errors is false)",
         )
     return CheckOutcome("fail-on-ecc-errors", required, "pass", "no ECC errors, no pending remaps")
+
+
+def _name_check(pattern: re.Pattern[str], units: list[Unit]) -> CheckOutcome:
+    required = f"matches /{pattern.pattern}/"
+    if not units:
+        return CheckOutcome("gpu-name", required, "fail", "no usable GPU")
+    bad = [u.label() for u in units if not pattern.search(u.name)]
+    if bad:
+        return CheckOutcome("gpu-name", required, "fail", f"{', '.join(bad)}: name does not match")
+    names = sorted({u.name for u in units})
+    return CheckOutcome("gpu-name", required, "pass", f"all match: {', '.join(names)}")
 
 
 def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]:
@@ -230,23 +243,18 @@ def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]
                 lambda v: v >= need_gb * GB,
                 lambda v: f"{v / GB:.1f} GB",
             )
-            if units
-            else CheckOutcome("min-memory-gb", f">= {need_gb:g} GB", "fail", "no usable GPU")
         )
     if req.min_compute_capability is not None:
         need_cc = req.min_compute_capability
-        text = version_text(need_cc)
         checks.append(
             _per_unit(
                 "min-compute-capability",
-                f">= {text}",
+                f">= {version_text(need_cc)}",
                 units,
                 lambda u: u.compute_capability,
                 lambda v: version_ge(v, need_cc),
                 lambda v: f"compute capability {version_text(v)}",
             )
-            if units
-            else CheckOutcome("min-compute-capability", f">= {text}", "fail", "no usable GPU")
         )
     if req.min_cuda is not None:
         text = f">= {version_text(req.min_cuda)}"
@@ -262,19 +270,7 @@ def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]
                 reason += "; upgrade the driver"
             checks.append(CheckOutcome("min-cuda", text, "pass" if ok else "fail", reason))
     if req.gpu_name is not None:
-        pattern = req.gpu_name
-        checks.append(
-            _per_unit(
-                "gpu-name",
-                f"matches /{pattern.pattern}/",
-                units,
-                lambda u: u.name,
-                lambda v: pattern.search(v) is not None,
-                lambda v: f"name '{v}'",
-            )
-            if units
-            else CheckOutcome("gpu-name", f"/{pattern.pattern}/", "fail", "no usable GPU")
-        )
+        checks.append(_name_check(req.gpu_name, units))
     if gpus:
         checks.append(_ecc_check(req, gpus))
     return checks

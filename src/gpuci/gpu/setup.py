@@ -152,7 +152,7 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
 
     if rt.dry_run:
         # Plan only: say what this machine lacks, write nothing, fail nothing.
-        lacking = "; ".join(f"{c.check}: {c.reason}" for c in failed)
+        lacking = "; ".join(f"{c.check} ({c.required}): {c.reason}" for c in failed)
         result.headline = (
             f"dry run: this machine lacks what the job needs: {lacking}"
             if failed
