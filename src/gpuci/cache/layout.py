@@ -30,6 +30,8 @@ PACK_TARGET = 16 << 20
 # Ranged GETs: a large blob is fetched in parts of this size, packs in runs of whole files
 # up to this size. Big enough to amortise a request, small enough to spread across workers.
 PART_SIZE = 16 << 20
+# A lone big file is spread across workers, but never in parts smaller than this.
+MIN_PART = 4 << 20
 PACK_RUN = 8 << 20
 # Reads from the network and from disk go through buffers of this size.
 IO_CHUNK = 1 << 20

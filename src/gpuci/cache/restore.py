@@ -142,6 +142,24 @@ def _place(root: _Root) -> None:
     shutil.rmtree(root.staging, ignore_errors=True)
 
 
+def check_space(manifest: mf.Manifest, roots: list[_Root]) -> None:
+    """Fail before downloading when a target filesystem cannot hold its share of the tree."""
+    need_by_dev: dict[int, tuple[int, Path]] = {}
+    for root in roots:
+        dev = os.stat(root.target.parent).st_dev
+        size = sum(e.size for e in manifest.files if e.root == root.index)
+        prior = need_by_dev.get(dev, (0, root.target.parent))[0]
+        need_by_dev[dev] = (prior + size, root.target.parent)
+    for need, where in need_by_dev.values():
+        free = shutil.disk_usage(where).free
+        if need + DISK_MARGIN > free:
+            raise InfraError(
+                f"not enough disk to restore into {where}: the tree needs {human_bytes(need)}, "
+                f"{human_bytes(free)} is free",
+                hint="free disk space on the runner or restore to a larger volume",
+            )
+
+
 def restore_tree(
     store: Store, manifest: mf.Manifest, paths: list[str], rt: Runtime, label: str
 ) -> int:
@@ -156,13 +174,7 @@ def restore_tree(
         for root in roots:
             root.target.parent.mkdir(parents=True, exist_ok=True)
             sweep_stale(root.target)
-        free = shutil.disk_usage(roots[0].target.parent).free
-        if need + DISK_MARGIN > free:
-            raise InfraError(
-                f"not enough disk for the restore into {roots[0].target.parent}: the tree needs "
-                f"{human_bytes(need)}, {human_bytes(free)} is free",
-                hint="free disk space on the runner or restore to a larger volume",
-            )
+        check_space(manifest, roots)
     except OSError as exc:
         raise _disk_error(exc, roots[0].target, need) from None
     files: list[tuple[mf.Entry, Path]] = []

@@ -27,7 +27,7 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_random_exponential,
 )
 
 from gpuci.cache import layout
@@ -41,7 +41,7 @@ def retrying(attempts: int) -> Retrying:
     """The retry policy for the data path: exponential backoff with jitter, transient only."""
     return Retrying(
         stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_exponential_jitter(initial=0.1, max=5.0),
+        wait=wait_random_exponential(multiplier=0.2, max=5.0),
         retry=retry_if_exception_type(TransientError),
         reraise=True,
     )
@@ -147,7 +147,7 @@ class _BlobTarget:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def open(self) -> None:
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         if self.entry.size:
             try:
                 os.posix_fallocate(self.fd, 0, self.entry.size)  # ENOSPC now, not halfway
@@ -201,13 +201,11 @@ class Downloader:
         workers: int,
         on_bytes: Callable[[int], None],
         attempts: int = 5,
-        part_size: int = layout.PART_SIZE,
     ) -> None:
         self.store = store
         self.workers = workers
         self.on_bytes = on_bytes
         self.attempts = attempts
-        self.part_size = part_size
         self.bytes = 0
         self._count_lock = threading.Lock()
         self._pool: WorkPool | None = None
@@ -227,7 +225,7 @@ class Downloader:
                 target.open()
                 self._submit_parts(target)
             packed_entries = [e for e, _ in packed]
-            for run in plan_runs(packed_entries):
+            for run in plan_runs(packed_entries, layout.PACK_RUN):
                 members = [packed[i] for i in run.members]
                 pool.submit(lambda buf, run=run, members=members: self._run(run, members, buf))
             pool.run()
@@ -248,7 +246,7 @@ class Downloader:
         assert self._pool is not None
         size = target.entry.size
         # Spread a lone big file across the workers, but keep parts large enough to amortise.
-        part = max(min(self.part_size, -(-size // self.workers)), 4 << 20)
+        part = max(min(layout.PART_SIZE, -(-size // self.workers)), layout.MIN_PART)
         for offset in range(0, size, part):
             length = min(part, size - offset)
             self._pool.submit(lambda buf, o=offset, n=length: self._part(target, o, n, buf))

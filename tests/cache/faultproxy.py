@@ -1,0 +1,135 @@
+"""A tiny HTTP proxy on 127.0.0.1 that injects S3 faults in front of a real server.
+
+Rules match a method and a substring of the path and fire a given number of times: answer
+503 SlowDown or 500, drop the connection, cut the body short, flip bytes, delay, or trickle the
+body slowly (so a test can kill a client mid-transfer).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+
+
+@dataclass
+class Rule:
+    method: str
+    contains: str
+    action: str  # 503 | 500 | drop | truncate | corrupt | delay | throttle
+    times: int = 1
+    seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
+    fired: int = 0
+
+
+class FaultProxy:
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.rules: list[Rule] = []
+        self.seen: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _rule(self) -> Rule | None:
+                with proxy.lock:
+                    proxy.seen.append((self.command, self.path))
+                    for rule in proxy.rules:
+                        if (
+                            rule.method in (self.command, "*")
+                            and rule.contains in self.path
+                            and rule.fired < rule.times
+                        ):
+                            rule.fired += 1
+                            return rule
+                return None
+
+            def _error(self, status: int, code: str) -> None:
+                body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _proxy(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                rule = self._rule()
+                action = rule.action if rule else ""
+                if action == "503":
+                    return self._error(503, "SlowDown")
+                if action == "500":
+                    return self._error(500, "InternalError")
+                if action == "drop":
+                    self.close_connection = True
+                    return
+                if action == "delay":
+                    time.sleep(rule.seconds)
+                conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
+                headers.pop("Expect", None)
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                self.send_response(resp.status)
+                for key, value in resp.getheaders():
+                    if key.lower() not in HOP and key.lower() != "content-length":
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                if action == "truncate":
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                if action == "corrupt":
+                    data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+                if action == "throttle":
+                    for start in range(0, len(data), 65536):
+                        self.wfile.write(data[start : start + 65536])
+                        self.wfile.flush()
+                        time.sleep(rule.seconds)
+                    return
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _proxy
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def add(self, method: str, contains: str, action: str, times: int = 1, seconds: float = 0.0):
+        rule = Rule(method, contains, action, times, seconds)
+        with self.lock:
+            self.rules.append(rule)
+        return rule
+
+    def count(self, method: str, contains: str) -> int:
+        with self.lock:
+            return sum(1 for m, p in self.seen if m == method and contains in p)
