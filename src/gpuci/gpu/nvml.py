@@ -369,7 +369,8 @@ class NvmlSession:
             code = _code(exc)
             if code == ERROR_GPU_IS_LOST:
                 raise self._lost(args) from None
-            if code not in UNSUPPORTED_CODES and notes is not None:
+            # No code: pynvml's NVMLLibraryMismatchError, i.e. the library lacks the call.
+            if code is not None and code not in UNSUPPORTED_CODES and notes is not None:
                 notes.append(f"{name}: {exc}")
             return None
 
