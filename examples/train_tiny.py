@@ -57,7 +57,9 @@ def _loss(w: np.ndarray, b: float, x: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def train(data: Path, out: Path, init: Path | None, log: Path | None, epochs: int, lr: float) -> None:
+def train(
+    data: Path, out: Path, init: Path | None, log: Path | None, epochs: int, lr: float
+) -> None:
     d = np.load(data)
     x, y = d["x_train"], d["y_train"]
     if init is not None and init.is_file():
@@ -93,7 +95,7 @@ def evaluate(data: Path, model: Path, metrics: Path) -> None:
             "precision": precision,
             "recall": recall,
         },
-        "samples": int(len(y)),
+        "samples": len(y),
     }
     _save_json(metrics, result)
     print(json.dumps(result["eval"], sort_keys=True))

@@ -96,11 +96,19 @@ def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any],
 
 
 def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Result) -> Result:
+    """Plan only: judge the metrics if they already exist, say what would be written and posted."""
     lines = [f"would check {len(rules)} rule(s): " + "; ".join(r.describe() for r in rules)]
+    head = [f"would check {len(rules)} rule(s)"]
+    result.outputs = {}  # nothing was judged for real: no verdict to hand to later steps
     if Path(values["metrics"]).is_file():
         record, _ = evaluate(values, rules)
         would = "pass" if record["passed"] else "FAIL"
         lines.append(f"metrics {values['metrics']} is here: the gate would {would}")
+        head.append(f"the metrics here would {would}")
+        result.outputs = {
+            "passed": record["passed"],
+            "failed-rules": ", ".join(record["failed_rules"]),
+        }
         result.summary.append("### Model gate (dry run)\n\n" + table(record))
         if not record["passed"]:
             result.exit_code = ExitCode.CHECK_FAILED
@@ -109,14 +117,17 @@ def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Res
     if values.get("baseline"):
         found = Path(values["baseline"]).is_file()
         lines.append(f"baseline {values['baseline']}: {'found' if found else 'not there yet'}")
-    out = Path(values["output-dir"]) / GATE_NAME
-    lines.append(f"would write {out.as_posix()}")
+    lines.append(f"would write {(Path(values['output-dir']) / GATE_NAME).as_posix()}")
     if values.get("artifacts"):
         lines += provenance.plan(values["artifacts"], values["output-dir"], rt.environ)
+        head.append("then provenance")
     if values.get("comment"):
         report.publish(values, rt, "", result)
         lines += [n.message for n in result.annotations if n.title == "gpu-ci report"]
-    result.headline = "dry run: " + lines[0]
+        head.append(f"then the PR comment ({result.report['comment']['action']})")
+    result.outputs.pop("comment", None)
+    result.outputs.pop("comment-url", None)
+    result.headline = "dry run: " + ", ".join(head)
     result.summary.insert(0, "### Model gate plan\n\n" + "\n".join(f"- {ln}" for ln in lines))
     result.report["plan"] = lines
     return result
