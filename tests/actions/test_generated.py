@@ -1,0 +1,127 @@
+"""The actions are generated from the command specs, and a check keeps them from drifting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from action_env import REPO
+
+sys.path.insert(0, str(REPO / "src"))
+from gpuci.commands import iter_leaf_commands
+
+GEN = REPO / "scripts" / "gen_actions.py"
+
+
+def gen(*args: str, root: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(root / "scripts" / "gen_actions.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=root,
+    )
+
+
+def test_committed_actions_match_their_specs() -> None:
+    proc = gen("--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _copy_repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(GEN, root / "scripts")
+    os.symlink(REPO / "src", root / "src")
+    shutil.copytree(REPO / "actions", root / "actions")
+    shutil.copy(REPO / "action.yml", root)
+    return root
+
+
+def test_check_fails_on_drift_and_names_the_file(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+    target = root / "actions" / "gpu-setup" / "action.yml"
+    target.write_text(target.read_text().replace("INPUT_MIN_GPUS", "INPUT_MIN_GPU"))
+    (root / "actions" / "retry-fetch" / "README.md").unlink()
+    proc = gen("--check", root=root)
+    assert proc.returncode == 1
+    assert "actions/gpu-setup/action.yml: differs from its spec" in proc.stdout
+    assert "actions/retry-fetch/README.md: missing" in proc.stdout
+    assert "fix: run python scripts/gen_actions.py" in proc.stdout
+    # Regenerating repairs it.
+    assert gen(root=root).returncode == 0
+    assert gen("--check", root=root).returncode == 0
+
+
+def test_check_flags_a_generated_action_no_command_names(tmp_path: Path) -> None:
+    root = _copy_repo(tmp_path)
+    stale = root / "actions" / "old-thing"
+    stale.mkdir()
+    shutil.copy(root / "actions" / "gpu-smoke" / "action.yml", stale)
+    proc = gen("--check", root=root)
+    assert proc.returncode == 1
+    assert (
+        "actions/old-thing/action.yml: generated, but no command names this folder" in proc.stdout
+    )
+
+
+def test_every_command_input_and_output_is_in_its_action() -> None:
+    checked = 0
+    for _full, cmd in iter_leaf_commands():
+        for folder in cmd.actions:
+            text = (REPO / folder / "action.yml").read_text()
+            if not text.startswith("# Generated"):
+                continue  # hand-written (actions/metric-gate, actions/gpu-pod)
+            action = yaml.safe_load(text)
+            assert list(action["inputs"]) == [i.name for i in cmd.inputs], folder
+            assert list(action.get("outputs") or {}) == [o.name for o in cmd.outputs], folder
+            for spec in cmd.inputs:
+                meta = action["inputs"][spec.name]
+                assert meta["required"] is spec.required
+                assert meta.get("default") == spec.default
+            checked += 1
+    assert checked >= 6
+
+
+def test_root_action_is_gpu_setup_then_cache_then_smoke() -> None:
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    steps = action["runs"]["steps"]
+    runs = [s["run"].strip() for s in steps if 'GPUCI_PYTHON" -m gpuci' in s.get("run", "")]
+    assert runs == [
+        '"$GPUCI_PYTHON" -m gpuci gpu-setup',
+        '"$GPUCI_PYTHON" -m gpuci cache-weights restore',
+        '"$GPUCI_PYTHON" -m gpuci gpu-smoke',
+    ]
+    inputs = action["inputs"]
+    assert {"report", "smoke-report", "cache-key", "cache-path", "smoke", "min-memory-gb"} <= set(
+        inputs
+    )
+    assert inputs["cache-key"]["required"] is False  # the cache part is optional here
+    assert inputs["smoke"]["default"] == "false"
+    cache = next(s for s in steps if s.get("id") == "cache")
+    assert cache["env"]["INPUT_KEY"] == "${{ inputs.cache-key }}"
+    assert cache["env"]["INPUT_PATH"] == "${{ inputs.cache-path }}"
+    assert (
+        action["outputs"]["cache-hit"]["value"] == "${{ steps.cache.outputs.cache-hit || 'false' }}"
+    )
+
+
+def test_each_action_has_a_readme_with_usage_inputs_and_outputs() -> None:
+    for _full, cmd in iter_leaf_commands():
+        for folder in cmd.actions:
+            if not (REPO / folder / "action.yml").read_text().startswith("# Generated"):
+                continue  # hand-written actions document themselves
+            text = (REPO / folder / "README.md").read_text()
+            assert f"uses: my-org/gpu-ci/{folder}@v1" in text
+            assert "## Inputs" in text
+            for spec in cmd.inputs:
+                assert f"| `{spec.name}` |" in text
+            for output in cmd.outputs:
+                assert f"| `{output.name}` |" in text
+    index = (REPO / "actions" / "README.md").read_text()
+    assert "uses: my-org/gpu-ci@v1" in index and "| `smoke-report` |" in index
