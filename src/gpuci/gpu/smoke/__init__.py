@@ -30,7 +30,7 @@ from gpuci.gpu.smoke.checks import (
 )
 from gpuci.gpu.smoke.health import LoadSampler, XidListener, judge
 from gpuci.gpu.smoke.load import Rates, Sizes, Target
-from gpuci.gpu.smoke.models import minimums
+from gpuci.gpu.smoke.models import Minimums, minimums
 from gpuci.gpu.smoke.report import SCHEMA, report_path, summary_tables, write_json_atomic
 from gpuci.runtime import Result, Runtime
 
@@ -207,12 +207,17 @@ def _targets(
                 info = session.gpu(index)
                 return info.pcie_gen_current, info.pcie_width_current
 
+        override = values.get("min-bandwidth-gbs")
+        if backend.is_gpu:
+            mins = minimums(name, link_max, override)
+        else:  # a CPU stand-in is not the GPU NVML names: judge only what the user set
+            mins = Minimums(None, override, None, None, f"{backend.name} on the CPU: not judged")
         targets.append(
             Target(
                 backend_index=i,
                 nvml_index=gpu.index if gpu else None,
                 name=name,
-                minimums=minimums(name, link_max, values.get("min-bandwidth-gbs")),
+                minimums=mins,
                 rates=Rates.for_name(name, backend.is_gpu),
                 read_link=reader,
                 link_max=link_max,
@@ -323,7 +328,7 @@ def _run(
     watched = sorted({t.nvml_index for t in targets if t.nvml_index is not None}) or [
         g.index for g in gpus
     ]
-    names = {g.index: g.name for g in gpus}
+    names = {g.index: g.name for g in gpus if g.index in watched}
 
     # Health before: the snapshot's read; then XIDs and clock events for the run's length.
     xids: XidListener | None = None

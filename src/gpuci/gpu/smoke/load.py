@@ -318,18 +318,24 @@ def memory(target: Target, ctx: Context, sizes: Sizes, fraction: float) -> dict[
     done = 0
     partial = ""
     for pattern in PATTERNS:
-        if ctx.time_left() <= 0:
-            partial = f"budget reached: {done} of {len(PATTERNS)} patterns tested"
-            break
+        filled = []
         for buf in chunks:
+            if ctx.time_left() <= 0:
+                break
             dev.fill(buf, pattern)
+            filled.append(buf)
         dev.synchronize()
-        bad = [(i, dev.pattern_errors(buf, pattern)) for i, buf in enumerate(chunks)]
-        wrong = [(i, n) for i, n in bad if n]
+        wrong = [(i, n) for i, buf in enumerate(filled) if (n := dev.pattern_errors(buf, pattern))]
         if wrong:
             count = sum(n for _, n in wrong)
-            failures.append(f"0x{pattern:02X}: {count} byte(s) wrong in chunk(s) "
-                            + ",".join(str(i) for i, _ in wrong[:5]))  # fmt: skip
+            where = ",".join(str(i) for i, _ in wrong[:5])
+            failures.append(f"0x{pattern:02X}: {count} byte(s) wrong in chunk(s) {where}")
+        if len(filled) < len(chunks):
+            partial = (
+                f"budget reached: pattern 0x{pattern:02X} covered {len(filled)} of "
+                f"{len(chunks)} chunks, {done} of {len(PATTERNS)} patterns complete"
+            )
+            break
         done += 1
     seconds = max(time.perf_counter() - start, 1e-9)
     chunks.clear()

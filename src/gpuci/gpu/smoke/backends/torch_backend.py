@@ -15,8 +15,9 @@ def _torch() -> Any:
 
 
 class TorchDevice:
-    def __init__(self, torch: Any, index: int, device_type: str) -> None:
+    def __init__(self, torch: Any, index: int, device_type: str, cpu_mem: int | None) -> None:
         self._t = torch
+        self._cpu_mem = cpu_mem
         self.index = index
         self._cuda = device_type == "cuda"
         self.dev = torch.device(device_type, index) if self._cuda else torch.device("cpu")
@@ -30,6 +31,8 @@ class TorchDevice:
         if self._cuda:
             free, total = self._t.cuda.mem_get_info(self.dev)
             return int(free), int(total)
+        if self._cpu_mem is not None:
+            return self._cpu_mem, self._cpu_mem
         pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return int(pages), int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
@@ -97,8 +100,10 @@ class TorchDevice:
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, device_type: str = "cuda") -> None:
+    def __init__(self, device_type: str = "cuda", cpu_mem: int | None = None) -> None:
+        """``device_type="cpu"`` (with ``cpu_mem`` as its pretend memory size) is for CI."""
         torch = _torch()
+        self._cpu_mem = cpu_mem
         self._t = torch
         self.version = torch.__version__
         self._type = device_type
@@ -125,7 +130,7 @@ class TorchBackend:
         return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
 
     def open(self, index: int) -> TorchDevice:
-        return TorchDevice(self._t, index, self._type)
+        return TorchDevice(self._t, index, self._type, self._cpu_mem)
 
     def all_reduce_ones(self, indices: list[int], n: int) -> list[tuple[float, float]]:
         t = self._t
