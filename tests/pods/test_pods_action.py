@@ -1,0 +1,75 @@
+"""actions/gpu-pod run as the runner would (tests/actions/harness.py) against the fake API."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from fake_runpod import FakeRunPod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actions"))
+from action_env import run_gpuci_action
+
+
+@pytest.fixture
+def live():
+    server = FakeRunPod(steps_to_running=1).start()
+    yield server
+    server.stop()
+
+
+def _job(live: FakeRunPod, tmp_path: Path) -> dict[str, str]:
+    return {
+        "RUNPOD_API_KEY": live.api_key,
+        "RUNPOD_API_URL": live.url,
+        "GPUCI_PODS_POLL_S": "0.01",
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "GITHUB_RUN_ID": "7",
+        "GITHUB_REPOSITORY": "org/repo",
+        "GITHUB_ACTOR": "octocat",
+    }
+
+
+def test_up_then_down_in_an_always_job(live, tmp_path):
+    job = _job(live, tmp_path)
+    up = run_gpuci_action(
+        tmp_path,
+        "actions/gpu-pod",
+        {
+            "action": "up",
+            "gpu-types": "NVIDIA L40S",
+            "image": "img",
+            "command": "serve",
+            "ports": "8000/http",
+            "ttl": "30m",
+            "budget-usd": "50",
+            "env": "HF_TOKEN=hf_abcdef123456\nMODEL=m",
+        },
+        **job,
+    )
+    assert up.ok, up.log
+    pod_id = up.outputs["pod-id"]
+    assert pod_id in live.pods and up.outputs["status"] == "RUNNING"
+    assert up.outputs["cost-per-hr"] == "0.86"
+    assert up.outputs["url"] == f"https://{pod_id}-8000.proxy.runpod.net"
+    body = live.calls("POST", "/v2/pods")[0].body
+    assert (
+        "owner=octocat" in body["name"]
+        and "run=https://github.com/org/repo/actions/runs/7" in (body["name"])
+    )
+    assert live.api_key not in up.log and "hf_abcdef123456" not in up.log
+    assert "| pod | GPU |" in up.summary
+    down = run_gpuci_action(tmp_path, "actions/gpu-pod", {"action": "down"}, **job)
+    assert down.ok, down.log
+    assert down.outputs["pod-ids"] == pod_id and live.pods == {}
+    again = run_gpuci_action(tmp_path, "actions/gpu-pod", {"action": "down"}, **job)
+    assert again.ok and again.outputs["pod-ids"] == ""
+
+
+def test_an_unknown_action_is_bad_input(live, tmp_path):
+    run = run_gpuci_action(
+        tmp_path, "actions/gpu-pod", {"action": "explode"}, **_job(live, tmp_path)
+    )
+    assert run.exit_code == 2 and live.requests == []
+    assert "not one of up, ls" in run.annotations[0].message
