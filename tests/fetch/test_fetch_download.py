@@ -107,7 +107,7 @@ def test_other_statuses_fail_at_once(server, tmp_path, policy, status):
     assert "after 1 attempt(s)" in info.value.message
     assert info.value.hint
     assert len(server.gets()) == 1
-    assert not dest.exists()
+    assert leftovers(dest) == []  # no final file, no partial litter
 
 
 def test_retry_after_seconds_is_honoured(server, tmp_path):
@@ -300,3 +300,17 @@ def test_headers_are_sent(server, tmp_path, policy):
         headers={"Authorization": "Bearer s3cret"},
     )
     assert server.gets()[0].headers["Authorization"] == "Bearer s3cret"
+
+
+def test_empty_file(server, tmp_path, policy):
+    server.add("/empty", b"")
+    dest = tmp_path / "empty"
+    res = fetch_file(server.url("/empty"), dest, hashlib.sha256(b"").hexdigest(), policy=policy)
+    assert dest.read_bytes() == b"" and res.bytes == 0
+    assert leftovers(dest) == ["empty"]
+
+
+def test_invalid_url_is_a_fetch_error(tmp_path, policy):
+    with pytest.raises(FetchError) as info:
+        fetch_file("http://127.0.0.1:notaport/x", tmp_path / "x", policy=policy)
+    assert "after 1 attempt(s)" in info.value.message

@@ -125,11 +125,7 @@ class Partial:
 
     def reset(self) -> None:
         """Start over: the bytes on disk belong to no version we can name."""
-        self.close()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_bytes(b"")
-        with contextlib.suppress(FileNotFoundError):
-            self.meta.unlink()
+        self.discard()
         self.validator, self.total, self.size = None, None, 0
         self._hasher = hashlib.sha256()
 
@@ -294,7 +290,7 @@ class _Download:
             raise RangeMismatch(f"HTTP 416 for bytes={offset}-: the file changed size")
         if status not in (200, 206):
             raise FetchError(
-                f"HTTP {status} {resp.reason_phrase} from {url}",
+                f"HTTP {status} {resp.reason_phrase}".strip(),
                 hint=_hint_for_status(status),
             )
 
@@ -361,6 +357,7 @@ class _Download:
                 f"got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
+        part.path.touch()  # an empty body never opened the file
         os.replace(part.path, self.dest)
         with contextlib.suppress(FileNotFoundError):
             part.meta.unlink()
@@ -443,7 +440,7 @@ def fetch_file(
                 return job.finish(source, sha256)
             except IntegrityError as exc:  # a mirror may still hold the right bytes
                 errors.append((source, exc, job.attempts - before))
-            except (httpx.HTTPError, FetchError, RetryableError) as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, FetchError, RetryableError) as exc:
                 errors.append((source, exc, job.attempts - before))
                 if job.remaining() <= 0:
                     break
@@ -452,6 +449,8 @@ def fetch_file(
                     f"cannot write {job.partial.path}: {exc.strerror or exc}",
                     hint="check the destination folder exists, is writable and has space",
                 ) from exc
+        if not job.partial.validator:
+            job.partial.discard()  # bytes no later run could resume: leave no litter
         raise _give_up(errors, job)
     finally:
         job.partial.close()
