@@ -143,7 +143,10 @@ def _plan_step(
         plan.verdict = "bad-input"
     elif any(r.report.get("not_implemented") for r in plan.results):
         plan.verdict = "not-implemented"
-    elif any(c != ExitCode.OK for c in codes):
+    elif any(
+        c != ExitCode.OK or r.report.get("verdict") == "fail"
+        for c, r in zip(codes, plan.results, strict=True)
+    ):
         plan.verdict = "would-fail"
     else:
         plan.verdict = "ok"
@@ -211,7 +214,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 plan = _plan_step(str(job_id), index, step, env, rt)
                 plans.append(plan)
                 _log_plan(plan, rt)
-    return _result(path, plans, wanted)
+    return _result(path, plans, wanted, rt)
 
 
 def _log_plan(plan: StepPlan, rt: Runtime) -> None:
@@ -240,22 +243,21 @@ def _log_plan(plan: StepPlan, rt: Runtime) -> None:
                 rt.log(f"      {note.level}: {note.message}")
         for key, value in result.outputs.items():
             text = format_output(value)
-            if text and "\n" not in text and len(text) < 200:
+            if text not in ("", "0") and "\n" not in text and len(text) < 200:
                 rt.log(f"      {key} = {text}")
 
 
-def _result(path: Path, plans: list[StepPlan], job: str | None) -> Result:
+def _result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime) -> Result:
     judged = [p for p in plans if p.verdict not in ("run", "other-action")]
     bad = [p for p in judged if p.verdict == "bad-input"]
     failing = [p for p in judged if p.verdict == "would-fail"]
     result = Result(command="dry-run")
-    rows = [
-        (p.job, p.index, p.name, p.command or p.uses or "run", p.verdict, p.detail) for p in plans
-    ]
-    result.summary.append(
-        f"### gpu-ci dry run of `{path}`\n\n"
-        + markdown_table(["job", "step", "name", "action", "verdict", "detail"], rows)
-    )
+    if rt.platform != "terminal":  # on a terminal the per-step log above says it all
+        rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in judged]
+        result.summary.append(
+            f"### gpu-ci dry run of `{path}`\n\n"
+            + markdown_table(["job", "step", "name", "command", "verdict", "detail"], rows)
+        )
     result.report = {
         "workflow": str(path),
         "job": job,
