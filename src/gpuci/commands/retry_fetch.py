@@ -6,14 +6,22 @@ from gpuci.inputs import Input
 INPUTS = (
     Input(
         "url",
-        "URL(s) to fetch, one per line; or @FILE naming a file of 'url sha256 dest' lines.",
+        "URL(s) to fetch, one per line as 'URL [SHA256|-] [DEST]'; or @FILE naming a file "
+        "of such lines.",
         "lines",
         required=True,
     ),
     Input("dest", "Destination file (one URL) or folder (several URLs).", "str"),
-    Input("sha256", "Expected sha256 (hex), or a URL of a .sha256 file.", "str"),
     Input(
-        "mirrors", "Fallback URLs tried in order after the main URL fails, one per line.", "lines"
+        "sha256",
+        "Expected sha256 (hex), or the URL of a .sha256 / SHA256SUMS file (matched by name).",
+        "str",
+    ),
+    Input(
+        "mirrors",
+        "Fallback URLs tried in order after the main URL fails, one per line; one ending in "
+        "'/' is a base the file name is appended to.",
+        "lines",
     ),
     Input(
         "headers",
