@@ -41,13 +41,18 @@ def test_repeated_flags_pass_and_write_gate_json(tmp_path):
     metrics = write(tmp_path / "m.json", {"eval": {"accuracy": 0.95}, "loss": 0.2})
     proc = run_cli(
         "gate",
-        "--metrics", str(metrics),
-        "--min", "eval.accuracy=0.92",
-        "--max", "loss=0.35",
-        "--min", "accuracy=0.9",
-        "--output-dir", str(tmp_path / "o"),
+        "--metrics",
+        str(metrics),
+        "--min",
+        "eval.accuracy=0.92",
+        "--max",
+        "loss=0.35",
+        "--min",
+        "accuracy=0.9",
+        "--output-dir",
+        str(tmp_path / "o"),
         env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 rule(s) passed" in proc.stdout
     gate = json.loads((tmp_path / "o" / "gate.json").read_text())
@@ -91,10 +96,18 @@ def test_failing_gate_in_actions_exit_1_with_outputs_table_and_annotation(tmp_pa
 def test_baseline_absent_warns_and_skips_regression(tmp_path):
     metrics = write(tmp_path / "m.jsonl", '{"acc": 0.1}\n{"acc": 0.97}\n')
     proc = run_cli(
-        "gate", "--metrics", str(metrics), "--max-regression", "acc=0.01",
-        "--baseline", str(tmp_path / "none.json"), "--output-dir", str(tmp_path / "o"), "--json",
+        "gate",
+        "--metrics",
+        str(metrics),
+        "--max-regression",
+        "acc=0.01",
+        "--baseline",
+        str(tmp_path / "none.json"),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--json",
         env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
-    )  # fmt: skip
+    )
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     assert body["outputs"]["passed"] == "true"
@@ -103,11 +116,18 @@ def test_baseline_absent_warns_and_skips_regression(tmp_path):
     )
     assert body["report"]["gate"]["rows"][0]["verdict"] == "skipped: no baseline"
     proc = run_cli(
-        "gate", "--metrics", str(metrics), "--max-regression", "acc=0.01",
-        "--baseline", str(tmp_path / "none.json"), "--require-baseline",
-        "--output-dir", str(tmp_path / "o"),
+        "gate",
+        "--metrics",
+        str(metrics),
+        "--max-regression",
+        "acc=0.01",
+        "--baseline",
+        str(tmp_path / "none.json"),
+        "--require-baseline",
+        "--output-dir",
+        str(tmp_path / "o"),
         env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
-    )  # fmt: skip
+    )
     assert proc.returncode == 1 and "FAIL: no baseline" in proc.stdout
 
 
@@ -133,10 +153,19 @@ def test_bad_rules_and_no_rules_exit_2(tmp_path):
 
 def test_dry_run_plans_and_writes_nothing(tmp_path):
     proc = run_cli(
-        "gate", "--dry-run", "--metrics", str(tmp_path / "later.json"), "--min", "acc=0.5",
-        "--artifacts", str(tmp_path / "model.npz"), "--comment", "--output-dir", str(tmp_path / "o"),
+        "gate",
+        "--dry-run",
+        "--metrics",
+        str(tmp_path / "later.json"),
+        "--min",
+        "acc=0.5",
+        "--artifacts",
+        str(tmp_path / "model.npz"),
+        "--comment",
+        "--output-dir",
+        str(tmp_path / "o"),
         env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stdout
     assert "would check 1 rule(s): acc >= 0.5" in proc.stdout
     assert "not there yet" in proc.stdout and "PR comment skipped: no token" in proc.stdout
@@ -144,8 +173,15 @@ def test_dry_run_plans_and_writes_nothing(tmp_path):
     # with the metrics present, the dry run judges them, and still writes nothing
     write(tmp_path / "later.json", {"acc": 0.2})
     proc = run_cli(
-        "gate", "--dry-run", "--metrics", str(tmp_path / "later.json"), "--min", "acc=0.5",
-        "--output-dir", str(tmp_path / "o"), env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
-    )  # fmt: skip
+        "gate",
+        "--dry-run",
+        "--metrics",
+        str(tmp_path / "later.json"),
+        "--min",
+        "acc=0.5",
+        "--output-dir",
+        str(tmp_path / "o"),
+        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
+    )
     assert proc.returncode == 1 and "the gate would FAIL" in proc.stdout
     assert not (tmp_path / "o").exists()

@@ -40,18 +40,32 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
     metrics.write_text(json.dumps({"eval": {"accuracy": 0.95}}))
     journal.record(
         "cache-restore",
-        {"key": "data-v1", "matched_key": "data-v1", "manifest": "b" * 64, "path": ["data"],
-         "files": 3, "bytes": 1234},
+        {
+            "key": "data-v1",
+            "matched_key": "data-v1",
+            "manifest": "b" * 64,
+            "path": ["data"],
+            "files": 3,
+            "bytes": 1234,
+        },
         env,
-    )  # fmt: skip
+    )
     journal.record("cache-restore", {"key": "weights-v2", "matched_key": "", "manifest": ""}, env)
     journal.record("gpu-setup", {"gpus": [{"name": "NVIDIA H100"}], "driver": "550.54"}, env)
 
     proc = run_cli(
-        "gate", "--metrics", str(metrics), "--min", "eval.accuracy=0.9",
-        "--artifacts", str(tmp_path / "out"), "--output-dir", str(tmp_path / "prov"), "--json",
+        "gate",
+        "--metrics",
+        str(metrics),
+        "--min",
+        "eval.accuracy=0.9",
+        "--artifacts",
+        str(tmp_path / "out"),
+        "--output-dir",
+        str(tmp_path / "prov"),
+        "--json",
         env=env,
-    )  # fmt: skip
+    )
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     prov = tmp_path / "prov"
@@ -106,11 +120,26 @@ def test_provenance_command_reads_the_gate_from_the_journal(tmp_path):
     metrics.write_text('{"acc": 0.1}')
     model = tmp_path / "model.bin"
     model.write_bytes(b"\0" * 4096)
-    gate = run_cli("gate", "--metrics", str(metrics), "--min", "acc=0.5",
-                   "--output-dir", str(tmp_path / "o"), env=env)  # fmt: skip
+    gate = run_cli(
+        "gate",
+        "--metrics",
+        str(metrics),
+        "--min",
+        "acc=0.5",
+        "--output-dir",
+        str(tmp_path / "o"),
+        env=env,
+    )
     assert gate.returncode == 1
-    proc = run_cli("provenance", "--artifacts", str(tmp_path / "*.bin"),
-                   "--output-dir", str(tmp_path / "o"), "--json", env=env)  # fmt: skip
+    proc = run_cli(
+        "provenance",
+        "--artifacts",
+        str(tmp_path / "*.bin"),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--json",
+        env=env,
+    )
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     record = json.loads((tmp_path / "o" / "provenance.json").read_text())
@@ -124,12 +153,25 @@ def test_provenance_command_reads_the_gate_from_the_journal(tmp_path):
 
 def test_missing_artifact_fails_and_dry_run_writes_nothing(tmp_path):
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    proc = run_cli("provenance", "--artifacts", str(tmp_path / "nope"),
-                   "--output-dir", str(tmp_path / "o"), env=env)  # fmt: skip
+    proc = run_cli(
+        "provenance",
+        "--artifacts",
+        str(tmp_path / "nope"),
+        "--output-dir",
+        str(tmp_path / "o"),
+        env=env,
+    )
     assert proc.returncode == 1 and "matches no file" in proc.stdout
     (tmp_path / "m.bin").write_bytes(b"x" * 2048)
-    proc = run_cli("provenance", "--dry-run", "--artifacts", str(tmp_path / "m.bin"),
-                   "--output-dir", str(tmp_path / "o"), env=env)  # fmt: skip
+    proc = run_cli(
+        "provenance",
+        "--dry-run",
+        "--artifacts",
+        str(tmp_path / "m.bin"),
+        "--output-dir",
+        str(tmp_path / "o"),
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout
     assert "1 file(s), 2.0 KiB" in proc.stdout
     assert not (tmp_path / "o").exists() and not (tmp_path / "j.jsonl").exists()

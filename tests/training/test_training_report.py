@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, run_cli
 from fakegithub import FakeGitHub
+
+from conftest import clean_env, run_cli
 from gpuci import journal
 
 REPO = "acme/models"
@@ -47,10 +48,22 @@ def gate(tmp_path: Path, env: dict[str, str], accuracy: float, *extra: str):
     model = tmp_path / "model.npz"
     model.write_bytes(b"m" * 100)
     return run_cli(
-        "gate", "--metrics", str(metrics), "--min", "eval.accuracy=0.92",
-        "--baseline", str(baseline), "--max-regression", "accuracy=0.01",
-        "--artifacts", str(model), "--output-dir", str(tmp_path / "o"), *extra, env=env,
-    )  # fmt: skip
+        "gate",
+        "--metrics",
+        str(metrics),
+        "--min",
+        "eval.accuracy=0.92",
+        "--baseline",
+        str(baseline),
+        "--max-regression",
+        "accuracy=0.01",
+        "--artifacts",
+        str(model),
+        "--output-dir",
+        str(tmp_path / "o"),
+        *extra,
+        env=env,
+    )
 
 
 def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github):
