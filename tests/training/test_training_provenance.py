@@ -51,6 +51,20 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
         env,
     )
     journal.record("cache-restore", {"key": "weights-v2", "matched_key": "", "manifest": ""}, env)
+    journal.record(
+        "retry-fetch",
+        {
+            "files": [
+                {
+                    "url": "https://example.com/base.npz",
+                    "path": "weights/base.npz",
+                    "sha256": "d" * 64,
+                    "bytes": 99,
+                }
+            ]
+        },
+        env,
+    )
     journal.record("gpu-setup", {"gpus": [{"name": "NVIDIA H100"}], "driver": "550.54"}, env)
 
     proc = run_cli(
@@ -95,7 +109,13 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
     }
     assert deps[1]["name"] == "data-v1" and deps[1]["digest"] == {"sha256": "b" * 64}
     assert deps[1]["annotations"]["bytes"] == 1234
-    assert len(deps) == 2  # the cache miss has no digest: recorded, not claimed as a dependency
+    assert deps[2] == {
+        "name": "weights/base.npz",
+        "uri": "https://example.com/base.npz",
+        "digest": {"sha256": "d" * 64},
+        "annotations": {"bytes": 99},
+    }
+    assert len(deps) == 3  # the cache miss has no digest: recorded, not claimed as a dependency
     assert record["cache_misses"][0]["key"] == "weights-v2"
     run = predicate["runDetails"]
     assert run["builder"]["id"] == "https://github.com/actions/runner/self-hosted"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import journal
-from gpuci.errors import CheckFailed
+from gpuci.errors import CheckFailed, GpuciError
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 from gpuci.training import ci
 from gpuci.training.files import dump_json, sha256_file, write_atomic
@@ -128,6 +128,16 @@ def _datasets(environ: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return hits, misses
 
 
+def _downloads(environ: Any) -> list[dict[str, Any]]:
+    """Files ``retry-fetch`` verified in this job (url, path, sha256, bytes)."""
+    return [
+        f
+        for rec in journal.read("retry-fetch", environ)
+        for f in rec.get("files", [])
+        if isinstance(f, dict) and f.get("sha256")
+    ]
+
+
 def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
     records = journal.read(kind, environ)
     return _strip(records[-1]) if records else None
@@ -158,9 +168,9 @@ def build_record(
         path = Path(metrics_path)
         try:
             values = load(path)
-        except Exception as exc:  # unreadable metrics are recorded as such, not fatal here
+        except GpuciError as exc:  # unreadable metrics are recorded as such, not fatal here
             values = None
-            warnings.append(f"metrics file {path} not recorded as values: {exc}")
+            warnings.append(f"metrics file {path} not recorded as values: {exc.message}")
         metrics = {"path": path.as_posix(), "sha256": sha256_file(path), "values": values}
     elif metrics_path:
         warnings.append(f"metrics file {metrics_path} not found: not recorded")
@@ -187,6 +197,7 @@ def build_record(
         "artifacts": [a.__dict__ for a in artifacts],
         "datasets": hits,
         "cache_misses": misses,
+        "downloads": _downloads(environ),
         "gpu": _latest("gpu-setup", environ),
         "python": py,
         "metrics": metrics,
@@ -225,6 +236,15 @@ def statement(record: dict[str, Any]) -> dict[str, Any]:
             uri += f"@{source['ref']}"
         deps.append({"uri": uri, "digest": {"gitCommit": source["commit"]}})
     deps += [_dependency(ds) for ds in record["datasets"]]
+    deps += [
+        {
+            "name": d.get("path", ""),
+            "uri": d.get("url", ""),
+            "digest": {"sha256": d["sha256"]},
+            "annotations": {"bytes": d.get("bytes")},
+        }
+        for d in record.get("downloads", [])
+    ]
     byproducts: list[dict[str, Any]] = []
     if record.get("metrics"):
         m = record["metrics"]

@@ -71,10 +71,10 @@ def gpu_minutes(
     if not setups:
         return None, "no gpu-setup step in this job"
     first = setups[0]
-    gpus = first.get("gpu_count")
-    if not isinstance(gpus, int):
-        listed = first.get("gpus")
-        gpus = len(listed) if isinstance(listed, list) else 1
+    # The GPUs the job may use (visible devices), else all found; a record without either
+    # still ran on one GPU, as far as we can tell.
+    listed = first.get("visible_devices") or first.get("gpus")
+    gpus = len(listed) if isinstance(listed, list) and listed else 1
     elapsed = max(0.0, (now or time.time()) - float(first.get("time", now or time.time())))
     return gpus * elapsed / 60, f"{gpus} GPU(s) x {elapsed / 60:.1f} min since gpu-setup"
 
