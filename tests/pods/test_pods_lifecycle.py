@@ -90,6 +90,14 @@ def test_down_without_ids_ends_every_pod_of_this_run_only(fake, run):
     assert run("down", extra_env=GH).json["headline"] == "nothing to terminate"
 
 
+def test_down_with_an_empty_id_on_gitlab_ends_this_pipelines_pods(fake, run):
+    gitlab = {"CI_PIPELINE_URL": "https://gitlab.example/g/p/-/pipelines/9"}
+    mine = run("up", **UP, extra_env=gitlab).outputs["pod-id"]
+    other = run("up", **UP).outputs["pod-id"]
+    res = run("down", pod_id="", extra_env=gitlab)
+    assert res.code == 0 and res.outputs["pod-ids"] == mine and set(fake.pods) == {other}
+
+
 def test_down_outside_ci_needs_an_id(run):
     res = run("down")
     assert res.code == 2 and "pod-id" in res.json["headline"]

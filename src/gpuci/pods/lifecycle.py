@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,6 +104,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         pod, attempts = _place(values, rt, client, clock, spec, tag, affordable)
         result.report["attempts"] = attempts
         _remember(rt, pod, tag, spec)
+        restore = _sigterm_raises()
         try:
             pod = _wait_running(client, clock, pod["id"], now + float(values["timeout"]), rt)
             url = pod_url(pod, rt.environ)
@@ -112,9 +115,11 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     now + float(values["timeout"]),
                     rt,
                 )
-        except BaseException:
+        except BaseException:  # failure, timeout, Ctrl-C or a cancelled job (SIGTERM)
             _terminate_quietly(client, pod["id"], rt)
             raise
+        finally:
+            restore()
     result.headline = (
         f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
         f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
@@ -351,6 +356,18 @@ def _wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
                     hint="raise timeout (large models load slowly) or check the server's logs",
                 )
             clock.sleep(_poll_s(rt))
+
+
+def _sigterm_raises() -> Callable[[], None]:
+    """Turn SIGTERM (a cancelled CI job) into an exception, so ``up`` cleans up its pod."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _terminate_quietly(client: RunPodClient, pod_id: str, rt: Runtime) -> None:

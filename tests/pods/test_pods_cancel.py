@@ -1,0 +1,62 @@
+"""A cancelled job (SIGTERM while ``up`` waits) terminates the pod it made."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fake_runpod import FakeRunPod
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_sigterm_during_the_wait_terminates_the_pod(tmp_path):
+    fake = FakeRunPod(steps_to_running=10**6).start()  # never gets to RUNNING
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GPUCI_"))}
+        env.update(
+            RUNPOD_API_KEY=fake.api_key,
+            RUNPOD_API_URL=fake.url,
+            USER="t",
+            GPUCI_PODS_POLL_S="0.05",
+            GPUCI_PODS_LEDGER=str(tmp_path / "l"),
+            GPUCI_JOURNAL=str(tmp_path / "j"),
+        )
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpuci",
+                "pods",
+                "up",
+                "--gpu-types",
+                "NVIDIA L40S",
+                "--image",
+                "img",
+                "--command",
+                "serve",
+                "--ttl",
+                "10m",
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.time() + 20
+        while not fake.pods and time.time() < deadline:
+            time.sleep(0.05)
+        assert fake.pods, "up never created the pod"
+        pod_id = next(iter(fake.pods))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 128 + signal.SIGTERM, out + err
+        assert fake.pods == {}
+        assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
+    finally:
+        fake.stop()
