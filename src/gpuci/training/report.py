@@ -152,7 +152,9 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
     api_url = values.get("api-url") or rt.environ.get("GITHUB_API_URL") or "https://api.github.com"
     result.outputs.update({"comment": "skipped", "comment-url": ""})
     reason = ""
-    if not token:
+    if ctx.platform == "gitlab" and not values.get("repository"):
+        reason = "comments go to GitHub pull requests; on GitLab the report is in the summary"
+    elif not token:
         reason = "no token (set the token input or GITHUB_TOKEN)"
     elif not number:
         reason = "not a pull request"
