@@ -22,6 +22,8 @@ from gpuci.cli import run_command
 from gpuci.commands import cache_weights
 from gpuci.runtime import Result, Runtime
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
 CREDS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
@@ -89,7 +91,13 @@ class StoreCase:
                 Bucket=self.bucket, Key=f"{self.prefix}/{key}", Body=data
             )
 
-    def keys(self) -> list[str]:
+    def get_raw(self, key: str) -> bytes:
+        if self.root is not None:
+            return (self.root / key).read_bytes()
+        body = s3_client(self.endpoint).get_object(Bucket=self.bucket, Key=f"{self.prefix}/{key}")
+        return body["Body"].read()
+
+    def object_keys(self) -> list[str]:
         if self.root is not None:
             if not self.root.exists():
                 return []

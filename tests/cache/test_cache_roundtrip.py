@@ -31,7 +31,7 @@ def test_round_trip_keeps_content_modes_symlinks_and_empty_things(store, env, tm
     assert saved.outputs["files"] == 23
     assert saved.outputs["bytes-uploaded"] > 2_500_000
     assert saved.outputs["cache-hit"] is False
-    keys = store.keys()
+    keys = store.object_keys()
     assert any(k.startswith("blobs/sha256/") for k in keys)
     assert any(k.startswith("packs/sha256/") for k in keys)
     assert "refs/default/weights-v1" in keys
@@ -148,7 +148,7 @@ def test_dry_run_plans_without_writing(store, env, tmp_path):
     plan, _ = _save(store, env, "k", src, dry_run=True)
     assert plan.ok and plan.report["dry_run"] is True
     assert plan.report["bytes_data"] >= 2_500_000
-    assert store.keys() == []
+    assert store.object_keys() == []
     assert not Path(env["GPUCI_JOURNAL"]).exists()
     assert _save(store, env, "k", src)[0].ok
     plan, _ = _restore(store, env, "k", out, dry_run=True)

@@ -229,6 +229,11 @@ class Downloader:
                 members = [packed[i] for i in run.members]
                 pool.submit(lambda buf, run=run, members=members: self._run(run, members, buf))
             pool.run()
+        except TransientError as exc:
+            raise StoreError(
+                f"{self.store.url}: {exc}, still after {self.attempts} attempts",
+                hint="the store or the network is failing; retry the job later",
+            ) from None
         except _Corrupt as exc:
             raise IntegrityError(
                 f"{exc.what}: the store's bytes hash to {exc.got[:12]}..., the manifest says "
@@ -362,10 +367,3 @@ def _scratch() -> memoryview:
     if buf is None:
         buf = _SCRATCH.buf = memoryview(bytearray(layout.IO_CHUNK))
     return buf
-
-
-def missing_error(key: str) -> StoreError:
-    return StoreError(
-        f"{key} is missing from the cache store",
-        hint="the store was pruned or damaged; save the key again",
-    )
