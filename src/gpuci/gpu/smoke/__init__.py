@@ -211,7 +211,8 @@ def _targets(
         if backend.is_gpu:
             mins = minimums(name, link_max, override)
         else:  # a CPU stand-in is not the GPU NVML names: judge only what the user set
-            mins = Minimums(None, override, None, None, f"{backend.name} on the CPU: not judged")
+            why = "min-bandwidth-gbs" if override else f"{backend.name} on the CPU: not judged"
+            mins = Minimums(None, override, None, None, why)
         targets.append(
             Target(
                 backend_index=i,
@@ -342,7 +343,7 @@ def _run(
                 + " (e.g. MIG or vGPU): not watched"
             )
         if targets:
-            sampler = LoadSampler(session.health, watched).start()
+            sampler = LoadSampler(session.health, watched, sizes.sample_interval_s).start()
 
     with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
         for o in outcomes:

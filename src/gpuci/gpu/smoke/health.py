@@ -10,6 +10,7 @@ clock event fails the GPU. A counter the GPU does not report (``None``) never fa
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,8 +121,9 @@ def judge(
     for problem in after.memory_problems():
         if not any(problem.split(" (")[0] in r for r in reasons):
             reasons.append(problem)
-    for xid in xids:
-        reasons.append(f"XID {xid} raised during the run")
+    for xid, times in sorted(Counter(xids).items()):
+        again = f" {times} times" if times > 1 else ""
+        reasons.append(f"XID {xid} raised{again} during the run")
     masks = [m for m in (before.clock_event_reasons, clocks_under_load, after.clock_event_reasons)]
     events = sorted({e for m in masks if m is not None for e in clock_event_names(m)})
     harmful = [e for e in events if e in HARMFUL_CLOCK_EVENTS]

@@ -39,6 +39,7 @@ class Sizes:
     nccl_elements: int = 32 * 1024 * 1024
     nccl_timeout_s: float = 15.0
     context_estimate_s: float = 3.0
+    sample_interval_s: float = 0.25  # how often NVML is polled for clock events under load
 
     @classmethod
     def tiny(cls) -> Sizes:
@@ -54,6 +55,7 @@ class Sizes:
             nccl_elements=1024,
             nccl_timeout_s=5.0,
             context_estimate_s=0.05,
+            sample_interval_s=0.005,
         )
 
 
@@ -176,6 +178,17 @@ def gemm(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
             f"GEMM differs from the CPU reference: {bad} element(s) wrong, max error {err:g}",
             {**figures, "max_abs_error": err},
         )
+    # Every column at once: 1^T C must equal (1^T A) B, exact in integers; one wrong element
+    # anywhere changes its column's sum.
+    want = _colsum_times(dev.col_sums(a), dev.to_host(b))
+    have = dev.col_sums(first)
+    off = np.abs(have - want)
+    if float(off.max()) > 0.5:
+        raise CheckError(
+            f"GEMM differs from the CPU reference: {int(np.count_nonzero(off > 0.5))} column "
+            f"sum(s) wrong, max error {float(off.max()):g}",
+            {**figures, "max_abs_error": float(off.max())},
+        )
     worst = 0.0
     start = time.perf_counter()
     for _ in range(repeats):
@@ -197,6 +210,17 @@ def gemm(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
     del a, b, first
     dev.release()
     return figures
+
+
+def _colsum_times(colsum: Any, b: Any, block: int = 512) -> Any:
+    """``colsum @ b`` exactly, in int64 blocks so a large ``b`` never becomes one int64 copy."""
+    import numpy as np
+
+    exact = np.rint(colsum).astype(np.int64)
+    out = np.zeros(b.shape[1], dtype=np.int64)
+    for start in range(0, b.shape[0], block):
+        out += exact[start : start + block] @ np.rint(b[start : start + block]).astype(np.int64)
+    return out.astype(np.float64)
 
 
 # ----- device memory bandwidth -----------------------------------------------------------
@@ -342,6 +366,7 @@ def memory(target: Target, ctx: Context, sizes: Sizes, fraction: float) -> dict[
     dev.release()
     figures: dict[str, Any] = {
         "tested_gib": round(tested / GiB, 3),
+        "tested_bytes": tested,
         "fraction_of_free": round(tested / free, 3) if free else None,
         "chunks": tested // chunk,
         "patterns": done,
@@ -378,7 +403,7 @@ def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) ->
     seconds = time.perf_counter() - start
     figures: dict[str, Any] = {"gpus": len(indices), "elements": sizes.nccl_elements}
     if thread.is_alive():
-        raise CheckError(f"all-reduce did not finish within {timeout:.0f}s (hung)", figures)
+        raise CheckError(f"all-reduce did not finish within {timeout:g}s (hung)", figures)
     if "error" in box:
         raise CheckError(f"all-reduce failed: {box['error']}", figures)
     want = float(len(indices))

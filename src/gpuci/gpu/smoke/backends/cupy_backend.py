@@ -60,6 +60,11 @@ class CupyDevice:
         self._use()
         return x[self._cp.asarray(index)]
 
+    def col_sums(self, x: Any) -> Any:
+        self._use()
+        cp = self._cp
+        return cp.asnumpy(x.astype(cp.float32).sum(axis=0)).astype("float64")
+
     def max_abs_diff(self, a: Any, b: Any) -> float:
         self._use()
         cp = self._cp

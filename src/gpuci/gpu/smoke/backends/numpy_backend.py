@@ -38,6 +38,9 @@ class NumpyDevice:
     def rows(self, x: Any, index: list[int]) -> Any:
         return x[index]
 
+    def col_sums(self, x: Any) -> Any:
+        return x.astype(np.float32).sum(axis=0).astype(np.float64)
+
     def max_abs_diff(self, a: Any, b: Any) -> float:
         return float(np.max(np.abs(a.astype(np.float32) - b.astype(np.float32))))
 

@@ -67,6 +67,9 @@ class TorchDevice:
     def rows(self, x: Any, index: list[int]) -> Any:
         return x[self._t.tensor(index, device=x.device)]
 
+    def col_sums(self, x: Any) -> Any:
+        return x.float().sum(dim=0).double().cpu().numpy()
+
     def max_abs_diff(self, a: Any, b: Any) -> float:
         if self._t.equal(a, b):
             return 0.0

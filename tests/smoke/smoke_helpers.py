@@ -1,0 +1,99 @@
+"""Helpers for the gpu-smoke tests: input values, an in-process run, fault-injecting devices."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.smoke import smoke
+from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu.smoke.checks import Outcome
+from gpuci.gpu.smoke.load import Sizes
+from gpuci.runtime import Result, Runtime
+
+
+def values(tmp: Path, **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "checks": None,
+        "budget-seconds": 30.0,
+        "memory-fraction": 0.5,
+        "min-bandwidth-gbs": None,
+        "framework": "auto",
+        "dcgm-level": 0,
+        "report": str(tmp / "smoke.json"),
+    }
+    base.update({k.replace("_", "-"): v for k, v in overrides.items()})
+    return base
+
+
+def run(
+    tmp: Path,
+    fake: FakeNvml | str,
+    backend: Any = None,
+    *,
+    sizes: Sizes | None = None,
+    clock: Callable[[], float] | None = None,
+    **overrides: Any,
+) -> Result:
+    nvml = FakeNvml.from_spec(fake) if isinstance(fake, str) else fake
+    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
+    kwargs: dict[str, Any] = {"nvml": nvml, "backend": backend, "sizes": sizes}
+    if clock is not None:
+        kwargs["clock"] = clock
+    return smoke(values(tmp, **overrides), rt, **kwargs)
+
+
+def outcome(result: Result, label: str) -> dict[str, Any]:
+    """The report entry for ``gpu0:memory`` / ``nccl``."""
+    for entry in result.report["checks"]:
+        o = Outcome(entry["name"], entry["gpu"], entry["status"])
+        if o.label == label:
+            return entry
+    raise AssertionError(f"no outcome {label} in {[c['name'] for c in result.report['checks']]}")
+
+
+def backend_with(device_class: type[NumpyDevice], devices: int = 1, **attrs: Any) -> NumpyBackend:
+    """A numpy backend whose devices are ``device_class`` (with ``attrs`` set on the class)."""
+    cls = type(device_class.__name__, (device_class,), dict(attrs))
+    backend = NumpyBackend(devices=devices)
+    backend.device_class = cls
+    return backend
+
+
+class FlipsBit(NumpyDevice):
+    """Memory with one cell stuck: after writing 0xAA, byte 1000 of each chunk reads 0xAB."""
+
+    def fill(self, buf: Any, byte: int) -> None:
+        super().fill(buf, byte)
+        if byte == 0xAA and buf.size > 1000:
+            buf[1000] = 0xAB
+
+
+class WrongGemm(NumpyDevice):
+    """A GEMM unit that gets one element (in row ``row``) wrong."""
+
+    row = 3
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        c = super().matmul(a, b)
+        c[self.row, 5] += 4
+        return c
+
+
+class DriftingGemm(NumpyDevice):
+    """Right the first time, then off by one: an unstable GPU."""
+
+    calls = 0
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        c = super().matmul(a, b)
+        type(self).calls += 1
+        if type(self).calls > 1:
+            c = c.copy()
+            c[0, 0] += np.float16(1)
+        return c

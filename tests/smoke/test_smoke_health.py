@@ -1,0 +1,154 @@
+"""Health before and after, against fake NVML: counters that rise, XIDs, links, unsupported."""
+
+from __future__ import annotations
+
+import time
+
+from smoke_helpers import backend_with, outcome, run
+
+from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.nvml import Health
+from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu.smoke.health import judge
+
+
+def test_healthy_h200_passes_every_check(tmp_path):
+    result = run(tmp_path, "h200", NumpyBackend())
+    assert result.exit_code == 0, result.headline
+    assert result.outputs == {
+        "passed": True,
+        "failed-checks": "",
+        "report": str(tmp_path / "smoke.json"),
+        "seconds": result.outputs["seconds"],
+    }
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "pass"
+    assert health["figures"]["ecc_uncorrected"] == [0, 0]
+    assert health["figures"]["pcie_replays"] == [0, 0]
+
+
+def test_ecc_count_rising_during_the_run_fails(tmp_path):
+    result = run(tmp_path, "h200:ecc+=2", NumpyBackend())
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "fail"
+    assert "volatile uncorrected ECC errors rose from 0 to 2 during the run" in health["reason"]
+    assert result.exit_code == 1
+    assert result.outputs["passed"] is False
+    assert result.outputs["failed-checks"] == "gpu0:health"
+
+
+def test_pcie_replays_rising_fail(tmp_path):
+    result = run(tmp_path, "h100-sxm:replay+=40", None, framework="none")
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "fail"
+    assert "PCIe replays rose from 0 to 40" in health["reason"]
+
+
+def test_row_remap_pending_after_the_load_fails(tmp_path):
+    fake = FakeNvml(["h200"])
+
+    class RemapsRow(NumpyDevice):
+        def matmul(self, a, b):
+            fake.set(0, remapped_rows=(0, 1, True, False))
+            return super().matmul(a, b)
+
+    result = run(tmp_path, fake, backend_with(RemapsRow))
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "fail"
+    assert "row remap pending appeared during the run" in health["reason"]
+    assert "rows remapped for uncorrectable errors rose from 0 to 1" in health["reason"]
+
+
+def test_a_node_that_starts_bad_fails_even_without_load(tmp_path):
+    result = run(tmp_path, "ecc-bad", None, framework="none")
+    reason = outcome(result, "gpu0:health")["reason"]
+    assert "2 volatile uncorrected ECC errors" in reason
+    assert "row remapping pending (reset the GPU)" in reason
+
+
+def test_xid_raised_mid_run_fails(tmp_path):
+    fake = FakeNvml(["h200", "h200"])
+
+    class RaisesXid(NumpyDevice):
+        def matmul(self, a, b):
+            if self.index == 1:
+                fake.inject_xid(1, 79)
+            return super().matmul(a, b)
+
+    result = run(tmp_path, fake, backend_with(RaisesXid, devices=2))
+    assert outcome(result, "gpu0:health")["status"] == "pass"
+    bad = outcome(result, "gpu1:health")
+    assert bad["status"] == "fail"
+    assert "XID 79 raised 4 times during the run" in bad["reason"]  # 1 + 3 repeats
+    assert bad["figures"]["xids"] == [79, 79, 79, 79]
+    assert result.outputs["failed-checks"] == "gpu1:health"
+
+
+def test_pcie_link_at_x8_under_load_fails_the_pcie_check(tmp_path):
+    fake = FakeNvml(["h100-sxm"])
+    fake.set(0, pcie_width=(8, 16))
+    result = run(tmp_path, fake, NumpyBackend())
+    pcie = outcome(result, "gpu0:pcie")
+    assert pcie["status"] == "fail"
+    assert "PCIe link at x8 under load, x16 possible" in pcie["reason"]
+    assert pcie["figures"]["link_under_load"] == "Gen5 x8"
+
+
+def test_idle_downtrained_link_that_trains_up_under_load_passes(tmp_path):
+    fake = FakeNvml(["t4"])  # idles at Gen1 of Gen3, as real T4s do
+
+    class TrainsUp(NumpyDevice):
+        def h2d(self, dst, host):
+            fake.set(0, pcie_gen=(3, 3))
+            super().h2d(dst, host)
+            time.sleep(0.03)  # a real copy takes this long; the sampler polls every 20 ms
+
+        def d2h(self, host, src):
+            super().d2h(host, src)
+            fake.set(0, pcie_gen=(1, 3))
+
+    result = run(tmp_path, fake, backend_with(TrainsUp))
+    pcie = outcome(result, "gpu0:pcie")
+    assert pcie["status"] == "pass", pcie
+    assert pcie["figures"]["link_under_load"] == "Gen3 x16"
+
+
+def test_unsupported_counters_never_fail(tmp_path):
+    fake = FakeNvml(["t4"])
+    fake.set(0, pcie_gen=(3, 3), ecc_enabled=None, clock_events=None, temperature_c=None)
+    result = run(tmp_path, fake, NumpyBackend())
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "pass", health
+    assert "pcie_replay_counter" in health["figures"]["not_supported"]
+    assert "ecc_volatile_uncorrected" in health["figures"]["not_supported"]
+    assert result.exit_code == 0
+
+
+def test_thermal_clock_event_during_the_run_fails(tmp_path):
+    result = run(tmp_path, "h200:clocks=0x40", None, framework="none")
+    reason = outcome(result, "gpu0:health")["reason"]
+    assert "clocks held down by hw_thermal_slowdown" in reason
+
+
+def test_clock_event_seen_only_under_load_fails(tmp_path):
+    fake = FakeNvml(["h200"])
+
+    class Throttles(NumpyDevice):
+        def fill(self, buf, byte):
+            fake.set(0, clock_events=0x8)  # hardware slowdown while memory is written
+            super().fill(buf, byte)
+            time.sleep(0.001)
+            fake.set(0, clock_events=0x1)
+
+    result = run(tmp_path, fake, backend_with(Throttles))
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "fail"
+    assert "hw_slowdown" in health["reason"]
+
+
+def test_judge_idle_and_power_cap_are_not_problems():
+    before = Health(ecc_volatile_uncorrected=0, pcie_replay_counter=5, clock_event_reasons=0x1)
+    after = Health(ecc_volatile_uncorrected=0, pcie_replay_counter=5, clock_event_reasons=0x4)
+    reasons, figures = judge(before, after, [])
+    assert reasons == []
+    assert figures["clock_events"] == ["gpu_idle", "sw_power_cap"]
