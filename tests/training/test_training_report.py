@@ -149,3 +149,11 @@ def test_unreachable_api_is_infra_error(tmp_path, github):
     env = pr_env(tmp_path, github, GITHUB_API_URL="http://127.0.0.1:9/api/v3")
     proc = run_cli("report", "--comment", env=env)
     assert proc.returncode == 3 and "cannot reach the GitHub API" in proc.stdout
+
+
+def test_dry_run_says_it_would_post_and_sends_nothing(tmp_path, github):
+    env = pr_env(tmp_path, github)
+    proc = run_cli("report", "--comment", "--dry-run", env=env)
+    assert proc.returncode == 0, proc.stdout
+    assert "would post or update the sticky comment on acme/models#7" in proc.stdout
+    assert github.state.requests == []

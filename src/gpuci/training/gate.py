@@ -46,7 +46,7 @@ def _missing_file_verdict(rules: list[Rule], message: str) -> Verdict:
 
 
 def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any], list[str]]:
-    """Judge the metrics file; returns the gate record and warnings (never raises on bad data)."""
+    """Judge the metrics file: bad data fails rows (never raises); bad input raises InputError."""
     warnings: list[str] = []
     metrics_path = Path(values["metrics"])
     baseline_path = values.get("baseline")
