@@ -80,9 +80,43 @@ PYEOF
   fi
 }
 
+# ---- gpu-smoke: health diff, memory, GEMM, bandwidth, NCCL within the budget; figures digest
+# Env: GPUCI_SMOKE_FRAMEWORK (auto|torch|cupy|none; "none" when testing on fake NVML),
+#      GPUCI_SMOKE_FLAGS (extra flags, e.g. "--budget-seconds 60 --dcgm-level 1").
+run_gpu_smoke() {
+  section "gpu-smoke"
+  local out="$CHECK_OUT/gpu-smoke.json" rc=0 framework="${GPUCI_SMOKE_FRAMEWORK:-auto}"
+  if [ "${GPUCI_CHECK_ALLOW_FAKE:-}" = "1" ] && [ -n "${GPUCI_FAKE_NVML:-}" ]; then
+    framework="${GPUCI_SMOKE_FRAMEWORK:-none}"  # a fake GPU has nothing for torch to drive
+  fi
+  local -a flags=()
+  read -r -a flags <<<"${GPUCI_SMOKE_FLAGS:-}"
+  "$PY" -m gpuci gpu-smoke --json --framework "$framework" \
+    --report "$CHECK_OUT/gpuci-smoke-report.json" "${flags[@]}" >"$out" || rc=$?
+  cat "$out"
+  section "gpu-smoke figures"
+  "$PY" - "$out" <<'PYEOF' || true
+import json, sys
+body = json.load(open(sys.argv[1]))
+rep = body.get("report", {})
+print(body.get("headline", ""))
+for c in rep.get("checks", []):
+    where = "all" if c["gpu"] is None else f"gpu{c['gpu']}"
+    figs = " ".join(f"{k}={v}" for k, v in c["figures"].items() if v not in (None, []))
+    why = f"  ({c['reason']})" if c["reason"] else ""
+    print(f"{where:5} {c['name']:7} {c['status']:4} {c['seconds']:7.2f}s  {figs}{why}")
+backend = rep.get("backend") or {}
+print(f"total {rep.get('seconds')}s of a {rep.get('budget_seconds')}s budget; "
+      f"framework {rep.get('framework')} {backend.get('version', '')}".rstrip())
+PYEOF
+  echo "gpu-smoke exit code: $rc"
+  [ "$rc" -eq 0 ] || STATUS=$rc
+}
+
 setup_python
 show_nvidia_smi
 run_gpu_setup "$@"
+run_gpu_smoke
 
 section "verdict"
 echo "gpu-check exit code: $STATUS (reports in $CHECK_OUT)"
