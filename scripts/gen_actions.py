@@ -382,8 +382,8 @@ def render_index(actions: list[ActionDef], root: ActionDef) -> str:
             f"`{a.parts[0].command}` | {cell(a.description)} |"
         )
     out += ["", "## The all-in-one action", ""]
-    body = render_readme(root, heading="###").split("\n", 1)[1]
-    out.append(body)
+    body = render_readme(root, heading="###").split("\n")
+    out += body[4:]  # without the title and the generated-file comment, said once above
     return "\n".join(out)
 
 
