@@ -151,6 +151,10 @@ def raise_for(response: httpx.Response, what: str) -> None:
     raise RunPodError(text, hint="see the RunPod status page", status=status, detail=detail)
 
 
+def api_url(environ: Mapping[str, str]) -> str:
+    return environ.get(API_URL_ENV) or DEFAULT_API_URL
+
+
 def api_key_from_env(environ: Mapping[str, str], mask: Callable[[str], None]) -> str:
     key = environ.get(API_KEY_ENV, "").strip()
     if not key:
@@ -187,7 +191,7 @@ class RunPodClient:
         cls, environ: Mapping[str, str], mask: Callable[[str], None], clock: Clock = SYSTEM
     ) -> RunPodClient:
         key = api_key_from_env(environ, mask)
-        return cls(key, environ.get(API_URL_ENV) or DEFAULT_API_URL, clock=clock)
+        return cls(key, api_url(environ), clock=clock)
 
     def close(self) -> None:
         self._http.close()

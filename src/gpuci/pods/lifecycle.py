@@ -15,20 +15,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import httpx
-
 from gpuci import journal
-from gpuci.errors import CheckFailed, GpuciError, InfraError, InputError
-from gpuci.pods import cost, ledger, plan
-from gpuci.pods.client import (
-    API_KEY_ENV,
-    API_URL_ENV,
-    DEFAULT_API_URL,
-    CandidateRejected,
-    InvalidTransition,
-    NotFound,
-    RunPodClient,
-)
+from gpuci.errors import GpuciError, InputError
+from gpuci.pods import ledger, placement, plan, readiness
+from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.naming import PodTag, default_owner, new_tag, run_url, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
@@ -37,16 +27,8 @@ PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
 LIVE = ("PROVISIONING", "STARTING", "RUNNING")
 
 
-def _poll_s(rt: Runtime) -> float:
-    return float(rt.environ.get("GPUCI_PODS_POLL_S", "5"))
-
-
 def _client(rt: Runtime, clock: Clock) -> RunPodClient:
     return RunPodClient.from_env(rt.environ, rt.mask, clock)
-
-
-def _api_url(rt: Runtime) -> str:
-    return rt.environ.get(API_URL_ENV) or DEFAULT_API_URL
 
 
 def pod_url(pod: dict[str, Any], environ: Any) -> str:
@@ -99,18 +81,21 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     with _client(rt, clock) as client:
         catalog = client.list_gpu_types(spec.cloud)
         cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
-        affordable, refused = _budget(values, rt, client, clock, spec, tag, catalog, cands)
+        affordable, refused = placement.affordable(
+            values, rt, client, clock, spec, tag, catalog, cands
+        )
         result.report["budget_refused"] = refused
-        pod, attempts = _place(values, rt, client, clock, spec, tag, affordable)
+        pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
         result.report["attempts"] = attempts
         _remember(rt, pod, tag, spec)
         restore = _sigterm_raises()
         try:
-            pod = _wait_running(client, clock, pod["id"], now + float(values["timeout"]), rt)
+            deadline = now + float(values["timeout"])
+            pod = readiness.wait_running(client, clock, pod["id"], deadline, rt)
             url = pod_url(pod, rt.environ)
             if values.get("health-url"):
-                _wait_healthy(
-                    _health_url(values["health-url"], pod, url),
+                readiness.wait_healthy(
+                    readiness.health_url(values["health-url"], pod, url),
                     clock,
                     now + float(values["timeout"]),
                     rt,
@@ -159,7 +144,7 @@ def _plan_up(
 ) -> Result:
     """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
     cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
-    api = _api_url(rt)
+    api = api_url(rt.environ)
     bodies = [plan.create_body(spec, tag, c, api) for c in cands]
     budget = values.get("budget-usd")
     result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
@@ -202,89 +187,6 @@ def _plan_up(
     return result
 
 
-def _budget(
-    values: dict[str, Any],
-    rt: Runtime,
-    client: RunPodClient,
-    clock: Clock,
-    spec: plan.PodSpec,
-    tag: PodTag,
-    catalog: list[dict[str, Any]],
-    cands: list[plan.Candidate],
-) -> tuple[list[plan.Candidate], list[dict[str, Any]]]:
-    budget = values.get("budget-usd")
-    if budget is None:
-        return cands, []
-    now = clock.now()
-    grace = float(values.get("reap-interval") or 0)
-    spend = cost.gather(client, rt.environ, float(values["budget-period"]), now, grace)
-    exposure = spend.exposure(tag.owner)
-    ttl = tag.expires_at - now + grace
-    ok: list[plan.Candidate] = []
-    refused: list[dict[str, Any]] = []
-    for cand in cands:
-        rate = plan.price_per_hr(catalog, cand.gpu_id, spec.cloud, spec.gpu_count)
-        if rate is None:
-            refused.append({"candidate": cand.label(), "reason": "no catalog price"})
-            continue
-        fits, projected = cost.verdict(float(budget), exposure, rate, ttl)
-        if fits:
-            ok.append(cand)
-        else:
-            refused.append(
-                {"candidate": cand.label(), "rate": rate, "projected_usd": round(projected, 4)}
-            )
-            rt.log(f"budget: skip {cand.label()}: ${projected:.2f} projected > ${budget:.2f}")
-    if not ok:
-        raise CheckFailed(
-            f"owner {tag.owner} would pass budget ${float(budget):.2f}: "
-            f"${exposure:.2f} spent or committed, every candidate adds more",
-            hint="stop or down your other pods, shorten ttl, choose a cheaper GPU, "
-            "or raise budget-usd",
-        )
-    return ok, refused
-
-
-def _place(
-    values: dict[str, Any],
-    rt: Runtime,
-    client: RunPodClient,
-    clock: Clock,
-    spec: plan.PodSpec,
-    tag: PodTag,
-    cands: Sequence[plan.Candidate],
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Rounds over the candidates (400/403: next one) with backoff between rounds."""
-    deadline = clock.now() + float(values.get("placement-timeout") or 0)
-    attempts: list[dict[str, Any]] = []
-    api = _api_url(rt)
-    delay = 15.0
-    last = ""
-    while True:
-        for cand in cands:
-            body = plan.create_body(spec, tag, cand, api)
-            try:
-                pod = client.create_pod(body)
-            except CandidateRejected as exc:
-                last = exc.detail or exc.message
-                attempts.append({"candidate": cand.label(), "status": exc.status, "detail": last})
-                rt.log(f"not placed: {cand.label()}: HTTP {exc.status} {last}")
-                continue
-            attempts.append({"candidate": cand.label(), "status": 201, "pod": pod["id"]})
-            rt.log(f"placed {pod['id']} on {cand.label()}")
-            return pod, attempts
-        if clock.now() + delay > deadline:
-            break
-        rt.log(f"no candidate placed; next round in {delay:.0f}s")
-        clock.sleep(delay)
-        delay = min(delay * 2, 300.0)
-    raise InfraError(
-        f"no candidate placed after {len(attempts)} attempt(s); last answer: {last}",
-        hint="add GPU types or data centres, raise placement-timeout, or, if every "
-        "candidate failed alike, fix the request the detail names",
-    )
-
-
 def _remember(rt: Runtime, pod: dict[str, Any], tag: PodTag, spec: plan.PodSpec) -> None:
     entry = {
         "podId": pod["id"],
@@ -299,63 +201,6 @@ def _remember(rt: Runtime, pod: dict[str, Any], tag: PodTag, spec: plan.PodSpec)
         journal.record("pod-up", entry, rt.environ)
     except OSError as exc:  # bookkeeping must never leave a pod without its teardown
         rt.log(f"warning: could not write the pods ledger: {exc}")
-
-
-def _wait_running(
-    client: RunPodClient, clock: Clock, pod_id: str, deadline: float, rt: Runtime
-) -> dict[str, Any]:
-    last = ""
-    while True:
-        pod = client.get_pod(pod_id)
-        status = (pod or {}).get("status", "TERMINATED")
-        if status != last:
-            rt.log(f"{pod_id}: {status}")
-            last = status
-        if status == "RUNNING" and pod is not None:
-            return pod
-        if status in ("EXITED", "ERROR", "TERMINATED"):
-            raise InfraError(
-                f"pod {pod_id} became {status} before RUNNING",
-                hint="check the image and command in the pod's logs; the pod was terminated",
-            )
-        if clock.now() >= deadline:
-            raise InfraError(
-                f"pod {pod_id} still {status} at the timeout",
-                hint="raise timeout or pick a GPU type with more stock",
-            )
-        clock.sleep(_poll_s(rt))
-
-
-def _health_url(raw: str, pod: dict[str, Any], url: str) -> str:
-    text = raw.strip().replace("{pod_id}", pod["id"])
-    if text.startswith("/"):
-        if not url:
-            raise InputError(
-                f"health-url {raw} is a path but the pod exposes no http port",
-                hint="add e.g. 8000/http to ports or give a full URL",
-            )
-        return url + text
-    return text
-
-
-def _wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
-    last = ""
-    with httpx.Client(timeout=10.0, follow_redirects=True) as http:
-        while True:
-            try:
-                response = http.get(url)
-                if response.is_success:
-                    rt.log(f"healthy: {url} answered {response.status_code}")
-                    return
-                last = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            if clock.now() >= deadline:
-                raise InfraError(
-                    f"health URL {url} did not answer 2xx before the timeout ({last})",
-                    hint="raise timeout (large models load slowly) or check the server's logs",
-                )
-            clock.sleep(_poll_s(rt))
 
 
 def _sigterm_raises() -> Callable[[], None]:
