@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -23,6 +24,9 @@ WORKFLOW = REPO / "examples" / "workflows" / "train-gated.yml"
 GITLAB = REPO / "examples" / "gitlab" / "train-gated.gitlab-ci.yml"
 ACTION = REPO / "actions" / "metric-gate" / "action.yml"
 VENV_BIN = Path(sys.executable).parent
+needs_numpy = pytest.mark.skipif(
+    importlib.util.find_spec("numpy") is None, reason="numpy (a dev dependency) not installed"
+)
 
 
 def train_tiny(workdir: Path, *args: str) -> None:
@@ -69,6 +73,7 @@ def example_gate_inputs() -> dict[str, str]:
     return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in gate["with"].items()}
 
 
+@needs_numpy
 def test_training_is_deterministic_and_passes_the_example_gate(tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir(), second.mkdir()
@@ -184,6 +189,7 @@ def test_action_passes_every_gate_input_through_env_and_maps_every_output():
         assert "${{" not in s.get("run", ""), "no expressions inside run: (template injection)"
 
 
+@needs_numpy
 def test_metric_gate_action_runs_as_on_the_runner(tmp_path):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
