@@ -28,6 +28,7 @@ def affordable(
     catalog: list[dict[str, Any]],
     cands: list[plan.Candidate],
 ) -> tuple[list[plan.Candidate], list[dict[str, Any]]]:
+    """The candidates the owner can afford (and why the others were skipped); none: exit 1."""
     budget = values.get("budget-usd")
     if budget is None:
         return cands, []
