@@ -179,3 +179,17 @@ def test_every_action_is_thin_and_injection_free(path: Path) -> None:
         assert re.fullmatch(
             r"\$\{\{ steps\.[a-z0-9_-]+\.outputs\.[a-z0-9-]+( \|\| '\w+')? \}\}", output["value"]
         ), name
+
+
+# ----- shellcheck over the scripts the actions run -------------------------------------------
+def test_shellcheck_passes_on_bootstrap() -> None:
+    proc = run(tool("shellcheck"), "--severity=style", str(REPO / "scripts" / "bootstrap.sh"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_shellcheck_catches_an_unquoted_expansion(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/usr/bin/env bash\nvenv=$1\nrm -rf $venv/lib\n")
+    proc = run(tool("shellcheck"), str(bad))
+    assert proc.returncode != 0
+    assert "SC2086" in proc.stdout
