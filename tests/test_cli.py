@@ -4,8 +4,8 @@ import json
 import subprocess
 import sys
 
-from conftest import clean_env, run_cli
 from gpuci.commands import all_commands, iter_leaf_commands
+from gpuci_testing import clean_env, run_cli
 
 ACTION_COMMANDS = ("gpu-setup", "cache-weights", "retry-fetch", "gpu-smoke", "dry-run")
 

@@ -3,8 +3,8 @@
 import json
 import textwrap
 
-from conftest import REPO, clean_env, run_cli
 from gpuci.dryrun import classify_uses
+from gpuci_testing import REPO, clean_env, run_cli
 
 
 def write(tmp_path, body: str):

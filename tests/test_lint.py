@@ -4,7 +4,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO
+from gpuci_testing import REPO
 
 TARGETS = ["src", "tests", "scripts", "examples"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, clean_env, run_cli
 from gpuci.commands.training import GATE
+from gpuci_testing import REPO, clean_env, run_cli
 
 sys.path.insert(0, str(REPO / "tests" / "actions"))
 from action_env import run_gpuci_action

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli
 
 
 def write(path: Path, data) -> Path:

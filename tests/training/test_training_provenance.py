@@ -6,8 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from conftest import clean_env, run_cli
 from gpuci import journal
+from gpuci_testing import clean_env, run_cli
 
 
 def sha256(path: Path) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fakegithub import FakeGitHub
 
-from conftest import clean_env, run_cli
 from gpuci import journal
+from gpuci_testing import clean_env, run_cli
 
 REPO = "acme/models"
 MARKER = "<!-- gpuci-report:training -->"
