@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from gpuci.commands import Command, Output, iter_leaf_commands  # noqa: E402
+from gpuci.commands import Command, Output, all_in_one, iter_leaf_commands  # noqa: E402
 from gpuci.inputs import Input  # noqa: E402
 
 OWNER = "my-org"  # shown in usage examples; users put their own owner (or fork) there
@@ -81,13 +81,6 @@ EXAMPLES: dict[str, dict[str, str]] = {
     },
     "actions/gpu-smoke": {"budget-seconds": "30"},
 }
-
-SMOKE_SWITCH = Input(
-    "smoke",
-    "Run gpu-smoke after gpu-setup (and after the cache restore).",
-    "bool",
-    "false",
-)
 
 
 @dataclass(frozen=True)
@@ -155,11 +148,7 @@ def leaf_actions() -> list[ActionDef]:
 
 
 def root_action() -> ActionDef:
-    """The all-in-one: gpu-setup, a cache restore when a key is given, gpu-smoke when enabled.
-
-    gpu-setup's names are kept; the cache's get ``cache-`` and gpu-smoke's ``smoke-`` (so
-    ``report`` is gpu-setup's report and ``smoke-report`` gpu-smoke's).
-    """
+    """The all-in-one, composed as ``gpuci.commands.all_in_one`` says (the dry run reads it too)."""
     by_name = dict(iter_leaf_commands())
     return ActionDef(
         folder=ROOT,
@@ -168,23 +157,10 @@ def root_action() -> ActionDef:
             "Check the GPUs, restore cached weights and data, and smoke-test the GPU "
             "before the expensive part of a GPU job."
         ),
-        switches=(SMOKE_SWITCH,),
-        parts=(
-            Part("setup", "gpu-setup", by_name["gpu-setup"]),
-            Part(
-                "cache",
-                "cache-weights restore",
-                by_name["cache-weights restore"],
-                prefix="cache-",
-                condition="inputs.cache-key != ''",
-            ),
-            Part(
-                "smoke",
-                "gpu-smoke",
-                by_name["gpu-smoke"],
-                prefix="smoke-",
-                condition="inputs.smoke == 'true'",
-            ),
+        switches=all_in_one.SWITCHES,
+        parts=tuple(
+            Part(p.step_id, p.command, by_name[p.command], p.prefix, p.condition())
+            for p in all_in_one.PARTS
         ),
         notes=(
             "The cache restore runs only when `cache-key` is set; gpu-smoke only with "

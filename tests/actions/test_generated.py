@@ -125,3 +125,24 @@ def test_each_action_has_a_readme_with_usage_inputs_and_outputs() -> None:
                 assert f"| `{output.name}` |" in text
     index = (REPO / "actions" / "README.md").read_text()
     assert "uses: my-org/gpu-ci@v1" in index and "| `smoke-report` |" in index
+
+
+def test_the_dry_run_can_map_root_action_inputs_back_to_commands() -> None:
+    from gpuci.commands import all_in_one
+
+    inputs_of = {name: cmd.inputs for name, cmd in iter_leaf_commands()}
+    given = {
+        "min-memory-gb": "40",
+        "report": "gpu.json",
+        "cache-key": "k",
+        "cache-path": "models",
+        "smoke-budget-seconds": "10",
+        "smoke-report": "smoke.json",
+    }
+    assert all_in_one.split_inputs(given, inputs_of) == [
+        ("gpu-setup", {"min-memory-gb": "40", "report": "gpu.json"}),
+        ("cache-weights restore", {"key": "k", "path": "models"}),
+    ]
+    plan = all_in_one.split_inputs({**given, "smoke": "True", "cache-key": ""}, inputs_of)
+    assert [command for command, _ in plan] == ["gpu-setup", "gpu-smoke"]
+    assert plan[1][1] == {"budget-seconds": "10", "report": "smoke.json"}
