@@ -85,7 +85,10 @@ def smoke(
     except NvmlUnavailable as exc:
         if rt.dry_run:
             return _dry_run(values, checks, framework, sizes, None, exc.message)
-        raise
+        hint = (exc.hint or "").split(", or set require-gpu")[0]  # gpu-setup's input, not ours
+        raise NvmlUnavailable(
+            exc.message, f"{hint}; or plan without a GPU with --dry-run"
+        ) from None
     try:
         snapshot = session.snapshot()
         if not snapshot.gpus and not rt.dry_run:
@@ -142,8 +145,17 @@ def _dry_run(
         ).to_dict()
         for g in gpus
     }
+    estimates = _dry_estimates(gpus, sizes, float(values["memory-fraction"]))
+    for p in plan:
+        p["estimate_s"] = round(estimates.get(p["check"], 0.0), 2) if p["would_run"] else 0.0
+    total = sum(p["estimate_s"] for p in plan)
     rows = [
-        [p["check"], "yes" if p["would_run"] else f"no: {p['reason']}", _kv(p["params"])]
+        [
+            p["check"],
+            "yes" if p["would_run"] else f"no: {p['reason']}",
+            f"~{p['estimate_s']:g}s" if p["would_run"] else "-",
+            _kv(p["params"]),
+        ]
         for p in plan
     ]
     from gpuci.runtime import markdown_table
@@ -156,8 +168,17 @@ def _dry_run(
     result = Result(command=COMMAND, headline=f"dry run: would smoke-test {where}")
     result.summary.append(
         f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
-        + markdown_table(("check", "would run", "parameters"), rows)
+        + markdown_table(("check", "would run", "estimate", "parameters"), rows)
+        + f"\n\nEstimated total ~{total:.0f}s of the {values['budget-seconds']:g}s budget "
+        "(from the model table; checks that would overrun at run time are skipped and reported)."
     )
+    for g in gpus:
+        m = mins[g.index]
+        result.summary.append(
+            f"GPU {g.index} {g.name}: least device copy bandwidth "
+            f"{_gbs(m['mem_bw_gbs'])}, least host-device bandwidth {_gbs(m['h2d_gbs'])} "
+            f"({m['source']})"
+        )
     result.report = {
         "schema": SCHEMA,
         "command": COMMAND,
@@ -172,6 +193,31 @@ def _dry_run(
     }
     result.outputs = {"passed": True, "failed-checks": "", "report": "", "seconds": 0}
     return result
+
+
+def _gbs(value: Any) -> str:
+    return "not judged" if value is None else f"{value:g} GB/s"
+
+
+def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[str, float]:
+    """Seconds each check would take on these GPUs, from the model table (all GPUs together)."""
+    totals: dict[str, float] = {"health": 0.3}
+    for g in gpus or [None]:
+        name = g.name if g else None
+        t = Target(0, None, name or "unknown", minimums(name), Rates.for_name(name))
+        free = (g.memory_free or 0) if g else 0
+        parts = {
+            "context": sizes.context_estimate_s,
+            "gemm": load.gemm_estimate(t, sizes),
+            "membw": load.membw_estimate(t, sizes),
+            "pcie": load.pcie_estimate(t, sizes),
+            "memory": 3 * len(load.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9) + 0.5,
+        }
+        for key, value in parts.items():
+            totals[key] = totals.get(key, 0.0) + value
+    totals["nccl"] = sizes.nccl_timeout_s / 3
+    totals["dcgm"] = dcgm.estimate(1)
+    return totals
 
 
 def _kv(params: dict[str, Any]) -> str:

@@ -1,0 +1,163 @@
+"""gpu-smoke as a user runs it: a subprocess, fake NVML by env, exit codes, report, dry run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from gpuci_testing import REPO, clean_env, run_cli
+
+BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'boto3', 'botocore', 'tenacity', 'httpx', 'yaml'}:
+            raise ImportError(f'{name} is blocked: a GPU image does not have it')
+        return None
+sys.meta_path.insert(0, Block())
+from gpuci.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ('torch', 'cupy', 'numpy', 'boto3', 'tenacity', 'httpx', 'yaml')
+               if m in sys.modules)
+print('LOADED', ','.join(heavy), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def smoke(tmp_path: Path, *args: str, **env: str):
+    environ = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"), **env)
+    return run_cli("gpu-smoke", *args, env=environ, cwd=tmp_path, timeout=60)
+
+
+def test_health_only_run_passes_and_writes_the_report(tmp_path):
+    proc = smoke(tmp_path, "--json", "--framework", "none", GPUCI_FAKE_NVML="h200,h200")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["outputs"]["passed"] == "true"
+    assert body["outputs"]["failed-checks"] == ""
+    report = Path(body["outputs"]["report"])
+    assert report == tmp_path / "gpuci-smoke-report.json"
+    on_disk = json.loads(report.read_text())
+    assert on_disk["passed"] is True
+    assert [c["name"] for c in on_disk["checks"] if c["status"] == "pass"] == ["health", "health"]
+    skips = [c for c in on_disk["checks"] if c["status"] == "skip"]
+    assert skips and all(
+        c["reason"] == "framework none: health checks only, no load" for c in skips
+    )
+    assert not list(tmp_path.glob("*.incomplete"))
+    assert "#### gpu-smoke: GPU 1 NVIDIA H200" in body["summary_markdown"]
+    assert any("health checks only" in a["message"] for a in body["annotations"])
+    journal = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert journal[-1]["kind"] == "gpu-smoke" and journal[-1]["passed"] is True
+
+
+def test_xid_across_the_process_boundary_fails_with_exit_1(tmp_path):
+    proc = smoke(
+        tmp_path, "--json", "--framework", "none", GPUCI_FAKE_NVML="h100-sxm:xid=79,h100-sxm"
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["outputs"]["passed"] == "false"
+    assert body["outputs"]["failed-checks"] == "gpu0:health"
+    assert body["headline"] == "1 check(s) failed: gpu0:health (XID 79 raised during the run)"
+
+
+def test_github_outputs_are_rendered_by_the_runtime(tmp_path):
+    out = tmp_path / "gh_output"
+    summary = tmp_path / "gh_summary"
+    proc = smoke(
+        tmp_path,
+        "--framework",
+        "none",
+        GPUCI_FAKE_NVML="h200:ecc+=1",
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(out),
+        GITHUB_STEP_SUMMARY=str(summary),
+    )
+    assert proc.returncode == 1
+    text = out.read_text()
+    assert "passed<<" in text and "\nfalse\n" in text
+    assert "gpu0:health" in text
+    assert (
+        "::error title=gpu-smoke::gpu0:health: volatile uncorrected ECC errors rose" in proc.stdout
+    )
+    assert "| health | ❌ fail |" in summary.read_text()
+
+
+def test_no_driver_is_exit_3_in_one_line(tmp_path):
+    proc = smoke(tmp_path, GPUCI_FAKE_NVML="no-library")
+    assert proc.returncode == 3
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith("gpu-smoke: infrastructure error: NVML library not found")
+    assert "require-gpu" not in proc.stdout  # gpu-setup's input; gpu-smoke has none
+    assert "--dry-run" in lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    zero = smoke(tmp_path, GPUCI_FAKE_NVML="none")
+    assert zero.returncode == 3
+    assert "no NVIDIA GPU found: NVML reports 0 devices" in zero.stdout
+
+
+def test_dry_run_plans_and_writes_nothing(tmp_path):
+    proc = smoke(tmp_path, "--dry-run", "--json", "--framework", "none", GPUCI_FAKE_NVML="h200")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    plan = {p["check"]: p for p in body["report"]["plan"]}
+    assert plan["health"]["would_run"] is True
+    assert plan["memory"]["reason"] == "framework none: health only"
+    assert plan["memory"]["params"]["memory_fraction"] == 0.9
+    assert body["report"]["minimums"]["0"]["mem_bw_gbs"] == 2880
+    assert not list(tmp_path.iterdir())  # no report, no journal
+
+
+def test_dry_run_without_a_gpu_still_plans(tmp_path):
+    proc = smoke(tmp_path, "--dry-run", "--checks", "gemm,memory", GPUCI_FAKE_NVML="no-driver")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no GPU here (NVML driver not loaded" in proc.stdout
+    assert "| gemm |" in proc.stdout and "| membw |" not in proc.stdout
+
+
+def test_bad_inputs_are_exit_2(tmp_path):
+    proc = smoke(tmp_path, "--checks", "gemm,burn", GPUCI_FAKE_NVML="h200")
+    assert proc.returncode == 2
+    assert "unknown check(s) in checks: burn" in proc.stdout
+    proc = smoke(tmp_path, "--checks", "dcgm", GPUCI_FAKE_NVML="h200")
+    assert proc.returncode == 2 and "dcgm-level is 0" in proc.stdout
+
+
+def test_runs_without_boto3_tenacity_httpx_or_yaml(tmp_path):
+    import subprocess
+
+    env = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    args = ["gpu-smoke", "--framework", "none", "--report", str(tmp_path / "r.json")]
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKER, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "LOADED \n" in proc.stderr or proc.stderr.rstrip().endswith("LOADED")
+    assert json.loads((tmp_path / "r.json").read_text())["passed"] is True
+
+
+def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
+    import io
+
+    from smoke_helpers import values
+
+    from gpuci.gpu.fake_nvml import FakeNvml
+    from gpuci.gpu.smoke import smoke as run_smoke
+    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+    from gpuci.runtime import Runtime
+
+    rt = Runtime(environ={}, dry_run=True, stdout=io.StringIO())
+    result = run_smoke(values(tmp_path), rt, nvml=FakeNvml(["l4"]), backend=NumpyBackend())
+    plan = {p["check"]: p for p in result.report["plan"]}
+    assert plan["nccl"]["reason"] == "needs 2 or more GPUs, 1 here"
+    assert plan["gemm"]["would_run"] and plan["gemm"]["estimate_s"] > 0
+    assert "least device copy bandwidth 180 GB/s" in "\n".join(result.summary)
+    assert not (tmp_path / "smoke.json").exists()
