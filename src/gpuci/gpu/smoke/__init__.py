@@ -135,8 +135,8 @@ def _dry_run(
             why = "framework none: health only"
         elif name == "nccl" and len(gpus) < 2:
             why = f"needs 2 or more GPUs, {len(gpus) if snapshot else 'unknown'} here"
-        elif name == "dcgm" and not dcgm.shutil.which("dcgmi"):
-            why = "dcgmi is not installed here"
+        elif name == "dcgm":
+            why = dcgm.absent_reason()
         plan.append({"check": name, "would_run": why is None, "reason": why,
                      "params": _params(name, values, sizes)})  # fmt: skip
     mins = {
@@ -410,6 +410,7 @@ def _run(
                         _params("dcgm", values, sizes),
                         lambda: dcgm.estimate(level),
                         lambda ctx: dcgm.run(level, ctx),
+                        skip_reason=dcgm.absent_reason(),
                     ),
                     budget,
                 )

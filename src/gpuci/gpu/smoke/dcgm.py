@@ -20,6 +20,14 @@ ESTIMATE_S = {1: 15.0, 2: 120.0}
 _CONNECT = ("host engine", "hostengine", "unable to connect", "connection", "not running")
 
 
+ABSENT = "dcgmi is not installed on this machine (DCGM absent)"
+
+
+def absent_reason() -> str | None:
+    """Why dcgmi cannot run at all, known before the budget is consulted."""
+    return None if shutil.which("dcgmi") else ABSENT
+
+
 def estimate(level: int) -> float:
     return ESTIMATE_S.get(level, 120.0)
 
@@ -78,7 +86,7 @@ def verdict(stdout: str, returncode: int) -> dict[str, Any]:
 def run(level: int, ctx: Context) -> dict[str, Any]:
     exe = shutil.which("dcgmi")
     if exe is None:
-        raise CheckSkipped("dcgmi is not installed on this machine (DCGM absent)")
+        raise CheckSkipped(ABSENT)
     timeout = max(1.0, ctx.time_left())
     try:
         proc = subprocess.run(

@@ -1,0 +1,125 @@
+"""dcgmi diag folded in: a stand-in dcgmi on PATH, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from smoke_helpers import outcome, run
+
+from gpuci.gpu.smoke.dcgm import verdict
+
+PASS = {
+    "DCGM GPU Diagnostic": {
+        "test_categories": [
+            {
+                "category": "Deployment",
+                "tests": [
+                    {"name": "Blacklist", "results": [{"gpu_ids": "0", "status": "Pass"}]},
+                    {"name": "NVML Library", "results": [{"gpu_ids": "0", "status": "Pass"}]},
+                ],
+            },
+            {
+                "category": "Hardware",
+                "tests": [{"name": "GPU Memory", "results": [{"gpu_ids": "0", "status": "Skip"}]}],
+            },
+        ]
+    }
+}
+FAIL = {
+    "DCGM GPU Diagnostic": {
+        "test_categories": [
+            {
+                "category": "Hardware",
+                "tests": [
+                    {
+                        "name": "GPU Memory",
+                        "results": [
+                            {
+                                "gpu_ids": "0",
+                                "status": "Fail",
+                                "warnings": [{"warning": "Pending page retirements on GPU 0"}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
+}
+
+
+def stand_in(tmp_path: Path, monkeypatch, stdout: str, code: int = 0) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "out.txt").write_text(stdout)
+    exe = bin_dir / "dcgmi"
+    exe.write_text(
+        f'#!/bin/sh\necho "$@" > "{bin_dir}/args"\ncat "{bin_dir}/out.txt"\nexit {code}\n'
+    )
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return bin_dir
+
+
+def test_passing_diag_is_folded_in(tmp_path, monkeypatch):
+    bin_dir = stand_in(tmp_path, monkeypatch, json.dumps(PASS))
+    result = run(tmp_path, "h200", None, framework="none", dcgm_level=1, checks=["dcgm"])
+    dcgm = outcome(result, "dcgm")
+    assert dcgm["status"] == "pass"
+    assert dcgm["figures"] == {
+        "tests": 3, "passed": 2, "skipped": 1, "warned": 0, "failed": 0, "level": 1,
+    }  # fmt: skip
+    assert (bin_dir / "args").read_text().split() == ["diag", "-r", "1", "-j"]
+
+
+def test_failing_diag_fails_the_smoke_with_the_test_name(tmp_path, monkeypatch):
+    stand_in(tmp_path, monkeypatch, json.dumps(FAIL), code=226)
+    result = run(tmp_path, "h200", None, framework="none", dcgm_level=1, checks=["dcgm", "health"])
+    dcgm = outcome(result, "dcgm")
+    assert dcgm["status"] == "fail"
+    assert dcgm["reason"] == (
+        "dcgmi diag failed 1 test(s): GPU Memory: Pending page retirements on GPU 0"
+    )
+    assert result.outputs["failed-checks"] == "dcgm"
+
+
+def test_no_host_engine_is_a_skip_with_the_reason(tmp_path, monkeypatch):
+    stand_in(
+        tmp_path, monkeypatch, "Error: unable to connect to host engine. Host engine down?", 255
+    )
+    result = run(tmp_path, "h200", None, framework="none", dcgm_level=1, checks=["dcgm"])
+    dcgm = outcome(result, "dcgm")
+    assert dcgm["status"] == "skip"
+    assert dcgm["reason"].startswith("dcgmi cannot reach the DCGM host engine: Error: unable")
+    assert result.exit_code == 0
+
+
+def test_absent_dcgmi_is_a_skip(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = run(tmp_path, "h200", None, framework="none", dcgm_level=2, checks=["dcgm"])
+    dcgm = outcome(result, "dcgm")
+    assert (dcgm["status"], dcgm["reason"]) == (
+        "skip",
+        "dcgmi is not installed on this machine (DCGM absent)",
+    )
+
+
+def test_level_2_does_not_fit_the_default_budget(tmp_path, monkeypatch):
+    stand_in(tmp_path, monkeypatch, json.dumps(PASS))
+    result = run(tmp_path, "h200", None, framework="none", dcgm_level=2, checks=["dcgm"])
+    reason = outcome(result, "dcgm")["reason"]
+    assert reason.startswith("skipped to keep the budget: needs ~120.0s")
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "status"),
+    [("not json at all", 1, "fail"), ("", 0, "skip"), ('{"DCGM Diagnostic": {}}', 1, "fail")],
+)
+def test_verdict_edges(text, code, status):
+    from gpuci.gpu.smoke.checks import CheckError, CheckSkipped
+
+    kind = CheckError if status == "fail" else CheckSkipped
+    with pytest.raises(kind):
+        verdict(text, code)
