@@ -3,6 +3,8 @@
 import json
 import textwrap
 
+import pytest
+
 from gpuci.dryrun import classify_uses
 from gpuci_testing import REPO, clean_env, run_cli
 
@@ -134,3 +136,39 @@ def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
     verdicts = {s["command"]: s["verdict"] for s in body["report"]["steps"] if s["command"]}
     assert verdicts["gpu-setup"] == "would-fail"  # no GPU here: reported, not fatal
     assert verdicts["cache-weights restore"] in ("ok", "would-fail")
+
+
+def test_dispatching_action_picks_the_sub_command(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          j:
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-pod@v1
+                with:
+                  action: explode
+              - uses: acme/gpu-ci/actions/gpu-pod@v1
+                with:
+                  action: reap
+    """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    assert proc.returncode == 2
+    steps = json.loads(proc.stdout)["report"]["steps"]
+    assert steps[0]["verdict"] == "bad-input"
+    assert "input 'action' is 'explode', not one of: up, ls" in steps[0]["detail"]
+    assert steps[1]["command"] == "pods reap" and steps[1]["verdict"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "workflow", sorted(p.name for p in (REPO / "examples" / "workflows").glob("*.yml"))
+)
+def test_every_example_workflow_has_a_valid_plan(workflow, tmp_path):
+    proc = run_cli(
+        "dry-run", f"examples/workflows/{workflow}", env=clean_env(HOME=str(tmp_path)), cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "plan is valid" in proc.stdout

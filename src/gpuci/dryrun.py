@@ -123,6 +123,11 @@ def _plan_step(
         plan.verdict, plan.detail = "bad-input", "'with:' is not a mapping"
         return plan
     given = {str(k): _literal(v) for k, v in with_.items()}
+    if len(commands) == 1 and commands[0][1].dispatch:
+        picked = _dispatch(commands[0], given, plan)
+        if picked is None:
+            return plan
+        commands = [picked]
     plan.unresolved = sorted(k for k, v in given.items() if _EXPR.search(v))
     known = {spec.name for _, cmd in commands for spec in cmd.inputs}
     unknown = sorted(set(given) - known)
@@ -152,6 +157,24 @@ def _plan_step(
         plan.verdict = "ok"
     plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
     return plan
+
+
+def _dispatch(
+    parent: tuple[str, Command], given: dict[str, str], plan: StepPlan
+) -> tuple[str, Command] | None:
+    """One action serving several sub-commands (``actions/gpu-pod`` with ``action: up``)."""
+    name, cmd = parent
+    choice = given.pop(cmd.dispatch or "", "")
+    subs = {sub.name: sub for sub in cmd.subcommands}
+    if _EXPR.search(choice):
+        plan.verdict = "ok"
+        plan.detail = f"'{cmd.dispatch}' is set at run time: plan not evaluated"
+        return None
+    if choice not in subs:
+        plan.verdict = "bad-input"
+        plan.detail = f"input '{cmd.dispatch}' is '{choice}', not one of: {', '.join(subs)}"
+        return None
+    return f"{name} {choice}", subs[choice]
 
 
 def _plan_command(

@@ -38,6 +38,8 @@ class Command:
     subcommands: tuple[Command, ...] = ()
     actions: tuple[str, ...] = ()  # action folders (relative to the repo) that run this command
     positional: str | None = None  # name of an input that may also be given positionally
+    # For one action serving several sub-commands (actions/gpu-pod): the input naming which.
+    dispatch: str | None = None
 
     def load(self) -> RunFn | None:
         if self.target is None:
@@ -87,4 +89,7 @@ def command_for_action(action_folder: str) -> tuple[str, Command] | None:
     for full_name, cmd in iter_leaf_commands():
         if folder in cmd.actions:
             return full_name, cmd
+    for cmd in all_commands():  # a dispatching action: the caller picks the sub-command
+        if cmd.dispatch and folder in cmd.actions:
+            return cmd.name, cmd
     return None

@@ -140,4 +140,6 @@ COMMAND = Command(
     name="pods",
     help="Deploy, list, stop, start and destroy ephemeral RunPod GPU pods; reap; costs.",
     subcommands=(UP, LS, STOP, START, DOWN, REAP, COST),
+    actions=("actions/gpu-pod",),
+    dispatch="action",
 )

@@ -325,6 +325,13 @@ def _each(ids: Sequence[str], fn: Callable[[str], str], command: str, rt: Runtim
     return result
 
 
+def _offline_plan(command: str, plan: str) -> Result:
+    """A dry run where the pod list can't be read (no key here, or no CI run): say so."""
+    result = Result(command=command, headline=f"{plan} (the pod list is read at run time)")
+    result.notice(f"{API_KEY_ENV} is not set or this is not a CI run: the plan names no pods")
+    return result
+
+
 def _need_ids(values: dict[str, Any], command: str) -> list[str]:
     ids = values.get("pod-id") or []
     if not ids:
@@ -399,6 +406,8 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Terminate pods by id, or every pod of this CI run; a missing pod is success."""
     ids = list(values.get("pod-id") or [])
     this_run = run_url(rt.environ)
+    if rt.dry_run and not ids and (this_run == "local" or not rt.environ.get(API_KEY_ENV)):
+        return _offline_plan("pods down", "would terminate every gpu-ci pod of this CI run")
     if not ids and this_run == "local":
         raise InputError(
             "down needs pod-id outside CI (no CI run URL to match)",
@@ -425,6 +434,8 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Terminate every gpu-ci pod past its expiry (plus ``grace``); untagged pods are left."""
     grace = float(values.get("grace") or 0)
     owner = values.get("owner") or ""
+    if rt.dry_run and not rt.environ.get(API_KEY_ENV):
+        return _offline_plan("pods reap", "would terminate every gpu-ci pod past its expiry")
     with _client(rt, clock) as client:
         now = clock.now()
         pods = _ours(client.list_pods(), owner)
