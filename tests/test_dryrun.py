@@ -16,18 +16,51 @@ def write(tmp_path, body: str):
 
 
 def test_classify_uses():
-    assert classify_uses("acme/gpu-ci/actions/gpu-setup@v1")[0][0] == "gpu-setup"
-    assert classify_uses("./actions/cache-weights/save")[0][0] == "cache-weights save"
-    assert classify_uses("acme/gpu-ci/actions/cache-weights@main")[0][0] == (
-        "cache-weights restore"
+    assert classify_uses("acme/gpu-ci/actions/gpu-setup@v1")[1].name == "gpu-setup"
+    assert classify_uses("./actions/cache-weights/save") == (
+        "actions/cache-weights/save",
+        classify_uses("acme/gpu-ci/actions/cache-weights/save@v2")[1],
     )
-    assert [n for n, _ in classify_uses("acme/gpu-ci@v1")] == [
-        "gpu-setup",
-        "cache-weights restore",
-        "gpu-smoke",
-    ]
+    assert classify_uses("acme/gpu-ci/actions/cache-weights@main")[1].name == "restore"
+    assert classify_uses("acme/gpu-ci@v1") == (".", None)
+    assert classify_uses("./") == (".", None)
     assert classify_uses("actions/checkout@v4") is None
-    assert classify_uses("acme/gpu-ci/actions/no-such@v1") == []
+    assert classify_uses("acme/gpu-ci/actions/no-such@v1") == ("actions/no-such", None)
+
+
+def test_root_action_splits_inputs_by_prefix(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          j:
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci@v1
+                with:
+                  min-memory-gb: 40
+                  cache-key: w-v1
+                  cache-path: models
+                  smoke: true
+                  smoke-budget-seconds: 20
+              - uses: acme/gpu-ci@v1
+                with:
+                  cache-key: w-v1
+                  cache-path: models
+                  budget-seconds: 20
+    """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    steps = json.loads(proc.stdout)["report"]["steps"]
+    assert steps[0]["command"] == "gpu-setup + cache-weights restore + gpu-smoke"
+    assert steps[0]["verdict"] in ("ok", "would-fail")
+    restore = steps[0]["plans"][1]
+    assert "w-v1" in restore["headline"]
+    # an input of a part under its bare name is a typo at the root: bad input, named
+    assert steps[1]["verdict"] == "bad-input"
+    assert "unknown input(s) budget-seconds" in steps[1]["detail"]
+    assert proc.returncode == 2
 
 
 def test_malformed_input_names_step_and_input(tmp_path):

@@ -25,7 +25,6 @@ _REMOTE_SUB = re.compile(r"^[\w.-]+/[\w.-]+/(?P<folder>actions/[\w./-]+?)/?@[\w.
 _LOCAL_SUB = re.compile(r"^\./(?P<folder>actions/[\w./-]+?)/?$")
 _ROOT = re.compile(r"^(?:[\w.-]+/gpu-ci@[\w./-]+|\./?)$")
 _EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
-ROOT_STEPS = ("gpu-setup", "cache-weights restore", "gpu-smoke")
 
 
 @dataclass
@@ -66,20 +65,75 @@ def _load_workflow(path: Path) -> dict[str, Any]:
     return data
 
 
-def classify_uses(uses: str) -> list[tuple[str, Command]] | None:
-    """The gpu-ci command(s) a ``uses:`` runs, or None when it is someone else's action."""
+ROOT = "."  # the all-in-one action at the repository root
+
+
+def classify_uses(uses: str) -> tuple[str, Command | None] | None:
+    """(action folder, its command) for a gpu-ci ``uses:``; None for someone else's action.
+
+    The command is None for the root all-in-one action (several commands, see
+    :mod:`gpuci.commands.all_in_one`) and for an ``actions/...`` folder we don't have.
+    """
     uses = uses.strip()
     for pattern in (_REMOTE_SUB, _LOCAL_SUB):
         match = pattern.match(uses)
         if match:
             found = command_for_action(match.group("folder"))
-            return [found] if found else []
+            return match.group("folder"), found[1] if found else None
     if _ROOT.match(uses):
-        from gpuci.commands import iter_leaf_commands
-
-        leaves = dict(iter_leaf_commands())
-        return [(name, leaves[name]) for name in ROOT_STEPS if name in leaves]
+        return ROOT, None
     return None
+
+
+Call = tuple[str, Command, dict[str, str]]  # (full command name, command, its with: values)
+
+
+def _calls_for(folder: str, cmd: Command | None, given: dict[str, str]) -> list[Call]:
+    """Turn one step's ``with:`` into the command calls its action makes.
+
+    Raises InputError naming the input when the step can't be mapped (unknown input, bad
+    dispatch value), which the caller reports as this step's bad input.
+    """
+    from gpuci.commands import all_in_one, iter_leaf_commands
+
+    if folder == ROOT:
+        leaves = dict(iter_leaf_commands())
+        inputs_of = {part.command: leaves[part.command].inputs for part in all_in_one.PARTS}
+        known = {s.name for s in all_in_one.SWITCHES} | {
+            part.public(spec.name) for part in all_in_one.PARTS for spec in inputs_of[part.command]
+        }
+        _reject_unknown(given, known, "the all-in-one action")
+        return [
+            (name, leaves[name], values)
+            for name, values in all_in_one.split_inputs(given, inputs_of)
+        ]
+    if cmd is None:
+        raise InputError(
+            f"'{folder}' is not a gpu-ci action",
+            hint="use one of the folders listed in actions/README.md",
+        )
+    full_name = next((n for n, c in iter_leaf_commands() if c is cmd), cmd.name)
+    if cmd.dispatch:
+        choice = given.get(cmd.dispatch, "")
+        subs = {sub.name: sub for sub in cmd.subcommands}
+        if choice not in subs:
+            raise InputError(
+                f"input '{cmd.dispatch}' is '{choice}', not one of: {', '.join(subs)}",
+                hint=f"set {cmd.dispatch} to one of them",
+            )
+        cmd, full_name = subs[choice], f"{cmd.name} {choice}"
+        given = {k: v for k, v in given.items() if k != cmd.dispatch and k != "action"}
+    _reject_unknown(given, {spec.name for spec in cmd.inputs}, full_name)
+    return [(full_name, cmd, given)]
+
+
+def _reject_unknown(given: dict[str, str], known: set[str], what: str) -> None:
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise InputError(
+            f"unknown input(s) {', '.join(unknown)} for {what}; known: {', '.join(sorted(known))}",
+            hint="fix the input names",
+        )
 
 
 def _literal(value: Any) -> str:
@@ -110,39 +164,31 @@ def _plan_step(
     if not uses:
         plan.verdict, plan.detail = "run", "a plain run: step (not judged)"
         return plan
-    commands = classify_uses(uses)
-    if commands is None:
+    classified = classify_uses(uses)
+    if classified is None:
         plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
-        return plan
-    if not commands:
-        plan.verdict = "bad-input"
-        plan.detail = f"'{uses}' names no gpu-ci action"
         return plan
     with_ = step.get("with") or {}
     if not isinstance(with_, dict):
         plan.verdict, plan.detail = "bad-input", "'with:' is not a mapping"
         return plan
     given = {str(k): _literal(v) for k, v in with_.items()}
-    if len(commands) == 1 and commands[0][1].dispatch:
-        picked = _dispatch(commands[0], given, plan)
-        if picked is None:
-            return plan
-        commands = [picked]
     plan.unresolved = sorted(k for k, v in given.items() if _EXPR.search(v))
-    known = {spec.name for _, cmd in commands for spec in cmd.inputs}
-    unknown = sorted(set(given) - known)
-    if unknown and len(commands) == 1:
-        plan.verdict = "bad-input"
-        plan.detail = (
-            f"unknown input(s) {', '.join(unknown)} for {commands[0][0]}; "
-            f"known: {', '.join(sorted(known))}"
-        )
+    dispatch = classified[1].dispatch if classified[1] else None
+    if dispatch and dispatch in plan.unresolved:
+        plan.verdict = "ok"
+        plan.detail = f"'{dispatch}' is set at run time: plan not evaluated"
         return plan
-    plan.command = " + ".join(full for full, _ in commands)
+    try:
+        calls = _calls_for(classified[0], classified[1], given)
+    except InputError as exc:
+        plan.verdict, plan.detail = "bad-input", exc.message
+        return plan
+    plan.command = " + ".join(full for full, _, _ in calls)
     inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
     inner_env.update(env)
-    for full_name, cmd in commands:
-        plan.results.append(_plan_command(full_name, cmd, given, plan.unresolved, inner_env, rt))
+    for full_name, cmd, values in calls:
+        plan.results.append(_plan_command(full_name, cmd, values, inner_env, rt))
     codes = [r.exit_code for r in plan.results]
     if ExitCode.BAD_INPUT in codes:
         plan.verdict = "bad-input"
@@ -159,42 +205,21 @@ def _plan_step(
     return plan
 
 
-def _dispatch(
-    parent: tuple[str, Command], given: dict[str, str], plan: StepPlan
-) -> tuple[str, Command] | None:
-    """One action serving several sub-commands (``actions/gpu-pod`` with ``action: up``)."""
-    name, cmd = parent
-    choice = given.pop(cmd.dispatch or "", "")
-    subs = {sub.name: sub for sub in cmd.subcommands}
-    if _EXPR.search(choice):
-        plan.verdict = "ok"
-        plan.detail = f"'{cmd.dispatch}' is set at run time: plan not evaluated"
-        return None
-    if choice not in subs:
-        plan.verdict = "bad-input"
-        plan.detail = f"input '{cmd.dispatch}' is '{choice}', not one of: {', '.join(subs)}"
-        return None
-    return f"{name} {choice}", subs[choice]
-
-
 def _plan_command(
     full_name: str,
     cmd: Command,
     given: dict[str, str],
-    unresolved: list[str],
     env: dict[str, str],
     rt: Runtime,
 ) -> Result:
     from gpuci.cli import run_command
 
+    unresolved = {k for k, v in given.items() if _EXPR.search(v)}
     if cmd.target is None:
         result = Result(command=full_name, headline="not implemented in this version of gpu-ci")
         result.report["not_implemented"] = True
         return result
-    names = {spec.name for spec in cmd.inputs}
-    flags: dict[str, str | None] = {
-        k: v for k, v in given.items() if k in names and k not in unresolved
-    }
+    flags: dict[str, str | None] = {k: v for k, v in given.items() if k not in unresolved}
     missing = [
         s.name for s in cmd.inputs if s.required and s.default is None and s.name in unresolved
     ]
