@@ -157,3 +157,23 @@ def test_torch_backend_cpu_smoke(tmp_path):
     assert np.array_equal(
         device.to_host(device.matmul(a, a)), device.to_host(a) @ device.to_host(a)
     )
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None
+    or (importlib.util.find_spec("torch") is not None and __import__("torch").cuda.is_available()),
+    reason="needs a torch that cannot use CUDA here (a CPU-only build on a GPU node)",
+)
+def test_framework_that_cannot_use_the_gpu_fails_context_and_skips_the_rest(tmp_path):
+    result = run(tmp_path, "h200", None, framework="torch")
+    context = outcome(result, "gpu0:context")
+    assert context["status"] == "fail"
+    assert context["reason"].startswith("no CUDA context: torch ")
+    assert "CPU-only build" in context["reason"] or "cannot initialise CUDA" in context["reason"]
+    memory = outcome(result, "gpu0:memory")
+    assert (memory["status"], memory["reason"]) == (
+        "skip",
+        "no CUDA context (torch cannot use the GPU)",
+    )
+    assert outcome(result, "gpu0:health")["status"] == "pass"
+    assert result.outputs["failed-checks"] == "gpu0:context"

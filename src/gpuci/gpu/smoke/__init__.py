@@ -347,7 +347,8 @@ def _run(
 
     # Which GPUs: the framework's devices when a load runs, else every GPU NVML sees.
     targets: list[Target] = []
-    load_skip: str | None = None
+    load_skip: str | None = None  # why no load ran (a warning: the smoke tested less)
+    load_broken: str | None = None  # why the framework cannot drive the GPUs (a failure)
     if wants_load and framework == "none":
         load_skip = (
             "framework none: health checks only, no load"
@@ -355,21 +356,21 @@ def _run(
             else "neither torch nor cupy is installed: health checks only, no load"
         )
     elif wants_load:
+        started = time.perf_counter()
         try:
             if backend is None:
                 from gpuci.gpu.smoke.backends import load_backend
 
                 backend = load_backend(framework)
             targets = _targets(backend, session, gpus, values)
+            if not targets:
+                load_broken = f"{framework} sees no CUDA device although NVML lists {len(gpus)}"
         except BackendUnavailable as exc:
-            load_skip = None
-            for g in gpus:
-                outcomes.append(Outcome("context", g.index, "fail", f"{exc}", params={}))
+            load_broken = str(exc)
         except ImportError as exc:
-            for g in gpus:
-                outcomes.append(
-                    Outcome("context", g.index, "fail", f"{framework} failed to import: {exc}")
-                )
+            load_broken = f"{framework} failed to import: {' '.join(str(exc).split())[:200]}"
+        framework_s = round(time.perf_counter() - started, 3)
+        notes.append(f"{framework} loaded in {framework_s:g}s (counted in the budget)")
     if load_skip:
         notes.append(load_skip)
     watched = sorted({t.nvml_index for t in targets if t.nvml_index is not None}) or [
@@ -392,14 +393,17 @@ def _run(
             sampler = LoadSampler(session.health, watched, sizes.sample_interval_s).start()
 
     with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
-        for o in outcomes:
-            rt.log(f"{o.label}: {o.status}: {o.reason}")
         for item in _plan_load(backend, targets, checks, values, sizes) if targets else []:
             record(run_check(item, budget))
-        for name in (c for c in checks if c in LOAD_CHECKS):
-            if load_skip:
-                for index in watched if name != "nccl" else [None]:
-                    record(Outcome(name, index, "skip", load_skip))
+        if load_broken:  # a GPU the framework cannot use is a finding about this node
+            for index in watched:
+                record(Outcome("context", index, "fail", f"no CUDA context: {load_broken}"))
+        for name in (c for c in checks if c in LOAD_CHECKS and (load_skip or load_broken)):
+            if name == "context" and load_broken:
+                continue
+            why = load_skip or f"no CUDA context ({framework} cannot use the GPU)"
+            for index in watched if name != "nccl" else [None]:
+                record(Outcome(name, index, "skip", why))
         if "dcgm" in checks:
             level = int(values["dcgm-level"])
             record(

@@ -194,6 +194,7 @@ class LinkSampler:
         self._interval = interval_s
         self.gen: int | None = None
         self.width: int | None = None
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpuci-link", daemon=True)
 
@@ -202,6 +203,7 @@ class LinkSampler:
             gen, width = self._read()
         except Exception:
             return
+        self.samples += 1
         if gen is not None:
             self.gen = max(self.gen or 0, gen)
         if width is not None:
