@@ -11,14 +11,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from gpuci.fetch.download import (
-    INCOMPLETE,
-    META,
-    describe,
-    file_sha256,
-    parse_content_range,
-    strong_validator,
-)
+from gpuci.fetch.download import describe, parse_content_range, strong_validator
+from gpuci.fetch.partial import INCOMPLETE, META, file_sha256
 from gpuci.fetch.policy import FetchPolicy
 from gpuci.fetch.sources import Job
 
