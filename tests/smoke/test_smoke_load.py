@@ -177,3 +177,27 @@ def test_framework_that_cannot_use_the_gpu_fails_context_and_skips_the_rest(tmp_
     )
     assert outcome(result, "gpu0:health")["status"] == "pass"
     assert result.outputs["failed-checks"] == "gpu0:context"
+
+
+def test_framework_devices_are_matched_to_nvml_by_uuid():
+    from gpuci.gpu.nvml import open_nvml
+    from gpuci.gpu.smoke import _targets
+
+    fake = FakeNvml(["h100-sxm", "l4", "t4"])
+
+    class Visible(NumpyBackend):  # CUDA_VISIBLE_DEVICES=2,0: two devices, in that order
+        is_gpu = True
+
+        def device_uuid(self, index):
+            return [fake.devices[2].uuid, fake.devices[0].uuid][index]
+
+    with open_nvml({}, fake) as session:
+        gpus = list(session.snapshot().gpus)
+        targets = _targets(Visible(devices=2), session, gpus, {"min-bandwidth-gbs": None})
+        assert [(t.backend_index, t.nvml_index, t.name) for t in targets] == [
+            (0, 2, "Tesla T4"),
+            (1, 0, "NVIDIA H100 80GB HBM3"),
+        ]
+        assert targets[0].minimums.model == "T4"
+        assert targets[0].link_max == (3, 16)
+        assert targets[0].read_link() == (1, 16)  # idle T4 at Gen1: judged only under load

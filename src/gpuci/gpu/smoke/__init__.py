@@ -239,8 +239,13 @@ def _targets(
     for i in range(count):
         uuid = backend.device_uuid(i)
         gpu = by_uuid.get(uuid) if uuid else None
-        if gpu is None and backend.is_gpu and count == len(gpus) and uuid is None:
-            gpu = gpus[i]
+        if (
+            gpu is None
+            and backend.is_gpu
+            and count == len(gpus)
+            and not any(backend.device_uuid(j) in by_uuid for j in range(count))
+        ):
+            gpu = gpus[i]  # no UUIDs to go by: same count, same (PCI bus) order
         if gpu is None and not backend.is_gpu and i < len(gpus):
             gpu = gpus[i]  # the CPU stand-in plays NVML GPU i (tests)
         name = gpu.name if gpu else f"device {i}"
