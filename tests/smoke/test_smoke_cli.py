@@ -93,6 +93,10 @@ def test_no_driver_is_exit_3_in_one_line(tmp_path):
     assert "require-gpu" not in proc.stdout  # gpu-setup's input; gpu-smoke has none
     assert "--dry-run" in lines[0]
     assert "Traceback" not in proc.stdout + proc.stderr
+    body = json.loads(smoke(tmp_path, "--json", GPUCI_FAKE_NVML="no-driver").stdout)
+    assert body["exit_code"] == 3 and body["outputs"]["passed"] == "false"
+    report = json.loads(Path(body["outputs"]["report"]).read_text())
+    assert report["passed"] is False and report["error"]["type"] == "NvmlUnavailable"
     zero = smoke(tmp_path, GPUCI_FAKE_NVML="none")
     assert zero.returncode == 3
     assert "no NVIDIA GPU found: NVML reports 0 devices" in zero.stdout

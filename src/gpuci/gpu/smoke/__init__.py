@@ -86,9 +86,9 @@ def smoke(
         if rt.dry_run:
             return _dry_run(values, checks, framework, sizes, None, exc.message)
         hint = (exc.hint or "").split(", or set require-gpu")[0]  # gpu-setup's input, not ours
-        raise NvmlUnavailable(
-            exc.message, f"{hint}; or plan without a GPU with --dry-run"
-        ) from None
+        return _infra_failure(
+            values, rt, budget, NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run")
+        )
     try:
         snapshot = session.snapshot()
         if not snapshot.gpus and not rt.dry_run:
@@ -96,8 +96,24 @@ def smoke(
         if rt.dry_run:
             return _dry_run(values, checks, framework, sizes, snapshot, None)
         return _run(values, rt, session, snapshot, checks, framework, backend, sizes, budget)
+    except NvmlUnavailable as exc:  # no GPU, or one fell off the bus mid-run
+        return _infra_failure(values, rt, budget, exc)
     finally:
         session.close()
+
+
+def _infra_failure(
+    values: dict[str, Any], rt: Runtime, budget: Budget, exc: NvmlUnavailable
+) -> Result:
+    """Exit 3 in one line, and still ``passed: false`` and a report, so workflows can branch."""
+    result = Result.from_error(COMMAND, exc)
+    path = report_path(values, rt.environ)
+    seconds = round(budget.elapsed(), 2)
+    result.report.update({"schema": SCHEMA, "command": COMMAND, "passed": False,
+                          "seconds": seconds, "checks": [], "failed_checks": []})  # fmt: skip
+    write_json_atomic(path, result.report)
+    result.outputs = {"passed": False, "failed-checks": "", "report": str(path), "seconds": seconds}
+    return result
 
 
 # ----- planning --------------------------------------------------------------------------
