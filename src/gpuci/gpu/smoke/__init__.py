@@ -357,7 +357,8 @@ def _run(
 ) -> Result:
     gpus = list(snapshot.gpus)
     outcomes: list[Outcome] = []
-    notes: list[str] = []
+    notes: list[str] = []  # warnings: the run tested less than asked
+    info: dict[str, Any] = {}  # report-only facts
     wants_load = any(c in LOAD_CHECKS for c in checks)
 
     def record(outcome: Outcome) -> None:
@@ -390,8 +391,7 @@ def _run(
             load_broken = str(exc)
         except ImportError as exc:
             load_broken = f"{framework} failed to import: {' '.join(str(exc).split())[:200]}"
-        framework_s = round(time.perf_counter() - started, 3)
-        notes.append(f"{framework} loaded in {framework_s:g}s (counted in the budget)")
+        info["framework_load_s"] = round(time.perf_counter() - started, 3)
     if load_skip:
         notes.append(load_skip)
     watched = sorted({t.nvml_index for t in targets if t.nvml_index is not None}) or [
@@ -473,7 +473,7 @@ def _run(
                 )
             if xids.error:
                 notes.append(f"XID listening stopped early: {xids.error}")
-    return _result(values, rt, snapshot, outcomes, notes, framework, backend, budget, names)
+    return _result(values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names)
 
 
 def _result(
@@ -482,6 +482,7 @@ def _result(
     snapshot: Snapshot,
     outcomes: list[Outcome],
     notes: list[str],
+    info: dict[str, Any],
     framework: str,
     backend: Backend | None,
     budget: Budget,
@@ -537,6 +538,7 @@ def _result(
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
         "failed_checks": [o.label for o in failed],
         "notes": notes,
+        **info,
         "checks": [o.to_dict() for o in outcomes],
         "report_path": str(path),
     }
