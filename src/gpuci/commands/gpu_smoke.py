@@ -4,12 +4,7 @@ from gpuci.commands import Command, Output
 from gpuci.inputs import Input
 
 INPUTS = (
-    Input(
-        "checks",
-        "Checks to run, comma or newline separated: health, context, gemm, membw, pcie, "
-        "memory, nccl, dcgm; default: all that apply.",
-        "list",
-    ),
+    Input("checks", "Checks to run (comma or newline separated); default: all that apply.", "list"),
     Input(
         "budget-seconds",
         "Time budget for all checks; checks that would overrun are skipped and reported.",
@@ -38,12 +33,7 @@ INPUTS = (
         "0",
         choices=("0", "1", "2"),
     ),
-    Input(
-        "report",
-        "Where to write the JSON report (default: gpuci-smoke-report.json in RUNNER_TEMP or "
-        "the current folder).",
-        "str",
-    ),
+    Input("report", "Where to write the JSON report.", "str"),
 )
 
 COMMAND = Command(

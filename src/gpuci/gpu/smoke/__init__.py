@@ -78,6 +78,11 @@ def smoke(
     """The whole run; ``nvml``, ``backend``, ``sizes`` and ``clock`` are injected by tests."""
     budget = Budget(float(values.get("budget-seconds") or 30), clock)
     checks = selected_checks(values)
+    if not 0 < float(values["memory-fraction"]) <= 1:
+        raise InputError(
+            f"input 'memory-fraction' is {values['memory-fraction']:g}: a fraction of free memory",
+            hint="set memory-fraction between 0 (exclusive) and 1, e.g. 0.9",
+        )
     framework = backend.name if backend is not None else resolve_framework(values["framework"])
     sizes = sizes or (Sizes() if backend is None or backend.is_gpu else Sizes.tiny())
     try:
