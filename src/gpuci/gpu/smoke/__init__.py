@@ -186,7 +186,12 @@ def _dry_run(
         if gpus
         else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
     )
-    result = Result(command=COMMAND, headline=f"dry run: would smoke-test {where}")
+    running = sum(1 for p in plan if p["would_run"])
+    result = Result(
+        command=COMMAND,
+        headline=f"dry run: would run {running} of {len(plan)} check(s) on {where}, "
+        f"~{total:.0f}s of the {values['budget-seconds']:g}s budget",
+    )
     result.summary.append(
         f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
         + markdown_table(("check", "would run", "estimate", "parameters"), rows)
