@@ -196,3 +196,12 @@ def test_command_spec_stays_light():
         "assert 'httpx' not in sys.modules and 'tenacity' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+def test_presigned_query_is_masked_and_kept_out_of_the_journal(server, tmp_path: Path):
+    url = server.url("/data.bin") + "?X-Amz-Signature=deadbeefcafe"
+    result, text = fetch({"url": url}, tmp_path, GPUCI_PROGRESS_INTERVAL="0")
+    assert result.ok, text
+    assert "deadbeefcafe" not in text and "***" in text
+    journal = (tmp_path / "journal.jsonl").read_text()
+    assert "deadbeefcafe" not in journal and server.url("/data.bin") in journal

@@ -15,7 +15,15 @@ from gpuci.errors import ExitCode, GpuciError
 from gpuci.fetch.download import FetchResult, fetch_file, new_client
 from gpuci.fetch.plan import Probe, probe
 from gpuci.fetch.policy import FetchPolicy
-from gpuci.fetch.sources import Job, build_jobs, fetch_checksum, file_name, parse_headers
+from gpuci.fetch.sources import (
+    Job,
+    build_jobs,
+    fetch_checksum,
+    file_name,
+    parse_headers,
+    public_url,
+    url_secrets,
+)
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 
 COMMAND = "retry-fetch"
@@ -39,6 +47,10 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     jobs = build_jobs(
         values["url"], values.get("dest"), values.get("sha256"), values.get("mirrors"), Path.cwd()
     )
+    for job in jobs:  # presigned URLs carry their signature in the query: never print it
+        for url in (job.url, *job.mirrors, job.sha256_url or ""):
+            for secret in url_secrets(url):
+                rt.mask(secret)
     workers = max(1, min(values["parallel"], len(jobs)))
     with new_client(policy, connections=workers) as client:
         if rt.dry_run:
@@ -109,7 +121,7 @@ def _outputs(done: list[FetchResult], seconds: float) -> dict[str, Any]:
 
 def _record(r: FetchResult) -> dict[str, Any]:
     return {
-        "url": r.url,
+        "url": public_url(r.url),
         "path": str(r.path),
         "sha256": r.sha256,
         "bytes": r.bytes,

@@ -39,6 +39,21 @@ def is_url(text: str) -> bool:
     return urlsplit(text).scheme in ("http", "https")
 
 
+def url_secrets(url: str) -> list[str]:
+    """Parts of a URL that may be credentials: a presigned query string, a password."""
+    parts = urlsplit(url)
+    return [s for s in (parts.query, parts.password) if s]
+
+
+def public_url(url: str) -> str:
+    """The URL without query string or credentials: safe to keep in journals and reports."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}"
+
+
 def file_name(url: str) -> str:
     return PurePosixPath(unquote(urlsplit(url).path)).name
 
