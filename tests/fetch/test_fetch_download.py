@@ -314,3 +314,11 @@ def test_invalid_url_is_a_fetch_error(tmp_path, policy):
     with pytest.raises(FetchError) as info:
         fetch_file("http://127.0.0.1:notaport/x", tmp_path / "x", policy=policy)
     assert "after 1 attempt(s)" in info.value.message
+
+
+def test_unwritable_destination_is_one_fetch_error(server, tmp_path, policy):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(FetchError) as info:
+        fetch_file(server.url("/data.bin"), blocker / "out.bin", policy=policy)
+    assert "cannot prepare" in info.value.message and info.value.hint

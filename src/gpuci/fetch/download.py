@@ -84,13 +84,14 @@ class _Download:
         policy: FetchPolicy,
         headers: Mapping[str, str],
         progress: ProgressLike | None,
+        partial: Partial,
     ) -> None:
         self.client = client
         self.dest = dest
         self.policy = policy
         self.headers = dict(headers)
         self.progress = progress
-        self.partial = Partial(dest)
+        self.partial = partial
         self.started = time.monotonic()
         self.attempts = 0
         self.resumed_bytes = 0
@@ -265,10 +266,17 @@ def fetch_file(
     started = time.monotonic()
     if sha256 and dest.is_file() and file_sha256(dest)[0].hexdigest() == sha256.lower():
         return FetchResult(url, dest, sha256.lower(), dest.stat().st_size, 0, 0, 0.0, True)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        partial = Partial(dest)
+    except OSError as exc:
+        raise FetchError(
+            f"cannot prepare {dest}: {exc.strerror or exc}",
+            hint="check the destination folder is writable",
+        ) from exc
     own = client is None
     client = client or new_client(policy)
-    job = _Download(client, dest, policy, headers or {}, progress)
+    job = _Download(client, dest, policy, headers or {}, progress, partial)
     errors: list[tuple[str, BaseException, int]] = []
     try:
         for source in (url, *mirrors):
