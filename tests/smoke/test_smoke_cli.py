@@ -165,3 +165,12 @@ def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
     assert plan["gemm"]["would_run"] and plan["gemm"]["estimate_s"] > 0
     assert "least device copy bandwidth 180 GB/s" in "\n".join(result.summary)
     assert not (tmp_path / "smoke.json").exists()
+
+
+def test_auto_framework_on_fake_nvml_runs_health_only(tmp_path):
+    proc = smoke(tmp_path, "--json", GPUCI_FAKE_NVML="l4")  # even where torch is installed
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    body = json.loads(proc.stdout)
+    assert body["report"]["framework"] == "none"
+    skipped = {c["reason"] for c in body["report"]["checks"] if c["status"] == "skip"}
+    assert skipped == {"fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"}

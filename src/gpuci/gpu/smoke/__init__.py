@@ -94,6 +94,8 @@ def smoke(
         return _infra_failure(
             values, rt, budget, NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run")
         )
+    if backend is None and values["framework"] == "auto" and session.source.startswith("fake:"):
+        framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
     try:
         snapshot = session.snapshot()
         if not snapshot.gpus and not rt.dry_run:
@@ -153,7 +155,11 @@ def _dry_run(
     for name in checks:
         why = None
         if name in LOAD_CHECKS and framework == "none":
-            why = "framework none: health only"
+            why = (
+                "framework none: health only"
+                if values["framework"] == "none"
+                else "framework auto found no torch or cupy to drive a real GPU here: health only"
+            )
         elif name == "nccl" and len(gpus) < 2:
             why = f"needs 2 or more GPUs, {len(gpus) if snapshot else 'unknown'} here"
         elif name == "dcgm":
@@ -382,11 +388,12 @@ def _run(
     load_skip: str | None = None  # why no load ran (a warning: the smoke tested less)
     load_broken: str | None = None  # why the framework cannot drive the GPUs (a failure)
     if wants_load and framework == "none":
-        load_skip = (
-            "framework none: health checks only, no load"
-            if values["framework"] == "none"
-            else "neither torch nor cupy is installed: health checks only, no load"
-        )
+        if values["framework"] == "none":
+            load_skip = "framework none: health checks only, no load"
+        elif snapshot.source.startswith("fake:"):
+            load_skip = "fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"
+        else:
+            load_skip = "neither torch nor cupy is installed: health checks only, no load"
     elif wants_load:
         started = time.perf_counter()
         try:
