@@ -4,7 +4,12 @@ from gpuci.commands import Command, Output
 from gpuci.inputs import Input
 
 INPUTS = (
-    Input("checks", "Checks to run (comma or newline separated); default: all that apply.", "list"),
+    Input(
+        "checks",
+        "Checks to run, comma or newline separated, from: health, context, gemm, membw, pcie, "
+        "memory, nccl, dcgm; default: all that apply.",
+        "list",
+    ),
     Input(
         "budget-seconds",
         "Time budget for all checks; checks that would overrun are skipped and reported.",
@@ -33,7 +38,12 @@ INPUTS = (
         "0",
         choices=("0", "1", "2"),
     ),
-    Input("report", "Where to write the JSON report.", "str"),
+    Input(
+        "report",
+        "Where to write the JSON report (default: gpuci-smoke-report.json in RUNNER_TEMP or the "
+        "current folder).",
+        "str",
+    ),
 )
 
 COMMAND = Command(
