@@ -22,7 +22,7 @@ from typing import Protocol
 import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
-from gpuci.fetch.partial import Partial, Sink, file_sha256
+from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
     RETRY_TRANSPORT,
@@ -33,6 +33,7 @@ from gpuci.fetch.policy import (
     ShortBody,
     parse_retry_after,
 )
+from gpuci.files import sha256_file
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
@@ -264,7 +265,7 @@ def fetch_file(
     policy = policy or FetchPolicy()
     dest = Path(dest)
     started = time.monotonic()
-    if sha256 and dest.is_file() and file_sha256(dest)[0].hexdigest() == sha256.lower():
+    if sha256 and dest.is_file() and sha256_file(dest) == sha256.lower():
         return FetchResult(url, dest, sha256.lower(), dest.stat().st_size, 0, 0, 0.0, True)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)

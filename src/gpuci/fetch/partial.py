@@ -16,33 +16,19 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-INCOMPLETE = ".incomplete"  # partial bytes, resumable
+from gpuci.files import hash_file, incomplete_path
+
 META = ".incomplete.json"  # the validator (ETag / Last-Modified) those bytes came with
-_HASH_BLOCK = 1 << 20
 _WRITE_BLOCK = 1 << 20  # network chunks (64 KiB) are batched this big for the writer
 _IOV_MAX = 1024
 _WRITE_QUEUE = 8  # batches in flight: bounds memory at ~8 MiB per download
-
-
-def file_sha256(path: Path, limit: int | None = None) -> tuple[hashlib._Hash, int]:
-    """Hash a file (or its first ``limit`` bytes); returns the hasher and the bytes read."""
-    hasher = hashlib.sha256()
-    done = 0
-    with open(path, "rb") as handle:
-        while limit is None or done < limit:
-            block = handle.read(_HASH_BLOCK if limit is None else min(_HASH_BLOCK, limit - done))
-            if not block:
-                break
-            hasher.update(block)
-            done += len(block)
-    return hasher, done
 
 
 class Partial:
     """``<dest>.incomplete`` plus its validator, hashed as it grows (resumable across runs)."""
 
     def __init__(self, dest: Path) -> None:
-        self.path = dest.with_name(dest.name + INCOMPLETE)
+        self.path = incomplete_path(dest)
         self.meta = dest.with_name(dest.name + META)
         self.validator: str | None = None
         self.total: int | None = None
@@ -62,7 +48,7 @@ class Partial:
         if not self.validator or (self.total is not None and self.size > self.total):
             self.reset()
         elif self.size:
-            self._hasher, self.size = file_sha256(self.path)
+            self._hasher, self.size = hash_file(self.path)
 
     def reset(self) -> None:
         """Start over: the bytes on disk belong to no version we can name."""

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import httpx
 
 from gpuci.fetch.download import describe, parse_content_range, strong_validator
-from gpuci.fetch.partial import INCOMPLETE, META, file_sha256
+from gpuci.fetch.partial import META
 from gpuci.fetch.policy import FetchPolicy
 from gpuci.fetch.sources import Job
+from gpuci.files import incomplete_path, sha256_file
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Probe:
 
 def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: FetchPolicy) -> Probe:
     """HEAD the URL (or a ``bytes=0-0`` GET) and say what a real run would write."""
-    if job.sha256 and job.dest.is_file() and file_sha256(job.dest)[0].hexdigest() == job.sha256:
+    if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
         return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
     base = {**headers, "Accept-Encoding": "identity"}
     try:
@@ -50,7 +51,7 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
     size = span[2] if status == 206 and span else _length(resp)
     resumable = status == 206 or resp.headers.get("Accept-Ranges", "").lower() == "bytes"
     resumable = resumable and strong_validator(resp.headers) is not None
-    partial = job.dest.with_name(job.dest.name + INCOMPLETE)
+    partial = incomplete_path(job.dest)
     has_meta = job.dest.with_name(job.dest.name + META).is_file()
     if partial.is_file() and partial.stat().st_size and has_meta and resumable:
         action = f"resume from byte {partial.stat().st_size} into {partial}"

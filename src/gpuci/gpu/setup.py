@@ -7,15 +7,12 @@ CUDA. In a dry run nothing is written and a missing GPU is described, never fail
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal
-from gpuci.errors import CheckFailed, ExitCode, InputError, NvmlUnavailable
+from gpuci import files, journal
+from gpuci.errors import CheckFailed, ExitCode, NvmlUnavailable
 from gpuci.gpu import summary
 from gpuci.gpu.checks import (
     CheckOutcome,
@@ -32,33 +29,6 @@ from gpuci.runtime import OutputValue, Result, Runtime
 COMMAND = "gpu-setup"
 REPORT_NAME = "gpuci-gpu-report.json"
 REPORT_SCHEMA = 1
-
-
-def report_path(values: Mapping[str, Any], environ: Mapping[str, str]) -> Path:
-    if values.get("report"):
-        return Path(values["report"])
-    return Path(environ.get("RUNNER_TEMP") or os.getcwd()) / REPORT_NAME
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``path.incomplete``, re-read and parse it, then rename over ``path``."""
-    tmp = path.with_name(path.name + ".incomplete")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        json.loads(tmp.read_text(encoding="utf-8"))
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise InputError(
-            f"cannot write the GPU report to {path}: {exc.strerror or exc}",
-            hint="set the report input to a writable path",
-        ) from None
 
 
 def read_snapshot(
@@ -115,7 +85,7 @@ def _headline(failed: list[CheckOutcome], units: list[Unit], cpu_only: bool) -> 
 def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
     """The gpu-setup command. ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process."""
     req = Requirements.from_values(values)
-    path = report_path(values, rt.environ)
+    path = files.report_path(values, rt.environ, REPORT_NAME)
     snapshot, nvml_error = read_snapshot(rt.environ, nvml)
     if nvml_error is not None and req.require_gpu and not rt.dry_run:
         raise nvml_error
@@ -164,7 +134,7 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
 
     result.outputs = outputs
     result.report["report_path"] = str(path)
-    write_json_atomic(path, result.report)
+    files.write_report(path, result.report, "GPU report")
     journal.record(
         COMMAND,
         {

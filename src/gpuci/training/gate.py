@@ -14,10 +14,10 @@ from typing import Any
 
 from gpuci import journal
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
+from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import Result, Runtime
 from gpuci.training import metrics as metrics_mod
 from gpuci.training import provenance, report
-from gpuci.training.files import dump_json, sha256_file, write_atomic
 from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 
 GATE_NAME = "gate.json"
@@ -161,7 +161,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if record["metrics_error"]:
         result.error(record["metrics_error"], "gpu-ci gate")
     out = Path(values["output-dir"]) / GATE_NAME
-    write_atomic(out, dump_json(record))
+    write_file(out, json_bytes(record))
     record["report"] = out.as_posix()
     journal.record("gate", record, rt.environ)
     failed = record["failed_rules"]

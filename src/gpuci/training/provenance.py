@@ -22,9 +22,9 @@ from typing import Any
 
 from gpuci import journal
 from gpuci.errors import CheckFailed, GpuciError
+from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 from gpuci.training import ci
-from gpuci.training.files import dump_json, sha256_file, write_atomic
 
 SCHEMA = "gpuci.provenance/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -311,11 +311,11 @@ def produce(
     stmt = statement(record)
     folder = Path(out_dir)
     produced = Produced(record=record, statement=stmt, warnings=warnings)
-    payload = dump_json(stmt)
-    produced.digest = "sha256:" + write_atomic(folder / STATEMENT_NAME, payload)
-    write_atomic(folder / PREDICATE_NAME, dump_json(stmt["predicate"]))
+    payload = json_bytes(stmt)
+    produced.digest = "sha256:" + write_file(folder / STATEMENT_NAME, payload)
+    write_file(folder / PREDICATE_NAME, json_bytes(stmt["predicate"]))
     record_out = {**record, "statement_digest": produced.digest}
-    write_atomic(folder / RECORD_NAME, dump_json(record_out))
+    write_file(folder / RECORD_NAME, json_bytes(record_out))
     produced.record = record_out
     produced.files = {
         "record": (folder / RECORD_NAME).as_posix(),

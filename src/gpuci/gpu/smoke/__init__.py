@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from gpuci import files
 from gpuci.errors import ExitCode, InputError, NvmlUnavailable
 from gpuci.gpu.nvml import GpuInfo, NvmlSession, Snapshot, open_nvml
 from gpuci.gpu.smoke import dcgm, load
@@ -31,7 +32,7 @@ from gpuci.gpu.smoke.checks import (
 from gpuci.gpu.smoke.health import LoadSampler, XidListener, judge
 from gpuci.gpu.smoke.load import Rates, Sizes, Target
 from gpuci.gpu.smoke.models import Minimums, minimums
-from gpuci.gpu.smoke.report import SCHEMA, report_path, summary_tables, write_json_atomic
+from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
 from gpuci.runtime import Result, Runtime
 
 COMMAND = "gpu-smoke"
@@ -114,11 +115,11 @@ def _infra_failure(
 ) -> Result:
     """Exit 3 in one line, and still ``passed: false`` and a report, so workflows can branch."""
     result = Result.from_error(COMMAND, exc)
-    path = report_path(values, rt.environ)
+    path = files.report_path(values, rt.environ, REPORT_NAME)
     seconds = round(budget.elapsed(), 2)
     result.report.update({"schema": SCHEMA, "command": COMMAND, "passed": False,
                           "seconds": seconds, "checks": [], "failed_checks": []})  # fmt: skip
-    write_json_atomic(path, result.report)
+    files.write_report(path, result.report, "smoke report", sort_keys=False)
     result.outputs = {"passed": False, "failed-checks": "", "report": str(path), "seconds": seconds}
     return result
 
@@ -511,7 +512,7 @@ def _result(
     failed = [o for o in outcomes if o.status == "fail"]
     skipped = [o for o in outcomes if o.status == "skip"]
     passed = [o for o in outcomes if o.status == "pass"]
-    path = report_path(values, rt.environ)
+    path = files.report_path(values, rt.environ, REPORT_NAME)
     result = Result(command=COMMAND)
     result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
     gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
@@ -559,7 +560,7 @@ def _result(
         "checks": [o.to_dict() for o in outcomes],
         "report_path": str(path),
     }
-    write_json_atomic(path, result.report)
+    files.write_report(path, result.report, "smoke report", sort_keys=False)
     _journal(result, rt)
     return result
 

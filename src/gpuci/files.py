@@ -1,0 +1,101 @@
+"""Files that are never seen half-written, named once for every command.
+
+A later step (or a reader racing this one) must find either the old file or the whole new one:
+bytes go to ``<name>.incomplete``, are fsynced, read back and checked against their sha256,
+and only then renamed over the final name. Reports land in ``RUNNER_TEMP`` (or the current
+folder) unless the user names a path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuci.errors import InfraError, InputError, IntegrityError
+
+INCOMPLETE = ".incomplete"
+_BLOCK = 1 << 20
+
+
+def incomplete_path(path: Path) -> Path:
+    """Where ``path``'s bytes live until they are whole."""
+    return path.with_name(path.name + INCOMPLETE)
+
+
+def hash_file(path: Path) -> tuple[hashlib._Hash, int]:
+    """Hash a file; returns the hasher (a resumed download goes on with it) and the byte count."""
+    hasher = hashlib.sha256()
+    done = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(_BLOCK):
+            hasher.update(block)
+            done += len(block)
+    return hasher, done
+
+
+def sha256_file(path: Path) -> str:
+    return hash_file(path)[0].hexdigest()
+
+
+def json_bytes(data: Any, *, sort_keys: bool = True) -> bytes:
+    """Indented JSON plus a newline; sorted keys make the same record the same bytes."""
+    return (json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n").encode()
+
+
+def atomic_write_bytes(path: Path, payload: bytes) -> str:
+    """Write ``path.incomplete``, fsync, verify its sha256 on disk, rename; returns the sha256.
+
+    Raises ``OSError`` (the caller names the fix: a user's path or the runner's disk) with the
+    temporary file removed, or ``IntegrityError`` when the disk returns other bytes.
+    """
+    expected = hashlib.sha256(payload).hexdigest()
+    temp = incomplete_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if sha256_file(temp) != expected:
+            raise IntegrityError(
+                f"{temp} does not read back as written", hint="check the disk and rerun"
+            )
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink(missing_ok=True)
+        raise
+    return expected
+
+
+def report_path(values: Mapping[str, Any], environ: Mapping[str, str], name: str) -> Path:
+    """The ``report`` input when given, else ``name`` in ``RUNNER_TEMP`` or the current folder."""
+    if values.get("report"):
+        return Path(values["report"])
+    return Path(environ.get("RUNNER_TEMP") or os.getcwd()) / name
+
+
+def write_report(path: Path, data: Any, what: str, *, sort_keys: bool = True) -> None:
+    """A JSON report, atomically; an unwritable path is the user's input to fix."""
+    try:
+        atomic_write_bytes(path, json_bytes(data, sort_keys=sort_keys))
+    except OSError as exc:
+        raise InputError(
+            f"cannot write the {what} to {path}: {exc.strerror or exc}",
+            hint="set the report input to a writable path",
+        ) from None
+
+
+def write_file(path: Path, payload: bytes) -> str:
+    """``atomic_write_bytes`` for files the job itself places: a failure is the runner's disk."""
+    try:
+        return atomic_write_bytes(path, payload)
+    except OSError as exc:
+        raise InfraError(
+            f"cannot write {path}: {exc.strerror or exc}", hint="check the folder and free space"
+        ) from None

@@ -1,0 +1,55 @@
+"""gpuci.files: nothing half-written under a final name, and the report's default place."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuci import files
+from gpuci.errors import InfraError, InputError
+
+
+def test_atomic_write_returns_the_digest_and_leaves_no_incomplete(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "out.json"
+    digest = files.atomic_write_bytes(target, b"payload")
+    assert digest == hashlib.sha256(b"payload").hexdigest() == files.sha256_file(target)
+    assert target.read_bytes() == b"payload"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    target.write_bytes(b"old")
+    files.incomplete_path(target).mkdir()  # the temporary name cannot be opened as a file
+    with pytest.raises(OSError):
+        files.atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"old"
+
+
+def test_report_path_prefers_the_input_then_runner_temp(tmp_path: Path) -> None:
+    env = {"RUNNER_TEMP": str(tmp_path)}
+    assert files.report_path({"report": "x.json"}, env, "r.json") == Path("x.json")
+    assert files.report_path({"report": ""}, env, "r.json") == tmp_path / "r.json"
+    assert files.report_path({}, {}, "r.json") == Path.cwd() / "r.json"
+
+
+def test_report_json_keeps_key_order_when_asked(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    files.write_report(target, {"b": 1, "a": Path("p")}, "test report", sort_keys=False)
+    assert target.read_text().startswith('{\n  "b": 1,\n  "a": "p"\n}')
+    files.write_report(target, {"b": 1, "a": 2}, "test report")
+    assert list(json.loads(target.read_text())) == ["a", "b"]
+
+
+def test_unwritable_places_name_the_cause_and_the_fix(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(InputError, match=r"cannot write the test report to .*file/r.json") as exc:
+        files.write_report(blocker / "r.json", {}, "test report")
+    assert "report input" in exc.value.hint and "\n" not in exc.value.message
+    with pytest.raises(InfraError, match=r"cannot write .*file/out"):
+        files.write_file(blocker / "out", b"x")
+    assert list(tmp_path.iterdir()) == [blocker]
