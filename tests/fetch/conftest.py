@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fetch_server import FaultyServer
+from fetch_server import DATA, FaultyServer
 
 from gpuci.fetch import FetchPolicy
-
-DATA = os.urandom(300_000)  # a few hundred KB: several network chunks, fast everywhere
 
 
 @pytest.fixture

@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+# The tests' file: a few hundred KB, several network chunks, fast everywhere. Here, not in
+# conftest.py: ``from conftest import`` picks whichever folder's conftest pytest loaded last.
+DATA = os.urandom(300_000)
+
 
 @dataclass
 class Fault:

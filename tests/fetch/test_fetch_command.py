@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fetch_server import Fault, FaultyServer
+from fetch_server import DATA, Fault, FaultyServer
 
-from conftest import DATA
 from gpuci.cli import run_command
 from gpuci.commands import retry_fetch
 from gpuci.runtime import Result, Runtime
+from gpuci_testing import clean_env, run_cli
 
 SHA = hashlib.sha256(DATA).hexdigest()
 FAST = {"attempts": "4", "timeout": "1s", "max-wait": "50ms", "deadline": "20s"}
@@ -174,16 +174,8 @@ def test_bad_input_is_exit_2_before_any_request(tmp_path: Path, flags, needle):
 
 
 def test_cli_one_line_error_and_exit_code(server, tmp_path: Path):
-    env = {**os.environ, "INPUT_URL": server.url("/missing.bin"), "INPUT_ATTEMPTS": "2"}
-    env.pop("GITHUB_ACTIONS", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpuci", "retry-fetch", "--json"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    env = clean_env(INPUT_URL=server.url("/missing.bin"), INPUT_ATTEMPTS="2")
+    proc = run_cli("retry-fetch", "--json", env=env, cwd=tmp_path, timeout=30)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     body = json.loads(proc.stdout)
     assert body["report"]["error"]["type"] == "FetchError"

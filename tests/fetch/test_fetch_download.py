@@ -9,9 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fetch_server import Fault, FaultyServer, http_date
+from fetch_server import DATA, Fault, FaultyServer, http_date
 
-from conftest import DATA
 from gpuci.errors import ExitCode, FetchError, IntegrityError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch.policy import parse_retry_after
