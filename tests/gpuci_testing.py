@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 # Variables a developer's shell or a real runner may set that would change what we test.
-_SCRUB_PREFIXES = ("INPUT_", "GITHUB_", "GITLAB_", "CI_", "RUNNER_", "GPUCI_", "AWS_")
+_SCRUB_PREFIXES = ("INPUT_", "GITHUB_", "GITLAB_", "CI_", "RUNNER_", "GPUCI_", "AWS_", "RUNPOD_")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from fake_runpod import FakeRunPod
 
-REPO = Path(__file__).resolve().parents[2]
+from gpuci_testing import REPO, clean_env
 
 
 def test_sigterm_during_the_wait_terminates_the_pod(tmp_path):
     fake = FakeRunPod(steps_to_running=10**6).start()  # never gets to RUNNING
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GPUCI_"))}
-        env.update(
+        env = clean_env(
             RUNPOD_API_KEY=fake.api_key,
             RUNPOD_API_URL=fake.url,
             USER="t",

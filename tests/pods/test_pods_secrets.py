@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from gpuci_testing import clean_env, run_cli
 
 
 def _cli(fake, tmp_path, *args: str, key: str | None = None, **extra: str):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("INPUT_", "GITHUB_", "GPUCI_", "RUNPOD_", "GITLAB_", "CI"))
-    }
-    env.update(
+    env = clean_env(
         RUNPOD_API_KEY=key or fake.api_key,
         RUNPOD_API_URL=fake.url,
         USER="tester",
@@ -27,15 +17,7 @@ def _cli(fake, tmp_path, *args: str, key: str | None = None, **extra: str):
         GPUCI_JOURNAL=str(tmp_path / "j.jsonl"),
         **extra,
     )
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", "pods", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    return run_cli("pods", *args, env=env, timeout=60)
 
 
 @pytest.fixture

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -13,8 +10,8 @@ from pathlib import Path
 from fake_runpod import VALIDATORS
 
 from gpuci.pods import ledger
+from gpuci_testing import clean_env, run_cli
 
-REPO = Path(__file__).resolve().parents[2]
 GPUS = "NVIDIA GeForce RTX 4090,NVIDIA L40S,NVIDIA H100 80GB HBM3"
 UP = dict(
     gpu_types=GPUS,
@@ -27,38 +24,28 @@ UP = dict(
 
 
 def test_dry_run_prints_exact_valid_bodies_and_sends_nothing(fake, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("INPUT_", "GITHUB_", "GPUCI_"))}
-    env.update(RUNPOD_API_KEY=fake.api_key, RUNPOD_API_URL=fake.url, USER="tester")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpuci",
-            "pods",
-            "up",
-            "--dry-run",
-            "--json",
-            "--gpu-types",
-            "NVIDIA L40S,NVIDIA GeForce RTX 4090",
-            "--image",
-            "img",
-            "--command",
-            "python -m http.server 8000",
-            "--ttl",
-            "45m",
-            "--budget-usd",
-            "10",
-            "--data-centers",
-            "EU-RO-1,US-KS-2",
-            "--env",
-            "HF_TOKEN=hf_secret_value\nMODE=x",
-        ],
-        capture_output=True,
-        text=True,
+    env = clean_env(RUNPOD_API_KEY=fake.api_key, RUNPOD_API_URL=fake.url, USER="tester")
+    proc = run_cli(
+        "pods",
+        "up",
+        "--dry-run",
+        "--json",
+        "--gpu-types",
+        "NVIDIA L40S,NVIDIA GeForce RTX 4090",
+        "--image",
+        "img",
+        "--command",
+        "python -m http.server 8000",
+        "--ttl",
+        "45m",
+        "--budget-usd",
+        "10",
+        "--data-centers",
+        "EU-RO-1,US-KS-2",
+        "--env",
+        "HF_TOKEN=hf_secret_value\nMODE=x",
         env=env,
-        cwd=REPO,
         timeout=60,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plan = json.loads(proc.stdout)["report"]["plan"]
