@@ -1,26 +1,20 @@
-"""Run our composite actions through the harness as a job would (no conftest.py here on purpose:
-other test folders import names from tests/conftest.py, and a second conftest would shadow it)."""
+"""Run our composite actions through the harness as a job would (a uniquely named module, not a
+conftest.py: ``from conftest import`` would pick whichever folder's conftest loaded last)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness import ActionRun, run_action
 
-REPO = Path(__file__).resolve().parents[2]
-_SCRUB = ("INPUT_", "GITHUB_", "GITLAB_", "CI_", "RUNNER_", "GPUCI_", "AWS_")
+from gpuci_testing import REPO, clean_env
 
 
 def machine_env() -> dict[str, str]:
     """The runner machine's environment: this one, minus anything CI- or gpu-ci-specific."""
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(_SCRUB) and k not in ("CI", "NO_COLOR", "VIRTUAL_ENV")
-    }
+    return {k: v for k, v in clean_env().items() if k != "VIRTUAL_ENV"}
 
 
 def run_gpuci_action(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +16,13 @@ from gpuci.gpu.fake_nvml import FakeNvml
 from gpuci.gpu.setup import run
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
-
-_DROP = ("INPUT_", "GITHUB_", "GPUCI_", "RUNNER_", "GITLAB", "CUDA_VISIBLE")
+from gpuci_testing import clean_env as base_env
+from gpuci_testing import run_cli
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP)}
+    """``gpuci_testing.clean_env`` without CUDA_VISIBLE_*, reports and journal under tmp_path."""
+    env = {k: v for k, v in base_env().items() if not k.startswith("CUDA_VISIBLE")}
     env.update(
         RUNNER_TEMP=str(tmp_path),
         GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
@@ -47,14 +46,7 @@ def cli(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         environ = clean_env(tmp_path, **env)
         if fake is not None:
             environ["GPUCI_FAKE_NVML"] = fake
-        return subprocess.run(
-            [sys.executable, "-m", "gpuci", "gpu-setup", *args],
-            cwd=tmp_path,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return run_cli("gpu-setup", *args, env=environ, cwd=tmp_path, timeout=30)
 
     return invoke
 
