@@ -1,4 +1,5 @@
-"""Shared test helpers: run the CLI as a user would, in a subprocess, with a clean environment.
+"""Shared test helpers: run the CLI as a user would, in a subprocess, with a clean environment;
+read ``GITHUB_OUTPUT``-style files as strictly as the runner does.
 
 A uniquely named module (not ``conftest``): several test folders have a conftest.py, and
 ``from conftest import`` would pick whichever pytest loaded last.
@@ -39,3 +40,37 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+class FileCommandError(RuntimeError):
+    """A ``GITHUB_OUTPUT`` / ``GITHUB_ENV`` / ``GITHUB_STATE`` file the runner would reject."""
+
+
+def parse_file_command(text: str, what: str) -> dict[str, str]:
+    """The runner's format: ``NAME=value`` or ``NAME<<DELIM`` ... ``DELIM`` (one per entry)."""
+    values: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line == "":
+            continue
+        eq, heredoc = line.find("="), line.find("<<")
+        if eq > 0 and (heredoc < 0 or eq < heredoc):
+            values[line[:eq]] = line[eq + 1 :]
+            continue
+        if heredoc <= 0:
+            raise FileCommandError(f"{what}: invalid line {line!r}")
+        name, delimiter = line[:heredoc], line[heredoc + 2 :]
+        body: list[str] = []
+        while True:
+            if i >= len(lines):
+                raise FileCommandError(f"{what}: no closing delimiter {delimiter!r} for {name}")
+            if lines[i] == delimiter:
+                i += 1
+                break
+            body.append(lines[i])
+            i += 1
+        values[name] = "\n".join(body)
+    return values

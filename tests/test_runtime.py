@@ -8,26 +8,7 @@ import pytest
 
 from gpuci.errors import ExitCode, InfraError
 from gpuci.runtime import Result, Runtime, markdown_table
-
-
-def parse_file_command(text: str) -> dict[str, str]:
-    """Parse GITHUB_OUTPUT/GITHUB_ENV heredoc syntax the way the runner does."""
-    values, lines, i = {}, text.split("\n"), 0
-    while i < len(lines):
-        line = lines[i]
-        if "<<" in line:
-            name, delimiter = line.split("<<", 1)
-            body = []
-            i += 1
-            while lines[i] != delimiter:
-                body.append(lines[i])
-                i += 1
-            values[name] = "\n".join(body)
-        elif "=" in line:
-            name, value = line.split("=", 1)
-            values[name] = value
-        i += 1
-    return values
+from gpuci_testing import parse_file_command
 
 
 @pytest.fixture
@@ -69,7 +50,7 @@ def test_github_file_commands_and_annotations(gh_env):
     out = io.StringIO()
     code = Runtime(env, stdout=out).render(sample())
     assert code == 0
-    outputs = parse_file_command(files["GITHUB_OUTPUT"].read_text())
+    outputs = parse_file_command(files["GITHUB_OUTPUT"].read_text(), "GITHUB_OUTPUT")
     assert outputs == {
         "gpu-count": "2",
         "ok": "true",
@@ -79,7 +60,7 @@ def test_github_file_commands_and_annotations(gh_env):
     }
     delimiters = re.findall(r"<<(\S+)", files["GITHUB_OUTPUT"].read_text())
     assert len(set(delimiters)) == len(delimiters) == 5  # a fresh delimiter per value
-    assert parse_file_command(files["GITHUB_ENV"].read_text()) == {
+    assert parse_file_command(files["GITHUB_ENV"].read_text(), "GITHUB_ENV") == {
         "CUDA_VISIBLE_DEVICES": "GPU-1,GPU-2"
     }
     assert files["GITHUB_PATH"].read_text() == "/opt/tool/bin\n"

@@ -32,6 +32,8 @@ from typing import Any
 import yaml
 from gha_expressions import condition, evaluate, interpolate, to_text
 
+from gpuci_testing import parse_file_command
+
 SHELLS = {
     "bash": ["bash", "--noprofile", "--norc", "-eo", "pipefail", "{0}"],
     "sh": ["sh", "-e", "{0}"],
@@ -98,36 +100,6 @@ class ActionRun:
 
     def step(self, step_id: str) -> StepRun:
         return next(s for s in self.steps if s.id == step_id)
-
-
-def parse_file_command(text: str, what: str) -> dict[str, str]:
-    """The runner's format: ``NAME=value`` or ``NAME<<DELIM`` ... ``DELIM`` (one per entry)."""
-    values: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if line == "":
-            continue
-        eq, heredoc = line.find("="), line.find("<<")
-        if eq > 0 and (heredoc < 0 or eq < heredoc):
-            values[line[:eq]] = line[eq + 1 :]
-            continue
-        if heredoc <= 0:
-            raise HarnessError(f"{what}: invalid line {line!r}")
-        name, delimiter = line[:heredoc], line[heredoc + 2 :]
-        body: list[str] = []
-        while True:
-            if i >= len(lines):
-                raise HarnessError(f"{what}: no closing delimiter {delimiter!r} for {name}")
-            if lines[i] == delimiter:
-                i += 1
-                break
-            body.append(lines[i])
-            i += 1
-        values[name] = "\n".join(body)
-    return values
 
 
 def _unescape(text: str) -> str:

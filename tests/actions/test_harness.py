@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from action_env import machine_env
 from gha_expressions import ExpressionError, condition, evaluate, interpolate
-from harness import HarnessError, parse_file_command, run_action
+from harness import HarnessError, run_action
+
+from gpuci_testing import FileCommandError, parse_file_command
 
 CTX = {
     "inputs": {"key": "", "smoke": "true", "name": "H200"},
@@ -60,7 +62,7 @@ def test_file_commands_parse_both_forms() -> None:
         "multi": "line 1\nline=2",
         "empty": "",
     }
-    with pytest.raises(HarnessError):
+    with pytest.raises(FileCommandError):
         parse_file_command("b<<END\nnever closed\n", "GITHUB_OUTPUT")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, parse_file_command, run_cli
 
 
 def write(path: Path, data) -> Path:
@@ -14,15 +14,7 @@ def write(path: Path, data) -> Path:
 
 
 def read_outputs(path: Path) -> dict[str, str]:
-    """Parse GITHUB_OUTPUT heredocs the way the runner does."""
-    out, lines = {}, path.read_text().splitlines()
-    i = 0
-    while i < len(lines):
-        name, _, delim = lines[i].partition("<<")
-        j = lines.index(delim, i + 1)
-        out[name] = "\n".join(lines[i + 1 : j])
-        i = j + 1
-    return out
+    return parse_file_command(path.read_text(), "GITHUB_OUTPUT")
 
 
 def gh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
