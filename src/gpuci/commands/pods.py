@@ -79,47 +79,35 @@ IDS_OUT = (
     Output("count", "How many."),
 )
 
-LS = Command(
-    name="ls",
-    help="List gpu-ci pods with owner, GPU, cost per hour and expiry.",
-    inputs=(OWNER, Input("all", "Include pods gpu-ci did not create.", "bool", "false")),
-    outputs=IDS_OUT,
-    target="gpuci.pods.lifecycle:ls",
-)
 
-STOP = Command(
-    name="stop",
-    help="Stop pods (GPU released, disk kept); already stopped is success.",
-    inputs=(POD_ID,),
-    outputs=IDS_OUT,
-    target="gpuci.pods.lifecycle:stop",
-)
+def _on_pods(name: str, help: str, *inputs: Input) -> Command:
+    """A sub-command of gpuci.pods.lifecycle that acts on pods and names them (IDS_OUT)."""
+    return Command(
+        name=name, help=help, inputs=inputs, outputs=IDS_OUT, target=f"gpuci.pods.lifecycle:{name}"
+    )
 
-START = Command(
-    name="start",
-    help="Start stopped pods; ttl gives them a new expiry.",
-    inputs=(POD_ID, Input("ttl", "New lifetime from now.", "duration")),
-    outputs=IDS_OUT,
-    target="gpuci.pods.lifecycle:start",
-)
 
-DOWN = Command(
-    name="down",
-    help="Terminate pods by id, or all pods of this CI run; a missing pod is success.",
-    inputs=(POD_ID,),
-    outputs=IDS_OUT,
-    target="gpuci.pods.lifecycle:down",
+LS = _on_pods(
+    "ls",
+    "List gpu-ci pods with owner, GPU, cost per hour and expiry.",
+    OWNER,
+    Input("all", "Include pods gpu-ci did not create.", "bool", "false"),
 )
-
-REAP = Command(
-    name="reap",
-    help="Terminate every gpu-ci pod past its expiry; run it on a schedule.",
-    inputs=(
-        OWNER,
-        Input("grace", "Extra time after expiry before reaping.", "duration", "0"),
-    ),
-    outputs=IDS_OUT,
-    target="gpuci.pods.lifecycle:reap",
+STOP = _on_pods("stop", "Stop pods (GPU released, disk kept); already stopped is success.", POD_ID)
+START = _on_pods(
+    "start",
+    "Start stopped pods; ttl gives them a new expiry.",
+    POD_ID,
+    Input("ttl", "New lifetime from now.", "duration"),
+)
+DOWN = _on_pods(
+    "down", "Terminate pods by id, or all pods of this CI run; a missing pod is success.", POD_ID
+)
+REAP = _on_pods(
+    "reap",
+    "Terminate every gpu-ci pod past its expiry; run it on a schedule.",
+    OWNER,
+    Input("grace", "Extra time after expiry before reaping.", "duration", "0"),
 )
 
 COST = Command(
