@@ -84,7 +84,7 @@ class Profile:
     xid_supported: bool = True
 
 
-_HOPPER_REMAP = (0, 0, False, False)
+_NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
 
 PROFILES: dict[str, Profile] = {
     # nvidia-smi on an H200 SXM: 143771 MiB FB (141 GB HBM3e), 700 W, PCIe Gen5 x16.
@@ -100,7 +100,7 @@ PROFILES: dict[str, Profile] = {
         pcie_gen=(5, 5),
         pcie_width=(16, 16),
         temperature_c=31,
-        remapped_rows=_HOPPER_REMAP,
+        remapped_rows=_NO_REMAPS,
         mig=[],
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
@@ -116,7 +116,7 @@ PROFILES: dict[str, Profile] = {
         pcie_gen=(5, 5),
         pcie_width=(16, 16),
         temperature_c=29,
-        remapped_rows=_HOPPER_REMAP,
+        remapped_rows=_NO_REMAPS,
         mig=[],
     ),
     # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
@@ -132,7 +132,7 @@ PROFILES: dict[str, Profile] = {
         pcie_gen=(4, 4),
         pcie_width=(16, 16),
         temperature_c=27,
-        remapped_rows=_HOPPER_REMAP,
+        remapped_rows=_NO_REMAPS,
         mig=[MigProfile("3g.20gb", 19968, 1), MigProfile("3g.20gb", 19968, 2)],
     ),
     # L4: 23034 MiB GDDR6, 72 W, PCIe Gen4 x16, Ada (cc 8.9).
@@ -148,7 +148,7 @@ PROFILES: dict[str, Profile] = {
         pcie_gen=(4, 4),
         pcie_width=(16, 16),
         temperature_c=38,
-        remapped_rows=(0, 0, False, False),
+        remapped_rows=_NO_REMAPS,
         mig=None,
     ),
     # T4: 15360 MiB GDDR6, 70 W, PCIe Gen3 x16, Turing (cc 7.5): retired pages, no remapping.
