@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from gpuci.commands import Command, Output, all_in_one, iter_leaf_commands  # noqa: E402
+from gpuci.files import atomic_write_bytes  # noqa: E402
 from gpuci.inputs import Input  # noqa: E402
 
 OWNER = "my-org"  # shown in usage examples; users put their own owner (or fork) there
@@ -427,10 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ok: {len(files)} generated files match the command specs")
         return 0
     for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".incomplete")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        atomic_write_bytes(path, text.encode("utf-8"))
     for path in stale:
         print(f"warning: {path.relative_to(REPO)} is stale (no command names it); remove it")
     for folder in skipped:
