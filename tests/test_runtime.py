@@ -77,6 +77,28 @@ def test_github_missing_file_variable_fails_loudly(gh_env):
         Runtime(env, stdout=io.StringIO()).render(sample())
 
 
+def test_render_failure_is_one_escaped_redacted_annotation(gh_env):
+    env, _ = gh_env
+    del env["GITHUB_OUTPUT"]
+    out = io.StringIO()
+    rt = Runtime(env, stdout=out)
+    rt.mask("s3cr3t")
+    with pytest.raises(InfraError) as caught:
+        rt.render(sample())
+    out.truncate(0)
+    out.seek(0)
+    caught.value.message += " 100% (token s3cr3t)"
+    assert rt.render_failure(caught.value) == 3
+    assert out.getvalue() == (
+        "::error title=gpu-ci%3A infrastructure error::running in GitHub Actions but "
+        "$GITHUB_OUTPUT is not set 100%25 (token ***) (fix: run on a current runner "
+        "(file commands replaced ::set-output in 2022))\n"
+    )
+    out = io.StringIO()
+    assert Runtime({}, stdout=out).render_failure(InfraError("down", hint="retry")) == 3
+    assert out.getvalue() == "error: down (fix: retry)\n"
+
+
 def test_annotation_data_escaping(gh_env):
     env, _ = gh_env
     out = io.StringIO()

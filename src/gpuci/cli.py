@@ -137,12 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_command(cmd, args._full_name, flags, runtime)
         return runtime.render(result)
     except GpuciError as exc:  # e.g. GITHUB_OUTPUT missing while rendering
-        sys.stdout.write(
-            f"::error title={exc.title}::{exc.one_line()}\n"
-            if runtime.ci_platform == "github"
-            else f"error: {exc.one_line()}\n"
-        )
-        return int(exc.exit_code)
+        return runtime.render_failure(exc)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130

@@ -257,6 +257,17 @@ class Runtime:
                 lines.append(f"  {key}: {text}")
         return [self.redact(line) for line in lines]
 
+    def render_failure(self, exc: GpuciError) -> int:
+        """The last word when rendering failed (e.g. no GITHUB_OUTPUT): one line, no files."""
+        text = self.redact(exc.one_line())
+        if self.ci_platform == "github":
+            title = _escape_property(exc.title)
+            self.stdout.write(f"::error title={title}::{_escape_data(text)}\n")
+        else:
+            self.stdout.write(f"error: {text}\n")
+        self.stdout.flush()
+        return int(exc.exit_code)
+
     def _render_terminal(self, result: Result) -> None:
         self.stdout.write("\n".join(self._text_lines(result)) + "\n")
 
