@@ -53,3 +53,14 @@ def test_unwritable_places_name_the_cause_and_the_fix(tmp_path: Path) -> None:
     with pytest.raises(InfraError, match=r"cannot write .*file/out"):
         files.write_file(blocker / "out", b"x")
     assert list(tmp_path.iterdir()) == [blocker]
+
+
+def test_json_lines_append_whole_records_and_skip_torn_ones(tmp_path: Path) -> None:
+    log = tmp_path / "sub" / "log.jsonl"
+    assert files.read_json_lines(log) == []
+    files.append_json_line(log, {"b": 1, "a": "x"})
+    with open(log, "a", encoding="utf-8") as handle:
+        handle.write('{"torn": \n[1, 2]\n')  # a killed writer's half line, and a non-object
+    files.append_json_line(log, {"c": None})
+    assert log.read_text().splitlines()[0] == '{"a": "x", "b": 1}'
+    assert files.read_json_lines(log) == [{"a": "x", "b": 1}, {"c": None}]

@@ -3,7 +3,8 @@
 A later step (or a reader racing this one) must find either the old file or the whole new one:
 bytes go to ``<name>.incomplete``, are fsynced, read back and checked against their sha256,
 and only then renamed over the final name. Reports land in ``RUNNER_TEMP`` (or the current
-folder) unless the user names a path.
+folder) unless the user names a path. Logs shared by parallel steps (the journal, the pods
+ledger) are JSON lines, each appended in one ``write``.
 """
 
 from __future__ import annotations
@@ -99,3 +100,30 @@ def write_file(path: Path, payload: bytes) -> str:
         raise InfraError(
             f"cannot write {path}: {exc.strerror or exc}", hint="check the folder and free space"
         ) from None
+
+
+def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
+    """One line, one ``write`` under ``O_APPEND``: parallel writers never interleave records."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(dict(record), sort_keys=True) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """Every JSON object in ``path`` (none when it is absent); a line torn by a killed writer is
+    skipped, the rest kept."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(item, dict):
+            records.append(item)
+    return records

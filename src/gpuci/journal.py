@@ -7,12 +7,13 @@ manifests were restored and which GPU was used. One JSON object per line, append
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from gpuci import files
 
 
 def journal_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -25,26 +26,9 @@ def journal_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def record(kind: str, data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> None:
     """Append one record, e.g. ``record("cache-restore", {"key": ..., "manifest": ...})``."""
-    path = journal_path(environ)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"kind": kind, "time": time.time(), **data}, sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+    files.append_json_line(journal_path(environ), {"kind": kind, "time": time.time(), **data})
 
 
 def read(kind: str | None = None, environ: Mapping[str, str] | None = None) -> list[dict]:
-    path = journal_path(environ)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn line from a killed step: skip it, keep the rest
-        if kind is None or item.get("kind") == kind:
-            records.append(item)
-    return records
+    records = files.read_json_lines(journal_path(environ))
+    return [item for item in records if kind is None or item.get("kind") == kind]

@@ -8,11 +8,11 @@ persistent runner or cache it between jobs; what it lacks shows as "(unattribute
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from gpuci import files
 
 ENV_LEDGER = "GPUCI_PODS_LEDGER"
 
@@ -24,27 +24,11 @@ def ledger_path(environ: Mapping[str, str]) -> Path:
 
 
 def append(environ: Mapping[str, str], entry: Mapping[str, Any]) -> None:
-    """One line, one ``write`` under ``O_APPEND``: parallel jobs never interleave records."""
-    path = ledger_path(environ)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(dict(entry), sort_keys=True) + "\n").encode())
-    finally:
-        os.close(fd)
+    """One line per pod; parallel jobs never interleave records (see gpuci.files)."""
+    files.append_json_line(ledger_path(environ), entry)
 
 
 def read(environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """podId -> the last entry written for it."""
-    path = ledger_path(environ)
-    out: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn line from a killed job
-        if isinstance(item, dict) and item.get("podId"):
-            out[item["podId"]] = item
-    return out
+    """podId -> the last entry written for it (lines torn by a killed job are skipped)."""
+    entries = files.read_json_lines(ledger_path(environ))
+    return {item["podId"]: item for item in entries if item.get("podId")}
