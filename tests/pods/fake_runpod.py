@@ -124,6 +124,7 @@ class FakeRunPod:
     balance_low: bool = False
     lose_create_responses: int = 0  # create the pod, then answer 503 (a lost response)
     fail_on_start: set[str] = field(default_factory=set)  # GPU ids whose pods go ERROR
+    create_delay: float = 0.0  # seconds between creating a pod and answering the create call
 
     def __post_init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
@@ -151,6 +152,8 @@ class FakeRunPod:
                     self.command, self.path, raw, self.headers.get("Authorization", "")
                 )
                 data = b"" if body is None else json.dumps(body).encode()
+                if fake.create_delay and self.command == "POST" and self.path == "/v2/pods":
+                    time.sleep(fake.create_delay)  # the pod exists; its id isn't known yet
                 self.send_response(status)
                 ctype = "application/problem+json" if status >= 400 else "application/json"
                 if data:

@@ -79,17 +79,20 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     if warn:
         result.warning(warn)
     with _client(rt, clock) as client:
-        catalog = client.list_gpu_types(spec.cloud)
-        cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
-        affordable, refused = placement.affordable(
-            values, rt, client, clock, spec, tag, catalog, cands
-        )
-        result.report["budget_refused"] = refused
-        pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
-        result.report["attempts"] = attempts
-        _remember(rt, pod, tag, spec)
+        # SIGTERM (a cancelled job) becomes an exception from here on, before the create call:
+        # a cancel landing between "pod created" and "pod known" must still end that pod.
         restore = _sigterm_raises()
+        pod: dict[str, Any] | None = None
         try:
+            catalog = client.list_gpu_types(spec.cloud)
+            cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
+            affordable, refused = placement.affordable(
+                values, rt, client, clock, spec, tag, catalog, cands
+            )
+            result.report["budget_refused"] = refused
+            pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
+            result.report["attempts"] = attempts
+            _remember(rt, pod, tag, spec)
             deadline = now + float(values["timeout"])
             pod = readiness.wait_running(client, clock, pod["id"], deadline, rt)
             url = pod_url(pod, rt.environ)
@@ -100,8 +103,14 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     now + float(values["timeout"]),
                     rt,
                 )
-        except BaseException:  # failure, timeout, Ctrl-C or a cancelled job (SIGTERM)
-            _terminate_quietly(client, pod["id"], rt)
+        except (SystemExit, KeyboardInterrupt):  # cancelled: maybe mid-create, find it by name
+            made = pod or _find_quietly(client, tag.name(), rt)
+            if made is not None:
+                _terminate_quietly(client, made["id"], rt)
+            raise
+        except BaseException:  # failure or timeout after placement
+            if pod is not None:
+                _terminate_quietly(client, pod["id"], rt)
             raise
         finally:
             restore()
@@ -213,6 +222,14 @@ def _sigterm_raises() -> Callable[[], None]:
 
     previous = signal.signal(signal.SIGTERM, handler)
     return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _find_quietly(client: RunPodClient, name: str, rt: Runtime) -> dict[str, Any] | None:
+    try:
+        return client.find_by_name(name)
+    except GpuciError as exc:
+        rt.log(f"warning: could not look for pod {name} to clean it up: {exc.one_line()}")
+        return None
 
 
 def _terminate_quietly(client: RunPodClient, pod_id: str, rt: Runtime) -> None:
