@@ -27,6 +27,7 @@ class State:
     comments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "repo#n" -> list
     requests: list[tuple[str, str]] = field(default_factory=list)
     fail_next: list[int] = field(default_factory=list)  # status codes to answer, in order
+    lose_create_responses: int = 0  # create the comment, then answer 502 (a lost response)
     next_id: int = 1000
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -85,9 +86,12 @@ class FakeGitHub:
                         self._list(key, parse_qs(url.query))
                     elif method == "POST":
                         body = self._body()
-                        self._reply(
-                            201, state.add(m.group(1), int(m.group(2)), body["body"], "bot")
-                        )
+                        made = state.add(m.group(1), int(m.group(2)), body["body"], "bot")
+                        if state.lose_create_responses > 0:
+                            state.lose_create_responses -= 1
+                            self._reply(502, {"message": "lost after the write"})
+                        else:
+                            self._reply(201, made)
                     else:
                         self._reply(405, {"message": "method"})
                     return

@@ -118,6 +118,19 @@ def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
     assert "Model gate passed" in (tmp_path / "summary").read_text()
 
 
+def test_a_lost_create_response_is_not_posted_twice(tmp_path, github):
+    """POST isn't idempotent: after a 502 that did create the comment, the retry updates it."""
+    env = pr_env(tmp_path, github)
+    github.state.lose_create_responses = 1
+    proc = run_cli("report", "--comment", "--gpu-minutes", "3", env=env)
+    assert proc.returncode == 0, proc.stdout
+    ours = [c for c in github.state.comments[f"{REPO}#7"] if c["user"]["login"] == "bot"]
+    assert len(ours) == 1
+    assert "3.0 GPU-minutes (as given)" in ours[0]["body"]
+    methods = [m for m, _ in github.state.requests]
+    assert methods.count("POST") == 1 and methods.count("PATCH") == 1
+
+
 def test_skips_without_token_or_outside_a_pull_request(tmp_path, github):
     env = pr_env(tmp_path, github)
     del env["GITHUB_TOKEN"]

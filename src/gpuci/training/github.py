@@ -76,15 +76,17 @@ class GitHub:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        def once() -> httpx.Response:
-            response = self._client.request(method, url, **kwargs)
-            if response.status_code >= 500 or response.status_code == 429:
-                raise _Transient(response)
-            return response
+    def _once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        response = self._client.request(method, url, **kwargs)
+        if response.status_code >= 500 or response.status_code == 429:
+            raise _Transient(response)
+        self._check(response, method, url)
+        return response
 
+    def _retried(self, fn: Any, method: str, url: str) -> Any:
+        """Run ``fn`` under the retry policy; map what is left to one-line errors."""
         try:
-            response = self._retry(once)
+            return self._retry(fn)
         except _Transient as exc:
             raise InfraError(
                 f"GitHub API answered HTTP {exc.response.status_code} to {method} {url}",
@@ -95,8 +97,10 @@ class GitHub:
                 f"cannot reach the GitHub API at {self._client.base_url}: {type(exc).__name__}",
                 hint="check GITHUB_API_URL and the runner's network",
             ) from None
-        self._check(response, method, url)
-        return response
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """An idempotent call (GET, PATCH): safe to repeat as it is."""
+        return self._retried(lambda: self._once(method, url, **kwargs), method, url)
 
     @staticmethod
     def _check(response: httpx.Response, method: str, url: str) -> None:
@@ -140,17 +144,23 @@ class GitHub:
             url, params = next_link, None  # the next link carries its own query
         return None
 
-    def create_comment(self, number: int, body: str) -> dict[str, Any]:
-        url = f"/repos/{self.repository}/issues/{number}/comments"
-        return self._send("POST", url, json={"body": body}).json()
-
     def update_comment(self, comment_id: int, body: str) -> dict[str, Any]:
         url = f"/repos/{self.repository}/issues/comments/{comment_id}"
         return self._send("PATCH", url, json={"body": body}).json()
 
     def upsert(self, number: int, marker: str, body: str) -> tuple[str, dict[str, Any]]:
-        """Update the marked comment in place, or create it: ``("updated"|"created", comment)``."""
-        existing = self.find_comment(number, marker)
-        if existing is not None:
-            return "updated", self.update_comment(int(existing["id"]), body)
-        return "created", self.create_comment(number, body)
+        """Update the marked comment in place, or create it: ``("updated"|"created", comment)``.
+
+        A POST is not idempotent: when its answer is lost (5xx, dropped connection) the comment
+        may exist all the same. So a retry starts over from the search, and a comment that the
+        lost POST did create is updated instead of posted twice.
+        """
+        url = f"/repos/{self.repository}/issues/{number}/comments"
+
+        def attempt() -> tuple[str, dict[str, Any]]:
+            existing = self.find_comment(number, marker)
+            if existing is not None:
+                return "updated", self.update_comment(int(existing["id"]), body)
+            return "created", self._once("POST", url, json={"body": body}).json()
+
+        return self._retried(attempt, "POST", url)
