@@ -86,15 +86,16 @@ def which(name: str) -> str | None:
 
 def timed(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, int]:
     """Run a command; (wall seconds, peak RSS in KiB of the largest process in its tree)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.monotonic() - start
-    out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise RuntimeError(f"{cmd[0]} exited {code}: {(err or out)[-400:]}")
+    with tempfile.TemporaryFile() as out:  # a file, not a pipe: chatty tools never block
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.monotonic() - start
+        if proc.returncode != 0:
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+            raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {text[-400:]}")
     return seconds, usage.ru_maxrss
 
 

@@ -29,17 +29,17 @@ PACK_THRESHOLD = 1 << 20
 PACK_TARGET = 16 << 20
 # Ranged GETs: a large blob is fetched in parts of this size, packs in runs of whole files
 # up to this size. Big enough to amortise a request, small enough to spread across workers.
-PART_SIZE = 16 << 20
+PART_SIZE = 64 << 20
 # A lone big file is spread across workers, but never in parts smaller than this.
 MIN_PART = 4 << 20
 PACK_RUN = 8 << 20
 # Reads from the network and from disk go through buffers of this size.
-IO_CHUNK = 1 << 20
+IO_CHUNK = 4 << 20
 # Uploads above this size go multipart.
 MULTIPART_THRESHOLD = 64 << 20
 MULTIPART_CHUNK = 32 << 20
 
-DEFAULT_WORKERS = 16
+DEFAULT_WORKERS = 8
 
 INCOMPLETE = ".incomplete"
 STAGING_PREFIX = ".gpuci-staging-"

@@ -14,7 +14,9 @@ fails with IntegrityError. Nothing here ever writes outside the staging paths it
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import os
 import queue
 import threading
@@ -148,13 +150,9 @@ class _BlobTarget:
 
     def open(self) -> None:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        if self.entry.size:
-            try:
-                os.posix_fallocate(self.fd, 0, self.entry.size)  # ENOSPC now, not halfway
-            except OSError as exc:
-                if exc.errno not in (95, 22):  # EOPNOTSUPP / EINVAL: a filesystem without it
-                    raise
-                os.ftruncate(self.fd, self.entry.size)
+        # Sparse, not fallocated: writing into ext4's unwritten extents costs more CPU than
+        # it saves, and restore checks free space before it starts.
+        os.ftruncate(self.fd, self.entry.size)
 
     def reset(self) -> None:
         self.hasher, self.next, self.done, self.hashing = hashlib.sha256(), 0, {}, False
@@ -223,7 +221,13 @@ class Downloader:
         try:
             for target in blobs:
                 target.open()
-                self._submit_parts(target)
+            # Round-robin across files: each file's parts then arrive roughly in order, so its
+            # hash cursor consumes them from the buffer instead of re-reading them from disk.
+            queues = [self._parts(target) for target in blobs]
+            for row in itertools.zip_longest(*queues):
+                for task in row:
+                    if task is not None:
+                        pool.submit(task)
             packed_entries = [e for e, _ in packed]
             for run in plan_runs(packed_entries, layout.PACK_RUN):
                 members = [packed[i] for i in run.members]
@@ -247,14 +251,19 @@ class Downloader:
                     target.fd = -1
 
     # ----- large files --------------------------------------------------------------------------
-    def _submit_parts(self, target: _BlobTarget) -> None:
-        assert self._pool is not None
+    def _parts(self, target: _BlobTarget) -> list[Callable[[memoryview], None]]:
         size = target.entry.size
         # Spread a lone big file across the workers, but keep parts large enough to amortise.
         part = max(min(layout.PART_SIZE, -(-size // self.workers)), layout.MIN_PART)
-        for offset in range(0, size, part):
-            length = min(part, size - offset)
-            self._pool.submit(lambda buf, o=offset, n=length: self._part(target, o, n, buf))
+        return [
+            functools.partial(self._part, target, offset, min(part, size - offset))
+            for offset in range(0, size, part)
+        ]
+
+    def _submit_parts(self, target: _BlobTarget) -> None:
+        assert self._pool is not None
+        for task in self._parts(target):
+            self._pool.submit(task)
 
     def _part(self, target: _BlobTarget, offset: int, length: int, buf: memoryview) -> None:
         key = layout.blob_key(target.entry.sha256)
