@@ -107,9 +107,10 @@ class WorkPool:
             with self._lock:
                 while self._pending:
                     self._idle.wait(0.5)
+        except BaseException:  # Ctrl-C or a kill: stop the workers at their next chunk
+            self.cancelled.set()
+            raise
         finally:
-            if self.error:
-                self.cancelled.set()
             for _ in threads:
                 self._queue.put(None)
             for thread in threads:
