@@ -277,6 +277,7 @@ class Bench:
                 dest = self.work / "dest" / shape.name
                 shutil.rmtree(dest.parent, ignore_errors=True)
                 dest.parent.mkdir(parents=True)
+                os.sync()  # the previous run's dirty pages must not bill this one
                 try:
                     seconds, rss = fn(dest)
                     timing.seconds.append(seconds)

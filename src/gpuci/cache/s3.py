@@ -25,6 +25,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from gpuci.cache import layout
+from gpuci.cache.rawhttp import RawConnection, RawResponse
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, StoreError
 
@@ -39,6 +40,8 @@ _CRED_CODES = {
     "AuthorizationHeaderMalformed",
 }
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+# Plain-http endpoints read bodies through rawhttp (fewer system calls); https uses http.client.
+RAW_HTTP = True
 _NO_CREDS = (
     botocore.exceptions.NoCredentialsError,
     botocore.exceptions.PartialCredentialsError,
@@ -91,6 +94,27 @@ class _HttpRange:
                 self._owner._release(self._conn)
             else:
                 self._abandon()
+
+
+class _RawRange:
+    """A ranged body on a raw keep-alive connection (plain http endpoints)."""
+
+    def __init__(self, resp: RawResponse) -> None:
+        self._resp = resp
+
+    def readinto(self, buffer: memoryview) -> int:
+        try:
+            n = self._resp.readinto(buffer)
+        except OSError as exc:
+            self._resp.conn.close()
+            raise TransientError(f"connection dropped mid-body: {exc}") from None
+        if self._resp.length == 0 and not self._resp.keep_alive:
+            self._resp.conn.close()
+        return n
+
+    def close(self) -> None:
+        if self._resp.length:  # abandoned mid-body: the connection cannot be reused
+            self._resp.conn.close()
 
 
 class S3Store(Store):
@@ -322,14 +346,13 @@ class S3Store(Store):
 
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
         parts = urlsplit(self._url(key))
-        netloc = (
-            parts.netloc
-            if ":" in parts.netloc
-            else (f"{parts.netloc}:{443 if parts.scheme == 'https' else 80}")
-        )
-        conn = self._connection(parts.scheme, netloc)
+        default_port = 443 if parts.scheme == "https" else 80
+        netloc = parts.netloc if ":" in parts.netloc else f"{parts.netloc}:{default_port}"
         target = f"{parts.path}?{parts.query}" if parts.query else parts.path
         headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+        if parts.scheme == "http" and RAW_HTTP:
+            return self._open_raw(netloc, target, headers, key, offset, length)
+        conn = self._connection(parts.scheme, netloc)
         try:
             conn.request("GET", target, headers=headers)
             resp = conn.getresponse()
@@ -339,39 +362,80 @@ class S3Store(Store):
                 raise TransientError(f"cannot reach the S3 endpoint {self._where()}") from None
             raise TransientError(f"request failed: {type(exc).__name__}") from None
         if resp.status in (200, 206):
-            expected = length if resp.status == 206 else None
-            if expected is not None and resp.length is not None and resp.length != expected:
+            try:
+                self._check_ok(resp.status, resp.length, key, offset, length)
+            except Exception:
                 conn.close()
-                raise TransientError(f"server sent {resp.length} bytes for a {length}-byte range")
-            if resp.status == 200 and offset:
-                conn.close()
-                raise StoreError(
-                    f"the S3 endpoint {self._where()} ignored a Range request",
-                    hint="use an S3-compatible endpoint that supports ranged GETs",
-                )
+                raise
             return _HttpRange(self, conn, resp)
         body = resp.read(65536)
         conn.close()
-        found = _CODE_RE.search(body.decode("utf-8", "replace"))
-        code = found.group(1) if found else str(resp.status)
-        if resp.status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError"):
-            raise TransientError(f"S3 answered {resp.status} {code}")
-        if code == "NoSuchKey" or (resp.status == 404 and code == "404"):
+        raise self._status_error(resp.status, body, key)
+
+    def _open_raw(
+        self, netloc: str, target: str, headers: dict[str, str], key: str, offset: int, length: int
+    ) -> RangeReader:
+        pool: dict = self._local.__dict__.setdefault("raw", {})
+        conn = pool.get(netloc)
+        fresh = conn is None
+        if conn is None:
+            host, _, port = netloc.rpartition(":")
+            conn = pool[netloc] = RawConnection(host, int(port))
+        for attempt in (1, 2):
+            try:
+                resp = conn.get(target, headers)
+                break
+            except OSError as exc:
+                conn.close()
+                if attempt == 1 and not fresh:
+                    continue  # the server closed an idle keep-alive connection: reconnect once
+                if isinstance(exc, ConnectionRefusedError | socket.gaierror):
+                    raise TransientError(f"cannot reach the S3 endpoint {self._where()}") from None
+                raise TransientError(f"request failed: {type(exc).__name__}") from None
+        if resp.status in (200, 206):
+            try:
+                self._check_ok(resp.status, resp.length, key, offset, length)
+            except Exception:
+                conn.close()
+                raise
+            return _RawRange(resp)
+        try:
+            body = resp.read(65536)
+        except OSError:
+            body = b""
+        conn.close()
+        raise self._status_error(resp.status, body, key)
+
+    def _check_ok(self, status: int, size: int | None, key: str, offset: int, length: int) -> None:
+        if status == 206 and size is not None and size != length:
+            raise TransientError(f"server sent {size} bytes for a {length}-byte range")
+        if status == 200 and offset:
             raise StoreError(
+                f"the S3 endpoint {self._where()} ignored a Range request",
+                hint="use an S3-compatible endpoint that supports ranged GETs",
+            )
+
+    def _status_error(self, status: int, body: bytes, key: str) -> Exception:
+        found = _CODE_RE.search(body.decode("utf-8", "replace"))
+        code = found.group(1) if found else str(status)
+        if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError"):
+            return TransientError(f"S3 answered {status} {code}")
+        if code == "NoSuchKey" or (status == 404 and code == "404"):
+            return StoreError(
                 f"{self.url}/{key} is missing from the cache store",
                 hint="the store was pruned or damaged; save the key again",
             )
         if code == "NoSuchBucket":
-            raise StoreError(
+            return StoreError(
                 f"bucket '{self.bucket}' does not exist at {self._where()}",
                 hint="create the bucket or fix the store input",
             )
-        if resp.status == 403:
-            raise StoreError(
+        if status == 403:
+            return StoreError(
                 f"S3 refused the credentials for {self.url} ({code})",
                 hint="check the AWS credentials and that they may read this bucket",
             )
-        raise StoreError(
-            f"S3 GET of {self.url}/{key} failed: {resp.status} {code}",
+        return StoreError(
+            f"S3 GET of {self.url}/{key} failed: {status} {code}",
             hint="check the store and its permissions",
         )
