@@ -19,8 +19,9 @@ _MAX_HEADER = 64 << 10
 class RawConnection:
     """One keep-alive connection; not thread-safe (each worker thread owns its own)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, host_header: str) -> None:
         self.host, self.port = host, port
+        self.host_header = host_header  # exactly as signed in the presigned URL
         self.sock: socket.socket | None = None
 
     def _connect(self) -> socket.socket:
@@ -41,7 +42,7 @@ class RawConnection:
         """Send a GET and read the status line and headers; the body is left on the socket."""
         if self.sock is None:
             self.sock = self._connect()
-        lines = [f"GET {target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
+        lines = [f"GET {target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         data = b""

@@ -351,7 +351,7 @@ class S3Store(Store):
         target = f"{parts.path}?{parts.query}" if parts.query else parts.path
         headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
         if parts.scheme == "http" and RAW_HTTP:
-            return self._open_raw(netloc, target, headers, key, offset, length)
+            return self._open_raw(netloc, parts.netloc, target, headers, key, offset, length)
         conn = self._connection(parts.scheme, netloc)
         try:
             conn.request("GET", target, headers=headers)
@@ -373,14 +373,21 @@ class S3Store(Store):
         raise self._status_error(resp.status, body, key)
 
     def _open_raw(
-        self, netloc: str, target: str, headers: dict[str, str], key: str, offset: int, length: int
+        self,
+        netloc: str,
+        host_header: str,
+        target: str,
+        headers: dict[str, str],
+        key: str,
+        offset: int,
+        length: int,
     ) -> RangeReader:
         pool: dict = self._local.__dict__.setdefault("raw", {})
         conn = pool.get(netloc)
         fresh = conn is None
         if conn is None:
             host, _, port = netloc.rpartition(":")
-            conn = pool[netloc] = RawConnection(host, int(port))
+            conn = pool[netloc] = RawConnection(host, int(port), host_header)
         for attempt in (1, 2):
             try:
                 resp = conn.get(target, headers)
