@@ -232,7 +232,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             return _plan_missing_paths(values, key, store, start)
         raise
     saver = Saver(store, namespace, key, rt)
-    current = refs.read(store, namespace, key) if (store.exists() or not rt.dry_run) else None
+    current = refs.read(store, namespace, key) if (not rt.dry_run or store.exists()) else None
     known, current_manifest = saver.known_small_files(current)
     files = [e for e in tree.entries if e.type == "file"]
     large = [e for e in files if e.size >= layout.PACK_THRESHOLD]
