@@ -146,6 +146,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         "AWS_MAX_ATTEMPTS": "4",
         "GPUCI_CACHE_WORKERS": "8",
         "HOME": str(tmp_path / "home"),
+        "GPUCI_LOCAL_CACHE": "off",  # the core tests exercise the store; tier tests opt in
         **CREDS,
     }
 

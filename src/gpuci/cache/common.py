@@ -27,16 +27,22 @@ def outputs(
     up: int,
     files: int,
     seconds: float,
+    local: int = 0,
+    populated: bool | None = None,
 ) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "cache-hit": hit,
         "matched-key": matched,
         "manifest": manifest,
         "bytes-downloaded": down,
+        "bytes-from-local": local,
         "bytes-uploaded": up,
         "files": files,
         "seconds": round(seconds, 3),
     }
+    if populated is not None:
+        out["populated"] = populated
+    return out
 
 
 def summary_table(key: str, outcome: str, files: int, size: int, moved: int, seconds: float) -> str:

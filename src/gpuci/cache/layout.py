@@ -18,6 +18,7 @@ BLOBS = "blobs/sha256"  # blobs/sha256/<ab>/<hex>: one file's bytes, immutable
 PACKS = "packs/sha256"  # packs/sha256/<ab>/<hex>: many small files' bytes back to back
 MANIFESTS = "manifests"  # manifests/<hex>.json: canonical JSON, hex = sha256 of the bytes
 REFS = "refs"  # refs/<namespace>/<quoted key>: small JSON naming a manifest
+USES = "uses"  # uses/<namespace>/<quoted key>: small JSON, rewritten by each restore (last use)
 
 DEFAULT_NAMESPACE = "default"
 NAMESPACE_ENV = "GPUCI_CACHE_NAMESPACE"
@@ -40,6 +41,12 @@ MULTIPART_THRESHOLD = 64 << 20
 MULTIPART_CHUNK = 32 << 20
 
 DEFAULT_WORKERS = 8
+
+# Prune: objects no ref reaches are deleted only once older than this, so a save that is
+# uploading right now (blobs first, ref last) never loses a blob. A save touches any blob it
+# reuses that is older than TOUCH_AFTER, which must stay well below the grace period.
+PRUNE_GRACE = 6 * 3600
+TOUCH_AFTER = 3600
 
 INCOMPLETE = ".incomplete"
 STAGING_PREFIX = ".gpuci-staging-"
@@ -71,6 +78,10 @@ def refs_prefix(namespace: str) -> str:
 
 def ref_key(namespace: str, key: str) -> str:
     return refs_prefix(namespace) + quote(key, safe=_KEY_SAFE)
+
+
+def use_key(namespace: str, key: str) -> str:
+    return f"{USES}/{quote(namespace, safe=_KEY_SAFE)}/{quote(key, safe=_KEY_SAFE)}"
 
 
 def key_from_ref(namespace: str, object_key: str) -> str:

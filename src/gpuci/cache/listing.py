@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from gpuci.cache import layout, refs
+from gpuci.cache import layout, refs, usage
 from gpuci.cache.common import store_from
 from gpuci.cache.store import LocalStore
 from gpuci.cache.transfer import parallel
@@ -40,6 +40,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 details[info.key] = ref
 
     parallel(read, infos, layout.workers(rt.environ))
+    used = usage.last_uses(store, namespace) if infos else {}
     now = time.time()
     rows, items = [], []
     for info in infos:
@@ -52,6 +53,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 ref.files,
                 human_bytes(ref.bytes),
                 age(now - info.modified),
+                f"{age(now - used[info.key])} ago" if info.key in used else "never",
                 ref.manifest[:12],
             ]
         )
@@ -62,6 +64,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 "files": ref.files,
                 "bytes": ref.bytes,
                 "modified": info.modified,
+                "last_used": used.get(info.key),
                 "created": ref.created,
             }
         )
@@ -69,6 +72,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     under = f" under '{prefix}'" if prefix else ""
     result.headline = f"{len(items)} key(s) in {store.url}{under}"
     if rows:
-        result.summary.append(markdown_table(["key", "files", "size", "age", "manifest"], rows))
+        result.summary.append(
+            markdown_table(["key", "files", "size", "age", "last use", "manifest"], rows)
+        )
     result.report = {"store": store.url, "namespace": namespace, "keys": items}
     return result

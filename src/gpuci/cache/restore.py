@@ -21,10 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import journal
-from gpuci.cache import layout, refs
+from gpuci.cache import hf, layout, refs, usage
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import outputs, store_from, summary_table
+from gpuci.cache.common import outputs as _outputs
+from gpuci.cache.common import store_from, summary_table
+from gpuci.cache.populate import fill_on_miss
+from gpuci.cache.select import select
 from gpuci.cache.store import LocalStore, Store
+from gpuci.cache.tier import LocalTier, open_tier
 from gpuci.cache.transfer import Downloader
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
@@ -106,6 +110,9 @@ def _place(root: _Root) -> None:
     """Move a finished staging tree into place: one rename when the target is new."""
     target = root.target
     if root.kind == "file":
+        if not os.path.lexists(root.build):  # a partial restore that picked nothing here
+            root.staging.rmdir()
+            return
         os.replace(root.build, target)
         root.staging.rmdir()
         return
@@ -160,10 +167,33 @@ def check_space(manifest: mf.Manifest, roots: list[_Root]) -> None:
             )
 
 
+@dataclass
+class Moved:
+    """Bytes a restore fetched from the store and bytes it placed from the local tier."""
+
+    downloaded: int = 0
+    from_local: int = 0
+    placed: dict[str, int] | None = None  # how local files got there: reflink/hardlink/copy
+
+
+def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
+    """Give the local tier the files just fetched and verified (links, no second copy)."""
+    for entry, path in fetched:
+        if entry.mode & 0o111:
+            tier.copy_in(path, entry.sha256)  # keep the job's exec bits: no shared inode
+        else:
+            tier.adopt(path, entry.sha256)
+
+
 def restore_tree(
-    store: Store, manifest: mf.Manifest, paths: list[str], rt: Runtime, label: str
-) -> int:
-    """Materialise ``manifest`` at ``paths``; returns bytes downloaded."""
+    store: Store,
+    manifest: mf.Manifest,
+    paths: list[str],
+    rt: Runtime,
+    label: str,
+    tier: LocalTier | None = None,
+) -> Moved:
+    """Materialise ``manifest`` at ``paths``, from the local tier first, then the store."""
     roots: list[_Root] = []
     for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
         target = resolve_path(raw)
@@ -178,6 +208,7 @@ def restore_tree(
     except OSError as exc:
         raise _disk_error(exc, roots[0].target, need) from None
     files: list[tuple[mf.Entry, Path]] = []
+    moved = Moved(placed={})
     try:
         for root in roots:
             root.staging.mkdir()
@@ -198,6 +229,12 @@ def restore_tree(
                         )
                     path.touch()
                     path.chmod(entry.mode & 0o777)
+                elif tier is not None and (
+                    got := tier.place(entry.sha256, entry.size, path, entry.mode)
+                ):
+                    moved.from_local += got.size
+                    assert moved.placed is not None
+                    moved.placed[got.how] = moved.placed.get(got.how, 0) + 1
                 else:
                     files.append((entry, path))
         meter = rt.progress(label, sum(e.size for e, _ in files))
@@ -207,6 +244,9 @@ def restore_tree(
             downloader.fetch(files)
         finally:
             meter.close()
+        moved.downloaded = downloader.bytes
+        if tier is not None and files:
+            _fill_tier(tier, files)
         for entry in manifest.entries:
             if entry.type == "symlink":
                 base = roots[entry.root].build
@@ -223,7 +263,9 @@ def restore_tree(
     except BaseException:
         _cleanup(roots)
         raise
-    return downloader.bytes
+    if tier is not None:
+        tier.evict()
+    return moved
 
 
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
@@ -240,21 +282,72 @@ def _cleanup(roots: list[_Root]) -> None:
         shutil.rmtree(root.staging, ignore_errors=True)
 
 
-def _plan_counts(manifest: mf.Manifest) -> tuple[int, int]:
-    return len(manifest.files), manifest.total_bytes
+def outputs(**values: Any) -> dict[str, Any]:
+    """Restore's outputs: the shared ones plus ``populated`` (false unless populate ran)."""
+    return _outputs(populated=False, **values)
+
+
+def read_entry(store: Store, entry: mf.Entry) -> bytes:
+    """One small file's bytes straight from the store (its blob, or its run of a pack)."""
+    key = layout.pack_key(entry.pack) if entry.pack else layout.blob_key(entry.sha256)
+    reader = store.open_range(key, entry.offset if entry.pack else 0, entry.size)
+    buf = bytearray(entry.size)
+    view, got = memoryview(buf), 0
+    try:
+        while got < entry.size:
+            n = reader.readinto(view[got:])
+            if n == 0:
+                break
+            got += n
+    finally:
+        reader.close()
+    data = bytes(buf[:got])
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise IntegrityError(
+            f"{entry.path}: the store's bytes do not match the manifest's hash",
+            hint="the store holds a corrupt object; delete it and save the key again",
+        )
+    return data
+
+
+def pick(store: Store, manifest: mf.Manifest, values: dict[str, Any]) -> mf.Manifest:
+    """Apply hf-revision, then include/exclude: the part of the tree this restore wants."""
+    revision = str(values.get("hf-revision") or "").strip()
+    if values.get("layout") == "hf" and revision:
+        commit = revision
+        for entry in manifest.files:
+            if entry.path == f"refs/{revision}" and 0 < entry.size <= 4096:
+                commit = read_entry(store, entry).decode(errors="replace").strip()
+        manifest = hf.pick_revision(manifest, revision, commit)
+    return select(manifest, values.get("include") or [], values.get("exclude") or [])
+
+
+def target_paths(values: dict[str, Any], rt: Runtime) -> list[str]:
+    if values.get("layout") == "hf":
+        return hf.paths(values, rt.environ)
+    paths: list[str] = values.get("path") or []
+    if not paths:
+        raise InputError("no path to restore into", hint="list the target folders in path")
+    return paths
+
+
+def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
+    if tier is None:
+        return 0
+    return sum(e.size for e in manifest.files if e.size and tier.has(e.sha256, e.size))
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     start = time.monotonic()
     key = refs.check_key(values["key"])
-    paths: list[str] = values.get("path") or []
-    if not paths:
-        raise InputError("no path to restore into", hint="list the target folders in path")
+    paths = target_paths(values, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
     store = store_from(values, rt)
+    tier = open_tier(values.get("local-cache"), values.get("local-cache-size"), rt.environ)
     namespace = layout.namespace(rt.environ)
     lookup_only = bool(values.get("lookup-only"))
     fail_on_miss = bool(values.get("fail-on-miss"))
+    populate = str(values.get("populate") or "").strip()
     result = Result(command="cache-weights restore")
     empty_local = isinstance(store, LocalStore) and not store.exists()
     found = None if empty_local else refs.lookup(store, namespace, key, restore_keys)
@@ -269,24 +362,33 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
         result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
         result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
+        if populate and not lookup_only:
+            return fill_on_miss(values, rt, result, paths, start)
         if fail_on_miss:
             result.exit_code = ExitCode.CHECK_FAILED
             result.error(f"cache miss for {key} and fail-on-miss is set", "gpu-ci cache: miss")
         return result
     ref, exact = found
-    manifest, manifest_bytes = fetch_manifest(store, ref.manifest)
-    if len(manifest.roots) != len(paths):
+    whole, manifest_bytes = fetch_manifest(store, ref.manifest)
+    if len(whole.roots) != len(paths):
         raise InputError(
-            f"{ref.key} was saved from {len(manifest.roots)} path(s), this restore lists "
-            f"{len(paths)}",
+            f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
             hint="list as many paths, in the same order, as the save did",
         )
-    files, size = _plan_counts(manifest)
+    manifest = pick(store, whole, values)
+    files, size = len(manifest.files), manifest.total_bytes
+    partial = len(manifest.files) != len(whole.files)
     outcome = "hit" if exact else f"partial hit ({ref.key})"
     if rt.dry_run or lookup_only:
         seconds = time.monotonic() - start
+        local = _local_bytes(tier, manifest)
         verb = "would restore" if rt.dry_run else "found"
-        result.headline = f"{verb} {ref.key} ({outcome}): {files} files, {human_bytes(size)}"
+        result.headline = (
+            f"{verb} {ref.key} ({outcome}): {files} files, {human_bytes(size)}"
+            + (f" ({human_bytes(local)} from the local tier)" if local else "")
+            + (f", picked from {len(whole.files)}" if partial else "")
+            + ("; then populate and save" if rt.dry_run and populate and not exact else "")
+        )
         result.outputs = outputs(
             hit=exact,
             matched=ref.key,
@@ -303,14 +405,19 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "hit": exact,
             "manifest": ref.manifest,
             "store": store.url,
+            "local_cache": str(tier.root) if tier else None,
             "files": files,
             "bytes": size,
+            "bytes_local": local,
+            "bytes_remote": size - local,
             "dry_run": rt.dry_run,
             "lookup_only": lookup_only,
+            "would_populate": bool(populate and not exact),
         }
         return result
-    downloaded = restore_tree(store, manifest, paths, rt, f"restore {ref.key}")
+    moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
     seconds = time.monotonic() - start
+    usage.touch(store, namespace, ref.key)
     journal.record(
         "cache-restore",
         {
@@ -321,34 +428,44 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "path": paths,
             "files": files,
             "bytes": size,
+            "bytes_local": moved.from_local,
             "producer": manifest.producer,
         },
         rt.environ,
     )
-    rate = downloaded / seconds / 1e6 if seconds > 0 else 0.0
+    rate = (moved.downloaded + moved.from_local) / seconds / 1e6 if seconds > 0 else 0.0
     result.headline = (
         f"{outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
-        f"in {seconds:.1f}s ({rate:.0f} MB/s)"
+        f"({human_bytes(moved.from_local)} from the local tier) in {seconds:.1f}s "
+        f"({rate:.0f} MB/s)"
     )
     result.outputs = outputs(
         hit=exact,
         matched=ref.key,
         manifest=ref.manifest,
-        down=downloaded + manifest_bytes,
+        down=moved.downloaded + manifest_bytes,
         up=0,
         files=files,
         seconds=seconds,
+        local=moved.from_local,
     )
-    result.summary.append(summary_table(key, outcome, files, size, downloaded, seconds))
+    result.summary.append(
+        summary_table(key, outcome, files, size, moved.downloaded + moved.from_local, seconds)
+    )
     result.report = {
         "key": key,
         "matched_key": ref.key,
         "hit": exact,
         "manifest": ref.manifest,
         "store": store.url,
+        "local_cache": str(tier.root) if tier else None,
         "files": files,
         "bytes": size,
-        "bytes_downloaded": downloaded,
+        "bytes_downloaded": moved.downloaded,
+        "bytes_from_local": moved.from_local,
+        "placed": moved.placed,
         "producer": manifest.producer,
     }
+    if populate and not exact and not lookup_only:
+        return fill_on_miss(values, rt, result, paths, start)
     return result

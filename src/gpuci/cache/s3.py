@@ -309,6 +309,20 @@ class S3Store(Store):
     def delete(self, key: str) -> None:
         self._call("delete", key, self.client.delete_object, Key=self.prefix + key)
 
+    def touch(self, key: str) -> None:
+        """A server-side copy onto itself (multipart copy above 5 GB): no bytes leave S3."""
+        source = {"Bucket": self.bucket, "Key": self.prefix + key}
+        try:
+            self.client.copy(
+                source,
+                self.bucket,
+                self.prefix + key,
+                ExtraArgs={"MetadataDirective": "REPLACE"},
+                Config=self._transfer,
+            )
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(exc, "touch", key) from None
+
     # ----- data plane: presigned ranged GETs over pooled connections ---------------------------
     def _url(self, key: str) -> str:
         with self._urls_lock:

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import journal
-from gpuci.cache import layout, refs
+from gpuci.cache import hf, layout, refs
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import outputs, store_from, summary_table
 from gpuci.cache.packs import PackBuilder
-from gpuci.cache.store import Store
+from gpuci.cache.store import ObjectInfo, Store
+from gpuci.cache.tier import LocalTier, open_tier
 from gpuci.cache.transfer import parallel
-from gpuci.cache.tree import Tree, scan
+from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
 from gpuci.runtime import Result, Runtime, human_bytes
 
@@ -70,6 +71,7 @@ class Saver:
         self.rt = rt
         self.workers = layout.workers(rt.environ)
         self.stats = SaveStats()
+        self.tier: LocalTier | None = None
 
     # ----- what the store already has ---------------------------------------------------------
     def _load_manifest(self, digest: str) -> mf.Manifest | None:
@@ -107,11 +109,30 @@ class Saver:
         present: set[str] = set()
 
         def check(pack: str) -> None:
-            if self.store.head(layout.pack_key(pack)) is not None:
+            info = self.store.head(layout.pack_key(pack))
+            if info is not None:
                 present.add(pack)
+                if not self.rt.dry_run:
+                    self.refresh(info)
 
         parallel(check, packs, self.workers)
         return {sha: e for sha, e in known.items() if e.pack in present}, current_manifest
+
+    def refresh(self, info: ObjectInfo) -> None:
+        """Reusing an old object: make it young, so a concurrent prune's grace period keeps it."""
+        if time.time() - info.modified > layout.TOUCH_AFTER:
+            self.store.touch(info.key)
+
+    def fill_tier(self, tree: Tree, files: list[mf.Entry]) -> int:
+        """Copy the saved files into the runner-local tier (reflinks where the disk can)."""
+        if self.tier is None:
+            return 0
+        added = 0
+        for entry in files:
+            if entry.size and not self.tier.has(entry.sha256, entry.size):
+                added += self.tier.copy_in(tree.source(entry), entry.sha256)
+        self.tier.evict()
+        return added
 
     # ----- hashing and uploading --------------------------------------------------------------
     def hash_large(self, tree: Tree, large: list[mf.Entry]) -> None:
@@ -132,9 +153,12 @@ class Saver:
         lock = threading.Lock()
 
         def check(entry: mf.Entry) -> None:
-            if self.store.head(layout.blob_key(entry.sha256)) is None:
+            info = self.store.head(layout.blob_key(entry.sha256))
+            if info is None:
                 with lock:
                     missing.append(entry)
+            elif not dry_run:
+                self.refresh(info)
 
         parallel(check, list(unique.values()), self.workers)
         total = sum(e.size for e in missing)
@@ -220,7 +244,9 @@ def _plan_missing_paths(values: dict[str, Any], key: str, store: Store, start: f
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     start = time.monotonic()
     key = refs.check_key(values["key"])
-    paths: list[str] = values.get("path") or []
+    paths: list[str] = (
+        hf.paths(values, rt.environ) if values.get("layout") == "hf" else values.get("path") or []
+    )
     if not paths:
         raise InputError("no path to save", hint="list the folders or files to cache in path")
     store = store_from(values, rt)
@@ -231,7 +257,13 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         if rt.dry_run:
             return _plan_missing_paths(values, key, store, start)
         raise
+    if values.get("layout") == "hf" and str(values.get("hf-revision") or "").strip():
+        _keep_revision(tree, str(values["hf-revision"]).strip())
     saver = Saver(store, namespace, key, rt)
+    if not rt.dry_run:
+        saver.tier = open_tier(
+            values.get("local-cache"), values.get("local-cache-size"), rt.environ
+        )
     current = refs.read(store, namespace, key) if (not rt.dry_run or store.exists()) else None
     known, current_manifest = saver.known_small_files(current)
     files = [e for e in tree.entries if e.type == "file"]
@@ -271,6 +303,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 outcome = _lost_race(store, namespace, key, manifest, saver, result)
                 winner = refs.read(store, namespace, key)
                 digest = winner.manifest if winner else digest
+    if not rt.dry_run:
+        saver.fill_tier(tree, manifest.files)
     seconds = time.monotonic() - start
     stats = saver.stats
     uploaded = stats.data_bytes + stats.meta_bytes
@@ -308,6 +342,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "store": store.url,
         "outcome": outcome,
         "manifest": digest,
+        "files": len(manifest.files),
+        "bytes": size,
         "dry_run": rt.dry_run,
         "bytes_data": stats.data_bytes,
         "bytes_metadata": stats.meta_bytes,
@@ -316,6 +352,16 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "small_files_reused": stats.reused_files,
     }
     return result
+
+
+def _keep_revision(tree: Tree, revision: str) -> None:
+    """hf-revision on save: keep only that revision's ref, snapshot and the blobs it links."""
+    root = resolve_path(tree.roots[0]["path"])
+    commit = hf.commit_of(root, revision)
+    probe = mf.Manifest(key="", roots=tree.roots, entries=tree.entries)
+    picked = hf.pick_revision(probe, revision, commit)
+    keep = {(e.root, e.path) for e in picked.entries}
+    tree.entries = [e for e in tree.entries if (e.root, e.path) in keep]
 
 
 def _lost_race(

@@ -85,6 +85,11 @@ class Store(ABC):
     def delete(self, key: str) -> None: ...
 
     @abstractmethod
+    def touch(self, key: str) -> None:
+        """Make an existing object's modified time now: a save reusing an old blob keeps it
+        younger than prune's grace period, so a prune racing the save leaves it alone."""
+
+    @abstractmethod
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
         """A reader over ``length`` bytes from ``offset``; raises TransientError to retry."""
 
@@ -243,6 +248,12 @@ class LocalStore(Store):
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def touch(self, key: str) -> None:
+        try:
+            os.utime(self._path(key))
+        except FileNotFoundError:
+            pass
 
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
         path = self._path(key)

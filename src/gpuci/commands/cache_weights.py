@@ -15,13 +15,49 @@ STORE_INPUTS = (
 )
 
 KEY = Input("key", "The exact cache key, e.g. weights-llama-3-8b-v1.", "str", required=True)
-PATH = Input("path", "Folders or files to cache, one per line.", "lines", required=True)
+PATH = Input(
+    "path",
+    "Folders or files to cache, one per line (with layout hf: the hub cache folder, "
+    "default HF_HUB_CACHE).",
+    "lines",
+)
+TIER_INPUTS = (
+    Input(
+        "local-cache",
+        "Runner-local blob folder consulted before the store and filled by restores and saves "
+        "(default: RUNNER_TOOL_CACHE/gpuci/local or ~/.cache/gpuci/local; off to disable).",
+        "str",
+    ),
+    Input(
+        "local-cache-size",
+        "Largest size of the local cache; least recently used files go first (0: no limit).",
+        "str",
+        "100GiB",
+    ),
+)
+HF_INPUTS = (
+    Input(
+        "layout",
+        "plain: the paths as they are; hf: one Hugging Face repo in HF_HUB_CACHE form "
+        "(blobs, snapshots, refs), usable with HF_HUB_OFFLINE=1.",
+        "str",
+        "plain",
+        choices=("plain", "hf"),
+    ),
+    Input("hf-repo", "With layout hf: the repo, org/name or datasets/org/name.", "str"),
+    Input(
+        "hf-revision",
+        "With layout hf: only this revision (a branch such as main, or a commit).",
+        "str",
+    ),
+)
 
 CACHE_OUTPUTS = (
     Output("cache-hit", "true only when the exact key matched; always true or false."),
     Output("matched-key", "The key that matched (exact or via restore-keys); empty on a miss."),
     Output("manifest", "sha256 of the manifest restored or saved."),
     Output("bytes-downloaded", "Bytes fetched from the store."),
+    Output("bytes-from-local", "Bytes placed from the runner-local cache."),
     Output("bytes-uploaded", "Bytes sent to the store."),
     Output("files", "Files in the tree."),
     Output("seconds", "Wall time."),
@@ -47,8 +83,26 @@ RESTORE = Command(
             "bool",
             "false",
         ),
+        *TIER_INPUTS,
+        Input(
+            "include",
+            "Restore only files matching these globs, one per line (*.safetensors, "
+            "config.json; a glob with / matches the whole path).",
+            "lines",
+        ),
+        Input("exclude", "Skip files matching these globs, one per line.", "lines"),
+        *HF_INPUTS,
+        Input(
+            "populate",
+            "Shell command run when the exact key misses (e.g. huggingface-cli download ...); "
+            "the paths are then saved under key at once. Its text is never echoed.",
+            "str",
+        ),
     ),
-    outputs=CACHE_OUTPUTS,
+    outputs=(
+        *CACHE_OUTPUTS,
+        Output("populated", "true when the populate command ran and its result was saved."),
+    ),
     target="gpuci.cache.restore:run",
     actions=("actions/cache-weights", "actions/cache-weights/restore"),
 )
@@ -56,15 +110,44 @@ RESTORE = Command(
 SAVE = Command(
     name="save",
     help="Save a tree under a key, uploading only the blobs the store lacks.",
-    inputs=(KEY, PATH, *STORE_INPUTS),
+    inputs=(KEY, PATH, *STORE_INPUTS, *TIER_INPUTS, *HF_INPUTS),
     outputs=CACHE_OUTPUTS,
     target="gpuci.cache.save:run",
     actions=("actions/cache-weights/save",),
 )
 
+PRUNE = Command(
+    name="prune",
+    help="Delete keys unused for a while, then the manifests and blobs nothing names any more.",
+    inputs=(
+        Input(
+            "older-than",
+            "Delete keys neither saved nor restored for this long (e.g. 14d).",
+            "duration",
+            required=True,
+        ),
+        Input(
+            "keep",
+            "Always keep the N newest keys of each prefix (key up to its last -).",
+            "int",
+            "0",
+            minimum=0,
+        ),
+        Input("prefix", "Only consider keys starting with this prefix.", "str"),
+        Input(
+            "grace",
+            "Unnamed manifests and blobs younger than this stay (a save may be running).",
+            "duration",
+            "6h",
+        ),
+        *STORE_INPUTS,
+    ),
+    target="gpuci.cache.prune:run",
+)
+
 LS = Command(
     name="ls",
-    help="List cached keys with their sizes and ages.",
+    help="List cached keys with their sizes, ages and last use.",
     inputs=(Input("prefix", "Only keys starting with this prefix.", "str"), *STORE_INPUTS),
     target="gpuci.cache.listing:run",
 )
@@ -72,5 +155,5 @@ LS = Command(
 COMMAND = Command(
     name="cache-weights",
     help="Restore and save datasets and model weights through a content-addressed cache.",
-    subcommands=(RESTORE, SAVE, LS),
+    subcommands=(RESTORE, SAVE, LS, PRUNE),
 )

@@ -1,0 +1,84 @@
+"""The Hugging Face hub cache layout, named once: where a repo lives and what a revision holds.
+
+``layout: hf`` caches one repo's folder of ``HF_HUB_CACHE`` (``models--org--name`` with
+``blobs/``, ``snapshots/<commit>/`` of relative symlinks into ``../../blobs`` and ``refs/<name>``
+files naming a commit), so a job can run with ``HF_HUB_OFFLINE=1`` after the restore. The tree
+code already keeps in-tree symlinks as symlinks; this module only picks the folder and, with
+``hf-revision``, the part of it one revision needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpuci.cache import manifest as mf
+from gpuci.cache.select import select
+from gpuci.errors import InputError
+
+REPO_TYPES = ("models", "datasets", "spaces")
+
+
+def hub_cache(environ: Mapping[str, str]) -> Path:
+    """``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    if environ.get("HF_HUB_CACHE", "").strip():
+        return Path(environ["HF_HUB_CACHE"].strip()).expanduser()
+    if environ.get("HF_HOME", "").strip():
+        return Path(environ["HF_HOME"].strip()).expanduser() / "hub"
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / ".cache" / "huggingface" / "hub"
+
+
+def repo_folder(repo: str) -> str:
+    """``org/name`` -> ``models--org--name``; ``datasets/org/name`` -> ``datasets--org--name``."""
+    parts = [p for p in repo.strip().strip("/").split("/") if p]
+    kind = "models"
+    if len(parts) == 3 and parts[0] in REPO_TYPES:
+        kind, parts = parts[0], parts[1:]
+    if not parts or len(parts) > 2 or any(p in (".", "..") or "--" in p for p in parts):
+        raise InputError(
+            f"hf-repo '{repo}' is not a Hugging Face repo id",
+            hint="set hf-repo to org/name, or datasets/org/name for a dataset",
+        )
+    return "--".join([kind, *parts])
+
+
+def paths(values: Mapping[str, object], environ: Mapping[str, str]) -> list[str]:
+    """The one path an hf-layout save or restore works on: ``<hub cache>/<repo folder>``."""
+    repo = str(values.get("hf-repo") or "").strip()
+    if not repo:
+        raise InputError("layout is hf but hf-repo is empty", hint="set hf-repo to org/name")
+    given = values.get("path") or []
+    if isinstance(given, list) and len(given) > 1:
+        raise InputError(
+            "layout hf takes one path (the hub cache folder), this lists several",
+            hint="set path to the HF_HUB_CACHE folder, or leave it empty for the default",
+        )
+    base = Path(str(given[0])).expanduser() if given else hub_cache(environ)
+    return [str(base / repo_folder(repo))]
+
+
+def commit_of(folder: Path, revision: str) -> str:
+    """The commit a revision names in a local repo folder (a ref's content, or the name)."""
+    ref = folder / "refs" / revision
+    if ref.is_file():
+        return ref.read_text().strip()
+    return revision
+
+
+def revision_patterns(revision: str, commit: str) -> list[str]:
+    """Include globs for one revision: its ref file and its snapshot (links bring the blobs)."""
+    patterns = [f"snapshots/{commit}/*"]
+    if revision != commit:
+        patterns.append(f"refs/{revision}")
+    return patterns
+
+
+def pick_revision(manifest: mf.Manifest, revision: str, commit: str) -> mf.Manifest:
+    picked = select(manifest, revision_patterns(revision, commit), [])
+    if not any(e.path.startswith(f"snapshots/{commit}/") for e in picked.entries):
+        raise InputError(
+            f"revision '{revision}' has no snapshot in the cached repo folder",
+            hint="download that revision before saving, or fix hf-revision",
+        )
+    return picked

@@ -1,0 +1,202 @@
+"""``cache-weights prune``: keys unused for a while go, then whatever no remaining key reaches.
+
+Three passes, in the order that keeps every surviving ref whole:
+1. refs (this namespace) neither saved nor restored within ``older-than``, except the ``keep``
+   newest of each prefix;
+2. manifests no ref in any namespace names, once older than ``grace``;
+3. blobs and packs no surviving manifest names, once older than ``grace``.
+
+Why a save running meanwhile is safe: it uploads blobs first, then its manifest, then its ref,
+so everything it wrote is younger than the grace period; a young manifest also protects every
+blob it names; a blob the save *reuses* it touches first when old (``Store.touch``), and each
+blob is re-checked just before it is deleted, so one made young meanwhile stays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.cache import layout, refs, usage
+from gpuci.cache import manifest as mf
+from gpuci.cache.common import store_from
+from gpuci.cache.listing import age
+from gpuci.cache.store import LocalStore, ObjectInfo, Store
+from gpuci.cache.transfer import parallel
+from gpuci.errors import InputError
+from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+
+
+@dataclass
+class Plan:
+    refs: list[str] = field(default_factory=list)  # object keys
+    manifests: list[ObjectInfo] = field(default_factory=list)
+    data: list[ObjectInfo] = field(default_factory=list)  # blobs and packs
+    kept_young: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.manifests) + sum(o.size for o in self.data)
+
+
+def group_of(key: str) -> str:
+    """The prefix ``--keep`` counts within: the key up to and including its last ``-``."""
+    head, dash, _ = key.rpartition("-")
+    return head + dash if dash else key
+
+
+def _stale_refs(
+    store: Store, namespace: str, prefix: str, older_than: float, keep: int, now: float
+) -> list[refs.RefInfo]:
+    infos = refs.listing(store, namespace, prefix)  # newest first
+    used = usage.last_uses(store, namespace)
+    seen: dict[str, int] = {}
+    stale: list[refs.RefInfo] = []
+    for info in infos:
+        group = group_of(info.key)
+        seen[group] = seen.get(group, 0) + 1
+        if keep and seen[group] <= keep:
+            continue
+        last = max(info.modified, used.get(info.key, 0.0))
+        if now - last > older_than:
+            stale.append(info)
+    return stale
+
+
+def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
+    """Manifests named by every ref in every namespace, except the refs being dropped."""
+    names: set[str] = set()
+    lock = threading.Lock()
+    items = [i for i in store.list(f"{layout.REFS}/") if i.key not in dropping]
+
+    def read(item: ObjectInfo) -> None:
+        got = store.get(item.key)
+        if got is None:
+            return
+        try:
+            digest = str(json.loads(got[0])["manifest"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if layout.is_sha256(digest):
+            with lock:
+                names.add(digest)
+
+    parallel(read, items, 8)
+    return names
+
+
+def _reached(store: Store, manifests: list[str]) -> set[str]:
+    """Blob and pack keys the given manifests name."""
+    keys: set[str] = set()
+    lock = threading.Lock()
+
+    def read(digest: str) -> None:
+        got = store.get(layout.manifest_key(digest))
+        if got is None or hashlib.sha256(got[0]).hexdigest() != digest:
+            return
+        try:
+            manifest = mf.parse(got[0], digest[:12])
+        except InputError:
+            return
+        found = {
+            layout.pack_key(e.pack) if e.pack else layout.blob_key(e.sha256)
+            for e in manifest.files
+            if e.size
+        }
+        with lock:
+            keys.update(found)
+
+    parallel(read, manifests, 8)
+    return keys
+
+
+def plan(
+    store: Store, namespace: str, prefix: str, older_than: float, keep: int, grace: float
+) -> Plan:
+    now = time.time()
+    out = Plan()
+    out.refs = [i.object_key for i in _stale_refs(store, namespace, prefix, older_than, keep, now)]
+    named = _named_manifests(store, set(out.refs))
+    live: list[str] = []
+    for item in store.list(f"{layout.MANIFESTS}/"):
+        digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
+        if digest in named:
+            live.append(digest)
+        elif now - item.modified <= grace:
+            live.append(digest)  # a save may be about to write its ref
+            out.kept_young += 1
+        else:
+            out.manifests.append(item)
+    reached = _reached(store, live)
+    for base in (layout.BLOBS, layout.PACKS):
+        for item in store.list(f"{base}/"):
+            if item.key in reached:
+                continue
+            if now - item.modified <= grace:
+                out.kept_young += 1
+            else:
+                out.data.append(item)
+    return out
+
+
+def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
+    for key in work.refs:
+        store.delete(key)
+        store.delete(layout.use_key(namespace, layout.key_from_ref(namespace, key)))
+    for item in work.manifests:
+        store.delete(item.key)
+
+    def drop(item: ObjectInfo) -> None:
+        fresh = store.head(item.key)  # a save may have touched it since the listing
+        if fresh is not None and time.time() - fresh.modified > grace:
+            store.delete(item.key)
+
+    parallel(drop, work.data, 8)
+
+
+def run(values: dict[str, Any], rt: Runtime) -> Result:
+    store = store_from(values, rt)
+    namespace = layout.namespace(rt.environ)
+    older_than = float(values["older-than"])
+    keep = int(values.get("keep") or 0)
+    grace = float(values.get("grace") if values.get("grace") is not None else layout.PRUNE_GRACE)
+    prefix = str(values.get("prefix") or "")
+    result = Result(command="cache-weights prune")
+    if grace < 2 * layout.TOUCH_AFTER:
+        result.warning(
+            f"grace {age(grace)} is under {age(2 * layout.TOUCH_AFTER)}: a save running now "
+            "may lose a blob it reuses",
+            "gpu-ci cache prune",
+        )
+    if isinstance(store, LocalStore) and not store.exists():
+        result.headline = f"nothing to prune: {store.url} does not exist"
+        return result
+    work = plan(store, namespace, prefix, older_than, keep, grace)
+    if not rt.dry_run:
+        execute(store, work, grace, namespace)
+    verb = "would delete" if rt.dry_run else "deleted"
+    keys = [layout.key_from_ref(namespace, k) for k in work.refs]
+    result.headline = (
+        f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
+        f"{len(work.data)} blob(s)/pack(s), freeing {human_bytes(work.bytes)}"
+    )
+    rows = [["key", k, ""] for k in keys]
+    rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
+    rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
+    if rows:
+        result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
+    result.report = {
+        "store": store.url,
+        "namespace": namespace,
+        "dry_run": rt.dry_run,
+        "keys": keys,
+        "manifests": [o.key for o in work.manifests],
+        "data": [o.key for o in work.data],
+        "bytes_freed": work.bytes,
+        "kept_young": work.kept_young,
+    }
+    return result

@@ -1,0 +1,208 @@
+"""The runner-local tier: warm restores link from disk, jobs can't corrupt it, LRU, sharing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from treeutil import make_tree, snapshot
+
+from conftest import CREDS, REPO_ROOT, cache_cmd
+from gpuci.cache import layout
+from gpuci.cache.tier import FROZEN_MTIME, LocalTier, parse_size
+
+
+def _flags(store, key: str, *paths: Path, **extra: str) -> dict[str, str]:
+    return {**store.flags(), "key": key, "path": "\n".join(str(p) for p in paths), **extra}
+
+
+def _content(root: Path) -> dict[str, tuple]:
+    """A snapshot without write bits: tier-linked files are read-only by design."""
+    out = {}
+    for rel, item in snapshot(root).items():
+        if item[0] == "file":
+            out[rel] = ("file", item[1] & ~0o222, item[2])
+        else:
+            out[rel] = item
+    return out
+
+
+def _tier_blobs(tier: Path) -> dict[str, Path]:
+    base = tier / layout.BLOBS
+    return {p.name: p for p in base.rglob("*") if p.is_file()} if base.exists() else {}
+
+
+def _assert_tier_intact(tier: Path) -> None:
+    for digest, path in _tier_blobs(tier).items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, path
+        st = path.stat()
+        assert int(st.st_mtime) == FROZEN_MTIME
+        assert not stat.S_IMODE(st.st_mode) & 0o222
+
+
+def test_save_fills_the_tier_and_a_warm_restore_downloads_only_the_manifest(store, env, tmp_path):
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src")
+    saved, _ = cache_cmd("save", _flags(store, "w", src, **{"local-cache": str(tier)}), env)
+    assert saved.ok, saved.headline
+    assert saved.outputs["bytes-from-local"] == 0
+    assert len(_tier_blobs(tier)) == 22  # 23 files, one of them empty
+    _assert_tier_intact(tier)
+
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", _flags(store, "w", out, **{"local-cache": str(tier)}), env)
+    assert got.ok, got.headline
+    total = sum(e[0] == "file" and 1 for e in snapshot(src).values())
+    assert total == 23
+    assert got.outputs["bytes-from-local"] > 2_500_000
+    assert got.outputs["bytes-downloaded"] < 20_000  # the manifest alone
+    assert got.report["placed"].get("hardlink", 0) + got.report["placed"].get("reflink", 0) == 21
+    assert got.report["placed"].get("copy", 0) in (0, 1)  # run.sh keeps its exec bit: a copy
+    assert _content(out) == _content(src)
+    assert os.access(out / "run.sh", os.X_OK)
+    assert "from the local tier" in got.headline
+
+
+def test_cold_restore_fills_the_tier_by_linking_and_a_second_restore_is_local(store, env, tmp_path):
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src", small=6)
+    assert cache_cmd("save", _flags(store, "c", src), env)[0].ok  # tier off (env)
+    first, _ = cache_cmd(
+        "restore", _flags(store, "c", tmp_path / "a", **{"local-cache": str(tier)}), env
+    )
+    assert first.ok and first.outputs["bytes-from-local"] == 0
+    assert first.outputs["bytes-downloaded"] > 2_500_000
+    _assert_tier_intact(tier)
+    big = (tmp_path / "a" / "big.bin").stat()
+    assert big.st_nlink == 2  # the restored file is the tier's blob: no second copy on disk
+    second, _ = cache_cmd(
+        "restore", _flags(store, "c", tmp_path / "b", **{"local-cache": str(tier)}), env
+    )
+    assert second.ok
+    assert second.outputs["bytes-from-local"] == first.outputs[
+        "bytes-downloaded"
+    ] - _manifest_bytes(store, first)
+    assert _content(tmp_path / "b") == _content(src)
+
+
+def _manifest_bytes(store, result) -> int:
+    return len(store.get_raw(layout.manifest_key(result.outputs["manifest"])))
+
+
+def test_a_job_writing_through_a_hardlink_never_corrupts_what_the_tier_serves(store, env, tmp_path):
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src", small=2)
+    flags = {"local-cache": str(tier)}
+    assert cache_cmd("save", _flags(store, "h", src, **flags), env)[0].ok
+    out = tmp_path / "out"
+    assert cache_cmd("restore", _flags(store, "h", out, **flags), env)[0].ok
+    victim = out / "big.bin"
+    assert not os.access(victim, os.W_OK) or os.geteuid() == 0  # read-only, unless root
+    try:
+        with open(victim, "r+b") as handle:  # root ignores the read-only bit: write anyway
+            handle.write(b"JOB SCRIBBLED HERE")
+    except PermissionError:
+        pass
+    again = tmp_path / "again"
+    got, _ = cache_cmd("restore", _flags(store, "h", again, **flags), env)
+    assert got.ok, got.headline
+    assert _content(again)["big.bin"] == _content(src)["big.bin"]
+    _assert_tier_intact(tier)  # the written blob was dropped and refilled from the store
+
+
+def test_lru_eviction_keeps_the_tier_under_its_size(store, env, tmp_path):
+    tier = tmp_path / "tier"
+    trees = {}
+    for n in range(3):
+        trees[n] = tmp_path / f"t{n}"
+        trees[n].mkdir()
+        (trees[n] / "w.bin").write_bytes(bytes([n]) * 1_500_000)
+        assert cache_cmd("save", _flags(store, f"k{n}", trees[n]), env)[0].ok
+    flags = {"local-cache": str(tier), "local-cache-size": "3.5MB"}
+    for n in (0, 1):
+        assert cache_cmd("restore", _flags(store, f"k{n}", tmp_path / f"o{n}", **flags), env)[0].ok
+    os.utime(_tier_blobs(tier)[_sha(trees[0] / "w.bin")], (1, FROZEN_MTIME))  # k0: long unused
+    assert cache_cmd("restore", _flags(store, "k2", tmp_path / "o2", **flags), env)[0].ok
+    left = set(_tier_blobs(tier))
+    assert left == {_sha(trees[1] / "w.bin"), _sha(trees[2] / "w.bin")}
+    assert LocalTier(tier).usage() <= 3_500_000
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_two_processes_share_one_tier_at_once(store, env, tmp_path):
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src", big=4_000_000, small=12)
+    assert cache_cmd("save", _flags(store, "s", src), env)[0].ok
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_"))}
+    cli_env = {**base, **env, **CREDS, "PYTHONPATH": str(REPO_ROOT / "src")}
+    cli_env["GPUCI_LOCAL_CACHE"] = str(tier)
+    procs = []
+    for n in range(2):
+        args = ["cache-weights", "restore", "--key", "s", "--path", str(tmp_path / f"job{n}")]
+        args += [f"--{k}={v}" for k, v in store.flags().items()]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gpuci", *args],
+                env=cli_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    for proc in procs:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out.decode()
+    for n in range(2):
+        assert _content(tmp_path / f"job{n}") == _content(src)
+    _assert_tier_intact(tier)
+    assert len(_tier_blobs(tier)) == 12 + 2  # big.bin, run.sh and the small files, once each
+    assert not list((tier / "tmp").glob("*")) if (tier / "tmp").exists() else True
+
+
+def test_include_and_exclude_restore_part_of_the_tree(store, env, tmp_path):
+    src = tmp_path / "model"
+    (src / "tok").mkdir(parents=True)
+    for name in ("a.safetensors", "b.safetensors", "config.json", "pytorch_model.bin"):
+        (src / name).write_bytes(name.encode() * 100)
+    (src / "tok" / "tokenizer.json").write_text("{}")
+    os.symlink("a.safetensors", src / "latest.safetensors")
+    assert cache_cmd("save", _flags(store, "p", src), env)[0].ok
+    out = tmp_path / "out"
+    flags = {"include": "*.safetensors\nconfig.json", "exclude": "b.*"}
+    got, _ = cache_cmd("restore", _flags(store, "p", out, **flags), env)
+    assert got.ok, got.headline
+    assert sorted(snapshot(out)) == ["a.safetensors", "config.json", "latest.safetensors"]
+    assert got.outputs["files"] == 2
+    assert got.outputs["cache-hit"] is True
+    only_tok, _ = cache_cmd("restore", _flags(store, "p", tmp_path / "t", include="tok/*"), env)
+    assert sorted(snapshot(tmp_path / "t")) == ["tok", "tok/tokenizer.json"]
+    plan, _ = cache_cmd("restore", _flags(store, "p", tmp_path / "d", **flags), env, dry_run=True)
+    assert plan.report["files"] == 2 and not (tmp_path / "d").exists()
+
+
+def test_dry_run_reports_bytes_from_the_tier_and_writes_nothing(store, env, tmp_path):
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src", small=2)
+    flags = {"local-cache": str(tier)}
+    assert cache_cmd("save", _flags(store, "d", src, **flags), env)[0].ok
+    before = sorted(p.name for p in tier.rglob("*"))
+    got, _ = cache_cmd("restore", _flags(store, "d", tmp_path / "o", **flags), env, dry_run=True)
+    assert got.ok
+    assert got.report["bytes_local"] == got.report["bytes"] > 2_500_000
+    assert got.report["bytes_remote"] == 0
+    assert "from the local tier" in got.headline
+    assert not (tmp_path / "o").exists()
+    assert sorted(p.name for p in tier.rglob("*")) == before
+
+
+def test_sizes_parse():
+    assert parse_size("0") == 0
+    assert parse_size("500MB") == 500_000_000
+    assert parse_size("100GiB") == 100 << 30
+    assert parse_size("1.5k") == 1500
