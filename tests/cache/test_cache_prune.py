@@ -1,0 +1,139 @@
+"""Prune and ls: unused keys go, shared and young objects stay, a racing save stays whole."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from treeutil import snapshot
+
+from conftest import cache_cmd
+from gpuci.cache import layout, refs
+from gpuci.cache import save as save_mod
+from gpuci.cache.store import open_store
+
+
+def _tree(root: Path, tag: int, shared: bytes) -> Path:
+    root.mkdir(parents=True)
+    (root / "own.bin").write_bytes(bytes([tag]) * 1_200_000)
+    (root / "shared.bin").write_bytes(shared)
+    (root / "config.json").write_text(f'{{"tag": {tag}}}')
+    return root
+
+
+def _flags(store, key: str, *paths: Path, **extra: str) -> dict[str, str]:
+    return {**store.flags(), "key": key, "path": "\n".join(str(p) for p in paths), **extra}
+
+
+def _prune(store, env, dry_run: bool = False, **extra: str):
+    return cache_cmd("prune", {**store.flags(), **extra}, env, dry_run=dry_run)
+
+
+def _data(store) -> set[str]:
+    return {k for k in store.object_keys() if k.startswith(("blobs/", "packs/"))}
+
+
+def test_prune_drops_stale_keys_then_what_only_they_reached(store, env, tmp_path):
+    shared = os.urandom(1_500_000)
+    trees = {}
+    for n, key in enumerate(["model-a-1", "model-a-2", "model-b-1"]):
+        trees[key] = _tree(tmp_path / key, n, shared)
+        assert cache_cmd("save", _flags(store, key, trees[key]), env)[0].ok
+        time.sleep(1.05 if store.kind == "s3" else 0.01)  # S3 times have 1 s resolution
+    before = store.object_keys()
+    plan, _ = _prune(store, env, dry_run=True, **{"older-than": "0s", "keep": "1", "grace": "0s"})
+    assert plan.ok, plan.headline
+    assert plan.report["keys"] == ["model-a-1"]
+    assert len(plan.report["manifests"]) == 1
+    own = layout.blob_key(__import__("hashlib").sha256(bytes([0]) * 1_200_000).hexdigest())
+    assert own in plan.report["data"]
+    assert plan.report["bytes_freed"] > 1_200_000
+    assert "would delete 1 key(s)" in plan.headline
+    assert store.object_keys() == before  # a dry run deletes nothing
+
+    done, _ = _prune(store, env, **{"older-than": "0s", "keep": "1", "grace": "0s"})
+    assert done.ok and done.report["data"] == plan.report["data"]
+    keys = store.object_keys()
+    assert "refs/default/model-a-1" not in keys and own not in keys
+    for key in ("model-a-2", "model-b-1"):  # the survivors restore whole; shared.bin survived
+        out = tmp_path / f"out-{key}"
+        got, _ = cache_cmd("restore", _flags(store, key, out), env)
+        assert got.ok, got.headline
+        assert snapshot(out) == snapshot(trees[key])
+
+    young, _ = _prune(store, env, **{"older-than": "0s", "grace": "1h"})
+    assert young.report["keys"] == ["model-b-1", "model-a-2"]
+    assert young.report["data"] == [] and young.report["manifests"] == []
+    assert young.report["kept_young"] == 2  # both manifests, which keep their blobs
+    assert young.annotations and "grace" in young.annotations[0].message
+
+
+def test_recently_restored_keys_are_kept_and_ls_shows_last_use(store, env, tmp_path):
+    tree = _tree(tmp_path / "t", 1, b"x" * 10)
+    assert cache_cmd("save", _flags(store, "used", tree), env)[0].ok
+    assert cache_cmd("save", _flags(store, "idle", tree), env)[0].ok
+    listed, _ = cache_cmd("ls", store.flags(), env)
+    assert {k["key"]: k["last_used"] for k in listed.report["keys"]} == {
+        "used": None,
+        "idle": None,
+    }
+    assert cache_cmd("restore", _flags(store, "used", tmp_path / "o"), env)[0].ok
+    listed, _ = cache_cmd("ls", store.flags(), env)
+    uses = {k["key"]: k["last_used"] for k in listed.report["keys"]}
+    assert uses["idle"] is None and uses["used"] > time.time() - 60
+    assert "| last use |" in listed.summary[0] and "never" in listed.summary[0]
+    if store.kind == "local":  # saved two days ago; "used" was restored just now
+        for name in ("used", "idle"):
+            os.utime(store.root / "refs" / "default" / name, (time.time() - 2 * 86400,) * 2)
+        pruned, _ = _prune(store, env, **{"older-than": "1d", "grace": "1h"})
+        assert pruned.report["keys"] == ["idle"]
+
+
+@pytest.mark.parametrize("reuse_old_orphan", [False, True])
+def test_a_prune_racing_a_save_never_deletes_a_blob_the_new_ref_needs(
+    store, env, tmp_path, monkeypatch, reuse_old_orphan
+):
+    if reuse_old_orphan and store.kind != "local":
+        pytest.skip("backdating an object needs the file store (S3 sets LastModified itself)")
+    tree = _tree(tmp_path / "t", 7, os.urandom(1_300_000))
+    if reuse_old_orphan:  # an earlier save's blobs, orphaned and ten days old
+        assert cache_cmd("save", _flags(store, "gone", tree), env)[0].ok
+        for key in store.object_keys():
+            if key.startswith(("refs/", "manifests/")):
+                (store.root / key).unlink()
+            else:
+                os.utime(store.root / key, (time.time() - 10 * 86400,) * 2)
+    original = refs.write
+    pruned = []
+
+    def prune_then_write(*args, **kwargs):  # the worst moment: blobs and manifest in, no ref
+        got, _ = _prune(store, env, **{"older-than": "0s"})
+        pruned.append(got)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(save_mod.refs, "write", prune_then_write)
+    saved, _ = cache_cmd("save", _flags(store, "new", tree), env)
+    assert saved.ok, saved.headline
+    assert pruned and pruned[0].ok and pruned[0].report["data"] == []
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", _flags(store, "new", out), env)
+    assert got.ok, got.headline
+    assert snapshot(out) == snapshot(tree)
+
+
+def test_touch_makes_an_s3_object_young(s3_store, env):
+    s3 = open_store(s3_store.url, endpoint_url=s3_store.endpoint, environ=env)
+    s3.put("blobs/sha256/ab/x", b"payload")
+    first = s3.head("blobs/sha256/ab/x")
+    time.sleep(1.1)
+    s3.touch("blobs/sha256/ab/x")
+    after = s3.head("blobs/sha256/ab/x")
+    assert first and after and after.modified > first.modified
+    assert s3.get("blobs/sha256/ab/x")[0] == b"payload"
+
+
+def test_prune_inputs_are_checked(store, env):
+    bad, _ = _prune(store, env, **{"older-than": "soon"})
+    assert bad.exit_code == 2 and "older-than" in bad.headline
