@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
-import mmap
 import os
 import queue
 import threading
@@ -152,12 +151,9 @@ class _BlobTarget:
 
     def open(self) -> None:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        if MMAP:
-            # Reserved up front: a full disk must fail here with ENOSPC, never as a SIGBUS
-            # when a page of the mapping is first written.
-            os.posix_fallocate(self.fd, 0, self.entry.size)
-        else:
-            os.ftruncate(self.fd, self.entry.size)
+        # Sparse, not fallocated: writing into ext4's unwritten extents costs more CPU than
+        # it saves, and restore checks free space before it starts.
+        os.ftruncate(self.fd, self.entry.size)
 
     def reset(self) -> None:
         self.hasher, self.next, self.done, self.hashing = hashlib.sha256(), 0, {}, False
@@ -178,12 +174,6 @@ class _BlobTarget:
                 if length is None:
                     self.hashing = False
                     return position == self.entry.size
-            if MMAP:
-                for window in _windows(self.fd, position, length):
-                    with window as view:
-                        self.hasher.update(view)
-                position += length
-                continue
             view = scratch[:length]
             got = os.preadv(self.fd, [view], position)
             self.hasher.update(view[:got])
@@ -310,16 +300,6 @@ class Downloader:
                 if self._pool.cancelled.is_set():
                     raise _Cancelled()
                 want = min(len(buf), end - state["pos"])
-                if MMAP:
-                    with _Window(target.fd, state["pos"], want) as view:
-                        n = reader.readinto(view)
-                        if n == 0:
-                            raise TransientError("the store closed the stream early")
-                        self._count(n)
-                        if target.advance(state["pos"], view[:n], _scratch()):
-                            completed = True
-                    state["pos"] += n
-                    continue
                 n = reader.readinto(buf[:want])
                 if n == 0:
                     raise TransientError("the store closed the stream early")
@@ -386,37 +366,6 @@ class Downloader:
             reader.close()
             if fd >= 0:
                 os.close(fd)
-
-
-MMAP = os.environ.get("GPUCI_EXP_MMAP", "1") == "1"
-
-
-class _Window:
-    """A writable view of ``length`` bytes of a file at ``offset``, through a short-lived mmap.
-
-    The socket's bytes land straight in the page cache (one copy, no ``pwrite``) and are hashed
-    from there; unmapped on exit, so resident memory stays one window per worker.
-    """
-
-    def __init__(self, fd: int, offset: int, length: int) -> None:
-        base = offset - offset % mmap.ALLOCATIONGRANULARITY
-        self._map = mmap.mmap(fd, length + offset - base, offset=base)
-        self._view = memoryview(self._map)[offset - base :]
-
-    def __enter__(self) -> memoryview:
-        return self._view
-
-    def __exit__(self, *exc: object) -> None:
-        self._view.release()
-        self._map.close()
-
-
-def _windows(fd: int, offset: int, length: int) -> Iterable[_Window]:
-    end = offset + length
-    while offset < end:
-        step = min(layout.IO_CHUNK, end - offset)
-        yield _Window(fd, offset, step)
-        offset += step
 
 
 _SCRATCH = threading.local()
