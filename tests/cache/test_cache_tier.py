@@ -181,6 +181,7 @@ def test_include_and_exclude_restore_part_of_the_tree(store, env, tmp_path):
     assert got.outputs["files"] == 2
     assert got.outputs["cache-hit"] is True
     only_tok, _ = cache_cmd("restore", _flags(store, "p", tmp_path / "t", include="tok/*"), env)
+    assert only_tok.ok and only_tok.outputs["files"] == 1
     assert sorted(snapshot(tmp_path / "t")) == ["tok", "tok/tokenizer.json"]
     plan, _ = cache_cmd("restore", _flags(store, "p", tmp_path / "d", **flags), env, dry_run=True)
     assert plan.report["files"] == 2 and not (tmp_path / "d").exists()

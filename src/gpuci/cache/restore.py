@@ -29,7 +29,6 @@ from gpuci.cache.populate import fill_on_miss
 from gpuci.cache.select import select
 from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.tier import LocalTier, open_tier
-from gpuci.cache.transfer import Downloader
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
 from gpuci.runtime import Result, Runtime, human_bytes
@@ -237,14 +236,8 @@ def restore_tree(
                     moved.placed[got.how] = moved.placed.get(got.how, 0) + 1
                 else:
                     files.append((entry, path))
-        meter = rt.progress(label, sum(e.size for e, _ in files))
-        _, attempts = retry_settings_for(rt)
-        downloader = Downloader(store, layout.workers(rt.environ), meter.advance, attempts)
-        try:
-            downloader.fetch(files)
-        finally:
-            meter.close()
-        moved.downloaded = downloader.bytes
+        if files:  # a warm restore from the tier skips the network machinery entirely
+            moved.downloaded = _download(store, files, rt, label)
         if tier is not None and files:
             _fill_tier(tier, files)
         for entry in manifest.entries:
@@ -266,6 +259,19 @@ def restore_tree(
     if tier is not None:
         tier.evict()
     return moved
+
+
+def _download(store: Store, files: list[tuple[mf.Entry, Path]], rt: Runtime, label: str) -> int:
+    from gpuci.cache.transfer import Downloader  # tenacity and threads only when fetching
+
+    meter = rt.progress(label, sum(e.size for e, _ in files))
+    _, attempts = retry_settings_for(rt)
+    downloader = Downloader(store, layout.workers(rt.environ), meter.advance, attempts)
+    try:
+        downloader.fetch(files)
+    finally:
+        meter.close()
+    return downloader.bytes
 
 
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:

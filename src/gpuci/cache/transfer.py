@@ -32,7 +32,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gpuci.cache import layout
+from gpuci.cache import directio, layout
 from gpuci.cache.manifest import Entry
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import Store, TransientError
@@ -77,7 +77,7 @@ class WorkPool:
         self._queue.put(fn)
 
     def _worker(self) -> None:
-        buffer = memoryview(bytearray(layout.IO_CHUNK))
+        buffer = directio.aligned_buffer(layout.IO_CHUNK)
         while True:
             fn = self._queue.get()
             if fn is None:
@@ -141,7 +141,7 @@ class _BlobTarget:
 
     entry: Entry
     path: Path
-    fd: int = -1
+    file: directio.TargetFile | None = None
     hasher: Any = field(default_factory=hashlib.sha256)
     next: int = 0
     done: dict[int, int] = field(default_factory=dict)
@@ -149,11 +149,12 @@ class _BlobTarget:
     refetched: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def open(self) -> None:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        # Sparse, not fallocated: writing into ext4's unwritten extents costs more CPU than
-        # it saves, and restore checks free space before it starts.
-        os.ftruncate(self.fd, self.entry.size)
+    def open(self, direct: bool) -> None:
+        self.file = directio.TargetFile(self.path, self.entry.size, direct)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
     def reset(self) -> None:
         self.hasher, self.next, self.done, self.hashing = hashlib.sha256(), 0, {}, False
@@ -174,9 +175,9 @@ class _BlobTarget:
                 if length is None:
                     self.hashing = False
                     return position == self.entry.size
-            view = scratch[:length]
-            got = os.preadv(self.fd, [view], position)
-            self.hasher.update(view[:got])
+            assert self.file is not None
+            got = self.file.read_into(scratch, position, length)
+            self.hasher.update(scratch[:got])
             position += got
             if got < length:  # a short read cannot happen on a regular file; be safe
                 with self.lock:
@@ -186,9 +187,9 @@ class _BlobTarget:
         digest = self.hasher.hexdigest()
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
-        os.fchmod(self.fd, self.entry.mode & 0o777)
-        os.close(self.fd)
-        self.fd = -1
+        assert self.file is not None
+        self.file.chmod(self.entry.mode & 0o777)
+        self.file.close()
 
 
 class Downloader:
@@ -205,6 +206,7 @@ class Downloader:
         self.workers = workers
         self.on_bytes = on_bytes
         self.attempts = attempts
+        self.direct = directio.enabled()
         self.bytes = 0
         self._count_lock = threading.Lock()
         self._pool: WorkPool | None = None
@@ -221,7 +223,7 @@ class Downloader:
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
             for target in blobs:
-                target.open()
+                target.open(self.direct)
             # Round-robin across files: each file's parts then arrive roughly in order, so its
             # hash cursor consumes them from the buffer instead of re-reading them from disk.
             queues = [self._parts(target) for target in blobs]
@@ -247,15 +249,15 @@ class Downloader:
             ) from None
         finally:
             for target in blobs:
-                if target.fd >= 0:
-                    os.close(target.fd)
-                    target.fd = -1
+                target.close()
 
     # ----- large files --------------------------------------------------------------------------
     def _parts(self, target: _BlobTarget) -> list[Callable[[memoryview], None]]:
         size = target.entry.size
         # Spread a lone big file across the workers, but keep parts large enough to amortise.
         part = max(min(layout.PART_SIZE, -(-size // self.workers)), layout.MIN_PART)
+        # Aligned parts: every chunk then starts at an offset O_DIRECT accepts.
+        part = -(-part // directio.ALIGN) * directio.ALIGN
         return [
             functools.partial(self._part, target, offset, min(part, size - offset))
             for offset in range(0, size, part)
@@ -300,16 +302,20 @@ class Downloader:
                 if self._pool.cancelled.is_set():
                     raise _Cancelled()
                 want = min(len(buf), end - state["pos"])
-                n = reader.readinto(buf[:want])
-                if n == 0:
-                    raise TransientError("the store closed the stream early")
-                chunk = buf[:n]
-                _write_all(target.fd, chunk, state["pos"])
-                self._count(n)
+                got = 0
+                while got < want:  # fill the buffer: writes stay whole and aligned
+                    n = reader.readinto(buf[got:want])
+                    if n == 0:
+                        raise TransientError("the store closed the stream early")
+                    got += n
+                chunk = buf[:want]
+                assert target.file is not None
+                target.file.write(chunk, state["pos"])
+                self._count(want)
                 # The hash cursor may re-read earlier parts into a scratch buffer.
                 if target.advance(state["pos"], chunk, _scratch()):
                     completed = True
-                state["pos"] += n
+                state["pos"] += want
         finally:
             reader.close()
         return completed
@@ -375,5 +381,5 @@ def _scratch() -> memoryview:
     """A per-thread buffer for re-reading parts that arrived before their turn to be hashed."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None:
-        buf = _SCRATCH.buf = memoryview(bytearray(layout.IO_CHUNK))
+        buf = _SCRATCH.buf = directio.aligned_buffer(layout.IO_CHUNK)
     return buf
