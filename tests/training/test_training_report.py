@@ -170,3 +170,17 @@ def test_dry_run_says_it_would_post_and_sends_nothing(tmp_path, github):
     assert proc.returncode == 0, proc.stdout
     assert "would post or update the sticky comment on acme/models#7" in proc.stdout
     assert github.state.requests == []
+
+
+def test_no_baseline_note_only_when_regression_rules_were_asked():
+    from gpuci.training import ci, report
+
+    ctx = ci.RunContext(platform="local")
+    minutes = (None, "no gpu-setup step in this job")
+    row = {"kind": "min", "metric": "a", "value": 1.0, "rule": "a >= 0.5", "passed": True,
+           "skipped": False, "baseline": None, "delta": None, "verdict": "pass"}  # fmt: skip
+    gate = {"passed": True, "rows": [row], "baseline_found": False}
+    assert "No baseline metrics" not in report.render("t", gate, None, minutes, ctx)
+    regression = {**row, "kind": "max-regression", "rule": "a drop <= 0.1 vs baseline"}
+    gate["rows"].append({**regression, "skipped": True, "verdict": "skipped: no baseline"})
+    assert "No baseline metrics" in report.render("t", gate, None, minutes, ctx)

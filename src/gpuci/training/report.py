@@ -96,7 +96,8 @@ def render(
         parts.append(table_markdown(gate.get("rows", [])))
         if gate.get("failed_rules"):
             parts.append("Failed: " + ", ".join(f"`{r}`" for r in gate["failed_rules"]))
-        if not gate.get("baseline_found"):
+        has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
+        if has_regression and not gate.get("baseline_found"):
             parts.append("_No baseline metrics: regression rules were skipped._")
         deltas = gate.get("deltas") or []
         if deltas:
