@@ -340,7 +340,9 @@ def target_paths(values: dict[str, Any], rt: Runtime) -> list[str]:
 def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
     if tier is None:
         return 0
-    return sum(e.size for e in manifest.files if e.size and tier.has(e.sha256, e.size))
+    return sum(
+        e.size for e in manifest.files if e.size and tier.has(e.sha256, e.size, repair=False)
+    )
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:

@@ -102,15 +102,17 @@ class LocalTier:
             os.close(fd)
 
     # ----- lookups -------------------------------------------------------------------------
-    def has(self, digest: str, size: int) -> bool:
-        """True when an intact blob is there; a tampered one is removed on sight."""
+    def has(self, digest: str, size: int, repair: bool = True) -> bool:
+        """True when an intact blob is there; a tampered one is removed on sight (``repair``)."""
         path = self.path(digest)
         try:
             st = path.stat()
         except (FileNotFoundError, NotADirectoryError):
             return False
         if int(st.st_mtime) != FROZEN_MTIME or st.st_size != size:
-            path.unlink(missing_ok=True)  # written through a link: never serve it again
+            if repair:  # written through a link: never serve it again
+                with contextlib.suppress(OSError):
+                    path.unlink()
             return False
         return True
 
@@ -180,7 +182,8 @@ class LocalTier:
         if not self.has(digest, size):
             return None
         try:
-            os.utime(src, (time.time(), FROZEN_MTIME))  # last use, for LRU
+            with contextlib.suppress(PermissionError):  # another user's tier: still usable
+                os.utime(src, (time.time(), FROZEN_MTIME))  # last use, for LRU
             if _reflink(src, dest):
                 os.chmod(dest, mode & 0o777)
                 return Placed("reflink", size)
@@ -225,6 +228,12 @@ class LocalTier:
         """Remove least recently used blobs until under the limit; returns (blobs, bytes)."""
         if self.limit <= 0:
             return 0, 0
+        try:
+            return self._evict()
+        except OSError:
+            return 0, 0  # an unwritable tier only means no eviction; the job goes on
+
+    def _evict(self) -> tuple[int, int]:
         with self._lock("evict"):
             blobs = sorted(self.blobs(), key=lambda b: b[0])
             total = sum(size for _, size, _ in blobs)
