@@ -75,3 +75,21 @@ def test_json_error_shape():
     assert body["ok"] is False
     assert body["report"]["error"]["type"] == "InputError"
     assert "'url' is required" in body["report"]["error"]["message"]
+
+
+def test_actions_without_github_output_fail_before_any_work(tmp_path):
+    metrics = tmp_path / "m.json"
+    metrics.write_text('{"eval": {"accuracy": 0.9}}')
+    env = clean_env(GITHUB_ACTIONS="true")
+    out_dir = tmp_path / "o"
+    proc = run_cli(
+        "gate", "--metrics", str(metrics), "--min", "eval.accuracy=0.5",
+        "--output-dir", str(out_dir), env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    assert proc.stdout.splitlines() == [
+        "::error title=gpu-ci%3A infrastructure error::running in GitHub Actions but "
+        "$GITHUB_OUTPUT is not set (fix: run on a current runner (file commands replaced "
+        "::set-output in 2022))"
+    ]
+    assert not out_dir.exists(), "no work before the platform check"

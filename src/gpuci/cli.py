@@ -130,13 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
     runtime = Runtime(json_mode=args.json, dry_run=dry_run)
     try:
+        runtime.preflight()
         try:
             flags = _flags(args, cmd)
         except GpuciError as exc:
             return runtime.render(Result.from_error(args._full_name, exc))
         result = run_command(cmd, args._full_name, flags, runtime)
         return runtime.render(result)
-    except GpuciError as exc:  # e.g. GITHUB_OUTPUT missing while rendering
+    except GpuciError as exc:  # e.g. GITHUB_OUTPUT missing (preflight or while rendering)
         return runtime.render_failure(exc)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -257,6 +257,14 @@ class Runtime:
                 lines.append(f"  {key}: {text}")
         return [self.redact(line) for line in lines]
 
+    def preflight(self) -> None:
+        """Fail before any work when the platform could not take the result (no GITHUB_OUTPUT).
+
+        Finding out only at render time would waste a long download and print "ok" first.
+        """
+        if self.platform == "github":
+            self._file_var("GITHUB_OUTPUT")
+
     def render_failure(self, exc: GpuciError) -> int:
         """The last word when rendering failed (e.g. no GITHUB_OUTPUT): one line, no files."""
         text = self.redact(exc.one_line())
