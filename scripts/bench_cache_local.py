@@ -16,6 +16,7 @@ Run it alone; the cold-restore benchmark against S3 is scripts/bench_cache.py.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -44,10 +45,10 @@ def make_tree(root: Path, count: int, size: int) -> None:
                 left -= n
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
+    return time.perf_counter() - start, done.stdout
 
 
 def main() -> int:
@@ -77,12 +78,16 @@ def main() -> int:
         stdout=subprocess.DEVNULL,
     )
     subprocess.run(["sync"], check=True)
-    restore_s, copy_s = [], []
+    restore_s, inner_s, copy_s = [], [], []
     for run in range(args.runs):
         dest = work / f"restore-{run}"
-        restore_s.append(timed([*gpuci, "restore", *common, "--path", str(dest)], env))
+        wall, out = timed([*gpuci, "restore", *common, "--json", "--path", str(dest)], env)
+        outputs = json.loads(out)["outputs"]
+        assert int(outputs["bytes-from-local"]) == args.count * size, outputs
+        restore_s.append(wall)
+        inner_s.append(float(outputs["seconds"]))
         copy = work / f"copy-{run}"
-        copy_s.append(timed(["cp", "-a", str(tree), str(copy)], env))
+        copy_s.append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
         for path in (dest, copy):
             for item in path.rglob("*"):
                 if item.is_file():
@@ -101,8 +106,13 @@ def main() -> int:
         f"| gpu-ci warm restore (local tier) | {r:.3f} ({min(restore_s):.3f}-{max(restore_s):.3f})"
         f" | {r / c:.3f}x |"
     )
+    i = statistics.median(inner_s)
+    print(
+        f"| of which the restore itself (output seconds) | {i:.3f} "
+        f"({min(inner_s):.3f}-{max(inner_s):.3f}) | {i / c:.3f}x |"
+    )
     print(f"| cp -a | {c:.3f} ({min(copy_s):.3f}-{max(copy_s):.3f}) | 1x |")
-    print(f"target <= 0.05x: {'met' if r / c <= 0.05 else 'NOT met'}")
+    print(f"target <= 0.05x (whole CLI): {'met' if r / c <= 0.05 else 'NOT met'}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

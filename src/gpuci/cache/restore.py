@@ -25,7 +25,6 @@ from gpuci.cache import hf, layout, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import outputs as _outputs
 from gpuci.cache.common import store_from, summary_table
-from gpuci.cache.populate import fill_on_miss
 from gpuci.cache.select import select
 from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.tier import LocalTier, open_tier
@@ -343,6 +342,12 @@ def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
     return sum(
         e.size for e in manifest.files if e.size and tier.has(e.sha256, e.size, repair=False)
     )
+
+
+def fill_on_miss(*args: Any) -> Result:
+    from gpuci.cache.populate import fill_on_miss as fill  # subprocess only when populating
+
+    return fill(*args)
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
