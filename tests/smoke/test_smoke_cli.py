@@ -118,7 +118,14 @@ def test_dry_run_without_a_gpu_still_plans(tmp_path):
     proc = smoke(tmp_path, "--dry-run", "--checks", "gemm,memory", GPUCI_FAKE_NVML="no-driver")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no GPU here (NVML driver not loaded" in proc.stdout
+    assert "a real run here would fail (exit 3)" in proc.stdout
     assert "| gemm |" in proc.stdout and "| membw |" not in proc.stdout
+    body = json.loads(
+        smoke(tmp_path, "--dry-run", "--json", GPUCI_FAKE_NVML="no-driver").stdout
+    )  # nothing could run here, so the plan must not claim a pass
+    assert body["outputs"]["passed"] == "false" and body["report"]["verdict"] == "fail"
+    with_gpu = json.loads(smoke(tmp_path, "--dry-run", "--json", GPUCI_FAKE_NVML="h200").stdout)
+    assert with_gpu["outputs"]["passed"] == "true" and with_gpu["report"]["verdict"] == "plan"
 
 
 def test_bad_inputs_are_exit_2(tmp_path):

@@ -194,11 +194,15 @@ def _dry_run(
         else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
     )
     running = sum(1 for p in plan if p["would_run"])
-    result = Result(
-        command=COMMAND,
-        headline=f"dry run: would run {running} of {len(plan)} check(s) on {where}, "
-        f"~{total:.0f}s of the {values['budget-seconds']:g}s budget",
-    )
+    budget_text = f"~{total:.0f}s of the {values['budget-seconds']:g}s budget"
+    if gpus:
+        headline = f"dry run: would run {running} of {len(plan)} check(s) on {where}, {budget_text}"
+    else:  # nothing can run here: say so, and what a GPU runner would do
+        headline = (
+            f"dry run: {where}, so a real run here would fail (exit 3); on a GPU runner it "
+            f"would run {running} of {len(plan)} check(s), {budget_text}"
+        )
+    result = Result(command=COMMAND, headline=headline)
     result.summary.append(
         f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
         + markdown_table(("check", "would run", "estimate", "parameters"), rows)
@@ -223,8 +227,11 @@ def _dry_run(
         "minimums": mins,
         "nvml_error": nvml_error,
         "plan": plan,
+        # dry-run marks the step "would fail here" on a fail; a plan never claims a pass
+        # where no GPU could be checked.
+        "verdict": "plan" if gpus else "fail",
     }
-    result.outputs = {"passed": True, "failed-checks": "", "report": "", "seconds": 0}
+    result.outputs = {"passed": bool(gpus), "failed-checks": "", "report": "", "seconds": 0}
     return result
 
 
