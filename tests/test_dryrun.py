@@ -154,6 +154,11 @@ def test_job_filter_and_errors(tmp_path):
     assert proc.returncode == 2 and "not valid YAML at line" in proc.stdout
     proc = run_cli("dry-run", str(tmp_path / "missing.yml"))
     assert proc.returncode == 2 and "not found" in proc.stdout
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "train.yml").write_text("jobs: {}\n")
+    proc = run_cli("dry-run", "nope.yml", cwd=tmp_path)  # the hint names what is here
+    assert proc.returncode == 2
+    assert "here: .github/workflows/train.yml" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 

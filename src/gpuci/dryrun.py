@@ -40,14 +40,25 @@ class StepPlan:
     results: list[Result] = field(default_factory=list)
 
 
+def _workflow_hint(root: Path | None = None) -> str:
+    """Name the workflows that are here, so a wrong path is fixed without a search."""
+    root = root or Path.cwd()
+    found = sorted(
+        str(p.relative_to(root))
+        for folder in (".github/workflows", "examples/workflows")
+        for p in (root / folder).glob("*.y*ml")
+    )
+    if not found:
+        return "pass the path of a workflow file, e.g. .github/workflows/train.yml"
+    more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+    return "pass the path of a workflow file; here: " + ", ".join(found[:5]) + more
+
+
 def _load_workflow(path: Path) -> dict[str, Any]:
     import yaml
 
     if not path.is_file():
-        raise InputError(
-            f"workflow file {path} not found",
-            hint="pass the path of a workflow, e.g. .github/workflows/train.yml",
-        )
+        raise InputError(f"workflow file {path} not found", hint=_workflow_hint())
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

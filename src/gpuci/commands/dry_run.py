@@ -13,7 +13,11 @@ COMMAND = Command(
             "str",
             required=True,
         ),
-        Input("job", "Only this job (default: every job with a gpu-ci step).", "str"),
+        Input(
+            "job",
+            "Only this job (default: every job; steps that are not gpu-ci are listed, not run).",
+            "str",
+        ),
     ),
     target="gpuci.dryrun:run",
     positional="workflow",
