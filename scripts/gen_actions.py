@@ -21,7 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from gpuci.commands import Command, Output, all_in_one, iter_leaf_commands  # noqa: E402
+from gpuci.commands import (  # noqa: E402
+    Command,
+    Output,
+    all_commands,
+    all_in_one,
+    iter_leaf_commands,
+)
 from gpuci.files import atomic_write_bytes  # noqa: E402
 from gpuci.inputs import Input  # noqa: E402
 
@@ -358,6 +364,14 @@ def render_index(actions: list[ActionDef], root: ActionDef) -> str:
             f"| [`{OWNER}/gpu-ci/{a.folder}@v1`]({rel}/README.md) | "
             f"`{a.parts[0].command}` | {cell(a.description)} |"
         )
+    for cmd in all_commands():  # hand-written actions of a command with sub-commands (gpu-pod)
+        for folder in cmd.actions if cmd.subcommands else ():
+            rel = Path(folder).relative_to("actions").as_posix()
+            subs = ", ".join(sub.name for sub in cmd.subcommands)
+            out.append(
+                f"| [`{OWNER}/gpu-ci/{folder}@v1`]({rel}/README.md) | "
+                f"`{cmd.name}` ({subs}) | {cell(cmd.help)} |"
+            )
     out += ["", "## The all-in-one action", ""]
     body = render_readme(root, heading="###").split("\n")
     out += body[4:]  # without the title and the generated-file comment, said once above

@@ -125,6 +125,9 @@ def test_each_action_has_a_readme_with_usage_inputs_and_outputs() -> None:
                 assert f"| `{output.name}` |" in text
     index = (REPO / "actions" / "README.md").read_text()
     assert "uses: my-org/gpu-ci@v1" in index and "| `smoke-report` |" in index
+    for folder in sorted(p.parent.name for p in (REPO / "actions").glob("*/action.yml")):
+        assert f"(actions/{folder}@v1)" not in index  # links are relative
+        assert f"/actions/{folder}@v1`]({folder}/README.md)" in index, f"{folder} not indexed"
 
 
 def test_the_dry_run_can_map_root_action_inputs_back_to_commands() -> None:
