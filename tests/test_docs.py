@@ -1,0 +1,57 @@
+"""The docs' command examples name real commands and real flags (a renamed flag breaks here)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from gpuci.commands import all_commands
+from gpuci_testing import REPO
+
+DOCS = sorted(
+    [REPO / "README.md", *(REPO / "docs").glob("*.md"), *(REPO / "actions").rglob("README.md")]
+)
+# `python -m gpuci ...` up to the end of the line, a closing backtick, or a comment.
+_CALL = re.compile(r"python -m gpuci ([^`#\n]*)")
+
+
+def _examples() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8").replace("\\\n", " ")  # join continued lines
+        for match in _CALL.finditer(text):
+            found.append((doc.relative_to(REPO).as_posix(), match.group(1).strip()))
+    return found
+
+
+def _flags_of(words: list[str]) -> tuple[str, set[str]]:
+    """The command a call names and the flags it accepts."""
+    by_name = {c.name: c for c in all_commands()}
+    cmd = by_name.get(words[0]) if words else None
+    if cmd is None:
+        return "", set()
+    name = cmd.name
+    if cmd.subcommands:
+        subs = {s.name: s for s in cmd.subcommands}
+        first = words[1].split("|")[0] if len(words) > 1 else ""
+        if first not in subs:
+            return name, set()
+        cmd, name = subs[first], f"{name} {first}"
+    return name, {spec.flag for spec in cmd.inputs} | {"--dry-run", "--json", "--help"}
+
+
+@pytest.mark.parametrize(("doc", "call"), _examples())
+def test_every_documented_call_names_a_real_command_and_flags(doc: str, call: str) -> None:
+    words = shlex.split(call.replace("[", " ").replace("]", " ").replace("<", "").replace(">", ""))
+    if words[:1] in (["--help"], ["--version"]):
+        return
+    name, flags = _flags_of(words)
+    assert name, f"{doc}: 'python -m gpuci {call}' names no command"
+    unknown = [w for w in words if w.startswith("--") and w not in flags]
+    assert not unknown, f"{doc}: 'python -m gpuci {call}': no such flag(s) {unknown} on {name}"
+
+
+def test_examples_were_found() -> None:
+    assert len(_examples()) > 15
