@@ -300,7 +300,9 @@ def fetch_file(
                 ) from exc
         if not job.partial.validator:
             job.partial.discard()  # bytes no later run could resume: leave no litter
-        raise _give_up(errors, job)
+        error = _give_up(errors, job)
+        error.attempts = job.attempts  # type: ignore[attr-defined]  # counted in the outputs
+        raise error
     finally:
         job.partial.close()
         if own:
