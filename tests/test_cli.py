@@ -93,3 +93,19 @@ def test_actions_without_github_output_fail_before_any_work(tmp_path):
         "::set-output in 2022))"
     ]
     assert not out_dir.exists(), "no work before the platform check"
+
+
+def test_usage_errors_are_one_line_naming_the_command_and_the_fix():
+    for args, where, needle in (
+        (("gpu-setup", "--nosuch", "1"), "gpu-setup", "unrecognized arguments: --nosuch 1"),
+        (("pods",), "pods", "required: SUB-COMMAND"),
+        (("cache-weights", "restore", "--key"), "cache-weights restore", "expected one argument"),
+        (("nosuch",), "", "invalid choice: 'nosuch'"),
+    ):
+        proc = run_cli(*args)
+        assert proc.returncode == 2
+        prog = f"python -m gpuci {where}".strip()
+        assert proc.stderr.splitlines() == [
+            f"{prog}: bad input: {proc.stderr.split(': bad input: ')[1].strip()}"
+        ]
+        assert needle in proc.stderr and f"(fix: see {prog} --help)" in proc.stderr

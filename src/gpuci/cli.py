@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from gpuci import __version__
 from gpuci.commands import Command, all_commands
@@ -25,6 +26,13 @@ exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 infrastructu
 flags beat env, env beats defaults. Output renders for GitHub Actions, GitLab CI, a terminal,
 or JSON (--json).
 """
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line with the fix, like every other gpu-ci error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: bad input: {message} (fix: see {self.prog} --help)\n")
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +79,7 @@ def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m gpuci",
         description="gpu-ci: keep GPU CI jobs short, cheap and trustworthy.",
         epilog=EPILOG,
@@ -125,7 +133,10 @@ def run_command(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the command whose flags these are not, not the top-level parser
+        prog = f"{parser.prog} {args._full_name}"
+        _Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     cmd: Command = args._command
     dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
     runtime = Runtime(json_mode=args.json, dry_run=dry_run)
