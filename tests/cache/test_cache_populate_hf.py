@@ -106,9 +106,15 @@ def test_hf_layout_round_trip_is_a_valid_hub_cache_usable_offline(store, env, tm
     assert saved.ok, saved.headline
     assert saved.outputs["files"] == 5  # 4 blobs and refs/main; links stay links
     dest = tmp_path / "hub-dst"
-    got, _ = cache_cmd("restore", _flags(store, "hf-1", dest, **hf), env)
+    tier = {"local-cache": str(tmp_path / "tier")}
+    got, _ = cache_cmd("restore", _flags(store, "hf-1", dest, **hf, **tier), env)
     assert got.ok, got.headline
     assert _scan(dest) == _scan(src)
+    again, _ = cache_cmd("restore", _flags(store, "hf-1", tmp_path / "hub-warm", **hf, **tier), env)
+    assert again.outputs["bytes-from-local"] == 5000 + 4000 + 13 * 2 + 40
+    assert _scan(tmp_path / "hub-warm") == _scan(src)
+    ref_main = tmp_path / "hub-warm" / "models--org--tiny" / "refs" / "main"
+    assert ref_main.stat().st_mode & 0o200  # small files stay writable: hf rewrites refs/main
     link = dest / "models--org--tiny" / "snapshots" / COMMIT_MAIN / "config.json"
     assert link.is_symlink() and os.readlink(link).startswith("../../blobs/")
     os.environ["HF_HUB_OFFLINE"] = "1"

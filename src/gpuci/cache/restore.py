@@ -27,7 +27,7 @@ from gpuci.cache.common import outputs as _outputs
 from gpuci.cache.common import store_from, summary_table
 from gpuci.cache.select import select
 from gpuci.cache.store import LocalStore, Store
-from gpuci.cache.tier import LocalTier, open_tier
+from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
 from gpuci.runtime import Result, Runtime, human_bytes
@@ -177,10 +177,10 @@ class Moved:
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
     """Give the local tier the files just fetched and verified (links, no second copy)."""
     for entry, path in fetched:
-        if entry.mode & 0o111:
-            tier.copy_in(path, entry.sha256)  # keep the job's exec bits: no shared inode
-        else:
+        if entry.size >= LINK_MIN and not entry.mode & 0o111:
             tier.adopt(path, entry.sha256)
+        else:  # small or executable: the job keeps its own writable file with its mode
+            tier.copy_in(path, entry.sha256)
 
 
 def restore_tree(

@@ -5,6 +5,11 @@ connections) handles refs, manifests, listings, HEADs and uploads. Ranged GETs o
 go through presigned URLs over plain ``http.client`` connections, one per worker thread, reading
 straight into preallocated buffers: on a 2-core runner the client's CPU per byte decides the
 speed, and boto3's streaming body costs about twice what this path does.
+
+When the credentials are in the environment, GETs (refs, manifests, ranges) are presigned by
+:mod:`gpuci.cache.sigv4` and boto3 is only imported for what needs it (listings, uploads, and
+any GET the fast path cannot answer, so errors read exactly as before): a restore that hits
+never pays the 0.3-0.6 s boto3 costs to import and set up.
 """
 
 from __future__ import annotations
@@ -18,13 +23,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import boto3
-import botocore.exceptions
+import botocore.exceptions  # the exception classes only; botocore.session loads lazily
 from boto3.exceptions import S3UploadFailedError
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 
-from gpuci.cache import layout
+from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import RawConnection, RawResponse
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, StoreError

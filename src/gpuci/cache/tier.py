@@ -33,6 +33,9 @@ from pathlib import Path
 from gpuci.cache import layout
 from gpuci.errors import InputError
 
+# Smaller files are copied, not linked: the copy costs nothing worth saving, and the job gets
+# writable files for configs, tokenizers and Hugging Face ``refs/main``, which tools rewrite.
+LINK_MIN = 1 << 20
 # 2000-01-01T00:00:00Z: every tier blob carries this mtime; anything else means it was written.
 FROZEN_MTIME = 946684800
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
@@ -175,8 +178,8 @@ class LocalTier:
         """Put the blob at ``dest``: reflink, else hardlink (read-only), else copy.
 
         None when the blob is gone (evicted or dropped meanwhile); the caller fetches it.
-        A hardlink is used only when the file needs no write or exec bits beyond the tier's
-        read-only mode, so what lands in the tree is what the manifest says, minus write.
+        A hardlink is used only for files of LINK_MIN bytes or more without exec bits, so what
+        lands in the tree is what the manifest says, minus write on large files.
         """
         src = self.path(digest)
         if not self.has(digest, size):
@@ -187,7 +190,7 @@ class LocalTier:
             if _reflink(src, dest):
                 os.chmod(dest, mode & 0o777)
                 return Placed("reflink", size)
-            if not mode & 0o111:
+            if size >= LINK_MIN and not mode & 0o111:
                 try:
                     os.link(src, dest)
                     return Placed("hardlink", size)
