@@ -89,8 +89,11 @@ class Progress:
             self._stream.write(text + "\n")
         self._stream.flush()
 
-    def close(self) -> float:
-        """Print the final line once; returns elapsed seconds."""
+    def close(self, failed: bool = False) -> float:
+        """Print the final line once; returns elapsed seconds.
+
+        ``failed`` says so on that line: "x: 0 B, 0 B/s in 4.9s" reads like a finished download.
+        """
         with self._lock:
             now = self._clock()
             if not self._closed:
@@ -98,10 +101,13 @@ class Progress:
                 if self._live:
                     self._stream.write("\r\033[K")
                 elapsed = now - self._start
-                self._stream.write(
-                    f"{self.line(now)} in {elapsed:.1f}s\n".replace(", ETA --", "").replace(
+                text = (
+                    f"{self.label}: failed after {human_bytes(self.done)} in {elapsed:.1f}s\n"
+                    if failed
+                    else f"{self.line(now)} in {elapsed:.1f}s\n".replace(", ETA --", "").replace(
                         ", ETA 0s", ""
                     )
                 )
+                self._stream.write(text)
                 self._stream.flush()
             return now - self._start

@@ -201,6 +201,7 @@ def test_presigned_query_is_masked_and_kept_out_of_the_journal(server, tmp_path:
 
 def test_failed_files_still_count_their_attempts(server, tmp_path: Path):
     server.faults("/data.bin", *[Fault(status=503)] * 4)
-    result, _ = fetch({"url": server.url("/data.bin")}, tmp_path)
+    result, text = fetch({"url": server.url("/data.bin")}, tmp_path)
     assert result.exit_code == 3 and "after 4 attempt(s)" in result.headline
     assert result.outputs["attempts"] == 4  # not 0: the output agrees with the error
+    assert "data.bin: failed after 0 B in " in text  # the progress line does not read as done

@@ -91,6 +91,7 @@ def _one(
                 job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
             )
         meter = rt.progress(job.dest.name, None)
+        res = None
         try:
             res = fetch_file(
                 job.url,
@@ -103,7 +104,7 @@ def _one(
                 progress=meter,
             )
         finally:
-            meter.close()
+            meter.close(failed=res is None)
         return res
     except GpuciError as exc:
         return exc
