@@ -166,3 +166,19 @@ def test_hf_layout_defaults_to_hf_hub_cache_and_checks_the_repo_id(store, env, t
 def test_unknown_layout_is_refused(store, env, tmp_path, layout_value):
     got, _ = cache_cmd("save", _flags(store, "k", tmp_path, layout=layout_value), env)
     assert got.exit_code == 2 and "plain" in got.headline
+
+
+def test_a_restore_keys_match_is_restored_then_populate_tops_it_up(store, env, tmp_path):
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "base.bin").write_bytes(b"b" * 2000)
+    assert cache_cmd("save", _flags(store, "w-old", out), env)[0].ok
+    fresh = tmp_path / "job"
+    command = f"test -f {fresh}/base.bin && printf new > {fresh}/extra.bin"
+    flags = _flags(store, "w-new", fresh, populate=command, **{"restore-keys": "w-"})
+    got, _ = cache_cmd("restore", flags, env)
+    assert got.ok, got.headline
+    assert got.outputs["populated"] is True and got.outputs["cache-hit"] is False
+    assert got.outputs["matched-key"] == "w-old"
+    check, _ = cache_cmd("restore", _flags(store, "w-new", tmp_path / "next"), env)
+    assert check.outputs["cache-hit"] is True and check.outputs["files"] == 2

@@ -63,6 +63,8 @@ def test_prune_drops_stale_keys_then_what_only_they_reached(store, env, tmp_path
         assert got.ok, got.headline
         assert snapshot(out) == snapshot(trees[key])
 
+    only_b, _ = _prune(store, env, True, **{"older-than": "0s", "prefix": "model-b"})
+    assert only_b.report["keys"] == ["model-b-1"]
     young, _ = _prune(store, env, **{"older-than": "0s", "grace": "1h"})
     assert young.report["keys"] == ["model-b-1", "model-a-2"]
     assert young.report["data"] == [] and young.report["manifests"] == []
