@@ -109,3 +109,25 @@ def test_usage_errors_are_one_line_naming_the_command_and_the_fix():
             f"{prog}: bad input: {proc.stderr.split(': bad input: ')[1].strip()}"
         ]
         assert needle in proc.stderr and f"(fix: see {prog} --help)" in proc.stderr
+
+
+def test_a_closed_pipe_is_no_traceback(tmp_path):
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `gpuci ... | head` after head has exited: every write fails
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuci", "gpu-setup", "--require-gpu", "false"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(GPUCI_FAKE_NVML="h200"),
+            cwd=tmp_path,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141
+    assert "Traceback" not in proc.stderr and proc.stderr == ""

@@ -153,6 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+    except BrokenPipeError:  # `gpuci ... | head`: the reader left; no traceback, as `yes | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush cannot fail
+        return 128 + 13  # SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except Exception as exc:  # a traceback is a bug: say so in one line, keep it debuggable
         if os.environ.get("GPUCI_DEBUG"):
             raise
