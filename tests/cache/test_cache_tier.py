@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from treeutil import make_tree, snapshot
 
 from conftest import CREDS, REPO_ROOT, cache_cmd
@@ -210,3 +211,31 @@ def test_sizes_parse():
     assert parse_size("500MB") == 500_000_000
     assert parse_size("100GiB") == 100 << 30
     assert parse_size("1.5k") == 1500
+
+
+def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, monkeypatch):
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        from gpuci.cache import restore
+
+        monkeypatch.setattr(restore, "DISK_MARGIN", 0)
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "w.bin").write_bytes(os.urandom(5_000_000))
+        assert cache_cmd("save", _flags(store, "disk", src), env)[0].ok
+        flags = {"local-cache": str(mount / "tier")}
+        first, _ = cache_cmd("restore", _flags(store, "disk", mount / "a", **flags), env)
+        assert first.ok, first.headline  # 5 MB on an 8 MB disk, shared with the tier by a link
+        second, _ = cache_cmd("restore", _flags(store, "disk", mount / "b", **flags), env)
+        assert second.ok, second.headline  # a copy would not fit; a link does
+        assert second.outputs["bytes-from-local"] == 5_000_000
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

@@ -147,12 +147,17 @@ def _place(root: _Root) -> None:
     shutil.rmtree(root.staging, ignore_errors=True)
 
 
-def check_space(manifest: mf.Manifest, roots: list[_Root]) -> None:
-    """Fail before downloading when a target filesystem cannot hold its share of the tree."""
+def check_space(manifest: mf.Manifest, roots: list[_Root], linked: set[str] = frozenset()) -> None:
+    """Fail before downloading when a target filesystem cannot hold its share of the tree.
+
+    Files the local tier will hardlink (``linked`` digests) take no new space.
+    """
     need_by_dev: dict[int, tuple[int, Path]] = {}
     for root in roots:
         dev = os.stat(root.target.parent).st_dev
-        size = sum(e.size for e in manifest.files if e.root == root.index)
+        size = sum(
+            e.size for e in manifest.files if e.root == root.index and e.sha256 not in linked
+        )
         prior = need_by_dev.get(dev, (0, root.target.parent))[0]
         need_by_dev[dev] = (prior + size, root.target.parent)
     for need, where in need_by_dev.values():
@@ -183,6 +188,20 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
             tier.copy_in(path, entry.sha256)
 
 
+def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root]) -> set[str]:
+    """Digests the tier holds and will hardlink (same filesystem, large, not executable)."""
+    if tier is None or not tier.root.is_dir():
+        return set()
+    devs = {os.stat(r.target.parent).st_dev for r in roots}
+    if devs != {os.stat(tier.root).st_dev}:
+        return set()
+    return {
+        e.sha256
+        for e in manifest.files
+        if e.size >= LINK_MIN and not e.mode & 0o111 and tier.has(e.sha256, e.size, repair=False)
+    }
+
+
 def restore_tree(
     store: Store,
     manifest: mf.Manifest,
@@ -202,7 +221,7 @@ def restore_tree(
         for root in roots:
             root.target.parent.mkdir(parents=True, exist_ok=True)
             sweep_stale(root.target)
-        check_space(manifest, roots)
+        check_space(manifest, roots, _linkable(tier, manifest, roots))
     except OSError as exc:
         raise _disk_error(exc, roots[0].target, need) from None
     files: list[tuple[mf.Entry, Path]] = []
