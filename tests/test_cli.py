@@ -131,3 +131,20 @@ def test_a_closed_pipe_is_no_traceback(tmp_path):
         os.close(write_end)
     assert proc.returncode == 141
     assert "Traceback" not in proc.stderr and proc.stderr == ""
+
+
+def test_an_unwritable_journal_is_one_infra_line_not_an_internal_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    metrics = tmp_path / "m.json"
+    metrics.write_text('{"eval": {"accuracy": 0.9}}')
+    env = clean_env(GPUCI_JOURNAL=str(blocker / "journal.jsonl"))  # a folder that is a file
+    proc = run_cli(
+        "gate", "--metrics", str(metrics), "--min", "eval.accuracy=0.5",
+        "--output-dir", str(tmp_path / "o"), env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 3
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("gate: infrastructure error: cannot write the job journal ")
+    assert "(fix: set GPUCI_JOURNAL to a writable file" in first
+    assert "internal error" not in proc.stdout and "Traceback" not in proc.stderr

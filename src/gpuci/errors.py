@@ -57,6 +57,13 @@ class InfraError(GpuciError):
     title = "gpu-ci: infrastructure error"
 
 
+class JournalError(InfraError, OSError):
+    """The job journal could not be written. Also an ``OSError``, so a step that treats its
+    journal record as bookkeeping (``except OSError``: warn) keeps doing so."""
+
+    title = "gpu-ci: journal"
+
+
 class NvmlUnavailable(InfraError):
     title = "gpu-ci: NVML unavailable"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import files
+from gpuci.errors import JournalError
 
 
 def journal_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -25,8 +26,18 @@ def journal_path(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def record(kind: str, data: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> None:
-    """Append one record, e.g. ``record("cache-restore", {"key": ..., "manifest": ...})``."""
-    files.append_json_line(journal_path(environ), {"kind": kind, "time": time.time(), **data})
+    """Append one record, e.g. ``record("cache-restore", {"key": ..., "manifest": ...})``.
+
+    Raises :class:`JournalError` (exit 3 in one line, and an ``OSError``) when it cannot.
+    """
+    path = journal_path(environ)
+    try:
+        files.append_json_line(path, {"kind": kind, "time": time.time(), **data})
+    except OSError as exc:
+        raise JournalError(
+            f"cannot write the job journal {path}: {exc.strerror or exc}",
+            hint="set GPUCI_JOURNAL to a writable file, or make RUNNER_TEMP (or ./.gpuci) writable",
+        ) from exc
 
 
 def read(kind: str | None = None, environ: Mapping[str, str] | None = None) -> list[dict]:
