@@ -24,7 +24,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import botocore.exceptions  # the exception classes only; botocore.session loads lazily
-from boto3.exceptions import S3UploadFailedError
 
 from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import RawConnection, RawResponse
@@ -48,6 +47,7 @@ _NO_CREDS = (
     botocore.exceptions.NoCredentialsError,
     botocore.exceptions.PartialCredentialsError,
 )
+_FALLBACK = object()
 _CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
 _CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
 
@@ -60,6 +60,13 @@ def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     except ValueError:
         attempts = 8
     return mode, attempts
+
+
+def _upload_failed() -> type[Exception]:
+    """boto3's upload error class; boto3 is loaded by then (only uploads raise it)."""
+    from boto3.exceptions import S3UploadFailedError
+
+    return S3UploadFailedError
 
 
 class _HttpRange:
@@ -134,10 +141,44 @@ class S3Store(Store):
         self.prefix = f"{prefix}/" if prefix else ""
         self.url = f"s3://{bucket}/{prefix}".rstrip("/")
         self.endpoint_url = endpoint_url
-        mode, attempts = retry_settings(environ)
-        self.max_attempts = attempts
-        workers = layout.workers(environ)
-        session = boto3.session.Session(region_name=region)
+        self.region = region
+        self.environ = environ
+        self.mask = mask
+        _, self.max_attempts = retry_settings(environ)
+        self._local = threading.local()
+        self._urls: dict[str, str] = {}
+        self._urls_lock = threading.Lock()
+        self._client = None
+        self._client_lock = threading.Lock()
+        self._presigner = (
+            None
+            if environ.get("AWS_PROFILE")
+            else sigv4.Presigner.for_store(bucket, endpoint_url, region, environ)
+        )
+        if self._presigner is not None:
+            creds = self._presigner.creds
+            for secret in (creds.access_key, creds.secret_key, creds.token):
+                if secret and mask is not None:
+                    mask(secret)
+        else:
+            self._make_client()  # resolves the credential chain now: fail early, mask early
+
+    @property
+    def client(self):  # -> botocore's S3 client, created on first use
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._make_client()
+        return self._client
+
+    def _make_client(self) -> None:
+        import boto3  # 0.3 s: only when a listing, an upload or a fallback needs it
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
+
+        mode, attempts = retry_settings(self.environ)
+        workers = layout.workers(self.environ)
+        session = boto3.session.Session(region_name=self.region)
         creds = session.get_credentials()
         if creds is None:
             raise StoreError(
@@ -146,29 +187,26 @@ class S3Store(Store):
                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)",
             )
         frozen = creds.get_frozen_credentials()
-        if mask is not None:
+        if self.mask is not None:
             for secret in (frozen.access_key, frozen.secret_key, frozen.token):
                 if secret:
-                    mask(secret)
+                    self.mask(secret)
         config = Config(
             signature_version="s3v4",
             retries={"mode": mode, "max_attempts": attempts},
             max_pool_connections=max(10, workers * 2),
             connect_timeout=10,
             read_timeout=60,
-            s3={"addressing_style": "path"} if endpoint_url else {},
+            s3={"addressing_style": "path"} if self.endpoint_url else {},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        self.client = session.client("s3", endpoint_url=endpoint_url, config=config)
         self._transfer = TransferConfig(
             multipart_threshold=layout.MULTIPART_THRESHOLD,
             multipart_chunksize=layout.MULTIPART_CHUNK,
             max_concurrency=4,
         )
-        self._local = threading.local()
-        self._urls: dict[str, str] = {}
-        self._urls_lock = threading.Lock()
+        self._client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
 
     # ----- errors ----------------------------------------------------------------------------
     def _where(self) -> str:
@@ -201,7 +239,7 @@ class S3Store(Store):
             message = str(err.get("Message", "")) or code
             if code in ("404", "NotFound") and op in ("list", "exists"):
                 code = "NoSuchBucket"
-        elif isinstance(exc, S3UploadFailedError):
+        elif isinstance(exc, _upload_failed()):
             found = _CODE_IN_TEXT.findall(str(exc))
             code = found[-1] if found else ""
         if code == "NoSuchBucket":
@@ -226,7 +264,7 @@ class S3Store(Store):
             return fn(Bucket=self.bucket, **kwargs)
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise self._error(exc, op, key) from None
-        except S3UploadFailedError as exc:
+        except _upload_failed() as exc:
             raise self._error(exc, op, key) from None
 
     # ----- control plane ---------------------------------------------------------------------
@@ -255,6 +293,10 @@ class S3Store(Store):
         )
 
     def get(self, key: str) -> tuple[bytes, str] | None:
+        if self._presigner is not None:
+            got = self._fast_get(key)
+            if got is not _FALLBACK:
+                return got  # type: ignore[return-value]
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)
             return resp["Body"].read(), resp.get("ETag", "")
@@ -266,6 +308,11 @@ class S3Store(Store):
             raise self._error(exc, "get", key) from None
 
     def put(self, key: str, data: bytes) -> str:
+        if self._presigner is not None:  # e.g. restore's usage record: no boto3 for one PUT
+            status, _, etag = self._fast("PUT", key, data)
+            if status == 200:
+                return etag
+            self._slow_path()
         resp = self._call("put", key, self.client.put_object, Key=self.prefix + key, Body=data)
         return resp.get("ETag", "")
 
@@ -289,7 +336,7 @@ class S3Store(Store):
         except (
             botocore.exceptions.BotoCoreError,
             botocore.exceptions.ClientError,
-            S3UploadFailedError,
+            _upload_failed(),
         ) as exc:
             raise self._error(exc, "upload", key) from None
 
@@ -325,16 +372,61 @@ class S3Store(Store):
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise self._error(exc, "touch", key) from None
 
+    def _fast(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes, str]:
+        """One presigned request without boto3: (status, body, ETag); status 0 if it failed."""
+        url = self._presigner.url(self.prefix + key, 900, method=method) if self._presigner else ""
+        if not url:
+            return 0, b"", ""
+        parts = urlsplit(url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(parts.netloc, timeout=60)
+        try:
+            # The Host header exactly as signed (http.client would drop a default port).
+            conn.request(method, f"{parts.path}?{parts.query}", body, {"Host": parts.netloc})
+            resp = conn.getresponse()
+            return resp.status, resp.read(), resp.getheader("ETag", "")
+        except (OSError, http.client.HTTPException):
+            return 0, b"", ""
+        finally:
+            conn.close()
+
+    def _fast_get(self, key: str) -> tuple[bytes, str] | object | None:
+        """The body and ETag, None when the key is absent, or _FALLBACK.
+
+        Anything but 200 or NoSuchKey (errors, redirects, throttling) falls back to boto3,
+        which retries and words the error exactly as every other store call does; a fallback
+        turns the fast path off for the rest of the run.
+        """
+        status, body, etag = self._fast("GET", key)
+        if status == 200:
+            return body, etag
+        if status == 404:
+            found = _CODE_RE.search(body.decode("utf-8", "replace"))
+            if found and found.group(1) == "NoSuchKey":
+                return None
+        self._slow_path()
+        return _FALLBACK
+
+    def _slow_path(self) -> None:
+        """Presign through boto3 from now on."""
+        self._presigner = None
+        with self._urls_lock:
+            self._urls.clear()
+
     # ----- data plane: presigned ranged GETs over pooled connections ---------------------------
     def _url(self, key: str) -> str:
         with self._urls_lock:
             url = self._urls.get(key)
         if url is None:
-            url = self.client.generate_presigned_url(
-                "get_object",
-                Params={"Bucket": self.bucket, "Key": self.prefix + key},
-                ExpiresIn=6 * 3600,
-            )
+            presigner = self._presigner
+            if presigner is not None:
+                url = presigner.url(self.prefix + key, 6 * 3600)
+            else:
+                url = self.client.generate_presigned_url(
+                    "get_object",
+                    Params={"Bucket": self.bucket, "Key": self.prefix + key},
+                    ExpiresIn=6 * 3600,
+                )
             with self._urls_lock:
                 self._urls[key] = url
         return url

@@ -1,4 +1,4 @@
-"""Presigned S3 GET URLs (AWS Signature Version 4, query form) from the standard library.
+"""Presigned S3 URLs (AWS Signature Version 4, query form) from the standard library.
 
 Why not botocore: importing botocore costs 0.2-0.3 s and creating a boto3 client 0.1-0.2 s
 more, serial time before the first byte of every restore (measured, docs/benchmarks.md). A
@@ -84,8 +84,10 @@ class Presigner:
             return None  # boto3 switches to path style or another endpoint: let it decide
         return cls(f"https://{bucket}.s3.{region}.amazonaws.com", creds, region)
 
-    def url(self, key: str, expires: int, now: datetime.datetime | None = None) -> str:
-        """A presigned GET URL for ``key`` (the object key, prefix included)."""
+    def url(
+        self, key: str, expires: int, now: datetime.datetime | None = None, method: str = "GET"
+    ) -> str:
+        """A presigned URL for ``key`` (the object key, prefix included); payload unsigned."""
         now = now or datetime.datetime.now(datetime.UTC)
         stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         scope = f"{day}/{self.region}/s3/aws4_request"
@@ -101,7 +103,7 @@ class Presigner:
         if self.creds.token:
             params["X-Amz-Security-Token"] = self.creds.token
         query = "&".join(f"{_q(k)}={_q(v)}" for k, v in sorted(params.items()))
-        canonical = f"GET\n{path}\n{query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
+        canonical = f"{method}\n{path}\n{query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign = "\n".join(
             (_ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest())
         )
