@@ -184,3 +184,10 @@ def test_no_baseline_note_only_when_regression_rules_were_asked():
     regression = {**row, "kind": "max-regression", "rule": "a drop <= 0.1 vs baseline"}
     gate["rows"].append({**regression, "skipped": True, "verdict": "skipped: no baseline"})
     assert "No baseline metrics" in report.render("t", gate, None, minutes, ctx)
+
+
+def test_report_without_a_gate_says_so_plainly(tmp_path):
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
+    proc = run_cli("report", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines()[0] == "report: ok: no gate ran in this job; comment skipped"

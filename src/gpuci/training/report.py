@@ -198,8 +198,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         publish(values, rt, body, result)
     else:
         result.outputs.update({"comment": "skipped", "comment-url": ""})
-    verdict = "no gate" if gate is None else "passed" if gate.get("passed") else "failed"
-    result.headline = f"gate {verdict}; comment {result.outputs['comment']}"
+    verdict = (
+        "no gate ran in this job"
+        if gate is None
+        else "gate passed"
+        if gate.get("passed")
+        else "gate failed"
+    )
+    result.headline = f"{verdict}; comment {result.outputs['comment']}"
     if rt.dry_run:
         result.headline = "dry run: " + result.headline
     result.report["body"] = body
