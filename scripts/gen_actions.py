@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from gpuci.commands import (  # noqa: E402
+    BOOLEAN_OUTPUTS,
     Command,
     Output,
     all_commands,
@@ -39,8 +40,6 @@ ROOT = "."
 # Folders other engineers write by hand following this pattern: never generated, only indexed.
 HAND_WRITTEN = frozenset({"actions/gpu-pod", "actions/metric-gate"})
 
-# Outputs that are booleans: when the root action skips a part, they still read true/false.
-BOOLEAN_OUTPUTS = frozenset({"cache-hit", "passed"})
 
 BRANDING = {
     ".": ("cpu", "green"),

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from gpuci.commands import all_commands, iter_leaf_commands
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, parse_file_command, run_cli
 
 ACTION_COMMANDS = ("gpu-setup", "cache-weights", "retry-fetch", "gpu-smoke", "dry-run")
 
@@ -148,3 +148,20 @@ def test_an_unwritable_journal_is_one_infra_line_not_an_internal_error(tmp_path)
     assert first.startswith("gate: infrastructure error: cannot write the job journal ")
     assert "(fix: set GPUCI_JOURNAL to a writable file" in first
     assert "internal error" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_boolean_outputs_are_false_not_empty_after_an_error(tmp_path):
+    restore = ("cache-weights", "restore", "--key", "k", "--path", "p", "--store", "ftp://x")
+    for args, name in (
+        (("gpu-smoke", "--checks", "bogus"), "passed"),
+        (("gate", "--metrics", "m.json"), "passed"),  # no rules: bad input
+        (restore, "cache-hit"),
+    ):
+        body = json.loads(run_cli(*args, "--json", cwd=tmp_path).stdout)
+        assert body["exit_code"] == 2, body
+        assert body["outputs"][name] == "false", (args, body["outputs"])
+    out = tmp_path / "out"
+    out.write_text("")
+    env = clean_env(GITHUB_ACTIONS="true", GITHUB_OUTPUT=str(out))
+    assert run_cli("gpu-smoke", "--checks", "bogus", env=env, cwd=tmp_path).returncode == 2
+    assert parse_file_command(out.read_text(), "GITHUB_OUTPUT") == {"passed": "false"}

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpuci import __version__
-from gpuci.commands import Command, all_commands
+from gpuci.commands import BOOLEAN_OUTPUTS, Command, all_commands
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
@@ -121,14 +121,19 @@ def run_command(
         values = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
         func = cmd.load()
         if func is None:
-            return Result(
+            result = Result(
                 command=full_name,
                 exit_code=ExitCode.BAD_INPUT,
                 headline="not implemented yet in this version of gpu-ci",
             )
-        return func(values, runtime)
+        else:
+            result = func(values, runtime)
     except GpuciError as exc:
-        return Result.from_error(full_name, exc)
+        result = Result.from_error(full_name, exc)
+    for output in cmd.outputs:  # a boolean output is never empty, even after an error
+        if output.name in BOOLEAN_OUTPUTS and result.outputs.get(output.name) in (None, ""):
+            result.outputs[output.name] = False
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 RunFn = Callable[[dict[str, Any], "Runtime"], "Result"]
 
 
+# Outputs that are booleans: always "true" or "false", never empty, even when the command
+# failed before setting them (the CLI fills them) or the all-in-one action skipped its part.
+BOOLEAN_OUTPUTS = frozenset({"cache-hit", "passed", "populated"})
+
+
 @dataclass(frozen=True)
 class Output:
     """One action output; the action's ``outputs:`` map is generated from these."""
