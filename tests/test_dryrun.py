@@ -152,6 +152,11 @@ def test_job_filter_and_errors(tmp_path):
     bad.write_text("jobs: [unclosed\n")
     proc = run_cli("dry-run", str(bad))
     assert proc.returncode == 2 and "not valid YAML at line" in proc.stdout
+    gitlab = tmp_path / ".gitlab-ci.yml"
+    gitlab.write_text("stages: [test]\ntrain:\n  script: [gpuci gpu-setup]\n")
+    proc = run_cli("dry-run", str(gitlab))
+    assert proc.returncode == 2
+    assert "for GitLab CI, run the job with GPUCI_DRY_RUN=true" in proc.stdout
     proc = run_cli("dry-run", str(tmp_path / "missing.yml"))
     assert proc.returncode == 2 and "not found" in proc.stdout
     (tmp_path / ".github" / "workflows").mkdir(parents=True)

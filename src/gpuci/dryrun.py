@@ -71,7 +71,8 @@ def _load_workflow(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
         raise InputError(
             f"workflow {path} has no 'jobs:' mapping",
-            hint="point dry-run at a GitHub Actions workflow file",
+            hint="point dry-run at a GitHub Actions workflow file; for GitLab CI, run the job "
+            "with GPUCI_DRY_RUN=true (every gpuci command then plans only)",
         )
     return data
 
