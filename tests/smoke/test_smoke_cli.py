@@ -60,7 +60,10 @@ def test_xid_across_the_process_boundary_fails_with_exit_1(tmp_path):
     body = json.loads(proc.stdout)
     assert body["outputs"]["passed"] == "false"
     assert body["outputs"]["failed-checks"] == "gpu0:health"
-    assert body["headline"] == "1 check(s) failed: gpu0:health (XID 79 raised during the run)"
+    assert body["headline"] == (
+        "1 check(s) failed: gpu0:health (XID 79 raised during the run) (fix: take this node out "
+        f"of the runner pool and rerun elsewhere; the figures are in {body['outputs']['report']})"
+    )
 
 
 def test_github_outputs_are_rendered_by_the_runtime(tmp_path):

@@ -524,8 +524,11 @@ def _result(
     result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
     gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
     if failed:
-        result.headline = f"{len(failed)} check(s) failed: " + "; ".join(
-            f"{o.label} ({o.reason})" for o in failed
+        result.headline = (
+            f"{len(failed)} check(s) failed: "
+            + "; ".join(f"{o.label} ({o.reason})" for o in failed)
+            + " (fix: take this node out of the runner pool and rerun elsewhere; "
+            f"the figures are in {path})"
         )
     else:
         result.headline = (
