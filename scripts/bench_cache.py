@@ -112,6 +112,8 @@ class Bench:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **CREDS, "GPUCI_JOURNAL": str(self.work / "journal.jsonl")}
+        # Cold restores only: the runner-local tier would serve every run after the first.
+        self.env["GPUCI_LOCAL_CACHE"] = "off"
         self.env.pop("GPUCI_STORE", None)
         self.server: subprocess.Popen | None = None
 

@@ -21,6 +21,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,19 @@ class _Corrupt(Exception):
         self.what, self.expected, self.got = what, expected, got
 
 
+@dataclass
+class Lane:
+    """A worker's two buffers and its helper thread.
+
+    The helper writes and hashes one chunk while the worker receives the next, so the socket
+    keeps draining (the server never waits on our disk or our hash); a single helper per
+    worker keeps each worker's chunks in order.
+    """
+
+    buffers: tuple[memoryview, memoryview]
+    helper: ThreadPoolExecutor
+
+
 class WorkPool:
     """N threads over one queue; tasks may enqueue more; the first error stops everything."""
 
@@ -71,20 +85,22 @@ class WorkPool:
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
 
-    def submit(self, fn: Callable[[memoryview], None]) -> None:
+    def submit(self, fn: Callable[[Lane], None]) -> None:
         with self._lock:
             self._pending += 1
         self._queue.put(fn)
 
     def _worker(self) -> None:
-        buffer = directio.aligned_buffer(layout.IO_CHUNK)
+        memory = directio.aligned_buffer(2 * layout.IO_CHUNK)
+        lane = Lane((memory[: layout.IO_CHUNK], memory[layout.IO_CHUNK :]), ThreadPoolExecutor(1))
         while True:
             fn = self._queue.get()
             if fn is None:
+                lane.helper.shutdown()
                 return
             try:
                 if not self.cancelled.is_set():
-                    fn(buffer)
+                    fn(lane)
             except BaseException as exc:
                 with self._lock:
                     if self.error is None and not isinstance(exc, _Cancelled):
@@ -234,7 +250,7 @@ class Downloader:
             packed_entries = [e for e, _ in packed]
             for run in plan_runs(packed_entries, layout.PACK_RUN):
                 members = [packed[i] for i in run.members]
-                pool.submit(lambda buf, run=run, members=members: self._run(run, members, buf))
+                pool.submit(lambda lane, run=run, members=members: self._run(run, members, lane))
             pool.run()
         except TransientError as exc:
             raise StoreError(
@@ -252,7 +268,7 @@ class Downloader:
                 target.close()
 
     # ----- large files --------------------------------------------------------------------------
-    def _parts(self, target: _BlobTarget) -> list[Callable[[memoryview], None]]:
+    def _parts(self, target: _BlobTarget) -> list[Callable[[Lane], None]]:
         size = target.entry.size
         # Spread a lone big file across the workers, but keep parts large enough to amortise.
         part = max(min(layout.PART_SIZE, -(-size // self.workers)), layout.MIN_PART)
@@ -268,14 +284,14 @@ class Downloader:
         for task in self._parts(target):
             self._pool.submit(task)
 
-    def _part(self, target: _BlobTarget, offset: int, length: int, buf: memoryview) -> None:
+    def _part(self, target: _BlobTarget, offset: int, length: int, lane: Lane) -> None:
         key = layout.blob_key(target.entry.sha256)
         state = {"pos": offset}
         end = offset + length
         completed = False
         for attempt in retrying(self.attempts):
             with attempt:
-                completed = self._stream_part(target, key, state, end, buf)
+                completed = self._stream_part(target, key, state, end, lane)
         if completed:
             try:
                 target.finish()
@@ -292,41 +308,58 @@ class Downloader:
         key: str,
         state: dict[str, int],
         end: int,
-        buf: memoryview,
+        lane: Lane,
     ) -> bool:
+        """Receive chunk n+1 while the helper writes and hashes chunk n.
+
+        ``state["pos"]`` only moves past bytes that are written and handed to the hash, so a
+        retry resumes exactly there.
+        """
         assert self._pool is not None
         reader = self.store.open_range(key, state["pos"], end - state["pos"])
         completed = False
+        pending: tuple[Future[bool], int] | None = None
+        pos, turn = state["pos"], 0
         try:
-            while state["pos"] < end:
+            while pos < end:
                 if self._pool.cancelled.is_set():
                     raise _Cancelled()
-                want = min(len(buf), end - state["pos"])
+                buf = lane.buffers[turn % 2]
+                turn += 1
+                want = min(len(buf), end - pos)
                 got = 0
                 while got < want:  # fill the buffer: writes stay whole and aligned
                     n = reader.readinto(buf[got:want])
                     if n == 0:
                         raise TransientError("the store closed the stream early")
                     got += n
-                chunk = buf[:want]
-                assert target.file is not None
-                target.file.write(chunk, state["pos"])
-                self._count(want)
-                # The hash cursor may re-read earlier parts into a scratch buffer.
-                if target.advance(state["pos"], chunk, _scratch()):
-                    completed = True
-                state["pos"] += want
+                if pending is not None:  # the other buffer is free again once this returns
+                    completed = pending[0].result() or completed
+                    state["pos"], pending = pending[1], None
+                future = lane.helper.submit(self._land, target, buf[:want], pos)
+                pending, pos = (future, pos + want), pos + want
         finally:
             reader.close()
+            if pending is not None:
+                completed = pending[0].result() or completed
+                state["pos"] = pending[1]
         return completed
 
+    def _land(self, target: _BlobTarget, chunk: memoryview, pos: int) -> bool:
+        """Write one chunk in place and feed the file's hash; True when it completed the file."""
+        assert target.file is not None
+        target.file.write(chunk, pos)
+        self._count(len(chunk))
+        # The hash cursor may re-read earlier parts into a scratch buffer.
+        return target.advance(pos, chunk, _scratch())
+
     # ----- packed small files -------------------------------------------------------------------
-    def _run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
+    def _run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
         for attempt_round in (0, 1):
             try:
                 for attempt in retrying(self.attempts):
                     with attempt:
-                        self._stream_run(run, members, buf)
+                        self._stream_run(run, members, lane.buffers[0])
                 return
             except _Corrupt:
                 if attempt_round == 1:
