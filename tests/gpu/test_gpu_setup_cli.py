@@ -125,3 +125,13 @@ def test_help_does_not_import_nvml(tmp_path: Path) -> None:
         [sys.executable, "-c", setup_code], capture_output=True, text=True, timeout=30, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+def test_a_failed_check_names_the_fix(cli) -> None:
+    small = cli("--min-memory-gb", "200", "--min-gpus", "2", fake="h200").stdout.splitlines()[0]
+    assert small.startswith("gpu-setup: check failed: 2 check(s) failed: min-gpus (")
+    assert small.endswith(
+        "(fix: run on a runner whose GPUs meet min-gpus, min-memory-gb, or relax them)"
+    )
+    sick = cli(fake="ecc-bad").stdout.splitlines()[0]
+    assert sick.endswith("(fix: reset the GPU or take this node out of the runner pool)")

@@ -142,7 +142,8 @@ def test_one_gpu_snapshot_through_real_bindings(cli, cli_json, one_gpu_lib: Path
     assert proc.returncode == 1, body["headline"]
     assert body["headline"] == (
         "1 check(s) failed: fail-on-ecc-errors (GPU 0: 3 volatile uncorrected ECC errors, "
-        "row remapping pending (reset the GPU))"
+        "row remapping pending (reset the GPU)) "
+        "(fix: reset the GPU or take this node out of the runner pool)"
     )
     assert body["outputs"]["visible-devices"] == "GPU-0a1b2c3d-0000-1111-2222-333344445555"
     assert body["outputs"]["memory-gb"] == "85.5" and body["outputs"]["cuda-version"] == "12.6"

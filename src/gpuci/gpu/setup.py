@@ -73,8 +73,17 @@ def _journal_gpu(gpu: GpuInfo) -> dict[str, Any]:
 
 def _headline(failed: list[CheckOutcome], units: list[Unit], cpu_only: bool) -> str:
     if failed:
-        return f"{len(failed)} check(s) failed: " + "; ".join(
-            f"{c.check} ({c.reason})" for c in failed
+        names = [n for n in dict.fromkeys(c.check for c in failed) if n != "fail-on-ecc-errors"]
+        them = "it" if len(names) == 1 else "them"
+        fixes = []
+        if names:  # a GPU too small, too few or too old
+            fixes.append(f"run on a runner whose GPUs meet {', '.join(names)}, or relax {them}")
+        if len(names) < len({c.check for c in failed}):  # a sick GPU, not a small one
+            fixes.append("reset the GPU or take this node out of the runner pool")
+        return (
+            f"{len(failed)} check(s) failed: "
+            + "; ".join(f"{c.check} ({c.reason})" for c in failed)
+            + f" (fix: {'; '.join(fixes)})"
         )
     if cpu_only:
         return "no GPU; CPU-only report (require-gpu is false)"
