@@ -89,10 +89,11 @@ class Progress:
             self._stream.write(text + "\n")
         self._stream.flush()
 
-    def close(self, failed: bool = False) -> float:
+    def close(self, failed: bool = False, note: str | None = None) -> float:
         """Print the final line once; returns elapsed seconds.
 
-        ``failed`` says so on that line: "x: 0 B, 0 B/s in 4.9s" reads like a finished download.
+        ``failed`` says so on that line: "x: 0 B, 0 B/s in 4.9s" reads like a finished download;
+        ``note`` replaces the figures (e.g. "already present") when nothing was transferred.
         """
         with self._lock:
             now = self._clock()
@@ -101,13 +102,13 @@ class Progress:
                 if self._live:
                     self._stream.write("\r\033[K")
                 elapsed = now - self._start
-                text = (
-                    f"{self.label}: failed after {human_bytes(self.done)} in {elapsed:.1f}s\n"
-                    if failed
-                    else f"{self.line(now)} in {elapsed:.1f}s\n".replace(", ETA --", "").replace(
-                        ", ETA 0s", ""
-                    )
-                )
-                self._stream.write(text)
+                if failed:
+                    text = f"{self.label}: failed after {human_bytes(self.done)} in {elapsed:.1f}s"
+                elif note:
+                    text = f"{self.label}: {note}"
+                else:
+                    text = f"{self.line(now)} in {elapsed:.1f}s"
+                    text = text.replace(", ETA --", "").replace(", ETA 0s", "")
+                self._stream.write(text + "\n")
                 self._stream.flush()
             return now - self._start

@@ -121,6 +121,9 @@ def test_progress_lines_per_file(server, tmp_path: Path):
     )
     assert result.ok
     assert "p.bin: " in text and "/s" in text
+    again, text = fetch({"url": server.url("/data.bin"), "dest": "p.bin", "sha256": SHA}, tmp_path)
+    assert again.ok and "p.bin: already present, sha256 matches\n" in text
+    assert "p.bin: 0 B" not in text
 
 
 def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):

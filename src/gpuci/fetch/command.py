@@ -104,7 +104,9 @@ def _one(
                 progress=meter,
             )
         finally:
-            meter.close(failed=res is None)
+            present = res is not None and res.skipped
+            note = "already present, sha256 matches" if present else None
+            meter.close(failed=res is None, note=note)
         return res
     except GpuciError as exc:
         return exc
