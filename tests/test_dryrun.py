@@ -178,7 +178,9 @@ def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
     body = json.loads(proc.stdout)
     verdicts = {s["command"]: s["verdict"] for s in body["report"]["steps"] if s["command"]}
     assert verdicts["gpu-setup"] == "would-fail"  # no GPU here: reported, not fatal
+    assert verdicts["gpu-smoke"] == "would-fail"  # and no smoke check could pass here either
     assert verdicts["cache-weights restore"] in ("ok", "would-fail")
+    assert "would fail on this machine (train step 2, train step 4" in body["headline"]
 
 
 def test_dispatching_action_picks_the_sub_command(tmp_path):

@@ -363,7 +363,8 @@ def _result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime) -> 
         result.headline = f"plan is valid: {len(judged)} gpu-ci step(s) checked"
         if failing:
             result.headline += (
-                f"; {len(failing)} would fail on this machine "
-                "(expected where the runner differs, see above)"
+                f"; {len(failing)} would fail on this machine ("
+                + ", ".join(f"{p.job} step {p.index}" for p in failing)
+                + "; expected where this machine is not the runner)"
             )
     return result
