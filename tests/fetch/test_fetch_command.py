@@ -111,6 +111,7 @@ def test_header_values_are_masked_and_sent(server, tmp_path: Path):
     )
     assert result.ok, text
     assert "::add-mask::Bearer tok-123456" in text
+    assert "::add-mask::tok-123456\n" in text  # the token alone, wherever it shows up later
     assert server.gets()[0].headers["Authorization"] == "Bearer tok-123456"
     assert "attempts<<" in (tmp_path / "gh_out").read_text()
 

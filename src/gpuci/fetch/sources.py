@@ -65,6 +65,9 @@ def parse_headers(lines: Sequence[str] | None, mask: Callable[[str], None]) -> d
         name, sep, value = line.partition(":")
         name, value = name.strip(), value.strip()
         mask(value)
+        scheme, _, credential = value.partition(" ")
+        if credential.strip() and scheme.isalpha():  # "Bearer TOKEN": the token alone leaks too
+            mask(credential.strip())
         if not sep or not _HEADER_NAME.match(name):
             raise InputError(
                 "input 'headers' has a line that is not 'Name: value'",
