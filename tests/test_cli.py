@@ -109,6 +109,12 @@ def test_usage_errors_are_one_line_naming_the_command_and_the_fix():
             f"{prog}: bad input: {proc.stderr.split(': bad input: ')[1].strip()}"
         ]
         assert needle in proc.stderr and f"(fix: see {prog} --help)" in proc.stderr
+    proc = run_cli("gpu-setup", "--nosuch", env=clean_env(GITHUB_ACTIONS="true"))
+    assert proc.returncode == 2
+    assert proc.stdout == (
+        "::error title=gpu-ci%3A bad input::python -m gpuci gpu-setup: unrecognized arguments: "
+        "--nosuch (fix: see python -m gpuci gpu-setup --help)\n"
+    )
 
 
 def test_a_closed_pipe_is_no_traceback(tmp_path):

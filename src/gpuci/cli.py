@@ -18,7 +18,7 @@ from gpuci import __version__
 from gpuci.commands import BOOLEAN_OUTPUTS, Command, all_commands
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.inputs import resolve
-from gpuci.runtime import Result, Runtime
+from gpuci.runtime import Result, Runtime, detect_platform
 
 EPILOG = """\
 exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 infrastructure
@@ -32,7 +32,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line with the fix, like every other gpu-ci error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: bad input: {message} (fix: see {self.prog} --help)\n")
+        hint = f"see {self.prog} --help"
+        if detect_platform(os.environ) == "github":  # an annotation too, like any bad input
+            Runtime().render_failure(InputError(f"{self.prog}: {message}", hint=hint))
+        self.exit(2, f"{self.prog}: bad input: {message} (fix: {hint})\n")
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
