@@ -11,7 +11,12 @@ INPUTS = (
         "lines",
         required=True,
     ),
-    Input("dest", "Destination file (one URL) or folder (several URLs).", "str"),
+    Input(
+        "dest",
+        "Destination file (one URL) or folder (several URLs, an existing folder, or a path "
+        "ending in /); default: the current folder.",
+        "str",
+    ),
     Input(
         "sha256",
         "Expected sha256 (hex), or the URL of a .sha256 / SHA256SUMS file (matched by name).",
