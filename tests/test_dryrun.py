@@ -164,6 +164,8 @@ def test_job_filter_and_errors(tmp_path):
     proc = run_cli("dry-run", "nope.yml", cwd=tmp_path)  # the hint names what is here
     assert proc.returncode == 2
     assert "here: .github/workflows/train.yml" in proc.stdout
+    proc = run_cli("dry-run", ".github", cwd=tmp_path)
+    assert proc.returncode == 2 and "workflow file .github is a folder" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 

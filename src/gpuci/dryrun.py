@@ -58,7 +58,8 @@ def _load_workflow(path: Path) -> dict[str, Any]:
     import yaml
 
     if not path.is_file():
-        raise InputError(f"workflow file {path} not found", hint=_workflow_hint())
+        what = "is a folder, not a workflow file" if path.is_dir() else "not found"
+        raise InputError(f"workflow file {path} {what}", hint=_workflow_hint())
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
