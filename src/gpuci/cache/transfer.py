@@ -1,11 +1,12 @@
 """Moving bytes: parallel ranged GETs streamed into place, sha256 checked on the way.
 
-Large files are cut into parts fetched in parallel and written at their offsets with
-``os.pwrite`` into a preallocated file; a per-file hash cursor consumes the bytes in order as
-they arrive (parts that land early are re-read from the page cache when their turn comes), so a
-file is verified the moment its last byte is written. Packed small files come in runs of
-neighbours, one GET per run, split into files while streaming. Every worker reads through one
-preallocated buffer, so memory stays flat whatever the file size.
+Large files are cut into aligned parts fetched in parallel and written at their offsets
+(``O_DIRECT`` where the filesystem allows, see :mod:`gpuci.cache.directio`); a per-file hash
+cursor consumes the bytes in order as they arrive (parts that land early are re-read when their
+turn comes), so a file is verified the moment its last byte is written. Each worker receives
+chunk n+1 while its helper thread writes and hashes chunk n. Packed small files come in runs
+of neighbours, one GET per run, split into files while streaming. Every worker owns two
+preallocated buffers, so memory stays flat whatever the file size.
 
 Transient failures (5xx, SlowDown, dropped connections) are retried by one policy declared
 once (:func:`retrying`); a file whose bytes do not match their hash is fetched once more, then
