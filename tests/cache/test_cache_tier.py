@@ -45,7 +45,7 @@ def _assert_tier_intact(tier: Path) -> None:
         assert not stat.S_IMODE(st.st_mode) & 0o222
 
 
-def test_save_fills_the_tier_and_a_warm_restore_downloads_only_the_manifest(store, env, tmp_path):
+def test_save_fills_the_tier_and_a_warm_restore_downloads_no_file_bytes(store, env, tmp_path):
     tier = tmp_path / "tier"
     src = make_tree(tmp_path / "src")
     saved, _ = cache_cmd("save", _flags(store, "w", src, **{"local-cache": str(tier)}), env)
@@ -60,7 +60,8 @@ def test_save_fills_the_tier_and_a_warm_restore_downloads_only_the_manifest(stor
     total = sum(e[0] == "file" and 1 for e in snapshot(src).values())
     assert total == 23
     assert got.outputs["bytes-from-local"] > 2_500_000
-    assert got.outputs["bytes-downloaded"] < 20_000  # the manifest alone
+    assert got.outputs["bytes-downloaded"] == got.report["bytes_downloaded"] == 0
+    assert 0 < got.report["bytes_metadata"] < 20_000  # the manifest alone
     placed = got.report["placed"]
     linked = placed.get("hardlink", 0) + placed.get("reflink", 0)
     assert linked + placed.get("copy", 0) == 22  # every file with bytes (one is empty)
@@ -87,9 +88,8 @@ def test_cold_restore_fills_the_tier_by_linking_and_a_second_restore_is_local(st
         "restore", _flags(store, "c", tmp_path / "b", **{"local-cache": str(tier)}), env
     )
     assert second.ok
-    assert second.outputs["bytes-from-local"] == first.outputs[
-        "bytes-downloaded"
-    ] - _manifest_bytes(store, first)
+    assert second.outputs["bytes-from-local"] == first.outputs["bytes-downloaded"]
+    assert first.report["bytes_metadata"] == _manifest_bytes(store, first)
     assert _content(tmp_path / "b") == _content(src)
 
 

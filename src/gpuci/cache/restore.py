@@ -468,14 +468,15 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     rate = (moved.downloaded + moved.from_local) / seconds / 1e6 if seconds > 0 else 0.0
     result.headline = (
         f"{outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
-        f"({human_bytes(moved.from_local)} from the local tier) in {seconds:.1f}s "
+        f"({human_bytes(moved.downloaded)} from the store, "
+        f"{human_bytes(moved.from_local)} from the local tier) in {seconds:.1f}s "
         f"({rate:.0f} MB/s)"
     )
     result.outputs = outputs(
         hit=exact,
         matched=ref.key,
         manifest=ref.manifest,
-        down=moved.downloaded + manifest_bytes,
+        down=moved.downloaded,  # the tree's bytes; the manifest is in the report
         up=0,
         files=files,
         seconds=seconds,
@@ -495,6 +496,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "bytes": size,
         "bytes_downloaded": moved.downloaded,
         "bytes_from_local": moved.from_local,
+        "bytes_metadata": manifest_bytes,
         "placed": moved.placed,
         "producer": manifest.producer,
     }

@@ -56,8 +56,12 @@ CACHE_OUTPUTS = (
     Output("cache-hit", "true only when the exact key matched; always true or false."),
     Output("matched-key", "The key that matched (exact or via restore-keys); empty on a miss."),
     Output("manifest", "sha256 of the manifest restored or saved."),
-    Output("bytes-downloaded", "Bytes fetched from the store."),
-    Output("bytes-from-local", "Bytes placed from the runner-local cache."),
+    Output(
+        "bytes-downloaded",
+        "Bytes of the tree's files fetched from the store (the few KiB of manifest and ref "
+        "are not counted).",
+    ),
+    Output("bytes-from-local", "Bytes of the tree's files placed from the runner-local cache."),
     Output("bytes-uploaded", "Bytes sent to the store."),
     Output("files", "Files in the tree."),
     Output("seconds", "Wall time."),
