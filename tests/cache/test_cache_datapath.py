@@ -137,9 +137,11 @@ def test_target_file_writes_aligned_parts_and_an_unaligned_tail(tmp_path, direct
     )
 
 
-def test_direct_io_can_be_turned_off():
+def test_direct_io_is_opt_in():
+    # Off by default: a job reads its weights right after the restore (page cache stays warm).
+    assert not directio.enabled({})
     assert not directio.enabled({"GPUCI_CACHE_DIRECT_IO": "off"})
-    assert directio.enabled({}) == hasattr(os, "O_DIRECT")
+    assert directio.enabled({"GPUCI_CACHE_DIRECT_IO": "on"}) == hasattr(os, "O_DIRECT")
 
 
 # ----- whole restores, O_DIRECT on and off --------------------------------------------------------
