@@ -42,3 +42,22 @@ def test_a_warm_restore_reports_the_same_bytes_in_outputs_and_report(env, tmp_pa
     assert cold.ok, cold.headline
     assert cold.outputs["bytes-downloaded"] == cold.report["bytes_downloaded"] == size
     assert cold.outputs["bytes-from-local"] == cold.report["bytes_from_local"] == 0
+
+
+def test_a_save_dry_run_says_what_would_upload_and_writes_nothing(env, tmp_path):
+    root = tmp_path / "store"
+    src = _tree(tmp_path / "src")
+    plan, _ = cache_cmd("save", _flags(root.as_uri(), "k1", src), env, dry_run=True)
+    assert plan.ok, plan.headline
+    assert plan.headline.startswith("would save k1: 2 files")
+    assert "uploaded" not in plan.headline and "would upload" in plan.headline
+    assert "| would save |" in plan.summary[0]
+    assert not root.exists()  # a plan writes nothing
+
+    assert cache_cmd("save", _flags(root.as_uri(), "k1", src), env)[0].ok
+    same, _ = cache_cmd("save", _flags(root.as_uri(), "k1", src), env, dry_run=True)
+    assert "nothing would upload" in same.headline and "uploaded" not in same.headline
+    (src / "config.json").write_text('{"a": 2}\n')
+    changed, _ = cache_cmd("save", _flags(root.as_uri(), "k1", src), env, dry_run=True)
+    assert changed.headline.startswith("would update k1:")
+    assert "1 new pack(s)" in changed.headline and "uploaded" not in changed.headline

@@ -291,7 +291,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         ref_body = refs.ref_body(key, digest, len(manifest.files), size)
         if rt.dry_run:
             saver.stats.add(meta_bytes=len(body) + len(ref_body))
-            outcome = "would save"
+            outcome = "would save" if current is None else "would update"
         else:
             store.put(layout.manifest_key(digest), body)
             saver.stats.add(meta_bytes=len(body))
@@ -323,10 +323,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             },
             rt.environ,
         )
-    result.headline = (
-        f"{outcome} {key}: {len(manifest.files)} files, {human_bytes(size)}, "
-        f"uploaded {human_bytes(uploaded)} in {seconds:.1f}s"
-    )
+    result.headline = _headline(outcome, key, len(manifest.files), size, stats, seconds, rt.dry_run)
     result.outputs = outputs(
         hit=unchanged,
         matched=key,
@@ -352,6 +349,23 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "small_files_reused": stats.reused_files,
     }
     return result
+
+
+def _headline(
+    outcome: str, key: str, files: int, size: int, stats: SaveStats, seconds: float, plan: bool
+) -> str:
+    """What happened, or in a dry run what would: a plan never speaks in the past tense."""
+    tree = f"{files} files, {human_bytes(size)}"
+    uploaded = stats.data_bytes + stats.meta_bytes
+    if not plan:
+        return f"{outcome} {key}: {tree}, uploaded {human_bytes(uploaded)} in {seconds:.1f}s"
+    if outcome == "unchanged":
+        return f"unchanged {key}: {tree}; the key already names this tree, nothing would upload"
+    return (
+        f"{outcome} {key}: {tree}; would upload {human_bytes(uploaded)} "
+        f"({stats.blobs} new blob(s), {stats.packs} new pack(s), "
+        f"{human_bytes(stats.meta_bytes)} of manifest and ref)"
+    )
 
 
 def _keep_revision(tree: Tree, revision: str) -> None:
