@@ -6,6 +6,9 @@ server at all), so they stay fast.
 
 from __future__ import annotations
 
+import os
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from conftest import cache_cmd
@@ -61,3 +64,30 @@ def test_a_save_dry_run_says_what_would_upload_and_writes_nothing(env, tmp_path)
     changed, _ = cache_cmd("save", _flags(root.as_uri(), "k1", src), env, dry_run=True)
     assert changed.headline.startswith("would update k1:")
     assert "1 new pack(s)" in changed.headline and "uploaded" not in changed.headline
+
+
+def test_a_prune_plan_says_the_grace_period_holds_the_blobs_and_until_when(env, tmp_path):
+    root = tmp_path / "store"
+    src = _tree(tmp_path / "src")
+    assert cache_cmd("save", _flags(root.as_uri(), "k1", src), env)[0].ok
+    two_hours_ago = time.time() - 7200
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (two_hours_ago, two_hours_ago))
+
+    plan, _ = cache_cmd("prune", {"store": root.as_uri(), "older-than": "0s"}, env, dry_run=True)
+    assert plan.ok, plan.headline
+    assert "would delete 1 key(s), 0 manifest(s), 0 blob(s)/pack(s), freeing 0 B" in plan.headline
+    held = plan.report["held_by_grace"]
+    assert len(held["manifests"]) == 1 and len(held["data"]) == 1  # both files share a pack
+    objects = held["manifests"] + held["data"]
+    assert held["bytes"] == sum((root / key).stat().st_size for key in objects) > 40_000
+    assert "6h grace period would keep 1 manifest(s) and 1 blob(s)/pack(s)" in plan.headline
+    assert "(in 4h" in plan.headline  # saved 2 h ago, the grace period is 6 h
+    when = datetime.strptime(held["deletable_after"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert abs(when.timestamp() - (two_hours_ago + 6 * 3600)) < 2
+    assert held["deletable_after"] in plan.headline
+    assert any("grace period would keep" in block for block in plan.summary)
+
+    done, _ = cache_cmd("prune", {"store": root.as_uri(), "older-than": "0s", "grace": "1h"}, env)
+    assert done.ok and done.report["data"] == held["data"] and "grace" not in done.headline

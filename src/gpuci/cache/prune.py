@@ -19,6 +19,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuci.cache import layout, refs, usage
@@ -36,11 +37,24 @@ class Plan:
     refs: list[str] = field(default_factory=list)  # object keys
     manifests: list[ObjectInfo] = field(default_factory=list)
     data: list[ObjectInfo] = field(default_factory=list)  # blobs and packs
-    kept_young: int = 0
+    kept_young: int = 0  # unnamed manifests, blobs and packs younger than the grace period
+    # Everything the grace period holds back: those young objects, plus the blobs and packs
+    # only a young unnamed manifest still reaches (they go with it).
+    held_manifests: list[ObjectInfo] = field(default_factory=list)
+    held_data: list[ObjectInfo] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
         return sum(o.size for o in self.manifests) + sum(o.size for o in self.data)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(o.size for o in self.held_manifests) + sum(o.size for o in self.held_data)
+
+    def held_until(self, grace: float) -> float | None:
+        """When the last held object is older than the grace period (a later prune frees all)."""
+        held = self.held_manifests + self.held_data
+        return max(o.modified for o in held) + grace if held else None
 
 
 def group_of(key: str) -> str:
@@ -122,22 +136,28 @@ def plan(
     out.refs = [i.object_key for i in _stale_refs(store, namespace, prefix, older_than, keep, now)]
     named = _named_manifests(store, set(out.refs))
     live: list[str] = []
+    young: list[str] = []
     for item in store.list(f"{layout.MANIFESTS}/"):
         digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
         if digest in named:
             live.append(digest)
         elif now - item.modified <= grace:
-            live.append(digest)  # a save may be about to write its ref
+            young.append(digest)  # a save may be about to write its ref
             out.kept_young += 1
+            out.held_manifests.append(item)
         else:
             out.manifests.append(item)
     reached = _reached(store, live)
+    reached_young = _reached(store, young) - reached
     for base in (layout.BLOBS, layout.PACKS):
         for item in store.list(f"{base}/"):
             if item.key in reached:
                 continue
             if now - item.modified <= grace:
                 out.kept_young += 1
+                out.held_data.append(item)
+            elif item.key in reached_young:
+                out.held_data.append(item)
             else:
                 out.data.append(item)
     return out
@@ -183,12 +203,15 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result.headline = (
         f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
         f"{len(work.data)} blob(s)/pack(s), freeing {human_bytes(work.bytes)}"
-    )
+    ) + _held_note(work, grace, rt.dry_run)
     rows = [["key", k, ""] for k in keys]
     rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
     rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
     if rows:
         result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
+    if work.held_manifests or work.held_data:
+        note = _held_note(work, grace, rt.dry_run).removeprefix("; ")
+        result.summary.append(f"{note[0].upper()}{note[1:]}.")
     result.report = {
         "store": store.url,
         "namespace": namespace,
@@ -198,5 +221,40 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "data": [o.key for o in work.data],
         "bytes_freed": work.bytes,
         "kept_young": work.kept_young,
+        "held_by_grace": {
+            "grace_seconds": grace,
+            "manifests": [o.key for o in work.held_manifests],
+            "data": [o.key for o in work.held_data],
+            "bytes": work.held_bytes,
+            "deletable_after": _iso(work.held_until(grace)),
+        },
     }
     return result
+
+
+def _iso(when: float | None) -> str | None:
+    if when is None:
+        return None
+    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _held_note(work: Plan, grace: float, plan: bool) -> str:
+    """Why unnamed data stays: the grace period (a save may be writing it), and until when."""
+    until = work.held_until(grace)
+    if until is None:
+        return ""
+    keeps = "would keep" if plan else "kept"
+    return (
+        f"; the {age(grace)} grace period {keeps} {len(work.held_manifests)} manifest(s) and "
+        f"{len(work.held_data)} blob(s)/pack(s) ({human_bytes(work.held_bytes)}) that no "
+        f"remaining key names, since a save may still be writing them: a prune after "
+        f"{_iso(until)} (in {_wait(until - time.time())}) deletes them"
+    )
+
+
+def _wait(seconds: float) -> str:
+    minutes = max(1, int(seconds + 59) // 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
+    return "".join(parts)
