@@ -153,10 +153,10 @@ def plan(
         for item in store.list(f"{base}/"):
             if item.key in reached:
                 continue
-            if now - item.modified <= grace:
+            if item.key in reached_young:
+                out.held_data.append(item)  # kept with the young manifest that names it
+            elif now - item.modified <= grace:
                 out.kept_young += 1
-                out.held_data.append(item)
-            elif item.key in reached_young:
                 out.held_data.append(item)
             else:
                 out.data.append(item)
