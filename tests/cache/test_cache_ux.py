@@ -6,12 +6,15 @@ server at all), so they stay fast.
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import cache_cmd
+from conftest import SUBCOMMANDS, cache_cmd
+from gpuci.cli import run_command
+from gpuci.runtime import Runtime
 
 
 def _tree(root: Path, big: int = 40_000) -> Path:
@@ -91,3 +94,46 @@ def test_a_prune_plan_says_the_grace_period_holds_the_blobs_and_until_when(env, 
 
     done, _ = cache_cmd("prune", {"store": root.as_uri(), "older-than": "0s", "grace": "1h"}, env)
     assert done.ok and done.report["data"] == held["data"] and "grace" not in done.headline
+
+
+def test_a_miss_names_the_store_it_looked_in(env, tmp_path):
+    default = {**env, "RUNNER_TOOL_CACHE": str(tmp_path / "tool-cache")}
+    miss, _ = cache_cmd("restore", {"key": "k1", "path": str(tmp_path / "out")}, default)
+    assert miss.ok and miss.outputs["cache-hit"] is False
+    store = (tmp_path / "tool-cache" / "gpuci" / "store").as_uri()
+    assert miss.headline == f"miss: no cache for k1 in {store} (no cache saved there yet)"
+
+    root = tmp_path / "store"
+    assert cache_cmd("save", _flags(root.as_uri(), "k1", _tree(tmp_path / "src")), env)[0].ok
+    flags = _flags(root.as_uri(), "k2", tmp_path / "out", **{"fail-on-miss": "true"})
+    failed, _ = cache_cmd("restore", flags, env)
+    assert failed.exit_code == 1
+    assert failed.headline == f"miss: no cache for k2 in {root.as_uri()}"
+    assert root.as_uri() in failed.annotations[0].message
+
+
+def test_an_s3_miss_names_bucket_and_endpoint(s3_store, env, tmp_path):
+    miss, _ = cache_cmd("restore", {**s3_store.flags(), "key": "k", "path": str(tmp_path)}, env)
+    assert miss.ok, miss.headline
+    assert miss.headline.endswith(f"in {s3_store.url} at {s3_store.endpoint}")
+
+
+def test_credentials_in_an_s3_store_url_are_masked_and_refused(env, tmp_path):
+    url = "s3://AKIAEXAMPLE:wJalr%2FSECRET@bucket/prefix?X-Amz-Security-Token=TOKEN123"
+    out = io.StringIO()
+    rt = Runtime(environ={**env, "GITHUB_ACTIONS": "true"}, stdout=out, stderr=out)
+    result = run_command(
+        SUBCOMMANDS["restore"], "cache-weights restore", _flags(url, "k", tmp_path), rt
+    )
+    assert result.exit_code == 2
+    assert "s3://***@bucket/prefix?***" in result.headline
+    text = result.headline + out.getvalue()
+    for secret in ("AKIAEXAMPLE", "wJalr", "TOKEN123"):
+        assert secret not in result.headline and secret not in result.annotations[0].message
+    for secret in (
+        "AKIAEXAMPLE",
+        "wJalr%252FSECRET",
+        "wJalr/SECRET",
+        "X-Amz-Security-Token=TOKEN123",
+    ):
+        assert f"::add-mask::{secret}" in text

@@ -26,7 +26,7 @@ from gpuci.cache import manifest as mf
 from gpuci.cache.common import outputs as _outputs
 from gpuci.cache.common import store_from, summary_table
 from gpuci.cache.select import select
-from gpuci.cache.store import LocalStore, Store
+from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
@@ -386,8 +386,11 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if found is None:
         seconds = time.monotonic() - start
         verb = "would miss" if rt.dry_run else "miss"
-        result.headline = f"{verb}: no cache for {key}" + (
-            f" or prefixes {', '.join(restore_keys)}" if restore_keys else ""
+        where = describe(store) + (" (no cache saved there yet)" if empty_local else "")
+        result.headline = (
+            f"{verb}: no cache for {key}"
+            + (f" or prefixes {', '.join(restore_keys)}" if restore_keys else "")
+            + f" in {where}"
         )
         result.outputs = outputs(
             hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
@@ -398,7 +401,10 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             return fill_on_miss(values, rt, result, paths, start)
         if fail_on_miss:
             result.exit_code = ExitCode.CHECK_FAILED
-            result.error(f"cache miss for {key} and fail-on-miss is set", "gpu-ci cache: miss")
+            result.error(
+                f"cache miss for {key} in {describe(store)} and fail-on-miss is set",
+                "gpu-ci cache: miss",
+            )
         return result
     ref, exact = found
     whole, manifest_bytes = fetch_manifest(store, ref.manifest)

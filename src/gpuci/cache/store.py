@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 
 from gpuci.cache import layout
 from gpuci.errors import ConflictError, InputError, StoreError
@@ -269,6 +269,43 @@ class LocalStore(Store):
 # ----- opening a store from its URL ------------------------------------------------------------
 
 
+def redact_url(text: str) -> str:
+    """A URL fit to print: user, password and query string replaced by ``***``."""
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return "***"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "***" if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def describe(store: Store) -> str:
+    """Where a store is, for messages: its URL, and for S3 the endpoint when not AWS."""
+    endpoint = getattr(store, "endpoint_url", None)
+    where = redact_url(store.url)
+    return f"{where} at {redact_url(endpoint)}" if endpoint else where
+
+
+def _refuse_secrets_in_url(text: str, mask: Callable[[str], None] | None) -> None:
+    """An S3 URL names a bucket; credentials in it would be printed and are never used."""
+    parsed = urlsplit(text)
+    secrets = [s for s in (parsed.username, parsed.password, parsed.query) if s]
+    if mask is not None:
+        for secret in secrets:
+            mask(secret)
+            if unquote(secret) != secret:
+                mask(unquote(secret))
+    if parsed.username or parsed.password:
+        raise InputError(
+            f"store '{redact_url(text)}' carries credentials in the URL",
+            hint="write it as s3://bucket/prefix and give S3 credentials through the "
+            "environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from secrets)",
+        )
+
+
 def open_store(
     url: str | None,
     *,
@@ -289,8 +326,11 @@ def open_store(
             )
         return LocalStore(Path(unquote(parsed.path)))
     if parsed.scheme == "s3":
+        _refuse_secrets_in_url(text, mask)
         if not parsed.netloc:
-            raise InputError(f"store '{text}' has no bucket", hint="write it as s3://bucket/prefix")
+            raise InputError(
+                f"store '{redact_url(text)}' has no bucket", hint="write it as s3://bucket/prefix"
+            )
         from gpuci.cache.s3 import S3Store
 
         return S3Store(
@@ -304,6 +344,6 @@ def open_store(
     if not parsed.scheme and text.startswith("/"):
         return LocalStore(Path(text))
     raise InputError(
-        f"store '{text}' is neither s3://bucket/prefix nor file:///dir",
+        f"store '{redact_url(text)}' is neither s3://bucket/prefix nor file:///dir",
         hint="set store to s3://bucket/prefix or file:///absolute/path",
     )
