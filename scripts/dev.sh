@@ -17,6 +17,12 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$venv/bin/python" -m uv pip install -q --python "$venv/bin/python" -e ".[dev]" >&2
   echo "$want" > "$stamp"
 fi
+# The S3 server the cache benchmark's smoke test runs against (npm; file-backed, fast ranges).
+if [ ! -x "$root/.bench/node/node_modules/.bin/s3rver" ] && command -v npm >/dev/null; then
+  echo "gpuci dev: installing s3rver for the benchmark smoke (npm)" >&2
+  npm install --prefix "$root/.bench/node" --no-audit --no-fund --loglevel=error \
+    s3rver@3.7.1 >&2 || echo "gpuci dev: s3rver install failed; its smoke test will skip" >&2
+fi
 export PATH="$venv/bin:$PATH"
 export VIRTUAL_ENV="$venv"
 exec "$@"
