@@ -30,7 +30,8 @@ def test_round_trip_keeps_content_modes_symlinks_and_empty_things(store, env, tm
     assert saved.exit_code == ExitCode.OK, saved.headline
     assert saved.outputs["files"] == 23
     assert saved.outputs["bytes-uploaded"] > 2_500_000
-    assert saved.outputs["cache-hit"] is False
+    assert saved.outputs["outcome"] == "saved"
+    assert "cache-hit" not in saved.outputs and "matched-key" not in saved.outputs
     keys = store.object_keys()
     assert any(k.startswith("blobs/sha256/") for k in keys)
     assert any(k.startswith("packs/sha256/") for k in keys)
@@ -91,12 +92,12 @@ def test_identical_tree_uploads_nothing_and_one_changed_file_uploads_only_it(sto
     assert first.ok
     again, _ = _save(store, env, "data", src)
     assert again.ok and again.outputs["bytes-uploaded"] == 0
-    assert again.outputs["cache-hit"] is True
+    assert again.outputs["outcome"] == "unchanged"
     assert again.outputs["manifest"] == first.outputs["manifest"]
     for name in ("shard-03.bin", "shard-04.bin"):  # one small (packed), one large (blob)
         (src / name).write_bytes((name * 1000).encode()[:7000])
         changed, _ = _save(store, env, "data", src)
-        assert changed.ok
+        assert changed.ok and changed.outputs["outcome"] == "updated"
         meta = changed.report["bytes_metadata"]
         assert changed.report["bytes_data"] == 7000
         assert changed.outputs["bytes-uploaded"] == 7000 + meta

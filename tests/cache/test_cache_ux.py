@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import SUBCOMMANDS, cache_cmd
+from conftest import REPO_ROOT, SUBCOMMANDS, cache_cmd
 from gpuci.cli import run_command
 from gpuci.runtime import Runtime
 
@@ -137,3 +137,27 @@ def test_credentials_in_an_s3_store_url_are_masked_and_refused(env, tmp_path):
         "X-Amz-Security-Token=TOKEN123",
     ):
         assert f"::add-mask::{secret}" in text
+
+
+def test_save_has_its_own_outputs_and_each_one_means_something(env, tmp_path):
+    spec = {o.name for o in SUBCOMMANDS["save"].outputs}
+    assert spec == {"outcome", "manifest", "bytes-uploaded", "files", "seconds"}
+    readme = (REPO_ROOT / "actions" / "cache-weights" / "save" / "README.md").read_text()
+    assert "`outcome`" in readme and "cache-hit" not in readme and "matched-key" not in readme
+    store = (tmp_path / "store").as_uri()
+    src = _tree(tmp_path / "src")
+    first, _ = cache_cmd("save", _flags(store, "k1", src), env)
+    assert set(first.outputs) == spec
+    assert first.outputs["outcome"] == "saved" and first.outputs["bytes-uploaded"] > 40_000
+    again, _ = cache_cmd("save", _flags(store, "k1", src), env)
+    assert again.outputs["outcome"] == "unchanged" and again.outputs["bytes-uploaded"] == 0
+    assert again.outputs["manifest"] == first.outputs["manifest"]
+    (src / "config.json").write_text('{"a": 2}\n')
+    plan, _ = cache_cmd("save", _flags(store, "k1", src), env, dry_run=True)
+    assert plan.outputs["outcome"] == "would-update"
+    changed, _ = cache_cmd("save", _flags(store, "k1", src), env)
+    assert changed.outputs["outcome"] == "updated"
+    assert changed.outputs["manifest"] not in ("", first.outputs["manifest"])
+    restored, _ = cache_cmd("restore", _flags(store, "k1", tmp_path / "out"), env)
+    assert restored.outputs["manifest"] == changed.outputs["manifest"]
+    assert set(restored.outputs) == {o.name for o in SUBCOMMANDS["restore"].outputs}

@@ -19,7 +19,7 @@ from typing import Any
 from gpuci import journal
 from gpuci.cache import hf, layout, refs
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import outputs, store_from, summary_table
+from gpuci.cache.common import store_from, summary_table
 from gpuci.cache.packs import PackBuilder
 from gpuci.cache.store import ObjectInfo, Store
 from gpuci.cache.tier import LocalTier, open_tier
@@ -226,17 +226,34 @@ class Saver:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+# The ``outcome`` output: one word per outcome, for `if:` conditions in a workflow.
+OUTCOMES = {
+    "saved": "saved",
+    "updated": "updated",
+    "unchanged": "unchanged",
+    "saved by another job (same content)": "same-content",
+    "lost race": "lost-race",
+    "would save": "would-save",
+    "would update": "would-update",
+}
+
+
+def save_outputs(
+    outcome: str, manifest: str, uploaded: int, files: int, seconds: float
+) -> dict[str, Any]:
+    """Save's own outputs: no cache-hit or matched-key, which only a restore can mean."""
+    return {
+        "outcome": OUTCOMES[outcome],
+        "manifest": manifest,
+        "bytes-uploaded": uploaded,
+        "files": files,
+        "seconds": round(seconds, 3),
+    }
+
+
 def _plan_missing_paths(values: dict[str, Any], key: str, store: Store, start: float) -> Result:
     result = Result(command="cache-weights save", headline=f"would save {key}: path not there yet")
-    result.outputs = outputs(
-        hit=False,
-        matched="",
-        manifest="",
-        down=0,
-        up=0,
-        files=0,
-        seconds=time.monotonic() - start,
-    )
+    result.outputs = save_outputs("would save", "", 0, 0, time.monotonic() - start)
     result.report = {"plan": {"key": key, "store": store.url, "paths": values["path"]}}
     return result
 
@@ -324,15 +341,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             rt.environ,
         )
     result.headline = _headline(outcome, key, len(manifest.files), size, stats, seconds, rt.dry_run)
-    result.outputs = outputs(
-        hit=unchanged,
-        matched=key,
-        manifest=digest,
-        down=0,
-        up=uploaded,
-        files=len(manifest.files),
-        seconds=seconds,
-    )
+    result.outputs = save_outputs(outcome, digest, uploaded, len(manifest.files), seconds)
     result.summary.append(summary_table(key, outcome, len(manifest.files), size, uploaded, seconds))
     result.report = {
         "key": key,

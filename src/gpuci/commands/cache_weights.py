@@ -55,14 +55,31 @@ HF_INPUTS = (
 CACHE_OUTPUTS = (
     Output("cache-hit", "true only when the exact key matched; always true or false."),
     Output("matched-key", "The key that matched (exact or via restore-keys); empty on a miss."),
-    Output("manifest", "sha256 of the manifest restored or saved."),
+    Output("manifest", "sha256 of the manifest restored (or, with populate, saved)."),
     Output(
         "bytes-downloaded",
         "Bytes of the tree's files fetched from the store (the few KiB of manifest and ref "
         "are not counted).",
     ),
     Output("bytes-from-local", "Bytes of the tree's files placed from the runner-local cache."),
-    Output("bytes-uploaded", "Bytes sent to the store."),
+    Output("bytes-uploaded", "With populate: bytes its save sent to the store; else 0."),
+    Output("files", "Files in the tree."),
+    Output("seconds", "Wall time."),
+)
+
+SAVE_OUTPUTS = (
+    Output(
+        "outcome",
+        "saved (a new key), updated (the key now names this tree), unchanged (the key already "
+        "named this tree; nothing uploaded), same-content (another job saved the same tree at "
+        "once), lost-race (another job's tree won); in a dry run would-save or would-update.",
+    ),
+    Output("manifest", "sha256 of the manifest the key names after this save."),
+    Output(
+        "bytes-uploaded",
+        "Bytes sent to the store: new blobs and packs, the manifest and the ref (0 when "
+        "unchanged).",
+    ),
     Output("files", "Files in the tree."),
     Output("seconds", "Wall time."),
 )
@@ -115,7 +132,7 @@ SAVE = Command(
     name="save",
     help="Save a tree under a key, uploading only the blobs the store lacks.",
     inputs=(KEY, PATH, *STORE_INPUTS, *TIER_INPUTS, *HF_INPUTS),
-    outputs=CACHE_OUTPUTS,
+    outputs=SAVE_OUTPUTS,
     target="gpuci.cache.save:run",
     actions=("actions/cache-weights/save",),
 )
