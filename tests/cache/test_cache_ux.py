@@ -161,3 +161,33 @@ def test_save_has_its_own_outputs_and_each_one_means_something(env, tmp_path):
     restored, _ = cache_cmd("restore", _flags(store, "k1", tmp_path / "out"), env)
     assert restored.outputs["manifest"] == changed.outputs["manifest"]
     assert set(restored.outputs) == {o.name for o in SUBCOMMANDS["restore"].outputs}
+
+
+def test_a_dry_run_without_aws_credentials_plans_and_a_real_run_still_fails(
+    env, tmp_path, monkeypatch
+):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)  # botocore's chain reads the process env
+    bare = {k: v for k, v in env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    flags = _flags("s3://team-bucket/cache", "k1", tmp_path / "out")
+    plan, _ = cache_cmd("restore", flags, bare, dry_run=True)
+    assert plan.exit_code == 0, plan.headline
+    assert plan.headline.startswith("would need credentials: lookup of k1 in s3://team-bucket")
+    assert "no AWS credentials on this machine" in plan.headline
+    assert "AWS_ACCESS_KEY_ID" in plan.headline  # what a real run needs
+    assert plan.report["lookup"] == "skipped" and plan.outputs["cache-hit"] is False
+
+    real, _ = cache_cmd("restore", flags, bare)
+    assert real.exit_code == 3 and "no AWS credentials" in real.headline
+
+    src = _tree(tmp_path / "src")
+    save, _ = cache_cmd("save", _flags("s3://team-bucket/cache", "k1", src), bare, dry_run=True)
+    assert save.exit_code == 0, save.headline
+    assert save.headline.startswith("would need credentials: would save k1 (2 files, ")
+    assert save.report["files"] == 2 and save.report["lookup"] == "skipped"
+    assert save.outputs["outcome"] == "would-save"
+    prune_flags = {"store": "s3://team-bucket/cache", "older-than": "14d"}
+    prune, _ = cache_cmd("prune", prune_flags, bare, dry_run=True)
+    assert prune.exit_code == 0 and "no AWS credentials on this machine" in prune.headline
+    assert cache_cmd("save", _flags("s3://team-bucket/cache", "k1", src), bare)[0].exit_code == 3
+    assert cache_cmd("prune", prune_flags, bare)[0].exit_code == 3

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuci.cache.store import Store, open_store
+from gpuci.cache import layout
+from gpuci.cache.store import Store, open_store, redact_url
+from gpuci.errors import StoreError
 from gpuci.runtime import Runtime, human_bytes, markdown_table
+
+CREDENTIAL_SOURCES = (
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from secrets, an AWS profile, or "
+    "aws-actions/configure-aws-credentials"
+)
 
 
 def store_from(values: dict[str, Any], rt: Runtime) -> Store:
@@ -16,6 +23,39 @@ def store_from(values: dict[str, Any], rt: Runtime) -> Store:
         environ=rt.environ,
         mask=rt.mask,
     )
+
+
+def store_url(values: dict[str, Any], rt: Runtime) -> str:
+    """The store's URL as given (or the default), fit to print."""
+    text = str(values.get("store") or "").strip() or layout.default_store_url(rt.environ)
+    return redact_url(text)
+
+
+def plan_store(values: dict[str, Any], rt: Runtime) -> Store | None:
+    """The store, or None for a dry run on s3:// from a machine with no AWS credentials.
+
+    A laptop plans without a cloud account: its plan skips the lookup and says what a real
+    run needs, where a real run without credentials still fails (exit 3).
+    """
+    try:
+        return store_from(values, rt)
+    except StoreError:
+        on_s3 = store_url(values, rt).startswith("s3://")
+        if rt.dry_run and on_s3 and not _aws_credentials(values.get("region")):
+            return None
+        raise
+
+
+def _aws_credentials(region: str | None) -> bool:
+    """Whether botocore's credential chain finds anything here (env, profile, SSO, IMDS)."""
+    import boto3
+    import botocore.exceptions
+
+    try:
+        session = boto3.session.Session(region_name=(region or "").strip() or None)
+        return session.get_credentials() is not None
+    except botocore.exceptions.BotoCoreError:
+        return True  # a broken configuration is not 'no credentials': its error stands
 
 
 def outputs(

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuci.cache import layout, refs, usage
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import store_from
+from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
 from gpuci.cache.listing import age
 from gpuci.cache.store import LocalStore, ObjectInfo, Store
 from gpuci.cache.transfer import parallel
@@ -179,7 +179,9 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
-    store = store_from(values, rt)
+    store = plan_store(values, rt)
+    if store is None:
+        return _plan_without_credentials(store_url(values, rt))
     namespace = layout.namespace(rt.environ)
     older_than = float(values["older-than"])
     keep = int(values.get("keep") or 0)
@@ -228,6 +230,23 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "bytes": work.held_bytes,
             "deletable_after": _iso(work.held_until(grace)),
         },
+    }
+    return result
+
+
+def _plan_without_credentials(url: str) -> Result:
+    """A dry run with no AWS credentials here: nothing to list, so say what a run needs."""
+    result = Result(command="cache-weights prune")
+    result.headline = (
+        f"would need credentials: listing {url} skipped, no AWS credentials on this machine; "
+        f"a real run needs list, read and delete access to the bucket ({CREDENTIAL_SOURCES})"
+    )
+    result.report = {
+        "store": url,
+        "dry_run": True,
+        "lookup": "skipped",
+        "reason": "no AWS credentials on this machine",
+        "needs": f"list, read and delete access to the bucket: {CREDENTIAL_SOURCES}",
     }
     return result
 

@@ -23,8 +23,8 @@ from typing import Any
 from gpuci import journal
 from gpuci.cache import hf, layout, refs, usage
 from gpuci.cache import manifest as mf
+from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url, summary_table
 from gpuci.cache.common import outputs as _outputs
-from gpuci.cache.common import store_from, summary_table
 from gpuci.cache.select import select
 from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
@@ -369,12 +369,37 @@ def fill_on_miss(*args: Any) -> Result:
     return fill(*args)
 
 
+def _plan_without_credentials(key: str, url: str, start: float) -> Result:
+    """A dry run with no AWS credentials here: the lookup is skipped, not failed."""
+    result = Result(command="cache-weights restore")
+    result.headline = (
+        f"would need credentials: lookup of {key} in {url} skipped, no AWS credentials on this "
+        f"machine; a real run needs read access to the bucket ({CREDENTIAL_SOURCES})"
+    )
+    seconds = time.monotonic() - start
+    result.outputs = outputs(
+        hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
+    )
+    result.summary.append(summary_table(key, "lookup skipped: no credentials", 0, 0, 0, seconds))
+    result.report = {
+        "key": key,
+        "store": url,
+        "dry_run": True,
+        "lookup": "skipped",
+        "reason": "no AWS credentials on this machine",
+        "needs": f"read access to the bucket: {CREDENTIAL_SOURCES}",
+    }
+    return result
+
+
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     start = time.monotonic()
     key = refs.check_key(values["key"])
     paths = target_paths(values, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
-    store = store_from(values, rt)
+    store = plan_store(values, rt)
+    if store is None:
+        return _plan_without_credentials(key, store_url(values, rt), start)
     tier = open_tier(values.get("local-cache"), values.get("local-cache-size"), rt.environ)
     namespace = layout.namespace(rt.environ)
     lookup_only = bool(values.get("lookup-only"))

@@ -19,7 +19,7 @@ from typing import Any
 from gpuci import journal
 from gpuci.cache import hf, layout, refs
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import store_from, summary_table
+from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url, summary_table
 from gpuci.cache.packs import PackBuilder
 from gpuci.cache.store import ObjectInfo, Store
 from gpuci.cache.tier import LocalTier, open_tier
@@ -251,10 +251,10 @@ def save_outputs(
     }
 
 
-def _plan_missing_paths(values: dict[str, Any], key: str, store: Store, start: float) -> Result:
+def _plan_missing_paths(values: dict[str, Any], key: str, url: str, start: float) -> Result:
     result = Result(command="cache-weights save", headline=f"would save {key}: path not there yet")
     result.outputs = save_outputs("would save", "", 0, 0, time.monotonic() - start)
-    result.report = {"plan": {"key": key, "store": store.url, "paths": values["path"]}}
+    result.report = {"plan": {"key": key, "store": url, "paths": values["path"]}}
     return result
 
 
@@ -266,14 +266,17 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     )
     if not paths:
         raise InputError("no path to save", hint="list the folders or files to cache in path")
-    store = store_from(values, rt)
+    store = plan_store(values, rt)
+    url = store.url if store is not None else store_url(values, rt)
     namespace = layout.namespace(rt.environ)
     try:
         tree = scan(paths)
     except InputError:
         if rt.dry_run:
-            return _plan_missing_paths(values, key, store, start)
+            return _plan_missing_paths(values, key, url, start)
         raise
+    if store is None:
+        return _plan_without_credentials(key, url, tree, start)
     if values.get("layout") == "hf" and str(values.get("hf-revision") or "").strip():
         _keep_revision(tree, str(values["hf-revision"]).strip())
     saver = Saver(store, namespace, key, rt)
@@ -356,6 +359,35 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "blobs_uploaded": stats.blobs,
         "packs_uploaded": stats.packs,
         "small_files_reused": stats.reused_files,
+    }
+    return result
+
+
+def _plan_without_credentials(key: str, url: str, tree: Tree, start: float) -> Result:
+    """A dry run with no AWS credentials here: the tree is measured, the store is not asked."""
+    files = [e for e in tree.entries if e.type == "file"]
+    size = sum(e.size for e in files)
+    seconds = time.monotonic() - start
+    result = Result(command="cache-weights save")
+    result.headline = (
+        f"would need credentials: would save {key} ({len(files)} files, {human_bytes(size)}) "
+        f"to {url}, but no AWS credentials on this machine to ask what it lacks (at most "
+        f"{human_bytes(size)} to upload); a real run needs read and write access to the "
+        f"bucket ({CREDENTIAL_SOURCES})"
+    )
+    result.outputs = save_outputs("would save", "", 0, len(files), seconds)
+    result.summary.append(
+        summary_table(key, "would save: store not asked (no credentials)", len(files), size, 0, 0)
+    )
+    result.report = {
+        "key": key,
+        "store": url,
+        "dry_run": True,
+        "files": len(files),
+        "bytes": size,
+        "lookup": "skipped",
+        "reason": "no AWS credentials on this machine",
+        "needs": f"read and write access to the bucket: {CREDENTIAL_SOURCES}",
     }
     return result
 
