@@ -442,6 +442,16 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     files, size = len(manifest.files), manifest.total_bytes
     partial = len(manifest.files) != len(whole.files)
     outcome = "hit" if exact else f"partial hit ({ref.key})"
+    described = {  # what the report says of the match, planned or done
+        "key": key,
+        "matched_key": ref.key,
+        "hit": exact,
+        "manifest": ref.manifest,
+        "store": store.url,
+        "local_cache": str(tier.root) if tier else None,
+        "files": files,
+        "bytes": size,
+    }
     if rt.dry_run or lookup_only:
         seconds = time.monotonic() - start
         local = _local_bytes(tier, manifest)
@@ -463,14 +473,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
         result.summary.append(summary_table(key, f"{verb}: {outcome}", files, size, 0, seconds))
         result.report = {
-            "key": key,
-            "matched_key": ref.key,
-            "hit": exact,
-            "manifest": ref.manifest,
-            "store": store.url,
-            "local_cache": str(tier.root) if tier else None,
-            "files": files,
-            "bytes": size,
+            **described,
             "bytes_local": local,
             "bytes_remote": size - local,
             "dry_run": rt.dry_run,
@@ -517,14 +520,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         summary_table(key, outcome, files, size, moved.downloaded + moved.from_local, seconds)
     )
     result.report = {
-        "key": key,
-        "matched_key": ref.key,
-        "hit": exact,
-        "manifest": ref.manifest,
-        "store": store.url,
-        "local_cache": str(tier.root) if tier else None,
-        "files": files,
-        "bytes": size,
+        **described,
         "bytes_downloaded": moved.downloaded,
         "bytes_from_local": moved.from_local,
         "bytes_metadata": manifest_bytes,

@@ -466,9 +466,7 @@ class S3Store(Store):
             resp = conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            if isinstance(exc, ConnectionRefusedError | socket.gaierror):
-                raise TransientError(f"cannot reach the S3 endpoint {self._where()}") from None
-            raise TransientError(f"request failed: {type(exc).__name__}") from None
+            raise self._transport_error(exc) from None
         if resp.status in (200, 206):
             try:
                 self._check_ok(resp.status, resp.length, key, offset, length)
@@ -479,6 +477,12 @@ class S3Store(Store):
         body = resp.read(65536)
         conn.close()
         raise self._status_error(resp.status, body, key)
+
+    def _transport_error(self, exc: BaseException) -> TransientError:
+        """A failed ranged GET (either HTTP path): retried by the caller, named when it gives up."""
+        if isinstance(exc, ConnectionRefusedError | socket.gaierror):
+            return TransientError(f"cannot reach the S3 endpoint {self._where()}")
+        return TransientError(f"request failed: {type(exc).__name__}")
 
     def _open_raw(
         self,
@@ -504,9 +508,7 @@ class S3Store(Store):
                 conn.close()
                 if attempt == 1 and not fresh:
                     continue  # the server closed an idle keep-alive connection: reconnect once
-                if isinstance(exc, ConnectionRefusedError | socket.gaierror):
-                    raise TransientError(f"cannot reach the S3 endpoint {self._where()}") from None
-                raise TransientError(f"request failed: {type(exc).__name__}") from None
+                raise self._transport_error(exc) from None
         if resp.status in (200, 206):
             try:
                 self._check_ok(resp.status, resp.length, key, offset, length)
