@@ -15,6 +15,16 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip uv >&2
   "$venv/bin/python" -m uv pip install -q --python "$venv/bin/python" -e ".[dev]" >&2
+  # A CPU-only torch, only when this machine keeps its wheel locally (never a multi-GB CUDA
+  # download): gpu-smoke's torch backend then runs for real on the CPU in the tests.
+  wheels="${PIP_FIND_LINKS:-/opt/wheels}"
+  pyver="$("$venv/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+  for wheel in "$wheels"/torch-*+cpu-"$pyver"-*.whl; do
+    [ -f "$wheel" ] || continue
+    "$venv/bin/python" -m uv pip install -q --python "$venv/bin/python" "$wheel" >&2 \
+      || echo "gpuci dev: local CPU torch wheel did not install; torch tests will skip" >&2
+    break
+  done
   echo "$want" > "$stamp"
 fi
 # The S3 server the cache benchmark's smoke test runs against (npm; file-backed, fast ranges).
