@@ -15,6 +15,12 @@ def write(tmp_path, body: str):
     return path
 
 
+def one_job(tmp_path, steps: str):
+    """A workflow with one job ``j`` whose steps are ``steps`` (YAML list items)."""
+    body = "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+    return write(tmp_path, body + textwrap.indent(textwrap.dedent(steps).strip("\n"), "      "))
+
+
 def test_classify_uses():
     assert classify_uses("acme/gpu-ci/actions/gpu-setup@v1")[1].name == "gpu-setup"
     assert classify_uses("./actions/cache-weights/save") == (
@@ -29,14 +35,9 @@ def test_classify_uses():
 
 
 def test_root_action_splits_inputs_by_prefix(tmp_path):
-    wf = write(
+    wf = one_job(
         tmp_path,
         """
-        on: push
-        jobs:
-          j:
-            runs-on: x
-            steps:
               - uses: acme/gpu-ci@v1
                 with:
                   min-memory-gb: 40
@@ -88,14 +89,9 @@ def test_malformed_input_names_step_and_input(tmp_path):
 
 
 def test_unknown_input_is_bad_input(tmp_path):
-    wf = write(
+    wf = one_job(
         tmp_path,
         """
-        on: push
-        jobs:
-          j:
-            runs-on: x
-            steps:
               - uses: acme/gpu-ci/actions/gpu-setup@v1
                 with:
                   min-memory: 40
@@ -110,14 +106,9 @@ def test_unknown_input_is_bad_input(tmp_path):
 
 
 def test_expressions_are_reported_not_guessed(tmp_path):
-    wf = write(
+    wf = one_job(
         tmp_path,
         """
-        on: push
-        jobs:
-          j:
-            runs-on: x
-            steps:
               - uses: acme/gpu-ci/actions/retry-fetch@v1
                 with:
                   url: ${{ vars.MODEL_URL }}
@@ -186,14 +177,9 @@ def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
 
 
 def test_dispatching_action_picks_the_sub_command(tmp_path):
-    wf = write(
+    wf = one_job(
         tmp_path,
         """
-        on: push
-        jobs:
-          j:
-            runs-on: x
-            steps:
               - uses: acme/gpu-ci/actions/gpu-pod@v1
                 with:
                   action: explode
