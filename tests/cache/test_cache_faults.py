@@ -307,6 +307,16 @@ def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy,
         "--endpoint-url",
         via.endpoint,
     ]
+    _kill_cli_once(args, env, lambda: proxy.count("PUT", "/blobs/") >= 1)
+    assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
+    assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
+    out = tmp_path / "out"
+    assert cache_cmd("restore", _flags(s3_store, "k", out), env)[0].ok
+    assert snapshot(out) == snapshot(src)
+
+
+def _kill_cli_once(args: list[str], env, ready, settle: float = 0.0) -> None:
+    """Run the CLI, SIGKILL it once ``ready()`` holds (plus ``settle`` seconds): a dead job."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", *args],
         env=_cli_env(env),
@@ -314,15 +324,11 @@ def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy,
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_for(lambda: proxy.count("PUT", "/blobs/") >= 1)
+        _wait_for(ready)
+        time.sleep(settle)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
-    assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
-    out = tmp_path / "out"
-    assert cache_cmd("restore", _flags(s3_store, "k", out), env)[0].ok
-    assert snapshot(out) == snapshot(src)
 
 
 def test_restore_killed_midway_leaves_no_final_name_and_a_rerun_completes(
@@ -345,18 +351,7 @@ def test_restore_killed_midway_leaves_no_final_name_and_a_rerun_completes(
         "--endpoint-url",
         via.endpoint,
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuci", *args],
-        env=_cli_env(env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for(lambda: proxy.count("GET", "/blobs/") >= 1)
-        time.sleep(0.5)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    _kill_cli_once(args, env, lambda: proxy.count("GET", "/blobs/") >= 1, settle=0.5)
     assert not target.exists()
     assert leftovers(target.parent), "the killed restore should have been mid-way in staging"
     got, _ = cache_cmd("restore", _flags(s3_store, "k", target), env)

@@ -468,15 +468,27 @@ class S3Store(Store):
             conn.close()
             raise self._transport_error(exc) from None
         if resp.status in (200, 206):
-            try:
-                self._check_ok(resp.status, resp.length, key, offset, length)
-            except Exception:
-                conn.close()
-                raise
+            self._accept(conn, resp.status, resp.length, key, offset, length)
             return _HttpRange(self, conn, resp)
         body = resp.read(65536)
         conn.close()
         raise self._status_error(resp.status, body, key)
+
+    def _accept(
+        self,
+        conn: http.client.HTTPConnection | RawConnection,
+        status: int,
+        size: int | None,
+        key: str,
+        offset: int,
+        length: int,
+    ) -> None:
+        """Check a 200/206 answers the range asked for; a connection that lied is not reused."""
+        try:
+            self._check_ok(status, size, key, offset, length)
+        except Exception:
+            conn.close()
+            raise
 
     def _transport_error(self, exc: BaseException) -> TransientError:
         """A failed ranged GET (either HTTP path): retried by the caller, named when it gives up."""
@@ -510,11 +522,7 @@ class S3Store(Store):
                     continue  # the server closed an idle keep-alive connection: reconnect once
                 raise self._transport_error(exc) from None
         if resp.status in (200, 206):
-            try:
-                self._check_ok(resp.status, resp.length, key, offset, length)
-            except Exception:
-                conn.close()
-                raise
+            self._accept(conn, resp.status, resp.length, key, offset, length)
             return _RawRange(resp)
         try:
             body = resp.read(65536)
