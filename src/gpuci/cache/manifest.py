@@ -3,7 +3,8 @@
 A manifest lists every file (path, size, mode, sha256 and where its bytes live), every symlink
 that stays inside the tree and every directory. Its name is the sha256 of its canonical bytes,
 so a manifest cannot change without changing its name. :func:`parse` refuses anything that could
-write outside the target (``..``, absolute paths, escaping symlinks) before a byte is written.
+write outside the target (``..``, absolute paths, symlinks that escape on their own or through
+each other) before a byte is written, and anything above :data:`MAX_MANIFEST` unread.
 """
 
 from __future__ import annotations
@@ -16,8 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.cache import layout
+from gpuci.cache import layout, links
 from gpuci.errors import InputError
+
+# A manifest above this many bytes is refused unparsed (about 400,000 files): a hostile store
+# cannot make restore hold gigabytes of JSON, and save refuses to write one restore would refuse.
+MAX_MANIFEST = 64 << 20
+# Restored files keep at most these permission bits: never setuid, setgid, sticky, or writable
+# by group or others, whatever the manifest says (0o6777 restores as 0o755).
+FILE_MODE_MASK = 0o755
+
+
+def placed_mode(mode: int) -> int:
+    """The permission bits a restored file or folder gets for a manifest ``mode``."""
+    return mode & FILE_MODE_MASK
+
 
 PRODUCER_ENV = {
     "commit": ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"),
@@ -191,8 +205,30 @@ def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
     return entry
 
 
+def check_size(size: int, source: str) -> None:
+    """Refuse a manifest body above the cap (the store read at most ``MAX_MANIFEST + 1``)."""
+    if size > MAX_MANIFEST:
+        raise _bad(source, f"it is over the {MAX_MANIFEST >> 20} MiB cap for a manifest")
+
+
+def _refuse_chained_escapes(source: str, entries: list[Entry]) -> None:
+    """Each link may stay inside alone and still leave once followed through the others."""
+    by_root: dict[int, dict[str, str]] = {}
+    for entry in entries:
+        if entry.type == "symlink":
+            by_root.setdefault(entry.root, {})[entry.path] = entry.target
+    for tree in by_root.values():
+        for path in links.escaping(tree)[:1]:
+            raise _bad(
+                source,
+                f"symlink {path!r} -> {tree[path]!r} leaves the target folder once the links "
+                "it passes through are followed (or loops)",
+            )
+
+
 def parse(data: bytes, source: str) -> Manifest:
     """Parse and validate a manifest: everything unsafe raises InputError before any write."""
+    check_size(len(data), source)
     try:
         raw = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -216,19 +252,20 @@ def parse(data: bytes, source: str) -> Manifest:
         raise _bad(source, "no entries list")
     entries = [_entry(source, item, roots) for item in entries_raw]
     seen: set[tuple[int, str]] = set()
-    links: set[tuple[int, str]] = set()
+    symlinks: set[tuple[int, str]] = set()
     for entry in entries:
         ident = (entry.root, entry.path)
         if ident in seen:
             raise _bad(source, f"{entry.path!r} appears twice")
         seen.add(ident)
         if entry.type == "symlink":
-            links.add(ident)
+            symlinks.add(ident)
     for entry in entries:  # writing through a symlink listed in the manifest is refused
         parts = entry.path.split("/")
         for i in range(1, len(parts)):
-            if (entry.root, "/".join(parts[:i])) in links:
+            if (entry.root, "/".join(parts[:i])) in symlinks:
                 raise _bad(source, f"{entry.path!r} lies under a symlink")
+    _refuse_chained_escapes(source, entries)
     return Manifest(
         key=str(raw.get("key", "")),
         roots=[{"path": str(r.get("path", "")), "kind": str(r["kind"])} for r in roots],

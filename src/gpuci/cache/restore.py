@@ -15,6 +15,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from gpuci.cache.tree import resolve_path
 from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
 from gpuci.runtime import Result, Runtime, human_bytes
 
+_TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Headroom kept free on the target filesystem beyond the tree itself.
 DISK_MARGIN = 64 << 20
@@ -63,6 +65,11 @@ class _Root:
     staging: Path
 
     @property
+    def trash(self) -> Path:
+        """Where a merge moves what stood in the way (swept like the staging folder)."""
+        return self.staging.with_name(self.staging.name + _TRASH_SUFFIX)
+
+    @property
     def build(self) -> Path:
         """Where entries of this root are created inside the staging folder."""
         return self.staging if self.kind == "dir" else self.staging / self.target.name
@@ -87,7 +94,7 @@ def sweep_stale(target: Path) -> None:
     for item in parent.iterdir():
         if not item.name.startswith(stem):
             continue
-        pid = item.name[len(stem) :]
+        pid = item.name[len(stem) :].removesuffix(_TRASH_SUFFIX)
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(item, ignore_errors=True)
 
@@ -111,40 +118,99 @@ def _place(root: _Root) -> None:
         if not os.path.lexists(root.build):  # a partial restore that picked nothing here
             root.staging.rmdir()
             return
-        os.replace(root.build, target)
+        os.replace(root.build, target)  # a rename replaces a link at target, never follows it
         root.staging.rmdir()
         return
     if not os.path.lexists(target):
         os.rename(root.staging, target)
         return
-    if not target.is_dir() or target.is_symlink():
+    try:
+        top = os.open(target, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
         raise InputError(
             f"path '{target}' exists and is not a folder, so the cached folder cannot go there",
             hint="remove it or restore to another path",
-        )
-    # Merge into an existing folder: each file replaces its namesake atomically.
-    for dirpath, dirnames, filenames in os.walk(root.staging, topdown=True):
-        rel = Path(dirpath).relative_to(root.staging)
-        dest_dir = target / rel
-        for name in list(dirnames):
-            src, dest = Path(dirpath) / name, dest_dir / name
-            if os.path.islink(src):
-                dirnames.remove(name)
-                filenames.append(name)
-            elif os.path.lexists(dest) and not dest.is_dir():
-                dest.unlink()
-        for name in filenames:
-            src, dest = Path(dirpath) / name, dest_dir / name
-            if dest.is_dir() and not dest.is_symlink():
-                shutil.rmtree(dest)
-            if os.path.islink(src) and os.path.lexists(dest):
-                dest.unlink()
-            dest_dir.mkdir(parents=True, exist_ok=True)
-            os.replace(src, dest)
-        for name in dirnames:
-            (dest_dir / name).mkdir(exist_ok=True)
-            shutil.copymode(Path(dirpath) / name, dest_dir / name)
+        ) from None
+    try:
+        _merge(root.staging, top, root.trash)
+    finally:
+        os.close(top)
     shutil.rmtree(root.staging, ignore_errors=True)
+    shutil.rmtree(root.trash, ignore_errors=True)
+
+
+# Descending into the target when merging: never through a symlink (ELOOP instead).
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _merge(src: Path, dest: int, trash: Path) -> None:
+    """Merge the staged folder ``src`` into the open folder ``dest``, one name at a time.
+
+    Every step is relative to a folder descriptor opened with ``O_NOFOLLOW``, so a symlink
+    planted in the target (``models -> /etc``) is replaced by what the manifest says, never
+    written through. A name the manifest makes a file or link replaces its namesake atomically.
+    """
+    for item in sorted(os.scandir(src), key=lambda i: i.name):
+        name = item.name
+        if not item.is_dir(follow_symlinks=False):  # a file or a link: one atomic rename
+            if _is_real_dir(name, dest):
+                _move_aside(name, dest, trash)
+            os.replace(item.path, name, dst_dir_fd=dest)
+            continue
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=dest)
+        except FileNotFoundError:
+            os.rename(item.path, name, dst_dir_fd=dest)  # new here: the whole subtree at once
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            _move_aside(name, dest, trash)  # a file or a (planted) link where a folder belongs
+            os.rename(item.path, name, dst_dir_fd=dest)
+            continue
+        try:
+            _merge(Path(item.path), sub, trash)
+            os.fchmod(sub, stat.S_IMODE(item.stat(follow_symlinks=False).st_mode))
+        finally:
+            os.close(sub)
+
+
+def _is_real_dir(name: str, dest: int) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(name, dir_fd=dest).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _move_aside(name: str, dest: int, trash: Path) -> None:
+    """Move whatever holds ``name`` into the staging trash (removed with the staging folder)."""
+    trash.mkdir(exist_ok=True)
+    os.rename(name, trash / f"{len(os.listdir(trash))}", src_dir_fd=dest)
+
+
+def _refuse_escaping_links(manifest: mf.Manifest, roots: list[_Root]) -> None:
+    """A restored tree never holds a link that resolves outside it on the real filesystem.
+
+    The manifest's links were checked against each other before anything was written; a merge
+    into an existing folder can still meet links the job made there. A restored link that
+    leaves its target through those is removed again, and the restore fails.
+    """
+    for entry in manifest.entries:
+        if entry.type != "symlink":
+            continue
+        root = roots[entry.root].target
+        link = root / entry.path
+        inside = os.path.realpath(root)
+        resolved = os.path.realpath(link)
+        if resolved != inside and not resolved.startswith(inside + os.sep):
+            link.unlink(missing_ok=True)
+            raise InputError(
+                f"restored symlink {link} -> {entry.target} resolves to {resolved}, outside "
+                f"{root}, through links already in that folder; the link was removed",
+                hint="restore into an empty folder, or remove the links the job left there",
+            )
 
 
 def check_space(manifest: mf.Manifest, roots: list[_Root], linked: set[str] = frozenset()) -> None:
@@ -245,9 +311,9 @@ def restore_tree(
                             hint="the manifest is corrupt; save the key again",
                         )
                     path.touch()
-                    path.chmod(entry.mode & 0o777)
+                    path.chmod(mf.placed_mode(entry.mode))
                 elif tier is not None and (
-                    got := tier.place(entry.sha256, entry.size, path, entry.mode)
+                    got := tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
                 ):
                     moved.from_local += got.size
                     assert moved.placed is not None
@@ -265,9 +331,10 @@ def restore_tree(
                 link.parent.mkdir(parents=True, exist_ok=True)
                 os.symlink(entry.target, link)
         for path, mode in reversed(dirs):
-            path.chmod((mode & 0o777) | 0o700)
+            path.chmod(mf.placed_mode(mode) | 0o700)
         for root in roots:
             _place(root)
+        _refuse_escaping_links(manifest, roots)
     except OSError as exc:
         _cleanup(roots)
         raise _disk_error(exc, roots[0].target, need) from None
@@ -304,6 +371,7 @@ def retry_settings_for(rt: Runtime) -> tuple[str, int]:
 def _cleanup(roots: list[_Root]) -> None:
     for root in roots:
         shutil.rmtree(root.staging, ignore_errors=True)
+        shutil.rmtree(root.trash, ignore_errors=True)
 
 
 def outputs(**values: Any) -> dict[str, Any]:

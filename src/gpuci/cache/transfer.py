@@ -35,7 +35,7 @@ from tenacity import (
 )
 
 from gpuci.cache import directio, layout
-from gpuci.cache.manifest import Entry
+from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
@@ -205,7 +205,7 @@ class _BlobTarget:
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
         assert self.file is not None
-        self.file.chmod(self.entry.mode & 0o777)
+        self.file.chmod(placed_mode(self.entry.mode))
         self.file.close()
 
 
@@ -398,7 +398,7 @@ class Downloader:
                         digest = hasher.hexdigest()
                         if digest != entry.sha256:
                             raise _Corrupt(entry.path or path.name, entry.sha256, digest)
-                        os.fchmod(fd, entry.mode & 0o777)
+                        os.fchmod(fd, placed_mode(entry.mode))
                         os.close(fd)
                         fd, index = -1, index + 1
                 pos += len(data)

@@ -1,8 +1,10 @@
 """Walking a local tree into manifest entries (without hashes yet).
 
 Symlinks that stay inside the tree are kept as symlinks (Hugging Face snapshots point into
-``../../blobs``); one that leaves the tree is followed when it names a file, so the cache holds
-the bytes the job actually used, and skipped with a warning otherwise.
+``../../blobs``); one that leaves the tree, on its own or through other links
+(:mod:`gpuci.cache.links`), is followed when it names a file, so the cache holds the bytes the
+job actually used, and skipped with a warning otherwise. A manifest save writes is therefore
+never one restore refuses.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuci.cache import links
 from gpuci.cache.manifest import Entry
 from gpuci.errors import InputError
 
@@ -59,8 +62,15 @@ def _add_link(tree: Tree, index: int, root: Path, rel: str, full: Path) -> None:
             pass
     kept = _inside(rel, target)
     if kept is not None:
-        tree.entries.append(Entry("symlink", index, rel, target=kept))
+        link = Entry("symlink", index, rel, target=kept)
+        tree.entries.append(link)
+        tree.sources[id(link)] = full
         return
+    _follow(tree, index, rel, full, target)
+
+
+def _follow(tree: Tree, index: int, rel: str, full: Path, target: str) -> None:
+    """A link that leaves the tree: keep the file it names as a file, else skip it."""
     try:
         st = full.stat()
     except OSError:
@@ -116,5 +126,28 @@ def scan(paths: list[str]) -> Tree:
                     _add_file(tree, index, rel, full, lst)
                 else:
                     tree.warnings.append(f"skipped {full}: not a regular file")
+    _drop_chained_escapes(tree)
     tree.entries.sort(key=lambda e: (e.root, e.path))
     return tree
+
+
+def _drop_chained_escapes(tree: Tree) -> None:
+    """Links that leave only through other links (``b -> a/..`` with ``a -> .``) go the way a
+    lone escaping link goes; repeat, since dropping one changes what the others resolve to."""
+    while True:
+        kept = [e for e in tree.entries if e.type == "symlink"]
+        by_root: dict[int, dict[str, str]] = {}
+        for entry in kept:
+            by_root.setdefault(entry.root, {})[entry.path] = entry.target
+        bad = {
+            (root, path)
+            for root, tree_links in by_root.items()
+            for path in links.escaping(tree_links)
+        }
+        if not bad:
+            return
+        for entry in kept:
+            if (entry.root, entry.path) in bad:
+                tree.entries.remove(entry)
+                full = tree.sources.pop(id(entry))
+                _follow(tree, entry.root, entry.path, full, entry.target)
