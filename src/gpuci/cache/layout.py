@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from gpuci.errors import InputError
+
 FORMAT_VERSION = 1
 
 BLOBS = "blobs/sha256"  # blobs/sha256/<ab>/<hex>: one file's bytes, immutable
@@ -89,7 +91,16 @@ def key_from_ref(namespace: str, object_key: str) -> str:
 
 
 def namespace(environ: Mapping[str, str]) -> str:
-    return environ.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE
+    """``GPUCI_CACHE_NAMESPACE`` (else ``default``); ``.``, ``..`` and control characters are
+    refused, since the namespace is a folder name in a file store."""
+    name = environ.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE
+    if name in (".", "..") or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+        raise InputError(
+            f"{NAMESPACE_ENV} {name.encode('unicode_escape').decode('ascii')!r} is not a "
+            "usable namespace",
+            hint=f"set {NAMESPACE_ENV} to a plain name such as the repository's",
+        )
+    return name
 
 
 def default_store_url(environ: Mapping[str, str]) -> str:

@@ -25,10 +25,11 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     store = store_from(values, rt)
     namespace = layout.namespace(rt.environ)
     prefix = values.get("prefix") or ""
+    ignored: list[str] = []
     infos = (
         []
         if isinstance(store, LocalStore) and not store.exists()
-        else refs.listing(store, namespace, prefix)
+        else refs.listing(store, namespace, prefix, ignored)
     )
     details: dict[str, refs.Ref] = {}
     lock = threading.Lock()
@@ -69,6 +70,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             }
         )
     result = Result(command="cache-weights ls")
+    for warning in ignored:
+        result.warning(warning, "gpu-ci cache: ref ignored")
     under = f" under '{prefix}'" if prefix else ""
     result.headline = f"{len(items)} key(s) in {store.url}{under}"
     if rows:

@@ -42,10 +42,13 @@ class Plan:
     # only a young unnamed manifest still reaches (they go with it).
     held_manifests: list[ObjectInfo] = field(default_factory=list)
     held_data: list[ObjectInfo] = field(default_factory=list)
+    # Temp files (``*.incomplete-*``) killed saves left in a file store, older than the grace.
+    leftovers: list[ObjectInfo] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
 
     @property
     def bytes(self) -> int:
-        return sum(o.size for o in self.manifests) + sum(o.size for o in self.data)
+        return sum(o.size for o in self.manifests + self.data + self.leftovers)
 
     @property
     def held_bytes(self) -> int:
@@ -64,9 +67,15 @@ def group_of(key: str) -> str:
 
 
 def _stale_refs(
-    store: Store, namespace: str, prefix: str, older_than: float, keep: int, now: float
+    store: Store,
+    namespace: str,
+    prefix: str,
+    older_than: float,
+    keep: int,
+    now: float,
+    ignored: list[str],
 ) -> list[refs.RefInfo]:
-    infos = refs.listing(store, namespace, prefix)  # newest first
+    infos = refs.listing(store, namespace, prefix, ignored)  # newest first
     used = usage.last_uses(store, namespace)
     seen: dict[str, int] = {}
     stale: list[refs.RefInfo] = []
@@ -88,8 +97,8 @@ def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
     items = [i for i in store.list(f"{layout.REFS}/") if i.key not in dropping]
 
     def read(item: ObjectInfo) -> None:
-        got = store.get(item.key)
-        if got is None:
+        got = store.get(item.key, limit=refs.MAX_REF)
+        if got is None or len(got[0]) > refs.MAX_REF:
             return
         try:
             digest = str(json.loads(got[0])["manifest"])
@@ -109,8 +118,12 @@ def _reached(store: Store, manifests: list[str]) -> set[str]:
     lock = threading.Lock()
 
     def read(digest: str) -> None:
-        got = store.get(layout.manifest_key(digest))
-        if got is None or hashlib.sha256(got[0]).hexdigest() != digest:
+        got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
+        if (
+            got is None
+            or len(got[0]) > mf.MAX_MANIFEST
+            or hashlib.sha256(got[0]).hexdigest() != digest
+        ):
             return
         try:
             manifest = mf.parse(got[0], digest[:12])
@@ -133,7 +146,8 @@ def plan(
 ) -> Plan:
     now = time.time()
     out = Plan()
-    out.refs = [i.object_key for i in _stale_refs(store, namespace, prefix, older_than, keep, now)]
+    stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
+    out.refs = [i.object_key for i in stale]
     named = _named_manifests(store, set(out.refs))
     live: list[str] = []
     young: list[str] = []
@@ -160,6 +174,8 @@ def plan(
                 out.held_data.append(item)
             else:
                 out.data.append(item)
+    if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
+        out.leftovers = store.leftovers(grace)
     return out
 
 
@@ -176,6 +192,9 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
             store.delete(item.key)
 
     parallel(drop, work.data, 8)
+    if isinstance(store, LocalStore):
+        for item in work.leftovers:
+            store.remove_leftover(item.key)
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
@@ -201,14 +220,18 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if not rt.dry_run:
         execute(store, work, grace, namespace)
     verb = "would delete" if rt.dry_run else "deleted"
+    for warning in work.ignored:
+        result.warning(warning, "gpu-ci cache prune: ref ignored")
     keys = [layout.key_from_ref(namespace, k) for k in work.refs]
+    swept = f", {len(work.leftovers)} temp file(s) left by killed saves" if work.leftovers else ""
     result.headline = (
         f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
-        f"{len(work.data)} blob(s)/pack(s), freeing {human_bytes(work.bytes)}"
+        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}"
     ) + _held_note(work, grace, rt.dry_run)
     rows = [["key", k, ""] for k in keys]
     rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
     rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
+    rows += [["temp file", o.key, human_bytes(o.size)] for o in work.leftovers]
     if rows:
         result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
     if work.held_manifests or work.held_data:
@@ -221,6 +244,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "keys": keys,
         "manifests": [o.key for o in work.manifests],
         "data": [o.key for o in work.data],
+        "leftovers": [o.key for o in work.leftovers],
         "bytes_freed": work.bytes,
         "kept_young": work.kept_young,
         "held_by_grace": {

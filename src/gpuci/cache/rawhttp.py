@@ -64,8 +64,21 @@ class RawConnection:
             fields[name.strip().lower()] = value.strip()
         if "chunked" in fields.get("transfer-encoding", "").lower():
             raise ConnectionResetError("chunked responses are not used by S3 GETs")
-        length = int(fields.get("content-length", "0") or 0)
+        length = _content_length(fields.get("content-length", ""))
         return RawResponse(self, int(parts[1]), fields, length, rest)
+
+
+class BadResponse(ValueError):
+    """An answer no HTTP server may send (a Content-Length that is not a number): not retried."""
+
+
+def _content_length(value: str) -> int:
+    text = value.strip()
+    if not text:
+        return 0
+    if not text.isascii() or not text.isdigit():
+        raise BadResponse(f"the server sent Content-Length {text[:40]!r}, not a byte count")
+    return int(text)
 
 
 class RawResponse:

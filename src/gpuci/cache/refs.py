@@ -17,6 +17,9 @@ from gpuci.cache.store import Store
 from gpuci.errors import InputError, StoreError
 
 MAX_KEY = 512
+# A ref is about 200 bytes of JSON; one above this cap is refused unread (a hostile store
+# cannot make a lookup hold a gigabyte).
+MAX_REF = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,23 @@ def check_key(key: str, what: str = "key") -> str:
             f"the cache {what} is {len(key)} characters, over {MAX_KEY}",
             hint=f"shorten the {what} (hash long parts, e.g. hashFiles())",
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in key):
         raise InputError(
-            f"the cache {what} {key!r} holds control characters", hint=f"remove them from {what}"
+            f"the cache {what} {escape(key)} holds control characters",
+            hint=f"remove them from {what}",
+        )
+    if key in (".", ".."):
+        raise InputError(
+            f"the cache {what} {key!r} names a folder, not a key",
+            hint=f"give {what} a name with at least one other character",
         )
     return key
+
+
+def escape(text: str) -> str:
+    """A key fit for one printed line: quoted, control characters and non-ASCII escaped, so a
+    name from a listing cannot start a line (``::error::``) or fake one."""
+    return "'" + text.encode("unicode_escape").decode("ascii").replace("'", "\\'") + "'"
 
 
 def ref_body(key: str, manifest: str, files: int, size: int) -> bytes:
@@ -85,10 +100,15 @@ def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: floa
 
 def read(store: Store, namespace: str, key: str) -> Ref | None:
     object_key = layout.ref_key(namespace, key)
-    got = store.get(object_key)
+    got = store.get(object_key, limit=MAX_REF)
     if got is None:
         return None
     data, etag = got
+    if len(data) > MAX_REF:
+        raise StoreError(
+            f"ref {store.url}/{object_key} is over the {MAX_REF >> 10} KiB cap for a ref",
+            hint="delete the ref and save the key again",
+        )
     return _parse(store, object_key, data, etag, 0.0, key)
 
 
@@ -100,26 +120,46 @@ class RefInfo:
     size: int
 
 
-def listing(store: Store, namespace: str, prefix: str = "") -> list[RefInfo]:
-    """Every ref whose key starts with ``prefix`` (all pages), newest first."""
+def listing(
+    store: Store, namespace: str, prefix: str = "", ignored: list[str] | None = None
+) -> list[RefInfo]:
+    """Every ref whose key starts with ``prefix`` (all pages), newest first.
+
+    Names from a listing are input like any other: a key that :func:`check_key` refuses (an
+    encoded newline, a control character, ``..``) is left out, and a warning fit to print is
+    added to ``ignored``.
+    """
     base = layout.refs_prefix(namespace)
-    found = [
-        RefInfo(layout.key_from_ref(namespace, item.key), item.key, item.modified, item.size)
-        for item in store.list(layout.ref_key(namespace, prefix) if prefix else base)
-    ]
+    found: list[RefInfo] = []
+    for item in store.list(layout.ref_key(namespace, prefix) if prefix else base):
+        key = layout.key_from_ref(namespace, item.key)
+        try:
+            check_key(key)
+        except InputError as exc:
+            if ignored is not None:
+                ignored.append(
+                    f"ignored the ref {escape(item.key)} in {store.url}: {exc.message} "
+                    "(a key no save could write; delete it)"
+                )
+            continue
+        found.append(RefInfo(key, item.key, item.modified, item.size))
     found.sort(key=lambda r: (r.modified, r.key), reverse=True)
     return found
 
 
 def lookup(
-    store: Store, namespace: str, key: str, restore_keys: list[str]
+    store: Store,
+    namespace: str,
+    key: str,
+    restore_keys: list[str],
+    ignored: list[str] | None = None,
 ) -> tuple[Ref, bool] | None:
     """(ref, exact): the exact key, else the newest match of the first prefix that matches."""
     exact = read(store, namespace, key)
     if exact is not None:
         return exact, True
     for prefix in restore_keys:
-        for info in listing(store, namespace, prefix):
+        for info in listing(store, namespace, prefix, ignored):
             ref = read(store, namespace, info.key)
             if ref is not None:  # deleted between list and read: try the next newest
                 return Ref(**{**ref.__dict__, "modified": info.modified}), False

@@ -41,13 +41,14 @@ DISK_MARGIN = 64 << 20
 
 def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
     """Fetch, check the hash against the name, parse and validate. Returns (manifest, bytes)."""
-    got = store.get(layout.manifest_key(digest))
+    got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
     if got is None:
         raise StoreError(
             f"manifest {digest[:12]} named by the ref is missing from {store.url}",
             hint="the store was pruned or damaged; save the key again",
         )
     data = got[0]
+    mf.check_size(len(data), digest[:12])  # before hashing: the store read at most cap + 1
     actual = hashlib.sha256(data).hexdigest()
     if actual != digest:
         raise IntegrityError(
@@ -475,7 +476,10 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     populate = str(values.get("populate") or "").strip()
     result = Result(command="cache-weights restore")
     empty_local = isinstance(store, LocalStore) and not store.exists()
-    found = None if empty_local else refs.lookup(store, namespace, key, restore_keys)
+    ignored: list[str] = []
+    found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
+    for warning in ignored:
+        result.warning(warning, "gpu-ci cache: ref ignored")
     if found is None:
         seconds = time.monotonic() - start
         verb = "would miss" if rt.dry_run else "miss"

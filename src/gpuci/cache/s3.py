@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 import botocore.exceptions  # the exception classes only; botocore.session loads lazily
 
 from gpuci.cache import layout, sigv4
-from gpuci.cache.rawhttp import RawConnection, RawResponse
+from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
-from gpuci.errors import ConflictError, StoreError
+from gpuci.errors import ConflictError, IntegrityError, StoreError
 
 _CRED_CODES = {
     "InvalidAccessKeyId",
@@ -67,6 +67,12 @@ def _upload_failed() -> type[Exception]:
     from boto3.exceptions import S3UploadFailedError
 
     return S3UploadFailedError
+
+
+def _total_size(content_range: str) -> int | None:
+    """The object's size from ``Content-Range: bytes a-b/total`` (None when absent or ``*``)."""
+    _, _, total = content_range.rpartition("/")
+    return int(total) if total.strip().isdigit() else None
 
 
 class _HttpRange:
@@ -292,14 +298,19 @@ class S3Store(Store):
             key, int(resp["ContentLength"]), resp["LastModified"].timestamp(), resp.get("ETag", "")
         )
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
+    def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
         if self._presigner is not None:
-            got = self._fast_get(key)
+            got = self._fast_get(key, limit)
             if got is not _FALLBACK:
                 return got  # type: ignore[return-value]
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)
-            return resp["Body"].read(), resp.get("ETag", "")
+            body = resp["Body"]
+            try:
+                data = body.read() if limit is None else body.read(limit + 1)
+            finally:
+                body.close()  # over the cap: the rest is never read
+            return data, resp.get("ETag", "")
         except botocore.exceptions.ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404"):
                 return None
@@ -372,8 +383,12 @@ class S3Store(Store):
         except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
             raise self._error(exc, "touch", key) from None
 
-    def _fast(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes, str]:
-        """One presigned request without boto3: (status, body, ETag); status 0 if it failed."""
+    def _fast(
+        self, method: str, key: str, body: bytes | None = None, limit: int | None = None
+    ) -> tuple[int, bytes, str]:
+        """One presigned request without boto3: (status, body, ETag); status 0 if it failed.
+
+        With ``limit``, at most ``limit + 1`` bytes of the answer are read."""
         url = self._presigner.url(self.prefix + key, 900, method=method) if self._presigner else ""
         if not url:
             return 0, b"", ""
@@ -384,20 +399,21 @@ class S3Store(Store):
             # The Host header exactly as signed (http.client would drop a default port).
             conn.request(method, f"{parts.path}?{parts.query}", body, {"Host": parts.netloc})
             resp = conn.getresponse()
-            return resp.status, resp.read(), resp.getheader("ETag", "")
+            data = resp.read() if limit is None else resp.read(limit + 1)
+            return resp.status, data, resp.getheader("ETag", "")
         except (OSError, http.client.HTTPException):
             return 0, b"", ""
         finally:
             conn.close()
 
-    def _fast_get(self, key: str) -> tuple[bytes, str] | object | None:
+    def _fast_get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | object | None:
         """The body and ETag, None when the key is absent, or _FALLBACK.
 
         Anything but 200 or NoSuchKey (errors, redirects, throttling) falls back to boto3,
         which retries and words the error exactly as every other store call does; a fallback
         turns the fast path off for the rest of the run.
         """
-        status, body, etag = self._fast("GET", key)
+        status, body, etag = self._fast("GET", key, limit=limit)
         if status == 200:
             return body, etag
         if status == 404:
@@ -468,7 +484,8 @@ class S3Store(Store):
             conn.close()
             raise self._transport_error(exc) from None
         if resp.status in (200, 206):
-            self._accept(conn, resp.status, resp.length, key, offset, length)
+            total = _total_size(resp.getheader("Content-Range", ""))
+            self._accept(conn, resp.status, resp.length, key, offset, length, total)
             return _HttpRange(self, conn, resp)
         body = resp.read(65536)
         conn.close()
@@ -482,10 +499,11 @@ class S3Store(Store):
         key: str,
         offset: int,
         length: int,
+        total: int | None = None,
     ) -> None:
         """Check a 200/206 answers the range asked for; a connection that lied is not reused."""
         try:
-            self._check_ok(status, size, key, offset, length)
+            self._check_ok(status, size, key, offset, length, total)
         except Exception:
             conn.close()
             raise
@@ -516,13 +534,22 @@ class S3Store(Store):
             try:
                 resp = conn.get(target, headers)
                 break
+            except BadResponse as exc:
+                conn.close()
+                raise StoreError(
+                    f"the S3 endpoint {self._where()} answered a GET of {self.url}/{key} "
+                    f"with an invalid response: {exc}",
+                    hint="check endpoint-url points at an S3-compatible server, not a proxy "
+                    "that rewrites answers",
+                ) from None
             except OSError as exc:
                 conn.close()
                 if attempt == 1 and not fresh:
                     continue  # the server closed an idle keep-alive connection: reconnect once
                 raise self._transport_error(exc) from None
         if resp.status in (200, 206):
-            self._accept(conn, resp.status, resp.length, key, offset, length)
+            total = _total_size(resp.headers.get("content-range", ""))
+            self._accept(conn, resp.status, resp.length, key, offset, length, total)
             return _RawRange(resp)
         try:
             body = resp.read(65536)
@@ -531,7 +558,17 @@ class S3Store(Store):
         conn.close()
         raise self._status_error(resp.status, body, key)
 
-    def _check_ok(self, status: int, size: int | None, key: str, offset: int, length: int) -> None:
+    def _check_ok(
+        self,
+        status: int,
+        size: int | None,
+        key: str,
+        offset: int,
+        length: int,
+        total: int | None = None,
+    ) -> None:
+        if total is not None and offset + length > total:
+            raise self._beyond_end(key, offset, length, total)
         if status == 206 and size is not None and size != length:
             raise TransientError(f"server sent {size} bytes for a {length}-byte range")
         if status == 200 and offset:
@@ -540,9 +577,22 @@ class S3Store(Store):
                 hint="use an S3-compatible endpoint that supports ranged GETs",
             )
 
+    def _beyond_end(self, key: str, offset: int, length: int, total: int) -> IntegrityError:
+        """The manifest names bytes the object does not have: no retry will ever find them."""
+        return IntegrityError(
+            f"{self.url}/{key} is {total} bytes, but the manifest names bytes "
+            f"{offset}-{offset + length - 1}",
+            hint="the store holds a truncated object or a hostile manifest; save the key again",
+        )
+
     def _status_error(self, status: int, body: bytes, key: str) -> Exception:
         found = _CODE_RE.search(body.decode("utf-8", "replace"))
         code = found.group(1) if found else str(status)
+        if status == 416 or code == "InvalidRange":
+            return IntegrityError(
+                f"{self.url}/{key} ends before the bytes the manifest names ({status} {code})",
+                hint="the store holds a truncated object or a hostile manifest; save the key again",
+            )
         if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError"):
             return TransientError(f"S3 answered {status} {code}")
         if code == "NoSuchKey" or (status == 404 and code == "404"):

@@ -75,8 +75,12 @@ class Saver:
 
     # ----- what the store already has ---------------------------------------------------------
     def _load_manifest(self, digest: str) -> mf.Manifest | None:
-        got = self.store.get(layout.manifest_key(digest))
-        if got is None or hashlib.sha256(got[0]).hexdigest() != digest:
+        got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
+        if (
+            got is None
+            or len(got[0]) > mf.MAX_MANIFEST
+            or hashlib.sha256(got[0]).hexdigest() != digest
+        ):
             return None
         try:
             return mf.parse(got[0], digest[:12])
@@ -308,6 +312,13 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if not unchanged:
         saver.upload_large(tree, large, rt.dry_run)
         body = manifest.canonical()
+        if len(body) > mf.MAX_MANIFEST:
+            raise InputError(
+                f"the manifest of {key} would be {human_bytes(len(body))}, over the "
+                f"{mf.MAX_MANIFEST >> 20} MiB cap restore accepts ({len(manifest.entries)} "
+                "entries)",
+                hint="save the tree under several keys, or exclude what the job does not need",
+            )
         ref_body = refs.ref_body(key, digest, len(manifest.files), size)
         if rt.dry_run:
             saver.stats.add(meta_bytes=len(body) + len(ref_body))

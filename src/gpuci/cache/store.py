@@ -14,18 +14,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import os
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
 
 from gpuci.cache import layout
-from gpuci.errors import ConflictError, InputError, StoreError
+from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,12 @@ class Store(ABC):
     def head(self, key: str) -> ObjectInfo | None: ...
 
     @abstractmethod
-    def get(self, key: str) -> tuple[bytes, str] | None:
-        """(bytes, etag), or None when the object does not exist."""
+    def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
+        """(bytes, etag), or None when the object does not exist.
+
+        With ``limit``, at most ``limit + 1`` bytes are read: a longer answer means the object
+        is over the caller's cap, and a hostile store cannot make us hold all of it.
+        """
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> str:
@@ -100,6 +106,7 @@ class Store(ABC):
 class _FileRange:
     def __init__(self, path: Path, offset: int, length: int) -> None:
         self._fd = os.open(path, os.O_RDONLY)
+        self._path = path
         self._pos = offset
         self._left = length
 
@@ -108,6 +115,11 @@ class _FileRange:
         if want <= 0:
             return 0
         n = os.preadv(self._fd, [buffer[:want]], self._pos)
+        if n == 0:  # a local file cannot be cut short by a network: it is shorter than named
+            raise IntegrityError(
+                f"{self._path} ends before byte {self._pos + self._left}, which the manifest names",
+                hint="the store holds a corrupt object or a hostile manifest; save the key again",
+            )
         self._pos += n
         self._left -= n
         return n
@@ -122,6 +134,38 @@ def _etag(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
+# A file name holds at most 255 bytes, and the temp name adds about 25 to the final one; a
+# quoted key can be far longer (200 x "é" quotes to 1,200 bytes). A path component above
+# LONG_NAME bytes is stored as LONG_MARK + its sha256, a name quoting never produces (a quoted
+# "%" is always followed by two hex digits), with the whole component in a file beside it
+# named LONG_MARK + sha256 + NAME_SUFFIX, so a listing can give the key back.
+LONG_NAME = 200
+LONG_MARK = "%%"
+NAME_SUFFIX = ".name"
+
+_F = TypeVar("_F")
+
+
+def _component(part: str) -> str:
+    if len(part.encode()) <= LONG_NAME:
+        return part
+    return LONG_MARK + hashlib.sha256(part.encode()).hexdigest()
+
+
+def _os_errors(method: _F) -> _F:
+    """A file store's OSError (full disk, no permission, a path that cannot exist) becomes one
+    line naming the store, never a traceback."""
+
+    @functools.wraps(method)  # type: ignore[arg-type]
+    def wrapper(self: LocalStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)  # type: ignore[operator]
+        except OSError as exc:
+            raise self.os_error(exc) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
 class LocalStore(Store):
     """A folder: objects are files, writes are temp-file-then-rename, refs move under a lock."""
 
@@ -129,11 +173,42 @@ class LocalStore(Store):
         self.root = root
         self.url = root.as_uri()
 
+    def os_error(self, exc: OSError) -> StoreError:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StoreError(
+                f"disk full while writing to the cache store {self.url}",
+                hint="free disk space where the store lives, prune it, or point store at a "
+                "larger volume",
+            )
+        where = f" ({exc.filename})" if exc.filename else ""
+        return StoreError(
+            f"cannot use the cache store {self.url}: {exc.strerror or exc}{where}",
+            hint="point store at a folder this user can create and write (file:///absolute/path)",
+        )
+
     def _path(self, key: str) -> Path:
-        return self.root / key
+        return self.root.joinpath(*(_component(p) for p in key.split("/")))
+
+    def _target(self, key: str) -> Path:
+        """Where ``key`` is written: its folders made, the names of long components recorded."""
+        final = self._path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.root
+        for part in key.split("/"):
+            name = _component(part)
+            if name != part:
+                self._record_name(folder / (name + NAME_SUFFIX), part)
+            folder = folder / name
+        return final
+
+    def _record_name(self, path: Path, part: str) -> None:
+        if path.exists():
+            return
+        temp = path.with_name(f"{path.name}{layout.INCOMPLETE}-{uuid.uuid4().hex[:12]}")
+        temp.write_text(part, encoding="utf-8")
+        os.replace(temp, path)
 
     def _temp(self, final: Path) -> Path:
-        final.parent.mkdir(parents=True, exist_ok=True)
         return final.with_name(f"{final.name}{layout.INCOMPLETE}-{uuid.uuid4().hex[:12]}")
 
     @contextlib.contextmanager
@@ -150,15 +225,20 @@ class LocalStore(Store):
 
     def _write_temp(self, final: Path, data: bytes) -> Path:
         temp = self._temp(final)
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            temp.unlink(missing_ok=True)  # a full disk leaves no partial temp file behind
+            raise
         return temp
 
     def exists(self) -> bool:
         return self.root.is_dir()
 
+    @_os_errors
     def head(self, key: str) -> ObjectInfo | None:
         try:
             st = self._path(key).stat()
@@ -166,20 +246,24 @@ class LocalStore(Store):
             return None
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
-    def get(self, key: str) -> tuple[bytes, str] | None:
+    @_os_errors
+    def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
         try:
-            data = self._path(key).read_bytes()
+            with open(self._path(key), "rb") as handle:
+                data = handle.read() if limit is None else handle.read(limit + 1)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
         return data, _etag(data)
 
+    @_os_errors
     def put(self, key: str, data: bytes) -> str:
-        final = self._path(key)
+        final = self._target(key)
         os.replace(self._write_temp(final, data), final)
         return _etag(data)
 
+    @_os_errors
     def put_if_absent(self, key: str, data: bytes) -> str:
-        final = self._path(key)
+        final = self._target(key)
         temp = self._write_temp(final, data)
         try:
             with self._lock(key):
@@ -190,8 +274,9 @@ class LocalStore(Store):
             temp.unlink(missing_ok=True)
         return _etag(data)
 
+    @_os_errors
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        final = self._path(key)
+        final = self._target(key)
         temp = self._write_temp(final, data)
         try:
             with self._lock(key):
@@ -203,8 +288,9 @@ class LocalStore(Store):
             temp.unlink(missing_ok=True)
         return _etag(data)
 
+    @_os_errors
     def upload_file(self, key: str, path: Path, size: int, on_bytes: Callable[[int], None]) -> None:
-        final = self._path(key)
+        final = self._target(key)
         temp = self._temp(final)
         try:
             with open(path, "rb") as src, open(temp, "wb") as dst:
@@ -228,33 +314,84 @@ class LocalStore(Store):
             temp.unlink(missing_ok=True)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        try:
+            yield from self._list(prefix)
+        except OSError as exc:
+            raise self.os_error(exc) from None
+
+    def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder, _, _ = prefix.rpartition("/")
-        base = self.root / folder if folder else self.root
+        base = self._path(folder) if folder else self.root
         if not base.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
             for name in sorted(filenames):
-                if layout.INCOMPLETE in name:
+                if layout.INCOMPLETE in name or _is_name_record(name):
                     continue
                 full = Path(dirpath) / name
-                key = full.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
+                key = self._key_of(full)
+                if key is not None and key.startswith(prefix):
                     try:
                         st = full.stat()
                     except FileNotFoundError:
                         continue
                     yield ObjectInfo(key, st.st_size, st.st_mtime)
 
+    def _key_of(self, full: Path) -> str | None:
+        """The object key a file holds, long components read back from their name records."""
+        parts: list[str] = []
+        folder = self.root
+        for name in full.relative_to(self.root).parts:
+            if name.startswith(LONG_MARK):
+                try:
+                    parts.append((folder / (name + NAME_SUFFIX)).read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError):
+                    return None  # no record (or a damaged one): not an object we wrote
+            else:
+                parts.append(name)
+            folder = folder / name
+        return "/".join(parts)
+
+    def leftovers(self, older_than: float) -> list[ObjectInfo]:
+        """Temp files (``*.incomplete-*``) a killed save left, older than ``older_than`` s.
+
+        Keys are relative to the store's root; a running save's temp files are younger.
+        """
+        now, found = time.time(), []
+        try:
+            for dirpath, _, filenames in os.walk(self.root):
+                for name in filenames:
+                    if f"{layout.INCOMPLETE}-" not in name:
+                        continue
+                    full = Path(dirpath) / name
+                    try:
+                        st = full.lstat()
+                    except FileNotFoundError:
+                        continue
+                    if now - st.st_mtime > older_than:
+                        rel = full.relative_to(self.root).as_posix()
+                        found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
+        except OSError as exc:
+            raise self.os_error(exc) from None
+        return sorted(found, key=lambda o: o.key)
+
+    @_os_errors
+    def remove_leftover(self, rel: str) -> None:
+        (self.root / rel).unlink(missing_ok=True)
+
+    @_os_errors
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    @_os_errors
     def touch(self, key: str) -> None:
         try:
             os.utime(self._path(key))
         except FileNotFoundError:
             pass
 
+    @_os_errors
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
         path = self._path(key)
         try:
@@ -264,6 +401,10 @@ class LocalStore(Store):
                 f"{self.url}/{key} is missing from the cache store",
                 hint="the store was pruned or damaged; save the key again",
             ) from None
+
+
+def _is_name_record(name: str) -> bool:
+    return name.startswith(LONG_MARK) and name.endswith(NAME_SUFFIX)
 
 
 # ----- opening a store from its URL ------------------------------------------------------------
