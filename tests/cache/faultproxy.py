@@ -20,7 +20,7 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te"
 class Rule:
     method: str
     contains: str
-    action: str  # 503 | 500 | drop | truncate | corrupt | delay | throttle
+    action: str  # 503 | 500 | drop | truncate | corrupt | delay | throttle | badlength
     times: int = 1
     seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
     fired: int = 0
@@ -82,6 +82,12 @@ class FaultProxy:
                 resp = conn.getresponse()
                 data = resp.read()
                 conn.close()
+                if action == "badlength":  # a header no HTTP server may send
+                    self.send_response(resp.status)
+                    self.send_header("Content-Length", "abc")
+                    self.end_headers()
+                    self.close_connection = True
+                    return
                 self.send_response(resp.status)
                 for key, value in resp.getheaders():
                     if key.lower() not in HOP and key.lower() != "content-length":

@@ -35,7 +35,9 @@ aws_env = _fixtures.aws_env
 moto_endpoint = _fixtures.moto_endpoint
 store = _fixtures.store
 env = _fixtures.env
+proxy = _fixtures.proxy
 cache_cmd = _fixtures.cache_cmd
+new_bucket = _fixtures.new_bucket
 StoreCase = _fixtures.StoreCase
 CREDS = _fixtures.CREDS
 
@@ -49,7 +51,9 @@ __all__ = [
     "env",
     "leftovers",
     "moto_endpoint",
+    "new_bucket",
     "plant",
+    "proxy",
     "snapshot",
     "store",
 ]

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A hostile cache writer against restored trees: links that escape through each other, links a
 job planted in the target, paths that climb out, and modes that open files to everyone.
 
@@ -210,4 +211,5 @@ def test_save_follows_links_that_escape_through_each_other(store, env, tmp_path)
 )
 def test_links_resolve_through_each_other(tree, escapes):
     from gpuci.cache import links  # new with this defence
+
     assert links.escaping(tree) == escapes

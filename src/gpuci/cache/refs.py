@@ -98,8 +98,22 @@ def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: floa
     )
 
 
+def ref_name(store: Store, namespace: str, key: str, what: str = "key") -> str:
+    """The ref's object name, refused (exit 2) when the store cannot hold a name that long."""
+    name = layout.ref_key(namespace, key)
+    limit = store.name_limit
+    if limit is not None and len(name.encode()) > limit:
+        raise InputError(
+            f"the cache {what} is {len(name.encode())} bytes as an object name in {store.url}, "
+            f"over the {limit} bytes that store allows (non-ASCII characters take 6 bytes each "
+            "once encoded)",
+            hint=f"shorten the {what} (hash long parts, e.g. hashFiles())",
+        )
+    return name
+
+
 def read(store: Store, namespace: str, key: str) -> Ref | None:
-    object_key = layout.ref_key(namespace, key)
+    object_key = ref_name(store, namespace, key)
     got = store.get(object_key, limit=MAX_REF)
     if got is None:
         return None
@@ -131,7 +145,8 @@ def listing(
     """
     base = layout.refs_prefix(namespace)
     found: list[RefInfo] = []
-    for item in store.list(layout.ref_key(namespace, prefix) if prefix else base):
+    start = ref_name(store, namespace, prefix, "restore-keys prefix") if prefix else base
+    for item in store.list(start):
         key = layout.key_from_ref(namespace, item.key)
         try:
             check_key(key)
@@ -168,7 +183,7 @@ def lookup(
 
 def write(store: Store, namespace: str, key: str, body: bytes, current: Ref | None) -> str:
     """Create (If-None-Match) or move (If-Match) the ref; ConflictError when someone raced us."""
-    object_key = layout.ref_key(namespace, key)
+    name = ref_name(store, namespace, key)
     if current is None:
-        return store.put_if_absent(object_key, body)
-    return store.put_if_match(object_key, body, current.etag)
+        return store.put_if_absent(name, body)
+    return store.put_if_match(name, body, current.etag)

@@ -146,6 +146,7 @@ class S3Store(Store):
         self.bucket = bucket
         self.prefix = f"{prefix}/" if prefix else ""
         self.url = f"s3://{bucket}/{prefix}".rstrip("/")
+        self.name_limit = 1024 - len(self.prefix.encode())  # S3's limit on an object's name
         self.endpoint_url = endpoint_url
         self.region = region
         self.environ = environ

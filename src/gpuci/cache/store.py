@@ -51,6 +51,9 @@ class Store(ABC):
     """Object storage as the cache needs it; keys are the layout's ``blobs/...`` and so on."""
 
     url: str
+    # The longest object name (UTF-8 bytes, after the layout's quoting) the store can hold;
+    # None when there is no limit (a file store hashes long names).
+    name_limit: int | None = None
 
     @abstractmethod
     def exists(self) -> bool:
