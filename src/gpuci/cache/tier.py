@@ -59,7 +59,7 @@ _OFF = {"off", "false", "no", "none", "0"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def current_uid() -> int:
@@ -344,27 +344,38 @@ class LocalTier:
             with contextlib.suppress(OSError):
                 os.utime(src, (time.time(), FROZEN_MTIME))  # last use, for LRU
             linkable = self.mode == "link" and size >= LINK_MIN and not mode & 0o111
-            if linkable and self._hardlink(digest, st, dest):
-                return Placed("hardlink", size)
-            dst = os.open(dest, _CREATE, 0o600)
-            try:
-                reflinked = _reflink(src, dst)
-                if self.mode == "verify":
-                    actual = _hash_fd(dst) if reflinked else _copy_hashing(src, dst)
-                    if actual != digest:
-                        self._drop(self.path(digest), "bytes that do not hash to its name")
-                        raise _Mismatch
-                elif not reflinked:
-                    _copy_fd(src, dst)
-                os.fchmod(dst, mode & 0o777)
-            finally:
-                os.close(dst)
-            return Placed("reflink" if reflinked else "copy", size)
+            return self._place_from(src, st, digest, dest, mode, linkable)
         except _Mismatch:
             os.unlink(dest)
             return None
         finally:
             os.close(src)
+
+    def _place_from(
+        self, src: int, st: os.stat_result, digest: str, dest: Path, mode: int, linkable: bool
+    ) -> Placed:
+        dst = os.open(dest, _CREATE, 0o600)
+        try:
+            reflinked = _reflink(src, dst)
+            if not reflinked and linkable:
+                os.close(dst)
+                dst = -1
+                os.unlink(dest)
+                if self._hardlink(digest, st, dest):
+                    return Placed("hardlink", st.st_size)
+                dst = os.open(dest, _CREATE, 0o600)
+            if self.mode == "verify":
+                actual = _hash_fd(dst) if reflinked else _copy_hashing(src, dst)
+                if actual != digest:
+                    self._drop(self.path(digest), "bytes that do not hash to its name")
+                    raise _Mismatch
+            elif not reflinked:
+                _copy_fd(src, dst)
+            os.fchmod(dst, mode & 0o777)
+        finally:
+            if dst >= 0:
+                os.close(dst)
+        return Placed("reflink" if reflinked else "copy", st.st_size)
 
     def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> bool:
         """``link`` mode: link the very inode that was checked (else leave nothing at dest)."""
