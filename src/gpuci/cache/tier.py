@@ -212,8 +212,8 @@ class LocalTier:
         if self.ignored:
             first, why = next(iter(self.ignored.items()))
             out.append(
-                f"local cache: not served, removed: {first} is {why}{_more(self.ignored)}; "
-                "the store's copy was used"
+                f"local cache: did not serve {first} ({why}){_more(self.ignored)}; "
+                "the store's copy is used instead"
             )
         if self.changed:
             out.append(
