@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tier_runner import BIG, Runner, model_tree, plant, sha, tier_is_honest, warnings
+from tier_runner import (
+    BIG,
+    Runner,
+    model_tree,
+    mount_reflink_fs,
+    plant,
+    sha,
+    tier_is_honest,
+    warnings,
+)
 
 from gpuci.cache import save as save_module
 from gpuci.cache import tier as tier_module
@@ -16,9 +27,25 @@ from gpuci.cache import tier as tier_module
 WEIGHTS = "model.safetensors"
 
 
-@pytest.fixture
-def runner(tmp_path: Path) -> Runner:
-    return Runner(tmp_path)
+@pytest.fixture(scope="module")
+def reflink_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An XFS with reflinks, where copy and verify modes clone instead of copying."""
+    base = tmp_path_factory.mktemp("xfs")
+    why = mount_reflink_fs(base / "fs.img", base / "mnt")
+    if why is not None:
+        pytest.skip(f"no reflink filesystem to test on: {why}")
+    yield base / "mnt"
+    subprocess.run(["umount", str(base / "mnt")], check=False)
+
+
+@pytest.fixture(params=["tmp", "xfs-reflink"])
+def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
+    """Each attack on the test machine's own filesystem and on one with reflinks."""
+    if request.param == "tmp":
+        return Runner(tmp_path)
+    base = request.getfixturevalue("reflink_fs") / tmp_path.name
+    base.mkdir()
+    return Runner(base, reflinks=True)
 
 
 def _saved(runner: Runner, tier: bool = True) -> tuple[bytes, str]:
@@ -50,7 +77,7 @@ def test_the_default_mode_gives_each_job_its_own_inode(runner: Runner) -> None:
     got = runner.restore("m", runner.base / "job")
     placed = runner.base / "job" / WEIGHTS
     assert placed.stat().st_nlink == 1
-    assert "hardlink" not in got.report["placed"]
+    assert got.report["placed"] == ({"reflink": 2} if runner.reflinks else {"copy": 2})
     assert os.access(placed, os.W_OK)  # an independent file keeps its manifest mode
 
 
@@ -189,4 +216,4 @@ def test_a_file_changed_after_save_hashed_it_is_not_stored_under_the_old_hash(
     got = runner.save("m", runner.base / "src")
     tier_is_honest(runner.tier)
     assert not runner.blob(sha(files[WEIGHTS])).exists()
-    assert any("changed while it was copied in" in w for w in warnings(got)), warnings(got)
+    assert any("changed after it was hashed" in w for w in warnings(got)), warnings(got)

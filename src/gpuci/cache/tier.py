@@ -217,7 +217,7 @@ class LocalTier:
             )
         if self.changed:
             out.append(
-                f"local cache: {self.changed[0]} changed while it was copied in"
+                f"local cache: {self.changed[0]} changed after it was hashed"
                 f"{_more(self.changed)}; stored under the hash of what was copied"
             )
         return out
