@@ -2,17 +2,23 @@
 # Make (or reuse) the gpu-ci venv for this job and export GPUCI_PYTHON.
 #
 # Why: every gpu-ci action in a job should pay for the install once, reproducibly, without
-# touching the caller's Python. So: one venv per job under $RUNNER_TEMP (else $TMPDIR or /tmp on
-# GitLab or a laptop), keyed by the sha256 of requirements.lock and of this checkout's path, so
-# all actions of one gpu-ci ref share it and two refs in one job never mix. uv when present, else
-# pip; hashes required. gpu-ci itself (pure Python) is linked from this checkout by a .pth file,
-# i.e. installed without dependencies and without fetching an unlocked build backend.
-# The venv is built under *.incomplete, verified, then renamed: a half-built one is never used.
+# touching the caller's Python. So: one venv per job in a private folder, gpuci-venvs/ (mode
+# 0700, ours) under $RUNNER_TEMP (else $XDG_CACHE_HOME or ~/.cache on GitLab or a laptop; never
+# a shared folder such as /tmp, where another user could plant one), keyed by the sha256 of
+# requirements.lock and of this checkout's path, so all actions of one gpu-ci ref share it and
+# two refs in one job never mix. uv when present, else pip; hashes required. gpu-ci itself (pure
+# Python) is linked from this checkout by a .pth file, i.e. installed without dependencies and
+# without fetching an unlocked build backend. The venv is built under *.incomplete, verified,
+# then renamed: a half-built one is never used.
+#
+# Nothing is run from a path another user could have written: the private folder and every
+# folder above it, a venv found there, and an inherited GPUCI_PYTHON are checked for owner and
+# mode first (docs/security.md, "The runner-local tier and the bootstrap venv").
 #
 # Prints the interpreter's path on stdout; in GitHub Actions it also writes GPUCI_PYTHON to
 # $GITHUB_ENV for later steps. Elsewhere:  GPUCI_PYTHON="$(bash scripts/bootstrap.sh)"
 # Env: GPUCI_PYTHON (reused when it already runs gpu-ci from this checkout), GPUCI_BASE_PYTHON
-# (the interpreter to build the venv from; default python3), RUNNER_TEMP.
+# (the interpreter to build the venv from; default python3), RUNNER_TEMP, XDG_CACHE_HOME.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -50,6 +56,61 @@ sys.exit(0 if here == os.path.realpath(sys.argv[1]) else 1)
 PY
 }
 
+owner_mode() { # path -> "uid octal-mode" of the path itself (a link is not followed)
+  stat -c '%u %a' -- "$1" 2>/dev/null || stat -f '%u %Lp' -- "$1" 2>/dev/null
+}
+
+why="" # what the last failed check found
+
+trusted_chain() { # folder -> 0 when no other user can change it or any folder above it
+  local dir owner mode uid
+  uid="$(id -u)"
+  dir="$(cd "$1" 2>/dev/null && pwd -P)" || { why="$1 is not a folder"; return 1; }
+  while :; do
+    read -r owner mode <<<"$(owner_mode "$dir")" || true
+    if [ -z "${mode:-}" ]; then why="cannot read the owner of $dir"; return 1; fi
+    if [ "$owner" != "$uid" ] && [ "$owner" != 0 ]; then
+      why="$dir is owned by uid $owner"
+      return 1
+    fi
+    if (((8#$mode & 8#022) && !(8#$mode & 8#1000))); then
+      why="$dir can be written by other users (mode $mode)"
+      return 1
+    fi
+    [ "$dir" = / ] && return 0
+    dir="$(dirname "$dir")"
+  done
+}
+
+ours() { # path -> 0 when it is a real folder of ours that nobody else can write
+  local owner mode
+  if [ -L "$1" ] || [ ! -d "$1" ]; then why="$1 is not a folder"; return 1; fi
+  read -r owner mode <<<"$(owner_mode "$1")" || true
+  if [ "${owner:-}" != "$(id -u)" ]; then why="$1 is owned by uid ${owner:-?}, not $(id -u)"; return 1; fi
+  if ((8#${mode:-777} & 8#022)); then why="$1 can be written by other users (mode $mode)"; return 1; fi
+}
+
+private_home() { # sets $home: the 0700 folder, owned by us, that holds gpu-ci venvs
+  local base="${RUNNER_TEMP:-}"
+  if [ -z "$base" ]; then
+    base="${XDG_CACHE_HOME:-}"
+    if [ -z "$base" ]; then
+      [ -n "${HOME:-}" ] || fail "neither RUNNER_TEMP, XDG_CACHE_HOME nor HOME is set" \
+        "set XDG_CACHE_HOME to a folder only this user can write" 2
+      base="$HOME/.cache"
+    fi
+  fi
+  mkdir -p "$base" 2>/dev/null || fail "cannot create $base" "set XDG_CACHE_HOME to a folder you own" 2
+  trusted_chain "$base" || fail "refusing to keep venvs under $base: $why" \
+    "set XDG_CACHE_HOME (or RUNNER_TEMP) to a folder only this user can write" 2
+  local dir="$base/gpuci-venvs"
+  mkdir -m 700 "$dir" 2>/dev/null || true
+  ours "$dir" || fail "refusing $dir, it may hold a planted interpreter: $why" \
+    "remove $dir (as its owner or root) and rerun; it is recreated private" 2
+  chmod 700 "$dir"
+  home="$dir"
+}
+
 sha256() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum | cut -c1-16; else shasum -a 256 | cut -c1-16; fi
 }
@@ -69,17 +130,28 @@ base_python() { # the first interpreter >= 3.10 among GPUCI_BASE_PYTHON, python3
 
 [ -f "$lock" ] || fail "$lock is missing" "restore requirements.lock in the gpu-ci checkout" 2
 
-# 1. Already bootstrapped in this job (or handed an interpreter that runs this checkout): reuse.
-if works "${GPUCI_PYTHON:-}"; then
-  log "reusing $GPUCI_PYTHON"
-  finish "$GPUCI_PYTHON"
+# 1. Already bootstrapped in this job (or handed an interpreter that runs this checkout): reuse,
+#    unless another user could have written the folder it lives in.
+if [ -n "${GPUCI_PYTHON:-}" ]; then
+  if ! trusted_chain "$(dirname "$GPUCI_PYTHON")"; then
+    log "not running GPUCI_PYTHON=$GPUCI_PYTHON: $why"
+  elif works "$GPUCI_PYTHON"; then
+    log "reusing $GPUCI_PYTHON"
+    finish "$GPUCI_PYTHON"
+  fi
 fi
 
 key="$({ cat "$lock"; printf '%s\n' "$src"; } | sha256)"
-venv="${RUNNER_TEMP:-${TMPDIR:-/tmp}}/gpuci-venv-$key"
-if works "$venv/bin/python"; then
-  log "reusing $venv"
-  finish "$venv/bin/python"
+private_home
+venv="$home/gpuci-venv-$key"
+if [ -e "$venv" ] || [ -L "$venv" ]; then
+  if ! ours "$venv" || ! ours "$venv/bin"; then
+    log "not reusing $venv: $why; building a new one"
+    rm -rf "$venv"
+  elif works "$venv/bin/python"; then
+    log "reusing $venv"
+    finish "$venv/bin/python"
+  fi
 fi
 
 # 2. Build a new venv beside its final name, verify it, rename it into place.
@@ -88,7 +160,6 @@ py_base="$(base_python)" || fail "no Python 3.10 or newer found (tried \$GPUCI_B
 tmp="$venv.incomplete.$$"
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$tmp"
-mkdir -p "$(dirname "$venv")"
 if [ "${GITHUB_ACTIONS:-}" = "true" ]; then echo "::group::gpu-ci bootstrap: installing into $venv"; fi
 started=$SECONDS
 if command -v uv >/dev/null 2>&1; then

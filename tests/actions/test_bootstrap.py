@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -85,9 +86,11 @@ def test_builds_a_venv_from_the_lock_for_real(tmp_path: Path, installer: str) ->
     assert f"with {installer}" in proc.stderr
     python = Path(exported["GPUCI_PYTHON"])
     assert re.fullmatch(r"gpuci-venv-[0-9a-f]{16}", python.parent.parent.name)
-    assert python.parent.parent.parent == tmp_path
+    home = python.parent.parent.parent
+    assert home == tmp_path / "gpuci-venvs"  # a private folder inside RUNNER_TEMP
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700 and home.stat().st_uid == os.getuid()
     assert proc.stdout.strip().splitlines()[-1] == str(python)  # after ::group:: lines
-    assert not list(tmp_path.glob("*.incomplete*"))
+    assert not list(home.glob("*.incomplete*"))
     # The locked versions, and gpu-ci from this checkout.
     pins = dict(re.findall(r"^([a-z0-9-]+)==(\S+)", (REPO / "requirements.lock").read_text(), re.M))
     probe = subprocess.run(

@@ -257,7 +257,7 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
 
 def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root]) -> set[str]:
     """Digests the tier holds and will hardlink (same filesystem, large, not executable)."""
-    if tier is None or not tier.root.is_dir():
+    if tier is None or tier.mode != "link" or not tier.root.is_dir():
         return set()
     devs = {os.stat(r.target.parent).st_dev for r in roots}
     if devs != {os.stat(tier.root).st_dev}:
@@ -424,6 +424,11 @@ def target_paths(values: dict[str, Any], rt: Runtime) -> list[str]:
     return paths
 
 
+def _tier_warnings(result: Result, tier: LocalTier | None) -> None:
+    for note in tier.warnings() if tier is not None else []:
+        result.warning(note, "gpu-ci local cache")
+
+
 def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
     if tier is None:
         return 0
@@ -469,12 +474,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     store = plan_store(values, rt)
     if store is None:
         return _plan_without_credentials(key, store_url(values, rt), start)
-    tier = open_tier(values.get("local-cache"), values.get("local-cache-size"), rt.environ)
+    tier, tier_notes = open_tier(values, rt.environ)
     namespace = layout.namespace(rt.environ)
     lookup_only = bool(values.get("lookup-only"))
     fail_on_miss = bool(values.get("fail-on-miss"))
     populate = str(values.get("populate") or "").strip()
     result = Result(command="cache-weights restore")
+    for note in tier_notes:
+        result.warning(note, "gpu-ci local cache")
     empty_local = isinstance(store, LocalStore) and not store.exists()
     ignored: list[str] = []
     found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
@@ -521,6 +528,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "manifest": ref.manifest,
         "store": store.url,
         "local_cache": str(tier.root) if tier else None,
+        "local_cache_mode": tier.mode if tier else None,
         "files": files,
         "bytes": size,
     }
@@ -552,6 +560,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "lookup_only": lookup_only,
             "would_populate": bool(populate and not exact),
         }
+        _tier_warnings(result, tier)
         return result
     moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
     seconds = time.monotonic() - start
@@ -599,6 +608,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "placed": moved.placed,
         "producer": manifest.producer,
     }
+    _tier_warnings(result, tier)
     if populate and not exact and not lookup_only:
         return fill_on_miss(values, rt, result, paths, start)
     return result

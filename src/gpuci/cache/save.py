@@ -284,10 +284,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if values.get("layout") == "hf" and str(values.get("hf-revision") or "").strip():
         _keep_revision(tree, str(values["hf-revision"]).strip())
     saver = Saver(store, namespace, key, rt)
+    tier_notes: list[str] = []
     if not rt.dry_run:
-        saver.tier = open_tier(
-            values.get("local-cache"), values.get("local-cache-size"), rt.environ
-        )
+        saver.tier, tier_notes = open_tier(values, rt.environ)
     current = refs.read(store, namespace, key) if (not rt.dry_run or store.exists()) else None
     known, current_manifest = saver.known_small_files(current)
     files = [e for e in tree.entries if e.type == "file"]
@@ -336,6 +335,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 digest = winner.manifest if winner else digest
     if not rt.dry_run:
         saver.fill_tier(tree, manifest.files)
+    for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
+        result.warning(note, "gpu-ci local cache")
     seconds = time.monotonic() - start
     stats = saver.stats
     uploaded = stats.data_bytes + stats.meta_bytes

@@ -1,18 +1,29 @@
 """The runner-local tier: one verified copy of each file's bytes on the runner's own disk.
 
-Self-hosted runners keep their disks between jobs, so a warm restore should link files into
-place instead of fetching them. The tier is a folder of files named by their sha256
+Self-hosted runners keep their disks between jobs, so a warm restore should place files from
+disk instead of fetching them. The tier is a folder of files named by their sha256
 (``blobs/sha256/<ab>/<hex>``, the same names as the store's blobs, but one per *file*, packed
-small files included). A blob becomes visible only by an atomic ``link()`` of a file that was
-already verified, so a reader never sees a partial one, and two jobs filling one tier at once
-simply race to create the same immutable name.
+small files included).
 
-Blobs are read-only, and their mtime is frozen at :data:`FROZEN_MTIME`: a job that writes
-through a hardlink (as root, read-only bits do not stop it) moves the mtime, and the tier then
-drops that blob instead of serving it. Last use is the atime, set explicitly on every use
-(``noatime`` mounts do not matter), and eviction removes the least recently used blobs under an
-exclusive lock, so two evictions never race. Placement tries a reflink (copy-on-write, an
-independent file), then a hardlink, then a plain copy.
+Trust (docs/security.md): the tier must never place bytes that do not hash to their name,
+whatever a job sharing the runner did. So
+
+- a blob is only ever made by hashing the bytes *as they are copied in* (or hashing the private
+  reflink clone), and it is published under the digest of what was copied, never under a name
+  the caller computed earlier;
+- the folder is ours alone: created 0700, refused when it, or a folder above it, can be written
+  by another user; each entry is opened ``O_NOFOLLOW`` and served only when it is a regular
+  file we own that nobody else can write;
+- how placed files relate to the tier is an explicit trust mode (``local-cache-mode``):
+  ``copy`` (default) gives the job an independent file (a reflink where the filesystem can,
+  else a copy), so nothing a job does to its tree reaches the tier; ``verify`` also hashes every
+  file it places, against anything that edits the tier as the runner's own user; ``link``
+  hardlinks large files into the tree, which trusts every job on the runner (one tenant).
+
+Blobs are read-only with their mtime frozen at :data:`FROZEN_MTIME`, a cheap tripwire for
+accidental writes through a ``link``-mode hardlink (not a defence: a job can set mtime back).
+Last use is the atime, set explicitly on every use (``noatime`` mounts do not matter), and
+eviction removes the least recently used blobs under an exclusive lock.
 """
 
 from __future__ import annotations
@@ -20,15 +31,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
-import shutil
 import stat
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuci.cache import layout
 from gpuci.errors import InputError
@@ -41,9 +53,18 @@ FROZEN_MTIME = 946684800
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 DEFAULT_SIZE = "100GiB"
 TIER_ENV = "GPUCI_LOCAL_CACHE"
+MODES = ("copy", "verify", "link")
+DEFAULT_MODE = "copy"
 _OFF = {"off", "false", "no", "none", "0"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def current_uid() -> int:
+    """The user the tier belongs to (a seam: tests simulate another user here)."""
+    return os.geteuid()
 
 
 def parse_size(raw: str, what: str = "local-cache-size") -> int:
@@ -60,6 +81,16 @@ def parse_size(raw: str, what: str = "local-cache-size") -> int:
     return int(float(match.group(1)) * base**power)
 
 
+def parse_mode(raw: str | None) -> str:
+    mode = (raw or "").strip().lower() or DEFAULT_MODE
+    if mode not in MODES:
+        raise InputError(
+            f"input 'local-cache-mode' is '{raw}', not one of {', '.join(MODES)}",
+            hint="set local-cache-mode to copy (the default), verify, or link (one tenant only)",
+        )
+    return mode
+
+
 def default_root(environ: Mapping[str, str]) -> Path:
     """``$RUNNER_TOOL_CACHE/gpuci/local`` on a runner, else ~/.cache/gpuci/local."""
     tool_cache = environ.get("RUNNER_TOOL_CACHE", "").strip()
@@ -68,6 +99,50 @@ def default_root(environ: Mapping[str, str]) -> Path:
     xdg = environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(xdg) if xdg else Path(environ.get("HOME") or Path.home()) / ".cache"
     return base / "gpuci" / "local"
+
+
+def untrusted(st: os.stat_result, uid: int | None = None) -> str | None:
+    """Why an existing tier entry must not be served (None: it may be)."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symlink"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    uid = current_uid() if uid is None else uid
+    if st.st_uid != uid:
+        return f"owned by uid {st.st_uid}, not {uid}"
+    if st.st_mode & _OTHERS_WRITE:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def private_root_problem(root: Path) -> str | None:
+    """Why ``root`` cannot be the tier (None: it can).
+
+    The tier itself, when it exists, must be a folder owned by the current user that nobody
+    else can write; every folder above it must be owned by us or root and not writable by
+    others unless sticky (``/tmp``), so no other user can swap any part of the path.
+    """
+    uid = current_uid()
+    for parent in reversed(root.parents):
+        try:
+            st = os.lstat(parent)
+        except FileNotFoundError:
+            break  # we create the rest, as ourselves
+        if st.st_uid not in (0, uid):
+            return f"{parent} is owned by uid {st.st_uid}, who could replace the folder"
+        if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+            return f"{parent} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{root} is not a folder"
+    if st.st_uid != uid:
+        return f"{root} is owned by uid {st.st_uid}, not {uid}"
+    if st.st_mode & _OTHERS_WRITE:
+        return f"{root} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 @dataclass
@@ -81,72 +156,133 @@ class Placed:
 class LocalTier:
     """A runner-local, content-addressed blob folder with LRU eviction."""
 
-    def __init__(self, root: Path, limit: int = 0) -> None:
+    def __init__(self, root: Path, limit: int = 0, mode: str = DEFAULT_MODE) -> None:
         self.root = root
         self.limit = limit
+        self.mode = parse_mode(mode)
+        self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
+        self.changed: list[str] = []  # sources that changed between hashing and copying in
+        self._ready = False
 
     # ----- names ---------------------------------------------------------------------------
     def path(self, digest: str) -> Path:
         return self.root / layout.blob_key(digest)
 
+    def _ensure_root(self) -> None:
+        """Create the tier 0700 (or tighten ours to 0700) before the first write."""
+        if self._ready:
+            return
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(self.root)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != current_uid():
+            raise PermissionError(errno.EPERM, "the local cache folder is not ours", str(self.root))
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(self.root, 0o700)
+        self._ready = True
+
+    def _folder(self, rel: str) -> Path:
+        self._ensure_root()
+        folder = self.root / rel
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        return folder
+
     def _temp(self) -> Path:
-        folder = self.root / "tmp"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{uuid.uuid4().hex}{layout.INCOMPLETE}"
+        return self._folder("tmp") / f"{uuid.uuid4().hex}{layout.INCOMPLETE}"
 
     @contextlib.contextmanager
     def _lock(self, name: str, shared: bool = False) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._ensure_root()
+        fd = os.open(self.root / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
+    def _drop(self, path: Path, why: str, repair: bool = True) -> None:
+        """Never serve this entry; remove it from our folder when allowed to write."""
+        self.ignored.setdefault(str(path), why)
+        if repair:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def warnings(self) -> list[str]:
+        """One line per kind of thing the tier refused, for the command's annotations."""
+        out = []
+        if self.ignored:
+            first, why = next(iter(self.ignored.items()))
+            out.append(
+                f"local cache: did not serve {first} ({why}){_more(self.ignored)}; "
+                "the store's copy is used instead"
+            )
+        if self.changed:
+            out.append(
+                f"local cache: {self.changed[0]} changed after it was hashed"
+                f"{_more(self.changed)}; stored under the hash of what was copied"
+            )
+        return out
+
     # ----- lookups -------------------------------------------------------------------------
-    def has(self, digest: str, size: int, repair: bool = True) -> bool:
-        """True when an intact blob is there; a tampered one is removed on sight (``repair``)."""
-        path = self.path(digest)
-        try:
-            st = path.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        if int(st.st_mtime) != FROZEN_MTIME or st.st_size != size:
-            if repair:  # written through a link: never serve it again
-                with contextlib.suppress(OSError):
-                    path.unlink()
+    def _intact(self, path: Path, st: os.stat_result, size: int, repair: bool) -> bool:
+        why = untrusted(st)
+        if why is None and st.st_size != size:
+            why = f"{st.st_size} bytes, not {size}"
+        if why is None and int(st.st_mtime) != FROZEN_MTIME:
+            why = "modified after it was stored"
+        if why is not None:
+            self._drop(path, why, repair)
             return False
         return True
 
+    def has(self, digest: str, size: int, repair: bool = True) -> bool:
+        """True when a trustworthy blob is there; an untrusted one is removed on sight."""
+        path = self.path(digest)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return self._intact(path, st, size, repair)
+
+    def _open(self, digest: str, size: int) -> tuple[int, os.stat_result] | None:
+        """An open, checked blob (never through a symlink), or None."""
+        path = self.path(digest)
+        try:
+            fd = os.open(path, _READ)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._drop(path, "a symlink")
+            return None
+        st = os.fstat(fd)
+        if not self._intact(path, st, size, repair=True):
+            os.close(fd)
+            return None
+        return fd, st
+
     # ----- filling -------------------------------------------------------------------------
     def _publish(self, temp: Path, digest: str) -> None:
-        """Freeze and make visible a verified file; losing a race to an identical one is fine."""
-        os.chmod(temp, 0o444)
-        os.utime(temp, (time.time(), FROZEN_MTIME))
+        """Make a verified file visible; replaces whatever held the name (an identical blob,
+        or something planted there), atomically."""
         final = self.path(digest)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(temp, final)
-        except FileExistsError:
-            pass
+        os.makedirs(final.parent, mode=0o700, exist_ok=True)
+        os.replace(temp, final)
 
     def adopt(self, path: Path, digest: str) -> bool:
-        """Hardlink a freshly verified restore file into the tier (it becomes read-only too).
+        """``link`` mode only: hardlink a file restore just fetched and verified into the tier.
 
-        Used by restore: the bytes were just hashed on their way to disk, so the tier gets them
-        for free. Falls back to a copy when the tier is on another filesystem.
+        The file is in this job's own staging folder and its bytes were hashed on their way to
+        disk. In ``copy`` and ``verify`` modes the job's file and the tier never share an inode,
+        so this falls back to :meth:`copy_in`.
         """
-        final = self.path(digest)
-        if final.exists():
+        if self.mode != "link":
+            return self.copy_in(path, digest)
+        if self.has(digest, os.lstat(path).st_size):
             return False
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self._folder(os.path.dirname(layout.blob_key(digest)))
             os.chmod(path, 0o444)
             os.utime(path, (time.time(), FROZEN_MTIME))
-            final.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.link(path, final)
+                os.link(path, self.path(digest), follow_symlinks=False)
             except FileExistsError:
                 return False
             except OSError as exc:
@@ -158,62 +294,112 @@ class LocalTier:
             return False  # the tier is a cache: failing to fill it never fails the job
 
     def copy_in(self, path: Path, digest: str) -> bool:
-        """Copy a file in (a reflink where the filesystem can); used by save."""
-        if self.path(digest).exists():
-            return False
+        """Copy a file in, hashing exactly the bytes stored; used by save and restore.
+
+        The blob is named by what was copied: a source that changed after the caller hashed it
+        is stored under its new hash (or nowhere useful), never under ``digest``.
+        """
         temp = None
         try:
-            temp = self._temp()
-            _clone_or_copy(path, temp)
-            self._publish(temp, digest)
-            return True
+            src = os.open(path, _READ)
+            try:
+                st = os.fstat(src)
+                if not stat.S_ISREG(st.st_mode) or self.has(digest, st.st_size):
+                    return False
+                temp = self._temp()
+                dst = os.open(temp, _CREATE, 0o600)
+                try:  # a reflink is a private clone: hash the clone, i.e. what is stored
+                    actual = _hash_fd(dst) if _reflink(src, dst) else _copy_hashing(src, dst)
+                    os.fchmod(dst, 0o444)
+                    os.utime(dst, (time.time(), FROZEN_MTIME))
+                finally:
+                    os.close(dst)
+            finally:
+                os.close(src)
+            if actual != digest:
+                self.changed.append(str(path))
+            self._publish(temp, actual)
+            return actual == digest
         except OSError:
-            return False
+            return False  # the tier is a cache: failing to fill it never fails the job
         finally:
             if temp is not None:
-                temp.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
 
     # ----- placing -------------------------------------------------------------------------
     def place(self, digest: str, size: int, dest: Path, mode: int) -> Placed | None:
-        """Put the blob at ``dest``: reflink, else hardlink (read-only), else copy.
+        """Put the blob at ``dest`` as the trust mode says; None when the blob is not usable
+        (gone, untrusted, or in ``verify`` mode not hashing to its name): the caller fetches it.
 
-        None when the blob is gone (evicted or dropped meanwhile); the caller fetches it.
-        A hardlink is used only for files of LINK_MIN bytes or more without exec bits, so what
-        lands in the tree is what the manifest says, minus write on large files.
+        ``copy``: reflink, else copy. ``verify``: the same, hashing what was placed.
+        ``link``: reflink, else a hardlink for files of LINK_MIN bytes or more without exec
+        bits (read-only, shared with the tier), else copy.
         """
-        src = self.path(digest)
-        if not self.has(digest, size):
+        opened = self._open(digest, size)
+        if opened is None:
             return None
+        src, st = opened
         try:
-            with contextlib.suppress(PermissionError):  # another user's tier: still usable
+            with contextlib.suppress(OSError):
                 os.utime(src, (time.time(), FROZEN_MTIME))  # last use, for LRU
-            if _reflink(src, dest):
-                os.chmod(dest, mode & 0o777)
-                return Placed("reflink", size)
-            if size >= LINK_MIN and not mode & 0o111:
-                try:
-                    os.link(src, dest)
-                    return Placed("hardlink", size)
-                except OSError as exc:
-                    if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                        raise
-            _copy(src, dest)
-            os.chmod(dest, mode & 0o777)
-            return Placed("copy", size)
-        except FileNotFoundError:
-            with contextlib.suppress(FileNotFoundError):
-                dest.unlink()
+            linkable = self.mode == "link" and size >= LINK_MIN and not mode & 0o111
+            return self._place_from(src, st, digest, dest, mode, linkable)
+        except _Mismatch:
+            os.unlink(dest)
             return None
+        finally:
+            os.close(src)
+
+    def _place_from(
+        self, src: int, st: os.stat_result, digest: str, dest: Path, mode: int, linkable: bool
+    ) -> Placed:
+        dst = os.open(dest, _CREATE, 0o600)
+        try:
+            reflinked = _reflink(src, dst)
+            if not reflinked and linkable:
+                os.close(dst)
+                dst = -1
+                os.unlink(dest)
+                if self._hardlink(digest, st, dest):
+                    return Placed("hardlink", st.st_size)
+                dst = os.open(dest, _CREATE, 0o600)
+            if self.mode == "verify":
+                actual = _hash_fd(dst) if reflinked else _copy_hashing(src, dst)
+                if actual != digest:
+                    self._drop(self.path(digest), "bytes that do not hash to its name")
+                    raise _Mismatch
+            elif not reflinked:
+                _copy_fd(src, dst)
+            os.fchmod(dst, mode & 0o777)
+        finally:
+            if dst >= 0:
+                os.close(dst)
+        return Placed("reflink" if reflinked else "copy", st.st_size)
+
+    def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> bool:
+        """``link`` mode: link the very inode that was checked (else leave nothing at dest)."""
+        try:
+            os.link(self.path(digest), dest, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
+                return False
+            raise
+        linked = os.lstat(dest)
+        if (linked.st_ino, linked.st_dev) != (st.st_ino, st.st_dev):  # swapped meanwhile
+            os.unlink(dest)
+            return False
+        return True
 
     # ----- eviction ------------------------------------------------------------------------
     def blobs(self) -> list[tuple[float, int, Path]]:
         """(last use, size, path) of every blob."""
         out: list[tuple[float, int, Path]] = []
         base = self.root / layout.BLOBS
-        if not base.is_dir():
+        if not base.is_dir() or base.is_symlink():
             return out
         for entry in os.scandir(base):
-            if not entry.is_dir():
+            if not entry.is_dir(follow_symlinks=False):
                 continue
             for blob in os.scandir(entry.path):
                 try:
@@ -254,44 +440,93 @@ class LocalTier:
     def _sweep_temp(self) -> None:
         """Remove temp files of fills that died long ago (an hour is far past any live copy)."""
         folder = self.root / "tmp"
-        if not folder.is_dir():
+        if not folder.is_dir() or folder.is_symlink():
             return
         cutoff = time.time() - 3600
         for item in folder.iterdir():
             with contextlib.suppress(FileNotFoundError):
-                if item.stat().st_mtime < cutoff:
+                if os.lstat(item).st_mtime < cutoff:
                     item.unlink()
 
 
-def open_tier(raw: str | None, size: str | None, environ: Mapping[str, str]) -> LocalTier | None:
-    """The tier asked for (input, then ``GPUCI_LOCAL_CACHE``, then the default); None if off."""
-    text = (raw or "").strip() or environ.get(TIER_ENV, "").strip()
+def _more(items: Any) -> str:
+    return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+
+
+class _Mismatch(Exception):
+    """verify mode: the placed bytes did not hash to the blob's name."""
+
+
+def open_tier(
+    values: Mapping[str, Any], environ: Mapping[str, str]
+) -> tuple[LocalTier | None, list[str]]:
+    """The tier asked for (``local-cache``, then ``GPUCI_LOCAL_CACHE``, then the default).
+
+    Returns (tier, warnings): None when off, or when the folder could be written by another
+    user (then the warning says why, and the job goes on with the store alone).
+    """
+    mode = parse_mode(values.get("local-cache-mode"))
+    limit = parse_size(values.get("local-cache-size") or DEFAULT_SIZE)
+    text = str(values.get("local-cache") or "").strip() or environ.get(TIER_ENV, "").strip()
     if text.lower() in _OFF:
-        return None
-    root = Path(os.path.abspath(os.path.expanduser(text))) if text else default_root(environ)
-    return LocalTier(root, parse_size(size or DEFAULT_SIZE))
+        return None, []
+    root = Path(os.path.realpath(os.path.expanduser(text))) if text else default_root(environ)
+    root = Path(os.path.realpath(root))
+    problem = private_root_problem(root)
+    if problem is not None:
+        return None, [
+            f"local cache not used: {problem} (fix: point local-cache at a folder only this "
+            "user can write, or remove it so gpu-ci recreates it 0700)"
+        ]
+    return LocalTier(root, limit, mode), []
 
 
-def _reflink(src: Path, dest: Path) -> bool:
-    """Copy-on-write clone (btrfs, XFS, bcachefs); False where the filesystem cannot."""
-    with open(src, "rb") as s:
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            fcntl.ioctl(fd, FICLONE, s.fileno())
-            return True
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    os.unlink(dest)
-    return False
+# ----- byte movers ---------------------------------------------------------------------------
+def _reflink(src: int, dst: int) -> bool:
+    """Copy-on-write clone (btrfs, XFS, bcachefs): an independent file; False where unsupported."""
+    try:
+        fcntl.ioctl(dst, FICLONE, src)
+        return True
+    except OSError:
+        return False
 
 
-def _copy(src: Path, dest: Path) -> None:
-    """In-kernel copy (sendfile on Linux), no bytes through Python."""
-    shutil.copyfile(src, dest)
+def _copy_fd(src: int, dst: int) -> None:
+    """In-kernel copy from offset 0, no bytes through Python."""
+    offset = 0
+    try:
+        while n := os.copy_file_range(src, dst, layout.IO_CHUNK, offset, offset):
+            offset += n
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    os.lseek(dst, offset, os.SEEK_SET)
+    while n := os.sendfile(dst, src, offset, layout.IO_CHUNK):
+        offset += n
 
 
-def _clone_or_copy(src: Path, dest: Path) -> None:
-    if not _reflink(src, dest):
-        _copy(src, dest)
+def _copy_hashing(src: int, dst: int) -> str:
+    """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written."""
+    hasher = hashlib.sha256()
+    buf = bytearray(layout.IO_CHUNK)
+    view = memoryview(buf)
+    offset = 0
+    while n := os.preadv(src, [buf], offset):
+        hasher.update(view[:n])
+        done = 0
+        while done < n:
+            done += os.pwrite(dst, view[done:n], offset + done)
+        offset += n
+    return hasher.hexdigest()
+
+
+def _hash_fd(fd: int) -> str:
+    hasher = hashlib.sha256()
+    buf = bytearray(layout.IO_CHUNK)
+    view = memoryview(buf)
+    offset = 0
+    while n := os.preadv(fd, [buf], offset):
+        hasher.update(view[:n])
+        offset += n
+    return hasher.hexdigest()

@@ -1,0 +1,142 @@
+"""Another user on the runner plants an interpreter where scripts/bootstrap.sh looks for its
+venv (issue 11, item 3): nothing may run from a path another user could have written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BOOTSTRAP = REPO / "scripts" / "bootstrap.sh"
+ROOT_ONLY = pytest.mark.skipif(
+    os.geteuid() != 0, reason="planting a folder owned by another uid needs root"
+)
+
+
+def venv_name() -> str:
+    """The name bootstrap gives this checkout's venv (sha256 of the lock and the src path)."""
+    data = (REPO / "requirements.lock").read_bytes() + f"{REPO.resolve() / 'src'}\n".encode()
+    return f"gpuci-venv-{hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def plant_venv(venv: Path, marker: Path, owner: int | None = None) -> Path:
+    """A 'venv' whose python, when anything runs it, leaves a marker and claims success."""
+    python = venv / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\necho planted >'{marker}'\nexit 0\n")
+    python.chmod(0o755)
+    if owner is not None:
+        for path in (venv, venv / "bin", python):
+            os.chown(path, owner, owner)
+    return python
+
+
+def run_bootstrap(tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """bootstrap.sh as on a laptop or GitLab runner, with no Python >= 3.10 to build from:
+    whatever it would run must be what was found on disk, never a fresh install."""
+    stubs = tmp / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for name in ("python3", "python"):  # too old: so no venv can be built in the test
+        (stubs / name).write_text("#!/bin/sh\nexit 1\n")
+        (stubs / name).chmod(0o755)
+    full = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "HOME": str(tmp / "home"),
+        "LANG": "C.UTF-8",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(BOOTSTRAP)], capture_output=True, text=True, env=full, timeout=60, check=False
+    )
+
+
+def shared_tmp(tmp: Path) -> Path:
+    shared = tmp / "shared-tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # /tmp
+    return shared
+
+
+def test_a_venv_planted_at_the_old_predictable_tmp_path_never_runs(tmp_path: Path) -> None:
+    shared = shared_tmp(tmp_path)
+    marker = tmp_path / "ran"
+    planted = plant_venv(shared / venv_name(), marker, 4242 if os.geteuid() == 0 else None)
+    proc = run_bootstrap(tmp_path, TMPDIR=str(shared), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert not marker.exists(), proc.stderr
+    assert str(planted) not in proc.stdout
+    assert "no Python 3.10 or newer" in proc.stderr  # it went on to build its own, privately
+    assert stat.S_IMODE((tmp_path / "cache" / "gpuci-venvs").stat().st_mode) == 0o700
+
+
+def test_venvs_live_in_a_private_folder_inside_runner_temp(tmp_path: Path) -> None:
+    runner_temp = tmp_path / "_temp"
+    runner_temp.mkdir(mode=0o755)
+    proc = run_bootstrap(tmp_path, RUNNER_TEMP=str(runner_temp))
+    assert proc.returncode == 2, proc.stderr
+    home = runner_temp / "gpuci-venvs"
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert home.stat().st_uid == os.geteuid()
+
+
+def test_a_private_folder_other_users_can_write_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "cache" / "gpuci-venvs"
+    marker = tmp_path / "ran"
+    plant_venv(home / venv_name(), marker)
+    home.chmod(0o777)
+    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert proc.returncode == 2
+    assert not marker.exists()
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: gpu-ci bootstrap: refusing ")
+    assert "can be written by other users (mode 777)" in line and "(fix: remove " in line
+
+
+@ROOT_ONLY
+def test_a_private_folder_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "cache" / "gpuci-venvs"
+    marker = tmp_path / "ran"
+    plant_venv(home / venv_name(), marker, owner=4242)
+    home.chmod(0o700)
+    os.chown(home, 4242, 4242)
+    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert proc.returncode == 2
+    assert not marker.exists()
+    assert f"is owned by uid 4242, not {os.geteuid()}" in proc.stderr
+
+
+def test_a_cache_folder_other_users_can_write_is_refused(tmp_path: Path) -> None:
+    cache = tmp_path / "open-cache"
+    cache.mkdir()
+    cache.chmod(0o777)  # not sticky: anyone can replace gpuci-venvs inside it
+    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(cache))
+    assert proc.returncode == 2
+    assert f"refusing to keep venvs under {cache}" in proc.stderr
+    assert not (cache / "gpuci-venvs").exists()
+
+
+@ROOT_ONLY
+def test_a_foreign_venv_inside_the_private_folder_is_not_run(tmp_path: Path) -> None:
+    home = tmp_path / "cache" / "gpuci-venvs"
+    home.mkdir(parents=True, mode=0o700)
+    marker = tmp_path / "ran"
+    plant_venv(home / venv_name(), marker, owner=4242)
+    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert not marker.exists()
+    assert "not reusing" in proc.stderr and "owned by uid 4242" in proc.stderr
+    assert not (home / venv_name()).exists()  # removed, to be rebuilt
+
+
+def test_an_inherited_gpuci_python_others_can_write_is_not_run(tmp_path: Path) -> None:
+    shared = tmp_path / "world"
+    marker = tmp_path / "ran"
+    python = plant_venv(shared / "venv", marker)
+    shared.chmod(0o777)
+    proc = run_bootstrap(tmp_path, GPUCI_PYTHON=str(python), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert not marker.exists()
+    assert f"not running GPUCI_PYTHON={python}" in proc.stderr
+    assert str(python) not in proc.stdout

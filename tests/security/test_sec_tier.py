@@ -1,0 +1,219 @@
+"""A job sharing the runner attacks the runner-local tier: it must never place bytes that do
+not hash to their name (issue 11, item 2; trust model in docs/security.md)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tier_runner import (
+    BIG,
+    Runner,
+    model_tree,
+    mount_reflink_fs,
+    plant,
+    sha,
+    tier_is_honest,
+    warnings,
+)
+
+from gpuci.cache import save as save_module
+from gpuci.cache import tier as tier_module
+
+WEIGHTS = "model.safetensors"
+
+
+@pytest.fixture(scope="module")
+def reflink_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An XFS with reflinks, where copy and verify modes clone instead of copying."""
+    base = tmp_path_factory.mktemp("xfs")
+    why = mount_reflink_fs(base / "fs.img", base / "mnt")
+    if why is not None:
+        pytest.skip(f"no reflink filesystem to test on: {why}")
+    yield base / "mnt"
+    subprocess.run(["umount", str(base / "mnt")], check=False)
+
+
+@pytest.fixture(params=["tmp", "xfs-reflink"])
+def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
+    """Each attack on the test machine's own filesystem and on one with reflinks."""
+    if request.param == "tmp":
+        return Runner(tmp_path)
+    base = request.getfixturevalue("reflink_fs") / tmp_path.name
+    base.mkdir()
+    return Runner(base, reflinks=True)
+
+
+def _saved(runner: Runner, tier: bool = True) -> tuple[bytes, str]:
+    files = model_tree(runner.base / "src")
+    runner.save("m", runner.base / "src", tier=tier)
+    return files[WEIGHTS], sha(files[WEIGHTS])
+
+
+# ----- 2a: writing through a restored file ---------------------------------------------------
+def test_writing_through_a_restored_file_and_resetting_its_mtime_never_reaches_the_next_job(
+    runner: Runner,
+) -> None:
+    good, _ = _saved(runner)
+    runner.restore("m", runner.base / "job1")
+    victim = runner.base / "job1" / WEIGHTS
+    before = victim.stat()
+    os.chmod(victim, 0o644)  # the job owns the file it was given: read-only bits stop nobody
+    with open(victim, "r+b") as handle:
+        handle.write(b"BACKDOOR")
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))  # and covers its tracks
+    os.chmod(victim, stat.S_IMODE(before.st_mode))
+    runner.restore("m", runner.base / "job2")
+    assert (runner.base / "job2" / WEIGHTS).read_bytes() == good
+    tier_is_honest(runner.tier)
+
+
+def test_the_default_mode_gives_each_job_its_own_inode(runner: Runner) -> None:
+    _saved(runner)
+    got = runner.restore("m", runner.base / "job")
+    placed = runner.base / "job" / WEIGHTS
+    assert placed.stat().st_nlink == 1
+    assert got.report["placed"] == ({"reflink": 2} if runner.reflinks else {"copy": 2})
+    assert os.access(placed, os.W_OK)  # an independent file keeps its manifest mode
+
+
+def test_link_mode_is_explicit_and_shares_the_inode(runner: Runner) -> None:
+    _saved(runner)
+    got = runner.restore("m", runner.base / "job", **{"local-cache-mode": "link"})
+    assert got.report["local_cache_mode"] == "link"
+    links = (runner.base / "job" / WEIGHTS).stat().st_nlink
+    if "reflink" in got.report["placed"]:  # btrfs, XFS: a clone is even cheaper, and private
+        assert got.report["placed"] == {"reflink": 2} and links == 1
+    else:
+        assert got.report["placed"] == {"hardlink": 1, "copy": 1} and links == 2
+
+
+def test_a_cold_restore_in_copy_mode_fills_the_tier_without_sharing_an_inode(
+    runner: Runner,
+) -> None:
+    good, digest = _saved(runner, tier=False)
+    runner.restore("m", runner.base / "job1")  # fetched from the store, copied into the tier
+    assert (runner.base / "job1" / WEIGHTS).stat().st_nlink == 1
+    assert runner.blob(digest).read_bytes() == good
+    with open(runner.base / "job1" / WEIGHTS, "r+b") as handle:
+        handle.write(b"BACKDOOR")
+    assert runner.blob(digest).read_bytes() == good
+
+
+# ----- 2b: planted entries -------------------------------------------------------------------
+def test_a_planted_symlink_in_the_tier_is_not_followed(runner: Runner) -> None:
+    good, digest = _saved(runner, tier=False)
+    runner.tier.mkdir(mode=0o700)
+    evil = runner.base / "evil.bin"
+    plant(evil, b"E" * BIG)
+    runner.blob(digest).parent.mkdir(parents=True)
+    runner.blob(digest).symlink_to(evil)
+    got = runner.restore("m", runner.base / "job")
+    assert (runner.base / "job" / WEIGHTS).read_bytes() == good
+    assert got.outputs["bytes-from-local"] == 0
+    assert any("symlink" in w for w in warnings(got)), warnings(got)
+    assert evil.read_bytes() == b"E" * BIG  # never written through either
+    tier_is_honest(runner.tier)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a file owned by another uid needs root")
+def test_a_planted_blob_owned_by_another_user_is_not_served(runner: Runner) -> None:
+    good, digest = _saved(runner, tier=False)
+    runner.tier.mkdir(mode=0o700)
+    plant(runner.blob(digest), b"E" * BIG)
+    os.chown(runner.blob(digest), 4242, 4242)
+    os.utime(runner.blob(digest), (1, 946684800))
+    got = runner.restore("m", runner.base / "job")
+    assert (runner.base / "job" / WEIGHTS).read_bytes() == good
+    assert any("owned by uid 4242" in w for w in warnings(got)), warnings(got)
+    tier_is_honest(runner.tier)
+
+
+def test_a_planted_blob_writable_by_others_is_not_served(runner: Runner) -> None:
+    good, digest = _saved(runner, tier=False)
+    runner.tier.mkdir(mode=0o700)
+    plant(runner.blob(digest), b"E" * BIG, mode=0o666)
+    got = runner.restore("m", runner.base / "job")
+    assert (runner.base / "job" / WEIGHTS).read_bytes() == good
+    assert any("writable by group or others" in w for w in warnings(got)), warnings(got)
+    tier_is_honest(runner.tier)
+
+
+def test_a_tier_folder_other_users_can_write_is_not_used_at_all(runner: Runner) -> None:
+    good, digest = _saved(runner, tier=False)
+    runner.tier.mkdir()
+    os.chmod(runner.tier, 0o777)  # e.g. local-cache: /tmp/shared-tier
+    plant(runner.blob(digest), b"E" * BIG)  # ours, read-only, right size and mtime
+    got = runner.restore("m", runner.base / "job")
+    assert (runner.base / "job" / WEIGHTS).read_bytes() == good
+    assert got.outputs["bytes-from-local"] == 0
+    (line,) = [w for w in warnings(got) if "local cache not used" in w]
+    assert "can be written by other users" in line and "(fix: " in line
+
+
+def test_a_tier_folder_owned_by_another_user_is_not_used(runner: Runner, monkeypatch) -> None:
+    good, _ = _saved(runner)  # the tier now holds the true blob, owned by us (root here)
+    monkeypatch.setattr(tier_module, "current_uid", lambda: 4242)  # now run as someone else
+    got = runner.restore("m", runner.base / "job")
+    assert (runner.base / "job" / WEIGHTS).read_bytes() == good
+    assert got.outputs["bytes-from-local"] == 0
+    assert any(f"owned by uid {os.geteuid()}, not 4242" in w for w in warnings(got))
+
+
+def test_the_tier_folder_is_created_private_and_an_existing_one_is_tightened(
+    runner: Runner, tmp_path: Path
+) -> None:
+    _saved(runner)
+    assert stat.S_IMODE(runner.tier.stat().st_mode) == 0o700
+    other = Runner(tmp_path / "second")
+    other.tier.mkdir(parents=True, mode=0o755)
+    os.chmod(other.tier, 0o755)  # a tier made by an older gpu-ci: readable by everyone
+    model_tree(other.base / "src")
+    other.save("m", other.base / "src")
+    assert stat.S_IMODE(other.tier.stat().st_mode) == 0o700
+
+
+def test_verify_mode_does_not_serve_a_blob_the_runner_user_rewrote(runner: Runner) -> None:
+    good, digest = _saved(runner)
+    blob = runner.blob(digest)
+    os.chmod(blob, 0o644)
+    blob.write_bytes(b"E" * BIG)  # a process running as the runner's own user
+    os.chmod(blob, 0o444)
+    os.utime(blob, (1, 946684800))
+    got = runner.restore("m", runner.base / "job", **{"local-cache-mode": "verify"})
+    assert (runner.base / "job" / WEIGHTS).read_bytes() == good
+    assert got.outputs["bytes-downloaded"] == BIG
+    assert any("do not hash to its name" in w for w in warnings(got)), warnings(got)
+    tier_is_honest(runner.tier)  # dropped and refilled with the store's verified bytes
+
+
+def test_eviction_never_follows_a_planted_folder_link(runner: Runner) -> None:
+    _saved(runner)
+    outside = runner.base / "precious"
+    outside.mkdir()
+    (outside / "keep.txt").write_bytes(b"x" * 4096)
+    (runner.tier / "blobs" / "sha256" / "zz").symlink_to(outside)
+    runner.restore("m", runner.base / "job", **{"local-cache-size": "1"})
+    assert (outside / "keep.txt").exists()
+
+
+# ----- 2c: a source that changes between hashing and copying in -----------------------------
+def test_a_file_changed_after_save_hashed_it_is_not_stored_under_the_old_hash(
+    runner: Runner, monkeypatch
+) -> None:
+    files = model_tree(runner.base / "src")
+    fill = save_module.Saver.fill_tier
+
+    def change_then_fill(self, tree, entries):  # the window between hashing and the copy
+        (runner.base / "src" / WEIGHTS).write_bytes(b"E" * BIG)
+        return fill(self, tree, entries)
+
+    monkeypatch.setattr(save_module.Saver, "fill_tier", change_then_fill)
+    got = runner.save("m", runner.base / "src")
+    tier_is_honest(runner.tier)
+    assert not runner.blob(sha(files[WEIGHTS])).exists()
+    assert any("changed after it was hashed" in w for w in warnings(got)), warnings(got)

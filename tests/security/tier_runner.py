@@ -1,0 +1,119 @@
+"""A shared self-hosted runner in a temp folder: a file store, a runner-local tier, and
+``cache-weights save/restore`` run in-process exactly as the CLI does (so a test can stand
+between two steps of a save, or pretend to be another user through the tier's uid seam)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuci.cache import layout
+from gpuci.cli import run_command
+from gpuci.commands import cache_weights
+from gpuci.runtime import Result, Runtime
+
+BIG = 3 << 20  # above the tier's hardlink threshold (1 MiB)
+FROZEN_MTIME = 946684800  # what the tier stamps on every blob: a planted file copies it too
+_SUB = {sub.name: sub for sub in cache_weights.COMMAND.subcommands}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Runner:
+    """One runner: its store, its tier folder, and a job environment."""
+
+    base: Path
+    reflinks: bool = False  # on a filesystem that clones (XFS, btrfs)
+
+    @property
+    def store(self) -> Path:
+        return self.base / "store"
+
+    @property
+    def tier(self) -> Path:
+        return self.base / "tier"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "GPUCI_JOURNAL": str(self.base / "journal.jsonl"),
+            "HOME": str(self.base / "home"),
+            "GPUCI_LOCAL_CACHE": "off",  # each call says which tier it uses
+        }
+
+    def run(self, sub: str, key: str, path: Path, **flags: str) -> Result:
+        values = {"store": self.store.as_uri(), "key": key, "path": str(path), **flags}
+        rt = Runtime(environ=self.env(), stdout=io.StringIO(), stderr=io.StringIO())
+        return run_command(_SUB[sub], f"cache-weights {sub}", values, rt)
+
+    def save(self, key: str, src: Path, tier: bool = True, **flags: str) -> Result:
+        extra = {"local-cache": str(self.tier)} if tier else {}
+        result = self.run("save", key, src, **extra, **flags)
+        assert result.exit_code == 0, result.headline
+        return result
+
+    def restore(self, key: str, dest: Path, **flags: str) -> Result:
+        result = self.run("restore", key, dest, **{"local-cache": str(self.tier), **flags})
+        assert result.exit_code == 0, result.headline
+        return result
+
+    def blob(self, digest: str) -> Path:
+        return self.tier / layout.blob_key(digest)
+
+
+def model_tree(root: Path) -> dict[str, bytes]:
+    """A weights file big enough to be linked, and a small config."""
+    root.mkdir(parents=True)
+    files = {"model.safetensors": os.urandom(BIG), "config.json": b'{"layers": 2}\n'}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    return files
+
+
+def plant(path: Path, data: bytes, mode: int = 0o444) -> None:
+    """A file made to look like a tier blob: right size, frozen mtime, read-only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.chmod(path, mode)
+    os.utime(path, (FROZEN_MTIME, FROZEN_MTIME), follow_symlinks=False)
+
+
+def tier_is_honest(tier: Path) -> None:
+    """Every blob in the tier hashes to its name."""
+    base = tier / layout.BLOBS
+    for path in base.rglob("*") if base.exists() else []:
+        st = path.lstat()
+        if stat.S_ISREG(st.st_mode):
+            assert sha(path.read_bytes()) == path.name, f"{path} does not hash to its name"
+
+
+def warnings(result: Result) -> list[str]:
+    return [a.message for a in result.annotations if a.level == "warning"]
+
+
+def mount_reflink_fs(image: Path, mountpoint: Path) -> str | None:
+    """Mount a small XFS (reflinks on) from a loop image; None on success, else why not."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0:
+        return "mounting a loop filesystem needs root"
+    if shutil.which("mkfs.xfs") is None:
+        return "mkfs.xfs is not installed (apt-get install xfsprogs)"
+    with open(image, "wb") as handle:
+        handle.truncate(400 << 20)
+    mountpoint.mkdir()
+    for cmd in (
+        ["mkfs.xfs", "-q", "-m", "reflink=1", str(image)],
+        ["mount", "-o", "loop", str(image), str(mountpoint)],
+    ):
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return f"{cmd[0]} failed here: {done.stderr.strip()[:200]}"
+    return None
