@@ -115,9 +115,10 @@ def detect_platform(environ: Mapping[str, str]) -> Platform:
 
 
 def _escape_data(text: str) -> str:
-    """A workflow command's data: the runner's own escapes, and no ``##[`` inside."""
+    """A workflow command's data: the runner's own escapes, other control characters made
+    visible (an escape sequence could rewrite the log line), and no ``##[`` inside."""
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return text.replace("##[", "##%5B")
+    return _redact.single_line(text).replace("##[", "##%5B")
 
 
 def _escape_property(text: str) -> str:
