@@ -112,7 +112,7 @@ def test_a_heredoc_value_cannot_close_its_own_entry(gh, monkeypatch):
     """The delimiter is random and checked against the value; a planted one is not used."""
     import uuid
 
-    rt, out, err, files = gh
+    rt, _, _, files = gh
     fixed = [uuid.UUID(int=1), uuid.UUID(int=1), uuid.UUID(int=2)]
     monkeypatch.setattr(uuid, "uuid4", lambda: fixed.pop(0))
     planted = f"a\nghadelimiter_{uuid.UUID(int=1)}\nevil<<X\nowned\nX"
