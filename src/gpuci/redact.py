@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 REDACTED = "***"
 ELLIPSIS = "…"
@@ -49,36 +49,51 @@ def secrets_out(text: str, extra: Iterable[str] = ()) -> str:
     return text
 
 
+def _redact_params(text: str) -> str:
+    """``a=1&token=x`` -> ``a=1&token=***``: values of secret-looking names, text otherwise kept.
+
+    Kept verbatim (never re-encoded), so redacting twice gives the same text.
+    """
+    parts = []
+    for part in text.split("&"):
+        name, sep, _ = part.partition("=")
+        parts.append(f"{name}={REDACTED}" if sep and _SECRET_PARAM.search(unquote(name)) else part)
+    return "&".join(parts)
+
+
 def redact_url(url: str) -> str:
     """A URL fit to print: user and password, and secret-looking query values, as ``***``.
 
+    A query without ``name=value`` pairs (``?abcdef``) may well be a token: all of it goes.
     A URL that cannot be parsed is all secret as far as we know, so it prints as ``***``.
     """
     try:
         parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            netloc = f"{REDACTED}@" + netloc.rpartition("@")[2]
-        query = parts.query
-        if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            if pairs:
-                query = "&".join(
-                    f"{quote(k, safe='-_.~')}="
-                    + (REDACTED if _SECRET_PARAM.search(k) else quote(v, safe="-_.~/:,"))
-                    for k, v in pairs
-                )
-            else:  # a bare query (?abcdef): it may well be a token
-                query = REDACTED
-        fragment = REDACTED if parts.fragment else ""
-        return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError:
         return REDACTED
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@" + netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        query = _redact_params(query) if "=" in query else REDACTED
+    fragment = _redact_params(parts.fragment) if "=" in parts.fragment else parts.fragment
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
 
 
 def redact_urls(text: str) -> str:
-    """Every URL inside ``text`` passed through :func:`redact_url`."""
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    """Every URL inside ``text`` passed through :func:`redact_url`.
+
+    Punctuation that ends a sentence or a parenthesis is not part of the URL.
+    """
+
+    def one(match: re.Match[str]) -> str:
+        found = match.group(0)
+        url = found.rstrip(").,;:!?]")
+        return redact_url(url) + found[len(url) :]
+
+    return _URL_IN_TEXT.sub(one, text)
 
 
 def single_line(text: str) -> str:
