@@ -75,7 +75,9 @@ def test_a_github_token_straddling_the_cut_is_not_printed_in_part(tmp_path):
         token = github.state.token
         message = "x" * 190 + token + " and more"  # the old cut at 200 fell inside the token
         github.state.answers[("GET", LIST)] = (422, {"message": message}, {})
-        proc = run_cli("report", "--comment", "--gpu-minutes", "1", env=report_env(tmp_path, github))
+        proc = run_cli(
+            "report", "--comment", "--gpu-minutes", "1", env=report_env(tmp_path, github)
+        )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "xxxxxxxx" in proc.stdout  # the message was printed...
     assert leaked_part(proc.stdout + proc.stderr, token) is None  # ...without a piece of it
@@ -94,8 +96,14 @@ def test_excerpt_redacts_before_it_cuts():
     redact.register(KEY)
     text = "z" * 195 + KEY
     assert excerpt(text, 200) == "z" * 195 + "***"  # the whole key went, then nothing to cut
-    assert leaked_part(excerpt("q" * 180 + "ghp_tokenvalue99", 190, ["ghp_tokenvalue99"]),
-                       "ghp_tokenvalue99", 4) is None
+    assert (
+        leaked_part(
+            excerpt("q" * 180 + "ghp_tokenvalue99", 190, ["ghp_tokenvalue99"]),
+            "ghp_tokenvalue99",
+            4,
+        )
+        is None
+    )
 
 
 # ----- every URL printed is redacted -----------------------------------------------------------
@@ -104,8 +112,10 @@ def test_excerpt_redacts_before_it_cuts():
     [
         ("http://user:hunter2pass@h:9/p?token=tok3n&a=1", "http://***@h:9/p?token=***&a=1"),
         ("file://user:hunter2pass@/srv/cache", "file://***@/srv/cache"),
-        ("https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA1&X-Amz-Signature=abc&x-id=GetObject",
-         "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&x-id=GetObject"),
+        (
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA1&X-Amz-Signature=abc&x-id=GetObject",
+            "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&x-id=GetObject",
+        ),
         ("https://h/cb#access_token=tok3n", "https://h/cb#access_token=***"),
         ("https://h/p?opaqueTOKENvalue", "https://h/p?***"),
         ("http://[::1", "***"),
@@ -120,12 +130,24 @@ def test_redact_url(url, shown):
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--dry-run", "--json"]])
 def test_a_password_in_endpoint_url_is_never_printed(tmp_path, extra):
     env = clean_env(
-        AWS_ACCESS_KEY_ID="AKIAEXAMPLE", AWS_SECRET_ACCESS_KEY="secretsecret", AWS_EC2_METADATA_DISABLED="true"
+        AWS_ACCESS_KEY_ID="AKIAEXAMPLE",
+        AWS_SECRET_ACCESS_KEY="secretsecret",
+        AWS_EC2_METADATA_DISABLED="true",
     )
     endpoint = "http://user:hunter2pass@127.0.0.1:9/?token=tok3n"
     proc = run_cli(
-        "cache-weights", "restore", "--key", "k", "--path", str(tmp_path / "p"),
-        "--store", "s3://bucket/p", "--endpoint-url", endpoint, *extra, env=env,
+        "cache-weights",
+        "restore",
+        "--key",
+        "k",
+        "--path",
+        str(tmp_path / "p"),
+        "--store",
+        "s3://bucket/p",
+        "--endpoint-url",
+        endpoint,
+        *extra,
+        env=env,
     )
     assert proc.returncode in (0, 3), proc.stdout + proc.stderr
     text = proc.stdout + proc.stderr
@@ -136,8 +158,15 @@ def test_a_password_in_endpoint_url_is_never_printed(tmp_path, extra):
 def test_a_password_in_a_file_store_url_is_never_printed(tmp_path):
     for extra in ([], ["--json"]):
         proc = run_cli(
-            "cache-weights", "save", "--key", "k", "--path", str(tmp_path),
-            "--store", f"file://user:hunter2pass@{tmp_path}/store", *extra,
+            "cache-weights",
+            "save",
+            "--key",
+            "k",
+            "--path",
+            str(tmp_path),
+            "--store",
+            f"file://user:hunter2pass@{tmp_path}/store",
+            *extra,
         )
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "hunter2pass" not in proc.stdout + proc.stderr
@@ -147,9 +176,18 @@ def test_a_password_in_a_file_store_url_is_never_printed(tmp_path):
 def test_pods_up_plan_shows_env_names_not_values():
     env = clean_env(USER="tester")
     proc = run_cli(
-        "pods", "up", "--dry-run", "--json", "--gpu-types", "NVIDIA L40S", "--image", "img",
-        "--command", "python serve.py",
-        "--env", "DATABASE_URL=postgres://app:dbpass99@db/x\nMODE=plainvalue7\nHF_TOKEN=hf_zz9",
+        "pods",
+        "up",
+        "--dry-run",
+        "--json",
+        "--gpu-types",
+        "NVIDIA L40S",
+        "--image",
+        "img",
+        "--command",
+        "python serve.py",
+        "--env",
+        "DATABASE_URL=postgres://app:dbpass99@db/x\nMODE=plainvalue7\nHF_TOKEN=hf_zz9",
         env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
