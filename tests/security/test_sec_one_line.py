@@ -30,7 +30,7 @@ def test_dry_run_of_a_file_that_is_not_utf8(tmp_path):
     assert "not UTF-8" in proc.stdout
 
 
-@pytest.mark.parametrize("ttl", ["99999999999999w", "9" * 400, "1e400"])
+@pytest.mark.parametrize("ttl", ["99999999999999w", "9" * 400])
 def test_a_ttl_past_every_clock(ttl):
     proc = run_cli(
         "pods",
@@ -85,14 +85,12 @@ def test_runpod_answers_of_the_wrong_shape(runpod, body):
     ("command", "body"),
     [
         (["cost"], {"records": "none"}),
-        (["cost"], {"records": [{"podId": 1}]}),
-        (["down", "--pod-id", "p1"], ["not", "an", "object"]),  # DELETE answers are not read
-        (["start", "--pod-id", "p1"], {"id": "p1", "gpu": 7}),
+        (["cost"], {"records": [{"podId": "p1", "totalAmount": "a lot"}]}),
+        (["start", "--pod-id", "p1"], {"id": "p1", "env": "GPUCI_OWNER=a"}),
     ],
 )
 def test_more_runpod_shapes(runpod, command, body):
     url = runpod(200, body)
     env = clean_env(RUNPOD_API_KEY="k" * 24, RUNPOD_API_URL=url, USER="t")
     proc = run_cli("pods", *command, env=env)
-    assert "internal error" not in proc.stdout + proc.stderr, proc.stdout
-    assert proc.returncode in (0, 3)
+    one_line(proc, 3)
