@@ -114,6 +114,14 @@ def detect_platform(environ: Mapping[str, str]) -> Platform:
     return "terminal"
 
 
+def _escape_mask(text: str) -> str:
+    """``::add-mask::`` data: the runner's escapes only, so the mask is the secret itself.
+
+    (The line is read as add-mask before anything else, so nothing in it can start a command.)
+    """
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
 def _escape_data(text: str) -> str:
     """A workflow command's data: the runner's own escapes, other control characters made
     visible (an escape sequence could rewrite the log line), and no ``##[`` inside."""
@@ -198,7 +206,7 @@ class Runtime:
             self._secrets.add(part)
             _redact.register(part)
             if self.ci_platform == "github":
-                self.stdout.write(f"::add-mask::{_escape_data(part)}\n")
+                self.stdout.write(f"::add-mask::{_escape_mask(part)}\n")
                 self.stdout.flush()
 
     def redact(self, text: str) -> str:

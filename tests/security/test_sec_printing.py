@@ -186,3 +186,10 @@ def test_runner_view_catches_the_old_code(tmp_path):
     assert injected(old) and injected("ok ##[add-mask]INJ")
     assert not injected("::error::innocent%0A::error::INJ-lf")
     assert Path(REPO / "actions" / "gpu-pod" / "action.yml").exists()
+
+
+def test_a_mask_is_the_secret_itself_even_with_odd_characters(gh):
+    """Escaping for display must not change what the runner masks: ``##[`` and a tab stay."""
+    rt, out, _, _ = gh
+    rt.mask("pa##[ss\tword")
+    assert out.getvalue() == "::add-mask::pa##[ss\tword\n"
