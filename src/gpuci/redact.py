@@ -119,3 +119,9 @@ def excerpt(text: str, limit: int = 200, secrets: Iterable[str] = ()) -> str:
     clean = redact_urls(secrets_out(text, secrets))
     clean = " ".join(clean.split())  # newlines and runs of spaces: one space
     return single_line(clip(clean, limit))
+
+
+def json_kind(value: object) -> str:
+    """How JSON names a decoded value's type, for "answered a JSON array where..." lines."""
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")

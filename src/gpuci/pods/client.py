@@ -25,7 +25,7 @@ from tenacity import (
 
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.clock import SYSTEM, Clock
-from gpuci.redact import excerpt, redact_url
+from gpuci.redact import excerpt, json_kind, redact_url
 
 DEFAULT_API_URL = "https://api.runpod.io"
 API_KEY_ENV = "RUNPOD_API_KEY"
@@ -159,7 +159,7 @@ def _pod(found: Any, what: str) -> dict[str, Any]:
         raise _shape_error(what, "something other than a pod (an object with a string id)")
     for name, kinds in _POD_FIELDS.items():
         if found.get(name) is not None and not _kind(found[name], kinds):
-            raise _shape_error(what, f"a pod whose '{name}' is a {type(found[name]).__name__}")
+            raise _shape_error(what, f"a pod whose '{name}' is a JSON {json_kind(found[name])}")
     env = found.get("env") or {}
     if not all(isinstance(v, str) for v in env.values()):
         raise _shape_error(what, "a pod whose env holds something other than strings")
@@ -168,10 +168,11 @@ def _pod(found: Any, what: str) -> dict[str, Any]:
 
 def _list_in(found: Any, field: str, what: str) -> list[dict[str, Any]]:
     """``found[field]``, which must be a list of objects."""
-    items = found.get(field) if isinstance(found, dict) else None
+    if not isinstance(found, dict):
+        raise _shape_error(what, f"a JSON {json_kind(found)} where an object belongs")
+    items = found.get(field)
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        shown = type(found).__name__ if not isinstance(found, dict) else f"'{field}' of that kind"
-        raise _shape_error(what, f"no list of objects in '{field}' ({shown})")
+        raise _shape_error(what, f"an object whose '{field}' is not an array of objects")
     return items
 
 
@@ -320,7 +321,7 @@ class RunPodClient:
         what = f"update pod {pod_id}"
         found = _json(self.request("PATCH", f"/v2/pods/{pod_id}", what, json=body), what)
         if not isinstance(found, dict):
-            raise _shape_error(what, f"a JSON {type(found).__name__} where a pod belongs")
+            raise _shape_error(what, f"a JSON {json_kind(found)} where a pod belongs")
         return found
 
     def action(self, pod_id: str, action: str) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from tenacity import (
 )
 
 from gpuci.errors import GpuciError, InfraError, InputError
-from gpuci.redact import excerpt, redact_url
+from gpuci.redact import excerpt, json_kind, redact_url
 
 API_VERSION = "2022-11-28"
 MAX_PAGES = 50  # 5,000 comments: far past any real pull request
@@ -165,7 +165,7 @@ class GitHub:
         except ValueError:
             found = None
         if not isinstance(found, kind):
-            shape = "no JSON" if found is None else f"a JSON {type(found).__name__}"
+            shape = "no JSON" if found is None else f"a JSON {json_kind(found)}"
             raise InfraError(
                 f"GitHub API at {self.where} answered {shape} where {what} belongs "
                 f"({response.request.method} {redact_url(str(response.request.url))})",
