@@ -18,7 +18,7 @@ from gpuci import __version__
 from gpuci.commands import BOOLEAN_OUTPUTS, Command, all_commands
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.inputs import resolve
-from gpuci.runtime import Result, Runtime, detect_platform
+from gpuci.runtime import Result, Runtime, detect_platform, inert
 
 EPILOG = """\
 exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 infrastructure
@@ -33,9 +33,11 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = f"see {self.prog} --help"
+        runtime = Runtime()
+        message = runtime.line(message)  # argparse quotes the user's words: one line, redacted
         if detect_platform(os.environ) == "github":  # an annotation too, like any bad input
-            Runtime().render_failure(InputError(f"{self.prog}: {message}", hint=hint))
-        self.exit(2, f"{self.prog}: bad input: {message} (fix: {hint})\n")
+            runtime.render_failure(InputError(f"{self.prog}: {message}", hint=hint))
+        self.exit(2, inert(f"{self.prog}: bad input: {message} (fix: {hint})") + "\n")
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -170,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stdout.write(
             f"error: internal error in {args._full_name}: "
-            f"{type(exc).__name__}: {runtime.redact(str(exc))} "
+            f"{type(exc).__name__}: {inert(runtime.line(str(exc)))} "
             "(fix: this is a gpu-ci bug; rerun with GPUCI_DEBUG=1 and report it)\n"
         )
         return int(ExitCode.INFRA)

@@ -62,6 +62,16 @@ def _load_workflow(path: Path) -> dict[str, Any]:
         raise InputError(f"workflow file {path} {what}", hint=_workflow_hint())
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"workflow {path} is not UTF-8 text (byte {exc.start} cannot be decoded)",
+            hint="save the workflow as UTF-8 (GitHub reads workflows as UTF-8)",
+        ) from None
+    except OSError as exc:
+        raise InputError(
+            f"cannot read workflow {path}: {exc.strerror or type(exc).__name__}",
+            hint="check the path and its permissions",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

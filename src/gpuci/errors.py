@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from gpuci.redact import single_line
+
 
 class ExitCode(IntEnum):
     OK = 0
@@ -30,9 +32,10 @@ class GpuciError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        text = self.message.replace("\n", " ").strip()
+        """Message and hint on one line: a value quoted in them cannot start a line of its own."""
+        text = single_line(self.message.strip())
         if self.hint:
-            text = f"{text} (fix: {self.hint.strip()})"
+            text = f"{text} (fix: {single_line(self.hint.strip())})"
         return text
 
 

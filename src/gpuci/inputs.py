@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.errors import InputError
+from gpuci.redact import excerpt
 
 _TRUE = {"true", "yes", "1", "on", "y"}
 _FALSE = {"false", "no", "0", "off", "n"}
@@ -65,12 +66,22 @@ def parse_lines(raw: str) -> list[str]:
     return [ln.strip() for ln in raw.splitlines() if ln.strip() and not ln.strip().startswith("#")]
 
 
+MAX_DURATION_S = 100 * 365 * 86400  # a century: past any TTL or period, inside every clock
+
+
 def parse_duration(raw: str) -> float:
-    """``90``, ``90s``, ``45m``, ``2h``, ``14d`` -> seconds."""
+    """``90``, ``90s``, ``45m``, ``2h``, ``14d`` -> seconds (at most :data:`MAX_DURATION_S`).
+
+    The cap keeps "now + duration" a date every clock and ``datetime`` can hold: an expiry
+    of ``99999999999999w`` would overflow ``time_t`` far from here, as an internal error.
+    """
     match = _DURATION.match(raw)
     if not match:
         raise ValueError("expected a duration such as 30s, 45m, 2h or 14d")
-    return float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
+    seconds = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
+    if not seconds <= MAX_DURATION_S:  # also catches inf and nan from a 400-digit number
+        raise ValueError("longer than 100 years; expected a duration such as 45m or 14d")
+    return seconds
 
 
 def parse_version(raw: str) -> tuple[int, ...]:
@@ -124,9 +135,10 @@ class Input:
         return f"INPUT_{upper}", f"INPUT_{upper.replace('-', '_')}"
 
     def parse(self, raw: str, source: str) -> Any:
+        shown = excerpt(raw.strip(), 200)  # quoted in errors: redacted, cut, on one line
         if self.choices is not None and raw.strip() not in self.choices:
             raise InputError(
-                f"input '{self.name}' ({source}) is '{raw.strip()}', not one of: "
+                f"input '{self.name}' ({source}) is '{shown}', not one of: "
                 + ", ".join(self.choices),
                 hint=f"set {self.name} to one of {', '.join(self.choices)}",
             )
@@ -134,7 +146,7 @@ class Input:
             value = PARSERS[self.kind](raw)
         except (ValueError, re.error) as exc:
             raise InputError(
-                f"input '{self.name}' ({source}) is '{raw.strip()}': {exc}",
+                f"input '{self.name}' ({source}) is '{shown}': {exc}",
                 hint=f"fix the value of {self.name}",
             ) from None
         if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from gpuci.errors import ExitCode, GpuciError, InfraError
+from gpuci import redact as _redact
+from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 
 Platform = Literal["github", "gitlab", "terminal", "json"]
 Level = Literal["error", "warning", "notice"]
@@ -90,7 +91,7 @@ def format_output(value: OutputValue) -> str:
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     def cell(v: Any) -> str:
         text = format_output(v) if isinstance(v, bool | float) or v is None else str(v)
-        return text.replace("|", "\\|").replace("\n", " ")
+        return _redact.single_line(text.replace("|", "\\|").replace("\n", " "))
 
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
@@ -113,12 +114,45 @@ def detect_platform(environ: Mapping[str, str]) -> Platform:
     return "terminal"
 
 
-def _escape_data(text: str) -> str:
+def _escape_mask(text: str) -> str:
+    """``::add-mask::`` data: the runner's escapes only, so the mask is the secret itself.
+
+    (The line is read as add-mask before anything else, so nothing in it can start a command.)
+    """
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_data(text: str) -> str:
+    """A workflow command's data: the runner's own escapes, other control characters made
+    visible (an escape sequence could rewrite the log line), and no ``##[`` inside."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return _redact.single_line(text).replace("##[", "##%5B")
 
 
 def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+# The runner reads a line as a workflow command when, after leading whitespace, it starts with
+# ``::``, or when it holds ``##[`` anywhere (the older syntax, still parsed, e.g. ``##[add-mask]``).
+_COMMAND_START = re.compile(r"^(\s*)::")
+
+
+def inert(line: str) -> str:
+    """One printed line that the runner cannot read as a workflow command (second layer).
+
+    Values are already escaped onto one line where they are put into text; this catches what
+    a multi-line block (a summary, an output) still carries, whatever its source.
+    """
+    return _COMMAND_START.sub(r"\1%3A%3A", line).replace("##[", "##%5B")
+
+
+def inert_block(text: str) -> str:
+    """:func:`inert` for each line; control characters other than newline escaped."""
+    return "\n".join(inert(_redact.single_line(line)) for line in text.split("\n"))
+
+
+_FILE_COMMAND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
 _COLOURS = {"error": "31", "warning": "33", "notice": "36", "ok": "32", "bold": "1", "dim": "2"}
@@ -170,14 +204,20 @@ class Runtime:
             if len(part) < 3 or part in self._secrets:
                 continue
             self._secrets.add(part)
+            _redact.register(part)
             if self.ci_platform == "github":
-                self.stdout.write(f"::add-mask::{_escape_data(part)}\n")
+                self.stdout.write(f"::add-mask::{_escape_mask(part)}\n")
                 self.stdout.flush()
 
     def redact(self, text: str) -> str:
+        """Masked secrets as ``***``, and every URL's credentials (userinfo, secret params)."""
         for secret in sorted(self._secrets, key=len, reverse=True):
             text = text.replace(secret, "***")
-        return text
+        return _redact.redact_urls(text)
+
+    def line(self, text: str) -> str:
+        """One value or message as one printable line: redacted, control characters escaped."""
+        return _redact.single_line(self.redact(text))
 
     # ----- logging -----------------------------------------------------------------------
     @property
@@ -185,15 +225,16 @@ class Runtime:
         return self.stderr if self.platform == "json" else self.stdout
 
     def log(self, message: str) -> None:
+        """One line in the log, whatever the message holds (CR/LF cannot start another)."""
         stream = self._log_stream
-        stream.write(self.redact(message) + "\n")
+        stream.write(inert(self.line(message)) + "\n")
         stream.flush()
 
     @contextlib.contextmanager
     def group(self, title: str) -> Iterator[None]:
         """A collapsible log section (GitHub group, GitLab section, a heading elsewhere)."""
         stream = self._log_stream
-        title = self.redact(title)
+        title = self.line(title)
         if self.platform == "github":
             stream.write(f"::group::{_escape_data(title)}\n")
         elif self.platform == "gitlab":
@@ -203,7 +244,7 @@ class Runtime:
                 f"\033[0Ksection_start:{int(time.time())}:{name}[collapsed=true]\r\033[0K{title}\n"
             )
         else:
-            stream.write(self.colour(f"== {title}", "bold") + "\n")
+            stream.write(self.colour(inert(f"== {title}"), "bold") + "\n")
         stream.flush()
         try:
             yield
@@ -235,27 +276,28 @@ class Runtime:
             2: ("bad input", "error"),
             3: ("infrastructure error", "error"),
         }[int(result.exit_code)]
+        # Values are made one line each (self.line) before colour is added; blocks that are
+        # many lines by design (summary, multi-line outputs) get every line made inert.
         head = f"{result.command}: {verdict[0]}"
         if result.headline:
             head += f": {result.headline}"
-        lines.append(self.colour(head, verdict[1]))
+        lines.append(self.colour(inert(self.line(head)), verdict[1]))
         for note in result.annotations if annotations else []:
             if note.message == result.headline:
                 continue  # already said on the first line
             label = self.colour(note.level.upper(), note.level)
-            lines.append(f"{label}: {note.title + ': ' if note.title else ''}{note.message}")
+            text = self.line(f"{note.title + ': ' if note.title else ''}{note.message}")
+            lines.append(f"{label}: {inert(text)}")
         for block in result.summary:
             lines.append("")
-            lines.append(block)
+            lines.append(inert_block(self.redact(block)))
         if result.outputs:
             lines.append("")
             lines.append(self.colour("outputs:", "dim"))
             for key, value in result.outputs.items():
-                text = format_output(value)
-                if "\n" in text:
-                    text = text.replace("\n", "\n    ")
-                lines.append(f"  {key}: {text}")
-        return [self.redact(line) for line in lines]
+                text = inert_block(self.redact(format_output(value)))
+                lines.append(inert(f"  {self.line(key)}: " + text.replace("\n", "\n    ")))
+        return lines
 
     def preflight(self) -> None:
         """Fail before any work when the platform could not take the result (no GITHUB_OUTPUT).
@@ -267,12 +309,12 @@ class Runtime:
 
     def render_failure(self, exc: GpuciError) -> int:
         """The last word when rendering failed (e.g. no GITHUB_OUTPUT): one line, no files."""
-        text = self.redact(exc.one_line())
+        text = self.line(exc.one_line())
         if self.ci_platform == "github":
             title = _escape_property(exc.title)
             self.stdout.write(f"::error title={title}::{_escape_data(text)}\n")
         else:
-            self.stdout.write(f"error: {text}\n")
+            self.stdout.write(inert(f"error: {text}") + "\n")
         self.stdout.flush()
         return int(exc.exit_code)
 
@@ -292,7 +334,10 @@ class Runtime:
             "report": result.report,
             "summary_markdown": "\n\n".join(result.summary),
         }
-        self.stdout.write(self.redact(json.dumps(body, indent=2, default=str)) + "\n")
+        text = self.redact(json.dumps(body, indent=2, default=str))
+        # "##[" only occurs inside JSON strings, where "\u005b" is the same "[": the document
+        # parses to the same value and the runner reads no "##[command]" in it.
+        self.stdout.write(text.replace("##[", "##\\u005b") + "\n")
 
     def _file_var(self, name: str) -> Path:
         value = self.environ.get(name, "")
@@ -305,6 +350,16 @@ class Runtime:
 
     @staticmethod
     def _heredoc(name: str, value: str) -> str:
+        """``name<<DELIM``, the value, ``DELIM``: a fresh random delimiter the value lacks.
+
+        The name is checked too: a name holding ``<<``, ``=`` or a newline would let a value
+        end the entry early and write a variable of its own choosing.
+        """
+        if not _FILE_COMMAND_NAME.match(name):
+            raise InputError(
+                f"refusing to write the variable name {_redact.single_line(name)!r}",
+                hint="names are letters, digits, '_', '-' and '.', starting with a letter",
+            )
         delimiter = f"ghadelimiter_{uuid.uuid4()}"
         while delimiter in value:  # astronomically unlikely; loop for proof, not for luck
             delimiter = f"ghadelimiter_{uuid.uuid4()}"
@@ -318,6 +373,12 @@ class Runtime:
         for note in result.annotations:
             props = f" title={_escape_property(self.redact(note.title))}" if note.title else ""
             self.stdout.write(f"::{note.level}{props}::{_escape_data(self.redact(note.message))}\n")
+        for entry in result.path:  # one entry per line: a newline would add a second entry
+            if "\n" in entry or "\r" in entry:
+                raise InputError(
+                    f"refusing a PATH entry with a line break: {self.line(entry)!r}",
+                    hint="PATH entries are single lines",
+                )
         self.stdout.write("\n".join(self._text_lines(result, annotations=False)) + "\n")
         if result.outputs:
             self._append(
@@ -333,7 +394,8 @@ class Runtime:
                 "GITHUB_STATE", "".join(self._heredoc(k, v) for k, v in result.state.items())
             )
         if result.summary:
-            self._append("GITHUB_STEP_SUMMARY", self.redact("\n\n".join(result.summary)) + "\n\n")
+            summary = inert_block(self.redact("\n\n".join(result.summary)))
+            self._append("GITHUB_STEP_SUMMARY", summary + "\n\n")
 
     def dotenv_path(self) -> Path:
         return Path(self.environ.get("GPUCI_DOTENV", "gpuci-outputs.env"))
@@ -349,11 +411,16 @@ class Runtime:
             # GitLab's dotenv report takes one line per variable: newlines become commas.
             with open(self.dotenv_path(), "a", encoding="utf-8") as handle:
                 for key, value in pairs.items():
+                    if not _FILE_COMMAND_NAME.match(key):
+                        raise InputError(
+                            f"refusing to write the variable name {self.line(key)!r}",
+                            hint="names are letters, digits, '_', '-' and '.'",
+                        )
                     handle.write(f"{key}={','.join(value.splitlines())}\n")
         summary_file = self.environ.get("GPUCI_SUMMARY")
         if summary_file and result.summary:
             with open(summary_file, "a", encoding="utf-8") as handle:
-                handle.write(self.redact("\n\n".join(result.summary)) + "\n\n")
+                handle.write(inert_block(self.redact("\n\n".join(result.summary))) + "\n\n")
 
     # ----- progress ----------------------------------------------------------------------
     def progress(self, label: str, total: int | None):
@@ -362,4 +429,4 @@ class Runtime:
 
         interval = float(self.environ.get("GPUCI_PROGRESS_INTERVAL", "5"))
         stream = self.stderr if self.is_tty or self.platform == "json" else self._log_stream
-        return Progress(label, total, stream, live=self.is_tty, interval=interval)
+        return Progress(inert(self.line(label)), total, stream, live=self.is_tty, interval=interval)

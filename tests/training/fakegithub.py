@@ -3,6 +3,10 @@
 It serves under ``/api/v3`` as GitHub Enterprise Server does, so a client that drops the base
 path fails here. Pages hold at most ``page_size`` comments and link the next page with an
 absolute ``Link`` header, as GitHub does; it checks the bearer token and can be told to fail.
+``GET /user`` names the token's account (``me``); with ``user_forbidden`` it answers 403 as
+for an installation token, whose account GraphQL's ``viewer`` names (``/api/graphql``).
+Hostile answers (tests/security/hostile_github.py) plug in through ``answers`` and
+``next_link``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from urllib.parse import parse_qs, urlparse
 PREFIX = "/api/v3"
 _LIST = re.compile(rf"^{PREFIX}/repos/([^/]+/[^/]+)/issues/(\d+)/comments$")
 _ONE = re.compile(rf"^{PREFIX}/repos/([^/]+/[^/]+)/issues/comments/(\d+)$")
+BOT_ID = 41898282  # the token's own account (github-actions[bot]'s id on github.com)
+
+
+def account(login: str, me: str = "bot") -> dict[str, Any]:
+    """A comment's ``user``: the token's account has BOT_ID, everyone else another id."""
+    return {"login": login, "id": BOT_ID if login == me else 1000 + len(login)}
 
 
 @dataclass
@@ -29,6 +39,12 @@ class State:
     fail_next: list[int] = field(default_factory=list)  # status codes to answer, in order
     lose_create_responses: int = 0  # create the comment, then answer 502 (a lost response)
     next_id: int = 1000
+    me: str = "bot"  # the login GET /user (or GraphQL viewer) names for the token
+    user_forbidden: bool = False  # GET /user answers 403, as for an installation token
+    graphql_viewer: bool = True  # GraphQL names the viewer (else 403)
+    # (method, path) -> (status, JSON body, headers): answered instead of the real thing
+    answers: dict[tuple[str, str], tuple[int, Any, dict[str, str]]] = field(default_factory=dict)
+    next_link: str | None = None  # a Link rel="next" put on every comment list page
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, repo: str, number: int, body: str, user: str = "someone") -> dict[str, Any]:
@@ -37,7 +53,7 @@ class State:
             comment = {
                 "id": self.next_id,
                 "body": body,
-                "user": {"login": user},
+                "user": account(user, self.me),
                 "html_url": f"https://github.example/{repo}/pull/{number}#issuecomment-{self.next_id}",
             }
             self.comments.setdefault(f"{repo}#{number}", []).append(comment)
@@ -80,13 +96,30 @@ class FakeGitHub:
                 if self.headers.get("X-GitHub-Api-Version") is None:
                     self._reply(400, {"message": "missing X-GitHub-Api-Version"})
                     return
+                if (method, url.path) in state.answers:
+                    self._reply(*state.answers[(method, url.path)])
+                    return
+                if url.path == f"{PREFIX}/user" and method == "GET":
+                    if state.user_forbidden:
+                        self._reply(403, {"message": "Resource not accessible by integration"})
+                    else:
+                        self._reply(200, {**account(state.me, state.me), "type": "User"})
+                    return
+                if url.path == "/api/graphql" and method == "POST":
+                    if not state.graphql_viewer:
+                        self._reply(403, {"message": "Resource not accessible by integration"})
+                        return
+                    me = account(state.me, state.me)
+                    viewer = {"login": me["login"], "databaseId": me["id"]}
+                    self._reply(200, {"data": {"viewer": viewer}})
+                    return
                 if m := _LIST.match(url.path):
                     key = f"{m.group(1)}#{m.group(2)}"
                     if method == "GET":
                         self._list(key, parse_qs(url.query))
                     elif method == "POST":
                         body = self._body()
-                        made = state.add(m.group(1), int(m.group(2)), body["body"], "bot")
+                        made = state.add(m.group(1), int(m.group(2)), body["body"], state.me)
                         if state.lose_create_responses > 0:
                             state.lose_create_responses -= 1
                             self._reply(502, {"message": "lost after the write"})
@@ -110,7 +143,9 @@ class FakeGitHub:
                 page = int(query.get("page", ["1"])[0])
                 chunk = items[(page - 1) * size : page * size]
                 headers = {}
-                if page * size < len(items):
+                if state.next_link is not None:
+                    headers["Link"] = f'<{state.next_link}>; rel="next"'
+                elif page * size < len(items):
                     host = f"http://127.0.0.1:{self.server.server_address[1]}"
                     path = urlparse(self.path).path
                     headers["Link"] = f'<{host}{path}?per_page={size}&page={page + 1}>; rel="next"'

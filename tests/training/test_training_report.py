@@ -101,8 +101,11 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
     assert len(github.state.comments[f"{REPO}#7"]) == 6
     methods = [m for m, _ in github.state.requests]
     assert methods.count("POST") == 1 and methods.count("PATCH") == 1
-    # every request went through the GHES-style base path
-    assert all(path.startswith("/api/v3/repos/acme/models/") for _, path in github.state.requests)
+    # every request went through the GHES-style base path (and /user: whose comment is ours)
+    assert all(
+        path.startswith(("/api/v3/repos/acme/models/", "/api/v3/user"))
+        for _, path in github.state.requests
+    )
 
 
 def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from gpuci.errors import FetchError, InputError
+from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
     import httpx
@@ -82,7 +83,7 @@ def _digest(text: str, where: str) -> str | None:
         return None
     if not _HEX.match(text):
         raise InputError(
-            f"{where}: '{text[:80]}' is not a sha256 (64 hex digits)",
+            f"{where}: '{excerpt(text, 80)}' is not a sha256 (64 hex digits)",
             hint="give the 64-hex-digit digest, '-' for none, or a .sha256 URL",
         )
     return text.lower()
@@ -148,7 +149,7 @@ def build_jobs(
         if len(fields) > 3 or not is_url(fields[0]):
             raise InputError(
                 f"{where}: expected 'URL [SHA256|-] [DEST]' with an http(s) URL, got "
-                f"'{' '.join(fields)[:120]}'",
+                f"'{excerpt(' '.join(fields), 120)}'",
                 hint="one download per line: the URL, optionally its sha256 and destination",
             )
         url = fields[0]

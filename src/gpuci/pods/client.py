@@ -25,6 +25,7 @@ from tenacity import (
 
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.clock import SYSTEM, Clock
+from gpuci.redact import excerpt, json_kind, redact_url
 
 DEFAULT_API_URL = "https://api.runpod.io"
 API_KEY_ENV = "RUNPOD_API_KEY"
@@ -108,14 +109,71 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def _problem(response: httpx.Response) -> tuple[str, list[str]]:
+    """The error's detail and its list of errors, each redacted THEN cut to one line."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:200].replace("\n", " "), []
+        return excerpt(response.text, 200), []
     if not isinstance(body, dict):
-        return str(body)[:200], []
-    errors = [str(e) for e in body.get("errors") or []]
-    return str(body.get("detail") or body.get("title") or ""), errors
+        return excerpt(str(body), 200), []
+    errors = body.get("errors") or []
+    errors = errors if isinstance(errors, list) else [errors]
+    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200)
+    return detail, [excerpt(str(e), 200) for e in errors[:10]]
+
+
+# ----- the shapes we read from answers: a wrong one is one line, exit 3, never a crash --------
+_NUMBER = (int, float)
+_POD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "status": str,
+    "gpu": dict,
+    "ports": list,
+    "env": dict,
+    "cost": _NUMBER,
+    "dataCenterId": str,
+}
+
+
+def _shape_error(what: str, found: str) -> RunPodError:
+    return RunPodError(
+        f"{what}: RunPod API answered {found}",
+        hint="check RUNPOD_API_URL points at RunPod's REST API v2; retry if RunPod is degraded",
+    )
+
+
+def _json(response: httpx.Response, what: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise _shape_error(what, "no JSON") from None
+
+
+def _kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
+def _pod(found: Any, what: str) -> dict[str, Any]:
+    """A pod object whose fields, where present, have the types the lifecycle reads."""
+    if not isinstance(found, dict) or not _kind(found.get("id"), str):
+        raise _shape_error(what, "something other than a pod (an object with a string id)")
+    for name, kinds in _POD_FIELDS.items():
+        if found.get(name) is not None and not _kind(found[name], kinds):
+            raise _shape_error(what, f"a pod whose '{name}' is a JSON {json_kind(found[name])}")
+    env = found.get("env") or {}
+    if not all(isinstance(v, str) for v in env.values()):
+        raise _shape_error(what, "a pod whose env holds something other than strings")
+    return found
+
+
+def _list_in(found: Any, field: str, what: str) -> list[dict[str, Any]]:
+    """``found[field]``, which must be a list of objects."""
+    if not isinstance(found, dict):
+        raise _shape_error(what, f"a JSON {json_kind(found)} where an object belongs")
+    items = found.get(field)
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise _shape_error(what, f"an object whose '{field}' is not an array of objects")
+    return items
 
 
 def raise_for(response: httpx.Response, what: str) -> None:
@@ -210,7 +268,13 @@ class RunPodClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise Transient(f"{what}: {type(exc).__name__}: {exc}") from None
+            raise Transient(f"{what}: {type(exc).__name__}: {excerpt(str(exc), 200)}") from None
+        except httpx.InvalidURL as exc:
+            raise InputError(
+                f"{what}: {API_URL_ENV} is not a usable URL ({redact_url(str(self._http.base_url))}"
+                f": {excerpt(str(exc), 120)})",
+                hint=f"set {API_URL_ENV} to e.g. {DEFAULT_API_URL}",
+            ) from None
         raise_for(response, what)
         return response
 
@@ -222,11 +286,15 @@ class RunPodClient:
 
     # ----- pods ---------------------------------------------------------------------------
     def list_pods(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/v2/pods", "list pods").json().get("pods", [])
+        found = _json(self.request("GET", "/v2/pods", "list pods"), "list pods")
+        if isinstance(found, dict) and "pods" not in found:
+            return []
+        return [_pod(p, "list pods") for p in _list_in(found, "pods", "list pods")]
 
     def get_pod(self, pod_id: str) -> dict[str, Any] | None:
+        what = f"get pod {pod_id}"
         try:
-            return self.request("GET", f"/v2/pods/{pod_id}", f"get pod {pod_id}").json()
+            return _pod(_json(self.request("GET", f"/v2/pods/{pod_id}", what), what), what)
         except NotFound:
             return None
 
@@ -243,21 +311,28 @@ class RunPodClient:
                     existing = self.find_by_name(body["name"])
                     if existing is not None:
                         return existing
-                return self._once("POST", "/v2/pods", what, json=body).json()
+                return _pod(_json(self._once("POST", "/v2/pods", what, json=body), what), what)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def find_by_name(self, name: str) -> dict[str, Any] | None:
         return next((p for p in self.list_pods() if p.get("name") == name), None)
 
     def update_pod(self, pod_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PATCH", f"/v2/pods/{pod_id}", f"update pod {pod_id}", json=body).json()
+        what = f"update pod {pod_id}"
+        found = _json(self.request("PATCH", f"/v2/pods/{pod_id}", what, json=body), what)
+        if not isinstance(found, dict):
+            raise _shape_error(what, f"a JSON {json_kind(found)} where a pod belongs")
+        return found
 
     def action(self, pod_id: str, action: str) -> dict[str, Any] | None:
         """start/stop/restart/terminate; terminate answers 204 (None)."""
         response = self.request(
             "POST", f"/v2/pods/{pod_id}/action", f"{action} pod {pod_id}", json={"action": action}
         )
-        return None if response.status_code == 204 or not response.content else response.json()
+        if response.status_code == 204 or not response.content:
+            return None
+        found = _json(response, f"{action} pod {pod_id}")
+        return found if isinstance(found, dict) else None
 
     def delete_pod(self, pod_id: str) -> None:
         self.request("DELETE", f"/v2/pods/{pod_id}", f"terminate pod {pod_id}")
@@ -265,12 +340,26 @@ class RunPodClient:
     # ----- catalog and billing ------------------------------------------------------------
     def list_gpu_types(self, cloud: str = "SECURE") -> list[dict[str, Any]]:
         params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud}
-        return self.request("GET", "/v2/catalog/gpus", "read GPU catalog", params=params).json()[
-            "gpus"
-        ]
+        what = "read GPU catalog"
+        response = self.request("GET", "/v2/catalog/gpus", what, params=params)
+        gpus = _list_in(_json(response, what), "gpus", what)
+        for gpu in gpus:
+            centres = gpu.get("dataCenters") or []
+            if not _kind(gpu.get("id"), str) or not (
+                isinstance(centres, list) and all(isinstance(d, dict) for d in centres)
+            ):
+                raise _shape_error(what, "a GPU type without a string id or dataCenters list")
+            if gpu.get("price") is not None and not isinstance(gpu["price"], dict):
+                raise _shape_error(what, "a GPU type whose price is not an object")
+        return gpus
 
     def pod_billing(self, start_time: str, end_time: str) -> list[dict[str, Any]]:
         params = {"startTime": start_time, "endTime": end_time, "bucketSize": "day"}
-        return self.request("GET", "/v2/billing/pods", "read pod billing", params=params).json()[
-            "records"
-        ]
+        what = "read pod billing"
+        response = self.request("GET", "/v2/billing/pods", what, params=params)
+        records = _list_in(_json(response, what), "records", what)
+        for rec in records:
+            amount = rec.get("totalAmount")
+            if not _kind(rec.get("podId"), str) or not (amount is None or _kind(amount, _NUMBER)):
+                raise _shape_error(what, "a billing record without podId or a numeric amount")
+        return records

@@ -154,7 +154,7 @@ def _plan_up(
     """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
     cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
     api = api_url(rt.environ)
-    bodies = [plan.create_body(spec, tag, c, api) for c in cands]
+    bodies = [plan.shown_body(plan.create_body(spec, tag, c, api), spec.env) for c in cands]
     budget = values.get("budget-usd")
     result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
     if warn:

@@ -7,7 +7,7 @@ shows byte for byte what would be sent, and tests can compare against the fake's
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,20 @@ def create_body(spec: PodSpec, tag: PodTag, candidate: Candidate, api_url: str) 
     if candidate.data_centers:
         body["dataCenterIds"] = list(candidate.data_centers)
     return body
+
+
+HIDDEN = "***"
+
+
+def shown_body(body: dict[str, Any], user_env: Mapping[str, str]) -> dict[str, Any]:
+    """The create body as a plan prints it: the names of the ``env`` input, never its values.
+
+    A value's secrecy can't be told from its name (``DATABASE_URL``, ``HF_HOME`` holding a
+    token), so every value the user gave is hidden; gpu-ci's own ``GPUCI_*`` tags (owner,
+    expiry, run URL, the self-stop wrapper) are shown, being what the plan is about.
+    """
+    env = {k: (HIDDEN if k in user_env else v) for k, v in (body.get("env") or {}).items()}
+    return {**body, "env": env}
 
 
 def price_per_hr(

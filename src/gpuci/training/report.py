@@ -174,13 +174,17 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
         result.report["comment"] = {"action": "would-post", "pr": number}
         return
     marker = marker_comment(values.get("marker") or "training")
+    gh = GitHub(api_url, token, repository)
     try:
-        with GitHub(api_url, token, repository) as gh:
+        with gh:
             action, comment = gh.upsert(int(number), marker, body)
     except Forbidden as exc:
         result.warning(f"PR comment skipped: {exc.one_line()}", "gpu-ci report")
         result.report["comment"] = {"action": "skipped", "reason": exc.message}
         return
+    finally:  # what the client refused to do (a foreign next page, an unknown identity)
+        for text in gh.warnings:
+            result.warning(text, "gpu-ci report")
     result.outputs.update({"comment": action, "comment-url": comment.get("html_url", "")})
     result.report["comment"] = {"action": action, "id": comment.get("id"), "pr": number}
     rt.log(f"{action} the report comment on {repository}#{number}")

@@ -33,6 +33,7 @@ from gpuci.gpu.smoke.health import LoadSampler, XidListener, judge
 from gpuci.gpu.smoke.load import Rates, Sizes, Target
 from gpuci.gpu.smoke.models import Minimums, minimums
 from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
+from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
 COMMAND = "gpu-smoke"
@@ -415,7 +416,7 @@ def _run(
         except BackendUnavailable as exc:
             load_broken = str(exc)
         except ImportError as exc:
-            load_broken = f"{framework} failed to import: {' '.join(str(exc).split())[:200]}"
+            load_broken = f"{framework} failed to import: {excerpt(str(exc), 200)}"
         info["framework_load_s"] = round(time.perf_counter() - started, 3)
     if load_skip:
         notes.append(load_skip)

@@ -14,6 +14,7 @@ import subprocess
 from typing import Any
 
 from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
+from gpuci.redact import excerpt
 
 # Typical wall time per level (NVIDIA's documentation: level 1 seconds, level 2 about 2 minutes).
 ESTIMATE_S = {1: 15.0, 2: 120.0}
@@ -44,7 +45,7 @@ def _tests(doc: Any, name: str = "") -> list[tuple[str, str, str]]:
                 detail = " ".join(
                     str(d.get("warning", d) if isinstance(d, dict) else d) for d in detail
                 )
-            found.append((here, status, " ".join(str(detail).split())[:200]))
+            found.append((here, status, excerpt(str(detail), 200)))
         for value in doc.values():
             found += _tests(value, here)
     elif isinstance(doc, list):
@@ -60,7 +61,7 @@ def verdict(stdout: str, returncode: int) -> dict[str, Any]:
     except ValueError:
         doc = None
     if doc is None:
-        text = " ".join(stdout.split())[:200]
+        text = excerpt(stdout, 200)
         if returncode != 0 and any(k in text.lower() for k in _CONNECT):
             raise CheckSkipped(f"dcgmi cannot reach the DCGM host engine: {text}")
         if returncode != 0:

@@ -18,6 +18,7 @@ from gpuci.gpu.smoke.backends import Backend, Device
 from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.gpu.smoke.health import LinkReport, LinkSampler
 from gpuci.gpu.smoke.models import Minimums, lookup
+from gpuci.redact import excerpt
 
 GiB = 1024**3
 MiB = 1024**2
@@ -125,7 +126,7 @@ def context(backend: Backend, target: Target, ctx: Context) -> dict[str, Any]:
         n = 1 << 16
         got = dev.tiny_kernel(n)
     except Exception as exc:
-        target.context_error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        target.context_error = f"{type(exc).__name__}: {excerpt(str(exc), 200)}"
         raise CheckError(
             f"cannot create a context or run a kernel: {target.context_error}"
         ) from None
@@ -404,7 +405,7 @@ def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) ->
         try:
             box["result"] = backend.all_reduce_ones(indices, sizes.nccl_elements)
         except Exception as exc:
-            box["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            box["error"] = f"{type(exc).__name__}: {excerpt(str(exc), 200)}"
 
     timeout = max(0.5, min(sizes.nccl_timeout_s, ctx.time_left()))
     start = time.perf_counter()

@@ -1,0 +1,136 @@
+"""The sticky report comment against a hostile GitHub API (hostile_github.py).
+
+The token goes to the API's own origin only; a comment is updated only when the token's own
+account wrote it; an answer of the wrong shape is one line and exit 3, never a crash.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hostile_github import (
+    BOT_ID,
+    LIST,
+    MARKER,
+    PR,
+    REPO,
+    FakeGitHub,
+    Thief,
+    foreign_next_page,
+    object_where_list,
+    planted_marker,
+    report_env,
+)
+
+from gpuci_testing import run_cli
+
+
+@pytest.fixture
+def github():
+    with FakeGitHub() as fake:
+        yield fake
+
+
+@pytest.fixture
+def thief():
+    server = Thief()
+    yield server
+    server.close()
+
+
+def report(env: dict[str, str]):
+    return run_cli("report", "--comment", "--gpu-minutes", "1", env=env)
+
+
+def comments(fake: FakeGitHub) -> list[dict]:
+    return fake.state.comments[f"{REPO}#{PR}"]
+
+
+def test_a_next_page_on_another_origin_is_not_followed(tmp_path, github, thief):
+    foreign_next_page(github, thief)
+    proc = report(report_env(tmp_path, github))
+    assert thief.seen == [], "the token went to another origin"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not followed" in proc.stdout and thief.url in proc.stdout  # a warning says why
+    shown = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "::add-mask::" not in ln]
+    assert not [ln for ln in shown if github.state.token in ln]
+
+
+def test_a_next_page_on_another_port_or_scheme_of_the_same_host_is_not_followed(
+    tmp_path, github, thief
+):
+    github.state.add(REPO, PR, "first")
+    port = github.server.server_address[1]
+    for link in (f"https://127.0.0.1:{port}{LIST}?page=2", f"{thief.url}{LIST}?page=2"):
+        github.state.next_link = link
+        proc = report(report_env(tmp_path, github))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert thief.seen == []
+
+
+def test_a_redirect_is_not_followed_with_the_token(tmp_path, github, thief):
+    github.state.answers[("GET", LIST)] = (302, {}, {"Location": f"{thief.url}{LIST}"})
+    proc = report(report_env(tmp_path, github))
+    assert thief.seen == []
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "redirect" in proc.stdout and "internal error" not in proc.stdout
+
+
+def test_a_marker_in_another_users_comment_is_never_updated(tmp_path, github):
+    theirs = planted_marker(github)
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert theirs["body"] == f"{MARKER}\nmallory's words"  # untouched
+    ours = [c for c in comments(github) if c["user"]["login"] == "bot"]
+    assert len(ours) == 1 and MARKER in ours[0]["body"]
+    # the second run updates our own comment, still not hers
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(comments(github)) == 2 and theirs["body"].endswith("mallory's words")
+    assert [m for m, _ in github.state.requests].count("PATCH") == 1
+
+
+def test_an_installation_token_finds_its_bot_account_through_graphql(tmp_path, github):
+    """GITHUB_TOKEN may not read /user; GraphQL's viewer names its bot, so ours is updated."""
+    github.state.user_forbidden = True
+    github.state.me = "github-actions[bot]"
+    planted_marker(github)
+    assert report(report_env(tmp_path, github)).returncode == 0
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mine = [c for c in comments(github) if c["user"]["login"] == "github-actions[bot]"]
+    assert len(mine) == 1 and len(comments(github)) == 2
+    assert ("POST", "/api/graphql") in github.state.requests
+
+
+def test_an_unknown_identity_creates_rather_than_updates(tmp_path, github):
+    github.state.user_forbidden = True
+    github.state.graphql_viewer = False
+    planted_marker(github)
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PATCH" not in [m for m, _ in github.state.requests]
+    assert "could not learn which account" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"message": "an object"},
+        "a string",
+        [1, 2],
+        [{"body": MARKER, "id": "x", "user": {"login": "bot", "id": BOT_ID}}],
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_one_line_exit_3(tmp_path, github, answer):
+    object_where_list(github, answer)
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "internal error" not in proc.stdout and "Traceback" not in proc.stderr
+    assert "GitHub API" in proc.stdout
+
+
+def test_an_answer_that_is_not_json_is_one_line_exit_3(tmp_path, github):
+    github.state.answers[("POST", LIST)] = (201, [], {})  # a list where the comment belongs
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "where the created comment belongs" in proc.stdout
