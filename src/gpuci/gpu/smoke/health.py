@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.gpu.nvml import HARMFUL_CLOCK_EVENTS, Health, NvmlSession, XidEvent, clock_event_names
+from gpuci.gpu.gpu_info import Health, XidEvent
+from gpuci.gpu.nvml import NvmlSession
+from gpuci.gpu.nvml_abi import HARMFUL_CLOCK_EVENTS, clock_event_names
 
 _COUNTER_TEXT = {
     "ecc_volatile_uncorrected": "volatile uncorrected ECC errors",
