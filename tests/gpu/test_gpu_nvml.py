@@ -8,7 +8,8 @@ import pynvml
 import pytest
 
 from gpuci.errors import InputError, NvmlUnavailable
-from gpuci.gpu import gpu_info, nvml_abi as N
+from gpuci.gpu import gpu_info
+from gpuci.gpu import nvml_abi as N
 from gpuci.gpu.fake_nvml import PROFILES, FakeNvml
 from gpuci.gpu.nvml import NvmlSession, cpu_list, open_nvml, pci_address
 
