@@ -124,7 +124,8 @@ def dry_run(
         m = mins[g.index]
         result.summary.append(
             f"GPU {g.index} {g.name}: least device copy bandwidth "
-            f"{_gbs(m['mem_bw_gbs'])}, least host-device bandwidth {_gbs(m['h2d_gbs'])} "
+            f"{_gbs(m['mem_bw_gbs'])}, least FP16 GEMM {_unit(m['gemm_tflops'], 'TFLOP/s')}, "
+            f"least host-to-device {_gbs(m['h2d_gbs'])}, device-to-host {_gbs(m['d2h_gbs'])} "
             f"({m['source']})"
         )
     result.report = {
@@ -147,7 +148,11 @@ def dry_run(
 
 
 def _gbs(value: Any) -> str:
-    return "not judged" if value is None else f"{value:g} GB/s"
+    return _unit(value, "GB/s")
+
+
+def _unit(value: Any, unit: str) -> str:
+    return "not judged" if value is None else f"{value:g} {unit}"
 
 
 def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[str, float]:
