@@ -1,7 +1,7 @@
 """The one NVML seam: every read of GPU state in gpu-ci goes through :class:`NvmlSession`.
 
 This is the only module that imports ``pynvml`` (package nvidia-ml-py). The session takes an
-injectable NVML object with the surface listed in :data:`SEAM` (the real ``pynvml`` module or
+injectable NVML object with the surface listed in :data:`gpuci.gpu.nvml_abi.SEAM` (``pynvml`` or
 :class:`gpuci.gpu.fake_nvml.FakeNvml`), so tests, the action harness and ``gpu-smoke`` run the
 same code on machines without a GPU. ``GPUCI_FAKE_NVML=h100-sxm,h100-sxm`` selects the fake
 across process boundaries.
@@ -248,6 +248,14 @@ class NvmlSession:
         if isinstance(raw, bytes | bytearray):
             raw = bytes(raw).split(b"\0")[0].decode("ascii", "replace")
         return raw or None
+
+    def pcie_link(self, index: int) -> tuple[int | None, int | None]:
+        """Current PCIe generation and width of GPU ``index``: two calls, cheap to poll."""
+        h = self._handles[index]
+        return (
+            self._optional("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            self._optional("nvmlDeviceGetCurrPcieLinkWidth", h),
+        )
 
     def cpu_affinity(self, index: int) -> tuple[int, ...] | None:
         """CPUs local to GPU ``index`` (its NUMA node), from NVML's ideal-affinity mask."""

@@ -15,6 +15,7 @@ wrong GPU's health judged, so the match goes by identity:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gpuci.gpu.gpu_info import GpuInfo, MigDevice
@@ -93,12 +94,7 @@ def _target(
     gpu = match.gpu if match else None
     name = match.name if match else f"device {i}"
     link_max = (gpu.pcie_gen_max, gpu.pcie_width_max) if gpu else (None, None)
-    reader = None
-    if gpu is not None:
-
-        def reader(index: int = gpu.index) -> tuple[int | None, int | None]:
-            info = session.gpu(index)
-            return info.pcie_gen_current, info.pcie_width_current
+    reader = partial(session.pcie_link, gpu.index) if gpu is not None else None
 
     override = values.get("min-bandwidth-gbs")
     if backend.is_gpu and match is not None:
