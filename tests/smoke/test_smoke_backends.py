@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from gpuci.gpu.fake_nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.backends import resolve_framework
@@ -95,3 +97,32 @@ def test_cpu_only_torch_is_read_from_its_version_file(tmp_path, monkeypatch):
     assert backends.torch_is_cpu_only() is True
     (pkg / "version.py").write_text("__version__ = '2.13.0'\ncuda: Optional[str] = '12.8'\n")
     assert backends.torch_is_cpu_only() is False
+
+
+def test_auto_falls_back_to_cupy_when_torch_cannot_start_cuda(monkeypatch):
+    from gpuci.gpu import smoke
+    from gpuci.gpu.smoke import backends
+    from gpuci.gpu.smoke.backends import BackendUnavailable
+    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+
+    def load(name):
+        if name == "torch":
+            raise BackendUnavailable("torch 2.13.0+cpu is a CPU-only build")
+        return NumpyBackend()
+
+    monkeypatch.setattr(backends, "load_backend", load)
+    monkeypatch.setattr(smoke, "installed", lambda name: name == "cupy")
+    backend, framework = smoke._load_backend("torch", "auto")
+    assert framework == "cupy" and isinstance(backend, NumpyBackend)
+    with pytest.raises(BackendUnavailable, match="CPU-only"):
+        smoke._load_backend("torch", "torch")  # asked for torch by name: no substitute
+
+
+def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
+    from gpuci.gpu.smoke import allreduce
+
+    answer = allreduce.run_child("no_such_module_here:reduce", [0, 1], 8, timeout_s=30)
+    assert answer.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
+    assert not answer.hung and answer.result is None
+    answer = allreduce.run_child("smoke_helpers:wrong_sum", [0, 1], 8, timeout_s=30)
+    assert answer.result == [(2.0, 2.0), (1.0, 2.0)]
