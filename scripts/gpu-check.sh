@@ -37,6 +37,9 @@ setup_python() {
   fi
   export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
   "$PY" -c 'import sys, pynvml, gpuci; print(sys.version.split()[0], "gpuci", gpuci.__version__, "pynvml", getattr(pynvml, "__file__", "?"))'
+  # the CUDA torch was built for (None: a CPU-only wheel, which cannot drive the GPU)
+  "$PY" -c 'import torch; print("torch", torch.__version__, "torch.version.cuda", torch.version.cuda)' 2>/dev/null \
+    || echo "torch not installed for $PY"
 }
 
 # ---- nvidia-smi: the reference to compare gpu-setup's report with
@@ -46,6 +49,10 @@ show_nvidia_smi() {
     nvidia-smi -L || true
     nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version,compute_cap,mig.mode.current \
       --format=csv || true
+    section "nvidia-smi topo -m (GPU/NIC links, CPU and NUMA affinity)"
+    nvidia-smi topo -m || true
+    section "nvidia-smi -q -d PERFORMANCE (clock-event reasons now)"
+    nvidia-smi -q -d PERFORMANCE || true
   else
     echo "nvidia-smi not found"
   fi

@@ -43,7 +43,7 @@ def fake_smi(tmp_path: Path, line: str) -> str:
     smi = bin_dir / "nvidia-smi"
     smi.write_text(
         "#!/bin/sh\n"
-        'case "$*" in *noheader*) echo "' + line + '";; *) echo "GPU 0: stand-in";; esac\n'
+        'case "$*" in *noheader*) echo "' + line + '";; *) echo "stand-in nvidia-smi $*";; esac\n'
     )
     smi.chmod(0o755)
     return f"{bin_dir}:/usr/bin:/bin"
@@ -70,6 +70,10 @@ def test_report_is_cross_checked_with_nvidia_smi(script, tmp_path: Path, name, c
     )  # fmt: skip
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert f"GPU 0: {word}: NVIDIA H200 {uuid}" in proc.stdout
+    # what a person needs next to the figures: topology and clock-event reasons
+    assert "stand-in nvidia-smi topo -m" in proc.stdout
+    assert "stand-in nvidia-smi -q -d PERFORMANCE" in proc.stdout
+    assert "torch.version.cuda" in proc.stdout or "torch not installed" in proc.stdout
     body = json.loads((tmp_path / "out" / "gpu-setup.json").read_text())
     assert body["exit_code"] == 0 and body["outputs"]["memory-gb"] == "150.8"
     assert (tmp_path / "out" / "gpuci-gpu-report.json").exists()

@@ -82,9 +82,16 @@ def test_gpu_name_regex() -> None:
 
 def test_min_gpus_counts_mig_devices_only_when_allowed() -> None:
     a100 = snap("a100-mig")
+    # two MIG devices, but CUDA shows one MIG device per process: one counts
     assert outcome(evaluate(Requirements(min_gpus=2), a100), "min-gpus") == (
-        "pass",
-        "2 GPU(s)/MIG device(s) found",
+        "fail",
+        "1 GPU(s)/MIG device(s) one CUDA process can use (1 more MIG device(s) need a process "
+        "each: CUDA shows one MIG device per process)",
+    )
+    assert outcome(evaluate(Requirements(min_gpus=1), a100), "min-gpus")[0] == "pass"
+    assert (
+        "CUDA shows one MIG device per process"
+        in outcome(evaluate(Requirements(), a100), "allow-mig")[1]
     )
     checks = evaluate(Requirements(min_gpus=1, allow_mig=False), a100)
     assert outcome(checks, "allow-mig")[0] == "fail"

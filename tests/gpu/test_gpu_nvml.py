@@ -8,14 +8,15 @@ import pynvml
 import pytest
 
 from gpuci.errors import InputError, NvmlUnavailable
-from gpuci.gpu import nvml as N
+from gpuci.gpu import gpu_info
+from gpuci.gpu import nvml_abi as N
 from gpuci.gpu.fake_nvml import PROFILES, FakeNvml
-from gpuci.gpu.nvml import NvmlSession, open_nvml
+from gpuci.gpu.nvml import NvmlSession, cpu_list, open_nvml, pci_address
 
 GiB = 1024**3
 
 
-def snap(*profiles: str) -> N.Snapshot:
+def snap(*profiles: str) -> gpu_info.Snapshot:
     with open_nvml({}, FakeNvml(list(profiles))) as session:
         return session.snapshot()
 
@@ -76,7 +77,7 @@ def test_mig_devices_are_listed_with_uuids_and_memory() -> None:
 
 def test_unsupported_fields_are_none_not_errors() -> None:
     (t4,) = snap("t4").gpus
-    assert t4.health.pcie_replay_counter is None  # profile: not reported
+    assert t4.health.pcie_replay_counter == 0  # NVML has it from Kepler on: T4s report it
     assert t4.health.remapped_rows_pending is None  # Turing has no row remapping
     assert t4.health.retired_pages_pending is False
     assert t4.mig_enabled is None and t4.notes == ()
@@ -101,6 +102,40 @@ def test_unexpected_errors_on_optional_fields_become_notes() -> None:
         (g,) = session.snapshot().gpus
     assert g.health.pcie_replay_counter is None
     assert g.notes == ("nvmlDeviceGetPcieReplayCounter: NVML Error with code 999",)
+
+
+def test_invalid_argument_is_a_note_not_unsupported() -> None:
+    """INVALID_ARGUMENT means the call was wrong: hiding it as "unsupported" hides our bug."""
+    fake = FakeNvml(["h200"])
+
+    def wrong(handle: object) -> int:
+        raise fake.NVMLError(N.ERROR_INVALID_ARGUMENT)
+
+    fake.nvmlDeviceGetPowerManagementLimit = wrong  # type: ignore[method-assign]
+    with open_nvml({}, fake) as session:
+        (g,) = session.snapshot().gpus
+    assert g.power_limit_w is None
+    assert g.notes == ("nvmlDeviceGetPowerManagementLimit: Invalid Argument",)
+
+
+def test_pci_bus_id_cpu_affinity_and_numa_node() -> None:
+    fake = FakeNvml(["h100-sxm"] * 6)
+    with open_nvml({}, fake) as session:
+        gpus = session.snapshot().gpus
+        assert session.cpu_affinity(0) == (0, 1) and session.cpu_affinity(5) == (2, 3)
+    assert gpus[0].pci_bus_id == "00000000:18:00.0" and gpus[5].pci_bus_id == "00000000:AB:00.0"
+    assert (gpus[0].numa_node, gpus[5].numa_node) == (0, 1)
+    assert pci_address("00000000:AB:00.0") == pci_address("0000:ab:00.0") == (0, 0xAB, 0)
+    assert pci_address("garbage") is None and pci_address(None) is None
+    assert cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_event_set_failure_leaves_xids_unwatched_not_fatal() -> None:
+    fake = FakeNvml.from_spec("h200:events=fail,h200")
+    with open_nvml({}, fake) as session, session.watch_xid() as watch:
+        assert watch.watched == [] and watch.unsupported == [0, 1]
+        assert watch.error == "nvmlEventSetCreate failed: NVML Error with code 999"
+        assert watch.wait(0) is None
 
 
 def test_gpu_lost_is_an_infra_error() -> None:

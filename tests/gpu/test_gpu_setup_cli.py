@@ -12,7 +12,7 @@ from gpuci.gpu.fake_nvml import FakeNvml
 # profile(s), flags, exit code, {output: value}
 CASES = [
     ("h200", ["--min-memory-gb", "100"], 0, {"gpu-count": "1", "memory-gb": "150.8"}),
-    ("a100-mig", ["--min-memory-gb", "100"], 1, {"gpu-count": "2", "memory-gb": "20.9"}),
+    ("a100-mig", ["--min-memory-gb", "100"], 1, {"gpu-count": "1", "memory-gb": "20.9"}),
     ("h100-sxm,h100-sxm", ["--min-gpus", "2"], 0, {"gpu-count": "2", "cuda-version": "12.2"}),
     ("l4", ["--min-compute-capability", "8.9"], 0, {"compute-capability": "8.9"}),
     ("t4", ["--min-compute-capability", "8.0"], 1, {"compute-capability": "7.5"}),
@@ -39,7 +39,7 @@ def test_profiles_through_the_cli(cli, cli_json, fake, flags, code, outputs, tmp
 def test_mig_uuids_in_visible_devices_via_cli(cli, cli_json) -> None:
     body = cli_json(cli("--json", fake="a100-mig"))
     migs = [m.uuid for m in FakeNvml(["a100-mig"]).devices[0].migs]
-    assert body["outputs"]["visible-devices"] == ",".join(migs)
+    assert body["outputs"]["visible-devices"] == migs[0]  # one MIG device per CUDA process
 
 
 def test_inputs_from_env_and_malformed_input_exit_2(cli) -> None:

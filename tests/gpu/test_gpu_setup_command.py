@@ -62,21 +62,29 @@ def test_a100_40gb_fails_min_memory_and_reports_why(setup_run, tmp_path: Path) -
     result = setup_run(["a100-mig"], min_memory_gb="100")
     assert result.exit_code == 1
     assert result.headline.startswith("1 check(s) failed: min-memory-gb (GPU 0/MIG 0 ")
-    assert [a.level for a in result.annotations] == ["error"]
+    assert [a.level for a in result.annotations] == ["notice", "error"]  # notice: MIG count
     report = json.loads((tmp_path / "gpuci-gpu-report.json").read_text())
     assert report["verdict"] == "fail"
     assert result.outputs["memory-gb"] == 20.9  # outputs still describe the machine
 
 
-def test_a100_mig_lists_mig_uuids_and_exports_them(setup_run) -> None:
+def test_a100_mig_counts_and_exports_what_cuda_shows(setup_run) -> None:
+    """CUDA enumerates one MIG instance per process: promising two would be a lie."""
     fake = FakeNvml(["a100-mig"])
     migs = [m.uuid for m in fake.devices[0].migs]
-    result = setup_run(fake, export_visible_devices="true", min_gpus="2")
-    assert result.exit_code == 0
-    assert result.outputs["visible-devices"] == ",".join(migs)
     assert all(u.startswith("MIG-") for u in migs)
-    assert result.outputs["gpu-count"] == 2
-    assert result.env == {"CUDA_VISIBLE_DEVICES": ",".join(migs)}
+    result = setup_run(fake, export_visible_devices="true", min_gpus="2")
+    assert result.exit_code == 1
+    assert "min-gpus (1 GPU(s)/MIG device(s) one CUDA process can use" in result.headline
+    result = setup_run(fake, export_visible_devices="true")
+    assert result.exit_code == 0
+    assert result.outputs["visible-devices"] == migs[0]
+    assert result.outputs["gpu-count"] == 1
+    assert result.env == {"CUDA_VISIBLE_DEVICES": migs[0]}
+    notice = result.annotations[0]
+    assert notice.level == "notice" and "CUDA shows one MIG device per process" in notice.message
+    devices = result.report["devices"]
+    assert [(d["uuid"], d["cuda_visible"]) for d in devices] == [(migs[0], True), (migs[1], False)]
 
 
 def test_mig_refused_when_not_allowed(setup_run) -> None:

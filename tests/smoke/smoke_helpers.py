@@ -97,3 +97,51 @@ class DriftingGemm(NumpyDevice):
             c = c.copy()
             c[0, 0] += np.float16(1)
         return c
+
+
+# ----- all-reduce stand-ins, run by the nccl check in a child process ---------------------
+PIDFILE_ENV = "GPUCI_TEST_REDUCER_PIDFILE"
+
+
+def wrong_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
+    return [(2.0, 2.0), (1.0, 2.0)]
+
+
+def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A collective that never returns; writes its pid so a test can see it was killed."""
+    import os
+    import time
+
+    Path(os.environ[PIDFILE_ENV]).write_text(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+def no_nccl(indices: list[int], n: int) -> list[tuple[float, float]]:
+    from gpuci.gpu.smoke.backends import BackendUnavailable
+
+    raise BackendUnavailable("torch 2.13.0 was built without NCCL")
+
+
+def backend_reducing_with(reducer: str, devices: int = 2) -> NumpyBackend:
+    """A numpy backend whose all-reduce is ``smoke_helpers.<reducer>``."""
+    backend = NumpyBackend(devices=devices)
+    backend.reducer = f"smoke_helpers:{reducer}"
+    return backend
+
+
+class GpuLike(NumpyBackend):
+    """The CPU stand-in claiming to be a GPU, with the identity a framework would report."""
+
+    is_gpu = True
+
+    def __init__(self, uuids: list[str | None], buses: list[str | None] | None = None) -> None:
+        super().__init__(devices=len(uuids))
+        self.uuids = uuids
+        self.buses = buses or [None] * len(uuids)
+
+    def device_uuid(self, index: int) -> str | None:
+        return self.uuids[index]
+
+    def device_pci_bus_id(self, index: int) -> str | None:
+        return self.buses[index]

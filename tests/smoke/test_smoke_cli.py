@@ -173,8 +173,16 @@ def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
     plan = {p["check"]: p for p in result.report["plan"]}
     assert plan["nccl"]["reason"] == "needs 2 or more GPUs, 1 here"
     assert plan["gemm"]["would_run"] and plan["gemm"]["estimate_s"] > 0
-    assert "least device copy bandwidth 180 GB/s" in "\n".join(result.summary)
+    summary = "\n".join(result.summary)
+    assert "least device copy bandwidth 180 GB/s, least FP16 GEMM 60 TFLOP/s" in summary
+    assert "device-to-host 15.8 GB/s" in summary  # a margin below host-to-device's 18.9
     assert not (tmp_path / "smoke.json").exists()
+    reads = plan["health"]["params"]
+    assert set(reads) == {"when", "ecc", "memory_repair", "pcie_replays", "xid_events",
+                          "clock_events"}  # fmt: skip
+    assert "retired pages" in reads["memory_repair"] and "remapped rows" in reads["memory_repair"]
+    assert "rate" in reads["pcie_replays"] and "consecutive" in reads["clock_events"]
+    assert "ecc=volatile uncorrected ECC errors" in summary
 
 
 def test_auto_framework_on_fake_nvml_runs_health_only(tmp_path):

@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import time
 
 import numpy as np
 import pytest
-from smoke_helpers import DriftingGemm, FlipsBit, WrongGemm, backend_with, outcome, run
+from smoke_helpers import (
+    PIDFILE_ENV,
+    DriftingGemm,
+    FlipsBit,
+    GpuLike,
+    WrongGemm,
+    backend_reducing_with,
+    backend_with,
+    outcome,
+    run,
+)
 
 from gpuci.gpu.fake_nvml import FakeNvml
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.load import Sizes
 from gpuci.gpu.smoke.models import lookup, minimums
+from gpuci.gpu.smoke.targets import match_targets
 
 
 def test_memory_patterns_cover_the_asked_fraction(tmp_path):
@@ -98,22 +111,55 @@ def test_nccl_all_reduce_of_ones_on_two_devices(tmp_path):
     assert nccl["figures"]["gpus"] == 2
 
 
-def test_nccl_wrong_sum_and_hang_fail(tmp_path):
-    class WrongSum(NumpyBackend):
-        def all_reduce_ones(self, indices, n):
-            return [(2.0, 2.0), (1.0, 2.0)]
-
-    class Hangs(NumpyBackend):
-        def all_reduce_ones(self, indices, n):
-            time.sleep(3)
-            return []
-
+def test_nccl_wrong_sum_fails(tmp_path):
     fake = ["h100-sxm", "h100-sxm"]
-    wrong = run(tmp_path, FakeNvml(fake), WrongSum(devices=2), checks=["nccl"])
+    wrong = run(tmp_path, FakeNvml(fake), backend_reducing_with("wrong_sum"), checks=["nccl"])
     assert outcome(wrong, "nccl")["reason"] == "all-reduce of ones gave a wrong sum on GPU(s) [1]"
-    sizes = dataclasses.replace(Sizes.tiny(), nccl_timeout_s=0.3)  # raised to the 0.5 s floor
-    hung = run(tmp_path, FakeNvml(fake), Hangs(devices=2), checks=["nccl"], sizes=sizes)
-    assert outcome(hung, "nccl")["reason"] == "all-reduce did not finish within 0.5s (hung)"
+
+
+def test_a_hung_all_reduce_is_killed_at_its_timeout(tmp_path, monkeypatch):
+    pidfile = tmp_path / "reducer.pid"
+    monkeypatch.setenv(PIDFILE_ENV, str(pidfile))
+    sizes = dataclasses.replace(Sizes.tiny(), nccl_timeout_s=3)
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    started = time.monotonic()
+    hung = run(tmp_path, fake, backend_reducing_with("hangs"), checks=["nccl"], sizes=sizes)
+    assert time.monotonic() - started < 10
+    nccl = outcome(hung, "nccl")
+    assert (nccl["status"], nccl["reason"]) == (
+        "fail",
+        "all-reduce did not finish within 3s (hung; its process was killed)",
+    )
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone, not left running behind us
+
+
+def test_nccl_missing_is_a_skip_with_its_reason(tmp_path):
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    result = run(tmp_path, fake, backend_reducing_with("no_nccl"), checks=["nccl"])
+    nccl = outcome(result, "nccl")
+    assert (nccl["status"], nccl["reason"]) == (
+        "skip",
+        "NCCL not available: torch 2.13.0 was built without NCCL",
+    )
+    assert result.exit_code == 0
+
+
+def test_nccl_runs_within_the_budget_on_eight_gpus(tmp_path):
+    """The memory test on 8 GPUs eats the budget; NCCL must have run before it did."""
+    clock = [0.0]
+
+    class SlowMemory(NumpyDevice):
+        def fill(self, buf, byte):
+            clock[0] += 0.2  # 32 chunks x 4 patterns: about 25 s per GPU on this clock
+            super().fill(buf, byte)
+
+    fake = FakeNvml(["h100-sxm"] * 8)
+    backend = backend_with(SlowMemory, devices=8)
+    result = run(tmp_path, fake, backend, clock=lambda: clock[0], budget_seconds=30)
+    assert outcome(result, "nccl")["status"] == "pass", outcome(result, "nccl")
+    assert outcome(result, "gpu7:memory")["status"] == "skip"  # the budget ran out for it
 
 
 def test_single_gpu_skips_nccl_with_a_reason(tmp_path):
@@ -180,24 +226,121 @@ def test_framework_that_cannot_use_the_gpu_fails_context_and_skips_the_rest(tmp_
 
 
 def test_framework_devices_are_matched_to_nvml_by_uuid():
-    from gpuci.gpu.nvml import open_nvml
-    from gpuci.gpu.smoke import _targets
-
     fake = FakeNvml(["h100-sxm", "l4", "t4"])
-
-    class Visible(NumpyBackend):  # CUDA_VISIBLE_DEVICES=2,0: two devices, in that order
-        is_gpu = True
-
-        def device_uuid(self, index):
-            return [fake.devices[2].uuid, fake.devices[0].uuid][index]
-
+    # CUDA_VISIBLE_DEVICES=2,0: two devices, in that order; torch gives bare UUIDs
+    bare = [fake.devices[2].uuid.removeprefix("GPU-"), fake.devices[0].uuid.upper()]
     with open_nvml({}, fake) as session:
         gpus = list(session.snapshot().gpus)
-        targets = _targets(Visible(devices=2), session, gpus, {"min-bandwidth-gbs": None})
+        targets, notes = match_targets(GpuLike(bare), session, gpus, {"min-bandwidth-gbs": None})
         assert [(t.backend_index, t.nvml_index, t.name) for t in targets] == [
             (0, 2, "Tesla T4"),
             (1, 0, "NVIDIA H100 80GB HBM3"),
         ]
+        assert notes == []
         assert targets[0].minimums.model == "T4"
         assert targets[0].link_max == (3, 16)
         assert targets[0].read_link() == (1, 16)  # idle T4 at Gen1: judged only under load
+
+
+def test_a_uuid_cut_at_a_zero_byte_is_matched_by_pci_bus_id():
+    """cupy's UUID is a C string: cut at 0x00 it names no GPU; the bus id still does."""
+    from gpuci.gpu.smoke.backends.cupy_backend import _uuid_text
+
+    raw = bytes.fromhex("5a00c3d2e1f0a1b2c3d4e5f6a7b8c9d0")
+    assert _uuid_text(raw[:1]) is None  # what cupy hands over: b"Z"
+    assert _uuid_text(raw) == "5a00c3d2-e1f0-a1b2-c3d4-e5f6a7b8c9d0"
+    fake = FakeNvml(["h100-sxm"] * 4)
+    with open_nvml({}, fake) as session:
+        gpus = list(session.snapshot().gpus)
+        # CUDA_VISIBLE_DEVICES=3,1: no UUIDs, CUDA's spelling of the bus ids
+        backend = GpuLike([None, None], ["0000:5d:00.0", "0000:2a:00.0"])
+        targets, notes = match_targets(backend, session, gpus, {"min-bandwidth-gbs": None})
+    assert [t.nvml_index for t in targets] == [3, 1]
+    assert notes == []
+
+
+def test_no_uuid_and_no_bus_id_falls_back_to_index_loudly():
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    with open_nvml({}, fake) as session:
+        gpus = list(session.snapshot().gpus)
+        targets, notes = match_targets(GpuLike([None, None]), session, gpus, {})
+    assert [t.nvml_index for t in targets] == [0, 1]
+    assert notes == [
+        "numpy gave neither UUIDs nor PCI bus ids: devices matched to NVML GPUs by index "
+        "(wrong if CUDA_VISIBLE_DEVICES reorders them)"
+    ]
+
+
+def test_a_mig_device_is_matched_by_its_mig_uuid_and_held_to_its_slice():
+    fake = FakeNvml(["a100-mig"])
+    mig = fake.devices[0].migs[1]
+    with open_nvml({}, fake) as session:
+        gpus = list(session.snapshot().gpus)
+        cuda_uuid = mig.uuid.removeprefix("MIG-")  # torch and cupy give it bare
+        targets, notes = match_targets(GpuLike([cuda_uuid]), session, gpus, {})
+    (t,) = targets
+    assert (t.nvml_index, t.name, notes) == (0, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", [])
+    assert t.minimums.model == "A100-40GB MIG 3g.20gb"
+    assert t.minimums.mem_bw_gbs == 466  # half of the A100 40GB's 933: half its memory
+    assert t.minimums.gemm_tflops == 67  # 3 of 7 compute slices of 156
+    assert (t.minimums.h2d_gbs, t.minimums.d2h_gbs) == (None, None)
+
+
+def test_mig_names_never_get_the_full_gpu_row():
+    assert lookup("NVIDIA A100-SXM4-40GB MIG 1g.5gb") is None
+    one = minimums("NVIDIA A100-SXM4-40GB MIG 1g.5gb", (4, 16))
+    assert (one.mem_bw_gbs, one.gemm_tflops) == (117, 22)  # 1/8 of memory, 1/7 of compute
+    h200 = minimums("NVIDIA H200 MIG 1g.18gb")
+    assert h200.model == "H200 MIG 1g.18gb" and h200.mem_bw_gbs == 368
+    odd = minimums("NVIDIA A100-SXM4-40GB MIG something")
+    assert (odd.mem_bw_gbs, odd.gemm_tflops, odd.h2d_gbs) == (None, None, None)
+    assert "not judged" in odd.source
+
+
+def test_gemm_below_the_model_minimum_fails(tmp_path):
+    """A GPU with a low power cap passes every correctness check; its speed must be judged."""
+    fake = FakeNvml(["h200"])
+    backend = GpuLike([fake.devices[0].uuid])  # the CPU's TFLOP/s, held to the H200's minimum
+    result = run(tmp_path, fake, backend, checks=["gemm"], sizes=Sizes.tiny())
+    gemm = outcome(result, "gpu0:gemm")
+    assert gemm["status"] == "fail"
+    assert gemm["figures"]["min_tflops"] == 494
+    assert gemm["figures"]["repeats"] >= 50
+    assert gemm["reason"].startswith("FP16 GEMM 0 TFLOP/s is below the 494 TFLOP/s minimum")
+
+
+def test_cpu_stand_in_gemm_is_not_judged(tmp_path):
+    gemm = outcome(run(tmp_path, "h200", NumpyBackend(), checks=["gemm"]), "gpu0:gemm")
+    assert gemm["status"] == "pass" and gemm["figures"]["min_tflops"] is None
+
+
+def test_pcie_runs_on_the_gpus_numa_node(tmp_path):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("this process may use one CPU only: binding to a node changes nothing")
+    seen = {}
+
+    class RecordsCpus(NumpyDevice):
+        def pinned(self, nbytes):
+            seen[self.index] = os.sched_getaffinity(0)
+            return super().pinned(nbytes)
+
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    fake.devices[0].cpus = (allowed[0],)
+    fake.devices[1].cpus = (1000,)  # a CPU this process may not use
+    result = run(tmp_path, fake, backend_with(RecordsCpus, devices=2), checks=["pcie"])
+    near, far = outcome(result, "gpu0:pcie"), outcome(result, "gpu1:pcie")
+    assert seen[0] == {allowed[0]}
+    assert seen[1] == set(allowed)
+    assert os.sched_getaffinity(0) == set(allowed)  # restored afterwards
+    assert near["figures"]["numa_binding"] == "applied"
+    assert near["figures"]["near_cpus"] == str(allowed[0])
+    assert near["figures"]["numa_node"] == 0
+    assert far["figures"]["numa_binding"] == (
+        "not applied: none of the GPU's CPUs (1000) is available to this process"
+    )
+
+
+def test_d2h_minimum_keeps_a_margin():
+    h200 = minimums("NVIDIA H200", (5, 16))
+    assert (h200.h2d_gbs, h200.d2h_gbs, h200.gemm_tflops) == (37.8, 31.5, 494)

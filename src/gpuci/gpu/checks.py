@@ -136,6 +136,18 @@ def usable_units(snapshot: Snapshot | None, allow_mig: bool) -> list[Unit]:
     return units
 
 
+def cuda_units(units: list[Unit]) -> list[Unit]:
+    """The devices one CUDA process sees: every whole GPU, and at most one MIG device.
+
+    CUDA enumerates a single MIG instance per process (NVIDIA's MIG user guide, CUDA 11 and
+    12): with several MIG devices in ``CUDA_VISIBLE_DEVICES`` a process gets the first one only.
+    The others serve other processes (one ``CUDA_VISIBLE_DEVICES=MIG-...`` each), so they do not
+    count toward ``min-gpus`` and are not exported.
+    """
+    migs = [u for u in units if u.mig]
+    return [u for u in units if not u.mig] + migs[:1]
+
+
 def _per_unit(
     check: str,
     required: str,
@@ -199,7 +211,8 @@ def _name_check(pattern: re.Pattern[str], units: list[Unit]) -> CheckOutcome:
 def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]:
     """Every requirement against ``snapshot`` (``None``: no NVML on this machine)."""
     gpus = snapshot.gpus if snapshot else ()
-    units = usable_units(snapshot, req.allow_mig)
+    every = usable_units(snapshot, req.allow_mig)
+    units = cuda_units(every)
     checks: list[CheckOutcome] = []
     need = "a GPU" if req.require_gpu else "none (CPU-only allowed)"
     if not gpus:
@@ -221,16 +234,23 @@ def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]
     else:
         empty = [f"GPU {g.index}" for g in mig_gpus if not g.mig_devices]
         count = sum(len(g.mig_devices) for g in mig_gpus)
-        reason = f"{count} MIG device(s) on {len(mig_gpus)} GPU(s), counted as GPUs"
+        reason = (
+            f"{count} MIG device(s) on {len(mig_gpus)} GPU(s); CUDA shows one MIG device per "
+            "process, so one is counted and exported"
+        )
         if empty:
             reason += f"; {', '.join(empty)} in MIG mode with no instances"
         checks.append(CheckOutcome("allow-mig", required, "pass", reason))
 
     outcome: Outcome = "pass" if len(units) >= req.min_gpus else "fail"
     kind = "GPU(s)/MIG device(s)" if mig_gpus and req.allow_mig else "usable GPU(s)"
-    checks.append(
-        CheckOutcome("min-gpus", f">= {req.min_gpus}", outcome, f"{len(units)} {kind} found")
-    )
+    found = f"{len(units)} {kind} found"
+    if len(every) > len(units):
+        found = (
+            f"{len(units)} {kind} one CUDA process can use ({len(every) - len(units)} more MIG "
+            "device(s) need a process each: CUDA shows one MIG device per process)"
+        )
+    checks.append(CheckOutcome("min-gpus", f">= {req.min_gpus}", outcome, found))
 
     if req.min_memory_gb is not None:
         need_gb = req.min_memory_gb

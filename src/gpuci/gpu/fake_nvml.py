@@ -7,8 +7,9 @@ before it). Select in-process with ``FakeNvml(["h200"])`` or across processes wi
 ``GPUCI_FAKE_NVML=h100-sxm,h100-sxm``. A profile may carry modifiers after ``:``, e.g.
 ``h100-sxm:xid=79:ecc+=2:replay+=40`` (an XID 79 queued for the first event wait; the ECC and
 PCIe replay counters grow by that much from the second read on), so a workload-time change can
-be simulated across a process boundary. In-process, :meth:`FakeNvml.inject_xid` and
-:meth:`FakeNvml.set` change a GPU between two reads.
+be simulated across a process boundary; ``events=fail`` makes ``nvmlEventSetCreate`` fail (as on
+some vGPU and container setups), so XIDs cannot be watched. In-process,
+:meth:`FakeNvml.inject_xid` and :meth:`FakeNvml.set` change a GPU between two reads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.gpu import nvml as N
+from gpuci.gpu import nvml_abi as N
 
 MiB = 1024 * 1024
 _NS = uuidlib.UUID("6f1c8e52-6a3e-4c8e-9b1e-6a1a0c9e7d11")
@@ -30,6 +31,7 @@ class NVMLError(Exception):
     """Same contract as ``pynvml.NVMLError``: the NVML return code in ``.value``."""
 
     _TEXT = {
+        N.ERROR_INVALID_ARGUMENT: "Invalid Argument",
         N.ERROR_NOT_SUPPORTED: "Not Supported",
         N.ERROR_NOT_FOUND: "Not Found",
         N.ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
@@ -85,6 +87,17 @@ class Profile:
 
 
 _NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
+# PCI buses of the eight GPUs in an HGX H100 board, as nvidia-smi shows them.
+_HGX_BUSES = (
+    0x18,
+    0x2A,
+    0x3A,
+    0x5D,
+    0x9A,
+    0xAB,
+    0xBA,
+    0xDB,
+)  # row remapping (Ampere and later) with nothing remapped
 
 PROFILES: dict[str, Profile] = {
     # nvidia-smi on an H200 SXM: 143771 MiB FB (141 GB HBM3e), 700 W, PCIe Gen5 x16.
@@ -165,7 +178,6 @@ PROFILES: dict[str, Profile] = {
         pcie_width=(16, 16),
         temperature_c=41,
         retired_pages_pending=False,
-        pcie_replay=UNSUPPORTED,
         mig=None,
     ),
     # An A100 80GB with 2 volatile uncorrected ECC errors and a row remap pending a reset.
@@ -235,6 +247,12 @@ class FakeDevice:
         ]
         self.drift = _Drift()
         self.reads = 0  # health reads, so drift shows from the second read on
+        bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x10 + index
+        self.bus_id = f"00000000:{bus:02X}:00.0"
+        # A dual-socket host: GPUs 0-3 on NUMA node 0, 4-7 on node 1, two CPUs per node (so the
+        # affinity is applicable on a small CI machine too).
+        self.numa_node = index // 4
+        self.cpus = (2 * self.numa_node, 2 * self.numa_node + 1)
 
 
 class FakeMig:
@@ -251,7 +269,7 @@ class _EventSet:
 
 
 class FakeNvml:
-    """Fake ``pynvml``: the functions named in :data:`gpuci.gpu.nvml.SEAM`, no hardware."""
+    """Fake ``pynvml``: the functions named in :data:`gpuci.gpu.nvml_abi.SEAM`, no hardware."""
 
     NVMLError = NVMLError
 
@@ -275,6 +293,7 @@ class FakeNvml:
         self.initialised = 0
         self._cond = threading.Condition()
         self._xids: list[tuple[int, int]] = []  # (device index, xid), delivered in order
+        self.event_set_error: int | None = None  # nvmlEventSetCreate fails with this code
 
     # ----- construction from GPUCI_FAKE_NVML ----------------------------------------------
     @classmethod
@@ -300,12 +319,14 @@ class FakeNvml:
                 dev.drift.replay = int(mod[8:])
             elif mod.startswith("clocks="):
                 dev.drift.clock_events = int(mod[7:], 0)
+            elif mod == "events=fail":
+                self.event_set_error = 999  # NVML_ERROR_UNKNOWN
             else:
                 raise ValueError(mod)
         except ValueError:
             raise InputError(
                 f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
-                hint="use xid=N, ecc+=N, replay+=N or clocks=0xMASK",
+                hint="use xid=N, ecc+=N, replay+=N, clocks=0xMASK or events=fail",
             ) from None
 
     # ----- test controls -----------------------------------------------------------------
@@ -378,6 +399,21 @@ class FakeNvml:
 
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
         return self._dev(handle).index
+
+    def nvmlDeviceGetPciInfo_v3(self, handle: Any) -> SimpleNamespace:
+        dev = self._dev(handle)
+        bus = int(dev.bus_id.split(":")[1], 16)
+        return SimpleNamespace(busId=dev.bus_id.encode(), domain=0, bus=bus, device=0)
+
+    def nvmlDeviceGetCpuAffinity(self, handle: Any, words: int) -> list[int]:
+        dev = self._dev(handle)
+        mask = [0] * words
+        for cpu in dev.cpus:
+            mask[cpu // 64] |= 1 << (cpu % 64)
+        return mask
+
+    def nvmlDeviceGetNumaNodeId(self, handle: Any) -> int:
+        return self._dev(handle).numa_node
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
         self._check()
@@ -496,6 +532,8 @@ class FakeNvml:
 
     def nvmlEventSetCreate(self) -> _EventSet:
         self._check()
+        if self.event_set_error is not None:
+            raise NVMLError(self.event_set_error)
         return _EventSet()
 
     def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: _EventSet) -> None:

@@ -1,280 +1,57 @@
 """The one NVML seam: every read of GPU state in gpu-ci goes through :class:`NvmlSession`.
 
 This is the only module that imports ``pynvml`` (package nvidia-ml-py). The session takes an
-injectable NVML object with the surface listed in :data:`SEAM` (the real ``pynvml`` module or
+injectable NVML object with the surface listed in :data:`gpuci.gpu.nvml_abi.SEAM` (``pynvml`` or
 :class:`gpuci.gpu.fake_nvml.FakeNvml`), so tests, the action harness and ``gpu-smoke`` run the
 same code on machines without a GPU. ``GPUCI_FAKE_NVML=h100-sxm,h100-sxm`` selects the fake
 across process boundaries.
 
 Rule: a field the GPU or driver does not report (NotSupported, FunctionNotFound, NoPermission)
-becomes ``None`` ("unsupported"), never an error. Only a missing library or driver, a lost GPU
-or unreadable identity (name, UUID) stops a snapshot.
+becomes ``None`` ("unsupported"), never an error. InvalidArgument is *not* "unsupported": it
+means the call was made wrongly, so it becomes ``None`` plus a note that shows in the report.
+Only a missing library or driver, a lost GPU or unreadable identity (name, UUID) stops a
+snapshot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuci.errors import NvmlUnavailable
-
-FAKE_ENV = "GPUCI_FAKE_NVML"
-
-# NVML ABI constants (nvml.h); stable, so the fake does not need pynvml to speak them.
-SUCCESS = 0
-ERROR_INVALID_ARGUMENT = 2
-ERROR_NOT_SUPPORTED = 3
-ERROR_NO_PERMISSION = 4
-ERROR_NOT_FOUND = 6
-ERROR_DRIVER_NOT_LOADED = 9
-ERROR_TIMEOUT = 10
-ERROR_LIBRARY_NOT_FOUND = 12
-ERROR_FUNCTION_NOT_FOUND = 13
-ERROR_GPU_IS_LOST = 15
-ERROR_LIB_RM_VERSION_MISMATCH = 18
-ERROR_NO_DATA = 21
-ERROR_ARGUMENT_VERSION_MISMATCH = 25
-ERROR_DEPRECATED = 26
-MEMORY_ERROR_TYPE_UNCORRECTED = 1
-VOLATILE_ECC = 0
-TEMPERATURE_GPU = 0
-FEATURE_ENABLED = 1
-MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
-EVENT_XID_CRITICAL_ERROR = 0x8
-
-# Codes that mean "this GPU/driver does not report that": the field is unsupported, not broken.
-UNSUPPORTED_CODES = frozenset(
-    {
-        ERROR_NOT_SUPPORTED,
-        ERROR_NO_PERMISSION,
-        ERROR_NOT_FOUND,
-        ERROR_FUNCTION_NOT_FOUND,
-        ERROR_NO_DATA,
-        ERROR_ARGUMENT_VERSION_MISMATCH,
-        ERROR_DEPRECATED,
-        ERROR_INVALID_ARGUMENT,
-    }
+from gpuci.gpu.gpu_info import GpuInfo, GpuProcess, Health, MigDevice, Snapshot, XidEvent
+from gpuci.gpu.nvml_abi import (
+    ARCHITECTURES,
+    CPU_AFFINITY_WORDS,
+    ERROR_DRIVER_NOT_LOADED,
+    ERROR_GPU_IS_LOST,
+    ERROR_LIB_RM_VERSION_MISMATCH,
+    ERROR_LIBRARY_NOT_FOUND,
+    ERROR_NO_PERMISSION,
+    ERROR_TIMEOUT,
+    EVENT_XID_CRITICAL_ERROR,
+    FAKE_ENV,
+    FEATURE_ENABLED,
+    MEMORY_ERROR_TYPE_UNCORRECTED,
+    MEMORY_V2,
+    TEMPERATURE_GPU,
+    UNSUPPORTED_CODES,
+    VOLATILE_ECC,
 )
 
-# The NVML surface the session calls: pynvml has all of these, and so must any fake.
-SEAM: tuple[str, ...] = (
-    "NVMLError",
-    "nvmlInit",
-    "nvmlShutdown",
-    "nvmlSystemGetDriverVersion",
-    "nvmlSystemGetCudaDriverVersion_v2",
-    "nvmlDeviceGetCount",
-    "nvmlDeviceGetHandleByIndex",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetIndex",
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetCudaComputeCapability",
-    "nvmlDeviceGetArchitecture",
-    "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxMigDeviceCount",
-    "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceGetGpuInstanceId",
-    "nvmlDeviceGetEccMode",
-    "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetRetiredPagesPendingStatus",
-    "nvmlDeviceGetRemappedRows",
-    "nvmlDeviceGetCurrPcieLinkGeneration",
-    "nvmlDeviceGetMaxPcieLinkGeneration",
-    "nvmlDeviceGetCurrPcieLinkWidth",
-    "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvmlDeviceGetPcieReplayCounter",
-    "nvmlDeviceGetPowerManagementLimit",
-    "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetComputeRunningProcesses",
-    "nvmlDeviceGetSupportedEventTypes",
-    "nvmlEventSetCreate",
-    "nvmlDeviceRegisterEvents",
-    "nvmlEventSetWait_v2",
-    "nvmlEventSetFree",
-)
-
-ARCHITECTURES = {
-    2: "Kepler",
-    3: "Maxwell",
-    4: "Pascal",
-    5: "Volta",
-    6: "Turing",
-    7: "Ampere",
-    8: "Ada",
-    9: "Hopper",
-    10: "Blackwell",
-    13: "Rubin",
-}
-
-CLOCK_EVENT_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
-# Reasons that mean the hardware is protecting itself, as opposed to idling or policy.
-HARMFUL_CLOCK_EVENTS = frozenset(
-    {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-)
-
-
-def clock_event_names(mask: int | None) -> tuple[str, ...]:
-    if not mask:
-        return ()
-    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
-    unknown = mask & ~sum(CLOCK_EVENT_REASONS)
-    if unknown:
-        names.append(f"other_0x{unknown:x}")
-    return tuple(names)
-
-
-@dataclass(frozen=True)
-class Health:
-    """Counters that say a GPU is degrading; read twice to see what a workload changed."""
-
-    ecc_enabled: bool | None = None
-    ecc_volatile_uncorrected: int | None = None
-    retired_pages_pending: bool | None = None
-    remapped_rows_uncorrectable: int | None = None
-    remapped_rows_pending: bool | None = None
-    remapped_rows_failure: bool | None = None
-    pcie_replay_counter: int | None = None
-    clock_event_reasons: int | None = None
-    temperature_c: int | None = None
-
-    @property
-    def clock_events(self) -> tuple[str, ...]:
-        return clock_event_names(self.clock_event_reasons)
-
-    def memory_problems(self) -> list[str]:
-        """ECC and row-remapping findings that make a GPU untrustworthy for a job."""
-        found = []
-        if self.ecc_volatile_uncorrected:
-            found.append(f"{self.ecc_volatile_uncorrected} volatile uncorrected ECC errors")
-        if self.retired_pages_pending:
-            found.append("retired pages pending (reset the GPU)")
-        if self.remapped_rows_pending:
-            found.append("row remapping pending (reset the GPU)")
-        if self.remapped_rows_failure:
-            found.append("row remapping failed (replace the GPU)")
-        return found
-
-    def memory_counters_supported(self) -> bool:
-        return any(
-            v is not None
-            for v in (
-                self.ecc_volatile_uncorrected,
-                self.retired_pages_pending,
-                self.remapped_rows_pending,
-                self.remapped_rows_failure,
-            )
-        )
-
-    def increased(self, later: Health) -> dict[str, tuple[int, int]]:
-        """Counters that grew between this read and ``later``: ``{name: (before, after)}``."""
-        grown: dict[str, tuple[int, int]] = {}
-        for name in (
-            "ecc_volatile_uncorrected",
-            "remapped_rows_uncorrectable",
-            "pcie_replay_counter",
-        ):
-            before, after = getattr(self, name), getattr(later, name)
-            if before is not None and after is not None and after > before:
-                grown[name] = (before, after)
-        for name in ("retired_pages_pending", "remapped_rows_pending", "remapped_rows_failure"):
-            if not getattr(self, name) and getattr(later, name):
-                grown[name] = (0, 1)
-        return grown
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "clock_events": list(self.clock_events)}
-
-
-@dataclass(frozen=True)
-class MigDevice:
-    index: int
-    uuid: str
-    name: str | None
-    memory_total: int | None
-    memory_free: int | None
-    gpu_instance_id: int | None
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int
-    used_memory: int | None
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One physical GPU as NVML saw it; ``None`` means the GPU or driver does not report it."""
-
-    index: int
-    name: str
-    uuid: str
-    memory_total: int | None
-    memory_free: int | None
-    compute_capability: tuple[int, int] | None
-    architecture: str | None
-    mig_enabled: bool | None
-    mig_devices: tuple[MigDevice, ...]
-    pcie_gen_current: int | None
-    pcie_gen_max: int | None
-    pcie_width_current: int | None
-    pcie_width_max: int | None
-    power_limit_w: float | None
-    health: Health
-    processes: tuple[GpuProcess, ...] | None
-    notes: tuple[str, ...] = ()  # unexpected NVML errors on optional fields, kept for the report
-
-    @property
-    def cc_text(self) -> str | None:
-        return None if self.compute_capability is None else "{}.{}".format(*self.compute_capability)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["compute_capability"] = self.cc_text
-        data["health"] = self.health.to_dict()
-        data["mig_devices"] = [asdict(m) for m in self.mig_devices]
-        data["processes"] = None if self.processes is None else [asdict(p) for p in self.processes]
-        data["notes"] = list(self.notes)
-        return data
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    source: str  # "nvml" or "fake:<profiles>"
-    driver_version: str | None
-    cuda_version: tuple[int, int] | None  # highest CUDA the driver supports
-    gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
-
-    @property
-    def cuda_text(self) -> str | None:
-        return None if self.cuda_version is None else "{}.{}".format(*self.cuda_version)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "driver_version": self.driver_version,
-            "cuda_version": self.cuda_text,
-            "gpus": [g.to_dict() for g in self.gpus],
-        }
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    gpu_index: int | None
-    uuid: str | None
-    xid: int
+__all__ = [
+    "GpuInfo",
+    "GpuProcess",
+    "Health",
+    "MigDevice",
+    "NvmlSession",
+    "Snapshot",
+    "XidEvent",
+    "XidWatch",
+    "cpu_list",
+    "open_nvml",
+    "pci_address",
+]
 
 
 def _code(exc: BaseException) -> int | None:
@@ -462,6 +239,37 @@ class NvmlSession:
             )
         return tuple(found)
 
+    def pci_bus_id(self, h: Any, notes: list[str] | None = None) -> str | None:
+        """The GPU's PCI address as NVML writes it (``00000000:18:00.0``), or None."""
+        info = self._optional("nvmlDeviceGetPciInfo_v3", h, notes=notes)
+        if info is None:
+            info = self._optional("nvmlDeviceGetPciInfo", h, notes=notes)
+        raw = getattr(info, "busId", None)
+        if isinstance(raw, bytes | bytearray):
+            raw = bytes(raw).split(b"\0")[0].decode("ascii", "replace")
+        return raw or None
+
+    def pcie_link(self, index: int) -> tuple[int | None, int | None]:
+        """Current PCIe generation and width of GPU ``index``: two calls, cheap to poll."""
+        h = self._handles[index]
+        return (
+            self._optional("nvmlDeviceGetCurrPcieLinkGeneration", h),
+            self._optional("nvmlDeviceGetCurrPcieLinkWidth", h),
+        )
+
+    def cpu_affinity(self, index: int) -> tuple[int, ...] | None:
+        """CPUs local to GPU ``index`` (its NUMA node), from NVML's ideal-affinity mask."""
+        words = self._optional("nvmlDeviceGetCpuAffinity", self._handles[index], CPU_AFFINITY_WORDS)
+        if words is None:
+            return None
+        cpus = [
+            w * 64 + bit
+            for w, word in enumerate(words)
+            for bit in range(64)
+            if int(word) >> bit & 1
+        ]
+        return tuple(cpus) or None
+
     def gpu(self, index: int) -> GpuInfo:
         h = self._handles[index]
         notes: list[str] = []
@@ -492,6 +300,8 @@ class NvmlSession:
             processes=None
             if procs is None
             else tuple(GpuProcess(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
+            pci_bus_id=self.pci_bus_id(h, notes),
+            numa_node=opt("nvmlDeviceGetNumaNodeId", h),
             notes=tuple(notes),
         )
 
@@ -514,9 +324,19 @@ class XidWatch:
     def __init__(self, session: NvmlSession, indices: Iterable[int]) -> None:
         self._s = session
         nvml = session._nvml
-        self.unsupported: list[int] = []  # GPUs that cannot report XIDs (e.g. MIG, vGPU)
+        self.unsupported: list[int] = []  # GPUs that cannot report XIDs (e.g. vGPU)
         self.watched: list[int] = []
-        self._set = session._required("nvmlEventSetCreate")
+        self.error: str | None = None  # why nothing is watched (the event set failed)
+        try:
+            self._set = session._nvml.nvmlEventSetCreate()
+        except session._errors as exc:
+            if _code(exc) == ERROR_GPU_IS_LOST:
+                raise session._lost(()) from None
+            # Without an event set no XID can be heard; the rest of the run still means something.
+            self._set = None
+            self.error = f"nvmlEventSetCreate failed: {exc}"
+            self.unsupported = list(indices)
+            return
         for index in indices:
             h = session._handles[index]
             types = session._optional("nvmlDeviceGetSupportedEventTypes", h) or 0
@@ -531,6 +351,8 @@ class XidWatch:
 
     def wait(self, timeout_s: float) -> XidEvent | None:
         """The next XID on a watched GPU, or ``None`` when ``timeout_s`` passes quietly."""
+        if self._set is None:
+            return None
         try:
             data = self._s._nvml.nvmlEventSetWait_v2(self._set, max(0, int(timeout_s * 1000)))
         except self._s._errors as exc:
@@ -544,13 +366,39 @@ class XidWatch:
         return XidEvent(gpu_index=index, uuid=uuid, xid=int(data.eventData))
 
     def close(self) -> None:
-        self._s._optional("nvmlEventSetFree", self._set)
+        if self._set is not None:
+            self._s._optional("nvmlEventSetFree", self._set)
 
     def __enter__(self) -> XidWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def pci_address(bus_id: str | None) -> tuple[int, int, int] | None:
+    """``(domain, bus, device)`` of a PCI bus id in NVML's or CUDA's spelling, for matching.
+
+    NVML writes ``00000000:18:00.0``, CUDA ``0000:18:00.0``; both name the same GPU.
+    """
+    if not bus_id:
+        return None
+    try:
+        domain, bus, rest = bus_id.strip().lower().split(":")
+        return int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+    except ValueError:
+        return None
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """``0-55,112-167``: a CPU set as Linux lists it, for the report."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def load_pynvml() -> Any:

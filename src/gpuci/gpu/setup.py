@@ -18,6 +18,7 @@ from gpuci.gpu.checks import (
     CheckOutcome,
     Requirements,
     Unit,
+    cuda_units,
     evaluate,
     gb,
     usable_units,
@@ -98,7 +99,8 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
     snapshot, nvml_error = read_snapshot(rt.environ, nvml)
     if nvml_error is not None and req.require_gpu and not rt.dry_run:
         raise nvml_error
-    units = usable_units(snapshot, req.allow_mig)
+    every = usable_units(snapshot, req.allow_mig)
+    units = cuda_units(every)  # what one CUDA process sees: at most one MIG device
     checks = evaluate(req, snapshot)
     failed = [c for c in checks if c.outcome == "fail"]
     cpu_only = not (snapshot and snapshot.gpus)
@@ -114,7 +116,7 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
         "nvml_error": nvml_error.one_line() if nvml_error else None,
         "requirements": req.to_dict(),
         "checks": [c.to_dict() for c in checks],
-        "devices": [u.to_dict() for u in units],
+        "devices": [{**u.to_dict(), "cuda_visible": u in units} for u in every],
         "nvml": snapshot.to_dict() if snapshot else None,
         "outputs": {k: v for k, v in outputs.items() if k != "report"},
     }
@@ -126,6 +128,13 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
     else:
         result.summary.append("**GPUs**: none found by NVML")
     result.summary.append(summary.checks_table(checks))
+    if len(every) > len(units):
+        result.notice(
+            f"{len(every) - len(units) + 1} MIG devices here, but CUDA shows one MIG device per "
+            f"process: {units[-1].uuid} is exported; run one process per MIG device "
+            "(CUDA_VISIBLE_DEVICES=MIG-...) to use the others",
+            "gpu-setup: MIG",
+        )
     for note in [n for g in (snapshot.gpus if snapshot else ()) for n in g.notes]:
         result.warning(f"unexpected NVML answer: {note}", "gpu-setup")
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from gpuci import files
 from gpuci.errors import ExitCode, InputError, NvmlUnavailable
-from gpuci.gpu.nvml import GpuInfo, NvmlSession, Snapshot, open_nvml
-from gpuci.gpu.smoke import dcgm, load
+from gpuci.gpu.gpu_info import Snapshot
+from gpuci.gpu.nvml import NvmlSession, open_nvml
+from gpuci.gpu.smoke import dcgm
 from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
 from gpuci.gpu.smoke.checks import (
     CHECK_NAMES,
@@ -29,10 +29,11 @@ from gpuci.gpu.smoke.checks import (
     Planned,
     run_check,
 )
-from gpuci.gpu.smoke.health import LoadSampler, XidListener, judge
-from gpuci.gpu.smoke.load import Rates, Sizes, Target
-from gpuci.gpu.smoke.models import Minimums, minimums
+from gpuci.gpu.smoke.health import LoadSampler, XidListener, confirm_clocks, judge
+from gpuci.gpu.smoke.load import Sizes, Target
+from gpuci.gpu.smoke.plan import dry_run, params, plan_load
 from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
+from gpuci.gpu.smoke.targets import match_targets
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -91,7 +92,7 @@ def smoke(
         session = open_nvml(rt.environ, nvml)
     except NvmlUnavailable as exc:
         if rt.dry_run:
-            return _dry_run(values, checks, framework, sizes, None, exc.message)
+            return dry_run(values, checks, framework, sizes, None, exc.message)
         hint = (exc.hint or "").split(", or set require-gpu")[0]  # gpu-setup's input, not ours
         return _infra_failure(
             values, rt, budget, NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run")
@@ -103,7 +104,7 @@ def smoke(
         if not snapshot.gpus and not rt.dry_run:
             raise NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
         if rt.dry_run:
-            return _dry_run(values, checks, framework, sizes, snapshot, None)
+            return dry_run(values, checks, framework, sizes, snapshot, None)
         return _run(values, rt, session, snapshot, checks, framework, backend, sizes, budget)
     except NvmlUnavailable as exc:  # no GPU, or one fell off the bus mid-run
         return _infra_failure(values, rt, budget, exc)
@@ -125,248 +126,17 @@ def _infra_failure(
     return result
 
 
-# ----- planning --------------------------------------------------------------------------
-def _params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
-    return {
-        "health": {"reads": "before, under load, after", "xid_events": "watched"},
-        "context": {"tiny_kernel": "sum 0..65535"},
-        "gemm": {"n": sizes.gemm_n, "dtype": "float16", "repeats": sizes.gemm_repeats},
-        "membw": {"bytes": sizes.membw_bytes, "repeats": sizes.membw_repeats},
-        "pcie": {"bytes": sizes.pcie_bytes, "repeats": sizes.pcie_repeats, "pinned": True},
-        "memory": {
-            "memory_fraction": values["memory-fraction"],
-            "chunk_bytes": sizes.memory_chunk,
-            "patterns": "0x00,0xAA,0x55,0xFF",
-        },
-        "nccl": {"elements": sizes.nccl_elements, "timeout_s": sizes.nccl_timeout_s},
-        "dcgm": {"level": values.get("dcgm-level"), "command": "dcgmi diag -r N -j"},
-    }[name]
-
-
-def _dry_run(
-    values: dict[str, Any],
-    checks: list[str],
-    framework: str,
-    sizes: Sizes,
-    snapshot: Snapshot | None,
-    nvml_error: str | None,
-) -> Result:
-    """Which checks would run, on which GPUs, with which parameters and minimums; runs none."""
-    gpus = list(snapshot.gpus) if snapshot else []
-    plan = []
-    for name in checks:
-        why = None
-        if name in LOAD_CHECKS and framework == "none":
-            why = (
-                "framework none: health only"
-                if values["framework"] == "none"
-                else "framework auto found no torch or cupy to drive a real GPU here: health only"
-            )
-        elif name == "nccl" and len(gpus) < 2:
-            why = f"needs 2 or more GPUs, {len(gpus) if snapshot else 'unknown'} here"
-        elif name == "dcgm":
-            why = dcgm.absent_reason()
-        plan.append({"check": name, "would_run": why is None, "reason": why,
-                     "params": _params(name, values, sizes)})  # fmt: skip
-    mins = {
-        g.index: minimums(
-            g.name, (g.pcie_gen_max, g.pcie_width_max), values.get("min-bandwidth-gbs")
-        ).to_dict()
-        for g in gpus
-    }
-    estimates = _dry_estimates(gpus, sizes, float(values["memory-fraction"]))
-    for p in plan:
-        p["estimate_s"] = round(estimates.get(p["check"], 0.0), 2) if p["would_run"] else 0.0
-    total = sum(p["estimate_s"] for p in plan)
-    rows = [
-        [
-            p["check"],
-            "yes" if p["would_run"] else f"no: {p['reason']}",
-            f"~{p['estimate_s']:g}s" if p["would_run"] else "-",
-            _kv(p["params"]),
-        ]
-        for p in plan
-    ]
-    from gpuci.runtime import markdown_table
-
-    where = (
-        ", ".join(f"GPU {g.index} {g.name}" for g in gpus)
-        if gpus
-        else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
-    )
-    running = sum(1 for p in plan if p["would_run"])
-    budget_text = f"~{total:.0f}s of the {values['budget-seconds']:g}s budget"
-    if gpus:
-        headline = f"dry run: would run {running} of {len(plan)} check(s) on {where}, {budget_text}"
-    else:  # nothing can run here: say so, and what a GPU runner would do
-        headline = (
-            f"dry run: {where}, so a real run here would fail (exit 3); on a GPU runner it "
-            f"would run {running} of {len(plan)} check(s), {budget_text}"
-        )
-    result = Result(command=COMMAND, headline=headline)
-    result.summary.append(
-        f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
-        + markdown_table(("check", "would run", "estimate", "parameters"), rows)
-        + f"\n\nEstimated total ~{total:.0f}s of the {values['budget-seconds']:g}s budget "
-        "(from the model table; checks that would overrun at run time are skipped and reported)."
-    )
-    for g in gpus:
-        m = mins[g.index]
-        result.summary.append(
-            f"GPU {g.index} {g.name}: least device copy bandwidth "
-            f"{_gbs(m['mem_bw_gbs'])}, least host-device bandwidth {_gbs(m['h2d_gbs'])} "
-            f"({m['source']})"
-        )
-    result.report = {
-        "schema": SCHEMA,
-        "command": COMMAND,
-        "dry_run": True,
-        "framework": framework,
-        "framework_installed": {n: installed(n) for n in ("torch", "cupy")},
-        "budget_seconds": values["budget-seconds"],
-        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in gpus],
-        "minimums": mins,
-        "nvml_error": nvml_error,
-        "plan": plan,
-        # dry-run marks the step "would fail here" on a fail; a plan never claims a pass
-        # where no GPU could be checked.
-        "verdict": "plan" if gpus else "fail",
-    }
-    result.outputs = {"passed": bool(gpus), "failed-checks": "", "report": "", "seconds": 0}
-    return result
-
-
-def _gbs(value: Any) -> str:
-    return "not judged" if value is None else f"{value:g} GB/s"
-
-
-def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[str, float]:
-    """Seconds each check would take on these GPUs, from the model table (all GPUs together)."""
-    totals: dict[str, float] = {"health": 0.3}
-    for g in gpus or [None]:
-        name = g.name if g else None
-        t = Target(0, None, name or "unknown", minimums(name), Rates.for_name(name))
-        free = (g.memory_free or 0) if g else 0
-        parts = {
-            "context": sizes.context_estimate_s,
-            "gemm": load.gemm_estimate(t, sizes),
-            "membw": load.membw_estimate(t, sizes),
-            "pcie": load.pcie_estimate(t, sizes),
-            "memory": 3 * len(load.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9) + 0.5,
-        }
-        for key, value in parts.items():
-            totals[key] = totals.get(key, 0.0) + value
-    totals["nccl"] = sizes.nccl_timeout_s / 3
-    totals["dcgm"] = dcgm.estimate(1)
-    return totals
-
-
-def _kv(params: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items())
-
-
 # ----- the run ---------------------------------------------------------------------------
-def _targets(
-    backend: Backend, session: NvmlSession, gpus: list[GpuInfo], values: dict[str, Any]
-) -> list[Target]:
-    """Pair each framework device with its NVML GPU (by UUID, else by index when counts match)."""
-    by_uuid: dict[str, GpuInfo] = {}
-    for g in gpus:
-        by_uuid[g.uuid] = g
-        for m in g.mig_devices:
-            by_uuid[m.uuid] = g
-    count = backend.device_count()
-    targets = []
-    for i in range(count):
-        uuid = backend.device_uuid(i)
-        gpu = by_uuid.get(uuid) if uuid else None
-        if (
-            gpu is None
-            and backend.is_gpu
-            and count == len(gpus)
-            and not any(backend.device_uuid(j) in by_uuid for j in range(count))
-        ):
-            gpu = gpus[i]  # no UUIDs to go by: same count, same (PCI bus) order
-        if gpu is None and not backend.is_gpu and i < len(gpus):
-            gpu = gpus[i]  # the CPU stand-in plays NVML GPU i (tests)
-        name = gpu.name if gpu else f"device {i}"
-        link_max = (gpu.pcie_gen_max, gpu.pcie_width_max) if gpu else (None, None)
-        reader = None
-        if gpu is not None:
-            index = gpu.index
+def _load_backend(framework: str, asked: str) -> tuple[Backend, str]:
+    """Start the framework; with ``auto``, a torch that cannot use CUDA gives way to cupy."""
+    from gpuci.gpu.smoke.backends import load_backend
 
-            def reader(index: int = index) -> tuple[int | None, int | None]:
-                info = session.gpu(index)
-                return info.pcie_gen_current, info.pcie_width_current
-
-        override = values.get("min-bandwidth-gbs")
-        if backend.is_gpu:
-            mins = minimums(name, link_max, override)
-        else:  # a CPU stand-in is not the GPU NVML names: judge only what the user set
-            why = "min-bandwidth-gbs" if override else f"{backend.name} on the CPU: not judged"
-            mins = Minimums(None, override, None, None, why)
-        targets.append(
-            Target(
-                backend_index=i,
-                nvml_index=gpu.index if gpu else None,
-                name=name,
-                minimums=mins,
-                rates=Rates.for_name(name, backend.is_gpu),
-                read_link=reader,
-                link_max=link_max,
-            )
-        )
-    return targets
-
-
-def _plan_load(
-    backend: Backend, targets: list[Target], checks: list[str], values: dict[str, Any], sizes: Sizes
-) -> list[Planned]:
-    fraction = float(values["memory-fraction"])
-    plan: list[Planned] = []
-    per_gpu = {
-        "context": (
-            lambda t: sizes.context_estimate_s,
-            lambda t: partial(load.context, backend, t),
-        ),
-        "gemm": (
-            lambda t: load.gemm_estimate(t, sizes),
-            lambda t: lambda ctx: load.gemm(t, ctx, sizes),
-        ),
-        "membw": (
-            lambda t: load.membw_estimate(t, sizes),
-            lambda t: lambda ctx: load.membw(t, ctx, sizes),
-        ),
-        "pcie": (
-            lambda t: load.pcie_estimate(t, sizes),
-            lambda t: lambda ctx: load.pcie(t, ctx, sizes),
-        ),
-        "memory": (
-            lambda t: load.memory_estimate(t, sizes, fraction),
-            lambda t: lambda ctx: load.memory(t, ctx, sizes, fraction),
-        ),
-    }
-    for name in ("context", "gemm", "membw", "pcie", "memory"):
-        if name not in checks and name != "context":
-            continue
-        est, fn = per_gpu[name]
-        for t in targets:
-            plan.append(
-                Planned(name, t.label, _params(name, values, sizes), partial(est, t), fn(t))
-            )
-    if "nccl" in checks:
-        skip = None if len(targets) >= 2 else f"needs 2 or more GPUs, {len(targets)} here"
-        plan.append(
-            Planned(
-                "nccl",
-                None,
-                _params("nccl", values, sizes),
-                lambda: sizes.nccl_timeout_s / 3,
-                lambda ctx: load.nccl(backend, targets, ctx, sizes),
-                skip_reason=skip,
-            )
-        )
-    return plan
+    try:
+        return load_backend(framework), framework
+    except BackendUnavailable:
+        if asked != "auto" or framework != "torch" or not installed("cupy"):
+            raise
+        return load_backend("cupy"), "cupy"
 
 
 def _run(
@@ -407,10 +177,9 @@ def _run(
         started = time.perf_counter()
         try:
             if backend is None:
-                from gpuci.gpu.smoke.backends import load_backend
-
-                backend = load_backend(framework)
-            targets = _targets(backend, session, gpus, values)
+                backend, framework = _load_backend(framework, values["framework"])
+            targets, match_notes = match_targets(backend, session, gpus, values)
+            notes += match_notes
             if not targets:
                 load_broken = f"{framework} sees no CUDA device although NVML lists {len(gpus)}"
         except BackendUnavailable as exc:
@@ -430,18 +199,21 @@ def _run(
     sampler: LoadSampler | None = None
     if "health" in checks:
         xids = XidListener(session, watched).start()
-        if xids.unsupported:
+        if xids.setup_error:
+            notes.append(f"XID events not watched on any GPU: {xids.setup_error}")
+        elif xids.unsupported:
             notes.append(
                 "XID events not reported for GPU(s) "
                 + ",".join(map(str, xids.unsupported))
-                + " (e.g. MIG or vGPU): not watched"
+                + " (e.g. vGPU): not watched"
             )
         if targets:
             sampler = LoadSampler(session.health, watched, sizes.sample_interval_s).start()
 
     with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
-        for item in _plan_load(backend, targets, checks, values, sizes) if targets else []:
-            record(run_check(item, budget))
+        if targets and backend is not None:
+            for item in plan_load(backend, targets, checks, values, sizes):
+                record(run_check(item, budget))
         if load_broken:  # a GPU the framework cannot use is a finding about this node
             for index in watched:
                 record(Outcome("context", index, "fail", f"no CUDA context: {load_broken}"))
@@ -458,7 +230,7 @@ def _run(
                     Planned(
                         "dcgm",
                         None,
-                        _params("dcgm", values, sizes),
+                        params("dcgm", values, sizes),
                         lambda: dcgm.estimate(level),
                         lambda ctx: dcgm.run(level, ctx),
                         skip_reason=dcgm.absent_reason(),
@@ -469,37 +241,68 @@ def _run(
         if sampler is not None:
             sampler.stop()
         if "health" in checks and xids is not None:
-            events = xids.stop()
-            before = {g.index: g.health for g in gpus}
-            for index in watched:
-                clocks = sampler.seen.get(index) if sampler else None
-
-                def health_check(ctx: Context, index: int = index, clocks: Any = clocks) -> dict:
-                    after = session.health(index)
-                    mine = [e.xid for e in events if e.gpu_index in (index, None)]
-                    reasons, figures = judge(before[index], after, mine, clocks)
-                    if index in xids.unsupported:
-                        figures["xids"] = "not supported"
-                    if reasons:
-                        raise CheckError("; ".join(reasons), figures)
-                    return figures
-
-                record(
-                    run_check(
-                        Planned(
-                            "health",
-                            index,
-                            _params("health", values, sizes),
-                            lambda: 0.1,
-                            health_check,
-                            always=True,
-                        ),
-                        budget,
-                    )
-                )
+            for item in _health_checks(
+                session, snapshot, watched, xids, sampler, values, sizes, budget
+            ):
+                record(run_check(item, budget))
             if xids.error:
                 notes.append(f"XID listening stopped early: {xids.error}")
     return _result(values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names)
+
+
+def _health_checks(
+    session: NvmlSession,
+    snapshot: Snapshot,
+    watched: list[int],
+    xids: XidListener,
+    sampler: LoadSampler | None,
+    values: dict[str, Any],
+    sizes: Sizes,
+    budget: Budget,
+) -> list[Planned]:
+    """One ``health`` check per watched GPU: NVML after the load, judged against before."""
+    events = xids.stop()
+    before = {g.index: g.health for g in snapshot.gpus}
+    planned = []
+    for index in watched:
+
+        def health_check(ctx: Context, index: int = index) -> dict[str, Any]:
+            after = session.health(index)
+            sustained = sampler.streaks.sustained.get(index, 0) if sampler else 0
+            if not sustained:  # a harmful reason in the last read alone: read again first
+                sustained = confirm_clocks(
+                    lambda: session.health(index),
+                    after.clock_event_reasons,
+                    sizes.sample_interval_s,
+                )
+            mine = [e.xid for e in events if e.gpu_index in (index, None)]
+            reasons, figures = judge(
+                before[index],
+                after,
+                mine,
+                sustained,
+                clocks_seen=sampler.seen.get(index) if sampler else None,
+                seconds=budget.elapsed(),
+            )
+            if xids.setup_error:
+                figures["xids"] = "not watched"
+            elif index in xids.unsupported:
+                figures["xids"] = "not supported"
+            if reasons:
+                raise CheckError("; ".join(reasons), figures)
+            return figures
+
+        planned.append(
+            Planned(
+                "health",
+                index,
+                params("health", values, sizes),
+                lambda: 0.1,
+                health_check,
+                always=True,
+            )
+        )
+    return planned
 
 
 def _result(

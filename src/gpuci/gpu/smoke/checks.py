@@ -19,7 +19,8 @@ from gpuci.errors import GpuciError
 
 Status = Literal["pass", "fail", "skip"]
 
-# Names a user may list in the ``checks`` input, in the order they run.
+# Names a user may list in the ``checks`` input, in report order (plan.plan_load sets the run
+# order: nccl right after the contexts).
 CHECK_NAMES: tuple[str, ...] = (
     "health",
     "context",

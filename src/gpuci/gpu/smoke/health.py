@@ -3,8 +3,16 @@
 A single read proves little: a GPU can look clean idle and raise an uncorrectable ECC error, a
 PCIe replay storm or an XID only once it is worked. So the counters are read before the load,
 XID critical errors are listened for while it runs, a sampler polls clock-event reasons during
-it, and the counters are read again after. Any increase, any XID, any pending remap or harmful
-clock event fails the GPU. A counter the GPU does not report (``None``) never fails anything.
+it, and the counters are read again after. A rise in uncorrected ECC errors, any XID, any
+pending remap fails the GPU. Two signals are noisy on healthy GPUs and are judged accordingly:
+
+- the hardware-slowdown bits: NVIDIA documents HW slowdown as possibly set during P-state or
+  clock changes, and the sampling spans the idle-to-load step, so a harmful reason fails only
+  when it shows in ``CONSECUTIVE`` samples in a row;
+- PCIe replays: a link retries now and then; DCGM fails more than 8 a minute (the rate RM
+  recommends as the most), and so do we, counting a run shorter than a minute as one minute.
+
+A counter the GPU does not report (``None``) never fails anything.
 """
 
 from __future__ import annotations
@@ -15,7 +23,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.gpu.nvml import HARMFUL_CLOCK_EVENTS, Health, NvmlSession, XidEvent, clock_event_names
+from gpuci.gpu.gpu_info import Health, XidEvent
+from gpuci.gpu.nvml import NvmlSession
+from gpuci.gpu.nvml_abi import CLOCK_EVENT_REASONS, HARMFUL_CLOCK_EVENTS, clock_event_names
+
+CONSECUTIVE = 2  # samples in a row a harmful clock-event reason must show in to fail
+REPLAYS_PER_MINUTE = 8  # DCGM_LIMIT_MAX_PCIREPLAY_RATE: "the maximum recommended by RM"
+HARMFUL_MASK = sum(bit for bit, name in CLOCK_EVENT_REASONS.items() if name in HARMFUL_CLOCK_EVENTS)
 
 _COUNTER_TEXT = {
     "ecc_volatile_uncorrected": "volatile uncorrected ECC errors",
@@ -32,8 +46,9 @@ class XidListener:
 
     def __init__(self, session: NvmlSession, indices: Iterable[int], poll_s: float = 0.2) -> None:
         self.events: list[XidEvent] = []
-        self.error: str | None = None
         self._watch = session.watch_xid(list(indices))
+        self.setup_error = self._watch.error  # the event set failed: nothing is watched
+        self.error: str | None = None
         self.watched = list(self._watch.watched)
         self.unsupported = list(self._watch.unsupported)
         self._poll = poll_s
@@ -67,6 +82,24 @@ class XidListener:
         return self.events
 
 
+class Streaks:
+    """Clock-event reasons that hold for ``CONSECUTIVE`` samples in a row, per GPU."""
+
+    def __init__(self, needed: int = CONSECUTIVE) -> None:
+        self.needed = needed
+        self.seen: dict[int, int] = {}  # index -> OR of every mask read (reported)
+        self.sustained: dict[int, int] = {}  # index -> reasons that held long enough (judged)
+        self._run: dict[tuple[int, int], int] = {}
+
+    def add(self, index: int, mask: int) -> None:
+        self.seen[index] = self.seen.get(index, 0) | mask
+        for bit in CLOCK_EVENT_REASONS:
+            key = (index, bit)
+            self._run[key] = self._run.get(key, 0) + 1 if mask & bit else 0
+            if self._run[key] >= self.needed:
+                self.sustained[index] = self.sustained.get(index, 0) | bit
+
+
 @dataclass
 class LoadSampler:
     """Polls health while the load runs: clock-event reasons a single idle read would miss."""
@@ -74,12 +107,16 @@ class LoadSampler:
     read: Callable[[int], Health]
     indices: list[int]
     interval_s: float = 0.25
-    seen: dict[int, int] = field(default_factory=dict)  # index -> OR of clock-event masks
+    streaks: Streaks = field(default_factory=Streaks)
     samples: int = 0
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpuci-sampler", daemon=True)
+
+    @property
+    def seen(self) -> dict[int, int]:
+        return self.streaks.seen
 
     def start(self) -> LoadSampler:
         self._thread.start()
@@ -92,7 +129,7 @@ class LoadSampler:
             except Exception:
                 continue  # a lost GPU is caught by the after-read, with a proper message
             if mask is not None:
-                self.seen[index] = self.seen.get(index, 0) | mask
+                self.streaks.add(index, mask)
         self.samples += 1
 
     def _loop(self) -> None:
@@ -105,30 +142,70 @@ class LoadSampler:
         self.sample()  # one last read, so a short load still has a sample
 
 
+def confirm_clocks(
+    read: Callable[[], Health], first: int | None, interval_s: float, needed: int = CONSECUTIVE
+) -> int:
+    """Harmful reasons in ``first`` that still show in the next reads: ``needed`` in a row.
+
+    For a harmful bit seen once (the after-read, or a run without load to sample): read again
+    rather than fail a GPU on a P-state change caught mid-flight.
+    """
+    if not first or not first & HARMFUL_MASK:
+        return 0
+    streaks = Streaks(needed)
+    streaks.add(0, first)
+    for _ in range(needed - 1):
+        threading.Event().wait(interval_s)
+        try:
+            mask = read().clock_event_reasons
+        except Exception:
+            return 0  # a lost GPU is reported by the after-read
+        streaks.add(0, mask or 0)
+    return streaks.sustained.get(0, 0)
+
+
 def judge(
     before: Health,
     after: Health,
     xids: list[int],
-    clocks_under_load: int | None = None,
+    clocks_sustained: int | None = None,
+    *,
+    clocks_seen: int | None = None,
+    seconds: float = 0.0,
 ) -> tuple[list[str], dict[str, Any]]:
-    """Reasons to fail one GPU (empty when healthy) and the figures behind the verdict."""
+    """Reasons to fail one GPU (empty when healthy) and the figures behind the verdict.
+
+    ``clocks_sustained``: reasons that held in consecutive samples (judged); ``clocks_seen``:
+    every reason read under load (reported); ``seconds``: how long the run was, for rates.
+    """
     reasons: list[str] = []
-    for name, (was, now) in before.increased(after).items():
+    grown = before.increased(after)
+    replays = grown.pop("pcie_replay_counter", None)
+    for name, (was, now) in grown.items():
         if isinstance(getattr(after, name), bool):
             reasons.append(f"{_COUNTER_TEXT[name]} appeared during the run")
         else:
             reasons.append(f"{_COUNTER_TEXT[name]} rose from {was} to {now} during the run")
+    allowed = REPLAYS_PER_MINUTE * max(1.0, seconds / 60)
+    if replays is not None and replays[1] - replays[0] > allowed:
+        was, now = replays
+        reasons.append(
+            f"PCIe replays rose from {was} to {now} in {seconds:.0f}s: more than "
+            f"{REPLAYS_PER_MINUTE} a minute (a bad link, riser or slot)"
+        )
     for problem in after.memory_problems():
         if not any(problem.split(" (")[0] in r for r in reasons):
             reasons.append(problem)
     for xid, times in sorted(Counter(xids).items()):
         again = f" {times} times" if times > 1 else ""
         reasons.append(f"XID {xid} raised{again} during the run")
-    masks = [m for m in (before.clock_event_reasons, clocks_under_load, after.clock_event_reasons)]
+    masks = [before.clock_event_reasons, clocks_seen, after.clock_event_reasons]
     events = sorted({e for m in masks if m is not None for e in clock_event_names(m)})
-    harmful = [e for e in events if e in HARMFUL_CLOCK_EVENTS]
-    if harmful:
-        reasons.append("clocks held down by " + ", ".join(harmful))
+    held = [e for e in clock_event_names(clocks_sustained) if e in HARMFUL_CLOCK_EVENTS]
+    if held:
+        reasons.append(
+            "clocks held down by " + ", ".join(held) + f" ({CONSECUTIVE}+ samples in a row)"
+        )
     unsupported = [
         name
         for name in (
@@ -143,9 +220,11 @@ def judge(
     figures: dict[str, Any] = {
         "ecc_uncorrected": [before.ecc_volatile_uncorrected, after.ecc_volatile_uncorrected],
         "pcie_replays": [before.pcie_replay_counter, after.pcie_replay_counter],
+        "pcie_replays_allowed": round(allowed, 1),
         "remap_pending": after.remapped_rows_pending,
         "retired_pages_pending": after.retired_pages_pending,
         "clock_events": events,
+        "clock_events_sustained": held,
         "temperature_c": [before.temperature_c, after.temperature_c],
         "xids": list(xids),
     }

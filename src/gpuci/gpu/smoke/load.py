@@ -8,12 +8,16 @@ through the backend protocol, so the same code runs on CUDA (torch, cupy) and on
 
 from __future__ import annotations
 
-import threading
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from gpuci.gpu.nvml import cpu_list
+from gpuci.gpu.smoke import allreduce
 from gpuci.gpu.smoke.backends import Backend, Device
 from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.gpu.smoke.health import LinkReport, LinkSampler
@@ -30,7 +34,8 @@ class Sizes:
     """How big each check's work is; the defaults suit a datacenter GPU, ``tiny`` suits CI."""
 
     gemm_n: int = 8192
-    gemm_repeats: int = 8
+    gemm_repeats: int = 50  # timed products: enough that launch gaps and clock ramps average out
+    gemm_stability_repeats: int = 3  # untimed products kept and compared with the first
     gemm_sample_rows: int = 8
     membw_bytes: int = 1 * GiB
     membw_repeats: int = 10
@@ -46,7 +51,8 @@ class Sizes:
     def tiny(cls) -> Sizes:
         return cls(
             gemm_n=64,
-            gemm_repeats=3,
+            gemm_repeats=50,
+            gemm_stability_repeats=2,
             gemm_sample_rows=4,
             membw_bytes=1 * MiB,
             membw_repeats=3,
@@ -90,6 +96,8 @@ class Target:
     rates: Rates
     read_link: Callable[[], tuple[int | None, int | None]] | None = None
     link_max: tuple[int | None, int | None] = (None, None)
+    cpus: tuple[int, ...] | None = None  # CPUs on the GPU's NUMA node (NVML CPU affinity)
+    numa_node: int | None = None
     device: Device | None = None
     context_error: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
@@ -106,15 +114,16 @@ class Target:
         return self.device
 
 
-def _timed(dev: Device, fn: Callable[[], None], repeats: int) -> float:
-    """Seconds for ``repeats`` calls after one warm-up, synchronised at both ends."""
+def _timed(dev: Device, fn: Callable[[], Any], repeats: int) -> float:
+    """Seconds for ``repeats`` calls right after one warm-up, timed by the device.
+
+    On CUDA the backend records events on the stream around the calls, so host-side launch
+    overhead and Python's clock do not count; the warm-up right before brings the clocks up and
+    loads the kernels (cuBLAS picks its algorithm on the first call).
+    """
     fn()
     dev.synchronize()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        fn()
-    dev.synchronize()
-    return max(time.perf_counter() - start, 1e-9)
+    return max(dev.time_calls(fn, repeats), 1e-9)
 
 
 # ----- context ---------------------------------------------------------------------------
@@ -147,7 +156,7 @@ def context(backend: Backend, target: Target, ctx: Context) -> dict[str, Any]:
 # ----- GEMM ------------------------------------------------------------------------------
 def gemm_estimate(target: Target, sizes: Sizes) -> float:
     n = sizes.gemm_n
-    flops = 2 * n**3 * (sizes.gemm_repeats + 1)
+    flops = 2 * n**3 * (sizes.gemm_repeats + sizes.gemm_stability_repeats + 2)
     host = 2 * n * n * 2 / (target.rates.pcie_gbs * 1e9)
     cpu = 2 * sizes.gemm_sample_rows * n * n / 2e9
     return flops / (target.rates.fp16_tflops * 1e12) + host + cpu + 0.3
@@ -192,29 +201,33 @@ def gemm(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
             f"sum(s) wrong, max error {float(off.max()):g}",
             {**figures, "max_abs_error": float(off.max())},
         )
-    start = time.perf_counter()
-    repeats_done = []
-    for _ in range(repeats):
-        repeats_done.append(dev.matmul(a, b))
-        if ctx.time_left() < 0:
-            break
-    dev.synchronize()
-    seconds = max(time.perf_counter() - start, 1e-9)
-    worst = max((dev.max_abs_diff(c, first) for c in repeats_done), default=0.0)
-    repeats = len(repeats_done)
-    repeats_done.clear()
+    # Stability: the same product again must be bit-identical (kept, compared, dropped).
+    worst = 0.0
+    for _ in range(sizes.gemm_stability_repeats):
+        worst = max(worst, dev.max_abs_diff(dev.matmul(a, b), first))
     figures["max_abs_error"] = err
     figures["repeat_max_diff"] = worst
-    figures["repeats"] = repeats
     if worst > 0:
         raise CheckError(
             f"GEMM is unstable: repeating the same product changed it by up to {worst:g}", figures
         )
+    # Speed: a warm-up right before, then enough products timed by the device.
+    product = partial(dev.matmul, a, b)
+    seconds = _timed(dev, product, repeats)
     tflops = 2 * n**3 * repeats / seconds / 1e12
+    minimum = target.minimums.gemm_tflops
+    figures["repeats"] = repeats
     figures["tflops"] = round(tflops, 2 if tflops >= 0.01 else 6)
+    figures["min_tflops"] = minimum
     target.rates.fp16_tflops = max(tflops, 1e-6)
-    del a, b, first
+    del a, b, first, product
     dev.release()
+    if minimum is not None and tflops < minimum:
+        raise CheckError(
+            f"FP16 GEMM {tflops:.0f} TFLOP/s is below the {minimum:g} TFLOP/s minimum "
+            f"({target.minimums.source}): a low power cap or clocks held down?",
+            figures,
+        )
     return figures
 
 
@@ -270,25 +283,59 @@ def pcie_estimate(target: Target, sizes: Sizes) -> float:
     return 2 * sizes.pcie_bytes * (sizes.pcie_repeats + 1) / (target.rates.pcie_gbs * 1e9) + 0.3
 
 
+@contextmanager
+def on_gpu_node(cpus: tuple[int, ...] | None) -> Iterator[str]:
+    """Run the calling thread on the GPU's NUMA node for the block; yields what was done.
+
+    Pinned host memory is placed where the allocating thread runs (Linux first-touch), so a
+    buffer allocated on the far socket of a dual-socket host pays the inter-socket link on
+    every copy. NVML's CPU affinity names the near CPUs; we keep only those this process may
+    use (a container's cpuset), and restore the old set afterwards.
+    """
+    if not cpus:
+        yield "not applied: NVML gave no CPU affinity for this GPU"
+        return
+    getter = getattr(os, "sched_getaffinity", None)
+    if getter is None:
+        yield "not applied: this OS cannot bind threads to CPUs"
+        return
+    before = getter(0)
+    near = set(cpus) & before
+    if not near:
+        yield f"not applied: none of the GPU's CPUs ({cpu_list(cpus)}) is available to this process"
+        return
+    os.sched_setaffinity(0, near)
+    try:
+        yield "applied"
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def pcie(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
-    """Pinned host-to-device and device-to-host bandwidth, with the link read while it runs."""
+    """Pinned host-to-device and device-to-host bandwidth, with the link read while it runs.
+
+    The host buffer is allocated, and the copies issued, from the GPU's own NUMA node.
+    """
     dev = target.need_device()
     nbytes = _fit(dev, sizes.pcie_bytes, parts=4)
-    host, buf = dev.pinned(nbytes), dev.empty(nbytes)
     link = LinkReport(*target.link_max)
-    if target.read_link is not None:
-        with LinkSampler(target.read_link) as sampler:
+    samples = 0
+    with on_gpu_node(target.cpus) as affinity:
+        host, buf = dev.pinned(nbytes), dev.empty(nbytes)
+        if target.read_link is not None:
+            with LinkSampler(target.read_link) as sampler:
+                h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
+                d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
+                until = time.perf_counter() + 0.5  # a fast link is done before NVML was read twice
+                while sampler.samples < 3 and time.perf_counter() < until:
+                    dev.h2d(buf, host)
+                    dev.synchronize()
+            link.gen_seen, link.width_seen = sampler.gen, sampler.width
+            samples = sampler.samples
+        else:
             h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
             d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
-            until = time.perf_counter() + 0.5  # a fast link is done before NVML was read twice
-            while sampler.samples < 3 and time.perf_counter() < until:
-                dev.h2d(buf, host)
-                dev.synchronize()
-        link.gen_seen, link.width_seen = sampler.gen, sampler.width
-    else:
-        h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
-        d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
-    host = buf = None
+        host = buf = None
     dev.release()
     h2d = nbytes * sizes.pcie_repeats / h2d_s / 1e9
     d2h = nbytes * sizes.pcie_repeats / d2h_s / 1e9
@@ -296,11 +343,15 @@ def pcie(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
     mins = target.minimums
     figures: dict[str, Any] = {
         "h2d_gbs": round(h2d, 1),
-        "link_samples": sampler.samples if target.read_link is not None else 0,
+        "link_samples": samples,
         "d2h_gbs": round(d2h, 1),
         "bytes": nbytes,
         "min_gbs": mins.h2d_gbs,
+        "min_d2h_gbs": mins.d2h_gbs,
         **link.figures(),
+        "numa_node": target.numa_node,
+        "near_cpus": cpu_list(target.cpus) if target.cpus else None,
+        "numa_binding": affinity,
     }
     problems = link.problems()
     if mins.h2d_gbs is not None and h2d < mins.h2d_gbs:
@@ -394,35 +445,35 @@ def memory(target: Target, ctx: Context, sizes: Sizes, fraction: float) -> dict[
 
 # ----- NCCL ------------------------------------------------------------------------------
 def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) -> dict[str, Any]:
-    """All-reduce a vector of ones across every GPU; each element must equal the GPU count."""
+    """All-reduce a vector of ones across every GPU; each element must equal the GPU count.
+
+    It runs in a child process with a hard timeout: a hung NCCL call cannot be interrupted in a
+    thread, and would keep this process from exiting; a child is killed. A framework without
+    NCCL is a skip with its reason, not a failure of the node.
+    """
     usable = [t for t in targets if t.device is not None]
     if len(usable) < 2:
         raise CheckSkipped(f"needs 2 or more working GPUs, {len(usable)} here")
     indices = [t.backend_index for t in usable]
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = backend.all_reduce_ones(indices, sizes.nccl_elements)
-        except Exception as exc:
-            box["error"] = f"{type(exc).__name__}: {excerpt(str(exc), 200)}"
-
     timeout = max(0.5, min(sizes.nccl_timeout_s, ctx.time_left()))
-    start = time.perf_counter()
-    thread = threading.Thread(target=work, name="gpuci-nccl", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    seconds = time.perf_counter() - start
     figures: dict[str, Any] = {"gpus": len(indices), "elements": sizes.nccl_elements}
-    if thread.is_alive():
-        raise CheckError(f"all-reduce did not finish within {timeout:g}s (hung)", figures)
-    if "error" in box:
-        raise CheckError(f"all-reduce failed: {box['error']}", figures)
+    start = time.perf_counter()
+    answer = allreduce.run_child(backend.reducer, indices, sizes.nccl_elements, timeout)
+    figures["seconds_with_init"] = round(time.perf_counter() - start, 3)
+    if answer.hung:
+        raise CheckError(
+            f"all-reduce did not finish within {timeout:g}s (hung; its process was killed)",
+            figures,
+        )
+    if answer.unavailable:
+        raise CheckSkipped(f"NCCL not available: {answer.unavailable}")
+    if answer.error:
+        raise CheckError(f"all-reduce failed: {answer.error}", figures)
     want = float(len(indices))
-    wrong = [
-        i for i, (lo, hi) in zip(indices, box["result"], strict=True) if lo != want or hi != want
-    ]
-    figures["seconds_with_init"] = round(seconds, 3)
+    got = answer.result or []
+    if len(got) != len(indices):
+        raise CheckError(f"all-reduce answered for {len(got)} of {len(indices)} GPUs", figures)
+    wrong = [i for i, (lo, hi) in zip(indices, got, strict=True) if lo != want or hi != want]
     if wrong:
         raise CheckError(f"all-reduce of ones gave a wrong sum on GPU(s) {wrong}", figures)
     return figures

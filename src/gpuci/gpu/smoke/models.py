@@ -1,11 +1,20 @@
 """Per-model figures: what a healthy GPU of each kind reaches, and the least we accept.
 
-Peaks are the datasheet numbers (memory bandwidth, dense FP16 tensor throughput). Minimums are
-60 % of peak for device-memory copy bandwidth: a healthy board measures 75-90 % in a copy, so a
-GPU below 60 % has a real problem (a downclocked memory, a throttled board) rather than noise.
-Host-device minimums come from the PCIe link NVML reports (60 % of the link's raw rate), so a
-Gen4 host under a Gen5 GPU is judged by what it can do. Unknown models report figures and
-never fail on them.
+Peaks are the datasheet numbers (memory bandwidth, dense FP16 tensor throughput, memory size).
+Minimums, all in this one table:
+
+- device-memory copy bandwidth: 60 % of peak. A healthy board measures 75-90 % in a copy, so a
+  GPU below 60 % has a real problem (a downclocked memory, a throttled board), not noise;
+- FP16 GEMM: 50 % of the dense peak. A healthy H100/H200 SXM reaches 600-750 of its 989 TFLOP/s
+  in an 8192-cube product; one with a low power cap or stuck clocks falls well under 500;
+- host-device: 60 % of the raw rate of the PCIe link NVML reports (so a Gen4 host under a Gen5
+  GPU is judged by what it can do), and 50 % for device-to-host, which suffers most when the
+  pinned buffer sits on the far socket of a dual-socket host.
+
+A MIG slice owns part of its GPU: its bandwidth minimum is scaled by its share of the memory
+(``3g.20gb`` of an A100 40GB: half), its GEMM minimum by its share of the 7 compute slices,
+and its host-device copies (copy engines shared with other slices) are reported, not judged.
+Unknown models, and MIG slices whose profile cannot be read, report figures and never fail.
 """
 
 from __future__ import annotations
@@ -15,7 +24,11 @@ from dataclasses import dataclass
 
 # Usable GB/s per lane after encoding overhead, by PCIe generation.
 PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-SHARE_OF_PEAK = 0.6
+SHARE_OF_PEAK = 0.6  # device copy bandwidth and host-to-device
+GEMM_SHARE_OF_PEAK = 0.5
+D2H_SHARE_OF_LINK = 0.5  # a margin for a far-socket pinned buffer
+MIG_COMPUTE_SLICES = 7  # A100, H100 and H200 split into at most 7 compute slices
+MIG_PROFILE = re.compile(r"\bMIG\s+(?P<g>\d+)g\.(?P<gb>\d+)gb\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -25,35 +38,49 @@ class Model:
     mem_bw_gbs: float  # datasheet peak device memory bandwidth
     fp16_tflops: float  # datasheet dense FP16 tensor throughput
     pcie: tuple[int, int]  # nominal (generation, width), used when NVML does not say
+    memory_gb: float = 0.0  # datasheet memory size, to size a MIG slice's share
 
     @property
     def min_mem_bw_gbs(self) -> float:
         return round(self.mem_bw_gbs * SHARE_OF_PEAK)
 
+    @property
+    def min_gemm_tflops(self) -> float:
+        return round(self.fp16_tflops * GEMM_SHARE_OF_PEAK)
+
 
 # Most specific first: "H100 NVL" before "H100"; \b keeps "GH200" from matching "H200".
 MODELS: tuple[Model, ...] = (
-    Model("H200", r"\bH200\b", 4800, 989, (5, 16)),
-    Model("H100-NVL", r"\bH100 NVL\b", 3900, 835, (5, 16)),
-    Model("H100-SXM", r"\bH100\b.*(SXM|HBM3)", 3350, 989, (5, 16)),
-    Model("H100-PCIe", r"\bH100\b", 2000, 756, (5, 16)),
-    Model("A100-80GB", r"\bA100\b.*80GB", 2039, 312, (4, 16)),
-    Model("A100-40GB", r"\bA100\b", 1555, 312, (4, 16)),
-    Model("L40S", r"\bL40S\b", 864, 362, (4, 16)),
-    Model("A10", r"\bA10G?\b", 600, 125, (4, 16)),
-    Model("L4", r"\bL4\b", 300, 121, (4, 16)),
-    Model("T4", r"\bT4\b", 320, 65, (3, 16)),
-    Model("V100", r"\bV100\b", 900, 125, (3, 16)),
+    Model("H200", r"\bH200\b", 4800, 989, (5, 16), 141),
+    Model("H100-NVL", r"\bH100 NVL\b", 3900, 835, (5, 16), 94),
+    Model("H100-SXM", r"\bH100\b.*(SXM|HBM3)", 3350, 989, (5, 16), 80),
+    Model("H100-PCIe", r"\bH100\b", 2000, 756, (5, 16), 80),
+    Model("A100-80GB", r"\bA100\b.*80GB", 2039, 312, (4, 16), 80),
+    Model("A100-40GB", r"\bA100\b", 1555, 312, (4, 16), 40),
+    Model("L40S", r"\bL40S\b", 864, 362, (4, 16), 48),
+    Model("A10", r"\bA10G?\b", 600, 125, (4, 16), 24),
+    Model("L4", r"\bL4\b", 300, 121, (4, 16), 24),
+    Model("T4", r"\bT4\b", 320, 65, (3, 16), 16),
+    Model("V100", r"\bV100\b", 900, 125, (3, 16), 16),
 )
 
 
 def lookup(name: str | None) -> Model | None:
-    if not name:
+    """The table row of a whole GPU; a MIG slice's name (``... MIG 1g.5gb``) finds none."""
+    if not name or is_mig(name):
         return None
+    return _row(name)
+
+
+def _row(name: str) -> Model | None:
     for model in MODELS:
         if re.search(model.pattern, name):
             return model
     return None
+
+
+def is_mig(name: str | None) -> bool:
+    return bool(name) and re.search(r"\bMIG\b", name or "") is not None
 
 
 def pcie_gbs(gen: int | None, width: int | None) -> float | None:
@@ -72,11 +99,13 @@ class Minimums:
     h2d_gbs: float | None
     d2h_gbs: float | None
     source: str  # how the minimums were chosen, for the report
+    gemm_tflops: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
             "model": self.model,
             "mem_bw_gbs": self.mem_bw_gbs,
+            "gemm_tflops": self.gemm_tflops,
             "h2d_gbs": self.h2d_gbs,
             "d2h_gbs": self.d2h_gbs,
             "source": self.source,
@@ -88,20 +117,50 @@ def minimums(
     link_max: tuple[int | None, int | None] = (None, None),
     override_mem_bw: float | None = None,
 ) -> Minimums:
+    if is_mig(name):
+        return _mig_minimums(name or "", override_mem_bw)
     model = lookup(name)
     mem = override_mem_bw if override_mem_bw is not None else None
     sources = ["min-bandwidth-gbs"] if override_mem_bw is not None else []
     if model is None:
-        sources.append("unknown model: host-device figures reported, not judged")
+        sources.append("unknown model: GEMM and host-device figures reported, not judged")
         return Minimums(None, mem, None, None, "; ".join(sources))
     if mem is None:
         mem = model.min_mem_bw_gbs
         sources.append(f"{model.key} table ({SHARE_OF_PEAK:.0%} of {model.mem_bw_gbs:g} GB/s)")
+    sources.append(f"GEMM {GEMM_SHARE_OF_PEAK:.0%} of {model.fp16_tflops:g} TFLOP/s")
     link = pcie_gbs(*link_max)
     if link is None:
         link = pcie_gbs(*model.pcie)
         sources.append(f"PCIe Gen{model.pcie[0]} x{model.pcie[1]} nominal for {model.key}")
     else:
         sources.append(f"PCIe Gen{link_max[0]} x{link_max[1]} link from NVML")
-    pcie_min = round(link * SHARE_OF_PEAK, 1) if link else None
-    return Minimums(model.key, mem, pcie_min, pcie_min, "; ".join(sources))
+    h2d = round(link * SHARE_OF_PEAK, 1) if link else None
+    d2h = round(link * D2H_SHARE_OF_LINK, 1) if link else None
+    return Minimums(model.key, mem, h2d, d2h, "; ".join(sources), model.min_gemm_tflops)
+
+
+def _mig_minimums(name: str, override_mem_bw: float | None) -> Minimums:
+    """A slice's share of its GPU's minimums, or none when the profile cannot be read."""
+    parent = _row(name)
+    profile = MIG_PROFILE.search(name)
+    if parent is None or profile is None or not parent.memory_gb:
+        why = "MIG slice of an unknown model or profile: figures reported, not judged"
+        if override_mem_bw is not None:
+            why = "min-bandwidth-gbs; " + why
+        return Minimums(None, override_mem_bw, None, None, why)
+    slices = int(profile["g"])
+    memory_share = min(1.0, int(profile["gb"]) / parent.memory_gb)
+    compute_share = min(1.0, slices / MIG_COMPUTE_SLICES)
+    key = f"{parent.key} MIG {slices}g.{profile['gb']}gb"
+    sources = []
+    if override_mem_bw is not None:
+        mem = override_mem_bw
+        sources.append("min-bandwidth-gbs")
+    else:
+        mem = round(parent.min_mem_bw_gbs * memory_share)
+        sources.append(f"{parent.key} table scaled to the slice's {memory_share:.0%} of memory")
+    gemm = round(parent.min_gemm_tflops * compute_share)
+    sources.append(f"GEMM scaled to {slices} of {MIG_COMPUTE_SLICES} compute slices")
+    sources.append("host-device not judged on a MIG slice (copy engines are shared)")
+    return Minimums(key, mem, None, None, "; ".join(sources), gemm)

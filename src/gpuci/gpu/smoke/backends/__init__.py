@@ -8,6 +8,9 @@ imported only when chosen, never at module import time.
 from __future__ import annotations
 
 import importlib.util
+import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpuci.errors import InputError
@@ -36,17 +39,22 @@ class Device(Protocol):
     def h2d(self, dst: Any, host: Any) -> None: ...
     def d2h(self, host: Any, src: Any) -> None: ...
     def release(self) -> None: ...  # give cached memory back after a check
+    # seconds for ``repeats`` calls of ``fn``, timed by the device (CUDA events on a GPU)
+    def time_calls(self, fn: Callable[[], Any], repeats: int) -> float: ...
 
 
 class Backend(Protocol):
     name: str
     version: str
     is_gpu: bool
+    # ``module:function`` doing ``all_reduce_ones(indices, n)`` in a fresh process (the NCCL
+    # check runs it in a child it can kill); raises BackendUnavailable when NCCL is missing.
+    reducer: str
 
     def device_count(self) -> int: ...
-    def device_uuid(self, index: int) -> str | None: ...
+    def device_uuid(self, index: int) -> str | None: ...  # any spelling: GPU-/MIG- or bare
+    def device_pci_bus_id(self, index: int) -> str | None: ...  # "0000:18:00.0"
     def open(self, index: int) -> Device: ...
-    def all_reduce_ones(self, indices: list[int], n: int) -> list[tuple[float, float]]: ...
 
 
 class BackendUnavailable(Exception):
@@ -57,11 +65,38 @@ def installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def resolve_framework(framework: str) -> str:
-    """``auto`` -> ``torch`` or ``cupy`` (whichever is installed) or ``none``, without importing."""
+def torch_is_cpu_only() -> bool:
+    """True when the installed torch is a CPU-only build, read from ``torch/version.py``.
+
+    Importing torch takes seconds; its ``version.py`` says ``cuda = None`` (or ``cuda:
+    Optional[str] = None``) in a CPU-only wheel and names the CUDA version otherwise.
+    """
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = (Path(folder) / "version.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(\S+)", text, re.MULTILINE)
+        if found:
+            return found.group(1) == "None"
+    return False
+
+
+def resolve_framework(
+    framework: str,
+    is_installed: Callable[[str], bool] = installed,
+    cpu_only_torch: Callable[[], bool] = torch_is_cpu_only,
+) -> str:
+    """``auto`` -> ``torch`` or ``cupy`` (whichever can drive a GPU) or ``none``, no import.
+
+    A CPU-only torch cannot drive a GPU: with cupy also installed, ``auto`` takes cupy.
+    """
     if framework == "auto":
+        if is_installed("torch") and is_installed("cupy") and cpu_only_torch():
+            return "cupy"
         for name in ("torch", "cupy"):
-            if installed(name):
+            if is_installed(name):
                 return name
         return "none"
     if framework in ("torch", "cupy") and not installed(framework):

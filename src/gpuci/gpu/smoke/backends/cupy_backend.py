@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpuci.gpu.smoke.backends import BackendUnavailable
@@ -99,17 +100,65 @@ class CupyDevice:
         self._cp.get_default_memory_pool().free_all_blocks()
         self._cp.get_default_pinned_memory_pool().free_all_blocks()
 
+    def time_calls(self, fn: Callable[[], Any], repeats: int) -> float:
+        """CUDA events around the calls on this device's current stream."""
+        cp = self._cp
+        with self._dev:
+            begin, end = cp.cuda.Event(), cp.cuda.Event()
+            begin.record()
+            for _ in range(repeats):
+                fn()
+            end.record()
+            end.synchronize()
+            return cp.cuda.get_elapsed_time(begin, end) / 1000  # milliseconds
+
 
 def _uuid_text(raw: Any) -> str | None:
+    """The 16 UUID bytes as text; ``None`` for anything else.
+
+    cupy hands ``cudaDeviceProp.uuid`` over as a C string, cut at the first 0x00 byte (about
+    one GPU in 16 has one): a shorter value is not this GPU's UUID, and guessing the missing
+    bytes would match the wrong GPU. The caller then matches by PCI bus id.
+    """
     if isinstance(raw, bytes | bytearray) and len(raw) == 16:
         h = bytes(raw).hex()
-        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
     return None
+
+
+def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """NCCL all-reduce of ones over ``indices`` (run in a child process by the nccl check)."""
+    import cupy as cp
+
+    try:
+        from cupy.cuda import nccl
+    except ImportError as exc:
+        raise BackendUnavailable(f"cupy {cp.__version__} has no NCCL: {exc}") from None
+    if not getattr(nccl, "available", True):
+        raise BackendUnavailable(f"cupy {cp.__version__} was built without NCCL")
+    comms = nccl.NcclCommunicator.initAll(indices)
+    bufs = []
+    for i in indices:
+        with cp.cuda.Device(i):
+            bufs.append(cp.ones(n, dtype=cp.float32))
+    nccl.groupStart()
+    for comm, buf, i in zip(comms, bufs, indices, strict=True):
+        with cp.cuda.Device(i):
+            ptr = buf.data.ptr
+            comm.allReduce(ptr, ptr, n, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, 0)
+    nccl.groupEnd()
+    out = []
+    for buf, i in zip(bufs, indices, strict=True):
+        with cp.cuda.Device(i):
+            cp.cuda.Device(i).synchronize()
+            out.append((float(buf.min().item()), float(buf.max().item())))
+    return out
 
 
 class CupyBackend:
     name = "cupy"
     is_gpu = True
+    reducer = "gpuci.gpu.smoke.backends.cupy_backend:all_reduce_ones"
 
     def __init__(self) -> None:
         import cupy
@@ -130,27 +179,11 @@ class CupyBackend:
     def device_uuid(self, index: int) -> str | None:
         return _uuid_text(self._cp.cuda.runtime.getDeviceProperties(index).get("uuid"))
 
+    def device_pci_bus_id(self, index: int) -> str | None:
+        try:
+            return str(self._cp.cuda.runtime.deviceGetPCIBusId(index))
+        except Exception:  # an older cupy without the call: match by UUID only
+            return None
+
     def open(self, index: int) -> CupyDevice:
         return CupyDevice(self._cp, index)
-
-    def all_reduce_ones(self, indices: list[int], n: int) -> list[tuple[float, float]]:
-        cp = self._cp
-        from cupy.cuda import nccl
-
-        comms = nccl.NcclCommunicator.initAll(indices)
-        bufs = []
-        for i in indices:
-            with cp.cuda.Device(i):
-                bufs.append(cp.ones(n, dtype=cp.float32))
-        nccl.groupStart()
-        for comm, buf, i in zip(comms, bufs, indices, strict=True):
-            with cp.cuda.Device(i):
-                ptr = buf.data.ptr
-                comm.allReduce(ptr, ptr, n, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, 0)
-        nccl.groupEnd()
-        out = []
-        for buf, i in zip(bufs, indices, strict=True):
-            with cp.cuda.Device(i):
-                cp.cuda.Device(i).synchronize()
-                out.append((float(buf.min().item()), float(buf.max().item())))
-        return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -65,12 +67,26 @@ class NumpyDevice:
     def release(self) -> None:
         pass
 
+    def time_calls(self, fn: Callable[[], Any], repeats: int) -> float:
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return time.perf_counter() - start
+
+
+def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """The CPU stand-in of an all-reduce: sum a vector of ones per "GPU"."""
+    bufs = [np.ones(n, dtype=np.float32) for _ in indices]
+    total = np.sum(bufs, axis=0)
+    return [(float(total.min()), float(total.max())) for _ in indices]
+
 
 class NumpyBackend:
     """``devices`` CPU "GPUs" of ``mem_bytes`` each; subclass a device to inject faults."""
 
     name = "numpy"
     is_gpu = False
+    reducer = "gpuci.gpu.smoke.backends.numpy_backend:all_reduce_ones"
     device_class: type[NumpyDevice] = NumpyDevice
 
     def __init__(self, devices: int = 1, mem_bytes: int = 64 * 1024 * 1024) -> None:
@@ -84,10 +100,8 @@ class NumpyBackend:
     def device_uuid(self, index: int) -> str | None:
         return None
 
+    def device_pci_bus_id(self, index: int) -> str | None:
+        return None
+
     def open(self, index: int) -> NumpyDevice:
         return self.device_class(index, self._mem)
-
-    def all_reduce_ones(self, indices: list[int], n: int) -> list[tuple[float, float]]:
-        bufs = [np.ones(n, dtype=np.float32) for _ in indices]
-        total = np.sum(bufs, axis=0)
-        return [(float(total.min()), float(total.max())) for _ in indices]

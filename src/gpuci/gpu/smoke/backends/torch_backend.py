@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from gpuci.gpu.smoke.backends import BackendUnavailable
@@ -99,9 +101,41 @@ class TorchDevice:
             self._t.cuda.synchronize(self.dev)
             self._t.cuda.empty_cache()
 
+    def time_calls(self, fn: Callable[[], Any], repeats: int) -> float:
+        """CUDA events around the calls on this device's stream; the CPU clock on the CPU."""
+        if not self._cuda:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            return time.perf_counter() - start
+        cuda = self._t.cuda
+        with cuda.device(self.dev):
+            begin, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(repeats):
+                fn()
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) / 1000  # milliseconds
+
+
+def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """NCCL all-reduce of ones over ``indices`` (run in a child process by the nccl check)."""
+    t = _torch()
+    from torch.cuda import nccl
+
+    bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
+    if not nccl.is_available(bufs):
+        raise BackendUnavailable(f"torch {t.__version__} was built without NCCL")
+    nccl.all_reduce(bufs)
+    for i in indices:
+        t.cuda.synchronize(i)
+    return [(float(b.min().item()), float(b.max().item())) for b in bufs]
+
 
 class TorchBackend:
     name = "torch"
+    reducer = "gpuci.gpu.smoke.backends.torch_backend:all_reduce_ones"
 
     def __init__(self, device_type: str = "cuda", cpu_mem: int | None = None) -> None:
         """``device_type="cpu"`` (with ``cpu_mem`` as its pretend memory size) is for CI."""
@@ -124,25 +158,25 @@ class TorchBackend:
         return self._t.cuda.device_count() if self.is_gpu else 1
 
     def device_uuid(self, index: int) -> str | None:
+        """The device's UUID as CUDA spells it (bare; a MIG device's is its MIG UUID).
+
+        Older torch has no ``uuid`` property: ``None``, and the caller matches by PCI bus id.
+        """
         if not self.is_gpu:
             return None
         raw = getattr(self._t.cuda.get_device_properties(index), "uuid", None)
-        if raw is None:
+        return None if raw is None else str(raw)
+
+    def device_pci_bus_id(self, index: int) -> str | None:
+        if not self.is_gpu:
             return None
-        text = str(raw)
-        return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+        props = self._t.cuda.get_device_properties(index)
+        bus = getattr(props, "pci_bus_id", None)
+        if bus is None:
+            return None
+        domain = getattr(props, "pci_domain_id", 0) or 0
+        device = getattr(props, "pci_device_id", 0) or 0
+        return f"{domain:04x}:{bus:02x}:{device:02x}.0"
 
     def open(self, index: int) -> TorchDevice:
         return TorchDevice(self._t, index, self._type, self._cpu_mem)
-
-    def all_reduce_ones(self, indices: list[int], n: int) -> list[tuple[float, float]]:
-        t = self._t
-        from torch.cuda import nccl
-
-        bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
-        if not nccl.is_available(bufs):
-            raise BackendUnavailable("torch was built without NCCL")
-        nccl.all_reduce(bufs)
-        for i in indices:
-            t.cuda.synchronize(i)
-        return [(float(b.min().item()), float(b.max().item())) for b in bufs]

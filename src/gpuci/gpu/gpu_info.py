@@ -1,0 +1,155 @@
+"""What NVML saw, as plain frozen data: GPUs, MIG devices, health counters, XID events.
+
+Kept apart from the session that reads them (:mod:`gpuci.gpu.nvml`) so code that only looks
+at a snapshot (checks, summaries, smoke) reads one small module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuci.gpu.nvml_abi import clock_event_names
+
+
+@dataclass(frozen=True)
+class Health:
+    """Counters that say a GPU is degrading; read twice to see what a workload changed."""
+
+    ecc_enabled: bool | None = None
+    ecc_volatile_uncorrected: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    pcie_replay_counter: int | None = None
+    clock_event_reasons: int | None = None
+    temperature_c: int | None = None
+
+    @property
+    def clock_events(self) -> tuple[str, ...]:
+        return clock_event_names(self.clock_event_reasons)
+
+    def memory_problems(self) -> list[str]:
+        """ECC and row-remapping findings that make a GPU untrustworthy for a job."""
+        found = []
+        if self.ecc_volatile_uncorrected:
+            found.append(f"{self.ecc_volatile_uncorrected} volatile uncorrected ECC errors")
+        if self.retired_pages_pending:
+            found.append("retired pages pending (reset the GPU)")
+        if self.remapped_rows_pending:
+            found.append("row remapping pending (reset the GPU)")
+        if self.remapped_rows_failure:
+            found.append("row remapping failed (replace the GPU)")
+        return found
+
+    def memory_counters_supported(self) -> bool:
+        return any(
+            v is not None
+            for v in (
+                self.ecc_volatile_uncorrected,
+                self.retired_pages_pending,
+                self.remapped_rows_pending,
+                self.remapped_rows_failure,
+            )
+        )
+
+    def increased(self, later: Health) -> dict[str, tuple[int, int]]:
+        """Counters that grew between this read and ``later``: ``{name: (before, after)}``."""
+        grown: dict[str, tuple[int, int]] = {}
+        for name in (
+            "ecc_volatile_uncorrected",
+            "remapped_rows_uncorrectable",
+            "pcie_replay_counter",
+        ):
+            before, after = getattr(self, name), getattr(later, name)
+            if before is not None and after is not None and after > before:
+                grown[name] = (before, after)
+        for name in ("retired_pages_pending", "remapped_rows_pending", "remapped_rows_failure"):
+            if not getattr(self, name) and getattr(later, name):
+                grown[name] = (0, 1)
+        return grown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "clock_events": list(self.clock_events)}
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    index: int
+    uuid: str
+    name: str | None
+    memory_total: int | None
+    memory_free: int | None
+    gpu_instance_id: int | None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_memory: int | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical GPU as NVML saw it; ``None`` means the GPU or driver does not report it."""
+
+    index: int
+    name: str
+    uuid: str
+    memory_total: int | None
+    memory_free: int | None
+    compute_capability: tuple[int, int] | None
+    architecture: str | None
+    mig_enabled: bool | None
+    mig_devices: tuple[MigDevice, ...]
+    pcie_gen_current: int | None
+    pcie_gen_max: int | None
+    pcie_width_current: int | None
+    pcie_width_max: int | None
+    power_limit_w: float | None
+    health: Health
+    processes: tuple[GpuProcess, ...] | None
+    notes: tuple[str, ...] = ()  # unexpected NVML errors on optional fields, kept for the report
+    pci_bus_id: str | None = None  # "00000000:18:00.0": matches a CUDA device without a UUID
+    numa_node: int | None = None  # the host NUMA node the GPU hangs off (newer drivers)
+
+    @property
+    def cc_text(self) -> str | None:
+        return None if self.compute_capability is None else "{}.{}".format(*self.compute_capability)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["compute_capability"] = self.cc_text
+        data["health"] = self.health.to_dict()
+        data["mig_devices"] = [asdict(m) for m in self.mig_devices]
+        data["processes"] = None if self.processes is None else [asdict(p) for p in self.processes]
+        data["notes"] = list(self.notes)
+        return data
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    source: str  # "nvml" or "fake:<profiles>"
+    driver_version: str | None
+    cuda_version: tuple[int, int] | None  # highest CUDA the driver supports
+    gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
+
+    @property
+    def cuda_text(self) -> str | None:
+        return None if self.cuda_version is None else "{}.{}".format(*self.cuda_version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "driver_version": self.driver_version,
+            "cuda_version": self.cuda_text,
+            "gpus": [g.to_dict() for g in self.gpus],
+        }
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    gpu_index: int | None
+    uuid: str | None
+    xid: int

@@ -1,0 +1,232 @@
+"""Planning gpu-smoke: each check's parameters, the dry-run plan, and the order checks run in.
+
+The dry run says what a real run would do, on which GPUs, against which minimums, and what the
+health check reads, without touching a GPU. The run order puts NCCL right after the contexts:
+it needs every GPU at once and is the check a long memory test on 8 GPUs would otherwise push
+past the budget.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from gpuci.gpu.gpu_info import GpuInfo, Snapshot
+from gpuci.gpu.smoke import dcgm, load
+from gpuci.gpu.smoke.backends import Backend, installed
+from gpuci.gpu.smoke.checks import LOAD_CHECKS, Planned
+from gpuci.gpu.smoke.load import Rates, Sizes, Target
+from gpuci.gpu.smoke.models import minimums
+from gpuci.gpu.smoke.report import SCHEMA
+from gpuci.runtime import Result
+
+COMMAND = "gpu-smoke"
+
+# What the health check reads, named for the plan and the report.
+HEALTH_READS = {
+    "ecc": "volatile uncorrected ECC errors, before and after",
+    "memory_repair": "retired pages pending / remapped rows (pending, failed, uncorrectable)",
+    "pcie_replays": "PCIe replay counter, judged as a rate (more than 8 a minute fails)",
+    "xid_events": "XID critical errors, listened for during the whole run",
+    "clock_events": (
+        "clock-event reasons polled under load; a hardware, thermal or power-brake slowdown "
+        "fails only when seen in consecutive samples"
+    ),
+}
+
+
+# ----- planning --------------------------------------------------------------------------
+def params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+    return {
+        "health": {"when": "before, under load, after", **HEALTH_READS},
+        "context": {"tiny_kernel": "sum 0..65535"},
+        "gemm": {"n": sizes.gemm_n, "dtype": "float16", "repeats": sizes.gemm_repeats},
+        "membw": {"bytes": sizes.membw_bytes, "repeats": sizes.membw_repeats},
+        "pcie": {"bytes": sizes.pcie_bytes, "repeats": sizes.pcie_repeats, "pinned": True},
+        "memory": {
+            "memory_fraction": values["memory-fraction"],
+            "chunk_bytes": sizes.memory_chunk,
+            "patterns": "0x00,0xAA,0x55,0xFF",
+        },
+        "nccl": {"elements": sizes.nccl_elements, "timeout_s": sizes.nccl_timeout_s},
+        "dcgm": {"level": values.get("dcgm-level"), "command": "dcgmi diag -r N -j"},
+    }[name]
+
+
+def dry_run(
+    values: dict[str, Any],
+    checks: list[str],
+    framework: str,
+    sizes: Sizes,
+    snapshot: Snapshot | None,
+    nvml_error: str | None,
+) -> Result:
+    """Which checks would run, on which GPUs, with which parameters and minimums; runs none."""
+    gpus = list(snapshot.gpus) if snapshot else []
+    plan = []
+    for name in checks:
+        why = None
+        if name in LOAD_CHECKS and framework == "none":
+            why = (
+                "framework none: health only"
+                if values["framework"] == "none"
+                else "framework auto found no torch or cupy to drive a real GPU here: health only"
+            )
+        elif name == "nccl" and len(gpus) < 2:
+            why = f"needs 2 or more GPUs, {len(gpus) if snapshot else 'unknown'} here"
+        elif name == "dcgm":
+            why = dcgm.absent_reason()
+        plan.append({"check": name, "would_run": why is None, "reason": why,
+                     "params": params(name, values, sizes)})  # fmt: skip
+    mins = {
+        g.index: minimums(
+            g.name, (g.pcie_gen_max, g.pcie_width_max), values.get("min-bandwidth-gbs")
+        ).to_dict()
+        for g in gpus
+    }
+    estimates = _dry_estimates(gpus, sizes, float(values["memory-fraction"]))
+    for p in plan:
+        p["estimate_s"] = round(estimates.get(p["check"], 0.0), 2) if p["would_run"] else 0.0
+    total = sum(p["estimate_s"] for p in plan)
+    rows = [
+        [
+            p["check"],
+            "yes" if p["would_run"] else f"no: {p['reason']}",
+            f"~{p['estimate_s']:g}s" if p["would_run"] else "-",
+            _kv(p["params"]),
+        ]
+        for p in plan
+    ]
+    from gpuci.runtime import markdown_table
+
+    where = (
+        ", ".join(f"GPU {g.index} {g.name}" for g in gpus)
+        if gpus
+        else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
+    )
+    running = sum(1 for p in plan if p["would_run"])
+    budget_text = f"~{total:.0f}s of the {values['budget-seconds']:g}s budget"
+    if gpus:
+        headline = f"dry run: would run {running} of {len(plan)} check(s) on {where}, {budget_text}"
+    else:  # nothing can run here: say so, and what a GPU runner would do
+        headline = (
+            f"dry run: {where}, so a real run here would fail (exit 3); on a GPU runner it "
+            f"would run {running} of {len(plan)} check(s), {budget_text}"
+        )
+    result = Result(command=COMMAND, headline=headline)
+    result.summary.append(
+        f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
+        + markdown_table(("check", "would run", "estimate", "parameters"), rows)
+        + f"\n\nEstimated total ~{total:.0f}s of the {values['budget-seconds']:g}s budget "
+        "(from the model table; checks that would overrun at run time are skipped and reported)."
+    )
+    for g in gpus:
+        m = mins[g.index]
+        result.summary.append(
+            f"GPU {g.index} {g.name}: least device copy bandwidth "
+            f"{_gbs(m['mem_bw_gbs'])}, least FP16 GEMM {_unit(m['gemm_tflops'], 'TFLOP/s')}, "
+            f"least host-to-device {_gbs(m['h2d_gbs'])}, device-to-host {_gbs(m['d2h_gbs'])} "
+            f"({m['source']})"
+        )
+    result.report = {
+        "schema": SCHEMA,
+        "command": COMMAND,
+        "dry_run": True,
+        "framework": framework,
+        "framework_installed": {n: installed(n) for n in ("torch", "cupy")},
+        "budget_seconds": values["budget-seconds"],
+        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in gpus],
+        "minimums": mins,
+        "nvml_error": nvml_error,
+        "plan": plan,
+        # dry-run marks the step "would fail here" on a fail; a plan never claims a pass
+        # where no GPU could be checked.
+        "verdict": "plan" if gpus else "fail",
+    }
+    result.outputs = {"passed": bool(gpus), "failed-checks": "", "report": "", "seconds": 0}
+    return result
+
+
+def _gbs(value: Any) -> str:
+    return _unit(value, "GB/s")
+
+
+def _unit(value: Any, unit: str) -> str:
+    return "not judged" if value is None else f"{value:g} {unit}"
+
+
+def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[str, float]:
+    """Seconds each check would take on these GPUs, from the model table (all GPUs together)."""
+    totals: dict[str, float] = {"health": 0.3}
+    for g in gpus or [None]:
+        name = g.name if g else None
+        t = Target(0, None, name or "unknown", minimums(name), Rates.for_name(name))
+        free = (g.memory_free or 0) if g else 0
+        parts = {
+            "context": sizes.context_estimate_s,
+            "gemm": load.gemm_estimate(t, sizes),
+            "membw": load.membw_estimate(t, sizes),
+            "pcie": load.pcie_estimate(t, sizes),
+            "memory": 3 * len(load.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9) + 0.5,
+        }
+        for key, value in parts.items():
+            totals[key] = totals.get(key, 0.0) + value
+    totals["nccl"] = sizes.nccl_timeout_s / 3
+    totals["dcgm"] = dcgm.estimate(1)
+    return totals
+
+
+def _kv(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def plan_load(
+    backend: Backend, targets: list[Target], checks: list[str], values: dict[str, Any], sizes: Sizes
+) -> list[Planned]:
+    fraction = float(values["memory-fraction"])
+    plan: list[Planned] = []
+    per_gpu = {
+        "context": (
+            lambda t: sizes.context_estimate_s,
+            lambda t: partial(load.context, backend, t),
+        ),
+        "gemm": (
+            lambda t: load.gemm_estimate(t, sizes),
+            lambda t: lambda ctx: load.gemm(t, ctx, sizes),
+        ),
+        "membw": (
+            lambda t: load.membw_estimate(t, sizes),
+            lambda t: lambda ctx: load.membw(t, ctx, sizes),
+        ),
+        "pcie": (
+            lambda t: load.pcie_estimate(t, sizes),
+            lambda t: lambda ctx: load.pcie(t, ctx, sizes),
+        ),
+        "memory": (
+            lambda t: load.memory_estimate(t, sizes, fraction),
+            lambda t: lambda ctx: load.memory(t, ctx, sizes, fraction),
+        ),
+    }
+
+    def add(name: str) -> None:
+        est, fn = per_gpu[name]
+        for t in targets:
+            plan.append(Planned(name, t.label, params(name, values, sizes), partial(est, t), fn(t)))
+
+    add("context")  # what every load check stands on
+    if "nccl" in checks:  # next: it needs all GPUs at once, and must not lose the budget race
+        skip = None if len(targets) >= 2 else f"needs 2 or more GPUs, {len(targets)} here"
+        plan.append(
+            Planned(
+                "nccl",
+                None,
+                params("nccl", values, sizes),
+                lambda: sizes.nccl_timeout_s / 3,
+                lambda ctx: load.nccl(backend, targets, ctx, sizes),
+                skip_reason=skip,
+            )
+        )
+    for name in ("gemm", "membw", "pcie", "memory"):
+        if name in checks:
+            add(name)
+    return plan

@@ -1,0 +1,128 @@
+"""The framework backends' identity and choice, with stand-in torch and cupy modules.
+
+No GPU here: these stand-ins answer what torch and cupy answer on one (a MIG device's UUID,
+an older torch without ``uuid``, cupy's C-string UUID cut at a zero byte), so the matching to
+NVML is tested end to end through :func:`match_targets`.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.smoke.backends import resolve_framework
+from gpuci.gpu.smoke.backends import torch_backend as tb
+from gpuci.gpu.smoke.targets import match_targets
+
+
+def stand_in_torch(props: list[SimpleNamespace]) -> SimpleNamespace:
+    cuda = SimpleNamespace(
+        is_available=lambda: True,
+        device_count=lambda: len(props),
+        get_device_properties=lambda i: props[i],
+    )
+    return SimpleNamespace(__version__="2.1.0", cuda=cuda, version=SimpleNamespace(cuda="12.1"))
+
+
+def targets_for(backend, fake: FakeNvml):
+    with open_nvml({}, fake) as session:
+        return match_targets(backend, session, list(session.snapshot().gpus), {})
+
+
+def test_torch_mig_uuid_is_not_turned_into_a_gpu_uuid(monkeypatch):
+    fake = FakeNvml(["a100-mig"])
+    mig = fake.devices[0].migs[0].uuid
+    props = [SimpleNamespace(uuid=mig.removeprefix("MIG-"), pci_bus_id=0x18)]
+    monkeypatch.setattr(tb, "_torch", lambda: stand_in_torch(props))
+    backend = tb.TorchBackend()
+    assert backend.device_uuid(0) == mig.removeprefix("MIG-")  # no "GPU-" glued on
+    (target,), notes = targets_for(backend, fake)
+    assert target.name == "NVIDIA A100-SXM4-40GB MIG 3g.20gb" and notes == []
+
+
+def test_older_torch_without_uuid_matches_by_pci_bus_id(monkeypatch):
+    fake = FakeNvml(["h100-sxm", "h100-sxm", "h100-sxm"])
+    # CUDA_VISIBLE_DEVICES=2: one device, on bus 0x3a; torch 1.x has no ``uuid``
+    props = [SimpleNamespace(pci_bus_id=0x3A, pci_device_id=0, pci_domain_id=0)]
+    monkeypatch.setattr(tb, "_torch", lambda: stand_in_torch(props))
+    backend = tb.TorchBackend()
+    assert backend.device_uuid(0) is None
+    assert backend.device_pci_bus_id(0) == "0000:3a:00.0"
+    (target,), notes = targets_for(backend, fake)
+    assert target.nvml_index == 2 and notes == []
+
+
+def test_cupy_uuid_cut_at_a_zero_byte_matches_by_pci_bus_id(monkeypatch):
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    whole = bytes.fromhex(fake.devices[1].uuid.removeprefix("GPU-").replace("-", ""))
+    cut = whole[:3] + b"\0" + whole[4:]  # what the GPU's UUID looks like with a zero byte
+    runtime = SimpleNamespace(
+        getDeviceCount=lambda: 1,
+        getDeviceProperties=lambda i: {"uuid": cut.split(b"\0")[0], "name": b"H100"},
+        deviceGetPCIBusId=lambda i: "0000:2A:00.0",
+        CUDARuntimeError=RuntimeError,
+    )
+    cupy = SimpleNamespace(__version__="13.0.0", cuda=SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    from gpuci.gpu.smoke.backends.cupy_backend import CupyBackend
+
+    backend = CupyBackend()
+    assert backend.device_uuid(0) is None  # three bytes are nobody's UUID
+    (target,), notes = targets_for(backend, fake)
+    assert target.nvml_index == 1 and notes == []
+    runtime.getDeviceProperties = lambda i: {"uuid": whole}
+    assert backend.device_uuid(0) == fake.devices[1].uuid.removeprefix("GPU-")
+
+
+def test_auto_prefers_a_working_cupy_over_a_cpu_only_torch():
+    both = {"torch", "cupy"}.__contains__
+    assert resolve_framework("auto", both, cpu_only_torch=lambda: True) == "cupy"
+    assert resolve_framework("auto", both, cpu_only_torch=lambda: False) == "torch"
+    only_torch = {"torch"}.__contains__
+    assert resolve_framework("auto", only_torch, cpu_only_torch=lambda: True) == "torch"
+
+
+def test_cpu_only_torch_is_read_from_its_version_file(tmp_path, monkeypatch):
+    from gpuci.gpu.smoke import backends
+
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    spec = SimpleNamespace(submodule_search_locations=[str(pkg)])
+    monkeypatch.setattr(backends.importlib.util, "find_spec", lambda name: spec)
+    (pkg / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert backends.torch_is_cpu_only() is True
+    (pkg / "version.py").write_text("__version__ = '2.13.0'\ncuda: Optional[str] = '12.8'\n")
+    assert backends.torch_is_cpu_only() is False
+
+
+def test_auto_falls_back_to_cupy_when_torch_cannot_start_cuda(monkeypatch):
+    from gpuci.gpu import smoke
+    from gpuci.gpu.smoke import backends
+    from gpuci.gpu.smoke.backends import BackendUnavailable
+    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+
+    def load(name):
+        if name == "torch":
+            raise BackendUnavailable("torch 2.13.0+cpu is a CPU-only build")
+        return NumpyBackend()
+
+    monkeypatch.setattr(backends, "load_backend", load)
+    monkeypatch.setattr(smoke, "installed", lambda name: name == "cupy")
+    backend, framework = smoke._load_backend("torch", "auto")
+    assert framework == "cupy" and isinstance(backend, NumpyBackend)
+    with pytest.raises(BackendUnavailable, match="CPU-only"):
+        smoke._load_backend("torch", "torch")  # asked for torch by name: no substitute
+
+
+def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
+    from gpuci.gpu.smoke import allreduce
+
+    answer = allreduce.run_child("no_such_module_here:reduce", [0, 1], 8, timeout_s=30)
+    assert answer.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
+    assert not answer.hung and answer.result is None
+    answer = allreduce.run_child("smoke_helpers:wrong_sum", [0, 1], 8, timeout_s=30)
+    assert answer.result == [(2.0, 2.0), (1.0, 2.0)]
