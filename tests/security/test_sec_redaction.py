@@ -171,3 +171,11 @@ def test_pods_up_plan_shows_env_names_not_values():
         ("DATABASE_URL", "MODE", "HF_TOKEN"), "***"
     )
     assert body["env"]["GPUCI_OWNER"] == "tester"  # gpu-ci's own tags are the plan's point
+
+
+def test_a_query_echoed_without_its_url_is_redacted():
+    """A hostile server echoing our presigned request line as its status line."""
+    line = "GET /b/k?X-Amz-Credential=AKIAX/s3&X-Amz-Signature=abc99&x-id=GetObject HTTP/1.1"
+    shown = excerpt(line, 80)
+    assert "AKIAX" not in shown and "abc99" not in shown and "x-id=GetObject" in shown
+    assert excerpt("env line 'X' is not KEY=VALUE") == "env line 'X' is not KEY=VALUE"
