@@ -28,6 +28,8 @@ _SECRET_PARAM = re.compile(
 )
 # A URL inside free text: scheme://, then up to whitespace or a quote/bracket that ends it.
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s'\"<>`]+")
+# ``?name=value`` / ``&name=value`` anywhere in text: a query that lost its URL.
+_QUERY_PAIR = re.compile(r"([?&])([A-Za-z0-9_.%-]+)=([^&\s'\"<>`#]*)")
 # Control characters other than tab: C0, DEL and C1. Each one could end or rewrite a line.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\x1b": "\\e"}
@@ -93,7 +95,14 @@ def redact_urls(text: str) -> str:
         url = found.rstrip(").,;:!?]")
         return redact_url(url) + found[len(url) :]
 
-    return _URL_IN_TEXT.sub(one, text)
+    text = _URL_IN_TEXT.sub(one, text)
+    # a query without its scheme and host (a request line a server echoed back)
+    return _QUERY_PAIR.sub(lambda m: m.group(0) if m.group(3) == REDACTED else _pair(m), text)
+
+
+def _pair(match: re.Match[str]) -> str:
+    name = match.group(2)
+    return f"{match.group(1)}{name}={REDACTED}" if _SECRET_PARAM.search(name) else match.group(0)
 
 
 def single_line(text: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_sec_redaction import Canned
+from hostile_runpod import Canned
 
 from gpuci_testing import clean_env, run_cli
 

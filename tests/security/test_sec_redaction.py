@@ -4,13 +4,12 @@ plan names env variables without their values."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from hostile_github import LIST, FakeGitHub, report_env
+from hostile_runpod import Canned
 
 from gpuci import redact
 from gpuci.redact import excerpt, redact_url, redact_urls
@@ -28,32 +27,6 @@ def leaked_part(text: str, secret: str, shortest: int = 6) -> str | None:
             if secret[start : start + size] in shown:
                 return secret[start : start + size]
     return None
-
-
-class Canned:
-    """Any request gets one canned answer (status, raw body): a hostile RunPod API."""
-
-    def __init__(self, status: int, body: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _answer(self) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = _answer
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -198,3 +171,11 @@ def test_pods_up_plan_shows_env_names_not_values():
         ("DATABASE_URL", "MODE", "HF_TOKEN"), "***"
     )
     assert body["env"]["GPUCI_OWNER"] == "tester"  # gpu-ci's own tags are the plan's point
+
+
+def test_a_query_echoed_without_its_url_is_redacted():
+    """A hostile server echoing our presigned request line as its status line."""
+    line = "GET /b/k?X-Amz-Credential=AKIAX/s3&X-Amz-Signature=abc99&x-id=GetObject HTTP/1.1"
+    shown = excerpt(line, 80)
+    assert "AKIAX" not in shown and "abc99" not in shown and "x-id=GetObject" in shown
+    assert excerpt("env line 'X' is not KEY=VALUE") == "env line 'X' is not KEY=VALUE"

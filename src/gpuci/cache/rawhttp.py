@@ -12,6 +12,8 @@ from __future__ import annotations
 import socket
 import struct
 
+from gpuci.redact import excerpt
+
 _TIMEOUT_S = 60
 _MAX_HEADER = 64 << 10
 
@@ -57,7 +59,7 @@ class RawConnection:
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         parts = status_line.split(" ", 2)
         if len(parts) < 2 or not parts[1].isdigit():
-            raise ConnectionResetError(f"malformed status line {status_line[:80]!r}")
+            raise ConnectionResetError(f"malformed status line '{excerpt(status_line, 80)}'")
         fields: dict[str, str] = {}
         for line in header_lines:
             name, _, value = line.partition(":")

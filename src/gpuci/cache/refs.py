@@ -15,6 +15,7 @@ from gpuci.cache import layout
 from gpuci.cache.manifest import canonical_json, now_iso
 from gpuci.cache.store import Store
 from gpuci.errors import InputError, StoreError
+from gpuci.redact import excerpt
 
 MAX_KEY = 512
 # A ref is about 200 bytes of JSON; one above this cap is refused unread (a hostile store
@@ -84,7 +85,7 @@ def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: floa
         ) from None
     if not layout.is_sha256(manifest):
         raise StoreError(
-            f"ref {store.url}/{object_key} names an invalid manifest {manifest[:80]!r}",
+            f"ref {store.url}/{object_key} names an invalid manifest '{excerpt(manifest, 80)}'",
             hint="delete the ref and save the key again",
         )
     return Ref(
