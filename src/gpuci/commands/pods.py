@@ -8,7 +8,16 @@ from gpuci.inputs import Input
 
 OWNER = Input(
     "owner",
-    "Who the pod is for (budget and cost attribution); default: the CI actor or $USER.",
+    "Who the pod is for (budget and cost attribution); default: the CI identity "
+    "(GITHUB_TRIGGERING_ACTOR/GITHUB_ACTOR, GITLAB_USER_LOGIN, git's user). Another owner "
+    "needs a delegation in the budgets file.",
+    "str",
+)
+LEDGER = Input(
+    "ledger",
+    "Where pod events and budget reservations are kept, shared by every runner: "
+    "s3://bucket/prefix (the cache's bucket will do) or file:///dir; a bare path is a folder. "
+    "Default: env GPUCI_PODS_LEDGER, else ~/.cache/gpuci/pods-ledger (this machine only).",
     "str",
 )
 POD_ID = Input("pod-id", "Pod id(s), comma-separated.", "list")
@@ -39,8 +48,26 @@ UP = Command(
         Input("data-centers", "Data centre ids to try, in order (default: any).", "list"),
         Input("ttl", "Lifetime: the pod stops itself and is reaped after this.", "duration", "1h"),
         OWNER,
-        Input("budget-usd", "Refuse the pod if the owner's spend would pass this.", "float"),
-        Input("budget-period", "The period budget-usd covers.", "duration", "30d"),
+        LEDGER,
+        Input(
+            "budgets",
+            "The budgets file in the repository: per-owner and default USD per period, the "
+            "period, delegations (protect it with CODEOWNERS).",
+            "str",
+            ".gpuci/budgets.yml",
+        ),
+        Input(
+            "budget-usd",
+            "Refuse the pod if the owner's spend would pass this; can only lower the "
+            "budgets file's amount.",
+            "float",
+        ),
+        Input(
+            "budget-period",
+            "The period budget-usd covers when there is no budgets file.",
+            "duration",
+            "30d",
+        ),
         Input(
             "reap-interval",
             "How often the reaper runs: the budget counts each pod for ttl plus this, the "
@@ -92,22 +119,37 @@ LS = _on_pods(
     "List gpu-ci pods with owner, GPU, cost per hour and expiry.",
     OWNER,
     Input("all", "Include pods gpu-ci did not create.", "bool", "false"),
+    LEDGER,
 )
-STOP = _on_pods("stop", "Stop pods (GPU released, disk kept); already stopped is success.", POD_ID)
+STOP = _on_pods(
+    "stop", "Stop pods (GPU released, disk kept); already stopped is success.", POD_ID, LEDGER
+)
 START = _on_pods(
     "start",
     "Start stopped pods; ttl gives them a new expiry.",
     POD_ID,
     Input("ttl", "New lifetime from now.", "duration"),
+    LEDGER,
 )
 DOWN = _on_pods(
-    "down", "Terminate pods by id, or all pods of this CI run; a missing pod is success.", POD_ID
+    "down",
+    "Terminate pods by id, or all pods of this CI run; a missing pod is success.",
+    POD_ID,
+    LEDGER,
 )
 REAP = _on_pods(
     "reap",
-    "Terminate every gpu-ci pod past its expiry; run it on a schedule.",
+    "Terminate every gpu-ci pod past its expiry, naming owner, GPU, hours past TTL and cost; "
+    "run it on a schedule.",
     OWNER,
     Input("grace", "Extra time after expiry before reaping.", "duration", "0"),
+    Input(
+        "untagged-older-than",
+        "Also stop (never terminate) pods gpu-ci did not create that are older than this, "
+        "e.g. 12h, and name them (default: off).",
+        "duration",
+    ),
+    LEDGER,
 )
 
 COST = Command(
@@ -116,6 +158,7 @@ COST = Command(
     inputs=(
         Input("owner", "Only this owner.", "str"),
         Input("period", "How far back.", "duration", "30d"),
+        LEDGER,
     ),
     outputs=(
         Output("total-usd", "Spend in the period (of the owner, if given)."),
