@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,20 +103,25 @@ def attribute(
 
 def gather(
     client: Any,
-    book: Mapping[str, ledger.PodRecord],
+    book: ledger.Ledger,
     period_s: float,
     now: float,
     grace_s: float = 0.0,
-    covered: Iterable[str] = (),
+    covered: Callable[[Mapping[str, ledger.PodRecord]], Iterable[str]] | None = None,
     only: str = "",
-) -> Spend:
-    """Billing for [now - period, now) plus the live pods, attributed through the ledger."""
+) -> tuple[Spend, dict[str, ledger.PodRecord]]:
+    """Billing for [now - period, now) plus the live pods, attributed through the ledger
+    (which reads only the events of those pods and of the period); also returns the records.
+    ``covered`` picks, from the records, the pods whose commitment a reservation holds."""
     records = client.pod_billing(iso(now - period_s), iso(now))
-    spend = attribute(records, client.list_pods(), book, now, grace_s, covered, only)
-    for owner, n in ledger.reaped_by_owner(book, now - period_s).items():
+    pods = client.list_pods()
+    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, now - period_s)
+    skip = covered(known) if covered else ()
+    spend = attribute(records, pods, known, now, grace_s, skip, only)
+    for owner, n in ledger.reaped_by_owner(known, now - period_s).items():
         if not only or owner == only:
             spend.reaped_by_owner[owner] += n
-    return spend
+    return spend, known
 
 
 def verdict(budget: float, exposure: float, rate: float, ttl_s: float) -> tuple[bool, float]:
@@ -173,7 +178,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
         }
         return result
     with RunPodClient.from_env(rt.environ, rt.mask, clock) as client:
-        spend = gather(client, book.book(), period_s, now, only=only)
+        spend, _ = gather(client, book, period_s, now, only=only)
     owners = [only] if only else spend.owners()
     total = sum(spend.billed_by_owner.get(o, 0.0) for o in owners)
     by_owner, by_gpu = tables(spend, owners)

@@ -26,7 +26,7 @@ import json
 import re
 import secrets
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,10 +169,16 @@ class Ledger:
                 hint="check the ledger URL and its permissions",
             ) from None
 
-    def events(self, pod_id: str = "") -> list[dict[str, Any]]:
-        """Every event (of one pod, if given), oldest first; malformed objects are skipped."""
+    def events(
+        self, pod_id: str = "", pods: Collection[str] | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Events oldest first (malformed objects skipped): of one pod; or, with ``pods`` or
+        ``since``, every event of those pods plus every event written since then. The filter
+        works on key names (pod folder, time), so one listing decides what is read."""
         prefix = f"{EVENTS}/{pod_id}/" if pod_id else f"{EVENTS}/"
         keys = self._list(prefix)
+        if pods is not None or since is not None:
+            keys = [k for k in keys if _wanted(k, pods or (), since)]
         out = []
         for key, item in self._get_many(keys).items():
             if item is None or item.get("event") not in EVENT_KINDS:
@@ -183,10 +189,12 @@ class Ledger:
             out.append(item)
         return sorted(out, key=lambda e: _num(e.get("time")))
 
-    def book(self) -> dict[str, PodRecord]:
-        """podId -> what the ledger knows of it."""
+    def book(
+        self, pods: Collection[str] | None = None, since: float | None = None
+    ) -> dict[str, PodRecord]:
+        """podId -> what the ledger knows of it (of ``pods`` and pods active ``since``)."""
         by_pod: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for event in self.events():
+        for event in self.events(pods=pods, since=since):
             if event.get("podId"):
                 by_pod[str(event["podId"])].append(event)
         return {pid: _merge(pid, events) for pid, events in by_pod.items()}
@@ -288,6 +296,16 @@ class Ledger:
         except ConflictError:
             return False
         return True
+
+
+_KEY = re.compile(r"^" + EVENTS + r"/([^/]+)/(\d{15})-[a-z-]+-[0-9a-f]+\.json$")
+
+
+def _wanted(key: str, pods: Collection[str], since: float | None) -> bool:
+    match = _KEY.match(key)
+    if not match:
+        return False
+    return match.group(1) in pods or (since is not None and int(match.group(2)) / 1000 >= since)
 
 
 def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:

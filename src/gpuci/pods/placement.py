@@ -7,7 +7,7 @@ The walk follows RunPod's createPod table: 400 and 403 move to the next candidat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuci.errors import CheckFailed, GpuciError, InfraError
@@ -42,10 +42,12 @@ def affordable(
         return cands, [], None
     now = clock.now()
     grace = float(values.get("reap-interval") or 0)
-    records = book.book()
     _, released, _ = book.reservations(tag.owner)
-    covered = {pid for pid, r in records.items() if r.reservation and r.reservation not in released}
-    spend = cost.gather(client, records, decision.period_s, now, grace, covered)
+
+    def covered(records: Mapping[str, ledger.PodRecord]) -> set[str]:
+        return {p for p, r in records.items() if r.reservation and r.reservation not in released}
+
+    spend, _ = cost.gather(client, book, decision.period_s, now, grace, covered)
     base = spend.exposure(tag.owner)
     until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
