@@ -20,6 +20,14 @@ LEDGER = Input(
     "Default: env GPUCI_PODS_LEDGER, else ~/.cache/gpuci/pods-ledger (this machine only).",
     "str",
 )
+NOTIFY = Input(
+    "notify",
+    "Where to tell people, one target per line: an http(s) webhook (Slack/Discord JSON), "
+    "smtp://user:pass@host:587?from=..&to=.. (STARTTLS), or discourse+https://forum/t/ID "
+    "(key in DISCOURSE_API_KEY). Masked; failures only warn.",
+    "lines",
+    secret=True,
+)
 POD_ID = Input("pod-id", "Pod id(s), comma-separated.", "list")
 
 UP = Command(
@@ -82,6 +90,7 @@ UP = Command(
             "str",
         ),
         Input("timeout", "How long to wait for RUNNING and health.", "duration", "20m"),
+        NOTIFY,
         Input(
             "placement-timeout",
             "Keep walking the candidates with backoff this long while none places.",
@@ -150,6 +159,7 @@ REAP = _on_pods(
         "duration",
     ),
     LEDGER,
+    NOTIFY,
 )
 
 COST = Command(
@@ -159,6 +169,12 @@ COST = Command(
         Input("owner", "Only this owner.", "str"),
         Input("period", "How far back.", "duration", "30d"),
         LEDGER,
+        Input(
+            "notify",
+            "Send this summary to these targets (see up's notify): for a scheduled report.",
+            "lines",
+            secret=True,
+        ),
     ),
     outputs=(
         Output("total-usd", "Spend in the period (of the owner, if given)."),

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import notify
 from gpuci.pods import ledger
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.naming import clean_owner, tag_of
@@ -170,6 +171,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
     now = clock.now()
     result = Result(command="pods cost")
     book = ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
     if rt.dry_run:
         result.headline = f"would read pod billing since {iso(now - period_s)} and list pods"
         result.report = {
@@ -210,4 +212,16 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
             for g, v in spend.billed_by_gpu.items()
         },
     }
+    notify.deliver(
+        targets,
+        rt,
+        result,
+        f"gpu-ci: GPU spend since {iso(now - period_s)}: ${usd(total)}",
+        "\n".join(
+            f"- {o}: ${usd(spend.billed_by_owner.get(o, 0.0))} spent, "
+            f"{len(spend.live_by_owner.get(o, ()))} live pod(s), "
+            f"{spend.reaped_by_owner.get(o, 0)} reaped"
+            for o in owners
+        ),
+    )
     return result

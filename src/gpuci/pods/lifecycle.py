@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuci import journal
-from gpuci.errors import GpuciError, InputError
+from gpuci import journal, notify
+from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.pods import budgets, ledger, placement, plan, readiness
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
@@ -104,6 +104,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     decision = budgets.decide(values, rt.environ)
     tag = _tag(decision.owner, values, rt, now)
     book = _ledger(values, rt)
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
     if not spec.command:
         warn = (
             "no command given: the self-stop timer is off for this pod (reap and down still "
@@ -127,9 +128,13 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         try:
             catalog = client.list_gpu_types(spec.cloud)
             cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
-            affordable, refused, reservation = placement.affordable(
-                decision, values, rt, client, clock, spec, tag, catalog, cands, book
-            )
+            try:
+                affordable, refused, reservation = placement.affordable(
+                    decision, values, rt, client, clock, spec, tag, catalog, cands, book
+                )
+            except CheckFailed as exc:
+                _tell_refusal(targets, rt, tag, exc)
+                raise
             result.report["budget_refused"] = refused
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
             result.report["attempts"] = attempts
@@ -189,6 +194,22 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     ]
     result.report["pod"] = {k: pod.get(k) for k in ("id", "name", "status", "cost", "gpu")}
     return result
+
+
+def _tell_refusal(
+    targets: Sequence[notify.Target], rt: Runtime, tag: PodTag, exc: CheckFailed
+) -> None:
+    """Budget refusals are news for the owner and whoever watches spend."""
+    shown = Result.from_error("pods up", exc)
+    notify.deliver(
+        targets,
+        rt,
+        shown,
+        f"gpu-ci: GPU pod refused for {tag.owner} (budget)",
+        f"{exc.one_line()}\nCI run: {tag.run_url}",
+    )
+    for annotation in shown.annotations[1:]:  # delivery warnings reach the log
+        rt.log(f"warning: {annotation.message}")
 
 
 def _plan_up(
@@ -584,6 +605,7 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     grace = float(values.get("grace") or 0)
     owner = values.get("owner") or ""
     untagged_s = values.get("untagged-older-than")
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
     if rt.dry_run and not rt.environ.get(API_KEY_ENV):
         return _offline_plan("pods reap", "would terminate every gpu-ci pod past its expiry")
     book = _ledger(values, rt)
@@ -660,7 +682,24 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         )
     for pod_id in unknown:
         result.warning(f"pod {pod_id} has a gpu-ci tag without a readable expiry; left alone")
+    reaped = result.report.get("reaped") or []
+    if reaped or stopped:
+        notify.deliver(targets, rt, result, *_reap_message(reaped, stopped))
     return result
+
+
+def _reap_message(
+    reaped: Sequence[dict[str, Any]], stopped: Sequence[dict[str, Any]]
+) -> tuple[str, str]:
+    lines = [
+        f"- {r['pod']}: {r['owner']}, {r['gpu']}, {r['hours_past_ttl']:.2f} h past TTL, "
+        f"${usd(r['past_ttl_usd'])} past TTL, run {r['run_url']}"
+        for r in reaped
+    ] + [f"- {s['pod']} ({s['name']}): hand-made, {s['age_h']} h old, stopped" for s in stopped]
+    subject = f"gpu-ci: reaped {len(reaped)} forgotten pod(s)" + (
+        f", stopped {len(stopped)} hand-made" if stopped else ""
+    )
+    return subject, "\n".join(lines)
 
 
 def _reaped_table(rows: Sequence[dict[str, Any]]) -> str:
