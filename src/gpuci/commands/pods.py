@@ -92,6 +92,12 @@ UP = Command(
         Input("timeout", "How long to wait for RUNNING and health.", "duration", "20m"),
         NOTIFY,
         Input(
+            "ssh-public-keys",
+            "Start the pod with SSH for these authorized_keys lines (one per line; default: env "
+            "RUNPOD_SSH_PUBLIC_KEYS); publishes 22/tcp and outputs ssh-command.",
+            "lines",
+        ),
+        Input(
             "placement-timeout",
             "Keep walking the candidates with backoff this long while none places.",
             "duration",
@@ -106,6 +112,7 @@ UP = Command(
         Output("gpu-type", "The GPU type that was placed."),
         Output("data-center", "The data centre the pod runs in."),
         Output("expires-at", "When the pod stops itself and becomes reapable (UTC)."),
+        Output("ssh-command", "ssh USER@HOST -p PORT for the pod (empty without ssh keys)."),
     ),
     target="gpuci.pods.lifecycle:up",
 )
@@ -183,10 +190,25 @@ COST = Command(
     target="gpuci.pods.cost:run_cost",
 )
 
+EXEC = Command(
+    name="exec",
+    help="Run a command on a pod over SSH: pods exec --pod-id ID -- CMD (key from env "
+    "RUNPOD_SSH_PRIVATE_KEY, masked).",
+    inputs=(
+        POD_ID,
+        Input("command", "The command line to run on the pod.", "str", required=True),
+        Input("timeout", "How long the command may run.", "duration", "10m"),
+    ),
+    outputs=(Output("exit-status", "The remote command's exit status."),),
+    target="gpuci.pods.ssh:exec_on_pod",
+    positional="command",
+    positional_rest=True,
+)
+
 COMMAND = Command(
     name="pods",
     help="Deploy, list, stop, start and destroy ephemeral RunPod GPU pods; reap; costs.",
-    subcommands=(UP, LS, STOP, START, DOWN, REAP, COST),
+    subcommands=(UP, LS, STOP, START, DOWN, REAP, COST, EXEC),
     actions=("actions/gpu-pod",),
     dispatch="action",
 )

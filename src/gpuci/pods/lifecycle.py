@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuci import journal, notify
 from gpuci.errors import CheckFailed, GpuciError, InputError
-from gpuci.pods import budgets, ledger, placement, plan, readiness
+from gpuci.pods import budgets, ledger, placement, plan, readiness, ssh
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
 from gpuci.pods.cost import usd
@@ -30,6 +30,7 @@ LIVE = ("PROVISIONING", "STARTING", "RUNNING")
 
 
 def _client(rt: Runtime, clock: Clock) -> RunPodClient:
+    rt.mask(rt.environ.get(ssh.ENV_PRIVATE_KEY))  # present in the job: never printed
     return RunPodClient.from_env(rt.environ, rt.mask, clock)
 
 
@@ -52,6 +53,7 @@ def _spec(values: dict[str, Any], rt: Runtime) -> plan.PodSpec:
         disk_gb=int(values.get("disk-gb") or 50),
         gpu_count=int(values.get("gpu-count") or 1),
         cloud=values.get("cloud") or "SECURE",
+        ssh_keys=ssh.public_keys(values.get("ssh-public-keys"), rt.environ),
     )
 
 
@@ -174,7 +176,15 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "gpu-type": pod.get("gpu", {}).get("id", ""),
         "data-center": pod.get("dataCenterId") or "",
         "expires-at": iso(tag.expires_at),
+        "ssh-command": "",
     }
+    if spec.ssh_keys:
+        ep = ssh.endpoint(pod)
+        if ep is None:
+            result.warning(f"{pod['id']} reports no usable SSH endpoint yet; see `pods ls`")
+        else:
+            result.outputs["ssh-command"] = ssh.command_line(ep)
+            rt.log(f"ssh: {result.outputs['ssh-command']}")
     result.summary = [
         "### RunPod pod\n\n"
         + markdown_table(
