@@ -130,3 +130,19 @@ def test_hostile_ledger_objects_are_skipped_not_trusted(tmp_path, env):
     fresh = ledger.Ledger.open(url, env).book()
     assert fresh["podA"].owner == "alice" and "podB" not in fresh
     assert ledger.owner_key("../../etc") != "../../etc" and "/" not in ledger.owner_key("a/b")
+
+
+def test_a_broken_ledger_never_keeps_a_pod_alive(fake, run, tmp_path):
+    pod = run("up", **UP, owner="alice").outputs["pod-id"]
+    bad = {"GPUCI_PODS_LEDGER": "ftp://ledger.example.com/x"}
+    res = run("down", pod_id=pod, extra_env=bad)
+    assert res.code == 0 and fake.pods == {}
+    assert "pods ledger unusable" in res.stderr
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the ledger's folder should be")
+    pod = run("up", **UP, owner="alice").outputs["pod-id"]
+    res = run("down", pod_id=pod, extra_env={"GPUCI_PODS_LEDGER": blocked.as_uri()})
+    assert res.code == 0 and fake.pods == {} and "could not write the pods ledger" in res.stderr
+    # up with a budget cannot enforce it without the ledger: it stops before creating
+    refused = run("up", **UP, owner="alice", budget_usd="5", extra_env=bad)
+    assert refused.code == 2 and len(fake.calls("POST", "/v2/pods")) == 2

@@ -65,6 +65,16 @@ def _ledger(values: dict[str, Any], rt: Runtime) -> ledger.Ledger:
     return ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
 
 
+def _ledger_quietly(values: dict[str, Any], rt: Runtime) -> ledger.Ledger | None:
+    """The ledger for bookkeeping around a teardown: a bad ledger URL warns, never keeps a
+    pod alive (``up``, which needs it for the budget, opens it strictly)."""
+    try:
+        return _ledger(values, rt)
+    except GpuciError as exc:
+        rt.log(f"warning: pods ledger unusable, events not recorded: {exc.one_line()}")
+        return None
+
+
 def _note(rt: Runtime, book: ledger.Ledger | None, event: str, pod_id: str, at: float, **f: Any):
     """Record a pod event; bookkeeping never fails a teardown, it warns."""
     if book is None:
@@ -76,9 +86,11 @@ def _note(rt: Runtime, book: ledger.Ledger | None, event: str, pod_id: str, at: 
 
 
 def _ended(
-    rt: Runtime, book: ledger.Ledger, event: str, pod_id: str, at: float, **fields: Any
+    rt: Runtime, book: ledger.Ledger | None, event: str, pod_id: str, at: float, **fields: Any
 ) -> None:
     """The pod is gone: record it and release its budget reservation."""
+    if book is None:
+        return
     try:
         known = book.pod(pod_id)
         if known is not None:
@@ -469,7 +481,7 @@ def stop(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     ids = _need_ids(values, "pods stop")
     if rt.dry_run:
         return Result(command="pods stop", headline="would stop " + ", ".join(ids))
-    book = _ledger(values, rt)
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
 
         def one(pod_id: str) -> str:
@@ -493,7 +505,7 @@ def start(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     if rt.dry_run:
         extra = f" with expiry now+{ttl:.0f}s" if ttl else ""
         return Result(command="pods start", headline="would start " + ", ".join(ids) + extra)
-    book = _ledger(values, rt)
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
 
         def one(pod_id: str) -> str:
@@ -544,7 +556,7 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         )
     if rt.dry_run and ids:
         return Result(command="pods down", headline="would terminate " + ", ".join(ids))
-    book = _ledger(values, rt)
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
         if not ids:
             ids = [p["id"] for p, t in _ours(client.list_pods()) if t and t.run_url == this_run]
@@ -618,7 +630,7 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     targets = notify.parse_targets(values.get("notify"), rt.mask)
     if rt.dry_run and not rt.environ.get(API_KEY_ENV):
         return _offline_plan("pods reap", "would terminate every gpu-ci pod past its expiry")
-    book = _ledger(values, rt)
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
         now = clock.now()
         every = client.list_pods()
@@ -733,7 +745,7 @@ def _reaped_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def _stop_hand_made(
     client: RunPodClient,
-    book: ledger.Ledger,
+    book: ledger.Ledger | None,
     pods: Sequence[tuple[dict[str, Any], float]],
     rt: Runtime,
     clock: Clock,
