@@ -62,3 +62,16 @@ def test_hand_made_pods_are_left_alone_by_default(fake, run, clock):
     res = run("reap")
     assert res.code == 0 and fake.pods[old]["status"] == "RUNNING"
     assert fake.calls("POST", f"/v2/pods/{old}/action") == []
+
+
+def test_a_renamed_pod_is_still_traced_to_who_created_it(fake, run, clock, env):
+    pod = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
+    live = fake.pods[pod]  # someone with the API key re-tags it to blame bob
+    live["env"]["GPUCI_OWNER"] = "bob"
+    live["name"] = live["name"].replace("owner=alice", "owner=bob")
+    clock.advance(2 * 3600)
+    assert run("reap").code == 0
+    book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
+    assert [e["owner"] for e in book[pod].events if e["event"] == "reaped"] == ["alice"]
+    owners = run("cost").json["report"]["owners"]
+    assert owners["alice"]["reaped_pods"] == 1 and "bob" not in owners

@@ -101,6 +101,8 @@ def _ended(
                 "runUrl": known.run_url,
                 **{k: v for k, v in fields.items() if v not in (None, "")},
             }
+            if known.owner:  # who created it, as recorded then: a renamed pod blames no one
+                fields["owner"] = known.owner
         book.record(event, pod_id, at, **fields)
         if known is not None and known.reservation:
             book.release(known.reservation)
@@ -167,12 +169,12 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             made = pod or _find_quietly(client, tag.name(), rt)
             if made is not None:
                 _terminate_quietly(client, made["id"], rt)
-            _release_quietly(rt, book, reservation, made, clock)
+            _release_quietly(rt, book, reservation, made, tag, clock)
             raise
         except BaseException:  # failure or timeout after placement
             if pod is not None:
                 _terminate_quietly(client, pod["id"], rt)
-            _release_quietly(rt, book, reservation, pod, clock)
+            _release_quietly(rt, book, reservation, pod, tag, clock)
             raise
         finally:
             restore()
@@ -320,11 +322,24 @@ def _release_quietly(
     book: ledger.Ledger,
     reservation: ledger.Reservation | None,
     pod: dict[str, Any] | None,
+    tag: PodTag,
     clock: Clock,
 ) -> None:
-    """After a failed ``up``: the pod (if any) is ended, so its reservation goes too."""
+    """After a failed ``up``: the pod (if any) is ended, so its reservation goes too; the
+    event names the owner even when the pod was cancelled before ``created`` was written."""
     if pod is not None:
-        _ended(rt, book, "terminated", pod["id"], clock.now(), reason="up failed")
+        _ended(
+            rt,
+            book,
+            "terminated",
+            pod["id"],
+            clock.now(),
+            reason="up failed",
+            owner=tag.owner,
+            runUrl=tag.run_url,
+            gpu=(pod.get("gpu") or {}).get("id", ""),
+            costPerHr=pod.get("cost"),
+        )
     if reservation is not None:
         try:
             book.release(reservation.key)
