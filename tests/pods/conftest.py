@@ -51,7 +51,7 @@ def env(fake: FakeRunPod, tmp_path) -> dict[str, str]:
     return {
         "RUNPOD_API_KEY": fake.api_key,
         "RUNPOD_API_URL": fake.url,
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
         "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
         "GPUCI_PODS_POLL_S": "5",
         "USER": "tester",

@@ -146,3 +146,14 @@ def test_a_broken_ledger_never_keeps_a_pod_alive(fake, run, tmp_path):
     # up with a budget cannot enforce it without the ledger: it stops before creating
     refused = run("up", **UP, owner="alice", budget_usd="5", extra_env=bad)
     assert refused.code == 2 and len(fake.calls("POST", "/v2/pods")) == 2
+
+
+def test_ledger_urls_bare_paths_and_an_old_ledger_file(tmp_path, run, fake):
+    assert ledger.ledger_url(str(tmp_path / "l"), {}) == (tmp_path / "l").as_uri()
+    assert ledger.ledger_url("", {"GPUCI_PODS_LEDGER": "s3://b/p"}) == "s3://b/p"
+    assert ledger.ledger_url("file:///x", {"GPUCI_PODS_LEDGER": "s3://b/p"}) == "file:///x"
+    old = tmp_path / "pods-ledger.jsonl"  # what an older gpu-ci wrote
+    old.write_text('{"podId": "p1", "owner": "alice"}\n')
+    res = run("cost", ledger=str(old))
+    assert res.code == 2 and "is a file (an older gpu-ci's local ledger)" in res.json["headline"]
+    assert old.read_text().startswith('{"podId"')  # left as it was
