@@ -157,3 +157,13 @@ def test_ledger_urls_bare_paths_and_an_old_ledger_file(tmp_path, run, fake):
     res = run("cost", ledger=str(old))
     assert res.code == 2 and "is a file (an older gpu-ci's local ledger)" in res.json["headline"]
     assert old.read_text().startswith('{"podId"')  # left as it was
+
+
+def test_a_ttl_extension_beyond_the_reservation_counts(fake, run, shared_ledger):
+    first = run("up", **UP, owner="alice", budget_usd="3", extra_env=shared_ledger)
+    assert first.code == 0, first.stdout  # holds 0.86 x (45m + 15m) = $0.86
+    moved = run("start", pod_id=first.outputs["pod-id"], ttl="3h", extra_env=shared_ledger)
+    assert moved.code == 0 and "expires" in moved.json["headline"]
+    # the pod may now bill 0.86 x 3h15m = $2.80: another $0.86 pod no longer fits in $3
+    second = run("up", **UP, owner="alice", budget_usd="3", extra_env=shared_ledger)
+    assert second.code == 1, second.stdout

@@ -62,15 +62,15 @@ def attribute(
     book: Mapping[str, ledger.PodRecord],
     now: float,
     grace_s: float = 0.0,
-    covered: Iterable[str] = (),
+    covered: Mapping[str, float] | None = None,
     only: str = "",
 ) -> Spend:
-    """Billing and live pods per owner (``only`` one owner, if given); ``covered`` pods'
-    commitment is held by a live budget reservation instead (counted by the caller, never
-    twice)."""
+    """Billing and live pods per owner (``only`` one owner, if given). ``covered`` maps pods
+    to the ``until`` of the live reservation that holds their commitment up to then (counted
+    by the caller); only what lies beyond it (a ``start --ttl`` extension) is counted here."""
     owner_of: dict[str, str] = {pid: r.owner or UNATTRIBUTED for pid, r in book.items()}
     gpu_of: dict[str, str] = {pid: r.gpu or "?" for pid, r in book.items()}
-    skip = set(covered)
+    held = dict(covered or {})
     spend = Spend()
     for pod in pods:
         tag = tag_of(pod)
@@ -84,10 +84,9 @@ def attribute(
         spend.pods_by_owner[tag.owner].add(pod["id"])
         spend.live_by_owner[tag.owner].add(pod["id"])
         spend.running_by_gpu[gpu_of[pod["id"]]] += 1
-        if pod["id"] in skip:
-            continue
+        start = max(now, held.get(pod["id"], now))  # the reservation holds up to its until
         left_h = (
-            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - now) / 3600
+            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - start) / 3600
         )
         spend.committed_by_owner[tag.owner] += rate * left_h
     for rec in records:
@@ -108,17 +107,17 @@ def gather(
     period_s: float,
     now: float,
     grace_s: float = 0.0,
-    covered: Callable[[Mapping[str, ledger.PodRecord]], Iterable[str]] | None = None,
+    covered: Callable[[Mapping[str, ledger.PodRecord]], Mapping[str, float]] | None = None,
     only: str = "",
 ) -> tuple[Spend, dict[str, ledger.PodRecord]]:
     """Billing for [now - period, now) plus the live pods, attributed through the ledger
     (which reads only the events of those pods and of the period); also returns the records.
-    ``covered`` picks, from the records, the pods whose commitment a reservation holds."""
+    ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
     records = client.pod_billing(iso(now - period_s), iso(now))
     pods = client.list_pods()
     known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, now - period_s)
-    skip = covered(known) if covered else ()
-    spend = attribute(records, pods, known, now, grace_s, skip, only)
+    held = covered(known) if covered else None
+    spend = attribute(records, pods, known, now, grace_s, held, only)
     for owner, n in ledger.reaped_by_owner(known, now - period_s).items():
         if not only or owner == only:
             spend.reaped_by_owner[owner] += n

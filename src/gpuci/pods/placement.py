@@ -42,10 +42,11 @@ def affordable(
         return cands, [], None
     now = clock.now()
     grace = float(values.get("reap-interval") or 0)
-    _, released, _ = book.reservations(tag.owner)
+    live, _, _ = book.reservations(tag.owner)
+    until_of = {r.key: r.until for r in live}
 
-    def covered(records: Mapping[str, ledger.PodRecord]) -> set[str]:
-        return {p for p, r in records.items() if r.reservation and r.reservation not in released}
+    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
+        return {p: until_of[r.reservation] for p, r in records.items() if r.reservation in until_of}
 
     spend, _ = cost.gather(client, book, decision.period_s, now, grace, covered)
     base = spend.exposure(tag.owner)
