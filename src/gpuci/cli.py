@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -63,7 +64,11 @@ def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
         return
     parser.set_defaults(_command=cmd, _full_name=full)
     if cmd.positional:
-        parser.add_argument(f"_pos_{cmd.positional}", nargs="?", metavar=cmd.positional.upper())
+        parser.add_argument(
+            f"_pos_{cmd.positional}",
+            nargs="*" if cmd.positional_rest else "?",
+            metavar=cmd.positional.upper(),
+        )
     for spec in cmd.inputs:
         text = spec.help
         if spec.default is not None:
@@ -105,6 +110,10 @@ def _flags(args: argparse.Namespace, cmd: Command) -> dict[str, str | None]:
             flags[name] = "\n".join(value)
     if cmd.positional:
         positional = getattr(args, f"_pos_{cmd.positional}", None)
+        if isinstance(positional, list):  # every word after the flags: one command line
+            positional = (
+                shlex.join(positional) if len(positional) > 1 else (positional or [None])[0]
+            )
         if positional is not None:
             if flags.get(cmd.positional) not in (None, positional):
                 raise InputError(

@@ -51,7 +51,7 @@ def env(fake: FakeRunPod, tmp_path) -> dict[str, str]:
     return {
         "RUNPOD_API_KEY": fake.api_key,
         "RUNPOD_API_URL": fake.url,
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
         "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
         "GPUCI_PODS_POLL_S": "5",
         "USER": "tester",
@@ -92,3 +92,52 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
         return Run(result, out.getvalue(), err.getvalue())
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A real moto S3 server on 127.0.0.1 (as tests/cache uses) for the shared ledger."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+S3_CREDS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": "/dev/null",
+    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@pytest.fixture(params=["file", "s3"])
+def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
+    """The one thing two runners share: the ledger URL (plus S3 credentials for s3://)."""
+    if request.param == "file":
+        return {"GPUCI_PODS_LEDGER": (tmp_path / "team-ledger").as_uri()}
+    import uuid
+
+    import boto3
+
+    endpoint = request.getfixturevalue("moto_endpoint")
+    for key, value in S3_CREDS.items():  # boto3 in in-process runs reads os.environ
+        monkeypatch.setenv(key, value)
+    bucket = f"gpuci-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing-secret-key",
+    ).create_bucket(Bucket=bucket)
+    return {
+        **S3_CREDS,
+        "GPUCI_PODS_LEDGER": f"s3://{bucket}/team/ledger",
+        "GPUCI_PODS_LEDGER_ENDPOINT_URL": endpoint,
+    }

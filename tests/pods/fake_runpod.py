@@ -213,11 +213,36 @@ class FakeRunPod:
         pod["status"] = status
         pod["actions"] = list(TRANSITIONS.get(status, ()))
         pod["runtime"] = {"uptime": 0, "ports": []} if status == "RUNNING" else None
+        pod["ssh"] = (
+            self._ssh_block(pod) if status == "RUNNING" else {"proxy": None, "direct": None}
+        )
+
+    def _ssh_block(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """SSH as RunPod reports it: the proxy always, direct only with 22/tcp published; a
+        pod created without startSsh (or with no keys) reports blocks but accepts no key."""
+        user = f"{pod['id']}-64411eb2"
+        proxy = {
+            "host": "ssh.runpod.io",
+            "port": 22,
+            "username": user,
+            "command": f"ssh {user}@ssh.runpod.io",
+        }
+        direct = None
+        if "22/tcp" in (pod.get("ports") or []):
+            port = 10000 + int(pod["id"][-3:], 16) % 50000
+            direct = {
+                "host": "203.0.113.7",
+                "port": port,
+                "username": "root",
+                "command": f"ssh root@203.0.113.7 -p {port}",
+            }
+        return {"proxy": proxy, "direct": direct}
 
     def view(self, pod: dict[str, Any]) -> dict[str, Any]:
         out = dict(pod)
         out.pop("_steps", None)
         out.pop("_rate", None)
+        out.pop("_ssh", None)
         out["cost"] = (
             pod["_rate"] if pod["status"] in ("PROVISIONING", "STARTING", "RUNNING") else 0.0
         )
@@ -389,6 +414,7 @@ class FakeRunPod:
             "createdAt": iso(self.clock()),
             "startedAt": None,
             "_steps": self.steps_to_running,
+            "_ssh": bool(body.get("startSsh")) and bool((body.get("env") or {}).get("PUBLIC_KEY")),
         }
         self.pods[pod_id] = pod
         self.created_at[pod_id] = self.clock()

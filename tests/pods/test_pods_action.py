@@ -24,7 +24,7 @@ def _job(live: FakeRunPod, tmp_path: Path) -> dict[str, str]:
         "RUNPOD_API_KEY": live.api_key,
         "RUNPOD_API_URL": live.url,
         "GPUCI_PODS_POLL_S": "0.01",
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
         "GITHUB_RUN_ID": "7",
         "GITHUB_REPOSITORY": "org/repo",
         "GITHUB_ACTOR": "octocat",

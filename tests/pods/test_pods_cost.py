@@ -45,3 +45,25 @@ def test_spend_per_owner_and_gpu_type(fake, run, clock):
 def test_cost_dry_run_calls_nothing(fake, run):
     res = run("cost", dry_run=True)
     assert res.code == 0 and fake.requests == [] and "would read" in res.json["headline"]
+
+
+def test_live_pods_owner_filter_and_cents(fake, run, clock):
+    from gpuci.pods.cost import usd
+
+    a = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
+    run("up", **UP, gpu_types="NVIDIA GeForce RTX 4090", owner="bob")
+    clock.advance(3600)
+    assert run("down", pod_id=a).code == 0
+    res = run("cost")
+    assert res.json["report"]["owners"]["alice"]["live_pods"] == 0  # terminated is not live
+    assert "| alice | 0.86 | 0 |" in res.json["summary_markdown"]
+    only = run("cost", owner="bob")
+    md = only.json["summary_markdown"]
+    assert "alice" not in md and "NVIDIA L40S" not in md and "| bob | 0.44 | 1 |" in md
+    assert [usd(x) for x in (0.0012, 0.00004, 0.0, 0.019, 12.345)] == [
+        "0.0012",
+        "<0.0001",
+        "0.00",
+        "0.02",
+        "12.35",
+    ]

@@ -94,13 +94,13 @@ def test_a_day_of_ci_forgets_nothing_and_keeps_budgets(fake, run, clock, env):
 
     for pod_id, gone in fake.terminated_at.items():
         assert gone <= expiry[pod_id] + REAP_S + TICK_S, f"{pod_id} outlived TTL + one interval"
-    book = ledger.read(env)
+    book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
     spent = dict.fromkeys(OWNERS, 0.0)
     for pod_id, entry in book.items():
         billed = fake.billed_now(pod_id)
-        spent[entry["owner"]] += billed
+        spent[entry.owner] += billed
         if pod_id in wrapped:  # the self-stop layer alone bounds what the pod bills
-            limit = entry["costPerHr"] * (expiry[pod_id] - fake.created_at[pod_id] + TICK_S)
+            limit = entry.cost_per_hr * (expiry[pod_id] - fake.created_at[pod_id] + TICK_S)
             assert billed <= limit / 3600 + 1e-6, pod_id
     for owner, usd in spent.items():
         assert usd <= BUDGET + 1e-6, f"{owner} spent {usd:.2f} > {BUDGET}"

@@ -13,7 +13,7 @@ def _cli(fake, tmp_path, *args: str, key: str | None = None, **extra: str):
         RUNPOD_API_URL=fake.url,
         USER="tester",
         GPUCI_PODS_POLL_S="0.01",
-        GPUCI_PODS_LEDGER=str(tmp_path / "l.jsonl"),
+        GPUCI_PODS_LEDGER=str(tmp_path / "ledger"),
         GPUCI_JOURNAL=str(tmp_path / "j.jsonl"),
         **extra,
     )
@@ -62,7 +62,10 @@ def test_a_full_up_and_down_never_prints_the_key(live, tmp_path):
     assert down.returncode == 0, down.stdout
     for proc in (up, down):
         assert live.api_key not in proc.stdout + proc.stderr
-    ledger = (tmp_path / "l.jsonl").read_text() + (tmp_path / "j.jsonl").read_text()
+    ledger = (tmp_path / "j.jsonl").read_text() + "".join(
+        p.read_text() for p in (tmp_path / "ledger").rglob("*.json")
+    )
+    assert '"created"' in ledger and '"terminated"' in ledger
     assert live.api_key not in ledger
     assert live.api_key not in str(live.calls("POST", "/v2/pods")[0].body)  # not in the pod env
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 from fake_runpod import VALIDATORS
 
@@ -24,7 +23,12 @@ UP = dict(
 
 
 def test_dry_run_prints_exact_valid_bodies_and_sends_nothing(fake, tmp_path):
-    env = clean_env(RUNPOD_API_KEY=fake.api_key, RUNPOD_API_URL=fake.url, USER="tester")
+    env = clean_env(
+        RUNPOD_API_KEY=fake.api_key,
+        RUNPOD_API_URL=fake.url,
+        USER="tester",
+        GIT_CONFIG_GLOBAL="/dev/null",
+    )
     proc = run_cli(
         "pods",
         "up",
@@ -87,8 +91,8 @@ def test_up_walks_candidates_in_order_and_waits_for_running(fake, run, clock, en
     assert res.outputs["gpu-type"] == "NVIDIA H100 80GB HBM3"
     assert len(fake.calls("GET", f"/v2/pods/{pod_id}")) == 2  # STARTING, RUNNING
     assert clock.sleeps == [5.0]
-    ledger = [json.loads(x) for x in Path(env["GPUCI_PODS_LEDGER"]).read_text().splitlines()]
-    assert ledger[0]["podId"] == pod_id and ledger[0]["owner"] == "alice"
+    book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
+    assert book[pod_id].owner == "alice" and book[pod_id].events[0]["event"] == "created"
     assert (
         f"| {pod_id} | NVIDIA H100 80GB HBM3 | US-TX-3 | 2.99 | alice |"
         in res.json["summary_markdown"]
@@ -169,7 +173,8 @@ def test_health_timeout_terminates_the_pod(fake, run):
 
 
 def test_budget_skips_what_does_not_fit_and_refuses_when_nothing_does(fake, run, env):
-    ledger.append(env, {"podId": "old-pod", "owner": "alice", "gpu": "NVIDIA L40S"})
+    book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env)
+    book.record("created", "old-pod", 0.0, owner="alice", gpu="NVIDIA L40S")
     fake.billed["old-pod"] = 8.0  # alice spent $8 this period on a pod that is gone
     order = "NVIDIA H100 80GB HBM3,NVIDIA L40S"  # 45m ttl + 15m reap interval = 1 h each
     first = run("up", **{**UP, "gpu_types": order}, budget_usd="9")

@@ -43,6 +43,7 @@ class Command:
     subcommands: tuple[Command, ...] = ()
     actions: tuple[str, ...] = ()  # action folders (relative to the repo) that run this command
     positional: str | None = None  # name of an input that may also be given positionally
+    positional_rest: bool = False  # the positional takes every remaining word (after --)
     # For one action serving several sub-commands (actions/gpu-pod): the input naming which.
     dispatch: str | None = None
 

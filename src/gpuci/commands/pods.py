@@ -8,8 +8,25 @@ from gpuci.inputs import Input
 
 OWNER = Input(
     "owner",
-    "Who the pod is for (budget and cost attribution); default: the CI actor or $USER.",
+    "Who the pod is for (budget and cost attribution); default: the CI identity "
+    "(GITHUB_TRIGGERING_ACTOR/GITHUB_ACTOR, GITLAB_USER_LOGIN, git's user). Another owner "
+    "needs a delegation in the budgets file.",
     "str",
+)
+LEDGER = Input(
+    "ledger",
+    "Where pod events and budget reservations are kept, shared by every runner: "
+    "s3://bucket/prefix (the cache's bucket will do) or file:///dir; a bare path is a folder. "
+    "Default: env GPUCI_PODS_LEDGER, else ~/.cache/gpuci/pods-ledger (this machine only).",
+    "str",
+)
+NOTIFY = Input(
+    "notify",
+    "Where to tell people, one target per line: an http(s) webhook (Slack/Discord JSON), "
+    "smtp://user:pass@host:587?from=..&to=.. (STARTTLS), or discourse+https://forum/t/ID "
+    "(key in DISCOURSE_API_KEY). Masked; failures only warn.",
+    "lines",
+    secret=True,
 )
 POD_ID = Input("pod-id", "Pod id(s), comma-separated.", "list")
 
@@ -39,8 +56,26 @@ UP = Command(
         Input("data-centers", "Data centre ids to try, in order (default: any).", "list"),
         Input("ttl", "Lifetime: the pod stops itself and is reaped after this.", "duration", "1h"),
         OWNER,
-        Input("budget-usd", "Refuse the pod if the owner's spend would pass this.", "float"),
-        Input("budget-period", "The period budget-usd covers.", "duration", "30d"),
+        LEDGER,
+        Input(
+            "budgets",
+            "The budgets file in the repository: per-owner and default USD per period, the "
+            "period, delegations (protect it with CODEOWNERS).",
+            "str",
+            ".gpuci/budgets.yml",
+        ),
+        Input(
+            "budget-usd",
+            "Refuse the pod if the owner's spend would pass this; can only lower the "
+            "budgets file's amount.",
+            "float",
+        ),
+        Input(
+            "budget-period",
+            "The period budget-usd covers when there is no budgets file.",
+            "duration",
+            "30d",
+        ),
         Input(
             "reap-interval",
             "How often the reaper runs: the budget counts each pod for ttl plus this, the "
@@ -55,6 +90,13 @@ UP = Command(
             "str",
         ),
         Input("timeout", "How long to wait for RUNNING and health.", "duration", "20m"),
+        NOTIFY,
+        Input(
+            "ssh-public-keys",
+            "Start the pod with SSH for these authorized_keys lines (one per line; default: env "
+            "RUNPOD_SSH_PUBLIC_KEYS); publishes 22/tcp and outputs ssh-command.",
+            "lines",
+        ),
         Input(
             "placement-timeout",
             "Keep walking the candidates with backoff this long while none places.",
@@ -70,6 +112,7 @@ UP = Command(
         Output("gpu-type", "The GPU type that was placed."),
         Output("data-center", "The data centre the pod runs in."),
         Output("expires-at", "When the pod stops itself and becomes reapable (UTC)."),
+        Output("ssh-command", "ssh USER@HOST -p PORT for the pod (empty without ssh keys)."),
     ),
     target="gpuci.pods.lifecycle:up",
 )
@@ -92,22 +135,38 @@ LS = _on_pods(
     "List gpu-ci pods with owner, GPU, cost per hour and expiry.",
     OWNER,
     Input("all", "Include pods gpu-ci did not create.", "bool", "false"),
+    LEDGER,
 )
-STOP = _on_pods("stop", "Stop pods (GPU released, disk kept); already stopped is success.", POD_ID)
+STOP = _on_pods(
+    "stop", "Stop pods (GPU released, disk kept); already stopped is success.", POD_ID, LEDGER
+)
 START = _on_pods(
     "start",
     "Start stopped pods; ttl gives them a new expiry.",
     POD_ID,
     Input("ttl", "New lifetime from now.", "duration"),
+    LEDGER,
 )
 DOWN = _on_pods(
-    "down", "Terminate pods by id, or all pods of this CI run; a missing pod is success.", POD_ID
+    "down",
+    "Terminate pods by id, or all pods of this CI run; a missing pod is success.",
+    POD_ID,
+    LEDGER,
 )
 REAP = _on_pods(
     "reap",
-    "Terminate every gpu-ci pod past its expiry; run it on a schedule.",
+    "Terminate every gpu-ci pod past its expiry, naming owner, GPU, hours past TTL and cost; "
+    "run it on a schedule.",
     OWNER,
     Input("grace", "Extra time after expiry before reaping.", "duration", "0"),
+    Input(
+        "untagged-older-than",
+        "Also stop (never terminate) pods gpu-ci did not create that are older than this, "
+        "e.g. 12h, and name them (default: off).",
+        "duration",
+    ),
+    LEDGER,
+    NOTIFY,
 )
 
 COST = Command(
@@ -116,6 +175,13 @@ COST = Command(
     inputs=(
         Input("owner", "Only this owner.", "str"),
         Input("period", "How far back.", "duration", "30d"),
+        LEDGER,
+        Input(
+            "notify",
+            "Send this summary to these targets (see up's notify): for a scheduled report.",
+            "lines",
+            secret=True,
+        ),
     ),
     outputs=(
         Output("total-usd", "Spend in the period (of the owner, if given)."),
@@ -124,10 +190,25 @@ COST = Command(
     target="gpuci.pods.cost:run_cost",
 )
 
+EXEC = Command(
+    name="exec",
+    help="Run a command on a pod over SSH: pods exec --pod-id ID -- CMD (key from env "
+    "RUNPOD_SSH_PRIVATE_KEY, masked).",
+    inputs=(
+        POD_ID,
+        Input("command", "The command line to run on the pod.", "str", required=True),
+        Input("timeout", "How long the command may run.", "duration", "10m"),
+    ),
+    outputs=(Output("exit-status", "The remote command's exit status."),),
+    target="gpuci.pods.ssh:exec_on_pod",
+    positional="command",
+    positional_rest=True,
+)
+
 COMMAND = Command(
     name="pods",
     help="Deploy, list, stop, start and destroy ephemeral RunPod GPU pods; reap; costs.",
-    subcommands=(UP, LS, STOP, START, DOWN, REAP, COST),
+    subcommands=(UP, LS, STOP, START, DOWN, REAP, COST, EXEC),
     actions=("actions/gpu-pod",),
     dispatch="action",
 )

@@ -10,6 +10,7 @@ is read and never appears in a message.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -224,6 +225,13 @@ def api_key_from_env(environ: Mapping[str, str], mask: Callable[[str], None]) ->
     return key
 
 
+@functools.lru_cache(maxsize=1)
+def _tls() -> Any:
+    """One TLS context per process: loading the CA bundle takes ~75 ms, once is enough."""
+    make = getattr(httpx, "create_ssl_context", None)  # public from httpx 0.28
+    return make() if make else True
+
+
 class RunPodClient:
     """One method per operation we use; every request goes through :data:`RETRY_POLICY`."""
 
@@ -242,6 +250,7 @@ class RunPodClient:
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT},
             timeout=timeout,
             transport=transport,
+            verify=_tls(),
         )
 
     @classmethod

@@ -1,28 +1,37 @@
 """Spend per owner and per GPU type, and the budget check ``up`` runs before it creates.
 
 Spend is RunPod's pod billing for the period, attributed to owners through the live pods'
-tags and the local ledger (billing names only pod ids). An owner's exposure is that spend plus
-what their live pods are committed to: cost per hour times the time left until each pod's
-expiry plus one reaper interval (the self-stop timer ends it at expiry; if that layer failed,
-the reaper ends it within one interval). ``up`` refuses a candidate when exposure plus the new
-pod's cost per hour times (TTL + reaper interval) would pass ``budget-usd``.
+tags and the shared ledger (billing names only pod ids; see gpuci.pods.ledger). An owner's
+exposure is that spend, plus what their live pods without a budget reservation may still bill
+(cost per hour times the time left until expiry plus one reaper interval), plus their live
+reservations. ``up`` refuses a candidate when exposure plus the new pod's cost per hour times
+(TTL + reaper interval) would pass the owner's budget (see gpuci.pods.placement).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import notify
 from gpuci.pods import ledger
 from gpuci.pods.clock import SYSTEM, Clock, iso
-from gpuci.pods.naming import tag_of
+from gpuci.pods.naming import clean_owner, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 
 UNATTRIBUTED = "(unattributed)"
 LIVE = ("PROVISIONING", "STARTING", "RUNNING")
+
+
+def usd(amount: float) -> str:
+    """Money for people: cents when there are any, four places below a cent, never "0.00"
+    for a real amount (``0.0012`` -> ``0.0012``, below that ``<0.0001``)."""
+    if amount <= 0 or amount >= 0.01:
+        return f"{amount:.2f}"
+    return f"{amount:.4f}" if amount >= 0.0001 else "<0.0001"
 
 
 @dataclass
@@ -34,41 +43,58 @@ class Spend:
     committed_by_owner: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     rate_by_owner: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     pods_by_owner: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    live_by_owner: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     running_by_gpu: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    reaped_by_owner: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def exposure(self, owner: str) -> float:
         return self.billed_by_owner.get(owner, 0.0) + self.committed_by_owner.get(owner, 0.0)
+
+    def owners(self) -> list[str]:
+        return sorted(
+            set(self.billed_by_owner) | set(self.committed_by_owner) | set(self.reaped_by_owner)
+        )
 
 
 def attribute(
     records: Iterable[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
-    book: Mapping[str, Mapping[str, Any]],
+    book: Mapping[str, ledger.PodRecord],
     now: float,
     grace_s: float = 0.0,
+    covered: Mapping[str, float] | None = None,
+    only: str = "",
 ) -> Spend:
-    owner_of: dict[str, str] = {pid: e.get("owner", UNATTRIBUTED) for pid, e in book.items()}
-    gpu_of: dict[str, str] = {pid: e.get("gpu", "?") for pid, e in book.items()}
+    """Billing and live pods per owner (``only`` one owner, if given). ``covered`` maps pods
+    to the ``until`` of the live reservation that holds their commitment up to then (counted
+    by the caller); only what lies beyond it (a ``start --ttl`` extension) is counted here."""
+    owner_of: dict[str, str] = {pid: r.owner or UNATTRIBUTED for pid, r in book.items()}
+    gpu_of: dict[str, str] = {pid: r.gpu or "?" for pid, r in book.items()}
+    held = dict(covered or {})
     spend = Spend()
     for pod in pods:
         tag = tag_of(pod)
         if tag is not None:
             owner_of[pod["id"]] = tag.owner
         gpu_of[pod["id"]] = (pod.get("gpu") or {}).get("id", "cpu")
-        if tag is None or pod.get("status") not in LIVE:
+        if tag is None or pod.get("status") not in LIVE or (only and tag.owner != only):
             continue
         rate = float(pod.get("cost") or 0.0)
-        left_h = (
-            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - now) / 3600
-        )
-        spend.committed_by_owner[tag.owner] += rate * left_h
         spend.rate_by_owner[tag.owner] += rate
         spend.pods_by_owner[tag.owner].add(pod["id"])
+        spend.live_by_owner[tag.owner].add(pod["id"])
         spend.running_by_gpu[gpu_of[pod["id"]]] += 1
+        start = max(now, held.get(pod["id"], now))  # the reservation holds up to its until
+        left_h = (
+            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - start) / 3600
+        )
+        spend.committed_by_owner[tag.owner] += rate * left_h
     for rec in records:
         pid = rec["podId"]
         amount = float(rec.get("totalAmount") or 0.0)
         owner = owner_of.get(pid, UNATTRIBUTED)
+        if only and owner != only:
+            continue
         spend.billed_by_owner[owner] += amount
         spend.billed_by_gpu[gpu_of.get(pid, "?")] += amount
         spend.pods_by_owner[owner].add(pid)
@@ -76,11 +102,26 @@ def attribute(
 
 
 def gather(
-    client: Any, environ: Mapping[str, str], period_s: float, now: float, grace_s: float = 0.0
-) -> Spend:
-    """Billing for [now - period, now) plus the live pods, attributed."""
+    client: Any,
+    book: ledger.Ledger,
+    period_s: float,
+    now: float,
+    grace_s: float = 0.0,
+    covered: Callable[[Mapping[str, ledger.PodRecord]], Mapping[str, float]] | None = None,
+    only: str = "",
+) -> tuple[Spend, dict[str, ledger.PodRecord]]:
+    """Billing for [now - period, now) plus the live pods, attributed through the ledger
+    (which reads only the events of those pods and of the period); also returns the records.
+    ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
     records = client.pod_billing(iso(now - period_s), iso(now))
-    return attribute(records, client.list_pods(), ledger.read(environ), now, grace_s)
+    pods = client.list_pods()
+    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, now - period_s)
+    held = covered(known) if covered else None
+    spend = attribute(records, pods, known, now, grace_s, held, only)
+    for owner, n in ledger.reaped_by_owner(known, now - period_s).items():
+        if not only or owner == only:
+            spend.reaped_by_owner[owner] += n
+    return spend, known
 
 
 def verdict(budget: float, exposure: float, rate: float, ttl_s: float) -> tuple[bool, float]:
@@ -89,29 +130,31 @@ def verdict(budget: float, exposure: float, rate: float, ttl_s: float) -> tuple[
     return projected <= budget + 1e-9, projected
 
 
-def tables(spend: Spend) -> tuple[str, str]:
-    owners = sorted(
-        set(spend.billed_by_owner) | set(spend.committed_by_owner),
+def tables(spend: Spend, owners: Sequence[str] | None = None) -> tuple[str, str]:
+    """Per owner (only ``owners`` when given) and per GPU type."""
+    shown = sorted(
+        spend.owners() if owners is None else owners,
         key=lambda o: -spend.billed_by_owner.get(o, 0.0),
     )
     by_owner = markdown_table(
-        ["owner", "spent USD", "live pods", "live USD/h", "committed USD"],
+        ["owner", "spent USD", "live pods", "live USD/h", "committed USD", "reaped pods"],
         [
             [
                 o,
-                f"{spend.billed_by_owner.get(o, 0.0):.2f}",
-                sum(1 for _ in spend.pods_by_owner.get(o, ())),
-                f"{spend.rate_by_owner.get(o, 0.0):.2f}",
-                f"{spend.committed_by_owner.get(o, 0.0):.2f}",
+                usd(spend.billed_by_owner.get(o, 0.0)),
+                len(spend.live_by_owner.get(o, ())),
+                usd(spend.rate_by_owner.get(o, 0.0)),
+                usd(spend.committed_by_owner.get(o, 0.0)),
+                spend.reaped_by_owner.get(o, 0),
             ]
-            for o in owners
+            for o in shown
         ],
     )
     gpus = sorted(set(spend.billed_by_gpu) | set(spend.running_by_gpu))
     by_gpu = markdown_table(
         ["GPU type", "spent USD", "live pods"],
         [
-            [g, f"{spend.billed_by_gpu.get(g, 0.0):.2f}", spend.running_by_gpu.get(g, 0)]
+            [g, usd(spend.billed_by_gpu.get(g, 0.0)), spend.running_by_gpu.get(g, 0)]
             for g in sorted(gpus, key=lambda g: -spend.billed_by_gpu.get(g, 0.0))
         ],
     )
@@ -119,40 +162,46 @@ def tables(spend: Spend) -> tuple[str, str]:
 
 
 def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
-    """``pods cost``: spend per owner and per GPU type, as tables and JSON."""
+    """``pods cost``: spend per owner and per GPU type, as tables and JSON (``notify``: sent)."""
     from gpuci.pods.client import RunPodClient
 
     period_s = float(values.get("period") or 30 * 86400)
-    only = values.get("owner") or ""
+    only = clean_owner(values["owner"]) if values.get("owner") else ""
     now = clock.now()
     result = Result(command="pods cost")
+    book = ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
     if rt.dry_run:
         result.headline = f"would read pod billing since {iso(now - period_s)} and list pods"
-        result.report = {"plan": {"billing_from": iso(now - period_s), "billing_to": iso(now)}}
+        result.report = {
+            "plan": {"billing_from": iso(now - period_s), "billing_to": iso(now)},
+            "ledger": book.where,
+        }
         return result
     with RunPodClient.from_env(rt.environ, rt.mask, clock) as client:
-        spend = gather(client, rt.environ, period_s, now)
-    owners = sorted(set(spend.billed_by_owner) | set(spend.committed_by_owner))
-    if only:
-        owners = [o for o in owners if o == only]
+        spend, _ = gather(client, book, period_s, now, only=only)
+    owners = [only] if only else spend.owners()
     total = sum(spend.billed_by_owner.get(o, 0.0) for o in owners)
-    by_owner, by_gpu = tables(spend)
+    by_owner, by_gpu = tables(spend, owners)
     result.summary = [
         f"### RunPod spend since {iso(now - period_s)}\n\n{by_owner}",
         f"### By GPU type\n\n{by_gpu}",
     ]
-    result.headline = f"${total:.2f} spent" + (f" by {only}" if only else "")
+    result.headline = f"${usd(total)} spent" + (f" by {only}" if only else "")
     result.outputs = {
         "total-usd": round(total, 4),
         "live-usd-per-hr": round(sum(spend.rate_by_owner.get(o, 0.0) for o in owners), 4),
     }
     result.report = {
         "period": {"from": iso(now - period_s), "to": iso(now)},
+        "ledger": book.where,
         "owners": {
             o: {
                 "spent_usd": round(spend.billed_by_owner.get(o, 0.0), 4),
+                "live_pods": len(spend.live_by_owner.get(o, ())),
                 "live_usd_per_hr": round(spend.rate_by_owner.get(o, 0.0), 4),
                 "committed_usd": round(spend.committed_by_owner.get(o, 0.0), 4),
+                "reaped_pods": spend.reaped_by_owner.get(o, 0),
                 "pods": sorted(spend.pods_by_owner.get(o, ())),
             }
             for o in owners
@@ -162,4 +211,16 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
             for g, v in spend.billed_by_gpu.items()
         },
     }
+    notify.deliver(
+        targets,
+        rt,
+        result,
+        f"gpu-ci: GPU spend since {iso(now - period_s)}: ${usd(total)}",
+        "\n".join(
+            f"- {o}: ${usd(spend.billed_by_owner.get(o, 0.0))} spent, "
+            f"{len(spend.live_by_owner.get(o, ()))} live pod(s), "
+            f"{spend.reaped_by_owner.get(o, 0)} reaped"
+            for o in owners
+        ),
+    )
     return result

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuci import journal
-from gpuci.errors import GpuciError, InputError
-from gpuci.pods import ledger, placement, plan, readiness
+from gpuci import journal, notify
+from gpuci.errors import CheckFailed, GpuciError, InputError
+from gpuci.pods import budgets, ledger, placement, plan, readiness, ssh
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
-from gpuci.pods.clock import SYSTEM, Clock, iso
-from gpuci.pods.naming import PodTag, default_owner, new_tag, run_url, tag_of
+from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
+from gpuci.pods.cost import usd
+from gpuci.pods.naming import PodTag, new_tag, run_url, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 
 PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
@@ -28,6 +30,7 @@ LIVE = ("PROVISIONING", "STARTING", "RUNNING")
 
 
 def _client(rt: Runtime, clock: Clock) -> RunPodClient:
+    rt.mask(rt.environ.get(ssh.ENV_PRIVATE_KEY))  # present in the job: never printed
     return RunPodClient.from_env(rt.environ, rt.mask, clock)
 
 
@@ -50,12 +53,61 @@ def _spec(values: dict[str, Any], rt: Runtime) -> plan.PodSpec:
         disk_gb=int(values.get("disk-gb") or 50),
         gpu_count=int(values.get("gpu-count") or 1),
         cloud=values.get("cloud") or "SECURE",
+        ssh_keys=ssh.public_keys(values.get("ssh-public-keys"), rt.environ),
     )
 
 
-def _tag(values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
-    owner = values.get("owner") or default_owner(rt.environ)
+def _tag(owner: str, values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
     return new_tag(owner, run_url(rt.environ), now + float(values["ttl"]))
+
+
+def _ledger(values: dict[str, Any], rt: Runtime) -> ledger.Ledger:
+    return ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
+
+
+def _ledger_quietly(values: dict[str, Any], rt: Runtime) -> ledger.Ledger | None:
+    """The ledger for bookkeeping around a teardown: a bad ledger URL warns, never keeps a
+    pod alive (``up``, which needs it for the budget, opens it strictly)."""
+    try:
+        return _ledger(values, rt)
+    except GpuciError as exc:
+        rt.log(f"warning: pods ledger unusable, events not recorded: {exc.one_line()}")
+        return None
+
+
+def _note(rt: Runtime, book: ledger.Ledger | None, event: str, pod_id: str, at: float, **f: Any):
+    """Record a pod event; bookkeeping never fails a teardown, it warns."""
+    if book is None:
+        return
+    try:
+        book.record(event, pod_id, at, **f)
+    except (OSError, GpuciError) as exc:
+        rt.log(f"warning: could not write the pods ledger {book.where}: {exc}")
+
+
+def _ended(
+    rt: Runtime, book: ledger.Ledger | None, event: str, pod_id: str, at: float, **fields: Any
+) -> None:
+    """The pod is gone: record it and release its budget reservation."""
+    if book is None:
+        return
+    try:
+        known = book.pod(pod_id)
+        if known is not None:
+            fields = {
+                "owner": known.owner,
+                "gpu": known.gpu,
+                "costPerHr": known.cost_per_hr,
+                "runUrl": known.run_url,
+                **{k: v for k, v in fields.items() if v not in (None, "")},
+            }
+            if known.owner:  # who created it, as recorded then: a renamed pod blames no one
+                fields["owner"] = known.owner
+        book.record(event, pod_id, at, **fields)
+        if known is not None and known.reservation:
+            book.release(known.reservation)
+    except (OSError, GpuciError) as exc:
+        rt.log(f"warning: could not write the pods ledger {book.where}: {exc}")
 
 
 # ----- up -----------------------------------------------------------------------------------
@@ -65,7 +117,10 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         raise InputError("ttl must be positive", hint="set ttl to e.g. 45m")
     spec = _spec(values, rt)
     now = clock.now()
-    tag = _tag(values, rt, now)
+    decision = budgets.decide(values, rt.environ)
+    tag = _tag(decision.owner, values, rt, now)
+    book = _ledger(values, rt)
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
     if not spec.command:
         warn = (
             "no command given: the self-stop timer is off for this pod (reap and down still "
@@ -74,10 +129,13 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     else:
         warn = ""
     if rt.dry_run:
-        return _plan_up(values, rt, spec, tag, warn)
+        return _plan_up(values, rt, spec, tag, warn, decision, book)
     result = Result(command="pods up")
     if warn:
         result.warning(warn)
+    for note in decision.notes:
+        result.notice(note)
+    reservation: ledger.Reservation | None = None
     with _client(rt, clock) as client:
         # SIGTERM (a cancelled job) becomes an exception from here on, before the create call:
         # a cancel landing between "pod created" and "pod known" must still end that pod.
@@ -86,13 +144,17 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         try:
             catalog = client.list_gpu_types(spec.cloud)
             cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
-            affordable, refused = placement.affordable(
-                values, rt, client, clock, spec, tag, catalog, cands
-            )
+            try:
+                affordable, refused, reservation = placement.affordable(
+                    decision, values, rt, client, clock, spec, tag, catalog, cands, book
+                )
+            except CheckFailed as exc:
+                _tell_refusal(targets, rt, tag, exc)
+                raise
             result.report["budget_refused"] = refused
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
             result.report["attempts"] = attempts
-            _remember(rt, pod, tag, spec)
+            _remember(rt, book, pod, tag, reservation, clock.now())
             deadline = now + float(values["timeout"])
             pod = readiness.wait_running(client, clock, pod["id"], deadline, rt)
             url = pod_url(pod, rt.environ)
@@ -107,10 +169,12 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             made = pod or _find_quietly(client, tag.name(), rt)
             if made is not None:
                 _terminate_quietly(client, made["id"], rt)
+            _release_quietly(rt, book, reservation, made, tag, clock)
             raise
         except BaseException:  # failure or timeout after placement
             if pod is not None:
                 _terminate_quietly(client, pod["id"], rt)
+            _release_quietly(rt, book, reservation, pod, tag, clock)
             raise
         finally:
             restore()
@@ -126,7 +190,15 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "gpu-type": pod.get("gpu", {}).get("id", ""),
         "data-center": pod.get("dataCenterId") or "",
         "expires-at": iso(tag.expires_at),
+        "ssh-command": "",
     }
+    if spec.ssh_keys:
+        ep = ssh.endpoint(pod)
+        if ep is None:
+            result.warning(f"{pod['id']} reports no usable SSH endpoint yet; see `pods ls`")
+        else:
+            result.outputs["ssh-command"] = ssh.command_line(ep)
+            rt.log(f"ssh: {result.outputs['ssh-command']}")
     result.summary = [
         "### RunPod pod\n\n"
         + markdown_table(
@@ -148,14 +220,36 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     return result
 
 
+def _tell_refusal(
+    targets: Sequence[notify.Target], rt: Runtime, tag: PodTag, exc: CheckFailed
+) -> None:
+    """Budget refusals are news for the owner and whoever watches spend."""
+    shown = Result.from_error("pods up", exc)
+    notify.deliver(
+        targets,
+        rt,
+        shown,
+        f"gpu-ci: GPU pod refused for {tag.owner} (budget)",
+        f"{exc.one_line()}\nCI run: {tag.run_url}",
+    )
+    for annotation in shown.annotations[1:]:  # delivery warnings reach the log
+        rt.log(f"warning: {annotation.message}")
+
+
 def _plan_up(
-    values: dict[str, Any], rt: Runtime, spec: plan.PodSpec, tag: PodTag, warn: str
+    values: dict[str, Any],
+    rt: Runtime,
+    spec: plan.PodSpec,
+    tag: PodTag,
+    warn: str,
+    decision: budgets.Decision,
+    book: ledger.Ledger,
 ) -> Result:
     """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
     cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
     api = api_url(rt.environ)
     bodies = [plan.shown_body(plan.create_body(spec, tag, c, api), spec.env) for c in cands]
-    budget = values.get("budget-usd")
+    budget = decision.budget
     result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
     if warn:
         result.warning(warn)
@@ -171,12 +265,14 @@ def _plan_up(
             "gpu_order": [c.gpu_id for c in cands],
             "candidates": [{"gpu": c.gpu_id, "data_centers": list(c.data_centers)} for c in cands],
             "requests": [{"method": "POST", "path": "/v2/pods", "body": b} for b in bodies],
+            "ledger": book.where,
+            "identity": {"login": decision.identity.login, "source": decision.identity.source},
             "budget": {
                 "budget_usd": budget,
-                "period_s": float(values.get("budget-period") or 0),
+                "period_s": decision.period_s,
                 "rule": "refuse a candidate when billed spend + live pods' committed cost "
-                "+ catalog USD/h x (ttl + reap-interval) exceeds budget-usd "
-                "(checked against the API at run time)"
+                "+ live reservations + catalog USD/h x (ttl + reap-interval) exceeds the "
+                "budget (checked against the API and the ledger at run time)"
                 if budget is not None
                 else "no budget-usd: no check",
             },
@@ -196,20 +292,59 @@ def _plan_up(
     return result
 
 
-def _remember(rt: Runtime, pod: dict[str, Any], tag: PodTag, spec: plan.PodSpec) -> None:
+def _remember(
+    rt: Runtime,
+    book: ledger.Ledger,
+    pod: dict[str, Any],
+    tag: PodTag,
+    reservation: ledger.Reservation | None,
+    at: float,
+) -> None:
     entry = {
         "podId": pod["id"],
         "owner": tag.owner,
         "gpu": pod.get("gpu", {}).get("id", ""),
         "costPerHr": pod.get("cost"),
         "expiresAt": iso(tag.expires_at),
+        "expiresEpoch": tag.expires_at,
         "runUrl": tag.run_url,
+        "reservation": reservation.key if reservation else "",
     }
+    _note(rt, book, "created", pod["id"], at, **{k: v for k, v in entry.items() if k != "podId"})
     try:
-        ledger.append(rt.environ, entry)
         journal.record("pod-up", entry, rt.environ)
     except OSError as exc:  # bookkeeping must never leave a pod without its teardown
-        rt.log(f"warning: could not write the pods ledger: {exc}")
+        rt.log(f"warning: could not write the journal: {exc}")
+
+
+def _release_quietly(
+    rt: Runtime,
+    book: ledger.Ledger,
+    reservation: ledger.Reservation | None,
+    pod: dict[str, Any] | None,
+    tag: PodTag,
+    clock: Clock,
+) -> None:
+    """After a failed ``up``: the pod (if any) is ended, so its reservation goes too; the
+    event names the owner even when the pod was cancelled before ``created`` was written."""
+    if pod is not None:
+        _ended(
+            rt,
+            book,
+            "terminated",
+            pod["id"],
+            clock.now(),
+            reason="up failed",
+            owner=tag.owner,
+            runUrl=tag.run_url,
+            gpu=(pod.get("gpu") or {}).get("id", ""),
+            costPerHr=pod.get("cost"),
+        )
+    if reservation is not None:
+        try:
+            book.release(reservation.key)
+        except (OSError, GpuciError) as exc:
+            rt.log(f"warning: could not release the budget reservation: {exc}")
 
 
 def _sigterm_raises() -> Callable[[], None]:
@@ -361,6 +496,7 @@ def stop(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     ids = _need_ids(values, "pods stop")
     if rt.dry_run:
         return Result(command="pods stop", headline="would stop " + ", ".join(ids))
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
 
         def one(pod_id: str) -> str:
@@ -371,6 +507,7 @@ def stop(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 if pod is not None and pod.get("status") == "EXITED":
                     return "already stopped"
                 raise
+            _note(rt, book, "stopped", pod_id, clock.now(), reason="stop")
             return "stopped"
 
         return _each(ids, one, "pods stop", rt)
@@ -383,6 +520,7 @@ def start(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     if rt.dry_run:
         extra = f" with expiry now+{ttl:.0f}s" if ttl else ""
         return Result(command="pods start", headline="would start " + ", ".join(ids) + extra)
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
 
         def one(pod_id: str) -> str:
@@ -405,6 +543,7 @@ def start(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             if pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING"):
                 return "already running" + note
             client.action(pod_id, "start")
+            _note(rt, book, "started", pod_id, clock.now(), reason="start")
             return "started" + note
 
         return _each(ids, one, "pods start", rt)
@@ -432,6 +571,7 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         )
     if rt.dry_run and ids:
         return Result(command="pods down", headline="would terminate " + ", ".join(ids))
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
         if not ids:
             ids = [p["id"] for p, t in _ours(client.list_pods()) if t and t.run_url == this_run]
@@ -444,35 +584,203 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 headline="nothing to terminate",
                 outputs={"pod-ids": "", "count": 0},
             )
-        return _each(ids, lambda pid: _terminate(client, pid), "pods down", rt)
+
+        def one(pod_id: str) -> str:
+            outcome = _terminate(client, pod_id)
+            _ended(rt, book, "terminated", pod_id, clock.now(), reason="down")
+            return outcome
+
+        return _each(ids, one, "pods down", rt)
+
+
+def _printable(text: str) -> str:
+    """A name from the API, fit for one line of a log or table (no control characters)."""
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text)
+
+
+def _age_s(pod: dict[str, Any], now: float) -> float | None:
+    try:
+        return now - parse_iso(str(pod.get("createdAt") or ""))
+    except ValueError:
+        return None
+
+
+def _forgotten(
+    pod: dict[str, Any], tag: PodTag, now: float, billed: dict[str, float] | None
+) -> dict[str, Any]:
+    """Who forgot this pod and what forgetting it cost: for the summary, JSON and ledger."""
+    rate = float(pod.get("cost") or 0.0)
+    past_h = max(0.0, now - tag.expires_at) / 3600
+    return {
+        "pod": pod["id"],
+        "owner": tag.owner,
+        "gpu": (pod.get("gpu") or {}).get("id", "cpu"),
+        "status": pod.get("status", "?"),
+        "usd_per_hr": rate,
+        "hours_past_ttl": round(past_h, 3),
+        "past_ttl_usd": round(rate * past_h, 4) if pod.get("status") in LIVE else 0.0,
+        "spent_usd": None if billed is None else round(billed.get(pod["id"], 0.0), 4),
+        "run_url": tag.run_url,
+    }
+
+
+def _billed_quietly(client: RunPodClient, now: float, rt: Runtime) -> dict[str, float] | None:
+    try:
+        records = client.pod_billing(iso(now - 30 * 86400), iso(now))
+    except GpuciError as exc:
+        rt.log(f"warning: no billing for the reap report: {exc.one_line()}")
+        return None
+    out: dict[str, float] = {}
+    for rec in records:
+        out[rec["podId"]] = out.get(rec["podId"], 0.0) + float(rec.get("totalAmount") or 0.0)
+    return out
 
 
 def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
-    """Terminate every gpu-ci pod past its expiry (plus ``grace``); untagged pods are left."""
+    """Terminate every gpu-ci pod past its expiry (plus ``grace``), naming who forgot it;
+    with ``untagged-older-than``, stop (never terminate) hand-made pods older than that."""
     grace = float(values.get("grace") or 0)
     owner = values.get("owner") or ""
+    untagged_s = values.get("untagged-older-than")
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
     if rt.dry_run and not rt.environ.get(API_KEY_ENV):
         return _offline_plan("pods reap", "would terminate every gpu-ci pod past its expiry")
+    book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
         now = clock.now()
-        pods = _ours(client.list_pods(), owner)
+        every = client.list_pods()
+        pods = _ours(every, owner)
         expired = [
-            p["id"]
+            (p, t)
             for p, t in pods
             if t and not math.isnan(t.expires_at) and t.expires_at + grace <= now
         ]
         unknown = [p["id"] for p, t in pods if t and math.isnan(t.expires_at)]
+        hand_made = []
+        if untagged_s is not None and not owner:
+            for p in every:
+                age = _age_s(p, now)
+                if tag_of(p) is None and p.get("status") in LIVE and age and age >= untagged_s:
+                    hand_made.append((p, age))
         if rt.dry_run:
             return Result(
                 command="pods reap",
-                headline=f"would terminate {len(expired)} expired pod(s)",
-                outputs={"pod-ids": ",".join(expired), "count": len(expired)},
+                headline=f"would terminate {len(expired)} expired pod(s)"
+                + (f" and stop {len(hand_made)} hand-made pod(s)" if hand_made else ""),
+                outputs={
+                    "pod-ids": ",".join(p["id"] for p, _ in expired),
+                    "count": len(expired),
+                },
             )
+        billed = _billed_quietly(client, now, rt) if expired else {}
+        rows = {p["id"]: _forgotten(p, t, now, billed) for p, t in expired}
         if not expired:
             result = Result(command="pods reap", headline=f"no expired pods of {len(pods)}")
             result.outputs = {"pod-ids": "", "count": 0}
         else:
-            result = _each(expired, lambda pid: _terminate(client, pid), "pods reap", rt)
+
+            def one(pod_id: str) -> str:
+                outcome = _terminate(client, pod_id)
+                row = rows[pod_id]
+                _ended(
+                    rt,
+                    book,
+                    "reaped",
+                    pod_id,
+                    clock.now(),
+                    owner=row["owner"],
+                    gpu=row["gpu"],
+                    costPerHr=row["usd_per_hr"],
+                    runUrl=row["run_url"],
+                    hoursPastTtl=row["hours_past_ttl"],
+                    pastTtlUsd=row["past_ttl_usd"],
+                    spentUsd=row["spent_usd"],
+                )
+                return outcome
+
+            result = _each(list(rows), one, "pods reap", rt)
+            done = [rows[k] for k in result.report.get("done", {})]
+            result.report["reaped"] = done
+            result.summary = ["### Reaped pods (past their TTL)\n\n" + _reaped_table(done)]
+        stopped = _stop_hand_made(client, book, hand_made, rt, clock)
+    if stopped:
+        result.report["hand_made_stopped"] = stopped
+        result.summary.append(
+            "### Hand-made pods stopped (untagged, older than "
+            f"{float(untagged_s) / 3600:g}h)\n\n"
+            + markdown_table(
+                ["pod", "name", "GPU", "age h"],
+                [[s["pod"], s["name"], s["gpu"], s["age_h"]] for s in stopped],
+            )
+        )
+        result.warning(
+            "stopped hand-made pod(s) older than the limit: "
+            + ", ".join(f"{s['pod']} ({s['name']})" for s in stopped)
+        )
     for pod_id in unknown:
         result.warning(f"pod {pod_id} has a gpu-ci tag without a readable expiry; left alone")
+    reaped = result.report.get("reaped") or []
+    if reaped or stopped:
+        notify.deliver(targets, rt, result, *_reap_message(reaped, stopped))
     return result
+
+
+def _reap_message(
+    reaped: Sequence[dict[str, Any]], stopped: Sequence[dict[str, Any]]
+) -> tuple[str, str]:
+    lines = [
+        f"- {r['pod']}: {r['owner']}, {r['gpu']}, {r['hours_past_ttl']:.2f} h past TTL, "
+        f"${usd(r['past_ttl_usd'])} past TTL, run {r['run_url']}"
+        for r in reaped
+    ] + [f"- {s['pod']} ({s['name']}): hand-made, {s['age_h']} h old, stopped" for s in stopped]
+    subject = f"gpu-ci: reaped {len(reaped)} forgotten pod(s)" + (
+        f", stopped {len(stopped)} hand-made" if stopped else ""
+    )
+    return subject, "\n".join(lines)
+
+
+def _reaped_table(rows: Sequence[dict[str, Any]]) -> str:
+    return markdown_table(
+        ["pod", "owner", "GPU", "hours past TTL", "USD/h", "cost past TTL", "spent USD", "run"],
+        [
+            [
+                r["pod"],
+                r["owner"],
+                r["gpu"],
+                f"{r['hours_past_ttl']:.2f}",
+                usd(r["usd_per_hr"]),
+                usd(r["past_ttl_usd"]),
+                "?" if r["spent_usd"] is None else usd(r["spent_usd"]),
+                r["run_url"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _stop_hand_made(
+    client: RunPodClient,
+    book: ledger.Ledger | None,
+    pods: Sequence[tuple[dict[str, Any], float]],
+    rt: Runtime,
+    clock: Clock,
+) -> list[dict[str, Any]]:
+    """Stop (never terminate: their disks may hold someone's work) old untagged pods."""
+    stopped = []
+    for pod, age in pods:
+        try:
+            client.action(pod["id"], "stop")
+        except (InvalidTransition, NotFound):
+            continue
+        except GpuciError as exc:
+            rt.log(f"warning: could not stop hand-made pod {pod['id']}: {exc.one_line()}")
+            continue
+        row = {
+            "pod": pod["id"],
+            "name": _printable(str(pod.get("name") or ""))[:80],
+            "gpu": (pod.get("gpu") or {}).get("id", "cpu"),
+            "age_h": round(age / 3600, 1),
+        }
+        stopped.append(row)
+        _note(rt, book, "stopped", pod["id"], clock.now(), reason="untagged-older-than", **row)
+    return stopped

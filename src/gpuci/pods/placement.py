@@ -7,18 +7,19 @@ The walk follows RunPod's createPod table: 400 and 403 move to the next candidat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuci.errors import CheckFailed, InfraError
-from gpuci.pods import cost, plan
+from gpuci.errors import CheckFailed, GpuciError, InfraError
+from gpuci.pods import budgets, cost, ledger, plan
 from gpuci.pods.client import CandidateRejected, RunPodClient, api_url
-from gpuci.pods.clock import Clock
+from gpuci.pods.clock import Clock, iso
 from gpuci.pods.naming import PodTag
 from gpuci.runtime import Runtime
 
 
 def affordable(
+    decision: budgets.Decision,
     values: dict[str, Any],
     rt: Runtime,
     client: RunPodClient,
@@ -27,39 +28,87 @@ def affordable(
     tag: PodTag,
     catalog: list[dict[str, Any]],
     cands: list[plan.Candidate],
-) -> tuple[list[plan.Candidate], list[dict[str, Any]]]:
-    """The candidates the owner can afford (and why the others were skipped); none: exit 1."""
-    budget = values.get("budget-usd")
+    book: ledger.Ledger,
+) -> tuple[list[plan.Candidate], list[dict[str, Any]], ledger.Reservation | None]:
+    r"""The candidates the owner can afford, why the others were skipped, and the budget
+    reservation that holds them (none fits: exit 1).
+
+    Exposure is billed spend in the period, plus what live pods without a reservation may
+    still bill, plus the owner's live reservations; the reservation is for the dearest
+    affordable candidate, written create-if-absent so concurrent ``up``\ s serialise.
+    """
+    budget = decision.budget
     if budget is None:
-        return cands, []
+        return cands, [], None
     now = clock.now()
     grace = float(values.get("reap-interval") or 0)
-    spend = cost.gather(client, rt.environ, float(values["budget-period"]), now, grace)
-    exposure = spend.exposure(tag.owner)
-    ttl = tag.expires_at - now + grace
-    ok: list[plan.Candidate] = []
+    live, _, _ = book.reservations(tag.owner)
+    until_of = {r.key: r.until for r in live}
+
+    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
+        return {p: until_of[r.reservation] for p, r in records.items() if r.reservation in until_of}
+
+    spend, _ = cost.gather(client, book, decision.period_s, now, grace, covered)
+    base = spend.exposure(tag.owner)
+    until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
-    for cand in cands:
-        rate = plan.price_per_hr(catalog, cand.gpu_id, spec.cloud, spec.gpu_count)
-        if rate is None:
-            refused.append({"candidate": cand.label(), "reason": "no catalog price"})
-            continue
-        fits, projected = cost.verdict(float(budget), exposure, rate, ttl)
-        if fits:
-            ok.append(cand)
-        else:
-            refused.append(
-                {"candidate": cand.label(), "rate": rate, "projected_usd": round(projected, 4)}
+    ok: list[plan.Candidate] = []
+
+    def decide(reserved: float) -> float:
+        exposure = base + reserved
+        ok.clear()
+        refused.clear()
+        rates = []
+        for cand in cands:
+            rate = plan.price_per_hr(catalog, cand.gpu_id, spec.cloud, spec.gpu_count)
+            if rate is None:
+                refused.append({"candidate": cand.label(), "reason": "no catalog price"})
+                continue
+            fits, projected = cost.verdict(float(budget), exposure, rate, until - now)
+            if fits:
+                ok.append(cand)
+                rates.append(rate)
+            else:
+                refused.append(
+                    {"candidate": cand.label(), "rate": rate, "projected_usd": round(projected, 4)}
+                )
+                rt.log(
+                    f"budget: skip {cand.label()}: ${cost.usd(projected)} projected > "
+                    f"${cost.usd(float(budget))}"
+                )
+        if not ok:
+            _refused_event(rt, book, now, tag, float(budget), exposure)
+            raise CheckFailed(
+                f"owner {tag.owner} would pass budget ${float(budget):.2f}: "
+                f"${cost.usd(exposure)} spent, committed or reserved; every candidate adds more",
+                hint="stop or down your other pods, shorten ttl, choose a cheaper GPU, "
+                "or ask for a larger budget in the budgets file",
             )
-            rt.log(f"budget: skip {cand.label()}: ${projected:.2f} projected > ${budget:.2f}")
-    if not ok:
-        raise CheckFailed(
-            f"owner {tag.owner} would pass budget ${float(budget):.2f}: "
-            f"${exposure:.2f} spent or committed, every candidate adds more",
-            hint="stop or down your other pods, shorten ttl, choose a cheaper GPU, "
-            "or raise budget-usd",
+        return max(rates)
+
+    reservation = book.reserve(tag.owner, now, until, decide, tag.run_url)
+    rt.log(
+        f"budget: reserved ${cost.usd(reservation.remaining(now))} for {tag.owner} "
+        f"until {iso(until)} in {book.where}"
+    )
+    return list(ok), list(refused), reservation
+
+
+def _refused_event(
+    rt: Runtime, book: ledger.Ledger, now: float, tag: PodTag, budget: float, exposure: float
+) -> None:
+    try:
+        book.record(
+            "budget-refused",
+            "",
+            now,
+            owner=tag.owner,
+            runUrl=tag.run_url,
+            budgetUsd=budget,
+            exposureUsd=round(exposure, 4),
         )
-    return ok, refused
+    except (OSError, GpuciError) as exc:
+        rt.log(f"warning: could not record the refusal in the ledger: {exc}")
 
 
 def place(

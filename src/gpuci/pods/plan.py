@@ -40,6 +40,7 @@ class PodSpec:
     disk_gb: int = 50
     gpu_count: int = 1
     cloud: str = "SECURE"
+    ssh_keys: list[str] = field(default_factory=list)  # authorized_keys lines (gpuci.pods.ssh)
 
 
 def parse_env(lines: Sequence[str] | None, mask: Callable[[str], None]) -> dict[str, str]:
@@ -117,8 +118,15 @@ def create_body(spec: PodSpec, tag: PodTag, candidate: Candidate, api_url: str) 
         args, wrapper_env = selfstop.wrap(spec.command, api_url)
         body["args"] = args
         env.update(wrapper_env)
-    if spec.ports:
-        body["ports"] = list(spec.ports)
+    ports = list(spec.ports)
+    if spec.ssh_keys:
+        # startSsh + PUBLIC_KEY: sshd trusts exactly these keys; 22/tcp gives ssh.direct
+        body["startSsh"] = True
+        env["PUBLIC_KEY"] = "\n".join(spec.ssh_keys)
+        if "22/tcp" not in ports:
+            ports.append("22/tcp")
+    if ports:
+        body["ports"] = ports
     if candidate.data_centers:
         body["dataCenterIds"] = list(candidate.data_centers)
     return body

@@ -1,0 +1,77 @@
+"""Who forgets: ``reap`` names owner, GPU, hours past TTL and cost; hand-made pods are stopped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuci.pods import ledger
+
+UP = dict(image="img", command="serve", ttl="30m")
+
+
+def _hand_made(fake, name: str, status: str = "RUNNING") -> str:
+    body = json.dumps({"name": name, "image": "i", "gpu": {"id": "NVIDIA L40S"}}).encode()
+    code, _, pod = fake.handle("POST", "/v2/pods", body, f"Bearer {fake.api_key}")
+    assert code == 201
+    fake._set_status(fake.pods[pod["id"]], status)
+    return pod["id"]
+
+
+def test_reap_names_who_forgot_what_and_stops_old_hand_made_pods(fake, run, clock, env):
+    old = _hand_made(fake, "jupyter\nof carol")  # a control character in a hostile name
+    clock.advance(11 * 3600)
+    young = _hand_made(fake, "quick test")
+    clock.advance(1.5 * 3600)  # old: 12.5 h, young: 1.5 h
+    alice = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
+    bob = run("up", **UP, gpu_types="NVIDIA GeForce RTX 4090", owner="bob").outputs["pod-id"]
+    fake._set_status(fake.pods[bob], "EXITED")  # bob's pod stopped itself at its TTL
+    clock.advance(3600)  # both 30 min past their TTL
+    res = run("reap", untagged_older_than="12h")
+    assert res.code == 0, res.stdout
+    rows = {r["pod"]: r for r in res.json["report"]["reaped"]}
+    assert set(rows) == {alice, bob}
+    assert rows[alice]["owner"] == "alice" and rows[alice]["gpu"] == "NVIDIA L40S"
+    assert rows[alice]["hours_past_ttl"] == pytest.approx(0.5, abs=0.01)
+    assert rows[alice]["past_ttl_usd"] == pytest.approx(0.43, abs=0.01)
+    assert rows[alice]["spent_usd"] == pytest.approx(0.86, abs=0.02)
+    assert rows[bob]["owner"] == "bob" and rows[bob]["past_ttl_usd"] == 0.0  # stopped: no GPU
+    md = res.json["summary_markdown"]
+    assert "| hours past TTL |" in md and f"| {alice} | alice | NVIDIA L40S | 0.50 |" in md
+    # hand-made: the old one is stopped (disk kept) and named, the young one left alone
+    assert fake.pods[old]["status"] == "EXITED" and fake.pods[young]["status"] == "RUNNING"
+    assert [s["pod"] for s in res.json["report"]["hand_made_stopped"]] == [old]
+    warning = next(a for a in res.json["annotations"] if a["level"] == "warning")
+    assert old in warning["message"] and "jupyter?of carol" in warning["message"]
+    # in the ledger, for every runner to see; and in cost, per owner
+    book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
+    reaped = [e for e in book[alice].events if e["event"] == "reaped"]
+    assert (
+        reaped
+        and reaped[0]["owner"] == "alice"
+        and reaped[0]["hoursPastTtl"] == pytest.approx(0.5, abs=0.01)
+    )
+    owners = run("cost").json["report"]["owners"]
+    assert owners["alice"]["reaped_pods"] == 1 and owners["bob"]["reaped_pods"] == 1
+
+
+def test_hand_made_pods_are_left_alone_by_default(fake, run, clock):
+    old = _hand_made(fake, "mine")
+    clock.advance(48 * 3600)
+    res = run("reap")
+    assert res.code == 0 and fake.pods[old]["status"] == "RUNNING"
+    assert fake.calls("POST", f"/v2/pods/{old}/action") == []
+
+
+def test_a_renamed_pod_is_still_traced_to_who_created_it(fake, run, clock, env):
+    pod = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
+    live = fake.pods[pod]  # someone with the API key re-tags it to blame bob
+    live["env"]["GPUCI_OWNER"] = "bob"
+    live["name"] = live["name"].replace("owner=alice", "owner=bob")
+    clock.advance(2 * 3600)
+    assert run("reap").code == 0
+    book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
+    assert [e["owner"] for e in book[pod].events if e["event"] == "reaped"] == ["alice"]
+    owners = run("cost").json["report"]["owners"]
+    assert owners["alice"]["reaped_pods"] == 1 and "bob" not in owners

@@ -1,0 +1,90 @@
+"""The vLLM matrix examples' probe and table, against a fake OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuci.pods import llmprobe
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def vllm():
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._send({"data": [{"id": "Qwen/Qwen2.5-0.5B-Instruct"}]})
+
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self._send({"choices": [{"text": " Paris."}], "usage": {"completion_tokens": 3}})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_probe_then_table_per_gpu_type(vllm, tmp_path, monkeypatch, capsys):
+    url, seen = vllm
+    model = "Qwen/Qwen2.5-0.5B-Instruct"
+    for gpu, rate in (("NVIDIA L40S", "0.86"), ("NVIDIA GeForce RTX 4090", "0.44")):
+        out = tmp_path / f"{gpu}.json"
+        args = ["probe", "--url", url, "--model", model, "--gpu", gpu, "--cost-per-hr", rate]
+        assert llmprobe.main([*args, "--out", str(out)]) == 0
+        leg = json.loads(out.read_text())
+        assert leg["completion_tokens"] == 3 and leg["tokens_per_s"] > 0 and "error" not in leg
+    assert seen[0]["model"] == model and seen[0]["max_tokens"] == 32
+    missing = tmp_path / "missing.json"
+    args = ["probe", "--url", url, "--model", "other/model", "--gpu", "NVIDIA H100 80GB HBM3"]
+    assert llmprobe.main([*args, "--out", str(missing)]) == 1  # the leg fails, visibly
+    assert "other/model is not served" in json.loads(missing.read_text())["error"]
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    legs = sorted(str(p) for p in tmp_path.glob("*.json"))
+    assert llmprobe.main(["table", *legs]) == 0
+    md = summary.read_text()
+    assert "| GPU type | USD/h | latency s | tokens/s | USD per 1M tokens | result |" in md
+    assert "| NVIDIA L40S | 0.86 |" in md and "| NVIDIA GeForce RTX 4090 | 0.44 |" in md
+    assert "other/model is not served" in md
+
+
+def test_the_matrix_examples_name_the_same_probe():
+    gh = yaml.safe_load((REPO / "examples/workflows/vllm-matrix.yml").read_text())
+    legs = gh["jobs"]["serve"]["strategy"]["matrix"]["gpu"]
+    assert len(legs) >= 2 and gh["jobs"]["serve"]["strategy"]["fail-fast"] is False
+    lab = yaml.safe_load((REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text())
+    matrix = lab["serve"]["parallel"]["matrix"][0]["GPU_TYPE"]
+    assert len(matrix) >= 2
+    for text in (
+        (REPO / "examples/workflows/vllm-matrix.yml").read_text(),
+        (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text(),
+    ):
+        assert "gpuci.pods.llmprobe probe" in text and "gpuci.pods.llmprobe table" in text
+        assert ("/v1/models" in text and "pods down --pod-id" in text) or "action: down" in text
+    # a leg tears down only its own pod: `down` without an id would end the other legs' pods
+    assert (
+        "steps.pod.outputs.pod-id != ''"
+        in (REPO / "examples/workflows/vllm-matrix.yml").read_text()
+    )
+    assert 'if [ -n "$id" ]' in (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text()
