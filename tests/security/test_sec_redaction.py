@@ -4,6 +4,7 @@ plan names env variables without their values."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,7 +148,8 @@ def test_a_password_in_a_file_store_url_is_never_printed(tmp_path):
 
 # ----- a plan names env variables, never their values ----------------------------------------
 def test_pods_up_plan_shows_env_names_not_values():
-    env = clean_env(USER="tester")
+    # Off CI the owner is git's user, else $USER: hide git's config so $USER decides.
+    env = clean_env(USER="tester", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
     proc = run_cli(
         "pods",
         "up",
