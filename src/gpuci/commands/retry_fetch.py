@@ -44,6 +44,16 @@ INPUTS = (
         "60s",
     ),
     Input("parallel", "How many files to download at once.", "int", "4", minimum=1),
+    Input(
+        "max-bytes",
+        "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
+        "refused before writing and a longer body is cut off and deleted. The default fits any "
+        "single Hugging Face Hub file (50 GB cap) yet stops an endless body long before it "
+        "fills a runner's disk.",
+        "size",
+        "64GiB",
+        minimum=1,
+    ),
 )
 
 COMMAND = Command(
