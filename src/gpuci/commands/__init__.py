@@ -45,6 +45,7 @@ class Command:
     positional: str | None = None  # name of an input that may also be given positionally
     # For one action serving several sub-commands (actions/gpu-pod): the input naming which.
     dispatch: str | None = None
+    notes: tuple[str, ...] = ()  # paragraphs for the action's README, after the tables
 
     def load(self) -> RunFn | None:
         if self.target is None:
