@@ -244,10 +244,11 @@ def test_content_encoded_response_is_refused_not_decoded(server, tmp_path, polic
     """We ask for identity; an encoded body is refused (tests/security has the gzip bomb)."""
     server.faults("/data.bin", Fault(gzip=True))
     dest = tmp_path / "out.bin"
-    with pytest.raises(FetchError, match="Content-Encoding: gzip") as info:
+    with pytest.raises(FetchError, match="Content-Encoding: gzip"):
         fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
-    assert "after 1 attempt(s)" in info.value.message  # another try gets the same answer
-    assert server.gets()[0].headers.get("Accept-Encoding") == "identity"
+    gets = server.gets()
+    assert len(gets) == 1  # not retried: another try gets the same answer
+    assert gets[0].headers.get("Accept-Encoding") == "identity"
     assert leftovers(dest) == []
 
 

@@ -44,7 +44,7 @@ class HostileServer:
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -77,6 +77,11 @@ class HostileServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client hanging up on an endless body is the defence working, not an error
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -14,6 +14,8 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -405,6 +407,29 @@ def test_a_full_disk_deletes_the_partial_and_says_so(tmp_path, evil, monkeypatch
     assert leftovers(out) == []  # nothing left that keeps the disk full
 
 
+@pytest.fixture
+def tiny_disk(tmp_path: Path):
+    """A real 1 MiB file system (tmpfs), where the runner allows mounting one."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)]
+    if not shutil.which("mount") or subprocess.run(mount, capture_output=True).returncode:
+        pytest.skip("mounting a 1 MiB tmpfs needs root; test_a_full_disk_deletes_... injects it")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_real_full_disk_leaves_nothing(tmp_path, evil, tiny_disk):
+    evil.route("/endless", serve_endless())  # no Content-Length: only the write can tell
+    rc, text = cli(tmp_path, "--url", evil.url("/endless"), "--dest", str(tiny_disk / "f.bin"))
+    assert rc == 3, text
+    one_clear_line(text)
+    assert "No space left on device" in text and "deleted the partial" in text
+    assert leftovers(tiny_disk) == []
+
+
 def test_a_content_length_larger_than_the_free_space_is_refused_up_front(tmp_path, evil):
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
     evil.route("/huge", serve_endless(announce=free + (1 << 30)))
@@ -482,3 +507,20 @@ def test_fetch_file_api_rejects_a_bad_url_as_bad_input(tmp_path):
     with pytest.raises(InputError, match="not a valid URL"):
         fetch_file("http://[::1", tmp_path / "x", policy=POLICY)
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("http://h/x", "http://h:80/y", True),  # default port spelled out
+        ("https://h/x", "https://H:443/y", True),  # host names are case-insensitive
+        ("https://h/x", "http://h/x", False),  # a downgrade is another origin: no credentials
+        ("http://h/x", "https://h/x", False),  # so is an upgrade (give the https URL instead)
+        ("http://h/x", "http://h:8080/x", False),
+        ("http://127.0.0.1/x", "http://localhost/x", False),
+    ],
+)
+def test_what_counts_as_the_same_origin(a, b, same):
+    from gpuci.fetch.urls import origin
+
+    assert (origin(a) == origin(b)) is same

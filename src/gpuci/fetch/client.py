@@ -116,10 +116,10 @@ def _redirect_target(base: httpx.URL, location: str) -> str:
     except (httpx.InvalidURL, ValueError):
         joined = location
     try:
-        check_url(joined, "redirect")
+        check_url(joined, "Location")
     except InputError as exc:
         raise Refused(
-            f"refusing a redirect to {shown_url(location, 80)}: {exc.message}",
+            f"refused a redirect, {exc.message}",
             hint="the server sent a Location we will not follow; use another URL or mirror",
         ) from None
     return split_userinfo(joined)[0]  # credentials a server wrote into a Location: dropped
@@ -131,7 +131,7 @@ def check_identity(resp: httpx.Response) -> None:
     if coding not in ("", "identity"):
         raise Refused(
             f"the server sent Content-Encoding: {coding[:40]} although only identity was "
-            "accepted; the body was refused, not decompressed",
+            "accepted; refused the body without decompressing it",
             hint="serve the file without Content-Encoding, or use a mirror that does",
         )
 

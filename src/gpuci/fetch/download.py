@@ -396,7 +396,8 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         error = FetchError(exc.message, exc.hint)
     else:
         cause = describe(exc)
-        where = f"{source}: {cause} after {tries} attempt(s)"
+        refused = isinstance(exc, Refused)  # not retried: "after 1 attempt" says nothing
+        where = f"{source}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
