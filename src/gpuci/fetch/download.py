@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -268,7 +269,7 @@ class _Download:
 def _is_regular(path: Path) -> bool:
     """A regular file, not a link to one: a link found at dest is replaced, not trusted."""
     try:
-        return path.lstat().st_mode & 0o170000 == 0o100000
+        return stat.S_ISREG(path.lstat().st_mode)
     except OSError:
         return False
 

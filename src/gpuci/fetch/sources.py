@@ -28,8 +28,15 @@ if TYPE_CHECKING:
 
     from gpuci.fetch.policy import FetchPolicy
 
-__all__ = ["Job", "build_jobs", "fetch_checksum", "file_name", "parse_headers", "public_url"]
-__all__ += ["url_secrets"]
+__all__ = [
+    "Job",
+    "build_jobs",
+    "fetch_checksum",
+    "file_name",
+    "parse_headers",
+    "public_url",  # re-exported from urls.py, where it moved
+    "url_secrets",
+]
 
 _HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
