@@ -148,6 +148,7 @@ def leaf_actions() -> list[ActionDef]:
                     title=f"gpu-ci {Path(folder).relative_to('actions').as_posix()}",
                     description=cmd.help,
                     parts=(Part("run", full_name, cmd),),
+                    notes=cmd.notes,
                 )
             )
     return defs

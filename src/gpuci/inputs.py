@@ -21,6 +21,8 @@ from gpuci.redact import excerpt
 _TRUE = {"true", "yes", "1", "on", "y"}
 _FALSE = {"false", "no", "0", "off", "n"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_NO_LIMIT = {"none", "unlimited"}
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -84,6 +86,28 @@ def parse_duration(raw: str) -> float:
     return seconds
 
 
+def parse_size(raw: str) -> int | None:
+    """``500MB``, ``10GiB``, ``1.5G``, ``123`` (bytes) -> bytes; ``none`` -> None (no limit).
+
+    ``KB``/``MB``/``GB`` are powers of 1000, ``KiB``/``MiB``/``GiB`` (and a bare ``K``/``M``/``G``,
+    as in ``du`` and Docker) powers of 1024.
+    """
+    if raw.strip().lower() in _NO_LIMIT:
+        return None
+    match = _SIZE.match(raw)
+    if not match:
+        raise ValueError("expected a size such as 500MB, 10GiB or 1.5G, or none")
+    number, prefix, binary, suffix_b = match.groups()
+    if binary and not prefix:
+        raise ValueError("expected a size such as 500MB, 10GiB or 1.5G, or none")
+    power = "kmgtp".find(prefix.lower()) + 1 if prefix else 0
+    base = 1000 if prefix and suffix_b and not binary else 1024
+    value = float(number) * base**power
+    if not math.isfinite(value) or value >= 2**63:
+        raise ValueError("that size is larger than any disk")
+    return int(value)
+
+
 def parse_version(raw: str) -> tuple[int, ...]:
     """``12.4`` / ``8.0`` / ``535.104.05`` -> a comparable tuple."""
     text = raw.strip()
@@ -104,6 +128,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "list": parse_list,
     "lines": parse_lines,
     "duration": parse_duration,
+    "size": parse_size,
     "version": parse_version,
     "regex": lambda raw: re.compile(raw.strip()),
 }

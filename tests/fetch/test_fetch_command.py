@@ -15,6 +15,7 @@ from fetch_server import DATA, Fault, FaultyServer
 
 from gpuci.cli import run_command
 from gpuci.commands import retry_fetch
+from gpuci.fetch.partial import url_key
 from gpuci.runtime import Result, Runtime
 from gpuci_testing import clean_env, run_cli
 
@@ -129,7 +130,8 @@ def test_progress_lines_per_file(server, tmp_path: Path):
 
 def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):
     (tmp_path / "big.bin.incomplete").write_bytes(DATA[:1000])
-    (tmp_path / "big.bin.incomplete.json").write_text('{"validator": "\\"v1\\""}')
+    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
+    (tmp_path / "big.bin.incomplete.json").write_text(json.dumps(meta))
     before = sorted(p.name for p in tmp_path.iterdir())
     result, text = fetch(
         {"url": server.url("/data.bin"), "dest": "big.bin"}, tmp_path, dry_run=True

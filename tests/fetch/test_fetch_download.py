@@ -11,8 +11,9 @@ import httpx
 import pytest
 from fetch_server import DATA, Fault, FaultyServer, http_date
 
-from gpuci.errors import ExitCode, FetchError, IntegrityError
+from gpuci.errors import ExitCode, FetchError, InputError, IntegrityError
 from gpuci.fetch import FetchPolicy, fetch_file
+from gpuci.fetch.partial import url_key
 from gpuci.fetch.policy import parse_retry_after
 
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -59,7 +60,8 @@ def test_drop_is_remote_protocol_error_and_is_named_when_attempts_run_out(server
     # what arrived is kept for the next run, with its validator
     assert (tmp_path / "out.bin.incomplete").stat().st_size == 10_000 + 20_000 + 30_000 + 40_000
     meta = json.loads((tmp_path / "out.bin.incomplete.json").read_text())
-    assert meta == {"validator": '"v1"', "total": SIZE}
+    url = server.url("/data.bin")
+    assert meta == {"validator": '"v1"', "total": SIZE, "url": url, "url_sha256": url_key(url)}
 
 
 def test_next_run_resumes_from_the_partial_file(server, tmp_path, policy):
@@ -221,7 +223,8 @@ def test_416_at_full_length_means_done(server, tmp_path, policy):
     """A previous run got every byte but died before the rename."""
     dest = tmp_path / "out.bin"
     (tmp_path / "out.bin.incomplete").write_bytes(DATA)
-    (tmp_path / "out.bin.incomplete.json").write_text(json.dumps({"validator": '"v1"'}))
+    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
+    (tmp_path / "out.bin.incomplete.json").write_text(json.dumps(meta))
     res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
     assert server.gets()[0].status == 416
     assert server.served() == 0
@@ -237,14 +240,26 @@ def test_partial_without_validator_is_not_trusted(server, tmp_path, policy):
     assert dest.read_bytes() == DATA
 
 
-def test_content_encoded_response_is_never_resumed(server, tmp_path, policy):
-    server.faults("/data.bin", Fault(gzip=True, drop_after=1000))
+def test_content_encoded_response_is_refused_not_decoded(server, tmp_path, policy):
+    """We ask for identity; an encoded body is refused (tests/security has the gzip bomb)."""
+    server.faults("/data.bin", Fault(gzip=True))
     dest = tmp_path / "out.bin"
-    fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
+    with pytest.raises(FetchError, match="Content-Encoding: gzip"):
+        fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
     gets = server.gets()
+    assert len(gets) == 1  # not retried: another try gets the same answer
     assert gets[0].headers.get("Accept-Encoding") == "identity"
-    assert gets[1].range is None  # restarted, because encoded offsets are not file offsets
-    assert dest.read_bytes() == DATA
+    assert leftovers(dest) == []
+
+
+def test_an_encoded_answer_falls_back_to_a_mirror(server, tmp_path, policy):
+    server.add("/mirror.bin", DATA)
+    server.faults("/data.bin", Fault(gzip=True))
+    dest = tmp_path / "out.bin"
+    res = fetch_file(
+        server.url("/data.bin"), dest, SHA, policy=policy, mirrors=[server.url("/mirror.bin")]
+    )
+    assert res.url == server.url("/mirror.bin") and dest.read_bytes() == DATA
 
 
 def test_existing_verified_file_is_not_fetched_again(server, tmp_path, policy):
@@ -309,10 +324,10 @@ def test_empty_file(server, tmp_path, policy):
     assert leftovers(dest) == ["empty"]
 
 
-def test_invalid_url_is_a_fetch_error(tmp_path, policy):
-    with pytest.raises(FetchError) as info:
+def test_invalid_url_is_bad_input_before_any_request(tmp_path, policy):
+    with pytest.raises(InputError) as info:
         fetch_file("http://127.0.0.1:notaport/x", tmp_path / "x", policy=policy)
-    assert "after 1 attempt(s)" in info.value.message
+    assert "invalid port" in info.value.message and info.value.exit_code == ExitCode.BAD_INPUT
 
 
 def test_unwritable_destination_is_one_fetch_error(server, tmp_path, policy):

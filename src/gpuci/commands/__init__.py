@@ -46,6 +46,7 @@ class Command:
     positional_rest: bool = False  # the positional takes every remaining word (after --)
     # For one action serving several sub-commands (actions/gpu-pod): the input naming which.
     dispatch: str | None = None
+    notes: tuple[str, ...] = ()  # paragraphs for the action's README, after the tables
 
     def load(self) -> RunFn | None:
         if self.target is None:

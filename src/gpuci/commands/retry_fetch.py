@@ -44,6 +44,16 @@ INPUTS = (
         "60s",
     ),
     Input("parallel", "How many files to download at once.", "int", "4", minimum=1),
+    Input(
+        "max-bytes",
+        "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
+        "refused before writing and a longer body is cut off and deleted. The default fits any "
+        "single Hugging Face Hub file (50 GB cap) yet stops an endless body long before it "
+        "fills a runner's disk.",
+        "size",
+        "64GiB",
+        minimum=1,
+    ),
 )
 
 COMMAND = Command(
@@ -59,5 +69,22 @@ COMMAND = Command(
         Output("seconds", "Wall time."),
     ),
     target="gpuci.fetch:run",
+    notes=(
+        "**Credentials stay on their origin.** `headers` (and a `user:pass@` in the URL) go "
+        "only to the URL's own origin (scheme, host, port). When a redirect leaves it, every "
+        "one of them is dropped for the rest of the chain, even if a later hop comes back. No "
+        "cookies are kept. A redirect to a URL that is not http(s) is refused.",
+        "**Sizes and encodings.** A Content-Length over `max-bytes`, or over the free space "
+        "where the file goes, is refused before a byte is written; a body that runs past "
+        "`max-bytes` is cut off and its partial file deleted. retry-fetch asks for "
+        "`Accept-Encoding: identity` and refuses any other Content-Encoding (exit 3) rather "
+        "than decompress it, so the bytes on disk are the bytes the server sent.",
+        "**Resume.** Bytes that arrived before a failure stay in `<dest>.incomplete`, with the "
+        "URL and validator (ETag / Last-Modified) in `<dest>.incomplete.json`. A later run "
+        "resumes from them only if both are regular files (never followed through a symlink), "
+        "owned by the current user, not writable by group or others, and made for the same "
+        "URL; anything else is deleted and the download starts over. A full disk deletes the "
+        "partial file and says so (exit 3). See docs/security.md.",
+    ),
     actions=("actions/retry-fetch",),
 )

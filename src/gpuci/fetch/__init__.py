@@ -7,8 +7,9 @@ sha256 checks)::
     result = fetch_file(url, "weights.bin", sha256="...", policy=FetchPolicy(attempts=3))
 """
 
+from gpuci.fetch.client import new_client
 from gpuci.fetch.command import run
-from gpuci.fetch.download import FetchResult, fetch_file, new_client
+from gpuci.fetch.download import FetchResult, fetch_file
 from gpuci.fetch.policy import FetchPolicy
 
 __all__ = ["FetchPolicy", "FetchResult", "fetch_file", "new_client", "run"]

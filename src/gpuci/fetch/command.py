@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from gpuci import journal
-from gpuci.errors import ExitCode, GpuciError
+from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.fetch.download import FetchResult, fetch_file, new_client
 from gpuci.fetch.plan import Probe, probe
 from gpuci.fetch.policy import FetchPolicy
@@ -29,13 +29,25 @@ from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 COMMAND = "retry-fetch"
 
 
+# Longest times a socket or a sleep accepts without overflowing (a week, a year): a
+# "99999999999999w" is a typo to report, not a number to hand to the OS.
+_TIME_LIMITS = {"timeout": 7 * 86400.0, "max-wait": 7 * 86400.0, "deadline": 366 * 86400.0}
+
+
 def policy_from(values: dict[str, Any]) -> FetchPolicy:
+    for name, limit in _TIME_LIMITS.items():
+        if values[name] > limit:
+            raise InputError(
+                f"input '{name}' is {values[name]:g}s, longer than the {limit:g}s allowed",
+                hint=f"set {name} to a sensible duration such as 60s, 30m or 2h",
+            )
     return FetchPolicy(
         attempts=values["attempts"],
         timeout=values["timeout"],
         deadline=values["deadline"],
         max_wait=values["max-wait"],
         initial_wait=min(1.0, values["max-wait"]),
+        max_bytes=values["max-bytes"],
     )
 
 
@@ -43,6 +55,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     """Fetch every URL (``parallel`` at a time); a failure of one fails the step after all ran."""
     started = time.monotonic()
     headers = parse_headers(values.get("headers"), rt.mask)
+    for line in values.get("url") or ():  # mask credentials before a bad URL can print them
+        for secret in url_secrets((line.split() or [""])[0]):
+            rt.mask(secret)
     policy = policy_from(values)
     jobs = build_jobs(
         values["url"], values.get("dest"), values.get("sha256"), values.get("mirrors"), Path.cwd()

@@ -6,13 +6,20 @@ plus ``If-Range`` (so a file that changed meanwhile comes back whole, never spli
 whose ``Content-Range`` starts exactly where we stopped is appended; a 200 restarts cleanly; a
 416 at full length means we already have it all. When the digest matches, the file is renamed
 into place; nothing incomplete or unverified ever sits under the final name.
+
+Hostile servers and full disks are bounded: a Content-Length over ``policy.max_bytes`` (or
+over the free space) is refused before a byte is written, a body that runs past it is cut off
+and its partial deleted, an encoded body is refused (see :mod:`gpuci.fetch.client`), and a
+full disk deletes the partial it filled, since no later run could resume it anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,18 +29,24 @@ from typing import Protocol
 import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
+from gpuci.fetch.client import check_identity, new_client, open_response
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
     RETRY_TRANSPORT,
     FetchPolicy,
     RangeMismatch,
+    Refused,
     RetryableError,
     RetryableStatus,
     ShortBody,
     parse_retry_after,
 )
+from gpuci.fetch.urls import check_url
 from gpuci.files import sha256_file
+from gpuci.runtime import human_bytes
+
+__all__ = ["FetchResult", "fetch_file", "new_client"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
@@ -104,15 +117,18 @@ class _Download:
         """One GET; returns when ``partial`` holds the whole file, raises otherwise."""
         self.attempts += 1
         part = self.partial
+        part.bind(url)
         offset = part.size if part.validator else 0
         if offset == 0 and part.size:
             part.reset()
-        headers = {**self.headers, "Accept-Encoding": "identity"}
+        headers = {"Accept-Encoding": "identity"}
         if offset:
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
-        with self.client.stream("GET", url, headers=headers, timeout=timeout) as resp:
+        with open_response(
+            self.client, "GET", url, headers=headers, credentials=self.headers, timeout=timeout
+        ) as resp:
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
@@ -139,12 +155,12 @@ class _Download:
     def _accept(self, resp: httpx.Response, url: str, offset: int) -> int | None:
         """Decide where the body goes: appended (a matching 206) or from zero (anything else)."""
         part = self.partial
-        encoded = resp.headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
-        validator = None if encoded else strong_validator(resp.headers)
+        check_identity(resp)
+        validator = strong_validator(resp.headers)
         if resp.status_code == 206:
             span = parse_content_range(resp.headers.get("Content-Range"))
             same_version = validator is not None and validator == part.validator
-            if not offset or encoded or span is None or span[0] != offset or not same_version:
+            if not offset or span is None or span[0] != offset or not same_version:
                 part.reset()
                 raise RangeMismatch(
                     f"a 206 that does not continue at byte {offset} of the same version "
@@ -155,22 +171,54 @@ class _Download:
         else:
             if offset or part.size:
                 part.reset()  # Range ignored or the file changed: a clean restart
-            total = None if encoded else _int(resp.headers.get("Content-Length"))
+            total = _int(resp.headers.get("Content-Length"))
+        if total is not None:
+            self._check_room(total, part.size)
         part.adopt(validator, total)
         if self.progress is not None:
             left = None if total is None else total - part.size
             self.progress.total = None if left is None else getattr(self.progress, "done", 0) + left
         return total
 
+    def _check_room(self, total: int, have: int) -> None:
+        """Refuse an announced size over max-bytes or over the free space, before writing."""
+        limit = self.policy.max_bytes
+        if limit is not None and total > limit:
+            self.partial.reset()
+            raise Refused(
+                f"Content-Length {total} ({human_bytes(total)}) is over max-bytes "
+                f"({human_bytes(limit)}); nothing was written",
+                hint="raise max-bytes if the file really is that large",
+            )
+        folder = self.dest.parent
+        try:
+            vfs = os.statvfs(folder)
+        except OSError:
+            return  # no answer: the write itself will tell
+        free = vfs.f_bavail * vfs.f_frsize
+        if total - have > free:
+            self.partial.reset()
+            raise Refused(
+                f"{self.dest.name} needs {human_bytes(total - have)} but {folder} has "
+                f"{human_bytes(free)} free; nothing was written",
+                hint="free space on that disk, or set dest to a folder on a larger one",
+            )
+
     def _stream(self, resp: httpx.Response, url: str, total: int | None) -> None:
         part = self.partial
-        encoded = resp.headers.get("Content-Encoding", "identity").lower() not in ("identity", "")
-        chunks = resp.iter_bytes() if encoded else resp.iter_raw()
         advance: Callable[[int], None] = self.progress.advance if self.progress else _nothing
         deadline = self.started + self.policy.deadline
+        limit = self.policy.max_bytes
+        have = part.size  # bytes on disk plus those handed to the writer
+        part.open_for_append()
         sink = Sink(part)
+        too_large = False
         try:
-            for chunk in chunks:
+            for chunk in resp.iter_raw():
+                if limit is not None and have + len(chunk) > limit:
+                    too_large = True  # leaving the loop closes the connection unread
+                    break
+                have += len(chunk)
                 sink.write(chunk)
                 advance(len(chunk))
                 if time.monotonic() > deadline:
@@ -181,6 +229,13 @@ class _Download:
                     )
         finally:
             sink.close()
+        if too_large:
+            part.reset()
+            raise Refused(
+                f"the body ran past max-bytes ({human_bytes(limit or 0)}); stopped reading "
+                "and deleted the partial file",
+                hint="raise max-bytes if the file really is that large",
+            )
         announced = _int(resp.headers.get("Content-Length"))
         if announced is not None and resp.num_bytes_downloaded < announced:
             raise ShortBody(f"short body: {resp.num_bytes_downloaded} of {announced} bytes")
@@ -199,10 +254,7 @@ class _Download:
                 f"got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
-        part.path.touch()  # an empty body never opened the file
-        os.replace(part.path, self.dest)
-        with contextlib.suppress(FileNotFoundError):
-            part.meta.unlink()
+        part.place()
         return FetchResult(
             url=url,
             path=self.dest,
@@ -212,6 +264,32 @@ class _Download:
             resumed_bytes=self.resumed_bytes,
             seconds=time.monotonic() - self.started,
         )
+
+
+def _is_regular(path: Path) -> bool:
+    """A regular file, not a link to one: a link found at dest is replaced, not trusted."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _write_failed(partial: Partial, exc: OSError) -> FetchError:
+    """A write error in one line; a full disk also loses the partial that filled it."""
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return FetchError(
+            f"cannot write {partial.path}: {exc.strerror or exc}",
+            hint="check the destination folder exists, is writable and has space",
+        )
+    size = partial.size
+    with contextlib.suppress(GpuciError, OSError):
+        partial.discard()
+    return FetchError(
+        f"disk full while writing {partial.path}: {exc.strerror or exc}; deleted the partial "
+        f"file ({human_bytes(size)}) so it does not keep the disk full",
+        hint=f"free space on the disk holding {partial.path.parent}, or set dest to a larger "
+        "disk, then rerun",
+    )
 
 
 def _nothing(_: int) -> None:
@@ -265,11 +343,13 @@ def fetch_file(
     policy = policy or FetchPolicy()
     dest = Path(dest)
     started = time.monotonic()
-    if sha256 and dest.is_file() and sha256_file(dest) == sha256.lower():
+    for source in (url, *mirrors):
+        check_url(source, "url")
+    if sha256 and _is_regular(dest) and sha256_file(dest) == sha256.lower():
         return FetchResult(url, dest, sha256.lower(), dest.stat().st_size, 0, 0, 0.0, True)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        partial = Partial(dest)
+        partial = Partial(dest, url, max_bytes=policy.max_bytes)
     except OSError as exc:
         raise FetchError(
             f"cannot prepare {dest}: {exc.strerror or exc}",
@@ -293,11 +373,10 @@ def fetch_file(
                 errors.append((source, exc, job.attempts - before))
                 if job.remaining() <= 0:
                     break
+            except UnicodeError as exc:  # a host name the resolver's IDNA codec refuses
+                errors.append((source, FetchError(f"cannot look up the host: {exc}"), 1))
             except OSError as exc:
-                raise FetchError(
-                    f"cannot write {job.partial.path}: {exc.strerror or exc}",
-                    hint="check the destination folder exists, is writable and has space",
-                ) from exc
+                raise _write_failed(job.partial, exc) from exc
         if not job.partial.validator:
             job.partial.discard()  # bytes no later run could resume: leave no litter
         error = _give_up(errors, job)
@@ -318,7 +397,8 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         error = FetchError(exc.message, exc.hint)
     else:
         cause = describe(exc)
-        where = f"{source}: {cause} after {tries} attempt(s)"
+        refused = isinstance(exc, Refused)  # not retried: "after 1 attempt" says nothing
+        where = f"{source}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
@@ -331,13 +411,3 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         )
     error.__cause__ = exc
     return error
-
-
-def new_client(policy: FetchPolicy, connections: int = 8) -> httpx.Client:
-    """An httpx client for downloads: redirects followed, pooled connections."""
-    return httpx.Client(
-        follow_redirects=True,
-        timeout=httpx.Timeout(policy.timeout),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        headers={"User-Agent": "gpuci-retry-fetch"},
-    )

@@ -3,6 +3,9 @@
 A HEAD per URL (falling back to a one-byte ranged GET when HEAD is refused) tells us the size,
 whether the server resumes (``Accept-Ranges`` or a 206), and whether earlier partial bytes on
 disk would be kept. That is what a laptop can check before a GPU job pays for the download.
+The probe goes through the same client as a real run (credentials stay on their origin, no
+encoding accepted) and never reads a body, so a server that ignores the range cannot make it
+read an endless one.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from dataclasses import dataclass
 
 import httpx
 
+from gpuci.errors import GpuciError
+from gpuci.fetch.client import IDENTITY, check_identity, open_response
 from gpuci.fetch.download import describe, parse_content_range, strong_validator
-from gpuci.fetch.partial import META
+from gpuci.fetch.partial import inspect
 from gpuci.fetch.policy import FetchPolicy
 from gpuci.fetch.sources import Job
 from gpuci.files import incomplete_path, sha256_file
@@ -36,14 +41,15 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
     """HEAD the URL (or a ``bytes=0-0`` GET) and say what a real run would write."""
     if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
         return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
-    base = {**headers, "Accept-Encoding": "identity"}
     try:
-        resp = client.head(job.url, headers=base, timeout=policy.timeout)
+        resp = _ask(client, "HEAD", job.url, headers, policy)
         if resp.status_code != 200 or _length(resp) is None:  # HEAD refused (or signed for GET)
-            ranged = {**base, "Range": "bytes=0-0"}
-            resp = client.get(job.url, headers=ranged, timeout=policy.timeout)
+            resp = _ask(client, "GET", job.url, headers, policy)
+        check_identity(resp)
     except httpx.HTTPError as exc:
         return Probe(job, None, None, False, "fail", describe(exc))
+    except GpuciError as exc:
+        return Probe(job, None, None, False, "fail", exc.one_line())
     status = resp.status_code
     if status not in (200, 206):
         return Probe(job, status, None, False, "fail", f"HTTP {status} {resp.reason_phrase}")
@@ -52,15 +58,29 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
     resumable = status == 206 or resp.headers.get("Accept-Ranges", "").lower() == "bytes"
     resumable = resumable and strong_validator(resp.headers) is not None
     partial = incomplete_path(job.dest)
-    has_meta = job.dest.with_name(job.dest.name + META).is_file()
-    if partial.is_file() and partial.stat().st_size and has_meta and resumable:
-        action = f"resume from byte {partial.stat().st_size} into {partial}"
+    found = inspect(job.dest, job.url, policy.max_bytes)
+    if size is not None and policy.max_bytes is not None and size > policy.max_bytes:
+        error = f"Content-Length {size} is over max-bytes ({policy.max_bytes})"
+        return Probe(job, status, size, resumable, "fail", error)
+    if found is not None and resumable:
+        action = f"resume from byte {found.size} into {partial}"
     else:
         action = f"write {partial}, verify, rename"
     action += f" -> {job.dest}"
     if job.dest.exists():
         action += " (replacing the existing file)"
     return Probe(job, status, size, resumable, action)
+
+
+def _ask(
+    client: httpx.Client, method: str, url: str, headers: dict[str, str], policy: FetchPolicy
+) -> httpx.Response:
+    """The answer's status and headers; the body (if any) is never read."""
+    ours = IDENTITY if method == "HEAD" else {**IDENTITY, "Range": "bytes=0-0"}
+    with open_response(
+        client, method, url, headers=ours, credentials=headers, timeout=policy.timeout
+    ) as resp:
+        return resp
 
 
 def _length(resp: httpx.Response) -> int | None:

@@ -3,6 +3,9 @@
 Only failures that a later attempt can cure are retried: transport errors (connect, read,
 ``RemoteProtocolError`` when a server closes mid-body, timeouts) and the statuses 408, 429, 500,
 502, 503 and 504. Every other 4xx means the request itself is wrong, so it fails at once.
+A server that answers with something we refuse (a body over ``max_bytes``, a Content-Encoding
+we did not ask for, a redirect we will not follow) raises :class:`Refused`: asking again gets
+the same answer, so it is not retried, but a mirror may do better.
 Waits are full-jitter exponential backoff capped by ``max_wait``; a ``Retry-After`` (seconds or
 HTTP date) replaces the backoff but is capped too, so a server cannot park a GPU job for an hour.
 """
@@ -15,6 +18,14 @@ from dataclasses import dataclass
 
 import httpx
 import tenacity
+
+from gpuci.errors import FetchError
+
+# Large enough for any single file on the Hugging Face Hub (it caps files at 50 GB) and for
+# every model shard we know of; small enough that an endless or lying body stops long before
+# it fills a GPU runner's disk. A larger file needs ``max-bytes`` set on purpose.
+DEFAULT_MAX_BYTES = 64 << 30
+DEFAULT_MAX_BYTES_TEXT = "64GiB"
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -33,6 +44,12 @@ class RetryableError(Exception):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class Refused(FetchError):
+    """The source answered with something we will not take; not retried, mirrors still are."""
+
+    title = "gpu-ci: download refused"
 
 
 class RetryableStatus(RetryableError):
@@ -72,6 +89,7 @@ class FetchPolicy:
 
     ``timeout`` bounds each connect and each read (a stalled server), not a whole attempt: a
     10 GB file may legitimately take longer than any sensible per-request timeout.
+    ``max_bytes`` bounds one file's size on disk (None: no bound); see DEFAULT_MAX_BYTES.
     """
 
     attempts: int = 5
@@ -79,6 +97,7 @@ class FetchPolicy:
     deadline: float = 1800.0
     max_wait: float = 60.0
     initial_wait: float = 1.0
+    max_bytes: int | None = DEFAULT_MAX_BYTES
 
     def wait_seconds(self, retry_state: tenacity.RetryCallState) -> float:
         """Retry-After when the server gave one, else full-jitter exponential backoff."""

@@ -1,0 +1,151 @@
+"""The HTTP side of every download: credentials stay on their origin, bodies stay as sent.
+
+httpx follows redirects well but keeps every header except ``Authorization`` when the origin
+changes, so an ``X-Api-Key`` or ``PRIVATE-TOKEN`` went to whatever host a redirect named, and
+its cookie jar (which ignores ports) carried a cookie from one server to another. Here the
+client keeps no cookies at all and :func:`open_response` follows redirects itself: the user's
+headers (and a ``user:pass@`` in the URL) are sent only while every hop stays on the first
+URL's origin (scheme, host, port); once a redirect leaves it they are never sent again, not
+even when a later hop comes back. We ask for ``Accept-Encoding: identity`` and refuse any
+other encoding (:func:`check_identity`) instead of decompressing, so a gzip bomb never grows
+on disk; :func:`read_capped` bounds small bodies held in memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.cookiejar
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import httpx
+
+from gpuci.errors import InputError
+from gpuci.fetch.policy import Refused
+from gpuci.fetch.urls import check_url, origin, shown_url
+
+if TYPE_CHECKING:
+    from gpuci.fetch.policy import FetchPolicy
+
+MAX_REDIRECTS = 10
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+IDENTITY = {"Accept-Encoding": "identity"}
+
+
+class _NoCookies(http.cookiejar.DefaultCookiePolicy):
+    """Store nothing and send nothing: a download needs no session, and a jar leaks one."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
+        return False
+
+
+def new_client(policy: FetchPolicy, connections: int = 8) -> httpx.Client:
+    """An httpx client for downloads: pooled connections, no cookie jar, redirects by hand."""
+    return httpx.Client(
+        follow_redirects=False,  # open_response follows them, without leaking credentials
+        cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
+        timeout=httpx.Timeout(policy.timeout),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        headers={"User-Agent": "gpuci-retry-fetch"},
+    )
+
+
+def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``http://user:pass@host/x`` -> (``http://host/x``, an ``Authorization: Basic`` header).
+
+    So URL credentials are user headers like any other and obey the same origin rule.
+    """
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, {}
+    netloc = parts.netloc.rpartition("@")[2]
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    basic = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return urlunsplit(parts._replace(netloc=netloc)), {"Authorization": f"Basic {basic}"}
+
+
+@contextmanager
+def open_response(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    credentials: Mapping[str, str] | None = None,
+    timeout: httpx.Timeout | float | None = None,
+) -> Iterator[httpx.Response]:
+    """Send ``method url`` and follow redirects; yields the final response, streaming.
+
+    ``headers`` are ours (Range, Accept-Encoding) and go to every hop; ``credentials`` are the
+    user's headers and go only to hops on the first URL's origin, until a hop leaves it.
+    """
+    current, from_url = split_userinfo(url)
+    secret = {**from_url, **(credentials or {})}
+    home = origin(current)
+    for _hop in range(MAX_REDIRECTS + 1):
+        send = httpx.Headers(secret)
+        for name, value in (headers or {}).items():
+            send[name] = value  # ours win, whatever case the user wrote theirs in
+        request = client.build_request(method, current, headers=send, timeout=timeout)
+        resp = client.send(request, stream=True, follow_redirects=False)
+        location = resp.headers.get("Location") if resp.status_code in REDIRECTS else None
+        if location is None:
+            try:
+                yield resp
+            finally:
+                resp.close()
+            return
+        resp.close()
+        current = _redirect_target(resp.url, location)
+        if origin(current) != home:
+            secret = {}  # another origin chose where we go next: it never sees credentials
+    raise Refused(
+        f"more than {MAX_REDIRECTS} redirects starting at {shown_url(url)}",
+        hint="check the URL; a redirect loop cannot be fixed by retrying",
+    )
+
+
+def _redirect_target(base: httpx.URL, location: str) -> str:
+    try:
+        joined = str(base.join(location))
+    except (httpx.InvalidURL, ValueError):
+        joined = location
+    try:
+        check_url(joined, "Location")
+    except InputError as exc:
+        raise Refused(
+            f"refused a redirect, {exc.message}",
+            hint="the server sent a Location we will not follow; use another URL or mirror",
+        ) from None
+    return split_userinfo(joined)[0]  # credentials a server wrote into a Location: dropped
+
+
+def check_identity(resp: httpx.Response) -> None:
+    """Refuse a body encoded although we asked for ``identity``: we never decompress."""
+    coding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        raise Refused(
+            f"the server sent Content-Encoding: {coding[:40]} although only identity was "
+            "accepted; refused the body without decompressing it",
+            hint="serve the file without Content-Encoding, or use a mirror that does",
+        )
+
+
+def read_capped(resp: httpx.Response, limit: int, what: str) -> bytes:
+    """The whole body, or :class:`Refused` as soon as it passes ``limit`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in resp.iter_raw():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(
+                f"{what} is larger than {limit} bytes; stopped reading",
+                hint="point at the right file; this one is not what was expected",
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
