@@ -25,6 +25,7 @@ import httpx
 from gpuci.errors import InputError
 from gpuci.fetch.policy import Refused
 from gpuci.fetch.urls import check_url, origin, shown_url
+from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
     from gpuci.fetch.policy import FetchPolicy
@@ -130,7 +131,7 @@ def check_identity(resp: httpx.Response) -> None:
     coding = resp.headers.get("Content-Encoding", "").strip().lower()
     if coding not in ("", "identity"):
         raise Refused(
-            f"the server sent Content-Encoding: {coding[:40]} although only identity was "
+            f"the server sent Content-Encoding: {excerpt(coding, 40)} although only identity was "
             "accepted; refused the body without decompressing it",
             hint="serve the file without Content-Encoding, or use a mirror that does",
         )
