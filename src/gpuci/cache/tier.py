@@ -115,12 +115,28 @@ def untrusted(st: os.stat_result, uid: int | None = None) -> str | None:
     return None
 
 
-def private_root_problem(root: Path) -> str | None:
+def runner_uid(environ: Mapping[str, str]) -> int | None:
+    """In GitHub Actions, the runner's own user: the owner of ``RUNNER_TEMP``.
+
+    It runs the job anyway; trusting the folders it owns lets a container job (root inside,
+    the runner's uid on the mounted ``/__w`` and ``/__t``) keep its tier.
+    """
+    temp = environ.get("RUNNER_TEMP", "").strip()
+    if environ.get("GITHUB_ACTIONS") != "true" or not temp:
+        return None
+    try:
+        return os.stat(temp).st_uid
+    except OSError:
+        return None
+
+
+def private_root_problem(root: Path, runner: int | None = None) -> str | None:
     """Why ``root`` cannot be the tier (None: it can).
 
     The tier itself, when it exists, must be a folder owned by the current user that nobody
-    else can write; every folder above it must be owned by us or root and not writable by
-    others unless sticky (``/tmp``), so no other user can swap any part of the path.
+    else can write; every folder above it must be owned by us, root or the runner's user and
+    not writable by others unless sticky (``/tmp``), so no other user can swap any part of the
+    path.
     """
     uid = current_uid()
     for parent in reversed(root.parents):
@@ -128,7 +144,7 @@ def private_root_problem(root: Path) -> str | None:
             st = os.lstat(parent)
         except FileNotFoundError:
             break  # we create the rest, as ourselves
-        if st.st_uid not in (0, uid):
+        if st.st_uid not in (0, uid, runner):
             return f"{parent} is owned by uid {st.st_uid}, who could replace the folder"
         if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
             return f"{parent} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
@@ -472,7 +488,7 @@ def open_tier(
         return None, []
     root = Path(os.path.realpath(os.path.expanduser(text))) if text else default_root(environ)
     root = Path(os.path.realpath(root))
-    problem = private_root_problem(root)
+    problem = private_root_problem(root, runner_uid(environ))
     if problem is not None:
         return None, [
             f"local cache not used: {problem} (fix: point local-cache at a folder only this "
