@@ -313,7 +313,7 @@ class LocalTier:
         """Copy a file in, hashing exactly the bytes stored; used by save and restore.
 
         The blob is named by what was copied: a source that changed after the caller hashed it
-        is stored under its new hash (or nowhere useful), never under ``digest``.
+        is stored under its new hash (which no manifest names), never under ``digest``.
         """
         temp = None
         try:
@@ -486,8 +486,7 @@ def open_tier(
     text = str(values.get("local-cache") or "").strip() or environ.get(TIER_ENV, "").strip()
     if text.lower() in _OFF:
         return None, []
-    root = Path(os.path.realpath(os.path.expanduser(text))) if text else default_root(environ)
-    root = Path(os.path.realpath(root))
+    root = Path(os.path.realpath(os.path.expanduser(text) if text else default_root(environ)))
     problem = private_root_problem(root, runner_uid(environ))
     if problem is not None:
         return None, [
