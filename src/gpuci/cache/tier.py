@@ -59,6 +59,9 @@ _OFF = {"off", "false", "no", "none", "0"}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
+# Bytes per read when hashing: small enough that a chunk is still in the CPU cache when it is
+# written out (one pass at 4 MiB ran ~100 MiB/s here, at 64 KiB ~300-360 MiB/s).
+HASH_CHUNK = 64 << 10
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -524,7 +527,7 @@ def _copy_fd(src: int, dst: int) -> None:
 def _copy_hashing(src: int, dst: int) -> str:
     """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written."""
     hasher = hashlib.sha256()
-    buf = bytearray(layout.IO_CHUNK)
+    buf = bytearray(HASH_CHUNK)
     view = memoryview(buf)
     offset = 0
     while n := os.preadv(src, [buf], offset):
@@ -538,7 +541,7 @@ def _copy_hashing(src: int, dst: int) -> str:
 
 def _hash_fd(fd: int) -> str:
     hasher = hashlib.sha256()
-    buf = bytearray(layout.IO_CHUNK)
+    buf = bytearray(HASH_CHUNK)
     view = memoryview(buf)
     offset = 0
     while n := os.preadv(fd, [buf], offset):
