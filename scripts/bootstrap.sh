@@ -62,6 +62,11 @@ owner_mode() { # path -> "uid octal-mode" of the path itself (a link is not foll
 
 why="" # what the last failed check found
 
+runner_uid="" # in GitHub Actions, the runner's user (owner of RUNNER_TEMP): it runs the job
+if [ "${GITHUB_ACTIONS:-}" = "true" ] && [ -n "${RUNNER_TEMP:-}" ]; then
+  read -r runner_uid _ <<<"$(owner_mode "$RUNNER_TEMP")" || true
+fi
+
 trusted_chain() { # folder -> 0 when no other user can change it or any folder above it
   local dir owner mode uid
   uid="$(id -u)"
@@ -69,7 +74,7 @@ trusted_chain() { # folder -> 0 when no other user can change it or any folder a
   while :; do
     read -r owner mode <<<"$(owner_mode "$dir")" || true
     if [ -z "${mode:-}" ]; then why="cannot read the owner of $dir"; return 1; fi
-    if [ "$owner" != "$uid" ] && [ "$owner" != 0 ]; then
+    if [ "$owner" != "$uid" ] && [ "$owner" != 0 ] && [ "$owner" != "${runner_uid:-x}" ]; then
       why="$dir is owned by uid $owner"
       return 1
     fi

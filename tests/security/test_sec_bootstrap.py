@@ -140,3 +140,24 @@ def test_an_inherited_gpuci_python_others_can_write_is_not_run(tmp_path: Path) -
     assert not marker.exists()
     assert f"not running GPUCI_PYTHON={python}" in proc.stderr
     assert str(python) not in proc.stdout
+
+
+@ROOT_ONLY
+def test_runner_temp_owned_by_the_runner_user_is_trusted_only_in_a_github_job(
+    tmp_path: Path,
+) -> None:
+    """A container job: root inside, RUNNER_TEMP (/__w/_temp) owned by the runner's host uid."""
+    runner_temp = tmp_path / "_temp"
+    runner_temp.mkdir(mode=0o755)
+    os.chown(runner_temp, 4242, 4242)
+    outside = run_bootstrap(tmp_path, RUNNER_TEMP=str(runner_temp))
+    assert f"{runner_temp} is owned by uid 4242" in outside.stderr  # not GitHub: a stranger
+    github_env = tmp_path / "github_env"
+    github_env.touch()
+    inside = run_bootstrap(
+        tmp_path, RUNNER_TEMP=str(runner_temp), GITHUB_ACTIONS="true", GITHUB_ENV=str(github_env)
+    )
+    assert "refusing" not in inside.stdout + inside.stderr
+    assert "no Python 3.10 or newer" in inside.stdout  # went on to build, privately
+    home = runner_temp / "gpuci-venvs"
+    assert home.stat().st_uid == os.geteuid() and stat.S_IMODE(home.stat().st_mode) == 0o700

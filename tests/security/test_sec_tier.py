@@ -164,6 +164,28 @@ def test_a_tier_folder_owned_by_another_user_is_not_used(runner: Runner, monkeyp
     assert any(f"owned by uid {os.geteuid()}, not 4242" in w for w in warnings(got))
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a folder owned by another uid needs root")
+def test_folders_of_the_runner_user_are_trusted_only_in_its_own_job(runner: Runner) -> None:
+    """A container job runs as root under /__w and /__t, which the runner's user owns."""
+    good, _ = _saved(runner, tier=False)
+    mounted = runner.base / "__t"
+    mounted.mkdir()
+    os.chown(mounted, 4242, 4242)  # the runner's uid on the host
+    runner.restore("m", runner.base / "job0", **{"local-cache": str(mounted / "tier")})
+    got = runner.restore("m", runner.base / "job1", **{"local-cache": str(mounted / "tier")})
+    assert got.outputs["bytes-from-local"] == 0  # not a GitHub job: uid 4242 is a stranger
+    assert any(f"{mounted} is owned by uid 4242" in w for w in warnings(got)), warnings(got)
+    temp = runner.base / "__w_temp"
+    temp.mkdir()
+    os.chown(temp, 4242, 4242)
+    runner.environ.update(GITHUB_ACTIONS="true", RUNNER_TEMP=str(temp))
+    runner.restore("m", runner.base / "job2", **{"local-cache": str(mounted / "tier")})
+    got = runner.restore("m", runner.base / "job3", **{"local-cache": str(mounted / "tier")})
+    assert got.outputs["bytes-from-local"] == BIG + len(b'{"layers": 2}\n')
+    assert (runner.base / "job3" / WEIGHTS).read_bytes() == good
+    assert not warnings(got)
+
+
 def test_the_tier_folder_is_created_private_and_an_existing_one_is_tightened(
     runner: Runner, tmp_path: Path
 ) -> None:

@@ -8,7 +8,7 @@ import hashlib
 import io
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuci.cache import layout
@@ -31,6 +31,7 @@ class Runner:
 
     base: Path
     reflinks: bool = False  # on a filesystem that clones (XFS, btrfs)
+    environ: dict[str, str] = field(default_factory=dict)  # e.g. GITHUB_ACTIONS, RUNNER_TEMP
 
     @property
     def store(self) -> Path:
@@ -45,6 +46,7 @@ class Runner:
             "GPUCI_JOURNAL": str(self.base / "journal.jsonl"),
             "HOME": str(self.base / "home"),
             "GPUCI_LOCAL_CACHE": "off",  # each call says which tier it uses
+            **self.environ,
         }
 
     def run(self, sub: str, key: str, path: Path, **flags: str) -> Result:
