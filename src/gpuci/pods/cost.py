@@ -130,7 +130,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
         result.headline = f"would read pod billing since {iso(now - period_s)} and list pods"
         result.report = {"plan": {"billing_from": iso(now - period_s), "billing_to": iso(now)}}
         return result
-    with RunPodClient.from_env(rt.environ, rt.mask, clock) as client:
+    with RunPodClient.from_env(rt.environ, rt.mask, clock, read_only=rt.dry_run) as client:
         spend = gather(client, rt.environ, period_s, now)
     owners = sorted(set(spend.billed_by_owner) | set(spend.committed_by_owner))
     if only:
