@@ -9,6 +9,8 @@ fails here as it would on GitHub.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from real_clients import (
     make_project,
 )
 
-from gpuci_testing import REPO
+from gpuci_testing import REPO, clean_env, run_cli
 from pods.fake_runpod import FakeRunPod
 
 pytestmark = pytest.mark.skipif(
@@ -171,3 +173,37 @@ def test_gpu_pods_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -
         assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # destroy ended it
     finally:
         fake.stop()
+
+
+def test_dry_run_and_act_agree_on_each_matrix_leg(gpuci: Path, tmp_path: Path) -> None:
+    """Legs 40 and 200 GB on an H200: act fails the 200 leg, and dry-run says so first."""
+    workflow = (
+        "on: push\n"
+        "jobs:\n"
+        "  check:\n"
+        "    runs-on: gpu-large\n"
+        "    strategy:\n"
+        "      fail-fast: false\n"
+        "      matrix:\n"
+        "        mem: [40, 200]\n"
+        "    steps:\n"
+        "      - uses: my-org/gpu-ci/actions/gpu-setup@v1\n"
+        "        with:\n"
+        "          min-memory-gb: ${{ matrix.mem }}\n"
+    )
+    project = make_project(tmp_path / "proj", {".github/workflows/m.yml": workflow})
+    env = {"GPUCI_FAKE_NVML": "h200"}
+    planned = run_cli(
+        "dry-run",
+        str(project / ".github/workflows/m.yml"),
+        "--json",
+        env=clean_env(HOME=str(tmp_path), **env),
+    )
+    verdicts = {s["job"]: s["verdict"] for s in json.loads(planned.stdout)["report"]["steps"]}
+    assert verdicts == {"check (mem=40)": "ok", "check (mem=200)": "would-fail"}
+    done = act(project, gpuci, ".github/workflows/m.yml", tmp_path, env=env)
+    text = done.stdout + done.stderr
+    assert done.returncode != 0
+    # act marks every leg's job failed when one fails; the step results are per leg.
+    steps = dict(re.findall(r"\[m\.yml/check-(\d)\s*\]\s+\S+\s+(\w+) - Main my-org/", text))
+    assert steps == {"1": "Success", "2": "Failure"}, text[-3000:]  # legs in matrix order
