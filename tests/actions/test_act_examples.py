@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -207,3 +208,36 @@ def test_dry_run_and_act_agree_on_each_matrix_leg(gpuci: Path, tmp_path: Path) -
     # act marks every leg's job failed when one fails; the step results are per leg.
     steps = dict(re.findall(r"\[m\.yml/check-(\d)\s*\]\s+\S+\s+(\w+) - Main my-org/", text))
     assert steps == {"1": "Success", "2": "Failure"}, text[-3000:]  # legs in matrix order
+
+
+def test_an_input_missing_from_the_actions_env_is_lost_as_on_github(
+    gpuci: Path, tmp_path: Path
+) -> None:
+    """act would hand the action INPUT_MIN-MEMORY-GB itself; GitHub's runner would not.
+
+    With the line that passes min-memory-gb removed from the action, the 200 GB requirement
+    must vanish here as it would on GitHub (the step passes on a 141 GB H200): proof that the
+    act runs above only pass because the actions pass their inputs themselves.
+    """
+    broken = tmp_path / "gpu-ci-broken"
+    shutil.copytree(gpuci, broken)
+    spec = broken / "actions" / "gpu-setup" / "action.yml"
+    line = "        INPUT_MIN_MEMORY_GB: ${{ inputs.min-memory-gb }}\n"
+    assert line in spec.read_text()
+    spec.write_text(spec.read_text().replace(line, ""))
+    workflow = (
+        "on: push\n"
+        "jobs:\n"
+        "  check:\n"
+        "    runs-on: gpu-large\n"
+        "    steps:\n"
+        "      - uses: my-org/gpu-ci/actions/gpu-setup@v1\n"
+        "        with:\n"
+        "          min-memory-gb: 200\n"
+    )
+    project = make_project(tmp_path / "proj", {".github/workflows/m.yml": workflow})
+    done = act(
+        project, broken, ".github/workflows/m.yml", tmp_path, env={"GPUCI_FAKE_NVML": "h200"}
+    )
+    passed(done)
+    assert "INPUT_MIN-MEMORY-GB" in (tmp_path / "inputs-dropped.log").read_text()
