@@ -66,7 +66,7 @@ def act(
     done = subprocess.run(
         [*cmd, *args],
         cwd=project,
-        env=client_env(tmp / "home"),
+        env=client_env(tmp / "home", ACT_DISABLE_VERSION_CHECK="1"),  # no call home
         capture_output=True,
         text=True,
         timeout=240,
