@@ -13,6 +13,7 @@ working tree would give) and stands in for ``my-org/gpu-ci@v1``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -128,16 +129,26 @@ def act_command(
 
 
 @contextmanager
-def http_ok_server() -> Iterator[str]:
-    """A 127.0.0.1 server answering 200 to every GET: the pods' proxy URL in the examples."""
+def http_ok_server(answers: dict[str, object] | None = None) -> Iterator[str]:
+    """A 127.0.0.1 server standing in for a pod's proxy URL: 200 and JSON to every request,
+    ``answers[path suffix]`` where one matches (e.g. an OpenAI-style ``/v1/models``)."""
 
     class Ok(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = b'{"ok": true}'
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            found = next(
+                (v for k, v in (answers or {}).items() if self.path.endswith(k)), {"ok": True}
+            )
+            body = json.dumps(found).encode()
             self.send_response(200)
+            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        do_POST = do_GET
 
         def log_message(self, *args: object) -> None:
             pass

@@ -241,3 +241,45 @@ def test_an_input_missing_from_the_actions_env_is_lost_as_on_github(
     )
     passed(done)
     assert "INPUT_MIN-MEMORY-GB" in (tmp_path / "inputs-dropped.log").read_text()
+
+
+def test_vllm_pod_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -> None:
+    model = "Qwen/Qwen2.5-0.5B-Instruct"
+    vllm = {
+        "/v1/models": {"data": [{"id": model}]},
+        "/v1/completions": {"choices": [{"text": " 4"}]},
+    }
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        with http_ok_server(vllm) as proxy:
+            env = {
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
+                "GPUCI_PODS_POLL_S": "0.2",
+                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+            }
+            project = make_project(
+                tmp_path / "proj", {".github/workflows/vllm-pod.yml": EXAMPLES / "vllm-pod.yml"}
+            )
+            text = passed(
+                act(
+                    project,
+                    gpuci,
+                    ".github/workflows/vllm-pod.yml",
+                    tmp_path,
+                    "-s",
+                    f"RUNPOD_API_KEY={fake.api_key}",
+                    "-s",
+                    "HF_TOKEN=hf_secret_for_the_pod",
+                    event="workflow_dispatch",
+                    env=env,
+                )
+            )
+        assert "Success - Main Check the endpoint" in text
+        assert "serving ['Qwen/Qwen2.5-0.5B-Instruct']" in text
+        (created,) = fake.calls("POST", "/v2/pods")
+        assert created.body["env"]["HF_TOKEN"] == "hf_secret_for_the_pod"
+        assert "hf_secret_for_the_pod" not in text and fake.api_key not in text
+        assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # torn down
+    finally:
+        fake.stop()
