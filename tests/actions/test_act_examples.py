@@ -97,7 +97,7 @@ def test_ci_self_tests_of_each_action(gpuci: Path, tmp_path: Path) -> None:
 def test_train_example_on_a_fake_h200(gpuci: Path, tmp_path: Path) -> None:
     # The user's train.py: makes the base weights and data on a miss, then a model.
     train_py = (
-        "import pathlib\n"
+        "import pathlib\n\n"
         "for d in ('models/base', 'data/train', 'out/model'):\n"
         "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
         "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
