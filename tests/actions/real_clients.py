@@ -97,7 +97,14 @@ def client_env(home: Path, **extra: str) -> dict[str, str]:
     """A clean environment: the dev venv (python, pip, uv) first on PATH, its own HOME."""
     path = os.pathsep.join([str(NODE_BIN), str(Path(sys.executable).parent), os.environ["PATH"]])
     home.mkdir(parents=True, exist_ok=True)
-    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **extra)
+    # The developer's own download caches (content-addressed, safe to share): the venvs the
+    # examples build (bootstrap.sh's uv, the templates' pip) then install without re-downloading.
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    caches = {
+        "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR") or str(cache / "uv"),
+        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(cache / "pip"),
+    }
+    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **caches, **extra)
 
 
 def act_command(
