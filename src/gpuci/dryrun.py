@@ -40,9 +40,8 @@ class StepPlan:
     name: str
     uses: str = ""
     command: str = ""
-    verdict: str = (
-        ""  # ok | may-fail | would-fail | bad-input | not-implemented | run | other-action
-    )
+    # ok | may-fail | would-fail | bad-input | not-implemented | run | other-action
+    verdict: str = ""
     detail: str = ""
     unresolved: list[str] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
