@@ -73,3 +73,18 @@ def test_a_train_job_writes_at_most_twenty(tmp_path):
     written = lines(report)
     assert 0 < len(written) <= 20
     assert "GPUCI_CACHE_HIT=v" in written and "GPUCI_PASSED=v" in written
+
+
+def test_a_name_that_would_forge_another_variable_is_refused(tmp_path):
+    import pytest
+
+    from gpuci.errors import InputError
+
+    report = tmp_path / "out.env"
+    with pytest.raises(InputError, match="refusing to write the variable name"):
+        dotenv.write(
+            {"GPUCI_DOTENV": str(report), "GPUCI_DOTENV_OUTPUTS": "all"},
+            {"X\nGPUCI_PASSED": "true"},
+            lambda message: None,
+        )
+    assert not report.exists()

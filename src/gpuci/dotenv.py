@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gpuci.errors import InputError
+
 PATH_ENV = "GPUCI_DOTENV"
 OUTPUTS_ENV = "GPUCI_DOTENV_OUTPUTS"
 LIMIT_ENV = "GPUCI_DOTENV_LIMIT"
@@ -78,6 +80,9 @@ def _read(path: Path) -> dict[str, str]:
     return pairs
 
 
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
 def write(
     environ: Mapping[str, str],
     pairs: Mapping[str, str],
@@ -88,6 +93,12 @@ def write(
     chosen = {k: v for k, v in pairs.items() if keep is None or k in keep}
     if not chosen:
         return
+    for key in chosen:
+        if not _NAME.match(key):  # a name with '=' or a newline would forge other variables
+            raise InputError(
+                f"refusing to write the variable name {key[:80]!r} to the dotenv report",
+                hint="names are letters, digits, '_', '-' and '.'",
+            )
     path = dotenv_path(environ)
     merged = _read(path)
     for key, value in chosen.items():
