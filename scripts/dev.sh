@@ -33,6 +33,8 @@ if [ ! -x "$root/.bench/node/node_modules/.bin/s3rver" ] && command -v npm >/dev
   npm install --prefix "$root/.bench/node" --no-audit --no-fund --loglevel=error \
     s3rver@3.7.1 >&2 || echo "gpuci dev: s3rver install failed; its smoke test will skip" >&2
 fi
+# The real CI clients the tests drive (gitlab-ci-local and its Node 22, rsync); act is in .[dev].
+bash "$root/scripts/install-clients.sh"
 export PATH="$venv/bin:$PATH"
 export VIRTUAL_ENV="$venv"
 exec "$@"

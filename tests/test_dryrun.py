@@ -205,3 +205,158 @@ def test_every_example_workflow_has_a_valid_plan(workflow, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "plan is valid" in proc.stdout
+
+
+def _steps(proc) -> list[dict]:
+    return json.loads(proc.stdout)["report"]["steps"]
+
+
+def test_each_matrix_leg_is_judged_on_its_own(tmp_path):
+    """Legs 40 and 200 on an H200: the 200 leg fails, as it does under act."""
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          train:
+            runs-on: gpu-large
+            strategy:
+              matrix:
+                mem: [40, 200]
+                exclude:
+                  - mem: 40
+                include:
+                  - mem: 40
+                  - mem: 100
+                    extra: x
+            steps:
+              - name: Check
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory-gb: ${{ matrix.mem }}
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
+    proc = run_cli("dry-run", str(wf), "--json", env=env)
+    verdicts = {s["job"]: s["verdict"] for s in _steps(proc)}
+    assert verdicts == {
+        "train (mem=200)": "would-fail",
+        "train (mem=40)": "ok",
+        "train (mem=100, extra=x)": "ok",
+    }
+    assert all(not s["unresolved"] for s in _steps(proc))
+    assert proc.returncode == 0
+
+
+def test_a_matrix_built_at_run_time_is_judged_once_unresolved(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          train:
+            runs-on: gpu-large
+            strategy:
+              matrix: ${{ fromJSON(vars.LEGS) }}
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory-gb: ${{ matrix.mem }}
+        """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    (step,) = _steps(proc)
+    assert step["unresolved"] == ["min-memory-gb"]
+    assert "built at run time" in proc.stderr + proc.stdout
+
+
+def test_a_save_whose_path_only_a_conditional_step_makes_may_fail(tmp_path):
+    """The first train-gated example: 'weights' was made only by a conditional fetch."""
+    wf = one_job(
+        tmp_path,
+        """
+        - id: data
+          uses: acme/gpu-ci/actions/cache-weights@v1
+          with:
+            key: k
+            path: |
+              data
+              weights
+        - if: steps.data.outputs.cache-hit != 'true' && vars.URL != ''
+          uses: acme/gpu-ci/actions/retry-fetch@v1
+          with:
+            url: ${{ vars.URL }}
+            dest: weights/base.npz
+        - if: steps.data.outputs.cache-hit != 'true'
+          run: python make.py --out data/tiny.npz
+        - name: Save
+          if: steps.data.outputs.cache-hit != 'true'
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k
+            path: |
+              data
+              weights
+        - run: mkdir -p out && echo 1 > out/m.json
+        - name: Save out
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k2
+            path: out
+        - name: Save nothing
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k3
+            path: never-made
+    """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
+    proc = run_cli("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
+    by_name = {s["name"]: s for s in _steps(proc)}
+    save = by_name["Save"]
+    assert save["verdict"] == "may-fail"
+    assert save["warnings"] == [
+        "path 'weights' may be missing: only conditional steps make it: step 2 "
+        "(if: steps.data.outputs.cache-hit != 'true' && vars.URL != '')"
+    ]
+    assert by_name["Save out"]["verdict"] == "ok"
+    assert by_name["Save nothing"]["warnings"] == [
+        "path 'never-made' may be missing: no step before this one makes it"
+    ]
+    out = json.loads(proc.stdout)
+    assert out["outputs"]["may-fail"] == "2"
+    assert proc.returncode == 0
+
+
+def test_examples_have_no_path_that_may_be_missing():
+    for wf in sorted((REPO / "examples" / "workflows").glob("*.yml")):
+        proc = run_cli("dry-run", str(wf), "--json", env=clean_env(GPUCI_FAKE_NVML="h200"))
+        assert proc.returncode == 0, (wf, proc.stdout + proc.stderr)
+        risky = [s for s in _steps(proc) if s["warnings"]]
+        assert risky == [], wf
+
+
+def test_a_secret_in_env_is_provided_at_run_time_not_bad_input(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: workflow_dispatch
+        env:
+          RUNPOD_API_KEY: ${{ secrets.RUNPOD_API_KEY }}
+        jobs:
+          pods:
+            runs-on: ubuntu-latest
+            steps:
+              - name: List
+                uses: acme/gpu-ci/actions/gpu-pod@v1
+                with:
+                  action: ls
+        """,
+    )
+    # The API URL points nowhere: a dry run without a key must not call it at all.
+    env = clean_env(HOME=str(tmp_path), RUNPOD_API_URL="http://127.0.0.1:9")
+    proc = run_cli("dry-run", str(wf), "--json", env=env)
+    (step,) = _steps(proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert step["verdict"] == "ok"
+    assert step["unresolved"] == ["env RUNPOD_API_KEY"]

@@ -124,7 +124,11 @@ def test_mask_emits_add_mask_and_redacts(gh_env):
 
 def test_gitlab_dotenv_and_sections(tmp_path):
     dotenv = tmp_path / "out.env"
-    env = {"GITLAB_CI": "true", "GPUCI_DOTENV": str(dotenv)}
+    env = {
+        "GITLAB_CI": "true",
+        "GPUCI_DOTENV": str(dotenv),
+        "GPUCI_DOTENV_OUTPUTS": "gpu-count ok,names CUDA_VISIBLE_DEVICES",
+    }
     out = io.StringIO()
     rt = Runtime(env, stdout=out)
     with rt.group("Checking GPUs"):

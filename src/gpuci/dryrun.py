@@ -6,6 +6,12 @@ meets. Each gpu-ci step's ``with:`` is resolved (literal values only: ``${{ ... 
 reported as unresolved, never guessed) and handed to the same command the action runs, in
 dry-run mode. A check that fails *here* (no GPU on a laptop) is reported, not fatal: the
 verdict is about the plan. Only bad input makes the whole run fail (exit 2).
+
+A job with a literal ``strategy.matrix`` is judged once per leg (:mod:`gpuci.matrix`), with
+``${{ matrix.<key> }}`` replaced by the leg's value. A save whose path no earlier step surely
+makes is "may-fail" (:mod:`gpuci.path_origins`). An ``env:`` value written as ``${{ }}`` (a
+secret, say) is provided at run time: the plan runs without it (or with this machine's own
+value of that variable) and lists it as unresolved, never as bad input.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ class StepPlan:
     name: str
     uses: str = ""
     command: str = ""
-    verdict: str = ""  # ok | would-fail | bad-input | not-implemented | run | other-action
+    # ok | may-fail | would-fail | bad-input | not-implemented | run | other-action
+    verdict: str = ""
     detail: str = ""
     unresolved: list[str] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a path that may be missing
 
 
 def _workflow_hint(root: Path | None = None) -> str:
@@ -176,9 +184,26 @@ def _literal_env(*scopes: Any) -> dict[str, str]:
     return env
 
 
+def _runtime_env(*scopes: Any) -> list[str]:
+    """Names whose ``env:`` value is an expression this machine does not provide itself."""
+    return sorted(
+        f"env {key}"
+        for scope in scopes
+        if isinstance(scope, dict)
+        for key, value in scope.items()
+        if _EXPR.search(_literal(value)) and not os.environ.get(str(key))
+    )
+
+
 def _plan_step(
-    job: str, index: int, step: dict[str, Any], env: dict[str, str], rt: Runtime
+    job: str,
+    steps: list[Any],
+    index: int,
+    env: dict[str, str],
+    rt: Runtime,
+    runtime_env: list[str] | None = None,
 ) -> StepPlan:
+    step: dict[str, Any] = steps[index - 1]
     uses = str(step.get("uses", "") or "")
     name = str(
         step.get("name") or uses or (str(step.get("run", "")).strip().splitlines() or [""])[0]
@@ -197,6 +222,7 @@ def _plan_step(
         return plan
     given = {str(k): _literal(v) for k, v in with_.items()}
     plan.unresolved = sorted(k for k, v in given.items() if _EXPR.search(v))
+    plan.unresolved += runtime_env or []
     dispatch = classified[1].dispatch if classified[1] else None
     if dispatch and dispatch in plan.unresolved:
         plan.verdict = "ok"
@@ -225,7 +251,29 @@ def _plan_step(
     else:
         plan.verdict = "ok"
     plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
+    missing = _missing_paths(steps, index, calls)
+    plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
+    if plan.warnings:
+        if plan.verdict == "ok":
+            plan.verdict = "may-fail"
+        plan.detail = "; ".join([plan.detail, *plan.warnings])
     return plan
+
+
+def _missing_paths(steps: list[Any], index: int, calls: list[Call]) -> list[Any]:
+    """For a save: the paths that no earlier step surely makes (see gpuci.path_origins)."""
+    from gpuci.path_origins import missing_paths
+
+    paths = [
+        line
+        for name, _, values in calls
+        if name == "cache-weights save"
+        for line in values.get("path", "").splitlines()
+    ]
+    if not paths:
+        return []
+    dict_steps = [s if isinstance(s, dict) else {} for s in steps]
+    return missing_paths(dict_steps, index - 1, paths, Path.cwd())
 
 
 def _plan_command(
@@ -275,22 +323,52 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     for job_id, job in jobs.items():
         if (wanted and job_id != wanted) or not isinstance(job, dict):
             continue
-        steps = job.get("steps") or []
-        runs_on = job.get("runs-on", "")
-        with rt.group(f"job {job_id} (runs-on: {_literal(runs_on) or '?'})"):
-            for index, step in enumerate(steps, start=1):
-                if not isinstance(step, dict):
-                    continue
-                env = _literal_env(workflow.get("env"), job.get("env"), step.get("env"))
-                plan = _plan_step(str(job_id), index, step, env, rt)
-                plans.append(plan)
-                _log_plan(plan, rt)
+        for name, leg_job in _legs(str(job_id), job, rt):
+            steps = leg_job.get("steps") or []
+            runs_on = leg_job.get("runs-on", "")
+            with rt.group(f"job {name} (runs-on: {_literal(runs_on) or '?'})"):
+                for index, step in enumerate(steps, start=1):
+                    if not isinstance(step, dict):
+                        continue
+                    scopes = (workflow.get("env"), leg_job.get("env"), step.get("env"))
+                    plan = _plan_step(
+                        name, steps, index, _literal_env(*scopes), rt, _runtime_env(*scopes)
+                    )
+                    plans.append(plan)
+                    _log_plan(plan, rt)
     return _result(path, plans, wanted, rt)
+
+
+def _legs(job_id: str, job: dict[str, Any], rt: Runtime) -> list[tuple[str, dict[str, Any]]]:
+    """(name, job with the leg's matrix values put in) for each leg of the job's matrix."""
+    from gpuci import matrix
+
+    strategy = job.get("strategy")
+    legs = matrix.expand(strategy.get("matrix") if isinstance(strategy, dict) else None)
+    if legs is None:
+        rt.log(f"job {job_id}: its matrix is built at run time; judged once, matrix unresolved")
+        return [(job_id, job)]
+    if legs == [{}]:
+        return [(job_id, job)]
+    return [(f"{job_id} ({matrix.label(leg)})", _put_leg(job, leg)) for leg in legs]
+
+
+def _put_leg(value: Any, leg: dict[str, Any]) -> Any:
+    from gpuci import matrix
+
+    if isinstance(value, str):
+        return matrix.substitute(value, leg)
+    if isinstance(value, list):
+        return [_put_leg(v, leg) for v in value]
+    if isinstance(value, dict):
+        return {k: _put_leg(v, leg) for k, v in value.items()}
+    return value
 
 
 def _log_plan(plan: StepPlan, rt: Runtime) -> None:
     marks = {
         "ok": "ok",
+        "may-fail": "MAY FAIL",
         "would-fail": "would fail here",
         "bad-input": "BAD INPUT",
         "not-implemented": "not implemented",
@@ -316,12 +394,15 @@ def _log_plan(plan: StepPlan, rt: Runtime) -> None:
             text = format_output(value)
             if text not in ("", "0") and "\n" not in text and len(text) < 200:
                 rt.log(f"      {key} = {text}")
+    for warning in plan.warnings:
+        rt.log(f"    warning: {warning}")
 
 
 def _result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime) -> Result:
     judged = [p for p in plans if p.verdict not in ("run", "other-action")]
     bad = [p for p in judged if p.verdict == "bad-input"]
     failing = [p for p in judged if p.verdict == "would-fail"]
+    risky = [p for p in judged if p.warnings]
     result = Result(command="dry-run")
     if rt.platform != "terminal":  # on a terminal the per-step log above says it all
         rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in judged]
@@ -342,6 +423,7 @@ def _result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime) -> 
                 "verdict": p.verdict,
                 "detail": p.detail,
                 "unresolved": p.unresolved,
+                "warnings": p.warnings,
                 "plans": [
                     {
                         "command": r.command,
@@ -356,7 +438,15 @@ def _result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime) -> 
             for p in plans
         ],
     }
-    result.outputs = {"steps": len(judged), "bad-input": len(bad), "would-fail": len(failing)}
+    result.outputs = {
+        "steps": len(judged),
+        "bad-input": len(bad),
+        "would-fail": len(failing),
+        "may-fail": len(risky),
+    }
+    for p in risky:
+        for warning in p.warnings:
+            result.warning(f"job {p.job}, step {p.index} ({p.name}): {warning}", "gpu-ci dry run")
     if not judged:
         result.headline = f"no gpu-ci steps found in {path}"
         result.warning(result.headline)
@@ -378,4 +468,6 @@ def _result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime) -> 
                 + ", ".join(f"{p.job} step {p.index}" for p in failing)
                 + "; expected where this machine is not the runner)"
             )
+        if risky:
+            result.headline += f"; {len(risky)} may fail at run time (a path may be missing)"
     return result

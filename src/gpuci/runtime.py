@@ -397,26 +397,14 @@ class Runtime:
             summary = inert_block(self.redact("\n\n".join(result.summary)))
             self._append("GITHUB_STEP_SUMMARY", summary + "\n\n")
 
-    def dotenv_path(self) -> Path:
-        return Path(self.environ.get("GPUCI_DOTENV", "gpuci-outputs.env"))
-
     def _render_gitlab(self, result: Result) -> None:
+        from gpuci import dotenv
+
         self.stdout.write("\n".join(self._text_lines(result)) + "\n")
-        pairs = {
-            f"GPUCI_{re.sub(r'[^A-Za-z0-9]', '_', k).upper()}": format_output(v)
-            for k, v in result.outputs.items()
-        }
+        pairs = {dotenv.variable_name(k): format_output(v) for k, v in result.outputs.items()}
         pairs.update(result.env)
-        if pairs:
-            # GitLab's dotenv report takes one line per variable: newlines become commas.
-            with open(self.dotenv_path(), "a", encoding="utf-8") as handle:
-                for key, value in pairs.items():
-                    if not _FILE_COMMAND_NAME.match(key):
-                        raise InputError(
-                            f"refusing to write the variable name {self.line(key)!r}",
-                            hint="names are letters, digits, '_', '-' and '.'",
-                        )
-                    handle.write(f"{key}={','.join(value.splitlines())}\n")
+        # Only what later jobs need, at most GitLab's limit (see gpuci.dotenv).
+        dotenv.write(self.environ, pairs, lambda message: self.log(f"warning: {message}"))
         summary_file = self.environ.get("GPUCI_SUMMARY")
         if summary_file and result.summary:
             with open(summary_file, "a", encoding="utf-8") as handle:

@@ -243,8 +243,10 @@ class RunPodClient:
         clock: Clock = SYSTEM,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        read_only: bool = False,
     ) -> None:
         self._clock = clock
+        self._read_only = read_only
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT},
@@ -255,10 +257,14 @@ class RunPodClient:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str], mask: Callable[[str], None], clock: Clock = SYSTEM
+        cls,
+        environ: Mapping[str, str],
+        mask: Callable[[str], None],
+        clock: Clock = SYSTEM,
+        read_only: bool = False,
     ) -> RunPodClient:
         key = api_key_from_env(environ, mask)
-        return cls(key, api_url(environ), clock=clock)
+        return cls(key, api_url(environ), clock=clock, read_only=read_only)
 
     def close(self) -> None:
         self._http.close()
@@ -274,6 +280,9 @@ class RunPodClient:
         return Retrying(sleep=self._clock.sleep, **RETRY_POLICY)
 
     def _once(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        if self._read_only and method != "GET":
+            # A dry run's client: a bug that would change something fails here, unsent.
+            raise RuntimeError(f"dry run: refusing to send {method} {path} ({what})")
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:

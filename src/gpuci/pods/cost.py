@@ -178,7 +178,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
             "ledger": book.where,
         }
         return result
-    with RunPodClient.from_env(rt.environ, rt.mask, clock) as client:
+    with RunPodClient.from_env(rt.environ, rt.mask, clock, read_only=rt.dry_run) as client:
         spend, _ = gather(client, book, period_s, now, only=only)
     owners = [only] if only else spend.owners()
     total = sum(spend.billed_by_owner.get(o, 0.0) for o in owners)

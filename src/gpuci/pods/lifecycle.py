@@ -30,8 +30,9 @@ LIVE = ("PROVISIONING", "STARTING", "RUNNING")
 
 
 def _client(rt: Runtime, clock: Clock) -> RunPodClient:
+    """The API client; in a dry run it can only read (GET), whatever the code asks of it."""
     rt.mask(rt.environ.get(ssh.ENV_PRIVATE_KEY))  # present in the job: never printed
-    return RunPodClient.from_env(rt.environ, rt.mask, clock)
+    return RunPodClient.from_env(rt.environ, rt.mask, clock, read_only=rt.dry_run)
 
 
 def pod_url(pod: dict[str, Any], environ: Any) -> str:
@@ -402,7 +403,15 @@ def _fmt_expiry(tag: PodTag | None, now: float) -> str:
 
 
 def ls(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
-    """List gpu-ci pods (``all`` for every pod) with owner, GPU, cost and expiry."""
+    """List gpu-ci pods (``all`` for every pod) with owner, GPU, cost and expiry.
+
+    Listing only reads, so a dry run with a key lists for real (one GET /v2/pods); without a
+    key it plans, calling nothing.
+    """
+    if rt.dry_run and not rt.environ.get(API_KEY_ENV):
+        result = _offline_plan("pods ls", "would list the gpu-ci pods")
+        result.outputs = {"count": 0, "pod-ids": ""}
+        return result
     with _client(rt, clock) as client:
         pods = client.list_pods()
     now = clock.now()

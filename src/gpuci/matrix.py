@@ -1,0 +1,97 @@
+"""A job's ``strategy.matrix``, expanded into its legs as GitHub Actions does.
+
+``dry-run`` judges each leg: ``min-memory-gb: ${{ matrix.mem }}`` with legs 40 and 200 is two
+plans, and the 200 leg fails on an H200 as the runner's would. GitHub's rules: the product of
+the matrix's own keys; ``exclude`` removes every combination that matches all of an entry's
+keys; each ``include`` entry is added to every combination whose original values it does not
+contradict (it may set new keys, and overwrite keys an earlier include added), and becomes a
+combination of its own when it fits none. A matrix built by an expression (``fromJSON(...)``)
+can't be expanded here: :func:`expand` returns None and the caller says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+_EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
+_MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.([A-Za-z_][\w-]*)\s*\}\}")
+
+Leg = dict[str, Any]
+
+
+def _literal(value: Any) -> bool:
+    if isinstance(value, str):
+        return not _EXPR.search(value)
+    if isinstance(value, list):
+        return all(_literal(v) for v in value)
+    if isinstance(value, dict):
+        return all(_literal(v) for v in value.values())
+    return True
+
+
+def expand(matrix: Any) -> list[Leg] | None:
+    """The legs of a literal matrix ([{}] when there is none); None when not literal."""
+    if matrix is None:
+        return [{}]
+    if not isinstance(matrix, dict) or not _literal(matrix):
+        return None
+    include = matrix.get("include") or []
+    exclude = matrix.get("exclude") or []
+    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    if not isinstance(include, list) or not isinstance(exclude, list):
+        return None
+    if any(not isinstance(v, list) for v in axes.values()):
+        return None
+    legs: list[Leg] = [
+        dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())
+    ]
+    if not axes:
+        legs = []
+    legs = [
+        leg
+        for leg in legs
+        if not any(
+            isinstance(e, dict) and all(leg.get(k) == v for k, v in e.items()) for e in exclude
+        )
+    ]
+    # Includes fit only the product's combinations (judged by their original values), never
+    # a combination an earlier include added.
+    product = [(leg, dict(leg)) for leg in legs]
+    for entry in include:
+        if not isinstance(entry, dict):
+            return None
+        fitted = False
+        for leg, original in product:
+            if all(original[k] == v for k, v in entry.items() if k in original):
+                leg.update(entry)
+                fitted = True
+        if not fitted:
+            legs.append(dict(entry))
+    return legs or [{}]
+
+
+def label(leg: Leg) -> str:
+    """``mem=40, os=linux``: how a leg is named in the report (GitHub shows the values)."""
+    return ", ".join(f"{k}={_text(v)}" for k, v in leg.items())
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def substitute(text: str, leg: Leg) -> str:
+    """Replace each whole ``${{ matrix.<key> }}`` the leg defines; leave anything else."""
+
+    def one(match: re.Match[str]) -> str:
+        key = match.group(1)
+        return (
+            _text(leg[key])
+            if key in leg and not isinstance(leg[key], dict | list)
+            else (match.group(0))
+        )
+
+    return _MATRIX_REF.sub(one, text)

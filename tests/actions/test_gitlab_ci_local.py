@@ -1,0 +1,133 @@
+"""Both GitLab templates, verbatim, run by gitlab-ci-local (shell executor, no Docker).
+
+gpu-ci is installed by the templates' own line, ``pip install "gpuci @ $GPUCI_PACKAGE"``, from
+a source archive of this checkout laid out as GitHub's tag archive is (file:// instead of
+https://). Its dependencies come from the dev venv (a .pth file in the template's venv), so the
+install needs only the build backend from the index. gitlab-ci-local sets ``GITLAB_CI=false``;
+the templates' docs say to pass ``GITLAB_CI=true``, and so do the tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+import pytest
+from real_clients import client_env, export_gpuci, gitlab_ci_local, http_ok_server, make_project
+
+from gpuci_testing import REPO
+from pods.fake_runpod import FakeRunPod
+
+BINARY, WHY_NOT = gitlab_ci_local()
+pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY_NOT)
+TEMPLATES = REPO / "examples" / "gitlab"
+
+
+@pytest.fixture(scope="module")
+def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """GPUCI_PACKAGE (an archive of this checkout) and GPUCI_VENV for the templates."""
+    root = tmp_path_factory.mktemp("gpuci-package")
+    tree = export_gpuci(root / "gpu-ci-1")
+    archive = root / "v1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tree, arcname="gpu-ci-1")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "dev-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return {"GPUCI_PACKAGE": archive.as_uri(), "GPUCI_VENV": str(venv)}
+
+
+def pipeline(
+    project: Path, tmp: Path, variables: dict[str, str], *jobs: str
+) -> subprocess.CompletedProcess[str]:
+    assert BINARY is not None
+    cmd = [str(BINARY), "--force-shell-executor", "--shell-isolation", *jobs]
+    for key, value in {"GITLAB_CI": "true", **variables}.items():
+        cmd += ["--variable", f"{key}={value}"]
+    done = subprocess.run(
+        cmd,
+        cwd=project,
+        env=client_env(tmp / "home"),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return done
+
+
+def report(project: Path, job: str) -> list[str]:
+    """The dotenv report a job handed to later jobs."""
+    path = project / ".gitlab-ci-local" / "artifacts" / job / ".gitlab-ci-reports" / "dotenv"
+    return (path / "gpuci-outputs.env").read_text().splitlines()
+
+
+def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        with http_ok_server() as proxy:
+            project = make_project(
+                tmp_path / "proj", {".gitlab-ci.yml": TEMPLATES / "gpu-pods.gitlab-ci.yml"}
+            )
+            variables = {
+                **install,
+                "RUNPOD_API_KEY": fake.api_key,
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
+                "GPUCI_PODS_POLL_S": "0.2",
+            }
+            done = pipeline(project, tmp_path, variables)
+        text = done.stdout + done.stderr
+        for job in ("deploy", "listing", "destroy"):
+            assert f"PASS  {job}" in text
+        assert len(fake.calls("POST", "/v2/pods")) == 1
+        deployed = report(project, "deploy")
+        assert len(deployed) <= 20
+        pod_id = next(
+            line.split("=", 1)[1] for line in deployed if line.startswith("GPUCI_POD_ID=")
+        )
+        # destroy (a later job) read the pod id from deploy's dotenv report and ended that pod.
+        assert [c.path for c in fake.calls("DELETE")] == [f"/v2/pods/{pod_id}"]
+        assert f"destroy > pods down: ok: 1 pod(s): {pod_id} terminated" in text
+        assert fake.pods == {}
+        assert fake.api_key not in text
+    finally:
+        fake.stop()
+
+
+def test_train_template_passes_first_then_hits(install, tmp_path):
+    project = make_project(
+        tmp_path / "proj",
+        {
+            ".gitlab-ci.yml": TEMPLATES / "train-gated.gitlab-ci.yml",
+            "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
+        },
+    )
+    variables = {
+        **install,
+        "GPUCI_FAKE_NVML": "h200",
+        "GPUCI_STORE": (tmp_path / "store").as_uri(),
+    }
+    first = pipeline(project, tmp_path, variables, "train").stdout
+    assert "populated tiny-data-v1 on a miss" in first
+    assert "PASS  train" in first
+    written = report(project, "train")
+    assert len(written) <= 20, written
+    assert "GPUCI_PASSED=true" in written
+    second = pipeline(project, tmp_path, variables, "train").stdout
+    assert "hit: restored tiny-data-v1" in second
+    assert "populated tiny-data-v1" not in second
+    assert "partial hit (metrics-baseline-main-" in second  # the first run's baseline

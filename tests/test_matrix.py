@@ -1,0 +1,63 @@
+"""Matrix legs as GitHub Actions expands them (the examples of GitHub's own documentation)."""
+
+from gpuci import matrix
+
+
+def test_include_adds_keys_to_fitting_legs_and_new_legs_for_the_rest():
+    legs = matrix.expand(
+        {
+            "fruit": ["apple", "pear"],
+            "animal": ["cat", "dog"],
+            "include": [
+                {"color": "green"},
+                {"color": "pink", "animal": "cat"},
+                {"fruit": "apple", "shape": "circle"},
+                {"fruit": "banana"},
+                {"fruit": "banana", "animal": "cat"},
+            ],
+        }
+    )
+    assert legs == [
+        {"fruit": "apple", "animal": "cat", "color": "pink", "shape": "circle"},
+        {"fruit": "apple", "animal": "dog", "color": "green", "shape": "circle"},
+        {"fruit": "pear", "animal": "cat", "color": "pink"},
+        {"fruit": "pear", "animal": "dog", "color": "green"},
+        {"fruit": "banana"},
+        {"fruit": "banana", "animal": "cat"},
+    ]
+
+
+def test_exclude_removes_every_leg_matching_all_its_keys():
+    legs = matrix.expand(
+        {
+            "os": ["macos-latest", "windows-latest"],
+            "version": [12, 14, 16],
+            "environment": ["staging", "production"],
+            "exclude": [
+                {"os": "macos-latest", "version": 12, "environment": "production"},
+                {"os": "windows-latest", "version": 16},
+            ],
+        }
+    )
+    assert legs is not None and len(legs) == 9
+    assert {"os": "windows-latest", "version": 16, "environment": "staging"} not in legs
+
+
+def test_only_include_and_no_matrix():
+    assert matrix.expand({"include": [{"mem": 40}, {"mem": 200}]}) == [{"mem": 40}, {"mem": 200}]
+    assert matrix.expand(None) == [{}]
+
+
+def test_a_matrix_built_at_run_time_is_not_expanded():
+    assert matrix.expand("${{ fromJSON(needs.plan.outputs.matrix) }}") is None
+    assert matrix.expand({"mem": "${{ fromJSON(inputs.mems) }}"}) is None
+
+
+def test_substitute_replaces_only_whole_matrix_references():
+    leg = {"mem": 200, "gpu": "h200"}
+    assert matrix.substitute("${{ matrix.mem }}", leg) == "200"
+    assert matrix.substitute("x-${{matrix.gpu}}-${{ matrix.nope }}", leg) == (
+        "x-h200-${{ matrix.nope }}"
+    )
+    assert matrix.substitute("${{ matrix.mem || 40 }}", leg) == "${{ matrix.mem || 40 }}"
+    assert matrix.label(leg) == "mem=200, gpu=h200"
