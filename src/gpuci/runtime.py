@@ -170,9 +170,9 @@ class Runtime:
             if len(part) < 3 or part in self._secrets:
                 continue
             self._secrets.add(part)
-            if self.ci_platform == "github":
-                self.stdout.write(f"::add-mask::{_escape_data(part)}\n")
-                self.stdout.flush()
+            if self.ci_platform == "github":  # with the log, so it precedes any later line
+                self.stderr.write(f"::add-mask::{_escape_data(part)}\n")
+                self.stderr.flush()
 
     def redact(self, text: str) -> str:
         for secret in sorted(self._secrets, key=len, reverse=True):
@@ -182,7 +182,9 @@ class Runtime:
     # ----- logging -----------------------------------------------------------------------
     @property
     def _log_stream(self) -> TextIO:
-        return self.stderr if self.platform == "json" else self.stdout
+        """Logs, groups and progress go to stderr: stdout carries the result only, so
+        ``gpuci ... | head`` or ``| true`` never breaks a transfer midway."""
+        return self.stderr
 
     def log(self, message: str) -> None:
         stream = self._log_stream
@@ -361,5 +363,4 @@ class Runtime:
         from gpuci.progress import Progress
 
         interval = float(self.environ.get("GPUCI_PROGRESS_INTERVAL", "5"))
-        stream = self.stderr if self.is_tty or self.platform == "json" else self._log_stream
-        return Progress(label, total, stream, live=self.is_tty, interval=interval)
+        return Progress(label, total, self._log_stream, live=self.is_tty, interval=interval)
