@@ -513,7 +513,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         return result
     moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
     seconds = time.monotonic() - start
-    usage.touch(store, namespace, ref.key)
+    unrecorded = usage.touch(store, namespace, ref.key)
+    if unrecorded:
+        result.warning(
+            f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "
+            "--older-than will judge the key by when it was saved; to record uses, let these "
+            "credentials write uses/ in the store",
+            "gpu-ci cache: last use not recorded",
+        )
     journal.record(
         "cache-restore",
         {
