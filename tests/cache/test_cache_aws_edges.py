@@ -3,6 +3,7 @@ and the fix; read-only credentials restore with one warning."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from treeutil import make_tree, snapshot
 
-from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd
+from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_case, seaweedfs
 from gpuci_testing import clean_env
 
 
@@ -118,3 +119,25 @@ def test_the_fast_path_never_signs_for_aws_when_the_config_names_an_endpoint(tmp
     assert sigv4.Presigner.for_store("bucket-x", None, None, {**no_file, "HOME": str(home)}) is None
     # An explicit endpoint-url beats the config, as in botocore: the fast path stays.
     assert sigv4.Presigner.for_store("bucket-x", "http://127.0.0.1:9", None, env) is not None
+
+
+def test_read_only_credentials_on_seaweedfs_restore_and_warn_once(
+    seaweedfs_endpoint, env, tmp_path
+):
+    """SeaweedFS enforces its identities: a Read/List-only key restores and cannot write uses/."""
+    case = s3_case("seaweedfs", seaweedfs_endpoint)
+    src = make_tree(tmp_path / "src", small=2)
+    assert cache_cmd("save", {**case.flags(), "key": "k", "path": str(src)}, env)[0].ok
+    out = tmp_path / "out"
+    access, secret = seaweedfs.READER
+    args = ["cache-weights", "restore", "--store", case.url, "--endpoint-url", case.endpoint,
+            "--key", "k", "--path", str(out), "--json"]  # fmt: skip
+    got = _cli(tmp_path, *args, AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret,
+               GPUCI_LOCAL_CACHE="off")  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    body = json.loads(got.stdout)
+    assert body["outputs"]["cache-hit"] == "true"
+    warned = [a["message"] for a in body["annotations"] if a["level"] == "warning"]
+    assert len(warned) == 1 and "last use of k was not recorded" in warned[0], warned
+    assert snapshot(out) == snapshot(src)
+    assert not [k for k in case.object_keys() if k.startswith("uses/")]
