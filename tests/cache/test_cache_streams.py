@@ -92,11 +92,7 @@ def test_stdout_holds_the_result_and_nothing_before_it(tmp_path, cli_env, args):
     assert [line for line in got.stdout.splitlines() if line.startswith(name)] == [first]
 
 
-def test_an_include_that_matches_nothing_warns(tmp_path):
-    from conftest import CREDS
-
-    env = {"HOME": str(tmp_path / "h"), "GPUCI_LOCAL_CACHE": "off", **CREDS}
-    env["GPUCI_JOURNAL"] = str(tmp_path / "j.jsonl")
+def test_an_include_that_matches_nothing_warns(env, tmp_path):
     flags = {"store": (tmp_path / "store").as_uri(), "key": "k"}
     src = make_tree(tmp_path / "src", small=2)
     assert cache_cmd("save", {**flags, "path": str(src)}, env)[0].ok
