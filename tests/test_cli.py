@@ -135,8 +135,9 @@ def test_a_closed_pipe_is_no_traceback(tmp_path):
         )
     finally:
         os.close(write_end)
-    assert proc.returncode == 141
-    assert "Traceback" not in proc.stderr and proc.stderr == ""
+    # The check ran; only its report had no reader: the check's own exit code, no traceback.
+    assert proc.returncode == 0
+    assert "Traceback" not in proc.stderr and "error" not in proc.stderr
 
 
 def test_an_unwritable_journal_is_one_infra_line_not_an_internal_error(tmp_path):

@@ -85,7 +85,7 @@ def test_malformed_input_names_step_and_input(tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert "job train, step 2 (Check GPUs)" in proc.stdout
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
-    assert "step 3: python train.py [run]" in proc.stdout
+    assert "step 3: python train.py [run]" in proc.stderr  # the walk is the log, on stderr
 
 
 def test_unknown_input_is_bad_input(tmp_path):

@@ -110,15 +110,16 @@ def test_annotation_data_escaping(gh_env):
 
 def test_mask_emits_add_mask_and_redacts(gh_env):
     env, files = gh_env
-    out = io.StringIO()
-    rt = Runtime(env, stdout=out)
+    out, err = io.StringIO(), io.StringIO()
+    rt = Runtime(env, stdout=out, stderr=err)
     rt.mask("hunter2-token")
+    rt.log("log line with hunter2-token")
     result = Result(command="x", headline="used hunter2-token")
     result.summary.append("token hunter2-token")
     rt.render(result)
-    text = out.getvalue()
-    assert text.startswith("::add-mask::hunter2-token\n")
-    assert text.count("hunter2-token") == 1  # only in the add-mask command itself
+    # The mask goes with the log (stderr, which the runner also parses), ahead of any line.
+    assert err.getvalue() == "::add-mask::hunter2-token\nlog line with ***\n"
+    assert "hunter2-token" not in out.getvalue() and "used ***" in out.getvalue()
     assert "hunter2-token" not in files["GITHUB_STEP_SUMMARY"].read_text()
 
 
@@ -129,12 +130,13 @@ def test_gitlab_dotenv_and_sections(tmp_path):
         "GPUCI_DOTENV": str(dotenv),
         "GPUCI_DOTENV_OUTPUTS": "gpu-count ok,names CUDA_VISIBLE_DEVICES",
     }
-    out = io.StringIO()
-    rt = Runtime(env, stdout=out)
+    out, err = io.StringIO(), io.StringIO()
+    rt = Runtime(env, stdout=out, stderr=err)
     with rt.group("Checking GPUs"):
         rt.log("inside")
     rt.render(sample())
-    text = out.getvalue()
+    text = err.getvalue()  # sections belong to the log, on stderr; GitLab shows both streams
+    assert "section_start" not in out.getvalue()
     assert re.search(r"section_start:\d+:gpuci_1_checking_gpus\[collapsed=true\]", text)
     assert "section_end:" in text
     lines = dotenv.read_text().splitlines()

@@ -150,6 +150,12 @@ def run_command(
     return result
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush to a closed pipe cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -166,15 +172,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         except GpuciError as exc:
             return runtime.render(Result.from_error(args._full_name, exc))
         result = run_command(cmd, args._full_name, flags, runtime)
-        return runtime.render(result)
+        try:
+            return runtime.render(result)
+        except BrokenPipeError:  # `gpuci ... | true`: the work is done, only its report unread
+            _drop_stdout()
+            return int(result.exit_code)
     except GpuciError as exc:  # e.g. GITHUB_OUTPUT missing (preflight or while rendering)
         return runtime.render_failure(exc)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
     except BrokenPipeError:  # `gpuci ... | head`: the reader left; no traceback, as `yes | head`
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush cannot fail
+        _drop_stdout()
         return 128 + 13  # SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except Exception as exc:  # a traceback is a bug: say so in one line, keep it debuggable
         if os.environ.get("GPUCI_DEBUG"):

@@ -205,9 +205,9 @@ class Runtime:
                 continue
             self._secrets.add(part)
             _redact.register(part)
-            if self.ci_platform == "github":
-                self.stdout.write(f"::add-mask::{_escape_mask(part)}\n")
-                self.stdout.flush()
+            if self.ci_platform == "github":  # with the log, so it precedes any later line
+                self.stderr.write(f"::add-mask::{_escape_mask(part)}\n")
+                self.stderr.flush()
 
     def redact(self, text: str) -> str:
         """Masked secrets as ``***``, and every URL's credentials (userinfo, secret params)."""
@@ -222,7 +222,9 @@ class Runtime:
     # ----- logging -----------------------------------------------------------------------
     @property
     def _log_stream(self) -> TextIO:
-        return self.stderr if self.platform == "json" else self.stdout
+        """Logs, groups and progress go to stderr: stdout carries the result only, so
+        ``gpuci ... | head`` or ``| true`` never breaks a transfer midway."""
+        return self.stderr
 
     def log(self, message: str) -> None:
         """One line in the log, whatever the message holds (CR/LF cannot start another)."""
@@ -416,5 +418,6 @@ class Runtime:
         from gpuci.progress import Progress
 
         interval = float(self.environ.get("GPUCI_PROGRESS_INTERVAL", "5"))
-        stream = self.stderr if self.is_tty or self.platform == "json" else self._log_stream
-        return Progress(inert(self.line(label)), total, stream, live=self.is_tty, interval=interval)
+        return Progress(
+            inert(self.line(label)), total, self._log_stream, live=self.is_tty, interval=interval
+        )

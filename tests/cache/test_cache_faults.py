@@ -262,7 +262,9 @@ def test_restore_keys_paginate_past_1000_refs(s3_store, env, tmp_path):
 
     def put(key: str) -> None:
         client.put_object(
-            Bucket=s3_store.bucket, Key=f"cache/{layout.ref_key('default', key)}", Body=body
+            Bucket=s3_store.bucket,
+            Key=f"{s3_store.prefix}/{layout.ref_key('default', key)}",
+            Body=body,
         )
 
     with ThreadPoolExecutor(8) as pool:

@@ -81,6 +81,7 @@ def test_github_mode_registers_the_mask_before_any_request(live, tmp_path):
         GITHUB_STEP_SUMMARY=str(tmp_path / "sum"),
     )
     assert proc.returncode == 0, proc.stdout
-    first = proc.stdout.splitlines()[0]
+    first = proc.stderr.splitlines()[0]  # the log stream, which the runner parses too
     assert first == f"::add-mask::{live.api_key}"
-    assert proc.stdout.count(live.api_key) == 1
+    assert proc.stderr.count(live.api_key) == 1
+    assert live.api_key not in proc.stdout

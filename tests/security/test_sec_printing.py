@@ -190,6 +190,7 @@ def test_runner_view_catches_the_old_code(tmp_path):
 
 def test_a_mask_is_the_secret_itself_even_with_odd_characters(gh):
     """Escaping for display must not change what the runner masks: ``##[`` and a tab stay."""
-    rt, out, _, _ = gh
+    rt, out, err, _ = gh
     rt.mask("pa##[ss\tword")
-    assert out.getvalue() == "::add-mask::pa##[ss\tword\n"
+    assert err.getvalue() == "::add-mask::pa##[ss\tword\n"  # with the log, on stderr
+    assert out.getvalue() == ""

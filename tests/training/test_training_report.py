@@ -89,7 +89,7 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
     outputs = (tmp_path / "out").read_text()
     assert "created" in outputs and "issuecomment-" in outputs
     # masked the moment it was read, and printed nowhere else
-    lines = (first.stdout + first.stderr).splitlines()
+    lines = (first.stderr + first.stdout).splitlines()  # the log (masks first), then the result
     assert lines[0] == f"::add-mask::{github.state.token}"
     assert not [ln for ln in lines[1:] if github.state.token in ln]
 

@@ -10,7 +10,7 @@ code already keeps in-tree symlinks as symlinks; this module only picks the fold
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from gpuci.cache import manifest as mf
 from gpuci.cache.select import select
@@ -66,9 +66,27 @@ def commit_of(folder: Path, revision: str) -> str:
     return revision
 
 
+def saved_folder(manifest: mf.Manifest) -> str:
+    """The repo folder a manifest was saved from (its root's last name)."""
+    return PurePosixPath(manifest.roots[0].get("path", "").rstrip("/")).name
+
+
+def foreign_folder(manifest: mf.Manifest, values: Mapping[str, object]) -> str | None:
+    """The saved repo folder when it is not the one ``hf-repo`` asks for, else None.
+
+    Restoring another repo's tree under the requested name would make ``from_pretrained``
+    load the wrong model offline, silently: such a manifest is never a hit.
+    """
+    folder = saved_folder(manifest)
+    wanted = repo_folder(str(values.get("hf-repo") or ""))
+    return None if len(manifest.roots) == 1 and folder == wanted else folder or "(unnamed)"
+
+
 def revision_patterns(revision: str, commit: str) -> list[str]:
-    """Include globs for one revision: its ref file and its snapshot (links bring the blobs)."""
-    patterns = [f"snapshots/{commit}/*"]
+    """Include globs for one revision: its ref file, its snapshot (links bring the blobs),
+    and huggingface_hub's own records of it: the file listing ``trees/<commit>.json`` and
+    ``.no_exist/<commit>/`` (files the hub said are absent, so offline loads skip them)."""
+    patterns = [f"snapshots/{commit}/*", f"trees/{commit}.json", f".no_exist/{commit}/*"]
     if revision != commit:
         patterns.append(f"refs/{revision}")
     return patterns

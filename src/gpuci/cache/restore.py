@@ -26,7 +26,7 @@ from gpuci.cache import hf, layout, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url, summary_table
 from gpuci.cache.common import outputs as _outputs
-from gpuci.cache.select import select
+from gpuci.cache.select import select, unmatched
 from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
 from gpuci.cache.tree import resolve_path
@@ -466,6 +466,23 @@ def _plan_without_credentials(key: str, url: str, start: float) -> Result:
     return result
 
 
+def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]) -> None:
+    """A match saved for another Hugging Face repo: exit 2 for the key itself, a miss for a
+    restore-keys prefix (another repo's weights are never a start for this one)."""
+    ref, exact = found
+    wanted = hf.repo_folder(str(values.get("hf-repo")))
+    if exact:
+        raise InputError(
+            f"key {ref.key} holds {other}, not {wanted}: restoring it would load another model",
+            hint="give each hf-repo its own key (e.g. put the repo id in the key)",
+        )
+    result.warning(
+        f"restore-keys matched {ref.key}, saved for {other}, not {wanted}: skipped",
+        "gpu-ci cache: another repo",
+    )
+    return None
+
+
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     start = time.monotonic()
     key = refs.check_key(values["key"])
@@ -487,6 +504,11 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
     for warning in ignored:
         result.warning(warning, "gpu-ci cache: ref ignored")
+    whole: mf.Manifest | None = None
+    if found is not None:
+        whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
+        if values.get("layout") == "hf" and (other := hf.foreign_folder(whole, values)):
+            found = _foreign_repo(result, found, other, values)
     if found is None:
         seconds = time.monotonic() - start
         verb = "would miss" if rt.dry_run else "miss"
@@ -511,7 +533,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             )
         return result
     ref, exact = found
-    whole, manifest_bytes = fetch_manifest(store, ref.manifest)
+    assert whole is not None
     if len(whole.roots) != len(paths):
         raise InputError(
             f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
@@ -519,6 +541,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
     manifest = pick(store, whole, values)
     files, size = len(manifest.files), manifest.total_bytes
+    nothing = unmatched(whole, values.get("include") or [])
+    if nothing:
+        result.warning(
+            f"include {', '.join(repr(p) for p in nothing)} matches nothing in {ref.key} "
+            f"({len(whole.files)} files); check the pattern (no '/' matches a file name "
+            "anywhere, with '/' the whole path)",
+            "gpu-ci cache: include matched nothing",
+        )
     partial = len(manifest.files) != len(whole.files)
     outcome = "hit" if exact else f"partial hit ({ref.key})"
     described = {  # what the report says of the match, planned or done
@@ -564,7 +594,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         return result
     moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
     seconds = time.monotonic() - start
-    usage.touch(store, namespace, ref.key)
+    unrecorded = usage.touch(store, namespace, ref.key)
+    if unrecorded:
+        result.warning(
+            f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "
+            "--older-than will judge the key by when it was saved; to record uses, let these "
+            "credentials write uses/ in the store",
+            "gpu-ci cache: last use not recorded",
+        )
     journal.record(
         "cache-restore",
         {

@@ -28,7 +28,7 @@ import botocore.exceptions  # the exception classes only; botocore.session loads
 from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
-from gpuci.errors import ConflictError, IntegrityError, StoreError
+from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
 
 _CRED_CODES = {
     "InvalidAccessKeyId",
@@ -185,8 +185,11 @@ class S3Store(Store):
 
         mode, attempts = retry_settings(self.environ)
         workers = layout.workers(self.environ)
-        session = boto3.session.Session(region_name=self.region)
-        creds = session.get_credentials()
+        try:
+            session = boto3.session.Session(region_name=self.region)
+            creds = session.get_credentials()
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._config_error(exc) from None
         if creds is None:
             raise StoreError(
                 f"no AWS credentials found for {self.url}",
@@ -213,11 +216,54 @@ class S3Store(Store):
             multipart_chunksize=layout.MULTIPART_CHUNK,
             max_concurrency=4,
         )
-        self._client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        try:
+            self._client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._config_error(exc) from None
 
     # ----- errors ----------------------------------------------------------------------------
+    def _config_error(self, exc: Exception) -> Exception:
+        """AWS configuration botocore cannot use (a missing profile, an unreadable config file):
+        bad input, one line, not an internal error."""
+        if isinstance(exc, botocore.exceptions.ProfileNotFound):
+            profile = getattr(exc, "kwargs", {}).get("profile") or self.environ.get("AWS_PROFILE")
+            return InputError(
+                f"AWS profile '{profile}' (AWS_PROFILE) is not in the AWS config files",
+                hint="fix AWS_PROFILE or add that profile to ~/.aws/config "
+                "(AWS_CONFIG_FILE), or unset AWS_PROFILE to use the environment's credentials",
+            )
+        config_errors = (
+            botocore.exceptions.ConfigParseError,
+            botocore.exceptions.ConfigNotFound,
+            botocore.exceptions.InvalidConfigError,
+            botocore.exceptions.UnknownCredentialError,
+        )
+        if isinstance(exc, config_errors):
+            return InputError(
+                f"the AWS configuration cannot be used: {exc}",
+                hint="fix ~/.aws/config or the AWS_* variables",
+            )
+        return self._error(exc, "open")
+
+    def _endpoint(self) -> tuple[str, str]:
+        """The endpoint in use and what chose it (input, variable, profile), for messages."""
+        if self.endpoint_url:
+            return self.endpoint_url, "the endpoint-url input"
+        ignore = self.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true"
+        for var in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+            value = self.environ.get(var, "").strip()
+            if value and not ignore:
+                return value, var
+        client = self._client
+        actual = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "")
+        if actual and not (urlsplit(actual).hostname or "").endswith(".amazonaws.com"):
+            profile = self.environ.get("AWS_PROFILE", "").strip() or "default"
+            return actual, f"endpoint_url of AWS profile '{profile}'"
+        return "AWS S3", ""
+
     def _where(self) -> str:
-        return self.endpoint_url or "AWS S3"
+        url, source = self._endpoint()
+        return f"{url} (set by {source})" if source else url
 
     def _error(self, exc: Exception, op: str, key: str = "") -> Exception:
         """One line naming the cause and the fix, for every way boto3 can fail."""
@@ -235,9 +281,10 @@ class S3Store(Store):
             | botocore.exceptions.ConnectionClosedError
             | botocore.exceptions.ReadTimeoutError,
         ):
+            source = self._endpoint()[1] or "endpoint-url"
             return StoreError(
                 f"cannot reach the S3 endpoint {self._where()} ({type(exc).__name__})",
-                hint="check endpoint-url, the network and any proxy settings",
+                hint=f"check {source}, the network and any proxy settings",
             )
         code, message = "", str(exc)
         if isinstance(exc, botocore.exceptions.ClientError):

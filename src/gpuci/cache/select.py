@@ -34,6 +34,16 @@ def wanted(path: str, include: list[str], exclude: list[str]) -> bool:
     return not (exclude and _matches(path, exclude))
 
 
+def unmatched(manifest: mf.Manifest, include: list[str]) -> list[str]:
+    """The include patterns that pick no file or link: a typo restores nothing, silently."""
+    names = [
+        e.path or posixpath.basename(manifest.roots[e.root]["path"].rstrip("/"))
+        for e in manifest.entries
+        if e.type != "dir"
+    ]
+    return [p for p in include if p.strip() and not any(_matches(n, [p]) for n in names)]
+
+
 def select(manifest: mf.Manifest, include: list[str], exclude: list[str]) -> mf.Manifest:
     """A copy of ``manifest`` holding only the picked entries (all of them with no patterns)."""
     if not include and not exclude:

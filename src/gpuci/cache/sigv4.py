@@ -16,6 +16,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
@@ -47,6 +48,18 @@ def env_credentials(environ: Mapping[str, str]) -> EnvCredentials | None:
     return EnvCredentials(access, secret, token)
 
 
+def _config_sets_endpoint(environ: Mapping[str, str]) -> bool:
+    """Whether the AWS config file names an endpoint_url (any profile or services section)."""
+    path = environ.get("AWS_CONFIG_FILE", "").strip()
+    if not path:
+        home = environ.get("HOME", "").strip()
+        path = str(Path(home) / ".aws" / "config") if home else "~/.aws/config"
+    try:
+        return "endpoint_url" in Path(path).expanduser().read_text(errors="replace")
+    except OSError:
+        return False
+
+
 class Presigner:
     """Signs GETs for one bucket; path-style on a given endpoint, virtual-host on AWS."""
 
@@ -73,6 +86,8 @@ class Presigner:
         )
         if creds is None or not region or any(environ.get(name) for name in _ENDPOINT_ENV):
             return None
+        if not endpoint_url and _config_sets_endpoint(environ):
+            return None  # the profile's endpoint_url: botocore resolves it, AWS is not the host
         if endpoint_url:
             parts = urlsplit(endpoint_url)
             if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -15,11 +15,15 @@ from gpuci.cache.store import Store
 from gpuci.errors import GpuciError
 
 
-def touch(store: Store, namespace: str, key: str) -> None:
+def touch(store: Store, namespace: str, key: str) -> str | None:
+    """Record the use; returns why it could not be recorded (the caller warns), else None."""
     try:
         store.put(layout.use_key(namespace, key), canonical_json({"key": key, "used": now_iso()}))
-    except (GpuciError, OSError):
-        pass  # read-only credentials or a read-only store: the restore itself succeeded
+    except GpuciError as exc:  # read-only credentials: the restore itself succeeded
+        return exc.message
+    except OSError as exc:  # a read-only store folder
+        return exc.strerror or str(exc)
+    return None
 
 
 def last_uses(store: Store, namespace: str) -> dict[str, float]:

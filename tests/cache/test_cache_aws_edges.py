@@ -1,0 +1,143 @@
+"""AWS configuration edges: each one is one line naming the cause, the endpoint actually used
+and the fix; read-only credentials restore with one warning."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from treeutil import make_tree, snapshot
+
+from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_case, seaweedfs
+from gpuci_testing import clean_env
+
+
+def _dead_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    full = clean_env(
+        HOME=str(tmp_path / "home"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        PYTHONPATH=str(REPO_ROOT / "src"),
+        AWS_MAX_ATTEMPTS="1",
+        **{**CREDS, **env},
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "gpuci", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+
+def _restore_args(tmp_path: Path) -> list[str]:
+    return ["cache-weights", "restore", "--store", "s3://bucket-x/c", "--key", "k",
+            "--path", str(tmp_path / "out")]  # fmt: skip
+
+
+def test_an_unknown_aws_profile_is_one_line_of_bad_input(tmp_path):
+    got = _cli(tmp_path, *_restore_args(tmp_path), AWS_PROFILE="nosuch")
+    assert got.returncode == 2, got.stdout + got.stderr
+    first = got.stdout.splitlines()[0]
+    assert "AWS profile 'nosuch'" in first and "AWS_PROFILE" in first
+    assert "internal error" not in got.stdout and "Traceback" not in got.stderr
+
+
+def test_a_dead_endpoint_from_the_environment_is_named(tmp_path):
+    dead = _dead_url()
+    got = _cli(tmp_path, *_restore_args(tmp_path), AWS_ENDPOINT_URL=dead)
+    assert got.returncode == 3, got.stdout + got.stderr
+    first = got.stdout.splitlines()[0]
+    assert f"cannot reach the S3 endpoint {dead} (set by AWS_ENDPOINT_URL)" in first
+    assert "AWS S3" not in first
+
+
+def test_a_dead_endpoint_from_the_profile_is_named(tmp_path):
+    dead = _dead_url()
+    config = tmp_path / "aws-config"
+    config.write_text(f"[profile lab]\nregion = us-east-1\nendpoint_url = {dead}\n")
+    got = _cli(tmp_path, *_restore_args(tmp_path), AWS_PROFILE="lab", AWS_CONFIG_FILE=str(config))
+    assert got.returncode == 3, got.stdout + got.stderr
+    first = got.stdout.splitlines()[0]
+    assert f"{dead} (set by endpoint_url of AWS profile 'lab')" in first
+
+
+def test_read_only_credentials_restore_and_warn_once(s3_store, proxy, env, tmp_path):
+    src = make_tree(tmp_path / "src", small=2)
+    flags = {**s3_store.flags(), "key": "k", "path": str(src)}
+    assert cache_cmd("save", flags, env)[0].ok
+    proxy.add("PUT", "/uses/", "403", times=100)  # may read, may not write
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", {**via.flags(), "key": "k", "path": str(out)}, env)
+    assert got.ok, got.headline
+    assert snapshot(out) == snapshot(src)
+    warned = [a.message for a in got.annotations if a.level == "warning"]
+    assert len(warned) == 1 and "last use of k was not recorded" in warned[0], warned
+    assert "AccessDenied" in warned[0]
+    assert proxy.count("PUT", "/uses/") >= 1
+
+
+def test_an_endpoint_from_the_default_profile_is_used_for_every_request(s3_store, env, tmp_path):
+    """botocore sends requests to the config's endpoint_url; the boto3-free fast path for GETs
+    must not sign them for AWS instead (with environment credentials and no AWS_PROFILE)."""
+    src = make_tree(tmp_path / "src", small=2)
+    assert cache_cmd("save", {**s3_store.flags(), "key": "k", "path": str(src)}, env)[0].ok
+    config = tmp_path / "aws-config"
+    config.write_text(f"[default]\nendpoint_url = {s3_store.endpoint}\n")
+    out = tmp_path / "out"
+    args = ["cache-weights", "restore", "--store", s3_store.url, "--key", "k", "--path", str(out)]
+    got = _cli(tmp_path, *args, AWS_CONFIG_FILE=str(config), GPUCI_LOCAL_CACHE="off")
+    assert got.returncode == 0, got.stdout
+    assert snapshot(out) == snapshot(src)
+
+
+def test_the_fast_path_never_signs_for_aws_when_the_config_names_an_endpoint(tmp_path):
+    """Else a GET for s3://bucket goes to AWS's bucket of that name, with these credentials."""
+    from gpuci.cache import sigv4
+
+    config = tmp_path / "aws-config"
+    env = {**CREDS, "AWS_CONFIG_FILE": str(config)}
+    config.write_text("[default]\nregion = us-east-1\n")
+    assert sigv4.Presigner.for_store("bucket-x", None, None, env) is not None
+    config.write_text("[default]\nendpoint_url = http://127.0.0.1:9\n")
+    assert sigv4.Presigner.for_store("bucket-x", None, None, env) is None
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "config").write_text("[services s3]\ns3 =\n  endpoint_url = http://x:9\n")
+    no_file = {k: v for k, v in CREDS.items() if k != "AWS_CONFIG_FILE"}
+    assert sigv4.Presigner.for_store("bucket-x", None, None, {**no_file, "HOME": str(home)}) is None
+    # An explicit endpoint-url beats the config, as in botocore: the fast path stays.
+    assert sigv4.Presigner.for_store("bucket-x", "http://127.0.0.1:9", None, env) is not None
+
+
+def test_read_only_credentials_on_seaweedfs_restore_and_warn_once(
+    seaweedfs_endpoint, env, tmp_path
+):
+    """SeaweedFS enforces its identities: a Read/List-only key restores and cannot write uses/."""
+    case = s3_case("seaweedfs", seaweedfs_endpoint)
+    src = make_tree(tmp_path / "src", small=2)
+    assert cache_cmd("save", {**case.flags(), "key": "k", "path": str(src)}, env)[0].ok
+    out = tmp_path / "out"
+    access, secret = seaweedfs.READER
+    args = ["cache-weights", "restore", "--store", case.url, "--endpoint-url", case.endpoint,
+            "--key", "k", "--path", str(out), "--json"]  # fmt: skip
+    got = _cli(tmp_path, *args, AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret,
+               GPUCI_LOCAL_CACHE="off")  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    body = json.loads(got.stdout)
+    assert body["outputs"]["cache-hit"] == "true"
+    warned = [a["message"] for a in body["annotations"] if a["level"] == "warning"]
+    assert len(warned) == 1 and "last use of k was not recorded" in warned[0], warned
+    assert snapshot(out) == snapshot(src)
+    assert not [k for k in case.object_keys() if k.startswith("uses/")]

@@ -1,0 +1,168 @@
+"""layout hf with the real clients: huggingface_hub (and transformers, where torch is here) load
+a restored hub cache offline, exactly as the original.
+
+The tiny model is made here from transformers' config classes (no hub download, no network);
+each client runs in a child process, so ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` are read the way
+a job reads them, at import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cache_cmd
+from gpuci_testing import clean_env
+
+REPO_ID = "org/tiny-bert"
+FOLDER = "models--org--tiny-bert"
+COMMIT = "c0ffee" + "0" * 34
+HF = {"layout": "hf", "hf-repo": REPO_ID}
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+
+# Child process: make the model (``make DIR``) or load it offline (``load REPO``), then print a
+# JSON line with the sha256 of its outputs on a fixed input, as float32 bytes. One interpreter
+# per step: importing torch and transformers is the slow part.
+_MODEL_SCRIPT = """
+import hashlib, json, sys
+import torch
+from transformers import AutoModel, BertConfig, BertModel
+
+def digest(model):
+    model.eval()
+    ids = torch.tensor([[1, 5, 7, 11, 13, 2]])
+    with torch.no_grad():
+        out = model(input_ids=ids).last_hidden_state
+    return hashlib.sha256(out.to(torch.float32).contiguous().numpy().tobytes()).hexdigest()
+
+if sys.argv[1] == "make":
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    model = BertModel(config)
+    model.save_pretrained(sys.argv[2])
+else:
+    model = AutoModel.from_pretrained(sys.argv[2])
+print(json.dumps({"outputs": digest(model), "class": type(model).__name__}))
+"""
+
+# Child process: the hub client's offline look-ups in HF_HUB_CACHE.
+_HUB_SCRIPT = """
+import json, sys
+from pathlib import Path
+from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
+repo = sys.argv[1]
+snap = Path(snapshot_download(repo, local_files_only=True))
+files = {p.name: p.read_bytes().hex() for p in sorted(snap.iterdir())}
+config = Path(hf_hub_download(repo, "config.json")).read_bytes().hex()
+info = scan_cache_dir()
+print(json.dumps({
+    "snapshot": snap.name,
+    "files": files,
+    "config": config,
+    "warnings": [str(w) for w in info.warnings],
+    "repos": [[r.repo_id, r.repo_type, [[v.commit_hash, sorted(v.refs), v.nb_files]
+              for v in r.revisions]] for r in info.repos],
+}))
+"""
+
+
+def _child(script: str, *args: str, hub: Path | None = None) -> dict:
+    env = clean_env(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRANSFORMERS_OFFLINE="1")
+    env["OMP_NUM_THREADS"] = "1"  # a tiny model: threads only contend on a shared runner
+    if hub is not None:
+        env["HF_HUB_CACHE"] = str(hub)
+    env.pop("HF_HOME", None)
+    env.pop("HF_TOKEN", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _as_hub_cache(files: Path, hub: Path) -> Path:
+    """Lay ``files`` out as huggingface_hub does: blobs by hash, a snapshot of relative links."""
+    repo = hub / FOLDER
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / COMMIT).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    for path in sorted(files.iterdir()):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        (repo / "blobs" / digest).write_bytes(path.read_bytes())
+        os.symlink(f"../../blobs/{digest}", repo / "snapshots" / COMMIT / path.name)
+    (repo / "refs" / "main").write_text(COMMIT)
+    return hub
+
+
+def _save_and_restore(store, env, src_hub: Path, dest_hub: Path) -> None:
+    saved, _ = cache_cmd("save", {**store.flags(), "key": "tiny", "path": str(src_hub), **HF}, env)
+    assert saved.ok, saved.headline
+    got, _ = cache_cmd(
+        "restore", {**store.flags(), "key": "tiny", "path": str(dest_hub), **HF}, env
+    )
+    assert got.ok and got.outputs["cache-hit"] is True, got.headline
+
+
+def _fake_model(folder: Path) -> Path:
+    """Model files without torch: a config and weights bytes (the hub client never parses them)."""
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "bert", "hidden_size": 16}')
+    (folder / "model.safetensors").write_bytes(hashlib.sha256(b"w").digest() * 4096)
+    return folder
+
+
+def test_huggingface_hub_finds_the_restored_repo_offline(store, env, tmp_path):
+    files = _fake_model(tmp_path / "model")
+    src_hub = _as_hub_cache(files, tmp_path / "hub-src")
+    dest_hub = tmp_path / "hub-fresh"
+    _save_and_restore(store, env, src_hub, dest_hub)
+    got = _child(_HUB_SCRIPT, REPO_ID, hub=dest_hub)
+    assert got["warnings"] == []
+    assert got["repos"] == [[REPO_ID, "model", [[COMMIT, ["main"], 2]]]]
+    assert got["snapshot"] == COMMIT
+    assert got["files"] == {p.name: p.read_bytes().hex() for p in sorted(files.iterdir())}
+    assert got["config"] == (files / "config.json").read_bytes().hex()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> tuple[Path, str]:
+    """A tiny BERT from a config (random weights, fixed seed): its files and its outputs."""
+    files = tmp_path_factory.mktemp("tiny") / "model"
+    made = _child(_MODEL_SCRIPT, "make", str(files))
+    return files, made["outputs"]
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed (dev extra)")
+@pytest.mark.skipif(
+    not HAS_TORCH,
+    reason="no torch here: scripts/dev.sh installs a CPU wheel only from a local wheel folder",
+)
+@pytest.mark.timeout(900)  # two interpreters importing torch on a busy 2-core runner
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_transformers_loads_the_restored_model_offline_bit_identical(
+    store, env, tmp_path, tiny_model
+):
+    files, outputs = tiny_model
+    assert sorted(p.name for p in files.iterdir()) == ["config.json", "model.safetensors"]
+    src_hub = _as_hub_cache(files, tmp_path / "hub-src")
+    dest_hub = tmp_path / "hub-fresh"
+    _save_and_restore(store, env, src_hub, dest_hub)
+    loaded = _child(_MODEL_SCRIPT, "load", REPO_ID, hub=dest_hub)
+    assert loaded == {"outputs": outputs, "class": "BertModel"}
+    hub = _child(_HUB_SCRIPT, REPO_ID, hub=dest_hub)
+    assert hub["warnings"] == [] and hub["repos"] == [[REPO_ID, "model", [[COMMIT, ["main"], 2]]]]
+    assert hub["files"] == {p.name: p.read_bytes().hex() for p in sorted(files.iterdir())}
