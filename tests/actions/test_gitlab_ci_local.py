@@ -88,6 +88,8 @@ def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
                 "RUNPOD_API_URL": fake.url,
                 "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
                 "GPUCI_PODS_POLL_S": "0.2",
+                # the template's ledger is the cache's bucket; a file store stands in for it
+                "GPUCI_PODS_LEDGER": (tmp_path / "ledger").as_uri(),
             }
             done = pipeline(project, tmp_path, variables)
         text = done.stdout + done.stderr

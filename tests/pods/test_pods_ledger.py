@@ -6,6 +6,7 @@ Every test runs on a file store and on a real moto S3 server (``shared_ledger``)
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def test_spend_of_a_pod_ended_on_runner_a_is_attributed_on_runner_b(live, tmp_pa
     assert pod_id in owners["alice"]["pods"] and owners["alice"]["live_pods"] == 0
     assert owners["alice"]["spent_usd"] == pytest.approx(live.billed_now(pod_id), abs=1e-4)
     # a fraction of a cent shows as such, never as "$0.00"
-    assert "$0.00 " not in report["headline"] and report["headline"].startswith("$0.0")
+    headline = report["headline"]  # the amount depends on how long the pod lived here
+    assert "$0.00 " not in headline
+    assert re.match(r"\$(<0\.0001|0\.\d*[1-9]\d*) spent", headline), headline
     assert not list((tmp_path / "b").rglob("pods-ledger"))  # B read nothing local
 
 
