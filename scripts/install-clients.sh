@@ -29,4 +29,15 @@ if ! command -v rsync >/dev/null; then
     say "rsync missing and apt-get not usable here; the gitlab-ci-local tests will skip"
   fi
 fi
+# mkfs.xfs: the tier's security tests also run on a loop-mounted XFS with reflinks (the copy
+# mode's FICLONE path, for real); without it or without root they skip, naming why.
+if ! command -v mkfs.xfs >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing xfsprogs (apt-get) for the reflink tests"
+    { apt-get install -y -qq xfsprogs || { apt-get update -qq && apt-get install -y -qq xfsprogs; }; } \
+      >/dev/null 2>&1 || say "apt-get could not install xfsprogs; the XFS reflink tests will skip"
+  else
+    say "mkfs.xfs missing and apt-get not usable here; the XFS reflink tests will skip"
+  fi
+fi
 exit 0
