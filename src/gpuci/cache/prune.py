@@ -3,7 +3,8 @@
 Three passes, in the order that keeps every surviving ref whole:
 1. refs (this namespace) neither saved nor restored within ``older-than``, except the ``keep``
    newest of each prefix;
-2. manifests no ref in any namespace names, once older than ``grace``;
+2. manifests no ref in any namespace names and no pin (``pins/<sha256>.json``) keeps, once
+   older than ``grace``;
 3. blobs and packs no surviving manifest names, once older than ``grace``.
 
 Why a save running meanwhile is safe: it uploads blobs first, then its manifest, then its ref,
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuci.cache import layout, refs, usage
+from gpuci.cache import layout, pins, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
 from gpuci.cache.listing import age
@@ -129,11 +130,7 @@ def _reached(store: Store, manifests: list[str]) -> set[str]:
             manifest = mf.parse(got[0], digest[:12])
         except InputError:
             return
-        found = {
-            layout.pack_key(e.pack) if e.pack else layout.blob_key(e.sha256)
-            for e in manifest.files
-            if e.size
-        }
+        found = pins.data_keys(manifest)
         with lock:
             keys.update(found)
 
@@ -148,7 +145,7 @@ def plan(
     out = Plan()
     stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
     out.refs = [i.object_key for i in stale]
-    named = _named_manifests(store, set(out.refs))
+    named = _named_manifests(store, set(out.refs)) | pins.pinned(store)
     live: list[str] = []
     young: list[str] = []
     for item in store.list(f"{layout.MANIFESTS}/"):

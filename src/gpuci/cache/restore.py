@@ -58,6 +58,17 @@ def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
     return mf.parse(data, digest[:12]), len(data)
 
 
+def fetch_by_digest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
+    """A manifest asked for by digest (a provenance record, a pin): absent is bad input."""
+    if store.head(layout.manifest_key(digest)) is None:
+        raise InputError(
+            f"manifest {digest[:12]} is not in {store.url}",
+            hint="check store; a manifest no key names is pruned unless pinned "
+            "(cache-weights pin --manifest ... --reason ...)",
+        )
+    return fetch_manifest(store, digest)
+
+
 @dataclass
 class _Root:
     index: int
@@ -468,7 +479,21 @@ def _plan_without_credentials(key: str, url: str, start: float) -> Result:
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     start = time.monotonic()
-    key = refs.check_key(values["key"])
+    by_manifest = str(values.get("manifest") or "").strip()
+    if by_manifest:
+        by_manifest = layout.manifest_digest(by_manifest)
+        if str(values.get("populate") or "").strip() or values.get("restore-keys"):
+            raise InputError(
+                "manifest restores one exact tree: populate and restore-keys do not apply",
+                hint="drop populate and restore-keys, or restore by key instead",
+            )
+    elif not str(values.get("key") or "").strip():
+        raise InputError(
+            "restore needs a key or manifest",
+            hint="give key (a cache key) or manifest (a sha256 from provenance.json)",
+        )
+    label = f"manifest {by_manifest[:12]}"
+    key = refs.check_key(values["key"]) if values.get("key") else label
     paths = target_paths(values, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
     store = plan_store(values, rt)
@@ -484,7 +509,11 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         result.warning(note, "gpu-ci local cache")
     empty_local = isinstance(store, LocalStore) and not store.exists()
     ignored: list[str] = []
-    found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
+    if by_manifest:  # one exact tree, whatever the keys name now
+        found: tuple[refs.Ref, bool] | None = (refs.Ref(key=label, manifest=by_manifest), True)
+        whole, manifest_bytes = fetch_by_digest(store, by_manifest)
+    else:
+        found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
     for warning in ignored:
         result.warning(warning, "gpu-ci cache: ref ignored")
     if found is None:
@@ -511,7 +540,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             )
         return result
     ref, exact = found
-    whole, manifest_bytes = fetch_manifest(store, ref.manifest)
+    if not by_manifest:
+        whole, manifest_bytes = fetch_manifest(store, ref.manifest)
     if len(whole.roots) != len(paths):
         raise InputError(
             f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
@@ -564,7 +594,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         return result
     moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
     seconds = time.monotonic() - start
-    usage.touch(store, namespace, ref.key)
+    if not by_manifest:
+        usage.touch(store, namespace, ref.key)
     journal.record(
         "cache-restore",
         {
