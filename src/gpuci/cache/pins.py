@@ -117,13 +117,12 @@ def missing_data(store: Store, manifest: mf.Manifest) -> list[str]:
     return sorted(missing)
 
 
-def run_pin(values: dict[str, Any], rt: Runtime) -> Result:
-    """``cache-weights pin``: check the manifest and all its data are there, then write the pin."""
+def pin_manifest(
+    store: Store, digest: str, reason: str, environ: Any, dry_run: bool
+) -> dict[str, Any]:
+    """Check the manifest and all its data are there, then write the pin (unless planning)."""
     from gpuci.cache.restore import fetch_by_digest
 
-    digest = layout.manifest_digest(values.get("manifest") or "")
-    reason = check_reason(values.get("reason"))
-    store = store_from(values, rt)
     manifest, _ = fetch_by_digest(store, digest)
     missing = missing_data(store, manifest)
     if missing:
@@ -132,33 +131,45 @@ def run_pin(values: dict[str, Any], rt: Runtime) -> Result:
             f"{store.url} (e.g. {missing[0]}): pinning it would not make it restorable",
             hint="save the tree again under a key, then pin the manifest that save reports",
         )
-    result = Result(command="cache-weights pin")
     key = layout.pin_key(digest)
     already = store.head(key) is not None
-    size = manifest.total_bytes
-    what = f"manifest {digest[:12]} ({len(manifest.files)} files, {human_bytes(size)})"
-    if rt.dry_run:
-        result.headline = f"would pin {what}" + (" (already pinned)" if already else "")
-    else:
+    if not dry_run:
         body = {
             "format": layout.FORMAT_VERSION,
             "manifest": digest,
             "reason": reason,
             "created": mf.now_iso(),
-            "producer": mf.producer(rt.environ),
+            "producer": mf.producer(environ),
         }
         store.put(key, mf.canonical_json(body))
-        result.headline = f"pinned {what}: prune keeps it and every blob it names"
-    result.outputs = {"manifest": digest, "pinned": not rt.dry_run or already}
-    result.report = {
+    return {
         "store": store.url,
         "manifest": digest,
         "reason": reason,
         "files": len(manifest.files),
-        "bytes": size,
+        "bytes": manifest.total_bytes,
         "already_pinned": already,
-        "dry_run": rt.dry_run,
+        "dry_run": dry_run,
     }
+
+
+def describe_pin(done: dict[str, Any]) -> str:
+    what = f"manifest {done['manifest'][:12]} ({done['files']} files, {human_bytes(done['bytes'])})"
+    if done["dry_run"]:
+        return f"would pin {what}" + (" (already pinned)" if done["already_pinned"] else "")
+    return f"pinned {what}: prune keeps it and every blob it names"
+
+
+def run_pin(values: dict[str, Any], rt: Runtime) -> Result:
+    """``cache-weights pin``: keep one manifest, checked whole, from prune."""
+    digest = layout.manifest_digest(values.get("manifest") or "")
+    reason = check_reason(values.get("reason"))
+    store = store_from(values, rt)
+    done = pin_manifest(store, digest, reason, rt.environ, rt.dry_run)
+    result = Result(command="cache-weights pin")
+    result.headline = describe_pin(done)
+    result.outputs = {"manifest": digest, "pinned": not rt.dry_run or done["already_pinned"]}
+    result.report = done
     return result
 
 

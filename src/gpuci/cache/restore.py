@@ -371,6 +371,14 @@ def _download(store: Store, files: list[tuple[mf.Entry, Path]], rt: Runtime, lab
     return downloader.bytes
 
 
+def _endpoint(store: Store) -> str:
+    """The S3 endpoint when not AWS's, fit to record and print (provenance replays it)."""
+    from gpuci.cache.store import redact_url
+
+    endpoint = getattr(store, "endpoint_url", None)
+    return redact_url(str(endpoint)) if endpoint else ""
+
+
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
     try:
@@ -603,6 +611,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "matched_key": ref.key,
             "manifest": ref.manifest,
             "store": store.url,
+            "endpoint_url": _endpoint(store),
             "path": paths,
             "files": files,
             "bytes": size,
