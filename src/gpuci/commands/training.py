@@ -33,12 +33,23 @@ METRICS = Input(
 REPORT_INPUTS = (
     Input(
         "comment",
-        "Post or update the sticky pull-request comment (needs a token and a PR).",
+        "Post or update the sticky pull-request comment (on GitLab the merge-request note; "
+        "needs a token and a PR or MR).",
         "bool",
         "false",
     ),
-    Input("token", "GitHub token (default: GITHUB_TOKEN); masked.", "str", secret=True),
-    Input("api-url", "GitHub REST API root (default: GITHUB_API_URL, for GHES).", "str"),
+    Input(
+        "token",
+        "GitHub token (default: GITHUB_TOKEN; on GitLab: GPUCI_GITLAB_TOKEN, a project access "
+        "token with api scope); masked.",
+        "str",
+        secret=True,
+    ),
+    Input(
+        "api-url",
+        "REST API root (default: GITHUB_API_URL, for GHES; on GitLab: CI_API_V4_URL).",
+        "str",
+    ),
     Input("repository", "owner/name (default: GITHUB_REPOSITORY).", "str"),
     Input("pr", "Pull request number (default: from the event).", "int", minimum=1),
     Input(
