@@ -95,6 +95,7 @@ def test_pinned_manifest_survives_prune_and_restores_byte_identical(store, env, 
     assert layout.manifest_key(other) in pruned.report["manifests"]  # unpinned: pruned as before
     assert layout.manifest_key(moved) in pruned.report["manifests"]
     assert layout.manifest_key(pinned) not in pruned.report["manifests"]
+    assert pruned.report["kept_pinned"] == 1 and "1 pinned manifest(s) kept" in pruned.headline
     own = layout.blob_key(hashlib.sha256(bytes([1]) * 1_200_000).hexdigest())
     assert own in store.object_keys()
     assert layout.blob_key(hashlib.sha256(bytes([3]) * 1_200_000).hexdigest()) not in (

@@ -46,6 +46,7 @@ class Plan:
     # Temp files (``*.incomplete-*``) killed saves left in a file store, older than the grace.
     leftovers: list[ObjectInfo] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
+    pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
 
     @property
     def bytes(self) -> int:
@@ -145,13 +146,15 @@ def plan(
     out = Plan()
     stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
     out.refs = [i.object_key for i in stale]
-    named = _named_manifests(store, set(out.refs)) | pins.pinned(store)
+    pinned = pins.pinned(store)
+    named = _named_manifests(store, set(out.refs)) | pinned
     live: list[str] = []
     young: list[str] = []
     for item in store.list(f"{layout.MANIFESTS}/"):
         digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
         if digest in named:
             live.append(digest)
+            out.pinned += digest in pinned
         elif now - item.modified <= grace:
             young.append(digest)  # a save may be about to write its ref
             out.kept_young += 1
@@ -221,9 +224,10 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         result.warning(warning, "gpu-ci cache prune: ref ignored")
     keys = [layout.key_from_ref(namespace, k) for k in work.refs]
     swept = f", {len(work.leftovers)} temp file(s) left by killed saves" if work.leftovers else ""
+    kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
     result.headline = (
         f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
-        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}"
+        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}{kept}"
     ) + _held_note(work, grace, rt.dry_run)
     rows = [["key", k, ""] for k in keys]
     rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
@@ -244,6 +248,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "leftovers": [o.key for o in work.leftovers],
         "bytes_freed": work.bytes,
         "kept_young": work.kept_young,
+        "kept_pinned": work.pinned,
         "held_by_grace": {
             "grace_seconds": grace,
             "manifests": [o.key for o in work.held_manifests],
