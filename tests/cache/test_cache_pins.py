@@ -7,7 +7,7 @@ from pathlib import Path
 
 from treeutil import snapshot
 
-from conftest import cache_cmd
+from conftest import cache_cmd, s3_client
 from gpuci.cache import layout
 
 
@@ -117,8 +117,6 @@ def test_pin_refuses_a_manifest_whose_data_is_gone(store, env, tmp_path):
     if store.root is not None:
         (store.root / blob).unlink()
     else:
-        from conftest import s3_client
-
         s3_client(store.endpoint).delete_object(Bucket=store.bucket, Key=f"{store.prefix}/{blob}")
     got, _ = cache_cmd("pin", {**store.flags(), "manifest": digest, "reason": "x"}, env)
     assert got.exit_code != 0 and "missing" in got.headline
