@@ -132,13 +132,16 @@ def test_a_gigabyte_manifest_or_ref_is_refused_without_reading_it(tmp_path, what
         (root / "refs/default").mkdir(parents=True)
         (root / "refs/default/k").write_text(json.dumps({"manifest": digest}))
     script = (
-        "import resource, sys\n"
+        "import sys\n"
         "from gpuci.cli import main\n"
         "try:\n"
         "    code = main(sys.argv[1:])\n"
         "except SystemExit as exc:\n"
         "    code = exc.code\n"
-        "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        # VmHWM: this process's own peak. ru_maxrss would carry the parent's peak across the
+        # fork/exec (vfork shares pytest's memory), so a long test run failed it by itself.
+        "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:'))\n"
+        "print('maxrss', hwm.split()[1], file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
     args = ["cache-weights", "restore", "--store", root.as_uri(), "--key", "k"]
