@@ -151,3 +151,16 @@ def test_the_dry_run_can_map_root_action_inputs_back_to_commands() -> None:
     plan = all_in_one.split_inputs({**given, "smoke": "True", "cache-key": ""}, inputs_of)
     assert [command for command, _ in plan] == ["gpu-setup", "gpu-smoke"]
     assert plan[1][1] == {"budget-seconds": "10", "report": "smoke.json"}
+
+
+def test_root_action_restores_by_manifest_alone() -> None:
+    from gpuci.commands import iter_leaf_commands
+    from gpuci.commands.all_in_one import PARTS, split_inputs
+
+    leaves = dict(iter_leaf_commands())
+    inputs_of = {part.command: leaves[part.command].inputs for part in PARTS}
+    plan = dict(split_inputs({"cache-manifest": "ab" * 32, "cache-path": "data"}, inputs_of))
+    assert plan["cache-weights restore"] == {"manifest": "ab" * 32, "path": "data"}
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    step = next(s for s in action["runs"]["steps"] if s.get("id") == "cache")
+    assert "inputs.cache-manifest != ''" in step["if"]

@@ -197,6 +197,7 @@ def test_metric_gate_action_runs_as_on_the_runner(tmp_path):
     model = trained(workspace)
     inputs = example_gate_inputs()
     inputs["comment"] = "false"
+    inputs["pin"] = "false"  # an expression the runner evaluates: false off main
     run = run_gpuci_action(tmp_path, "actions/metric-gate", inputs)
     assert run.ok, run.log
     assert run.outputs["passed"] == "true"
@@ -212,3 +213,21 @@ def test_metric_gate_action_runs_as_on_the_runner(tmp_path):
     assert run.outputs["passed"] == "false"
     assert run.outputs["failed-rules"] == "eval.accuracy >= 0.999"
     assert json.loads((workspace / run.outputs["record"]).read_text())["verdict"] == "failed"
+
+
+def test_both_examples_show_a_nightly_that_retrains_against_the_last_passing_baseline():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads on: as True
+    assert triggers["schedule"][0]["cron"].split()[2:] == ["*", "*", "*"]  # every night
+    steps = workflow["jobs"]["train"]["steps"]
+    baseline = next(s for s in steps if s.get("with", {}).get("key") == "metrics-baseline-main")
+    assert "metrics-baseline-main-" in baseline["with"]["restore-keys"]  # the last passing one
+    gate = next(s for s in steps if "metric-gate" in s.get("uses", ""))
+    assert "refs/heads/main" in gate["with"]["pin"]  # a model main keeps: its data is pinned
+
+    job = yaml.safe_load(GITLAB.read_text())["train"]
+    schedule = [r for r in job["rules"] if '"schedule"' in r.get("if", "")]
+    assert any("$CI_DEFAULT_BRANCH" in r["if"] and r.get("when") != "never" for r in schedule)
+    script = " ".join(job["script"])
+    assert "--restore-keys metrics-baseline-main-" in script
+    assert "gpuci report --comment true" in script  # the MR note in merge-request pipelines

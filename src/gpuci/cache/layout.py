@@ -21,6 +21,7 @@ PACKS = "packs/sha256"  # packs/sha256/<ab>/<hex>: many small files' bytes back 
 MANIFESTS = "manifests"  # manifests/<hex>.json: canonical JSON, hex = sha256 of the bytes
 REFS = "refs"  # refs/<namespace>/<quoted key>: small JSON naming a manifest
 USES = "uses"  # uses/<namespace>/<quoted key>: small JSON, rewritten by each restore (last use)
+PINS = "pins"  # pins/<hex>.json: small JSON; prune keeps manifest <hex> and all it reaches
 
 DEFAULT_NAMESPACE = "default"
 NAMESPACE_ENV = "GPUCI_CACHE_NAMESPACE"
@@ -62,6 +63,18 @@ def is_sha256(text: str) -> bool:
     return bool(_HEX.match(text))
 
 
+def manifest_digest(text: str, what: str = "manifest") -> str:
+    """A manifest digest as given by a person or a record: ``<hex>`` or ``sha256:<hex>``."""
+    digest = str(text or "").strip().lower().removeprefix("sha256:")
+    if not is_sha256(digest):
+        shown = str(text).encode("unicode_escape").decode("ascii")[:80]
+        raise InputError(
+            f"{what} '{shown}' is not a sha256 digest",
+            hint=f"give {what} as 64 hex digits (or sha256:<hex>), e.g. from provenance.json",
+        )
+    return digest
+
+
 def blob_key(digest: str) -> str:
     return f"{BLOBS}/{digest[:2]}/{digest}"
 
@@ -72,6 +85,10 @@ def pack_key(digest: str) -> str:
 
 def manifest_key(digest: str) -> str:
     return f"{MANIFESTS}/{digest}.json"
+
+
+def pin_key(digest: str) -> str:
+    return f"{PINS}/{digest}.json"
 
 
 def refs_prefix(namespace: str) -> str:

@@ -23,6 +23,10 @@ def age(seconds: float) -> str:
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     store = store_from(values, rt)
+    if values.get("pins"):
+        from gpuci.cache.pins import listing_result
+
+        return listing_result(store)
     namespace = layout.namespace(rt.environ)
     prefix = values.get("prefix") or ""
     ignored: list[str] = []

@@ -3,7 +3,8 @@
 Three passes, in the order that keeps every surviving ref whole:
 1. refs (this namespace) neither saved nor restored within ``older-than``, except the ``keep``
    newest of each prefix;
-2. manifests no ref in any namespace names, once older than ``grace``;
+2. manifests no ref in any namespace names and no pin (``pins/<sha256>.json``) keeps, once
+   older than ``grace``;
 3. blobs and packs no surviving manifest names, once older than ``grace``.
 
 Why a save running meanwhile is safe: it uploads blobs first, then its manifest, then its ref,
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuci.cache import layout, refs, usage
+from gpuci.cache import layout, pins, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
 from gpuci.cache.listing import age
@@ -45,6 +46,7 @@ class Plan:
     # Temp files (``*.incomplete-*``) killed saves left in a file store, older than the grace.
     leftovers: list[ObjectInfo] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
+    pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
 
     @property
     def bytes(self) -> int:
@@ -129,11 +131,7 @@ def _reached(store: Store, manifests: list[str]) -> set[str]:
             manifest = mf.parse(got[0], digest[:12])
         except InputError:
             return
-        found = {
-            layout.pack_key(e.pack) if e.pack else layout.blob_key(e.sha256)
-            for e in manifest.files
-            if e.size
-        }
+        found = pins.data_keys(manifest)
         with lock:
             keys.update(found)
 
@@ -148,13 +146,15 @@ def plan(
     out = Plan()
     stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
     out.refs = [i.object_key for i in stale]
-    named = _named_manifests(store, set(out.refs))
+    pinned = pins.pinned(store)
+    named = _named_manifests(store, set(out.refs)) | pinned
     live: list[str] = []
     young: list[str] = []
     for item in store.list(f"{layout.MANIFESTS}/"):
         digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
         if digest in named:
             live.append(digest)
+            out.pinned += digest in pinned
         elif now - item.modified <= grace:
             young.append(digest)  # a save may be about to write its ref
             out.kept_young += 1
@@ -224,9 +224,10 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         result.warning(warning, "gpu-ci cache prune: ref ignored")
     keys = [layout.key_from_ref(namespace, k) for k in work.refs]
     swept = f", {len(work.leftovers)} temp file(s) left by killed saves" if work.leftovers else ""
+    kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
     result.headline = (
         f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
-        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}"
+        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}{kept}"
     ) + _held_note(work, grace, rt.dry_run)
     rows = [["key", k, ""] for k in keys]
     rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
@@ -247,6 +248,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "leftovers": [o.key for o in work.leftovers],
         "bytes_freed": work.bytes,
         "kept_young": work.kept_young,
+        "kept_pinned": work.pinned,
         "held_by_grace": {
             "grace_seconds": grace,
             "manifests": [o.key for o in work.held_manifests],

@@ -58,6 +58,17 @@ def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
     return mf.parse(data, digest[:12]), len(data)
 
 
+def fetch_by_digest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
+    """A manifest asked for by digest (a provenance record, a pin): absent is bad input."""
+    if store.head(layout.manifest_key(digest)) is None:
+        raise InputError(
+            f"manifest {digest[:12]} is not in {store.url}",
+            hint="check store; a manifest no key names is pruned unless pinned "
+            "(cache-weights pin --manifest ... --reason ...)",
+        )
+    return fetch_manifest(store, digest)
+
+
 @dataclass
 class _Root:
     index: int
@@ -360,6 +371,14 @@ def _download(store: Store, files: list[tuple[mf.Entry, Path]], rt: Runtime, lab
     return downloader.bytes
 
 
+def _endpoint(store: Store) -> str:
+    """The S3 endpoint when not AWS's, fit to record and print (provenance replays it)."""
+    from gpuci.cache.store import redact_url
+
+    endpoint = getattr(store, "endpoint_url", None)
+    return redact_url(str(endpoint)) if endpoint else ""
+
+
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
     try:
@@ -485,7 +504,21 @@ def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     start = time.monotonic()
-    key = refs.check_key(values["key"])
+    by_manifest = str(values.get("manifest") or "").strip()
+    if by_manifest:
+        by_manifest = layout.manifest_digest(by_manifest)
+        if str(values.get("populate") or "").strip() or values.get("restore-keys"):
+            raise InputError(
+                "manifest restores one exact tree: populate and restore-keys do not apply",
+                hint="drop populate and restore-keys, or restore by key instead",
+            )
+    elif not str(values.get("key") or "").strip():
+        raise InputError(
+            "restore needs a key or manifest",
+            hint="give key (a cache key) or manifest (a sha256 from provenance.json)",
+        )
+    label = f"manifest {by_manifest[:12]}"
+    key = refs.check_key(values["key"]) if values.get("key") else label
     paths = target_paths(values, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
     store = plan_store(values, rt)
@@ -501,13 +534,18 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         result.warning(note, "gpu-ci local cache")
     empty_local = isinstance(store, LocalStore) and not store.exists()
     ignored: list[str] = []
-    found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
+    whole: mf.Manifest | None = None
+    if by_manifest:  # one exact tree, whatever the keys name now
+        found: tuple[refs.Ref, bool] | None = (refs.Ref(key=label, manifest=by_manifest), True)
+        whole, manifest_bytes = fetch_by_digest(store, by_manifest)
+    else:
+        found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
     for warning in ignored:
         result.warning(warning, "gpu-ci cache: ref ignored")
-    whole: mf.Manifest | None = None
-    if found is not None:
+    if found is not None and whole is None:
         whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
-        if values.get("layout") == "hf" and (other := hf.foreign_folder(whole, values)):
+    if whole is not None and values.get("layout") == "hf":
+        if other := hf.foreign_folder(whole, values):
             found = _foreign_repo(result, found, other, values)
     if found is None:
         seconds = time.monotonic() - start
@@ -594,14 +632,15 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         return result
     moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
     seconds = time.monotonic() - start
-    unrecorded = usage.touch(store, namespace, ref.key)
-    if unrecorded:
-        result.warning(
-            f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "
-            "--older-than will judge the key by when it was saved; to record uses, let these "
-            "credentials write uses/ in the store",
-            "gpu-ci cache: last use not recorded",
-        )
+    if not by_manifest:  # no key was used: nothing to record
+        unrecorded = usage.touch(store, namespace, ref.key)
+        if unrecorded:
+            result.warning(
+                f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "
+                "--older-than will judge the key by when it was saved; to record uses, let these "
+                "credentials write uses/ in the store",
+                "gpu-ci cache: last use not recorded",
+            )
     journal.record(
         "cache-restore",
         {
@@ -609,6 +648,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "matched_key": ref.key,
             "manifest": ref.manifest,
             "store": store.url,
+            "endpoint_url": _endpoint(store),
             "path": paths,
             "files": files,
             "bytes": size,

@@ -25,6 +25,7 @@ class Part:
     prefix: str = ""
     enabled_by: str | None = None  # the root input that switches this part on; None = always
     enabled_if: Literal["set", "true"] = "set"  # non-empty, or the boolean true
+    also_by: str | None = None  # a second input that switches it on when set (an "or")
 
     def public(self, name: str) -> str:
         """The root action's name for one of this command's inputs or outputs."""
@@ -36,14 +37,17 @@ class Part:
             return None
         if self.enabled_if == "true":
             return f"inputs.{self.enabled_by} == 'true'"
-        return f"inputs.{self.enabled_by} != ''"
+        also = f" || inputs.{self.also_by} != ''" if self.also_by else ""
+        return f"inputs.{self.enabled_by} != ''{also}"
 
     def enabled(self, given: Mapping[str, str]) -> bool:
         """Whether this part runs for these ``with:`` values (the ``if:``, evaluated here)."""
         if self.enabled_by is None:
             return True
         value = str(given.get(self.enabled_by, "")).strip()
-        return value.lower() == "true" if self.enabled_if == "true" else value != ""
+        if self.enabled_if == "true":
+            return value.lower() == "true"
+        return value != "" or bool(self.also_by and str(given.get(self.also_by, "")).strip())
 
 
 SWITCHES = (
@@ -57,7 +61,13 @@ SWITCHES = (
 
 PARTS = (
     Part("setup", "gpu-setup"),
-    Part("cache", "cache-weights restore", prefix="cache-", enabled_by="cache-key"),
+    Part(
+        "cache",
+        "cache-weights restore",
+        prefix="cache-",
+        enabled_by="cache-key",
+        also_by="cache-manifest",
+    ),
     Part("smoke", "gpu-smoke", prefix="smoke-", enabled_by="smoke", enabled_if="true"),
 )
 

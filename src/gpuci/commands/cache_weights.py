@@ -95,11 +95,27 @@ SAVE_OUTPUTS = (
     Output("seconds", "Wall time."),
 )
 
+MANIFEST = Input(
+    "manifest",
+    "sha256 of a manifest (as in provenance.json): that exact tree, whatever the keys name now.",
+    "str",
+)
+
 RESTORE = Command(
     name="restore",
-    help="Restore a cached tree: exact key, else the newest restore-keys prefix match.",
+    help="Restore a cached tree: exact key, else the newest restore-keys prefix match, "
+    "or one manifest by digest.",
     inputs=(
-        KEY,
+        Input(
+            "key",
+            "The exact cache key, e.g. weights-llama-3-8b-v1 (optional with manifest).",
+            "str",
+        ),
+        Input(
+            MANIFEST.name,
+            MANIFEST.help + " Verified like any restore; key and restore-keys then unused.",
+            "str",
+        ),
         PATH,
         Input(
             "restore-keys",
@@ -179,13 +195,55 @@ PRUNE = Command(
 
 LS = Command(
     name="ls",
-    help="List cached keys with their sizes, ages and last use.",
-    inputs=(Input("prefix", "Only keys starting with this prefix.", "str"), *STORE_INPUTS),
+    help="List cached keys with their sizes, ages and last use (or, with pins, the pins).",
+    inputs=(
+        Input("prefix", "Only keys starting with this prefix.", "str"),
+        Input("pins", "List the pinned manifests and their reasons instead.", "bool", "false"),
+        *STORE_INPUTS,
+    ),
     target="gpuci.cache.listing:run",
+)
+
+PIN_OUTPUTS = (
+    Output("manifest", "sha256 of the manifest."),
+    Output("pinned", "true when the manifest is pinned after this step; always true or false."),
+)
+
+PIN = Command(
+    name="pin",
+    help="Keep one manifest, and all it reaches, from prune whatever its keys do.",
+    inputs=(
+        Input(
+            MANIFEST.name,
+            "sha256 of the manifest to keep (as in provenance.json).",
+            "str",
+            required=True,
+        ),
+        Input(
+            "reason",
+            "Why it is kept (shown by ls --pins), e.g. 'model v3 data'.",
+            "str",
+            required=True,
+        ),
+        *STORE_INPUTS,
+    ),
+    outputs=PIN_OUTPUTS,
+    target="gpuci.cache.pins:run_pin",
+)
+
+UNPIN = Command(
+    name="unpin",
+    help="Remove a pin; the next prune treats the manifest like any other.",
+    inputs=(
+        Input(MANIFEST.name, "sha256 of the pinned manifest.", "str", required=True),
+        *STORE_INPUTS,
+    ),
+    outputs=PIN_OUTPUTS,
+    target="gpuci.cache.pins:run_unpin",
 )
 
 COMMAND = Command(
     name="cache-weights",
     help="Restore and save datasets and model weights through a content-addressed cache.",
-    subcommands=(RESTORE, SAVE, LS, PRUNE),
+    subcommands=(RESTORE, SAVE, LS, PRUNE, PIN, UNPIN),
 )

@@ -33,12 +33,23 @@ METRICS = Input(
 REPORT_INPUTS = (
     Input(
         "comment",
-        "Post or update the sticky pull-request comment (needs a token and a PR).",
+        "Post or update the sticky pull-request comment (on GitLab the merge-request note; "
+        "needs a token and a PR or MR).",
         "bool",
         "false",
     ),
-    Input("token", "GitHub token (default: GITHUB_TOKEN); masked.", "str", secret=True),
-    Input("api-url", "GitHub REST API root (default: GITHUB_API_URL, for GHES).", "str"),
+    Input(
+        "token",
+        "GitHub token (default: GITHUB_TOKEN; on GitLab: GPUCI_GITLAB_TOKEN, a project access "
+        "token with api scope); masked.",
+        "str",
+        secret=True,
+    ),
+    Input(
+        "api-url",
+        "REST API root (default: GITHUB_API_URL, for GHES; on GitLab: CI_API_V4_URL).",
+        "str",
+    ),
     Input("repository", "owner/name (default: GITHUB_REPOSITORY).", "str"),
     Input("pr", "Pull request number (default: from the event).", "int", minimum=1),
     Input(
@@ -60,6 +71,10 @@ PROVENANCE_OUTPUTS = (
     Output("statement", "Path of the in-toto Statement v1 (SLSA provenance v1 predicate)."),
     Output("predicate", "Path of the predicate alone, for actions/attest predicate-path."),
     Output("digest", "sha256:<hex> of the statement file."),
+    Output(
+        "commands",
+        "The commands that restore the model's cached inputs by manifest, one per line.",
+    ),
 )
 COMMENT_OUTPUTS = (
     Output("comment", "created, updated or skipped."),
@@ -93,10 +108,18 @@ GATE = Command(
         OUTPUT_DIR,
         ARTIFACTS,
         PYTHON,
+        Input(
+            "pin",
+            "When the model passes (and artifacts is given), pin every dataset manifest its "
+            "provenance names, so prune keeps what rebuilds it (cache-weights pin).",
+            "bool",
+            "false",
+        ),
         *REPORT_INPUTS,
     ),
     outputs=(
         Output("passed", "true when every rule passed, else false."),
+        Output("pinned", "How many manifests were pinned (0 unless pin is true)."),
         Output("failed-rules", "The failed rules, comma-separated."),
         Output("gate-report", "Path of gate.json."),
         *PROVENANCE_OUTPUTS,
@@ -110,7 +133,13 @@ PROVENANCE = Command(
     name="provenance",
     help="Record which commit, data, GPU and packages made a model (plus an in-toto statement).",
     inputs=(
-        Input(ARTIFACTS.name, ARTIFACTS.help, ARTIFACTS.kind, required=True),
+        Input(ARTIFACTS.name, ARTIFACTS.help + " Required unless record is given.", "lines"),
+        Input(
+            "record",
+            "A provenance.json to replay instead: print the commands that restore the exact "
+            "inputs (cache-weights restore --manifest) of the model it records.",
+            "str",
+        ),
         Input(METRICS.name, METRICS.help + " Default: the one this job's gate read.", "str"),
         OUTPUT_DIR,
         PYTHON,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import journal
+from gpuci.cache import layout
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import Result, Runtime
@@ -121,6 +122,14 @@ def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Res
     if values.get("artifacts"):
         lines += provenance.plan(values["artifacts"], values["output-dir"], rt.environ)
         head.append("then provenance")
+        if values.get("pin"):
+            hits = [r for r in journal.read("cache-restore", rt.environ) if r.get("manifest")]
+            digests = ", ".join(str(r["manifest"])[:12] for r in hits) or "none yet"
+            lines.append(
+                f"if it passes, would pin the manifests of the {len(hits)} dataset(s) restored "
+                f"in this job ({digests}) so prune keeps them"
+            )
+            head.append("then pin")
     if values.get("comment"):
         report.publish(values, rt, "", result)
         lines += [n.message for n in result.annotations if n.title == "gpu-ci report"]
@@ -150,6 +159,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "statement": "",
         "predicate": "",
         "digest": "",
+        "commands": "",
+        "pinned": 0,
         "comment": "skipped",
         "comment-url": "",
     }
@@ -180,6 +191,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
         result.error(result.headline, "gpu-ci: model gate failed")
     prov = _provenance(values, rt, record, result)
+    if values.get("pin") and record["passed"] and prov is not None:
+        _pin(rt, prov, result)
     if values.get("comment"):
         _report(values, rt, record, prov, result)
     result.report["gate"] = record
@@ -214,6 +227,39 @@ def _provenance(
     result.outputs.update(provenance.result_outputs(produced))
     result.summary.append(provenance.summary_markdown(produced))
     return produced.record
+
+
+def _pin(rt: Runtime, prov: dict[str, Any], result: Result) -> None:
+    """Pin every dataset manifest a passing model's provenance names, in the store it came from.
+
+    A pin that fails fails the step: without it the model cannot be promised a rebuild.
+    """
+    from gpuci.cache import pins
+    from gpuci.cache.store import open_store
+
+    source, run = prov.get("source") or {}, prov.get("run") or {}
+    reason = pins.check_reason(
+        f"inputs of a model that passed its gate: {source.get('repository') or 'repository'}"
+        f"@{str(source.get('commit') or '')[:12]} {run.get('run_url') or run.get('run_id') or ''}"
+    )
+    done: list[dict[str, Any]] = []
+    for ds in prov.get("datasets") or []:
+        try:
+            store = open_store(
+                ds.get("store") or None,
+                endpoint_url=ds.get("endpoint_url") or None,
+                region=None,
+                environ=rt.environ,
+                mask=rt.mask,
+            )
+            digest = layout.manifest_digest(str(ds.get("manifest") or ""))
+            done.append(pins.pin_manifest(store, digest, reason, rt.environ, rt.dry_run))
+        except GpuciError as exc:
+            _fail_soft(result, exc, "pin")
+    result.outputs["pinned"] = len(done)
+    result.report["pins"] = done
+    if done:
+        result.summary.append("\n".join(f"- {pins.describe_pin(d)}" for d in done))
 
 
 def _report(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import glob
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import journal
-from gpuci.errors import CheckFailed, GpuciError
+from gpuci.cache import layout
+from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 from gpuci.training import ci
@@ -351,6 +353,87 @@ def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
     return lines
 
 
+def restore_commands(record: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The commands that restore a recorded model's cached inputs, exact tree by manifest.
+
+    Returns (commands, why some dataset has none). Every value comes from a record someone may
+    have edited, so digests are checked and anything with a control character is refused.
+    """
+    commands: list[str] = []
+    skipped: list[str] = []
+    datasets = record.get("datasets") if isinstance(record.get("datasets"), list) else []
+    for ds in datasets:
+        if not isinstance(ds, dict):
+            continue
+        name = str(ds.get("matched_key") or ds.get("key") or "dataset")
+        try:
+            digest = layout.manifest_digest(str(ds.get("manifest") or ""))
+        except InputError:
+            skipped.append(f"{name!r}: no valid manifest digest recorded")
+            continue
+        paths = ds.get("path") or []
+        paths = [paths] if isinstance(paths, str) else [str(p) for p in paths]
+        parts = ["python", "-m", "gpuci", "cache-weights", "restore", "--manifest", digest]
+        for flag, field_name in (("--store", "store"), ("--endpoint-url", "endpoint_url")):
+            if ds.get(field_name):
+                parts += [flag, str(ds[field_name])]
+        for path in paths:
+            parts += ["--path", path]
+        line = shlex.join(parts)
+        if not paths or any(ord(c) < 32 or c == "\x7f" for c in line):
+            skipped.append(f"{name!r}: no usable path or store recorded")
+            continue
+        commands.append(line)
+    return commands, skipped
+
+
+def _commands_markdown(commands: list[str]) -> str:
+    return "Restore the inputs of this model (exact trees, by manifest):\n\n```sh\n" + (
+        "\n".join(commands) + "\n```"
+    )
+
+
+def load_record(path: str) -> dict[str, Any]:
+    """A provenance.json written by this tool (or edited since: it is checked as input)."""
+    try:
+        raw = json.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise InputError(
+            f"cannot read provenance record {path}: {exc.strerror or exc}",
+            hint="give the provenance.json the training job wrote (a build artifact)",
+        ) from None
+    except ValueError:
+        raise InputError(
+            f"provenance record {path} is not JSON",
+            hint="give the provenance.json the training job wrote",
+        ) from None
+    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
+        raise InputError(
+            f"{path} is not a gpu-ci provenance record (schema {SCHEMA})",
+            hint="give provenance.json, not the in-toto statement or the predicate",
+        )
+    return raw
+
+
+def _replay(path: str) -> Result:
+    """``provenance --record provenance.json``: print how to restore that model's inputs."""
+    record = load_record(path)
+    commands, skipped = restore_commands(record)
+    result = Result(command="provenance")
+    commit = str((record.get("source") or {}).get("commit") or "")[:12]
+    result.headline = (
+        f"{len(commands)} restore command(s) for the inputs of the model built from "
+        f"{commit or 'an unknown commit'}"
+    )
+    for why in skipped:
+        result.warning(f"dataset {why}: no restore command", "gpu-ci provenance")
+    if commands:
+        result.summary.append(_commands_markdown(commands))
+    result.outputs = {"commands": "\n".join(commands)}
+    result.report = {"commands": commands, "skipped": skipped, "record": path}
+    return result
+
+
 def summary_markdown(produced: Produced) -> str:
     rec = produced.record
     rows = [(a["path"], human_bytes(a["size"]), f"`{a['sha256'][:16]}…`") for a in rec["artifacts"]]
@@ -365,18 +448,29 @@ def summary_markdown(produced: Produced) -> str:
             for d in rec["datasets"]
         ]
         text += "\n\n" + markdown_table(["dataset / weights", "manifest", "path"], drows)
+    commands, _ = restore_commands(rec)
+    if commands:
+        text += "\n\n" + _commands_markdown(commands)
     text += f"\n\nStatement digest: `{produced.digest}` (in-toto v1, SLSA provenance v1)"
     return text
 
 
 def result_outputs(produced: Produced) -> dict[str, str]:
-    return {**produced.files, "digest": produced.digest}
+    commands, _ = restore_commands(produced.record)
+    return {**produced.files, "digest": produced.digest, "commands": "\n".join(commands)}
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     """``python -m gpuci provenance``: the record of what produced the model."""
+    if values.get("record"):
+        return _replay(values["record"])
+    patterns: list[str] = values.get("artifacts") or []
+    if not patterns:
+        raise InputError(
+            "provenance needs artifacts (to record a model) or record (to replay one)",
+            hint="give artifacts: the trained model files, or record: a provenance.json",
+        )
     result = Result(command="provenance")
-    patterns: list[str] = values["artifacts"]
     out_dir = values["output-dir"]
     if rt.dry_run:
         lines = plan(patterns, out_dir, rt.environ)

@@ -19,7 +19,7 @@ from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
 from gpuci.training.rules import fmt, table_markdown
 
-MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters
+MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters (GitLab: 1,000,000)
 MAX_DELTA_ROWS = 50
 
 
@@ -146,16 +146,17 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
     from gpuci.training.github import Forbidden, GitHub
 
     ctx = ci.detect(rt.environ)
+    result.outputs.update({"comment": "skipped", "comment-url": ""})
+    if ctx.platform == "gitlab" and not values.get("repository"):
+        _publish_gitlab(values, rt, body, result, ctx)
+        return
     token = values.get("token") or rt.environ.get("GITHUB_TOKEN", "")
     rt.mask(token)
     repository = values.get("repository") or ctx.repository
     number = values.get("pr") or ctx.pull_request
     api_url = values.get("api-url") or rt.environ.get("GITHUB_API_URL") or "https://api.github.com"
-    result.outputs.update({"comment": "skipped", "comment-url": ""})
     reason = ""
-    if ctx.platform == "gitlab" and not values.get("repository"):
-        reason = "comments go to GitHub pull requests; on GitLab the report is in the summary"
-    elif not token:
+    if not token:
         reason = "no token (set the token input or GITHUB_TOKEN)"
     elif not number:
         reason = "not a pull request"
@@ -188,6 +189,64 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
     result.outputs.update({"comment": action, "comment-url": comment.get("html_url", "")})
     result.report["comment"] = {"action": action, "id": comment.get("id"), "pr": number}
     rt.log(f"{action} the report comment on {repository}#{number}")
+
+
+def _publish_gitlab(
+    values: dict[str, Any], rt: Runtime, body: str, result: Result, ctx: ci.RunContext
+) -> None:
+    """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
+    from gpuci.training.gitlab import TOKEN_ENV, Forbidden, GitLab
+
+    env = rt.environ
+    token = values.get("token") or env.get(TOKEN_ENV, "")
+    rt.mask(token)
+    rt.mask(env.get("CI_JOB_TOKEN", ""))
+    project = env.get("CI_PROJECT_ID") or ctx.repository
+    iid = values.get("pr") or ctx.pull_request
+    server = env.get("CI_SERVER_URL", "").rstrip("/")
+    api_url = values.get("api-url") or env.get("CI_API_V4_URL") or (server and f"{server}/api/v4")
+    reason = ""
+    if not token and env.get("CI_JOB_TOKEN"):
+        reason = (
+            f"CI_JOB_TOKEN cannot write merge request notes; set {TOKEN_ENV} to a project "
+            "access token with the api scope (a masked CI/CD variable)"
+        )
+    elif not token:
+        reason = f"no token (set {TOKEN_ENV} to a project access token with the api scope)"
+    elif not iid:
+        reason = "not a merge request pipeline"
+    elif not project or not api_url:
+        reason = "no project or API URL (CI_PROJECT_ID, CI_API_V4_URL)"
+    if reason:
+        result.notice(f"MR note skipped: {reason}", "gpu-ci report")
+        result.report["comment"] = {"action": "skipped", "reason": reason}
+        return
+    if rt.dry_run:
+        result.notice(
+            f"dry run: would post or update the sticky note on {ctx.repository or project}"
+            f"!{iid} via {api_url}",
+            "gpu-ci report",
+        )
+        result.report["comment"] = {"action": "would-post", "pr": iid}
+        return
+    gl = GitLab(api_url, token, project)
+    try:
+        with gl:
+            action, note = gl.upsert(
+                int(iid), marker_comment(values.get("marker") or "training"), body
+            )
+    except Forbidden as exc:
+        result.warning(f"MR note skipped: {exc.one_line()}", "gpu-ci report")
+        result.report["comment"] = {"action": "skipped", "reason": exc.message}
+        return
+    finally:
+        for text in gl.warnings:
+            result.warning(text, "gpu-ci report")
+    project_url = env.get("CI_PROJECT_URL", "").rstrip("/")
+    url = f"{project_url}/-/merge_requests/{iid}#note_{note.get('id')}" if project_url else ""
+    result.outputs.update({"comment": action, "comment-url": url})
+    result.report["comment"] = {"action": action, "id": note.get("id"), "pr": iid}
+    rt.log(f"{action} the report note on {ctx.repository or project}!{iid}")
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:

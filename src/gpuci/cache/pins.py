@@ -1,0 +1,223 @@
+"""Pins: ``pins/<sha256>.json`` keeps a manifest, and every blob and pack it reaches, from prune.
+
+Keys move and prune deletes what no key names, so a model's provenance, which records the
+dataset's manifest digest, would point at nothing a month later. A pin names the manifest
+itself: prune counts it as named whatever the refs say. Pins are global to the store (not per
+namespace), written whole with a plain put (pinning again rewrites the reason), and only ever
+add protection: a pin that is malformed still protects the manifest its object name names.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpuci.cache import layout
+from gpuci.cache import manifest as mf
+from gpuci.cache.common import store_from
+from gpuci.cache.refs import escape
+from gpuci.cache.store import LocalStore, Store
+from gpuci.cache.transfer import parallel
+from gpuci.errors import InputError, StoreError
+from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+
+MAX_PIN = 64 << 10  # a pin is a few hundred bytes; a larger one is not read
+MAX_REASON = 500
+
+
+@dataclass(frozen=True)
+class Pin:
+    manifest: str
+    reason: str
+    created: str
+    modified: float
+    producer: dict[str, str]
+
+
+def data_keys(manifest: mf.Manifest) -> set[str]:
+    """The blob and pack keys a manifest's files live in."""
+    return {
+        layout.pack_key(e.pack) if e.pack else layout.blob_key(e.sha256)
+        for e in manifest.files
+        if e.size
+    }
+
+
+def pinned(store: Store) -> set[str]:
+    """Digests of every pinned manifest, from the object names alone (one listing)."""
+    out: set[str] = set()
+    for item in store.list(f"{layout.PINS}/"):
+        digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
+        if layout.is_sha256(digest):
+            out.add(digest)
+    return out
+
+
+def read_all(store: Store) -> list[Pin]:
+    """Every pin with its reason, newest first; an unreadable body keeps its digest."""
+    items = [
+        i
+        for i in store.list(f"{layout.PINS}/")
+        if layout.is_sha256(i.key.rsplit("/", 1)[-1].removesuffix(".json"))
+    ]
+    found: list[Pin] = []
+    lock = threading.Lock()
+
+    def read(item: Any) -> None:
+        digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
+        raw: dict[str, Any] = {}
+        got = store.get(item.key, limit=MAX_PIN)
+        if got is not None and len(got[0]) <= MAX_PIN:
+            try:
+                loaded = json.loads(got[0])
+                raw = loaded if isinstance(loaded, dict) else {}
+            except ValueError:
+                raw = {}
+        producer = raw.get("producer") if isinstance(raw.get("producer"), dict) else {}
+        pin = Pin(
+            manifest=digest,
+            reason=str(raw.get("reason", "(unreadable pin)"))[:MAX_REASON],
+            created=str(raw.get("created", "")),
+            modified=item.modified,
+            producer={str(k): str(v) for k, v in producer.items()},
+        )
+        with lock:
+            found.append(pin)
+
+    parallel(read, items, 8)
+    return sorted(found, key=lambda p: p.modified, reverse=True)
+
+
+def check_reason(text: Any) -> str:
+    reason = str(text or "").strip()
+    if not reason:
+        raise InputError("a pin needs a reason", hint="say why in reason, e.g. 'model v3 data'")
+    if len(reason) > MAX_REASON or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in reason):
+        raise InputError(
+            f"the pin reason is over {MAX_REASON} characters or holds control characters",
+            hint="give a short, one-line reason",
+        )
+    return reason
+
+
+def missing_data(store: Store, manifest: mf.Manifest) -> list[str]:
+    """Blob and pack keys the manifest names that the store lacks."""
+    missing: list[str] = []
+    lock = threading.Lock()
+
+    def check(key: str) -> None:
+        if store.head(key) is None:
+            with lock:
+                missing.append(key)
+
+    parallel(check, sorted(data_keys(manifest)), 8)
+    return sorted(missing)
+
+
+def pin_manifest(
+    store: Store, digest: str, reason: str, environ: Any, dry_run: bool
+) -> dict[str, Any]:
+    """Check the manifest and all its data are there, then write the pin (unless planning)."""
+    from gpuci.cache.restore import fetch_by_digest
+
+    manifest, _ = fetch_by_digest(store, digest)
+    missing = missing_data(store, manifest)
+    if missing:
+        raise StoreError(
+            f"manifest {digest[:12]} names {len(missing)} blob(s)/pack(s) missing from "
+            f"{store.url} (e.g. {missing[0]}): pinning it would not make it restorable",
+            hint="save the tree again under a key, then pin the manifest that save reports",
+        )
+    key = layout.pin_key(digest)
+    already = store.head(key) is not None
+    if not dry_run:
+        body = {
+            "format": layout.FORMAT_VERSION,
+            "manifest": digest,
+            "reason": reason,
+            "created": mf.now_iso(),
+            "producer": mf.producer(environ),
+        }
+        store.put(key, mf.canonical_json(body))
+    return {
+        "store": store.url,
+        "manifest": digest,
+        "reason": reason,
+        "files": len(manifest.files),
+        "bytes": manifest.total_bytes,
+        "already_pinned": already,
+        "dry_run": dry_run,
+    }
+
+
+def describe_pin(done: dict[str, Any]) -> str:
+    what = f"manifest {done['manifest'][:12]} ({done['files']} files, {human_bytes(done['bytes'])})"
+    if done["dry_run"]:
+        return f"would pin {what}" + (" (already pinned)" if done["already_pinned"] else "")
+    return f"pinned {what}: prune keeps it and every blob it names"
+
+
+def run_pin(values: dict[str, Any], rt: Runtime) -> Result:
+    """``cache-weights pin``: keep one manifest, checked whole, from prune."""
+    digest = layout.manifest_digest(values.get("manifest") or "")
+    reason = check_reason(values.get("reason"))
+    store = store_from(values, rt)
+    done = pin_manifest(store, digest, reason, rt.environ, rt.dry_run)
+    result = Result(command="cache-weights pin")
+    result.headline = describe_pin(done)
+    result.outputs = {"manifest": digest, "pinned": not rt.dry_run or done["already_pinned"]}
+    result.report = done
+    return result
+
+
+def run_unpin(values: dict[str, Any], rt: Runtime) -> Result:
+    """``cache-weights unpin``: remove the pin; the next prune treats the manifest as usual."""
+    digest = layout.manifest_digest(values.get("manifest") or "")
+    store = store_from(values, rt)
+    key = layout.pin_key(digest)
+    present = not (isinstance(store, LocalStore) and not store.exists()) and (
+        store.head(key) is not None
+    )
+    result = Result(command="cache-weights unpin")
+    if not present:
+        result.headline = f"manifest {digest[:12]} is not pinned in {store.url}: nothing to do"
+    elif rt.dry_run:
+        result.headline = f"would unpin manifest {digest[:12]}"
+    else:
+        store.delete(key)
+        result.headline = f"unpinned manifest {digest[:12]}: prune may now delete it"
+    result.outputs = {"manifest": digest, "pinned": present and rt.dry_run}
+    result.report = {"store": store.url, "manifest": digest, "was_pinned": present}
+    return result
+
+
+def listing_result(store: Store) -> Result:
+    """``cache-weights ls --pins``: every pin, newest first, with its reason."""
+    from gpuci.cache.listing import age
+
+    pins = [] if isinstance(store, LocalStore) and not store.exists() else read_all(store)
+    now = time.time()
+    result = Result(command="cache-weights ls")
+    result.headline = f"{len(pins)} pinned manifest(s) in {store.url}"
+    rows = [
+        [p.manifest, escape(p.reason)[1:-1], age(now - p.modified), p.producer.get("run", "")]
+        for p in pins
+    ]
+    if rows:
+        result.summary.append(markdown_table(["manifest", "reason", "age", "run"], rows))
+    result.report = {
+        "store": store.url,
+        "pins": [
+            {
+                "manifest": p.manifest,
+                "reason": p.reason,
+                "created": p.created,
+                "producer": p.producer,
+            }
+            for p in pins
+        ],
+    }
+    return result

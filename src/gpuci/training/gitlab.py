@@ -1,0 +1,98 @@
+"""The few GitLab calls a sticky merge-request note needs, over the shared REST client.
+
+GitLab's counterpart of ``github.py``: list a merge request's notes (``Link`` pagination, on the
+API's own origin only), create, update, and who the token is (``GET /user``). The base URL is
+``CI_API_V4_URL`` as given, so self-managed GitLab (also under a path) works unchanged. The
+token is a project access token with ``api`` scope (``PRIVATE-TOKEN``): the CI job token may
+read but never write notes. A note is updated only when the token's own user wrote it (the
+marker is text anyone can paste), and system notes are never candidates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from gpuci.errors import InputError
+from gpuci.training.rest import ApiClient, Forbidden
+
+__all__ = ["Forbidden", "GitLab"]
+
+TOKEN_ENV = "GPUCI_GITLAB_TOKEN"
+
+
+class GitLab(ApiClient):
+    service = "GitLab"
+    url_env = "CI_API_V4_URL"
+    hint_401 = f"set {TOKEN_ENV} to a valid project access token with the api scope"
+    hint_403 = (
+        f"give the token in {TOKEN_ENV} the api scope and at least the Reporter role "
+        "(CI_JOB_TOKEN cannot write notes)"
+    )
+    hint_404 = "check CI_PROJECT_ID, the merge request IID and CI_API_V4_URL"
+
+    def __init__(self, api_url: str, token: str, project: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+        self.project = quote(str(project), safe="")  # an id, or group/name URL-encoded
+        self._me: int | bool | None = False  # False: not asked yet
+
+    def __enter__(self) -> GitLab:
+        return self
+
+    def _notes_url(self, iid: int) -> str:
+        return f"/projects/{self.project}/merge_requests/{iid}/notes"
+
+    def marked_notes(self, iid: int, marker: str) -> list[dict[str, Any]]:
+        """Every user note on the merge request whose body holds ``marker``, following pages."""
+        return [
+            note
+            for page in self.pages(self._notes_url(iid), "notes")
+            for note in page
+            if note.get("system") is not True and marker in str(note.get("body") or "")
+        ]
+
+    def identity(self) -> int | None:
+        """The token's own user id (``GET /user``; a project token's bot user), else None."""
+        if self._me is not False:
+            return self._me  # type: ignore[return-value]
+        found: int | None = None
+        try:
+            user = self._json(self._send("GET", "/user"), "the token's user", dict)
+            uid = user.get("id")
+            found = uid if isinstance(uid, int) and not isinstance(uid, bool) else None
+        except (Forbidden, InputError):
+            found = None
+        if found is None:
+            self._warn(
+                "could not learn which user the token belongs to; posting a new note rather "
+                "than updating one that may be someone else's"
+            )
+        self._me = found
+        return found
+
+    def update_note(self, iid: int, note_id: int, body: str) -> dict[str, Any]:
+        url = f"{self._notes_url(iid)}/{note_id}"
+        return self._json(self._send("PUT", url, json={"body": body}), "a note", dict)
+
+    def upsert(self, iid: int, marker: str, body: str) -> tuple[str, dict[str, Any]]:
+        """Update our marked note in place, or create it: ``("updated"|"created", note)``."""
+
+        def find_ours() -> dict[str, Any] | None:
+            marked = self.marked_notes(iid, marker)
+            if not marked:
+                return None
+            me = self.identity()
+            return next((n for n in marked if me is not None and _author_id(n) == me), None)
+
+        return self.sticky(
+            self._notes_url(iid),
+            body,
+            find_ours,
+            lambda found: self.update_note(iid, self.item_id(found), body),
+        )
+
+
+def _author_id(note: dict[str, Any]) -> int | None:
+    author = note.get("author")
+    uid = author.get("id") if isinstance(author, dict) else None
+    return uid if isinstance(uid, int) and not isinstance(uid, bool) else None

@@ -1,0 +1,242 @@
+"""A small REST client for the code-hosting APIs the report talks to (GitHub, GitLab).
+
+What both need, written once: one tenacity retry policy for transient failures (5xx, 429,
+network), HTTP errors mapped to one-line errors with their fix, answers checked for shape, and
+pagination by ``Link: rel="next"`` followed only on the API's own origin (the token goes nowhere
+else; redirects are not followed). Each service subclasses it with its headers and hints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.redact import excerpt, json_kind, redact_url
+
+MAX_PAGES = 50  # 5,000 comments or notes: far past any real pull or merge request
+
+
+class Forbidden(GpuciError):
+    """The token may not comment here (a read-only token): reported, then skipped."""
+
+
+class _Transient(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, _Transient | httpx.TransportError)
+
+
+class ApiClient:
+    """Retries, error mapping, shape checks and origin-only pagination for one REST API."""
+
+    service = "the"  # "GitHub", "GitLab": names the API in every message
+    url_env = "the API URL"  # the variable that sets the base URL, for hints
+    hint_401 = "pass a valid token"
+    hint_403 = "grant the token write access"
+    hint_404 = "check the project and request number"
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        headers: dict[str, str],
+        *,
+        timeout: float = 20.0,
+        attempts: int = 3,
+        max_wait: float = 4.0,
+    ) -> None:
+        self._token = token
+        self._client = httpx.Client(
+            base_url=api_url.rstrip("/"),
+            timeout=timeout,
+            follow_redirects=False,  # a redirect would carry the token wherever it points
+            headers={**headers, "User-Agent": "gpu-ci"},
+        )
+        self._retry = Retrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.25, max=max_wait),
+            retry=retry_if_exception(_is_transient),
+            reraise=True,
+        )
+        self.warnings: list[str] = []  # said once each, for the caller's result
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def where(self) -> str:
+        """The API's base URL, fit to print."""
+        return redact_url(str(self._client.base_url))
+
+    @property
+    def _api_hint(self) -> str:
+        return f"check {self.url_env} points at the {self.service} REST API"
+
+    def _warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def _once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        response = self._client.request(method, url, **kwargs)
+        if response.status_code >= 500 or response.status_code == 429:
+            raise _Transient(response)
+        self._check(response, method, url)
+        return response
+
+    def _retried(self, fn: Callable[[], Any], method: str, url: str) -> Any:
+        """Run ``fn`` under the retry policy; map what is left to one-line errors."""
+        try:
+            return self._retry(fn)
+        except _Transient as exc:
+            raise InfraError(
+                f"{self.service} API answered HTTP {exc.response.status_code} to {method} "
+                f"{redact_url(url)}",
+                hint=f"{self.service} may be degraded; rerun the job later",
+            ) from None
+        except httpx.HTTPError as exc:
+            raise InfraError(
+                f"cannot reach the {self.service} API at {self.where}: {type(exc).__name__}",
+                hint=f"check {self.url_env} and the runner's network",
+            ) from None
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """An idempotent call (GET, PATCH, PUT): safe to repeat as it is."""
+        return self._retried(lambda: self._once(method, url, **kwargs), method, url)
+
+    def _check(self, response: httpx.Response, method: str, url: str) -> None:
+        code = response.status_code
+        if code < 300:
+            return
+        try:
+            found = response.json()
+            message = (
+                found.get("message", "") or found.get("error", "")
+                if isinstance(found, dict)
+                else ""
+            )
+        except ValueError:
+            message = ""
+        # redact (the token, URL credentials) BEFORE cutting: half a key matches no redaction
+        detail = excerpt(str(message), 200, secrets=[self._token])
+        where = f"{method} {redact_url(url)}: HTTP {code}" + (f" ({detail})" if detail else "")
+        if code < 400:
+            raise InfraError(
+                f"{self.service} API answered a redirect: {where}",
+                hint=f"set {self.url_env} to the API's final address (redirects are not followed)",
+            )
+        if code == 401:
+            raise InputError(f"{self.service} rejected the token: {where}", hint=self.hint_401)
+        if code == 403:
+            raise Forbidden(f"the token may not comment: {where}", hint=self.hint_403)
+        if code == 404:
+            raise InputError(f"not found: {where}", hint=self.hint_404)
+        raise InputError(f"{self.service} refused the request: {where}", hint="check the inputs")
+
+    def _json(self, response: httpx.Response, what: str, kind: type) -> Any:
+        """The answer's JSON, which must be a ``kind`` (list or dict): else one clear line."""
+        try:
+            found = response.json()
+        except ValueError:
+            found = None
+        if not isinstance(found, kind):
+            shape = "no JSON" if found is None else f"a JSON {json_kind(found)}"
+            raise InfraError(
+                f"{self.service} API at {self.where} answered {shape} where {what} belongs "
+                f"({response.request.method} {redact_url(str(response.request.url))})",
+                hint=self._api_hint,
+            )
+        return found
+
+    # ----- following pages, on the API's own origin only ------------------------------------
+    def _next_page(self, response: httpx.Response, what: str) -> str | None:
+        """The ``Link: rel="next"`` URL when it stays on the API's origin, else None."""
+        link = response.links.get("next", {}).get("url")
+        if not link:
+            return None
+        try:
+            target = response.url.join(link)
+        except (httpx.InvalidURL, ValueError):
+            target = None
+        if target is None or origin(target) != origin(self._client.base_url):
+            self._warn(
+                f"{self.service} API at {self.where} linked the next page of {what} to another "
+                f"origin ({redact_url(link)}); not followed, so the token is not sent there"
+            )
+            return None
+        return str(target)
+
+    def pages(self, url: str, what: str) -> Iterator[list[dict[str, Any]]]:
+        """Each page of a list of objects, following ``Link`` on the API's origin only."""
+        next_url: str | None = url
+        params: dict[str, Any] | None = {"per_page": 100}
+        for _ in range(MAX_PAGES):
+            if next_url is None:
+                return
+            response = self._send("GET", next_url, params=params)
+            page = self._json(response, f"a list of {what}", list)
+            if not all(isinstance(item, dict) for item in page):
+                raise InfraError(
+                    f"{self.service} API at {self.where} answered a list holding something "
+                    f"other than {what}",
+                    hint=self._api_hint,
+                )
+            yield page
+            next_url, params = self._next_page(response, what), None  # next carries its query
+
+    def sticky(
+        self,
+        create_url: str,
+        body: str,
+        find_ours: Callable[[], dict[str, Any] | None],
+        update: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> tuple[str, dict[str, Any]]:
+        """Update our marked comment in place, or create it: ``("updated"|"created", item)``.
+
+        A POST is not idempotent: when its answer is lost (5xx, dropped connection) the comment
+        may exist all the same. So a retry starts over from the search, and a comment that the
+        lost POST did create is updated instead of posted twice.
+        """
+
+        def attempt() -> tuple[str, dict[str, Any]]:
+            existing = find_ours()
+            if existing is not None:
+                return "updated", update(existing)
+            response = self._once("POST", create_url, json={"body": body})
+            return "created", self._json(response, "the created comment", dict)
+
+        return self._retried(attempt, "POST", create_url)
+
+    def item_id(self, item: dict[str, Any]) -> int:
+        cid = item.get("id")
+        if isinstance(cid, bool) or not isinstance(cid, int):
+            raise InfraError(
+                f"{self.service} API answered a comment without a numeric id "
+                f"({excerpt(repr(cid), 40)})",
+                hint=self._api_hint,
+            )
+        return cid
+
+
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """Scheme, host and effective port: what a token may be sent to."""
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    return url.scheme, url.host.lower(), url.port or default

@@ -1,0 +1,116 @@
+"""The sticky merge-request note against a fake GitLab API v4 on 127.0.0.1: one note, updated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakegitlab import BOT_ID, FakeGitLab
+
+from gpuci_testing import clean_env, run_cli
+
+PROJECT = "9"
+MARKER = "<!-- gpuci-report:training -->"
+
+
+@pytest.fixture
+def gitlab():
+    with FakeGitLab() as fake:
+        yield fake
+
+
+def mr_env(fake: FakeGitLab, tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "GITLAB_CI": "true",
+        "CI_API_V4_URL": fake.api_url,
+        "CI_SERVER_URL": fake.origin + "/gitlab",
+        "CI_PROJECT_ID": PROJECT,
+        "CI_PROJECT_PATH": "acme/models",
+        "CI_PROJECT_URL": fake.origin + "/gitlab/acme/models",
+        "CI_MERGE_REQUEST_IID": "3",
+        "CI_COMMIT_SHA": "c" * 40,
+        "CI_JOB_URL": fake.origin + "/gitlab/acme/models/-/jobs/42",
+        "CI_JOB_TOKEN": fake.state.job_token,
+        "GPUCI_GITLAB_TOKEN": fake.state.token,
+        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+    }
+    return clean_env(**{**env, **extra})
+
+
+def report(tmp_path: Path, env: dict[str, str], accuracy: float) -> dict:
+    metrics = tmp_path / "m.json"
+    metrics.write_text(json.dumps({"accuracy": accuracy}))
+    proc = run_cli(
+        "gate",
+        "--metrics",
+        str(metrics),
+        "--min",
+        "accuracy=0.9",
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--comment",
+        "true",
+        "--json",
+        env=env,
+    )
+    for secret in (env.get("GPUCI_GITLAB_TOKEN"), env.get("CI_JOB_TOKEN")):
+        assert not secret or secret not in proc.stdout + proc.stderr  # masked, never printed
+    body = json.loads(proc.stdout)
+    body["rc"] = proc.returncode
+    return body
+
+
+def test_note_created_then_updated_in_place_across_pages(tmp_path, gitlab):
+    for n in range(3):  # two pages of others' notes, one pasting our marker
+        gitlab.state.add(PROJECT, 3, f"note {n}" + (f" {MARKER}" if n == 1 else ""))
+    env = mr_env(gitlab, tmp_path)
+    first = report(tmp_path, env, 0.95)
+    assert first["rc"] == 0, first
+    assert first["outputs"]["comment"] == "created"
+    notes = gitlab.state.notes[f"{PROJECT}!3"]
+    ours = [n for n in notes if n["author"]["id"] == BOT_ID]
+    assert len(ours) == 1 and MARKER in ours[0]["body"]
+    assert "Model gate passed" in ours[0]["body"]
+    assert first["outputs"]["comment-url"] == (
+        f"{gitlab.origin}/gitlab/acme/models/-/merge_requests/3#note_{ours[0]['id']}"
+    )
+
+    second = report(tmp_path, env, 0.5)
+    assert second["outputs"]["comment"] == "updated"
+    ours = [n for n in gitlab.state.notes[f"{PROJECT}!3"] if n["author"]["id"] == BOT_ID]
+    assert len(ours) == 1 and "Model gate failed" in ours[0]["body"]
+    assert notes[1]["body"] == f"note 1 {MARKER}"  # someone else's marked note: never edited
+    paths = [p for _, p in gitlab.state.requests]
+    assert any("page=2" in p for p in paths)  # the second page was read
+    assert ("GET", "/gitlab/api/v4/user") in gitlab.state.requests
+    assert any(m == "PUT" for m, _ in gitlab.state.requests)
+
+
+def test_only_the_job_token_says_it_cannot_write_notes(tmp_path, gitlab):
+    env = mr_env(gitlab, tmp_path)
+    del env["GPUCI_GITLAB_TOKEN"]
+    got = report(tmp_path, env, 0.95)
+    assert got["rc"] == 0 and got["outputs"]["comment"] == "skipped"
+    notes = [a["message"] for a in got["annotations"]]
+    assert any("CI_JOB_TOKEN cannot write merge request notes" in n for n in notes), notes
+    assert any("GPUCI_GITLAB_TOKEN" in n and "api" in n for n in notes)
+    assert gitlab.state.requests == []  # nothing was tried with the job token
+
+
+def test_a_token_gitlab_refuses_with_403_is_a_warning(tmp_path, gitlab):
+    env = mr_env(gitlab, tmp_path, GPUCI_GITLAB_TOKEN=gitlab.state.job_token)
+    got = report(tmp_path, env, 0.95)
+    assert got["rc"] == 0 and got["outputs"]["comment"] == "skipped"
+    assert any("403" in a["message"] for a in got["annotations"])
+    assert f"{PROJECT}!3" not in gitlab.state.notes
+
+
+def test_a_next_page_on_another_origin_is_not_followed(tmp_path, gitlab):
+    with FakeGitLab(token=gitlab.state.token) as thief:
+        gitlab.state.add(PROJECT, 3, "hello")
+        gitlab.state.next_link = f"{thief.api_url}/projects/9/merge_requests/3/notes?page=2"
+        got = report(tmp_path, mr_env(gitlab, tmp_path), 0.95)
+        assert got["rc"] == 0, got
+        assert thief.state.requests == []  # the token never went there
+        assert any("another origin" in a["message"] for a in got["annotations"])
