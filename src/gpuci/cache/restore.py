@@ -544,9 +544,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         result.warning(warning, "gpu-ci cache: ref ignored")
     if found is not None and whole is None:
         whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
-    if whole is not None and values.get("layout") == "hf":
-        if other := hf.foreign_folder(whole, values):
-            found = _foreign_repo(result, found, other, values)
+    hf_layout = whole is not None and values.get("layout") == "hf"
+    if hf_layout and (other := hf.foreign_folder(whole, values)):
+        found = _foreign_repo(result, found, other, values)
     if found is None:
         seconds = time.monotonic() - start
         verb = "would miss" if rt.dry_run else "miss"
