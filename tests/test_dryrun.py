@@ -122,6 +122,34 @@ def test_expressions_are_reported_not_guessed(tmp_path):
     assert proc.returncode == 0
 
 
+def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input(tmp_path):
+    """restore needs key or manifest; a key built by an expression is provided at run time."""
+    wf = one_job(
+        tmp_path,
+        """
+              - uses: acme/gpu-ci/actions/cache-weights@v1
+                with:
+                  key: base-weights-${{ hashFiles('weights.sha256') }}
+                  path: weights
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory-gb: lots
+                  require-gpu: ${{ vars.REQUIRE }}
+    """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    restore, setup = _steps(proc)
+    assert restore["unresolved"] == ["key"]
+    assert restore["verdict"] == "ok", restore
+    headline = restore["plans"][0]["headline"]
+    assert headline.startswith("needs run-time value(s) for key: plan not evaluated")
+    assert "key or manifest" in headline  # what the real run would need, said once
+    # a literal that is bad on its own cannot hide behind an expression elsewhere in its step
+    assert setup["verdict"] == "bad-input", setup
+    assert "'lots': expected a number" in setup["plans"][0]["headline"]
+    assert proc.returncode == 2
+
+
 def test_job_filter_and_errors(tmp_path):
     wf = write(
         tmp_path,

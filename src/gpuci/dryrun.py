@@ -307,7 +307,29 @@ def _plan_command(
         stderr=rt.stderr,
     )
     inner.platform = "terminal" if rt.platform == "json" else rt.platform
-    return run_command(cmd, full_name, flags, inner)
+    result = run_command(cmd, full_name, flags, inner)
+    if result.exit_code == ExitCode.BAD_INPUT and unresolved and _literals_parse(cmd, flags, inner):
+        # The literal inputs are fine, but the command refused to go on without the values the
+        # workflow provides at run time (a restore whose key is an expression: key or manifest
+        # is needed): no verdict, as for a required input.
+        names = ", ".join(sorted(unresolved))
+        return Result(
+            command=full_name,
+            headline=f"needs run-time value(s) for {names}: plan not evaluated "
+            f"(without them: {result.headline})",
+        )
+    return result
+
+
+def _literals_parse(cmd: Command, flags: dict[str, str | None], rt: Runtime) -> bool:
+    """Whether the inputs written literally in the workflow parse on their own."""
+    from gpuci.inputs import resolve
+
+    try:
+        resolve(cmd.inputs, flags, rt.environ, on_secret=rt.mask)
+    except InputError:
+        return False
+    return True
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
