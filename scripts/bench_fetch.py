@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fetch"))
+sys.path.insert(0, str(ROOT / "tests"))  # fetch_server builds on loopback_http
 sys.path.insert(0, str(ROOT / "src"))
 
 from fetch_server import Fault, FaultyServer  # noqa: E402

@@ -25,6 +25,7 @@ from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpuci.errors import InputError
+from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
 TIMEOUT_S = 15.0
@@ -101,7 +102,7 @@ def send_all(
                 _discourse(target, subject, text, environ)
             sent += 1
         except Exception as exc:
-            reason = redact(f"{type(exc).__name__}: {exc}")[:200]
+            reason = excerpt(redact(f"{type(exc).__name__}: {exc}"))
             warn(f"could not notify {target.shown}: {reason}")
     return sent
 

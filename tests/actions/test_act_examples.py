@@ -142,31 +142,47 @@ def test_train_gated_passes_first_then_hits(gpuci: Path, tmp_path: Path) -> None
     assert "matched-key=metrics-baseline-main-" in second  # the first run's baseline
 
 
+def act_pod_example(
+    gpuci: Path,
+    tmp_path: Path,
+    fake: FakeRunPod,
+    example: str,
+    *secrets: str,
+    answers: dict[str, object] | None = None,
+) -> str:
+    """Run ``examples/<example>`` under act on workflow_dispatch against ``fake`` RunPod, the
+    pod's proxy URL served by an ``http_ok_server(answers)``; act's output, which must pass.
+
+    RUNPOD_API_KEY is passed as a secret, and each of ``secrets`` (``NAME=value``) too."""
+    workflow = f".github/workflows/{example}"
+    with http_ok_server(answers) as proxy:
+        env = {
+            "RUNPOD_API_URL": fake.url,
+            "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
+            "GPUCI_PODS_POLL_S": "0.2",
+            "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
+        }
+        project = make_project(tmp_path / "proj", {workflow: EXAMPLES / example})
+        secret_args = [arg for secret in secrets for arg in ("-s", secret)]
+        return passed(
+            act(
+                project,
+                gpuci,
+                workflow,
+                tmp_path,
+                "-s",
+                f"RUNPOD_API_KEY={fake.api_key}",
+                *secret_args,
+                event="workflow_dispatch",
+                env=env,
+            )
+        )
+
+
 def test_gpu_pods_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -> None:
     fake = FakeRunPod(steps_to_running=1).start()
     try:
-        with http_ok_server() as proxy:
-            env = {
-                "RUNPOD_API_URL": fake.url,
-                "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
-                "GPUCI_PODS_POLL_S": "0.2",
-                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
-            }
-            project = make_project(
-                tmp_path / "proj", {".github/workflows/gpu-pods.yml": EXAMPLES / "gpu-pods.yml"}
-            )
-            text = passed(
-                act(
-                    project,
-                    gpuci,
-                    ".github/workflows/gpu-pods.yml",
-                    tmp_path,
-                    "-s",
-                    f"RUNPOD_API_KEY={fake.api_key}",
-                    event="workflow_dispatch",
-                    env=env,
-                )
-            )
+        text = act_pod_example(gpuci, tmp_path, fake, "gpu-pods.yml")
         assert "Success - Main Talk to the pod" in text
         created = fake.calls("POST", "/v2/pods")
         assert len(created) == 1
@@ -251,30 +267,9 @@ def test_vllm_pod_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -
     }
     fake = FakeRunPod(steps_to_running=1).start()
     try:
-        with http_ok_server(vllm) as proxy:
-            env = {
-                "RUNPOD_API_URL": fake.url,
-                "GPUCI_RUNPOD_PROXY_URL": proxy + "/{pod_id}-{port}",
-                "GPUCI_PODS_POLL_S": "0.2",
-                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger.jsonl"),
-            }
-            project = make_project(
-                tmp_path / "proj", {".github/workflows/vllm-pod.yml": EXAMPLES / "vllm-pod.yml"}
-            )
-            text = passed(
-                act(
-                    project,
-                    gpuci,
-                    ".github/workflows/vllm-pod.yml",
-                    tmp_path,
-                    "-s",
-                    f"RUNPOD_API_KEY={fake.api_key}",
-                    "-s",
-                    "HF_TOKEN=hf_secret_for_the_pod",
-                    event="workflow_dispatch",
-                    env=env,
-                )
-            )
+        text = act_pod_example(
+            gpuci, tmp_path, fake, "vllm-pod.yml", "HF_TOKEN=hf_secret_for_the_pod", answers=vllm
+        )
         assert "Success - Main Check the endpoint" in text
         assert "serving ['Qwen/Qwen2.5-0.5B-Instruct']" in text
         (created,) = fake.calls("POST", "/v2/pods")

@@ -20,22 +20,15 @@ from pathlib import Path
 import boto3
 import pytest
 from faultproxy import FaultProxy
-from moto.server import ThreadedMotoServer
 
 from gpuci.cli import run_command
 from gpuci.commands import cache_weights
 from gpuci.runtime import Result, Runtime
+from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-CREDS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_CONFIG_FILE": "/dev/null",
-    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
+CREDS = FAKE_S3_CREDENTIALS
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,11 +45,8 @@ def aws_env() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 def _seaweedfs_module():

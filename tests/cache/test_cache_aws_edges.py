@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 from treeutil import make_tree, snapshot
 
 from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_case, seaweedfs
-from gpuci_testing import clean_env
+from gpuci_testing import clean_env, run_cli
 
 
 def _dead_url() -> str:
@@ -29,15 +28,7 @@ def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
         AWS_MAX_ATTEMPTS="1",
         **{**CREDS, **env},
     )
-    return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, env=full, cwd=tmp_path)
 
 
 def _restore_args(tmp_path: Path) -> list[str]:

@@ -13,12 +13,13 @@ import gzip
 import hashlib
 import os
 import socket
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+from loopback_http import LoopbackHTTPServer
 
 # The tests' file: a few hundred KB, several network chunks, fast everywhere. Here, not in
 # conftest.py: ``from conftest import`` picks whichever folder's conftest pytest loaded last.
@@ -68,19 +69,13 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class FaultyServer:
+class FaultyServer(LoopbackHTTPServer):
     """Start with ``with FaultyServer() as srv:``; ``srv.url("/f")`` names a path."""
 
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
         self.requests: list[Request] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        super().__init__(_handler_for(self))
 
     # ----- setup ---------------------------------------------------------------------------
     def add(self, path: str, data: bytes | None = None, file: Path | None = None, **kw) -> Entry:
@@ -104,17 +99,6 @@ class FaultyServer:
     def gets(self, path: str | None = None) -> list[Request]:
         with self.lock:
             return [r for r in self.requests if r.method == "GET" and path in (None, r.path)]
-
-    # ----- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> FaultyServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:

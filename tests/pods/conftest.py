@@ -14,6 +14,7 @@ from gpuci.commands import pods as spec
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
+from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
 
@@ -97,23 +98,8 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """A real moto S3 server on 127.0.0.1 (as tests/cache uses) for the shared ledger."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-S3_CREDS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_CONFIG_FILE": "/dev/null",
-    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -126,7 +112,7 @@ def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
     import boto3
 
     endpoint = request.getfixturevalue("moto_endpoint")
-    for key, value in S3_CREDS.items():  # boto3 in in-process runs reads os.environ
+    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
         monkeypatch.setenv(key, value)
     bucket = f"gpuci-{uuid.uuid4().hex[:12]}"
     boto3.client(
@@ -137,7 +123,7 @@ def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
         aws_secret_access_key="testing-secret-key",
     ).create_bucket(Bucket=bucket)
     return {
-        **S3_CREDS,
+        **FAKE_S3_CREDENTIALS,
         "GPUCI_PODS_LEDGER": f"s3://{bucket}/team/ledger",
         "GPUCI_PODS_LEDGER_ENDPOINT_URL": endpoint,
     }

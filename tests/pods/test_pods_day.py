@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+from pod_simulation import fail_teardown, up_or_refused
+
 from gpuci.pods import ledger
 from gpuci.pods.naming import tag_of
 
@@ -55,13 +57,8 @@ def test_a_day_of_ci_forgets_nothing_and_keeps_budgets(fake, run, clock, env):
                 budget_period="1d",
                 reap_interval="15m",
             )
-            if res.code == 1:
-                stats["refused"] += 1
-                assert "budget" in res.json["headline"]
-            else:
-                assert res.code == 0, res.stdout
-                stats["up"] += 1
-                pod_id = res.outputs["pod-id"]
+            pod_id = up_or_refused(res, stats)
+            if pod_id is not None:
                 expiry[pod_id] = tag_of(fake.view(fake.pods[pod_id])).expires_at
                 if self_stop:
                     wrapped.add(pod_id)
@@ -76,8 +73,7 @@ def test_a_day_of_ci_forgets_nothing_and_keeps_budgets(fake, run, clock, env):
             teardowns.remove(item)
             _, pod_id, how = item
             if how == "fail":
-                fake.fail(f"DELETE /v2/pods/{pod_id}", *[(503, {})] * 6)
-                stats["failed_down"] += 1
+                fail_teardown(fake, pod_id, stats)
             res = run("down", pod_id=pod_id)
             assert res.code == (3 if how == "fail" else 0), res.stdout
             stats["down"] += res.code == 0

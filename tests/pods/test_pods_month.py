@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from pod_simulation import fail_teardown, up_or_refused
+
 from gpuci.pods import ledger
 
 TICK_S = 15 * 60
@@ -66,13 +68,8 @@ def test_a_month_for_three_people_keeps_every_budget_and_traces_every_reaped_pod
                 reap_interval="1h",
                 extra_env=ident,
             )
-            if res.code == 1:
-                stats["refused"] += 1
-                assert "budget" in res.json["headline"]
-            else:
-                assert res.code == 0, res.stdout
-                stats["up"] += 1
-                pod_id = res.outputs["pod-id"]
+            pod_id = up_or_refused(res, stats)
+            if pod_id is not None:
                 owner_of[pod_id] = owner
                 fate = rng.random()
                 if fate < 0.25:
@@ -85,8 +82,7 @@ def test_a_month_for_three_people_keeps_every_budget_and_traces_every_reaped_pod
             teardowns.remove(item)
             _, pod_id, fails = item
             if fails:
-                fake.fail(f"DELETE /v2/pods/{pod_id}", *[(503, {})] * 6)
-                stats["failed_down"] += 1
+                fail_teardown(fake, pod_id, stats)
             res = run("down", pod_id=pod_id, extra_env=rng.choice(runners))
             assert res.code == (3 if fails else 0), res.stdout
         for owner, usd in BUDGETS.items():

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuci_testing import REPO as SOURCE
-from gpuci_testing import clean_env
 
 sys.path.insert(0, str(SOURCE / "tests" / "training"))
-from fakegithub import BOT_ID, PREFIX, FakeGitHub
+from fakegithub import BOT_ID, PREFIX, FakeGitHub, pull_request_job_env
 
 __all__ = ["BOT_ID", "FakeGitHub"]
 
@@ -83,19 +81,4 @@ def object_where_list(fake: FakeGitHub, body: Any = None) -> None:
 
 def report_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
     """A pull-request job in GitHub Actions talking to ``fake``."""
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps({"pull_request": {"number": PR}}))
-    for name in ("out", "summary"):
-        (tmp_path / name).write_text("")
-    env = {
-        "GITHUB_ACTIONS": "true",
-        "GITHUB_OUTPUT": str(tmp_path / "out"),
-        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
-        "GITHUB_EVENT_PATH": str(event),
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_API_URL": fake.api_url,
-        "GITHUB_TOKEN": fake.state.token,
-        "GITHUB_SHA": "c" * 40,
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-    }
-    return clean_env(**{**env, **extra})
+    return pull_request_job_env(tmp_path, fake, REPO, PR, **extra)

@@ -14,10 +14,11 @@ the ``serve_*`` factories below build the common ones.
 from __future__ import annotations
 
 import gzip
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from loopback_http import LoopbackHTTPServer
 
 Route = Callable[["Handler"], None]
 _CHUNK = 1 << 16
@@ -36,23 +37,13 @@ class Seen:
         return next((v for k, v in self.headers.items() if k.lower() == name.lower()), None)
 
 
-class HostileServer:
+class HostileServer(LoopbackHTTPServer):
     """``with HostileServer() as evil:``; ``evil.route("/x", serve_endless())``."""
 
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.seen: list[Seen] = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        super().__init__(_handler_for(self), _QuietServer)
 
     def route(self, path: str, handler: Route) -> HostileServer:
         self.routes[path] = handler
@@ -67,16 +58,6 @@ class HostileServer:
 
     def sent(self, path: str | None = None) -> int:
         return sum(s.body_bytes for s in self.requests(path))
-
-    def __enter__(self) -> HostileServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -144,14 +144,8 @@ def test_a_gigabyte_manifest_or_ref_is_refused_without_reading_it(tmp_path, what
         "sys.exit(code)\n"
     )
     args = ["cache-weights", "restore", "--store", root.as_uri(), "--key", "k"]
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args, "--path", str(tmp_path / "t")],
-        capture_output=True,
-        text=True,
-        env=clean_env(GPUCI_LOCAL_CACHE="off", HOME=str(tmp_path)),
-        cwd=REPO,
-        timeout=120,
-        check=False,
+    done = _run_without_tier(
+        [sys.executable, "-c", script, *args, "--path", str(tmp_path / "t")], tmp_path
     )
     rss_kib = int(done.stderr.rsplit("maxrss", 1)[1].split()[0])
     assert done.returncode == (2 if what == "manifest" else 3), done.stdout + done.stderr
@@ -160,6 +154,24 @@ def test_a_gigabyte_manifest_or_ref_is_refused_without_reading_it(tmp_path, what
 
 
 # ----- item 8: one line, exit 2 or 3, never an internal error -------------------------------
+
+
+def _without_tier(tmp_path: Path) -> dict[str, str]:
+    """A clean environment for a CLI run here: the local cache tier off, HOME in ``tmp_path``."""
+    return clean_env(GPUCI_LOCAL_CACHE="off", HOME=str(tmp_path))
+
+
+def _run_without_tier(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` from the repository in :func:`_without_tier`'s environment, output captured."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=_without_tier(tmp_path),
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
 
 
 def _one_line_error(done: subprocess.CompletedProcess[str], code: int, text: str) -> None:
@@ -173,7 +185,7 @@ def test_a_store_folder_that_cannot_be_created_is_one_line(tmp_path):
     src = _tree(tmp_path / "src")
     done = run_cli(
         "cache-weights", "save", "--store", "file:///proc/x", "--key", "k", "--path", str(src),
-        env=clean_env(GPUCI_LOCAL_CACHE="off", HOME=str(tmp_path)),
+        env=_without_tier(tmp_path),
     )  # fmt: skip
     _one_line_error(done, 3, "cannot use the cache store file:///proc/x")
 
@@ -213,21 +225,8 @@ def test_a_really_full_tmpfs_is_one_line(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     cli = f"{sys.executable} -m gpuci cache-weights save --store file://{mnt}/s --key k"
-    done = subprocess.run(
-        [
-            "unshare",
-            "-rm",
-            "sh",
-            "-c",
-            f"mount -t tmpfs -o size=1m none {mnt} && {cli} --path {src}",
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(GPUCI_LOCAL_CACHE="off", HOME=str(tmp_path)),
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    mount = f"mount -t tmpfs -o size=1m none {mnt} && {cli} --path {src}"
+    done = _run_without_tier(["unshare", "-rm", "sh", "-c", mount], tmp_path)
     _one_line_error(done, 3, "disk full while writing to the cache store")
 
 

@@ -16,8 +16,11 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from gpuci_testing import clean_env
 
 PREFIX = "/api/v3"
 _LIST = re.compile(rf"^{PREFIX}/repos/([^/]+/[^/]+)/issues/(\d+)/comments$")
@@ -174,3 +177,26 @@ class FakeGitHub:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def pull_request_job_env(
+    tmp_path: Path, fake: FakeGitHub, repo: str, pr: int, **extra: str
+) -> dict[str, str]:
+    """The environment of a pull-request job in GitHub Actions whose API is ``fake``: an event
+    file naming PR ``pr``, empty output and summary files under ``tmp_path``, the fake's token."""
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": pr}}))
+    for name in ("out", "summary"):
+        (tmp_path / name).write_text("")
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_OUTPUT": str(tmp_path / "out"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
+        "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_REPOSITORY": repo,
+        "GITHUB_API_URL": fake.api_url,
+        "GITHUB_TOKEN": fake.state.token,
+        "GITHUB_SHA": "c" * 40,
+        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+    }
+    return clean_env(**{**env, **extra})

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fakegithub import FakeGitHub
+from fakegithub import FakeGitHub, pull_request_job_env
 
 from gpuci import journal
 from gpuci_testing import clean_env, run_cli
@@ -22,22 +22,7 @@ def github():
 
 
 def pr_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps({"pull_request": {"number": 7}}))
-    (tmp_path / "out").write_text("")
-    (tmp_path / "summary").write_text("")
-    env = {
-        "GITHUB_ACTIONS": "true",
-        "GITHUB_OUTPUT": str(tmp_path / "out"),
-        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
-        "GITHUB_EVENT_PATH": str(event),
-        "GITHUB_REPOSITORY": REPO,
-        "GITHUB_API_URL": fake.api_url,
-        "GITHUB_TOKEN": fake.state.token,
-        "GITHUB_SHA": "c" * 40,
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-    }
-    return clean_env(**{**env, **extra})
+    return pull_request_job_env(tmp_path, fake, REPO, 7, **extra)
 
 
 def gate(tmp_path: Path, env: dict[str, str], accuracy: float, *extra: str):

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpuci.redact import excerpt
 from gpuci.runtime import markdown_table
 
 MAX_BODY = 1 << 20
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             leg.update(probe(args.url, args.model, args.prompt, args.max_tokens, args.timeout))
         except Exception as exc:
-            leg["error"] = f"{type(exc).__name__}: {exc}"[:200]
+            leg["error"] = excerpt(f"{type(exc).__name__}: {exc}")
             print(f"probe failed: {leg['error']}", file=sys.stderr)
             code = 1
         Path(args.out).write_text(json.dumps(leg, indent=2))

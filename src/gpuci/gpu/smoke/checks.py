@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpuci.errors import GpuciError
+from gpuci.redact import excerpt
 
 Status = Literal["pass", "fail", "skip"]
 
@@ -160,11 +161,6 @@ def run_check(item: Planned, budget: Budget) -> Outcome:
     except Exception as exc:  # a framework error on this GPU is a finding, not a crash
         where = traceback.extract_tb(exc.__traceback__)[-1]
         outcome.status = "fail"
-        outcome.reason = f"{type(exc).__name__}: {_one_line(str(exc))} (at {where.name})"
+        outcome.reason = f"{type(exc).__name__}: {excerpt(str(exc), 300)} (at {where.name})"
     outcome.seconds = budget.now() - start
     return outcome
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

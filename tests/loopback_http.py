@@ -1,0 +1,44 @@
+"""The skeleton every HTTP test server here shares: a threading server on 127.0.0.1 with an
+ephemeral port, served from a daemon thread, started and stopped by ``with``.
+
+Subclasses (tests/fetch/fetch_server.py's ``FaultyServer``, tests/security/hostile_http.py's
+``HostileServer``) add what they serve and what they record; ``lock`` guards that record and
+``stop`` is set at exit so handlers that stall or stream forever return promptly.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+_S = TypeVar("_S", bound="LoopbackHTTPServer")
+
+
+class LoopbackHTTPServer:
+    def __init__(
+        self,
+        handler: type[BaseHTTPRequestHandler],
+        server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+    ) -> None:
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self._httpd = server_class(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def __enter__(self: _S) -> _S:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
