@@ -8,6 +8,7 @@ after TLS, MAIL, RCPT, DATA, QUIT. It records what it saw, including whether AUT
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import ssl
@@ -138,4 +139,8 @@ class SmtpServer:
             conn.close()
 
     def stop(self) -> None:
+        # shutdown() wakes the thread blocked in accept(); close() alone does not, and the
+        # socket would go on listening (and answering) on its port until a client came.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
