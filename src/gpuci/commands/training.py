@@ -150,7 +150,7 @@ PROVENANCE = Command(
 
 REPORT = Command(
     name="report",
-    help="Put the gate table and provenance in the job summary and on the pull request.",
+    help="Put the gate table and provenance in the job summary and on the pull or merge request.",
     inputs=(
         *REPORT_INPUTS,
         Input("gate-report", "gate.json to report (default: this job's gate).", "str"),
