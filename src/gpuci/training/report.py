@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +145,7 @@ def render(
 
 def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> None:
     """Post or update the sticky comment, or say why not; sets ``comment`` outputs."""
-    from gpuci.training.github import Forbidden, GitHub
+    from gpuci.training.github import GitHub
 
     ctx = ci.detect(rt.environ)
     result.outputs.update({"comment": "skipped", "comment-url": ""})
@@ -162,40 +164,23 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
         reason = "not a pull request"
     elif not repository or "/" not in repository:
         reason = "no repository (set the repository input or GITHUB_REPOSITORY)"
-    if reason:
-        result.notice(f"PR comment skipped: {reason}", "gpu-ci report")
-        result.report["comment"] = {"action": "skipped", "reason": reason}
-        return
-    if rt.dry_run:
-        result.notice(
-            f"dry run: would post or update the sticky comment on {repository}#{number} "
-            f"via {api_url}",
-            "gpu-ci report",
-        )
-        result.report["comment"] = {"action": "would-post", "pr": number}
-        return
     marker = marker_comment(values.get("marker") or "training")
-    gh = GitHub(api_url, token, repository)
-    try:
-        with gh:
-            action, comment = gh.upsert(int(number), marker, body)
-    except Forbidden as exc:
-        result.warning(f"PR comment skipped: {exc.one_line()}", "gpu-ci report")
-        result.report["comment"] = {"action": "skipped", "reason": exc.message}
-        return
-    finally:  # what the client refused to do (a foreign next page, an unknown identity)
-        for text in gh.warnings:
-            result.warning(text, "gpu-ci report")
-    result.outputs.update({"comment": action, "comment-url": comment.get("html_url", "")})
-    result.report["comment"] = {"action": action, "id": comment.get("id"), "pr": number}
-    rt.log(f"{action} the report comment on {repository}#{number}")
+    _post_sticky(
+        result,
+        rt,
+        _Sticky("PR comment", "comment", f"{repository}#{number}", api_url, number, reason),
+        lambda: GitHub(api_url, token, repository),
+        marker,
+        body,
+        lambda comment: comment.get("html_url", ""),
+    )
 
 
 def _publish_gitlab(
     values: dict[str, Any], rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
-    from gpuci.training.gitlab import TOKEN_ENV, Forbidden, GitLab
+    from gpuci.training.gitlab import TOKEN_ENV, GitLab
 
     env = rt.environ
     token = values.get("token") or env.get(TOKEN_ENV, "")
@@ -217,36 +202,71 @@ def _publish_gitlab(
         reason = "not a merge request pipeline"
     elif not project or not api_url:
         reason = "no project or API URL (CI_PROJECT_ID, CI_API_V4_URL)"
-    if reason:
-        result.notice(f"MR note skipped: {reason}", "gpu-ci report")
-        result.report["comment"] = {"action": "skipped", "reason": reason}
+    project_url = env.get("CI_PROJECT_URL", "").rstrip("/")
+    _post_sticky(
+        result,
+        rt,
+        _Sticky("MR note", "note", f"{ctx.repository or project}!{iid}", api_url, iid, reason),
+        lambda: GitLab(api_url, token, project),
+        marker_comment(values.get("marker") or "training"),
+        body,
+        lambda note: (
+            f"{project_url}/-/merge_requests/{iid}#note_{note.get('id')}" if project_url else ""
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _Sticky:
+    """Where one sticky report goes, as the messages name it."""
+
+    label: str  # "PR comment" / "MR note"
+    noun: str  # "comment" / "note"
+    target: str  # "org/repo#7" / "group/project!7"
+    api_url: str
+    number: Any
+    skip_reason: str
+
+
+def _post_sticky(
+    result: Result,
+    rt: Runtime,
+    sticky: _Sticky,
+    make_client: Callable[[], Any],
+    marker: str,
+    body: str,
+    url_of: Callable[[dict[str, Any]], str],
+) -> None:
+    """Skip (saying why), plan, or create-or-update the one report on a PR or MR: the same
+    steps on GitHub and GitLab once each platform has found its token, target and API."""
+    from gpuci.training.rest import Forbidden
+
+    if sticky.skip_reason:
+        result.notice(f"{sticky.label} skipped: {sticky.skip_reason}", "gpu-ci report")
+        result.report["comment"] = {"action": "skipped", "reason": sticky.skip_reason}
         return
     if rt.dry_run:
         result.notice(
-            f"dry run: would post or update the sticky note on {ctx.repository or project}"
-            f"!{iid} via {api_url}",
+            f"dry run: would post or update the sticky {sticky.noun} on {sticky.target} "
+            f"via {sticky.api_url}",
             "gpu-ci report",
         )
-        result.report["comment"] = {"action": "would-post", "pr": iid}
+        result.report["comment"] = {"action": "would-post", "pr": sticky.number}
         return
-    gl = GitLab(api_url, token, project)
+    client = make_client()
     try:
-        with gl:
-            action, note = gl.upsert(
-                int(iid), marker_comment(values.get("marker") or "training"), body
-            )
+        with client:
+            action, posted = client.upsert(int(sticky.number), marker, body)
     except Forbidden as exc:
-        result.warning(f"MR note skipped: {exc.one_line()}", "gpu-ci report")
+        result.warning(f"{sticky.label} skipped: {exc.one_line()}", "gpu-ci report")
         result.report["comment"] = {"action": "skipped", "reason": exc.message}
         return
-    finally:
-        for text in gl.warnings:
+    finally:  # what the client refused to do (a foreign next page, an unknown identity)
+        for text in client.warnings:
             result.warning(text, "gpu-ci report")
-    project_url = env.get("CI_PROJECT_URL", "").rstrip("/")
-    url = f"{project_url}/-/merge_requests/{iid}#note_{note.get('id')}" if project_url else ""
-    result.outputs.update({"comment": action, "comment-url": url})
-    result.report["comment"] = {"action": action, "id": note.get("id"), "pr": iid}
-    rt.log(f"{action} the report note on {ctx.repository or project}!{iid}")
+    result.outputs.update({"comment": action, "comment-url": url_of(posted)})
+    result.report["comment"] = {"action": action, "id": posted.get("id"), "pr": sticky.number}
+    rt.log(f"{action} the report {sticky.noun} on {sticky.target}")
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
