@@ -8,6 +8,7 @@ Subclasses (tests/fetch/fetch_server.py's ``FaultyServer``, tests/security/hosti
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
@@ -42,3 +43,24 @@ class LoopbackHTTPServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)
+
+
+class JsonAPIHandler(BaseHTTPRequestHandler):
+    """A quiet handler for the fake JSON APIs (GitHub, GitLab): a JSON reply, a JSON body."""
+
+    def log_message(self, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}")

@@ -15,12 +15,13 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from gpuci_testing import clean_env
+from loopback_http import JsonAPIHandler
 
 PREFIX = "/api/v3"
 _LIST = re.compile(rf"^{PREFIX}/repos/([^/]+/[^/]+)/issues/(\d+)/comments$")
@@ -68,24 +69,7 @@ class FakeGitHub:
         self.state = State(token=token)
         state = self.state
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep test output quiet
-                pass
-
-            def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _body(self) -> dict[str, Any]:
-                length = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(length) or b"{}")
-
+        class Handler(JsonAPIHandler):
             def _handle(self, method: str) -> None:
                 url = urlparse(self.path)
                 state.requests.append((method, self.path))

@@ -9,13 +9,14 @@ project access token; the CI job token (``JOB-TOKEN``, or that value as a privat
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from loopback_http import JsonAPIHandler
 
 PREFIX = "/gitlab/api/v4"
 _LIST = re.compile(rf"^{PREFIX}/projects/([^/]+)/merge_requests/(\d+)/notes$")
@@ -47,22 +48,9 @@ class State:
             return note
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonAPIHandler):
     state: State
     base: str
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
 
     def _auth(self) -> str:
         """``ok``, ``job`` (the job token: may read, never write notes) or ``bad``."""
@@ -72,10 +60,6 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("JOB-TOKEN") == self.state.job_token or private == self.state.job_token:
             return "job"
         return "bad"
-
-    def _body(self) -> dict[str, Any]:
-        size = int(self.headers.get("Content-Length", "0"))
-        return json.loads(self.rfile.read(size) or b"{}")
 
     def _handle(self, method: str) -> None:
         url = urlparse(self.path)
