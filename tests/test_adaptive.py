@@ -1,0 +1,125 @@
+"""The concurrency controller, driven by a fake clock and a simulated link."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpuci.adaptive import Concurrency
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def drive(ctl: Concurrency, clock: FakeClock, rate_for, windows: int = 12) -> list[int]:
+    """Fill every allowed slot, then move bytes at ``rate_for(limit)`` for several windows."""
+    limits = []
+    held = []
+    for _ in range(windows):
+        while len(held) < ctl.limit:
+            cm = ctl.slot()
+            cm.__enter__()
+            held.append(cm)
+        while len(held) > ctl.limit:
+            held.pop().__exit__(None, None, None)
+        limits.append(ctl.limit)
+        for _ in range(10):
+            clock.now += ctl.window_s / 5
+            ctl.record(int(rate_for(ctl.limit) * ctl.window_s / 5))
+    for cm in held:
+        cm.__exit__(None, None, None)
+    return limits
+
+
+def test_grows_while_throughput_rises_then_settles_at_the_plateau() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=64, clock=clock)
+    # a remote-like link: 16 MiB/s per connection until 24 connections fill a 384 MiB/s pipe
+    drive(ctl, clock, lambda n: min(n, 24) * 16 << 20)
+    assert ctl.settled
+    assert ctl.limit == 32  # 4 -> 8 -> 16 -> 32 (+50%), 64 gains nothing: back to 32
+    assert ctl.peak == 64
+
+
+def test_cpu_bound_link_stays_low() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=32, clock=clock)
+    drive(ctl, clock, lambda n: 900 << 20)  # more connections add nothing
+    assert ctl.settled and ctl.limit == 4 and ctl.peak == 8
+
+
+def test_never_passes_the_ceiling() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=2, ceiling=6, clock=clock)
+    drive(ctl, clock, lambda n: n << 20)  # linear gains forever
+    assert ctl.limit == 6 and ctl.peak == 6 and ctl.settled
+
+
+def test_throttling_halves_and_stops_growth() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=16, ceiling=64, clock=clock)
+    ctl.throttled()
+    assert ctl.limit == 8 and ctl.settled and ctl.throttles == 1
+    drive(ctl, clock, lambda n: n << 20)
+    assert ctl.limit == 8
+    for _ in range(10):
+        ctl.throttled()
+    assert ctl.limit == 1  # the floor
+
+
+def test_fixed_count_never_moves() -> None:
+    clock = FakeClock()
+    ctl = Concurrency.fixed(8)
+    ctl._clock = clock
+    assert drive(ctl, clock, lambda n: n << 20) == [8] * 12
+
+
+def test_no_verdict_without_enough_work_to_fill_the_slots() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=64, clock=clock)
+    with ctl.slot():  # only one request in flight out of 4 allowed
+        for _ in range(20):
+            clock.now += 0.1
+            ctl.record(100 << 20)
+    assert ctl.limit == 4 and not ctl.settled
+
+
+def test_slots_block_beyond_the_limit() -> None:
+    ctl = Concurrency.fixed(2)
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with ctl.slot():
+            entered.set()
+            release.wait(5)
+
+    first = [threading.Thread(target=hold) for _ in range(2)]
+    for t in first:
+        t.start()
+    third_in = threading.Event()
+
+    def third() -> None:
+        with ctl.slot():
+            third_in.set()
+
+    t3 = threading.Thread(target=third)
+    t3.start()
+    assert not third_in.wait(0.3)
+    assert ctl.active == 2
+    release.set()
+    assert third_in.wait(5)
+    for t in [*first, t3]:
+        t.join(5)
+    assert ctl.active == 0
+
+
+@pytest.mark.parametrize("start,ceiling,floor,limit", [(0, 8, 1, 1), (99, 8, 1, 8), (4, 0, 1, 1)])
+def test_bounds_are_clamped(start: int, ceiling: int, floor: int, limit: int) -> None:
+    assert Concurrency(start=start, ceiling=ceiling, floor=floor).limit == limit
