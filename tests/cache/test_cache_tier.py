@@ -15,6 +15,7 @@ from treeutil import make_tree, snapshot
 from conftest import CREDS, REPO_ROOT, cache_cmd
 from gpuci.cache import layout
 from gpuci.cache.tier import FROZEN_MTIME, LocalTier, parse_size
+from gpuci.errors import InputError
 
 
 def _flags(store, key: str, *paths: Path, **extra: str) -> dict[str, str]:
@@ -209,7 +210,12 @@ def test_sizes_parse():
     assert parse_size("0") == 0
     assert parse_size("500MB") == 500_000_000
     assert parse_size("100GiB") == 100 << 30
-    assert parse_size("1.5k") == 1500
+    assert parse_size("none") == 0
+    # one meaning for every size input: a bare unit letter is binary, as in du and Docker
+    assert parse_size("1.5k") == 1536
+    assert parse_size("2T") == 2 << 40
+    with pytest.raises(InputError, match="local-cache-size"):
+        parse_size("lots")
 
 
 def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, monkeypatch):

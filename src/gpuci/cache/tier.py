@@ -33,7 +33,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import re
 import stat
 import time
 import uuid
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuci import inputs
 from gpuci.cache import layout
 from gpuci.errors import InputError
 
@@ -56,7 +56,6 @@ TIER_ENV = "GPUCI_LOCAL_CACHE"
 MODES = ("copy", "verify", "link")
 DEFAULT_MODE = "copy"
 _OFF = {"off", "false", "no", "none", "0"}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
 # Bytes per read when hashing: small enough that a chunk is still in the CPU cache when it is
@@ -71,17 +70,19 @@ def current_uid() -> int:
 
 
 def parse_size(raw: str, what: str = "local-cache-size") -> int:
-    """``500MB``, ``100GiB``, ``2T``, ``0`` (no limit) -> bytes."""
-    match = _SIZE.match(raw or "")
-    if not match:
+    """``500MB``, ``100GiB``, ``2T``, ``0`` or ``none`` (no limit) -> bytes, 0 meaning no limit.
+
+    The units are those of every size input (:func:`gpuci.inputs.parse_size`): ``MB`` is 1000^2,
+    ``MiB`` and a bare ``M`` 1024^2, so ``local-cache-size`` and ``max-bytes`` read alike.
+    """
+    try:
+        limit = inputs.parse_size(raw or "")
+    except ValueError:
         raise InputError(
             f"input '{what}' is '{raw}', not a size",
             hint=f"set {what} to a size such as 500MB, 100GiB or 0 for no limit",
-        )
-    unit = (match.group(2) or "").lower()
-    base = 1024 if "i" in unit else 1000
-    power = "kmgtp".find(unit[:1]) + 1 if unit[:1] in "kmgtp" and unit else 0
-    return int(float(match.group(1)) * base**power)
+        ) from None
+    return limit or 0
 
 
 def parse_mode(raw: str | None) -> str:
