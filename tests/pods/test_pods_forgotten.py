@@ -43,7 +43,7 @@ def test_reap_names_who_forgot_what_and_stops_old_hand_made_pods(fake, run, cloc
     assert fake.pods[old]["status"] == "EXITED" and fake.pods[young]["status"] == "RUNNING"
     assert [s["pod"] for s in res.json["report"]["hand_made_stopped"]] == [old]
     warning = next(a for a in res.json["annotations"] if a["level"] == "warning")
-    assert old in warning["message"] and "jupyter?of carol" in warning["message"]
+    assert old in warning["message"] and r"jupyter\nof carol" in warning["message"]
     # in the ledger, for every runner to see; and in cost, per owner
     book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
     reaped = [e for e in book[alice].events if e["event"] == "reaped"]

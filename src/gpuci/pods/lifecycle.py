@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpuci import journal, notify
+from gpuci import journal, notify, redact
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.pods import budgets, ledger, placement, plan, readiness, ssh
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
@@ -602,11 +601,6 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         return _each(ids, one, "pods down", rt)
 
 
-def _printable(text: str) -> str:
-    """A name from the API, fit for one line of a log or table (no control characters)."""
-    return re.sub(r"[\x00-\x1f\x7f]", "?", text)
-
-
 def _age_s(pod: dict[str, Any], now: float) -> float | None:
     try:
         return now - parse_iso(str(pod.get("createdAt") or ""))
@@ -786,7 +780,7 @@ def _stop_hand_made(
             continue
         row = {
             "pod": pod["id"],
-            "name": _printable(str(pod.get("name") or ""))[:80],
+            "name": redact.clip(redact.single_line(str(pod.get("name") or "")), 80),
             "gpu": (pod.get("gpu") or {}).get("id", "cpu"),
             "age_h": round(age / 3600, 1),
         }
