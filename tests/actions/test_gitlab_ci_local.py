@@ -21,6 +21,7 @@ from real_clients import client_env, export_gpuci, gitlab_ci_local, http_ok_serv
 
 from gpuci_testing import REPO
 from pods.fake_runpod import FakeRunPod
+from training.fakegitlab import FakeGitLab
 
 BINARY, WHY_NOT = gitlab_ci_local()
 pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY_NOT)
@@ -135,3 +136,40 @@ def test_train_template_passes_first_then_hits(install, tmp_path):
     assert "hit: restored tiny-data-v1" in second
     assert "populated tiny-data-v1" not in second
     assert "partial hit (metrics-baseline-main-" in second  # the first run's baseline
+
+
+def test_train_template_runs_in_merge_request_pipelines_and_notes_the_mr(install, tmp_path):
+    """An open MR gets a merge-request pipeline: train must run there, or no note is posted."""
+    project = make_project(
+        tmp_path / "proj",
+        {
+            ".gitlab-ci.yml": TEMPLATES / "train-gated.gitlab-ci.yml",
+            "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
+        },
+    )
+    with FakeGitLab() as gitlab:
+        variables = {
+            **install,
+            "GPUCI_FAKE_NVML": "h200",
+            "GPUCI_STORE": (tmp_path / "store").as_uri(),
+            "CI_PIPELINE_SOURCE": "merge_request_event",
+            "CI_MERGE_REQUEST_IID": "3",
+            "CI_API_V4_URL": gitlab.api_url,
+            "CI_PROJECT_ID": "9",
+            "GPUCI_GITLAB_TOKEN": gitlab.state.token,
+        }
+        listed = subprocess.run(
+            [str(BINARY), "--list", "--variable", "CI_PIPELINE_SOURCE=merge_request_event"],
+            cwd=project,
+            env=client_env(tmp_path / "home"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        assert re.search(r"^train +train +on_success", listed, re.M), listed
+        done = pipeline(project, tmp_path, variables, "train").stdout
+    assert "PASS  train" in done
+    notes = gitlab.state.notes.get("9!3", [])
+    assert len(notes) == 1, gitlab.state.requests
+    assert "<!-- gpuci-report:training -->" in notes[0]["body"]
+    assert gitlab.state.token not in done
