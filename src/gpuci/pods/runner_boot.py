@@ -57,7 +57,8 @@ gpuci_sha256() {
   if command -v sha256sum >/dev/null 2>&1; then
     sha256sum "$1" | cut -d ' ' -f 1
   else
-    python3 -c 'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"
+    python3 -c 'import hashlib, sys
+print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"
   fi
 }
 gpuci_install_runner() {
@@ -80,7 +81,8 @@ gpuci_install_runner() {
   rm -f "$tgz"
   if [ "$(id -u)" = 0 ] && [ -x "$dir/bin/installdependencies.sh" ] \
      && ! ldconfig -p 2>/dev/null | grep -q libicu; then
-    "$dir/bin/installdependencies.sh" >/dev/null 2>&1 || gpuci_log "warning: runner dependencies not installed"
+    "$dir/bin/installdependencies.sh" >/dev/null 2>&1 \
+      || gpuci_log "warning: runner dependencies not installed"
   fi
   return 0
 }
@@ -95,7 +97,8 @@ gpuci_github() {
   cfg="${GPUCI_RUNNER_JITCONFIG:-}"
   unset GPUCI_RUNNER_JITCONFIG
   dir=""
-  for d in "${GPUCI_RUNNER_DIR:-}" /actions-runner /home/runner/actions-runner /opt/actions-runner; do
+  for d in "${GPUCI_RUNNER_DIR:-}" /actions-runner /home/runner/actions-runner \
+           /opt/actions-runner; do
     if [ -n "$d" ] && [ -x "$d/run.sh" ]; then dir="$d"; break; fi
   done
   if [ -z "$dir" ]; then
