@@ -55,7 +55,12 @@ def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
     assert registered.scope == "/repos/octo/gpu"
     post = [b for m, p, b in api.state.requests if p.endswith("generate-jitconfig")]
     assert post == [
-        {"name": name, "labels": ["gpu-large", "run-77"], "runner_group_id": 1, "work_folder": "_work"}
+        {
+            "name": name,
+            "labels": ["gpu-large", "run-77"],
+            "runner_group_id": 1,
+            "work_folder": "_work",
+        }
     ]
     (create,) = fake.calls("POST", "/v2/pods")
     body = create.body
@@ -180,6 +185,10 @@ def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fa
     assert "the job's GITHUB_TOKEN cannot create runners" in message
     assert "Administration: read and write" in message
     assert fake.pods == {} and api.state.job_token not in r.stdout + r.stderr
+    other = run(
+        "up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env()
+    )
+    assert other.code == 0  # a token with the rights: the message was about the job's token
 
 
 def test_gitlab_without_its_token_names_the_variable(run, fake, api):
@@ -268,12 +277,14 @@ def test_reap_terminates_runner_pods_whose_runner_is_gone(run, fake, api, tmp_pa
     pod_id, name = _up(run, api)
     keep_pod, _ = _up(run, api)
     plain = run("up", gpu_types=L40S, image="img", command="sleep 1")  # no runner
+    elsewhere, _ = _up(run, api, GITHUB_REPOSITORY="octo/other")  # another repo's runner
     (rid,) = [r.id for r in api.state.runners.values() if r.name == name]
     del api.state.runners[rid]  # its one job is over (GitHub removed the JIT runner)
     r = run("reap", extra_env=api.github_env())
     assert r.code == 0, r.stdout + r.stderr
     assert pod_id not in fake.pods
     assert keep_pod in fake.pods and plain.outputs["pod-id"] in fake.pods
+    assert elsewhere in fake.pods  # its runner is not in octo/gpu's list, nor should it be
     assert r.json["report"]["runner_pods_terminated"][0]["pod"] == pod_id
     ledger = "".join(p.read_text() for p in (tmp_path / "ledger").rglob("*") if p.is_file())
     assert "runner gone" in ledger
