@@ -248,7 +248,7 @@ def _up(run, api, **env):
 
 
 def test_down_in_ci_ends_the_runs_pods_and_their_runners(run, fake, api, clock):
-    pod_id, name = _up(run, api, **RUN_ENV)
+    _, name = _up(run, api, **RUN_ENV)
     other_pod, other_name = _up(run, api, GITHUB_RUN_ID="78")  # another run: left alone
     hand_made = api.state.add("my-laptop-runner", "/repos/octo/gpu")
     r = run("down", extra_env=api.github_env(**RUN_ENV))
