@@ -314,3 +314,19 @@ def test_gitlab_down_deletes_the_runner_of_the_pod_it_ends(run, fake, api):
     r = run("down", extra_env=api.gitlab_env(**pipeline))
     assert r.code == 0, r.stdout + r.stderr
     assert fake.pods == {} and api.state.runners == {}
+
+
+def test_down_deletes_its_runs_runner_whose_pod_already_ended_itself(run, fake, api):
+    """The idle timeout killed the runner (still registered) and the pod terminated itself:
+    the run's own down finds the runner in the ledger and deletes it, without the grace."""
+    pod_id, name = _up(run, api, **RUN_ENV)
+    _, other = _up(run, api, GITHUB_RUN_ID="78")  # another run's: its pod is alive
+    status, _, _ = fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
+    assert status == 204
+    stray = api.state.add(
+        f"gpuci-dddddd-{int(runners.registered_at(name) or 0)}", "/repos/octo/gpu"
+    )
+    r = run("down", extra_env=api.github_env(**RUN_ENV))
+    assert r.code == 0, r.stdout + r.stderr
+    assert name not in api.state.names(), r.stderr
+    assert other in api.state.names() and stray.name in api.state.names()

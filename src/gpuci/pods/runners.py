@@ -20,7 +20,7 @@ errors with their fix, origin-only pagination, no redirects, redacted excerpts.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -401,22 +401,28 @@ class Sweep:
 
 
 def sweep(
-    tgt: Target, pods: Sequence[Mapping[str, Any]], listed: Sequence[Listed], now: float
+    tgt: Target,
+    pods: Sequence[Mapping[str, Any]],
+    listed: Sequence[Listed],
+    now: float,
+    ours: Collection[str] = (),
 ) -> Sweep:
     """Match this target's gpu-ci runners with the pods that carry their names.
 
     ``pods`` must be listed before ``listed``: a pod's runner is registered before the pod,
     so a pod whose name is missing from the later runner list has lost its runner for good.
+    A runner named in ``ours`` (this CI run's, from the ledger: its pod was created, so it is
+    not on its way) needs no grace.
     """
-    ours = [s for s in (scope_of(p) for p in pods) if s and s[:2] == (tgt.platform, tgt.scope)]
-    on_pods = {s[2] for s in ours}
+    here = [s for s in (scope_of(p) for p in pods) if s and s[:2] == (tgt.platform, tgt.scope)]
+    on_pods = {s[2] for s in here}
     names = {r.name for r in listed}
     out = Sweep()
     for runner in listed:
         born = registered_at(runner.name)
         if born is None or runner.name in on_pods:
             continue
-        if now - born >= ORPHAN_GRACE_S:
+        if now - born >= ORPHAN_GRACE_S or runner.name in ours:
             out.orphan_runners.append(runner)
     for pod, s in zip(pods, (scope_of(p) for p in pods), strict=True):
         if s and s[:2] == (tgt.platform, tgt.scope) and s[2] not in names:
