@@ -51,13 +51,14 @@ def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
     name = r.outputs["runner-name"]
     assert name.startswith("gpuci-") and runners.registered_at(name) is not None
     (registered,) = api.state.runners.values()
-    assert registered.name == name and registered.labels == ["gpu-large", "run-77"]
+    assert registered.name == name
+    assert registered.labels == ["self-hosted", "gpu-large", "run-77"]
     assert registered.scope == "/repos/octo/gpu"
     post = [b for m, p, b in api.state.requests if p.endswith("generate-jitconfig")]
     assert post == [
         {
             "name": name,
-            "labels": ["gpu-large", "run-77"],
+            "labels": ["self-hosted", "gpu-large", "run-77"],
             "runner_group_id": 1,
             "work_folder": "_work",
         }

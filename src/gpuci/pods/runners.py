@@ -145,13 +145,19 @@ class GitHubRunners(ApiClient):
         self.base = f"/orgs/{quote(where, safe='')}" if kind == "org" else f"/repos/{where}"
 
     def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
-        """The generate-jitconfig request, as a plan shows it."""
+        """The generate-jitconfig request, as a plan shows it.
+
+        ``self-hosted`` is added when missing: a JIT configuration's labels are exactly the
+        ones asked for (``config.sh`` adds it, JIT does not say it will), and ``runs-on:
+        [self-hosted, gpu-large]`` is how workflows address such a runner.
+        """
+        wanted = list(labels) if "self-hosted" in labels else ["self-hosted", *labels]
         return {
             "method": "POST",
             "path": f"{self.base}/actions/runners/generate-jitconfig",
             "body": {
                 "name": name,
-                "labels": list(labels),
+                "labels": wanted,
                 "runner_group_id": group_id,
                 "work_folder": "_work",
             },
