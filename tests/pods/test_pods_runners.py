@@ -227,13 +227,14 @@ def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api)
 
 def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkeypatch):
     """The runner exists but up never learnt its id (the answer was lost): delete by name."""
-    from gpuci.pods.runners import GitHubRunners
+    from gpuci.errors import InfraError
+    from gpuci.pods.runner_api import GitHubRunners
 
     real = GitHubRunners.register
 
     def lost(self, name, labels, group_id):
         real(self, name, labels, group_id)
-        raise runners.InfraError("GitHub API answered HTTP 502", hint="rerun")
+        raise InfraError("GitHub API answered HTTP 502", hint="rerun")
 
     monkeypatch.setattr(GitHubRunners, "register", lost)
     r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env())
