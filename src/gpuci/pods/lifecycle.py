@@ -17,7 +17,17 @@ from typing import Any
 
 from gpuci import journal, notify, redact
 from gpuci.errors import CheckFailed, GpuciError, InputError
-from gpuci.pods import budgets, ledger, placement, plan, readiness, ssh
+from gpuci.pods import (
+    budgets,
+    ledger,
+    placement,
+    plan,
+    readiness,
+    runner_boot,
+    runner_cleanup,
+    runners,
+    ssh,
+)
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
 from gpuci.pods.cost import usd
@@ -44,17 +54,32 @@ def pod_url(pod: dict[str, Any], environ: Any) -> str:
     return ""
 
 
-def _spec(values: dict[str, Any], rt: Runtime) -> plan.PodSpec:
+def _spec(
+    values: dict[str, Any], rt: Runtime, runner: runners.Request | None = None
+) -> plan.PodSpec:
+    image = values.get("image") or (runners.DEFAULT_IMAGE if runner else "")
+    if not image:
+        raise InputError("input 'image' is required", hint="pass --image IMAGE or set INPUT_IMAGE")
     return plan.PodSpec(
-        image=values["image"],
-        command=values.get("command") or "",
+        image=image,
+        command=runner_boot.SCRIPT if runner else values.get("command") or "",
         env=plan.parse_env(values.get("env"), rt.mask),
         ports=plan.check_ports(values.get("ports")),
         disk_gb=int(values.get("disk-gb") or 50),
         gpu_count=int(values.get("gpu-count") or 1),
         cloud=values.get("cloud") or "SECURE",
         ssh_keys=ssh.public_keys(values.get("ssh-public-keys"), rt.environ),
+        runner_env=_runner_env(runner.planned_env(), rt) if runner else {},
     )
+
+
+def _runner_env(env: dict[str, str], rt: Runtime) -> dict[str, str]:
+    """A runner pod's env: the registration's, the pinned runner release, a mirror if set."""
+    out = {**env, **runner_boot.env()}
+    mirror = rt.environ.get(runner_boot.ENV_RELEASE_URL, "").strip()
+    if mirror:
+        out[runner_boot.ENV_RELEASE_URL] = mirror
+    return out
 
 
 def _tag(owner: str, values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
@@ -115,10 +140,11 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Create one pod on the first candidate that places and is affordable; wait until ready."""
     if float(values["ttl"]) <= 0:
         raise InputError("ttl must be positive", hint="set ttl to e.g. 45m")
-    spec = _spec(values, rt)
     now = clock.now()
     decision = budgets.decide(values, rt.environ)
     tag = _tag(decision.owner, values, rt, now)
+    runner = runners.Request.from_values(values, rt.environ, rt.mask, tag, now, rt.dry_run)
+    spec = _spec(values, rt, runner)
     book = _ledger(values, rt)
     targets = notify.parse_targets(values.get("notify"), rt.mask)
     if not spec.command:
@@ -129,7 +155,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     else:
         warn = ""
     if rt.dry_run:
-        return _plan_up(values, rt, spec, tag, warn, decision, book)
+        return _plan_up(values, rt, spec, tag, warn, decision, book, runner)
     result = Result(command="pods up")
     if warn:
         result.warning(warn)
@@ -152,9 +178,12 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 _tell_refusal(targets, rt, tag, exc)
                 raise
             result.report["budget_refused"] = refused
+            if runner is not None:  # after the budget: a refused pod registers nothing
+                spec.runner_env = _runner_env(runner.register(rt.mask), rt)
+                rt.log(f"registered {runner.target.platform} runner {runner.name}")
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
             result.report["attempts"] = attempts
-            _remember(rt, book, pod, tag, reservation, clock.now())
+            _remember(rt, book, pod, tag, reservation, clock.now(), runner)
             deadline = now + float(values["timeout"])
             pod = readiness.wait_running(client, clock, pod["id"], deadline, rt)
             url = pod_url(pod, rt.environ)
@@ -169,11 +198,15 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             made = pod or _find_quietly(client, tag.name(), rt)
             if made is not None:
                 _terminate_quietly(client, made["id"], rt)
+            if runner is not None:
+                runner.unregister_quietly(rt.log)
             _release_quietly(rt, book, reservation, made, tag, clock)
             raise
         except BaseException:  # failure or timeout after placement
             if pod is not None:
                 _terminate_quietly(client, pod["id"], rt)
+            if runner is not None:
+                runner.unregister_quietly(rt.log)
             _release_quietly(rt, book, reservation, pod, tag, clock)
             raise
         finally:
@@ -181,6 +214,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     result.headline = (
         f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
         f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
+        + (f", {runner.target.platform} runner {runner.name}" if runner else "")
     )
     result.outputs = {
         "pod-id": pod["id"],
@@ -191,6 +225,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "data-center": pod.get("dataCenterId") or "",
         "expires-at": iso(tag.expires_at),
         "ssh-command": "",
+        "runner-name": runner.name if runner else "",
     }
     if spec.ssh_keys:
         ep = ssh.endpoint(pod)
@@ -244,6 +279,7 @@ def _plan_up(
     warn: str,
     decision: budgets.Decision,
     book: ledger.Ledger,
+    runner: runners.Request | None = None,
 ) -> Result:
     """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
     cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
@@ -255,7 +291,13 @@ def _plan_up(
         result.warning(warn)
     if not rt.environ.get(API_KEY_ENV):
         result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
-    result.outputs = {"pod-id": "", "status": "PLANNED", "cost-per-hr": "", "url": ""}
+    result.outputs = {
+        "pod-id": "",
+        "status": "PLANNED",
+        "cost-per-hr": "",
+        "url": "",
+        "runner-name": runner.name if runner else "",
+    }
     result.report = {
         "plan": {
             "owner": tag.owner,
@@ -279,6 +321,18 @@ def _plan_up(
             "self_stop": bool(spec.command),
         }
     }
+    if runner is not None:
+        for note in runner.notes:
+            result.warning(note)
+        result.report["plan"]["runner"] = {
+            "platform": runner.target.platform,
+            "name": runner.name,
+            "labels": runner.labels,
+            "scope": runner.target.scope,
+            "idle_timeout_s": runner.idle_s,
+            "image": spec.image,
+            "request": runner.call(),
+        }
     result.summary = [
         "### pods up plan (dry run)\n\n"
         + markdown_table(
@@ -299,6 +353,7 @@ def _remember(
     tag: PodTag,
     reservation: ledger.Reservation | None,
     at: float,
+    runner: runners.Request | None = None,
 ) -> None:
     entry = {
         "podId": pod["id"],
@@ -309,6 +364,7 @@ def _remember(
         "expiresEpoch": tag.expires_at,
         "runUrl": tag.run_url,
         "reservation": reservation.key if reservation else "",
+        "runner": runner.name if runner else "",
     }
     _note(rt, book, "created", pod["id"], at, **{k: v for k, v in entry.items() if k != "podId"})
     try:
@@ -581,24 +637,82 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         return Result(command="pods down", headline="would terminate " + ", ".join(ids))
     book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
+        # every pod, before anything ends: the runner sweep needs the pods that still exist
+        listing = client.list_pods() if not ids or _runner_tokens(rt) else None
         if not ids:
-            ids = [p["id"] for p, t in _ours(client.list_pods()) if t and t.run_url == this_run]
+            ids = [p["id"] for p, t in _ours(listing or []) if t and t.run_url == this_run]
             rt.log(f"pods of {this_run}: {', '.join(ids) or 'none'}")
         if rt.dry_run:
             return Result(command="pods down", headline="would terminate " + ", ".join(ids))
         if not ids:
-            return Result(
+            result = Result(
                 command="pods down",
                 headline="nothing to terminate",
                 outputs={"pod-ids": "", "count": 0},
             )
+        else:
 
-        def one(pod_id: str) -> str:
-            outcome = _terminate(client, pod_id)
-            _ended(rt, book, "terminated", pod_id, clock.now(), reason="down")
-            return outcome
+            def one(pod_id: str) -> str:
+                outcome = _terminate(client, pod_id)
+                _ended(rt, book, "terminated", pod_id, clock.now(), reason="down")
+                return outcome
 
-        return _each(ids, one, "pods down", rt)
+            result = _each(ids, one, "pods down", rt)
+        if listing is not None:
+            gone = set(result.report.get("done") or {})
+            ours = (
+                _run_runners(rt, book, this_run, clock.now()) if not values.get("pod-id") else set()
+            )
+            _with_runners(
+                result,
+                runner_cleanup.clean(
+                    rt,
+                    values.get("runner-scope") or "repo",
+                    [p for p in listing if p["id"] not in gone],
+                    [p for p in listing if p["id"] in gone],
+                    clock.now(),
+                    ours=ours,
+                ),
+            )
+        return result
+
+
+RUN_LOOKBACK_S = 3 * 86400  # how far back down looks in the ledger for this run's runners
+
+
+def _run_runners(rt: Runtime, book: ledger.Ledger | None, run: str, now: float) -> set[str]:
+    """Runner names this CI run created pods for, from the ledger: a runner whose pod already
+    ended itself (idle timeout) is deleted by the run's own ``down``, without the grace."""
+    if book is None or run == "local":
+        return set()
+    try:
+        records = book.events(since=now - RUN_LOOKBACK_S)
+    except (OSError, GpuciError) as exc:
+        rt.log(f"warning: could not read the pods ledger for this run's runners: {exc}")
+        return set()
+    return {
+        str(e["runner"])
+        for e in records
+        if e.get("event") == "created" and e.get("runUrl") == run and e.get("runner")
+    }
+
+
+def _runner_tokens(rt: Runtime) -> bool:
+    """Whether this job can list runners (so down/reap sweep them)."""
+    return any(
+        rt.environ.get(name, "").strip()
+        for name in (runners.GITHUB_TOKEN_ENV, runners.GITLAB_TOKEN_ENV)
+    )
+
+
+def _with_runners(result: Result, cleanup: runner_cleanup.Cleanup) -> None:
+    """Add the runner sweep to a down/reap result: report, summary, warnings."""
+    result.report.update(cleanup.report())
+    table = cleanup.summary()
+    if table:
+        result.summary.append(table)
+    for warning in cleanup.warnings:
+        result.warning(warning)
 
 
 def _age_s(pod: dict[str, Any], now: float) -> float | None:
@@ -706,6 +820,24 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             result.report["reaped"] = done
             result.summary = ["### Reaped pods (past their TTL)\n\n" + _reaped_table(done)]
         stopped = _stop_hand_made(client, book, hand_made, rt, clock)
+        gone = {r["pod"] for r in result.report.get("reaped") or []}
+
+        def end_runnerless(pod_id: str) -> str:
+            outcome = _terminate(client, pod_id)
+            _ended(rt, book, "terminated", pod_id, clock.now(), reason="runner gone")
+            return outcome
+
+        _with_runners(
+            result,
+            runner_cleanup.clean(
+                rt,
+                values.get("runner-scope") or "repo",
+                [p for p in every if p["id"] not in gone],
+                [p for p in every if p["id"] in gone],
+                clock.now(),
+                end_runnerless,
+            ),
+        )
     if stopped:
         result.report["hand_made_stopped"] = stopped
         result.summary.append(

@@ -1,0 +1,267 @@
+"""Fake GitHub and GitLab runner APIs on 127.0.0.1, plus a file server for runner tarballs.
+
+GitHub under ``/api/v3`` (as GitHub Enterprise Server), GitLab under ``/gitlab/api/v4`` (a
+self-managed GitLab behind a path), so a client that drops the base path fails here:
+
+- GitHub: ``POST {repos/o/r|orgs/o}/actions/runners/generate-jitconfig`` (body checked:
+  ``name``, ``labels``, ``runner_group_id``, ``work_folder``; a duplicate name is 409; the
+  job's installation token gets 403 "Resource not accessible by integration", as on GitHub),
+  ``GET .../actions/runners`` (``{"total_count", "runners"}``, ``page_size`` per page, an
+  absolute ``Link: rel="next"``), ``DELETE .../actions/runners/{id}``.
+- GitLab: ``POST /user/runners`` (``runner_type=project_type``, ``project_id``, ``tag_list``,
+  ``run_untagged=false``; answers ``id`` and a ``glrt-`` token), ``GET
+  /projects/:id/runners``, ``DELETE /runners/:id`` (admin token) and ``DELETE /runners`` with
+  the runner's own ``token`` (form or JSON), as GitLab documents.
+- ``files``: raw bytes served by path without auth (the runner release mirror).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
+
+GH = "/api/v3"
+GL = "/gitlab/api/v4"
+_GH_SCOPE = r"(?:/repos/[^/]+/[^/]+|/orgs/[^/]+)"
+
+
+@dataclass
+class Runner:
+    id: int
+    name: str
+    labels: list[str]
+    scope: str  # "/repos/o/r", "/orgs/o" or "project:ID"
+    token: str = ""  # GitLab's glrt- token
+    status: str = "offline"
+
+
+@dataclass
+class State:
+    github_token: str = field(default_factory=lambda: "github_pat_" + secrets.token_hex(12))
+    job_token: str = field(default_factory=lambda: "ghs_job" + secrets.token_hex(12))
+    gitlab_token: str = field(default_factory=lambda: "glpat-" + secrets.token_hex(10))
+    page_size: int = 2
+    runners: dict[int, Runner] = field(default_factory=dict)
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    issued: list[str] = field(default_factory=list)  # every credential handed out
+    next_id: int = 100
+
+    def add(self, name: str, scope: str, labels: list[str] | None = None) -> Runner:
+        self.next_id += 1
+        runner = Runner(self.next_id, name, labels or [], scope)
+        self.runners[runner.id] = runner
+        return runner
+
+    def names(self) -> list[str]:
+        return sorted(r.name for r in self.runners.values())
+
+
+class _Handler(JsonAPIHandler):
+    state: State
+
+    def _form_or_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if "json" in (self.headers.get("Content-Type") or ""):
+            return json.loads(raw or b"{}")
+        return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        if method == "GET" and url.path in self.state.files:
+            data = self.state.files[url.path]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        body = self._form_or_json() if method in ("POST", "DELETE") else None
+        self.state.requests.append((method, url.path, body))
+        if url.path.startswith(GH):
+            return self._github(method, url.path[len(GH) :], url.query, body)
+        if url.path.startswith(GL):
+            return self._gitlab(method, url.path[len(GL) :], url.query, body)
+        return self._reply(404, {"message": "Not Found"})
+
+    def _page(self, items: list[dict[str, Any]], query: str, wrap: bool) -> None:
+        page = int(parse_qs(query).get("page", ["1"])[0])
+        size = self.state.page_size
+        chunk = items[(page - 1) * size : page * size]
+        headers = {}
+        if page * size < len(items):
+            host = f"http://127.0.0.1:{self.server.server_address[1]}"
+            path = urlsplit(self.path).path
+            headers["Link"] = f'<{host}{path}?per_page={size}&page={page + 1}>; rel="next"'
+        answer: Any = {"total_count": len(items), "runners": chunk} if wrap else chunk
+        self._reply(200, answer, headers)
+
+    def _github(self, method: str, path: str, query: str, body: Any) -> None:
+        auth = self.headers.get("Authorization", "")
+        if auth == f"Bearer {self.state.job_token}":
+            return self._reply(403, {"message": "Resource not accessible by integration"})
+        if auth != f"Bearer {self.state.github_token}":
+            return self._reply(401, {"message": "Bad credentials"})
+        if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/generate-jitconfig", path):
+            if method != "POST":
+                return self._reply(405, {"message": "method"})
+            problems = _jit_problems(body)
+            if problems:
+                return self._reply(422, {"message": "; ".join(problems)})
+            if body["name"] in self.state.names():
+                return self._reply(409, {"message": "Already exists - A runner with this name"})
+            runner = self.state.add(body["name"], m[1], body["labels"])
+            config = "JIT" + secrets.token_urlsafe(24)
+            self.state.issued.append(config)
+            return self._reply(
+                201,
+                {
+                    "runner": {"id": runner.id, "name": runner.name, "status": "offline"},
+                    "encoded_jit_config": config,
+                },
+            )
+        if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners", path):
+            items = [
+                {"id": r.id, "name": r.name, "status": r.status, "busy": False}
+                for r in self.state.runners.values()
+                if r.scope == m[1]
+            ]
+            return self._page(items, query, wrap=True)
+        if (
+            m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/(\d+)", path)
+        ) and method == "DELETE":
+            found = self.state.runners.get(int(m[2]))
+            if found is None or found.scope != m[1]:
+                return self._reply(404, {"message": "Not Found"})
+            del self.state.runners[found.id]
+            return self._reply(204, {})
+        return self._reply(404, {"message": "Not Found"})
+
+    def _gitlab(self, method: str, path: str, query: str, body: Any) -> None:
+        if path == "/runners" and method == "DELETE":  # the runner deletes itself
+            token = (body or {}).get("token", "")
+            for runner in list(self.state.runners.values()):
+                if runner.token and runner.token == token:
+                    del self.state.runners[runner.id]
+                    return self._reply(204, {})
+            return self._reply(403, {"message": "403 Forbidden"})
+        if self.headers.get("PRIVATE-TOKEN") != self.state.gitlab_token:
+            return self._reply(401, {"message": "401 Unauthorized"})
+        if path == "/user/runners" and method == "POST":
+            problems = _gitlab_problems(body)
+            if problems:
+                return self._reply(400, {"message": "; ".join(problems)})
+            runner = self.state.add(
+                body["description"], f"project:{body['project_id']}", body["tag_list"].split(",")
+            )
+            runner.token = "glrt-" + secrets.token_urlsafe(20)
+            self.state.issued.append(runner.token)
+            return self._reply(
+                201, {"id": runner.id, "token": runner.token, "token_expires_at": None}
+            )
+        if m := re.fullmatch(r"/projects/([^/]+)/runners", path):
+            items = [
+                {"id": r.id, "description": r.name, "status": r.status, "is_shared": False}
+                for r in self.state.runners.values()
+                if r.scope == f"project:{m[1]}"
+            ]
+            return self._page(items, query, wrap=False)
+        if (m := re.fullmatch(r"/runners/(\d+)", path)) and method == "DELETE":
+            if self.state.runners.pop(int(m[1]), None) is None:
+                return self._reply(404, {"message": "404 Not found"})
+            return self._reply(204, {})
+        return self._reply(404, {"message": "404 Not found"})
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        if code == 204:
+            self.send_response(204)
+            self.end_headers()
+            return
+        super()._reply(code, body, headers)
+
+
+def _jit_problems(body: Any) -> list[str]:
+    if not isinstance(body, dict):
+        return ["body is not an object"]
+    out = []
+    if not isinstance(body.get("name"), str) or not body["name"]:
+        out.append("name is required")
+    labels = body.get("labels")
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
+        out.append("labels must be a non-empty list of strings")
+    if not isinstance(body.get("runner_group_id"), int):
+        out.append("runner_group_id must be an integer")
+    if not isinstance(body.get("work_folder"), str):
+        out.append("work_folder must be a string")
+    return out
+
+
+def _gitlab_problems(body: Any) -> list[str]:
+    if not isinstance(body, dict):
+        return ["body is not an object"]
+    out = []
+    if body.get("runner_type") != "project_type":
+        out.append("runner_type must be project_type")
+    if body.get("project_id") in (None, ""):
+        out.append("project_id is required for project_type")
+    if not isinstance(body.get("tag_list"), str) or not body["tag_list"]:
+        out.append("tag_list is required")
+    if body.get("run_untagged") not in (False, "false"):
+        out.append("run_untagged must be false")
+    return out
+
+
+class FakeRunnersAPI(LoopbackHTTPServer):
+    def __init__(self) -> None:
+        self.state = State()
+        state = self.state
+
+        class Handler(_Handler):
+            pass
+
+        Handler.state = state
+        super().__init__(Handler)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def github_api(self) -> str:
+        return self.base + GH
+
+    @property
+    def gitlab_api(self) -> str:
+        return self.base + GL
+
+    def github_env(self, **extra: str) -> dict[str, str]:
+        return {
+            "GPUCI_RUNNER_TOKEN": self.state.github_token,
+            "GITHUB_API_URL": self.github_api,
+            "GITHUB_REPOSITORY": "octo/gpu",
+            **extra,
+        }
+
+    def gitlab_env(self, **extra: str) -> dict[str, str]:
+        return {
+            "GPUCI_GITLAB_TOKEN": self.state.gitlab_token,
+            "CI_API_V4_URL": self.gitlab_api,
+            "CI_SERVER_URL": self.base + "/gitlab",
+            "CI_PROJECT_ID": "42",
+            **extra,
+        }
