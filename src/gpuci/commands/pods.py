@@ -29,6 +29,40 @@ NOTIFY = Input(
     secret=True,
 )
 POD_ID = Input("pod-id", "Pod id(s), comma-separated.", "list")
+RUNNER_SCOPE = Input(
+    "runner-scope",
+    "Where GitHub runners are registered: repo (GITHUB_REPOSITORY) or org (its owner).",
+    "str",
+    "repo",
+    choices=("repo", "org"),
+)
+RUNNER_INPUTS = (
+    Input(
+        "runner",
+        "Make the pod a just-in-time CI runner for one job: github (token in "
+        "GPUCI_RUNNER_TOKEN) or gitlab (token in GPUCI_GITLAB_TOKEN); default: none.",
+        "str",
+        choices=("github", "gitlab"),
+    ),
+    Input(
+        "runner-labels",
+        "The runner's labels (GitHub) or tags (GitLab), comma-separated, e.g. "
+        "gpu-large,run-123; required with runner.",
+        "list",
+    ),
+    Input("runner-group-id", "GitHub runner group id.", "int", "1", minimum=1),
+    RUNNER_SCOPE,
+    Input(
+        "runner-idle-timeout",
+        "A runner that has not started a job after this stops, and its pod terminates.",
+        "duration",
+        "10m",
+    ),
+)
+_CLEANS_RUNNERS = (
+    " With GPUCI_RUNNER_TOKEN / GPUCI_GITLAB_TOKEN set, also deletes gpu-ci runners whose pod "
+    "is gone and terminates runner pods whose runner is gone."
+)
 
 UP = Command(
     name="up",
@@ -41,11 +75,16 @@ UP = Command(
             "list",
             required=True,
         ),
-        Input("image", "Container image.", "str", required=True),
+        Input(
+            "image",
+            "Container image (required without runner; with runner, default "
+            "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04).",
+            "str",
+        ),
         Input(
             "command",
             "Container start command; wrapped by the self-stop timer (without it the timer is "
-            "off and only down/reap end the pod).",
+            "off and only down/reap end the pod). Not with runner (gpu-ci starts the runner).",
             "str",
         ),
         Input("env", "Pod environment, one KEY=VALUE per line.", "lines"),
@@ -103,6 +142,7 @@ UP = Command(
             "duration",
             "10m",
         ),
+        *RUNNER_INPUTS,
     ),
     outputs=(
         Output("pod-id", "The pod's id."),
@@ -113,6 +153,7 @@ UP = Command(
         Output("data-center", "The data centre the pod runs in."),
         Output("expires-at", "When the pod stops itself and becomes reapable (UTC)."),
         Output("ssh-command", "ssh USER@HOST -p PORT for the pod (empty without ssh keys)."),
+        Output("runner-name", "The CI runner's name (empty without runner)."),
     ),
     target="gpuci.pods.lifecycle:up",
 )
@@ -149,14 +190,15 @@ START = _on_pods(
 )
 DOWN = _on_pods(
     "down",
-    "Terminate pods by id, or all pods of this CI run; a missing pod is success.",
+    "Terminate pods by id, or all pods of this CI run; a missing pod is success." + _CLEANS_RUNNERS,
     POD_ID,
     LEDGER,
+    RUNNER_SCOPE,
 )
 REAP = _on_pods(
     "reap",
     "Terminate every gpu-ci pod past its expiry, naming owner, GPU, hours past TTL and cost; "
-    "run it on a schedule.",
+    "run it on a schedule." + _CLEANS_RUNNERS,
     OWNER,
     Input("grace", "Extra time after expiry before reaping.", "duration", "0"),
     Input(
@@ -167,6 +209,7 @@ REAP = _on_pods(
     ),
     LEDGER,
     NOTIFY,
+    RUNNER_SCOPE,
 )
 
 COST = Command(

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuci import journal, notify
 from gpuci.errors import CheckFailed, GpuciError, InputError
-from gpuci.pods import budgets, ledger, placement, plan, readiness, ssh
+from gpuci.pods import budgets, ledger, placement, plan, readiness, runner_boot, runners, ssh
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
 from gpuci.pods.cost import usd
@@ -45,17 +45,32 @@ def pod_url(pod: dict[str, Any], environ: Any) -> str:
     return ""
 
 
-def _spec(values: dict[str, Any], rt: Runtime) -> plan.PodSpec:
+def _spec(
+    values: dict[str, Any], rt: Runtime, runner: runners.Request | None = None
+) -> plan.PodSpec:
+    image = values.get("image") or (runners.DEFAULT_IMAGE if runner else "")
+    if not image:
+        raise InputError("input 'image' is required", hint="pass --image IMAGE or set INPUT_IMAGE")
     return plan.PodSpec(
-        image=values["image"],
-        command=values.get("command") or "",
+        image=image,
+        command=runner_boot.SCRIPT if runner else values.get("command") or "",
         env=plan.parse_env(values.get("env"), rt.mask),
         ports=plan.check_ports(values.get("ports")),
         disk_gb=int(values.get("disk-gb") or 50),
         gpu_count=int(values.get("gpu-count") or 1),
         cloud=values.get("cloud") or "SECURE",
         ssh_keys=ssh.public_keys(values.get("ssh-public-keys"), rt.environ),
+        runner_env=_runner_env(runner.planned_env(), rt) if runner else {},
     )
+
+
+def _runner_env(env: dict[str, str], rt: Runtime) -> dict[str, str]:
+    """A runner pod's env: the registration's, the pinned runner release, a mirror if set."""
+    out = {**env, **runner_boot.env()}
+    mirror = rt.environ.get(runner_boot.ENV_RELEASE_URL, "").strip()
+    if mirror:
+        out[runner_boot.ENV_RELEASE_URL] = mirror
+    return out
 
 
 def _tag(owner: str, values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
@@ -116,10 +131,11 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Create one pod on the first candidate that places and is affordable; wait until ready."""
     if float(values["ttl"]) <= 0:
         raise InputError("ttl must be positive", hint="set ttl to e.g. 45m")
-    spec = _spec(values, rt)
     now = clock.now()
     decision = budgets.decide(values, rt.environ)
     tag = _tag(decision.owner, values, rt, now)
+    runner = runners.Request.from_values(values, rt.environ, rt.mask, tag, now, rt.dry_run)
+    spec = _spec(values, rt, runner)
     book = _ledger(values, rt)
     targets = notify.parse_targets(values.get("notify"), rt.mask)
     if not spec.command:
@@ -130,7 +146,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     else:
         warn = ""
     if rt.dry_run:
-        return _plan_up(values, rt, spec, tag, warn, decision, book)
+        return _plan_up(values, rt, spec, tag, warn, decision, book, runner)
     result = Result(command="pods up")
     if warn:
         result.warning(warn)
@@ -142,6 +158,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         # a cancel landing between "pod created" and "pod known" must still end that pod.
         restore = _sigterm_raises()
         pod: dict[str, Any] | None = None
+        registering = False  # from here a runner may exist: failures and cancels delete it
         try:
             catalog = client.list_gpu_types(spec.cloud)
             cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
@@ -153,6 +170,10 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 _tell_refusal(targets, rt, tag, exc)
                 raise
             result.report["budget_refused"] = refused
+            if runner is not None:  # after the budget: a refused pod registers nothing
+                registering = True
+                spec.runner_env = _runner_env(runner.register(rt.mask), rt)
+                rt.log(f"registered {runner.target.platform} runner {runner.name}")
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
             result.report["attempts"] = attempts
             _remember(rt, book, pod, tag, reservation, clock.now())
@@ -170,11 +191,15 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             made = pod or _find_quietly(client, tag.name(), rt)
             if made is not None:
                 _terminate_quietly(client, made["id"], rt)
+            if runner is not None and registering:
+                runner.unregister_quietly(rt.log)
             _release_quietly(rt, book, reservation, made, tag, clock)
             raise
         except BaseException:  # failure or timeout after placement
             if pod is not None:
                 _terminate_quietly(client, pod["id"], rt)
+            if runner is not None and registering:
+                runner.unregister_quietly(rt.log)
             _release_quietly(rt, book, reservation, pod, tag, clock)
             raise
         finally:
@@ -192,6 +217,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "data-center": pod.get("dataCenterId") or "",
         "expires-at": iso(tag.expires_at),
         "ssh-command": "",
+        "runner-name": runner.name if runner else "",
     }
     if spec.ssh_keys:
         ep = ssh.endpoint(pod)
@@ -245,6 +271,7 @@ def _plan_up(
     warn: str,
     decision: budgets.Decision,
     book: ledger.Ledger,
+    runner: runners.Request | None = None,
 ) -> Result:
     """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
     cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
@@ -256,7 +283,13 @@ def _plan_up(
         result.warning(warn)
     if not rt.environ.get(API_KEY_ENV):
         result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
-    result.outputs = {"pod-id": "", "status": "PLANNED", "cost-per-hr": "", "url": ""}
+    result.outputs = {
+        "pod-id": "",
+        "status": "PLANNED",
+        "cost-per-hr": "",
+        "url": "",
+        "runner-name": runner.name if runner else "",
+    }
     result.report = {
         "plan": {
             "owner": tag.owner,
@@ -280,6 +313,18 @@ def _plan_up(
             "self_stop": bool(spec.command),
         }
     }
+    if runner is not None:
+        for note in runner.notes:
+            result.warning(note)
+        result.report["plan"]["runner"] = {
+            "platform": runner.target.platform,
+            "name": runner.name,
+            "labels": runner.labels,
+            "scope": runner.target.scope,
+            "idle_timeout_s": runner.idle_s,
+            "image": spec.image,
+            "request": runner.call(),
+        }
     result.summary = [
         "### pods up plan (dry run)\n\n"
         + markdown_table(
@@ -310,6 +355,7 @@ def _remember(
         "expiresEpoch": tag.expires_at,
         "runUrl": tag.run_url,
         "reservation": reservation.key if reservation else "",
+        "runner": (pod.get("env") or {}).get(runners.ENV_NAME, ""),
     }
     _note(rt, book, "created", pod["id"], at, **{k: v for k, v in entry.items() if k != "podId"})
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.pods import selfstop
+from gpuci.pods import runners, selfstop
 from gpuci.pods.naming import PodTag
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -41,6 +41,8 @@ class PodSpec:
     gpu_count: int = 1
     cloud: str = "SECURE"
     ssh_keys: list[str] = field(default_factory=list)  # authorized_keys lines (gpuci.pods.ssh)
+    # gpu-ci's own env for a runner pod (gpuci.pods.runners.pod_env): set after registering
+    runner_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def parse_env(lines: Sequence[str] | None, mask: Callable[[str], None]) -> dict[str, str]:
@@ -105,7 +107,7 @@ def candidates(
 
 def create_body(spec: PodSpec, tag: PodTag, candidate: Candidate, api_url: str) -> dict[str, Any]:
     """The createPod body (validated by the tests against ``CreatePodRequest``)."""
-    env = {**spec.env, **tag.env()}
+    env = {**spec.env, **tag.env(), **spec.runner_env}
     body: dict[str, Any] = {
         "name": tag.name(),
         "image": spec.image,
@@ -140,9 +142,13 @@ def shown_body(body: dict[str, Any], user_env: Mapping[str, str]) -> dict[str, A
 
     A value's secrecy can't be told from its name (``DATABASE_URL``, ``HF_HOME`` holding a
     token), so every value the user gave is hidden; gpu-ci's own ``GPUCI_*`` tags (owner,
-    expiry, run URL, the self-stop wrapper) are shown, being what the plan is about.
+    expiry, run URL, the self-stop wrapper) are shown, being what the plan is about, except a
+    runner's credential, which is a placeholder.
     """
-    env = {k: (HIDDEN if k in user_env else v) for k, v in (body.get("env") or {}).items()}
+    env = {
+        k: (runners.PLACEHOLDER[k] if k in runners.SECRET_ENV else HIDDEN if k in user_env else v)
+        for k, v in (body.get("env") or {}).items()
+    }
     return {**body, "env": env}
 
 

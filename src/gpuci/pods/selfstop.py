@@ -20,10 +20,12 @@ ENV_ACTION = "GPUCI_SELF_STOP_ACTION"
 
 ARGS = "sh -c 'eval \"$GPUCI_WRAPPER\"'"
 
-WRAPPER = r"""
+# ``gpuci_stop [ACTION]``: one call of the pod action API with the pod's own id and key
+# (curl, else wget, else python3); also the runner start script's way to end its pod.
+STOP_FUNCTION = r"""
 gpuci_stop() {
   u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}/action"
-  b="{\"action\":\"${GPUCI_SELF_STOP_ACTION:-stop}\"}"
+  b="{\"action\":\"${1:-${GPUCI_SELF_STOP_ACTION:-stop}}\"}"
   if command -v curl >/dev/null 2>&1; then
     curl -fsS -m 30 -o /dev/null -X POST -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
       -H "Content-Type: application/json" -d "$b" "$u"
@@ -38,13 +40,19 @@ q.add_header("Content-Type", "application/json")
 r.urlopen(q, timeout=30)' "$u" "$b"
   fi
 }
+""".strip()
+
+WRAPPER = (
+    STOP_FUNCTION
+    + r"""
 (
   left=$(( ${GPUCI_EXPIRES_EPOCH:-0} - $(date +%s) ))
   if [ "$left" -gt 0 ]; then sleep "$left"; fi
   until gpuci_stop; do sleep "${GPUCI_SELF_STOP_RETRY_S:-30}"; done
 ) &
 exec sh -c "$GPUCI_START_COMMAND"
-""".strip()
+"""
+)
 
 
 def wrap(command: str, api_url: str) -> tuple[str, dict[str, str]]:

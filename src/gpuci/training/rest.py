@@ -47,6 +47,7 @@ class ApiClient:
     hint_401 = "pass a valid token"
     hint_403 = "grant the token write access"
     hint_404 = "check the project and request number"
+    forbidden_what = "the token may not comment"  # what a 403 means for this client
 
     def __init__(
         self,
@@ -146,7 +147,7 @@ class ApiClient:
         if code == 401:
             raise InputError(f"{self.service} rejected the token: {where}", hint=self.hint_401)
         if code == 403:
-            raise Forbidden(f"the token may not comment: {where}", hint=self.hint_403)
+            raise Forbidden(f"{self.forbidden_what}: {where}", hint=self.hint_403)
         if code == 404:
             raise InputError(f"not found: {where}", hint=self.hint_404)
         raise InputError(f"{self.service} refused the request: {where}", hint="check the inputs")
@@ -184,15 +185,26 @@ class ApiClient:
             return None
         return str(target)
 
-    def pages(self, url: str, what: str) -> Iterator[list[dict[str, Any]]]:
-        """Each page of a list of objects, following ``Link`` on the API's origin only."""
+    def pages(self, url: str, what: str, key: str = "") -> Iterator[list[dict[str, Any]]]:
+        """Each page of a list of objects, following ``Link`` on the API's origin only.
+
+        ``key`` names the list inside an object page (GitHub's ``{"runners": [...]}``).
+        """
         next_url: str | None = url
         params: dict[str, Any] | None = {"per_page": 100}
         for _ in range(MAX_PAGES):
             if next_url is None:
                 return
             response = self._send("GET", next_url, params=params)
-            page = self._json(response, f"a list of {what}", list)
+            if key:
+                page = self._json(response, f"an object listing {what}", dict).get(key)
+                if not isinstance(page, list):
+                    raise InfraError(
+                        f"{self.service} API at {self.where} answered no list '{key}' of {what}",
+                        hint=self._api_hint,
+                    )
+            else:
+                page = self._json(response, f"a list of {what}", list)
             if not all(isinstance(item, dict) for item in page):
                 raise InfraError(
                     f"{self.service} API at {self.where} answered a list holding something "

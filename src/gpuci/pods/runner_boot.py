@@ -1,0 +1,185 @@
+"""The runner pod's start script: run one CI job, then end the pod.
+
+It is the pod's command, so it runs under the self-stop wrapper (gpuci.pods.selfstop: the TTL
+timer still ends a pod whose job hangs) and travels in the pod's env like any command: no user
+text in it, nothing re-quoted. It reads what ``gpuci.pods.runners.pod_env`` put there:
+
+- **GitHub**: finds the actions runner in the image (``$GPUCI_RUNNER_DIR``, /actions-runner,
+  /home/runner/actions-runner, /opt/actions-runner), else downloads the pinned release
+  (``RUNNER_VERSION``) and refuses it unless its sha256 is ``RUNNER_SHA256`` (checked before
+  unpacking). Then ``./run.sh --jitconfig``: the runner registers, takes one job,
+  de-registers and exits. ``RUNNER_ALLOW_RUNASROOT=1`` when running as root.
+- **GitLab**: ``gitlab-runner run-single --max-builds 1 --wait-timeout IDLE`` (from the
+  image), then deletes its own runner with its own token (``DELETE /api/v4/runners``).
+
+**Idle timeout.** GitLab's ``--wait-timeout`` is the idle timeout. The actions runner has none,
+so the script watches for the job to start and stops the runner when none has after
+``GPUCI_RUNNER_IDLE_S``. "Started" is either sign, whichever comes first: the worker's log
+``_diag/Worker_*.log`` appearing (the listener spawns ``Runner.Worker`` for every job and it
+writes this file first, whatever the console says), or the listener's console line
+``Running job:`` (the runner's own stdout; a job's output never goes there, so a job cannot
+fake it, and the worker file covers a runner whose console wording changes).
+
+Whatever ends the runner, the pod then terminates itself (``gpuci_stop terminate``, the pod's
+own id and key, retried until RunPod answers). The credential is read into a shell variable
+and removed from the environment before the runner starts, so the job's steps never see it.
+"""
+
+from __future__ import annotations
+
+from gpuci.pods import selfstop
+
+# actions/runner release pinned with its published sha256 (the release notes' checksum for
+# actions-runner-linux-x64-2.328.0.tar.gz); bump both together.
+RUNNER_VERSION = "2.328.0"
+RUNNER_SHA256 = "01066fad3a2893e63e6ca880ae3a1fad5bf9329d60e77ee15f2b97c148c3cd4e"
+RELEASE_URL = "https://github.com/actions/runner/releases/download"
+ENV_RELEASE_URL = "GPUCI_RUNNER_RELEASE_URL"  # a mirror (or a test server): the hash still holds
+
+BODY = r"""
+set -u
+gpuci_log() { echo "gpu-ci runner: $*"; }
+gpuci_end() {
+  gpuci_log "runner finished (status $1): terminating pod ${RUNPOD_POD_ID:-?}"
+  until gpuci_stop terminate; do sleep "${GPUCI_SELF_STOP_RETRY_S:-30}"; done
+  exit "$1"
+}
+gpuci_fetch() {
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsSL --retry 3 -m 600 -o "$2" "$1"
+  elif command -v wget >/dev/null 2>&1; then
+    wget -q -T 600 -O "$2" "$1"
+  else
+    python3 -c 'import sys, urllib.request as r; r.urlretrieve(sys.argv[1], sys.argv[2])' "$1" "$2"
+  fi
+}
+gpuci_sha256() {
+  if command -v sha256sum >/dev/null 2>&1; then
+    sha256sum "$1" | cut -d ' ' -f 1
+  else
+    python3 -c 'import hashlib, sys
+print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"
+  fi
+}
+gpuci_install_runner() {
+  ver="$GPUCI_ACTIONS_RUNNER_VERSION"
+  url="${GPUCI_RUNNER_RELEASE_URL:-https://github.com/actions/runner/releases/download}/v$ver/actions-runner-linux-x64-$ver.tar.gz"
+  dir="${GPUCI_RUNNER_HOME:-${HOME:-/root}/gpuci-actions-runner}"
+  tgz="$dir.tar.gz"
+  gpuci_log "downloading actions runner $ver"
+  if ! gpuci_fetch "$url" "$tgz"; then
+    gpuci_log "cannot download $url"
+    return 1
+  fi
+  got=$(gpuci_sha256 "$tgz")
+  if [ "$got" != "$GPUCI_ACTIONS_RUNNER_SHA256" ]; then
+    gpuci_log "refusing the runner download: sha256 $got, expected $GPUCI_ACTIONS_RUNNER_SHA256"
+    rm -f "$tgz"
+    return 1
+  fi
+  mkdir -p "$dir" && tar xzf "$tgz" -C "$dir" || return 1
+  rm -f "$tgz"
+  if [ "$(id -u)" = 0 ] && [ -x "$dir/bin/installdependencies.sh" ] \
+     && ! ldconfig -p 2>/dev/null | grep -q libicu; then
+    "$dir/bin/installdependencies.sh" >/dev/null 2>&1 \
+      || gpuci_log "warning: runner dependencies not installed"
+  fi
+  return 0
+}
+gpuci_job_started() {
+  grep -q "Running job:" "$1" 2>/dev/null && return 0
+  for f in "$2"/_diag/Worker_*.log; do
+    [ -e "$f" ] && return 0
+  done
+  return 1
+}
+gpuci_github() {
+  cfg="${GPUCI_RUNNER_JITCONFIG:-}"
+  unset GPUCI_RUNNER_JITCONFIG
+  dir=""
+  for d in "${GPUCI_RUNNER_DIR:-}" /actions-runner /home/runner/actions-runner \
+           /opt/actions-runner; do
+    if [ -n "$d" ] && [ -x "$d/run.sh" ]; then dir="$d"; break; fi
+  done
+  if [ -z "$dir" ]; then
+    gpuci_install_runner || return 3
+  fi
+  if [ "$(id -u)" = 0 ]; then export RUNNER_ALLOW_RUNASROOT=1; fi
+  log="${TMPDIR:-/tmp}/gpuci-runner.$$.log"
+  : >"$log"
+  (cd "$dir" && exec ./run.sh --jitconfig "$cfg") >"$log" 2>&1 &
+  pid=$!
+  cfg=""
+  tail -n +1 -f "$log" &
+  tailpid=$!
+  began=$(date +%s)
+  started=""
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ -z "$started" ]; then
+      if gpuci_job_started "$log" "$dir"; then
+        started=1
+        gpuci_log "a job started"
+      elif [ $(( $(date +%s) - began )) -ge "$GPUCI_RUNNER_IDLE_S" ]; then
+        gpuci_log "no job within ${GPUCI_RUNNER_IDLE_S}s: stopping the runner"
+        kill -TERM "$pid" 2>/dev/null
+        sleep 5
+        kill -KILL "$pid" 2>/dev/null
+        break
+      fi
+    fi
+    sleep 1
+  done
+  wait "$pid"
+  rc=$?
+  sleep 1
+  kill "$tailpid" 2>/dev/null
+  return "$rc"
+}
+gpuci_gitlab_delete_self() {
+  u="$GPUCI_GITLAB_API_URL/runners"
+  if command -v curl >/dev/null 2>&1; then
+    printf 'token=%s' "$1" | curl -fsS -m 30 -o /dev/null -X DELETE \
+      -H "Content-Type: application/x-www-form-urlencoded" --data-binary @- "$u"
+  else
+    printf '%s' "$1" | python3 -c 'import sys, urllib.parse as p, urllib.request as r
+d = p.urlencode({"token": sys.stdin.read()}).encode()
+q = r.Request(sys.argv[1], d, method="DELETE")
+q.add_header("Content-Type", "application/x-www-form-urlencoded")
+r.urlopen(q, timeout=30)' "$u"
+  fi
+}
+gpuci_gitlab() {
+  tok="${GPUCI_GITLAB_RUNNER_TOKEN:-}"
+  unset GPUCI_GITLAB_RUNNER_TOKEN
+  if ! command -v gitlab-runner >/dev/null 2>&1; then
+    gpuci_log "gitlab-runner is not in the image: use an image that has it"
+    rc=3
+  else
+    gitlab-runner run-single --url "$GPUCI_GITLAB_URL" --token "$tok" --executor shell \
+      --max-builds 1 --wait-timeout "$GPUCI_RUNNER_IDLE_S"
+    rc=$?
+  fi
+  n=0
+  until gpuci_gitlab_delete_self "$tok"; do
+    n=$((n + 1))
+    if [ "$n" -ge 5 ]; then gpuci_log "could not delete the runner (down/reap will)"; break; fi
+    sleep 2
+  done
+  return "$rc"
+}
+case "${GPUCI_RUNNER_PLATFORM:-}" in
+  github) gpuci_github; gpuci_end $? ;;
+  gitlab) gpuci_gitlab; gpuci_end $? ;;
+  *) gpuci_log "GPUCI_RUNNER_PLATFORM is not github or gitlab"; gpuci_end 2 ;;
+esac
+"""
+
+SCRIPT = selfstop.STOP_FUNCTION + "\n" + BODY.strip() + "\n"
+
+
+def env() -> dict[str, str]:
+    """The pinned release the script installs when the image has no runner."""
+    return {
+        "GPUCI_ACTIONS_RUNNER_VERSION": RUNNER_VERSION,
+        "GPUCI_ACTIONS_RUNNER_SHA256": RUNNER_SHA256,
+    }

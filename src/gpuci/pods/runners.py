@@ -1,0 +1,531 @@
+"""Just-in-time CI runners on pods: register one with GitHub or GitLab, and clean up after.
+
+A runner pod takes exactly one job: GitHub's just-in-time configuration (``run.sh
+--jitconfig``) de-registers itself after one job; GitLab's ``run-single --max-builds 1``
+exits after one and the pod deletes its own runner. The registration is made here, in CI,
+with an admin token that never leaves CI; the pod receives only the one-runner credential
+(the JIT configuration or the ``glrt-`` token), in its create request's env, masked here the
+moment it arrives.
+
+Runners and pods are matched by name: a runner is named ``gpuci-<nonce>-<epoch>`` from its
+pod's tag nonce and the registration time, and the pod carries that name (and the runner's
+id and scope) in its env. ``down``/``reap`` delete gpu-ci runners whose pod is gone (once
+older than ``ORPHAN_GRACE_S``: the runner is registered before its pod is placed) and
+terminate runner pods whose runner is gone (its one job is over, or it was deleted).
+
+Both clients stand on the shared REST client (``gpuci.training.rest``): retries, one-line
+errors with their fix, origin-only pagination, no redirects, redacted excerpts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.pods.naming import PodTag
+from gpuci.training import github as gh
+from gpuci.training.gitlab import TOKEN_ENV as GITLAB_TOKEN_ENV
+from gpuci.training.rest import ApiClient, Forbidden
+
+PLATFORMS = ("github", "gitlab")
+# CUDA 12.4 devel + Python 3.11 + PyTorch, root, curl and coreutils (sha256sum, tar): what the
+# gpu-ci actions and a training job need, the image the pod examples already use (cached on
+# many RunPod hosts, so it starts fast). No actions runner inside: the start script installs
+# the pinned release (gpuci.pods.runner_boot) or finds one baked into a custom image.
+DEFAULT_IMAGE = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
+
+GITHUB_TOKEN_ENV = "GPUCI_RUNNER_TOKEN"
+NAME_PREFIX = "gpuci-"
+_NAME = re.compile(r"^gpuci-[0-9a-f]{6}-(\d{9,11})$")
+# A runner without a pod is garbage only once its pod can no longer be on its way: up
+# registers first, then walks the candidates (placement-timeout, default 10m) and creates.
+ORPHAN_GRACE_S = 30 * 60
+
+# The pod's env: public facts (shown in plans) and the one credential (never shown).
+ENV_PLATFORM = "GPUCI_RUNNER_PLATFORM"
+ENV_NAME = "GPUCI_RUNNER_NAME"
+ENV_ID = "GPUCI_RUNNER_ID"
+ENV_SCOPE = "GPUCI_RUNNER_SCOPE"
+ENV_IDLE_S = "GPUCI_RUNNER_IDLE_S"
+ENV_JITCONFIG = "GPUCI_RUNNER_JITCONFIG"
+ENV_GITLAB_RUNNER_TOKEN = "GPUCI_GITLAB_RUNNER_TOKEN"
+ENV_GITLAB_URL = "GPUCI_GITLAB_URL"
+ENV_GITLAB_API_URL = "GPUCI_GITLAB_API_URL"
+SECRET_ENV = (ENV_JITCONFIG, ENV_GITLAB_RUNNER_TOKEN)
+PLACEHOLDER = {
+    ENV_JITCONFIG: "<encoded_jit_config from GitHub: made at run time, masked>",
+    ENV_GITLAB_RUNNER_TOKEN: "<glrt- token from GitLab: made at run time, masked>",
+}
+
+GITHUB_TOKEN_MAKE = (
+    "make a fine-grained personal access token (or a GitHub App token) with "
+    "'Administration: read and write' on the repository ('Self-hosted runners: read and "
+    f"write' on the organisation for runner-scope org) and pass it as the secret {GITHUB_TOKEN_ENV}"
+)
+GITHUB_TOKEN_HELP = "the job's GITHUB_TOKEN cannot create runners: " + GITHUB_TOKEN_MAKE
+GITLAB_TOKEN_HELP = (
+    f"set {GITLAB_TOKEN_ENV} to a project, group or personal access token with the "
+    "create_runner scope (and api, for down/reap to list and delete runners); CI_JOB_TOKEN "
+    "cannot create runners"
+)
+
+
+def runner_name(tag: PodTag, now: float) -> str:
+    """The runner's name: its pod's tag nonce and the registration time."""
+    return f"{NAME_PREFIX}{tag.nonce}-{int(now)}"
+
+
+def registered_at(name: str) -> float | None:
+    """When a gpu-ci runner was registered (from its name); None for other runners."""
+    m = _NAME.match(name)
+    return float(m.group(1)) if m else None
+
+
+@dataclass
+class Registration:
+    """A runner made for one pod: its name and id, and the env the pod needs to run it."""
+
+    name: str
+    runner_id: int | None
+    env: dict[str, str] = field(repr=False)  # holds the credential: never printed
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A runner as the platform lists it."""
+
+    runner_id: int
+    name: str
+    status: str = ""
+
+
+def _runner_id(found: Any, service: str) -> int:
+    rid = found.get("id") if isinstance(found, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise InfraError(
+            f"{service} answered a runner without a numeric id",
+            hint=f"check the {service} API URL",
+        )
+    return rid
+
+
+class GitHubRunners(ApiClient):
+    """``generate-jitconfig``, list and delete self-hosted runners of a repository or org."""
+
+    service = "GitHub"
+    url_env = "GITHUB_API_URL"
+    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
+    hint_403 = GITHUB_TOKEN_HELP
+    hint_404 = (
+        "check GITHUB_REPOSITORY (the organisation for runner-scope org), GITHUB_API_URL and "
+        "that the token can see it"
+    )
+    forbidden_what = "the token may not manage self-hosted runners"
+
+    def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
+        super().__init__(
+            api_url,
+            token,
+            {
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": gh.API_VERSION,
+            },
+            **kwargs,
+        )
+        kind, _, where = scope.partition(":")
+        self.base = f"/orgs/{quote(where, safe='')}" if kind == "org" else f"/repos/{where}"
+
+    def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
+        """The generate-jitconfig request, as a plan shows it."""
+        return {
+            "method": "POST",
+            "path": f"{self.base}/actions/runners/generate-jitconfig",
+            "body": {
+                "name": name,
+                "labels": list(labels),
+                "runner_group_id": group_id,
+                "work_folder": "_work",
+            },
+        }
+
+    def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
+        """``(encoded_jit_config, runner id)``. One attempt: a POST that lost its answer may
+        have made the runner, which ``up``'s failure path then deletes by name."""
+        call = self.jit_call(name, labels, group_id)
+        try:
+            response = self._retried(
+                lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
+            )
+        except Forbidden as exc:
+            if "not accessible by integration" in exc.message.lower():
+                raise InputError(
+                    "GitHub refused to create the runner: " + GITHUB_TOKEN_HELP,
+                    hint=f"pass a token with administration rights as {GITHUB_TOKEN_ENV}",
+                ) from None
+            raise
+        found = self._json(response, "a just-in-time runner configuration", dict)
+        config = found.get("encoded_jit_config")
+        if not isinstance(config, str) or not config:
+            raise InfraError(
+                "GitHub answered generate-jitconfig without encoded_jit_config",
+                hint=self._api_hint,
+            )
+        return config, _runner_id(found.get("runner"), self.service)
+
+    def listed(self) -> list[Listed]:
+        out = []
+        for page in self.pages(f"{self.base}/actions/runners", "runners", key="runners"):
+            for item in page:
+                if isinstance(item.get("id"), int) and isinstance(item.get("name"), str):
+                    out.append(Listed(item["id"], item["name"], str(item.get("status") or "")))
+        return out
+
+    def delete(self, runner_id: int) -> bool:
+        """Delete a runner; False when it was already gone."""
+        try:
+            self._send("DELETE", f"{self.base}/actions/runners/{int(runner_id)}")
+        except InputError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        return True
+
+
+class GitLabRunners(ApiClient):
+    """``POST /user/runners``, list a project's runners, ``DELETE /runners/:id``."""
+
+    service = "GitLab"
+    url_env = "CI_API_V4_URL"
+    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token with the create_runner scope"
+    hint_403 = GITLAB_TOKEN_HELP
+    hint_404 = "check CI_PROJECT_ID and CI_API_V4_URL"
+    forbidden_what = "the token may not manage runners"
+
+    def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+        self.project = scope.partition(":")[2]
+
+    def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
+        return {
+            "method": "POST",
+            "path": "/user/runners",
+            "body": {
+                "runner_type": "project_type",
+                "project_id": int(self.project) if self.project.isdigit() else self.project,
+                "description": name,
+                "tag_list": ",".join(labels),
+                "run_untagged": False,
+            },
+        }
+
+    def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
+        """``(glrt- token, runner id)``; one attempt, as for GitHub."""
+        call = self.jit_call(name, labels, group_id)
+        response = self._retried(
+            lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
+        )
+        found = self._json(response, "the created runner", dict)
+        token = found.get("token")
+        if not isinstance(token, str) or not token:
+            raise InfraError("GitLab created a runner without a token", hint=self._api_hint)
+        return token, _runner_id(found, self.service)
+
+    def listed(self) -> list[Listed]:
+        out = []
+        url = f"/projects/{quote(self.project, safe='')}/runners"
+        for page in self.pages(url, "runners"):
+            for item in page:
+                name = item.get("description")
+                if isinstance(item.get("id"), int) and isinstance(name, str):
+                    out.append(Listed(item["id"], name, str(item.get("status") or "")))
+        return out
+
+    def delete(self, runner_id: int) -> bool:
+        try:
+            self._send("DELETE", f"/runners/{int(runner_id)}")
+        except InputError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        return True
+
+
+Client = GitHubRunners | GitLabRunners
+
+
+@dataclass
+class Target:
+    """Where runners are registered: the platform, its API, the scope and the admin token."""
+
+    platform: str
+    api_url: str
+    scope: str  # "repo:owner/name", "org:owner" or "project:ID"
+    token: str = field(default="", repr=False)
+    server_url: str = ""  # GitLab: what gitlab-runner connects to
+
+    def client(self) -> Client:
+        cls = GitHubRunners if self.platform == "github" else GitLabRunners
+        return cls(self.api_url, self.token, self.scope)
+
+
+def target(
+    platform: str,
+    environ: Mapping[str, str],
+    mask: Callable[[str | None], None],
+    scope: str = "repo",
+    need_token: bool = True,
+) -> Target:
+    """The registration target from the CI's env; bad or missing settings: exit 2, one line."""
+    if platform == "github":
+        token = environ.get(GITHUB_TOKEN_ENV, "").strip()
+        job_token = environ.get("GITHUB_TOKEN", "").strip()
+        mask(token)
+        mask(job_token)
+        if need_token and not token:
+            if job_token:
+                raise InputError(f"{GITHUB_TOKEN_ENV} is not set; " + GITHUB_TOKEN_HELP)
+            raise InputError(f"{GITHUB_TOKEN_ENV} is not set", hint=GITHUB_TOKEN_MAKE)
+        if token and token == job_token:
+            raise InputError(f"{GITHUB_TOKEN_ENV} is the job's GITHUB_TOKEN; " + GITHUB_TOKEN_HELP)
+        repository = environ.get("GITHUB_REPOSITORY", "").strip()
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
+            raise InputError(
+                "GITHUB_REPOSITORY is not set (owner/name)",
+                hint="run inside GitHub Actions or set GITHUB_REPOSITORY=owner/name",
+            )
+        where = f"org:{repository.split('/')[0]}" if scope == "org" else f"repo:{repository}"
+        api = environ.get("GITHUB_API_URL", "").strip() or "https://api.github.com"
+        return Target("github", api.rstrip("/"), where, token)
+    token = environ.get(GITLAB_TOKEN_ENV, "").strip()
+    mask(token)
+    mask(environ.get("CI_JOB_TOKEN"))
+    if need_token and not token:
+        raise InputError(f"{GITLAB_TOKEN_ENV} is not set", hint=GITLAB_TOKEN_HELP)
+    if token and token == environ.get("CI_JOB_TOKEN", "").strip():
+        raise InputError(f"{GITLAB_TOKEN_ENV} is the job's CI_JOB_TOKEN; " + GITLAB_TOKEN_HELP)
+    api = environ.get("CI_API_V4_URL", "").strip()
+    server = environ.get("CI_SERVER_URL", "").strip().rstrip("/")
+    if not api and server:
+        api = server + "/api/v4"
+    if not api:
+        raise InputError(
+            "CI_API_V4_URL is not set", hint="run inside GitLab CI or set CI_API_V4_URL"
+        )
+    api = api.rstrip("/")
+    if not server:
+        server = api[: -len("/api/v4")] if api.endswith("/api/v4") else api
+    project = environ.get("CI_PROJECT_ID", "").strip()
+    if not project:
+        raise InputError(
+            "CI_PROJECT_ID is not set", hint="run inside GitLab CI or set CI_PROJECT_ID"
+        )
+    return Target("gitlab", api, f"project:{project}", token, server)
+
+
+def pod_env(
+    tgt: Target, name: str, runner_id: int | None, credential: str, idle_s: float
+) -> dict[str, str]:
+    """What the start script reads (gpuci.pods.runner_boot): public facts and one credential."""
+    env = {
+        ENV_PLATFORM: tgt.platform,
+        ENV_NAME: name,
+        ENV_ID: "" if runner_id is None else str(runner_id),
+        ENV_SCOPE: tgt.scope,
+        ENV_IDLE_S: str(max(1, int(idle_s))),
+        "GPUCI_SELF_STOP_ACTION": "terminate",  # a stopped runner pod is of no use to anyone
+    }
+    if tgt.platform == "github":
+        env[ENV_JITCONFIG] = credential
+    else:
+        env.update(
+            {
+                ENV_GITLAB_RUNNER_TOKEN: credential,
+                ENV_GITLAB_URL: tgt.server_url,
+                ENV_GITLAB_API_URL: tgt.api_url,
+            }
+        )
+    return env
+
+
+def register(
+    tgt: Target,
+    name: str,
+    labels: Sequence[str],
+    group_id: int,
+    idle_s: float,
+    mask: Callable[[str | None], None],
+) -> Registration:
+    """Register the runner; its credential is masked before anything else happens."""
+    with tgt.client() as client:
+        credential, runner_id = client.register(name, labels, group_id)
+        mask(credential)
+    return Registration(name, runner_id, pod_env(tgt, name, runner_id, credential, idle_s))
+
+
+def unregister(tgt: Target, name: str, runner_id: int | None) -> str:
+    """Delete the runner by id, or by name when the id never came back (a lost answer)."""
+    with tgt.client() as client:
+        if runner_id is None:
+            found = [r for r in client.listed() if r.name == name]
+            if not found:
+                return "not registered"
+            runner_id = found[0].runner_id
+        return "deleted" if client.delete(runner_id) else "already gone"
+
+
+def scope_of(pod: Mapping[str, Any]) -> tuple[str, str, str, int | None] | None:
+    """``(platform, scope, runner name, runner id)`` of a runner pod, else None."""
+    env = pod.get("env") or {}
+    platform, name = env.get(ENV_PLATFORM), env.get(ENV_NAME)
+    if platform not in PLATFORMS or not isinstance(name, str) or not name:
+        return None
+    rid = str(env.get(ENV_ID) or "")
+    return platform, str(env.get(ENV_SCOPE) or ""), name, int(rid) if rid.isdigit() else None
+
+
+@dataclass
+class Sweep:
+    """What ``down``/``reap`` found: runners whose pod is gone, pods whose runner is gone."""
+
+    orphan_runners: list[Listed] = field(default_factory=list)
+    runnerless_pods: list[str] = field(default_factory=list)
+
+
+def sweep(
+    tgt: Target, pods: Sequence[Mapping[str, Any]], listed: Sequence[Listed], now: float
+) -> Sweep:
+    """Match this target's gpu-ci runners with the pods that carry their names.
+
+    ``pods`` must be listed before ``listed``: a pod's runner is registered before the pod,
+    so a pod whose name is missing from the later runner list has lost its runner for good.
+    """
+    ours = [s for s in (scope_of(p) for p in pods) if s and s[:2] == (tgt.platform, tgt.scope)]
+    on_pods = {s[2] for s in ours}
+    names = {r.name for r in listed}
+    out = Sweep()
+    for runner in listed:
+        born = registered_at(runner.name)
+        if born is None or runner.name in on_pods:
+            continue
+        if now - born >= ORPHAN_GRACE_S:
+            out.orphan_runners.append(runner)
+    for pod, s in zip(pods, (scope_of(p) for p in pods), strict=True):
+        if s and s[:2] == (tgt.platform, tgt.scope) and s[2] not in names:
+            out.runnerless_pods.append(str(pod["id"]))
+    return out
+
+
+def targets_for_cleanup(
+    environ: Mapping[str, str], mask: Callable[[str | None], None], scope: str
+) -> tuple[list[Target], list[str]]:
+    """The platforms ``down``/``reap`` can clean (their admin token is set), and why not."""
+    out, why = [], []
+    for platform, token_env in (("github", GITHUB_TOKEN_ENV), ("gitlab", GITLAB_TOKEN_ENV)):
+        if not environ.get(token_env, "").strip():
+            why.append(f"{platform}: {token_env} is not set")
+            continue
+        try:
+            out.append(target(platform, environ, mask, scope))
+        except GpuciError as exc:
+            why.append(f"{platform}: {exc.message}")
+    return out, why
+
+
+@dataclass
+class Request:
+    """One ``up --runner``: what to register, and the registration once it exists."""
+
+    target: Target
+    name: str
+    labels: list[str]
+    group_id: int
+    idle_s: float
+    registration: Registration | None = None
+    notes: list[str] = field(default_factory=list)  # dry-run warnings (no token here, ...)
+
+    @classmethod
+    def from_values(
+        cls,
+        values: Mapping[str, Any],
+        environ: Mapping[str, str],
+        mask: Callable[[str | None], None],
+        tag: PodTag,
+        now: float,
+        dry_run: bool,
+    ) -> Request | None:
+        """None without ``runner``; bad combinations are exit 2 before anything is made."""
+        platform = values.get("runner") or ""
+        if not platform:
+            return None
+        labels = [label.strip() for label in values.get("runner-labels") or [] if label.strip()]
+        if not labels:
+            raise InputError(
+                "runner-labels is required with runner",
+                hint="pass e.g. --runner-labels gpu-large,run-$GITHUB_RUN_ID (the job's runs-on "
+                "or tags)",
+            )
+        if values.get("command"):
+            raise InputError(
+                "command cannot be combined with runner: the pod's command is the runner",
+                hint="drop command; the CI job that runs on the runner does the work",
+            )
+        idle = float(values.get("runner-idle-timeout") or 600)
+        if idle <= 0:
+            raise InputError("runner-idle-timeout must be positive", hint="e.g. 10m")
+        scope = values.get("runner-scope") or "repo"
+        notes: list[str] = []
+        try:
+            tgt = target(platform, environ, mask, scope, need_token=not dry_run)
+        except InputError as exc:
+            if not dry_run:
+                raise
+            notes.append(f"{exc.message}; a real run would stop here")
+            tgt = _placeholder_target(platform, scope)
+        if dry_run and not tgt.token:
+            token_env = GITHUB_TOKEN_ENV if platform == "github" else GITLAB_TOKEN_ENV
+            notes.append(f"{token_env} is not set; a real run would stop here")
+        group = int(values.get("runner-group-id") or 1)
+        return cls(tgt, runner_name(tag, now), labels, group, idle, notes=notes)
+
+    def call(self) -> dict[str, Any]:
+        """The registration request, for the plan (it holds no secret)."""
+        with self.target.client() as client:
+            found = client.jit_call(self.name, self.labels, self.group_id)
+        return {**found, "url": self.target.api_url + found["path"]}
+
+    def planned_env(self) -> dict[str, str]:
+        """The pod env with the credential's placeholder, for a dry run's create body."""
+        secret = PLACEHOLDER[
+            ENV_JITCONFIG if self.target.platform == "github" else ENV_GITLAB_RUNNER_TOKEN
+        ]
+        return pod_env(self.target, self.name, None, secret, self.idle_s)
+
+    def register(self, mask: Callable[[str | None], None]) -> dict[str, str]:
+        """Register; the pod env (with the masked credential) for the create body."""
+        self.registration = register(
+            self.target, self.name, self.labels, self.group_id, self.idle_s, mask
+        )
+        return self.registration.env
+
+    def unregister_quietly(self, log: Callable[[str], None]) -> None:
+        """After a failed or cancelled ``up``: no runner may wait for a pod that never comes."""
+        rid = self.registration.runner_id if self.registration else None
+        try:
+            outcome = unregister(self.target, self.name, rid)
+            log(f"runner {self.name}: {outcome} after the failure")
+        except GpuciError as exc:
+            log(f"warning: could not delete runner {self.name}: {exc.one_line()} (down/reap will)")
+
+
+def _placeholder_target(platform: str, scope: str) -> Target:
+    if platform == "github":
+        where = "org:OWNER" if scope == "org" else "repo:OWNER/REPO"
+        return Target("github", "https://api.github.com", where)
+    return Target(
+        "gitlab", "https://gitlab.com/api/v4", "project:PROJECT_ID", "", "https://gitlab.com"
+    )
