@@ -1,334 +1,267 @@
-"""Fakes of the GitHub and GitLab runner APIs on 127.0.0.1, for ``pods up --runner``.
+"""Fake GitHub and GitLab runner APIs on 127.0.0.1, plus a file server for runner tarballs.
 
-**GitHub** (under ``/api/v3``, as GitHub Enterprise Server serves, so a client that drops
-``GITHUB_API_URL``'s path fails here): ``POST .../actions/runners/generate-jitconfig`` for a
-repository or an organisation (201 ``{runner, encoded_jit_config}``; 409 for a name that
-exists; 404 for an unknown runner group; 422 for a body GitHub's schema refuses), the list of
-runners (``{total_count, runners}``, paged with ``Link``) and ``DELETE`` of one. The admin token
-is a Bearer token; the job's ``GITHUB_TOKEN`` gets 403 "Resource not accessible by
-integration", as on GitHub. A just-in-time runner gets exactly the labels it was registered
-with: GitHub adds no default ``self-hosted`` label to it, so a job's ``runs-on`` is matched
-against what gpu-ci asked for (``runs_job``).
+GitHub under ``/api/v3`` (as GitHub Enterprise Server), GitLab under ``/gitlab/api/v4`` (a
+self-managed GitLab behind a path), so a client that drops the base path fails here:
 
-**GitLab** (under ``/gitlab/api/v4``, a GitLab behind a path): ``POST /user/runners`` (201
-``{id, token: glrt-...}``), a project's runners, ``DELETE /runners/:id`` with the admin token
-and ``DELETE /runners`` with the runner's own token (what the pod does when it is done).
-``PRIVATE-TOKEN`` must be the admin token; the job token gets 403.
-
-Every request is recorded; every credential the fakes hand out is kept, so tests can look for
-it in logs.
+- GitHub: ``POST {repos/o/r|orgs/o}/actions/runners/generate-jitconfig`` (body checked:
+  ``name``, ``labels``, ``runner_group_id``, ``work_folder``; a duplicate name is 409; the
+  job's installation token gets 403 "Resource not accessible by integration", as on GitHub),
+  ``GET .../actions/runners`` (``{"total_count", "runners"}``, ``page_size`` per page, an
+  absolute ``Link: rel="next"``), ``DELETE .../actions/runners/{id}``.
+- GitLab: ``POST /user/runners`` (``runner_type=project_type``, ``project_id``, ``tag_list``,
+  ``run_untagged=false``; answers ``id`` and a ``glrt-`` token), ``GET
+  /projects/:id/runners``, ``DELETE /runners/:id`` (admin token) and ``DELETE /runners`` with
+  the runner's own ``token`` (form or JSON), as GitLab documents.
+- ``files``: raw bytes served by path without auth (the runner release mirror).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import secrets
-import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlsplit
 
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
-GITHUB_PREFIX = "/api/v3"
-GITLAB_PREFIX = "/gitlab/api/v4"
-_GH_SCOPE = r"(?P<scope>repos/[^/]+/[^/]+|orgs/[^/]+)"
-_GH_JIT = re.compile(rf"^{GITHUB_PREFIX}/{_GH_SCOPE}/actions/runners/generate-jitconfig$")
-_GH_LIST = re.compile(rf"^{GITHUB_PREFIX}/{_GH_SCOPE}/actions/runners$")
-_GH_ONE = re.compile(rf"^{GITHUB_PREFIX}/{_GH_SCOPE}/actions/runners/(?P<id>\d+)$")
-_GL_PROJECT_RUNNERS = re.compile(rf"^{GITLAB_PREFIX}/projects/(?P<project>[^/]+)/runners$")
-_GL_ONE = re.compile(rf"^{GITLAB_PREFIX}/runners/(?P<id>\d+)$")
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    body: Any
+GH = "/api/v3"
+GL = "/gitlab/api/v4"
+_GH_SCOPE = r"(?:/repos/[^/]+/[^/]+|/orgs/[^/]+)"
 
 
 @dataclass
 class Runner:
     id: int
     name: str
-    scope: str  # "repos/o/r", "orgs/o" or "projects/<id>"
     labels: list[str]
-    credential: str = field(repr=False)
+    scope: str  # "/repos/o/r", "/orgs/o" or "project:ID"
+    token: str = ""  # GitLab's glrt- token
     status: str = "offline"
-    run_untagged: bool | None = None  # GitLab only
 
 
-class _FakeRunnerAPI:
-    """What both fakes share: runners, the credentials handed out, the request log."""
+@dataclass
+class State:
+    github_token: str = field(default_factory=lambda: "github_pat_" + secrets.token_hex(12))
+    job_token: str = field(default_factory=lambda: "ghs_job" + secrets.token_hex(12))
+    gitlab_token: str = field(default_factory=lambda: "glpat-" + secrets.token_hex(10))
+    page_size: int = 2
+    runners: dict[int, Runner] = field(default_factory=dict)
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    issued: list[str] = field(default_factory=list)  # every credential handed out
+    next_id: int = 100
 
-    def __init__(self, token: str, job_token: str) -> None:
-        self.token = token
-        self.job_token = job_token
-        self.runners: dict[int, Runner] = {}
-        self.requests: list[Request] = []
-        self.credentials: list[str] = []  # every JIT config / glrt- token handed out
-        self.lock = threading.Lock()
-        self._next_id = 100
-        self._server: LoopbackHTTPServer | None = None
-
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id
-
-    def registered(self, scope: str | None = None) -> list[Runner]:
-        return [r for r in self.runners.values() if scope is None or r.scope == scope]
-
-    def calls(self, method: str, pattern: str = ".*") -> list[Request]:
-        return [r for r in self.requests if r.method == method and re.search(pattern, r.path)]
-
-    def _serve(self, handler_cls: type[JsonAPIHandler]) -> None:
-        self._server = LoopbackHTTPServer(handler_cls)
-        self._server.__enter__()
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.__exit__(None, None, None)
-
-    @property
-    def origin(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.port}"
-
-
-class FakeGitHubRunners(_FakeRunnerAPI):
-    def __init__(
-        self,
-        token: str = "github_pat_admin_" + secrets.token_hex(8),
-        job_token: str = "ghs_jobtoken_" + secrets.token_hex(8),
-        groups: Iterable[int] = (1,),
-        page_size: int = 2,
-    ) -> None:
-        super().__init__(token, job_token)
-        self.groups = set(groups)
-        self.page_size = page_size
-        fake = self
-
-        class Handler(JsonAPIHandler):
-            def _handle(self, method: str) -> None:
-                url = urlparse(self.path)
-                body = self._body() if method == "POST" else None
-                with fake.lock:
-                    fake.requests.append(Request(method, url.path, body))
-                    code, answer, headers = fake._route(method, url.path, url.query, body, self)
-                if code == 204:
-                    self.send_response(204)
-                    self.end_headers()
-                else:
-                    self._reply(code, answer, headers)
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def do_POST(self) -> None:
-                self._handle("POST")
-
-            def do_DELETE(self) -> None:
-                self._handle("DELETE")
-
-        self._serve(Handler)
-
-    @property
-    def api_url(self) -> str:
-        return self.origin + GITHUB_PREFIX
-
-    def runs_job(self, runner: Runner, runs_on: Iterable[str]) -> bool:
-        """Whether GitHub would give this runner a job with ``runs_on``: every label of the
-        job must be one of the runner's (case-insensitive, as GitHub matches)."""
-        have = {label.lower() for label in runner.labels}
-        return all(label.lower() in have for label in runs_on)
-
-    def _route(
-        self, method: str, path: str, query: str, body: Any, handler: JsonAPIHandler
-    ) -> tuple[int, Any, dict[str, str]]:
-        auth = handler.headers.get("Authorization", "")
-        if auth == f"Bearer {self.job_token}":
-            return 403, {"message": "Resource not accessible by integration"}, {}
-        if auth != f"Bearer {self.token}":
-            return 401, {"message": "Bad credentials"}, {}
-        if handler.headers.get("X-GitHub-Api-Version") is None:
-            return 400, {"message": "missing X-GitHub-Api-Version"}, {}
-        if (m := _GH_JIT.match(path)) and method == "POST":
-            return self._jit(m["scope"], body)
-        if (m := _GH_LIST.match(path)) and method == "GET":
-            return self._list(m["scope"], path, query)
-        if (m := _GH_ONE.match(path)) and method == "DELETE":
-            found = self.runners.get(int(m["id"]))
-            if found is None or found.scope != m["scope"]:
-                return 404, {"message": "Not Found"}, {}
-            del self.runners[found.id]
-            return 204, None, {}
-        return 404, {"message": "Not Found"}, {}
-
-    def _jit(self, scope: str, body: Any) -> tuple[int, Any, dict[str, str]]:
-        allowed = {"name", "runner_group_id", "labels", "work_folder"}
-        problems = []
-        if not isinstance(body, dict):
-            problems.append("body is not an object")
-            body = {}
-        problems += [f"unknown key {k}" for k in sorted(set(body) - allowed)]
-        name, group, labels = body.get("name"), body.get("runner_group_id"), body.get("labels")
-        if not isinstance(name, str) or not name:
-            problems.append("name is required")
-        if isinstance(group, bool) or not isinstance(group, int):
-            problems.append("object is missing required key: runner_group_id")
-        if (
-            not isinstance(labels, list)
-            or not 1 <= len(labels) <= 100
-            or not all(isinstance(x, str) and x for x in labels)
-        ):
-            problems.append("labels: 1 to 100 strings")
-        if problems:
-            return 422, {"message": "Invalid input: " + "; ".join(problems)}, {}
-        if group not in self.groups:
-            return 404, {"message": "Runner group not found"}, {}
-        if any(r.name == name and r.scope == scope for r in self.runners.values()):
-            return 409, {"message": "Already exists - A runner with the same name exists"}, {}
-        secret = secrets.token_hex(16)
-        config = base64.b64encode(
-            json.dumps({".runner": {"AgentName": name}, ".credentials": secret}).encode()
-        ).decode()
-        runner = Runner(self._new_id(), name, scope, list(labels), config)
+    def add(self, name: str, scope: str, labels: list[str] | None = None) -> Runner:
+        self.next_id += 1
+        runner = Runner(self.next_id, name, labels or [], scope)
         self.runners[runner.id] = runner
-        self.credentials.append(config)
-        return 201, {"runner": self._view(runner), "encoded_jit_config": config}, {}
+        return runner
 
-    def _list(self, scope: str, path: str, query: str) -> tuple[int, Any, dict[str, str]]:
-        params = parse_qs(query)
-        size = min(int(params.get("per_page", ["30"])[0]), self.page_size)
-        page = int(params.get("page", ["1"])[0])
-        mine = [self._view(r) for r in self.runners.values() if r.scope == scope]
+    def names(self) -> list[str]:
+        return sorted(r.name for r in self.runners.values())
+
+
+class _Handler(JsonAPIHandler):
+    state: State
+
+    def _form_or_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if "json" in (self.headers.get("Content-Type") or ""):
+            return json.loads(raw or b"{}")
+        return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        if method == "GET" and url.path in self.state.files:
+            data = self.state.files[url.path]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        body = self._form_or_json() if method in ("POST", "DELETE") else None
+        self.state.requests.append((method, url.path, body))
+        if url.path.startswith(GH):
+            return self._github(method, url.path[len(GH) :], url.query, body)
+        if url.path.startswith(GL):
+            return self._gitlab(method, url.path[len(GL) :], url.query, body)
+        return self._reply(404, {"message": "Not Found"})
+
+    def _page(self, items: list[dict[str, Any]], query: str, wrap: bool) -> None:
+        page = int(parse_qs(query).get("page", ["1"])[0])
+        size = self.state.page_size
+        chunk = items[(page - 1) * size : page * size]
         headers = {}
-        if page * size < len(mine):
-            headers["Link"] = f'<{self.origin}{path}?per_page={size}&page={page + 1}>; rel="next"'
-        chunk = mine[(page - 1) * size : page * size]
-        return 200, {"total_count": len(mine), "runners": chunk}, headers
+        if page * size < len(items):
+            host = f"http://127.0.0.1:{self.server.server_address[1]}"
+            path = urlsplit(self.path).path
+            headers["Link"] = f'<{host}{path}?per_page={size}&page={page + 1}>; rel="next"'
+        answer: Any = {"total_count": len(items), "runners": chunk} if wrap else chunk
+        self._reply(200, answer, headers)
 
-    @staticmethod
-    def _view(runner: Runner) -> dict[str, Any]:
+    def _github(self, method: str, path: str, query: str, body: Any) -> None:
+        auth = self.headers.get("Authorization", "")
+        if auth == f"Bearer {self.state.job_token}":
+            return self._reply(403, {"message": "Resource not accessible by integration"})
+        if auth != f"Bearer {self.state.github_token}":
+            return self._reply(401, {"message": "Bad credentials"})
+        if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/generate-jitconfig", path):
+            if method != "POST":
+                return self._reply(405, {"message": "method"})
+            problems = _jit_problems(body)
+            if problems:
+                return self._reply(422, {"message": "; ".join(problems)})
+            if body["name"] in self.state.names():
+                return self._reply(409, {"message": "Already exists - A runner with this name"})
+            runner = self.state.add(body["name"], m[1], body["labels"])
+            config = "JIT" + secrets.token_urlsafe(24)
+            self.state.issued.append(config)
+            return self._reply(
+                201,
+                {
+                    "runner": {"id": runner.id, "name": runner.name, "status": "offline"},
+                    "encoded_jit_config": config,
+                },
+            )
+        if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners", path):
+            items = [
+                {"id": r.id, "name": r.name, "status": r.status, "busy": False}
+                for r in self.state.runners.values()
+                if r.scope == m[1]
+            ]
+            return self._page(items, query, wrap=True)
+        if (
+            m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/(\d+)", path)
+        ) and method == "DELETE":
+            found = self.state.runners.get(int(m[2]))
+            if found is None or found.scope != m[1]:
+                return self._reply(404, {"message": "Not Found"})
+            del self.state.runners[found.id]
+            return self._reply(204, {})
+        return self._reply(404, {"message": "Not Found"})
+
+    def _gitlab(self, method: str, path: str, query: str, body: Any) -> None:
+        if path == "/runners" and method == "DELETE":  # the runner deletes itself
+            token = (body or {}).get("token", "")
+            for runner in list(self.state.runners.values()):
+                if runner.token and runner.token == token:
+                    del self.state.runners[runner.id]
+                    return self._reply(204, {})
+            return self._reply(403, {"message": "403 Forbidden"})
+        if self.headers.get("PRIVATE-TOKEN") != self.state.gitlab_token:
+            return self._reply(401, {"message": "401 Unauthorized"})
+        if path == "/user/runners" and method == "POST":
+            problems = _gitlab_problems(body)
+            if problems:
+                return self._reply(400, {"message": "; ".join(problems)})
+            runner = self.state.add(
+                body["description"], f"project:{body['project_id']}", body["tag_list"].split(",")
+            )
+            runner.token = "glrt-" + secrets.token_urlsafe(20)
+            self.state.issued.append(runner.token)
+            return self._reply(
+                201, {"id": runner.id, "token": runner.token, "token_expires_at": None}
+            )
+        if m := re.fullmatch(r"/projects/([^/]+)/runners", path):
+            items = [
+                {"id": r.id, "description": r.name, "status": r.status, "is_shared": False}
+                for r in self.state.runners.values()
+                if r.scope == f"project:{m[1]}"
+            ]
+            return self._page(items, query, wrap=False)
+        if (m := re.fullmatch(r"/runners/(\d+)", path)) and method == "DELETE":
+            if self.state.runners.pop(int(m[1]), None) is None:
+                return self._reply(404, {"message": "404 Not found"})
+            return self._reply(204, {})
+        return self._reply(404, {"message": "404 Not found"})
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        if code == 204:
+            self.send_response(204)
+            self.end_headers()
+            return
+        super()._reply(code, body, headers)
+
+
+def _jit_problems(body: Any) -> list[str]:
+    if not isinstance(body, dict):
+        return ["body is not an object"]
+    out = []
+    if not isinstance(body.get("name"), str) or not body["name"]:
+        out.append("name is required")
+    labels = body.get("labels")
+    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
+        out.append("labels must be a non-empty list of strings")
+    if not isinstance(body.get("runner_group_id"), int):
+        out.append("runner_group_id must be an integer")
+    if not isinstance(body.get("work_folder"), str):
+        out.append("work_folder must be a string")
+    return out
+
+
+def _gitlab_problems(body: Any) -> list[str]:
+    if not isinstance(body, dict):
+        return ["body is not an object"]
+    out = []
+    if body.get("runner_type") != "project_type":
+        out.append("runner_type must be project_type")
+    if body.get("project_id") in (None, ""):
+        out.append("project_id is required for project_type")
+    if not isinstance(body.get("tag_list"), str) or not body["tag_list"]:
+        out.append("tag_list is required")
+    if body.get("run_untagged") not in (False, "false"):
+        out.append("run_untagged must be false")
+    return out
+
+
+class FakeRunnersAPI(LoopbackHTTPServer):
+    def __init__(self) -> None:
+        self.state = State()
+        state = self.state
+
+        class Handler(_Handler):
+            pass
+
+        Handler.state = state
+        super().__init__(Handler)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def github_api(self) -> str:
+        return self.base + GH
+
+    @property
+    def gitlab_api(self) -> str:
+        return self.base + GL
+
+    def github_env(self, **extra: str) -> dict[str, str]:
         return {
-            "id": runner.id,
-            "name": runner.name,
-            "os": "unknown",
-            "status": runner.status,
-            "busy": False,
-            "labels": [
-                {"id": i + 1, "name": n, "type": "custom"} for i, n in enumerate(runner.labels)
-            ],
+            "GPUCI_RUNNER_TOKEN": self.state.github_token,
+            "GITHUB_API_URL": self.github_api,
+            "GITHUB_REPOSITORY": "octo/gpu",
+            **extra,
         }
 
-
-class FakeGitLabRunners(_FakeRunnerAPI):
-    def __init__(
-        self,
-        token: str = "glpat-admin-" + secrets.token_hex(8),
-        job_token: str = "glcbt-job-" + secrets.token_hex(8),
-        page_size: int = 2,
-    ) -> None:
-        super().__init__(token, job_token)
-        self.page_size = page_size
-        fake = self
-
-        class Handler(JsonAPIHandler):
-            def _handle(self, method: str) -> None:
-                url = urlparse(self.path)
-                body = self._read_body()
-                with fake.lock:
-                    fake.requests.append(Request(method, url.path, body))
-                    code, answer, headers = fake._route(method, url.path, url.query, body, self)
-                if code == 204:
-                    self.send_response(204)
-                    self.end_headers()
-                else:
-                    self._reply(code, answer, headers)
-
-            def _read_body(self) -> Any:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                if "json" in (self.headers.get("Content-Type") or ""):
-                    return json.loads(raw or b"{}")
-                return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
-
-            def do_GET(self) -> None:
-                self._handle("GET")
-
-            def do_POST(self) -> None:
-                self._handle("POST")
-
-            def do_DELETE(self) -> None:
-                self._handle("DELETE")
-
-        self._serve(Handler)
-
-    @property
-    def api_url(self) -> str:
-        return self.origin + GITLAB_PREFIX
-
-    @property
-    def server_url(self) -> str:
-        return self.origin + GITLAB_PREFIX.removesuffix("/api/v4")
-
-    def _route(
-        self, method: str, path: str, query: str, body: Any, handler: JsonAPIHandler
-    ) -> tuple[int, Any, dict[str, str]]:
-        if method == "DELETE" and path == f"{GITLAB_PREFIX}/runners":
-            # the runner deletes itself with its own glrt- token (no admin token)
-            token = (body or {}).get("token")
-            found = [r for r in self.runners.values() if r.credential == token]
-            if not found:
-                return 403, {"message": "403 Forbidden"}, {}
-            del self.runners[found[0].id]
-            return 204, None, {}
-        private = handler.headers.get("PRIVATE-TOKEN", "")
-        if handler.headers.get("JOB-TOKEN") == self.job_token or private == self.job_token:
-            return 403, {"message": "403 Forbidden"}, {}
-        if private != self.token:
-            return 401, {"message": "401 Unauthorized"}, {}
-        if method == "POST" and path == f"{GITLAB_PREFIX}/user/runners":
-            return self._create(body)
-        if (m := _GL_PROJECT_RUNNERS.match(path)) and method == "GET":
-            mine = [
-                {"id": r.id, "description": r.name, "status": r.status, "active": True}
-                for r in self.runners.values()
-                if r.scope == f"projects/{m['project']}"
-            ]
-            page = int(parse_qs(query).get("page", ["1"])[0])
-            size = self.page_size
-            headers = {}
-            if page * size < len(mine):
-                nxt = f"{self.origin}{path}?page={page + 1}&per_page={size}"
-                headers["Link"] = f'<{nxt}>; rel="next"'
-            return 200, mine[(page - 1) * size : page * size], headers
-        if (m := _GL_ONE.match(path)) and method == "DELETE":
-            if self.runners.pop(int(m["id"]), None) is None:
-                return 404, {"message": "404 Runner Not Found"}, {}
-            return 204, None, {}
-        return 404, {"message": "404 Not found"}, {}
-
-    def _create(self, body: Any) -> tuple[int, Any, dict[str, str]]:
-        if not isinstance(body, dict):
-            return 400, {"error": "body is not an object"}, {}
-        kind = body.get("runner_type")
-        if kind not in ("instance_type", "group_type", "project_type"):
-            return 400, {"error": "runner_type does not have a valid value"}, {}
-        project = body.get("project_id")
-        if kind == "project_type" and not project:
-            return 400, {"message": "400 Bad request - project_id is missing"}, {}
-        tags = body.get("tag_list") or ""
-        labels = tags if isinstance(tags, list) else [t for t in str(tags).split(",") if t]
-        token = "glrt-" + secrets.token_urlsafe(20)
-        runner = Runner(
-            self._new_id(), str(body.get("description") or ""), f"projects/{project}", labels, token
-        )
-        runner.status = "never_contacted"
-        runner.run_untagged = body.get("run_untagged")
-        self.runners[runner.id] = runner
-        self.credentials.append(token)
-        return 201, {"id": runner.id, "token": token, "token_expires_at": None}, {}
+    def gitlab_env(self, **extra: str) -> dict[str, str]:
+        return {
+            "GPUCI_GITLAB_TOKEN": self.state.gitlab_token,
+            "CI_API_V4_URL": self.gitlab_api,
+            "CI_SERVER_URL": self.base + "/gitlab",
+            "CI_PROJECT_ID": "42",
+            **extra,
+        }

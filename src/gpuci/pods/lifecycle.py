@@ -18,7 +18,17 @@ from typing import Any
 
 from gpuci import journal, notify
 from gpuci.errors import CheckFailed, GpuciError, InputError
-from gpuci.pods import budgets, ledger, placement, plan, readiness, runner_boot, runners, ssh
+from gpuci.pods import (
+    budgets,
+    ledger,
+    placement,
+    plan,
+    readiness,
+    runner_boot,
+    runner_cleanup,
+    runners,
+    ssh,
+)
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
 from gpuci.pods.cost import usd
@@ -628,24 +638,58 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         return Result(command="pods down", headline="would terminate " + ", ".join(ids))
     book = _ledger_quietly(values, rt)
     with _client(rt, clock) as client:
+        # every pod, before anything ends: the runner sweep needs the pods that still exist
+        listing = client.list_pods() if not ids or _runner_tokens(rt) else None
         if not ids:
-            ids = [p["id"] for p, t in _ours(client.list_pods()) if t and t.run_url == this_run]
+            ids = [p["id"] for p, t in _ours(listing or []) if t and t.run_url == this_run]
             rt.log(f"pods of {this_run}: {', '.join(ids) or 'none'}")
         if rt.dry_run:
             return Result(command="pods down", headline="would terminate " + ", ".join(ids))
         if not ids:
-            return Result(
+            result = Result(
                 command="pods down",
                 headline="nothing to terminate",
                 outputs={"pod-ids": "", "count": 0},
             )
+        else:
 
-        def one(pod_id: str) -> str:
-            outcome = _terminate(client, pod_id)
-            _ended(rt, book, "terminated", pod_id, clock.now(), reason="down")
-            return outcome
+            def one(pod_id: str) -> str:
+                outcome = _terminate(client, pod_id)
+                _ended(rt, book, "terminated", pod_id, clock.now(), reason="down")
+                return outcome
 
-        return _each(ids, one, "pods down", rt)
+            result = _each(ids, one, "pods down", rt)
+        if listing is not None:
+            gone = set(result.report.get("done") or {})
+            _with_runners(
+                result,
+                runner_cleanup.clean(
+                    rt,
+                    values.get("runner-scope") or "repo",
+                    [p for p in listing if p["id"] not in gone],
+                    [p for p in listing if p["id"] in gone],
+                    clock.now(),
+                ),
+            )
+        return result
+
+
+def _runner_tokens(rt: Runtime) -> bool:
+    """Whether this job can list runners (so down/reap sweep them)."""
+    return any(
+        rt.environ.get(name, "").strip()
+        for name in (runners.GITHUB_TOKEN_ENV, runners.GITLAB_TOKEN_ENV)
+    )
+
+
+def _with_runners(result: Result, cleanup: runner_cleanup.Cleanup) -> None:
+    """Add the runner sweep to a down/reap result: report, summary, warnings."""
+    result.report.update(cleanup.report())
+    table = cleanup.summary()
+    if table:
+        result.summary.append(table)
+    for warning in cleanup.warnings:
+        result.warning(warning)
 
 
 def _printable(text: str) -> str:
@@ -758,6 +802,24 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             result.report["reaped"] = done
             result.summary = ["### Reaped pods (past their TTL)\n\n" + _reaped_table(done)]
         stopped = _stop_hand_made(client, book, hand_made, rt, clock)
+        gone = {r["pod"] for r in result.report.get("reaped") or []}
+
+        def end_runnerless(pod_id: str) -> str:
+            outcome = _terminate(client, pod_id)
+            _ended(rt, book, "terminated", pod_id, clock.now(), reason="runner gone")
+            return outcome
+
+        _with_runners(
+            result,
+            runner_cleanup.clean(
+                rt,
+                values.get("runner-scope") or "repo",
+                [p for p in every if p["id"] not in gone],
+                [p for p in every if p["id"] in gone],
+                clock.now(),
+                end_runnerless,
+            ),
+        )
     if stopped:
         result.report["hand_made_stopped"] = stopped
         result.summary.append(

@@ -122,7 +122,8 @@ gpuci_github() {
       elif [ $(( $(date +%s) - began )) -ge "$GPUCI_RUNNER_IDLE_S" ]; then
         gpuci_log "no job within ${GPUCI_RUNNER_IDLE_S}s: stopping the runner"
         kill -TERM "$pid" 2>/dev/null
-        sleep 5
+        n=0
+        while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 10 ]; do sleep 1; n=$((n + 1)); done
         kill -KILL "$pid" 2>/dev/null
         break
       fi

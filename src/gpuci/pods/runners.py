@@ -119,7 +119,11 @@ class GitHubRunners(ApiClient):
     service = "GitHub"
     url_env = "GITHUB_API_URL"
     hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
-    hint_403 = GITHUB_TOKEN_HELP
+    hint_403 = (
+        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
+        "repository ('Self-hosted runners: read and write' on the organisation for "
+        "runner-scope org)"
+    )
     hint_404 = (
         "check GITHUB_REPOSITORY (the organisation for runner-scope org), GITHUB_API_URL and "
         "that the token can see it"

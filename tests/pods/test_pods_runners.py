@@ -1,0 +1,314 @@
+"""``pods up --runner``, and the runner half of ``down``/``reap``, against fake RunPod, GitHub
+and GitLab on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fake_ci_runners import FakeRunnersAPI
+
+from gpuci.pods import runner_boot, runners, selfstop
+
+L40S = "NVIDIA L40S"
+RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
+
+
+@pytest.fixture
+def api():
+    with FakeRunnersAPI() as server:
+        yield server
+
+
+def _secrets(api: FakeRunnersAPI) -> list[str]:
+    s = api.state
+    return [s.github_token, s.gitlab_token, s.job_token, *s.issued]
+
+
+def _nothing_leaked(api, fake, run, tmp_path: Path) -> None:
+    """No credential in the output, the log, the ledger or the journal."""
+    texts = [run.stdout, run.stderr]
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            texts.append(path.read_text(errors="replace"))
+    for secret in [*_secrets(api), fake.api_key]:
+        for text in texts:
+            assert secret not in text
+
+
+def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
+    run, fake, api, tmp_path
+):
+    r = run(
+        "up",
+        gpu_types=L40S,
+        runner="github",
+        runner_labels="gpu-large,run-77",
+        extra_env=api.github_env(**RUN_ENV),
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    name = r.outputs["runner-name"]
+    assert name.startswith("gpuci-") and runners.registered_at(name) is not None
+    (registered,) = api.state.runners.values()
+    assert registered.name == name and registered.labels == ["gpu-large", "run-77"]
+    assert registered.scope == "/repos/octo/gpu"
+    post = [b for m, p, b in api.state.requests if p.endswith("generate-jitconfig")]
+    assert post == [
+        {
+            "name": name,
+            "labels": ["gpu-large", "run-77"],
+            "runner_group_id": 1,
+            "work_folder": "_work",
+        }
+    ]
+    (create,) = fake.calls("POST", "/v2/pods")
+    body = create.body
+    assert body["image"] == runners.DEFAULT_IMAGE
+    assert body["args"] == selfstop.ARGS
+    env = body["env"]
+    assert env["GPUCI_START_COMMAND"] == runner_boot.SCRIPT
+    assert env[runners.ENV_JITCONFIG] == api.state.issued[0]
+    assert env[runners.ENV_NAME] == name and env[runners.ENV_ID] == str(registered.id)
+    assert env["GPUCI_ACTIONS_RUNNER_SHA256"] == runner_boot.RUNNER_SHA256
+    assert env["GPUCI_SELF_STOP_ACTION"] == "terminate"
+    # never the CI's RunPod key nor the admin token
+    flat = json.dumps(body)
+    assert fake.api_key not in flat and api.state.github_token not in flat
+    assert r.outputs["pod-id"] == next(iter(fake.pods))
+    _nothing_leaked(api, fake, r, tmp_path)
+
+
+def test_up_gitlab_creates_a_project_runner(run, fake, api, tmp_path):
+    r = run(
+        "up",
+        gpu_types=L40S,
+        runner="gitlab",
+        runner_labels="gpu-large",
+        runner_idle_timeout="90s",
+        extra_env=api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    (registered,) = api.state.runners.values()
+    assert registered.scope == "project:42" and registered.name == r.outputs["runner-name"]
+    (post,) = [b for m, p, b in api.state.requests if p.endswith("/user/runners")]
+    assert post == {
+        "runner_type": "project_type",
+        "project_id": 42,
+        "description": registered.name,
+        "tag_list": "gpu-large",
+        "run_untagged": False,
+    }
+    env = fake.calls("POST", "/v2/pods")[0].body["env"]
+    assert env[runners.ENV_GITLAB_RUNNER_TOKEN] == registered.token
+    assert env[runners.ENV_GITLAB_URL] == api.base + "/gitlab"
+    assert env[runners.ENV_GITLAB_API_URL] == api.gitlab_api
+    assert env[runners.ENV_IDLE_S] == "90"
+    assert api.state.gitlab_token not in json.dumps(env)
+    _nothing_leaked(api, fake, r, tmp_path)
+
+
+@pytest.mark.parametrize("platform", ["github", "gitlab"])
+def test_dry_run_plans_the_call_and_a_placeholder_and_calls_nothing(
+    run, fake, api, tmp_path, platform
+):
+    extra = api.github_env() if platform == "github" else api.gitlab_env()
+    r = run(
+        "up",
+        dry_run=True,
+        gpu_types=L40S,
+        runner=platform,
+        runner_labels="gpu-large",
+        extra_env=extra,
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    assert api.state.requests == [] and fake.requests == []
+    planned = r.json["report"]["plan"]
+    call = planned["runner"]["request"]
+    if platform == "github":
+        assert call["url"] == api.github_api + "/repos/octo/gpu/actions/runners/generate-jitconfig"
+        secret_key = runners.ENV_JITCONFIG
+    else:
+        assert call["url"] == api.gitlab_api + "/user/runners"
+        secret_key = runners.ENV_GITLAB_RUNNER_TOKEN
+    env = planned["requests"][0]["body"]["env"]
+    assert env[secret_key] == runners.PLACEHOLDER[secret_key]
+    assert r.outputs["runner-name"] == planned["runner"]["name"]
+    _nothing_leaked(api, fake, r, tmp_path)
+
+
+def test_dry_run_without_any_ci_env_still_plans(run, fake):
+    r = run("up", dry_run=True, gpu_types=L40S, runner="github", runner_labels="gpu")
+    assert r.code == 0, r.stdout + r.stderr
+    messages = " ".join(a["message"] for a in r.json["annotations"])
+    assert "GPUCI_RUNNER_TOKEN is not set" in messages
+    assert r.json["report"]["plan"]["runner"]["scope"] == "repo:OWNER/REPO"
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "expected"),
+    [
+        ({"runner_labels": None}, {}, "runner-labels is required with runner"),
+        ({"command": "python train.py"}, {}, "command cannot be combined with runner"),
+        ({}, {"GPUCI_RUNNER_TOKEN": ""}, "GPUCI_RUNNER_TOKEN is not set"),
+        (
+            {},
+            {"GPUCI_RUNNER_TOKEN": "", "GITHUB_TOKEN": "ghs_jobtoken123"},
+            "the job's GITHUB_TOKEN cannot create runners",
+        ),
+        (
+            {},
+            {"GPUCI_RUNNER_TOKEN": "ghs_same123", "GITHUB_TOKEN": "ghs_same123"},
+            "the job's GITHUB_TOKEN cannot create runners",
+        ),
+        ({}, {"GITHUB_REPOSITORY": ""}, "GITHUB_REPOSITORY is not set"),
+    ],
+    ids=["no-labels", "command", "no-token", "only-github-token", "github-token", "no-repo"],
+)
+def test_bad_runner_input_is_exit_2_in_one_line_and_makes_nothing(
+    run, fake, api, flags, env, expected
+):
+    args = {"gpu_types": L40S, "runner": "github", "runner_labels": "gpu", **flags}
+    r = run("up", extra_env=api.github_env(**env), **args)
+    assert r.code == 2, r.stdout + r.stderr
+    message = r.json["annotations"][0]["message"]
+    assert expected in message and "\n" not in message
+    assert api.state.runners == {} and fake.pods == {}
+    assert "ghs_jobtoken123" not in r.stdout + r.stderr
+
+
+def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fake, api):
+    env = api.github_env(GPUCI_RUNNER_TOKEN=api.state.job_token)
+    r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=env)
+    assert r.code == 2, r.stdout + r.stderr
+    message = r.json["annotations"][0]["message"]
+    assert "the job's GITHUB_TOKEN cannot create runners" in message
+    assert "Administration: read and write" in message
+    assert fake.pods == {} and api.state.job_token not in r.stdout + r.stderr
+    other = run(
+        "up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env()
+    )
+    assert other.code == 0  # a token with the rights: the message was about the job's token
+
+
+def test_gitlab_without_its_token_names_the_variable(run, fake, api):
+    env = api.gitlab_env(GPUCI_GITLAB_TOKEN="")
+    r = run("up", gpu_types=L40S, runner="gitlab", runner_labels="gpu", extra_env=env)
+    assert r.code == 2
+    assert "GPUCI_GITLAB_TOKEN is not set" in r.json["annotations"][0]["message"]
+
+
+@pytest.mark.parametrize("platform", ["github", "gitlab"])
+def test_a_pod_that_never_places_leaves_no_runner(run, fake, api, platform):
+    fake.no_capacity.add(L40S)
+    extra = api.github_env() if platform == "github" else api.gitlab_env()
+    r = run(
+        "up",
+        gpu_types=L40S,
+        runner=platform,
+        runner_labels="gpu",
+        placement_timeout="1s",
+        extra_env=extra,
+    )
+    assert r.code != 0
+    assert api.state.runners == {}, "the registration outlived the failed up"
+    assert fake.pods == {}
+
+
+def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api):
+    fake.fail_on_start.add(L40S)
+    r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env())
+    assert r.code != 0
+    assert api.state.runners == {} and fake.pods == {}
+
+
+def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkeypatch):
+    """The runner exists but up never learnt its id (the answer was lost): delete by name."""
+    from gpuci.pods.runners import GitHubRunners
+
+    real = GitHubRunners.register
+
+    def lost(self, name, labels, group_id):
+        real(self, name, labels, group_id)
+        raise runners.InfraError("GitHub API answered HTTP 502", hint="rerun")
+
+    monkeypatch.setattr(GitHubRunners, "register", lost)
+    r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env())
+    assert r.code == 3
+    assert api.state.runners == {} and fake.pods == {}
+
+
+# ----- down / reap ---------------------------------------------------------------------------
+def _up(run, api, **env):
+    r = run(
+        "up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env(**env)
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    return r.outputs["pod-id"], r.outputs["runner-name"]
+
+
+def test_down_in_ci_ends_the_runs_pods_and_their_runners(run, fake, api, clock):
+    _, name = _up(run, api, **RUN_ENV)
+    other_pod, other_name = _up(run, api, GITHUB_RUN_ID="78")  # another run: left alone
+    hand_made = api.state.add("my-laptop-runner", "/repos/octo/gpu")
+    r = run("down", extra_env=api.github_env(**RUN_ENV))
+    assert r.code == 0, r.stdout + r.stderr
+    assert set(fake.pods) == {other_pod}
+    assert api.state.names() == sorted([other_name, hand_made.name])
+    assert [d["runner"] for d in r.json["report"]["runners_deleted"]] == [name]
+
+
+def test_down_and_reap_sweep_runners_whose_pod_is_gone_after_the_grace(run, fake, api, clock):
+    old = api.state.add(f"gpuci-aaaaaa-{int(clock.now()) - 3600}", "/repos/octo/gpu")
+    young = api.state.add(f"gpuci-bbbbbb-{int(clock.now()) - 60}", "/repos/octo/gpu")
+    foreign = api.state.add(f"gpuci-cccccc-{int(clock.now()) - 3600}", "/orgs/octo")
+    r = run("reap", extra_env=api.github_env())
+    assert r.code == 0, r.stdout + r.stderr
+    remaining = api.state.names()
+    assert old.name not in remaining
+    assert young.name in remaining  # its pod may still be on its way
+    assert foreign.name in remaining  # another scope: not ours to judge
+    clock.advance(runners.ORPHAN_GRACE_S)
+    r = run("down", pod_id="nothing", extra_env=api.github_env())
+    assert young.name not in api.state.names()
+
+
+def test_reap_terminates_runner_pods_whose_runner_is_gone(run, fake, api, tmp_path):
+    pod_id, name = _up(run, api)
+    keep_pod, _ = _up(run, api)
+    plain = run("up", gpu_types=L40S, image="img", command="sleep 1")  # no runner
+    elsewhere, _ = _up(run, api, GITHUB_REPOSITORY="octo/other")  # another repo's runner
+    (rid,) = [r.id for r in api.state.runners.values() if r.name == name]
+    del api.state.runners[rid]  # its one job is over (GitHub removed the JIT runner)
+    r = run("reap", extra_env=api.github_env())
+    assert r.code == 0, r.stdout + r.stderr
+    assert pod_id not in fake.pods
+    assert keep_pod in fake.pods and plain.outputs["pod-id"] in fake.pods
+    assert elsewhere in fake.pods  # its runner is not in octo/gpu's list, nor should it be
+    assert r.json["report"]["runner_pods_terminated"][0]["pod"] == pod_id
+    ledger = "".join(p.read_text() for p in (tmp_path / "ledger").rglob("*") if p.is_file())
+    assert "runner gone" in ledger
+
+
+def test_reap_without_a_runner_token_leaves_runner_pods_and_says_so(run, fake, api):
+    _up(run, api)
+    r = run("reap")
+    assert r.code == 0
+    assert len(fake.pods) == 1
+    messages = " ".join(a["message"] for a in r.json["annotations"])
+    assert "runner registrations were not checked" in messages
+
+
+def test_gitlab_down_deletes_the_runner_of_the_pod_it_ends(run, fake, api):
+    pipeline = {"CI_PIPELINE_URL": "https://gitlab.example/p/-/pipelines/5"}
+    r = run(
+        "up",
+        gpu_types=L40S,
+        runner="gitlab",
+        runner_labels="gpu",
+        extra_env=api.gitlab_env(**pipeline),
+    )
+    assert r.code == 0
+    r = run("down", extra_env=api.gitlab_env(**pipeline))
+    assert r.code == 0, r.stdout + r.stderr
+    assert fake.pods == {} and api.state.runners == {}
