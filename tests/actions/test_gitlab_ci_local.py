@@ -26,6 +26,7 @@ from pods.fake_runpod import FakeRunPod
 BINARY, WHY_NOT = gitlab_ci_local()
 pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY_NOT)
 TEMPLATES = REPO / "examples" / "gitlab"
+GL_RUNNERS = "/gitlab/api/v4/user/runners"
 
 
 @pytest.fixture(scope="module")
@@ -143,73 +144,74 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
     creates a project runner on a fake GitLab and its pod on the fake RunPod; gitlab-ci-local
     runs ``train`` here, as if the pod had taken it; stop-runner (``when: always``) ends the
     pod and leaves no runner registered."""
-    from pods.fake_ci_runners import FakeGitLabRunners
+    from pods.fake_ci_runners import FakeRunnersAPI
 
-    gitlab = FakeGitLabRunners()
     fake = FakeRunPod(steps_to_running=1).start()
     try:
-        project = make_project(
-            tmp_path / "proj",
-            {
-                ".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml",
-                # the user's scripts: base weights and data on a miss, then a model
-                "prepare.py": (
-                    "import pathlib\n\n"
-                    "for d in ('models/base', 'data/train'):\n"
-                    "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
-                    "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
-                    "pathlib.Path('data/train/d.txt').write_text('data')\n"
-                ),
-                "train.py": (
-                    "import pathlib\n\n"
-                    "assert pathlib.Path('models/base/w.bin').stat().st_size == 1000\n"
-                    "pathlib.Path('out/model').mkdir(parents=True, exist_ok=True)\n"
-                    "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
-                ),
-            },
-        )
-        variables = {
-            **install,
-            "RUNPOD_API_KEY": fake.api_key,
-            "RUNPOD_API_URL": fake.url,
-            "GPUCI_PODS_POLL_S": "0.2",
-            "GPUCI_PODS_LEDGER": (tmp_path / "ledger").as_uri(),
-            "GPUCI_STORE": (tmp_path / "store").as_uri(),
-            "GPUCI_FAKE_NVML": "h200",
-            "GPUCI_GITLAB_TOKEN": gitlab.token,
-            "CI_API_V4_URL": gitlab.api_url,
-            "CI_SERVER_URL": gitlab.server_url,
-        }
-        done = pipeline(project, tmp_path, variables)
-        text = done.stdout + done.stderr
-        for job in ("start-runner", "train", "stop-runner"):
-            assert re.search(rf"PASS  {job}\b", text), job
+        with FakeRunnersAPI() as gitlab:
+            project = make_project(
+                tmp_path / "proj",
+                {
+                    ".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml",
+                    # the user's scripts: base weights and data on a miss, then a model
+                    "prepare.py": (
+                        "import pathlib\n\n"
+                        "for d in ('models/base', 'data/train'):\n"
+                        "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
+                        "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
+                        "pathlib.Path('data/train/d.txt').write_text('data')\n"
+                    ),
+                    "train.py": (
+                        "import pathlib\n\n"
+                        "assert pathlib.Path('models/base/w.bin').stat().st_size == 1000\n"
+                        "pathlib.Path('out/model').mkdir(parents=True, exist_ok=True)\n"
+                        "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
+                    ),
+                },
+            )
+            variables = {
+                **install,
+                "RUNPOD_API_KEY": fake.api_key,
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_PODS_POLL_S": "0.2",
+                "GPUCI_PODS_LEDGER": (tmp_path / "ledger").as_uri(),
+                "GPUCI_STORE": (tmp_path / "store").as_uri(),
+                "GPUCI_FAKE_NVML": "h200",
+                "GPUCI_GITLAB_TOKEN": gitlab.state.gitlab_token,
+                "CI_API_V4_URL": gitlab.gitlab_api,
+                "CI_SERVER_URL": gitlab.base + "/gitlab",
+            }
+            done = pipeline(project, tmp_path, variables)
+            text = done.stdout + done.stderr
+            for job in ("start-runner", "train", "stop-runner"):
+                assert re.search(rf"PASS  {job}\b", text), job
 
-        # start-runner: one project runner, tagged for this pipeline, taking no untagged job.
-        (made,) = gitlab.calls("POST", "/user/runners$")
-        assert made.body["runner_type"] == "project_type"
-        assert made.body["run_untagged"] is False
-        pipeline_id = re.search(r"pipeline-(\d+)", made.body["tag_list"])
-        assert pipeline_id is not None, made.body
-        assert made.body["tag_list"].split(",") == ["gpu-large", f"pipeline-{pipeline_id[1]}"]
-        (token,) = gitlab.credentials
-        (created,) = fake.calls("POST", "/v2/pods")
-        assert created.body["env"]["GPUCI_GITLAB_RUNNER_TOKEN"] == token
-        assert created.body["env"]["GPUCI_GITLAB_URL"] == gitlab.server_url
-        assert gitlab.token not in json.dumps(created.body)
-        assert fake.api_key not in json.dumps(created.body)
-        assert re.search(rf"start-runner +>   runner-name: {made.body['description']}$", text, re.M)
-        assert any(line.startswith("GPUCI_POD_ID=pod") for line in report(project, "start-runner"))
+            # start-runner: one project runner, tagged for this pipeline, taking no untagged job.
+            ((_, _, made),) = [r for r in gitlab.state.requests if r[:2] == ("POST", GL_RUNNERS)]
+            assert made["runner_type"] == "project_type"
+            assert made["run_untagged"] is False
+            pipeline_id = re.search(r"pipeline-(\d+)", made["tag_list"])
+            assert pipeline_id is not None, made
+            assert made["tag_list"].split(",") == ["gpu-large", f"pipeline-{pipeline_id[1]}"]
+            (token,) = gitlab.state.issued
+            (created,) = fake.calls("POST", "/v2/pods")
+            assert created.body["env"]["GPUCI_GITLAB_RUNNER_TOKEN"] == token
+            assert created.body["env"]["GPUCI_GITLAB_URL"] == gitlab.base + "/gitlab"
+            assert gitlab.state.gitlab_token not in json.dumps(created.body)
+            assert fake.api_key not in json.dumps(created.body)
+            assert re.search(rf"start-runner +>   runner-name: {made['description']}$", text, re.M)
+            assert any(
+                line.startswith("GPUCI_POD_ID=pod") for line in report(project, "start-runner")
+            )
 
-        # train: the cache was filled by populate, and the model made.
-        assert re.search(r"train +> gpu-setup: ok", text)
-        assert (project / ".gitlab-ci-local/builds/train/out/model/m.bin").is_file()
+            # train: the cache was filled by populate, and the model made.
+            assert re.search(r"train +> gpu-setup: ok", text)
+            assert (project / ".gitlab-ci-local/builds/train/out/model/m.bin").is_file()
 
-        # stop-runner: no pod and no runner left.
-        assert fake.pods == {}
-        assert gitlab.runners == {}
-        for secret in (fake.api_key, gitlab.token, token):
-            assert secret not in text
+            # stop-runner: no pod and no runner left.
+            assert fake.pods == {}
+            assert gitlab.state.runners == {}
+            for secret in (fake.api_key, gitlab.state.gitlab_token, token):
+                assert secret not in text
     finally:
         fake.stop()
-        gitlab.stop()
