@@ -196,6 +196,7 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
             (token,) = gitlab.state.issued
             (created,) = fake.calls("POST", "/v2/pods")
             assert created.body["env"]["GPUCI_GITLAB_RUNNER_TOKEN"] == token
+            assert created.body["image"].startswith("registry.example.com/")  # has gitlab-runner
             assert created.body["env"]["GPUCI_GITLAB_URL"] == gitlab.base + "/gitlab"
             assert gitlab.state.gitlab_token not in json.dumps(created.body)
             assert fake.api_key not in json.dumps(created.body)
