@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from real_clients import (
     STUBS,
     act_binary,
@@ -304,6 +305,23 @@ def _step_results(text: str) -> dict[tuple[str, str], str]:
     return {(job, step.strip()): outcome for job, outcome, step in found}
 
 
+def _runner_step_plan(env: dict[str, str]) -> dict:
+    """``pods up --dry-run`` with the example's start-runner inputs, this run's id put in."""
+    jobs = yaml.safe_load((EXAMPLES / "gpu-runner.yml").read_text())["jobs"]
+    (step,) = [s for s in jobs["start-runner"]["steps"] if s.get("id") == "runner"]
+    flags = [
+        arg
+        for key, value in step["with"].items()
+        if key != "action"
+        for arg in (f"--{key}", str(value).replace("${{ github.run_id }}", RUN_ID))
+    ]
+    done = run_cli(
+        "pods", step["with"]["action"], *flags, "--dry-run", "--json", env=clean_env(**env)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)["report"]["plan"]["runner"]
+
+
 def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path: Path) -> None:
     """The whole runner example under act: start-runner's real ``pods up --runner github``
     registers a just-in-time runner with a fake GitHub and creates its pod on a fake RunPod;
@@ -401,5 +419,12 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
             assert set(verdicts.values()) == {"ok"}, verdicts
             for (job, name), _ in verdicts.items():
                 assert steps.get((job, name)) == "Success", (job, name, steps)
+            # The workflow's dry run cannot know the run id, so it leaves runner-labels to run
+            # time; with the id given, start-runner's own plan names the very call act made
+            # (but the runner's name, new each time) and a placeholder for the credential.
+            plan = _runner_step_plan(env)
+            assert plan["request"]["url"] == github.base + path
+            assert {**plan["request"]["body"], "name": jit["name"]} == jit
+            assert config not in json.dumps(plan)
     finally:
         fake.stop()
