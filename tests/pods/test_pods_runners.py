@@ -185,6 +185,8 @@ def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fa
     assert "the job's GITHUB_TOKEN cannot create runners" in message
     assert "Administration: read and write" in message
     assert fake.pods == {} and api.state.job_token not in r.stdout + r.stderr
+    assert "could not delete runner" not in r.stderr  # refused: there is nothing to delete
+    assert not [m for m, p, _ in api.state.requests if m == "GET"]  # and nothing looked for
     other = run(
         "up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env()
     )

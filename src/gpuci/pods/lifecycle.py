@@ -168,7 +168,6 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         # a cancel landing between "pod created" and "pod known" must still end that pod.
         restore = _sigterm_raises()
         pod: dict[str, Any] | None = None
-        registering = False  # from here a runner may exist: failures and cancels delete it
         try:
             catalog = client.list_gpu_types(spec.cloud)
             cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
@@ -181,7 +180,6 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 raise
             result.report["budget_refused"] = refused
             if runner is not None:  # after the budget: a refused pod registers nothing
-                registering = True
                 spec.runner_env = _runner_env(runner.register(rt.mask), rt)
                 rt.log(f"registered {runner.target.platform} runner {runner.name}")
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
@@ -201,14 +199,14 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             made = pod or _find_quietly(client, tag.name(), rt)
             if made is not None:
                 _terminate_quietly(client, made["id"], rt)
-            if runner is not None and registering:
+            if runner is not None:
                 runner.unregister_quietly(rt.log)
             _release_quietly(rt, book, reservation, made, tag, clock)
             raise
         except BaseException:  # failure or timeout after placement
             if pod is not None:
                 _terminate_quietly(client, pod["id"], rt)
-            if runner is not None and registering:
+            if runner is not None:
                 runner.unregister_quietly(rt.log)
             _release_quietly(rt, book, reservation, pod, tag, clock)
             raise
@@ -217,6 +215,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     result.headline = (
         f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
         f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
+        + (f", {runner.target.platform} runner {runner.name}" if runner else "")
     )
     result.outputs = {
         "pod-id": pod["id"],

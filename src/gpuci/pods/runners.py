@@ -451,6 +451,7 @@ class Request:
     idle_s: float
     registration: Registration | None = None
     notes: list[str] = field(default_factory=list)  # dry-run warnings (no token here, ...)
+    attempted: bool = False  # a registration was asked for and not refused
 
     @classmethod
     def from_values(
@@ -511,13 +512,23 @@ class Request:
 
     def register(self, mask: Callable[[str | None], None]) -> dict[str, str]:
         """Register; the pod env (with the masked credential) for the create body."""
-        self.registration = register(
-            self.target, self.name, self.labels, self.group_id, self.idle_s, mask
-        )
+        self.attempted = True
+        try:
+            self.registration = register(
+                self.target, self.name, self.labels, self.group_id, self.idle_s, mask
+            )
+        except InputError:  # refused (401/403/404/409/422): nothing was made
+            self.attempted = False
+            raise
         return self.registration.env
 
     def unregister_quietly(self, log: Callable[[str], None]) -> None:
-        """After a failed or cancelled ``up``: no runner may wait for a pod that never comes."""
+        """After a failed or cancelled ``up``: no runner may wait for a pod that never comes.
+
+        Also when the registration's answer never came (5xx, a dropped connection, SIGTERM
+        mid-call): the runner may exist all the same, so it is looked up by name."""
+        if not self.attempted:
+            return
         rid = self.registration.runner_id if self.registration else None
         try:
             outcome = unregister(self.target, self.name, rid)
