@@ -32,7 +32,7 @@ printf '%s\\n' "$@" > ./args.txt
 env > ./env.txt
 echo "Connected to GitHub"
 echo "2026-11-30 12:00:00Z: Running job: train"
-sleep 1
+sleep 3
 echo "2026-11-30 12:00:01Z: Job train completed with result: Succeeded"
 exit 0
 """
@@ -45,7 +45,7 @@ QUIET_JOB = """#!/bin/sh
 mkdir -p _diag
 sleep 1
 echo worker > _diag/Worker_20261130-120000-utc.log
-sleep 3
+sleep 4
 echo quiet-job-done > ./done.txt
 exit 0
 """

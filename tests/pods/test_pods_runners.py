@@ -51,13 +51,14 @@ def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
     name = r.outputs["runner-name"]
     assert name.startswith("gpuci-") and runners.registered_at(name) is not None
     (registered,) = api.state.runners.values()
-    assert registered.name == name and registered.labels == ["gpu-large", "run-77"]
+    assert registered.name == name
+    assert registered.labels == ["self-hosted", "gpu-large", "run-77"]
     assert registered.scope == "/repos/octo/gpu"
     post = [b for m, p, b in api.state.requests if p.endswith("generate-jitconfig")]
     assert post == [
         {
             "name": name,
-            "labels": ["gpu-large", "run-77"],
+            "labels": ["self-hosted", "gpu-large", "run-77"],
             "runner_group_id": 1,
             "work_folder": "_work",
         }
@@ -226,13 +227,14 @@ def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api)
 
 def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkeypatch):
     """The runner exists but up never learnt its id (the answer was lost): delete by name."""
-    from gpuci.pods.runners import GitHubRunners
+    from gpuci.errors import InfraError
+    from gpuci.pods.runner_api import GitHubRunners
 
     real = GitHubRunners.register
 
     def lost(self, name, labels, group_id):
         real(self, name, labels, group_id)
-        raise runners.InfraError("GitHub API answered HTTP 502", hint="rerun")
+        raise InfraError("GitHub API answered HTTP 502", hint="rerun")
 
     monkeypatch.setattr(GitHubRunners, "register", lost)
     r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env())
@@ -314,3 +316,19 @@ def test_gitlab_down_deletes_the_runner_of_the_pod_it_ends(run, fake, api):
     r = run("down", extra_env=api.gitlab_env(**pipeline))
     assert r.code == 0, r.stdout + r.stderr
     assert fake.pods == {} and api.state.runners == {}
+
+
+def test_down_deletes_its_runs_runner_whose_pod_already_ended_itself(run, fake, api):
+    """The idle timeout killed the runner (still registered) and the pod terminated itself:
+    the run's own down finds the runner in the ledger and deletes it, without the grace."""
+    pod_id, name = _up(run, api, **RUN_ENV)
+    _, other = _up(run, api, GITHUB_RUN_ID="78")  # another run's: its pod is alive
+    status, _, _ = fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
+    assert status == 204
+    stray = api.state.add(
+        f"gpuci-dddddd-{int(runners.registered_at(name) or 0)}", "/repos/octo/gpu"
+    )
+    r = run("down", extra_env=api.github_env(**RUN_ENV))
+    assert r.code == 0, r.stdout + r.stderr
+    assert name not in api.state.names(), r.stderr
+    assert other in api.state.names() and stray.name in api.state.names()

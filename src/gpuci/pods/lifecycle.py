@@ -184,7 +184,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 rt.log(f"registered {runner.target.platform} runner {runner.name}")
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
             result.report["attempts"] = attempts
-            _remember(rt, book, pod, tag, reservation, clock.now())
+            _remember(rt, book, pod, tag, reservation, clock.now(), runner)
             deadline = now + float(values["timeout"])
             pod = readiness.wait_running(client, clock, pod["id"], deadline, rt)
             url = pod_url(pod, rt.environ)
@@ -354,6 +354,7 @@ def _remember(
     tag: PodTag,
     reservation: ledger.Reservation | None,
     at: float,
+    runner: runners.Request | None = None,
 ) -> None:
     entry = {
         "podId": pod["id"],
@@ -364,7 +365,7 @@ def _remember(
         "expiresEpoch": tag.expires_at,
         "runUrl": tag.run_url,
         "reservation": reservation.key if reservation else "",
-        "runner": (pod.get("env") or {}).get(runners.ENV_NAME, ""),
+        "runner": runner.name if runner else "",
     }
     _note(rt, book, "created", pod["id"], at, **{k: v for k, v in entry.items() if k != "podId"})
     try:
@@ -660,6 +661,9 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             result = _each(ids, one, "pods down", rt)
         if listing is not None:
             gone = set(result.report.get("done") or {})
+            ours = (
+                _run_runners(rt, book, this_run, clock.now()) if not values.get("pod-id") else set()
+            )
             _with_runners(
                 result,
                 runner_cleanup.clean(
@@ -668,9 +672,30 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     [p for p in listing if p["id"] not in gone],
                     [p for p in listing if p["id"] in gone],
                     clock.now(),
+                    ours=ours,
                 ),
             )
         return result
+
+
+RUN_LOOKBACK_S = 3 * 86400  # how far back down looks in the ledger for this run's runners
+
+
+def _run_runners(rt: Runtime, book: ledger.Ledger | None, run: str, now: float) -> set[str]:
+    """Runner names this CI run created pods for, from the ledger: a runner whose pod already
+    ended itself (idle timeout) is deleted by the run's own ``down``, without the grace."""
+    if book is None or run == "local":
+        return set()
+    try:
+        records = book.events(since=now - RUN_LOOKBACK_S)
+    except (OSError, GpuciError) as exc:
+        rt.log(f"warning: could not read the pods ledger for this run's runners: {exc}")
+        return set()
+    return {
+        str(e["runner"])
+        for e in records
+        if e.get("event") == "created" and e.get("runUrl") == run and e.get("runner")
+    }
 
 
 def _runner_tokens(rt: Runtime) -> bool:

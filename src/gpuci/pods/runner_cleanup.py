@@ -12,7 +12,7 @@ their env) are judged, and only in the scope the admin token in this job can lis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +47,12 @@ def clean(
     ended: Sequence[Mapping[str, Any]],
     now: float,
     terminate: Callable[[str], str] | None = None,
+    ours: Collection[str] = (),
 ) -> Cleanup:
     """Delete the runners of the ``ended`` pods, then sweep: runners whose pod is not among
     ``alive`` (every pod that still exists, listed before the runners), and, with
-    ``terminate``, the ``alive`` runner pods whose runner is gone."""
+    ``terminate``, the ``alive`` runner pods whose runner is gone. ``ours``: runner names
+    this CI run created pods for (``down``), swept without the grace."""
     out = Cleanup()
     targets, why_not = runners.targets_for_cleanup(rt.environ, rt.mask, scope)
     has_runner_pods = any(runners.scope_of(p) for p in (*alive, *ended))
@@ -64,7 +66,7 @@ def clean(
         return out
     for tgt in targets:
         try:
-            _clean_one(tgt, alive, ended, now, terminate, out, rt)
+            _clean_one(tgt, alive, ended, now, terminate, out, rt, ours)
         except GpuciError as exc:
             out.warnings.append(f"{tgt.platform} runners not cleaned: {exc.one_line()}")
     return out
@@ -78,6 +80,7 @@ def _clean_one(
     terminate: Callable[[str], str] | None,
     out: Cleanup,
     rt: Runtime,
+    ours: Collection[str],
 ) -> None:
     with tgt.client() as client:
         for pod in ended:
@@ -87,7 +90,7 @@ def _clean_one(
             if client.delete(found[3]):
                 _said(out.deleted, rt, tgt, found[2], found[3], f"pod {pod['id']} ended")
         listed = client.listed()
-        swept = runners.sweep(tgt, alive, listed, now)
+        swept = runners.sweep(tgt, alive, listed, now, ours)
         for runner in swept.orphan_runners:
             if client.delete(runner.runner_id):
                 _said(out.deleted, rt, tgt, runner.name, runner.runner_id, "its pod is gone")

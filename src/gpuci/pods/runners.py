@@ -13,23 +13,28 @@ id and scope) in its env. ``down``/``reap`` delete gpu-ci runners whose pod is g
 older than ``ORPHAN_GRACE_S``: the runner is registered before its pod is placed) and
 terminate runner pods whose runner is gone (its one job is over, or it was deleted).
 
-Both clients stand on the shared REST client (``gpuci.training.rest``): retries, one-line
-errors with their fix, origin-only pagination, no redirects, redacted excerpts.
+The platform calls are in ``gpuci.pods.runner_api``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
-from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.errors import GpuciError, InputError
 from gpuci.pods.naming import PodTag
-from gpuci.training import github as gh
-from gpuci.training.gitlab import TOKEN_ENV as GITLAB_TOKEN_ENV
-from gpuci.training.rest import ApiClient, Forbidden
+from gpuci.pods.runner_api import (
+    GITHUB_TOKEN_ENV,
+    GITHUB_TOKEN_HELP,
+    GITHUB_TOKEN_MAKE,
+    GITLAB_TOKEN_ENV,
+    GITLAB_TOKEN_HELP,
+    GitHubRunners,
+    GitLabRunners,
+    Listed,
+)
 
 PLATFORMS = ("github", "gitlab")
 # CUDA 12.4 devel + Python 3.11 + PyTorch, root, curl and coreutils (sha256sum, tar): what the
@@ -38,7 +43,6 @@ PLATFORMS = ("github", "gitlab")
 # the pinned release (gpuci.pods.runner_boot) or finds one baked into a custom image.
 DEFAULT_IMAGE = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
 
-GITHUB_TOKEN_ENV = "GPUCI_RUNNER_TOKEN"
 NAME_PREFIX = "gpuci-"
 _NAME = re.compile(r"^gpuci-[0-9a-f]{6}-(\d{9,11})$")
 # A runner without a pod is garbage only once its pod can no longer be on its way: up
@@ -61,18 +65,6 @@ PLACEHOLDER = {
     ENV_GITLAB_RUNNER_TOKEN: "<glrt- token from GitLab: made at run time, masked>",
 }
 
-GITHUB_TOKEN_MAKE = (
-    "make a fine-grained personal access token (or a GitHub App token) with "
-    "'Administration: read and write' on the repository ('Self-hosted runners: read and "
-    f"write' on the organisation for runner-scope org) and pass it as the secret {GITHUB_TOKEN_ENV}"
-)
-GITHUB_TOKEN_HELP = "the job's GITHUB_TOKEN cannot create runners: " + GITHUB_TOKEN_MAKE
-GITLAB_TOKEN_HELP = (
-    f"set {GITLAB_TOKEN_ENV} to a project, group or personal access token with the "
-    "create_runner scope (and api, for down/reap to list and delete runners); CI_JOB_TOKEN "
-    "cannot create runners"
-)
-
 
 def runner_name(tag: PodTag, now: float) -> str:
     """The runner's name: its pod's tag nonce and the registration time."""
@@ -94,174 +86,6 @@ class Registration:
     env: dict[str, str] = field(repr=False)  # holds the credential: never printed
 
 
-@dataclass(frozen=True)
-class Listed:
-    """A runner as the platform lists it."""
-
-    runner_id: int
-    name: str
-    status: str = ""
-
-
-def _runner_id(found: Any, service: str) -> int:
-    rid = found.get("id") if isinstance(found, dict) else None
-    if isinstance(rid, bool) or not isinstance(rid, int):
-        raise InfraError(
-            f"{service} answered a runner without a numeric id",
-            hint=f"check the {service} API URL",
-        )
-    return rid
-
-
-class GitHubRunners(ApiClient):
-    """``generate-jitconfig``, list and delete self-hosted runners of a repository or org."""
-
-    service = "GitHub"
-    url_env = "GITHUB_API_URL"
-    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
-    hint_403 = (
-        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
-        "repository ('Self-hosted runners: read and write' on the organisation for "
-        "runner-scope org)"
-    )
-    hint_404 = (
-        "check GITHUB_REPOSITORY (the organisation for runner-scope org), GITHUB_API_URL and "
-        "that the token can see it"
-    )
-    forbidden_what = "the token may not manage self-hosted runners"
-
-    def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
-        super().__init__(
-            api_url,
-            token,
-            {
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": gh.API_VERSION,
-            },
-            **kwargs,
-        )
-        kind, _, where = scope.partition(":")
-        self.base = f"/orgs/{quote(where, safe='')}" if kind == "org" else f"/repos/{where}"
-
-    def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
-        """The generate-jitconfig request, as a plan shows it."""
-        return {
-            "method": "POST",
-            "path": f"{self.base}/actions/runners/generate-jitconfig",
-            "body": {
-                "name": name,
-                "labels": list(labels),
-                "runner_group_id": group_id,
-                "work_folder": "_work",
-            },
-        }
-
-    def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
-        """``(encoded_jit_config, runner id)``. One attempt: a POST that lost its answer may
-        have made the runner, which ``up``'s failure path then deletes by name."""
-        call = self.jit_call(name, labels, group_id)
-        try:
-            response = self._retried(
-                lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
-            )
-        except Forbidden as exc:
-            if "not accessible by integration" in exc.message.lower():
-                raise InputError(
-                    "GitHub refused to create the runner: " + GITHUB_TOKEN_HELP,
-                    hint=f"pass a token with administration rights as {GITHUB_TOKEN_ENV}",
-                ) from None
-            raise
-        found = self._json(response, "a just-in-time runner configuration", dict)
-        config = found.get("encoded_jit_config")
-        if not isinstance(config, str) or not config:
-            raise InfraError(
-                "GitHub answered generate-jitconfig without encoded_jit_config",
-                hint=self._api_hint,
-            )
-        return config, _runner_id(found.get("runner"), self.service)
-
-    def listed(self) -> list[Listed]:
-        out = []
-        for page in self.pages(f"{self.base}/actions/runners", "runners", key="runners"):
-            for item in page:
-                if isinstance(item.get("id"), int) and isinstance(item.get("name"), str):
-                    out.append(Listed(item["id"], item["name"], str(item.get("status") or "")))
-        return out
-
-    def delete(self, runner_id: int) -> bool:
-        """Delete a runner; False when it was already gone."""
-        try:
-            self._send("DELETE", f"{self.base}/actions/runners/{int(runner_id)}")
-        except InputError as exc:
-            if "HTTP 404" in exc.message:
-                return False
-            raise
-        return True
-
-
-class GitLabRunners(ApiClient):
-    """``POST /user/runners``, list a project's runners, ``DELETE /runners/:id``."""
-
-    service = "GitLab"
-    url_env = "CI_API_V4_URL"
-    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token with the create_runner scope"
-    hint_403 = GITLAB_TOKEN_HELP
-    hint_404 = "check CI_PROJECT_ID and CI_API_V4_URL"
-    forbidden_what = "the token may not manage runners"
-
-    def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
-        self.project = scope.partition(":")[2]
-
-    def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
-        return {
-            "method": "POST",
-            "path": "/user/runners",
-            "body": {
-                "runner_type": "project_type",
-                "project_id": int(self.project) if self.project.isdigit() else self.project,
-                "description": name,
-                "tag_list": ",".join(labels),
-                "run_untagged": False,
-            },
-        }
-
-    def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
-        """``(glrt- token, runner id)``; one attempt, as for GitHub."""
-        call = self.jit_call(name, labels, group_id)
-        response = self._retried(
-            lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
-        )
-        found = self._json(response, "the created runner", dict)
-        token = found.get("token")
-        if not isinstance(token, str) or not token:
-            raise InfraError("GitLab created a runner without a token", hint=self._api_hint)
-        return token, _runner_id(found, self.service)
-
-    def listed(self) -> list[Listed]:
-        out = []
-        url = f"/projects/{quote(self.project, safe='')}/runners"
-        for page in self.pages(url, "runners"):
-            for item in page:
-                name = item.get("description")
-                if isinstance(item.get("id"), int) and isinstance(name, str):
-                    out.append(Listed(item["id"], name, str(item.get("status") or "")))
-        return out
-
-    def delete(self, runner_id: int) -> bool:
-        try:
-            self._send("DELETE", f"/runners/{int(runner_id)}")
-        except InputError as exc:
-            if "HTTP 404" in exc.message:
-                return False
-            raise
-        return True
-
-
-Client = GitHubRunners | GitLabRunners
-
-
 @dataclass
 class Target:
     """Where runners are registered: the platform, its API, the scope and the admin token."""
@@ -272,7 +96,7 @@ class Target:
     token: str = field(default="", repr=False)
     server_url: str = ""  # GitLab: what gitlab-runner connects to
 
-    def client(self) -> Client:
+    def client(self) -> GitHubRunners | GitLabRunners:
         cls = GitHubRunners if self.platform == "github" else GitLabRunners
         return cls(self.api_url, self.token, self.scope)
 
@@ -401,22 +225,28 @@ class Sweep:
 
 
 def sweep(
-    tgt: Target, pods: Sequence[Mapping[str, Any]], listed: Sequence[Listed], now: float
+    tgt: Target,
+    pods: Sequence[Mapping[str, Any]],
+    listed: Sequence[Listed],
+    now: float,
+    ours: Collection[str] = (),
 ) -> Sweep:
     """Match this target's gpu-ci runners with the pods that carry their names.
 
     ``pods`` must be listed before ``listed``: a pod's runner is registered before the pod,
     so a pod whose name is missing from the later runner list has lost its runner for good.
+    A runner named in ``ours`` (this CI run's, from the ledger: its pod was created, so it is
+    not on its way) needs no grace.
     """
-    ours = [s for s in (scope_of(p) for p in pods) if s and s[:2] == (tgt.platform, tgt.scope)]
-    on_pods = {s[2] for s in ours}
+    here = [s for s in (scope_of(p) for p in pods) if s and s[:2] == (tgt.platform, tgt.scope)]
+    on_pods = {s[2] for s in here}
     names = {r.name for r in listed}
     out = Sweep()
     for runner in listed:
         born = registered_at(runner.name)
         if born is None or runner.name in on_pods:
             continue
-        if now - born >= ORPHAN_GRACE_S:
+        if now - born >= ORPHAN_GRACE_S or runner.name in ours:
             out.orphan_runners.append(runner)
     for pod, s in zip(pods, (scope_of(p) for p in pods), strict=True):
         if s and s[:2] == (tgt.platform, tgt.scope) and s[2] not in names:

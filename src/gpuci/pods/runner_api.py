@@ -1,0 +1,206 @@
+"""The GitHub and GitLab calls a just-in-time runner needs: register, list, delete.
+
+Both stand on the shared REST client (``gpuci.training.rest``): retries, one-line errors with
+their fix, origin-only pagination, no redirects, redacted excerpts. A registration is one
+attempt (a POST whose answer was lost may have made the runner: ``up`` then deletes it by
+name). Only these clients hold the admin token; the pod never sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from gpuci.errors import InfraError, InputError
+from gpuci.training import github as gh
+from gpuci.training.gitlab import TOKEN_ENV as GITLAB_TOKEN_ENV
+from gpuci.training.rest import ApiClient, Forbidden
+
+GITHUB_TOKEN_ENV = "GPUCI_RUNNER_TOKEN"
+GITHUB_TOKEN_MAKE = (
+    "make a fine-grained personal access token (or a GitHub App token) with "
+    "'Administration: read and write' on the repository ('Self-hosted runners: read and "
+    f"write' on the organisation for runner-scope org) and pass it as the secret {GITHUB_TOKEN_ENV}"
+)
+GITHUB_TOKEN_HELP = "the job's GITHUB_TOKEN cannot create runners: " + GITHUB_TOKEN_MAKE
+GITLAB_TOKEN_HELP = (
+    f"set {GITLAB_TOKEN_ENV} to a project, group or personal access token with the "
+    "create_runner scope (and api, for down/reap to list and delete runners); CI_JOB_TOKEN "
+    "cannot create runners"
+)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A runner as the platform lists it."""
+
+    runner_id: int
+    name: str
+    status: str = ""
+
+
+def _runner_id(found: Any, service: str) -> int:
+    rid = found.get("id") if isinstance(found, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise InfraError(
+            f"{service} answered a runner without a numeric id",
+            hint=f"check the {service} API URL",
+        )
+    return rid
+
+
+class GitHubRunners(ApiClient):
+    """``generate-jitconfig``, list and delete self-hosted runners of a repository or org."""
+
+    service = "GitHub"
+    url_env = "GITHUB_API_URL"
+    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
+    hint_403 = (
+        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
+        "repository ('Self-hosted runners: read and write' on the organisation for "
+        "runner-scope org)"
+    )
+    hint_404 = (
+        "check GITHUB_REPOSITORY (the organisation for runner-scope org), GITHUB_API_URL and "
+        "that the token can see it"
+    )
+    forbidden_what = "the token may not manage self-hosted runners"
+
+    def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
+        super().__init__(
+            api_url,
+            token,
+            {
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": gh.API_VERSION,
+            },
+            **kwargs,
+        )
+        kind, _, where = scope.partition(":")
+        self.base = f"/orgs/{quote(where, safe='')}" if kind == "org" else f"/repos/{where}"
+
+    def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
+        """The generate-jitconfig request, as a plan shows it.
+
+        ``self-hosted`` is added when missing: a JIT configuration's labels are exactly the
+        ones asked for (``config.sh`` adds it, JIT does not say it will), and ``runs-on:
+        [self-hosted, gpu-large]`` is how workflows address such a runner.
+        """
+        wanted = list(labels) if "self-hosted" in labels else ["self-hosted", *labels]
+        return {
+            "method": "POST",
+            "path": f"{self.base}/actions/runners/generate-jitconfig",
+            "body": {
+                "name": name,
+                "labels": wanted,
+                "runner_group_id": group_id,
+                "work_folder": "_work",
+            },
+        }
+
+    def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
+        """``(encoded_jit_config, runner id)``. One attempt: a POST that lost its answer may
+        have made the runner, which ``up``'s failure path then deletes by name."""
+        call = self.jit_call(name, labels, group_id)
+        try:
+            response = self._retried(
+                lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
+            )
+        except Forbidden as exc:
+            if "not accessible by integration" in exc.message.lower():
+                raise InputError(
+                    "GitHub refused to create the runner: " + GITHUB_TOKEN_HELP,
+                    hint=f"pass a token with administration rights as {GITHUB_TOKEN_ENV}",
+                ) from None
+            raise
+        found = self._json(response, "a just-in-time runner configuration", dict)
+        config = found.get("encoded_jit_config")
+        if not isinstance(config, str) or not config:
+            raise InfraError(
+                "GitHub answered generate-jitconfig without encoded_jit_config",
+                hint=self._api_hint,
+            )
+        return config, _runner_id(found.get("runner"), self.service)
+
+    def listed(self) -> list[Listed]:
+        out = []
+        for page in self.pages(f"{self.base}/actions/runners", "runners", key="runners"):
+            for item in page:
+                if isinstance(item.get("id"), int) and isinstance(item.get("name"), str):
+                    out.append(Listed(item["id"], item["name"], str(item.get("status") or "")))
+        return out
+
+    def delete(self, runner_id: int) -> bool:
+        """Delete a runner; False when it was already gone."""
+        try:
+            self._send("DELETE", f"{self.base}/actions/runners/{int(runner_id)}")
+        except InputError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        return True
+
+
+class GitLabRunners(ApiClient):
+    """``POST /user/runners``, list a project's runners, ``DELETE /runners/:id``."""
+
+    service = "GitLab"
+    url_env = "CI_API_V4_URL"
+    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token with the create_runner scope"
+    hint_403 = GITLAB_TOKEN_HELP
+    hint_404 = "check CI_PROJECT_ID and CI_API_V4_URL"
+    forbidden_what = "the token may not manage runners"
+
+    def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+        self.project = scope.partition(":")[2]
+
+    def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
+        return {
+            "method": "POST",
+            "path": "/user/runners",
+            "body": {
+                "runner_type": "project_type",
+                "project_id": int(self.project) if self.project.isdigit() else self.project,
+                "description": name,
+                "tag_list": ",".join(labels),
+                "run_untagged": False,
+            },
+        }
+
+    def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
+        """``(glrt- token, runner id)``; one attempt, as for GitHub."""
+        call = self.jit_call(name, labels, group_id)
+        response = self._retried(
+            lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
+        )
+        found = self._json(response, "the created runner", dict)
+        token = found.get("token")
+        if not isinstance(token, str) or not token:
+            raise InfraError("GitLab created a runner without a token", hint=self._api_hint)
+        return token, _runner_id(found, self.service)
+
+    def listed(self) -> list[Listed]:
+        out = []
+        url = f"/projects/{quote(self.project, safe='')}/runners"
+        for page in self.pages(url, "runners"):
+            for item in page:
+                name = item.get("description")
+                if isinstance(item.get("id"), int) and isinstance(name, str):
+                    out.append(Listed(item["id"], name, str(item.get("status") or "")))
+        return out
+
+    def delete(self, runner_id: int) -> bool:
+        try:
+            self._send("DELETE", f"/runners/{int(runner_id)}")
+        except InputError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        return True
+
+
+Client = GitHubRunners | GitLabRunners
