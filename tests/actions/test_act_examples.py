@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from real_clients import (
     STUBS,
     act_binary,
@@ -276,5 +277,154 @@ def test_vllm_pod_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -
         assert created.body["env"]["HF_TOKEN"] == "hf_secret_for_the_pod"
         assert "hf_secret_for_the_pod" not in text and fake.api_key not in text
         assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # torn down
+    finally:
+        fake.stop()
+
+
+# What examples/workflows/gpu-runner.yml's `train` job must find: its runs-on, run id resolved.
+RUN_ID = "4242"
+TRAIN_RUNS_ON = ["self-hosted", "gpu-large", f"run-{RUN_ID}"]
+# The user's train.py for the GPU examples: makes the base weights and data on a miss.
+TRAIN_PY = (
+    "import pathlib\n\n"
+    "for d in ('models/base', 'data/train', 'out/model'):\n"
+    "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
+    "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
+    "pathlib.Path('data/train/d.txt').write_text('data')\n"
+    "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
+)
+
+
+def _step_results(text: str) -> dict[tuple[str, str], str]:
+    """(job, step name) -> Success/Failure from act's log."""
+    found = re.findall(
+        r"\[gpu-runner/([\w-]+)\s*\]\s+\S+\s+(Success|Failure) - Main (.+?)(?: \[|$)",
+        text,
+        re.M,
+    )
+    return {(job, step.strip()): outcome for job, outcome, step in found}
+
+
+def _runner_step_plan(env: dict[str, str]) -> dict:
+    """``pods up --dry-run`` with the example's start-runner inputs, this run's id put in."""
+    jobs = yaml.safe_load((EXAMPLES / "gpu-runner.yml").read_text())["jobs"]
+    (step,) = [s for s in jobs["start-runner"]["steps"] if s.get("id") == "runner"]
+    flags = [
+        arg
+        for key, value in step["with"].items()
+        if key != "action"
+        for arg in (f"--{key}", str(value).replace("${{ github.run_id }}", RUN_ID))
+    ]
+    done = run_cli(
+        "pods", step["with"]["action"], *flags, "--dry-run", "--json", env=clean_env(**env)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)["report"]["plan"]["runner"]
+
+
+def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path: Path) -> None:
+    """The whole runner example under act: start-runner's real ``pods up --runner github``
+    registers a just-in-time runner with a fake GitHub and creates its pod on a fake RunPod;
+    act runs ``train`` on this machine as if that pod had taken it (the runner's own part is
+    tested with the pod's start script); stop-runner's ``down`` ends the pod and leaves no
+    runner registered. The dry run of the same workflow agrees, step by step."""
+    from pods.fake_ci_runners import FakeRunnersAPI
+
+    workflow = ".github/workflows/gpu-runner.yml"
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        with FakeRunnersAPI() as github:
+            project = make_project(
+                tmp_path / "proj",
+                {**USER_REPO, workflow: EXAMPLES / "gpu-runner.yml", "train.py": TRAIN_PY},
+            )
+            env = {
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_PODS_POLL_S": "0.2",
+                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
+                "GITHUB_API_URL": github.github_api,
+                "GITHUB_RUN_ID": RUN_ID,
+                "GITHUB_REPOSITORY": "my-org/trainer",  # act sets none for a non-GitHub origin
+                "GPUCI_FAKE_NVML": "h200",
+                "GPUCI_STORE": (tmp_path / "store").as_uri(),
+            }
+            planned = run_cli(
+                "dry-run",
+                str(project / workflow),
+                "--json",
+                env=clean_env(HOME=str(tmp_path / "dry-home"), **env),
+            )
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            done = act(
+                project,
+                gpuci,
+                workflow,
+                tmp_path,
+                "-s",
+                f"RUNPOD_API_KEY={fake.api_key}",
+                "-s",
+                f"GPUCI_RUNNER_TOKEN={github.state.github_token}",
+                event="workflow_dispatch",
+                env=env,
+            )
+            text = passed(done)
+
+            # start-runner: one just-in-time runner for this repository, labelled for this run.
+            ((path, jit),) = [(p, b) for m, p, b in github.state.requests if "jitconfig" in p]
+            assert path == "/api/v3/repos/my-org/trainer/actions/runners/generate-jitconfig"
+            assert jit["runner_group_id"] == 1
+            assert {"gpu-large", f"run-{RUN_ID}"} <= set(jit["labels"])
+            # GitHub gives a job to a runner only when every runs-on label is one of its labels
+            # (a just-in-time runner has only the labels it was registered with).
+            have = {label.lower() for label in jit["labels"]}
+            missing = [label for label in TRAIN_RUNS_ON if label.lower() not in have]
+            assert not missing, f"GitHub would never give train to this runner: lacks {missing}"
+            (config,) = github.state.issued
+            (created,) = fake.calls("POST", "/v2/pods")
+            pod_env = created.body["env"]
+            assert pod_env["GPUCI_RUNNER_JITCONFIG"] == config  # only in the create request
+            assert pod_env["GPUCI_RUNNER_NAME"] == jit["name"]
+            assert github.state.github_token not in json.dumps(
+                created.body
+            )  # never the admin token
+            assert fake.api_key not in json.dumps(created.body)  # nor the CI's RunPod key
+            assert f"runner-name={jit['name']}" in text  # the action's output
+
+            # train ran (on "the pod"), after start-runner and before stop-runner.
+            steps = _step_results(text)
+            for step in ("Check the GPUs", "Train", "Save the weights for the next run"):
+                assert steps[("train", step)] == "Success", step
+            assert text.index("[gpu-runner/start-runner]") < text.index("[gpu-runner/train")
+            first_stop = text.index("[gpu-runner/stop-runner")
+            assert text.rindex("[gpu-runner/train") < first_stop
+
+            # stop-runner: the pod is terminated and no runner is left registered.
+            assert fake.pods == {}
+            (pod_id,) = fake.terminated_at
+            assert [c.path for c in fake.calls("DELETE")] == [f"/v2/pods/{pod_id}"]
+            assert github.state.runners == {}
+            deleted = [p for m, p, _ in github.state.requests if m == "DELETE"]
+            assert len(deleted) == 1 and deleted[0].endswith("/actions/runners/101"), deleted
+
+            # Nothing secret in the log: the RunPod key, the admin token, the JIT configuration.
+            for secret in (fake.api_key, github.state.github_token, config):
+                assert secret not in text
+
+            # The dry run judged every gpu-ci step ok, and act ran each of them successfully.
+            verdicts = {
+                (s["job"], s["name"]): s["verdict"]
+                for s in json.loads(planned.stdout)["report"]["steps"]
+                if s["command"]
+            }
+            assert set(verdicts.values()) == {"ok"}, verdicts
+            for (job, name), _ in verdicts.items():
+                assert steps.get((job, name)) == "Success", (job, name, steps)
+            # The workflow's dry run cannot know the run id, so it leaves runner-labels to run
+            # time; with the id given, start-runner's own plan names the very call act made
+            # (but the runner's name, new each time) and a placeholder for the credential.
+            plan = _runner_step_plan(env)
+            assert plan["request"]["url"] == github.base + path
+            assert {**plan["request"]["body"], "name": jit["name"]} == jit
+            assert config not in json.dumps(plan)
     finally:
         fake.stop()

@@ -9,6 +9,7 @@ the templates' docs say to pass ``GITLAB_CI=true``, and so do the tests.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from training.fakegitlab import FakeGitLab
 BINARY, WHY_NOT = gitlab_ci_local()
 pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY_NOT)
 TEMPLATES = REPO / "examples" / "gitlab"
+GL_RUNNERS = "/gitlab/api/v4/user/runners"
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +175,82 @@ def test_train_template_runs_in_merge_request_pipelines_and_notes_the_mr(install
     assert len(notes) == 1, gitlab.state.requests
     assert "<!-- gpuci-report:training -->" in notes[0]["body"]
     assert gitlab.state.token not in done
+
+
+def test_runner_template_starts_trains_and_stops(install, tmp_path):
+    """gpu-runner.gitlab-ci.yml, every job: start-runner's real ``pods up --runner gitlab``
+    creates a project runner on a fake GitLab and its pod on the fake RunPod; gitlab-ci-local
+    runs ``train`` here, as if the pod had taken it; stop-runner (``when: always``) ends the
+    pod and leaves no runner registered."""
+    from pods.fake_ci_runners import FakeRunnersAPI
+
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        with FakeRunnersAPI() as gitlab:
+            project = make_project(
+                tmp_path / "proj",
+                {
+                    ".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml",
+                    # the user's scripts: base weights and data on a miss, then a model
+                    "prepare.py": (
+                        "import pathlib\n\n"
+                        "for d in ('models/base', 'data/train'):\n"
+                        "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
+                        "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
+                        "pathlib.Path('data/train/d.txt').write_text('data')\n"
+                    ),
+                    "train.py": (
+                        "import pathlib\n\n"
+                        "assert pathlib.Path('models/base/w.bin').stat().st_size == 1000\n"
+                        "pathlib.Path('out/model').mkdir(parents=True, exist_ok=True)\n"
+                        "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
+                    ),
+                },
+            )
+            variables = {
+                **install,
+                "RUNPOD_API_KEY": fake.api_key,
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_PODS_POLL_S": "0.2",
+                "GPUCI_PODS_LEDGER": (tmp_path / "ledger").as_uri(),
+                "GPUCI_STORE": (tmp_path / "store").as_uri(),
+                "GPUCI_FAKE_NVML": "h200",
+                "GPUCI_GITLAB_TOKEN": gitlab.state.gitlab_token,
+                "CI_API_V4_URL": gitlab.gitlab_api,
+                "CI_SERVER_URL": gitlab.base + "/gitlab",
+            }
+            done = pipeline(project, tmp_path, variables)
+            text = done.stdout + done.stderr
+            for job in ("start-runner", "train", "stop-runner"):
+                assert re.search(rf"PASS  {job}\b", text), job
+
+            # start-runner: one project runner, tagged for this pipeline, taking no untagged job.
+            ((_, _, made),) = [r for r in gitlab.state.requests if r[:2] == ("POST", GL_RUNNERS)]
+            assert made["runner_type"] == "project_type"
+            assert made["run_untagged"] is False
+            pipeline_id = re.search(r"pipeline-(\d+)", made["tag_list"])
+            assert pipeline_id is not None, made
+            assert made["tag_list"].split(",") == ["gpu-large", f"pipeline-{pipeline_id[1]}"]
+            (token,) = gitlab.state.issued
+            (created,) = fake.calls("POST", "/v2/pods")
+            assert created.body["env"]["GPUCI_GITLAB_RUNNER_TOKEN"] == token
+            assert created.body["image"].startswith("registry.example.com/")  # has gitlab-runner
+            assert created.body["env"]["GPUCI_GITLAB_URL"] == gitlab.base + "/gitlab"
+            assert gitlab.state.gitlab_token not in json.dumps(created.body)
+            assert fake.api_key not in json.dumps(created.body)
+            assert re.search(rf"start-runner +>   runner-name: {made['description']}$", text, re.M)
+            assert any(
+                line.startswith("GPUCI_POD_ID=pod") for line in report(project, "start-runner")
+            )
+
+            # train: the cache was filled by populate, and the model made.
+            assert re.search(r"train +> gpu-setup: ok", text)
+            assert (project / ".gitlab-ci-local/builds/train/out/model/m.bin").is_file()
+
+            # stop-runner: no pod and no runner left.
+            assert fake.pods == {}
+            assert gitlab.state.runners == {}
+            for secret in (fake.api_key, gitlab.state.gitlab_token, token):
+                assert secret not in text
+    finally:
+        fake.stop()

@@ -11,11 +11,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PODS = REPO / "examples" / "gitlab" / "gpu-pods.gitlab-ci.yml"
 VLLM = REPO / "examples" / "gitlab" / "vllm-pods.gitlab-ci.yml"
+RUNNER = REPO / "examples" / "gitlab" / "gpu-runner.gitlab-ci.yml"
 CHECKER = REPO / ".venv" / "bin" / "check-jsonschema"
 
 
 @pytest.mark.skipif(not CHECKER.exists(), reason="check-jsonschema absent (installed by dev.sh)")
-@pytest.mark.parametrize("path", [PODS, VLLM], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [PODS, VLLM, RUNNER], ids=lambda p: p.name)
 def test_templates_are_valid_gitlab_ci(path):
     proc = subprocess.run(
         [str(CHECKER), "--builtin-schema", "vendor.gitlab-ci", str(path)],
@@ -59,3 +60,22 @@ def test_stop_and_start_act_on_the_living_pod_and_destroy_comes_last():
     assert _rule_when(ci["reap"], {"REAP": "true"}) == "on_success"
     assert "--untagged-older-than" in " ".join(ci["reap"]["script"])
     assert _rule_when(ci["cost-report"], {"COST_REPORT": "true"}) == "on_success"
+
+
+def test_runner_template_routes_train_to_its_own_pod_and_always_stops():
+    """train's tags are exactly the runner's (so only this pipeline's pod takes it), only the
+    jobs that start and stop the runner are in the environment the secrets are scoped to, and
+    stop-runner runs last, after a failure too."""
+    ci = yaml.safe_load(RUNNER.read_text())
+    assert ci["stages"] == ["start-runner", "train", "stop-runner"]
+    start = " ".join(ci["start-runner"]["script"])
+    labels = start.split("--runner-labels ")[1].split()[0].strip('"').split(",")
+    assert labels == ["gpu-large", "pipeline-$CI_PIPELINE_ID"]
+    assert ci["train"]["tags"] == labels
+    assert "--image" in start  # the default image has no gitlab-runner
+    assert ci["stop-runner"]["when"] == "always"
+    assert ci["stop-runner"]["script"] == ["gpuci pods down"]
+    control = ci[".control"]["environment"]
+    assert control == {"name": "gpu-runners", "action": "access"}
+    assert ci["start-runner"]["extends"] == ci["stop-runner"]["extends"] == ".control"
+    assert "environment" not in ci["train"] and ci["train"]["extends"] == ".gpuci"
