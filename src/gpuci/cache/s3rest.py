@@ -2,12 +2,13 @@
 
 A warm restore asks the store for one ref and one manifest, maybe one listing (restore-keys)
 and writes one usage record; building a boto3 client for that costs more than the whole rest
-of the restore (0.3-0.6 s, docs/benchmarks.md). Here each call is one presigned request on a
-kept-alive connection: a raw socket on ``http://`` endpoints (no ``http.client``, ``email``
-or ``ssl`` to import), ``http.client`` over TLS otherwise, retried as botocore's standard mode
-retries (connection errors, 5xx, throttling; ``AWS_MAX_ATTEMPTS``). What the answers mean
-(a missing key, a missing bucket, refused credentials) is decided by
-:class:`gpuci.cache.s3.S3Store`, with the same words as for boto3's errors.
+of the restore (0.3-0.6 s, docs/benchmarks.md). Here each call is one request signed in its
+``Authorization`` header as boto3 signs its own (payload hashed), on a kept-alive connection:
+a raw socket on ``http://`` endpoints (no ``http.client``, ``email`` or ``ssl`` to import),
+``http.client`` over TLS otherwise; retried as botocore's standard mode retries (connection
+errors, 5xx, throttling; ``AWS_MAX_ATTEMPTS``). What the answers mean (a missing key, a
+missing bucket, refused credentials) is decided by :class:`gpuci.cache.s3.S3Store`, in the
+same words as for boto3's errors.
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ class RestClient:
 
         With ``limit``, at most ``limit + 1`` bytes of the body are read."""
         for attempt in range(1, self.attempts + 1):
-            url = self.presigner.url(key, 900, method=method, query=query)
+            url, headers = self.presigner.signed(method, key, body, query)
             try:
-                reply = self._once(url, method, body, limit)
+                reply = self._once(url, headers, method, body, limit)
             except (OSError, _http_errors()) as exc:
                 if attempt == self.attempts:
                     raise Unreachable(exc) from None
@@ -114,14 +115,24 @@ class RestClient:
             self._sleep(random.random() * min(20.0, 2.0 ** (attempt - 1)))
         raise AssertionError("unreachable")  # the loop always returns or raises
 
-    def _once(self, url: str, method: str, body: bytes, limit: int | None) -> Reply:
+    def _once(
+        self, url: str, headers: dict[str, str], method: str, body: bytes, limit: int | None
+    ) -> Reply:
         parts = urlsplit(url)
-        target = f"{parts.path}?{parts.query}"
+        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
         if parts.scheme == "http":
-            return self._raw(parts.netloc, target, method, body, limit)
-        return self._tls(parts.netloc, target, method, body, limit)
+            return self._raw(parts.netloc, target, headers, method, body, limit)
+        return self._tls(parts.netloc, target, headers, method, body, limit)
 
-    def _raw(self, netloc: str, target: str, method: str, body: bytes, limit: int | None) -> Reply:
+    def _raw(
+        self,
+        netloc: str,
+        target: str,
+        headers: dict[str, str],
+        method: str,
+        body: bytes,
+        limit: int | None,
+    ) -> Reply:
         conn: RawConnection | None = getattr(self._local, "raw", None)
         reused = conn is not None
         if conn is None:
@@ -132,8 +143,8 @@ class RestClient:
         for attempt in (1, 2):
             try:
                 cap = (1 << 62) if limit is None else limit
-                status, headers, data = conn.exchange(method, target, {}, body, cap)
-                return Reply(status, headers, data)
+                status, answer, data = conn.exchange(method, target, headers, body, cap)
+                return Reply(status, answer, data)
             except BadResponse as exc:
                 conn.close()
                 raise BadAnswer(str(exc)) from None
@@ -144,7 +155,15 @@ class RestClient:
                 raise
         raise AssertionError("unreachable")
 
-    def _tls(self, netloc: str, target: str, method: str, body: bytes, limit: int | None) -> Reply:
+    def _tls(
+        self,
+        netloc: str,
+        target: str,
+        headers: dict[str, str],
+        method: str,
+        body: bytes,
+        limit: int | None,
+    ) -> Reply:
         import http.client
         import ssl
 
@@ -156,12 +175,11 @@ class RestClient:
         self._local.tls = None
         try:
             # The Host header exactly as signed (http.client would drop a default port).
-            conn.request(
-                method, target, body if body or method == "PUT" else None, {"Host": netloc}
-            )
+            sent = {"Host": netloc, **headers}
+            conn.request(method, target, body if body or method == "PUT" else None, sent)
             resp = conn.getresponse()
             data = resp.read() if limit is None else resp.read(limit + 1)
-            headers = {k.lower(): v for k, v in resp.getheaders()}
+            answer = {k.lower(): v for k, v in resp.getheaders()}
         except BaseException:
             conn.close()
             raise
@@ -169,7 +187,7 @@ class RestClient:
             self._local.tls = conn
         else:
             conn.close()
-        return Reply(resp.status, headers, b"" if method == "HEAD" else data)
+        return Reply(resp.status, answer, b"" if method == "HEAD" else data)
 
     # ----- answers ------------------------------------------------------------------------------
 

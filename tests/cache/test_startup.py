@@ -1,0 +1,168 @@
+"""Start-up of a warm restore: the whole CLI, every file from the runner-local tier.
+
+Such a restore reads one ref and one manifest, places files from disk and records one use: its
+time is the interpreter plus what it imports. Two guards, for a file store and for S3 stores on
+custom endpoints (the endpoint-url input on moto, AWS_ENDPOINT_URL on SeaweedFS):
+
+- what it imports (cannot flake): no boto3/botocore (the requests are signed by gpuci's own
+  SigV4 code), no httpx or tenacity (the download machinery), no http.client or ssl (plain
+  http goes over a raw socket), no other command's modules;
+- how long it takes: the median of several runs of ``python -m gpuci cache-weights restore``,
+  after one warm-up, under :data:`BUDGET_S`. The budget is the issue's 150 ms on a quiet
+  machine; this 2-core machine is shared with other jobs, so the budget grows by how much
+  slower than quiet a bare ``python -c pass`` runs at the same moment (see
+  :func:`_load_allowance`); on a quiet machine the allowance is zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from treeutil import make_tree, snapshot
+
+from conftest import CREDS, REPO_ROOT, s3_case, seaweedfs_server
+
+BUDGET_S = 0.150
+# `python -c pass` on the dev VM when nothing else runs (measured: 12-18 ms); the timing
+# budget grows by 3x whatever it takes beyond this now (start-up and imports scale together).
+QUIET_PYTHON_S = 0.020
+RUNS = 7
+# Loaded by a tier-hit restore's code paths only when something else is needed.
+NOT_LOADED = (
+    "boto3",
+    "botocore",
+    "s3transfer",
+    "httpx",
+    "tenacity",
+    "yaml",
+    "http.client",
+    "ssl",
+    "xml.etree.ElementTree",
+    "gpuci.cache.transfer",
+    "gpuci.cache.save",
+    "gpuci.commands.pods",
+    "gpuci.commands.training",
+    "gpuci.commands.gpu_setup",
+)
+_PROBE = (
+    "import sys, json, contextlib, io\n"
+    "from gpuci.cli import main\n"
+    "out = io.StringIO()\n"
+    "with contextlib.redirect_stdout(out):\n"
+    "    code = main(sys.argv[1:])\n"
+    "print(json.dumps({'code': code, 'out': out.getvalue(), 'modules': sorted(sys.modules)}))\n"
+)
+
+
+@pytest.fixture(params=["file", "moto-endpoint-url", "seaweedfs-AWS_ENDPOINT_URL"])
+def warm(request, tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
+    """(restore arguments without --path, environment, source tree) with the tier filled."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "INPUT_"))}
+    env.update(
+        CREDS,
+        HOME=str(tmp_path / "home"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        GPUCI_LOCAL_CACHE=str(tmp_path / "tier"),
+        PYTHONPATH=str(REPO_ROOT / "src"),
+    )
+    env.pop("CI", None)
+    if request.param == "file":
+        args = ["--store", (tmp_path / "store").as_uri()]
+    elif request.param == "moto-endpoint-url":
+        case = s3_case("moto", request.getfixturevalue("moto_endpoint"))
+        args = ["--store", case.url, "--endpoint-url", str(case.endpoint)]
+    else:
+        case = s3_case("seaweedfs", seaweedfs_server(request))
+        args = ["--store", case.url]
+        env["AWS_ENDPOINT_URL"] = str(case.endpoint)
+    src = make_tree(tmp_path / "src", big=1_500_000, small=8)
+    save = [sys.executable, "-m", "gpuci", "cache-weights", "save", *args, "--key", "warm"]
+    proc = subprocess.run(
+        [*save, "--path", str(src)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return ["cache-weights", "restore", *args, "--key", "warm"], env, src
+
+
+def _restore(args: list[str], env: dict[str, str], out: Path, *extra: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args, "--path", str(out), "--json", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_tier_hit_restore_loads_only_what_it_needs(warm, tmp_path):
+    args, env, src = warm
+    got = _restore(args, env, tmp_path / "out")
+    assert got["code"] == 0, got["out"]
+    outputs = json.loads(got["out"])["outputs"]
+    assert outputs["cache-hit"] is True and outputs["bytes-downloaded"] == 0
+    assert outputs["bytes-from-local"] > 1_500_000
+    assert snapshot(tmp_path / "out") == snapshot(src)
+    loaded = [name for name in NOT_LOADED if name in got["modules"]]
+    assert loaded == [], f"a tier-hit restore imported {loaded}"
+
+
+def test_a_restore_keys_match_lists_without_boto3(warm, tmp_path):
+    """The prefix match lists refs (ListObjectsV2 over the fast path), then reads the newest."""
+    args, env, src = warm
+    exact = args.index("--key") + 1
+    args = [*args[:exact], "nothing-saved-under-this", *args[exact + 1 :]]
+    got = _restore(args, env, tmp_path / "out", "--restore-keys", "wa")
+    assert got["code"] == 0, got["out"]
+    outputs = json.loads(got["out"])["outputs"]
+    assert outputs["cache-hit"] is False and outputs["matched-key"] == "warm"
+    assert snapshot(tmp_path / "out") == snapshot(src)
+    assert not {"boto3", "botocore", "httpx"} & set(got["modules"])
+
+
+def _median_wall(command: list[str], env: dict[str, str], before=None, runs: int = RUNS) -> float:
+    """Median wall seconds of ``runs`` runs after one warm-up (page cache, .pyc files)."""
+    times: list[float] = []
+    for i in range(runs + 1):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        elapsed = time.perf_counter() - start
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        if i:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def _load_allowance(env: dict[str, str]) -> float:
+    """How much slower than on a quiet machine an interpreter starts right now, times 3: a
+    restore's ~50 ms of imports slow down as much as the bare start does."""
+    bare = _median_wall([sys.executable, "-c", "pass"], env)
+    return 3 * max(0.0, bare - QUIET_PYTHON_S)
+
+
+def test_a_tier_hit_restore_takes_under_150_ms(warm, tmp_path):
+    args, env, _ = warm
+    out = tmp_path / "out"
+
+    def fresh() -> None:
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+
+    command = [sys.executable, "-m", "gpuci", *args, "--path", str(out)]
+    allowance = _load_allowance(env)
+    median = _median_wall(command, env, before=fresh)
+    budget = BUDGET_S + allowance
+    print(f"tier-hit restore: median {median * 1000:.0f} ms, budget {budget * 1000:.0f} ms")
+    assert median < budget, (
+        f"median {median * 1000:.0f} ms over {budget * 1000:.0f} ms "
+        f"(150 ms + {allowance * 1000:.0f} ms for this machine's load)"
+    )
