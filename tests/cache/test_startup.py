@@ -73,6 +73,9 @@ def warm(request, tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
         PYTHONPATH=str(REPO_ROOT / "src"),
     )
     env.pop("CI", None)
+    # An installed gpu-ci has its bytecode compiled at install time (pip, uv); from a source
+    # tree the warm-up run writes it, so the timed runs do not compile changed modules.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if request.param == "file":
         args = ["--store", (tmp_path / "store").as_uri()]
     elif request.param == "moto-endpoint-url":
@@ -108,8 +111,8 @@ def test_a_tier_hit_restore_loads_only_what_it_needs(warm, tmp_path):
     got = _restore(args, env, tmp_path / "out")
     assert got["code"] == 0, got["out"]
     outputs = json.loads(got["out"])["outputs"]
-    assert outputs["cache-hit"] is True and outputs["bytes-downloaded"] == 0
-    assert outputs["bytes-from-local"] > 1_500_000
+    assert outputs["cache-hit"] == "true" and int(outputs["bytes-downloaded"]) == 0
+    assert int(outputs["bytes-from-local"]) > 1_500_000
     assert snapshot(tmp_path / "out") == snapshot(src)
     loaded = [name for name in NOT_LOADED if name in got["modules"]]
     assert loaded == [], f"a tier-hit restore imported {loaded}"
@@ -123,7 +126,7 @@ def test_a_restore_keys_match_lists_without_boto3(warm, tmp_path):
     got = _restore(args, env, tmp_path / "out", "--restore-keys", "wa")
     assert got["code"] == 0, got["out"]
     outputs = json.loads(got["out"])["outputs"]
-    assert outputs["cache-hit"] is False and outputs["matched-key"] == "warm"
+    assert outputs["cache-hit"] == "false" and outputs["matched-key"] == "warm"
     assert snapshot(tmp_path / "out") == snapshot(src)
     assert not {"boto3", "botocore", "httpx"} & set(got["modules"])
 
@@ -145,8 +148,14 @@ def _median_wall(command: list[str], env: dict[str, str], before=None, runs: int
 
 def _load_allowance(env: dict[str, str]) -> float:
     """How much slower than on a quiet machine an interpreter starts right now, times 3: a
-    restore's ~50 ms of imports slow down as much as the bare start does."""
+    restore's ~50 ms of imports slow down as much as the bare start does. Skips the timing
+    when the machine is so busy that a bare start takes 5x its quiet time: no figure taken
+    then says anything about gpu-ci (the import-set test above still runs)."""
     bare = _median_wall([sys.executable, "-c", "pass"], env)
+    if bare > 5 * QUIET_PYTHON_S:
+        pytest.skip(
+            f"machine too busy to time start-up: `python -c pass` took {bare * 1000:.0f} ms"
+        )
     return 3 * max(0.0, bare - QUIET_PYTHON_S)
 
 
