@@ -136,7 +136,7 @@ class RawResponse:
         self.conn, self.status, self.headers = conn, status, headers
         self.length = length  # body bytes still to read
         self.chunked = chunked
-        self._raw = early  # chunked: what arrived with the headers, still encoded
+        self._raw = bytearray(early)  # chunked: what arrived with the headers, still encoded
         self._early = memoryview(early)[:length]
         self.keep_alive = headers.get("connection", "").lower() != "close"
 
@@ -189,21 +189,23 @@ class RawResponse:
 
     def _line(self) -> bytes:
         while b"\r\n" not in self._raw:
+            if len(self._raw) > _MAX_HEADER:
+                raise ConnectionResetError("chunk header too large")
             self._more()
-        line, _, self._raw = self._raw.partition(b"\r\n")
+        line, _, rest = bytes(self._raw).partition(b"\r\n")
+        self._raw = bytearray(rest)
         return line
 
     def _take(self, size: int) -> bytes:
         while len(self._raw) < size:
             self._more()
-        data, self._raw = self._raw[:size], self._raw[size:]
+        data = bytes(self._raw[:size])
+        del self._raw[:size]
         return data
 
     def _more(self) -> None:
         assert self.conn.sock is not None
-        chunk = self.conn.sock.recv(65536)
+        chunk = self.conn.sock.recv(1 << 20)
         if not chunk:
             raise ConnectionResetError("connection closed mid-body")
-        if len(self._raw) > _MAX_HEADER and b"\r\n" not in self._raw:
-            raise ConnectionResetError("chunk header too large")
         self._raw += chunk
