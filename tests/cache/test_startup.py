@@ -8,16 +8,18 @@ custom endpoints (the endpoint-url input on moto, AWS_ENDPOINT_URL on SeaweedFS)
   SigV4 code), no httpx or tenacity (the download machinery), no http.client or ssl (plain
   http goes over a raw socket), no other command's modules;
 - how long it takes: the median of several runs of ``python -m gpuci cache-weights restore``,
-  after one warm-up, under :data:`BUDGET_S`. The budget is the issue's 150 ms on a quiet
-  machine; this 2-core machine is shared with other jobs, so the budget grows by how much
-  slower than quiet a bare ``python -c pass`` runs at the same moment (see
-  :func:`_load_allowance`); on a quiet machine the allowance is zero.
+  after one warm-up, under :data:`BUDGET_S` (the issue's 150 ms). This 2-core machine is
+  shared with other jobs (load averages of 15-20 were common while this was written, and
+  then any wall time is mostly waiting for a CPU), so the median CPU time (user + system) is
+  held to the budget always, and the wall time only when the load average is at most the CPU
+  count, with an allowance for the load that remains.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -131,35 +133,33 @@ def test_a_restore_keys_match_lists_without_boto3(warm, tmp_path):
     assert not {"boto3", "botocore", "httpx"} & set(got["modules"])
 
 
-def _median_wall(command: list[str], env: dict[str, str], before=None, runs: int = RUNS) -> float:
-    """Median wall seconds of ``runs`` runs after one warm-up (page cache, .pyc files)."""
-    times: list[float] = []
+def _median_times(
+    command: list[str], env: dict[str, str], before=None, runs: int = RUNS
+) -> tuple[float, float]:
+    """(median wall seconds, median CPU seconds: user + system) of ``runs`` runs, after one
+    warm-up (page cache, bytecode)."""
+    walls: list[float] = []
+    cpus: list[float] = []
     for i in range(runs + 1):
         if before is not None:
             before()
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         elapsed = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         if i:
-            times.append(elapsed)
-    return statistics.median(times)
-
-
-def _load_allowance(env: dict[str, str]) -> float:
-    """How much slower than on a quiet machine an interpreter starts right now, times 3: a
-    restore's ~50 ms of imports slow down as much as the bare start does. Skips the timing
-    when the machine is so busy that a bare start takes 5x its quiet time: no figure taken
-    then says anything about gpu-ci (the import-set test above still runs)."""
-    bare = _median_wall([sys.executable, "-c", "pass"], env)
-    if bare > 5 * QUIET_PYTHON_S:
-        pytest.skip(
-            f"machine too busy to time start-up: `python -c pass` took {bare * 1000:.0f} ms"
-        )
-    return 3 * max(0.0, bare - QUIET_PYTHON_S)
+            walls.append(elapsed)
+            cpus.append(after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def test_a_tier_hit_restore_takes_under_150_ms(warm, tmp_path):
+    """CPU time always (the machine's load barely changes it; with the store on loopback, a
+    quiet machine's wall time is this plus a few ms of round trips); wall time too when the
+    machine is not oversubscribed (1-minute load average at most its CPU count), with 3x the
+    excess of a bare interpreter's start over its quiet time as allowance."""
     args, env, _ = warm
     out = tmp_path / "out"
 
@@ -167,11 +167,18 @@ def test_a_tier_hit_restore_takes_under_150_ms(warm, tmp_path):
         subprocess.run(["rm", "-rf", str(out)], check=True)
 
     command = [sys.executable, "-m", "gpuci", *args, "--path", str(out)]
-    allowance = _load_allowance(env)
-    median = _median_wall(command, env, before=fresh)
-    budget = BUDGET_S + allowance
-    print(f"tier-hit restore: median {median * 1000:.0f} ms, budget {budget * 1000:.0f} ms")
-    assert median < budget, (
-        f"median {median * 1000:.0f} ms over {budget * 1000:.0f} ms "
+    bare, _ = _median_times([sys.executable, "-c", "pass"], env)
+    wall, cpu = _median_times(command, env, before=fresh)
+    load = os.getloadavg()[0]
+    allowance = 3 * max(0.0, bare - QUIET_PYTHON_S)
+    print(
+        f"tier-hit restore: median wall {wall * 1000:.0f} ms, CPU {cpu * 1000:.0f} ms "
+        f"(bare python {bare * 1000:.0f} ms, load average {load:.1f})"
+    )
+    assert cpu < BUDGET_S, f"median CPU time {cpu * 1000:.0f} ms over {BUDGET_S * 1000:.0f} ms"
+    if load > (os.cpu_count() or 1):
+        return  # waiting for a CPU would dominate the wall time; CPU time above still held
+    assert wall < BUDGET_S + allowance, (
+        f"median {wall * 1000:.0f} ms over {(BUDGET_S + allowance) * 1000:.0f} ms "
         f"(150 ms + {allowance * 1000:.0f} ms for this machine's load)"
     )
