@@ -12,6 +12,12 @@ reflinks where the filesystem can and copies elsewhere, ``verify`` also hashes w
     python scripts/bench_cache_local.py                              # 1 GiB mixed, 3 runs
     python scripts/bench_cache_local.py --workdir /mnt/xfs/bench     # on a reflink filesystem
     python scripts/bench_cache_local.py --size 16MiB --small 64 --runs 1   # quick
+    python scripts/bench_cache_local.py --server seaweedfs   # an S3 store on a custom endpoint
+
+``--server seaweedfs`` keeps the store in SeaweedFS (scripts/seaweedfs.py) on 127.0.0.1, named
+by ``AWS_ENDPOINT_URL`` with credentials in the environment, as a job using MinIO, R2 or
+SeaweedFS would: every file still comes from the tier, so the difference from a file store is
+what the S3 store's ref, manifest and usage record cost at start-up.
 
 Run it alone; the cold-restore benchmark against S3 is scripts/bench_cache.py.
 """
@@ -19,6 +25,7 @@ Run it alone; the cold-restore benchmark against S3 is scripts/bench_cache.py.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shutil
@@ -68,6 +75,9 @@ def main() -> int:
     parser.add_argument("--modes", default="copy,verify,link", help="local-cache-mode values")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench-local"))
+    parser.add_argument(
+        "--server", choices=("file", "seaweedfs"), default="file", help="where the store is"
+    )
     args = parser.parse_args()
     size = parse_size(args.size, "--size")
     small_size = parse_size(args.small_size, "--small-size")
@@ -83,8 +93,12 @@ def main() -> int:
         "GPUCI_JOURNAL": str(work / "journal.jsonl"),
         "GPUCI_LOCAL_CACHE": str(tier),
     }
+    weed = None
+    store_url = store.as_uri()
+    if args.server == "seaweedfs":
+        weed, store_url = _seaweedfs(work / "seaweedfs", env)
     gpuci = [sys.executable, "-m", "gpuci", "cache-weights"]
-    common = ["--key", "bench-local", "--store", store.as_uri(), "--local-cache-size", "0"]
+    common = ["--key", "bench-local", "--store", store_url, "--local-cache-size", "0"]
     subprocess.run(
         [*gpuci, "save", *common, "--path", str(tree)],
         env=env,
@@ -110,10 +124,13 @@ def main() -> int:
         copy = work / f"copy-{run}"
         walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
         _remove(copy)
+    if weed is not None:
+        weed.stop()
     c = statistics.median(walls["cp -a"])
     print(
         f"tree: {args.count} x {human_bytes(size)} + {args.small} x {human_bytes(small_size)}"
-        f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work}"
+        f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work}, "
+        f"store {store_url}" + (f" at {env['AWS_ENDPOINT_URL']}" if weed is not None else "")
     )
     print("| tool | placed | seconds, whole CLI | vs cp -a | restore itself (output seconds) |")
     print("|---|---|---|---|---|")
@@ -127,6 +144,37 @@ def main() -> int:
         )
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _seaweedfs(root: Path, env: dict[str, str]):
+    """Start SeaweedFS, make a bucket, point ``env`` at it; (server, store URL)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import boto3
+    import seaweedfs
+
+    server = seaweedfs.SeaweedFS(root)
+    endpoint = server.start()
+    atexit.register(server.stop)  # also when the benchmark fails half-way
+    access, secret = seaweedfs.ADMIN
+    env.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID=access,
+        AWS_SECRET_ACCESS_KEY=secret,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+    )
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        env.pop(name, None)
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket="gpuci-bench")
+    return server, "s3://gpuci-bench/local"
 
 
 def _remove(path: Path) -> None:

@@ -1,8 +1,12 @@
 """The CLI as a user meets it: help, exit codes, one-line errors, lazy imports."""
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
+
+import pytest
 
 from gpuci.commands import all_commands, iter_leaf_commands
 from gpuci_testing import clean_env, parse_file_command, run_cli
@@ -172,3 +176,24 @@ def test_boolean_outputs_are_false_not_empty_after_an_error(tmp_path):
     env = clean_env(GITHUB_ACTIONS="true", GITHUB_OUTPUT=str(out))
     assert run_cli("gpu-smoke", "--checks", "bogus", env=env, cwd=tmp_path).returncode == 2
     assert parse_file_command(out.read_text(), "GITHUB_OUTPUT") == {"passed": "false"}
+
+
+def _help(parser, words: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser.parse_args([*words, "--help"])
+    return out.getvalue()
+
+
+def test_a_command_parsed_alone_reads_as_in_the_whole_cli():
+    """main() builds only the invoked command's parser (start-up): same flags, same help."""
+    from gpuci.cli import build_parser
+    from gpuci.commands import command_named
+
+    whole = build_parser()
+    assert command_named("no-such-command") is None
+    for full_name, _ in iter_leaf_commands():
+        words = full_name.split()
+        top = command_named(words[0])
+        assert top is not None and top.name == words[0]
+        assert _help(build_parser(top), words) == _help(whole, words), full_name

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpuci import __version__
-from gpuci.commands import BOOLEAN_OUTPUTS, Command, all_commands
+from gpuci.commands import BOOLEAN_OUTPUTS, Command, all_commands, command_named
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime, detect_platform, inert
@@ -88,7 +88,9 @@ def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
     _add_common(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Command | None = None) -> argparse.ArgumentParser:
+    """The whole CLI, or with ``only`` just that command's part of it: enough to parse a command
+    line that starts with its name, without loading every other command's definitions."""
     parser = _Parser(
         prog="python -m gpuci",
         description="gpu-ci: keep GPU CI jobs short, cheap and trustworthy.",
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuci {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     subparsers.required = True
-    for cmd in all_commands():
+    for cmd in (only,) if only is not None else all_commands():
         _add_command(subparsers, cmd)
     return parser
 
@@ -157,8 +159,11 @@ def _drop_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # `python -m gpuci cache-weights restore ...` needs cache-weights' parser only; anything
+    # else (--help, --version, a misspelt command) gets the whole CLI and its full messages.
+    parser = build_parser(command_named(words[0]) if words else None)
+    args, extra = parser.parse_known_args(words)
     if extra:  # name the command whose flags these are not, not the top-level parser
         prog = f"{parser.prog} {args._full_name}"
         _Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")

@@ -18,7 +18,6 @@ import os
 import re
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,6 +361,8 @@ class Runtime:
                 f"refusing to write the variable name {_redact.single_line(name)!r}",
                 hint="names are letters, digits, '_', '-' and '.', starting with a letter",
             )
+        import uuid  # 2-10 ms to import (it loads platform): only when writing outputs
+
         delimiter = f"ghadelimiter_{uuid.uuid4()}"
         while delimiter in value:  # astronomically unlikely; loop for proof, not for luck
             delimiter = f"ghadelimiter_{uuid.uuid4()}"

@@ -132,3 +132,46 @@ def test_read_only_credentials_on_seaweedfs_restore_and_warn_once(
     assert len(warned) == 1 and "last use of k was not recorded" in warned[0], warned
     assert snapshot(out) == snapshot(src)
     assert not [k for k in case.object_keys() if k.startswith("uses/")]
+
+
+def _both_paths(flags: dict[str, str], env: dict[str, str]) -> tuple:
+    """(fast path's result, boto3's result) of one restore: AWS_PROFILE=default (the same
+    environment credentials) sends every request through boto3 instead."""
+    fast, _ = cache_cmd("restore", flags, env)
+    slow, _ = cache_cmd("restore", flags, {**env, "AWS_PROFILE": "default"})
+    return fast, slow
+
+
+def test_the_fast_path_names_a_missing_bucket_as_boto3_does(seaweedfs_endpoint, env, tmp_path):
+    case = StoreCase("s3", "s3://gpuci-no-such-bucket/c", seaweedfs_endpoint)
+    flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
+    fast, slow = _both_paths(flags, env)
+    assert fast.exit_code == slow.exit_code == 3
+    assert "bucket 'gpuci-no-such-bucket' does not exist at" in fast.headline
+    assert fast.headline == slow.headline
+    assert fast.report == slow.report
+
+
+def test_the_fast_path_names_refused_credentials_as_boto3_does(
+    seaweedfs_endpoint, env, tmp_path, monkeypatch
+):
+    """SeaweedFS checks every signature: a wrong secret is refused on either path, same words."""
+    case = s3_case("seaweedfs", seaweedfs_endpoint)
+    flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value-123")  # boto3 reads os.environ
+    wrong = {**env, "AWS_SECRET_ACCESS_KEY": "wrong-secret-value-123"}
+    fast, slow = _both_paths(flags, wrong)
+    assert fast.exit_code == slow.exit_code == 3
+    assert "S3 refused the credentials for" in fast.headline
+    assert fast.headline == slow.headline
+    assert "wrong-secret-value-123" not in fast.headline + json.dumps(fast.report)
+
+
+def test_the_fast_path_names_a_dead_endpoint_as_boto3_does(env, tmp_path):
+    dead = _dead_url()
+    case = StoreCase("s3", "s3://bucket-x/c", dead)
+    flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
+    fast, slow = _both_paths(flags, {**env, "AWS_MAX_ATTEMPTS": "1"})
+    assert fast.exit_code == slow.exit_code == 3
+    prefix = f"cannot reach the S3 endpoint {dead} (set by the endpoint-url input) ("
+    assert fast.headline.startswith(prefix) and slow.headline.startswith(prefix)

@@ -35,35 +35,106 @@ def _flags(store, key: str, *paths: Path) -> dict[str, str]:
 # ----- the signer -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["GET", "PUT"])
-def test_presigned_urls_sign_exactly_as_botocore(method):
-    key = "cache/refs/default/a%2Fb c+d~é"
+def _botocore_presign(op: str, params: dict, region: str | None, token: str = "") -> str:
+    """botocore's own presigned URL, path-style on a custom endpoint, as S3Store configures it."""
     client = boto3.session.Session(
         aws_access_key_id=ENV_CREDS["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=ENV_CREDS["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token="token/with+chars=",
-        region_name="eu-west-3",
+        aws_session_token=token or None,
+        region_name=region,
     ).client(
         "s3",
         endpoint_url="http://127.0.0.1:9000",
         config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
     )
-    op = "get_object" if method == "GET" else "put_object"
-    theirs = client.generate_presigned_url(
-        op, Params={"Bucket": "bench", "Key": key}, ExpiresIn=900
-    )
-    query = parse_qs(urlsplit(theirs).query)
-    when = datetime.datetime.strptime(query["X-Amz-Date"][0], "%Y%m%dT%H%M%SZ")
-    env = {**ENV_CREDS, "AWS_SESSION_TOKEN": "token/with+chars="}
+    method = "HEAD" if op == "head_object" else None
+    return client.generate_presigned_url(op, Params=params, ExpiresIn=900, HttpMethod=method)
+
+
+def _same_url(ours: str, theirs: str) -> None:
+    assert urlsplit(ours).netloc == urlsplit(theirs).netloc
+    assert urlsplit(ours).path == urlsplit(theirs).path
+    assert parse_qs(urlsplit(ours).query) == parse_qs(urlsplit(theirs).query)  # same signature
+
+
+def _when(url: str) -> datetime.datetime:
+    stamp = parse_qs(urlsplit(url).query)["X-Amz-Date"][0]
+    return datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ")
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "HEAD"])
+def test_presigned_urls_sign_exactly_as_botocore(method):
+    key = "cache/refs/default/a%2Fb c+d~é"
+    op = {"GET": "get_object", "PUT": "put_object", "HEAD": "head_object"}[method]
+    token = "token/with+chars="
+    theirs = _botocore_presign(op, {"Bucket": "bench", "Key": key}, "eu-west-3", token)
+    env = {**ENV_CREDS, "AWS_SESSION_TOKEN": token}
     presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", "eu-west-3", env)
     assert presigner is not None
-    ours = presigner.url(key, 900, when, method=method)
-    assert urlsplit(ours).path == urlsplit(theirs).path
-    assert parse_qs(urlsplit(ours).query) == query  # same parameters, same signature
+    _same_url(presigner.url(key, 900, _when(theirs), method=method), theirs)
 
 
-def test_fast_path_only_where_it_signs_as_boto3_would():
-    env = {**ENV_CREDS, "AWS_DEFAULT_REGION": "us-east-1"}
+def test_listing_urls_sign_exactly_as_botocore():
+    """ListObjectsV2 on the bucket (path-style: /bucket, the parameters signed in the query)."""
+    params = {
+        "Bucket": "bench",
+        "Prefix": "cache/refs/default/we ights+",
+        "ContinuationToken": "a/b==",
+    }
+    theirs = _botocore_presign("list_objects_v2", params, "eu-west-3")
+    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", "eu-west-3", ENV_CREDS)
+    assert presigner is not None
+    query = {
+        "list-type": "2",
+        "prefix": params["Prefix"],
+        "continuation-token": params["ContinuationToken"],
+        "encoding-type": "url",
+    }
+    _same_url(presigner.url("", 900, _when(theirs), query=query), theirs)
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "query", "body"),
+    [
+        ("GET", "cache/refs/default/a%2Fb c+d~é", None, b""),
+        ("HEAD", "cache/manifests/abc.json", None, b""),
+        ("PUT", "cache/uses/default/k", None, b'{"used": 1}'),
+        ("GET", "", {"list-type": "2", "prefix": "cache/refs/x y", "encoding-type": "url"}, b""),
+    ],
+)
+def test_header_signed_requests_sign_exactly_as_botocore(method, key, query, body):
+    """The control plane's requests carry an Authorization header, as boto3's own do."""
+    from unittest import mock
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    token = "token/with+chars="
+    now = datetime.datetime(2026, 11, 30, 15, 4, 5)
+    env = {**ENV_CREDS, "AWS_SESSION_TOKEN": token}
+    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", "eu-west-3", env)
+    assert presigner is not None
+    url, headers = presigner.signed(method, key, body, query, now)
+    request = AWSRequest(method=method, url=url, data=body)
+    creds = Credentials(ENV_CREDS["AWS_ACCESS_KEY_ID"], ENV_CREDS["AWS_SECRET_ACCESS_KEY"], token)
+    signer = S3SigV4Auth(creds, "s3", "eu-west-3")
+    with mock.patch("botocore.auth.get_current_datetime", return_value=now):
+        signer.add_auth(request)
+    assert headers["authorization"] == request.headers["Authorization"]
+    assert headers["x-amz-content-sha256"] == hashlib.sha256(body).hexdigest()
+
+
+def test_a_custom_endpoint_with_no_region_signs_for_us_east_1_as_botocore():
+    theirs = _botocore_presign("get_object", {"Bucket": "bench", "Key": "k"}, None)
+    env = {**ENV_CREDS, "AWS_CONFIG_FILE": "/dev/null"}
+    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", None, env)
+    assert presigner is not None and presigner.region == "us-east-1"
+    _same_url(presigner.url("k", 900, _when(theirs)), theirs)
+
+
+def test_fast_path_only_where_it_signs_as_boto3_would(tmp_path):
+    env = {**ENV_CREDS, "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null"}
     ok = Presigner.for_store("b", "http://127.0.0.1:9000", None, env)
     assert ok is not None and ok.region == "us-east-1"
     assert Presigner.for_store("b", None, None, env).base_url == (
@@ -71,11 +142,38 @@ def test_fast_path_only_where_it_signs_as_boto3_would():
     )
     # Credentials from a profile, SSO or an instance role: only botocore can resolve them.
     assert Presigner.for_store("b", "http://h:1", "us-east-1", {}) is None
-    assert Presigner.for_store("b", "http://h:1", None, ENV_CREDS) is None  # region unknown
-    for knob in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_USE_FIPS_ENDPOINT"):
-        assert Presigner.for_store("b", None, None, {**env, knob: "x"}) is None
+    # No region anywhere: AWS needs one; a custom endpoint gets us-east-1, as from botocore,
+    # unless the config file may name one.
+    no_region = {**ENV_CREDS, "AWS_CONFIG_FILE": "/dev/null"}
+    assert Presigner.for_store("b", None, None, no_region) is None
+    assert Presigner.for_store("b", "http://h:1", None, no_region).region == "us-east-1"
+    config = tmp_path / "config"
+    config.write_text("[default]\nregion = eu-west-1\n")
+    assert (
+        Presigner.for_store("b", "http://h:1", None, {**ENV_CREDS, "AWS_CONFIG_FILE": str(config)})
+        is None
+    )
+    for knob in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT"):
+        assert Presigner.for_store("b", None, None, {**env, knob: "true"}) is None
     assert Presigner.for_store("my.dotted.bucket", None, None, env) is None
     assert Presigner.for_store("b", "http://h:1/sub/path", None, env) is None
+
+
+def test_endpoints_from_the_environment_are_signed_path_style_as_botocore_picks_them():
+    env = {**ENV_CREDS, "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null"}
+
+    def base(endpoint: str | None, **more: str) -> str | None:
+        presigner = Presigner.for_store("my.bucket", endpoint, None, {**env, **more})
+        return presigner.base_url if presigner else None
+
+    assert base(None, AWS_ENDPOINT_URL="http://g:1") == "http://g:1/my.bucket"
+    assert base(None, AWS_ENDPOINT_URL_S3="https://s:2/") == "https://s:2/my.bucket"
+    both = {"AWS_ENDPOINT_URL": "http://g:1", "AWS_ENDPOINT_URL_S3": "http://s:2"}
+    assert base(None, **both) == "http://s:2/my.bucket"  # the service's own beats the global
+    assert base("http://input:3", **both) == "http://input:3/my.bucket"  # the input beats both
+    ignored = {**both, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true"}
+    assert base(None, **ignored) is None  # AWS itself, where a dotted bucket goes to boto3
+    assert base("http://input:3", **ignored) == "http://input:3/my.bucket"
 
 
 def test_a_restore_hit_never_imports_boto3(s3_store, env, tmp_path):

@@ -5,6 +5,10 @@ GIL, every socket-buffer's worth (about 64-256 KiB). Here the body lands in the 
 with ``recv_into(..., MSG_WAITALL)`` on a blocking socket: one system call and one GIL round
 trip per 4 MiB. On a 2-core runner that shares its CPU with the S3 server this measured about
 15-20% faster than ``http.client`` (see docs/benchmarks.md). TLS endpoints keep ``http.client``.
+
+:meth:`RawConnection.exchange` serves the control plane's small requests (refs, manifests,
+listings, one PUT) on ``http://`` endpoints too: a restore then never imports ``http.client``,
+``email`` and ``ssl`` (30-40 ms of start-up on a busy 2-core runner).
 """
 
 from __future__ import annotations
@@ -42,11 +46,47 @@ class RawConnection:
 
     def get(self, target: str, headers: dict[str, str]) -> RawResponse:
         """Send a GET and read the status line and headers; the body is left on the socket."""
+        return self.send("GET", target, headers)
+
+    def send(
+        self, method: str, target: str, headers: dict[str, str], body: bytes = b""
+    ) -> RawResponse:
+        """Send one request and read the status line and headers; the body is left on the
+        socket (chunked bodies only for :meth:`exchange`, which reads them whole)."""
+        response = self._send(method, target, headers, body)
+        if response.chunked:
+            raise ConnectionResetError("chunked responses are not used by S3 GETs")
+        return response
+
+    def exchange(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes = b"",
+        limit: int = 1 << 20,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One whole request: (status, headers, body), at most ``limit + 1`` bytes of body.
+
+        For the control plane's small answers (refs, manifests, listings, errors). The
+        connection stays open for the next request only when the body was read to its end."""
+        response = self._send(method, target, headers, body)
+        if method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200:
+            response.length = 0  # no body follows, whatever Content-Length says
+            return response.status, response.headers, b""
+        data = response.read_chunked(limit) if response.chunked else response.read(limit + 1)
+        if response.length or response.chunked or not response.keep_alive:
+            self.close()  # over the cap or closing: the rest is never read
+        return response.status, response.headers, data
+
+    def _send(self, method: str, target: str, headers: dict[str, str], body: bytes) -> RawResponse:
         if self.sock is None:
             self.sock = self._connect()
-        lines = [f"GET {target} HTTP/1.1", f"Host: {self.host_header}"]
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        if body or method in ("PUT", "POST"):
+            lines.append(f"Content-Length: {len(body)}")
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = self.sock.recv(65536)
@@ -65,7 +105,7 @@ class RawConnection:
             name, _, value = line.partition(":")
             fields[name.strip().lower()] = value.strip()
         if "chunked" in fields.get("transfer-encoding", "").lower():
-            raise ConnectionResetError("chunked responses are not used by S3 GETs")
+            return RawResponse(self, int(parts[1]), fields, 0, rest, chunked=True)
         length = _content_length(fields.get("content-length", ""))
         return RawResponse(self, int(parts[1]), fields, length, rest)
 
@@ -85,10 +125,18 @@ def _content_length(value: str) -> int:
 
 class RawResponse:
     def __init__(
-        self, conn: RawConnection, status: int, headers: dict[str, str], length: int, early: bytes
+        self,
+        conn: RawConnection,
+        status: int,
+        headers: dict[str, str],
+        length: int,
+        early: bytes,
+        chunked: bool = False,
     ) -> None:
         self.conn, self.status, self.headers = conn, status, headers
         self.length = length  # body bytes still to read
+        self.chunked = chunked
+        self._raw = bytearray(early)  # chunked: what arrived with the headers, still encoded
         self._early = memoryview(early)[:length]
         self.keep_alive = headers.get("connection", "").lower() != "close"
 
@@ -116,3 +164,48 @@ class RawResponse:
             n = self.readinto(view[got:])
             got += n
         return bytes(buf)
+
+    def read_chunked(self, limit: int) -> bytes:
+        """A chunked body, decoded, at most ``limit + 1`` bytes (then the rest is abandoned)."""
+        out = bytearray()
+        while len(out) <= limit:
+            line = self._line()
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise BadResponse(f"bad chunk size {size_text[:20]!r}") from None
+            if size == 0:
+                while self._line():  # trailers, up to the empty line
+                    pass
+                self.chunked = False  # read to its end: the connection may be reused
+                return bytes(out)
+            want = min(size, limit + 1 - len(out))  # a hostile size is never buffered whole
+            out += self._take(want)
+            if want < size:
+                break
+            self._take(2)  # the CRLF after each chunk
+        return bytes(out[: limit + 1])
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self._raw:
+            if len(self._raw) > _MAX_HEADER:
+                raise ConnectionResetError("chunk header too large")
+            self._more()
+        line, _, rest = bytes(self._raw).partition(b"\r\n")
+        self._raw = bytearray(rest)
+        return line
+
+    def _take(self, size: int) -> bytes:
+        while len(self._raw) < size:
+            self._more()
+        data = bytes(self._raw[:size])
+        del self._raw[:size]
+        return data
+
+    def _more(self) -> None:
+        assert self.conn.sock is not None
+        chunk = self.conn.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionResetError("connection closed mid-body")
+        self._raw += chunk

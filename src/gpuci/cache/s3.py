@@ -6,29 +6,32 @@ go through presigned URLs over plain ``http.client`` connections, one per worker
 straight into preallocated buffers: on a 2-core runner the client's CPU per byte decides the
 speed, and boto3's streaming body costs about twice what this path does.
 
-When the credentials are in the environment, GETs (refs, manifests, ranges) are presigned by
-:mod:`gpuci.cache.sigv4` and boto3 is only imported for what needs it (listings, uploads, and
-any GET the fast path cannot answer, so errors read exactly as before): a restore that hits
-never pays the 0.3-0.6 s boto3 costs to import and set up.
+When the credentials are in the environment, on AWS or a custom endpoint (path-style), refs,
+manifests, listings, HEADs, plain PUTs and ranges are signed by :mod:`gpuci.cache.sigv4` and
+sent by :mod:`gpuci.cache.s3rest`; boto3 is only imported for what needs it (conditional
+writes, uploads, and any answer only boto3 can act on, such as a region redirect). Errors from
+either path read the same (:meth:`S3Store._coded_error`): a restore never pays the 0.3-0.6 s
+boto3 costs to import and set up, nor ``http.client`` and ``ssl`` on an ``http://`` endpoint.
 """
 
 from __future__ import annotations
 
-import http.client
 import re
 import socket
-import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import botocore.exceptions  # the exception classes only; botocore.session loads lazily
 
 from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
+from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable, http_time
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
+
+if TYPE_CHECKING:
+    import http.client
 
 _CRED_CODES = {
     "InvalidAccessKeyId",
@@ -43,11 +46,13 @@ _CRED_CODES = {
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 # Plain-http endpoints read bodies through rawhttp (fewer system calls); https uses http.client.
 RAW_HTTP = True
-_NO_CREDS = (
-    botocore.exceptions.NoCredentialsError,
-    botocore.exceptions.PartialCredentialsError,
-)
-_FALLBACK = object()
+# Answers only boto3 can act on (it follows a bucket to its region): the fast path hands over.
+_HAND_OVER_CODES = {
+    "PermanentRedirect",
+    "TemporaryRedirect",
+    "AuthorizationHeaderMalformed",
+    "IllegalLocationConstraintException",
+}
 _CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
 _CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
 
@@ -60,6 +65,13 @@ def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     except ValueError:
         attempts = 8
     return mode, attempts
+
+
+def _bce() -> Any:
+    """botocore's exception classes; botocore is loaded by then (only its calls raise them)."""
+    import botocore.exceptions
+
+    return botocore.exceptions
 
 
 def _upload_failed() -> type[Exception]:
@@ -85,6 +97,8 @@ class _HttpRange:
         self._done = False
 
     def readinto(self, buffer: memoryview) -> int:
+        import http.client  # loaded: this range came through it
+
         try:
             n = self._resp.readinto(buffer)
         except (OSError, http.client.HTTPException) as exc:
@@ -147,7 +161,10 @@ class S3Store(Store):
         self.prefix = f"{prefix}/" if prefix else ""
         self.url = f"s3://{bucket}/{prefix}".rstrip("/")
         self.name_limit = 1024 - len(self.prefix.encode())  # S3's limit on an object's name
-        self.endpoint_url = endpoint_url
+        self.endpoint_url = endpoint_url  # the input, as given (messages, the journal)
+        # The endpoint requests go to, and what chose it: the input, else AWS_ENDPOINT_URL_S3 or
+        # AWS_ENDPOINT_URL, as botocore picks; empty for AWS (or a profile's endpoint_url).
+        self.endpoint, self.endpoint_source = sigv4.configured_endpoint(endpoint_url, environ)
         self.region = region
         self.environ = environ
         self.mask = mask
@@ -161,6 +178,9 @@ class S3Store(Store):
             None
             if environ.get("AWS_PROFILE")
             else sigv4.Presigner.for_store(bucket, endpoint_url, region, environ)
+        )
+        self._rest = (
+            RestClient(self._presigner, self.max_attempts) if self._presigner is not None else None
         )
         if self._presigner is not None:
             creds = self._presigner.creds
@@ -188,7 +208,7 @@ class S3Store(Store):
         try:
             session = boto3.session.Session(region_name=self.region)
             creds = session.get_credentials()
-        except botocore.exceptions.BotoCoreError as exc:
+        except _bce().BotoCoreError as exc:
             raise self._config_error(exc) from None
         if creds is None:
             raise StoreError(
@@ -207,7 +227,7 @@ class S3Store(Store):
             max_pool_connections=max(10, workers * 2),
             connect_timeout=10,
             read_timeout=60,
-            s3={"addressing_style": "path"} if self.endpoint_url else {},
+            s3={"addressing_style": "path"} if self.endpoint else {},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
@@ -217,15 +237,16 @@ class S3Store(Store):
             max_concurrency=4,
         )
         try:
-            self._client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
-        except botocore.exceptions.BotoCoreError as exc:
+            self._client = session.client("s3", endpoint_url=self.endpoint or None, config=config)
+        except _bce().BotoCoreError as exc:
             raise self._config_error(exc) from None
 
     # ----- errors ----------------------------------------------------------------------------
     def _config_error(self, exc: Exception) -> Exception:
         """AWS configuration botocore cannot use (a missing profile, an unreadable config file):
         bad input, one line, not an internal error."""
-        if isinstance(exc, botocore.exceptions.ProfileNotFound):
+        bce = _bce()
+        if isinstance(exc, bce.ProfileNotFound):
             profile = getattr(exc, "kwargs", {}).get("profile") or self.environ.get("AWS_PROFILE")
             return InputError(
                 f"AWS profile '{profile}' (AWS_PROFILE) is not in the AWS config files",
@@ -233,10 +254,10 @@ class S3Store(Store):
                 "(AWS_CONFIG_FILE), or unset AWS_PROFILE to use the environment's credentials",
             )
         config_errors = (
-            botocore.exceptions.ConfigParseError,
-            botocore.exceptions.ConfigNotFound,
-            botocore.exceptions.InvalidConfigError,
-            botocore.exceptions.UnknownCredentialError,
+            bce.ConfigParseError,
+            bce.ConfigNotFound,
+            bce.InvalidConfigError,
+            bce.UnknownCredentialError,
         )
         if isinstance(exc, config_errors):
             return InputError(
@@ -247,13 +268,8 @@ class S3Store(Store):
 
     def _endpoint(self) -> tuple[str, str]:
         """The endpoint in use and what chose it (input, variable, profile), for messages."""
-        if self.endpoint_url:
-            return self.endpoint_url, "the endpoint-url input"
-        ignore = self.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true"
-        for var in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
-            value = self.environ.get(var, "").strip()
-            if value and not ignore:
-                return value, var
+        if self.endpoint:
+            return self.endpoint, self.endpoint_source
         client = self._client
         actual = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "")
         if actual and not (urlsplit(actual).hostname or "").endswith(".amazonaws.com"):
@@ -267,8 +283,8 @@ class S3Store(Store):
 
     def _error(self, exc: Exception, op: str, key: str = "") -> Exception:
         """One line naming the cause and the fix, for every way boto3 can fail."""
-        target = f"{self.url}/{key}" if key else self.url
-        if isinstance(exc, _NO_CREDS):
+        bce = _bce()
+        if isinstance(exc, bce.NoCredentialsError | bce.PartialCredentialsError):
             return StoreError(
                 f"no usable AWS credentials for {self.url}",
                 hint="configure credentials (aws-actions/configure-aws-credentials or "
@@ -276,26 +292,36 @@ class S3Store(Store):
             )
         if isinstance(
             exc,
-            botocore.exceptions.EndpointConnectionError
-            | botocore.exceptions.ConnectTimeoutError
-            | botocore.exceptions.ConnectionClosedError
-            | botocore.exceptions.ReadTimeoutError,
+            bce.EndpointConnectionError
+            | bce.ConnectTimeoutError
+            | bce.ConnectionClosedError
+            | bce.ReadTimeoutError,
         ):
-            source = self._endpoint()[1] or "endpoint-url"
-            return StoreError(
-                f"cannot reach the S3 endpoint {self._where()} ({type(exc).__name__})",
-                hint=f"check {source}, the network and any proxy settings",
-            )
+            return self._unreachable(type(exc).__name__)
         code, message = "", str(exc)
-        if isinstance(exc, botocore.exceptions.ClientError):
+        if isinstance(exc, bce.ClientError):
             err = exc.response.get("Error", {})
             code = str(err.get("Code", ""))
             message = str(err.get("Message", "")) or code
-            if code in ("404", "NotFound") and op in ("list", "exists"):
-                code = "NoSuchBucket"
         elif isinstance(exc, _upload_failed()):
             found = _CODE_IN_TEXT.findall(str(exc))
             code = found[-1] if found else ""
+        return self._coded_error(code, message, op, key, type(exc).__name__)
+
+    def _unreachable(self, what: str) -> StoreError:
+        source = self._endpoint()[1] or "endpoint-url"
+        return StoreError(
+            f"cannot reach the S3 endpoint {self._where()} ({what})",
+            hint=f"check {source}, the network and any proxy settings",
+        )
+
+    def _coded_error(
+        self, code: str, message: str, op: str, key: str = "", what: str = ""
+    ) -> Exception:
+        """S3's error ``code`` as one line, whichever client got it (boto3 or the fast path)."""
+        target = f"{self.url}/{key}" if key else self.url
+        if code in ("404", "NotFound") and op in ("list", "exists"):
+            code = "NoSuchBucket"
         if code == "NoSuchBucket":
             return StoreError(
                 f"bucket '{self.bucket}' does not exist at {self._where()}",
@@ -309,14 +335,14 @@ class S3Store(Store):
         if code in _CONFLICT_CODES:
             return ConflictError(f"{key} was changed by someone else ({code})")
         return StoreError(
-            f"S3 {op} of {target} failed: {code or type(exc).__name__} {message}".strip(),
+            f"S3 {op} of {target} failed: {code or what} {message}".strip(),
             hint="check the store, its permissions and the endpoint; retry if S3 was down",
         )
 
     def _call(self, op: str, key: str, fn: Callable, **kwargs):
         try:
             return fn(Bucket=self.bucket, **kwargs)
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        except (_bce().BotoCoreError, _bce().ClientError) as exc:
             raise self._error(exc, op, key) from None
         except _upload_failed() as exc:
             raise self._error(exc, op, key) from None
@@ -326,31 +352,45 @@ class S3Store(Store):
         try:
             self.client.head_bucket(Bucket=self.bucket)
             return True
-        except botocore.exceptions.ClientError as exc:
+        except _bce().ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchBucket"):
                 return False
             raise self._error(exc, "exists") from None
-        except botocore.exceptions.BotoCoreError as exc:
+        except _bce().BotoCoreError as exc:
             raise self._error(exc, "exists") from None
 
     def head(self, key: str) -> ObjectInfo | None:
+        reply = self._fast("head", "HEAD", key)
+        if reply is not None:
+            if reply.status == 200:
+                size = reply.headers.get("content-length", "").strip()
+                if not size.isdigit():
+                    raise self._bad_answer("head", key, "no Content-Length")
+                modified = http_time(reply.headers.get("last-modified", ""))
+                return ObjectInfo(key, int(size), modified, reply.headers.get("etag", ""))
+            if reply.status == 404:
+                return None
+            raise self._coded_error(reply.code, reply.message, "head", key)
         try:
             resp = self.client.head_object(Bucket=self.bucket, Key=self.prefix + key)
-        except botocore.exceptions.ClientError as exc:
+        except _bce().ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise self._error(exc, "head", key) from None
-        except botocore.exceptions.BotoCoreError as exc:
+        except _bce().BotoCoreError as exc:
             raise self._error(exc, "head", key) from None
         return ObjectInfo(
             key, int(resp["ContentLength"]), resp["LastModified"].timestamp(), resp.get("ETag", "")
         )
 
     def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
-        if self._presigner is not None:
-            got = self._fast_get(key, limit)
-            if got is not _FALLBACK:
-                return got  # type: ignore[return-value]
+        reply = self._fast("get", "GET", key, limit=limit)
+        if reply is not None:
+            if reply.status == 200:
+                return reply.body, reply.headers.get("etag", "")
+            if reply.code in ("NoSuchKey", "404"):
+                return None
+            raise self._coded_error(reply.code, reply.message, "get", key)
         try:
             resp = self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)
             body = resp["Body"]
@@ -359,19 +399,19 @@ class S3Store(Store):
             finally:
                 body.close()  # over the cap: the rest is never read
             return data, resp.get("ETag", "")
-        except botocore.exceptions.ClientError as exc:
+        except _bce().ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchKey", "404"):
                 return None
             raise self._error(exc, "get", key) from None
-        except botocore.exceptions.BotoCoreError as exc:
+        except _bce().BotoCoreError as exc:
             raise self._error(exc, "get", key) from None
 
     def put(self, key: str, data: bytes) -> str:
-        if self._presigner is not None:  # e.g. restore's usage record: no boto3 for one PUT
-            status, _, etag = self._fast("PUT", key, data)
-            if status == 200:
-                return etag
-            self._slow_path()
+        reply = self._fast("put", "PUT", key, body=data)  # e.g. restore's usage record
+        if reply is not None:
+            if reply.status == 200:
+                return reply.headers.get("etag", "")
+            raise self._coded_error(reply.code, reply.message, "put", key)
         resp = self._call("put", key, self.client.put_object, Key=self.prefix + key, Body=data)
         return resp.get("ETag", "")
 
@@ -392,14 +432,12 @@ class S3Store(Store):
             self.client.upload_file(
                 str(path), self.bucket, self.prefix + key, Config=self._transfer, Callback=on_bytes
             )
-        except (
-            botocore.exceptions.BotoCoreError,
-            botocore.exceptions.ClientError,
-            _upload_failed(),
-        ) as exc:
+        except (_bce().BotoCoreError, _bce().ClientError, _upload_failed()) as exc:
             raise self._error(exc, "upload", key) from None
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if self._rest is not None and (yield from self._fast_list(prefix)):
+            return
         paginator = self.client.get_paginator("list_objects_v2")
         strip = len(self.prefix)
         try:
@@ -411,7 +449,7 @@ class S3Store(Store):
                         item["LastModified"].timestamp(),
                         item.get("ETag", ""),
                     )
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        except (_bce().BotoCoreError, _bce().ClientError) as exc:
             raise self._error(exc, "list", prefix) from None
 
     def delete(self, key: str) -> None:
@@ -428,52 +466,66 @@ class S3Store(Store):
                 ExtraArgs={"MetadataDirective": "REPLACE"},
                 Config=self._transfer,
             )
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        except (_bce().BotoCoreError, _bce().ClientError) as exc:
             raise self._error(exc, "touch", key) from None
 
-    def _fast(
-        self, method: str, key: str, body: bytes | None = None, limit: int | None = None
-    ) -> tuple[int, bytes, str]:
-        """One presigned request without boto3: (status, body, ETag); status 0 if it failed.
-
-        With ``limit``, at most ``limit + 1`` bytes of the answer are read."""
-        url = self._presigner.url(self.prefix + key, 900, method=method) if self._presigner else ""
-        if not url:
-            return 0, b"", ""
-        parts = urlsplit(url)
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = cls(parts.netloc, timeout=60)
+    # ----- the fast path: requests signed here, no boto3 -----------------------------------
+    def _fast(self, op: str, method: str, key: str, **kwargs: Any) -> Reply | None:
+        """One request signed by :mod:`gpuci.cache.sigv4`: its final answer (after retries),
+        or None when boto3 must answer instead (no fast path here, or an answer only boto3
+        can act on: a redirect to the bucket's region); a hand-over lasts for the run."""
+        rest = self._rest
+        if rest is None:
+            return None
         try:
-            # The Host header exactly as signed (http.client would drop a default port).
-            conn.request(method, f"{parts.path}?{parts.query}", body, {"Host": parts.netloc})
-            resp = conn.getresponse()
-            data = resp.read() if limit is None else resp.read(limit + 1)
-            return resp.status, data, resp.getheader("ETag", "")
-        except (OSError, http.client.HTTPException):
-            return 0, b"", ""
-        finally:
-            conn.close()
+            reply = rest.call(method, self.prefix + key, **kwargs)
+        except Unreachable as exc:
+            raise self._unreachable(exc.name) from None
+        except BadAnswer as exc:
+            raise self._bad_answer(op, key, str(exc)) from None
+        if self._hand_over(reply):
+            return None
+        return reply
 
-    def _fast_get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | object | None:
-        """The body and ETag, None when the key is absent, or _FALLBACK.
+    def _hand_over(self, reply: Reply) -> bool:
+        if 300 <= reply.status < 400 or reply.code in _HAND_OVER_CODES:
+            self._slow_path()
+            return True
+        return False
 
-        Anything but 200 or NoSuchKey (errors, redirects, throttling) falls back to boto3,
-        which retries and words the error exactly as every other store call does; a fallback
-        turns the fast path off for the rest of the run.
-        """
-        status, body, etag = self._fast("GET", key, limit=limit)
-        if status == 200:
-            return body, etag
-        if status == 404:
-            found = _CODE_RE.search(body.decode("utf-8", "replace"))
-            if found and found.group(1) == "NoSuchKey":
-                return None
-        self._slow_path()
-        return _FALLBACK
+    def _fast_list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The listing through the fast path; returns False when boto3 must list instead."""
+        assert self._rest is not None
+        strip, first = len(self.prefix), True
+        try:
+            for reply, entries in self._rest.list_pages(self.prefix + prefix):
+                if reply.status != 200:
+                    if first and self._hand_over(reply):
+                        return False
+                    raise self._coded_error(reply.code, reply.message, "list", prefix)
+                first = False
+                for item in entries:
+                    if not item.key.startswith(self.prefix):
+                        raise self._bad_answer("list", prefix, f"a key outside {self.prefix!r}")
+                    yield ObjectInfo(item.key[strip:], item.size, item.modified, item.etag)
+        except Unreachable as exc:
+            raise self._unreachable(exc.name) from None
+        except BadAnswer as exc:
+            raise self._bad_answer("list", prefix, str(exc)) from None
+        return True
+
+    def _bad_answer(self, op: str, key: str, what: str) -> StoreError:
+        return StoreError(
+            f"the S3 endpoint {self._where()} answered a {op} of {self.url}/{key} with an "
+            f"invalid response: {what}",
+            hint="check endpoint-url points at an S3-compatible server, not a proxy "
+            "that rewrites answers",
+        )
 
     def _slow_path(self) -> None:
         """Presign through boto3 from now on."""
         self._presigner = None
+        self._rest = None
         with self._urls_lock:
             self._urls.clear()
 
@@ -496,10 +548,14 @@ class S3Store(Store):
         return url
 
     def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        import http.client  # https (or RAW_HTTP off) only: plain http reads through rawhttp
+
         pool: dict = self._local.__dict__.setdefault("pool", {})
         conn = pool.pop((scheme, netloc), None)
         if conn is None:
             if scheme == "https":
+                import ssl
+
                 conn = http.client.HTTPSConnection(
                     netloc, timeout=60, context=ssl.create_default_context()
                 )
@@ -508,6 +564,8 @@ class S3Store(Store):
         return conn
 
     def _release(self, conn: http.client.HTTPConnection) -> None:
+        import http.client
+
         pool: dict = self._local.__dict__.setdefault("pool", {})
         scheme = "https" if isinstance(conn, http.client.HTTPSConnection) else "http"
         netloc = f"{conn.host}:{conn.port}"
@@ -524,6 +582,8 @@ class S3Store(Store):
         headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
         if parts.scheme == "http" and RAW_HTTP:
             return self._open_raw(netloc, parts.netloc, target, headers, key, offset, length)
+        import http.client
+
         conn = self._connection(parts.scheme, netloc)
         try:
             conn.request("GET", target, headers=headers)

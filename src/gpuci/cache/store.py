@@ -18,7 +18,6 @@ import functools
 import hashlib
 import os
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -207,12 +206,12 @@ class LocalStore(Store):
     def _record_name(self, path: Path, part: str) -> None:
         if path.exists():
             return
-        temp = path.with_name(f"{path.name}{layout.INCOMPLETE}-{uuid.uuid4().hex[:12]}")
+        temp = path.with_name(f"{path.name}{layout.INCOMPLETE}-{os.urandom(6).hex()}")
         temp.write_text(part, encoding="utf-8")
         os.replace(temp, path)
 
     def _temp(self, final: Path) -> Path:
-        return final.with_name(f"{final.name}{layout.INCOMPLETE}-{uuid.uuid4().hex[:12]}")
+        return final.with_name(f"{final.name}{layout.INCOMPLETE}-{os.urandom(6).hex()}")
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:

@@ -35,7 +35,6 @@ import hashlib
 import os
 import stat
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +206,7 @@ class LocalTier:
         return folder
 
     def _temp(self) -> Path:
-        return self._folder("tmp") / f"{uuid.uuid4().hex}{layout.INCOMPLETE}"
+        return self._folder("tmp") / f"{os.urandom(16).hex()}{layout.INCOMPLETE}"
 
     @contextlib.contextmanager
     def _lock(self, name: str, shared: bool = False) -> Iterator[None]:

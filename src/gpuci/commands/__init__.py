@@ -55,28 +55,35 @@ class Command:
         return getattr(importlib.import_module(module), func)
 
 
-def all_commands() -> tuple[Command, ...]:
-    from gpuci.commands import (
-        cache_weights,
-        dry_run,
-        gpu_setup,
-        gpu_smoke,
-        pods,
-        retry_fetch,
-        training,
-    )
+# Where each top-level command is defined, in --help's order: the CLI imports only the module
+# of the command it runs (``command_named``), not every command's definitions.
+_DEFINED_IN = (
+    ("gpu-setup", "gpu_setup", "COMMAND"),
+    ("cache-weights", "cache_weights", "COMMAND"),
+    ("retry-fetch", "retry_fetch", "COMMAND"),
+    ("gpu-smoke", "gpu_smoke", "COMMAND"),
+    ("dry-run", "dry_run", "COMMAND"),
+    ("pods", "pods", "COMMAND"),
+    ("gate", "training", "GATE"),
+    ("provenance", "training", "PROVENANCE"),
+    ("report", "training", "REPORT"),
+)
 
-    return (
-        gpu_setup.COMMAND,
-        cache_weights.COMMAND,
-        retry_fetch.COMMAND,
-        gpu_smoke.COMMAND,
-        dry_run.COMMAND,
-        pods.COMMAND,
-        training.GATE,
-        training.PROVENANCE,
-        training.REPORT,
-    )
+
+def _defined(module: str, attr: str) -> Command:
+    return getattr(importlib.import_module(f"gpuci.commands.{module}"), attr)
+
+
+def all_commands() -> tuple[Command, ...]:
+    return tuple(_defined(module, attr) for _, module, attr in _DEFINED_IN)
+
+
+def command_named(name: str) -> Command | None:
+    """The top-level command called ``name``, loading only its module; None if there is none."""
+    for known, module, attr in _DEFINED_IN:
+        if known == name:
+            return _defined(module, attr)
+    return None
 
 
 def iter_leaf_commands() -> list[tuple[str, Command]]:

@@ -1,0 +1,119 @@
+"""The boto3-free control plane against a hostile S3 endpoint: listings and bodies it sends
+are input. Each answer below ends in one line naming the endpoint (exit 3), never a hang, a
+gigabyte held in memory or a key from outside the store's prefix."""
+
+from __future__ import annotations
+
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from conftest import CREDS
+from gpuci.cache.s3 import S3Store
+from gpuci.cache.s3rest import MAX_LISTING_PAGE, parse_listing
+from gpuci.errors import StoreError
+from loopback_http import LoopbackHTTPServer
+
+NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+
+
+def _page(keys: list[str], token: str = "", encoded: bool = True) -> bytes:
+    items = "".join(
+        f"<Contents><Key>{k}</Key><Size>10</Size><LastModified>2026-11-30T10:00:00.000Z"
+        "</LastModified><ETag>&quot;e&quot;</ETag></Contents>"
+        for k in keys
+    )
+    more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}</NextContinuationToken>"
+    tail = more if token else "<IsTruncated>false</IsTruncated>"
+    kind = "<EncodingType>url</EncodingType>" if encoded else ""
+    return f"<ListBucketResult {NS}>{kind}{items}{tail}</ListBucketResult>".encode()
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    answer = b""
+    chunked = False
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = type(self).answer
+        self.send_response(200)
+        self.send_header("Content-Type", "application/xml")
+        if type(self).chunked == "ok":  # a valid chunked answer, in two chunks and a trailer
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            half = len(body) // 2
+            for part in (body[:half], body[half:]):
+                self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\nX-Trailer: 1\r\n\r\n")
+            return
+        if type(self).chunked:  # one chunk claiming more than the page cap, then the bytes
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n" % (1 << 40))
+            block = b"<a>" + b"x" * (1 << 20)
+            for _ in range((MAX_LISTING_PAGE >> 20) + 4):
+                try:
+                    self.wfile.write(block)
+                except OSError:
+                    return
+            return
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _store(port: int) -> S3Store:
+    env = {**CREDS, "AWS_MAX_ATTEMPTS": "1"}
+    return S3Store(
+        "bkt", "cache", endpoint_url=f"http://127.0.0.1:{port}", region=None, environ=env, mask=None
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "chunked", "says"),
+    [
+        (_page(["other/refs/default/k"]), False, "a key outside 'cache/'"),
+        (_page(["cache/refs/default/k"], token="same"), False, "repeats a continuation token"),
+        (b"<ListBucketResult><Contents><Key>", False, "not valid XML"),
+        (
+            b'<!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;">'
+            b'<!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;"><!ENTITY d "&c;&c;&c;&c;&c;&c;&c;&c;">]>'
+            b"<ListBucketResult><Contents><Key>&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;</Key>"
+            b"<Size>x</Size></Contents></ListBucketResult>",
+            False,
+            "invalid response",
+        ),
+        (b"", True, "over 8 MiB"),
+    ],
+    ids=["outside-prefix", "token-loop", "bad-xml", "entities", "huge-page"],
+)
+def test_a_hostile_listing_is_one_line_naming_the_endpoint(answer, chunked, says):
+    handler = type("H", (_Hostile,), {"answer": answer, "chunked": chunked})
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        with pytest.raises(StoreError) as caught:
+            list(store.list("refs/default/"))
+    message = caught.value.message
+    assert f"127.0.0.1:{server.port}" in message and "invalid response" in message, message
+    assert says in message, message
+    assert "\n" not in message
+
+
+def test_a_chunked_listing_is_decoded():
+    answer = _page(["cache/refs/default/a%20b", "cache/refs/default/c"])
+    handler = type("H", (_Hostile,), {"answer": answer, "chunked": "ok"})
+    with LoopbackHTTPServer(handler) as server:
+        got = list(_store(server.port).list("refs/default/"))
+    assert [o.key for o in got] == ["refs/default/a b", "refs/default/c"]
+
+
+def test_listing_keys_are_url_decoded_as_botocore_decodes_them():
+    entries, token = parse_listing(_page(["cache/refs/default/a%20b+c%0A"], token="t/1"))
+    assert [e.key for e in entries] == ["cache/refs/default/a b c\n"]  # unquote_plus, as boto3
+    assert entries[0].size == 10 and entries[0].etag == '"e"' and token == "t/1"
+    assert entries[0].modified == 1796032800.0
+    plain, _ = parse_listing(_page(["cache/a%20b"], encoded=False))
+    assert plain[0].key == "cache/a%20b"
