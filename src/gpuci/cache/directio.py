@@ -101,6 +101,11 @@ class TargetFile:
                     self._drop_direct()
         return os.preadv(self.fd, [view[:length]], offset)
 
+    @property
+    def buffered(self) -> bool:
+        """True when writes go through the page cache (``O_DIRECT`` is off or was refused)."""
+        return self.dfd < 0
+
     def chmod(self, mode: int) -> None:
         os.fchmod(self.fd, mode)
 

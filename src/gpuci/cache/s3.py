@@ -27,6 +27,7 @@ import botocore.exceptions  # the exception classes only; botocore.session loads
 
 from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
+from gpuci.cache.splicing import Pipe
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
 
@@ -120,6 +121,17 @@ class _RawRange:
     def readinto(self, buffer: memoryview) -> int:
         try:
             n = self._resp.readinto(buffer)
+        except OSError as exc:
+            self._resp.conn.close()
+            raise TransientError(f"connection dropped mid-body: {exc}") from None
+        if self._resp.length == 0 and not self._resp.keep_alive:
+            self._resp.conn.close()
+        return n
+
+    def splice_into(self, pipe: Pipe, limit: int) -> int:
+        """Up to ``limit`` body bytes into ``pipe``, in the kernel (see gpuci.cache.splicing)."""
+        try:
+            n = self._resp.splice_into(pipe, limit)
         except OSError as exc:
             self._resp.conn.close()
             raise TransientError(f"connection dropped mid-body: {exc}") from None
