@@ -85,3 +85,20 @@ def test_bench_cache_small(tmp_path):
     second = int(rows["second save uploaded"].replace(",", ""))
     assert changed == 1_048_576
     assert changed < second < changed + 16_384
+
+
+def test_bench_write_path_small(tmp_path):
+    # Every way of landing bytes runs end to end (4 x 8 MiB); the figures are printed only.
+    small = ["--rounds", "1", "--file-size", str(8 << 20), "--workdir", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_write_path.py", *small],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("copy-4M", "copy-256K", "splice-pread", "splice-mmap"):
+        assert f"| {name} |" in proc.stdout

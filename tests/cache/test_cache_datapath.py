@@ -8,11 +8,14 @@ that a restore hit never imports boto3.
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import os
 import random
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -22,8 +25,11 @@ from botocore.config import Config
 from treeutil import snapshot
 
 from conftest import REPO_ROOT, cache_cmd
-from gpuci.cache import directio, layout
+from gpuci.cache import directio, layout, splicing, transfer
+from gpuci.cache.manifest import Entry
+from gpuci.cache.rawhttp import RawConnection, RawResponse
 from gpuci.cache.sigv4 import Presigner
+from gpuci.errors import IntegrityError
 
 ENV_CREDS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalr/secret+key"}
 
@@ -242,13 +248,88 @@ def test_direct_io_is_opt_in():
     assert directio.enabled({"GPUCI_CACHE_DIRECT_IO": "on"}) == hasattr(os, "O_DIRECT")
 
 
-# ----- whole restores, O_DIRECT on and off --------------------------------------------------------
+# ----- splice: socket -> pipe -> file, no copy through user space --------------------------------
 
 
-@pytest.mark.parametrize("direct", ["on", "off"])
-def test_many_parts_per_file_restore_bit_exact(s3_store, env, tmp_path, monkeypatch, direct):
+def _raw_response(body: bytes, early: int, cut: int = 0) -> tuple[RawResponse, socket.socket]:
+    """A response whose first ``early`` body bytes came with the headers, the rest on a socket;
+    with ``cut``, the server hangs up that many bytes before the end."""
+    ours, theirs = socket.socketpair()
+    conn = RawConnection("127.0.0.1", 0, "127.0.0.1")
+    conn.sock = ours
+
+    def serve() -> None:
+        theirs.sendall(body[early : len(body) - cut])
+        if cut:
+            theirs.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return RawResponse(conn, 206, {}, len(body), body[:early]), theirs
+
+
+@pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
+@pytest.mark.parametrize("file_splices", [True, False], ids=["splice", "refused-by-fs"])
+def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypatch, file_splices):
+    body = random.Random(3).randbytes(3_000_001)
+    resp, peer = _raw_response(body, early=40_000)
+    real_splice = os.splice
+    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def refusing(src, dst, count, *args, **kwargs):  # a filesystem without splice_write
+        if dst == fd:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_splice(src, dst, count, *args, **kwargs)
+
+    if not file_splices:
+        monkeypatch.setattr(os, "splice", refusing)
+    pipe = splicing.Pipe()
+    try:
+        pos = 4096
+        while resp.length:
+            assert resp.splice_into(pipe, 300_000) > 0
+            pos += pipe.drain(fd, pos)
+        assert pipe.held == 0 and pipe.file_splices is file_splices
+        assert resp.splice_into(pipe, 1) == 0  # the body is over: nothing more is taken
+    finally:
+        pipe.close()
+        os.close(fd)
+        peer.close()
+    data = (tmp_path / "f.bin").read_bytes()
+    assert data[:4096] == bytes(4096) and data[4096:] == body
+
+
+@pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
+def test_splice_of_a_cut_body_is_a_dropped_connection(tmp_path):
+    body = random.Random(4).randbytes(200_000)
+    resp, peer = _raw_response(body, early=0, cut=50_000)  # promised 200,000, sends 150,000
+    pipe = splicing.Pipe()
+    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(ConnectionResetError):
+            while True:
+                resp.splice_into(pipe, 1 << 20)
+                pipe.drain(fd, 0)
+    finally:
+        pipe.close()
+        os.close(fd)
+        peer.close()
+
+
+# ----- whole restores: spliced, copied, O_DIRECT ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "direct,splice", [("off", True), ("off", False), ("on", True)], ids=["splice", "copy", "direct"]
+)
+def test_many_parts_per_file_restore_bit_exact(
+    s3_store, env, tmp_path, monkeypatch, direct, splice
+):
     monkeypatch.setattr(layout, "MIN_PART", 256 << 10)  # several parts per file, out of order
     monkeypatch.setattr(layout, "IO_CHUNK", 64 << 10)  # several chunks per part: the pipeline
+    monkeypatch.setattr(layout, "WRITE_SLICE", 16 << 10)  # several slices per chunk
+    monkeypatch.setattr(transfer, "SPLICE", splice and splicing.available())
+    pipes = []
+    monkeypatch.setattr(splicing, "Pipe", lambda real=splicing.Pipe: pipes.append(1) or real())
     monkeypatch.setenv("GPUCI_CACHE_DIRECT_IO", direct)
     src = tmp_path / "src"
     src.mkdir()
@@ -261,3 +342,40 @@ def test_many_parts_per_file_restore_bit_exact(s3_store, env, tmp_path, monkeypa
     assert got.ok, got.headline
     assert int(got.outputs["bytes-downloaded"]) >= 4_548_583
     assert snapshot(out) == snapshot(src)
+    # The socket -> pipe -> file path ran exactly where it applies (buffered, plain http).
+    assert bool(pipes) == (transfer.SPLICE and direct == "off")
+
+
+# ----- the hash cursor ----------------------------------------------------------------------------
+
+
+def test_hash_cursor_reads_back_spliced_and_early_parts_in_order(tmp_path):
+    data = random.Random(8).randbytes(1_000_003)
+    entry = Entry("file", 0, "w.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    target = transfer._BlobTarget(entry, tmp_path / "w.bin")
+    target.open(direct=False)
+    scratch = memoryview(bytearray(64 << 10))  # smaller than a part: read back piece by piece
+    try:
+        cuts = [(600_000, len(data)), (0, 300_000), (300_000, 600_000)]  # the last part first
+        for start, stop in cuts:
+            target.file.write(memoryview(data)[start:stop], start)
+        assert not target.advance(600_000, len(data) - 600_000, None, scratch)  # spliced, early
+        assert not target.advance(0, 300_000, memoryview(data)[:300_000], scratch)  # in memory
+        assert target.advance(300_000, 300_000, None, scratch)  # completes the file
+        target.finish()
+    finally:
+        target.close()
+
+
+def test_a_staging_file_cut_short_under_the_hash_is_an_error_not_a_hang(tmp_path):
+    data = random.Random(9).randbytes(500_000)
+    entry = Entry("file", 0, "w.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    target = transfer._BlobTarget(entry, tmp_path / "w.bin")
+    target.open(direct=False)
+    try:
+        target.file.write(memoryview(data), 0)
+        os.truncate(tmp_path / "w.bin", 100_000)  # another process of the runner's user
+        with pytest.raises(IntegrityError, match="truncated the staging file"):
+            target.advance(0, len(data), None, memoryview(bytearray(64 << 10)))
+    finally:
+        target.close()

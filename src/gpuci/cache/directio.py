@@ -1,8 +1,10 @@
 """Writing large restored files with ``O_DIRECT``: the bytes skip the page cache.
 
-On the 2-core runners this cache is built for, a buffered write costs about 0.9 CPU-seconds
-per GiB in the kernel (page allocation, copy, dirty accounting), more than hashing the same
-bytes; an ``O_DIRECT`` write of the same GiB costs about 0.06 s (`dd`, see docs/benchmarks.md).
+On the 2-core runners this cache is built for, a buffered write of 4 MiB chunks cost about
+0.9 CPU-seconds per GiB in the kernel (page allocation, a cache-cold copy, dirty accounting);
+an ``O_DIRECT`` write of the same GiB costs about 0.06 s (`dd`, see docs/benchmarks.md). The
+default buffered path has since become much cheaper (spliced, or written in 256 KiB slices:
+"Big-file write path" in docs/benchmarks.md), so ``O_DIRECT`` now saves far less.
 The price: the restored files are not left warm in the page cache, and a job usually reads its
 weights right after restoring them. Measured here (4 x 512 MiB from s3rver, restore then
 ``cat`` of every file): O_DIRECT 3.7-5.4 s + 2.8-3.7 s to read back = 6.5-9.1 s; buffered
@@ -100,6 +102,11 @@ class TargetFile:
                         raise
                     self._drop_direct()
         return os.preadv(self.fd, [view[:length]], offset)
+
+    @property
+    def buffered(self) -> bool:
+        """True when writes go through the page cache (``O_DIRECT`` is off or was refused)."""
+        return self.dfd < 0
 
     def chmod(self, mode: int) -> None:
         os.fchmod(self.fd, mode)

@@ -13,10 +13,15 @@ listings, one PUT) on ``http://`` endpoints too: a restore then never imports ``
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+from typing import TYPE_CHECKING
 
 from gpuci.redact import excerpt
+
+if TYPE_CHECKING:
+    from gpuci.cache.splicing import Pipe
 
 _TIMEOUT_S = 60
 _MAX_HEADER = 64 << 10
@@ -153,6 +158,27 @@ class RawResponse:
             n = self.conn.sock.recv_into(buffer, want, socket.MSG_WAITALL)
             if n == 0:
                 raise ConnectionResetError("connection closed mid-body")
+        self.length -= n
+        return n
+
+    def splice_into(self, pipe: Pipe, limit: int) -> int:
+        """Move up to ``limit`` body bytes into ``pipe`` without copying them to user space.
+
+        Bytes that came in with the headers are written into the pipe; the rest goes straight
+        from the socket (``splice``), so the caller can drain them into a file in the kernel.
+        """
+        want = min(limit, self.length, pipe.room())
+        if want <= 0:
+            return 0
+        if len(self._early):
+            n = os.write(pipe.w, self._early[:want])
+            self._early = self._early[n:]
+        else:
+            assert self.conn.sock is not None
+            n = os.splice(self.conn.sock.fileno(), pipe.w, want)
+            if n == 0:
+                raise ConnectionResetError("connection closed mid-body")
+        pipe.filled(n)
         self.length -= n
         return n
 

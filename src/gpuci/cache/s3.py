@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
 from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable, http_time
+
+from gpuci.cache.splicing import Pipe
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
 
@@ -56,7 +58,6 @@ _HAND_OVER_CODES = {
 _CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
 _CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
 
-
 def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     """botocore's own knobs (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS), with sturdier defaults."""
     mode = environ.get("AWS_RETRY_MODE", "").strip() or "standard"
@@ -66,13 +67,11 @@ def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
         attempts = 8
     return mode, attempts
 
-
 def _bce() -> Any:
     """botocore's exception classes; botocore is loaded by then (only its calls raise them)."""
     import botocore.exceptions
 
     return botocore.exceptions
-
 
 def _upload_failed() -> type[Exception]:
     """boto3's upload error class; boto3 is loaded by then (only uploads raise it)."""
@@ -80,12 +79,10 @@ def _upload_failed() -> type[Exception]:
 
     return S3UploadFailedError
 
-
 def _total_size(content_range: str) -> int | None:
     """The object's size from ``Content-Range: bytes a-b/total`` (None when absent or ``*``)."""
     _, _, total = content_range.rpartition("/")
     return int(total) if total.strip().isdigit() else None
-
 
 class _HttpRange:
     """One ranged GET on a pooled connection; the connection goes back once fully read."""
@@ -124,7 +121,6 @@ class _HttpRange:
             else:
                 self._abandon()
 
-
 class _RawRange:
     """A ranged body on a raw keep-alive connection (plain http endpoints)."""
 
@@ -141,10 +137,20 @@ class _RawRange:
             self._resp.conn.close()
         return n
 
+    def splice_into(self, pipe: Pipe, limit: int) -> int:
+        """Up to ``limit`` body bytes into ``pipe``, in the kernel (see gpuci.cache.splicing)."""
+        try:
+            n = self._resp.splice_into(pipe, limit)
+        except OSError as exc:
+            self._resp.conn.close()
+            raise TransientError(f"connection dropped mid-body: {exc}") from None
+        if self._resp.length == 0 and not self._resp.keep_alive:
+            self._resp.conn.close()
+        return n
+
     def close(self) -> None:
         if self._resp.length:  # abandoned mid-body: the connection cannot be reused
             self._resp.conn.close()
-
 
 class S3Store(Store):
     def __init__(

@@ -1,12 +1,15 @@
 """Moving bytes: parallel ranged GETs streamed into place, sha256 checked on the way.
 
-Large files are cut into aligned parts fetched in parallel and written at their offsets
-(``O_DIRECT`` where the filesystem allows, see :mod:`gpuci.cache.directio`); a per-file hash
-cursor consumes the bytes in order as they arrive (parts that land early are re-read when their
-turn comes), so a file is verified the moment its last byte is written. Each worker receives
-chunk n+1 while its helper thread writes and hashes chunk n. Packed small files come in runs
-of neighbours, one GET per run, split into files while streaming. Every worker owns two
-preallocated buffers, so memory stays flat whatever the file size.
+Large files are cut into aligned parts fetched in parallel and written at their offsets; a
+per-file hash cursor consumes the bytes in order as they arrive (parts that land early are
+re-read when their turn comes), so a file is verified the moment its last byte is written,
+before it gets its final name. On plain-http stores the body goes socket -> pipe -> page cache
+with ``splice`` (:mod:`gpuci.cache.splicing`: no copy through user space) and the hash reads
+it back from the page cache; elsewhere each worker receives chunk n+1 into a buffer while its
+helper thread writes and hashes chunk n, slice by slice (``O_DIRECT`` when opted in, see
+:mod:`gpuci.cache.directio`). Packed small files come in runs of neighbours, one GET per run,
+split into files while streaming. Every worker owns two preallocated buffers (touched only by
+the copying path), so memory stays flat whatever the file size.
 
 Transient failures (5xx, SlowDown, dropped connections) are retried by one policy declared
 once (:func:`retrying`); a file whose bytes do not match their hash is fetched once more, then
@@ -34,11 +37,15 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gpuci.cache import directio, layout
+from gpuci.cache import directio, layout, splicing
 from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
+
+# Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
+# to cover the copying path).
+SPLICE = splicing.available()
 
 
 def retrying(attempts: int) -> Retrying:
@@ -176,15 +183,23 @@ class _BlobTarget:
     def reset(self) -> None:
         self.hasher, self.next, self.done, self.hashing = hashlib.sha256(), 0, {}, False
 
-    def advance(self, pos: int, data: memoryview, scratch: memoryview) -> bool:
-        """Record bytes written at ``pos``; returns True when this call completed the file."""
+    def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
+        """Record ``length`` bytes written at ``pos``; True when this call completed the file.
+
+        ``data`` holds those bytes, or is None when they never passed through user space
+        (spliced): the hash then reads them back from the file, as it does for parts that
+        arrived before their turn.
+        """
         with self.lock:
-            if self.hashing or pos != self.next:
-                self.done[pos] = len(data)
-                return False
+            if self.hashing or pos != self.next or data is None:
+                self.done[pos] = length
+                if self.hashing or pos != self.next:
+                    return False
             self.hashing = True
-        self.hasher.update(data)
-        position = pos + len(data)
+        position = pos
+        if data is not None:
+            self.hasher.update(data)
+            position += length
         while True:
             with self.lock:
                 self.next = position
@@ -192,13 +207,23 @@ class _BlobTarget:
                 if length is None:
                     self.hashing = False
                     return position == self.entry.size
-            assert self.file is not None
-            got = self.file.read_into(scratch, position, length)
+            position = self._hash_back(position, length, scratch)
+
+    def _hash_back(self, position: int, length: int, scratch: memoryview) -> int:
+        """Hash ``length`` written bytes from ``position``, read back a scratch buffer at a time."""
+        assert self.file is not None
+        end = position + length
+        while position < end:
+            got = self.file.read_into(scratch, position, min(len(scratch), end - position))
+            if got == 0:
+                raise IntegrityError(
+                    f"{self.path}: ends before byte {end}, which was written; something else "
+                    "truncated the staging file",
+                    hint="make sure no other process writes into the restore's target folder",
+                )
             self.hasher.update(scratch[:got])
             position += got
-            if got < length:  # a short read cannot happen on a regular file; be safe
-                with self.lock:
-                    self.done[position] = length - got
+        return position
 
     def finish(self) -> None:
         digest = self.hasher.hexdigest()
@@ -316,8 +341,11 @@ class Downloader:
         ``state["pos"]`` only moves past bytes that are written and handed to the hash, so a
         retry resumes exactly there.
         """
-        assert self._pool is not None
+        assert self._pool is not None and target.file is not None
         reader = self.store.open_range(key, state["pos"], end - state["pos"])
+        splice_into = getattr(reader, "splice_into", None)
+        if SPLICE and splice_into is not None and target.file.buffered:
+            return self._splice_part(target, reader, splice_into, state, end, lane)
         completed = False
         pending: tuple[Future[bool], int] | None = None
         pos, turn = state["pos"], 0
@@ -346,13 +374,67 @@ class Downloader:
                 state["pos"] = pending[1]
         return completed
 
+    def _splice_part(
+        self,
+        target: _BlobTarget,
+        reader: Any,
+        splice_into: Callable[[splicing.Pipe, int], int],
+        state: dict[str, int],
+        end: int,
+        lane: Lane,
+    ) -> bool:
+        """Move the part socket -> pipe -> file in the kernel; the helper hashes chunk n from
+        the page cache while chunk n+1 arrives. ``state["pos"]`` moves as in the copying path.
+        """
+        assert self._pool is not None and target.file is not None
+        fd = target.file.fd
+        completed = False
+        pending: tuple[Future[bool], int] | None = None
+        pos = state["pos"]
+        pipe: splicing.Pipe | None = None
+        try:
+            pipe = splicing.Pipe()
+            while pos < end:
+                start, stop = pos, min(end, pos + layout.IO_CHUNK)
+                while pos < stop:
+                    if self._pool.cancelled.is_set():
+                        raise _Cancelled()
+                    if splice_into(pipe, stop - pos) == 0:
+                        raise TransientError("the store closed the stream early")
+                    pos += pipe.drain(fd, pos)
+                if pending is not None:
+                    completed = pending[0].result() or completed
+                    state["pos"], pending = pending[1], None
+                pending = (lane.helper.submit(self._hash_spliced, target, start, pos), pos)
+        finally:
+            if pipe is not None:
+                pipe.close()
+            reader.close()
+            if pending is not None:
+                completed = pending[0].result() or completed
+                state["pos"] = pending[1]
+        return completed
+
+    def _hash_spliced(self, target: _BlobTarget, start: int, stop: int) -> bool:
+        self._count(stop - start)
+        return target.advance(start, stop - start, None, _scratch())
+
     def _land(self, target: _BlobTarget, chunk: memoryview, pos: int) -> bool:
-        """Write one chunk in place and feed the file's hash; True when it completed the file."""
+        """Write one chunk in place and feed the file's hash; True when it completed the file.
+
+        Buffered writes go a slice at a time, each hashed right after it is written while it is
+        still in the CPU cache; ``O_DIRECT`` writes stay whole (they skip the page cache).
+        """
         assert target.file is not None
-        target.file.write(chunk, pos)
+        step = layout.WRITE_SLICE if target.file.buffered else len(chunk)
+        completed = False
+        for at in range(0, len(chunk), step):
+            piece = chunk[at : at + step]
+            target.file.write(piece, pos + at)
+            # The hash cursor may re-read earlier parts into a scratch buffer.
+            completed = target.advance(pos + at, len(piece), piece, _scratch()) or completed
         self._count(len(chunk))
-        # The hash cursor may re-read earlier parts into a scratch buffer.
-        return target.advance(pos, chunk, _scratch())
+        return completed
 
     # ----- packed small files -------------------------------------------------------------------
     def _run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
@@ -412,8 +494,9 @@ _SCRATCH = threading.local()
 
 
 def _scratch() -> memoryview:
-    """A per-thread buffer for re-reading parts that arrived before their turn to be hashed."""
+    """A per-thread buffer for reading back bytes to hash (spliced, or early parts): small, so
+    each piece is hashed while it is still in the CPU cache."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None:
-        buf = _SCRATCH.buf = directio.aligned_buffer(layout.IO_CHUNK)
+        buf = _SCRATCH.buf = directio.aligned_buffer(layout.WRITE_SLICE)
     return buf
