@@ -12,7 +12,9 @@ variable. So transfers start with a few connections and let :class:`Concurrency`
   start), never above the ceiling (the memory cap: each connection owns its buffers);
 - the first step that does not pay goes back to the best limit seen and settles there;
 - throttling (503 SlowDown, 429) or an error halves the limit and settles: the server asked
-  for less, and growing again would only earn more refusals.
+  for less, and growing again would only earn more refusals. As in TCP, one burst of refusals
+  halves once: a request that began before the last cut does not cut again (32 connections
+  answered 503 at once leave 16, not 1).
 
 Workers take a :meth:`Concurrency.slot` around each request; threads beyond the limit wait.
 A fixed count (``GPUCI_CACHE_WORKERS``) is the same object with ``start == ceiling``. The
@@ -53,6 +55,7 @@ class Concurrency:
         self.gain = gain
         self.settled = self.limit >= self.ceiling
         self.throttles = 0
+        self.fixed = False  # a count the user chose, not one this controller found
         self._clock = clock
         self._cond = threading.Condition()
         self._active = 0
@@ -60,11 +63,15 @@ class Concurrency:
         self._window_bytes = 0
         self._best_rate = 0.0
         self._best_limit = self.limit
+        self._epoch = 0  # bumped by each cut; a slot remembers the epoch it began in
+        self._local = threading.local()
 
     @classmethod
     def fixed(cls, count: int) -> Concurrency:
-        """A constant limit (the user chose one); never grows or shrinks but on throttling."""
-        return cls(start=count, ceiling=count, floor=count)
+        """A constant limit (the user chose one); never grows, shrinks only on throttling."""
+        control = cls(start=count, ceiling=count)
+        control.fixed = True
+        return control
 
     # ----- slots ---------------------------------------------------------------------------------
     @contextmanager
@@ -76,9 +83,11 @@ class Concurrency:
             self._active += 1
             if self._active >= self.limit and self._window_start is None:
                 self._open_window()
+            self._local.epoch = self._epoch
         try:
             yield
         finally:
+            self._local.epoch = None
             with self._cond:
                 self._active -= 1
                 self._cond.notify()
@@ -108,9 +117,19 @@ class Concurrency:
             self._judge(self._window_bytes / elapsed)
 
     def throttled(self) -> None:
-        """The server pushed back (503 SlowDown, 429) or a request failed: halve and settle."""
+        """The server pushed back (503 SlowDown, 429) or a request failed: halve and settle.
+
+        Called from inside a slot that began before the last cut, it only counts: that cut
+        already answered the burst this request belonged to.
+        """
         with self._cond:
             self.throttles += 1
+            began = getattr(self._local, "epoch", None)
+            if began is not None and began != self._epoch:
+                return
+            self._epoch += 1
+            if began is not None:
+                self._local.epoch = self._epoch  # this request's next refusal is news again
             self.limit = max(self.floor, self.limit // 2)
             self.settled = True
             self._window_start = None

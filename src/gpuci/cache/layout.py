@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from gpuci.adaptive import Concurrency
 from gpuci.errors import InputError
 
 FORMAT_VERSION = 1
@@ -42,8 +43,18 @@ IO_CHUNK = 4 << 20
 # Uploads above this size go multipart.
 MULTIPART_THRESHOLD = 64 << 20
 MULTIPART_CHUNK = 32 << 20
+# Parts are cut so a file can use every allowed connection, but never below this (S3 wants
+# 5 MiB) nor into more than S3's 10,000 parts.
+MIN_UPLOAD_PART = 8 << 20
+MAX_PARTS = 10_000
 
-DEFAULT_WORKERS = 8
+# Connections: adaptive (gpuci.adaptive) unless GPUCI_CACHE_WORKERS fixes a count. Data
+# transfers start with a few and grow while throughput rises, up to the ceiling: at most
+# MAX_CONNECTIONS, and no more than the buffers of all connections together fit MEMORY_BUDGET.
+WORKERS_ENV = "GPUCI_CACHE_WORKERS"
+DEFAULT_WORKERS = 8  # metadata fan-out (HEADs, ref reads) when no count is fixed
+MAX_CONNECTIONS = 64
+MEMORY_BUDGET = 256 << 20
 
 # Prune: objects no ref reaches are deleted only once older than this, so a save that is
 # uploading right now (blobs first, ref last) never loses a blob. A save touches any blob it
@@ -131,9 +142,41 @@ def default_store_url(environ: Mapping[str, str]) -> str:
     return (base / "store").absolute().as_uri()
 
 
-def workers(environ: Mapping[str, str] | None = None) -> int:
+def upload_parts(size: int, connections: int) -> list[tuple[int, int, int]]:
+    """(part number, offset, length) of a multipart upload of ``size`` bytes."""
+    part = max(MIN_UPLOAD_PART, min(MULTIPART_CHUNK, -(-size // max(1, connections))))
+    part = max(part, -(-size // MAX_PARTS))
+    part = -(-part // (1 << 20)) << 20  # whole MiB
+    return [
+        (number, offset, min(part, size - offset))
+        for number, offset in enumerate(range(0, size, part), start=1)
+    ]
+
+
+def fixed_workers(environ: Mapping[str, str] | None = None) -> int | None:
+    """The connection count a user fixed with ``GPUCI_CACHE_WORKERS``; None: adaptive."""
     env = os.environ if environ is None else environ
     try:
-        return max(1, int(env.get("GPUCI_CACHE_WORKERS", DEFAULT_WORKERS)))
+        return max(1, int(env.get(WORKERS_ENV, "").strip()))
     except ValueError:
-        return DEFAULT_WORKERS
+        return None
+
+
+def workers(environ: Mapping[str, str] | None = None) -> int:
+    """Threads for small metadata requests (HEADs, ref reads): the fixed count, else 8."""
+    return fixed_workers(environ) or DEFAULT_WORKERS
+
+
+def connection_ceiling(per_connection: int) -> int:
+    """The most connections whose buffers (``per_connection`` bytes each) fit the budget."""
+    return max(1, min(MAX_CONNECTIONS, MEMORY_BUDGET // max(1, per_connection)))
+
+
+def concurrency(environ: Mapping[str, str], per_connection: int) -> Concurrency:
+    """The controller for one transfer: fixed when the user set a count (still capped by
+    memory), adaptive from a few connections up to the ceiling otherwise."""
+    ceiling = connection_ceiling(per_connection)
+    fixed = fixed_workers(environ)
+    if fixed is not None:
+        return Concurrency.fixed(min(fixed, ceiling))
+    return Concurrency(ceiling=ceiling)

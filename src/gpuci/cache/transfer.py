@@ -21,7 +21,7 @@ import itertools
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,21 +34,35 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from gpuci.adaptive import Concurrency
 from gpuci.cache import directio, layout
 from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
-from gpuci.cache.store import Store, TransientError
+from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
 
 
-def retrying(attempts: int) -> Retrying:
-    """The retry policy for the data path: exponential backoff with jitter, transient only."""
+def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retrying:
+    """The retry policy for the data path: exponential backoff with jitter, transient only.
+
+    ``on_retry`` hears of every failure that will be retried (the controller backs off)."""
     return Retrying(
         stop=stop_after_attempt(max(1, attempts)),
         wait=wait_random_exponential(multiplier=0.2, max=5.0),
         retry=retry_if_exception_type(TransientError),
+        before_sleep=(lambda _state: on_retry()) if on_retry is not None else None,
         reraise=True,
     )
+
+
+# What one connection of a restore holds: its lane's two buffers. The memory budget divided by
+# this is the most connections a restore opens (gpuci.cache.layout.connection_ceiling).
+CONNECTION_BYTES = 2 * layout.IO_CHUNK
+
+
+def download_concurrency(environ: Mapping[str, str]) -> Concurrency:
+    """The controller for a restore's ranged GETs: adaptive, or the user's fixed count."""
+    return layout.concurrency(environ, CONNECTION_BYTES)
 
 
 class _Cancelled(Exception):
@@ -75,14 +89,23 @@ class Lane:
 
 
 class WorkPool:
-    """N threads over one queue; tasks may enqueue more; the first error stops everything."""
+    """Threads over one queue; tasks may enqueue more; the first error stops everything.
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
+    Each task runs holding one of the controller's slots, so no more than ``limit`` requests
+    are in flight. Threads (each with its lane's buffers) start only as the limit grows and
+    while work is queued: memory follows the connections actually used, never the ceiling.
+    """
+
+    def __init__(self, workers: int | Concurrency) -> None:
+        self.concurrency = (
+            workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
+        )
+        self.workers = self.concurrency.ceiling  # the most threads this pool may start
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._pending = 0
         self._idle = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
 
@@ -101,7 +124,8 @@ class WorkPool:
                 return
             try:
                 if not self.cancelled.is_set():
-                    fn(lane)
+                    with self.concurrency.slot():
+                        fn(lane)
             except BaseException as exc:
                 with self._lock:
                     if self.error is None and not isinstance(exc, _Cancelled):
@@ -113,31 +137,42 @@ class WorkPool:
                     if self._pending == 0:
                         self._idle.notify_all()
 
-    def run(self) -> None:
-        threads = [
-            threading.Thread(target=self._worker, name=f"gpuci-io-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for thread in threads:
+    def _grow(self) -> None:
+        """Start threads up to the current limit, never more than the tasks waiting."""
+        want = min(self.concurrency.limit, self.workers, self._pending)
+        while len(self._threads) < want:
+            thread = threading.Thread(
+                target=self._worker, name=f"gpuci-io-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(thread)
             thread.start()
+
+    def run(self) -> None:
         try:
             with self._lock:
                 while self._pending:
-                    self._idle.wait(0.5)
+                    self._grow()
+                    # Short waits: a limit raised by the controller gets its threads quickly.
+                    self._idle.wait(0.05 if len(self._threads) < self.workers else 0.5)
         except BaseException:  # Ctrl-C or a kill: stop the workers at their next chunk
             self.cancelled.set()
             raise
         finally:
-            for _ in threads:
+            for _ in self._threads:
                 self._queue.put(None)
-            for thread in threads:
+            for thread in self._threads:
                 thread.join()
         if self.error is not None:
             raise self.error
 
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
 
-def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int) -> None:
-    """Run ``fn(item)`` for every item on ``workers`` threads; re-raise the first failure."""
+
+def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int | Concurrency) -> None:
+    """Run ``fn(item)`` for every item, ``workers`` at once (a count or a controller);
+    re-raise the first failure."""
     pool = WorkPool(workers)
     for item in items:
         pool.submit(lambda _buf, item=item: fn(item))
@@ -209,18 +244,39 @@ class _BlobTarget:
         self.file.close()
 
 
+class _Metered:
+    """A range reader that reports every read to the controller (throughput, as it happens)."""
+
+    def __init__(self, reader: RangeReader, record: Callable[[int], None]) -> None:
+        self._reader = reader
+        self._record = record
+
+    def readinto(self, buffer: memoryview) -> int:
+        n = self._reader.readinto(buffer)
+        self._record(n)
+        return n
+
+    def close(self) -> None:
+        self._reader.close()
+
+
 class Downloader:
     """Fetch a manifest's file contents into staging paths."""
 
     def __init__(
         self,
         store: Store,
-        workers: int,
+        workers: int | Concurrency,
         on_bytes: Callable[[int], None],
         attempts: int = 5,
     ) -> None:
         self.store = store
-        self.workers = workers
+        self.concurrency = (
+            workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
+        )
+        # Parts are cut for the ceiling, so one big file can keep every allowed connection busy
+        # whatever the limit becomes.
+        self.workers = self.concurrency.ceiling
         self.on_bytes = on_bytes
         self.attempts = attempts
         self.direct = directio.enabled()
@@ -235,7 +291,7 @@ class Downloader:
 
     def fetch(self, files: list[tuple[Entry, Path]]) -> None:
         """Download every entry to its path (entries of size 0 are the caller's job)."""
-        pool = self._pool = WorkPool(self.workers)
+        pool = self._pool = WorkPool(self.concurrency)
         blobs = [_BlobTarget(e, p) for e, p in files if not e.pack and e.size]
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
@@ -268,6 +324,10 @@ class Downloader:
             for target in blobs:
                 target.close()
 
+    def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
+        """A ranged GET whose bytes the controller counts as they arrive."""
+        return _Metered(self.store.open_range(key, offset, length), self.concurrency.record)
+
     # ----- large files --------------------------------------------------------------------------
     def _parts(self, target: _BlobTarget) -> list[Callable[[Lane], None]]:
         size = target.entry.size
@@ -290,7 +350,7 @@ class Downloader:
         state = {"pos": offset}
         end = offset + length
         completed = False
-        for attempt in retrying(self.attempts):
+        for attempt in retrying(self.attempts, self.concurrency.throttled):
             with attempt:
                 completed = self._stream_part(target, key, state, end, lane)
         if completed:
@@ -317,7 +377,7 @@ class Downloader:
         retry resumes exactly there.
         """
         assert self._pool is not None
-        reader = self.store.open_range(key, state["pos"], end - state["pos"])
+        reader = self._open_range(key, state["pos"], end - state["pos"])
         completed = False
         pending: tuple[Future[bool], int] | None = None
         pos, turn = state["pos"], 0
@@ -358,7 +418,7 @@ class Downloader:
     def _run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
         for attempt_round in (0, 1):
             try:
-                for attempt in retrying(self.attempts):
+                for attempt in retrying(self.attempts, self.concurrency.throttled):
                     with attempt:
                         self._stream_run(run, members, lane.buffers[0])
                 return
@@ -369,7 +429,7 @@ class Downloader:
     def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
         assert self._pool is not None
         key = layout.pack_key(run.pack)
-        reader = self.store.open_range(key, run.start, run.length)
+        reader = self._open_range(key, run.start, run.length)
         pos, end = run.start, run.start + run.length
         index, fd, hasher = 0, -1, hashlib.sha256()
         try:
