@@ -7,10 +7,12 @@ remote-like link measured 5.5 s with 8 connections, 2.8 s with 32), and nobody t
 variable. So transfers start with a few connections and let :class:`Concurrency` decide:
 
 - every window (``window_s`` of transfer with every allowed slot busy) it compares the bytes
-  per second with the best window so far;
+  per second with the best window so far; the first window after a step up is not judged
+  (the new connections are still waiting for their first byte);
 - while a step up raised throughput by at least ``gain`` (10%), it doubles the limit (slow
   start), never above the ceiling (the memory cap: each connection owns its buffers);
-- the first step that does not pay goes back to the best limit seen and settles there;
+- a step that does not pay for ``patience`` windows in a row (one slow window on a busy
+  machine is noise) goes back to the best limit seen and settles there;
 - throttling (503 SlowDown, 429) or an error halves the limit and settles: the server asked
   for less, and growing again would only earn more refusals. As in TCP, one burst of refusals
   halves once: a request that began before the last cut does not cut again (32 connections
@@ -28,10 +30,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-DEFAULT_START = 4
+DEFAULT_START = 8  # today's fixed count: a CPU-bound loopback store never does worse
 DEFAULT_CEILING = 32
 DEFAULT_WINDOW_S = 0.3
 DEFAULT_GAIN = 1.10
+DEFAULT_PATIENCE = 2
 
 
 class Concurrency:
@@ -45,6 +48,7 @@ class Concurrency:
         floor: int = 1,
         window_s: float = DEFAULT_WINDOW_S,
         gain: float = DEFAULT_GAIN,
+        patience: int = DEFAULT_PATIENCE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ceiling = max(1, ceiling)
@@ -53,6 +57,7 @@ class Concurrency:
         self.peak = self.limit
         self.window_s = window_s
         self.gain = gain
+        self.patience = max(1, patience)
         self.settled = self.limit >= self.ceiling
         self.throttles = 0
         self.fixed = False  # a count the user chose, not one this controller found
@@ -63,6 +68,8 @@ class Concurrency:
         self._window_bytes = 0
         self._best_rate = 0.0
         self._best_limit = self.limit
+        self._warming = False  # the window after a step up is not judged
+        self._misses = 0  # windows in a row that did not pay for the last step
         self._epoch = 0  # bumped by each cut; a slot remembers the epoch it began in
         self._local = threading.local()
 
@@ -141,15 +148,21 @@ class Concurrency:
         self._window_bytes = 0
 
     def _judge(self, rate: float) -> None:
+        self._window_start = None
+        if self._warming:
+            self._warming = False
+            return
         if rate >= self._best_rate * self.gain:
-            self._best_rate, self._best_limit = rate, self.limit
+            self._best_rate, self._best_limit, self._misses = rate, self.limit, 0
             if self.limit >= self.ceiling:
                 self.settled = True
             else:
                 self.limit = min(self.ceiling, self.limit * 2)
                 self.peak = max(self.peak, self.limit)
+                self._warming = True
                 self._cond.notify_all()
-        else:
+            return
+        self._misses += 1
+        if self._misses >= self.patience:
             self.limit = max(self.floor, self._best_limit)
             self.settled = True
-        self._window_start = None

@@ -49,12 +49,15 @@ MIN_UPLOAD_PART = 8 << 20
 MAX_PARTS = 10_000
 
 # Connections: adaptive (gpuci.adaptive) unless GPUCI_CACHE_WORKERS fixes a count. Data
-# transfers start with a few and grow while throughput rises, up to the ceiling: at most
-# MAX_CONNECTIONS, and no more than the buffers of all connections together fit MEMORY_BUDGET.
+# transfers start with a few and grow while throughput rises, up to a ceiling per direction;
+# a fixed count is capped at MAX_CONNECTIONS. Restore sizes each connection's buffers so all
+# of them together stay within MEMORY_BUDGET (peak RSS under 300 MiB at any count).
 WORKERS_ENV = "GPUCI_CACHE_WORKERS"
 DEFAULT_WORKERS = 8  # metadata fan-out (HEADs, ref reads) when no count is fixed
 MAX_CONNECTIONS = 64
-MEMORY_BUDGET = 256 << 20
+DOWNLOAD_CONNECTIONS = 32  # 32 x 16 MiB/s is more than two cores can write and hash
+UPLOAD_CONNECTIONS = 64  # parts stream from disk: a connection holds almost nothing
+MEMORY_BUDGET = 192 << 20
 
 # Prune: objects no ref reaches are deleted only once older than this, so a save that is
 # uploading right now (blobs first, ref last) never loses a blob. A save touches any blob it
@@ -167,16 +170,10 @@ def workers(environ: Mapping[str, str] | None = None) -> int:
     return fixed_workers(environ) or DEFAULT_WORKERS
 
 
-def connection_ceiling(per_connection: int) -> int:
-    """The most connections whose buffers (``per_connection`` bytes each) fit the budget."""
-    return max(1, min(MAX_CONNECTIONS, MEMORY_BUDGET // max(1, per_connection)))
-
-
-def concurrency(environ: Mapping[str, str], per_connection: int) -> Concurrency:
-    """The controller for one transfer: fixed when the user set a count (still capped by
-    memory), adaptive from a few connections up to the ceiling otherwise."""
-    ceiling = connection_ceiling(per_connection)
+def concurrency(environ: Mapping[str, str], ceiling: int) -> Concurrency:
+    """The controller for one transfer: the user's fixed count (at most MAX_CONNECTIONS),
+    else adaptive from a few connections up to ``ceiling``."""
     fixed = fixed_workers(environ)
     if fixed is not None:
-        return Concurrency.fixed(min(fixed, ceiling))
-    return Concurrency(ceiling=ceiling)
+        return Concurrency.fixed(min(fixed, MAX_CONNECTIONS))
+    return Concurrency(ceiling=min(ceiling, MAX_CONNECTIONS))

@@ -36,8 +36,6 @@ from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
 from gpuci.runtime import Result, Runtime, human_bytes
 
-# What one upload connection holds: a part streams from disk in botocore's 1 MiB blocks.
-UPLOAD_CONNECTION_BYTES = 1 << 20
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
 PACKS_IN_FLIGHT = 6
 
@@ -85,8 +83,8 @@ class Saver:
         # HEADs and other small requests: the fixed count, else 8 at a time.
         self.workers = layout.workers(rt.environ)
         # Blobs, packs and multipart parts share one controller: what it learns sending packs
-        # it keeps for the blobs. A part streams from disk, so the budget allows the most.
-        self.uploads = layout.concurrency(rt.environ, UPLOAD_CONNECTION_BYTES)
+        # it keeps for the blobs.
+        self.uploads = layout.concurrency(rt.environ, layout.UPLOAD_CONNECTIONS)
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
 

@@ -55,14 +55,23 @@ def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retry
     )
 
 
-# What one connection of a restore holds: its lane's two buffers. The memory budget divided by
-# this is the most connections a restore opens (gpuci.cache.layout.connection_ceiling).
-CONNECTION_BYTES = 2 * layout.IO_CHUNK
+# The smallest buffer a connection reads into: below it, per-chunk costs start to show.
+MIN_LANE_CHUNK = 1 << 20
 
 
 def download_concurrency(environ: Mapping[str, str]) -> Concurrency:
     """The controller for a restore's ranged GETs: adaptive, or the user's fixed count."""
-    return layout.concurrency(environ, CONNECTION_BYTES)
+    return layout.concurrency(environ, layout.DOWNLOAD_CONNECTIONS)
+
+
+def lane_chunk(connections: int) -> int:
+    """Each connection's buffer size, so that ``connections`` of them fit the memory budget.
+
+    A connection may touch three buffers of this size (its lane's two, and its helper's scratch
+    for re-reading parts that landed early): IO_CHUNK up to 16 connections, 2 MiB at 32, 1 MiB
+    at 64; over a remote link that is plenty, on loopback 8 connections keep IO_CHUNK."""
+    chunk = min(layout.IO_CHUNK, layout.MEMORY_BUDGET // (3 * max(1, connections)))
+    return max(MIN_LANE_CHUNK, chunk // directio.ALIGN * directio.ALIGN)
 
 
 class _Cancelled(Exception):
@@ -96,11 +105,12 @@ class WorkPool:
     while work is queued: memory follows the connections actually used, never the ceiling.
     """
 
-    def __init__(self, workers: int | Concurrency) -> None:
+    def __init__(self, workers: int | Concurrency, chunk: int = layout.IO_CHUNK) -> None:
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
         )
         self.workers = self.concurrency.ceiling  # the most threads this pool may start
+        self.chunk = chunk  # each lane's buffer size
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._pending = 0
@@ -115,8 +125,8 @@ class WorkPool:
         self._queue.put(fn)
 
     def _worker(self) -> None:
-        memory = directio.aligned_buffer(2 * layout.IO_CHUNK)
-        lane = Lane((memory[: layout.IO_CHUNK], memory[layout.IO_CHUNK :]), ThreadPoolExecutor(1))
+        memory = directio.aligned_buffer(2 * self.chunk)
+        lane = Lane((memory[: self.chunk], memory[self.chunk :]), ThreadPoolExecutor(1))
         while True:
             fn = self._queue.get()
             if fn is None:
@@ -291,7 +301,7 @@ class Downloader:
 
     def fetch(self, files: list[tuple[Entry, Path]]) -> None:
         """Download every entry to its path (entries of size 0 are the caller's job)."""
-        pool = self._pool = WorkPool(self.concurrency)
+        pool = self._pool = WorkPool(self.concurrency, lane_chunk(self.workers))
         blobs = [_BlobTarget(e, p) for e, p in files if not e.pack and e.size]
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
