@@ -7,8 +7,8 @@ remote-like link measured 5.5 s with 8 connections, 2.8 s with 32), and nobody t
 variable. So transfers start with a few connections and let :class:`Concurrency` decide:
 
 - every window (``window_s`` of transfer with every allowed slot busy) it compares the bytes
-  per second with the best window so far; the first window after a step up is not judged
-  (the new connections are still waiting for their first byte);
+  per second with the rate of the last limit that paid (the mean of its windows); the first
+  half window after a step up is not counted (new connections wait for their first byte);
 - while a step up raised throughput by at least ``gain`` (10%), it doubles the limit (slow
   start), never above the ceiling (the memory cap: each connection owns its buffers);
 - a step that does not pay for ``patience`` windows in a row (one slow window on a busy
@@ -68,8 +68,8 @@ class Concurrency:
         self._window_bytes = 0
         self._best_rate = 0.0
         self._best_limit = self.limit
-        self._warming = False  # the window after a step up is not judged
-        self._misses = 0  # windows in a row that did not pay for the last step
+        self._warming = False  # just stepped up: the first half window is not counted
+        self._level: list[float] = []  # rates of the windows judged at the current limit
         self._epoch = 0  # bumped by each cut; a slot remembers the epoch it began in
         self._local = threading.local()
 
@@ -116,6 +116,11 @@ class Concurrency:
                 return
             self._window_bytes += nbytes
             elapsed = self._clock() - self._window_start
+            if self._warming:  # half a window for the new connections' first bytes
+                if elapsed >= self.window_s / 2:
+                    self._warming = False
+                    self._open_window()
+                return
             if elapsed < self.window_s:
                 return
             if self._active < self.limit:  # not enough work to fill the slots: no verdict
@@ -148,12 +153,13 @@ class Concurrency:
         self._window_bytes = 0
 
     def _judge(self, rate: float) -> None:
+        """One window's rate at the current limit: step up, wait, or settle."""
         self._window_start = None
-        if self._warming:
-            self._warming = False
-            return
+        self._level.append(rate)
         if rate >= self._best_rate * self.gain:
-            self._best_rate, self._best_limit, self._misses = rate, self.limit, 0
+            # The bar for the next step is this level's mean, not its luckiest window.
+            self._best_rate = sum(self._level) / len(self._level)
+            self._best_limit, self._level = self.limit, []
             if self.limit >= self.ceiling:
                 self.settled = True
             else:
@@ -162,7 +168,6 @@ class Concurrency:
                 self._warming = True
                 self._cond.notify_all()
             return
-        self._misses += 1
-        if self._misses >= self.patience:
+        if len(self._level) >= self.patience:
             self.limit = max(self.floor, self._best_limit)
             self.settled = True
