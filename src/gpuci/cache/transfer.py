@@ -55,8 +55,10 @@ def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retry
     )
 
 
-# The smallest buffer a connection reads into: below it, per-chunk costs start to show.
-MIN_LANE_CHUNK = 1 << 20
+# The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store
+# sees no change); connections beyond share what is left of the memory budget, down to this.
+FULL_LANES = 8
+MIN_LANE_CHUNK = 512 << 10
 
 
 def download_concurrency(environ: Mapping[str, str]) -> Concurrency:
@@ -64,13 +66,18 @@ def download_concurrency(environ: Mapping[str, str]) -> Concurrency:
     return layout.concurrency(environ, layout.DOWNLOAD_CONNECTIONS)
 
 
-def lane_chunk(connections: int) -> int:
-    """Each connection's buffer size, so that ``connections`` of them fit the memory budget.
+def lane_chunk(index: int, connections: int) -> int:
+    """The buffer size of connection ``index`` of at most ``connections``, so that all of them
+    together fit the memory budget.
 
     A connection may touch three buffers of this size (its lane's two, and its helper's scratch
-    for re-reading parts that landed early): IO_CHUNK up to 16 connections, 2 MiB at 32, 1 MiB
-    at 64; over a remote link that is plenty, on loopback 8 connections keep IO_CHUNK."""
-    chunk = min(layout.IO_CHUNK, layout.MEMORY_BUDGET // (3 * max(1, connections)))
+    for re-reading parts that landed early). The first FULL_LANES get IO_CHUNK; the others split
+    the rest: 1.3 MiB each at 32 connections, 0.5 MiB at 64, plenty over a remote link where
+    each connection moves tens of MB/s."""
+    if index < FULL_LANES:
+        return layout.IO_CHUNK
+    rest = layout.MEMORY_BUDGET - FULL_LANES * 3 * layout.IO_CHUNK
+    chunk = min(layout.IO_CHUNK, rest // (3 * max(1, connections - FULL_LANES)))
     return max(MIN_LANE_CHUNK, chunk // directio.ALIGN * directio.ALIGN)
 
 
@@ -105,12 +112,14 @@ class WorkPool:
     while work is queued: memory follows the connections actually used, never the ceiling.
     """
 
-    def __init__(self, workers: int | Concurrency, chunk: int = layout.IO_CHUNK) -> None:
+    def __init__(
+        self, workers: int | Concurrency, chunk: Callable[[int], int] | None = None
+    ) -> None:
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
         )
         self.workers = self.concurrency.ceiling  # the most threads this pool may start
-        self.chunk = chunk  # each lane's buffer size
+        self.chunk = chunk or (lambda _index: layout.IO_CHUNK)  # lane buffer size per thread
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._pending = 0
@@ -124,9 +133,9 @@ class WorkPool:
             self._pending += 1
         self._queue.put(fn)
 
-    def _worker(self) -> None:
-        memory = directio.aligned_buffer(2 * self.chunk)
-        lane = Lane((memory[: self.chunk], memory[self.chunk :]), ThreadPoolExecutor(1))
+    def _worker(self, chunk: int) -> None:
+        memory = directio.aligned_buffer(2 * chunk)
+        lane = Lane((memory[:chunk], memory[chunk:]), ThreadPoolExecutor(1))
         while True:
             fn = self._queue.get()
             if fn is None:
@@ -151,8 +160,12 @@ class WorkPool:
         """Start threads up to the current limit, never more than the tasks waiting."""
         want = min(self.concurrency.limit, self.workers, self._pending)
         while len(self._threads) < want:
+            index = len(self._threads)
             thread = threading.Thread(
-                target=self._worker, name=f"gpuci-io-{len(self._threads)}", daemon=True
+                target=self._worker,
+                args=(self.chunk(index),),
+                name=f"gpuci-io-{index}",
+                daemon=True,
             )
             self._threads.append(thread)
             thread.start()
@@ -301,7 +314,9 @@ class Downloader:
 
     def fetch(self, files: list[tuple[Entry, Path]]) -> None:
         """Download every entry to its path (entries of size 0 are the caller's job)."""
-        pool = self._pool = WorkPool(self.concurrency, lane_chunk(self.workers))
+        pool = self._pool = WorkPool(
+            self.concurrency, functools.partial(lane_chunk, connections=self.workers)
+        )
         blobs = [_BlobTarget(e, p) for e, p in files if not e.pack and e.size]
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
