@@ -123,3 +123,74 @@ def test_slots_block_beyond_the_limit() -> None:
 @pytest.mark.parametrize("start,ceiling,floor,limit", [(0, 8, 1, 1), (99, 8, 1, 8), (4, 0, 1, 1)])
 def test_bounds_are_clamped(start: int, ceiling: int, floor: int, limit: int) -> None:
     assert Concurrency(start=start, ceiling=ceiling, floor=floor).limit == limit
+
+
+def test_one_burst_of_refusals_halves_once() -> None:
+    """32 requests in flight all answered 503 leave 16 connections, not 1 (as in TCP)."""
+    ctl = Concurrency.fixed(16)
+    inside = threading.Barrier(8)
+    refused = threading.Barrier(8)
+
+    def request() -> None:
+        with ctl.slot():
+            inside.wait(5)  # all eight began before any cut
+            ctl.throttled()
+            refused.wait(5)
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert ctl.limit == 8 and ctl.throttles == 8
+    with ctl.slot():  # a request that began after the cut and is refused again: news
+        ctl.throttled()
+    assert ctl.limit == 4
+
+
+def test_a_request_refused_twice_halves_twice() -> None:
+    ctl = Concurrency.fixed(16)
+    with ctl.slot():
+        ctl.throttled()  # its retry is a request after the cut
+        ctl.throttled()
+    assert ctl.limit == 4
+
+
+def test_one_slow_window_is_not_the_verdict() -> None:
+    """A busy machine gives a slow window now and then; the climb goes on past one."""
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=64, clock=clock)
+
+    def rate_for(n: int) -> int:
+        # the first window judged at 16 connections (after its warm-up) is slow
+        if n == 16 and not ctl._warming and not ctl._level:
+            return 1 << 20
+        return min(n, 24) * 16 << 20
+
+    drive(ctl, clock, rate_for, windows=16)
+    assert ctl.settled and ctl.limit == 32 and ctl.peak == 64
+
+
+def test_the_first_half_window_after_a_step_is_not_counted() -> None:
+    """New connections wait for their first byte: the moments right after a step up are slow
+    by nature, and counting them would stop every climb at its first step."""
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=8, patience=1, clock=clock)
+    with ctl.slot(), ctl.slot(), ctl.slot(), ctl.slot():
+        for _ in range(4):
+            clock.now += 0.1
+            ctl.record(40 << 20)  # 4 connections: 400 MiB/s
+        assert ctl.limit == 8
+        slots = [ctl.slot() for _ in range(4)]
+        for cm in slots:
+            cm.__enter__()
+        for _ in range(2):
+            clock.now += 0.1
+            ctl.record(1 << 20)  # warming up: 10 MiB/s, not held against the step
+        assert ctl.limit == 8 and not ctl.settled
+        for _ in range(4):
+            clock.now += 0.1
+            ctl.record(80 << 20)  # 800 MiB/s: the step paid, and 8 is the ceiling
+        assert ctl.limit == 8 and ctl.settled and ctl._best_limit == 8
+        for cm in slots:
+            cm.__exit__(None, None, None)

@@ -7,12 +7,16 @@ remote-like link measured 5.5 s with 8 connections, 2.8 s with 32), and nobody t
 variable. So transfers start with a few connections and let :class:`Concurrency` decide:
 
 - every window (``window_s`` of transfer with every allowed slot busy) it compares the bytes
-  per second with the best window so far;
-- while a step up raised throughput by at least ``gain`` (10%), it doubles the limit (slow
+  per second with the rate of the last limit that paid (the mean of its windows); the first
+  half window after a step up is not counted (new connections wait for their first byte);
+- while a step up raised throughput by at least ``gain`` (25%), it doubles the limit (slow
   start), never above the ceiling (the memory cap: each connection owns its buffers);
-- the first step that does not pay goes back to the best limit seen and settles there;
+- a step that does not pay for ``patience`` windows in a row (one slow window on a busy
+  machine is noise) goes back to the best limit seen and settles there;
 - throttling (503 SlowDown, 429) or an error halves the limit and settles: the server asked
-  for less, and growing again would only earn more refusals.
+  for less, and growing again would only earn more refusals. As in TCP, one burst of refusals
+  halves once: a request that began before the last cut does not cut again (32 connections
+  answered 503 at once leave 16, not 1).
 
 Workers take a :meth:`Concurrency.slot` around each request; threads beyond the limit wait.
 A fixed count (``GPUCI_CACHE_WORKERS``) is the same object with ``start == ceiling``. The
@@ -26,10 +30,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-DEFAULT_START = 4
+DEFAULT_START = 8  # today's fixed count: a CPU-bound loopback store never does worse
 DEFAULT_CEILING = 32
 DEFAULT_WINDOW_S = 0.3
-DEFAULT_GAIN = 1.10
+DEFAULT_GAIN = 1.25  # doubling over a link-bound store gains ~2x; on a CPU-bound one, noise
+DEFAULT_PATIENCE = 2
 
 
 class Concurrency:
@@ -43,6 +48,7 @@ class Concurrency:
         floor: int = 1,
         window_s: float = DEFAULT_WINDOW_S,
         gain: float = DEFAULT_GAIN,
+        patience: int = DEFAULT_PATIENCE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ceiling = max(1, ceiling)
@@ -51,8 +57,10 @@ class Concurrency:
         self.peak = self.limit
         self.window_s = window_s
         self.gain = gain
+        self.patience = max(1, patience)
         self.settled = self.limit >= self.ceiling
         self.throttles = 0
+        self.fixed = False  # a count the user chose, not one this controller found
         self._clock = clock
         self._cond = threading.Condition()
         self._active = 0
@@ -60,11 +68,17 @@ class Concurrency:
         self._window_bytes = 0
         self._best_rate = 0.0
         self._best_limit = self.limit
+        self._warming = False  # just stepped up: the first half window is not counted
+        self._level: list[float] = []  # rates of the windows judged at the current limit
+        self._epoch = 0  # bumped by each cut; a slot remembers the epoch it began in
+        self._local = threading.local()
 
     @classmethod
     def fixed(cls, count: int) -> Concurrency:
-        """A constant limit (the user chose one); never grows or shrinks but on throttling."""
-        return cls(start=count, ceiling=count, floor=count)
+        """A constant limit (the user chose one); never grows, shrinks only on throttling."""
+        control = cls(start=count, ceiling=count)
+        control.fixed = True
+        return control
 
     # ----- slots ---------------------------------------------------------------------------------
     @contextmanager
@@ -76,9 +90,11 @@ class Concurrency:
             self._active += 1
             if self._active >= self.limit and self._window_start is None:
                 self._open_window()
+            self._local.epoch = self._epoch
         try:
             yield
         finally:
+            self._local.epoch = None
             with self._cond:
                 self._active -= 1
                 self._cond.notify()
@@ -100,6 +116,11 @@ class Concurrency:
                 return
             self._window_bytes += nbytes
             elapsed = self._clock() - self._window_start
+            if self._warming:  # half a window for the new connections' first bytes
+                if elapsed >= self.window_s / 2:
+                    self._warming = False
+                    self._open_window()
+                return
             if elapsed < self.window_s:
                 return
             if self._active < self.limit:  # not enough work to fill the slots: no verdict
@@ -108,9 +129,19 @@ class Concurrency:
             self._judge(self._window_bytes / elapsed)
 
     def throttled(self) -> None:
-        """The server pushed back (503 SlowDown, 429) or a request failed: halve and settle."""
+        """The server pushed back (503 SlowDown, 429) or a request failed: halve and settle.
+
+        Called from inside a slot that began before the last cut, it only counts: that cut
+        already answered the burst this request belonged to.
+        """
         with self._cond:
             self.throttles += 1
+            began = getattr(self._local, "epoch", None)
+            if began is not None and began != self._epoch:
+                return
+            self._epoch += 1
+            if began is not None:
+                self._local.epoch = self._epoch  # this request's next refusal is news again
             self.limit = max(self.floor, self.limit // 2)
             self.settled = True
             self._window_start = None
@@ -122,15 +153,21 @@ class Concurrency:
         self._window_bytes = 0
 
     def _judge(self, rate: float) -> None:
+        """One window's rate at the current limit: step up, wait, or settle."""
+        self._window_start = None
+        self._level.append(rate)
         if rate >= self._best_rate * self.gain:
-            self._best_rate, self._best_limit = rate, self.limit
+            # The bar for the next step is this level's mean, not its luckiest window.
+            self._best_rate = sum(self._level) / len(self._level)
+            self._best_limit, self._level = self.limit, []
             if self.limit >= self.ceiling:
                 self.settled = True
             else:
                 self.limit = min(self.ceiling, self.limit * 2)
                 self.peak = max(self.peak, self.limit)
+                self._warming = True
                 self._cond.notify_all()
-        else:
+            return
+        if len(self._level) >= self.patience:
             self.limit = max(self.floor, self._best_limit)
             self.settled = True
-        self._window_start = None

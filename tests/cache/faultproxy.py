@@ -1,7 +1,7 @@
 """A tiny HTTP proxy on 127.0.0.1 that injects S3 faults in front of a real server.
 
 Rules match a method and a substring of the path and fire a given number of times: answer
-503 SlowDown or 500, drop the connection, cut the body short, flip bytes, delay, or trickle the
+503 SlowDown, 429 or 500, drop the connection, cut the body short, flip bytes, delay, or trickle the
 body slowly (so a test can kill a client mid-transfer).
 """
 
@@ -20,7 +20,7 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te"
 class Rule:
     method: str
     contains: str
-    action: str  # 503 | 500 | drop | truncate | corrupt | delay | throttle | badlength
+    action: str  # 503 | 429 | 500 | drop | truncate | corrupt | delay | throttle | badlength
     times: int = 1
     seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
     fired: int = 0
@@ -70,6 +70,8 @@ class FaultProxy:
                     return self._error(503, "SlowDown")
                 if action == "500":
                     return self._error(500, "InternalError")
+                if action == "429":
+                    return self._error(429, "TooManyRequests")
                 if action == "403":  # read-only credentials asked to write
                     return self._error(403, "AccessDenied")
                 if action == "drop":

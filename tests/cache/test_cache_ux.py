@@ -141,7 +141,7 @@ def test_credentials_in_an_s3_store_url_are_masked_and_refused(env, tmp_path):
 
 def test_save_has_its_own_outputs_and_each_one_means_something(env, tmp_path):
     spec = {o.name for o in SUBCOMMANDS["save"].outputs}
-    assert spec == {"outcome", "manifest", "bytes-uploaded", "files", "seconds"}
+    assert spec == {"outcome", "manifest", "bytes-uploaded", "files", "seconds", "connections"}
     readme = (REPO_ROOT / "actions" / "cache-weights" / "save" / "README.md").read_text()
     assert "`outcome`" in readme and "cache-hit" not in readme and "matched-key" not in readme
     store = (tmp_path / "store").as_uri()
@@ -149,8 +149,10 @@ def test_save_has_its_own_outputs_and_each_one_means_something(env, tmp_path):
     first, _ = cache_cmd("save", _flags(store, "k1", src), env)
     assert set(first.outputs) == spec
     assert first.outputs["outcome"] == "saved" and first.outputs["bytes-uploaded"] > 40_000
+    assert first.outputs["connections"] == 8  # GPUCI_CACHE_WORKERS=8 in env: a fixed count
     again, _ = cache_cmd("save", _flags(store, "k1", src), env)
     assert again.outputs["outcome"] == "unchanged" and again.outputs["bytes-uploaded"] == 0
+    assert again.outputs["connections"] == 0  # nothing sent: no connection to speak of
     assert again.outputs["manifest"] == first.outputs["manifest"]
     (src / "config.json").write_text('{"a": 2}\n')
     plan, _ = cache_cmd("save", _flags(store, "k1", src), env, dry_run=True)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from gpuci.adaptive import Concurrency
 from gpuci.cache import layout
 from gpuci.cache.store import Store, open_store, redact_url
 from gpuci.errors import StoreError
@@ -69,6 +73,7 @@ def outputs(
     seconds: float,
     local: int = 0,
     populated: bool | None = None,
+    connections: Connections | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "cache-hit": hit,
@@ -79,16 +84,25 @@ def outputs(
         "bytes-uploaded": up,
         "files": files,
         "seconds": round(seconds, 3),
+        "connections": connections.used if connections else 0,
     }
     if populated is not None:
         out["populated"] = populated
     return out
 
 
-def summary_table(key: str, outcome: str, files: int, size: int, moved: int, seconds: float) -> str:
+def summary_table(
+    key: str,
+    outcome: str,
+    files: int,
+    size: int,
+    moved: int,
+    seconds: float,
+    connections: Connections | None = None,
+) -> str:
     rate = moved / seconds / 1e6 if seconds > 0 and moved else 0.0
     return markdown_table(
-        ["key", "result", "files", "bytes", "moved", "seconds", "MB/s"],
+        ["key", "result", "files", "bytes", "moved", "seconds", "MB/s", "connections"],
         [
             [
                 key,
@@ -98,6 +112,49 @@ def summary_table(key: str, outcome: str, files: int, size: int, moved: int, sec
                 human_bytes(moved),
                 f"{seconds:.2f}",
                 f"{rate:.1f}",
+                connections.text() if connections else "-",
             ]
         ],
     )
+
+
+@dataclass(frozen=True)
+class Connections:
+    """How many connections a transfer settled on, the most it tried, and why it stopped."""
+
+    used: int
+    peak: int
+    fixed: bool = False  # GPUCI_CACHE_WORKERS chose the count
+    throttles: int = 0  # refusals and failures the controller backed off from
+
+    @classmethod
+    def of(cls, control: Concurrency) -> Connections:
+        return cls(control.limit, control.peak, control.fixed, control.throttles)
+
+    def text(self) -> str:
+        """``16 (peak 32)``, plus what bounded it: a fixed count or back-offs."""
+        notes = [f"peak {self.peak}"] if self.peak != self.used else []
+        if self.fixed:
+            notes.append("fixed by GPUCI_CACHE_WORKERS")
+        if self.throttles:
+            notes.append(f"backed off {self.throttles}x")
+        return f"{self.used} ({', '.join(notes)})" if notes else str(self.used)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "used": self.used,
+            "peak": self.peak,
+            "fixed": self.fixed,
+            "throttles": self.throttles,
+        }
+
+
+@contextlib.contextmanager
+def throttle_signals(store: Store, control: Concurrency) -> Iterator[None]:
+    """While a transfer runs, the store's refusals (503 SlowDown, 429) reach its controller."""
+    previous = store.on_throttle
+    store.on_throttle = control.throttled
+    try:
+        yield
+    finally:
+        store.on_throttle = previous

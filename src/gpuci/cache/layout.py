@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from gpuci.adaptive import Concurrency
 from gpuci.errors import InputError
 
 FORMAT_VERSION = 1
@@ -45,8 +46,21 @@ WRITE_SLICE = 256 << 10
 # Uploads above this size go multipart.
 MULTIPART_THRESHOLD = 64 << 20
 MULTIPART_CHUNK = 32 << 20
+# Parts are cut so a file can use every allowed connection, but never below this (S3 wants
+# 5 MiB) nor into more than S3's 10,000 parts.
+MIN_UPLOAD_PART = 8 << 20
+MAX_PARTS = 10_000
 
-DEFAULT_WORKERS = 8
+# Connections: adaptive (gpuci.adaptive) unless GPUCI_CACHE_WORKERS fixes a count. Data
+# transfers start with a few and grow while throughput rises, up to a ceiling per direction;
+# a fixed count is capped at MAX_CONNECTIONS. Restore sizes each connection's buffers so all
+# of them together stay within MEMORY_BUDGET (peak RSS under 300 MiB at any count).
+WORKERS_ENV = "GPUCI_CACHE_WORKERS"
+DEFAULT_WORKERS = 8  # metadata fan-out (HEADs, ref reads) when no count is fixed
+MAX_CONNECTIONS = 64
+DOWNLOAD_CONNECTIONS = 32  # 32 x 16 MiB/s is more than two cores can write and hash
+UPLOAD_CONNECTIONS = 64  # parts stream from disk: a connection holds almost nothing
+MEMORY_BUDGET = 192 << 20
 
 # Prune: objects no ref reaches are deleted only once older than this, so a save that is
 # uploading right now (blobs first, ref last) never loses a blob. A save touches any blob it
@@ -134,9 +148,35 @@ def default_store_url(environ: Mapping[str, str]) -> str:
     return (base / "store").absolute().as_uri()
 
 
-def workers(environ: Mapping[str, str] | None = None) -> int:
+def upload_parts(size: int, connections: int) -> list[tuple[int, int, int]]:
+    """(part number, offset, length) of a multipart upload of ``size`` bytes."""
+    part = max(MIN_UPLOAD_PART, min(MULTIPART_CHUNK, -(-size // max(1, connections))))
+    part = max(part, -(-size // MAX_PARTS))
+    part = -(-part // (1 << 20)) << 20  # whole MiB
+    return [
+        (number, offset, min(part, size - offset))
+        for number, offset in enumerate(range(0, size, part), start=1)
+    ]
+
+
+def fixed_workers(environ: Mapping[str, str] | None = None) -> int | None:
+    """The connection count a user fixed with ``GPUCI_CACHE_WORKERS``; None: adaptive."""
     env = os.environ if environ is None else environ
     try:
-        return max(1, int(env.get("GPUCI_CACHE_WORKERS", DEFAULT_WORKERS)))
+        return max(1, int(env.get(WORKERS_ENV, "").strip()))
     except ValueError:
-        return DEFAULT_WORKERS
+        return None
+
+
+def workers(environ: Mapping[str, str] | None = None) -> int:
+    """Threads for small metadata requests (HEADs, ref reads): the fixed count, else 8."""
+    return fixed_workers(environ) or DEFAULT_WORKERS
+
+
+def concurrency(environ: Mapping[str, str], ceiling: int) -> Concurrency:
+    """The controller for one transfer: the user's fixed count (at most MAX_CONNECTIONS),
+    else adaptive from a few connections up to ``ceiling``."""
+    fixed = fixed_workers(environ)
+    if fixed is not None:
+        return Concurrency.fixed(min(fixed, MAX_CONNECTIONS))
+    return Concurrency(ceiling=min(ceiling, MAX_CONNECTIONS))

@@ -84,6 +84,7 @@ def fill_on_miss(
             "bytes-uploaded": saved.outputs["bytes-uploaded"],
             "files": saved.outputs["files"],
             "seconds": round(seconds, 3),
+            "connections": saved.outputs["connections"],
             "populated": True,
         }
     )

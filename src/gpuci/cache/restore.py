@@ -24,7 +24,14 @@ from typing import Any
 from gpuci import journal
 from gpuci.cache import hf, layout, refs, usage
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url, summary_table
+from gpuci.cache.common import (
+    CREDENTIAL_SOURCES,
+    Connections,
+    plan_store,
+    store_url,
+    summary_table,
+    throttle_signals,
+)
 from gpuci.cache.common import outputs as _outputs
 from gpuci.cache.select import select, unmatched
 from gpuci.cache.store import LocalStore, Store, describe
@@ -255,6 +262,7 @@ class Moved:
     downloaded: int = 0
     from_local: int = 0
     placed: dict[str, int] | None = None  # how local files got there: reflink/hardlink/copy
+    connections: Connections | None = None  # None: nothing came from the store
 
 
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
@@ -333,7 +341,7 @@ def restore_tree(
                 else:
                     files.append((entry, path))
         if files:  # a warm restore from the tier skips the network machinery entirely
-            moved.downloaded = _download(store, files, rt, label)
+            moved.downloaded, moved.connections = _download(store, files, rt, label)
         if tier is not None and files:
             _fill_tier(tier, files)
         for entry in manifest.entries:
@@ -358,17 +366,21 @@ def restore_tree(
     return moved
 
 
-def _download(store: Store, files: list[tuple[mf.Entry, Path]], rt: Runtime, label: str) -> int:
-    from gpuci.cache.transfer import Downloader  # tenacity and threads only when fetching
+def _download(
+    store: Store, files: list[tuple[mf.Entry, Path]], rt: Runtime, label: str
+) -> tuple[int, Connections]:
+    from gpuci.cache.transfer import Downloader, download_concurrency  # only when fetching
 
     meter = rt.progress(label, sum(e.size for e, _ in files))
     _, attempts = retry_settings_for(rt)
-    downloader = Downloader(store, layout.workers(rt.environ), meter.advance, attempts)
+    control = download_concurrency(rt.environ)
+    downloader = Downloader(store, control, meter.advance, attempts)
     try:
-        downloader.fetch(files)
+        with throttle_signals(store, control):
+            downloader.fetch(files)
     finally:
         meter.close()
-    return downloader.bytes
+    return downloader.bytes, Connections.of(control)
 
 
 def _endpoint(store: Store) -> str:
@@ -662,7 +674,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         f"{outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
         f"({human_bytes(moved.downloaded)} from the store, "
         f"{human_bytes(moved.from_local)} from the local tier) in {seconds:.1f}s "
-        f"({rate:.0f} MB/s)"
+        f"({rate:.0f} MB/s"
+        + (f", connections: {moved.connections.text()}" if moved.connections else "")
+        + ")"
     )
     result.outputs = outputs(
         hit=exact,
@@ -673,9 +687,18 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         files=files,
         seconds=seconds,
         local=moved.from_local,
+        connections=moved.connections,
     )
     result.summary.append(
-        summary_table(key, outcome, files, size, moved.downloaded + moved.from_local, seconds)
+        summary_table(
+            key,
+            outcome,
+            files,
+            size,
+            moved.downloaded + moved.from_local,
+            seconds,
+            moved.connections,
+        )
     )
     result.report = {
         **described,
@@ -684,6 +707,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "bytes_metadata": manifest_bytes,
         "placed": moved.placed,
         "producer": manifest.producer,
+        "connections": moved.connections.report() if moved.connections else None,
     }
     _tier_warnings(result, tier)
     if populate and not exact and not lookup_only:

@@ -16,6 +16,8 @@ boto3 costs to import and set up, nor ``http.client`` and ``ssl`` on an ``http:/
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import socket
 import threading
@@ -27,7 +29,6 @@ from urllib.parse import urlsplit
 from gpuci.cache import layout, sigv4
 from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
 from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable, http_time
-
 from gpuci.cache.splicing import Pipe
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
@@ -46,6 +47,8 @@ _CRED_CODES = {
     "AuthorizationHeaderMalformed",
 }
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
+# Answers that mean "slow down": the concurrency controller halves on each burst of them.
+_THROTTLE_CODES = {"SlowDown", "TooManyRequests", "Throttling", "RequestLimitExceeded"}
 # Plain-http endpoints read bodies through rawhttp (fewer system calls); https uses http.client.
 RAW_HTTP = True
 # Answers only boto3 can act on (it follows a bucket to its region): the fast path hands over.
@@ -58,6 +61,7 @@ _HAND_OVER_CODES = {
 _CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
 _CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
 
+
 def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     """botocore's own knobs (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS), with sturdier defaults."""
     mode = environ.get("AWS_RETRY_MODE", "").strip() or "standard"
@@ -67,11 +71,13 @@ def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
         attempts = 8
     return mode, attempts
 
+
 def _bce() -> Any:
     """botocore's exception classes; botocore is loaded by then (only its calls raise them)."""
     import botocore.exceptions
 
     return botocore.exceptions
+
 
 def _upload_failed() -> type[Exception]:
     """boto3's upload error class; boto3 is loaded by then (only uploads raise it)."""
@@ -79,10 +85,12 @@ def _upload_failed() -> type[Exception]:
 
     return S3UploadFailedError
 
+
 def _total_size(content_range: str) -> int | None:
     """The object's size from ``Content-Range: bytes a-b/total`` (None when absent or ``*``)."""
     _, _, total = content_range.rpartition("/")
     return int(total) if total.strip().isdigit() else None
+
 
 class _HttpRange:
     """One ranged GET on a pooled connection; the connection goes back once fully read."""
@@ -121,6 +129,7 @@ class _HttpRange:
             else:
                 self._abandon()
 
+
 class _RawRange:
     """A ranged body on a raw keep-alive connection (plain http endpoints)."""
 
@@ -151,6 +160,96 @@ class _RawRange:
     def close(self) -> None:
         if self._resp.length:  # abandoned mid-body: the connection cannot be reused
             self._resp.conn.close()
+
+
+class _FileSlice:
+    """Bytes ``offset..offset+length`` of a file as a seekable body for one part.
+
+    Positions are relative to the slice (botocore seeks to 0 to resend); no ``fileno``, so
+    botocore takes the length from ``len()``, not from the whole file. Reads stream from disk:
+    a part in flight holds no more than botocore's blocks in memory."""
+
+    def __init__(self, path: Path, offset: int, length: int, on_read: Callable[[int], None]):
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close(), after the request
+        self._offset, self._length, self._pos = offset, length, 0
+        self._on_read = on_read
+
+    def read(self, size: int = -1) -> bytes:
+        left = self._length - self._pos
+        size = left if size is None or size < 0 else min(size, left)
+        data = os.pread(self._file.fileno(), size, self._offset + self._pos) if size else b""
+        self._pos += len(data)
+        self._on_read(len(data))
+        return data
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._length}[whence]
+        self._pos = max(0, min(self._length, base + pos))
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __len__(self) -> int:
+        return self._length - self._pos
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _Multipart:
+    """One S3 multipart upload (CreateMultipartUpload done); parts may be sent from any thread."""
+
+    def __init__(self, store: S3Store, key: str, upload_id: str) -> None:
+        self._store, self._key, self._id = store, key, upload_id
+        self._etags: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def send(
+        self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
+    ) -> None:
+        store = self._store
+        body = _FileSlice(path, offset, length, on_read)
+        try:
+            resp = store._call(
+                "upload",
+                self._key,
+                store.client.upload_part,
+                Key=store.prefix + self._key,
+                UploadId=self._id,
+                PartNumber=number,
+                Body=body,
+                ContentLength=length,
+            )
+        finally:
+            body.close()
+        with self._lock:
+            self._etags[number] = str(resp["ETag"])
+
+    def complete(self) -> None:
+        with self._lock:
+            parts = [{"PartNumber": n, "ETag": e} for n, e in sorted(self._etags.items())]
+        store = self._store
+        store._call(
+            "upload",
+            self._key,
+            store.client.complete_multipart_upload,
+            Key=store.prefix + self._key,
+            UploadId=self._id,
+            MultipartUpload={"Parts": parts},
+        )
+
+    def abort(self) -> None:
+        store = self._store
+        with contextlib.suppress(StoreError, InputError):
+            store._call(
+                "abort",
+                self._key,
+                store.client.abort_multipart_upload,
+                Key=store.prefix + self._key,
+                UploadId=self._id,
+            )
+
 
 class S3Store(Store):
     def __init__(
@@ -210,7 +309,6 @@ class S3Store(Store):
         from botocore.config import Config
 
         mode, attempts = retry_settings(self.environ)
-        workers = layout.workers(self.environ)
         try:
             session = boto3.session.Session(region_name=self.region)
             creds = session.get_credentials()
@@ -230,7 +328,7 @@ class S3Store(Store):
         config = Config(
             signature_version="s3v4",
             retries={"mode": mode, "max_attempts": attempts},
-            max_pool_connections=max(10, workers * 2),
+            max_pool_connections=2 * layout.MAX_CONNECTIONS,  # the controller decides
             connect_timeout=10,
             read_timeout=60,
             s3={"addressing_style": "path"} if self.endpoint else {},
@@ -246,6 +344,23 @@ class S3Store(Store):
             self._client = session.client("s3", endpoint_url=self.endpoint or None, config=config)
         except _bce().BotoCoreError as exc:
             raise self._config_error(exc) from None
+        # botocore retries throttling itself; the controller hears of each refusal too.
+        self._client.meta.events.register("needs-retry.s3", self._heard_answer)
+
+    def _heard_answer(self, response=None, caught_exception=None, **_: object) -> None:
+        """A botocore attempt ended: pass refusals (429, 503 SlowDown, 5xx) and dropped
+        connections on to the listening controller. Returns None: retries stay botocore's."""
+        listener = self.on_throttle
+        if listener is None:
+            return None
+        if response is not None:
+            status = getattr(response[0], "status_code", 200)
+            code = str(response[1].get("Error", {}).get("Code", "")) if response[1] else ""
+            if status == 429 or status >= 500 or code in _THROTTLE_CODES:
+                listener()
+        elif caught_exception is not None:
+            listener()
+        return None
 
     # ----- errors ----------------------------------------------------------------------------
     def _config_error(self, exc: Exception) -> Exception:
@@ -440,6 +555,10 @@ class S3Store(Store):
             )
         except (_bce().BotoCoreError, _bce().ClientError, _upload_failed()) as exc:
             raise self._error(exc, "upload", key) from None
+
+    def multipart(self, key: str) -> _Multipart:
+        resp = self._call("upload", key, self.client.create_multipart_upload, Key=self.prefix + key)
+        return _Multipart(self, key, str(resp["UploadId"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if self._rest is not None and (yield from self._fast_list(prefix)):
@@ -707,7 +826,7 @@ class S3Store(Store):
                 f"{self.url}/{key} ends before the bytes the manifest names ({status} {code})",
                 hint="the store holds a truncated object or a hostile manifest; save the key again",
             )
-        if status >= 500 or code in ("SlowDown", "RequestTimeout", "InternalError"):
+        if status >= 500 or status == 429 or code in {"RequestTimeout", *_THROTTLE_CODES}:
             return TransientError(f"S3 answered {status} {code}")
         if code == "NoSuchKey" or (status == 404 and code == "404"):
             return StoreError(

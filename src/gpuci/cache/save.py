@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,14 +20,24 @@ from typing import Any
 from gpuci import journal
 from gpuci.cache import hf, layout, refs
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url, summary_table
+from gpuci.cache.common import (
+    CREDENTIAL_SOURCES,
+    Connections,
+    plan_store,
+    store_url,
+    summary_table,
+    throttle_signals,
+)
 from gpuci.cache.packs import PackBuilder
-from gpuci.cache.store import ObjectInfo, Store
+from gpuci.cache.store import MultipartUpload, ObjectInfo, Store
 from gpuci.cache.tier import LocalTier, open_tier
-from gpuci.cache.transfer import parallel
+from gpuci.cache.transfer import WorkPool, parallel
 from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
 from gpuci.runtime import Result, Runtime, human_bytes
+
+# Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
+PACKS_IN_FLIGHT = 6
 
 
 @dataclass
@@ -69,7 +80,11 @@ class Saver:
         self.namespace = namespace
         self.key = key
         self.rt = rt
+        # HEADs and other small requests: the fixed count, else 8 at a time.
         self.workers = layout.workers(rt.environ)
+        # Blobs, packs and multipart parts share one controller: what it learns sending packs
+        # it keeps for the blobs.
+        self.uploads = layout.concurrency(rt.environ, layout.UPLOAD_CONNECTIONS)
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
 
@@ -152,6 +167,7 @@ class Saver:
             meter.close()
 
     def upload_large(self, tree: Tree, large: list[mf.Entry], dry_run: bool) -> None:
+        """Send the blobs the store lacks: big ones in parts, all under the controller."""
         unique = {e.sha256: e for e in large}
         missing: list[mf.Entry] = []
         lock = threading.Lock()
@@ -170,22 +186,18 @@ class Saver:
             self.stats.add(data_bytes=total, blobs=len(missing))
             return
         meter = self.rt.progress("upload", total)
-
-        def send(entry: mf.Entry) -> None:
-            self.store.upload_file(
-                layout.blob_key(entry.sha256), tree.source(entry), entry.size, meter.advance
-            )
-            self.stats.add(data_bytes=entry.size, blobs=1)
-
-        parallel(send, missing, min(self.workers, 4))
-        meter.close()
+        try:
+            with throttle_signals(self.store, self.uploads):
+                _BlobUploads(self, tree, meter.advance).run(missing)
+        finally:
+            meter.close()
 
     def pack_small(
         self, tree: Tree, small: list[mf.Entry], known: dict[str, mf.Entry], dry_run: bool
     ) -> None:
         builder = PackBuilder()
-        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuci-pack")
-        slots = threading.Semaphore(4)  # at most 4 packs in memory at once
+        pool = ThreadPoolExecutor(max_workers=PACKS_IN_FLIGHT, thread_name_prefix="gpuci-pack")
+        slots = threading.Semaphore(PACKS_IN_FLIGHT)  # packs held in memory at once
         futures: list[Future] = []
 
         def send(data: bytes, members: list[mf.Entry]) -> None:
@@ -194,10 +206,12 @@ class Saver:
                 for entry in members:
                     entry.pack = digest
                 key = layout.pack_key(digest)
-                if self.store.head(key) is None:
-                    if not dry_run:
-                        self.store.put(key, data)
-                    self.stats.add(data_bytes=len(data), packs=1)
+                with self.uploads.slot():
+                    if self.store.head(key) is None:
+                        if not dry_run:
+                            self.store.put(key, data)
+                            self.uploads.record(len(data))
+                        self.stats.add(data_bytes=len(data), packs=1)
             finally:
                 slots.release()
 
@@ -206,28 +220,91 @@ class Saver:
             slots.acquire()
             futures.append(pool.submit(send, data, members))
 
-        try:
-            for entry in small:
-                data = tree.source(entry).read_bytes()
-                if len(data) != entry.size:
-                    raise InputError(
-                        f"{tree.source(entry)} changed size while it was being saved",
-                        hint="save after the step that writes the tree has finished",
-                    )
-                entry.sha256 = hashlib.sha256(data).hexdigest()
-                reuse = known.get(entry.sha256)
-                if reuse is not None:
-                    entry.pack, entry.offset = reuse.pack, reuse.offset
-                    self.stats.add(reused_files=1)
-                    continue
-                if builder.add(entry, data):
+        with throttle_signals(self.store, self.uploads):
+            try:
+                for entry in small:
+                    data = tree.source(entry).read_bytes()
+                    if len(data) != entry.size:
+                        raise InputError(
+                            f"{tree.source(entry)} changed size while it was being saved",
+                            hint="save after the step that writes the tree has finished",
+                        )
+                    entry.sha256 = hashlib.sha256(data).hexdigest()
+                    reuse = known.get(entry.sha256)
+                    if reuse is not None:
+                        entry.pack, entry.offset = reuse.pack, reuse.offset
+                        self.stats.add(reused_files=1)
+                        continue
+                    if builder.add(entry, data):
+                        flush()
+                if builder:
                     flush()
-            if builder:
-                flush()
-            for future in futures:
-                future.result()
+                for future in futures:
+                    future.result()
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _BlobUploads:
+    """The blobs a save sends, one task per small blob and per part of a big one, all in one
+    pool under the save's controller; a multipart upload completes when its last part lands,
+    and every upload still open when the save fails is aborted."""
+
+    def __init__(self, saver: Saver, tree: Tree, on_bytes: Callable[[int], None]) -> None:
+        self.saver = saver
+        self.store = saver.store
+        self.tree = tree
+        self.on_bytes = on_bytes
+        self.pool = WorkPool(saver.uploads)
+        self.open: dict[str, MultipartUpload] = {}  # blob key -> upload not yet complete
+        self.left: dict[str, int] = {}  # blob key -> parts still to send
+        self.lock = threading.Lock()
+
+    def run(self, missing: list[mf.Entry]) -> None:
+        for entry in missing:
+            task = self._start if entry.size >= layout.MULTIPART_THRESHOLD else self._whole
+            self.pool.submit(lambda _lane, entry=entry, task=task: task(entry))
+        try:
+            self.pool.run()
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            for upload in self.open.values():
+                upload.abort()
+
+    def _sent(self, n: int) -> None:
+        self.saver.uploads.record(n)
+        self.on_bytes(n)
+
+    def _whole(self, entry: mf.Entry) -> None:
+        key = layout.blob_key(entry.sha256)
+        self.store.upload_file(key, self.tree.source(entry), entry.size, self._sent)
+        self.saver.stats.add(data_bytes=entry.size, blobs=1)
+
+    def _start(self, entry: mf.Entry) -> None:
+        key = layout.blob_key(entry.sha256)
+        upload = self.store.multipart(key)
+        if upload is None:
+            return self._whole(entry)
+        parts = layout.upload_parts(entry.size, self.saver.uploads.ceiling)
+        with self.lock:
+            self.open[key], self.left[key] = upload, len(parts)
+        for number, offset, length in parts:
+            self.pool.submit(
+                lambda _lane, n=number, o=offset, ln=length: self._part(entry, key, n, o, ln)
+            )
+        return None
+
+    def _part(self, entry: mf.Entry, key: str, number: int, offset: int, length: int) -> None:
+        upload = self.open[key]
+        upload.send(number, self.tree.source(entry), offset, length, self.saver.uploads.record)
+        self.on_bytes(length)
+        with self.lock:
+            self.left[key] -= 1
+            last = self.left[key] == 0
+        if last:
+            upload.complete()
+            with self.lock:
+                del self.open[key]
+            self.saver.stats.add(data_bytes=entry.size, blobs=1)
 
 
 # The ``outcome`` output: one word per outcome, for `if:` conditions in a workflow.
@@ -243,7 +320,12 @@ OUTCOMES = {
 
 
 def save_outputs(
-    outcome: str, manifest: str, uploaded: int, files: int, seconds: float
+    outcome: str,
+    manifest: str,
+    uploaded: int,
+    files: int,
+    seconds: float,
+    connections: Connections | None = None,
 ) -> dict[str, Any]:
     """Save's own outputs: no cache-hit or matched-key, which only a restore can mean."""
     return {
@@ -252,6 +334,7 @@ def save_outputs(
         "bytes-uploaded": uploaded,
         "files": files,
         "seconds": round(seconds, 3),
+        "connections": connections.used if connections else 0,
     }
 
 
@@ -355,9 +438,17 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             },
             rt.environ,
         )
+    sent = stats.data_bytes > 0 and not rt.dry_run  # connections only mean something then
+    connections = Connections.of(saver.uploads) if sent else None
     result.headline = _headline(outcome, key, len(manifest.files), size, stats, seconds, rt.dry_run)
-    result.outputs = save_outputs(outcome, digest, uploaded, len(manifest.files), seconds)
-    result.summary.append(summary_table(key, outcome, len(manifest.files), size, uploaded, seconds))
+    if connections is not None:
+        result.headline += f" (connections: {connections.text()})"
+    result.outputs = save_outputs(
+        outcome, digest, uploaded, len(manifest.files), seconds, connections
+    )
+    result.summary.append(
+        summary_table(key, outcome, len(manifest.files), size, uploaded, seconds, connections)
+    )
     result.report = {
         "key": key,
         "store": store.url,
@@ -371,6 +462,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "blobs_uploaded": stats.blobs,
         "packs_uploaded": stats.packs,
         "small_files_reused": stats.reused_files,
+        "connections": connections.report() if connections else None,
     }
     return result
 

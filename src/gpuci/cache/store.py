@@ -42,6 +42,20 @@ class RangeReader(Protocol):
     def close(self) -> None: ...
 
 
+class MultipartUpload(Protocol):
+    """One object uploaded in parts; it appears only once :meth:`complete` succeeds."""
+
+    def send(
+        self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
+    ) -> None:
+        """Upload bytes ``offset..offset+length`` of ``path`` as part ``number`` (from 1)."""
+
+    def complete(self) -> None: ...
+
+    def abort(self) -> None:
+        """Drop the parts sent so far (best effort: a failed save must not fail twice)."""
+
+
 class TransientError(Exception):
     """A failure worth retrying (5xx, SlowDown, a dropped connection); never shown as is."""
 
@@ -53,6 +67,9 @@ class Store(ABC):
     # The longest object name (UTF-8 bytes, after the layout's quoting) the store can hold;
     # None when there is no limit (a file store hashes long names).
     name_limit: int | None = None
+    # Told of every refusal (503 SlowDown, 429) while a transfer runs, so its concurrency
+    # controller backs off; None when nobody listens (see gpuci.cache.common.throttle_signals).
+    on_throttle: Callable[[], None] | None = None
 
     @abstractmethod
     def exists(self) -> bool:
@@ -84,6 +101,11 @@ class Store(ABC):
     @abstractmethod
     def upload_file(self, key: str, path: Path, size: int, on_bytes: Callable[[int], None]) -> None:
         """Copy a local file in (multipart when large); the object appears whole or not at all."""
+
+    def multipart(self, key: str) -> MultipartUpload | None:
+        """A multipart upload whose parts the caller sends in parallel, each on its own
+        connection under the save's concurrency control; None: send with upload_file."""
+        return None
 
     @abstractmethod
     def list(self, prefix: str) -> Iterator[ObjectInfo]:

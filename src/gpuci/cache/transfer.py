@@ -24,7 +24,7 @@ import itertools
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +37,11 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from gpuci.adaptive import Concurrency
 from gpuci.cache import directio, layout, splicing
 from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
-from gpuci.cache.store import Store, TransientError
+from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
 
 # Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
@@ -48,14 +49,43 @@ from gpuci.errors import IntegrityError, StoreError
 SPLICE = splicing.available()
 
 
-def retrying(attempts: int) -> Retrying:
-    """The retry policy for the data path: exponential backoff with jitter, transient only."""
+def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retrying:
+    """The retry policy for the data path: exponential backoff with jitter, transient only.
+
+    ``on_retry`` hears of every failure that will be retried (the controller backs off)."""
     return Retrying(
         stop=stop_after_attempt(max(1, attempts)),
         wait=wait_random_exponential(multiplier=0.2, max=5.0),
         retry=retry_if_exception_type(TransientError),
+        before_sleep=(lambda _state: on_retry()) if on_retry is not None else None,
         reraise=True,
     )
+
+
+# The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store
+# sees no change); connections beyond share what is left of the memory budget, down to this.
+FULL_LANES = 8
+MIN_LANE_CHUNK = 512 << 10
+
+
+def download_concurrency(environ: Mapping[str, str]) -> Concurrency:
+    """The controller for a restore's ranged GETs: adaptive, or the user's fixed count."""
+    return layout.concurrency(environ, layout.DOWNLOAD_CONNECTIONS)
+
+
+def lane_chunk(index: int, connections: int) -> int:
+    """The buffer size of connection ``index`` of at most ``connections``, so that all of them
+    together fit the memory budget.
+
+    A connection may touch three buffers of this size (its lane's two, and its helper's scratch
+    for re-reading parts that landed early). The first FULL_LANES get IO_CHUNK; the others split
+    the rest: 1.3 MiB each at 32 connections, 0.5 MiB at 64, plenty over a remote link where
+    each connection moves tens of MB/s."""
+    if index < FULL_LANES:
+        return layout.IO_CHUNK
+    rest = layout.MEMORY_BUDGET - FULL_LANES * 3 * layout.IO_CHUNK
+    chunk = min(layout.IO_CHUNK, rest // (3 * max(1, connections - FULL_LANES)))
+    return max(MIN_LANE_CHUNK, chunk // directio.ALIGN * directio.ALIGN)
 
 
 class _Cancelled(Exception):
@@ -82,14 +112,26 @@ class Lane:
 
 
 class WorkPool:
-    """N threads over one queue; tasks may enqueue more; the first error stops everything."""
+    """Threads over one queue; tasks may enqueue more; the first error stops everything.
 
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
+    Each task runs holding one of the controller's slots, so no more than ``limit`` requests
+    are in flight. Threads (each with its lane's buffers) start only as the limit grows and
+    while work is queued: memory follows the connections actually used, never the ceiling.
+    """
+
+    def __init__(
+        self, workers: int | Concurrency, chunk: Callable[[int], int] | None = None
+    ) -> None:
+        self.concurrency = (
+            workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
+        )
+        self.workers = self.concurrency.ceiling  # the most threads this pool may start
+        self.chunk = chunk or (lambda _index: layout.IO_CHUNK)  # lane buffer size per thread
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._pending = 0
         self._idle = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
         self.error: BaseException | None = None
         self.cancelled = threading.Event()
 
@@ -98,9 +140,9 @@ class WorkPool:
             self._pending += 1
         self._queue.put(fn)
 
-    def _worker(self) -> None:
-        memory = directio.aligned_buffer(2 * layout.IO_CHUNK)
-        lane = Lane((memory[: layout.IO_CHUNK], memory[layout.IO_CHUNK :]), ThreadPoolExecutor(1))
+    def _worker(self, chunk: int) -> None:
+        memory = directio.aligned_buffer(2 * chunk)
+        lane = Lane((memory[:chunk], memory[chunk:]), ThreadPoolExecutor(1))
         while True:
             fn = self._queue.get()
             if fn is None:
@@ -108,7 +150,8 @@ class WorkPool:
                 return
             try:
                 if not self.cancelled.is_set():
-                    fn(lane)
+                    with self.concurrency.slot():
+                        fn(lane)
             except BaseException as exc:
                 with self._lock:
                     if self.error is None and not isinstance(exc, _Cancelled):
@@ -120,31 +163,46 @@ class WorkPool:
                     if self._pending == 0:
                         self._idle.notify_all()
 
-    def run(self) -> None:
-        threads = [
-            threading.Thread(target=self._worker, name=f"gpuci-io-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for thread in threads:
+    def _grow(self) -> None:
+        """Start threads up to the current limit, never more than the tasks waiting."""
+        want = min(self.concurrency.limit, self.workers, self._pending)
+        while len(self._threads) < want:
+            index = len(self._threads)
+            thread = threading.Thread(
+                target=self._worker,
+                args=(self.chunk(index),),
+                name=f"gpuci-io-{index}",
+                daemon=True,
+            )
+            self._threads.append(thread)
             thread.start()
+
+    def run(self) -> None:
         try:
             with self._lock:
                 while self._pending:
-                    self._idle.wait(0.5)
+                    self._grow()
+                    # Short waits: a limit raised by the controller gets its threads quickly.
+                    self._idle.wait(0.05 if len(self._threads) < self.workers else 0.5)
         except BaseException:  # Ctrl-C or a kill: stop the workers at their next chunk
             self.cancelled.set()
             raise
         finally:
-            for _ in threads:
+            for _ in self._threads:
                 self._queue.put(None)
-            for thread in threads:
+            for thread in self._threads:
                 thread.join()
         if self.error is not None:
             raise self.error
 
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
 
-def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int) -> None:
-    """Run ``fn(item)`` for every item on ``workers`` threads; re-raise the first failure."""
+
+def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int | Concurrency) -> None:
+    """Run ``fn(item)`` for every item, ``workers`` at once (a count or a controller);
+    re-raise the first failure."""
     pool = WorkPool(workers)
     for item in items:
         pool.submit(lambda _buf, item=item: fn(item))
@@ -234,18 +292,46 @@ class _BlobTarget:
         self.file.close()
 
 
+class _Metered:
+    """A range reader that reports every read to the controller (throughput, as it happens)."""
+
+    def __init__(self, reader: RangeReader, record: Callable[[int], None]) -> None:
+        self._reader = reader
+        self._record = record
+        if hasattr(reader, "splice_into"):  # the kernel-copy path, counted the same way
+            self.splice_into = self._splice_into
+
+    def _splice_into(self, pipe: splicing.Pipe, count: int) -> int:
+        n = self._reader.splice_into(pipe, count)  # type: ignore[attr-defined]
+        self._record(n)
+        return n
+
+    def readinto(self, buffer: memoryview) -> int:
+        n = self._reader.readinto(buffer)
+        self._record(n)
+        return n
+
+    def close(self) -> None:
+        self._reader.close()
+
+
 class Downloader:
     """Fetch a manifest's file contents into staging paths."""
 
     def __init__(
         self,
         store: Store,
-        workers: int,
+        workers: int | Concurrency,
         on_bytes: Callable[[int], None],
         attempts: int = 5,
     ) -> None:
         self.store = store
-        self.workers = workers
+        self.concurrency = (
+            workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
+        )
+        # Parts are cut for the ceiling, so one big file can keep every allowed connection busy
+        # whatever the limit becomes.
+        self.workers = self.concurrency.ceiling
         self.on_bytes = on_bytes
         self.attempts = attempts
         self.direct = directio.enabled()
@@ -260,7 +346,9 @@ class Downloader:
 
     def fetch(self, files: list[tuple[Entry, Path]]) -> None:
         """Download every entry to its path (entries of size 0 are the caller's job)."""
-        pool = self._pool = WorkPool(self.workers)
+        pool = self._pool = WorkPool(
+            self.concurrency, functools.partial(lane_chunk, connections=self.workers)
+        )
         blobs = [_BlobTarget(e, p) for e, p in files if not e.pack and e.size]
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
@@ -293,6 +381,10 @@ class Downloader:
             for target in blobs:
                 target.close()
 
+    def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
+        """A ranged GET whose bytes the controller counts as they arrive."""
+        return _Metered(self.store.open_range(key, offset, length), self.concurrency.record)
+
     # ----- large files --------------------------------------------------------------------------
     def _parts(self, target: _BlobTarget) -> list[Callable[[Lane], None]]:
         size = target.entry.size
@@ -315,7 +407,7 @@ class Downloader:
         state = {"pos": offset}
         end = offset + length
         completed = False
-        for attempt in retrying(self.attempts):
+        for attempt in retrying(self.attempts, self.concurrency.throttled):
             with attempt:
                 completed = self._stream_part(target, key, state, end, lane)
         if completed:
@@ -342,7 +434,7 @@ class Downloader:
         retry resumes exactly there.
         """
         assert self._pool is not None and target.file is not None
-        reader = self.store.open_range(key, state["pos"], end - state["pos"])
+        reader = self._open_range(key, state["pos"], end - state["pos"])
         splice_into = getattr(reader, "splice_into", None)
         if SPLICE and splice_into is not None and target.file.buffered:
             return self._splice_part(target, reader, splice_into, state, end, lane)
@@ -440,7 +532,7 @@ class Downloader:
     def _run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
         for attempt_round in (0, 1):
             try:
-                for attempt in retrying(self.attempts):
+                for attempt in retrying(self.attempts, self.concurrency.throttled):
                     with attempt:
                         self._stream_run(run, members, lane.buffers[0])
                 return
@@ -451,7 +543,7 @@ class Downloader:
     def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
         assert self._pool is not None
         key = layout.pack_key(run.pack)
-        reader = self.store.open_range(key, run.start, run.length)
+        reader = self._open_range(key, run.start, run.length)
         pos, end = run.start, run.start + run.length
         index, fd, hasher = 0, -1, hashlib.sha256()
         try:

@@ -76,6 +76,11 @@ CACHE_OUTPUTS = (
     Output("bytes-uploaded", "With populate: bytes its save sent to the store; else 0."),
     Output("files", "Files in the tree."),
     Output("seconds", "Wall time."),
+    Output(
+        "connections",
+        "Connections the download settled on (adaptive, or GPUCI_CACHE_WORKERS when set); "
+        "0 when nothing came from the store.",
+    ),
 )
 
 SAVE_OUTPUTS = (
@@ -93,6 +98,11 @@ SAVE_OUTPUTS = (
     ),
     Output("files", "Files in the tree."),
     Output("seconds", "Wall time."),
+    Output(
+        "connections",
+        "Connections the upload settled on (adaptive, or GPUCI_CACHE_WORKERS when set); "
+        "0 when nothing was uploaded.",
+    ),
 )
 
 MANIFEST = Input(
