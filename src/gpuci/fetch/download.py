@@ -29,7 +29,7 @@ from typing import Protocol
 import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
-from gpuci.fetch.client import check_identity, new_client, open_response
+from gpuci.fetch.client import check_identity, new_client, open_response, parse_content_range
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
@@ -42,13 +42,13 @@ from gpuci.fetch.policy import (
     ShortBody,
     parse_retry_after,
 )
+from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
 from gpuci.files import sha256_file
 from gpuci.runtime import human_bytes
 
-__all__ = ["FetchResult", "fetch_file", "new_client"]
+__all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range"]
 
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
 
 
@@ -70,6 +70,7 @@ class FetchResult:
     resumed_bytes: int  # bytes kept from earlier attempts instead of fetched again
     seconds: float
     skipped: bool = False  # already present with the expected sha256: nothing fetched
+    connections: int = 1  # most connections this file used at once (segmented downloads)
 
 
 def strong_validator(headers: httpx.Headers) -> str | None:
@@ -78,14 +79,6 @@ def strong_validator(headers: httpx.Headers) -> str | None:
     if etag and not etag.startswith("W/"):
         return etag
     return headers.get("Last-Modified")
-
-
-def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
-    match = _CONTENT_RANGE.match(value or "")
-    if not match:
-        return None
-    total = None if match.group(3) == "*" else int(match.group(3))
-    return int(match.group(1)), int(match.group(2)), total
 
 
 class _Download:
@@ -109,6 +102,8 @@ class _Download:
         self.started = time.monotonic()
         self.attempts = 0
         self.resumed_bytes = 0
+        self.one_connection = False  # set once a server mishandled a segment's Range
+        self.peak_connections = 1
 
     def remaining(self) -> float:
         return self.policy.deadline - (time.monotonic() - self.started)
@@ -133,6 +128,10 @@ class _Download:
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
             total = self._accept(resp, url, offset)
+            if total is not None and segmentable(resp, total, offset, self):
+                Segmenter(self, resp, total).run(resp)
+                return
+            self.partial.drop_extents()  # one connection rewrites them in order
             self._stream(resp, url, total)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
@@ -167,7 +166,7 @@ class _Download:
                     f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
                 )
             total = span[2]
-            self.resumed_bytes += offset
+            self.resumed_bytes += offset + sum(e - s for s, e in part.extents)
         else:
             if offset or part.size:
                 part.reset()  # Range ignored or the file changed: a clean restart
@@ -176,7 +175,8 @@ class _Download:
             self._check_room(total, part.size)
         part.adopt(validator, total)
         if self.progress is not None:
-            left = None if total is None else total - part.size
+            ahead = sum(e - s for s, e in part.extents)
+            left = None if total is None else total - part.size - ahead
             self.progress.total = None if left is None else getattr(self.progress, "done", 0) + left
         return total
 
@@ -211,7 +211,11 @@ class _Download:
         limit = self.policy.max_bytes
         have = part.size  # bytes on disk plus those handed to the writer
         part.open_for_append()
-        sink = Sink(part)
+
+        def on_written(end: int) -> None:
+            part.size = end
+
+        sink = Sink(part, part.size, on_written)
         too_large = False
         try:
             for chunk in resp.iter_raw():
@@ -228,7 +232,10 @@ class _Download:
                         hint="raise the deadline input, or add a closer mirror",
                     )
         finally:
-            sink.close()
+            try:
+                sink.close()
+            finally:
+                part.close()
         if too_large:
             part.reset()
             raise Refused(
@@ -263,6 +270,7 @@ class _Download:
             attempts=self.attempts,
             resumed_bytes=self.resumed_bytes,
             seconds=time.monotonic() - self.started,
+            connections=self.peak_connections,
         )
 
 
