@@ -57,7 +57,7 @@ class HashCursor:
         self._drain(offset + length)
 
     def landed_on_disk(self, offset: int, length: int) -> None:
-        """Report bytes already in the file (a resumed run): read back when the cursor gets there."""
+        """Report bytes already in the file (a resumed run): read back once the cursor is there."""
         if length <= 0:
             return
         with self._lock:
