@@ -310,7 +310,7 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
         ) -> None:
             """``server.rate`` bytes per second on this connection, in 64 KiB steps."""
             rate = server.rate or 1.0
-            step = 1 << 16
+            step = max(4096, min(1 << 16, int(rate / 100)))  # ~10 ms of the link per write
             began = time.monotonic()
             sent = 0
             while sent < count and not server.stop.is_set():

@@ -113,11 +113,13 @@ class _Download:
         self.attempts += 1
         part = self.partial
         part.bind(url)
-        offset = part.size if part.validator else 0
-        if offset == 0 and part.size:
+        # bytes kept (a prefix, or segments further on) continue only under their validator
+        resuming = part.validator is not None and bool(part.size or part.extents)
+        offset = part.size if resuming else 0
+        if not resuming and (part.size or part.extents):
             part.reset()
         headers = {"Accept-Encoding": "identity"}
-        if offset:
+        if resuming:
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
@@ -127,7 +129,7 @@ class _Download:
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
-            total = self._accept(resp, url, offset)
+            total = self._accept(resp, url, offset, resuming)
             if total is not None and segmentable(resp, total, offset, self):
                 Segmenter(self, resp, total).run(resp)
                 return
@@ -151,7 +153,7 @@ class _Download:
                 hint=_hint_for_status(status),
             )
 
-    def _accept(self, resp: httpx.Response, url: str, offset: int) -> int | None:
+    def _accept(self, resp: httpx.Response, url: str, offset: int, resuming: bool) -> int | None:
         """Decide where the body goes: appended (a matching 206) or from zero (anything else)."""
         part = self.partial
         check_identity(resp)
@@ -159,7 +161,7 @@ class _Download:
         if resp.status_code == 206:
             span = parse_content_range(resp.headers.get("Content-Range"))
             same_version = validator is not None and validator == part.validator
-            if not offset or span is None or span[0] != offset or not same_version:
+            if not resuming or span is None or span[0] != offset or not same_version:
                 part.reset()
                 raise RangeMismatch(
                     f"a 206 that does not continue at byte {offset} of the same version "
@@ -168,7 +170,7 @@ class _Download:
             total = span[2]
             self.resumed_bytes += offset + sum(e - s for s, e in part.extents)
         else:
-            if offset or part.size:
+            if resuming or part.size or part.extents:
                 part.reset()  # Range ignored or the file changed: a clean restart
             total = _int(resp.headers.get("Content-Length"))
         if total is not None:
@@ -364,7 +366,7 @@ def fetch_file(
             hint="check the destination folder is writable",
         ) from exc
     own = client is None
-    client = client or new_client(policy)
+    client = client or new_client(policy, connections=policy.connections)
     job = _Download(client, dest, policy, headers or {}, progress, partial)
     errors: list[tuple[str, BaseException, int]] = []
     try:
