@@ -37,6 +37,9 @@ class Fault:
     stall_after: int = 0
     ignore_range: bool = False  # answer 200 with the whole file even to a Range request
     content_range_total: int | None = None  # a 206 that claims this total size
+    shift: int = 0  # a 206 for other bytes than asked (start + shift), honestly labelled
+    other_file: bytes | None = None  # answer this range from another file (its own total)
+    new_data: bytes | None = None  # the file changes to these bytes from now on
     ignore_if_range: bool = False  # honour Range even when If-Range no longer matches
     etag: str | None = None  # change the file's ETag from now on (the file "changed")
     corrupt: bool = False  # flip the first byte sent (a wrong checksum)
@@ -162,6 +165,10 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                     fault = entry.faults.popleft()
             if fault.etag is not None:
                 entry.etag = fault.etag
+            if fault.new_data is not None:
+                entry.data = fault.new_data
+            if fault.other_file is not None:
+                entry = Entry(data=fault.other_file, etag=entry.etag)
             if fault.redirect_to:
                 return self._empty(req, 302, {"Location": fault.redirect_to})
             if fault.status:
@@ -195,6 +202,8 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             start, end = rng if rng else (0, size - 1)
+            if rng and fault.shift:
+                start, end = start + fault.shift, min(end + fault.shift, size - 1)
             status = 206 if rng else 200
             payload: bytes | None = None
             if fault.gzip:

@@ -128,8 +128,13 @@ def test_server_ignoring_range_on_a_segment_falls_back_to_one_connection(
 
 @pytest.mark.parametrize(
     "lie",
-    [Fault(bad_content_range=True), Fault(content_range_total=SIZE + 1)],
-    ids=["wrong-offset", "wrong-total"],
+    [
+        Fault(bad_content_range=True),  # labels the right bytes with another offset
+        Fault(shift=1000),  # other bytes than asked, labelled as such
+        Fault(content_range_total=SIZE + 1),  # claims another size
+        Fault(other_file=os.urandom(SIZE + 10)),  # bytes of a longer file, its own total
+    ],
+    ids=["mislabelled-offset", "other-offset", "wrong-total", "other-file"],
 )
 def test_a_lying_content_range_never_reaches_the_file(server, tmp_path, seg_policy, lie):
     server.faults("/data.bin", Fault(), lie)
@@ -141,10 +146,11 @@ def test_a_lying_content_range_never_reaches_the_file(server, tmp_path, seg_poli
 
 
 def test_a_file_changed_mid_download_starts_over_clean(server, tmp_path, seg_policy):
-    server.faults("/data.bin", Fault(), Fault(etag='"v2"'))  # If-Range "v1" is now stale
+    new = os.urandom(SIZE)
+    server.faults("/data.bin", Fault(), Fault(etag='"v2"', new_data=new))  # If-Range is stale
     dest = tmp_path / "out.bin"
-    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=seg_policy)
-    assert dest.read_bytes() == DATA
+    res = fetch_file(server.url("/data.bin"), dest, None, policy=seg_policy)
+    assert dest.read_bytes() == new
     gets = server.gets()
     changed = next(i for i, g in enumerate(gets) if g.range and g.status == 200)
     fresh = [i for i, g in enumerate(gets) if i > changed and g.range is None]
@@ -155,10 +161,18 @@ def test_a_file_changed_mid_download_starts_over_clean(server, tmp_path, seg_pol
 
 
 def test_a_206_from_a_changed_file_is_never_spliced(server, tmp_path, seg_policy):
-    # the server honours Range although If-Range no longer matches: the ETag tells
-    server.faults("/data.bin", Fault(), Fault(etag='"v2"', ignore_if_range=True))
+    # the file changes, and the server honours Range although If-Range no longer matches
+    # (a broken cache): only the ETag tells, and no old byte may stay
+    new = os.urandom(SIZE)
+    server.faults(
+        "/data.bin",
+        Fault(),
+        Fault(etag='"v2"', new_data=new, ignore_if_range=True),
+        *[Fault(ignore_if_range=True) for _ in range(30)],
+    )
     dest = tmp_path / "out.bin"
-    fetch_file(server.url("/data.bin"), dest, SHA, policy=seg_policy)
+    res = fetch_file(server.url("/data.bin"), dest, None, policy=seg_policy)
+    assert dest.read_bytes() == new and res.sha256 == hashlib.sha256(new).hexdigest()
     gets = server.gets()
     spliced = next(i for i, g in enumerate(gets) if g.if_range == '"v1"' and g.status == 206 and i)
     assert any(g.range is None for g in gets[spliced + 1 :]), "restarted from byte 0"
