@@ -48,6 +48,9 @@ class HashCursor:
         if not length:
             return
         with self._lock:
+            if offset < self._next <= offset + length and not self._busy:
+                chunks = _skip(chunks, self._next - offset)  # bytes written twice: hash once
+                offset, length = self._next, offset + length - self._next
             if self._busy or offset != self._next:
                 self._note(offset, length)
                 return
@@ -106,3 +109,16 @@ class HashCursor:
                     return
                 self._hasher.update(self._scratch[:got])
                 position += got
+
+
+def _skip(chunks: Sequence[bytes | memoryview], count: int) -> list[memoryview]:
+    """``chunks`` without their first ``count`` bytes (no copy)."""
+    out: list[memoryview] = []
+    for chunk in chunks:
+        view = memoryview(chunk)
+        if count >= len(view):
+            count -= len(view)
+            continue
+        out.append(view[count:])
+        count = 0
+    return out
