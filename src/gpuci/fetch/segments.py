@@ -65,6 +65,9 @@ _SAVE_EVERY_S = 1.0  # how stale the sidecar may be when the process is killed
 _TICK_S = 0.02
 _ALIGN = 1 << 16
 _WINDOW_S = 0.25
+# Doubling the connections to a server that caps each one nearly doubles the throughput;
+# on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
+_GAIN = 1.3
 
 
 class SegmentsRefused(RangeMismatch):
@@ -114,6 +117,7 @@ class Segmenter:
             start=max(1, min(self.policy.connections_start, self.policy.connections)),
             ceiling=self.policy.connections,
             window_s=_WINDOW_S,
+            gain=_GAIN,
         )
         self.lock = threading.Condition()
         self.stop = threading.Event()
@@ -248,6 +252,8 @@ class Segmenter:
                     with self.lock:
                         if seg.pos >= seg.end:
                             break
+                        if resp is None and self.running > self.conc.limit:
+                            break  # the controller backed off: hand the rest back, between requests
                     try:
                         if resp is not None:
                             first, resp = resp, None
