@@ -288,7 +288,12 @@ def test_a_killed_process_resumes_every_segment(tmp_path, changed):
             assert resumed[0].status == 200 and srv.served() - served_before >= len(big)
             return
         assert all(g.range and g.if_range == '"v1"' for g in resumed)
-        # each segment went on from its recorded end: only the holes came again
-        assert srv.served() - served_before <= len(big) - kept + 4 * 64 * 1024
+        # each segment went on from its recorded end: only the holes came again (plus what
+        # was in flight when a connection was cut at a segment's end: socket buffers, which
+        # grow when the machine is busy)
+        again = srv.served() - served_before
+        assert again <= len(big) - kept + (2 << 20), (again, kept)
+        asked = [g.range for g in resumed]
+        assert not any(r.startswith("bytes=0-") for r in asked[1:]), asked  # never from zero
         assert res.resumed_bytes >= kept
         assert leftovers(dest) == ["out.bin"]
