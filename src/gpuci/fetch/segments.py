@@ -135,6 +135,9 @@ class Segmenter:
         # Requests stay bounded, so a later cut past their end wastes nothing; large enough
         # that the first-byte wait of each (tens of ms) costs a few percent at most.
         self.request_bytes = 4 * self.policy.segment_bytes
+        # Near the end, ranges smaller than a segment are still split between idle
+        # connections, or the last few would finish alone at one connection's speed.
+        self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.progress.advance if job.progress else _nothing
 
     # ----- supervisor --------------------------------------------------------------------------
@@ -208,7 +211,7 @@ class Segmenter:
             return self.pending.pop(0)
         if self.job.one_connection:
             return None
-        piece = self.policy.segment_bytes
+        piece = self.steal_bytes
         best: tuple[int, Segment, int] | None = None
         for seg in self.segments:
             left = seg.end - seg.pos
