@@ -73,7 +73,7 @@ COMMAND = Command(
         Output("path", "Path(s) of the verified file(s), one per line."),
         Output("sha256", "Their sha256 digests, one per line."),
         Output("bytes", "Bytes in the final file(s)."),
-        Output("attempts", "HTTP attempts made in all."),
+        Output("attempts", "HTTP requests made in all (retries, and each segment's requests)."),
         Output("resumed-bytes", "Bytes kept from earlier attempts instead of downloaded again."),
         Output("connections", "Most connections one file used at once (segmented downloads)."),
         Output("seconds", "Wall time."),
