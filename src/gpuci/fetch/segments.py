@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from gpuci.fetch.download import _Download
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
+_HEAD_DEPTH = 8
 _SAVE_EVERY_S = 1.0  # how stale the sidecar may be when the process is killed
 _TICK_S = 0.02
 _ALIGN = 1 << 16
@@ -360,7 +361,10 @@ class Segmenter:
         def on_written(end: int) -> None:
             seg.written = end
 
-        sink = Sink(self.part, seg.pos, on_written, depth=_SINK_DEPTH)
+        # The first connection keeps the deep queue of the one-connection path (loopback runs
+        # on it); the others stay shallow, so memory grows slowly with their count.
+        depth = _HEAD_DEPTH if seg is self.head else _SINK_DEPTH
+        sink = Sink(self.part, seg.pos, on_written, depth=depth)
         deadline = self.job.started + self.policy.deadline
         try:
             for chunk in resp.iter_raw():
