@@ -297,3 +297,28 @@ def test_a_killed_process_resumes_every_segment(tmp_path, changed):
         assert not any(r.startswith("bytes=0-") for r in asked[1:]), asked  # never from zero
         assert res.resumed_bytes >= kept
         assert leftovers(dest) == ["out.bin"]
+
+
+def test_a_throttled_segment_backs_off_and_completes(server, tmp_path, seg_policy):
+    server.faults("/data.bin", Fault(), Fault(status=503, retry_after="0"), Fault(status=429))
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=seg_policy)
+    assert dest.read_bytes() == DATA
+    statuses = [g.status for g in server.gets()]
+    assert 503 in statuses and 429 in statuses
+    assert res.attempts == len(statuses)
+
+
+def test_a_segment_that_keeps_failing_fails_the_download_and_keeps_what_arrived(
+    server, tmp_path, seg_policy
+):
+    from gpuci.errors import FetchError
+
+    policy = replace(seg_policy, attempts=2)
+    server.faults("/data.bin", Fault(), *[Fault(status=500) for _ in range(40)])
+    dest = tmp_path / "out.bin"
+    with pytest.raises(FetchError, match="HTTP 500"):
+        fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
+    assert not dest.exists()
+    found = inspect(dest, server.url("/data.bin"))  # the head's bytes stay, on record
+    assert found is not None and found.extents is not None and found.size > 0
