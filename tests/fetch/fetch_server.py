@@ -36,6 +36,10 @@ class Fault:
     stall: float | None = None  # pause this long (after drop_after/stall_after bytes)
     stall_after: int = 0
     ignore_range: bool = False  # answer 200 with the whole file even to a Range request
+    content_range_total: int | None = None  # a 206 that claims this total size
+    shift: int = 0  # a 206 for other bytes than asked (start + shift), honestly labelled
+    other_file: bytes | None = None  # answer this range from another file (its own total)
+    new_data: bytes | None = None  # the file changes to these bytes from now on
     ignore_if_range: bool = False  # honour Range even when If-Range no longer matches
     etag: str | None = None  # change the file's ETag from now on (the file "changed")
     corrupt: bool = False  # flip the first byte sent (a wrong checksum)
@@ -70,11 +74,18 @@ class Request:
 
 
 class FaultyServer(LoopbackHTTPServer):
-    """Start with ``with FaultyServer() as srv:``; ``srv.url("/f")`` names a path."""
+    """Start with ``with FaultyServer() as srv:``; ``srv.url("/f")`` names a path.
 
-    def __init__(self) -> None:
+    ``rate`` (bytes per second) paces every connection on its own and ``latency`` (seconds)
+    delays each answer's first byte: a remote-like link, where one connection gets a share
+    of the bandwidth and speed comes from how many are busy.
+    """
+
+    def __init__(self, rate: float | None = None, latency: float = 0.0) -> None:
         self.entries: dict[str, Entry] = {}
         self.requests: list[Request] = []
+        self.rate = rate
+        self.latency = latency
         super().__init__(_handler_for(self))
 
     # ----- setup ---------------------------------------------------------------------------
@@ -120,6 +131,12 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: object) -> None:  # quiet tests
             pass
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (ConnectionResetError, BrokenPipeError):
+                pass  # a client hung up between requests (a segment done): not news
+
         def do_HEAD(self) -> None:
             self._serve(head=True)
 
@@ -137,6 +154,8 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
             )
             with server.lock:
                 server.requests.append(req)
+            if server.latency:
+                server.stop.wait(server.latency)
             entry = server.entries.get(path)
             if entry is None:
                 return self._empty(req, 404)
@@ -146,6 +165,10 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                     fault = entry.faults.popleft()
             if fault.etag is not None:
                 entry.etag = fault.etag
+            if fault.new_data is not None:
+                entry.data = fault.new_data
+            if fault.other_file is not None:
+                entry = Entry(data=fault.other_file, etag=entry.etag)
             if fault.redirect_to:
                 return self._empty(req, 302, {"Location": fault.redirect_to})
             if fault.status:
@@ -179,6 +202,8 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             start, end = rng if rng else (0, size - 1)
+            if rng and fault.shift:
+                start, end = start + fault.shift, min(end + fault.shift, size - 1)
             status = 206 if rng else 200
             payload: bytes | None = None
             if fault.gzip:
@@ -198,7 +223,8 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Encoding", "gzip")
             if status == 206:
                 shown = start + 1 if fault.bad_content_range else start
-                self.send_header("Content-Range", f"bytes {shown}-{end}/{size}")
+                claimed = fault.content_range_total or size
+                self.send_header("Content-Range", f"bytes {shown}-{end}/{claimed}")
             self.end_headers()
             if head:
                 return
@@ -249,6 +275,9 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
             if count <= 0:
                 return
             try:
+                if server.rate:
+                    self._send_paced(req, entry, payload, start, count, corrupt)
+                    return
                 if payload is None and entry.file is not None and not corrupt:
                     self.wfile.flush()
                     with open(entry.file, "rb") as handle:
@@ -278,6 +307,36 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                         req.body_bytes += len(chunk)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
+
+        def _send_paced(
+            self,
+            req: Request,
+            entry: Entry,
+            payload: bytes | None,
+            start: int,
+            count: int,
+            corrupt: bool,
+        ) -> None:
+            """``server.rate`` bytes per second on this connection, in 64 KiB steps."""
+            rate = server.rate or 1.0
+            step = max(4096, min(1 << 16, int(rate / 100)))  # ~10 ms of the link per write
+            began = time.monotonic()
+            sent = 0
+            while sent < count and not server.stop.is_set():
+                n = min(step, count - sent)
+                if payload is not None:
+                    data = payload[start + sent : start + sent + n]
+                else:
+                    data = self._read(entry, start + sent, n)
+                if corrupt and sent == 0:
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                self.wfile.write(data)
+                sent += n
+                with server.lock:
+                    req.body_bytes += n
+                ahead = began + sent / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
 
     return Handler
 

@@ -385,18 +385,18 @@ def run_in_process(flags: dict[str, str], tmp_path: Path) -> tuple[Result, str]:
 
 def test_a_full_disk_deletes_the_partial_and_says_so(tmp_path, evil, monkeypatch):
     evil.route("/file", serve_bytes(DATA))
-    real_writev = os.writev
+    real_pwritev = os.pwritev
     written = {"n": 0}
 
-    def writev_until_full(fd: int, buffers) -> int:
+    def pwritev_until_full(fd: int, buffers, offset: int) -> int:
         if written["n"] >= 100_000:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        done = real_writev(fd, buffers)
+        done = real_pwritev(fd, buffers, offset)
         written["n"] += done
         return done
 
     monkeypatch.setattr("gpuci.fetch.partial._WRITE_BLOCK", 1 << 14)  # small batches
-    monkeypatch.setattr("gpuci.fetch.partial.os.writev", writev_until_full)
+    monkeypatch.setattr("gpuci.fetch.partial.os.pwritev", pwritev_until_full)
     out = tmp_path / "out"
     out.mkdir()
     result, text = run_in_process({"url": evil.url("/file"), "dest": str(out / "f.bin")}, tmp_path)

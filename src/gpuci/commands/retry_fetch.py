@@ -45,6 +45,15 @@ INPUTS = (
     ),
     Input("parallel", "How many files to download at once.", "int", "4", minimum=1),
     Input(
+        "connections",
+        "Most ranged connections for one file. A large file from a server that names it with "
+        "a strong ETag and honours Range is fetched in segments over several connections at "
+        "once, as many as keep raising the throughput; 1 turns this off.",
+        "int",
+        "16",
+        minimum=1,
+    ),
+    Input(
         "max-bytes",
         "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
         "refused before writing and a longer body is cut off and deleted. The default fits any "
@@ -64,8 +73,9 @@ COMMAND = Command(
         Output("path", "Path(s) of the verified file(s), one per line."),
         Output("sha256", "Their sha256 digests, one per line."),
         Output("bytes", "Bytes in the final file(s)."),
-        Output("attempts", "HTTP attempts made in all."),
+        Output("attempts", "HTTP requests made in all (retries, and each segment's requests)."),
         Output("resumed-bytes", "Bytes kept from earlier attempts instead of downloaded again."),
+        Output("connections", "Most connections one file used at once (segmented downloads)."),
         Output("seconds", "Wall time."),
     ),
     target="gpuci.fetch:run",
@@ -85,6 +95,13 @@ COMMAND = Command(
         "owned by the current user, not writable by group or others, and made for the same "
         "URL; anything else is deleted and the download starts over. A full disk deletes the "
         "partial file and says so (exit 3). See docs/security.md.",
+        "**Segments.** A file of 16 MiB or more, from a server that sends a strong ETag and "
+        "`Accept-Ranges: bytes`, is fetched over several ranged connections at once (up to "
+        "`connections`, adapted to the throughput: one or two on a fast local link, more on "
+        "a remote one). Every segment carries `If-Range` and must come back as a 206 for "
+        "exactly the bytes asked; a server that ignores Range or lies falls back to one "
+        "connection, a changed file starts over. Every written segment is recorded in the "
+        "sidecar, so a cut or a killed run resumes each one. sha256 covers the whole file.",
     ),
     actions=("actions/retry-fetch",),
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import http.cookiejar
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 MAX_REDIRECTS = 10
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 IDENTITY = {"Accept-Encoding": "identity"}
+CREDENTIALS_KEPT = "gpuci_credentials_kept"  # response extension: did the last hop get them?
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 
 
 class _NoCookies(http.cookiejar.DefaultCookiePolicy):
@@ -96,6 +99,7 @@ def open_response(
         resp = client.send(request, stream=True, follow_redirects=False)
         location = resp.headers.get("Location") if resp.status_code in REDIRECTS else None
         if location is None:
+            resp.extensions[CREDENTIALS_KEPT] = bool(secret)  # so later ranges may reuse them
             try:
                 yield resp
             finally:
@@ -150,3 +154,12 @@ def read_capped(resp: httpx.Response, limit: int, what: str) -> bytes:
             )
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
+    """``bytes a-b/total`` -> (a, b, total or None for ``*``); None when malformed."""
+    match = _CONTENT_RANGE.match(value or "")
+    if not match:
+        return None
+    total = None if match.group(3) == "*" else int(match.group(3))
+    return int(match.group(1)), int(match.group(2)), total

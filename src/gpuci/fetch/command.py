@@ -48,6 +48,7 @@ def policy_from(values: dict[str, Any]) -> FetchPolicy:
         max_wait=values["max-wait"],
         initial_wait=min(1.0, values["max-wait"]),
         max_bytes=values["max-bytes"],
+        connections=values.get("connections", 1),
     )
 
 
@@ -67,7 +68,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             for secret in url_secrets(url):
                 rt.mask(secret)
     workers = max(1, min(values["parallel"], len(jobs)))
-    with new_client(policy, connections=workers) as client:
+    with new_client(policy, connections=workers * policy.connections) as client:
         if rt.dry_run:
             return _plan(jobs, client, headers, policy, workers, rt)
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
@@ -134,6 +135,7 @@ def _outputs(done: list[FetchResult], seconds: float) -> dict[str, Any]:
         "bytes": sum(r.bytes for r in done),
         "attempts": sum(r.attempts for r in done),
         "resumed-bytes": sum(r.resumed_bytes for r in done),
+        "connections": max((r.connections for r in done), default=0),
         "seconds": round(seconds, 3),
     }
 
@@ -228,6 +230,7 @@ def _plan(
             "bytes": total,
             "attempts": 0,
             "resumed-bytes": 0,
+            "connections": 0,
             "seconds": 0,
         }
     )

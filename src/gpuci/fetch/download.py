@@ -7,6 +7,11 @@ whose ``Content-Range`` starts exactly where we stopped is appended; a 200 resta
 416 at full length means we already have it all. When the digest matches, the file is renamed
 into place; nothing incomplete or unverified ever sits under the final name.
 
+When the first response allows it (a strong ETag, ``Accept-Ranges: bytes``, a known size of
+at least two segments), the rest of the file comes over several ranged connections at once:
+:mod:`gpuci.fetch.segments`, which takes over the response and leaves ``<dest>.incomplete``
+with the written ranges on record, so the next attempt (or run) resumes each of them.
+
 Hostile servers and full disks are bounded: a Content-Length over ``policy.max_bytes`` (or
 over the free space) is refused before a byte is written, a body that runs past it is cut off
 and its partial deleted, an encoded body is refused (see :mod:`gpuci.fetch.client`), and a
@@ -29,7 +34,7 @@ from typing import Protocol
 import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
-from gpuci.fetch.client import check_identity, new_client, open_response
+from gpuci.fetch.client import check_identity, new_client, open_response, parse_content_range
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
@@ -42,13 +47,13 @@ from gpuci.fetch.policy import (
     ShortBody,
     parse_retry_after,
 )
+from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
 from gpuci.files import sha256_file
 from gpuci.runtime import human_bytes
 
-__all__ = ["FetchResult", "fetch_file", "new_client"]
+__all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range"]
 
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
 
 
@@ -70,6 +75,7 @@ class FetchResult:
     resumed_bytes: int  # bytes kept from earlier attempts instead of fetched again
     seconds: float
     skipped: bool = False  # already present with the expected sha256: nothing fetched
+    connections: int = 1  # most connections this file used at once (segmented downloads)
 
 
 def strong_validator(headers: httpx.Headers) -> str | None:
@@ -78,14 +84,6 @@ def strong_validator(headers: httpx.Headers) -> str | None:
     if etag and not etag.startswith("W/"):
         return etag
     return headers.get("Last-Modified")
-
-
-def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
-    match = _CONTENT_RANGE.match(value or "")
-    if not match:
-        return None
-    total = None if match.group(3) == "*" else int(match.group(3))
-    return int(match.group(1)), int(match.group(2)), total
 
 
 class _Download:
@@ -109,6 +107,8 @@ class _Download:
         self.started = time.monotonic()
         self.attempts = 0
         self.resumed_bytes = 0
+        self.one_connection = False  # set once a server mishandled a segment's Range
+        self.peak_connections = 1
 
     def remaining(self) -> float:
         return self.policy.deadline - (time.monotonic() - self.started)
@@ -118,11 +118,13 @@ class _Download:
         self.attempts += 1
         part = self.partial
         part.bind(url)
-        offset = part.size if part.validator else 0
-        if offset == 0 and part.size:
+        # bytes kept (a prefix, or segments further on) continue only under their validator
+        resuming = part.validator is not None and bool(part.size or part.extents)
+        offset = part.size if resuming else 0
+        if not resuming and (part.size or part.extents):
             part.reset()
         headers = {"Accept-Encoding": "identity"}
-        if offset:
+        if resuming:
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
@@ -132,7 +134,11 @@ class _Download:
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
-            total = self._accept(resp, url, offset)
+            total = self._accept(resp, url, offset, resuming)
+            if total is not None and segmentable(resp, total, offset, self):
+                Segmenter(self, resp, total).run(resp)
+                return
+            self.partial.drop_extents()  # one connection rewrites them in order
             self._stream(resp, url, total)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
@@ -152,7 +158,7 @@ class _Download:
                 hint=_hint_for_status(status),
             )
 
-    def _accept(self, resp: httpx.Response, url: str, offset: int) -> int | None:
+    def _accept(self, resp: httpx.Response, url: str, offset: int, resuming: bool) -> int | None:
         """Decide where the body goes: appended (a matching 206) or from zero (anything else)."""
         part = self.partial
         check_identity(resp)
@@ -160,23 +166,24 @@ class _Download:
         if resp.status_code == 206:
             span = parse_content_range(resp.headers.get("Content-Range"))
             same_version = validator is not None and validator == part.validator
-            if not offset or span is None or span[0] != offset or not same_version:
+            if not resuming or span is None or span[0] != offset or not same_version:
                 part.reset()
                 raise RangeMismatch(
                     f"a 206 that does not continue at byte {offset} of the same version "
                     f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
                 )
             total = span[2]
-            self.resumed_bytes += offset
+            self.resumed_bytes += offset + sum(e - s for s, e in part.extents)
         else:
-            if offset or part.size:
+            if resuming or part.size or part.extents:
                 part.reset()  # Range ignored or the file changed: a clean restart
             total = _int(resp.headers.get("Content-Length"))
         if total is not None:
             self._check_room(total, part.size)
         part.adopt(validator, total)
         if self.progress is not None:
-            left = None if total is None else total - part.size
+            ahead = sum(e - s for s, e in part.extents)
+            left = None if total is None else total - part.size - ahead
             self.progress.total = None if left is None else getattr(self.progress, "done", 0) + left
         return total
 
@@ -211,7 +218,11 @@ class _Download:
         limit = self.policy.max_bytes
         have = part.size  # bytes on disk plus those handed to the writer
         part.open_for_append()
-        sink = Sink(part)
+
+        def on_written(end: int) -> None:
+            part.size = end
+
+        sink = Sink(part, part.size, on_written)
         too_large = False
         try:
             for chunk in resp.iter_raw():
@@ -228,7 +239,10 @@ class _Download:
                         hint="raise the deadline input, or add a closer mirror",
                     )
         finally:
-            sink.close()
+            try:
+                sink.close()
+            finally:
+                part.close()
         if too_large:
             part.reset()
             raise Refused(
@@ -263,6 +277,7 @@ class _Download:
             attempts=self.attempts,
             resumed_bytes=self.resumed_bytes,
             seconds=time.monotonic() - self.started,
+            connections=self.peak_connections,
         )
 
 
@@ -356,7 +371,7 @@ def fetch_file(
             hint="check the destination folder is writable",
         ) from exc
     own = client is None
-    client = client or new_client(policy)
+    client = client or new_client(policy, connections=policy.connections)
     job = _Download(client, dest, policy, headers or {}, progress, partial)
     errors: list[tuple[str, BaseException, int]] = []
     try:

@@ -5,6 +5,12 @@ URL they came from (its sha256, and the URL without query or password for humans
 ETag / Last-Modified they came with. It is hashed as it grows so the final sha256 costs no
 second read. ``Sink`` moves writing and hashing off the thread that reads the socket.
 
+A segmented download (:mod:`gpuci.fetch.segments`) writes several ranges of the file at once,
+so the bytes on disk are not one prefix: the sidecar then also lists ``segments``, the
+``[start, end)`` ranges that are written, and a resumed run asks only for the holes between
+them. The sha256 is a :class:`~gpuci.hashcursor.HashCursor`: bytes that land ahead of it are
+read back from the file when it gets there.
+
 The folder may be shared with other jobs, so a partial found on disk is an input, not ours
 until checked: both files must be regular files (opened ``O_NOFOLLOW``, so a planted symlink
 is never written or read through), owned by the current user, not writable by group or
@@ -33,6 +39,7 @@ from gpuci.errors import FetchError
 from gpuci.fetch.policy import RangeMismatch
 from gpuci.fetch.urls import public_url
 from gpuci.files import incomplete_path
+from gpuci.hashcursor import HashCursor
 
 META = ".incomplete.json"  # the URL and validator (ETag / Last-Modified) those bytes came with
 _META_MAX = 64 << 10  # a sidecar is a few hundred bytes; a planted huge one is not read
@@ -40,6 +47,7 @@ _READ_BLOCK = 1 << 20
 _WRITE_BLOCK = 1 << 20  # network chunks (64 KiB) are batched this big for the writer
 _IOV_MAX = 1024
 _WRITE_QUEUE = 8  # batches in flight: bounds memory at ~8 MiB per download
+_MAX_EXTENTS = 1024  # written ranges a sidecar may list (a segmented run has a few dozen)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -69,7 +77,8 @@ class Found:
 
     validator: str
     total: int | None
-    size: int
+    size: int  # bytes on disk worth keeping (all ranges together)
+    extents: tuple[tuple[int, int], ...] | None = None  # [start, end) written; None: [0, size)
 
 
 def _trusted(st: os.stat_result, uid: int) -> bool:
@@ -115,7 +124,44 @@ def inspect(
         return None
     if max_bytes is not None and st.st_size > max_bytes:
         return None
-    return Found(validator, total, st.st_size)
+    if "segments" not in record:
+        return Found(validator, total, st.st_size)
+    extents = _extents(record.get("segments"), total, st.st_size)
+    if extents is None:
+        return None
+    return Found(validator, total, sum(e - s for s, e in extents), extents)
+
+
+def _extents(value: object, total: int | None, on_disk: int) -> tuple[tuple[int, int], ...] | None:
+    """The sidecar's written ranges, if they make sense: sorted, disjoint, inside the file."""
+    if total is None or not isinstance(value, list) or len(value) > _MAX_EXTENTS:
+        return None
+    out: list[tuple[int, int]] = []
+    last = 0
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in item)
+        ):
+            return None
+        start, end = item
+        if start < last or end <= start or end > min(total, on_disk):
+            return None
+        out.append((start, end))
+        last = end
+    return tuple(out)
+
+
+def merge_extents(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint ``[start, end)`` ranges covering the same bytes; empty ones dropped."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(r for r in ranges if r[1] > r[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _remove(path: Path) -> None:
@@ -146,8 +192,9 @@ class Partial:
         self.total: int | None = None
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file we trust
-        self._hasher = hashlib.sha256()
-        self.size = 0
+        self.cursor = HashCursor(self._read_into)
+        self.size = 0  # the written prefix [0, size): where a single connection continues
+        self.extents: list[tuple[int, int]] = []  # written ranges beyond it (segmented runs)
         self._load(max_bytes)
 
     def _load(self, max_bytes: int | None) -> None:
@@ -161,16 +208,42 @@ class Partial:
         except OSError:
             self.reset()
             return
+        if found.extents is not None:
+            self._load_extents(fd, found)
+            return
         with os.fdopen(fd, "rb", buffering=0) as handle:
             st = os.fstat(fd)
             if _trusted(st, self.uid) and st.st_size == found.size:
                 while block := handle.read(_READ_BLOCK):
-                    self._hasher.update(block)
+                    self.cursor.landed(self.size, [block])
                     self.size += len(block)
                 self.validator, self.total = found.validator, found.total
                 self._identity = (st.st_dev, st.st_ino)
         if self._identity is None:
             self.reset()
+
+    def _load_extents(self, fd: int, found: Found) -> None:
+        """A segmented partial: hash the written prefix now, the ranges ahead when reached."""
+        st = os.fstat(fd)
+        extents = found.extents or ()
+        if not _trusted(st, self.uid) or (extents and st.st_size < extents[-1][1]):
+            os.close(fd)
+            self.reset()
+            return
+        self._fd = fd  # read-only until open_for_append: the cursor reads through it
+        self._identity = (st.st_dev, st.st_ino)
+        self.validator, self.total = found.validator, found.total
+        for start, end in extents:
+            self.cursor.landed_on_disk(start, end - start)
+        self.size = self.cursor.position
+        self.extents = [(s, e) for s, e in extents if e > self.size]
+        self.close()
+
+    def _read_into(self, buffer: memoryview, offset: int) -> int:
+        """The cursor reads back bytes that landed ahead of it (from the page cache)."""
+        if self._fd is None:
+            return 0
+        return os.preadv(self._fd, [buffer], offset)
 
     def bind(self, url: str) -> None:
         """Switch to another source (a mirror): bytes from one URL never continue another's."""
@@ -182,21 +255,44 @@ class Partial:
         """Start over: the bytes on disk belong to no version of this URL we can name."""
         self.discard()
         self.validator, self.total, self.size = None, None, 0
-        self._hasher = hashlib.sha256()
+        self.extents = []
+        self.cursor = HashCursor(self._read_into)
         self._identity = None
 
     def adopt(self, validator: str | None, total: int | None) -> None:
         self.validator, self.total = validator, total
         if validator:
-            record = {
-                "url": public_url(self.url),
-                "url_sha256": url_key(self.url),
-                "validator": validator,
-                "total": total,
-            }
-            self._write_meta(json.dumps(record).encode())
+            self.save(self.written() if self.extents else None)
         else:
             _remove(self.meta)
+
+    def written(self) -> list[tuple[int, int]]:
+        """Every range on disk worth keeping: the prefix and the segments beyond it."""
+        return merge_extents([(0, self.size), *self.extents])
+
+    def drop_extents(self) -> None:
+        """Keep only the prefix: one connection continues from it and rewrites the rest in
+        order (the file is cut back first, so a sidecar without segments stays truthful)."""
+        if not self.extents:
+            return
+        self.extents = []
+        self.cursor.forget_ahead()
+        self.open_for_append()
+        assert self._fd is not None
+        os.ftruncate(self._fd, self.size)
+        self.save()
+
+    def save(self, extents: list[tuple[int, int]] | None = None) -> None:
+        """Write the sidecar; ``extents`` (a segmented run) lists every written range."""
+        record: dict[str, Any] = {
+            "url": public_url(self.url),
+            "url_sha256": url_key(self.url),
+            "validator": self.validator,
+            "total": self.total,
+        }
+        if extents is not None:
+            record["segments"] = [list(e) for e in merge_extents(extents)]
+        self._write_meta(json.dumps(record).encode())
 
     def _write_meta(self, payload: bytes) -> None:
         """A fresh file (``mkstemp``: ``O_EXCL``, mode 0600) renamed over the name: a planted
@@ -212,18 +308,21 @@ class Partial:
             raise
 
     def open_for_append(self) -> None:
-        """Open the bytes for this attempt: our own file, continued, or a new one (``O_EXCL``)."""
+        """Open the bytes for this attempt: our own file, continued, or a new one (``O_EXCL``).
+
+        Writes go to explicit offsets (``pwritev``), so several segments can share the file."""
         if self._fd is not None:
             return
-        if self.size == 0:
+        if self.size == 0 and not self.extents:
             _remove(self.path)  # whatever sits there is not ours to append to
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
             st = os.fstat(self._fd)
             self._identity = (st.st_dev, st.st_ino)
             return
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW)
+        fd = os.open(self.path, os.O_RDWR | _NOFOLLOW)
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != self._identity or st.st_size != self.size:
+        on_disk = max([self.size, *(e for _, e in self.extents)])
+        if (st.st_dev, st.st_ino) != self._identity or st.st_size < on_disk:
             os.close(fd)
             self.reset()
             raise RangeMismatch(f"{self.path} changed on disk between attempts; starting over")
@@ -233,6 +332,8 @@ class Partial:
         """Rename the verified bytes to ``dest``; what lands there must be the file we wrote."""
         if self._identity is None:  # an empty body never opened the file
             self.open_for_append()
+        if self._fd is not None and os.fstat(self._fd).st_size != self.cursor.position:
+            os.ftruncate(self._fd, self.cursor.position)  # only hashed bytes get the name
         self.close()
         os.replace(self.path, self.dest)
         st = os.lstat(self.dest)
@@ -246,26 +347,24 @@ class Partial:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.meta)
 
-    def write_block(self, chunks: list[bytes]) -> None:
-        """Append chunks with as few syscalls as possible (``writev``, no joining copy)."""
+    def write_at(self, offset: int, chunks: list[bytes]) -> int:
+        """Write chunks at ``offset`` with as few syscalls as possible (``pwritev``, no join)."""
         if self._fd is None:
-            raise RuntimeError("write_block before open_for_append")
+            raise RuntimeError("write_at before open_for_append")
         view = [memoryview(c) for c in chunks]
+        written = 0
         while view:
-            done = os.writev(self._fd, view[:_IOV_MAX])
-            self.size += done
+            done = os.pwritev(self._fd, view[:_IOV_MAX], offset + written)
+            written += done
             while view and done >= len(view[0]):
                 done -= len(view[0])
                 view.pop(0)
             if view and done:
                 view[0] = view[0][done:]
-
-    def hash_block(self, chunks: list[bytes]) -> None:
-        for chunk in chunks:
-            self._hasher.update(chunk)
+        return written
 
     def digest(self) -> str:
-        return self._hasher.hexdigest()
+        return self.cursor.hexdigest()
 
     def close(self) -> None:
         if self._fd is not None:
@@ -283,35 +382,57 @@ class Sink:
 
     Measured on loopback (scripts/bench_fetch.py, docs/benchmarks.md): reading, hashing and
     writing 64 KiB chunks in one thread ran at about half of curl's rate, and write+hash on one
-    helper still bound the pipeline. Handing 1 MiB batches of chunks to a writer (``writev``)
-    and a hasher (both release the GIL) overlaps disk, hash and network. ``close``
-    flushes what arrived, so bytes received before a dropped connection are kept.
+    helper still bound the pipeline. Handing 1 MiB batches of chunks to a writer (``pwritev``)
+    and then to a hasher (both release the GIL) overlaps disk, hash and network. A batch
+    reaches the hasher only once written, since the hash cursor may read it back from the file.
+    ``close`` flushes what arrived, so bytes received before a dropped connection are kept.
+
+    ``offset`` is where the first byte goes; ``on_written(end)`` is told, from the writer
+    thread, that every byte before ``end`` is on disk (what a sidecar may then claim).
     """
 
-    def __init__(self, partial: Partial) -> None:
+    def __init__(
+        self,
+        partial: Partial,
+        offset: int,
+        on_written: Callable[[int], None],
+        depth: int = _WRITE_QUEUE,
+    ) -> None:
         self._partial = partial
+        self._offset = offset  # where the next batch goes
+        self._on_written = on_written
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._error: BaseException | None = None
-        self._queues: list[queue.Queue[list[bytes] | None]] = []
-        self._threads: list[threading.Thread] = []
-        for name, step in (("writer", partial.write_block), ("hasher", partial.hash_block)):
-            q: queue.Queue[list[bytes] | None] = queue.Queue(_WRITE_QUEUE)
-            thread = threading.Thread(
-                target=self._drain, args=(q, step), name=f"fetch-{name}", daemon=True
-            )
+        self._to_writer: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(depth)
+        self._to_hasher: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(depth)
+        self._threads = [
+            threading.Thread(target=self._write_loop, name="fetch-writer", daemon=True),
+            threading.Thread(target=self._hash_loop, name="fetch-hasher", daemon=True),
+        ]
+        for thread in self._threads:
             thread.start()
-            self._queues.append(q)
-            self._threads.append(thread)
 
-    def _drain(
-        self, q: queue.Queue[list[bytes] | None], step: Callable[[list[bytes]], None]
-    ) -> None:
-        while (block := q.get()) is not None:
+    def _write_loop(self) -> None:
+        while (item := self._to_writer.get()) is not None:
+            if self._error is not None:
+                continue
+            offset, block = item
+            try:
+                written = self._partial.write_at(offset, block)
+                self._on_written(offset + written)
+            except BaseException as exc:  # handed to the reading thread in write/close
+                self._error = exc
+                continue
+            self._to_hasher.put(item)
+        self._to_hasher.put(None)
+
+    def _hash_loop(self) -> None:
+        while (item := self._to_hasher.get()) is not None:
             if self._error is None:
                 try:
-                    step(block)
-                except BaseException as exc:  # handed to the reading thread in write/close
+                    self._partial.cursor.landed(*item)
+                except BaseException as exc:
                     self._error = exc
 
     def write(self, chunk: bytes) -> None:
@@ -324,19 +445,18 @@ class Sink:
         if self._error is not None:
             raise self._error
         if self._pending:
-            block, self._pending, self._pending_size = self._pending, [], 0
-            for q in self._queues:
-                q.put(block)
+            block, offset = self._pending, self._offset
+            self._offset += self._pending_size
+            self._pending, self._pending_size = [], 0
+            self._to_writer.put((offset, block))
 
     def close(self) -> None:
         """Write everything received so far; re-raise a write error (disk full, say)."""
         try:
             self._flush()
         finally:
-            for q in self._queues:
-                q.put(None)
+            self._to_writer.put(None)
             for thread in self._threads:
                 thread.join()
-            self._partial.close()
         if self._error is not None:
             raise self._error

@@ -27,6 +27,12 @@ from gpuci.errors import FetchError
 DEFAULT_MAX_BYTES = 64 << 30
 DEFAULT_MAX_BYTES_TEXT = "64GiB"
 
+# Segmented downloads (gpuci.fetch.segments): at most this many ranged connections per file
+# (about 6 MiB of buffers each), none for a range under 8 MiB (a 30 ms first byte would cost
+# more than the range takes at 100 MB/s).
+DEFAULT_CONNECTIONS = 16
+DEFAULT_SEGMENT_BYTES = 8 << 20
+
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 # LocalProtocolError and UnsupportedProtocol are our own mistakes: retrying cannot help.
@@ -90,6 +96,10 @@ class FetchPolicy:
     ``timeout`` bounds each connect and each read (a stalled server), not a whole attempt: a
     10 GB file may legitimately take longer than any sensible per-request timeout.
     ``max_bytes`` bounds one file's size on disk (None: no bound); see DEFAULT_MAX_BYTES.
+    ``connections`` caps the ranged connections one file may use at once (1: never segment);
+    the count starts at ``connections_start`` and grows while throughput does
+    (:mod:`gpuci.fetch.segments`); ``segment_bytes`` is the smallest range worth its own
+    connection, so a file under twice that size always uses one.
     """
 
     attempts: int = 5
@@ -98,6 +108,9 @@ class FetchPolicy:
     max_wait: float = 60.0
     initial_wait: float = 1.0
     max_bytes: int | None = DEFAULT_MAX_BYTES
+    connections: int = DEFAULT_CONNECTIONS
+    connections_start: int = 1
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
 
     def wait_seconds(self, retry_state: tenacity.RetryCallState) -> float:
         """Retry-After when the server gave one, else full-jitter exponential backoff."""

@@ -1,0 +1,409 @@
+"""Segmented downloads: one large file over several ranged connections at once.
+
+Why: a connection to a hub, CDN or object store gets a share of the link (tens of MB/s) and
+each request waits tens of milliseconds for its first byte, so one connection per file is the
+ceiling on a fast runner; aria2c and Hugging Face's fast paths open several. On loopback the
+CPU is the limit and extra connections only add work. So the count is adaptive
+(:class:`gpuci.adaptive.Concurrency`): the first response starts alone, and every time the
+controller allows another connection a new worker takes the far half of the largest range
+still to come (work stealing); the connection that owned it stops at the new boundary.
+
+When: only if the first response proves the server can do it safely: a strong ``ETag``
+(never ``W/``, and never ``Last-Modified`` alone, whose one-second resolution can hide a
+change), ``Accept-Ranges: bytes`` (or the response is already a 206), a known size of at least
+two segments, and ``connections`` above 1. Every segment request carries ``If-Range`` with that
+ETag and goes to the URL the first request was redirected to; the user's credentials go with
+it only when the first request still carried them there (the origin rule of
+:mod:`gpuci.fetch.client`).
+
+What a segment's answer must be: a 206 with the same ETag and a ``Content-Range`` that starts
+exactly where we asked, ends inside what we asked, and names the same total. Anything else
+never reaches the file:
+
+- a 200 with the same ETag: the server ignores ``Range``; nothing of the body is written, and
+  the download continues on one connection (:class:`SegmentsRefused`);
+- a 200 with another ETag, or a 206 with another ETag: the file changed; everything is
+  deleted and the download starts over (:class:`FileChanged`);
+- a ``Content-Range`` at another offset or with another total: the server lies about ranges;
+  one connection from then on (:class:`SegmentsRefused`).
+
+Resume: every segment writes through its own :class:`~gpuci.fetch.partial.Sink`, which reports
+what is on disk; the supervisor writes the sidecar with every written ``[start, end)`` range
+each second and when it stops, so a cut connection resumes its segment from its last byte and a
+killed process resumes every segment. The sha256 of the whole file is a hash cursor that reads
+back what landed ahead of it (:mod:`gpuci.hashcursor`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from gpuci.adaptive import Concurrency
+from gpuci.errors import FetchError
+from gpuci.fetch.client import check_identity, open_response, parse_content_range
+from gpuci.fetch.partial import Sink, merge_extents
+from gpuci.fetch.policy import (
+    RETRY_STATUSES,
+    RETRY_TRANSPORT,
+    RangeMismatch,
+    RetryableError,
+    RetryableStatus,
+    parse_retry_after,
+)
+
+if TYPE_CHECKING:
+    from gpuci.fetch.download import _Download
+
+_SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
+_HEAD_DEPTH = 8
+_SAVE_EVERY_S = 1.0  # how stale the sidecar may be when the process is killed
+_TICK_S = 0.02
+_ALIGN = 1 << 16
+_WINDOW_S = 0.25
+# Doubling the connections to a server that caps each one nearly doubles the throughput;
+# on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
+_GAIN = 1.3
+
+
+class SegmentsRefused(RangeMismatch):
+    """The server ignored ``Range`` or lied in ``Content-Range``: use one connection."""
+
+
+class FileChanged(RangeMismatch):
+    """A segment came from another version of the file: delete and start over."""
+
+
+@dataclass
+class Segment:
+    start: int
+    pos: int  # the next byte this segment's connection delivers
+    end: int  # exclusive; lowered when another worker takes the tail
+    written: int  # every byte in [start, written) is on disk
+    asked: int = 0  # where the request in flight ends: the server sends up to here
+    owned: bool = False
+
+
+def segmentable(resp: httpx.Response, total: int | None, offset: int, job: _Download) -> bool:
+    """Whether this first response allows more connections (see the module docstring)."""
+    policy = job.policy
+    if policy.connections < 2 or job.one_connection or total is None:
+        return False
+    if total - offset < 2 * policy.segment_bytes:
+        return False
+    etag = resp.headers.get("ETag", "")
+    if not etag or etag.startswith("W/") or etag != job.partial.validator:
+        return False
+    ranges = resp.headers.get("Accept-Ranges", "").strip().lower()
+    return resp.status_code == 206 or ranges == "bytes"
+
+
+class Segmenter:
+    """One attempt of a segmented download; ``run`` returns when the file is whole."""
+
+    def __init__(self, job: _Download, resp: httpx.Response, total: int) -> None:
+        self.job = job
+        self.part = job.partial
+        self.policy = job.policy
+        self.total = total
+        self.validator = job.partial.validator or ""
+        self.url = str(resp.url)  # every segment follows the same resolved URL
+        self.credentials = job.headers if resp.extensions.get("gpuci_credentials_kept") else {}
+        self.conc = Concurrency(
+            start=max(1, min(self.policy.connections_start, self.policy.connections)),
+            ceiling=self.policy.connections,
+            window_s=_WINDOW_S,
+            gain=_GAIN,
+        )
+        self.lock = threading.Condition()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.running = 0
+        self.threads: list[threading.Thread] = []
+        offset = self.part.size
+        holes = _holes(offset, self.part.extents, total)
+        head_end = holes[0][1] if holes and holes[0][0] == offset else offset
+        self.head = Segment(offset, offset, head_end, offset, asked=total)  # open-ended GET
+        self.segments = [self.head]
+        self.pending = [Segment(s, s, e, s) for s, e in holes if s != offset]
+        self.segments.extend(self.pending)
+        self.static = list(self.part.extents)  # written in an earlier attempt or run
+        # Requests stay bounded, so a later cut past their end wastes nothing; large enough
+        # that the first-byte wait of each (tens of ms) costs a few percent at most.
+        self.request_bytes = 4 * self.policy.segment_bytes
+        # Near the end, ranges smaller than a segment are still split between idle
+        # connections, or the last few would finish alone at one connection's speed.
+        self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
+        self.advance: Callable[[int], None] = job.progress.advance if job.progress else _nothing
+
+    # ----- supervisor --------------------------------------------------------------------------
+    def run(self, head: httpx.Response) -> None:
+        part = self.part
+        part.open_for_append()
+        self._save()  # segments are on record before any byte lands out of order
+        saved = time.monotonic()
+        with self.lock:
+            self._spawn(self.head, head)
+            while True:
+                if self.error is not None:
+                    self.stop.set()
+                if self.running == 0 and (self.stop.is_set() or self._all_done()):
+                    break
+                while not self.stop.is_set() and self.running < self.conc.limit:
+                    seg = self._take()
+                    if seg is None:
+                        break
+                    self._spawn(seg, None)
+                self.lock.wait(_TICK_S)
+                if time.monotonic() - saved >= _SAVE_EVERY_S and self.error is None:
+                    self._save()
+                    saved = time.monotonic()
+        for thread in self.threads:
+            thread.join()
+        self.job.peak_connections = max(self.job.peak_connections, self.conc.peak)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Leave the Partial as the next attempt (or run) needs it, or raise what went wrong."""
+        part = self.part
+        error = self.error
+        if isinstance(error, FileChanged):
+            part.reset()
+            raise error
+        written = self._written()
+        part.size = part.cursor.position
+        part.extents = [(s, e) for s, e in written if e > part.size]
+        if isinstance(error, SegmentsRefused):
+            self.job.one_connection = True
+        if error is not None:
+            part.save(written)
+            part.close()
+            raise error
+        part.close()
+        if part.size != self.total:
+            raise RangeMismatch(
+                f"segments ended with {part.size} of {self.total} bytes hashed; retrying"
+            )
+
+    def _spawn(self, seg: Segment, resp: httpx.Response | None) -> None:
+        seg.owned = True
+        self.running += 1
+        thread = threading.Thread(
+            target=self._work, args=(seg, resp), name="fetch-segment", daemon=True
+        )
+        self.threads.append(thread)
+        thread.start()
+
+    def _all_done(self) -> bool:
+        return not self.pending and all(s.pos >= s.end for s in self.segments)
+
+    def _take(self) -> Segment | None:
+        """A range nobody fetches, else the far half of the largest range still to come.
+
+        The cut goes past what the owner's request asked for when it can: then the server
+        sends nothing twice. Only the first, open-ended response must be cut short, and what
+        was in flight on it is lost (a socket buffer's worth, once per cut)."""
+        if self.pending:
+            return self.pending.pop(0)
+        if self.job.one_connection:
+            return None
+        piece = self.steal_bytes
+        best: tuple[int, Segment, int] | None = None
+        for seg in self.segments:
+            left = seg.end - seg.pos
+            if not seg.owned or left < 2 * piece:
+                continue
+            middle = _align_up(seg.pos + left // 2)
+            if seg.asked + piece <= seg.end:
+                middle = _align_up(max(middle, seg.asked))  # past the request: nothing lost
+            score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
+            if middle < seg.end and (best is None or score > best[0]):
+                best = (score, seg, middle)
+        if best is None:
+            return None
+        _, owner, middle = best
+        seg = Segment(middle, middle, owner.end, middle)
+        owner.end = middle
+        self.segments.append(seg)
+        return seg
+
+    def _written(self) -> list[tuple[int, int]]:
+        ranges = [(0, self.head.start), *self.static]
+        ranges += [(s.start, s.written) for s in self.segments]
+        return merge_extents(ranges)
+
+    def _save(self) -> None:
+        self.part.save(self._written())
+
+    def _fail(self, exc: BaseException) -> None:
+        with self.lock:
+            if self.error is None or isinstance(exc, FileChanged):
+                self.error = exc
+            self.stop.set()
+            self.lock.notify_all()
+
+    # ----- workers -----------------------------------------------------------------------------
+    def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
+        failures = 0
+        try:
+            with self.conc.slot():
+                while not self.stop.is_set():
+                    with self.lock:
+                        if seg.pos >= seg.end:
+                            break
+                        if resp is None and self.running > self.conc.limit:
+                            break  # the controller backed off: hand the rest back, between requests
+                    try:
+                        if resp is not None:
+                            first, resp = resp, None
+                            self._pump(seg, first)
+                        else:
+                            self._ranged(seg)
+                    except (*RETRY_TRANSPORT, RetryableError) as exc:
+                        if isinstance(exc, (SegmentsRefused, FileChanged)):
+                            raise
+                        failures += 1
+                        with self.lock:
+                            seg.pos = seg.written  # what reached the disk; ask for the rest
+                            self.job.resumed_bytes += seg.written - seg.start
+                        if failures >= self.policy.attempts:
+                            raise
+                        wait = self._wait(exc, failures)
+                        self.stop.wait(wait)
+        except BaseException as exc:  # handed to the supervisor, which raises it
+            self._fail(exc)
+        finally:
+            with self.lock:
+                seg.owned = False
+                if seg.pos < seg.end and not self.stop.is_set():
+                    seg.pos = seg.written
+                    self.pending.append(seg)
+                self.running -= 1
+                self.lock.notify_all()
+
+    def _wait(self, exc: BaseException, failures: int) -> float:
+        if isinstance(exc, RetryableStatus):
+            if exc.status in (429, 503):
+                self.conc.throttled()
+            if exc.retry_after is not None:
+                return min(exc.retry_after, self.policy.max_wait)
+        return min(self.policy.max_wait, self.policy.initial_wait * 2 ** (failures - 1))
+
+    def _ranged(self, seg: Segment) -> None:
+        """One ranged GET for what is left of ``seg``, checked before a byte is written."""
+        with self.lock:
+            start = seg.pos
+            end = seg.asked = min(seg.end, start + self.request_bytes)
+            self.job.attempts += 1
+        headers = {
+            "Accept-Encoding": "identity",
+            "Range": f"bytes={start}-{end - 1}",
+            "If-Range": self.validator,
+        }
+        left = max(0.001, min(self.policy.timeout, self.job.remaining()))
+        with open_response(
+            self.job.client,
+            "GET",
+            self.url,
+            headers=headers,
+            credentials=self.credentials,
+            timeout=httpx.Timeout(left),
+        ) as resp:
+            self._check(resp, start, end)
+            self._pump(seg, resp)
+
+    def _check(self, resp: httpx.Response, start: int, end: int) -> None:
+        status = resp.status_code
+        if status in RETRY_STATUSES:
+            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+            raise RetryableStatus(status, self.url, retry_after)
+        etag = resp.headers.get("ETag")
+        if status in (200, 206) and etag != self.validator:
+            raise FileChanged(
+                f"the file changed during the download (ETag {self.validator} became "
+                f"{etag}); starting over"
+            )
+        if status == 200:
+            raise SegmentsRefused(
+                f"the server ignored Range for bytes {start}-{end - 1} (HTTP 200); nothing of "
+                "that answer was written, continuing on one connection"
+            )
+        if status != 206:
+            raise FetchError(
+                f"HTTP {status} {resp.reason_phrase} for bytes {start}-{end - 1}".strip(),
+                hint="the server refused a ranged request it had announced; retry, or set "
+                "connections to 1",
+            )
+        check_identity(resp)
+        span = parse_content_range(resp.headers.get("Content-Range"))
+        length = resp.headers.get("Content-Length")
+        if (
+            span is None
+            or span[0] != start
+            or not start <= span[1] < end
+            or span[2] != self.total
+            or (length is not None and length.strip() != str(span[1] - start + 1))
+        ):
+            raise SegmentsRefused(
+                f"asked for bytes {start}-{end - 1} of {self.total}, the server answered "
+                f"Content-Range {resp.headers.get('Content-Range')!r}; nothing of it was "
+                "written, continuing on one connection"
+            )
+
+    def _pump(self, seg: Segment, resp: httpx.Response) -> None:
+        """Stream ``resp`` into ``seg`` until its (possibly lowered) end; then hang up."""
+
+        def on_written(end: int) -> None:
+            seg.written = end
+
+        # The first connection keeps the deep queue of the one-connection path (loopback runs
+        # on it); the others stay shallow, so memory grows slowly with their count.
+        depth = _HEAD_DEPTH if seg is self.head else _SINK_DEPTH
+        sink = Sink(self.part, seg.pos, on_written, depth=depth)
+        deadline = self.job.started + self.policy.deadline
+        try:
+            for chunk in resp.iter_raw():
+                with self.lock:
+                    take = min(len(chunk), seg.end - seg.pos)
+                    seg.pos += take
+                    finished = seg.pos >= seg.end
+                if take:
+                    sink.write(chunk if take == len(chunk) else chunk[:take])
+                    self.advance(take)
+                    self.conc.record(take)
+                if finished or self.stop.is_set():
+                    break  # leaving the loop closes the connection, the rest unread
+                if time.monotonic() > deadline:
+                    raise FetchError(
+                        f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
+                        f"{self.part.cursor.position} bytes whole",
+                        hint="raise the deadline input, or add a closer mirror",
+                    )
+        finally:
+            sink.close()
+
+
+def _holes(offset: int, extents: list[tuple[int, int]], total: int) -> list[tuple[int, int]]:
+    """The ranges of ``[offset, total)`` that no written extent covers."""
+    holes: list[tuple[int, int]] = []
+    pos = offset
+    for start, end in sorted(extents):
+        if start > pos:
+            holes.append((pos, start))
+        pos = max(pos, end)
+    if pos < total:
+        holes.append((pos, total))
+    return holes
+
+
+def _align_up(offset: int) -> int:
+    return -(-offset // _ALIGN) * _ALIGN
+
+
+def _nothing(_: int) -> None:
+    return None

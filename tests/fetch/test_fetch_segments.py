@@ -1,0 +1,324 @@
+"""Segmented downloads against a real server on 127.0.0.1: several ranged connections per file,
+each segment resumable, every hostile answer kept out of the file (gpuci.fetch.segments)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from fetch_server import DATA, Fault, FaultyServer
+
+from gpuci.fetch import FetchPolicy, fetch_file
+from gpuci.fetch.partial import inspect
+
+SHA = hashlib.sha256(DATA).hexdigest()
+SIZE = len(DATA)
+BIG = os.urandom(2_000_000)  # for paced runs: long enough that the segments overlap in time
+BIG_SHA = hashlib.sha256(BIG).hexdigest()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def seg_policy(policy: FetchPolicy) -> FetchPolicy:
+    """Four connections from the start (no ramp to wait for), 32 KiB segments."""
+    return replace(policy, connections=4, connections_start=4, segment_bytes=32 << 10)
+
+
+def ranged(server: FaultyServer, path: str = "/data.bin") -> list:
+    return [g for g in server.gets(path) if g.range]
+
+
+def leftovers(dest: Path) -> list[str]:
+    return sorted(p.name for p in dest.parent.iterdir())
+
+
+def test_segmented_download_completes_and_verifies(server, tmp_path, seg_policy):
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=seg_policy)
+    assert dest.read_bytes() == DATA
+    assert res.sha256 == SHA and res.connections == 4
+    segments = ranged(server)
+    assert len(segments) >= 3
+    assert all(g.if_range == '"v1"' and g.status == 206 for g in segments)
+    assert all(g.range.startswith("bytes=") and not g.range.endswith("-") for g in segments)
+    assert leftovers(dest) == ["out.bin"]
+
+
+def test_one_connection_unless_asked_for_more(server, tmp_path, policy):
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=replace(policy, connections=1))
+    assert res.connections == 1 and len(server.gets()) == 1
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"etag": 'W/"v1"'},  # weak: the same meaning, maybe other bytes
+        {"etag": None, "last_modified": "Mon, 30 Nov 2026 10:00:00 GMT"},  # a date is not enough
+        {"accept_ranges": False},  # no Accept-Ranges: bytes
+    ],
+    ids=["weak-etag", "last-modified-only", "no-accept-ranges"],
+)
+def test_without_a_strong_etag_and_ranges_one_connection(tmp_path, seg_policy, entry):
+    with FaultyServer() as srv:
+        srv.add("/data.bin", DATA, **entry)
+        dest = tmp_path / "out.bin"
+        res = fetch_file(srv.url("/data.bin"), dest, SHA, policy=seg_policy)
+        assert dest.read_bytes() == DATA
+        assert res.connections == 1
+        assert [g.range for g in srv.gets()] == [None]
+
+
+def test_small_file_uses_one_connection(server, tmp_path, seg_policy):
+    res = fetch_file(
+        server.url("/data.bin"),
+        tmp_path / "out.bin",
+        SHA,
+        policy=replace(seg_policy, segment_bytes=SIZE),
+    )
+    assert res.connections == 1 and len(server.gets()) == 1
+
+
+def test_a_cut_segment_resumes_where_it_stopped(tmp_path, seg_policy):
+    with FaultyServer(rate=4_000_000) as srv:  # paced: little in flight when a segment ends
+        srv.add("/big", BIG)
+        srv.faults("/big", Fault(), Fault(drop_after=50_000))
+        dest = tmp_path / "out.bin"
+        policy = replace(seg_policy, segment_bytes=128 << 10)
+        res = fetch_file(srv.url("/big"), dest, BIG_SHA, policy=policy)
+        assert dest.read_bytes() == BIG
+        cut = srv.gets("/big")[1]
+        assert cut.range and cut.body_bytes == 50_000
+        start = int(cut.range[6:].split("-")[0])
+        again = [g for g in srv.gets("/big")[2:] if g.range.startswith(f"bytes={start + 50_000}-")]
+        assert len(again) == 1 and again[0].if_range == '"v1"'
+        assert res.resumed_bytes >= 50_000
+        # The open-ended first GET counts only up to where the first segment starts (the rest
+        # was in flight when it was cut, a socket buffer's worth that depends on the load);
+        # then about one file's worth was served: the cut segment's bytes not twice.
+        segments = srv.gets("/big")[1:]
+        head_share = min(int(g.range[6:].split("-")[0]) for g in segments)
+        assert head_share + sum(g.body_bytes for g in segments) <= 1.1 * len(BIG)
+
+
+def test_server_ignoring_range_on_a_segment_falls_back_to_one_connection(
+    server, tmp_path, seg_policy
+):
+    server.faults("/data.bin", Fault(), Fault(ignore_range=True))
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, None, policy=seg_policy)  # no sha256 to save us
+    assert dest.read_bytes() == DATA  # the 200's body never landed at a segment's offset
+    assert res.sha256 == SHA
+    gets = server.gets()
+    ignored = [i for i, g in enumerate(gets) if g.range and g.status == 200]
+    assert len(ignored) == 1
+    later = gets[ignored[0] + 1 :]
+    tail = later[-1]  # the last request continues the file on one connection
+    assert tail.range is not None and tail.range.endswith("-") and tail.status == 206
+    assert leftovers(dest) == ["out.bin"]
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        Fault(bad_content_range=True),  # labels the right bytes with another offset
+        Fault(shift=1000),  # other bytes than asked, labelled as such
+        Fault(content_range_total=SIZE + 1),  # claims another size
+        Fault(other_file=os.urandom(SIZE + 10)),  # bytes of a longer file, its own total
+    ],
+    ids=["mislabelled-offset", "other-offset", "wrong-total", "other-file"],
+)
+def test_a_lying_content_range_never_reaches_the_file(server, tmp_path, seg_policy, lie):
+    server.faults("/data.bin", Fault(), lie)
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, None, policy=seg_policy)  # no sha256
+    assert dest.read_bytes() == DATA
+    assert res.sha256 == SHA
+    assert leftovers(dest) == ["out.bin"]
+
+
+def test_a_file_changed_mid_download_starts_over_clean(server, tmp_path, seg_policy):
+    new = os.urandom(SIZE)
+    server.faults("/data.bin", Fault(), Fault(etag='"v2"', new_data=new))  # If-Range is stale
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, None, policy=seg_policy)
+    assert dest.read_bytes() == new
+    gets = server.gets()
+    changed = next(i for i, g in enumerate(gets) if g.range and g.status == 200)
+    fresh = [i for i, g in enumerate(gets) if i > changed and g.range is None]
+    assert fresh, "a clean restart (a GET without Range) follows the change"
+    after = [g for g in gets[fresh[0] :] if g.range]
+    assert after and all(g.if_range == '"v2"' for g in after)
+    assert res.attempts >= 2
+
+
+def test_a_206_from_a_changed_file_is_never_spliced(server, tmp_path, seg_policy):
+    # the file changes, and the server honours Range although If-Range no longer matches
+    # (a broken cache): only the ETag tells, and no old byte may stay
+    new = os.urandom(SIZE)
+    server.faults(
+        "/data.bin",
+        Fault(),
+        Fault(etag='"v2"', new_data=new, ignore_if_range=True),
+        *[Fault(ignore_if_range=True) for _ in range(30)],
+    )
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, None, policy=seg_policy)
+    assert dest.read_bytes() == new and res.sha256 == hashlib.sha256(new).hexdigest()
+    gets = server.gets()
+    spliced = next(i for i, g in enumerate(gets) if g.if_range == '"v1"' and g.status == 206 and i)
+    assert any(g.range is None for g in gets[spliced + 1 :]), "restarted from byte 0"
+
+
+def test_segments_follow_the_resolved_url_and_credentials_stay_home(server, tmp_path, seg_policy):
+    elsewhere = f"http://localhost:{server.port}/data.bin"  # another origin (host differs)
+    server.add("/start", DATA)
+    server.faults("/start", Fault(redirect_to=elsewhere))
+    dest = tmp_path / "out.bin"
+    fetch_file(
+        server.url("/start"),
+        dest,
+        SHA,
+        policy=seg_policy,
+        headers={"Authorization": "Bearer secret"},
+    )
+    assert len(server.gets("/start")) == 1  # segments do not walk the redirect again
+    at_target = server.gets("/data.bin")
+    assert len(at_target) >= 3
+    assert not any("Authorization" in g.headers for g in at_target)
+
+
+def test_segments_on_the_same_origin_keep_credentials(server, tmp_path, seg_policy):
+    fetch_file(
+        server.url("/data.bin"),
+        tmp_path / "out.bin",
+        SHA,
+        policy=seg_policy,
+        headers={"Authorization": "Bearer secret"},
+    )
+    assert all(g.headers.get("Authorization") == "Bearer secret" for g in server.gets())
+
+
+def test_progress_counts_every_byte_once(server, tmp_path, seg_policy):
+    class Meter:
+        total: int | None = None
+        done = 0
+
+        def advance(self, n: int) -> None:
+            self.done += n
+
+    meter = Meter()
+    fetch_file(
+        server.url("/data.bin"), tmp_path / "out.bin", SHA, policy=seg_policy, progress=meter
+    )
+    assert meter.done == SIZE and meter.total == SIZE
+
+
+def test_max_bytes_still_refuses_before_segmenting(server, tmp_path, seg_policy):
+    from gpuci.errors import FetchError
+
+    with pytest.raises(FetchError, match="max-bytes"):
+        fetch_file(
+            server.url("/data.bin"),
+            tmp_path / "out.bin",
+            policy=replace(seg_policy, max_bytes=SIZE - 1),
+        )
+    assert len(server.gets()) == 1 and leftovers(tmp_path / "out.bin") == []
+
+
+_CHILD = """
+import sys
+sys.path[:0] = {paths!r}
+import gpuci.fetch.segments as segments
+from gpuci.fetch import FetchPolicy, fetch_file
+segments._SAVE_EVERY_S = 0.1
+policy = FetchPolicy(attempts=2, timeout=5, deadline=60, connections=4, connections_start=4,
+                     segment_bytes=128 << 10)
+fetch_file({url!r}, {dest!r}, policy=policy)
+"""
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["same-file", "file-changed-meanwhile"])
+def test_a_killed_process_resumes_every_segment(tmp_path, changed):
+    big = os.urandom(12 << 20)
+    with FaultyServer(rate=2_000_000) as srv:  # 4 x 2 MB/s: about 1.5 s for 12 MiB
+        srv.add("/big", big)
+        dest = tmp_path / "out.bin"
+        paths = [str(ROOT / "src")]
+        code = _CHILD.format(paths=paths, url=srv.url("/big"), dest=str(dest))
+        child = subprocess.Popen([sys.executable, "-c", code])
+        sidecar = tmp_path / "out.bin.incomplete.json"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # kill once every segment has bytes on record
+            time.sleep(0.05)
+            try:
+                record = json.loads(sidecar.read_text())
+            except (OSError, ValueError):
+                continue
+            if len(record.get("segments", [])) >= 3:
+                break
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        assert child.returncode == -signal.SIGKILL and not dest.exists()
+        found = inspect(dest, srv.url("/big"))
+        assert found is not None and found.extents is not None and len(found.extents) >= 3
+        kept = found.size
+        assert kept >= 1 << 20
+        if changed:  # a new version under the same URL: not one old byte may be kept
+            big = os.urandom(len(big))
+            srv.entries["/big"].data, srv.entries["/big"].etag = big, '"v2"'
+        served_before, before = srv.served(), len(srv.gets("/big"))
+        policy = FetchPolicy(
+            attempts=3, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
+            connections=4, connections_start=4, segment_bytes=128 << 10,
+        )  # fmt: skip
+        res = fetch_file(srv.url("/big"), dest, hashlib.sha256(big).hexdigest(), policy=policy)
+        assert dest.read_bytes() == big
+        resumed = srv.gets("/big")[before:]
+        assert resumed[0].range and resumed[0].if_range == '"v1"'
+        if changed:
+            assert resumed[0].status == 200 and srv.served() - served_before >= len(big)
+            return
+        assert all(g.range and g.if_range == '"v1"' for g in resumed)
+        # each segment went on from its recorded end: only the holes came again (plus what
+        # was in flight when a connection was cut at a segment's end: socket buffers, which
+        # grow when the machine is busy)
+        again = srv.served() - served_before
+        assert again <= len(big) - kept + (2 << 20), (again, kept)
+        asked = [g.range for g in resumed]
+        assert not any(r.startswith("bytes=0-") for r in asked[1:]), asked  # never from zero
+        assert res.resumed_bytes >= kept
+        assert leftovers(dest) == ["out.bin"]
+
+
+def test_a_throttled_segment_backs_off_and_completes(server, tmp_path, seg_policy):
+    server.faults("/data.bin", Fault(), Fault(status=503, retry_after="0"), Fault(status=429))
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=seg_policy)
+    assert dest.read_bytes() == DATA
+    statuses = [g.status for g in server.gets()]
+    assert 503 in statuses and 429 in statuses
+    assert res.attempts == len(statuses)
+
+
+def test_a_segment_that_keeps_failing_fails_the_download_and_keeps_what_arrived(
+    server, tmp_path, seg_policy
+):
+    from gpuci.errors import FetchError
+
+    policy = replace(seg_policy, attempts=2)
+    server.faults("/data.bin", Fault(), *[Fault(status=500) for _ in range(40)])
+    dest = tmp_path / "out.bin"
+    with pytest.raises(FetchError, match="HTTP 500"):
+        fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
+    assert not dest.exists()
+    found = inspect(dest, server.url("/data.bin"))  # the head's bytes stay, on record
+    assert found is not None and found.extents is not None and found.size > 0
