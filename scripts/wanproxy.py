@@ -86,20 +86,21 @@ class _Pacer:
     """Holds a direction of one connection to ``rate`` bytes per second.
 
     A late wake-up (sleep overshoot, a busy machine) is made up within ``SLACK`` seconds, so the
-    long-run rate is the rate asked for; an idle connection earns no burst beyond that.
+    long-run rate is the rate asked for; each request and each response starts from no credit.
     """
 
-    SLACK = 0.05
+    SLACK = 0.02
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
-        self.due = 0.0
+        self.due: float | None = None
 
     def after(self, sent: int) -> None:
         if self.rate <= 0:
             return
         now = time.monotonic()
-        self.due = max(self.due, now - self.SLACK) + sent / self.rate
+        start = now if self.due is None else max(self.due, now - self.SLACK)
+        self.due = start + sent / self.rate
         if self.due > now:
             time.sleep(self.due - now)
 
@@ -131,17 +132,18 @@ class _Link:
             fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         try:
             while True:
-                if up:
-                    got = os.splice(src.fileno(), write_end, self.proxy.chunk)
-                    if got:  # before forwarding: the response cannot overtake the flag
-                        self.request_at, self.pending = time.monotonic(), True
-                else:
-                    got = os.splice(src.fileno(), write_end, self.proxy.chunk)
-                    if got and self.pending:
-                        self.pending = False
-                        wait = self.request_at + latency - time.monotonic()
-                        if wait > 0:
-                            time.sleep(wait)
+                got = os.splice(src.fileno(), write_end, self.proxy.chunk)
+                if up and got:
+                    if not self.pending:  # a new request: no credit from the idle time
+                        pacer.due = None
+                    # before forwarding: the response cannot overtake the flag
+                    self.request_at, self.pending = time.monotonic(), True
+                elif got and self.pending:  # the first bytes of a response
+                    self.pending = False
+                    wait = self.request_at + latency - time.monotonic()
+                    if wait > 0:
+                        time.sleep(wait)
+                    pacer.due = None
                 if not got:
                     with contextlib.suppress(OSError):
                         dst.shutdown(socket.SHUT_WR)
