@@ -637,6 +637,9 @@ def main() -> int:
             shapes.append(Shape.parse(name, PRESETS[name][1 if args.small else 0]))
         else:
             shapes.append(Shape.parse(f"s{i}", name))
+    # SIGTERM, and SIGINT even when started in the background, stop the servers on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     bench = Bench(args)
     if not bench.s5:
         print("s5cmd is not installed: its rows, the save rows and tar+zstd are left out")
