@@ -185,6 +185,35 @@ def tree_size(root: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
+def start_s3rver(binary: Path, work: Path, bucket: str) -> tuple[subprocess.Popen, str]:
+    """npm s3rver on a free port of 127.0.0.1, its files under ``work``: (process, endpoint)."""
+    if not binary.exists():
+        raise SystemExit(f"s3rver not found at {binary}: npm install --prefix .bench/node s3rver")
+    port = free_port()
+    data = work / "s3rver"
+    data.mkdir(parents=True)
+    env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
+    server = subprocess.Popen(
+        [
+            *(str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", str(port)),
+            *("--silent", "--configure-bucket", bucket),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            time.sleep(0.3)
+            return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit("s3rver did not start")
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -234,34 +263,7 @@ class Bench:
             self.endpoint = f"http://127.0.0.1:{self.proxy.port}"
 
     def start_s3rver(self) -> None:
-        binary = Path(self.args.s3rver)
-        if not binary.exists():
-            raise SystemExit(
-                f"s3rver not found at {binary}: npm install --prefix .bench/node s3rver"
-            )
-        port = free_port()
-        self.direct = f"http://127.0.0.1:{port}"
-        data = self.work / "s3rver"
-        data.mkdir()
-        env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
-        self.server = subprocess.Popen(
-            [
-                *(str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", str(port)),
-                *("--silent", "--configure-bucket", self.bucket),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                time.sleep(0.3)
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise SystemExit("s3rver did not start")
+        self.server, self.direct = start_s3rver(Path(self.args.s3rver), self.work, self.bucket)
 
     def start_seaweedfs(self) -> None:
         import seaweedfs  # scripts/seaweedfs.py, beside this script

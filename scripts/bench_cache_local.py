@@ -9,7 +9,13 @@ folder for each mode, and ``cp -a`` of the tree into a fresh folder. ``copy`` (t
 reflinks where the filesystem can and copies elsewhere, ``verify`` also hashes what it places,
 ``link`` hardlinks large files (single-tenant runners only; docs/security.md).
 
+``--stores file,s3`` also times the same restores against an S3 store at a custom endpoint
+(``--endpoint-url``, as for MinIO, R2 or SeaweedFS; npm s3rver on 127.0.0.1 here): every file
+still comes from the tier, but the ref and the manifest come from S3, so this is the start-up
+cost of the S3 path (imports, credentials, signing) on top of the placement.
+
     python scripts/bench_cache_local.py                              # 1 GiB mixed, 3 runs
+    python scripts/bench_cache_local.py --stores file,s3 --modes copy,link
     python scripts/bench_cache_local.py --workdir /mnt/xfs/bench     # on a reflink filesystem
     python scripts/bench_cache_local.py --size 16MiB --small 64 --runs 1   # quick
 
@@ -31,6 +37,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import bench_cache  # noqa: E402
 
 from gpuci.cache.tier import parse_size  # noqa: E402
 from gpuci.runtime import human_bytes  # noqa: E402
@@ -68,63 +77,101 @@ def main() -> int:
     parser.add_argument("--modes", default="copy,verify,link", help="local-cache-mode values")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench-local"))
+    parser.add_argument(
+        "--stores",
+        default="file",
+        help="file, s3 (s3rver at a custom endpoint) or file,s3 (default file)",
+    )
+    parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
+    parser.add_argument("--json", help="also write every run's figures to this file")
     args = parser.parse_args()
     size = parse_size(args.size, "--size")
     small_size = parse_size(args.small_size, "--small-size")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    kinds = [k.strip() for k in args.stores.split(",") if k.strip()]
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
-    tree, store, tier = work / "tree", work / "store", work / "tier"
+    tree, tier = work / "tree", work / "tier"
     make_tree(tree, args.count, size, args.small, small_size)
     total = args.count * size + args.small * small_size
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_", "AWS_"))},
         "PYTHONPATH": str(REPO / "src"),
         "GPUCI_JOURNAL": str(work / "journal.jsonl"),
         "GPUCI_LOCAL_CACHE": str(tier),
     }
+    env.pop("GPUCI_STORE", None)
+    server = None
+    stores: dict[str, list[str]] = {}
+    if "file" in kinds:
+        stores["file"] = ["--store", (work / "store").as_uri()]
+    if "s3" in kinds:
+        server, endpoint = bench_cache.start_s3rver(Path(args.s3rver), work, "bench")
+        env.update(bench_cache.CREDS)
+        stores["s3"] = ["--store", "s3://bench/local", "--endpoint-url", endpoint]
     gpuci = [sys.executable, "-m", "gpuci", "cache-weights"]
-    common = ["--key", "bench-local", "--store", store.as_uri(), "--local-cache-size", "0"]
-    subprocess.run(
-        [*gpuci, "save", *common, "--path", str(tree)],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    subprocess.run(["sync"], check=True)
-    walls: dict[str, list[float]] = {m: [] for m in [*modes, "cp -a"]}
-    inner: dict[str, list[float]] = {m: [] for m in modes}
-    placed: dict[str, dict[str, int]] = {}
-    for run in range(args.runs):
-        for mode in modes:
-            dest = work / f"restore-{mode}-{run}"
-            cmd = [*gpuci, "restore", *common, "--local-cache-mode", mode, "--json"]
-            wall, out = timed([*cmd, "--path", str(dest)], env)
-            report = json.loads(out)
-            outputs = report["outputs"]
-            assert int(outputs["bytes-from-local"]) == total, outputs
-            walls[mode].append(wall)
-            inner[mode].append(float(outputs["seconds"]))
-            placed[mode] = report.get("report", {}).get("placed", {})
-            _remove(dest)
-        copy = work / f"copy-{run}"
-        walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
-        _remove(copy)
+    common = ["--key", "bench-local", "--local-cache-size", "0"]
+    rows = [(kind, mode) for kind in stores for mode in modes]
+    label = {row: f"{row[0]} store, --local-cache-mode {row[1]}" for row in rows}
+    walls: dict[object, list[float]] = {row: [] for row in [*rows, "cp -a"]}
+    inner: dict[object, list[float]] = {row: [] for row in rows}
+    placed: dict[object, dict[str, int]] = {}
+    try:
+        for where in stores.values():
+            subprocess.run(
+                [*gpuci, "save", *common, *where, "--path", str(tree)],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            warm = work / "warm-up"  # fills the tier from this store if save did not
+            subprocess.run(
+                [*gpuci, "restore", *common, *where, "--path", str(warm)],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            _remove(warm)
+        subprocess.run(["sync"], check=True)
+        for run in range(args.runs):
+            for kind, mode in rows:
+                dest = work / f"restore-{kind}-{mode}-{run}"
+                cmd = [*gpuci, "restore", *common, *stores[kind], "--local-cache-mode", mode]
+                wall, out = timed([*cmd, "--json", "--path", str(dest)], env)
+                report = json.loads(out)
+                outputs = report["outputs"]
+                assert int(outputs["bytes-from-local"]) == total, outputs
+                walls[(kind, mode)].append(wall)
+                inner[(kind, mode)].append(float(outputs["seconds"]))
+                placed[(kind, mode)] = report.get("report", {}).get("placed", {})
+                _remove(dest)
+            copy = work / f"copy-{run}"
+            walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
+            _remove(copy)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
     c = statistics.median(walls["cp -a"])
     print(
         f"tree: {args.count} x {human_bytes(size)} + {args.small} x {human_bytes(small_size)}"
         f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work}"
     )
-    print("| tool | placed | seconds, whole CLI | vs cp -a | restore itself (output seconds) |")
+    print("| restore (whole CLI) | placed | seconds | vs cp -a | restore itself (output seconds) |")
     print("|---|---|---|---|---|")
-    for name, times in walls.items():
+    figures = []
+    for row, times in walls.items():
         r = statistics.median(times)
-        how = ", ".join(f"{k} {v}" for k, v in sorted(placed.get(name, {}).items())) or "-"
-        own = f"{statistics.median(inner[name]):.3f}" if name in inner else "-"
-        print(
-            f"| {name if name == 'cp -a' else 'restore --local-cache-mode ' + name} | {how} | "
-            f"{r:.3f} ({min(times):.3f}-{max(times):.3f}) | {r / c:.2f}x | {own} |"
+        how = ", ".join(f"{k} {v}" for k, v in sorted(placed.get(row, {}).items())) or "-"
+        own = f"{statistics.median(inner[row]):.3f}" if row in inner else "-"
+        name = label.get(row, "cp -a")  # type: ignore[arg-type]
+        span = f"{r:.3f} ({min(times):.3f}-{max(times):.3f})"
+        print(f"| {name} | {how} | {span} | {r / c:.2f}x | {own} |")
+        figures.append(
+            {"row": name, "seconds": times, "inner": inner.get(row), "placed": placed.get(row)}
         )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bytes": total, "rows": figures}, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
