@@ -101,6 +101,7 @@ def main() -> int:
         "GPUCI_LOCAL_CACHE": str(tier),
     }
     env.pop("GPUCI_STORE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
     server = None
     stores: dict[str, list[str]] = {}
     if "file" in kinds:

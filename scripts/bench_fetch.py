@@ -141,6 +141,7 @@ def run_api(url: str, out: Path, sha: str) -> tuple[float, int]:
 def run_cli(url: str, out: Path, sha: str) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("GITHUB_ACTIONS", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
     cmd = [sys.executable, "-m", "gpuci", "retry-fetch", "--url", url, "--dest", str(out)]
     cmd += ["--sha256", sha, "--max-wait", "1s", "--json"]
     started = time.monotonic()
