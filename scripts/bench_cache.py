@@ -305,7 +305,7 @@ class Bench:
 
     def stop(self) -> None:
         if self.direct and self.s5 and self.args.server.startswith(("http://", "https://")):
-            self.remove(self.prefix)  # a shared endpoint: leave nothing behind
+            self.remove()  # a shared endpoint: leave nothing behind
         if self.proxy is not None:
             self.proxy.close()
         if self.weed is not None:

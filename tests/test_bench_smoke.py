@@ -220,3 +220,44 @@ def test_bench_fetch_small_wan(tmp_path):
     # at most 64 MiB/s on one connection: curl and gpu-ci cannot beat the link
     for tool in ("curl", "gpuci (API)"):
         assert figures["throughput_mib_s"][tool] <= 64 * 1.05
+
+
+def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
+    """``--server URL``: the caller's credentials, a fresh prefix, and all of it deleted after
+    (a shared endpoint keeps no benchmark data)."""
+    import boto3
+
+    from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
+
+    out = tmp_path / "cache.md"
+    with moto_server() as endpoint:
+        proc = subprocess.run(
+            [
+                *(sys.executable, "scripts/bench_cache.py", "--server", endpoint, "--small"),
+                *("--shapes", "2x1MiB+20x4KiB", "--tools", "gpu-ci,s5cmd", "--bucket", "mine"),
+                *("--workdir", str(tmp_path / "w"), "--out", str(out)),
+            ],
+            cwd=REPO,
+            env=clean_env(**FAKE_S3_CREDENTIALS),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        s3 = boto3.client("s3", endpoint_url=endpoint, **_boto_creds(FAKE_S3_CREDENTIALS))
+        left = s3.list_objects_v2(Bucket="mine").get("KeyCount")
+    table = out.read_text()
+    assert f"Regime: loopback: {endpoint};" in table
+    assert "cold restore, 2 x 1 MiB + 20 x 4 KiB = 2.1 MiB" in table
+    assert "| gpu-ci restore (sha256) |" in table and "| s5cmd cp |" in table
+    assert "failed" not in table
+    assert left == 0
+
+
+def _boto_creds(env: dict[str, str]) -> dict[str, str]:
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region_name": env["AWS_DEFAULT_REGION"],
+    }
