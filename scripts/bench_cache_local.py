@@ -16,6 +16,11 @@ cost of the S3 path (imports, credentials, signing) on top of the placement.
 
     python scripts/bench_cache_local.py                              # 1 GiB mixed, 3 runs
     python scripts/bench_cache_local.py --stores file,s3 --modes copy,link
+    python scripts/bench_cache_local.py --stores s3 --wan 16,30       # S3 30 ms away
+
+``--wan RATE_MIB_PER_CONN,LATENCY_MS`` puts scripts/wanproxy.py between the timed restores and
+the S3 store, so each of the hit's requests (ref, manifest, the last-use record) pays the
+latency of a remote store.
     python scripts/bench_cache_local.py --workdir /mnt/xfs/bench     # on a reflink filesystem
     python scripts/bench_cache_local.py --size 16MiB --small 64 --runs 1   # quick
 
@@ -84,6 +89,11 @@ def main() -> int:
     )
     parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
     parser.add_argument("--json", help="also write every run's figures to this file")
+    parser.add_argument(
+        "--wan",
+        metavar="RATE_MIB_PER_CONN,LATENCY_MS",
+        help="timed S3 restores through scripts/wanproxy.py (e.g. 16,30)",
+    )
     args = parser.parse_args()
     size = parse_size(args.size, "--size")
     small_size = parse_size(args.small_size, "--small-size")
@@ -102,18 +112,29 @@ def main() -> int:
     }
     env.pop("GPUCI_STORE", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
-    server = None
+    server = proxy = None
     stores: dict[str, list[str]] = {}
+    timed_stores: dict[str, list[str]] = {}
     if "file" in kinds:
         stores["file"] = ["--store", (work / "store").as_uri()]
     if "s3" in kinds:
         server, endpoint = bench_cache.start_s3rver(Path(args.s3rver), work, "bench")
         env.update(bench_cache.CREDS)
         stores["s3"] = ["--store", "s3://bench/local", "--endpoint-url", endpoint]
+        if args.wan:
+            rate, latency = bench_cache.wanproxy.parse_wan(args.wan)
+            host, port = endpoint.rsplit("/", 1)[1].rsplit(":", 1)
+            proxy = bench_cache.wanproxy.ProxyProcess((host, int(port)), rate, latency)
+            far = f"http://127.0.0.1:{proxy.port}"
+            timed_stores["s3"] = ["--store", "s3://bench/local", "--endpoint-url", far]
     gpuci = [sys.executable, "-m", "gpuci", "cache-weights"]
     common = ["--key", "bench-local", "--local-cache-size", "0"]
     rows = [(kind, mode) for kind in stores for mode in modes]
-    label = {row: f"{row[0]} store, --local-cache-mode {row[1]}" for row in rows}
+    far_label = f" (remote-like {args.wan})" if args.wan else ""
+    label = {
+        row: f"{row[0]} store{far_label if row[0] == 's3' else ''}, --local-cache-mode {row[1]}"
+        for row in rows
+    }
     walls: dict[object, list[float]] = {row: [] for row in [*rows, "cp -a"]}
     inner: dict[object, list[float]] = {row: [] for row in rows}
     placed: dict[object, dict[str, int]] = {}
@@ -137,7 +158,8 @@ def main() -> int:
         for run in range(args.runs):
             for kind, mode in rows:
                 dest = work / f"restore-{kind}-{mode}-{run}"
-                cmd = [*gpuci, "restore", *common, *stores[kind], "--local-cache-mode", mode]
+                where = timed_stores.get(kind, stores[kind])
+                cmd = [*gpuci, "restore", *common, *where, "--local-cache-mode", mode]
                 wall, out = timed([*cmd, "--json", "--path", str(dest)], env)
                 report = json.loads(out)
                 outputs = report["outputs"]
@@ -150,6 +172,8 @@ def main() -> int:
             walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
             _remove(copy)
     finally:
+        if proxy is not None:
+            proxy.close()
         if server is not None:
             server.terminate()
             server.wait(10)
