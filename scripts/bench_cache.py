@@ -517,7 +517,9 @@ class Bench:
                     timing.connections.append(self.proxy.stats()["peak"])
                     peak = f", {timing.connections[-1]} connections"
                 print(
-                    f"  {name} run {run + 1}: {seconds:.2f}s, {rss // 1024} MiB{peak}", flush=True
+                    f"  {name} run {run + 1}: {seconds:.2f}s, {LAST_CPU[0]:.2f} CPU s, "
+                    f"server {server_used:.2f} CPU s, {rss // 1024} MiB{peak}",
+                    flush=True,
                 )
         return [timings[name] for name in names]
 
