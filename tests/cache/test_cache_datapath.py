@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,7 +26,7 @@ from botocore.config import Config
 from treeutil import snapshot
 
 from conftest import REPO_ROOT, cache_cmd
-from gpuci.cache import directio, layout, splicing, transfer
+from gpuci.cache import directio, layout, rawhttp, splicing, transfer
 from gpuci.cache.manifest import Entry
 from gpuci.cache.rawhttp import RawConnection, RawResponse
 from gpuci.cache.sigv4 import Presigner
@@ -379,3 +380,38 @@ def test_a_staging_file_cut_short_under_the_hash_is_an_error_not_a_hang(tmp_path
             target.advance(0, len(data), None, memoryview(bytearray(64 << 10)))
     finally:
         target.close()
+
+
+@pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
+def test_a_server_stalling_mid_body_times_out_the_splice(monkeypatch):
+    # A hostile or wedged server sends the headers and a little body, then nothing: the
+    # socket's receive timeout must bound splice as it bounds recv, or the restore hangs.
+    monkeypatch.setattr(rawhttp, "_TIMEOUT_S", 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stall = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Length: 1000000\r\n\r\n")
+        conn.sendall(bytes(70_000))
+        stall.wait(10)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    raw = RawConnection("127.0.0.1", listener.getsockname()[1], "127.0.0.1")
+    pipe = splicing.Pipe()
+    started = time.monotonic()
+    try:
+        resp = raw.get("/blob", {})
+        with pytest.raises(OSError):
+            while True:
+                resp.splice_into(pipe, 1 << 20)
+                while pipe.held:  # discard: only the wait matters here
+                    pipe.held -= len(os.read(pipe.r, pipe.held))
+    finally:
+        stall.set()
+        pipe.close()
+        raw.close()
+        listener.close()
+    assert time.monotonic() - started < 5
