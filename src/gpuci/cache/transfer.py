@@ -135,7 +135,8 @@ class WorkPool:
 
     def _worker(self, chunk: int) -> None:
         memory = directio.aligned_buffer(2 * chunk)
-        lane = Lane((memory[:chunk], memory[chunk:]), ThreadPoolExecutor(1))
+        helper = ThreadPoolExecutor(1, initializer=_scratch_size, initargs=(chunk,))
+        lane = Lane((memory[:chunk], memory[chunk:]), helper)
         while True:
             fn = self._queue.get()
             if fn is None:
@@ -497,8 +498,17 @@ _SCRATCH = threading.local()
 
 
 def _scratch() -> memoryview:
-    """A per-thread buffer for re-reading parts that arrived before their turn to be hashed."""
+    """A per-thread buffer for re-reading parts that arrived before their turn to be hashed.
+
+    As large as the thread's lane buffers (see :func:`_scratch_size`): a longer part is re-read
+    in pieces, so a connection never holds more than three buffers of its size."""
     buf = getattr(_SCRATCH, "buf", None)
     if buf is None:
-        buf = _SCRATCH.buf = directio.aligned_buffer(layout.IO_CHUNK)
+        size = getattr(_SCRATCH, "size", layout.IO_CHUNK)
+        buf = _SCRATCH.buf = directio.aligned_buffer(size)
     return buf
+
+
+def _scratch_size(size: int) -> None:
+    """A lane's helper thread starts here: its scratch buffer matches the lane's buffers."""
+    _SCRATCH.size = size
