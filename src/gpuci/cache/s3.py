@@ -167,24 +167,38 @@ class _FileSlice:
 
     Positions are relative to the slice (botocore seeks to 0 to resend); no ``fileno``, so
     botocore takes the length from ``len()``, not from the whole file. Reads stream from disk:
-    a part in flight holds no more than botocore's blocks in memory."""
+    a part in flight holds no more than botocore's blocks in memory. With ``hashed_first``
+    (plain http: botocore reads the body once to sign its sha256, then seeks back), that first
+    pass is not reported as sent."""
 
-    def __init__(self, path: Path, offset: int, length: int, on_read: Callable[[int], None]):
+    def __init__(
+        self,
+        path: Path,
+        offset: int,
+        length: int,
+        on_read: Callable[[int], None],
+        hashed_first: bool = False,
+    ):
         self._file = open(path, "rb")  # noqa: SIM115 - closed by close(), after the request
         self._offset, self._length, self._pos = offset, length, 0
         self._on_read = on_read
+        self._quiet = hashed_first  # until the first seek back: the signing pass
 
     def read(self, size: int = -1) -> bytes:
         left = self._length - self._pos
         size = left if size is None or size < 0 else min(size, left)
         data = os.pread(self._file.fileno(), size, self._offset + self._pos) if size else b""
         self._pos += len(data)
-        self._on_read(len(data))
+        if not self._quiet:
+            self._on_read(len(data))
         return data
 
     def seek(self, pos: int, whence: int = 0) -> int:
         base = {0: 0, 1: self._pos, 2: self._length}[whence]
-        self._pos = max(0, min(self._length, base + pos))
+        target = max(0, min(self._length, base + pos))
+        if target < self._pos:
+            self._quiet = False  # the pass that goes on the wire starts now
+        self._pos = target
         return self._pos
 
     def tell(self) -> int:
@@ -209,7 +223,9 @@ class _Multipart:
         self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
     ) -> None:
         store = self._store
-        body = _FileSlice(path, offset, length, on_read)
+        endpoint = str(getattr(store.client.meta, "endpoint_url", "") or "")
+        plain_http = endpoint.lower().startswith("http://")
+        body = _FileSlice(path, offset, length, on_read, hashed_first=plain_http)
         try:
             resp = store._call(
                 "upload",

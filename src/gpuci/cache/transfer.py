@@ -77,10 +77,11 @@ def lane_chunk(index: int, connections: int) -> int:
     """The buffer size of connection ``index`` of at most ``connections``, so that all of them
     together fit the memory budget.
 
-    A connection may touch three buffers of this size (its lane's two, and its helper's scratch
-    for re-reading parts that landed early). The first FULL_LANES get IO_CHUNK; the others split
-    the rest: 1.3 MiB each at 32 connections, 0.5 MiB at 64, plenty over a remote link where
-    each connection moves tens of MB/s."""
+    A connection touches its lane's two buffers of this size and its helper's WRITE_SLICE
+    scratch (re-reading spliced bytes and parts that landed early); the budget counts three
+    buffers per connection, so it holds whatever the scratch size. The first FULL_LANES get
+    IO_CHUNK; the others split the rest: 1.3 MiB each at 32 connections, 0.5 MiB at 64, plenty
+    over a remote link where each connection moves tens of MB/s."""
     if index < FULL_LANES:
         return layout.IO_CHUNK
     rest = layout.MEMORY_BUDGET - FULL_LANES * 3 * layout.IO_CHUNK
@@ -142,7 +143,8 @@ class WorkPool:
 
     def _worker(self, chunk: int) -> None:
         memory = directio.aligned_buffer(2 * chunk)
-        lane = Lane((memory[:chunk], memory[chunk:]), ThreadPoolExecutor(1))
+        helper = ThreadPoolExecutor(1)
+        lane = Lane((memory[:chunk], memory[chunk:]), helper)
         while True:
             fn = self._queue.get()
             if fn is None:
