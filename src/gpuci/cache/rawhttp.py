@@ -73,6 +73,8 @@ class RawConnection:
         response = self._send(method, target, headers, body)
         if method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200:
             response.length = 0  # no body follows, whatever Content-Length says
+            if not response.keep_alive:
+                self.close()  # the server may hold its end open (Werkzeug does): never reuse it
             return response.status, response.headers, b""
         data = response.read_chunked(limit) if response.chunked else response.read(limit + 1)
         if response.length or response.chunked or not response.keep_alive:
