@@ -152,3 +152,24 @@ def test_a_connection_the_server_closes_after_a_head_is_not_reused():
         start = time.monotonic()
         assert store.put("pins/x.json", b"{}") == '"put"'
         assert time.monotonic() - start < 2
+
+
+class _NoLength(BaseHTTPRequestHandler):
+    """HTTP/1.0 style: no Content-Length, the body ends when the server closes."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Type", "application/xml")
+        self.end_headers()
+        self.wfile.write(b"<Error><Code>NoSuchBucket</Code><Message>gone</Message></Error>")
+
+
+def test_an_error_body_that_ends_with_the_connection_is_read():
+    """Else its code is lost and a missing bucket reads as a missing key: a silent miss."""
+    with LoopbackHTTPServer(_NoLength) as server:
+        store = _store(server.port)
+        with pytest.raises(StoreError, match="bucket 'bkt' does not exist"):
+            store.get("refs/default/k")
