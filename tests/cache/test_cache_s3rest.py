@@ -4,6 +4,7 @@ gigabyte held in memory or a key from outside the store's prefix."""
 
 from __future__ import annotations
 
+import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -117,3 +118,58 @@ def test_listing_keys_are_url_decoded_as_botocore_decodes_them():
     assert entries[0].modified == 1796032800.0
     plain, _ = parse_listing(_page(["cache/a%20b"], encoded=False))
     assert plain[0].key == "cache/a%20b"
+
+
+class _ClosingHead(BaseHTTPRequestHandler):
+    """Says ``Connection: close`` after a HEAD, then holds its end open (as Werkzeug, moto's
+    server, does): a client that reuses the connection waits for an answer that never comes."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.flush()
+        time.sleep(5)
+
+    def do_PUT(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("ETag", '"put"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_connection_the_server_closes_after_a_head_is_not_reused():
+    with LoopbackHTTPServer(_ClosingHead) as server:
+        store = _store(server.port)
+        assert store.head("pins/x.json") is None
+        start = time.monotonic()
+        assert store.put("pins/x.json", b"{}") == '"put"'
+        assert time.monotonic() - start < 2
+
+
+class _NoLength(BaseHTTPRequestHandler):
+    """HTTP/1.0 style: no Content-Length, the body ends when the server closes."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Type", "application/xml")
+        self.end_headers()
+        self.wfile.write(b"<Error><Code>NoSuchBucket</Code><Message>gone</Message></Error>")
+
+
+def test_an_error_body_that_ends_with_the_connection_is_read():
+    """Else its code is lost and a missing bucket reads as a missing key: a silent miss."""
+    with LoopbackHTTPServer(_NoLength) as server:
+        store = _store(server.port)
+        with pytest.raises(StoreError, match="bucket 'bkt' does not exist"):
+            store.get("refs/default/k")

@@ -78,8 +78,15 @@ class RawConnection:
         response = self._send(method, target, headers, body)
         if method == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200:
             response.length = 0  # no body follows, whatever Content-Length says
+            if not response.keep_alive:
+                self.close()  # the server may hold its end open (Werkzeug does): never reuse it
             return response.status, response.headers, b""
-        data = response.read_chunked(limit) if response.chunked else response.read(limit + 1)
+        if response.chunked:
+            data = response.read_chunked(limit)
+        elif "content-length" not in response.headers and not response.keep_alive:
+            data = response.read_to_close(limit)  # HTTP/1.0 style: the body ends with the socket
+        else:
+            data = response.read(limit + 1)
         if response.length or response.chunked or not response.keep_alive:
             self.close()  # over the cap or closing: the rest is never read
         return response.status, response.headers, data
@@ -109,10 +116,11 @@ class RawConnection:
         for line in header_lines:
             name, _, value = line.partition(":")
             fields[name.strip().lower()] = value.strip()
+        old = parts[0] == "HTTP/1.0"  # closes after each answer unless it says keep-alive
         if "chunked" in fields.get("transfer-encoding", "").lower():
-            return RawResponse(self, int(parts[1]), fields, 0, rest, chunked=True)
+            return RawResponse(self, int(parts[1]), fields, 0, rest, chunked=True, http10=old)
         length = _content_length(fields.get("content-length", ""))
-        return RawResponse(self, int(parts[1]), fields, length, rest)
+        return RawResponse(self, int(parts[1]), fields, length, rest, http10=old)
 
 
 class BadResponse(ValueError):
@@ -137,13 +145,15 @@ class RawResponse:
         length: int,
         early: bytes,
         chunked: bool = False,
+        http10: bool = False,
     ) -> None:
         self.conn, self.status, self.headers = conn, status, headers
         self.length = length  # body bytes still to read
         self.chunked = chunked
         self._raw = bytearray(early)  # chunked: what arrived with the headers, still encoded
         self._early = memoryview(early)[:length]
-        self.keep_alive = headers.get("connection", "").lower() != "close"
+        connection = headers.get("connection", "").lower()
+        self.keep_alive = connection == "keep-alive" if http10 else connection != "close"
 
     def readinto(self, buffer: memoryview) -> int:
         want = min(len(buffer), self.length)
@@ -190,6 +200,17 @@ class RawResponse:
             n = self.readinto(view[got:])
             got += n
         return bytes(buf)
+
+    def read_to_close(self, limit: int) -> bytes:
+        """A body without a length, up to the server's close; at most ``limit + 1`` bytes."""
+        out = bytearray(self._raw)
+        while len(out) <= limit:
+            assert self.conn.sock is not None
+            chunk = self.conn.sock.recv(1 << 20)
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out[: limit + 1])
 
     def read_chunked(self, limit: int) -> bytes:
         """A chunked body, decoded, at most ``limit + 1`` bytes (then the rest is abandoned)."""

@@ -1,4 +1,6 @@
-"""Presigned S3 URLs (AWS Signature Version 4, query form) from the standard library.
+"""S3 requests signed with AWS Signature Version 4 from the standard library: presigned URLs
+(query form) for the data path's ranged GETs, the ``Authorization`` header for the control
+plane's requests (:mod:`gpuci.cache.s3rest`).
 
 Why not botocore: importing botocore costs 0.2-0.3 s and creating a boto3 client 0.1-0.2 s
 more, serial time before the first byte of every restore (measured, docs/benchmarks.md). A
@@ -78,7 +80,7 @@ def _config_mentions(environ: Mapping[str, str], word: str) -> bool:
 
 
 class Presigner:
-    """Signs GETs for one bucket; path-style on a given endpoint, virtual-host on AWS."""
+    """Signs requests for one bucket; path-style on a custom endpoint, virtual-host on AWS."""
 
     def __init__(self, base_url: str, creds: EnvCredentials, region: str) -> None:
         self.base_url = base_url.rstrip("/")
