@@ -112,6 +112,7 @@ class Timing:
     connections: list[int] = field(default_factory=list)  # peak open at the proxy, with --wan
     cpu: list[float] = field(default_factory=list)  # the client's user + system seconds
     server_cpu: list[float] = field(default_factory=list)  # the local server's, same run
+    proxy_cpu: list[float] = field(default_factory=list)  # the shaping proxy's, with --wan
     error: str = ""
 
     @property
@@ -500,6 +501,7 @@ class Bench:
                 if self.proxy:
                     self.proxy.reset()
                 server_before = self.server_cpu()
+                proxy_before = self.proxy.cpu_seconds() if self.proxy else 0.0
                 try:
                     seconds, rss, _ = tools[name](arg)
                     server_used = self.server_cpu() - server_before
@@ -512,10 +514,15 @@ class Bench:
                 timing.rss.append(rss)
                 timing.cpu.append(round(LAST_CPU[0], 3))
                 timing.server_cpu.append(round(server_used, 2))
+                if self.proxy:
+                    timing.proxy_cpu.append(round(self.proxy.cpu_seconds() - proxy_before, 2))
                 peak = ""
                 if self.proxy:
                     timing.connections.append(self.proxy.stats()["peak"])
-                    peak = f", {timing.connections[-1]} connections"
+                    peak = (
+                        f", {timing.connections[-1]} connections, "
+                        f"proxy {timing.proxy_cpu[-1]:.2f} CPU s"
+                    )
                 print(
                     f"  {name} run {run + 1}: {seconds:.2f}s, {LAST_CPU[0]:.2f} CPU s, "
                     f"server {server_used:.2f} CPU s, {rss // 1024} MiB{peak}",
@@ -589,11 +596,13 @@ def table(shape: Shape, timings: list[Timing], wan: bool) -> str:
     head += " peak RSS |"
     rule = "|---|---|---|---|---|---|---|"
     if wan:
-        head, rule = head + " connections (peak) |", rule + "---|"
+        head, rule = head + " connections (peak) | proxy CPU s |", rule + "---|---|"
     lines = [head, rule]
     for t in timings:
         if not t.seconds:
-            lines.append(f"| {t.tool} | failed: {t.error[:80]} | | | | | |" + (" |" if wan else ""))
+            lines.append(
+                f"| {t.tool} | failed: {t.error[:80]} | | | | | |" + (" | |" if wan else "")
+            )
             continue
         med = statistics.median(t.seconds)
         span = (
@@ -609,6 +618,7 @@ def table(shape: Shape, timings: list[Timing], wan: bool) -> str:
         row += f" {max(t.rss) // 1024} MiB |"
         if wan:
             row += f" {max(t.connections)} |" if t.connections else " |"
+            row += f" {statistics.median(t.proxy_cpu):.2f} |" if t.proxy_cpu else " |"
         lines.append(row)
     return "\n".join(lines)
 
