@@ -85,7 +85,8 @@ def main() -> int:
     parser.add_argument(
         "--stores",
         default="file",
-        help="file, s3 (s3rver at a custom endpoint) or file,s3 (default file)",
+        help="comma-separated: file, s3 (s3rver at --endpoint-url), seaweedfs (SeaweedFS named "
+        "by AWS_ENDPOINT_URL, as a job using MinIO or R2 would) (default file)",
     )
     parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
     parser.add_argument("--json", help="also write every run's figures to this file")
@@ -115,6 +116,8 @@ def main() -> int:
     server = proxy = None
     stores: dict[str, list[str]] = {}
     timed_stores: dict[str, list[str]] = {}
+    envs: dict[str, dict[str, str]] = {}  # a store kind's own environment, where it needs one
+    weed = None
     if "file" in kinds:
         stores["file"] = ["--store", (work / "store").as_uri()]
     if "s3" in kinds:
@@ -127,6 +130,9 @@ def main() -> int:
             proxy = bench_cache.wanproxy.ProxyProcess((host, int(port)), rate, latency)
             far = f"http://127.0.0.1:{proxy.port}"
             timed_stores["s3"] = ["--store", "s3://bench/local", "--endpoint-url", far]
+    if "seaweedfs" in kinds:
+        weed, envs["seaweedfs"] = _seaweedfs(work / "seaweedfs", env)
+        stores["seaweedfs"] = ["--store", "s3://bench/local"]
     gpuci = [sys.executable, "-m", "gpuci", "cache-weights"]
     common = ["--key", "bench-local", "--local-cache-size", "0"]
     rows = [(kind, mode) for kind in stores for mode in modes]
@@ -139,17 +145,17 @@ def main() -> int:
     inner: dict[object, list[float]] = {row: [] for row in rows}
     placed: dict[object, dict[str, int]] = {}
     try:
-        for where in stores.values():
+        for kind, where in stores.items():
             subprocess.run(
                 [*gpuci, "save", *common, *where, "--path", str(tree)],
-                env=env,
+                env=envs.get(kind, env),
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
             warm = work / "warm-up"  # fills the tier from this store if save did not
             subprocess.run(
                 [*gpuci, "restore", *common, *where, "--path", str(warm)],
-                env=env,
+                env=envs.get(kind, env),
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
@@ -160,7 +166,7 @@ def main() -> int:
                 dest = work / f"restore-{kind}-{mode}-{run}"
                 where = timed_stores.get(kind, stores[kind])
                 cmd = [*gpuci, "restore", *common, *where, "--local-cache-mode", mode]
-                wall, out = timed([*cmd, "--json", "--path", str(dest)], env)
+                wall, out = timed([*cmd, "--json", "--path", str(dest)], envs.get(kind, env))
                 report = json.loads(out)
                 outputs = report["outputs"]
                 assert int(outputs["bytes-from-local"]) == total, outputs
@@ -177,6 +183,8 @@ def main() -> int:
         if server is not None:
             server.terminate()
             server.wait(10)
+        if weed is not None:
+            weed.stop()
     c = statistics.median(walls["cp -a"])
     print(
         f"tree: {args.count} x {human_bytes(size)} + {args.small} x {human_bytes(small_size)}"
@@ -199,6 +207,34 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({"bytes": total, "rows": figures}, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _seaweedfs(root: Path, env: dict[str, str]) -> tuple[object, dict[str, str]]:
+    """Start SeaweedFS with a ``bench`` bucket; (server, env naming it by AWS_ENDPOINT_URL)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import boto3
+    import seaweedfs
+
+    server = seaweedfs.SeaweedFS(root)
+    endpoint = server.start()
+    access, secret = seaweedfs.ADMIN
+    own = {
+        **{k: v for k, v in env.items() if not k.startswith("AWS_")},
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": access,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access,
+        aws_secret_access_key=secret,
+        region_name="us-east-1",
+    ).create_bucket(Bucket="bench")
+    return server, own
 
 
 def _remove(path: Path) -> None:
