@@ -233,8 +233,11 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 limit = min(limit, fault.drop_after)
             self._send(req, entry, payload, start, limit, fault)
             if fault.drop_after is not None and limit < end - start + 1:
-                self.wfile.flush()
-                self.connection.shutdown(socket.SHUT_RDWR)
+                try:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # the client hung up first (a segment ended there)
                 self.close_connection = True
 
         @staticmethod

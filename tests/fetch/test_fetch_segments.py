@@ -322,3 +322,22 @@ def test_a_segment_that_keeps_failing_fails_the_download_and_keeps_what_arrived(
     assert not dest.exists()
     found = inspect(dest, server.url("/data.bin"))  # the head's bytes stay, on record
     assert found is not None and found.extents is not None and found.size > 0
+
+
+def test_the_command_caps_connections_and_reports_them(tmp_path, monkeypatch):
+    from test_fetch_command import fetch as run_fetch
+
+    monkeypatch.chdir(tmp_path)
+    big = os.urandom(20 << 20)  # over the 16 MiB threshold of the default segment size
+    sha = hashlib.sha256(big).hexdigest()
+    with FaultyServer(rate=16 << 20, latency=0.01) as srv:  # a capped link: worth growing
+        srv.add("/big", big)
+        flags = {"url": srv.url("/big"), "sha256": sha, "dest": "a.bin", "connections": "4"}
+        result, text = run_fetch(flags, tmp_path)
+        assert result.ok, text
+        assert 2 <= result.outputs["connections"] <= 4
+        assert (tmp_path / "a.bin").read_bytes() == big
+        before = len(srv.gets())
+        result, text = run_fetch({**flags, "dest": "b.bin", "connections": "1"}, tmp_path)
+        assert result.ok and result.outputs["connections"] == 1, text
+        assert len(srv.gets()) - before == 1

@@ -62,7 +62,10 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
     if size is not None and policy.max_bytes is not None and size > policy.max_bytes:
         error = f"Content-Length {size} is over max-bytes ({policy.max_bytes})"
         return Probe(job, status, size, resumable, "fail", error)
-    if found is not None and resumable:
+    if found is not None and resumable and found.extents:
+        ranges = len(found.extents)
+        action = f"keep {found.size} bytes in {ranges} range(s), fetch the rest into {partial}"
+    elif found is not None and resumable:
         action = f"resume from byte {found.size} into {partial}"
     else:
         action = f"write {partial}, verify, rename"

@@ -46,7 +46,12 @@ import httpx
 
 from gpuci.adaptive import Concurrency
 from gpuci.errors import FetchError
-from gpuci.fetch.client import check_identity, open_response, parse_content_range
+from gpuci.fetch.client import (
+    CREDENTIALS_KEPT,
+    check_identity,
+    open_response,
+    parse_content_range,
+)
 from gpuci.fetch.partial import Sink, merge_extents
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
@@ -113,7 +118,7 @@ class Segmenter:
         self.total = total
         self.validator = job.partial.validator or ""
         self.url = str(resp.url)  # every segment follows the same resolved URL
-        self.credentials = job.headers if resp.extensions.get("gpuci_credentials_kept") else {}
+        self.credentials = job.headers if resp.extensions.get(CREDENTIALS_KEPT) else {}
         self.conc = Concurrency(
             start=max(1, min(self.policy.connections_start, self.policy.connections)),
             ceiling=self.policy.connections,
@@ -124,6 +129,7 @@ class Segmenter:
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.running = 0
+        self.most_running = 0  # what the connections output reports
         self.threads: list[threading.Thread] = []
         offset = self.part.size
         holes = _holes(offset, self.part.extents, total)
@@ -165,7 +171,7 @@ class Segmenter:
                     saved = time.monotonic()
         for thread in self.threads:
             thread.join()
-        self.job.peak_connections = max(self.job.peak_connections, self.conc.peak)
+        self.job.peak_connections = max(self.job.peak_connections, self.most_running)
         self._settle()
 
     def _settle(self) -> None:
@@ -193,6 +199,7 @@ class Segmenter:
     def _spawn(self, seg: Segment, resp: httpx.Response | None) -> None:
         seg.owned = True
         self.running += 1
+        self.most_running = max(self.most_running, self.running)
         thread = threading.Thread(
             target=self._work, args=(seg, resp), name="fetch-segment", daemon=True
         )
