@@ -137,19 +137,16 @@ class _RawRange:
         self._resp = resp
 
     def readinto(self, buffer: memoryview) -> int:
-        try:
-            n = self._resp.readinto(buffer)
-        except OSError as exc:
-            self._resp.conn.close()
-            raise TransientError(f"connection dropped mid-body: {exc}") from None
-        if self._resp.length == 0 and not self._resp.keep_alive:
-            self._resp.conn.close()
-        return n
+        return self._body(self._resp.readinto, buffer)
 
     def splice_into(self, pipe: Pipe, limit: int) -> int:
         """Up to ``limit`` body bytes into ``pipe``, in the kernel (see gpuci.cache.splicing)."""
+        return self._body(self._resp.splice_into, pipe, limit)
+
+    def _body(self, read: Callable[..., int], *args: Any) -> int:
+        """One read of the body: a dropped connection is transient; the end frees the socket."""
         try:
-            n = self._resp.splice_into(pipe, limit)
+            n = read(*args)
         except OSError as exc:
             self._resp.conn.close()
             raise TransientError(f"connection dropped mid-body: {exc}") from None

@@ -663,17 +663,7 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             ours = (
                 _run_runners(rt, book, this_run, clock.now()) if not values.get("pod-id") else set()
             )
-            _with_runners(
-                result,
-                runner_cleanup.clean(
-                    rt,
-                    values.get("runner-scope") or "repo",
-                    [p for p in listing if p["id"] not in gone],
-                    [p for p in listing if p["id"] in gone],
-                    clock.now(),
-                    ours=ours,
-                ),
-            )
+            _clean_runners(result, rt, values, listing, gone, clock, ours=ours)
         return result
 
 
@@ -702,6 +692,31 @@ def _runner_tokens(rt: Runtime) -> bool:
     return any(
         rt.environ.get(name, "").strip()
         for name in (runners.GITHUB_TOKEN_ENV, runners.GITLAB_TOKEN_ENV)
+    )
+
+
+def _clean_runners(
+    result: Result,
+    rt: Runtime,
+    values: dict[str, Any],
+    pods: Sequence[dict[str, Any]],
+    gone: set[str],
+    clock: Clock,
+    *args: Any,
+    **kwargs: Any,
+) -> None:
+    """Sweep the CI runners of ``pods`` (those in ``gone`` were just ended) into ``result``."""
+    _with_runners(
+        result,
+        runner_cleanup.clean(
+            rt,
+            values.get("runner-scope") or "repo",
+            [p for p in pods if p["id"] not in gone],
+            [p for p in pods if p["id"] in gone],
+            clock.now(),
+            *args,
+            **kwargs,
+        ),
     )
 
 
@@ -827,17 +842,7 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             _ended(rt, book, "terminated", pod_id, clock.now(), reason="runner gone")
             return outcome
 
-        _with_runners(
-            result,
-            runner_cleanup.clean(
-                rt,
-                values.get("runner-scope") or "repo",
-                [p for p in every if p["id"] not in gone],
-                [p for p in every if p["id"] in gone],
-                clock.now(),
-                end_runnerless,
-            ),
-        )
+        _clean_runners(result, rt, values, every, gone, clock, end_runnerless)
     if stopped:
         result.report["hand_made_stopped"] = stopped
         result.summary.append(

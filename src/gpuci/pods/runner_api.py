@@ -51,6 +51,17 @@ def _runner_id(found: Any, service: str) -> int:
     return rid
 
 
+def _delete(client: ApiClient, url: str) -> bool:
+    """DELETE ``url``; False when the API says it is already gone (404)."""
+    try:
+        client._send("DELETE", url)
+    except InputError as exc:
+        if "HTTP 404" in exc.message:
+            return False
+        raise
+    return True
+
+
 class GitHubRunners(ApiClient):
     """``generate-jitconfig``, list and delete self-hosted runners of a repository or org."""
 
@@ -135,13 +146,7 @@ class GitHubRunners(ApiClient):
 
     def delete(self, runner_id: int) -> bool:
         """Delete a runner; False when it was already gone."""
-        try:
-            self._send("DELETE", f"{self.base}/actions/runners/{int(runner_id)}")
-        except InputError as exc:
-            if "HTTP 404" in exc.message:
-                return False
-            raise
-        return True
+        return _delete(self, f"{self.base}/actions/runners/{int(runner_id)}")
 
 
 class GitLabRunners(ApiClient):
@@ -194,13 +199,8 @@ class GitLabRunners(ApiClient):
         return out
 
     def delete(self, runner_id: int) -> bool:
-        try:
-            self._send("DELETE", f"/runners/{int(runner_id)}")
-        except InputError as exc:
-            if "HTTP 404" in exc.message:
-                return False
-            raise
-        return True
+        """Delete a runner; False when it was already gone."""
+        return _delete(self, f"/runners/{int(runner_id)}")
 
 
 Client = GitHubRunners | GitLabRunners
