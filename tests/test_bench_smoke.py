@@ -22,10 +22,23 @@ sys.path.insert(0, str(REPO / "scripts"))
 import wanproxy
 
 
+def run_script(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """A benchmark script run from the repository root in a clean environment, output kept."""
+    return subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed here")
 def test_bench_fetch_small(tmp_path):
     out = tmp_path / "fetch.json"
-    proc = subprocess.run(
+    proc = run_script(
         [
             sys.executable,
             "scripts/bench_fetch.py",
@@ -37,12 +50,7 @@ def test_bench_fetch_small(tmp_path):
             "--json",
             str(out),
         ],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = json.loads(out.read_text())
@@ -62,7 +70,7 @@ S3RVER = REPO / ".bench" / "node" / "node_modules" / ".bin" / "s3rver"
 )
 def test_bench_cache_small(tmp_path):
     out = tmp_path / "cache.md"
-    proc = subprocess.run(
+    proc = run_script(
         [
             sys.executable,
             "scripts/bench_cache.py",
@@ -72,12 +80,7 @@ def test_bench_cache_small(tmp_path):
             "--out",
             str(out),
         ],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = out.read_text()
@@ -161,18 +164,13 @@ def test_wanproxy_parse_wan_refuses_nonsense():
 )
 def test_bench_cache_small_wan(tmp_path):
     out, figures = tmp_path / "cache.md", tmp_path / "cache.json"
-    proc = subprocess.run(
+    proc = run_script(
         [
             *(sys.executable, "scripts/bench_cache.py", "--small", "--wan", "64,5"),
             *("--tools", "gpu-ci,s5cmd", "--workers", "16"),
             *("--workdir", str(tmp_path / "w"), "--out", str(out), "--json", str(figures)),
         ],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = out.read_text()
@@ -196,17 +194,12 @@ def test_bench_cache_small_wan(tmp_path):
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed here")
 def test_bench_fetch_small_wan(tmp_path):
     out = tmp_path / "fetch.json"
-    proc = subprocess.run(
+    proc = run_script(
         [
             *(sys.executable, "scripts/bench_fetch.py", "--wan", "64,5", "--size-mib", "8"),
             *("--repeat", "1", "--dir", str(tmp_path / "work"), "--json", str(out)),
         ],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = json.loads(out.read_text())
@@ -266,14 +259,9 @@ def _boto_creds(env: dict[str, str]) -> dict[str, str]:
 def test_bench_write_path_small(tmp_path):
     # Every way of landing bytes runs end to end (4 x 8 MiB); the figures are printed only.
     small = ["--rounds", "1", "--file-size", str(8 << 20), "--workdir", str(tmp_path)]
-    proc = subprocess.run(
+    proc = run_script(
         [sys.executable, "scripts/bench_write_path.py", *small],
-        cwd=REPO,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("copy-4M", "copy-256K", "splice-pread", "splice-mmap"):
