@@ -3,6 +3,7 @@ each segment resumable, every hostile answer kept out of the file (gpuci.fetch.s
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -207,6 +208,17 @@ def test_segments_on_the_same_origin_keep_credentials(server, tmp_path, seg_poli
     assert all(g.headers.get("Authorization") == "Bearer secret" for g in server.gets())
 
 
+def test_segments_send_url_userinfo_credentials_too(server, tmp_path, seg_policy):
+    """user:pass@ in the URL becomes a Basic header on the first request: every segment of the
+    same origin must send it as well, or a server behind basic auth refuses them (401)."""
+    url = server.url("/data.bin").replace("http://", "http://alice:s3cret@", 1)
+    fetch_file(url, tmp_path / "out.bin", SHA, policy=seg_policy)
+    basic = "Basic " + base64.b64encode(b"alice:s3cret").decode()
+    gets = server.gets()
+    assert len(gets) >= 3
+    assert all(g.headers.get("Authorization") == basic for g in gets)
+
+
 def test_progress_counts_every_byte_once(server, tmp_path, seg_policy):
     class Meter:
         total: int | None = None
@@ -244,6 +256,38 @@ policy = FetchPolicy(attempts=2, timeout=5, deadline=60, connections=4, connecti
                      segment_bytes=128 << 10)
 fetch_file({url!r}, {dest!r}, policy=policy)
 """
+
+
+def test_a_416_that_contradicts_the_known_size_is_not_a_finished_file(tmp_path):
+    """A segmented partial knows the total. A server that now answers ``416 bytes */N`` to
+    ``bytes=N-`` (N the written prefix, less than that total) claims the file shrank under the
+    same validator: start over, never take the old prefix as the whole file (no sha256 here)."""
+    big = os.urandom(12 << 20)
+    with FaultyServer(rate=2_000_000) as srv:
+        srv.add("/big", big)
+        dest = tmp_path / "out.bin"
+        code = _CHILD.format(paths=[str(ROOT / "src")], url=srv.url("/big"), dest=str(dest))
+        child = subprocess.Popen([sys.executable, "-c", code])
+        sidecar = tmp_path / "out.bin.incomplete.json"
+        deadline, prefix = time.monotonic() + 20, 0
+        while time.monotonic() < deadline and not prefix:
+            time.sleep(0.05)
+            found = inspect(dest, srv.url("/big"))
+            if found is not None and found.extents and len(found.extents) >= 2:
+                first = found.extents[0]
+                prefix = first[1] if first[0] == 0 and first[1] >= 1 << 18 else 0
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        found = inspect(dest, srv.url("/big"))
+        assert found is not None and found.total == len(big) and sidecar.exists()
+        prefix = found.extents[0][1] if found.extents and found.extents[0][0] == 0 else 0
+        assert 0 < prefix < len(big)
+        shrunk = os.urandom(prefix)  # the same ETag, fewer and other bytes: a liar
+        srv.entries["/big"].data = shrunk
+        policy = FetchPolicy(attempts=3, timeout=5, deadline=60, max_wait=0.05,
+                             initial_wait=0.01, connections=1)  # fmt: skip
+        fetch_file(srv.url("/big"), dest, policy=policy)
+        assert dest.read_bytes() == shrunk  # fetched again, not the old prefix kept
 
 
 @pytest.mark.parametrize("changed", [False, True], ids=["same-file", "file-changed-meanwhile"])

@@ -52,6 +52,7 @@ class State:
     files: dict[str, bytes] = field(default_factory=dict)
     issued: list[str] = field(default_factory=list)  # every credential handed out
     next_id: int = 100
+    lose_answers: int = 0  # registrations that make the runner, then answer 502 (answer lost)
 
     def add(self, name: str, scope: str, labels: list[str] | None = None) -> Runner:
         self.next_id += 1
@@ -119,6 +120,8 @@ class _Handler(JsonAPIHandler):
             runner = self.state.add(body["name"], m[1], body["labels"])
             config = "JIT" + secrets.token_urlsafe(24)
             self.state.issued.append(config)
+            if self._answer_lost():
+                return self._reply(502, {"message": "Bad gateway"})
             return self._reply(
                 201,
                 {
@@ -162,6 +165,8 @@ class _Handler(JsonAPIHandler):
             )
             runner.token = "glrt-" + secrets.token_urlsafe(20)
             self.state.issued.append(runner.token)
+            if self._answer_lost():
+                return self._reply(502, {"message": "502 Bad Gateway"})
             return self._reply(
                 201, {"id": runner.id, "token": runner.token, "token_expires_at": None}
             )
@@ -177,6 +182,12 @@ class _Handler(JsonAPIHandler):
                 return self._reply(404, {"message": "404 Not found"})
             return self._reply(204, {})
         return self._reply(404, {"message": "404 Not found"})
+
+    def _answer_lost(self) -> bool:
+        if self.state.lose_answers > 0:
+            self.state.lose_answers -= 1
+            return True
+        return False
 
     def do_GET(self) -> None:
         self._handle("GET")

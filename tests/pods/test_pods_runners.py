@@ -242,6 +242,19 @@ def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkey
     assert api.state.runners == {} and fake.pods == {}
 
 
+@pytest.mark.parametrize("platform", ["github", "gitlab"])
+def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
+    """The runner was made but the answer was lost (502): a retry would meet 409 (GitHub) or
+    make a second runner whose twin nobody deletes (GitLab). One POST, then delete by name."""
+    api.state.lose_answers = 1
+    env = api.github_env() if platform == "github" else api.gitlab_env()
+    r = run("up", gpu_types=L40S, runner=platform, runner_labels="gpu", extra_env=env)
+    assert r.code == 3, r.stdout + r.stderr
+    posts = [q for q in api.state.requests if q[0] == "POST"]
+    assert len(posts) == 1, posts
+    assert api.state.runners == {} and fake.pods == {}
+
+
 # ----- down / reap ---------------------------------------------------------------------------
 def _up(run, api, **env):
     r = run(

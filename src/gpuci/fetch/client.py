@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 MAX_REDIRECTS = 10
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 IDENTITY = {"Accept-Encoding": "identity"}
-CREDENTIALS_KEPT = "gpuci_credentials_kept"  # response extension: did the last hop get them?
+# Response extension: the user's credentials the last hop received (URL userinfo as a Basic
+# header included), so later ranges of the same file send exactly those, or none.
+CREDENTIALS_KEPT = "gpuci_credentials_kept"
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 
 
@@ -99,7 +101,7 @@ def open_response(
         resp = client.send(request, stream=True, follow_redirects=False)
         location = resp.headers.get("Location") if resp.status_code in REDIRECTS else None
         if location is None:
-            resp.extensions[CREDENTIALS_KEPT] = bool(secret)  # so later ranges may reuse them
+            resp.extensions[CREDENTIALS_KEPT] = dict(secret)  # so later ranges may reuse them
             try:
                 yield resp
             finally:

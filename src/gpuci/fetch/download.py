@@ -148,7 +148,8 @@ class _Download:
             raise RetryableStatus(status, url, retry_after)
         if status == 416 and offset:
             match = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
-            if match and int(match.group(1)) == offset:
+            known = self.partial.total  # a segmented partial knows the size: it must agree
+            if match and int(match.group(1)) == offset and known in (None, offset):
                 return
             self.partial.reset()
             raise RangeMismatch(f"HTTP 416 for bytes={offset}-: the file changed size")

@@ -118,7 +118,7 @@ class Segmenter:
         self.total = total
         self.validator = job.partial.validator or ""
         self.url = str(resp.url)  # every segment follows the same resolved URL
-        self.credentials = job.headers if resp.extensions.get(CREDENTIALS_KEPT) else {}
+        self.credentials = dict(resp.extensions.get(CREDENTIALS_KEPT) or {})
         self.conc = Concurrency(
             start=max(1, min(self.policy.connections_start, self.policy.connections)),
             ceiling=self.policy.connections,

@@ -117,9 +117,7 @@ class GitHubRunners(ApiClient):
         have made the runner, which ``up``'s failure path then deletes by name."""
         call = self.jit_call(name, labels, group_id)
         try:
-            response = self._retried(
-                lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
-            )
+            response = self._send_once("POST", call["path"], json=call["body"])
         except Forbidden as exc:
             if "not accessible by integration" in exc.message.lower():
                 raise InputError(
@@ -179,9 +177,7 @@ class GitLabRunners(ApiClient):
     def register(self, name: str, labels: Sequence[str], group_id: int) -> tuple[str, int]:
         """``(glrt- token, runner id)``; one attempt, as for GitHub."""
         call = self.jit_call(name, labels, group_id)
-        response = self._retried(
-            lambda: self._once("POST", call["path"], json=call["body"]), "POST", call["path"]
-        )
+        response = self._send_once("POST", call["path"], json=call["body"])
         found = self._json(response, "the created runner", dict)
         token = found.get("token")
         if not isinstance(token, str) or not token:

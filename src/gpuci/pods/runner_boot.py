@@ -22,7 +22,12 @@ fake it, and the worker file covers a runner whose console wording changes).
 
 Whatever ends the runner, the pod then terminates itself (``gpuci_stop terminate``, the pod's
 own id and key, retried until RunPod answers). The credential is read into a shell variable
-and removed from the environment before the runner starts, so the job's steps never see it.
+and removed from the environment before the runner starts, so the job's steps do not inherit
+it. That is not isolation: the job runs as the same user in the same container and could read
+it from the runner's command line or the container's first process (``/proc``). A JIT
+configuration is bound to this one runner and its one job; a GitLab runner token would let a
+job take other jobs whose tags the runner has, until the runner deletes itself at the end
+(docs/runners.md: give the train job a per-pipeline tag).
 """
 
 from __future__ import annotations

@@ -103,10 +103,11 @@ class ApiClient:
         self._check(response, method, url)
         return response
 
-    def _retried(self, fn: Callable[[], Any], method: str, url: str) -> Any:
-        """Run ``fn`` under the retry policy; map what is left to one-line errors."""
+    def _retried(self, fn: Callable[[], Any], method: str, url: str, *, repeat: bool = True) -> Any:
+        """Run ``fn`` under the retry policy (once when ``repeat`` is False: a POST that lost
+        its answer may have done its work); map what is left to one-line errors."""
         try:
-            return self._retry(fn)
+            return self._retry(fn) if repeat else fn()
         except _Transient as exc:
             raise InfraError(
                 f"{self.service} API answered HTTP {exc.response.status_code} to {method} "
@@ -122,6 +123,10 @@ class ApiClient:
     def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """An idempotent call (GET, PATCH, PUT): safe to repeat as it is."""
         return self._retried(lambda: self._once(method, url, **kwargs), method, url)
+
+    def _send_once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """A call that must not be repeated blindly (a POST that creates something)."""
+        return self._retried(lambda: self._once(method, url, **kwargs), method, url, repeat=False)
 
     def _check(self, response: httpx.Response, method: str, url: str) -> None:
         code = response.status_code
