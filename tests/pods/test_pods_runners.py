@@ -275,6 +275,19 @@ def test_down_in_ci_ends_the_runs_pods_and_their_runners(run, fake, api, clock):
     assert [d["runner"] for d in r.json["report"]["runners_deleted"]] == [name]
 
 
+def test_down_deletes_only_the_runner_a_pod_really_registered(run, fake, api, clock):
+    """A pod whose env was edited to name another runner's id: down ends the pod, and the
+    runner with that id (not the pod's name) stays."""
+    pod_id, name = _up(run, api, **RUN_ENV)
+    hand_made = api.state.add("my-laptop-runner", "/repos/octo/gpu")
+    fake.pods[pod_id]["env"]["GPUCI_RUNNER_ID"] = str(hand_made.id)
+    r = run("down", extra_env=api.github_env(**RUN_ENV))
+    assert r.code == 0, r.stdout + r.stderr
+    assert fake.pods == {}
+    assert "my-laptop-runner" in api.state.names()
+    assert name not in api.state.names()  # its own runner: swept by name from the ledger
+
+
 def test_down_and_reap_sweep_runners_whose_pod_is_gone_after_the_grace(run, fake, api, clock):
     old = api.state.add(f"gpuci-aaaaaa-{int(clock.now()) - 3600}", "/repos/octo/gpu")
     young = api.state.add(f"gpuci-bbbbbb-{int(clock.now()) - 60}", "/repos/octo/gpu")
@@ -305,6 +318,21 @@ def test_reap_terminates_runner_pods_whose_runner_is_gone(run, fake, api, tmp_pa
     assert r.json["report"]["runner_pods_terminated"][0]["pod"] == pod_id
     ledger = "".join(p.read_text() for p in (tmp_path / "ledger").rglob("*") if p.is_file())
     assert "runner gone" in ledger
+
+
+def test_reap_never_judges_a_runner_gone_from_a_cut_listing(run, fake, api):
+    """More runners than the client pages through: the pod's own runner is past the cut.
+    Treating the cut list as whole would terminate a pod that may be running a job."""
+    from gpuci.training.rest import MAX_PAGES
+
+    for i in range(MAX_PAGES * api.state.page_size + 1):
+        api.state.add(f"other-{i}", "/repos/octo/gpu")
+    pod_id, _ = _up(run, api)
+    r = run("reap", extra_env=api.github_env())
+    assert r.code == 0, r.stdout + r.stderr
+    assert pod_id in fake.pods
+    messages = " ".join(a["message"] for a in r.json["annotations"])
+    assert f"more than {MAX_PAGES} pages of runners" in messages
 
 
 def test_reap_without_a_runner_token_leaves_runner_pods_and_says_so(run, fake, api):

@@ -136,7 +136,9 @@ class GitHubRunners(ApiClient):
 
     def listed(self) -> list[Listed]:
         out = []
-        for page in self.pages(f"{self.base}/actions/runners", "runners", key="runners"):
+        for page in self.pages(
+            f"{self.base}/actions/runners", "runners", key="runners", whole=True
+        ):
             for item in page:
                 if isinstance(item.get("id"), int) and isinstance(item.get("name"), str):
                     out.append(Listed(item["id"], item["name"], str(item.get("status") or "")))
@@ -187,7 +189,7 @@ class GitLabRunners(ApiClient):
     def listed(self) -> list[Listed]:
         out = []
         url = f"/projects/{quote(self.project, safe='')}/runners"
-        for page in self.pages(url, "runners"):
+        for page in self.pages(url, "runners", whole=True):
             for item in page:
                 name = item.get("description")
                 if isinstance(item.get("id"), int) and isinstance(name, str):

@@ -83,13 +83,20 @@ def _clean_one(
     ours: Collection[str],
 ) -> None:
     with tgt.client() as client:
+        listed = client.listed()
+        # A pod's env names its runner; delete only a listed runner with that id AND that name,
+        # so an env edited to name someone else's runner deletes nothing.
+        by_id = {r.runner_id: r for r in listed}
         for pod in ended:
             found = runners.scope_of(pod)
             if not found or found[:2] != (tgt.platform, tgt.scope) or found[3] is None:
                 continue
+            named = by_id.get(found[3])
+            if named is None or named.name != found[2]:
+                continue
             if client.delete(found[3]):
                 _said(out.deleted, rt, tgt, found[2], found[3], f"pod {pod['id']} ended")
-        listed = client.listed()
+            listed = [r for r in listed if r.runner_id != found[3]]
         swept = runners.sweep(tgt, alive, listed, now, ours)
         for runner in swept.orphan_runners:
             if client.delete(runner.runner_id):

@@ -190,10 +190,14 @@ class ApiClient:
             return None
         return str(target)
 
-    def pages(self, url: str, what: str, key: str = "") -> Iterator[list[dict[str, Any]]]:
+    def pages(
+        self, url: str, what: str, key: str = "", *, whole: bool = False
+    ) -> Iterator[list[dict[str, Any]]]:
         """Each page of a list of objects, following ``Link`` on the API's origin only.
 
         ``key`` names the list inside an object page (GitHub's ``{"runners": [...]}``).
+        ``whole``: the caller acts on what is missing from the list (a runner not listed is
+        gone), so a list longer than MAX_PAGES is an error rather than a silent cut.
         """
         next_url: str | None = url
         params: dict[str, Any] | None = {"per_page": 100}
@@ -218,6 +222,11 @@ class ApiClient:
                 )
             yield page
             next_url, params = self._next_page(response, what), None  # next carries its query
+        if whole and next_url is not None:
+            raise InfraError(
+                f"{self.service} API at {self.where} lists more than {MAX_PAGES} pages of {what}",
+                hint="too many to judge what is missing; clean up by hand, then rerun",
+            )
 
     def sticky(
         self,
