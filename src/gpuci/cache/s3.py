@@ -348,10 +348,13 @@ class S3Store(Store):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
+        # upload_file sends whole blobs below the multipart threshold (parts go through
+        # multipart()): on the caller's thread, inside its slot, so the controller hears of a
+        # refusal from the request that holds the slot and one burst halves the limit once.
         self._transfer = TransferConfig(
             multipart_threshold=layout.MULTIPART_THRESHOLD,
             multipart_chunksize=layout.MULTIPART_CHUNK,
-            max_concurrency=4,
+            use_threads=False,
         )
         try:
             self._client = session.client("s3", endpoint_url=self.endpoint or None, config=config)
