@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import shlex
 import subprocess
 import tarfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
+from pod_container import run_container
 
 from gpuci.pods import plan, runner_boot, runners
 from gpuci.pods.naming import new_tag
@@ -86,7 +86,8 @@ def _github_env(idle_s: int = 30) -> dict[str, str]:
 
 
 def _boot(fake, pod_id, env, args, tmp_path, extra=None, wait_s=30.0):
-    """Start the container command as RunPod would; wait until the pod is gone."""
+    """Start the container command as RunPod would; wait until the pod is gone and the script
+    has exited (it exits once its pod is terminated)."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     pod_env = {
@@ -94,29 +95,13 @@ def _boot(fake, pod_id, env, args, tmp_path, extra=None, wait_s=30.0):
         "PATH": os.environ["PATH"],
         "HOME": str(home),
         "TMPDIR": str(tmp_path),
-        "RUNPOD_POD_ID": pod_id,
-        "RUNPOD_API_KEY": fake.api_key,
-        "GPUCI_SELF_STOP_RETRY_S": "0.2",
         **(extra or {}),
     }
     started = time.time()
-    proc = subprocess.Popen(
-        shlex.split(args),
-        env=pod_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    out, err, rc = run_container(
+        fake, pod_id, pod_env, args, lambda: pod_id not in fake.pods, wait_s, exits=True
     )
-    deadline = time.time() + wait_s
-    try:
-        while time.time() < deadline and pod_id in fake.pods:
-            time.sleep(0.05)
-        proc.wait(timeout=10)  # the script exits once its pod is terminated
-    finally:
-        os.killpg(proc.pid, 9)  # the TTL timer's sleep
-        out, err = proc.communicate(timeout=5)
-    return out, err, proc.returncode, time.time() - started
+    return out, err, rc, time.time() - started
 
 
 def _terminated_itself(fake: FakeRunPod, pod_id: str) -> bool:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from fake_runpod import FakeRunPod
+from pod_container import run_container
 
 from gpuci.pods import plan
 from gpuci.pods.naming import new_tag
@@ -45,29 +44,15 @@ def _tools_only(tmp_path: Path, names: list[str]) -> str:
 
 
 def _run_pod(fake, pod_id, env, args, path, wait_s=8.0):
-    """Start the container command as RunPod would: args split like a shell, pod env set."""
-    pod_env = {
-        **env,
-        "PATH": path,
-        "RUNPOD_POD_ID": pod_id,
-        "RUNPOD_API_KEY": fake.api_key,
-        "GPUCI_SELF_STOP_RETRY_S": "0.2",
-    }
-    proc = subprocess.Popen(
-        shlex.split(args),
-        env=pod_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    """Start the container command as RunPod would; wait while the pod is RUNNING."""
+    out, err, _ = run_container(
+        fake,
+        pod_id,
+        {**env, "PATH": path},
+        args,
+        lambda: fake.pods[pod_id]["status"] != "RUNNING",
+        wait_s,
     )
-    deadline = time.time() + wait_s
-    try:
-        while time.time() < deadline and fake.pods[pod_id]["status"] == "RUNNING":
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, 9)
-        out, err = proc.communicate(timeout=5)
     return out, err
 
 

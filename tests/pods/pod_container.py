@@ -1,0 +1,50 @@
+"""Running a pod's container command on this machine as RunPod would (start scripts' tests)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def run_container(
+    fake: Any,
+    pod_id: str,
+    env: Mapping[str, str],
+    args: str,
+    done: Callable[[], bool],
+    wait_s: float,
+    *,
+    exits: bool = False,
+) -> tuple[str, str, int | None]:
+    """Start ``args`` split like a shell, with the pod's env and RunPod's own variables (the
+    pod id, the pod-scoped key), in its own session; wait until ``done()`` or ``wait_s``;
+    with ``exits`` also wait for the command to end by itself. Then kill the session (the
+    self-stop timer's sleep) and return (stdout, stderr, exit status)."""
+    pod_env = {
+        **env,
+        "RUNPOD_POD_ID": pod_id,
+        "RUNPOD_API_KEY": fake.api_key,
+        "GPUCI_SELF_STOP_RETRY_S": "0.2",
+    }
+    proc = subprocess.Popen(
+        shlex.split(args),
+        env=pod_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.time() + wait_s
+    try:
+        while time.time() < deadline and not done():
+            time.sleep(0.05)
+        if exits:
+            proc.wait(timeout=10)
+    finally:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate(timeout=5)
+    return out, err, proc.returncode
