@@ -95,22 +95,24 @@ def test_ci_self_tests_of_each_action(gpuci: Path, tmp_path: Path) -> None:
     assert "gpu-setup: INPUT_" in dropped  # act's own INPUT_* were there, and were removed
 
 
+# The user's train.py for the GPU examples: makes the base weights and data on a miss.
+TRAIN_PY = (
+    "import pathlib\n\n"
+    "for d in ('models/base', 'data/train', 'out/model'):\n"
+    "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
+    "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
+    "pathlib.Path('data/train/d.txt').write_text('data')\n"
+    "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
+)
+
+
 def test_train_example_on_a_fake_h200(gpuci: Path, tmp_path: Path) -> None:
-    # The user's train.py: makes the base weights and data on a miss, then a model.
-    train_py = (
-        "import pathlib\n\n"
-        "for d in ('models/base', 'data/train', 'out/model'):\n"
-        "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
-        "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
-        "pathlib.Path('data/train/d.txt').write_text('data')\n"
-        "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
-    )
     project = make_project(
         tmp_path / "proj",
         {
             **USER_REPO,
             ".github/workflows/train.yml": EXAMPLES / "train.yml",
-            "train.py": train_py,
+            "train.py": TRAIN_PY,
         },
     )
     env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
@@ -284,15 +286,6 @@ def test_vllm_pod_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -
 # What examples/workflows/gpu-runner.yml's `train` job must find: its runs-on, run id resolved.
 RUN_ID = "4242"
 TRAIN_RUNS_ON = ["self-hosted", "gpu-large", f"run-{RUN_ID}"]
-# The user's train.py for the GPU examples: makes the base weights and data on a miss.
-TRAIN_PY = (
-    "import pathlib\n\n"
-    "for d in ('models/base', 'data/train', 'out/model'):\n"
-    "    pathlib.Path(d).mkdir(parents=True, exist_ok=True)\n"
-    "pathlib.Path('models/base/w.bin').write_bytes(b'w' * 1000)\n"
-    "pathlib.Path('data/train/d.txt').write_text('data')\n"
-    "pathlib.Path('out/model/m.bin').write_bytes(b'm')\n"
-)
 
 
 def _step_results(text: str) -> dict[tuple[str, str], str]:
