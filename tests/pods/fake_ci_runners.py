@@ -12,6 +12,11 @@ self-managed GitLab behind a path), so a client that drops the base path fails h
   ``run_untagged=false``; answers ``id`` and a ``glrt-`` token), ``GET
   /projects/:id/runners``, ``DELETE /runners/:id`` (admin token) and ``DELETE /runners`` with
   the runner's own ``token`` (form or JSON), as GitLab documents.
+- GitHub's ``GET /repos/actions/runner/releases`` (newest first, as GitHub lists them): each
+  release's notes carry the sha256 lines actions/runner's release workflow writes
+  (``<!-- BEGIN SHA linux-x64 -->HEX<!-- END SHA linux-x64 -->``) and its assets GitHub's
+  ``digest`` (``sha256:HEX``). ``NEWEST_KNOWN`` is the newest real release we know of, with its
+  published hash: the pinned fallback must not be older.
 - ``files``: raw bytes served by path without auth (the runner release mirror).
 """
 
@@ -29,6 +34,38 @@ from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 GH = "/api/v3"
 GL = "/gitlab/api/v4"
 _GH_SCOPE = r"(?:/repos/[^/]+/[^/]+|/orgs/[^/]+)"
+
+
+# actions/runner v2.338.0: the sha256 its release notes publish for the linux-x64 tarball.
+NEWEST_KNOWN = ("2.338.0", "af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32")
+
+
+def release(
+    version: str, sha256: str, published_at: str, *, digest: bool = True, notes: bool = True
+) -> dict[str, Any]:
+    """One actions/runner release as ``GET /repos/actions/runner/releases`` lists it."""
+    name = f"actions-runner-linux-x64-{version}.tar.gz"
+    body = (
+        "## What's Changed\n* ...\n\n## SHA-256 Checksums\n\n"
+        "The SHA-256 checksums for the packages included in this build are shown below:\n\n"
+        f"- actions-runner-win-x64-{version}.zip <!-- BEGIN SHA win-x64 -->{'0' * 64}"
+        "<!-- END SHA win-x64 -->\n"
+    )
+    if notes:
+        body += f"- {name} <!-- BEGIN SHA linux-x64 -->{sha256}<!-- END SHA linux-x64 -->\n"
+    asset: dict[str, Any] = {"name": name, "size": 1, "browser_download_url": "https://x/" + name}
+    if digest:
+        asset["digest"] = "sha256:" + sha256
+    return {
+        "tag_name": f"v{version}",
+        "name": f"v{version}",
+        "draft": False,
+        "prerelease": False,
+        "published_at": published_at,
+        "created_at": published_at,
+        "body": body,
+        "assets": [asset],
+    }
 
 
 @dataclass
@@ -53,6 +90,9 @@ class State:
     issued: list[str] = field(default_factory=list)  # every credential handed out
     next_id: int = 100
     lose_answers: int = 0  # registrations that make the runner, then answer 502 (answer lost)
+    releases: list[dict[str, Any]] = field(
+        default_factory=lambda: [release(*NEWEST_KNOWN, "2026-10-01T12:00:00Z")]
+    )
 
     def add(self, name: str, scope: str, labels: list[str] | None = None) -> Runner:
         self.next_id += 1
@@ -109,6 +149,9 @@ class _Handler(JsonAPIHandler):
             return self._reply(403, {"message": "Resource not accessible by integration"})
         if auth != f"Bearer {self.state.github_token}":
             return self._reply(401, {"message": "Bad credentials"})
+        if path == "/repos/actions/runner/releases" and method == "GET":
+            size = int(parse_qs(query).get("per_page", ["30"])[0])
+            return self._reply(200, self.state.releases[: min(size, 100)])
         if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/generate-jitconfig", path):
             if method != "POST":
                 return self._reply(405, {"message": "method"})

@@ -58,6 +58,17 @@ RUNNER_INPUTS = (
         "duration",
         "10m",
     ),
+    Input(
+        "runner-version",
+        "Pin the actions/runner release a GitHub runner pod installs (with runner-sha256); "
+        "default: the newest release, resolved when up runs.",
+        "str",
+    ),
+    Input(
+        "runner-sha256",
+        "The sha256 of actions-runner-linux-x64-<runner-version>.tar.gz (its release notes).",
+        "str",
+    ),
 )
 _CLEANS_RUNNERS = (
     " With GPUCI_RUNNER_TOKEN / GPUCI_GITLAB_TOKEN set, also deletes gpu-ci runners whose pod "

@@ -25,6 +25,7 @@ from gpuci.pods import (
     readiness,
     runner_boot,
     runner_cleanup,
+    runner_release,
     runners,
     ssh,
 )
@@ -73,13 +74,28 @@ def _spec(
     )
 
 
-def _runner_env(env: dict[str, str], rt: Runtime) -> dict[str, str]:
-    """A runner pod's env: the registration's, the pinned runner release, a mirror if set."""
-    out = {**env, **runner_boot.env()}
+def _runner_env(
+    env: dict[str, str], rt: Runtime, release: runner_release.Release | None = None
+) -> dict[str, str]:
+    """A runner pod's env: the registration's, the runner release, a mirror if set."""
+    out = {**env, **(release.env() if release else runner_boot.env())}
     mirror = rt.environ.get(runner_boot.ENV_RELEASE_URL, "").strip()
     if mirror:
         out[runner_boot.ENV_RELEASE_URL] = mirror
     return out
+
+
+def _runner_release(
+    values: dict[str, Any], runner: runners.Request, now: float, result: Result
+) -> runner_release.Release | None:
+    """The actions/runner release a GitHub runner pod installs (GitLab brings its own)."""
+    if runner.target.platform != "github":
+        return None
+    release = runner_release.resolve(
+        values, runner.target.api_url, runner.target.token, now, result.warning
+    )
+    result.report["runner_release"] = {"version": release.version, "source": release.source}
+    return release
 
 
 def _tag(owner: str, values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
@@ -179,7 +195,9 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 raise
             result.report["budget_refused"] = refused
             if runner is not None:  # after the budget: a refused pod registers nothing
-                spec.runner_env = _runner_env(runner.register(rt.mask), rt)
+                registered = runner.register(rt.mask)
+                release = _runner_release(values, runner, clock.now(), result)
+                spec.runner_env = _runner_env(registered, rt, release)
                 rt.log(f"registered {runner.target.platform} runner {runner.name}")
             pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
             result.report["attempts"] = attempts

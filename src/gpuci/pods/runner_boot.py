@@ -34,10 +34,12 @@ from __future__ import annotations
 
 from gpuci.pods import selfstop
 
-# actions/runner release pinned with its published sha256 (the release notes' checksum for
-# actions-runner-linux-x64-2.328.0.tar.gz); bump both together.
-RUNNER_VERSION = "2.328.0"
-RUNNER_SHA256 = "01066fad3a2893e63e6ca880ae3a1fad5bf9329d60e77ee15f2b97c148c3cd4e"
+# The fallback when GitHub's releases API cannot be reached (gpuci.pods.runner_release resolves
+# the newest release at every ``up``): actions/runner 2.338.0 and the sha256 its release notes
+# publish for actions-runner-linux-x64-2.338.0.tar.gz (the same as the asset's digest). Bump
+# both together (docs/runners.md); a test fails when the fake's newest release is newer.
+RUNNER_VERSION = "2.338.0"
+RUNNER_SHA256 = "af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32"
 RELEASE_URL = "https://github.com/actions/runner/releases/download"
 ENV_RELEASE_URL = "GPUCI_RUNNER_RELEASE_URL"  # a mirror (or a test server): the hash still holds
 
@@ -98,18 +100,83 @@ gpuci_job_started() {
   done
   return 1
 }
+gpuci_version_ge() {
+  awk -v a="$1" -v b="$2" 'BEGIN {
+    if (split(a, x, ".") != 3 || split(b, y, ".") != 3) exit 1
+    for (i = 1; i <= 3; i++) { if (x[i] + 0 > y[i] + 0) exit 0; if (x[i] + 0 < y[i] + 0) exit 1 }
+    exit 0 }'
+}
+gpuci_image_runner_ok() {
+  min="${GPUCI_ACTIONS_RUNNER_MIN_VERSION:-}"
+  [ -n "$min" ] && [ -x "$1/bin/Runner.Listener" ] || return 0
+  have=$("$1/bin/Runner.Listener" --version 2>/dev/null | head -n 1 | tr -cd '0-9.')
+  if [ -z "$have" ]; then
+    gpuci_log "cannot read the version of the runner in $1: using it"
+    return 0
+  fi
+  if gpuci_version_ge "$have" "$min"; then return 0; fi
+  gpuci_log "the image's actions runner $have is older than $min, the oldest GitHub accepts"
+  return 1
+}
+gpuci_report() {
+  n="${GPUCI_RUNNER_NAME#gpuci-}"
+  n="${n%%-*}"
+  why=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_/()+-' ' ' | cut -c 1-200)
+  name=$(printf 'gpuci owner=%s exp=%s run=%s n=%s refused: %s' "${GPUCI_OWNER:-unknown}" \
+    "${GPUCI_EXPIRES_AT:-?}" "${GPUCI_RUN_URL:-local}" "$n" "$why" | tr -d '"\\')
+  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}"
+  b="{\"name\":\"$name\"}"
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -m 30 -o /dev/null -X PATCH -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
+      -H "Content-Type: application/json" -d "$b" "$u"
+  else
+    python3 -c 'import os, sys, urllib.request as r
+q = r.Request(sys.argv[1], sys.argv[2].encode(), method="PATCH")
+q.add_header("Authorization", "Bearer " + os.environ["RUNPOD_API_KEY"])
+q.add_header("Content-Type", "application/json")
+r.urlopen(q, timeout=30)' "$u" "$b"
+  fi
+}
+gpuci_refused() {
+  line=$(grep -m 1 -e "is deprecated and cannot receive messages" "$1" 2>/dev/null)
+  if [ -n "$line" ] || [ "$2" = 7 ]; then
+    printf 'GitHub refused runner %s: %s' "$3" "${line:-its version is deprecated}"
+    return 0
+  fi
+  line=$(grep -m 1 -e "An error occurred:" -e "Failed to create a session" \
+    -e "Http response code: Unauthorized" "$1" 2>/dev/null)
+  if [ -n "$line" ]; then
+    printf 'GitHub refused runner %s: %s' "$3" "$line"
+    return 0
+  fi
+  return 1
+}
+gpuci_stop_runner() {
+  # run.sh forwards a stop to Runner.Listener only with RUNNER_MANUALLY_TRAP_SIG=1 (it then
+  # sends SIGINT to the listener's process group); a bare TERM would orphan the listener.
+  kill -TERM "$1" 2>/dev/null
+  n=0
+  while kill -0 "$1" 2>/dev/null && [ "$n" -lt 30 ]; do sleep 1; n=$((n + 1)); done
+  kill -KILL "$1" 2>/dev/null
+}
 gpuci_github() {
   cfg="${GPUCI_RUNNER_JITCONFIG:-}"
   unset GPUCI_RUNNER_JITCONFIG
   dir=""
   for d in "${GPUCI_RUNNER_DIR:-}" /actions-runner /home/runner/actions-runner \
            /opt/actions-runner; do
-    if [ -n "$d" ] && [ -x "$d/run.sh" ]; then dir="$d"; break; fi
+    if [ -n "$d" ] && [ -x "$d/run.sh" ]; then
+      gpuci_image_runner_ok "$d" && dir="$d"
+      break
+    fi
   done
+  ver="image"
   if [ -z "$dir" ]; then
     gpuci_install_runner || return 3
+    ver="$GPUCI_ACTIONS_RUNNER_VERSION"
   fi
   if [ "$(id -u)" = 0 ]; then export RUNNER_ALLOW_RUNASROOT=1; fi
+  export RUNNER_MANUALLY_TRAP_SIG=1 ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE=1
   log="${TMPDIR:-/tmp}/gpuci-runner.$$.log"
   : >"$log"
   (cd "$dir" && exec ./run.sh --jitconfig "$cfg") >"$log" 2>&1 &
@@ -125,11 +192,10 @@ gpuci_github() {
         started=1
         gpuci_log "a job started"
       elif [ $(( $(date +%s) - began )) -ge "$GPUCI_RUNNER_IDLE_S" ]; then
+        sleep 1
+        if gpuci_job_started "$log" "$dir"; then continue; fi
         gpuci_log "no job within ${GPUCI_RUNNER_IDLE_S}s: stopping the runner"
-        kill -TERM "$pid" 2>/dev/null
-        n=0
-        while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 10 ]; do sleep 1; n=$((n + 1)); done
-        kill -KILL "$pid" 2>/dev/null
+        gpuci_stop_runner "$pid"
         break
       fi
     fi
@@ -139,6 +205,12 @@ gpuci_github() {
   rc=$?
   sleep 1
   kill "$tailpid" 2>/dev/null
+  if [ -z "$started" ] && why=$(gpuci_refused "$log" "$rc" "$ver"); then
+    gpuci_log "$why"
+    gpuci_report "$why" || gpuci_log "could not report the refusal in the pod's name"
+    sleep "${GPUCI_RUNNER_REPORT_S:-60}"
+    return 4
+  fi
   return "$rc"
 }
 gpuci_gitlab_delete_self() {
@@ -184,8 +256,9 @@ SCRIPT = selfstop.STOP_FUNCTION + "\n" + BODY.strip() + "\n"
 
 
 def env() -> dict[str, str]:
-    """The pinned release the script installs when the image has no runner."""
+    """The pinned release the script installs when the image has no runner (the fallback)."""
     return {
         "GPUCI_ACTIONS_RUNNER_VERSION": RUNNER_VERSION,
         "GPUCI_ACTIONS_RUNNER_SHA256": RUNNER_SHA256,
+        "GPUCI_ACTIONS_RUNNER_MIN_VERSION": RUNNER_VERSION,
     }
