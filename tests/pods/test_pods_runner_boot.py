@@ -257,3 +257,116 @@ def test_gitlab_without_gitlab_runner_still_deletes_and_terminates(live, mirror,
     assert rc == 3
     assert mirror.state.runners == {}
     assert _terminated_itself(live, pod_id)
+
+
+# Stand-ins shaped like actions/runner's own run.sh and run-helper.sh: run.sh forwards a stop
+# to the listener only with RUNNER_MANUALLY_TRAP_SIG (``set -m``, then SIGINT to the helper's
+# process group); Runner.Listener ignores TERM and ends on INT (Ctrl-C), writing where it was.
+REAL_RUN_SH = """#!/bin/bash
+DIR="$( cd -P "$( dirname "${BASH_SOURCE[0]}" )" && pwd )"
+if [[ -z "$RUNNER_MANUALLY_TRAP_SIG" ]]; then
+    "$DIR"/run-helper.sh "$@"
+    returnCode=$?
+else
+    set -m
+    trap 'kill -INT -$PID' INT TERM
+    "$DIR"/run-helper.sh "$@" &
+    PID=$!
+    wait $PID
+    returnCode=$?
+    trap - INT TERM
+    wait $PID
+fi
+if [[ "$ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE" == "1" && $returnCode -eq 7 ]]; then
+    exit 7
+fi
+exit 0
+"""
+RUN_HELPER = """#!/bin/bash
+DIR="$( cd -P "$( dirname "${BASH_SOURCE[0]}" )" && pwd )"
+"$DIR"/bin/Runner.Listener run "$@"
+exit $?
+"""
+LISTENER_IDLE = """#!/bin/bash
+if [[ "$1" == "--version" ]]; then echo "${STANDIN_VERSION:-9.9.9}"; exit 0; fi
+echo $$ > "$(dirname "$0")/../listener.pid"
+trap '' TERM
+trap 'echo stopped-by-int > "$(dirname "$0")/../listener.ended"; exit 0' INT
+echo "Listening for Jobs"
+while :; do sleep 0.2; done
+"""
+LISTENER_DEPRECATED = """#!/bin/bash
+if [[ "$1" == "--version" ]]; then echo "2.328.0"; exit 0; fi
+echo "Connected to GitHub"
+echo "An error occurred: Runner version v2.328.0 is deprecated and cannot receive messages."
+if [[ "$ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE" == "1" ]]; then exit 7; fi
+exit 1
+"""
+
+
+def _real_layout(root: Path, listener: str) -> Path:
+    _executable(root / "run.sh", REAL_RUN_SH)
+    _executable(root / "run-helper.sh", RUN_HELPER)
+    _executable(root / "bin" / "Runner.Listener", listener)
+    return root
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
+    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_IDLE)
+    pod_id, env, args = _pod(live, _github_env(idle_s=2))
+    out, err, _, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
+    assert "no job within 2s: stopping the runner" in out, out + err
+    assert _terminated_itself(live, pod_id)
+    pid = int((runner_dir / "listener.pid").read_text())
+    # the listener ended by its own Ctrl-C path before the pod ended, not by the test's cleanup
+    assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
+    deadline = time.time() + 10
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_a_deprecated_runner_is_reported_in_the_pods_name_and_ends_the_pod(live, tmp_path):
+    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_DEPRECATED)
+    pod_id, env, args = _pod(live, _github_env())
+    extra = {"GPUCI_RUNNER_DIR": str(runner_dir), "GPUCI_RUNNER_REPORT_S": "0"}
+    env = {**env, "GPUCI_ACTIONS_RUNNER_MIN_VERSION": "2.300.0"}  # the image's runner is used
+    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, extra)
+    assert rc == 4, out + err
+    assert "GitHub refused runner image: " in out and "is deprecated" in out, out + err
+    (patch,) = live.calls("PATCH", f"/v2/pods/{pod_id}")
+    name = patch.body["name"]
+    assert name.startswith("gpuci owner=alice ") and " n=abc123 " in name
+    assert name.split(" refused: ", 1)[1].startswith("GitHub refused runner image: An error")
+    assert _terminated_itself(live, pod_id)
+    assert JIT not in out + err
+
+
+def test_an_image_runner_older_than_github_accepts_is_replaced_by_the_release(
+    live, mirror, tmp_path
+):
+    image_dir = _real_layout(tmp_path / "actions-runner", LISTENER_DEPRECATED)  # 2.328.0
+    data = _tarball(SERVES_ONE_JOB)
+    url = _serve_release(mirror, data)
+    pod_id, env, args = _pod(live, _github_env())
+    env = {
+        **env,
+        "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest(),
+        "GPUCI_ACTIONS_RUNNER_MIN_VERSION": "2.330.0",
+    }
+    extra = {"GPUCI_RUNNER_DIR": str(image_dir), "GPUCI_RUNNER_RELEASE_URL": url}
+    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, extra)
+    assert rc == 0, out + err
+    assert "actions runner 2.328.0 is older than 2.330.0" in out
+    home_runner = tmp_path / "home" / "gpuci-actions-runner"
+    assert (home_runner / "args.txt").read_text().splitlines() == ["--jitconfig", JIT]
+    assert _terminated_itself(live, pod_id)

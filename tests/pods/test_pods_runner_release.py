@@ -38,7 +38,7 @@ def test_the_pinned_fallback_is_not_older_than_the_newest_release_we_know(api):
     assert pinned is not None and all(k is not None and pinned >= k for k in known)
     assert runner_release.version_key(NEWEST_KNOWN[0]) <= pinned
     if NEWEST_KNOWN[0] == runner_boot.RUNNER_VERSION:
-        assert runner_boot.RUNNER_SHA256 == NEWEST_KNOWN[1]
+        assert NEWEST_KNOWN[1] == runner_boot.RUNNER_SHA256
 
 
 def test_up_hands_the_pod_the_newest_release_and_its_published_sha256(run, fake, api):

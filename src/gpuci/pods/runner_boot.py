@@ -159,6 +159,22 @@ gpuci_stop_runner() {
   while kill -0 "$1" 2>/dev/null && [ "$n" -lt 30 ]; do sleep 1; n=$((n + 1)); done
   kill -KILL "$1" 2>/dev/null
 }
+gpuci_idle_watch() {
+  began=$(date +%s)
+  while sleep 1; do
+    pid=$(cat "$3" 2>/dev/null)
+    [ -n "$pid" ] || continue
+    kill -0 "$pid" 2>/dev/null || return 0
+    if gpuci_job_started "$1" "$2"; then gpuci_log "a job started"; return 0; fi
+    if [ $(( $(date +%s) - began )) -ge "$GPUCI_RUNNER_IDLE_S" ]; then
+      sleep 1
+      if gpuci_job_started "$1" "$2"; then gpuci_log "a job started"; return 0; fi
+      gpuci_log "no job within ${GPUCI_RUNNER_IDLE_S}s: stopping the runner"
+      gpuci_stop_runner "$pid"
+      return 0
+    fi
+  done
+}
 gpuci_github() {
   cfg="${GPUCI_RUNNER_JITCONFIG:-}"
   unset GPUCI_RUNNER_JITCONFIG
@@ -178,37 +194,27 @@ gpuci_github() {
   if [ "$(id -u)" = 0 ]; then export RUNNER_ALLOW_RUNASROOT=1; fi
   export RUNNER_MANUALLY_TRAP_SIG=1 ACTIONS_RUNNER_RETURN_VERSION_DEPRECATED_EXIT_CODE=1
   log="${TMPDIR:-/tmp}/gpuci-runner.$$.log"
+  pidf="$log.pid"
   : >"$log"
-  (cd "$dir" && exec ./run.sh --jitconfig "$cfg") >"$log" 2>&1 &
-  pid=$!
-  cfg=""
+  rm -f "$pidf"
   tail -n +1 -f "$log" &
   tailpid=$!
-  began=$(date +%s)
-  started=""
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ -z "$started" ]; then
-      if gpuci_job_started "$log" "$dir"; then
-        started=1
-        gpuci_log "a job started"
-      elif [ $(( $(date +%s) - began )) -ge "$GPUCI_RUNNER_IDLE_S" ]; then
-        sleep 1
-        if gpuci_job_started "$log" "$dir"; then continue; fi
-        gpuci_log "no job within ${GPUCI_RUNNER_IDLE_S}s: stopping the runner"
-        gpuci_stop_runner "$pid"
-        break
-      fi
-    fi
-    sleep 1
-  done
-  wait "$pid"
+  gpuci_idle_watch "$log" "$dir" "$pidf" &
+  watchpid=$!
+  # The runner runs in the foreground: an ``&`` job of a non-interactive sh starts with SIGINT
+  # ignored, and .NET keeps a signal ignored on entry, so run.sh's forwarded stop would be lost.
+  # The watch finds it by the pid it writes before becoming run.sh.
+  (cd "$dir" && exec sh -c 'echo "$$" >"$1"; shift; exec "$@"' sh "$pidf" \
+    ./run.sh --jitconfig "$cfg") >"$log" 2>&1
   rc=$?
+  cfg=""
+  kill "$watchpid" 2>/dev/null
   sleep 1
   kill "$tailpid" 2>/dev/null
-  if [ -z "$started" ] && why=$(gpuci_refused "$log" "$rc" "$ver"); then
+  if ! gpuci_job_started "$log" "$dir" && why=$(gpuci_refused "$log" "$rc" "$ver"); then
     gpuci_log "$why"
     gpuci_report "$why" || gpuci_log "could not report the refusal in the pod's name"
-    sleep "${GPUCI_RUNNER_REPORT_S:-60}"
+    sleep "${GPUCI_RUNNER_REPORT_S:-30}"
     return 4
   fi
   return "$rc"
