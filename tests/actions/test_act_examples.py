@@ -421,3 +421,43 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
             assert config not in json.dumps(plan)
     finally:
         fake.stop()
+
+
+def test_gpu_runner_example_skips_a_fork_pull_request_with_a_notice(
+    gpuci: Path, tmp_path: Path
+) -> None:
+    """A PR from a fork gets no secrets: the example must not try to rent a pod (it would fail
+    with "RUNPOD_API_KEY is not set", or train would wait a day); it says why instead."""
+    workflow = ".github/workflows/gpu-runner.yml"
+    fake = FakeRunPod(steps_to_running=1).start()
+    try:
+        project = make_project(
+            tmp_path / "proj",
+            {**USER_REPO, workflow: EXAMPLES / "gpu-runner.yml", "train.py": TRAIN_PY},
+        )
+        event = tmp_path / "fork-pr.json"
+        event.write_text(
+            json.dumps(
+                {
+                    "action": "opened",
+                    "number": 7,
+                    "repository": {"full_name": "my-org/trainer", "name": "trainer"},
+                    "pull_request": {
+                        "number": 7,
+                        "head": {"ref": "patch-1", "repo": {"full_name": "someone/trainer"}},
+                        "base": {"ref": "main", "repo": {"full_name": "my-org/trainer"}},
+                    },
+                }
+            )
+        )
+        env = {"RUNPOD_API_URL": fake.url, "GPUCI_PODS_LEDGER": str(tmp_path / "ledger")}
+        done = act(
+            project, gpuci, workflow, tmp_path, "-e", str(event), event="pull_request", env=env
+        )
+        text = passed(done)
+        assert "gpu-runner skipped" in text and "forks and Dependabot get" in text, text[-4000:]
+        for job in ("start-runner", "train", "stop-runner"):
+            assert f"[gpu-runner/{job}" not in text, job
+        assert fake.calls("POST", "/v2/pods") == []
+    finally:
+        fake.stop()

@@ -218,6 +218,7 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
                 "GPUCI_GITLAB_TOKEN": gitlab.state.gitlab_token,
                 "CI_API_V4_URL": gitlab.gitlab_api,
                 "CI_SERVER_URL": gitlab.base + "/gitlab",
+                "CI_COMMIT_REF_PROTECTED": "true",  # where GitLab gives protected variables
             }
             done = pipeline(project, tmp_path, variables)
             text = done.stdout + done.stderr
@@ -254,3 +255,27 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
                 assert secret not in text
     finally:
         fake.stop()
+
+
+def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_skips(
+    install, tmp_path
+):
+    """GitLab gives protected variables only to protected refs: on a feature branch's MR the
+    template must not start a runner (start-runner would fail without RUNPOD_API_KEY, and
+    train would wait for a runner nobody makes); it says so and how to allow it."""
+    project = make_project(
+        tmp_path / "proj", {".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml"}
+    )
+    variables = {
+        **install,
+        "CI_PIPELINE_SOURCE": "merge_request_event",
+        "CI_MERGE_REQUEST_IID": "3",
+        "CI_COMMIT_REF_NAME": "feature-x",
+        "CI_COMMIT_REF_PROTECTED": "false",
+    }
+    done = pipeline(project, tmp_path, variables)
+    text = done.stdout + done.stderr
+    assert re.search(r"PASS  gpu-runner-skipped\b", text), text[-3000:]
+    assert "are protected variables" in text
+    for job in ("start-runner", "train", "stop-runner"):
+        assert not re.search(rf"(PASS|FAIL)  {job}\b", text), job
