@@ -73,9 +73,15 @@ def test_runner_template_routes_train_to_its_own_pod_and_always_stops():
     assert labels == ["gpu-large", "pipeline-$CI_PIPELINE_ID"]
     assert ci["train"]["tags"] == labels
     assert "--image" in start  # the default image has no gitlab-runner
-    assert ci["stop-runner"]["when"] == "always"
+    protected = {"if": '$CI_COMMIT_REF_PROTECTED == "true"'}
+    assert ci["stop-runner"]["rules"] == [{**protected, "when": "always"}]
     assert ci["stop-runner"]["script"] == ["gpuci pods down"]
     control = ci[".control"]["environment"]
     assert control == {"name": "gpu-runners", "action": "access"}
     assert ci["start-runner"]["extends"] == ci["stop-runner"]["extends"] == ".control"
-    assert "environment" not in ci["train"] and ci["train"]["extends"] == ".gpuci"
+    # only where GitLab gives the protected variables; elsewhere a job says why not
+    assert ci[".protected-ref"]["rules"] == [protected]
+    assert ci[".control"]["extends"] == [".gpuci", ".protected-ref"]
+    assert "environment" not in ci["train"]
+    assert ci["train"]["extends"] == [".gpuci", ".protected-ref"]
+    assert ci["gpu-runner-skipped"]["rules"] == [{"if": '$CI_COMMIT_REF_PROTECTED != "true"'}]
