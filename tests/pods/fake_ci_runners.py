@@ -76,6 +76,8 @@ class Runner:
     scope: str  # "/repos/o/r", "/orgs/o" or "project:ID"
     token: str = ""  # GitLab's glrt- token
     status: str = "offline"
+    busy: bool = False  # running a job: GitHub refuses to delete it (422)
+    reads: int = 0  # status reads so far
 
 
 @dataclass
@@ -90,6 +92,10 @@ class State:
     issued: list[str] = field(default_factory=list)  # every credential handed out
     next_id: int = 100
     lose_answers: int = 0  # registrations that make the runner, then answer 502 (answer lost)
+    # A registered runner is listed offline until its listener connects: here, after this
+    # many reads of its status (None: never, a pod that never starts its runner).
+    online_after_reads: int | None = 0
+    on_status_read: Any = None  # called with the Runner before each status read (tests)
     releases: list[dict[str, Any]] = field(
         default_factory=lambda: [release(*NEWEST_KNOWN, "2026-10-01T12:00:00Z")]
     )
@@ -99,6 +105,15 @@ class State:
         runner = Runner(self.next_id, name, labels or [], scope)
         self.runners[runner.id] = runner
         return runner
+
+    def read_status(self, runner: Runner) -> str:
+        if self.on_status_read is not None:
+            self.on_status_read(runner)
+        runner.reads += 1
+        after = self.online_after_reads
+        if runner.status == "offline" and after is not None and runner.reads > after:
+            runner.status = "online"
+        return runner.status
 
     def names(self) -> list[str]:
         return sorted(r.name for r in self.runners.values())
@@ -179,12 +194,23 @@ class _Handler(JsonAPIHandler):
                 if r.scope == m[1]
             ]
             return self._page(items, query, wrap=True)
-        if (
-            m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/(\d+)", path)
-        ) and method == "DELETE":
+        if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners/(\d+)", path):
             found = self.state.runners.get(int(m[2]))
             if found is None or found.scope != m[1]:
                 return self._reply(404, {"message": "Not Found"})
+            if method == "GET":
+                status = self.state.read_status(found)
+                return self._reply(
+                    200,
+                    {"id": found.id, "name": found.name, "status": status, "busy": found.busy},
+                )
+            if method != "DELETE":
+                return self._reply(404, {"message": "Not Found"})
+            if found.busy:  # as GitHub answers for a runner in the middle of a job
+                return self._reply(
+                    422,
+                    {"message": f'Bad request - Runner "{found.name}" is still running a job"'},
+                )
             del self.state.runners[found.id]
             return self._reply(204, {})
         return self._reply(404, {"message": "Not Found"})
@@ -220,6 +246,12 @@ class _Handler(JsonAPIHandler):
                 if r.scope == f"project:{m[1]}"
             ]
             return self._page(items, query, wrap=False)
+        if (m := re.fullmatch(r"/runners/(\d+)", path)) and method == "GET":
+            found = self.state.runners.get(int(m[1]))
+            if found is None:
+                return self._reply(404, {"message": "404 Not found"})
+            status = self.state.read_status(found)
+            return self._reply(200, {"id": found.id, "description": found.name, "status": status})
         if (m := re.fullmatch(r"/runners/(\d+)", path)) and method == "DELETE":
             if self.state.runners.pop(int(m[1]), None) is None:
                 return self._reply(404, {"message": "404 Not found"})

@@ -59,6 +59,13 @@ RUNNER_INPUTS = (
         "10m",
     ),
     Input(
+        "runner-wait-online",
+        "With runner: wait (within timeout) until the platform lists the runner online, so a "
+        "refused runner fails this step instead of leaving the job queued.",
+        "bool",
+        "true",
+    ),
+    Input(
         "runner-version",
         "Pin the actions/runner release a GitHub runner pod installs (with runner-sha256); "
         "default: the newest release, resolved when up runs.",

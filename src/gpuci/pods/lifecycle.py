@@ -25,6 +25,7 @@ from gpuci.pods import (
     readiness,
     runner_boot,
     runner_cleanup,
+    runner_online,
     runner_release,
     runners,
     ssh,
@@ -204,6 +205,8 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             _remember(rt, book, pod, tag, reservation, clock.now(), runner)
             deadline = now + float(values["timeout"])
             pod = readiness.wait_running(client, clock, pod["id"], deadline, rt)
+            if runner is not None and values.get("runner-wait-online", True):
+                runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
             url = pod_url(pod, rt.environ)
             if values.get("health-url"):
                 readiness.wait_healthy(

@@ -51,6 +51,24 @@ def _runner_id(found: Any, service: str) -> int:
     return rid
 
 
+def _status(client: ApiClient, url: str) -> str | None:
+    """A runner's status as the platform lists it ("busy" when GitHub says so); None: gone."""
+    try:
+        response = client._send("GET", url)
+    except InputError as exc:
+        if "HTTP 404" in exc.message:
+            return None
+        raise
+    found = client._json(response, "a runner", dict)
+    if found.get("busy") is True:
+        return "busy"
+    return str(found.get("status") or "unknown")
+
+
+class RunnerBusy(InputError):
+    """GitHub refuses to delete a runner in the middle of a job (HTTP 422)."""
+
+
 def _delete(client: ApiClient, url: str) -> bool:
     """DELETE ``url``; False when the API says it is already gone (404)."""
     try:
@@ -58,6 +76,8 @@ def _delete(client: ApiClient, url: str) -> bool:
     except InputError as exc:
         if "HTTP 404" in exc.message:
             return False
+        if "HTTP 422" in exc.message and "running a job" in exc.message:
+            raise RunnerBusy(exc.message, hint="it is deleted once its job is over") from None
         raise
     return True
 
@@ -144,6 +164,10 @@ class GitHubRunners(ApiClient):
                     out.append(Listed(item["id"], item["name"], str(item.get("status") or "")))
         return out
 
+    def status(self, runner_id: int) -> str | None:
+        """``online``, ``offline`` or ``busy``; None when the runner is gone."""
+        return _status(self, f"{self.base}/actions/runners/{int(runner_id)}")
+
     def delete(self, runner_id: int) -> bool:
         """Delete a runner; False when it was already gone."""
         return _delete(self, f"{self.base}/actions/runners/{int(runner_id)}")
@@ -195,6 +219,10 @@ class GitLabRunners(ApiClient):
                 if isinstance(item.get("id"), int) and isinstance(name, str):
                     out.append(Listed(item["id"], name, str(item.get("status") or "")))
         return out
+
+    def status(self, runner_id: int) -> str | None:
+        """``online``, ``offline``, ``never_contacted``, ``stale``; None when it is gone."""
+        return _status(self, f"/runners/{int(runner_id)}")
 
     def delete(self, runner_id: int) -> bool:
         """Delete a runner; False when it was already gone."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpuci.errors import GpuciError
 from gpuci.pods import runners
+from gpuci.pods.runner_api import RunnerBusy
 from gpuci.runtime import Runtime, markdown_table
 
 
@@ -94,12 +95,12 @@ def _clean_one(
             named = by_id.get(found[3])
             if named is None or named.name != found[2]:
                 continue
-            if client.delete(found[3]):
+            if _delete(client, found[3], found[2], out):
                 _said(out.deleted, rt, tgt, found[2], found[3], f"pod {pod['id']} ended")
             listed = [r for r in listed if r.runner_id != found[3]]
         swept = runners.sweep(tgt, alive, listed, now, ours)
         for runner in swept.orphan_runners:
-            if client.delete(runner.runner_id):
+            if _delete(client, runner.runner_id, runner.name, out):
                 _said(out.deleted, rt, tgt, runner.name, runner.runner_id, "its pod is gone")
     if terminate is None:
         return
@@ -111,6 +112,16 @@ def _clean_one(
             {"pod": pod_id, "runner": name, "platform": tgt.platform, "why": "runner gone"}
         )
         rt.log(f"{pod_id}: {outcome} (its {tgt.platform} runner {name} is gone)")
+
+
+def _delete(client: Any, runner_id: int, name: str, out: Cleanup) -> bool:
+    """Delete one runner; a runner in the middle of a job is left, with a warning, and the
+    sweep goes on (GitHub answers 422 until the job is over)."""
+    try:
+        return bool(client.delete(runner_id))
+    except RunnerBusy:
+        out.warnings.append(f"runner {name} is running a job: left registered (reap retries)")
+        return False
 
 
 def _said(
