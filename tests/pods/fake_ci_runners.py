@@ -85,6 +85,9 @@ class State:
     github_token: str = field(default_factory=lambda: "github_pat_" + secrets.token_hex(12))
     job_token: str = field(default_factory=lambda: "ghs_job" + secrets.token_hex(12))
     gitlab_token: str = field(default_factory=lambda: "glpat-" + secrets.token_hex(10))
+    # The GitLab token's scopes: create_runner makes runners only; reading and deleting them
+    # needs api (or read_api to read), as GitLab checks.
+    gitlab_scopes: set[str] = field(default_factory=lambda: {"create_runner", "api"})
     page_size: int = 2
     runners: dict[int, Runner] = field(default_factory=dict)
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
@@ -225,6 +228,19 @@ class _Handler(JsonAPIHandler):
             return self._reply(403, {"message": "403 Forbidden"})
         if self.headers.get("PRIVATE-TOKEN") != self.state.gitlab_token:
             return self._reply(401, {"message": "401 Unauthorized"})
+        need = {"create_runner", "api"} if path == "/user/runners" else {"api"}
+        if method == "GET" and path != "/user/runners":
+            need = {"api", "read_api"}
+        if not need & self.state.gitlab_scopes:
+            return self._reply(
+                403,
+                {
+                    "error": "insufficient_scope",
+                    "error_description": "The request requires higher privileges than "
+                    "provided by the access token.",
+                    "scope": " ".join(sorted(need)),
+                },
+            )
         if path == "/user/runners" and method == "POST":
             problems = _gitlab_problems(body)
             if problems:
@@ -303,8 +319,13 @@ def _gitlab_problems(body: Any) -> list[str]:
     out = []
     if body.get("runner_type") != "project_type":
         out.append("runner_type must be project_type")
-    if body.get("project_id") in (None, ""):
+    project = body.get("project_id")
+    if project in (None, ""):
         out.append("project_id is required for project_type")
+    elif isinstance(project, bool) or not (
+        isinstance(project, int) or (isinstance(project, str) and project.isdigit())
+    ):
+        out.append("project_id is invalid")  # an Integer in GitLab's API, not a path
     if not isinstance(body.get("tag_list"), str) or not body["tag_list"]:
         out.append("tag_list is required")
     if body.get("run_untagged") not in (False, "false"):

@@ -102,3 +102,35 @@ def test_a_busy_runner_is_left_registered_and_the_sweep_goes_on(run, fake, api, 
     assert r.code == 0, r.stdout + r.stderr
     assert busy.name in api.state.names() and idle.name not in api.state.names()
     assert f"runner {busy.name} is running a job" in r.stdout + r.stderr
+
+
+def test_a_gitlab_token_that_may_only_create_runners_still_starts_one(run, fake, api):
+    """GitLab's create_runner scope makes runners but may not read them (403
+    insufficient_scope): up registers, starts the pod and says it cannot wait, not fail."""
+    api.state.gitlab_scopes = {"create_runner"}
+    r = run(
+        "up",
+        gpu_types=L40S,
+        runner="gitlab",
+        runner_labels="gpu",
+        extra_env=api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    assert "cannot read runner" in r.stderr and "read_api" in r.stderr
+    assert len(api.state.runners) == 1 and len(fake.pods) == 1
+
+
+def test_the_fake_gitlab_refuses_a_project_path_as_project_id(api):
+    import httpx
+
+    answer = httpx.post(
+        api.gitlab_api + "/user/runners",
+        headers={"PRIVATE-TOKEN": api.state.gitlab_token},
+        json={
+            "runner_type": "project_type",
+            "project_id": "octo/gpu",
+            "tag_list": "gpu",
+            "run_untagged": False,
+        },
+    )
+    assert answer.status_code == 400 and "project_id is invalid" in answer.text

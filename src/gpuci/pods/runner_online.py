@@ -20,6 +20,7 @@ from gpuci.pods.readiness import poll_s
 from gpuci.pods.runners import Request
 from gpuci.redact import excerpt
 from gpuci.runtime import Runtime
+from gpuci.training.rest import Forbidden
 
 REFUSED = " refused: "
 ONLINE = ("online", "active")  # GitHub says online; GitLab online (older: active)
@@ -61,7 +62,14 @@ def wait_online(
                     f"runner pod {pod_id} became {status} before runner {reg.name} came online",
                     hint="check the pod's logs (RunPod console); the runner was deleted",
                 )
-            state = api.status(reg.runner_id)
+            try:
+                state = api.status(reg.runner_id)
+            except Forbidden:  # a GitLab token with create_runner only may not read runners
+                rt.log(
+                    f"warning: this token cannot read runner {reg.name}'s status (GitLab: "
+                    "give it read_api or api): not waiting for it to come online"
+                )
+                return "unknown"
             if state != last:
                 rt.log(f"runner {reg.name}: {state or 'gone'}")
                 last = state or ""
