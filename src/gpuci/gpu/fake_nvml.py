@@ -39,6 +39,9 @@ class NVMLError(Exception):
         N.ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
         N.ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
         N.ERROR_GPU_IS_LOST: "GPU is lost",
+        N.ERROR_NO_PERMISSION: "Insufficient Permissions",
+        N.ERROR_RESET_REQUIRED: "GPU requires restart",
+        N.ERROR_UNKNOWN: "Unknown Error",
     }
 
     def __init__(self, value: int) -> None:
@@ -84,6 +87,10 @@ class Profile:
     memory_v2: bool = True  # nvmlDeviceGetMemoryInfo_v2 exists (R510+)
     processes: list[tuple[int, int]] = field(default_factory=list)
     xid_supported: bool = True
+    open_error: int | None = None  # nvmlDeviceGetHandleByIndex fails so (NoPermission: 4)
+    # From the second health read on, the memory and PCIe counters fail with this NVML code
+    # (RESET_REQUIRED 16, UNKNOWN 999): a GPU that broke under the load.
+    read_error: int | None = None
 
 
 _NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
@@ -292,7 +299,8 @@ class FakeNvml:
         self.source = source or "fake:" + ",".join(profiles or ["none"])
         self.initialised = 0
         self._cond = threading.Condition()
-        self._xids: list[tuple[int, int]] = []  # (device index, xid), delivered in order
+        # (device index, xid, GPU instance id or None), delivered in order
+        self._xids: list[tuple[int, int, int | None]] = []
         self.event_set_error: int | None = None  # nvmlEventSetCreate fails with this code
 
     # ----- construction from GPUCI_FAKE_NVML ----------------------------------------------
@@ -311,14 +319,19 @@ class FakeNvml:
 
     def _apply_modifier(self, dev: FakeDevice, mod: str) -> None:
         try:
-            if mod.startswith("xid="):
-                self._xids.append((dev.index, int(mod[4:])))
+            if mod.startswith("xid="):  # xid=79, or xid=31@2: from GPU instance 2 (MIG)
+                xid, _, gi = mod[4:].partition("@")
+                self._xids.append((dev.index, int(xid), int(gi) if gi else None))
             elif mod.startswith("ecc+="):
                 dev.drift.ecc = int(mod[5:])
             elif mod.startswith("replay+="):
                 dev.drift.replay = int(mod[8:])
             elif mod.startswith("clocks="):
                 dev.drift.clock_events = int(mod[7:], 0)
+            elif mod.startswith("open="):
+                dev.p = replace(dev.p, open_error=int(mod[5:]))
+            elif mod.startswith("readerr="):
+                dev.p = replace(dev.p, read_error=int(mod[8:]))
             elif mod == "events=fail":
                 self.event_set_error = 999  # NVML_ERROR_UNKNOWN
             else:
@@ -326,14 +339,15 @@ class FakeNvml:
         except ValueError:
             raise InputError(
                 f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
-                hint="use xid=N, ecc+=N, replay+=N, clocks=0xMASK or events=fail",
+                hint="use xid=N[@GI], ecc+=N, replay+=N, clocks=0xMASK, open=CODE, "
+                "readerr=CODE or events=fail",
             ) from None
 
     # ----- test controls -----------------------------------------------------------------
-    def inject_xid(self, index: int, xid: int) -> None:
-        """Deliver an XID critical error on GPU ``index`` to registered event sets."""
+    def inject_xid(self, index: int, xid: int, gpu_instance_id: int | None = None) -> None:
+        """Deliver an XID on GPU ``index`` (from MIG GPU instance ``gpu_instance_id``)."""
         with self._cond:
-            self._xids.append((index, xid))
+            self._xids.append((index, xid, gpu_instance_id))
             self._cond.notify_all()
 
     def set(self, index: int, **fields: Any) -> None:
@@ -384,6 +398,8 @@ class FakeNvml:
         self._check()
         if not 0 <= index < len(self.devices):
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        if self.devices[index].p.open_error is not None:
+            raise NVMLError(self.devices[index].p.open_error)
         return self.devices[index]
 
     # ----- identity and memory -----------------------------------------------------------
@@ -465,6 +481,8 @@ class FakeNvml:
     # ----- health ------------------------------------------------------------------------
     def _read(self, dev: FakeDevice) -> bool:
         """True from the second health read on, when ``:ecc+=``-style drift applies."""
+        if dev.reads >= 2 and dev.p.read_error is not None:
+            raise NVMLError(dev.p.read_error)
         return dev.reads >= 2
 
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
@@ -477,21 +495,24 @@ class FakeNvml:
         dev = self._dev(handle)
         if not dev.p.ecc_enabled:
             raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        later = self._read(dev)
         base = self._value(dev.p.ecc_volatile_uncorrected)
         if error_type != N.MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
-        return base + (dev.drift.ecc if self._read(dev) else 0)
+        return base + (dev.drift.ecc if later else 0)
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
         return int(self._value(self._dev(handle).p.retired_pages_pending))
 
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        self._read(self._dev(handle))
         corr, unc, pending, failure = self._value(self._dev(handle).p.remapped_rows)
         return corr, unc, int(pending), int(failure)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
         dev = self._dev(handle)
-        return self._value(dev.p.pcie_replay) + (dev.drift.replay if self._read(dev) else 0)
+        later = self._read(dev)
+        return self._value(dev.p.pcie_replay) + (dev.drift.replay if later else 0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         dev = self._dev(handle)
@@ -546,7 +567,7 @@ class FakeNvml:
         self._check()
 
         def pending() -> int | None:
-            for i, (index, _) in enumerate(self._xids):
+            for i, (index, _, _) in enumerate(self._xids):
                 if index in event_set.devices:
                     return i
             return None
@@ -554,13 +575,13 @@ class FakeNvml:
         with self._cond:
             if not self._cond.wait_for(lambda: pending() is not None, timeout_ms / 1000):
                 raise NVMLError(N.ERROR_TIMEOUT)
-            index, xid = self._xids.pop(pending())  # type: ignore[arg-type]
+            index, xid, gi = self._xids.pop(pending())  # type: ignore[arg-type]
         return SimpleNamespace(
             device=self.devices[index],
             eventType=N.EVENT_XID_CRITICAL_ERROR,
             eventData=xid,
-            gpuInstanceId=0xFFFFFFFF,
-            computeInstanceId=0xFFFFFFFF,
+            gpuInstanceId=N.NO_INSTANCE if gi is None else gi,
+            computeInstanceId=N.NO_INSTANCE,
         )
 
     def nvmlEventSetFree(self, event_set: _EventSet) -> None:

@@ -129,11 +129,21 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class SkippedGpu:
+    """A GPU NVML counts but this process cannot open (NoPermission under a device cgroup)."""
+
+    index: int
+    reason: str
+    code: int | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     source: str  # "nvml" or "fake:<profiles>"
     driver_version: str | None
     cuda_version: tuple[int, int] | None  # highest CUDA the driver supports
     gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
+    skipped: tuple[SkippedGpu, ...] = ()  # counted by NVML, not openable here: not judged
 
     @property
     def cuda_text(self) -> str | None:
@@ -145,6 +155,7 @@ class Snapshot:
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_text,
             "gpus": [g.to_dict() for g in self.gpus],
+            "skipped": [asdict(s) for s in self.skipped],
         }
 
 

@@ -19,7 +19,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuci.errors import NvmlUnavailable
-from gpuci.gpu.gpu_info import GpuInfo, GpuProcess, Health, MigDevice, Snapshot, XidEvent
+from gpuci.gpu.gpu_info import (
+    GpuInfo,
+    GpuProcess,
+    Health,
+    MigDevice,
+    SkippedGpu,
+    Snapshot,
+    XidEvent,
+)
 from gpuci.gpu.nvml_abi import (
     ARCHITECTURES,
     CPU_AFFINITY_WORDS,
@@ -45,6 +53,7 @@ __all__ = [
     "Health",
     "MigDevice",
     "NvmlSession",
+    "SkippedGpu",
     "Snapshot",
     "XidEvent",
     "XidWatch",
@@ -83,6 +92,13 @@ _INIT_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
+def lost_gpu(index: int | str) -> NvmlUnavailable:
+    return NvmlUnavailable(
+        f"GPU {index} has fallen off the bus (NVML: GPU is lost)",
+        "drain this node: the GPU needs a reset or a reboot (see dmesg for Xid 79)",
+    )
+
+
 class NvmlSession:
     """An initialised NVML: snapshots, health reads and XID waits. Use as a context manager."""
 
@@ -90,7 +106,8 @@ class NvmlSession:
         self._nvml = nvml
         self.source = source
         self._open = False
-        self._handles: list[Any] = []
+        self._handles: dict[int, Any] = {}  # NVML index -> handle, for the GPUs that opened
+        self.skipped: list[SkippedGpu] = []  # GPUs NVML counts but this process cannot open
         errors = [getattr(nvml, "NVMLError", None), getattr(nvml, "NVMLLibraryMismatchError", None)]
         self._errors: tuple[type[BaseException], ...] = tuple(e for e in errors if e)
 
@@ -106,7 +123,16 @@ class NvmlSession:
             raise NvmlUnavailable(message, hint) from None
         self._open = True
         count = self._required("nvmlDeviceGetCount")
-        self._handles = [self._required("nvmlDeviceGetHandleByIndex", i) for i in range(count)]
+        for i in range(count):
+            try:
+                self._handles[i] = self._nvml.nvmlDeviceGetHandleByIndex(i)
+            except self._errors as exc:
+                if _code(exc) == ERROR_GPU_IS_LOST:
+                    raise lost_gpu(i) from None
+                # NoPermission (Slurm ConstrainDevices, a cgroup that hides /dev/nvidiaN) or
+                # another per-device refusal: skip and list it, as nvidia-smi does. CUDA cannot
+                # open it either, so it is not one of this job's devices.
+                self.skipped.append(SkippedGpu(i, str(exc), _code(exc)))
         return self
 
     def close(self) -> None:
@@ -152,16 +178,19 @@ class NvmlSession:
             return None
 
     def _lost(self, args: tuple[Any, ...]) -> NvmlUnavailable:
-        index = self._handles.index(args[0]) if args and args[0] in self._handles else "?"
-        return NvmlUnavailable(
-            f"GPU {index} has fallen off the bus (NVML: GPU is lost)",
-            "drain this node: the GPU needs a reset or a reboot (see dmesg for Xid 79)",
-        )
+        found = [i for i, h in self._handles.items() if args and args[0] is h]
+        return lost_gpu(found[0] if found else "?")
 
     # ----- reads -------------------------------------------------------------------------
     @property
     def device_count(self) -> int:
+        """GPUs this process could open (NVML may count more: see :attr:`skipped`)."""
         return len(self._handles)
+
+    @property
+    def indices(self) -> list[int]:
+        """NVML indices of the GPUs that opened, in NVML's order."""
+        return sorted(self._handles)
 
     def driver_version(self) -> str | None:
         return self._optional("nvmlSystemGetDriverVersion")
@@ -310,12 +339,13 @@ class NvmlSession:
             source=self.source,
             driver_version=self.driver_version(),
             cuda_version=self.cuda_version(),
-            gpus=tuple(self.gpu(i) for i in range(self.device_count)),
+            gpus=tuple(self.gpu(i) for i in self.indices),
+            skipped=tuple(self.skipped),
         )
 
     def watch_xid(self, indices: Iterable[int] | None = None) -> XidWatch:
         """Start listening for XID critical errors (register before the workload runs)."""
-        return XidWatch(self, list(range(self.device_count)) if indices is None else indices)
+        return XidWatch(self, self.indices if indices is None else indices)
 
 
 class XidWatch:

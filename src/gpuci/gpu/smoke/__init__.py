@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuci import files
-from gpuci.errors import ExitCode, InputError, NvmlUnavailable
+from gpuci.errors import ExitCode, GpuciError, InputError, NvmlUnavailable
 from gpuci.gpu.gpu_info import Snapshot
 from gpuci.gpu.nvml import NvmlSession, open_nvml
 from gpuci.gpu.smoke import dcgm
@@ -34,6 +34,7 @@ from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
 from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
 from gpuci.gpu.smoke.targets import match_targets
+from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -100,21 +101,42 @@ def smoke(
     if backend is None and values["framework"] == "auto" and session.source.startswith("fake:"):
         framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
     try:
-        snapshot = session.snapshot()
+        host = session.snapshot()
+        # The job's GPUs only: CUDA_VISIBLE_DEVICES applied (another tenant's GPU is not ours).
+        snapshot, visibility = job_view(host, rt.environ)
         if not snapshot.gpus and not rt.dry_run:
-            raise NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
+            raise _no_gpu(host, visibility)
         if rt.dry_run:
             return dry_run(values, checks, framework, sizes, snapshot, None)
-        return _run(values, rt, session, snapshot, checks, framework, backend, sizes, budget)
-    except NvmlUnavailable as exc:  # no GPU, or one fell off the bus mid-run
+        return _run(
+            values, rt, session, snapshot, checks, framework, backend, sizes, budget,
+            host, visibility,
+        )  # fmt: skip
+    except (NvmlUnavailable, InputError) as exc:  # no GPU, or one fell off the bus mid-run
         return _infra_failure(values, rt, budget, exc)
     finally:
         session.close()
 
 
-def _infra_failure(
-    values: dict[str, Any], rt: Runtime, budget: Budget, exc: NvmlUnavailable
-) -> Result:
+def _no_gpu(host: Snapshot, vis: Visibility) -> GpuciError:
+    """Why there is nothing to test: no GPU, none openable, or none given to this job."""
+    if vis.restricted and vis.hidden:
+        return InputError(
+            "no GPU to test: " + vis.describe_none(),
+            hint="name this job's GPUs in CUDA_VISIBLE_DEVICES (indices, GPU-/MIG- UUIDs), "
+            "or unset it",
+        )
+    if host.skipped:
+        return NvmlUnavailable(
+            f"no GPU to test: NVML lists {len(host.skipped)} GPU(s) but this process may open "
+            f"none ({host.skipped[0].reason})",
+            "give the job its GPUs (Slurm --gres=gpu:N, docker --gpus) or run as a user allowed "
+            "to open /dev/nvidia*",
+        )
+    return NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
+
+
+def _infra_failure(values: dict[str, Any], rt: Runtime, budget: Budget, exc: GpuciError) -> Result:
     """Exit 3 in one line, and still ``passed: false`` and a report, so workflows can branch."""
     result = Result.from_error(COMMAND, exc)
     path = files.report_path(values, rt.environ, REPORT_NAME)
@@ -149,11 +171,21 @@ def _run(
     backend: Backend | None,
     sizes: Sizes,
     budget: Budget,
+    host: Snapshot | None = None,
+    visibility: Visibility | None = None,
 ) -> Result:
     gpus = list(snapshot.gpus)
     outcomes: list[Outcome] = []
     notes: list[str] = []  # warnings: the run tested less than asked
     info: dict[str, Any] = {}  # report-only facts
+    for skipped in host.skipped if host else ():
+        notes.append(
+            f"GPU {skipped.index} could not be opened (NVML: {skipped.reason}): skipped, not "
+            "tested (a device cgroup such as Slurm ConstrainDevices hides it)"
+        )
+    if visibility is not None and visibility.restricted:
+        notes += list(visibility.notes)
+        info["visibility"] = visibility.to_dict()
     wants_load = any(c in LOAD_CHECKS for c in checks)
 
     def record(outcome: Outcome) -> None:
