@@ -223,6 +223,8 @@ def test_framework_that_cannot_use_the_gpu_fails_context_and_skips_the_rest(tmp_
     )
     assert outcome(result, "gpu0:health")["status"] == "pass"
     assert result.outputs["failed-checks"] == "gpu0:context"
+    assert result.exit_code == 2  # the image, not the node (NVML sees a healthy GPU)
+    assert "take this node out" not in result.headline
 
 
 def test_framework_devices_are_matched_to_nvml_by_uuid():

@@ -198,6 +198,7 @@ def _run(
     targets: list[Target] = []
     load_skip: str | None = None  # why no load ran (a warning: the smoke tested less)
     load_broken: str | None = None  # why the framework cannot drive the GPUs (a failure)
+    built_cuda: str | None = None  # the CUDA the framework was built for, when it said
     if wants_load and framework == "none":
         if values["framework"] == "none":
             load_skip = "framework none: health checks only, no load"
@@ -216,6 +217,7 @@ def _run(
                 load_broken = f"{framework} sees no CUDA device although NVML lists {len(gpus)}"
         except BackendUnavailable as exc:
             load_broken = str(exc)
+            built_cuda = exc.built_cuda
         except ImportError as exc:
             load_broken = f"{framework} failed to import: {excerpt(str(exc), 200)}"
         info["framework_load_s"] = round(time.perf_counter() - started, 3)
@@ -279,7 +281,44 @@ def _run(
                 record(run_check(item, budget))
             if xids.error:
                 notes.append(f"XID listening stopped early: {xids.error}")
-    return _result(values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names)
+    environment = _environment_problem(
+        outcomes, load_broken, framework, built_cuda, snapshot, rt.environ
+    )
+    return _result(
+        values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names,
+        environment,
+    )  # fmt: skip
+
+
+def _environment_problem(
+    outcomes: list[Outcome],
+    load_broken: str | None,
+    framework: str,
+    built_cuda: str | None,
+    snapshot: Snapshot,
+    environ: Any,
+) -> str | None:
+    """The image's fault, not the node's: no GPU started a context, yet NVML finds no fault.
+
+    Then every context failure is the same one, and draining the node would not fix it.
+    """
+    from gpuci.gpu.smoke import environment
+
+    contexts = [o for o in outcomes if o.name == "context"]
+    if not contexts or any(o.status != "fail" for o in contexts):
+        return None  # some GPU started: a per-GPU failure is about that GPU
+    if any(o.status == "fail" and o.name in ("health", "dcgm") for o in outcomes):
+        return None  # NVML (or DCGM) found a fault: the node is suspect after all
+    why = load_broken or contexts[0].reason
+    return environment.diagnose(
+        why, framework, built_cuda, snapshot.cuda_version, environ, _has_libcuda
+    )
+
+
+def _has_libcuda() -> bool:
+    from gpuci.gpu.smoke.environment import libcuda_loads
+
+    return libcuda_loads()
 
 
 def _health_checks(
@@ -348,6 +387,7 @@ def _result(
     backend: Backend | None,
     budget: Budget,
     names: dict[int, str],
+    environment: str | None = None,
 ) -> Result:
     seconds = round(budget.elapsed(), 2)
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
@@ -359,7 +399,14 @@ def _result(
     result = Result(command=COMMAND)
     result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
     gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
-    if failed:
+    if environment:
+        # exit 2: the job's image or container cannot start CUDA on a healthy node
+        result.exit_code = ExitCode.BAD_INPUT
+        result.headline = (
+            f"environment problem, not the node: no GPU could start a CUDA context while NVML "
+            f"sees {len(names)} healthy GPU(s): {environment}"
+        )
+    elif failed:
         result.headline = (
             f"{len(failed)} check(s) failed: "
             + "; ".join(f"{o.label} ({o.reason})" for o in failed)
@@ -401,6 +448,7 @@ def _result(
         "cuda_version": snapshot.cuda_text,
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
         "failed_checks": [o.label for o in failed],
+        "environment_problem": environment,
         "notes": notes,
         **info,
         "checks": [o.to_dict() for o in outcomes],

@@ -155,6 +155,15 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     return out
 
 
+def _built_cuda(cupy: Any) -> str | None:
+    """The CUDA runtime cupy was built against ("12.4"), from cupy.cuda.runtime."""
+    try:
+        raw = int(cupy.cuda.runtime.runtimeGetVersion())
+    except Exception:
+        return None
+    return f"{raw // 1000}.{raw % 1000 // 10}"
+
+
 class CupyBackend:
     name = "cupy"
     is_gpu = True
@@ -169,7 +178,7 @@ class CupyBackend:
             count = cupy.cuda.runtime.getDeviceCount()
         except cupy.cuda.runtime.CUDARuntimeError as exc:
             why = f"cupy {cupy.__version__} cannot initialise CUDA: {exc}"
-            raise BackendUnavailable(why) from None
+            raise BackendUnavailable(why, built_cuda=_built_cuda(cupy)) from None
         if count == 0:
             raise BackendUnavailable(f"cupy {cupy.__version__} sees no CUDA device")
 

@@ -152,7 +152,7 @@ class TorchBackend:
                 if built is None
                 else f"torch {torch.__version__} (CUDA {built}) cannot initialise CUDA here"
             )
-            raise BackendUnavailable(why)
+            raise BackendUnavailable(why, built_cuda=built)
 
     def device_count(self) -> int:
         return self._t.cuda.device_count() if self.is_gpu else 1
