@@ -11,6 +11,14 @@ from typing import Any
 
 from gpuci.gpu.nvml_abi import clock_event_names
 
+_COUNTER_NAMES = {
+    "ecc_enabled": "ECC mode",
+    "ecc_volatile_uncorrected": "volatile uncorrected ECC errors",
+    "retired_pages_pending": "retired pages pending",
+    "remapped_rows_pending": "remapped rows",
+    "pcie_replay_counter": "PCIe replay counter",
+}
+
 
 @dataclass(frozen=True)
 class Health:
@@ -25,6 +33,19 @@ class Health:
     pcie_replay_counter: int | None = None
     clock_event_reasons: int | None = None
     temperature_c: int | None = None
+    errors: tuple[str, ...] = ()  # NVML errors other than "unsupported" met in this read
+
+    def unreadable_since(self, before: Health) -> list[str]:
+        """Counters ``before`` could read that this read could not: a GPU broken by the load.
+
+        RESET_REQUIRED or UNKNOWN after a clean baseline is not "unsupported": the same call
+        answered minutes ago on the same GPU.
+        """
+        return [
+            _COUNTER_NAMES[name]
+            for name in _COUNTER_NAMES
+            if getattr(before, name) is not None and getattr(self, name) is None
+        ]
 
     @property
     def clock_events(self) -> tuple[str, ...]:
@@ -164,3 +185,4 @@ class XidEvent:
     gpu_index: int | None
     uuid: str | None
     xid: int
+    gpu_instance_id: int | None = None  # the MIG GPU instance it came from; None: whole GPU

@@ -16,6 +16,7 @@ snapshot.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuci.errors import NvmlUnavailable
@@ -42,6 +43,7 @@ from gpuci.gpu.nvml_abi import (
     FEATURE_ENABLED,
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
+    NO_INSTANCE,
     TEMPERATURE_GPU,
     UNSUPPORTED_CODES,
     VOLATILE_ECC,
@@ -216,8 +218,10 @@ class NvmlSession:
         return int(info.total), int(info.free)
 
     def health(self, index: int) -> Health:
-        """The degradation counters of GPU ``index``, read now."""
-        return self._health(self._handles[index], None)
+        """The degradation counters of GPU ``index``, read now, with any NVML errors met."""
+        notes: list[str] = []
+        health = self._health(self._handles[index], notes)
+        return replace(health, errors=tuple(notes)) if notes else health
 
     def _health(self, h: Any, notes: list[str] | None) -> Health:
         opt = self._optional
@@ -393,7 +397,13 @@ class XidWatch:
             ) from None
         index = self._s._optional("nvmlDeviceGetIndex", data.device)
         uuid = self._s._optional("nvmlDeviceGetUUID", data.device)
-        return XidEvent(gpu_index=index, uuid=uuid, xid=int(data.eventData))
+        gi = getattr(data, "gpuInstanceId", None)  # nvmlEventData_t, R450 and later
+        return XidEvent(
+            gpu_index=index,
+            uuid=uuid,
+            xid=int(data.eventData),
+            gpu_instance_id=None if gi is None or int(gi) == NO_INSTANCE else int(gi),
+        )
 
     def close(self) -> None:
         if self._set is not None:

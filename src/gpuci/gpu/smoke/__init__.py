@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuci import files
 from gpuci.errors import ExitCode, GpuciError, InputError, NvmlUnavailable
-from gpuci.gpu.gpu_info import Snapshot
+from gpuci.gpu.gpu_info import Snapshot, XidEvent
 from gpuci.gpu.nvml import NvmlSession, open_nvml
 from gpuci.gpu.smoke import dcgm
 from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
@@ -334,6 +334,11 @@ def _health_checks(
     """One ``health`` check per watched GPU: NVML after the load, judged against before."""
     events = xids.stop()
     before = {g.index: g.health for g in snapshot.gpus}
+    slices = {  # the MIG GPU instances under test, per GPU in MIG mode
+        g.index: {m.gpu_instance_id for m in g.mig_devices if m.gpu_instance_id is not None}
+        for g in snapshot.gpus
+        if g.mig_enabled
+    }
     planned = []
     for index in watched:
 
@@ -346,7 +351,10 @@ def _health_checks(
                     after.clock_event_reasons,
                     sizes.sample_interval_s,
                 )
-            mine = [e.xid for e in events if e.gpu_index in (index, None)]
+            ours = [e for e in events if e.gpu_index in (index, None)]
+            # On a MIG GPU, an event from another GPU instance is another tenant's slice.
+            others = [e.xid for e in ours if not _our_slice(e, slices.get(index))]
+            mine = [e.xid for e in ours if _our_slice(e, slices.get(index))]
             reasons, figures = judge(
                 before[index],
                 after,
@@ -355,6 +363,8 @@ def _health_checks(
                 clocks_seen=sampler.seen.get(index) if sampler else None,
                 seconds=budget.elapsed(),
             )
+            if others:
+                figures["other_instance_xids"] = others
             if xids.setup_error:
                 figures["xids"] = "not watched"
             elif index in xids.unsupported:
@@ -374,6 +384,11 @@ def _health_checks(
             )
         )
     return planned
+
+
+def _our_slice(event: XidEvent, slices: set[int] | None) -> bool:
+    """Whether an XID concerns the slices under test (a whole-GPU event concerns them all)."""
+    return not slices or event.gpu_instance_id is None or event.gpu_instance_id in slices
 
 
 def _result(

@@ -27,6 +27,12 @@ from gpuci.gpu.gpu_info import Health, XidEvent
 from gpuci.gpu.nvml import NvmlSession
 from gpuci.gpu.nvml_abi import CLOCK_EVENT_REASONS, HARMFUL_CLOCK_EVENTS, clock_event_names
 
+# XIDs NVIDIA's XID catalogue attributes to the application (its own bad access, a fault in its
+# kernel, its teardown), not the hardware: 13 graphics engine exception, 31 GPU memory page
+# fault (MMU), 43 GPU stopped processing (user-app fault), 45 preemptive cleanup after a
+# previous error. Another process on the GPU raises them too; they are reported, not failed.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+
 CONSECUTIVE = 2  # samples in a row a harmful clock-event reason must show in to fail
 REPLAYS_PER_MINUTE = 8  # DCGM_LIMIT_MAX_PCIREPLAY_RATE: "the maximum recommended by RM"
 HARMFUL_MASK = sum(bit for bit, name in CLOCK_EVENT_REASONS.items() if name in HARMFUL_CLOCK_EVENTS)
@@ -196,7 +202,16 @@ def judge(
     for problem in after.memory_problems():
         if not any(problem.split(" (")[0] in r for r in reasons):
             reasons.append(problem)
-    for xid, times in sorted(Counter(xids).items()):
+    lost = after.unreadable_since(before)
+    if lost:
+        errors = f" (NVML: {'; '.join(after.errors)})" if after.errors else ""
+        reasons.append(
+            f"{', '.join(lost)} readable before the load, unreadable after it{errors}: the GPU "
+            "may need a reset"
+        )
+    hardware = [x for x in xids if x not in APPLICATION_XIDS]
+    application = [x for x in xids if x in APPLICATION_XIDS]
+    for xid, times in sorted(Counter(hardware).items()):
         again = f" {times} times" if times > 1 else ""
         reasons.append(f"XID {xid} raised{again} during the run")
     masks = [before.clock_event_reasons, clocks_seen, after.clock_event_reasons]
@@ -226,8 +241,10 @@ def judge(
         "clock_events": events,
         "clock_events_sustained": held,
         "temperature_c": [before.temperature_c, after.temperature_c],
-        "xids": list(xids),
+        "xids": hardware,
     }
+    if application:  # an application's own fault, maybe another process's: reported
+        figures["application_xids"] = application
     if unsupported:
         figures["not_supported"] = unsupported
     return reasons, figures
