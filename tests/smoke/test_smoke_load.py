@@ -159,7 +159,8 @@ def test_nccl_runs_within_the_budget_on_eight_gpus(tmp_path):
     backend = backend_with(SlowMemory, devices=8)
     result = run(tmp_path, fake, backend, clock=lambda: clock[0], budget_seconds=30)
     assert outcome(result, "nccl")["status"] == "pass", outcome(result, "nccl")
-    assert outcome(result, "gpu7:memory")["status"] == "skip"  # the budget ran out for it
+    # The GPUs' memory tests run together, so the last GPU's is not the one the budget drops.
+    assert outcome(result, "gpu7:memory")["status"] == "pass"
 
 
 def test_single_gpu_skips_nccl_with_a_reason(tmp_path):

@@ -69,3 +69,83 @@ def test_an_xid_from_the_slice_under_test_fails(tmp_path: Path) -> None:
     fake.inject_xid(0, 79, gpu_instance_id=1)
     result = run_env(tmp_path, fake, fake.devices[0].migs[0].uuid)
     assert outcome(result, "gpu0:health")["status"] == "fail"
+
+
+# ----- 8 GPUs within the budget ------------------------------------------------------------
+def test_eight_gpus_run_their_checks_at_once(tmp_path: Path) -> None:
+    """Every GPU's context waits for all eight: only a concurrent run gets past the barrier."""
+    import threading
+
+    from smoke_helpers import backend_with, run
+
+    from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
+
+    barrier = threading.Barrier(8, timeout=60)  # a hang guard, not a timing assertion
+
+    class Together(NumpyDevice):
+        def tiny_kernel(self, n: int) -> float:
+            barrier.wait()
+            return super().tiny_kernel(n)
+
+    result = run(tmp_path, FakeNvml(["h200"] * 8), backend_with(Together, devices=8))
+    contexts = [c for c in result.report["checks"] if c["name"] == "context"]
+    assert [c["status"] for c in contexts] == ["pass"] * 8, contexts
+
+
+def test_eight_gpus_fit_a_budget_one_gpu_at_a_time_would_not(tmp_path: Path) -> None:
+    """Each GPU's checks take 5 s (on a per-thread clock): 8 in a row would need 40 s of 30."""
+    import threading
+
+    from smoke_helpers import backend_with, run
+
+    from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
+
+    local = threading.local()
+
+    def clock() -> float:
+        return getattr(local, "t", 0.0)
+
+    class FiveSeconds(NumpyDevice):
+        def tiny_kernel(self, n: int) -> float:
+            local.t = clock() + 5.0
+            return super().tiny_kernel(n)
+
+    result = run(
+        tmp_path,
+        FakeNvml(["h200"] * 8),
+        backend_with(FiveSeconds, devices=8),
+        clock=clock,
+        budget_seconds=30,
+    )
+    budget = [c["name"] for c in result.report["checks"] if "keep the budget" in c["reason"]]
+    assert budget == [], budget
+    assert result.outputs["skipped-checks"] == ""
+
+
+def test_a_budget_skip_is_named_in_skipped_checks(tmp_path: Path) -> None:
+    from smoke_helpers import run
+
+    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+
+    clock = [0.0]
+
+    def tick() -> float:
+        clock[0] += 0.6
+        return clock[0]
+
+    result = run(tmp_path, "h200", NumpyBackend(), clock=tick, budget_seconds=1)
+    skipped = result.outputs["skipped-checks"].split(",")
+    assert "nccl" in skipped and any(s.startswith("gpu0:") for s in skipped), skipped
+    assert any("skipped to keep the" in a.message for a in result.annotations)
+
+
+def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
+    from gpuci.gpu.nvml import open_nvml
+    from gpuci.gpu.smoke.load import Sizes
+    from gpuci.gpu.smoke.plan import _dry_estimates
+
+    with open_nvml({}, FakeNvml(["h200"] * 8)) as session:
+        gpus = list(session.snapshot().gpus)
+    estimates = _dry_estimates(gpus, Sizes(), 0.9)
+    estimates.pop("dcgm")  # off by default
+    assert sum(estimates.values()) < 30, estimates  # was ~53 s check by check

@@ -53,6 +53,11 @@ COMMAND = Command(
     outputs=(
         Output("passed", "true when every check that ran passed, else false."),
         Output("failed-checks", "Names of the failed checks, comma-separated."),
+        Output(
+            "skipped-checks",
+            "Names of the checks that did not run (budget, no framework, one GPU), "
+            "comma-separated; empty when every check ran.",
+        ),
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),

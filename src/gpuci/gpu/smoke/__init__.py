@@ -9,6 +9,7 @@ tenacity or httpx, so it runs on a plain GPU image.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,7 @@ from gpuci.gpu.smoke.health import LoadSampler, XidListener, confirm_clocks, jud
 from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
 from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
+from gpuci.gpu.smoke.schedule import run_plan
 from gpuci.gpu.smoke.targets import match_targets
 from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
@@ -144,7 +146,8 @@ def _infra_failure(values: dict[str, Any], rt: Runtime, budget: Budget, exc: Gpu
     result.report.update({"schema": SCHEMA, "command": COMMAND, "passed": False,
                           "seconds": seconds, "checks": [], "failed_checks": []})  # fmt: skip
     files.write_report(path, result.report, "smoke report", sort_keys=False)
-    result.outputs = {"passed": False, "failed-checks": "", "report": str(path), "seconds": seconds}
+    result.outputs = {"passed": False, "failed-checks": "", "skipped-checks": "",
+                      "report": str(path), "seconds": seconds}  # fmt: skip
     return result
 
 
@@ -188,7 +191,13 @@ def _run(
         info["visibility"] = visibility.to_dict()
     wants_load = any(c in LOAD_CHECKS for c in checks)
 
+    lock = threading.Lock()
+
     def record(outcome: Outcome) -> None:
+        with lock:
+            _record(outcome)
+
+    def _record(outcome: Outcome) -> None:
         outcomes.append(outcome)
         figures = " ".join(f"{k}={v}" for k, v in outcome.figures.items() if v not in (None, []))
         text = f"{outcome.label}: {outcome.status} in {outcome.seconds:.2f}s"
@@ -246,8 +255,8 @@ def _run(
 
     with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
         if targets and backend is not None:
-            for item in plan_load(backend, targets, checks, values, sizes):
-                record(run_check(item, budget))
+            # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
+            run_plan(plan_load(backend, targets, checks, values, sizes), budget, record)
         if load_broken:  # a GPU the framework cannot use is a finding about this node
             for index in watched:
                 record(Outcome("context", index, "fail", f"no CUDA context: {load_broken}"))
@@ -447,6 +456,7 @@ def _result(
     result.outputs = {
         "passed": not failed,
         "failed-checks": ",".join(o.label for o in failed),
+        "skipped-checks": ",".join(o.label for o in skipped),
         "report": str(path),
         "seconds": seconds,
     }
@@ -463,6 +473,7 @@ def _result(
         "cuda_version": snapshot.cuda_text,
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
         "failed_checks": [o.label for o in failed],
+        "skipped_checks": [o.label for o in skipped],
         "environment_problem": environment,
         "notes": notes,
         **info,
