@@ -183,3 +183,18 @@ def test_smoke_skips_a_no_permission_gpu(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.headline
     assert [g["index"] for g in result.report["gpus"]] == [1]
     assert any("GPU 0 could not be opened" in n for n in result.report["notes"])
+
+
+# ----- modes: ECC off or changing, persistence off -----------------------------------------
+def test_ecc_off_pending_and_persistence_off_are_reported_not_failed(tmp_path: Path) -> None:
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    fake.set(0, ecc_enabled=False)
+    fake.set(1, ecc_pending=False, persistence=False)
+    result = setup(fake, None, tmp_path)
+    assert result.exit_code == 0, result.headline
+    text = [a.message for a in result.annotations if a.title == "gpu-setup: modes"]
+    assert any(t.startswith("GPU 0: ECC is off") for t in text), text
+    assert any("GPU 1: an ECC mode change (to off) is pending" in t for t in text), text
+    assert any("GPU 1: persistence mode is off" in t for t in text), text
+    gpus = result.report["nvml"]["gpus"]
+    assert gpus[1]["persistence_mode"] is False and gpus[1]["health"]["ecc_pending"] is False

@@ -30,6 +30,13 @@ INPUTS = (
         "float",
         minimum=0,
     ),
+    Input(
+        "min-gemm-tflops",
+        "Least FP16 GEMM throughput in TFLOP/s (default: per model; power-capped boards such "
+        "as T4, L4, A10 and L40S are reported, not judged, unless this is set).",
+        "float",
+        minimum=0,
+    ),
     Input("framework", "Load generator.", "str", "auto", choices=("auto", "torch", "cupy", "none")),
     Input(
         "dcgm-level",

@@ -78,6 +78,8 @@ class Profile:
     pcie_width: tuple[int, int] | None
     temperature_c: int | None = 33
     ecc_enabled: bool | None = True
+    ecc_pending: bool | None = None  # the mode after the next reset; None: same as now
+    persistence: bool | None = True  # nvmlDeviceGetPersistenceMode (Linux)
     ecc_volatile_uncorrected: int | None = 0
     retired_pages_pending: bool | None = None  # pre-Ampere only
     remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failure
@@ -489,7 +491,11 @@ class FakeNvml:
         dev = self._dev(handle)
         dev.reads += 1  # the session reads ECC mode first in every health read
         enabled = int(bool(self._value(dev.p.ecc_enabled)))
-        return [enabled, enabled]
+        pending = enabled if dev.p.ecc_pending is None else int(dev.p.ecc_pending)
+        return [enabled, pending]
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+        return int(bool(self._value(self._dev(handle).p.persistence)))
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int:
         dev = self._dev(handle)

@@ -25,6 +25,7 @@ class Health:
     """Counters that say a GPU is degrading; read twice to see what a workload changed."""
 
     ecc_enabled: bool | None = None
+    ecc_pending: bool | None = None  # the ECC mode after the next reset (differs: a change waits)
     ecc_volatile_uncorrected: int | None = None
     retired_pages_pending: bool | None = None
     remapped_rows_uncorrectable: int | None = None
@@ -134,6 +135,27 @@ class GpuInfo:
     notes: tuple[str, ...] = ()  # unexpected NVML errors on optional fields, kept for the report
     pci_bus_id: str | None = None  # "00000000:18:00.0": matches a CUDA device without a UUID
     numa_node: int | None = None  # the host NUMA node the GPU hangs off (newer drivers)
+    persistence_mode: bool | None = None  # Linux only; off: settings may reset when idle
+
+    def mode_findings(self) -> list[str]:
+        """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""
+        found = []
+        h = self.health
+        if h.ecc_enabled is False:
+            found.append(
+                "ECC is off: uncorrected memory errors go unreported (nvidia-smi -e 1, then "
+                "reset the GPU, to turn it on)"
+            )
+        changing = h.ecc_enabled is not None and h.ecc_pending is not None
+        if changing and h.ecc_pending != h.ecc_enabled:
+            after = "on" if h.ecc_pending else "off"
+            found.append(f"an ECC mode change (to {after}) is pending until the GPU resets")
+        if self.persistence_mode is False:
+            found.append(
+                "persistence mode is off: each process pays driver start-up and clocks or "
+                "limits may reset when idle (run nvidia-persistenced)"
+            )
+        return found
 
     @property
     def cc_text(self) -> str | None:

@@ -233,6 +233,7 @@ class NvmlSession:
             reasons = opt("nvmlDeviceGetCurrentClocksThrottleReasons", h, notes=notes)
         return Health(
             ecc_enabled=None if ecc_mode is None else bool(ecc_mode[0]),
+            ecc_pending=None if ecc_mode is None else bool(ecc_mode[1]),
             ecc_volatile_uncorrected=opt(
                 "nvmlDeviceGetTotalEccErrors",
                 h,
@@ -335,6 +336,7 @@ class NvmlSession:
             else tuple(GpuProcess(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
             pci_bus_id=self.pci_bus_id(h, notes),
             numa_node=opt("nvmlDeviceGetNumaNodeId", h),
+            persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
             notes=tuple(notes),
         )
 
@@ -414,6 +416,10 @@ class XidWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _enabled(value: Any) -> bool | None:
+    return None if value is None else int(value) == FEATURE_ENABLED
 
 
 def pci_address(bus_id: str | None) -> tuple[int, int, int] | None:

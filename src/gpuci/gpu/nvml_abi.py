@@ -71,6 +71,7 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetGpuInstanceId",
     "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",

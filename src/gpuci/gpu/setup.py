@@ -164,6 +164,9 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
     for note in [n for g in (snapshot.gpus if snapshot else ()) for n in g.notes]:
         result.warning(f"unexpected NVML answer: {note}", "gpu-setup")
     _visibility_notes(result, host, visibility)
+    for g in snapshot.gpus if snapshot else ():
+        for finding in g.mode_findings():
+            result.warning(f"GPU {g.index}: {finding}", "gpu-setup: modes")
 
     if rt.dry_run:
         # Plan only: say what this machine lacks, write nothing, fail nothing.

@@ -275,7 +275,7 @@ def _run(
                         None,
                         params("dcgm", values, sizes),
                         lambda: dcgm.estimate(level),
-                        lambda ctx: dcgm.run(level, ctx),
+                        lambda ctx: dcgm.run(level, ctx, watched),
                         skip_reason=dcgm.absent_reason(),
                     ),
                     budget,

@@ -81,7 +81,10 @@ def dry_run(
                      "params": params(name, values, sizes)})  # fmt: skip
     mins = {
         g.index: minimums(
-            g.name, (g.pcie_gen_max, g.pcie_width_max), values.get("min-bandwidth-gbs")
+            g.name,
+            (g.pcie_gen_max, g.pcie_width_max),
+            values.get("min-bandwidth-gbs"),
+            values.get("min-gemm-tflops"),
         ).to_dict()
         for g in gpus
     }
