@@ -149,3 +149,30 @@ def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
     estimates = _dry_estimates(gpus, Sizes(), 0.9)
     estimates.pop("dcgm")  # off by default
     assert sum(estimates.values()) < 30, estimates  # was ~53 s check by check
+
+
+# ----- another process on the GPU ----------------------------------------------------------
+def test_another_process_makes_speed_report_only_and_caps_the_memory_test(tmp_path: Path):
+    from smoke_helpers import GpuLike, run
+
+    from gpuci.gpu.smoke.load import Sizes
+
+    fake = FakeNvml(["h200"])
+    fake.set(0, processes=[(4242, 20 << 30)])  # someone else's training run
+    backend = GpuLike([fake.devices[0].uuid])  # the CPU stand-in, matched as the H200
+    result = run(tmp_path, fake, backend, sizes=Sizes.tiny(), memory_fraction=0.9)
+    gemm = outcome(result, "gpu0:gemm")
+    assert gemm["status"] == "pass", gemm  # a CPU's TFLOP/s, judged as an H200's, would fail
+    assert gemm["figures"]["min_tflops"] is None
+    memory = outcome(result, "gpu0:memory")
+    assert memory["figures"]["fraction_of_free"] <= 0.5
+
+
+def test_without_other_processes_the_h200_minimums_hold(tmp_path: Path):
+    from smoke_helpers import GpuLike, run
+
+    from gpuci.gpu.smoke.load import Sizes
+
+    fake = FakeNvml(["h200"])
+    result = run(tmp_path, fake, GpuLike([fake.devices[0].uuid]), sizes=Sizes.tiny())
+    assert outcome(result, "gpu0:gemm")["status"] == "fail"  # the control: judged

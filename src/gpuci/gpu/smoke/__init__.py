@@ -222,6 +222,12 @@ def _run(
                 backend, framework = _load_backend(framework, values["framework"])
             targets, match_notes = match_targets(backend, session, gpus, values)
             notes += match_notes
+            notes += [
+                f"GPU {t.label}: {t.others} other process(es) on it: GEMM and bandwidth "
+                "reported, not judged; memory test capped at half the free memory"
+                for t in targets
+                if t.others
+            ]
             if not targets:
                 load_broken = f"{framework} sees no CUDA device although NVML lists {len(gpus)}"
         except BackendUnavailable as exc:

@@ -214,8 +214,8 @@ def plan_load(
             lambda t: lambda ctx: load.pcie(t, ctx, sizes),
         ),
         "memory": (
-            lambda t: load.memory_estimate(t, sizes, fraction),
-            lambda t: lambda ctx: load.memory(t, ctx, sizes, fraction),
+            lambda t: load.memory_estimate(t, sizes, t.memory_fraction(fraction)),
+            lambda t: lambda ctx: load.memory(t, ctx, sizes, t.memory_fraction(fraction)),
         ),
     }
 
