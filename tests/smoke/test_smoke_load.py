@@ -128,11 +128,24 @@ def test_a_hung_all_reduce_is_killed_at_its_timeout(tmp_path, monkeypatch):
     nccl = outcome(hung, "nccl")
     assert (nccl["status"], nccl["reason"]) == (
         "fail",
-        "all-reduce did not finish within 3s (hung; its process was killed)",
+        "all-reduce did not finish within 3s (hung in the collective; its process was killed)",
     )
+    assert list(nccl["figures"]["phases_s"]) == ["start", "import", "contexts", "collective"]
     pid = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # gone, not left running behind us
+
+
+def test_an_all_reduce_that_never_reaches_the_collective_is_a_skip(tmp_path):
+    sizes = dataclasses.replace(Sizes.tiny(), nccl_timeout_s=3)
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    slow = run(tmp_path, fake, backend_reducing_with("slow_start"), checks=["nccl"], sizes=sizes)
+    nccl = outcome(slow, "nccl")
+    assert nccl["status"] == "skip", nccl
+    assert nccl["reason"].startswith(
+        "all-reduce did not reach the collective within 3s (last phase: contexts;"
+    )
+    assert slow.exit_code == 0
 
 
 def test_nccl_missing_is_a_skip_with_its_reason(tmp_path):

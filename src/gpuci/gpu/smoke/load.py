@@ -470,9 +470,19 @@ def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) ->
     start = time.perf_counter()
     answer = allreduce.run_child(backend.reducer, indices, sizes.nccl_elements, timeout)
     figures["seconds_with_init"] = round(time.perf_counter() - start, 3)
+    if answer.phases:
+        figures["phases_s"] = answer.phases
+    if answer.hung and answer.last_phase != "collective":
+        # Python start, the framework's import, the contexts, NCCL's set-up: slow, not hung.
+        raise CheckSkipped(
+            f"all-reduce did not reach the collective within {timeout:g}s (last phase: "
+            f"{answer.last_phase or 'none'}; start-up, not a hang; its process was killed): "
+            "raise budget-seconds to let it start"
+        )
     if answer.hung:
         raise CheckError(
-            f"all-reduce did not finish within {timeout:g}s (hung; its process was killed)",
+            f"all-reduce did not finish within {timeout:g}s (hung in the collective; its "
+            "process was killed)",
             figures,
         )
     if answer.unavailable:

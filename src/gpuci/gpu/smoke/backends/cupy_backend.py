@@ -136,11 +136,16 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
         raise BackendUnavailable(f"cupy {cp.__version__} has no NCCL: {exc}") from None
     if not getattr(nccl, "available", True):
         raise BackendUnavailable(f"cupy {cp.__version__} was built without NCCL")
-    comms = nccl.NcclCommunicator.initAll(indices)
     bufs = []
-    for i in indices:
+    for i in indices:  # the contexts, before NCCL: start-up, not the collective
         with cp.cuda.Device(i):
             bufs.append(cp.ones(n, dtype=cp.float32))
+    from gpuci.gpu.smoke.allreduce import phase
+
+    # NCCL's communicator set-up counts as the collective: a hang there (broken P2P, NVLink)
+    # is a finding about the node, as a hang in the all-reduce is.
+    phase("collective")
+    comms = nccl.NcclCommunicator.initAll(indices)
     nccl.groupStart()
     for comm, buf, i in zip(comms, bufs, indices, strict=True):
         with cp.cuda.Device(i):

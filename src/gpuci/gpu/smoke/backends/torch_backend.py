@@ -127,6 +127,9 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
     if not nccl.is_available(bufs):
         raise BackendUnavailable(f"torch {t.__version__} was built without NCCL")
+    from gpuci.gpu.smoke.allreduce import phase
+
+    phase("collective")  # contexts are up; NCCL's set-up and the all-reduce follow
     nccl.all_reduce(bufs)
     for i in indices:
         t.cuda.synchronize(i)
