@@ -198,3 +198,13 @@ def test_ecc_off_pending_and_persistence_off_are_reported_not_failed(tmp_path: P
     assert any("GPU 1: persistence mode is off" in t for t in text), text
     gpus = result.report["nvml"]["gpus"]
     assert gpus[1]["persistence_mode"] is False and gpus[1]["health"]["ecc_pending"] is False
+
+
+def test_a_power_limit_below_the_default_is_reported(tmp_path: Path) -> None:
+    fake = FakeNvml(["h100-sxm"])
+    fake.set(0, power_limit_mw=450000, power_default_mw=700000)
+    result = setup(fake, None, tmp_path)
+    assert result.exit_code == 0
+    assert any(
+        "power limit lowered to 450 W of the default 700 W" in a.message for a in result.annotations
+    )

@@ -80,6 +80,7 @@ class Profile:
     ecc_enabled: bool | None = True
     ecc_pending: bool | None = None  # the mode after the next reset; None: same as now
     persistence: bool | None = True  # nvmlDeviceGetPersistenceMode (Linux)
+    power_default_mw: int | None = None  # the board's default limit; None: power_limit_mw
     ecc_volatile_uncorrected: int | None = 0
     retired_pages_pending: bool | None = None  # pre-Ampere only
     remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failure
@@ -547,6 +548,10 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
         return self._value(self._dev(handle).p.power_limit_mw)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        p = self._dev(handle).p
+        return self._value(p.power_limit_mw if p.power_default_mw is None else p.power_default_mw)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         dev = self._dev(handle)

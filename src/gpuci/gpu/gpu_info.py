@@ -136,6 +136,7 @@ class GpuInfo:
     pci_bus_id: str | None = None  # "00000000:18:00.0": matches a CUDA device without a UUID
     numa_node: int | None = None  # the host NUMA node the GPU hangs off (newer drivers)
     persistence_mode: bool | None = None  # Linux only; off: settings may reset when idle
+    power_default_w: float | None = None  # the board's default power limit
 
     def mode_findings(self) -> list[str]:
         """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""
@@ -150,6 +151,12 @@ class GpuInfo:
         if changing and h.ecc_pending != h.ecc_enabled:
             after = "on" if h.ecc_pending else "off"
             found.append(f"an ECC mode change (to {after}) is pending until the GPU resets")
+        limit, default = self.power_limit_w, self.power_default_w
+        if limit and default and limit < 0.95 * default:
+            found.append(
+                f"power limit lowered to {limit:g} W of the default {default:g} W: GEMM and bandwidth run slower than the model "
+                "table expects (nvidia-smi -pl to restore)"
+            )
         if self.persistence_mode is False:
             found.append(
                 "persistence mode is off: each process pays driver start-up and clocks or "

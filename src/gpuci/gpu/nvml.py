@@ -314,6 +314,7 @@ class NvmlSession:
         arch = opt("nvmlDeviceGetArchitecture", h, notes=notes)
         cc = opt("nvmlDeviceGetCudaComputeCapability", h, notes=notes)
         power_mw = opt("nvmlDeviceGetPowerManagementLimit", h, notes=notes)
+        default_mw = opt("nvmlDeviceGetPowerManagementDefaultLimit", h, notes=notes)
         procs = opt("nvmlDeviceGetComputeRunningProcesses", h, notes=notes)
         return GpuInfo(
             index=index,
@@ -336,6 +337,7 @@ class NvmlSession:
             else tuple(GpuProcess(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
             pci_bus_id=self.pci_bus_id(h, notes),
             numa_node=opt("nvmlDeviceGetNumaNodeId", h),
+            power_default_w=None if default_mw is None else default_mw / 1000,
             persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
             notes=tuple(notes),
         )

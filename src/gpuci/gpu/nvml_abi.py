@@ -81,6 +81,7 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetMaxPcieLinkWidth",
     "nvmlDeviceGetPcieReplayCounter",
     "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetComputeRunningProcesses",
