@@ -154,8 +154,8 @@ class GpuInfo:
         limit, default = self.power_limit_w, self.power_default_w
         if limit and default and limit < 0.95 * default:
             found.append(
-                f"power limit lowered to {limit:g} W of the default {default:g} W: GEMM and bandwidth run slower than the model "
-                "table expects (nvidia-smi -pl to restore)"
+                f"power limit lowered to {limit:g} W of the default {default:g} W: GEMM and "
+                "bandwidth run slower than the model table expects (nvidia-smi -pl to restore)"
             )
         if self.persistence_mode is False:
             found.append(
