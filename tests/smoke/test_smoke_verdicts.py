@@ -176,3 +176,25 @@ def test_without_other_processes_the_h200_minimums_hold(tmp_path: Path):
     fake = FakeNvml(["h200"])
     result = run(tmp_path, fake, GpuLike([fake.devices[0].uuid]), sizes=Sizes.tiny())
     assert outcome(result, "gpu0:gemm")["status"] == "fail"  # the control: judged
+
+
+# ----- NVLink ------------------------------------------------------------------------------
+def test_a_gpu_with_nvlinks_down_fails_against_its_peers(tmp_path: Path) -> None:
+    fake = FakeNvml(["h100-sxm"] * 4)
+    fake.set(2, nvlinks_down=(4, 5))
+    result = run_env(tmp_path, fake)
+    bad = outcome(result, "gpu2:health")
+    assert bad["status"] == "fail"
+    assert "16 NVLink(s) active where this model's other GPUs here have 18" in bad["reason"]
+    assert outcome(result, "gpu1:health")["figures"]["nvlinks_active"] == [18, 18]
+
+
+def test_an_nvlink_going_down_under_the_load_fails(tmp_path: Path) -> None:
+    result = run_env(tmp_path, FakeNvml.from_spec("h100-sxm:nvdown=7,h100-sxm"))
+    assert outcome(result, "gpu0:health")["reason"] == "NVLink(s) 7 went down during the run"
+
+
+def test_boards_without_nvlink_are_not_judged_on_it(tmp_path: Path) -> None:
+    result = run_env(tmp_path, FakeNvml(["l4", "l4"]))
+    assert outcome(result, "gpu0:health")["status"] == "pass"
+    assert "nvlinks_active" not in outcome(result, "gpu0:health")["figures"]

@@ -81,6 +81,8 @@ class Profile:
     ecc_pending: bool | None = None  # the mode after the next reset; None: same as now
     persistence: bool | None = True  # nvmlDeviceGetPersistenceMode (Linux)
     power_default_mw: int | None = None  # the board's default limit; None: power_limit_mw
+    nvlinks: int = 0  # NVLinks the board has (0: none, every link call says NotSupported)
+    nvlinks_down: tuple[int, ...] = ()  # of those, links that are inactive
     ecc_volatile_uncorrected: int | None = 0
     retired_pages_pending: bool | None = None  # pre-Ampere only
     remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failure
@@ -125,6 +127,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=31,
         remapped_rows=_NO_REMAPS,
         mig=[],
+        nvlinks=18,
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
     "h100-sxm": Profile(
@@ -141,6 +144,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=29,
         remapped_rows=_NO_REMAPS,
         mig=[],
+        nvlinks=18,
     ),
     # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
     "a100-mig": Profile(
@@ -244,6 +248,7 @@ class _Drift:
     ecc: int = 0
     replay: int = 0
     clock_events: int | None = None
+    nvlink_down: tuple[int, ...] = ()  # links that go down from the second health read on
 
 
 class FakeDevice:
@@ -331,6 +336,8 @@ class FakeNvml:
                 dev.drift.replay = int(mod[8:])
             elif mod.startswith("clocks="):
                 dev.drift.clock_events = int(mod[7:], 0)
+            elif mod.startswith("nvdown="):  # nvdown=3: NVLink 3 goes down under the load
+                dev.drift.nvlink_down += (int(mod[7:]),)
             elif mod.startswith("open="):
                 dev.p = replace(dev.p, open_error=int(mod[5:]))
             elif mod.startswith("readerr="):
@@ -552,6 +559,15 @@ class FakeNvml:
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
         p = self._dev(handle).p
         return self._value(p.power_limit_mw if p.power_default_mw is None else p.power_default_mw)
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        dev = self._dev(handle)
+        if link >= dev.p.nvlinks:
+            raise NVMLError(
+                N.ERROR_NOT_SUPPORTED if not dev.p.nvlinks else N.ERROR_INVALID_ARGUMENT
+            )
+        down = dev.p.nvlinks_down + (dev.drift.nvlink_down if dev.reads >= 2 else ())
+        return 0 if link in down else N.FEATURE_ENABLED
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         dev = self._dev(handle)

@@ -137,6 +137,7 @@ class GpuInfo:
     numa_node: int | None = None  # the host NUMA node the GPU hangs off (newer drivers)
     persistence_mode: bool | None = None  # Linux only; off: settings may reset when idle
     power_default_w: float | None = None  # the board's default power limit
+    nvlink_active: tuple[int, ...] | None = None  # NVLink ids up; None: no NVLink reported
 
     def mode_findings(self) -> list[str]:
         """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""

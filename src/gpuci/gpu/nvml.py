@@ -44,6 +44,7 @@ from gpuci.gpu.nvml_abi import (
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
     NO_INSTANCE,
+    NVLINK_MAX_LINKS,
     TEMPERATURE_GPU,
     UNSUPPORTED_CODES,
     VOLATILE_ECC,
@@ -291,6 +292,21 @@ class NvmlSession:
             self._optional("nvmlDeviceGetCurrPcieLinkWidth", h),
         )
 
+    def nvlink_active(self, index: int) -> tuple[int, ...] | None:
+        """The NVLinks of GPU ``index`` that are up; None when it reports no NVLink at all.
+
+        A link the GPU does not have answers NotSupported or InvalidArgument: not counted.
+        """
+        return self._nvlinks(self._handles[index])
+
+    def _nvlinks(self, h: Any) -> tuple[int, ...] | None:
+        states = [
+            self._optional("nvmlDeviceGetNvLinkState", h, link) for link in range(NVLINK_MAX_LINKS)
+        ]
+        if all(state is None for state in states):
+            return None
+        return tuple(i for i, state in enumerate(states) if state == FEATURE_ENABLED)
+
     def cpu_affinity(self, index: int) -> tuple[int, ...] | None:
         """CPUs local to GPU ``index`` (its NUMA node), from NVML's ideal-affinity mask."""
         words = self._optional("nvmlDeviceGetCpuAffinity", self._handles[index], CPU_AFFINITY_WORDS)
@@ -338,6 +354,7 @@ class NvmlSession:
             pci_bus_id=self.pci_bus_id(h, notes),
             numa_node=opt("nvmlDeviceGetNumaNodeId", h),
             power_default_w=None if default_mw is None else default_mw / 1000,
+            nvlink_active=self._nvlinks(h),
             persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
             notes=tuple(notes),
         )

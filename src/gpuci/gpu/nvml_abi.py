@@ -33,6 +33,7 @@ TEMPERATURE_GPU = 0
 FEATURE_ENABLED = 1
 MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 EVENT_XID_CRITICAL_ERROR = 0x8
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (Hopper: 18 links per GPU)
 CPU_AFFINITY_WORDS = 16  # 64-bit words of CPU mask asked of nvmlDeviceGetCpuAffinity: 1024 CPUs
 
 # Codes that mean "this GPU/driver does not report that": the field is unsupported, not broken.
@@ -72,6 +73,7 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetGpuInstanceId",
     "nvmlDeviceGetEccMode",
     "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetNvLinkState",
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",

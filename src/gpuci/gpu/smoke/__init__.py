@@ -30,7 +30,13 @@ from gpuci.gpu.smoke.checks import (
     Planned,
     run_check,
 )
-from gpuci.gpu.smoke.health import LoadSampler, XidListener, confirm_clocks, judge
+from gpuci.gpu.smoke.health import (
+    LoadSampler,
+    XidListener,
+    confirm_clocks,
+    judge,
+    judge_nvlink,
+)
 from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
 from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
@@ -349,6 +355,12 @@ def _health_checks(
     """One ``health`` check per watched GPU: NVML after the load, judged against before."""
     events = xids.stop()
     before = {g.index: g.health for g in snapshot.gpus}
+    links_before = {g.index: g.nvlink_active for g in snapshot.gpus}
+    names = {g.index: g.name for g in snapshot.gpus}
+    peers: dict[str, int] = {}  # model -> most NVLinks active on one GPU of it (judged GPUs)
+    for g in snapshot.gpus:
+        if g.index in watched and g.nvlink_active is not None:
+            peers[g.name] = max(peers.get(g.name, 0), len(g.nvlink_active))
     slices = {  # the MIG GPU instances under test, per GPU in MIG mode
         g.index: {m.gpu_instance_id for m in g.mig_devices if m.gpu_instance_id is not None}
         for g in snapshot.gpus
@@ -384,6 +396,11 @@ def _health_checks(
                 figures["xids"] = "not watched"
             elif index in xids.unsupported:
                 figures["xids"] = "not supported"
+            link_reasons, link_figures = judge_nvlink(
+                links_before.get(index), session.nvlink_active(index), peers.get(names[index])
+            )
+            reasons += link_reasons
+            figures.update(link_figures)
             if reasons:
                 raise CheckError("; ".join(reasons), figures)
             return figures

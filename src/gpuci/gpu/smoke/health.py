@@ -250,6 +250,30 @@ def judge(
     return reasons, figures
 
 
+def judge_nvlink(
+    before: tuple[int, ...] | None, after: tuple[int, ...] | None, peers_most: int | None
+) -> tuple[list[str], dict[str, Any]]:
+    """NVLinks up before and after the load, against the GPU's peers of the same model.
+
+    How many links a board should have is not in NVML, but on one node every GPU of a model
+    has the same count, so a GPU with fewer active links than its peers has links down; and a
+    link up before the load and down after it went down under the load.
+    """
+    if before is None and after is None:
+        return [], {}
+    reasons = []
+    went_down = sorted(set(before or ()) - set(after or ()))
+    if went_down:
+        reasons.append(f"NVLink(s) {','.join(map(str, went_down))} went down during the run")
+    active = len(after or ())
+    if peers_most is not None and active < peers_most and not went_down:
+        reasons.append(
+            f"{active} NVLink(s) active where this model's other GPUs here have {peers_most} "
+            "(links down: reseat or replace the board, check the NVSwitch tray)"
+        )
+    return reasons, {"nvlinks_active": [len(before or ()), active]}
+
+
 @dataclass
 class LinkReport:
     """PCIe generation and width seen while host-device copies ran."""
