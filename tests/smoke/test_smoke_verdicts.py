@@ -198,3 +198,11 @@ def test_boards_without_nvlink_are_not_judged_on_it(tmp_path: Path) -> None:
     result = run_env(tmp_path, FakeNvml(["l4", "l4"]))
     assert outcome(result, "gpu0:health")["status"] == "pass"
     assert "nvlinks_active" not in outcome(result, "gpu0:health")["figures"]
+
+
+def test_an_unbridged_pcie_board_is_not_failed_against_bridged_peers() -> None:
+    from gpuci.gpu.smoke.health import judge_nvlink
+
+    assert judge_nvlink((), (), 12, bridged_board=True)[0] == []
+    assert judge_nvlink((0, 1), (0, 1), 12, bridged_board=True)[0]  # a bridge with links down
+    assert judge_nvlink((), (), 18)[0]  # an SXM board with every link down

@@ -9,6 +9,7 @@ tenacity or httpx, so it runs on a plain GPU image.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -397,7 +398,10 @@ def _health_checks(
             elif index in xids.unsupported:
                 figures["xids"] = "not supported"
             link_reasons, link_figures = judge_nvlink(
-                links_before.get(index), session.nvlink_active(index), peers.get(names[index])
+                links_before.get(index),
+                session.nvlink_active(index),
+                peers.get(names[index]),
+                bridged_board=bool(re.search(r"PCIe|NVL\b", names[index])),
             )
             reasons += link_reasons
             figures.update(link_figures)

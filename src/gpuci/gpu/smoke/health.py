@@ -251,13 +251,18 @@ def judge(
 
 
 def judge_nvlink(
-    before: tuple[int, ...] | None, after: tuple[int, ...] | None, peers_most: int | None
+    before: tuple[int, ...] | None,
+    after: tuple[int, ...] | None,
+    peers_most: int | None,
+    bridged_board: bool = False,
 ) -> tuple[list[str], dict[str, Any]]:
     """NVLinks up before and after the load, against the GPU's peers of the same model.
 
     How many links a board should have is not in NVML, but on one node every GPU of a model
     has the same count, so a GPU with fewer active links than its peers has links down; and a
-    link up before the load and down after it went down under the load.
+    link up before the load and down after it went down under the load. A PCIe board
+    (``bridged_board``: NVLink only through an optional bridge) with no link up is not judged
+    against peers, since a node may bridge some cards and not others.
     """
     if before is None and after is None:
         return [], {}
@@ -266,6 +271,8 @@ def judge_nvlink(
     if went_down:
         reasons.append(f"NVLink(s) {','.join(map(str, went_down))} went down during the run")
     active = len(after or ())
+    if active == 0 and bridged_board:
+        peers_most = None  # a PCIe board may simply have no bridge fitted: not a fault
     if peers_most is not None and active < peers_most and not went_down:
         reasons.append(
             f"{active} NVLink(s) active where this model's other GPUs here have {peers_most} "
