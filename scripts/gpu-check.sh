@@ -7,7 +7,10 @@
 #
 # Usage: scripts/gpu-check.sh [extra gpu-setup flags, e.g. --min-memory-gb 80]
 # Env:   PYTHON (interpreter to use), GPUCI_CHECK_OUT (where reports go; default $OUT or
-#        .gpuci/gpu-check), GPUCI_CHECK_ALLOW_FAKE=1 (tests only: keep GPUCI_FAKE_NVML).
+#        .gpuci/gpu-check), GPUCI_CHECK_ALLOW_FAKE=1 (tests only: keep GPUCI_FAKE_NVML),
+#        GPUCI_CHECK_EXTRAS=0 (skip the real-GPU extras: sampling, repeats, negative control).
+# The extras record what issue 23 asks for, each bounded by `timeout`, all in $CHECK_OUT;
+# the whole script should stay under 10 minutes on an 8-GPU node.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,8 +41,11 @@ setup_python() {
   export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
   "$PY" -c 'import sys, pynvml, gpuci; print(sys.version.split()[0], "gpuci", gpuci.__version__, "pynvml", getattr(pynvml, "__file__", "?"))'
   # the CUDA torch was built for (None: a CPU-only wheel, which cannot drive the GPU)
-  "$PY" -c 'import torch; print("torch", torch.__version__, "torch.version.cuda", torch.version.cuda)' 2>/dev/null \
+  "$PY" -c 'import torch; print("torch", torch.__version__, "torch.version.cuda", torch.version.cuda, "cuda.is_available", torch.cuda.is_available())' 2>/dev/null \
     || echo "torch not installed for $PY"
+  "$PY" -c 'from importlib.metadata import version; print("nvidia-ml-py", version("nvidia-ml-py"))' 2>/dev/null \
+    || echo "nvidia-ml-py version unknown"
+  echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>} CUDA_DEVICE_ORDER=${CUDA_DEVICE_ORDER-<unset>} NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES-<unset>}"
 }
 
 # ---- nvidia-smi: the reference to compare gpu-setup's report with
@@ -58,6 +64,158 @@ show_nvidia_smi() {
   fi
 }
 
+# ---- real-GPU extras (issue 23): modes, limits, identities, timings, spread, negative control
+SMI_QUERY="index,name,uuid,pci.bus_id,persistence_mode,vbios_version,ecc.mode.current,ecc.mode.pending,power.limit,enforced.power.limit,power.default_limit,power.max_limit,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem"
+SAMPLE_QUERY="timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,clocks_event_reasons.active,pcie.link.gen.current,pcie.link.width.current"
+
+have_smi() { command -v nvidia-smi >/dev/null 2>&1; }
+
+record_modes() {
+  section "modes and limits (nvidia-smi)"
+  have_smi || { echo "nvidia-smi not found"; return 0; }
+  timeout 30 nvidia-smi --query-gpu="$SMI_QUERY" --format=csv | tee "$CHECK_OUT/modes.csv" || true
+  timeout 60 nvidia-smi -q -d ECC,ROW_REMAPPER,POWER,CLOCK >"$CHECK_OUT/smi-q-before.txt" 2>&1 || true
+}
+
+record_identities() {
+  section "NVML open/snapshot time, torch vs NVML identity, XID registration"
+  timeout 120 "$PY" - <<'PYEOF' 2>&1 | tee "$CHECK_OUT/identities.txt" || true
+import os, time
+from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.visible import job_view
+t0 = time.perf_counter()
+session = open_nvml({})
+t1 = time.perf_counter()
+snap = session.snapshot()
+t2 = time.perf_counter()
+print(f"nvml open {t1 - t0:.3f}s snapshot {t2 - t1:.3f}s, {len(snap.gpus)} GPU(s), skipped {len(snap.skipped)}")
+view, vis = job_view(snap, os.environ)
+print("visibility", vis.to_dict())
+for g in snap.gpus:
+    print(f"nvml {g.index}: name={g.name!r} uuid={g.uuid} bus={g.pci_bus_id} power_limit_w={g.power_limit_w}")
+with session.watch_xid() as watch:
+    print(f"xid events: watched {watch.watched}, unsupported {watch.unsupported}, error {watch.error}")
+session.close()
+try:
+    import torch
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        p = torch.cuda.get_device_properties(i)
+        bus = f"{getattr(p, 'pci_domain_id', 0):04x}:{getattr(p, 'pci_bus_id', 0):02x}:{getattr(p, 'pci_device_id', 0):02x}.0"
+        print(f"torch {i}: name={p.name!r} uuid={getattr(p, 'uuid', None)} bus={bus}")
+except Exception as exc:
+    print("torch identity:", type(exc).__name__, exc)
+PYEOF
+}
+
+record_gemm_random() {
+  section "BF16/FP16 GEMM on random data (next to gpu-smoke's small-integer figure)"
+  timeout 120 "$PY" - <<'PYEOF' 2>&1 | tee "$CHECK_OUT/gemm-random.txt" || true
+import time
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+torch.cuda.init()
+t2 = time.perf_counter()
+print(f"import torch {t1 - t0:.2f}s, cuda init {t2 - t1:.2f}s")
+n = 8192
+for dtype in (torch.bfloat16, torch.float16):
+    a = torch.randn(n, n, device="cuda:0", dtype=dtype)
+    b = torch.randn(n, n, device="cuda:0", dtype=dtype)
+    for _ in range(3):
+        a @ b
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(50):
+        a @ b
+    end.record()
+    end.synchronize()
+    seconds = begin.elapsed_time(end) / 1000
+    print(f"{dtype}: {2 * n**3 * 50 / seconds / 1e12:.1f} TFLOP/s on random data (GPU 0)")
+PYEOF
+}
+
+start_sampler() {
+  SAMPLER_PID=""
+  have_smi || return 0
+  local query="$SAMPLE_QUERY"
+  # drivers before 535 call the field clocks_throttle_reasons.active
+  nvidia-smi --query-gpu="$query" --format=csv >/dev/null 2>&1 || query="${query/clocks_event_reasons/clocks_throttle_reasons}"
+  nvidia-smi --query-gpu="$query" --format=csv -lms 200 >"$CHECK_OUT/samples-$1.csv" 2>&1 &
+  SAMPLER_PID=$!
+}
+
+stop_sampler() {
+  if [ -n "${SAMPLER_PID:-}" ]; then
+    kill "$SAMPLER_PID" 2>/dev/null || true
+    wait "$SAMPLER_PID" 2>/dev/null || true
+  fi
+}
+
+smoke_once() {  # smoke_once NAME [flags...]: one bounded run, sampled; prints its exit code
+  local name=$1 rc=0
+  shift
+  start_sampler "$name"
+  timeout 300 "$PY" -m gpuci gpu-smoke --json --report "$CHECK_OUT/smoke-$name-report.json" "$@" \
+    >"$CHECK_OUT/smoke-$name.json" 2>&1 || rc=$?
+  stop_sampler
+  echo "$name: exit $rc"
+  return "$rc"
+}
+
+run_extras() {
+  if [ "${GPUCI_CHECK_EXTRAS:-1}" = "0" ]; then
+    section "extras"; echo "skipped (GPUCI_CHECK_EXTRAS=0)"; return 0
+  fi
+  if [ "${GPUCI_CHECK_ALLOW_FAKE:-}" = "1" ] && [ -n "${GPUCI_FAKE_NVML:-}" ]; then
+    section "extras"; echo "skipped: fake NVML (they measure a real GPU)"; return 0
+  fi
+  if [ "${SETUP_RC:-0}" -eq 3 ]; then
+    section "extras"; echo "skipped: no usable NVML here"; return 0
+  fi
+  record_modes
+  record_identities
+  record_gemm_random
+  section "dry-run estimates"
+  timeout 60 "$PY" -m gpuci gpu-smoke --dry-run --json >"$CHECK_OUT/smoke-dry-run.json" 2>&1 || true
+  "$PY" -c 'import json,sys; [print(p["check"], p["estimate_s"]) for p in json.load(open(sys.argv[1]))["report"]["plan"]]' \
+    "$CHECK_OUT/smoke-dry-run.json" 2>/dev/null || true
+  section "gpu-smoke x3 (spread), --budget-seconds 120, negative control"
+  local i rc
+  for i in 1 2 3; do smoke_once "repeat$i" || true; done
+  smoke_once "budget120" --budget-seconds 120 || true
+  rc=0
+  smoke_once "negative" --checks membw --min-bandwidth-gbs 99999 || rc=$?
+  if [ "$rc" -ne 1 ]; then
+    echo "NEGATIVE CONTROL DID NOT FAIL: --min-bandwidth-gbs 99999 gave exit $rc (expected 1)"
+    STATUS=1
+  fi
+  "$PY" - "$CHECK_OUT" <<'PYEOF' || true
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+for name in ("repeat1", "repeat2", "repeat3", "budget120", "negative"):
+    try:
+        rep = json.loads((out / f"smoke-{name}.json").read_text())["report"]
+    except (OSError, ValueError, KeyError):
+        print(f"{name}: no report")
+        continue
+    figs = []
+    for c in rep.get("checks", []):
+        f = c["figures"]
+        value = f.get("tflops") or f.get("copy_gbs") or f.get("h2d_gbs")
+        figs.append(f"{c['name']}@{c['gpu']}={c['status']}:{c['seconds']:.1f}s/est {c['params'].get('estimate_s')}" + (f":{value}" if value else ""))
+    print(f"{name}: {rep.get('seconds')}s {' '.join(figs)}")
+PYEOF
+  section "dcgmi"
+  if command -v dcgmi >/dev/null 2>&1; then
+    local t0=$SECONDS
+    timeout 300 dcgmi diag -r 1 -j >"$CHECK_OUT/dcgmi-r1.json" 2>&1 || true
+    echo "dcgmi diag -r 1: $((SECONDS - t0))s"
+  else
+    echo "dcgmi not installed"
+  fi
+  have_smi && { timeout 60 nvidia-smi -q -d ECC,ROW_REMAPPER,POWER,CLOCK >"$CHECK_OUT/smi-q-after.txt" 2>&1 || true; }
+}
+
 # ---- gpu-setup: real NVML, JSON report, cross-checked against nvidia-smi
 run_gpu_setup() {
   section "gpu-setup"
@@ -66,6 +224,7 @@ run_gpu_setup() {
     >"$report" || rc=$?
   cat "$report"
   echo "gpu-setup exit code: $rc"
+  SETUP_RC=$rc
   [ "$rc" -eq 0 ] || STATUS=$rc
   if command -v nvidia-smi >/dev/null 2>&1 && [ "$rc" -ne 3 ]; then
     section "gpu-setup vs nvidia-smi"
@@ -98,8 +257,10 @@ run_gpu_smoke() {
   fi
   local -a flags=()
   read -r -a flags <<<"${GPUCI_SMOKE_FLAGS:-}"
+  start_sampler main
   "$PY" -m gpuci gpu-smoke --json --framework "$framework" \
     --report "$CHECK_OUT/gpuci-smoke-report.json" "${flags[@]}" >"$out" || rc=$?
+  stop_sampler
   cat "$out"
   section "gpu-smoke figures"
   "$PY" - "$out" <<'PYEOF' || true
@@ -111,7 +272,8 @@ for c in rep.get("checks", []):
     where = "all" if c["gpu"] is None else f"gpu{c['gpu']}"
     figs = " ".join(f"{k}={v}" for k, v in c["figures"].items() if v not in (None, []))
     why = f"  ({c['reason']})" if c["reason"] else ""
-    print(f"{where:5} {c['name']:7} {c['status']:4} {c['seconds']:7.2f}s  {figs}{why}")
+    est = c.get("params", {}).get("estimate_s")
+    print(f"{where:5} {c['name']:7} {c['status']:4} {c['seconds']:7.2f}s (est {est})  {figs}{why}")
 backend = rep.get("backend") or {}
 print(f"total {rep.get('seconds')}s of a {rep.get('budget_seconds')}s budget; "
       f"framework {rep.get('framework')} {backend.get('version', '')}".rstrip())
@@ -124,6 +286,7 @@ setup_python
 show_nvidia_smi
 run_gpu_setup "$@"
 run_gpu_smoke
+run_extras
 
 section "verdict"
 echo "gpu-check exit code: $STATUS (reports in $CHECK_OUT)"

@@ -101,7 +101,7 @@ def test_unexpected_errors_on_optional_fields_become_notes() -> None:
     with open_nvml({}, fake) as session:
         (g,) = session.snapshot().gpus
     assert g.health.pcie_replay_counter is None
-    assert g.notes == ("nvmlDeviceGetPcieReplayCounter: NVML Error with code 999",)
+    assert g.notes == ("nvmlDeviceGetPcieReplayCounter: Unknown Error",)
 
 
 def test_invalid_argument_is_a_note_not_unsupported() -> None:
@@ -134,7 +134,7 @@ def test_event_set_failure_leaves_xids_unwatched_not_fatal() -> None:
     fake = FakeNvml.from_spec("h200:events=fail,h200")
     with open_nvml({}, fake) as session, session.watch_xid() as watch:
         assert watch.watched == [] and watch.unsupported == [0, 1]
-        assert watch.error == "nvmlEventSetCreate failed: NVML Error with code 999"
+        assert watch.error == "nvmlEventSetCreate failed: Unknown Error"
         assert watch.wait(0) is None
 
 

@@ -167,5 +167,6 @@ def test_xid_wait_through_real_bindings(one_gpu_lib: Path, gpu_env, tmp_path: Pa
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (
-        "[0] XidEvent(gpu_index=0, uuid='GPU-0a1b2c3d-0000-1111-2222-333344445555', xid=79) None"
+        "[0] XidEvent(gpu_index=0, uuid='GPU-0a1b2c3d-0000-1111-2222-333344445555', xid=79, "
+        "gpu_instance_id=None) None"
     )

@@ -112,7 +112,18 @@ def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
     import os
     import time
 
+    from gpuci.gpu.smoke.allreduce import phase
+
     Path(os.environ[PIDFILE_ENV]).write_text(str(os.getpid()))
+    phase("collective")
+    while True:
+        time.sleep(1)
+
+
+def slow_start(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """Contexts that take longer than the timeout: the collective is never reached."""
+    import time
+
     while True:
         time.sleep(1)
 

@@ -174,7 +174,8 @@ def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
     assert plan["nccl"]["reason"] == "needs 2 or more GPUs, 1 here"
     assert plan["gemm"]["would_run"] and plan["gemm"]["estimate_s"] > 0
     summary = "\n".join(result.summary)
-    assert "least device copy bandwidth 180 GB/s, least FP16 GEMM 60 TFLOP/s" in summary
+    # an L4 is power-capped: GEMM reported, not judged, until a sustained figure is measured
+    assert "least device copy bandwidth 180 GB/s, least FP16 GEMM not judged" in summary
     assert "device-to-host 15.8 GB/s" in summary  # a margin below host-to-device's 18.9
     assert not (tmp_path / "smoke.json").exists()
     reads = plan["health"]["params"]

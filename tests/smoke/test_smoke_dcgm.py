@@ -71,7 +71,7 @@ def test_passing_diag_is_folded_in(tmp_path, monkeypatch):
     assert dcgm["figures"] == {
         "tests": 3, "passed": 2, "skipped": 1, "warned": 0, "failed": 0, "level": 1,
     }  # fmt: skip
-    assert (bin_dir / "args").read_text().split() == ["diag", "-r", "1", "-j"]
+    assert (bin_dir / "args").read_text().split() == ["diag", "-r", "1", "-i", "0", "-j"]
 
 
 def test_failing_diag_fails_the_smoke_with_the_test_name(tmp_path, monkeypatch):
@@ -123,3 +123,40 @@ def test_verdict_edges(text, code, status):
     kind = CheckError if status == "fail" else CheckSkipped
     with pytest.raises(kind):
         verdict(text, code)
+
+
+def test_dcgm_covers_only_the_jobs_gpus(tmp_path, monkeypatch):
+    """CUDA_VISIBLE_DEVICES=1,3 on four GPUs: DCGM gets -i 1,3, not every tenant's GPU."""
+    import io
+
+    from smoke_helpers import values
+
+    from gpuci.gpu.fake_nvml import FakeNvml
+    from gpuci.gpu.smoke import smoke
+    from gpuci.runtime import Runtime
+
+    bin_dir = stand_in(tmp_path, monkeypatch, json.dumps(PASS))
+    rt = Runtime(
+        environ={"CUDA_VISIBLE_DEVICES": "1,3", "GPUCI_JOURNAL": str(tmp_path / "j")},
+        stdout=io.StringIO(),
+    )
+    vals = values(tmp_path, framework="none", dcgm_level=1, checks=["dcgm"])
+    result = smoke(vals, rt, nvml=FakeNvml(["h100-sxm"] * 4))
+    assert outcome(result, "dcgm")["status"] == "pass"
+    assert (bin_dir / "args").read_text().split() == ["diag", "-r", "1", "-i", "1,3", "-j"]
+
+
+def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
+    import time
+
+    from gpuci.gpu.smoke import dcgm
+    from gpuci.gpu.smoke.checks import CheckSkipped, Context
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dcgmi").write_text("#!/bin/sh\nexec sleep 60\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    ctx = Context({}, time.monotonic() + 1.0, time.monotonic)
+    with pytest.raises(CheckSkipped, match="did not finish within the 1s left of the budget"):
+        dcgm.run(1, ctx, [0])

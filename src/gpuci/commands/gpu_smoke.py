@@ -30,6 +30,13 @@ INPUTS = (
         "float",
         minimum=0,
     ),
+    Input(
+        "min-gemm-tflops",
+        "Least FP16 GEMM throughput in TFLOP/s (default: per model; power-capped boards such "
+        "as T4, L4, A10 and L40S are reported, not judged, unless this is set).",
+        "float",
+        minimum=0,
+    ),
     Input("framework", "Load generator.", "str", "auto", choices=("auto", "torch", "cupy", "none")),
     Input(
         "dcgm-level",
@@ -53,6 +60,11 @@ COMMAND = Command(
     outputs=(
         Output("passed", "true when every check that ran passed, else false."),
         Output("failed-checks", "Names of the failed checks, comma-separated."),
+        Output(
+            "skipped-checks",
+            "Names of the checks that did not run (budget, no framework, one GPU), "
+            "comma-separated; empty when every check ran.",
+        ),
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from gpuci.gpu.nvml import GpuInfo, Snapshot
+from gpuci.gpu.visible import Visibility
 
 Outcome = Literal["pass", "fail", "unsupported"]
 GB = 1e9
@@ -208,8 +209,14 @@ def _name_check(pattern: re.Pattern[str], units: list[Unit]) -> CheckOutcome:
     return CheckOutcome("gpu-name", required, "pass", f"all match: {', '.join(names)}")
 
 
-def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]:
-    """Every requirement against ``snapshot`` (``None``: no NVML on this machine)."""
+def evaluate(
+    req: Requirements, snapshot: Snapshot | None, visibility: Visibility | None = None
+) -> list[CheckOutcome]:
+    """Every requirement against ``snapshot`` (``None``: no NVML on this machine).
+
+    ``snapshot`` holds the job's GPUs (``CUDA_VISIBLE_DEVICES`` applied, see
+    :mod:`gpuci.gpu.visible`); ``visibility`` says how they were chosen, for the reasons.
+    """
     gpus = snapshot.gpus if snapshot else ()
     every = usable_units(snapshot, req.allow_mig)
     units = cuda_units(every)
@@ -218,9 +225,23 @@ def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]
     if not gpus:
         if not req.require_gpu:
             return [CheckOutcome("require-gpu", need, "pass", "no GPU here; continuing CPU-only")]
-        checks.append(CheckOutcome("require-gpu", need, "fail", "no GPU found"))
+        why = "no GPU found"
+        if visibility is not None and visibility.hidden:
+            why = visibility.describe_none()
+        elif snapshot is not None and snapshot.skipped:
+            why = (
+                f"NVML lists {len(snapshot.skipped)} GPU(s) but this process may open none of "
+                f"them ({snapshot.skipped[0].reason}): the job was given no GPU"
+            )
+        checks.append(CheckOutcome("require-gpu", need, "fail", why))
     else:
-        checks.append(CheckOutcome("require-gpu", need, "pass", f"{len(gpus)} GPU(s) found"))
+        found = f"{len(gpus)} GPU(s) found"
+        if visibility is not None and visibility.restricted:
+            found = (
+                f"{len(gpus)} GPU(s) visible to this job through CUDA_VISIBLE_DEVICES "
+                f"({len(visibility.hidden)} other(s) on the host not judged)"
+            )
+        checks.append(CheckOutcome("require-gpu", need, "pass", found))
 
     mig_gpus = [g for g in gpus if g.mig_enabled]
     required = "MIG devices allowed" if req.allow_mig else "no GPU in MIG mode"
@@ -280,7 +301,8 @@ def evaluate(req: Requirements, snapshot: Snapshot | None) -> list[CheckOutcome]
         text = f">= {version_text(req.min_cuda)}"
         cuda = snapshot.cuda_version if snapshot else None
         if not gpus:
-            checks.append(CheckOutcome("min-cuda", text, "fail", "no NVIDIA driver here"))
+            why = "no NVIDIA driver here" if snapshot is None else "no GPU visible to this job"
+            checks.append(CheckOutcome("min-cuda", text, "fail", why))
         elif cuda is None:
             checks.append(CheckOutcome("min-cuda", text, "unsupported", "driver's CUDA unknown"))
         else:

@@ -39,6 +39,9 @@ class NVMLError(Exception):
         N.ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
         N.ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
         N.ERROR_GPU_IS_LOST: "GPU is lost",
+        N.ERROR_NO_PERMISSION: "Insufficient Permissions",
+        N.ERROR_RESET_REQUIRED: "GPU requires restart",
+        N.ERROR_UNKNOWN: "Unknown Error",
     }
 
     def __init__(self, value: int) -> None:
@@ -75,6 +78,11 @@ class Profile:
     pcie_width: tuple[int, int] | None
     temperature_c: int | None = 33
     ecc_enabled: bool | None = True
+    ecc_pending: bool | None = None  # the mode after the next reset; None: same as now
+    persistence: bool | None = True  # nvmlDeviceGetPersistenceMode (Linux)
+    power_default_mw: int | None = None  # the board's default limit; None: power_limit_mw
+    nvlinks: int = 0  # NVLinks the board has (0: none, every link call says NotSupported)
+    nvlinks_down: tuple[int, ...] = ()  # of those, links that are inactive
     ecc_volatile_uncorrected: int | None = 0
     retired_pages_pending: bool | None = None  # pre-Ampere only
     remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failure
@@ -84,6 +92,10 @@ class Profile:
     memory_v2: bool = True  # nvmlDeviceGetMemoryInfo_v2 exists (R510+)
     processes: list[tuple[int, int]] = field(default_factory=list)
     xid_supported: bool = True
+    open_error: int | None = None  # nvmlDeviceGetHandleByIndex fails so (NoPermission: 4)
+    # From the second health read on, the memory and PCIe counters fail with this NVML code
+    # (RESET_REQUIRED 16, UNKNOWN 999): a GPU that broke under the load.
+    read_error: int | None = None
 
 
 _NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
@@ -115,6 +127,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=31,
         remapped_rows=_NO_REMAPS,
         mig=[],
+        nvlinks=18,
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
     "h100-sxm": Profile(
@@ -131,6 +144,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=29,
         remapped_rows=_NO_REMAPS,
         mig=[],
+        nvlinks=18,
     ),
     # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
     "a100-mig": Profile(
@@ -234,6 +248,7 @@ class _Drift:
     ecc: int = 0
     replay: int = 0
     clock_events: int | None = None
+    nvlink_down: tuple[int, ...] = ()  # links that go down from the second health read on
 
 
 class FakeDevice:
@@ -292,7 +307,8 @@ class FakeNvml:
         self.source = source or "fake:" + ",".join(profiles or ["none"])
         self.initialised = 0
         self._cond = threading.Condition()
-        self._xids: list[tuple[int, int]] = []  # (device index, xid), delivered in order
+        # (device index, xid, GPU instance id or None), delivered in order
+        self._xids: list[tuple[int, int, int | None]] = []
         self.event_set_error: int | None = None  # nvmlEventSetCreate fails with this code
 
     # ----- construction from GPUCI_FAKE_NVML ----------------------------------------------
@@ -311,14 +327,21 @@ class FakeNvml:
 
     def _apply_modifier(self, dev: FakeDevice, mod: str) -> None:
         try:
-            if mod.startswith("xid="):
-                self._xids.append((dev.index, int(mod[4:])))
+            if mod.startswith("xid="):  # xid=79, or xid=31@2: from GPU instance 2 (MIG)
+                xid, _, gi = mod[4:].partition("@")
+                self._xids.append((dev.index, int(xid), int(gi) if gi else None))
             elif mod.startswith("ecc+="):
                 dev.drift.ecc = int(mod[5:])
             elif mod.startswith("replay+="):
                 dev.drift.replay = int(mod[8:])
             elif mod.startswith("clocks="):
                 dev.drift.clock_events = int(mod[7:], 0)
+            elif mod.startswith("nvdown="):  # nvdown=3: NVLink 3 goes down under the load
+                dev.drift.nvlink_down += (int(mod[7:]),)
+            elif mod.startswith("open="):
+                dev.p = replace(dev.p, open_error=int(mod[5:]))
+            elif mod.startswith("readerr="):
+                dev.p = replace(dev.p, read_error=int(mod[8:]))
             elif mod == "events=fail":
                 self.event_set_error = 999  # NVML_ERROR_UNKNOWN
             else:
@@ -326,14 +349,15 @@ class FakeNvml:
         except ValueError:
             raise InputError(
                 f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
-                hint="use xid=N, ecc+=N, replay+=N, clocks=0xMASK or events=fail",
+                hint="use xid=N[@GI], ecc+=N, replay+=N, clocks=0xMASK, open=CODE, "
+                "readerr=CODE or events=fail",
             ) from None
 
     # ----- test controls -----------------------------------------------------------------
-    def inject_xid(self, index: int, xid: int) -> None:
-        """Deliver an XID critical error on GPU ``index`` to registered event sets."""
+    def inject_xid(self, index: int, xid: int, gpu_instance_id: int | None = None) -> None:
+        """Deliver an XID on GPU ``index`` (from MIG GPU instance ``gpu_instance_id``)."""
         with self._cond:
-            self._xids.append((index, xid))
+            self._xids.append((index, xid, gpu_instance_id))
             self._cond.notify_all()
 
     def set(self, index: int, **fields: Any) -> None:
@@ -384,6 +408,8 @@ class FakeNvml:
         self._check()
         if not 0 <= index < len(self.devices):
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        if self.devices[index].p.open_error is not None:
+            raise NVMLError(self.devices[index].p.open_error)
         return self.devices[index]
 
     # ----- identity and memory -----------------------------------------------------------
@@ -465,33 +491,42 @@ class FakeNvml:
     # ----- health ------------------------------------------------------------------------
     def _read(self, dev: FakeDevice) -> bool:
         """True from the second health read on, when ``:ecc+=``-style drift applies."""
+        if dev.reads >= 2 and dev.p.read_error is not None:
+            raise NVMLError(dev.p.read_error)
         return dev.reads >= 2
 
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
         dev = self._dev(handle)
         dev.reads += 1  # the session reads ECC mode first in every health read
         enabled = int(bool(self._value(dev.p.ecc_enabled)))
-        return [enabled, enabled]
+        pending = enabled if dev.p.ecc_pending is None else int(dev.p.ecc_pending)
+        return [enabled, pending]
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+        return int(bool(self._value(self._dev(handle).p.persistence)))
 
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int:
         dev = self._dev(handle)
         if not dev.p.ecc_enabled:
             raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        later = self._read(dev)
         base = self._value(dev.p.ecc_volatile_uncorrected)
         if error_type != N.MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
-        return base + (dev.drift.ecc if self._read(dev) else 0)
+        return base + (dev.drift.ecc if later else 0)
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any) -> int:
         return int(self._value(self._dev(handle).p.retired_pages_pending))
 
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        self._read(self._dev(handle))
         corr, unc, pending, failure = self._value(self._dev(handle).p.remapped_rows)
         return corr, unc, int(pending), int(failure)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
         dev = self._dev(handle)
-        return self._value(dev.p.pcie_replay) + (dev.drift.replay if self._read(dev) else 0)
+        later = self._read(dev)
+        return self._value(dev.p.pcie_replay) + (dev.drift.replay if later else 0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         dev = self._dev(handle)
@@ -521,6 +556,19 @@ class FakeNvml:
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
         return self._value(self._dev(handle).p.power_limit_mw)
 
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
+        p = self._dev(handle).p
+        return self._value(p.power_limit_mw if p.power_default_mw is None else p.power_default_mw)
+
+    def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
+        dev = self._dev(handle)
+        if link >= dev.p.nvlinks:
+            raise NVMLError(
+                N.ERROR_NOT_SUPPORTED if not dev.p.nvlinks else N.ERROR_INVALID_ARGUMENT
+            )
+        down = dev.p.nvlinks_down + (dev.drift.nvlink_down if dev.reads >= 2 else ())
+        return 0 if link in down else N.FEATURE_ENABLED
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         dev = self._dev(handle)
         return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in dev.p.processes]
@@ -546,7 +594,7 @@ class FakeNvml:
         self._check()
 
         def pending() -> int | None:
-            for i, (index, _) in enumerate(self._xids):
+            for i, (index, _, _) in enumerate(self._xids):
                 if index in event_set.devices:
                     return i
             return None
@@ -554,13 +602,13 @@ class FakeNvml:
         with self._cond:
             if not self._cond.wait_for(lambda: pending() is not None, timeout_ms / 1000):
                 raise NVMLError(N.ERROR_TIMEOUT)
-            index, xid = self._xids.pop(pending())  # type: ignore[arg-type]
+            index, xid, gi = self._xids.pop(pending())  # type: ignore[arg-type]
         return SimpleNamespace(
             device=self.devices[index],
             eventType=N.EVENT_XID_CRITICAL_ERROR,
             eventData=xid,
-            gpuInstanceId=0xFFFFFFFF,
-            computeInstanceId=0xFFFFFFFF,
+            gpuInstanceId=N.NO_INSTANCE if gi is None else gi,
+            computeInstanceId=N.NO_INSTANCE,
         )
 
     def nvmlEventSetFree(self, event_set: _EventSet) -> None:

@@ -11,12 +11,21 @@ from typing import Any
 
 from gpuci.gpu.nvml_abi import clock_event_names
 
+_COUNTER_NAMES = {
+    "ecc_enabled": "ECC mode",
+    "ecc_volatile_uncorrected": "volatile uncorrected ECC errors",
+    "retired_pages_pending": "retired pages pending",
+    "remapped_rows_pending": "remapped rows",
+    "pcie_replay_counter": "PCIe replay counter",
+}
+
 
 @dataclass(frozen=True)
 class Health:
     """Counters that say a GPU is degrading; read twice to see what a workload changed."""
 
     ecc_enabled: bool | None = None
+    ecc_pending: bool | None = None  # the ECC mode after the next reset (differs: a change waits)
     ecc_volatile_uncorrected: int | None = None
     retired_pages_pending: bool | None = None
     remapped_rows_uncorrectable: int | None = None
@@ -25,6 +34,19 @@ class Health:
     pcie_replay_counter: int | None = None
     clock_event_reasons: int | None = None
     temperature_c: int | None = None
+    errors: tuple[str, ...] = ()  # NVML errors other than "unsupported" met in this read
+
+    def unreadable_since(self, before: Health) -> list[str]:
+        """Counters ``before`` could read that this read could not: a GPU broken by the load.
+
+        RESET_REQUIRED or UNKNOWN after a clean baseline is not "unsupported": the same call
+        answered minutes ago on the same GPU.
+        """
+        return [
+            _COUNTER_NAMES[name]
+            for name in _COUNTER_NAMES
+            if getattr(before, name) is not None and getattr(self, name) is None
+        ]
 
     @property
     def clock_events(self) -> tuple[str, ...]:
@@ -113,6 +135,35 @@ class GpuInfo:
     notes: tuple[str, ...] = ()  # unexpected NVML errors on optional fields, kept for the report
     pci_bus_id: str | None = None  # "00000000:18:00.0": matches a CUDA device without a UUID
     numa_node: int | None = None  # the host NUMA node the GPU hangs off (newer drivers)
+    persistence_mode: bool | None = None  # Linux only; off: settings may reset when idle
+    power_default_w: float | None = None  # the board's default power limit
+    nvlink_active: tuple[int, ...] | None = None  # NVLink ids up; None: no NVLink reported
+
+    def mode_findings(self) -> list[str]:
+        """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""
+        found = []
+        h = self.health
+        if h.ecc_enabled is False:
+            found.append(
+                "ECC is off: uncorrected memory errors go unreported (nvidia-smi -e 1, then "
+                "reset the GPU, to turn it on)"
+            )
+        changing = h.ecc_enabled is not None and h.ecc_pending is not None
+        if changing and h.ecc_pending != h.ecc_enabled:
+            after = "on" if h.ecc_pending else "off"
+            found.append(f"an ECC mode change (to {after}) is pending until the GPU resets")
+        limit, default = self.power_limit_w, self.power_default_w
+        if limit and default and limit < 0.95 * default:
+            found.append(
+                f"power limit lowered to {limit:g} W of the default {default:g} W: GEMM and "
+                "bandwidth run slower than the model table expects (nvidia-smi -pl to restore)"
+            )
+        if self.persistence_mode is False:
+            found.append(
+                "persistence mode is off: each process pays driver start-up and clocks or "
+                "limits may reset when idle (run nvidia-persistenced)"
+            )
+        return found
 
     @property
     def cc_text(self) -> str | None:
@@ -129,11 +180,21 @@ class GpuInfo:
 
 
 @dataclass(frozen=True)
+class SkippedGpu:
+    """A GPU NVML counts but this process cannot open (NoPermission under a device cgroup)."""
+
+    index: int
+    reason: str
+    code: int | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     source: str  # "nvml" or "fake:<profiles>"
     driver_version: str | None
     cuda_version: tuple[int, int] | None  # highest CUDA the driver supports
     gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
+    skipped: tuple[SkippedGpu, ...] = ()  # counted by NVML, not openable here: not judged
 
     @property
     def cuda_text(self) -> str | None:
@@ -145,6 +206,7 @@ class Snapshot:
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_text,
             "gpus": [g.to_dict() for g in self.gpus],
+            "skipped": [asdict(s) for s in self.skipped],
         }
 
 
@@ -153,3 +215,4 @@ class XidEvent:
     gpu_index: int | None
     uuid: str | None
     xid: int
+    gpu_instance_id: int | None = None  # the MIG GPU instance it came from; None: whole GPU

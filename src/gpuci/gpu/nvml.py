@@ -16,10 +16,19 @@ snapshot.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuci.errors import NvmlUnavailable
-from gpuci.gpu.gpu_info import GpuInfo, GpuProcess, Health, MigDevice, Snapshot, XidEvent
+from gpuci.gpu.gpu_info import (
+    GpuInfo,
+    GpuProcess,
+    Health,
+    MigDevice,
+    SkippedGpu,
+    Snapshot,
+    XidEvent,
+)
 from gpuci.gpu.nvml_abi import (
     ARCHITECTURES,
     CPU_AFFINITY_WORDS,
@@ -34,6 +43,8 @@ from gpuci.gpu.nvml_abi import (
     FEATURE_ENABLED,
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
+    NO_INSTANCE,
+    NVLINK_MAX_LINKS,
     TEMPERATURE_GPU,
     UNSUPPORTED_CODES,
     VOLATILE_ECC,
@@ -45,6 +56,7 @@ __all__ = [
     "Health",
     "MigDevice",
     "NvmlSession",
+    "SkippedGpu",
     "Snapshot",
     "XidEvent",
     "XidWatch",
@@ -83,6 +95,13 @@ _INIT_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
+def lost_gpu(index: int | str) -> NvmlUnavailable:
+    return NvmlUnavailable(
+        f"GPU {index} has fallen off the bus (NVML: GPU is lost)",
+        "drain this node: the GPU needs a reset or a reboot (see dmesg for Xid 79)",
+    )
+
+
 class NvmlSession:
     """An initialised NVML: snapshots, health reads and XID waits. Use as a context manager."""
 
@@ -90,7 +109,8 @@ class NvmlSession:
         self._nvml = nvml
         self.source = source
         self._open = False
-        self._handles: list[Any] = []
+        self._handles: dict[int, Any] = {}  # NVML index -> handle, for the GPUs that opened
+        self.skipped: list[SkippedGpu] = []  # GPUs NVML counts but this process cannot open
         errors = [getattr(nvml, "NVMLError", None), getattr(nvml, "NVMLLibraryMismatchError", None)]
         self._errors: tuple[type[BaseException], ...] = tuple(e for e in errors if e)
 
@@ -106,7 +126,16 @@ class NvmlSession:
             raise NvmlUnavailable(message, hint) from None
         self._open = True
         count = self._required("nvmlDeviceGetCount")
-        self._handles = [self._required("nvmlDeviceGetHandleByIndex", i) for i in range(count)]
+        for i in range(count):
+            try:
+                self._handles[i] = self._nvml.nvmlDeviceGetHandleByIndex(i)
+            except self._errors as exc:
+                if _code(exc) == ERROR_GPU_IS_LOST:
+                    raise lost_gpu(i) from None
+                # NoPermission (Slurm ConstrainDevices, a cgroup that hides /dev/nvidiaN) or
+                # another per-device refusal: skip and list it, as nvidia-smi does. CUDA cannot
+                # open it either, so it is not one of this job's devices.
+                self.skipped.append(SkippedGpu(i, str(exc), _code(exc)))
         return self
 
     def close(self) -> None:
@@ -152,16 +181,19 @@ class NvmlSession:
             return None
 
     def _lost(self, args: tuple[Any, ...]) -> NvmlUnavailable:
-        index = self._handles.index(args[0]) if args and args[0] in self._handles else "?"
-        return NvmlUnavailable(
-            f"GPU {index} has fallen off the bus (NVML: GPU is lost)",
-            "drain this node: the GPU needs a reset or a reboot (see dmesg for Xid 79)",
-        )
+        found = [i for i, h in self._handles.items() if args and args[0] is h]
+        return lost_gpu(found[0] if found else "?")
 
     # ----- reads -------------------------------------------------------------------------
     @property
     def device_count(self) -> int:
+        """GPUs this process could open (NVML may count more: see :attr:`skipped`)."""
         return len(self._handles)
+
+    @property
+    def indices(self) -> list[int]:
+        """NVML indices of the GPUs that opened, in NVML's order."""
+        return sorted(self._handles)
 
     def driver_version(self) -> str | None:
         return self._optional("nvmlSystemGetDriverVersion")
@@ -187,8 +219,10 @@ class NvmlSession:
         return int(info.total), int(info.free)
 
     def health(self, index: int) -> Health:
-        """The degradation counters of GPU ``index``, read now."""
-        return self._health(self._handles[index], None)
+        """The degradation counters of GPU ``index``, read now, with any NVML errors met."""
+        notes: list[str] = []
+        health = self._health(self._handles[index], notes)
+        return replace(health, errors=tuple(notes)) if notes else health
 
     def _health(self, h: Any, notes: list[str] | None) -> Health:
         opt = self._optional
@@ -200,6 +234,7 @@ class NvmlSession:
             reasons = opt("nvmlDeviceGetCurrentClocksThrottleReasons", h, notes=notes)
         return Health(
             ecc_enabled=None if ecc_mode is None else bool(ecc_mode[0]),
+            ecc_pending=None if ecc_mode is None else bool(ecc_mode[1]),
             ecc_volatile_uncorrected=opt(
                 "nvmlDeviceGetTotalEccErrors",
                 h,
@@ -257,6 +292,21 @@ class NvmlSession:
             self._optional("nvmlDeviceGetCurrPcieLinkWidth", h),
         )
 
+    def nvlink_active(self, index: int) -> tuple[int, ...] | None:
+        """The NVLinks of GPU ``index`` that are up; None when it reports no NVLink at all.
+
+        A link the GPU does not have answers NotSupported or InvalidArgument: not counted.
+        """
+        return self._nvlinks(self._handles[index])
+
+    def _nvlinks(self, h: Any) -> tuple[int, ...] | None:
+        states = [
+            self._optional("nvmlDeviceGetNvLinkState", h, link) for link in range(NVLINK_MAX_LINKS)
+        ]
+        if all(state is None for state in states):
+            return None
+        return tuple(i for i, state in enumerate(states) if state == FEATURE_ENABLED)
+
     def cpu_affinity(self, index: int) -> tuple[int, ...] | None:
         """CPUs local to GPU ``index`` (its NUMA node), from NVML's ideal-affinity mask."""
         words = self._optional("nvmlDeviceGetCpuAffinity", self._handles[index], CPU_AFFINITY_WORDS)
@@ -280,6 +330,7 @@ class NvmlSession:
         arch = opt("nvmlDeviceGetArchitecture", h, notes=notes)
         cc = opt("nvmlDeviceGetCudaComputeCapability", h, notes=notes)
         power_mw = opt("nvmlDeviceGetPowerManagementLimit", h, notes=notes)
+        default_mw = opt("nvmlDeviceGetPowerManagementDefaultLimit", h, notes=notes)
         procs = opt("nvmlDeviceGetComputeRunningProcesses", h, notes=notes)
         return GpuInfo(
             index=index,
@@ -302,6 +353,9 @@ class NvmlSession:
             else tuple(GpuProcess(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
             pci_bus_id=self.pci_bus_id(h, notes),
             numa_node=opt("nvmlDeviceGetNumaNodeId", h),
+            power_default_w=None if default_mw is None else default_mw / 1000,
+            nvlink_active=self._nvlinks(h),
+            persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
             notes=tuple(notes),
         )
 
@@ -310,12 +364,13 @@ class NvmlSession:
             source=self.source,
             driver_version=self.driver_version(),
             cuda_version=self.cuda_version(),
-            gpus=tuple(self.gpu(i) for i in range(self.device_count)),
+            gpus=tuple(self.gpu(i) for i in self.indices),
+            skipped=tuple(self.skipped),
         )
 
     def watch_xid(self, indices: Iterable[int] | None = None) -> XidWatch:
         """Start listening for XID critical errors (register before the workload runs)."""
-        return XidWatch(self, list(range(self.device_count)) if indices is None else indices)
+        return XidWatch(self, self.indices if indices is None else indices)
 
 
 class XidWatch:
@@ -363,7 +418,13 @@ class XidWatch:
             ) from None
         index = self._s._optional("nvmlDeviceGetIndex", data.device)
         uuid = self._s._optional("nvmlDeviceGetUUID", data.device)
-        return XidEvent(gpu_index=index, uuid=uuid, xid=int(data.eventData))
+        gi = getattr(data, "gpuInstanceId", None)  # nvmlEventData_t, R450 and later
+        return XidEvent(
+            gpu_index=index,
+            uuid=uuid,
+            xid=int(data.eventData),
+            gpu_instance_id=None if gi is None or int(gi) == NO_INSTANCE else int(gi),
+        )
 
     def close(self) -> None:
         if self._set is not None:
@@ -374,6 +435,10 @@ class XidWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _enabled(value: Any) -> bool | None:
+    return None if value is None else int(value) == FEATURE_ENABLED
 
 
 def pci_address(bus_id: str | None) -> tuple[int, int, int] | None:

@@ -20,16 +20,20 @@ ERROR_TIMEOUT = 10
 ERROR_LIBRARY_NOT_FOUND = 12
 ERROR_FUNCTION_NOT_FOUND = 13
 ERROR_GPU_IS_LOST = 15
+ERROR_RESET_REQUIRED = 16
 ERROR_LIB_RM_VERSION_MISMATCH = 18
 ERROR_NO_DATA = 21
 ERROR_ARGUMENT_VERSION_MISMATCH = 25
 ERROR_DEPRECATED = 26
+ERROR_UNKNOWN = 999
+NO_INSTANCE = 0xFFFFFFFF  # an event's gpuInstanceId when it is not from one MIG instance
 MEMORY_ERROR_TYPE_UNCORRECTED = 1
 VOLATILE_ECC = 0
 TEMPERATURE_GPU = 0
 FEATURE_ENABLED = 1
 MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 EVENT_XID_CRITICAL_ERROR = 0x8
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (Hopper: 18 links per GPU)
 CPU_AFFINITY_WORDS = 16  # 64-bit words of CPU mask asked of nvmlDeviceGetCpuAffinity: 1024 CPUs
 
 # Codes that mean "this GPU/driver does not report that": the field is unsupported, not broken.
@@ -68,6 +72,8 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetMigDeviceHandleByIndex",
     "nvmlDeviceGetGpuInstanceId",
     "nvmlDeviceGetEccMode",
+    "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceGetNvLinkState",
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",
@@ -77,6 +83,7 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetMaxPcieLinkWidth",
     "nvmlDeviceGetPcieReplayCounter",
     "nvmlDeviceGetPowerManagementLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetCurrentClocksEventReasons",
     "nvmlDeviceGetComputeRunningProcesses",

@@ -25,6 +25,7 @@ from gpuci.gpu.checks import (
     version_text,
 )
 from gpuci.gpu.nvml import GpuInfo, Snapshot, open_nvml
+from gpuci.gpu.visible import Visibility, job_view
 from gpuci.runtime import OutputValue, Result, Runtime
 
 COMMAND = "gpu-setup"
@@ -92,16 +93,40 @@ def _headline(failed: list[CheckOutcome], units: list[Unit], cpu_only: bool) -> 
     return f"{len(units)} device(s) ready: {', '.join(names)}"
 
 
+def _visibility_notes(result: Result, host: Snapshot | None, vis: Visibility | None) -> None:
+    """Say which GPUs were left out and why: unopenable, or not this job's."""
+    for skipped in host.skipped if host else ():
+        result.warning(
+            f"GPU {skipped.index} could not be opened (NVML: {skipped.reason}): skipped and not "
+            "judged, as nvidia-smi does (a device cgroup, e.g. Slurm ConstrainDevices, hides it)",
+            "gpu-setup",
+        )
+    if vis is None or not vis.restricted:
+        return
+    for note in vis.notes:
+        result.warning(note, "gpu-setup: CUDA_VISIBLE_DEVICES")
+    if vis.hidden and vis.selected:
+        result.notice(
+            f"CUDA_VISIBLE_DEVICES={vis.raw}: judging NVML GPU(s) "
+            f"{','.join(map(str, vis.selected))}; GPU(s) {','.join(map(str, vis.hidden))} "
+            "on this host are not this job's and are not judged",
+            "gpu-setup: CUDA_VISIBLE_DEVICES",
+        )
+
+
 def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
     """The gpu-setup command. ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process."""
     req = Requirements.from_values(values)
     path = files.report_path(values, rt.environ, REPORT_NAME)
-    snapshot, nvml_error = read_snapshot(rt.environ, nvml)
+    host, nvml_error = read_snapshot(rt.environ, nvml)
     if nvml_error is not None and req.require_gpu and not rt.dry_run:
         raise nvml_error
+    # The job's GPUs: CUDA_VISIBLE_DEVICES applied; the host's others are neither judged,
+    # counted nor exported (that would widen the job onto another tenant's GPUs).
+    snapshot, visibility = job_view(host, rt.environ) if host else (None, None)
     every = usable_units(snapshot, req.allow_mig)
     units = cuda_units(every)  # what one CUDA process sees: at most one MIG device
-    checks = evaluate(req, snapshot)
+    checks = evaluate(req, snapshot, visibility)
     failed = [c for c in checks if c.outcome == "fail"]
     cpu_only = not (snapshot and snapshot.gpus)
     outputs = outputs_for(snapshot, units, None if rt.dry_run else path)
@@ -117,7 +142,8 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
         "requirements": req.to_dict(),
         "checks": [c.to_dict() for c in checks],
         "devices": [{**u.to_dict(), "cuda_visible": u in units} for u in every],
-        "nvml": snapshot.to_dict() if snapshot else None,
+        "visibility": visibility.to_dict() if visibility else None,
+        "nvml": host.to_dict() if host else None,
         "outputs": {k: v for k, v in outputs.items() if k != "report"},
     }
     if snapshot and snapshot.gpus:
@@ -137,6 +163,10 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
         )
     for note in [n for g in (snapshot.gpus if snapshot else ()) for n in g.notes]:
         result.warning(f"unexpected NVML answer: {note}", "gpu-setup")
+    _visibility_notes(result, host, visibility)
+    for g in snapshot.gpus if snapshot else ():
+        for finding in g.mode_findings():
+            result.warning(f"GPU {g.index}: {finding}", "gpu-setup: modes")
 
     if rt.dry_run:
         # Plan only: say what this machine lacks, write nothing, fail nothing.

@@ -9,13 +9,15 @@ tenacity or httpx, so it runs on a plain GPU image.
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from gpuci import files
-from gpuci.errors import ExitCode, InputError, NvmlUnavailable
-from gpuci.gpu.gpu_info import Snapshot
+from gpuci.errors import ExitCode, GpuciError, InputError, NvmlUnavailable
+from gpuci.gpu.gpu_info import Snapshot, XidEvent
 from gpuci.gpu.nvml import NvmlSession, open_nvml
 from gpuci.gpu.smoke import dcgm
 from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
@@ -29,11 +31,19 @@ from gpuci.gpu.smoke.checks import (
     Planned,
     run_check,
 )
-from gpuci.gpu.smoke.health import LoadSampler, XidListener, confirm_clocks, judge
+from gpuci.gpu.smoke.health import (
+    LoadSampler,
+    XidListener,
+    confirm_clocks,
+    judge,
+    judge_nvlink,
+)
 from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
 from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
+from gpuci.gpu.smoke.schedule import run_plan
 from gpuci.gpu.smoke.targets import match_targets
+from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -100,21 +110,42 @@ def smoke(
     if backend is None and values["framework"] == "auto" and session.source.startswith("fake:"):
         framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
     try:
-        snapshot = session.snapshot()
+        host = session.snapshot()
+        # The job's GPUs only: CUDA_VISIBLE_DEVICES applied (another tenant's GPU is not ours).
+        snapshot, visibility = job_view(host, rt.environ)
         if not snapshot.gpus and not rt.dry_run:
-            raise NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
+            raise _no_gpu(host, visibility)
         if rt.dry_run:
             return dry_run(values, checks, framework, sizes, snapshot, None)
-        return _run(values, rt, session, snapshot, checks, framework, backend, sizes, budget)
-    except NvmlUnavailable as exc:  # no GPU, or one fell off the bus mid-run
+        return _run(
+            values, rt, session, snapshot, checks, framework, backend, sizes, budget,
+            host, visibility,
+        )  # fmt: skip
+    except (NvmlUnavailable, InputError) as exc:  # no GPU, or one fell off the bus mid-run
         return _infra_failure(values, rt, budget, exc)
     finally:
         session.close()
 
 
-def _infra_failure(
-    values: dict[str, Any], rt: Runtime, budget: Budget, exc: NvmlUnavailable
-) -> Result:
+def _no_gpu(host: Snapshot, vis: Visibility) -> GpuciError:
+    """Why there is nothing to test: no GPU, none openable, or none given to this job."""
+    if vis.restricted and vis.hidden:
+        return InputError(
+            "no GPU to test: " + vis.describe_none(),
+            hint="name this job's GPUs in CUDA_VISIBLE_DEVICES (indices, GPU-/MIG- UUIDs), "
+            "or unset it",
+        )
+    if host.skipped:
+        return NvmlUnavailable(
+            f"no GPU to test: NVML lists {len(host.skipped)} GPU(s) but this process may open "
+            f"none ({host.skipped[0].reason})",
+            "give the job its GPUs (Slurm --gres=gpu:N, docker --gpus) or run as a user allowed "
+            "to open /dev/nvidia*",
+        )
+    return NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
+
+
+def _infra_failure(values: dict[str, Any], rt: Runtime, budget: Budget, exc: GpuciError) -> Result:
     """Exit 3 in one line, and still ``passed: false`` and a report, so workflows can branch."""
     result = Result.from_error(COMMAND, exc)
     path = files.report_path(values, rt.environ, REPORT_NAME)
@@ -122,7 +153,8 @@ def _infra_failure(
     result.report.update({"schema": SCHEMA, "command": COMMAND, "passed": False,
                           "seconds": seconds, "checks": [], "failed_checks": []})  # fmt: skip
     files.write_report(path, result.report, "smoke report", sort_keys=False)
-    result.outputs = {"passed": False, "failed-checks": "", "report": str(path), "seconds": seconds}
+    result.outputs = {"passed": False, "failed-checks": "", "skipped-checks": "",
+                      "report": str(path), "seconds": seconds}  # fmt: skip
     return result
 
 
@@ -149,14 +181,30 @@ def _run(
     backend: Backend | None,
     sizes: Sizes,
     budget: Budget,
+    host: Snapshot | None = None,
+    visibility: Visibility | None = None,
 ) -> Result:
     gpus = list(snapshot.gpus)
     outcomes: list[Outcome] = []
     notes: list[str] = []  # warnings: the run tested less than asked
     info: dict[str, Any] = {}  # report-only facts
+    for skipped in host.skipped if host else ():
+        notes.append(
+            f"GPU {skipped.index} could not be opened (NVML: {skipped.reason}): skipped, not "
+            "tested (a device cgroup such as Slurm ConstrainDevices hides it)"
+        )
+    if visibility is not None and visibility.restricted:
+        notes += list(visibility.notes)
+        info["visibility"] = visibility.to_dict()
     wants_load = any(c in LOAD_CHECKS for c in checks)
 
+    lock = threading.Lock()
+
     def record(outcome: Outcome) -> None:
+        with lock:
+            _record(outcome)
+
+    def _record(outcome: Outcome) -> None:
         outcomes.append(outcome)
         figures = " ".join(f"{k}={v}" for k, v in outcome.figures.items() if v not in (None, []))
         text = f"{outcome.label}: {outcome.status} in {outcome.seconds:.2f}s"
@@ -166,6 +214,7 @@ def _run(
     targets: list[Target] = []
     load_skip: str | None = None  # why no load ran (a warning: the smoke tested less)
     load_broken: str | None = None  # why the framework cannot drive the GPUs (a failure)
+    built_cuda: str | None = None  # the CUDA the framework was built for, when it said
     if wants_load and framework == "none":
         if values["framework"] == "none":
             load_skip = "framework none: health checks only, no load"
@@ -180,10 +229,17 @@ def _run(
                 backend, framework = _load_backend(framework, values["framework"])
             targets, match_notes = match_targets(backend, session, gpus, values)
             notes += match_notes
+            notes += [
+                f"GPU {t.label}: {t.others} other process(es) on it: GEMM and bandwidth "
+                "reported, not judged; memory test capped at half the free memory"
+                for t in targets
+                if t.others
+            ]
             if not targets:
                 load_broken = f"{framework} sees no CUDA device although NVML lists {len(gpus)}"
         except BackendUnavailable as exc:
             load_broken = str(exc)
+            built_cuda = exc.built_cuda
         except ImportError as exc:
             load_broken = f"{framework} failed to import: {excerpt(str(exc), 200)}"
         info["framework_load_s"] = round(time.perf_counter() - started, 3)
@@ -212,8 +268,8 @@ def _run(
 
     with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
         if targets and backend is not None:
-            for item in plan_load(backend, targets, checks, values, sizes):
-                record(run_check(item, budget))
+            # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
+            run_plan(plan_load(backend, targets, checks, values, sizes), budget, record)
         if load_broken:  # a GPU the framework cannot use is a finding about this node
             for index in watched:
                 record(Outcome("context", index, "fail", f"no CUDA context: {load_broken}"))
@@ -232,7 +288,7 @@ def _run(
                         None,
                         params("dcgm", values, sizes),
                         lambda: dcgm.estimate(level),
-                        lambda ctx: dcgm.run(level, ctx),
+                        lambda ctx: dcgm.run(level, ctx, watched),
                         skip_reason=dcgm.absent_reason(),
                     ),
                     budget,
@@ -247,7 +303,44 @@ def _run(
                 record(run_check(item, budget))
             if xids.error:
                 notes.append(f"XID listening stopped early: {xids.error}")
-    return _result(values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names)
+    environment = _environment_problem(
+        outcomes, load_broken, framework, built_cuda, snapshot, rt.environ
+    )
+    return _result(
+        values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names,
+        environment,
+    )  # fmt: skip
+
+
+def _environment_problem(
+    outcomes: list[Outcome],
+    load_broken: str | None,
+    framework: str,
+    built_cuda: str | None,
+    snapshot: Snapshot,
+    environ: Any,
+) -> str | None:
+    """The image's fault, not the node's: no GPU started a context, yet NVML finds no fault.
+
+    Then every context failure is the same one, and draining the node would not fix it.
+    """
+    from gpuci.gpu.smoke import environment
+
+    contexts = [o for o in outcomes if o.name == "context"]
+    if not contexts or any(o.status != "fail" for o in contexts):
+        return None  # some GPU started: a per-GPU failure is about that GPU
+    if any(o.status == "fail" and o.name in ("health", "dcgm") for o in outcomes):
+        return None  # NVML (or DCGM) found a fault: the node is suspect after all
+    why = load_broken or contexts[0].reason
+    return environment.diagnose(
+        why, framework, built_cuda, snapshot.cuda_version, environ, _has_libcuda
+    )
+
+
+def _has_libcuda() -> bool:
+    from gpuci.gpu.smoke.environment import libcuda_loads
+
+    return libcuda_loads()
 
 
 def _health_checks(
@@ -263,6 +356,17 @@ def _health_checks(
     """One ``health`` check per watched GPU: NVML after the load, judged against before."""
     events = xids.stop()
     before = {g.index: g.health for g in snapshot.gpus}
+    links_before = {g.index: g.nvlink_active for g in snapshot.gpus}
+    names = {g.index: g.name for g in snapshot.gpus}
+    peers: dict[str, int] = {}  # model -> most NVLinks active on one GPU of it (judged GPUs)
+    for g in snapshot.gpus:
+        if g.index in watched and g.nvlink_active is not None:
+            peers[g.name] = max(peers.get(g.name, 0), len(g.nvlink_active))
+    slices = {  # the MIG GPU instances under test, per GPU in MIG mode
+        g.index: {m.gpu_instance_id for m in g.mig_devices if m.gpu_instance_id is not None}
+        for g in snapshot.gpus
+        if g.mig_enabled
+    }
     planned = []
     for index in watched:
 
@@ -275,7 +379,10 @@ def _health_checks(
                     after.clock_event_reasons,
                     sizes.sample_interval_s,
                 )
-            mine = [e.xid for e in events if e.gpu_index in (index, None)]
+            ours = [e for e in events if e.gpu_index in (index, None)]
+            # On a MIG GPU, an event from another GPU instance is another tenant's slice.
+            others = [e.xid for e in ours if not _our_slice(e, slices.get(index))]
+            mine = [e.xid for e in ours if _our_slice(e, slices.get(index))]
             reasons, figures = judge(
                 before[index],
                 after,
@@ -284,10 +391,20 @@ def _health_checks(
                 clocks_seen=sampler.seen.get(index) if sampler else None,
                 seconds=budget.elapsed(),
             )
+            if others:
+                figures["other_instance_xids"] = others
             if xids.setup_error:
                 figures["xids"] = "not watched"
             elif index in xids.unsupported:
                 figures["xids"] = "not supported"
+            link_reasons, link_figures = judge_nvlink(
+                links_before.get(index),
+                session.nvlink_active(index),
+                peers.get(names[index]),
+                bridged_board=bool(re.search(r"PCIe|NVL\b", names[index])),
+            )
+            reasons += link_reasons
+            figures.update(link_figures)
             if reasons:
                 raise CheckError("; ".join(reasons), figures)
             return figures
@@ -305,6 +422,11 @@ def _health_checks(
     return planned
 
 
+def _our_slice(event: XidEvent, slices: set[int] | None) -> bool:
+    """Whether an XID concerns the slices under test (a whole-GPU event concerns them all)."""
+    return not slices or event.gpu_instance_id is None or event.gpu_instance_id in slices
+
+
 def _result(
     values: dict[str, Any],
     rt: Runtime,
@@ -316,6 +438,7 @@ def _result(
     backend: Backend | None,
     budget: Budget,
     names: dict[int, str],
+    environment: str | None = None,
 ) -> Result:
     seconds = round(budget.elapsed(), 2)
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
@@ -327,7 +450,14 @@ def _result(
     result = Result(command=COMMAND)
     result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
     gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
-    if failed:
+    if environment:
+        # exit 2: the job's image or container cannot start CUDA on a healthy node
+        result.exit_code = ExitCode.BAD_INPUT
+        result.headline = (
+            f"environment problem, not the node: no GPU could start a CUDA context while NVML "
+            f"sees {len(names)} healthy GPU(s): {environment}"
+        )
+    elif failed:
         result.headline = (
             f"{len(failed)} check(s) failed: "
             + "; ".join(f"{o.label} ({o.reason})" for o in failed)
@@ -353,6 +483,7 @@ def _result(
     result.outputs = {
         "passed": not failed,
         "failed-checks": ",".join(o.label for o in failed),
+        "skipped-checks": ",".join(o.label for o in skipped),
         "report": str(path),
         "seconds": seconds,
     }
@@ -369,6 +500,8 @@ def _result(
         "cuda_version": snapshot.cuda_text,
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
         "failed_checks": [o.label for o in failed],
+        "skipped_checks": [o.label for o in skipped],
+        "environment_problem": environment,
         "notes": notes,
         **info,
         "checks": [o.to_dict() for o in outcomes],

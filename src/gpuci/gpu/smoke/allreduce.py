@@ -7,6 +7,12 @@ process group, since NCCL starts helper threads and sometimes processes), which 
 where ``REDUCER`` is ``module:function`` (the backend's all-reduce, importable in a fresh
 interpreter) and prints one JSON line: ``{"result": [[min, max], ...]}``, ``{"unavailable":
 reason}`` (no NCCL: a skip) or ``{"error": reason}``.
+
+Before that, the child reports its phases as it enters them (``{"phase": "import", "t": s}``,
+then ``contexts``, then ``collective``, ``t`` seconds since it started), so a timeout can tell
+a slow start-up (Python, the framework's import, 8 contexts, NCCL's init: a skip, the budget was
+short) from a collective that hangs (a failure). A reducer calls :func:`phase` with
+``"collective"`` right before the collective call.
 """
 
 from __future__ import annotations
@@ -17,10 +23,19 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.redact import excerpt
+
+PHASES = ("start", "import", "contexts", "collective")
+_STARTED = time.monotonic()
+
+
+def phase(name: str) -> None:
+    """Tell the parent the child has entered phase ``name`` (one JSON line on stdout)."""
+    print(json.dumps({"phase": name, "t": round(time.monotonic() - _STARTED, 3)}), flush=True)
 
 
 @dataclass
@@ -29,6 +44,23 @@ class Answer:
     unavailable: str | None = None
     error: str | None = None
     hung: bool = False
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds into the child
+
+    @property
+    def last_phase(self) -> str | None:
+        return next(reversed(self.phases), None)
+
+
+def _phases(out: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for line in out.splitlines():
+        if line.startswith('{"phase"'):
+            try:
+                body = json.loads(line)
+                found[str(body["phase"])] = float(body["t"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return found
 
 
 def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Answer:
@@ -48,10 +80,10 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill(proc)
-        return Answer(hung=True)
+        return Answer(hung=True, phases=_phases(_kill(proc)))
+    phases = _phases(out)
     for line in reversed(out.splitlines()):
-        if line.startswith("{"):
+        if line.startswith("{") and not line.startswith('{"phase"'):
             try:
                 body = json.loads(line)
             except ValueError:
@@ -61,17 +93,22 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
                 result=[(float(lo), float(hi)) for lo, hi in result] if result else None,
                 unavailable=body.get("unavailable"),
                 error=body.get("error"),
+                phases=phases,
             )
     tail = excerpt(err.strip().splitlines()[-1] if err.strip() else "no output")
-    return Answer(error=f"all-reduce process exited with code {proc.returncode}: {tail}")
+    return Answer(
+        error=f"all-reduce process exited with code {proc.returncode}: {tail}", phases=phases
+    )
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[str]) -> str:
+    """Kill the child's process group; its stdout so far (the phases it reached)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
-    proc.communicate()  # reap it: no zombie, pipes closed
+    out, _ = proc.communicate()  # reap it: no zombie, pipes closed
+    return out or ""
 
 
 def _answer(reducer: str, indices: list[int], n: int) -> dict[str, Any]:
@@ -79,7 +116,9 @@ def _answer(reducer: str, indices: list[int], n: int) -> dict[str, Any]:
 
     module, _, name = reducer.partition(":")
     try:
+        phase("import")
         fn = getattr(importlib.import_module(module), name)
+        phase("contexts")
         return {"result": fn(indices, n)}
     except BackendUnavailable as exc:
         return {"unavailable": excerpt(str(exc))}
@@ -88,6 +127,7 @@ def _answer(reducer: str, indices: list[int], n: int) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    phase("start")
     reducer, spec = argv
     indices, n = json.loads(spec)
     print(json.dumps(_answer(reducer, indices, n)), flush=True)

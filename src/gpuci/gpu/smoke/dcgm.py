@@ -84,22 +84,33 @@ def verdict(stdout: str, returncode: int) -> dict[str, Any]:
     return figures
 
 
-def run(level: int, ctx: Context) -> dict[str, Any]:
+def run(level: int, ctx: Context, gpus: list[int] | None = None) -> dict[str, Any]:
+    """``dcgmi diag -r LEVEL -i GPUS -j`` on the GPUs under test only.
+
+    ``-i`` takes DCGM GPU ids, which DCGM assigns in NVML's enumeration order, so NVML indices
+    name the same GPUs; without it DCGM would diagnose (and load) other tenants' GPUs too.
+    A run that outlasts the budget is a skip: the plan only had an estimate to go by.
+    """
     exe = shutil.which("dcgmi")
     if exe is None:
         raise CheckSkipped(ABSENT)
     timeout = max(1.0, ctx.time_left())
+    command = [exe, "diag", "-r", str(level)]
+    if gpus:
+        command += ["-i", ",".join(str(g) for g in gpus)]
     try:
         proc = subprocess.run(
-            [exe, "diag", "-r", str(level), "-j"],
+            [*command, "-j"],
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise CheckError(
-            f"dcgmi diag -r {level} did not finish within the {timeout:.0f}s left of the budget"
+        raise CheckSkipped(
+            f"dcgmi diag -r {level} did not finish within the {timeout:.0f}s left of the budget "
+            f"(planned on a ~{estimate(level):.0f}s estimate): not a verdict on the GPU; raise "
+            "budget-seconds to let it finish"
         ) from None
     except OSError as exc:
         raise CheckSkipped(f"dcgmi could not be started: {exc.strerror or exc}") from None

@@ -27,6 +27,12 @@ from gpuci.gpu.gpu_info import Health, XidEvent
 from gpuci.gpu.nvml import NvmlSession
 from gpuci.gpu.nvml_abi import CLOCK_EVENT_REASONS, HARMFUL_CLOCK_EVENTS, clock_event_names
 
+# XIDs NVIDIA's XID catalogue attributes to the application (its own bad access, a fault in its
+# kernel, its teardown), not the hardware: 13 graphics engine exception, 31 GPU memory page
+# fault (MMU), 43 GPU stopped processing (user-app fault), 45 preemptive cleanup after a
+# previous error. Another process on the GPU raises them too; they are reported, not failed.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45})
+
 CONSECUTIVE = 2  # samples in a row a harmful clock-event reason must show in to fail
 REPLAYS_PER_MINUTE = 8  # DCGM_LIMIT_MAX_PCIREPLAY_RATE: "the maximum recommended by RM"
 HARMFUL_MASK = sum(bit for bit, name in CLOCK_EVENT_REASONS.items() if name in HARMFUL_CLOCK_EVENTS)
@@ -196,7 +202,16 @@ def judge(
     for problem in after.memory_problems():
         if not any(problem.split(" (")[0] in r for r in reasons):
             reasons.append(problem)
-    for xid, times in sorted(Counter(xids).items()):
+    lost = after.unreadable_since(before)
+    if lost:
+        errors = f" (NVML: {'; '.join(after.errors)})" if after.errors else ""
+        reasons.append(
+            f"{', '.join(lost)} readable before the load, unreadable after it{errors}: the GPU "
+            "may need a reset"
+        )
+    hardware = [x for x in xids if x not in APPLICATION_XIDS]
+    application = [x for x in xids if x in APPLICATION_XIDS]
+    for xid, times in sorted(Counter(hardware).items()):
         again = f" {times} times" if times > 1 else ""
         reasons.append(f"XID {xid} raised{again} during the run")
     masks = [before.clock_event_reasons, clocks_seen, after.clock_event_reasons]
@@ -226,11 +241,44 @@ def judge(
         "clock_events": events,
         "clock_events_sustained": held,
         "temperature_c": [before.temperature_c, after.temperature_c],
-        "xids": list(xids),
+        "xids": hardware,
     }
+    if application:  # an application's own fault, maybe another process's: reported
+        figures["application_xids"] = application
     if unsupported:
         figures["not_supported"] = unsupported
     return reasons, figures
+
+
+def judge_nvlink(
+    before: tuple[int, ...] | None,
+    after: tuple[int, ...] | None,
+    peers_most: int | None,
+    bridged_board: bool = False,
+) -> tuple[list[str], dict[str, Any]]:
+    """NVLinks up before and after the load, against the GPU's peers of the same model.
+
+    How many links a board should have is not in NVML, but on one node every GPU of a model
+    has the same count, so a GPU with fewer active links than its peers has links down; and a
+    link up before the load and down after it went down under the load. A PCIe board
+    (``bridged_board``: NVLink only through an optional bridge) with no link up is not judged
+    against peers, since a node may bridge some cards and not others.
+    """
+    if before is None and after is None:
+        return [], {}
+    reasons = []
+    went_down = sorted(set(before or ()) - set(after or ()))
+    if went_down:
+        reasons.append(f"NVLink(s) {','.join(map(str, went_down))} went down during the run")
+    active = len(after or ())
+    if active == 0 and bridged_board:
+        peers_most = None  # a PCIe board may simply have no bridge fitted: not a fault
+    if peers_most is not None and active < peers_most and not went_down:
+        reasons.append(
+            f"{active} NVLink(s) active where this model's other GPUs here have {peers_most} "
+            "(links down: reseat or replace the board, check the NVSwitch tray)"
+        )
+    return reasons, {"nvlinks_active": [len(before or ()), active]}
 
 
 @dataclass

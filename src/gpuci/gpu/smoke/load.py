@@ -85,6 +85,11 @@ class Rates:
         return cls(model.mem_bw_gbs / 2, 12.0, model.fp16_tflops / 4)
 
 
+# With other processes on the GPU, the memory test fills at most this share of the free memory,
+# so a process that allocates while we test is not pushed out of memory by us.
+SHARED_MEMORY_FRACTION = 0.5
+
+
 @dataclass
 class Target:
     """One GPU under test: its backend index, NVML index (when matched) and what it is held to."""
@@ -101,6 +106,11 @@ class Target:
     device: Device | None = None
     context_error: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
+    others: int = 0  # other processes NVML saw on this GPU before the load (a shared GPU)
+
+    def memory_fraction(self, asked: float) -> float:
+        """The share of free memory to fill: capped on a shared GPU, whose owner may grow."""
+        return min(asked, SHARED_MEMORY_FRACTION) if self.others else asked
 
     @property
     def label(self) -> int:
@@ -460,9 +470,19 @@ def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) ->
     start = time.perf_counter()
     answer = allreduce.run_child(backend.reducer, indices, sizes.nccl_elements, timeout)
     figures["seconds_with_init"] = round(time.perf_counter() - start, 3)
+    if answer.phases:
+        figures["phases_s"] = answer.phases
+    if answer.hung and answer.last_phase != "collective":
+        # Python start, the framework's import, the contexts, NCCL's set-up: slow, not hung.
+        raise CheckSkipped(
+            f"all-reduce did not reach the collective within {timeout:g}s (last phase: "
+            f"{answer.last_phase or 'none'}; start-up, not a hang; its process was killed): "
+            "raise budget-seconds to let it start"
+        )
     if answer.hung:
         raise CheckError(
-            f"all-reduce did not finish within {timeout:g}s (hung; its process was killed)",
+            f"all-reduce did not finish within {timeout:g}s (hung in the collective; its "
+            "process was killed)",
             figures,
         )
     if answer.unavailable:

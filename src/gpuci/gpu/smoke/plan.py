@@ -18,6 +18,7 @@ from gpuci.gpu.smoke.checks import LOAD_CHECKS, Planned
 from gpuci.gpu.smoke.load import Rates, Sizes, Target
 from gpuci.gpu.smoke.models import minimums
 from gpuci.gpu.smoke.report import SCHEMA
+from gpuci.gpu.smoke.schedule import SERIAL
 from gpuci.runtime import Result
 
 COMMAND = "gpu-smoke"
@@ -80,7 +81,10 @@ def dry_run(
                      "params": params(name, values, sizes)})  # fmt: skip
     mins = {
         g.index: minimums(
-            g.name, (g.pcie_gen_max, g.pcie_width_max), values.get("min-bandwidth-gbs")
+            g.name,
+            (g.pcie_gen_max, g.pcie_width_max),
+            values.get("min-bandwidth-gbs"),
+            values.get("min-gemm-tflops"),
         ).to_dict()
         for g in gpus
     }
@@ -143,7 +147,9 @@ def dry_run(
         # where no GPU could be checked.
         "verdict": "plan" if gpus else "fail",
     }
-    result.outputs = {"passed": bool(gpus), "failed-checks": "", "report": "", "seconds": 0}
+    skipped = ",".join(p["check"] for p in plan if not p["would_run"])
+    result.outputs = {"passed": bool(gpus), "failed-checks": "", "skipped-checks": skipped,
+                      "report": "", "seconds": 0}  # fmt: skip
     return result
 
 
@@ -170,7 +176,12 @@ def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[s
             "memory": 3 * len(load.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9) + 0.5,
         }
         for key, value in parts.items():
-            totals[key] = totals.get(key, 0.0) + value
+            # GPUs run their own checks at once (schedule.py): a wave costs its slowest GPU;
+            # PCIe runs one GPU at a time (a shared host link), so it adds up.
+            if key in SERIAL:
+                totals[key] = totals.get(key, 0.0) + value
+            else:
+                totals[key] = max(totals.get(key, 0.0), value)
     totals["nccl"] = sizes.nccl_timeout_s / 3
     totals["dcgm"] = dcgm.estimate(1)
     return totals
@@ -203,8 +214,8 @@ def plan_load(
             lambda t: lambda ctx: load.pcie(t, ctx, sizes),
         ),
         "memory": (
-            lambda t: load.memory_estimate(t, sizes, fraction),
-            lambda t: lambda ctx: load.memory(t, ctx, sizes, fraction),
+            lambda t: load.memory_estimate(t, sizes, t.memory_fraction(fraction)),
+            lambda t: lambda ctx: load.memory(t, ctx, sizes, t.memory_fraction(fraction)),
         ),
     }
 

@@ -21,7 +21,7 @@ from typing import Any
 from gpuci.gpu.gpu_info import GpuInfo, MigDevice
 from gpuci.gpu.nvml import NvmlSession, pci_address
 from gpuci.gpu.smoke.backends import Backend
-from gpuci.gpu.smoke.load import Rates, Target
+from gpuci.gpu.smoke.load import SHARED_MEMORY_FRACTION, Rates, Target
 from gpuci.gpu.smoke.models import Minimums, minimums
 
 
@@ -43,7 +43,11 @@ class _Nvml:
 
     @property
     def name(self) -> str:
-        return (self.mig.name if self.mig else None) or self.gpu.name
+        if self.mig is not None:
+            # A MIG device whose name NVML does not give is still a slice: the parent's name
+            # alone would hold it to the whole GPU's minimums.
+            return self.mig.name or f"{self.gpu.name} MIG"
+        return self.gpu.name
 
 
 def match_targets(
@@ -97,17 +101,34 @@ def _target(
     reader = partial(session.pcie_link, gpu.index) if gpu is not None else None
 
     override = values.get("min-bandwidth-gbs")
+    gemm = values.get("min-gemm-tflops")
     if backend.is_gpu and match is not None:
-        mins = minimums(name, link_max, override)
+        mins = minimums(name, link_max, override, gemm)
     elif backend.is_gpu:
         why = "not matched to an NVML GPU: figures reported, not judged"
         mins = Minimums(
-            None, override, None, None, ("min-bandwidth-gbs; " if override else "") + why
+            None, override, None, None, ("min-bandwidth-gbs; " if override else "") + why, gemm
         )
     else:  # a CPU stand-in is not the GPU NVML names: judge only what the user set
         why = "min-bandwidth-gbs" if override else f"{backend.name} on the CPU: not judged"
-        mins = Minimums(None, override, None, None, why)
+        mins = Minimums(None, override, None, None, why, gemm)
+    others = 0  # processes NVML saw before our load: all someone else's
+    if gpu is not None and match is not None and match.mig is None:
+        others = len(gpu.processes or ())
+    if others and backend.is_gpu:
+        # Another process's kernels and copies share the SMs, memory and link: a slow figure
+        # would blame the GPU for its neighbour. Report speed, judge correctness only.
+        mins = Minimums(
+            mins.model,
+            None,
+            None,
+            None,
+            f"{others} other process(es) on this GPU: speed reported, not judged "
+            f"(memory test capped at {SHARED_MEMORY_FRACTION:.0%} of free memory)",
+            None,
+        )
     return Target(
+        others=others,
         backend_index=i,
         nvml_index=gpu.index if gpu else None,
         name=name,

@@ -58,7 +58,15 @@ class Backend(Protocol):
 
 
 class BackendUnavailable(Exception):
-    """The framework is installed but cannot drive a GPU here; the reason is one line."""
+    """The framework is installed but cannot drive a GPU here; the reason is one line.
+
+    ``built_cuda``: the CUDA version the framework was built for ("12.8"), when known, so the
+    caller can tell a torch newer than the driver from a broken node.
+    """
+
+    def __init__(self, reason: str, built_cuda: str | None = None) -> None:
+        super().__init__(reason)
+        self.built_cuda = built_cuda
 
 
 def installed(name: str) -> bool:

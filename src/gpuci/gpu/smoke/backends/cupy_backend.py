@@ -136,11 +136,16 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
         raise BackendUnavailable(f"cupy {cp.__version__} has no NCCL: {exc}") from None
     if not getattr(nccl, "available", True):
         raise BackendUnavailable(f"cupy {cp.__version__} was built without NCCL")
-    comms = nccl.NcclCommunicator.initAll(indices)
     bufs = []
-    for i in indices:
+    for i in indices:  # the contexts, before NCCL: start-up, not the collective
         with cp.cuda.Device(i):
             bufs.append(cp.ones(n, dtype=cp.float32))
+    from gpuci.gpu.smoke.allreduce import phase
+
+    # NCCL's communicator set-up counts as the collective: a hang there (broken P2P, NVLink)
+    # is a finding about the node, as a hang in the all-reduce is.
+    phase("collective")
+    comms = nccl.NcclCommunicator.initAll(indices)
     nccl.groupStart()
     for comm, buf, i in zip(comms, bufs, indices, strict=True):
         with cp.cuda.Device(i):
@@ -153,6 +158,15 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
             cp.cuda.Device(i).synchronize()
             out.append((float(buf.min().item()), float(buf.max().item())))
     return out
+
+
+def _built_cuda(cupy: Any) -> str | None:
+    """The CUDA runtime cupy was built against ("12.4"), from cupy.cuda.runtime."""
+    try:
+        raw = int(cupy.cuda.runtime.runtimeGetVersion())
+    except Exception:
+        return None
+    return f"{raw // 1000}.{raw % 1000 // 10}"
 
 
 class CupyBackend:
@@ -169,7 +183,7 @@ class CupyBackend:
             count = cupy.cuda.runtime.getDeviceCount()
         except cupy.cuda.runtime.CUDARuntimeError as exc:
             why = f"cupy {cupy.__version__} cannot initialise CUDA: {exc}"
-            raise BackendUnavailable(why) from None
+            raise BackendUnavailable(why, built_cuda=_built_cuda(cupy)) from None
         if count == 0:
             raise BackendUnavailable(f"cupy {cupy.__version__} sees no CUDA device")
 

@@ -127,6 +127,9 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
     if not nccl.is_available(bufs):
         raise BackendUnavailable(f"torch {t.__version__} was built without NCCL")
+    from gpuci.gpu.smoke.allreduce import phase
+
+    phase("collective")  # contexts are up; NCCL's set-up and the all-reduce follow
     nccl.all_reduce(bufs)
     for i in indices:
         t.cuda.synchronize(i)
@@ -152,7 +155,7 @@ class TorchBackend:
                 if built is None
                 else f"torch {torch.__version__} (CUDA {built}) cannot initialise CUDA here"
             )
-            raise BackendUnavailable(why)
+            raise BackendUnavailable(why, built_cuda=built)
 
     def device_count(self) -> int:
         return self._t.cuda.device_count() if self.is_gpu else 1

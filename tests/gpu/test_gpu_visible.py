@@ -1,0 +1,210 @@
+"""CUDA_VISIBLE_DEVICES: gpu-setup and gpu-smoke judge, count and export only the job's GPUs.
+
+A 4-GPU host whose GPU 0 has uncorrected ECC errors: a job given GPUs 2 and 3 must pass, count
+2, and export 2. Unopenable GPUs (NVML NoPermission under a device cgroup) are skipped and listed.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuci.commands.gpu_setup import INPUTS
+from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.setup import run
+from gpuci.gpu.visible import resolve
+from gpuci.inputs import resolve as resolve_inputs
+from gpuci.runtime import Result, Runtime
+from gpuci_testing import clean_env
+
+HOST = ["ecc-bad", "h100-sxm", "h100-sxm", "h100-sxm"]  # GPU 0 is another tenant's, and sick
+
+
+def setup(fake: FakeNvml, visible: str | None, tmp: Path, **flags: str) -> Result:
+    environ = {k: v for k, v in clean_env().items() if not k.startswith("CUDA_")}
+    environ.update(RUNNER_TEMP=str(tmp), GPUCI_JOURNAL=str(tmp / "journal.jsonl"))
+    if visible is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = visible
+    values = resolve_inputs(INPUTS, {k.replace("_", "-"): v for k, v in flags.items()}, environ)
+    rt = Runtime(environ, json_mode=True, stdout=io.StringIO())
+    return run(values, rt, nvml=fake)
+
+
+def uuids(fake: FakeNvml, *indices: int) -> str:
+    return ",".join(fake.devices[i].uuid for i in indices)
+
+
+@pytest.mark.parametrize("by", ["index", "uuid", "abbreviated-uuid"])
+def test_only_the_visible_gpus_are_judged_counted_and_exported(tmp_path: Path, by: str) -> None:
+    fake = FakeNvml(HOST)
+    visible = {
+        "index": "2,3",
+        "uuid": uuids(fake, 2, 3),
+        "abbreviated-uuid": ",".join(fake.devices[i].uuid[:12] for i in (2, 3)),
+    }[by]
+    result = setup(fake, visible, tmp_path, export_visible_devices="true")
+    assert result.exit_code == 0, result.headline  # GPU 0's ECC errors are not this job's
+    assert result.outputs["gpu-count"] == 2
+    assert result.outputs["visible-devices"] == uuids(fake, 2, 3)
+    assert result.env["CUDA_VISIBLE_DEVICES"] == uuids(fake, 2, 3)
+    assert result.report["visibility"]["hidden_nvml_indices"] == [0, 1]
+    assert (
+        "not judged"
+        in next(c for c in result.report["checks"] if c["check"] == "require-gpu")["reason"]
+    )
+
+
+def test_order_is_cudas_and_the_list_stops_at_the_first_invalid_entry(tmp_path: Path) -> None:
+    fake = FakeNvml(HOST)
+    result = setup(fake, "3,1,7,2", tmp_path)  # 7 names no device: CUDA ignores 7 and 2
+    assert result.outputs["visible-devices"] == uuids(fake, 3, 1)
+    assert result.report["visibility"]["ignored_from"] == "7"
+    assert any("ignores '7'" in a.message for a in result.annotations)
+
+
+@pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles", "GPU-", "0,0"])
+def test_nothing_or_an_invalid_first_entry_hides_every_gpu(tmp_path: Path, visible: str) -> None:
+    fake = FakeNvml(["h100-sxm"] * 4)
+    result = setup(fake, visible, tmp_path, export_visible_devices="true")
+    if visible == "0,0":  # a repeat ends the list at the repeat: device 0 only
+        assert result.outputs["gpu-count"] == 1
+        return
+    assert result.exit_code == 1
+    assert result.outputs["gpu-count"] == 0 and result.outputs["visible-devices"] == ""
+    assert "CUDA_VISIBLE_DEVICES" not in result.env  # never widened to the host's GPUs
+    assert "hides all 4 GPU(s)" in result.headline
+
+
+def test_a_mig_uuid_selects_that_slice_only(tmp_path: Path) -> None:
+    fake = FakeNvml(["a100-mig", "h100-sxm"])
+    second = fake.devices[0].migs[1].uuid
+    result = setup(fake, second, tmp_path, export_visible_devices="true")
+    assert result.exit_code == 0, result.headline
+    assert result.outputs["visible-devices"] == second
+    assert result.env["CUDA_VISIBLE_DEVICES"] == second
+    assert result.outputs["gpu-count"] == 1
+
+
+def test_the_r450_mig_form_names_a_gpu_instance() -> None:
+    fake = FakeNvml(["a100-mig"])
+    with open_nvml({}, fake) as session:
+        gpus = session.snapshot().gpus
+    vis = resolve(f"MIG-{fake.devices[0].uuid}/2/0", "", gpus)
+    assert vis.selected == (0,) and vis.mig == {0: (fake.devices[0].migs[1].uuid,)}
+
+
+def test_an_ambiguous_uuid_prefix_ends_the_list() -> None:
+    fake = FakeNvml(["h100-sxm"] * 2)
+    with open_nvml({}, fake) as session:
+        gpus = session.snapshot().gpus
+    assert resolve("GPU-", "", gpus).selected == ()
+    vis = resolve("1,GPU", "", gpus)  # a bare word is not a device
+    assert vis.selected == (1,) and vis.stopped_at == "GPU"
+
+
+def test_indices_on_mixed_models_without_pci_bus_id_order_warn() -> None:
+    fake = FakeNvml(["t4", "l4"])
+    with open_nvml({}, fake) as session:
+        gpus = session.snapshot().gpus
+    assert resolve("1", "", gpus).notes  # FASTEST_FIRST on mixed models: said, not guessed
+    assert not resolve("1", "PCI_BUS_ID", gpus).notes
+
+
+# ----- item 2: a GPU this process may not open ---------------------------------------------
+def test_a_no_permission_gpu_is_skipped_and_listed_not_exit_3(tmp_path: Path) -> None:
+    fake = FakeNvml.from_spec("h100-sxm,h100-sxm:open=4,h100-sxm")
+    result = setup(fake, None, tmp_path)
+    assert result.exit_code == 0, result.headline
+    assert result.outputs["gpu-count"] == 2
+    assert result.report["nvml"]["skipped"][0]["index"] == 1
+    assert any(
+        "GPU 1 could not be opened" in a.message and "Insufficient Permissions" in a.message
+        for a in result.annotations
+    )
+
+
+def test_cuda_ordinals_count_only_the_gpus_that_open(tmp_path: Path) -> None:
+    # Slurm's ConstrainDevices: CUDA sees the two allowed GPUs as 0 and 1.
+    fake = FakeNvml.from_spec("h100-sxm:open=4,h100-sxm,h100-sxm:open=4,h100-sxm")
+    result = setup(fake, "0,1", tmp_path)
+    assert result.outputs["visible-devices"] == uuids(fake, 1, 3)
+
+
+def test_every_gpu_unopenable_fails_require_gpu_with_the_reason(tmp_path: Path) -> None:
+    fake = FakeNvml.from_spec("h100-sxm:open=4")
+    result = setup(fake, None, tmp_path)
+    assert result.exit_code == 1
+    assert "may open none" in result.headline
+
+
+# ----- gpu-smoke's health-only mode --------------------------------------------------------
+def smoke(fake: FakeNvml, visible: str | None, tmp: Path, **over: Any) -> Result:
+    from gpuci.gpu.smoke import smoke as run_smoke
+
+    values = {
+        "checks": None,
+        "budget-seconds": 30.0,
+        "memory-fraction": 0.5,
+        "min-bandwidth-gbs": None,
+        "framework": "none",
+        "dcgm-level": 0,
+        "report": str(tmp / "smoke.json"),
+        **over,
+    }
+    environ = {"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}
+    if visible is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = visible
+    rt = Runtime(environ=environ, stdout=io.StringIO())
+    return run_smoke(values, rt, nvml=fake)
+
+
+def test_smoke_health_only_watches_only_the_visible_gpus(tmp_path: Path) -> None:
+    fake = FakeNvml.from_spec("h100-sxm:ecc+=3,h100-sxm,h100-sxm:xid=79,h100-sxm")
+    result = smoke(fake, "1,3", tmp_path)
+    assert result.exit_code == 0, result.headline
+    labels = [c["gpu"] for c in result.report["checks"] if c["name"] == "health"]
+    assert labels == [1, 3]
+    assert [g["index"] for g in result.report["gpus"]] == [1, 3]
+
+
+def test_smoke_with_no_visible_gpu_is_a_config_error_with_a_report(tmp_path: Path) -> None:
+    result = smoke(FakeNvml(["h100-sxm"] * 2), "NoDevFiles", tmp_path)
+    assert result.exit_code == 2
+    assert "hides all 2 GPU(s)" in result.headline
+    assert result.outputs["passed"] is False
+
+
+def test_smoke_skips_a_no_permission_gpu(tmp_path: Path) -> None:
+    result = smoke(FakeNvml.from_spec("h100-sxm:open=4,h100-sxm"), None, tmp_path)
+    assert result.exit_code == 0, result.headline
+    assert [g["index"] for g in result.report["gpus"]] == [1]
+    assert any("GPU 0 could not be opened" in n for n in result.report["notes"])
+
+
+# ----- modes: ECC off or changing, persistence off -----------------------------------------
+def test_ecc_off_pending_and_persistence_off_are_reported_not_failed(tmp_path: Path) -> None:
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    fake.set(0, ecc_enabled=False)
+    fake.set(1, ecc_pending=False, persistence=False)
+    result = setup(fake, None, tmp_path)
+    assert result.exit_code == 0, result.headline
+    text = [a.message for a in result.annotations if a.title == "gpu-setup: modes"]
+    assert any(t.startswith("GPU 0: ECC is off") for t in text), text
+    assert any("GPU 1: an ECC mode change (to off) is pending" in t for t in text), text
+    assert any("GPU 1: persistence mode is off" in t for t in text), text
+    gpus = result.report["nvml"]["gpus"]
+    assert gpus[1]["persistence_mode"] is False and gpus[1]["health"]["ecc_pending"] is False
+
+
+def test_a_power_limit_below_the_default_is_reported(tmp_path: Path) -> None:
+    fake = FakeNvml(["h100-sxm"])
+    fake.set(0, power_limit_mw=450000, power_default_mw=700000)
+    result = setup(fake, None, tmp_path)
+    assert result.exit_code == 0
+    assert any(
+        "power limit lowered to 450 W of the default 700 W" in a.message for a in result.annotations
+    )

@@ -1,0 +1,58 @@
+"""Per-SKU minimums: vGPU profiles and nameless MIG devices are not whole GPUs, power-capped
+boards' GEMM is reported not judged, the H200 NVL has its own row, min-gemm-tflops overrides."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from smoke_helpers import GpuLike
+
+from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.smoke.models import is_vgpu, minimums
+from gpuci.gpu.smoke.targets import match_targets
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA A10-24Q", "GRID A100-40C", "NVIDIA L4-24Q", "GRID A100-3-20C", "GRID T4-16Q"]
+)
+def test_a_vgpu_profile_is_not_held_to_the_whole_boards_minimums(name: str) -> None:
+    assert is_vgpu(name)
+    mins = minimums(name, (4, 16))
+    assert (mins.model, mins.mem_bw_gbs, mins.gemm_tflops, mins.h2d_gbs) == (None,) * 4
+    assert "vGPU profile" in mins.source
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-16GB", "NVIDIA H100 80GB HBM3", "NVIDIA A10G"],
+)
+def test_board_names_are_not_vgpu_profiles(name: str) -> None:
+    assert not is_vgpu(name) and minimums(name).model is not None
+
+
+@pytest.mark.parametrize("name", ["Tesla T4", "NVIDIA L4", "NVIDIA A10G", "NVIDIA L40S"])
+def test_power_capped_boards_report_gemm_without_judging(name: str) -> None:
+    # a T4 sustains ~24 TFLOP/s under its 70 W cap: 50 % of the 65 peak (32) would fail it
+    mins = minimums(name)
+    assert mins.gemm_tflops is None and "power-capped" in mins.source
+    assert mins.mem_bw_gbs is not None  # bandwidth is still judged
+    assert minimums(name, override_gemm=20).gemm_tflops == 20
+
+
+def test_h200_nvl_has_its_own_row() -> None:
+    nvl = minimums("NVIDIA H200 NVL")
+    assert nvl.model == "H200-NVL" and nvl.gemm_tflops == 418  # 50 % of 835, not of 989
+    assert minimums("NVIDIA H200").gemm_tflops == 494
+
+
+def test_a_mig_device_without_a_name_is_not_its_parent() -> None:
+    fake = FakeNvml(["a100-mig"])
+    with open_nvml({}, fake) as session:
+        (gpu,) = session.snapshot().gpus
+        nameless = replace(gpu, mig_devices=tuple(replace(m, name=None) for m in gpu.mig_devices))
+        targets, _ = match_targets(GpuLike([fake.devices[0].migs[0].uuid]), session, [nameless], {})
+    (t,) = targets
+    assert t.name == "NVIDIA A100-SXM4-40GB MIG"
+    assert t.minimums.gemm_tflops is None and t.minimums.mem_bw_gbs is None  # reported only
