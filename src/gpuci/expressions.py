@@ -1,13 +1,20 @@
-"""A small evaluator for the GitHub Actions expressions our action.yml files use.
+"""GitHub Actions expressions (``${{ }}`` and ``if:``), evaluated as the runner does.
 
-Why not a library: none on PyPI evaluates ``${{ }}`` the way the runner does, and the subset we
-need is small. Supported: literals (``'text'`` with ``''`` escapes, numbers, ``true``, ``false``,
-``null``), context lookups (``inputs.x``, ``steps.id.outputs.y``, ``env.X``, ``a['b']``),
-``!``, ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``&&``, ``||`` (which return an operand,
-as in GitHub), parentheses, the status functions and ``contains``/``startsWith``/``endsWith``.
-Anything else raises :class:`ExpressionError`, so a test never silently evaluates what the
-harness does not understand. Comparison follows the runner: strings compare case-insensitively;
-mixed types are coerced to numbers.
+One evaluator for the whole project: ``dry-run`` plans a workflow with it, and the tests' action
+harness runs our composite actions with it. No library on PyPI evaluates ``${{ }}`` the way
+the runner does (actions/runner ``src/Sdk/Expressions``), and the subset is small.
+
+Supported: literals (``'text'`` with ``''`` escapes, numbers, ``true``, ``false``, ``null``),
+context lookups (``inputs.x``, ``steps.id.outputs.y``, ``env.X``, ``a['b']``), ``!``, ``==``,
+``!=``, ``<``, ``<=``, ``>``, ``>=``, ``&&``, ``||`` (which return an operand, as in GitHub),
+parentheses, the status functions, ``contains``/``startsWith``/``endsWith``/``format``/``join``/
+``toJSON``/``fromJSON``. Comparison follows the runner: strings compare case-insensitively;
+mixed types are coerced to numbers; ``NaN`` equals nothing.
+
+What a planner cannot know (a secret, a ``vars`` value, the outputs of a ``run:`` step) is an
+:class:`Unknown`: it flows through operators (``unknown && false`` is still false, ``unknown ||
+'x'`` still truthy) and names what it came from, so a plan says *why* it could not decide.
+Anything else raises :class:`ExpressionError`: nothing is silently evaluated wrongly.
 """
 
 from __future__ import annotations
@@ -22,16 +29,47 @@ TOKEN = re.compile(
     r"\s*(?:"
     r"(?P<str>'(?:[^']|'')*')"
     r"|(?P<num>-?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?))"
-    r"|(?P<op>==|!=|<=|>=|&&|\|\||[!<>().\[\],])"
+    r"|(?P<op>==|!=|<=|>=|&&|\|\||[!<>().\[\],*])"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)"
     r")"
 )
 STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
 EMBEDDED = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+Status = Callable[[str], "bool | Unknown"]
 
 
 class ExpressionError(ValueError):
-    """An expression the harness cannot (or GitHub would not) evaluate."""
+    """An expression we cannot (or GitHub would not) evaluate."""
+
+
+class Unknown:
+    """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
+
+    __slots__ = ("path", "why")
+
+    def __init__(self, why: str, path: bool = True) -> None:
+        self.why = why
+        self.path = path  # ``why`` is a context path that a property access may extend
+
+    def child(self, key: Any) -> Unknown:
+        if self.path and isinstance(key, str):
+            return Unknown(f"{self.why}.{key}")
+        return self
+
+    def __repr__(self) -> str:
+        return f"Unknown({self.why!r})"
+
+
+class Partial(dict):
+    """A context of which only some properties are known; the rest are :class:`Unknown`."""
+
+    def __init__(self, name: str, known: Mapping[str, Any]) -> None:
+        super().__init__(known)
+        self.name = name
+
+
+def is_unknown(value: Any) -> bool:
+    return isinstance(value, Unknown)
 
 
 def tokenize(text: str) -> list[tuple[str, str]]:
@@ -97,14 +135,23 @@ def to_text(value: Any) -> str:
     return str(value)
 
 
+def _first_unknown(*values: Any) -> Unknown | None:
+    return next((v for v in values if isinstance(v, Unknown)), None)
+
+
 class _Parser:
     def __init__(
-        self, text: str, contexts: Mapping[str, Any], status: Callable[[str], bool]
+        self,
+        text: str,
+        contexts: Mapping[str, Any],
+        status: Status,
+        unknown_functions: frozenset[str],
     ) -> None:
         self.tokens = tokenize(text)
         self.pos = 0
         self.contexts = contexts
         self.status = status
+        self.unknown_functions = unknown_functions
         self.text = text
 
     def peek(self) -> str | None:
@@ -130,7 +177,11 @@ class _Parser:
         while self.peek() == "||":
             self.take()
             right = self.and_()
-            value = value if truthy(value) else right
+            if isinstance(value, Unknown):
+                # truthy either way when the right side is; otherwise undecided
+                value = right if not isinstance(right, Unknown) and truthy(right) else value
+            else:
+                value = value if truthy(value) else right
         return value
 
     def and_(self) -> Any:
@@ -138,7 +189,11 @@ class _Parser:
         while self.peek() == "&&":
             self.take()
             right = self.equality()
-            value = right if truthy(value) else value
+            if isinstance(value, Unknown):
+                # falsy either way when the right side is; otherwise undecided
+                value = right if not isinstance(right, Unknown) and not truthy(right) else value
+            else:
+                value = right if truthy(value) else value
         return value
 
     def equality(self) -> Any:
@@ -146,7 +201,8 @@ class _Parser:
         while self.peek() in ("==", "!="):
             op = self.take()[1]
             right = self.comparison()
-            value = equal(value, right) if op == "==" else not equal(value, right)
+            same = equal(value, right)
+            value = _first_unknown(value, right) or (same if op == "==" else not same)
         return value
 
     def comparison(self) -> Any:
@@ -154,6 +210,10 @@ class _Parser:
         while self.peek() in ("<", "<=", ">", ">="):
             op = self.take()[1]
             right = self.unary()
+            unknown = _first_unknown(value, right)
+            if unknown:
+                value = unknown
+                continue
             a, b = (
                 (value.casefold(), right.casefold())
                 if isinstance(value, str) and isinstance(right, str)
@@ -165,7 +225,8 @@ class _Parser:
     def unary(self) -> Any:
         if self.peek() == "!":
             self.take()
-            return not truthy(self.unary())
+            value = self.unary()
+            return value if isinstance(value, Unknown) else not truthy(value)
         return self.postfix()
 
     def postfix(self) -> Any:
@@ -173,7 +234,7 @@ class _Parser:
         while self.peek() in (".", "["):
             if self.take()[1] == ".":
                 kind, name = self.take()
-                if kind != "name":
+                if kind != "name" and name != "*":
                     raise ExpressionError(f"expected a property name in {self.text!r}")
                 key: Any = name
             else:
@@ -201,9 +262,10 @@ class _Parser:
             return None
         if self.peek() == "(":
             return self.call(text)
-        if text not in self.contexts:
+        found = next((k for k in self.contexts if k.casefold() == text.casefold()), None)
+        if found is None:
             raise ExpressionError(f"unknown context {text!r} in {self.text!r}")
-        return self.contexts[text]
+        return self.contexts[found]
 
     def call(self, name: str) -> Any:
         self.take("(")
@@ -216,6 +278,11 @@ class _Parser:
         low = name.lower()
         if low in STATUS_FUNCTIONS and not args:
             return self.status(low)
+        if low in self.unknown_functions:
+            return Unknown(f"{name}()", path=False)
+        unknown = _first_unknown(*args)
+        if unknown and low in ("contains", "startswith", "endswith", "format", "join", "tojson"):
+            return unknown
         if low in ("contains", "startswith", "endswith") and len(args) == 2:
             hay, needle = args
             if low == "contains" and isinstance(hay, list):
@@ -224,15 +291,50 @@ class _Parser:
             if low == "contains":
                 return n in h
             return h.startswith(n) if low == "startswith" else h.endswith(n)
-        raise ExpressionError(f"function {name}() is not supported by the harness")
+        if low == "format" and args:
+            return _format(to_text(args[0]), [to_text(a) for a in args[1:]], self.text)
+        if low == "join" and 1 <= len(args) <= 2:
+            sep = to_text(args[1]) if len(args) == 2 else ","
+            items = args[0] if isinstance(args[0], list) else [args[0]]
+            return sep.join(to_text(i) for i in items)
+        if low == "tojson" and len(args) == 1:
+            return json.dumps(args[0], indent=2)
+        if low == "fromjson" and len(args) == 1:
+            if unknown:
+                return unknown
+            try:
+                return json.loads(to_text(args[0]))
+            except ValueError:
+                message = f"fromJSON of text that is not JSON in {self.text!r}"
+                raise ExpressionError(message) from None
+        raise ExpressionError(f"function {name}() is not supported here")
+
+
+def _format(template: str, args: list[str], where: str) -> str:
+    def put(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            return token[0]
+        index = int(match.group(1))
+        if index >= len(args):
+            raise ExpressionError(f"format() has no argument {index} in {where!r}")
+        return args[index]
+
+    return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
 
 
 def _index(value: Any, key: Any) -> Any:
+    if isinstance(value, Unknown):
+        return value.child(key)
+    if isinstance(key, Unknown):
+        return key
     if isinstance(value, Mapping):
         if isinstance(key, str):
             for k, v in value.items():  # contexts are case-insensitive
                 if k.casefold() == key.casefold():
                     return v
+            if isinstance(value, Partial):
+                return Unknown(f"{value.name}.{key}")
         return None
     if isinstance(value, list) and isinstance(key, int | float) and not isinstance(key, bool):
         index = int(key)
@@ -240,24 +342,48 @@ def _index(value: Any, key: Any) -> Any:
     return None
 
 
-def evaluate(text: str, contexts: Mapping[str, Any], status: Callable[[str], bool]) -> Any:
+def evaluate(
+    text: str,
+    contexts: Mapping[str, Any],
+    status: Status,
+    unknown_functions: frozenset[str] = frozenset(),
+) -> Any:
     """Evaluate one expression (without the ``${{ }}``)."""
-    return _Parser(text, contexts, status).parse()
+    return _Parser(text, contexts, status, unknown_functions).parse()
 
 
-def interpolate(text: str, contexts: Mapping[str, Any], status: Callable[[str], bool]) -> str:
-    """Replace every ``${{ expr }}`` in a string, as the runner does before running a step."""
-    return EMBEDDED.sub(lambda m: to_text(evaluate(m.group(1), contexts, status)), text)
+def interpolate(
+    text: str,
+    contexts: Mapping[str, Any],
+    status: Status,
+    unknown_functions: frozenset[str] = frozenset(),
+) -> str | Unknown:
+    """Replace every ``${{ expr }}`` in a string, as the runner does before running a step.
+
+    An :class:`Unknown` when any part is known only at run time."""
+    unknown: list[Unknown] = []
+
+    def put(match: re.Match[str]) -> str:
+        value = evaluate(match.group(1), contexts, status, unknown_functions)
+        if isinstance(value, Unknown):
+            unknown.append(value)
+            return ""
+        return to_text(value)
+
+    whole = EMBEDDED.sub(put, text)
+    return unknown[0] if unknown else whole
 
 
-def condition(text: str | bool | None, contexts: Mapping[str, Any], status) -> bool:
-    """An ``if:``: a bare expression, implicitly ``success() && (...)`` unless it names a
-    status function itself."""
+def condition_expression(text: str | bool | None) -> str:
+    """The expression an ``if:`` evaluates: ``${{ }}`` optional, and ``success() && (...)``
+    unless it names a status function itself."""
     if text is None:
-        return status("success")
+        return "success()"
     if isinstance(text, bool):
-        return text and status("success")
-    expr = text.strip()
+        return "success() && true" if text else "success() && false"
+    if isinstance(text, int | float):
+        text = to_text(text)
+    expr = str(text).strip()
     whole = EMBEDDED.fullmatch(expr)
     if whole:
         expr = whole.group(1)
@@ -266,4 +392,15 @@ def condition(text: str | bool | None, contexts: Mapping[str, Any], status) -> b
     names = {tok[1].lower() for tok in tokenize(expr) if tok[0] == "name"}
     if not names & set(STATUS_FUNCTIONS):
         expr = f"success() && ({expr})"
-    return truthy(evaluate(expr, contexts, status))
+    return expr
+
+
+def condition(
+    text: str | bool | None,
+    contexts: Mapping[str, Any],
+    status: Status,
+    unknown_functions: frozenset[str] = frozenset(),
+) -> bool | Unknown:
+    """Whether an ``if:`` holds; an :class:`Unknown` when that is known only at run time."""
+    value = evaluate(condition_expression(text), contexts, status, unknown_functions)
+    return value if isinstance(value, Unknown) else truthy(value)
