@@ -59,7 +59,8 @@ def test_root_action_splits_inputs_by_prefix(tmp_path):
     restore = steps[0]["plans"][1]
     assert "w-v1" in restore["headline"]
     # an input of a part under its bare name is a typo at the root: bad input, named
-    assert steps[1]["verdict"] == "bad-input"
+    # skipped after the first step fails here (no GPU), and still judged: its input is a typo
+    assert (steps[1]["verdict"], steps[1]["planned"]) == ("skipped", "bad-input")
     assert "unknown input(s) budget-seconds" in steps[1]["detail"]
     assert proc.returncode == 2
 
@@ -85,7 +86,8 @@ def test_malformed_input_names_step_and_input(tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert "job train, step 2 (Check GPUs)" in proc.stdout
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
-    assert "step 3: python train.py [run]" in proc.stderr  # the walk is the log, on stderr
+    # the walk is the log, on stderr; the runner would not run step 3 after step 2 fails
+    assert "step 3: python train.py [skipped here: step 2 (Check GPUs) has bad input" in proc.stderr
 
 
 def test_unknown_input_is_bad_input(tmp_path):
@@ -140,9 +142,9 @@ def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input
     proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
     restore, setup = _steps(proc)
     assert restore["unresolved"] == ["key"]
-    assert restore["verdict"] == "ok", restore
+    assert restore["verdict"] == "not-evaluated", restore  # never "ok": nothing was checked
     headline = restore["plans"][0]["headline"]
-    assert headline.startswith("needs run-time value(s) for key: plan not evaluated")
+    assert headline.startswith("needs run-time value(s) for key (hashFiles()): plan not evaluated")
     assert "key or manifest" in headline  # what the real run would need, said once
     # a literal that is bad on its own cannot hide behind an expression elsewhere in its step
     assert setup["verdict"] == "bad-input", setup
@@ -199,9 +201,12 @@ def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
     body = json.loads(proc.stdout)
     verdicts = {s["command"]: s["verdict"] for s in body["report"]["steps"] if s["command"]}
     assert verdicts["gpu-setup"] == "would-fail"  # no GPU here: reported, not fatal
-    assert verdicts["gpu-smoke"] == "would-fail"  # and no smoke check could pass here either
-    assert verdicts["cache-weights restore"] in ("ok", "would-fail")
-    assert "would fail on this machine (train step 2, train step 4" in body["headline"]
+    # the runner would skip what follows a failed step: so does the plan, judging it anyway
+    smoke = next(s for s in body["report"]["steps"] if s["command"] == "gpu-smoke")
+    assert (smoke["verdict"], smoke["planned"]) == ("skipped", "would-fail")
+    assert "would fail on this machine (train step 2;" in body["headline"]
+    assert "skipped after that, and would fail here too: train step 4" in body["headline"]
+    assert body["outputs"]["not-evaluated"] == "0"
 
 
 def test_dispatching_action_picks_the_sub_command(tmp_path):
@@ -221,7 +226,8 @@ def test_dispatching_action_picks_the_sub_command(tmp_path):
     steps = json.loads(proc.stdout)["report"]["steps"]
     assert steps[0]["verdict"] == "bad-input"
     assert "input 'action' is 'explode', not one of: up, ls" in steps[0]["detail"]
-    assert steps[1]["command"] == "pods reap" and steps[1]["verdict"] == "ok"
+    assert steps[1]["command"] == "pods reap"
+    assert (steps[1]["verdict"], steps[1]["planned"]) == ("skipped", "ok")  # after step 1 fails
 
 
 @pytest.mark.parametrize(

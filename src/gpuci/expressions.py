@@ -45,16 +45,20 @@ class ExpressionError(ValueError):
 class Unknown:
     """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
 
-    __slots__ = ("path", "why")
+    __slots__ = ("path", "truth", "why")
 
-    def __init__(self, why: str, path: bool = True) -> None:
+    def __init__(self, why: str, path: bool = True, truth: bool | None = None) -> None:
         self.why = why
         self.path = path  # ``why`` is a context path that a property access may extend
+        self.truth = truth  # known even when the value is not: ``vars.X || 'default'``
 
     def child(self, key: Any) -> Unknown:
         if self.path and isinstance(key, str):
             return Unknown(f"{self.why}.{key}")
-        return self
+        return Unknown(self.why, path=False)
+
+    def with_truth(self, truth: bool) -> Unknown:
+        return Unknown(self.why, path=False, truth=truth)
 
     def __repr__(self) -> str:
         return f"Unknown({self.why!r})"
@@ -112,6 +116,13 @@ def truthy(value: Any) -> bool:
     return True
 
 
+def truth_of(value: Any) -> bool | None:
+    """Whether a value is truthy; None for an :class:`Unknown` whose truth is unknown too."""
+    if isinstance(value, Unknown):
+        return value.truth
+    return truthy(value)
+
+
 def equal(left: Any, right: Any) -> bool:
     if isinstance(left, str) and isinstance(right, str):
         return left.casefold() == right.casefold()
@@ -136,7 +147,9 @@ def to_text(value: Any) -> str:
 
 
 def _first_unknown(*values: Any) -> Unknown | None:
-    return next((v for v in values if isinstance(v, Unknown)), None)
+    """The first unknown operand, as the unknown result of an operation on it."""
+    found = next((v for v in values if isinstance(v, Unknown)), None)
+    return None if found is None else Unknown(found.why, path=False)
 
 
 class _Parser:
@@ -177,11 +190,11 @@ class _Parser:
         while self.peek() == "||":
             self.take()
             right = self.and_()
-            if isinstance(value, Unknown):
-                # truthy either way when the right side is; otherwise undecided
-                value = right if not isinstance(right, Unknown) and truthy(right) else value
+            left = truth_of(value)
+            if left is None:  # truthy either way when the right side is; else undecided
+                value = value.with_truth(True) if truth_of(right) else value
             else:
-                value = value if truthy(value) else right
+                value = value if left else right
         return value
 
     def and_(self) -> Any:
@@ -189,11 +202,11 @@ class _Parser:
         while self.peek() == "&&":
             self.take()
             right = self.equality()
-            if isinstance(value, Unknown):
-                # falsy either way when the right side is; otherwise undecided
-                value = right if not isinstance(right, Unknown) and not truthy(right) else value
+            left = truth_of(value)
+            if left is None:  # falsy either way when the right side is; else undecided
+                value = value.with_truth(False) if truth_of(right) is False else value
             else:
-                value = right if truthy(value) else value
+                value = right if left else value
         return value
 
     def equality(self) -> Any:
@@ -226,7 +239,8 @@ class _Parser:
         if self.peek() == "!":
             self.take()
             value = self.unary()
-            return value if isinstance(value, Unknown) else not truthy(value)
+            truth = truth_of(value)
+            return value if truth is None else not truth
         return self.postfix()
 
     def postfix(self) -> Any:
@@ -403,4 +417,5 @@ def condition(
 ) -> bool | Unknown:
     """Whether an ``if:`` holds; an :class:`Unknown` when that is known only at run time."""
     value = evaluate(condition_expression(text), contexts, status, unknown_functions)
-    return value if isinstance(value, Unknown) else truthy(value)
+    truth = truth_of(value)
+    return value if truth is None else truth

@@ -18,6 +18,25 @@ COMMAND = Command(
             "Only this job (default: every job; steps that are not gpu-ci are listed, not run).",
             "str",
         ),
+        Input(
+            "event",
+            "The event to plan for (github.event_name): default push when the workflow runs on "
+            "push, else the first event it names.",
+            "str",
+        ),
+        Input(
+            "ref",
+            "The ref to plan for (github.ref; a bare branch name means refs/heads/NAME).",
+            "str",
+            default="refs/heads/main",
+        ),
+        Input(
+            "probe",
+            "Allow read-only network probes (a HEAD per download, a pod listing); "
+            "without it the plan makes no network call.",
+            "bool",
+            default="false",
+        ),
     ),
     target="gpuci.dryrun:run",
     positional="workflow",
