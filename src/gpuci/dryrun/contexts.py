@@ -77,8 +77,12 @@ def _git(root: Path, *args: str) -> str | None:
 
 
 def workspace_of(workflow: Path) -> Path:
-    """The checkout the workflow belongs to (its git top level), else the current folder."""
-    top = _git(workflow.resolve().parent, "rev-parse", "--show-toplevel")
+    """The checkout the workflow belongs to: the folder holding its ``.github/workflows``, else
+    its git top level, else the current folder."""
+    folder = workflow.resolve().parent
+    if folder.name == "workflows" and folder.parent.name == ".github":
+        return folder.parent.parent
+    top = _git(folder, "rev-parse", "--show-toplevel")
     return Path(top) if top else Path.cwd()
 
 

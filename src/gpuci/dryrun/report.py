@@ -62,7 +62,7 @@ def _where(plans: list[StepPlan]) -> str:
 
 
 def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, probe: bool) -> Result:
-    judged = [p for p in plans if p.judged]
+    judged = [p for p in plans if p.judged and not p.children]  # a composite: its steps count
     bad = [p for p in judged if p.judged == "bad-input"]
     failing = [p for p in judged if p.verdict == "would-fail"]
     unevaluated = [p for p in judged if p.verdict == "not-evaluated"]
