@@ -1,6 +1,7 @@
 """``dry-run`` of a workflow: find gpu-ci steps, resolve literal inputs, judge the plan."""
 
 import json
+import subprocess
 import textwrap
 
 import pytest
@@ -394,3 +395,165 @@ def test_a_secret_in_env_is_provided_at_run_time_not_bad_input(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert step["verdict"] == "ok"
     assert step["unresolved"] == ["env RUNPOD_API_KEY"]
+
+
+def test_env_github_and_runner_values_are_put_in(tmp_path):
+    """``${{ env.HF_HOME }}/hub`` (a literal in the workflow's env) is evaluated, not skipped."""
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        env:
+          HF_HOME: /data/hf
+          KEY: wf
+        jobs:
+          j:
+            runs-on: x
+            env:
+              KEY: job-${{ github.ref_name }}
+            steps:
+              - id: w
+                env:
+                  KEY: ${{ env.KEY }}-${{ runner.os }}
+                uses: acme/gpu-ci/actions/cache-weights@v1
+                with:
+                  key: ${{ env.KEY }}
+                  path: ${{ env.HF_HOME }}/hub
+              - uses: acme/gpu-ci/actions/cache-weights@v1
+                with:
+                  key: w-${{ github.sha }}
+                  path: ${{ runner.temp }}/w
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
+    proc = run_cli("dry-run", str(wf), "--json", "--ref", "dev", env=env)
+    first, second = _steps(proc)
+    assert first["verdict"] == "ok" and first["unresolved"] == []
+    assert "no cache for job-dev-Linux" in first["plans"][0]["headline"]  # step env over job's
+    # this checkout's commit is github.sha
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    assert second["verdict"] == "ok", second
+    assert f"no cache for w-{sha.stdout.strip()}" in second["plans"][0]["headline"]
+    assert proc.returncode == 0
+
+
+def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
+    wf = one_job(
+        tmp_path,
+        """
+        - uses: acme/gpu-ci/actions/retry-fetch@v1
+          with:
+            url: ${{ vars.MODEL_URL }}
+            dest: m.bin
+        - if: vars.GO == 'yes'
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            min-memory-gb: 10
+        - if: false
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            min-memory-gb: 999
+        """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    fetch, maybe, never = _steps(proc)
+    assert fetch["verdict"] == "not-evaluated"
+    assert fetch["why"] == {"url": "vars.MODEL_URL"}
+    assert maybe["verdict"] == "conditional" and maybe["condition"] == "vars.GO == 'yes'"
+    assert never["verdict"] == "skipped" and never["plans"] == []  # never judged
+    out = json.loads(proc.stdout)
+    assert out["outputs"]["not-evaluated"] == "1" and out["outputs"]["evaluated"] == "0"
+    assert "0 evaluated, 1 not evaluated, 1 conditional, 1 skipped" in out["headline"]
+    assert "[not evaluated: retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in (
+        run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    )
+    assert proc.returncode == 0
+
+
+def test_event_and_ref_decide_conditions(tmp_path):
+    wf = one_job(
+        tmp_path,
+        """
+        - name: push only
+          if: github.event_name == 'push' && github.ref == 'refs/heads/main'
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            min-memory-gb: 10
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path))
+    (step,) = _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    assert step["verdict"] == "would-fail"  # runs on a push to main (no GPU here)
+    (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--ref", "feature", env=env))
+    assert step["verdict"] == "skipped"
+    assert (
+        step["detail"]
+        == "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main')"
+    )
+    (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--event", "pull_request", env=env))
+    assert step["verdict"] == "skipped"
+
+
+def test_containers_services_and_remote_reusable_workflows_are_named(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          train:
+            runs-on: gpu-large
+            container:
+              image: nvcr.io/nvidia/pytorch:24.05-py3
+            services:
+              db: postgres:16
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+          shared:
+            uses: octo/ml/.github/workflows/train.yml@v2
+        """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    setup, remote = _steps(proc)
+    assert setup["notes"] == [
+        "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker on the runner",
+        "service db runs container postgres:16: needs Docker on the runner",
+    ]
+    assert remote["verdict"] == "not-inspected"
+    assert remote["detail"] == "not inspected: remote reusable workflow"
+    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    assert "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker" in text
+
+
+def test_a_local_composite_action_is_planned_with_its_inputs(tmp_path):
+    """``uses: ./.github/actions/prep`` wrapping gpu-setup: judged, not waved through."""
+    prep = tmp_path / ".github" / "actions" / "prep"
+    prep.mkdir(parents=True)
+    (prep / "action.yml").write_text(
+        textwrap.dedent(
+            """
+            inputs:
+              mem: {default: "10"}
+            runs:
+              using: composite
+              steps:
+                - uses: acme/gpu-ci/actions/gpu-setup@v1
+                  with:
+                    min-memory-gb: ${{ inputs.mem }}
+            """
+        )
+    )
+    flows = tmp_path / ".github" / "workflows"
+    flows.mkdir()
+    wf = flows / "w.yml"
+    wf.write_text(
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+        "      - uses: actions/checkout@v4\n"
+        "      - uses: ./.github/actions/prep\n        with: {mem: 999}\n"
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
+    proc = run_cli("dry-run", str(wf), "--json", env=env)
+    _, composite, inner = _steps(proc)
+    assert composite["verdict"] == "would-fail"
+    assert (inner["index"], inner["verdict"]) == ("2.1", "would-fail")
+    assert "'NVIDIA H200' has" in inner["plans"][0]["headline"]
+    assert json.loads(proc.stdout)["outputs"]["would-fail"] == "1"  # the inner step, once
