@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from counting_server import CountingServer
 from gpuci.dryrun import classify_uses
 from gpuci_testing import REPO, clean_env, run_cli
 
@@ -557,3 +558,57 @@ def test_a_local_composite_action_is_planned_with_its_inputs(tmp_path):
     assert (inner["index"], inner["verdict"]) == ("2.1", "would-fail")
     assert "'NVIDIA H200' has" in inner["plans"][0]["headline"]
     assert json.loads(proc.stdout)["outputs"]["would-fail"] == "1"  # the inner step, once
+
+
+def test_no_network_without_probe(tmp_path):
+    """A download, an S3 store and the RunPod API all point at a server that counts
+    connections: a plan without --probe makes none; with --probe it may ask (read-only)."""
+    with CountingServer() as server:
+        wf = one_job(
+            tmp_path,
+            f"""
+            - uses: acme/gpu-ci/actions/retry-fetch@v1
+              with:
+                url: {server.url}/model.bin
+                sha256: {"a" * 64}
+            - uses: acme/gpu-ci/actions/cache-weights@v1
+              with:
+                key: k
+                path: w
+                store: s3://bucket/prefix
+                endpoint-url: {server.url}
+            - uses: acme/gpu-ci/actions/gpu-pod@v1
+              with:
+                action: ls
+            """,
+        )
+        env = clean_env(
+            HOME=str(tmp_path),
+            RUNPOD_API_KEY="rk_test_key",
+            RUNPOD_API_URL=server.url,
+            AWS_ACCESS_KEY_ID="AKIAEXAMPLE",
+            AWS_SECRET_ACCESS_KEY="secretsecret",
+            AWS_EC2_METADATA_DISABLED="true",
+        )
+        proc = run_cli("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert server.connections == 0
+        fetch, restore, pods = _steps(proc)
+        assert "fetch, write " in fetch["plans"][0]["report"]["plan"][0]["would"]
+        assert restore["verdict"] == "not-evaluated"
+        assert "s3://bucket/prefix is on the network" in restore["detail"]
+        assert pods["verdict"] == "ok" and "RunPod not asked" in pods["notes"][-1]
+        out = json.loads(proc.stdout)
+        assert out["report"]["probe"] is False and "no network used" in out["headline"]
+        # the same plan from the command line of each step: no connection either
+        for args in (
+            ["retry-fetch", "--url", f"{server.url}/m.bin", "--dry-run"],
+            ["pods", "ls", "--dry-run"],
+        ):
+            done = run_cli(*args, env=env, cwd=tmp_path)
+            assert done.returncode == 0, done.stdout + done.stderr
+        assert server.connections == 0
+        proc = run_cli("dry-run", str(wf), "--json", "--probe", env=env, cwd=tmp_path)
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert server.connections > 0
+        assert json.loads(proc.stdout)["report"]["probe"] is True

@@ -5,7 +5,8 @@ from gpuci.inputs import Input
 
 COMMAND = Command(
     name="dry-run",
-    help="Read a workflow, find the gpu-ci steps and run each one's dry-run plan here.",
+    help="Read a workflow as the runner will, and run each gpu-ci step's dry-run plan here "
+    "(no network unless --probe).",
     inputs=(
         Input(
             "workflow",
@@ -29,13 +30,6 @@ COMMAND = Command(
             "The ref to plan for (github.ref; a bare branch name means refs/heads/NAME).",
             "str",
             default="refs/heads/main",
-        ),
-        Input(
-            "probe",
-            "Allow read-only network probes (a HEAD per download, a pod listing); "
-            "without it the plan makes no network call.",
-            "bool",
-            default="false",
         ),
     ),
     target="gpuci.dryrun:run",

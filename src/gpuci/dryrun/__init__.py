@@ -45,7 +45,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     github = github_context(event, workspace)
     contexts = base_contexts(github)
     contexts["inputs"] = _event_inputs(workflow, event.name)
-    probe = bool(values.get("probe")) or probes_allowed(rt)
+    probe = probes_allowed(rt)  # --probe, or GPUCI_PROBE=true
     rt.log(
         f"planning {path} for a {event.name} to {event.ref} in {workspace}"
         + ("; read-only probes allowed (--probe)" if probe else "; no network (--probe to ask)")

@@ -419,6 +419,16 @@ class Planner:
         inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
         inner_env[PROBE_ENV] = "true" if self.probe else "false"
         for full_name, cmd, values in calls:
+            offline = None if self.probe else _network_needed(full_name, values, inner_env)
+            if offline:
+                result = Result(command=full_name, headline=f"plan not evaluated: {offline}")
+                result.report["not_evaluated"] = offline
+                plan.results.append(result)
+                continue
+            if not self.probe and full_name.startswith("pods ") and inner_env.get(RUNPOD_KEY):
+                # without the key the pods commands plan without asking RunPod anything
+                inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
+                plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
             plan.results.append(_plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
         plan.verdict = _verdict(plan.results)
         plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
@@ -479,6 +489,23 @@ class Planner:
         )
         plan.children = inner
         return plan
+
+
+RUNPOD_KEY = "RUNPOD_API_KEY"
+
+
+def _network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str, str]) -> str:
+    """Why this command's plan would have to ask a server ('' when it plans offline)."""
+    if full_name.startswith("cache-weights"):
+        from gpuci.redact import redact_url
+
+        store = (values.get("store") or env.get("GPUCI_STORE") or "").strip()
+        if "://" in store and not store.lower().startswith("file:"):
+            return (
+                f"the store {redact_url(store)} is on the network; "
+                "--probe lets the plan look the key up"
+            )
+    return ""
 
 
 def _skipped_context() -> dict[str, Any]:
