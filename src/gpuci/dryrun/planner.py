@@ -357,7 +357,9 @@ class Planner:
                 outputs.update({k: format_output(v) for k, v in result.outputs.items()})
             outcome = "failure" if fails else "success"
             state.steps[step_id] = {
-                "outputs": outputs,
+                # an output the plan did not produce (the all-in-one's prefixed names, say)
+                # is unknown, not empty
+                "outputs": Partial(f"steps.{step_id}.outputs", outputs),
                 "outcome": outcome,
                 "conclusion": "success" if tolerated else outcome,
             }
