@@ -612,3 +612,48 @@ def test_no_network_without_probe(tmp_path):
         assert "Traceback" not in proc.stdout + proc.stderr
         assert server.connections > 0
         assert json.loads(proc.stdout)["report"]["probe"] is True
+
+
+def test_job_conditions_needs_and_the_job_filter(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: [push, schedule]
+        jobs:
+          first:
+            runs-on: x
+            steps: [{run: echo hi}]
+          gpu:
+            needs: first
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {require-gpu: false}
+          nightly:
+            if: github.event.schedule == '0 3 * * *'
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {require-gpu: false}
+          labelled:
+            if: contains(github.event.pull_request.labels.*.name, 'gpu') || vars.FORCE == 'yes'
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {require-gpu: false}
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path))
+    by_job = {s["job"]: s for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))}
+    assert by_job["gpu"]["verdict"] == "ok"
+    assert by_job["nightly"]["verdict"] == "skipped"  # a push has no schedule
+    assert by_job["labelled"]["verdict"] == "conditional"  # the job's if: waits for the run
+    assert by_job["labelled"]["planned"] == "ok"
+    # --job gpu: `first` is outside the plan, so gpu is planned as if it had passed
+    (only,) = _steps(run_cli("dry-run", str(wf), "--json", "--job", "gpu", env=env))
+    assert only["verdict"] == "ok"
+    by_job = {
+        s["job"]: s
+        for s in _steps(run_cli("dry-run", str(wf), "--json", "--event", "schedule", env=env))
+    }
+    assert by_job["nightly"]["verdict"] == "conditional"  # which cron fired is the run's

@@ -101,6 +101,11 @@ def github_context(event: Event, workspace: Path) -> Partial:
     }
     if event.name != "pull_request" and event.name != "pull_request_target":
         known.update(head_ref="", base_ref="")
+    # the event's payload is the run's, but what another event's payload lacks is known
+    payload: dict[str, Any] = {}
+    if event.name != "schedule":
+        payload["schedule"] = None
+    known["event"] = Partial("github.event", payload)
     sha = _git(workspace, "rev-parse", "HEAD")
     if sha and re.fullmatch(r"[0-9a-f]{40,64}", sha):
         known["sha"] = sha

@@ -126,6 +126,8 @@ class Planner:
         for job_id in _needs_order(jobs):
             job = jobs[job_id]
             if (wanted and job_id != wanted) or not isinstance(job, dict):
+                # outside the plan (--job): a job that needs it plans as if it succeeded
+                self.outcomes.setdefault(f"{prefix}{job_id}", "success")
                 continue
             self.job(f"{prefix}{job_id}", job, {**base, "env": env}, prefix, depth)
 
@@ -153,18 +155,10 @@ class Planner:
         elif any(isinstance(r, Unknown) for r in results.values()):
             state.failed = Unknown(f"needs.{next(iter(results))}.result", path=False)
         cond = job.get("if")
-        try:
-            held = condition(cond, contexts, state.status, UNKNOWN_FUNCTIONS)
-        except ExpressionError as exc:
-            self._job_line(name, f"if: cannot be evaluated: {exc}")
-            self.outcomes[name] = Unknown(name)
-            return
+        held = _condition(cond, contexts, state.status)
         forced = ""
         if held is False:
-            if (
-                state.failed is True
-                and condition(cond, contexts, _nothing_failed, UNKNOWN_FUNCTIONS) is not False
-            ):
+            if state.failed is True and _condition(cond, contexts, _nothing_failed) is not False:
                 self._job_line(name, f"skipped: {state.failure} would fail or be skipped here")
                 self.outcomes[name] = "skipped"
                 forced = f"job skipped: {state.failure} would fail or be skipped here"
@@ -255,7 +249,7 @@ class Planner:
                     self.rt.log(f"  {line}")
                 state = JobState()
                 first = len(self.plans)
-                self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", forced, 0)
+                self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", forced, 0, note)
                 for plan in self.plans[first:]:
                     plan.notes = notes + plan.notes
                 outcomes.append("failure" if state.failed is True else state.failed or "success")
@@ -273,7 +267,10 @@ class Planner:
         prefix: str,
         forced: str,
         depth: int,
+        unsure: str = "",
     ) -> None:
+        """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
+        would run conditional (its job's ``if:`` is known only at run time)."""
         for number, step in enumerate(steps, start=1):
             if not isinstance(step, dict):
                 continue
@@ -295,16 +292,9 @@ class Planner:
                 self._add(plan)
                 state.steps[step_id] = _skipped_context()
                 continue
-            try:
-                held = condition(cond, ctx, state.status, UNKNOWN_FUNCTIONS)
-            except ExpressionError as exc:
-                plan = StepPlan(job=job, index=index, name=_step_name(step), condition=shown)
-                plan.verdict, plan.detail = "bad-input", f"if: cannot be evaluated: {exc}"
-                self._add(plan)
-                state.steps[step_id] = Unknown(f"steps.{step_id}")
-                continue
+            held = _condition(cond, ctx, state.status)
             if held is False:
-                alive = condition(cond, ctx, _nothing_failed, UNKNOWN_FUNCTIONS)
+                alive = _condition(cond, ctx, _nothing_failed)
                 if state.failed is True and alive is not False:
                     # Skipped only because an earlier step fails *here*: judge it anyway (its
                     # literals are still checked), but it does not run after that failure.
@@ -323,12 +313,14 @@ class Planner:
                 continue
             plan = self.step(job, steps, number, index, ctx, env, depth)
             plan.condition = shown
-            if isinstance(held, Unknown):
+            if isinstance(held, Unknown) or unsure:
                 plan.planned, plan.verdict = plan.verdict, "conditional"
+                why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
                 plan.detail = (
-                    f"conditional (if: {shown}: {held.why} is known at run time); "
-                    f"if it runs: {plan.planned}: {plan.detail}"
+                    f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
                 )
+                if not shown:
+                    plan.condition = unsure
             self._add(plan)
             self._after(plan, step, step_id, state)
 
@@ -507,7 +499,24 @@ def _network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str,
                 f"the store {redact_url(store)} is on the network; "
                 "--probe lets the plan look the key up"
             )
+    if full_name.startswith("pods "):
+        from gpuci.redact import redact_url
+
+        ledger = (values.get("ledger") or env.get("GPUCI_PODS_LEDGER") or "").strip()
+        if "://" in ledger and not ledger.lower().startswith("file:"):
+            return (
+                f"the pods ledger {redact_url(ledger)} is on the network; "
+                "--probe lets the plan read it"
+            )
     return ""
+
+
+def _condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:
+    """An ``if:`` at plan time; one this plan cannot parse is left to the run, not refused."""
+    try:
+        return condition(cond, ctx, status, UNKNOWN_FUNCTIONS)
+    except ExpressionError as exc:
+        return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
 
 
 def _skipped_context() -> dict[str, Any]:

@@ -159,7 +159,7 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
     if risky:
         out.headline += f"; {len(risky)} may fail at run time (a path may be missing)"
     if unevaluated:
-        out.headline += f"; not evaluated (run-time values): {_where(unevaluated)}"
+        out.headline += f"; not evaluated (see each step's why): {_where(unevaluated)}"
     if conditional:
         out.headline += f"; conditional (if: known at run time): {_where(conditional)}"
     if uninspected:
