@@ -1,5 +1,6 @@
 """``dry-run`` of a workflow: find gpu-ci steps, resolve literal inputs, judge the plan."""
 
+import hashlib
 import json
 import subprocess
 import textwrap
@@ -146,7 +147,10 @@ def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input
     assert restore["unresolved"] == ["key"]
     assert restore["verdict"] == "not-evaluated", restore  # never "ok": nothing was checked
     headline = restore["plans"][0]["headline"]
-    assert headline.startswith("needs run-time value(s) for key (hashFiles()): plan not evaluated")
+    assert headline.startswith(
+        "needs run-time value(s) for key (hashFiles('weights.sha256') (matches nothing in the "
+        "checkout yet)): plan not evaluated"
+    )
     assert "key or manifest" in headline  # what the real run would need, said once
     # a literal that is bad on its own cannot hide behind an expression elsewhere in its step
     assert setup["verdict"] == "bad-input", setup
@@ -657,3 +661,26 @@ def test_job_conditions_needs_and_the_job_filter(tmp_path):
         for s in _steps(run_cli("dry-run", str(wf), "--json", "--event", "schedule", env=env))
     }
     assert by_job["nightly"]["verdict"] == "conditional"  # which cron fired is the run's
+
+
+def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
+    from gpuci.dryrun.contexts import hash_files
+    from gpuci.expressions import Unknown
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.lock").write_bytes(b"one")
+    (tmp_path / "a" / "y.lock").write_bytes(b"two")
+    ctx = {"github": {"workspace": str(tmp_path)}}
+
+    def runner(*contents: bytes) -> str:  # actions/runner hashFiles: sha256 of the sha256s
+        combined = hashlib.sha256()
+        for data in contents:
+            combined.update(hashlib.sha256(data).digest())
+        return combined.hexdigest()
+
+    assert hash_files(ctx, ["a/x.lock"]) == runner(b"one")
+    assert hash_files(ctx, ["**/*.lock"]) == runner(b"one", b"two")
+    assert hash_files(ctx, ["**/*.lock", "!a/y.lock"]) == runner(b"one")
+    assert hash_files(ctx, ["a/x.lock\na/y.lock"]) == runner(b"one", b"two")
+    for left in (["none.lock"], ["../x"], ["/etc/passwd"], [Unknown("vars.F")]):
+        assert isinstance(hash_files(ctx, left), Unknown), left

@@ -36,6 +36,10 @@ TOKEN = re.compile(
 STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
 EMBEDDED = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 Status = Callable[[str], "bool | Unknown"]
+# Extra functions by lower-case name: called with the contexts and the arguments. A set of names
+# instead makes each of them an Unknown (what only the run can compute, e.g. hashFiles).
+Function = Callable[[Mapping[str, Any], list[Any]], Any]
+Functions = Mapping[str, Function] | frozenset[str]
 
 
 class ExpressionError(ValueError):
@@ -158,13 +162,13 @@ class _Parser:
         text: str,
         contexts: Mapping[str, Any],
         status: Status,
-        unknown_functions: frozenset[str],
+        functions: Functions,
     ) -> None:
         self.tokens = tokenize(text)
         self.pos = 0
         self.contexts = contexts
         self.status = status
-        self.unknown_functions = unknown_functions
+        self.functions = functions
         self.text = text
 
     def peek(self) -> str | None:
@@ -292,8 +296,10 @@ class _Parser:
         low = name.lower()
         if low in STATUS_FUNCTIONS and not args:
             return self.status(low)
-        if low in self.unknown_functions:
-            return Unknown(f"{name}()", path=False)
+        if low in self.functions:
+            if isinstance(self.functions, frozenset):
+                return Unknown(f"{name}()", path=False)
+            return self.functions[low](self.contexts, args)
         unknown = _first_unknown(*args)
         if unknown and low in ("contains", "startswith", "endswith", "format", "join", "tojson"):
             return unknown
@@ -360,17 +366,17 @@ def evaluate(
     text: str,
     contexts: Mapping[str, Any],
     status: Status,
-    unknown_functions: frozenset[str] = frozenset(),
+    functions: Functions = frozenset(),
 ) -> Any:
     """Evaluate one expression (without the ``${{ }}``)."""
-    return _Parser(text, contexts, status, unknown_functions).parse()
+    return _Parser(text, contexts, status, functions).parse()
 
 
 def interpolate(
     text: str,
     contexts: Mapping[str, Any],
     status: Status,
-    unknown_functions: frozenset[str] = frozenset(),
+    functions: Functions = frozenset(),
 ) -> str | Unknown:
     """Replace every ``${{ expr }}`` in a string, as the runner does before running a step.
 
@@ -378,7 +384,7 @@ def interpolate(
     unknown: list[Unknown] = []
 
     def put(match: re.Match[str]) -> str:
-        value = evaluate(match.group(1), contexts, status, unknown_functions)
+        value = evaluate(match.group(1), contexts, status, functions)
         if isinstance(value, Unknown):
             unknown.append(value)
             return ""
@@ -413,9 +419,9 @@ def condition(
     text: str | bool | None,
     contexts: Mapping[str, Any],
     status: Status,
-    unknown_functions: frozenset[str] = frozenset(),
+    functions: Functions = frozenset(),
 ) -> bool | Unknown:
     """Whether an ``if:`` holds; an :class:`Unknown` when that is known only at run time."""
-    value = evaluate(condition_expression(text), contexts, status, unknown_functions)
+    value = evaluate(condition_expression(text), contexts, status, functions)
     truth = truth_of(value)
     return value if truth is None else truth

@@ -1,15 +1,17 @@
 """dry-run plans a workflow step by step as act (a real runner implementation) then runs it.
 
 One workflow holds each case the planner must get right: ``if: false``, a step that runs only
-on a cache miss after a restore that hits, ``env`` and ``github`` values in inputs and in
-``if:``, a local composite action wrapping gpu-setup, the implicit ``success()`` after a failed
-step, ``failure()`` and ``always()``, a job skipped by its ``if:``, a local reusable workflow.
+on a cache miss after a restore that hits (its key built with ``hashFiles``), ``env`` and
+``github`` values in inputs and in ``if:``, a local composite action wrapping gpu-setup, the
+implicit ``success()`` after a failed step, ``failure()`` and ``always()``, a job skipped by its
+``if:``, a local reusable workflow.
 The plan's verdict for every step is compared with act's outcome for it (success, failure, or
 not run); any disagreement fails the test.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -34,7 +36,10 @@ jobs:
     runs-on: gpu-large
     env:
       HF_HOME: ${{{{ github.workspace }}}}/hf
+      KEY_FILES: .github/actions/*/action.yml
     steps:
+      - name: check out a copy (actions/checkout needs the network)
+        run: cp -R "$PROJECT/.github" .
       - name: never
         if: false
         uses: {GPU}
@@ -47,7 +52,7 @@ jobs:
         id: r
         uses: my-org/gpu-ci/actions/cache-weights@v1
         with:
-          key: weights-${{{{ github.ref_name }}}}
+          key: weights-${{{{ github.ref_name }}}}-${{{{ hashFiles(env.KEY_FILES) }}}}
           path: ${{{{ env.HF_HOME }}}}/hub
       - name: only on a miss
         if: steps.r.outputs.cache-hit != 'true'
@@ -61,8 +66,6 @@ jobs:
         if: ${{{{ github.event_name == 'pull_request' }}}}
         uses: {GPU}
         with: {{min-memory-gb: 999}}
-      - name: check out a copy (actions/checkout needs the network)
-        run: cp -R "$PROJECT/.github" .
       - name: local composite
         uses: ./.github/actions/prep
         with:
@@ -119,6 +122,8 @@ jobs:
         with:
           min-memory-gb: ${{{{ inputs.mem }}}}
 """
+# hashFiles('.github/actions/*/action.yml') as the runner computes it: sha256 of each file's sha256
+HASH = hashlib.sha256(hashlib.sha256(PREP.encode()).digest()).hexdigest()
 # What act's log says of a step it ran: "[w.yml/plan] ✅  Success - Main memory from env".
 _RAN = re.compile(r"\]\s+\S*\s*(Success|Failure) - Main (.+?)(?: \[[\d.]+\w*\])?\s*$", re.M)
 EXPECTED_OUTCOME = {"ok": "Success", "may-fail": "Success", "would-fail": "Failure"}
@@ -166,7 +171,7 @@ def test_plan_and_act_agree_step_by_step(gpuci: Path, tmp_path: Path) -> None:
         "cache-weights",
         "save",
         "--key",
-        "weights-main",
+        f"weights-main-{HASH}",
         "--path",
         "hub",
         env=clean_env(HOME=str(tmp_path / "home"), **env),

@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuci.commands import Command
 from gpuci.dryrun.contexts import (
-    UNKNOWN_FUNCTIONS,
+    PLAN_FUNCTIONS,
     evaluate_text,
     layer_env,
     runner_context,
@@ -514,7 +514,7 @@ def _network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str,
 def _condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:
     """An ``if:`` at plan time; one this plan cannot parse is left to the run, not refused."""
     try:
-        return condition(cond, ctx, status, UNKNOWN_FUNCTIONS)
+        return condition(cond, ctx, status, PLAN_FUNCTIONS)
     except ExpressionError as exc:
         return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
 
