@@ -404,9 +404,9 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
                 assert secret not in text
 
             # The dry run judged every gpu-ci step it could evaluate ok, and act ran each of
-            # them successfully; what waits for the run is said, never shown "ok": the pod's
-            # runner-labels (github.run_id), the restore from the workflow's S3 store (no
-            # network without --probe) and the save that runs on its miss.
+            # them successfully; what waits for the run is said, never shown "ok": the pod
+            # steps read the workflow's S3 ledger and the restore its S3 store (no network
+            # without --probe), and the save runs on the restore's miss.
             verdicts = {
                 (s["job"], s["name"]): s["verdict"]
                 for s in json.loads(planned.stdout)["report"]["steps"]
@@ -417,6 +417,10 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
                 ("start-runner", "Rent a GPU pod that runs this run's GPU job"): "not-evaluated",
                 ("train", "Restore base weights and the dataset"): "not-evaluated",
                 ("train", "Save the weights for the next run"): "conditional",
+                (
+                    "stop-runner",
+                    "End every pod of this run and delete its runner (a missing one is success)",
+                ): "not-evaluated",
             }, verdicts
             for (job, name), verdict in verdicts.items():
                 if verdict == "ok":
