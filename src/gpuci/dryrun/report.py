@@ -57,6 +57,15 @@ def log_plan(plan: StepPlan, rt: Runtime) -> None:
         rt.log(f"    warning: {warning}")
 
 
+def _is_gpuci(plan: StepPlan) -> bool:
+    """A gpu-ci step, judged or not (a step skipped by its if: was never planned)."""
+    from gpuci.dryrun.workflow import classify_uses
+
+    if plan.children:
+        return False  # a composite action: its own steps count
+    return bool(plan.judged) or (bool(plan.uses) and classify_uses(plan.uses) is not None)
+
+
 def _where(plans: list[StepPlan]) -> str:
     return ", ".join(f"{p.job} step {p.index}" for p in plans)
 
@@ -67,9 +76,11 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
     failing = [p for p in judged if p.verdict == "would-fail"]
     unevaluated = [p for p in judged if p.verdict == "not-evaluated"]
     conditional = [p for p in judged if p.verdict == "conditional"]
-    skipped = [p for p in plans if p.verdict == "skipped"]
+    skipped = [p for p in plans if p.verdict == "skipped" and _is_gpuci(p)]
     risky = [p for p in judged if p.warnings and p.verdict == "may-fail"]
-    evaluated = [p for p in judged if p.verdict in ("ok", "may-fail", "would-fail")]
+    evaluated = [
+        p for p in judged if p.verdict in ("ok", "may-fail", "would-fail", "not-implemented")
+    ]
     uninspected = [p for p in plans if p.verdict == "not-inspected"]
     out = Result(command="dry-run")
     if rt.platform != "terminal":  # on a terminal the per-step log above says it all
@@ -111,8 +122,9 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
             for p in plans
         ],
     }
+    total = len(evaluated) + len(unevaluated) + len(conditional) + len(skipped)
     out.outputs = {
-        "steps": len(judged),
+        "steps": total,  # gpu-ci steps, a composite action's counted inside it
         "evaluated": len(evaluated),
         "bad-input": len(bad),
         "would-fail": len(failing),
@@ -147,7 +159,7 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
         *([f"{len(conditional)} conditional"] if conditional else []),
         *([f"{len(skipped)} skipped"] if skipped else []),
     ]
-    out.headline = f"plan is valid: {len(judged)} gpu-ci step(s) checked ({', '.join(counts)})"
+    out.headline = f"plan is valid: {total} gpu-ci step(s) checked ({', '.join(counts)})"
     if failing:
         out.headline += (
             f"; {len(failing)} would fail on this machine ({_where(failing)}; "
