@@ -684,3 +684,40 @@ def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
     assert hash_files(ctx, ["a/x.lock\na/y.lock"]) == runner(b"one", b"two")
     for left in (["none.lock"], ["../x"], ["/etc/passwd"], [Unknown("vars.F")]):
         assert isinstance(hash_files(ctx, left), Unknown), left
+
+
+def test_a_job_after_a_failed_need_is_skipped_and_so_is_what_needs_it(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          a:
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {min-memory-gb: 999}
+          b:
+            needs: a
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+          c:
+            needs: b
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+          d:
+            needs: b
+            if: always()
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {min-memory-gb: 10}
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
+    by_job = {
+        s["job"]: s["verdict"] for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    }
+    assert by_job == {"a": "would-fail", "b": "skipped", "c": "skipped", "d": "ok"}

@@ -174,7 +174,8 @@ class Planner:
         if uses:
             self.reusable(name, job, uses, contexts, note, depth)
             return
-        self.outcomes[name] = self.legs(name, job, contexts, note, forced)
+        outcome = self.legs(name, job, contexts, note, forced)
+        self.outcomes[name] = "skipped" if forced else outcome
 
     def _job_line(self, name: str, text: str) -> None:
         self.rt.log(f"job {name}: {text}")
