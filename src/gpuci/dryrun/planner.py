@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.commands import Command
+from gpuci.dryrun.calls import (
+    RUNPOD_KEY,
+    missing_paths_of,
+    network_needed,
+    plan_command,
+    verdict,
+)
 from gpuci.dryrun.contexts import (
     PLAN_FUNCTIONS,
     evaluate_text,
@@ -25,13 +31,12 @@ from gpuci.dryrun.contexts import (
     text_of,
 )
 from gpuci.dryrun.workflow import (
-    Call,
     calls_for,
     classify_uses,
     load_local_action,
     load_local_workflow,
 )
-from gpuci.errors import ExitCode, InputError
+from gpuci.errors import InputError
 from gpuci.expressions import (
     EMBEDDED,
     ExpressionError,
@@ -414,7 +419,7 @@ class Planner:
         inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
         inner_env[PROBE_ENV] = "true" if self.probe else "false"
         for full_name, cmd, values in calls:
-            offline = None if self.probe else _network_needed(full_name, values, inner_env)
+            offline = None if self.probe else network_needed(full_name, values, inner_env)
             if offline:
                 result = Result(command=full_name, headline=f"plan not evaluated: {offline}")
                 result.report["not_evaluated"] = offline
@@ -424,10 +429,10 @@ class Planner:
                 # without the key the pods commands plan without asking RunPod anything
                 inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
                 plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
-            plan.results.append(_plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
-        plan.verdict = _verdict(plan.results)
+            plan.results.append(plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
+        plan.verdict = verdict(plan.results)
         plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
-        missing = _missing_paths(steps, number, calls)
+        missing = missing_paths_of(steps, number, calls)
         plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
         if plan.warnings:
             if plan.verdict == "ok":
@@ -484,32 +489,6 @@ class Planner:
         )
         plan.children = inner
         return plan
-
-
-RUNPOD_KEY = "RUNPOD_API_KEY"
-
-
-def _network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str, str]) -> str:
-    """Why this command's plan would have to ask a server ('' when it plans offline)."""
-    if full_name.startswith("cache-weights"):
-        from gpuci.redact import redact_url
-
-        store = (values.get("store") or env.get("GPUCI_STORE") or "").strip()
-        if "://" in store and not store.lower().startswith("file:"):
-            return (
-                f"the store {redact_url(store)} is on the network; "
-                "--probe lets the plan look the key up"
-            )
-    if full_name.startswith("pods "):
-        from gpuci.redact import redact_url
-
-        ledger = (values.get("ledger") or env.get("GPUCI_PODS_LEDGER") or "").strip()
-        if "://" in ledger and not ledger.lower().startswith("file:"):
-            return (
-                f"the pods ledger {redact_url(ledger)} is on the network; "
-                "--probe lets the plan read it"
-            )
-    return ""
 
 
 def _condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:
@@ -616,101 +595,6 @@ def _put_leg(value: Any, leg: dict[str, Any]) -> Any:
     if isinstance(value, dict):
         return {k: _put_leg(v, leg) for k, v in value.items()}
     return value
-
-
-def _verdict(results: list[Result]) -> str:
-    codes = [r.exit_code for r in results]
-    if ExitCode.BAD_INPUT in codes:
-        return "bad-input"
-    if any(r.report.get("not_implemented") for r in results):
-        return "not-implemented"
-    if any(
-        c != ExitCode.OK or r.report.get("verdict") == "fail"
-        for c, r in zip(codes, results, strict=True)
-    ):
-        return "would-fail"
-    if any(r.report.get("not_evaluated") for r in results):
-        return "not-evaluated"
-    return "ok"
-
-
-def _missing_paths(steps: list[Any], number: int, calls: list[Call]) -> list[Any]:
-    """For a save: the paths that no earlier step surely makes (see gpuci.path_origins)."""
-    from gpuci.path_origins import missing_paths
-
-    paths = [
-        line
-        for name, _, values in calls
-        if name == "cache-weights save"
-        for line in values.get("path", "").splitlines()
-    ]
-    if not paths:
-        return []
-    dict_steps = [s if isinstance(s, dict) else {} for s in steps]
-    return missing_paths(dict_steps, number - 1, paths, Path.cwd())
-
-
-def _plan_command(
-    full_name: str,
-    cmd: Command,
-    given: dict[str, str],
-    why: Mapping[str, str],
-    env: dict[str, str],
-    rt: Runtime,
-) -> Result:
-    from gpuci.cli import run_command
-
-    unresolved = {k for k, v in given.items() if EMBEDDED.search(v) or k in why}
-    if cmd.target is None:
-        result = Result(command=full_name, headline="not implemented in this version of gpu-ci")
-        result.report["not_implemented"] = True
-        return result
-    flags: dict[str, str | None] = {k: v for k, v in given.items() if k not in unresolved}
-    missing = [
-        s.name for s in cmd.inputs if s.required and s.default is None and s.name in unresolved
-    ]
-    if missing:
-        return _not_evaluated(full_name, missing, why, "")
-    inner = Runtime(
-        env,
-        dry_run=True,
-        stdout=rt.stderr if rt.platform == "json" else rt.stdout,
-        stderr=rt.stderr,
-    )
-    inner.platform = "terminal" if rt.platform == "json" else rt.platform
-    result = run_command(cmd, full_name, flags, inner)
-    if result.exit_code == ExitCode.BAD_INPUT and unresolved and _literals_parse(cmd, flags, inner):
-        # The literal inputs are fine, but the command refused to go on without the values the
-        # workflow provides at run time (a restore whose key is an expression: key or manifest
-        # is needed): no verdict, as for a required input.
-        return _not_evaluated(full_name, sorted(unresolved), why, result.headline)
-    if unresolved and result.exit_code == ExitCode.OK:
-        # Planned without some inputs: what it says may change once they are known.
-        result.report["unresolved"] = sorted(unresolved)
-    return result
-
-
-def _not_evaluated(
-    full_name: str, names: list[str], why: Mapping[str, str], without: str
-) -> Result:
-    waits = ", ".join(f"{n} ({why[n]})" if n in why else n for n in names)
-    headline = f"needs run-time value(s) for {waits}: plan not evaluated"
-    if without:
-        headline += f" (without them: {without})"
-    result = Result(command=full_name, headline=headline)
-    result.report["not_evaluated"] = f"needs run-time value(s) for {waits}"
-    return result
-
-
-def _literals_parse(cmd: Command, flags: dict[str, str | None], rt: Runtime) -> bool:
-    """Whether the inputs written literally in the workflow parse on their own."""
-    from gpuci.inputs import resolve
-
-    try:
-        resolve(cmd.inputs, flags, rt.environ, on_secret=rt.mask)
-    except InputError:
-        return False
-    return True
 
 
 def _log_plan(plan: StepPlan, rt: Runtime) -> None:
