@@ -562,6 +562,18 @@ def test_a_local_composite_action_is_planned_with_its_inputs(tmp_path):
     assert (inner["index"], inner["verdict"]) == ("2.1", "would-fail")
     assert "'NVIDIA H200' has" in inner["plans"][0]["headline"]
     assert json.loads(proc.stdout)["outputs"]["would-fail"] == "1"  # the inner step, once
+    assert composite["warnings"] == []
+    # without a checkout before it, the runner cannot find the action
+    wf.write_text(
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+        "      - uses: ./.github/actions/prep\n        with: {mem: 10}\n"
+    )
+    composite, inner = _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    assert inner["verdict"] == "ok" and composite["verdict"] == "may-fail"
+    assert composite["warnings"] == [
+        "no step before it checks the repository out (actions/checkout): the runner will not "
+        "find ./.github/actions/prep"
+    ]
 
 
 def test_no_network_without_probe(tmp_path):

@@ -383,7 +383,16 @@ class Planner:
         classified = classify_uses(uses)
         if classified is None:
             if uses.startswith("./"):
-                return self.local_action(plan, step, ctx, depth)
+                plan = self.local_action(plan, step, ctx, depth)
+                if depth == 0 and not _checked_out(steps[: number - 1]):
+                    plan.warnings.append(
+                        f"no step before it checks the repository out (actions/checkout): "
+                        f"the runner will not find {uses}"
+                    )
+                    plan.detail = "; ".join([plan.detail, *plan.warnings])
+                    if plan.verdict in ("ok", "other-action"):
+                        plan.verdict = "may-fail"
+                return plan
             plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
             return plan
         with_ = step.get("with") or {}
@@ -497,6 +506,17 @@ def _condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown
         return condition(cond, ctx, status, PLAN_FUNCTIONS)
     except ExpressionError as exc:
         return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
+
+
+def _checked_out(earlier: list[Any]) -> bool:
+    """Whether a step before this one may put the repository in the workspace: a checkout, or
+    any ``run:`` step (a clone or a copy), as the text cannot tell."""
+    for step in earlier:
+        if isinstance(step, dict):
+            uses = text_of(step.get("uses")).strip().lower()
+            if uses.startswith("actions/checkout@") or step.get("run"):
+                return True
+    return False
 
 
 def _skipped_context() -> dict[str, Any]:

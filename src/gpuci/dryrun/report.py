@@ -77,7 +77,7 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
     unevaluated = [p for p in judged if p.verdict == "not-evaluated"]
     conditional = [p for p in judged if p.verdict == "conditional"]
     skipped = [p for p in plans if p.verdict == "skipped" and _is_gpuci(p)]
-    risky = [p for p in judged if p.warnings and p.verdict == "may-fail"]
+    risky = [p for p in plans if p.warnings and p.verdict == "may-fail"]  # composites too
     evaluated = [
         p for p in judged if p.verdict in ("ok", "may-fail", "would-fail", "not-implemented")
     ]
@@ -169,7 +169,7 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
     if after:
         out.headline += f"; skipped after that, and would fail here too: {_where(after)}"
     if risky:
-        out.headline += f"; {len(risky)} may fail at run time (a path may be missing)"
+        out.headline += f"; {len(risky)} may fail at run time (see the warnings)"
     if unevaluated:
         out.headline += f"; not evaluated (see each step's why): {_where(unevaluated)}"
     if conditional:
