@@ -1,10 +1,13 @@
 """``dry-run`` of a workflow: find gpu-ci steps, resolve literal inputs, judge the plan."""
 
+import hashlib
 import json
+import subprocess
 import textwrap
 
 import pytest
 
+from counting_server import CountingServer
 from gpuci.dryrun import classify_uses
 from gpuci_testing import REPO, clean_env, run_cli
 
@@ -59,7 +62,8 @@ def test_root_action_splits_inputs_by_prefix(tmp_path):
     restore = steps[0]["plans"][1]
     assert "w-v1" in restore["headline"]
     # an input of a part under its bare name is a typo at the root: bad input, named
-    assert steps[1]["verdict"] == "bad-input"
+    # skipped after the first step fails here (no GPU), and still judged: its input is a typo
+    assert (steps[1]["verdict"], steps[1]["planned"]) == ("skipped", "bad-input")
     assert "unknown input(s) budget-seconds" in steps[1]["detail"]
     assert proc.returncode == 2
 
@@ -85,7 +89,8 @@ def test_malformed_input_names_step_and_input(tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert "job train, step 2 (Check GPUs)" in proc.stdout
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
-    assert "step 3: python train.py [run]" in proc.stderr  # the walk is the log, on stderr
+    # the walk is the log, on stderr; the runner would not run step 3 after step 2 fails
+    assert "step 3: python train.py [skipped here: step 2 (Check GPUs) has bad input" in proc.stderr
 
 
 def test_unknown_input_is_bad_input(tmp_path):
@@ -140,9 +145,12 @@ def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input
     proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
     restore, setup = _steps(proc)
     assert restore["unresolved"] == ["key"]
-    assert restore["verdict"] == "ok", restore
+    assert restore["verdict"] == "not-evaluated", restore  # never "ok": nothing was checked
     headline = restore["plans"][0]["headline"]
-    assert headline.startswith("needs run-time value(s) for key: plan not evaluated")
+    assert headline.startswith(
+        "needs run-time value(s) for key (hashFiles('weights.sha256') (matches nothing in the "
+        "checkout yet)): plan not evaluated"
+    )
     assert "key or manifest" in headline  # what the real run would need, said once
     # a literal that is bad on its own cannot hide behind an expression elsewhere in its step
     assert setup["verdict"] == "bad-input", setup
@@ -199,9 +207,12 @@ def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
     body = json.loads(proc.stdout)
     verdicts = {s["command"]: s["verdict"] for s in body["report"]["steps"] if s["command"]}
     assert verdicts["gpu-setup"] == "would-fail"  # no GPU here: reported, not fatal
-    assert verdicts["gpu-smoke"] == "would-fail"  # and no smoke check could pass here either
-    assert verdicts["cache-weights restore"] in ("ok", "would-fail")
-    assert "would fail on this machine (train step 2, train step 4" in body["headline"]
+    # the runner would skip what follows a failed step: so does the plan, judging it anyway
+    smoke = next(s for s in body["report"]["steps"] if s["command"] == "gpu-smoke")
+    assert (smoke["verdict"], smoke["planned"]) == ("skipped", "would-fail")
+    assert "would fail on this machine (train step 2;" in body["headline"]
+    assert "skipped after that, and would fail here too: train step 4" in body["headline"]
+    assert body["outputs"]["not-evaluated"] == "0"
 
 
 def test_dispatching_action_picks_the_sub_command(tmp_path):
@@ -221,7 +232,8 @@ def test_dispatching_action_picks_the_sub_command(tmp_path):
     steps = json.loads(proc.stdout)["report"]["steps"]
     assert steps[0]["verdict"] == "bad-input"
     assert "input 'action' is 'explode', not one of: up, ls" in steps[0]["detail"]
-    assert steps[1]["command"] == "pods reap" and steps[1]["verdict"] == "ok"
+    assert steps[1]["command"] == "pods reap"
+    assert (steps[1]["verdict"], steps[1]["planned"]) == ("skipped", "ok")  # after step 1 fails
 
 
 @pytest.mark.parametrize(
@@ -388,3 +400,336 @@ def test_a_secret_in_env_is_provided_at_run_time_not_bad_input(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert step["verdict"] == "ok"
     assert step["unresolved"] == ["env RUNPOD_API_KEY"]
+
+
+def test_env_github_and_runner_values_are_put_in(tmp_path):
+    """``${{ env.HF_HOME }}/hub`` (a literal in the workflow's env) is evaluated, not skipped."""
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        env:
+          HF_HOME: /data/hf
+          KEY: wf
+        jobs:
+          j:
+            runs-on: x
+            env:
+              KEY: job-${{ github.ref_name }}
+            steps:
+              - id: w
+                env:
+                  KEY: ${{ env.KEY }}-${{ runner.os }}
+                uses: acme/gpu-ci/actions/cache-weights@v1
+                with:
+                  key: ${{ env.KEY }}
+                  path: ${{ env.HF_HOME }}/hub
+              - uses: acme/gpu-ci/actions/cache-weights@v1
+                with:
+                  key: w-${{ github.sha }}
+                  path: ${{ runner.temp }}/w
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
+    proc = run_cli("dry-run", str(wf), "--json", "--ref", "dev", env=env)
+    first, second = _steps(proc)
+    assert first["verdict"] == "ok" and first["unresolved"] == []
+    assert "no cache for job-dev-Linux" in first["plans"][0]["headline"]  # step env over job's
+    # this checkout's commit is github.sha
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    assert second["verdict"] == "ok", second
+    assert f"no cache for w-{sha.stdout.strip()}" in second["plans"][0]["headline"]
+    assert proc.returncode == 0
+
+
+def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
+    wf = one_job(
+        tmp_path,
+        """
+        - uses: acme/gpu-ci/actions/retry-fetch@v1
+          with:
+            url: ${{ vars.MODEL_URL }}
+            dest: m.bin
+        - if: vars.GO == 'yes'
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            min-memory-gb: 10
+        - if: false
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            min-memory-gb: 999
+        """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    fetch, maybe, never = _steps(proc)
+    assert fetch["verdict"] == "not-evaluated"
+    assert fetch["why"] == {"url": "vars.MODEL_URL"}
+    assert maybe["verdict"] == "conditional" and maybe["condition"] == "vars.GO == 'yes'"
+    assert never["verdict"] == "skipped" and never["plans"] == []  # never judged
+    out = json.loads(proc.stdout)
+    assert out["outputs"]["not-evaluated"] == "1" and out["outputs"]["evaluated"] == "0"
+    assert "0 evaluated, 1 not evaluated, 1 conditional, 1 skipped" in out["headline"]
+    assert "[not evaluated: retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in (
+        run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    )
+    assert proc.returncode == 0
+
+
+def test_event_and_ref_decide_conditions(tmp_path):
+    wf = one_job(
+        tmp_path,
+        """
+        - name: push only
+          if: github.event_name == 'push' && github.ref == 'refs/heads/main'
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            min-memory-gb: 10
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path))
+    (step,) = _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    assert step["verdict"] == "would-fail"  # runs on a push to main (no GPU here)
+    (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--ref", "feature", env=env))
+    assert step["verdict"] == "skipped"
+    assert (
+        step["detail"]
+        == "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main')"
+    )
+    (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--event", "pull_request", env=env))
+    assert step["verdict"] == "skipped"
+
+
+def test_containers_services_and_remote_reusable_workflows_are_named(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          train:
+            runs-on: gpu-large
+            container:
+              image: nvcr.io/nvidia/pytorch:24.05-py3
+            services:
+              db: postgres:16
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+          shared:
+            uses: octo/ml/.github/workflows/train.yml@v2
+        """,
+    )
+    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    setup, remote = _steps(proc)
+    assert setup["notes"] == [
+        "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker on the runner",
+        "service db runs container postgres:16: needs Docker on the runner",
+    ]
+    assert remote["verdict"] == "not-inspected"
+    assert remote["detail"] == "not inspected: remote reusable workflow"
+    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    assert "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker" in text
+
+
+def test_a_local_composite_action_is_planned_with_its_inputs(tmp_path):
+    """``uses: ./.github/actions/prep`` wrapping gpu-setup: judged, not waved through."""
+    prep = tmp_path / ".github" / "actions" / "prep"
+    prep.mkdir(parents=True)
+    (prep / "action.yml").write_text(
+        textwrap.dedent(
+            """
+            inputs:
+              mem: {default: "10"}
+            runs:
+              using: composite
+              steps:
+                - uses: acme/gpu-ci/actions/gpu-setup@v1
+                  with:
+                    min-memory-gb: ${{ inputs.mem }}
+            """
+        )
+    )
+    flows = tmp_path / ".github" / "workflows"
+    flows.mkdir()
+    wf = flows / "w.yml"
+    wf.write_text(
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+        "      - uses: actions/checkout@v4\n"
+        "      - uses: ./.github/actions/prep\n        with: {mem: 999}\n"
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
+    proc = run_cli("dry-run", str(wf), "--json", env=env)
+    _, composite, inner = _steps(proc)
+    assert composite["verdict"] == "would-fail"
+    assert (inner["index"], inner["verdict"]) == ("2.1", "would-fail")
+    assert "'NVIDIA H200' has" in inner["plans"][0]["headline"]
+    assert json.loads(proc.stdout)["outputs"]["would-fail"] == "1"  # the inner step, once
+    assert composite["warnings"] == []
+    # without a checkout before it, the runner cannot find the action
+    wf.write_text(
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+        "      - uses: ./.github/actions/prep\n        with: {mem: 10}\n"
+    )
+    composite, inner = _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    assert inner["verdict"] == "ok" and composite["verdict"] == "may-fail"
+    assert composite["warnings"] == [
+        "no step before it checks the repository out (actions/checkout): the runner will not "
+        "find ./.github/actions/prep"
+    ]
+
+
+def test_no_network_without_probe(tmp_path):
+    """A download, an S3 store and the RunPod API all point at a server that counts
+    connections: a plan without --probe makes none; with --probe it may ask (read-only)."""
+    with CountingServer() as server:
+        wf = one_job(
+            tmp_path,
+            f"""
+            - uses: acme/gpu-ci/actions/retry-fetch@v1
+              with:
+                url: {server.url}/model.bin
+                sha256: {"a" * 64}
+            - uses: acme/gpu-ci/actions/cache-weights@v1
+              with:
+                key: k
+                path: w
+                store: s3://bucket/prefix
+                endpoint-url: {server.url}
+            - uses: acme/gpu-ci/actions/gpu-pod@v1
+              with:
+                action: ls
+            """,
+        )
+        env = clean_env(
+            HOME=str(tmp_path),
+            RUNPOD_API_KEY="rk_test_key",
+            RUNPOD_API_URL=server.url,
+            AWS_ACCESS_KEY_ID="AKIAEXAMPLE",
+            AWS_SECRET_ACCESS_KEY="secretsecret",
+            AWS_EC2_METADATA_DISABLED="true",
+        )
+        proc = run_cli("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert server.connections == 0
+        fetch, restore, pods = _steps(proc)
+        assert "fetch, write " in fetch["plans"][0]["report"]["plan"][0]["would"]
+        assert restore["verdict"] == "not-evaluated"
+        assert "s3://bucket/prefix is on the network" in restore["detail"]
+        assert pods["verdict"] == "ok" and "RunPod not asked" in pods["notes"][-1]
+        out = json.loads(proc.stdout)
+        assert out["report"]["probe"] is False and "no network used" in out["headline"]
+        # the same plan from the command line of each step: no connection either
+        for args in (
+            ["retry-fetch", "--url", f"{server.url}/m.bin", "--dry-run"],
+            ["pods", "ls", "--dry-run"],
+        ):
+            done = run_cli(*args, env=env, cwd=tmp_path)
+            assert done.returncode == 0, done.stdout + done.stderr
+        assert server.connections == 0
+        proc = run_cli("dry-run", str(wf), "--json", "--probe", env=env, cwd=tmp_path)
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert server.connections > 0
+        assert json.loads(proc.stdout)["report"]["probe"] is True
+
+
+def test_job_conditions_needs_and_the_job_filter(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: [push, schedule]
+        jobs:
+          first:
+            runs-on: x
+            steps: [{run: echo hi}]
+          gpu:
+            needs: first
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {require-gpu: false}
+          nightly:
+            if: github.event.schedule == '0 3 * * *'
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {require-gpu: false}
+          labelled:
+            if: contains(github.event.pull_request.labels.*.name, 'gpu') || vars.FORCE == 'yes'
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {require-gpu: false}
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path))
+    by_job = {s["job"]: s for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))}
+    assert by_job["gpu"]["verdict"] == "ok"
+    assert by_job["nightly"]["verdict"] == "skipped"  # a push has no schedule
+    assert by_job["labelled"]["verdict"] == "conditional"  # the job's if: waits for the run
+    assert by_job["labelled"]["planned"] == "ok"
+    # --job gpu: `first` is outside the plan, so gpu is planned as if it had passed
+    (only,) = _steps(run_cli("dry-run", str(wf), "--json", "--job", "gpu", env=env))
+    assert only["verdict"] == "ok"
+    by_job = {
+        s["job"]: s
+        for s in _steps(run_cli("dry-run", str(wf), "--json", "--event", "schedule", env=env))
+    }
+    assert by_job["nightly"]["verdict"] == "conditional"  # which cron fired is the run's
+
+
+def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
+    from gpuci.dryrun.contexts import hash_files
+    from gpuci.expressions import Unknown
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.lock").write_bytes(b"one")
+    (tmp_path / "a" / "y.lock").write_bytes(b"two")
+    ctx = {"github": {"workspace": str(tmp_path)}}
+
+    def runner(*contents: bytes) -> str:  # actions/runner hashFiles: sha256 of the sha256s
+        combined = hashlib.sha256()
+        for data in contents:
+            combined.update(hashlib.sha256(data).digest())
+        return combined.hexdigest()
+
+    assert hash_files(ctx, ["a/x.lock"]) == runner(b"one")
+    assert hash_files(ctx, ["**/*.lock"]) == runner(b"one", b"two")
+    assert hash_files(ctx, ["**/*.lock", "!a/y.lock"]) == runner(b"one")
+    assert hash_files(ctx, ["a/x.lock\na/y.lock"]) == runner(b"one", b"two")
+    for left in (["none.lock"], ["../x"], ["/etc/passwd"], [Unknown("vars.F")]):
+        assert isinstance(hash_files(ctx, left), Unknown), left
+
+
+def test_a_job_after_a_failed_need_is_skipped_and_so_is_what_needs_it(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          a:
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {min-memory-gb: 999}
+          b:
+            needs: a
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+          c:
+            needs: b
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+          d:
+            needs: b
+            if: always()
+            runs-on: x
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with: {min-memory-gb: 10}
+        """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
+    by_job = {
+        s["job"]: s["verdict"] for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    }
+    assert by_job == {"a": "would-fail", "b": "skipped", "c": "skipped", "d": "ok"}

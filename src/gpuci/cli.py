@@ -46,6 +46,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="plan only: report what would happen, change nothing"
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument(
+        "--probe", action="store_true", help="let a dry run make read-only network probes"
+    )
 
 
 def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
@@ -169,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     cmd: Command = args._command
     dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
-    runtime = Runtime(json_mode=args.json, dry_run=dry_run)
+    # --probe: a dry run may ask servers (read by gpuci.probe from the runtime's environment)
+    environ = {**os.environ, "GPUCI_PROBE": "true"} if args.probe else None
+    runtime = Runtime(environ, json_mode=args.json, dry_run=dry_run)
     try:
         runtime.preflight()
         try:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from action_env import machine_env
-from gha_expressions import ExpressionError, condition, evaluate, interpolate
 from harness import HarnessError, run_action
 
+from gpuci.expressions import ExpressionError, condition, evaluate, interpolate
 from gpuci_testing import FileCommandError, parse_file_command
 
 CTX = {
@@ -50,7 +50,7 @@ def test_interpolation_and_conditions() -> None:
     )  # implicit success()
     assert condition("always() && inputs.smoke == 'true'", CTX, lambda s: s == "always")
     with pytest.raises(ExpressionError):
-        evaluate("toJSON(inputs)", CTX, ok)
+        evaluate("hashFiles(inputs)", CTX, ok)
     with pytest.raises(ExpressionError):
         evaluate("secrets.TOKEN", CTX, ok)
 

@@ -50,6 +50,7 @@ def test_restore_by_manifest_after_the_key_moved(store, env, tmp_path):
     got = _restore_manifest(store, env, f"sha256:{old}", tmp_path / "out")
     assert got.ok, got.headline
     assert got.outputs["manifest"] == old and got.outputs["cache-hit"] is True
+    assert got.outputs["matched-key"] == "" and plan.outputs["matched-key"] == ""  # no key used
     assert snapshot(tmp_path / "out") == snapshot(first)
 
 

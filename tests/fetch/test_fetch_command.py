@@ -134,7 +134,10 @@ def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):
     (tmp_path / "big.bin.incomplete.json").write_text(json.dumps(meta))
     before = sorted(p.name for p in tmp_path.iterdir())
     result, text = fetch(
-        {"url": server.url("/data.bin"), "dest": "big.bin"}, tmp_path, dry_run=True
+        {"url": server.url("/data.bin"), "dest": "big.bin"},
+        tmp_path,
+        dry_run=True,
+        GPUCI_PROBE="true",
     )
     assert result.ok, text
     assert sorted(p.name for p in tmp_path.iterdir()) == before
@@ -145,8 +148,35 @@ def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):
     assert result.outputs["bytes"] == len(DATA)
 
 
+def test_dry_run_without_probe_contacts_nobody(server, tmp_path: Path):
+    """No network unless --probe: the plan says what would be fetched and verified."""
+    (tmp_path / "big.bin.incomplete").write_bytes(DATA[:1000])
+    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
+    (tmp_path / "big.bin.incomplete.json").write_text(json.dumps(meta))
+    flags = {
+        "url": server.url("/data.bin") + "\n" + server.url("/nope.bin"),
+        "dest": "dl/",
+        "sha256": "",
+    }
+    result, text = fetch(
+        {"url": server.url("/data.bin"), "dest": "big.bin", "sha256": SHA}, tmp_path, dry_run=True
+    )
+    assert result.ok, text
+    assert server.requests == []
+    plan = result.report["plan"][0]
+    assert plan["would"].startswith("fetch, resume from byte 1000 of ")
+    assert f"verify sha256 {SHA[:16]}" in plan["would"]
+    assert result.report["probe"] is False and "--probe asks the servers" in result.headline
+    result, text = fetch({**flags, "sha256": ""}, tmp_path, dry_run=True)
+    assert result.ok, text  # a URL that would 404 is not known to fail without asking
+    assert server.requests == []
+    assert "no digest given: not verified" in result.report["plan"][1]["would"]
+
+
 def test_dry_run_reports_a_url_that_would_fail(server, tmp_path: Path):
-    result, text = fetch({"url": server.url("/nope.bin")}, tmp_path, dry_run=True)
+    result, text = fetch(
+        {"url": server.url("/nope.bin")}, tmp_path, dry_run=True, GPUCI_PROBE="true"
+    )
     assert result.exit_code == 3
     assert "HTTP 404" in text
     assert list(tmp_path.iterdir()) == []
@@ -155,7 +185,9 @@ def test_dry_run_reports_a_url_that_would_fail(server, tmp_path: Path):
 def test_dry_run_without_range_support(tmp_path: Path):
     with FaultyServer() as srv:
         srv.add("/plain.bin", DATA, accept_ranges=False, etag=None)
-        result, _ = fetch({"url": srv.url("/plain.bin")}, tmp_path, dry_run=True)
+        result, _ = fetch(
+            {"url": srv.url("/plain.bin")}, tmp_path, dry_run=True, GPUCI_PROBE="true"
+        )
     assert result.ok and result.report["plan"][0]["resumable"] is False
 
 

@@ -18,7 +18,8 @@ CALLS = {
 }
 CI_RUN = {"GITHUB_RUN_ID": "7", "GITHUB_REPOSITORY": "org/repo"}
 # The read-only look-ups docs/pods.md promises for a dry run with a key, per sub-command.
-READS = {"ls": ["/v2/pods"], "down": ["/v2/pods"], "reap": ["/v2/pods"]}
+# `ls` lists only with --probe (GPUCI_PROBE=true): a listing is a network call.
+READS = {"down": ["/v2/pods"], "reap": ["/v2/pods"]}
 
 
 @pytest.mark.parametrize("sub", sorted(CALLS))
@@ -42,3 +43,13 @@ def test_a_dry_run_client_refuses_to_send_a_change(fake):
         client.delete_pod("pod1")
     assert fake.requests == []
     assert client.list_pods() == []
+
+
+def test_ls_dry_run_lists_only_with_probe(run, fake):
+    done = run("ls", dry_run=True, extra_env=CI_RUN)
+    assert done.code == 0, done.stdout
+    assert fake.requests == []  # no network without --probe, even with a key
+    assert "--probe" in done.stdout
+    done = run("ls", dry_run=True, extra_env={**CI_RUN, "GPUCI_PROBE": "true"})
+    assert done.code == 0, done.stdout
+    assert [(c.method, c.path) for c in fake.requests] == [("GET", "/v2/pods")]

@@ -261,7 +261,9 @@ def test_an_endless_checksum_file_is_cut_off(tmp_path, evil):
 def test_dry_run_does_not_read_an_endless_body(tmp_path, evil):
     """HEAD refused, so the probe falls back to a ranged GET, which the server ignores."""
     evil.route("/endless", serve_endless())
-    rc, text = cli(tmp_path, "--url", evil.url("/endless"), "--dry-run", "--timeout", "5s")
+    rc, text = cli(
+        tmp_path, "--url", evil.url("/endless"), "--dry-run", "--probe", "--timeout", "5s"
+    )
     assert rc == 0, text  # it answers; how large the body is cannot be known without reading
     one_clear_line(text)
     assert "unknown" in text

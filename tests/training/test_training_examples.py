@@ -115,7 +115,10 @@ def test_training_is_deterministic_and_passes_the_example_gate(tmp_path):
 
 
 def test_example_workflow_passes_the_dry_run(tmp_path):
-    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"), HOME=str(tmp_path))
+    # on an H200 as on the runner (without a GPU the runner would skip the gate after gpu-setup)
+    env = clean_env(
+        GPUCI_JOURNAL=str(tmp_path / "j.jsonl"), HOME=str(tmp_path), GPUCI_FAKE_NVML="h200"
+    )
     proc = run_cli("dry-run", str(WORKFLOW), "--json", env=env)
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body["headline"]

@@ -600,6 +600,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "gpu-ci cache: include matched nothing",
         )
     partial = len(manifest.files) != len(whole.files)
+    # A restore by digest matched no key: matched-key stays empty (the digest is `manifest`).
+    matched_key = "" if by_manifest else ref.key
     outcome = "hit" if exact else f"partial hit ({ref.key})"
     described = {  # what the report says of the match, planned or done
         "key": key,
@@ -624,7 +626,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
         result.outputs = outputs(
             hit=exact,
-            matched=ref.key,
+            matched=matched_key,
             manifest=ref.manifest,
             down=0,
             up=0,
@@ -680,7 +682,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     )
     result.outputs = outputs(
         hit=exact,
-        matched=ref.key,
+        matched=matched_key,
         manifest=ref.manifest,
         down=moved.downloaded,  # the tree's bytes; the manifest is in the report
         up=0,

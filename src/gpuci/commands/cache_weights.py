@@ -64,9 +64,21 @@ HF_INPUTS = (
 )
 
 CACHE_OUTPUTS = (
-    Output("cache-hit", "true only when the exact key matched; always true or false."),
-    Output("matched-key", "The key that matched (exact or via restore-keys); empty on a miss."),
-    Output("manifest", "sha256 of the manifest restored (or, with populate, saved)."),
+    Output(
+        "cache-hit",
+        "true only when the exact key matched (with manifest: when that tree was restored); "
+        "always true or false.",
+    ),
+    Output(
+        "matched-key",
+        "The key that matched (exact or via restore-keys); empty on a miss and for a restore "
+        "by manifest (no key is looked up).",
+    ),
+    Output(
+        "manifest",
+        "sha256 of the manifest restored (or, with populate, saved): the digest a restore by "
+        "manifest asked for.",
+    ),
     Output(
         "bytes-downloaded",
         "Bytes of the tree's files fetched from the store (the few KiB of manifest and ref "

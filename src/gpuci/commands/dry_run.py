@@ -5,7 +5,8 @@ from gpuci.inputs import Input
 
 COMMAND = Command(
     name="dry-run",
-    help="Read a workflow, find the gpu-ci steps and run each one's dry-run plan here.",
+    help="Read a workflow as the runner will, and run each gpu-ci step's dry-run plan here "
+    "(no network unless --probe).",
     inputs=(
         Input(
             "workflow",
@@ -17,6 +18,18 @@ COMMAND = Command(
             "job",
             "Only this job (default: every job; steps that are not gpu-ci are listed, not run).",
             "str",
+        ),
+        Input(
+            "event",
+            "The event to plan for (github.event_name): default push when the workflow runs on "
+            "push, else the first event it names.",
+            "str",
+        ),
+        Input(
+            "ref",
+            "The ref to plan for (github.ref; a bare branch name means refs/heads/NAME).",
+            "str",
+            default="refs/heads/main",
         ),
     ),
     target="gpuci.dryrun:run",

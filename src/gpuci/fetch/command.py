@@ -13,7 +13,7 @@ import httpx
 from gpuci import journal
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.fetch.download import FetchResult, fetch_file, new_client
-from gpuci.fetch.plan import Probe, probe
+from gpuci.fetch.plan import Probe, offline, probe
 from gpuci.fetch.policy import FetchPolicy
 from gpuci.fetch.sources import (
     Job,
@@ -24,6 +24,7 @@ from gpuci.fetch.sources import (
     public_url,
     url_secrets,
 )
+from gpuci.probe import probes_allowed
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 
 COMMAND = "retry-fetch"
@@ -183,9 +184,12 @@ def _plan(
     workers: int,
     rt: Runtime,
 ) -> Result:
-    """Dry run: probe every URL (in parallel), write nothing."""
+    """Dry run: write nothing; without ``--probe`` contact nobody, with it probe every URL."""
+    allowed = probes_allowed(rt)
 
     def one(job: Job) -> Probe:
+        if not allowed:
+            return offline(job, policy)
         if job.sha256_url:
             try:
                 job = replace(
@@ -199,10 +203,9 @@ def _plan(
         probes = list(pool.map(one, jobs))
     bad = [p for p in probes if not p.ok]
     total = sum(p.size or 0 for p in probes)
-    result = Result(
-        command=COMMAND,
-        headline=f"dry run: would fetch {len(jobs)} file(s), {human_bytes(total)}",
-    )
+    size = human_bytes(total) if allowed else "size not asked (--probe asks the servers)"
+    result = Result(command=COMMAND, headline=f"dry run: would fetch {len(jobs)} file(s), {size}")
+    result.report["probe"] = allowed
     if bad:
         result.exit_code = ExitCode.INFRA
         result.headline = f"dry run: {len(bad)} of {len(jobs)} URL(s) would fail"

@@ -1,11 +1,12 @@
-"""Dry run: ask each URL what it would send, write nothing.
+"""Dry run: say what each URL's fetch would do, write nothing.
 
-A HEAD per URL (falling back to a one-byte ranged GET when HEAD is refused) tells us the size,
-whether the server resumes (``Accept-Ranges`` or a 206), and whether earlier partial bytes on
-disk would be kept. That is what a laptop can check before a GPU job pays for the download.
-The probe goes through the same client as a real run (credentials stay on their origin, no
-encoding accepted) and never reads a body, so a server that ignores the range cannot make it
-read an endless one.
+By default the plan uses no network (:func:`offline`): what would be fetched from where, into
+which partial file, verified against which digest, from the inputs and the files on disk.
+With ``--probe`` (:mod:`gpuci.probe`), a HEAD per URL (falling back to a one-byte ranged GET
+when HEAD is refused) tells us the size, whether the server resumes (``Accept-Ranges`` or a
+206), and whether earlier partial bytes on disk would be kept. The probe goes through the same
+client as a real run (credentials stay on their origin, no encoding accepted) and never reads
+a body, so a server that ignores the range cannot make it read an endless one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,26 @@ class Probe:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+def offline(job: Job, policy: FetchPolicy) -> Probe:
+    """What a real run would do, from the inputs and this disk alone: no request is sent."""
+    if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
+        return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
+    partial = incomplete_path(job.dest)
+    found = inspect(job.dest, job.url, policy.max_bytes)
+    start = f"resume from byte {found.size} of {partial}" if found else f"write {partial}"
+    mirrors = f" (then {len(job.mirrors)} mirror(s))" if job.mirrors else ""
+    if job.sha256:
+        verify = f"verify sha256 {job.sha256[:16]}…"
+    elif job.sha256_url:
+        verify = f"verify against the digest in {job.sha256_url}"
+    else:
+        verify = "no digest given: not verified"
+    action = f"fetch{mirrors}, {start}, {verify}, rename -> {job.dest}"
+    if job.dest.exists():
+        action += " (replacing the existing file)"
+    return Probe(job, None, None, False, action)
 
 
 def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: FetchPolicy) -> Probe:

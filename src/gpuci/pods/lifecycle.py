@@ -34,6 +34,7 @@ from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodCl
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
 from gpuci.pods.cost import usd
 from gpuci.pods.naming import PodTag, new_tag, run_url, tag_of
+from gpuci.probe import probes_allowed
 from gpuci.runtime import Result, Runtime, markdown_table
 
 PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
@@ -481,11 +482,16 @@ def _fmt_expiry(tag: PodTag | None, now: float) -> str:
 def ls(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """List gpu-ci pods (``all`` for every pod) with owner, GPU, cost and expiry.
 
-    Listing only reads, so a dry run with a key lists for real (one GET /v2/pods); without a
-    key it plans, calling nothing.
+    A dry run calls nothing: it says what would be listed. With ``--probe`` (and a key) it
+    lists for real (one GET /v2/pods), as listing only reads.
     """
-    if rt.dry_run and not rt.environ.get(API_KEY_ENV):
-        result = _offline_plan("pods ls", "would list the gpu-ci pods")
+    if rt.dry_run and not (rt.environ.get(API_KEY_ENV) and probes_allowed(rt)):
+        result = Result(
+            command="pods ls",
+            headline="would list the gpu-ci pods (one GET /v2/pods at run time; no network "
+            f"used: --probe with {API_KEY_ENV} set lists them now)",
+        )
+        result.report["probe"] = False
         result.outputs = {"count": 0, "pod-ids": ""}
         return result
     with _client(rt, clock) as client:

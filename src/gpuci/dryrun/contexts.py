@@ -1,0 +1,218 @@
+"""The expression contexts a plan knows before the run: ``github``, ``runner``, ``env``.
+
+What the runner would know and this machine can tell (the event and ref asked for, the local
+checkout's commit and origin, the runner's OS from its labels) is filled in; what only the run
+knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is an
+:class:`~gpuci.expressions.Unknown` naming itself, so a plan says what it waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuci.expressions import (
+    EMBEDDED,
+    ExpressionError,
+    Function,
+    Partial,
+    Status,
+    Unknown,
+    interpolate,
+    to_text,
+)
+
+MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run
+_REMOTE = re.compile(
+    r"(?:github\.com|gitlab\.[\w.-]+|[\w.-]+)[:/](?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$"
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """The event a plan assumes: its name and the ref it runs on."""
+
+    name: str = "push"
+    ref: str = "refs/heads/main"
+
+    @classmethod
+    def of(cls, name: str | None, ref: str | None, workflow: Mapping[str, Any]) -> Event:
+        """``--event``/``--ref``; without ``--event``: push when the workflow runs on push,
+        else the first event it names (a plan for an event that never runs it says nothing)."""
+        chosen = (name or "").strip() or _default_event(workflow.get("on", workflow.get(True)))
+        ref = (ref or "").strip() or "refs/heads/main"
+        if not ref.startswith("refs/"):
+            ref = f"refs/heads/{ref}"
+        return cls(chosen, ref)
+
+
+def _default_event(on: Any) -> str:
+    names: list[str] = []
+    if isinstance(on, str):
+        names = [on]
+    elif isinstance(on, list | dict):
+        names = [str(n) for n in on]
+    return "push" if "push" in names or not names else names[0]
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = done.stdout.strip()
+    return out if done.returncode == 0 and out and "\n" not in out else None
+
+
+def workspace_of(workflow: Path) -> Path:
+    """The checkout the workflow belongs to: the folder holding its ``.github/workflows``, else
+    its git top level, else the current folder."""
+    folder = workflow.resolve().parent
+    if folder.name == "workflows" and folder.parent.name == ".github":
+        return folder.parent.parent
+    top = _git(folder, "rev-parse", "--show-toplevel")
+    return Path(top) if top else Path.cwd()
+
+
+def github_context(event: Event, workspace: Path) -> Partial:
+    """``github.*`` as far as this checkout and the chosen event tell it."""
+    known: dict[str, Any] = {
+        "event_name": event.name,
+        "ref": event.ref,
+        "ref_name": event.ref.split("/", 2)[-1],
+        "ref_type": "tag" if event.ref.startswith("refs/tags/") else "branch",
+        "workspace": str(workspace),
+        "server_url": "https://github.com",
+        "api_url": "https://api.github.com",
+        "graphql_url": "https://api.github.com/graphql",
+        "action_path": "",
+    }
+    if event.name != "pull_request" and event.name != "pull_request_target":
+        known.update(head_ref="", base_ref="")
+    # the event's payload is the run's, but what another event's payload lacks is known
+    payload: dict[str, Any] = {}
+    if event.name != "schedule":
+        payload["schedule"] = None
+    known["event"] = Partial("github.event", payload)
+    sha = _git(workspace, "rev-parse", "HEAD")
+    if sha and re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        known["sha"] = sha
+    remote = _git(workspace, "remote", "get-url", "origin")
+    match = _REMOTE.search(remote or "")
+    if match:
+        known["repository"] = match.group("repo")
+        known["repository_owner"] = match.group("repo").split("/")[0]
+    return Partial("github", known)
+
+
+def runner_context(runs_on: Any) -> Partial:
+    """``runner.os`` from the job's labels (Linux unless they say otherwise), ``runner.temp``."""
+    labels = runs_on if isinstance(runs_on, list) else [runs_on]
+    text = " ".join(str(label).lower() for label in labels)
+    system = "Windows" if "windows" in text else "macOS" if "macos" in text else "Linux"
+    temp = os.environ.get("RUNNER_TEMP") or str(Path(tempfile.gettempdir()) / "runner-temp")
+    return Partial("runner", {"os": system, "temp": temp, "name": Unknown("runner.name")})
+
+
+def base_contexts(github: Partial) -> dict[str, Any]:
+    """Every context a step's expressions may name, unknown where only the run knows it."""
+    return {
+        "github": github,
+        "runner": runner_context(""),
+        "env": {},
+        "matrix": {},
+        "strategy": Unknown("strategy"),
+        "job": Unknown("job"),
+        "steps": {},
+        "needs": Unknown("needs"),
+        "inputs": Unknown("inputs"),
+        "secrets": Unknown("secrets"),
+        "vars": Unknown("vars"),
+    }
+
+
+def text_of(value: Any) -> str:
+    """A YAML scalar as the runner reads it (``true`` for a YAML boolean)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def evaluate_text(text: str, contexts: Mapping[str, Any], status: Status) -> str | Unknown:
+    """A ``with:``/``env:`` value with its ``${{ }}`` put in; Unknown when only the run can."""
+    if not EMBEDDED.search(text):
+        return text
+    try:
+        return interpolate(text, contexts, status, PLAN_FUNCTIONS)
+    except ExpressionError as exc:
+        return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
+
+
+def layer_env(
+    env: Mapping[str, str | Unknown],
+    scope: Any,
+    contexts: Mapping[str, Any],
+    status: Status,
+) -> dict[str, str | Unknown]:
+    """``env`` with one more level (workflow, job, step) put over it, as GitHub does."""
+    merged = dict(env)
+    if isinstance(scope, dict):
+        for key, value in scope.items():
+            merged[str(key)] = evaluate_text(text_of(value), {**contexts, "env": merged}, status)
+    elif isinstance(scope, str) and EMBEDDED.search(scope):
+        merged["*"] = Unknown("env (built at run time)", path=False)
+    return merged
+
+
+def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
+    """``hashFiles(patterns...)`` over the checkout, as the runner computes it: the sha256 of
+    each matched file's sha256, in path order; files outside the workspace and folders are left
+    out. What matches nothing here (a file an earlier step makes) is left to the run."""
+    import hashlib
+
+    shown = f"hashFiles({', '.join(repr(to_text(a)) for a in args)})"
+    if any(isinstance(a, Unknown) for a in args):
+        return Unknown(shown, path=False)
+    github = contexts.get("github")
+    workspace = github.get("workspace") if isinstance(github, Mapping) else None
+    if not isinstance(workspace, str):
+        return Unknown(shown, path=False)
+    root = Path(workspace).resolve()
+    patterns = [line.strip() for a in args for line in to_text(a).splitlines() if line.strip()]
+    found: set[Path] = set()
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern[1:] if negate else pattern
+        if pattern.startswith("/") or ".." in Path(pattern).parts:
+            return Unknown(shown, path=False)
+        matched = {p for p in root.glob(pattern) if p.is_file()}
+        found = found - matched if negate else found | matched
+        if len(found) > MAX_HASHED_FILES:
+            return Unknown(shown, path=False)
+    inside = sorted(p for p in found if root in p.resolve().parents)
+    if not inside:
+        return Unknown(f"{shown} (matches nothing in the checkout yet)", path=False)
+    combined = hashlib.sha256()
+    for path in inside:
+        one = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda h=handle: h.read(1 << 20), b""):
+                one.update(block)
+        combined.update(one.digest())
+    return combined.hexdigest()
+
+
+PLAN_FUNCTIONS: dict[str, Function] = {"hashfiles": hash_files}

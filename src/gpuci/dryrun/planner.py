@@ -1,0 +1,623 @@
+"""Walk a workflow as the runner would: jobs in ``needs`` order, each step's ``if:``, its env.
+
+Each gpu-ci step's ``with:`` is evaluated with what the plan knows (:mod:`.contexts`) and handed
+to the same command the action runs, in dry-run mode. What only the run knows is never guessed:
+a step whose inputs wait for it is "not evaluated", an ``if:`` that does is "conditional". A
+step whose ``if:`` is false at plan time (``if: false``, a planned cache hit) is "skipped" and
+never judged, as the runner never runs it. Local composite actions are expanded, local
+reusable workflows planned as their jobs; remote ones are named, not inspected.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.dryrun.calls import (
+    RUNPOD_KEY,
+    missing_paths_of,
+    network_needed,
+    plan_command,
+    verdict,
+)
+from gpuci.dryrun.contexts import (
+    PLAN_FUNCTIONS,
+    evaluate_text,
+    layer_env,
+    runner_context,
+    text_of,
+)
+from gpuci.dryrun.workflow import (
+    calls_for,
+    classify_uses,
+    load_local_action,
+    load_local_workflow,
+)
+from gpuci.errors import InputError
+from gpuci.expressions import (
+    EMBEDDED,
+    ExpressionError,
+    Partial,
+    Unknown,
+    condition,
+)
+from gpuci.probe import PROBE_ENV
+from gpuci.runtime import Result, Runtime, format_output
+
+JUDGED = ("ok", "may-fail", "would-fail", "bad-input", "not-implemented", "not-evaluated")
+MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
+
+
+@dataclass
+class StepPlan:
+    job: str
+    index: int | str
+    name: str
+    uses: str = ""
+    command: str = ""
+    # ok | may-fail | would-fail | bad-input | not-implemented | not-evaluated (judged)
+    # skipped | conditional (judged when ``planned`` is) | run | other-action | not-inspected
+    verdict: str = ""
+    detail: str = ""
+    condition: str = ""  # the step's if:, as written
+    planned: str = ""  # for a skipped or conditional step that was judged: its verdict if run
+    unresolved: list[str] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # unresolved name -> what it waits for
+    results: list[Result] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a path that may be missing
+    notes: list[str] = field(default_factory=list)  # e.g. runs in a container
+    children: list[StepPlan] = field(default_factory=list)  # a local composite's steps
+
+    @property
+    def judged(self) -> str:
+        """The verdict of the step's own plan ('' when it has none)."""
+        if self.verdict in JUDGED:
+            return self.verdict
+        return self.planned if self.planned in JUDGED else ""
+
+
+@dataclass
+class JobState:
+    """One job (or composite action) as it runs: its steps so far and whether one failed."""
+
+    failed: bool | Unknown = False
+    failure: str = ""  # which step, in words
+    steps: dict[str, Any] = field(default_factory=dict)
+
+    def status(self, name: str) -> bool | Unknown:
+        if name == "always":
+            return True
+        if name == "cancelled":
+            return False
+        if isinstance(self.failed, Unknown):
+            return self.failed
+        return self.failed if name == "failure" else not self.failed
+
+
+def _nothing_failed(name: str) -> bool:
+    return name in ("success", "always")
+
+
+def _cond_text(cond: Any) -> str:
+    text = " ".join(text_of(cond).split())
+    whole = EMBEDDED.fullmatch(text)
+    return " ".join(whole.group(1).split()) if whole else text
+
+
+@dataclass
+class Planner:
+    rt: Runtime
+    workspace: Path
+    contexts: dict[str, Any]  # github, runner and the unknowns (see contexts.base_contexts)
+    probe: bool = False  # read-only probes allowed (--probe)
+    plans: list[StepPlan] = field(default_factory=list)
+    outcomes: dict[str, Any] = field(default_factory=dict)  # job -> success|failure|skipped|?
+
+    # ----- workflows and jobs ------------------------------------------------------------
+    def workflow(
+        self,
+        workflow: Mapping[str, Any],
+        wanted: str | None = None,
+        prefix: str = "",
+        inputs: Any = None,
+        depth: int = 0,
+    ) -> None:
+        jobs: dict[str, Any] = dict(workflow.get("jobs") or {})
+        base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
+        env = layer_env({}, workflow.get("env"), base, _nothing_failed)
+        for job_id in _needs_order(jobs):
+            job = jobs[job_id]
+            if (wanted and job_id != wanted) or not isinstance(job, dict):
+                # outside the plan (--job): a job that needs it plans as if it succeeded
+                self.outcomes.setdefault(f"{prefix}{job_id}", "success")
+                continue
+            self.job(f"{prefix}{job_id}", job, {**base, "env": env}, prefix, depth)
+
+    def job(
+        self, name: str, job: dict[str, Any], contexts: dict[str, Any], prefix: str, depth: int
+    ) -> None:
+        needs = job.get("needs") or []
+        needs = [needs] if isinstance(needs, str) else [str(n) for n in needs]
+        results = {
+            n: self.outcomes.get(f"{prefix}{n}", Unknown(f"needs.{n}.result")) for n in needs
+        }
+        contexts = {
+            **contexts,
+            "needs": {
+                n: Partial(f"needs.{n}", {"result": r})
+                if isinstance(r, str)
+                else Unknown(f"needs.{n}")
+                for n, r in results.items()
+            },
+        }
+        state = JobState()
+        failed = [n for n, r in results.items() if r in ("failure", "skipped")]
+        if failed:
+            state.failed, state.failure = True, f"needs {', '.join(failed)}"
+        elif any(isinstance(r, Unknown) for r in results.values()):
+            state.failed = Unknown(f"needs.{next(iter(results))}.result", path=False)
+        cond = job.get("if")
+        held = _condition(cond, contexts, state.status)
+        forced = ""
+        if held is False:
+            if state.failed is True and _condition(cond, contexts, _nothing_failed) is not False:
+                self._job_line(name, f"skipped: {state.failure} would fail or be skipped here")
+                self.outcomes[name] = "skipped"
+                forced = f"job skipped: {state.failure} would fail or be skipped here"
+            else:
+                self._job_line(name, f"skipped (if: {_cond_text(cond)})")
+                self.outcomes[name] = "skipped"
+                self._list_skipped(name, job, f"job skipped (if: {_cond_text(cond)})")
+                return
+        note = ""
+        if isinstance(held, Unknown):
+            note = f"conditional (if: {_cond_text(cond)}: {held.why} is known at run time)"
+        uses = str(job.get("uses") or "")
+        if uses:
+            self.reusable(name, job, uses, contexts, note, depth)
+            return
+        outcome = self.legs(name, job, contexts, note, forced)
+        self.outcomes[name] = "skipped" if forced else outcome
+
+    def _job_line(self, name: str, text: str) -> None:
+        self.rt.log(f"job {name}: {text}")
+
+    def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
+        for index, step in enumerate(job.get("steps") or [], start=1):
+            if isinstance(step, dict):
+                plan = StepPlan(job=name, index=index, name=_step_name(step))
+                plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
+                self.plans.append(plan)
+
+    def reusable(
+        self,
+        name: str,
+        job: dict[str, Any],
+        uses: str,
+        contexts: dict[str, Any],
+        note: str,
+        depth: int,
+    ) -> None:
+        """A job calling a workflow: a local one is planned as its jobs, a remote one named."""
+        found = load_local_workflow(self.workspace, uses) if uses.startswith("./") else None
+        if found is None or depth >= MAX_DEPTH:
+            why = (
+                "not inspected: remote reusable workflow"
+                if not uses.startswith("./")
+                else "not inspected: local reusable workflow not found in the workspace"
+            )
+            self._job_line(name, f"uses {uses}: {why}")
+            plan = StepPlan(job=name, index="-", name=uses, uses=uses)
+            plan.verdict, plan.detail = "not-inspected", why
+            self.plans.append(plan)
+            self.outcomes[name] = Unknown(f"needs.{name}.result")
+            return
+        path, called = found
+        with_ = job.get("with") if isinstance(job.get("with"), dict) else {}
+        inputs = _inputs_context(
+            _workflow_call_inputs(called), with_, contexts, JobState().status, f"{name} inputs"
+        )
+        self._job_line(name, f"calls {uses} ({path.name})" + (f"; {note}" if note else ""))
+        before = {k for k in self.outcomes}
+        self.workflow(called, prefix=f"{name}/", inputs=inputs, depth=depth + 1)
+        inner = [v for k, v in self.outcomes.items() if k not in before]
+        self.outcomes[name] = _worst(inner)
+
+    def legs(
+        self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str, forced: str
+    ) -> Any:
+        """Plan every leg of the job's matrix; the job's outcome (failure if a leg fails)."""
+        from gpuci import matrix
+
+        strategy = job.get("strategy")
+        legs = matrix.expand(strategy.get("matrix") if isinstance(strategy, dict) else None)
+        if legs is None:
+            self._job_line(name, "its matrix is built at run time; judged once, matrix unresolved")
+            runs = [(name, job, Unknown("matrix"))]
+        elif legs == [{}]:
+            runs = [(name, job, {})]
+        else:
+            runs = [(f"{name} ({matrix.label(leg)})", _put_leg(job, leg), leg) for leg in legs]
+        outcomes = []
+        for leg_name, leg_job, leg in runs:
+            runs_on = leg_job.get("runs-on", "")
+            ctx = {**contexts, "matrix": leg, "runner": runner_context(runs_on)}
+            ctx["env"] = layer_env(ctx["env"], leg_job.get("env"), ctx, _nothing_failed)
+            notes = _docker_notes(leg_job, ctx)
+            label = (
+                text_of(runs_on) if not isinstance(runs_on, list) else ", ".join(map(str, runs_on))
+            )
+            with self.rt.group(f"job {leg_name} (runs-on: {label or '?'})"):
+                for line in ([note] if note else []) + notes + ([forced] if forced else []):
+                    self.rt.log(f"  {line}")
+                state = JobState()
+                first = len(self.plans)
+                self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", forced, 0, note)
+                for plan in self.plans[first:]:
+                    plan.notes = notes + plan.notes
+                outcomes.append("failure" if state.failed is True else state.failed or "success")
+                if note:
+                    outcomes[-1] = Unknown(f"{leg_name} is conditional")
+        return _worst(outcomes)
+
+    # ----- steps -------------------------------------------------------------------------
+    def steps(
+        self,
+        job: str,
+        steps: list[Any],
+        contexts: dict[str, Any],
+        state: JobState,
+        prefix: str,
+        forced: str,
+        depth: int,
+        unsure: str = "",
+    ) -> None:
+        """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
+        would run conditional (its job's ``if:`` is known only at run time)."""
+        for number, step in enumerate(steps, start=1):
+            if not isinstance(step, dict):
+                continue
+            index: int | str = f"{prefix}{number}" if prefix else number
+            step_id = str(step.get("id") or f"__{number}")
+            env = layer_env(
+                contexts["env"], step.get("env"), {**contexts, "steps": state.steps}, state.status
+            )
+            ctx = {**contexts, "env": env, "steps": state.steps}
+            cond = step.get("if")
+            shown = _cond_text(cond) if cond is not None else ""
+            if forced:
+                plan = StepPlan(job=job, index=index, name=_step_name(step), condition=shown)
+                plan.uses, plan.verdict, plan.detail = (
+                    str(step.get("uses") or ""),
+                    "skipped",
+                    forced,
+                )
+                self._add(plan)
+                state.steps[step_id] = _skipped_context()
+                continue
+            held = _condition(cond, ctx, state.status)
+            if held is False:
+                alive = _condition(cond, ctx, _nothing_failed)
+                if state.failed is True and alive is not False:
+                    # Skipped only because an earlier step fails *here*: judge it anyway (its
+                    # literals are still checked), but it does not run after that failure.
+                    plan = self.step(job, steps, number, index, ctx, env, depth)
+                    plan.planned, plan.verdict = plan.verdict, "skipped"
+                    plan.detail = (
+                        f"skipped here: {state.failure} (if it ran: {plan.planned}: {plan.detail})"
+                    )
+                else:
+                    plan = StepPlan(job=job, index=index, name=_step_name(step))
+                    plan.uses, plan.verdict = str(step.get("uses") or ""), "skipped"
+                    plan.detail = f"skipped (if: {shown or 'success()'})"
+                plan.condition = shown
+                self._add(plan)
+                state.steps[step_id] = _skipped_context()
+                continue
+            plan = self.step(job, steps, number, index, ctx, env, depth)
+            plan.condition = shown
+            if isinstance(held, Unknown) or unsure:
+                plan.planned, plan.verdict = plan.verdict, "conditional"
+                why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
+                plan.detail = (
+                    f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
+                )
+                if not shown:
+                    plan.condition = unsure
+            self._add(plan)
+            self._after(plan, step, step_id, state)
+
+    def _add(self, plan: StepPlan) -> None:
+        """List the step, then a composite's own steps (logged as they were planned)."""
+        self.plans.append(plan)
+        _log_plan(plan, self.rt)
+        self.plans += plan.children
+
+    def _after(self, plan: StepPlan, step: dict[str, Any], step_id: str, state: JobState) -> None:
+        """Record the step's outputs and outcome for the steps and status functions after it."""
+        verdict = plan.planned if plan.verdict == "conditional" else plan.verdict
+        fails = verdict in ("would-fail", "bad-input")
+        tolerated = text_of(step.get("continue-on-error")).lower() == "true"
+        if fails and not tolerated:
+            if plan.verdict == "conditional":
+                if state.failed is False:
+                    state.failed = Unknown(f"the outcome of step {plan.index}", path=False)
+            else:
+                why = "has bad input" if verdict == "bad-input" else "would fail on this machine"
+                state.failed, state.failure = True, f"step {plan.index} ({plan.name}) {why}"
+        known = plan.verdict in JUDGED and plan.verdict != "not-evaluated" and plan.results
+        if known and not any(r.report.get("not_evaluated") for r in plan.results):
+            outputs: dict[str, str] = {}
+            for result in plan.results:
+                outputs.update({k: format_output(v) for k, v in result.outputs.items()})
+            outcome = "failure" if fails else "success"
+            state.steps[step_id] = {
+                # an output the plan did not produce (the all-in-one's prefixed names, say)
+                # is unknown, not empty
+                "outputs": Partial(f"steps.{step_id}.outputs", outputs),
+                "outcome": outcome,
+                "conclusion": "success" if tolerated else outcome,
+            }
+        else:
+            state.steps[step_id] = Unknown(f"steps.{step_id}")
+
+    def step(
+        self,
+        job: str,
+        steps: list[Any],
+        number: int,
+        index: int | str,
+        ctx: dict[str, Any],
+        env: Mapping[str, str | Unknown],
+        depth: int,
+    ) -> StepPlan:
+        step: dict[str, Any] = steps[number - 1]
+        uses = text_of(step.get("uses")).strip()
+        plan = StepPlan(job=job, index=index, name=_step_name(step), uses=uses)
+        if not uses:
+            plan.verdict, plan.detail = "run", "a plain run: step (not judged)"
+            return plan
+        classified = classify_uses(uses)
+        if classified is None:
+            if uses.startswith("./"):
+                plan = self.local_action(plan, step, ctx, depth)
+                if depth == 0 and not _checked_out(steps[: number - 1]):
+                    plan.warnings.append(
+                        f"no step before it checks the repository out (actions/checkout): "
+                        f"the runner will not find {uses}"
+                    )
+                    plan.detail = "; ".join([plan.detail, *plan.warnings])
+                    if plan.verdict in ("ok", "other-action"):
+                        plan.verdict = "may-fail"
+                return plan
+            plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
+            return plan
+        with_ = step.get("with") or {}
+        if not isinstance(with_, dict):
+            plan.verdict, plan.detail = "bad-input", "'with:' is not a mapping"
+            return plan
+        given: dict[str, str] = {}
+        for key, value in with_.items():
+            text = text_of(value)
+            got = evaluate_text(text, ctx, lambda s: True)
+            if isinstance(got, Unknown):
+                plan.unresolved.append(str(key))
+                plan.why[str(key)] = got.why
+                given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
+            else:
+                given[str(key)] = got
+        plan.unresolved.sort()
+        plan.unresolved += sorted(
+            f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
+        )
+        dispatch = classified[1].dispatch if classified[1] else None
+        if dispatch and dispatch in plan.why:
+            plan.verdict = "not-evaluated"
+            plan.detail = f"'{dispatch}' is set at run time ({plan.why[dispatch]})"
+            return plan
+        try:
+            calls = calls_for(classified[0], classified[1], given)
+        except InputError as exc:
+            plan.verdict, plan.detail = "bad-input", exc.message
+            return plan
+        plan.command = " + ".join(full for full, _, _ in calls)
+        inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
+        inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
+        inner_env[PROBE_ENV] = "true" if self.probe else "false"
+        for full_name, cmd, values in calls:
+            offline = None if self.probe else network_needed(full_name, values, inner_env)
+            if offline:
+                result = Result(command=full_name, headline=f"plan not evaluated: {offline}")
+                result.report["not_evaluated"] = offline
+                plan.results.append(result)
+                continue
+            if not self.probe and full_name.startswith("pods ") and inner_env.get(RUNPOD_KEY):
+                # without the key the pods commands plan without asking RunPod anything
+                inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
+                plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
+            plan.results.append(plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
+        plan.verdict = verdict(plan.results)
+        plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
+        missing = missing_paths_of(steps, number, calls)
+        plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
+        if plan.warnings:
+            if plan.verdict == "ok":
+                plan.verdict = "may-fail"
+            plan.detail = "; ".join([plan.detail, *plan.warnings])
+        return plan
+
+    def local_action(
+        self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int
+    ) -> StepPlan:
+        """``uses: ./path``: a composite action is planned step by step, its inputs mapped."""
+        found = load_local_action(self.workspace, plan.uses)
+        if found is None:
+            plan.verdict = "other-action"
+            plan.detail = f"local action {plan.uses}: no action.yml in the workspace (not judged)"
+            return plan
+        _, action = found
+        runs = action.get("runs") if isinstance(action.get("runs"), dict) else {}
+        using = text_of(runs.get("using"))
+        if using != "composite" or depth >= MAX_DEPTH:
+            plan.verdict = "other-action"
+            plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
+            return plan
+        with_ = step.get("with") if isinstance(step.get("with"), dict) else {}
+        declared = action.get("inputs") if isinstance(action.get("inputs"), dict) else {}
+        inputs = _inputs_context(declared, with_, ctx, lambda s: True, f"{plan.uses} inputs")
+        inner_ctx = {**ctx, "inputs": inputs, "steps": {}}
+        state = JobState()
+        self.rt.log(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
+        first = len(self.plans)
+        self.steps(
+            plan.job, runs.get("steps") or [], inner_ctx, state, f"{plan.index}.", "", depth + 1
+        )
+        inner = self.plans[first:]
+        del self.plans[first:]
+        judged = [p.judged for p in inner if p.judged and p.verdict != "skipped"]
+        for worst in (
+            "bad-input",
+            "would-fail",
+            "not-evaluated",
+            "may-fail",
+            "not-implemented",
+            "ok",
+        ):
+            if worst in judged:
+                plan.verdict = worst
+                break
+        else:
+            plan.verdict = "other-action"
+        plan.command = f"composite action ({len(inner)} step(s))"
+        plan.detail = f"local composite action {plan.uses}: " + (
+            "; ".join(f"step {p.index} {p.verdict}" for p in inner if p.verdict in JUDGED)
+            or "no gpu-ci step inside"
+        )
+        plan.children = inner
+        return plan
+
+
+def _condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:
+    """An ``if:`` at plan time; one this plan cannot parse is left to the run, not refused."""
+    try:
+        return condition(cond, ctx, status, PLAN_FUNCTIONS)
+    except ExpressionError as exc:
+        return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
+
+
+def _checked_out(earlier: list[Any]) -> bool:
+    """Whether a step before this one may put the repository in the workspace: a checkout, or
+    any ``run:`` step (a clone or a copy), as the text cannot tell."""
+    for step in earlier:
+        if isinstance(step, dict):
+            uses = text_of(step.get("uses")).strip().lower()
+            if uses.startswith("actions/checkout@") or step.get("run"):
+                return True
+    return False
+
+
+def _skipped_context() -> dict[str, Any]:
+    return {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
+
+
+def _step_name(step: dict[str, Any]) -> str:
+    uses = text_of(step.get("uses"))
+    run = text_of(step.get("run")).strip().splitlines()
+    return text_of(step.get("name")) or uses or (run[0] if run else "")
+
+
+def _worst(outcomes: list[Any]) -> Any:
+    if any(o == "failure" for o in outcomes):
+        return "failure"
+    unknown = next((o for o in outcomes if isinstance(o, Unknown)), None)
+    if unknown is not None:
+        return unknown
+    if outcomes and all(o == "skipped" for o in outcomes):
+        return "skipped"
+    return "success"
+
+
+def _needs_order(jobs: Mapping[str, Any]) -> list[str]:
+    """Job ids in an order where each comes after what it needs (file order otherwise)."""
+    done: list[str] = []
+    pending = list(jobs)
+    while pending:
+        for job_id in pending:
+            job = jobs[job_id]
+            needs = job.get("needs") if isinstance(job, dict) else None
+            needs = [needs] if isinstance(needs, str) else list(needs or [])
+            if all(str(n) in done or str(n) not in jobs for n in needs):
+                done.append(job_id)
+                pending.remove(job_id)
+                break
+        else:  # a cycle: GitHub refuses the workflow; plan the rest in file order
+            done += pending
+            break
+    return done
+
+
+def _workflow_call_inputs(workflow: Mapping[str, Any]) -> dict[str, Any]:
+    on = workflow.get("on", workflow.get(True))
+    call = on.get("workflow_call") if isinstance(on, dict) else None
+    inputs = call.get("inputs") if isinstance(call, dict) else None
+    return inputs if isinstance(inputs, dict) else {}
+
+
+def _inputs_context(
+    declared: Mapping[str, Any],
+    with_: Mapping[str, Any],
+    ctx: Mapping[str, Any],
+    status: Any,
+    what: str,
+) -> dict[str, Any]:
+    """``inputs`` of a composite action or called workflow: ``with:`` over the defaults."""
+    inputs: dict[str, Any] = {}
+    for name, spec in declared.items():
+        default = spec.get("default") if isinstance(spec, dict) else None
+        if default is not None:
+            inputs[str(name)] = evaluate_text(text_of(default), ctx, status)
+        else:
+            inputs[str(name)] = ""
+    for name, value in with_.items():
+        inputs[str(name)] = evaluate_text(text_of(value), ctx, status)
+    return inputs
+
+
+def _docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
+    """``container:`` and ``services:``: named, for a runner without Docker cannot run them."""
+    notes = []
+    container = job.get("container")
+    if container:
+        image = container.get("image") if isinstance(container, dict) else container
+        shown = evaluate_text(text_of(image), ctx, lambda s: True)
+        name = shown.why if isinstance(shown, Unknown) else shown
+        notes.append(f"runs in container {name}: needs Docker on the runner")
+    services = job.get("services")
+    if isinstance(services, dict):
+        for service, spec in services.items():
+            image = spec.get("image") if isinstance(spec, dict) else spec
+            shown = evaluate_text(text_of(image), ctx, lambda s: True)
+            name = shown.why if isinstance(shown, Unknown) else shown
+            notes.append(f"service {service} runs container {name}: needs Docker on the runner")
+    return notes
+
+
+def _put_leg(value: Any, leg: dict[str, Any]) -> Any:
+    from gpuci import matrix
+
+    if isinstance(value, str):
+        return matrix.substitute(value, leg)
+    if isinstance(value, list):
+        return [_put_leg(v, leg) for v in value]
+    if isinstance(value, dict):
+        return {k: _put_leg(v, leg) for k, v in value.items()}
+    return value
+
+
+def _log_plan(plan: StepPlan, rt: Runtime) -> None:
+    from gpuci.dryrun.report import log_plan
+
+    log_plan(plan, rt)

@@ -1,0 +1,181 @@
+"""What a plan says: one log line per step as it is planned, then the Result (counts, headline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuci.errors import ExitCode
+from gpuci.runtime import Result, Runtime, format_output, markdown_table
+
+if TYPE_CHECKING:
+    from gpuci.dryrun.planner import StepPlan
+
+MARKS = {
+    "ok": "ok",
+    "may-fail": "MAY FAIL",
+    "would-fail": "would fail here",
+    "bad-input": "BAD INPUT",
+    "not-implemented": "not implemented",
+    "run": "run",
+    "other-action": "other",
+    "not-inspected": "not inspected",
+}
+
+
+def mark(plan: StepPlan) -> str:
+    if plan.verdict == "not-evaluated":
+        return f"not evaluated: {plan.detail}"
+    if plan.verdict == "skipped":
+        return plan.detail
+    if plan.verdict == "conditional":
+        return f"conditional (if: {plan.condition} unknown at plan time)"
+    return MARKS.get(plan.verdict, plan.verdict)
+
+
+def log_plan(plan: StepPlan, rt: Runtime) -> None:
+    rt.log(f"  step {plan.index}: {plan.name} [{mark(plan)}]")
+    if plan.verdict in ("run", "other-action", "not-inspected") or (
+        plan.verdict == "skipped" and not plan.results
+    ):
+        return
+    if plan.unresolved:
+        waits = [f"{n} ({plan.why[n]})" if n in plan.why else n for n in plan.unresolved]
+        rt.log(f"    unresolved at plan time (set by the workflow at run time): {', '.join(waits)}")
+    if not plan.results and plan.verdict != "not-evaluated":
+        rt.log(f"    {plan.detail}")
+    for result in plan.results:
+        rt.log(f"    {result.command}: {result.headline or 'ok'}")
+        for note in result.annotations:
+            if note.message != result.headline:
+                rt.log(f"      {note.level}: {note.message}")
+        for key, value in result.outputs.items():
+            text = format_output(value)
+            if text not in ("", "0") and "\n" not in text and len(text) < 200:
+                rt.log(f"      {key} = {text}")
+    for warning in plan.warnings:
+        rt.log(f"    warning: {warning}")
+
+
+def _is_gpuci(plan: StepPlan) -> bool:
+    """A gpu-ci step, judged or not (a step skipped by its if: was never planned)."""
+    from gpuci.dryrun.workflow import classify_uses
+
+    if plan.children:
+        return False  # a composite action: its own steps count
+    return bool(plan.judged) or (bool(plan.uses) and classify_uses(plan.uses) is not None)
+
+
+def _where(plans: list[StepPlan]) -> str:
+    return ", ".join(f"{p.job} step {p.index}" for p in plans)
+
+
+def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, probe: bool) -> Result:
+    judged = [p for p in plans if p.judged and not p.children]  # a composite: its steps count
+    bad = [p for p in judged if p.judged == "bad-input"]
+    failing = [p for p in judged if p.verdict == "would-fail"]
+    unevaluated = [p for p in judged if p.verdict == "not-evaluated"]
+    conditional = [p for p in judged if p.verdict == "conditional"]
+    skipped = [p for p in plans if p.verdict == "skipped" and _is_gpuci(p)]
+    risky = [p for p in plans if p.warnings and p.verdict == "may-fail"]  # composites too
+    evaluated = [
+        p for p in judged if p.verdict in ("ok", "may-fail", "would-fail", "not-implemented")
+    ]
+    uninspected = [p for p in plans if p.verdict == "not-inspected"]
+    out = Result(command="dry-run")
+    if rt.platform != "terminal":  # on a terminal the per-step log above says it all
+        rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in judged]
+        out.summary.append(
+            f"### gpu-ci dry run of `{path}`\n\n"
+            + markdown_table(["job", "step", "name", "command", "verdict", "detail"], rows)
+        )
+    out.report = {
+        "workflow": str(path),
+        "job": job,
+        "probe": probe,
+        "steps": [
+            {
+                "job": p.job,
+                "index": p.index,
+                "name": p.name,
+                "uses": p.uses,
+                "command": p.command,
+                "verdict": p.verdict,
+                "planned": p.planned,
+                "condition": p.condition,
+                "detail": p.detail,
+                "unresolved": p.unresolved,
+                "why": p.why,
+                "warnings": p.warnings,
+                "notes": p.notes,
+                "plans": [
+                    {
+                        "command": r.command,
+                        "exit_code": int(r.exit_code),
+                        "headline": r.headline,
+                        "outputs": {k: format_output(v) for k, v in r.outputs.items()},
+                        "report": r.report,
+                    }
+                    for r in p.results
+                ],
+            }
+            for p in plans
+        ],
+    }
+    total = len(evaluated) + len(unevaluated) + len(conditional) + len(skipped)
+    out.outputs = {
+        "steps": total,  # gpu-ci steps, a composite action's counted inside it
+        "evaluated": len(evaluated),
+        "bad-input": len(bad),
+        "would-fail": len(failing),
+        "may-fail": len(risky),
+        "not-evaluated": len(unevaluated),
+        "conditional": len(conditional),
+        "skipped": len(skipped),
+    }
+    for p in risky:
+        for warning in p.warnings:
+            out.warning(f"job {p.job}, step {p.index} ({p.name}): {warning}", "gpu-ci dry run")
+    if not judged:
+        out.headline = f"no gpu-ci steps found in {path}"
+        if uninspected:
+            out.headline += f" ({len(uninspected)} reusable workflow(s) not inspected)"
+        out.warning(out.headline)
+        return out
+    if bad:
+        out.exit_code = ExitCode.BAD_INPUT
+        for p in bad:
+            out.error(
+                f"job {p.job}, step {p.index} ({p.name}): {p.detail}", "gpu-ci dry run: bad input"
+            )
+        out.headline = (
+            f"{len(bad)} of {len(judged)} gpu-ci step(s) have bad input; "
+            "fix them before paying for a GPU"
+        )
+        return out
+    counts = [
+        f"{len(evaluated)} evaluated",
+        *([f"{len(unevaluated)} not evaluated"] if unevaluated else []),
+        *([f"{len(conditional)} conditional"] if conditional else []),
+        *([f"{len(skipped)} skipped"] if skipped else []),
+    ]
+    out.headline = f"plan is valid: {total} gpu-ci step(s) checked ({', '.join(counts)})"
+    if failing:
+        out.headline += (
+            f"; {len(failing)} would fail on this machine ({_where(failing)}; "
+            "expected where this machine is not the runner)"
+        )
+    after = [p for p in skipped if p.planned == "would-fail"]
+    if after:
+        out.headline += f"; skipped after that, and would fail here too: {_where(after)}"
+    if risky:
+        out.headline += f"; {len(risky)} may fail at run time (see the warnings)"
+    if unevaluated:
+        out.headline += f"; not evaluated (see each step's why): {_where(unevaluated)}"
+    if conditional:
+        out.headline += f"; conditional (if: known at run time): {_where(conditional)}"
+    if uninspected:
+        out.headline += f"; {len(uninspected)} reusable workflow(s) not inspected"
+    if not probe:
+        out.headline += "; no network used (--probe to ask servers)"
+    return out

@@ -1,0 +1,427 @@
+"""GitHub Actions expressions (``${{ }}`` and ``if:``), evaluated as the runner does.
+
+One evaluator for the whole project: ``dry-run`` plans a workflow with it, and the tests' action
+harness runs our composite actions with it. No library on PyPI evaluates ``${{ }}`` the way
+the runner does (actions/runner ``src/Sdk/Expressions``), and the subset is small.
+
+Supported: literals (``'text'`` with ``''`` escapes, numbers, ``true``, ``false``, ``null``),
+context lookups (``inputs.x``, ``steps.id.outputs.y``, ``env.X``, ``a['b']``), ``!``, ``==``,
+``!=``, ``<``, ``<=``, ``>``, ``>=``, ``&&``, ``||`` (which return an operand, as in GitHub),
+parentheses, the status functions, ``contains``/``startsWith``/``endsWith``/``format``/``join``/
+``toJSON``/``fromJSON``. Comparison follows the runner: strings compare case-insensitively;
+mixed types are coerced to numbers; ``NaN`` equals nothing.
+
+What a planner cannot know (a secret, a ``vars`` value, the outputs of a ``run:`` step) is an
+:class:`Unknown`: it flows through operators (``unknown && false`` is still false, ``unknown ||
+'x'`` still truthy) and names what it came from, so a plan says *why* it could not decide.
+Anything else raises :class:`ExpressionError`: nothing is silently evaluated wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+TOKEN = re.compile(
+    r"\s*(?:"
+    r"(?P<str>'(?:[^']|'')*')"
+    r"|(?P<num>-?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?))"
+    r"|(?P<op>==|!=|<=|>=|&&|\|\||[!<>().\[\],*])"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)"
+    r")"
+)
+STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
+EMBEDDED = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+Status = Callable[[str], "bool | Unknown"]
+# Extra functions by lower-case name: called with the contexts and the arguments. A set of names
+# instead makes each of them an Unknown (what only the run can compute, e.g. hashFiles).
+Function = Callable[[Mapping[str, Any], list[Any]], Any]
+Functions = Mapping[str, Function] | frozenset[str]
+
+
+class ExpressionError(ValueError):
+    """An expression we cannot (or GitHub would not) evaluate."""
+
+
+class Unknown:
+    """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
+
+    __slots__ = ("path", "truth", "why")
+
+    def __init__(self, why: str, path: bool = True, truth: bool | None = None) -> None:
+        self.why = why
+        self.path = path  # ``why`` is a context path that a property access may extend
+        self.truth = truth  # known even when the value is not: ``vars.X || 'default'``
+
+    def child(self, key: Any) -> Unknown:
+        if self.path and isinstance(key, str):
+            return Unknown(f"{self.why}.{key}")
+        return Unknown(self.why, path=False)
+
+    def with_truth(self, truth: bool) -> Unknown:
+        return Unknown(self.why, path=False, truth=truth)
+
+    def __repr__(self) -> str:
+        return f"Unknown({self.why!r})"
+
+
+class Partial(dict):
+    """A context of which only some properties are known; the rest are :class:`Unknown`."""
+
+    def __init__(self, name: str, known: Mapping[str, Any]) -> None:
+        super().__init__(known)
+        self.name = name
+
+
+def is_unknown(value: Any) -> bool:
+    return isinstance(value, Unknown)
+
+
+def tokenize(text: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        match = TOKEN.match(text, pos)
+        if not match or match.end() == pos:
+            raise ExpressionError(f"cannot parse expression at {text[pos:]!r}")
+        kind = match.lastgroup or ""
+        tokens.append((kind, match.group(kind)))
+        pos = match.end()
+    return tokens
+
+
+def to_number(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "":
+            return 0.0
+        try:
+            return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def truthy(value: Any) -> bool:
+    if value is None or value is False or value == "":
+        return False
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return not (value == 0 or math.isnan(value))
+    return True
+
+
+def truth_of(value: Any) -> bool | None:
+    """Whether a value is truthy; None for an :class:`Unknown` whose truth is unknown too."""
+    if isinstance(value, Unknown):
+        return value.truth
+    return truthy(value)
+
+
+def equal(left: Any, right: Any) -> bool:
+    if isinstance(left, str) and isinstance(right, str):
+        return left.casefold() == right.casefold()
+    if type(left) is type(right) and not isinstance(left, int | float | bool | type(None)):
+        return left is right  # objects and arrays compare by identity
+    if left is None and right is None:
+        return True
+    return to_number(left) == to_number(right)
+
+
+def to_text(value: Any) -> str:
+    """How the runner renders a value inside a string."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict | list):
+        return json.dumps(value, indent=2)
+    return str(value)
+
+
+def _first_unknown(*values: Any) -> Unknown | None:
+    """The first unknown operand, as the unknown result of an operation on it."""
+    found = next((v for v in values if isinstance(v, Unknown)), None)
+    return None if found is None else Unknown(found.why, path=False)
+
+
+class _Parser:
+    def __init__(
+        self,
+        text: str,
+        contexts: Mapping[str, Any],
+        status: Status,
+        functions: Functions,
+    ) -> None:
+        self.tokens = tokenize(text)
+        self.pos = 0
+        self.contexts = contexts
+        self.status = status
+        self.functions = functions
+        self.text = text
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos][1] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> tuple[str, str]:
+        if self.pos >= len(self.tokens):
+            raise ExpressionError(f"unexpected end of expression {self.text!r}")
+        token = self.tokens[self.pos]
+        if expected is not None and token[1] != expected:
+            raise ExpressionError(f"expected {expected!r}, got {token[1]!r} in {self.text!r}")
+        self.pos += 1
+        return token
+
+    def parse(self) -> Any:
+        value = self.or_()
+        if self.pos != len(self.tokens):
+            raise ExpressionError(f"unexpected {self.peek()!r} in {self.text!r}")
+        return value
+
+    def or_(self) -> Any:
+        value = self.and_()
+        while self.peek() == "||":
+            self.take()
+            right = self.and_()
+            left = truth_of(value)
+            if left is None:  # truthy either way when the right side is; else undecided
+                value = value.with_truth(True) if truth_of(right) else value
+            else:
+                value = value if left else right
+        return value
+
+    def and_(self) -> Any:
+        value = self.equality()
+        while self.peek() == "&&":
+            self.take()
+            right = self.equality()
+            left = truth_of(value)
+            if left is None:  # falsy either way when the right side is; else undecided
+                value = value.with_truth(False) if truth_of(right) is False else value
+            else:
+                value = right if left else value
+        return value
+
+    def equality(self) -> Any:
+        value = self.comparison()
+        while self.peek() in ("==", "!="):
+            op = self.take()[1]
+            right = self.comparison()
+            same = equal(value, right)
+            value = _first_unknown(value, right) or (same if op == "==" else not same)
+        return value
+
+    def comparison(self) -> Any:
+        value = self.unary()
+        while self.peek() in ("<", "<=", ">", ">="):
+            op = self.take()[1]
+            right = self.unary()
+            unknown = _first_unknown(value, right)
+            if unknown:
+                value = unknown
+                continue
+            a, b = (
+                (value.casefold(), right.casefold())
+                if isinstance(value, str) and isinstance(right, str)
+                else (to_number(value), to_number(right))
+            )
+            value = {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
+        return value
+
+    def unary(self) -> Any:
+        if self.peek() == "!":
+            self.take()
+            value = self.unary()
+            truth = truth_of(value)
+            return value if truth is None else not truth
+        return self.postfix()
+
+    def postfix(self) -> Any:
+        value = self.primary()
+        while self.peek() in (".", "["):
+            if self.take()[1] == ".":
+                kind, name = self.take()
+                if kind != "name" and name != "*":
+                    raise ExpressionError(f"expected a property name in {self.text!r}")
+                key: Any = name
+            else:
+                key = self.or_()
+                self.take("]")
+            value = _index(value, key)
+        return value
+
+    def primary(self) -> Any:
+        kind, text = self.take()
+        if kind == "str":
+            return text[1:-1].replace("''", "'")
+        if kind == "num":
+            number = to_number(text)
+            return int(number) if number.is_integer() else number
+        if text == "(":
+            value = self.or_()
+            self.take(")")
+            return value
+        if kind != "name":
+            raise ExpressionError(f"unexpected {text!r} in {self.text!r}")
+        if text in ("true", "false"):
+            return text == "true"
+        if text == "null":
+            return None
+        if self.peek() == "(":
+            return self.call(text)
+        found = next((k for k in self.contexts if k.casefold() == text.casefold()), None)
+        if found is None:
+            raise ExpressionError(f"unknown context {text!r} in {self.text!r}")
+        return self.contexts[found]
+
+    def call(self, name: str) -> Any:
+        self.take("(")
+        args: list[Any] = []
+        while self.peek() != ")":
+            args.append(self.or_())
+            if self.peek() == ",":
+                self.take()
+        self.take(")")
+        low = name.lower()
+        if low in STATUS_FUNCTIONS and not args:
+            return self.status(low)
+        if low in self.functions:
+            if isinstance(self.functions, frozenset):
+                return Unknown(f"{name}()", path=False)
+            return self.functions[low](self.contexts, args)
+        unknown = _first_unknown(*args)
+        if unknown and low in ("contains", "startswith", "endswith", "format", "join", "tojson"):
+            return unknown
+        if low in ("contains", "startswith", "endswith") and len(args) == 2:
+            hay, needle = args
+            if low == "contains" and isinstance(hay, list):
+                return any(equal(item, needle) for item in hay)
+            h, n = to_text(hay).casefold(), to_text(needle).casefold()
+            if low == "contains":
+                return n in h
+            return h.startswith(n) if low == "startswith" else h.endswith(n)
+        if low == "format" and args:
+            return _format(to_text(args[0]), [to_text(a) for a in args[1:]], self.text)
+        if low == "join" and 1 <= len(args) <= 2:
+            sep = to_text(args[1]) if len(args) == 2 else ","
+            items = args[0] if isinstance(args[0], list) else [args[0]]
+            return sep.join(to_text(i) for i in items)
+        if low == "tojson" and len(args) == 1:
+            return json.dumps(args[0], indent=2)
+        if low == "fromjson" and len(args) == 1:
+            if unknown:
+                return unknown
+            try:
+                return json.loads(to_text(args[0]))
+            except ValueError:
+                message = f"fromJSON of text that is not JSON in {self.text!r}"
+                raise ExpressionError(message) from None
+        raise ExpressionError(f"function {name}() is not supported here")
+
+
+def _format(template: str, args: list[str], where: str) -> str:
+    def put(match: re.Match[str]) -> str:
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            return token[0]
+        index = int(match.group(1))
+        if index >= len(args):
+            raise ExpressionError(f"format() has no argument {index} in {where!r}")
+        return args[index]
+
+    return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
+
+
+def _index(value: Any, key: Any) -> Any:
+    if isinstance(value, Unknown):
+        return value.child(key)
+    if isinstance(key, Unknown):
+        return key
+    if isinstance(value, Mapping):
+        if isinstance(key, str):
+            for k, v in value.items():  # contexts are case-insensitive
+                if k.casefold() == key.casefold():
+                    return v
+            if isinstance(value, Partial):
+                return Unknown(f"{value.name}.{key}")
+        return None
+    if isinstance(value, list) and isinstance(key, int | float) and not isinstance(key, bool):
+        index = int(key)
+        return value[index] if 0 <= index < len(value) else None
+    return None
+
+
+def evaluate(
+    text: str,
+    contexts: Mapping[str, Any],
+    status: Status,
+    functions: Functions = frozenset(),
+) -> Any:
+    """Evaluate one expression (without the ``${{ }}``)."""
+    return _Parser(text, contexts, status, functions).parse()
+
+
+def interpolate(
+    text: str,
+    contexts: Mapping[str, Any],
+    status: Status,
+    functions: Functions = frozenset(),
+) -> str | Unknown:
+    """Replace every ``${{ expr }}`` in a string, as the runner does before running a step.
+
+    An :class:`Unknown` when any part is known only at run time."""
+    unknown: list[Unknown] = []
+
+    def put(match: re.Match[str]) -> str:
+        value = evaluate(match.group(1), contexts, status, functions)
+        if isinstance(value, Unknown):
+            unknown.append(value)
+            return ""
+        return to_text(value)
+
+    whole = EMBEDDED.sub(put, text)
+    return unknown[0] if unknown else whole
+
+
+def condition_expression(text: str | bool | None) -> str:
+    """The expression an ``if:`` evaluates: ``${{ }}`` optional, and ``success() && (...)``
+    unless it names a status function itself."""
+    if text is None:
+        return "success()"
+    if isinstance(text, bool):
+        return "success() && true" if text else "success() && false"
+    if isinstance(text, int | float):
+        text = to_text(text)
+    expr = str(text).strip()
+    whole = EMBEDDED.fullmatch(expr)
+    if whole:
+        expr = whole.group(1)
+    elif "${{" in expr:
+        raise ExpressionError(f"if: mixes text and expressions: {text!r}")
+    names = {tok[1].lower() for tok in tokenize(expr) if tok[0] == "name"}
+    if not names & set(STATUS_FUNCTIONS):
+        expr = f"success() && ({expr})"
+    return expr
+
+
+def condition(
+    text: str | bool | None,
+    contexts: Mapping[str, Any],
+    status: Status,
+    functions: Functions = frozenset(),
+) -> bool | Unknown:
+    """Whether an ``if:`` holds; an :class:`Unknown` when that is known only at run time."""
+    value = evaluate(condition_expression(text), contexts, status, functions)
+    truth = truth_of(value)
+    return value if truth is None else truth

@@ -1,0 +1,99 @@
+"""GitHub's expression semantics (actions/runner ``src/Sdk/Expressions``), and the unknowns a
+plan carries through them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuci.expressions import (
+    ExpressionError,
+    Partial,
+    Unknown,
+    condition,
+    condition_expression,
+    evaluate,
+    interpolate,
+)
+
+CTX = {
+    "env": {"MEM": "10", "EMPTY": ""},
+    "steps": {"r": {"outputs": {"cache-hit": "true"}, "outcome": "success"}},
+    "vars": Unknown("vars"),
+    "secrets": Unknown("secrets"),
+    "github": Partial("github", {"ref": "refs/heads/main", "event_name": "push"}),
+}
+
+
+def ok(name: str) -> bool:
+    return name in ("success", "always")
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("'true' == true", False),  # 'true' is NaN as a number, true is 1
+        ("'1' == true", True),
+        ("null == 0", True),
+        ("'' == 0", True),
+        ("'abc' == 0", False),
+        ("'0x10' == 16", True),
+        ("env.MEM == 10", True),
+        ("env.mem == '10'", True),  # contexts are case-insensitive
+        ("'ABC' == 'abc'", True),
+        ("'a' < 'B'", True),
+        ("env.MISSING == ''", True),  # not set: null
+        ("env.EMPTY || 'x'", "x"),
+        ("env.MEM && 'y'", "y"),
+        ("!env.EMPTY", True),
+        ("format('{0}/{1}{{x}}', env.MEM, 'b')", "10/b{x}"),
+        ("join(fromJSON('[1,2]'), '-')", "1-2"),
+        ("github.ref_name", Unknown),  # a github property the plan does not know
+    ],
+)
+def test_github_semantics(expr: str, expected: object) -> None:
+    got = evaluate(expr, CTX, ok)
+    if expected is Unknown:
+        assert isinstance(got, Unknown) and got.why == "github.ref_name"
+    else:
+        assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (None, "success()"),
+        (False, "success() && false"),
+        ("${{ env.X }}", "success() && ( env.X )"),
+        ("always() && env.X", "always() && env.X"),
+        ("${{ !cancelled() }}", " !cancelled() "),
+        ("Failure()", "Failure()"),  # function names are case-insensitive
+    ],
+)
+def test_conditions_add_success_unless_they_name_a_status(text, expected) -> None:
+    assert condition_expression(text) == expected
+
+
+def test_unknowns_decide_what_they_can() -> None:
+    assert condition("vars.X == 'a' && steps.r.outputs.cache-hit != 'true'", CTX, ok) is False
+    assert condition("vars.X == 'a' || steps.r.outputs.cache-hit == 'true'", CTX, ok) is True
+    got = condition("vars.X == 'a'", CTX, ok)
+    assert isinstance(got, Unknown) and got.why == "vars.X"
+    unsure = lambda s: True if s == "always" else Unknown("an earlier step")  # noqa: E731
+    assert condition("always()", CTX, unsure) is True
+    assert isinstance(condition("true", CTX, unsure), Unknown)
+    assert condition("false", CTX, unsure) is False
+    # the value of `vars.X || 'd'` is unknown, though it is surely truthy
+    assert isinstance(evaluate("vars.X || 'd'", CTX, ok), Unknown)
+    assert condition("vars.X || 'd'", CTX, ok) is True
+    assert isinstance(interpolate("${{ secrets.T }}-x", CTX, ok), Unknown)
+    assert interpolate("${{ env.MEM }}/hub", CTX, ok) == "10/hub"
+    hashed = evaluate("hashFiles('a')", CTX, ok, frozenset({"hashfiles"}))
+    assert isinstance(hashed, Unknown) and hashed.why == "hashFiles()"
+
+
+def test_what_github_would_refuse_is_an_error() -> None:
+    for bad in ("nope.x", "hashFiles('a')", "env.MEM ==", "a b", "fromJSON('{')"):
+        with pytest.raises(ExpressionError):
+            evaluate(bad, CTX, ok)
+    with pytest.raises(ExpressionError):
+        condition("x ${{ true }}", CTX, ok)
