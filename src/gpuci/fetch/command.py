@@ -24,6 +24,7 @@ from gpuci.fetch.sources import (
     public_url,
     url_secrets,
 )
+from gpuci.markdown import Code
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 
 COMMAND = "retry-fetch"
@@ -161,7 +162,7 @@ def _table(jobs: list[Job], outcomes: list[FetchResult | GpuciError]) -> str:
                 [
                     str(out.path),
                     human_bytes(out.bytes),
-                    f"`{out.sha256[:16]}…`",
+                    Code(out.sha256[:16] + "…"),
                     out.attempts,
                     human_bytes(out.resumed_bytes),
                     f"{out.seconds:.2f}",

@@ -8,15 +8,16 @@ report says so and skips: a missing comment must never fail a training job.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal
+from gpuci import journal, untrusted_json
 from gpuci.errors import InputError
+from gpuci.markdown import Code
+from gpuci.markdown import code as md_code
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
 from gpuci.training.rules import fmt, table_markdown
@@ -31,12 +32,16 @@ def marker_comment(marker: str) -> str:
 
 def _load_json(path: str, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = untrusted_json.read(Path(path))
     except FileNotFoundError:
         raise InputError(f"{what} {path} not found", hint=f"fix the path of the {what}") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise InputError(
-            f"cannot read {what} {path}: {exc}", hint="pass the file gpu-ci wrote"
+            f"cannot read {what} {path}: {exc.strerror or exc}", hint="pass the file gpu-ci wrote"
+        ) from None
+    except untrusted_json.Unusable as exc:
+        raise InputError(
+            f"{what} {path} is not usable: {exc}", hint="pass the file gpu-ci wrote"
         ) from None
     if not isinstance(data, dict):
         raise InputError(f"{what} {path} is not a JSON object", hint="pass the file gpu-ci wrote")
@@ -61,6 +66,19 @@ def collect(
         if entry and Path(entry.get("record", "")).is_file():
             prov = _load_json(entry["record"], "provenance record")
     return gate, prov
+
+
+def _numeric_deltas(deltas: Any) -> list[tuple[str, float, float]]:
+    """``(name, value, baseline)`` rows of a gate report, those that are numbers (an edited
+    report is input: a row of any other shape is left out, not a traceback)."""
+    rows = deltas if isinstance(deltas, list) else []
+    return [
+        (str(d[0]), d[1], d[2])
+        for d in rows
+        if isinstance(d, list | tuple)
+        and len(d) == 3
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in d[1:])
+    ]
 
 
 def gpu_minutes(
@@ -97,15 +115,18 @@ def render(
         parts.append(f"### {head}")
         parts.append(table_markdown(gate.get("rows", [])))
         if gate.get("failed_rules"):
-            parts.append("Failed: " + ", ".join(f"`{r}`" for r in gate["failed_rules"]))
+            parts.append(
+                "Failed: "
+                + ", ".join(md_code(str(r), in_table=False) for r in gate["failed_rules"])
+            )
         has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
         if has_regression and not gate.get("baseline_found"):
             parts.append("_No baseline metrics: regression rules were skipped._")
         deltas = gate.get("deltas") or []
         if deltas:
             rows = [
-                (f"`{name}`", fmt(value), fmt(base), fmt(value - base, signed=True))
-                for name, value, base in deltas[:MAX_DELTA_ROWS]
+                (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
+                for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
             ]
             more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
             parts.append(
