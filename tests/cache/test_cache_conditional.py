@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -76,6 +77,13 @@ def test_a_file_store_honours_its_own_conditions(tmp_path):
     assert conditional.honoured(store) is True
     assert not (tmp_path / "store" / layout.CONDITIONAL_WRITES).exists()  # known, not probed
     assert not list((tmp_path / "store").rglob("probes/*"))
+
+
+def test_servers_that_honour_them_are_told_apart(store, tmp_path):
+    """The file store, moto and SeaweedFS (the ``store`` fixture's three) all refuse."""
+    opened = open_store(store.url, endpoint_url=store.endpoint, environ=os.environ)
+    assert conditional.probe(opened) is True
+    assert not [k for k in store.object_keys() if k.startswith(layout.CONDITIONAL_PROBES)]
 
 
 def test_moto_honours_them_once_probed_and_saves_read_nothing_back(
