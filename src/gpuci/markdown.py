@@ -32,6 +32,14 @@ class Code(str):
     table's ``|`` has a meaning, and both are handled."""
 
 
+class Link(str):
+    """A cell that is a URL gpu-ci chose or the workflow gave (a pod's proxy, a download):
+    clickable as an autolink when it is a plain http(s) URL, else shown as a code span."""
+
+
+_PLAIN_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+\Z")
+
+
 def text(value: str) -> str:
     """``value`` as one line of inert Markdown text, shown as written."""
     line = _redact.single_line(value)
@@ -55,9 +63,12 @@ def code(value: str, *, in_table: bool = True) -> str:
 
 
 def cell(value: Any) -> str:
-    """One table cell: :class:`Code` as a code span, anything else as inert text."""
+    """One table cell: :class:`Link` as an autolink, :class:`Code` as a code span, anything
+    else as inert text."""
     from gpuci.runtime import format_output
 
+    if isinstance(value, Link):
+        return f"<{value}>" if _PLAIN_URL.match(value) else code(value)
     if isinstance(value, Code):
         return code(value)
     shown = format_output(value) if isinstance(value, bool | float) or value is None else value

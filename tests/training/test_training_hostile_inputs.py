@@ -183,7 +183,13 @@ def test_every_table_cell_is_inert(value):
     """markdown.table (runtime.markdown_table) is the one path for every table gpu-ci writes."""
     from gpuci.runtime import markdown_table
 
-    out = markdown_table(["a", "b"], [(value, markdown.Code(value))])
+    out = markdown_table(["a", "b", "c"], [(value, markdown.Code(value), markdown.Link(value))])
     assert len(out.splitlines()) == 3, out
     assert _live(out) == [], out
-    assert len(re.split(r"(?<!\\)\|", out.splitlines()[2])) == 4, out
+    assert len(re.split(r"(?<!\\)\|", out.splitlines()[2])) == 5, out
+
+
+def test_a_plain_url_gpu_ci_chose_stays_clickable():
+    assert markdown.cell(markdown.Link("https://abc-8000.proxy.runpod.net/")) == (
+        "<https://abc-8000.proxy.runpod.net/>"
+    )

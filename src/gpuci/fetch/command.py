@@ -24,7 +24,7 @@ from gpuci.fetch.sources import (
     public_url,
     url_secrets,
 )
-from gpuci.markdown import Code
+from gpuci.markdown import Code, Link
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 
 COMMAND = "retry-fetch"
@@ -211,7 +211,7 @@ def _plan(
             result.error(f"{p.job.url}: {p.error}", "gpu-ci: download would fail")
     rows = [
         [
-            p.job.url,
+            Link(p.job.url),
             p.status if p.status is not None else "-",
             human_bytes(p.size) if p.size is not None else "unknown",
             p.resumable,
