@@ -501,4 +501,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         f"{len(produced.record['datasets'])} dataset(s); {produced.digest}"
     )
     result.report = {"record": produced.record}
+    if gate is not None:
+        from gpuci.training import history
+
+        history.record_run(values, rt, gate, produced.record, result)
     return result

@@ -105,6 +105,7 @@ def render(
     prov: dict[str, Any] | None,
     minutes: tuple[float | None, str],
     ctx: ci.RunContext,
+    past: list[dict[str, Any]] | None = None,
 ) -> str:
     """The comment body (markdown), marker first so it is found again."""
     parts = [marker_comment(marker)]
@@ -295,7 +296,12 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result = Result(command="report")
     gate, prov = collect(rt.environ, values.get("gate-report"), values.get("provenance"))
     minutes = gpu_minutes(rt.environ, values.get("gpu-minutes"))
-    body = render(values.get("marker") or "training", gate, prov, minutes, ci.detect(rt.environ))
+    from gpuci.training import history
+
+    past = history.read_past(values, rt, result)
+    body = render(
+        values.get("marker") or "training", gate, prov, minutes, ci.detect(rt.environ), past
+    )
     result.summary.append(body.split("\n\n", 1)[1])  # the summary without the hidden marker
     result.outputs["gpu-minutes"] = round(minutes[0], 2) if minutes[0] is not None else ""
     if values.get("comment"):
