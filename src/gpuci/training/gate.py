@@ -179,8 +179,11 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result.outputs.update(
         {"passed": record["passed"], "failed-rules": ", ".join(failed), "gate-report": str(out)}
     )
+    past = history.read_past(values, rt, result)  # before this run joins it
     result.summary.append(
-        f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n" + table(record)
+        f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n"
+        + report.charts_markdown(record, past, result)
+        + table(record)
     )
     if record["passed"]:
         result.headline = f"{len(record['rows'])} rule(s) passed"
@@ -193,7 +196,6 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     prov = _provenance(values, rt, record, result)
     if values.get("pin") and record["passed"] and prov is not None:
         _pin(rt, prov, result)
-    past = history.read_past(values, rt, result)  # before this run joins it
     history.record_run(values, rt, record, prov, result)
     if values.get("comment"):
         _report(values, rt, record, prov, result, past)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal, untrusted_json
+from gpuci import charts, journal, untrusted_json
 from gpuci.errors import InputError
 from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
@@ -99,6 +99,18 @@ def gpu_minutes(
     return gpus * elapsed / 60, f"{gpus} GPU(s) x {elapsed / 60:.1f} min since gpu-setup"
 
 
+def charts_markdown(
+    gate: dict[str, Any], past: list[dict[str, Any]] | None, result: Result | None = None
+) -> str:
+    """One Mermaid chart per gated metric (history or baseline, this run, thresholds), each
+    followed by a blank line; the table goes under them. Their data goes to ``--json`` too."""
+    rows = gate.get("rows")
+    found = charts.metric_charts(rows if isinstance(rows, list) else [], past)
+    if result is not None:
+        result.report["charts"] = [chart.as_dict() for chart in found]
+    return "".join(charts.fenced(chart) + "\n\n" for chart in found)
+
+
 def render(
     marker: str,
     gate: dict[str, Any] | None,
@@ -114,6 +126,9 @@ def render(
     else:
         head = "✅ Model gate passed" if gate.get("passed") else "❌ Model gate failed"
         parts.append(f"### {head}")
+        drawn = charts_markdown(gate, past).rstrip("\n")
+        if drawn:
+            parts.append(drawn)
         parts.append(table_markdown(gate.get("rows", [])))
         if gate.get("failed_rules"):
             parts.append(
@@ -319,4 +334,6 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if rt.dry_run:
         result.headline = "dry run: " + result.headline
     result.report["body"] = body
+    if gate is not None:
+        charts_markdown(gate, past, result)
     return result

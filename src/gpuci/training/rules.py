@@ -60,6 +60,7 @@ class Row:
         return {
             "kind": self.rule.kind,
             "rule": self.rule_text,
+            "threshold": self.rule.value if self.rule.kind in ("min", "max") else None,
             "metric": self.metric,
             "value": self.value,
             "baseline": self.baseline,
