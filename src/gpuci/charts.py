@@ -25,17 +25,16 @@ MAX_CATEGORIES = 60
 # What each character that means something to Mermaid or to the Markdown fence becomes:
 # ``"`` ends a quoted string; ``%`` begins ``%%`` comments and ``%%{init: ...}%%`` directives
 # (anywhere in the text); ``#name;`` is an entity code; a backtick could close the fence or open
-# a Markdown string; ``<``/``>`` are HTML to the sanitizer. Each becomes a look-alike so a name
-# still reads as written.
+# a Markdown string; ``<``/``>`` are HTML to the sanitizer. Each becomes a look-alike (or gets a
+# zero-width space after it) so a name still reads as written, in fonts a browser has.
 _INERT = str.maketrans(
     {
         '"': "\u201d",  # right double quote
         "`": "\u2019",  # right single quote
-        "%": "\uff05",  # fullwidth percent
-        "#": "\uff03",  # fullwidth number sign
+        "%": "%\u200b",  # a zero-width space after: no ``%%`` is left, and it reads the same
+        "#": "#\u200b",  # the same: no ``#name;`` entity code is left
         "<": "\u2039",  # single left angle quote
         ">": "\u203a",  # single right angle quote
-        ";": "\uff1b",  # fullwidth semicolon
         "\\": "\u29f5",  # reverse solidus operator
         "{": "\u2774",  # medium left curly bracket ornament
         "}": "\u2775",  # medium right curly bracket ornament
