@@ -181,3 +181,21 @@ def test_pods_cost_chart_draws_each_owner_budget_from_the_budgets_file(tmp_path,
     source = re.findall(r"```mermaid\n(.*?)\n```", cost.spend_chart(spend, owners, "x"), re.S)[0]
     assert_grammar(source)
     assert source.endswith("    bar [12.5, 3]\n    line [100, 50]")
+
+
+def test_gpu_smoke_on_several_gpus_charts_measured_against_minimum():
+    from gpuci.gpu.smoke.checks import Outcome
+    from gpuci.gpu.smoke.report import summary_tables
+
+    outcomes = [
+        Outcome("load", i, "pass", figures={"tflops": t, "min_tflops": 400.0, "copy_gbs": 2900.0})
+        for i, t in enumerate((712.0, 388.2))
+    ]
+    blocks = summary_tables(outcomes, {0: "H100", 1: 'H100"]\n%%'})
+    (source,) = re.findall(r"```mermaid\n(.*?)\n```", blocks[0], flags=re.S)
+    assert_grammar(source)
+    assert source.splitlines()[2] == '    x-axis ["0: H100", "1: H100\u201d] %\u200b%\u200b"]'
+    assert source.endswith("    bar [712, 388.2]\n    line [400, 400]")
+    assert len(blocks) == 3  # the chart (no min_gbs: no bandwidth chart), then the two tables
+    one_gpu = summary_tables(outcomes[:1], {0: "H100"})
+    assert "```mermaid" not in "".join(one_gpu)

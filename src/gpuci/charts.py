@@ -190,3 +190,29 @@ def measured_chart(title: str, unit: str, rows: Sequence[tuple[str, float, float
         unit,
         [("minimum", [minimum for _, _, minimum in rows])],
     )
+
+
+# gpu-smoke figures with a minimum: (measured key, minimum key, unit, what was measured).
+SMOKE_FIGURES = (
+    ("tflops", "min_tflops", "TFLOP/s", "FP16 GEMM"),
+    ("copy_gbs", "min_gbs", "GB/s", "device memory bandwidth"),
+)
+
+
+def smoke_charts(outcomes: Sequence[Any], gpus: Any) -> list[Chart]:
+    """``gpu-smoke`` on several GPUs: per figure with a minimum, measured per GPU against it.
+
+    ``outcomes`` are the smoke's (``.gpu``, ``.figures``); one GPU gets no chart (its table says
+    it all). ``gpus`` maps an index to its name."""
+    found = []
+    for key, min_key, unit, what in SMOKE_FIGURES:
+        rows = []
+        for outcome in outcomes:
+            figures = getattr(outcome, "figures", None) or {}
+            index = getattr(outcome, "gpu", None)
+            value, minimum = _finite(figures.get(key)), _finite(figures.get(min_key))
+            if index is not None and value is not None and minimum is not None:
+                rows.append((f"{index}: {gpus.get(index, '')}".strip(), value, minimum))
+        if len(rows) >= 2:
+            found.append(measured_chart(f"{what} per GPU ({unit})", unit, rows))
+    return found
