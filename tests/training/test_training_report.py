@@ -93,6 +93,29 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
     )
 
 
+def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_path, github):
+    from gpuci.cache.store import LocalStore
+    from gpuci.training import ci, history
+
+    store = LocalStore(tmp_path / "hist")
+    for i, value in enumerate((0.931, 0.935)):  # two default-branch runs before this PR
+        ctx = ci.RunContext(platform="github", commit=f"{i}" * 40)
+        item = history.entry({"rows": [{"metric": "eval.accuracy", "value": value}]}, None, ctx)
+        history.append(store, "training", {**item, "epoch": 1_700_000_000 + i})
+    env = pr_env(tmp_path, github)
+    extra = ("--comment", "--history", (tmp_path / "hist").as_uri())
+    assert gate(tmp_path, env, 0.95, *extra).returncode == 0
+    assert gate(tmp_path, env, 0.94, *extra).returncode == 0
+    (ours,) = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
+    body = ours["body"]
+    chart = body.split("```mermaid\n", 1)[1].split("\n```", 1)[0]
+    assert '    x-axis ["0000000", "1111111", "this run"]' in chart
+    assert "    bar [0.931, 0.935, 0.94]" in chart  # the PR's value, updated, as the last point
+    assert "    line [0.92, 0.92, 0.92]" in chart and "    line [0.93, 0.93, 0.93]" in chart
+    assert body.index("```mermaid") < body.index("| `eval.accuracy` |")  # table under chart
+    assert len(list((tmp_path / "hist").rglob("*.json"))) == 2  # a PR adds nothing
+
+
 def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
     env = pr_env(tmp_path, github)
     assert gate(tmp_path, env, 0.95).returncode == 0  # no --comment: nothing posted

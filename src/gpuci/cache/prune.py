@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from gpuci.cache import layout, pins, refs, usage
@@ -280,7 +280,7 @@ def _plan_without_credentials(url: str) -> Result:
 def _iso(when: float | None) -> str | None:
     if when is None:
         return None
-    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _held_note(work: Plan, grace: float, plan: bool) -> str:

@@ -183,8 +183,15 @@ def lookup(
 
 
 def write(store: Store, namespace: str, key: str, body: bytes, current: Ref | None) -> str:
-    """Create (If-None-Match) or move (If-Match) the ref; ConflictError when someone raced us."""
-    name = ref_name(store, namespace, key)
-    if current is None:
-        return store.put_if_absent(name, body)
-    return store.put_if_match(name, body, current.etag)
+    """Create (If-None-Match) or move (If-Match) the ref; ConflictError when someone raced us,
+    on a store that ignores those conditions too, as far as reading back can tell
+    (:mod:`gpuci.cache.conditional`)."""
+    from gpuci.cache import conditional
+
+    def now() -> tuple[str, str] | None:
+        ref = read(store, namespace, key)
+        return (ref.manifest, ref.etag) if ref is not None else None
+
+    manifest = str(json.loads(body)["manifest"])
+    etag = current.etag if current is not None else None
+    return conditional.write_ref(store, ref_name(store, namespace, key), body, manifest, etag, now)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import journal
-from gpuci.cache import hf, layout, refs
+from gpuci.cache import conditional, hf, layout, refs
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import (
     CREDENTIAL_SOURCES,
@@ -408,6 +408,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         else:
             store.put(layout.manifest_key(digest), body)
             saver.stats.add(meta_bytes=len(body))
+            if not conditional.honoured(store):
+                result.warning(conditional.UNSAFE.format(url=store.url), "gpu-ci cache")
             try:
                 refs.write(store, namespace, key, ref_body, current)
                 saver.stats.add(meta_bytes=len(ref_body))
@@ -532,9 +534,10 @@ def _lost_race(
         theirs = saver._load_manifest(winner.manifest)
         if theirs is not None and theirs.same_tree(ours):
             return "saved by another job (same content)"
+    won = f" (manifest {winner.manifest})" if winner is not None else ""
     result.warning(
-        f"another job saved {key} at the same time and its tree won; this job's blobs are "
-        "stored but the key names the other tree",
+        f"another job saved {key} at the same time and its tree won{won}; this job's blobs "
+        "are stored but the key names the other tree",
         "gpu-ci cache: concurrent save",
     )
     return "lost race"

@@ -70,6 +70,9 @@ class Store(ABC):
     # Told of every refusal (503 SlowDown, 429) while a transfer runs, so its concurrency
     # controller backs off; None when nobody listens (see gpuci.cache.common.throttle_signals).
     on_throttle: Callable[[], None] | None = None
+    # Whether put_if_absent/put_if_match really refuse (gpuci.cache.conditional); None: ask the
+    # server once. A file store knows: its conditions are a hard link and a lock.
+    honours_conditional_writes: bool | None = None
 
     @abstractmethod
     def exists(self) -> bool:
@@ -192,6 +195,8 @@ def _os_errors(method: _F) -> _F:
 
 class LocalStore(Store):
     """A folder: objects are files, writes are temp-file-then-rename, refs move under a lock."""
+
+    honours_conditional_writes = True  # checked by tests/cache/test_cache_conditional.py
 
     def __init__(self, root: Path) -> None:
         self.root = root

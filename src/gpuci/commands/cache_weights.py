@@ -100,7 +100,9 @@ SAVE_OUTPUTS = (
         "outcome",
         "saved (a new key), updated (the key now names this tree), unchanged (the key already "
         "named this tree; nothing uploaded), same-content (another job saved the same tree at "
-        "once), lost-race (another job's tree won); in a dry run would-save or would-update.",
+        "once), lost-race (another job's tree won; the warning names its manifest, and on a "
+        "store that ignores conditional writes the ref is read back to tell); in a dry run "
+        "would-save or would-update.",
     ),
     Output("manifest", "sha256 of the manifest the key names after this save."),
     Output(

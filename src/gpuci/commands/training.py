@@ -66,6 +66,30 @@ REPORT_INPUTS = (
     ),
 )
 
+HISTORY_INPUTS = (
+    Input(
+        "history",
+        "Store for the metrics history the report charts (s3://bucket/prefix or file:///dir, "
+        "as the cache; default: GPUCI_METRICS_HISTORY; empty: no history).",
+        "str",
+    ),
+    Input(
+        "history-append",
+        "Add this run's gated metrics to the history: auto (on the default branch and on "
+        "schedules), always or never.",
+        "str",
+        "auto",
+        choices=("auto", "always", "never"),
+    ),
+    Input(
+        "history-points",
+        "How many past runs of the history the report charts (newest).",
+        "int",
+        "20",
+        minimum=1,
+    ),
+)
+
 PROVENANCE_OUTPUTS = (
     Output("record", "Path of provenance.json, the plain record."),
     Output("statement", "Path of the in-toto Statement v1 (SLSA provenance v1 predicate)."),
@@ -116,6 +140,7 @@ GATE = Command(
             "false",
         ),
         *REPORT_INPUTS,
+        *HISTORY_INPUTS,
     ),
     outputs=(
         Output("passed", "true when every rule passed, else false."),
@@ -143,6 +168,7 @@ PROVENANCE = Command(
         Input(METRICS.name, METRICS.help + " Default: the one this job's gate read.", "str"),
         OUTPUT_DIR,
         PYTHON,
+        *HISTORY_INPUTS[:2],
     ),
     outputs=PROVENANCE_OUTPUTS,
     target="gpuci.training.provenance:run",
@@ -155,6 +181,8 @@ REPORT = Command(
         *REPORT_INPUTS,
         Input("gate-report", "gate.json to report (default: this job's gate).", "str"),
         Input("provenance", "provenance.json to report (default: this job's).", "str"),
+        HISTORY_INPUTS[0],
+        HISTORY_INPUTS[2],
     ),
     outputs=(
         *COMMENT_OUTPUTS,

@@ -24,6 +24,7 @@ from gpuci.fetch.sources import (
     public_url,
     url_secrets,
 )
+from gpuci.markdown import Code, Link
 from gpuci.probe import probes_allowed
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 
@@ -162,7 +163,7 @@ def _table(jobs: list[Job], outcomes: list[FetchResult | GpuciError]) -> str:
                 [
                     str(out.path),
                     human_bytes(out.bytes),
-                    f"`{out.sha256[:16]}…`",
+                    Code(out.sha256[:16] + "…"),
                     out.attempts,
                     human_bytes(out.resumed_bytes),
                     f"{out.seconds:.2f}",
@@ -213,7 +214,7 @@ def _plan(
             result.error(f"{p.job.url}: {p.error}", "gpu-ci: download would fail")
     rows = [
         [
-            p.job.url,
+            Link(p.job.url),
             p.status if p.status is not None else "-",
             human_bytes(p.size) if p.size is not None else "unknown",
             p.resumable,

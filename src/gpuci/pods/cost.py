@@ -161,6 +161,30 @@ def tables(spend: Spend, owners: Sequence[str] | None = None) -> tuple[str, str]
     return by_owner, by_gpu
 
 
+def spend_chart(spend: Spend, owners: Sequence[str], since: str) -> str:
+    """Spend per person as a Mermaid chart, each one's budget (the budgets file's) as a line;
+    the chart is a courtesy: an unreadable budgets file leaves the line out, not the report."""
+    from gpuci import charts
+    from gpuci.errors import GpuciError
+    from gpuci.pods import budgets
+
+    try:
+        book = budgets.load(None)
+    except (GpuciError, OSError, ValueError):
+        book = budgets.Budgets()
+    shown = sorted(owners, key=lambda o: -spend.billed_by_owner.get(o, 0.0))[
+        : charts.MAX_CATEGORIES
+    ]
+    if not shown:
+        return ""
+    chart = charts.spend_chart(
+        [(o, spend.billed_by_owner.get(o, 0.0)) for o in shown],
+        [book.limit(o) for o in shown],
+        since,
+    )
+    return charts.fenced(chart) + "\n\n"
+
+
 def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """``pods cost``: spend per owner and per GPU type, as tables and JSON (``notify``: sent)."""
     from gpuci.pods.client import RunPodClient
@@ -184,7 +208,9 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
     total = sum(spend.billed_by_owner.get(o, 0.0) for o in owners)
     by_owner, by_gpu = tables(spend, owners)
     result.summary = [
-        f"### RunPod spend since {iso(now - period_s)}\n\n{by_owner}",
+        f"### RunPod spend since {iso(now - period_s)}\n\n"
+        + spend_chart(spend, owners, iso(now - period_s))
+        + by_owner,
         f"### By GPU type\n\n{by_gpu}",
     ]
     result.headline = f"${usd(total)} spent" + (f" by {only}" if only else "")

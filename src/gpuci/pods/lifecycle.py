@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuci import journal, notify, redact
 from gpuci.errors import CheckFailed, GpuciError, InputError
+from gpuci.markdown import Link
 from gpuci.pods import (
     budgets,
     ledger,
@@ -268,7 +269,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     f"{float(pod.get('cost') or 0):.2f}",
                     tag.owner,
                     iso(tag.expires_at),
-                    url,
+                    Link(url) if url else "",
                 ]
             ],
         )

@@ -17,8 +17,8 @@ from gpuci.cache import layout
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import Result, Runtime
+from gpuci.training import history, provenance, report
 from gpuci.training import metrics as metrics_mod
-from gpuci.training import provenance, report
 from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 
 GATE_NAME = "gate.json"
@@ -179,8 +179,11 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result.outputs.update(
         {"passed": record["passed"], "failed-rules": ", ".join(failed), "gate-report": str(out)}
     )
+    past = history.read_past(values, rt, result)  # before this run joins it
     result.summary.append(
-        f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n" + table(record)
+        f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n"
+        + report.charts_markdown(record, past, result)
+        + table(record)
     )
     if record["passed"]:
         result.headline = f"{len(record['rows'])} rule(s) passed"
@@ -193,8 +196,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     prov = _provenance(values, rt, record, result)
     if values.get("pin") and record["passed"] and prov is not None:
         _pin(rt, prov, result)
+    history.record_run(values, rt, record, prov, result)
     if values.get("comment"):
-        _report(values, rt, record, prov, result)
+        _report(values, rt, record, prov, result, past)
     result.report["gate"] = record
     return result
 
@@ -268,12 +272,13 @@ def _report(
     record: dict[str, Any],
     prov: dict[str, Any] | None,
     result: Result,
+    past: list[dict[str, Any]] | None = None,
 ) -> None:
     from gpuci.training import ci
 
     minutes = report.gpu_minutes(rt.environ, values.get("gpu-minutes"))
     marker = values.get("marker") or "training"
-    body = report.render(marker, record, prov, minutes, ci.detect(rt.environ))
+    body = report.render(marker, record, prov, minutes, ci.detect(rt.environ), past)
     try:
         report.publish(values, rt, body, result)
     except GpuciError as exc:  # the comment is a courtesy: it never hides the gate's verdict

@@ -7,11 +7,11 @@ them (NaN, strings, booleans) is the gate's job, because a bad value must fail, 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.errors import CheckFailed, InputError
 
 Metrics = dict[str, Any]
@@ -41,8 +41,8 @@ def _last_jsonl_object(path: Path, text: str) -> Any:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
         try:
-            return json.loads(line)
-        except json.JSONDecodeError:
+            return untrusted_json.loads(line)
+        except untrusted_json.Unusable:
             continue
     raise CheckFailed(
         f"metrics log {path} has no JSON line",
@@ -50,8 +50,20 @@ def _last_jsonl_object(path: Path, text: str) -> Any:
     )
 
 
+def _unusable(what: str, path: Path, why: str) -> CheckFailed:
+    return CheckFailed(
+        f"{what} file {path} is not usable metrics: {why}",
+        hint='write one JSON object of numbers with json.dump, e.g. {"eval": {"accuracy": 0.93}}',
+    )
+
+
 def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -> Metrics | None:
-    """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``."""
+    """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``.
+
+    The file is the PR's code's output, so it is read as hostile: at most
+    :data:`untrusted_json.MAX_BYTES` (a log: its last that many bytes), nesting and integer
+    length capped; anything else is one :class:`CheckFailed` line, never a traceback.
+    """
     path = Path(path)
     if not path.is_file():
         if missing_ok:
@@ -60,24 +72,29 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
             f"{what} file {path} not found",
             hint="make the training/evaluation step write it, or fix the path",
         )
+    is_log = path.suffix.lower() in _JSONL_SUFFIXES
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what} file {path}: {exc}", hint="check the file") from None
-    if path.suffix.lower() in _JSONL_SUFFIXES:
+        if not is_log and path.suffix.lower() != ".json":
+            # A .log or .txt may be a long JSON-lines log: only its end matters.
+            is_log = path.stat().st_size > untrusted_json.MAX_BYTES
+        text = untrusted_json.read_tail(path) if is_log else untrusted_json.read_text(path)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {what} file {path}: {exc.strerror or exc}", hint="check the file"
+        ) from None
+    except untrusted_json.Unusable as exc:
+        raise _unusable(what, path, str(exc)) from None
+    if is_log:
         data = _last_jsonl_object(path, text)
     else:
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = untrusted_json.loads(text)
+        except untrusted_json.Unusable as exc:
             # A .log or .txt holding JSON lines is still a log: try its last line.
-            if "\n" in text.strip():
+            if "\n" in text.strip() and str(exc).startswith("it is not valid JSON"):
                 data = _last_jsonl_object(path, text)
             else:
-                raise CheckFailed(
-                    f"{what} file {path} is not valid JSON ({exc.msg} at line {exc.lineno})",
-                    hint="write the metrics with json.dump",
-                ) from None
+                raise _unusable(what, path, str(exc)) from None
     if not isinstance(data, dict):
         raise CheckFailed(
             f"{what} file {path} holds a JSON {type(data).__name__}, not an object",

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal
+from gpuci import journal, untrusted_json
 from gpuci.cache import layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
+from gpuci.markdown import Code
 from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
 from gpuci.training import ci
 
@@ -396,15 +397,15 @@ def _commands_markdown(commands: list[str]) -> str:
 def load_record(path: str) -> dict[str, Any]:
     """A provenance.json written by this tool (or edited since: it is checked as input)."""
     try:
-        raw = json.loads(Path(path).read_bytes())
+        raw = untrusted_json.read(Path(path))
     except OSError as exc:
         raise InputError(
             f"cannot read provenance record {path}: {exc.strerror or exc}",
             hint="give the provenance.json the training job wrote (a build artifact)",
         ) from None
-    except ValueError:
+    except untrusted_json.Unusable as exc:
         raise InputError(
-            f"provenance record {path} is not JSON",
+            f"provenance record {path} is not usable: {exc}",
             hint="give the provenance.json the training job wrote",
         ) from None
     if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
@@ -436,13 +437,15 @@ def _replay(path: str) -> Result:
 
 def summary_markdown(produced: Produced) -> str:
     rec = produced.record
-    rows = [(a["path"], human_bytes(a["size"]), f"`{a['sha256'][:16]}…`") for a in rec["artifacts"]]
+    rows = [
+        (a["path"], human_bytes(a["size"]), Code(a["sha256"][:16] + "…")) for a in rec["artifacts"]
+    ]
     text = "### Provenance\n\n" + markdown_table(["artifact", "size", "sha256"], rows)
     if rec["datasets"]:
         drows = [
             (
                 d.get("matched_key") or d.get("key"),
-                f"`{str(d['manifest'])[:16]}…`",
+                Code(str(d["manifest"])[:16] + "…"),
                 d.get("path", ""),
             )
             for d in rec["datasets"]
@@ -498,4 +501,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         f"{len(produced.record['datasets'])} dataset(s); {produced.digest}"
     )
     result.report = {"record": produced.record}
+    if gate is not None:
+        from gpuci.training import history
+
+        history.record_run(values, rt, gate, produced.record, result)
     return result

@@ -8,15 +8,16 @@ report says so and skips: a missing comment must never fail a training job.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal
+from gpuci import charts, journal, untrusted_json
 from gpuci.errors import InputError
+from gpuci.markdown import Code
+from gpuci.markdown import code as md_code
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
 from gpuci.training.rules import fmt, table_markdown
@@ -31,12 +32,16 @@ def marker_comment(marker: str) -> str:
 
 def _load_json(path: str, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = untrusted_json.read(Path(path))
     except FileNotFoundError:
         raise InputError(f"{what} {path} not found", hint=f"fix the path of the {what}") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise InputError(
-            f"cannot read {what} {path}: {exc}", hint="pass the file gpu-ci wrote"
+            f"cannot read {what} {path}: {exc.strerror or exc}", hint="pass the file gpu-ci wrote"
+        ) from None
+    except untrusted_json.Unusable as exc:
+        raise InputError(
+            f"{what} {path} is not usable: {exc}", hint="pass the file gpu-ci wrote"
         ) from None
     if not isinstance(data, dict):
         raise InputError(f"{what} {path} is not a JSON object", hint="pass the file gpu-ci wrote")
@@ -63,6 +68,19 @@ def collect(
     return gate, prov
 
 
+def _numeric_deltas(deltas: Any) -> list[tuple[str, float, float]]:
+    """``(name, value, baseline)`` rows of a gate report, those that are numbers (an edited
+    report is input: a row of any other shape is left out, not a traceback)."""
+    rows = deltas if isinstance(deltas, list) else []
+    return [
+        (str(d[0]), d[1], d[2])
+        for d in rows
+        if isinstance(d, list | tuple)
+        and len(d) == 3
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in d[1:])
+    ]
+
+
 def gpu_minutes(
     environ: Any, override: float | None, now: float | None = None
 ) -> tuple[float | None, str]:
@@ -81,12 +99,25 @@ def gpu_minutes(
     return gpus * elapsed / 60, f"{gpus} GPU(s) x {elapsed / 60:.1f} min since gpu-setup"
 
 
+def charts_markdown(
+    gate: dict[str, Any], past: list[dict[str, Any]] | None, result: Result | None = None
+) -> str:
+    """One Mermaid chart per gated metric (history or baseline, this run, thresholds), each
+    followed by a blank line; the table goes under them. Their data goes to ``--json`` too."""
+    rows = gate.get("rows")
+    found = charts.metric_charts(rows if isinstance(rows, list) else [], past)
+    if result is not None:
+        result.report["charts"] = [chart.as_dict() for chart in found]
+    return "".join(charts.fenced(chart) + "\n\n" for chart in found)
+
+
 def render(
     marker: str,
     gate: dict[str, Any] | None,
     prov: dict[str, Any] | None,
     minutes: tuple[float | None, str],
     ctx: ci.RunContext,
+    past: list[dict[str, Any]] | None = None,
 ) -> str:
     """The comment body (markdown), marker first so it is found again."""
     parts = [marker_comment(marker)]
@@ -95,17 +126,23 @@ def render(
     else:
         head = "✅ Model gate passed" if gate.get("passed") else "❌ Model gate failed"
         parts.append(f"### {head}")
+        drawn = charts_markdown(gate, past).rstrip("\n")
+        if drawn:
+            parts.append(drawn)
         parts.append(table_markdown(gate.get("rows", [])))
         if gate.get("failed_rules"):
-            parts.append("Failed: " + ", ".join(f"`{r}`" for r in gate["failed_rules"]))
+            parts.append(
+                "Failed: "
+                + ", ".join(md_code(str(r), in_table=False) for r in gate["failed_rules"])
+            )
         has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
         if has_regression and not gate.get("baseline_found"):
             parts.append("_No baseline metrics: regression rules were skipped._")
         deltas = gate.get("deltas") or []
         if deltas:
             rows = [
-                (f"`{name}`", fmt(value), fmt(base), fmt(value - base, signed=True))
-                for name, value, base in deltas[:MAX_DELTA_ROWS]
+                (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
+                for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
             ]
             more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
             parts.append(
@@ -274,7 +311,12 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result = Result(command="report")
     gate, prov = collect(rt.environ, values.get("gate-report"), values.get("provenance"))
     minutes = gpu_minutes(rt.environ, values.get("gpu-minutes"))
-    body = render(values.get("marker") or "training", gate, prov, minutes, ci.detect(rt.environ))
+    from gpuci.training import history
+
+    past = history.read_past(values, rt, result)
+    body = render(
+        values.get("marker") or "training", gate, prov, minutes, ci.detect(rt.environ), past
+    )
     result.summary.append(body.split("\n\n", 1)[1])  # the summary without the hidden marker
     result.outputs["gpu-minutes"] = round(minutes[0], 2) if minutes[0] is not None else ""
     if values.get("comment"):
@@ -292,4 +334,6 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if rt.dry_run:
         result.headline = "dry run: " + result.headline
     result.report["body"] = body
+    if gate is not None:
+        charts_markdown(gate, past, result)
     return result

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import InputError
+from gpuci.redact import json_kind
 from gpuci.training.metrics import Metrics, as_number, lookup
 
 _NAME = re.compile(r"^[^\s=]+$")
@@ -59,6 +60,7 @@ class Row:
         return {
             "kind": self.rule.kind,
             "rule": self.rule_text,
+            "threshold": self.rule.value if self.rule.kind in ("min", "max") else None,
             "metric": self.metric,
             "value": self.value,
             "baseline": self.baseline,
@@ -220,28 +222,34 @@ def numeric_deltas(metrics: Metrics, baseline: Metrics | None) -> list[tuple[str
 
 
 def fmt(value: Any, signed: bool = False) -> str:
-    """Numbers to 4 significant digits (``+``/``-`` for deltas); anything else as JSON shows it."""
+    """Numbers to 4 significant digits (``+``/``-`` for deltas); anything else by its JSON type
+    only: a value is the PR's own text, and the table becomes a PR comment."""
     if value is None:
         return "n/a"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return repr(value) if isinstance(value, str) else str(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, int | float):
+        return f"({json_kind(value)})"
     return f"{value:+.4g}" if signed else f"{value:.4g}"
 
 
 def table_markdown(rows: list[dict[str, Any]]) -> str:
     """The gate table from row dicts (as stored in the journal): one line per rule."""
+    from gpuci.markdown import Code
     from gpuci.runtime import markdown_table
 
-    body = [
-        (
-            f"`{r['metric']}`",
-            fmt(r["value"]),
-            r["rule"],
-            fmt(r["baseline"]),
-            fmt(r["delta"], signed=True),
-            ("✅ " if r["passed"] and not r["skipped"] else "⏭️ " if r["passed"] else "❌ ")
-            + r["verdict"],
+    body = []
+    for r in rows:  # a gate report given to ``report`` may have been edited: .get, str()
+        passed = bool(r.get("passed"))
+        mark = "✅ " if passed and not r.get("skipped") else "⏭️ " if passed else "❌ "
+        body.append(
+            (
+                Code(str(r.get("metric", ""))),
+                fmt(r.get("value")),
+                str(r.get("rule", "")),
+                fmt(r.get("baseline")),
+                fmt(r.get("delta"), signed=True),
+                mark + str(r.get("verdict", "")),
+            )
         )
-        for r in rows
-    ]
     return markdown_table(["metric", "value", "rule", "baseline", "delta", "verdict"], body)

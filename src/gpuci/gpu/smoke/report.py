@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuci import charts
 from gpuci.gpu.smoke.checks import Outcome
 from gpuci.runtime import markdown_table
 
@@ -41,6 +42,7 @@ def summary_tables(outcomes: list[Outcome], gpus: Mapping[int, str]) -> list[str
         rows = [_row(o) for o in outcomes if o.gpu == index]
         blocks.append(f"#### gpu-smoke: GPU {index} {gpus.get(index, '')}\n\n"
                       + markdown_table(headers, rows))  # fmt: skip
+    blocks[:0] = [charts.fenced(c) for c in charts.smoke_charts(outcomes, gpus)]  # above tables
     machine = [_row(o) for o in outcomes if o.gpu is None]
     if machine:
         blocks.append("#### gpu-smoke: all GPUs\n\n" + markdown_table(headers, machine))

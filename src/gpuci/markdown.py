@@ -1,0 +1,83 @@
+"""Markdown that gpu-ci writes (job summaries, PR comments, MR notes): text in it stays text.
+
+Much of what lands in a table comes from files a pull request's code wrote (metric names and
+values, baselines) or from a store's listing, and the summary becomes a PR comment or MR note.
+Markdown there is live: ``<img src=...>`` is a tracking pixel, ``[x](url)`` a link, ``@name`` a
+notification, ``#12`` a cross-reference in issue 12. So every cell goes through one function,
+:func:`cell`, which renders a value as inert text, or as a code span for :class:`Code` values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from gpuci import redact as _redact
+
+# A zero-width space after ``@``/``#`` and inside ``://``/``www.``: what a reader sees is
+# unchanged, but GitHub's and GitLab's mention, reference and bare-link filters no longer match.
+_ZWSP = "&#8203;"
+# Characters with a meaning in (GitHub/GitLab-flavoured) Markdown or HTML, escaped with a
+# backslash: CommonMark lets any ASCII punctuation be escaped, and renders it literally.
+# (``*``, ``_`` and ``~`` are left alone: at worst they emphasise, and keys are full of them;
+# ``>`` too: it means something only at a line's start, or closing a tag or autolink that an
+# escaped ``<`` can no longer open, so ``acc >= 0.9`` reads as written in the raw text too.)
+_PUNCT = re.compile(r"([\\`\[\]<|])")
+_LIVE = re.compile(r"[@#]|://|(?i:www)\.")
+
+
+class Code(str):
+    """A cell shown as a code span (names, digests): inside one nothing but backticks and the
+    table's ``|`` has a meaning, and both are handled."""
+
+
+class Link(str):
+    """A cell that is a URL gpu-ci chose or the workflow gave (a pod's proxy, a download):
+    clickable as an autolink when it is a plain http(s) URL, else shown as a code span."""
+
+
+_PLAIN_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+\Z")
+
+
+def text(value: str) -> str:
+    """``value`` as one line of inert Markdown text, shown as written."""
+    line = _redact.single_line(value)
+    line = line.replace("&", "&amp;")
+    line = _PUNCT.sub(r"\\\1", line)
+    return _LIVE.sub(lambda m: m.group(0)[0] + _ZWSP + m.group(0)[1:], line)
+
+
+def code(value: str, *, in_table: bool = True) -> str:
+    """``value`` as one code span: fenced by more backticks than any run inside it, ``|``
+    escaped in a table (GFM reads ``\\|`` as a pipe inside code spans too; elsewhere the
+    backslash would show)."""
+    line = _redact.single_line(value)
+    if in_table:
+        line = line.replace("|", "\\|")
+    if not line:
+        return ""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", line)), default=0) + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") else ""
+    return f"{fence}{pad}{line}{pad}{fence}"
+
+
+def cell(value: Any) -> str:
+    """One table cell: :class:`Link` as an autolink, :class:`Code` as a code span, anything
+    else as inert text."""
+    from gpuci.runtime import format_output
+
+    if isinstance(value, Link):
+        return f"<{value}>" if _PLAIN_URL.match(value) else code(value)
+    if isinstance(value, Code):
+        return code(value)
+    shown = format_output(value) if isinstance(value, bool | float) or value is None else value
+    return text(str(shown))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table; every row cell through :func:`cell` (headers are gpu-ci's own words,
+    written as they are: ``#`` for an index)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,287 @@
+"""The metrics history: one small object per default-branch (or scheduled) run, in a store.
+
+A chart of "this PR against the default branch" needs the default branch's past values, and a
+runner keeps nothing between jobs, so the history lives in a store (``s3://bucket/prefix`` or
+``file:///dir``, the same forms as the weights cache and the pods ledger), beside the ledger:
+
+- ``metrics-history/<series>/<newest-first>-<commit>-<nonce>.json``: the run's gated metrics,
+  commit, ref, date, run URL and model digest. ``<newest-first>`` is 9,999,999,999,999 minus
+  the epoch in milliseconds, 13 digits, so a listing (S3 and the file store list in key order)
+  yields the newest run first and the last N runs cost one listing page and N small GETs, however
+  long the history. ``<series>`` is the report's marker, so two models keep two histories.
+
+Objects are written with ``If-None-Match`` (never overwritten) and read as input: capped at
+64 KiB, parsed by :mod:`gpuci.untrusted_json`, non-numbers dropped, malformed objects skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gpuci import untrusted_json
+from gpuci.cache.store import Store, open_store
+from gpuci.training import ci
+
+ENV_HISTORY = "GPUCI_METRICS_HISTORY"
+ENV_ENDPOINT = "GPUCI_METRICS_HISTORY_ENDPOINT_URL"
+ROOT = "metrics-history"
+FORMAT = 1
+MAX_OBJECT = 64 * 1024
+MAX_METRICS = 100  # per run: the gated metrics, which a person wrote rules for
+MAX_NAME = 200
+MAX_POINTS = 200  # the most runs a report reads back
+_NEWEST_FIRST = 10**13 - 1  # epoch milliseconds stay under this until the year 2286
+_KEY = re.compile(r"^\d{13}-[0-9a-z]{1,12}-[0-9a-f]{8}\.json$")
+
+
+def history_url(value: str | None, environ: Mapping[str, str]) -> str:
+    """The history's store URL: the input, then ``GPUCI_METRICS_HISTORY``; empty means none."""
+    return (value or "").strip() or environ.get(ENV_HISTORY, "").strip()
+
+
+def open_history(url: str, environ: Mapping[str, str], mask: Callable[[str], None]) -> Store:
+    return open_store(
+        url,
+        endpoint_url=environ.get(ENV_ENDPOINT) or None,
+        region=None,
+        environ=environ,
+        mask=mask,
+    )
+
+
+def series_key(series: str) -> str:
+    """A store-safe, collision-free path component for a series name (never ``..`` or ``/``)."""
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", series)[:40] or "_"
+    return f"{readable}-{hashlib.sha256(series.encode()).hexdigest()[:12]}"
+
+
+def prefix(series: str) -> str:
+    return f"{ROOT}/{series_key(series)}/"
+
+
+def object_key(series: str, epoch: float, commit: str) -> str:
+    newest_first = max(0, _NEWEST_FIRST - int(epoch * 1000))
+    short = re.sub(r"[^0-9a-z]", "", commit.lower())[:12] or "none"
+    return f"{prefix(series)}{newest_first:013d}-{short}-{secrets.token_hex(4)}.json"
+
+
+def _default_branch_github(environ: Mapping[str, str]) -> str:
+    path = environ.get("GITHUB_EVENT_PATH", "")
+    if not path:
+        return ""
+    try:
+        event = untrusted_json.read(Path(path))
+    except (OSError, untrusted_json.Unusable):
+        return ""
+    repo = event.get("repository") if isinstance(event, dict) else None
+    branch = repo.get("default_branch") if isinstance(repo, dict) else None
+    return branch if isinstance(branch, str) else ""
+
+
+def should_append(mode: str, environ: Mapping[str, str]) -> tuple[bool, str]:
+    """``auto``: on the default branch and on schedules only (a PR's values are not history)."""
+    if mode == "always":
+        return True, "history-append is always"
+    if mode == "never":
+        return False, "history-append is never"
+    if environ.get("GITHUB_ACTIONS") == "true" or environ.get("GITHUB_REPOSITORY"):
+        if environ.get("GITHUB_EVENT_NAME") == "schedule":
+            return True, "a scheduled run"
+        default = _default_branch_github(environ)
+        if default and environ.get("GITHUB_REF") == f"refs/heads/{default}":
+            return True, f"a push to the default branch {default}"
+        return False, "not the default branch or a schedule"
+    if environ.get("GITLAB_CI") == "true":
+        if environ.get("CI_PIPELINE_SOURCE") == "schedule":
+            return True, "a scheduled pipeline"
+        branch = environ.get("CI_COMMIT_BRANCH", "")
+        if branch and branch == environ.get("CI_DEFAULT_BRANCH"):
+            return True, f"the default branch {branch}"
+        return False, "not the default branch or a schedule"
+    return False, "not in CI (set history-append: always to record a local run)"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    out = float(value)
+    return out if math.isfinite(out) else None
+
+
+def gated_metrics(gate: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric values of the gated metrics, by name, from a gate record."""
+    out: dict[str, float] = {}
+    rows = gate.get("rows")
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or not isinstance(row.get("metric"), str):
+            continue
+        value = _number(row.get("value"))
+        if value is not None and len(out) < MAX_METRICS:
+            out[row["metric"][:MAX_NAME]] = value
+    return out
+
+
+def entry(
+    gate: Mapping[str, Any],
+    prov: Mapping[str, Any] | None,
+    ctx: ci.RunContext,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """One run's history object."""
+    epoch = time.time() if now is None else now
+    return {
+        "format": FORMAT,
+        "epoch": round(epoch, 3),
+        "date": dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": ctx.commit,
+        "ref": ctx.ref,
+        "run_url": ctx.run_url,
+        "passed": bool(gate.get("passed")),
+        "model_digest": str((prov or {}).get("statement_digest") or ""),
+        "metrics": gated_metrics(gate),
+    }
+
+
+def append(store: Store, series: str, item: Mapping[str, Any]) -> str:
+    """Write one run's object (create-only); returns its key."""
+    from gpuci.files import json_bytes
+
+    key = object_key(series, float(item["epoch"]), str(item.get("commit") or ""))
+    store.put_if_absent(key, json_bytes(dict(item)))
+    return key
+
+
+def _clean(data: Any) -> dict[str, Any] | None:
+    """A history object read back, reduced to what we wrote, or None when it is not ours."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    metrics = data.get("metrics")
+    epoch = _number(data.get("epoch"))
+    if not isinstance(metrics, dict) or epoch is None:
+        return None
+    values = {
+        str(name)[:MAX_NAME]: number
+        for name, value in list(metrics.items())[:MAX_METRICS]
+        if (number := _number(value)) is not None
+    }
+
+    def text(name: str, limit: int) -> str:
+        value = data.get(name)
+        return value[:limit] if isinstance(value, str) else ""
+
+    return {
+        "epoch": epoch,
+        "date": text("date", 40),
+        "commit": text("commit", 64),
+        "ref": text("ref", 200),
+        "run_url": text("run_url", 500),
+        "passed": data.get("passed") is True,
+        "model_digest": text("model_digest", 100),
+        "metrics": values,
+    }
+
+
+def last(store: Store, series: str, count: int) -> tuple[list[dict[str, Any]], int]:
+    """The newest ``count`` runs, oldest first, and how many objects were unusable.
+
+    Stops listing after ``count`` keys of our shape: a history of any length costs one listing
+    page and at most ``count`` GETs of at most 64 KiB each.
+    """
+    count = max(0, min(count, MAX_POINTS))
+    keys: list[str] = []
+    if count:
+        base = prefix(series)
+        for info in store.list(base):
+            name = info.key[len(base) :]
+            if _KEY.match(name):
+                keys.append(info.key)
+                if len(keys) >= count:
+                    break
+    runs: list[dict[str, Any]] = []
+    skipped = 0
+    for key in keys:
+        got = store.get(key, limit=MAX_OBJECT)
+        if got is None or len(got[0]) > MAX_OBJECT:
+            skipped += 1
+            continue
+        try:
+            item = _clean(untrusted_json.loads(got[0]))
+        except untrusted_json.Unusable:
+            item = None
+        if item is None:
+            skipped += 1
+            continue
+        runs.append(item)
+    runs.sort(key=lambda r: r["epoch"])
+    return runs, skipped
+
+
+def read_past(values: Mapping[str, Any], rt: Any, result: Any) -> list[dict[str, Any]] | None:
+    """The newest ``history-points`` runs of this report's series; None when no history is set.
+
+    A history that cannot be read is a warning: the chart is a courtesy, never the verdict.
+    """
+    from gpuci.errors import GpuciError
+
+    url = history_url(values.get("history"), rt.environ)
+    if not url:
+        return None
+    series = str(values.get("marker") or "training")
+    try:
+        runs, skipped = last(
+            open_history(url, rt.environ, rt.mask), series, int(values.get("history-points") or 20)
+        )
+    except GpuciError as exc:
+        result.warning(f"metrics history not read: {exc.one_line()}", "gpu-ci history")
+        return None
+    if skipped:
+        result.warning(
+            f"metrics history: {skipped} object(s) under {prefix(series)} were not usable "
+            "and were left out",
+            "gpu-ci history",
+        )
+    result.report["history"] = {"series": series, "runs": runs}
+    return runs
+
+
+def record_run(
+    values: Mapping[str, Any],
+    rt: Any,
+    gate: Mapping[str, Any],
+    prov: Mapping[str, Any] | None,
+    result: Any,
+) -> None:
+    """Append this run to the history when it belongs there (default branch, schedule)."""
+    from gpuci import journal
+    from gpuci.errors import GpuciError
+
+    url = history_url(values.get("history"), rt.environ)
+    if not url:
+        return
+    wanted, why = should_append(str(values.get("history-append") or "auto"), rt.environ)
+    if not wanted:
+        result.report.setdefault("history", {})["appended"] = {"key": "", "why": why}
+        return
+    if any(journal.read("history", rt.environ)):
+        return  # the gate already recorded this run
+    series = str(values.get("marker") or "training")
+    item = entry(gate, prov, ci.detect(rt.environ))
+    if rt.dry_run:
+        result.notice(f"dry run: would add this run to the metrics history ({why})", "gpu-ci")
+        return
+    try:
+        key = append(open_history(url, rt.environ, rt.mask), series, item)
+    except GpuciError as exc:
+        result.warning(f"metrics history not written: {exc.one_line()}", "gpu-ci history")
+        return
+    journal.record("history", {"key": key}, rt.environ)
+    result.report.setdefault("history", {})["appended"] = {"key": key, "why": why}
+    rt.log(f"added this run to the metrics history ({why}): {key}")

@@ -1,0 +1,91 @@
+"""JSON that someone else wrote (metrics, baselines, reports a PR's code may have edited).
+
+``json.loads`` on hostile text can end a command with a traceback: 100,000 nested brackets
+raise ``RecursionError``, a 5,001-digit integer ``ValueError`` (Python's integer-string limit),
+and a file of gigabytes is read whole. Here each of those is :class:`Unusable`, a ``ValueError``
+whose message is one line fit to print; callers turn it into their own one-line error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# Far above any metrics file or report gpu-ci writes, far below what would hurt a runner.
+MAX_BYTES = 16 << 20
+MAX_DEPTH = 64
+# An integer longer than this is no measurement; Python refuses ones over 4,300 digits anyway.
+MAX_DIGITS = 400
+
+
+class Unusable(ValueError):
+    """Why the text is not usable JSON, in a few words (no input echoed)."""
+
+
+def _parse_int(digits: str) -> int:
+    count = len(digits.lstrip("-"))
+    if count > MAX_DIGITS:
+        raise Unusable(f"it holds an integer of {count} digits (at most {MAX_DIGITS})")
+    return int(digits)
+
+
+def _check_depth(data: Any) -> None:
+    """Iteratively, so checking the depth cannot itself recurse too deep."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep")
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse ``text``; :class:`Unusable` for bad syntax, too deep a nesting, too long a number."""
+    try:
+        data = json.loads(text, parse_int=_parse_int)
+    except Unusable:
+        raise
+    except RecursionError:
+        raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep") from None
+    except json.JSONDecodeError as exc:
+        raise Unusable(f"it is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # e.g. bytes that are not UTF-8
+        raise Unusable(f"it is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    _check_depth(data)
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """The whole file as UTF-8, or :class:`Unusable` when it is over ``limit`` bytes (only
+    ``limit + 1`` bytes are ever read). OSError passes through for the caller to name."""
+    with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise Unusable(f"it is over {limit >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unusable("it is not UTF-8 text") from None
+
+
+def read_tail(path: Path, limit: int = MAX_BYTES) -> str:
+    """The last ``limit`` bytes as UTF-8 text, from the first whole line: the end of a log that
+    may be longer than anything worth reading."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        start = max(0, size - limit)
+        handle.seek(start)
+        data = handle.read(limit)
+    if start:
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else b""
+    return data.decode("utf-8", errors="replace")
+
+
+def read(path: Path, limit: int = MAX_BYTES) -> Any:
+    """:func:`read_text` then :func:`loads`."""
+    return loads(read_text(path, limit))

@@ -1,0 +1,123 @@
+"""Render Mermaid source with Mermaid itself (npm ``mermaid``) in headless Chromium (Debian
+``chromium``), as GitHub and GitLab do in the browser: the test's proof that a chart parses.
+
+``scripts/install-clients.sh`` installs both (``.clients/mermaid`` and ``apt-get install
+chromium``); :func:`missing` says what is absent, so the tests skip with the line to run.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MERMAID_JS = REPO / ".clients" / "mermaid" / "node_modules" / "mermaid" / "dist" / "mermaid.min.js"
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--virtual-time-budget=15000",
+)
+
+_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>pending</title>
+<style>body {{ margin: 0; background: #fff; font-family: sans-serif; }}</style>
+<script src="mermaid.min.js"></script></head>
+<body><pre id="source">{source}</pre>
+<script>
+mermaid.initialize({{ startOnLoad: false, securityLevel: "strict", theme: "default" }});
+mermaid.render("chart", document.getElementById("source").textContent)
+  .then(({{ svg }}) => {{ document.body.innerHTML = svg; document.title = "rendered"; }})
+  .catch((e) => {{ document.title = "error: " + String(e && e.message || e); }});
+</script></body></html>
+"""
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing() -> str:
+    """Why rendering cannot run here, or "" when it can."""
+    if not chromium():
+        return "chromium not installed (scripts/install-clients.sh: apt-get install chromium)"
+    if not MERMAID_JS.is_file():
+        return "npm mermaid not installed (scripts/install-clients.sh: .clients/mermaid)"
+    return ""
+
+
+@dataclass
+class Rendered:
+    title: str  # "rendered", or "error: <Mermaid's message>"
+    svg: str
+    texts: list[str] = field(default_factory=list)  # every text node, as a reader sees it
+    classes: list[str] = field(default_factory=list)  # every class attribute in the SVG
+
+
+class _Walk(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.texts: list[str] = []
+        self.classes: list[str] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.classes += [v or "" for k, v in attrs if k == "class"]
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.tags and self.tags[-1] == tag:
+            self.tags.pop()
+
+    def handle_data(self, data: str) -> None:
+        if data.strip() and "style" not in self.tags[-1:]:
+            self.texts.append(data.strip())
+
+
+def render(source: str, screenshot: Path | None = None, size: str = "900,560") -> Rendered:
+    """Render ``source``; with ``screenshot``, also save the page as a PNG there."""
+    browser = chromium()
+    assert browser, missing()
+    with tempfile.TemporaryDirectory(prefix="gpuci-mermaid-") as tmp:
+        folder = Path(tmp)
+        shutil.copyfile(MERMAID_JS, folder / "mermaid.min.js")
+        page = folder / "chart.html"
+        page.write_text(_PAGE.format(source=html.escape(source)), encoding="utf-8")
+        base = [browser, *FLAGS, f"--user-data-dir={folder / 'profile'}"]
+        proc = subprocess.run(
+            [*base, "--dump-dom", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        dom = proc.stdout
+        if screenshot is not None:
+            subprocess.run(
+                [*base, f"--window-size={size}", f"--screenshot={screenshot}", page.as_uri()],
+                capture_output=True,
+                timeout=180,
+                check=False,
+            )
+    title = re.search(r"<title>(.*?)</title>", dom, flags=re.S)
+    svg = re.search(r"<svg.*</svg>", dom, flags=re.S)
+    walk = _Walk()
+    walk.feed(svg.group(0) if svg else "")
+    return Rendered(
+        html.unescape(title.group(1)) if title else "no page: " + json.dumps(proc.stderr[-300:]),
+        svg.group(0) if svg else "",
+        walk.texts,
+        walk.classes,
+    )

@@ -1,0 +1,195 @@
+"""What a PR's code writes into the gate is input: metrics, baselines, an edited gate report.
+
+Hostile files end in one line (never a traceback or "internal error"): the metrics file fails
+the gate (exit 1, recorded and reported, like any unusable metrics), a baseline or a report's
+input is bad input (exit 2). Text from those files reaches the summary, which becomes the PR
+comment or MR note, only as inert Markdown: no HTML, links, mentions or references.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuci import markdown, untrusted_json
+from gpuci_testing import clean_env, run_cli
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE_INT = '{"eval": {"accuracy": ' + "9" * 5001 + "}}"
+# Each would be live Markdown in a PR comment if printed as is.
+HOSTILE = (
+    '<img src="http://tracker.invalid/p.png"> [click](http://evil.invalid) '
+    "![x](http://evil.invalid/i.png) @octocat #1 www.evil.invalid https://evil.invalid/a "
+    "`code` | pipe \\| \nsecond line <!-- hidden --> &#64;octocat"
+)
+
+
+def _live(text: str) -> list[str]:
+    """The live constructs in Markdown text, outside code spans, as a renderer would see them."""
+    outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)  # drop well-formed code spans
+    outside = outside.replace("&#8203;", "\u200b")  # a zero-width space breaks what it is in
+    found = []
+    for pattern in (
+        r"(?<!\\)<[A-Za-z!/]",  # an HTML tag, comment or autolink
+        r"(?<!\\)\]\(",  # the middle of a link or image
+        r"@[A-Za-z0-9]",  # a mention
+        r"#[0-9]",  # an issue reference
+        r"(?i)https?://|www\.",  # a bare link
+        r"&#[0-9]",  # an entity (a mention or tag spelled as one)
+    ):
+        found += re.findall(pattern, outside)
+    return found
+
+
+def gate(tmp_path: Path, metrics: str, baseline: str | None = None):
+    (tmp_path / "m.json").write_text(metrics)
+    args = ["gate", "--metrics", str(tmp_path / "m.json"), "--min", "accuracy=0.5"]
+    if baseline is not None:
+        (tmp_path / "b.json").write_text(baseline)
+        args += ["--baseline", str(tmp_path / "b.json"), "--max-regression", "accuracy=0.1"]
+    (tmp_path / "summary").write_text("")
+    env = clean_env(
+        GITHUB_ACTIONS="true",
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        GITHUB_OUTPUT=str(tmp_path / "out"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+    )
+    return run_cli(*args, "--output-dir", str(tmp_path / "o"), env=env)
+
+
+def _one_line_no_traceback(proc, expected: str) -> None:
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text and "internal error" not in text, text
+    errors = [ln for ln in proc.stdout.splitlines() if ln.startswith("::error")]
+    assert any(expected in ln for ln in errors), text
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(DEEP, "nested more than 64 levels deep"), (HUGE_INT, "an integer of 5001 digits")],
+    ids=["deep", "huge-int"],
+)
+def test_hostile_metrics_fail_the_gate_in_one_line(tmp_path, content, why):
+    proc = gate(tmp_path, content)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc, why)
+    record = json.loads((tmp_path / "o" / "gate.json").read_text())
+    assert record["passed"] is False and why in record["metrics_error"]
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(DEEP, "nested more than 64 levels deep"), (HUGE_INT, "an integer of 5001 digits")],
+    ids=["deep", "huge-int"],
+)
+def test_hostile_baseline_is_bad_input_in_one_line(tmp_path, content, why):
+    proc = gate(tmp_path, '{"eval": {"accuracy": 0.9}}', baseline=content)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc, why)
+
+
+def test_metrics_over_the_size_cap_are_refused_unread(tmp_path):
+    path = tmp_path / "m.json"
+    with path.open("wb") as handle:  # sparse: the cap, not the disk, is what is tested
+        handle.write(b'{"accuracy": 0.9}')
+        handle.truncate(untrusted_json.MAX_BYTES + 1)
+    proc = run_cli(
+        "gate", "--metrics", str(path), "--min", "accuracy=0.5", "--output-dir", str(tmp_path)
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"is not usable metrics: it is over {untrusted_json.MAX_BYTES >> 20} MiB" in proc.stdout
+
+
+def test_a_long_log_is_read_from_its_end(tmp_path):
+    """A JSON-lines log longer than the cap is not refused: only its last lines matter."""
+    path = tmp_path / "train.jsonl"
+    with path.open("wb") as handle:
+        handle.truncate(untrusted_json.MAX_BYTES + 10)  # a long run's early steps
+        handle.seek(0, 2)
+        handle.write(b'\n{"accuracy": 0.1}\n{"accuracy": 0.9}\n')
+    proc = run_cli(
+        "gate", "--metrics", str(path), "--min", "accuracy=0.5", "--output-dir", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_string_values_and_hostile_names_are_inert_in_the_summary(tmp_path):
+    metrics = {"accuracy": HOSTILE, HOSTILE: 0.7, "eval": {"`x` | <b>@me</b>": 0.9}}
+    baseline = {"accuracy": 0.9, HOSTILE: 0.6, "eval": {"`x` | <b>@me</b>": 0.8}}
+    proc = gate(tmp_path, json.dumps(metrics), baseline=json.dumps(baseline))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = (tmp_path / "summary").read_text()
+    assert "FAIL: not a number (str)" in summary and "| (string) |" in summary
+    assert "tracker.invalid" not in summary  # the value is shown by its type only
+    assert _live(summary) == [], summary
+    # Every table row still has its 6 cells: no unescaped pipe split one.
+    rows = [ln for ln in summary.splitlines() if ln.startswith("| ")]
+    assert all(len(re.split(r"(?<!\\)\|", ln)) == 8 for ln in rows), rows
+
+
+def test_report_comment_is_inert_whatever_the_gate_report_holds(tmp_path):
+    """``report`` takes a gate.json by path, so an edited one is input too."""
+    from gpuci.training import ci, report
+
+    row = {"metric": HOSTILE, "value": HOSTILE, "rule": HOSTILE, "passed": False,
+           "skipped": False, "baseline": [HOSTILE], "delta": {"x": HOSTILE},
+           "verdict": HOSTILE}  # fmt: skip
+    record = {
+        "passed": False,
+        "rows": [row, {"metric": "only a name"}],
+        "failed_rules": [HOSTILE],
+        "deltas": [[HOSTILE, 0.5, 0.25], [HOSTILE, HOSTILE, 1], "junk"],
+    }
+    body = report.render("t", record, None, (None, "n/a"), ci.RunContext(platform="local"))
+    ours = r"<!-- gpuci-report:t -->|</?(details|summary|sub)>"  # the tags gpu-ci writes
+    assert _live(re.sub(ours, "", body)) == [], body
+    assert "+0.25" in body  # the numeric delta row is kept, the others left out
+
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(record))
+    proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("content", [DEEP, HUGE_INT, "{"], ids=["deep", "huge-int", "torn"])
+def test_report_inputs_that_are_not_usable_exit_2_in_one_line(tmp_path, content):
+    for flag in ("--gate-report", "--provenance"):
+        path = tmp_path / "in.json"
+        path.write_text(content)
+        proc = run_cli("report", flag, str(path), env=clean_env(), cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "is not usable: it " in proc.stdout
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        HOSTILE,
+        "a|b",
+        "`",
+        "``x``",
+        "\\",
+        "\\|",
+        "<script>",
+        "x\r\n| evil | row |",
+        "[a]: http://evil.invalid",
+    ],
+)
+def test_every_table_cell_is_inert(value):
+    """markdown.table (runtime.markdown_table) is the one path for every table gpu-ci writes."""
+    from gpuci.runtime import markdown_table
+
+    out = markdown_table(["a", "b", "c"], [(value, markdown.Code(value), markdown.Link(value))])
+    assert len(out.splitlines()) == 3, out
+    assert _live(out) == [], out
+    assert len(re.split(r"(?<!\\)\|", out.splitlines()[2])) == 5, out
+
+
+def test_a_plain_url_gpu_ci_chose_stays_clickable():
+    assert markdown.cell(markdown.Link("https://abc-8000.proxy.runpod.net/")) == (
+        "<https://abc-8000.proxy.runpod.net/>"
+    )
