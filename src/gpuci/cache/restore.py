@@ -38,6 +38,7 @@ from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
+from gpuci.retry import aws_max_attempts
 from gpuci.runtime import Result, Runtime, human_bytes
 
 _TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
@@ -393,11 +394,7 @@ def _endpoint(store: Store) -> str:
 
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
-    try:
-        attempts = max(1, int(rt.environ.get("AWS_MAX_ATTEMPTS", "").strip() or "8"))
-    except ValueError:
-        attempts = 8
-    return "standard", attempts
+    return "standard", aws_max_attempts(rt.environ)
 
 
 def _cleanup(roots: list[_Root]) -> None:

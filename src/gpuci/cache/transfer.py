@@ -26,16 +26,9 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from typing import TYPE_CHECKING, Any
 
 from gpuci.adaptive import Concurrency
 from gpuci.cache import directio, layout, splicing
@@ -43,23 +36,27 @@ from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
+from gpuci.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tenacity import Retrying
 
 # Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
 # to cover the copying path).
 SPLICE = splicing.available()
 
 
+#: The data path's waits: short (a store on the same network answers fast), full jitter, so
+#: parallel workers that failed together do not retry together.
+DATA_PATH = RetryPolicy(initial=0.2, max_wait=5.0, jitter="full", retry_after_cap=None)
+
+
 def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retrying:
-    """The retry policy for the data path: exponential backoff with jitter, transient only.
+    """The retry controller for the data path: :data:`DATA_PATH`, transient failures only.
 
     ``on_retry`` hears of every failure that will be retried (the controller backs off)."""
-    return Retrying(
-        stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_random_exponential(multiplier=0.2, max=5.0),
-        retry=retry_if_exception_type(TransientError),
-        before_sleep=(lambda _state: on_retry()) if on_retry is not None else None,
-        reraise=True,
-    )
+    hear = (lambda _exc: on_retry()) if on_retry is not None else None
+    return replace(DATA_PATH, attempts=max(1, attempts)).retrying(TransientError, on_retry=hear)
 
 
 # The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store

@@ -45,11 +45,11 @@ from gpuci.fetch.policy import (
     RetryableError,
     RetryableStatus,
     ShortBody,
-    parse_retry_after,
 )
 from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
 from gpuci.files import sha256_file
+from gpuci.retry import parse_retry_after
 from gpuci.runtime import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range"]

@@ -59,8 +59,8 @@ from gpuci.fetch.policy import (
     RangeMismatch,
     RetryableError,
     RetryableStatus,
-    parse_retry_after,
 )
+from gpuci.retry import parse_retry_after
 
 if TYPE_CHECKING:
     from gpuci.fetch.download import _Download
@@ -294,12 +294,9 @@ class Segmenter:
                 self.lock.notify_all()
 
     def _wait(self, exc: BaseException, failures: int) -> float:
-        if isinstance(exc, RetryableStatus):
-            if exc.status in (429, 503):
-                self.conc.throttled()
-            if exc.retry_after is not None:
-                return min(exc.retry_after, self.policy.max_wait)
-        return min(self.policy.max_wait, self.policy.initial_wait * 2 ** (failures - 1))
+        if isinstance(exc, RetryableStatus) and exc.status in (429, 503):
+            self.conc.throttled()
+        return self.policy.retry.delay(failures, exc)
 
     def _ranged(self, seg: Segment) -> None:
         """One ranged GET for what is left of ``seg``, checked before a byte is written."""

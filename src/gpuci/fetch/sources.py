@@ -280,8 +280,8 @@ def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolic
         RETRY_STATUSES,
         RetryableError,
         RetryableStatus,
-        parse_retry_after,
     )
+    from gpuci.retry import parse_retry_after
 
     fix = "check the sha256 URL, or give the digest itself"
     try:

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuci.errors import InputError
-from gpuci.training.rest import ApiClient, Forbidden
+from gpuci.forges.rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitLab"]
 
