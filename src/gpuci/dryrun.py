@@ -283,7 +283,7 @@ def _plan_command(
     env: dict[str, str],
     rt: Runtime,
 ) -> Result:
-    from gpuci.cli import run_command
+    from gpuci.commands.dispatch import run_command
 
     unresolved = {k for k, v in given.items() if _EXPR.search(v)}
     if cmd.target is None:

@@ -15,7 +15,8 @@ from typing import Any
 
 from gpuci.cache.common import summary_table
 from gpuci.errors import InfraError, InputError
-from gpuci.runtime import Result, Runtime, human_bytes
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 
 def _shell() -> list[str]:

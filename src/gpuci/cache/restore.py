@@ -33,48 +33,20 @@ from gpuci.cache.common import (
     throttle_signals,
 )
 from gpuci.cache.common import outputs as _outputs
+from gpuci.cache.refs import fetch_by_digest, fetch_manifest
 from gpuci.cache.select import select, unmatched
 from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
 from gpuci.cache.tree import resolve_path
-from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
+from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError
 from gpuci.retry import aws_max_attempts
-from gpuci.runtime import Result, Runtime, human_bytes
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 _TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Headroom kept free on the target filesystem beyond the tree itself.
 DISK_MARGIN = 64 << 20
-
-
-def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
-    """Fetch, check the hash against the name, parse and validate. Returns (manifest, bytes)."""
-    got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-    if got is None:
-        raise StoreError(
-            f"manifest {digest[:12]} named by the ref is missing from {store.url}",
-            hint="the store was pruned or damaged; save the key again",
-        )
-    data = got[0]
-    mf.check_size(len(data), digest[:12])  # before hashing: the store read at most cap + 1
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise IntegrityError(
-            f"manifest {digest[:12]} in {store.url} hashes to {actual[:12]}",
-            hint="the store holds a corrupt manifest; delete it and save the key again",
-        )
-    return mf.parse(data, digest[:12]), len(data)
-
-
-def fetch_by_digest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
-    """A manifest asked for by digest (a provenance record, a pin): absent is bad input."""
-    if store.head(layout.manifest_key(digest)) is None:
-        raise InputError(
-            f"manifest {digest[:12]} is not in {store.url}",
-            hint="check store; a manifest no key names is pruned unless pinned "
-            "(cache-weights pin --manifest ... --reason ...)",
-        )
-    return fetch_manifest(store, digest)
 
 
 @dataclass

@@ -34,7 +34,8 @@ from gpuci.cache.tier import LocalTier, open_tier
 from gpuci.cache.transfer import WorkPool, parallel
 from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
-from gpuci.runtime import Result, Runtime, human_bytes
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
 PACKS_IN_FLIGHT = 6

@@ -24,7 +24,8 @@ from gpuci.fetch.sources import (
     public_url,
     url_secrets,
 )
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import human_bytes
 
 COMMAND = "retry-fetch"
 

@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import httpx
 
@@ -52,6 +51,7 @@ from gpuci.fetch.client import (
     open_response,
     parse_content_range,
 )
+from gpuci.fetch.job import DownloadJob
 from gpuci.fetch.partial import Sink, merge_extents
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
@@ -61,9 +61,6 @@ from gpuci.fetch.policy import (
     RetryableStatus,
 )
 from gpuci.retry import parse_retry_after
-
-if TYPE_CHECKING:
-    from gpuci.fetch.download import _Download
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
 _HEAD_DEPTH = 8
@@ -94,7 +91,7 @@ class Segment:
     owned: bool = False
 
 
-def segmentable(resp: httpx.Response, total: int | None, offset: int, job: _Download) -> bool:
+def segmentable(resp: httpx.Response, total: int | None, offset: int, job: DownloadJob) -> bool:
     """Whether this first response allows more connections (see the module docstring)."""
     policy = job.policy
     if policy.connections < 2 or job.one_connection or total is None:
@@ -111,7 +108,7 @@ def segmentable(resp: httpx.Response, total: int | None, offset: int, job: _Down
 class Segmenter:
     """One attempt of a segmented download; ``run`` returns when the file is whole."""
 
-    def __init__(self, job: _Download, resp: httpx.Response, total: int) -> None:
+    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int) -> None:
         self.job = job
         self.part = job.partial
         self.policy = job.policy

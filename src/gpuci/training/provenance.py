@@ -25,8 +25,9 @@ from gpuci import journal
 from gpuci.cache import layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
+from gpuci.units import human_bytes
 
 SCHEMA = "gpuci.provenance/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

@@ -14,6 +14,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuci.errors import InputError
+from gpuci.gpu.smoke.backends.errors import BackendUnavailable
+
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "Device",
+    "installed",
+    "load_backend",
+    "resolve_framework",
+    "torch_is_cpu_only",
+]
 
 
 class Device(Protocol):
@@ -55,10 +66,6 @@ class Backend(Protocol):
     def device_uuid(self, index: int) -> str | None: ...  # any spelling: GPU-/MIG- or bare
     def device_pci_bus_id(self, index: int) -> str | None: ...  # "0000:18:00.0"
     def open(self, index: int) -> Device: ...
-
-
-class BackendUnavailable(Exception):
-    """The framework is installed but cannot drive a GPU here; the reason is one line."""
 
 
 def installed(name: str) -> bool:
