@@ -64,6 +64,7 @@ def parse_retry_after(
     text = value.strip()
     if not text or len(text) > _MAX_HEADER:
         return None
+    seconds: float | None
     if _DELTA.fullmatch(text):
         seconds = float(text)  # finite: at most 64 digits
     else:
@@ -147,7 +148,7 @@ class RetryPolicy:
             retry: tenacity.retry_base = tenacity.retry_if_exception_type(retry_on)
         else:
             retry = tenacity.retry_if_exception(retry_on)
-        stop: tenacity.stop_base = tenacity.stop_after_attempt(max(1, self.attempts))
+        stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(max(1, self.attempts))
         if deadline is not None:
             stop = stop | tenacity.stop_before_delay(max(0.0, deadline))
         before_sleep = None

@@ -131,7 +131,7 @@ class Connections:
 
     @classmethod
     def of(cls, control: Concurrency) -> Connections:
-        return cls(control.limit, control.peak, control.fixed, control.throttles)
+        return cls(control.limit, control.peak, control.user_chosen, control.throttles)
 
     def text(self) -> str:
         """``16 (peak 32)``, plus what bounded it: a fixed count or back-offs."""

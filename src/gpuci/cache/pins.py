@@ -76,7 +76,9 @@ def read_all(store: Store) -> list[Pin]:
                 raw = loaded if isinstance(loaded, dict) else {}
             except ValueError:
                 raw = {}
-        producer = raw.get("producer") if isinstance(raw.get("producer"), dict) else {}
+        producer = raw.get("producer")
+        if not isinstance(producer, dict):
+            producer = {}
         pin = Pin(
             manifest=digest,
             reason=str(raw.get("reason", "(unreadable pin)"))[:MAX_REASON],

@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from gpuci.cache import layout, pins, refs, usage
@@ -204,7 +204,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     namespace = layout.namespace(rt.environ)
     older_than = float(values["older-than"])
     keep = int(values.get("keep") or 0)
-    grace = float(values.get("grace") if values.get("grace") is not None else layout.PRUNE_GRACE)
+    given = values.get("grace")
+    grace = float(layout.PRUNE_GRACE if given is None else given)
     prefix = str(values.get("prefix") or "")
     result = Result(command="cache-weights prune")
     if grace < 2 * layout.TOUCH_AFTER:
@@ -280,7 +281,7 @@ def _plan_without_credentials(url: str) -> Result:
 def _iso(when: float | None) -> str | None:
     if when is None:
         return None
-    return datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _held_note(work: Plan, grace: float, plan: bool) -> str:

@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,9 @@ def _refuse_escaping_links(manifest: mf.Manifest, roots: list[_Root]) -> None:
             )
 
 
-def check_space(manifest: mf.Manifest, roots: list[_Root], linked: set[str] = frozenset()) -> None:
+def check_space(
+    manifest: mf.Manifest, roots: list[_Root], linked: AbstractSet[str] = frozenset()
+) -> None:
     """Fail before downloading when a target filesystem cannot hold its share of the tree.
 
     Files the local tier will hardlink (``linked`` digests) take no new space.
@@ -480,7 +483,6 @@ def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]
         f"restore-keys matched {ref.key}, saved for {other}, not {wanted}: skipped",
         "gpu-ci cache: another repo",
     )
-    return None
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
@@ -526,8 +528,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if found is not None and whole is None:
         whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
     hf_layout = whole is not None and values.get("layout") == "hf"
-    if hf_layout and (other := hf.foreign_folder(whole, values)):
-        found = _foreign_repo(result, found, other, values)
+    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, values)):
+        _foreign_repo(result, found, other, values)
+        found = None
     if found is None:
         seconds = time.monotonic() - start
         verb = "would miss" if rt.dry_run else "miss"

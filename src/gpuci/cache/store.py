@@ -12,6 +12,7 @@ A later tier (a runner-local blob store consulted before the remote) wraps a Sto
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -378,7 +379,7 @@ class LocalStore(Store):
             folder = folder / name
         return "/".join(parts)
 
-    def leftovers(self, older_than: float) -> list[ObjectInfo]:
+    def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
         """Temp files (``*.incomplete-*``) a killed save left, older than ``older_than`` s.
 
         Keys are relative to the store's root; a running save's temp files are younger.

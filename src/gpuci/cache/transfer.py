@@ -199,12 +199,17 @@ class WorkPool:
         return len(self._threads)
 
 
+def laneless(fn: Callable[..., None], *args: Any) -> Callable[[Lane], None]:
+    """A pool task calling ``fn(*args)``, for work that needs no lane's buffers."""
+    return lambda _lane: fn(*args)
+
+
 def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int | Concurrency) -> None:
     """Run ``fn(item)`` for every item, ``workers`` at once (a count or a controller);
     re-raise the first failure."""
     pool = WorkPool(workers)
     for item in items:
-        pool.submit(lambda _buf, item=item: fn(item))
+        pool.submit(laneless(fn, item))
     pool.run()
 
 
@@ -260,11 +265,11 @@ class _BlobTarget:
         while True:
             with self.lock:
                 self.next = position
-                length = self.done.pop(position, None)
-                if length is None:
+                ready = self.done.pop(position, None)
+                if ready is None:
                     self.hashing = False
                     return position == self.entry.size
-            position = self._hash_back(position, length, scratch)
+            position = self._hash_back(position, ready, scratch)
 
     def _hash_back(self, position: int, length: int, scratch: memoryview) -> int:
         """Hash ``length`` written bytes from ``position``, read back a scratch buffer at a time."""
@@ -363,7 +368,7 @@ class Downloader:
             packed_entries = [e for e, _ in packed]
             for run in plan_runs(packed_entries, layout.PACK_RUN):
                 members = [packed[i] for i in run.members]
-                pool.submit(lambda lane, run=run, members=members: self._run(run, members, lane))
+                pool.submit(functools.partial(self._run, run, members))
             pool.run()
         except TransientError as exc:
             raise StoreError(

@@ -38,7 +38,7 @@ from gpuci.fetch.job import DownloadJob, ProgressLike
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
-    RETRY_TRANSPORT,
+    RETRYABLE,
     FetchPolicy,
     RangeMismatch,
     Refused,
@@ -386,7 +386,7 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
-        retryable = isinstance(exc, (*RETRY_TRANSPORT, RetryableError))
+        retryable = isinstance(exc, RETRYABLE)
         if job.remaining() <= 0 or (retryable and tries < job.policy.attempts):
             where += f"; stopped by the deadline of {job.policy.deadline:g}s"
         error = FetchError(

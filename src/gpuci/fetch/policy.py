@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "RETRYABLE",
     "FetchPolicy",
     "RangeMismatch",
     "Refused",
@@ -64,6 +65,10 @@ class RetryableError(Exception):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+#: Everything a later attempt may cure: transport failures and our own retryable errors.
+RETRYABLE: tuple[type[BaseException], ...] = (*RETRY_TRANSPORT, RetryableError)
 
 
 class Refused(FetchError):
@@ -125,4 +130,4 @@ class FetchPolicy:
     def retrying(self, started: float | None = None) -> tenacity.Retrying:
         """A fresh tenacity controller; ``started`` shares one deadline across mirrors."""
         remaining = self.deadline - (time.monotonic() - started if started is not None else 0.0)
-        return self.retry.retrying((*RETRY_TRANSPORT, RetryableError), deadline=remaining)
+        return self.retry.retrying(RETRYABLE, deadline=remaining)

@@ -55,9 +55,8 @@ from gpuci.fetch.job import DownloadJob
 from gpuci.fetch.partial import Sink, merge_extents
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
-    RETRY_TRANSPORT,
+    RETRYABLE,
     RangeMismatch,
-    RetryableError,
     RetryableStatus,
 )
 from gpuci.retry import parse_retry_after
@@ -268,7 +267,7 @@ class Segmenter:
                             self._pump(seg, first)
                         else:
                             self._ranged(seg)
-                    except (*RETRY_TRANSPORT, RetryableError) as exc:
+                    except RETRYABLE as exc:
                         if isinstance(exc, (SegmentsRefused, FileChanged)):
                             raise
                         failures += 1

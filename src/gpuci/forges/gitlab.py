@@ -54,7 +54,7 @@ class GitLab(ApiClient):
     def identity(self) -> int | None:
         """The token's own user id (``GET /user``; a project token's bot user), else None."""
         if self._me is not False:
-            return self._me  # type: ignore[return-value]
+            return self._me
         found: int | None = None
         try:
             user = self._json(self._send("GET", "/user"), "the token's user", dict)

@@ -10,7 +10,7 @@ subclasses it with its headers and hints.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -19,6 +19,9 @@ from gpuci.redact import excerpt, json_kind, redact_url
 from gpuci.retry import RetryPolicy, parse_retry_after
 
 MAX_PAGES = 50  # 5,000 comments or notes: far past any real pull or merge request
+
+
+_Client = TypeVar("_Client", bound="ApiClient")
 
 
 class Forbidden(GpuciError):
@@ -82,7 +85,7 @@ class ApiClient:
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> ApiClient:
+    def __enter__(self: _Client) -> _Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
