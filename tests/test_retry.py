@@ -165,12 +165,17 @@ def test_botocore_standard_mode():
     assert aws_max_attempts({"AWS_MAX_ATTEMPTS": "lots"}) == 8
 
 
-def test_the_parser_alone_loads_no_tenacity():
-    """A warm restore's S3 fast path may use these two (tests/cache/test_startup.py)."""
+def test_importing_it_is_cheap():
+    """A warm restore imports this module (tests/cache/test_startup.py): no tenacity, and the
+    email package only once a date is parsed."""
     probe = (
         "import sys, json, gpuci.retry as r\n"
-        "r.parse_retry_after('Wed, 21 Oct 2015 07:28:00 GMT'); r.botocore_delay(2)\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
+        "r.parse_retry_after('120'); r.botocore_delay(2)\n"
+        "first = sorted(sys.modules)\n"
+        "r.parse_retry_after('Wed, 21 Oct 2015 07:28:00 GMT')\n"
+        "print(json.dumps([first, sorted(sys.modules)]))\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert "tenacity" not in json.loads(out.stdout)
+    first, then = json.loads(out.stdout)
+    assert "tenacity" not in first and "email.utils" not in first
+    assert "tenacity" not in then and "email.utils" in then

@@ -7,14 +7,13 @@ predicate, because only the client knows what its failures mean. A server's ``Re
 is read here and only here (:func:`parse_retry_after`): delta-seconds, HTTP dates and
 garbage alike, so no header can crash a client, sleep NaN seconds or park a GPU job for a day.
 
-tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), so code
-that needs the parser or :func:`botocore_delay` alone (a warm restore's S3 fast path) loads
-nothing more than the standard library.
+tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), and
+``email.utils`` only when a date is parsed, so importing this module (a warm restore does)
+costs next to nothing.
 """
 
 from __future__ import annotations
 
-import email.utils
 import math
 import random
 import re
@@ -75,6 +74,8 @@ def parse_retry_after(
 
 
 def _seconds_until(text: str, now: float) -> float | None:
+    import email.utils  # ~20 ms of imports (email, calendar): only when a date is sent
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError, OverflowError):
