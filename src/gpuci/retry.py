@@ -8,19 +8,17 @@ is read here and only here (:func:`parse_retry_after`): delta-seconds, HTTP date
 garbage alike, so no header can crash a client, sleep NaN seconds or park a GPU job for a day.
 
 tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), and
-``email.utils`` only when a date is parsed, so importing this module (a warm restore does)
-costs next to nothing.
+``email.utils``, ``datetime`` and ``random`` only when used, so importing this module (a warm
+restore does) costs next to nothing.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timezone
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -75,6 +73,7 @@ def parse_retry_after(
 
 def _seconds_until(text: str, now: float) -> float | None:
     import email.utils  # ~20 ms of imports (email, calendar): only when a date is sent
+    from datetime import timezone
 
     try:
         when = email.utils.parsedate_to_datetime(text)
@@ -109,14 +108,19 @@ class RetryPolicy:
     jitter: Jitter = "full"
     retry_after_cap: float | None = MAX_RETRY_AFTER
 
-    def backoff(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
-        """The wait after failed attempt number ``attempt`` (1 for the first), no Retry-After."""
+    def backoff(self, attempt: int, rand: Callable[[], float] | None = None) -> float:
+        """The wait after failed attempt number ``attempt`` (1 for the first), no Retry-After;
+        ``rand`` draws the jitter from [0, 1) (``random.random`` unless given)."""
         base = min(self.max_wait, self.initial * 2.0 ** min(max(attempt, 1) - 1, 62))
+        if self.jitter == "none":
+            return base
+        if rand is None:
+            import random
+
+            rand = random.random
         if self.jitter == "full":
             return rand() * base
-        if self.jitter == "additive":
-            return min(self.max_wait, base + rand() * self.initial)
-        return base
+        return min(self.max_wait, base + rand() * self.initial)  # additive
 
     def delay(self, attempt: int, exc: BaseException | None) -> float:
         """The wait after ``exc`` ended attempt ``attempt``: its Retry-After, else backoff."""
@@ -174,7 +178,7 @@ class RetryPolicy:
 BOTOCORE_STANDARD = RetryPolicy(attempts=3, initial=1.0, max_wait=20.0, jitter="full")
 
 
-def botocore_delay(attempt: int, rand: Callable[[], float] = random.random) -> float:
+def botocore_delay(attempt: int, rand: Callable[[], float] | None = None) -> float:
     """The wait after failed attempt ``attempt`` (1 for the first) as botocore's standard mode
     computes it: ``rand() * min(20, 2**(attempt-1))``. A drop-in for a hand-written loop."""
     return BOTOCORE_STANDARD.backoff(attempt, rand)
