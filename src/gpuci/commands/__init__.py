@@ -64,6 +64,7 @@ _DEFINED_IN = (
     ("gpu-smoke", "gpu_smoke", "COMMAND"),
     ("dry-run", "dry_run", "COMMAND"),
     ("pods", "pods", "COMMAND"),
+    ("runners", "runners", "COMMAND"),
     ("gate", "training", "GATE"),
     ("provenance", "training", "PROVENANCE"),
     ("report", "training", "REPORT"),

@@ -44,6 +44,17 @@ INPUTS = (
         "current folder).",
         "str",
     ),
+    Input(
+        "on-failure",
+        "On a hardware failure: fail the job, or also take this self-hosted runner out of the "
+        "pool (GitHub: remove quarantine-labels; GitLab: pause it; docs/quarantine.md).",
+        "str",
+        "fail",
+        choices=("fail", "quarantine"),
+    ),
+    Input(
+        "quarantine-labels", "Runner labels quarantine removes (GitHub), e.g. gpu-large.", "list"
+    ),
 )
 
 COMMAND = Command(
@@ -56,6 +67,6 @@ COMMAND = Command(
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),
-    target="gpuci.gpu.smoke:run",
+    target="gpuci.quarantine:smoke_then_quarantine",
     actions=("actions/gpu-smoke",),
 )
