@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuci.errors import ExitCode, GpuciError, InputError
-from gpuci.forges import runner_labels as rl
+from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
+from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -110,6 +110,15 @@ def after_verdict(result: Result, values: dict[str, Any], rt: Runtime) -> Result
     return result
 
 
+def _admin() -> Any:
+    """The forge clients, imported only to quarantine or release (httpx: not on every image)."""
+    try:
+        from gpuci.forges import runner_admin
+    except ImportError as exc:
+        raise _NotDone(f"the forge client cannot load ({exc.name} is not installed)") from None
+    return runner_admin
+
+
 class _NotDone(Exception):
     """Why the runner was not quarantined (a warning, never a failure of its own)."""
 
@@ -131,7 +140,7 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
     token = _token(env, rl.GITHUB_TOKEN_ENV, rt)
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
-    with rl.GitHubRunnerLabels(api, token) as client:
+    with _admin().GitHubRunnerLabels(api, token) as client:
         runner = client.locate(name, repository)
         if runner is None:
             raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
@@ -152,7 +161,7 @@ def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
     api = str(env.get("CI_API_V4_URL") or "")
     if not api:
         raise _NotDone("CI_API_V4_URL is not set")
-    with rl.GitLabRunnerPause(api, token) as client:
+    with _admin().GitLabRunnerPause(api, token) as client:
         client.set_paused(int(rid), True)
     desc = str(env.get("CI_RUNNER_DESCRIPTION") or "")
     where = f"{desc} (id {rid}; paused)" if desc else f"id {rid} (paused)"
@@ -224,10 +233,15 @@ def release(values: dict[str, Any], rt: Runtime) -> Result:
     smoke_note = _smoke_first(values, rt, name, forge) if not values.get("force") else None
     if isinstance(smoke_note, Result):
         return smoke_note  # the smoke failed: the runner stays out
-    if forge == "github":
-        done = _relabel_github(env, rt, name, labels, values)
-    else:
-        done = _unpause_gitlab(env, rt, int(name))
+    try:
+        if forge == "github":
+            done = _relabel_github(env, rt, name, labels, values)
+        else:
+            done = _unpause_gitlab(env, rt, int(name))
+    except _NotDone as exc:
+        raise InfraError(
+            str(exc), hint="install gpu-ci from its lock file (it needs httpx)"
+        ) from None
     result = Result(command="runners release")
     result.headline = done + (" (forced, no smoke)" if values.get("force") else f" ({smoke_note})")
     result.notice(result.headline, "runners release")
@@ -272,7 +286,7 @@ def _relabel_github(
             hint="pass --repository owner/name or set GITHUB_REPOSITORY",
         )
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
-    with rl.GitHubRunnerLabels(api, token) as client:
+    with _admin().GitHubRunnerLabels(api, token) as client:
         runner = client.locate(name, repository)
         if runner is None:
             raise InputError(
@@ -294,6 +308,6 @@ def _unpause_gitlab(env: Any, rt: Runtime, runner_id: int) -> str:
             hint="set both (a token that can manage the runner; docs/quarantine.md)",
         )
     rt.mask(token)
-    with rl.GitLabRunnerPause(api, token) as client:
+    with _admin().GitLabRunnerPause(api, token) as client:
         client.set_paused(runner_id, False)
     return f"runner {runner_id} released: unpaused"
