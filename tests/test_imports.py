@@ -22,7 +22,12 @@ SRC = REPO / "src"
 # The floors, top to bottom. A module may import its own floor and any floor below it.
 ENTRY = {"gpuci.__main__", "gpuci.cli", "gpuci.dryrun"}  # parse, dispatch, read workflows
 REGISTRY = {"gpuci.commands"}  # what each command takes; implementations named by string
-USERS = {"gpuci.training", "gpuci.pods", "gpuci.quarantine"}  # features built on the ones below
+USERS = {
+    "gpuci.training",
+    "gpuci.pods",
+    "gpuci.quarantine",
+    "gpuci.gpu_health",
+}  # features built on the ones below
 BASE = {"gpuci.gpu", "gpuci.cache", "gpuci.fetch", "gpuci.forges"}  # features on the foundation
 ABOVE_BASE = ENTRY | REGISTRY | USERS
 # What the forge clients may use: they are talked to by training and pods, and talk to no one.

@@ -36,12 +36,16 @@ class Finding:
 
 
 def smoke_then_quarantine(values: dict[str, Any], rt: Runtime) -> Result:
-    """The ``gpu-smoke`` target: the smoke, then the quarantine hook on its verdict."""
+    """The ``gpu-smoke`` target: the smoke, its health record, then quarantine on its verdict."""
     from gpuci.gpu.smoke import run as smoke
 
     if values.get("on-failure") == "quarantine":
         check_labels(values.get("quarantine-labels") or [])
-    return after_verdict(smoke(values, rt), values, rt)
+    from gpuci import gpu_health
+
+    result = smoke(values, rt)
+    gpu_health.record(result, values, rt)
+    return after_verdict(result, values, rt)
 
 
 def check_labels(labels: list[str]) -> None:

@@ -65,6 +65,7 @@ _DEFINED_IN = (
     ("dry-run", "dry_run", "COMMAND"),
     ("pods", "pods", "COMMAND"),
     ("runners", "runners", "COMMAND"),
+    ("gpus", "gpus", "COMMAND"),
     ("gate", "training", "GATE"),
     ("provenance", "training", "PROVENANCE"),
     ("report", "training", "REPORT"),

@@ -53,6 +53,12 @@ INPUTS = (
         choices=("fail", "quarantine"),
     ),
     Input(
+        "health-store",
+        "Store for the per-GPU health record (s3://bucket/prefix or file:///dir; default: "
+        "GPUCI_GPU_HEALTH_STORE; empty: no record). A failed write is a warning.",
+        "str",
+    ),
+    Input(
         "quarantine-labels", "Runner labels quarantine removes (GitHub), e.g. gpu-large.", "list"
     ),
 )

@@ -29,7 +29,11 @@ RELEASE = Command(
             "bool",
             "false",
         ),
-        *(i for i in SMOKE_INPUTS if i.name not in ("on-failure", "quarantine-labels")),
+        *(
+            i
+            for i in SMOKE_INPUTS
+            if i.name not in ("on-failure", "quarantine-labels", "health-store")
+        ),
     ),
     target="gpuci.quarantine:release",
     positional="name",
