@@ -149,12 +149,15 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         if runner is None:
             raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
         present = {lb.lower(): lb for lb in runner.labels}
-        for label in labels:
-            if label.lower() in present:
-                client.remove_label(runner, present[label.lower()])
+        removed = [
+            present[lb.lower()]
+            for lb in labels
+            if lb.lower() in present and client.remove_label(runner, present[lb.lower()])
+        ]
         client.add_labels(runner, [rl.QUARANTINE_LABEL])
     back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
-    return f"{name} (id {runner.runner_id}; labels {', '.join(labels)} removed)", back
+    what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
+    return f"{name} (id {runner.runner_id}; {what})", back
 
 
 def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:

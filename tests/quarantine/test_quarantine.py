@@ -293,3 +293,41 @@ def test_gitlab_without_the_token_warns_once(tmp_path, api):
     text = proc.stdout + proc.stderr
     assert text.count("runner not quarantined: GPUCI_GITLAB_TOKEN is not set") == 1
     assert not this.paused
+
+
+def test_a_configured_label_the_runner_lacks_is_skipped_and_named_in_the_annotation(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large,gpu-xl",
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
+    deletes = [p for m, p, _ in api.state.writes() if m == "DELETE"]
+    assert len(deletes) == 1 and deletes[0].endswith("/labels/gpu-large")
+    assert "labels gpu-large removed" in proc.stdout + proc.stderr
+
+
+def test_an_unknown_runner_is_one_warning_and_nothing_changes(tmp_path, api):
+    other = api.state.add("gpu-node-2", "/repos/octo/gpu", ["gpu-large"])
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large",
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    assert proc.returncode == 1
+    warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert len(warnings) == 1 and "no self-hosted runner named exactly 'gpu-node'" in warnings[0]
+    assert other.names() == ["self-hosted", "Linux", "X64", "gpu-large"]
+    assert api.state.writes() == []

@@ -86,9 +86,17 @@ class GitHubRunnerLabels(ApiClient):
                 return None
             raise
 
-    def remove_label(self, runner: Runner, label: str) -> None:
+    def remove_label(self, runner: Runner, label: str) -> bool:
+        """Remove one custom label; False when it is not there (a retried DELETE whose first
+        answer was lost, or a label someone removed meanwhile)."""
         url = f"{runner.base}/actions/runners/{runner.runner_id}/labels/{quote(label, safe='')}"
-        self._send("DELETE", url)
+        try:
+            self._send("DELETE", url)
+        except InputError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        return True
 
     def add_labels(self, runner: Runner, labels: list[str]) -> tuple[str, ...]:
         """Add custom labels; the runner's labels as GitHub answers them."""
