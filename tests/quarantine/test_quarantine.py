@@ -331,3 +331,53 @@ def test_an_unknown_runner_is_one_warning_and_nothing_changes(tmp_path, api):
     assert len(warnings) == 1 and "no self-hosted runner named exactly 'gpu-node'" in warnings[0]
     assert other.names() == ["self-hosted", "Linux", "X64", "gpu-large"]
     assert api.state.writes() == []
+
+
+NO_HTTPX = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'httpx':
+            raise ImportError(f'{name} is blocked', name=name)
+        return None
+sys.meta_path.insert(0, Block())
+from gpuci.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path, api):
+    import subprocess
+    import sys
+
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = clean_env(
+        GPUCI_FAKE_NVML=BAD_GPU,
+        GITHUB_OUTPUT=str(tmp_path / "out"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            NO_HTTPX,
+            "gpu-smoke",
+            "--framework",
+            "none",
+            "--on-failure",
+            "quarantine",
+            "--quarantine-labels",
+            "gpu-large",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert len(warnings) == 1 and "httpx is not installed" in warnings[0]
+    assert "gpu-large" in this.names() and api.state.requests == []
