@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 import bench_cache  # noqa: E402
 
 from gpuci.cache.tier import parse_size  # noqa: E402
-from gpuci.runtime import human_bytes  # noqa: E402
+from gpuci.units import human_bytes  # noqa: E402
 
 
 def make_tree(root: Path, count: int, size: int, small: int, small_size: int) -> None:

@@ -1,4 +1,4 @@
-"""ruff is part of the test command, so a lint failure fails CI the same way a test does."""
+"""ruff and mypy are part of the test command, so a lint or type error fails CI like a test."""
 
 import shutil
 import subprocess
@@ -23,3 +23,11 @@ def test_ruff_check():
 def test_ruff_format():
     proc = _ruff("format", "--check", *TARGETS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy():
+    """The type checker over all of src/ (configured in pyproject.toml's [tool.mypy])."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy"], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-2000:]

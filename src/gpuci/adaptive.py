@@ -60,7 +60,7 @@ class Concurrency:
         self.patience = max(1, patience)
         self.settled = self.limit >= self.ceiling
         self.throttles = 0
-        self.fixed = False  # a count the user chose, not one this controller found
+        self.user_chosen = False  # a count the user chose, not one this controller found
         self._clock = clock
         self._cond = threading.Condition()
         self._active = 0
@@ -77,7 +77,7 @@ class Concurrency:
     def fixed(cls, count: int) -> Concurrency:
         """A constant limit (the user chose one); never grows, shrinks only on throttling."""
         control = cls(start=count, ceiling=count)
-        control.fixed = True
+        control.user_chosen = True
         return control
 
     # ----- slots ---------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpuci import __version__
-from gpuci.commands import BOOLEAN_OUTPUTS, Command, all_commands, command_named
+from gpuci.commands import Command, all_commands, command_named
+from gpuci.commands.dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
-from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime, detect_platform, inert
 
 EPILOG = """\
@@ -127,32 +127,6 @@ def _flags(args: argparse.Namespace, cmd: Command) -> dict[str, str | None]:
                 )
             flags[cmd.positional] = positional
     return flags
-
-
-def run_command(
-    cmd: Command,
-    full_name: str,
-    flags: dict[str, str | None],
-    runtime: Runtime,
-) -> Result:
-    """Resolve inputs and run one command, turning every known error into a Result."""
-    try:
-        values = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
-        func = cmd.load()
-        if func is None:
-            result = Result(
-                command=full_name,
-                exit_code=ExitCode.BAD_INPUT,
-                headline="not implemented yet in this version of gpu-ci",
-            )
-        else:
-            result = func(values, runtime)
-    except GpuciError as exc:
-        result = Result.from_error(full_name, exc)
-    for output in cmd.outputs:  # a boolean output is never empty, even after an error
-        if output.name in BOOLEAN_OUTPUTS and result.outputs.get(output.name) in (None, ""):
-            result.outputs[output.name] = False
-    return result
 
 
 def _drop_stdout() -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TextIO
 
-from gpuci.runtime import human_bytes
+from gpuci.units import human_bytes
 
 
 def format_eta(seconds: float | None) -> str:

@@ -22,7 +22,8 @@ from s3rver_server import BUCKET, CREDENTIALS, s3rver
 from treeutil import make_tree, snapshot
 
 from gpuci.cache import conditional, layout, s3
-from gpuci.cache.store import LocalStore, open_store
+from gpuci.cache.store import LocalStore
+from gpuci.cache.stores import open_store
 from gpuci.cli import run_command
 from gpuci.commands import cache_weights
 from gpuci.runtime import Result, Runtime

@@ -18,7 +18,7 @@ from treeutil import leftovers, make_tree, snapshot
 from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_client
 from gpuci.cache import layout, refs, restore, s3
 from gpuci.cache.manifest import canonical_json
-from gpuci.cache.store import open_store
+from gpuci.cache.stores import open_store
 from gpuci.errors import ConflictError, ExitCode
 
 

@@ -12,7 +12,7 @@ from treeutil import snapshot
 from conftest import cache_cmd
 from gpuci.cache import layout, refs
 from gpuci.cache import save as save_mod
-from gpuci.cache.store import open_store
+from gpuci.cache.stores import open_store
 
 
 def _tree(root: Path, tag: int, shared: bytes) -> Path:

@@ -14,7 +14,7 @@ from fetch_server import DATA, Fault, FaultyServer, http_date
 from gpuci.errors import ExitCode, FetchError, InputError, IntegrityError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch.partial import url_key
-from gpuci.fetch.policy import parse_retry_after
+from gpuci.retry import parse_retry_after
 
 SHA = hashlib.sha256(DATA).hexdigest()
 SIZE = len(DATA)

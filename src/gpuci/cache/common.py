@@ -9,9 +9,11 @@ from typing import Any
 
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout
-from gpuci.cache.store import Store, open_store, redact_url
+from gpuci.cache.store import Store, redact_url
+from gpuci.cache.stores import open_store
 from gpuci.errors import StoreError
-from gpuci.runtime import Runtime, human_bytes, markdown_table
+from gpuci.runtime import Runtime, markdown_table
+from gpuci.units import human_bytes
 
 CREDENTIAL_SOURCES = (
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from secrets, an AWS profile, or "
@@ -129,7 +131,7 @@ class Connections:
 
     @classmethod
     def of(cls, control: Concurrency) -> Connections:
-        return cls(control.limit, control.peak, control.fixed, control.throttles)
+        return cls(control.limit, control.peak, control.user_chosen, control.throttles)
 
     def text(self) -> str:
         """``16 (peak 32)``, plus what bounded it: a fixed count or back-offs."""

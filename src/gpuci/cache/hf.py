@@ -54,7 +54,8 @@ def paths(values: Mapping[str, object], environ: Mapping[str, str]) -> list[str]
             "layout hf takes one path (the hub cache folder), this lists several",
             hint="set path to the HF_HUB_CACHE folder, or leave it empty for the default",
         )
-    base = Path(str(given[0])).expanduser() if given else hub_cache(environ)
+    first = given[0] if isinstance(given, list | tuple) and given else given
+    base = Path(str(first)).expanduser() if first else hub_cache(environ)
     return [str(base / repo_folder(repo))]
 
 

@@ -1,4 +1,5 @@
-"""``cache-weights ls``: the keys in a store with their sizes and ages, newest first."""
+"""``cache-weights ls``: the keys in a store with their sizes and ages, newest first; with
+``--pins``, the pinned manifests (:mod:`gpuci.cache.pins`) with their reasons."""
 
 from __future__ import annotations
 
@@ -8,25 +9,18 @@ from typing import Any
 
 from gpuci.cache import layout, refs, usage
 from gpuci.cache.common import store_from
-from gpuci.cache.store import LocalStore
+from gpuci.cache.pins import read_all
+from gpuci.cache.refs import escape
+from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.transfer import parallel
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
-
-
-def age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import human_age, human_bytes
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
     store = store_from(values, rt)
     if values.get("pins"):
-        from gpuci.cache.pins import listing_result
-
-        return listing_result(store)
+        return pins_result(store)
     namespace = layout.namespace(rt.environ)
     prefix = values.get("prefix") or ""
     ignored: list[str] = []
@@ -57,8 +51,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 info.key,
                 ref.files,
                 human_bytes(ref.bytes),
-                age(now - info.modified),
-                f"{age(now - used[info.key])} ago" if info.key in used else "never",
+                human_age(now - info.modified),
+                f"{human_age(now - used[info.key])} ago" if info.key in used else "never",
                 ref.manifest[:12],
             ]
         )
@@ -83,4 +77,31 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             markdown_table(["key", "files", "size", "age", "last use", "manifest"], rows)
         )
     result.report = {"store": store.url, "namespace": namespace, "keys": items}
+    return result
+
+
+def pins_result(store: Store) -> Result:
+    """``cache-weights ls --pins``: every pin, newest first, with its reason."""
+    pins = [] if isinstance(store, LocalStore) and not store.exists() else read_all(store)
+    now = time.time()
+    result = Result(command="cache-weights ls")
+    result.headline = f"{len(pins)} pinned manifest(s) in {store.url}"
+    rows = [
+        [p.manifest, escape(p.reason)[1:-1], human_age(now - p.modified), p.producer.get("run", "")]
+        for p in pins
+    ]
+    if rows:
+        result.summary.append(markdown_table(["manifest", "reason", "age", "run"], rows))
+    result.report = {
+        "store": store.url,
+        "pins": [
+            {
+                "manifest": p.manifest,
+                "reason": p.reason,
+                "created": p.created,
+                "producer": p.producer,
+            }
+            for p in pins
+        ],
+    }
     return result

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import store_from
-from gpuci.cache.refs import escape
+from gpuci.cache.refs import fetch_by_digest
 from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.transfer import parallel
 from gpuci.errors import InputError, StoreError
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 MAX_PIN = 64 << 10  # a pin is a few hundred bytes; a larger one is not read
 MAX_REASON = 500
@@ -76,7 +76,9 @@ def read_all(store: Store) -> list[Pin]:
                 raw = loaded if isinstance(loaded, dict) else {}
             except ValueError:
                 raw = {}
-        producer = raw.get("producer") if isinstance(raw.get("producer"), dict) else {}
+        producer = raw.get("producer")
+        if not isinstance(producer, dict):
+            producer = {}
         pin = Pin(
             manifest=digest,
             reason=str(raw.get("reason", "(unreadable pin)"))[:MAX_REASON],
@@ -121,8 +123,6 @@ def pin_manifest(
     store: Store, digest: str, reason: str, environ: Any, dry_run: bool
 ) -> dict[str, Any]:
     """Check the manifest and all its data are there, then write the pin (unless planning)."""
-    from gpuci.cache.restore import fetch_by_digest
-
     manifest, _ = fetch_by_digest(store, digest)
     missing = missing_data(store, manifest)
     if missing:
@@ -191,33 +191,4 @@ def run_unpin(values: dict[str, Any], rt: Runtime) -> Result:
         result.headline = f"unpinned manifest {digest[:12]}: prune may now delete it"
     result.outputs = {"manifest": digest, "pinned": present and rt.dry_run}
     result.report = {"store": store.url, "manifest": digest, "was_pinned": present}
-    return result
-
-
-def listing_result(store: Store) -> Result:
-    """``cache-weights ls --pins``: every pin, newest first, with its reason."""
-    from gpuci.cache.listing import age
-
-    pins = [] if isinstance(store, LocalStore) and not store.exists() else read_all(store)
-    now = time.time()
-    result = Result(command="cache-weights ls")
-    result.headline = f"{len(pins)} pinned manifest(s) in {store.url}"
-    rows = [
-        [p.manifest, escape(p.reason)[1:-1], age(now - p.modified), p.producer.get("run", "")]
-        for p in pins
-    ]
-    if rows:
-        result.summary.append(markdown_table(["manifest", "reason", "age", "run"], rows))
-    result.report = {
-        "store": store.url,
-        "pins": [
-            {
-                "manifest": p.manifest,
-                "reason": p.reason,
-                "created": p.created,
-                "producer": p.producer,
-            }
-            for p in pins
-        ],
-    }
     return result

@@ -15,7 +15,8 @@ from typing import Any
 
 from gpuci.cache.common import summary_table
 from gpuci.errors import InfraError, InputError
-from gpuci.runtime import Result, Runtime, human_bytes
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 
 def _shell() -> list[str]:
@@ -92,17 +93,19 @@ def fill_on_miss(
     result.annotations = restored.annotations + saved.annotations
     outcome = saved.report.get("outcome", "saved")
     size = int(saved.report.get("bytes", 0) or 0)
+    uploaded = int(saved.outputs["bytes-uploaded"] or 0)
+    files = int(saved.outputs["files"] or 0)
     result.headline = (
         f"populated {key} on a miss and {outcome} it: {saved.outputs['files']} files, "
-        f"uploaded {human_bytes(saved.outputs['bytes-uploaded'])} in {seconds:.1f}s"
+        f"uploaded {human_bytes(uploaded)} in {seconds:.1f}s"
     )
     result.summary.append(
         summary_table(
             key,
             f"miss, populated, {outcome}",
-            saved.outputs["files"],
+            files,
             size,
-            saved.outputs["bytes-uploaded"],
+            uploaded,
             seconds,
         )
     )

@@ -26,11 +26,11 @@ from typing import Any
 from gpuci.cache import layout, pins, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
-from gpuci.cache.listing import age
 from gpuci.cache.store import LocalStore, ObjectInfo, Store
 from gpuci.cache.transfer import parallel
 from gpuci.errors import InputError
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import human_age, human_bytes
 
 
 @dataclass
@@ -204,13 +204,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     namespace = layout.namespace(rt.environ)
     older_than = float(values["older-than"])
     keep = int(values.get("keep") or 0)
-    grace = float(values.get("grace") if values.get("grace") is not None else layout.PRUNE_GRACE)
+    given = values.get("grace")
+    grace = float(layout.PRUNE_GRACE if given is None else given)
     prefix = str(values.get("prefix") or "")
     result = Result(command="cache-weights prune")
     if grace < 2 * layout.TOUCH_AFTER:
         result.warning(
-            f"grace {age(grace)} is under {age(2 * layout.TOUCH_AFTER)}: a save running now "
-            "may lose a blob it reuses",
+            f"grace {human_age(grace)} is under {human_age(2 * layout.TOUCH_AFTER)}: a save "
+            "running now may lose a blob it reuses",
             "gpu-ci cache prune",
         )
     if isinstance(store, LocalStore) and not store.exists():
@@ -290,7 +291,7 @@ def _held_note(work: Plan, grace: float, plan: bool) -> str:
         return ""
     keeps = "would keep" if plan else "kept"
     return (
-        f"; the {age(grace)} grace period {keeps} {len(work.held_manifests)} manifest(s) and "
+        f"; the {human_age(grace)} grace period {keeps} {len(work.held_manifests)} manifest(s) and "
         f"{len(work.held_data)} blob(s)/pack(s) ({human_bytes(work.held_bytes)}) that no "
         f"remaining key names, since a save may still be writing them: a prune after "
         f"{_iso(until)} (in {_wait(until - time.time())}) deletes them"

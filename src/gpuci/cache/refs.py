@@ -3,18 +3,21 @@
 Refs are the only mutable objects in a store, so they are the only ones written with
 conditions: ``If-None-Match: *`` to create, ``If-Match: <etag>`` to move. Two jobs saving one
 key cannot both win, and a ref is written last, after every blob its manifest names exists.
-``restore-keys`` is a prefix listing of refs (all pages), newest first.
+``restore-keys`` is a prefix listing of refs (all pages), newest first. What a ref names is read
+here too (:func:`fetch_manifest`): checked against its digest before it is parsed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
 from gpuci.cache import layout
+from gpuci.cache import manifest as mf
 from gpuci.cache.manifest import canonical_json, now_iso
 from gpuci.cache.store import Store
-from gpuci.errors import InputError, StoreError
+from gpuci.errors import InputError, IntegrityError, StoreError
 from gpuci.redact import excerpt
 
 MAX_KEY = 512
@@ -195,3 +198,34 @@ def write(store: Store, namespace: str, key: str, body: bytes, current: Ref | No
     manifest = str(json.loads(body)["manifest"])
     etag = current.etag if current is not None else None
     return conditional.write_ref(store, ref_name(store, namespace, key), body, manifest, etag, now)
+
+
+# ----- what a ref points at -------------------------------------------------------------------
+def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
+    """Fetch, check the hash against the name, parse and validate. Returns (manifest, bytes)."""
+    got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
+    if got is None:
+        raise StoreError(
+            f"manifest {digest[:12]} named by the ref is missing from {store.url}",
+            hint="the store was pruned or damaged; save the key again",
+        )
+    data = got[0]
+    mf.check_size(len(data), digest[:12])  # before hashing: the store read at most cap + 1
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise IntegrityError(
+            f"manifest {digest[:12]} in {store.url} hashes to {actual[:12]}",
+            hint="the store holds a corrupt manifest; delete it and save the key again",
+        )
+    return mf.parse(data, digest[:12]), len(data)
+
+
+def fetch_by_digest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
+    """A manifest asked for by digest (a provenance record, a pin): absent is bad input."""
+    if store.head(layout.manifest_key(digest)) is None:
+        raise InputError(
+            f"manifest {digest[:12]} is not in {store.url}",
+            hint="check store; a manifest no key names is pruned unless pinned "
+            "(cache-weights pin --manifest ... --reason ...)",
+        )
+    return fetch_manifest(store, digest)

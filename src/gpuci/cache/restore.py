@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,47 +34,20 @@ from gpuci.cache.common import (
     throttle_signals,
 )
 from gpuci.cache.common import outputs as _outputs
+from gpuci.cache.refs import fetch_by_digest, fetch_manifest
 from gpuci.cache.select import select, unmatched
 from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
 from gpuci.cache.tree import resolve_path
-from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError, StoreError
-from gpuci.runtime import Result, Runtime, human_bytes
+from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError
+from gpuci.retry import aws_max_attempts
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 _TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Headroom kept free on the target filesystem beyond the tree itself.
 DISK_MARGIN = 64 << 20
-
-
-def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
-    """Fetch, check the hash against the name, parse and validate. Returns (manifest, bytes)."""
-    got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-    if got is None:
-        raise StoreError(
-            f"manifest {digest[:12]} named by the ref is missing from {store.url}",
-            hint="the store was pruned or damaged; save the key again",
-        )
-    data = got[0]
-    mf.check_size(len(data), digest[:12])  # before hashing: the store read at most cap + 1
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise IntegrityError(
-            f"manifest {digest[:12]} in {store.url} hashes to {actual[:12]}",
-            hint="the store holds a corrupt manifest; delete it and save the key again",
-        )
-    return mf.parse(data, digest[:12]), len(data)
-
-
-def fetch_by_digest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
-    """A manifest asked for by digest (a provenance record, a pin): absent is bad input."""
-    if store.head(layout.manifest_key(digest)) is None:
-        raise InputError(
-            f"manifest {digest[:12]} is not in {store.url}",
-            hint="check store; a manifest no key names is pruned unless pinned "
-            "(cache-weights pin --manifest ... --reason ...)",
-        )
-    return fetch_manifest(store, digest)
 
 
 @dataclass
@@ -232,7 +206,9 @@ def _refuse_escaping_links(manifest: mf.Manifest, roots: list[_Root]) -> None:
             )
 
 
-def check_space(manifest: mf.Manifest, roots: list[_Root], linked: set[str] = frozenset()) -> None:
+def check_space(
+    manifest: mf.Manifest, roots: list[_Root], linked: AbstractSet[str] = frozenset()
+) -> None:
     """Fail before downloading when a target filesystem cannot hold its share of the tree.
 
     Files the local tier will hardlink (``linked`` digests) take no new space.
@@ -393,11 +369,7 @@ def _endpoint(store: Store) -> str:
 
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
-    try:
-        attempts = max(1, int(rt.environ.get("AWS_MAX_ATTEMPTS", "").strip() or "8"))
-    except ValueError:
-        attempts = 8
-    return "standard", attempts
+    return "standard", aws_max_attempts(rt.environ)
 
 
 def _cleanup(roots: list[_Root]) -> None:
@@ -511,7 +483,6 @@ def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]
         f"restore-keys matched {ref.key}, saved for {other}, not {wanted}: skipped",
         "gpu-ci cache: another repo",
     )
-    return None
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
@@ -557,8 +528,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if found is not None and whole is None:
         whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
     hf_layout = whole is not None and values.get("layout") == "hf"
-    if hf_layout and (other := hf.foreign_folder(whole, values)):
-        found = _foreign_repo(result, found, other, values)
+    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, values)):
+        _foreign_repo(result, found, other, values)
+        found = None
     if found is None:
         seconds = time.monotonic() - start
         verb = "would miss" if rt.dry_run else "miss"

@@ -31,10 +31,11 @@ from gpuci.cache.common import (
 from gpuci.cache.packs import PackBuilder
 from gpuci.cache.store import MultipartUpload, ObjectInfo, Store
 from gpuci.cache.tier import LocalTier, open_tier
-from gpuci.cache.transfer import WorkPool, parallel
+from gpuci.cache.transfer import WorkPool, laneless, parallel
 from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
-from gpuci.runtime import Result, Runtime, human_bytes
+from gpuci.runtime import Result, Runtime
+from gpuci.units import human_bytes
 
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
 PACKS_IN_FLIGHT = 6
@@ -263,7 +264,7 @@ class _BlobUploads:
     def run(self, missing: list[mf.Entry]) -> None:
         for entry in missing:
             task = self._start if entry.size >= layout.MULTIPART_THRESHOLD else self._whole
-            self.pool.submit(lambda _lane, entry=entry, task=task: task(entry))
+            self.pool.submit(laneless(task, entry))
         try:
             self.pool.run()
         finally:
@@ -288,9 +289,7 @@ class _BlobUploads:
         with self.lock:
             self.open[key], self.left[key] = upload, len(parts)
         for number, offset, length in parts:
-            self.pool.submit(
-                lambda _lane, n=number, o=offset, ln=length: self._part(entry, key, n, o, ln)
-            )
+            self.pool.submit(laneless(self._part, entry, key, number, offset, length))
         return None
 
     def _part(self, entry: mf.Entry, key: str, number: int, offset: int, length: int) -> None:

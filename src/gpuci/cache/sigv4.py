@@ -135,7 +135,7 @@ class Presigner:
     ) -> str:
         """A presigned URL for ``key`` (the object key, prefix included; empty for the bucket
         itself, e.g. a listing, with its parameters in ``query``); payload unsigned."""
-        now = now or datetime.datetime.now(datetime.UTC)
+        now = now or datetime.datetime.now(datetime.timezone.utc)
         stamp, scope = self._scope(now)
         path = self._path(key)
         params = {
@@ -164,7 +164,7 @@ class Presigner:
     ) -> tuple[str, dict[str, str]]:
         """(URL, headers) of a request signed in its ``Authorization`` header, as boto3 sends
         its own (payload hashed): every S3 server that takes boto3's requests takes these."""
-        now = now or datetime.datetime.now(datetime.UTC)
+        now = now or datetime.datetime.now(datetime.timezone.utc)
         stamp, scope = self._scope(now)
         path = self._path(key)
         payload = hashlib.sha256(body).hexdigest()

@@ -3,7 +3,8 @@
 The interface is plain object storage (get, put, conditional put, list, ranged read, upload a
 file), so everything above it (save, restore, listing, a later runner-local tier or prune) is
 written once. ``file:///dir`` is :class:`LocalStore`, the embedded default; ``s3://bucket/prefix``
-is :class:`gpuci.cache.s3.S3Store`, imported only when used so boto3 never loads otherwise.
+is :class:`gpuci.cache.s3.S3Store`. :func:`gpuci.cache.stores.open_store` picks one from a URL
+(and imports the S3 backend only when used, so boto3 never loads otherwise).
 
 A later tier (a runner-local blob store consulted before the remote) wraps a Store and answers
 ``open_range`` from disk when it can; prune builds on ``list`` (with ``modified``) and ``delete``.
@@ -11,6 +12,7 @@ A later tier (a runner-local blob store consulted before the remote) wraps a Sto
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -19,14 +21,14 @@ import hashlib
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlparse, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from gpuci.cache import layout
-from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
+from gpuci.errors import ConflictError, IntegrityError, StoreError
 
 
 @dataclass(frozen=True)
@@ -382,7 +384,7 @@ class LocalStore(Store):
             folder = folder / name
         return "/".join(parts)
 
-    def leftovers(self, older_than: float) -> list[ObjectInfo]:
+    def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
         """Temp files (``*.incomplete-*``) a killed save left, older than ``older_than`` s.
 
         Keys are relative to the store's root; a running save's temp files are younger.
@@ -457,63 +459,3 @@ def describe(store: Store) -> str:
     endpoint = getattr(store, "endpoint_url", None)
     where = redact_url(store.url)
     return f"{where} at {redact_url(endpoint)}" if endpoint else where
-
-
-def _refuse_secrets_in_url(text: str, mask: Callable[[str], None] | None) -> None:
-    """An S3 URL names a bucket; credentials in it would be printed and are never used."""
-    parsed = urlsplit(text)
-    secrets = [s for s in (parsed.username, parsed.password, parsed.query) if s]
-    if mask is not None:
-        for secret in secrets:
-            mask(secret)
-            if unquote(secret) != secret:
-                mask(unquote(secret))
-    if parsed.username or parsed.password:
-        raise InputError(
-            f"store '{redact_url(text)}' carries credentials in the URL",
-            hint="write it as s3://bucket/prefix and give S3 credentials through the "
-            "environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from secrets)",
-        )
-
-
-def open_store(
-    url: str | None,
-    *,
-    endpoint_url: str | None = None,
-    region: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    mask: Callable[[str], None] | None = None,
-) -> Store:
-    """``s3://bucket/prefix`` or ``file:///dir``; empty means the embedded local store."""
-    env = os.environ if environ is None else environ
-    text = (url or "").strip() or layout.default_store_url(env)
-    parsed = urlparse(text)
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise InputError(
-                f"store '{text}' names a host; a file store is a local folder",
-                hint="write it as file:///absolute/path",
-            )
-        return LocalStore(Path(unquote(parsed.path)))
-    if parsed.scheme == "s3":
-        _refuse_secrets_in_url(text, mask)
-        if not parsed.netloc:
-            raise InputError(
-                f"store '{redact_url(text)}' has no bucket", hint="write it as s3://bucket/prefix"
-            )
-        from gpuci.cache.s3 import S3Store
-
-        return S3Store(
-            parsed.netloc,
-            parsed.path.strip("/"),
-            endpoint_url=(endpoint_url or "").strip() or None,
-            region=(region or "").strip() or None,
-            environ=env,
-            mask=mask,
-        )
-    if not parsed.scheme and text.startswith("/"):
-        return LocalStore(Path(text))
-    raise InputError(
-        f"store '{redact_url(text)}' is neither s3://bucket/prefix nor file:///dir",
-        hint="set store to s3://bucket/prefix or file:///absolute/path",
-    )

@@ -26,16 +26,9 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from typing import TYPE_CHECKING, Any
 
 from gpuci.adaptive import Concurrency
 from gpuci.cache import directio, layout, splicing
@@ -43,23 +36,27 @@ from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
+from gpuci.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tenacity import Retrying
 
 # Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
 # to cover the copying path).
 SPLICE = splicing.available()
 
 
+#: The data path's waits: short (a store on the same network answers fast), full jitter, so
+#: parallel workers that failed together do not retry together.
+DATA_PATH = RetryPolicy(initial=0.2, max_wait=5.0, jitter="full", retry_after_cap=None)
+
+
 def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retrying:
-    """The retry policy for the data path: exponential backoff with jitter, transient only.
+    """The retry controller for the data path: :data:`DATA_PATH`, transient failures only.
 
     ``on_retry`` hears of every failure that will be retried (the controller backs off)."""
-    return Retrying(
-        stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_random_exponential(multiplier=0.2, max=5.0),
-        retry=retry_if_exception_type(TransientError),
-        before_sleep=(lambda _state: on_retry()) if on_retry is not None else None,
-        reraise=True,
-    )
+    hear = (lambda _exc: on_retry()) if on_retry is not None else None
+    return replace(DATA_PATH, attempts=max(1, attempts)).retrying(TransientError, on_retry=hear)
 
 
 # The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store
@@ -202,12 +199,17 @@ class WorkPool:
         return len(self._threads)
 
 
+def laneless(fn: Callable[..., None], *args: Any) -> Callable[[Lane], None]:
+    """A pool task calling ``fn(*args)``, for work that needs no lane's buffers."""
+    return lambda _lane: fn(*args)
+
+
 def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int | Concurrency) -> None:
     """Run ``fn(item)`` for every item, ``workers`` at once (a count or a controller);
     re-raise the first failure."""
     pool = WorkPool(workers)
     for item in items:
-        pool.submit(lambda _buf, item=item: fn(item))
+        pool.submit(laneless(fn, item))
     pool.run()
 
 
@@ -263,11 +265,11 @@ class _BlobTarget:
         while True:
             with self.lock:
                 self.next = position
-                length = self.done.pop(position, None)
-                if length is None:
+                ready = self.done.pop(position, None)
+                if ready is None:
                     self.hashing = False
                     return position == self.entry.size
-            position = self._hash_back(position, length, scratch)
+            position = self._hash_back(position, ready, scratch)
 
     def _hash_back(self, position: int, length: int, scratch: memoryview) -> int:
         """Hash ``length`` written bytes from ``position``, read back a scratch buffer at a time."""
@@ -366,7 +368,7 @@ class Downloader:
             packed_entries = [e for e, _ in packed]
             for run in plan_runs(packed_entries, layout.PACK_RUN):
                 members = [packed[i] for i in run.members]
-                pool.submit(lambda lane, run=run, members=members: self._run(run, members, lane))
+                pool.submit(functools.partial(self._run, run, members))
             pool.run()
         except TransientError as exc:
             raise StoreError(

@@ -64,6 +64,8 @@ _DEFINED_IN = (
     ("gpu-smoke", "gpu_smoke", "COMMAND"),
     ("dry-run", "dry_run", "COMMAND"),
     ("pods", "pods", "COMMAND"),
+    ("runners", "runners", "COMMAND"),
+    ("gpus", "gpus", "COMMAND"),
     ("gate", "training", "GATE"),
     ("provenance", "training", "PROVENANCE"),
     ("report", "training", "REPORT"),

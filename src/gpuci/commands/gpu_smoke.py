@@ -51,6 +51,23 @@ INPUTS = (
         "current folder).",
         "str",
     ),
+    Input(
+        "on-failure",
+        "On a hardware failure: fail the job, or also take this self-hosted runner out of the "
+        "pool (GitHub: remove quarantine-labels; GitLab: pause it; docs/quarantine.md).",
+        "str",
+        "fail",
+        choices=("fail", "quarantine"),
+    ),
+    Input(
+        "health-store",
+        "Store for the per-GPU health record (s3://bucket/prefix or file:///dir; default: "
+        "GPUCI_GPU_HEALTH_STORE; empty: no record). A failed write is a warning.",
+        "str",
+    ),
+    Input(
+        "quarantine-labels", "Runner labels quarantine removes (GitHub), e.g. gpu-large.", "list"
+    ),
 )
 
 COMMAND = Command(
@@ -68,6 +85,6 @@ COMMAND = Command(
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),
-    target="gpuci.gpu.smoke:run",
+    target="gpuci.quarantine:smoke_then_quarantine",
     actions=("actions/gpu-smoke",),
 )

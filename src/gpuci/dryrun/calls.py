@@ -85,7 +85,7 @@ def plan_command(
     env: dict[str, str],
     rt: Runtime,
 ) -> Result:
-    from gpuci.cli import run_command
+    from gpuci.commands.dispatch import run_command
 
     unresolved = {k for k, v in given.items() if EMBEDDED.search(v) or k in why}
     if cmd.target is None:

@@ -26,7 +26,8 @@ from gpuci.fetch.sources import (
 )
 from gpuci.markdown import Code, Link
 from gpuci.probe import probes_allowed
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import human_bytes
 
 COMMAND = "retry-fetch"
 
@@ -88,7 +89,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     for _job, exc in failed[1:]:
         result.error(exc.one_line(), exc.title)
     result.outputs.update(_outputs(done, time.monotonic() - started))
-    result.outputs["attempts"] += sum(getattr(e, "attempts", 0) for _j, e in failed)
+    attempts = int(result.outputs["attempts"] or 0)
+    result.outputs["attempts"] = attempts + sum(getattr(e, "attempts", 0) for _j, e in failed)
     result.summary.append(_table(jobs, outcomes))
     result.report["files"] = [_record(r) for r in done]
     result.report["failed"] = [{"url": j.url, "error": e.one_line()} for j, e in failed]

@@ -29,40 +29,32 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
 from gpuci.fetch.client import check_identity, new_client, open_response, parse_content_range
+from gpuci.fetch.job import DownloadJob, ProgressLike
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
-    RETRY_TRANSPORT,
+    RETRYABLE,
     FetchPolicy,
     RangeMismatch,
     Refused,
     RetryableError,
     RetryableStatus,
     ShortBody,
-    parse_retry_after,
 )
 from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
 from gpuci.files import sha256_file
-from gpuci.runtime import human_bytes
+from gpuci.retry import parse_retry_after
+from gpuci.units import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range"]
 
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
-
-
-class ProgressLike(Protocol):
-    """What ``fetch_file`` reports into: :class:`gpuci.progress.Progress` fits."""
-
-    total: int | None
-
-    def advance(self, nbytes: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -86,32 +78,8 @@ def strong_validator(headers: httpx.Headers) -> str | None:
     return headers.get("Last-Modified")
 
 
-class _Download:
-    """One file's state across attempts and sources."""
-
-    def __init__(
-        self,
-        client: httpx.Client,
-        dest: Path,
-        policy: FetchPolicy,
-        headers: Mapping[str, str],
-        progress: ProgressLike | None,
-        partial: Partial,
-    ) -> None:
-        self.client = client
-        self.dest = dest
-        self.policy = policy
-        self.headers = dict(headers)
-        self.progress = progress
-        self.partial = partial
-        self.started = time.monotonic()
-        self.attempts = 0
-        self.resumed_bytes = 0
-        self.one_connection = False  # set once a server mishandled a segment's Range
-        self.peak_connections = 1
-
-    def remaining(self) -> float:
-        return self.policy.deadline - (time.monotonic() - self.started)
+class _Download(DownloadJob):
+    """One file's download: its attempts, each over one connection or handed to segments."""
 
     def attempt(self, url: str) -> None:
         """One GET; returns when ``partial`` holds the whole file, raises otherwise."""
@@ -418,7 +386,7 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
-        retryable = isinstance(exc, (*RETRY_TRANSPORT, RetryableError))
+        retryable = isinstance(exc, RETRYABLE)
         if job.remaining() <= 0 or (retryable and tries < job.policy.attempts):
             where += f"; stopped by the deadline of {job.policy.deadline:g}s"
         error = FetchError(

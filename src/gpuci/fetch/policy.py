@@ -7,19 +7,34 @@ A server that answers with something we refuse (a body over ``max_bytes``, a Con
 we did not ask for, a redirect we will not follow) raises :class:`Refused`: asking again gets
 the same answer, so it is not retried, but a mirror may do better.
 Waits are full-jitter exponential backoff capped by ``max_wait``; a ``Retry-After`` (seconds or
-HTTP date) replaces the backoff but is capped too, so a server cannot park a GPU job for an hour.
+HTTP date, read by :func:`gpuci.retry.parse_retry_after`) replaces the backoff but is capped
+too, so a server cannot park a GPU job for an hour. The policy itself is :mod:`gpuci.retry`'s.
 """
 
 from __future__ import annotations
 
-import email.utils
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
-import tenacity
 
 from gpuci.errors import FetchError
+from gpuci.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import tenacity
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "RETRYABLE",
+    "FetchPolicy",
+    "RangeMismatch",
+    "Refused",
+    "RetryableError",
+    "RetryableStatus",
+    "ShortBody",
+]
 
 # Large enough for any single file on the Hugging Face Hub (it caps files at 50 GB) and for
 # every model shard we know of; small enough that an endless or lying body stops long before
@@ -52,6 +67,10 @@ class RetryableError(Exception):
         self.retry_after = retry_after
 
 
+#: Everything a later attempt may cure: transport failures and our own retryable errors.
+RETRYABLE: tuple[type[BaseException], ...] = (*RETRY_TRANSPORT, RetryableError)
+
+
 class Refused(FetchError):
     """The source answered with something we will not take; not retried, mirrors still are."""
 
@@ -71,22 +90,6 @@ class ShortBody(RetryableError):
 
 class RangeMismatch(RetryableError):
     """A 206 for other bytes than we asked for, or a validator that changed: start over."""
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` as seconds from now; both forms (``120`` and an HTTP date) are valid."""
-    if not value:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 @dataclass(frozen=True)
@@ -112,21 +115,19 @@ class FetchPolicy:
     connections_start: int = 1
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
 
-    def wait_seconds(self, retry_state: tenacity.RetryCallState) -> float:
-        """Retry-After when the server gave one, else full-jitter exponential backoff."""
-        exc = retry_state.outcome.exception() if retry_state.outcome else None
-        if isinstance(exc, RetryableError) and exc.retry_after is not None:
-            return min(exc.retry_after, self.max_wait)
-        backoff = tenacity.wait_random_exponential(multiplier=self.initial_wait, max=self.max_wait)
-        return backoff(retry_state)
+    @property
+    def retry(self) -> RetryPolicy:
+        """The policy as :mod:`gpuci.retry` data: full jitter from ``initial_wait``, every wait
+        (a server's ``Retry-After`` included) capped by ``max_wait``."""
+        return RetryPolicy(
+            attempts=self.attempts,
+            initial=self.initial_wait,
+            max_wait=self.max_wait,
+            jitter="full",
+            retry_after_cap=self.max_wait,
+        )
 
     def retrying(self, started: float | None = None) -> tenacity.Retrying:
         """A fresh tenacity controller; ``started`` shares one deadline across mirrors."""
         remaining = self.deadline - (time.monotonic() - started if started is not None else 0.0)
-        return tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type((*RETRY_TRANSPORT, RetryableError)),
-            stop=tenacity.stop_after_attempt(self.attempts)
-            | tenacity.stop_before_delay(max(0.0, remaining)),
-            wait=self.wait_seconds,
-            reraise=True,
-        )
+        return self.retry.retrying(RETRYABLE, deadline=remaining)

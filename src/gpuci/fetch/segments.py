@@ -40,7 +40,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import httpx
 
@@ -52,18 +51,15 @@ from gpuci.fetch.client import (
     open_response,
     parse_content_range,
 )
+from gpuci.fetch.job import DownloadJob
 from gpuci.fetch.partial import Sink, merge_extents
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
-    RETRY_TRANSPORT,
+    RETRYABLE,
     RangeMismatch,
-    RetryableError,
     RetryableStatus,
-    parse_retry_after,
 )
-
-if TYPE_CHECKING:
-    from gpuci.fetch.download import _Download
+from gpuci.retry import parse_retry_after
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
 _HEAD_DEPTH = 8
@@ -94,7 +90,7 @@ class Segment:
     owned: bool = False
 
 
-def segmentable(resp: httpx.Response, total: int | None, offset: int, job: _Download) -> bool:
+def segmentable(resp: httpx.Response, total: int | None, offset: int, job: DownloadJob) -> bool:
     """Whether this first response allows more connections (see the module docstring)."""
     policy = job.policy
     if policy.connections < 2 or job.one_connection or total is None:
@@ -111,7 +107,7 @@ def segmentable(resp: httpx.Response, total: int | None, offset: int, job: _Down
 class Segmenter:
     """One attempt of a segmented download; ``run`` returns when the file is whole."""
 
-    def __init__(self, job: _Download, resp: httpx.Response, total: int) -> None:
+    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int) -> None:
         self.job = job
         self.part = job.partial
         self.policy = job.policy
@@ -271,7 +267,7 @@ class Segmenter:
                             self._pump(seg, first)
                         else:
                             self._ranged(seg)
-                    except (*RETRY_TRANSPORT, RetryableError) as exc:
+                    except RETRYABLE as exc:
                         if isinstance(exc, (SegmentsRefused, FileChanged)):
                             raise
                         failures += 1
@@ -294,12 +290,9 @@ class Segmenter:
                 self.lock.notify_all()
 
     def _wait(self, exc: BaseException, failures: int) -> float:
-        if isinstance(exc, RetryableStatus):
-            if exc.status in (429, 503):
-                self.conc.throttled()
-            if exc.retry_after is not None:
-                return min(exc.retry_after, self.policy.max_wait)
-        return min(self.policy.max_wait, self.policy.initial_wait * 2 ** (failures - 1))
+        if isinstance(exc, RetryableStatus) and exc.status in (429, 503):
+            self.conc.throttled()
+        return self.policy.retry.delay(failures, exc)
 
     def _ranged(self, seg: Segment) -> None:
         """One ranged GET for what is left of ``seg``, checked before a byte is written."""

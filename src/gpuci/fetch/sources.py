@@ -189,7 +189,9 @@ def build_jobs(
     dest_path = _path(dest, "input 'dest'") if dest else None
     if dest_path is not None and not dest_path.is_absolute():
         dest_path = cwd / dest_path
-    as_folder = not single or bool(dest and (dest.endswith("/") or Path(dest_path).is_dir()))
+    as_folder = not single or bool(
+        dest and dest_path is not None and (dest.endswith("/") or dest_path.is_dir())
+    )
     folder = dest_path if as_folder else None
     sha_url = check_url(sha256.strip(), "input 'sha256'") if sha256 and is_url(sha256) else None
     sha_hex = _digest(sha256.strip(), "input 'sha256'") if sha256 and not sha_url else None
@@ -280,8 +282,8 @@ def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolic
         RETRY_STATUSES,
         RetryableError,
         RetryableStatus,
-        parse_retry_after,
     )
+    from gpuci.retry import parse_retry_after
 
     fix = "check the sha256 URL, or give the digest itself"
     try:

@@ -13,20 +13,17 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.clock import SYSTEM, Clock
 from gpuci.redact import excerpt, json_kind, redact_url
+from gpuci.retry import RetryPolicy, parse_retry_after
+
+if TYPE_CHECKING:
+    from tenacity import Retrying
 
 DEFAULT_API_URL = "https://api.runpod.io"
 API_KEY_ENV = "RUNPOD_API_KEY"
@@ -82,31 +79,20 @@ class Unauthorized(InputError):
     title = "gpu-ci: RunPod key refused"
 
 
-def _wait(state: RetryCallState) -> float:
-    """``Retry-After`` for 429 (integer seconds on this API), else exponential with jitter."""
-    exc = state.outcome.exception() if state.outcome else None
-    if isinstance(exc, Transient) and exc.retry_after is not None:
-        return min(max(exc.retry_after, 0.0), MAX_RETRY_AFTER_S)
-    return _BACKOFF(state)
-
-
-_BACKOFF = wait_exponential_jitter(initial=1, max=30, jitter=1)
-
-#: The retry table from the createPod docs, declared once and used for every request.
-RETRY_POLICY: dict[str, Any] = {
-    "retry": retry_if_exception_type(Transient),
-    "stop": stop_after_attempt(int(os.environ.get("GPUCI_PODS_MAX_ATTEMPTS", "6"))),
-    "wait": _wait,
-    "reraise": True,
-}
+#: The retry table from the createPod docs, declared once and used for every request: 429 waits
+#: its ``Retry-After`` (at most MAX_RETRY_AFTER_S), 5xx and transport errors back off from 1 s,
+#: doubling, up to 30 s, plus up to 1 s of jitter.
+RETRY_POLICY = RetryPolicy(
+    attempts=int(os.environ.get("GPUCI_PODS_MAX_ATTEMPTS", "6")),
+    initial=1.0,
+    max_wait=30.0,
+    jitter="additive",
+    retry_after_cap=MAX_RETRY_AFTER_S,
+)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    raw = headers.get("Retry-After", "")
-    try:
-        return float(raw)
-    except ValueError:
-        return None
+    return parse_retry_after(headers.get("Retry-After"), cap=MAX_RETRY_AFTER_S)
 
 
 def _problem(response: httpx.Response) -> tuple[str, list[str]]:
@@ -277,7 +263,7 @@ class RunPodClient:
 
     # ----- plumbing -----------------------------------------------------------------------
     def _retrying(self) -> Retrying:
-        return Retrying(sleep=self._clock.sleep, **RETRY_POLICY)
+        return RETRY_POLICY.retrying(Transient, sleep=self._clock.sleep)
 
     def _once(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         if self._read_only and method != "GET":

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.cache.store import Store, open_store, redact_url
+from gpuci.cache.store import Store, redact_url
+from gpuci.cache.stores import open_store
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
 from gpuci.pods.clock import iso
 

@@ -435,7 +435,11 @@ def _sigterm_raises() -> Callable[[], None]:
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _find_quietly(client: RunPodClient, name: str, rt: Runtime) -> dict[str, Any] | None:
@@ -875,7 +879,7 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         result.report["hand_made_stopped"] = stopped
         result.summary.append(
             "### Hand-made pods stopped (untagged, older than "
-            f"{float(untagged_s) / 3600:g}h)\n\n"
+            f"{float(untagged_s or 0) / 3600:g}h)\n\n"
             + markdown_table(
                 ["pod", "name", "GPU", "age h"],
                 [[s["pod"], s["name"], s["gpu"], s["age_h"]] for s in stopped],

@@ -1,6 +1,6 @@
 """The GitHub and GitLab calls a just-in-time runner needs: register, list, delete.
 
-Both stand on the shared REST client (``gpuci.training.rest``): retries, one-line errors with
+Both stand on the shared REST client (``gpuci.forges.rest``): retries, one-line errors with
 their fix, origin-only pagination, no redirects, redacted excerpts. A registration is one
 attempt (a POST whose answer was lost may have made the runner: ``up`` then deletes it by
 name). Only these clients hold the admin token; the pod never sees it.
@@ -14,9 +14,9 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuci.errors import InfraError, InputError
-from gpuci.training import github as gh
-from gpuci.training.gitlab import TOKEN_ENV as GITLAB_TOKEN_ENV
-from gpuci.training.rest import ApiClient, Forbidden
+from gpuci.forges import github as gh
+from gpuci.forges.gitlab import TOKEN_ENV as GITLAB_TOKEN_ENV
+from gpuci.forges.rest import ApiClient, Forbidden
 
 GITHUB_TOKEN_ENV = "GPUCI_RUNNER_TOKEN"
 GITHUB_TOKEN_MAKE = (

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuci.errors import InfraError
+from gpuci.forges.rest import Forbidden
 from gpuci.pods.client import RunPodClient
 from gpuci.pods.clock import Clock
 from gpuci.pods.readiness import poll_s
 from gpuci.pods.runners import Request
 from gpuci.redact import excerpt
 from gpuci.runtime import Runtime
-from gpuci.training.rest import Forbidden
 
 REFUSED = " refused: "
 ONLINE = ("online", "active")  # GitHub says online; GitLab online (older: active)

@@ -27,9 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from gpuci.errors import GpuciError, InputError
+from gpuci.forges import github as gh
+from gpuci.forges.rest import ApiClient
 from gpuci.pods import runner_boot
-from gpuci.training import github as gh
-from gpuci.training.rest import ApiClient
 
 RELEASES_PATH = "/repos/actions/runner/releases"
 PAGE = 20  # releases per look-up: months of history, a bounded answer

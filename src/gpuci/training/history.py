@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import untrusted_json
-from gpuci.cache.store import Store, open_store
+from gpuci.cache.store import Store
+from gpuci.cache.stores import open_store
 from gpuci.training import ci
 
 ENV_HISTORY = "GPUCI_METRICS_HISTORY"

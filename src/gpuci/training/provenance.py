@@ -26,8 +26,9 @@ from gpuci.cache import layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code
-from gpuci.runtime import Result, Runtime, human_bytes, markdown_table
+from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import ci
+from gpuci.units import human_bytes
 
 SCHEMA = "gpuci.provenance/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -125,7 +126,8 @@ def _strip(rec: dict[str, Any]) -> dict[str, Any]:
 
 def _datasets(environ: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Cache restores from the journal: (hits with a manifest digest, misses)."""
-    hits, misses = [], []
+    hits: list[dict[str, Any]] = []
+    misses: list[dict[str, Any]] = []
     for rec in journal.read("cache-restore", environ):
         (hits if rec.get("manifest") else misses).append(_strip(rec))
     return hits, misses
@@ -362,7 +364,9 @@ def restore_commands(record: dict[str, Any]) -> tuple[list[str], list[str]]:
     """
     commands: list[str] = []
     skipped: list[str] = []
-    datasets = record.get("datasets") if isinstance(record.get("datasets"), list) else []
+    datasets = record.get("datasets")
+    if not isinstance(datasets, list):
+        datasets = []
     for ds in datasets:
         if not isinstance(ds, dict):
             continue
@@ -458,7 +462,7 @@ def summary_markdown(produced: Produced) -> str:
     return text
 
 
-def result_outputs(produced: Produced) -> dict[str, str]:
+def result_outputs(produced: Produced) -> dict[str, OutputValue]:
     commands, _ = restore_commands(produced.record)
     return {**produced.files, "digest": produced.digest, "commands": "\n".join(commands)}
 

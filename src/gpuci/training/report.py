@@ -182,7 +182,7 @@ def render(
 
 def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> None:
     """Post or update the sticky comment, or say why not; sets ``comment`` outputs."""
-    from gpuci.training.github import GitHub
+    from gpuci.forges.github import GitHub
 
     ctx = ci.detect(rt.environ)
     result.outputs.update({"comment": "skipped", "comment-url": ""})
@@ -217,7 +217,7 @@ def _publish_gitlab(
     values: dict[str, Any], rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
-    from gpuci.training.gitlab import TOKEN_ENV, GitLab
+    from gpuci.forges.gitlab import TOKEN_ENV, GitLab
 
     env = rt.environ
     token = values.get("token") or env.get(TOKEN_ENV, "")
@@ -276,7 +276,7 @@ def _post_sticky(
 ) -> None:
     """Skip (saying why), plan, or create-or-update the one report on a PR or MR: the same
     steps on GitHub and GitLab once each platform has found its token, target and API."""
-    from gpuci.training.rest import Forbidden
+    from gpuci.forges.rest import Forbidden
 
     if sticky.skip_reason:
         result.notice(f"{sticky.label} skipped: {sticky.skip_reason}", "gpu-ci report")

@@ -14,6 +14,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuci.errors import InputError
+from gpuci.gpu.smoke.backends.errors import BackendUnavailable
+
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "Device",
+    "installed",
+    "load_backend",
+    "resolve_framework",
+    "torch_is_cpu_only",
+]
 
 
 class Device(Protocol):
@@ -55,18 +66,6 @@ class Backend(Protocol):
     def device_uuid(self, index: int) -> str | None: ...  # any spelling: GPU-/MIG- or bare
     def device_pci_bus_id(self, index: int) -> str | None: ...  # "0000:18:00.0"
     def open(self, index: int) -> Device: ...
-
-
-class BackendUnavailable(Exception):
-    """The framework is installed but cannot drive a GPU here; the reason is one line.
-
-    ``built_cuda``: the CUDA version the framework was built for ("12.8"), when known, so the
-    caller can tell a torch newer than the driver from a broken node.
-    """
-
-    def __init__(self, reason: str, built_cuda: str | None = None) -> None:
-        super().__init__(reason)
-        self.built_cuda = built_cuda
 
 
 def installed(name: str) -> bool:

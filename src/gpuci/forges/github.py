@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.training.rest import ApiClient, Forbidden
+from gpuci.forges.rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitHub", "Identity"]
 

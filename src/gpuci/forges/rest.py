@@ -1,38 +1,45 @@
-"""A small REST client for the code-hosting APIs the report talks to (GitHub, GitLab).
+"""A small REST client for the code forges' APIs (GitHub, GitLab): the report, the runners.
 
-What both need, written once: one tenacity retry policy for transient failures (5xx, 429,
-network), HTTP errors mapped to one-line errors with their fix, answers checked for shape, and
-pagination by ``Link: rel="next"`` followed only on the API's own origin (the token goes nowhere
-else; redirects are not followed). Each service subclasses it with its headers and hints.
+What both need, written once: one retry policy (:mod:`gpuci.retry`) for transient failures
+(5xx, 429 with its ``Retry-After``, network), HTTP errors mapped to one-line errors with their
+fix, answers checked for shape, and pagination by ``Link: rel="next"`` followed only on the
+API's own origin (the token goes nowhere else; redirects are not followed). Each service
+subclasses it with its headers and hints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from gpuci.errors import GpuciError, InfraError, InputError
 from gpuci.redact import excerpt, json_kind, redact_url
+from gpuci.retry import RetryPolicy, parse_retry_after
 
 MAX_PAGES = 50  # 5,000 comments or notes: far past any real pull or merge request
+
+
+_Client = TypeVar("_Client", bound="ApiClient")
 
 
 class Forbidden(GpuciError):
     """The token may not comment here (a read-only token): reported, then skipped."""
 
 
+# A forge that asks for more than a minute (GitHub's secondary rate limit) is better answered
+# by failing the step than by holding the runner.
+RETRY_AFTER_CAP = 60.0
+
+
 class _Transient(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"HTTP {response.status_code}")
         self.response = response
+        self.retry_after = parse_retry_after(
+            response.headers.get("Retry-After"), cap=RETRY_AFTER_CAP
+        )
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -66,18 +73,19 @@ class ApiClient:
             follow_redirects=False,  # a redirect would carry the token wherever it points
             headers={**headers, "User-Agent": "gpu-ci"},
         )
-        self._retry = Retrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=0.25, max=max_wait),
-            retry=retry_if_exception(_is_transient),
-            reraise=True,
+        self._policy = RetryPolicy(
+            attempts=attempts,
+            initial=0.25,
+            max_wait=max_wait,
+            jitter="none",
+            retry_after_cap=RETRY_AFTER_CAP,
         )
         self.warnings: list[str] = []  # said once each, for the caller's result
 
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> ApiClient:
+    def __enter__(self: _Client) -> _Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -107,7 +115,7 @@ class ApiClient:
         """Run ``fn`` under the retry policy (once when ``repeat`` is False: a POST that lost
         its answer may have done its work); map what is left to one-line errors."""
         try:
-            return self._retry(fn) if repeat else fn()
+            return self._policy.retrying(_is_transient)(fn) if repeat else fn()
         except _Transient as exc:
             raise InfraError(
                 f"{self.service} API answered HTTP {exc.response.status_code} to {method} "

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuci.errors import InputError
-from gpuci.training.rest import ApiClient, Forbidden
+from gpuci.forges.rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitLab"]
 
@@ -54,7 +54,7 @@ class GitLab(ApiClient):
     def identity(self) -> int | None:
         """The token's own user id (``GET /user``; a project token's bot user), else None."""
         if self._me is not False:
-            return self._me  # type: ignore[return-value]
+            return self._me
         found: int | None = None
         try:
             user = self._json(self._send("GET", "/user"), "the token's user", dict)

@@ -1,0 +1,137 @@
+"""Take a self-hosted runner out of the pool and give it back: GitHub labels, GitLab pause.
+
+GitHub routes a job by labels, so a runner whose GPU labels are gone gets no GPU job; the
+runner stays registered (and visible, labelled ``gpuci-quarantined``) so someone can look at
+it. GitHub's REST API: ``GET {repos/o/r|orgs/o}/actions/runners`` (paginated), ``DELETE
+.../actions/runners/{id}/labels/{name}`` (custom labels only: the read-only ones the runner
+reports itself, ``self-hosted``, ``Linux``, ``X64``..., are refused) and ``POST
+.../actions/runners/{id}/labels`` with ``{"labels": [...]}``. GitLab pauses a runner with
+``PUT /runners/:id`` ``paused=true``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from gpuci.errors import InfraError, InputError
+from gpuci.forges import github as gh
+from gpuci.forges.rest import ApiClient
+from gpuci.forges.runner_labels import GITHUB_TOKEN_ENV, GITLAB_TOKEN_ENV
+
+
+@dataclass(frozen=True)
+class Runner:
+    """A self-hosted runner as GitHub lists it."""
+
+    runner_id: int
+    name: str
+    labels: tuple[str, ...]
+    base: str  # "/repos/o/r" or "/orgs/o": where its label endpoints are
+
+
+class GitHubRunnerLabels(ApiClient):
+    """Find a runner by its exact name, remove and add its custom labels."""
+
+    service = "GitHub"
+    url_env = "GITHUB_API_URL"
+    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
+    hint_403 = (
+        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
+        "repository ('Self-hosted runners: read and write' on the organisation for org runners)"
+    )
+    hint_404 = "check GITHUB_REPOSITORY, GITHUB_API_URL and that the token can see the runner"
+    forbidden_what = "the token may not manage self-hosted runners"
+
+    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(
+            api_url,
+            token,
+            {
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/vnd.github+json",
+                "X-GitHub-Api-Version": gh.API_VERSION,
+            },
+            **kwargs,
+        )
+
+    def __enter__(self) -> GitHubRunnerLabels:
+        return self
+
+    def find(self, name: str, base: str) -> Runner | None:
+        """The runner called exactly ``name`` under ``base``; None when there is none."""
+        for page in self.pages(f"{base}/actions/runners", "runners", key="runners", whole=True):
+            for item in page:
+                if item.get("name") != name:  # exact: gpu-1 is not gpu-10
+                    continue
+                rid = item.get("id")
+                if isinstance(rid, bool) or not isinstance(rid, int):
+                    raise InfraError(
+                        "GitHub answered a runner without a numeric id", hint=self._api_hint
+                    )
+                return Runner(rid, name, _label_names(item.get("labels")), base)
+        return None
+
+    def locate(self, name: str, repository: str) -> Runner | None:
+        """The runner in the repository's list, else in its organisation's (when readable)."""
+        found = self.find(name, f"/repos/{repository}")
+        if found is not None:
+            return found
+        owner = repository.partition("/")[0]
+        try:
+            return self.find(name, f"/orgs/{quote(owner, safe='')}")
+        except InputError as exc:  # 404: a user account, not an organisation
+            if "HTTP 404" in exc.message:
+                return None
+            raise
+
+    def remove_label(self, runner: Runner, label: str) -> bool:
+        """Remove one custom label; False when it is not there (a retried DELETE whose first
+        answer was lost, or a label someone removed meanwhile)."""
+        url = f"{runner.base}/actions/runners/{runner.runner_id}/labels/{quote(label, safe='')}"
+        try:
+            self._send("DELETE", url)
+        except InputError as exc:
+            if "HTTP 404" in exc.message:
+                return False
+            raise
+        return True
+
+    def add_labels(self, runner: Runner, labels: list[str]) -> tuple[str, ...]:
+        """Add custom labels; the runner's labels as GitHub answers them."""
+        url = f"{runner.base}/actions/runners/{runner.runner_id}/labels"
+        found = self._json(self._send("POST", url, json={"labels": labels}), "labels", dict)
+        return _label_names(found.get("labels"))
+
+
+def _label_names(labels: Any) -> tuple[str, ...]:
+    if not isinstance(labels, list):
+        return ()
+    return tuple(
+        str(lb["name"]) for lb in labels if isinstance(lb, dict) and isinstance(lb.get("name"), str)
+    )
+
+
+class GitLabRunnerPause(ApiClient):
+    """``PUT /runners/:id`` with ``paused``: a paused runner picks up no job."""
+
+    service = "GitLab"
+    url_env = "CI_API_V4_URL"
+    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token that can manage the runner"
+    hint_403 = (
+        f"give the token in {GITLAB_TOKEN_ENV} the api scope and the Maintainer role on a "
+        "project the runner belongs to (an administrator's for an instance runner)"
+    )
+    hint_404 = "check CI_RUNNER_ID and CI_API_V4_URL"
+    forbidden_what = "the token may not manage this runner"
+
+    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+
+    def __enter__(self) -> GitLabRunnerPause:
+        return self
+
+    def set_paused(self, runner_id: int, paused: bool) -> dict[str, Any]:
+        url = f"/runners/{int(runner_id)}"
+        return self._json(self._send("PUT", url, json={"paused": paused}), "a runner", dict)

@@ -1,0 +1,210 @@
+"""A health record per GPU: every gpu-smoke verdict in the store, and a report of failures.
+
+Beside the pods ledger and in the same stores (``s3://bucket/prefix`` or ``file:///dir``), so
+every runner reads one history: ``gpu-health/verdicts/<gpu>/<ms>-<pass|fail>-<nonce>.json``,
+one immutable object per GPU per smoke (UUID, serial where known, host, runner, checks and
+their figures, time), written create-if-absent. The time is in the key, so a report for the
+last N days reads only those objects. Objects are inputs like any other from a store: each
+read is capped, the listing is capped, malformed objects are skipped. Writing is a courtesy:
+a failure is a warning, never the smoke's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuci.errors import InfraError, InputError
+from gpuci.runtime import Result, Runtime, markdown_table
+
+ENV_STORE = "GPUCI_GPU_HEALTH_STORE"
+ENV_ENDPOINT = "GPUCI_GPU_HEALTH_ENDPOINT_URL"
+ROOT = "gpu-health/verdicts"
+MAX_OBJECT = 64 * 1024  # a verdict is a few kB; anything bigger is not ours
+MAX_KEYS = 20_000  # listing cap: a report reads no more than this many keys
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_KEY_TIME = re.compile(r"/(\d{15})-(pass|fail)-[0-9a-f]+\.json$")
+
+
+def store_url(value: str | None, environ: Mapping[str, str]) -> str:
+    """The configured store (input, then ``GPUCI_GPU_HEALTH_STORE``); empty: none."""
+    return (value or "").strip() or environ.get(ENV_STORE, "").strip()
+
+
+def _open(url: str, environ: Mapping[str, str], rt: Runtime | None = None) -> Any:
+    from gpuci.cache.stores import open_store
+
+    endpoint = environ.get(ENV_ENDPOINT) or environ.get("AWS_ENDPOINT_URL_S3")
+    return open_store(
+        url,
+        endpoint_url=endpoint or environ.get("AWS_ENDPOINT_URL"),
+        environ=environ,
+        mask=rt.mask if rt is not None else None,
+    )
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dict[str, Any]]:
+    """One record per GPU from a smoke's report; none when the run was not a verdict."""
+    report = result.report
+    if result.exit_code not in (0, 1) or not isinstance(report.get("checks"), list):
+        return []
+    host = environ.get("GPUCI_NODE_NAME") or socket.gethostname()
+    runner = environ.get("RUNNER_NAME") or environ.get("CI_RUNNER_DESCRIPTION") or ""
+    out = []
+    for gpu in report.get("gpus") or []:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
+            continue
+        mine = [
+            c
+            for c in report["checks"]
+            if isinstance(c, dict) and c.get("gpu") in (gpu["index"], None)
+        ]
+        failed = [str(c.get("name")) for c in mine if c.get("status") == "fail"]
+        out.append(
+            {
+                "schema": 1,
+                "uuid": str(gpu.get("uuid") or ""),
+                "serial": gpu.get("serial"),
+                "index": gpu["index"],
+                "name": str(gpu.get("name") or ""),
+                "host": host,
+                "runner": runner,
+                "passed": not failed,
+                "failed_checks": failed,
+                "checks": mine,
+                "time": now,
+                "at": _iso(now),
+            }
+        )
+    return out
+
+
+def record(result: Result, values: Mapping[str, Any], rt: Runtime) -> None:
+    """Write this smoke's verdicts when a store is configured; a failure is one warning."""
+    url = store_url(values.get("health-store"), rt.environ)
+    if not url or rt.dry_run:
+        return
+    now = time.time()
+    items = verdicts(result, rt.environ, now)
+    if not items:
+        return
+    try:
+        store = _open(url, rt.environ, rt)
+        for item in items:
+            folder = _SAFE.sub("_", item["uuid"])[:80] or "_"
+            kind = "pass" if item["passed"] else "fail"
+            key = f"{ROOT}/{folder}/{int(now * 1000):015d}-{kind}-{secrets.token_hex(4)}.json"
+            data = json.dumps(item, sort_keys=True, separators=(",", ":")).encode()
+            store.put_if_absent(key, data)
+    except Exception as exc:  # the verdict is made; the record must never undo it
+        text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        result.warning(f"GPU health record not written: {text}", "gpu-smoke health record")
+
+
+def _read(store: Any, since: float) -> list[dict[str, Any]]:
+    keys = []
+    for n, info in enumerate(store.list(ROOT + "/")):
+        if n >= MAX_KEYS:
+            raise InfraError(
+                f"the GPU health record lists more than {MAX_KEYS} verdicts",
+                hint="move old verdicts away (gpu-health/verdicts/) and rerun",
+            )
+        m = _KEY_TIME.search("/" + info.key)
+        if m and int(m[1]) / 1000 >= since:
+            keys.append(info.key)
+    out = []
+    for key in keys:
+        got = store.get(key, limit=MAX_OBJECT)
+        if not got or len(got[0]) > MAX_OBJECT:
+            continue
+        try:
+            item = json.loads(got[0])
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(item, dict) and isinstance(item.get("uuid"), str):
+            out.append(item)
+    return out
+
+
+def report(values: dict[str, Any], rt: Runtime) -> Result:
+    """``gpus report``: failures by node and GPU over the last ``--days``, as a Markdown table."""
+    url = store_url(values.get("store"), rt.environ)
+    if not url:
+        raise InputError(
+            "no GPU health store configured",
+            hint=f"pass --store (s3://bucket/prefix or file:///dir) or set {ENV_STORE}",
+        )
+    days = float(values.get("days") or 7)
+    since = time.time() - days * 86400
+    try:
+        items = _read(_open(url, rt.environ, rt), since)
+    except OSError as exc:
+        raise InfraError(
+            f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
+        ) from None
+    rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"runs": 0, "fails": 0, "last": "", "checks": set(), "name": "", "runner": set()}
+    )
+    for item in items:
+        row = rows[(str(item.get("host") or "?"), item["uuid"])]
+        row["runs"] += 1
+        row["name"] = str(item.get("name") or "")
+        if item.get("runner"):
+            row["runner"].add(str(item["runner"]))
+        if item.get("passed") is False:
+            row["fails"] += 1
+            row["last"] = max(row["last"], str(item.get("at") or ""))
+            row["checks"].update(str(c) for c in item.get("failed_checks") or [])
+    failing = sorted(
+        ((k, r) for k, r in rows.items() if r["fails"]), key=lambda kr: (-kr[1]["fails"], kr[0])
+    )
+    result = Result(command="gpus report")
+    result.headline = (
+        f"{len(failing)} GPU(s) on {len({k[0] for k, _ in failing})} node(s) failed gpu-smoke "
+        f"in the last {days:g} day(s), of {len(rows)} GPU(s) in {len(items)} verdict(s)"
+    )
+    table = markdown_table(
+        ["node", "runner", "GPU", "UUID", "failed", "verdicts", "last failure", "failed checks"],
+        [
+            (
+                host,
+                ", ".join(sorted(r["runner"])),
+                r["name"],
+                uuid,
+                r["fails"],
+                r["runs"],
+                r["last"],
+                ", ".join(sorted(r["checks"])),
+            )
+            for (host, uuid), r in failing
+        ],
+    )
+    result.summary = [f"#### GPU health: failures in the last {days:g} day(s)\n\n{table}\n"]
+    result.outputs = {"failing-gpus": len(failing), "verdicts": len(items)}
+    result.report = {
+        "days": days,
+        "verdicts": len(items),
+        "failing": [
+            {
+                "host": h,
+                "uuid": u,
+                "failed": r["fails"],
+                "verdicts": r["runs"],
+                "last": r["last"],
+                "checks": sorted(r["checks"]),
+            }
+            for (h, u), r in failing
+        ],
+    }
+    return result

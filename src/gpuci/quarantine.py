@@ -1,0 +1,320 @@
+"""After gpu-smoke's verdict: take a runner whose GPU failed out of the pool, and give it back.
+
+A hardware verdict (exit 1 with failed checks that are findings about the GPU) on a
+self-hosted runner with ``on-failure: quarantine``: on GitHub the configured labels are removed
+from exactly this runner (``RUNNER_NAME``, matched exactly) and ``gpuci-quarantined`` added;
+on GitLab the runner ``CI_RUNNER_ID`` is paused. An environment error (exit 2 or 3), a skip or
+a framework that cannot start is never a reason. The job still fails with the verdict; one
+annotation names the runner, the GPU and the way back (``python -m gpuci runners release``).
+Without the token, or when the forge refuses, the verdict stands and one warning says the
+runner was not quarantined: the smoke never passes or crashes because of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
+from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
+from gpuci.redact import excerpt
+from gpuci.runtime import Result, Runtime
+
+TITLE = "gpu-smoke quarantine"
+# A failure that says the framework could not start (an import error, a driver mismatch), not
+# that the GPU is bad: gpu-smoke records it as a failed "context" check with this reason.
+ENVIRONMENT_REASON = "no CUDA context:"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One failed check, with the GPU it is about."""
+
+    label: str  # "gpu0:health"
+    reason: str
+    gpu: int | None
+
+
+def smoke_then_quarantine(values: dict[str, Any], rt: Runtime) -> Result:
+    """The ``gpu-smoke`` target: the smoke, its health record, then quarantine on its verdict."""
+    from gpuci.gpu.smoke import run as smoke
+
+    if values.get("on-failure") == "quarantine":
+        check_labels(values.get("quarantine-labels") or [])
+    from gpuci import gpu_health
+
+    result = smoke(values, rt)
+    gpu_health.record(result, values, rt)
+    return after_verdict(result, values, rt)
+
+
+def check_labels(labels: list[str]) -> None:
+    """Refuse labels GitHub will not remove (read-only) before the smoke spends its budget."""
+    refused = rl.refused_labels(labels)
+    if refused:
+        raise InputError(
+            f"quarantine-labels names {', '.join(refused)}: read-only runner labels (or our "
+            "own marker) that cannot be removed",
+            hint="name the custom labels your GPU jobs use in runs-on, e.g. gpu-large",
+        )
+
+
+def hardware_findings(result: Result) -> list[Finding]:
+    """The failed checks that are findings about the GPU; none unless the verdict is exit 1."""
+    if result.exit_code != ExitCode.CHECK_FAILED:
+        return []
+    found = []
+    for check in result.report.get("checks") or []:
+        if not isinstance(check, dict) or check.get("status") != "fail":
+            continue
+        reason = str(check.get("reason") or "")
+        if reason.startswith(ENVIRONMENT_REASON):
+            continue
+        gpu = check.get("gpu")
+        label = f"gpu{gpu}:{check.get('name')}" if isinstance(gpu, int) else str(check.get("name"))
+        found.append(Finding(label, reason, gpu if isinstance(gpu, int) else None))
+    return found
+
+
+def after_verdict(result: Result, values: dict[str, Any], rt: Runtime) -> Result:
+    """Quarantine this runner when ``on-failure`` asks and the verdict is about hardware."""
+    if values.get("on-failure") != "quarantine" or rt.dry_run:
+        return result
+    findings = hardware_findings(result)
+    if not findings:
+        if result.exit_code == ExitCode.CHECK_FAILED:
+            result.warning(
+                "runner not quarantined: the failed checks say the framework could not start "
+                "(an environment error), not that the GPU is bad",
+                TITLE,
+            )
+        return result
+    env = rt.environ
+    try:
+        if env.get("GITLAB_CI") == "true":
+            where, back = _pause_gitlab(env, rt)
+        elif env.get("GITHUB_ACTIONS") == "true":
+            where, back = _unlabel_github(env, rt, list(values.get("quarantine-labels") or []))
+        else:
+            raise _NotDone(
+                "not on a GitHub Actions or GitLab CI runner (GITHUB_ACTIONS/GITLAB_CI unset)"
+            )
+    except _NotDone as exc:
+        result.warning(f"runner not quarantined: {exc}", TITLE)
+        return result
+    except GpuciError as exc:  # the forge refused or is down: the verdict stands
+        result.warning(f"runner not quarantined: {exc.one_line()}", TITLE)
+        return result
+    gpus = _gpu_text(result, findings, env)
+    checks = "; ".join(f"{f.label} ({excerpt(f.reason, 120)})" for f in findings)
+    result.error(
+        f"runner {where} quarantined: {gpus} failed {checks}; return it with: {back}", TITLE
+    )
+    result.report["quarantine"] = {"runner": where, "release": back}
+    return result
+
+
+def _admin() -> Any:
+    """The forge clients, imported only to quarantine or release (httpx: not on every image)."""
+    try:
+        from gpuci.forges import runner_admin
+    except ImportError as exc:
+        raise _NotDone(f"the forge client cannot load ({exc.name} is not installed)") from None
+    return runner_admin
+
+
+class _NotDone(Exception):
+    """Why the runner was not quarantined (a warning, never a failure of its own)."""
+
+
+def _token(env: Any, name: str, rt: Runtime) -> str:
+    token = str(env.get(name) or "").strip()
+    if not token:
+        raise _NotDone(f"{name} is not set (see docs/quarantine.md for the token it needs)")
+    rt.mask(token)
+    return token
+
+
+def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]:
+    name = str(env.get("RUNNER_NAME") or "")
+    repository = str(env.get("GITHUB_REPOSITORY") or "")
+    if not labels:
+        raise _NotDone("quarantine-labels is empty: name the labels your GPU jobs use")
+    if not name or "/" not in repository:
+        raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
+    token = _token(env, rl.GITHUB_TOKEN_ENV, rt)
+    api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
+    with _admin().GitHubRunnerLabels(api, token) as client:
+        runner = client.locate(name, repository)
+        if runner is None:
+            raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
+        present = {lb.lower(): lb for lb in runner.labels}
+        removed = [
+            present[lb.lower()]
+            for lb in labels
+            if lb.lower() in present and client.remove_label(runner, present[lb.lower()])
+        ]
+        client.add_labels(runner, [rl.QUARANTINE_LABEL])
+    back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
+    what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
+    return f"{name} (id {runner.runner_id}; {what})", back
+
+
+def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
+    rid = str(env.get("CI_RUNNER_ID") or "")
+    if not rid.isdigit():
+        raise _NotDone("CI_RUNNER_ID is not set")
+    token = _token(env, rl.GITLAB_TOKEN_ENV, rt)
+    api = str(env.get("CI_API_V4_URL") or "")
+    if not api:
+        raise _NotDone("CI_API_V4_URL is not set")
+    with _admin().GitLabRunnerPause(api, token) as client:
+        client.set_paused(int(rid), True)
+    desc = str(env.get("CI_RUNNER_DESCRIPTION") or "")
+    where = f"{desc} (id {rid}; paused)" if desc else f"id {rid} (paused)"
+    return where, f"python -m gpuci runners release {rid} --forge gitlab"
+
+
+def _gpu_text(result: Result, findings: list[Finding], env: Any) -> str:
+    """``GPU 0 (GPU-..., bus 00000000:18:00.0)`` for each GPU a finding names."""
+    uuids = {
+        g.get("index"): g.get("uuid")
+        for g in result.report.get("gpus") or []
+        if isinstance(g, dict)
+    }
+    buses = _bus_ids(env)
+    indexes = sorted({f.gpu for f in findings if f.gpu is not None})
+    if not indexes:
+        return "the node"
+    parts = []
+    for i in indexes:
+        uuid = uuids.get(i) or "uuid unknown"
+        bus = buses.get(i)
+        parts.append(f"GPU {i} ({uuid}" + (f", bus {bus})" if bus else ")"))
+    return ", ".join(parts)
+
+
+def _bus_ids(env: Any) -> dict[int, str]:
+    """PCI bus ids from NVML (the smoke's report lacks them); empty when NVML cannot answer."""
+    try:
+        from gpuci.gpu.nvml import open_nvml
+
+        session = open_nvml(env)
+        try:
+            return {g.index: g.pci_bus_id for g in session.snapshot().gpus if g.pci_bus_id}
+        finally:
+            session.close()
+    except Exception:  # the verdict is already made; the bus id is a courtesy
+        return {}
+
+
+# ----- the way back: ``python -m gpuci runners release NAME`` ---------------------------------
+def release(values: dict[str, Any], rt: Runtime) -> Result:
+    """Give a quarantined runner back: after a passing smoke here, or with ``--force``."""
+    name = str(values.get("name") or "").strip()
+    if not name:
+        raise InputError("runners release needs the runner's name", hint="pass NAME")
+    env = rt.environ
+    forge = values.get("forge") or "auto"
+    if forge == "auto":
+        forge = "gitlab" if env.get("GITLAB_CI") == "true" else "github"
+    labels = list(values.get("labels") or [])
+    if forge == "github":
+        if not labels:
+            raise InputError(
+                "runners release needs the labels to restore",
+                hint="pass --labels with the quarantine-labels the smoke removed, e.g. gpu-large",
+            )
+        check_labels(labels)
+    elif not name.isdigit():
+        raise InputError(
+            f"GitLab runners are released by numeric id, not {name!r}",
+            hint="pass the runner id the quarantine annotation names (CI_RUNNER_ID)",
+        )
+    if rt.dry_run:
+        result = Result(command="runners release")
+        result.headline = f"would release runner {name} on {forge}" + (
+            "" if values.get("force") else " after a passing smoke here"
+        )
+        return result
+    smoke_note = _smoke_first(values, rt, name, forge) if not values.get("force") else None
+    if isinstance(smoke_note, Result):
+        return smoke_note  # the smoke failed: the runner stays out
+    try:
+        if forge == "github":
+            done = _relabel_github(env, rt, name, labels, values)
+        else:
+            done = _unpause_gitlab(env, rt, int(name))
+    except _NotDone as exc:
+        raise InfraError(
+            str(exc), hint="install gpu-ci from its lock file (it needs httpx)"
+        ) from None
+    result = Result(command="runners release")
+    result.headline = done + (" (forced, no smoke)" if values.get("force") else f" ({smoke_note})")
+    result.notice(result.headline, "runners release")
+    return result
+
+
+def _smoke_first(values: dict[str, Any], rt: Runtime, name: str, forge: str) -> str | Result:
+    """Run gpu-smoke on this machine, which must be the runner; its Result when it fails."""
+    here = rt.environ.get("RUNNER_NAME" if forge == "github" else "CI_RUNNER_ID")
+    if here and here != name:
+        raise InputError(
+            f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
+            hint="run release on the quarantined runner itself, or pass --force",
+        )
+    from gpuci.gpu.smoke import run as smoke
+
+    verdict = smoke(values, rt)
+    if not verdict.ok:
+        verdict.error(
+            f"runner {name} not released: the smoke here did not pass "
+            "(fix the node, or pass --force after a false alarm)",
+            "runners release",
+        )
+        return verdict
+    return "the smoke here passed"
+
+
+def _relabel_github(
+    env: Any, rt: Runtime, name: str, labels: list[str], values: dict[str, Any]
+) -> str:
+    token = str(env.get(rl.GITHUB_TOKEN_ENV) or "").strip()
+    if not token:
+        raise InputError(
+            f"{rl.GITHUB_TOKEN_ENV} is not set",
+            hint="set it to a token with 'Administration: read and write' (docs/quarantine.md)",
+        )
+    rt.mask(token)
+    repository = str(values.get("repository") or env.get("GITHUB_REPOSITORY") or "")
+    if "/" not in repository:
+        raise InputError(
+            "no repository: runners release needs owner/name",
+            hint="pass --repository owner/name or set GITHUB_REPOSITORY",
+        )
+    api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
+    with _admin().GitHubRunnerLabels(api, token) as client:
+        runner = client.locate(name, repository)
+        if runner is None:
+            raise InputError(
+                f"no self-hosted runner named exactly {name!r} in {repository}'s list",
+                hint="check the name the quarantine annotation gave, and --repository",
+            )
+        client.add_labels(runner, labels)
+        if any(lb.lower() == rl.QUARANTINE_LABEL for lb in runner.labels):
+            client.remove_label(runner, rl.QUARANTINE_LABEL)
+    return f"runner {name} released: labels {', '.join(labels)} restored"
+
+
+def _unpause_gitlab(env: Any, rt: Runtime, runner_id: int) -> str:
+    token = str(env.get(rl.GITLAB_TOKEN_ENV) or "").strip()
+    api = str(env.get("CI_API_V4_URL") or "")
+    if not token or not api:
+        raise InputError(
+            f"{rl.GITLAB_TOKEN_ENV} or CI_API_V4_URL is not set",
+            hint="set both (a token that can manage the runner; docs/quarantine.md)",
+        )
+    rt.mask(token)
+    with _admin().GitLabRunnerPause(api, token) as client:
+        client.set_paused(runner_id, False)
+    return f"runner {runner_id} released: unpaused"

@@ -1,0 +1,191 @@
+"""Retries, declared once: how long to wait, when to give up, and what ``Retry-After`` means.
+
+Every client (retry-fetch, the cache's data path and its S3 fast path, the GitHub and GitLab
+REST clients, RunPod) declares one :class:`RetryPolicy`: data (attempts, backoff shape, caps),
+not a loop. What is worth retrying stays with each client, as its own exception classes or a
+predicate, because only the client knows what its failures mean. A server's ``Retry-After``
+is read here and only here (:func:`parse_retry_after`): delta-seconds, HTTP dates and
+garbage alike, so no header can crash a client, sleep NaN seconds or park a GPU job for a day.
+
+tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), and
+``email.utils``, ``datetime`` and ``random`` only when used, so importing this module (a warm
+restore does) costs next to nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import tenacity
+
+__all__ = [
+    "BOTOCORE_STANDARD",
+    "MAX_RETRY_AFTER",
+    "RetryPolicy",
+    "aws_max_attempts",
+    "botocore_delay",
+    "parse_retry_after",
+]
+
+#: The longest a ``Retry-After`` may make any client wait, whatever the server asks for.
+MAX_RETRY_AFTER = 300.0
+
+# RFC 9110 10.2.3: delta-seconds is 1*DIGIT. A fraction is tolerated (some servers send one);
+# a sign, an exponent, "nan" or "inf" is not a number of seconds.
+_DELTA = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+# An IMF-fixdate is 29 characters; anything far longer is not a header we will parse.
+_MAX_HEADER = 64
+
+Jitter = Literal["full", "additive", "none"]
+RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+def parse_retry_after(
+    value: str | None, now: float | None = None, cap: float = MAX_RETRY_AFTER
+) -> float | None:
+    """``Retry-After`` as seconds from now, at most ``cap``; None when absent or unreadable.
+
+    Both forms of RFC 9110 are read: delta-seconds (``120``) and an HTTP date (``Wed, 21 Oct
+    2015 07:28:00 GMT``, and the obsolete forms ``email.utils`` accepts). A date in the past
+    means now (0.0). Anything else (``nan``, ``inf``, ``-5``, an empty or endless value) is
+    ignored, so the caller falls back to its own backoff. ``now`` is epoch seconds (tests).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or len(text) > _MAX_HEADER:
+        return None
+    seconds: float | None
+    if _DELTA.fullmatch(text):
+        seconds = float(text)  # finite: at most 64 digits
+    else:
+        seconds = _seconds_until(text, time.time() if now is None else now)
+        if seconds is None:
+            return None
+    return min(max(0.0, seconds), max(0.0, cap))
+
+
+def _seconds_until(text: str, now: float) -> float | None:
+    import email.utils  # ~20 ms of imports (email, calendar): only when a date is sent
+    from datetime import timezone
+
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:  # Python 3.10 returns None for some unparseable values
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, source unknown (RFC 5322 3.3)
+        when = when.replace(tzinfo=timezone.utc)
+    try:
+        seconds = when.timestamp() - now
+    except (OverflowError, OSError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard one client tries: the data every retry in gpu-ci is built from.
+
+    The n-th wait (n from 1) is based on ``initial * 2**(n-1)``, capped by ``max_wait``, then
+    jittered: ``full`` draws uniformly from [0, base] (AWS's "full jitter", what botocore's
+    standard mode does), ``additive`` adds up to ``initial`` more (tenacity's
+    ``wait_exponential_jitter``), ``none`` waits the base. A failure that carries a
+    ``retry_after`` (seconds, from :func:`parse_retry_after`) waits that instead, capped by
+    ``retry_after_cap``; with ``retry_after_cap=None`` the server's wish is ignored.
+    """
+
+    attempts: int = 5
+    initial: float = 1.0
+    max_wait: float = 20.0
+    jitter: Jitter = "full"
+    retry_after_cap: float | None = MAX_RETRY_AFTER
+
+    def backoff(self, attempt: int, rand: Callable[[], float] | None = None) -> float:
+        """The wait after failed attempt number ``attempt`` (1 for the first), no Retry-After;
+        ``rand`` draws the jitter from [0, 1) (``random.random`` unless given)."""
+        base = min(self.max_wait, self.initial * 2.0 ** min(max(attempt, 1) - 1, 62))
+        if self.jitter == "none":
+            return base
+        if rand is None:
+            import random
+
+            rand = random.random
+        if self.jitter == "full":
+            return rand() * base
+        return min(self.max_wait, base + rand() * self.initial)  # additive
+
+    def delay(self, attempt: int, exc: BaseException | None) -> float:
+        """The wait after ``exc`` ended attempt ``attempt``: its Retry-After, else backoff."""
+        wish = getattr(exc, "retry_after", None)
+        if self.retry_after_cap is not None and isinstance(wish, int | float) and wish == wish:
+            return min(max(0.0, float(wish)), self.retry_after_cap)
+        return self.backoff(attempt)
+
+    def wait(self, retry_state: tenacity.RetryCallState) -> float:
+        """A tenacity ``wait=``: :meth:`delay` for the attempt that just failed."""
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None and outcome.failed else None
+        return self.delay(retry_state.attempt_number, exc)
+
+    def retrying(
+        self,
+        retry_on: RetryOn,
+        *,
+        deadline: float | None = None,
+        sleep: Callable[[float], None] | None = None,
+        on_retry: Callable[[BaseException | None], None] | None = None,
+    ) -> tenacity.Retrying:
+        """A fresh tenacity controller that retries what ``retry_on`` names (exception classes
+        or a predicate), ``attempts`` times at most and, with ``deadline``, never starts a wait
+        that would end more than ``deadline`` seconds after the first attempt began. The last
+        failure is raised as it is. ``on_retry`` hears of each failure before its wait."""
+        import tenacity
+
+        if isinstance(retry_on, type | tuple):
+            retry: tenacity.retry_base = tenacity.retry_if_exception_type(retry_on)
+        else:
+            retry = tenacity.retry_if_exception(retry_on)
+        stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(max(1, self.attempts))
+        if deadline is not None:
+            stop = stop | tenacity.stop_before_delay(max(0.0, deadline))
+        before_sleep = None
+        if on_retry is not None:
+            hear = on_retry
+
+            def before_sleep(state: tenacity.RetryCallState) -> None:
+                outcome = state.outcome
+                hear(outcome.exception() if outcome is not None and outcome.failed else None)
+
+        return tenacity.Retrying(
+            retry=retry,
+            stop=stop,
+            wait=self.wait,
+            sleep=sleep if sleep is not None else time.sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+
+#: botocore's "standard" retry mode: full jitter, doubling from 1 s, at most 20 s a wait.
+BOTOCORE_STANDARD = RetryPolicy(attempts=3, initial=1.0, max_wait=20.0, jitter="full")
+
+
+def botocore_delay(attempt: int, rand: Callable[[], float] | None = None) -> float:
+    """The wait after failed attempt ``attempt`` (1 for the first) as botocore's standard mode
+    computes it: ``rand() * min(20, 2**(attempt-1))``. A drop-in for a hand-written loop."""
+    return BOTOCORE_STANDARD.backoff(attempt, rand)
+
+
+def aws_max_attempts(environ: Mapping[str, str], default: int = 8) -> int:
+    """``AWS_MAX_ATTEMPTS`` as botocore reads it (total attempts, at least 1); ``default``
+    when unset or not a whole number (gpu-ci's sturdier default than botocore's 3)."""
+    raw = environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    return max(1, int(raw)) if raw.isdigit() else default

@@ -1,0 +1,25 @@
+"""Sizes and ages for people: ``human_bytes(1536) == "1.5 KiB"``, ``human_age(7200) == "2h"``.
+
+Imports nothing, so any module may use it."""
+
+from __future__ import annotations
+
+__all__ = ["human_age", "human_bytes"]
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes in binary units (B, KiB ... TiB), one decimal above bytes."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def human_age(seconds: float) -> str:
+    """A duration in its largest whole unit (d, h, m, s), for ages in listings."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"

@@ -1,0 +1,383 @@
+"""gpu-smoke's ``on-failure: quarantine`` and ``runners release``, as a runner runs them.
+
+Each test runs the CLI in a subprocess with the fake NVML (an A GPU with ECC errors is a
+hardware verdict) against fake GitHub and GitLab runner APIs on 127.0.0.1, and searches every
+line of output for every token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_runner_admin import FakeRunnerAdmin
+
+from gpuci_testing import clean_env, run_cli
+
+BAD_GPU = "h200:ecc+=1,h200"
+GOOD_GPU = "h200,h200"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeRunnerAdmin]:
+    with FakeRunnerAdmin() as server:
+        yield server
+
+
+def cli(tmp_path: Path, api: FakeRunnerAdmin, *args: str, **env: str):
+    environ = clean_env(
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        GITHUB_OUTPUT=str(tmp_path / "out"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        **env,
+    )
+    proc = run_cli(*args, env=environ, cwd=tmp_path, timeout=120)
+    # ::add-mask:: is how a token is masked: the runner never shows that line
+    shown = (proc.stdout + proc.stderr).splitlines()
+    everything = "\n".join(ln for ln in shown if not ln.startswith("::add-mask::"))
+    for path in tmp_path.iterdir():
+        if path.is_file():
+            everything += path.read_text(errors="replace")
+    for secret in api.secrets():
+        assert secret not in everything, "a token reached the output"
+    return proc
+
+
+def smoke(tmp_path: Path, api: FakeRunnerAdmin, nvml: str, *args: str, **env: str):
+    return cli(
+        tmp_path, api, "gpu-smoke", "--framework", "none", *args, GPUCI_FAKE_NVML=nvml, **env
+    )
+
+
+def lines(proc, prefix: str) -> list[str]:
+    return [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith(prefix)]
+
+
+def test_a_hardware_failure_removes_exactly_the_configured_labels_of_exactly_this_runner(
+    tmp_path, api
+):
+    for i in range(3):  # the runner is on the third page (page size 2)
+        api.state.add(f"other-{i}", "/repos/octo/gpu", ["gpu-large"])
+    similar = api.state.add("gpu-node-1", "/repos/octo/gpu", ["gpu-large", "gpu-small"])
+    longer = api.state.add("gpu-node-10", "/repos/octo/gpu", ["gpu-large", "gpu-small"])
+    this = api.state.add("gpu-node-1x", "/repos/octo/gpu", ["gpu-large", "gpu-small", "keep"])
+    before = {r.id: r.names() for r in api.state.runners.values()}
+
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large,gpu-small",
+        **api.github_env(RUNNER_NAME="gpu-node-1x"),
+    )
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "keep", "gpuci-quarantined"]
+    for runner in api.state.runners.values():
+        if runner is not this:
+            assert runner.names() == before[runner.id]
+    assert similar.names() == before[similar.id] and longer.names() == before[longer.id]
+    writes = api.state.writes()
+    assert [(m, p.rsplit("/", 1)[-1]) for m, p, _ in writes] == [
+        ("DELETE", "gpu-large"),
+        ("DELETE", "gpu-small"),
+        ("POST", "labels"),
+    ]
+    assert all(f"/runners/{this.id}/" in p for _, p, _ in writes)
+    quarantined = [ln for ln in lines(proc, "::error") if "quarantined" in ln]
+    assert len(quarantined) == 1
+    text = quarantined[0]
+    assert "runner gpu-node-1x" in text and "gpu0:health" in text
+    assert "GPU 0 (GPU-" in text and "bus " in text
+    assert "python -m gpuci runners release gpu-node-1x --labels gpu-large,gpu-small" in text
+    assert not [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+
+
+def test_an_organisation_runner_is_found_in_the_org_list(tmp_path, api):
+    this = api.state.add("org-gpu", "/orgs/octo", ["gpu-large"])
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large",
+        **api.github_env(RUNNER_NAME="org-gpu"),
+    )
+    assert proc.returncode == 1
+    assert "gpu-large" not in this.names() and "gpuci-quarantined" in this.names()
+
+
+def test_an_environment_error_or_a_pass_does_not_quarantine(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = api.github_env(RUNNER_NAME="gpu-node")
+    flags = ("--on-failure", "quarantine", "--quarantine-labels", "gpu-large")
+    no_gpu = smoke(tmp_path, api, "no-driver", *flags, **env)
+    assert no_gpu.returncode == 3, no_gpu.stdout + no_gpu.stderr
+    passed = smoke(tmp_path, api, GOOD_GPU, *flags, **env)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpu-large"]
+    assert api.state.requests == []  # the API was never asked
+
+
+def test_a_read_only_label_is_refused_before_the_smoke(tmp_path, api):
+    api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large,Linux",
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    assert proc.returncode == 2
+    assert "read-only runner labels" in proc.stdout + proc.stderr
+    assert api.state.requests == []
+
+
+def test_the_fake_refuses_a_read_only_label_as_github_does(api):
+    import httpx
+
+    runner = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    headers = {"Authorization": f"Bearer {api.state.github_token}"}
+    base = f"{api.base}/api/v3/repos/octo/gpu/actions/runners"
+    assert httpx.delete(f"{base}/{runner.id}/labels/Linux", headers=headers).status_code == 422
+    assert httpx.delete(f"{base}/999/labels/gpu-large", headers=headers).status_code == 404
+    assert httpx.delete(f"{base}/{runner.id}/labels/nope", headers=headers).status_code == 404
+
+
+def test_without_the_token_one_warning_and_the_same_verdict(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = api.github_env(RUNNER_NAME="gpu-node")
+    del env["GPUCI_RUNNER_TOKEN"]
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large",
+        **env,
+    )
+    assert proc.returncode == 1
+    warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert len(warnings) == 1 and "GPUCI_RUNNER_TOKEN is not set" in warnings[0]
+    assert "gpu-large" in this.names() and api.state.requests == []
+    assert json.loads((tmp_path / "gpuci-smoke-report.json").read_text())["passed"] is False
+
+
+def test_a_refusing_forge_is_one_warning_and_the_same_verdict(tmp_path, api):
+    api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = api.github_env(RUNNER_NAME="gpu-node", GPUCI_RUNNER_TOKEN=api.state.job_token)
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large",
+        **env,
+    )
+    assert proc.returncode == 1
+    warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert len(warnings) == 1 and "Administration" in warnings[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large", "keep"])
+    env = api.github_env(RUNNER_NAME="gpu-node")
+    flags = ("--on-failure", "quarantine", "--quarantine-labels", "gpu-large")
+    assert smoke(tmp_path, api, BAD_GPU, *flags, **env).returncode == 1
+    assert "gpu-large" not in this.names()
+
+    still_bad = cli(
+        tmp_path,
+        api,
+        "runners",
+        "release",
+        "gpu-node",
+        "--labels",
+        "gpu-large",
+        "--framework",
+        "none",
+        GPUCI_FAKE_NVML=BAD_GPU,
+        **env,
+    )
+    assert still_bad.returncode == 1, still_bad.stdout + still_bad.stderr
+    assert "not released" in still_bad.stdout + still_bad.stderr
+    assert "gpu-large" not in this.names()
+
+    elsewhere = cli(
+        tmp_path,
+        api,
+        "runners",
+        "release",
+        "gpu-node",
+        "--labels",
+        "gpu-large",
+        "--framework",
+        "none",
+        GPUCI_FAKE_NVML=GOOD_GPU,
+        **{**env, "RUNNER_NAME": "other"},
+    )
+    assert elsewhere.returncode == 2 and "gpu-large" not in this.names()
+
+    healed = cli(
+        tmp_path,
+        api,
+        "runners",
+        "release",
+        "gpu-node",
+        "--labels",
+        "gpu-large",
+        "--framework",
+        "none",
+        GPUCI_FAKE_NVML=GOOD_GPU,
+        **env,
+    )
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert sorted(this.names()) == sorted(["self-hosted", "Linux", "X64", "keep", "gpu-large"])
+
+    assert smoke(tmp_path, api, BAD_GPU, *flags, **env).returncode == 1
+    laptop = {k: v for k, v in env.items() if k not in ("RUNNER_NAME", "GITHUB_ACTIONS")}
+    forced = cli(
+        tmp_path,
+        api,
+        "runners",
+        "release",
+        "gpu-node",
+        "--labels",
+        "gpu-large",
+        "--force",
+        **laptop,
+    )
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()
+
+
+def test_gitlab_pauses_ci_runner_id_and_release_unpauses(tmp_path, api):
+    api.state.next_id = 40
+    other = api.state.add("gpu-a", "gitlab")
+    this = api.state.add("gpu-b", "gitlab")
+    env = api.gitlab_env(CI_RUNNER_ID=str(this.id), CI_RUNNER_DESCRIPTION="gpu-b")
+    proc = smoke(tmp_path, api, BAD_GPU, "--on-failure", "quarantine", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.paused and not other.paused
+    assert api.state.writes() == [("PUT", f"/gitlab/api/v4/runners/{this.id}", {"paused": True})]
+    text = proc.stdout + proc.stderr
+    assert f"runner gpu-b (id {this.id}; paused) quarantined" in text
+    assert f"python -m gpuci runners release {this.id} --forge gitlab" in text
+
+    back = cli(tmp_path, api, "runners", "release", str(this.id), "--force", **api.gitlab_env())
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert not this.paused
+
+
+def test_gitlab_without_the_token_warns_once(tmp_path, api):
+    this = api.state.add("gpu-b", "gitlab")
+    env = api.gitlab_env(CI_RUNNER_ID=str(this.id))
+    del env["GPUCI_GITLAB_TOKEN"]
+    proc = smoke(tmp_path, api, BAD_GPU, "--on-failure", "quarantine", **env)
+    assert proc.returncode == 1
+    text = proc.stdout + proc.stderr
+    assert text.count("runner not quarantined: GPUCI_GITLAB_TOKEN is not set") == 1
+    assert not this.paused
+
+
+def test_a_configured_label_the_runner_lacks_is_skipped_and_named_in_the_annotation(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large,gpu-xl",
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
+    deletes = [p for m, p, _ in api.state.writes() if m == "DELETE"]
+    assert len(deletes) == 1 and deletes[0].endswith("/labels/gpu-large")
+    assert "labels gpu-large removed" in proc.stdout + proc.stderr
+
+
+def test_an_unknown_runner_is_one_warning_and_nothing_changes(tmp_path, api):
+    other = api.state.add("gpu-node-2", "/repos/octo/gpu", ["gpu-large"])
+    proc = smoke(
+        tmp_path,
+        api,
+        BAD_GPU,
+        "--on-failure",
+        "quarantine",
+        "--quarantine-labels",
+        "gpu-large",
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    assert proc.returncode == 1
+    warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert len(warnings) == 1 and "no self-hosted runner named exactly 'gpu-node'" in warnings[0]
+    assert other.names() == ["self-hosted", "Linux", "X64", "gpu-large"]
+    assert api.state.writes() == []
+
+
+NO_HTTPX = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'httpx':
+            raise ImportError(f'{name} is blocked', name=name)
+        return None
+sys.meta_path.insert(0, Block())
+from gpuci.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path, api):
+    import subprocess
+    import sys
+
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = clean_env(
+        GPUCI_FAKE_NVML=BAD_GPU,
+        GITHUB_OUTPUT=str(tmp_path / "out"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        **api.github_env(RUNNER_NAME="gpu-node"),
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            NO_HTTPX,
+            "gpu-smoke",
+            "--framework",
+            "none",
+            "--on-failure",
+            "quarantine",
+            "--quarantine-labels",
+            "gpu-large",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert len(warnings) == 1 and "httpx is not installed" in warnings[0]
+    assert "gpu-large" in this.names() and api.state.requests == []

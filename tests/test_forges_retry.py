@@ -1,0 +1,78 @@
+"""The forge REST client (GitHub, GitLab) under rate limits: a 429's ``Retry-After`` is waited,
+capped, and a garbage one falls back to the backoff (gpuci.retry's one parser)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from gpuci.errors import InfraError
+from gpuci.forges import rest
+from gpuci.forges.github import GitHub
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
+
+
+class _RateLimited(LoopbackHTTPServer):
+    """Answers the queued (status, headers) first, then ``[]`` to every GET."""
+
+    def __init__(self, *answers: tuple[int, dict[str, str]]) -> None:
+        queue = list(answers)
+        self.seen = 0
+        server = self
+
+        class Handler(JsonAPIHandler):
+            def do_GET(self) -> None:
+                with server.lock:
+                    server.seen += 1
+                    answer = queue.pop(0) if queue else None
+                if answer is None:
+                    self._reply(200, [])
+                else:
+                    self._reply(answer[0], {"message": "slow down"}, answer[1])
+
+        super().__init__(Handler)
+
+
+@pytest.fixture
+def sleeps(monkeypatch) -> list[float]:
+    """The waits the retry controller asked for (time.sleep is read when it is built)."""
+    asked: list[float] = []
+    monkeypatch.setattr(time, "sleep", asked.append)
+    return asked
+
+
+def _comments(server: LoopbackHTTPServer, **kwargs: Any) -> list[dict[str, Any]]:
+    with GitHub(f"http://127.0.0.1:{server.port}", "ghs_token", "o/r", **kwargs) as gh:
+        return gh.marked_comments(1, "<!-- m -->")
+
+
+def test_a_429_waits_its_retry_after(sleeps):
+    with _RateLimited((429, {"Retry-After": "7"}), (503, {"Retry-After": "2"})) as server:
+        assert _comments(server) == []
+    assert server.seen == 3 and sleeps == [7.0, 2.0]
+
+
+def test_a_retry_after_past_the_cap_is_cut_to_it(sleeps):
+    with _RateLimited((429, {"Retry-After": "86400"})) as server:
+        assert _comments(server) == []
+    assert sleeps == [rest.RETRY_AFTER_CAP]
+
+
+@pytest.mark.parametrize("garbage", ["nan", "-1", "inf", "tomorrow"])
+def test_a_garbage_retry_after_backs_off_instead(sleeps, garbage):
+    with _RateLimited((429, {"Retry-After": garbage})) as server:
+        assert _comments(server) == []
+    assert len(sleeps) == 1 and math.isfinite(sleeps[0]) and sleeps[0] == 0.25
+
+
+def test_rate_limited_to_the_end_is_one_line(sleeps):
+    with (
+        _RateLimited(*[(429, {"Retry-After": "1"})] * 5) as server,
+        pytest.raises(InfraError) as info,
+    ):
+        _comments(server, attempts=3)
+    assert server.seen == 3 and sleeps == [1.0, 1.0]
+    assert "HTTP 429" in info.value.one_line()

@@ -1,0 +1,181 @@
+"""gpuci.retry: the one Retry-After parser and the policy every client's retries are built from."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from gpuci.retry import (
+    MAX_RETRY_AFTER,
+    RetryPolicy,
+    aws_max_attempts,
+    botocore_delay,
+    parse_retry_after,
+)
+
+NOW = 1445412470.0  # Wed, 21 Oct 2015 07:27:50 GMT
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("120", 120.0),
+        (" 7 ", 7.0),
+        ("0", 0.0),
+        ("1.5", 1.5),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 10.0),  # IMF-fixdate
+        ("Wednesday, 21-Oct-15 07:28:00 GMT", 10.0),  # obsolete RFC 850
+        ("Wed Oct 21 07:28:00 2015", 10.0),  # obsolete asctime: no zone, read as UTC
+        ("Wed, 21 Oct 2015 07:28:00 -0000", 10.0),
+        ("Wed, 21 Oct 2015 09:28:00 +0200", 10.0),
+        ("Wed, 21 Oct 2015 07:00:00 GMT", 0.0),  # in the past: now
+    ],
+)
+def test_both_forms_are_read(value, seconds):
+    assert parse_retry_after(value, now=NOW) == seconds
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "",
+        "   ",
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "-5",
+        "+5",
+        "1e3",
+        "0x10",
+        "soon",
+        "5 s",
+        "1" * 65,
+        "Wed, 32 Oct 2015 07:28:00 GMT",
+        "Wed, 21 Foo 2015 07:28:00 GMT",
+        "5\r\nX-Evil: 1",
+    ],
+)
+def test_garbage_is_ignored(value):
+    assert parse_retry_after(value, now=NOW) is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["9" * 40, "1" * 64, "100000", "Fri, 31 Dec 9999 23:59:59 GMT", "Thu, 01 Jan 2099 0:0:0 GMT"],
+)
+def test_a_huge_wait_is_capped(value):
+    assert parse_retry_after(value, now=NOW) == MAX_RETRY_AFTER
+    assert parse_retry_after(value, now=NOW, cap=60) == 60
+
+
+def test_every_answer_is_a_finite_number_or_none():
+    odd = ["nan", "inf", "1" * 64, "Sat, 01 Jan 0001 00:00:00 GMT", "Mon, 01 Jan 1900 00:00:00 GMT"]
+    for value in odd:
+        got = parse_retry_after(value, now=NOW)
+        assert got is None or (math.isfinite(got) and 0 <= got <= MAX_RETRY_AFTER), value
+
+
+def test_backoff_shapes():
+    full = RetryPolicy(initial=1, max_wait=20, jitter="full")
+    assert [full.backoff(n, rand=lambda: 1.0) for n in (1, 2, 3, 5, 6, 40)] == [1, 2, 4, 16, 20, 20]
+    assert full.backoff(3, rand=lambda: 0.0) == 0
+    none = RetryPolicy(initial=0.25, max_wait=4, jitter="none")
+    assert [none.backoff(n) for n in (1, 2, 3, 4, 5, 6)] == [0.25, 0.5, 1, 2, 4, 4]
+    additive = RetryPolicy(initial=1, max_wait=30, jitter="additive")
+    assert additive.backoff(2, rand=lambda: 0.5) == 2.5
+    assert additive.backoff(10**6, rand=lambda: 1.0) == 30  # no overflow, capped
+
+
+class _Wish(Exception):
+    def __init__(self, retry_after):
+        super().__init__("x")
+        self.retry_after = retry_after
+
+
+def test_a_failure_s_retry_after_replaces_the_backoff_capped():
+    policy = RetryPolicy(initial=1, max_wait=5, jitter="none", retry_after_cap=60)
+    assert policy.delay(1, _Wish(30.0)) == 30
+    assert policy.delay(1, _Wish(3600.0)) == 60
+    assert policy.delay(1, _Wish(-3.0)) == 0
+    assert policy.delay(2, _Wish(float("nan"))) == 2  # never a NaN sleep
+    assert policy.delay(2, _Wish(None)) == 2
+    assert policy.delay(2, ValueError()) == 2
+    ignoring = RetryPolicy(initial=1, max_wait=5, jitter="none", retry_after_cap=None)
+    assert ignoring.delay(1, _Wish(30.0)) == 1
+
+
+def test_retrying_retries_what_it_names_and_reraises_the_last():
+    sleeps: list[float] = []
+    heard: list[BaseException | None] = []
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise _Wish(0.5)
+        return "ok"
+
+    policy = RetryPolicy(attempts=3, initial=1, jitter="none")
+    assert policy.retrying(_Wish, sleep=sleeps.append, on_retry=heard.append)(flaky) == "ok"
+    assert sleeps == [0.5, 0.5] and len(heard) == 2 and isinstance(heard[0], _Wish)
+
+    def broken() -> None:
+        raise KeyError("no")
+
+    calls.clear()
+    with pytest.raises(KeyError):
+        policy.retrying(lambda exc: isinstance(exc, _Wish), sleep=sleeps.append)(broken)
+
+    def always() -> None:
+        calls.append(1)
+        raise _Wish(None)
+
+    calls.clear()
+    with pytest.raises(_Wish):
+        policy.retrying(_Wish, sleep=lambda _s: None)(always)
+    assert len(calls) == 3
+
+
+def test_a_deadline_stops_before_a_wait_that_would_pass_it():
+    calls = []
+
+    def always() -> None:
+        calls.append(1)
+        raise _Wish(50.0)
+
+    policy = RetryPolicy(attempts=10, retry_after_cap=100)
+    with pytest.raises(_Wish):
+        policy.retrying(_Wish, deadline=10, sleep=lambda _s: None)(always)
+    assert len(calls) == 1
+
+
+def test_botocore_standard_mode():
+    """A drop-in for the hand-written loop: rand() * min(20, 2 ** (attempt - 1))."""
+    assert [botocore_delay(n, rand=lambda: 1.0) for n in range(1, 8)] == [1, 2, 4, 8, 16, 20, 20]
+    assert botocore_delay(4, rand=lambda: 0.25) == 2
+    assert aws_max_attempts({}) == 8
+    assert aws_max_attempts({"AWS_MAX_ATTEMPTS": " 3 "}) == 3
+    assert aws_max_attempts({"AWS_MAX_ATTEMPTS": "0"}) == 1
+    assert aws_max_attempts({"AWS_MAX_ATTEMPTS": "lots"}) == 8
+
+
+def test_importing_it_is_cheap():
+    """A warm restore imports this module (tests/cache/test_startup.py): no tenacity, and the
+    email package, datetime and random only once used."""
+    probe = (
+        "import sys, json, gpuci.retry as r\n"
+        "r.parse_retry_after('120'); r.RetryPolicy(jitter='none').backoff(3)\n"
+        "first = sorted(sys.modules)\n"
+        "r.parse_retry_after('Wed, 21 Oct 2015 07:28:00 GMT')\n"
+        "print(json.dumps([first, sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    first, then = json.loads(out.stdout)
+    assert not {"tenacity", "email.utils", "random", "datetime"} & set(first)
+    assert "tenacity" not in then and "email.utils" in then
