@@ -231,6 +231,8 @@ class _Parser:
             if unknown:
                 value = unknown
                 continue
+            a: Any
+            b: Any
             a, b = (
                 (value.casefold(), right.casefold())
                 if isinstance(value, str) and isinstance(right, str)

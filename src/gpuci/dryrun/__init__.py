@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun.workflow import ROOT, classify_uses, load_workflow
+from gpuci.dryrun.workflow import ROOT, classify_uses, load_workflow, triggers
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
 
@@ -60,7 +60,7 @@ def _event_inputs(workflow: dict[str, Any], event: str) -> Any:
     nothing for an event that has none."""
     from gpuci.expressions import Partial
 
-    on = workflow.get("on", workflow.get(True))
+    on = triggers(workflow)
     spec = on.get(event) if isinstance(on, dict) else None
     declared = spec.get("inputs") if isinstance(spec, dict) else None
     if event not in ("workflow_dispatch", "workflow_call") or not isinstance(declared, dict):

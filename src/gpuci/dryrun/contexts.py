@@ -8,6 +8,7 @@ knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is a
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuci.dryrun.workflow import triggers
 from gpuci.expressions import (
     EMBEDDED,
     ExpressionError,
@@ -45,7 +47,7 @@ class Event:
     def of(cls, name: str | None, ref: str | None, workflow: Mapping[str, Any]) -> Event:
         """``--event``/``--ref``; without ``--event``: push when the workflow runs on push,
         else the first event it names (a plan for an event that never runs it says nothing)."""
-        chosen = (name or "").strip() or _default_event(workflow.get("on", workflow.get(True)))
+        chosen = (name or "").strip() or _default_event(triggers(workflow))
         ref = (ref or "").strip() or "refs/heads/main"
         if not ref.startswith("refs/"):
             ref = f"refs/heads/{ref}"
@@ -209,7 +211,7 @@ def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
     for path in inside:
         one = hashlib.sha256()
         with path.open("rb") as handle:
-            for block in iter(lambda h=handle: h.read(1 << 20), b""):
+            for block in iter(functools.partial(handle.read, 1 << 20), b""):
                 one.update(block)
         combined.update(one.digest())
     return combined.hexdigest()

@@ -35,6 +35,8 @@ from gpuci.dryrun.workflow import (
     classify_uses,
     load_local_action,
     load_local_workflow,
+    mapping,
+    triggers,
 )
 from gpuci.errors import InputError
 from gpuci.expressions import (
@@ -216,7 +218,7 @@ class Planner:
             self.outcomes[name] = Unknown(f"needs.{name}.result")
             return
         path, called = found
-        with_ = job.get("with") if isinstance(job.get("with"), dict) else {}
+        with_ = mapping(job.get("with"))
         inputs = _inputs_context(
             _workflow_call_inputs(called), with_, contexts, JobState().status, f"{name} inputs"
         )
@@ -236,7 +238,7 @@ class Planner:
         legs = matrix.expand(strategy.get("matrix") if isinstance(strategy, dict) else None)
         if legs is None:
             self._job_line(name, "its matrix is built at run time; judged once, matrix unresolved")
-            runs = [(name, job, Unknown("matrix"))]
+            runs: list[tuple[str, dict[str, Any], Any]] = [(name, job, Unknown("matrix"))]
         elif legs == [{}]:
             runs = [(name, job, {})]
         else:
@@ -459,14 +461,14 @@ class Planner:
             plan.detail = f"local action {plan.uses}: no action.yml in the workspace (not judged)"
             return plan
         _, action = found
-        runs = action.get("runs") if isinstance(action.get("runs"), dict) else {}
+        runs = mapping(action.get("runs"))
         using = text_of(runs.get("using"))
         if using != "composite" or depth >= MAX_DEPTH:
             plan.verdict = "other-action"
             plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
             return plan
-        with_ = step.get("with") if isinstance(step.get("with"), dict) else {}
-        declared = action.get("inputs") if isinstance(action.get("inputs"), dict) else {}
+        with_ = mapping(step.get("with"))
+        declared = mapping(action.get("inputs"))
         inputs = _inputs_context(declared, with_, ctx, lambda s: True, f"{plan.uses} inputs")
         inner_ctx = {**ctx, "inputs": inputs, "steps": {}}
         state = JobState()
@@ -560,7 +562,7 @@ def _needs_order(jobs: Mapping[str, Any]) -> list[str]:
 
 
 def _workflow_call_inputs(workflow: Mapping[str, Any]) -> dict[str, Any]:
-    on = workflow.get("on", workflow.get(True))
+    on = triggers(workflow)
     call = on.get("workflow_call") if isinstance(on, dict) else None
     inputs = call.get("inputs") if isinstance(call, dict) else None
     return inputs if isinstance(inputs, dict) else {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,13 @@ def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
         return None
     return path, data
+
+
+def triggers(workflow: Mapping[Any, Any]) -> Any:
+    """The workflow's ``on:`` block (YAML 1.1 reads a bare ``on`` key as the boolean True)."""
+    return workflow.get("on", workflow.get(True))
+
+
+def mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a mapping, else an empty one (a workflow's shapes are untrusted)."""
+    return value if isinstance(value, dict) else {}

@@ -408,8 +408,9 @@ class FakeNvml:
         self._check()
         if not 0 <= index < len(self.devices):
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
-        if self.devices[index].p.open_error is not None:
-            raise NVMLError(self.devices[index].p.open_error)
+        open_error = self.devices[index].p.open_error
+        if open_error is not None:
+            raise NVMLError(open_error)
         return self.devices[index]
 
     # ----- identity and memory -----------------------------------------------------------
