@@ -140,7 +140,7 @@ def test_the_graph_is_read():
     assert "gpuci.cache.store" in GRAPH["gpuci.cache.stores"]  # module level
     assert "gpuci.cache.s3" in GRAPH["gpuci.cache.stores"]  # inside a function
     assert "gpuci.forges.rest" in GRAPH["gpuci.forges.github"]
-    assert "gpuci.commands.dispatch" in GRAPH["gpuci.dryrun"]
+    assert "gpuci.commands.dispatch" in GRAPH["gpuci.dryrun.calls"]
 
 
 def test_a_cycle_is_found():

@@ -65,7 +65,7 @@ def code(value: str, *, in_table: bool = True) -> str:
 def cell(value: Any) -> str:
     """One table cell: :class:`Link` as an autolink, :class:`Code` as a code span, anything
     else as inert text."""
-    from gpuci.runtime import format_output
+    from gpuci.units import format_output
 
     if isinstance(value, Link):
         return f"<{value}>" if _PLAIN_URL.match(value) else code(value)

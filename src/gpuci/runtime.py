@@ -25,6 +25,7 @@ from typing import Any, Literal, TextIO
 
 from gpuci import redact as _redact
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
+from gpuci.units import format_output
 
 Platform = Literal["github", "gitlab", "terminal", "json"]
 Level = Literal["error", "warning", "notice"]
@@ -74,17 +75,6 @@ class Result:
             "error": {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
         }
         return result
-
-
-def format_output(value: OutputValue) -> str:
-    """Booleans are always ``true``/``false``; ``None`` is empty; floats lose trailing noise."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}" if abs(value) < 1e15 else str(value)
-    return str(value)
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -1,10 +1,11 @@
-"""Sizes and ages for people: ``human_bytes(1536) == "1.5 KiB"``, ``human_age(7200) == "2h"``.
+"""Values for people: ``human_bytes(1536) == "1.5 KiB"``, ``human_age(7200) == "2h"``, and an
+output value as text (``format_output(True) == "true"``).
 
 Imports nothing, so any module may use it."""
 
 from __future__ import annotations
 
-__all__ = ["human_age", "human_bytes"]
+__all__ = ["format_output", "human_age", "human_bytes"]
 
 
 def human_bytes(n: float) -> str:
@@ -23,3 +24,14 @@ def human_age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def format_output(value: str | int | float | bool | None) -> str:
+    """Booleans are always ``true``/``false``; ``None`` is empty; floats lose trailing noise."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e15 else str(value)
+    return str(value)

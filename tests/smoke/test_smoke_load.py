@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import threading
 import time
 
 import numpy as np
@@ -161,16 +162,21 @@ def test_nccl_missing_is_a_skip_with_its_reason(tmp_path):
 
 def test_nccl_runs_within_the_budget_on_eight_gpus(tmp_path):
     """The memory test on 8 GPUs eats the budget; NCCL must have run before it did."""
-    clock = [0.0]
+    # The GPUs' checks run on threads of their own, in parallel: each thread keeps its own
+    # time, and "now" is the furthest any of them has got (a shared counter would add the eight
+    # GPUs' time together, and how threads interleave would decide the verdict).
+    spent: dict[int, float] = {}
 
     class SlowMemory(NumpyDevice):
         def fill(self, buf, byte):
-            clock[0] += 0.2  # 32 chunks x 4 patterns: about 25 s per GPU on this clock
+            me = threading.get_ident()
+            spent[me] = spent.get(me, 0.0) + 0.2  # 32 chunks x 4 patterns: ~25 s per GPU
             super().fill(buf, byte)
 
     fake = FakeNvml(["h100-sxm"] * 8)
     backend = backend_with(SlowMemory, devices=8)
-    result = run(tmp_path, fake, backend, clock=lambda: clock[0], budget_seconds=30)
+    now = lambda: max(spent.values(), default=0.0)  # noqa: E731
+    result = run(tmp_path, fake, backend, clock=now, budget_seconds=30)
     assert outcome(result, "nccl")["status"] == "pass", outcome(result, "nccl")
     # The GPUs' memory tests run together, so the last GPU's is not the one the budget drops.
     assert outcome(result, "gpu7:memory")["status"] == "pass"

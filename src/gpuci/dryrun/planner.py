@@ -30,6 +30,8 @@ from gpuci.dryrun.contexts import (
     runner_context,
     text_of,
 )
+from gpuci.dryrun.plans import JUDGED, StepPlan
+from gpuci.dryrun.report import log_plan
 from gpuci.dryrun.workflow import (
     calls_for,
     classify_uses,
@@ -49,36 +51,7 @@ from gpuci.expressions import (
 from gpuci.probe import PROBE_ENV
 from gpuci.runtime import Result, Runtime, format_output
 
-JUDGED = ("ok", "may-fail", "would-fail", "bad-input", "not-implemented", "not-evaluated")
 MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
-
-
-@dataclass
-class StepPlan:
-    job: str
-    index: int | str
-    name: str
-    uses: str = ""
-    command: str = ""
-    # ok | may-fail | would-fail | bad-input | not-implemented | not-evaluated (judged)
-    # skipped | conditional (judged when ``planned`` is) | run | other-action | not-inspected
-    verdict: str = ""
-    detail: str = ""
-    condition: str = ""  # the step's if:, as written
-    planned: str = ""  # for a skipped or conditional step that was judged: its verdict if run
-    unresolved: list[str] = field(default_factory=list)
-    why: dict[str, str] = field(default_factory=dict)  # unresolved name -> what it waits for
-    results: list[Result] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # e.g. a path that may be missing
-    notes: list[str] = field(default_factory=list)  # e.g. runs in a container
-    children: list[StepPlan] = field(default_factory=list)  # a local composite's steps
-
-    @property
-    def judged(self) -> str:
-        """The verdict of the step's own plan ('' when it has none)."""
-        if self.verdict in JUDGED:
-            return self.verdict
-        return self.planned if self.planned in JUDGED else ""
 
 
 @dataclass
@@ -620,6 +593,4 @@ def _put_leg(value: Any, leg: dict[str, Any]) -> Any:
 
 
 def _log_plan(plan: StepPlan, rt: Runtime) -> None:
-    from gpuci.dryrun.report import log_plan
-
     log_plan(plan, rt)

@@ -9,7 +9,7 @@ from gpuci.errors import ExitCode
 from gpuci.runtime import Result, Runtime, format_output, markdown_table
 
 if TYPE_CHECKING:
-    from gpuci.dryrun.planner import StepPlan
+    from gpuci.dryrun.plans import StepPlan
 
 MARKS = {
     "ok": "ok",
