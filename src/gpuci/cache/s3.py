@@ -448,8 +448,9 @@ class S3Store(Store):
                 hint="set AWS_CA_BUNDLE (or ca_bundle in the AWS config profile) to the PEM "
                 "file of the CA that signed it",
             )
+        because = f"{what}: {detail[:120]}" if detail and detail != what else what
         return StoreError(
-            f"cannot reach the S3 endpoint {self._where()} ({what})",
+            f"cannot reach the S3 endpoint {self._where()} ({because})",
             hint=f"check {source}, the network and any proxy settings "
             "(HTTP_PROXY, HTTPS_PROXY, NO_PROXY)",
         )

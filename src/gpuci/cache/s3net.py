@@ -16,9 +16,6 @@ stalled or trickling server ends the step in about four minutes at the defaults.
 
 from __future__ import annotations
 
-import base64
-import configparser
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -122,6 +119,8 @@ def route_for(url: str, environ: Mapping[str, str]) -> Route:
         )
     headers: tuple[tuple[str, str], ...] = ()
     if where.username and where.password:
+        import base64
+
         pair = f"{unquote(where.username)}:{unquote(where.password)}".encode()
         headers = (("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode()),)
     try:
@@ -153,6 +152,8 @@ def ca_bundle(environ: Mapping[str, str]) -> str:
 
         return str(certifi.where())
     except ImportError:
+        import importlib.util
+
         spec = importlib.util.find_spec("botocore")
         origin = spec.origin if spec is not None else None
         return os.path.join(os.path.dirname(origin), "cacert.pem") if origin else ""
@@ -172,6 +173,8 @@ def _profile_setting(environ: Mapping[str, str], name: str) -> str:
         or environ.get("AWS_DEFAULT_PROFILE", "").strip()
         or "default"
     )
+    import configparser  # only for https endpoints without AWS_CA_BUNDLE
+
     parser = configparser.RawConfigParser()
     try:
         parser.read(path)
