@@ -36,6 +36,8 @@ MODES = (
     "nonascii-status",  # the status code in full-width digits (U+FF12, U+FF10)
     "ns-no-slash",  # listing namespace without its trailing slash
     "ns-none",  # listing without a namespace
+    "too-large",  # 413 (an HTML page, as nginx sends) to a body over Rule.limit bytes
+    "no-multipart",  # 400 Bad Request (not XML) to CreateMultipartUpload
 )
 
 
@@ -44,9 +46,12 @@ class Rule:
     mode: str
     method: str = "*"
     contains: str = ""
+    limit: int = 0  # too-large: the server's body limit
     fired: int = 0
 
-    def matches(self, method: str, target: str) -> bool:
+    def matches(self, method: str, target: str, length: int = 0) -> bool:
+        if self.mode == "too-large" and length <= self.limit:
+            return False
         return self.method in ("*", method) and self.contains in target
 
 
@@ -95,7 +100,7 @@ class HostileS3:
                 body = reader.read(length) if length else b""
                 self.seen.append((method, target))
                 rule = self.rule
-                if rule is not None and rule.matches(method, target):
+                if rule is not None and rule.matches(method, target, length):
                     rule.fired += 1
                     if not self._misbehave(rule.mode, conn, method, target, headers, body):
                         return
@@ -179,6 +184,13 @@ class HostileS3:
         if mode == "ns-none":
             fix = lambda data: data.replace(b" " + S3_NS, b"")  # noqa: E731
             conn.sendall(self._relay(method, target, headers, body, fix=fix))
+            return True
+        if mode == "too-large":
+            page = b"<html><body><h1>413 Request Entity Too Large</h1></body></html>"
+            conn.sendall(_frame(413, "Request Entity Too Large", [], page, method))
+            return True
+        if mode == "no-multipart":
+            conn.sendall(_frame(400, "Bad Request", [], b"Bad Request", method))
             return True
         raise ValueError(mode)
 

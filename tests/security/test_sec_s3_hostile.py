@@ -164,3 +164,41 @@ def test_a_listing_in_another_namespace_is_read(moto, saved, tmp_path, mode):
         listed = run_measured([*args, hostile.url], _env(tmp_path), REPO)
     assert listed.code == 0, listed.output
     assert "k-1" in listed.output
+
+
+# ----- what the server takes: body limits, no multipart ------------------------------------
+
+
+def _save(hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, **extra: str):
+    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", hostile.url]
+    return run_measured([*args, "--key", "big", "--path", str(src)], _env(tmp_path, **extra), REPO)
+
+
+def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_path):
+    bucket, _ = saved
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("too-large", "PUT", "/blobs/", limit=(11 << 19))  # 5.5 MiB
+        refused = _save(hostile, bucket, tmp_path, src)
+        assert hostile.rule.fired
+        _one_line_exit_3(refused)
+        assert "PutObject" in refused.output and "6,291,456 bytes" in refused.output
+        assert "GPUCI_MULTIPART_THRESHOLD" in refused.output
+        # The fix the line names: parts of at most 5 MiB, each under the limit.
+        saved_now = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
+    assert saved_now.code == 0, saved_now.output
+
+
+def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):
+    bucket, _ = saved
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("no-multipart", "POST", "uploads")
+        run = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
+    assert hostile.rule.fired
+    _one_line_exit_3(run)
+    assert "S3 CreateMultipartUpload of" in run.output and "400" in run.output

@@ -421,9 +421,13 @@ class S3Store(Store):
         if isinstance(exc, bce.SSLError):
             return self._unreachable(type(exc).__name__, str(exc))
         code, message, operation = "", str(exc), ""
+        if isinstance(exc, _upload_failed()):
+            inner = exc.__cause__ or exc.__context__  # the ClientError it words
+            exc = inner if isinstance(inner, bce.ClientError) else exc
         if isinstance(exc, bce.ClientError):
             err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+            code = str(err.get("Code", "")) or str(status)  # a non-XML answer has no code
             message = str(err.get("Message", "")) or code
             operation = str(getattr(exc, "operation_name", "") or "")
         elif isinstance(exc, _upload_failed()):
