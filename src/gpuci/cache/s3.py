@@ -17,8 +17,6 @@ never pays the 0.3-0.6 s boto3 costs to import and set up.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import socket
 import threading
@@ -29,6 +27,7 @@ from urllib.parse import urlsplit
 
 from gpuci.cache import layout, s3net, sigv4
 from gpuci.cache.s3http import BadResponse, DeadlineExceeded
+from gpuci.cache.s3multipart import Multipart
 from gpuci.cache.s3pool import Pool, Ranged
 from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable, http_time
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
@@ -137,111 +136,6 @@ class _Range:
 
     def close(self) -> None:
         self._body.close()
-
-
-class _FileSlice:
-    """Bytes ``offset..offset+length`` of a file as a seekable body for one part.
-
-    Positions are relative to the slice (botocore seeks to 0 to resend); no ``fileno``, so
-    botocore takes the length from ``len()``, not from the whole file. Reads stream from disk:
-    a part in flight holds no more than botocore's blocks in memory. With ``hashed_first``
-    (plain http: botocore reads the body once to sign its sha256, then seeks back), that first
-    pass is not reported as sent."""
-
-    def __init__(
-        self,
-        path: Path,
-        offset: int,
-        length: int,
-        on_read: Callable[[int], None],
-        hashed_first: bool = False,
-    ):
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close(), after the request
-        self._offset, self._length, self._pos = offset, length, 0
-        self._on_read = on_read
-        self._quiet = hashed_first  # until the first seek back: the signing pass
-
-    def read(self, size: int = -1) -> bytes:
-        left = self._length - self._pos
-        size = left if size is None or size < 0 else min(size, left)
-        data = os.pread(self._file.fileno(), size, self._offset + self._pos) if size else b""
-        self._pos += len(data)
-        if not self._quiet:
-            self._on_read(len(data))
-        return data
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._length}[whence]
-        target = max(0, min(self._length, base + pos))
-        if target < self._pos:
-            self._quiet = False  # the pass that goes on the wire starts now
-        self._pos = target
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def __len__(self) -> int:
-        return self._length - self._pos
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class _Multipart:
-    """One S3 multipart upload (CreateMultipartUpload done); parts may be sent from any thread."""
-
-    def __init__(self, store: S3Store, key: str, upload_id: str) -> None:
-        self._store, self._key, self._id = store, key, upload_id
-        self._etags: dict[int, str] = {}
-        self._lock = threading.Lock()
-
-    def send(
-        self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
-    ) -> None:
-        store = self._store
-        endpoint = str(getattr(store.client.meta, "endpoint_url", "") or "")
-        plain_http = endpoint.lower().startswith("http://")
-        body = _FileSlice(path, offset, length, on_read, hashed_first=plain_http)
-        try:
-            resp = store._call(
-                "upload",
-                self._key,
-                store.client.upload_part,
-                Key=store.prefix + self._key,
-                UploadId=self._id,
-                PartNumber=number,
-                Body=body,
-                ContentLength=length,
-            )
-        finally:
-            body.close()
-        with self._lock:
-            self._etags[number] = str(resp["ETag"])
-
-    def complete(self) -> None:
-        with self._lock:
-            parts = [{"PartNumber": n, "ETag": e} for n, e in sorted(self._etags.items())]
-        store = self._store
-        store._call(
-            "upload",
-            self._key,
-            store.client.complete_multipart_upload,
-            Key=store.prefix + self._key,
-            UploadId=self._id,
-            MultipartUpload={"Parts": parts},
-        )
-
-    def abort(self) -> None:
-        store = self._store
-        with contextlib.suppress(StoreError, InputError):
-            store._call(
-                "abort",
-                self._key,
-                store.client.abort_multipart_upload,
-                Key=store.prefix + self._key,
-                UploadId=self._id,
-            )
 
 
 class S3Store(Store):
@@ -596,9 +490,9 @@ class S3Store(Store):
                 error.message += f" ({size:,} bytes in one PUT)"
             raise error from None
 
-    def multipart(self, key: str) -> _Multipart:
+    def multipart(self, key: str) -> Multipart:
         resp = self._call("upload", key, self.client.create_multipart_upload, Key=self.prefix + key)
-        return _Multipart(self, key, str(resp["UploadId"]))
+        return Multipart(self, key, str(resp["UploadId"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if self._rest is not None and (yield from self._fast_list(prefix)):

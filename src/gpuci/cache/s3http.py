@@ -78,17 +78,17 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def guard(self, conn: http.client.HTTPConnection, seconds: float) -> _Guard:
-        guard = _Guard(conn, time.monotonic() + seconds)
-        self._push(guard)
+        guard = _Guard(conn, 0.0)
+        self._push(guard, seconds)
         return guard
 
     def extend(self, guard: _Guard, seconds: float) -> None:
         """Move a live guard's deadline to ``seconds`` from now (the body's own budget)."""
-        guard.deadline = time.monotonic() + seconds
-        self._push(guard)
+        self._push(guard, seconds)
 
-    def _push(self, guard: _Guard) -> None:
+    def _push(self, guard: _Guard, seconds: float) -> None:
         with self._cond:
+            guard.deadline = time.monotonic() + seconds
             heapq.heappush(self._heap, (guard.deadline, next(self._order), guard))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="s3-deadline", daemon=True)
