@@ -206,14 +206,25 @@ class TLSConnection(http.client.HTTPSConnection):
         self.last_sock = self.sock
 
 
+def tls_context(cafile: str) -> ssl.SSLContext:
+    """A verifying client context trusting ``cafile`` (made once per store: loading a bundle
+    costs milliseconds)."""
+    import ssl
+
+    return ssl.create_default_context(cafile=cafile or None)
+
+
 def connect(
-    scheme: str, host: str, port: int, route: Route, limits: Limits, cafile: str
+    scheme: str,
+    host: str,
+    port: int,
+    route: Route,
+    limits: Limits,
+    context: ssl.SSLContext | None,
 ) -> Connection | TLSConnection:
     """A connection to ``host:port`` (not yet opened), through the route's proxy if any."""
     if scheme == "https":
-        import ssl
-
-        context = ssl.create_default_context(cafile=cafile or None)
+        assert context is not None
         if route.proxied:
             tls = TLSConnection(route.proxy_host, route.proxy_port, limits.timeout, context)
             tls.set_tunnel(host, port, dict(route.proxy_headers))

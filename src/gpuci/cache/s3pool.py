@@ -30,6 +30,8 @@ from gpuci.cache.s3http import (
 from gpuci.cache.s3net import Limits, Route, ca_bundle, route_for
 
 if TYPE_CHECKING:
+    import ssl
+
     from gpuci.cache.splicing import Pipe
 
 AnyConnection = Connection | TLSConnection
@@ -40,7 +42,7 @@ class Pool:
         self.environ, self.limits = environ, limits
         self._local = threading.local()
         self._routes: dict[tuple[str, str], Route] = {}
-        self._cafile: str | None = None
+        self._context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
 
     # ----- connections ----------------------------------------------------------------------
@@ -50,8 +52,8 @@ class Pool:
             route = self._routes.get(key)
             if route is None:
                 route = self._routes[key] = route_for(f"{scheme}://{netloc}/", self.environ)
-            if scheme == "https" and self._cafile is None:
-                self._cafile = ca_bundle(self.environ)
+            if scheme == "https" and self._context is None:
+                self._context = s3http.tls_context(ca_bundle(self.environ))
         return route
 
     def _take(self, scheme: str, netloc: str) -> tuple[AnyConnection, bool]:
@@ -63,7 +65,7 @@ class Pool:
         parts = urlsplit(f"{scheme}://{netloc}/")
         port = parts.port or (443 if scheme == "https" else 80)
         host = parts.hostname or ""
-        conn = s3http.connect(scheme, host, port, route, self.limits, self._cafile or "")
+        conn = s3http.connect(scheme, host, port, route, self.limits, self._context)
         return conn, False
 
     def give_back(self, scheme: str, netloc: str, conn: AnyConnection) -> None:
