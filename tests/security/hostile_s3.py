@@ -174,7 +174,8 @@ class HostileS3:
         if mode == "nonascii-status":
             conn.sendall("HTTP/1.1 \uff12\uff10\uff10 OK\r\nContent-Length: 0\r\n\r\n".encode())
             return False
-        if mode == "fresh-token":
+        if mode == "fresh-token":  # upstream: the first page again, whatever token came
+            target = re.sub(r"&?continuation-token=[^&]*", "", target)
             conn.sendall(self._relay(method, target, headers, body, fix=_fresh_token))
             return True
         if mode == "ns-no-slash":

@@ -139,6 +139,7 @@ def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto, saved, tmp
         run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
     assert hostile.rule.fired > 1
     _one_line_exit_3(run)
+    assert "past 2,000 pages" in run.output or "took over" in run.output, run.output
     assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
 
 
