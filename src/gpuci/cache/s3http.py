@@ -141,8 +141,22 @@ def _skip_header_block(fp, what: str) -> None:
     raise http.client.HTTPException(f"more than {http.client._MAXHEADERS} {what} lines")
 
 
+class BadHeader(http.client.HTTPException):
+    """A header no HTTP server may send (a Content-Length that is not a byte count)."""
+
+
 class _Response(http.client.HTTPResponse):
-    """http.client's response, skipping every interim answer and capping trailers."""
+    """http.client's response, skipping every interim answer, capping trailers and refusing a
+    Content-Length that is not ASCII digits (``int()`` would take ``5_0``; http.client reads
+    ``abc`` as "no length" and the body up to the close)."""
+
+    def begin(self) -> None:
+        super().begin()
+        raw = self.headers.get("content-length")
+        if raw is not None and not (raw.strip().isascii() and raw.strip().isdigit()):
+            raise BadHeader(
+                f"the server sent Content-Length {raw.strip()[:40]!r}, not a byte count"
+            )
 
     def _read_status(self):  # type: ignore[no-untyped-def]
         for _ in range(_MAX_INTERIM):
@@ -255,9 +269,10 @@ def send(
     return conn.getresponse()
 
 
-def read_capped(resp: http.client.HTTPResponse, cap: int) -> bytes:
+def read_capped(resp: http.client.HTTPResponse, cap: int, cut: bool = False) -> bytes:
     """The body, at most ``cap`` bytes, read in pieces (a length a server claims allocates
-    nothing); TooLarge beyond; IncompleteRead when the server closes before its length."""
+    nothing); beyond: TooLarge, or with ``cut`` the first ``cap`` bytes (the caller words the
+    size; the rest is never read). IncompleteRead when the server closes before its length."""
     out = bytearray()
     while True:
         piece = resp.read1(min(1 << 20, cap + 1 - len(out)))
@@ -265,6 +280,8 @@ def read_capped(resp: http.client.HTTPResponse, cap: int) -> bytes:
             break
         out += piece
         if len(out) > cap:
+            if cut:
+                return bytes(out[:cap])
             raise TooLarge(f"an answer over {_size(cap)}")
     if resp.length:  # closed before Content-Length
         raise http.client.IncompleteRead(bytes(out[:0]), resp.length)

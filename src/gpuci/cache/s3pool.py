@@ -123,14 +123,16 @@ class Pool:
         body: bytes | None,
         cap: int,
         until: float | None = None,
+        cut: bool = False,
     ) -> tuple[int, dict[str, str], bytes]:
         """One whole request: (status, headers with lower-case names, body of at most ``cap``
-        bytes); BadResponse for an answer no server may send (or over the cap), OSError for a
-        failure worth retrying (DeadlineExceeded when the watchdog ended it)."""
+        bytes; with ``cut`` a longer body is cut there, else refused); BadResponse for an answer
+        no server may send, OSError for a failure worth retrying (DeadlineExceeded when the
+        watchdog ended it)."""
         conn, resp, guard = self._send(method, url, headers, body, until)
         try:
             WATCHDOG.extend(guard, self._budget(until, self.limits.body_time(cap)))
-            data = b"" if method == "HEAD" else read_capped(resp, cap)
+            data = b"" if method == "HEAD" else read_capped(resp, cap, cut)
             answer = {k.lower(): v for k, v in resp.getheaders()}
             if guard.fired:
                 raise DeadlineExceeded("the answer did not arrive within the time limit")
@@ -161,6 +163,10 @@ class Pool:
             WATCHDOG.extend(guard, self.limits.body_time(resp.length))
             parts = urlsplit(url)
             return resp.status, answer, Ranged(self, parts.scheme, parts.netloc, conn, resp, guard)
+        if resp.status in (200, 206):  # chunked, or to the close: no length to check
+            release(guard)
+            conn.close()
+            raise BadResponse(f"a {resp.status} answer to a ranged GET without a Content-Length")
         try:
             WATCHDOG.extend(guard, self.limits.body_time(64 << 10))
             data = resp.read(64 << 10)
@@ -178,6 +184,8 @@ def _mapped(exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, http.client.IncompleteRead):
         return ConnectionResetError("connection closed before the body was complete")
+    if isinstance(exc, s3http.BadHeader):
+        return BadResponse(str(exc))
     if isinstance(exc, http.client.HTTPException):
         what = str(exc) or type(exc).__name__
         return BadResponse(f"{type(exc).__name__}: {what[:120]}")

@@ -105,10 +105,10 @@ class RestClient:
     ) -> Reply:
         """The final answer after retries (any status); Unreachable when none came back.
 
-        At most ``limit`` bytes of body are read (:data:`CONTROL_CAP` without one); a longer
-        answer is a BadAnswer. The whole call, retries included, ends by ``until`` (default:
-        the operation limit from now)."""
-        cap = CONTROL_CAP if limit is None else limit
+        With ``limit``, at most ``limit + 1`` bytes of the body are read (the caller words a
+        longer one); without, an answer over :data:`CONTROL_CAP` is a BadAnswer. The whole call,
+        retries included, ends by ``until`` (default: the operation limit from now)."""
+        cap = CONTROL_CAP if limit is None else limit + 1
         if until is None:
             until = time.monotonic() + self.pool.limits.operation
 
@@ -116,7 +116,9 @@ class RestClient:
             url, headers = self.presigner.signed(method, key, body, query)
             sent = body if body or method in ("PUT", "POST") else None
             try:
-                status, answer, data = self.pool.exchange(method, url, headers, sent, cap, until)
+                status, answer, data = self.pool.exchange(
+                    method, url, headers, sent, cap, until, cut=limit is not None
+                )
             except BadResponse as exc:
                 raise BadAnswer(str(exc)) from None
             return Reply(status, answer, data)
@@ -160,6 +162,8 @@ class RestClient:
             if reply.status != 200:
                 yield reply, []
                 return
+            if len(reply.body) > MAX_LISTING_PAGE:
+                raise BadAnswer(f"a listing page is over {MAX_LISTING_PAGE >> 20} MiB")
             entries, token = parse_listing(reply.body)
             keys += len(entries)
             if keys > MAX_LISTING_KEYS:
