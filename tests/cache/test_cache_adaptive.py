@@ -233,7 +233,7 @@ def test_peak_rss_of_a_restore_at_the_most_connections_stays_under_300_mib(tmp_p
 
 
 def test_a_part_body_is_its_slice_and_reports_only_the_pass_that_is_sent(tmp_path):
-    from gpuci.cache.s3 import _FileSlice
+    from gpuci.cache.s3multipart import _FileSlice
 
     data = os.urandom(100_000)
     (tmp_path / "f").write_bytes(data)

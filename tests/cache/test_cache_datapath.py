@@ -26,9 +26,10 @@ from botocore.config import Config
 from treeutil import snapshot
 
 from conftest import REPO_ROOT, cache_cmd
-from gpuci.cache import directio, layout, rawhttp, splicing, transfer
+from gpuci.cache import directio, layout, splicing, transfer
 from gpuci.cache.manifest import Entry
-from gpuci.cache.rawhttp import RawConnection, RawResponse
+from gpuci.cache.s3net import Limits
+from gpuci.cache.s3pool import Pool, Ranged
 from gpuci.cache.sigv4 import Presigner
 from gpuci.errors import IntegrityError
 
@@ -252,27 +253,37 @@ def test_direct_io_is_opt_in():
 # ----- splice: socket -> pipe -> file, no copy through user space --------------------------------
 
 
-def _raw_response(body: bytes, early: int, cut: int = 0) -> tuple[RawResponse, socket.socket]:
-    """A response whose first ``early`` body bytes came with the headers, the rest on a socket;
-    with ``cut``, the server hangs up that many bytes before the end."""
-    ours, theirs = socket.socketpair()
-    conn = RawConnection("127.0.0.1", 0, "127.0.0.1")
-    conn.sock = ours
+def _ranged(
+    body: bytes, early: int, cut: int = 0, timeout: float = 30
+) -> tuple[Ranged, socket.socket]:
+    """A 206 answer from a one-shot server on 127.0.0.1, through the store's HTTP pool: the
+    headers and the first ``early`` body bytes in one send, the rest in another; with ``cut``,
+    the server hangs up that many bytes before the end."""
+    listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
-        theirs.sendall(body[early : len(body) - cut])
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        head = f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(body)}\r\n\r\n"
+        conn.sendall(head.encode() + body[:early])
+        conn.sendall(body[early : len(body) - cut])
         if cut:
-            theirs.shutdown(socket.SHUT_WR)
+            conn.shutdown(socket.SHUT_WR)
+        conn.recv(1)  # until the client lets go
+        conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    return RawResponse(conn, 206, {}, len(body), body[:early]), theirs
+    port = listener.getsockname()[1]
+    status, _, got = Pool({}, Limits(timeout)).open(f"http://127.0.0.1:{port}/blob", {})
+    assert status == 206 and isinstance(got, Ranged)
+    return got, listener
 
 
 @pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
 @pytest.mark.parametrize("file_splices", [True, False], ids=["splice", "refused-by-fs"])
 def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypatch, file_splices):
     body = random.Random(3).randbytes(3_000_001)
-    resp, peer = _raw_response(body, early=40_000)
+    resp, peer = _ranged(body, early=40_000)
     real_splice = os.splice
     fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
 
@@ -286,7 +297,7 @@ def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypat
     pipe = splicing.Pipe()
     try:
         pos = 4096
-        while resp.length:
+        while resp.left:
             assert resp.splice_into(pipe, 300_000) > 0
             pos += pipe.drain(fd, pos)
         assert pipe.held == 0 and pipe.file_splices is file_splices
@@ -302,7 +313,7 @@ def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypat
 @pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
 def test_splice_of_a_cut_body_is_a_dropped_connection(tmp_path):
     body = random.Random(4).randbytes(200_000)
-    resp, peer = _raw_response(body, early=0, cut=50_000)  # promised 200,000, sends 150,000
+    resp, peer = _ranged(body, early=0, cut=50_000)  # promised 200,000, sends 150,000
     pipe = splicing.Pipe()
     fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -383,10 +394,9 @@ def test_a_staging_file_cut_short_under_the_hash_is_an_error_not_a_hang(tmp_path
 
 
 @pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
-def test_a_server_stalling_mid_body_times_out_the_splice(monkeypatch):
+def test_a_server_stalling_mid_body_times_out_the_splice():
     # A hostile or wedged server sends the headers and a little body, then nothing: the
     # socket's receive timeout must bound splice as it bounds recv, or the restore hangs.
-    monkeypatch.setattr(rawhttp, "_TIMEOUT_S", 1)
     listener = socket.create_server(("127.0.0.1", 0))
     stall = threading.Event()
 
@@ -399,11 +409,12 @@ def test_a_server_stalling_mid_body_times_out_the_splice(monkeypatch):
         conn.close()
 
     threading.Thread(target=serve, daemon=True).start()
-    raw = RawConnection("127.0.0.1", listener.getsockname()[1], "127.0.0.1")
     pipe = splicing.Pipe()
     started = time.monotonic()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/blob"
     try:
-        resp = raw.get("/blob", {})
+        _, _, resp = Pool({}, Limits(1)).open(url, {})
+        assert isinstance(resp, Ranged)
         with pytest.raises(OSError):
             while True:
                 resp.splice_into(pipe, 1 << 20)
@@ -412,6 +423,5 @@ def test_a_server_stalling_mid_body_times_out_the_splice(monkeypatch):
     finally:
         stall.set()
         pipe.close()
-        raw.close()
         listener.close()
     assert time.monotonic() - started < 5

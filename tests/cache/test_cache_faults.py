@@ -16,7 +16,7 @@ import pytest
 from treeutil import leftovers, make_tree, snapshot
 
 from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_client
-from gpuci.cache import layout, refs, restore, s3
+from gpuci.cache import layout, refs, restore
 from gpuci.cache.manifest import canonical_json
 from gpuci.cache.stores import open_store
 from gpuci.errors import ConflictError, ExitCode
@@ -213,11 +213,9 @@ def test_two_saves_of_one_key_one_wins_cleanly(store, env, tmp_path, monkeypatch
 # ----- transient S3 faults through a fault-injecting proxy --------------------------------------
 
 
-@pytest.mark.parametrize("raw_http", [True, False], ids=["rawhttp", "http.client"])
 def test_5xx_slowdown_and_dropped_connections_are_retried(
-    s3_store, proxy, env, tmp_path, monkeypatch, raw_http
+    s3_store, proxy, env, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(s3, "RAW_HTTP", raw_http)
     monkeypatch.setattr(layout, "MIN_PART", 256 << 10)
     via = StoreCase("s3", s3_store.url, proxy.url)
     src = make_tree(tmp_path / "src", small=4)

@@ -4,6 +4,7 @@ gigabyte held in memory or a key from outside the store's prefix."""
 
 from __future__ import annotations
 
+import os
 import time
 from http.server import BaseHTTPRequestHandler
 
@@ -11,7 +12,7 @@ import pytest
 
 from conftest import CREDS
 from gpuci.cache.s3 import S3Store
-from gpuci.cache.s3rest import MAX_LISTING_PAGE, parse_listing
+from gpuci.cache.s3rest import MAX_LISTING_PAGE, BadAnswer, parse_listing
 from gpuci.errors import StoreError
 from loopback_http import LoopbackHTTPServer
 
@@ -173,3 +174,70 @@ def test_an_error_body_that_ends_with_the_connection_is_read():
         store = _store(server.port)
         with pytest.raises(StoreError, match="bucket 'bkt' does not exist"):
             store.get("refs/default/k")
+
+
+# ----- XML as servers send it (issue 21) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ns",
+    [NS, 'xmlns="http://s3.amazonaws.com/doc/2006-03-01"', 'xmlns="urn:other"', ""],
+    ids=["s3", "no-trailing-slash", "another", "none"],
+)
+def test_a_listing_is_read_in_any_namespace(ns):
+    page = _page(["c/refs/default/k"]).replace(NS.encode(), ns.encode())
+    entries, token = parse_listing(page)
+    assert [e.key for e in entries] == ["c/refs/default/k"] and token == ""
+
+
+@pytest.mark.parametrize("drop", ["<Key>c/k</Key>", "<Size>10</Size>", "<LastModified>"])
+def test_contents_that_cannot_be_read_are_refused_not_skipped(drop):
+    page = _page(["c/k"])
+    if drop == "<LastModified>":
+        page = page.replace(b"2026-11-30T10:00:00.000Z", b"yesterday")
+    else:
+        page = page.replace(drop.encode(), b"")
+    with pytest.raises(BadAnswer, match="no readable Key, Size or LastModified"):
+        parse_listing(page)
+
+
+def test_a_page_that_is_not_a_listing_is_refused():
+    with pytest.raises(BadAnswer, match="not <ListBucketResult>"):
+        parse_listing(b"<Error><Code>Oops</Code></Error>")
+
+
+# ----- the network as botocore sees it ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"HTTP_PROXY": "http://up:1", "http_proxy": "http://low:2", "NO_PROXY": "a.example"},
+        {"HTTPS_PROXY": "proxy:3128", "no_proxy": "*"},
+        {"http_proxy": "", "HTTP_PROXY": "http://up:1"},
+        {"REQUEST_METHOD": "GET", "HTTP_PROXY": "http://cgi:1"},
+    ],
+)
+def test_proxies_are_read_as_urllib_reads_them(environ, monkeypatch):
+    import urllib.request
+
+    from gpuci.cache.s3net import environ_proxies
+
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy") or name == "REQUEST_METHOD":
+            monkeypatch.delenv(name)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert environ_proxies(environ) == urllib.request.getproxies_environment()
+
+
+def test_no_proxy_bypasses_as_botocore_does():
+    from gpuci.cache.s3net import route_for
+
+    env = {"HTTP_PROXY": "http://u%40x:p@proxy:8080", "NO_PROXY": ".internal,10.0.0.1"}
+    assert route_for("http://minio.internal:9000/", env).proxy_host == ""
+    assert route_for("http://10.0.0.1:9000/", env).proxy_host == ""
+    route = route_for("http://s3.example.com/", env)
+    assert (route.proxy_host, route.proxy_port) == ("proxy", 8080)
+    assert dict(route.proxy_headers)["Proxy-Authorization"] == "Basic dUB4OnA="
+    assert route_for("https://s3.example.com/", env).proxy_host == ""  # no HTTPS_PROXY

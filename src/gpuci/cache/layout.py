@@ -152,15 +152,46 @@ def default_store_url(environ: Mapping[str, str]) -> str:
     return (base / "store").absolute().as_uri()
 
 
-def upload_parts(size: int, connections: int) -> list[tuple[int, int, int]]:
-    """(part number, offset, length) of a multipart upload of ``size`` bytes."""
+def upload_parts(
+    size: int, connections: int, largest: int = MULTIPART_CHUNK
+) -> list[tuple[int, int, int]]:
+    """(part number, offset, length) of a multipart upload of ``size`` bytes; no part over
+    ``largest`` (the single-PUT size a server takes) unless S3's 10,000-part limit needs it."""
     part = max(MIN_UPLOAD_PART, min(MULTIPART_CHUNK, -(-size // max(1, connections))))
-    part = max(part, -(-size // MAX_PARTS))
     part = -(-part // (1 << 20)) << 20  # whole MiB
+    part = min(part, max(5 << 20, largest >> 20 << 20))
+    fewest = -(-size // MAX_PARTS)
+    if part < fewest:
+        part = -(-fewest // (1 << 20)) << 20
     return [
         (number, offset, min(part, size - offset))
         for number, offset in enumerate(range(0, size, part), start=1)
     ]
+
+
+MULTIPART_ENV = "GPUCI_MULTIPART_THRESHOLD"
+
+
+def multipart_threshold(environ: Mapping[str, str] | None = None) -> int:
+    """Files of this many bytes or more go up in parts; ``GPUCI_MULTIPART_THRESHOLD`` (bytes,
+    or with a ``MiB`` suffix) lowers it for servers with a small body limit (a 413 says so)."""
+    env = os.environ if environ is None else environ
+    text = env.get(MULTIPART_ENV, "").strip()
+    if not text:
+        return MULTIPART_THRESHOLD
+    scale = 1 << 20 if text.lower().endswith("mib") else 1
+    try:
+        value = int(text[:-3] if scale > 1 else text) * scale
+    except ValueError:
+        value = 0
+    if not 5 << 20 <= value <= 5 << 30:
+        from gpuci.errors import InputError
+
+        raise InputError(
+            f"{MULTIPART_ENV}={text[:40]!r} is not a size between 5 MiB and 5 GiB",
+            hint=f"set {MULTIPART_ENV} to bytes (e.g. 8388608) or MiB (e.g. 8MiB)",
+        )
+    return value
 
 
 def fixed_workers(environ: Mapping[str, str] | None = None) -> int | None:

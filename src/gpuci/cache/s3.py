@@ -2,22 +2,21 @@
 
 boto3 (credentials from the standard AWS chain, botocore's retries for 5xx, SlowDown and dropped
 connections) handles refs, manifests, listings, HEADs and uploads. Ranged GETs of blobs and packs
-go through presigned URLs over plain ``http.client`` connections, one per worker thread, reading
-straight into preallocated buffers: on a 2-core runner the client's CPU per byte decides the
-speed, and boto3's streaming body costs about twice what this path does.
+go through presigned URLs on the store's bounded ``http.client`` pool (:mod:`gpuci.cache.s3pool`,
+one connection per worker thread), reading straight into the caller's buffers: on a 2-core
+runner the client's CPU per byte decides the speed, and boto3's streaming body costs about
+twice what this path does.
 
 When the credentials are in the environment, on AWS or a custom endpoint (path-style), refs,
 manifests, listings, HEADs, plain PUTs and ranges are signed by :mod:`gpuci.cache.sigv4` and
 sent by :mod:`gpuci.cache.s3rest`; boto3 is only imported for what needs it (conditional
 writes, uploads, and any answer only boto3 can act on, such as a region redirect). Errors from
-either path read the same (:meth:`S3Store._coded_error`): a restore never pays the 0.3-0.6 s
-boto3 costs to import and set up, nor ``http.client`` and ``ssl`` on an ``http://`` endpoint.
+either path read the same (:meth:`S3Store._coded_error`) and name S3's operation: a restore
+never pays the 0.3-0.6 s boto3 costs to import and set up.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import socket
 import threading
@@ -26,15 +25,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gpuci.cache import layout, sigv4
-from gpuci.cache.rawhttp import BadResponse, RawConnection, RawResponse
+from gpuci.cache import layout, s3net, sigv4
+from gpuci.cache.s3http import BadResponse, DeadlineExceeded
+from gpuci.cache.s3multipart import Multipart
+from gpuci.cache.s3pool import Pool, Ranged
 from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable, http_time
-from gpuci.cache.splicing import Pipe
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
 
 if TYPE_CHECKING:
-    import http.client
+    from gpuci.cache.splicing import Pipe
 
 _CRED_CODES = {
     "InvalidAccessKeyId",
@@ -49,8 +49,6 @@ _CRED_CODES = {
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 # Answers that mean "slow down": the concurrency controller halves on each burst of them.
 _THROTTLE_CODES = {"SlowDown", "TooManyRequests", "Throttling", "RequestLimitExceeded"}
-# Plain-http endpoints read bodies through rawhttp (fewer system calls); https uses http.client.
-RAW_HTTP = True
 # Answers only boto3 can act on (it follows a bucket to its region): the fast path hands over.
 _HAND_OVER_CODES = {
     "PermanentRedirect",
@@ -59,6 +57,20 @@ _HAND_OVER_CODES = {
     "IllegalLocationConstraintException",
 }
 _CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
+_OPERATION_IN_TEXT = re.compile(r"when calling the ([A-Za-z0-9]+) operation")
+_TOO_LARGE = {"413", "EntityTooLarge", "RequestEntityTooLarge"}
+# S3's names for what the store does (errors name them, as the AWS CLI does).
+_OPERATIONS = {
+    "get": "GetObject",
+    "put": "PutObject",
+    "head": "HeadObject",
+    "list": "ListObjectsV2",
+    "delete": "DeleteObject",
+    "exists": "HeadBucket",
+    "upload": "PutObject",
+    "touch": "CopyObject",
+    "abort": "AbortMultipartUpload",
+}
 _CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
 
 
@@ -86,182 +98,44 @@ def _upload_failed() -> type[Exception]:
     return S3UploadFailedError
 
 
+def _is_certificate_error(exc: BaseException) -> bool:
+    return "CERTIFICATE" in str(exc).upper() or type(exc).__name__ == "SSLCertVerificationError"
+
+
 def _total_size(content_range: str) -> int | None:
     """The object's size from ``Content-Range: bytes a-b/total`` (None when absent or ``*``)."""
     _, _, total = content_range.rpartition("/")
     return int(total) if total.strip().isdigit() else None
 
 
-class _HttpRange:
-    """One ranged GET on a pooled connection; the connection goes back once fully read."""
+class _Range:
+    """A ranged GET's body (:class:`gpuci.cache.s3pool.Ranged`) for the transfer: a dropped,
+    cut or stalled connection is a TransientError the transfer retries."""
 
-    def __init__(self, owner: S3Store, conn: http.client.HTTPConnection, response) -> None:
-        self._owner = owner
-        self._conn = conn
-        self._resp = response
-        self._done = False
-
-    def readinto(self, buffer: memoryview) -> int:
-        import http.client  # loaded: this range came through it
-
-        try:
-            n = self._resp.readinto(buffer)
-        except (OSError, http.client.HTTPException) as exc:
-            self._abandon()
-            raise TransientError(f"connection dropped mid-body: {exc}") from None
-        if n == 0 and len(buffer) > 0 and not self._done:
-            if self._resp.length:  # EOF before Content-Length: a dropped connection
-                self._abandon()
-                raise TransientError("connection closed before the body was complete")
-            self._done = True
-            self._owner._release(self._conn)
-        return n
-
-    def _abandon(self) -> None:
-        self._done = True
-        self._conn.close()
-
-    def close(self) -> None:
-        if not self._done:
-            if self._resp.length == 0:
-                self._done = True
-                self._owner._release(self._conn)
-            else:
-                self._abandon()
-
-
-class _RawRange:
-    """A ranged body on a raw keep-alive connection (plain http endpoints)."""
-
-    def __init__(self, resp: RawResponse) -> None:
-        self._resp = resp
+    def __init__(self, body: Ranged, store: S3Store) -> None:
+        self._body, self._store = body, store
+        if hasattr(body, "splice_into"):
+            self.splice_into = self._splice_into
 
     def readinto(self, buffer: memoryview) -> int:
-        return self._body(self._resp.readinto, buffer)
+        return self._step(self._body.readinto, buffer)
 
-    def splice_into(self, pipe: Pipe, limit: int) -> int:
+    def _splice_into(self, pipe: Pipe, limit: int) -> int:
         """Up to ``limit`` body bytes into ``pipe``, in the kernel (see gpuci.cache.splicing)."""
-        return self._body(self._resp.splice_into, pipe, limit)
+        return self._step(self._body.splice_into, pipe, limit)  # type: ignore[attr-defined]
 
-    def _body(self, read: Callable[..., int], *args: Any) -> int:
-        """One read of the body: a dropped connection is transient; the end frees the socket."""
+    def _step(self, read: Callable[..., int], *args: Any) -> int:
         try:
-            n = read(*args)
+            return read(*args)
+        except DeadlineExceeded:
+            raise TransientError(
+                f"the body was slower than the time limit ({s3net.TIMEOUT_VARIABLE})"
+            ) from None
         except OSError as exc:
-            self._resp.conn.close()
             raise TransientError(f"connection dropped mid-body: {exc}") from None
-        if self._resp.length == 0 and not self._resp.keep_alive:
-            self._resp.conn.close()
-        return n
 
     def close(self) -> None:
-        if self._resp.length:  # abandoned mid-body: the connection cannot be reused
-            self._resp.conn.close()
-
-
-class _FileSlice:
-    """Bytes ``offset..offset+length`` of a file as a seekable body for one part.
-
-    Positions are relative to the slice (botocore seeks to 0 to resend); no ``fileno``, so
-    botocore takes the length from ``len()``, not from the whole file. Reads stream from disk:
-    a part in flight holds no more than botocore's blocks in memory. With ``hashed_first``
-    (plain http: botocore reads the body once to sign its sha256, then seeks back), that first
-    pass is not reported as sent."""
-
-    def __init__(
-        self,
-        path: Path,
-        offset: int,
-        length: int,
-        on_read: Callable[[int], None],
-        hashed_first: bool = False,
-    ):
-        self._file = open(path, "rb")  # noqa: SIM115 - closed by close(), after the request
-        self._offset, self._length, self._pos = offset, length, 0
-        self._on_read = on_read
-        self._quiet = hashed_first  # until the first seek back: the signing pass
-
-    def read(self, size: int = -1) -> bytes:
-        left = self._length - self._pos
-        size = left if size is None or size < 0 else min(size, left)
-        data = os.pread(self._file.fileno(), size, self._offset + self._pos) if size else b""
-        self._pos += len(data)
-        if not self._quiet:
-            self._on_read(len(data))
-        return data
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._length}[whence]
-        target = max(0, min(self._length, base + pos))
-        if target < self._pos:
-            self._quiet = False  # the pass that goes on the wire starts now
-        self._pos = target
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def __len__(self) -> int:
-        return self._length - self._pos
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class _Multipart:
-    """One S3 multipart upload (CreateMultipartUpload done); parts may be sent from any thread."""
-
-    def __init__(self, store: S3Store, key: str, upload_id: str) -> None:
-        self._store, self._key, self._id = store, key, upload_id
-        self._etags: dict[int, str] = {}
-        self._lock = threading.Lock()
-
-    def send(
-        self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
-    ) -> None:
-        store = self._store
-        endpoint = str(getattr(store.client.meta, "endpoint_url", "") or "")
-        plain_http = endpoint.lower().startswith("http://")
-        body = _FileSlice(path, offset, length, on_read, hashed_first=plain_http)
-        try:
-            resp = store._call(
-                "upload",
-                self._key,
-                store.client.upload_part,
-                Key=store.prefix + self._key,
-                UploadId=self._id,
-                PartNumber=number,
-                Body=body,
-                ContentLength=length,
-            )
-        finally:
-            body.close()
-        with self._lock:
-            self._etags[number] = str(resp["ETag"])
-
-    def complete(self) -> None:
-        with self._lock:
-            parts = [{"PartNumber": n, "ETag": e} for n, e in sorted(self._etags.items())]
-        store = self._store
-        store._call(
-            "upload",
-            self._key,
-            store.client.complete_multipart_upload,
-            Key=store.prefix + self._key,
-            UploadId=self._id,
-            MultipartUpload={"Parts": parts},
-        )
-
-    def abort(self) -> None:
-        store = self._store
-        with contextlib.suppress(StoreError, InputError):
-            store._call(
-                "abort",
-                self._key,
-                store.client.abort_multipart_upload,
-                Key=store.prefix + self._key,
-                UploadId=self._id,
-            )
+        self._body.close()
 
 
 class S3Store(Store):
@@ -287,7 +161,8 @@ class S3Store(Store):
         self.environ = environ
         self.mask = mask
         _, self.max_attempts = retry_settings(environ)
-        self._local = threading.local()
+        self.limits = s3net.Limits.from_environ(environ)
+        self.pool = Pool(environ, self.limits)
         self._urls: dict[str, str] = {}
         self._urls_lock = threading.Lock()
         self._client = None
@@ -298,7 +173,9 @@ class S3Store(Store):
             else sigv4.Presigner.for_store(bucket, endpoint_url, region, environ)
         )
         self._rest = (
-            RestClient(self._presigner, self.max_attempts) if self._presigner is not None else None
+            RestClient(self._presigner, self.max_attempts, self.pool)
+            if self._presigner is not None
+            else None
         )
         if self._presigner is not None:
             creds = self._presigner.creds
@@ -342,8 +219,8 @@ class S3Store(Store):
             signature_version="s3v4",
             retries={"mode": mode, "max_attempts": attempts},
             max_pool_connections=2 * layout.MAX_CONNECTIONS,  # the controller decides
-            connect_timeout=10,
-            read_timeout=60,
+            connect_timeout=min(10.0, self.limits.timeout),
+            read_timeout=self.limits.timeout,
             s3={"addressing_style": "path"} if self.endpoint else {},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
@@ -435,28 +312,60 @@ class S3Store(Store):
             | bce.ReadTimeoutError,
         ):
             return self._unreachable(type(exc).__name__)
-        code, message = "", str(exc)
+        if isinstance(exc, bce.SSLError):
+            return self._unreachable(type(exc).__name__, str(exc))
+        code, message, operation = "", str(exc), ""
+        if isinstance(exc, _upload_failed()):
+            inner = exc.__cause__ or exc.__context__  # the ClientError it words
+            exc = inner if isinstance(inner, bce.ClientError) else exc
         if isinstance(exc, bce.ClientError):
             err = exc.response.get("Error", {})
-            code = str(err.get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+            code = str(err.get("Code", "")) or str(status)  # a non-XML answer has no code
             message = str(err.get("Message", "")) or code
+            operation = str(getattr(exc, "operation_name", "") or "")
         elif isinstance(exc, _upload_failed()):
             found = _CODE_IN_TEXT.findall(str(exc))
             code = found[-1] if found else ""
-        return self._coded_error(code, message, op, key, type(exc).__name__)
+            named = _OPERATION_IN_TEXT.search(str(exc))
+            operation = named.group(1) if named else ""
+        return self._coded_error(code, message, op, key, type(exc).__name__, operation)
 
-    def _unreachable(self, what: str) -> StoreError:
+    def _unreachable(self, what: str, detail: str = "") -> StoreError:
         source = self._endpoint()[1] or "endpoint-url"
+        if what == "DeadlineExceeded":
+            return StoreError(
+                f"the S3 endpoint {self._where()} did not answer in time ({detail or what})",
+                hint=f"the server stalled or trickled; {s3net.TIMEOUT_VARIABLE} (seconds, now "
+                f"{self.limits.timeout:g}) sets how long a request may go without progress",
+            )
+        if "CERTIFICATE" in detail.upper() or what == "SSLCertVerificationError":
+            return StoreError(
+                f"the TLS certificate of the S3 endpoint {self._where()} cannot be verified "
+                f"({detail[:200] or what})",
+                hint="set AWS_CA_BUNDLE (or ca_bundle in the AWS config profile) to the PEM "
+                "file of the CA that signed it",
+            )
+        because = f"{what}: {detail[:120]}" if detail and detail != what else what
         return StoreError(
-            f"cannot reach the S3 endpoint {self._where()} ({what})",
-            hint=f"check {source}, the network and any proxy settings",
+            f"cannot reach the S3 endpoint {self._where()} ({because})",
+            hint=f"check {source}, the network and any proxy settings "
+            "(HTTP_PROXY, HTTPS_PROXY, NO_PROXY)",
         )
 
     def _coded_error(
-        self, code: str, message: str, op: str, key: str = "", what: str = ""
+        self,
+        code: str,
+        message: str,
+        op: str,
+        key: str = "",
+        what: str = "",
+        operation: str = "",
     ) -> Exception:
-        """S3's error ``code`` as one line, whichever client got it (boto3 or the fast path)."""
+        """S3's error ``code`` as one line, whichever client got it (boto3 or the fast path);
+        ``operation`` is S3's name for the call (else the usual one for ``op``)."""
         target = f"{self.url}/{key}" if key else self.url
+        operation = operation or _OPERATIONS.get(op, op)
         if code in ("404", "NotFound") and op in ("list", "exists"):
             code = "NoSuchBucket"
         if code == "NoSuchBucket":
@@ -471,8 +380,14 @@ class S3Store(Store):
             )
         if code in _CONFLICT_CODES:
             return ConflictError(f"{key} was changed by someone else ({code})")
+        if code in _TOO_LARGE:
+            return StoreError(
+                f"S3 {operation} of {target} was refused as too large ({code})",
+                hint=f"the server takes smaller bodies: set {layout.MULTIPART_ENV} (bytes, e.g. "
+                "8MiB) below its limit, so larger files go up in parts",
+            )
         return StoreError(
-            f"S3 {op} of {target} failed: {code or what} {message}".strip(),
+            f"S3 {operation} of {target} failed: {code or what} {message}".strip(),
             hint="check the store, its permissions and the endpoint; retry if S3 was down",
         )
 
@@ -570,11 +485,14 @@ class S3Store(Store):
                 str(path), self.bucket, self.prefix + key, Config=self._transfer, Callback=on_bytes
             )
         except (_bce().BotoCoreError, _bce().ClientError, _upload_failed()) as exc:
-            raise self._error(exc, "upload", key) from None
+            error = self._error(exc, "upload", key)
+            if isinstance(error, StoreError) and "too large" in error.message:
+                error.message += f" ({size:,} bytes in one PUT)"
+            raise error from None
 
-    def multipart(self, key: str) -> _Multipart:
+    def multipart(self, key: str) -> Multipart:
         resp = self._call("upload", key, self.client.create_multipart_upload, Key=self.prefix + key)
-        return _Multipart(self, key, str(resp["UploadId"]))
+        return Multipart(self, key, str(resp["UploadId"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if self._rest is not None and (yield from self._fast_list(prefix)):
@@ -621,7 +539,7 @@ class S3Store(Store):
         try:
             reply = rest.call(method, self.prefix + key, **kwargs)
         except Unreachable as exc:
-            raise self._unreachable(exc.name) from None
+            raise self._unreachable(exc.name, exc.detail) from None
         except BadAnswer as exc:
             raise self._bad_answer(op, key, str(exc)) from None
         if self._hand_over(reply):
@@ -650,7 +568,7 @@ class S3Store(Store):
                         raise self._bad_answer("list", prefix, f"a key outside {self.prefix!r}")
                     yield ObjectInfo(item.key[strip:], item.size, item.modified, item.etag)
         except Unreachable as exc:
-            raise self._unreachable(exc.name) from None
+            raise self._unreachable(exc.name, exc.detail) from None
         except BadAnswer as exc:
             raise self._bad_answer("list", prefix, str(exc)) from None
         return True
@@ -688,124 +606,33 @@ class S3Store(Store):
                 self._urls[key] = url
         return url
 
-    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
-        import http.client  # https (or RAW_HTTP off) only: plain http reads through rawhttp
-
-        pool: dict = self._local.__dict__.setdefault("pool", {})
-        conn = pool.pop((scheme, netloc), None)
-        if conn is None:
-            if scheme == "https":
-                import ssl
-
-                conn = http.client.HTTPSConnection(
-                    netloc, timeout=60, context=ssl.create_default_context()
-                )
-            else:
-                conn = http.client.HTTPConnection(netloc, timeout=60)
-        return conn
-
-    def _release(self, conn: http.client.HTTPConnection) -> None:
-        import http.client
-
-        pool: dict = self._local.__dict__.setdefault("pool", {})
-        scheme = "https" if isinstance(conn, http.client.HTTPSConnection) else "http"
-        netloc = f"{conn.host}:{conn.port}"
-        old = pool.pop((scheme, netloc), None)
-        if old is not None:
-            old.close()
-        pool[(scheme, netloc)] = conn
-
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        parts = urlsplit(self._url(key))
-        default_port = 443 if parts.scheme == "https" else 80
-        netloc = parts.netloc if ":" in parts.netloc else f"{parts.netloc}:{default_port}"
-        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
         headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
-        if parts.scheme == "http" and RAW_HTTP:
-            return self._open_raw(netloc, parts.netloc, target, headers, key, offset, length)
-        import http.client
-
-        conn = self._connection(parts.scheme, netloc)
         try:
-            conn.request("GET", target, headers=headers)
-            resp = conn.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
+            status, answer, got = self.pool.open(self._url(key), headers)
+        except BadResponse as exc:
+            raise self._bad_answer("get", key, str(exc)) from None
+        except OSError as exc:
             raise self._transport_error(exc) from None
-        if resp.status in (200, 206):
-            total = _total_size(resp.getheader("Content-Range", ""))
-            self._accept(conn, resp.status, resp.length, key, offset, length, total)
-            return _HttpRange(self, conn, resp)
-        body = resp.read(65536)
-        conn.close()
-        raise self._status_error(resp.status, body, key)
-
-    def _accept(
-        self,
-        conn: http.client.HTTPConnection | RawConnection,
-        status: int,
-        size: int | None,
-        key: str,
-        offset: int,
-        length: int,
-        total: int | None = None,
-    ) -> None:
-        """Check a 200/206 answers the range asked for; a connection that lied is not reused."""
+        if isinstance(got, bytes):
+            raise self._status_error(status, got, key)
+        total = _total_size(answer.get("content-range", ""))
         try:
-            self._check_ok(status, size, key, offset, length, total)
+            self._check_ok(status, got.length, key, offset, length, total)
         except Exception:
-            conn.close()
+            got.close()
             raise
+        return _Range(got, self)
 
     def _transport_error(self, exc: BaseException) -> TransientError:
-        """A failed ranged GET (either HTTP path): retried by the caller, named when it gives up."""
+        """A failed ranged GET: retried by the caller, named when it gives up."""
         if isinstance(exc, ConnectionRefusedError | socket.gaierror):
             return TransientError(f"cannot reach the S3 endpoint {self._where()}")
+        if isinstance(exc, DeadlineExceeded):
+            return TransientError(f"no answer within {self.limits.timeout:g} s")
+        if _is_certificate_error(exc):
+            return TransientError(f"TLS certificate problem: {exc}")
         return TransientError(f"request failed: {type(exc).__name__}")
-
-    def _open_raw(
-        self,
-        netloc: str,
-        host_header: str,
-        target: str,
-        headers: dict[str, str],
-        key: str,
-        offset: int,
-        length: int,
-    ) -> RangeReader:
-        pool: dict = self._local.__dict__.setdefault("raw", {})
-        conn = pool.get(netloc)
-        fresh = conn is None
-        if conn is None:
-            host, _, port = netloc.rpartition(":")
-            conn = pool[netloc] = RawConnection(host, int(port), host_header)
-        for attempt in (1, 2):
-            try:
-                resp = conn.get(target, headers)
-                break
-            except BadResponse as exc:
-                conn.close()
-                raise StoreError(
-                    f"the S3 endpoint {self._where()} answered a GET of {self.url}/{key} "
-                    f"with an invalid response: {exc}",
-                    hint="check endpoint-url points at an S3-compatible server, not a proxy "
-                    "that rewrites answers",
-                ) from None
-            except OSError as exc:
-                conn.close()
-                if attempt == 1 and not fresh:
-                    continue  # the server closed an idle keep-alive connection: reconnect once
-                raise self._transport_error(exc) from None
-        if resp.status in (200, 206):
-            total = _total_size(resp.headers.get("content-range", ""))
-            self._accept(conn, resp.status, resp.length, key, offset, length, total)
-            return _RawRange(resp)
-        try:
-            body = resp.read(65536)
-        except OSError:
-            body = b""
-        conn.close()
-        raise self._status_error(resp.status, body, key)
 
     def _check_ok(
         self,

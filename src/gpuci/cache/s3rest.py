@@ -3,12 +3,11 @@
 A warm restore asks the store for one ref and one manifest, maybe one listing (restore-keys)
 and writes one usage record; building a boto3 client for that costs more than the whole rest
 of the restore (0.3-0.6 s, docs/benchmarks.md). Here each call is one request signed in its
-``Authorization`` header as boto3 signs its own (payload hashed), on a kept-alive connection:
-a raw socket on ``http://`` endpoints (no ``http.client``, ``email`` or ``ssl`` to import),
-``http.client`` over TLS otherwise; retried as botocore's standard mode retries (connection
-errors, 5xx, throttling; ``AWS_MAX_ATTEMPTS``). What the answers mean (a missing key, a
-missing bucket, refused credentials) is decided by :class:`gpuci.cache.s3.S3Store`, in the
-same words as for boto3's errors.
+``Authorization`` header as boto3 signs its own (payload hashed), on a kept-alive connection
+of the store's bounded ``http.client`` pool (:mod:`gpuci.cache.s3pool`); retried as botocore's
+standard mode retries (connection errors, 5xx, throttling; ``AWS_MAX_ATTEMPTS``). What the
+answers mean (a missing key, a missing bucket, refused credentials) is decided by
+:class:`gpuci.cache.s3.S3Store`, in the same words as for boto3's errors.
 """
 
 from __future__ import annotations
@@ -16,13 +15,13 @@ from __future__ import annotations
 import datetime
 import random
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import unquote_plus
 
-from gpuci.cache.rawhttp import BadResponse, RawConnection
+from gpuci.cache.s3http import CONTROL_CAP, BadResponse
+from gpuci.cache.s3pool import Pool
 from gpuci.cache.sigv4 import Presigner
 
 # Answers botocore's standard retry mode retries (transient and throttling errors).
@@ -42,7 +41,10 @@ _CODE_RE = re.compile(rb"<Code>([^<]{1,200})</Code>")
 _MESSAGE_RE = re.compile(rb"<Message>([^<]{0,400})</Message>")
 # A listing page holds at most 1,000 keys of at most 1 KiB: a bigger answer is hostile.
 MAX_LISTING_PAGE = 8 << 20
-_S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+# Far beyond any cache's refs (a store of 1,000,000 keys is 1,000 pages): a server handing out
+# fresh continuation tokens for ever ends here.
+MAX_LISTING_PAGES = 2_000
+MAX_LISTING_KEYS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Unreachable(Exception):
     def __init__(self, exc: BaseException) -> None:
         super().__init__(str(exc))
         self.name = type(exc).__name__
+        self.detail = str(exc)[:300]
 
 
 class BadAnswer(Exception):
@@ -76,18 +79,19 @@ class BadAnswer(Exception):
 
 
 class RestClient:
-    """Presigned requests to one bucket; one kept-alive connection per thread."""
+    """Presigned requests to one bucket over the store's :class:`~gpuci.cache.s3pool.Pool`."""
 
     def __init__(
         self,
         presigner: Presigner,
         attempts: int,
+        pool: Pool,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.presigner = presigner
         self.attempts = max(1, attempts)
+        self.pool = pool
         self._sleep = sleep
-        self._local = threading.local()
 
     def call(
         self,
@@ -97,124 +101,80 @@ class RestClient:
         body: bytes = b"",
         limit: int | None = None,
         query: Mapping[str, str] | None = None,
+        until: float | None = None,
     ) -> Reply:
         """The final answer after retries (any status); Unreachable when none came back.
 
-        With ``limit``, at most ``limit + 1`` bytes of the body are read."""
-        for attempt in range(1, self.attempts + 1):
+        With ``limit``, at most ``limit + 1`` bytes of the body are read (the caller words a
+        longer one); without, an answer over :data:`CONTROL_CAP` is a BadAnswer. The whole call,
+        retries included, ends by ``until`` (default: the operation limit from now)."""
+        cap = CONTROL_CAP if limit is None else limit + 1
+        if until is None:
+            until = time.monotonic() + self.pool.limits.operation
+
+        def once() -> Reply:
             url, headers = self.presigner.signed(method, key, body, query)
+            sent = body if body or method in ("PUT", "POST") else None
             try:
-                reply = self._once(url, headers, method, body, limit)
-            except (OSError, _http_errors()) as exc:
-                if attempt == self.attempts:
+                status, answer, data = self.pool.exchange(
+                    method, url, headers, sent, cap, until, cut=limit is not None
+                )
+            except BadResponse as exc:
+                raise BadAnswer(str(exc)) from None
+            return Reply(status, answer, data)
+
+        return self._retrying(once, until)
+
+    def _retrying(self, once: Callable[[], Reply], until: float) -> Reply:
+        """botocore's standard retry mode: connection errors, 5xx and throttling, full jitter
+        doubling up to 20 s, ``attempts`` in all, never past ``until``."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                reply = once()
+            except OSError as exc:
+                if attempt == self.attempts or time.monotonic() >= until:
                     raise Unreachable(exc) from None
             else:
                 if not _transient(reply) or attempt == self.attempts:
                     return reply
-            # botocore's standard mode: full jitter, doubling, at most 20 s.
-            self._sleep(random.random() * min(20.0, 2.0 ** (attempt - 1)))
+            pause = random.random() * min(20.0, 2.0 ** (attempt - 1))
+            self._sleep(max(0.0, min(pause, until - time.monotonic())))
         raise AssertionError("unreachable")  # the loop always returns or raises
-
-    def _once(
-        self, url: str, headers: dict[str, str], method: str, body: bytes, limit: int | None
-    ) -> Reply:
-        parts = urlsplit(url)
-        target = f"{parts.path}?{parts.query}" if parts.query else parts.path
-        if parts.scheme == "http":
-            return self._raw(parts.netloc, target, headers, method, body, limit)
-        return self._tls(parts.netloc, target, headers, method, body, limit)
-
-    def _raw(
-        self,
-        netloc: str,
-        target: str,
-        headers: dict[str, str],
-        method: str,
-        body: bytes,
-        limit: int | None,
-    ) -> Reply:
-        conn: RawConnection | None = getattr(self._local, "raw", None)
-        reused = conn is not None
-        if conn is None:
-            host, port = netloc, "80"
-            if not netloc.endswith("]") and ":" in netloc:
-                host, _, port = netloc.rpartition(":")
-            conn = self._local.raw = RawConnection(host.strip("[]"), int(port), netloc)
-        for attempt in (1, 2):
-            try:
-                cap = (1 << 62) if limit is None else limit
-                status, answer, data = conn.exchange(method, target, headers, body, cap)
-                return Reply(status, answer, data)
-            except BadResponse as exc:
-                conn.close()
-                raise BadAnswer(str(exc)) from None
-            except OSError:
-                conn.close()
-                if attempt == 1 and reused:
-                    continue  # the server closed an idle keep-alive connection: reconnect once
-                raise
-        raise AssertionError("unreachable")
-
-    def _tls(
-        self,
-        netloc: str,
-        target: str,
-        headers: dict[str, str],
-        method: str,
-        body: bytes,
-        limit: int | None,
-    ) -> Reply:
-        import http.client
-        import ssl
-
-        conn = getattr(self._local, "tls", None)
-        if conn is None:
-            conn = http.client.HTTPSConnection(
-                netloc, timeout=60, context=ssl.create_default_context()
-            )
-        self._local.tls = None
-        try:
-            # The Host header exactly as signed (http.client would drop a default port).
-            sent = {"Host": netloc, **headers}
-            conn.request(method, target, body if body or method == "PUT" else None, sent)
-            resp = conn.getresponse()
-            data = resp.read() if limit is None else resp.read(limit + 1)
-            answer = {k.lower(): v for k, v in resp.getheaders()}
-        except BaseException:
-            conn.close()
-            raise
-        if resp.isclosed() and not resp.will_close:  # read to its end: keep it for the next
-            self._local.tls = conn
-        else:
-            conn.close()
-        return Reply(resp.status, answer, b"" if method == "HEAD" else data)
 
     # ----- answers ------------------------------------------------------------------------------
 
     def list_pages(self, prefix: str) -> Iterator[tuple[Reply, list[Listed]]]:
-        """ListObjectsV2 under ``prefix`` (the full key prefix), page by page.
+        """ListObjectsV2 under ``prefix`` (the full key prefix), page by page; at most
+        :data:`MAX_LISTING_PAGES` pages and :data:`MAX_LISTING_KEYS` keys, within one
+        operation's time limit.
 
         A page that is not 200 is yielded with no entries and ends the listing: the caller
         words the error."""
         token = ""
         seen: set[str] = set()
-        while True:
+        keys = 0
+        until = time.monotonic() + self.pool.limits.operation
+        for _ in range(MAX_LISTING_PAGES):
             query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
             if token:
                 query["continuation-token"] = token
-            reply = self.call("GET", "", query=query, limit=MAX_LISTING_PAGE)
+            reply = self.call("GET", "", query=query, limit=MAX_LISTING_PAGE, until=until)
             if reply.status != 200:
                 yield reply, []
                 return
             if len(reply.body) > MAX_LISTING_PAGE:
                 raise BadAnswer(f"a listing page is over {MAX_LISTING_PAGE >> 20} MiB")
             entries, token = parse_listing(reply.body)
+            keys += len(entries)
+            if keys > MAX_LISTING_KEYS:
+                raise BadAnswer(f"the listing has over {MAX_LISTING_KEYS:,} keys")
             yield reply, entries
             if not token:
                 return
             if token in seen:
                 raise BadAnswer("the listing repeats a continuation token")
             seen.add(token)
+        raise BadAnswer(f"the listing goes on past {MAX_LISTING_PAGES:,} pages")
 
 
 @dataclass(frozen=True)
@@ -225,38 +185,51 @@ class Listed:
     etag: str
 
 
+def _local(tag: str) -> str:
+    """An element's name without its namespace (``{ns}Key`` -> ``Key``)."""
+    return tag.rpartition("}")[2]
+
+
 def parse_listing(body: bytes) -> tuple[list[Listed], str]:
-    """(entries, next continuation token or "") from a ListObjectsV2 answer."""
+    """(entries, next continuation token or "") from a ListObjectsV2 answer.
+
+    Elements match on their local names: S3 sends its 2006-03-01 namespace, some compatible
+    servers send it without the trailing slash or none at all. A ``Contents`` without a key, a
+    size or a date is refused: read as empty, it would hide keys that are there."""
     import xml.etree.ElementTree as ET  # only listings (restore-keys, ls, prune) pay for it
 
     try:
         root = ET.fromstring(body)
     except ET.ParseError as exc:
         raise BadAnswer(f"a listing is not valid XML ({exc})") from None
+    if _local(root.tag) != "ListBucketResult":
+        raise BadAnswer(f"a listing's root is <{_local(root.tag)[:40]}>, not <ListBucketResult>")
 
-    def text(node: ET.Element, name: str) -> str:
-        child = node.find(_S3_NS + name)
-        if child is None:
-            child = node.find(name)
-        return (child.text or "") if child is not None else ""
+    def fields(node: ET.Element) -> dict[str, str]:
+        return {_local(child.tag): (child.text or "") for child in node}
 
-    encoded = text(root, "EncodingType") == "url"
+    top = fields(root)
+    encoded = top.get("EncodingType", "") == "url"
     entries: list[Listed] = []
-    contents = root.findall(_S3_NS + "Contents") or root.findall("Contents")
-    for item in contents:
-        key = text(item, "Key")
+    for item in root:
+        if _local(item.tag) != "Contents":
+            continue
+        info = fields(item)
+        key = info.get("Key", "")
         try:
-            size = int(text(item, "Size"))
-            modified = _iso_time(text(item, "LastModified"))
-        except ValueError:
+            if not key:
+                raise ValueError("no Key")
+            size = int(info["Size"])
+            modified = _iso_time(info["LastModified"])
+        except (KeyError, ValueError):
             raise BadAnswer(
-                f"a listing entry has a bad Size or LastModified ({key[:80]!r})"
+                f"a listing entry has no readable Key, Size or LastModified ({key[:80]!r})"
             ) from None
         entries.append(
-            Listed(unquote_plus(key) if encoded else key, size, modified, text(item, "ETag"))
+            Listed(unquote_plus(key) if encoded else key, size, modified, info.get("ETag", ""))
         )
-    truncated = text(root, "IsTruncated").strip().lower() == "true"
-    token = text(root, "NextContinuationToken") if truncated else ""
+    truncated = top.get("IsTruncated", "").strip().lower() == "true"
+    token = top.get("NextContinuationToken", "") if truncated else ""
     if truncated and not token:
         raise BadAnswer("a truncated listing names no continuation token")
     return entries, token
@@ -266,7 +239,7 @@ def _iso_time(value: str) -> float:
     """``2026-11-30T15:20:00.000Z`` as seconds since the epoch."""
     stamp = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.UTC)
+        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
     return stamp.timestamp()
 
 
@@ -277,16 +250,8 @@ def http_time(value: str) -> float:
         stamp = datetime.datetime.strptime(value.strip(), "%a, %d %b %Y %H:%M:%S GMT")
     except ValueError:
         return 0.0
-    return stamp.replace(tzinfo=datetime.UTC).timestamp()
+    return stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def _transient(reply: Reply) -> bool:
     return reply.status in _RETRY_STATUS or (reply.status >= 400 and reply.code in _RETRY_CODES)
-
-
-def _http_errors() -> type[Exception]:
-    """http.client's exception base, when the TLS path loaded it (never on http://)."""
-    import sys
-
-    module = sys.modules.get("http.client")
-    return module.HTTPException if module is not None else OSError  # type: ignore[no-any-return]

@@ -86,6 +86,7 @@ class Saver:
         # Blobs, packs and multipart parts share one controller: what it learns sending packs
         # it keeps for the blobs.
         self.uploads = layout.concurrency(rt.environ, layout.UPLOAD_CONNECTIONS)
+        self.threshold = layout.multipart_threshold(rt.environ)
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
 
@@ -263,7 +264,7 @@ class _BlobUploads:
 
     def run(self, missing: list[mf.Entry]) -> None:
         for entry in missing:
-            task = self._start if entry.size >= layout.MULTIPART_THRESHOLD else self._whole
+            task = self._start if entry.size >= self.saver.threshold else self._whole
             self.pool.submit(laneless(task, entry))
         try:
             self.pool.run()
@@ -285,7 +286,7 @@ class _BlobUploads:
         upload = self.store.multipart(key)
         if upload is None:
             return self._whole(entry)
-        parts = layout.upload_parts(entry.size, self.saver.uploads.ceiling)
+        parts = layout.upload_parts(entry.size, self.saver.uploads.ceiling, self.saver.threshold)
         with self.lock:
             self.open[key], self.left[key] = upload, len(parts)
         for number, offset, length in parts:

@@ -1,0 +1,124 @@
+"""S3 multipart uploads for the store: parts sent from any thread, each a slice of the file.
+
+Parts go through boto3 (``upload_part``, ``complete_multipart_upload``); errors are worded by
+the store (:meth:`gpuci.cache.s3.S3Store._call`), naming S3's operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuci.errors import InputError, StoreError
+
+if TYPE_CHECKING:
+    from gpuci.cache.s3 import S3Store
+
+
+class _FileSlice:
+    """Bytes ``offset..offset+length`` of a file as a seekable body for one part.
+
+    Positions are relative to the slice (botocore seeks to 0 to resend); no ``fileno``, so
+    botocore takes the length from ``len()``, not from the whole file. Reads stream from disk:
+    a part in flight holds no more than botocore's blocks in memory. With ``hashed_first``
+    (plain http: botocore reads the body once to sign its sha256, then seeks back), that first
+    pass is not reported as sent."""
+
+    def __init__(
+        self,
+        path: Path,
+        offset: int,
+        length: int,
+        on_read: Callable[[int], None],
+        hashed_first: bool = False,
+    ):
+        self._file = open(path, "rb")  # noqa: SIM115 - closed by close(), after the request
+        self._offset, self._length, self._pos = offset, length, 0
+        self._on_read = on_read
+        self._quiet = hashed_first  # until the first seek back: the signing pass
+
+    def read(self, size: int = -1) -> bytes:
+        left = self._length - self._pos
+        size = left if size is None or size < 0 else min(size, left)
+        data = os.pread(self._file.fileno(), size, self._offset + self._pos) if size else b""
+        self._pos += len(data)
+        if not self._quiet:
+            self._on_read(len(data))
+        return data
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._length}[whence]
+        target = max(0, min(self._length, base + pos))
+        if target < self._pos:
+            self._quiet = False  # the pass that goes on the wire starts now
+        self._pos = target
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __len__(self) -> int:
+        return self._length - self._pos
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Multipart:
+    """One S3 multipart upload (CreateMultipartUpload done); parts may be sent from any thread."""
+
+    def __init__(self, store: S3Store, key: str, upload_id: str) -> None:
+        self._store, self._key, self._id = store, key, upload_id
+        self._etags: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def send(
+        self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
+    ) -> None:
+        store = self._store
+        endpoint = str(getattr(store.client.meta, "endpoint_url", "") or "")
+        plain_http = endpoint.lower().startswith("http://")
+        body = _FileSlice(path, offset, length, on_read, hashed_first=plain_http)
+        try:
+            resp = store._call(
+                "upload",
+                self._key,
+                store.client.upload_part,
+                Key=store.prefix + self._key,
+                UploadId=self._id,
+                PartNumber=number,
+                Body=body,
+                ContentLength=length,
+            )
+        finally:
+            body.close()
+        with self._lock:
+            self._etags[number] = str(resp["ETag"])
+
+    def complete(self) -> None:
+        with self._lock:
+            parts = [{"PartNumber": n, "ETag": e} for n, e in sorted(self._etags.items())]
+        store = self._store
+        store._call(
+            "upload",
+            self._key,
+            store.client.complete_multipart_upload,
+            Key=store.prefix + self._key,
+            UploadId=self._id,
+            MultipartUpload={"Parts": parts},
+        )
+
+    def abort(self) -> None:
+        store = self._store
+        with contextlib.suppress(StoreError, InputError):
+            store._call(
+                "abort",
+                self._key,
+                store.client.abort_multipart_upload,
+                Key=store.prefix + self._key,
+                UploadId=self._id,
+            )

@@ -1,0 +1,283 @@
+"""A hostile S3 endpoint on 127.0.0.1: a raw-socket proxy in front of moto that relays every
+request faithfully except the ones matching its rule, which it answers with one kind of
+misbehaviour (endless or lying bodies, trickles, silence, interim answers, odd status lines,
+listings that never end or that use another XML namespace).
+
+Raw sockets, not http.server: the point is to send what no well-behaved framework would.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
+S3_NS = b'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+
+# What each mode does to a matching request (the rest are relayed):
+MODES = (
+    "http10-endless",  # HTTP/1.0 200, no length, bytes until the client hangs up
+    "huge-length-close",  # Content-Length: 1500000000, 64 KiB, then close
+    "endless-chunks",  # chunked, 64 KiB chunks for ever
+    "endless-trailers",  # chunked: a 0 chunk, then trailer lines for ever
+    "trickle-headers",  # the status line, then a header byte a second
+    "trickle-body",  # the real headers, then a body byte a second
+    "silent",  # reads the request, says nothing
+    "fresh-token",  # every listing page truncated, with a fresh continuation token
+    "interim",  # 100 Continue and 103 Early Hints before the real answer
+    "nonascii-status",  # the status code in full-width digits (U+FF12, U+FF10)
+    "ns-no-slash",  # listing namespace without its trailing slash
+    "ns-none",  # listing without a namespace
+    "too-large",  # 413 (an HTML page, as nginx sends) to a body over Rule.limit bytes
+    "no-multipart",  # 400 Bad Request (not XML) to CreateMultipartUpload
+)
+
+
+@dataclass
+class Rule:
+    mode: str
+    method: str = "*"
+    contains: str = ""
+    limit: int = 0  # too-large: the server's body limit
+    fired: int = 0
+
+    def matches(self, method: str, target: str, length: int = 0) -> bool:
+        if self.mode == "too-large" and length <= self.limit:
+            return False
+        return self.method in ("*", method) and self.contains in target
+
+
+class HostileS3:
+    """``with HostileS3(moto_endpoint) as hostile: hostile.rule = Rule(...)``; ``url``."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.rule: Rule | None = None
+        self.seen: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> HostileS3:
+        thread = threading.Thread(target=self._accept, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(120)
+        reader = conn.makefile("rb")
+        try:
+            while not self._stop.is_set():
+                head = _read_head(reader)
+                if head is None:
+                    return
+                method, target, headers = head
+                length = int(headers.get("content-length", "0") or 0)
+                body = reader.read(length) if length else b""
+                self.seen.append((method, target))
+                rule = self.rule
+                if rule is not None and rule.matches(method, target, length):
+                    rule.fired += 1
+                    if not self._misbehave(rule.mode, conn, method, target, headers, body):
+                        return
+                else:
+                    conn.sendall(self._relay(method, target, headers, body))
+        except OSError:
+            pass
+        finally:
+            reader.close()
+            conn.close()
+
+    def _relay(
+        self, method: str, target: str, headers: dict[str, str], body: bytes, fix=None
+    ) -> bytes:
+        """The upstream's answer, re-framed with a Content-Length; ``fix`` edits the body."""
+        status, reason, answer, data = self._upstream(method, target, headers, body)
+        if fix is not None:
+            data = fix(data)
+        return _frame(status, reason, answer, data, method)
+
+    def _upstream(self, method, target, headers, body):  # type: ignore[no-untyped-def]
+        up = http.client.HTTPConnection(*self.upstream, timeout=60)
+        try:
+            sent = {k: v for k, v in headers.items() if k not in HOP}
+            up.request(method, target, body or None, sent)
+            resp = up.getresponse()
+            data = resp.read()
+            answer = [(k, v) for k, v in resp.getheaders() if k.lower() not in HOP]
+            return resp.status, resp.reason, answer, data
+        finally:
+            up.close()
+
+    def _misbehave(self, mode, conn, method, target, headers, body) -> bool:  # type: ignore[no-untyped-def]
+        """Answer one matching request; True when the connection may serve the next."""
+        if mode == "http10-endless":
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+            _pour(conn, b"x" * 65536)
+            return False
+        if mode == "huge-length-close":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1500000000\r\n\r\n" + b"x" * 65536)
+            return False
+        if mode == "endless-chunks":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            _pour(conn, b"10000\r\n" + b"x" * 65536 + b"\r\n")
+            return False
+        if mode == "endless-trailers":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n")
+            _pour(conn, b"X-Trailer: more\r\n" * 1000)
+            return False
+        if mode == "trickle-headers":
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            _trickle(conn, b"X-Slow: " + b"y" * 100_000, self._stop)
+            return False
+        if mode == "trickle-body":
+            status, reason, answer, data = self._upstream(method, target, headers, body)
+            framed = _frame(status, reason, answer, data, method)
+            split = framed.index(b"\r\n\r\n") + 4
+            conn.sendall(framed[:split])
+            _trickle(conn, framed[split:], self._stop)
+            return False
+        if mode == "silent":
+            self._stop.wait(600)
+            return False
+        if mode == "interim":
+            conn.sendall(
+                b"HTTP/1.1 100 Continue\r\n\r\n"
+                b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+            )
+            conn.sendall(self._relay(method, target, headers, body))
+            return True
+        if mode == "nonascii-status":
+            conn.sendall("HTTP/1.1 \uff12\uff10\uff10 OK\r\nContent-Length: 0\r\n\r\n".encode())
+            return False
+        if mode == "fresh-token":  # upstream: the first page again, whatever token came
+            target = re.sub(r"&?continuation-token=[^&]*", "", target)
+            conn.sendall(self._relay(method, target, headers, body, fix=_fresh_token))
+            return True
+        if mode == "ns-no-slash":
+            fix = lambda data: data.replace(S3_NS, S3_NS.replace(b'01/"', b'01"'))  # noqa: E731
+            conn.sendall(self._relay(method, target, headers, body, fix=fix))
+            return True
+        if mode == "ns-none":
+            fix = lambda data: data.replace(b" " + S3_NS, b"")  # noqa: E731
+            conn.sendall(self._relay(method, target, headers, body, fix=fix))
+            return True
+        if mode == "too-large":
+            page = b"<html><body><h1>413 Request Entity Too Large</h1></body></html>"
+            conn.sendall(_frame(413, "Request Entity Too Large", [], page, method))
+            return True
+        if mode == "no-multipart":
+            conn.sendall(_frame(400, "Bad Request", [], b"Bad Request", method))
+            return True
+        raise ValueError(mode)
+
+
+def _read_head(reader) -> tuple[str, str, dict[str, str]] | None:  # type: ignore[no-untyped-def]
+    line = reader.readline(65537)
+    if not line:
+        return None
+    method, target, _ = line.decode("latin-1").split(" ", 2)
+    headers: dict[str, str] = {}
+    while True:
+        line = reader.readline(65537)
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return method, target, headers
+
+
+def _frame(status, reason, answer, data: bytes, method: str) -> bytes:  # type: ignore[no-untyped-def]
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines += [f"{k}: {v}" for k, v in answer if k.lower() != "content-length"]
+    if method != "HEAD":
+        lines.append(f"Content-Length: {len(data)}")
+    else:
+        lines += [f"{k}: {v}" for k, v in answer if k.lower() == "content-length"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (b"" if method == "HEAD" else data)
+
+
+def _pour(conn: socket.socket, piece: bytes) -> None:
+    """Send ``piece`` again and again until the client hangs up (or 10 minutes pass)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        conn.sendall(piece)
+
+
+def _trickle(conn: socket.socket, data: bytes, stop: threading.Event) -> None:
+    for i in range(len(data)):
+        conn.sendall(data[i : i + 1])
+        if stop.wait(1.0):
+            return
+
+
+def _fresh_token(data: bytes) -> bytes:
+    token = uuid.uuid4().hex.encode()
+    data = re.sub(rb"<IsTruncated>false</IsTruncated>", b"<IsTruncated>true</IsTruncated>", data)
+    data = re.sub(rb"<NextContinuationToken>[^<]*</NextContinuationToken>", b"", data)
+    return data.replace(
+        b"</ListBucketResult>",
+        b"<NextContinuationToken>" + token + b"</NextContinuationToken></ListBucketResult>",
+    )
+
+
+# ----- running the CLI with its peak memory measured ----------------------------------------
+
+_MEASURED = (
+    "import sys\n"
+    "from gpuci.cli import main\n"
+    "try:\n"
+    "    code = main(sys.argv[1:])\n"
+    "except SystemExit as exc:\n"
+    "    code = exc.code\n"
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
+    "peak = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+    "print('peak-rss-kib', peak, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+@dataclass
+class Run:
+    code: int
+    output: str
+    peak_kib: int
+
+
+def run_measured(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) -> Run:
+    """``python -m gpuci ARGS`` in a fresh interpreter; its exit code, output and peak RSS."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+    err, _, peak = done.stderr.rpartition("peak-rss-kib")
+    return Run(done.returncode, done.stdout + err, int(peak.split()[0]) if peak else -1)

@@ -1,0 +1,205 @@
+"""A hostile S3 endpoint against the fast path (issue 21): one kind of misbehaviour at a time,
+each in a real ``python -m gpuci`` process with a short time limit (GPUCI_S3_TIMEOUT=2).
+
+Every hostile answer ends the command with one line and exit 3 (a failed usage record stays a
+warning), the restore's files are whole or absent, and the process's peak memory stays under
+300 MiB whatever the server claims or pours. Legal but unusual answers (interim 1xx, another
+XML namespace) work.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
+
+from hostile_s3 import HostileS3, Rule, run_measured
+from treeutil import snapshot
+
+from gpuci_testing import REPO, clean_env
+from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
+
+PEAK_KIB = 300 * 1024
+
+
+@pytest.fixture(scope="module")
+def moto() -> str:
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = clean_env(
+        **FAKE_S3_CREDENTIALS,
+        HOME=str(tmp_path / "home"),
+        GPUCI_LOCAL_CACHE="off",
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        AWS_MAX_ATTEMPTS="2",
+        GPUCI_S3_TIMEOUT="2",
+        PYTHONPATH=str(REPO / "src"),
+    )
+    for name in list(env):
+        if name.lower().endswith("_proxy"):
+            del env[name]
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def saved(moto: str, tmp_path_factory) -> tuple[str, Path]:
+    """(bucket, source tree) with the tree saved under key ``k-1``."""
+    import boto3
+
+    tmp = tmp_path_factory.mktemp("saved")
+    bucket = "hostile-" + os.urandom(4).hex()
+    boto3.client(
+        "s3",
+        endpoint_url=moto,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing-secret-key",
+    ).create_bucket(Bucket=bucket)
+    src = tmp / "src"
+    src.mkdir()
+    (src / "small.txt").write_bytes(b"small file\n")
+    (src / "w.bin").write_bytes(os.urandom(300_000))
+    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", moto]
+    done = run_measured([*args, "--key", "k-1", "--path", str(src)], _env(tmp), REPO)
+    assert done.code == 0, done.output
+    return bucket, src
+
+
+def _restore(hostile: HostileS3, bucket: str, tmp_path: Path, *extra: str):
+    args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c"]
+    args += ["--endpoint-url", hostile.url, "--path", str(tmp_path / "out"), *extra]
+    return run_measured(args, _env(tmp_path), REPO)
+
+
+def _one_line_exit_3(run) -> None:
+    assert run.code == 3, run.output
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, run.output
+
+
+HOSTILE = [
+    # mode, method, path contains, what the line says
+    ("huge-length-close", "GET", "/refs/", "closed before the body was complete"),
+    ("endless-chunks", "GET", "/refs/", "over the 64 KiB cap for a ref"),
+    ("endless-trailers", "GET", "/refs/", "invalid response"),
+    ("nonascii-status", "GET", "/refs/", "invalid response"),
+    ("trickle-headers", "GET", "/refs/", "did not answer in time"),
+    ("trickle-body", "GET", "/manifests/", "did not answer in time"),
+    ("silent", "GET", "/refs/", "did not answer in time"),
+    # the data plane: presigned ranged GETs (the control plane signs in a header)
+    ("trickle-body", "GET", "Signature=", "time limit"),
+    ("silent", "GET", "Signature=", "no answer within"),
+    ("endless-chunks", "GET", "Signature=", "without a Content-Length"),
+    ("huge-length-close", "GET", "Signature=", ""),
+]
+
+
+@pytest.mark.parametrize(
+    "mode,method,contains,says", HOSTILE, ids=[f"{m}-{c.strip('/=')}" for m, _, c, _ in HOSTILE]
+)
+def test_a_hostile_answer_is_one_line_exit_3_in_bounded_memory(
+    moto, saved, tmp_path, mode, method, contains, says
+):
+    bucket, _ = saved
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule(mode, method, contains)
+        run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
+    assert hostile.rule.fired, hostile.seen
+    _one_line_exit_3(run)
+    assert says in run.output, run.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
+
+
+def test_an_endless_http10_answer_to_the_usage_record_is_a_warning(moto, saved, tmp_path):
+    bucket, src = saved
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("http10-endless", "PUT", "/uses/")
+        run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
+    assert hostile.rule.fired
+    assert run.code == 0, run.output
+    assert "over 1 MiB" in run.output and "Traceback" not in run.output
+    assert snapshot(tmp_path / "out") == snapshot(src)
+    assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
+
+
+def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto, saved, tmp_path):
+    bucket, _ = saved
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("fresh-token", "GET", "list-type=2")
+        run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
+    assert hostile.rule.fired > 1
+    _one_line_exit_3(run)
+    assert "past 2,000 pages" in run.output or "took over" in run.output, run.output
+    assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
+
+
+def test_interim_100_and_103_answers_are_skipped(moto, saved, tmp_path):
+    bucket, src = saved
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("interim")
+        run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
+    assert hostile.rule.fired >= 3  # the ref, the manifest, the blobs, the usage record
+    assert run.code == 0, run.output
+    assert snapshot(tmp_path / "out") == snapshot(src)
+
+
+@pytest.mark.parametrize("mode", ["ns-no-slash", "ns-none"])
+def test_a_listing_in_another_namespace_is_read(moto, saved, tmp_path, mode):
+    bucket, src = saved
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule(mode, "GET", "list-type=2")
+        run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
+        assert run.code == 0, run.output
+        assert snapshot(tmp_path / "out") == snapshot(src)
+        args = ["cache-weights", "ls", "--store", f"s3://{bucket}/c", "--endpoint-url"]
+        listed = run_measured([*args, hostile.url], _env(tmp_path), REPO)
+    assert listed.code == 0, listed.output
+    assert "k-1" in listed.output
+
+
+# ----- what the server takes: body limits, no multipart ------------------------------------
+
+
+def _save(hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, **extra: str):
+    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", hostile.url]
+    return run_measured([*args, "--key", "big", "--path", str(src)], _env(tmp_path, **extra), REPO)
+
+
+def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_path):
+    bucket, _ = saved
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("too-large", "PUT", "/blobs/", limit=(11 << 19))  # 5.5 MiB
+        refused = _save(hostile, bucket, tmp_path, src)
+        assert hostile.rule.fired
+        _one_line_exit_3(refused)
+        assert "PutObject" in refused.output and "6,291,456 bytes" in refused.output
+        assert "GPUCI_MULTIPART_THRESHOLD" in refused.output
+        # The fix the line names: parts of at most 5 MiB, each under the limit.
+        saved_now = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
+    assert saved_now.code == 0, saved_now.output
+
+
+def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):
+    bucket, _ = saved
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("no-multipart", "POST", "uploads")
+        run = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
+    assert hostile.rule.fired
+    _one_line_exit_3(run)
+    assert "S3 CreateMultipartUpload of" in run.output and "400" in run.output
