@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -122,7 +122,7 @@ class _Range:
 
     def _splice_into(self, pipe: Pipe, limit: int) -> int:
         """Up to ``limit`` body bytes into ``pipe``, in the kernel (see gpuci.cache.splicing)."""
-        return self._step(self._body.splice_into, pipe, limit)  # type: ignore[attr-defined]
+        return self._step(self._body.splice_into, pipe, limit)
 
     def _step(self, read: Callable[..., int], *args: Any) -> int:
         try:
@@ -165,7 +165,7 @@ class S3Store(Store):
         self.pool = Pool(environ, self.limits)
         self._urls: dict[str, str] = {}
         self._urls_lock = threading.Lock()
-        self._client = None
+        self._client: Any = None  # a boto3 S3 client (untyped), made on first use
         self._client_lock = threading.Lock()
         self._presigner = (
             None
@@ -552,7 +552,7 @@ class S3Store(Store):
             return True
         return False
 
-    def _fast_list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def _fast_list(self, prefix: str) -> Generator[ObjectInfo, None, bool]:
         """The listing through the fast path; returns False when boto3 must list instead."""
         assert self._rest is not None
         strip, first = len(self.prefix), True

@@ -131,14 +131,20 @@ def release(guard: _Guard) -> None:
 # ----- connections --------------------------------------------------------------------------
 
 
+# http.client's own line and header-count limits (private names, absent from typeshed): the
+# interim answers and trailers we read ourselves get the same bounds as the headers it reads.
+_MAXLINE: int = http.client._MAXLINE  # type: ignore[attr-defined]  # private, not in typeshed
+_MAXHEADERS: int = http.client._MAXHEADERS  # type: ignore[attr-defined]  # private, not in typeshed
+
+
 def _skip_header_block(fp, what: str) -> None:
-    for _ in range(http.client._MAXHEADERS + 1):
-        line = fp.readline(http.client._MAXLINE + 1)
-        if len(line) > http.client._MAXLINE:
+    for _ in range(_MAXHEADERS + 1):
+        line = fp.readline(_MAXLINE + 1)
+        if len(line) > _MAXLINE:
             raise http.client.LineTooLong(what)
         if line in (b"\r\n", b"\n", b""):
             return
-    raise http.client.HTTPException(f"more than {http.client._MAXHEADERS} {what} lines")
+    raise http.client.HTTPException(f"more than {_MAXHEADERS} {what} lines")
 
 
 class BadHeader(http.client.HTTPException):
@@ -158,9 +164,10 @@ class _Response(http.client.HTTPResponse):
                 f"the server sent Content-Length {raw.strip()[:40]!r}, not a byte count"
             )
 
-    def _read_status(self):  # type: ignore[no-untyped-def]
+    def _read_status(self) -> tuple[str, int, str]:
         for _ in range(_MAX_INTERIM):
-            version, status, reason = super()._read_status()
+            # private in http.client, absent from typeshed: the one hook for interim answers
+            version, status, reason = super()._read_status()  # type: ignore[misc]
             if not 100 <= status < 200 or status == 101:
                 return version, status, reason
             _skip_header_block(self.fp, "interim header")
@@ -168,8 +175,8 @@ class _Response(http.client.HTTPResponse):
 
     def _read_and_discard_trailer(self) -> None:
         for _ in range(_MAX_TRAILERS):
-            line = self.fp.readline(http.client._MAXLINE + 1)
-            if len(line) > http.client._MAXLINE:
+            line = self.fp.readline(_MAXLINE + 1)
+            if len(line) > _MAXLINE:
                 raise http.client.LineTooLong("trailer line")
             if line in (b"\r\n", b"\n", b""):
                 return
@@ -193,13 +200,14 @@ class Connection(http.client.HTTPConnection):
 
     def __init__(self, host: str, port: int | None, timeout: float, plain: bool = True) -> None:
         super().__init__(host, port, timeout=timeout)
+        self.io_timeout = timeout  # self.timeout is typed float | None; this one is set
         self.plain = plain  # MSG_WAITALL and splice apply (no TLS layer)
         self.absolute = ""  # "http://host:port" when requests go to a proxy in absolute form
         self.last_sock: socket.socket | None = None  # kept after http.client lets go of it
 
     def connect(self) -> None:
         super().connect()
-        _tune(self.sock, self.timeout)
+        _tune(self.sock, self.io_timeout)
         self.last_sock = self.sock
 
 
@@ -211,12 +219,13 @@ class TLSConnection(http.client.HTTPSConnection):
         self, host: str, port: int | None, timeout: float, context: ssl.SSLContext
     ) -> None:
         super().__init__(host, port, timeout=timeout, context=context)
+        self.io_timeout = timeout  # self.timeout is typed float | None; this one is set
         self.plain = False
         self.last_sock: socket.socket | None = None
 
     def connect(self) -> None:
         super().connect()
-        _tune(self.sock, self.timeout)
+        _tune(self.sock, self.io_timeout)
         self.last_sock = self.sock
 
 
@@ -306,9 +315,9 @@ class Body:
         self.left = length
         self._direct = False  # http.client's buffer is drained: read from the socket
 
-    def _buffered(self, want: int) -> bytes | None:
-        """Up to ``want`` bytes from http.client's buffer (one recv when it is empty); None
-        once it is drained."""
+    def _buffered(self, want: int) -> bytes:
+        """Up to ``want`` bytes from http.client's buffer (one recv when it is empty); once this
+        takes the last of it, later reads go to the socket directly."""
         fp = self.resp.fp
         assert fp is not None
         held = fp.peek(1)
@@ -326,7 +335,7 @@ class Body:
             return 0
         if not self._direct:
             data = self._buffered(want)
-            n = len(data)  # type: ignore[arg-type]
+            n = len(data)
             buffer[:n] = data
         else:
             sock = self.conn.last_sock
@@ -347,8 +356,8 @@ class Body:
             return 0
         if not self._direct:
             data = self._buffered(want)
-            n = os.write(pipe.w, data)  # type: ignore[arg-type]
-            if n < len(data):  # type: ignore[arg-type]
+            n = os.write(pipe.w, data)
+            if n < len(data):
                 raise OSError("the pipe took part of the buffered body")
         else:
             n = os.splice(

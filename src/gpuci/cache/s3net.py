@@ -104,7 +104,10 @@ def route_for(url: str, environ: Mapping[str, str]) -> Route:
     import urllib.request  # only when a proxy is configured
 
     try:
-        if urllib.request.proxy_bypass_environment(parts.netloc, proxies):
+        # undocumented but long-standing; absent from typeshed. It judges no_proxy against the
+        # proxies given here (proxy_bypass would read the environment, or macOS/Windows settings).
+        bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+        if bypass(parts.netloc, proxies):
             return Route()
     except (TypeError, OSError):
         pass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -222,7 +222,7 @@ class Ranged:
     def _splice_into(self, pipe: Pipe, limit: int) -> int:
         return self._step(self._body.splice_into, pipe, limit)
 
-    def _step(self, read, *args) -> int:  # type: ignore[no-untyped-def]
+    def _step(self, read: Callable[..., int], *args: object) -> int:
         try:
             n = read(*args)
         except OSError as exc:

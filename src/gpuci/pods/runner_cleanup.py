@@ -104,9 +104,9 @@ def _clean_one(
                 _said(out.deleted, rt, tgt, runner.name, runner.runner_id, "its pod is gone")
     if terminate is None:
         return
-    by_id = {str(p["id"]): p for p in alive}
+    pods_by_id = {str(p["id"]): p for p in alive}
     for pod_id in swept.runnerless_pods:
-        name = (runners.scope_of(by_id[pod_id]) or ("", "", "?", None))[2]
+        name = (runners.scope_of(pods_by_id[pod_id]) or ("", "", "?", None))[2]
         outcome = terminate(pod_id)
         out.terminated.append(
             {"pod": pod_id, "runner": name, "platform": tgt.platform, "why": "runner gone"}

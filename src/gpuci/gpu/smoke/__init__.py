@@ -277,8 +277,9 @@ def _run(
             if name == "context" and load_broken:
                 continue
             why = load_skip or f"no CUDA context ({framework} cannot use the GPU)"
-            for index in watched if name != "nccl" else [None]:
-                record(Outcome(name, index, "skip", why))
+            where: list[int | None] = [None] if name == "nccl" else list(watched)
+            for gpu in where:
+                record(Outcome(name, gpu, "skip", why))
         if "dcgm" in checks:
             level = int(values["dcgm-level"])
             record(

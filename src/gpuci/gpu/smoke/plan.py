@@ -8,13 +8,14 @@ past the budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from gpuci.gpu.gpu_info import GpuInfo, Snapshot
 from gpuci.gpu.smoke import dcgm, load
 from gpuci.gpu.smoke.backends import Backend, installed
-from gpuci.gpu.smoke.checks import LOAD_CHECKS, Planned
+from gpuci.gpu.smoke.checks import LOAD_CHECKS, CheckFn, Planned
 from gpuci.gpu.smoke.load import Rates, Sizes, Target
 from gpuci.gpu.smoke.models import minimums
 from gpuci.gpu.smoke.report import SCHEMA
@@ -38,7 +39,7 @@ HEALTH_READS = {
 
 # ----- planning --------------------------------------------------------------------------
 def params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
-    return {
+    table: dict[str, dict[str, Any]] = {
         "health": {"when": "before, under load, after", **HEALTH_READS},
         "context": {"tiny_kernel": "sum 0..65535"},
         "gemm": {"n": sizes.gemm_n, "dtype": "float16", "repeats": sizes.gemm_repeats},
@@ -51,7 +52,8 @@ def params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
         },
         "nccl": {"elements": sizes.nccl_elements, "timeout_s": sizes.nccl_timeout_s},
         "dcgm": {"level": values.get("dcgm-level"), "command": "dcgmi diag -r N -j"},
-    }[name]
+    }
+    return table[name]
 
 
 def dry_run(
@@ -64,7 +66,7 @@ def dry_run(
 ) -> Result:
     """Which checks would run, on which GPUs, with which parameters and minimums; runs none."""
     gpus = list(snapshot.gpus) if snapshot else []
-    plan = []
+    plan: list[dict[str, Any]] = []
     for name in checks:
         why = None
         if name in LOAD_CHECKS and framework == "none":
@@ -164,7 +166,8 @@ def _unit(value: Any, unit: str) -> str:
 def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[str, float]:
     """Seconds each check would take on these GPUs, from the model table (all GPUs together)."""
     totals: dict[str, float] = {"health": 0.3}
-    for g in gpus or [None]:
+    each: list[GpuInfo | None] = list(gpus) or [None]  # no GPU: one of an unknown model
+    for g in each:
         name = g.name if g else None
         t = Target(0, None, name or "unknown", minimums(name), Rates.for_name(name))
         free = (g.memory_free or 0) if g else 0
@@ -196,7 +199,7 @@ def plan_load(
 ) -> list[Planned]:
     fraction = float(values["memory-fraction"])
     plan: list[Planned] = []
-    per_gpu = {
+    per_gpu: dict[str, tuple[Callable[[Target], float], Callable[[Target], CheckFn]]] = {
         "context": (
             lambda t: sizes.context_estimate_s,
             lambda t: partial(load.context, backend, t),
