@@ -32,6 +32,7 @@ from gpuci.cache.s3pool import Pool, Ranged
 from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable, http_time
 from gpuci.cache.store import ObjectInfo, RangeReader, Store, TransientError
 from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
+from gpuci.retry import aws_max_attempts
 
 if TYPE_CHECKING:
     from gpuci.cache.splicing import Pipe
@@ -77,11 +78,7 @@ _CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
 def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     """botocore's own knobs (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS), with sturdier defaults."""
     mode = environ.get("AWS_RETRY_MODE", "").strip() or "standard"
-    try:
-        attempts = max(1, int(environ.get("AWS_MAX_ATTEMPTS", "").strip() or "8"))
-    except ValueError:
-        attempts = 8
-    return mode, attempts
+    return mode, aws_max_attempts(environ)
 
 
 def _bce() -> Any:

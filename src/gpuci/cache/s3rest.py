@@ -13,7 +13,6 @@ answers mean (a missing key, a missing bucket, refused credentials) is decided b
 from __future__ import annotations
 
 import datetime
-import random
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -23,6 +22,7 @@ from urllib.parse import unquote_plus
 from gpuci.cache.s3http import CONTROL_CAP, BadResponse
 from gpuci.cache.s3pool import Pool
 from gpuci.cache.sigv4 import Presigner
+from gpuci.retry import botocore_delay
 
 # Answers botocore's standard retry mode retries (transient and throttling errors).
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -137,7 +137,7 @@ class RestClient:
             else:
                 if not _transient(reply) or attempt == self.attempts:
                     return reply
-            pause = random.random() * min(20.0, 2.0 ** (attempt - 1))
+            pause = botocore_delay(attempt)
             self._sleep(max(0.0, min(pause, until - time.monotonic())))
         raise AssertionError("unreachable")  # the loop always returns or raises
 
