@@ -266,3 +266,17 @@ def test_bench_write_path_small(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("copy-4M", "copy-256K", "splice-pread", "splice-mmap"):
         assert f"| {name} |" in proc.stdout
+
+
+def test_bench_startup_small(tmp_path):
+    # The tier-hit start-up benchmark runs end to end on a file store; its times are printed
+    # only (tests/cache/test_startup.py checks what such a restore imports).
+    out = tmp_path / "startup.json"
+    proc = run_script(
+        [sys.executable, "scripts/bench_startup.py", "--runs", "1", "--json", str(out)],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tier-hit restore, file store: median wall" in proc.stdout
+    (row,) = json.loads(out.read_text())
+    assert row["store"] == "file" and row["wall_ms"] > 0 and row["cpu_ms"] > 0
