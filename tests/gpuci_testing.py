@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +28,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "") -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds (a hang guard, sized
+    many times what a quiet machine needs, so a busy one still passes)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what or condition}")
+        time.sleep(0.01)
 
 
 def run_cli(

@@ -55,10 +55,14 @@ def test_bench_fetch_small(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     figures = json.loads(out.read_text())
     assert "| gpuci (API) |" in proc.stdout and "vs curl" in proc.stdout
-    for at in ("50%", "90%"):
-        ours = figures["drops"][f"gpuci (API) @ {at}"]
+    size = figures["size_bytes"]
+    for pct in (50, 90):
+        ours = figures["drops"][f"gpuci (API) @ {pct}%"]
         assert ours["complete"] is True
-        assert ours["served_bytes"] == figures["size_bytes"]  # resumed: not one byte twice
+        # Resumed, not started over (that would serve size + the dropped share). Not "exactly
+        # size": when the segmenter cuts a connection's range short, bytes the server already
+        # wrote into its socket are lost, more of them the busier the machine.
+        assert size <= ours["served_bytes"] < size + size * pct // 100
 
 
 S3RVER = REPO / ".bench" / "node" / "node_modules" / ".bin" / "s3rver"
@@ -266,3 +270,17 @@ def test_bench_write_path_small(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("copy-4M", "copy-256K", "splice-pread", "splice-mmap"):
         assert f"| {name} |" in proc.stdout
+
+
+def test_bench_startup_small(tmp_path):
+    # The tier-hit start-up benchmark runs end to end on a file store; its times are printed
+    # only (tests/cache/test_startup.py checks what such a restore imports).
+    out = tmp_path / "startup.json"
+    proc = run_script(
+        [sys.executable, "scripts/bench_startup.py", "--runs", "1", "--json", str(out)],
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tier-hit restore, file store: median wall" in proc.stdout
+    (row,) = json.loads(out.read_text())
+    assert row["store"] == "file" and row["wall_ms"] > 0 and row["cpu_ms"] > 0

@@ -25,7 +25,12 @@ from pods.fake_runpod import FakeRunPod
 from training.fakegitlab import FakeGitLab
 
 BINARY, WHY_NOT = gitlab_ci_local()
-pytestmark = pytest.mark.skipif(BINARY is None, reason=WHY_NOT)
+pytestmark = [
+    pytest.mark.skipif(BINARY is None, reason=WHY_NOT),
+    # A hang guard, not a budget: a pipeline builds venvs with pip, 1-5 minutes on a busy
+    # 2-core machine (300 s, the suite's default, cut one short there).
+    pytest.mark.timeout(900),
+]
 TEMPLATES = REPO / "examples" / "gitlab"
 GL_RUNNERS = "/gitlab/api/v4/user/runners"
 
@@ -67,7 +72,7 @@ def pipeline(
         env=client_env(tmp / "home"),
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=800,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     return done

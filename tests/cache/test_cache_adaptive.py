@@ -8,19 +8,16 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
+from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot
 
-from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout, transfer
 from gpuci.cache.transfer import WorkPool, lane_chunk
-
-
-def _flags(store: StoreCase, key: str, *paths: Path, **extra: str) -> dict[str, str]:
-    return {**store.flags(), "key": key, "path": "\n".join(map(str, paths)), **extra}
+from gpuci_testing import wait_until
 
 
 def _adaptive(env: dict[str, str]) -> dict[str, str]:
@@ -146,17 +143,19 @@ def test_the_pool_starts_threads_only_as_the_limit_allows():
     def task(_lane) -> None:
         with lock:
             seen.append(control.active)
-        release.wait(5)
+        release.wait(60)  # a hang guard: the test releases them
 
     for _ in range(10):
         pool.submit(task)
     runner = threading.Thread(target=pool.run)
     runner.start()
-    time.sleep(0.4)
+    wait_until(lambda: len(seen) == 2, what="two tasks running")
+    time.sleep(0.2)  # room for a third thread to start if the pool ignored the limit
     assert pool.threads == 2 and max(seen) == 2  # 10 tasks queued, the limit says 2
     with control._cond:  # the controller decided to grow (as record() would)
         control.limit = 5
-    time.sleep(0.4)
+    wait_until(lambda: len(seen) == 5, what="five tasks running")
+    time.sleep(0.2)
     assert pool.threads == 5 and max(seen) == 5
     release.set()
     runner.join(10)

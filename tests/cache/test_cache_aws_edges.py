@@ -8,9 +8,9 @@ import socket
 import subprocess
 from pathlib import Path
 
+from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_case, seaweedfs
 from treeutil import make_tree, snapshot
 
-from conftest import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_case, seaweedfs
 from gpuci_testing import clean_env, run_cli
 
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from cache_testing import REPO_ROOT
 
-from conftest import REPO_ROOT
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.packs import plan_runs

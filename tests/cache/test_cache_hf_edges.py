@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cache_testing import cache_cmd
+from cache_testing import store_flags as _flags
 from test_cache_populate_hf import COMMIT_MAIN, COMMIT_OLD, _hub, _scan
-
-from conftest import cache_cmd
 
 HF_A = {"layout": "hf", "hf-repo": "org/tiny"}
 HF_B = {"layout": "hf", "hf-repo": "org/requested"}
-
-
-def _flags(store, key: str, hub: Path, **extra: str) -> dict[str, str]:
-    return {**store.flags(), "key": key, "path": str(hub), **extra}
 
 
 def test_a_restore_keys_match_saved_for_another_repo_is_a_miss(store, env, tmp_path):

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cache_testing import cache_cmd
 
-from conftest import cache_cmd
 from gpuci_testing import clean_env
 
 REPO_ID = "org/tiny-bert"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from cache_testing import cache_cmd, s3_client
 from treeutil import snapshot
 
-from conftest import cache_cmd, s3_client
 from gpuci.cache import layout
 
 

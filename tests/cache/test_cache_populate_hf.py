@@ -7,16 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from cache_testing import cache_cmd
+from cache_testing import store_flags as _flags
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
-
-from conftest import cache_cmd
 
 COMMIT_MAIN = "a" * 40
 COMMIT_OLD = "b" * 40
-
-
-def _flags(store, key: str, *paths: Path, **extra: str) -> dict[str, str]:
-    return {**store.flags(), "key": key, "path": "\n".join(str(p) for p in paths), **extra}
 
 
 # ----- populate ------------------------------------------------------------------------------

@@ -7,9 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
+from cache_testing import cache_cmd, next_store_second
+from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
-from conftest import cache_cmd
 from gpuci.cache import layout, refs
 from gpuci.cache import save as save_mod
 from gpuci.cache.stores import open_store
@@ -21,10 +22,6 @@ def _tree(root: Path, tag: int, shared: bytes) -> Path:
     (root / "shared.bin").write_bytes(shared)
     (root / "config.json").write_text(f'{{"tag": {tag}}}')
     return root
-
-
-def _flags(store, key: str, *paths: Path, **extra: str) -> dict[str, str]:
-    return {**store.flags(), "key": key, "path": "\n".join(str(p) for p in paths), **extra}
 
 
 def _prune(store, env, dry_run: bool = False, **extra: str):
@@ -41,7 +38,7 @@ def test_prune_drops_stale_keys_then_what_only_they_reached(store, env, tmp_path
     for n, key in enumerate(["model-a-1", "model-a-2", "model-b-1"]):
         trees[key] = _tree(tmp_path / key, n, shared)
         assert cache_cmd("save", _flags(store, key, trees[key]), env)[0].ok
-        time.sleep(1.05 if store.kind == "s3" else 0.01)  # S3 times have 1 s resolution
+        next_store_second(store)  # S3 times have 1 s resolution
     before = store.object_keys()
     plan, _ = _prune(store, env, dry_run=True, **{"older-than": "0s", "keep": "1", "grace": "0s"})
     assert plan.ok, plan.headline
@@ -129,7 +126,7 @@ def test_touch_makes_an_s3_object_young(s3_store, env):
     s3 = open_store(s3_store.url, endpoint_url=s3_store.endpoint, environ=env)
     s3.put("blobs/sha256/ab/x", b"payload")
     first = s3.head("blobs/sha256/ab/x")
-    time.sleep(1.1)
+    next_store_second()
     s3.touch("blobs/sha256/ab/x")
     after = s3.head("blobs/sha256/ab/x")
     assert first and after and after.modified > first.modified

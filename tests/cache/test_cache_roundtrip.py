@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
+from cache_testing import cache_cmd, next_store_second
 from treeutil import make_tree, snapshot
 
-from conftest import cache_cmd
 from gpuci.cache import layout
 from gpuci.errors import ExitCode
 
@@ -113,7 +112,7 @@ def test_restore_keys_pick_newest_prefix_match_and_hit_is_exact_only(store, env,
         trees[key] = make_tree(tmp_path / key, seed=n, big=10, small=2)
         assert _save(store, env, key, trees[key])[0].ok
         if key == "model-a-1":
-            time.sleep(1.05)  # S3 LastModified has one-second resolution
+            next_store_second(store)  # S3 LastModified has one-second resolution
     out = tmp_path / "out1"
     got, _ = _restore(store, env, "model-a-9", out, **{"restore-keys": "nope-\nmodel-a-"})
     assert got.ok, got.headline

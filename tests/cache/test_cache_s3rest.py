@@ -5,15 +5,15 @@ gigabyte held in memory or a key from outside the store's prefix."""
 from __future__ import annotations
 
 import os
-import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
+from cache_testing import CREDS
 
-from conftest import CREDS
 from gpuci.cache.s3 import S3Store
 from gpuci.cache.s3rest import MAX_LISTING_PAGE, BadAnswer, parse_listing
 from gpuci.errors import StoreError
+from gpuci_testing import wait_until
 from loopback_http import LoopbackHTTPServer
 
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
@@ -123,9 +123,12 @@ def test_listing_keys_are_url_decoded_as_botocore_decodes_them():
 
 class _ClosingHead(BaseHTTPRequestHandler):
     """Says ``Connection: close`` after a HEAD, then holds its end open (as Werkzeug, moto's
-    server, does): a client that reuses the connection waits for an answer that never comes."""
+    server, does): a client that reuses the connection waits for an answer that never comes.
+    It records what the client did with that connection next: closed it (``b""``) or sent
+    another request on it."""
 
     protocol_version = "HTTP/1.1"
+    after_head: list[bytes] = []
 
     def log_message(self, *args) -> None:
         pass
@@ -136,7 +139,8 @@ class _ClosingHead(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.flush()
-        time.sleep(5)
+        self.connection.settimeout(60)  # a client that neither closes nor reuses: a hang guard
+        type(self).after_head.append(self.connection.recv(1))
 
     def do_PUT(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -147,12 +151,13 @@ class _ClosingHead(BaseHTTPRequestHandler):
 
 
 def test_a_connection_the_server_closes_after_a_head_is_not_reused():
+    _ClosingHead.after_head.clear()
     with LoopbackHTTPServer(_ClosingHead) as server:
         store = _store(server.port)
         assert store.head("pins/x.json") is None
-        start = time.monotonic()
         assert store.put("pins/x.json", b"{}") == '"put"'
-        assert time.monotonic() - start < 2
+        wait_until(lambda: _ClosingHead.after_head, 60, "the client closed the HEAD's connection")
+        assert _ClosingHead.after_head == [b""]  # closed, and the PUT went on a new connection
 
 
 class _NoLength(BaseHTTPRequestHandler):

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cache_testing import REPO_ROOT, cache_cmd
 from treeutil import leftovers, make_tree, snapshot
 
-from conftest import REPO_ROOT, cache_cmd
 from gpuci_testing import clean_env
 
 

@@ -10,16 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from cache_testing import CREDS, REPO_ROOT, cache_cmd
+from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot
 
-from conftest import CREDS, REPO_ROOT, cache_cmd
 from gpuci.cache import layout
 from gpuci.cache.tier import FROZEN_MTIME, LocalTier, parse_size
 from gpuci.errors import InputError
-
-
-def _flags(store, key: str, *paths: Path, **extra: str) -> dict[str, str]:
-    return {**store.flags(), "key": key, "path": "\n".join(str(p) for p in paths), **extra}
 
 
 def _content(root: Path) -> dict[str, tuple]:

@@ -12,7 +12,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import REPO_ROOT, SUBCOMMANDS, cache_cmd
+from cache_testing import REPO_ROOT, SUBCOMMANDS, cache_cmd
+from cache_testing import store_flags as _flags
+
 from gpuci.cli import run_command
 from gpuci.runtime import Runtime
 
@@ -22,10 +24,6 @@ def _tree(root: Path, big: int = 40_000) -> Path:
     (root / "config.json").write_text('{"a": 1}\n')
     (root / "weights.bin").write_bytes(bytes(range(256)) * (big // 256))
     return root
-
-
-def _flags(store: str, key: str, path: Path, **extra: str) -> dict[str, str]:
-    return {"store": store, "key": key, "path": str(path), **extra}
 
 
 def test_a_warm_restore_reports_the_same_bytes_in_outputs_and_report(env, tmp_path):

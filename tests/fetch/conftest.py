@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import tenacity
 from fetch_server import DATA, FaultyServer
 
 from gpuci.fetch import FetchPolicy
@@ -21,3 +22,19 @@ def server() -> Iterator[FaultyServer]:
 def policy() -> FetchPolicy:
     """Tiny waits so retries cost milliseconds; a short read timeout so stalls end fast."""
     return FetchPolicy(attempts=4, timeout=0.5, deadline=20, max_wait=0.05, initial_wait=0.01)
+
+
+@pytest.fixture
+def waits(monkeypatch) -> list[float]:
+    """Every wait the retry policy chose, in order: what a test of Retry-After or backoff
+    checks, instead of timing the download on a machine that may be busy."""
+    chosen: list[float] = []
+    original = FetchPolicy.wait_seconds
+
+    def recording(self: FetchPolicy, retry_state: tenacity.RetryCallState) -> float:
+        seconds = original(self, retry_state)
+        chosen.append(seconds)
+        return seconds
+
+    monkeypatch.setattr(FetchPolicy, "wait_seconds", recording)
+    return chosen

@@ -14,7 +14,7 @@ from gpuci.commands import pods as spec
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
-from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
+from moto_s3 import FAKE_S3_CREDENTIALS
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
 
@@ -43,6 +43,19 @@ def clock() -> FakeClock:
 @pytest.fixture
 def fake(clock: FakeClock) -> Iterator[FakeRunPod]:
     server = FakeRunPod(clock=clock.now).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live(request) -> Iterator[FakeRunPod]:
+    """A fake RunPod on the real clock, for runs in a subprocess (the CLI, a pod's container).
+
+    Its pods need one poll to be RUNNING; a module that wants them RUNNING at once sets
+    ``LIVE_STEPS_TO_RUNNING = 0``.
+    """
+    steps = getattr(request.module, "LIVE_STEPS_TO_RUNNING", 1)
+    server = FakeRunPod(steps_to_running=steps).start()
     yield server
     server.stop()
 
@@ -93,13 +106,6 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
         return Run(result, out.getvalue(), err.getvalue())
 
     return _run
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """A real moto S3 server on 127.0.0.1 (as tests/cache uses) for the shared ledger."""
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(params=["file", "s3"])

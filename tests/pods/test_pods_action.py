@@ -5,19 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actions"))
 from action_env import run_gpuci_action
-
-
-@pytest.fixture
-def live():
-    server = FakeRunPod(steps_to_running=1).start()
-    yield server
-    server.stop()
 
 
 def _job(live: FakeRunPod, tmp_path: Path) -> dict[str, str]:

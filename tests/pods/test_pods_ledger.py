@@ -39,15 +39,6 @@ def _runner(fake, home: Path, shared: dict[str, str], actor: str, run_id: str) -
     )
 
 
-@pytest.fixture
-def live():
-    from fake_runpod import FakeRunPod
-
-    server = FakeRunPod(steps_to_running=1).start()
-    yield server
-    server.stop()
-
-
 def test_spend_of_a_pod_ended_on_runner_a_is_attributed_on_runner_b(live, tmp_path, shared_ledger):
     a = _runner(live, tmp_path / "a", shared_ledger, "alice", "101")
     up = run_cli(

@@ -51,11 +51,7 @@ exit 0
 """
 
 
-@pytest.fixture
-def live():
-    server = FakeRunPod(steps_to_running=0).start()
-    yield server
-    server.stop()
+LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
 
 
 def _executable(path: Path, text: str) -> Path:
@@ -139,7 +135,7 @@ def test_github_idle_runner_is_stopped_and_the_pod_terminates(live, tmp_path):
     )
     assert "no job within 2s: stopping the runner" in out, out + err
     assert _terminated_itself(live, pod_id)
-    assert 2 <= took < 15  # not the runner's 60 s
+    assert took >= 2  # not before the idle time; the runner's own 60 s outlast _boot's wait
 
 
 def test_github_job_seen_by_the_worker_log_is_not_cut_by_the_idle_timeout(live, tmp_path):

@@ -20,15 +20,6 @@ def _cli(fake, tmp_path, *args: str, key: str | None = None, **extra: str):
     return run_cli("pods", *args, env=env, timeout=60)
 
 
-@pytest.fixture
-def live():
-    from fake_runpod import FakeRunPod
-
-    server = FakeRunPod(steps_to_running=1).start()
-    yield server
-    server.stop()
-
-
 @pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "terminal"])
 def test_a_refused_key_echoed_back_is_still_masked(live, tmp_path, mode):
     wrong = "rpa_WRONGKEY0123456789abcdef"

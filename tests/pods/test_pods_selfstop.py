@@ -15,12 +15,7 @@ from pod_container import run_container
 from gpuci.pods import plan
 from gpuci.pods.naming import new_tag
 
-
-@pytest.fixture
-def live():
-    server = FakeRunPod(steps_to_running=0).start()
-    yield server
-    server.stop()
+LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
 
 
 def _pod(fake: FakeRunPod, expires_in: float) -> tuple[str, dict[str, str], str]:

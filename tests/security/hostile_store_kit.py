@@ -1,16 +1,15 @@
 """What a hostile cache writer does, as test helpers: plant manifests, refs and objects in a
 store behind gpu-ci's back, then run the CLI's commands against it.
 
-The store fixtures (a file store and a moto S3 store on 127.0.0.1, side by side) are the cache
-tests' own, loaded from ``tests/cache/conftest.py`` under a private name: this folder has no
-conftest of its own, and ``import conftest`` would pick whichever one pytest loaded last.
-A test module re-exports the fixtures it uses (``from hostile_store_kit import store, env``).
+The store fixtures (a file store and S3 stores on 127.0.0.1, side by side) are the cache
+tests' own, from tests/cache/cache_fixtures.py; this folder has no conftest of its own, so a
+test module re-exports the fixtures it uses (``from hostile_store_kit import store, env``).
+``moto_endpoint`` comes from tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -18,30 +17,18 @@ from typing import Any
 
 _CACHE_TESTS = Path(__file__).resolve().parents[1] / "cache"
 if str(_CACHE_TESTS) not in sys.path:
-    sys.path.insert(0, str(_CACHE_TESTS))  # faultproxy and treeutil live there
+    sys.path.insert(0, str(_CACHE_TESTS))  # the cache tests' helper modules live there
 
-
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_fixtures = _load("hostile_store_cache_conftest", _CACHE_TESTS / "conftest.py")
-aws_env = _fixtures.aws_env
-moto_endpoint = _fixtures.moto_endpoint
-store = _fixtures.store
-env = _fixtures.env
-proxy = _fixtures.proxy
-cache_cmd = _fixtures.cache_cmd
-new_bucket = _fixtures.new_bucket
-StoreCase = _fixtures.StoreCase
-CREDS = _fixtures.CREDS
-
-from treeutil import leftovers, snapshot  # noqa: E402  (needs the path above)
+from cache_fixtures import aws_env, env, proxy, store  # noqa: E402  (needs the path above)
+from cache_testing import (  # noqa: E402
+    CREDS,
+    StoreCase,
+    cache_cmd,
+    new_bucket,
+    next_store_second,
+    record_retries,
+)
+from treeutil import leftovers, snapshot  # noqa: E402
 
 __all__ = [
     "CREDS",
@@ -50,10 +37,11 @@ __all__ = [
     "cache_cmd",
     "env",
     "leftovers",
-    "moto_endpoint",
     "new_bucket",
+    "next_store_second",
     "plant",
     "proxy",
+    "record_retries",
     "snapshot",
     "store",
 ]

