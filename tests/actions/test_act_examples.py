@@ -345,6 +345,8 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
                 "dry-run",
                 str(project / workflow),
                 "--json",
+                "--event",
+                "workflow_dispatch",  # as act runs it below: the fork check is then decided
                 env=clean_env(HOME=str(tmp_path / "dry-home"), **env),
             )
             assert planned.returncode == 0, planned.stdout + planned.stderr

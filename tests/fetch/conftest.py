@@ -9,6 +9,7 @@ import tenacity
 from fetch_server import DATA, FaultyServer
 
 from gpuci.fetch import FetchPolicy
+from gpuci.retry import RetryPolicy
 
 
 @pytest.fixture
@@ -29,12 +30,12 @@ def waits(monkeypatch) -> list[float]:
     """Every wait the retry policy chose, in order: what a test of Retry-After or backoff
     checks, instead of timing the download on a machine that may be busy."""
     chosen: list[float] = []
-    original = FetchPolicy.wait_seconds
+    original = RetryPolicy.wait  # FetchPolicy.retry is one of these (gpuci.retry)
 
-    def recording(self: FetchPolicy, retry_state: tenacity.RetryCallState) -> float:
+    def recording(self: RetryPolicy, retry_state: tenacity.RetryCallState) -> float:
         seconds = original(self, retry_state)
         chosen.append(seconds)
         return seconds
 
-    monkeypatch.setattr(FetchPolicy, "wait_seconds", recording)
+    monkeypatch.setattr(RetryPolicy, "wait", recording)
     return chosen

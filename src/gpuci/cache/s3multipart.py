@@ -11,12 +11,21 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from gpuci.errors import InputError, StoreError
 
-if TYPE_CHECKING:
-    from gpuci.cache.s3 import S3Store
+
+class S3Caller(Protocol):
+    """What a multipart upload needs of its store (:class:`gpuci.cache.s3.S3Store`): named
+    here, so this module does not import the store that imports it."""
+
+    prefix: str
+
+    @property
+    def client(self) -> Any: ...
+
+    def _call(self, op: str, key: str, fn: Callable[..., Any], **kwargs: Any) -> Any: ...
 
 
 class _FileSlice:
@@ -71,7 +80,7 @@ class _FileSlice:
 class Multipart:
     """One S3 multipart upload (CreateMultipartUpload done); parts may be sent from any thread."""
 
-    def __init__(self, store: S3Store, key: str, upload_id: str) -> None:
+    def __init__(self, store: S3Caller, key: str, upload_id: str) -> None:
         self._store, self._key, self._id = store, key, upload_id
         self._etags: dict[int, str] = {}
         self._lock = threading.Lock()
