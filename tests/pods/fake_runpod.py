@@ -6,6 +6,12 @@ cross-field rules the handler enforces answer 400. Pods move PROVISIONING -> STA
 RUNNING one step per ``getPod``; actions follow the spec's transition table (409 otherwise);
 billing accrues ``cost`` per RUNNING second on an injectable clock. Faults are scripted per
 route: 429 with ``Retry-After``, 5xx, capacity (400), no access (403), low balance (402).
+
+Beyond the schema: at most 50 env variables per pod (RunPod's docs, "Environment variables":
+"You can configure up to 50 environment variables per Pod"; no value-length limit is published,
+so none is enforced). Pod billing answers as ``listPodBilling`` describes: one record per pod
+per bucket (``bucketSize``, default ``day``) over the window snapped out to bucket boundaries,
+``lastN`` or ``startTime``/``endTime`` but not both, and no query parameter the spec lacks.
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ import re
 import secrets
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -99,8 +107,47 @@ TRANSITIONS = {
 }
 
 
+MAX_ENV_VARS = 50
+BILLING_PARAMS = {"startTime", "endTime", "bucketSize", "lastN", "podId"}
+
+
 def iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def parse_iso(text: str) -> float | None:
+    """RFC 3339 (what the spec's ``date-time`` means) to epoch seconds; None if it is not."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo is not None and "T" in text else None
+
+
+def bucket_floor(ts: float, size: str) -> float:
+    """The start of the UTC ``size`` bucket holding ``ts`` (weeks start on Monday)."""
+    d = datetime.fromtimestamp(ts, timezone.utc)
+    if size == "hour":
+        d = d.replace(minute=0, second=0, microsecond=0)
+    else:
+        d = d.replace(hour=0, minute=0, second=0, microsecond=0)
+        if size == "week":
+            d -= timedelta(days=d.weekday())
+        elif size == "month":
+            d = d.replace(day=1)
+        elif size == "year":
+            d = d.replace(month=1, day=1)
+    return d.timestamp()
+
+
+def bucket_next(start: float, size: str) -> float:
+    d = datetime.fromtimestamp(start, timezone.utc)
+    if size in ("hour", "day", "week"):
+        return start + {"hour": 3600, "day": 86400, "week": 7 * 86400}[size]
+    if size == "month":
+        y, m = (d.year + 1, 1) if d.month == 12 else (d.year, d.month + 1)
+        return d.replace(year=y, month=m).timestamp()
+    return d.replace(year=d.year + 1).timestamp()
 
 
 @dataclass
@@ -128,7 +175,9 @@ class FakeRunPod:
 
     def __post_init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
-        self.billed: dict[str, float] = {}  # podId -> USD accrued (survives termination)
+        # podId -> (from, to, USD/h) spans billed so far (they survive termination); a test
+        # may add its own with ``charge``
+        self.spans: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
         self.running_since: dict[str, float] = {}
         self.requests: list[Recorded] = []
         self.faults: dict[str, list[tuple[int, dict[str, str]]]] = {}
@@ -197,11 +246,30 @@ class FakeRunPod:
         ]
 
     # ----- model -------------------------------------------------------------------------
+    def charge(self, pod_id: str, start: float, end: float, usd_per_hr: float) -> None:
+        """Bill ``pod_id`` for [start, end) at ``usd_per_hr`` (a pod the test made up)."""
+        with self.lock:
+            self.spans[pod_id].append((start, end, usd_per_hr))
+
     def _accrue(self, pod_id: str, now: float) -> None:
         since = self.running_since.pop(pod_id, None)
         if since is not None:
-            rate = self.pods[pod_id]["cost"]
-            self.billed[pod_id] = self.billed.get(pod_id, 0.0) + rate * (now - since) / 3600
+            self.spans[pod_id].append((since, now, self.pods[pod_id]["cost"]))
+
+    def _spans(self, pod_id: str) -> list[tuple[float, float, float]]:
+        out = list(self.spans.get(pod_id, ()))
+        since = self.running_since.get(pod_id)
+        if since is not None and pod_id in self.pods:
+            out.append((since, self.clock(), self.pods[pod_id]["cost"]))
+        return out
+
+    def billed_between(self, pod_id: str, start: float, end: float) -> float:
+        """USD billed to ``pod_id`` for its running time inside [start, end)."""
+        with self.lock:
+            return sum(
+                rate * max(0.0, min(b, end) - max(a, start)) / 3600
+                for a, b, rate in self._spans(pod_id)
+            )
 
     def _set_status(self, pod: dict[str, Any], status: str) -> None:
         now = self.clock()
@@ -249,12 +317,7 @@ class FakeRunPod:
         return out
 
     def billed_now(self, pod_id: str) -> float:
-        with self.lock:
-            total = self.billed.get(pod_id, 0.0)
-            since = self.running_since.get(pod_id)
-            if since is not None and pod_id in self.pods:
-                total += self.pods[pod_id]["cost"] * (self.clock() - since) / 3600
-            return total
+        return self.billed_between(pod_id, float("-inf"), float("inf"))
 
     def self_stop_due(self) -> list[str]:
         """What the in-pod timers would do now: stop RUNNING pods past GPUCI_EXPIRES_EPOCH."""
@@ -360,6 +423,9 @@ class FakeRunPod:
             errors = self._invalid("UpdatePodRequest", rec.body)
             if errors:
                 return 422, {}, self.problem(422, "Request validation failed.", errors)
+            too_many = self._env_refusal(rec.body.get("env"))
+            if too_many:
+                return too_many
             for key in ("name", "env", "image", "args", "disk", "ports"):
                 if key in rec.body:
                     pod[key] = rec.body[key]
@@ -374,6 +440,9 @@ class FakeRunPod:
             return 422, {}, self.problem(422, "Request validation failed.", errors)
         if ("gpu" in body) == ("cpu" in body):
             return 400, {}, self.problem(400, "exactly one of gpu or cpu must be set")
+        too_many = self._env_refusal(body.get("env"))
+        if too_many:
+            return too_many
         if self.balance_low:
             return 402, {}, self.problem(402, "insufficient balance")
         gpu = body["gpu"]["id"]
@@ -425,6 +494,12 @@ class FakeRunPod:
             return 503, {}, self.problem(503, "upstream timeout")
         return 201, {}, self.view(pod)
 
+    def _env_refusal(self, env: Any) -> tuple[int, dict[str, str], Any] | None:
+        if env and len(env) > MAX_ENV_VARS:
+            detail = f"env: at most {MAX_ENV_VARS} environment variables per pod, got {len(env)}"
+            return 400, {}, self.problem(400, detail)
+        return None
+
     def _terminate(self, pod: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
         self._set_status(pod, "TERMINATED")
         self.terminated_at[pod["id"]] = self.clock()
@@ -444,26 +519,76 @@ class FakeRunPod:
         return 200, {}, self.view(pod)
 
     def _billing(self, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
-        start = query.get("startTime", [iso(self.clock() - 30 * 86400)])[0]
-        end = query.get("endTime", [iso(self.clock())])[0]
-        ids = set(self.billed) | set(self.running_since)
-        records = [
-            {
-                "startTime": start,
-                "endTime": end,
-                "podId": pid,
-                "totalAmount": round(self.billed_now(pid), 6),
-                "gpuAmount": round(self.billed_now(pid), 6),
-                "cpuAmount": 0.0,
-                "diskAmount": 0.0,
-            }
-            for pid in sorted(ids)
-        ]
-        total = sum(r["totalAmount"] for r in records)
+        """listPodBilling: per pod per bucket, over the window snapped out to bucket edges."""
+        errors = [f"query.{k}: unexpected parameter" for k in sorted(set(query) - BILLING_PARAMS)]
+        errors += [f"query.{k}: given {len(v)} times" for k, v in query.items() if len(v) > 1]
+        one = {k: v[0] for k, v in query.items()}
+        size = one.get("bucketSize", "day")
+        if size not in ("hour", "day", "week", "month", "year"):
+            errors.append("query.bucketSize: value must be one of hour, day, week, month, year")
+        times: dict[str, float] = {}
+        for key in ("startTime", "endTime"):
+            if key in one:
+                at = parse_iso(one[key])
+                if at is None:
+                    errors.append(f"query.{key}: expected string to be RFC 3339 date-time")
+                else:
+                    times[key] = at
+        last_n = one.get("lastN")
+        if last_n is not None and not (last_n.isdigit() and int(last_n) >= 1):
+            errors.append("query.lastN: expected integer >= 1")
+        if errors:
+            return 422, {}, self.problem(422, "Request validation failed.", errors)
+        if last_n is not None and times:
+            detail = "lastN is mutually exclusive with startTime/endTime"
+            return 400, {}, self.problem(400, detail)
+        now = self.clock()
+        if last_n is not None:
+            end = bucket_next(bucket_floor(now, size), size)
+            start = bucket_floor(now, size)
+            for _ in range(int(last_n) - 1):
+                start = bucket_floor(start - 1, size)
+        else:
+            start = bucket_floor(times.get("startTime", now - 30 * 86400), size)
+            end_at = times.get("endTime", now)
+            end = (
+                end_at
+                if bucket_floor(end_at, size) == end_at
+                else bucket_next(bucket_floor(end_at, size), size)
+            )
+        if end <= start:
+            return 400, {}, self.problem(400, "endTime must be after startTime")
+        with self.lock:
+            ids = sorted(set(self.spans) | set(self.running_since))
+            if "podId" in one:
+                ids = [p for p in ids if p == one["podId"]]
+            records = []
+            edge = start
+            while edge < end:
+                upto = bucket_next(edge, size)
+                for pid in ids:
+                    amount = round(self.billed_between(pid, edge, upto), 6)
+                    if amount > 0:
+                        records.append(
+                            {
+                                "startTime": iso(edge),
+                                "endTime": iso(upto),
+                                "podId": pid,
+                                "totalAmount": amount,
+                                "gpuAmount": amount,
+                                "cpuAmount": 0.0,
+                                "diskAmount": 0.0,
+                            }
+                        )
+                edge = upto
+        total = round(sum(r["totalAmount"] for r in records), 6)
+        echo: dict[str, Any] = {"startTime": iso(start), "endTime": iso(end), "bucketSize": size}
+        if "podId" in one:
+            echo["podId"] = one["podId"]
         meta = {
-            "query": {"startTime": start, "endTime": end, "bucketSize": "day", "podId": None},
+            "query": echo,
             "recordCount": len(records),
-            "uniquePodCount": len(records),
+            "uniquePodCount": len({r["podId"] for r in records}),
             "totals": {
                 "totalAmount": total,
                 "gpuAmount": total,

@@ -172,10 +172,11 @@ def test_health_timeout_terminates_the_pod(fake, run):
     assert fake.pods == {}
 
 
-def test_budget_skips_what_does_not_fit_and_refuses_when_nothing_does(fake, run, env):
+def test_budget_skips_what_does_not_fit_and_refuses_when_nothing_does(fake, run, env, clock):
     book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env)
     book.record("created", "old-pod", 0.0, owner="alice", gpu="NVIDIA L40S")
-    fake.billed["old-pod"] = 8.0  # alice spent $8 this period on a pod that is gone
+    # alice spent $8 this period (4 h at $2/h ending 2 days ago) on a pod that is gone
+    fake.charge("old-pod", clock.now() - 2 * 86400 - 4 * 3600, clock.now() - 2 * 86400, 2.0)
     order = "NVIDIA H100 80GB HBM3,NVIDIA L40S"  # 45m ttl + 15m reap interval = 1 h each
     first = run("up", **{**UP, "gpu_types": order}, budget_usd="9")
     assert first.code == 0, first.stdout

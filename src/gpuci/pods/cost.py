@@ -110,18 +110,27 @@ def gather(
     covered: Callable[[Mapping[str, ledger.PodRecord]], Mapping[str, float]] | None = None,
     only: str = "",
 ) -> tuple[Spend, dict[str, ledger.PodRecord]]:
-    """Billing for [now - period, now) plus the live pods, attributed through the ledger
-    (which reads only the events of those pods and of the period); also returns the records.
+    """Billing for [now - period, now) (from that day's midnight: ``billing_start``) plus the
+    live pods, attributed through the ledger (which reads only the events of those pods and of
+    the period); also returns the records.
     ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
-    records = client.pod_billing(iso(now - period_s), iso(now))
+    since = billing_start(now, period_s)
+    records = client.pod_billing(iso(since), iso(now))
     pods = client.list_pods()
-    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, now - period_s)
+    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, since)
     held = covered(known) if covered else None
     spend = attribute(records, pods, known, now, grace_s, held, only)
-    for owner, n in ledger.reaped_by_owner(known, now - period_s).items():
+    for owner, n in ledger.reaped_by_owner(known, since).items():
         if not only or owner == only:
             spend.reaped_by_owner[owner] += n
     return spend, known
+
+
+def billing_start(now: float, period_s: float) -> float:
+    """Where RunPod's day-bucketed billing for [now - period, now) really starts: it snaps
+    ``startTime`` down to midnight UTC (listPodBilling), so that midnight is what is asked for
+    and reported; a budget period thus counts up to one day more, never less."""
+    return (now - period_s) // 86400 * 86400
 
 
 def verdict(budget: float, exposure: float, rate: float, ttl_s: float) -> tuple[bool, float]:
@@ -192,13 +201,14 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
     period_s = float(values.get("period") or 30 * 86400)
     only = clean_owner(values["owner"]) if values.get("owner") else ""
     now = clock.now()
+    since = iso(billing_start(now, period_s))
     result = Result(command="pods cost")
     book = ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
     targets = notify.parse_targets(values.get("notify"), rt.mask)
     if rt.dry_run:
-        result.headline = f"would read pod billing since {iso(now - period_s)} and list pods"
+        result.headline = f"would read pod billing since {since} and list pods"
         result.report = {
-            "plan": {"billing_from": iso(now - period_s), "billing_to": iso(now)},
+            "plan": {"billing_from": since, "billing_to": iso(now)},
             "ledger": book.where,
         }
         return result
@@ -208,9 +218,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
     total = sum(spend.billed_by_owner.get(o, 0.0) for o in owners)
     by_owner, by_gpu = tables(spend, owners)
     result.summary = [
-        f"### RunPod spend since {iso(now - period_s)}\n\n"
-        + spend_chart(spend, owners, iso(now - period_s))
-        + by_owner,
+        f"### RunPod spend since {since}\n\n" + spend_chart(spend, owners, since) + by_owner,
         f"### By GPU type\n\n{by_gpu}",
     ]
     result.headline = f"${usd(total)} spent" + (f" by {only}" if only else "")
@@ -219,7 +227,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
         "live-usd-per-hr": round(sum(spend.rate_by_owner.get(o, 0.0) for o in owners), 4),
     }
     result.report = {
-        "period": {"from": iso(now - period_s), "to": iso(now)},
+        "period": {"from": since, "to": iso(now)},
         "ledger": book.where,
         "owners": {
             o: {
@@ -241,7 +249,7 @@ def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Resu
         targets,
         rt,
         result,
-        f"gpu-ci: GPU spend since {iso(now - period_s)}: ${usd(total)}",
+        f"gpu-ci: GPU spend since {since}: ${usd(total)}",
         "\n".join(
             f"- {o}: ${usd(spend.billed_by_owner.get(o, 0.0))} spent, "
             f"{len(spend.live_by_owner.get(o, ()))} live pod(s), "

@@ -164,6 +164,8 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     tag = _tag(decision.owner, values, rt, now)
     runner = runners.Request.from_values(values, rt.environ, rt.mask, tag, now, rt.dry_run)
     spec = _spec(values, rt, runner)
+    first = plan.Candidate((values.get("gpu-types") or [""])[0])
+    plan.check_env_count(plan.create_body(spec, tag, first, api_url(rt.environ)), spec.env)
     book = _ledger(values, rt)
     targets = notify.parse_targets(values.get("notify"), rt.mask)
     if not spec.command:

@@ -19,6 +19,9 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL)", re.IGNORECASE)
 _PORT = re.compile(r"^\d{1,5}/(http|tcp)$")
 USABLE = ("HIGH", "MEDIUM", "LOW")
+# RunPod: "You can configure up to 50 environment variables per Pod."
+# (docs.runpod.io/pods/templates/environment-variables). No value-length limit is published.
+MAX_ENV_VARS = 50
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,20 @@ def create_body(spec: PodSpec, tag: PodTag, candidate: Candidate, api_url: str) 
     if candidate.data_centers:
         body["dataCenterIds"] = list(candidate.data_centers)
     return body
+
+
+def check_env_count(body: Mapping[str, Any], user_env: Mapping[str, str]) -> None:
+    """Refuse, before any API call, a create body whose env RunPod would refuse (over 50)."""
+    total = len(body.get("env") or {})
+    if total <= MAX_ENV_VARS:
+        return
+    ours = total - len(user_env)
+    raise InputError(
+        f"env has {total} variables ({len(user_env)} from the env input, {ours} added by "
+        f"gpu-ci); RunPod allows at most {MAX_ENV_VARS} per pod",
+        hint=f"pass at most {MAX_ENV_VARS - ours} env lines, e.g. by joining settings into one "
+        "variable or baking them into the image",
+    )
 
 
 HIDDEN = "***"
