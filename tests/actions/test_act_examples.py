@@ -498,6 +498,10 @@ def planned_then_run(
     started = time.monotonic()
     text = passed(act(project, gpuci, workflow, tmp, env=env))
     print(f"{workflow}: act run took {time.monotonic() - started:.1f} s")
+    for step in steps:  # act's own time for each planned step it ran
+        took = re.search(rf"Success - Main {re.escape(step['name'])} \[([^\]]+)\]", text)
+        if took:
+            print(f"  {step['name']}: {took.group(1)}")
     wrong = plan_disagreements(steps, text)
     assert not wrong, "\n".join(wrong) + "\n" + text[-4000:]
     return {s["name"]: s["verdict"] for s in steps}, text
