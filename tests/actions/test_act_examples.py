@@ -481,6 +481,11 @@ def test_gpu_runner_example_skips_a_fork_pull_request_with_a_notice(
         fake.stop()
 
 
+# A restore that placed files (from the store or the runner-local tier): act's workspace is new
+# each run, so the second run's folder can only come from the cache.
+RESTORED = re.compile(r"::set-output:: bytes-(?:downloaded|from-local)=[1-9]")
+
+
 def planned_then_run(
     project: Path, gpuci: Path, workflow: str, tmp: Path, env: dict[str, str]
 ) -> tuple[dict[str, str], str]:
@@ -556,6 +561,7 @@ def test_cuda_ext_ccache_example_misses_then_hits(gpuci: Path, tmp_path: Path) -
     verdicts, second = planned_then_run(project, gpuci, workflow, tmp_path, env)
     assert verdicts[save] == "skipped", verdicts  # planned as act runs it: after a hit
     assert "cache-hit=true" in second
+    assert RESTORED.search(second), second[-4000:]  # the folder came from the cache, not left over
     assert re.search(r"Hits:\s+1 /\s+1\b", second), second[second.find("Run Main Build") :][
         :4000
     ]  # from the restored folder
@@ -622,6 +628,7 @@ def test_wheels_cache_example_installs_from_the_restored_wheelhouse(
     verdicts, second = planned_then_run(project, gpuci, workflow, tmp_path, env)
     assert verdicts[fill] == "skipped" and verdicts[save] == "skipped", verdicts
     assert "cache-hit=true" in second
+    assert RESTORED.search(second), second[-4000:]
     assert f"Main {fill}" not in second and f"Main {save}" not in second
     assert "Success - Main Install from the wheelhouse alone" in second
     assert "tinywheel==0.1.0" in second
