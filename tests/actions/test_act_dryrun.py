@@ -13,12 +13,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from real_clients import STUBS, act_binary, act_command, client_env, export_gpuci, make_project
+from real_clients import (
+    STUBS,
+    act_binary,
+    act_command,
+    client_env,
+    export_gpuci,
+    make_project,
+    plan_disagreements,
+)
 
 from gpuci_testing import clean_env, run_cli
 
@@ -124,9 +131,6 @@ jobs:
 """
 # hashFiles('.github/actions/*/action.yml') as the runner computes it: sha256 of each file's sha256
 HASH = hashlib.sha256(hashlib.sha256(PREP.encode()).digest()).hexdigest()
-# What act's log says of a step it ran: "[w.yml/plan] ✅  Success - Main memory from env".
-_RAN = re.compile(r"\]\s+\S*\s*(Success|Failure) - Main (.+?)(?: \[[\d.]+\w*\])?\s*$", re.M)
-EXPECTED_OUTCOME = {"ok": "Success", "may-fail": "Success", "would-fail": "Failure"}
 
 
 @pytest.fixture(scope="module")
@@ -195,16 +199,7 @@ def test_plan_and_act_agree_step_by_step(gpuci: Path, tmp_path: Path) -> None:
     text = act(
         project, gpuci, ".github/workflows/w.yml", tmp_path, {**env, "PROJECT": str(project)}
     )
-    ran = {name.strip(): outcome for outcome, name in _RAN.findall(text)}
-
-    disagreements = []
-    for name, verdict in verdicts.items():
-        if verdict == "run":
-            continue  # a plain run: step is not judged
-        expected = EXPECTED_OUTCOME.get(verdict, "not run" if verdict == "skipped" else "?")
-        got = ran.get(name, "not run")
-        if expected != got:
-            disagreements.append(f"{name}: planned {verdict}, act: {got}")
+    disagreements = plan_disagreements(steps, text)
     assert not disagreements, "\n".join(disagreements) + "\n" + text[-4000:]
     # and each case is what it should be, so the comparison covers every kind of verdict
     assert verdicts == {

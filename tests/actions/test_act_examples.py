@@ -9,10 +9,14 @@ fails here as it would on GitHub.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import shutil
 import subprocess
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,7 @@ from real_clients import (
     export_gpuci,
     http_ok_server,
     make_project,
+    plan_disagreements,
 )
 
 from gpuci_testing import REPO, clean_env, run_cli
@@ -476,3 +481,156 @@ def test_gpu_runner_example_skips_a_fork_pull_request_with_a_notice(
         assert fake.calls("POST", "/v2/pods") == []
     finally:
         fake.stop()
+
+
+# A restore that placed files (from the store or the runner-local tier): act's workspace is new
+# each run, so the second run's folder can only come from the cache.
+RESTORED = re.compile(r"::set-output:: bytes-(?:downloaded|from-local)=[1-9]")
+
+
+def planned_then_run(
+    project: Path, gpuci: Path, workflow: str, tmp: Path, env: dict[str, str]
+) -> tuple[dict[str, str], str]:
+    """dry-run's verdict per step, then act's log of the same push; the two must agree step by
+    step. act's wall time is printed (figures for docs/cache-format.md), never asserted."""
+    planned = run_cli(
+        "dry-run",
+        str(project / workflow),
+        "--json",
+        env=clean_env(HOME=str(tmp / "dry-home"), **env),
+        cwd=project,
+    )
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    steps = json.loads(planned.stdout)["report"]["steps"]
+    started = time.monotonic()
+    text = passed(act(project, gpuci, workflow, tmp, env=env))
+    print(f"{workflow}: act run took {time.monotonic() - started:.1f} s")
+    for step in steps:  # act's own time for each planned step it ran
+        took = re.search(rf"Success - Main {re.escape(step['name'])} \[([^\]]+)\]", text)
+        if took:
+            print(f"  {step['name']}: {took.group(1)}")
+    wrong = plan_disagreements(steps, text)
+    assert not wrong, "\n".join(wrong) + "\n" + text[-4000:]
+    return {s["name"]: s["verdict"] for s in steps}, text
+
+
+# A CUDA source that also compiles as C++ (its kernel only under nvcc), heavy enough to show
+# what a ccache hit saves: <regex> and <iostream> templates at -O2.
+EXT_CU = """\
+#include <iostream>
+#include <regex>
+#include <string>
+
+#ifdef __CUDACC__
+__global__ void add_one(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.0f;
+}
+#endif
+
+extern "C" int ext_matches(const char* text) {
+  static const std::regex pattern("[a-z]+-[0-9]+");
+  std::cout << "ext: checking " << text << std::endl;
+  return std::regex_match(std::string(text), pattern) ? 1 : 0;
+}
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("ccache") is None,
+    reason="ccache is not installed (scripts/install-clients.sh installs Debian's ccache)",
+)
+def test_cuda_ext_ccache_example_misses_then_hits(gpuci: Path, tmp_path: Path) -> None:
+    workflow = ".github/workflows/cuda-ext-ccache.yml"
+    project = make_project(
+        tmp_path / "proj",
+        {
+            workflow: EXAMPLES / "cuda-ext-ccache.yml",
+            "requirements.lock": "torch==2.5.1\nninja==1.11.1.1\n",
+            "csrc/ext.cu": EXT_CU,
+        },
+    )
+    env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
+    save = "Save the compiler cache for the next run"
+    verdicts, first = planned_then_run(project, gpuci, workflow, tmp_path, env)
+    assert verdicts["Restore the compiler cache"] == "ok" and verdicts[save] == "ok", verdicts
+    assert "cache-hit=false" in first
+    assert re.search(r"Misses:\s+1 /\s+1\b", first), first[first.find("Run Main Build") :][
+        :4000
+    ]  # ccache compiled it
+    assert f"Success - Main {save}" in first
+
+    verdicts, second = planned_then_run(project, gpuci, workflow, tmp_path, env)
+    assert verdicts[save] == "skipped", verdicts  # planned as act runs it: after a hit
+    assert "cache-hit=true" in second
+    assert RESTORED.search(second), second[-4000:]  # the folder came from the cache, not left over
+    assert re.search(r"Hits:\s+1 /\s+1\b", second), second[second.find("Run Main Build") :][
+        :4000
+    ]  # from the restored folder
+    assert f"Main {save}" not in second
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """tinywheel 0.1.0 as a pure-Python wheel, written by hand: no build backend, no index."""
+    files = {
+        "tinywheel/__init__.py": b'VERSION = "0.1.0"\n',
+        "tinywheel-0.1.0.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: tinywheel\nVersion: 0.1.0\n"
+        ),
+        "tinywheel-0.1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: gpu-ci tests\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n"
+        ),
+    }
+    record = "".join(
+        f"{name},sha256="
+        f"{base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}\n"
+        for name, data in files.items()
+    )
+    files["tinywheel-0.1.0.dist-info/RECORD"] = (
+        record + "tinywheel-0.1.0.dist-info/RECORD,,\n"
+    ).encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "tinywheel-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as out:
+        for name, data in files.items():
+            out.writestr(name, data)
+    return wheel
+
+
+def test_wheels_cache_example_installs_from_the_restored_wheelhouse(
+    gpuci: Path, tmp_path: Path
+) -> None:
+    """The first run fills the wheelhouse from "the index" (a local find-links folder standing
+    in for PyPI) and saves it; the second, with that index gone, installs from the restore."""
+    workflow = ".github/workflows/wheels-cache.yml"
+    index = _tiny_wheel(tmp_path / "index").parent
+    project = make_project(
+        tmp_path / "proj",
+        {workflow: EXAMPLES / "wheels-cache.yml", "requirements.lock": "tinywheel==0.1.0\n"},
+    )
+    env = {
+        "GPUCI_FAKE_NVML": "h200",
+        "GPUCI_STORE": (tmp_path / "store").as_uri(),
+        "PIP_NO_INDEX": "1",  # never PyPI: "the index" is the folder below
+        "PIP_FIND_LINKS": str(index),
+    }
+    fill, save = (
+        "Fill the wheelhouse from the index (a new lock file only)",
+        "Save the wheelhouse for the next run",
+    )
+    verdicts, first = planned_then_run(project, gpuci, workflow, tmp_path, env)
+    assert verdicts[save] == "ok", verdicts
+    assert "cache-hit=false" in first
+    assert f"Success - Main {fill}" in first and f"Success - Main {save}" in first
+    assert "tinywheel==0.1.0" in first  # installed
+
+    shutil.rmtree(index)  # no index any more: only the restored wheelhouse can install it
+    verdicts, second = planned_then_run(project, gpuci, workflow, tmp_path, env)
+    assert verdicts[fill] == "skipped" and verdicts[save] == "skipped", verdicts
+    assert "cache-hit=true" in second
+    assert RESTORED.search(second), second[-4000:]
+    assert f"Main {fill}" not in second and f"Main {save}" not in second
+    assert "Success - Main Install from the wheelhouse alone" in second
+    assert "tinywheel==0.1.0" in second

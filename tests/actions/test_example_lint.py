@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,16 @@ from test_action_checks import run, tool
 from gpuci_testing import REPO
 
 EXAMPLE = REPO / "examples" / "workflows" / "gpu-runner.yml"
+# The cache examples, held to the same two checks (their broken copies are the runner's above).
+CACHE_EXAMPLES = [
+    REPO / "examples" / "workflows" / name for name in ("cuda-ext-ccache.yml", "wheels-cache.yml")
+]
 # The examples pin other people's actions to a release tag and gpu-ci to @v1, as a reader
 # copies them: every `uses:` must carry a ref (zizmor's ref-pin), not necessarily a hash.
 ZIZMOR_CONFIG = 'rules:\n  unpinned-uses:\n    config:\n      policies:\n        "*": ref-pin\n'
 
 
-def _local_copy(root: Path, text: str) -> Path:
+def _local_copy(root: Path, text: str, name: str = EXAMPLE.name) -> Path:
     """A repository with this checkout's actions and ``text`` as its workflow."""
     (root / ".git").mkdir(parents=True)  # actionlint finds the project root by it
     shutil.copytree(REPO / "actions", root / "actions")
@@ -35,8 +40,20 @@ def _local_copy(root: Path, text: str) -> Path:
     )
     local = re.sub(r"my-org/gpu-ci/(actions/[a-z/-]+)@v1", r"./\1", text)
     assert "my-org/gpu-ci" not in local
-    (workflows / EXAMPLE.name).write_text(local)
+    (workflows / name).write_text(local)
     return root
+
+
+def _zizmor(config: Path, workflow: Path) -> subprocess.CompletedProcess[str]:
+    return run(
+        tool("zizmor"),
+        "--offline",
+        "--no-progress",
+        "--color=never",
+        "--config",
+        str(config),
+        str(workflow),
+    )
 
 
 def test_actionlint_passes_with_the_real_action_inputs(tmp_path: Path) -> None:
@@ -65,16 +82,19 @@ def test_zizmor_finds_no_injection_and_no_unpinned_action(tmp_path: Path, broken
         text = text.replace(anchor, '      - run: echo "${{ github.head_ref }}"\n' + anchor)
     workflow = tmp_path / EXAMPLE.name
     workflow.write_text(text)
-    proc = run(
-        tool("zizmor"),
-        "--offline",
-        "--no-progress",
-        "--color=never",
-        "--config",
-        str(config),
-        str(workflow),
-    )
+    proc = _zizmor(config, workflow)
     if broken:
         assert proc.returncode != 0 and "template-injection" in proc.stdout + proc.stderr
     else:
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("example", CACHE_EXAMPLES, ids=lambda p: p.name)
+def test_cache_examples_pass_actionlint_and_zizmor(tmp_path: Path, example: Path) -> None:
+    root = _local_copy(tmp_path / "repo", example.read_text(), example.name)
+    proc = run(tool("actionlint"), "-no-color", cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    config = tmp_path / "zizmor.yml"
+    config.write_text(ZIZMOR_CONFIG)
+    proc = _zizmor(config, example)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
