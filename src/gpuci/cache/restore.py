@@ -485,8 +485,94 @@ def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]
     )
 
 
+@dataclass
+class _Request:
+    """A restore's inputs, checked: what to look up, where, and what to do on a miss."""
+
+    values: dict[str, Any]
+    start: float
+    key: str
+    label: str
+    by_manifest: str
+    paths: list[str]
+    restore_keys: list[str]
+    store: Store
+    empty_local: bool  # a local store with nothing saved yet
+    tier: LocalTier | None
+    namespace: str
+    lookup_only: bool
+    fail_on_miss: bool
+    populate: str
+
+
+@dataclass
+class _Match:
+    """What the lookup found and the plan picked from it."""
+
+    ref: refs.Ref
+    exact: bool
+    whole: mf.Manifest
+    manifest_bytes: int
+    manifest: mf.Manifest
+    partial: bool
+    matched_key: str  # "" for a restore by digest: it matched no key (the digest is `manifest`)
+    outcome: str
+    described: dict[str, Any]  # what the report says of the match, planned or done
+
+    @property
+    def files(self) -> int:
+        return len(self.manifest.files)
+
+    @property
+    def size(self) -> int:
+        return self.manifest.total_bytes
+
+
 def run(values: dict[str, Any], rt: Runtime) -> Result:
+    """Restore: lookup -> plan -> place -> report (a miss, a dry run or lookup-only stop early)."""
     start = time.monotonic()
+    by_manifest = _manifest_input(values)
+    label = f"manifest {by_manifest[:12]}"
+    key = refs.check_key(values["key"]) if values.get("key") else label
+    paths = target_paths(values, rt)
+    restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
+    store = plan_store(values, rt)
+    if store is None:
+        return _plan_without_credentials(key, store_url(values, rt), start)
+    tier, tier_notes = open_tier(values, rt.environ)
+    req = _Request(
+        values=values,
+        start=start,
+        key=key,
+        label=label,
+        by_manifest=by_manifest,
+        paths=paths,
+        restore_keys=restore_keys,
+        store=store,
+        empty_local=isinstance(store, LocalStore) and not store.exists(),
+        tier=tier,
+        namespace=layout.namespace(rt.environ),
+        lookup_only=bool(values.get("lookup-only")),
+        fail_on_miss=bool(values.get("fail-on-miss")),
+        populate=str(values.get("populate") or "").strip(),
+    )
+    result = Result(command="cache-weights restore")
+    for note in tier_notes:
+        result.warning(note, "gpu-ci local cache")
+    match = _lookup(req, result)
+    if match is None:
+        return _report_miss(req, rt, result)
+    _plan(req, match, result)
+    if rt.dry_run or req.lookup_only:
+        return _report_plan(req, match, rt, result)
+    moved = restore_tree(
+        req.store, match.manifest, req.paths, rt, f"restore {match.ref.key}", req.tier
+    )
+    return _report_restore(req, match, moved, rt, result)
+
+
+def _manifest_input(values: dict[str, Any]) -> str:
+    """The manifest digest to restore by ('' when restoring by key), checked against the rest."""
     by_manifest = str(values.get("manifest") or "").strip()
     if by_manifest:
         by_manifest = layout.manifest_digest(by_manifest)
@@ -500,29 +586,27 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "restore needs a key or manifest",
             hint="give key (a cache key) or manifest (a sha256 from provenance.json)",
         )
-    label = f"manifest {by_manifest[:12]}"
-    key = refs.check_key(values["key"]) if values.get("key") else label
-    paths = target_paths(values, rt)
-    restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
-    store = plan_store(values, rt)
-    if store is None:
-        return _plan_without_credentials(key, store_url(values, rt), start)
-    tier, tier_notes = open_tier(values, rt.environ)
-    namespace = layout.namespace(rt.environ)
-    lookup_only = bool(values.get("lookup-only"))
-    fail_on_miss = bool(values.get("fail-on-miss"))
-    populate = str(values.get("populate") or "").strip()
-    result = Result(command="cache-weights restore")
-    for note in tier_notes:
-        result.warning(note, "gpu-ci local cache")
-    empty_local = isinstance(store, LocalStore) and not store.exists()
+    return by_manifest
+
+
+def _lookup(req: _Request, result: Result) -> _Match | None:
+    """Find the ref (by manifest, key or restore-keys prefix) and fetch its manifest."""
+    store, values = req.store, req.values
     ignored: list[str] = []
     whole: mf.Manifest | None = None
-    if by_manifest:  # one exact tree, whatever the keys name now
-        found: tuple[refs.Ref, bool] | None = (refs.Ref(key=label, manifest=by_manifest), True)
-        whole, manifest_bytes = fetch_by_digest(store, by_manifest)
+    manifest_bytes = 0
+    if req.by_manifest:  # one exact tree, whatever the keys name now
+        found: tuple[refs.Ref, bool] | None = (
+            refs.Ref(key=req.label, manifest=req.by_manifest),
+            True,
+        )
+        whole, manifest_bytes = fetch_by_digest(store, req.by_manifest)
     else:
-        found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
+        found = (
+            None
+            if req.empty_local
+            else refs.lookup(store, req.namespace, req.key, req.restore_keys, ignored)
+        )
     for warning in ignored:
         result.warning(warning, "gpu-ci cache: ref ignored")
     if found is not None and whole is None:
@@ -532,37 +616,21 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         _foreign_repo(result, found, other, values)
         found = None
     if found is None:
-        seconds = time.monotonic() - start
-        verb = "would miss" if rt.dry_run else "miss"
-        where = describe(store) + (" (no cache saved there yet)" if empty_local else "")
-        result.headline = (
-            f"{verb}: no cache for {key}"
-            + (f" or prefixes {', '.join(restore_keys)}" if restore_keys else "")
-            + f" in {where}"
-        )
-        result.outputs = outputs(
-            hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
-        )
-        result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
-        result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
-        if populate and not lookup_only:
-            return fill_on_miss(values, rt, result, paths, start)
-        if fail_on_miss:
-            result.exit_code = ExitCode.CHECK_FAILED
-            result.error(
-                f"cache miss for {key} in {describe(store)} and fail-on-miss is set",
-                "gpu-ci cache: miss",
-            )
-        return result
-    ref, exact = found
+        return None
     assert whole is not None
+    ref, exact = found
+    return _Match(ref, exact, whole, manifest_bytes, whole, False, "", "", {})
+
+
+def _plan(req: _Request, match: _Match, result: Result) -> None:
+    """Pick the files to place (include/layout) and describe the match for the report."""
+    ref, whole, paths, values = match.ref, match.whole, req.paths, req.values
     if len(whole.roots) != len(paths):
         raise InputError(
             f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
             hint="list as many paths, in the same order, as the save did",
         )
-    manifest = pick(store, whole, values)
-    files, size = len(manifest.files), manifest.total_bytes
+    match.manifest = pick(req.store, whole, values)
     nothing = unmatched(whole, values.get("include") or [])
     if nothing:
         result.warning(
@@ -571,55 +639,97 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             "anywhere, with '/' the whole path)",
             "gpu-ci cache: include matched nothing",
         )
-    partial = len(manifest.files) != len(whole.files)
-    # A restore by digest matched no key: matched-key stays empty (the digest is `manifest`).
-    matched_key = "" if by_manifest else ref.key
-    outcome = "hit" if exact else f"partial hit ({ref.key})"
-    described = {  # what the report says of the match, planned or done
-        "key": key,
+    match.partial = len(match.manifest.files) != len(whole.files)
+    match.matched_key = "" if req.by_manifest else ref.key
+    match.outcome = "hit" if match.exact else f"partial hit ({ref.key})"
+    tier = req.tier
+    match.described = {
+        "key": req.key,
         "matched_key": ref.key,
-        "hit": exact,
+        "hit": match.exact,
         "manifest": ref.manifest,
-        "store": store.url,
+        "store": req.store.url,
         "local_cache": str(tier.root) if tier else None,
         "local_cache_mode": tier.mode if tier else None,
-        "files": files,
-        "bytes": size,
+        "files": match.files,
+        "bytes": match.size,
     }
-    if rt.dry_run or lookup_only:
-        seconds = time.monotonic() - start
-        local = _local_bytes(tier, manifest)
-        verb = "would restore" if rt.dry_run else "found"
-        result.headline = (
-            f"{verb} {ref.key} ({outcome}): {files} files, {human_bytes(size)}"
-            + (f" ({human_bytes(local)} from the local tier)" if local else "")
-            + (f", picked from {len(whole.files)}" if partial else "")
-            + ("; then populate and save" if rt.dry_run and populate and not exact else "")
+
+
+def _report_miss(req: _Request, rt: Runtime, result: Result) -> Result:
+    """Nothing matched: say so, then populate, fail (fail-on-miss) or just report the miss."""
+    key, store, restore_keys = req.key, req.store, req.restore_keys
+    seconds = time.monotonic() - req.start
+    verb = "would miss" if rt.dry_run else "miss"
+    where = describe(store) + (" (no cache saved there yet)" if req.empty_local else "")
+    result.headline = (
+        f"{verb}: no cache for {key}"
+        + (f" or prefixes {', '.join(restore_keys)}" if restore_keys else "")
+        + f" in {where}"
+    )
+    result.outputs = outputs(
+        hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
+    )
+    result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
+    result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
+    if req.populate and not req.lookup_only:
+        return fill_on_miss(req.values, rt, result, req.paths, req.start)
+    if req.fail_on_miss:
+        result.exit_code = ExitCode.CHECK_FAILED
+        result.error(
+            f"cache miss for {key} in {describe(store)} and fail-on-miss is set",
+            "gpu-ci cache: miss",
         )
-        result.outputs = outputs(
-            hit=exact,
-            matched=matched_key,
-            manifest=ref.manifest,
-            down=0,
-            up=0,
-            files=files,
-            seconds=seconds,
-        )
-        result.summary.append(summary_table(key, f"{verb}: {outcome}", files, size, 0, seconds))
-        result.report = {
-            **described,
-            "bytes_local": local,
-            "bytes_remote": size - local,
-            "dry_run": rt.dry_run,
-            "lookup_only": lookup_only,
-            "would_populate": bool(populate and not exact),
-        }
-        _tier_warnings(result, tier)
-        return result
-    moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
-    seconds = time.monotonic() - start
-    if not by_manifest:  # no key was used: nothing to record
-        unrecorded = usage.touch(store, namespace, ref.key)
+    return result
+
+
+def _report_plan(req: _Request, match: _Match, rt: Runtime, result: Result) -> Result:
+    """A dry run or lookup-only: what a restore would place, and from where."""
+    ref, files, size = match.ref, match.files, match.size
+    seconds = time.monotonic() - req.start
+    local = _local_bytes(req.tier, match.manifest)
+    verb = "would restore" if rt.dry_run else "found"
+    would_populate = bool(req.populate and not match.exact)
+    result.headline = (
+        f"{verb} {ref.key} ({match.outcome}): {files} files, {human_bytes(size)}"
+        + (f" ({human_bytes(local)} from the local tier)" if local else "")
+        + (f", picked from {len(match.whole.files)}" if match.partial else "")
+        + ("; then populate and save" if rt.dry_run and would_populate else "")
+    )
+    result.outputs = outputs(
+        hit=match.exact,
+        matched=match.matched_key,
+        manifest=ref.manifest,
+        down=0,
+        up=0,
+        files=files,
+        seconds=seconds,
+    )
+    result.summary.append(
+        summary_table(req.key, f"{verb}: {match.outcome}", files, size, 0, seconds)
+    )
+    result.report = {
+        **match.described,
+        "bytes_local": local,
+        "bytes_remote": size - local,
+        "dry_run": rt.dry_run,
+        "lookup_only": req.lookup_only,
+        "would_populate": would_populate,
+    }
+    _tier_warnings(result, req.tier)
+    return result
+
+
+def _report_restore(
+    req: _Request, match: _Match, moved: Moved, rt: Runtime, result: Result
+) -> Result:
+    """After placing: record the use and the journal entry, then report (and populate a
+    partial hit)."""
+    ref, store, manifest = match.ref, req.store, match.manifest
+    files, size = match.files, match.size
+    seconds = time.monotonic() - req.start
+    if not req.by_manifest:  # no key was used: nothing to record
+        unrecorded = usage.touch(store, req.namespace, ref.key)
         if unrecorded:
             result.warning(
                 f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "
@@ -630,12 +740,12 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     journal.record(
         "cache-restore",
         {
-            "key": key,
+            "key": req.key,
             "matched_key": ref.key,
             "manifest": ref.manifest,
             "store": store.url,
             "endpoint_url": _endpoint(store),
-            "path": paths,
+            "path": req.paths,
             "files": files,
             "bytes": size,
             "bytes_local": moved.from_local,
@@ -645,7 +755,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     )
     rate = (moved.downloaded + moved.from_local) / seconds / 1e6 if seconds > 0 else 0.0
     result.headline = (
-        f"{outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
+        f"{match.outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
         f"({human_bytes(moved.downloaded)} from the store, "
         f"{human_bytes(moved.from_local)} from the local tier) in {seconds:.1f}s "
         f"({rate:.0f} MB/s"
@@ -653,8 +763,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         + ")"
     )
     result.outputs = outputs(
-        hit=exact,
-        matched=matched_key,
+        hit=match.exact,
+        matched=match.matched_key,
         manifest=ref.manifest,
         down=moved.downloaded,  # the tree's bytes; the manifest is in the report
         up=0,
@@ -665,8 +775,8 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     )
     result.summary.append(
         summary_table(
-            key,
-            outcome,
+            req.key,
+            match.outcome,
             files,
             size,
             moved.downloaded + moved.from_local,
@@ -675,15 +785,15 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
     )
     result.report = {
-        **described,
+        **match.described,
         "bytes_downloaded": moved.downloaded,
         "bytes_from_local": moved.from_local,
-        "bytes_metadata": manifest_bytes,
+        "bytes_metadata": match.manifest_bytes,
         "placed": moved.placed,
         "producer": manifest.producer,
         "connections": moved.connections.report() if moved.connections else None,
     }
-    _tier_warnings(result, tier)
-    if populate and not exact and not lookup_only:
-        return fill_on_miss(values, rt, result, paths, start)
+    _tier_warnings(result, req.tier)
+    if req.populate and not match.exact and not req.lookup_only:
+        return fill_on_miss(req.values, rt, result, req.paths, req.start)
     return result
