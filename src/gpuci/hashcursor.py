@@ -5,8 +5,9 @@ blob), so bytes land at many offsets while sha256 can only eat them in order. Th
 hashes a piece straight from memory when it lands exactly at the cursor; a piece that lands
 ahead is only noted (its bytes are already on disk) and read back from the file (the page
 cache, in practice) once the cursor reaches it. Whoever moves the cursor drains what became
-contiguous, so no thread waits for another. The same idea as the cache's ``_BlobTarget``
-(src/gpuci/cache/transfer.py), kept free of the cache's types so both can use it.
+contiguous, so no thread waits for another. Kept free of the cache's types: segmented
+downloads (:mod:`gpuci.fetch.partial`) and the cache's parallel blob parts
+(``_BlobTarget`` in :mod:`gpuci.cache.transfer`) both hash through it.
 
 Rule for callers: report a piece only after its bytes are written, since the cursor may read
 them back from the file at any moment after that.
@@ -21,14 +22,26 @@ from typing import Any
 
 _SCRATCH = 1 << 20
 
-ReadInto = Callable[[memoryview, int], int]  # (buffer, offset) -> bytes read into buffer
+# (buffer, offset, length) -> bytes read (at most ``length``) into the buffer's start; the buffer
+# may be longer than ``length`` (room for a reader that rounds up, e.g. O_DIRECT).
+ReadInto = Callable[[memoryview, int, int], int]
+# (position, end) when the file holds no bytes at ``position`` although they were reported
+# written: may raise; if it returns, the piece is kept for later.
+ShortRead = Callable[[int, int], None]
 
 
 class HashCursor:
     """An in-order sha256 over pieces reported in any order (thread-safe)."""
 
-    def __init__(self, read_into: ReadInto, start: int = 0, hasher: Any = None) -> None:
+    def __init__(
+        self,
+        read_into: ReadInto,
+        start: int = 0,
+        hasher: Any = None,
+        short_read: ShortRead | None = None,
+    ) -> None:
         self._read_into = read_into
+        self._short_read = short_read
         self._hasher = hasher if hasher is not None else hashlib.sha256()
         self._next = start
         self._ahead: dict[int, int] = {}  # offset -> length, written but not hashed yet
@@ -42,34 +55,47 @@ class HashCursor:
         with self._lock:
             return self._next
 
-    def landed(self, offset: int, chunks: Sequence[bytes | memoryview]) -> None:
-        """Report ``chunks`` written at ``offset``: hashed now if at the cursor, else later."""
-        length = sum(len(c) for c in chunks)
+    def landed(
+        self,
+        offset: int,
+        chunks: Sequence[bytes | memoryview],
+        scratch: memoryview | None = None,
+    ) -> int | None:
+        """Report ``chunks`` written at ``offset``: hashed now if at the cursor, else later.
+
+        Returns where this call left the cursor, or None when it only noted the piece (another
+        thread is hashing, or the piece lies ahead). ``scratch`` is the buffer to read noted
+        pieces back into (default: the cursor's own, 1 MiB).
+        """
+        length = len(chunks[0]) if len(chunks) == 1 else sum(len(c) for c in chunks)
         if not length:
-            return
+            return None
         with self._lock:
             if offset < self._next <= offset + length and not self._busy:
                 chunks = _skip(chunks, self._next - offset)  # bytes written twice: hash once
                 offset, length = self._next, offset + length - self._next
             if self._busy or offset != self._next:
                 self._note(offset, length)
-                return
+                return None
             self._busy = True
         for chunk in chunks:
             self._hasher.update(chunk)
-        self._drain(offset + length)
+        return self._drain(offset + length, scratch)
 
-    def landed_on_disk(self, offset: int, length: int) -> None:
-        """Report bytes already in the file (a resumed run): read back once the cursor is there."""
+    def landed_on_disk(
+        self, offset: int, length: int, scratch: memoryview | None = None
+    ) -> int | None:
+        """Report bytes already in the file (a resumed run, or spliced there by the kernel):
+        read back once the cursor is there. Returns as :meth:`landed` does."""
         if length <= 0:
-            return
+            return None
         with self._lock:
             self._note(offset, length)
             if self._busy or offset != self._next:
-                return
+                return None
             self._busy = True
             start = self._next
-        self._drain(start)
+        return self._drain(start, scratch)
 
     def forget_ahead(self) -> None:
         """Drop the pieces noted ahead: they will be written (and reported) again in order."""
@@ -87,27 +113,32 @@ class HashCursor:
             offset = self._next
         self._ahead[offset] = max(length, self._ahead.get(offset, 0))
 
-    def _drain(self, position: int) -> None:
-        """Move the cursor to ``position``, then eat every noted piece that now touches it."""
+    def _drain(self, position: int, scratch: memoryview | None) -> int | None:
+        """Move the cursor to ``position``, then eat every noted piece that now touches it;
+        return where the cursor stopped (None when a read-back came up short)."""
         while True:
             with self._lock:
                 self._next = position
                 length = self._ahead.pop(position, None)
                 if length is None:
                     self._busy = False
-                    return
-            if self._scratch is None:
-                self._scratch = memoryview(bytearray(_SCRATCH))
+                    return position
+            if scratch is None:
+                if self._scratch is None:
+                    self._scratch = memoryview(bytearray(_SCRATCH))
+                scratch = self._scratch
             end = position + length
             while position < end:
-                want = min(len(self._scratch), end - position)
-                got = self._read_into(self._scratch[:want], position)
+                got = self._read_into(scratch, position, min(len(scratch), end - position))
                 if got <= 0:
                     with self._lock:  # cannot happen on a regular file; keep it for later
+                        self._next = position
                         self._ahead[position] = end - position
                         self._busy = False
-                    return
-                self._hasher.update(self._scratch[:got])
+                    if self._short_read is not None:
+                        self._short_read(position, end)
+                    return None
+                self._hasher.update(scratch[:got])
                 position += got
 
 

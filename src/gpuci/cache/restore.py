@@ -1,7 +1,7 @@
-"""``cache-weights restore``: find the key, check the manifest, stream the tree into place.
+"""Place a manifest's tree: the restore's place phase (the command is
+:mod:`gpuci.cache.restore_command`: lookup -> plan -> place -> report).
 
-Read top to bottom: look up the ref (exact key, then restore-keys prefixes, newest first);
-fetch the manifest and verify it hashes to its name; refuse anything that would write outside
+The manifest is fetched and verified by then; refuse anything that would write outside
 the target before touching the disk; build each root in a staging folder next to it (same
 filesystem, so the final rename is atomic); stream every file in with parallel ranged GETs,
 checking sha256 on the way; rename into place. Any failure removes the staging folder, and a
@@ -16,37 +16,31 @@ import hashlib
 import os
 import shutil
 import stat
-import time
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gpuci import journal
-from gpuci.cache import hf, layout, refs, usage
+from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import (
-    CREDENTIAL_SOURCES,
     Connections,
-    plan_store,
-    store_url,
-    summary_table,
     throttle_signals,
 )
-from gpuci.cache.common import outputs as _outputs
-from gpuci.cache.refs import fetch_by_digest, fetch_manifest
-from gpuci.cache.select import select, unmatched
-from gpuci.cache.store import LocalStore, Store, describe
-from gpuci.cache.tier import LINK_MIN, LocalTier, open_tier
+from gpuci.cache.store import Store
+from gpuci.cache.tier import LINK_MIN, LocalTier
 from gpuci.cache.tree import resolve_path
-from gpuci.errors import ExitCode, InfraError, InputError, IntegrityError
+from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.retry import aws_max_attempts
-from gpuci.runtime import Result, Runtime
+from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
 
 _TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
+
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Headroom kept free on the target filesystem beyond the tree itself.
+
+
 DISK_MARGIN = 64 << 20
 
 
@@ -135,6 +129,8 @@ def _place(root: _Root) -> None:
 
 
 # Descending into the target when merging: never through a symlink (ELOOP instead).
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -359,14 +355,6 @@ def _download(
     return downloader.bytes, Connections.of(control)
 
 
-def _endpoint(store: Store) -> str:
-    """The S3 endpoint when not AWS's, fit to record and print (provenance replays it)."""
-    from gpuci.cache.store import redact_url
-
-    endpoint = getattr(store, "endpoint_url", None)
-    return redact_url(str(endpoint)) if endpoint else ""
-
-
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
     return "standard", aws_max_attempts(rt.environ)
@@ -376,11 +364,6 @@ def _cleanup(roots: list[_Root]) -> None:
     for root in roots:
         shutil.rmtree(root.staging, ignore_errors=True)
         shutil.rmtree(root.trash, ignore_errors=True)
-
-
-def outputs(**values: Any) -> dict[str, Any]:
-    """Restore's outputs: the shared ones plus ``populated`` (false unless populate ran)."""
-    return _outputs(populated=False, **values)
 
 
 def read_entry(store: Store, entry: mf.Entry) -> bytes:
@@ -404,286 +387,3 @@ def read_entry(store: Store, entry: mf.Entry) -> bytes:
             hint="the store holds a corrupt object; delete it and save the key again",
         )
     return data
-
-
-def pick(store: Store, manifest: mf.Manifest, values: dict[str, Any]) -> mf.Manifest:
-    """Apply hf-revision, then include/exclude: the part of the tree this restore wants."""
-    revision = str(values.get("hf-revision") or "").strip()
-    if values.get("layout") == "hf" and revision:
-        commit = revision
-        for entry in manifest.files:
-            if entry.path == f"refs/{revision}" and 0 < entry.size <= 4096:
-                commit = read_entry(store, entry).decode(errors="replace").strip()
-        manifest = hf.pick_revision(manifest, revision, commit)
-    return select(manifest, values.get("include") or [], values.get("exclude") or [])
-
-
-def target_paths(values: dict[str, Any], rt: Runtime) -> list[str]:
-    if values.get("layout") == "hf":
-        return hf.paths(values, rt.environ)
-    paths: list[str] = values.get("path") or []
-    if not paths:
-        raise InputError("no path to restore into", hint="list the target folders in path")
-    return paths
-
-
-def _tier_warnings(result: Result, tier: LocalTier | None) -> None:
-    for note in tier.warnings() if tier is not None else []:
-        result.warning(note, "gpu-ci local cache")
-
-
-def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
-    if tier is None:
-        return 0
-    return sum(
-        e.size for e in manifest.files if e.size and tier.has(e.sha256, e.size, repair=False)
-    )
-
-
-def fill_on_miss(*args: Any) -> Result:
-    from gpuci.cache.populate import fill_on_miss as fill  # subprocess only when populating
-
-    return fill(*args)
-
-
-def _plan_without_credentials(key: str, url: str, start: float) -> Result:
-    """A dry run with no AWS credentials here: the lookup is skipped, not failed."""
-    result = Result(command="cache-weights restore")
-    result.headline = (
-        f"would need credentials: lookup of {key} in {url} skipped, no AWS credentials on this "
-        f"machine; a real run needs read access to the bucket ({CREDENTIAL_SOURCES})"
-    )
-    seconds = time.monotonic() - start
-    result.outputs = outputs(
-        hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
-    )
-    result.summary.append(summary_table(key, "lookup skipped: no credentials", 0, 0, 0, seconds))
-    result.report = {
-        "key": key,
-        "store": url,
-        "dry_run": True,
-        "lookup": "skipped",
-        "reason": "no AWS credentials on this machine",
-        "needs": f"read access to the bucket: {CREDENTIAL_SOURCES}",
-    }
-    return result
-
-
-def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]) -> None:
-    """A match saved for another Hugging Face repo: exit 2 for the key itself, a miss for a
-    restore-keys prefix (another repo's weights are never a start for this one)."""
-    ref, exact = found
-    wanted = hf.repo_folder(str(values.get("hf-repo")))
-    if exact:
-        raise InputError(
-            f"key {ref.key} holds {other}, not {wanted}: restoring it would load another model",
-            hint="give each hf-repo its own key (e.g. put the repo id in the key)",
-        )
-    result.warning(
-        f"restore-keys matched {ref.key}, saved for {other}, not {wanted}: skipped",
-        "gpu-ci cache: another repo",
-    )
-
-
-def run(values: dict[str, Any], rt: Runtime) -> Result:
-    start = time.monotonic()
-    by_manifest = str(values.get("manifest") or "").strip()
-    if by_manifest:
-        by_manifest = layout.manifest_digest(by_manifest)
-        if str(values.get("populate") or "").strip() or values.get("restore-keys"):
-            raise InputError(
-                "manifest restores one exact tree: populate and restore-keys do not apply",
-                hint="drop populate and restore-keys, or restore by key instead",
-            )
-    elif not str(values.get("key") or "").strip():
-        raise InputError(
-            "restore needs a key or manifest",
-            hint="give key (a cache key) or manifest (a sha256 from provenance.json)",
-        )
-    label = f"manifest {by_manifest[:12]}"
-    key = refs.check_key(values["key"]) if values.get("key") else label
-    paths = target_paths(values, rt)
-    restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
-    store = plan_store(values, rt)
-    if store is None:
-        return _plan_without_credentials(key, store_url(values, rt), start)
-    tier, tier_notes = open_tier(values, rt.environ)
-    namespace = layout.namespace(rt.environ)
-    lookup_only = bool(values.get("lookup-only"))
-    fail_on_miss = bool(values.get("fail-on-miss"))
-    populate = str(values.get("populate") or "").strip()
-    result = Result(command="cache-weights restore")
-    for note in tier_notes:
-        result.warning(note, "gpu-ci local cache")
-    empty_local = isinstance(store, LocalStore) and not store.exists()
-    ignored: list[str] = []
-    whole: mf.Manifest | None = None
-    if by_manifest:  # one exact tree, whatever the keys name now
-        found: tuple[refs.Ref, bool] | None = (refs.Ref(key=label, manifest=by_manifest), True)
-        whole, manifest_bytes = fetch_by_digest(store, by_manifest)
-    else:
-        found = None if empty_local else refs.lookup(store, namespace, key, restore_keys, ignored)
-    for warning in ignored:
-        result.warning(warning, "gpu-ci cache: ref ignored")
-    if found is not None and whole is None:
-        whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
-    hf_layout = whole is not None and values.get("layout") == "hf"
-    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, values)):
-        _foreign_repo(result, found, other, values)
-        found = None
-    if found is None:
-        seconds = time.monotonic() - start
-        verb = "would miss" if rt.dry_run else "miss"
-        where = describe(store) + (" (no cache saved there yet)" if empty_local else "")
-        result.headline = (
-            f"{verb}: no cache for {key}"
-            + (f" or prefixes {', '.join(restore_keys)}" if restore_keys else "")
-            + f" in {where}"
-        )
-        result.outputs = outputs(
-            hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
-        )
-        result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
-        result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
-        if populate and not lookup_only:
-            return fill_on_miss(values, rt, result, paths, start)
-        if fail_on_miss:
-            result.exit_code = ExitCode.CHECK_FAILED
-            result.error(
-                f"cache miss for {key} in {describe(store)} and fail-on-miss is set",
-                "gpu-ci cache: miss",
-            )
-        return result
-    ref, exact = found
-    assert whole is not None
-    if len(whole.roots) != len(paths):
-        raise InputError(
-            f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
-            hint="list as many paths, in the same order, as the save did",
-        )
-    manifest = pick(store, whole, values)
-    files, size = len(manifest.files), manifest.total_bytes
-    nothing = unmatched(whole, values.get("include") or [])
-    if nothing:
-        result.warning(
-            f"include {', '.join(repr(p) for p in nothing)} matches nothing in {ref.key} "
-            f"({len(whole.files)} files); check the pattern (no '/' matches a file name "
-            "anywhere, with '/' the whole path)",
-            "gpu-ci cache: include matched nothing",
-        )
-    partial = len(manifest.files) != len(whole.files)
-    # A restore by digest matched no key: matched-key stays empty (the digest is `manifest`).
-    matched_key = "" if by_manifest else ref.key
-    outcome = "hit" if exact else f"partial hit ({ref.key})"
-    described = {  # what the report says of the match, planned or done
-        "key": key,
-        "matched_key": ref.key,
-        "hit": exact,
-        "manifest": ref.manifest,
-        "store": store.url,
-        "local_cache": str(tier.root) if tier else None,
-        "local_cache_mode": tier.mode if tier else None,
-        "files": files,
-        "bytes": size,
-    }
-    if rt.dry_run or lookup_only:
-        seconds = time.monotonic() - start
-        local = _local_bytes(tier, manifest)
-        verb = "would restore" if rt.dry_run else "found"
-        result.headline = (
-            f"{verb} {ref.key} ({outcome}): {files} files, {human_bytes(size)}"
-            + (f" ({human_bytes(local)} from the local tier)" if local else "")
-            + (f", picked from {len(whole.files)}" if partial else "")
-            + ("; then populate and save" if rt.dry_run and populate and not exact else "")
-        )
-        result.outputs = outputs(
-            hit=exact,
-            matched=matched_key,
-            manifest=ref.manifest,
-            down=0,
-            up=0,
-            files=files,
-            seconds=seconds,
-        )
-        result.summary.append(summary_table(key, f"{verb}: {outcome}", files, size, 0, seconds))
-        result.report = {
-            **described,
-            "bytes_local": local,
-            "bytes_remote": size - local,
-            "dry_run": rt.dry_run,
-            "lookup_only": lookup_only,
-            "would_populate": bool(populate and not exact),
-        }
-        _tier_warnings(result, tier)
-        return result
-    moved = restore_tree(store, manifest, paths, rt, f"restore {ref.key}", tier)
-    seconds = time.monotonic() - start
-    if not by_manifest:  # no key was used: nothing to record
-        unrecorded = usage.touch(store, namespace, ref.key)
-        if unrecorded:
-            result.warning(
-                f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "
-                "--older-than will judge the key by when it was saved; to record uses, let these "
-                "credentials write uses/ in the store",
-                "gpu-ci cache: last use not recorded",
-            )
-    journal.record(
-        "cache-restore",
-        {
-            "key": key,
-            "matched_key": ref.key,
-            "manifest": ref.manifest,
-            "store": store.url,
-            "endpoint_url": _endpoint(store),
-            "path": paths,
-            "files": files,
-            "bytes": size,
-            "bytes_local": moved.from_local,
-            "producer": manifest.producer,
-        },
-        rt.environ,
-    )
-    rate = (moved.downloaded + moved.from_local) / seconds / 1e6 if seconds > 0 else 0.0
-    result.headline = (
-        f"{outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
-        f"({human_bytes(moved.downloaded)} from the store, "
-        f"{human_bytes(moved.from_local)} from the local tier) in {seconds:.1f}s "
-        f"({rate:.0f} MB/s"
-        + (f", connections: {moved.connections.text()}" if moved.connections else "")
-        + ")"
-    )
-    result.outputs = outputs(
-        hit=exact,
-        matched=matched_key,
-        manifest=ref.manifest,
-        down=moved.downloaded,  # the tree's bytes; the manifest is in the report
-        up=0,
-        files=files,
-        seconds=seconds,
-        local=moved.from_local,
-        connections=moved.connections,
-    )
-    result.summary.append(
-        summary_table(
-            key,
-            outcome,
-            files,
-            size,
-            moved.downloaded + moved.from_local,
-            seconds,
-            moved.connections,
-        )
-    )
-    result.report = {
-        **described,
-        "bytes_downloaded": moved.downloaded,
-        "bytes_from_local": moved.from_local,
-        "bytes_metadata": manifest_bytes,
-        "placed": moved.placed,
-        "producer": manifest.producer,
-        "connections": moved.connections.report() if moved.connections else None,
-    }
-    _tier_warnings(result, tier)
-    if populate and not exact and not lookup_only:
-        return fill_on_miss(values, rt, result, paths, start)
-    return result

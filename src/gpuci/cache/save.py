@@ -346,6 +346,7 @@ def _plan_missing_paths(values: dict[str, Any], key: str, url: str, start: float
 
 
 def run(values: dict[str, Any], rt: Runtime) -> Result:
+    """Save: scan -> plan (hash, pack, manifest) -> publish (blobs, manifest, ref) -> report."""
     start = time.monotonic()
     key = refs.check_key(values["key"])
     paths: list[str] = (
@@ -371,6 +372,29 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if not rt.dry_run:
         saver.tier, tier_notes = open_tier(values, rt.environ)
     current = refs.read(store, namespace, key) if (not rt.dry_run or store.exists()) else None
+    manifest, large, unchanged = _plan(saver, tree, current)
+    result = Result(command="cache-weights save")
+    for warning in tree.warnings:
+        result.warning(warning, "gpu-ci cache")
+    if unchanged and current:
+        digest, outcome = current.manifest, "unchanged"
+    elif unchanged:
+        digest, outcome = manifest.digest(), "unchanged"
+    else:
+        digest, outcome = _publish(saver, tree, large, manifest, current, result)
+    if not rt.dry_run:
+        saver.fill_tier(tree, manifest.files)
+    for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
+        result.warning(note, "gpu-ci local cache")
+    return _report(saver, paths, manifest, digest, outcome, start, result)
+
+
+def _plan(
+    saver: Saver, tree: Tree, current: refs.Ref | None
+) -> tuple[mf.Manifest, list[mf.Entry], bool]:
+    """Hash the large files, pack the small ones (reusing the current packs where they still
+    match) and build the manifest; also whether it is the tree the ref already names."""
+    rt = saver.rt
     known, current_manifest = saver.known_small_files(current)
     files = [e for e in tree.entries if e.type == "file"]
     large = [e for e in files if e.size >= layout.PACK_THRESHOLD]
@@ -378,52 +402,68 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     saver.hash_large(tree, large)
     saver.pack_small(tree, small, known, rt.dry_run)
     manifest = mf.Manifest(
-        key=key,
+        key=saver.key,
         roots=tree.roots,
         entries=tree.entries,
         created=mf.now_iso(),
         producer=mf.producer(rt.environ),
     )
-    size = manifest.total_bytes
     unchanged = current_manifest is not None and manifest.same_tree(current_manifest)
-    result = Result(command="cache-weights save")
-    for warning in tree.warnings:
-        result.warning(warning, "gpu-ci cache")
-    digest = current.manifest if (unchanged and current) else manifest.digest()
-    outcome = "unchanged"
-    if not unchanged:
-        saver.upload_large(tree, large, rt.dry_run)
-        body = manifest.canonical()
-        if len(body) > mf.MAX_MANIFEST:
-            raise InputError(
-                f"the manifest of {key} would be {human_bytes(len(body))}, over the "
-                f"{mf.MAX_MANIFEST >> 20} MiB cap restore accepts ({len(manifest.entries)} "
-                "entries)",
-                hint="save the tree under several keys, or exclude what the job does not need",
-            )
-        ref_body = refs.ref_body(key, digest, len(manifest.files), size)
-        if rt.dry_run:
-            saver.stats.add(meta_bytes=len(body) + len(ref_body))
-            outcome = "would save" if current is None else "would update"
-        else:
-            store.put(layout.manifest_key(digest), body)
-            saver.stats.add(meta_bytes=len(body))
-            if not conditional.honoured(store):
-                result.warning(conditional.UNSAFE.format(url=store.url), "gpu-ci cache")
-            try:
-                refs.write(store, namespace, key, ref_body, current)
-                saver.stats.add(meta_bytes=len(ref_body))
-                outcome = "saved" if current is None else "updated"
-            except ConflictError:
-                outcome = _lost_race(store, namespace, key, manifest, saver, result)
-                winner = refs.read(store, namespace, key)
-                digest = winner.manifest if winner else digest
-    if not rt.dry_run:
-        saver.fill_tier(tree, manifest.files)
-    for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
-        result.warning(note, "gpu-ci local cache")
+    return manifest, large, unchanged
+
+
+def _publish(
+    saver: Saver,
+    tree: Tree,
+    large: list[mf.Entry],
+    manifest: mf.Manifest,
+    current: refs.Ref | None,
+    result: Result,
+) -> tuple[str, str]:
+    """Upload what the store lacks, then the manifest, then move the ref (or say what a dry run
+    would): the manifest's digest and the outcome."""
+    store, namespace, key, rt = saver.store, saver.namespace, saver.key, saver.rt
+    digest = manifest.digest()
+    saver.upload_large(tree, large, rt.dry_run)
+    body = manifest.canonical()
+    if len(body) > mf.MAX_MANIFEST:
+        raise InputError(
+            f"the manifest of {key} would be {human_bytes(len(body))}, over the "
+            f"{mf.MAX_MANIFEST >> 20} MiB cap restore accepts ({len(manifest.entries)} "
+            "entries)",
+            hint="save the tree under several keys, or exclude what the job does not need",
+        )
+    ref_body = refs.ref_body(key, digest, len(manifest.files), manifest.total_bytes)
+    if rt.dry_run:
+        saver.stats.add(meta_bytes=len(body) + len(ref_body))
+        return digest, "would save" if current is None else "would update"
+    store.put(layout.manifest_key(digest), body)
+    saver.stats.add(meta_bytes=len(body))
+    if not conditional.honoured(store):
+        result.warning(conditional.UNSAFE.format(url=store.url), "gpu-ci cache")
+    try:
+        refs.write(store, namespace, key, ref_body, current)
+        saver.stats.add(meta_bytes=len(ref_body))
+        return digest, "saved" if current is None else "updated"
+    except ConflictError:
+        outcome = _lost_race(store, namespace, key, manifest, saver, result)
+        winner = refs.read(store, namespace, key)
+        return (winner.manifest if winner else digest), outcome
+
+
+def _report(
+    saver: Saver,
+    paths: list[str],
+    manifest: mf.Manifest,
+    digest: str,
+    outcome: str,
+    start: float,
+    result: Result,
+) -> Result:
+    """Journal the save (not a dry run's), then the headline, outputs, summary and report."""
+    key, store, rt, stats = saver.key, saver.store, saver.rt, saver.stats
+    files, size = len(manifest.files), manifest.total_bytes
     seconds = time.monotonic() - start
-    stats = saver.stats
     uploaded = stats.data_bytes + stats.meta_bytes
     if not rt.dry_run:
         journal.record(
@@ -433,7 +473,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
                 "manifest": digest,
                 "store": store.url,
                 "paths": paths,
-                "files": len(manifest.files),
+                "files": files,
                 "bytes": size,
                 "bytes_uploaded": uploaded,
                 "outcome": outcome,
@@ -442,21 +482,17 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         )
     sent = stats.data_bytes > 0 and not rt.dry_run  # connections only mean something then
     connections = Connections.of(saver.uploads) if sent else None
-    result.headline = _headline(outcome, key, len(manifest.files), size, stats, seconds, rt.dry_run)
+    result.headline = _headline(outcome, key, files, size, stats, seconds, rt.dry_run)
     if connections is not None:
         result.headline += f" (connections: {connections.text()})"
-    result.outputs = save_outputs(
-        outcome, digest, uploaded, len(manifest.files), seconds, connections
-    )
-    result.summary.append(
-        summary_table(key, outcome, len(manifest.files), size, uploaded, seconds, connections)
-    )
+    result.outputs = save_outputs(outcome, digest, uploaded, files, seconds, connections)
+    result.summary.append(summary_table(key, outcome, files, size, uploaded, seconds, connections))
     result.report = {
         "key": key,
         "store": store.url,
         "outcome": outcome,
         "manifest": digest,
-        "files": len(manifest.files),
+        "files": files,
         "bytes": size,
         "dry_run": rt.dry_run,
         "bytes_data": stats.data_bytes,

@@ -36,6 +36,7 @@ from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.errors import IntegrityError, StoreError
+from gpuci.hashcursor import HashCursor
 from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -223,17 +224,16 @@ def _write_all(fd: int, data: memoryview, offset: int | None = None) -> None:
 
 @dataclass
 class _BlobTarget:
-    """One large file assembled from parts, with an in-order hash cursor."""
+    """One large file assembled from parts, hashed in order by a :class:`HashCursor`."""
 
     entry: Entry
     path: Path
     file: directio.TargetFile | None = None
-    hasher: Any = field(default_factory=hashlib.sha256)
-    next: int = 0
-    done: dict[int, int] = field(default_factory=dict)
-    hashing: bool = False
+    cursor: HashCursor = field(init=False)
     refetched: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.reset()
 
     def open(self, direct: bool) -> None:
         self.file = directio.TargetFile(self.path, self.entry.size, direct)
@@ -243,52 +243,32 @@ class _BlobTarget:
             self.file.close()
 
     def reset(self) -> None:
-        self.hasher, self.next, self.done, self.hashing = hashlib.sha256(), 0, {}, False
+        self.cursor = HashCursor(self._read_into, short_read=self._short_read)
 
     def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
         """Record ``length`` bytes written at ``pos``; True when this call completed the file.
 
         ``data`` holds those bytes, or is None when they never passed through user space
-        (spliced): the hash then reads them back from the file, as it does for parts that
-        arrived before their turn.
+        (spliced): the hash then reads them back from the file into ``scratch``, as it does for
+        parts that arrived before their turn.
         """
-        with self.lock:
-            if self.hashing or pos != self.next or data is None:
-                self.done[pos] = length
-                if self.hashing or pos != self.next:
-                    return False
-            self.hashing = True
-        position = pos
-        if data is not None:
-            self.hasher.update(data)
-            position += length
-        while True:
-            with self.lock:
-                self.next = position
-                ready = self.done.pop(position, None)
-                if ready is None:
-                    self.hashing = False
-                    return position == self.entry.size
-            position = self._hash_back(position, ready, scratch)
+        if data is None:
+            return self.cursor.landed_on_disk(pos, length, scratch) == self.entry.size
+        return self.cursor.landed(pos, (data,), scratch) == self.entry.size
 
-    def _hash_back(self, position: int, length: int, scratch: memoryview) -> int:
-        """Hash ``length`` written bytes from ``position``, read back a scratch buffer at a time."""
+    def _read_into(self, view: memoryview, position: int, length: int) -> int:
         assert self.file is not None
-        end = position + length
-        while position < end:
-            got = self.file.read_into(scratch, position, min(len(scratch), end - position))
-            if got == 0:
-                raise IntegrityError(
-                    f"{self.path}: ends before byte {end}, which was written; something else "
-                    "truncated the staging file",
-                    hint="make sure no other process writes into the restore's target folder",
-                )
-            self.hasher.update(scratch[:got])
-            position += got
-        return position
+        return self.file.read_into(view, position, length)
+
+    def _short_read(self, position: int, end: int) -> None:
+        raise IntegrityError(
+            f"{self.path}: ends before byte {end}, which was written; something else "
+            "truncated the staging file",
+            hint="make sure no other process writes into the restore's target folder",
+        )
 
     def finish(self) -> None:
-        digest = self.hasher.hexdigest()
+        digest = self.cursor.hexdigest()
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
         assert self.file is not None

@@ -175,7 +175,7 @@ RESTORE = Command(
         *CACHE_OUTPUTS,
         Output("populated", "true when the populate command ran and its result was saved."),
     ),
-    target="gpuci.cache.restore:run",
+    target="gpuci.cache.restore_command:run",
     actions=("actions/cache-weights", "actions/cache-weights/restore"),
 )
 

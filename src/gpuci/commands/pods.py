@@ -173,7 +173,7 @@ UP = Command(
         Output("ssh-command", "ssh USER@HOST -p PORT for the pod (empty without ssh keys)."),
         Output("runner-name", "The CI runner's name (empty without runner)."),
     ),
-    target="gpuci.pods.lifecycle:up",
+    target="gpuci.pods.up:up",
 )
 
 IDS_OUT = (
@@ -183,9 +183,9 @@ IDS_OUT = (
 
 
 def _on_pods(name: str, help: str, *inputs: Input) -> Command:
-    """A sub-command of gpuci.pods.lifecycle that acts on pods and names them (IDS_OUT)."""
+    """A pods sub-command (module gpuci.pods.NAME) that acts on pods and names them (IDS_OUT)."""
     return Command(
-        name=name, help=help, inputs=inputs, outputs=IDS_OUT, target=f"gpuci.pods.lifecycle:{name}"
+        name=name, help=help, inputs=inputs, outputs=IDS_OUT, target=f"gpuci.pods.{name}:{name}"
     )
 
 

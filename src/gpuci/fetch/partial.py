@@ -239,11 +239,11 @@ class Partial:
         self.extents = [(s, e) for s, e in extents if e > self.size]
         self.close()
 
-    def _read_into(self, buffer: memoryview, offset: int) -> int:
+    def _read_into(self, buffer: memoryview, offset: int, length: int) -> int:
         """The cursor reads back bytes that landed ahead of it (from the page cache)."""
         if self._fd is None:
             return 0
-        return os.preadv(self._fd, [buffer], offset)
+        return os.preadv(self._fd, [buffer[:length]], offset)
 
     def bind(self, url: str) -> None:
         """Switch to another source (a mirror): bytes from one URL never continue another's."""

@@ -13,6 +13,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import files
@@ -184,6 +185,7 @@ def _run(
     host: Snapshot | None = None,
     visibility: Visibility | None = None,
 ) -> Result:
+    """Scope (which GPUs, which framework) -> watch (XIDs, clocks) -> checks -> result."""
     gpus = list(snapshot.gpus)
     outcomes: list[Outcome] = []
     notes: list[str] = []  # warnings: the run tested less than asked
@@ -196,121 +198,174 @@ def _run(
     if visibility is not None and visibility.restricted:
         notes += list(visibility.notes)
         info["visibility"] = visibility.to_dict()
-    wants_load = any(c in LOAD_CHECKS for c in checks)
+    load = _Load(backend, framework)
+    if any(c in LOAD_CHECKS for c in checks):
+        _prepare_load(load, values, session, snapshot, notes, info)
+    if load.skip:
+        notes.append(load.skip)
+    watched = sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or [
+        g.index for g in gpus
+    ]
+    names = {g.index: g.name for g in gpus if g.index in watched}
+    # Health before: the snapshot's read; then XIDs and clock events for the run's length.
+    xids, sampler = _watch(session, checks, watched, load.targets, sizes, notes)
+    with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}"):
+        _run_checks(values, rt, session, snapshot, checks, load, sizes, budget, watched,
+                    (xids, sampler), outcomes, notes)  # fmt: skip
+    environment = _environment_problem(
+        outcomes, load.broken, load.framework, load.built_cuda, snapshot, rt.environ
+    )
+    return _result(
+        values, rt, snapshot, outcomes, notes, info, load.framework, load.backend, budget, names,
+        environment,
+    )  # fmt: skip
 
+
+@dataclass
+class _Load:
+    """What the load checks can drive: the framework, its GPUs, or why none (skip or broken)."""
+
+    backend: Backend | None
+    framework: str
+    targets: list[Target] = field(default_factory=list)
+    skip: str | None = None  # why no load ran (a warning: the smoke tested less)
+    broken: str | None = None  # why the framework cannot drive the GPUs (a failure)
+    built_cuda: str | None = None  # the CUDA the framework was built for, when it said
+
+
+def _prepare_load(
+    load: _Load,
+    values: dict[str, Any],
+    session: NvmlSession,
+    snapshot: Snapshot,
+    notes: list[str],
+    info: dict[str, Any],
+) -> None:
+    """Which GPUs a load runs on: the framework's devices matched to NVML's (or why none)."""
+    gpus = list(snapshot.gpus)
+    if load.framework == "none":
+        if values["framework"] == "none":
+            load.skip = "framework none: health checks only, no load"
+        elif snapshot.source.startswith("fake:"):
+            load.skip = "fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"
+        else:
+            load.skip = "neither torch nor cupy is installed: health checks only, no load"
+        return
+    started = time.perf_counter()
+    try:
+        if load.backend is None:
+            load.backend, load.framework = _load_backend(load.framework, values["framework"])
+        load.targets, match_notes = match_targets(load.backend, session, gpus, values)
+        notes += match_notes
+        notes += [
+            f"GPU {t.label}: {t.others} other process(es) on it: GEMM and bandwidth "
+            "reported, not judged; memory test capped at half the free memory"
+            for t in load.targets
+            if t.others
+        ]
+        if not load.targets:
+            load.broken = f"{load.framework} sees no CUDA device although NVML lists {len(gpus)}"
+    except BackendUnavailable as exc:
+        load.broken = str(exc)
+        load.built_cuda = exc.built_cuda
+    except ImportError as exc:
+        load.broken = f"{load.framework} failed to import: {excerpt(str(exc), 200)}"
+    info["framework_load_s"] = round(time.perf_counter() - started, 3)
+
+
+def _run_checks(
+    values: dict[str, Any],
+    rt: Runtime,
+    session: NvmlSession,
+    snapshot: Snapshot,
+    checks: list[str],
+    load: _Load,
+    sizes: Sizes,
+    budget: Budget,
+    watched: list[int],
+    watching: tuple[XidListener | None, LoadSampler | None],
+    outcomes: list[Outcome],
+    notes: list[str],
+) -> None:
+    """The load, dcgm and health checks while XIDs and clock events are watched; each outcome
+    logged as it lands."""
+    xids, sampler = watching
     lock = threading.Lock()
 
     def record(outcome: Outcome) -> None:
         with lock:
-            _record(outcome)
-
-    def _record(outcome: Outcome) -> None:
-        outcomes.append(outcome)
-        figures = " ".join(f"{k}={v}" for k, v in outcome.figures.items() if v not in (None, []))
-        text = f"{outcome.label}: {outcome.status} in {outcome.seconds:.2f}s"
-        rt.log(text + (f": {outcome.reason}" if outcome.reason else "") + f" {figures}".rstrip())
-
-    # Which GPUs: the framework's devices when a load runs, else every GPU NVML sees.
-    targets: list[Target] = []
-    load_skip: str | None = None  # why no load ran (a warning: the smoke tested less)
-    load_broken: str | None = None  # why the framework cannot drive the GPUs (a failure)
-    built_cuda: str | None = None  # the CUDA the framework was built for, when it said
-    if wants_load and framework == "none":
-        if values["framework"] == "none":
-            load_skip = "framework none: health checks only, no load"
-        elif snapshot.source.startswith("fake:"):
-            load_skip = "fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"
-        else:
-            load_skip = "neither torch nor cupy is installed: health checks only, no load"
-    elif wants_load:
-        started = time.perf_counter()
-        try:
-            if backend is None:
-                backend, framework = _load_backend(framework, values["framework"])
-            targets, match_notes = match_targets(backend, session, gpus, values)
-            notes += match_notes
-            notes += [
-                f"GPU {t.label}: {t.others} other process(es) on it: GEMM and bandwidth "
-                "reported, not judged; memory test capped at half the free memory"
-                for t in targets
-                if t.others
-            ]
-            if not targets:
-                load_broken = f"{framework} sees no CUDA device although NVML lists {len(gpus)}"
-        except BackendUnavailable as exc:
-            load_broken = str(exc)
-            built_cuda = exc.built_cuda
-        except ImportError as exc:
-            load_broken = f"{framework} failed to import: {excerpt(str(exc), 200)}"
-        info["framework_load_s"] = round(time.perf_counter() - started, 3)
-    if load_skip:
-        notes.append(load_skip)
-    watched = sorted({t.nvml_index for t in targets if t.nvml_index is not None}) or [
-        g.index for g in gpus
-    ]
-    names = {g.index: g.name for g in gpus if g.index in watched}
-
-    # Health before: the snapshot's read; then XIDs and clock events for the run's length.
-    xids: XidListener | None = None
-    sampler: LoadSampler | None = None
-    if "health" in checks:
-        xids = XidListener(session, watched).start()
-        if xids.setup_error:
-            notes.append(f"XID events not watched on any GPU: {xids.setup_error}")
-        elif xids.unsupported:
-            notes.append(
-                "XID events not reported for GPU(s) "
-                + ",".join(map(str, xids.unsupported))
-                + " (e.g. vGPU): not watched"
+            outcomes.append(outcome)
+            figures = " ".join(
+                f"{k}={v}" for k, v in outcome.figures.items() if v not in (None, [])
             )
-        if targets:
-            sampler = LoadSampler(session.health, watched, sizes.sample_interval_s).start()
-
-    with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {framework}"):
-        if targets and backend is not None:
-            # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
-            run_plan(plan_load(backend, targets, checks, values, sizes), budget, record)
-        if load_broken:  # a GPU the framework cannot use is a finding about this node
-            for index in watched:
-                record(Outcome("context", index, "fail", f"no CUDA context: {load_broken}"))
-        for name in (c for c in checks if c in LOAD_CHECKS and (load_skip or load_broken)):
-            if name == "context" and load_broken:
-                continue
-            why = load_skip or f"no CUDA context ({framework} cannot use the GPU)"
-            where: list[int | None] = [None] if name == "nccl" else list(watched)
-            for gpu in where:
-                record(Outcome(name, gpu, "skip", why))
-        if "dcgm" in checks:
-            level = int(values["dcgm-level"])
-            record(
-                run_check(
-                    Planned(
-                        "dcgm",
-                        None,
-                        params("dcgm", values, sizes),
-                        lambda: dcgm.estimate(level),
-                        lambda ctx: dcgm.run(level, ctx, watched),
-                        skip_reason=dcgm.absent_reason(),
-                    ),
-                    budget,
-                )
+            text = f"{outcome.label}: {outcome.status} in {outcome.seconds:.2f}s"
+            rt.log(
+                text + (f": {outcome.reason}" if outcome.reason else "") + f" {figures}".rstrip()
             )
-        if sampler is not None:
-            sampler.stop()
-        if "health" in checks and xids is not None:
-            for item in _health_checks(
-                session, snapshot, watched, xids, sampler, values, sizes, budget
-            ):
-                record(run_check(item, budget))
-            if xids.error:
-                notes.append(f"XID listening stopped early: {xids.error}")
-    environment = _environment_problem(
-        outcomes, load_broken, framework, built_cuda, snapshot, rt.environ
-    )
-    return _result(
-        values, rt, snapshot, outcomes, notes, info, framework, backend, budget, names,
-        environment,
-    )  # fmt: skip
+
+    if load.targets and load.backend is not None:
+        # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
+        run_plan(plan_load(load.backend, load.targets, checks, values, sizes), budget, record)
+    if load.broken:  # a GPU the framework cannot use is a finding about this node
+        for index in watched:
+            record(Outcome("context", index, "fail", f"no CUDA context: {load.broken}"))
+    for name in (c for c in checks if c in LOAD_CHECKS and (load.skip or load.broken)):
+        if name == "context" and load.broken:
+            continue
+        why = load.skip or f"no CUDA context ({load.framework} cannot use the GPU)"
+        where: list[int | None] = [None] if name == "nccl" else list(watched)
+        for gpu in where:
+            record(Outcome(name, gpu, "skip", why))
+    if "dcgm" in checks:
+        level = int(values["dcgm-level"])
+        record(
+            run_check(
+                Planned(
+                    "dcgm",
+                    None,
+                    params("dcgm", values, sizes),
+                    lambda: dcgm.estimate(level),
+                    lambda ctx: dcgm.run(level, ctx, watched),
+                    skip_reason=dcgm.absent_reason(),
+                ),
+                budget,
+            )
+        )
+    if sampler is not None:
+        sampler.stop()
+    if "health" in checks and xids is not None:
+        for item in _health_checks(
+            session, snapshot, watched, xids, sampler, values, sizes, budget
+        ):
+            record(run_check(item, budget))
+        if xids.error:
+            notes.append(f"XID listening stopped early: {xids.error}")
+
+
+def _watch(
+    session: NvmlSession,
+    checks: list[str],
+    watched: list[int],
+    targets: list[Target],
+    sizes: Sizes,
+    notes: list[str],
+) -> tuple[XidListener | None, LoadSampler | None]:
+    """Start listening for XIDs (and sampling clocks under load) for the run's length."""
+    if "health" not in checks:
+        return None, None
+    xids = XidListener(session, watched).start()
+    if xids.setup_error:
+        notes.append(f"XID events not watched on any GPU: {xids.setup_error}")
+    elif xids.unsupported:
+        notes.append(
+            "XID events not reported for GPU(s) "
+            + ",".join(map(str, xids.unsupported))
+            + " (e.g. vGPU): not watched"
+        )
+    sampler = None
+    if targets:
+        sampler = LoadSampler(session.health, watched, sizes.sample_interval_s).start()
+    return xids, sampler
 
 
 def _environment_problem(

@@ -1,0 +1,51 @@
+"""``pods start``: start stopped pods; ttl gives them a new expiry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuci.errors import InputError
+from gpuci.pods.client import NotFound
+from gpuci.pods.clock import SYSTEM, Clock, iso
+from gpuci.pods.lifecycle import each_pod, ledger_quietly, need_ids, open_client, record_event
+from gpuci.pods.naming import tag_of
+from gpuci.runtime import Result, Runtime
+
+
+def start(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting."""
+    ids = need_ids(values, "pods start")
+    ttl = values.get("ttl")
+    if rt.dry_run:
+        extra = f" with expiry now+{ttl:.0f}s" if ttl else ""
+        return Result(command="pods start", headline="would start " + ", ".join(ids) + extra)
+    book = ledger_quietly(values, rt)
+    with open_client(rt, clock) as client:
+
+        def one(pod_id: str) -> str:
+            pod = client.get_pod(pod_id)
+            if pod is None:
+                raise NotFound(f"pod {pod_id} not found", hint="check the id with `pods ls`")
+            tag = tag_of(pod)
+            note = ""
+            if ttl and tag is not None:
+                new = tag.with_expiry(clock.now() + float(ttl))
+                env = {**(pod.get("env") or {}), **new.env()}
+                client.update_pod(pod_id, {"name": new.name(), "env": env})
+                note = f", expires {iso(new.expires_at)}"
+            elif tag is not None and tag.expires_at <= clock.now():
+                raise InputError(
+                    f"pod {pod_id} expired at {iso(tag.expires_at)}; its timer would stop it "
+                    "at once",
+                    hint="pass ttl to give it a new expiry",
+                )
+            if pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING"):
+                return "already running" + note
+            client.action(pod_id, "start")
+            record_event(rt, book, "started", pod_id, clock.now(), reason="start")
+            return "started" + note
+
+        return each_pod(ids, one, "pods start", rt)
+
+
+# ----- down / reap --------------------------------------------------------------------------

@@ -1,0 +1,445 @@
+"""``pods up``: place a pod (the candidates, with backoff), wait for RUNNING and a health URL,
+boot its runner; it terminates its own pod if anything after the create fails or the job is
+cancelled.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuci import journal, notify
+from gpuci.errors import CheckFailed, GpuciError, InputError
+from gpuci.markdown import Link
+from gpuci.pods import (
+    budgets,
+    ledger,
+    placement,
+    plan,
+    readiness,
+    runner_boot,
+    runner_online,
+    runner_release,
+    runners,
+    ssh,
+)
+from gpuci.pods.client import API_KEY_ENV, NotFound, RunPodClient, api_url
+from gpuci.pods.clock import SYSTEM, Clock, iso
+from gpuci.pods.lifecycle import open_client, open_ledger, pod_url, record_end, record_event
+from gpuci.pods.naming import PodTag, new_tag, run_url
+from gpuci.runtime import Result, Runtime, markdown_table
+
+
+def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Create one pod on the first candidate that places and is affordable; wait until ready.
+
+    Phases: prepare (owner, tag, runner, spec) -> place (budget, runner registration, create)
+    -> wait (RUNNING, runner online, health) -> report.
+    """
+    if float(values["ttl"]) <= 0:
+        raise InputError("ttl must be positive", hint="set ttl to e.g. 45m")
+    now = clock.now()
+    decision = budgets.decide(values, rt.environ)
+    tag = _tag(decision.owner, values, rt, now)
+    runner = runners.Request.from_values(values, rt.environ, rt.mask, tag, now, rt.dry_run)
+    spec = _spec(values, rt, runner)
+    first = plan.Candidate((values.get("gpu-types") or [""])[0])
+    plan.check_env_count(plan.create_body(spec, tag, first, api_url(rt.environ)), spec.env)
+    book = open_ledger(values, rt)
+    targets = notify.parse_targets(values.get("notify"), rt.mask)
+    if not spec.command:
+        warn = (
+            "no command given: the self-stop timer is off for this pod (reap and down still "
+            "end it); pass command to enable it"
+        )
+    else:
+        warn = ""
+    if rt.dry_run:
+        return _plan_up(values, rt, spec, tag, warn, decision, book, runner)
+    result = Result(command="pods up")
+    if warn:
+        result.warning(warn)
+    for note in decision.notes:
+        result.notice(note)
+    with open_client(rt, clock) as client:
+        job = _Up(
+            values, rt, clock, client, now, decision, tag, runner, spec, book, targets, result
+        )
+        pod, url = _create_and_wait(job)
+    return _report_up(job, pod, url)
+
+
+@dataclass
+class _Up:
+    """One ``pods up`` under way: what the phases share, and what a failure must undo."""
+
+    values: dict[str, Any]
+    rt: Runtime
+    clock: Clock
+    client: RunPodClient
+    now: float
+    decision: budgets.Decision
+    tag: PodTag
+    runner: runners.Request | None
+    spec: plan.PodSpec
+    book: ledger.Ledger
+    targets: list[notify.Target]
+    result: Result
+    pod: dict[str, Any] | None = None
+    reservation: ledger.Reservation | None = None
+
+
+def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
+    """Place the pod and wait until it is ready; end it (and its runner) if anything fails."""
+    rt, client, runner = job.rt, job.client, job.runner
+    # SIGTERM (a cancelled job) becomes an exception from here on, before the create call:
+    # a cancel landing between "pod created" and "pod known" must still end that pod.
+    restore = _sigterm_raises()
+    try:
+        _place(job)
+        return _wait_ready(job)
+    except (SystemExit, KeyboardInterrupt):  # cancelled: maybe mid-create, find it by name
+        made = job.pod or _find_quietly(client, job.tag.name(), rt)
+        if made is not None:
+            _terminate_quietly(client, made["id"], rt)
+        if runner is not None:
+            runner.unregister_quietly(rt.log)
+        _release_quietly(rt, job.book, job.reservation, made, job.tag, job.clock)
+        raise
+    except BaseException:  # failure or timeout after placement
+        if job.pod is not None:
+            _terminate_quietly(client, job.pod["id"], rt)
+        if runner is not None:
+            runner.unregister_quietly(rt.log)
+        _release_quietly(rt, job.book, job.reservation, job.pod, job.tag, job.clock)
+        raise
+    finally:
+        restore()
+
+
+def _place(job: _Up) -> None:
+    """Pick the affordable candidates, register the runner, create the pod and record it."""
+    values, rt, client, clock = job.values, job.rt, job.client, job.clock
+    spec, tag = job.spec, job.tag
+    catalog = client.list_gpu_types(spec.cloud)
+    cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
+    try:
+        affordable, refused, job.reservation = placement.affordable(
+            job.decision, values, rt, client, clock, spec, tag, catalog, cands, job.book
+        )
+    except CheckFailed as exc:
+        _tell_refusal(job.targets, rt, tag, exc)
+        raise
+    job.result.report["budget_refused"] = refused
+    runner = job.runner
+    if runner is not None:  # after the budget: a refused pod registers nothing
+        registered = runner.register(rt.mask)
+        release = _runner_release(values, runner, clock.now(), job.result)
+        spec.runner_env = _runner_env(registered, rt, release)
+        rt.log(f"registered {runner.target.platform} runner {runner.name}")
+    job.pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
+    job.result.report["attempts"] = attempts
+    _remember(rt, job.book, job.pod, tag, job.reservation, clock.now(), runner)
+
+
+def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
+    """Wait for RUNNING, the runner online and the health URL: the pod and its proxy URL."""
+    values, rt, client, clock, runner = job.values, job.rt, job.client, job.clock, job.runner
+    assert job.pod is not None
+    deadline = job.now + float(values["timeout"])
+    pod = job.pod = readiness.wait_running(client, clock, job.pod["id"], deadline, rt)
+    if runner is not None and values.get("runner-wait-online", True):
+        runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
+    url = pod_url(pod, rt.environ)
+    if values.get("health-url"):
+        readiness.wait_healthy(
+            readiness.health_url(values["health-url"], pod, url),
+            clock,
+            job.now + float(values["timeout"]),
+            rt,
+        )
+    return pod, url
+
+
+def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
+    """The headline, outputs (with the ssh command), summary table and report of a ready pod."""
+    result, tag, runner, rt = job.result, job.tag, job.runner, job.rt
+    result.headline = (
+        f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
+        f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
+        + (f", {runner.target.platform} runner {runner.name}" if runner else "")
+    )
+    result.outputs = {
+        "pod-id": pod["id"],
+        "status": pod["status"],
+        "cost-per-hr": float(pod.get("cost") or 0.0),
+        "url": url,
+        "gpu-type": pod.get("gpu", {}).get("id", ""),
+        "data-center": pod.get("dataCenterId") or "",
+        "expires-at": iso(tag.expires_at),
+        "ssh-command": "",
+        "runner-name": runner.name if runner else "",
+    }
+    if job.spec.ssh_keys:
+        ep = ssh.endpoint(pod)
+        if ep is None:
+            result.warning(f"{pod['id']} reports no usable SSH endpoint yet; see `pods ls`")
+        else:
+            result.outputs["ssh-command"] = ssh.command_line(ep)
+            rt.log(f"ssh: {result.outputs['ssh-command']}")
+    result.summary = [
+        "### RunPod pod\n\n"
+        + markdown_table(
+            ["pod", "GPU", "data centre", "USD/h", "owner", "expires", "url"],
+            [
+                [
+                    pod["id"],
+                    result.outputs["gpu-type"],
+                    result.outputs["data-center"],
+                    f"{float(pod.get('cost') or 0):.2f}",
+                    tag.owner,
+                    iso(tag.expires_at),
+                    Link(url) if url else "",
+                ]
+            ],
+        )
+    ]
+    result.report["pod"] = {k: pod.get(k) for k in ("id", "name", "status", "cost", "gpu")}
+    return result
+
+
+def _plan_up(
+    values: dict[str, Any],
+    rt: Runtime,
+    spec: plan.PodSpec,
+    tag: PodTag,
+    warn: str,
+    decision: budgets.Decision,
+    book: ledger.Ledger,
+    runner: runners.Request | None = None,
+) -> Result:
+    """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
+    cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
+    api = api_url(rt.environ)
+    bodies = [plan.shown_body(plan.create_body(spec, tag, c, api), spec.env) for c in cands]
+    budget = decision.budget
+    result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
+    if warn:
+        result.warning(warn)
+    if not rt.environ.get(API_KEY_ENV):
+        result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
+    result.outputs = {
+        "pod-id": "",
+        "status": "PLANNED",
+        "cost-per-hr": "",
+        "url": "",
+        "runner-name": runner.name if runner else "",
+    }
+    result.report = {
+        "plan": {
+            "owner": tag.owner,
+            "run_url": tag.run_url,
+            "ttl_s": float(values["ttl"]),
+            "expires_at": iso(tag.expires_at),
+            "gpu_order": [c.gpu_id for c in cands],
+            "candidates": [{"gpu": c.gpu_id, "data_centers": list(c.data_centers)} for c in cands],
+            "requests": [{"method": "POST", "path": "/v2/pods", "body": b} for b in bodies],
+            "ledger": book.where,
+            "identity": {"login": decision.identity.login, "source": decision.identity.source},
+            "budget": {
+                "budget_usd": budget,
+                "period_s": decision.period_s,
+                "rule": "refuse a candidate when billed spend + live pods' committed cost "
+                "+ live reservations + catalog USD/h x (ttl + reap-interval) exceeds the "
+                "budget (checked against the API and the ledger at run time)"
+                if budget is not None
+                else "no budget-usd: no check",
+            },
+            "self_stop": bool(spec.command),
+        }
+    }
+    if runner is not None:
+        for note in runner.notes:
+            result.warning(note)
+        result.report["plan"]["runner"] = {
+            "platform": runner.target.platform,
+            "name": runner.name,
+            "labels": runner.labels,
+            "scope": runner.target.scope,
+            "idle_timeout_s": runner.idle_s,
+            "image": spec.image,
+            "request": runner.call(),
+        }
+    result.summary = [
+        "### pods up plan (dry run)\n\n"
+        + markdown_table(
+            ["#", "GPU type", "data centres", "TTL ends"],
+            [
+                [i + 1, c.gpu_id, ", ".join(c.data_centers) or "any", iso(tag.expires_at)]
+                for i, c in enumerate(cands)
+            ],
+        )
+    ]
+    return result
+
+
+def _tell_refusal(
+    targets: Sequence[notify.Target], rt: Runtime, tag: PodTag, exc: CheckFailed
+) -> None:
+    """Budget refusals are news for the owner and whoever watches spend."""
+    shown = Result.from_error("pods up", exc)
+    notify.deliver(
+        targets,
+        rt,
+        shown,
+        f"gpu-ci: GPU pod refused for {tag.owner} (budget)",
+        f"{exc.one_line()}\nCI run: {tag.run_url}",
+    )
+    for annotation in shown.annotations[1:]:  # delivery warnings reach the log
+        rt.log(f"warning: {annotation.message}")
+
+
+def _spec(
+    values: dict[str, Any], rt: Runtime, runner: runners.Request | None = None
+) -> plan.PodSpec:
+    image = values.get("image") or (runners.DEFAULT_IMAGE if runner else "")
+    if not image:
+        raise InputError("input 'image' is required", hint="pass --image IMAGE or set INPUT_IMAGE")
+    return plan.PodSpec(
+        image=image,
+        command=runner_boot.SCRIPT if runner else values.get("command") or "",
+        env=plan.parse_env(values.get("env"), rt.mask),
+        ports=plan.check_ports(values.get("ports")),
+        disk_gb=int(values.get("disk-gb") or 50),
+        gpu_count=int(values.get("gpu-count") or 1),
+        cloud=values.get("cloud") or "SECURE",
+        ssh_keys=ssh.public_keys(values.get("ssh-public-keys"), rt.environ),
+        runner_env=_runner_env(runner.planned_env(), rt) if runner else {},
+    )
+
+
+def _runner_env(
+    env: dict[str, str], rt: Runtime, release: runner_release.Release | None = None
+) -> dict[str, str]:
+    """A runner pod's env: the registration's, the runner release, a mirror if set."""
+    out = {**env, **(release.env() if release else runner_boot.env())}
+    mirror = rt.environ.get(runner_boot.ENV_RELEASE_URL, "").strip()
+    if mirror:
+        out[runner_boot.ENV_RELEASE_URL] = mirror
+    return out
+
+
+def _runner_release(
+    values: dict[str, Any], runner: runners.Request, now: float, result: Result
+) -> runner_release.Release | None:
+    """The actions/runner release a GitHub runner pod installs (GitLab brings its own)."""
+    if runner.target.platform != "github":
+        return None
+    release = runner_release.resolve(
+        values, runner.target.api_url, runner.target.token, now, result.warning
+    )
+    result.report["runner_release"] = {"version": release.version, "source": release.source}
+    return release
+
+
+def _tag(owner: str, values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
+    return new_tag(owner, run_url(rt.environ), now + float(values["ttl"]))
+
+
+def _remember(
+    rt: Runtime,
+    book: ledger.Ledger,
+    pod: dict[str, Any],
+    tag: PodTag,
+    reservation: ledger.Reservation | None,
+    at: float,
+    runner: runners.Request | None = None,
+) -> None:
+    entry = {
+        "podId": pod["id"],
+        "owner": tag.owner,
+        "gpu": pod.get("gpu", {}).get("id", ""),
+        "costPerHr": pod.get("cost"),
+        "expiresAt": iso(tag.expires_at),
+        "expiresEpoch": tag.expires_at,
+        "runUrl": tag.run_url,
+        "reservation": reservation.key if reservation else "",
+        "runner": runner.name if runner else "",
+    }
+    record_event(
+        rt, book, "created", pod["id"], at, **{k: v for k, v in entry.items() if k != "podId"}
+    )
+    try:
+        journal.record("pod-up", entry, rt.environ)
+    except OSError as exc:  # bookkeeping must never leave a pod without its teardown
+        rt.log(f"warning: could not write the journal: {exc}")
+
+
+def _release_quietly(
+    rt: Runtime,
+    book: ledger.Ledger,
+    reservation: ledger.Reservation | None,
+    pod: dict[str, Any] | None,
+    tag: PodTag,
+    clock: Clock,
+) -> None:
+    """After a failed ``up``: the pod (if any) is ended, so its reservation goes too; the
+    event names the owner even when the pod was cancelled before ``created`` was written."""
+    if pod is not None:
+        record_end(
+            rt,
+            book,
+            "terminated",
+            pod["id"],
+            clock.now(),
+            reason="up failed",
+            owner=tag.owner,
+            runUrl=tag.run_url,
+            gpu=(pod.get("gpu") or {}).get("id", ""),
+            costPerHr=pod.get("cost"),
+        )
+    if reservation is not None:
+        try:
+            book.release(reservation.key)
+        except (OSError, GpuciError) as exc:
+            rt.log(f"warning: could not release the budget reservation: {exc}")
+
+
+def _sigterm_raises() -> Callable[[], None]:
+    """Turn SIGTERM (a cancelled CI job) into an exception, so ``up`` cleans up its pod."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+def _find_quietly(client: RunPodClient, name: str, rt: Runtime) -> dict[str, Any] | None:
+    try:
+        return client.find_by_name(name)
+    except GpuciError as exc:
+        rt.log(f"warning: could not look for pod {name} to clean it up: {exc.one_line()}")
+        return None
+
+
+def _terminate_quietly(client: RunPodClient, pod_id: str, rt: Runtime) -> None:
+    try:
+        client.delete_pod(pod_id)
+        rt.log(f"terminated {pod_id} after the failure")
+    except NotFound:
+        pass
+    except GpuciError as exc:
+        rt.log(f"warning: could not terminate {pod_id}: {exc.one_line()} (reap will)")
+
+
+# ----- ls -----------------------------------------------------------------------------------
