@@ -25,6 +25,15 @@ __all__ = ["Forbidden", "GitHub", "Identity"]
 API_VERSION = "2022-11-28"
 
 
+def api_headers(token: str) -> dict[str, str]:
+    """What every GitHub REST call sends: the bearer token, GitHub's JSON type, the API version."""
+    return {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": API_VERSION,
+    }
+
+
 class GitHub(ApiClient):
     service = "GitHub"
     url_env = "GITHUB_API_URL"
@@ -36,11 +45,7 @@ class GitHub(ApiClient):
         super().__init__(
             api_url,
             token,
-            {
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": API_VERSION,
-            },
+            api_headers(token),
             **kwargs,
         )
         self.repository = repository

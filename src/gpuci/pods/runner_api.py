@@ -103,11 +103,7 @@ class GitHubRunners(ApiClient):
         super().__init__(
             api_url,
             token,
-            {
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": gh.API_VERSION,
-            },
+            gh.api_headers(token),
             **kwargs,
         )
         kind, _, where = scope.partition(":")
