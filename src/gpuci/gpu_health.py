@@ -61,6 +61,9 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
         return []
     host = environ.get("GPUCI_NODE_NAME") or socket.gethostname()
     runner = environ.get("RUNNER_NAME") or environ.get("CI_RUNNER_DESCRIPTION") or ""
+    # RunPod's API names no machine, only the data centre (RUNPOD_DC_ID inside a pod): the
+    # finest unit pods placement can steer away from.
+    data_center = environ.get("RUNPOD_DC_ID") or environ.get("GPUCI_DATA_CENTER") or ""
     out = []
     for gpu in report.get("gpus") or []:
         if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
@@ -80,6 +83,8 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
                 "name": str(gpu.get("name") or ""),
                 "host": host,
                 "runner": runner,
+                "data_center": data_center,
+                "pod": environ.get("RUNPOD_POD_ID") or "",
                 "passed": not failed,
                 "failed_checks": failed,
                 "checks": mine,
@@ -135,6 +140,19 @@ def _read(store: Any, since: float) -> list[dict[str, Any]]:
         if isinstance(item, dict) and isinstance(item.get("uuid"), str):
             out.append(item)
     return out
+
+
+def recent_failures(
+    url: str, environ: Mapping[str, str], since: float, rt: Runtime | None = None
+) -> list[dict[str, Any]]:
+    """Hardware-failure verdicts written at or after ``since`` (for pods placement)."""
+    try:
+        items = _read(_open(url, environ, rt), since)
+    except OSError as exc:
+        raise InfraError(
+            f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
+        ) from None
+    return [i for i in items if i.get("passed") is False]
 
 
 def report(values: dict[str, Any], rt: Runtime) -> Result:

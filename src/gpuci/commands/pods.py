@@ -160,6 +160,21 @@ UP = Command(
             "duration",
             "10m",
         ),
+        Input(
+            "health-store",
+            "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; "
+            "default: GPUCI_GPU_HEALTH_STORE; empty: placement does not consult it).",
+            "str",
+        ),
+        Input(
+            "avoid-failed-days",
+            "Keep off data centres where a GPU failed gpu-smoke (hardware) in this many days, "
+            "per the health record; RunPod names no machine, so the data centre is the unit. "
+            "0: off.",
+            "int",
+            "7",
+            minimum=0,
+        ),
         *RUNNER_INPUTS,
     ),
     outputs=(

@@ -15,6 +15,7 @@ from gpuci import journal, notify
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.markdown import Link
 from gpuci.pods import (
+    avoid,
     budgets,
     ledger,
     placement,
@@ -126,6 +127,7 @@ def _place(job: _Up) -> None:
     spec, tag = job.spec, job.tag
     catalog = client.list_gpu_types(spec.cloud)
     cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
+    cands = _avoid_failed(job, cands)
     try:
         affordable, refused, job.reservation = placement.affordable(
             job.decision, values, rt, client, clock, spec, tag, catalog, cands, job.book
@@ -143,6 +145,25 @@ def _place(job: _Up) -> None:
     job.pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
     job.result.report["attempts"] = attempts
     _remember(rt, job.book, job.pod, tag, job.reservation, clock.now(), runner)
+
+
+def _avoid_failed(job: _Up, cands: list[plan.Candidate]) -> list[plan.Candidate]:
+    """Drop data centres with a recent hardware failure; none left: exit 1, saying why."""
+    got = avoid.avoid_failed(job.values, job.rt, cands, job.clock.now())
+    for warning in got.warnings:
+        job.result.warning(warning)
+    if got.failed:
+        job.result.report["health_avoided"] = {
+            "data_centers": got.failed,
+            "refused": got.refused,
+        }
+    if not got.candidates:
+        raise CheckFailed(
+            "every candidate is in a data centre with a hardware failure in the GPU health "
+            "record: " + "; ".join(f"{dc}: {why}" for dc, why in sorted(got.failed.items())),
+            hint="add GPU types or data centres, or set avoid-failed-days to 0 to place anyway",
+        )
+    return got.candidates
 
 
 def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
@@ -207,6 +228,12 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
             ],
         )
     ]
+    avoided = result.report.get("health_avoided")
+    if avoided:
+        result.summary.append(
+            "#### Kept off (GPU health record)\n\n"
+            + markdown_table(["data centre", "why"], sorted(avoided["data_centers"].items()))
+        )
     result.report["pod"] = {k: pod.get(k) for k in ("id", "name", "status", "cost", "gpu")}
     return result
 
