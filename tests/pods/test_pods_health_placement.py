@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from gpuci_testing import clean_env, run_cli
+from moto_s3 import FAKE_S3_CREDENTIALS
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="sleep 1", ttl="30m", owner="alice")
@@ -71,3 +72,21 @@ def test_a_failure_older_than_the_window_is_ignored(fake, run, tmp_path, clock):
     assert res.code == 0, res.stdout
     assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"]]
     assert "Kept off" not in res.json["summary_markdown"]
+
+
+def test_an_unreadable_record_is_one_warning_and_up_still_places(
+    fake, run, moto_endpoint, monkeypatch
+):
+    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
+        monkeypatch.setenv(key, value)
+    env = {
+        **FAKE_S3_CREDENTIALS,
+        "GPUCI_GPU_HEALTH_ENDPOINT_URL": moto_endpoint,
+        "GPUCI_GPU_HEALTH_STORE": "s3://no-such-gpuci-bucket/health",
+    }
+    res = run("up", extra_env=env, **UP)
+    assert res.code == 0, res.stdout
+    warnings = [a for a in res.json["annotations"] if "GPU health record not read" in a["message"]]
+    assert len(warnings) == 1, res.stdout
+    assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"]]
+    assert FAKE_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in res.stdout + res.stderr

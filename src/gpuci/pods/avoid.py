@@ -5,7 +5,8 @@ finest unit placement can steer is the data centre (``dataCenterIds``). So a har
 verdict recorded from a pod (``data_center``, from ``RUNPOD_DC_ID``) in the last
 ``avoid-failed-days`` removes that data centre from every candidate; a candidate left with
 none is refused, with the reason in the summary. A candidate with no data centres (the
-scheduler chooses) cannot be steered: one warning says so.
+scheduler chooses) cannot be steered: one warning says so. An unreadable record is one
+warning too (a store outage must not keep CI from its GPU); a malformed store URL is exit 2.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import gpu_health
+from gpuci.errors import InfraError
 from gpuci.pods import plan
 from gpuci.runtime import Runtime
 
@@ -51,7 +53,15 @@ def avoid_failed(
     url = gpu_health.store_url(values.get("health-store"), rt.environ)
     if days <= 0 or not url:
         return Avoided(list(cands))
-    failed = _reasons(gpu_health.recent_failures(url, rt.environ, now - days * 86400, rt))
+    try:
+        failures = gpu_health.recent_failures(url, rt.environ, now - days * 86400, rt)
+    except (InfraError, OSError) as exc:  # a store outage must not stop CI from getting a GPU
+        text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        return Avoided(
+            list(cands),
+            warnings=[f"GPU health record not read, no data centre avoided: {text}"],
+        )
+    failed = _reasons(failures)
     if not failed:
         return Avoided(list(cands))
     out = Avoided([], failed=failed)
