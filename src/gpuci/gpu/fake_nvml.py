@@ -381,7 +381,7 @@ class FakeNvml:
                 dev.drift.nvlink_down += (int(mod[7:]),)
             elif mod.startswith("throttle="):  # throttle=hw_thermal_slowdown+12: 12 s more
                 name, _, seconds = mod[9:].partition("+")
-                if name not in N.VIOLATION_POLICIES.values() | N.CLOCK_EVENT_FIELDS.values():
+                if name not in {*N.VIOLATION_POLICIES.values(), *N.CLOCK_EVENT_FIELDS.values()}:
                     raise ValueError(mod)
                 dev.drift.throttle_ns[name] = int(float(seconds) * 1e9)
             elif mod.startswith("nverr="):  # nverr=crc_flit@3+12: 12 more CRC errors on link 3
