@@ -245,9 +245,9 @@ class NvmlSession:
             "nvmlDeviceGetFieldValues", h, list(CLOCK_EVENT_FIELDS), notes=notes
         )
         for value in values or ():
-            name = CLOCK_EVENT_FIELDS.get(int(value.fieldId))
-            if name and int(value.nvmlReturn) == SUCCESS:  # per field: NotSupported is skipped
-                found[name] = int(value.value.ullVal)
+            field = CLOCK_EVENT_FIELDS.get(int(value.fieldId))
+            if field and int(value.nvmlReturn) == SUCCESS:  # per field: NotSupported is skipped
+                found[field] = int(value.value.ullVal)
         return tuple(sorted(found.items())) or None
 
     def _nvlink_errors(
