@@ -208,3 +208,21 @@ def test_a_power_limit_below_the_default_is_reported(tmp_path: Path) -> None:
     assert any(
         "power limit lowered to 450 W of the default 700 W" in a.message for a in result.annotations
     )
+
+
+def test_applications_clocks_below_the_default_are_reported(tmp_path: Path) -> None:
+    result = setup(FakeNvml.from_spec("h200:appclock=1200"), None, tmp_path)
+    assert result.exit_code == 0
+    text = [a.message for a in result.annotations]
+    assert any(
+        "SM applications clock set to 1200 MHz, below the default 1980 MHz (max 1980)" in t
+        for t in text
+    ), text
+    gpu = result.report["nvml"]["gpus"][0]
+    assert ["sm", 1410, 1200, 1980, 1980] in [list(row) for row in gpu["clocks_mhz"]]
+
+
+def test_a_t4_at_its_default_applications_clock_is_not_reported(tmp_path: Path) -> None:
+    # T4: 585 MHz default applications clock, 1590 max (autoboost): stock, not lowered.
+    result = setup(FakeNvml(["t4"]), None, tmp_path)
+    assert not any("applications clock" in a.message for a in result.annotations)

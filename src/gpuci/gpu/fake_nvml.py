@@ -96,6 +96,26 @@ class Profile:
     # From the second health read on, the memory and PCIe counters fail with this NVML code
     # (RESET_REQUIRED 16, UNKNOWN 999): a GPU that broke under the load.
     read_error: int | None = None
+    # Cumulative throttle ns since the driver loaded, per violation policy and (R535+) slowdown
+    # field value, as a healthy node some days up shows them: power-capped for a while under
+    # earlier jobs, idle most of the time, never thermally slowed. None: NotSupported (vGPU).
+    throttle_ns: dict[str, int] | None = field(
+        default_factory=lambda: {
+            "power": 41_250_000_000,
+            "thermal": 0,
+            "sync_boost": 0,
+            "board_limit": 0,
+            "low_util": 9_100_000_000_000,
+            "reliability": 0,
+            "sw_thermal_slowdown": 0,
+            "hw_thermal_slowdown": 0,
+            "hw_power_brake_slowdown": 0,
+        }
+    )
+    nvlink_counters: bool = True  # nvmlDeviceGetNvLinkErrorCounter answers on the links up
+    # (current, applications, default applications, max) MHz; None: NotSupported
+    sm_clocks: tuple[int, int, int, int] | None = (1410, 1980, 1980, 1980)
+    mem_clocks: tuple[int, int, int, int] | None = (2619, 2619, 2619, 2619)
 
 
 _NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
@@ -128,6 +148,7 @@ PROFILES: dict[str, Profile] = {
         remapped_rows=_NO_REMAPS,
         mig=[],
         nvlinks=18,
+        mem_clocks=(3201, 3201, 3201, 3201),
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
     "h100-sxm": Profile(
@@ -193,6 +214,9 @@ PROFILES: dict[str, Profile] = {
         temperature_c=41,
         retired_pages_pending=False,
         mig=None,
+        # T4's default applications clock is 585 MHz (boost to 1590 is automatic): not lowered
+        sm_clocks=(300, 585, 585, 1590),
+        mem_clocks=(405, 5001, 5001, 5001),
     ),
     # An A100 80GB with 2 volatile uncorrected ECC errors and a row remap pending a reset.
     "ecc-bad": Profile(
@@ -249,6 +273,8 @@ class _Drift:
     replay: int = 0
     clock_events: int | None = None
     nvlink_down: tuple[int, ...] = ()  # links that go down from the second health read on
+    throttle_ns: dict[str, int] = field(default_factory=dict)  # added from the second read on
+    nvlink_errors: dict[tuple[int, str], int] = field(default_factory=dict)  # (link, name) +N
 
 
 class FakeDevice:
@@ -281,6 +307,21 @@ class FakeMig:
 class _EventSet:
     def __init__(self) -> None:
         self.devices: set[int] = set()
+
+
+# The clock-event bits behind each cumulative counter (nvml.h documents each pair).
+_COUNTER_BITS = {
+    "power": 0x4,
+    "sync_boost": 0x10,
+    "thermal": 0x20 | 0x40,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+}
+
+
+def clock_event_names_for_counter(name: str) -> int:
+    return _COUNTER_BITS.get(name, 0)
 
 
 class FakeNvml:
@@ -338,6 +379,20 @@ class FakeNvml:
                 dev.drift.clock_events = int(mod[7:], 0)
             elif mod.startswith("nvdown="):  # nvdown=3: NVLink 3 goes down under the load
                 dev.drift.nvlink_down += (int(mod[7:]),)
+            elif mod.startswith("throttle="):  # throttle=hw_thermal_slowdown+12: 12 s more
+                name, _, seconds = mod[9:].partition("+")
+                if name not in {*N.VIOLATION_POLICIES.values(), *N.CLOCK_EVENT_FIELDS.values()}:
+                    raise ValueError(mod)
+                dev.drift.throttle_ns[name] = int(float(seconds) * 1e9)
+            elif mod.startswith("nverr="):  # nverr=crc_flit@3+12: 12 more CRC errors on link 3
+                name, _, rest = mod[6:].partition("@")
+                link, _, count = rest.partition("+")
+                if name not in N.NVLINK_ERRORS.values():
+                    raise ValueError(mod)
+                dev.drift.nvlink_errors[(int(link), name)] = int(count)
+            elif mod.startswith("appclock="):  # appclock=1200: SM applications clock lowered
+                cur, _, default, top = dev.p.sm_clocks or (0, 0, 0, 0)
+                dev.p = replace(dev.p, sm_clocks=(cur, int(mod[9:]), default, top))
             elif mod.startswith("open="):
                 dev.p = replace(dev.p, open_error=int(mod[5:]))
             elif mod.startswith("readerr="):
@@ -349,7 +404,8 @@ class FakeNvml:
         except ValueError:
             raise InputError(
                 f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
-                hint="use xid=N[@GI], ecc+=N, replay+=N, clocks=0xMASK, open=CODE, "
+                hint="use xid=N[@GI], ecc+=N, replay+=N, clocks=0xMASK, nvdown=LINK, "
+                "throttle=REASON+SECONDS, nverr=COUNTER@LINK+N, appclock=MHZ, open=CODE, "
                 "readerr=CODE or events=fail",
             ) from None
 
@@ -569,6 +625,76 @@ class FakeNvml:
             )
         down = dev.p.nvlinks_down + (dev.drift.nvlink_down if dev.reads >= 2 else ())
         return 0 if link in down else N.FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
+        dev = self._dev(handle)
+        if not dev.p.nvlink_counters or link >= dev.p.nvlinks:
+            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        name = N.NVLINK_ERRORS.get(counter)
+        if name is None:
+            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        return dev.drift.nvlink_errors.get((link, name), 0) if dev.reads >= 2 else 0
+
+    def _throttle(self, dev: FakeDevice, name: str) -> int:
+        base = self._value(dev.p.throttle_ns)
+        if name not in base:
+            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        if dev.reads < 2:
+            return base[name]
+        # A reason held by ``clocks=`` drift accrues 2 s per health read (the fake's clock), so
+        # the cumulative counters agree with the sampled bits, as on a real GPU.
+        held = clock_event_names_for_counter(name) & (dev.drift.clock_events or 0)
+        return (
+            base[name] + dev.drift.throttle_ns.get(name, 0) + (2 * dev.reads if held else 0) * 10**9
+        )
+
+    def nvmlDeviceGetViolationStatus(self, handle: Any, policy: int) -> SimpleNamespace:
+        dev = self._dev(handle)
+        name = N.VIOLATION_POLICIES.get(policy)
+        if name is None:
+            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        # referenceTime: microseconds since the epoch, as the driver stamps it
+        return SimpleNamespace(
+            referenceTime=1_764_600_000_000_000, violationTime=self._throttle(dev, name)
+        )
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[SimpleNamespace]:
+        """R535+ answers the slowdown fields; an older driver answers NotSupported per field."""
+        dev = self._dev(handle)
+        self._value(dev.p.throttle_ns)
+        new = int(dev.p.driver.split(".")[0]) >= 535
+        values = []
+        for fid in field_ids:
+            name = N.CLOCK_EVENT_FIELDS.get(fid)
+            try:
+                if name is None or not new:
+                    raise NVMLError(N.ERROR_NOT_SUPPORTED)
+                value, ret = self._throttle(dev, name), N.SUCCESS
+            except NVMLError as exc:
+                value, ret = 0, exc.value
+            values.append(
+                SimpleNamespace(fieldId=fid, nvmlReturn=ret, value=SimpleNamespace(ullVal=value))
+            )
+        return values
+
+    def _clock(self, handle: Any, clock: int, which: int) -> int:
+        p = self._dev(handle).p
+        row = p.sm_clocks if clock == N.CLOCK_SM else p.mem_clocks if clock == N.CLOCK_MEM else 0
+        if row == 0:
+            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+        return self._value(row)[which]
+
+    def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:
+        return self._clock(handle, clock, 0)
+
+    def nvmlDeviceGetApplicationsClock(self, handle: Any, clock: int) -> int:
+        return self._clock(handle, clock, 1)
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, handle: Any, clock: int) -> int:
+        return self._clock(handle, clock, 2)
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Any, clock: int) -> int:
+        return self._clock(handle, clock, 3)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         dev = self._dev(handle)

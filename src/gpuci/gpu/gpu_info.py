@@ -34,6 +34,11 @@ class Health:
     pcie_replay_counter: int | None = None
     clock_event_reasons: int | None = None
     temperature_c: int | None = None
+    # Cumulative ns clocks were held down, per violation policy / clock-event reason (names in
+    # nvml_abi.VIOLATION_POLICIES and CLOCK_EVENT_FIELDS); None: the GPU reports none of them.
+    throttle_ns: tuple[tuple[str, int], ...] | None = None
+    # NVLink error counters of the active links: (link, counter name, value); None: none read.
+    nvlink_errors: tuple[tuple[int, str, int], ...] | None = None
     errors: tuple[str, ...] = ()  # NVML errors other than "unsupported" met in this read
 
     def unreadable_since(self, before: Health) -> list[str]:
@@ -138,6 +143,9 @@ class GpuInfo:
     persistence_mode: bool | None = None  # Linux only; off: settings may reset when idle
     power_default_w: float | None = None  # the board's default power limit
     nvlink_active: tuple[int, ...] | None = None  # NVLink ids up; None: no NVLink reported
+    # ("sm" or "mem", current, applications, default applications, max clock) in MHz; a None
+    # inside: that value is unsupported.
+    clocks_mhz: tuple[tuple[str, int | None, int | None, int | None, int | None], ...] = ()
 
     def mode_findings(self) -> list[str]:
         """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""
@@ -158,6 +166,15 @@ class GpuInfo:
                 f"power limit lowered to {limit:g} W of the default {default:g} W: GEMM and "
                 "bandwidth run slower than the model table expects (nvidia-smi -pl to restore)"
             )
+        for clock, _now, app, default, top in self.clocks_mhz:
+            floor = default or top  # a lowered default would be the vendor's: compare to it
+            if app and floor and app < floor:
+                of = f"the default {default}" if default else f"the max {top}"
+                found.append(
+                    f"{clock.upper()} applications clock set to {app} MHz, below {of} MHz (max "
+                    f"{top if top is not None else '?'}): the GPU runs slower than the model "
+                    "table expects (nvidia-smi -rac to reset)"
+                )
         if self.persistence_mode is False:
             found.append(
                 "persistence mode is off: each process pays driver start-up and clocks or "

@@ -31,6 +31,9 @@ from gpuci.gpu.gpu_info import (
 )
 from gpuci.gpu.nvml_abi import (
     ARCHITECTURES,
+    CLOCK_EVENT_FIELDS,
+    CLOCK_MEM,
+    CLOCK_SM,
     CPU_AFFINITY_WORDS,
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
@@ -44,9 +47,12 @@ from gpuci.gpu.nvml_abi import (
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
     NO_INSTANCE,
+    NVLINK_ERRORS,
     NVLINK_MAX_LINKS,
+    SUCCESS,
     TEMPERATURE_GPU,
     UNSUPPORTED_CODES,
+    VIOLATION_POLICIES,
     VOLATILE_ECC,
 )
 
@@ -218,13 +224,63 @@ class NvmlSession:
             return None, None
         return int(info.total), int(info.free)
 
-    def health(self, index: int) -> Health:
-        """The degradation counters of GPU ``index``, read now, with any NVML errors met."""
+    def health(self, index: int, counters: bool = True) -> Health:
+        """The degradation counters of GPU ``index``, read now, with any NVML errors met.
+
+        ``counters=False`` skips the cumulative throttle and NVLink error counters (~100
+        calls): for the sampler, which only needs the clock-event reasons, many times a second.
+        """
         notes: list[str] = []
-        health = self._health(self._handles[index], notes)
+        health = self._health(self._handles[index], notes, counters)
         return replace(health, errors=tuple(notes)) if notes else health
 
-    def _health(self, h: Any, notes: list[str] | None) -> Health:
+    def _throttle(self, h: Any, notes: list[str] | None) -> tuple[tuple[str, int], ...] | None:
+        """Cumulative throttle time (ns) per violation policy and slowdown field value."""
+        found: dict[str, int] = {}
+        for policy, name in VIOLATION_POLICIES.items():
+            status = self._optional("nvmlDeviceGetViolationStatus", h, policy, notes=notes)
+            if status is not None:
+                found[name] = int(status.violationTime)
+        values = self._optional(
+            "nvmlDeviceGetFieldValues", h, list(CLOCK_EVENT_FIELDS), notes=notes
+        )
+        for value in values or ():
+            field = CLOCK_EVENT_FIELDS.get(int(value.fieldId))
+            if field and int(value.nvmlReturn) == SUCCESS:  # per field: NotSupported is skipped
+                found[field] = int(value.value.ullVal)
+        return tuple(sorted(found.items())) or None
+
+    def _nvlink_errors(
+        self, h: Any, notes: list[str] | None
+    ) -> tuple[tuple[int, str, int], ...] | None:
+        """Error counters of the links that are up; None when no link or no counter reads."""
+        found = []
+        for link in self._nvlinks(h) or ():
+            for counter, name in NVLINK_ERRORS.items():
+                value = self._optional(
+                    "nvmlDeviceGetNvLinkErrorCounter", h, link, counter, notes=notes
+                )
+                if value is not None:
+                    found.append((link, name, int(value)))
+        return tuple(found) or None
+
+    def _clocks(self, h: Any, notes: list[str]) -> tuple[tuple[Any, ...], ...]:
+        found = []
+        for name, clock in (("sm", CLOCK_SM), ("mem", CLOCK_MEM)):
+            row = tuple(
+                self._optional(call, h, clock, notes=notes)
+                for call in (
+                    "nvmlDeviceGetClockInfo",
+                    "nvmlDeviceGetApplicationsClock",
+                    "nvmlDeviceGetDefaultApplicationsClock",
+                    "nvmlDeviceGetMaxClockInfo",
+                )
+            )
+            if any(v is not None for v in row):
+                found.append((name, *row))
+        return tuple(found)
+
+    def _health(self, h: Any, notes: list[str] | None, counters: bool = True) -> Health:
         opt = self._optional
         ecc_mode = opt("nvmlDeviceGetEccMode", h, notes=notes)
         retired = opt("nvmlDeviceGetRetiredPagesPendingStatus", h, notes=notes)
@@ -249,6 +305,8 @@ class NvmlSession:
             pcie_replay_counter=opt("nvmlDeviceGetPcieReplayCounter", h, notes=notes),
             clock_event_reasons=reasons,
             temperature_c=opt("nvmlDeviceGetTemperature", h, TEMPERATURE_GPU, notes=notes),
+            throttle_ns=self._throttle(h, notes) if counters else None,
+            nvlink_errors=self._nvlink_errors(h, notes) if counters else None,
         )
 
     def _mig_devices(self, h: Any, notes: list[str]) -> tuple[MigDevice, ...]:
@@ -355,6 +413,7 @@ class NvmlSession:
             numa_node=opt("nvmlDeviceGetNumaNodeId", h),
             power_default_w=None if default_mw is None else default_mw / 1000,
             nvlink_active=self._nvlinks(h),
+            clocks_mhz=self._clocks(h, notes),
             persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
             notes=tuple(notes),
         )

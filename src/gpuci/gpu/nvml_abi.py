@@ -34,6 +34,31 @@ FEATURE_ENABLED = 1
 MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 EVENT_XID_CRITICAL_ERROR = 0x8
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (Hopper: 18 links per GPU)
+CLOCK_SM = 1  # NVML_CLOCK_SM
+CLOCK_MEM = 2  # NVML_CLOCK_MEM
+# nvmlDeviceGetViolationStatus policies (NVML_PERF_POLICY_*): cumulative ns clocks were held
+# below what was asked, since the driver loaded.
+VIOLATION_POLICIES = {
+    0: "power",
+    1: "thermal",
+    2: "sync_boost",
+    3: "board_limit",
+    4: "low_util",
+    5: "reliability",
+}
+# Field values (NVML_FI_DEV_CLOCKS_EVENT_REASON_*, R535+): cumulative ns per slowdown reason.
+CLOCK_EVENT_FIELDS = {
+    269: "sw_thermal_slowdown",
+    270: "hw_thermal_slowdown",
+    271: "hw_power_brake_slowdown",
+}
+# The cumulative counters that mean the hardware protected itself (judged); the rest (power
+# cap, sync boost, board limit, low utilisation, reliability voltage) are policy: reported.
+HARMFUL_THROTTLE = frozenset(
+    {"thermal", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+)
+# nvmlDeviceGetNvLinkErrorCounter counters (NVML_NVLINK_ERROR_DL_*).
+NVLINK_ERRORS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
 CPU_AFFINITY_WORDS = 16  # 64-bit words of CPU mask asked of nvmlDeviceGetCpuAffinity: 1024 CPUs
 
 # Codes that mean "this GPU/driver does not report that": the field is unsupported, not broken.
@@ -74,6 +99,13 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetEccMode",
     "nvmlDeviceGetPersistenceMode",
     "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkErrorCounter",
+    "nvmlDeviceGetViolationStatus",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetApplicationsClock",
+    "nvmlDeviceGetDefaultApplicationsClock",
+    "nvmlDeviceGetMaxClockInfo",
     "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRemappedRows",

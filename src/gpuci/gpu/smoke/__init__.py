@@ -364,7 +364,9 @@ def _watch(
         )
     sampler = None
     if targets:
-        sampler = LoadSampler(session.health, watched, sizes.sample_interval_s).start()
+        sampler = LoadSampler(
+            lambda i: session.health(i, counters=False), watched, sizes.sample_interval_s
+        ).start()
     return xids, sampler
 
 

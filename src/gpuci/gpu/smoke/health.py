@@ -25,7 +25,12 @@ from typing import Any
 
 from gpuci.gpu.gpu_info import Health, XidEvent
 from gpuci.gpu.nvml import NvmlSession
-from gpuci.gpu.nvml_abi import CLOCK_EVENT_REASONS, HARMFUL_CLOCK_EVENTS, clock_event_names
+from gpuci.gpu.nvml_abi import (
+    CLOCK_EVENT_REASONS,
+    HARMFUL_CLOCK_EVENTS,
+    HARMFUL_THROTTLE,
+    clock_event_names,
+)
 
 # XIDs NVIDIA's XID catalogue attributes to the application (its own bad access, a fault in its
 # kernel, its teardown), not the hardware: 13 graphics engine exception, 31 GPU memory page
@@ -35,6 +40,16 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45})
 
 CONSECUTIVE = 2  # samples in a row a harmful clock-event reason must show in to fail
 REPLAYS_PER_MINUTE = 8  # DCGM_LIMIT_MAX_PCIREPLAY_RATE: "the maximum recommended by RM"
+# Cumulative throttle time: a harmful reason fails when it held the clocks down for more than
+# this share of the run, and at least THROTTLE_MIN_S (a slowdown at the idle-to-load step is
+# brief; a GPU that overheats or brakes under load keeps doing it).
+THROTTLE_SHARE = 0.1
+THROTTLE_MIN_S = 1.0
+NVLINK_FAILING = {
+    "recovery": "recoveries",
+    "crc_flit": "CRC FLIT errors",
+    "crc_data": "CRC data errors",
+}
 HARMFUL_MASK = sum(bit for bit, name in CLOCK_EVENT_REASONS.items() if name in HARMFUL_CLOCK_EVENTS)
 
 _COUNTER_TEXT = {
@@ -217,10 +232,26 @@ def judge(
     masks = [before.clock_event_reasons, clocks_seen, after.clock_event_reasons]
     events = sorted({e for m in masks if m is not None for e in clock_event_names(m)})
     held = [e for e in clock_event_names(clocks_sustained) if e in HARMFUL_CLOCK_EVENTS]
-    if held:
+    throttled = _throttle_rise(before, after)
+    counted = any(name in HARMFUL_THROTTLE for name in throttled)
+    allowed_s = max(THROTTLE_MIN_S, THROTTLE_SHARE * seconds)
+    harmful = {n: t for n, t in throttled.items() if n in HARMFUL_THROTTLE and t > allowed_s}
+    if harmful:
         reasons.append(
-            "clocks held down by " + ", ".join(held) + f" ({CONSECUTIVE}+ samples in a row)"
+            "clocks held down by "
+            + ", ".join(f"{n} for {t:.1f}s" for n, t in sorted(harmful.items()))
+            + f" of a {seconds:.0f}s run (NVML's cumulative counters; {allowed_s:.1f}s allowed): "
+            "check cooling, airflow and the power supply"
         )
+    # A reason with a cumulative counter here is judged on it; one without (hw_slowdown has
+    # none, drivers before R535 have no slowdown fields) falls back to the sampled streak.
+    uncounted = [e for e in held if e not in throttled]
+    if uncounted and not harmful:
+        reasons.append(
+            "clocks held down by " + ", ".join(uncounted) + f" ({CONSECUTIVE}+ samples in a row)"
+        )
+    link_reasons, link_figures = _nvlink_errors(before, after)
+    reasons += link_reasons
     unsupported = [
         name
         for name in (
@@ -229,6 +260,8 @@ def judge(
             "retired_pages_pending",
             "pcie_replay_counter",
             "clock_event_reasons",
+            "throttle_ns",
+            "nvlink_errors",
         )
         if getattr(after, name) is None
     ]
@@ -242,12 +275,47 @@ def judge(
         "clock_events_sustained": held,
         "temperature_c": [before.temperature_c, after.temperature_c],
         "xids": hardware,
+        "throttle_s": {n: round(t, 3) for n, t in sorted(throttled.items())},
+        "throttle_judged_on": "counters" if counted else "samples",
+        **link_figures,
     }
     if application:  # an application's own fault, maybe another process's: reported
         figures["application_xids"] = application
     if unsupported:
         figures["not_supported"] = unsupported
     return reasons, figures
+
+
+def _throttle_rise(before: Health, after: Health) -> dict[str, float]:
+    """Seconds each cumulative throttle counter grew by during the run (readable both times)."""
+    was = dict(before.throttle_ns or ())
+    return {
+        name: max(0, now - was[name]) / 1e9 for name, now in after.throttle_ns or () if name in was
+    }
+
+
+def _nvlink_errors(before: Health, after: Health) -> tuple[list[str], dict[str, Any]]:
+    """NVLink recoveries and CRC errors that grew during the run fail; replays are reported.
+
+    A replay is the link layer retrying a flit, which it does now and then on a healthy link; a
+    recovery (the link retrained) or a CRC error during a few seconds of load is a bad link.
+    """
+    if after.nvlink_errors is None:
+        return [], {}
+    was = {(link, name): value for link, name, value in before.nvlink_errors or ()}
+    reasons, replays = [], {}
+    for link, name, now in after.nvlink_errors:
+        old = was.get((link, name))
+        if old is None or now <= old:
+            continue
+        if name in NVLINK_FAILING:
+            reasons.append(
+                f"NVLink {link} {NVLINK_FAILING[name]} rose from {old} to {now} during the run "
+                "(a bad link: reseat the board, check the NVSwitch tray)"
+            )
+        else:
+            replays[str(link)] = now - old
+    return reasons, {"nvlink_replays": replays} if replays else {}
 
 
 def judge_nvlink(
