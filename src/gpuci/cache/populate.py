@@ -11,9 +11,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from typing import Any
 
 from gpuci.cache.common import summary_table
+from gpuci.cache.options import RestoreInputs
 from gpuci.errors import InfraError, InputError
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
@@ -64,18 +64,18 @@ def run_command(command: str, rt: Runtime) -> None:
 
 
 def fill_on_miss(
-    values: dict[str, Any], rt: Runtime, restored: Result, paths: list[str], start: float
+    inp: RestoreInputs, rt: Runtime, restored: Result, paths: list[str], start: float
 ) -> Result:
     """After a miss (or a restore-keys match): populate, then save under ``key``."""
-    key = values["key"]
+    key = inp.key
     if rt.dry_run:
         restored.headline += "; would run populate, then save the result under the key"
         restored.report["would_populate"] = True
         return restored
-    run_command(str(values["populate"]), rt)
+    run_command(inp.populate, rt)
     from gpuci.cache import save
 
-    saved = save.run({**values, "path": paths, "layout": ""}, rt)
+    saved = save.run(inp.save_inputs(paths), rt)
     seconds = time.monotonic() - start
     out = dict(restored.outputs)
     out.update(

@@ -23,6 +23,7 @@ from gpuci.cache.common import (
     summary_table,
 )
 from gpuci.cache.common import outputs as _outputs
+from gpuci.cache.options import RestoreInputs
 from gpuci.cache.refs import fetch_by_digest, fetch_manifest
 from gpuci.cache.restore import Moved, read_entry, restore_tree
 from gpuci.cache.select import select, unmatched
@@ -30,23 +31,25 @@ from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LocalTier, open_tier
 from gpuci.errors import ExitCode, InputError
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import as_values
 from gpuci.units import human_bytes
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
+def run(inp: RestoreInputs, rt: Runtime) -> Result:
     """Restore: lookup -> plan -> place -> report (a miss, a dry run or lookup-only stop early)."""
     start = time.monotonic()
-    by_manifest = _manifest_input(values)
+    by_manifest = _manifest_input(inp)
     label = f"manifest {by_manifest[:12]}"
-    key = refs.check_key(values["key"]) if values.get("key") else label
-    paths = target_paths(values, rt)
-    restore_keys = [refs.check_key(p, "restore-keys") for p in values.get("restore-keys") or []]
-    store = plan_store(values, rt)
+    key = refs.check_key(inp.key) if inp.key else label
+    paths = target_paths(inp, rt)
+    restore_keys = [refs.check_key(p, "restore-keys") for p in inp.restore_keys]
+    shared = as_values(inp)  # store and tier helpers are shared with untyped commands (ls, prune)
+    store = plan_store(shared, rt)
     if store is None:
-        return _plan_without_credentials(key, store_url(values, rt), start)
-    tier, tier_notes = open_tier(values, rt.environ)
+        return _plan_without_credentials(key, store_url(shared, rt), start)
+    tier, tier_notes = open_tier(shared, rt.environ)
     req = _Request(
-        values=values,
+        inp=inp,
         start=start,
         key=key,
         label=label,
@@ -57,9 +60,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         empty_local=isinstance(store, LocalStore) and not store.exists(),
         tier=tier,
         namespace=layout.namespace(rt.environ),
-        lookup_only=bool(values.get("lookup-only")),
-        fail_on_miss=bool(values.get("fail-on-miss")),
-        populate=str(values.get("populate") or "").strip(),
+        lookup_only=inp.lookup_only,
+        fail_on_miss=inp.fail_on_miss,
+        populate=inp.populate.strip(),
     )
     result = Result(command="cache-weights restore")
     for note in tier_notes:
@@ -80,7 +83,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
 class _Request:
     """A restore's inputs, checked: what to look up, where, and what to do on a miss."""
 
-    values: dict[str, Any]
+    inp: RestoreInputs
     start: float
     key: str
     label: str
@@ -119,17 +122,17 @@ class _Match:
         return self.manifest.total_bytes
 
 
-def _manifest_input(values: dict[str, Any]) -> str:
+def _manifest_input(inp: RestoreInputs) -> str:
     """The manifest digest to restore by ('' when restoring by key), checked against the rest."""
-    by_manifest = str(values.get("manifest") or "").strip()
+    by_manifest = inp.manifest.strip()
     if by_manifest:
         by_manifest = layout.manifest_digest(by_manifest)
-        if str(values.get("populate") or "").strip() or values.get("restore-keys"):
+        if inp.populate.strip() or inp.restore_keys:
             raise InputError(
                 "manifest restores one exact tree: populate and restore-keys do not apply",
                 hint="drop populate and restore-keys, or restore by key instead",
             )
-    elif not str(values.get("key") or "").strip():
+    elif not inp.key.strip():
         raise InputError(
             "restore needs a key or manifest",
             hint="give key (a cache key) or manifest (a sha256 from provenance.json)",
@@ -139,7 +142,7 @@ def _manifest_input(values: dict[str, Any]) -> str:
 
 def _lookup(req: _Request, result: Result) -> _Match | None:
     """Find the ref (by manifest, key or restore-keys prefix) and fetch its manifest."""
-    store, values = req.store, req.values
+    store, inp = req.store, req.inp
     ignored: list[str] = []
     whole: mf.Manifest | None = None
     manifest_bytes = 0
@@ -159,9 +162,9 @@ def _lookup(req: _Request, result: Result) -> _Match | None:
         result.warning(warning, "gpu-ci cache: ref ignored")
     if found is not None and whole is None:
         whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
-    hf_layout = whole is not None and values.get("layout") == "hf"
-    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, values)):
-        _foreign_repo(result, found, other, values)
+    hf_layout = whole is not None and inp.layout == "hf"
+    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, as_values(inp))):
+        _foreign_repo(result, found, other, inp)
         found = None
     if found is None:
         return None
@@ -172,14 +175,14 @@ def _lookup(req: _Request, result: Result) -> _Match | None:
 
 def _plan(req: _Request, match: _Match, result: Result) -> None:
     """Pick the files to place (include/layout) and describe the match for the report."""
-    ref, whole, paths, values = match.ref, match.whole, req.paths, req.values
+    ref, whole, paths, inp = match.ref, match.whole, req.paths, req.inp
     if len(whole.roots) != len(paths):
         raise InputError(
             f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
             hint="list as many paths, in the same order, as the save did",
         )
-    match.manifest = pick(req.store, whole, values)
-    nothing = unmatched(whole, values.get("include") or [])
+    match.manifest = pick(req.store, whole, inp)
+    nothing = unmatched(whole, inp.include)
     if nothing:
         result.warning(
             f"include {', '.join(repr(p) for p in nothing)} matches nothing in {ref.key} "
@@ -221,7 +224,7 @@ def _report_miss(req: _Request, rt: Runtime, result: Result) -> Result:
     result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
     result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
     if req.populate and not req.lookup_only:
-        return fill_on_miss(req.values, rt, result, req.paths, req.start)
+        return fill_on_miss(req.inp, rt, result, req.paths, req.start)
     if req.fail_on_miss:
         result.exit_code = ExitCode.CHECK_FAILED
         result.error(
@@ -319,7 +322,7 @@ def _report_restore(
     }
     _tier_warnings(result, req.tier)
     if req.populate and not match.exact and not req.lookup_only:
-        return fill_on_miss(req.values, rt, result, req.paths, req.start)
+        return fill_on_miss(req.inp, rt, result, req.paths, req.start)
     return result
 
 
@@ -378,11 +381,11 @@ def _plan_without_credentials(key: str, url: str, start: float) -> Result:
     return result
 
 
-def _foreign_repo(result: Result, found: Any, other: str, values: dict[str, Any]) -> None:
+def _foreign_repo(result: Result, found: Any, other: str, inp: RestoreInputs) -> None:
     """A match saved for another Hugging Face repo: exit 2 for the key itself, a miss for a
     restore-keys prefix (another repo's weights are never a start for this one)."""
     ref, exact = found
-    wanted = hf.repo_folder(str(values.get("hf-repo")))
+    wanted = hf.repo_folder(inp.hf_repo)
     if exact:
         raise InputError(
             f"key {ref.key} holds {other}, not {wanted}: restoring it would load another model",
@@ -400,25 +403,25 @@ def fill_on_miss(*args: Any) -> Result:
     return fill(*args)
 
 
-def target_paths(values: dict[str, Any], rt: Runtime) -> list[str]:
-    if values.get("layout") == "hf":
-        return hf.paths(values, rt.environ)
-    paths: list[str] = values.get("path") or []
+def target_paths(inp: RestoreInputs, rt: Runtime) -> list[str]:
+    if inp.layout == "hf":
+        return hf.paths(as_values(inp), rt.environ)
+    paths = inp.path
     if not paths:
         raise InputError("no path to restore into", hint="list the target folders in path")
     return paths
 
 
-def pick(store: Store, manifest: mf.Manifest, values: dict[str, Any]) -> mf.Manifest:
+def pick(store: Store, manifest: mf.Manifest, inp: RestoreInputs) -> mf.Manifest:
     """Apply hf-revision, then include/exclude: the part of the tree this restore wants."""
-    revision = str(values.get("hf-revision") or "").strip()
-    if values.get("layout") == "hf" and revision:
+    revision = inp.hf_revision.strip()
+    if inp.layout == "hf" and revision:
         commit = revision
         for entry in manifest.files:
             if entry.path == f"refs/{revision}" and 0 < entry.size <= 4096:
                 commit = read_entry(store, entry).decode(errors="replace").strip()
         manifest = hf.pick_revision(manifest, revision, commit)
-    return select(manifest, values.get("include") or [], values.get("exclude") or [])
+    return select(manifest, inp.include, inp.exclude)
 
 
 def outputs(**values: Any) -> dict[str, Any]:

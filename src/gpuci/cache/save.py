@@ -28,6 +28,7 @@ from gpuci.cache.common import (
     summary_table,
     throttle_signals,
 )
+from gpuci.cache.options import SaveInputs
 from gpuci.cache.packs import PackBuilder
 from gpuci.cache.store import MultipartUpload, ObjectInfo, Store
 from gpuci.cache.tier import LocalTier, open_tier
@@ -35,6 +36,7 @@ from gpuci.cache.transfer import WorkPool, laneless, parallel
 from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import as_values
 from gpuci.units import human_bytes
 
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
@@ -338,39 +340,38 @@ def save_outputs(
     }
 
 
-def _plan_missing_paths(values: dict[str, Any], key: str, url: str, start: float) -> Result:
+def _plan_missing_paths(paths: list[str] | None, key: str, url: str, start: float) -> Result:
     result = Result(command="cache-weights save", headline=f"would save {key}: path not there yet")
     result.outputs = save_outputs("would save", "", 0, 0, time.monotonic() - start)
-    result.report = {"plan": {"key": key, "store": url, "paths": values["path"]}}
+    result.report = {"plan": {"key": key, "store": url, "paths": paths}}
     return result
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
+def run(inp: SaveInputs, rt: Runtime) -> Result:
     """Save: scan -> plan (hash, pack, manifest) -> publish (blobs, manifest, ref) -> report."""
     start = time.monotonic()
-    key = refs.check_key(values["key"])
-    paths: list[str] = (
-        hf.paths(values, rt.environ) if values.get("layout") == "hf" else values.get("path") or []
-    )
+    key = refs.check_key(inp.key)
+    shared = as_values(inp)  # store, tier and hf helpers are shared with untyped commands
+    paths = hf.paths(shared, rt.environ) if inp.layout == "hf" else inp.path
     if not paths:
         raise InputError("no path to save", hint="list the folders or files to cache in path")
-    store = plan_store(values, rt)
-    url = store.url if store is not None else store_url(values, rt)
+    store = plan_store(shared, rt)
+    url = store.url if store is not None else store_url(shared, rt)
     namespace = layout.namespace(rt.environ)
     try:
         tree = scan(paths)
     except InputError:
         if rt.dry_run:
-            return _plan_missing_paths(values, key, url, start)
+            return _plan_missing_paths(shared["path"], key, url, start)
         raise
     if store is None:
         return _plan_without_credentials(key, url, tree, start)
-    if values.get("layout") == "hf" and str(values.get("hf-revision") or "").strip():
-        _keep_revision(tree, str(values["hf-revision"]).strip())
+    if inp.layout == "hf" and inp.hf_revision.strip():
+        _keep_revision(tree, inp.hf_revision.strip())
     saver = Saver(store, namespace, key, rt)
     tier_notes: list[str] = []
     if not rt.dry_run:
-        saver.tier, tier_notes = open_tier(values, rt.environ)
+        saver.tier, tier_notes = open_tier(shared, rt.environ)
     current = refs.read(store, namespace, key) if (not rt.dry_run or store.exists()) else None
     manifest, large, unchanged = _plan(saver, tree, current)
     result = Result(command="cache-weights save")

@@ -17,7 +17,9 @@ from gpuci.inputs import Input
 if TYPE_CHECKING:
     from gpuci.runtime import Result, Runtime
 
-RunFn = Callable[[dict[str, Any], "Runtime"], "Result"]
+# A command's function takes its resolved inputs: a dict keyed by input name, or, for a command
+# with ``typed`` set, that frozen dataclass (see :mod:`gpuci.typed`).
+RunFn = Callable[[Any, "Runtime"], "Result"]
 
 
 # Outputs that are booleans: always "true" or "false", never empty, even when the command
@@ -47,12 +49,22 @@ class Command:
     # For one action serving several sub-commands (actions/gpu-pod): the input naming which.
     dispatch: str | None = None
     notes: tuple[str, ...] = ()  # paragraphs for the action's README, after the tables
+    # "package.module:Class": the frozen dataclass the function takes instead of a values dict.
+    typed: str | None = None
 
     def load(self) -> RunFn | None:
         if self.target is None:
             return None
         module, _, func = self.target.partition(":")
         return getattr(importlib.import_module(module), func)
+
+    def load_typed(self) -> type | None:
+        """The dataclass named by ``typed`` (imported now), or None for an untyped command."""
+        if self.typed is None:
+            return None
+        module, _, name = self.typed.partition(":")
+        cls: type = getattr(importlib.import_module(module), name)
+        return cls
 
 
 # Where each top-level command is defined, in --help's order: the CLI imports only the module

@@ -176,6 +176,7 @@ RESTORE = Command(
         Output("populated", "true when the populate command ran and its result was saved."),
     ),
     target="gpuci.cache.restore_command:run",
+    typed="gpuci.cache.options:RestoreInputs",
     actions=("actions/cache-weights", "actions/cache-weights/restore"),
 )
 
@@ -185,6 +186,7 @@ SAVE = Command(
     inputs=(KEY, PATH, *STORE_INPUTS, *TIER_INPUTS, *HF_INPUTS),
     outputs=SAVE_OUTPUTS,
     target="gpuci.cache.save:run",
+    typed="gpuci.cache.options:SaveInputs",
     actions=("actions/cache-weights/save",),
 )
 

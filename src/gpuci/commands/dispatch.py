@@ -6,10 +6,13 @@ registry; it imports neither, so the arrows between them point one way (down, to
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuci.commands import BOOLEAN_OUTPUTS, Command
 from gpuci.errors import ExitCode, GpuciError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
 
 __all__ = ["run_command"]
 
@@ -22,7 +25,10 @@ def run_command(
 ) -> Result:
     """Resolve inputs and run one command, turning every known error into a Result."""
     try:
-        values = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
+        values: Any = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
+        typed_cls = cmd.load_typed()
+        if typed_cls is not None:  # parsed once, here: the command reads fields, not keys
+            values = typed(typed_cls, values)
         func = cmd.load()
         if func is None:
             result = Result(

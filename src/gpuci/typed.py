@@ -1,0 +1,86 @@
+"""Typed inputs: a command's resolved values as one frozen dataclass, built once at the edge.
+
+:func:`gpuci.inputs.resolve` turns flags, ``INPUT_*`` and defaults into a dict keyed by input
+name; :func:`typed` turns that dict into the command's dataclass (field names are the input
+names in snake_case), so the phases below read ``inp.restore_keys``, checked by mypy, instead of
+``values["restore-keys"]``. :func:`check_fields` keeps each dataclass and its ``Input`` specs in
+step (a test runs it for every typed command); :func:`as_values` gives the dict back for the few
+helpers still shared with untyped commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from gpuci.inputs import Input
+
+__all__ = ["KIND_TYPES", "as_values", "check_fields", "field_name", "typed"]
+
+T = TypeVar("T")
+
+# The Python type each input kind parses to (``Input.kind`` -> the field's annotation text).
+KIND_TYPES = {
+    "str": "str",
+    "bool": "bool",
+    "int": "int",
+    "float": "float",
+    "list": "list[str]",
+    "lines": "list[str]",
+    "duration": "float",
+    "size": "int",
+    "version": "tuple[int, ...]",
+    "regex": "re.Pattern[str]",
+}
+
+
+def field_name(input_name: str) -> str:
+    """``restore-keys`` -> ``restore_keys``."""
+    return input_name.replace("-", "_")
+
+
+def typed(cls: type[T], values: Mapping[str, Any]) -> T:
+    """The dataclass ``cls`` filled from resolved ``values`` (keys: hyphenated input names).
+
+    An input not given and without a default resolves to None; a field then takes its own
+    default (``""`` for text, ``[]`` for lists), so phases never test for None.
+    """
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        value = values.get(field.name.replace("_", "-"))
+        if value is not None:
+            kwargs[field.name] = value
+    return cls(**kwargs)
+
+
+def as_values(obj: Any) -> dict[str, Any]:
+    """The hyphen-keyed dict of a typed object, for helpers shared with untyped commands.
+
+    Empty text and empty lists go back to None, as :func:`gpuci.inputs.resolve` gives them.
+    """
+    return {
+        f.name.replace("_", "-"): getattr(obj, f.name)
+        if getattr(obj, f.name) not in ("", [])
+        else None
+        for f in dataclasses.fields(obj)
+    }
+
+
+def check_fields(cls: type, specs: tuple[Input, ...]) -> list[str]:
+    """Mismatches between ``cls`` and the specs (missing, extra or wrongly typed fields)."""
+    problems: list[str] = []
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for spec in specs:
+        field = fields.pop(field_name(spec.name), None)
+        if field is None:
+            problems.append(f"{cls.__name__} lacks a field for input {spec.name}")
+            continue
+        annotation = str(field.type).replace(" | None", "")
+        if annotation != KIND_TYPES[spec.kind]:
+            problems.append(
+                f"{cls.__name__}.{field.name} is {field.type}, input {spec.name} is "
+                f"{KIND_TYPES[spec.kind]}"
+            )
+    problems += [f"{cls.__name__}.{name} is no input of the command" for name in fields]
+    return problems

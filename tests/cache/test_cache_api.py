@@ -1,0 +1,77 @@
+"""The Python API (gpuci.cache.api): save then restore on a file store, a miss, bad input."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gpuci.cache import api
+from gpuci.errors import InputError
+from gpuci.runtime import Runtime
+from gpuci_testing import clean_env
+
+
+def _rt(tmp_path: Path) -> Runtime:
+    env = clean_env(HOME=str(tmp_path / "home"), GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
+    return Runtime(env, json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_save_then_restore_round_trip(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.bin").write_bytes(b"a" * 70_000)
+    (src / "sub" / "b.txt").write_text("hello")
+    store = (tmp_path / "store").as_uri()
+    kw = {"store": store, "local_cache": "off", "runtime": _rt(tmp_path)}
+
+    saved = api.save("weights-v1", str(src), **kw)  # type: ignore[arg-type]
+    assert saved.outcome == "saved" and saved.files == 2 and len(saved.manifest) == 64
+    again = api.save("weights-v1", [str(src)], **kw)  # type: ignore[arg-type]
+    assert again.outcome == "unchanged" and again.bytes_uploaded == 0
+
+    dest = tmp_path / "dest"
+    got = api.restore("weights-v1", str(dest), **kw)  # type: ignore[arg-type]
+    assert got.hit and got.matched_key == "weights-v1" and got.manifest == saved.manifest
+    assert (dest / "a.bin").read_bytes() == b"a" * 70_000
+    assert (dest / "sub" / "b.txt").read_text() == "hello"
+
+    partial = api.restore(
+        "weights-v2",
+        str(tmp_path / "d2"),
+        restore_keys=["weights-"],
+        **kw,  # type: ignore[arg-type]
+    )
+    assert not partial.hit and partial.matched_key == "weights-v1"
+
+
+def test_a_missing_key_is_a_miss_not_an_error(tmp_path: Path) -> None:
+    store = (tmp_path / "store").as_uri()
+    got = api.restore("nothing-here", str(tmp_path / "d"), store=store, runtime=_rt(tmp_path))
+    assert not got.hit and got.matched_key == "" and got.files == 0
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p, rt: api.save("", str(p), store=p.as_uri(), runtime=rt),
+        lambda p, rt: api.save("bad\x01key", str(p), store=p.as_uri(), runtime=rt),
+        lambda p, rt: api.save("k", [], store=p.as_uri(), runtime=rt),
+        lambda p, rt: api.save("k", str(p / "absent"), store=p.as_uri(), runtime=rt),
+        lambda p, rt: api.save("k", str(p), layout="zip", runtime=rt),
+        lambda p, rt: api.restore("k", str(p), local_cache_mode="share", runtime=rt),
+        lambda p, rt: api.restore("k", "", store=p.as_uri(), runtime=rt),
+    ],
+)
+def test_bad_input_raises_input_error(tmp_path: Path, call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError):
+        call(tmp_path, _rt(tmp_path))
+
+
+def test_the_api_re_exports_fetch_file() -> None:
+    from gpuci.fetch import fetch_file
+
+    assert api.fetch_file is fetch_file
+    assert set(api.__all__) >= {"restore", "save", "fetch_file"}
