@@ -281,3 +281,25 @@ def run_measured(args: list[str], env: dict[str, str], cwd: Path, timeout: float
     )
     err, _, peak = done.stderr.rpartition("peak-rss-kib")
     return Run(done.returncode, done.stdout + err, int(peak.split()[0]) if peak else -1)
+
+
+def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``python -m gpuci`` run against a local S3 front: fake credentials,
+    no runner-local tier, its own journal, two attempts, this checkout's ``src``, and none of
+    the machine's proxy or CA settings (each test sets the ones it is about in ``extra``)."""
+    from gpuci_testing import REPO, clean_env
+    from moto_s3 import FAKE_S3_CREDENTIALS
+
+    env = clean_env(
+        **FAKE_S3_CREDENTIALS,
+        HOME=str(tmp_path / "home"),
+        GPUCI_LOCAL_CACHE="off",
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        AWS_MAX_ATTEMPTS="2",
+        PYTHONPATH=str(REPO / "src"),
+    )
+    for name in list(env):
+        if name.lower().endswith("_proxy") or name in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+            del env[name]
+    env.update(extra)
+    return env

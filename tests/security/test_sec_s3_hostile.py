@@ -17,11 +17,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, run_measured
+from hostile_s3 import HostileS3, Rule, run_measured, s3_cli_env
 from treeutil import snapshot
 
-from gpuci_testing import REPO, clean_env
-from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
+from gpuci_testing import REPO
+from moto_s3 import moto_server
 
 PEAK_KIB = 300 * 1024
 
@@ -33,20 +33,7 @@ def moto() -> str:
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = clean_env(
-        **FAKE_S3_CREDENTIALS,
-        HOME=str(tmp_path / "home"),
-        GPUCI_LOCAL_CACHE="off",
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-        AWS_MAX_ATTEMPTS="2",
-        GPUCI_S3_TIMEOUT="2",
-        PYTHONPATH=str(REPO / "src"),
-    )
-    for name in list(env):
-        if name.lower().endswith("_proxy"):
-            del env[name]
-    env.update(extra)
-    return env
+    return s3_cli_env(tmp_path, **{"GPUCI_S3_TIMEOUT": "2", **extra})
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
 from hostile_s3 import run_measured
+from hostile_s3 import s3_cli_env as _env
 from net_fronts import ForwardProxy, TLSFront, make_ca
 from treeutil import snapshot
 
-from gpuci_testing import REPO, clean_env
-from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
+from gpuci_testing import REPO
+from moto_s3 import moto_server
 
 # Resolves nowhere but in the proxy (".invalid"); "localhost" first: moto reads it path-style.
 PROXIED = "localhost-gpuci-proxied.invalid"
@@ -32,22 +33,6 @@ pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs o
 def moto() -> str:
     with moto_server() as endpoint:
         yield endpoint
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = clean_env(
-        **FAKE_S3_CREDENTIALS,
-        HOME=str(tmp_path / "home"),
-        GPUCI_LOCAL_CACHE="off",
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-        AWS_MAX_ATTEMPTS="2",
-        PYTHONPATH=str(REPO / "src"),
-    )
-    for name in list(env):
-        if name.lower().endswith("_proxy") or name in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
-            del env[name]
-    env.update(extra)
-    return env
 
 
 def _bucket(moto: str) -> str:
