@@ -51,6 +51,14 @@ def smoke(tmp_path: Path, api: FakeRunnerAdmin, nvml: str, *args: str, **env: st
     )
 
 
+def quarantine_smoke(
+    tmp_path: Path, api: FakeRunnerAdmin, nvml: str, labels: str, *args: str, **env: str
+):
+    """gpu-smoke with ``on-failure: quarantine`` (and the labels to take off, when given)."""
+    flags = ["--on-failure", "quarantine", *(["--quarantine-labels", labels] if labels else [])]
+    return smoke(tmp_path, api, nvml, *flags, *args, **env)
+
+
 def lines(proc, prefix: str) -> list[str]:
     return [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith(prefix)]
 
@@ -65,15 +73,8 @@ def test_a_hardware_failure_removes_exactly_the_configured_labels_of_exactly_thi
     this = api.state.add("gpu-node-1x", "/repos/octo/gpu", ["gpu-large", "gpu-small", "keep"])
     before = {r.id: r.names() for r in api.state.runners.values()}
 
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large,gpu-small",
-        **api.github_env(RUNNER_NAME="gpu-node-1x"),
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large,gpu-small", **api.github_env(RUNNER_NAME="gpu-node-1x")
     )
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -100,15 +101,8 @@ def test_a_hardware_failure_removes_exactly_the_configured_labels_of_exactly_thi
 
 def test_an_organisation_runner_is_found_in_the_org_list(tmp_path, api):
     this = api.state.add("org-gpu", "/orgs/octo", ["gpu-large"])
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large",
-        **api.github_env(RUNNER_NAME="org-gpu"),
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="org-gpu")
     )
     assert proc.returncode == 1
     assert "gpu-large" not in this.names() and "gpuci-quarantined" in this.names()
@@ -117,10 +111,9 @@ def test_an_organisation_runner_is_found_in_the_org_list(tmp_path, api):
 def test_an_environment_error_or_a_pass_does_not_quarantine(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     env = api.github_env(RUNNER_NAME="gpu-node")
-    flags = ("--on-failure", "quarantine", "--quarantine-labels", "gpu-large")
-    no_gpu = smoke(tmp_path, api, "no-driver", *flags, **env)
+    no_gpu = quarantine_smoke(tmp_path, api, "no-driver", "gpu-large", **env)
     assert no_gpu.returncode == 3, no_gpu.stdout + no_gpu.stderr
-    passed = smoke(tmp_path, api, GOOD_GPU, *flags, **env)
+    passed = quarantine_smoke(tmp_path, api, GOOD_GPU, "gpu-large", **env)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert this.names() == ["self-hosted", "Linux", "X64", "gpu-large"]
     assert api.state.requests == []  # the API was never asked
@@ -128,15 +121,8 @@ def test_an_environment_error_or_a_pass_does_not_quarantine(tmp_path, api):
 
 def test_a_read_only_label_is_refused_before_the_smoke(tmp_path, api):
     api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large,Linux",
-        **api.github_env(RUNNER_NAME="gpu-node"),
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large,Linux", **api.github_env(RUNNER_NAME="gpu-node")
     )
     assert proc.returncode == 2
     assert "read-only runner labels" in proc.stdout + proc.stderr
@@ -158,16 +144,7 @@ def test_without_the_token_one_warning_and_the_same_verdict(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     env = api.github_env(RUNNER_NAME="gpu-node")
     del env["GPUCI_RUNNER_TOKEN"]
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large",
-        **env,
-    )
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert len(warnings) == 1 and "GPUCI_RUNNER_TOKEN is not set" in warnings[0]
@@ -178,16 +155,7 @@ def test_without_the_token_one_warning_and_the_same_verdict(tmp_path, api):
 def test_a_refusing_forge_is_one_warning_and_the_same_verdict(tmp_path, api):
     api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     env = api.github_env(RUNNER_NAME="gpu-node", GPUCI_RUNNER_TOKEN=api.state.job_token)
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large",
-        **env,
-    )
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert len(warnings) == 1 and "Administration" in warnings[0]
@@ -197,8 +165,7 @@ def test_a_refusing_forge_is_one_warning_and_the_same_verdict(tmp_path, api):
 def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large", "keep"])
     env = api.github_env(RUNNER_NAME="gpu-node")
-    flags = ("--on-failure", "quarantine", "--quarantine-labels", "gpu-large")
-    assert smoke(tmp_path, api, BAD_GPU, *flags, **env).returncode == 1
+    assert quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env).returncode == 1
     assert "gpu-large" not in this.names()
 
     still_bad = cli(
@@ -249,7 +216,7 @@ def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_pat
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert sorted(this.names()) == sorted(["self-hosted", "Linux", "X64", "keep", "gpu-large"])
 
-    assert smoke(tmp_path, api, BAD_GPU, *flags, **env).returncode == 1
+    assert quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env).returncode == 1
     laptop = {k: v for k, v in env.items() if k not in ("RUNNER_NAME", "GITHUB_ACTIONS")}
     forced = cli(
         tmp_path,
@@ -271,7 +238,7 @@ def test_gitlab_pauses_ci_runner_id_and_release_unpauses(tmp_path, api):
     other = api.state.add("gpu-a", "gitlab")
     this = api.state.add("gpu-b", "gitlab")
     env = api.gitlab_env(CI_RUNNER_ID=str(this.id), CI_RUNNER_DESCRIPTION="gpu-b")
-    proc = smoke(tmp_path, api, BAD_GPU, "--on-failure", "quarantine", **env)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.paused and not other.paused
     assert api.state.writes() == [("PUT", f"/gitlab/api/v4/runners/{this.id}", {"paused": True})]
@@ -288,7 +255,7 @@ def test_gitlab_without_the_token_warns_once(tmp_path, api):
     this = api.state.add("gpu-b", "gitlab")
     env = api.gitlab_env(CI_RUNNER_ID=str(this.id))
     del env["GPUCI_GITLAB_TOKEN"]
-    proc = smoke(tmp_path, api, BAD_GPU, "--on-failure", "quarantine", **env)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
     assert proc.returncode == 1
     text = proc.stdout + proc.stderr
     assert text.count("runner not quarantined: GPUCI_GITLAB_TOKEN is not set") == 1
@@ -297,15 +264,8 @@ def test_gitlab_without_the_token_warns_once(tmp_path, api):
 
 def test_a_configured_label_the_runner_lacks_is_skipped_and_named_in_the_annotation(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large,gpu-xl",
-        **api.github_env(RUNNER_NAME="gpu-node"),
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large,gpu-xl", **api.github_env(RUNNER_NAME="gpu-node")
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
@@ -316,15 +276,8 @@ def test_a_configured_label_the_runner_lacks_is_skipped_and_named_in_the_annotat
 
 def test_an_unknown_runner_is_one_warning_and_nothing_changes(tmp_path, api):
     other = api.state.add("gpu-node-2", "/repos/octo/gpu", ["gpu-large"])
-    proc = smoke(
-        tmp_path,
-        api,
-        BAD_GPU,
-        "--on-failure",
-        "quarantine",
-        "--quarantine-labels",
-        "gpu-large",
-        **api.github_env(RUNNER_NAME="gpu-node"),
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="gpu-node")
     )
     assert proc.returncode == 1
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
