@@ -64,3 +64,51 @@ class JsonAPIHandler(BaseHTTPRequestHandler):
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}")
+
+
+class RoutedAPIHandler(JsonAPIHandler):
+    """A fake REST API (GitHub's, GitLab's): every method goes to ``_handle(method)``, and
+    ``state`` is what its server records and serves (see :class:`StatefulAPIServer`)."""
+
+    state: Any
+
+    def _handle(self, method: str) -> None:
+        raise NotImplementedError
+
+    def _form_or_json(self) -> Any:
+        """The body as the forges' clients send it: JSON, or a form (one value per field);
+        None for JSON that does not parse."""
+        from urllib.parse import parse_qs
+
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if "json" in (self.headers.get("Content-Type") or ""):
+            try:
+                return json.loads(raw or b"{}")
+            except ValueError:
+                return None
+        return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+
+class StatefulAPIServer(LoopbackHTTPServer):
+    """A server whose handlers share one ``state``, its own (two servers never share one)."""
+
+    def __init__(self, handler: type[RoutedAPIHandler], state: Any) -> None:
+        self.state = state
+        super().__init__(type(handler.__name__, (handler,), {"state": state}))
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"

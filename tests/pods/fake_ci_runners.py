@@ -22,14 +22,13 @@ self-managed GitLab behind a path), so a client that drops the base path fails h
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from loopback_http import JsonAPIHandler, LoopbackHTTPServer
+from loopback_http import RoutedAPIHandler, StatefulAPIServer
 
 GH = "/api/v3"
 GL = "/gitlab/api/v4"
@@ -122,15 +121,8 @@ class State:
         return sorted(r.name for r in self.runners.values())
 
 
-class _Handler(JsonAPIHandler):
+class _Handler(RoutedAPIHandler):
     state: State
-
-    def _form_or_json(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if "json" in (self.headers.get("Content-Type") or ""):
-            return json.loads(raw or b"{}")
-        return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
 
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
@@ -280,15 +272,6 @@ class _Handler(JsonAPIHandler):
             return True
         return False
 
-    def do_GET(self) -> None:
-        self._handle("GET")
-
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
     def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         if code == 204:
             self.send_response(204)
@@ -333,20 +316,9 @@ def _gitlab_problems(body: Any) -> list[str]:
     return out
 
 
-class FakeRunnersAPI(LoopbackHTTPServer):
+class FakeRunnersAPI(StatefulAPIServer):
     def __init__(self) -> None:
-        self.state = State()
-        state = self.state
-
-        class Handler(_Handler):
-            pass
-
-        Handler.state = state
-        super().__init__(Handler)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(_Handler, State())
 
     @property
     def github_api(self) -> str:

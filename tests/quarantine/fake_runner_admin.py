@@ -16,14 +16,13 @@ GitHub under ``/api/v3`` (as GitHub Enterprise Server), GitLab under ``/gitlab/a
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from loopback_http import JsonAPIHandler, LoopbackHTTPServer
+from loopback_http import RoutedAPIHandler, StatefulAPIServer
 
 GH = "/api/v3"
 GL = "/gitlab/api/v4"
@@ -71,22 +70,12 @@ class State:
         return [r for r in self.requests if r[0] != "GET"]
 
 
-class _Handler(JsonAPIHandler):
+class _Handler(RoutedAPIHandler):
     state: State
-
-    def _payload(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if "json" in (self.headers.get("Content-Type") or ""):
-            try:
-                return json.loads(raw or b"{}")
-            except ValueError:
-                return None
-        return {k: v[0] for k, v in parse_qs(raw.decode()).items()}
 
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
-        body = self._payload() if method in ("POST", "PUT") else None
+        body = self._form_or_json() if method in ("POST", "PUT") else None
         self.state.requests.append((method, url.path, body))
         if url.path.startswith(GH):
             return self._github(method, url.path[len(GH) :], url.query, body)
@@ -184,33 +173,10 @@ class _Handler(JsonAPIHandler):
             },
         )
 
-    def do_GET(self) -> None:
-        self._handle("GET")
 
-    def do_POST(self) -> None:
-        self._handle("POST")
-
-    def do_PUT(self) -> None:
-        self._handle("PUT")
-
-    def do_DELETE(self) -> None:
-        self._handle("DELETE")
-
-
-class FakeRunnerAdmin(LoopbackHTTPServer):
+class FakeRunnerAdmin(StatefulAPIServer):
     def __init__(self) -> None:
-        self.state = State()
-        state = self.state
-
-        class Handler(_Handler):
-            pass
-
-        Handler.state = state
-        super().__init__(Handler)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(_Handler, State())
 
     def github_env(self, **extra: str) -> dict[str, str]:
         return {
