@@ -2,26 +2,82 @@
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 import pytest
 
 from gpuci.cache.options import RestoreInputs, SaveInputs
-from gpuci.commands import iter_leaf_commands
+from gpuci.commands import Command, iter_leaf_commands
+from gpuci.commands.dispatch import run_command
+from gpuci.errors import ExitCode
 from gpuci.inputs import Input, resolve
-from gpuci.typed import as_values, check_fields, typed
+from gpuci.runtime import Runtime
+from gpuci.typed import check_fields, field_name, typed
 
 TYPED = [(name, cmd) for name, cmd in iter_leaf_commands() if cmd.typed]
+IDS = [n for n, _ in TYPED]
+
+# A valid flag for each kind, and the value it parses to.
+SAMPLES: dict[str, tuple[str, Any]] = {
+    "str": ("x", "x"),
+    "bool": ("true", True),
+    "int": ("3", 3),
+    "float": ("1.5", 1.5),
+    "list": ("a", ["a"]),
+    "lines": ("a", ["a"]),
+    "duration": ("1d", 86400.0),
+    "size": ("1KiB", 1024),
+}
+# A flag each kind refuses, for the edge test.
+WRONG = {"bool": "maybe", "int": "three", "float": "lots", "duration": "soon", "size": "big"}
+
+EXPECTED_TYPED = {
+    "cache-weights restore",
+    "cache-weights save",
+    "cache-weights prune",
+    "cache-weights ls",
+    "cache-weights pin",
+    "cache-weights unpin",
+}
 
 
-def test_restore_and_save_are_typed() -> None:
-    assert {name for name, _ in TYPED} >= {"cache-weights restore", "cache-weights save"}
+def _required(cmd: Command) -> tuple[dict[str, str | None], dict[str, Any]]:
+    """Flags giving every required input, and the fields they parse to."""
+    flags: dict[str, str | None] = {}
+    fields: dict[str, Any] = {}
+    for spec in cmd.inputs:
+        if spec.required:
+            flags[spec.name], fields[field_name(spec.name)] = SAMPLES[spec.kind]
+    return flags, fields
 
 
-@pytest.mark.parametrize(("name", "cmd"), TYPED, ids=[n for n, _ in TYPED])
-def test_the_dataclass_matches_the_specs(name: str, cmd) -> None:  # type: ignore[no-untyped-def]
+def test_the_commands_are_typed() -> None:
+    assert {name for name, _ in TYPED} >= EXPECTED_TYPED
+
+
+@pytest.mark.parametrize(("name", "cmd"), TYPED, ids=IDS)
+def test_the_dataclass_matches_the_specs(name: str, cmd: Command) -> None:
     cls = cmd.load_typed()
+    assert cls is not None
     assert check_fields(cls, cmd.inputs) == []
-    defaults = typed(cls, resolve(cmd.inputs, {"key": "k"}, {}))
-    assert defaults == cls(key="k")  # the dataclass's defaults are the specs'
+    flags, fields = _required(cmd)
+    defaults = typed(cls, resolve(cmd.inputs, flags, {}))
+    assert defaults == cls(**fields)  # the dataclass's defaults are the specs'
+
+
+@pytest.mark.parametrize(("name", "cmd"), TYPED, ids=IDS)
+def test_a_wrong_typed_input_stops_at_the_edge(name: str, cmd: Command) -> None:
+    """Flags are parsed once, before the command runs: a bad value is exit 2 and one line."""
+    spec = next((s for s in cmd.inputs if s.kind in WRONG), None)
+    if spec is None:
+        pytest.skip("no input of a kind with a wrong value")
+    flags, _ = _required(cmd)
+    flags[spec.name] = WRONG[spec.kind]
+    rt = Runtime(environ={}, json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+    result = run_command(cmd, name, flags, rt)
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert spec.name in result.headline and "\n" not in result.headline
 
 
 def test_a_mismatch_is_reported() -> None:
@@ -37,4 +93,3 @@ def test_values_are_parsed_once_into_fields() -> None:
     flags = {"key": "k", "restore-keys": "a-\nb-", "lookup-only": "yes"}
     inp = typed(RestoreInputs, resolve(RESTORE.inputs, flags, {}))
     assert inp.restore_keys == ["a-", "b-"] and inp.lookup_only is True and inp.store == ""
-    assert as_values(inp)["store"] is None and as_values(inp)["restore-keys"] == ["a-", "b-"]

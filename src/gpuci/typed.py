@@ -4,8 +4,9 @@
 name; :func:`typed` turns that dict into the command's dataclass (field names are the input
 names in snake_case), so the phases below read ``inp.restore_keys``, checked by mypy, instead of
 ``values["restore-keys"]``. :func:`check_fields` keeps each dataclass and its ``Input`` specs in
-step (a test runs it for every typed command); :func:`as_values` gives the dict back for the few
-helpers still shared with untyped commands.
+step (a test runs it for every typed command). Helpers shared by several commands take the
+fields they need (keyword arguments, or a small Protocol such as
+:class:`gpuci.cache.options.StoreFields`), never the dict.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 from gpuci.inputs import Input
 
-__all__ = ["KIND_TYPES", "as_values", "check_fields", "field_name", "typed"]
+__all__ = ["KIND_TYPES", "check_fields", "field_name", "typed"]
 
 T = TypeVar("T")
 
@@ -44,7 +45,8 @@ def typed(cls: type[T], values: Mapping[str, Any]) -> T:
     """The dataclass ``cls`` filled from resolved ``values`` (keys: hyphenated input names).
 
     An input not given and without a default resolves to None; a field then takes its own
-    default (``""`` for text, ``[]`` for lists), so phases never test for None.
+    default (``""`` for text, ``[]`` for lists), so phases never test for None. Raises
+    nothing of its own: a wrong-typed input was already an InputError (exit 2) in ``resolve``.
     """
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -54,21 +56,11 @@ def typed(cls: type[T], values: Mapping[str, Any]) -> T:
     return cls(**kwargs)
 
 
-def as_values(obj: Any) -> dict[str, Any]:
-    """The hyphen-keyed dict of a typed object, for helpers shared with untyped commands.
-
-    Empty text and empty lists go back to None, as :func:`gpuci.inputs.resolve` gives them.
-    """
-    return {
-        f.name.replace("_", "-"): getattr(obj, f.name)
-        if getattr(obj, f.name) not in ("", [])
-        else None
-        for f in dataclasses.fields(obj)
-    }
-
-
 def check_fields(cls: type, specs: tuple[Input, ...]) -> list[str]:
-    """Mismatches between ``cls`` and the specs (missing, extra or wrongly typed fields)."""
+    """Mismatches between ``cls`` and the specs (missing, extra or wrongly typed fields).
+
+    Raises KeyError for an input kind :data:`KIND_TYPES` does not know.
+    """
     problems: list[str] = []
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for spec in specs:

@@ -1,4 +1,4 @@
-"""What restore, save and ls share: opening the store from inputs, outputs and the summary."""
+"""What the cache sub-commands share: opening the store from inputs, outputs and the summary."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout
+from gpuci.cache.options import StoreFields
 from gpuci.cache.store import Store, redact_url
 from gpuci.cache.stores import open_store
 from gpuci.errors import StoreError
@@ -21,33 +22,38 @@ CREDENTIAL_SOURCES = (
 )
 
 
-def store_from(values: dict[str, Any], rt: Runtime) -> Store:
+def store_from(where: StoreFields, rt: Runtime) -> Store:
+    """The store ``where`` names (its ``store``, ``endpoint_url`` and ``region``).
+
+    Raises InputError for a URL gpu-ci cannot use and StoreError when it cannot be opened.
+    """
     return open_store(
-        values.get("store"),
-        endpoint_url=values.get("endpoint-url"),
-        region=values.get("region"),
+        where.store or None,
+        endpoint_url=where.endpoint_url or None,
+        region=where.region or None,
         environ=rt.environ,
         mask=rt.mask,
     )
 
 
-def store_url(values: dict[str, Any], rt: Runtime) -> str:
+def store_url(where: StoreFields, rt: Runtime) -> str:
     """The store's URL as given (or the default), fit to print."""
-    text = str(values.get("store") or "").strip() or layout.default_store_url(rt.environ)
+    text = where.store.strip() or layout.default_store_url(rt.environ)
     return redact_url(text)
 
 
-def plan_store(values: dict[str, Any], rt: Runtime) -> Store | None:
+def plan_store(where: StoreFields, rt: Runtime) -> Store | None:
     """The store, or None for a dry run on s3:// from a machine with no AWS credentials.
 
     A laptop plans without a cloud account: its plan skips the lookup and says what a real
-    run needs, where a real run without credentials still fails (exit 3).
+    run needs, where a real run without credentials still fails (exit 3, StoreError; a bad
+    URL is an InputError).
     """
     try:
-        return store_from(values, rt)
+        return store_from(where, rt)
     except StoreError:
-        on_s3 = store_url(values, rt).startswith("s3://")
-        if rt.dry_run and on_s3 and not _aws_credentials(values.get("region")):
+        on_s3 = store_url(where, rt).startswith("s3://")
+        if rt.dry_run and on_s3 and not _aws_credentials(where.region):
             return None
         raise
 

@@ -9,7 +9,7 @@ code already keeps in-tree symlinks as symlinks; this module only picks the fold
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from gpuci.cache import manifest as mf
@@ -43,19 +43,21 @@ def repo_folder(repo: str) -> str:
     return "--".join([kind, *parts])
 
 
-def paths(values: Mapping[str, object], environ: Mapping[str, str]) -> list[str]:
-    """The one path an hf-layout save or restore works on: ``<hub cache>/<repo folder>``."""
-    repo = str(values.get("hf-repo") or "").strip()
+def paths(hf_repo: str, path: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The one path an hf-layout save or restore works on: ``<hub cache>/<repo folder>``.
+
+    ``path`` is the ``path`` input (empty: ``HF_HUB_CACHE``). Raises InputError when
+    ``hf_repo`` is empty or no repo id, or ``path`` lists several folders.
+    """
+    repo = hf_repo.strip()
     if not repo:
         raise InputError("layout is hf but hf-repo is empty", hint="set hf-repo to org/name")
-    given = values.get("path") or []
-    if isinstance(given, list) and len(given) > 1:
+    if len(path) > 1:
         raise InputError(
             "layout hf takes one path (the hub cache folder), this lists several",
             hint="set path to the HF_HUB_CACHE folder, or leave it empty for the default",
         )
-    first = given[0] if isinstance(given, list | tuple) and given else given
-    base = Path(str(first)).expanduser() if first else hub_cache(environ)
+    base = Path(path[0]).expanduser() if path and path[0] else hub_cache(environ)
     return [str(base / repo_folder(repo))]
 
 
@@ -72,14 +74,14 @@ def saved_folder(manifest: mf.Manifest) -> str:
     return PurePosixPath(manifest.roots[0].get("path", "").rstrip("/")).name
 
 
-def foreign_folder(manifest: mf.Manifest, values: Mapping[str, object]) -> str | None:
+def foreign_folder(manifest: mf.Manifest, hf_repo: str) -> str | None:
     """The saved repo folder when it is not the one ``hf-repo`` asks for, else None.
 
     Restoring another repo's tree under the requested name would make ``from_pretrained``
     load the wrong model offline, silently: such a manifest is never a hit.
     """
     folder = saved_folder(manifest)
-    wanted = repo_folder(str(values.get("hf-repo") or ""))
+    wanted = repo_folder(hf_repo)
     return None if len(manifest.roots) == 1 and folder == wanted else folder or "(unnamed)"
 
 

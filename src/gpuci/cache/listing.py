@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from gpuci.cache import layout, refs, usage
 from gpuci.cache.common import store_from
+from gpuci.cache.options import LsInputs
 from gpuci.cache.pins import read_all
 from gpuci.cache.refs import escape
 from gpuci.cache.store import LocalStore, Store
@@ -17,12 +17,13 @@ from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
-    store = store_from(values, rt)
-    if values.get("pins"):
+def run(inp: LsInputs, rt: Runtime) -> Result:
+    """``cache-weights ls``: the keys (or, with pins, the pins); StoreError when the store fails."""
+    store = store_from(inp, rt)
+    if inp.pins:
         return pins_result(store)
     namespace = layout.namespace(rt.environ)
-    prefix = values.get("prefix") or ""
+    prefix = inp.prefix
     ignored: list[str] = []
     infos = (
         []

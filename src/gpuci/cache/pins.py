@@ -17,6 +17,7 @@ from typing import Any
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import store_from
+from gpuci.cache.options import PinInputs, UnpinInputs
 from gpuci.cache.refs import fetch_by_digest
 from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.transfer import parallel
@@ -160,11 +161,14 @@ def describe_pin(done: dict[str, Any]) -> str:
     return f"pinned {what}: prune keeps it and every blob it names"
 
 
-def run_pin(values: dict[str, Any], rt: Runtime) -> Result:
-    """``cache-weights pin``: keep one manifest, checked whole, from prune."""
-    digest = layout.manifest_digest(values.get("manifest") or "")
-    reason = check_reason(values.get("reason"))
-    store = store_from(values, rt)
+def run_pin(inp: PinInputs, rt: Runtime) -> Result:
+    """``cache-weights pin``: keep one manifest, checked whole, from prune.
+
+    Raises InputError for a bad digest or reason, StoreError when the store fails.
+    """
+    digest = layout.manifest_digest(inp.manifest)
+    reason = check_reason(inp.reason)
+    store = store_from(inp, rt)
     done = pin_manifest(store, digest, reason, rt.environ, rt.dry_run)
     result = Result(command="cache-weights pin")
     result.headline = describe_pin(done)
@@ -173,10 +177,13 @@ def run_pin(values: dict[str, Any], rt: Runtime) -> Result:
     return result
 
 
-def run_unpin(values: dict[str, Any], rt: Runtime) -> Result:
-    """``cache-weights unpin``: remove the pin; the next prune treats the manifest as usual."""
-    digest = layout.manifest_digest(values.get("manifest") or "")
-    store = store_from(values, rt)
+def run_unpin(inp: UnpinInputs, rt: Runtime) -> Result:
+    """``cache-weights unpin``: remove the pin; the next prune treats the manifest as usual.
+
+    Raises InputError for a bad digest, StoreError when the store fails.
+    """
+    digest = layout.manifest_digest(inp.manifest)
+    store = store_from(inp, rt)
     key = layout.pin_key(digest)
     present = not (isinstance(store, LocalStore) and not store.exists()) and (
         store.head(key) is not None

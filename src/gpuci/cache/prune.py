@@ -21,11 +21,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
 from gpuci.cache import layout, pins, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
+from gpuci.cache.options import PruneInputs
 from gpuci.cache.store import LocalStore, ObjectInfo, Store
 from gpuci.cache.transfer import parallel
 from gpuci.errors import InputError
@@ -197,16 +197,16 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
             store.remove_leftover(item.key)
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
-    store = plan_store(values, rt)
+def run(inp: PruneInputs, rt: Runtime) -> Result:
+    """``cache-weights prune``: plan what nothing recent names, then delete it (not in a dry run).
+
+    Raises InputError for a bad store URL and StoreError when the store fails.
+    """
+    store = plan_store(inp, rt)
     if store is None:
-        return _plan_without_credentials(store_url(values, rt))
+        return _plan_without_credentials(store_url(inp, rt))
     namespace = layout.namespace(rt.environ)
-    older_than = float(values["older-than"])
-    keep = int(values.get("keep") or 0)
-    given = values.get("grace")
-    grace = float(layout.PRUNE_GRACE if given is None else given)
-    prefix = str(values.get("prefix") or "")
+    older_than, keep, grace, prefix = inp.older_than, inp.keep, inp.grace, inp.prefix
     result = Result(command="cache-weights prune")
     if grace < 2 * layout.TOUCH_AFTER:
         result.warning(

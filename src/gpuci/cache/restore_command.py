@@ -31,7 +31,6 @@ from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LocalTier, open_tier
 from gpuci.errors import ExitCode, InputError
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import as_values
 from gpuci.units import human_bytes
 
 
@@ -43,11 +42,15 @@ def run(inp: RestoreInputs, rt: Runtime) -> Result:
     key = refs.check_key(inp.key) if inp.key else label
     paths = target_paths(inp, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in inp.restore_keys]
-    shared = as_values(inp)  # store and tier helpers are shared with untyped commands (ls, prune)
-    store = plan_store(shared, rt)
+    store = plan_store(inp, rt)
     if store is None:
-        return _plan_without_credentials(key, store_url(shared, rt), start)
-    tier, tier_notes = open_tier(shared, rt.environ)
+        return _plan_without_credentials(key, store_url(inp, rt), start)
+    tier, tier_notes = open_tier(
+        rt.environ,
+        local_cache=inp.local_cache,
+        local_cache_size=inp.local_cache_size,
+        local_cache_mode=inp.local_cache_mode,
+    )
     req = _Request(
         inp=inp,
         start=start,
@@ -163,7 +166,7 @@ def _lookup(req: _Request, result: Result) -> _Match | None:
     if found is not None and whole is None:
         whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
     hf_layout = whole is not None and inp.layout == "hf"
-    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, as_values(inp))):
+    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, inp.hf_repo)):
         _foreign_repo(result, found, other, inp)
         found = None
     if found is None:
@@ -405,7 +408,7 @@ def fill_on_miss(*args: Any) -> Result:
 
 def target_paths(inp: RestoreInputs, rt: Runtime) -> list[str]:
     if inp.layout == "hf":
-        return hf.paths(as_values(inp), rt.environ)
+        return hf.paths(inp.hf_repo, inp.path, rt.environ)
     paths = inp.path
     if not paths:
         raise InputError("no path to restore into", hint="list the target folders in path")

@@ -36,7 +36,6 @@ from gpuci.cache.transfer import WorkPool, laneless, parallel
 from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import ConflictError, InputError
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import as_values
 from gpuci.units import human_bytes
 
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
@@ -351,18 +350,17 @@ def run(inp: SaveInputs, rt: Runtime) -> Result:
     """Save: scan -> plan (hash, pack, manifest) -> publish (blobs, manifest, ref) -> report."""
     start = time.monotonic()
     key = refs.check_key(inp.key)
-    shared = as_values(inp)  # store, tier and hf helpers are shared with untyped commands
-    paths = hf.paths(shared, rt.environ) if inp.layout == "hf" else inp.path
+    paths = hf.paths(inp.hf_repo, inp.path, rt.environ) if inp.layout == "hf" else inp.path
     if not paths:
         raise InputError("no path to save", hint="list the folders or files to cache in path")
-    store = plan_store(shared, rt)
-    url = store.url if store is not None else store_url(shared, rt)
+    store = plan_store(inp, rt)
+    url = store.url if store is not None else store_url(inp, rt)
     namespace = layout.namespace(rt.environ)
     try:
         tree = scan(paths)
     except InputError:
         if rt.dry_run:
-            return _plan_missing_paths(shared["path"], key, url, start)
+            return _plan_missing_paths(inp.path or None, key, url, start)
         raise
     if store is None:
         return _plan_without_credentials(key, url, tree, start)
@@ -371,7 +369,12 @@ def run(inp: SaveInputs, rt: Runtime) -> Result:
     saver = Saver(store, namespace, key, rt)
     tier_notes: list[str] = []
     if not rt.dry_run:
-        saver.tier, tier_notes = open_tier(shared, rt.environ)
+        saver.tier, tier_notes = open_tier(
+            rt.environ,
+            local_cache=inp.local_cache,
+            local_cache_size=inp.local_cache_size,
+            local_cache_mode=inp.local_cache_mode,
+        )
     current = refs.read(store, namespace, key) if (not rt.dry_run or store.exists()) else None
     manifest, large, unchanged = _plan(saver, tree, current)
     result = Result(command="cache-weights save")

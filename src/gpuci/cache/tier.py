@@ -477,16 +477,21 @@ class _Mismatch(Exception):
 
 
 def open_tier(
-    values: Mapping[str, Any], environ: Mapping[str, str]
+    environ: Mapping[str, str],
+    *,
+    local_cache: str = "",
+    local_cache_size: str = "",
+    local_cache_mode: str = "",
 ) -> tuple[LocalTier | None, list[str]]:
     """The tier asked for (``local-cache``, then ``GPUCI_LOCAL_CACHE``, then the default).
 
     Returns (tier, warnings): None when off, or when the folder could be written by another
-    user (then the warning says why, and the job goes on with the store alone).
+    user (then the warning says why, and the job goes on with the store alone). Raises
+    InputError for an unknown mode or an unreadable size.
     """
-    mode = parse_mode(values.get("local-cache-mode"))
-    limit = parse_size(values.get("local-cache-size") or DEFAULT_SIZE)
-    text = str(values.get("local-cache") or "").strip() or environ.get(TIER_ENV, "").strip()
+    mode = parse_mode(local_cache_mode)
+    limit = parse_size(local_cache_size or DEFAULT_SIZE)
+    text = local_cache.strip() or environ.get(TIER_ENV, "").strip()
     if text.lower() in _OFF:
         return None, []
     root = Path(os.path.realpath(os.path.expanduser(text) if text else default_root(environ)))

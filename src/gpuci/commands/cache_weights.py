@@ -217,6 +217,7 @@ PRUNE = Command(
         *STORE_INPUTS,
     ),
     target="gpuci.cache.prune:run",
+    typed="gpuci.cache.options:PruneInputs",
 )
 
 LS = Command(
@@ -228,6 +229,7 @@ LS = Command(
         *STORE_INPUTS,
     ),
     target="gpuci.cache.listing:run",
+    typed="gpuci.cache.options:LsInputs",
 )
 
 PIN_OUTPUTS = (
@@ -255,6 +257,7 @@ PIN = Command(
     ),
     outputs=PIN_OUTPUTS,
     target="gpuci.cache.pins:run_pin",
+    typed="gpuci.cache.options:PinInputs",
 )
 
 UNPIN = Command(
@@ -266,6 +269,7 @@ UNPIN = Command(
     ),
     outputs=PIN_OUTPUTS,
     target="gpuci.cache.pins:run_unpin",
+    typed="gpuci.cache.options:UnpinInputs",
 )
 
 COMMAND = Command(
