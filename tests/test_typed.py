@@ -39,6 +39,9 @@ EXPECTED_TYPED = {
     "cache-weights ls",
     "cache-weights pin",
     "cache-weights unpin",
+    "gate",
+    "provenance",
+    "report",
 }
 
 

@@ -151,6 +151,7 @@ GATE = Command(
         *COMMENT_OUTPUTS,
     ),
     target="gpuci.training.gate:run",
+    typed="gpuci.training.options:GateInputs",
     actions=("actions/metric-gate",),
 )
 
@@ -172,6 +173,7 @@ PROVENANCE = Command(
     ),
     outputs=PROVENANCE_OUTPUTS,
     target="gpuci.training.provenance:run",
+    typed="gpuci.training.options:ProvenanceInputs",
 )
 
 REPORT = Command(
@@ -189,4 +191,5 @@ REPORT = Command(
         Output("gpu-minutes", "GPU-minutes reported; empty when not measured."),
     ),
     target="gpuci.training.report:run",
+    typed="gpuci.training.options:ReportInputs",
 )

@@ -19,14 +19,14 @@ from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import Result, Runtime
 from gpuci.training import history, provenance, report
 from gpuci.training import metrics as metrics_mod
+from gpuci.training.options import DEFAULT_MARKER, GateInputs
 from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 
 GATE_NAME = "gate.json"
-RULE_INPUTS = ("min", "max", "max-regression")
 
 
-def parse_all(values: dict[str, Any]) -> list[Rule]:
-    rules = [rule for kind in RULE_INPUTS for rule in parse_rules(kind, values.get(kind))]
+def parse_all(inp: GateInputs) -> list[Rule]:
+    rules = [rule for kind, lines in inp.rule_lines().items() for rule in parse_rules(kind, lines)]
     if not rules:
         raise InputError(
             "the gate has no rules",
@@ -46,11 +46,11 @@ def _missing_file_verdict(rules: list[Rule], message: str) -> Verdict:
     return verdict
 
 
-def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any], list[str]]:
+def evaluate(inp: GateInputs, rules: list[Rule]) -> tuple[dict[str, Any], list[str]]:
     """Judge the metrics file: bad data fails rows (never raises); bad input raises InputError."""
     warnings: list[str] = []
-    metrics_path = Path(values["metrics"])
-    baseline_path = values.get("baseline")
+    metrics_path = Path(inp.metrics)
+    baseline_path = inp.baseline
     baseline = None
     if baseline_path:
         try:
@@ -60,11 +60,7 @@ def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any],
         if baseline is None:
             warnings.append(
                 f"baseline {baseline_path} not found: max-regression rules skipped"
-                + (
-                    " (and failed: require-baseline is true)"
-                    if values.get("require-baseline")
-                    else ""
-                )
+                + (" (and failed: require-baseline is true)" if inp.require_baseline else "")
             )
     error = ""
     try:
@@ -78,14 +74,14 @@ def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any],
             metrics,
             rules,
             baseline,
-            lower_better_names=values.get("lower-is-better"),
-            require_baseline=bool(values.get("require-baseline")),
+            lower_better_names=inp.lower_is_better,
+            require_baseline=inp.require_baseline,
         )
     record = {
         "passed": verdict.passed,
         "failed_rules": [row.rule_text for row in verdict.failed],
         "rows": [row.as_dict() for row in verdict.rows],
-        "rules": {kind: values.get(kind) or [] for kind in RULE_INPUTS},
+        "rules": inp.rule_lines(),
         "metrics_path": metrics_path.as_posix(),
         "metrics_sha256": sha256_file(metrics_path) if metrics is not None else "",
         "metrics_error": error,
@@ -96,15 +92,15 @@ def evaluate(values: dict[str, Any], rules: list[Rule]) -> tuple[dict[str, Any],
     return record, warnings
 
 
-def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Result) -> Result:
+def _dry_run(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) -> Result:
     """Plan only: judge the metrics if they already exist, say what would be written and posted."""
     lines = [f"would check {len(rules)} rule(s): " + "; ".join(r.describe() for r in rules)]
     head = [f"would check {len(rules)} rule(s)"]
     result.outputs = {}  # nothing was judged for real: no verdict to hand to later steps
-    if Path(values["metrics"]).is_file():
-        record, _ = evaluate(values, rules)
+    if Path(inp.metrics).is_file():
+        record, _ = evaluate(inp, rules)
         would = "pass" if record["passed"] else "FAIL"
-        lines.append(f"metrics {values['metrics']} is here: the gate would {would}")
+        lines.append(f"metrics {inp.metrics} is here: the gate would {would}")
         head.append(f"the metrics here would {would}")
         result.outputs = {
             "passed": record["passed"],
@@ -114,15 +110,15 @@ def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Res
         if not record["passed"]:
             result.exit_code = ExitCode.CHECK_FAILED
     else:
-        lines.append(f"metrics {values['metrics']} not there yet (training writes it)")
-    if values.get("baseline"):
-        found = Path(values["baseline"]).is_file()
-        lines.append(f"baseline {values['baseline']}: {'found' if found else 'not there yet'}")
-    lines.append(f"would write {(Path(values['output-dir']) / GATE_NAME).as_posix()}")
-    if values.get("artifacts"):
-        lines += provenance.plan(values["artifacts"], values["output-dir"], rt.environ)
+        lines.append(f"metrics {inp.metrics} not there yet (training writes it)")
+    if inp.baseline:
+        found = Path(inp.baseline).is_file()
+        lines.append(f"baseline {inp.baseline}: {'found' if found else 'not there yet'}")
+    lines.append(f"would write {(Path(inp.output_dir) / GATE_NAME).as_posix()}")
+    if inp.artifacts:
+        lines += provenance.plan(inp.artifacts, inp.output_dir, rt.environ)
         head.append("then provenance")
-        if values.get("pin"):
+        if inp.pin:
             hits = [r for r in journal.read("cache-restore", rt.environ) if r.get("manifest")]
             digests = ", ".join(str(r["manifest"])[:12] for r in hits) or "none yet"
             lines.append(
@@ -130,8 +126,8 @@ def _dry_run(values: dict[str, Any], rules: list[Rule], rt: Runtime, result: Res
                 f"in this job ({digests}) so prune keeps them"
             )
             head.append("then pin")
-    if values.get("comment"):
-        report.publish(values, rt, "", result)
+    if inp.comment:
+        report.publish(inp, rt, "", result)
         lines += [n.message for n in result.annotations if n.title == "gpu-ci report"]
         head.append(f"then the PR comment ({result.report['comment']['action']})")
     result.outputs.pop("comment", None)
@@ -148,9 +144,14 @@ def table(record: dict[str, Any]) -> str:
     return table_markdown(record["rows"])
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
+def run(inp: GateInputs, rt: Runtime) -> Result:
+    """``python -m gpuci gate``: judge, write gate.json, then provenance, pins, history, report.
+
+    Raises InputError for no rules, a malformed rule or an unusable baseline; a failed rule
+    is the Result's exit code 1, not an exception.
+    """
     result = Result(command="gate")
-    rules = parse_all(values)
+    rules = parse_all(inp)
     result.outputs = {
         "passed": False,
         "failed-rules": "",
@@ -165,13 +166,13 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         "comment-url": "",
     }
     if rt.dry_run:
-        return _dry_run(values, rules, rt, result)
-    record, warnings = evaluate(values, rules)
+        return _dry_run(inp, rules, rt, result)
+    record, warnings = evaluate(inp, rules)
     for warning in warnings:
         result.warning(warning, "gpu-ci gate")
     if record["metrics_error"]:
         result.error(record["metrics_error"], "gpu-ci gate")
-    out = Path(values["output-dir"]) / GATE_NAME
+    out = Path(inp.output_dir) / GATE_NAME
     write_file(out, json_bytes(record))
     record["report"] = out.as_posix()
     journal.record("gate", record, rt.environ)
@@ -179,7 +180,9 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result.outputs.update(
         {"passed": record["passed"], "failed-rules": ", ".join(failed), "gate-report": str(out)}
     )
-    past = history.read_past(values, rt, result)  # before this run joins it
+    past = history.read_past(
+        rt, result, url=inp.history, series=inp.marker, points=inp.history_points
+    )  # before this run joins it
     result.summary.append(
         f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n"
         + report.charts_markdown(record, past, result)
@@ -193,12 +196,14 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             failed
         )
         result.error(result.headline, "gpu-ci: model gate failed")
-    prov = _provenance(values, rt, record, result)
-    if values.get("pin") and record["passed"] and prov is not None:
+    prov = _provenance(inp, rt, record, result)
+    if inp.pin and record["passed"] and prov is not None:
         _pin(rt, prov, result)
-    history.record_run(values, rt, record, prov, result)
-    if values.get("comment"):
-        _report(values, rt, record, prov, result, past)
+    history.record_run(
+        rt, record, prov, result, url=inp.history, mode=inp.history_append, series=inp.marker
+    )
+    if inp.comment:
+        _report(inp, rt, record, prov, result, past)
     result.report["gate"] = record
     return result
 
@@ -210,18 +215,18 @@ def _fail_soft(result: Result, exc: GpuciError, what: str) -> None:
 
 
 def _provenance(
-    values: dict[str, Any], rt: Runtime, record: dict[str, Any], result: Result
+    inp: GateInputs, rt: Runtime, record: dict[str, Any], result: Result
 ) -> dict[str, Any] | None:
-    if not values.get("artifacts"):
+    if not inp.artifacts:
         return None
     try:
         produced = provenance.produce(
-            values["artifacts"],
+            inp.artifacts,
             environ=rt.environ,
-            out_dir=values["output-dir"],
-            metrics_path=values["metrics"],
+            out_dir=inp.output_dir,
+            metrics_path=inp.metrics,
             gate=record,
-            python=values.get("python"),
+            python=inp.python or None,
         )
     except GpuciError as exc:
         _fail_soft(result, exc, "provenance")
@@ -267,7 +272,7 @@ def _pin(rt: Runtime, prov: dict[str, Any], result: Result) -> None:
 
 
 def _report(
-    values: dict[str, Any],
+    inp: GateInputs,
     rt: Runtime,
     record: dict[str, Any],
     prov: dict[str, Any] | None,
@@ -276,10 +281,10 @@ def _report(
 ) -> None:
     from gpuci.training import ci
 
-    minutes = report.gpu_minutes(rt.environ, values.get("gpu-minutes"))
-    marker = values.get("marker") or "training"
+    minutes = report.gpu_minutes(rt.environ, inp.gpu_minutes)
+    marker = inp.marker or DEFAULT_MARKER
     body = report.render(marker, record, prov, minutes, ci.detect(rt.environ), past)
     try:
-        report.publish(values, rt, body, result)
+        report.publish(inp, rt, body, result)
     except GpuciError as exc:  # the comment is a courtesy: it never hides the gate's verdict
         result.warning(f"PR comment not posted: {exc.one_line()}", "gpu-ci report")

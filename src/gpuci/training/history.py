@@ -225,21 +225,23 @@ def last(store: Store, series: str, count: int) -> tuple[list[dict[str, Any]], i
     return runs, skipped
 
 
-def read_past(values: Mapping[str, Any], rt: Any, result: Any) -> list[dict[str, Any]] | None:
-    """The newest ``history-points`` runs of this report's series; None when no history is set.
+def read_past(
+    rt: Any, result: Any, *, url: str, series: str, points: int
+) -> list[dict[str, Any]] | None:
+    """The newest ``points`` runs of ``series``; None when no history is set.
 
+    ``url`` is the ``history`` input (empty: ``GPUCI_METRICS_HISTORY``), ``series`` the report's
+    marker (empty: training).
     A history that cannot be read is a warning: the chart is a courtesy, never the verdict.
     """
     from gpuci.errors import GpuciError
 
-    url = history_url(values.get("history"), rt.environ)
+    url = history_url(url, rt.environ)
     if not url:
         return None
-    series = str(values.get("marker") or "training")
+    series = series or "training"
     try:
-        runs, skipped = last(
-            open_history(url, rt.environ, rt.mask), series, int(values.get("history-points") or 20)
-        )
+        runs, skipped = last(open_history(url, rt.environ, rt.mask), series, points or 20)
     except GpuciError as exc:
         result.warning(f"metrics history not read: {exc.one_line()}", "gpu-ci history")
         return None
@@ -254,26 +256,33 @@ def read_past(values: Mapping[str, Any], rt: Any, result: Any) -> list[dict[str,
 
 
 def record_run(
-    values: Mapping[str, Any],
     rt: Any,
     gate: Mapping[str, Any],
     prov: Mapping[str, Any] | None,
     result: Any,
+    *,
+    url: str,
+    mode: str = "auto",
+    series: str = "training",
 ) -> None:
-    """Append this run to the history when it belongs there (default branch, schedule)."""
+    """Append this run to ``series`` of the history when it belongs there.
+
+    ``mode`` is the history-append input (auto: on the default branch and on schedules;
+    always; never). A store that fails is a warning: nothing is raised.
+    """
     from gpuci import journal
     from gpuci.errors import GpuciError
 
-    url = history_url(values.get("history"), rt.environ)
+    url = history_url(url, rt.environ)
     if not url:
         return
-    wanted, why = should_append(str(values.get("history-append") or "auto"), rt.environ)
+    wanted, why = should_append(mode or "auto", rt.environ)
     if not wanted:
         result.report.setdefault("history", {})["appended"] = {"key": "", "why": why}
         return
     if any(journal.read("history", rt.environ)):
         return  # the gate already recorded this run
-    series = str(values.get("marker") or "training")
+    series = series or "training"
     item = entry(gate, prov, ci.detect(rt.environ))
     if rt.dry_run:
         result.notice(f"dry run: would add this run to the metrics history ({why})", "gpu-ci")

@@ -28,6 +28,7 @@ from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import ci
+from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes
 
 SCHEMA = "gpuci.provenance/v1"
@@ -467,18 +468,22 @@ def result_outputs(produced: Produced) -> dict[str, OutputValue]:
     return {**produced.files, "digest": produced.digest, "commands": "\n".join(commands)}
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
-    """``python -m gpuci provenance``: the record of what produced the model."""
-    if values.get("record"):
-        return _replay(values["record"])
-    patterns: list[str] = values.get("artifacts") or []
+def run(inp: ProvenanceInputs, rt: Runtime) -> Result:
+    """``python -m gpuci provenance``: the record of what produced the model.
+
+    Raises InputError with neither artifacts nor record (or an unreadable record), and
+    CheckFailed when no artifact matches.
+    """
+    if inp.record:
+        return _replay(inp.record)
+    patterns = inp.artifacts
     if not patterns:
         raise InputError(
             "provenance needs artifacts (to record a model) or record (to replay one)",
             hint="give artifacts: the trained model files, or record: a provenance.json",
         )
     result = Result(command="provenance")
-    out_dir = values["output-dir"]
+    out_dir = inp.output_dir
     if rt.dry_run:
         lines = plan(patterns, out_dir, rt.environ)
         result.headline = "dry run: " + lines[0]
@@ -486,7 +491,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         result.report = {"plan": lines}
         return result
     gate = _latest("gate", rt.environ)
-    metrics_path = values.get("metrics") or (gate or {}).get("metrics_path")
+    metrics_path = inp.metrics or (gate or {}).get("metrics_path")
     with rt.group("provenance: hashing artifacts"):
         produced = produce(
             patterns,
@@ -494,7 +499,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
             out_dir=out_dir,
             metrics_path=metrics_path,
             gate=gate,
-            python=values.get("python"),
+            python=inp.python or None,
         )
     for warning in produced.warnings:
         result.warning(warning, "gpu-ci provenance")
@@ -508,5 +513,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     if gate is not None:
         from gpuci.training import history
 
-        history.record_run(values, rt, gate, produced.record, result)
+        history.record_run(
+            rt, gate, produced.record, result, url=inp.history, mode=inp.history_append
+        )
     return result

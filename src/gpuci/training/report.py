@@ -20,6 +20,7 @@ from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
+from gpuci.training.options import DEFAULT_MARKER, CommentFields, ReportInputs
 from gpuci.training.rules import fmt, table_markdown
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters (GitLab: 1,000,000)
@@ -180,20 +181,23 @@ def render(
     return body
 
 
-def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> None:
-    """Post or update the sticky comment, or say why not; sets ``comment`` outputs."""
+def publish(to: CommentFields, rt: Runtime, body: str, result: Result) -> None:
+    """Post or update the sticky comment, or say why not; sets ``comment`` outputs.
+
+    Raises GpuciError subclasses when the forge fails (callers keep them from the verdict).
+    """
     from gpuci.forges.github import GitHub
 
     ctx = ci.detect(rt.environ)
     result.outputs.update({"comment": "skipped", "comment-url": ""})
-    if ctx.platform == "gitlab" and not values.get("repository"):
-        _publish_gitlab(values, rt, body, result, ctx)
+    if ctx.platform == "gitlab" and not to.repository:
+        _publish_gitlab(to, rt, body, result, ctx)
         return
-    token = values.get("token") or rt.environ.get("GITHUB_TOKEN", "")
+    token = to.token or rt.environ.get("GITHUB_TOKEN", "")
     rt.mask(token)
-    repository = values.get("repository") or ctx.repository
-    number = values.get("pr") or ctx.pull_request
-    api_url = values.get("api-url") or rt.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    repository = to.repository or ctx.repository
+    number = to.pr or ctx.pull_request
+    api_url = to.api_url or rt.environ.get("GITHUB_API_URL") or "https://api.github.com"
     reason = ""
     if not token:
         reason = "no token (set the token input or GITHUB_TOKEN)"
@@ -201,7 +205,7 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
         reason = "not a pull request"
     elif not repository or "/" not in repository:
         reason = "no repository (set the repository input or GITHUB_REPOSITORY)"
-    marker = marker_comment(values.get("marker") or "training")
+    marker = marker_comment(to.marker or "training")
     _post_sticky(
         result,
         rt,
@@ -214,19 +218,19 @@ def publish(values: dict[str, Any], rt: Runtime, body: str, result: Result) -> N
 
 
 def _publish_gitlab(
-    values: dict[str, Any], rt: Runtime, body: str, result: Result, ctx: ci.RunContext
+    to: CommentFields, rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
     from gpuci.forges.gitlab import TOKEN_ENV, GitLab
 
     env = rt.environ
-    token = values.get("token") or env.get(TOKEN_ENV, "")
+    token = to.token or env.get(TOKEN_ENV, "")
     rt.mask(token)
     rt.mask(env.get("CI_JOB_TOKEN", ""))
     project = env.get("CI_PROJECT_ID") or ctx.repository
-    iid = values.get("pr") or ctx.pull_request
+    iid = to.pr or ctx.pull_request
     server = env.get("CI_SERVER_URL", "").rstrip("/")
-    api_url = values.get("api-url") or env.get("CI_API_V4_URL") or (server and f"{server}/api/v4")
+    api_url = to.api_url or env.get("CI_API_V4_URL") or (server and f"{server}/api/v4")
     reason = ""
     if not token and env.get("CI_JOB_TOKEN"):
         reason = (
@@ -245,7 +249,7 @@ def _publish_gitlab(
         rt,
         _Sticky("MR note", "note", f"{ctx.repository or project}!{iid}", api_url, iid, reason),
         lambda: GitLab(api_url, token, project),
-        marker_comment(values.get("marker") or "training"),
+        marker_comment(to.marker or "training"),
         body,
         lambda note: (
             f"{project_url}/-/merge_requests/{iid}#note_{note.get('id')}" if project_url else ""
@@ -306,21 +310,24 @@ def _post_sticky(
     rt.log(f"{action} the report {sticky.noun} on {sticky.target}")
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
-    """``python -m gpuci report``: the job summary always, the PR comment with ``--comment``."""
+def run(inp: ReportInputs, rt: Runtime) -> Result:
+    """``python -m gpuci report``: the job summary always, the PR comment with ``--comment``.
+
+    Raises InputError for an unreadable gate report or provenance record.
+    """
     result = Result(command="report")
-    gate, prov = collect(rt.environ, values.get("gate-report"), values.get("provenance"))
-    minutes = gpu_minutes(rt.environ, values.get("gpu-minutes"))
+    gate, prov = collect(rt.environ, inp.gate_report, inp.provenance)
+    minutes = gpu_minutes(rt.environ, inp.gpu_minutes)
     from gpuci.training import history
 
-    past = history.read_past(values, rt, result)
-    body = render(
-        values.get("marker") or "training", gate, prov, minutes, ci.detect(rt.environ), past
+    past = history.read_past(
+        rt, result, url=inp.history, series=inp.marker, points=inp.history_points
     )
+    body = render(inp.marker or DEFAULT_MARKER, gate, prov, minutes, ci.detect(rt.environ), past)
     result.summary.append(body.split("\n\n", 1)[1])  # the summary without the hidden marker
     result.outputs["gpu-minutes"] = round(minutes[0], 2) if minutes[0] is not None else ""
-    if values.get("comment"):
-        publish(values, rt, body, result)
+    if inp.comment:
+        publish(inp, rt, body, result)
     else:
         result.outputs.update({"comment": "skipped", "comment-url": ""})
     verdict = (

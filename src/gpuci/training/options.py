@@ -1,0 +1,94 @@
+"""The typed inputs of ``gate``, ``provenance`` and ``report``: one frozen dataclass each.
+
+Field names are the inputs' names in snake_case and their types follow the specs in
+:mod:`gpuci.commands.training` (``tests/test_typed.py`` checks they stay in step); the
+dispatcher builds one from the resolved flags and ``INPUT_*``, once. :class:`CommentFields` is
+what posting the sticky report needs, which ``gate`` and ``report`` both carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["CommentFields", "GateInputs", "ProvenanceInputs", "ReportInputs"]
+
+DEFAULT_OUTPUT_DIR = "gpuci-training"
+DEFAULT_MARKER = "training"
+
+
+class CommentFields(Protocol):
+    """Where the sticky report goes: the ``token``, ``api-url``, ``repository``, ``pr`` and
+    ``marker`` inputs (empty: the CI's own token, API, repository and pull request)."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def api_url(self) -> str: ...
+    @property
+    def repository(self) -> str: ...
+    @property
+    def pr(self) -> int | None: ...
+    @property
+    def marker(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What ``gate`` (the metric-gate action) is given."""
+
+    metrics: str = ""
+    min: list[str] = field(default_factory=list)
+    max: list[str] = field(default_factory=list)
+    baseline: str = ""
+    max_regression: list[str] = field(default_factory=list)
+    lower_is_better: list[str] = field(default_factory=list)
+    require_baseline: bool = False
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    artifacts: list[str] = field(default_factory=list)
+    python: str = ""
+    pin: bool = False
+    comment: bool = False
+    token: str = ""
+    api_url: str = ""
+    repository: str = ""
+    pr: int | None = None
+    marker: str = DEFAULT_MARKER
+    gpu_minutes: float | None = None
+    history: str = ""
+    history_append: str = "auto"
+    history_points: int = 20
+
+    def rule_lines(self) -> dict[str, list[str]]:
+        """The rule inputs by name (min, max, max-regression), as gate.json records them."""
+        return {"min": self.min, "max": self.max, "max-regression": self.max_regression}
+
+
+@dataclass(frozen=True)
+class ProvenanceInputs:
+    """What ``provenance`` is given."""
+
+    artifacts: list[str] = field(default_factory=list)
+    record: str = ""
+    metrics: str = ""
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    python: str = ""
+    history: str = ""
+    history_append: str = "auto"
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What ``report`` is given."""
+
+    comment: bool = False
+    token: str = ""
+    api_url: str = ""
+    repository: str = ""
+    pr: int | None = None
+    marker: str = DEFAULT_MARKER
+    gpu_minutes: float | None = None
+    gate_report: str = ""
+    provenance: str = ""
+    history: str = ""
+    history_points: int = 20
