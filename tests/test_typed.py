@@ -42,6 +42,9 @@ EXPECTED_TYPED = {
     "gate",
     "provenance",
     "report",
+    "runners release",
+    "gpus report",
+    "dry-run",
 }
 
 

@@ -18,6 +18,7 @@ import socket
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -155,15 +156,26 @@ def recent_failures(
     return [i for i in items if i.get("passed") is False]
 
 
-def report(values: dict[str, Any], rt: Runtime) -> Result:
-    """``gpus report``: failures by node and GPU over the last ``--days``, as a Markdown table."""
-    url = store_url(values.get("store"), rt.environ)
+@dataclass(frozen=True)
+class ReportInputs:
+    """What ``gpus report`` is given (the specs are in :mod:`gpuci.commands.gpus`)."""
+
+    days: float = 7.0
+    store: str = ""
+
+
+def report(inp: ReportInputs, rt: Runtime) -> Result:
+    """``gpus report``: failures by node and GPU over the last ``--days``, as a Markdown table.
+
+    Raises InputError when no store is configured, InfraError when it cannot be read.
+    """
+    url = store_url(inp.store, rt.environ)
     if not url:
         raise InputError(
             "no GPU health store configured",
             hint=f"pass --store (s3://bucket/prefix or file:///dir) or set {ENV_STORE}",
         )
-    days = float(values.get("days") or 7)
+    days = inp.days or 7.0  # 0 reads as the default, as before
     since = time.time() - days * 86400
     try:
         items = _read(_open(url, rt.environ, rt), since)

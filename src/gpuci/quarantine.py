@@ -12,7 +12,7 @@ runner was not quarantined: the smoke never passes or crashes because of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
@@ -209,16 +209,53 @@ def _bus_ids(env: Any) -> dict[int, str]:
 
 
 # ----- the way back: ``python -m gpuci runners release NAME`` ---------------------------------
-def release(values: dict[str, Any], rt: Runtime) -> Result:
-    """Give a quarantined runner back: after a passing smoke here, or with ``--force``."""
-    name = str(values.get("name") or "").strip()
+@dataclass(frozen=True)
+class ReleaseInputs:
+    """What ``runners release`` is given: the runner, and the gpu-smoke it runs first
+    (the specs are in :mod:`gpuci.commands.runners`)."""
+
+    name: str = ""
+    labels: list[str] = field(default_factory=list)
+    forge: str = "auto"
+    repository: str = ""
+    force: bool = False
+    checks: list[str] = field(default_factory=list)
+    budget_seconds: float = 30.0
+    memory_fraction: float = 0.9
+    min_bandwidth_gbs: float | None = None
+    min_gemm_tflops: float | None = None
+    framework: str = "auto"
+    dcgm_level: int = 0
+    report: str = ""
+
+    def smoke_values(self) -> dict[str, Any]:
+        """The inputs of the gpu-smoke release runs first, keyed as gpu-smoke reads them."""
+        return {
+            "checks": self.checks or None,
+            "budget-seconds": self.budget_seconds,
+            "memory-fraction": self.memory_fraction,
+            "min-bandwidth-gbs": self.min_bandwidth_gbs,
+            "min-gemm-tflops": self.min_gemm_tflops,
+            "framework": self.framework,
+            "dcgm-level": self.dcgm_level,
+            "report": self.report or None,
+        }
+
+
+def release(inp: ReleaseInputs, rt: Runtime) -> Result:
+    """Give a quarantined runner back: after a passing smoke here, or with ``--force``.
+
+    Raises InputError for a missing name or labels, a GitLab name that is no id, or a job on
+    another runner; InfraError when the forge client is missing or the forge fails.
+    """
+    name = inp.name.strip()
     if not name:
         raise InputError("runners release needs the runner's name", hint="pass NAME")
     env = rt.environ
-    forge = values.get("forge") or "auto"
+    forge = inp.forge or "auto"
     if forge == "auto":
         forge = "gitlab" if env.get("GITLAB_CI") == "true" else "github"
-    labels = list(values.get("labels") or [])
+    labels = list(inp.labels)
     if forge == "github":
         if not labels:
             raise InputError(
@@ -234,15 +271,15 @@ def release(values: dict[str, Any], rt: Runtime) -> Result:
     if rt.dry_run:
         result = Result(command="runners release")
         result.headline = f"would release runner {name} on {forge}" + (
-            "" if values.get("force") else " after a passing smoke here"
+            "" if inp.force else " after a passing smoke here"
         )
         return result
-    smoke_note = _smoke_first(values, rt, name, forge) if not values.get("force") else None
+    smoke_note = _smoke_first(inp, rt, name, forge) if not inp.force else None
     if isinstance(smoke_note, Result):
         return smoke_note  # the smoke failed: the runner stays out
     try:
         if forge == "github":
-            done = _relabel_github(env, rt, name, labels, values)
+            done = _relabel_github(env, rt, name, labels, inp.repository)
         else:
             done = _unpause_gitlab(env, rt, int(name))
     except _NotDone as exc:
@@ -250,12 +287,12 @@ def release(values: dict[str, Any], rt: Runtime) -> Result:
             str(exc), hint="install gpu-ci from its lock file (it needs httpx)"
         ) from None
     result = Result(command="runners release")
-    result.headline = done + (" (forced, no smoke)" if values.get("force") else f" ({smoke_note})")
+    result.headline = done + (" (forced, no smoke)" if inp.force else f" ({smoke_note})")
     result.notice(result.headline, "runners release")
     return result
 
 
-def _smoke_first(values: dict[str, Any], rt: Runtime, name: str, forge: str) -> str | Result:
+def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str | Result:
     """Run gpu-smoke on this machine, which must be the runner; its Result when it fails."""
     here = rt.environ.get("RUNNER_NAME" if forge == "github" else "CI_RUNNER_ID")
     if here and here != name:
@@ -265,7 +302,7 @@ def _smoke_first(values: dict[str, Any], rt: Runtime, name: str, forge: str) -> 
         )
     from gpuci.gpu.smoke import run as smoke
 
-    verdict = smoke(values, rt)
+    verdict = smoke(inp.smoke_values(), rt)
     if not verdict.ok:
         verdict.error(
             f"runner {name} not released: the smoke here did not pass "
@@ -276,9 +313,7 @@ def _smoke_first(values: dict[str, Any], rt: Runtime, name: str, forge: str) -> 
     return "the smoke here passed"
 
 
-def _relabel_github(
-    env: Any, rt: Runtime, name: str, labels: list[str], values: dict[str, Any]
-) -> str:
+def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], repository: str) -> str:
     token = str(env.get(rl.GITHUB_TOKEN_ENV) or "").strip()
     if not token:
         raise InputError(
@@ -286,7 +321,7 @@ def _relabel_github(
             hint="set it to a token with 'Administration: read and write' (docs/quarantine.md)",
         )
     rt.mask(token)
-    repository = str(values.get("repository") or env.get("GITHUB_REPOSITORY") or "")
+    repository = repository or str(env.get("GITHUB_REPOSITORY") or "")
     if "/" not in repository:
         raise InputError(
             "no repository: runners release needs owner/name",

@@ -33,5 +33,6 @@ COMMAND = Command(
         ),
     ),
     target="gpuci.dryrun:run",
+    typed="gpuci.dryrun:DryRunInputs",
     positional="workflow",
 )

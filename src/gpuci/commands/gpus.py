@@ -20,6 +20,7 @@ REPORT = Command(
         Output("verdicts", "How many verdicts the period holds."),
     ),
     target="gpuci.gpu_health:report",
+    typed="gpuci.gpu_health:ReportInputs",
 )
 
 COMMAND = Command(

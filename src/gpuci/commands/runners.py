@@ -36,6 +36,7 @@ RELEASE = Command(
         ),
     ),
     target="gpuci.quarantine:release",
+    typed="gpuci.quarantine:ReleaseInputs",
     positional="name",
 )
 

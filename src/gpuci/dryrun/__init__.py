@@ -16,6 +16,7 @@ No network by default: every command's dry run plans without asking a server; ``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +24,38 @@ from gpuci.dryrun.workflow import ROOT, classify_uses, load_workflow, triggers
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
 
-__all__ = ["ROOT", "classify_uses", "run"]
+__all__ = ["ROOT", "DryRunInputs", "classify_uses", "run"]
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
+@dataclass(frozen=True)
+class DryRunInputs:
+    """What ``dry-run`` is given (the specs are in :mod:`gpuci.commands.dry_run`)."""
+
+    workflow: str = ""
+    job: str = ""
+    event: str = ""
+    ref: str = "refs/heads/main"
+
+
+def run(inp: DryRunInputs, rt: Runtime) -> Result:
+    """Plan every gpu-ci step of ``inp.workflow`` here; a step that would fail is in the Result.
+
+    Raises InputError for an unreadable or malformed workflow and for a job it does not have.
+    """
     from gpuci.dryrun.contexts import Event, base_contexts, github_context, workspace_of
     from gpuci.dryrun.planner import Planner
     from gpuci.dryrun.report import result
     from gpuci.probe import probes_allowed
 
-    path = Path(values["workflow"])
+    path = Path(inp.workflow)
     workflow = load_workflow(path)
     jobs: dict[str, Any] = workflow["jobs"]
-    wanted = values.get("job")
+    wanted = inp.job or None
     if wanted and wanted not in jobs:
         raise InputError(
             f"job '{wanted}' not in {path}", hint=f"use one of: {', '.join(map(str, jobs))}"
         )
-    event = Event.of(values.get("event"), values.get("ref"), workflow)
+    event = Event.of(inp.event, inp.ref, workflow)
     workspace = workspace_of(path)
     github = github_context(event, workspace)
     contexts = base_contexts(github)
