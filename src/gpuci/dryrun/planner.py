@@ -33,6 +33,7 @@ from gpuci.dryrun.contexts import (
 from gpuci.dryrun.plans import JUDGED, StepPlan
 from gpuci.dryrun.report import log_plan
 from gpuci.dryrun.workflow import (
+    Call,
     calls_for,
     classify_uses,
     load_local_action,
@@ -349,6 +350,8 @@ class Planner:
         env: Mapping[str, str | Unknown],
         depth: int,
     ) -> StepPlan:
+        """Plan one step: a run: step or another action is listed; a gpu-ci step goes
+        ``with:`` -> its command calls -> each call's dry run -> the step's verdict."""
         step: dict[str, Any] = steps[number - 1]
         uses = text_of(step.get("uses")).strip()
         plan = StepPlan(job=job, index=index, name=_step_name(step), uses=uses)
@@ -357,37 +360,12 @@ class Planner:
             return plan
         classified = classify_uses(uses)
         if classified is None:
-            if uses.startswith("./"):
-                plan = self.local_action(plan, step, ctx, depth)
-                if depth == 0 and not _checked_out(steps[: number - 1]):
-                    plan.warnings.append(
-                        f"no step before it checks the repository out (actions/checkout): "
-                        f"the runner will not find {uses}"
-                    )
-                    plan.detail = "; ".join([plan.detail, *plan.warnings])
-                    if plan.verdict in ("ok", "other-action"):
-                        plan.verdict = "may-fail"
-                return plan
-            plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
-            return plan
+            return self._not_gpuci(plan, step, steps[: number - 1], ctx, depth)
         with_ = step.get("with") or {}
         if not isinstance(with_, dict):
             plan.verdict, plan.detail = "bad-input", "'with:' is not a mapping"
             return plan
-        given: dict[str, str] = {}
-        for key, value in with_.items():
-            text = text_of(value)
-            got = evaluate_text(text, ctx, lambda s: True)
-            if isinstance(got, Unknown):
-                plan.unresolved.append(str(key))
-                plan.why[str(key)] = got.why
-                given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
-            else:
-                given[str(key)] = got
-        plan.unresolved.sort()
-        plan.unresolved += sorted(
-            f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
-        )
+        given = _given(plan, with_, ctx, env)
         dispatch = classified[1].dispatch if classified[1] else None
         if dispatch and dispatch in plan.why:
             plan.verdict = "not-evaluated"
@@ -399,6 +377,39 @@ class Planner:
             plan.verdict, plan.detail = "bad-input", exc.message
             return plan
         plan.command = " + ".join(full for full, _, _ in calls)
+        self._plan_calls(plan, calls, env)
+        _judge(plan, missing_paths_of(steps, number, calls))
+        return plan
+
+    def _not_gpuci(
+        self,
+        plan: StepPlan,
+        step: dict[str, Any],
+        before: list[Any],
+        ctx: dict[str, Any],
+        depth: int,
+    ) -> StepPlan:
+        """A step that is no gpu-ci action: a local one is planned step by step (and needs a
+        checkout before it), any other is listed, not judged."""
+        if not plan.uses.startswith("./"):
+            plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
+            return plan
+        plan = self.local_action(plan, step, ctx, depth)
+        if depth == 0 and not _checked_out(before):
+            plan.warnings.append(
+                f"no step before it checks the repository out (actions/checkout): "
+                f"the runner will not find {plan.uses}"
+            )
+            plan.detail = "; ".join([plan.detail, *plan.warnings])
+            if plan.verdict in ("ok", "other-action"):
+                plan.verdict = "may-fail"
+        return plan
+
+    def _plan_calls(
+        self, plan: StepPlan, calls: list[Call], env: Mapping[str, str | Unknown]
+    ) -> None:
+        """Each call's dry run, in an environment like the step's (no INPUT_*, this probe
+        setting); a call that would need the network without --probe is not evaluated."""
         inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
         inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
         inner_env[PROBE_ENV] = "true" if self.probe else "false"
@@ -414,15 +425,6 @@ class Planner:
                 inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
                 plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
             plan.results.append(plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
-        plan.verdict = verdict(plan.results)
-        plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
-        missing = missing_paths_of(steps, number, calls)
-        plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
-        if plan.warnings:
-            if plan.verdict == "ok":
-                plan.verdict = "may-fail"
-            plan.detail = "; ".join([plan.detail, *plan.warnings])
-        return plan
 
     def local_action(
         self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int
@@ -594,3 +596,36 @@ def _put_leg(value: Any, leg: dict[str, Any]) -> Any:
 
 def _log_plan(plan: StepPlan, rt: Runtime) -> None:
     log_plan(plan, rt)
+
+
+def _given(
+    plan: StepPlan, with_: dict[Any, Any], ctx: dict[str, Any], env: Mapping[str, str | Unknown]
+) -> dict[str, str]:
+    """The step's ``with:`` evaluated here; what only the run knows is noted as unresolved
+    (with why) and kept as its expression, never guessed."""
+    given: dict[str, str] = {}
+    for key, value in with_.items():
+        text = text_of(value)
+        got = evaluate_text(text, ctx, lambda s: True)
+        if isinstance(got, Unknown):
+            plan.unresolved.append(str(key))
+            plan.why[str(key)] = got.why
+            given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
+        else:
+            given[str(key)] = got
+    plan.unresolved.sort()
+    plan.unresolved += sorted(
+        f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
+    )
+    return given
+
+
+def _judge(plan: StepPlan, missing: list[Any]) -> None:
+    """The step's verdict from its calls' plans; a path no earlier step makes may fail it."""
+    plan.verdict = verdict(plan.results)
+    plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
+    plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
+    if plan.warnings:
+        if plan.verdict == "ok":
+            plan.verdict = "may-fail"
+        plan.detail = "; ".join([plan.detail, *plan.warnings])

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuci.errors import ExitCode
-from gpuci.runtime import Result, Runtime, format_output, markdown_table
+from gpuci.runtime import OutputValue, Result, Runtime, format_output, markdown_table
 
 if TYPE_CHECKING:
     from gpuci.dryrun.plans import StepPlan
@@ -70,21 +71,69 @@ def _where(plans: list[StepPlan]) -> str:
     return ", ".join(f"{p.job} step {p.index}" for p in plans)
 
 
+@dataclass(frozen=True)
+class _Tally:
+    """The planned steps sorted by what the plan found, once, for the counts and the headline."""
+
+    judged: list[StepPlan]  # gpu-ci steps planned (a composite's own steps, not the composite)
+    bad: list[StepPlan]
+    failing: list[StepPlan]
+    unevaluated: list[StepPlan]
+    conditional: list[StepPlan]
+    skipped: list[StepPlan]
+    risky: list[StepPlan]  # composites too
+    evaluated: list[StepPlan]
+    uninspected: list[StepPlan]
+
+    @classmethod
+    def of(cls, plans: list[StepPlan]) -> _Tally:
+        judged = [p for p in plans if p.judged and not p.children]  # a composite: its steps count
+        return cls(
+            judged=judged,
+            bad=[p for p in judged if p.judged == "bad-input"],
+            failing=[p for p in judged if p.verdict == "would-fail"],
+            unevaluated=[p for p in judged if p.verdict == "not-evaluated"],
+            conditional=[p for p in judged if p.verdict == "conditional"],
+            skipped=[p for p in plans if p.verdict == "skipped" and _is_gpuci(p)],
+            risky=[p for p in plans if p.warnings and p.verdict == "may-fail"],
+            evaluated=[
+                p
+                for p in judged
+                if p.verdict in ("ok", "may-fail", "would-fail", "not-implemented")
+            ],
+            uninspected=[p for p in plans if p.verdict == "not-inspected"],
+        )
+
+    @property
+    def total(self) -> int:
+        """gpu-ci steps, a composite action's counted inside it."""
+        return (
+            len(self.evaluated) + len(self.unevaluated) + len(self.conditional) + len(self.skipped)
+        )
+
+    def outputs(self) -> dict[str, OutputValue]:
+        return {
+            "steps": self.total,
+            "evaluated": len(self.evaluated),
+            "bad-input": len(self.bad),
+            "would-fail": len(self.failing),
+            "may-fail": len(self.risky),
+            "not-evaluated": len(self.unevaluated),
+            "conditional": len(self.conditional),
+            "skipped": len(self.skipped),
+        }
+
+
 def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, probe: bool) -> Result:
-    judged = [p for p in plans if p.judged and not p.children]  # a composite: its steps count
-    bad = [p for p in judged if p.judged == "bad-input"]
-    failing = [p for p in judged if p.verdict == "would-fail"]
-    unevaluated = [p for p in judged if p.verdict == "not-evaluated"]
-    conditional = [p for p in judged if p.verdict == "conditional"]
-    skipped = [p for p in plans if p.verdict == "skipped" and _is_gpuci(p)]
-    risky = [p for p in plans if p.warnings and p.verdict == "may-fail"]  # composites too
-    evaluated = [
-        p for p in judged if p.verdict in ("ok", "may-fail", "would-fail", "not-implemented")
-    ]
-    uninspected = [p for p in plans if p.verdict == "not-inspected"]
+    """The dry run's one Result: the summary table, a report per step, the counts, the headline.
+
+    Exit 2 when a gpu-ci step has bad input; a step that would fail on this machine is in the
+    headline, not the exit code (this machine is seldom the runner).
+    """
+    tally = _Tally.of(plans)
     out = Result(command="dry-run")
     if rt.platform != "terminal":  # on a terminal the per-step log above says it all
-        rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in judged]
+        rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in tally.judged]
         out.summary.append(
             f"### gpu-ci dry run of `{path}`\n\n"
             + markdown_table(["job", "step", "name", "command", "verdict", "detail"], rows)
@@ -93,89 +142,90 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
         "workflow": str(path),
         "job": job,
         "probe": probe,
-        "steps": [
-            {
-                "job": p.job,
-                "index": p.index,
-                "name": p.name,
-                "uses": p.uses,
-                "command": p.command,
-                "verdict": p.verdict,
-                "planned": p.planned,
-                "condition": p.condition,
-                "detail": p.detail,
-                "unresolved": p.unresolved,
-                "why": p.why,
-                "warnings": p.warnings,
-                "notes": p.notes,
-                "plans": [
-                    {
-                        "command": r.command,
-                        "exit_code": int(r.exit_code),
-                        "headline": r.headline,
-                        "outputs": {k: format_output(v) for k, v in r.outputs.items()},
-                        "report": r.report,
-                    }
-                    for r in p.results
-                ],
-            }
-            for p in plans
-        ],
+        "steps": [_step_report(p) for p in plans],
     }
-    total = len(evaluated) + len(unevaluated) + len(conditional) + len(skipped)
-    out.outputs = {
-        "steps": total,  # gpu-ci steps, a composite action's counted inside it
-        "evaluated": len(evaluated),
-        "bad-input": len(bad),
-        "would-fail": len(failing),
-        "may-fail": len(risky),
-        "not-evaluated": len(unevaluated),
-        "conditional": len(conditional),
-        "skipped": len(skipped),
-    }
-    for p in risky:
+    out.outputs = tally.outputs()
+    for p in tally.risky:
         for warning in p.warnings:
             out.warning(f"job {p.job}, step {p.index} ({p.name}): {warning}", "gpu-ci dry run")
-    if not judged:
+    if not tally.judged:
         out.headline = f"no gpu-ci steps found in {path}"
-        if uninspected:
-            out.headline += f" ({len(uninspected)} reusable workflow(s) not inspected)"
+        if tally.uninspected:
+            out.headline += f" ({len(tally.uninspected)} reusable workflow(s) not inspected)"
         out.warning(out.headline)
-        return out
-    if bad:
-        out.exit_code = ExitCode.BAD_INPUT
-        for p in bad:
-            out.error(
-                f"job {p.job}, step {p.index} ({p.name}): {p.detail}", "gpu-ci dry run: bad input"
-            )
-        out.headline = (
-            f"{len(bad)} of {len(judged)} gpu-ci step(s) have bad input; "
-            "fix them before paying for a GPU"
+    elif tally.bad:
+        _report_bad_input(out, tally)
+    else:
+        out.headline = _valid_headline(tally, probe)
+    return out
+
+
+def _step_report(p: StepPlan) -> dict[str, Any]:
+    """One step of the JSON report: what was planned, its verdict, and each command's plan."""
+    return {
+        "job": p.job,
+        "index": p.index,
+        "name": p.name,
+        "uses": p.uses,
+        "command": p.command,
+        "verdict": p.verdict,
+        "planned": p.planned,
+        "condition": p.condition,
+        "detail": p.detail,
+        "unresolved": p.unresolved,
+        "why": p.why,
+        "warnings": p.warnings,
+        "notes": p.notes,
+        "plans": [
+            {
+                "command": r.command,
+                "exit_code": int(r.exit_code),
+                "headline": r.headline,
+                "outputs": {k: format_output(v) for k, v in r.outputs.items()},
+                "report": r.report,
+            }
+            for r in p.results
+        ],
+    }
+
+
+def _report_bad_input(out: Result, tally: _Tally) -> None:
+    out.exit_code = ExitCode.BAD_INPUT
+    for p in tally.bad:
+        out.error(
+            f"job {p.job}, step {p.index} ({p.name}): {p.detail}", "gpu-ci dry run: bad input"
         )
-        return out
+    out.headline = (
+        f"{len(tally.bad)} of {len(tally.judged)} gpu-ci step(s) have bad input; "
+        "fix them before paying for a GPU"
+    )
+
+
+def _valid_headline(tally: _Tally, probe: bool) -> str:
+    """A valid plan's headline: the counts, then what would or may fail and what was not seen."""
     counts = [
-        f"{len(evaluated)} evaluated",
-        *([f"{len(unevaluated)} not evaluated"] if unevaluated else []),
-        *([f"{len(conditional)} conditional"] if conditional else []),
-        *([f"{len(skipped)} skipped"] if skipped else []),
+        f"{len(tally.evaluated)} evaluated",
+        *([f"{len(tally.unevaluated)} not evaluated"] if tally.unevaluated else []),
+        *([f"{len(tally.conditional)} conditional"] if tally.conditional else []),
+        *([f"{len(tally.skipped)} skipped"] if tally.skipped else []),
     ]
-    out.headline = f"plan is valid: {total} gpu-ci step(s) checked ({', '.join(counts)})"
-    if failing:
-        out.headline += (
-            f"; {len(failing)} would fail on this machine ({_where(failing)}; "
+    headline = f"plan is valid: {tally.total} gpu-ci step(s) checked ({', '.join(counts)})"
+    if tally.failing:
+        headline += (
+            f"; {len(tally.failing)} would fail on this machine ({_where(tally.failing)}; "
             "expected where this machine is not the runner)"
         )
-    after = [p for p in skipped if p.planned == "would-fail"]
+    after = [p for p in tally.skipped if p.planned == "would-fail"]
     if after:
-        out.headline += f"; skipped after that, and would fail here too: {_where(after)}"
-    if risky:
-        out.headline += f"; {len(risky)} may fail at run time (see the warnings)"
-    if unevaluated:
-        out.headline += f"; not evaluated (see each step's why): {_where(unevaluated)}"
-    if conditional:
-        out.headline += f"; conditional (if: known at run time): {_where(conditional)}"
-    if uninspected:
-        out.headline += f"; {len(uninspected)} reusable workflow(s) not inspected"
+        headline += f"; skipped after that, and would fail here too: {_where(after)}"
+    if tally.risky:
+        headline += f"; {len(tally.risky)} may fail at run time (see the warnings)"
+    if tally.unevaluated:
+        headline += f"; not evaluated (see each step's why): {_where(tally.unevaluated)}"
+    if tally.conditional:
+        headline += f"; conditional (if: known at run time): {_where(tally.conditional)}"
+    if tally.uninspected:
+        headline += f"; {len(tally.uninspected)} reusable workflow(s) not inspected"
     if not probe:
-        out.headline += "; no network used (--probe to ask servers)"
-    return out
+        headline += "; no network used (--probe to ask servers)"
+    return headline
