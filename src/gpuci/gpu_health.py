@@ -25,6 +25,20 @@ from typing import Any
 from gpuci.errors import InfraError, InputError
 from gpuci.runtime import Result, Runtime, markdown_table
 
+__all__ = [
+    "ENV_ENDPOINT",
+    "ENV_STORE",
+    "MAX_KEYS",
+    "MAX_OBJECT",
+    "ROOT",
+    "ReportInputs",
+    "recent_failures",
+    "record",
+    "report",
+    "store_url",
+    "verdicts",
+]
+
 ENV_STORE = "GPUCI_GPU_HEALTH_STORE"
 ENV_ENDPOINT = "GPUCI_GPU_HEALTH_ENDPOINT_URL"
 ROOT = "gpu-health/verdicts"
@@ -146,7 +160,10 @@ def _read(store: Any, since: float) -> list[dict[str, Any]]:
 def recent_failures(
     url: str, environ: Mapping[str, str], since: float, rt: Runtime | None = None
 ) -> list[dict[str, Any]]:
-    """Hardware-failure verdicts written at or after ``since`` (for pods placement)."""
+    """Hardware-failure verdicts written at or after ``since`` (for pods placement).
+
+    Raises InfraError when the store cannot be read.
+    """
     try:
         items = _read(_open(url, environ, rt), since)
     except OSError as exc:

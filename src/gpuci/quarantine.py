@@ -20,6 +20,18 @@ from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
+__all__ = [
+    "ENVIRONMENT_REASON",
+    "TITLE",
+    "Finding",
+    "ReleaseInputs",
+    "after_verdict",
+    "check_labels",
+    "hardware_findings",
+    "release",
+    "smoke_then_quarantine",
+]
+
 TITLE = "gpu-smoke quarantine"
 # A failure that says the framework could not start (an import error, a driver mismatch), not
 # that the GPU is bad: gpu-smoke records it as a failed "context" check with this reason.
@@ -49,7 +61,8 @@ def smoke_then_quarantine(values: dict[str, Any], rt: Runtime) -> Result:
 
 
 def check_labels(labels: list[str]) -> None:
-    """Refuse labels GitHub will not remove (read-only) before the smoke spends its budget."""
+    """Refuse labels GitHub will not remove (read-only) before the smoke spends its budget:
+    InputError naming them."""
     refused = rl.refused_labels(labels)
     if refused:
         raise InputError(

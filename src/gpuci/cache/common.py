@@ -16,6 +16,17 @@ from gpuci.errors import StoreError
 from gpuci.runtime import Runtime, markdown_table
 from gpuci.units import human_bytes
 
+__all__ = [
+    "CREDENTIAL_SOURCES",
+    "Connections",
+    "outputs",
+    "plan_store",
+    "store_from",
+    "store_url",
+    "summary_table",
+    "throttle_signals",
+]
+
 CREDENTIAL_SOURCES = (
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from secrets, an AWS profile, or "
     "aws-actions/configure-aws-credentials"

@@ -16,6 +16,18 @@ from gpuci.cache import manifest as mf
 from gpuci.cache.select import select
 from gpuci.errors import InputError
 
+__all__ = [
+    "REPO_TYPES",
+    "commit_of",
+    "foreign_folder",
+    "hub_cache",
+    "paths",
+    "pick_revision",
+    "repo_folder",
+    "revision_patterns",
+    "saved_folder",
+]
+
 REPO_TYPES = ("models", "datasets", "spaces")
 
 
@@ -30,7 +42,10 @@ def hub_cache(environ: Mapping[str, str]) -> Path:
 
 
 def repo_folder(repo: str) -> str:
-    """``org/name`` -> ``models--org--name``; ``datasets/org/name`` -> ``datasets--org--name``."""
+    """``org/name`` -> ``models--org--name``; ``datasets/org/name`` -> ``datasets--org--name``.
+
+    Raises InputError for anything else (empty, too many parts, ``..`` or ``--`` in a part).
+    """
     parts = [p for p in repo.strip().strip("/").split("/") if p]
     kind = "models"
     if len(parts) == 3 and parts[0] in REPO_TYPES:
@@ -96,6 +111,10 @@ def revision_patterns(revision: str, commit: str) -> list[str]:
 
 
 def pick_revision(manifest: mf.Manifest, revision: str, commit: str) -> mf.Manifest:
+    """The part of a repo folder's manifest one revision needs (its ref, snapshot, records).
+
+    Raises InputError when the folder holds no snapshot of that revision.
+    """
     picked = select(manifest, revision_patterns(revision, commit), [])
     if not any(e.path.startswith(f"snapshots/{commit}/") for e in picked.entries):
         raise InputError(

@@ -16,6 +16,8 @@ from gpuci.cache.transfer import parallel
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
+__all__ = ["pins_result", "run"]
+
 
 def run(inp: LsInputs, rt: Runtime) -> Result:
     """``cache-weights ls``: the keys (or, with pins, the pins); StoreError when the store fails."""

@@ -25,6 +25,21 @@ from gpuci.errors import InputError, StoreError
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
 
+__all__ = [
+    "MAX_PIN",
+    "MAX_REASON",
+    "Pin",
+    "check_reason",
+    "data_keys",
+    "describe_pin",
+    "missing_data",
+    "pin_manifest",
+    "pinned",
+    "read_all",
+    "run_pin",
+    "run_unpin",
+]
+
 MAX_PIN = 64 << 10  # a pin is a few hundred bytes; a larger one is not read
 MAX_REASON = 500
 
@@ -95,6 +110,7 @@ def read_all(store: Store) -> list[Pin]:
 
 
 def check_reason(text: Any) -> str:
+    """The pin's reason, stripped; InputError when empty, too long or not one printable line."""
     reason = str(text or "").strip()
     if not reason:
         raise InputError("a pin needs a reason", hint="say why in reason, e.g. 'model v3 data'")
@@ -123,7 +139,11 @@ def missing_data(store: Store, manifest: mf.Manifest) -> list[str]:
 def pin_manifest(
     store: Store, digest: str, reason: str, environ: Any, dry_run: bool
 ) -> dict[str, Any]:
-    """Check the manifest and all its data are there, then write the pin (unless planning)."""
+    """Check the manifest and all its data are there, then write the pin (unless planning).
+
+    Raises InputError when the store lacks the manifest, StoreError when data is missing or
+    the store fails, IntegrityError when the manifest does not hash to its name.
+    """
     manifest, _ = fetch_by_digest(store, digest)
     missing = missing_data(store, manifest)
     if missing:

@@ -32,6 +32,8 @@ from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
+__all__ = ["Plan", "execute", "group_of", "plan", "run"]
+
 
 @dataclass
 class Plan:
@@ -142,6 +144,8 @@ def _reached(store: Store, manifests: list[str]) -> set[str]:
 def plan(
     store: Store, namespace: str, prefix: str, older_than: float, keep: int, grace: float
 ) -> Plan:
+    """What a prune deletes: stale refs, then what nothing live or pinned names, minus what is
+    younger than ``grace``. Reads only; StoreError when the store fails."""
     now = time.time()
     out = Plan()
     stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
@@ -180,6 +184,8 @@ def plan(
 
 
 def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
+    """Delete what ``work`` lists: refs, manifests, then data still older than ``grace`` when
+    looked at again (a save may have touched it). StoreError when the store fails."""
     for key in work.refs:
         store.delete(key)
         store.delete(layout.use_key(namespace, layout.key_from_ref(namespace, key)))

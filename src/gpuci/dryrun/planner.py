@@ -52,6 +52,8 @@ from gpuci.expressions import (
 from gpuci.probe import PROBE_ENV
 from gpuci.runtime import Result, Runtime, format_output
 
+__all__ = ["MAX_DEPTH", "JobState", "Planner"]
+
 MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
 
 

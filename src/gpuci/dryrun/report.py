@@ -12,6 +12,8 @@ from gpuci.runtime import OutputValue, Result, Runtime, format_output, markdown_
 if TYPE_CHECKING:
     from gpuci.dryrun.plans import StepPlan
 
+__all__ = ["MARKS", "log_plan", "mark", "result"]
+
 MARKS = {
     "ok": "ok",
     "may-fail": "MAY FAIL",

@@ -22,10 +22,13 @@ from gpuci.training import metrics as metrics_mod
 from gpuci.training.options import DEFAULT_MARKER, GateInputs
 from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 
+__all__ = ["GATE_NAME", "evaluate", "parse_all", "run", "table"]
+
 GATE_NAME = "gate.json"
 
 
 def parse_all(inp: GateInputs) -> list[Rule]:
+    """Every rule the gate judges; InputError for a malformed rule or none at all."""
     rules = [rule for kind, lines in inp.rule_lines().items() for rule in parse_rules(kind, lines)]
     if not rules:
         raise InputError(

@@ -31,6 +31,29 @@ from gpuci.cache.store import Store
 from gpuci.cache.stores import open_store
 from gpuci.training import ci
 
+__all__ = [
+    "ENV_ENDPOINT",
+    "ENV_HISTORY",
+    "FORMAT",
+    "MAX_METRICS",
+    "MAX_NAME",
+    "MAX_OBJECT",
+    "MAX_POINTS",
+    "ROOT",
+    "append",
+    "entry",
+    "gated_metrics",
+    "history_url",
+    "last",
+    "object_key",
+    "open_history",
+    "prefix",
+    "read_past",
+    "record_run",
+    "series_key",
+    "should_append",
+]
+
 ENV_HISTORY = "GPUCI_METRICS_HISTORY"
 ENV_ENDPOINT = "GPUCI_METRICS_HISTORY_ENDPOINT_URL"
 ROOT = "metrics-history"
@@ -49,6 +72,8 @@ def history_url(value: str | None, environ: Mapping[str, str]) -> str:
 
 
 def open_history(url: str, environ: Mapping[str, str], mask: Callable[[str], None]) -> Store:
+    """The history's store (its S3 endpoint from ``GPUCI_METRICS_HISTORY_ENDPOINT_URL``);
+    raises InputError for a bad URL and StoreError when it cannot be opened."""
     return open_store(
         url,
         endpoint_url=environ.get(ENV_ENDPOINT) or None,

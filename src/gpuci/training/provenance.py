@@ -31,6 +31,26 @@ from gpuci.training import ci
 from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes
 
+__all__ = [
+    "BUILD_TYPE",
+    "PREDICATE_TYPE",
+    "SCHEMA",
+    "STATEMENT_TYPE",
+    "Artifact",
+    "Produced",
+    "build_record",
+    "find_artifacts",
+    "load_record",
+    "plan",
+    "produce",
+    "python_environment",
+    "restore_commands",
+    "result_outputs",
+    "run",
+    "statement",
+    "summary_markdown",
+]
+
 SCHEMA = "gpuci.provenance/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -73,7 +93,8 @@ class Produced:
 
 
 def find_artifacts(patterns: list[str], *, hash_files: bool = True) -> list[Artifact]:
-    """Expand paths, folders and globs to files; a pattern matching nothing fails the check."""
+    """Expand paths, folders and globs to files; a pattern matching nothing fails the check
+    (CheckFailed, exit 1)."""
     found: dict[str, Path] = {}
     for pattern in patterns:
         if _GLOB_CHARS & set(pattern):
@@ -400,7 +421,10 @@ def _commands_markdown(commands: list[str]) -> str:
 
 
 def load_record(path: str) -> dict[str, Any]:
-    """A provenance.json written by this tool (or edited since: it is checked as input)."""
+    """A provenance.json written by this tool (or edited since: it is checked as input).
+
+    Raises InputError when it cannot be read or is not a gpu-ci provenance record.
+    """
     try:
         raw = untrusted_json.read(Path(path))
     except OSError as exc:

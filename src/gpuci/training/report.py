@@ -23,6 +23,18 @@ from gpuci.training import ci
 from gpuci.training.options import DEFAULT_MARKER, CommentFields, ReportInputs
 from gpuci.training.rules import fmt, table_markdown
 
+__all__ = [
+    "MAX_BODY",
+    "MAX_DELTA_ROWS",
+    "charts_markdown",
+    "collect",
+    "gpu_minutes",
+    "marker_comment",
+    "publish",
+    "render",
+    "run",
+]
+
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters (GitLab: 1,000,000)
 MAX_DELTA_ROWS = 50
 
