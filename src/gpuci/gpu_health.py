@@ -200,19 +200,7 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
         raise InfraError(
             f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
         ) from None
-    rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-        lambda: {"runs": 0, "fails": 0, "last": "", "checks": set(), "name": "", "runner": set()}
-    )
-    for item in items:
-        row = rows[(str(item.get("host") or "?"), item["uuid"])]
-        row["runs"] += 1
-        row["name"] = str(item.get("name") or "")
-        if item.get("runner"):
-            row["runner"].add(str(item["runner"]))
-        if item.get("passed") is False:
-            row["fails"] += 1
-            row["last"] = max(row["last"], str(item.get("at") or ""))
-            row["checks"].update(str(c) for c in item.get("failed_checks") or [])
+    rows = _by_gpu(items)
     failing = sorted(
         ((k, r) for k, r in rows.items() if r["fails"]), key=lambda kr: (-kr[1]["fails"], kr[0])
     )
@@ -221,23 +209,9 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
         f"{len(failing)} GPU(s) on {len({k[0] for k, _ in failing})} node(s) failed gpu-smoke "
         f"in the last {days:g} day(s), of {len(rows)} GPU(s) in {len(items)} verdict(s)"
     )
-    table = markdown_table(
-        ["node", "runner", "GPU", "UUID", "failed", "verdicts", "last failure", "failed checks"],
-        [
-            (
-                host,
-                ", ".join(sorted(r["runner"])),
-                r["name"],
-                uuid,
-                r["fails"],
-                r["runs"],
-                r["last"],
-                ", ".join(sorted(r["checks"])),
-            )
-            for (host, uuid), r in failing
-        ],
-    )
-    result.summary = [f"#### GPU health: failures in the last {days:g} day(s)\n\n{table}\n"]
+    result.summary = [
+        f"#### GPU health: failures in the last {days:g} day(s)\n\n{_failing_table(failing)}\n"
+    ]
     result.outputs = {"failing-gpus": len(failing), "verdicts": len(items)}
     result.report = {
         "days": days,
@@ -255,3 +229,43 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
         ],
     }
     return result
+
+
+_Row = dict[str, Any]  # runs, fails, last failure, failed checks, GPU name, runners
+
+
+def _by_gpu(items: list[dict[str, Any]]) -> dict[tuple[str, str], _Row]:
+    """The verdicts summed per (node, GPU UUID)."""
+    rows: dict[tuple[str, str], _Row] = defaultdict(
+        lambda: {"runs": 0, "fails": 0, "last": "", "checks": set(), "name": "", "runner": set()}
+    )
+    for item in items:
+        row = rows[(str(item.get("host") or "?"), item["uuid"])]
+        row["runs"] += 1
+        row["name"] = str(item.get("name") or "")
+        if item.get("runner"):
+            row["runner"].add(str(item["runner"]))
+        if item.get("passed") is False:
+            row["fails"] += 1
+            row["last"] = max(row["last"], str(item.get("at") or ""))
+            row["checks"].update(str(c) for c in item.get("failed_checks") or [])
+    return rows
+
+
+def _failing_table(failing: list[tuple[tuple[str, str], _Row]]) -> str:
+    return markdown_table(
+        ["node", "runner", "GPU", "UUID", "failed", "verdicts", "last failure", "failed checks"],
+        [
+            (
+                host,
+                ", ".join(sorted(r["runner"])),
+                r["name"],
+                uuid,
+                r["fails"],
+                r["runs"],
+                r["last"],
+                ", ".join(sorted(r["checks"])),
+            )
+            for (host, uuid), r in failing
+        ],
+    )

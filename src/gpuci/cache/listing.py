@@ -32,16 +32,7 @@ def run(inp: LsInputs, rt: Runtime) -> Result:
         if isinstance(store, LocalStore) and not store.exists()
         else refs.listing(store, namespace, prefix, ignored)
     )
-    details: dict[str, refs.Ref] = {}
-    lock = threading.Lock()
-
-    def read(info: refs.RefInfo) -> None:
-        ref = refs.read(store, namespace, info.key)
-        if ref is not None:
-            with lock:
-                details[info.key] = ref
-
-    parallel(read, infos, layout.workers(rt.environ))
+    details = _read_refs(store, namespace, infos, rt)
     used = usage.last_uses(store, namespace) if infos else {}
     now = time.time()
     rows, items = [], []
@@ -81,6 +72,23 @@ def run(inp: LsInputs, rt: Runtime) -> Result:
         )
     result.report = {"store": store.url, "namespace": namespace, "keys": items}
     return result
+
+
+def _read_refs(
+    store: Store, namespace: str, infos: list[refs.RefInfo], rt: Runtime
+) -> dict[str, refs.Ref]:
+    """Each listed ref read in parallel (a ref gone or unusable since the listing is left out)."""
+    details: dict[str, refs.Ref] = {}
+    lock = threading.Lock()
+
+    def read(info: refs.RefInfo) -> None:
+        ref = refs.read(store, namespace, info.key)
+        if ref is not None:
+            with lock:
+                details[info.key] = ref
+
+    parallel(read, infos, layout.workers(rt.environ))
+    return details
 
 
 def pins_result(store: Store) -> Result:

@@ -226,7 +226,15 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
     work = plan(store, namespace, prefix, older_than, keep, grace)
     if not rt.dry_run:
         execute(store, work, grace, namespace)
-    verb = "would delete" if rt.dry_run else "deleted"
+    _report_prune(result, store.url, namespace, work, grace, rt.dry_run)
+    return result
+
+
+def _report_prune(
+    result: Result, url: str, namespace: str, work: Plan, grace: float, dry_run: bool
+) -> None:
+    """What was (or would be) deleted, and what the grace period held back."""
+    verb = "would delete" if dry_run else "deleted"
     for warning in work.ignored:
         result.warning(warning, "gpu-ci cache prune: ref ignored")
     keys = [layout.key_from_ref(namespace, k) for k in work.refs]
@@ -235,7 +243,7 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
     result.headline = (
         f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
         f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}{kept}"
-    ) + _held_note(work, grace, rt.dry_run)
+    ) + _held_note(work, grace, dry_run)
     rows = [["key", k, ""] for k in keys]
     rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
     rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
@@ -243,12 +251,12 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
     if rows:
         result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
     if work.held_manifests or work.held_data:
-        note = _held_note(work, grace, rt.dry_run).removeprefix("; ")
+        note = _held_note(work, grace, dry_run).removeprefix("; ")
         result.summary.append(f"{note[0].upper()}{note[1:]}.")
     result.report = {
-        "store": store.url,
+        "store": url,
         "namespace": namespace,
-        "dry_run": rt.dry_run,
+        "dry_run": dry_run,
         "keys": keys,
         "manifests": [o.key for o in work.manifests],
         "data": [o.key for o in work.data],
@@ -264,7 +272,6 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
             "deletable_after": _iso(work.held_until(grace)),
         },
     }
-    return result
 
 
 def _plan_without_credentials(url: str) -> Result:

@@ -267,13 +267,7 @@ class Planner:
             cond = step.get("if")
             shown = _cond_text(cond) if cond is not None else ""
             if forced:
-                plan = StepPlan(job=job, index=index, name=_step_name(step), condition=shown)
-                plan.uses, plan.verdict, plan.detail = (
-                    str(step.get("uses") or ""),
-                    "skipped",
-                    forced,
-                )
-                self._add(plan)
+                self._add(_skipped_plan(job, index, step, forced, shown))
                 state.steps[step_id] = _skipped_context()
                 continue
             held = _condition(cond, ctx, state.status)
@@ -288,9 +282,9 @@ class Planner:
                         f"skipped here: {state.failure} (if it ran: {plan.planned}: {plan.detail})"
                     )
                 else:
-                    plan = StepPlan(job=job, index=index, name=_step_name(step))
-                    plan.uses, plan.verdict = str(step.get("uses") or ""), "skipped"
-                    plan.detail = f"skipped (if: {shown or 'success()'})"
+                    plan = _skipped_plan(
+                        job, index, step, f"skipped (if: {shown or 'success()'})", ""
+                    )
                 plan.condition = shown
                 self._add(plan)
                 state.steps[step_id] = _skipped_context()
@@ -298,13 +292,7 @@ class Planner:
             plan = self.step(job, steps, number, index, ctx, env, depth)
             plan.condition = shown
             if isinstance(held, Unknown) or unsure:
-                plan.planned, plan.verdict = plan.verdict, "conditional"
-                why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
-                plan.detail = (
-                    f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
-                )
-                if not shown:
-                    plan.condition = unsure
+                _mark_conditional(plan, held, shown, unsure)
             self._add(plan)
             self._after(plan, step, step_id, state)
 
@@ -631,3 +619,21 @@ def _judge(plan: StepPlan, missing: list[Any]) -> None:
         if plan.verdict == "ok":
             plan.verdict = "may-fail"
         plan.detail = "; ".join([plan.detail, *plan.warnings])
+
+
+def _skipped_plan(
+    job: str, index: int | str, step: dict[str, Any], why: str, shown: str
+) -> StepPlan:
+    """A step that does not run (its job is skipped, or its if: is false): listed, not judged."""
+    plan = StepPlan(job=job, index=index, name=_step_name(step), condition=shown)
+    plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
+    return plan
+
+
+def _mark_conditional(plan: StepPlan, held: Any, shown: str, unsure: str) -> None:
+    """A step whose if: (or its job's) is known only at run time: judged, but conditional."""
+    plan.planned, plan.verdict = plan.verdict, "conditional"
+    why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
+    plan.detail = f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
+    if not shown:
+        plan.condition = unsure
