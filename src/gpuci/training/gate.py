@@ -16,7 +16,7 @@ from gpuci import journal
 from gpuci.cache import layout
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
-from gpuci.runtime import Result, Runtime
+from gpuci.runtime import OutputValue, Result, Runtime
 from gpuci.training import history, provenance, report
 from gpuci.training import metrics as metrics_mod
 from gpuci.training.options import DEFAULT_MARKER, GateInputs
@@ -147,6 +147,22 @@ def table(record: dict[str, Any]) -> str:
     return table_markdown(record["rows"])
 
 
+# Every output set from the start, so a step that stops early leaves none empty.
+_BLANK_OUTPUTS: dict[str, OutputValue] = {
+    "passed": False,
+    "failed-rules": "",
+    "gate-report": "",
+    "record": "",
+    "statement": "",
+    "predicate": "",
+    "digest": "",
+    "commands": "",
+    "pinned": 0,
+    "comment": "skipped",
+    "comment-url": "",
+}
+
+
 def run(inp: GateInputs, rt: Runtime) -> Result:
     """``python -m gpuci gate``: judge, write gate.json, then provenance, pins, history, report.
 
@@ -155,19 +171,7 @@ def run(inp: GateInputs, rt: Runtime) -> Result:
     """
     result = Result(command="gate")
     rules = parse_all(inp)
-    result.outputs = {
-        "passed": False,
-        "failed-rules": "",
-        "gate-report": "",
-        "record": "",
-        "statement": "",
-        "predicate": "",
-        "digest": "",
-        "commands": "",
-        "pinned": 0,
-        "comment": "skipped",
-        "comment-url": "",
-    }
+    result.outputs = dict(_BLANK_OUTPUTS)
     if rt.dry_run:
         return _dry_run(inp, rules, rt, result)
     record, warnings = evaluate(inp, rules)

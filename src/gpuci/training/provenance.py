@@ -252,37 +252,7 @@ def _dependency(ds: dict[str, Any]) -> dict[str, Any]:
 def statement(record: dict[str, Any]) -> dict[str, Any]:
     """The in-toto Statement v1 with a SLSA provenance v1 predicate, built from the record."""
     source, run = record["source"], record["run"]
-    deps: list[dict[str, Any]] = []
-    if source.get("commit"):
-        uri = (
-            f"git+{source['server_url']}/{source['repository']}"
-            if source.get("server_url")
-            else source.get("repository") or "git"
-        )
-        if source.get("ref"):
-            uri += f"@{source['ref']}"
-        deps.append({"uri": uri, "digest": {"gitCommit": source["commit"]}})
-    deps += [_dependency(ds) for ds in record["datasets"]]
-    deps += [
-        {
-            "name": d.get("path", ""),
-            "uri": d.get("url", ""),
-            "digest": {"sha256": d["sha256"]},
-            "annotations": {"bytes": d.get("bytes")},
-        }
-        for d in record.get("downloads", [])
-    ]
-    byproducts: list[dict[str, Any]] = []
-    if record.get("metrics"):
-        m = record["metrics"]
-        byproducts.append(
-            {
-                "name": m["path"],
-                "digest": {"sha256": m["sha256"]},
-                "mediaType": "application/json",
-                "annotations": {"verdict": record["verdict"], "values": m.get("values")},
-            }
-        )
+    deps, byproducts = _dependencies(record), _byproducts(record)
     predicate = {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
@@ -319,6 +289,47 @@ def statement(record: dict[str, Any]) -> dict[str, Any]:
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }
+
+
+def _dependencies(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """resolvedDependencies: the commit, each cached dataset (by manifest), each download."""
+    source = record["source"]
+    deps: list[dict[str, Any]] = []
+    if source.get("commit"):
+        uri = (
+            f"git+{source['server_url']}/{source['repository']}"
+            if source.get("server_url")
+            else source.get("repository") or "git"
+        )
+        if source.get("ref"):
+            uri += f"@{source['ref']}"
+        deps.append({"uri": uri, "digest": {"gitCommit": source["commit"]}})
+    deps += [_dependency(ds) for ds in record["datasets"]]
+    deps += [
+        {
+            "name": d.get("path", ""),
+            "uri": d.get("url", ""),
+            "digest": {"sha256": d["sha256"]},
+            "annotations": {"bytes": d.get("bytes")},
+        }
+        for d in record.get("downloads", [])
+    ]
+    return deps
+
+
+def _byproducts(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """byproducts: the metrics file the gate judged, with its verdict."""
+    if not record.get("metrics"):
+        return []
+    m = record["metrics"]
+    return [
+        {
+            "name": m["path"],
+            "digest": {"sha256": m["sha256"]},
+            "mediaType": "application/json",
+            "annotations": {"verdict": record["verdict"], "values": m.get("values")},
+        }
+    ]
 
 
 def produce(

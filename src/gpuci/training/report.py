@@ -137,32 +137,50 @@ def render(
     if gate is None:
         parts.append("### gpu-ci training report\n\nNo gate ran in this job.")
     else:
-        head = "✅ Model gate passed" if gate.get("passed") else "❌ Model gate failed"
-        parts.append(f"### {head}")
-        drawn = charts_markdown(gate, past).rstrip("\n")
-        if drawn:
-            parts.append(drawn)
-        parts.append(table_markdown(gate.get("rows", [])))
-        if gate.get("failed_rules"):
-            parts.append(
-                "Failed: "
-                + ", ".join(md_code(str(r), in_table=False) for r in gate["failed_rules"])
-            )
-        has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
-        if has_regression and not gate.get("baseline_found"):
-            parts.append("_No baseline metrics: regression rules were skipped._")
-        deltas = gate.get("deltas") or []
-        if deltas:
-            rows = [
-                (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
-                for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
-            ]
-            more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
-            parts.append(
-                f"<details><summary>All metrics vs baseline: {len(deltas)}{more}</summary>\n\n"
-                + markdown_table(["metric", "value", "baseline", "delta"], rows)
-                + "\n\n</details>"
-            )
+        parts += _gate_parts(gate, past)
+    parts.append("\n".join(f"- {f}" for f in _facts(prov, minutes, ctx)))
+    parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
+    body = "\n\n".join(parts)
+    if len(body) > MAX_BODY:
+        body = body[:MAX_BODY] + "\n\n_(truncated)_"
+    return body
+
+
+def _gate_parts(gate: dict[str, Any], past: list[dict[str, Any]] | None) -> list[str]:
+    """The verdict, its charts and table, the failed rules and every metric against the
+    baseline (the first MAX_DELTA_ROWS)."""
+    head = "✅ Model gate passed" if gate.get("passed") else "❌ Model gate failed"
+    parts = [f"### {head}"]
+    drawn = charts_markdown(gate, past).rstrip("\n")
+    if drawn:
+        parts.append(drawn)
+    parts.append(table_markdown(gate.get("rows", [])))
+    if gate.get("failed_rules"):
+        parts.append(
+            "Failed: " + ", ".join(md_code(str(r), in_table=False) for r in gate["failed_rules"])
+        )
+    has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
+    if has_regression and not gate.get("baseline_found"):
+        parts.append("_No baseline metrics: regression rules were skipped._")
+    deltas = gate.get("deltas") or []
+    if deltas:
+        rows = [
+            (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
+            for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
+        ]
+        more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
+        parts.append(
+            f"<details><summary>All metrics vs baseline: {len(deltas)}{more}</summary>\n\n"
+            + markdown_table(["metric", "value", "baseline", "delta"], rows)
+            + "\n\n</details>"
+        )
+    return parts
+
+
+def _facts(
+    prov: dict[str, Any] | None, minutes: tuple[float | None, str], ctx: ci.RunContext
+) -> list[str]:
+    """The provenance digest and data, the GPU time, and where the run is."""
     facts: list[str] = []
     if prov is not None:
         arts = prov.get("artifacts", [])
@@ -185,12 +203,7 @@ def render(
         where.append(f"commit `{ctx.commit[:12]}`")
     if where:
         facts.append("**Run:** " + ", ".join(where))
-    parts.append("\n".join(f"- {f}" for f in facts))
-    parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
-    body = "\n\n".join(parts)
-    if len(body) > MAX_BODY:
-        body = body[:MAX_BODY] + "\n\n_(truncated)_"
-    return body
+    return facts
 
 
 def publish(to: CommentFields, rt: Runtime, body: str, result: Result) -> None:
