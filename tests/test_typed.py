@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 from typing import Any
 
@@ -75,15 +76,24 @@ def test_the_dataclass_matches_the_specs(name: str, cmd: Command) -> None:
 @pytest.mark.parametrize(("name", "cmd"), TYPED, ids=IDS)
 def test_a_wrong_typed_input_stops_at_the_edge(name: str, cmd: Command) -> None:
     """Flags are parsed once, before the command runs: a bad value is exit 2 and one line."""
-    spec = next((s for s in cmd.inputs if s.kind in WRONG), None)
+    spec = next((s for s in cmd.inputs if s.kind in WRONG or s.choices), None)
     if spec is None:
-        pytest.skip("no input of a kind with a wrong value")
+        pytest.skip("every input is free text")
     flags, _ = _required(cmd)
-    flags[spec.name] = WRONG[spec.kind]
+    flags[spec.name] = WRONG.get(spec.kind, "none-of-the-choices")
     rt = Runtime(environ={}, json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
     result = run_command(cmd, name, flags, rt)
     assert result.exit_code == ExitCode.BAD_INPUT
     assert spec.name in result.headline and "\n" not in result.headline
+
+
+@pytest.mark.parametrize(("name", "cmd"), TYPED, ids=IDS)
+def test_the_run_function_takes_the_dataclass(name: str, cmd: Command) -> None:
+    """Typed from the edge on: the command's function is declared to take its dataclass."""
+    cls, func = cmd.load_typed(), cmd.load()
+    assert cls is not None and func is not None
+    first = next(iter(inspect.signature(func).parameters.values()))
+    assert first.annotation in (cls, cls.__name__), f"{cmd.target} takes {first.annotation}"
 
 
 def test_a_mismatch_is_reported() -> None:
