@@ -175,6 +175,21 @@ UP = Command(
             "7",
             minimum=0,
         ),
+        Input(
+            "smoke",
+            "Run gpu-smoke on the pod before it is handed over (before the runner starts, or "
+            "before command); a hardware failure stops that pod and up places another in "
+            "another data centre. Needs gpu-ci in the image. Default: true with runner.",
+            "bool",
+        ),
+        Input(
+            "smoke-attempts",
+            "Pods up may place in all when gpu-smoke finds a hardware failure, within the one "
+            "budget reservation.",
+            "int",
+            "2",
+            minimum=1,
+        ),
         *RUNNER_INPUTS,
     ),
     outputs=(

@@ -352,6 +352,10 @@ class Request:
             raise
         return self.registration.env
 
+    def renew(self, name: str) -> None:
+        """A new runner for a new pod (a registration is one-use): the next register makes it."""
+        self.name, self.registration, self.attempted = name, None, False
+
     def unregister_quietly(self, log: Callable[[str], None]) -> None:
         """After a failed or cancelled ``up``: no runner may wait for a pod that never comes.
 

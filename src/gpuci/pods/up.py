@@ -5,10 +5,12 @@ cancelled.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import journal, notify
@@ -17,10 +19,12 @@ from gpuci.markdown import Link
 from gpuci.pods import (
     avoid,
     budgets,
+    handover,
     ledger,
     placement,
     plan,
     readiness,
+    replace,
     runner_boot,
     runner_online,
     runner_release,
@@ -31,6 +35,7 @@ from gpuci.pods.client import API_KEY_ENV, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import open_client, open_ledger, pod_url, record_end, record_event
 from gpuci.pods.naming import PodTag, new_tag, run_url
+from gpuci.pods.runners import runner_name
 from gpuci.runtime import Result, Runtime, markdown_table
 
 
@@ -69,7 +74,12 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         job = _Up(
             values, rt, clock, client, now, decision, tag, runner, spec, book, targets, result
         )
-        pod, url = _create_and_wait(job)
+        try:
+            pod, url = _create_and_wait(job)
+        except GpuciError as exc:
+            if len(job.attempts.items) < 2 and not job.attempts.failed_dcs:
+                raise
+            return _report_failed(job, exc)
     return _report_up(job, pod, url)
 
 
@@ -91,6 +101,9 @@ class _Up:
     result: Result
     pod: dict[str, Any] | None = None
     reservation: ledger.Reservation | None = None
+    cands: list[plan.Candidate] | None = None  # what the budget allowed: re-placement's pool
+    release: runner_release.Release | None = None
+    attempts: replace.Attempts = field(default_factory=replace.Attempts)
 
 
 def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
@@ -101,7 +114,16 @@ def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
     restore = _sigterm_raises()
     try:
         _place(job)
-        return _wait_ready(job)
+        while True:
+            try:
+                return _wait_ready(job)
+            except GpuciError as exc:
+                if not job.spec.smoke or job.pod is None:
+                    raise
+                verdict = replace.failed_verdict(client, job.pod["id"], exc, rt)
+                if verdict is None:
+                    raise
+                _place_again(job, verdict)
     except (SystemExit, KeyboardInterrupt):  # cancelled: maybe mid-create, find it by name
         made = job.pod or _find_quietly(client, job.tag.name(), rt)
         if made is not None:
@@ -136,15 +158,59 @@ def _place(job: _Up) -> None:
         _tell_refusal(job.targets, rt, tag, exc)
         raise
     job.result.report["budget_refused"] = refused
+    job.cands = affordable
     runner = job.runner
     if runner is not None:  # after the budget: a refused pod registers nothing
         registered = runner.register(rt.mask)
-        release = _runner_release(values, runner, clock.now(), job.result)
-        spec.runner_env = _runner_env(registered, rt, release)
+        job.release = _runner_release(values, runner, clock.now(), job.result)
+        spec.runner_env = _runner_env(registered, rt, job.release)
         rt.log(f"registered {runner.target.platform} runner {runner.name}")
     job.pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
     job.result.report["attempts"] = attempts
+    job.attempts.add(job.pod, clock.now())
     _remember(rt, job.book, job.pod, tag, job.reservation, clock.now(), runner)
+
+
+def _place_again(job: _Up, verdict: handover.Verdict) -> None:
+    """The pod failed gpu-smoke (hardware): end it, record it, and place another away from
+    its data centre, with a new runner registration (each is one-use), inside the budget
+    reservation already held (same expiry), up to ``smoke-attempts`` pods in all."""
+    rt, client, clock, runner = job.rt, job.client, job.clock, job.runner
+    now = clock.now()
+    failed = replace.end_failed(client, job.attempts, verdict, now, rt, job.result)
+    job.result.warning(f"pod {failed.pod} in {failed.data_center or '?'}: {failed.verdict}")
+    record_event(
+        rt,
+        job.book,
+        "terminated",
+        failed.pod,
+        now,
+        reason="gpu-smoke hardware failure",
+        owner=job.tag.owner,
+        runUrl=job.tag.run_url,
+    )  # the reservation stays: the next pod is placed under it
+    replace.record_verdict(
+        job.values, rt, failed, verdict, runner.name if runner else "", job.result
+    )
+    job.pod = None
+    if runner is not None:  # its pod never started it: delete it, a new pod needs a new one
+        runner.unregister_quietly(rt.log)
+    limit = int(job.values.get("smoke-attempts") or 2)
+    cands = replace.next_candidates(job.cands or [], job.attempts.failed_dcs, job.result)
+    if len(job.attempts.items) >= limit or not cands:
+        raise replace.out_of_attempts(job.attempts, limit, len(cands))
+    job.tag = dataclasses.replace(
+        job.tag, nonce=secrets.token_hex(3)
+    )  # a new pod name, the same expiry
+    if runner is not None:
+        runner.renew(runner_name(job.tag, now))
+        registered = runner.register(rt.mask)
+        job.spec.runner_env = _runner_env(registered, rt, job.release)
+        rt.log(f"registered {runner.target.platform} runner {runner.name}")
+    job.pod, attempts = placement.place(job.values, rt, client, clock, job.spec, job.tag, cands)
+    job.result.report.setdefault("attempts", []).extend(attempts)
+    job.attempts.add(job.pod, clock.now())
+    _remember(rt, job.book, job.pod, job.tag, job.reservation, clock.now(), runner)
 
 
 def _avoid_failed(job: _Up, cands: list[plan.Candidate]) -> list[plan.Candidate]:
@@ -172,8 +238,12 @@ def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
     assert job.pod is not None
     deadline = job.now + float(values["timeout"])
     pod = job.pod = readiness.wait_running(client, clock, job.pod["id"], deadline, rt)
+    if runner is None and job.spec.smoke:
+        _smoke_said(job, replace.wait_verdict(client, clock, pod["id"], deadline, rt))
     if runner is not None and values.get("runner-wait-online", True):
         runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
+        if job.spec.smoke:  # the gate ran before the runner started: what did it say?
+            _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
     url = pod_url(pod, rt.environ)
     if values.get("health-url"):
         readiness.wait_healthy(
@@ -183,6 +253,29 @@ def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
             rt,
         )
     return pod, url
+
+
+def _report_failed(job: _Up, exc: GpuciError) -> Result:
+    """``up`` failed after a pod failed its smoke: the error, with every attempt's cost."""
+    result = Result.from_error("pods up", exc)
+    result.annotations[1:1] = job.result.annotations
+    result.report.update({k: v for k, v in job.result.report.items() if k not in result.report})
+    reserved = job.reservation.remaining(job.now) if job.reservation else None
+    smoke = job.attempts.report(job.clock.now(), job.tag.expires_at, reserved)
+    result.report["smoke"] = smoke
+    result.summary.append(job.attempts.summary(smoke))
+    return result
+
+
+def _smoke_said(job: _Up, verdict: handover.Verdict | None) -> None:
+    if verdict is not None and verdict.kind == "skipped":
+        job.result.warning(
+            f"gpu-smoke before handover gave no verdict on {(job.pod or {}).get('id')} "
+            f"({verdict.detail}): the pod was handed over unchecked; the image needs gpu-ci "
+            "(python3 -m gpuci) for the check"
+        )
+    elif verdict is not None:
+        job.rt.log(f"gpu-smoke before handover: {verdict.kind}")
 
 
 def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
@@ -235,6 +328,12 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
             + markdown_table(["data centre", "why"], sorted(avoided["data_centers"].items()))
         )
     result.report["pod"] = {k: pod.get(k) for k in ("id", "name", "status", "cost", "gpu")}
+    if job.spec.smoke:
+        reserved = job.reservation.remaining(job.now) if job.reservation else None
+        smoke = job.attempts.report(job.clock.now(), tag.expires_at, reserved)
+        result.report["smoke"] = smoke
+        if len(job.attempts.items) > 1:
+            result.summary.append(job.attempts.summary(smoke))
     return result
 
 
@@ -335,8 +434,10 @@ def _spec(
     image = values.get("image") or (runners.DEFAULT_IMAGE if runner else "")
     if not image:
         raise InputError("input 'image' is required", hint="pass --image IMAGE or set INPUT_IMAGE")
+    smoke = values.get("smoke")
     return plan.PodSpec(
         image=image,
+        smoke=bool(runner) if smoke is None else bool(smoke),
         command=runner_boot.SCRIPT if runner else values.get("command") or "",
         env=plan.parse_env(values.get("env"), rt.mask),
         ports=plan.check_ports(values.get("ports")),
