@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import gpu_health
-from gpuci.errors import CheckFailed, GpuciError, InfraError
+from gpuci.errors import CheckFailed, ExitCode, GpuciError, InfraError
 from gpuci.pods import plan
 from gpuci.pods.client import NotFound, RunPodClient
 from gpuci.pods.clock import Clock, iso
@@ -222,7 +222,7 @@ def record_verdict(
         gpus[i] = {"index": i, "uuid": uuid, "name": attempt.gpu}
     if not gpus:
         gpus[0] = {"index": 0, "uuid": "", "name": attempt.gpu}
-    shown = Result(command="gpu-smoke", exit_code=1)
+    shown = Result(command="gpu-smoke", exit_code=ExitCode.CHECK_FAILED)
     shown.report = {"checks": checks, "gpus": list(gpus.values())}
     environ = {
         **rt.environ,
@@ -259,11 +259,11 @@ def next_candidates(
     return out
 
 
-def out_of_attempts(attempts: Attempts, limit: int, left: int) -> CheckFailed:
+def out_of_attempts(attempts: Attempts, limit: int) -> CheckFailed:
     """The end: every attempt failed its smoke, or no data centre is left to try."""
     failed = [a for a in attempts.items if a.verdict]
     why = "; ".join(f"{a.pod} in {a.data_center or '?'}: {a.verdict}" for a in failed)
-    if left:
+    if len(attempts.items) >= limit:
         return CheckFailed(
             f"gpu-smoke found a hardware failure on all {len(failed)} pod(s) up placed "
             f"(smoke-attempts {limit}): {why}",

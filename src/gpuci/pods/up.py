@@ -198,7 +198,7 @@ def _place_again(job: _Up, verdict: handover.Verdict) -> None:
     limit = int(job.values.get("smoke-attempts") or 2)
     cands = replace.next_candidates(job.cands or [], job.attempts.failed_dcs, job.result)
     if len(job.attempts.items) >= limit or not cands:
-        raise replace.out_of_attempts(job.attempts, limit, len(cands))
+        raise replace.out_of_attempts(job.attempts, limit)
     job.tag = dataclasses.replace(
         job.tag, nonce=secrets.token_hex(3)
     )  # a new pod name, the same expiry
