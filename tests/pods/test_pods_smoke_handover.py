@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
 from fake_ci_runners import FakeRunnersAPI
 from pod_host import PodHost
+
+from conftest import FakeClock
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="sleep 600", ttl="30m", owner="alice")
@@ -44,9 +45,7 @@ def host(fake, clock, tmp_path):
     return pods
 
 
-def test_a_pod_that_fails_its_smoke_is_replaced_in_another_data_centre(
-    fake, run, host, tmp_path
-):
+def test_a_pod_that_fails_its_smoke_is_replaced_in_another_data_centre(fake, run, host, tmp_path):
     store = tmp_path / "health"
     res = run("up", smoke="true", budget_usd="20", health_store=store.as_uri(), **UP)
     assert res.code == 0, res.stdout + res.stderr
@@ -83,9 +82,7 @@ def test_a_pod_that_fails_its_smoke_is_replaced_in_another_data_centre(
     assert _posted_dcs(fake)[-1] == ["US-KS-2"]
 
 
-def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(
-    fake, run, host, clock
-):
+def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(fake, run, host, clock):
     with FakeRunnersAPI() as api:
         api.state.online_after_reads = 1
         res = run(
@@ -110,9 +107,7 @@ def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(
             assert secret not in out
 
 
-def test_no_other_data_centre_left_fails_with_every_attempt_and_its_cost(
-    fake, run, host, tmp_path
-):
+def test_no_other_data_centre_left_fails_with_every_attempt_and_its_cost(fake, run, host, tmp_path):
     res = run("up", smoke="true", data_centers="EU-RO-1", budget_usd="20", **UP)
     assert res.code == 1, res.stdout
     assert "no other data centre is left" in res.json["headline"]

@@ -17,9 +17,10 @@ check or a pod without gpu-ci (``python3 -m gpuci`` missing) hands the pod over 
 ``smoke skipped`` mark, and ``up`` warns. A pod whose name could not be written but that
 stopped itself is a plain failure, never a re-placement.
 
-This module is also the pod's side: ``python3 -m gpuci.pods.handover`` runs gpu-smoke (inputs
-from ``INPUT_*`` as usual), prints the result to stderr (the pod's log) and its verdict as one
-line on stdout (``uuid=... checks=... rec=0|1``, characters from a fixed set), exit 0 passed,
+This module is also the pod's side: the gate runs ``python3 -m gpuci gpu-smoke --json``
+(inputs from ``INPUT_*`` as usual), then ``python3 -m gpuci.pods.handover`` on its result,
+which prints the headline to stderr (the pod's log) and the verdict as one line on stdout
+(``uuid=... checks=... rec=0|1``, characters from a fixed set): exit 0 passed,
 :data:`HARDWARE_RC` a hardware failure, anything else no verdict.
 """
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -63,9 +63,12 @@ r.urlopen(q, timeout=30)' "$u" "$b"
 gpuci_smoke_gate() {
   [ "${GPUCI_SMOKE:-}" = 1 ] || return 0
   echo "gpu-ci: gpu-smoke before handover"
+  py="${GPUCI_SMOKE_PYTHON:-python3}"
+  f="${TMPDIR:-/tmp}/gpuci-smoke.$$"
   # in a subshell without the credentials: the smoke needs none, and its tools inherit env
   verdict=$(unset RUNPOD_API_KEY GPUCI_RUNNER_JITCONFIG GPUCI_GITLAB_RUNNER_TOKEN
-    "${GPUCI_SMOKE_PYTHON:-python3}" -m gpuci.pods.handover)
+    "$py" -m gpuci gpu-smoke --json --report "$f.report.json" >"$f.json"
+    "$py" -m gpuci.pods.handover "$f.json")
   rc=$?
   verdict=$(printf '%s' "$verdict" | tail -n 1)
   if [ "$rc" = 0 ]; then
@@ -140,32 +143,52 @@ def verdict_line(result: Any, findings: list[Any], recorded: bool) -> str:
     return f"uuid={','.join(uuids[:8])} checks={','.join(checks[:8])} rec={int(recorded)}"
 
 
-def main() -> int:
-    """The pod's side: gpu-smoke, its result on stderr, the verdict line on stdout."""
-    from gpuci import gpu_health
-    from gpuci.commands import gpu_smoke
-    from gpuci.commands.dispatch import run_command
-    from gpuci.quarantine import hardware_findings
-    from gpuci.runtime import Runtime
+MAX_RESULT = 4 * 1024 * 1024  # gpu-smoke's JSON result is a few kB
 
-    environ = dict(os.environ)
-    rt = Runtime(environ, stdout=sys.stderr)
-    flags: dict[str, str | None] = {}
-    if not environ.get("INPUT_REPORT"):
-        flags["report"] = os.path.join(tempfile.gettempdir(), "gpuci-smoke-report.json")
-    result = run_command(gpu_smoke.COMMAND, "gpu-smoke", flags, rt)
-    rt.render(result)
+
+def classify(body: Any) -> tuple[int, str]:
+    """gpu-smoke's ``--json`` result -> (exit status for the gate, the verdict line)."""
+    from gpuci import gpu_health
+    from gpuci.errors import ExitCode
+    from gpuci.quarantine import hardware_findings
+    from gpuci.runtime import Result
+
+    if not isinstance(body, dict) or not isinstance(body.get("report"), dict):
+        return 3, "no hardware verdict: gpu-smoke gave no result"
+    try:
+        code = ExitCode(int(body.get("exit_code", 3)))
+    except (TypeError, ValueError):
+        return 3, "no hardware verdict: gpu-smoke gave no exit code"
+    result = Result(command="gpu-smoke", exit_code=code)
+    result.report = body["report"]
     findings = hardware_findings(result)
     if findings:
-        unwritten = any("health record not written" in a.message for a in result.annotations)
-        recorded = bool(gpu_health.store_url(None, environ)) and not unwritten
-        print(verdict_line(result, findings, recorded))
-        return HARDWARE_RC
-    if int(result.exit_code) == 0:
-        print("passed")
-        return 0
-    print(f"no hardware verdict: exit {int(result.exit_code)}")
-    return 3
+        notes = " ".join(str(a.get("message")) for a in body.get("annotations") or [])
+        stored = bool(gpu_health.store_url(None, os.environ))
+        recorded = stored and "health record not written" not in notes
+        return HARDWARE_RC, verdict_line(result, findings, recorded)
+    if code == ExitCode.OK:
+        return 0, "passed"
+    return 3, f"no hardware verdict: exit {int(code)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The pod's side: ``python3 -m gpuci.pods.handover RESULT.json`` (gpu-smoke's ``--json``
+    output): the headline on stderr (the pod's log), the verdict line on stdout."""
+    import json
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        with open(args[0], "rb") as fh:
+            body = json.loads(fh.read(MAX_RESULT + 1)[:MAX_RESULT])
+    except (IndexError, OSError, ValueError) as exc:
+        body = None
+        print(f"gpu-ci: gpu-smoke's result unreadable: {type(exc).__name__}", file=sys.stderr)
+    if isinstance(body, dict):
+        print(f"gpu-ci: gpu-smoke: {body.get('headline')}", file=sys.stderr)
+    rc, line = classify(body)
+    print(line)
+    return rc
 
 
 if __name__ == "__main__":
