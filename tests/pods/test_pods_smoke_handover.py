@@ -17,8 +17,6 @@ import pytest
 from fake_ci_runners import FakeRunnersAPI
 from pod_host import PodHost
 
-from conftest import FakeClock
-
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="sleep 600", ttl="30m", owner="alice")
 RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
@@ -33,9 +31,10 @@ def _records(store: Path) -> list[dict]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    """The pods clock near the real one: the pods' self-stop timers run on real time."""
-    return FakeClock(start=time.time())
+def clock(clock):
+    """The pods clock at the real time: pods' timers and the health record run on it."""
+    clock.t = time.time()
+    return clock
 
 
 @pytest.fixture

@@ -36,6 +36,12 @@ RUNNER_SCOPE = Input(
     "repo",
     choices=("repo", "org"),
 )
+HEALTH_STORE = Input(
+    "health-store",
+    "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; "
+    "default: GPUCI_GPU_HEALTH_STORE; empty: not consulted).",
+    "str",
+)
 RUNNER_INPUTS = (
     Input(
         "runner",
@@ -160,12 +166,7 @@ UP = Command(
             "duration",
             "10m",
         ),
-        Input(
-            "health-store",
-            "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; "
-            "default: GPUCI_GPU_HEALTH_STORE; empty: placement does not consult it).",
-            "str",
-        ),
+        HEALTH_STORE,
         Input(
             "avoid-failed-days",
             "Keep off data centres where a GPU failed gpu-smoke (hardware) in this many days, "
@@ -258,6 +259,15 @@ REAP = _on_pods(
     LEDGER,
     NOTIFY,
     RUNNER_SCOPE,
+    HEALTH_STORE,
+    Input(
+        "failure-days",
+        "Name the nodes (data centre, GPU UUID, pod, host) with two or more hardware failures "
+        "in the GPU health record in this many days. 0: off.",
+        "int",
+        "7",
+        minimum=0,
+    ),
 )
 
 COST = Command(

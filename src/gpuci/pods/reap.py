@@ -12,6 +12,7 @@ from gpuci import notify, redact
 from gpuci.errors import GpuciError
 from gpuci.pods import (
     ledger,
+    repeat_failures,
 )
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
@@ -71,6 +72,7 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
 
         clean_runners(result, rt, values, every, gone, clock, end_runnerless)
     _report_reap(result, stopped, found.unknown, untagged_s, targets, rt)
+    repeat_failures.add_to_report(result, values, rt, now)
     return result
 
 
