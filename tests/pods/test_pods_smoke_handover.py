@@ -133,3 +133,26 @@ def test_no_gpu_ci_on_the_pod_is_no_verdict_and_never_replaced(fake, run, clock,
     warned = [a["message"] for a in res.json["annotations"] if "no verdict" in a["message"]]
     assert len(warned) == 1 and "handed over unchecked" in warned[0]
     assert fake.calls("POST", f"/v2/pods/{res.outputs['pod-id']}/action") == []
+
+
+def test_the_plan_shows_the_gate_on_by_default_only_for_runner_pods(run):
+    plain = run("up", dry_run=True, **UP)
+    body = plain.json["report"]["plan"]["requests"][0]["body"]
+    assert "GPUCI_SMOKE" not in body["env"]
+    assert plain.json["report"]["plan"]["smoke"] == {"before_handover": False, "attempts": 1}
+    gated = run("up", dry_run=True, smoke="true", smoke_attempts="3", **UP)
+    env = gated.json["report"]["plan"]["requests"][0]["body"]["env"]
+    assert env["GPUCI_SMOKE"] == "1" and "gpuci_smoke_gate" in env["GPUCI_WRAPPER"]
+    assert gated.json["report"]["plan"]["smoke"] == {"before_handover": True, "attempts": 3}
+    runner = run(
+        "up",
+        dry_run=True,
+        gpu_types=GPU,
+        runner="github",
+        runner_labels="gpu",
+        extra_env={"GITHUB_REPOSITORY": "octo/gpu"},
+    )
+    env = runner.json["report"]["plan"]["requests"][0]["body"]["env"]
+    assert env["GPUCI_SMOKE"] == "1"
+    assert "gpuci_smoke_gate" not in env["GPUCI_WRAPPER"]  # the start script has the gate
+    assert "gpuci_smoke_gate ||" in env["GPUCI_START_COMMAND"]

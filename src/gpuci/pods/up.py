@@ -243,7 +243,10 @@ def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
     if runner is not None and values.get("runner-wait-online", True):
         runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
         if job.spec.smoke:  # the gate ran before the runner started: what did it say?
-            _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
+            try:
+                _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
+            except GpuciError as exc:  # the runner is online: this read is only for the log
+                rt.log(f"warning: could not read the smoke verdict: {exc.one_line()}")
     url = pod_url(pod, rt.environ)
     if values.get("health-url"):
         readiness.wait_healthy(
@@ -385,6 +388,10 @@ def _plan_up(
                 else "no budget-usd: no check",
             },
             "self_stop": bool(spec.command),
+            "smoke": {
+                "before_handover": spec.smoke,
+                "attempts": int(values.get("smoke-attempts") or 2) if spec.smoke else 1,
+            },
         }
     }
     if runner is not None:
