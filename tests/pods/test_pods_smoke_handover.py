@@ -156,3 +156,15 @@ def test_the_plan_shows_the_gate_on_by_default_only_for_runner_pods(run):
     assert env["GPUCI_SMOKE"] == "1"
     assert "gpuci_smoke_gate" not in env["GPUCI_WRAPPER"]  # the start script has the gate
     assert "gpuci_smoke_gate ||" in env["GPUCI_START_COMMAND"]
+
+
+def test_a_pod_given_the_store_records_its_own_verdict_once(fake, run, clock, tmp_path):
+    store = tmp_path / "health"
+    host = PodHost(fake, tmp_path, {"EU-RO-1"}, GPUCI_GPU_HEALTH_STORE=store.as_uri())
+    host.attach(clock)
+    res = run("up", smoke="true", health_store=store.as_uri(), **UP)
+    assert res.code == 0, res.stdout
+    failed = [r for r in _records(store) if r["passed"] is False]
+    assert len(failed) == 1 and failed[0]["data_center"] == "EU-RO-1"
+    assert failed[0]["checks"][0]["reason"] != "gpu-smoke on the pod"  # the pod's own record
+    assert [r["data_center"] for r in _records(store) if r["passed"]] == ["US-KS-2"]
