@@ -20,8 +20,11 @@ def test_restore_and_save_are_typed() -> None:
 def test_the_dataclass_matches_the_specs(name: str, cmd) -> None:  # type: ignore[no-untyped-def]
     cls = cmd.load_typed()
     assert check_fields(cls, cmd.inputs) == []
-    defaults = typed(cls, resolve(cmd.inputs, {"key": "k"}, {}))
-    assert defaults == cls(key="k")  # the dataclass's defaults are the specs'
+    required = {spec.name: "k" for spec in cmd.inputs if spec.required}  # key, gpu-types, ...
+    given = resolve(cmd.inputs, required, {})
+    defaults = typed(cls, given)
+    # the dataclass's defaults are the specs'
+    assert defaults == cls(**{n.replace("-", "_"): given[n] for n in required})
 
 
 def test_a_mismatch_is_reported() -> None:

@@ -205,6 +205,7 @@ UP = Command(
         Output("runner-name", "The CI runner's name (empty without runner)."),
     ),
     target="gpuci.pods.up:up",
+    typed="gpuci.pods.options:UpInputs",
 )
 
 IDS_OUT = (
@@ -216,7 +217,12 @@ IDS_OUT = (
 def _on_pods(name: str, help: str, *inputs: Input) -> Command:
     """A pods sub-command (module gpuci.pods.NAME) that acts on pods and names them (IDS_OUT)."""
     return Command(
-        name=name, help=help, inputs=inputs, outputs=IDS_OUT, target=f"gpuci.pods.{name}:{name}"
+        name=name,
+        help=help,
+        inputs=inputs,
+        outputs=IDS_OUT,
+        target=f"gpuci.pods.{name}:{name}",
+        typed=f"gpuci.pods.options:{name.capitalize()}Inputs",
     )
 
 
@@ -289,6 +295,7 @@ COST = Command(
         Output("live-usd-per-hr", "Cost per hour of the live pods."),
     ),
     target="gpuci.pods.cost:run_cost",
+    typed="gpuci.pods.options:CostInputs",
 )
 
 EXEC = Command(
@@ -302,6 +309,7 @@ EXEC = Command(
     ),
     outputs=(Output("exit-status", "The remote command's exit status."),),
     target="gpuci.pods.ssh:exec_on_pod",
+    typed="gpuci.pods.options:ExecInputs",
     positional="command",
     positional_rest=True,
 )

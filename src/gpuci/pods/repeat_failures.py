@@ -66,10 +66,9 @@ def repeated(failures: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (KINDS.index(r["kind"]), -r["failures"], r["node"]))
 
 
-def add_to_report(result: Result, values: Mapping[str, Any], rt: Runtime, now: float) -> None:
+def add_to_report(result: Result, store: str, days: float, rt: Runtime, now: float) -> None:
     """Name the nodes with repeated hardware failures in the reap's summary and report."""
-    days = float(values.get("failure-days") or 0)
-    url = gpu_health.store_url(values.get("health-store"), rt.environ)
+    url = gpu_health.store_url(store, rt.environ)
     if days <= 0 or not url:
         return
     try:
