@@ -46,6 +46,14 @@ EXPECTED_TYPED = {
     "runners release",
     "gpus report",
     "dry-run",
+    "pods up",
+    "pods ls",
+    "pods stop",
+    "pods start",
+    "pods down",
+    "pods reap",
+    "pods cost",
+    "pods exec",
 }
 
 

@@ -14,6 +14,7 @@ from gpuci.commands import pods as spec
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
 from moto_s3 import FAKE_S3_CREDENTIALS
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
@@ -99,7 +100,9 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
         raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
         try:
             values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
-            result = cmd.load()(values, rt, clock=clock)
+            typed_cls = cmd.load_typed()  # as run_command does: parsed once, at the edge
+            inp = typed(typed_cls, values) if typed_cls is not None else values
+            result = cmd.load()(inp, rt, clock=clock)
         except GpuciError as exc:
             result = Result.from_error(f"pods {sub}", exc)
         rt.render(result)

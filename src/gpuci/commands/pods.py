@@ -36,6 +36,12 @@ RUNNER_SCOPE = Input(
     "repo",
     choices=("repo", "org"),
 )
+HEALTH_STORE = Input(
+    "health-store",
+    "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; "
+    "default: GPUCI_GPU_HEALTH_STORE; empty: not consulted).",
+    "str",
+)
 RUNNER_INPUTS = (
     Input(
         "runner",
@@ -160,12 +166,7 @@ UP = Command(
             "duration",
             "10m",
         ),
-        Input(
-            "health-store",
-            "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; "
-            "default: GPUCI_GPU_HEALTH_STORE; empty: placement does not consult it).",
-            "str",
-        ),
+        HEALTH_STORE,
         Input(
             "avoid-failed-days",
             "Keep off data centres where a GPU failed gpu-smoke (hardware) in this many days, "
@@ -174,6 +175,21 @@ UP = Command(
             "int",
             "7",
             minimum=0,
+        ),
+        Input(
+            "smoke",
+            "Run gpu-smoke on the pod before it is handed over (before the runner starts, or "
+            "before command); a hardware failure stops that pod and up places another in "
+            "another data centre. Needs gpu-ci in the image. Default: true with runner.",
+            "bool",
+        ),
+        Input(
+            "smoke-attempts",
+            "Pods up may place in all when gpu-smoke finds a hardware failure, within the one "
+            "budget reservation.",
+            "int",
+            "2",
+            minimum=1,
         ),
         *RUNNER_INPUTS,
     ),
@@ -189,6 +205,7 @@ UP = Command(
         Output("runner-name", "The CI runner's name (empty without runner)."),
     ),
     target="gpuci.pods.up:up",
+    typed="gpuci.pods.options:UpInputs",
 )
 
 IDS_OUT = (
@@ -200,7 +217,12 @@ IDS_OUT = (
 def _on_pods(name: str, help: str, *inputs: Input) -> Command:
     """A pods sub-command (module gpuci.pods.NAME) that acts on pods and names them (IDS_OUT)."""
     return Command(
-        name=name, help=help, inputs=inputs, outputs=IDS_OUT, target=f"gpuci.pods.{name}:{name}"
+        name=name,
+        help=help,
+        inputs=inputs,
+        outputs=IDS_OUT,
+        target=f"gpuci.pods.{name}:{name}",
+        typed=f"gpuci.pods.options:{name.capitalize()}Inputs",
     )
 
 
@@ -243,6 +265,15 @@ REAP = _on_pods(
     LEDGER,
     NOTIFY,
     RUNNER_SCOPE,
+    HEALTH_STORE,
+    Input(
+        "failure-days",
+        "Name the nodes (data centre, GPU UUID, pod, host) with two or more hardware failures "
+        "in the GPU health record in this many days. 0: off.",
+        "int",
+        "7",
+        minimum=0,
+    ),
 )
 
 COST = Command(
@@ -264,6 +295,7 @@ COST = Command(
         Output("live-usd-per-hr", "Cost per hour of the live pods."),
     ),
     target="gpuci.pods.cost:run_cost",
+    typed="gpuci.pods.options:CostInputs",
 )
 
 EXEC = Command(
@@ -277,6 +309,7 @@ EXEC = Command(
     ),
     outputs=(Output("exit-status", "The remote command's exit status."),),
     target="gpuci.pods.ssh:exec_on_pod",
+    typed="gpuci.pods.options:ExecInputs",
     positional="command",
     positional_rest=True,
 )

@@ -17,6 +17,7 @@ from typing import Any
 from gpuci import gpu_health
 from gpuci.errors import InfraError
 from gpuci.pods import plan
+from gpuci.pods.options import UpInputs
 from gpuci.runtime import Runtime
 
 
@@ -45,12 +46,10 @@ def _reasons(failures: list[dict[str, Any]]) -> dict[str, str]:
     return {dc: why for dc, (_, why) in out.items()}
 
 
-def avoid_failed(
-    values: dict[str, Any], rt: Runtime, cands: list[plan.Candidate], now: float
-) -> Avoided:
+def avoid_failed(inp: UpInputs, rt: Runtime, cands: list[plan.Candidate], now: float) -> Avoided:
     """The candidates minus data centres with a hardware failure in the last N days."""
-    days = float(values.get("avoid-failed-days") or 0)
-    url = gpu_health.store_url(values.get("health-store"), rt.environ)
+    days = float(inp.avoid_failed_days)
+    url = gpu_health.store_url(inp.health_store, rt.environ)
     if days <= 0 or not url:
         return Avoided(list(cands))
     try:

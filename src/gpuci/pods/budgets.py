@@ -26,6 +26,7 @@ from typing import Any
 from gpuci.errors import InputError
 from gpuci.inputs import parse_duration
 from gpuci.pods.naming import clean_owner
+from gpuci.pods.options import UpInputs
 
 DEFAULT_FILE = ".gpuci/budgets.yml"
 DEFAULT_PERIOD_S = 30 * 86400.0
@@ -181,13 +182,11 @@ class Decision:
     notes: tuple[str, ...] = ()
 
 
-def decide(
-    values: Mapping[str, Any], environ: Mapping[str, str], cwd: Path | None = None
-) -> Decision:
+def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -> Decision:
     """The owner to bill and their budget; refuses (exit 2) an owner CI does not vouch for."""
     ident = ci_identity(environ)
-    book = load(values.get("budgets"), cwd)
-    asked = clean_owner(str(values.get("owner") or "")) if values.get("owner") else ""
+    book = load(inp.budgets or None, cwd)
+    asked = clean_owner(inp.owner) if inp.owner else ""
     owner = asked or ident.login
     notes: list[str] = []
     if asked and asked != ident.login:
@@ -201,7 +200,7 @@ def decide(
         if not ident.from_ci:
             notes.append(f"owner {asked} is self-declared here (no CI identity to check)")
     limit = book.limit(owner)
-    asked_budget = values.get("budget-usd")
+    asked_budget = inp.budget_usd
     if asked_budget is not None:
         asked_budget = float(asked_budget)
         if limit is not None and asked_budget > limit:
@@ -210,5 +209,5 @@ def decide(
                 f"{book.source}; the file's budget applies"
             )
         limit = asked_budget if limit is None else min(limit, asked_budget)
-    period = book.period_s if book.source else float(values.get("budget-period") or 0)
+    period = book.period_s if book.source else float(inp.budget_period or 0)
     return Decision(owner, ident, limit, period or DEFAULT_PERIOD_S, tuple(notes))

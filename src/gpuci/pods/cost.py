@@ -20,6 +20,7 @@ from gpuci import notify
 from gpuci.pods import ledger
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.naming import clean_owner, tag_of
+from gpuci.pods.options import CostInputs
 from gpuci.runtime import Result, Runtime, markdown_table
 
 UNATTRIBUTED = "(unattributed)"
@@ -194,17 +195,17 @@ def spend_chart(spend: Spend, owners: Sequence[str], since: str) -> str:
     return charts.fenced(chart) + "\n\n"
 
 
-def run_cost(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """``pods cost``: spend per owner and per GPU type, as tables and JSON (``notify``: sent)."""
     from gpuci.pods.client import RunPodClient
 
-    period_s = float(values.get("period") or 30 * 86400)
-    only = clean_owner(values["owner"]) if values.get("owner") else ""
+    period_s = float(inp.period or 30 * 86400)
+    only = clean_owner(inp.owner) if inp.owner else ""
     now = clock.now()
     since = iso(billing_start(now, period_s))
     result = Result(command="pods cost")
-    book = ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
-    targets = notify.parse_targets(values.get("notify"), rt.mask)
+    book = ledger.Ledger.open(inp.ledger or None, rt.environ, rt.mask)
+    targets = notify.parse_targets(inp.notify or None, rt.mask)
     if rt.dry_run:
         result.headline = f"would read pod billing since {since} and list pods"
         result.report = {

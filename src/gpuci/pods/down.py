@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods import (
     ledger,
@@ -22,12 +20,13 @@ from gpuci.pods.lifecycle import (
     terminate_pod,
 )
 from gpuci.pods.naming import run_url
+from gpuci.pods.options import DownInputs
 from gpuci.runtime import Result, Runtime
 
 
-def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def down(inp: DownInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Terminate pods by id, or every pod of this CI run; a missing pod is success."""
-    ids = list(values.get("pod-id") or [])
+    ids = list(inp.pod_id)
     this_run = run_url(rt.environ)
     if rt.dry_run and not ids and (this_run == "local" or not rt.environ.get(API_KEY_ENV)):
         return offline_plan("pods down", "would terminate every gpu-ci pod of this CI run")
@@ -38,7 +37,7 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
         )
     if rt.dry_run and ids:
         return Result(command="pods down", headline="would terminate " + ", ".join(ids))
-    book = ledger_quietly(values, rt)
+    book = ledger_quietly(inp.ledger, rt)
     with open_client(rt, clock) as client:
         # every pod, before anything ends: the runner sweep needs the pods that still exist
         listing = client.list_pods() if not ids or _runner_tokens(rt) else None
@@ -63,10 +62,8 @@ def down(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             result = each_pod(ids, one, "pods down", rt)
         if listing is not None:
             gone = set(result.report.get("done") or {})
-            ours = (
-                _run_runners(rt, book, this_run, clock.now()) if not values.get("pod-id") else set()
-            )
-            clean_runners(result, rt, values, listing, gone, clock, ours=ours)
+            ours = _run_runners(rt, book, this_run, clock.now()) if not inp.pod_id else set()
+            clean_runners(result, rt, inp.runner_scope, listing, gone, clock, ours=ours)
         return result
 
 

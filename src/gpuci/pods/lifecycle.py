@@ -46,15 +46,15 @@ def pod_url(pod: dict[str, Any], environ: Any) -> str:
     return ""
 
 
-def open_ledger(values: dict[str, Any], rt: Runtime) -> ledger.Ledger:
-    return ledger.Ledger.open(values.get("ledger"), rt.environ, rt.mask)
+def open_ledger(url: str, rt: Runtime) -> ledger.Ledger:
+    return ledger.Ledger.open(url or None, rt.environ, rt.mask)
 
 
-def ledger_quietly(values: dict[str, Any], rt: Runtime) -> ledger.Ledger | None:
+def ledger_quietly(url: str, rt: Runtime) -> ledger.Ledger | None:
     """The ledger for bookkeeping around a teardown: a bad ledger URL warns, never keeps a
     pod alive (``up``, which needs it for the budget, opens it strictly)."""
     try:
-        return open_ledger(values, rt)
+        return open_ledger(url, rt)
     except GpuciError as exc:
         rt.log(f"warning: pods ledger unusable, events not recorded: {exc.one_line()}")
         return None
@@ -152,8 +152,7 @@ def offline_plan(command: str, plan: str) -> Result:
     return result
 
 
-def need_ids(values: dict[str, Any], command: str) -> list[str]:
-    ids = values.get("pod-id") or []
+def need_ids(ids: Sequence[str], command: str) -> list[str]:
     if not ids:
         raise InputError(f"{command} needs pod-id", hint="pass --pod-id ID (comma-separated ok)")
     return list(ids)
@@ -170,7 +169,7 @@ def terminate_pod(client: RunPodClient, pod_id: str) -> str:
 def clean_runners(
     result: Result,
     rt: Runtime,
-    values: dict[str, Any],
+    runner_scope: str,
     pods: Sequence[dict[str, Any]],
     gone: set[str],
     clock: Clock,
@@ -182,7 +181,7 @@ def clean_runners(
         result,
         runner_cleanup.clean(
             rt,
-            values.get("runner-scope") or "repo",
+            runner_scope or "repo",
             [p for p in pods if p["id"] not in gone],
             [p for p in pods if p["id"] in gone],
             clock.now(),

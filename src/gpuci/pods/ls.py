@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from gpuci.pods.client import API_KEY_ENV
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import open_client, pod_url, tagged_pods
 from gpuci.pods.naming import PodTag
+from gpuci.pods.options import LsInputs
 from gpuci.probe import probes_allowed
 from gpuci.runtime import Result, Runtime, markdown_table
 
 
-def ls(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def ls(inp: LsInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """List gpu-ci pods (``all`` for every pod) with owner, GPU, cost and expiry.
 
     A dry run calls nothing: it says what would be listed. With ``--probe`` (and a key) it
@@ -31,7 +31,7 @@ def ls(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     with open_client(rt, clock) as client:
         pods = client.list_pods()
     now = clock.now()
-    rows = tagged_pods(pods, values.get("owner") or "", bool(values.get("all")))
+    rows = tagged_pods(pods, inp.owner, inp.all)
     result = Result(command="pods ls", headline=f"{len(rows)} pod(s)")
     result.summary = [
         "### RunPod pods\n\n"

@@ -15,12 +15,13 @@ from gpuci.pods import budgets, cost, ledger, plan
 from gpuci.pods.client import CandidateRejected, RunPodClient, api_url
 from gpuci.pods.clock import Clock, iso
 from gpuci.pods.naming import PodTag
+from gpuci.pods.options import UpInputs
 from gpuci.runtime import Runtime
 
 
 def affordable(
     decision: budgets.Decision,
-    values: dict[str, Any],
+    inp: UpInputs,
     rt: Runtime,
     client: RunPodClient,
     clock: Clock,
@@ -41,7 +42,7 @@ def affordable(
     if budget is None:
         return cands, [], None
     now = clock.now()
-    grace = float(values.get("reap-interval") or 0)
+    grace = inp.reap_interval
     live, _, _ = book.reservations(tag.owner)
     until_of = {r.key: r.until for r in live}
 
@@ -112,7 +113,7 @@ def _refused_event(
 
 
 def place(
-    values: dict[str, Any],
+    inp: UpInputs,
     rt: Runtime,
     client: RunPodClient,
     clock: Clock,
@@ -121,7 +122,7 @@ def place(
     cands: Sequence[plan.Candidate],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Rounds over the candidates (400/403: next one) with backoff between rounds."""
-    deadline = clock.now() + float(values.get("placement-timeout") or 0)
+    deadline = clock.now() + inp.placement_timeout
     attempts: list[dict[str, Any]] = []
     api = api_url(rt.environ)
     delay = 15.0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.pods import runners, selfstop
+from gpuci.pods import handover, runners, selfstop
 from gpuci.pods.naming import PodTag
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -46,6 +46,7 @@ class PodSpec:
     ssh_keys: list[str] = field(default_factory=list)  # authorized_keys lines (gpuci.pods.ssh)
     # gpu-ci's own env for a runner pod (gpuci.pods.runners.pod_env): set after registering
     runner_env: dict[str, str] = field(default_factory=dict, repr=False)
+    smoke: bool = False  # gpu-smoke on the pod before handover (gpuci.pods.handover)
 
 
 def parse_env(lines: Sequence[str] | None, mask: Callable[[str], None]) -> dict[str, str]:
@@ -119,8 +120,12 @@ def create_body(spec: PodSpec, tag: PodTag, candidate: Candidate, api_url: str) 
         "disk": spec.disk_gb,
         "env": env,
     }
+    if spec.smoke:
+        env.update(handover.pod_env(tag.name()))
     if spec.command:
-        args, wrapper_env = selfstop.wrap(spec.command, api_url)
+        # a runner pod's start script has the gate itself (before the runner starts)
+        gate = spec.smoke and not spec.runner_env
+        args, wrapper_env = selfstop.wrap(spec.command, api_url, gate)
         body["args"] = args
         env.update(wrapper_env)
     ports = list(spec.ports)

@@ -12,6 +12,7 @@ from gpuci import notify, redact
 from gpuci.errors import GpuciError
 from gpuci.pods import (
     ledger,
+    repeat_failures,
 )
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
@@ -29,23 +30,24 @@ from gpuci.pods.lifecycle import (
     terminate_pod,
 )
 from gpuci.pods.naming import PodTag, tag_of
+from gpuci.pods.options import ReapInputs
 from gpuci.runtime import Result, Runtime, markdown_table
 
 
-def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def reap(inp: ReapInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Terminate every gpu-ci pod past its expiry (plus ``grace``), naming who forgot it;
     with ``untagged-older-than``, stop (never terminate) hand-made pods older than that.
 
     Phases: find -> (a dry run stops here) terminate the expired -> stop the hand-made and
     clean up runners -> report and notify.
     """
-    grace = float(values.get("grace") or 0)
-    owner = values.get("owner") or ""
-    untagged_s = values.get("untagged-older-than")
-    targets = notify.parse_targets(values.get("notify"), rt.mask)
+    grace = inp.grace
+    owner = inp.owner
+    untagged_s = inp.untagged_older_than
+    targets = notify.parse_targets(inp.notify or None, rt.mask)
     if rt.dry_run and not rt.environ.get(API_KEY_ENV):
         return offline_plan("pods reap", "would terminate every gpu-ci pod past its expiry")
-    book = ledger_quietly(values, rt)
+    book = ledger_quietly(inp.ledger, rt)
     with open_client(rt, clock) as client:
         now = clock.now()
         every = client.list_pods()
@@ -69,8 +71,9 @@ def reap(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
             record_end(rt, book, "terminated", pod_id, clock.now(), reason="runner gone")
             return outcome
 
-        clean_runners(result, rt, values, every, gone, clock, end_runnerless)
+        clean_runners(result, rt, inp.runner_scope, every, gone, clock, end_runnerless)
     _report_reap(result, stopped, found.unknown, untagged_s, targets, rt)
+    repeat_failures.add_to_report(result, inp.health_store, inp.failure_days, rt, now)
     return result
 
 

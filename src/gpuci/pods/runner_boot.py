@@ -32,7 +32,7 @@ job take other jobs whose tags the runner has, until the runner deletes itself a
 
 from __future__ import annotations
 
-from gpuci.pods import selfstop
+from gpuci.pods import handover, selfstop
 
 # The fallback when GitHub's releases API cannot be reached (gpuci.pods.runner_release resolves
 # the newest release at every ``up``): actions/runner 2.338.0 and the sha256 its release notes
@@ -251,6 +251,7 @@ gpuci_gitlab() {
   done
   return "$rc"
 }
+gpuci_smoke_gate || exit "$?"
 case "${GPUCI_RUNNER_PLATFORM:-}" in
   github) gpuci_github; gpuci_end $? ;;
   gitlab) gpuci_gitlab; gpuci_end $? ;;
@@ -258,7 +259,7 @@ case "${GPUCI_RUNNER_PLATFORM:-}" in
 esac
 """
 
-SCRIPT = selfstop.STOP_FUNCTION + "\n" + BODY.strip() + "\n"
+SCRIPT = selfstop.STOP_FUNCTION + "\n" + handover.SHELL + "\n" + BODY.strip() + "\n"
 
 
 def env() -> dict[str, str]:

@@ -168,16 +168,17 @@ def pinned(version: str, sha256: str) -> Release:
 
 
 def resolve(
-    values: Mapping[str, Any],
+    version: str,
+    sha256: str,
     api_url: str,
     token: str,
     now: float,
     warn: Callable[[str], None],
 ) -> Release:
     """The release for this pod: the input's pin, else the newest, else the pinned fallback."""
-    if (values.get("runner-version") or "").strip():
-        return pinned(values["runner-version"], values.get("runner-sha256") or "")
-    if (values.get("runner-sha256") or "").strip():
+    if version.strip():
+        return pinned(version, sha256)
+    if sha256.strip():
         raise InputError(
             "runner-sha256 needs runner-version", hint="pass both, or neither for the newest"
         )

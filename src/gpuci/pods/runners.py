@@ -25,6 +25,7 @@ from typing import Any
 
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods.naming import PodTag
+from gpuci.pods.options import UpInputs
 from gpuci.pods.runner_api import (
     GITHUB_TOKEN_ENV,
     GITHUB_TOKEN_HELP,
@@ -284,9 +285,9 @@ class Request:
     attempted: bool = False  # a registration was asked for and not refused
 
     @classmethod
-    def from_values(
+    def from_inputs(
         cls,
-        values: Mapping[str, Any],
+        inp: UpInputs,
         environ: Mapping[str, str],
         mask: Callable[[str | None], None],
         tag: PodTag,
@@ -294,25 +295,25 @@ class Request:
         dry_run: bool,
     ) -> Request | None:
         """None without ``runner``; bad combinations are exit 2 before anything is made."""
-        platform = values.get("runner") or ""
+        platform = inp.runner
         if not platform:
             return None
-        labels = [label.strip() for label in values.get("runner-labels") or [] if label.strip()]
+        labels = [label.strip() for label in inp.runner_labels if label.strip()]
         if not labels:
             raise InputError(
                 "runner-labels is required with runner",
                 hint="pass e.g. --runner-labels gpu-large,run-$GITHUB_RUN_ID (the job's runs-on "
                 "or tags)",
             )
-        if values.get("command"):
+        if inp.command:
             raise InputError(
                 "command cannot be combined with runner: the pod's command is the runner",
                 hint="drop command; the CI job that runs on the runner does the work",
             )
-        idle = float(values.get("runner-idle-timeout") or 600)
+        idle = float(inp.runner_idle_timeout or 600)
         if idle <= 0:
             raise InputError("runner-idle-timeout must be positive", hint="e.g. 10m")
-        scope = values.get("runner-scope") or "repo"
+        scope = inp.runner_scope or "repo"
         notes: list[str] = []
         try:
             tgt = target(platform, environ, mask, scope, need_token=not dry_run)
@@ -324,7 +325,7 @@ class Request:
         if dry_run and not tgt.token:
             token_env = GITHUB_TOKEN_ENV if platform == "github" else GITLAB_TOKEN_ENV
             notes.append(f"{token_env} is not set; a real run would stop here")
-        group = int(values.get("runner-group-id") or 1)
+        group = inp.runner_group_id or 1
         return cls(tgt, runner_name(tag, now), labels, group, idle, notes=notes)
 
     def call(self) -> dict[str, Any]:
@@ -351,6 +352,10 @@ class Request:
             self.attempted = False
             raise
         return self.registration.env
+
+    def renew(self, name: str) -> None:
+        """A new runner for a new pod (a registration is one-use): the next register makes it."""
+        self.name, self.registration, self.attempted = name, None, False
 
     def unregister_quietly(self, log: Callable[[str], None]) -> None:
         """After a failed or cancelled ``up``: no runner may wait for a pod that never comes.

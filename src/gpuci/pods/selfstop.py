@@ -13,6 +13,8 @@ the call succeeds. The expiry is absolute, so a restart does not reset the clock
 
 from __future__ import annotations
 
+from gpuci.pods import handover
+
 ENV_WRAPPER = "GPUCI_WRAPPER"
 ENV_COMMAND = "GPUCI_START_COMMAND"
 ENV_API_URL = "GPUCI_RUNPOD_API_URL"
@@ -42,22 +44,29 @@ r.urlopen(q, timeout=30)' "$u" "$b"
 }
 """.strip()
 
-WRAPPER = (
-    STOP_FUNCTION
-    + r"""
+_TIMER = r"""
 (
   left=$(( ${GPUCI_EXPIRES_EPOCH:-0} - $(date +%s) ))
   if [ "$left" -gt 0 ]; then sleep "$left"; fi
   until gpuci_stop; do sleep "${GPUCI_SELF_STOP_RETRY_S:-30}"; done
 ) &
-exec sh -c "$GPUCI_START_COMMAND"
 """
+WRAPPER = STOP_FUNCTION + _TIMER + 'exec sh -c "$GPUCI_START_COMMAND"\n'
+# With smoke before handover (gpuci.pods.handover): the timer runs first, so a hung smoke
+# still ends at the expiry; a hardware verdict stops the pod and the command never starts.
+SMOKE_WRAPPER = (
+    STOP_FUNCTION
+    + "\n"
+    + handover.SHELL
+    + _TIMER
+    + 'gpuci_smoke_gate || exit "$?"\nexec sh -c "$GPUCI_START_COMMAND"\n'
 )
 
 
-def wrap(command: str, api_url: str) -> tuple[str, dict[str, str]]:
-    """``args`` and the env entries that make ``command`` stop its pod at the expiry."""
-    env = {ENV_WRAPPER: WRAPPER, ENV_COMMAND: command}
+def wrap(command: str, api_url: str, smoke: bool = False) -> tuple[str, dict[str, str]]:
+    """``args`` and the env entries that make ``command`` stop its pod at the expiry (and,
+    with ``smoke``, run only after gpu-smoke found no hardware failure)."""
+    env = {ENV_WRAPPER: SMOKE_WRAPPER if smoke else WRAPPER, ENV_COMMAND: command}
     if api_url.rstrip("/") != "https://api.runpod.io":
         env[ENV_API_URL] = api_url.rstrip("/")
     return ARGS, env

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.errors import CheckFailed, InfraError, InputError
+from gpuci.pods.options import ExecInputs
 
 ENV_PUBLIC_KEYS = "RUNPOD_SSH_PUBLIC_KEYS"
 ENV_PRIVATE_KEY = "RUNPOD_SSH_PRIVATE_KEY"
@@ -131,16 +132,16 @@ def run_remote(
     return proc.returncode, output
 
 
-def exec_on_pod(values: dict[str, Any], rt: Any, clock: Any = None) -> Any:
+def exec_on_pod(inp: ExecInputs, rt: Any, clock: Any = None) -> Any:
     """``pods exec --pod-id ID -- CMD``: run one command on a pod over SSH."""
     from gpuci.pods.client import NotFound, RunPodClient
     from gpuci.pods.clock import SYSTEM
     from gpuci.runtime import Result
 
-    ids = values.get("pod-id") or []
+    ids = inp.pod_id
     if len(ids) != 1:
         raise InputError("pods exec needs exactly one pod-id", hint="pass --pod-id ID")
-    command = (values.get("command") or "").strip()
+    command = inp.command.strip()
     if not command:
         raise InputError("pods exec needs a command", hint="pods exec --pod-id ID -- CMD ...")
     rt.mask(rt.environ.get(ENV_PRIVATE_KEY))
@@ -150,7 +151,7 @@ def exec_on_pod(values: dict[str, Any], rt: Any, clock: Any = None) -> Any:
         pod = client.get_pod(ids[0])
     if pod is None:
         raise NotFound(f"pod {ids[0]} not found", hint="check the id with `pods ls`")
-    status, output = run_remote(pod, command, rt.environ, float(values.get("timeout") or 600))
+    status, output = run_remote(pod, command, rt.environ, float(inp.timeout or 600))
     for line in output.splitlines():
         rt.log(line)
     result = Result(command="pods exec", headline=f"{ids[0]}: '{command}' exited {status}")

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuci.errors import InputError
 from gpuci.pods.client import NotFound
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import each_pod, ledger_quietly, need_ids, open_client, record_event
 from gpuci.pods.naming import tag_of
+from gpuci.pods.options import StartInputs
 from gpuci.runtime import Result, Runtime
 
 
-def start(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting."""
-    ids = need_ids(values, "pods start")
-    ttl = values.get("ttl")
+    ids = need_ids(inp.pod_id, "pods start")
+    ttl = inp.ttl
     if rt.dry_run:
         extra = f" with expiry now+{ttl:.0f}s" if ttl else ""
         return Result(command="pods start", headline="would start " + ", ".join(ids) + extra)
-    book = ledger_quietly(values, rt)
+    book = ledger_quietly(inp.ledger, rt)
     with open_client(rt, clock) as client:
 
         def one(pod_id: str) -> str:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuci.pods.client import InvalidTransition
 from gpuci.pods.clock import SYSTEM, Clock
 from gpuci.pods.lifecycle import each_pod, ledger_quietly, need_ids, open_client, record_event
+from gpuci.pods.options import StopInputs
 from gpuci.runtime import Result, Runtime
 
 
-def stop(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def stop(inp: StopInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Stop pods (keep the disk, stop GPU billing); already stopped counts as done."""
-    ids = need_ids(values, "pods stop")
+    ids = need_ids(inp.pod_id, "pods stop")
     if rt.dry_run:
         return Result(command="pods stop", headline="would stop " + ", ".join(ids))
-    book = ledger_quietly(values, rt)
+    book = ledger_quietly(inp.ledger, rt)
     with open_client(rt, clock) as client:
 
         def one(pod_id: str) -> str:

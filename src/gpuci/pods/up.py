@@ -5,10 +5,12 @@ cancelled.
 
 from __future__ import annotations
 
+import dataclasses
+import secrets
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import journal, notify
@@ -17,10 +19,12 @@ from gpuci.markdown import Link
 from gpuci.pods import (
     avoid,
     budgets,
+    handover,
     ledger,
     placement,
     plan,
     readiness,
+    replace,
     runner_boot,
     runner_online,
     runner_release,
@@ -31,26 +35,28 @@ from gpuci.pods.client import API_KEY_ENV, NotFound, RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import open_client, open_ledger, pod_url, record_end, record_event
 from gpuci.pods.naming import PodTag, new_tag, run_url
+from gpuci.pods.options import UpInputs
+from gpuci.pods.runners import runner_name
 from gpuci.runtime import Result, Runtime, markdown_table
 
 
-def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
+def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Create one pod on the first candidate that places and is affordable; wait until ready.
 
     Phases: prepare (owner, tag, runner, spec) -> place (budget, runner registration, create)
     -> wait (RUNNING, runner online, health) -> report.
     """
-    if float(values["ttl"]) <= 0:
+    if inp.ttl <= 0:
         raise InputError("ttl must be positive", hint="set ttl to e.g. 45m")
     now = clock.now()
-    decision = budgets.decide(values, rt.environ)
-    tag = _tag(decision.owner, values, rt, now)
-    runner = runners.Request.from_values(values, rt.environ, rt.mask, tag, now, rt.dry_run)
-    spec = _spec(values, rt, runner)
-    first = plan.Candidate((values.get("gpu-types") or [""])[0])
+    decision = budgets.decide(inp, rt.environ)
+    tag = _tag(decision.owner, inp, rt, now)
+    runner = runners.Request.from_inputs(inp, rt.environ, rt.mask, tag, now, rt.dry_run)
+    spec = _spec(inp, rt, runner)
+    first = plan.Candidate((inp.gpu_types or [""])[0])
     plan.check_env_count(plan.create_body(spec, tag, first, api_url(rt.environ)), spec.env)
-    book = open_ledger(values, rt)
-    targets = notify.parse_targets(values.get("notify"), rt.mask)
+    book = open_ledger(inp.ledger, rt)
+    targets = notify.parse_targets(inp.notify or None, rt.mask)
     if not spec.command:
         warn = (
             "no command given: the self-stop timer is off for this pod (reap and down still "
@@ -59,17 +65,20 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
     else:
         warn = ""
     if rt.dry_run:
-        return _plan_up(values, rt, spec, tag, warn, decision, book, runner)
+        return _plan_up(inp, rt, spec, tag, warn, decision, book, runner)
     result = Result(command="pods up")
     if warn:
         result.warning(warn)
     for note in decision.notes:
         result.notice(note)
     with open_client(rt, clock) as client:
-        job = _Up(
-            values, rt, clock, client, now, decision, tag, runner, spec, book, targets, result
-        )
-        pod, url = _create_and_wait(job)
+        job = _Up(inp, rt, clock, client, now, decision, tag, runner, spec, book, targets, result)
+        try:
+            pod, url = _create_and_wait(job)
+        except GpuciError as exc:
+            if not any(a.verdict for a in job.attempts.items):  # no smoke failed
+                raise
+            return _report_failed(job, exc)
     return _report_up(job, pod, url)
 
 
@@ -77,7 +86,7 @@ def up(values: dict[str, Any], rt: Runtime, clock: Clock = SYSTEM) -> Result:
 class _Up:
     """One ``pods up`` under way: what the phases share, and what a failure must undo."""
 
-    values: dict[str, Any]
+    inp: UpInputs
     rt: Runtime
     clock: Clock
     client: RunPodClient
@@ -91,6 +100,9 @@ class _Up:
     result: Result
     pod: dict[str, Any] | None = None
     reservation: ledger.Reservation | None = None
+    cands: list[plan.Candidate] | None = None  # what the budget allowed: re-placement's pool
+    release: runner_release.Release | None = None
+    attempts: replace.Attempts = field(default_factory=replace.Attempts)
 
 
 def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
@@ -101,7 +113,16 @@ def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
     restore = _sigterm_raises()
     try:
         _place(job)
-        return _wait_ready(job)
+        while True:
+            try:
+                return _wait_ready(job)
+            except GpuciError as exc:
+                if not job.spec.smoke or job.pod is None:
+                    raise
+                verdict = replace.failed_verdict(client, job.pod["id"], exc, rt)
+                if verdict is None:
+                    raise
+                _place_again(job, verdict)
     except (SystemExit, KeyboardInterrupt):  # cancelled: maybe mid-create, find it by name
         made = job.pod or _find_quietly(client, job.tag.name(), rt)
         if made is not None:
@@ -123,33 +144,77 @@ def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
 
 def _place(job: _Up) -> None:
     """Pick the affordable candidates, register the runner, create the pod and record it."""
-    values, rt, client, clock = job.values, job.rt, job.client, job.clock
+    inp, rt, client, clock = job.inp, job.rt, job.client, job.clock
     spec, tag = job.spec, job.tag
     catalog = client.list_gpu_types(spec.cloud)
-    cands = plan.candidates(values["gpu-types"], values.get("data-centers") or (), catalog)
+    cands = plan.candidates(inp.gpu_types, inp.data_centers, catalog)
     cands = _avoid_failed(job, cands)
     try:
         affordable, refused, job.reservation = placement.affordable(
-            job.decision, values, rt, client, clock, spec, tag, catalog, cands, job.book
+            job.decision, inp, rt, client, clock, spec, tag, catalog, cands, job.book
         )
     except CheckFailed as exc:
         _tell_refusal(job.targets, rt, tag, exc)
         raise
     job.result.report["budget_refused"] = refused
+    job.cands = affordable
     runner = job.runner
     if runner is not None:  # after the budget: a refused pod registers nothing
         registered = runner.register(rt.mask)
-        release = _runner_release(values, runner, clock.now(), job.result)
-        spec.runner_env = _runner_env(registered, rt, release)
+        job.release = _runner_release(inp, runner, clock.now(), job.result)
+        spec.runner_env = _runner_env(registered, rt, job.release)
         rt.log(f"registered {runner.target.platform} runner {runner.name}")
-    job.pod, attempts = placement.place(values, rt, client, clock, spec, tag, affordable)
+    job.pod, attempts = placement.place(inp, rt, client, clock, spec, tag, affordable)
     job.result.report["attempts"] = attempts
+    job.attempts.add(job.pod, clock.now())
     _remember(rt, job.book, job.pod, tag, job.reservation, clock.now(), runner)
+
+
+def _place_again(job: _Up, verdict: handover.Verdict) -> None:
+    """The pod failed gpu-smoke (hardware): end it, record it, and place another away from
+    its data centre, with a new runner registration (each is one-use), inside the budget
+    reservation already held (same expiry), up to ``smoke-attempts`` pods in all."""
+    rt, client, clock, runner = job.rt, job.client, job.clock, job.runner
+    now = clock.now()
+    failed = replace.end_failed(client, job.attempts, verdict, now, rt, job.result)
+    job.result.warning(f"pod {failed.pod} in {failed.data_center or '?'}: {failed.verdict}")
+    record_event(
+        rt,
+        job.book,
+        "terminated",
+        failed.pod,
+        now,
+        reason="gpu-smoke hardware failure",
+        owner=job.tag.owner,
+        runUrl=job.tag.run_url,
+    )  # the reservation stays: the next pod is placed under it
+    replace.record_verdict(
+        job.inp.health_store, rt, failed, verdict, runner.name if runner else "", job.result
+    )
+    job.pod = None
+    if runner is not None:  # its pod never started it: delete it, a new pod needs a new one
+        runner.unregister_quietly(rt.log)
+    limit = job.inp.smoke_attempts
+    cands = replace.next_candidates(job.cands or [], job.attempts.failed_dcs, job.result)
+    if len(job.attempts.items) >= limit or not cands:
+        raise replace.out_of_attempts(job.attempts, limit)
+    job.tag = dataclasses.replace(
+        job.tag, nonce=secrets.token_hex(3)
+    )  # a new pod name, the same expiry
+    if runner is not None:
+        runner.renew(runner_name(job.tag, now))
+        registered = runner.register(rt.mask)
+        job.spec.runner_env = _runner_env(registered, rt, job.release)
+        rt.log(f"registered {runner.target.platform} runner {runner.name}")
+    job.pod, attempts = placement.place(job.inp, rt, client, clock, job.spec, job.tag, cands)
+    job.result.report.setdefault("attempts", []).extend(attempts)
+    job.attempts.add(job.pod, clock.now())
+    _remember(rt, job.book, job.pod, job.tag, job.reservation, clock.now(), runner)
 
 
 def _avoid_failed(job: _Up, cands: list[plan.Candidate]) -> list[plan.Candidate]:
     """Drop data centres with a recent hardware failure; none left: exit 1, saying why."""
-    got = avoid.avoid_failed(job.values, job.rt, cands, job.clock.now())
+    got = avoid.avoid_failed(job.inp, job.rt, cands, job.clock.now())
     for warning in got.warnings:
         job.result.warning(warning)
     if got.failed:
@@ -168,21 +233,51 @@ def _avoid_failed(job: _Up, cands: list[plan.Candidate]) -> list[plan.Candidate]
 
 def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
     """Wait for RUNNING, the runner online and the health URL: the pod and its proxy URL."""
-    values, rt, client, clock, runner = job.values, job.rt, job.client, job.clock, job.runner
+    inp, rt, client, clock, runner = job.inp, job.rt, job.client, job.clock, job.runner
     assert job.pod is not None
-    deadline = job.now + float(values["timeout"])
+    deadline = job.now + inp.timeout
     pod = job.pod = readiness.wait_running(client, clock, job.pod["id"], deadline, rt)
-    if runner is not None and values.get("runner-wait-online", True):
+    if runner is None and job.spec.smoke:
+        _smoke_said(job, replace.wait_verdict(client, clock, pod["id"], deadline, rt))
+    if runner is not None and inp.runner_wait_online:
         runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
+        if job.spec.smoke:  # the gate ran before the runner started: what did it say?
+            try:
+                _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
+            except GpuciError as exc:  # the runner is online: this read is only for the log
+                rt.log(f"warning: could not read the smoke verdict: {exc.one_line()}")
     url = pod_url(pod, rt.environ)
-    if values.get("health-url"):
+    if inp.health_url:
         readiness.wait_healthy(
-            readiness.health_url(values["health-url"], pod, url),
+            readiness.health_url(inp.health_url, pod, url),
             clock,
-            job.now + float(values["timeout"]),
+            job.now + inp.timeout,
             rt,
         )
     return pod, url
+
+
+def _report_failed(job: _Up, exc: GpuciError) -> Result:
+    """``up`` failed after a pod failed its smoke: the error, with every attempt's cost."""
+    result = Result.from_error("pods up", exc)
+    result.annotations[1:1] = job.result.annotations
+    result.report.update({k: v for k, v in job.result.report.items() if k not in result.report})
+    reserved = job.reservation.remaining(job.now) if job.reservation else None
+    smoke = job.attempts.report(job.clock.now(), job.tag.expires_at, reserved)
+    result.report["smoke"] = smoke
+    result.summary.append(job.attempts.summary(smoke))
+    return result
+
+
+def _smoke_said(job: _Up, verdict: handover.Verdict | None) -> None:
+    if verdict is not None and verdict.kind == "skipped":
+        job.result.warning(
+            f"gpu-smoke before handover gave no verdict on {(job.pod or {}).get('id')} "
+            f"({verdict.detail}): the pod was handed over unchecked; the image needs gpu-ci "
+            "(python3 -m gpuci) for the check"
+        )
+    elif verdict is not None:
+        job.rt.log(f"gpu-smoke before handover: {verdict.kind}")
 
 
 def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
@@ -235,11 +330,17 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
             + markdown_table(["data centre", "why"], sorted(avoided["data_centers"].items()))
         )
     result.report["pod"] = {k: pod.get(k) for k in ("id", "name", "status", "cost", "gpu")}
+    if job.spec.smoke:
+        reserved = job.reservation.remaining(job.now) if job.reservation else None
+        smoke = job.attempts.report(job.clock.now(), tag.expires_at, reserved)
+        result.report["smoke"] = smoke
+        if len(job.attempts.items) > 1:
+            result.summary.append(job.attempts.summary(smoke))
     return result
 
 
 def _plan_up(
-    values: dict[str, Any],
+    inp: UpInputs,
     rt: Runtime,
     spec: plan.PodSpec,
     tag: PodTag,
@@ -249,7 +350,7 @@ def _plan_up(
     runner: runners.Request | None = None,
 ) -> Result:
     """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
-    cands = plan.candidates(values["gpu-types"], values.get("data-centers") or ())
+    cands = plan.candidates(inp.gpu_types, inp.data_centers)
     api = api_url(rt.environ)
     bodies = [plan.shown_body(plan.create_body(spec, tag, c, api), spec.env) for c in cands]
     budget = decision.budget
@@ -269,7 +370,7 @@ def _plan_up(
         "plan": {
             "owner": tag.owner,
             "run_url": tag.run_url,
-            "ttl_s": float(values["ttl"]),
+            "ttl_s": inp.ttl,
             "expires_at": iso(tag.expires_at),
             "gpu_order": [c.gpu_id for c in cands],
             "candidates": [{"gpu": c.gpu_id, "data_centers": list(c.data_centers)} for c in cands],
@@ -286,6 +387,10 @@ def _plan_up(
                 else "no budget-usd: no check",
             },
             "self_stop": bool(spec.command),
+            "smoke": {
+                "before_handover": spec.smoke,
+                "attempts": inp.smoke_attempts if spec.smoke else 1,
+            },
         }
     }
     if runner is not None:
@@ -329,21 +434,21 @@ def _tell_refusal(
         rt.log(f"warning: {annotation.message}")
 
 
-def _spec(
-    values: dict[str, Any], rt: Runtime, runner: runners.Request | None = None
-) -> plan.PodSpec:
-    image = values.get("image") or (runners.DEFAULT_IMAGE if runner else "")
+def _spec(inp: UpInputs, rt: Runtime, runner: runners.Request | None = None) -> plan.PodSpec:
+    image = inp.image or (runners.DEFAULT_IMAGE if runner else "")
     if not image:
         raise InputError("input 'image' is required", hint="pass --image IMAGE or set INPUT_IMAGE")
+    smoke = inp.smoke
     return plan.PodSpec(
         image=image,
-        command=runner_boot.SCRIPT if runner else values.get("command") or "",
-        env=plan.parse_env(values.get("env"), rt.mask),
-        ports=plan.check_ports(values.get("ports")),
-        disk_gb=int(values.get("disk-gb") or 50),
-        gpu_count=int(values.get("gpu-count") or 1),
-        cloud=values.get("cloud") or "SECURE",
-        ssh_keys=ssh.public_keys(values.get("ssh-public-keys"), rt.environ),
+        smoke=bool(runner) if smoke is None else bool(smoke),
+        command=runner_boot.SCRIPT if runner else inp.command,
+        env=plan.parse_env(inp.env, rt.mask),
+        ports=plan.check_ports(inp.ports),
+        disk_gb=inp.disk_gb or 50,
+        gpu_count=inp.gpu_count or 1,
+        cloud=inp.cloud or "SECURE",
+        ssh_keys=ssh.public_keys(inp.ssh_public_keys, rt.environ),
         runner_env=_runner_env(runner.planned_env(), rt) if runner else {},
     )
 
@@ -360,20 +465,25 @@ def _runner_env(
 
 
 def _runner_release(
-    values: dict[str, Any], runner: runners.Request, now: float, result: Result
+    inp: UpInputs, runner: runners.Request, now: float, result: Result
 ) -> runner_release.Release | None:
     """The actions/runner release a GitHub runner pod installs (GitLab brings its own)."""
     if runner.target.platform != "github":
         return None
     release = runner_release.resolve(
-        values, runner.target.api_url, runner.target.token, now, result.warning
+        inp.runner_version,
+        inp.runner_sha256,
+        runner.target.api_url,
+        runner.target.token,
+        now,
+        result.warning,
     )
     result.report["runner_release"] = {"version": release.version, "source": release.source}
     return release
 
 
-def _tag(owner: str, values: dict[str, Any], rt: Runtime, now: float) -> PodTag:
-    return new_tag(owner, run_url(rt.environ), now + float(values["ttl"]))
+def _tag(owner: str, inp: UpInputs, rt: Runtime, now: float) -> PodTag:
+    return new_tag(owner, run_url(rt.environ), now + inp.ttl)
 
 
 def _remember(

@@ -1,0 +1,195 @@
+"""Smoke before handover: a pod runs gpu-smoke before its runner starts (or its command runs).
+
+The channel back to ``up``, chosen from what RunPod's v2 API gives: a pod has no store
+credentials (by design) and ``up``'s RunPod key never reaches it; all it holds is the
+pod-scoped ``RUNPOD_API_KEY``, with which it may act on itself (``gpuci.pods.selfstop``). So the
+pod writes its verdict into its own **name** (``PATCH /v2/pods/{id}``, a mutable field ``up``
+reads with every poll) and, on a hardware verdict, **stops** itself (``stop``: the GPU is
+released, billing drops to the disk, and the pod stays readable with its ``dataCenterId``;
+a terminated pod vanishes from ``getPod``, taking the verdict with it). ``up`` then
+terminates it, writes the verdict into the GPU health record beside the ledger (``up`` holds
+the store's credentials; the pod records it itself only when it was given them) and places
+another pod away from that data centre (:mod:`gpuci.pods.replace`).
+
+Only a hardware verdict stops a pod (gpu-smoke exit 1 with failed checks that are findings
+about the GPU, :func:`gpuci.quarantine.hardware_findings`): an environment error, a skipped
+check or a pod without gpu-ci (``python3 -m gpuci`` missing) hands the pod over with a
+``smoke skipped`` mark, and ``up`` warns. A pod whose name could not be written but that
+stopped itself is a plain failure, never a re-placement.
+
+This module is also the pod's side: the gate runs ``python3 -m gpuci gpu-smoke --json``
+(inputs from ``INPUT_*`` as usual), then ``python3 -m gpuci.pods.handover`` on its result,
+which prints the headline to stderr (the pod's log) and the verdict as one line on stdout
+(``uuid=... checks=... rec=0|1``, characters from a fixed set): exit 0 passed,
+:data:`HARDWARE_RC` a hardware failure, anything else no verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ENV_SMOKE = "GPUCI_SMOKE"
+ENV_POD_NAME = "GPUCI_POD_NAME"
+ENV_PYTHON = "GPUCI_SMOKE_PYTHON"
+HARDWARE_RC = 10
+MARK = " smoke "
+_MARKED = re.compile(r" smoke (passed|failed|skipped)(?:: ?(.*))?$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9:,._=/+-]+")
+
+# ``gpuci_smoke_gate``: run after STOP_FUNCTION (it uses ``gpuci_stop``). Returns 0 to hand the
+# pod over, HARDWARE_RC after marking the pod and stopping it (the caller then exits).
+SHELL = r"""
+gpuci_mark() {
+  s=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_=/+-' ' ' | cut -c 1-200)
+  name=$(printf '%s smoke %s' "${GPUCI_POD_NAME:-gpuci}" "$s" | tr -d '"\\')
+  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}"
+  b="{\"name\":\"$name\"}"
+  if command -v curl >/dev/null 2>&1; then
+    curl -fsS -m 30 -o /dev/null -X PATCH -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
+      -H "Content-Type: application/json" -d "$b" "$u"
+  else
+    python3 -c 'import os, sys, urllib.request as r
+q = r.Request(sys.argv[1], sys.argv[2].encode(), method="PATCH")
+q.add_header("Authorization", "Bearer " + os.environ["RUNPOD_API_KEY"])
+q.add_header("Content-Type", "application/json")
+r.urlopen(q, timeout=30)' "$u" "$b"
+  fi
+}
+gpuci_smoke_gate() {
+  [ "${GPUCI_SMOKE:-}" = 1 ] || return 0
+  echo "gpu-ci: gpu-smoke before handover"
+  py="${GPUCI_SMOKE_PYTHON:-python3}"
+  f="${TMPDIR:-/tmp}/gpuci-smoke.$$"
+  # in a subshell without the credentials: the smoke needs none, and its tools inherit env
+  verdict=$(unset RUNPOD_API_KEY GPUCI_RUNNER_JITCONFIG GPUCI_GITLAB_RUNNER_TOKEN
+    "$py" -m gpuci gpu-smoke --json --report "$f.report.json" >"$f.json"
+    "$py" -m gpuci.pods.handover "$f.json")
+  rc=$?
+  verdict=$(printf '%s' "$verdict" | tail -n 1)
+  if [ "$rc" = 0 ]; then
+    gpuci_mark "passed" || echo "gpu-ci: could not write the verdict into the pod's name"
+    return 0
+  fi
+  if [ "$rc" != 10 ]; then
+    echo "gpu-ci: gpu-smoke gave no hardware verdict (status $rc): handing the pod over"
+    gpuci_mark "skipped: status $rc" || echo "gpu-ci: could not write the pod's name"
+    return 0
+  fi
+  echo "gpu-ci: hardware failure ($verdict): stopping this pod, nothing else starts"
+  gpuci_mark "failed: $verdict" || echo "gpu-ci: could not write the verdict into the pod's name"
+  until gpuci_stop stop; do sleep "${GPUCI_SELF_STOP_RETRY_S:-30}"; done
+  return 10
+}
+""".strip()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a pod wrote into its name: passed, failed (with the GPUs and checks) or skipped."""
+
+    kind: str
+    uuids: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+    recorded: bool = False  # the pod wrote the health record itself
+    detail: str = ""
+
+    def text(self) -> str:
+        gpus = ", ".join(self.uuids) or "a GPU"
+        return f"{gpus} failed {', '.join(self.checks) or 'gpu-smoke'}"
+
+
+def pod_env(name: str) -> dict[str, str]:
+    """The env that turns the gate on, with the pod's name to write the verdict after."""
+    return {ENV_SMOKE: "1", ENV_POD_NAME: name}
+
+
+def verdict_of(pod: Mapping[str, Any] | None) -> Verdict | None:
+    """The verdict in a pod's name, or None when it has written none (yet)."""
+    name = str((pod or {}).get("name") or "")
+    m = _MARKED.search(name)
+    if not m:
+        return None
+    kind, rest = m.group(1), (m.group(2) or "").strip()
+    if kind != "failed":
+        return Verdict(kind, detail=_UNSAFE.sub(" ", rest)[:200])
+    fields = dict(f.split("=", 1) for f in rest.split() if "=" in f)
+    return Verdict(
+        "failed",
+        tuple(u for u in _UNSAFE.sub("", fields.get("uuid", "")).split(",") if u),
+        tuple(c for c in _UNSAFE.sub("", fields.get("checks", "")).split(",") if c),
+        fields.get("rec") == "1",
+    )
+
+
+def _safe(text: str) -> str:
+    return _UNSAFE.sub("_", text)[:80]
+
+
+def verdict_line(result: Any, findings: list[Any], recorded: bool) -> str:
+    """``uuid=A,B checks=gpu0:health,... rec=0|1`` for the pod's name (a fixed character set)."""
+    gpus = {g.get("index"): g for g in result.report.get("gpus") or [] if isinstance(g, dict)}
+    indexes = {f.gpu for f in findings}
+    uuids = [
+        _safe(str(g.get("uuid") or f"gpu{i}"))
+        for i, g in sorted(gpus.items(), key=lambda kv: str(kv[0]))
+        if None in indexes or i in indexes
+    ]
+    checks = sorted({_safe(f.label) for f in findings})
+    return f"uuid={','.join(uuids[:8])} checks={','.join(checks[:8])} rec={int(recorded)}"
+
+
+MAX_RESULT = 4 * 1024 * 1024  # gpu-smoke's JSON result is a few kB
+
+
+def classify(body: Any) -> tuple[int, str]:
+    """gpu-smoke's ``--json`` result -> (exit status for the gate, the verdict line)."""
+    from gpuci import gpu_health
+    from gpuci.errors import ExitCode
+    from gpuci.quarantine import hardware_findings
+    from gpuci.runtime import Result
+
+    if not isinstance(body, dict) or not isinstance(body.get("report"), dict):
+        return 3, "no hardware verdict: gpu-smoke gave no result"
+    try:
+        code = ExitCode(int(body.get("exit_code", 3)))
+    except (TypeError, ValueError):
+        return 3, "no hardware verdict: gpu-smoke gave no exit code"
+    result = Result(command="gpu-smoke", exit_code=code)
+    result.report = body["report"]
+    findings = hardware_findings(result)
+    if findings:
+        notes = " ".join(str(a.get("message")) for a in body.get("annotations") or [])
+        stored = bool(gpu_health.store_url(None, os.environ))
+        recorded = stored and "health record not written" not in notes
+        return HARDWARE_RC, verdict_line(result, findings, recorded)
+    if code == ExitCode.OK:
+        return 0, "passed"
+    return 3, f"no hardware verdict: exit {int(code)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The pod's side: ``python3 -m gpuci.pods.handover RESULT.json`` (gpu-smoke's ``--json``
+    output): the headline on stderr (the pod's log), the verdict line on stdout."""
+    import json
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        with open(args[0], "rb") as fh:
+            body = json.loads(fh.read(MAX_RESULT + 1)[:MAX_RESULT])
+    except (IndexError, OSError, ValueError) as exc:
+        body = None
+        print(f"gpu-ci: gpu-smoke's result unreadable: {type(exc).__name__}", file=sys.stderr)
+    if isinstance(body, dict):
+        print(f"gpu-ci: gpu-smoke: {body.get('headline')}", file=sys.stderr)
+    rc, line = classify(body)
+    print(line)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,81 @@
+"""``pods reap`` names the nodes whose GPUs failed gpu-smoke in two or more smokes: by data
+centre, GPU UUID and pod (RunPod pods) or host (self-hosted). The verdicts are written by the
+real gpu-smoke (fake NVML with an ECC error) as it runs inside a pod (``RUNPOD_DC_ID``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuci_testing import clean_env, run_cli
+from moto_s3 import FAKE_S3_CREDENTIALS
+
+
+@pytest.fixture
+def clock(clock):
+    """The pods clock at the real time: pods' timers and the health record run on it."""
+    clock.t = time.time()
+    return clock
+
+
+def _smoke(tmp_path: Path, store: str, nvml: str, **where: str) -> None:
+    environ = clean_env(
+        GPUCI_JOURNAL=str(tmp_path / "smoke-journal.jsonl"),
+        GPUCI_FAKE_NVML=nvml,
+        GPUCI_GPU_HEALTH_STORE=store,
+        **where,
+    )
+    proc = run_cli("gpu-smoke", "--framework", "none", env=environ, cwd=tmp_path, timeout=120)
+    assert proc.returncode == (1 if "ecc" in nvml else 0), proc.stdout + proc.stderr
+
+
+def test_reap_names_nodes_with_repeated_failures(fake, run, tmp_path, clock):
+    store = (tmp_path / "health").as_uri()
+    bad = "h200:ecc+=1"
+    _smoke(tmp_path, store, bad, RUNPOD_DC_ID="EU-RO-1", RUNPOD_POD_ID="poda1")
+    _smoke(tmp_path, store, bad, RUNPOD_DC_ID="EU-RO-1", RUNPOD_POD_ID="poda2")
+    _smoke(tmp_path, store, bad, RUNPOD_DC_ID="US-KS-2", RUNPOD_POD_ID="podb1")
+    _smoke(tmp_path, store, "h200", RUNPOD_DC_ID="US-KS-2", RUNPOD_POD_ID="podb2")
+    _smoke(tmp_path, store, bad, GPUCI_NODE_NAME="gpu-node-3")
+    _smoke(tmp_path, store, bad, GPUCI_NODE_NAME="gpu-node-3")
+
+    res = run("reap", health_store=store)
+    assert res.code == 0, res.stdout
+    nodes = {(n["kind"], n["node"]): n for n in res.json["report"]["repeated_failures"]["nodes"]}
+    assert nodes[("data centre", "EU-RO-1")]["failures"] == 2
+    assert ("data centre", "US-KS-2") not in nodes  # one failure (and one pass) is not repeated
+    assert nodes[("host", "gpu-node-3")]["failures"] == 2
+    gpus = [n for (kind, _), n in nodes.items() if kind == "GPU"]
+    assert len(gpus) == 1 and gpus[0]["failures"] == 5  # the fake H200 has one UUID
+    assert not [k for k in nodes if k[0] == "pod"]  # each pod failed once
+    assert nodes[("data centre", "EU-RO-1")]["checks"] == ["health"]
+    summary = res.json["summary_markdown"]
+    assert "Repeated GPU failures" in summary and "| data centre | EU-RO-1 | 2 |" in summary
+    warned = [a["message"] for a in res.json["annotations"] if "repeated" in a["message"]]
+    assert len(warned) == 1 and "data centre EU-RO-1 (2x)" in warned[0]
+
+    clock.advance(30 * 86400)  # a month later the window holds none of them
+    later = run("reap", health_store=store, failure_days="7")
+    assert later.json["report"]["repeated_failures"]["nodes"] == []
+    assert "Repeated GPU failures" not in later.json["summary_markdown"]
+
+
+def test_an_unreadable_record_is_one_warning_and_reap_goes_on(
+    fake, run, tmp_path, moto_endpoint, monkeypatch
+):
+    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
+        monkeypatch.setenv(key, value)
+    env = {
+        **FAKE_S3_CREDENTIALS,
+        "GPUCI_GPU_HEALTH_ENDPOINT_URL": moto_endpoint,
+        "GPUCI_GPU_HEALTH_STORE": "s3://no-such-gpuci-bucket/health",
+    }
+    res = run("reap", extra_env=env)
+    assert res.code == 0, res.stdout
+    warned = [a for a in res.json["annotations"] if "GPU health record not read" in a["message"]]
+    assert len(warned) == 1, res.stdout
+    assert FAKE_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in res.stdout + res.stderr
+    off = run("reap", extra_env=env, failure_days="0")
+    assert off.code == 0 and "repeated_failures" not in off.json["report"]
