@@ -93,9 +93,12 @@ class Profile:
     processes: list[tuple[int, int]] = field(default_factory=list)
     xid_supported: bool = True
     open_error: int | None = None  # nvmlDeviceGetHandleByIndex fails so (NoPermission: 4)
-    # From the second health read on, the memory and PCIe counters fail with this NVML code
-    # (RESET_REQUIRED 16, UNKNOWN 999): a GPU that broke under the load.
+    # From the second health read on, reads fail with this NVML code (RESET_REQUIRED 16,
+    # UNKNOWN 999, GPU_IS_LOST 15): a GPU that broke under the load. Which reads: the calls in
+    # ``read_error_calls`` (``nvmlDeviceGet`` left off: "ViolationStatus", "NvLinkState"), or
+    # the memory and PCIe counters (``MEMORY_READS``) when it is empty.
     read_error: int | None = None
+    read_error_calls: tuple[str, ...] = ()
     # Cumulative throttle ns since the driver loaded, per violation policy and (R535+) slowdown
     # field value, as a healthy node some days up shows them: power-capped for a while under
     # earlier jobs, idle most of the time, never thermally slowed. None: NotSupported (vGPU).
@@ -320,6 +323,10 @@ _COUNTER_BITS = {
 }
 
 
+# The reads a bare ``readerr=CODE`` breaks after the load: the memory and PCIe counters.
+MEMORY_READS = ("TotalEccErrors", "RemappedRows", "PcieReplayCounter")
+
+
 def clock_event_names_for_counter(name: str) -> int:
     return _COUNTER_BITS.get(name, 0)
 
@@ -395,8 +402,12 @@ class FakeNvml:
                 dev.p = replace(dev.p, sm_clocks=(cur, int(mod[9:]), default, top))
             elif mod.startswith("open="):
                 dev.p = replace(dev.p, open_error=int(mod[5:]))
-            elif mod.startswith("readerr="):
-                dev.p = replace(dev.p, read_error=int(mod[8:]))
+            elif mod.startswith("readerr="):  # readerr=16, or readerr=999@ViolationStatus
+                code, _, calls = mod[8:].partition("@")
+                named = tuple(c for c in calls.split("+") if c)
+                if any(not hasattr(self, f"nvmlDeviceGet{c}") for c in named):
+                    raise ValueError(mod)
+                dev.p = replace(dev.p, read_error=int(code), read_error_calls=named)
             elif mod == "events=fail":
                 self.event_set_error = 999  # NVML_ERROR_UNKNOWN
             else:
@@ -406,7 +417,7 @@ class FakeNvml:
                 f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
                 hint="use xid=N[@GI], ecc+=N, replay+=N, clocks=0xMASK, nvdown=LINK, "
                 "throttle=REASON+SECONDS, nverr=COUNTER@LINK+N, appclock=MHZ, open=CODE, "
-                "readerr=CODE or events=fail",
+                "readerr=CODE[@CALL+CALL] or events=fail",
             ) from None
 
     # ----- test controls -----------------------------------------------------------------
@@ -546,10 +557,12 @@ class FakeNvml:
         return handle.p.gpu_instance_id
 
     # ----- health ------------------------------------------------------------------------
-    def _read(self, dev: FakeDevice) -> bool:
-        """True from the second health read on, when ``:ecc+=``-style drift applies."""
-        if dev.reads >= 2 and dev.p.read_error is not None:
-            raise NVMLError(dev.p.read_error)
+    def _read(self, dev: FakeDevice, call: str) -> bool:
+        """True from the second health read on, when ``:ecc+=``-style drift applies; raises
+        the profile's ``read_error`` then, for the reads it names."""
+        broken = dev.p.read_error is not None and call in (dev.p.read_error_calls or MEMORY_READS)
+        if dev.reads >= 2 and broken:
+            raise NVMLError(dev.p.read_error)  # type: ignore[arg-type]
         return dev.reads >= 2
 
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
@@ -566,7 +579,7 @@ class FakeNvml:
         dev = self._dev(handle)
         if not dev.p.ecc_enabled:
             raise NVMLError(N.ERROR_NOT_SUPPORTED)
-        later = self._read(dev)
+        later = self._read(dev, "TotalEccErrors")
         base = self._value(dev.p.ecc_volatile_uncorrected)
         if error_type != N.MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
@@ -576,23 +589,25 @@ class FakeNvml:
         return int(self._value(self._dev(handle).p.retired_pages_pending))
 
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
-        self._read(self._dev(handle))
+        self._read(self._dev(handle), "RemappedRows")
         corr, unc, pending, failure = self._value(self._dev(handle).p.remapped_rows)
         return corr, unc, int(pending), int(failure)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
         dev = self._dev(handle)
-        later = self._read(dev)
+        later = self._read(dev, "PcieReplayCounter")
         return self._value(dev.p.pcie_replay) + (dev.drift.replay if later else 0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         dev = self._dev(handle)
-        if dev.drift.clock_events is not None and self._read(dev):
+        if self._read(dev, "CurrentClocksEventReasons") and dev.drift.clock_events is not None:
             return dev.drift.clock_events
         return self._value(dev.p.clock_events)
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
-        return self._value(self._dev(handle).p.temperature_c)
+        dev = self._dev(handle)
+        self._read(dev, "Temperature")
+        return self._value(dev.p.temperature_c)
 
     # ----- PCIe, power, processes --------------------------------------------------------
     def _pcie(self, handle: Any, attr: str, which: int) -> int:
@@ -611,7 +626,9 @@ class FakeNvml:
         return self._pcie(handle, "pcie_width", 1)
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
-        return self._value(self._dev(handle).p.power_limit_mw)
+        dev = self._dev(handle)
+        self._read(dev, "PowerManagementLimit")
+        return self._value(dev.p.power_limit_mw)
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
         p = self._dev(handle).p
@@ -623,6 +640,7 @@ class FakeNvml:
             raise NVMLError(
                 N.ERROR_NOT_SUPPORTED if not dev.p.nvlinks else N.ERROR_INVALID_ARGUMENT
             )
+        self._read(dev, "NvLinkState")
         down = dev.p.nvlinks_down + (dev.drift.nvlink_down if dev.reads >= 2 else ())
         return 0 if link in down else N.FEATURE_ENABLED
 
@@ -630,6 +648,7 @@ class FakeNvml:
         dev = self._dev(handle)
         if not dev.p.nvlink_counters or link >= dev.p.nvlinks:
             raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        self._read(dev, "NvLinkErrorCounter")
         name = N.NVLINK_ERRORS.get(counter)
         if name is None:
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
@@ -650,6 +669,7 @@ class FakeNvml:
 
     def nvmlDeviceGetViolationStatus(self, handle: Any, policy: int) -> SimpleNamespace:
         dev = self._dev(handle)
+        self._read(dev, "ViolationStatus")
         name = N.VIOLATION_POLICIES.get(policy)
         if name is None:
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
@@ -661,6 +681,7 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[SimpleNamespace]:
         """R535+ answers the slowdown fields; an older driver answers NotSupported per field."""
         dev = self._dev(handle)
+        self._read(dev, "FieldValues")
         self._value(dev.p.throttle_ns)
         new = int(dev.p.driver.split(".")[0]) >= 535
         values = []
@@ -688,6 +709,7 @@ class FakeNvml:
         return self._clock(handle, clock, 0)
 
     def nvmlDeviceGetApplicationsClock(self, handle: Any, clock: int) -> int:
+        self._read(self._dev(handle), "ApplicationsClock")
         return self._clock(handle, clock, 1)
 
     def nvmlDeviceGetDefaultApplicationsClock(self, handle: Any, clock: int) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.gpu.gpu_info import Health, XidEvent
-from gpuci.gpu.nvml import NvmlSession
+from gpuci.gpu.nvml import GpuLost, NvmlSession
 from gpuci.gpu.nvml_abi import (
     CLOCK_EVENT_REASONS,
     HARMFUL_CLOCK_EVENTS,
@@ -163,6 +163,16 @@ class LoadSampler:
         self.sample()  # one last read, so a short load still has a sample
 
 
+def read_after(session: NvmlSession, index: int) -> Health:
+    """NVML's read after the load. A GPU lost under the load answers nothing: every read it
+    answered before is then unreadable, which :func:`judge` fails on that GPU (exit 1, the
+    GPU named in ``failed-checks``) rather than stopping the run as an infrastructure error."""
+    try:
+        return session.health(index)
+    except GpuLost as exc:
+        return Health(errors=(exc.message,))
+
+
 def confirm_clocks(
     read: Callable[[], Health], first: int | None, interval_s: float, needed: int = CONSECUTIVE
 ) -> int:
@@ -219,7 +229,7 @@ def judge(
             reasons.append(problem)
     lost = after.unreadable_since(before)
     if lost:
-        errors = f" (NVML: {'; '.join(after.errors)})" if after.errors else ""
+        errors = f" (NVML: {'; '.join(dict.fromkeys(after.errors))})" if after.errors else ""
         reasons.append(
             f"{', '.join(lost)} readable before the load, unreadable after it{errors}: the GPU "
             "may need a reset"
@@ -334,6 +344,8 @@ def judge_nvlink(
     """
     if before is None and after is None:
         return [], {}
+    if after is None:  # no state readable after the load: judge's unreadable rule fails it
+        return [], {"nvlinks_active": [len(before or ()), None]}
     reasons = []
     went_down = sorted(set(before or ()) - set(after or ()))
     if went_down:
