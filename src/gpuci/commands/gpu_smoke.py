@@ -37,6 +37,13 @@ INPUTS = (
         "float",
         minimum=0,
     ),
+    Input(
+        "min-busbw-gbs",
+        "Least all-reduce bus bandwidth in GB/s (nccl-tests' busbw; default: a measured "
+        "figure per interconnect, else reported, not judged).",
+        "float",
+        minimum=0,
+    ),
     Input("framework", "Load generator.", "str", "auto", choices=("auto", "torch", "cupy", "none")),
     Input(
         "dcgm-level",

@@ -208,3 +208,95 @@ def _mig_minimums(name: str, override_mem_bw: float | None) -> Minimums:
     sources.append(f"GEMM scaled to {slices} of {MIG_COMPUTE_SLICES} compute slices")
     sources.append("host-device not judged on a MIG slice (copy engines are shared)")
     return Minimums(key, mem, None, None, "; ".join(sources), gemm)
+
+
+# ----- all-reduce bus bandwidth ----------------------------------------------------------
+# NVLink: data rate per link, one direction, GB/s (NVIDIA's datasheets: V100 SXM2 300 GB/s over
+# 6 links, A100 SXM 600 over 12, H100/H200 SXM 900 over 18, B200 1.8 TB/s over 18, all counted
+# both directions), and the generation each architecture carries.
+NVLINK_LINK_GBS = {2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+NVLINK_GENERATION = {"Volta": 2, "Ampere": 3, "Hopper": 4, "Blackwell": 5}
+# Measured all-reduce bus bandwidth floors (GB/s) per interconnect, at the nccl check's buffer
+# (32 Mi float32 = 128 MiB), with who measured them and when: ``{"NVLink4": (floor, "source")}``.
+# Empty: no GPU has run the check yet (scripts/gpu-check.sh records the figure), and the
+# published nccl-tests figures are for multi-GB messages, above the plateau a 128 MiB
+# all-reduce reaches, so none of them is a floor here. Until then busbw is reported, with the
+# link's datasheet peak beside it, and judged only against ``min-busbw-gbs``.
+BUSBW_MEASURED: dict[str, tuple[float, str]] = {}
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """What one GPU's all-reduce traffic can run over: its NVLinks (when it counts them) or PCIe.
+
+    A bridged PCIe board (``H100 NVL``, an A100 PCIe pair) links only its bridge partner, so
+    across more GPUs the traffic crosses PCIe: its NVLinks are not counted.
+    """
+
+    nvlink_generation: int | None  # None: no NVLink counted
+    nvlinks: int  # links up
+    pcie: tuple[int | None, int | None]  # (generation, width) of its PCIe link
+
+
+def gpu_link(
+    name: str,
+    architecture: str | None,
+    nvlinks_active: tuple[int, ...] | None,
+    pcie: tuple[int | None, int | None],
+) -> GpuLink:
+    bridged = re.search(r"PCIe|NVL\b", name) is not None
+    generation = NVLINK_GENERATION.get(architecture or "")
+    if bridged or not nvlinks_active or generation is None:
+        return GpuLink(None, 0, pcie)
+    return GpuLink(generation, len(nvlinks_active), pcie)
+
+
+@dataclass(frozen=True)
+class Bus:
+    """The interconnect an all-reduce runs over, and what its bus bandwidth is held to."""
+
+    kind: str  # "NVLink4", "PCIe Gen5 x16", "unknown"
+    peak_gbs: float | None  # datasheet one-direction rate of the slowest GPU's links
+    min_gbs: float | None  # None: reported, not judged
+    source: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "peak_gbs": self.peak_gbs, "min_gbs": self.min_gbs,
+                "source": self.source}  # fmt: skip
+
+
+def all_reduce_bus(links: list[GpuLink | None], override: float | None = None) -> Bus:
+    """The bus of an all-reduce over GPUs with ``links``: as fast as the slowest GPU's links.
+
+    Every GPU on NVLink of one generation: NVLink, its peak the fewest links up times the link
+    rate. Anything else (one GPU without NVLink, a bridged board, mixed generations): PCIe, its
+    peak the slowest PCIe link. ``override`` (``min-busbw-gbs``) is the floor when given.
+    """
+    known = [link for link in links if link is not None]
+    generations = {link.nvlink_generation for link in known}
+    if not known or len(known) < len(links):
+        kind, peak = "unknown", None
+    elif len(generations) == 1 and None not in generations:
+        generation = generations.pop()
+        assert generation is not None
+        kind = f"NVLink{generation}"
+        peak = min(link.nvlinks for link in known) * NVLINK_LINK_GBS[generation]
+    else:
+        rates = [pcie_gbs(*link.pcie) for link in known]
+        slowest = min(known, key=lambda link: pcie_gbs(*link.pcie) or 0.0)
+        gen, width = slowest.pcie
+        kind = f"PCIe Gen{gen if gen else '?'} x{width if width else '?'}"
+        peak = None if None in rates else min(r for r in rates if r is not None)
+    peak = None if peak is None else round(peak, 1)
+    if override is not None:
+        return Bus(kind, peak, override, "min-busbw-gbs")
+    if kind in BUSBW_MEASURED:
+        floor, source = BUSBW_MEASURED[kind]
+        return Bus(kind, peak, floor, source)
+    return Bus(
+        kind,
+        peak,
+        None,
+        f"no measured all-reduce bus bandwidth for {kind} at this buffer size: reported, not "
+        "judged (set min-busbw-gbs to judge)",
+    )
