@@ -39,6 +39,7 @@ from gpuci.gpu.smoke.health import (
     judge,
     judge_nvlink,
     read_after,
+    throttle_share,
 )
 from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
@@ -449,6 +450,7 @@ def _health_checks(
                 sustained,
                 clocks_seen=sampler.seen.get(index) if sampler else None,
                 seconds=budget.elapsed(),
+                throttle_share=throttle_share(values),
             )
             if others:
                 figures["other_instance_xids"] = others

@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Usable GB/s per lane after encoding overhead, by PCIe generation.
+# Usable GB/s per lane after encoding overhead, by PCIe generation (PCI-SIG's transfer rates:
+# 2.5/5 GT/s with 8b/10b, 8/16/32 GT/s with 128b/130b; Gen6 64 GT/s PAM4 with FLIT overhead).
 PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# The shares of peak below are choices (issue 15), not measurements: see the module docstring.
 SHARE_OF_PEAK = 0.6  # device copy bandwidth and host-to-device
 GEMM_SHARE_OF_PEAK = 0.5
 D2H_SHARE_OF_LINK = 0.5  # a margin for a far-socket pinned buffer
@@ -68,19 +70,39 @@ _CAPPED = "power-capped board: no measured sustained FP16 GEMM figure recorded, 
 
 
 # Most specific first: "H100 NVL" before "H100"; \b keeps "GH200" from matching "H200".
+# Source of every figure: NVIDIA's product datasheet for the board (memory bandwidth, dense
+# FP16 tensor TFLOP/s, i.e. half the "with sparsity" figure, memory size), as the comment on
+# each row says. Measured: none (no GPU has run gpu-smoke for this project yet; docs/gpu-smoke.md
+# keeps the table of sources and will gain a "measured" column when gpu-check.sh has run).
 MODELS: tuple[Model, ...] = (
-    # H200 NVL: 600 W PCIe card, 4.8 TB/s, 835 TFLOP/s dense FP16 (datasheet, 1671 sparse).
+    # NVIDIA H200 NVL datasheet: 4.8 TB/s HBM3e, FP16 tensor 1,671 sparse / 835 dense, 141 GB,
+    # up to 600 W (PCIe card, NVLink bridge 2- or 4-way).
     Model("H200-NVL", r"\bH200 NVL\b", 4800, 835, (5, 16), 141),
+    # NVIDIA H200 (SXM) datasheet: 4.8 TB/s, FP16 tensor 1,979 sparse / 989 dense, 141 GB, 700 W.
     Model("H200", r"\bH200\b", 4800, 989, (5, 16), 141),
+    # NVIDIA H100 NVL datasheet: 3.9 TB/s, FP16 tensor 1,671 sparse / 835 dense, 94 GB.
     Model("H100-NVL", r"\bH100 NVL\b", 3900, 835, (5, 16), 94),
+    # NVIDIA H100 SXM5 datasheet: 3.35 TB/s, FP16 tensor 1,979 sparse / 989 dense, 80 GB.
     Model("H100-SXM", r"\bH100\b.*(SXM|HBM3)", 3350, 989, (5, 16), 80),
+    # NVIDIA H100 PCIe datasheet: 2.0 TB/s, FP16 tensor 1,513 sparse / 756 dense, 80 GB.
     Model("H100-PCIe", r"\bH100\b", 2000, 756, (5, 16), 80),
+    # NVIDIA A100 datasheet, 80GB SXM: 2,039 GB/s (the 80GB PCIe card: 1,935), FP16 tensor 312
+    # dense (624 sparse).
     Model("A100-80GB", r"\bA100\b.*80GB", 2039, 312, (4, 16), 80),
+    # NVIDIA A100 datasheet, 40GB: 1,555 GB/s, FP16 tensor 312 dense.
     Model("A100-40GB", r"\bA100\b", 1555, 312, (4, 16), 40),
+    # NVIDIA L40S datasheet: 864 GB/s GDDR6, FP16 tensor 362 dense (733 sparse), 48 GB, 350 W.
     Model("L40S", r"\bL40S\b", 864, 362, (4, 16), 48, _CAPPED),
+    # NVIDIA A10 datasheet: 600 GB/s, FP16 tensor 125 dense (250 sparse), 24 GB, 150 W. The A10G
+    # (AWS G5) shares the row: AWS publishes its memory, not a tensor figure; GEMM is not judged.
     Model("A10", r"\bA10G?\b", 600, 125, (4, 16), 24, _CAPPED),
+    # NVIDIA L4 datasheet: 300 GB/s, FP16 tensor 242 sparse / 121 dense, 24 GB, 72 W.
     Model("L4", r"\bL4\b", 300, 121, (4, 16), 24, _CAPPED),
+    # NVIDIA T4 datasheet: 320 GB/s, 65 TFLOP/s mixed-precision FP16, 16 GB, 70 W. Sustained
+    # under the cap: ~24 TFLOP/s (the figure issue 23 cites from NVIDIA's forum, not ours).
     Model("T4", r"\bT4\b", 320, 65, (3, 16), 16, _CAPPED),
+    # NVIDIA V100 datasheet, SXM2: 900 GB/s, 125 TFLOP/s tensor, 16 GB (32 GB boards share the
+    # row; the PCIe card's tensor figure is 112).
     Model("V100", r"\bV100\b", 900, 125, (3, 16), 16),
 )
 
