@@ -50,6 +50,11 @@ def _open(url: str, environ: Mapping[str, str], rt: Runtime | None = None) -> An
     )
 
 
+def _text(value: Any, limit: int = 64) -> str:
+    """A short string field from a report or a stored verdict (an input): else empty."""
+    return value.strip()[:limit] if isinstance(value, str) else ""
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -78,7 +83,7 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
             {
                 "schema": 1,
                 "uuid": str(gpu.get("uuid") or ""),
-                "serial": gpu.get("serial"),
+                "serial": _text(gpu.get("serial")) or None,
                 "index": gpu["index"],
                 "name": str(gpu.get("name") or ""),
                 "host": host,
@@ -172,12 +177,21 @@ def report(values: dict[str, Any], rt: Runtime) -> Result:
             f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
         ) from None
     rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-        lambda: {"runs": 0, "fails": 0, "last": "", "checks": set(), "name": "", "runner": set()}
+        lambda: {
+            "runs": 0,
+            "fails": 0,
+            "last": "",
+            "checks": set(),
+            "name": "",
+            "runner": set(),
+            "serial": "",
+        }
     )
     for item in items:
         row = rows[(str(item.get("host") or "?"), item["uuid"])]
         row["runs"] += 1
         row["name"] = str(item.get("name") or "")
+        row["serial"] = _text(item.get("serial")) or row["serial"]
         if item.get("runner"):
             row["runner"].add(str(item["runner"]))
         if item.get("passed") is False:
@@ -193,13 +207,24 @@ def report(values: dict[str, Any], rt: Runtime) -> Result:
         f"in the last {days:g} day(s), of {len(rows)} GPU(s) in {len(items)} verdict(s)"
     )
     table = markdown_table(
-        ["node", "runner", "GPU", "UUID", "failed", "verdicts", "last failure", "failed checks"],
+        [
+            "node",
+            "runner",
+            "GPU",
+            "UUID",
+            "serial",
+            "failed",
+            "verdicts",
+            "last failure",
+            "failed checks",
+        ],
         [
             (
                 host,
                 ", ".join(sorted(r["runner"])),
                 r["name"],
                 uuid,
+                r["serial"] or "-",
                 r["fails"],
                 r["runs"],
                 r["last"],
@@ -217,6 +242,7 @@ def report(values: dict[str, Any], rt: Runtime) -> Result:
             {
                 "host": h,
                 "uuid": u,
+                "serial": r["serial"] or None,
                 "failed": r["fails"],
                 "verdicts": r["runs"],
                 "last": r["last"],

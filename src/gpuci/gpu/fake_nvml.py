@@ -119,6 +119,9 @@ class Profile:
     # (current, applications, default applications, max) MHz; None: NotSupported
     sm_clocks: tuple[int, int, int, int] | None = (1410, 1980, 1980, 1980)
     mem_clocks: tuple[int, int, int, int] | None = (2619, 2619, 2619, 2619)
+    # nvmlDeviceGetSerial: NVIDIA's 13-digit board serial (made up here, in that form: these
+    # first 9 digits, then the GPU's index in 4); None: NotSupported, as on GeForce boards.
+    serial_prefix: str | None = "132102100"
 
 
 _NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
@@ -152,6 +155,7 @@ PROFILES: dict[str, Profile] = {
         mig=[],
         nvlinks=18,
         mem_clocks=(3201, 3201, 3201, 3201),
+        serial_prefix="165242100",
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
     "h100-sxm": Profile(
@@ -169,6 +173,7 @@ PROFILES: dict[str, Profile] = {
         remapped_rows=_NO_REMAPS,
         mig=[],
         nvlinks=18,
+        serial_prefix="165232100",
     ),
     # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
     "a100-mig": Profile(
@@ -185,6 +190,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=27,
         remapped_rows=_NO_REMAPS,
         mig=[MigProfile("3g.20gb", 19968, 1), MigProfile("3g.20gb", 19968, 2)],
+        serial_prefix="132102200",
     ),
     # L4: 23034 MiB GDDR6, 72 W, PCIe Gen4 x16, Ada (cc 8.9).
     "l4": Profile(
@@ -201,6 +207,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=38,
         remapped_rows=_NO_REMAPS,
         mig=None,
+        serial_prefix="132432300",
     ),
     # T4: 15360 MiB GDDR6, 70 W, PCIe Gen3 x16, Turing (cc 7.5): retired pages, no remapping.
     "t4": Profile(
@@ -220,6 +227,7 @@ PROFILES: dict[str, Profile] = {
         # T4's default applications clock is 585 MHz (boost to 1590 is automatic): not lowered
         sm_clocks=(300, 585, 585, 1590),
         mem_clocks=(405, 5001, 5001, 5001),
+        serial_prefix="132352000",
     ),
     # An A100 80GB with 2 volatile uncorrected ECC errors and a row remap pending a reset.
     "ecc-bad": Profile(
@@ -238,6 +246,7 @@ PROFILES: dict[str, Profile] = {
         remapped_rows=(0, 1, True, False),
         pcie_replay=3,
         mig=[],
+        serial_prefix="132102300",
     ),
     # V100 on driver 470 (CUDA 11.4): no nvmlDeviceGetMemoryInfo_v2, retired pages only.
     "old-driver": Profile(
@@ -255,6 +264,7 @@ PROFILES: dict[str, Profile] = {
         retired_pages_pending=False,
         mig=None,
         memory_v2=False,
+        serial_prefix="032371800",
     ),
 }
 
@@ -490,6 +500,10 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         self._check()
         return handle.uuid
+
+    def nvmlDeviceGetSerial(self, handle: Any) -> str:
+        dev = self._dev(handle)
+        return f"{self._value(dev.p.serial_prefix)}{dev.index:04d}"
 
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
         return self._dev(handle).index

@@ -185,6 +185,10 @@ class GpuInfo:
     # ("sm" or "mem", current, applications, default applications, max clock) in MHz; a None
     # inside: that value is unsupported.
     clocks_mhz: tuple[tuple[str, int | None, int | None, int | None, int | None], ...] = ()
+    # The board's serial number (nvmlDeviceGetSerial: the one on the label, which follows the
+    # board to the RMA desk; a UUID does not). None: not reported (GeForce and most consumer
+    # boards answer NotSupported).
+    serial: str | None = None
 
     def mode_findings(self) -> list[str]:
         """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""

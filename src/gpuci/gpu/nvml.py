@@ -15,6 +15,7 @@ snapshot.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -461,6 +462,7 @@ class NvmlSession:
             nvlink_active=health.nvlink_active,
             clocks_mhz=self._clocks(h, notes),
             persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
+            serial=_serial(opt("nvmlDeviceGetSerial", h, notes=notes)),
             notes=tuple(notes),
         )
 
@@ -540,6 +542,18 @@ class XidWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SERIAL = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _serial(raw: Any) -> str | None:
+    """A board serial as NVML gives it (str, or bytes from older bindings), or None when it is
+    not a plain token: it names the board in records and reports, so nothing else gets in."""
+    if isinstance(raw, bytes | bytearray):
+        raw = bytes(raw).split(b"\0")[0].decode("ascii", "replace")
+    text = raw.strip() if isinstance(raw, str) else ""
+    return text if _SERIAL.fullmatch(text) else None
 
 
 def _enabled(value: Any) -> bool | None:

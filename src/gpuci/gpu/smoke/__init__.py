@@ -559,7 +559,10 @@ def _result(
         "nvml_source": snapshot.source,
         "driver_version": snapshot.driver_version,
         "cuda_version": snapshot.cuda_text,
-        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
+        "gpus": [
+            {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial}
+            for g in snapshot.gpus
+        ],
         "failed_checks": [o.label for o in failed],
         "skipped_checks": [o.label for o in skipped],
         "environment_problem": environment,
