@@ -24,7 +24,7 @@ def script(tmp_path: Path, gpu_env):
 
 
 def _run(
-    gpu_env, tmp_path: Path, *args: str, timeout: float = 60, **env: str
+    gpu_env, tmp_path: Path, *args: str, timeout: float = 180, **env: str
 ) -> subprocess.CompletedProcess[str]:
     environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
     environ.update(env)
