@@ -519,10 +519,12 @@ def _bus_bandwidth(
         bus = replace(bus, source="the CPU stand-in: reported, not judged")
     elif any(t.others for t in usable) and override is None:
         bus = replace(bus, min_gbs=None, source="other processes on the GPUs: not judged")
-    figures["bus"] = bus.to_dict()
+    if timing is None:
+        bus = replace(bus, min_gbs=None, source="the all-reduce reported no timing: not judged")
+    # flat, so the job summary's figures column reads them: bus=NVLink4 bus_peak_gbs=450 ...
+    figures.update({f"bus_{k}" if k != "kind" else "bus": v for k, v in bus.to_dict().items()})
     if timing is None:
         figures["busbw_gbs"] = None
-        figures["bus"]["source"] = "the all-reduce reported no timing: not judged"
         return None
     runs = timing.bandwidths(len(usable))
     figures["algbw_gbs"] = [round(alg, 2) for alg, _ in runs]
