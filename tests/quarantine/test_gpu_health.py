@@ -95,3 +95,33 @@ def test_the_report_reads_only_the_period_skips_garbage_and_escapes_cells(tmp_pa
 def test_report_without_a_store_is_an_input_error(tmp_path):
     proc = cli(tmp_path, "gpus", "report")
     assert proc.returncode == 2 and "GPUCI_GPU_HEALTH_STORE" in proc.stdout + proc.stderr
+
+
+def test_the_board_serial_is_recorded_and_reported(tmp_path):
+    """Issue 26 item 3: the serial on the board's label follows it to the RMA desk."""
+    store = tmp_path / "health"
+    url = store.as_uri()
+    assert smoke(tmp_path, "h200:ecc+=1,t4", GPUCI_GPU_HEALTH_STORE=url).returncode == 1
+    records = {r["index"]: r for r in map(json.loads, map(Path.read_text, verdict_files(store)))}
+    assert records[0]["serial"] == "1652421000000"  # the fake's, in NVIDIA's 13-digit form
+    assert records[1]["serial"] == "1323520000001"
+    proc = cli(tmp_path, "gpus", "report", "--days", "1", "--store", url, "--json")
+    body = json.loads(proc.stdout)
+    assert "| serial |" in body["summary_markdown"].splitlines()[2]
+    assert "| 1652421000000 |" in body["summary_markdown"]
+    assert body["report"]["failing"][0]["serial"] == "1652421000000"
+
+
+def test_a_stored_serial_is_an_input(tmp_path):
+    """A verdict object's serial is capped and never breaks the table."""
+    store = tmp_path / "health"
+    assert smoke(tmp_path, "h200:ecc+=1", GPUCI_GPU_HEALTH_STORE=store.as_uri()).returncode == 1
+    (path,) = verdict_files(store)
+    item = json.loads(path.read_text())
+    item["serial"] = "x|y\n::error::" + "9" * 500
+    path.write_text(json.dumps(item))
+    proc = cli(tmp_path, "gpus", "report", "--days", "1", "--store", store.as_uri(), "--json")
+    body = json.loads(proc.stdout)
+    serial = body["report"]["failing"][0]["serial"]
+    assert len(serial) <= 64
+    assert "\n::error::" not in body["summary_markdown"]

@@ -156,3 +156,21 @@ class GpuLike(NumpyBackend):
 
     def device_pci_bus_id(self, index: int) -> str | None:
         return self.buses[index]
+
+
+BUS_BYTES = 128 * 1024 * 1024  # the nccl check's buffer: 32 Mi float32
+BUS_SECONDS = 0.002  # one all-reduce of it: 67.1 GB/s algbw
+
+
+def timed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A correct all-reduce whose timed runs take ``BUS_SECONDS`` per all-reduce (busbw from
+    nccl-tests' formula: 67.1 GB/s x 2(n-1)/n)."""
+    from gpuci.gpu.smoke.allreduce import PER_RUN, RUNS, report_timing
+
+    report_timing(BUS_BYTES, [BUS_SECONDS * PER_RUN] * RUNS)
+    return [(float(len(indices)), float(len(indices)))] * len(indices)
+
+
+def untimed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A correct all-reduce that reports no timing (a reducer from before busbw)."""
+    return [(float(len(indices)), float(len(indices)))] * len(indices)

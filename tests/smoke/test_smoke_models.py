@@ -56,3 +56,55 @@ def test_a_mig_device_without_a_name_is_not_its_parent() -> None:
     (t,) = targets
     assert t.name == "NVIDIA A100-SXM4-40GB MIG"
     assert t.minimums.gemm_tflops is None and t.minimums.mem_bw_gbs is None  # reported only
+
+
+# ----- every figure has a source, and the docs table says the same as the code -------------
+def _docs_rows() -> dict[str, list[str]]:
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "gpu-smoke.md").read_text()
+    section = text.split("## Per-model minimums", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0] not in ("key", "---"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_every_model_row_is_in_the_docs_table_with_its_figures_and_source() -> None:
+    from gpuci.gpu.smoke.models import MODELS
+
+    rows = _docs_rows()
+    assert sorted(rows) == sorted(m.key for m in MODELS)
+    for m in MODELS:
+        _, bandwidth, gemm, memory, source, measured = rows[m.key]
+        assert bandwidth == f"{m.mem_bw_gbs:g} ({m.min_mem_bw_gbs:g})", m.key
+        shown = "reported, not judged" if m.gemm_report_only else f"{m.min_gemm_tflops:g}"
+        assert gemm.startswith(f"{m.fp16_tflops:g} ({shown}"), m.key
+        assert memory == f"{m.memory_gb:g}", m.key
+        assert "datasheet" in source, m.key
+        assert measured, m.key  # "none", or who measured and when
+
+
+def test_every_model_row_names_its_source_in_a_comment() -> None:
+    """A row without a comment above it naming the datasheet is a figure of unknown origin."""
+    import inspect
+
+    from gpuci.gpu.smoke import models
+
+    lines = inspect.getsource(models).splitlines()
+    rows = [i for i, line in enumerate(lines) if line.strip().startswith("Model(")]
+    assert len(rows) == len(models.MODELS)
+    for i in rows:
+        block = []  # the comment lines right above the row
+        while lines[i - 1 - len(block)].strip().startswith("#"):
+            block.append(lines[i - 1 - len(block)])
+        assert any("NVIDIA" in c and "datasheet" in c for c in block), lines[i]
+
+
+@pytest.mark.parametrize("name", ["Tesla T4", "NVIDIA L4", "NVIDIA A10G", "NVIDIA L40S"])
+def test_capped_boards_say_they_are_report_only(name: str) -> None:
+    mins = minimums(name, (4, 16))
+    assert mins.gemm_tflops is None and "reported only" in mins.source
+    assert mins.mem_bw_gbs is not None  # bandwidth is still judged

@@ -106,3 +106,39 @@ def test_the_session_reads_counters_only_on_the_links_up() -> None:
         assert dict(health.throttle_ns or ())["low_util"] > 0
         quick = session.health(0, counters=False)  # the sampler's read: no counters
         assert quick.throttle_ns is None and quick.nvlink_errors is None
+
+
+# ----- the threshold is an input -----------------------------------------------------------
+def _long_run(tmp: Path, spec: str, **over: object) -> Result:
+    """A 100 s run (the clock reads 0 once, for the budget's start, then 100)."""
+    reads = iter([0.0])
+    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
+    return smoke(
+        values(tmp, framework="none", budget_seconds=1000, **over),
+        rt,
+        nvml=FakeNvml.from_spec(spec),
+        clock=lambda: next(reads, 100.0),
+    )
+
+
+def test_max_throttle_percent_sets_the_share_of_the_run(tmp_path: Path) -> None:
+    spec = "h200:throttle=hw_thermal_slowdown+12"
+    default = outcome(_long_run(tmp_path, spec), "gpu0:health")  # 10 % of 100 s: 10 s allowed
+    assert default["status"] == "fail", default
+    assert "10.0s allowed" in default["reason"]
+    assert default["figures"]["throttle_allowed_s"] == 10.0
+    wider = outcome(_long_run(tmp_path, spec, max_throttle_percent=20), "gpu0:health")
+    assert wider["status"] == "pass", wider
+    assert wider["figures"]["throttle_allowed_s"] == 20.0
+    # 0 % still allows the 1 s floor (a slowdown at the idle-to-load step)
+    strict = outcome(
+        _long_run(tmp_path, "h200:throttle=thermal+0.5", max_throttle_percent=0), "gpu0:health"
+    )
+    assert strict["status"] == "pass" and strict["figures"]["throttle_allowed_s"] == 1.0
+
+
+def test_max_throttle_percent_is_a_flag(tmp_path: Path) -> None:
+    from gpuci.commands.gpu_smoke import INPUTS
+
+    (spec,) = [i for i in INPUTS if i.name == "max-throttle-percent"]
+    assert spec.default == "10" and spec.kind == "float" and spec.minimum == 0

@@ -32,6 +32,67 @@ def test_a_counter_unreadable_after_the_load_fails(tmp_path: Path, code: int, te
     assert result.exit_code == 1
 
 
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ("ViolationStatus", "power throttle counter"),
+        ("FieldValues", "hw_thermal_slowdown throttle counter"),
+        ("ViolationStatus+FieldValues", "throttle (violation) counters"),
+        ("PowerManagementLimit", "power limit"),
+        ("ApplicationsClock", "applications clocks"),
+        ("NvLinkState", "NVLink states"),
+        ("NvLinkErrorCounter", "NVLink error counters"),
+        ("CurrentClocksEventReasons", "clock-event reasons"),
+        ("Temperature", "temperature"),
+    ],
+)
+@pytest.mark.parametrize("code", [16, 999])
+def test_every_read_unreadable_after_the_load_fails(
+    tmp_path: Path, call: str, named: str, code: int
+) -> None:
+    """One rule for every before/after read, not only the ECC and PCIe counters."""
+    result = run_env(tmp_path, FakeNvml.from_spec(f"h100-sxm:readerr={code}@{call}"))
+    health = outcome(result, "gpu0:health")
+    assert health["status"] == "fail", health
+    assert f"{named}" in health["reason"]
+    assert "readable before the load, unreadable after it" in health["reason"]
+    assert "went down" not in health["reason"]  # unreadable is not "down"
+    assert result.exit_code == 1
+
+
+def test_a_gpu_lost_under_the_load_fails_that_gpu(tmp_path: Path) -> None:
+    """GPU_IS_LOST after the load is that GPU's failure (exit 1, named), not an infra stop."""
+    result = run_env(tmp_path, FakeNvml.from_spec("h100-sxm,h100-sxm:readerr=15"))
+    assert result.exit_code == 1, result.report
+    assert outcome(result, "gpu0:health")["status"] == "pass"
+    lost = outcome(result, "gpu1:health")
+    assert lost["status"] == "fail"
+    assert "GPU 1 has fallen off the bus (NVML: GPU is lost)" in lost["reason"]
+    assert result.outputs["failed-checks"] == "gpu1:health"
+
+
+def test_a_link_down_is_not_also_unreadable_counters(tmp_path: Path) -> None:
+    """A link that went down loses its error counters: judged as down, once."""
+    result = run_env(tmp_path, FakeNvml.from_spec("h100-sxm:nvdown=3"))
+    reason = outcome(result, "gpu0:health")["reason"]
+    assert "NVLink(s) 3 went down" in reason and "unreadable" not in reason
+
+
+def test_unreadable_keys_are_named_and_capped() -> None:
+    from gpuci.gpu.gpu_info import Health
+
+    before = Health(nvlink_states=tuple((link, True) for link in range(18)))
+    after = Health(nvlink_states=((0, True),))
+    assert after.unreadable_since(before) == [
+        "NVLink 1 state",
+        "NVLink 2 state",
+        "NVLink 3 state",
+        "NVLink 4 state",
+        "13 more NVLink states",
+    ]
+    assert Health().unreadable_since(Health()) == []  # never readable: unsupported
+
+
 def test_a_counter_never_supported_still_passes(tmp_path: Path) -> None:
     fake = FakeNvml(["t4"])
     fake.set(0, pcie_replay=None)  # unsupported before and after: not a finding

@@ -37,6 +37,21 @@ INPUTS = (
         "float",
         minimum=0,
     ),
+    Input(
+        "min-busbw-gbs",
+        "Least all-reduce bus bandwidth in GB/s (nccl-tests' busbw; default: a measured "
+        "figure per interconnect, else reported, not judged).",
+        "float",
+        minimum=0,
+    ),
+    Input(
+        "max-throttle-percent",
+        "Share of the run (at least 1 s) a thermal or power-brake slowdown may hold the clocks "
+        "down, by NVML's cumulative counters, before the GPU fails.",
+        "float",
+        "10",
+        minimum=0,
+    ),
     Input("framework", "Load generator.", "str", "auto", choices=("auto", "torch", "cupy", "none")),
     Input(
         "dcgm-level",

@@ -93,9 +93,12 @@ class Profile:
     processes: list[tuple[int, int]] = field(default_factory=list)
     xid_supported: bool = True
     open_error: int | None = None  # nvmlDeviceGetHandleByIndex fails so (NoPermission: 4)
-    # From the second health read on, the memory and PCIe counters fail with this NVML code
-    # (RESET_REQUIRED 16, UNKNOWN 999): a GPU that broke under the load.
+    # From the second health read on, reads fail with this NVML code (RESET_REQUIRED 16,
+    # UNKNOWN 999, GPU_IS_LOST 15): a GPU that broke under the load. Which reads: the calls in
+    # ``read_error_calls`` (``nvmlDeviceGet`` left off: "ViolationStatus", "NvLinkState"), or
+    # the memory and PCIe counters (``MEMORY_READS``) when it is empty.
     read_error: int | None = None
+    read_error_calls: tuple[str, ...] = ()
     # Cumulative throttle ns since the driver loaded, per violation policy and (R535+) slowdown
     # field value, as a healthy node some days up shows them: power-capped for a while under
     # earlier jobs, idle most of the time, never thermally slowed. None: NotSupported (vGPU).
@@ -116,6 +119,9 @@ class Profile:
     # (current, applications, default applications, max) MHz; None: NotSupported
     sm_clocks: tuple[int, int, int, int] | None = (1410, 1980, 1980, 1980)
     mem_clocks: tuple[int, int, int, int] | None = (2619, 2619, 2619, 2619)
+    # nvmlDeviceGetSerial: NVIDIA's 13-digit board serial (made up here, in that form: these
+    # first 9 digits, then the GPU's index in 4); None: NotSupported, as on GeForce boards.
+    serial_prefix: str | None = "132102100"
 
 
 _NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
@@ -149,6 +155,7 @@ PROFILES: dict[str, Profile] = {
         mig=[],
         nvlinks=18,
         mem_clocks=(3201, 3201, 3201, 3201),
+        serial_prefix="165242100",
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
     "h100-sxm": Profile(
@@ -166,6 +173,7 @@ PROFILES: dict[str, Profile] = {
         remapped_rows=_NO_REMAPS,
         mig=[],
         nvlinks=18,
+        serial_prefix="165232100",
     ),
     # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
     "a100-mig": Profile(
@@ -182,6 +190,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=27,
         remapped_rows=_NO_REMAPS,
         mig=[MigProfile("3g.20gb", 19968, 1), MigProfile("3g.20gb", 19968, 2)],
+        serial_prefix="132102200",
     ),
     # L4: 23034 MiB GDDR6, 72 W, PCIe Gen4 x16, Ada (cc 8.9).
     "l4": Profile(
@@ -198,6 +207,7 @@ PROFILES: dict[str, Profile] = {
         temperature_c=38,
         remapped_rows=_NO_REMAPS,
         mig=None,
+        serial_prefix="132432300",
     ),
     # T4: 15360 MiB GDDR6, 70 W, PCIe Gen3 x16, Turing (cc 7.5): retired pages, no remapping.
     "t4": Profile(
@@ -217,6 +227,7 @@ PROFILES: dict[str, Profile] = {
         # T4's default applications clock is 585 MHz (boost to 1590 is automatic): not lowered
         sm_clocks=(300, 585, 585, 1590),
         mem_clocks=(405, 5001, 5001, 5001),
+        serial_prefix="132352000",
     ),
     # An A100 80GB with 2 volatile uncorrected ECC errors and a row remap pending a reset.
     "ecc-bad": Profile(
@@ -235,6 +246,7 @@ PROFILES: dict[str, Profile] = {
         remapped_rows=(0, 1, True, False),
         pcie_replay=3,
         mig=[],
+        serial_prefix="132102300",
     ),
     # V100 on driver 470 (CUDA 11.4): no nvmlDeviceGetMemoryInfo_v2, retired pages only.
     "old-driver": Profile(
@@ -252,6 +264,7 @@ PROFILES: dict[str, Profile] = {
         retired_pages_pending=False,
         mig=None,
         memory_v2=False,
+        serial_prefix="032371800",
     ),
 }
 
@@ -318,6 +331,10 @@ _COUNTER_BITS = {
     "hw_thermal_slowdown": 0x40,
     "hw_power_brake_slowdown": 0x80,
 }
+
+
+# The reads a bare ``readerr=CODE`` breaks after the load: the memory and PCIe counters.
+MEMORY_READS = ("TotalEccErrors", "RemappedRows", "PcieReplayCounter")
 
 
 def clock_event_names_for_counter(name: str) -> int:
@@ -395,8 +412,12 @@ class FakeNvml:
                 dev.p = replace(dev.p, sm_clocks=(cur, int(mod[9:]), default, top))
             elif mod.startswith("open="):
                 dev.p = replace(dev.p, open_error=int(mod[5:]))
-            elif mod.startswith("readerr="):
-                dev.p = replace(dev.p, read_error=int(mod[8:]))
+            elif mod.startswith("readerr="):  # readerr=16, or readerr=999@ViolationStatus
+                code, _, calls = mod[8:].partition("@")
+                named = tuple(c for c in calls.split("+") if c)
+                if any(not hasattr(self, f"nvmlDeviceGet{c}") for c in named):
+                    raise ValueError(mod)
+                dev.p = replace(dev.p, read_error=int(code), read_error_calls=named)
             elif mod == "events=fail":
                 self.event_set_error = 999  # NVML_ERROR_UNKNOWN
             else:
@@ -406,7 +427,7 @@ class FakeNvml:
                 f"GPUCI_FAKE_NVML modifier '{mod}' is not understood",
                 hint="use xid=N[@GI], ecc+=N, replay+=N, clocks=0xMASK, nvdown=LINK, "
                 "throttle=REASON+SECONDS, nverr=COUNTER@LINK+N, appclock=MHZ, open=CODE, "
-                "readerr=CODE or events=fail",
+                "readerr=CODE[@CALL+CALL] or events=fail",
             ) from None
 
     # ----- test controls -----------------------------------------------------------------
@@ -480,6 +501,10 @@ class FakeNvml:
         self._check()
         return handle.uuid
 
+    def nvmlDeviceGetSerial(self, handle: Any) -> str:
+        dev = self._dev(handle)
+        return f"{self._value(dev.p.serial_prefix)}{dev.index:04d}"
+
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
         return self._dev(handle).index
 
@@ -546,10 +571,12 @@ class FakeNvml:
         return handle.p.gpu_instance_id
 
     # ----- health ------------------------------------------------------------------------
-    def _read(self, dev: FakeDevice) -> bool:
-        """True from the second health read on, when ``:ecc+=``-style drift applies."""
-        if dev.reads >= 2 and dev.p.read_error is not None:
-            raise NVMLError(dev.p.read_error)
+    def _read(self, dev: FakeDevice, call: str) -> bool:
+        """True from the second health read on, when ``:ecc+=``-style drift applies; raises
+        the profile's ``read_error`` then, for the reads it names."""
+        broken = dev.p.read_error is not None and call in (dev.p.read_error_calls or MEMORY_READS)
+        if dev.reads >= 2 and broken:
+            raise NVMLError(dev.p.read_error)  # type: ignore[arg-type]
         return dev.reads >= 2
 
     def nvmlDeviceGetEccMode(self, handle: Any) -> list[int]:
@@ -566,7 +593,7 @@ class FakeNvml:
         dev = self._dev(handle)
         if not dev.p.ecc_enabled:
             raise NVMLError(N.ERROR_NOT_SUPPORTED)
-        later = self._read(dev)
+        later = self._read(dev, "TotalEccErrors")
         base = self._value(dev.p.ecc_volatile_uncorrected)
         if error_type != N.MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
@@ -576,23 +603,25 @@ class FakeNvml:
         return int(self._value(self._dev(handle).p.retired_pages_pending))
 
     def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
-        self._read(self._dev(handle))
+        self._read(self._dev(handle), "RemappedRows")
         corr, unc, pending, failure = self._value(self._dev(handle).p.remapped_rows)
         return corr, unc, int(pending), int(failure)
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: Any) -> int:
         dev = self._dev(handle)
-        later = self._read(dev)
+        later = self._read(dev, "PcieReplayCounter")
         return self._value(dev.p.pcie_replay) + (dev.drift.replay if later else 0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
         dev = self._dev(handle)
-        if dev.drift.clock_events is not None and self._read(dev):
+        if self._read(dev, "CurrentClocksEventReasons") and dev.drift.clock_events is not None:
             return dev.drift.clock_events
         return self._value(dev.p.clock_events)
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
-        return self._value(self._dev(handle).p.temperature_c)
+        dev = self._dev(handle)
+        self._read(dev, "Temperature")
+        return self._value(dev.p.temperature_c)
 
     # ----- PCIe, power, processes --------------------------------------------------------
     def _pcie(self, handle: Any, attr: str, which: int) -> int:
@@ -611,7 +640,9 @@ class FakeNvml:
         return self._pcie(handle, "pcie_width", 1)
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
-        return self._value(self._dev(handle).p.power_limit_mw)
+        dev = self._dev(handle)
+        self._read(dev, "PowerManagementLimit")
+        return self._value(dev.p.power_limit_mw)
 
     def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: Any) -> int:
         p = self._dev(handle).p
@@ -623,6 +654,7 @@ class FakeNvml:
             raise NVMLError(
                 N.ERROR_NOT_SUPPORTED if not dev.p.nvlinks else N.ERROR_INVALID_ARGUMENT
             )
+        self._read(dev, "NvLinkState")
         down = dev.p.nvlinks_down + (dev.drift.nvlink_down if dev.reads >= 2 else ())
         return 0 if link in down else N.FEATURE_ENABLED
 
@@ -630,6 +662,7 @@ class FakeNvml:
         dev = self._dev(handle)
         if not dev.p.nvlink_counters or link >= dev.p.nvlinks:
             raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        self._read(dev, "NvLinkErrorCounter")
         name = N.NVLINK_ERRORS.get(counter)
         if name is None:
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
@@ -650,6 +683,7 @@ class FakeNvml:
 
     def nvmlDeviceGetViolationStatus(self, handle: Any, policy: int) -> SimpleNamespace:
         dev = self._dev(handle)
+        self._read(dev, "ViolationStatus")
         name = N.VIOLATION_POLICIES.get(policy)
         if name is None:
             raise NVMLError(N.ERROR_INVALID_ARGUMENT)
@@ -661,6 +695,7 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[SimpleNamespace]:
         """R535+ answers the slowdown fields; an older driver answers NotSupported per field."""
         dev = self._dev(handle)
+        self._read(dev, "FieldValues")
         self._value(dev.p.throttle_ns)
         new = int(dev.p.driver.split(".")[0]) >= 535
         values = []
@@ -688,6 +723,7 @@ class FakeNvml:
         return self._clock(handle, clock, 0)
 
     def nvmlDeviceGetApplicationsClock(self, handle: Any, clock: int) -> int:
+        self._read(self._dev(handle), "ApplicationsClock")
         return self._clock(handle, clock, 1)
 
     def nvmlDeviceGetDefaultApplicationsClock(self, handle: Any, clock: int) -> int:

@@ -11,13 +11,26 @@ from typing import Any
 
 from gpuci.gpu.nvml_abi import clock_event_names
 
-_COUNTER_NAMES = {
-    "ecc_enabled": "ECC mode",
-    "ecc_volatile_uncorrected": "volatile uncorrected ECC errors",
-    "retired_pages_pending": "retired pages pending",
-    "remapped_rows_pending": "remapped rows",
-    "pcie_replay_counter": "PCIe replay counter",
+# Every value the after-load health read takes, and how a finding names it. One rule covers
+# them all (:meth:`Health.unreadable_since`): a read that answered before the load and errors
+# after it (RESET_REQUIRED, UNKNOWN, GPU_IS_LOST) is a GPU the load broke, not "unsupported".
+# Keyed reads (a tuple of ``(key..., value)`` rows) are compared key by key; the format names
+# one missing key, the label the whole read.
+_READS: dict[str, tuple[str, str | None]] = {
+    "ecc_enabled": ("ECC mode", None),
+    "ecc_volatile_uncorrected": ("volatile uncorrected ECC errors", None),
+    "retired_pages_pending": ("retired pages pending", None),
+    "remapped_rows_pending": ("remapped rows", None),
+    "pcie_replay_counter": ("PCIe replay counter", None),
+    "clock_event_reasons": ("clock-event reasons", None),
+    "temperature_c": ("temperature", None),
+    "power_limit_w": ("power limit", None),
+    "app_clocks_mhz": ("applications clocks", "{0} applications clock"),
+    "throttle_ns": ("throttle (violation) counters", "{0} throttle counter"),
+    "nvlink_states": ("NVLink states", "NVLink {0} state"),
+    "nvlink_errors": ("NVLink error counters", "NVLink {0} {1} counter"),
 }
+_MAX_NAMED = 4  # missing keys named one by one in a finding; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -39,19 +52,45 @@ class Health:
     throttle_ns: tuple[tuple[str, int], ...] | None = None
     # NVLink error counters of the active links: (link, counter name, value); None: none read.
     nvlink_errors: tuple[tuple[int, str, int], ...] | None = None
+    # (link, up) for each NVLink whose state NVML answered; None: no link answered (no NVLink).
+    nvlink_states: tuple[tuple[int, bool], ...] | None = None
+    power_limit_w: float | None = None  # the enforced limit now (a reset may change it)
+    app_clocks_mhz: tuple[tuple[str, int], ...] | None = None  # ("sm"|"mem", applications MHz)
     errors: tuple[str, ...] = ()  # NVML errors other than "unsupported" met in this read
 
     def unreadable_since(self, before: Health) -> list[str]:
-        """Counters ``before`` could read that this read could not: a GPU broken by the load.
+        """Reads ``before`` answered that this read could not: a GPU broken by the load.
 
-        RESET_REQUIRED or UNKNOWN after a clean baseline is not "unsupported": the same call
-        answered minutes ago on the same GPU.
+        RESET_REQUIRED, UNKNOWN or GPU_IS_LOST after a clean baseline is not "unsupported":
+        the same call answered minutes ago on the same GPU. Applied to every value in
+        ``_READS``; an NVLink that went down is judged as down, so its error counters (read on
+        links that are up) are not also called unreadable.
         """
-        return [
-            _COUNTER_NAMES[name]
-            for name in _COUNTER_NAMES
-            if getattr(before, name) is not None and getattr(self, name) is None
-        ]
+        lost = []
+        for name, (label, each) in _READS.items():
+            was, now = getattr(before, name), getattr(self, name)
+            if was is None:
+                continue  # never readable here: unsupported, not a finding
+            if now is None or each is None:
+                lost += [label] if now is None else []
+                continue
+            keys = [row[:-1] for row in now]
+            if name == "nvlink_errors":
+                up = set(self.nvlink_active or ())
+                keys += [row[:-1] for row in was if row[0] not in up]
+            missing = [row[:-1] for row in was if row[:-1] not in keys]
+            named = [each.format(*key) for key in missing[:_MAX_NAMED]]
+            if len(missing) > _MAX_NAMED:
+                named.append(f"{len(missing) - _MAX_NAMED} more {label}")
+            lost += named
+        return lost
+
+    @property
+    def nvlink_active(self) -> tuple[int, ...] | None:
+        """The NVLinks up in this read; None when no link state was readable."""
+        if self.nvlink_states is None:
+            return None
+        return tuple(link for link, up in self.nvlink_states if up)
 
     @property
     def clock_events(self) -> tuple[str, ...]:
@@ -146,6 +185,10 @@ class GpuInfo:
     # ("sm" or "mem", current, applications, default applications, max clock) in MHz; a None
     # inside: that value is unsupported.
     clocks_mhz: tuple[tuple[str, int | None, int | None, int | None, int | None], ...] = ()
+    # The board's serial number (nvmlDeviceGetSerial: the one on the label, which follows the
+    # board to the RMA desk; a UUID does not). None: not reported (GeForce and most consumer
+    # boards answer NotSupported).
+    serial: str | None = None
 
     def mode_findings(self) -> list[str]:
         """ECC off or changing, persistence off: reported, never failed (the owner's choice)."""

@@ -15,6 +15,7 @@ snapshot.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -37,6 +38,7 @@ from gpuci.gpu.nvml_abi import (
     CPU_AFFINITY_WORDS,
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
+    ERROR_INVALID_ARGUMENT,
     ERROR_LIB_RM_VERSION_MISMATCH,
     ERROR_LIBRARY_NOT_FOUND,
     ERROR_NO_PERMISSION,
@@ -58,6 +60,7 @@ from gpuci.gpu.nvml_abi import (
 
 __all__ = [
     "GpuInfo",
+    "GpuLost",
     "GpuProcess",
     "Health",
     "MigDevice",
@@ -101,8 +104,17 @@ _INIT_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
-def lost_gpu(index: int | str) -> NvmlUnavailable:
-    return NvmlUnavailable(
+# nvmlDeviceGetNvLinkState on a link number the board does not have
+NO_SUCH_LINK = frozenset({ERROR_INVALID_ARGUMENT})
+
+
+class GpuLost(NvmlUnavailable):
+    """GPU_IS_LOST: the GPU fell off the bus. Before a run, infrastructure (exit 3); after a
+    load, a finding about that GPU (see :func:`gpuci.gpu.smoke.health.read_after`)."""
+
+
+def lost_gpu(index: int | str) -> GpuLost:
+    return GpuLost(
         f"GPU {index} has fallen off the bus (NVML: GPU is lost)",
         "drain this node: the GPU needs a reset or a reboot (see dmesg for Xid 79)",
     )
@@ -170,8 +182,17 @@ class NvmlSession:
                 "check nvidia-smi and dmesg on this machine; the driver may need a reset",
             ) from None
 
-    def _optional(self, name: str, *args: Any, notes: list[str] | None = None) -> Any:
-        """A field that may be unsupported: ``None`` instead of an error."""
+    def _optional(
+        self,
+        name: str,
+        *args: Any,
+        notes: list[str] | None = None,
+        expected: frozenset[int] = frozenset(),
+    ) -> Any:
+        """A field that may be unsupported: ``None`` instead of an error.
+
+        ``expected``: further codes that mean "not here" for this call, so not noted.
+        """
         func = getattr(self._nvml, name, None)
         if func is None:
             return None  # bindings older than the call: unsupported, like an old driver
@@ -182,7 +203,8 @@ class NvmlSession:
             if code == ERROR_GPU_IS_LOST:
                 raise self._lost(args) from None
             # No code: pynvml's NVMLLibraryMismatchError, i.e. the library lacks the call.
-            if code is not None and code not in UNSUPPORTED_CODES and notes is not None:
+            quiet = UNSUPPORTED_CODES | expected
+            if code is not None and code not in quiet and notes is not None:
                 notes.append(f"{name}: {exc}")
             return None
 
@@ -251,17 +273,25 @@ class NvmlSession:
         return tuple(sorted(found.items())) or None
 
     def _nvlink_errors(
-        self, h: Any, notes: list[str] | None
+        self, h: Any, links: Iterable[int], notes: list[str] | None
     ) -> tuple[tuple[int, str, int], ...] | None:
-        """Error counters of the links that are up; None when no link or no counter reads."""
+        """Error counters of ``links`` (those up); None when no link or no counter reads."""
         found = []
-        for link in self._nvlinks(h) or ():
+        for link in links:
             for counter, name in NVLINK_ERRORS.items():
                 value = self._optional(
                     "nvmlDeviceGetNvLinkErrorCounter", h, link, counter, notes=notes
                 )
                 if value is not None:
                     found.append((link, name, int(value)))
+        return tuple(found) or None
+
+    def _app_clocks(self, h: Any, notes: list[str] | None) -> tuple[tuple[str, int], ...] | None:
+        found = []
+        for name, clock in (("sm", CLOCK_SM), ("mem", CLOCK_MEM)):
+            value = self._optional("nvmlDeviceGetApplicationsClock", h, clock, notes=notes)
+            if value is not None:
+                found.append((name, int(value)))
         return tuple(found) or None
 
     def _clocks(self, h: Any, notes: list[str]) -> tuple[tuple[Any, ...], ...]:
@@ -288,7 +318,7 @@ class NvmlSession:
         reasons = opt("nvmlDeviceGetCurrentClocksEventReasons", h, notes=notes)
         if reasons is None:
             reasons = opt("nvmlDeviceGetCurrentClocksThrottleReasons", h, notes=notes)
-        return Health(
+        health = Health(
             ecc_enabled=None if ecc_mode is None else bool(ecc_mode[0]),
             ecc_pending=None if ecc_mode is None else bool(ecc_mode[1]),
             ecc_volatile_uncorrected=opt(
@@ -305,8 +335,19 @@ class NvmlSession:
             pcie_replay_counter=opt("nvmlDeviceGetPcieReplayCounter", h, notes=notes),
             clock_event_reasons=reasons,
             temperature_c=opt("nvmlDeviceGetTemperature", h, TEMPERATURE_GPU, notes=notes),
-            throttle_ns=self._throttle(h, notes) if counters else None,
-            nvlink_errors=self._nvlink_errors(h, notes) if counters else None,
+        )
+        if not counters:  # the sampler: clock-event reasons many times a second, nothing more
+            return health
+        power_mw = opt("nvmlDeviceGetPowerManagementLimit", h, notes=notes)
+        states = self._nvlink_states(h, notes)
+        up = [link for link, on in states or () if on]
+        return replace(
+            health,
+            throttle_ns=self._throttle(h, notes),
+            nvlink_states=states,
+            nvlink_errors=self._nvlink_errors(h, up, notes),
+            power_limit_w=None if power_mw is None else power_mw / 1000,
+            app_clocks_mhz=self._app_clocks(h, notes),
         )
 
     def _mig_devices(self, h: Any, notes: list[str]) -> tuple[MigDevice, ...]:
@@ -351,19 +392,25 @@ class NvmlSession:
         )
 
     def nvlink_active(self, index: int) -> tuple[int, ...] | None:
-        """The NVLinks of GPU ``index`` that are up; None when it reports no NVLink at all.
+        """The NVLinks of GPU ``index`` that are up; None when it reports no NVLink at all."""
+        return Health(nvlink_states=self._nvlink_states(self._handles[index])).nvlink_active
 
-        A link the GPU does not have answers NotSupported or InvalidArgument: not counted.
+    def _nvlink_states(
+        self, h: Any, notes: list[str] | None = None
+    ) -> tuple[tuple[int, bool], ...] | None:
+        """``(link, up)`` for each link whose state reads; None when none does.
+
+        A link the GPU does not have answers NotSupported or InvalidArgument: not listed, and
+        not noted; any other error is noted (it names the cause when a state goes unreadable).
         """
-        return self._nvlinks(self._handles[index])
-
-    def _nvlinks(self, h: Any) -> tuple[int, ...] | None:
-        states = [
-            self._optional("nvmlDeviceGetNvLinkState", h, link) for link in range(NVLINK_MAX_LINKS)
-        ]
-        if all(state is None for state in states):
-            return None
-        return tuple(i for i, state in enumerate(states) if state == FEATURE_ENABLED)
+        states = []
+        for link in range(NVLINK_MAX_LINKS):
+            state = self._optional(
+                "nvmlDeviceGetNvLinkState", h, link, notes=notes, expected=NO_SUCH_LINK
+            )
+            if state is not None:
+                states.append((link, state == FEATURE_ENABLED))
+        return tuple(states) or None
 
     def cpu_affinity(self, index: int) -> tuple[int, ...] | None:
         """CPUs local to GPU ``index`` (its NUMA node), from NVML's ideal-affinity mask."""
@@ -387,9 +434,9 @@ class NvmlSession:
         mig_enabled = None if mig_mode is None else bool(mig_mode[0])
         arch = opt("nvmlDeviceGetArchitecture", h, notes=notes)
         cc = opt("nvmlDeviceGetCudaComputeCapability", h, notes=notes)
-        power_mw = opt("nvmlDeviceGetPowerManagementLimit", h, notes=notes)
         default_mw = opt("nvmlDeviceGetPowerManagementDefaultLimit", h, notes=notes)
         procs = opt("nvmlDeviceGetComputeRunningProcesses", h, notes=notes)
+        health = self._health(h, notes)
         return GpuInfo(
             index=index,
             name=self._required("nvmlDeviceGetName", h),
@@ -404,17 +451,18 @@ class NvmlSession:
             pcie_gen_max=opt("nvmlDeviceGetMaxPcieLinkGeneration", h, notes=notes),
             pcie_width_current=opt("nvmlDeviceGetCurrPcieLinkWidth", h, notes=notes),
             pcie_width_max=opt("nvmlDeviceGetMaxPcieLinkWidth", h, notes=notes),
-            power_limit_w=None if power_mw is None else power_mw / 1000,
-            health=self._health(h, notes),
+            power_limit_w=health.power_limit_w,
+            health=health,
             processes=None
             if procs is None
             else tuple(GpuProcess(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs),
             pci_bus_id=self.pci_bus_id(h, notes),
             numa_node=opt("nvmlDeviceGetNumaNodeId", h),
             power_default_w=None if default_mw is None else default_mw / 1000,
-            nvlink_active=self._nvlinks(h),
+            nvlink_active=health.nvlink_active,
             clocks_mhz=self._clocks(h, notes),
             persistence_mode=_enabled(opt("nvmlDeviceGetPersistenceMode", h, notes=notes)),
+            serial=_serial(opt("nvmlDeviceGetSerial", h, notes=notes)),
             notes=tuple(notes),
         )
 
@@ -494,6 +542,18 @@ class XidWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_SERIAL = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _serial(raw: Any) -> str | None:
+    """A board serial as NVML gives it (str, or bytes from older bindings), or None when it is
+    not a plain token: it names the board in records and reports, so nothing else gets in."""
+    if isinstance(raw, bytes | bytearray):
+        raw = bytes(raw).split(b"\0")[0].decode("ascii", "replace")
+    text = raw.strip() if isinstance(raw, str) else ""
+    return text if _SERIAL.fullmatch(text) else None
 
 
 def _enabled(value: Any) -> bool | None:

@@ -86,6 +86,7 @@ SEAM: tuple[str, ...] = (
     "nvmlDeviceGetHandleByIndex",
     "nvmlDeviceGetName",
     "nvmlDeviceGetUUID",
+    "nvmlDeviceGetSerial",
     "nvmlDeviceGetIndex",
     "nvmlDeviceGetPciInfo_v3",
     "nvmlDeviceGetCpuAffinity",

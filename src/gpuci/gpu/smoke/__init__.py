@@ -38,6 +38,8 @@ from gpuci.gpu.smoke.health import (
     confirm_clocks,
     judge,
     judge_nvlink,
+    read_after,
+    throttle_share,
 )
 from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
@@ -429,11 +431,11 @@ def _health_checks(
     for index in watched:
 
         def health_check(ctx: Context, index: int = index) -> dict[str, Any]:
-            after = session.health(index)
+            after = read_after(session, index)
             sustained = sampler.streaks.sustained.get(index, 0) if sampler else 0
             if not sustained:  # a harmful reason in the last read alone: read again first
                 sustained = confirm_clocks(
-                    lambda: session.health(index),
+                    lambda: session.health(index, counters=False),
                     after.clock_event_reasons,
                     sizes.sample_interval_s,
                 )
@@ -448,6 +450,7 @@ def _health_checks(
                 sustained,
                 clocks_seen=sampler.seen.get(index) if sampler else None,
                 seconds=budget.elapsed(),
+                throttle_share=throttle_share(values),
             )
             if others:
                 figures["other_instance_xids"] = others
@@ -457,7 +460,7 @@ def _health_checks(
                 figures["xids"] = "not supported"
             link_reasons, link_figures = judge_nvlink(
                 links_before.get(index),
-                session.nvlink_active(index),
+                after.nvlink_active,
                 peers.get(names[index]),
                 bridged_board=bool(re.search(r"PCIe|NVL\b", names[index])),
             )
@@ -556,7 +559,10 @@ def _result(
         "nvml_source": snapshot.source,
         "driver_version": snapshot.driver_version,
         "cuda_version": snapshot.cuda_text,
-        "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in snapshot.gpus],
+        "gpus": [
+            {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial}
+            for g in snapshot.gpus
+        ],
         "failed_checks": [o.label for o in failed],
         "skipped_checks": [o.label for o in skipped],
         "environment_problem": environment,

@@ -13,6 +13,12 @@ then ``contexts``, then ``collective``, ``t`` seconds since it started), so a ti
 a slow start-up (Python, the framework's import, 8 contexts, NCCL's init: a skip, the budget was
 short) from a collective that hangs (a failure). A reducer calls :func:`phase` with
 ``"collective"`` right before the collective call.
+
+After the all-reduce whose sums are checked, a reducer times ``RUNS`` runs of ``PER_RUN``
+back-to-back all-reduces of the same buffer (as nccl-tests times ``-n`` iterations and divides)
+and reports them with :func:`report_timing`: ``{"timing": {"bytes": B, "per_run": K,
+"seconds": [...]}}``. The parent turns each run into nccl-tests' bus bandwidth
+(:func:`bus_bandwidth`).
 """
 
 from __future__ import annotations
@@ -24,18 +30,66 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.redact import excerpt
 
 PHASES = ("start", "import", "contexts", "collective")
+RUNS = 5  # timed runs, each reported: the spread shows a link that comes and goes
+PER_RUN = 4  # all-reduces per run, back to back: host launch and sync costs amortised
 _STARTED = time.monotonic()
+
+
+def report_timing(nbytes: int, seconds: list[float], per_run: int = PER_RUN) -> None:
+    """Tell the parent how long each timed run of ``per_run`` all-reduces of ``nbytes`` took."""
+    body = {"bytes": int(nbytes), "per_run": int(per_run), "seconds": [float(s) for s in seconds]}
+    print(json.dumps({"timing": body}), flush=True)
+
+
+def time_runs(
+    step: Callable[[], None], sync: Callable[[], None], runs: int = RUNS, per_run: int = PER_RUN
+) -> list[float]:
+    """Seconds for each of ``runs`` runs of ``per_run`` calls of ``step``, synced around each."""
+    out = []
+    for _ in range(runs):
+        sync()
+        start = time.perf_counter()
+        for _ in range(per_run):
+            step()
+        sync()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def bus_bandwidth(nbytes: int, seconds: float, ranks: int) -> tuple[float, float]:
+    """``(algbw, busbw)`` in GB/s of one all-reduce of ``nbytes`` across ``ranks`` GPUs.
+
+    nccl-tests' definitions (doc/PERFORMANCE.md): algbw = size / time; an all-reduce moves
+    2(n-1)/n of the data over the slowest link, so busbw = algbw * 2(n-1)/n, a figure that can
+    be held against the link's own bandwidth whatever the GPU count.
+    """
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2 * (ranks - 1) / ranks
 
 
 def phase(name: str) -> None:
     """Tell the parent the child has entered phase ``name`` (one JSON line on stdout)."""
     print(json.dumps({"phase": name, "t": round(time.monotonic() - _STARTED, 3)}), flush=True)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timed runs of ``per_run`` all-reduces of ``nbytes`` each, as the child reported them."""
+
+    nbytes: int
+    per_run: int
+    seconds: tuple[float, ...]
+
+    def bandwidths(self, ranks: int) -> list[tuple[float, float]]:
+        """``(algbw, busbw)`` GB/s per run."""
+        return [bus_bandwidth(self.nbytes, s / self.per_run, ranks) for s in self.seconds]
 
 
 @dataclass
@@ -45,10 +99,31 @@ class Answer:
     error: str | None = None
     hung: bool = False
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds into the child
+    timing: Timing | None = None  # the timed runs, when the reducer reported them
 
     @property
     def last_phase(self) -> str | None:
         return next(reversed(self.phases), None)
+
+
+MAX_RUNS = 100  # a child's timing line is an input: bounded
+
+
+def _timing(out: str) -> Timing | None:
+    """The child's timing line, checked: positive sizes and times, a bounded count."""
+    for line in out.splitlines():
+        if not line.startswith('{"timing"'):
+            continue
+        try:
+            body = json.loads(line)["timing"]
+            nbytes, per_run = int(body["bytes"]), int(body["per_run"])
+            seconds = tuple(float(s) for s in body["seconds"][:MAX_RUNS])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if nbytes > 0 and per_run > 0 and seconds and all(0 < s < 1e6 for s in seconds):
+            return Timing(nbytes, per_run, seconds)
+        return None
+    return None
 
 
 def _phases(out: str) -> dict[str, float]:
@@ -83,7 +158,7 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
         return Answer(hung=True, phases=_phases(_kill(proc)))
     phases = _phases(out)
     for line in reversed(out.splitlines()):
-        if line.startswith("{") and not line.startswith('{"phase"'):
+        if line.startswith("{") and not line.startswith(('{"phase"', '{"timing"')):
             try:
                 body = json.loads(line)
             except ValueError:
@@ -94,6 +169,7 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
                 unavailable=body.get("unavailable"),
                 error=body.get("error"),
                 phases=phases,
+                timing=_timing(out),
             )
     tail = excerpt(err.strip().splitlines()[-1] if err.strip() else "no output")
     return Answer(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.gpu.gpu_info import Health, XidEvent
-from gpuci.gpu.nvml import NvmlSession
+from gpuci.gpu.nvml import GpuLost, NvmlSession
 from gpuci.gpu.nvml_abi import (
     CLOCK_EVENT_REASONS,
     HARMFUL_CLOCK_EVENTS,
@@ -41,8 +41,12 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45})
 CONSECUTIVE = 2  # samples in a row a harmful clock-event reason must show in to fail
 REPLAYS_PER_MINUTE = 8  # DCGM_LIMIT_MAX_PCIREPLAY_RATE: "the maximum recommended by RM"
 # Cumulative throttle time: a harmful reason fails when it held the clocks down for more than
-# this share of the run, and at least THROTTLE_MIN_S (a slowdown at the idle-to-load step is
-# brief; a GPU that overheats or brakes under load keeps doing it).
+# this share of the run (the ``max-throttle-percent`` input, default 10), and at least
+# THROTTLE_MIN_S (a slowdown at the idle-to-load step is brief; a GPU that overheats or brakes
+# under load keeps doing it). Source: a choice made for issue 23 (r2gpu), not a measurement;
+# no GPU has run it yet. NVIDIA documents the counters (nvmlDeviceGetViolationStatus, the
+# NVML_FI_DEV_CLOCKS_EVENT_REASON_* fields) but no threshold; DCGM's diag fails thermal or
+# power-brake slowdown by its own policy, not by a share of time.
 THROTTLE_SHARE = 0.1
 THROTTLE_MIN_S = 1.0
 NVLINK_FAILING = {
@@ -163,6 +167,22 @@ class LoadSampler:
         self.sample()  # one last read, so a short load still has a sample
 
 
+def throttle_share(values: dict[str, Any]) -> float:
+    """The ``max-throttle-percent`` input as a share of the run (default 10 %)."""
+    percent = values.get("max-throttle-percent")
+    return THROTTLE_SHARE if percent is None else float(percent) / 100
+
+
+def read_after(session: NvmlSession, index: int) -> Health:
+    """NVML's read after the load. A GPU lost under the load answers nothing: every read it
+    answered before is then unreadable, which :func:`judge` fails on that GPU (exit 1, the
+    GPU named in ``failed-checks``) rather than stopping the run as an infrastructure error."""
+    try:
+        return session.health(index)
+    except GpuLost as exc:
+        return Health(errors=(exc.message,))
+
+
 def confirm_clocks(
     read: Callable[[], Health], first: int | None, interval_s: float, needed: int = CONSECUTIVE
 ) -> int:
@@ -193,11 +213,13 @@ def judge(
     *,
     clocks_seen: int | None = None,
     seconds: float = 0.0,
+    throttle_share: float = THROTTLE_SHARE,
 ) -> tuple[list[str], dict[str, Any]]:
     """Reasons to fail one GPU (empty when healthy) and the figures behind the verdict.
 
     ``clocks_sustained``: reasons that held in consecutive samples (judged); ``clocks_seen``:
-    every reason read under load (reported); ``seconds``: how long the run was, for rates.
+    every reason read under load (reported); ``seconds``: how long the run was, for rates;
+    ``throttle_share``: the share of it a harmful throttle reason may hold the clocks down.
     """
     reasons: list[str] = []
     grown = before.increased(after)
@@ -219,7 +241,7 @@ def judge(
             reasons.append(problem)
     lost = after.unreadable_since(before)
     if lost:
-        errors = f" (NVML: {'; '.join(after.errors)})" if after.errors else ""
+        errors = f" (NVML: {'; '.join(dict.fromkeys(after.errors))})" if after.errors else ""
         reasons.append(
             f"{', '.join(lost)} readable before the load, unreadable after it{errors}: the GPU "
             "may need a reset"
@@ -234,7 +256,7 @@ def judge(
     held = [e for e in clock_event_names(clocks_sustained) if e in HARMFUL_CLOCK_EVENTS]
     throttled = _throttle_rise(before, after)
     counted = any(name in HARMFUL_THROTTLE for name in throttled)
-    allowed_s = max(THROTTLE_MIN_S, THROTTLE_SHARE * seconds)
+    allowed_s = max(THROTTLE_MIN_S, throttle_share * seconds)
     harmful = {n: t for n, t in throttled.items() if n in HARMFUL_THROTTLE and t > allowed_s}
     if harmful:
         reasons.append(
@@ -277,6 +299,7 @@ def judge(
         "xids": hardware,
         "throttle_s": {n: round(t, 3) for n, t in sorted(throttled.items())},
         "throttle_judged_on": "counters" if counted else "samples",
+        "throttle_allowed_s": round(allowed_s, 1),
         **link_figures,
     }
     if application:  # an application's own fault, maybe another process's: reported
@@ -334,6 +357,8 @@ def judge_nvlink(
     """
     if before is None and after is None:
         return [], {}
+    if after is None:  # no state readable after the load: judge's unreadable rule fails it
+        return [], {"nvlinks_active": [len(before or ()), None]}
     reasons = []
     went_down = sorted(set(before or ()) - set(after or ()))
     if went_down:

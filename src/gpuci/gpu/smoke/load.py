@@ -9,10 +9,11 @@ through the backend protocol, so the same code runs on CUDA (torch, cupy) and on
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -21,7 +22,7 @@ from gpuci.gpu.smoke import allreduce
 from gpuci.gpu.smoke.backends import Backend, Device
 from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.gpu.smoke.health import LinkReport, LinkSampler
-from gpuci.gpu.smoke.models import Minimums, lookup
+from gpuci.gpu.smoke.models import GpuLink, Minimums, all_reduce_bus, lookup
 from gpuci.redact import excerpt
 
 GiB = 1024**3
@@ -107,6 +108,8 @@ class Target:
     context_error: str | None = None
     figures: dict[str, Any] = field(default_factory=dict)
     others: int = 0  # other processes NVML saw on this GPU before the load (a shared GPU)
+    link: GpuLink | None = None  # its NVLinks or PCIe, for the all-reduce's bus (None: unknown)
+    min_busbw_gbs: float | None = None  # min-busbw-gbs, when set
 
     def memory_fraction(self, asked: float) -> float:
         """The share of free memory to fill: capped on a shared GPU, whose owner may grow."""
@@ -496,4 +499,44 @@ def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) ->
     wrong = [i for i, (lo, hi) in zip(indices, got, strict=True) if lo != want or hi != want]
     if wrong:
         raise CheckError(f"all-reduce of ones gave a wrong sum on GPU(s) {wrong}", figures)
+    slow = _bus_bandwidth(usable, answer.timing, backend.is_gpu, figures)
+    if slow:
+        raise CheckError(slow, figures)
     return figures
+
+
+def _bus_bandwidth(
+    usable: list[Target], timing: allreduce.Timing | None, is_gpu: bool, figures: dict[str, Any]
+) -> str | None:
+    """nccl-tests' bus bandwidth per timed run, into ``figures``; why it is too low, if it is.
+
+    Judged on the median run against the bus's floor: ``min-busbw-gbs``, else a measured
+    floor for the interconnect (``models.BUSBW_MEASURED``); else reported, saying so.
+    """
+    override = usable[0].min_busbw_gbs
+    bus = all_reduce_bus([t.link if is_gpu else None for t in usable], override)
+    if not is_gpu and override is None:
+        bus = replace(bus, source="the CPU stand-in: reported, not judged")
+    elif any(t.others for t in usable) and override is None:
+        bus = replace(bus, min_gbs=None, source="other processes on the GPUs: not judged")
+    if timing is None:
+        bus = replace(bus, min_gbs=None, source="the all-reduce reported no timing: not judged")
+    # flat, so the job summary's figures column reads them: bus=NVLink4 bus_peak_gbs=450 ...
+    figures.update({f"bus_{k}" if k != "kind" else "bus": v for k, v in bus.to_dict().items()})
+    if timing is None:
+        figures["busbw_gbs"] = None
+        return None
+    runs = timing.bandwidths(len(usable))
+    figures["algbw_gbs"] = [round(alg, 2) for alg, _ in runs]
+    figures["busbw_gbs"] = [round(busbw, 2) for _, busbw in runs]
+    median = statistics.median(b for _, b in runs)
+    figures["busbw_median_gbs"] = round(median, 2)
+    if bus.peak_gbs:
+        figures["busbw_of_peak"] = round(median / bus.peak_gbs, 3)
+    if bus.min_gbs is not None and median < bus.min_gbs:
+        return (
+            f"all-reduce bus bandwidth {median:.1f} GB/s (median of {len(runs)} runs) is under "
+            f"the {bus.min_gbs:g} GB/s minimum for {bus.kind} ({bus.source}): check the "
+            "NVLinks (nvidia-smi nvlink -s) and topology (nvidia-smi topo -m)"
+        )
+    return None

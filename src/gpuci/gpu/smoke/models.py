@@ -22,8 +22,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Usable GB/s per lane after encoding overhead, by PCIe generation.
+# Usable GB/s per lane after encoding overhead, by PCIe generation (PCI-SIG's transfer rates:
+# 2.5/5 GT/s with 8b/10b, 8/16/32 GT/s with 128b/130b; Gen6 64 GT/s PAM4 with FLIT overhead).
 PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# The shares of peak below are choices (issue 15), not measurements: see the module docstring.
 SHARE_OF_PEAK = 0.6  # device copy bandwidth and host-to-device
 GEMM_SHARE_OF_PEAK = 0.5
 D2H_SHARE_OF_LINK = 0.5  # a margin for a far-socket pinned buffer
@@ -68,19 +70,39 @@ _CAPPED = "power-capped board: no measured sustained FP16 GEMM figure recorded, 
 
 
 # Most specific first: "H100 NVL" before "H100"; \b keeps "GH200" from matching "H200".
+# Source of every figure: NVIDIA's product datasheet for the board (memory bandwidth, dense
+# FP16 tensor TFLOP/s, i.e. half the "with sparsity" figure, memory size), as the comment on
+# each row says. Measured: none (no GPU has run gpu-smoke for this project yet; docs/gpu-smoke.md
+# keeps the table of sources and will gain a "measured" column when gpu-check.sh has run).
 MODELS: tuple[Model, ...] = (
-    # H200 NVL: 600 W PCIe card, 4.8 TB/s, 835 TFLOP/s dense FP16 (datasheet, 1671 sparse).
+    # NVIDIA H200 NVL datasheet: 4.8 TB/s HBM3e, FP16 tensor 1,671 sparse / 835 dense, 141 GB,
+    # up to 600 W (PCIe card, NVLink bridge 2- or 4-way).
     Model("H200-NVL", r"\bH200 NVL\b", 4800, 835, (5, 16), 141),
+    # NVIDIA H200 (SXM) datasheet: 4.8 TB/s, FP16 tensor 1,979 sparse / 989 dense, 141 GB, 700 W.
     Model("H200", r"\bH200\b", 4800, 989, (5, 16), 141),
+    # NVIDIA H100 NVL datasheet: 3.9 TB/s, FP16 tensor 1,671 sparse / 835 dense, 94 GB.
     Model("H100-NVL", r"\bH100 NVL\b", 3900, 835, (5, 16), 94),
+    # NVIDIA H100 SXM5 datasheet: 3.35 TB/s, FP16 tensor 1,979 sparse / 989 dense, 80 GB.
     Model("H100-SXM", r"\bH100\b.*(SXM|HBM3)", 3350, 989, (5, 16), 80),
+    # NVIDIA H100 PCIe datasheet: 2.0 TB/s, FP16 tensor 1,513 sparse / 756 dense, 80 GB.
     Model("H100-PCIe", r"\bH100\b", 2000, 756, (5, 16), 80),
+    # NVIDIA A100 datasheet, 80GB SXM: 2,039 GB/s (the 80GB PCIe card: 1,935), FP16 tensor 312
+    # dense (624 sparse).
     Model("A100-80GB", r"\bA100\b.*80GB", 2039, 312, (4, 16), 80),
+    # NVIDIA A100 datasheet, 40GB: 1,555 GB/s, FP16 tensor 312 dense.
     Model("A100-40GB", r"\bA100\b", 1555, 312, (4, 16), 40),
+    # NVIDIA L40S datasheet: 864 GB/s GDDR6, FP16 tensor 362 dense (733 sparse), 48 GB, 350 W.
     Model("L40S", r"\bL40S\b", 864, 362, (4, 16), 48, _CAPPED),
+    # NVIDIA A10 datasheet: 600 GB/s, FP16 tensor 125 dense (250 sparse), 24 GB, 150 W. The A10G
+    # (AWS G5) shares the row: AWS publishes its memory, not a tensor figure; GEMM is not judged.
     Model("A10", r"\bA10G?\b", 600, 125, (4, 16), 24, _CAPPED),
+    # NVIDIA L4 datasheet: 300 GB/s, FP16 tensor 242 sparse / 121 dense, 24 GB, 72 W.
     Model("L4", r"\bL4\b", 300, 121, (4, 16), 24, _CAPPED),
+    # NVIDIA T4 datasheet: 320 GB/s, 65 TFLOP/s mixed-precision FP16, 16 GB, 70 W. Sustained
+    # under the cap: ~24 TFLOP/s (the figure issue 23 cites from NVIDIA's forum, not ours).
     Model("T4", r"\bT4\b", 320, 65, (3, 16), 16, _CAPPED),
+    # NVIDIA V100 datasheet, SXM2: 900 GB/s, 125 TFLOP/s tensor, 16 GB (32 GB boards share the
+    # row; the PCIe card's tensor figure is 112).
     Model("V100", r"\bV100\b", 900, 125, (3, 16), 16),
 )
 
@@ -208,3 +230,95 @@ def _mig_minimums(name: str, override_mem_bw: float | None) -> Minimums:
     sources.append(f"GEMM scaled to {slices} of {MIG_COMPUTE_SLICES} compute slices")
     sources.append("host-device not judged on a MIG slice (copy engines are shared)")
     return Minimums(key, mem, None, None, "; ".join(sources), gemm)
+
+
+# ----- all-reduce bus bandwidth ----------------------------------------------------------
+# NVLink: data rate per link, one direction, GB/s (NVIDIA's datasheets: V100 SXM2 300 GB/s over
+# 6 links, A100 SXM 600 over 12, H100/H200 SXM 900 over 18, B200 1.8 TB/s over 18, all counted
+# both directions), and the generation each architecture carries.
+NVLINK_LINK_GBS = {2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+NVLINK_GENERATION = {"Volta": 2, "Ampere": 3, "Hopper": 4, "Blackwell": 5}
+# Measured all-reduce bus bandwidth floors (GB/s) per interconnect, at the nccl check's buffer
+# (32 Mi float32 = 128 MiB), with who measured them and when: ``{"NVLink4": (floor, "source")}``.
+# Empty: no GPU has run the check yet (scripts/gpu-check.sh records the figure), and the
+# published nccl-tests figures are for multi-GB messages, above the plateau a 128 MiB
+# all-reduce reaches, so none of them is a floor here. Until then busbw is reported, with the
+# link's datasheet peak beside it, and judged only against ``min-busbw-gbs``.
+BUSBW_MEASURED: dict[str, tuple[float, str]] = {}
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """What one GPU's all-reduce traffic can run over: its NVLinks (when it counts them) or PCIe.
+
+    A bridged PCIe board (``H100 NVL``, an A100 PCIe pair) links only its bridge partner, so
+    across more GPUs the traffic crosses PCIe: its NVLinks are not counted.
+    """
+
+    nvlink_generation: int | None  # None: no NVLink counted
+    nvlinks: int  # links up
+    pcie: tuple[int | None, int | None]  # (generation, width) of its PCIe link
+
+
+def gpu_link(
+    name: str,
+    architecture: str | None,
+    nvlinks_active: tuple[int, ...] | None,
+    pcie: tuple[int | None, int | None],
+) -> GpuLink:
+    bridged = re.search(r"PCIe|NVL\b", name) is not None
+    generation = NVLINK_GENERATION.get(architecture or "")
+    if bridged or not nvlinks_active or generation is None:
+        return GpuLink(None, 0, pcie)
+    return GpuLink(generation, len(nvlinks_active), pcie)
+
+
+@dataclass(frozen=True)
+class Bus:
+    """The interconnect an all-reduce runs over, and what its bus bandwidth is held to."""
+
+    kind: str  # "NVLink4", "PCIe Gen5 x16", "unknown"
+    peak_gbs: float | None  # datasheet one-direction rate of the slowest GPU's links
+    min_gbs: float | None  # None: reported, not judged
+    source: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "peak_gbs": self.peak_gbs, "min_gbs": self.min_gbs,
+                "source": self.source}  # fmt: skip
+
+
+def all_reduce_bus(links: list[GpuLink | None], override: float | None = None) -> Bus:
+    """The bus of an all-reduce over GPUs with ``links``: as fast as the slowest GPU's links.
+
+    Every GPU on NVLink of one generation: NVLink, its peak the fewest links up times the link
+    rate. Anything else (one GPU without NVLink, a bridged board, mixed generations): PCIe, its
+    peak the slowest PCIe link. ``override`` (``min-busbw-gbs``) is the floor when given.
+    """
+    known = [link for link in links if link is not None]
+    generations = {link.nvlink_generation for link in known}
+    if not known or len(known) < len(links):
+        kind, peak = "unknown", None
+    elif len(generations) == 1 and None not in generations:
+        generation = generations.pop()
+        assert generation is not None
+        kind = f"NVLink{generation}"
+        peak = min(link.nvlinks for link in known) * NVLINK_LINK_GBS[generation]
+    else:
+        rates = [pcie_gbs(*link.pcie) for link in known]
+        slowest = min(known, key=lambda link: pcie_gbs(*link.pcie) or 0.0)
+        gen, width = slowest.pcie
+        kind = f"PCIe Gen{gen if gen else '?'} x{width if width else '?'}"
+        peak = None if None in rates else min(r for r in rates if r is not None)
+    peak = None if peak is None else round(peak, 1)
+    if override is not None:
+        return Bus(kind, peak, override, "min-busbw-gbs")
+    if kind in BUSBW_MEASURED:
+        floor, source = BUSBW_MEASURED[kind]
+        return Bus(kind, peak, floor, source)
+    return Bus(
+        kind,
+        peak,
+        None,
+        f"no measured all-reduce bus bandwidth for {kind} at this buffer size: reported, not "
+        "judged (set min-busbw-gbs to judge)",
+    )

@@ -22,7 +22,7 @@ from gpuci.gpu.gpu_info import GpuInfo, MigDevice
 from gpuci.gpu.nvml import NvmlSession, pci_address
 from gpuci.gpu.smoke.backends import Backend
 from gpuci.gpu.smoke.load import SHARED_MEMORY_FRACTION, Rates, Target
-from gpuci.gpu.smoke.models import Minimums, minimums
+from gpuci.gpu.smoke.models import Minimums, gpu_link, minimums
 
 
 def bare_uuid(uuid: str | None) -> str | None:
@@ -138,4 +138,6 @@ def _target(
         link_max=link_max,
         cpus=session.cpu_affinity(gpu.index) if gpu else None,
         numa_node=gpu.numa_node if gpu else None,
+        link=gpu_link(name, gpu.architecture, gpu.nvlink_active, link_max) if gpu else None,
+        min_busbw_gbs=values.get("min-busbw-gbs"),
     )

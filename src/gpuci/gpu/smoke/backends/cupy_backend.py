@@ -140,23 +140,32 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     for i in indices:  # the contexts, before NCCL: start-up, not the collective
         with cp.cuda.Device(i):
             bufs.append(cp.ones(n, dtype=cp.float32))
-    from gpuci.gpu.smoke.allreduce import phase
+    from gpuci.gpu.smoke.allreduce import phase, report_timing, time_runs
 
     # NCCL's communicator set-up counts as the collective: a hang there (broken P2P, NVLink)
     # is a finding about the node, as a hang in the all-reduce is.
     phase("collective")
     comms = nccl.NcclCommunicator.initAll(indices)
-    nccl.groupStart()
-    for comm, buf, i in zip(comms, bufs, indices, strict=True):
-        with cp.cuda.Device(i):
-            ptr = buf.data.ptr
-            comm.allReduce(ptr, ptr, n, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, 0)
-    nccl.groupEnd()
+
+    def step() -> None:
+        nccl.groupStart()
+        for comm, buf, i in zip(comms, bufs, indices, strict=True):
+            with cp.cuda.Device(i):
+                ptr = buf.data.ptr
+                comm.allReduce(ptr, ptr, n, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, 0)
+        nccl.groupEnd()
+
+    def sync() -> None:
+        for i in indices:
+            cp.cuda.Device(i).synchronize()
+
+    step()
+    sync()
     out = []
     for buf, i in zip(bufs, indices, strict=True):
         with cp.cuda.Device(i):
-            cp.cuda.Device(i).synchronize()
             out.append((float(buf.min().item()), float(buf.max().item())))
+    report_timing(4 * n, time_runs(step, sync))  # the same buffers: bus bandwidth
     return out
 
 

@@ -76,8 +76,11 @@ class NumpyDevice:
 
 def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     """The CPU stand-in of an all-reduce: sum a vector of ones per "GPU"."""
+    from gpuci.gpu.smoke.allreduce import report_timing, time_runs
+
     bufs = [np.ones(n, dtype=np.float32) for _ in indices]
     total = np.sum(bufs, axis=0)
+    report_timing(4 * n, time_runs(lambda: np.sum(bufs, axis=0), lambda: None))
     return [(float(total.min()), float(total.max())) for _ in indices]
 
 

@@ -127,13 +127,21 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
     if not nccl.is_available(bufs):
         raise BackendUnavailable(f"torch {t.__version__} was built without NCCL")
-    from gpuci.gpu.smoke.allreduce import phase
+    from gpuci.gpu.smoke.allreduce import phase, report_timing, time_runs
 
     phase("collective")  # contexts are up; NCCL's set-up and the all-reduce follow
     nccl.all_reduce(bufs)
-    for i in indices:
-        t.cuda.synchronize(i)
-    return [(float(b.min().item()), float(b.max().item())) for b in bufs]
+
+    def sync() -> None:
+        for i in indices:
+            t.cuda.synchronize(i)
+
+    sync()
+    sums = [(float(b.min().item()), float(b.max().item())) for b in bufs]
+    # Then timed runs on the same buffers (the values grow; the speed does not care), with the
+    # communicators torch cached on the first call: bus bandwidth, not NCCL's set-up.
+    report_timing(4 * n, time_runs(lambda: nccl.all_reduce(bufs), sync))
+    return sums
 
 
 class TorchBackend:
