@@ -17,8 +17,10 @@ from typing import Any
 
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
+from gpuci.gpu.options import SmokeInputs
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import as_values, typed
 
 TITLE = "gpu-smoke quarantine"
 # A failure that says the framework could not start (an import error, a driver mismatch), not
@@ -35,17 +37,17 @@ class Finding:
     gpu: int | None
 
 
-def smoke_then_quarantine(values: dict[str, Any], rt: Runtime) -> Result:
+def smoke_then_quarantine(inp: SmokeInputs, rt: Runtime) -> Result:
     """The ``gpu-smoke`` target: the smoke, its health record, then quarantine on its verdict."""
     from gpuci.gpu.smoke import run as smoke
 
-    if values.get("on-failure") == "quarantine":
-        check_labels(values.get("quarantine-labels") or [])
+    if inp.on_failure == "quarantine":
+        check_labels(inp.quarantine_labels)
     from gpuci import gpu_health
 
-    result = smoke(values, rt)
-    gpu_health.record(result, values, rt)
-    return after_verdict(result, values, rt)
+    result = smoke(inp, rt)
+    gpu_health.record(result, as_values(inp), rt)
+    return after_verdict(result, inp, rt)
 
 
 def check_labels(labels: list[str]) -> None:
@@ -76,9 +78,9 @@ def hardware_findings(result: Result) -> list[Finding]:
     return found
 
 
-def after_verdict(result: Result, values: dict[str, Any], rt: Runtime) -> Result:
+def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
     """Quarantine this runner when ``on-failure`` asks and the verdict is about hardware."""
-    if values.get("on-failure") != "quarantine" or rt.dry_run:
+    if inp.on_failure != "quarantine" or rt.dry_run:
         return result
     findings = hardware_findings(result)
     if not findings:
@@ -94,7 +96,7 @@ def after_verdict(result: Result, values: dict[str, Any], rt: Runtime) -> Result
         if env.get("GITLAB_CI") == "true":
             where, back = _pause_gitlab(env, rt)
         elif env.get("GITHUB_ACTIONS") == "true":
-            where, back = _unlabel_github(env, rt, list(values.get("quarantine-labels") or []))
+            where, back = _unlabel_github(env, rt, list(inp.quarantine_labels))
         else:
             raise _NotDone(
                 "not on a GitHub Actions or GitLab CI runner (GITHUB_ACTIONS/GITLAB_CI unset)"
@@ -265,7 +267,7 @@ def _smoke_first(values: dict[str, Any], rt: Runtime, name: str, forge: str) -> 
         )
     from gpuci.gpu.smoke import run as smoke
 
-    verdict = smoke(values, rt)
+    verdict = smoke(typed(SmokeInputs, values), rt)  # release's copy of the smoke's inputs
     if not verdict.ok:
         verdict.error(
             f"runner {name} not released: the smoke here did not pass "

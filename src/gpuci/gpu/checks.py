@@ -269,9 +269,7 @@ def _mig_check(req: Requirements, gpus: tuple[GpuInfo, ...]) -> CheckOutcome:
         return CheckOutcome("allow-mig", required, "pass", "no GPU in MIG mode")
     if not req.allow_mig:
         names = ", ".join(f"GPU {g.index} '{g.name}'" for g in mig_gpus)
-        return CheckOutcome(
-            "allow-mig", required, "fail", f"{names} in MIG mode: not usable whole"
-        )
+        return CheckOutcome("allow-mig", required, "fail", f"{names} in MIG mode: not usable whole")
     empty = [f"GPU {g.index}" for g in mig_gpus if not g.mig_devices]
     count = sum(len(g.mig_devices) for g in mig_gpus)
     reason = (
