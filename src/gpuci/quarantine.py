@@ -20,7 +20,6 @@ from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.gpu.options import SmokeInputs
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import as_values, typed
 
 TITLE = "gpu-smoke quarantine"
 # A failure that says the framework could not start (an import error, a driver mismatch), not
@@ -46,7 +45,7 @@ def smoke_then_quarantine(inp: SmokeInputs, rt: Runtime) -> Result:
     from gpuci import gpu_health
 
     result = smoke(inp, rt)
-    gpu_health.record(result, as_values(inp), rt)
+    gpu_health.record(result, {"health-store": inp.health_store}, rt)
     return after_verdict(result, inp, rt)
 
 
@@ -267,7 +266,7 @@ def _smoke_first(values: dict[str, Any], rt: Runtime, name: str, forge: str) -> 
         )
     from gpuci.gpu.smoke import run as smoke
 
-    verdict = smoke(typed(SmokeInputs, values), rt)  # release's copy of the smoke's inputs
+    verdict = smoke(values, rt)
     if not verdict.ok:
         verdict.error(
             f"runner {name} not released: the smoke here did not pass "

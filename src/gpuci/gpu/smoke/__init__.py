@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -50,6 +50,7 @@ from gpuci.gpu.smoke.targets import match_targets
 from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
 
 COMMAND = "gpu-smoke"
 
@@ -78,9 +79,15 @@ def selected_checks(inp: SmokeInputs) -> list[str]:
     return chosen
 
 
-def run(inp: SmokeInputs, rt: Runtime) -> Result:
+def run(inp: SmokeInputs | Mapping[str, Any], rt: Runtime) -> Result:
     """The smoke alone (``gpu-smoke``'s target, :func:`gpuci.quarantine.smoke_then_quarantine`,
-    adds the health record and the quarantine around it)."""
+    adds the health record and the quarantine around it).
+
+    ``runners release`` runs this smoke with its own copy of the smoke's inputs, resolved from
+    its own specs: that dict is typed here, once, like the CLI types gpu-smoke's.
+    """
+    if not isinstance(inp, SmokeInputs):
+        inp = typed(SmokeInputs, inp)
     return smoke(inp, rt)
 
 
