@@ -54,6 +54,8 @@ EXPECTED_TYPED = {
     "pods reap",
     "pods cost",
     "pods exec",
+    "gpu-setup",
+    "gpu-smoke",
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
+from gpuci.gpu.options import SmokeInputs
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -47,17 +48,17 @@ class Finding:
     gpu: int | None
 
 
-def smoke_then_quarantine(values: dict[str, Any], rt: Runtime) -> Result:
+def smoke_then_quarantine(inp: SmokeInputs, rt: Runtime) -> Result:
     """The ``gpu-smoke`` target: the smoke, its health record, then quarantine on its verdict."""
     from gpuci.gpu.smoke import run as smoke
 
-    if values.get("on-failure") == "quarantine":
-        check_labels(values.get("quarantine-labels") or [])
+    if inp.on_failure == "quarantine":
+        check_labels(inp.quarantine_labels)
     from gpuci import gpu_health
 
-    result = smoke(values, rt)
-    gpu_health.record(result, values, rt)
-    return after_verdict(result, values, rt)
+    result = smoke(inp, rt)
+    gpu_health.record(result, {"health-store": inp.health_store}, rt)
+    return after_verdict(result, inp, rt)
 
 
 def check_labels(labels: list[str]) -> None:
@@ -89,9 +90,9 @@ def hardware_findings(result: Result) -> list[Finding]:
     return found
 
 
-def after_verdict(result: Result, values: dict[str, Any], rt: Runtime) -> Result:
+def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
     """Quarantine this runner when ``on-failure`` asks and the verdict is about hardware."""
-    if values.get("on-failure") != "quarantine" or rt.dry_run:
+    if inp.on_failure != "quarantine" or rt.dry_run:
         return result
     findings = hardware_findings(result)
     if not findings:
@@ -107,7 +108,7 @@ def after_verdict(result: Result, values: dict[str, Any], rt: Runtime) -> Result
         if env.get("GITLAB_CI") == "true":
             where, back = _pause_gitlab(env, rt)
         elif env.get("GITHUB_ACTIONS") == "true":
-            where, back = _unlabel_github(env, rt, list(values.get("quarantine-labels") or []))
+            where, back = _unlabel_github(env, rt, list(inp.quarantine_labels))
         else:
             raise _NotDone(
                 "not on a GitHub Actions or GitLab CI runner (GITHUB_ACTIONS/GITLAB_CI unset)"
@@ -237,22 +238,26 @@ class ReleaseInputs:
     memory_fraction: float = 0.9
     min_bandwidth_gbs: float | None = None
     min_gemm_tflops: float | None = None
+    min_busbw_gbs: float | None = None
+    max_throttle_percent: float = 10.0
     framework: str = "auto"
     dcgm_level: int = 0
     report: str = ""
 
-    def smoke_values(self) -> dict[str, Any]:
-        """The inputs of the gpu-smoke release runs first, keyed as gpu-smoke reads them."""
-        return {
-            "checks": self.checks or None,
-            "budget-seconds": self.budget_seconds,
-            "memory-fraction": self.memory_fraction,
-            "min-bandwidth-gbs": self.min_bandwidth_gbs,
-            "min-gemm-tflops": self.min_gemm_tflops,
-            "framework": self.framework,
-            "dcgm-level": self.dcgm_level,
-            "report": self.report or None,
-        }
+    def smoke_inputs(self) -> SmokeInputs:
+        """The gpu-smoke release runs first: the same checks and minimums, no quarantine."""
+        return SmokeInputs(
+            checks=list(self.checks),
+            budget_seconds=self.budget_seconds,
+            memory_fraction=self.memory_fraction,
+            min_bandwidth_gbs=self.min_bandwidth_gbs,
+            min_gemm_tflops=self.min_gemm_tflops,
+            min_busbw_gbs=self.min_busbw_gbs,
+            max_throttle_percent=self.max_throttle_percent,
+            framework=self.framework,
+            dcgm_level=self.dcgm_level,
+            report=self.report,
+        )
 
 
 def release(inp: ReleaseInputs, rt: Runtime) -> Result:
@@ -315,7 +320,7 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
         )
     from gpuci.gpu.smoke import run as smoke
 
-    verdict = smoke(inp.smoke_values(), rt)
+    verdict = smoke(inp.smoke_inputs(), rt)
     if not verdict.ok:
         verdict.error(
             f"runner {name} not released: the smoke here did not pass "

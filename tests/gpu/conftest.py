@@ -13,9 +13,11 @@ import pytest
 
 from gpuci.commands.gpu_setup import INPUTS
 from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.options import SetupInputs
 from gpuci.gpu.setup import run
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
 from gpuci_testing import clean_env as base_env
 from gpuci_testing import run_cli
 
@@ -71,6 +73,6 @@ def setup_run(tmp_path: Path) -> Callable[..., Result]:
         values = resolve(INPUTS, {k.replace("_", "-"): v for k, v in flags.items()}, environ)
         fake = profiles if isinstance(profiles, FakeNvml) else FakeNvml(profiles)
         rt = Runtime(environ, json_mode=True, dry_run=dry_run, stdout=io.StringIO())
-        return run(values, rt, nvml=fake)
+        return run(typed(SetupInputs, values), rt, nvml=fake)
 
     return invoke

@@ -15,10 +15,12 @@ import pytest
 from gpuci.commands.gpu_setup import INPUTS
 from gpuci.gpu.fake_nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.gpu.setup import run
 from gpuci.gpu.visible import resolve
 from gpuci.inputs import resolve as resolve_inputs
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
 from gpuci_testing import clean_env
 
 HOST = ["ecc-bad", "h100-sxm", "h100-sxm", "h100-sxm"]  # GPU 0 is another tenant's, and sick
@@ -31,7 +33,7 @@ def setup(fake: FakeNvml, visible: str | None, tmp: Path, **flags: str) -> Resul
         environ["CUDA_VISIBLE_DEVICES"] = visible
     values = resolve_inputs(INPUTS, {k.replace("_", "-"): v for k, v in flags.items()}, environ)
     rt = Runtime(environ, json_mode=True, stdout=io.StringIO())
-    return run(values, rt, nvml=fake)
+    return run(typed(SetupInputs, values), rt, nvml=fake)
 
 
 def uuids(fake: FakeNvml, *indices: int) -> str:
@@ -159,7 +161,7 @@ def smoke(fake: FakeNvml, visible: str | None, tmp: Path, **over: Any) -> Result
     if visible is not None:
         environ["CUDA_VISIBLE_DEVICES"] = visible
     rt = Runtime(environ=environ, stdout=io.StringIO())
-    return run_smoke(values, rt, nvml=fake)
+    return run_smoke(typed(SmokeInputs, values), rt, nvml=fake)
 
 
 def test_smoke_health_only_watches_only_the_visible_gpus(tmp_path: Path) -> None:

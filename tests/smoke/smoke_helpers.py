@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -10,25 +11,25 @@ from typing import Any
 import numpy as np
 
 from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import smoke
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.checks import Outcome
 from gpuci.gpu.smoke.load import Sizes
 from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
 
 
-def values(tmp: Path, **overrides: Any) -> dict[str, Any]:
+def values(tmp: Path, **overrides: Any) -> SmokeInputs:
+    """gpu-smoke's inputs for an in-process run: half the free memory, the report in ``tmp``."""
     base: dict[str, Any] = {
-        "checks": None,
-        "budget-seconds": 30.0,
         "memory-fraction": 0.5,
-        "min-bandwidth-gbs": None,
-        "framework": "auto",
-        "dcgm-level": 0,
         "report": str(tmp / "smoke.json"),
     }
     base.update({k.replace("_", "-"): v for k, v in overrides.items()})
-    return base
+    unknown = set(base) - {f.name.replace("_", "-") for f in dataclasses.fields(SmokeInputs)}
+    assert not unknown, f"no such gpu-smoke input: {unknown}"
+    return typed(SmokeInputs, base)
 
 
 def run(

@@ -139,6 +139,26 @@ def test_bad_inputs_are_exit_2(tmp_path):
     assert proc.returncode == 2 and "dcgm-level is 0" in proc.stdout
 
 
+def test_wrong_typed_inputs_exit_2_in_one_line_before_any_gpu_is_read(tmp_path):
+    """Parsed once at the edge into SmokeInputs: a bad type never reaches the run."""
+    cases = [
+        (("--budget-seconds", "soon"), {}, "input 'budget-seconds' (flag --budget-seconds)"),
+        (("--dcgm-level", "3"), {}, "input 'dcgm-level' (flag --dcgm-level) is '3', not one of"),
+        ((), {"INPUT_MEMORY-FRACTION": "lots"}, "input 'memory-fraction' (env INPUT_MEMORY"),
+        (("--min-gemm-tflops", "-5"), {}, "below the minimum 0"),
+        (("--memory-fraction", "1.5"), {}, "a fraction of free memory"),
+    ]
+    for args, env, said in cases:
+        proc = smoke(tmp_path, *args, GPUCI_FAKE_NVML="h200", **env)
+        assert proc.returncode == 2, (args, proc.stdout)
+        first, *rest = proc.stdout.splitlines()
+        assert first.startswith("gpu-smoke: bad input: ") and said in first, (args, proc.stdout)
+        assert not any("input" in line for line in rest)  # the cause and the fix: one line
+        assert "passed: false" in proc.stdout  # a boolean output is never empty
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert not (tmp_path / "gpuci-smoke-report.json").exists()
+
+
 def test_runs_without_boto3_tenacity_httpx_or_yaml(tmp_path):
     import subprocess
 

@@ -251,7 +251,7 @@ def test_framework_devices_are_matched_to_nvml_by_uuid():
     bare = [fake.devices[2].uuid.removeprefix("GPU-"), fake.devices[0].uuid.upper()]
     with open_nvml({}, fake) as session:
         gpus = list(session.snapshot().gpus)
-        targets, notes = match_targets(GpuLike(bare), session, gpus, {"min-bandwidth-gbs": None})
+        targets, notes = match_targets(GpuLike(bare), session, gpus)
         assert [(t.backend_index, t.nvml_index, t.name) for t in targets] == [
             (0, 2, "Tesla T4"),
             (1, 0, "NVIDIA H100 80GB HBM3"),
@@ -274,7 +274,7 @@ def test_a_uuid_cut_at_a_zero_byte_is_matched_by_pci_bus_id():
         gpus = list(session.snapshot().gpus)
         # CUDA_VISIBLE_DEVICES=3,1: no UUIDs, CUDA's spelling of the bus ids
         backend = GpuLike([None, None], ["0000:5d:00.0", "0000:2a:00.0"])
-        targets, notes = match_targets(backend, session, gpus, {"min-bandwidth-gbs": None})
+        targets, notes = match_targets(backend, session, gpus)
     assert [t.nvml_index for t in targets] == [3, 1]
     assert notes == []
 

@@ -64,5 +64,6 @@ COMMAND = Command(
     inputs=INPUTS,
     outputs=OUTPUTS,
     target="gpuci.gpu.setup:run",
+    typed="gpuci.gpu.options:SetupInputs",
     actions=("actions/gpu-setup",),
 )

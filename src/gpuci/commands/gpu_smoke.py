@@ -101,5 +101,6 @@ COMMAND = Command(
         Output("seconds", "Wall time of all checks."),
     ),
     target="gpuci.quarantine:smoke_then_quarantine",
+    typed="gpuci.gpu.options:SmokeInputs",
     actions=("actions/gpu-smoke",),
 )

@@ -8,11 +8,11 @@ driver does not report the value) is never a failure.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from gpuci.gpu.nvml import GpuInfo, Snapshot
+from gpuci.gpu.options import SetupInputs
 from gpuci.gpu.visible import Visibility
 
 Outcome = Literal["pass", "fail", "unsupported"]
@@ -36,7 +36,7 @@ def gb(n_bytes: int | None) -> float | None:
 
 @dataclass(frozen=True)
 class Requirements:
-    """The job's needs, from gpu-setup's inputs (hyphenated keys, already parsed)."""
+    """The job's needs: gpu-setup's inputs less where to report and what to export."""
 
     min_gpus: int = 1
     min_memory_gb: float | None = None
@@ -48,20 +48,17 @@ class Requirements:
     fail_on_ecc_errors: bool = True
 
     @classmethod
-    def from_values(cls, values: Mapping[str, Any]) -> Requirements:
-        def get(name: str, default: Any) -> Any:
-            value = values.get(name)
-            return default if value is None else value
-
+    def from_inputs(cls, inp: SetupInputs) -> Requirements:
+        """The requirements part of gpu-setup's inputs (not where to report or export)."""
         return cls(
-            min_gpus=get("min-gpus", 1),
-            min_memory_gb=values.get("min-memory-gb"),
-            min_compute_capability=values.get("min-compute-capability"),
-            min_cuda=values.get("min-cuda"),
-            gpu_name=values.get("gpu-name"),
-            require_gpu=get("require-gpu", True),
-            allow_mig=get("allow-mig", True),
-            fail_on_ecc_errors=get("fail-on-ecc-errors", True),
+            min_gpus=inp.min_gpus,
+            min_memory_gb=inp.min_memory_gb,
+            min_compute_capability=inp.min_compute_capability,
+            min_cuda=inp.min_cuda,
+            gpu_name=inp.gpu_name,
+            require_gpu=inp.require_gpu,
+            allow_mig=inp.allow_mig,
+            fail_on_ecc_errors=inp.fail_on_ecc_errors,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,13 +215,34 @@ def evaluate(
     :mod:`gpuci.gpu.visible`); ``visibility`` says how they were chosen, for the reasons.
     """
     gpus = snapshot.gpus if snapshot else ()
+    if not gpus and not req.require_gpu:
+        need = "none (CPU-only allowed)"
+        return [CheckOutcome("require-gpu", need, "pass", "no GPU here; continuing CPU-only")]
     every = usable_units(snapshot, req.allow_mig)
     units = cuda_units(every)
-    checks: list[CheckOutcome] = []
-    need = "a GPU" if req.require_gpu else "none (CPU-only allowed)"
+    checks = [
+        _presence_check(snapshot, visibility),
+        _mig_check(req, gpus),
+        _count_check(req, gpus, every, units),
+    ]
+    if req.min_memory_gb is not None:
+        checks.append(_memory_check(req.min_memory_gb, units))
+    if req.min_compute_capability is not None:
+        checks.append(_capability_check(req.min_compute_capability, units))
+    if req.min_cuda is not None:
+        checks.append(_cuda_check(req.min_cuda, snapshot))
+    if req.gpu_name is not None:
+        checks.append(_name_check(req.gpu_name, units))
+    if gpus:
+        checks.append(_ecc_check(req, gpus))
+    return checks
+
+
+def _presence_check(snapshot: Snapshot | None, visibility: Visibility | None) -> CheckOutcome:
+    """``require-gpu`` (true here): the job has GPUs, or why it has none."""
+    need = "a GPU"
+    gpus = snapshot.gpus if snapshot else ()
     if not gpus:
-        if not req.require_gpu:
-            return [CheckOutcome("require-gpu", need, "pass", "no GPU here; continuing CPU-only")]
         why = "no GPU found"
         if visibility is not None and visibility.hidden:
             why = visibility.describe_none()
@@ -233,86 +251,85 @@ def evaluate(
                 f"NVML lists {len(snapshot.skipped)} GPU(s) but this process may open none of "
                 f"them ({snapshot.skipped[0].reason}): the job was given no GPU"
             )
-        checks.append(CheckOutcome("require-gpu", need, "fail", why))
-    else:
-        found = f"{len(gpus)} GPU(s) found"
-        if visibility is not None and visibility.restricted:
-            found = (
-                f"{len(gpus)} GPU(s) visible to this job through CUDA_VISIBLE_DEVICES "
-                f"({len(visibility.hidden)} other(s) on the host not judged)"
-            )
-        checks.append(CheckOutcome("require-gpu", need, "pass", found))
+        return CheckOutcome("require-gpu", need, "fail", why)
+    found = f"{len(gpus)} GPU(s) found"
+    if visibility is not None and visibility.restricted:
+        found = (
+            f"{len(gpus)} GPU(s) visible to this job through CUDA_VISIBLE_DEVICES "
+            f"({len(visibility.hidden)} other(s) on the host not judged)"
+        )
+    return CheckOutcome("require-gpu", need, "pass", found)
 
+
+def _mig_check(req: Requirements, gpus: tuple[GpuInfo, ...]) -> CheckOutcome:
+    """``allow-mig``: a GPU in MIG mode is usable only as its MIG devices."""
     mig_gpus = [g for g in gpus if g.mig_enabled]
     required = "MIG devices allowed" if req.allow_mig else "no GPU in MIG mode"
     if not mig_gpus:
-        checks.append(CheckOutcome("allow-mig", required, "pass", "no GPU in MIG mode"))
-    elif not req.allow_mig:
+        return CheckOutcome("allow-mig", required, "pass", "no GPU in MIG mode")
+    if not req.allow_mig:
         names = ", ".join(f"GPU {g.index} '{g.name}'" for g in mig_gpus)
-        checks.append(
-            CheckOutcome("allow-mig", required, "fail", f"{names} in MIG mode: not usable whole")
-        )
-    else:
-        empty = [f"GPU {g.index}" for g in mig_gpus if not g.mig_devices]
-        count = sum(len(g.mig_devices) for g in mig_gpus)
-        reason = (
-            f"{count} MIG device(s) on {len(mig_gpus)} GPU(s); CUDA shows one MIG device per "
-            "process, so one is counted and exported"
-        )
-        if empty:
-            reason += f"; {', '.join(empty)} in MIG mode with no instances"
-        checks.append(CheckOutcome("allow-mig", required, "pass", reason))
+        return CheckOutcome("allow-mig", required, "fail", f"{names} in MIG mode: not usable whole")
+    empty = [f"GPU {g.index}" for g in mig_gpus if not g.mig_devices]
+    count = sum(len(g.mig_devices) for g in mig_gpus)
+    reason = (
+        f"{count} MIG device(s) on {len(mig_gpus)} GPU(s); CUDA shows one MIG device per "
+        "process, so one is counted and exported"
+    )
+    if empty:
+        reason += f"; {', '.join(empty)} in MIG mode with no instances"
+    return CheckOutcome("allow-mig", required, "pass", reason)
 
+
+def _count_check(
+    req: Requirements, gpus: tuple[GpuInfo, ...], every: list[Unit], units: list[Unit]
+) -> CheckOutcome:
+    """``min-gpus``: the devices one CUDA process can use (MIG devices past the first don't)."""
     outcome: Outcome = "pass" if len(units) >= req.min_gpus else "fail"
-    kind = "GPU(s)/MIG device(s)" if mig_gpus and req.allow_mig else "usable GPU(s)"
+    mig = any(g.mig_enabled for g in gpus) and req.allow_mig
+    kind = "GPU(s)/MIG device(s)" if mig else "usable GPU(s)"
     found = f"{len(units)} {kind} found"
     if len(every) > len(units):
         found = (
             f"{len(units)} {kind} one CUDA process can use ({len(every) - len(units)} more MIG "
             "device(s) need a process each: CUDA shows one MIG device per process)"
         )
-    checks.append(CheckOutcome("min-gpus", f">= {req.min_gpus}", outcome, found))
+    return CheckOutcome("min-gpus", f">= {req.min_gpus}", outcome, found)
 
-    if req.min_memory_gb is not None:
-        need_gb = req.min_memory_gb
-        checks.append(
-            _per_unit(
-                "min-memory-gb",
-                f">= {need_gb:g} GB per GPU",
-                units,
-                lambda u: u.memory_total,
-                lambda v: v >= need_gb * GB,
-                lambda v: f"{v / GB:.1f} GB",
-            )
-        )
-    if req.min_compute_capability is not None:
-        need_cc = req.min_compute_capability
-        checks.append(
-            _per_unit(
-                "min-compute-capability",
-                f">= {version_text(need_cc)}",
-                units,
-                lambda u: u.compute_capability,
-                lambda v: version_ge(v, need_cc),
-                lambda v: f"compute capability {version_text(v)}",
-            )
-        )
-    if req.min_cuda is not None:
-        text = f">= {version_text(req.min_cuda)}"
-        cuda = snapshot.cuda_version if snapshot else None
-        if not gpus:
-            why = "no NVIDIA driver here" if snapshot is None else "no GPU visible to this job"
-            checks.append(CheckOutcome("min-cuda", text, "fail", why))
-        elif cuda is None:
-            checks.append(CheckOutcome("min-cuda", text, "unsupported", "driver's CUDA unknown"))
-        else:
-            ok = version_ge(cuda, req.min_cuda)
-            reason = f"driver {snapshot.driver_version} supports CUDA up to {version_text(cuda)}"  # type: ignore[union-attr]
-            if not ok:
-                reason += "; upgrade the driver"
-            checks.append(CheckOutcome("min-cuda", text, "pass" if ok else "fail", reason))
-    if req.gpu_name is not None:
-        checks.append(_name_check(req.gpu_name, units))
-    if gpus:
-        checks.append(_ecc_check(req, gpus))
-    return checks
+
+def _memory_check(need_gb: float, units: list[Unit]) -> CheckOutcome:
+    return _per_unit(
+        "min-memory-gb",
+        f">= {need_gb:g} GB per GPU",
+        units,
+        lambda u: u.memory_total,
+        lambda v: v >= need_gb * GB,
+        lambda v: f"{v / GB:.1f} GB",
+    )
+
+
+def _capability_check(need_cc: tuple[int, ...], units: list[Unit]) -> CheckOutcome:
+    return _per_unit(
+        "min-compute-capability",
+        f">= {version_text(need_cc)}",
+        units,
+        lambda u: u.compute_capability,
+        lambda v: version_ge(v, need_cc),
+        lambda v: f"compute capability {version_text(v)}",
+    )
+
+
+def _cuda_check(need: tuple[int, ...], snapshot: Snapshot | None) -> CheckOutcome:
+    """``min-cuda``: the highest CUDA the driver supports; unknown is unsupported, not a fail."""
+    text = f">= {version_text(need)}"
+    if snapshot is None or not snapshot.gpus:
+        why = "no NVIDIA driver here" if snapshot is None else "no GPU visible to this job"
+        return CheckOutcome("min-cuda", text, "fail", why)
+    cuda = snapshot.cuda_version
+    if cuda is None:
+        return CheckOutcome("min-cuda", text, "unsupported", "driver's CUDA unknown")
+    ok = version_ge(cuda, need)
+    reason = f"driver {snapshot.driver_version} supports CUDA up to {version_text(cuda)}"
+    if not ok:
+        reason += "; upgrade the driver"
+    return CheckOutcome("min-cuda", text, "pass" if ok else "fail", reason)

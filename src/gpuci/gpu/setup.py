@@ -8,6 +8,7 @@ CUDA. In a dry run nothing is written and a missing GPU is described, never fail
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from gpuci.gpu.checks import (
     version_text,
 )
 from gpuci.gpu.nvml import GpuInfo, Snapshot, open_nvml
+from gpuci.gpu.options import SetupInputs
 from gpuci.gpu.visible import Visibility, job_view
 from gpuci.runtime import OutputValue, Result, Runtime
 
@@ -114,10 +116,47 @@ def _visibility_notes(result: Result, host: Snapshot | None, vis: Visibility | N
         )
 
 
-def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
-    """The gpu-setup command. ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process."""
-    req = Requirements.from_values(values)
-    path = files.report_path(values, rt.environ, REPORT_NAME)
+@dataclass(frozen=True)
+class _Seen:
+    """What NVML showed: the host, the job's part of it, and the devices CUDA will see."""
+
+    host: Snapshot | None
+    nvml_error: NvmlUnavailable | None
+    snapshot: Snapshot | None  # the job's GPUs (CUDA_VISIBLE_DEVICES applied)
+    visibility: Visibility | None
+    every: list[Unit]  # every usable device, all MIG devices included
+    units: list[Unit]  # what one CUDA process sees: at most one MIG device
+
+    @property
+    def gpus(self) -> tuple[GpuInfo, ...]:
+        return self.snapshot.gpus if self.snapshot else ()
+
+    @property
+    def cpu_only(self) -> bool:
+        return not self.gpus
+
+
+def run(inp: SetupInputs, rt: Runtime, *, nvml: Any = None) -> Result:
+    """The gpu-setup command: read, judge, describe; then (not in a dry run) write and export.
+
+    ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process.
+    """
+    req = Requirements.from_inputs(inp)
+    path = files.report_path({"report": inp.report}, rt.environ, REPORT_NAME)
+    seen = _read(req, rt, nvml)
+    checks = evaluate(req, seen.snapshot, seen.visibility)
+    failed = [c for c in checks if c.outcome == "fail"]
+    outputs = outputs_for(seen.snapshot, seen.units, None if rt.dry_run else path)
+    result = Result(command=COMMAND)
+    result.report = _report(req, seen, checks, outputs, rt.dry_run)
+    _describe(result, seen, checks)
+    if rt.dry_run:
+        return _plan_only(result, seen, failed)
+    return _publish(result, inp, rt, seen, failed, outputs, path)
+
+
+def _read(req: Requirements, rt: Runtime, nvml: Any) -> _Seen:
+    """NVML's snapshot narrowed to this job's GPUs; no NVML fails only a real run that needs one."""
     host, nvml_error = read_snapshot(rt.environ, nvml)
     if nvml_error is not None and req.require_gpu and not rt.dry_run:
         raise nvml_error
@@ -125,83 +164,104 @@ def run(values: dict[str, Any], rt: Runtime, *, nvml: Any = None) -> Result:
     # counted nor exported (that would widen the job onto another tenant's GPUs).
     snapshot, visibility = job_view(host, rt.environ) if host else (None, None)
     every = usable_units(snapshot, req.allow_mig)
-    units = cuda_units(every)  # what one CUDA process sees: at most one MIG device
-    checks = evaluate(req, snapshot, visibility)
-    failed = [c for c in checks if c.outcome == "fail"]
-    cpu_only = not (snapshot and snapshot.gpus)
-    outputs = outputs_for(snapshot, units, None if rt.dry_run else path)
+    return _Seen(host, nvml_error, snapshot, visibility, every, cuda_units(every))
 
-    result = Result(command=COMMAND)
-    result.report = {
+
+def _report(
+    req: Requirements,
+    seen: _Seen,
+    checks: list[CheckOutcome],
+    outputs: dict[str, OutputValue],
+    dry_run: bool,
+) -> dict[str, Any]:
+    failed = any(c.outcome == "fail" for c in checks)
+    return {
         "schema": REPORT_SCHEMA,
         "command": COMMAND,
-        "dry_run": rt.dry_run,
+        "dry_run": dry_run,
         "verdict": "fail" if failed else "pass",
-        "cpu_only": cpu_only,
-        "nvml_error": nvml_error.one_line() if nvml_error else None,
+        "cpu_only": seen.cpu_only,
+        "nvml_error": seen.nvml_error.one_line() if seen.nvml_error else None,
         "requirements": req.to_dict(),
         "checks": [c.to_dict() for c in checks],
-        "devices": [{**u.to_dict(), "cuda_visible": u in units} for u in every],
-        "visibility": visibility.to_dict() if visibility else None,
-        "nvml": host.to_dict() if host else None,
+        "devices": [{**u.to_dict(), "cuda_visible": u in seen.units} for u in seen.every],
+        "visibility": seen.visibility.to_dict() if seen.visibility else None,
+        "nvml": seen.host.to_dict() if seen.host else None,
         "outputs": {k: v for k, v in outputs.items() if k != "report"},
     }
-    if snapshot and snapshot.gpus:
-        result.summary.append(summary.overview(snapshot))
-        result.summary += [summary.gpu_table(g) for g in snapshot.gpus]
-    elif nvml_error:
-        result.summary.append(f"**GPUs**: none ({nvml_error.message})")
+
+
+def _describe(result: Result, seen: _Seen, checks: list[CheckOutcome]) -> None:
+    """The step summary (GPUs, checks) and the notes a real run and a dry run both give."""
+    if seen.snapshot and seen.gpus:
+        result.summary.append(summary.overview(seen.snapshot))
+        result.summary += [summary.gpu_table(g) for g in seen.gpus]
+    elif seen.nvml_error:
+        result.summary.append(f"**GPUs**: none ({seen.nvml_error.message})")
     else:
         result.summary.append("**GPUs**: none found by NVML")
     result.summary.append(summary.checks_table(checks))
-    if len(every) > len(units):
+    if len(seen.every) > len(seen.units):
         result.notice(
-            f"{len(every) - len(units) + 1} MIG devices here, but CUDA shows one MIG device per "
-            f"process: {units[-1].uuid} is exported; run one process per MIG device "
-            "(CUDA_VISIBLE_DEVICES=MIG-...) to use the others",
+            f"{len(seen.every) - len(seen.units) + 1} MIG devices here, but CUDA shows one MIG "
+            f"device per process: {seen.units[-1].uuid} is exported; run one process per MIG "
+            "device (CUDA_VISIBLE_DEVICES=MIG-...) to use the others",
             "gpu-setup: MIG",
         )
-    for note in [n for g in (snapshot.gpus if snapshot else ()) for n in g.notes]:
+    for note in [n for g in seen.gpus for n in g.notes]:
         result.warning(f"unexpected NVML answer: {note}", "gpu-setup")
-    _visibility_notes(result, host, visibility)
-    for g in snapshot.gpus if snapshot else ():
+    _visibility_notes(result, seen.host, seen.visibility)
+    for g in seen.gpus:
         for finding in g.mode_findings():
             result.warning(f"GPU {g.index}: {finding}", "gpu-setup: modes")
 
-    if rt.dry_run:
-        # Plan only: say what this machine lacks, write nothing, fail nothing.
-        lacking = "; ".join(f"{c.check} ({c.required}): {c.reason}" for c in failed)
-        result.headline = (
-            f"dry run: this machine lacks what the job needs: {lacking}"
-            if failed
-            else "dry run: " + _headline([], units, cpu_only)
-        )
-        if nvml_error:
-            result.notice(f"no usable NVML here: {nvml_error.message}", "gpu-setup dry run")
-        return result
 
+def _plan_only(result: Result, seen: _Seen, failed: list[CheckOutcome]) -> Result:
+    """Dry run: say what this machine lacks, write nothing, fail nothing."""
+    lacking = "; ".join(f"{c.check} ({c.required}): {c.reason}" for c in failed)
+    result.headline = (
+        f"dry run: this machine lacks what the job needs: {lacking}"
+        if failed
+        else "dry run: " + _headline([], seen.units, seen.cpu_only)
+    )
+    if seen.nvml_error:
+        result.notice(f"no usable NVML here: {seen.nvml_error.message}", "gpu-setup dry run")
+    return result
+
+
+def _publish(
+    result: Result,
+    inp: SetupInputs,
+    rt: Runtime,
+    seen: _Seen,
+    failed: list[CheckOutcome],
+    outputs: dict[str, OutputValue],
+    path: Path,
+) -> Result:
+    """A real run: outputs, the report file, the journal, the export, the verdict."""
     result.outputs = outputs
     result.report["report_path"] = str(path)
     files.write_report(path, result.report, "GPU report")
+    snapshot = seen.snapshot
     journal.record(
         COMMAND,
         {
             "source": snapshot.source if snapshot else None,
             "driver_version": snapshot.driver_version if snapshot else None,
             "cuda_version": snapshot.cuda_text if snapshot else None,
-            "gpus": [_journal_gpu(g) for g in (snapshot.gpus if snapshot else ())],
-            "visible_devices": [u.uuid for u in units],
+            "gpus": [_journal_gpu(g) for g in seen.gpus],
+            "visible_devices": [u.uuid for u in seen.units],
             "verdict": result.report["verdict"],
         },
         rt.environ,
     )
-    if values.get("export-visible-devices") and units:
-        result.env["CUDA_VISIBLE_DEVICES"] = ",".join(u.uuid for u in units)
-    result.headline = _headline(failed, units, cpu_only)
+    if inp.export_visible_devices and seen.units:
+        result.env["CUDA_VISIBLE_DEVICES"] = ",".join(u.uuid for u in seen.units)
+    result.headline = _headline(failed, seen.units, seen.cpu_only)
     for check in failed:
         result.error(f"{check.check}: {check.reason} (required {check.required})", "gpu-setup")
     if not failed:
-        for g in snapshot.gpus if snapshot else ():
+        for g in seen.gpus:
             if g.health.memory_problems():
                 result.warning(
                     f"GPU {g.index}: {', '.join(g.health.memory_problems())}", "gpu-setup: ECC"

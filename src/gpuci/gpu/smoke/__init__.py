@@ -14,12 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpuci import files
-from gpuci.errors import ExitCode, GpuciError, InputError, NvmlUnavailable
+from gpuci.errors import GpuciError, InputError, NvmlUnavailable
 from gpuci.gpu.gpu_info import Snapshot, XidEvent
 from gpuci.gpu.nvml import NvmlSession, open_nvml
+from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import dcgm
 from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
 from gpuci.gpu.smoke.checks import (
@@ -43,7 +45,7 @@ from gpuci.gpu.smoke.health import (
 )
 from gpuci.gpu.smoke.load import Sizes, Target
 from gpuci.gpu.smoke.plan import dry_run, params, plan_load
-from gpuci.gpu.smoke.report import REPORT_NAME, SCHEMA, summary_tables
+from gpuci.gpu.smoke.report import SCHEMA, report_path, verdict
 from gpuci.gpu.smoke.schedule import run_plan
 from gpuci.gpu.smoke.targets import match_targets
 from gpuci.gpu.visible import Visibility, job_view
@@ -58,9 +60,9 @@ NO_GPU_HINT = (
 )
 
 
-def selected_checks(values: dict[str, Any]) -> list[str]:
+def selected_checks(inp: SmokeInputs) -> list[str]:
     """The ``checks`` input, validated; empty means all. ``dcgm`` joins when a level is set."""
-    asked = [c.strip().lower() for c in values.get("checks") or []]
+    asked = [c.strip().lower() for c in inp.checks]
     unknown = [c for c in asked if c not in CHECK_NAMES]
     if unknown:
         raise InputError(
@@ -68,7 +70,7 @@ def selected_checks(values: dict[str, Any]) -> list[str]:
             hint="use any of: " + ", ".join(CHECK_NAMES),
         )
     chosen = [c for c in CHECK_NAMES if c in asked] if asked else list(CHECK_NAMES)
-    if int(values.get("dcgm-level") or 0) == 0 and "dcgm" in chosen:
+    if inp.dcgm_level == 0 and "dcgm" in chosen:
         chosen.remove("dcgm")
         if "dcgm" in asked:
             raise InputError(
@@ -77,13 +79,14 @@ def selected_checks(values: dict[str, Any]) -> list[str]:
     return chosen
 
 
-def run(values: dict[str, Any], rt: Runtime) -> Result:
-    """The command entry point (registry target ``gpuci.gpu.smoke:run``)."""
-    return smoke(values, rt)
+def run(inp: SmokeInputs, rt: Runtime) -> Result:
+    """The smoke alone (``gpu-smoke``'s target, :func:`gpuci.quarantine.smoke_then_quarantine`,
+    adds the health record and the quarantine around it; ``runners release`` runs it first)."""
+    return smoke(inp, rt)
 
 
 def smoke(
-    values: dict[str, Any],
+    inp: SmokeInputs,
     rt: Runtime,
     *,
     nvml: Any = None,
@@ -92,25 +95,25 @@ def smoke(
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
     """The whole run; ``nvml``, ``backend``, ``sizes`` and ``clock`` are injected by tests."""
-    budget = Budget(float(values.get("budget-seconds") or 30), clock)
-    checks = selected_checks(values)
-    if not 0 < float(values["memory-fraction"]) <= 1:
+    budget = Budget(inp.budget_seconds, clock)
+    checks = selected_checks(inp)
+    if not 0 < inp.memory_fraction <= 1:
         raise InputError(
-            f"input 'memory-fraction' is {values['memory-fraction']:g}: a fraction of free memory",
+            f"input 'memory-fraction' is {inp.memory_fraction:g}: a fraction of free memory",
             hint="set memory-fraction between 0 (exclusive) and 1, e.g. 0.9",
         )
-    framework = backend.name if backend is not None else resolve_framework(values["framework"])
+    framework = backend.name if backend is not None else resolve_framework(inp.framework)
     sizes = sizes or (Sizes() if backend is None or backend.is_gpu else Sizes.tiny())
     try:
         session = open_nvml(rt.environ, nvml)
     except NvmlUnavailable as exc:
         if rt.dry_run:
-            return dry_run(values, checks, framework, sizes, None, exc.message)
+            return dry_run(inp, checks, framework, sizes, None, exc.message)
         hint = (exc.hint or "").split(", or set require-gpu")[0]  # gpu-setup's input, not ours
         return _infra_failure(
-            values, rt, budget, NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run")
+            inp, rt, budget, NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run")
         )
-    if backend is None and values["framework"] == "auto" and session.source.startswith("fake:"):
+    if backend is None and inp.framework == "auto" and session.source.startswith("fake:"):
         framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
     try:
         host = session.snapshot()
@@ -119,13 +122,13 @@ def smoke(
         if not snapshot.gpus and not rt.dry_run:
             raise _no_gpu(host, visibility)
         if rt.dry_run:
-            return dry_run(values, checks, framework, sizes, snapshot, None)
+            return dry_run(inp, checks, framework, sizes, snapshot, None)
         return _run(
-            values, rt, session, snapshot, checks, framework, backend, sizes, budget,
+            inp, rt, session, snapshot, checks, framework, backend, sizes, budget,
             host, visibility,
         )  # fmt: skip
     except (NvmlUnavailable, InputError) as exc:  # no GPU, or one fell off the bus mid-run
-        return _infra_failure(values, rt, budget, exc)
+        return _infra_failure(inp, rt, budget, exc)
     finally:
         session.close()
 
@@ -148,10 +151,10 @@ def _no_gpu(host: Snapshot, vis: Visibility) -> GpuciError:
     return NvmlUnavailable("no NVIDIA GPU found: NVML reports 0 devices", NO_GPU_HINT)
 
 
-def _infra_failure(values: dict[str, Any], rt: Runtime, budget: Budget, exc: GpuciError) -> Result:
+def _infra_failure(inp: SmokeInputs, rt: Runtime, budget: Budget, exc: GpuciError) -> Result:
     """Exit 3 in one line, and still ``passed: false`` and a report, so workflows can branch."""
     result = Result.from_error(COMMAND, exc)
-    path = files.report_path(values, rt.environ, REPORT_NAME)
+    path = report_path(inp, rt)
     seconds = round(budget.elapsed(), 2)
     result.report.update({"schema": SCHEMA, "command": COMMAND, "passed": False,
                           "seconds": seconds, "checks": [], "failed_checks": []})  # fmt: skip
@@ -175,7 +178,7 @@ def _load_backend(framework: str, asked: str) -> tuple[Backend, str]:
 
 
 def _run(
-    values: dict[str, Any],
+    inp: SmokeInputs,
     rt: Runtime,
     session: NvmlSession,
     snapshot: Snapshot,
@@ -202,7 +205,7 @@ def _run(
         info["visibility"] = visibility.to_dict()
     load = _Load(backend, framework)
     if any(c in LOAD_CHECKS for c in checks):
-        _prepare_load(load, values, session, snapshot, notes, info)
+        _prepare_load(load, inp, session, snapshot, notes, info)
     if load.skip:
         notes.append(load.skip)
     watched = sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or [
@@ -212,13 +215,13 @@ def _run(
     # Health before: the snapshot's read; then XIDs and clock events for the run's length.
     xids, sampler = _watch(session, checks, watched, load.targets, sizes, notes)
     with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}"):
-        _run_checks(values, rt, session, snapshot, checks, load, sizes, budget, watched,
+        _run_checks(inp, rt, session, snapshot, checks, load, sizes, budget, watched,
                     (xids, sampler), outcomes, notes)  # fmt: skip
     environment = _environment_problem(
         outcomes, load.broken, load.framework, load.built_cuda, snapshot, rt.environ
     )
-    return _result(
-        values, rt, snapshot, outcomes, notes, info, load.framework, load.backend, budget, names,
+    return verdict(
+        inp, rt, snapshot, outcomes, notes, info, load.framework, load.backend, budget, names,
         environment,
     )  # fmt: skip
 
@@ -237,7 +240,7 @@ class _Load:
 
 def _prepare_load(
     load: _Load,
-    values: dict[str, Any],
+    inp: SmokeInputs,
     session: NvmlSession,
     snapshot: Snapshot,
     notes: list[str],
@@ -246,7 +249,7 @@ def _prepare_load(
     """Which GPUs a load runs on: the framework's devices matched to NVML's (or why none)."""
     gpus = list(snapshot.gpus)
     if load.framework == "none":
-        if values["framework"] == "none":
+        if inp.framework == "none":
             load.skip = "framework none: health checks only, no load"
         elif snapshot.source.startswith("fake:"):
             load.skip = "fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"
@@ -256,8 +259,8 @@ def _prepare_load(
     started = time.perf_counter()
     try:
         if load.backend is None:
-            load.backend, load.framework = _load_backend(load.framework, values["framework"])
-        load.targets, match_notes = match_targets(load.backend, session, gpus, values)
+            load.backend, load.framework = _load_backend(load.framework, inp.framework)
+        load.targets, match_notes = match_targets(load.backend, session, gpus, inp)
         notes += match_notes
         notes += [
             f"GPU {t.label}: {t.others} other process(es) on it: GEMM and bandwidth "
@@ -276,7 +279,7 @@ def _prepare_load(
 
 
 def _run_checks(
-    values: dict[str, Any],
+    inp: SmokeInputs,
     rt: Runtime,
     session: NvmlSession,
     snapshot: Snapshot,
@@ -292,6 +295,24 @@ def _run_checks(
     """The load, dcgm and health checks while XIDs and clock events are watched; each outcome
     logged as it lands."""
     xids, sampler = watching
+    record = _recorder(rt, outcomes)
+    if load.targets and load.backend is not None:
+        # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
+        run_plan(plan_load(load.backend, load.targets, checks, inp, sizes), budget, record)
+    _record_no_load(load, checks, watched, record)
+    if "dcgm" in checks:
+        record(run_check(_dcgm_check(inp, sizes, watched), budget))
+    if sampler is not None:
+        sampler.stop()
+    if "health" in checks and xids is not None:
+        for item in _health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget):
+            record(run_check(item, budget))
+        if xids.error:
+            notes.append(f"XID listening stopped early: {xids.error}")
+
+
+def _recorder(rt: Runtime, outcomes: list[Outcome]) -> Callable[[Outcome], None]:
+    """Collect each outcome (from any check's thread) and log it on one line as it lands."""
     lock = threading.Lock()
 
     def record(outcome: Outcome) -> None:
@@ -305,9 +326,13 @@ def _run_checks(
                 text + (f": {outcome.reason}" if outcome.reason else "") + f" {figures}".rstrip()
             )
 
-    if load.targets and load.backend is not None:
-        # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
-        run_plan(plan_load(load.backend, load.targets, checks, values, sizes), budget, record)
+    return record
+
+
+def _record_no_load(
+    load: _Load, checks: list[str], watched: list[int], record: Callable[[Outcome], None]
+) -> None:
+    """No load ran: a framework that cannot use the GPUs fails ``context``; the rest skip."""
     if load.broken:  # a GPU the framework cannot use is a finding about this node
         for index in watched:
             record(Outcome("context", index, "fail", f"no CUDA context: {load.broken}"))
@@ -318,30 +343,18 @@ def _run_checks(
         where: list[int | None] = [None] if name == "nccl" else list(watched)
         for gpu in where:
             record(Outcome(name, gpu, "skip", why))
-    if "dcgm" in checks:
-        level = int(values["dcgm-level"])
-        record(
-            run_check(
-                Planned(
-                    "dcgm",
-                    None,
-                    params("dcgm", values, sizes),
-                    lambda: dcgm.estimate(level),
-                    lambda ctx: dcgm.run(level, ctx, watched),
-                    skip_reason=dcgm.absent_reason(),
-                ),
-                budget,
-            )
-        )
-    if sampler is not None:
-        sampler.stop()
-    if "health" in checks and xids is not None:
-        for item in _health_checks(
-            session, snapshot, watched, xids, sampler, values, sizes, budget
-        ):
-            record(run_check(item, budget))
-        if xids.error:
-            notes.append(f"XID listening stopped early: {xids.error}")
+
+
+def _dcgm_check(inp: SmokeInputs, sizes: Sizes, watched: list[int]) -> Planned:
+    level = inp.dcgm_level
+    return Planned(
+        "dcgm",
+        None,
+        params("dcgm", inp, sizes),
+        lambda: dcgm.estimate(level),
+        lambda ctx: dcgm.run(level, ctx, watched),
+        skip_reason=dcgm.absent_reason(),
+    )
 
 
 def _watch(
@@ -409,186 +422,113 @@ def _health_checks(
     watched: list[int],
     xids: XidListener,
     sampler: LoadSampler | None,
-    values: dict[str, Any],
+    inp: SmokeInputs,
     sizes: Sizes,
     budget: Budget,
 ) -> list[Planned]:
     """One ``health`` check per watched GPU: NVML after the load, judged against before."""
-    events = xids.stop()
-    before = {g.index: g.health for g in snapshot.gpus}
-    links_before = {g.index: g.nvlink_active for g in snapshot.gpus}
-    names = {g.index: g.name for g in snapshot.gpus}
-    peers: dict[str, int] = {}  # model -> most NVLinks active on one GPU of it (judged GPUs)
-    for g in snapshot.gpus:
-        if g.index in watched and g.nvlink_active is not None:
-            peers[g.name] = max(peers.get(g.name, 0), len(g.nvlink_active))
-    slices = {  # the MIG GPU instances under test, per GPU in MIG mode
-        g.index: {m.gpu_instance_id for m in g.mig_devices if m.gpu_instance_id is not None}
-        for g in snapshot.gpus
-        if g.mig_enabled
-    }
-    planned = []
-    for index in watched:
-
-        def health_check(ctx: Context, index: int = index) -> dict[str, Any]:
-            after = read_after(session, index)
-            sustained = sampler.streaks.sustained.get(index, 0) if sampler else 0
-            if not sustained:  # a harmful reason in the last read alone: read again first
-                sustained = confirm_clocks(
-                    lambda: session.health(index, counters=False),
-                    after.clock_event_reasons,
-                    sizes.sample_interval_s,
-                )
-            ours = [e for e in events if e.gpu_index in (index, None)]
-            # On a MIG GPU, an event from another GPU instance is another tenant's slice.
-            others = [e.xid for e in ours if not _our_slice(e, slices.get(index))]
-            mine = [e.xid for e in ours if _our_slice(e, slices.get(index))]
-            reasons, figures = judge(
-                before[index],
-                after,
-                mine,
-                sustained,
-                clocks_seen=sampler.seen.get(index) if sampler else None,
-                seconds=budget.elapsed(),
-                throttle_share=throttle_share(values),
-            )
-            if others:
-                figures["other_instance_xids"] = others
-            if xids.setup_error:
-                figures["xids"] = "not watched"
-            elif index in xids.unsupported:
-                figures["xids"] = "not supported"
-            link_reasons, link_figures = judge_nvlink(
-                links_before.get(index),
-                after.nvlink_active,
-                peers.get(names[index]),
-                bridged_board=bool(re.search(r"PCIe|NVL\b", names[index])),
-            )
-            reasons += link_reasons
-            figures.update(link_figures)
-            if reasons:
-                raise CheckError("; ".join(reasons), figures)
-            return figures
-
-        planned.append(
-            Planned(
-                "health",
-                index,
-                params("health", values, sizes),
-                lambda: 0.1,
-                health_check,
-                always=True,
-            )
+    share = throttle_share(inp.max_throttle_percent)
+    judge_gpu = _HealthJudge(
+        session, snapshot, watched, xids, xids.stop(), sampler, sizes, budget, share
+    )
+    return [
+        Planned(
+            "health",
+            index,
+            params("health", inp, sizes),
+            lambda: 0.1,
+            partial(judge_gpu.check, index),
+            always=True,
         )
-    return planned
+        for index in watched
+    ]
+
+
+class _HealthJudge:
+    """What the health checks compare against: the snapshot before the load, the XIDs heard
+    during it, the clock samples, and the NVLinks each model should have up."""
+
+    def __init__(
+        self,
+        session: NvmlSession,
+        snapshot: Snapshot,
+        watched: list[int],
+        xids: XidListener,
+        events: list[XidEvent],
+        sampler: LoadSampler | None,
+        sizes: Sizes,
+        budget: Budget,
+        throttle_share: float,
+    ) -> None:
+        self.session, self.xids, self.events = session, xids, events
+        self.sampler, self.sizes, self.budget = sampler, sizes, budget
+        self.throttle_share = throttle_share  # of the run a slowdown may hold the clocks down
+        self.before = {g.index: g.health for g in snapshot.gpus}
+        self.links_before = {g.index: g.nvlink_active for g in snapshot.gpus}
+        self.names = {g.index: g.name for g in snapshot.gpus}
+        self.peers: dict[str, int] = {}  # model -> most NVLinks active on one judged GPU of it
+        for g in snapshot.gpus:
+            if g.index in watched and g.nvlink_active is not None:
+                self.peers[g.name] = max(self.peers.get(g.name, 0), len(g.nvlink_active))
+        self.slices = {  # the MIG GPU instances under test, per GPU in MIG mode
+            g.index: {m.gpu_instance_id for m in g.mig_devices if m.gpu_instance_id is not None}
+            for g in snapshot.gpus
+            if g.mig_enabled
+        }
+
+    def check(self, index: int, ctx: Context) -> dict[str, Any]:
+        """GPU ``index`` after the load: counters, XIDs, clocks, NVLinks; raise on a finding."""
+        after = read_after(self.session, index)
+        mine, others = self._xids(index)
+        reasons, figures = judge(
+            self.before[index],
+            after,
+            mine,
+            self._sustained(index, after.clock_event_reasons),
+            clocks_seen=self.sampler.seen.get(index) if self.sampler else None,
+            seconds=self.budget.elapsed(),
+            throttle_share=self.throttle_share,
+        )
+        if others:
+            figures["other_instance_xids"] = others
+        if self.xids.setup_error:
+            figures["xids"] = "not watched"
+        elif index in self.xids.unsupported:
+            figures["xids"] = "not supported"
+        name = self.names[index]
+        link_reasons, link_figures = judge_nvlink(
+            self.links_before.get(index),
+            after.nvlink_active,
+            self.peers.get(name),
+            bridged_board=bool(re.search(r"PCIe|NVL\b", name)),
+        )
+        reasons += link_reasons
+        figures.update(link_figures)
+        if reasons:
+            raise CheckError("; ".join(reasons), figures)
+        return figures
+
+    def _sustained(self, index: int, reasons: int | None) -> int:
+        """How long a harmful clock reason was seen under load (read again if only now)."""
+        sustained = self.sampler.streaks.sustained.get(index, 0) if self.sampler else 0
+        if not sustained:  # a harmful reason in the last read alone: read again first
+            sustained = confirm_clocks(
+                lambda: self.session.health(index, counters=False),
+                reasons,
+                self.sizes.sample_interval_s,
+            )
+        return sustained
+
+    def _xids(self, index: int) -> tuple[list[int], list[int]]:
+        """This GPU's XIDs: those of the slices under test, and those of other MIG tenants."""
+        ours = [e for e in self.events if e.gpu_index in (index, None)]
+        slices = self.slices.get(index)
+        # On a MIG GPU, an event from another GPU instance is another tenant's slice.
+        mine = [e.xid for e in ours if _our_slice(e, slices)]
+        others = [e.xid for e in ours if not _our_slice(e, slices)]
+        return mine, others
 
 
 def _our_slice(event: XidEvent, slices: set[int] | None) -> bool:
     """Whether an XID concerns the slices under test (a whole-GPU event concerns them all)."""
     return not slices or event.gpu_instance_id is None or event.gpu_instance_id in slices
-
-
-def _result(
-    values: dict[str, Any],
-    rt: Runtime,
-    snapshot: Snapshot,
-    outcomes: list[Outcome],
-    notes: list[str],
-    info: dict[str, Any],
-    framework: str,
-    backend: Backend | None,
-    budget: Budget,
-    names: dict[int, str],
-    environment: str | None = None,
-) -> Result:
-    seconds = round(budget.elapsed(), 2)
-    order = {n: i for i, n in enumerate(CHECK_NAMES)}
-    outcomes.sort(key=lambda o: (o.gpu if o.gpu is not None else 1 << 30, order[o.name]))
-    failed = [o for o in outcomes if o.status == "fail"]
-    skipped = [o for o in outcomes if o.status == "skip"]
-    passed = [o for o in outcomes if o.status == "pass"]
-    path = files.report_path(values, rt.environ, REPORT_NAME)
-    result = Result(command=COMMAND)
-    result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
-    gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
-    if environment:
-        # exit 2: the job's image or container cannot start CUDA on a healthy node
-        result.exit_code = ExitCode.BAD_INPUT
-        result.headline = (
-            f"environment problem, not the node: no GPU could start a CUDA context while NVML "
-            f"sees {len(names)} healthy GPU(s): {environment}"
-        )
-    elif failed:
-        result.headline = (
-            f"{len(failed)} check(s) failed: "
-            + "; ".join(f"{o.label} ({o.reason})" for o in failed)
-            + " (fix: take this node out of the runner pool and rerun elsewhere; "
-            f"the figures are in {path})"
-        )
-    else:
-        result.headline = (
-            f"{len(passed)} check(s) passed, {len(skipped)} skipped on {gpu_text} in {seconds:g}s"
-        )
-    for o in failed:
-        result.error(f"{o.label}: {o.reason}", "gpu-smoke")
-    for note in notes:
-        result.warning(note, "gpu-smoke")
-    budget_skips = [o for o in skipped if o.reason.startswith("skipped to keep the budget")]
-    if budget_skips:
-        result.warning(
-            f"{len(budget_skips)} check(s) skipped to keep the {budget.total:g}s budget: "
-            + ", ".join(o.label for o in budget_skips),
-            "gpu-smoke",
-        )
-    result.summary = summary_tables(outcomes, names)
-    result.outputs = {
-        "passed": not failed,
-        "failed-checks": ",".join(o.label for o in failed),
-        "skipped-checks": ",".join(o.label for o in skipped),
-        "report": str(path),
-        "seconds": seconds,
-    }
-    result.report = {
-        "schema": SCHEMA,
-        "command": COMMAND,
-        "passed": not failed,
-        "seconds": seconds,
-        "budget_seconds": budget.total,
-        "framework": framework,
-        "backend": {"name": backend.name, "version": backend.version} if backend else None,
-        "nvml_source": snapshot.source,
-        "driver_version": snapshot.driver_version,
-        "cuda_version": snapshot.cuda_text,
-        "gpus": [
-            {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial}
-            for g in snapshot.gpus
-        ],
-        "failed_checks": [o.label for o in failed],
-        "skipped_checks": [o.label for o in skipped],
-        "environment_problem": environment,
-        "notes": notes,
-        **info,
-        "checks": [o.to_dict() for o in outcomes],
-        "report_path": str(path),
-    }
-    files.write_report(path, result.report, "smoke report", sort_keys=False)
-    _journal(result, rt)
-    return result
-
-
-def _journal(result: Result, rt: Runtime) -> None:
-    from gpuci import journal
-
-    try:
-        journal.record(
-            COMMAND,
-            {
-                "passed": result.report["passed"],
-                "failed_checks": result.report["failed_checks"],
-                "seconds": result.report["seconds"],
-                "gpus": result.report["gpus"],
-            },
-            rt.environ,
-        )
-    except OSError as exc:
-        result.warning(f"could not append to the job journal: {exc}", "gpu-smoke")

@@ -167,9 +167,8 @@ class LoadSampler:
         self.sample()  # one last read, so a short load still has a sample
 
 
-def throttle_share(values: dict[str, Any]) -> float:
+def throttle_share(percent: float | None) -> float:
     """The ``max-throttle-percent`` input as a share of the run (default 10 %)."""
-    percent = values.get("max-throttle-percent")
     return THROTTLE_SHARE if percent is None else float(percent) / 100
 
 

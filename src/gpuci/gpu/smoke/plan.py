@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from gpuci.gpu.gpu_info import GpuInfo, Snapshot
+from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import dcgm, load
 from gpuci.gpu.smoke.backends import Backend, installed
 from gpuci.gpu.smoke.checks import LOAD_CHECKS, CheckFn, Planned
@@ -38,7 +39,7 @@ HEALTH_READS = {
 
 
 # ----- planning --------------------------------------------------------------------------
-def params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+def params(name: str, inp: SmokeInputs, sizes: Sizes) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {
         "health": {"when": "before, under load, after", **HEALTH_READS},
         "context": {"tiny_kernel": "sum 0..65535"},
@@ -46,18 +47,18 @@ def params(name: str, values: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
         "membw": {"bytes": sizes.membw_bytes, "repeats": sizes.membw_repeats},
         "pcie": {"bytes": sizes.pcie_bytes, "repeats": sizes.pcie_repeats, "pinned": True},
         "memory": {
-            "memory_fraction": values["memory-fraction"],
+            "memory_fraction": inp.memory_fraction,
             "chunk_bytes": sizes.memory_chunk,
             "patterns": "0x00,0xAA,0x55,0xFF",
         },
         "nccl": {"elements": sizes.nccl_elements, "timeout_s": sizes.nccl_timeout_s},
-        "dcgm": {"level": values.get("dcgm-level"), "command": "dcgmi diag -r N -j"},
+        "dcgm": {"level": inp.dcgm_level, "command": "dcgmi diag -r N -j"},
     }
     return table[name]
 
 
 def dry_run(
-    values: dict[str, Any],
+    inp: SmokeInputs,
     checks: list[str],
     framework: str,
     sizes: Sizes,
@@ -66,81 +67,24 @@ def dry_run(
 ) -> Result:
     """Which checks would run, on which GPUs, with which parameters and minimums; runs none."""
     gpus = list(snapshot.gpus) if snapshot else []
-    plan: list[dict[str, Any]] = []
-    for name in checks:
-        why = None
-        if name in LOAD_CHECKS and framework == "none":
-            why = (
-                "framework none: health only"
-                if values["framework"] == "none"
-                else "framework auto found no torch or cupy to drive a real GPU here: health only"
-            )
-        elif name == "nccl" and len(gpus) < 2:
-            why = f"needs 2 or more GPUs, {len(gpus) if snapshot else 'unknown'} here"
-        elif name == "dcgm":
-            why = dcgm.absent_reason()
-        plan.append({"check": name, "would_run": why is None, "reason": why,
-                     "params": params(name, values, sizes)})  # fmt: skip
+    plan = _dry_plan(inp, checks, framework, sizes, gpus if snapshot else None)
     mins = {
         g.index: minimums(
-            g.name,
-            (g.pcie_gen_max, g.pcie_width_max),
-            values.get("min-bandwidth-gbs"),
-            values.get("min-gemm-tflops"),
+            g.name, (g.pcie_gen_max, g.pcie_width_max), inp.min_bandwidth_gbs, inp.min_gemm_tflops
         ).to_dict()
         for g in gpus
     }
-    estimates = _dry_estimates(gpus, sizes, float(values["memory-fraction"]))
-    for p in plan:
-        p["estimate_s"] = round(estimates.get(p["check"], 0.0), 2) if p["would_run"] else 0.0
     total = sum(p["estimate_s"] for p in plan)
-    rows = [
-        [
-            p["check"],
-            "yes" if p["would_run"] else f"no: {p['reason']}",
-            f"~{p['estimate_s']:g}s" if p["would_run"] else "-",
-            _kv(p["params"]),
-        ]
-        for p in plan
-    ]
-    from gpuci.runtime import markdown_table
-
-    where = (
-        ", ".join(f"GPU {g.index} {g.name}" for g in gpus)
-        if gpus
-        else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
-    )
-    running = sum(1 for p in plan if p["would_run"])
-    budget_text = f"~{total:.0f}s of the {values['budget-seconds']:g}s budget"
-    if gpus:
-        headline = f"dry run: would run {running} of {len(plan)} check(s) on {where}, {budget_text}"
-    else:  # nothing can run here: say so, and what a GPU runner would do
-        headline = (
-            f"dry run: {where}, so a real run here would fail (exit 3); on a GPU runner it "
-            f"would run {running} of {len(plan)} check(s), {budget_text}"
-        )
-    result = Result(command=COMMAND, headline=headline)
-    result.summary.append(
-        f"#### gpu-smoke plan (framework {framework}, budget {values['budget-seconds']:g}s)\n\n"
-        + markdown_table(("check", "would run", "estimate", "parameters"), rows)
-        + f"\n\nEstimated total ~{total:.0f}s of the {values['budget-seconds']:g}s budget "
-        "(from the model table; checks that would overrun at run time are skipped and reported)."
-    )
-    for g in gpus:
-        m = mins[g.index]
-        result.summary.append(
-            f"GPU {g.index} {g.name}: least device copy bandwidth "
-            f"{_gbs(m['mem_bw_gbs'])}, least FP16 GEMM {_unit(m['gemm_tflops'], 'TFLOP/s')}, "
-            f"least host-to-device {_gbs(m['h2d_gbs'])}, device-to-host {_gbs(m['d2h_gbs'])} "
-            f"({m['source']})"
-        )
+    result = Result(command=COMMAND, headline=_dry_headline(inp, plan, gpus, nvml_error, total))
+    result.summary.append(_plan_table(inp, plan, framework, total))
+    result.summary += [_minimums_line(g, mins[g.index]) for g in gpus]
     result.report = {
         "schema": SCHEMA,
         "command": COMMAND,
         "dry_run": True,
         "framework": framework,
         "framework_installed": {n: installed(n) for n in ("torch", "cupy")},
-        "budget_seconds": values["budget-seconds"],
+        "budget_seconds": inp.budget_seconds,
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in gpus],
         "minimums": mins,
         "nvml_error": nvml_error,
@@ -153,6 +97,91 @@ def dry_run(
     result.outputs = {"passed": bool(gpus), "failed-checks": "", "skipped-checks": skipped,
                       "report": "", "seconds": 0}  # fmt: skip
     return result
+
+
+def _dry_plan(
+    inp: SmokeInputs,
+    checks: list[str],
+    framework: str,
+    sizes: Sizes,
+    gpus: list[GpuInfo] | None,
+) -> list[dict[str, Any]]:
+    """Each check: would it run here (else why not), its parameters and its estimate.
+
+    ``gpus`` is None when NVML could not be read (the GPU count is unknown).
+    """
+    here = gpus or []
+    plan: list[dict[str, Any]] = []
+    for name in checks:
+        why = None
+        if name in LOAD_CHECKS and framework == "none":
+            why = (
+                "framework none: health only"
+                if inp.framework == "none"
+                else "framework auto found no torch or cupy to drive a real GPU here: health only"
+            )
+        elif name == "nccl" and len(here) < 2:
+            why = f"needs 2 or more GPUs, {len(here) if gpus is not None else 'unknown'} here"
+        elif name == "dcgm":
+            why = dcgm.absent_reason()
+        plan.append({"check": name, "would_run": why is None, "reason": why,
+                     "params": params(name, inp, sizes)})  # fmt: skip
+    estimates = _dry_estimates(here, sizes, inp.memory_fraction)
+    for p in plan:
+        p["estimate_s"] = round(estimates.get(p["check"], 0.0), 2) if p["would_run"] else 0.0
+    return plan
+
+
+def _dry_headline(
+    inp: SmokeInputs,
+    plan: list[dict[str, Any]],
+    gpus: list[GpuInfo],
+    nvml_error: str | None,
+    total: float,
+) -> str:
+    where = (
+        ", ".join(f"GPU {g.index} {g.name}" for g in gpus)
+        if gpus
+        else f"no GPU here ({nvml_error or 'NVML reports 0 devices'})"
+    )
+    running = sum(1 for p in plan if p["would_run"])
+    budget_text = f"~{total:.0f}s of the {inp.budget_seconds:g}s budget"
+    if gpus:
+        return f"dry run: would run {running} of {len(plan)} check(s) on {where}, {budget_text}"
+    # nothing can run here: say so, and what a GPU runner would do
+    return (
+        f"dry run: {where}, so a real run here would fail (exit 3); on a GPU runner it "
+        f"would run {running} of {len(plan)} check(s), {budget_text}"
+    )
+
+
+def _plan_table(inp: SmokeInputs, plan: list[dict[str, Any]], framework: str, total: float) -> str:
+    from gpuci.runtime import markdown_table
+
+    rows = [
+        [
+            p["check"],
+            "yes" if p["would_run"] else f"no: {p['reason']}",
+            f"~{p['estimate_s']:g}s" if p["would_run"] else "-",
+            _kv(p["params"]),
+        ]
+        for p in plan
+    ]
+    return (
+        f"#### gpu-smoke plan (framework {framework}, budget {inp.budget_seconds:g}s)\n\n"
+        + markdown_table(("check", "would run", "estimate", "parameters"), rows)
+        + f"\n\nEstimated total ~{total:.0f}s of the {inp.budget_seconds:g}s budget "
+        "(from the model table; checks that would overrun at run time are skipped and reported)."
+    )
+
+
+def _minimums_line(g: GpuInfo, m: dict[str, Any]) -> str:
+    return (
+        f"GPU {g.index} {g.name}: least device copy bandwidth "
+        f"{_gbs(m['mem_bw_gbs'])}, least FP16 GEMM {_unit(m['gemm_tflops'], 'TFLOP/s')}, "
+        f"least host-to-device {_gbs(m['h2d_gbs'])}, device-to-host {_gbs(m['d2h_gbs'])} "
+        f"({m['source']})"
+    )
 
 
 def _gbs(value: Any) -> str:
@@ -195,9 +224,9 @@ def _kv(params: dict[str, Any]) -> str:
 
 
 def plan_load(
-    backend: Backend, targets: list[Target], checks: list[str], values: dict[str, Any], sizes: Sizes
+    backend: Backend, targets: list[Target], checks: list[str], inp: SmokeInputs, sizes: Sizes
 ) -> list[Planned]:
-    fraction = float(values["memory-fraction"])
+    fraction = inp.memory_fraction
     plan: list[Planned] = []
     per_gpu: dict[str, tuple[Callable[[Target], float], Callable[[Target], CheckFn]]] = {
         "context": (
@@ -225,7 +254,7 @@ def plan_load(
     def add(name: str) -> None:
         est, fn = per_gpu[name]
         for t in targets:
-            plan.append(Planned(name, t.label, params(name, values, sizes), partial(est, t), fn(t)))
+            plan.append(Planned(name, t.label, params(name, inp, sizes), partial(est, t), fn(t)))
 
     add("context")  # what every load check stands on
     if "nccl" in checks:  # next: it needs all GPUs at once, and must not lose the budget race
@@ -234,7 +263,7 @@ def plan_load(
             Planned(
                 "nccl",
                 None,
-                params("nccl", values, sizes),
+                params("nccl", inp, sizes),
                 lambda: sizes.nccl_timeout_s / 3,
                 lambda ctx: load.nccl(backend, targets, ctx, sizes),
                 skip_reason=skip,

@@ -1,13 +1,21 @@
-"""The smoke report: its name, a markdown table per GPU (written by ``gpuci.files``)."""
+"""The smoke's verdict and report: the Result (headline, annotations, outputs), the JSON
+report (written by ``gpuci.files``), a markdown table per GPU, the journal record."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from gpuci import charts
-from gpuci.gpu.smoke.checks import Outcome
-from gpuci.runtime import markdown_table
+from gpuci import charts, files
+from gpuci.errors import ExitCode
+from gpuci.gpu.gpu_info import Snapshot
+from gpuci.gpu.options import SmokeInputs
+from gpuci.gpu.smoke.backends import Backend
+from gpuci.gpu.smoke.checks import CHECK_NAMES, Budget, Outcome
+from gpuci.runtime import Result, Runtime, markdown_table
+
+COMMAND = "gpu-smoke"
 
 REPORT_NAME = "gpuci-smoke-report.json"
 SCHEMA = 1
@@ -47,3 +55,137 @@ def summary_tables(outcomes: list[Outcome], gpus: Mapping[int, str]) -> list[str
     if machine:
         blocks.append("#### gpu-smoke: all GPUs\n\n" + markdown_table(headers, machine))
     return blocks
+
+
+def verdict(
+    inp: SmokeInputs,
+    rt: Runtime,
+    snapshot: Snapshot,
+    outcomes: list[Outcome],
+    notes: list[str],
+    info: dict[str, Any],
+    framework: str,
+    backend: Backend | None,
+    budget: Budget,
+    names: dict[int, str],
+    environment: str | None = None,
+) -> Result:
+    """The run's Result: exit code and headline, annotations, outputs; the report written and
+    the journal appended."""
+    seconds = round(budget.elapsed(), 2)
+    order = {n: i for i, n in enumerate(CHECK_NAMES)}
+    outcomes.sort(key=lambda o: (o.gpu if o.gpu is not None else 1 << 30, order[o.name]))
+    failed = [o for o in outcomes if o.status == "fail"]
+    skipped = [o for o in outcomes if o.status == "skip"]
+    path = report_path(inp, rt)
+    result = Result(command=COMMAND)
+    result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
+    if environment:  # exit 2: the job's image or container cannot start CUDA on a healthy node
+        result.exit_code = ExitCode.BAD_INPUT
+    result.headline = _headline(outcomes, names, seconds, path, environment)
+    _annotate(result, failed, skipped, notes, budget)
+    result.summary = summary_tables(outcomes, names)
+    result.outputs = {
+        "passed": not failed,
+        "failed-checks": ",".join(o.label for o in failed),
+        "skipped-checks": ",".join(o.label for o in skipped),
+        "report": str(path),
+        "seconds": seconds,
+    }
+    result.report = {
+        "schema": SCHEMA,
+        "command": COMMAND,
+        "passed": not failed,
+        "seconds": seconds,
+        "budget_seconds": budget.total,
+        "framework": framework,
+        "backend": {"name": backend.name, "version": backend.version} if backend else None,
+        "nvml_source": snapshot.source,
+        "driver_version": snapshot.driver_version,
+        "cuda_version": snapshot.cuda_text,
+        "gpus": [
+            {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial}
+            for g in snapshot.gpus
+        ],
+        "failed_checks": [o.label for o in failed],
+        "skipped_checks": [o.label for o in skipped],
+        "environment_problem": environment,
+        "notes": notes,
+        **info,
+        "checks": [o.to_dict() for o in outcomes],
+        "report_path": str(path),
+    }
+    files.write_report(path, result.report, "smoke report", sort_keys=False)
+    _journal(result, rt)
+    return result
+
+
+def report_path(inp: SmokeInputs, rt: Runtime) -> Path:
+    """The ``report`` input, else gpuci-smoke-report.json in RUNNER_TEMP or the current folder."""
+    return files.report_path({"report": inp.report}, rt.environ, REPORT_NAME)
+
+
+def _headline(
+    outcomes: list[Outcome],
+    names: dict[int, str],
+    seconds: float,
+    path: Path,
+    environment: str | None,
+) -> str:
+    """One line: the image's fault, the node's failed checks (and the fix), or the pass."""
+    failed = [o for o in outcomes if o.status == "fail"]
+    if environment:
+        return (
+            f"environment problem, not the node: no GPU could start a CUDA context while NVML "
+            f"sees {len(names)} healthy GPU(s): {environment}"
+        )
+    if failed:
+        return (
+            f"{len(failed)} check(s) failed: "
+            + "; ".join(f"{o.label} ({o.reason})" for o in failed)
+            + " (fix: take this node out of the runner pool and rerun elsewhere; "
+            f"the figures are in {path})"
+        )
+    passed = sum(1 for o in outcomes if o.status == "pass")
+    skipped = sum(1 for o in outcomes if o.status == "skip")
+    gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
+    return f"{passed} check(s) passed, {skipped} skipped on {gpu_text} in {seconds:g}s"
+
+
+def _annotate(
+    result: Result,
+    failed: list[Outcome],
+    skipped: list[Outcome],
+    notes: list[str],
+    budget: Budget,
+) -> None:
+    """An error per failed check, a warning per note, one for the checks the budget cut."""
+    for o in failed:
+        result.error(f"{o.label}: {o.reason}", "gpu-smoke")
+    for note in notes:
+        result.warning(note, "gpu-smoke")
+    budget_skips = [o for o in skipped if o.reason.startswith("skipped to keep the budget")]
+    if budget_skips:
+        result.warning(
+            f"{len(budget_skips)} check(s) skipped to keep the {budget.total:g}s budget: "
+            + ", ".join(o.label for o in budget_skips),
+            "gpu-smoke",
+        )
+
+
+def _journal(result: Result, rt: Runtime) -> None:
+    from gpuci import journal
+
+    try:
+        journal.record(
+            COMMAND,
+            {
+                "passed": result.report["passed"],
+                "failed_checks": result.report["failed_checks"],
+                "seconds": result.report["seconds"],
+                "gpus": result.report["gpus"],
+            },
+            rt.environ,
+        )
+    except OSError as exc:
+        result.warning(f"could not append to the job journal: {exc}", "gpu-smoke")

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from gpuci.gpu.gpu_info import GpuInfo, MigDevice
 from gpuci.gpu.nvml import NvmlSession, pci_address
+from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke.backends import Backend
 from gpuci.gpu.smoke.load import SHARED_MEMORY_FRACTION, Rates, Target
 from gpuci.gpu.smoke.models import Minimums, gpu_link, minimums
@@ -51,9 +51,16 @@ class _Nvml:
 
 
 def match_targets(
-    backend: Backend, session: NvmlSession, gpus: list[GpuInfo], values: dict[str, Any]
+    backend: Backend,
+    session: NvmlSession,
+    gpus: list[GpuInfo],
+    inp: SmokeInputs | None = None,
 ) -> tuple[list[Target], list[str]]:
-    """One :class:`Target` per framework device, and warnings about how they were matched."""
+    """One :class:`Target` per framework device, and warnings about how they were matched.
+
+    ``inp`` gives the user's minimums (``min-bandwidth-gbs``, ``min-gemm-tflops``), if any.
+    """
+    inp = inp or SmokeInputs()
     by_uuid: dict[str, _Nvml] = {}
     by_pci: dict[tuple[int, int, int], _Nvml] = {}
     for g in gpus:
@@ -89,19 +96,19 @@ def match_targets(
         )
     if not backend.is_gpu:  # the CPU stand-in plays NVML GPU i (tests)
         found = [_Nvml(gpus[i]) if i < len(gpus) else None for i in range(count)]
-    return [_target(backend, session, i, m, values) for i, m in enumerate(found)], notes
+    return [_target(backend, session, i, m, inp) for i, m in enumerate(found)], notes
 
 
 def _target(
-    backend: Backend, session: NvmlSession, i: int, match: _Nvml | None, values: dict[str, Any]
+    backend: Backend, session: NvmlSession, i: int, match: _Nvml | None, inp: SmokeInputs
 ) -> Target:
     gpu = match.gpu if match else None
     name = match.name if match else f"device {i}"
     link_max = (gpu.pcie_gen_max, gpu.pcie_width_max) if gpu else (None, None)
     reader = partial(session.pcie_link, gpu.index) if gpu is not None else None
 
-    override = values.get("min-bandwidth-gbs")
-    gemm = values.get("min-gemm-tflops")
+    override = inp.min_bandwidth_gbs
+    gemm = inp.min_gemm_tflops
     if backend.is_gpu and match is not None:
         mins = minimums(name, link_max, override, gemm)
     elif backend.is_gpu:
@@ -139,5 +146,5 @@ def _target(
         cpus=session.cpu_affinity(gpu.index) if gpu else None,
         numa_node=gpu.numa_node if gpu else None,
         link=gpu_link(name, gpu.architecture, gpu.nvlink_active, link_max) if gpu else None,
-        min_busbw_gbs=values.get("min-busbw-gbs"),
+        min_busbw_gbs=inp.min_busbw_gbs,
     )

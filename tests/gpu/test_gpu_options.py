@@ -1,0 +1,61 @@
+"""gpu-setup's and gpu-smoke's typed inputs: the dataclasses match the specs, and the CLI's
+flags and ``INPUT_*`` are parsed once into their fields (``tests/test_typed.py`` checks every
+typed command's fields and defaults; this file checks the GPU commands' own parsing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpuci.commands import command_named
+from gpuci.gpu.checks import Requirements
+from gpuci.gpu.options import SetupInputs, SmokeInputs
+from gpuci.gpu.smoke import selected_checks
+from gpuci.inputs import resolve
+from gpuci.typed import check_fields, typed
+
+
+def test_both_commands_take_their_dataclass() -> None:
+    for name, cls in (("gpu-setup", SetupInputs), ("gpu-smoke", SmokeInputs)):
+        cmd = command_named(name)
+        assert cmd is not None and cmd.load_typed() is cls
+        assert check_fields(cls, cmd.inputs) == []
+        assert typed(cls, resolve(cmd.inputs, {}, {})) == cls()  # defaults are the specs'
+
+
+def test_gpu_setup_flags_and_env_are_parsed_once_into_fields() -> None:
+    from gpuci.commands.gpu_setup import INPUTS
+
+    flags = {"min-memory-gb": "79.5", "min-cuda": "12.4", "gpu-name": "H100|H200", "min-gpus": "2"}
+    inp = typed(SetupInputs, resolve(INPUTS, flags, {"INPUT_EXPORT-VISIBLE-DEVICES": "true"}))
+    assert inp.min_memory_gb == 79.5 and inp.min_cuda == (12, 4) and inp.min_gpus == 2
+    assert inp.gpu_name is not None and inp.gpu_name.search("NVIDIA H200")
+    assert inp.export_visible_devices is True  # INPUT_* reaches the field too
+    assert inp.min_compute_capability is None and inp.report == ""  # not given: not checked
+    assert Requirements.from_inputs(inp).min_cuda == (12, 4)
+
+
+def test_gpu_smoke_flags_are_parsed_once_into_fields() -> None:
+    from gpuci.commands.gpu_smoke import INPUTS
+
+    flags = {"checks": "health,\ngemm", "dcgm-level": "2", "quarantine-labels": "gpu-large"}
+    inp = typed(SmokeInputs, resolve(INPUTS, flags, {}))
+    assert inp.checks == ["health", "gemm"] and inp.dcgm_level == 2
+    assert inp.quarantine_labels == ["gpu-large"] and inp.on_failure == "fail"
+    assert inp.budget_seconds == 30.0 and inp.min_bandwidth_gbs is None
+    assert selected_checks(inp) == ["health", "gemm"]
+
+
+def test_runners_release_hands_the_smoke_a_dict_it_types_once(tmp_path: Path) -> None:
+    """``runners release`` resolves its own copy of the smoke's inputs; ``smoke.run`` types it."""
+    import io
+
+    from gpuci.gpu.smoke import run
+    from gpuci.runtime import Runtime
+
+    rt = Runtime(
+        {"GPUCI_FAKE_NVML": "h200", "GPUCI_JOURNAL": str(tmp_path / "j.jsonl")},
+        stdout=io.StringIO(),
+    )
+    values = {"checks": None, "report": str(tmp_path / "r.json"), "dcgm-level": 0}
+    result = run(values, rt)
+    assert result.ok and result.outputs["report"] == str(tmp_path / "r.json")
