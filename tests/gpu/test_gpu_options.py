@@ -45,17 +45,32 @@ def test_gpu_smoke_flags_are_parsed_once_into_fields() -> None:
     assert selected_checks(inp) == ["health", "gemm"]
 
 
-def test_runners_release_hands_the_smoke_a_dict_it_types_once(tmp_path: Path) -> None:
-    """``runners release`` resolves its own copy of the smoke's inputs; ``smoke.run`` types it."""
-    import io
+def test_runners_release_hands_the_smoke_every_shared_input() -> None:
+    """``runners release`` runs the smoke first with its own copy of the smoke's inputs: each
+    one it shares with gpu-smoke reaches the SmokeInputs it builds (a new smoke input that
+    release also takes cannot be dropped on the way)."""
+    import dataclasses
 
-    from gpuci.gpu.smoke import run
-    from gpuci.runtime import Runtime
+    from gpuci.gpu.options import SmokeInputs
+    from gpuci.quarantine import ReleaseInputs
 
-    rt = Runtime(
-        {"GPUCI_FAKE_NVML": "h200", "GPUCI_JOURNAL": str(tmp_path / "j.jsonl")},
-        stdout=io.StringIO(),
+    shared = {f.name for f in dataclasses.fields(SmokeInputs)} & {
+        f.name for f in dataclasses.fields(ReleaseInputs)
+    }
+    assert {"checks", "budget_seconds", "min_busbw_gbs", "max_throttle_percent"} <= shared
+    given = ReleaseInputs(
+        name="r",
+        checks=["gemm"],
+        budget_seconds=12.0,
+        memory_fraction=0.5,
+        min_bandwidth_gbs=1.0,
+        min_gemm_tflops=2.0,
+        min_busbw_gbs=3.0,
+        max_throttle_percent=4.0,
+        framework="cupy",
+        dcgm_level=1,
+        report="r.json",
     )
-    values = {"checks": None, "report": str(tmp_path / "r.json"), "dcgm-level": 0}
-    result = run(values, rt)
-    assert result.ok and result.outputs["report"] == str(tmp_path / "r.json")
+    smoke = given.smoke_inputs()
+    for name in shared:
+        assert getattr(smoke, name) == getattr(given, name), name
