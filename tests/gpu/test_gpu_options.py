@@ -4,8 +4,6 @@ typed command's fields and defaults; this file checks the GPU commands' own pars
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from gpuci.commands import command_named
 from gpuci.gpu.checks import Requirements
 from gpuci.gpu.options import SetupInputs, SmokeInputs
