@@ -162,12 +162,19 @@ def test_eight_gpus_fit_a_budget_one_gpu_at_a_time_would_not(tmp_path: Path) -> 
     from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
 
     local = threading.local()
+    # All eight GPUs meet here before their first kernel, so each runs on its own thread: a
+    # busy machine cannot let one pool thread finish a GPU and take the next (its per-thread
+    # clock would then carry both GPUs' seconds).
+    together = threading.Barrier(8, timeout=120)
 
     def clock() -> float:
         return getattr(local, "t", 0.0)
 
     class FiveSeconds(NumpyDevice):
         def tiny_kernel(self, n: int) -> float:
+            if not getattr(local, "met", False):
+                local.met = True
+                together.wait()
             local.t = clock() + 5.0
             return super().tiny_kernel(n)
 
