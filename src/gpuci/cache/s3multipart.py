@@ -108,6 +108,24 @@ class Multipart:
         with self._lock:
             self._etags[number] = str(resp["ETag"])
 
+    def send_bytes(self, number: int, data: bytes, on_read: Callable[[int], None]) -> None:
+        """Part ``number`` from bytes already read (and hashed) by the caller: what is sent is
+        exactly what was hashed, whatever happens to the file meanwhile."""
+        store = self._store
+        resp = store._call(
+            "upload",
+            self._key,
+            store.client.upload_part,
+            Key=store.prefix + self._key,
+            UploadId=self._id,
+            PartNumber=number,
+            Body=data,
+            ContentLength=len(data),
+        )
+        on_read(len(data))
+        with self._lock:
+            self._etags[number] = str(resp["ETag"])
+
     def complete(self) -> None:
         with self._lock:
             parts = [{"PartNumber": n, "ETag": e} for n, e in sorted(self._etags.items())]

@@ -6,14 +6,16 @@ blobs (harmless, prunable), never a ref naming something missing. Small files ar
 against the manifests this job already knows (the key's current one and any restored earlier in
 the job), so re-saving after changing one file uploads that file plus metadata.
 
-The phases, each in a module of its own: scan (:mod:`gpuci.cache.tree`), hash and pack
-(:mod:`gpuci.cache.save_packs`, :mod:`gpuci.cache.save_blobs`), upload
-(:mod:`gpuci.cache.save_blobs`), publish (:mod:`gpuci.cache.save_publish`), report
-(:mod:`gpuci.cache.save_report`), over one :class:`gpuci.cache.saver.Saver`.
+The phases, each in a module of its own: scan (:mod:`gpuci.cache.tree`); hash and upload,
+together (large files: :mod:`gpuci.cache.save_blobs`, each read once, its upload started as
+soon as its name is known; small files: :mod:`gpuci.cache.save_packs`); publish
+(:mod:`gpuci.cache.save_publish`); report (:mod:`gpuci.cache.save_report`); over one
+:class:`gpuci.cache.saver.Saver`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -21,7 +23,7 @@ from gpuci.cache import hf, layout, refs
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import plan_store, store_url
 from gpuci.cache.options import SaveInputs
-from gpuci.cache.save_blobs import hash_large, upload_large
+from gpuci.cache.save_blobs import BlobUploads
 from gpuci.cache.save_packs import pack_small
 from gpuci.cache.save_publish import publish
 from gpuci.cache.save_report import (
@@ -44,15 +46,14 @@ __all__ = ["OUTCOMES", "SaveStats", "Saver", "run", "save_outputs"]
 
 @dataclass
 class _Planned:
-    """What the hash phase found: the manifest, the large files and whether nothing changed."""
+    """What hashing and sending found: the manifest and whether the ref already names it."""
 
     manifest: mf.Manifest
-    large: list[mf.Entry]
     unchanged: bool
 
 
 def run(inp: SaveInputs, rt: Runtime) -> Result:
-    """Save: scan -> hash (and pack) -> upload -> publish (manifest, ref) -> report."""
+    """Save: scan -> hash and upload (together) -> publish (manifest, ref) -> report."""
     start = time.monotonic()
     key = refs.check_key(inp.key)
     shared = as_values(inp)  # store, tier and hf helpers are shared with untyped commands
@@ -76,11 +77,11 @@ def run(inp: SaveInputs, rt: Runtime) -> Result:
     if not rt.dry_run:
         saver.tier, tier_notes = open_tier(shared, rt.environ)
     current = _current_ref(store, saver, rt)
-    planned = _hash(saver, tree, current)
+    planned = _hash_and_send(saver, tree, current)
     result = Result(command="cache-weights save")
     for warning in tree.warnings:
         result.warning(warning, "gpu-ci cache")
-    digest, outcome = _upload_and_publish(saver, tree, planned, current, result)
+    digest, outcome = _publish(saver, planned, current, result)
     if not rt.dry_run:
         saver.fill_tier(tree, planned.manifest.files)
     for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
@@ -95,16 +96,25 @@ def _current_ref(store: Store, saver: Saver, rt: Runtime) -> refs.Ref | None:
     return None
 
 
-def _hash(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Planned:
-    """Hash the large files, pack the small ones (reusing the current packs where they still
-    match) and build the manifest; also whether it is the tree the ref already names."""
+def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Planned:
+    """Hash each large file as it is read and send the blobs the store lacks, meanwhile pack
+    the small ones (reusing the current packs where they still match); then the manifest,
+    and whether it is the tree the ref already names."""
     rt = saver.rt
     known, current_manifest = saver.known_small_files(current)
     files = [e for e in tree.entries if e.type == "file"]
     large = [e for e in files if e.size >= layout.PACK_THRESHOLD]
     small = [e for e in files if e.size < layout.PACK_THRESHOLD]
-    hash_large(saver, tree, large)
-    pack_small(saver, tree, small, known, rt.dry_run)
+    blobs = BlobUploads(saver, tree, large, rt.dry_run)
+    blobs.start()  # large files hash and upload on their own threads while small ones pack
+    try:
+        pack_small(saver, tree, small, known, rt.dry_run)
+    except BaseException:
+        blobs.cancel()
+        with contextlib.suppress(Exception):
+            blobs.finish()
+        raise
+    blobs.finish()
     manifest = mf.Manifest(
         key=saver.key,
         roots=tree.roots,
@@ -113,18 +123,17 @@ def _hash(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Planned:
         producer=mf.producer(rt.environ),
     )
     unchanged = current_manifest is not None and manifest.same_tree(current_manifest)
-    return _Planned(manifest, large, unchanged)
+    return _Planned(manifest, unchanged)
 
 
-def _upload_and_publish(
-    saver: Saver, tree: Tree, planned: _Planned, current: refs.Ref | None, result: Result
+def _publish(
+    saver: Saver, planned: _Planned, current: refs.Ref | None, result: Result
 ) -> tuple[str, str]:
-    """Nothing to do when the ref already names this tree; else the blobs the store lacks,
-    then the manifest and the ref: the manifest's digest and the outcome."""
+    """Nothing to do when the ref already names this tree; else the manifest (every blob and
+    pack it names is stored by now) and the ref: the manifest's digest and the outcome."""
     if planned.unchanged:
         digest = current.manifest if current else planned.manifest.digest()
         return digest, "unchanged"
-    upload_large(saver, tree, planned.large, saver.rt.dry_run)
     return publish(saver, planned.manifest, current, result)
 
 

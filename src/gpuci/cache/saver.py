@@ -102,7 +102,7 @@ class Saver:
                 if not self.rt.dry_run:
                     self.refresh(info)
 
-        parallel(check, packs, self.workers)
+        parallel(check, packs, self.uploads)  # HEADs under the save's one controller
         return present
 
     def refresh(self, info: ObjectInfo) -> None:
