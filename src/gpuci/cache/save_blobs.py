@@ -34,7 +34,7 @@ from gpuci.errors import InputError, StoreError
 
 # File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to
 # this size is read once; a larger one is hashed first and read again to send (see above).
-HELD_BYTES = 192 << 20
+HELD_BYTES = 128 << 20
 # Threads reading and hashing files (sha256 runs without the GIL: two cores' worth).
 HASHERS = 2
 
