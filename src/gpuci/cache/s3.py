@@ -26,9 +26,9 @@ from gpuci.cache import s3net, sigv4
 from gpuci.cache.s3client import retry_settings
 from gpuci.cache.s3errors import bce, upload_failed
 from gpuci.cache.s3fast import FastPath
-from gpuci.cache.s3multipart import Multipart
+from gpuci.cache.s3multipart import FastMultipart, Multipart, upload_id_of
 from gpuci.cache.s3pool import Pool
-from gpuci.cache.s3rest import RestClient, http_time
+from gpuci.cache.s3rest import Reply, RestClient, http_time
 from gpuci.cache.store import ObjectInfo, Store
 from gpuci.errors import StoreError
 
@@ -78,6 +78,8 @@ class S3Store(FastPath, Store):
             if self._presigner is not None
             else None
         )
+        if self._rest is not None:
+            self._rest.on_transient = self._heard_transient
         if self._presigner is not None:
             creds = self._presigner.creds
             for secret in (creds.access_key, creds.secret_key, creds.token):
@@ -155,12 +157,22 @@ class S3Store(FastPath, Store):
         return resp.get("ETag", "")
 
     def put_if_absent(self, key: str, data: bytes) -> str:
+        reply = self._fast("put", "PUT", key, body=data, headers={"If-None-Match": "*"})
+        if reply is not None:
+            if reply.status == 200:
+                return reply.headers.get("etag", "")
+            raise self._coded_error(reply.code, reply.message, "put", key)
         resp = self._call(
             "put", key, self.client.put_object, Key=self.prefix + key, Body=data, IfNoneMatch="*"
         )
         return resp.get("ETag", "")
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        reply = self._fast("put", "PUT", key, body=data, headers={"If-Match": etag})
+        if reply is not None:
+            if reply.status == 200:
+                return reply.headers.get("etag", "")
+            raise self._coded_error(reply.code, reply.message, "put", key)
         resp = self._call(
             "put", key, self.client.put_object, Key=self.prefix + key, Body=data, IfMatch=etag
         )
@@ -177,9 +189,40 @@ class S3Store(FastPath, Store):
                 error.message += f" ({size:,} bytes in one PUT)"
             raise error from None
 
-    def multipart(self, key: str) -> Multipart:
+    def multipart(self, key: str) -> Multipart | FastMultipart:
+        reply = self._fast("upload", "POST", key, query={"uploads": ""})
+        if reply is not None:
+            if reply.status != 200:
+                raise self._coded_error(
+                    reply.code, reply.message, "upload", key, operation="CreateMultipartUpload"
+                )
+            upload_id = upload_id_of(reply)
+            if upload_id is None:
+                raise self._bad_answer("upload", key, "no UploadId in the answer")
+            return FastMultipart(self, key, upload_id)
         resp = self._call("upload", key, self.client.create_multipart_upload, Key=self.prefix + key)
         return Multipart(self, key, str(resp["UploadId"]))
+
+    def _fast_call(
+        self, op: str, method: str, key: str, operation: str, complete: bool = False, **kwargs: Any
+    ) -> Reply:
+        """One request of an upload already under way on the fast path: its 2xx answer, else
+        the failure in the store's words (``complete``: a 200 whose body is an error fails)."""
+        reply = self._fast(op, method, key, **kwargs)
+        if reply is None:
+            raise StoreError(
+                f"the S3 endpoint {self._where()} redirected an upload to {self.url}/{key} midway",
+                hint="retry the save; set the store's region or endpoint-url if it repeats",
+            )
+        if not 200 <= reply.status < 300 or (complete and b"<Error>" in reply.body):
+            raise self._coded_error(reply.code, reply.message, op, key, operation=operation)
+        return reply
+
+    def _heard_transient(self) -> None:
+        """A fast-path attempt was refused or dropped: the transfer's controller hears it."""
+        listener = self.on_throttle
+        if listener is not None:
+            listener()
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         if self._rest is not None and (yield from self._fast_list(prefix)):

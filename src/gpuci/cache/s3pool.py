@@ -99,7 +99,9 @@ class Pool:
         conn, reused = self._take(parts.scheme, parts.netloc)
         route = self._route(parts.scheme, parts.netloc)
         while True:
-            guard = WATCHDOG.guard(conn, self._budget(until, self.limits.timeout))
+            # A body to send (a part of an upload) may take as long as one to receive.
+            sending = self.limits.body_time(len(body)) if body else self.limits.timeout
+            guard = WATCHDOG.guard(conn, self._budget(until, sending))
             try:
                 resp = s3http.send(conn, method, target, headers, body, parts.netloc, route)
                 if guard.fired:
