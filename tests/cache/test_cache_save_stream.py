@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from cache_testing import StoreCase, cache_cmd
+from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 
 from gpuci.cache import layout, save_blobs
@@ -138,3 +140,33 @@ def test_uploads_start_before_the_whole_tree_is_hashed(env, tmp_path, monkeypatc
     saved, _ = cache_cmd("save", _flags(store, "k", src), env)
     assert saved.ok, saved.headline
     assert seen_first and all(seen_first), "b.bin was read before a.bin's blob was stored"
+
+
+def test_an_s3_save_with_credentials_in_the_environment_never_imports_boto3(s3_store, tmp_path):
+    """Blobs, parts, packs, the manifest, the conditional-write probe and the ref all go
+    through the fast path: boto3 (0.3-0.6 s to import and set up) is not loaded."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(6 << 20))  # two parts above 5 MiB
+    (src / "shard.bin").write_bytes(os.urandom(2 << 20))
+    (src / "config.json").write_text("{}")
+    args = ["cache-weights", "save", "--key", "k", "--path", str(src), "--store", s3_store.url]
+    args += ["--endpoint-url", str(s3_store.endpoint)]
+    code = (
+        "import sys; from gpuci.cli import main; "
+        f"rc = main({args!r}); "
+        "print('BOTO3' if 'boto3' in sys.modules else 'NO-BOTO3', rc)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUCI_JOURNAL": str(tmp_path / "j")}
+    env |= {**CREDS, "GPUCI_MULTIPART_THRESHOLD": "5MiB", "GPUCI_LOCAL_CACHE": "off"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert proc.stdout.strip().endswith("NO-BOTO3 0"), proc.stdout + proc.stderr
+    assert any(k.startswith("refs/") for k in s3_store.object_keys())
+    _blobs_hash_to_their_names(s3_store)

@@ -242,6 +242,11 @@ class S3Store(FastPath, Store):
             raise self._error(exc, "list", prefix) from None
 
     def delete(self, key: str) -> None:
+        reply = self._fast("delete", "DELETE", key)
+        if reply is not None:
+            if reply.status in (200, 204):
+                return
+            raise self._coded_error(reply.code, reply.message, "delete", key)
         self._call("delete", key, self.client.delete_object, Key=self.prefix + key)
 
     def touch(self, key: str) -> None:

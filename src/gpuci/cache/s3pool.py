@@ -89,7 +89,7 @@ class Pool:
         method: str,
         url: str,
         headers: Mapping[str, str],
-        body: bytes | None,
+        body: bytes | memoryview | None,
         until: float | None,
     ) -> tuple[AnyConnection, http.client.HTTPResponse, s3http._Guard]:
         """Send and read the answer's head; reconnects once when a kept-alive connection was
@@ -122,7 +122,7 @@ class Pool:
         method: str,
         url: str,
         headers: Mapping[str, str],
-        body: bytes | None,
+        body: bytes | memoryview | None,
         cap: int,
         until: float | None = None,
         cut: bool = False,

@@ -103,7 +103,7 @@ class RestClient:
         method: str,
         key: str,
         *,
-        body: bytes = b"",
+        body: bytes | memoryview = b"",
         limit: int | None = None,
         query: Mapping[str, str] | None = None,
         until: float | None = None,

@@ -3,11 +3,13 @@
 A blob may appear under ``blobs/sha256/<hex>`` only once the bytes it holds hash to ``<hex>``
 (docs/cache-format.md). Reading a file to hash it and again to send it leaves a window in
 which a job still writing the tree puts other bytes under that name; here the bytes that were
-hashed are the bytes sent. A file of up to :data:`HELD_BYTES` is read into memory in parts,
-hashed, looked up (a blob the store has is not sent) and sent part by part, each part's
-memory freed as it lands. A larger file is hashed first (its name is needed to look it up)
-and, when the store lacks it, read again in order, hashed again and sent part by part; its
-upload completes only when that second hash is its name, else it is aborted and never seen.
+hashed are the bytes sent. A file that fits the memory budget (:data:`HELD_BYTES`, what is
+left of it) is read into memory in parts, hashed, looked up (a blob the store has is not
+sent) and sent part by part, each part's memory freed as it lands. A larger file, or one
+met while the budget is taken (hashing does not wait: the link stays busy), is hashed first
+(its name is needed to look it up) and, when the store lacks it, read again in order (from
+the page cache, usually), hashed again and sent part by part; its upload completes only when
+that second hash is its name, else it is aborted and never seen.
 
 Hashing runs on threads of its own and hands each file to the upload pool the moment its
 name is known, so uploads start while the rest of the tree is still being read; HEADs, whole
@@ -68,6 +70,14 @@ class _Budget:
                     raise _Stopped
                 self.cond.wait(0.2)
             self.used += n
+
+    def try_take(self, n: int) -> bool:
+        """Take ``n`` bytes if they fit now (a hasher that cannot hold a file does not wait)."""
+        with self.cond:
+            if self.used and self.used + n > self.total:
+                return False
+            self.used += n
+            return True
 
     def give(self, n: int) -> None:
         with self.cond:
@@ -190,7 +200,8 @@ class BlobUploads:
 
     def _one(self, entry: mf.Entry) -> None:
         path = self.tree.source(entry)
-        if self.dry_run or entry.size > HELD_BYTES:
+        held = not self.dry_run and entry.size <= HELD_BYTES and self.budget.try_take(entry.size)
+        if not held:  # a dry run, a file over the budget, or the budget is busy: hash it now
             entry.sha256 = _hash_file(path, entry.size)
             if self.dry_run:
                 self.pool.submit(laneless(self._look_up, entry))
@@ -198,7 +209,6 @@ class BlobUploads:
                 self._streamed(entry, path)
             return
         parts = self._parts(entry.size)
-        self.budget.take(entry.size)
         try:
             chunks, entry.sha256 = self._read_hashed(path, parts)
         except BaseException:
