@@ -200,8 +200,7 @@ class BlobUploads:
 
     def _one(self, entry: mf.Entry) -> None:
         path = self.tree.source(entry)
-        held = not self.dry_run and entry.size <= HELD_BYTES and self.budget.try_take(entry.size)
-        if not held:  # a dry run, a file over the budget, or the budget is busy: hash it now
+        if not self._hold(entry.size):
             entry.sha256 = _hash_file(path, entry.size)
             if self.dry_run:
                 self.pool.submit(laneless(self._look_up, entry))
@@ -216,13 +215,27 @@ class BlobUploads:
             raise
         self.pool.submit(laneless(self._send_held, entry, chunks))
 
+    def _hold(self, size: int) -> bool:
+        """Whether a file is read once into memory (and its room taken): one PUT waits for the
+        room; a file in parts does not: it is hashed now and read again to send, so the link
+        stays busy. A dry run sends nothing and holds nothing."""
+        if self.dry_run or size > HELD_BYTES:
+            return False
+        if self._whole(size):
+            self.budget.take(size)
+            return True
+        return self.budget.try_take(size)
+
+    def _whole(self, size: int) -> bool:
+        """Sent in one PUT: below the multipart threshold, or to a store without parts."""
+        return size < self.saver.threshold or not self.in_parts
+
     def _parts(self, size: int) -> list[tuple[int, int, int]]:
         """Whole below the multipart threshold; else parts sized from the file and the number
         of connections the controller allows now (more connections, smaller parts)."""
-        threshold = self.saver.threshold
-        if size < threshold or not self.in_parts:
+        if self._whole(size):
             return [(0, 0, size)]
-        return layout.upload_parts(size, max(1, self.uploads.limit), threshold)
+        return layout.upload_parts(size, max(1, self.uploads.limit), self.saver.threshold)
 
     def _read_hashed(
         self, path: Path, parts: list[tuple[int, int, int]]
@@ -245,13 +258,13 @@ class BlobUploads:
         with self.uploads.slot():
             if not self._claim(entry) or self._present(entry, key):
                 return
-            upload = cast("_Parts | None", self.store.multipart(key))
-            if upload is None:  # a store without parts copies the file in itself
+            upload = None if self._whole(entry.size) else self.store.multipart(key)
+            if upload is None:  # one PUT over the budget, or a store that copies files in
                 self.store.upload_file(key, path, entry.size, self._sent)
                 self.saver.stats.add(data_bytes=entry.size, blobs=1)
                 return
         parts = self._parts(entry.size)
-        self._open(key, upload, len(parts))
+        self._open(key, cast(_Parts, upload), len(parts))
         hasher = hashlib.sha256()
         with open(path, "rb", buffering=0) as handle:
             for number, _offset, length in parts:
