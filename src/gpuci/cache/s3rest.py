@@ -123,10 +123,11 @@ class RestClient:
             until = time.monotonic() + self.pool.limits.operation
 
         def once() -> Reply:
+            signed: dict[str, str] = {}
             if unsigned:
-                url, signed = self.presigner.url(key, PRESIGNED_FOR, method=method, query=query), {}
+                url = self.presigner.url(key, PRESIGNED_FOR, method=method, query=query)
             else:
-                url, signed = self.presigner.signed(method, key, body, query)
+                url, signed = self.presigner.signed(method, key, bytes(body), query)
             sent = body if body or method in ("PUT", "POST") else None
             try:
                 status, answer, data = self.pool.exchange(
