@@ -11,6 +11,7 @@ from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import throttle_signals
 from gpuci.cache.packs import PackBuilder
+from gpuci.cache.save_blobs import put_content
 from gpuci.cache.saver import Saver
 from gpuci.cache.tree import Tree
 from gpuci.errors import InputError
@@ -57,7 +58,7 @@ class _PackUploads:
             with saver.uploads.slot():
                 if saver.store.head(key) is None:
                     if not self.dry_run:
-                        saver.store.put(key, data)
+                        put_content(saver.store, key, data)
                         saver.uploads.record(len(data))
                     saver.stats.add(data_bytes=len(data), packs=1)
         finally:
