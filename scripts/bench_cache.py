@@ -525,7 +525,8 @@ class Bench:
                     )
                 print(
                     f"  {name} run {run + 1}: {seconds:.2f}s, {LAST_CPU[0]:.2f} CPU s, "
-                    f"server {server_used:.2f} CPU s, {rss // 1024} MiB{peak}",
+                    f"server {server_used:.2f} CPU s, {rss // 1024} MiB{peak}, "
+                    f"load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
         return [timings[name] for name in names]

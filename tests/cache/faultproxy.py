@@ -20,7 +20,8 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te"
 class Rule:
     method: str
     contains: str
-    action: str  # 503 | 429 | 500 | drop | truncate | corrupt | delay | throttle | badlength
+    # 503 | 503-together | 429 | 500 | drop | truncate | corrupt | delay | throttle | badlength
+    action: str
     times: int = 1
     seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
     fired: int = 0
@@ -32,6 +33,7 @@ class FaultProxy:
         self.rules: list[Rule] = []
         self.seen: list[tuple[str, str]] = []
         self.lock = threading.Lock()
+        self.together = threading.Condition()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,6 +69,14 @@ class FaultProxy:
                 rule = self._rule()
                 action = rule.action if rule else ""
                 if action == "503":
+                    return self._error(503, "SlowDown")
+                if action == "503-together":  # one burst: held until all ``times`` have come
+                    assert rule is not None
+                    deadline = time.monotonic() + (rule.seconds or 10.0)
+                    with proxy.together:
+                        proxy.together.notify_all()
+                        while rule.fired < rule.times and time.monotonic() < deadline:
+                            proxy.together.wait(0.05)
                     return self._error(503, "SlowDown")
                 if action == "500":
                     return self._error(500, "InternalError")

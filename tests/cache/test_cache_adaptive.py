@@ -73,13 +73,15 @@ def test_throttled_multipart_save_backs_off_and_the_object_is_whole(
 def test_one_burst_of_refused_whole_uploads_halves_once(s3_store, proxy, env, tmp_path):
     """Eight blobs refused at once (503 SlowDown) are one burst. boto3's upload_file used to
     run each PUT on s3transfer's own threads, outside the worker's slot, so every refusal
-    counted as a new burst: 8 -> 4 -> 2 -> 1."""
+    counted as a new burst: 8 -> 4 -> 2 -> 1. The proxy answers the eight together: a save
+    sends each blob as soon as it is hashed, so refusals that came one after another would be
+    separate bursts, rightly."""
     src = tmp_path / "src"
     src.mkdir()
     for i in range(8):
         (src / f"shard-{i}.bin").write_bytes(os.urandom(2 << 20))  # blobs, not packed
     via = StoreCase("s3", s3_store.url, proxy.url)
-    proxy.add("PUT", "/blobs/", "503", times=8)
+    proxy.add("PUT", "/blobs/", "503-together", times=8)
     saved, _ = cache_cmd("save", _flags(via, "k", src), env)
     assert saved.ok, saved.headline
     assert all(rule.fired == rule.times for rule in proxy.rules), proxy.rules

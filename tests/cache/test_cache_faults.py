@@ -321,6 +321,27 @@ def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy,
     assert snapshot(out) == snapshot(src)
 
 
+def test_save_killed_with_parts_in_flight_leaves_no_ref_and_no_blob(s3_store, proxy, env, tmp_path):
+    """Killed while a large file's parts are on the wire: the multipart upload never completes,
+    so no blob, manifest or ref appears; a rerun saves the tree."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(20 << 20))  # parts of 8, 8 and 4 MiB
+    (src / "config.json").write_text('{"layers": 2}\n')
+    proxy.add("PUT", "partNumber=", "delay", times=3, seconds=30)
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    args = ["cache-weights", "save", "--key", "k", "--path", str(src), "--store", via.url]
+    args += ["--endpoint-url", via.endpoint]
+    killed_env = {**env, "GPUCI_MULTIPART_THRESHOLD": "8MiB"}
+    _kill_cli_once(args, killed_env, lambda: proxy.count("PUT", "partNumber=") >= 1)
+    left = s3_store.object_keys()
+    assert not [k for k in left if k.startswith(("refs/", "manifests/", "blobs/"))], left
+    assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
+    out = tmp_path / "out"
+    assert cache_cmd("restore", _flags(s3_store, "k", out), env)[0].ok
+    assert snapshot(out) == snapshot(src)
+
+
 def _kill_cli_once(args: list[str], env, ready, settle: float = 0.0) -> None:
     """Run the CLI, SIGKILL it once ``ready()`` holds (plus ``settle`` seconds): a dead job."""
     proc = subprocess.Popen(

@@ -265,7 +265,7 @@ def send(
     method: str,
     target: str,
     headers: Mapping[str, str],
-    body: bytes | None,
+    body: bytes | memoryview | None,
     host_header: str,
     route: Route,
 ) -> http.client.HTTPResponse:

@@ -1,19 +1,29 @@
-"""S3 multipart uploads for the store: parts sent from any thread, each a slice of the file.
+"""S3 multipart uploads for the store: parts sent from any thread, as bytes the save read and
+hashed, or as slices of the file.
 
-Parts go through boto3 (``upload_part``, ``complete_multipart_upload``); errors are worded by
-the store (:meth:`gpuci.cache.s3.S3Store._call`), naming S3's operation.
+With the credentials in the environment (the store's fast path) the upload is S3's REST calls
+signed here (:class:`FastMultipart`): each part a presigned PUT of the bytes as they are, not
+hashed again to sign them, on the store's connection pool; no boto3 to import. Otherwise they
+go through boto3 (:class:`Multipart`: ``upload_part``, ``complete_multipart_upload``). Errors
+are worded by the store, naming S3's operation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpuci.cache.s3net import MIN_BODY_RATE
+from gpuci.cache.s3rest import Reply
 from gpuci.errors import InputError, StoreError
+
+_UPLOAD_ID = re.compile(rb"<UploadId>([^<]{1,1024})</UploadId>")
 
 
 class S3Caller(Protocol):
@@ -108,6 +118,24 @@ class Multipart:
         with self._lock:
             self._etags[number] = str(resp["ETag"])
 
+    def send_bytes(self, number: int, data: bytes, on_read: Callable[[int], None]) -> None:
+        """Part ``number`` from bytes already read (and hashed) by the caller: what is sent is
+        exactly what was hashed, whatever happens to the file meanwhile."""
+        store = self._store
+        resp = store._call(
+            "upload",
+            self._key,
+            store.client.upload_part,
+            Key=store.prefix + self._key,
+            UploadId=self._id,
+            PartNumber=number,
+            Body=data,
+            ContentLength=len(data),
+        )
+        on_read(len(data))
+        with self._lock:
+            self._etags[number] = str(resp["ETag"])
+
     def complete(self) -> None:
         with self._lock:
             parts = [{"PartNumber": n, "ETag": e} for n, e in sorted(self._etags.items())]
@@ -131,3 +159,90 @@ class Multipart:
                 Key=store.prefix + self._key,
                 UploadId=self._id,
             )
+
+
+class FastCaller(Protocol):
+    """What a fast-path multipart upload needs of its store (:class:`gpuci.cache.s3.S3Store`)."""
+
+    prefix: str
+
+    def _fast_call(self, op: str, method: str, key: str, operation: str, **kwargs: Any) -> Reply:
+        """One signed request; the 2xx answer, else the failure worded as the store words it."""
+        ...
+
+    def _bad_answer(self, op: str, key: str, what: str) -> StoreError: ...
+
+
+def upload_id_of(reply: Reply) -> str | None:
+    found = _UPLOAD_ID.search(reply.body)
+    return found.group(1).decode("utf-8", "replace") if found else None
+
+
+class FastMultipart:
+    """One S3 multipart upload over the store's fast path; parts may be sent from any thread."""
+
+    def __init__(self, store: FastCaller, key: str, upload_id: str) -> None:
+        self._store, self._key, self._id = store, key, upload_id
+        self._etags: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def send_bytes(self, number: int, data: bytes, on_read: Callable[[int], None]) -> None:
+        """Part ``number``: exactly these bytes (a presigned PUT, payload not hashed again).
+        A memoryview, so http.client sends the bytes as they are instead of joining a copy
+        of them to the request's head."""
+        query = {"partNumber": str(number), "uploadId": self._id}
+        store = self._store
+        until = time.monotonic() + _part_time(store, len(data))
+        reply = store._fast_call(
+            "upload", "PUT", self._key, "UploadPart",
+            body=memoryview(data), query=query, unsigned=True, until=until,
+        )  # fmt: skip
+        etag = reply.headers.get("etag", "").strip()
+        if not etag:
+            raise store._bad_answer("upload", self._key, "a part stored without an ETag")
+        on_read(len(data))
+        with self._lock:
+            self._etags[number] = etag
+
+    def send(
+        self, number: int, path: Path, offset: int, length: int, on_read: Callable[[int], None]
+    ) -> None:
+        with open(path, "rb", buffering=0) as handle:
+            data = os.pread(handle.fileno(), length, offset)
+        if len(data) != length:
+            raise InputError(
+                f"{path} changed size while it was being saved",
+                hint="save after the step that writes the tree has finished",
+            )
+        self.send_bytes(number, data, on_read)
+
+    def complete(self) -> None:
+        with self._lock:
+            parts = sorted(self._etags.items())
+        body = "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{_escape(e)}</ETag></Part>" for n, e in parts
+        )
+        xml = f"<CompleteMultipartUpload>{body}</CompleteMultipartUpload>".encode()
+        # S3 may answer 200 and put the error in the body: _fast_call reads it as a failure.
+        self._store._fast_call(
+            "upload", "POST", self._key, "CompleteMultipartUpload",
+            body=xml, query={"uploadId": self._id}, complete=True,
+        )  # fmt: skip
+
+    def abort(self) -> None:
+        with contextlib.suppress(StoreError, InputError):
+            self._store._fast_call(
+                "abort", "DELETE", self._key, "AbortMultipartUpload", query={"uploadId": self._id}
+            )
+
+
+def _escape(text: str) -> str:
+    """XML text (xml.sax.saxutils would import urllib.request on a restore's path)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _part_time(store: Any, size: int) -> float:
+    """An operation's time for one part: the usual bound plus the slowest body rate allowed."""
+    limits = getattr(getattr(store, "pool", None), "limits", None)
+    base = limits.operation if limits is not None else 240.0
+    return base + size / MIN_BODY_RATE

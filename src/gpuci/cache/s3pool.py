@@ -89,7 +89,7 @@ class Pool:
         method: str,
         url: str,
         headers: Mapping[str, str],
-        body: bytes | None,
+        body: bytes | memoryview | None,
         until: float | None,
     ) -> tuple[AnyConnection, http.client.HTTPResponse, s3http._Guard]:
         """Send and read the answer's head; reconnects once when a kept-alive connection was
@@ -99,7 +99,9 @@ class Pool:
         conn, reused = self._take(parts.scheme, parts.netloc)
         route = self._route(parts.scheme, parts.netloc)
         while True:
-            guard = WATCHDOG.guard(conn, self._budget(until, self.limits.timeout))
+            # A body to send (a part of an upload) may take as long as one to receive.
+            sending = self.limits.body_time(len(body)) if body else self.limits.timeout
+            guard = WATCHDOG.guard(conn, self._budget(until, sending))
             try:
                 resp = s3http.send(conn, method, target, headers, body, parts.netloc, route)
                 if guard.fired:
@@ -120,7 +122,7 @@ class Pool:
         method: str,
         url: str,
         headers: Mapping[str, str],
-        body: bytes | None,
+        body: bytes | memoryview | None,
         cap: int,
         until: float | None = None,
         cut: bool = False,

@@ -45,6 +45,8 @@ MAX_LISTING_PAGE = 8 << 20
 # fresh continuation tokens for ever ends here.
 MAX_LISTING_PAGES = 2_000
 MAX_LISTING_KEYS = 2_000_000
+# How long a presigned request's URL stays good (it is used at once; retries sign anew).
+PRESIGNED_FOR = 900
 
 
 @dataclass(frozen=True)
@@ -92,32 +94,50 @@ class RestClient:
         self.attempts = max(1, attempts)
         self.pool = pool
         self._sleep = sleep
+        # Told of each attempt that failed for a reason worth slowing down for (a dropped
+        # connection, 5xx, 429, SlowDown), as botocore's retry hook tells the store's.
+        self.on_transient: Callable[[], None] | None = None
 
     def call(
         self,
         method: str,
         key: str,
         *,
-        body: bytes = b"",
+        body: bytes | memoryview = b"",
         limit: int | None = None,
         query: Mapping[str, str] | None = None,
         until: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        unsigned: bool = False,
     ) -> Reply:
         """The final answer after retries (any status); Unreachable when none came back.
 
         With ``limit``, at most ``limit + 1`` bytes of the body are read (the caller words a
         longer one); without, an answer over :data:`CONTROL_CAP` is a BadAnswer. The whole call,
-        retries included, ends by ``until`` (default: the operation limit from now)."""
+        retries included, ends by ``until`` (default: the operation limit from now).
+        ``headers`` go out unsigned (``If-None-Match``); ``unsigned`` sends a presigned URL
+        with an unsigned payload, as boto3 does over HTTPS: a part's bytes are not hashed
+        again to sign them (the save hashes every byte it sends already)."""
         cap = CONTROL_CAP if limit is None else limit + 1
         if until is None:
             until = time.monotonic() + self.pool.limits.operation
 
         def once() -> Reply:
-            url, headers = self.presigner.signed(method, key, body, query)
+            signed: dict[str, str] = {}
+            if unsigned:
+                url = self.presigner.url(key, PRESIGNED_FOR, method=method, query=query)
+            else:
+                url, signed = self.presigner.signed(method, key, bytes(body), query)
             sent = body if body or method in ("PUT", "POST") else None
             try:
                 status, answer, data = self.pool.exchange(
-                    method, url, headers, sent, cap, until, cut=limit is not None
+                    method,
+                    url,
+                    {**signed, **(headers or {})},
+                    sent,
+                    cap,
+                    until,
+                    cut=limit is not None,
                 )
             except BadResponse as exc:
                 raise BadAnswer(str(exc)) from None
@@ -132,14 +152,23 @@ class RestClient:
             try:
                 reply = once()
             except OSError as exc:
+                self._heard()
                 if attempt == self.attempts or time.monotonic() >= until:
                     raise Unreachable(exc) from None
             else:
-                if not _transient(reply) or attempt == self.attempts:
+                if not _transient(reply):
+                    return reply
+                self._heard()
+                if attempt == self.attempts:
                     return reply
             pause = botocore_delay(attempt)
             self._sleep(max(0.0, min(pause, until - time.monotonic())))
         raise AssertionError("unreachable")  # the loop always returns or raises
+
+    def _heard(self) -> None:
+        listener = self.on_transient
+        if listener is not None:
+            listener()
 
     # ----- answers ------------------------------------------------------------------------------
 

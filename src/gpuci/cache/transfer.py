@@ -18,13 +18,14 @@ fails with IntegrityError. Nothing here ever writes outside the staging paths it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -138,6 +139,27 @@ class WorkPool:
         with self._lock:
             self._pending += 1
         self._queue.put(fn)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep :meth:`run` going while threads outside the pool may still submit work (a save
+        hashes files on its own threads and submits their uploads as each hash is known)."""
+        with self._lock:
+            self._pending += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.notify_all()
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the pool as a failed task would: ``exc`` is raised by :meth:`run`."""
+        with self._lock:
+            if self.error is None and not isinstance(exc, _Cancelled):
+                self.error = exc
+        self.cancelled.set()
 
     def _worker(self, chunk: int) -> None:
         memory = directio.aligned_buffer(2 * chunk)

@@ -1,0 +1,194 @@
+"""A save reads each large file once and sends the bytes it hashed (gpuci.cache.save_blobs).
+
+The store's promise (docs/cache-format.md): a blob is visible under ``blobs/sha256/<hex>`` only
+once its bytes hash to ``<hex>``. A save that hashed a file and then read it again to send it
+broke that promise when the file changed in between (a job still writing its checkpoint).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
+from cache_testing import store_flags as _flags
+
+from gpuci.cache import layout, save_blobs
+
+BIG = 12 << 20  # above the lowered multipart threshold: three parts of 5, 5 and 2 MiB
+
+
+def _small_parts(monkeypatch) -> None:
+    monkeypatch.setattr(layout, "MULTIPART_THRESHOLD", 8 << 20)
+    monkeypatch.setattr(layout, "MIN_UPLOAD_PART", 5 << 20)  # S3's smallest part
+
+
+def _blobs_hash_to_their_names(store: StoreCase) -> int:
+    blobs = [k for k in store.object_keys() if k.startswith("blobs/sha256/")]
+    for key in blobs:
+        assert hashlib.sha256(store.get_raw(key)).hexdigest() == key.rsplit("/", 1)[1], key
+    return len(blobs)
+
+
+class _Rewriter:
+    """Rewrites a file in place, 1 MiB at a time, alternating two contents (same size)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.stop, self.passes = path, threading.Event(), 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            while not self.stop.is_set():
+                fill = bytes([self.passes % 251]) * (1 << 20)
+                for offset in range(0, os.fstat(fd).st_size, 1 << 20):
+                    os.pwrite(fd, fill, offset)
+                self.passes += 1
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> _Rewriter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["read-once", "over-the-memory-budget"])
+def test_a_file_rewritten_during_the_save_never_gets_a_blob_under_another_name(
+    s3_store, env, tmp_path, monkeypatch, held
+):
+    _small_parts(monkeypatch)
+    if not held:  # hashed first, read again to send: the second read must hash to the name
+        monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(BIG))
+    (src / "config.json").write_text('{"layers": 2}\n')
+    with _Rewriter(src / "model.bin") as writer:
+        saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
+    assert writer.passes >= 1
+    _blobs_hash_to_their_names(s3_store)
+    if not saved.ok:  # caught: one line, and nothing names the torn file
+        assert "changed while it was being saved" in saved.headline, saved.headline
+        assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
+
+
+def test_a_file_rewritten_during_a_file_store_save_never_gets_a_blob_under_another_name(
+    env, tmp_path
+):
+    root = tmp_path / "store"
+    store = StoreCase("local", root.as_uri(), None, root=root)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(BIG))
+    with _Rewriter(src / "model.bin") as writer:
+        cache_cmd("save", _flags(store, "k", src), env)
+    assert writer.passes >= 1
+    assert _blobs_hash_to_their_names(store) >= 1
+
+
+def test_a_blob_the_store_has_is_not_sent_again(s3_store, proxy, env, tmp_path, monkeypatch):
+    _small_parts(monkeypatch)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(BIG))
+    (src / "shard.bin").write_bytes(os.urandom(3 << 20))
+    assert cache_cmd("save", _flags(s3_store, "first", src), env)[0].ok
+    (src / "new.bin").write_bytes(os.urandom(2 << 20))
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    saved, _ = cache_cmd("save", _flags(via, "second", src), env)
+    assert saved.ok, saved.headline
+    blob_puts = [p for m, p in proxy.seen if m in ("PUT", "POST") and "/blobs/" in p]
+    new = hashlib.sha256((src / "new.bin").read_bytes()).hexdigest()
+    assert blob_puts and all(new in p for p in blob_puts), blob_puts
+    assert saved.report["blobs_uploaded"] == 1
+
+
+def test_uploads_start_before_the_whole_tree_is_hashed(env, tmp_path, monkeypatch):
+    """The second file is not read until the first one's blob is stored: a save that hashes
+    the whole tree before sending anything never gets there."""
+    root = tmp_path / "store"
+    store = StoreCase("local", root.as_uri(), None, root=root)
+    src = tmp_path / "src"
+    src.mkdir()
+    first, second = os.urandom(2 << 20), os.urandom(3 << 20)
+    (src / "a.bin").write_bytes(first)
+    (src / "b.bin").write_bytes(second)
+    stored = root / layout.blob_key(hashlib.sha256(first).hexdigest())
+    seen_first: list[bool] = []
+    real_open = open
+
+    def gated(path, *args, **kwargs):
+        if Path(path).name == "b.bin":
+            deadline = time.monotonic() + 30
+            while not stored.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            seen_first.append(stored.exists())
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(save_blobs, "open", gated, raising=False)
+    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
+    assert saved.ok, saved.headline
+    assert seen_first and all(seen_first), "b.bin was read before a.bin's blob was stored"
+
+
+def test_an_s3_save_with_credentials_in_the_environment_never_imports_boto3(s3_store, tmp_path):
+    """Blobs, parts, packs, the manifest, the conditional-write probe and the ref all go
+    through the fast path: boto3 (0.3-0.6 s to import and set up) is not loaded."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(6 << 20))  # two parts above 5 MiB
+    (src / "shard.bin").write_bytes(os.urandom(2 << 20))
+    (src / "config.json").write_text("{}")
+    args = ["cache-weights", "save", "--key", "k", "--path", str(src), "--store", s3_store.url]
+    args += ["--endpoint-url", str(s3_store.endpoint)]
+    code = (
+        "import sys; from gpuci.cli import main; "
+        f"rc = main({args!r}); "
+        "print('BOTO3' if 'boto3' in sys.modules else 'NO-BOTO3', rc)"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GPUCI_JOURNAL": str(tmp_path / "j")}
+    env |= {**CREDS, "GPUCI_MULTIPART_THRESHOLD": "5MiB", "GPUCI_LOCAL_CACHE": "off"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert proc.stdout.strip().endswith("NO-BOTO3 0"), proc.stdout + proc.stderr
+    assert any(k.startswith("refs/") for k in s3_store.object_keys())
+    _blobs_hash_to_their_names(s3_store)
+
+
+def test_a_tree_larger_than_the_memory_budget_saves_and_restores_whole(
+    s3_store, env, tmp_path, monkeypatch
+):
+    """Files wait for room in the budget (one PUT each) or, in parts, go the verified way."""
+    _small_parts(monkeypatch)
+    monkeypatch.setattr(save_blobs, "HELD_BYTES", 3 << 20)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"shard-{i}.bin").write_bytes(os.urandom(2 << 20))
+    (src / "model.bin").write_bytes(os.urandom(BIG))
+    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
+    assert saved.ok, saved.headline
+    assert saved.report["blobs_uploaded"] == 5
+    assert _blobs_hash_to_their_names(s3_store) == 5
+    out = tmp_path / "out"
+    assert cache_cmd("restore", _flags(s3_store, "k", out), env)[0].ok
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in src.iterdir())
+    for path in src.iterdir():
+        assert (out / path.name).read_bytes() == path.read_bytes()
