@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cache_testing import StoreCase
 
 from gpuci.cache import tier as tier_mod
 from gpuci.cache.tier import LocalTier
@@ -186,3 +187,67 @@ def test_on_xfs_placing_is_a_reflink_that_the_job_may_write(tmp_path, mode):
             handle.write(b"changed")
         assert hashlib.sha256(tier.path(digest).read_bytes()).hexdigest() == digest
         assert dest.read_bytes()[:7] == b"changed"
+
+
+# ----- the restore places big files from the tier several at once --------------------------------
+def _save_with_tier(tmp_path: Path, env: dict[str, str]):
+    from cache_testing import cache_cmd
+    from cache_testing import store_flags as flags
+    from treeutil import make_tree
+
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src", small=6)
+    for i in range(3):
+        (src / f"shard-{i}.bin").write_bytes(os.urandom((1 << 20) + i))
+    store = StoreCase("local", (tmp_path / "store").as_uri(), None, root=tmp_path / "store")
+    saved, _ = cache_cmd("save", flags(store, "t", src, **{"local-cache": str(tier)}), env)
+    assert saved.ok, saved.headline
+    return store, tier, src, cache_cmd, flags
+
+
+def test_big_files_are_placed_in_parallel_and_whole(tmp_path, env, monkeypatch):
+    from treeutil import snapshot
+
+    from gpuci.cache import restore
+
+    monkeypatch.setattr(restore, "PARALLEL_MIN", 1 << 20)  # the shards go to the pool
+    monkeypatch.setattr(restore, "PLACE_THREADS", 3)
+    store, tier, src, cache_cmd, flags = _save_with_tier(tmp_path, env)
+    threads: set[str] = set()
+    real_place = LocalTier.place
+
+    def place(self, digest, size, dest, mode):
+        import threading
+
+        threads.add(threading.current_thread().name)
+        return real_place(self, digest, size, dest, mode)
+
+    monkeypatch.setattr(LocalTier, "place", place)
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", flags(store, "t", out, **{"local-cache": str(tier)}), env)
+    assert got.ok, got.headline
+    assert got.outputs["bytes-downloaded"] == 0
+    assert snapshot(out) == snapshot(src)
+    assert len(threads) > 1  # the main thread (small files) and at least one placing thread
+
+
+def test_a_failed_parallel_placement_leaves_no_tree_and_no_staging(tmp_path, env, monkeypatch):
+    from gpuci.cache import restore
+
+    monkeypatch.setattr(restore, "PARALLEL_MIN", 1 << 20)
+    monkeypatch.setattr(restore, "PLACE_THREADS", 3)
+    store, tier, _src, cache_cmd, flags = _save_with_tier(tmp_path, env)
+    real_place = LocalTier.place
+
+    def place(self, digest, size, dest, mode):
+        placed = real_place(self, digest, size, dest, mode)
+        if dest.name == "shard-1.bin":  # a copy that fails after writing (the disk filled)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))
+        return placed
+
+    monkeypatch.setattr(LocalTier, "place", place)
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", flags(store, "t", out, **{"local-cache": str(tier)}), env)
+    assert not got.ok and got.exit_code == 3, got.headline
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".gpuci")] == []
