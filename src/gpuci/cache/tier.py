@@ -22,7 +22,8 @@ whatever a job sharing the runner did. So
 
 Blobs are read-only with their mtime frozen at :data:`FROZEN_MTIME`, a cheap tripwire for
 accidental writes through a ``link``-mode hardlink (not a defence: a job can set mtime back).
-Last use is the atime, set explicitly on every use (``noatime`` mounts do not matter), and
+Last use is the atime, set explicitly on use (``noatime`` mounts do not matter; at most once
+an hour per blob, :data:`TOUCH_AFTER`), and
 eviction removes the least recently used blobs under an exclusive lock.
 """
 
@@ -49,6 +50,9 @@ from gpuci.errors import InputError
 LINK_MIN = 1 << 20
 # 2000-01-01T00:00:00Z: every tier blob carries this mtime; anything else means it was written.
 FROZEN_MTIME = 946684800
+# A blob's last use (its atime) is rewritten only when older than this: eviction needs no finer
+# order, and a warm restore of 1,000 small files then writes no inode of the tier.
+TOUCH_AFTER = 3600
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 DEFAULT_SIZE = "100GiB"
 TIER_ENV = "GPUCI_LOCAL_CACHE"
@@ -360,8 +364,10 @@ class LocalTier:
             return None
         src, st = opened
         try:
-            with contextlib.suppress(OSError):
-                os.utime(src, (time.time(), FROZEN_MTIME))  # last use, for LRU
+            now = time.time()
+            if st.st_atime < now - TOUCH_AFTER:  # last use, for LRU (an hour is fine enough)
+                with contextlib.suppress(OSError):
+                    os.utime(src, (now, FROZEN_MTIME))
             linkable = self.mode == "link" and size >= LINK_MIN and not mode & 0o111
             return self._place_from(src, st, digest, dest, mode, linkable)
         except _Mismatch as exc:
