@@ -280,7 +280,12 @@ class Bench:
                 raise SystemExit("--wan needs an http:// server: the proxy cannot re-sign TLS")
             rate, latency = self.args.wan
             port = url.port or 80
-            self.proxy = wanproxy.ProxyProcess((url.hostname or "127.0.0.1", port), rate, latency)
+            shaper = wanproxy.ProxyProcess
+            if self.args.harness == "cpuproxy":
+                import cpuproxy  # scripts/cpuproxy.py, beside this script
+
+                shaper = cpuproxy.CpuProxyProcess
+            self.proxy = shaper((url.hostname or "127.0.0.1", port), rate, latency)
             self.endpoint = f"http://127.0.0.1:{self.proxy.port}"
 
     def start_s3rver(self) -> None:
@@ -630,7 +635,7 @@ def regime(args: argparse.Namespace) -> str:
         rate, latency = args.wan
         return (
             f"remote-like: {rate:g} MiB/s per connection, {latency:g} ms to each response's "
-            f"first byte (scripts/wanproxy.py), in front of {where}"
+            f"first byte (scripts/{args.harness}.py), in front of {where}"
         )
     return f"loopback: {where}"
 
@@ -664,6 +669,13 @@ def main() -> int:
         "--wan",
         metavar="RATE_MIB_PER_CONN,LATENCY_MS",
         help="remote-like: every measured tool through a shaping proxy, e.g. 16,30",
+    )
+    parser.add_argument(
+        "--harness",
+        choices=("wanproxy", "cpuproxy"),
+        default="wanproxy",
+        help="the shaping proxy with --wan: wanproxy (splice, a fraction of a core) or cpuproxy "
+        "(asyncio, copies every byte through Python, as a busy runner costs CPU)",
     )
     parser.add_argument("--out", help="also write the markdown tables to this file")
     parser.add_argument("--json", help="also write every run's figures to this file")

@@ -39,9 +39,9 @@ def drive(ctl: Concurrency, clock: FakeClock, rate_for, windows: int = 12) -> li
 
 def test_grows_while_throughput_rises_then_settles_at_the_plateau() -> None:
     clock = FakeClock()
-    ctl = Concurrency(start=4, ceiling=64, clock=clock)
+    ctl = Concurrency(start=4, ceiling=64, reprobe_s=None, clock=clock)
     # a remote-like link: 16 MiB/s per connection until 24 connections fill a 384 MiB/s pipe
-    drive(ctl, clock, lambda n: min(n, 24) * 16 << 20)
+    drive(ctl, clock, lambda n: min(n, 24) * 16 << 20, windows=16)
     assert ctl.settled
     assert ctl.limit == 32  # 4 -> 8 -> 16 -> 32 (+50%), 64 gains nothing: back to 32
     assert ctl.peak == 64
@@ -49,7 +49,7 @@ def test_grows_while_throughput_rises_then_settles_at_the_plateau() -> None:
 
 def test_cpu_bound_link_stays_low() -> None:
     clock = FakeClock()
-    ctl = Concurrency(start=4, ceiling=32, clock=clock)
+    ctl = Concurrency(start=4, ceiling=32, reprobe_s=None, clock=clock)
     drive(ctl, clock, lambda n: 900 << 20)  # more connections add nothing
     assert ctl.settled and ctl.limit == 4 and ctl.peak == 8
 
@@ -194,3 +194,108 @@ def test_the_first_half_window_after_a_step_is_not_counted() -> None:
         assert ctl.limit == 8 and ctl.settled and ctl._best_limit == 8
         for cm in slots:
             cm.__exit__(None, None, None)
+
+
+# ----- issue 28: start from what is known, hold on through a burst, probe again ----------------
+def first_bytes(ctl: Concurrency, seconds: float, count: int = 4) -> None:
+    for _ in range(count):
+        ctl.first_byte(seconds)
+
+
+def test_a_far_store_jumps_to_the_ceiling_on_its_first_answers() -> None:
+    ctl = Concurrency(start=8, ceiling=32, clock=FakeClock())
+    first_bytes(ctl, 0.030, 3)
+    assert ctl.limit == 8 and ctl.far is None  # three answers are not yet a verdict
+    ctl.first_byte(0.031)
+    assert ctl.far is True and ctl.limit == 32 and ctl.peak == 32 and ctl.settled
+
+
+def test_a_far_store_gets_no_more_connections_than_requests() -> None:
+    ctl = Concurrency(start=8, ceiling=32, clock=FakeClock())
+    ctl.expect(total_bytes=20 << 20, requests=12)
+    first_bytes(ctl, 0.040)
+    assert ctl.limit == 12 and not ctl.settled  # below the ceiling: the climb goes on
+
+
+def test_a_near_store_keeps_climbing_window_by_window() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=8, ceiling=32, clock=clock)
+    first_bytes(ctl, 0.002)
+    assert ctl.far is False and ctl.limit == 8
+
+
+def test_answers_queued_behind_each_other_do_not_make_a_store_far() -> None:
+    ctl = Concurrency(start=8, ceiling=32, clock=FakeClock())
+    for seconds in (0.002, 0.250, 0.030, 0.040):  # a single-threaded server's queue
+        ctl.first_byte(seconds)
+    assert ctl.far is False and ctl.limit == 8
+
+
+def test_no_jump_after_throttling_or_for_a_fixed_count() -> None:
+    ctl = Concurrency(start=8, ceiling=32, clock=FakeClock())
+    ctl.throttled()
+    first_bytes(ctl, 0.050)
+    assert ctl.limit == 4
+    fixed = Concurrency.fixed(8)
+    first_bytes(fixed, 0.050)
+    assert fixed.limit == 8
+
+
+def test_expect_never_starts_more_connections_than_requests() -> None:
+    ctl = Concurrency(start=8, ceiling=32, clock=FakeClock())
+    ctl.expect(total_bytes=3 << 20, requests=3)
+    assert ctl.limit == 3 and ctl.peak == 3
+    fixed = Concurrency.fixed(8)
+    fixed.expect(total_bytes=3 << 20, requests=3)
+    assert fixed.limit == 8  # the user's count stands
+
+
+def test_a_burst_of_other_work_for_two_windows_is_not_the_verdict() -> None:
+    """Linear gains, but another process takes the CPU for the first two windows after the
+    step to 16: with three windows of patience the step still pays."""
+    clock = FakeClock()
+    ctl = Concurrency(start=8, ceiling=32, reprobe_s=None, clock=clock)
+    stepped: list[float] = []
+
+    def rate(n: int) -> int:
+        if n == 16:
+            stepped[:] = stepped or [clock.now]
+            if clock.now - stepped[0] < 1.2:  # the warm-up and the next two windows judged
+                return 8 << 20
+        return n << 20
+
+    drive(ctl, clock, rate, windows=16)
+    assert ctl.limit == 32 and ctl.settled
+
+
+def test_settled_low_it_probes_again_and_climbs_when_the_link_pays_now() -> None:
+    """A verdict taken while the machine was busy (more connections did not pay then) is
+    revisited: once the link pays for more, the probe climbs."""
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=32, reprobe_s=2.0, clock=clock)
+    drive(ctl, clock, lambda n: 100 << 20, windows=6)  # flat: settles at 4
+    assert ctl.settled and ctl.limit == 4 and ctl.reprobes == 0
+    drive(ctl, clock, lambda n: n * (16 << 20), windows=24)  # now every connection pays
+    assert ctl.reprobes >= 1 and ctl.limit == 32
+
+
+def test_a_probe_that_does_not_pay_goes_back_and_waits_longer() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=4, ceiling=32, reprobe_s=2.0, clock=clock)
+    drive(ctl, clock, lambda n: 100 << 20, windows=40)  # flat throughout: 24 s of transfer
+    assert ctl.limit in (4, 8) and ctl.peak == 8
+    # probes after 2, 4, 8, 16 s of settling (doubling): a handful, not one every window
+    assert 1 <= ctl.reprobes <= 4
+    drive(ctl, clock, lambda n: 100 << 20, windows=10)
+    assert ctl.limit == 4 or not ctl.settled
+
+
+def test_no_probe_after_throttling_or_at_the_ceiling() -> None:
+    clock = FakeClock()
+    ctl = Concurrency(start=8, ceiling=32, clock=clock)
+    ctl.throttled()
+    drive(ctl, clock, lambda n: n << 20, windows=20)
+    assert ctl.limit == 4 and ctl.reprobes == 0
+    top = Concurrency(start=4, ceiling=8, clock=clock)
+    drive(top, clock, lambda n: n << 20, windows=20)
+    assert top.limit == 8 and top.reprobes == 0

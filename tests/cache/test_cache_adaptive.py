@@ -251,3 +251,25 @@ def test_a_part_body_is_its_slice_and_reports_only_the_pass_that_is_sent(tmp_pat
         assert body.read(20_000) == data[1000:21_000] and sum(sent) == 70_000
     finally:
         body.close()
+
+
+# ----- issue 28: a far store gets its connections at once ---------------------------------------
+
+
+def test_a_far_store_gets_every_connection_after_its_first_answers(
+    s3_store, proxy, env, tmp_path, monkeypatch
+):
+    """Every blob GET waits 30 ms for its answer (a remote store): once four have answered,
+    the restore allows as many connections as it has requests, up to the ceiling, instead of
+    climbing from 8 window by window (main's controller reported a peak of 8 or 16 here)."""
+    monkeypatch.setattr(layout, "MIN_PART", 256 << 10)  # 16 MiB in 32 parts of 512 KiB
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(16 << 20))
+    assert cache_cmd("save", _flags(via, "far", src), env)[0].ok
+    proxy.add("GET", "/blobs/", "delay", times=10_000, seconds=0.03)
+    got, _ = cache_cmd("restore", _flags(via, "far", tmp_path / "out"), _adaptive(env))
+    assert got.ok, got.headline
+    assert snapshot(tmp_path / "out") == snapshot(src)
+    assert got.report["connections"]["peak"] == layout.DOWNLOAD_CONNECTIONS

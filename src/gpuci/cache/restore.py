@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 from collections.abc import Set as AbstractSet
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from gpuci.cache.common import (
     throttle_signals,
 )
 from gpuci.cache.store import Store
-from gpuci.cache.tier import LINK_MIN, LocalTier
+from gpuci.cache.tier import LINK_MIN, LocalTier, Placed
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.retry import aws_max_attempts
@@ -42,6 +43,10 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 DISK_MARGIN = 64 << 20
+# Files placed from the local tier at once: enough to overlap kernel copies on a few cores; more
+# only queue on the same disk.
+PLACE_THREADS = min(4, os.cpu_count() or 1)
+PARALLEL_MIN = 8 << 20  # files this large go to the placing threads; smaller ones are copied inline
 
 
 @dataclass
@@ -246,6 +251,45 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
             tier.copy_in(path, entry.sha256)
 
 
+def _place_local(
+    tier: LocalTier, files: list[tuple[mf.Entry, Path]], moved: Moved
+) -> list[tuple[mf.Entry, Path]]:
+    """Place what the tier holds, several files at once; returns the files left to fetch.
+
+    The kernel copies (``copy_file_range`` and ``FICLONE`` release the GIL), so on a runner
+    with a few cores the copies of different files overlap, where ``cp -a`` does one at a time.
+    Largest first, so one big shard does not start last. The first failure is raised once every
+    copy has stopped (the pool's ``with`` waits), so the caller's cleanup never races a copy
+    still writing into staging.
+    """
+
+    def one(item: tuple[mf.Entry, Path]) -> Placed | None:
+        entry, path = item
+        return tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
+
+    big = sorted((f for f in files if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
+    small = [f for f in files if f[0].size < PARALLEL_MIN]
+    if big and len(files) > 1 and PLACE_THREADS > 1:
+        # Big files in the pool; small ones meanwhile in this thread, where a thread hop per
+        # 64 KiB file would cost more than the copy.
+        with ThreadPoolExecutor(min(PLACE_THREADS, len(big))) as pool:
+            pending = [pool.submit(one, item) for item in big]
+            results = [one(item) for item in small]
+            results = [future.result() for future in pending] + results
+    else:
+        results = [one(item) for item in big + small]
+    order = big + small
+    left = []
+    assert moved.placed is not None
+    for item, got in zip(order, results, strict=True):
+        if got is None:
+            left.append(item)
+        else:
+            moved.from_local += got.size
+            moved.placed[got.how] = moved.placed.get(got.how, 0) + 1
+    return left
+
+
 def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root]) -> set[str]:
     """Digests the tier holds and will hardlink (same filesystem, large, not executable)."""
     if tier is None or tier.mode != "link" or not tier.root.is_dir():
@@ -288,6 +332,7 @@ def restore_tree(
         for root in roots:
             root.staging.mkdir()
         dirs: list[tuple[Path, int]] = []
+        made: set[Path] = set()
         for entry in manifest.entries:
             base = roots[entry.root].build
             path = base / entry.path if entry.path else base
@@ -295,7 +340,9 @@ def restore_tree(
                 path.mkdir(parents=True, exist_ok=True)
                 dirs.append((path, entry.mode))
             elif entry.type == "file":
-                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.parent not in made:  # one mkdir per folder, not one per file
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(path.parent)
                 if entry.size == 0:
                     if entry.sha256 != EMPTY_SHA256:
                         raise IntegrityError(
@@ -304,14 +351,10 @@ def restore_tree(
                         )
                     path.touch()
                     path.chmod(mf.placed_mode(entry.mode))
-                elif tier is not None and (
-                    got := tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
-                ):
-                    moved.from_local += got.size
-                    assert moved.placed is not None
-                    moved.placed[got.how] = moved.placed.get(got.how, 0) + 1
                 else:
                     files.append((entry, path))
+        if tier is not None:
+            files = _place_local(tier, files, moved)
         if files:  # a warm restore from the tier skips the network machinery entirely
             moved.downloaded, moved.connections = _download(store, files, rt, label)
         if tier is not None and files:

@@ -25,6 +25,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -363,12 +364,16 @@ class Downloader:
             # Round-robin across files: each file's parts then arrive roughly in order, so its
             # hash cursor consumes them from the buffer instead of re-reading them from disk.
             queues = [self._parts(target) for target in blobs]
+            packed_entries = [e for e, _ in packed]
+            runs = list(plan_runs(packed_entries, layout.PACK_RUN))
+            self.concurrency.expect(
+                sum(e.size for e, _ in files), sum(map(len, queues)) + len(runs)
+            )
             for row in itertools.zip_longest(*queues):
                 for task in row:
                     if task is not None:
                         pool.submit(task)
-            packed_entries = [e for e, _ in packed]
-            for run in plan_runs(packed_entries, layout.PACK_RUN):
+            for run in runs:
                 members = [packed[i] for i in run.members]
                 pool.submit(functools.partial(self._run, run, members))
             pool.run()
@@ -388,8 +393,12 @@ class Downloader:
                 target.close()
 
     def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        """A ranged GET whose bytes the controller counts as they arrive."""
-        return _Metered(self.store.open_range(key, offset, length), self.concurrency.record)
+        """A ranged GET whose bytes the controller counts as they arrive; its wait for the
+        response (the first byte) tells the controller how far the store is."""
+        started = time.monotonic()
+        reader = self.store.open_range(key, offset, length)
+        self.concurrency.first_byte(time.monotonic() - started)
+        return _Metered(reader, self.concurrency.record)
 
     # ----- large files --------------------------------------------------------------------------
     def _parts(self, target: _BlobTarget) -> list[Callable[[Lane], None]]:
