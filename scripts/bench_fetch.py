@@ -13,12 +13,17 @@ gpu-ci is timed through its Python API (the read path itself) and through the CL
 interpreter start). ``--wan RATE_MIB_PER_CONN,LATENCY_MS`` puts scripts/wanproxy.py between
 the server and every client (each connection gets RATE MiB/s, each response's first byte waits
 LATENCY ms, as from a hub or CDN), where one connection per file is the ceiling.
-``--small`` runs a 64 MiB file, seconds long, for a CI smoke. Prints a markdown table;
-``--json FILE`` also writes the figures.
+``--small`` runs a 64 MiB file, seconds long, for a CI smoke. ``--before SRC`` adds a row for
+another checkout's ``src/`` (e.g. ``git worktree add /tmp/main main``, then ``--before
+/tmp/main/src``), through the CLI like the "gpuci (CLI)" row, so a change is measured against
+what it replaces in the same run. The load average (``/proc/loadavg``, as ``uptime`` shows it)
+is printed before and after the clean runs: on a shared machine, read ratios beside it. Prints
+a markdown table; ``--json FILE`` also writes the figures.
 
     python scripts/bench_fetch.py                    # 1 GiB on loopback
     python scripts/bench_fetch.py --wan 16,30        # 256 MiB, remote-like
     python scripts/bench_fetch.py --small
+    python scripts/bench_fetch.py --wan 16,30 --repeat 2 --before /tmp/main/src
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -138,8 +144,8 @@ def run_api(url: str, out: Path, sha: str) -> tuple[float, int]:
     return time.monotonic() - started, 0
 
 
-def run_cli(url: str, out: Path, sha: str) -> tuple[float, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def run_cli(url: str, out: Path, sha: str, src: Path = ROOT / "src") -> tuple[float, int]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
     env.pop("GITHUB_ACTIONS", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
     cmd = [sys.executable, "-m", "gpuci", "retry-fetch", "--url", url, "--dest", str(out)]
@@ -147,6 +153,14 @@ def run_cli(url: str, out: Path, sha: str) -> tuple[float, int]:
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, timeout=600)
     return time.monotonic() - started, proc.returncode
+
+
+def load_average() -> str:
+    """``uptime``'s three load averages (1, 5, 15 minutes)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def verify(out: Path, sha: str) -> bool:
@@ -159,21 +173,37 @@ def verify(out: Path, sha: str) -> bool:
     return hasher.hexdigest() == sha
 
 
-def clean_runs(tools: dict, out: Path, sha: str, repeat: int) -> dict[str, list[float]]:
+def cpu_seconds() -> float:
+    """User + system CPU of this process and its finished children: a tool's CPU is the
+    difference around its run (the server runs in a child that is reaped only at the end)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def clean_runs(
+    tools: dict, out: Path, sha: str, repeat: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Each tool ``repeat`` times, interleaved in a rotating order (run r starts with tool r),
-    so drift in the machine's load hits every tool alike."""
+    so drift in the machine's load hits every tool alike. Returns wall and CPU seconds."""
     names = list(tools)
     times: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for run in range(repeat):
         k = run % len(names)
         for name in names[k:] + names[:k]:
             fresh(out)
+            used = cpu_seconds()
             seconds, code = tools[name]()
+            used = cpu_seconds() - used
             if code != 0 or not verify(out, sha):
                 raise SystemExit(f"{name} failed a clean download (exit {code})")
             times[name].append(seconds)
-            print(f"  {name} run {run + 1}: {seconds:.2f}s", file=sys.stderr, flush=True)
-    return times
+            cpu[name].append(used)
+            print(f"  {name} run {run + 1}: {seconds:.2f}s, CPU {used:.2f}s", file=sys.stderr)
+    return times, cpu
 
 
 def drop_runs(server: Remote, url: str, out: Path, sha: str, size: int) -> dict[str, dict]:
@@ -214,6 +244,13 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, help="work folder (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="SRC",
+        help="also time another checkout's src/ through the CLI (a 'before' row)",
+    )
+    parser.add_argument("--no-drops", action="store_true", help="skip the dropped-connection rows")
+    parser.add_argument(
         "--wan",
         metavar="RATE_MIB_PER_CONN,LATENCY_MS",
         help="remote-like: every client through scripts/wanproxy.py, e.g. 16,30 (no drop rows)",
@@ -251,13 +288,20 @@ def main() -> int:
             "gpuci (API)": lambda: run_api(url, out, sha),
             "gpuci (CLI)": lambda: run_cli(url, out, sha),
         }
+        if args.before:
+            before_src = args.before.resolve()
+            tools["gpuci before (CLI)"] = lambda: run_cli(url, out, sha, before_src)
         if shutil.which("aria2c"):
             tools[ARIA2C] = lambda: run_aria2c(url, out)
-        times = clean_runs(tools, out, sha, args.repeat)
+        load_start = load_average()
+        times, cpu = clean_runs(tools, out, sha, args.repeat)
+        load_end = load_average()
+        figures["load_average"] = {"start": load_start, "end": load_end}
         rate = {n: size / MiB / statistics.median(t) for n, t in times.items()}
         figures["throughput_mib_s"] = rate
         figures["seconds"] = times
-        if not wan:
+        figures["cpu_seconds"] = cpu
+        if not wan and not args.no_drops:
             drops = drop_runs(server, url, out, sha, size)
             figures["drops"] = drops
     finally:
@@ -270,20 +314,22 @@ def main() -> int:
 
     curl_rate, aria_rate = rate["curl"], rate.get(ARIA2C)
     lines = [
-        f"File: {size // MiB} MiB over {link}, median of {args.repeat} clean runs each.",
+        f"File: {size // MiB} MiB over {link}, median of {args.repeat} clean runs each, "
+        f"tools interleaved; load average {load_start} before, {load_end} after.",
         "",
-        "| tool | seconds, median (min-max) | MiB/s | vs curl | time vs aria2c -x8 -s8 |",
-        "|---|---|---|---|---|",
+        "| tool | seconds, median (min-max) | MiB/s | vs curl | time vs aria2c -x8 -s8 "
+        "| client CPU s, median |",
+        "|---|---|---|---|---|---|",
     ]
     for name, r in rate.items():
         t = times[name]
         vs_aria = f"{aria_rate / r:.2f}x" if aria_rate else ""
         lines.append(
             f"| {name} | {statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f}) | {r:.0f} | "
-            f"{r / curl_rate:.2f}x | {vs_aria} |"
+            f"{r / curl_rate:.2f}x | {vs_aria} | {statistics.median(cpu[name]):.2f} |"
         )
     if not aria_rate:
-        lines.append(f"| {ARIA2C} | not installed | | | |")
+        lines.append(f"| {ARIA2C} | not installed | | | | |")
     if drops:
         lines += [
             "",

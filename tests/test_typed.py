@@ -56,6 +56,7 @@ EXPECTED_TYPED = {
     "pods exec",
     "gpu-setup",
     "gpu-smoke",
+    "retry-fetch",
 }
 
 
@@ -119,3 +120,15 @@ def test_values_are_parsed_once_into_fields() -> None:
     flags = {"key": "k", "restore-keys": "a-\nb-", "lookup-only": "yes"}
     inp = typed(RestoreInputs, resolve(RESTORE.inputs, flags, {}))
     assert inp.restore_keys == ["a-", "b-"] and inp.lookup_only is True and inp.store == ""
+
+
+def test_a_size_of_none_stays_none() -> None:
+    """``max-bytes none`` means no limit: None is the user's value there, not "not given"."""
+    from gpuci.commands.retry_fetch import COMMAND
+    from gpuci.fetch.options import FetchInputs
+    from gpuci.fetch.policy import DEFAULT_MAX_BYTES
+
+    inp = typed(FetchInputs, resolve(COMMAND.inputs, {"url": "u", "max-bytes": "none"}, {}))
+    assert inp.max_bytes is None and inp.policy().max_bytes is None
+    inp = typed(FetchInputs, resolve(COMMAND.inputs, {"url": "u"}, {}))
+    assert inp.max_bytes == DEFAULT_MAX_BYTES and inp.url == ["u"] and inp.dest == ""

@@ -45,15 +45,24 @@ def typed(cls: type[T], values: Mapping[str, Any]) -> T:
     """The dataclass ``cls`` filled from resolved ``values`` (keys: hyphenated input names).
 
     An input not given and without a default resolves to None; a field then takes its own
-    default (``""`` for text, ``[]`` for lists), so phases never test for None. Raises
-    nothing of its own: a wrong-typed input was already an InputError (exit 2) in ``resolve``.
+    default (``""`` for text, ``[]`` for lists), so phases never test for None. A field that
+    admits None (``int | None``) keeps it: there None is a value the user chose (a size of
+    ``none``: no limit), since an input with a default never resolves to None otherwise.
+    Raises nothing of its own: a wrong-typed input was already an InputError (exit 2) in
+    ``resolve``.
     """
     kwargs: dict[str, Any] = {}
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
         value = values.get(field.name.replace("_", "-"))
-        if value is not None:
+        if value is not None or (_admits_none(field) and field.name.replace("_", "-") in values):
             kwargs[field.name] = value
     return cls(**kwargs)
+
+
+def _admits_none(field: dataclasses.Field[Any]) -> bool:
+    """Whether the field's annotation (text, under ``from __future__ import annotations``)
+    includes None, as ``int | None`` does."""
+    return "None" in (part.strip() for part in str(field.type).split("|"))
 
 
 def check_fields(cls: type, specs: tuple[Input, ...]) -> list[str]:

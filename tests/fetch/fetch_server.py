@@ -42,6 +42,7 @@ class Fault:
     new_data: bytes | None = None  # the file changes to these bytes from now on
     ignore_if_range: bool = False  # honour Range even when If-Range no longer matches
     etag: str | None = None  # change the file's ETag from now on (the file "changed")
+    last_modified: str | None = None  # change its Last-Modified from now on
     corrupt: bool = False  # flip the first byte sent (a wrong checksum)
     redirect_to: str | None = None  # 302 to this path
     gzip: bool = False  # Content-Encoding: gzip the whole body
@@ -71,6 +72,7 @@ class Request:
     status: int = 0
     body_bytes: int = 0
     headers: dict[str, str] = field(default_factory=dict)
+    arrived: float = field(default_factory=time.monotonic)  # for ordering, never for speed
 
 
 class FaultyServer(LoopbackHTTPServer):
@@ -154,6 +156,9 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
             )
             with server.lock:
                 server.requests.append(req)
+            self._answer(req, path, head)
+
+        def _answer(self, req: Request, path: str, head: bool) -> None:
             if server.latency:
                 server.stop.wait(server.latency)
             entry = server.entries.get(path)
@@ -165,6 +170,8 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                     fault = entry.faults.popleft()
             if fault.etag is not None:
                 entry.etag = fault.etag
+            if fault.last_modified is not None:
+                entry.last_modified = fault.last_modified
             if fault.new_data is not None:
                 entry.data = fault.new_data
             if fault.other_file is not None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer
+from fetch_server import DATA, Fault, FaultyServer, http_date
 
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch.partial import inspect
@@ -63,10 +63,21 @@ def test_one_connection_unless_asked_for_more(server, tmp_path, policy):
     "entry",
     [
         {"etag": 'W/"v1"'},  # weak: the same meaning, maybe other bytes
-        {"etag": None, "last_modified": "Mon, 30 Nov 2026 10:00:00 GMT"},  # a date is not enough
+        # a date not a second before the response's Date (here ahead of it: a skewed clock)
+        # may hide a change within that second: weak (RFC 9110 8.8.2.2)
+        {"etag": None, "last_modified": http_date(60)},
+        # a weak ETag is the server saying "maybe other bytes": its date is not taken instead
+        {"etag": 'W/"v1"', "last_modified": http_date(-3600)},
         {"accept_ranges": False},  # no Accept-Ranges: bytes
+        {"etag": None, "last_modified": http_date(-3600), "accept_ranges": False},
     ],
-    ids=["weak-etag", "last-modified-only", "no-accept-ranges"],
+    ids=[
+        "weak-etag",
+        "last-modified-now",
+        "weak-etag-old-date",
+        "no-accept-ranges",
+        "date-no-ranges",
+    ],
 )
 def test_without_a_strong_etag_and_ranges_one_connection(tmp_path, seg_policy, entry):
     with FaultyServer() as srv:
@@ -350,7 +361,7 @@ def test_a_throttled_segment_backs_off_and_completes(server, tmp_path, seg_polic
     assert dest.read_bytes() == DATA
     statuses = [g.status for g in server.gets()]
     assert 503 in statuses and 429 in statuses
-    assert res.attempts == len(statuses)
+    assert res.attempts == 1 + 2  # the first try and one per refused segment
 
 
 def test_a_segment_that_keeps_failing_fails_the_download_and_keeps_what_arrived(
@@ -385,3 +396,71 @@ def test_the_command_caps_connections_and_reports_them(tmp_path, monkeypatch):
         result, text = run_fetch({**flags, "dest": "b.bin", "connections": "1"}, tmp_path)
         assert result.ok and result.outputs["connections"] == 1, text
         assert len(srv.gets()) - before == 1
+
+
+def test_a_large_file_starts_wide(tmp_path, seg_policy):
+    """The first response shows the size and a strong ETag: the other connections open at
+    once (as aria2c -x8 -s8 does), not one by one as throughput proves each pays. The first
+    connection stalls for 3 s after 64 KiB: a ramp, which grows only on measured bytes,
+    opens nothing more until it resumes; a wide start has all four open long before."""
+    with FaultyServer(rate=1_000_000, latency=0.05) as srv:  # far: 50 ms to each first byte
+        srv.add("/big", BIG)
+        srv.faults("/big", Fault(stall=3.0, stall_after=64 << 10))
+        policy = replace(seg_policy, connections_start=0, segment_bytes=128 << 10, timeout=10)
+        res = fetch_file(srv.url("/big"), tmp_path / "out.bin", BIG_SHA, policy=policy)
+        assert (tmp_path / "out.bin").read_bytes() == BIG and res.connections == 4
+        head, *others = srv.gets("/big")[:4]
+        assert head.range is None and len(others) == 3
+        # generous slack for a busy machine; the stall alone is 3 s
+        assert all(g.arrived - head.arrived < 2.0 for g in others)
+        assert all(g.if_range == '"v1"' and g.status == 206 for g in others)
+
+
+@pytest.mark.parametrize(
+    ("left_mib", "ceiling", "expected"),
+    [(16, 16, 2), (64, 16, 4), (256, 16, 8), (4096, 16, 8), (256, 3, 3), (256, 1, 1)],
+)
+def test_wide_start_grows_with_the_size_for_a_far_server(left_mib, ceiling, expected):
+    from gpuci.fetch.segments import wide_start
+
+    policy = FetchPolicy(connections=ceiling)  # 8 MiB segments
+    assert wide_start(left_mib << 20, policy, first_byte_s=0.03) == expected
+    assert wide_start(left_mib << 20, policy) == expected  # not measured: assume far
+    assert wide_start(left_mib << 20, replace(policy, connections_start=1), 0.03) == 1
+
+
+def test_a_near_server_starts_with_one_connection():
+    """Loopback or the same cluster: the CPU is the limit, the controller ramps if it pays."""
+    from gpuci.fetch.segments import wide_start
+
+    assert wide_start(1 << 30, FetchPolicy(), first_byte_s=0.002) == 1
+    assert wide_start(1 << 30, FetchPolicy(connections_start=4), first_byte_s=0.002) == 4
+
+
+def test_an_old_last_modified_with_ranges_is_strong_enough_to_segment(tmp_path, seg_policy):
+    date = http_date(-3600)
+    with FaultyServer() as srv:
+        srv.add("/data.bin", DATA, etag=None, last_modified=date)
+        res = fetch_file(srv.url("/data.bin"), tmp_path / "out.bin", None, policy=seg_policy)
+        assert (tmp_path / "out.bin").read_bytes() == DATA and res.sha256 == SHA
+        assert res.connections > 1
+        segments = [g for g in srv.gets() if g.range]
+        assert segments and all(g.if_range == date and g.status == 206 for g in segments)
+
+
+def test_a_changed_last_modified_mid_download_starts_over(tmp_path, seg_policy):
+    """The date moved (the file changed) and a broken cache still honours Range: the
+    segment's Last-Modified tells, and no old byte is spliced in."""
+    new = os.urandom(SIZE)
+    with FaultyServer() as srv:
+        srv.add("/data.bin", DATA, etag=None, last_modified=http_date(-3600))
+        srv.faults(
+            "/data.bin",
+            Fault(),
+            Fault(last_modified=http_date(-60), new_data=new, ignore_if_range=True),
+            *[Fault(ignore_if_range=True) for _ in range(40)],
+        )
+        res = fetch_file(srv.url("/data.bin"), tmp_path / "out.bin", None, policy=seg_policy)
+        assert (tmp_path / "out.bin").read_bytes() == new
+        assert res.sha256 == hashlib.sha256(new).hexdigest()
+        assert any(g.range is None for g in srv.gets()[1:]), "restarted from byte 0"

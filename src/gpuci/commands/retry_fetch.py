@@ -70,15 +70,20 @@ COMMAND = Command(
     help="Download with retries of transient failures, resume, and sha256 verification.",
     inputs=INPUTS,
     outputs=(
-        Output("path", "Path(s) of the verified file(s), one per line."),
+        Output("path", "Path(s) of the file(s) in place, one per line."),
         Output("sha256", "Their sha256 digests, one per line."),
         Output("bytes", "Bytes in the final file(s)."),
-        Output("attempts", "HTTP requests made in all (retries, and each segment's requests)."),
+        Output(
+            "attempts",
+            "Tries in all: one per file, plus one per retry after a failure (a whole file's or "
+            "one segment's); a segmented download's planned ranged requests are not counted.",
+        ),
         Output("resumed-bytes", "Bytes kept from earlier attempts instead of downloaded again."),
         Output("connections", "Most connections one file used at once (segmented downloads)."),
         Output("seconds", "Wall time."),
     ),
     target="gpuci.fetch:run",
+    typed="gpuci.fetch.options:FetchInputs",
     notes=(
         "**Credentials stay on their origin.** `headers` (and a `user:pass@` in the URL) go "
         "only to the URL's own origin (scheme, host, port). When a redirect leaves it, every "
@@ -95,13 +100,19 @@ COMMAND = Command(
         "owned by the current user, not writable by group or others, and made for the same "
         "URL; anything else is deleted and the download starts over. A full disk deletes the "
         "partial file and says so (exit 3). See docs/security.md.",
-        "**Segments.** A file of 16 MiB or more, from a server that sends a strong ETag and "
-        "`Accept-Ranges: bytes`, is fetched over several ranged connections at once (up to "
-        "`connections`, adapted to the throughput: one or two on a fast local link, more on "
-        "a remote one). Every segment carries `If-Range` and must come back as a 206 for "
-        "exactly the bytes asked; a server that ignores Range or lies falls back to one "
-        "connection, a changed file starts over. Every written segment is recorded in the "
-        "sidecar, so a cut or a killed run resumes each one. sha256 covers the whole file.",
+        "**Segments.** A file of 16 MiB or more, from a server that sends a strong validator "
+        "(an ETag not `W/`, or without an ETag a Last-Modified at least a second before its "
+        "Date) and `Accept-Ranges: bytes`, is fetched over several ranged connections at once "
+        "(up to `connections`). A far server (first answer in 25 ms or more) gets one per "
+        "16 MiB at once, at most 8, as `aria2c -x8 -s8` does; a near one starts with one; "
+        "either grows while the throughput does. Every segment carries `If-Range` and must "
+        "come back as a 206 for exactly the bytes asked; a server that ignores Range or lies "
+        "falls back to one connection, a changed file starts over. The written segments are "
+        "recorded in the sidecar every 0.25 s (flushed to disk first), so a cut or a killed "
+        "run resumes each one. sha256 covers the whole file.",
+        '**Verified.** The headline says "verified" only for files checked against a '
+        "sha256 you gave (`sha256`, a checksums URL, or the digest column of `url`); without "
+        'one it says "downloaded", and the `sha256` output is what arrived.',
     ),
     actions=("actions/retry-fetch",),
 )

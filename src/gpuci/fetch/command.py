@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 
 from gpuci import journal
-from gpuci.errors import ExitCode, GpuciError, InputError
+from gpuci.errors import ExitCode, GpuciError
 from gpuci.fetch.download import FetchResult, fetch_file, new_client
+from gpuci.fetch.options import FetchInputs
 from gpuci.fetch.plan import Probe, offline, probe
 from gpuci.fetch.policy import FetchPolicy
 from gpuci.fetch.sources import (
@@ -32,45 +33,20 @@ from gpuci.units import human_bytes
 COMMAND = "retry-fetch"
 
 
-# Longest times a socket or a sleep accepts without overflowing (a week, a year): a
-# "99999999999999w" is a typo to report, not a number to hand to the OS.
-_TIME_LIMITS = {"timeout": 7 * 86400.0, "max-wait": 7 * 86400.0, "deadline": 366 * 86400.0}
-
-
-def policy_from(values: dict[str, Any]) -> FetchPolicy:
-    for name, limit in _TIME_LIMITS.items():
-        if values[name] > limit:
-            raise InputError(
-                f"input '{name}' is {values[name]:g}s, longer than the {limit:g}s allowed",
-                hint=f"set {name} to a sensible duration such as 60s, 30m or 2h",
-            )
-    return FetchPolicy(
-        attempts=values["attempts"],
-        timeout=values["timeout"],
-        deadline=values["deadline"],
-        max_wait=values["max-wait"],
-        initial_wait=min(1.0, values["max-wait"]),
-        max_bytes=values["max-bytes"],
-        connections=values.get("connections", 1),
-    )
-
-
-def run(values: dict[str, Any], rt: Runtime) -> Result:
+def run(inp: FetchInputs, rt: Runtime) -> Result:
     """Fetch every URL (``parallel`` at a time); a failure of one fails the step after all ran."""
     started = time.monotonic()
-    headers = parse_headers(values.get("headers"), rt.mask)
-    for line in values.get("url") or ():  # mask credentials before a bad URL can print them
+    headers = parse_headers(inp.headers, rt.mask)
+    for line in inp.url:  # mask credentials before a bad URL can print them
         for secret in url_secrets((line.split() or [""])[0]):
             rt.mask(secret)
-    policy = policy_from(values)
-    jobs = build_jobs(
-        values["url"], values.get("dest"), values.get("sha256"), values.get("mirrors"), Path.cwd()
-    )
+    policy = inp.policy()
+    jobs = build_jobs(inp.url, inp.dest, inp.sha256, inp.mirrors, Path.cwd())
     for job in jobs:  # presigned URLs carry their signature in the query: never print it
         for url in (job.url, *job.mirrors, job.sha256_url or ""):
             for secret in url_secrets(url):
                 rt.mask(secret)
-    workers = max(1, min(values["parallel"], len(jobs)))
+    workers = max(1, min(inp.parallel, len(jobs)))
     with new_client(policy, connections=workers * policy.connections) as client:
         if rt.dry_run:
             return _plan(jobs, client, headers, policy, workers, rt)
@@ -81,10 +57,7 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
     result = (
         Result.from_error(COMMAND, failed[0][1])
         if failed
-        else Result(
-            command=COMMAND,
-            headline=f"{len(done)} file(s), {human_bytes(sum(r.bytes for r in done))} verified",
-        )
+        else Result(command=COMMAND, headline=headline(done))
     )
     for _job, exc in failed[1:]:
         result.error(exc.one_line(), exc.title)
@@ -100,6 +73,18 @@ def run(values: dict[str, Any], rt: Runtime) -> Result:
         except OSError as exc:
             result.warning(f"could not write the job journal: {exc}", "gpu-ci: journal")
     return result
+
+
+def headline(done: list[FetchResult]) -> str:
+    """ "verified" only for bytes checked against a sha256 someone gave us: a download without
+    one is only "downloaded" (its digest is reported, but nothing was compared to it)."""
+    size = human_bytes(sum(r.bytes for r in done))
+    checked = [r for r in done if r.verified]
+    if len(checked) == len(done):
+        return f"{len(done)} file(s), {size} verified"
+    if not checked:
+        return f"{len(done)} file(s), {size} downloaded (no sha256 given: not verified)"
+    return f"{len(done)} file(s), {size} downloaded, {len(checked)} verified by sha256"
 
 
 def _one(
@@ -153,6 +138,7 @@ def _record(r: FetchResult) -> dict[str, Any]:
         "attempts": r.attempts,
         "resumed_bytes": r.resumed_bytes,
         "skipped": r.skipped,
+        "verified": r.verified,
     }
 
 

@@ -7,8 +7,8 @@ whose ``Content-Range`` starts exactly where we stopped is appended; a 200 resta
 416 at full length means we already have it all. When the digest matches, the file is renamed
 into place; nothing incomplete or unverified ever sits under the final name.
 
-When the first response allows it (a strong ETag, ``Accept-Ranges: bytes``, a known size of
-at least two segments), the rest of the file comes over several ranged connections at once:
+When the first response allows it (a strong validator, ``Accept-Ranges: bytes``, a known size
+of at least two segments), the rest of the file comes over several ranged connections at once:
 :mod:`gpuci.fetch.segments`, which takes over the response and leaves ``<dest>.incomplete``
 with the written ranges on record, so the next attempt (or run) resumes each of them.
 
@@ -48,11 +48,12 @@ from gpuci.fetch.policy import (
 )
 from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
+from gpuci.fetch.validators import strong_validator
 from gpuci.files import sha256_file
 from gpuci.retry import parse_retry_after
 from gpuci.units import human_bytes
 
-__all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range"]
+__all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range", "strong_validator"]
 
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
 
@@ -63,19 +64,12 @@ class FetchResult:
     path: Path
     sha256: str
     bytes: int
-    attempts: int  # HTTP requests made, all sources together
+    attempts: int  # tries, all sources together: the first, plus one per retry (DownloadJob)
     resumed_bytes: int  # bytes kept from earlier attempts instead of fetched again
     seconds: float
     skipped: bool = False  # already present with the expected sha256: nothing fetched
     connections: int = 1  # most connections this file used at once (segmented downloads)
-
-
-def strong_validator(headers: httpx.Headers) -> str | None:
-    """A strong ETag, else Last-Modified: what ``If-Range`` may carry (never a weak ETag)."""
-    etag = headers.get("ETag")
-    if etag and not etag.startswith("W/"):
-        return etag
-    return headers.get("Last-Modified")
+    verified: bool = False  # its sha256 matched one given (--sha256, a checksums file)
 
 
 class _Download(DownloadJob):
@@ -96,9 +90,11 @@ class _Download(DownloadJob):
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
+        asked = time.monotonic()
         with open_response(
             self.client, "GET", url, headers=headers, credentials=self.headers, timeout=timeout
         ) as resp:
+            self.first_byte_s = time.monotonic() - asked  # connect + wait: how far the server is
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
@@ -106,7 +102,9 @@ class _Download(DownloadJob):
             if total is not None and segmentable(resp, total, offset, self):
                 Segmenter(self, resp, total).run(resp)
                 return
-            self.partial.drop_extents()  # one connection rewrites them in order
+            if self.partial.extents:
+                self.partial.drop_extents()  # one connection rewrites them in order
+                self.sync_progress()
             self._stream(resp, url, total)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
@@ -150,10 +148,7 @@ class _Download(DownloadJob):
         if total is not None:
             self._check_room(total, part.size)
         part.adopt(validator, total)
-        if self.progress is not None:
-            ahead = sum(e - s for s, e in part.extents)
-            left = None if total is None else total - part.size - ahead
-            self.progress.total = None if left is None else getattr(self.progress, "done", 0) + left
+        self.sync_progress()
         return total
 
     def _check_room(self, total: int, have: int) -> None:
@@ -182,7 +177,7 @@ class _Download(DownloadJob):
 
     def _stream(self, resp: httpx.Response, url: str, total: int | None) -> None:
         part = self.partial
-        advance: Callable[[int], None] = self.progress.advance if self.progress else _nothing
+        advance: Callable[[int], None] = self.meter.advance
         deadline = self.started + self.policy.deadline
         limit = self.policy.max_bytes
         have = part.size  # bytes on disk plus those handed to the writer
@@ -247,6 +242,7 @@ class _Download(DownloadJob):
             resumed_bytes=self.resumed_bytes,
             seconds=time.monotonic() - self.started,
             connections=self.peak_connections,
+            verified=bool(sha256),
         )
 
 
@@ -274,10 +270,6 @@ def _write_failed(partial: Partial, exc: OSError) -> FetchError:
         hint=f"free space on the disk holding {partial.path.parent}, or set dest to a larger "
         "disk, then rerun",
     )
-
-
-def _nothing(_: int) -> None:
-    return None
 
 
 def _int(value: str | None) -> int | None:
@@ -330,7 +322,8 @@ def fetch_file(
     for source in (url, *mirrors):
         check_url(source, "url")
     if sha256 and _is_regular(dest) and sha256_file(dest) == sha256.lower():
-        return FetchResult(url, dest, sha256.lower(), dest.stat().st_size, 0, 0, 0.0, True)
+        size = dest.stat().st_size
+        return FetchResult(url, dest, sha256.lower(), size, 0, 0, 0.0, True, verified=True)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         partial = Partial(dest, url, max_bytes=policy.max_bytes)

@@ -164,6 +164,16 @@ def merge_extents(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def _sync_folder(folder: Path) -> None:
+    """Flush a rename in ``folder`` to disk (best effort: some filesystems refuse it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _remove(path: Path) -> None:
     """Delete a name; a symlink goes, its target stays. A folder or a foreign file: one line."""
     try:
@@ -266,6 +276,10 @@ class Partial:
         else:
             _remove(self.meta)
 
+    def held(self) -> int:
+        """Bytes on disk worth keeping: the prefix and the segments beyond it."""
+        return self.size + sum(e - s for s, e in self.extents)
+
     def written(self) -> list[tuple[int, int]]:
         """Every range on disk worth keeping: the prefix and the segments beyond it."""
         return merge_extents([(0, self.size), *self.extents])
@@ -282,8 +296,14 @@ class Partial:
         os.ftruncate(self._fd, self.size)
         self.save()
 
-    def save(self, extents: list[tuple[int, int]] | None = None) -> None:
-        """Write the sidecar; ``extents`` (a segmented run) lists every written range."""
+    def save(self, extents: list[tuple[int, int]] | None = None, *, durable: bool = False) -> None:
+        """Write the sidecar; ``extents`` (a segmented run) lists every written range.
+
+        Every range it claims was written (``pwritev`` returned) before this call, so a killed
+        process (the page cache outlives it) resumes from the truth. ``durable`` also survives
+        a crash of the machine: the data is flushed (``fdatasync``) before the record that
+        claims it, and the record itself before its rename; otherwise a power cut could leave
+        a sidecar claiming ranges that never reached the disk (read back as zeros)."""
         record: dict[str, Any] = {
             "url": public_url(self.url),
             "url_sha256": url_key(self.url),
@@ -292,20 +312,28 @@ class Partial:
         }
         if extents is not None:
             record["segments"] = [list(e) for e in merge_extents(extents)]
-        self._write_meta(json.dumps(record).encode())
+        if durable and self._fd is not None:
+            os.fdatasync(self._fd)
+        self._write_meta(json.dumps(record).encode(), durable)
 
-    def _write_meta(self, payload: bytes) -> None:
+    def _write_meta(self, payload: bytes, durable: bool = False) -> None:
         """A fresh file (``mkstemp``: ``O_EXCL``, mode 0600) renamed over the name: a planted
-        link at the name is replaced, never written through."""
+        link at the name is replaced, never written through, and a reader (or a kill at any
+        moment) sees the old record or the new one, never half of one."""
         fd, temp = tempfile.mkstemp(prefix=self.meta.name + ".", dir=self.meta.parent)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(payload)
+                if durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
             os.replace(temp, self.meta)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
+        if durable:
+            _sync_folder(self.meta.parent)
 
     def open_for_append(self) -> None:
         """Open the bytes for this attempt: our own file, continued, or a new one (``O_EXCL``).

@@ -100,9 +100,10 @@ class FetchPolicy:
     10 GB file may legitimately take longer than any sensible per-request timeout.
     ``max_bytes`` bounds one file's size on disk (None: no bound); see DEFAULT_MAX_BYTES.
     ``connections`` caps the ranged connections one file may use at once (1: never segment);
-    the count starts at ``connections_start`` and grows while throughput does
-    (:mod:`gpuci.fetch.segments`); ``segment_bytes`` is the smallest range worth its own
-    connection, so a file under twice that size always uses one.
+    the count starts at ``connections_start`` (0: chosen from the size, as aria2c does; see
+    :func:`gpuci.fetch.segments.wide_start`) and grows while throughput does;
+    ``segment_bytes`` is the smallest range worth its own connection, so a file under twice
+    that size always uses one.
     """
 
     attempts: int = 5
@@ -112,7 +113,7 @@ class FetchPolicy:
     initial_wait: float = 1.0
     max_bytes: int | None = DEFAULT_MAX_BYTES
     connections: int = DEFAULT_CONNECTIONS
-    connections_start: int = 1
+    connections_start: int = 0
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
 
     @property
