@@ -118,24 +118,13 @@ gpuci_image_runner_ok() {
   gpuci_log "the image's actions runner $have is older than $min, the oldest GitHub accepts"
   return 1
 }
-gpuci_report() {
+gpuci_report() {  # gpuci_rename_pod: handover.SHELL, part of SCRIPT
   n="${GPUCI_RUNNER_NAME#gpuci-}"
   n="${n%%-*}"
   why=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_/()+-' ' ' | cut -c 1-200)
-  name=$(printf 'gpuci owner=%s exp=%s run=%s n=%s refused: %s' "${GPUCI_OWNER:-unknown}" \
-    "${GPUCI_EXPIRES_AT:-?}" "${GPUCI_RUN_URL:-local}" "$n" "$why" | tr -d '"\\')
-  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}"
-  b="{\"name\":\"$name\"}"
-  if command -v curl >/dev/null 2>&1; then
-    curl -fsS -m 30 -o /dev/null -X PATCH -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
-      -H "Content-Type: application/json" -d "$b" "$u"
-  else
-    python3 -c 'import os, sys, urllib.request as r
-q = r.Request(sys.argv[1], sys.argv[2].encode(), method="PATCH")
-q.add_header("Authorization", "Bearer " + os.environ["RUNPOD_API_KEY"])
-q.add_header("Content-Type", "application/json")
-r.urlopen(q, timeout=30)' "$u" "$b"
-  fi
+  gpuci_rename_pod "$(printf 'gpuci owner=%s exp=%s run=%s n=%s refused: %s' \
+    "${GPUCI_OWNER:-unknown}" "${GPUCI_EXPIRES_AT:-?}" "${GPUCI_RUN_URL:-local}" "$n" "$why" |
+    tr -d '"\\')"
 }
 gpuci_refused() {
   line=$(grep -m 1 -e "is deprecated and cannot receive messages" "$1" 2>/dev/null)
