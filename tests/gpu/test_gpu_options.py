@@ -5,7 +5,7 @@ typed command's fields and defaults; this file checks the GPU commands' own pars
 from __future__ import annotations
 
 from gpuci.commands import command_named
-from gpuci.gpu.checks import Requirements
+from gpuci.gpu.checks import requirements
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.gpu.smoke import selected_checks
 from gpuci.inputs import resolve
@@ -29,7 +29,7 @@ def test_gpu_setup_flags_and_env_are_parsed_once_into_fields() -> None:
     assert inp.gpu_name is not None and inp.gpu_name.search("NVIDIA H200")
     assert inp.export_visible_devices is True  # INPUT_* reaches the field too
     assert inp.min_compute_capability is None and inp.report == ""  # not given: not checked
-    assert Requirements.from_inputs(inp).min_cuda == (12, 4)
+    assert requirements(inp).min_cuda == (12, 4)
 
 
 def test_gpu_smoke_flags_are_parsed_once_into_fields() -> None:

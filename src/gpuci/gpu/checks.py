@@ -8,11 +8,11 @@ driver does not report the value) is never a failure.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from gpuci.gpu.nvml import GpuInfo, Snapshot
-from gpuci.gpu.options import SetupInputs
+from gpuci.gpu.options import Requirements, SetupInputs
 from gpuci.gpu.visible import Visibility
 
 Outcome = Literal["pass", "fail", "unsupported"]
@@ -34,44 +34,23 @@ def gb(n_bytes: int | None) -> float | None:
     return None if n_bytes is None else round(n_bytes / GB, 1)
 
 
-@dataclass(frozen=True)
-class Requirements:
-    """The job's needs: gpu-setup's inputs less where to report and what to export."""
+def requirements(inp: SetupInputs) -> Requirements:
+    """The requirements part of gpu-setup's inputs (not where to report or what to export)."""
+    return Requirements(**{f.name: getattr(inp, f.name) for f in fields(Requirements)})
 
-    min_gpus: int = 1
-    min_memory_gb: float | None = None
-    min_compute_capability: tuple[int, ...] | None = None
-    min_cuda: tuple[int, ...] | None = None
-    gpu_name: re.Pattern[str] | None = None
-    require_gpu: bool = True
-    allow_mig: bool = True
-    fail_on_ecc_errors: bool = True
 
-    @classmethod
-    def from_inputs(cls, inp: SetupInputs) -> Requirements:
-        """The requirements part of gpu-setup's inputs (not where to report or export)."""
-        return cls(
-            min_gpus=inp.min_gpus,
-            min_memory_gb=inp.min_memory_gb,
-            min_compute_capability=inp.min_compute_capability,
-            min_cuda=inp.min_cuda,
-            gpu_name=inp.gpu_name,
-            require_gpu=inp.require_gpu,
-            allow_mig=inp.allow_mig,
-            fail_on_ecc_errors=inp.fail_on_ecc_errors,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "min-gpus": self.min_gpus,
-            "min-memory-gb": self.min_memory_gb,
-            "min-compute-capability": version_text(self.min_compute_capability),
-            "min-cuda": version_text(self.min_cuda),
-            "gpu-name": self.gpu_name.pattern if self.gpu_name else None,
-            "require-gpu": self.require_gpu,
-            "allow-mig": self.allow_mig,
-            "fail-on-ecc-errors": self.fail_on_ecc_errors,
-        }
+def requirements_dict(req: Requirements) -> dict[str, Any]:
+    """The requirements as the report shows them (input names, versions as text)."""
+    return {
+        "min-gpus": req.min_gpus,
+        "min-memory-gb": req.min_memory_gb,
+        "min-compute-capability": version_text(req.min_compute_capability),
+        "min-cuda": version_text(req.min_cuda),
+        "gpu-name": req.gpu_name.pattern if req.gpu_name else None,
+        "require-gpu": req.require_gpu,
+        "allow-mig": req.allow_mig,
+        "fail-on-ecc-errors": req.fail_on_ecc_errors,
+    }
 
 
 @dataclass(frozen=True)

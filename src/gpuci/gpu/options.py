@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["SetupInputs", "SmokeInputs"]
+__all__ = ["Requirements", "SetupInputs", "SmokeInputs"]
 
 
 @dataclass(frozen=True)
-class SetupInputs:
-    """What ``gpu-setup`` is given. None: that requirement is not checked."""
+class Requirements:
+    """The job's needs, as gpu-setup judges them. None: that requirement is not checked."""
 
     min_gpus: int = 1
     min_memory_gb: float | None = None
@@ -27,6 +27,12 @@ class SetupInputs:
     require_gpu: bool = True
     allow_mig: bool = True
     fail_on_ecc_errors: bool = True
+
+
+@dataclass(frozen=True)
+class SetupInputs(Requirements):
+    """What ``gpu-setup`` is given: the requirements, and where to report and what to export."""
+
     export_visible_devices: bool = False
     report: str = ""  # "": gpuci-gpu-report.json in RUNNER_TEMP or the current folder
 

@@ -22,6 +22,8 @@ from gpuci.gpu.checks import (
     cuda_units,
     evaluate,
     gb,
+    requirements,
+    requirements_dict,
     usable_units,
     version_text,
 )
@@ -141,7 +143,7 @@ def run(inp: SetupInputs, rt: Runtime, *, nvml: Any = None) -> Result:
 
     ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process.
     """
-    req = Requirements.from_inputs(inp)
+    req = requirements(inp)
     path = files.report_path({"report": inp.report}, rt.environ, REPORT_NAME)
     seen = _read(req, rt, nvml)
     checks = evaluate(req, seen.snapshot, seen.visibility)
@@ -182,7 +184,7 @@ def _report(
         "verdict": "fail" if failed else "pass",
         "cpu_only": seen.cpu_only,
         "nvml_error": seen.nvml_error.one_line() if seen.nvml_error else None,
-        "requirements": req.to_dict(),
+        "requirements": requirements_dict(req),
         "checks": [c.to_dict() for c in checks],
         "devices": [{**u.to_dict(), "cuda_visible": u in seen.units} for u in seen.every],
         "visibility": seen.visibility.to_dict() if seen.visibility else None,
