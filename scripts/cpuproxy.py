@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -143,22 +142,8 @@ class CpuProxy:
 class CpuProxyProcess(wanproxy.ProxyProcess):
     """This proxy in a child process, driven like :class:`wanproxy.ProxyProcess`."""
 
-    def __init__(self, upstream: tuple[str, int], rate_mib: float, latency_ms: float) -> None:
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, __file__, "--upstream", f"{upstream[0]}:{upstream[1]}"),
-                *("--wan", f"{rate_mib},{latency_ms}"),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith("listening "):
-            self.close()
-            raise RuntimeError(f"the CPU-bound proxy did not start: {line!r}")
-        self.port = int(line.split()[1])
+    SCRIPT = __file__
+    WHAT = "the CPU-bound proxy"
 
 
 def _serve(upstream: str, wan: str) -> int:

@@ -243,11 +243,14 @@ class ShapingProxy:
 class ProxyProcess:
     """The proxy in a child process (its own GIL); ``stats()`` and ``reset()`` ask it by pipe."""
 
+    SCRIPT = __file__  # the proxy the child runs (cpuproxy.py sets its own)
+    WHAT = "the shaping proxy"
+
     def __init__(self, upstream: tuple[str, int], rate_mib: float, latency_ms: float) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                __file__,
+                self.SCRIPT,
                 "--upstream",
                 f"{upstream[0]}:{upstream[1]}",
                 "--wan",
@@ -261,7 +264,7 @@ class ProxyProcess:
         line = self.proc.stdout.readline()
         if not line.startswith("listening "):
             self.close()
-            raise RuntimeError(f"the shaping proxy did not start: {line!r}")
+            raise RuntimeError(f"{self.WHAT} did not start: {line!r}")
         self.port = int(line.split()[1])
 
     def _ask(self, what: str) -> dict[str, int]:
