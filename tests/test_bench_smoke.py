@@ -166,11 +166,14 @@ def test_wanproxy_parse_wan_refuses_nonsense():
     not S3RVER.exists(),
     reason="s3rver is not installed (npm install --prefix .bench/node s3rver; .ci/run does)",
 )
-def test_bench_cache_small_wan(tmp_path):
+@pytest.mark.parametrize("harness", ["wanproxy", "cpuproxy"])
+def test_bench_cache_small_wan(tmp_path, harness):
+    """Both shaping harnesses carry every tool (cpuproxy copies bytes in user space)."""
     out, figures = tmp_path / "cache.md", tmp_path / "cache.json"
     proc = run_script(
         [
             *(sys.executable, "scripts/bench_cache.py", "--small", "--wan", "64,5"),
+            *("--harness", harness),
             *("--tools", "gpu-ci,s5cmd", "--workers", "16"),
             *("--workdir", str(tmp_path / "w"), "--out", str(out), "--json", str(figures)),
         ],
@@ -179,6 +182,7 @@ def test_bench_cache_small_wan(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = out.read_text()
     assert "remote-like: 64 MiB/s per connection, 5 ms" in table
+    assert f"(scripts/{harness}.py)" in table
     assert "cold restore, 4 x 8 MiB + 30 x 32 KiB = 32.9 MiB" in table
     assert "| gpu-ci restore (sha256), GPUCI_CACHE_WORKERS=16 |" in table
     data = json.loads(figures.read_text())["shapes"]["m"]
