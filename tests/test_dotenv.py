@@ -31,6 +31,20 @@ def test_only_the_default_set_is_written(tmp_path):
     assert lines(report) == ["GPUCI_POD_ID=p1", "GPUCI_URL=http://x"]
 
 
+def test_a_smoke_names_its_skipped_checks_to_later_jobs(tmp_path):
+    """A check the smoke skipped (budget, environment) is never silent, in a later job too."""
+    report = tmp_path / "out.env"
+    render(
+        {"GPUCI_DOTENV": str(report)},
+        {"passed": "true", "failed-checks": "", "skipped-checks": "gpu7:pcie", "seconds": 29},
+    )
+    assert lines(report) == [
+        "GPUCI_PASSED=true",
+        "GPUCI_FAILED_CHECKS=",
+        "GPUCI_SKIPPED_CHECKS=gpu7:pcie",
+    ]
+
+
 def test_a_later_command_replaces_a_name_instead_of_adding_a_line(tmp_path):
     report = tmp_path / "out.env"
     env = {"GPUCI_DOTENV": str(report)}

@@ -36,6 +36,7 @@ DEFAULT_OUTPUTS = (
     "passed",
     "failed-rules",
     "failed-checks",
+    "skipped-checks",
     "digest",
     "gpu-count",
     "gpu-names",

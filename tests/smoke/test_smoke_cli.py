@@ -200,7 +200,9 @@ def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
     assert not (tmp_path / "smoke.json").exists()
     reads = plan["health"]["params"]
     assert set(reads) == {"when", "ecc", "memory_repair", "pcie_replays", "xid_events",
-                          "clock_events"}  # fmt: skip
+                          "clock_events", "throttle_counters", "power_and_clocks", "nvlink",
+                          "unreadable"}  # fmt: skip
+    assert "max-throttle-percent" in reads["throttle_counters"] and "down" in reads["nvlink"]
     assert "retired pages" in reads["memory_repair"] and "remapped rows" in reads["memory_repair"]
     assert "rate" in reads["pcie_replays"] and "consecutive" in reads["clock_events"]
     assert "ecc=volatile uncorrected ECC errors" in summary

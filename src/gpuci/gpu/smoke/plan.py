@@ -35,6 +35,13 @@ HEALTH_READS = {
         "clock-event reasons polled under load; a hardware, thermal or power-brake slowdown "
         "fails only when seen in consecutive samples"
     ),
+    "throttle_counters": (
+        "NVML's cumulative violation counters (thermal, power brake), before and after: a "
+        "slowdown over max-throttle-percent of the run (and at least 1 s) fails"
+    ),
+    "power_and_clocks": "enforced power limit and application clocks, before and after",
+    "nvlink": "NVLink states and error counters, before and after (a link down fails)",
+    "unreadable": "a read that answered before the load and errors after it fails the GPU",
 }
 
 
@@ -51,7 +58,12 @@ def params(name: str, inp: SmokeInputs, sizes: Sizes) -> dict[str, Any]:
             "chunk_bytes": sizes.memory_chunk,
             "patterns": "0x00,0xAA,0x55,0xFF",
         },
-        "nccl": {"elements": sizes.nccl_elements, "timeout_s": sizes.nccl_timeout_s},
+        "nccl": {
+            "elements": sizes.nccl_elements,
+            "timeout_s": sizes.nccl_timeout_s,
+            "busbw": "nccl-tests' bus bandwidth, median of the timed runs",
+            "min_busbw_gbs": inp.min_busbw_gbs,
+        },
         "dcgm": {"level": inp.dcgm_level, "command": "dcgmi diag -r N -j"},
     }
     return table[name]
