@@ -16,7 +16,8 @@ from treeutil import make_tree, snapshot
 
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout, transfer
-from gpuci.cache.transfer import WorkPool, lane_chunk
+from gpuci.cache.transfer import lane_chunk
+from gpuci.cache.workpool import WorkPool
 from gpuci_testing import wait_until
 
 

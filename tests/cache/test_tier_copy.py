@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cache_testing import StoreCase
 
-from gpuci.cache import tier as tier_mod
+from gpuci.cache import copying
 from gpuci.cache.tier import LocalTier
 
 
@@ -52,7 +52,7 @@ def _half_then(code: int, real):
 @pytest.fixture
 def no_reflink(monkeypatch):
     """The copy path itself, on whatever filesystem the tests run on."""
-    monkeypatch.setattr(tier_mod, "_reflink", lambda _src, _dst: False)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
 
 
 def _copy(tier: LocalTier, digest: str, size: int, dest: Path) -> str:
@@ -60,7 +60,7 @@ def _copy(tier: LocalTier, digest: str, size: int, dest: Path) -> str:
     src = os.open(tier.path(digest), os.O_RDONLY)
     dst = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        return tier_mod._copy_fd(src, dst, size)
+        return copying.copy_fd(src, dst, size)
     finally:
         os.close(src)
         os.close(dst)
@@ -78,7 +78,7 @@ def test_the_kernel_copies_when_it_can(tmp_path):
 @pytest.mark.parametrize("code", [errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP])
 def test_a_refused_copy_file_range_falls_back_to_sendfile(tmp_path, monkeypatch, code):
     tier, digest = _blob(tmp_path, DATA)
-    monkeypatch.setattr(tier_mod, "_copy_file_range", _refuse(code))
+    monkeypatch.setattr(copying, "copy_file_range", _refuse(code))
     assert _copy(tier, digest, len(DATA), tmp_path / "out") == "sendfile"
     assert (tmp_path / "out").read_bytes() == DATA
 
@@ -86,17 +86,17 @@ def test_a_refused_copy_file_range_falls_back_to_sendfile(tmp_path, monkeypatch,
 @pytest.mark.parametrize("code", [errno.EXDEV, errno.EINVAL, errno.ENOSYS])
 def test_when_both_kernel_copies_are_refused_python_copies(tmp_path, monkeypatch, code):
     tier, digest = _blob(tmp_path, DATA)
-    monkeypatch.setattr(tier_mod, "_copy_file_range", _refuse(errno.EXDEV))
-    monkeypatch.setattr(tier_mod, "_sendfile", _refuse(code))
+    monkeypatch.setattr(copying, "copy_file_range", _refuse(errno.EXDEV))
+    monkeypatch.setattr(copying, "sendfile", _refuse(code))
     assert _copy(tier, digest, len(DATA), tmp_path / "out") == "read-write"
     assert (tmp_path / "out").read_bytes() == DATA
 
 
 def test_each_method_takes_over_where_the_last_one_stopped(tmp_path, monkeypatch):
     tier, digest = _blob(tmp_path, DATA)
-    cfr = _half_then(errno.EXDEV, tier_mod._copy_file_range)
-    monkeypatch.setattr(tier_mod, "_copy_file_range", cfr)
-    monkeypatch.setattr(tier_mod, "_sendfile", _half_then(errno.EINVAL, tier_mod._sendfile))
+    cfr = _half_then(errno.EXDEV, copying.copy_file_range)
+    monkeypatch.setattr(copying, "copy_file_range", cfr)
+    monkeypatch.setattr(copying, "sendfile", _half_then(errno.EINVAL, copying.sendfile))
     assert _copy(tier, digest, len(DATA), tmp_path / "out") == "read-write"
     assert (tmp_path / "out").read_bytes() == DATA
 
@@ -104,14 +104,14 @@ def test_each_method_takes_over_where_the_last_one_stopped(tmp_path, monkeypatch
 def test_a_kernel_copy_that_stops_early_hands_over_too(tmp_path, monkeypatch):
     """Some filesystems' copy_file_range reported 0 bytes (the end) before the end."""
     tier, digest = _blob(tmp_path, DATA)
-    monkeypatch.setattr(tier_mod, "_copy_file_range", lambda *_args: 0)
+    monkeypatch.setattr(copying, "copy_file_range", lambda *_args: 0)
     assert _copy(tier, digest, len(DATA), tmp_path / "out") == "sendfile"
     assert (tmp_path / "out").read_bytes() == DATA
 
 
 def test_a_real_failure_is_not_papered_over(tmp_path, monkeypatch):
     tier, digest = _blob(tmp_path, DATA)
-    monkeypatch.setattr(tier_mod, "_copy_file_range", _refuse(errno.EIO))
+    monkeypatch.setattr(copying, "copy_file_range", _refuse(errno.EIO))
     with pytest.raises(OSError) as caught:
         _copy(tier, digest, len(DATA), tmp_path / "out")
     assert caught.value.errno == errno.EIO
@@ -123,8 +123,8 @@ def test_a_blob_cut_short_after_its_check_is_not_placed(tmp_path, monkeypatch, n
     the destination, the blob is dropped, and the caller fetches the file from the store."""
     tier, digest = _blob(tmp_path, DATA)
     if refused:
-        monkeypatch.setattr(tier_mod, "_copy_file_range", _refuse(errno.EXDEV))
-        monkeypatch.setattr(tier_mod, "_sendfile", _refuse(errno.EINVAL))
+        monkeypatch.setattr(copying, "copy_file_range", _refuse(errno.EXDEV))
+        monkeypatch.setattr(copying, "sendfile", _refuse(errno.EINVAL))
     real_open = tier._open
 
     def open_then_truncate(d: str, size: int):
@@ -147,7 +147,7 @@ def test_place_gives_the_job_an_independent_file_by_every_method(
     tmp_path, monkeypatch, no_reflink, mode
 ):
     tier, digest = _blob(tmp_path, DATA, mode)
-    monkeypatch.setattr(tier_mod, "_copy_file_range", _refuse(errno.EXDEV))
+    monkeypatch.setattr(copying, "copy_file_range", _refuse(errno.EXDEV))
     dest = tmp_path / "out"
     placed = tier.place(digest, len(DATA), dest, 0o755)
     assert placed is not None and placed.how == "copy" and placed.size == len(DATA)

@@ -20,7 +20,7 @@ from gpuci.cache.common import store_from
 from gpuci.cache.options import PinInputs, UnpinInputs
 from gpuci.cache.refs import fetch_by_digest
 from gpuci.cache.store import LocalStore, Store
-from gpuci.cache.transfer import parallel
+from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError, StoreError
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes

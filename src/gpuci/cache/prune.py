@@ -27,7 +27,7 @@ from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
 from gpuci.cache.options import PruneInputs
 from gpuci.cache.store import LocalStore, ObjectInfo, Store
-from gpuci.cache.transfer import parallel
+from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes

@@ -313,58 +313,19 @@ def restore_tree(
     tier: LocalTier | None = None,
 ) -> Moved:
     """Materialise ``manifest`` at ``paths``, from the local tier first, then the store."""
-    roots: list[_Root] = []
-    for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
-        target = resolve_path(raw)
-        staging = target.parent / f"{layout.STAGING_PREFIX}{target.name}.{os.getpid()}"
-        roots.append(_Root(index, spec["kind"], target, staging))
+    roots = _roots(manifest, paths)
     need = manifest.total_bytes
     try:
-        for root in roots:
-            root.target.parent.mkdir(parents=True, exist_ok=True)
-            sweep_stale(root.target)
-        check_space(manifest, roots, _linkable(tier, manifest, roots))
+        _prepare(roots, manifest, tier)
     except OSError as exc:
         raise _disk_error(exc, roots[0].target, need) from None
-    files: list[tuple[mf.Entry, Path]] = []
     moved = Moved(placed={})
     try:
         for root in roots:
             root.staging.mkdir()
-        dirs: list[tuple[Path, int]] = []
-        made: set[Path] = set()
-        for entry in manifest.entries:
-            base = roots[entry.root].build
-            path = base / entry.path if entry.path else base
-            if entry.type == "dir":
-                path.mkdir(parents=True, exist_ok=True)
-                dirs.append((path, entry.mode))
-            elif entry.type == "file":
-                if path.parent not in made:  # one mkdir per folder, not one per file
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    made.add(path.parent)
-                if entry.size == 0:
-                    if entry.sha256 != EMPTY_SHA256:
-                        raise IntegrityError(
-                            f"{entry.path}: the manifest gives an empty file a non-empty hash",
-                            hint="the manifest is corrupt; save the key again",
-                        )
-                    path.touch()
-                    path.chmod(mf.placed_mode(entry.mode))
-                else:
-                    files.append((entry, path))
-        if tier is not None:
-            files = _place_local(tier, files, moved)
-        if files:  # a warm restore from the tier skips the network machinery entirely
-            moved.downloaded, moved.connections = _download(store, files, rt, label)
-        if tier is not None and files:
-            _fill_tier(tier, files)
-        for entry in manifest.entries:
-            if entry.type == "symlink":
-                base = roots[entry.root].build
-                link = base / entry.path
-                link.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(entry.target, link)
+        files, dirs = _build_skeleton(manifest, roots)
+        _fill_files(store, files, rt, label, tier, moved)
+        _make_symlinks(manifest, roots)
         for path, mode in reversed(dirs):
             path.chmod(mf.placed_mode(mode) | 0o700)
         for root in roots:
@@ -379,6 +340,81 @@ def restore_tree(
     if tier is not None:
         tier.evict()
     return moved
+
+
+def _roots(manifest: mf.Manifest, paths: list[str]) -> list[_Root]:
+    """One root per manifest root, each with a staging folder beside its target."""
+    roots: list[_Root] = []
+    for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
+        target = resolve_path(raw)
+        staging = target.parent / f"{layout.STAGING_PREFIX}{target.name}.{os.getpid()}"
+        roots.append(_Root(index, spec["kind"], target, staging))
+    return roots
+
+
+def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) -> None:
+    """Make the parents, sweep a killed restore's leftovers, and check the free space."""
+    for root in roots:
+        root.target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(root.target)
+    check_space(manifest, roots, _linkable(tier, manifest, roots))
+
+
+def _build_skeleton(
+    manifest: mf.Manifest, roots: list[_Root]
+) -> tuple[list[tuple[mf.Entry, Path]], list[tuple[Path, int]]]:
+    """Make the folders and empty files in staging; return the files to fill and the folders."""
+    files: list[tuple[mf.Entry, Path]] = []
+    dirs: list[tuple[Path, int]] = []
+    made: set[Path] = set()
+    for entry in manifest.entries:
+        base = roots[entry.root].build
+        path = base / entry.path if entry.path else base
+        if entry.type == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+            dirs.append((path, entry.mode))
+        elif entry.type == "file":
+            if path.parent not in made:  # one mkdir per folder, not one per file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                made.add(path.parent)
+            if entry.size == 0:
+                if entry.sha256 != EMPTY_SHA256:
+                    raise IntegrityError(
+                        f"{entry.path}: the manifest gives an empty file a non-empty hash",
+                        hint="the manifest is corrupt; save the key again",
+                    )
+                path.touch()
+                path.chmod(mf.placed_mode(entry.mode))
+            else:
+                files.append((entry, path))
+    return files, dirs
+
+
+def _fill_files(
+    store: Store,
+    files: list[tuple[mf.Entry, Path]],
+    rt: Runtime,
+    label: str,
+    tier: LocalTier | None,
+    moved: Moved,
+) -> None:
+    """Fill the files from the local tier, then the rest from the store (and into the tier)."""
+    if tier is not None:
+        files = _place_local(tier, files, moved)
+    if files:  # a warm restore from the tier skips the network machinery entirely
+        moved.downloaded, moved.connections = _download(store, files, rt, label)
+    if tier is not None and files:
+        _fill_tier(tier, files)
+
+
+def _make_symlinks(manifest: mf.Manifest, roots: list[_Root]) -> None:
+    """The manifest's symlinks, made last (their escapes are refused after placing)."""
+    for entry in manifest.entries:
+        if entry.type == "symlink":
+            base = roots[entry.root].build
+            link = base / entry.path
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(entry.target, link)
 
 
 def _download(

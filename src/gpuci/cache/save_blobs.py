@@ -30,8 +30,8 @@ from gpuci.cache import manifest as mf
 from gpuci.cache.common import throttle_signals
 from gpuci.cache.saver import Saver
 from gpuci.cache.store import Store
-from gpuci.cache.transfer import WorkPool, laneless
 from gpuci.cache.tree import Tree
+from gpuci.cache.workpool import WorkPool, laneless
 from gpuci.errors import InputError, StoreError
 
 # File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to

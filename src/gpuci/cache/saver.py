@@ -18,8 +18,8 @@ from gpuci.cache import layout, refs
 from gpuci.cache import manifest as mf
 from gpuci.cache.store import ObjectInfo, Store
 from gpuci.cache.tier import LocalTier
-from gpuci.cache.transfer import parallel
 from gpuci.cache.tree import Tree
+from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError
 from gpuci.runtime import Runtime
 

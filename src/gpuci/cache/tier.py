@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import stat
 import time
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import inputs
-from gpuci.cache import layout
+from gpuci.cache import copying, layout
 from gpuci.errors import InputError
 
 # Smaller files are copied, not linked: the copy costs nothing worth saving, and the job gets
@@ -53,7 +52,6 @@ FROZEN_MTIME = 946684800
 # A blob's last use (its atime) is rewritten only when older than this: eviction needs no finer
 # order, and a warm restore of 1,000 small files then writes no inode of the tier.
 TOUCH_AFTER = 3600
-FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 DEFAULT_SIZE = "100GiB"
 TIER_ENV = "GPUCI_LOCAL_CACHE"
 MODES = ("copy", "verify", "link")
@@ -61,9 +59,6 @@ DEFAULT_MODE = "copy"
 _OFF = {"off", "false", "no", "none", "0"}
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
-# Bytes per read when hashing: small enough that a chunk is still in the CPU cache when it is
-# written out (one pass at 4 MiB ran ~100 MiB/s here, at 64 KiB ~300-360 MiB/s).
-HASH_CHUNK = 64 << 10
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -332,7 +327,11 @@ class LocalTier:
                 temp = self._temp()
                 dst = os.open(temp, _CREATE, 0o600)
                 try:  # a reflink is a private clone: hash the clone, i.e. what is stored
-                    actual = _hash_fd(dst) if _reflink(src, dst) else _copy_hashing(src, dst)
+                    actual = (
+                        copying.hash_fd(dst)
+                        if copying.reflink(src, dst)
+                        else copying.copy_hashing(src, dst)
+                    )
                     os.fchmod(dst, 0o444)
                     os.utime(dst, (time.time(), FROZEN_MTIME))
                 finally:
@@ -370,7 +369,7 @@ class LocalTier:
                     os.utime(src, (now, FROZEN_MTIME))
             linkable = self.mode == "link" and size >= LINK_MIN and not mode & 0o111
             return self._place_from(src, st, digest, dest, mode, linkable)
-        except _Mismatch as exc:
+        except copying.Mismatch as exc:
             self._drop(self.path(digest), str(exc))
             os.unlink(dest)
             return None
@@ -382,7 +381,7 @@ class LocalTier:
     ) -> Placed:
         dst = os.open(dest, _CREATE, 0o600)
         try:
-            reflinked = _reflink(src, dst)
+            reflinked = copying.reflink(src, dst)
             if not reflinked and linkable:
                 os.close(dst)
                 dst = -1
@@ -391,11 +390,11 @@ class LocalTier:
                     return Placed("hardlink", st.st_size)
                 dst = os.open(dest, _CREATE, 0o600)
             if self.mode == "verify":
-                actual = _hash_fd(dst) if reflinked else _copy_hashing(src, dst)
+                actual = copying.hash_fd(dst) if reflinked else copying.copy_hashing(src, dst)
                 if actual != digest:
-                    raise _Mismatch("bytes that do not hash to its name")
+                    raise copying.Mismatch("bytes that do not hash to its name")
             elif not reflinked:
-                _copy_fd(src, dst, st.st_size)
+                copying.copy_fd(src, dst, st.st_size)
             os.fchmod(dst, mode & 0o777)
         finally:
             if dst >= 0:
@@ -478,10 +477,6 @@ def _more(items: Any) -> str:
     return f" (and {len(items) - 1} more)" if len(items) > 1 else ""
 
 
-class _Mismatch(Exception):
-    """verify mode: the placed bytes did not hash to the blob's name."""
-
-
 def open_tier(
     environ: Mapping[str, str],
     *,
@@ -508,97 +503,3 @@ def open_tier(
             "user can write, or remove it so gpu-ci recreates it 0700)"
         ]
     return LocalTier(root, limit, mode), []
-
-
-# ----- byte movers ---------------------------------------------------------------------------
-def _reflink(src: int, dst: int) -> bool:
-    """Copy-on-write clone (btrfs, XFS, bcachefs): an independent file; False where unsupported."""
-    try:
-        fcntl.ioctl(dst, FICLONE, src)
-        return True
-    except OSError:
-        return False
-
-
-# One kernel copy call moves up to this many bytes (Linux caps a call near 2 GiB): a model
-# shard in one or two calls, as ``cp`` does, instead of a call per 4 MiB.
-COPY_CALL = 1 << 30
-# A copy method that the filesystem pair cannot do answers with one of these (cross-device
-# before Linux 5.3 or between some filesystems, no such call, FUSE or overlayfs refusing): the
-# next method takes over at the same offset. Anything else (EIO, ENOSPC) is a real failure.
-_NEXT_METHOD = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
-
-
-def _copy_file_range(src: int, dst: int, offset: int, count: int) -> int:
-    """In-kernel copy (a server-side or reflink copy where the filesystem offers one)."""
-    return os.copy_file_range(src, dst, count, offset, offset)
-
-
-def _sendfile(src: int, dst: int, offset: int, count: int) -> int:
-    """In-kernel copy through the page cache; writes at ``dst``'s position (set by the caller)."""
-    return os.sendfile(dst, src, offset, count)
-
-
-def _copy_fd(src: int, dst: int, size: int) -> str:
-    """Copy bytes ``[0, size)`` without passing them through Python; returns the method used.
-
-    ``copy_file_range``, else ``sendfile``, else a plain read/write loop, each taking over where
-    the last one stopped (also when a kernel call reports the end early, as some filesystems'
-    copy_file_range did). Raises :class:`_Mismatch` when even read() finds the source short: a
-    short file is never left where a whole one is expected.
-    """
-    offset = 0
-    for how, step in (("copy_file_range", _copy_file_range), ("sendfile", _sendfile)):
-        try:
-            if how == "sendfile":
-                os.lseek(dst, offset, os.SEEK_SET)
-            while offset < size:
-                n = step(src, dst, offset, min(COPY_CALL, size - offset))
-                if n == 0:
-                    break
-                offset += n
-        except OSError as exc:
-            if exc.errno not in _NEXT_METHOD:
-                raise
-            continue
-        if offset == size:
-            return how
-    buf = bytearray(min(size - offset, layout.IO_CHUNK) or 1)
-    view = memoryview(buf)
-    while offset < size:
-        n = os.preadv(src, [view[: min(len(buf), size - offset)]], offset)
-        if n == 0:
-            break
-        done = 0
-        while done < n:
-            done += os.pwrite(dst, view[done:n], offset + done)
-        offset += n
-    if offset != size:
-        raise _Mismatch(f"ends after {offset} of {size} bytes")
-    return "read-write"
-
-
-def _copy_hashing(src: int, dst: int) -> str:
-    """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written."""
-    hasher = hashlib.sha256()
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
-    offset = 0
-    while n := os.preadv(src, [buf], offset):
-        hasher.update(view[:n])
-        done = 0
-        while done < n:
-            done += os.pwrite(dst, view[done:n], offset + done)
-        offset += n
-    return hasher.hexdigest()
-
-
-def _hash_fd(fd: int) -> str:
-    hasher = hashlib.sha256()
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
-    offset = 0
-    while n := os.preadv(fd, [buf], offset):
-        hasher.update(view[:n])
-        offset += n
-    return hasher.hexdigest()

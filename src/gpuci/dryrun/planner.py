@@ -21,17 +21,35 @@ from gpuci.dryrun.calls import (
     missing_paths_of,
     network_needed,
     plan_command,
-    verdict,
 )
 from gpuci.dryrun.contexts import (
-    PLAN_FUNCTIONS,
-    evaluate_text,
     layer_env,
     runner_context,
     text_of,
 )
+from gpuci.dryrun.jobs import (
+    JobState,
+    cond_text,
+    docker_notes,
+    inputs_context,
+    needs_order,
+    nothing_failed,
+    plan_condition,
+    put_leg,
+    skipped_context,
+    workflow_call_inputs,
+    worst_outcome,
+)
 from gpuci.dryrun.plans import JUDGED, StepPlan
 from gpuci.dryrun.report import log_plan
+from gpuci.dryrun.steps import (
+    checked_out,
+    given_inputs,
+    judge,
+    mark_conditional,
+    skipped_plan,
+    step_name,
+)
 from gpuci.dryrun.workflow import (
     Call,
     calls_for,
@@ -39,15 +57,11 @@ from gpuci.dryrun.workflow import (
     load_local_action,
     load_local_workflow,
     mapping,
-    triggers,
 )
 from gpuci.errors import InputError
 from gpuci.expressions import (
-    EMBEDDED,
-    ExpressionError,
     Partial,
     Unknown,
-    condition,
 )
 from gpuci.probe import PROBE_ENV
 from gpuci.runtime import Result, Runtime, format_output
@@ -55,34 +69,6 @@ from gpuci.runtime import Result, Runtime, format_output
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
 MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
-
-
-@dataclass
-class JobState:
-    """One job (or composite action) as it runs: its steps so far and whether one failed."""
-
-    failed: bool | Unknown = False
-    failure: str = ""  # which step, in words
-    steps: dict[str, Any] = field(default_factory=dict)
-
-    def status(self, name: str) -> bool | Unknown:
-        if name == "always":
-            return True
-        if name == "cancelled":
-            return False
-        if isinstance(self.failed, Unknown):
-            return self.failed
-        return self.failed if name == "failure" else not self.failed
-
-
-def _nothing_failed(name: str) -> bool:
-    return name in ("success", "always")
-
-
-def _cond_text(cond: Any) -> str:
-    text = " ".join(text_of(cond).split())
-    whole = EMBEDDED.fullmatch(text)
-    return " ".join(whole.group(1).split()) if whole else text
 
 
 @dataclass
@@ -105,8 +91,8 @@ class Planner:
     ) -> None:
         jobs: dict[str, Any] = dict(workflow.get("jobs") or {})
         base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
-        env = layer_env({}, workflow.get("env"), base, _nothing_failed)
-        for job_id in _needs_order(jobs):
+        env = layer_env({}, workflow.get("env"), base, nothing_failed)
+        for job_id in needs_order(jobs):
             job = jobs[job_id]
             if (wanted and job_id != wanted) or not isinstance(job, dict):
                 # outside the plan (--job): a job that needs it plans as if it succeeded
@@ -138,21 +124,21 @@ class Planner:
         elif any(isinstance(r, Unknown) for r in results.values()):
             state.failed = Unknown(f"needs.{next(iter(results))}.result", path=False)
         cond = job.get("if")
-        held = _condition(cond, contexts, state.status)
+        held = plan_condition(cond, contexts, state.status)
         forced = ""
         if held is False:
-            if state.failed is True and _condition(cond, contexts, _nothing_failed) is not False:
+            if state.failed is True and plan_condition(cond, contexts, nothing_failed) is not False:
                 self._job_line(name, f"skipped: {state.failure} would fail or be skipped here")
                 self.outcomes[name] = "skipped"
                 forced = f"job skipped: {state.failure} would fail or be skipped here"
             else:
-                self._job_line(name, f"skipped (if: {_cond_text(cond)})")
+                self._job_line(name, f"skipped (if: {cond_text(cond)})")
                 self.outcomes[name] = "skipped"
-                self._list_skipped(name, job, f"job skipped (if: {_cond_text(cond)})")
+                self._list_skipped(name, job, f"job skipped (if: {cond_text(cond)})")
                 return
         note = ""
         if isinstance(held, Unknown):
-            note = f"conditional (if: {_cond_text(cond)}: {held.why} is known at run time)"
+            note = f"conditional (if: {cond_text(cond)}: {held.why} is known at run time)"
         uses = str(job.get("uses") or "")
         if uses:
             self.reusable(name, job, uses, contexts, note, depth)
@@ -166,7 +152,7 @@ class Planner:
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
             if isinstance(step, dict):
-                plan = StepPlan(job=name, index=index, name=_step_name(step))
+                plan = StepPlan(job=name, index=index, name=step_name(step))
                 plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
                 self.plans.append(plan)
 
@@ -195,14 +181,14 @@ class Planner:
             return
         path, called = found
         with_ = mapping(job.get("with"))
-        inputs = _inputs_context(
-            _workflow_call_inputs(called), with_, contexts, JobState().status, f"{name} inputs"
+        inputs = inputs_context(
+            workflow_call_inputs(called), with_, contexts, JobState().status, f"{name} inputs"
         )
         self._job_line(name, f"calls {uses} ({path.name})" + (f"; {note}" if note else ""))
         before = {k for k in self.outcomes}
         self.workflow(called, prefix=f"{name}/", inputs=inputs, depth=depth + 1)
         inner = [v for k, v in self.outcomes.items() if k not in before]
-        self.outcomes[name] = _worst(inner)
+        self.outcomes[name] = worst_outcome(inner)
 
     def legs(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str, forced: str
@@ -218,13 +204,13 @@ class Planner:
         elif legs == [{}]:
             runs = [(name, job, {})]
         else:
-            runs = [(f"{name} ({matrix.label(leg)})", _put_leg(job, leg), leg) for leg in legs]
+            runs = [(f"{name} ({matrix.label(leg)})", put_leg(job, leg), leg) for leg in legs]
         outcomes = []
         for leg_name, leg_job, leg in runs:
             runs_on = leg_job.get("runs-on", "")
             ctx = {**contexts, "matrix": leg, "runner": runner_context(runs_on)}
-            ctx["env"] = layer_env(ctx["env"], leg_job.get("env"), ctx, _nothing_failed)
-            notes = _docker_notes(leg_job, ctx)
+            ctx["env"] = layer_env(ctx["env"], leg_job.get("env"), ctx, nothing_failed)
+            notes = docker_notes(leg_job, ctx)
             label = (
                 text_of(runs_on) if not isinstance(runs_on, list) else ", ".join(map(str, runs_on))
             )
@@ -239,7 +225,7 @@ class Planner:
                 outcomes.append("failure" if state.failed is True else state.failed or "success")
                 if note:
                     outcomes[-1] = Unknown(f"{leg_name} is conditional")
-        return _worst(outcomes)
+        return worst_outcome(outcomes)
 
     # ----- steps -------------------------------------------------------------------------
     def steps(
@@ -265,14 +251,14 @@ class Planner:
             )
             ctx = {**contexts, "env": env, "steps": state.steps}
             cond = step.get("if")
-            shown = _cond_text(cond) if cond is not None else ""
+            shown = cond_text(cond) if cond is not None else ""
             if forced:
-                self._add(_skipped_plan(job, index, step, forced, shown))
-                state.steps[step_id] = _skipped_context()
+                self._add(skipped_plan(job, index, step, forced, shown))
+                state.steps[step_id] = skipped_context()
                 continue
-            held = _condition(cond, ctx, state.status)
+            held = plan_condition(cond, ctx, state.status)
             if held is False:
-                alive = _condition(cond, ctx, _nothing_failed)
+                alive = plan_condition(cond, ctx, nothing_failed)
                 if state.failed is True and alive is not False:
                     # Skipped only because an earlier step fails *here*: judge it anyway (its
                     # literals are still checked), but it does not run after that failure.
@@ -282,17 +268,17 @@ class Planner:
                         f"skipped here: {state.failure} (if it ran: {plan.planned}: {plan.detail})"
                     )
                 else:
-                    plan = _skipped_plan(
+                    plan = skipped_plan(
                         job, index, step, f"skipped (if: {shown or 'success()'})", ""
                     )
                 plan.condition = shown
                 self._add(plan)
-                state.steps[step_id] = _skipped_context()
+                state.steps[step_id] = skipped_context()
                 continue
             plan = self.step(job, steps, number, index, ctx, env, depth)
             plan.condition = shown
             if isinstance(held, Unknown) or unsure:
-                _mark_conditional(plan, held, shown, unsure)
+                mark_conditional(plan, held, shown, unsure)
             self._add(plan)
             self._after(plan, step, step_id, state)
 
@@ -344,7 +330,7 @@ class Planner:
         ``with:`` -> its command calls -> each call's dry run -> the step's verdict."""
         step: dict[str, Any] = steps[number - 1]
         uses = text_of(step.get("uses")).strip()
-        plan = StepPlan(job=job, index=index, name=_step_name(step), uses=uses)
+        plan = StepPlan(job=job, index=index, name=step_name(step), uses=uses)
         if not uses:
             plan.verdict, plan.detail = "run", "a plain run: step (not judged)"
             return plan
@@ -355,7 +341,7 @@ class Planner:
         if not isinstance(with_, dict):
             plan.verdict, plan.detail = "bad-input", "'with:' is not a mapping"
             return plan
-        given = _given(plan, with_, ctx, env)
+        given = given_inputs(plan, with_, ctx, env)
         dispatch = classified[1].dispatch if classified[1] else None
         if dispatch and dispatch in plan.why:
             plan.verdict = "not-evaluated"
@@ -368,7 +354,7 @@ class Planner:
             return plan
         plan.command = " + ".join(full for full, _, _ in calls)
         self._plan_calls(plan, calls, env)
-        _judge(plan, missing_paths_of(steps, number, calls))
+        judge(plan, missing_paths_of(steps, number, calls))
         return plan
 
     def _not_gpuci(
@@ -385,7 +371,7 @@ class Planner:
             plan.verdict, plan.detail = "other-action", "not a gpu-ci action (not judged)"
             return plan
         plan = self.local_action(plan, step, ctx, depth)
-        if depth == 0 and not _checked_out(before):
+        if depth == 0 and not checked_out(before):
             plan.warnings.append(
                 f"no step before it checks the repository out (actions/checkout): "
                 f"the runner will not find {plan.uses}"
@@ -434,7 +420,7 @@ class Planner:
             return plan
         with_ = mapping(step.get("with"))
         declared = mapping(action.get("inputs"))
-        inputs = _inputs_context(declared, with_, ctx, lambda s: True, f"{plan.uses} inputs")
+        inputs = inputs_context(declared, with_, ctx, lambda s: True, f"{plan.uses} inputs")
         inner_ctx = {**ctx, "inputs": inputs, "steps": {}}
         state = JobState()
         self.rt.log(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
@@ -467,173 +453,5 @@ class Planner:
         return plan
 
 
-def _condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:
-    """An ``if:`` at plan time; one this plan cannot parse is left to the run, not refused."""
-    try:
-        return condition(cond, ctx, status, PLAN_FUNCTIONS)
-    except ExpressionError as exc:
-        return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
-
-
-def _checked_out(earlier: list[Any]) -> bool:
-    """Whether a step before this one may put the repository in the workspace: a checkout, or
-    any ``run:`` step (a clone or a copy), as the text cannot tell."""
-    for step in earlier:
-        if isinstance(step, dict):
-            uses = text_of(step.get("uses")).strip().lower()
-            if uses.startswith("actions/checkout@") or step.get("run"):
-                return True
-    return False
-
-
-def _skipped_context() -> dict[str, Any]:
-    return {"outputs": {}, "outcome": "skipped", "conclusion": "skipped"}
-
-
-def _step_name(step: dict[str, Any]) -> str:
-    uses = text_of(step.get("uses"))
-    run = text_of(step.get("run")).strip().splitlines()
-    return text_of(step.get("name")) or uses or (run[0] if run else "")
-
-
-def _worst(outcomes: list[Any]) -> Any:
-    if any(o == "failure" for o in outcomes):
-        return "failure"
-    unknown = next((o for o in outcomes if isinstance(o, Unknown)), None)
-    if unknown is not None:
-        return unknown
-    if outcomes and all(o == "skipped" for o in outcomes):
-        return "skipped"
-    return "success"
-
-
-def _needs_order(jobs: Mapping[str, Any]) -> list[str]:
-    """Job ids in an order where each comes after what it needs (file order otherwise)."""
-    done: list[str] = []
-    pending = list(jobs)
-    while pending:
-        for job_id in pending:
-            job = jobs[job_id]
-            needs = job.get("needs") if isinstance(job, dict) else None
-            needs = [needs] if isinstance(needs, str) else list(needs or [])
-            if all(str(n) in done or str(n) not in jobs for n in needs):
-                done.append(job_id)
-                pending.remove(job_id)
-                break
-        else:  # a cycle: GitHub refuses the workflow; plan the rest in file order
-            done += pending
-            break
-    return done
-
-
-def _workflow_call_inputs(workflow: Mapping[str, Any]) -> dict[str, Any]:
-    on = triggers(workflow)
-    call = on.get("workflow_call") if isinstance(on, dict) else None
-    inputs = call.get("inputs") if isinstance(call, dict) else None
-    return inputs if isinstance(inputs, dict) else {}
-
-
-def _inputs_context(
-    declared: Mapping[str, Any],
-    with_: Mapping[str, Any],
-    ctx: Mapping[str, Any],
-    status: Any,
-    what: str,
-) -> dict[str, Any]:
-    """``inputs`` of a composite action or called workflow: ``with:`` over the defaults."""
-    inputs: dict[str, Any] = {}
-    for name, spec in declared.items():
-        default = spec.get("default") if isinstance(spec, dict) else None
-        if default is not None:
-            inputs[str(name)] = evaluate_text(text_of(default), ctx, status)
-        else:
-            inputs[str(name)] = ""
-    for name, value in with_.items():
-        inputs[str(name)] = evaluate_text(text_of(value), ctx, status)
-    return inputs
-
-
-def _docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
-    """``container:`` and ``services:``: named, for a runner without Docker cannot run them."""
-    notes = []
-    container = job.get("container")
-    if container:
-        image = container.get("image") if isinstance(container, dict) else container
-        shown = evaluate_text(text_of(image), ctx, lambda s: True)
-        name = shown.why if isinstance(shown, Unknown) else shown
-        notes.append(f"runs in container {name}: needs Docker on the runner")
-    services = job.get("services")
-    if isinstance(services, dict):
-        for service, spec in services.items():
-            image = spec.get("image") if isinstance(spec, dict) else spec
-            shown = evaluate_text(text_of(image), ctx, lambda s: True)
-            name = shown.why if isinstance(shown, Unknown) else shown
-            notes.append(f"service {service} runs container {name}: needs Docker on the runner")
-    return notes
-
-
-def _put_leg(value: Any, leg: dict[str, Any]) -> Any:
-    from gpuci import matrix
-
-    if isinstance(value, str):
-        return matrix.substitute(value, leg)
-    if isinstance(value, list):
-        return [_put_leg(v, leg) for v in value]
-    if isinstance(value, dict):
-        return {k: _put_leg(v, leg) for k, v in value.items()}
-    return value
-
-
 def _log_plan(plan: StepPlan, rt: Runtime) -> None:
     log_plan(plan, rt)
-
-
-def _given(
-    plan: StepPlan, with_: dict[Any, Any], ctx: dict[str, Any], env: Mapping[str, str | Unknown]
-) -> dict[str, str]:
-    """The step's ``with:`` evaluated here; what only the run knows is noted as unresolved
-    (with why) and kept as its expression, never guessed."""
-    given: dict[str, str] = {}
-    for key, value in with_.items():
-        text = text_of(value)
-        got = evaluate_text(text, ctx, lambda s: True)
-        if isinstance(got, Unknown):
-            plan.unresolved.append(str(key))
-            plan.why[str(key)] = got.why
-            given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
-        else:
-            given[str(key)] = got
-    plan.unresolved.sort()
-    plan.unresolved += sorted(
-        f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
-    )
-    return given
-
-
-def _judge(plan: StepPlan, missing: list[Any]) -> None:
-    """The step's verdict from its calls' plans; a path no earlier step makes may fail it."""
-    plan.verdict = verdict(plan.results)
-    plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
-    plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
-    if plan.warnings:
-        if plan.verdict == "ok":
-            plan.verdict = "may-fail"
-        plan.detail = "; ".join([plan.detail, *plan.warnings])
-
-
-def _skipped_plan(
-    job: str, index: int | str, step: dict[str, Any], why: str, shown: str
-) -> StepPlan:
-    """A step that does not run (its job is skipped, or its if: is false): listed, not judged."""
-    plan = StepPlan(job=job, index=index, name=_step_name(step), condition=shown)
-    plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
-    return plan
-
-
-def _mark_conditional(plan: StepPlan, held: Any, shown: str, unsure: str) -> None:
-    """A step whose if: (or its job's) is known only at run time: judged, but conditional."""
-    plan.planned, plan.verdict = plan.verdict, "conditional"
-    why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
-    plan.detail = f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
-    if not shown:
-        plan.condition = unsure

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import glob
 import json
-import shlex
 import shutil
 import subprocess
 import sys
@@ -21,14 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal, untrusted_json
-from gpuci.cache import layout
+from gpuci import journal
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import ci
+from gpuci.training.intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training.options import ProvenanceInputs
+from gpuci.training.records import SCHEMA, commands_markdown, load_record, restore_commands
 from gpuci.units import human_bytes
 
 __all__ = [
@@ -51,10 +51,6 @@ __all__ = [
     "summary_markdown",
 ]
 
-SCHEMA = "gpuci.provenance/v1"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-BUILD_TYPE = "https://gpuci.dev/buildtypes/training/v1"
 RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME = (
     "provenance.json",
     "provenance.intoto.json",
@@ -234,104 +230,6 @@ def build_record(
     return record, warnings
 
 
-def _dependency(ds: dict[str, Any]) -> dict[str, Any]:
-    name = str(ds.get("matched_key") or ds.get("key") or "dataset")
-    descriptor: dict[str, Any] = {
-        "name": name,
-        "uri": f"gpuci-cache:{name}",
-        "digest": {"sha256": str(ds["manifest"]).removeprefix("sha256:")},
-        "annotations": {
-            k: ds[k] for k in ("key", "matched_key", "path", "files", "bytes", "store") if k in ds
-        },
-    }
-    if ds.get("store"):
-        descriptor["downloadLocation"] = str(ds["store"])
-    return descriptor
-
-
-def statement(record: dict[str, Any]) -> dict[str, Any]:
-    """The in-toto Statement v1 with a SLSA provenance v1 predicate, built from the record."""
-    source, run = record["source"], record["run"]
-    deps, byproducts = _dependencies(record), _byproducts(record)
-    predicate = {
-        "buildDefinition": {
-            "buildType": BUILD_TYPE,
-            "externalParameters": {
-                "workflow": {
-                    "ref": run["workflow"],
-                    "repository": source["repository"],
-                    "job": run["job"],
-                },
-                "gate": (record.get("gate") or {}).get("rules"),
-            },
-            "internalParameters": {
-                "platform": run["platform"],
-                "pull_request": run["pull_request"],
-                "gpu": record.get("gpu"),
-                "python": record.get("python"),
-            },
-            "resolvedDependencies": deps,
-        },
-        "runDetails": {
-            "builder": {"id": run["builder_id"]},
-            "metadata": {
-                "invocationId": run["run_url"] or run["run_id"] or "local",
-                "finishedOn": record["created"],
-            },
-            "byproducts": byproducts,
-        },
-    }
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": [
-            {"name": a["path"], "digest": {"sha256": a["sha256"]}} for a in record["artifacts"]
-        ],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": predicate,
-    }
-
-
-def _dependencies(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """resolvedDependencies: the commit, each cached dataset (by manifest), each download."""
-    source = record["source"]
-    deps: list[dict[str, Any]] = []
-    if source.get("commit"):
-        uri = (
-            f"git+{source['server_url']}/{source['repository']}"
-            if source.get("server_url")
-            else source.get("repository") or "git"
-        )
-        if source.get("ref"):
-            uri += f"@{source['ref']}"
-        deps.append({"uri": uri, "digest": {"gitCommit": source["commit"]}})
-    deps += [_dependency(ds) for ds in record["datasets"]]
-    deps += [
-        {
-            "name": d.get("path", ""),
-            "uri": d.get("url", ""),
-            "digest": {"sha256": d["sha256"]},
-            "annotations": {"bytes": d.get("bytes")},
-        }
-        for d in record.get("downloads", [])
-    ]
-    return deps
-
-
-def _byproducts(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """byproducts: the metrics file the gate judged, with its verdict."""
-    if not record.get("metrics"):
-        return []
-    m = record["metrics"]
-    return [
-        {
-            "name": m["path"],
-            "digest": {"sha256": m["sha256"]},
-            "mediaType": "application/json",
-            "annotations": {"verdict": record["verdict"], "values": m.get("values")},
-        }
-    ]
-
-
 def produce(
     patterns: list[str],
     *,
@@ -389,73 +287,6 @@ def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
     return lines
 
 
-def restore_commands(record: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """The commands that restore a recorded model's cached inputs, exact tree by manifest.
-
-    Returns (commands, why some dataset has none). Every value comes from a record someone may
-    have edited, so digests are checked and anything with a control character is refused.
-    """
-    commands: list[str] = []
-    skipped: list[str] = []
-    datasets = record.get("datasets")
-    if not isinstance(datasets, list):
-        datasets = []
-    for ds in datasets:
-        if not isinstance(ds, dict):
-            continue
-        name = str(ds.get("matched_key") or ds.get("key") or "dataset")
-        try:
-            digest = layout.manifest_digest(str(ds.get("manifest") or ""))
-        except InputError:
-            skipped.append(f"{name!r}: no valid manifest digest recorded")
-            continue
-        paths = ds.get("path") or []
-        paths = [paths] if isinstance(paths, str) else [str(p) for p in paths]
-        parts = ["python", "-m", "gpuci", "cache-weights", "restore", "--manifest", digest]
-        for flag, field_name in (("--store", "store"), ("--endpoint-url", "endpoint_url")):
-            if ds.get(field_name):
-                parts += [flag, str(ds[field_name])]
-        for path in paths:
-            parts += ["--path", path]
-        line = shlex.join(parts)
-        if not paths or any(ord(c) < 32 or c == "\x7f" for c in line):
-            skipped.append(f"{name!r}: no usable path or store recorded")
-            continue
-        commands.append(line)
-    return commands, skipped
-
-
-def _commands_markdown(commands: list[str]) -> str:
-    return "Restore the inputs of this model (exact trees, by manifest):\n\n```sh\n" + (
-        "\n".join(commands) + "\n```"
-    )
-
-
-def load_record(path: str) -> dict[str, Any]:
-    """A provenance.json written by this tool (or edited since: it is checked as input).
-
-    Raises InputError when it cannot be read or is not a gpu-ci provenance record.
-    """
-    try:
-        raw = untrusted_json.read(Path(path))
-    except OSError as exc:
-        raise InputError(
-            f"cannot read provenance record {path}: {exc.strerror or exc}",
-            hint="give the provenance.json the training job wrote (a build artifact)",
-        ) from None
-    except untrusted_json.Unusable as exc:
-        raise InputError(
-            f"provenance record {path} is not usable: {exc}",
-            hint="give the provenance.json the training job wrote",
-        ) from None
-    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
-        raise InputError(
-            f"{path} is not a gpu-ci provenance record (schema {SCHEMA})",
-            hint="give provenance.json, not the in-toto statement or the predicate",
-        )
-    return raw
-
-
 def _replay(path: str) -> Result:
     """``provenance --record provenance.json``: print how to restore that model's inputs."""
     record = load_record(path)
@@ -469,7 +300,7 @@ def _replay(path: str) -> Result:
     for why in skipped:
         result.warning(f"dataset {why}: no restore command", "gpu-ci provenance")
     if commands:
-        result.summary.append(_commands_markdown(commands))
+        result.summary.append(commands_markdown(commands))
     result.outputs = {"commands": "\n".join(commands)}
     result.report = {"commands": commands, "skipped": skipped, "record": path}
     return result
@@ -493,7 +324,7 @@ def summary_markdown(produced: Produced) -> str:
         text += "\n\n" + markdown_table(["dataset / weights", "manifest", "path"], drows)
     commands, _ = restore_commands(rec)
     if commands:
-        text += "\n\n" + _commands_markdown(commands)
+        text += "\n\n" + commands_markdown(commands)
     text += f"\n\nStatement digest: `{produced.digest}` (in-toto v1, SLSA provenance v1)"
     return text
 

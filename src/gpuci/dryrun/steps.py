@@ -1,0 +1,91 @@
+"""A step's plan: its ``with:`` as far as the plan can evaluate it, its verdict from its
+calls, and the listed-not-judged forms (skipped, conditional). Used by :mod:`.planner`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from gpuci.dryrun.calls import verdict
+from gpuci.dryrun.contexts import evaluate_text, text_of
+from gpuci.dryrun.plans import StepPlan
+from gpuci.expressions import EMBEDDED, Unknown
+
+__all__ = [
+    "checked_out",
+    "given_inputs",
+    "judge",
+    "mark_conditional",
+    "skipped_plan",
+    "step_name",
+]
+
+
+def checked_out(earlier: list[Any]) -> bool:
+    """Whether a step before this one may put the repository in the workspace: a checkout, or
+    any ``run:`` step (a clone or a copy), as the text cannot tell."""
+    for step in earlier:
+        if isinstance(step, dict):
+            uses = text_of(step.get("uses")).strip().lower()
+            if uses.startswith("actions/checkout@") or step.get("run"):
+                return True
+    return False
+
+
+def step_name(step: dict[str, Any]) -> str:
+    uses = text_of(step.get("uses"))
+    run = text_of(step.get("run")).strip().splitlines()
+    return text_of(step.get("name")) or uses or (run[0] if run else "")
+
+
+def given_inputs(
+    plan: StepPlan, with_: dict[Any, Any], ctx: dict[str, Any], env: Mapping[str, str | Unknown]
+) -> dict[str, str]:
+    """The step's ``with:`` evaluated here; what only the run knows is noted as unresolved
+    (with why) and kept as its expression, never guessed."""
+    given: dict[str, str] = {}
+    for key, value in with_.items():
+        text = text_of(value)
+        got = evaluate_text(text, ctx, lambda s: True)
+        if isinstance(got, Unknown):
+            plan.unresolved.append(str(key))
+            plan.why[str(key)] = got.why
+            given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
+        else:
+            given[str(key)] = got
+    plan.unresolved.sort()
+    plan.unresolved += sorted(
+        f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
+    )
+    return given
+
+
+def judge(plan: StepPlan, missing: list[Any]) -> None:
+    """The step's verdict from its calls' plans; a path no earlier step makes may fail it."""
+    plan.verdict = verdict(plan.results)
+    plan.detail = "; ".join(f"{r.command}: {r.headline or 'ok'}" for r in plan.results)
+    plan.warnings = [f"path '{m.path}' may be missing: {m.reason}" for m in missing]
+    if plan.warnings:
+        if plan.verdict == "ok":
+            plan.verdict = "may-fail"
+        plan.detail = "; ".join([plan.detail, *plan.warnings])
+
+
+def skipped_plan(
+    job: str, index: int | str, step: dict[str, Any], why: str, shown: str
+) -> StepPlan:
+    """A step that does not run (its job is skipped, or its if: is false): listed, not judged."""
+    plan = StepPlan(job=job, index=index, name=step_name(step), condition=shown)
+    plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
+    return plan
+
+
+def mark_conditional(plan: StepPlan, held: Any, shown: str, unsure: str) -> None:
+    """A step whose if: (or its job's) is known only at run time: judged, but conditional."""
+    plan.planned, plan.verdict = plan.verdict, "conditional"
+    why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
+    plan.detail = f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
+    if not shown:
+        plan.condition = unsure
