@@ -175,21 +175,7 @@ def _plan(
 ) -> Result:
     """Dry run: write nothing; without ``--probe`` contact nobody, with it probe every URL."""
     allowed = probes_allowed(rt)
-
-    def one(job: Job) -> Probe:
-        if not allowed:
-            return offline(job, policy)
-        if job.sha256_url:
-            try:
-                job = replace(
-                    job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
-                )
-            except GpuciError as exc:
-                return Probe(job, None, None, False, "fail", exc.one_line())
-        return probe(client, job, headers, policy)
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="probe") as pool:
-        probes = list(pool.map(one, jobs))
+    probes = _probe_all(jobs, client, headers, policy, workers, allowed)
     bad = [p for p in probes if not p.ok]
     total = sum(p.size or 0 for p in probes)
     size = human_bytes(total) if allowed else "size not asked (--probe asks the servers)"
@@ -200,21 +186,7 @@ def _plan(
         result.headline = f"dry run: {len(bad)} of {len(jobs)} URL(s) would fail"
         for p in bad:
             result.error(f"{p.job.url}: {p.error}", "gpu-ci: download would fail")
-    rows = [
-        [
-            Link(p.job.url),
-            p.status if p.status is not None else "-",
-            human_bytes(p.size) if p.size is not None else "unknown",
-            p.resumable,
-            p.job.sha256[:16] + "…" if p.job.sha256 else "-",
-            p.error or p.action,
-        ]
-        for p in probes
-    ]
-    result.summary.append(
-        "### retry-fetch (dry run)\n\n"
-        + markdown_table(["url", "status", "size", "resumable", "sha256", "would"], rows)
-    )
+    result.summary.append(_plan_table(probes))
     result.outputs.update(
         {
             "path": "\n".join(str(p.job.dest) for p in probes),
@@ -239,3 +211,46 @@ def _plan(
         for p in probes
     ]
     return result
+
+
+def _probe_all(
+    jobs: list[Job],
+    client: httpx.Client,
+    headers: dict[str, str],
+    policy: FetchPolicy,
+    workers: int,
+    allowed: bool,
+) -> list[Probe]:
+    """Each job's probe, in order: offline unless probing is allowed (its checksum file first)."""
+
+    def one(job: Job) -> Probe:
+        if not allowed:
+            return offline(job, policy)
+        if job.sha256_url:
+            try:
+                job = replace(
+                    job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
+                )
+            except GpuciError as exc:
+                return Probe(job, None, None, False, "fail", exc.one_line())
+        return probe(client, job, headers, policy)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="probe") as pool:
+        return list(pool.map(one, jobs))
+
+
+def _plan_table(probes: list[Probe]) -> str:
+    rows = [
+        [
+            Link(p.job.url),
+            p.status if p.status is not None else "-",
+            human_bytes(p.size) if p.size is not None else "unknown",
+            p.resumable,
+            p.job.sha256[:16] + "…" if p.job.sha256 else "-",
+            p.error or p.action,
+        ]
+        for p in probes
+    ]
+    return "### retry-fetch (dry run)\n\n" + markdown_table(
+        ["url", "status", "size", "resumable", "sha256", "would"], rows
+    )

@@ -324,45 +324,59 @@ def fetch_file(
     if sha256 and _is_regular(dest) and sha256_file(dest) == sha256.lower():
         size = dest.stat().st_size
         return FetchResult(url, dest, sha256.lower(), size, 0, 0, 0.0, True, verified=True)
+    partial = _open_partial(dest, url, policy)
+    own = client is None
+    client = client or new_client(policy, connections=policy.connections)
+    job = _Download(client, dest, policy, headers or {}, progress, partial)
+    try:
+        return _walk_sources(job, (url, *mirrors), sha256, started)
+    finally:
+        job.partial.close()
+        if own:
+            client.close()
+
+
+def _open_partial(dest: Path, url: str, policy: FetchPolicy) -> Partial:
+    """The destination's folder and its resumable partial file; cannot: exit 3, saying why."""
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        partial = Partial(dest, url, max_bytes=policy.max_bytes)
+        return Partial(dest, url, max_bytes=policy.max_bytes)
     except OSError as exc:
         raise FetchError(
             f"cannot prepare {dest}: {exc.strerror or exc}",
             hint="check the destination folder is writable",
         ) from exc
-    own = client is None
-    client = client or new_client(policy, connections=policy.connections)
-    job = _Download(client, dest, policy, headers or {}, progress, partial)
+
+
+def _walk_sources(
+    job: _Download, sources: Sequence[str], sha256: str | None, started: float
+) -> FetchResult:
+    """Each source in turn, each with the full attempts, all under one deadline: the first
+    that finishes wins; none does: raise the last real error (leaving no unresumable bytes)."""
+    policy = job.policy
     errors: list[tuple[str, BaseException, int]] = []
-    try:
-        for source in (url, *mirrors):
-            before = job.attempts
-            try:
-                for attempt in policy.retrying(started):
-                    with attempt:
-                        job.attempt(source)
-                return job.finish(source, sha256)
-            except IntegrityError as exc:  # a mirror may still hold the right bytes
-                errors.append((source, exc, job.attempts - before))
-            except (httpx.HTTPError, httpx.InvalidURL, FetchError, RetryableError) as exc:
-                errors.append((source, exc, job.attempts - before))
-                if job.remaining() <= 0:
-                    break
-            except UnicodeError as exc:  # a host name the resolver's IDNA codec refuses
-                errors.append((source, FetchError(f"cannot look up the host: {exc}"), 1))
-            except OSError as exc:
-                raise _write_failed(job.partial, exc) from exc
-        if not job.partial.validator:
-            job.partial.discard()  # bytes no later run could resume: leave no litter
-        error = _give_up(errors, job)
-        error.attempts = job.attempts  # type: ignore[attr-defined]  # counted in the outputs
-        raise error
-    finally:
-        job.partial.close()
-        if own:
-            client.close()
+    for source in sources:
+        before = job.attempts
+        try:
+            for attempt in policy.retrying(started):
+                with attempt:
+                    job.attempt(source)
+            return job.finish(source, sha256)
+        except IntegrityError as exc:  # a mirror may still hold the right bytes
+            errors.append((source, exc, job.attempts - before))
+        except (httpx.HTTPError, httpx.InvalidURL, FetchError, RetryableError) as exc:
+            errors.append((source, exc, job.attempts - before))
+            if job.remaining() <= 0:
+                break
+        except UnicodeError as exc:  # a host name the resolver's IDNA codec refuses
+            errors.append((source, FetchError(f"cannot look up the host: {exc}"), 1))
+        except OSError as exc:
+            raise _write_failed(job.partial, exc) from exc
+    if not job.partial.validator:
+        job.partial.discard()  # bytes no later run could resume: leave no litter
+    error = _give_up(errors, job)
+    error.attempts = job.attempts  # type: ignore[attr-defined]  # counted in the outputs
+    raise error
 
 
 def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> GpuciError:

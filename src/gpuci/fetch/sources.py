@@ -200,44 +200,71 @@ def build_jobs(
             "input 'sha256' is one digest but 'url' names several files",
             hint="put 'url sha256 dest' on each url line, or pass a SHA256SUMS URL",
         )
-    full_mirrors = [m for m in mirrors or () if not m.endswith("/")]
+    _check_mirrors(mirrors or (), single)
+    jobs = [
+        _job(fields, where, sha_hex, sha_url, dest_path, folder, single, cwd, mirrors or ())
+        for fields, where in entries
+    ]
+    _check_distinct(jobs)
+    return jobs
+
+
+def _check_mirrors(mirrors: Sequence[str], single: bool) -> None:
+    """Mirrors are http(s) URLs; a full URL (not a base ending in '/') fits one file only."""
+    full_mirrors = [m for m in mirrors if not m.endswith("/")]
     if full_mirrors and not single:
         raise InputError(
             f"mirror '{full_mirrors[0]}' is a full URL but 'url' names several files",
             hint="give mirrors as base URLs ending in '/', the file name is appended",
         )
-    for mirror in mirrors or ():
+    for mirror in mirrors:
         if not is_url(mirror):
             raise InputError(f"mirror '{mirror}' is not an http(s) URL", hint="fix the mirrors")
         check_url(mirror, "input 'mirrors'")
-    jobs: list[Job] = []
-    for fields, where in entries:
-        if len(fields) > 3 or not is_url(fields[0]):
-            raise InputError(
-                f"{where}: expected 'URL [SHA256|-] [DEST]' with an http(s) URL, got "
-                f"'{excerpt(' '.join(fields), 120)}'",
-                hint="one download per line: the URL, optionally its sha256 and destination",
-            )
-        url = check_url(fields[0], where)
-        digest = _digest(fields[1], where) if len(fields) > 1 else sha_hex
-        name = file_name(url)
-        if len(fields) > 2:
-            target = _path(fields[2], where)
-            target = target if target.is_absolute() else (folder or cwd) / target
-        elif single and dest_path is not None and folder is None:
-            target = dest_path
-        elif name:
-            target = (folder or cwd) / name
-        else:
-            raise InputError(
-                f"{where}: cannot name a file after '{url}' (no file name in its path)",
-                hint="give a destination: the dest input, or a third field on the url line",
-            )
-        _check_name(target, where)
-        job_mirrors = tuple(m + name if m.endswith("/") else m for m in mirrors or ())
-        for mirror in job_mirrors:
-            check_url(mirror, "input 'mirrors'")
-        jobs.append(Job(url, target, digest, None if digest else sha_url, job_mirrors))
+
+
+def _job(
+    fields: list[str],
+    where: str,
+    sha_hex: str | None,
+    sha_url: str | None,
+    dest_path: Path | None,
+    folder: Path | None,
+    single: bool,
+    cwd: Path,
+    mirrors: Sequence[str],
+) -> Job:
+    """One ``URL [SHA256|-] [DEST]`` line as a job: its checksum, destination and mirrors."""
+    if len(fields) > 3 or not is_url(fields[0]):
+        raise InputError(
+            f"{where}: expected 'URL [SHA256|-] [DEST]' with an http(s) URL, got "
+            f"'{excerpt(' '.join(fields), 120)}'",
+            hint="one download per line: the URL, optionally its sha256 and destination",
+        )
+    url = check_url(fields[0], where)
+    digest = _digest(fields[1], where) if len(fields) > 1 else sha_hex
+    name = file_name(url)
+    if len(fields) > 2:
+        target = _path(fields[2], where)
+        target = target if target.is_absolute() else (folder or cwd) / target
+    elif single and dest_path is not None and folder is None:
+        target = dest_path
+    elif name:
+        target = (folder or cwd) / name
+    else:
+        raise InputError(
+            f"{where}: cannot name a file after '{url}' (no file name in its path)",
+            hint="give a destination: the dest input, or a third field on the url line",
+        )
+    _check_name(target, where)
+    job_mirrors = tuple(m + name if m.endswith("/") else m for m in mirrors)
+    for mirror in job_mirrors:
+        check_url(mirror, "input 'mirrors'")
+    return Job(url, target, digest, None if digest else sha_url, job_mirrors)
+
+
+def _check_distinct(jobs: list[Job]) -> None:
+    """No two downloads may write the same file."""
     seen: dict[Path, str] = {}
     for job in jobs:
         if job.dest in seen:
@@ -246,7 +273,6 @@ def build_jobs(
                 hint="give each URL its own destination",
             )
         seen[job.dest] = job.url
-    return jobs
 
 
 def parse_checksums(text: str, name: str, where: str) -> str:

@@ -227,9 +227,22 @@ def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "total-usd": round(total, 4),
         "live-usd-per-hr": round(sum(spend.rate_by_owner.get(o, 0.0) for o in owners), 4),
     }
-    result.report = {
-        "period": {"from": since, "to": iso(now)},
-        "ledger": book.where,
+    result.report = _report(spend, owners, since, iso(now), book.where)
+    notify.deliver(
+        targets,
+        rt,
+        result,
+        f"gpu-ci: GPU spend since {since}: ${usd(total)}",
+        _digest(spend, owners),
+    )
+    return result
+
+
+def _report(spend: Spend, owners: list[str], since: str, to: str, where: str) -> dict[str, Any]:
+    """``pods cost``'s JSON report: the period, each owner's spend and pods, each GPU type's."""
+    return {
+        "period": {"from": since, "to": to},
+        "ledger": where,
         "owners": {
             o: {
                 "spent_usd": round(spend.billed_by_owner.get(o, 0.0), 4),
@@ -246,16 +259,13 @@ def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
             for g, v in spend.billed_by_gpu.items()
         },
     }
-    notify.deliver(
-        targets,
-        rt,
-        result,
-        f"gpu-ci: GPU spend since {since}: ${usd(total)}",
-        "\n".join(
-            f"- {o}: ${usd(spend.billed_by_owner.get(o, 0.0))} spent, "
-            f"{len(spend.live_by_owner.get(o, ()))} live pod(s), "
-            f"{spend.reaped_by_owner.get(o, 0)} reaped"
-            for o in owners
-        ),
+
+
+def _digest(spend: Spend, owners: list[str]) -> str:
+    """The notification's body: one line per owner."""
+    return "\n".join(
+        f"- {o}: ${usd(spend.billed_by_owner.get(o, 0.0))} spent, "
+        f"{len(spend.live_by_owner.get(o, ()))} live pod(s), "
+        f"{spend.reaped_by_owner.get(o, 0)} reaped"
+        for o in owners
     )
-    return result

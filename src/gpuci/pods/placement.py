@@ -7,7 +7,7 @@ The walk follows RunPod's createPod table: 400 and 403 move to the next candidat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuci.errors import CheckFailed, GpuciError, InfraError
@@ -38,18 +38,13 @@ def affordable(
     still bill, plus the owner's live reservations; the reservation is for the dearest
     affordable candidate, written create-if-absent so concurrent ``up``\ s serialise.
     """
-    budget = decision.budget
-    if budget is None:
+    if decision.budget is None:
         return cands, [], None
+    budget = float(decision.budget)
     now = clock.now()
     grace = inp.reap_interval
     live, _, _ = book.reservations(tag.owner)
-    until_of = {r.key: r.until for r in live}
-
-    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
-        return {p: until_of[r.reservation] for p, r in records.items() if r.reservation in until_of}
-
-    spend, _ = cost.gather(client, book, decision.period_s, now, grace, covered)
+    spend, _ = cost.gather(client, book, decision.period_s, now, grace, _covered_by(live))
     base = spend.exposure(tag.owner)
     until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
@@ -57,30 +52,11 @@ def affordable(
 
     def decide(reserved: float) -> float:
         exposure = base + reserved
-        ok.clear()
-        refused.clear()
-        rates = []
-        for cand in cands:
-            rate = plan.price_per_hr(catalog, cand.gpu_id, spec.cloud, spec.gpu_count)
-            if rate is None:
-                refused.append({"candidate": cand.label(), "reason": "no catalog price"})
-                continue
-            fits, projected = cost.verdict(float(budget), exposure, rate, until - now)
-            if fits:
-                ok.append(cand)
-                rates.append(rate)
-            else:
-                refused.append(
-                    {"candidate": cand.label(), "rate": rate, "projected_usd": round(projected, 4)}
-                )
-                rt.log(
-                    f"budget: skip {cand.label()}: ${cost.usd(projected)} projected > "
-                    f"${cost.usd(float(budget))}"
-                )
+        ok[:], refused[:], rates = _judge(cands, catalog, spec, budget, exposure, until - now, rt)
         if not ok:
-            _refused_event(rt, book, now, tag, float(budget), exposure)
+            _refused_event(rt, book, now, tag, budget, exposure)
             raise CheckFailed(
-                f"owner {tag.owner} would pass budget ${float(budget):.2f}: "
+                f"owner {tag.owner} would pass budget ${budget:.2f}: "
                 f"${cost.usd(exposure)} spent, committed or reserved; every candidate adds more",
                 hint="stop or down your other pods, shorten ttl, choose a cheaper GPU, "
                 "or ask for a larger budget in the budgets file",
@@ -93,6 +69,51 @@ def affordable(
         f"until {iso(until)} in {book.where}"
     )
     return list(ok), list(refused), reservation
+
+
+def _covered_by(
+    live: Sequence[ledger.Reservation],
+) -> Callable[[Mapping[str, ledger.PodRecord]], dict[str, float]]:
+    """Live pods held by one of these reservations, and until when (cost counts them once)."""
+    until_of = {r.key: r.until for r in live}
+
+    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
+        return {p: until_of[r.reservation] for p, r in records.items() if r.reservation in until_of}
+
+    return covered
+
+
+def _judge(
+    cands: list[plan.Candidate],
+    catalog: list[dict[str, Any]],
+    spec: plan.PodSpec,
+    budget: float,
+    exposure: float,
+    horizon_s: float,
+    rt: Runtime,
+) -> tuple[list[plan.Candidate], list[dict[str, Any]], list[float]]:
+    """Each candidate against the budget: the ones that fit, the refusals, the fits' rates."""
+    ok: list[plan.Candidate] = []
+    refused: list[dict[str, Any]] = []
+    rates: list[float] = []
+    for cand in cands:
+        rate = plan.price_per_hr(catalog, cand.gpu_id, spec.cloud, spec.gpu_count)
+        if rate is None:
+            refused.append({"candidate": cand.label(), "reason": "no catalog price"})
+            continue
+        fits, projected = cost.verdict(budget, exposure, rate, horizon_s)
+        if fits:
+            ok.append(cand)
+            rates.append(rate)
+        else:
+            refused.append(
+                {"candidate": cand.label(), "rate": rate, "projected_usd": round(projected, 4)}
+            )
+            rt.log(
+                f"budget: skip {cand.label()}: ${cost.usd(projected)} projected > "
+                f"${cost.usd(budget)}"
+            )
+    return ok, refused, rates
 
 
 def _refused_event(

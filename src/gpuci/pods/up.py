@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import signal
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +28,12 @@ from gpuci.pods import (
     runner_release,
     runners,
     ssh,
+    up_cleanup,
+    up_plan,
 )
-from gpuci.pods.client import API_KEY_ENV, NotFound, RunPodClient, api_url
+from gpuci.pods.client import RunPodClient, api_url
 from gpuci.pods.clock import SYSTEM, Clock, iso
-from gpuci.pods.lifecycle import open_client, open_ledger, pod_url, record_end, record_event
+from gpuci.pods.lifecycle import open_client, open_ledger, pod_url, record_event
 from gpuci.pods.naming import PodTag, new_tag, run_url
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runners import runner_name
@@ -65,7 +65,7 @@ def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     else:
         warn = ""
     if rt.dry_run:
-        return _plan_up(inp, rt, spec, tag, warn, decision, book, runner)
+        return up_plan.plan_up(inp, rt, spec, tag, warn, decision, book, runner)
     result = Result(command="pods up")
     if warn:
         result.warning(warn)
@@ -110,7 +110,7 @@ def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
     rt, client, runner = job.rt, job.client, job.runner
     # SIGTERM (a cancelled job) becomes an exception from here on, before the create call:
     # a cancel landing between "pod created" and "pod known" must still end that pod.
-    restore = _sigterm_raises()
+    restore = up_cleanup.sigterm_raises()
     try:
         _place(job)
         while True:
@@ -124,19 +124,19 @@ def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
                     raise
                 _place_again(job, verdict)
     except (SystemExit, KeyboardInterrupt):  # cancelled: maybe mid-create, find it by name
-        made = job.pod or _find_quietly(client, job.tag.name(), rt)
+        made = job.pod or up_cleanup.find_quietly(client, job.tag.name(), rt)
         if made is not None:
-            _terminate_quietly(client, made["id"], rt)
+            up_cleanup.terminate_quietly(client, made["id"], rt)
         if runner is not None:
             runner.unregister_quietly(rt.log)
-        _release_quietly(rt, job.book, job.reservation, made, job.tag, job.clock)
+        up_cleanup.release_quietly(rt, job.book, job.reservation, made, job.tag, job.clock)
         raise
     except BaseException:  # failure or timeout after placement
         if job.pod is not None:
-            _terminate_quietly(client, job.pod["id"], rt)
+            up_cleanup.terminate_quietly(client, job.pod["id"], rt)
         if runner is not None:
             runner.unregister_quietly(rt.log)
-        _release_quietly(rt, job.book, job.reservation, job.pod, job.tag, job.clock)
+        up_cleanup.release_quietly(rt, job.book, job.reservation, job.pod, job.tag, job.clock)
         raise
     finally:
         restore()
@@ -339,85 +339,6 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
     return result
 
 
-def _plan_up(
-    inp: UpInputs,
-    rt: Runtime,
-    spec: plan.PodSpec,
-    tag: PodTag,
-    warn: str,
-    decision: budgets.Decision,
-    book: ledger.Ledger,
-    runner: runners.Request | None = None,
-) -> Result:
-    """The dry run: candidates, exact bodies, TTL and the budget rule, without the API."""
-    cands = plan.candidates(inp.gpu_types, inp.data_centers)
-    api = api_url(rt.environ)
-    bodies = [plan.shown_body(plan.create_body(spec, tag, c, api), spec.env) for c in cands]
-    budget = decision.budget
-    result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
-    if warn:
-        result.warning(warn)
-    if not rt.environ.get(API_KEY_ENV):
-        result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
-    result.outputs = {
-        "pod-id": "",
-        "status": "PLANNED",
-        "cost-per-hr": "",
-        "url": "",
-        "runner-name": runner.name if runner else "",
-    }
-    result.report = {
-        "plan": {
-            "owner": tag.owner,
-            "run_url": tag.run_url,
-            "ttl_s": inp.ttl,
-            "expires_at": iso(tag.expires_at),
-            "gpu_order": [c.gpu_id for c in cands],
-            "candidates": [{"gpu": c.gpu_id, "data_centers": list(c.data_centers)} for c in cands],
-            "requests": [{"method": "POST", "path": "/v2/pods", "body": b} for b in bodies],
-            "ledger": book.where,
-            "identity": {"login": decision.identity.login, "source": decision.identity.source},
-            "budget": {
-                "budget_usd": budget,
-                "period_s": decision.period_s,
-                "rule": "refuse a candidate when billed spend + live pods' committed cost "
-                "+ live reservations + catalog USD/h x (ttl + reap-interval) exceeds the "
-                "budget (checked against the API and the ledger at run time)"
-                if budget is not None
-                else "no budget-usd: no check",
-            },
-            "self_stop": bool(spec.command),
-            "smoke": {
-                "before_handover": spec.smoke,
-                "attempts": inp.smoke_attempts if spec.smoke else 1,
-            },
-        }
-    }
-    if runner is not None:
-        for note in runner.notes:
-            result.warning(note)
-        result.report["plan"]["runner"] = {
-            "platform": runner.target.platform,
-            "name": runner.name,
-            "labels": runner.labels,
-            "scope": runner.target.scope,
-            "idle_timeout_s": runner.idle_s,
-            "image": spec.image,
-            "request": runner.call(),
-        }
-    result.summary = [
-        "### pods up plan (dry run)\n\n"
-        + markdown_table(
-            ["#", "GPU type", "data centres", "TTL ends"],
-            [
-                [i + 1, c.gpu_id, ", ".join(c.data_centers) or "any", iso(tag.expires_at)]
-                for i, c in enumerate(cands)
-            ],
-        )
-    ]
-    return result
-
-
 def _tell_refusal(
     targets: Sequence[notify.Target], rt: Runtime, tag: PodTag, exc: CheckFailed
 ) -> None:
@@ -513,70 +434,3 @@ def _remember(
         journal.record("pod-up", entry, rt.environ)
     except OSError as exc:  # bookkeeping must never leave a pod without its teardown
         rt.log(f"warning: could not write the journal: {exc}")
-
-
-def _release_quietly(
-    rt: Runtime,
-    book: ledger.Ledger,
-    reservation: ledger.Reservation | None,
-    pod: dict[str, Any] | None,
-    tag: PodTag,
-    clock: Clock,
-) -> None:
-    """After a failed ``up``: the pod (if any) is ended, so its reservation goes too; the
-    event names the owner even when the pod was cancelled before ``created`` was written."""
-    if pod is not None:
-        record_end(
-            rt,
-            book,
-            "terminated",
-            pod["id"],
-            clock.now(),
-            reason="up failed",
-            owner=tag.owner,
-            runUrl=tag.run_url,
-            gpu=(pod.get("gpu") or {}).get("id", ""),
-            costPerHr=pod.get("cost"),
-        )
-    if reservation is not None:
-        try:
-            book.release(reservation.key)
-        except (OSError, GpuciError) as exc:
-            rt.log(f"warning: could not release the budget reservation: {exc}")
-
-
-def _sigterm_raises() -> Callable[[], None]:
-    """Turn SIGTERM (a cancelled CI job) into an exception, so ``up`` cleans up its pod."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-
-    def restore() -> None:
-        signal.signal(signal.SIGTERM, previous)
-
-    return restore
-
-
-def _find_quietly(client: RunPodClient, name: str, rt: Runtime) -> dict[str, Any] | None:
-    try:
-        return client.find_by_name(name)
-    except GpuciError as exc:
-        rt.log(f"warning: could not look for pod {name} to clean it up: {exc.one_line()}")
-        return None
-
-
-def _terminate_quietly(client: RunPodClient, pod_id: str, rt: Runtime) -> None:
-    try:
-        client.delete_pod(pod_id)
-        rt.log(f"terminated {pod_id} after the failure")
-    except NotFound:
-        pass
-    except GpuciError as exc:
-        rt.log(f"warning: could not terminate {pod_id}: {exc.one_line()} (reap will)")
-
-
-# ----- ls -----------------------------------------------------------------------------------
