@@ -79,3 +79,17 @@ def test_an_unreadable_record_is_one_warning_and_reap_goes_on(
     assert FAKE_S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in res.stdout + res.stderr
     off = run("reap", extra_env=env, failure_days="0")
     assert off.code == 0 and "repeated_failures" not in off.json["report"]
+
+
+def test_two_smokes_in_one_second_are_two_failures():
+    """Records carry whole-second ``at``: two smokes of one host within a second are still two
+    events (their exact ``time`` differs), and one smoke's GPUs share one."""
+    from gpuci.pods.repeat_failures import repeated
+
+    def verdict(time: float, uuid: str) -> dict[str, object]:
+        at = "2026-12-01T10:00:00Z"
+        return {"host": "gpu-node-3", "uuid": uuid, "time": time, "at": at, "passed": False}
+
+    rows = repeated([verdict(1.25, "GPU-a"), verdict(1.25, "GPU-b"), verdict(1.75, "GPU-a")])
+    nodes = {(r["kind"], r["node"]): r["failures"] for r in rows}
+    assert nodes == {("host", "gpu-node-3"): 2, ("GPU", "GPU-a"): 2}

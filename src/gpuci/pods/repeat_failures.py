@@ -40,7 +40,10 @@ def repeated(failures: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         lambda: {"events": set(), "last": "", "checks": set(), "gpus": set(), "where": set()}
     )
     for item in failures:
-        event = (str(item.get("pod") or item.get("host") or ""), str(item.get("at") or ""))
+        # One smoke is one event however many GPUs it flagged: its verdicts share the exact
+        # time it was recorded (``at`` is whole seconds: two smokes can share one).
+        when = item.get("time") if isinstance(item.get("time"), (int, float)) else item.get("at")
+        event = (str(item.get("pod") or item.get("host") or ""), str(when or ""))
         for kind, name in _nodes(item):
             node = nodes[(kind, name)]
             node["events"].add(event)
