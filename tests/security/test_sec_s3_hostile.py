@@ -126,7 +126,10 @@ def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto, saved, tmp
         run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
     assert hostile.rule.fired > 1
     _one_line_exit_3(run)
-    assert "past 2,000 pages" in run.output or "took over" in run.output, run.output
+    # It ends by whichever bound comes first: the page cap, the operation's time, or (on a
+    # machine so busy that moto misses a request's 2 s) the request's own deadline.
+    ends = ("past 2,000 pages", "took over", "did not answer in time")
+    assert any(end in run.output for end in ends), run.output
     assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
 
 
