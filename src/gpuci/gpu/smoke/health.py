@@ -220,6 +220,54 @@ def judge(
     every reason read under load (reported); ``seconds``: how long the run was, for rates;
     ``throttle_share``: the share of it a harmful throttle reason may hold the clocks down.
     """
+    reasons, allowed = _counter_reasons(before, after, seconds)
+    hardware = [x for x in xids if x not in APPLICATION_XIDS]
+    application = [x for x in xids if x in APPLICATION_XIDS]
+    for xid, times in sorted(Counter(hardware).items()):
+        again = f" {times} times" if times > 1 else ""
+        reasons.append(f"XID {xid} raised{again} during the run")
+    clocks = _clocks(before, after, clocks_sustained, clocks_seen, seconds, throttle_share)
+    reasons += clocks.reasons
+    link_reasons, link_figures = _nvlink_errors(before, after)
+    reasons += link_reasons
+    figures: dict[str, Any] = {
+        "ecc_uncorrected": [before.ecc_volatile_uncorrected, after.ecc_volatile_uncorrected],
+        "pcie_replays": [before.pcie_replay_counter, after.pcie_replay_counter],
+        "pcie_replays_allowed": round(allowed, 1),
+        "remap_pending": after.remapped_rows_pending,
+        "retired_pages_pending": after.retired_pages_pending,
+        "clock_events": clocks.events,
+        "clock_events_sustained": clocks.held,
+        "temperature_c": [before.temperature_c, after.temperature_c],
+        "xids": hardware,
+        "throttle_s": {n: round(t, 3) for n, t in sorted(clocks.throttled.items())},
+        "throttle_judged_on": "counters" if clocks.counted else "samples",
+        "throttle_allowed_s": round(clocks.allowed_s, 1),
+        **link_figures,
+    }
+    if application:  # an application's own fault, maybe another process's: reported
+        figures["application_xids"] = application
+    unsupported = [name for name in _MAY_BE_UNSUPPORTED if getattr(after, name) is None]
+    if unsupported:
+        figures["not_supported"] = unsupported
+    return reasons, figures
+
+
+# The health fields a GPU or driver may not report; listed as ``not_supported`` when absent.
+_MAY_BE_UNSUPPORTED = (
+    "ecc_volatile_uncorrected",
+    "remapped_rows_pending",
+    "retired_pages_pending",
+    "pcie_replay_counter",
+    "clock_event_reasons",
+    "throttle_ns",
+    "nvlink_errors",
+)
+
+
+def _counter_reasons(before: Health, after: Health, seconds: float) -> tuple[list[str], float]:
+    """Memory and PCIe counters that grew, memory problems after, reads lost during the run;
+    with the PCIe replays allowed for a run this long."""
     reasons: list[str] = []
     grown = before.increased(after)
     replays = grown.pop("pcie_replay_counter", None)
@@ -245,11 +293,32 @@ def judge(
             f"{', '.join(lost)} readable before the load, unreadable after it{errors}: the GPU "
             "may need a reset"
         )
-    hardware = [x for x in xids if x not in APPLICATION_XIDS]
-    application = [x for x in xids if x in APPLICATION_XIDS]
-    for xid, times in sorted(Counter(hardware).items()):
-        again = f" {times} times" if times > 1 else ""
-        reasons.append(f"XID {xid} raised{again} during the run")
+    return reasons, allowed
+
+
+@dataclass
+class _ClockVerdict:
+    """The clocks during the run: reasons to fail, and what the figures report."""
+
+    reasons: list[str]
+    events: list[str]  # every clock event reason seen, before, under load or after
+    held: list[str]  # harmful reasons held in consecutive samples
+    throttled: dict[str, float]  # seconds each cumulative throttle counter grew by
+    counted: bool  # judged on the cumulative counters (else on the samples)
+    allowed_s: float
+
+
+def _clocks(
+    before: Health,
+    after: Health,
+    clocks_sustained: int | None,
+    clocks_seen: int | None,
+    seconds: float,
+    throttle_share: float,
+) -> _ClockVerdict:
+    """Clocks held down: judged on NVML's cumulative throttle counters where there are some,
+    else on the reasons sampled under load."""
+    reasons: list[str] = []
     masks = [before.clock_event_reasons, clocks_seen, after.clock_event_reasons]
     events = sorted({e for m in masks if m is not None for e in clock_event_names(m)})
     held = [e for e in clock_event_names(clocks_sustained) if e in HARMFUL_CLOCK_EVENTS]
@@ -271,41 +340,7 @@ def judge(
         reasons.append(
             "clocks held down by " + ", ".join(uncounted) + f" ({CONSECUTIVE}+ samples in a row)"
         )
-    link_reasons, link_figures = _nvlink_errors(before, after)
-    reasons += link_reasons
-    unsupported = [
-        name
-        for name in (
-            "ecc_volatile_uncorrected",
-            "remapped_rows_pending",
-            "retired_pages_pending",
-            "pcie_replay_counter",
-            "clock_event_reasons",
-            "throttle_ns",
-            "nvlink_errors",
-        )
-        if getattr(after, name) is None
-    ]
-    figures: dict[str, Any] = {
-        "ecc_uncorrected": [before.ecc_volatile_uncorrected, after.ecc_volatile_uncorrected],
-        "pcie_replays": [before.pcie_replay_counter, after.pcie_replay_counter],
-        "pcie_replays_allowed": round(allowed, 1),
-        "remap_pending": after.remapped_rows_pending,
-        "retired_pages_pending": after.retired_pages_pending,
-        "clock_events": events,
-        "clock_events_sustained": held,
-        "temperature_c": [before.temperature_c, after.temperature_c],
-        "xids": hardware,
-        "throttle_s": {n: round(t, 3) for n, t in sorted(throttled.items())},
-        "throttle_judged_on": "counters" if counted else "samples",
-        "throttle_allowed_s": round(allowed_s, 1),
-        **link_figures,
-    }
-    if application:  # an application's own fault, maybe another process's: reported
-        figures["application_xids"] = application
-    if unsupported:
-        figures["not_supported"] = unsupported
-    return reasons, figures
+    return _ClockVerdict(reasons, events, held, throttled, counted, allowed_s)
 
 
 def _throttle_rise(before: Health, after: Health) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""The load checks: context, memory patterns, GEMM, device and host-device bandwidth, NCCL.
+"""The load checks' common ground (sizes, rates, the target GPU) and context, device and
+host-device bandwidth, NCCL; GEMM is in :mod:`.gemm`, the memory patterns in :mod:`.memtest`.
 
 Each function takes a :class:`Target` (one GPU) and a :class:`~gpuci.gpu.smoke.checks.Context`
 and returns figures, or raises ``CheckError`` with a one-line reason. They talk to the GPU only
@@ -14,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from gpuci.gpu.nvml import cpu_list
@@ -27,7 +27,6 @@ from gpuci.redact import excerpt
 
 GiB = 1024**3
 MiB = 1024**2
-PATTERNS = (0x00, 0xAA, 0x55, 0xFF)
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ class Target:
         return self.device
 
 
-def _timed(dev: Device, fn: Callable[[], Any], repeats: int) -> float:
+def timed(dev: Device, fn: Callable[[], Any], repeats: int) -> float:
     """Seconds for ``repeats`` calls right after one warm-up, timed by the device.
 
     On CUDA the backend records events on the stream around the calls, so host-side launch
@@ -166,95 +165,6 @@ def context(backend: Backend, target: Target, ctx: Context) -> dict[str, Any]:
     }
 
 
-# ----- GEMM ------------------------------------------------------------------------------
-def gemm_estimate(target: Target, sizes: Sizes) -> float:
-    n = sizes.gemm_n
-    flops = 2 * n**3 * (sizes.gemm_repeats + sizes.gemm_stability_repeats + 2)
-    host = 2 * n * n * 2 / (target.rates.pcie_gbs * 1e9)
-    cpu = 2 * sizes.gemm_sample_rows * n * n / 2e9
-    return flops / (target.rates.fp16_tflops * 1e12) + host + cpu + 0.3
-
-
-def gemm(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
-    """FP16 GEMM of small integers, exact in FP32 accumulation, so any wrong bit shows.
-
-    Sampled rows are checked against a CPU reference; every repeat must equal the first (cuBLAS
-    is deterministic for the same inputs on the same GPU), and the repeats give TFLOP/s.
-    """
-    import numpy as np
-
-    dev = target.need_device()
-    n, repeats = sizes.gemm_n, sizes.gemm_repeats
-    a = dev.randint((n, n), -2, 3, seed=1)
-    b = dev.randint((n, n), -2, 3, seed=2)
-    first = dev.matmul(a, b)
-    dev.synchronize()
-    picks = sorted({0, n - 1, *np.linspace(0, n - 1, sizes.gemm_sample_rows, dtype=int).tolist()})
-    b_host = dev.to_host(b)  # float32; integer sums here stay far below 2**24, so exact
-    ref = (dev.to_host(dev.rows(a, picks)) @ b_host).astype(np.float64)
-    got = dev.to_host(dev.rows(first, picks)).astype(np.float64)
-    err = float(np.max(np.abs(got - ref)))
-    figures: dict[str, Any] = {"n": n, "dtype": "float16", "rows_checked": len(picks)}
-    # FP16 holds integers exactly up to 2048; |C| here stays far below, so any error is real.
-    if err > 0.5:
-        bad = int(np.count_nonzero(np.abs(got - ref) > 0.5))
-        raise CheckError(
-            f"GEMM differs from the CPU reference: {bad} element(s) wrong, max error {err:g}",
-            {**figures, "max_abs_error": err},
-        )
-    # Every column at once: 1^T C must equal (1^T A) B, exact in integers; one wrong element
-    # anywhere changes its column's sum.
-    want = _colsum_times(dev.col_sums(a), b_host)
-    del b_host
-    have = dev.col_sums(first)
-    off = np.abs(have - want)
-    if float(off.max()) > 0.5:
-        raise CheckError(
-            f"GEMM differs from the CPU reference: {int(np.count_nonzero(off > 0.5))} column "
-            f"sum(s) wrong, max error {float(off.max()):g}",
-            {**figures, "max_abs_error": float(off.max())},
-        )
-    # Stability: the same product again must be bit-identical (kept, compared, dropped).
-    worst = 0.0
-    for _ in range(sizes.gemm_stability_repeats):
-        worst = max(worst, dev.max_abs_diff(dev.matmul(a, b), first))
-    figures["max_abs_error"] = err
-    figures["repeat_max_diff"] = worst
-    if worst > 0:
-        raise CheckError(
-            f"GEMM is unstable: repeating the same product changed it by up to {worst:g}", figures
-        )
-    # Speed: a warm-up right before, then enough products timed by the device.
-    product = partial(dev.matmul, a, b)
-    seconds = _timed(dev, product, repeats)
-    tflops = 2 * n**3 * repeats / seconds / 1e12
-    minimum = target.minimums.gemm_tflops
-    figures["repeats"] = repeats
-    figures["tflops"] = round(tflops, 2 if tflops >= 0.01 else 6)
-    figures["min_tflops"] = minimum
-    target.rates.fp16_tflops = max(tflops, 1e-6)
-    del a, b, first, product
-    dev.release()
-    if minimum is not None and tflops < minimum:
-        raise CheckError(
-            f"FP16 GEMM {tflops:.0f} TFLOP/s is below the {minimum:g} TFLOP/s minimum "
-            f"({target.minimums.source}): a low power cap or clocks held down?",
-            figures,
-        )
-    return figures
-
-
-def _colsum_times(colsum: Any, b: Any, block: int = 512) -> Any:
-    """``colsum @ b`` exactly, in int64 blocks so a large ``b`` never becomes one int64 copy."""
-    import numpy as np
-
-    exact = np.rint(colsum).astype(np.int64)
-    out = np.zeros(b.shape[1], dtype=np.int64)
-    for start in range(0, b.shape[0], block):
-        out += exact[start : start + block] @ np.rint(b[start : start + block]).astype(np.int64)
-    return out.astype(np.float64)
-
-
 # ----- device memory bandwidth -----------------------------------------------------------
 def membw_estimate(target: Target, sizes: Sizes) -> float:
     return 2 * sizes.membw_bytes * (sizes.membw_repeats + 1) / (target.rates.mem_bw_gbs * 1e9)
@@ -266,7 +176,7 @@ def membw(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
     nbytes = _fit(dev, sizes.membw_bytes, parts=4)
     src, dst = dev.empty(nbytes), dev.empty(nbytes)
     dev.fill(src, 0x5A)
-    seconds = _timed(dev, lambda: dev.copy(dst, src), sizes.membw_repeats)
+    seconds = timed(dev, lambda: dev.copy(dst, src), sizes.membw_repeats)
     gbs = 2 * nbytes * sizes.membw_repeats / seconds / 1e9
     errors = dev.pattern_errors(dst, 0x5A)
     src = dst = None  # drop the buffers before giving the cache back
@@ -337,8 +247,8 @@ def pcie(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
         host, buf = dev.pinned(nbytes), dev.empty(nbytes)
         if target.read_link is not None:
             with LinkSampler(target.read_link) as sampler:
-                h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
-                d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
+                h2d_s = timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
+                d2h_s = timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
                 until = time.perf_counter() + 0.5  # a fast link is done before NVML was read twice
                 while sampler.samples < 3 and time.perf_counter() < until:
                     dev.h2d(buf, host)
@@ -346,8 +256,8 @@ def pcie(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
             link.gen_seen, link.width_seen = sampler.gen, sampler.width
             samples = sampler.samples
         else:
-            h2d_s = _timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
-            d2h_s = _timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
+            h2d_s = timed(dev, lambda: dev.h2d(buf, host), sizes.pcie_repeats)
+            d2h_s = timed(dev, lambda: dev.d2h(host, buf), sizes.pcie_repeats)
         host = buf = None
     dev.release()
     h2d = nbytes * sizes.pcie_repeats / h2d_s / 1e9
@@ -375,84 +285,6 @@ def pcie(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
         raise CheckError("; ".join(problems), figures)
     if target.read_link is None:
         figures["note"] = "link not read: this GPU could not be matched to NVML"
-    return figures
-
-
-# ----- memory patterns -------------------------------------------------------------------
-def memory_estimate(target: Target, sizes: Sizes, fraction: float) -> float:
-    dev = target.device
-    free = dev.mem_info()[0] if dev is not None else 0
-    nbytes = free * fraction
-    # per pattern: one write and two reads (min and max); plus allocation
-    return 3 * len(PATTERNS) * nbytes / (target.rates.mem_bw_gbs * 1e9) + 0.5
-
-
-def memory(target: Target, ctx: Context, sizes: Sizes, fraction: float) -> dict[str, Any]:
-    """Fill ``fraction`` of free memory with 0x00, 0xAA, 0x55, 0xFF in chunks; read each back.
-
-    Every chunk holds one pattern at a time and all chunks are written before any is read, so a
-    cell that cannot hold its value for the length of a pass is caught. Stops early (and says
-    so) if the budget's deadline arrives mid-test.
-    """
-    dev = target.need_device()
-    free, _ = dev.mem_info()
-    goal = int(free * fraction)
-    chunk = max(8, min(sizes.memory_chunk, goal) // 8 * 8)
-    chunks: list[Any] = []
-    alloc_note = ""
-    start = time.perf_counter()
-    try:
-        while (len(chunks) + 1) * chunk <= goal:
-            chunks.append(dev.empty(chunk))
-    except Exception as exc:  # out of memory: something else holds memory; test what we got
-        alloc_note = f"allocation stopped early ({type(exc).__name__})"
-        dev.release()
-    if not chunks:
-        raise CheckError(
-            f"could not allocate even one {chunk} byte chunk of {goal} bytes asked for"
-            + (f": {alloc_note}" if alloc_note else "")
-        )
-    tested = len(chunks) * chunk
-    failures: list[str] = []
-    done = 0
-    partial = ""
-    for pattern in PATTERNS:
-        filled = []
-        for buf in chunks:
-            if ctx.time_left() <= 0:
-                break
-            dev.fill(buf, pattern)
-            filled.append(buf)
-        dev.synchronize()
-        wrong = [(i, n) for i, buf in enumerate(filled) if (n := dev.pattern_errors(buf, pattern))]
-        if wrong:
-            count = sum(n for _, n in wrong)
-            where = ",".join(str(i) for i, _ in wrong[:5])
-            failures.append(f"0x{pattern:02X}: {count} byte(s) wrong in chunk(s) {where}")
-        if len(filled) < len(chunks):
-            partial = (
-                f"budget reached: pattern 0x{pattern:02X} covered {len(filled)} of "
-                f"{len(chunks)} chunks, {done} of {len(PATTERNS)} patterns complete"
-            )
-            break
-        done += 1
-    seconds = max(time.perf_counter() - start, 1e-9)
-    filled = []
-    chunks.clear()  # drop every reference before the allocator gives memory back
-    dev.release()
-    figures: dict[str, Any] = {
-        "tested_gib": round(tested / GiB, 3),
-        "tested_bytes": tested,
-        "fraction_of_free": round(tested / free, 3) if free else None,
-        "chunks": tested // chunk,
-        "patterns": done,
-        "pass_gbs": round(3 * done * tested / seconds / 1e9, 1),
-    }
-    if failures:
-        raise CheckError("memory pattern mismatch: " + "; ".join(failures), figures)
-    notes = [n for n in (alloc_note, partial) if n]
-    if notes:
-        figures["note"] = "; ".join(notes)
     return figures
 
 

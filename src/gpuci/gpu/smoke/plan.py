@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuci.gpu.gpu_info import GpuInfo, Snapshot
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke import dcgm, load
+from gpuci.gpu.smoke import dcgm, gemm, load, memtest
 from gpuci.gpu.smoke.backends import Backend, installed
 from gpuci.gpu.smoke.checks import LOAD_CHECKS, CheckFn, Planned
 from gpuci.gpu.smoke.load import Rates, Sizes, Target
@@ -214,10 +214,11 @@ def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[s
         free = (g.memory_free or 0) if g else 0
         parts = {
             "context": sizes.context_estimate_s,
-            "gemm": load.gemm_estimate(t, sizes),
+            "gemm": gemm.gemm_estimate(t, sizes),
             "membw": load.membw_estimate(t, sizes),
             "pcie": load.pcie_estimate(t, sizes),
-            "memory": 3 * len(load.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9) + 0.5,
+            "memory": 3 * len(memtest.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9)
+            + 0.5,
         }
         for key, value in parts.items():
             # GPUs run their own checks at once (schedule.py): a wave costs its slowest GPU;
@@ -246,8 +247,8 @@ def plan_load(
             lambda t: partial(load.context, backend, t),
         ),
         "gemm": (
-            lambda t: load.gemm_estimate(t, sizes),
-            lambda t: lambda ctx: load.gemm(t, ctx, sizes),
+            lambda t: gemm.gemm_estimate(t, sizes),
+            lambda t: lambda ctx: gemm.gemm(t, ctx, sizes),
         ),
         "membw": (
             lambda t: load.membw_estimate(t, sizes),
@@ -258,8 +259,8 @@ def plan_load(
             lambda t: lambda ctx: load.pcie(t, ctx, sizes),
         ),
         "memory": (
-            lambda t: load.memory_estimate(t, sizes, t.memory_fraction(fraction)),
-            lambda t: lambda ctx: load.memory(t, ctx, sizes, t.memory_fraction(fraction)),
+            lambda t: memtest.memory_estimate(t, sizes, t.memory_fraction(fraction)),
+            lambda t: lambda ctx: memtest.memory(t, ctx, sizes, t.memory_fraction(fraction)),
         ),
     }
 

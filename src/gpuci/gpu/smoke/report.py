@@ -92,7 +92,42 @@ def verdict(
         "report": str(path),
         "seconds": seconds,
     }
-    result.report = {
+    result.report = _report(
+        snapshot,
+        outcomes,
+        failed,
+        skipped,
+        notes,
+        info,
+        framework=framework,
+        backend=backend,
+        budget=budget,
+        seconds=seconds,
+        environment=environment,
+        path=path,
+    )
+    files.write_report(path, result.report, "smoke report", sort_keys=False)
+    _journal(result, rt)
+    return result
+
+
+def _report(
+    snapshot: Snapshot,
+    outcomes: list[Outcome],
+    failed: list[Outcome],
+    skipped: list[Outcome],
+    notes: list[str],
+    info: dict[str, Any],
+    *,
+    framework: str,
+    backend: Backend | None,
+    budget: Budget,
+    seconds: float,
+    environment: str | None,
+    path: Path,
+) -> dict[str, Any]:
+    """The JSON report: the run, the GPUs, every check's outcome (in the order written)."""
+    return {
         "schema": SCHEMA,
         "command": COMMAND,
         "passed": not failed,
@@ -115,9 +150,6 @@ def verdict(
         "checks": [o.to_dict() for o in outcomes],
         "report_path": str(path),
     }
-    files.write_report(path, result.report, "smoke report", sort_keys=False)
-    _journal(result, rt)
-    return result
 
 
 def report_path(inp: SmokeInputs, rt: Runtime) -> Path:
