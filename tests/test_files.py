@@ -31,9 +31,9 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path: P
 
 def test_report_path_prefers_the_input_then_runner_temp(tmp_path: Path) -> None:
     env = {"RUNNER_TEMP": str(tmp_path)}
-    assert files.report_path({"report": "x.json"}, env, "r.json") == Path("x.json")
-    assert files.report_path({"report": ""}, env, "r.json") == tmp_path / "r.json"
-    assert files.report_path({}, {}, "r.json") == Path.cwd() / "r.json"
+    assert files.report_path("x.json", env, "r.json") == Path("x.json")
+    assert files.report_path("", env, "r.json") == tmp_path / "r.json"
+    assert files.report_path(None, {}, "r.json") == Path.cwd() / "r.json"
 
 
 def test_report_json_keeps_key_order_when_asked(tmp_path: Path) -> None:

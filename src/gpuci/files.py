@@ -75,10 +75,10 @@ def atomic_write_bytes(path: Path, payload: bytes) -> str:
     return expected
 
 
-def report_path(values: Mapping[str, Any], environ: Mapping[str, str], name: str) -> Path:
+def report_path(report: str | None, environ: Mapping[str, str], name: str) -> Path:
     """The ``report`` input when given, else ``name`` in ``RUNNER_TEMP`` or the current folder."""
-    if values.get("report"):
-        return Path(values["report"])
+    if report:
+        return Path(report)
     return Path(environ.get("RUNNER_TEMP") or os.getcwd()) / name
 
 

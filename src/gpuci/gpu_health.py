@@ -115,9 +115,10 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
     return out
 
 
-def record(result: Result, values: Mapping[str, Any], rt: Runtime) -> None:
-    """Write this smoke's verdicts when a store is configured; a failure is one warning."""
-    url = store_url(values.get("health-store"), rt.environ)
+def record(result: Result, health_store: str | None, rt: Runtime) -> None:
+    """Write this smoke's verdicts when a store is configured (``health_store``, else
+    ``GPUCI_GPU_HEALTH_STORE``); a failure is one warning."""
+    url = store_url(health_store, rt.environ)
     if not url or rt.dry_run:
         return
     now = time.time()

@@ -57,7 +57,7 @@ def smoke_then_quarantine(inp: SmokeInputs, rt: Runtime) -> Result:
     from gpuci import gpu_health
 
     result = smoke(inp, rt)
-    gpu_health.record(result, {"health-store": inp.health_store}, rt)
+    gpu_health.record(result, inp.health_store, rt)
     return after_verdict(result, inp, rt)
 
 

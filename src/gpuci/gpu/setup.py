@@ -144,7 +144,7 @@ def run(inp: SetupInputs, rt: Runtime, *, nvml: Any = None) -> Result:
     ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process.
     """
     req = requirements(inp)
-    path = files.report_path({"report": inp.report}, rt.environ, REPORT_NAME)
+    path = files.report_path(inp.report, rt.environ, REPORT_NAME)
     seen = _read(req, rt, nvml)
     checks = evaluate(req, seen.snapshot, seen.visibility)
     failed = [c for c in checks if c.outcome == "fail"]

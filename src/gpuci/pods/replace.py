@@ -233,7 +233,7 @@ def record_verdict(
     }
     # the store was opened (and its credentials masked) by placement's health check already
     here = Runtime(environ, json_mode=True, stdout=rt.stdout, stderr=rt.stderr)
-    gpu_health.record(shown, {"health-store": store or None}, here)
+    gpu_health.record(shown, store, here)
     for annotation in shown.annotations:
         result.warning(annotation.message)
 

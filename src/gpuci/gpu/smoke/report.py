@@ -154,7 +154,7 @@ def _report(
 
 def report_path(inp: SmokeInputs, rt: Runtime) -> Path:
     """The ``report`` input, else gpuci-smoke-report.json in RUNNER_TEMP or the current folder."""
-    return files.report_path({"report": inp.report}, rt.environ, REPORT_NAME)
+    return files.report_path(inp.report, rt.environ, REPORT_NAME)
 
 
 def _headline(
