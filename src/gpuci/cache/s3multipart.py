@@ -103,24 +103,18 @@ class Multipart:
         plain_http = endpoint.lower().startswith("http://")
         body = _FileSlice(path, offset, length, on_read, hashed_first=plain_http)
         try:
-            resp = store._call(
-                "upload",
-                self._key,
-                store.client.upload_part,
-                Key=store.prefix + self._key,
-                UploadId=self._id,
-                PartNumber=number,
-                Body=body,
-                ContentLength=length,
-            )
+            self._upload_part(number, body, length)
         finally:
             body.close()
-        with self._lock:
-            self._etags[number] = str(resp["ETag"])
 
     def send_bytes(self, number: int, data: bytes, on_read: Callable[[int], None]) -> None:
         """Part ``number`` from bytes already read (and hashed) by the caller: what is sent is
         exactly what was hashed, whatever happens to the file meanwhile."""
+        self._upload_part(number, data, len(data))
+        on_read(len(data))
+
+    def _upload_part(self, number: int, body: Any, length: int) -> None:
+        """UploadPart through boto3, keeping the part's ETag for the completion."""
         store = self._store
         resp = store._call(
             "upload",
@@ -129,10 +123,9 @@ class Multipart:
             Key=store.prefix + self._key,
             UploadId=self._id,
             PartNumber=number,
-            Body=data,
-            ContentLength=len(data),
+            Body=body,
+            ContentLength=length,
         )
-        on_read(len(data))
         with self._lock:
             self._etags[number] = str(resp["ETag"])
 

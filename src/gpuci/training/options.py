@@ -2,39 +2,37 @@
 
 Field names are the inputs' names in snake_case and their types follow the specs in
 :mod:`gpuci.commands.training` (``tests/test_typed.py`` checks they stay in step); the
-dispatcher builds one from the resolved flags and ``INPUT_*``, once. :class:`CommentFields` is
-what posting the sticky report needs, which ``gate`` and ``report`` both carry.
+dispatcher builds one from the resolved flags and ``INPUT_*``, once. :class:`CommentInputs` is
+what posting the sticky report needs, which ``gate`` and ``report`` both extend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
-__all__ = ["CommentFields", "GateInputs", "ProvenanceInputs", "ReportInputs"]
+__all__ = ["CommentInputs", "GateInputs", "ProvenanceInputs", "ReportInputs"]
 
 DEFAULT_OUTPUT_DIR = "gpuci-training"
 DEFAULT_MARKER = "training"
 
 
-class CommentFields(Protocol):
-    """Where the sticky report goes: the ``token``, ``api-url``, ``repository``, ``pr`` and
-    ``marker`` inputs (empty: the CI's own token, API, repository and pull request)."""
+@dataclass(frozen=True)
+class CommentInputs:
+    """Where the sticky report goes, which ``gate`` and ``report`` both take: ``token``,
+    ``api-url``, ``repository``, ``pr`` and ``marker`` (empty: the CI's own token, API,
+    repository and pull request), whether to post it, and the GPU minutes it shows."""
 
-    @property
-    def token(self) -> str: ...
-    @property
-    def api_url(self) -> str: ...
-    @property
-    def repository(self) -> str: ...
-    @property
-    def pr(self) -> int | None: ...
-    @property
-    def marker(self) -> str: ...
+    comment: bool = False
+    token: str = ""
+    api_url: str = ""
+    repository: str = ""
+    pr: int | None = None
+    marker: str = DEFAULT_MARKER
+    gpu_minutes: float | None = None
 
 
 @dataclass(frozen=True)
-class GateInputs:
+class GateInputs(CommentInputs):
     """What ``gate`` (the metric-gate action) is given."""
 
     metrics: str = ""
@@ -48,13 +46,6 @@ class GateInputs:
     artifacts: list[str] = field(default_factory=list)
     python: str = ""
     pin: bool = False
-    comment: bool = False
-    token: str = ""
-    api_url: str = ""
-    repository: str = ""
-    pr: int | None = None
-    marker: str = DEFAULT_MARKER
-    gpu_minutes: float | None = None
     history: str = ""
     history_append: str = "auto"
     history_points: int = 20
@@ -78,16 +69,9 @@ class ProvenanceInputs:
 
 
 @dataclass(frozen=True)
-class ReportInputs:
+class ReportInputs(CommentInputs):
     """What ``report`` is given."""
 
-    comment: bool = False
-    token: str = ""
-    api_url: str = ""
-    repository: str = ""
-    pr: int | None = None
-    marker: str = DEFAULT_MARKER
-    gpu_minutes: float | None = None
     gate_report: str = ""
     provenance: str = ""
     history: str = ""

@@ -20,7 +20,7 @@ from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
-from gpuci.training.options import DEFAULT_MARKER, CommentFields, ReportInputs
+from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 from gpuci.training.rules import fmt, table_markdown
 
 __all__ = [
@@ -206,7 +206,7 @@ def _facts(
     return facts
 
 
-def publish(to: CommentFields, rt: Runtime, body: str, result: Result) -> None:
+def publish(to: CommentInputs, rt: Runtime, body: str, result: Result) -> None:
     """Post or update the sticky comment, or say why not; sets ``comment`` outputs.
 
     Raises GpuciError subclasses when the forge fails (callers keep them from the verdict).
@@ -243,7 +243,7 @@ def publish(to: CommentFields, rt: Runtime, body: str, result: Result) -> None:
 
 
 def _publish_gitlab(
-    to: CommentFields, rt: Runtime, body: str, result: Result, ctx: ci.RunContext
+    to: CommentInputs, rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
     from gpuci.forges.gitlab import TOKEN_ENV, GitLab
