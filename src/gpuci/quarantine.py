@@ -12,12 +12,12 @@ runner was not quarantined: the smoke never passes or crashes because of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
-from gpuci.gpu.options import SmokeInputs
+from gpuci.gpu.options import SmokeChecks, SmokeInputs
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -224,8 +224,8 @@ def _bus_ids(env: Any) -> dict[int, str]:
 
 # ----- the way back: ``python -m gpuci runners release NAME`` ---------------------------------
 @dataclass(frozen=True)
-class ReleaseInputs:
-    """What ``runners release`` is given: the runner, and the gpu-smoke it runs first
+class ReleaseInputs(SmokeChecks):
+    """What ``runners release`` is given: the gpu-smoke it runs first, and the runner
     (the specs are in :mod:`gpuci.commands.runners`)."""
 
     name: str = ""
@@ -233,31 +233,10 @@ class ReleaseInputs:
     forge: str = "auto"
     repository: str = ""
     force: bool = False
-    checks: list[str] = field(default_factory=list)
-    budget_seconds: float = 30.0
-    memory_fraction: float = 0.9
-    min_bandwidth_gbs: float | None = None
-    min_gemm_tflops: float | None = None
-    min_busbw_gbs: float | None = None
-    max_throttle_percent: float = 10.0
-    framework: str = "auto"
-    dcgm_level: int = 0
-    report: str = ""
 
     def smoke_inputs(self) -> SmokeInputs:
         """The gpu-smoke release runs first: the same checks and minimums, no quarantine."""
-        return SmokeInputs(
-            checks=list(self.checks),
-            budget_seconds=self.budget_seconds,
-            memory_fraction=self.memory_fraction,
-            min_bandwidth_gbs=self.min_bandwidth_gbs,
-            min_gemm_tflops=self.min_gemm_tflops,
-            min_busbw_gbs=self.min_busbw_gbs,
-            max_throttle_percent=self.max_throttle_percent,
-            framework=self.framework,
-            dcgm_level=self.dcgm_level,
-            report=self.report,
-        )
+        return SmokeInputs(**{f.name: getattr(self, f.name) for f in fields(SmokeChecks)})
 
 
 def release(inp: ReleaseInputs, rt: Runtime) -> Result:

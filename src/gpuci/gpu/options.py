@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Requirements", "SetupInputs", "SmokeInputs"]
+__all__ = ["Requirements", "SetupInputs", "SmokeChecks", "SmokeInputs"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,9 @@ class SetupInputs(Requirements):
 
 
 @dataclass(frozen=True)
-class SmokeInputs:
-    """What ``gpu-smoke`` is given. None: the per-model minimum applies."""
+class SmokeChecks:
+    """Which smoke checks run and their minimums (None: the per-model minimum applies): what
+    ``gpu-smoke`` and ``runners release`` (which smokes before it gives a runner back) share."""
 
     checks: list[str] = field(default_factory=list)  # []: every check that applies
     budget_seconds: float = 30.0
@@ -51,6 +52,12 @@ class SmokeInputs:
     framework: str = "auto"
     dcgm_level: int = 0
     report: str = ""  # "": gpuci-smoke-report.json in RUNNER_TEMP or the current folder
+
+
+@dataclass(frozen=True)
+class SmokeInputs(SmokeChecks):
+    """What ``gpu-smoke`` is given: the checks, and what to do with a failing verdict."""
+
     on_failure: str = "fail"
     health_store: str = ""
     quarantine_labels: list[str] = field(default_factory=list)

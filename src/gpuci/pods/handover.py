@@ -41,23 +41,13 @@ MARK = " smoke "
 _MARKED = re.compile(r" smoke (passed|failed|skipped)(?:: ?(.*))?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9:,._=/+-]+")
 
-# ``gpuci_smoke_gate``: run after STOP_FUNCTION (it uses ``gpuci_stop``). Returns 0 to hand the
-# pod over, HARDWARE_RC after marking the pod and stopping it (the caller then exits).
+# ``gpuci_smoke_gate``: run after STOP_FUNCTION (it uses ``gpuci_stop`` and ``gpuci_pod_call``).
+# Returns 0 to hand the pod over, HARDWARE_RC after marking the pod and stopping it (the
+# caller then exits).
 SHELL = r"""
 gpuci_rename_pod() {
   # this pod's new name, with RunPod's pod-scoped key: the one channel back to up
-  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}"
-  b="{\"name\":\"$1\"}"
-  if command -v curl >/dev/null 2>&1; then
-    curl -fsS -m 30 -o /dev/null -X PATCH -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
-      -H "Content-Type: application/json" -d "$b" "$u"
-  else
-    python3 -c 'import os, sys, urllib.request as r
-q = r.Request(sys.argv[1], sys.argv[2].encode(), method="PATCH")
-q.add_header("Authorization", "Bearer " + os.environ["RUNPOD_API_KEY"])
-q.add_header("Content-Type", "application/json")
-r.urlopen(q, timeout=30)' "$u" "$b"
-  fi
+  gpuci_pod_call PATCH "" "{\"name\":\"$1\"}"
 }
 gpuci_mark() {
   s=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_=/+-' ' ' | cut -c 1-200)

@@ -22,25 +22,28 @@ ENV_ACTION = "GPUCI_SELF_STOP_ACTION"
 
 ARGS = "sh -c 'eval \"$GPUCI_WRAPPER\"'"
 
-# ``gpuci_stop [ACTION]``: one call of the pod action API with the pod's own id and key
-# (curl, else wget, else python3); also the runner start script's way to end its pod.
+# ``gpuci_pod_call METHOD SUFFIX BODY``: one call of RunPod's pod API for this pod, with its own
+# id and key (curl, else wget for a POST, else python3); ``gpuci_stop [ACTION]`` is the pod
+# action (also the runner start script's way to end its pod), and handover's rename uses it too.
 STOP_FUNCTION = r"""
-gpuci_stop() {
-  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}/action"
-  b="{\"action\":\"${1:-${GPUCI_SELF_STOP_ACTION:-stop}}\"}"
+gpuci_pod_call() {
+  u="${GPUCI_RUNPOD_API_URL:-https://api.runpod.io}/v2/pods/${RUNPOD_POD_ID}$2"
   if command -v curl >/dev/null 2>&1; then
-    curl -fsS -m 30 -o /dev/null -X POST -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
-      -H "Content-Type: application/json" -d "$b" "$u"
-  elif command -v wget >/dev/null 2>&1; then
+    curl -fsS -m 30 -o /dev/null -X "$1" -H "Authorization: Bearer ${RUNPOD_API_KEY}" \
+      -H "Content-Type: application/json" -d "$3" "$u"
+  elif [ "$1" = POST ] && command -v wget >/dev/null 2>&1; then
     wget -q -T 30 -O /dev/null --header="Authorization: Bearer ${RUNPOD_API_KEY}" \
-      --header="Content-Type: application/json" --post-data="$b" "$u"
+      --header="Content-Type: application/json" --post-data="$3" "$u"
   else
     python3 -c 'import os, sys, urllib.request as r
-q = r.Request(sys.argv[1], sys.argv[2].encode(), method="POST")
+q = r.Request(sys.argv[1], sys.argv[2].encode(), method=sys.argv[3])
 q.add_header("Authorization", "Bearer " + os.environ["RUNPOD_API_KEY"])
 q.add_header("Content-Type", "application/json")
-r.urlopen(q, timeout=30)' "$u" "$b"
+r.urlopen(q, timeout=30)' "$u" "$3" "$1"
   fi
+}
+gpuci_stop() {
+  gpuci_pod_call POST /action "{\"action\":\"${1:-${GPUCI_SELF_STOP_ACTION:-stop}}\"}"
 }
 """.strip()
 
