@@ -192,3 +192,72 @@ def test_a_tree_larger_than_the_memory_budget_saves_and_restores_whole(
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in src.iterdir())
     for path in src.iterdir():
         assert (out / path.name).read_bytes() == path.read_bytes()
+
+
+def _rewritten_after_hashing(monkeypatch) -> list[Path]:
+    """Every file hashed by the over-the-budget path is rewritten (same size, other bytes)
+    right after its hash is taken: the job still writing its checkpoint, at the worst time."""
+    hashed: list[Path] = []
+    original = save_blobs._hash_file
+
+    def hash_then_rewrite(path: Path, size: int) -> str:
+        digest = original(path, size)
+        path.write_bytes(os.urandom(size))
+        hashed.append(path)
+        return digest
+
+    monkeypatch.setattr(save_blobs, "_hash_file", hash_then_rewrite)
+    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    return hashed
+
+
+def test_a_file_store_never_publishes_bytes_changed_after_their_hash(env, tmp_path, monkeypatch):
+    """The file store copies a file over the budget in by the kernel: what it copied is
+    hashed before the rename, so a file changed since its hash is refused, not misnamed."""
+    hashed = _rewritten_after_hashing(monkeypatch)
+    root = tmp_path / "store"
+    store = StoreCase("local", root.as_uri(), None, root=root)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(3 << 20))
+    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
+    assert hashed == [src / "model.bin"]
+    assert not saved.ok
+    assert "changed while it was being saved" in saved.headline, saved.headline
+    assert _blobs_hash_to_their_names(store) == 0
+    assert not [k for k in store.object_keys() if k.startswith(("refs/", "manifests/"))]
+
+
+def test_an_s3_whole_size_file_over_the_budget_is_sent_verified(
+    s3_store, env, tmp_path, monkeypatch
+):
+    """Below the multipart threshold but over the memory budget: not one PUT of bytes read
+    again (visible before they could be checked) but parts, completed only if they hash to
+    the name."""
+    hashed = _rewritten_after_hashing(monkeypatch)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(os.urandom(3 << 20))  # far below the 64 MiB threshold
+    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
+    assert hashed == [src / "model.bin"]
+    assert not saved.ok
+    assert "changed while it was being saved" in saved.headline, saved.headline
+    assert _blobs_hash_to_their_names(s3_store) == 0
+    assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
+
+
+def test_a_file_over_the_budget_that_holds_still_is_saved_and_restored(
+    s3_store, env, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(3 << 20)
+    (src / "model.bin").write_bytes(data)
+    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
+    assert saved.ok, saved.headline
+    assert _blobs_hash_to_their_names(s3_store) == 1
+    out = tmp_path / "out"
+    restored, _ = cache_cmd("restore", _flags(s3_store, "k", out), env)
+    assert restored.ok, restored.headline
+    assert (out / "model.bin").read_bytes() == data

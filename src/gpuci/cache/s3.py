@@ -20,12 +20,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from gpuci.cache import s3net, sigv4
 from gpuci.cache.s3client import retry_settings
-from gpuci.cache.s3errors import bce, upload_failed
+from gpuci.cache.s3errors import bce
 from gpuci.cache.s3fast import FastPath
 from gpuci.cache.s3multipart import FastMultipart, Multipart, upload_id_of
 from gpuci.cache.s3pool import Pool
@@ -190,17 +189,6 @@ class S3Store(FastPath, Store):
             "put", key, self.client.put_object, Key=self.prefix + key, Body=data, IfMatch=etag
         )
         return resp.get("ETag", "")
-
-    def upload_file(self, key: str, path: Path, size: int, on_bytes: Callable[[int], None]) -> None:
-        try:
-            self.client.upload_file(
-                str(path), self.bucket, self.prefix + key, Config=self._transfer, Callback=on_bytes
-            )
-        except (bce().BotoCoreError, bce().ClientError, upload_failed()) as exc:
-            error = self._error(exc, "upload", key)
-            if isinstance(error, StoreError) and "too large" in error.message:
-                error.message += f" ({size:,} bytes in one PUT)"
-            raise error from None
 
     def multipart(self, key: str) -> Multipart | FastMultipart:
         reply = self._fast("upload", "POST", key, query={"uploads": ""})

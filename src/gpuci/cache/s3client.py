@@ -72,9 +72,8 @@ class BotoClient(S3Errors):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        # upload_file sends whole blobs below the multipart threshold (parts go through
-        # multipart()): on the caller's thread, inside its slot, so the controller hears of a
-        # refusal from the request that holds the slot and one burst halves the limit once.
+        # Managed transfers (the touch's copy) run on the caller's thread, inside its slot, so
+        # the controller hears of a refusal from the request that holds the slot.
         self._transfer = TransferConfig(
             multipart_threshold=layout.MULTIPART_THRESHOLD,
             multipart_chunksize=layout.MULTIPART_CHUNK,

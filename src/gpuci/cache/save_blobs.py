@@ -29,7 +29,7 @@ from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import throttle_signals
 from gpuci.cache.saver import Saver
-from gpuci.cache.store import Store
+from gpuci.cache.store import SourceChanged, Store
 from gpuci.cache.tree import Tree
 from gpuci.cache.workpool import WorkPool, laneless
 from gpuci.errors import InputError, StoreError
@@ -264,12 +264,15 @@ class BlobUploads:
         with self.uploads.slot():
             if not self._claim(entry) or self._present(entry, key):
                 return
-            upload = None if self._whole(entry.size) else self.store.multipart(key)
-            if upload is None:  # one PUT over the budget, or a store that copies files in
-                self.store.upload_file(key, path, entry.size, self._sent)
+            # In parts even below the multipart threshold: a whole PUT of bytes we cannot hold
+            # would be visible before they could be hashed again. A store without parts (the
+            # file store) checks the bytes it copied in against the name before publishing.
+            upload = self.store.multipart(key) if self.in_parts else None
+            if upload is None:
+                self.store.upload_file(key, path, entry.size, self._sent, entry.sha256)
                 self.saver.stats.add(data_bytes=entry.size, blobs=1)
                 return
-        parts = self._parts(entry.size)
+        parts = layout.upload_parts(entry.size, max(1, self.uploads.limit), self.saver.threshold)
         self._open(key, cast(_Parts, upload), len(parts))
         hasher = hashlib.sha256()
         with open(path, "rb", buffering=0) as handle:
@@ -279,10 +282,7 @@ class BlobUploads:
                 hasher.update(data)
                 if number == len(parts) and (handle.read(1) or hasher.hexdigest() != entry.sha256):
                     self.budget.give(length)
-                    raise InputError(
-                        f"{path} changed while it was being saved",
-                        hint="save after the step that writes the tree has finished",
-                    )
+                    raise SourceChanged(path)
                 self.pool.submit(laneless(self._part, entry, key, number, data))
 
     # ----- uploads, in the pool under the controller ------------------------------------------

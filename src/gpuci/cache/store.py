@@ -27,8 +27,18 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from gpuci.cache import layout
-from gpuci.errors import ConflictError, IntegrityError, StoreError
+from gpuci.cache import copying, layout
+from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
+
+
+class SourceChanged(InputError):
+    """A file being saved no longer hashes to the name it was given: a job is still writing it."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(
+            f"{path} changed while it was being saved",
+            hint="save after the step that writes the tree has finished",
+        )
 
 
 @dataclass(frozen=True)
@@ -103,9 +113,15 @@ class Store(ABC):
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         """Replace only if unchanged since read (``If-Match``); ConflictError otherwise."""
 
-    @abstractmethod
-    def upload_file(self, key: str, path: Path, size: int, on_bytes: Callable[[int], None]) -> None:
-        """Copy a local file in (multipart when large); the object appears whole or not at all."""
+    def upload_file(
+        self, key: str, path: Path, size: int, on_bytes: Callable[[int], None], sha256: str
+    ) -> None:
+        """A store without parts (:meth:`multipart` is None) copies a local file in whole; the
+        object appears only if the bytes copied in hash to ``sha256`` (else
+        :class:`SourceChanged`, nothing stored): the file was hashed earlier and a job may
+        still be writing it. A store with parts never gets here: the save sends those bytes
+        in parts and completes the upload only when they hash to the name."""
+        raise NotImplementedError(f"{type(self).__name__} sends files with multipart()")
 
     def multipart(self, key: str) -> MultipartUpload | None:
         """A multipart upload whose parts the caller sends in parallel, each on its own
@@ -326,11 +342,13 @@ class LocalStore(Store):
         return _etag(data)
 
     @_os_errors
-    def upload_file(self, key: str, path: Path, size: int, on_bytes: Callable[[int], None]) -> None:
+    def upload_file(
+        self, key: str, path: Path, size: int, on_bytes: Callable[[int], None], sha256: str
+    ) -> None:
         final = self._target(key)
         temp = self._temp(final)
         try:
-            with open(path, "rb") as src, open(temp, "wb") as dst:
+            with open(path, "rb") as src, open(temp, "w+b") as dst:
                 left = size
                 while left > 0:
                     try:  # in-kernel copy (reflinks on btrfs/xfs), no bytes through Python
@@ -346,6 +364,11 @@ class LocalStore(Store):
                         )
                     left -= n
                     on_bytes(n)
+                if src.read(1):
+                    raise SourceChanged(path)
+                # What is published is what was copied in: hash that, not the source again.
+                if copying.hash_fd(dst.fileno()) != sha256:
+                    raise SourceChanged(path)
             os.replace(temp, final)
         finally:
             temp.unlink(missing_ok=True)
