@@ -46,7 +46,7 @@ def test_power_capped_boards_without_a_measurement_report_without_judging(name: 
 def test_a_t4_is_judged_from_its_measured_sustained_rate() -> None:
     # ~24 TFLOP/s sustained under the 70 W cap: 70 % of it, not 50 % of the 65 peak (32)
     mins = minimums("Tesla T4")
-    assert mins.gemm_tflops == 17 and "forum 264462" in mins.source
+    assert mins.gemm_tflops == 17 and "forum topic 264462" in mins.source
 
 
 def test_h200_nvl_has_its_own_row() -> None:
