@@ -33,7 +33,7 @@ Unknown models, and MIG slices whose profile cannot be read, report figures and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Usable GB/s per lane after encoding overhead, by PCIe generation (PCI-SIG's transfer rates:
 # 2.5/5 GT/s with 8b/10b, 8/16/32 GT/s with 128b/130b; Gen6 64 GT/s PAM4 with FLIT overhead).
@@ -269,6 +269,10 @@ class Minimums:
     d2h_gbs: float | None
     source: str  # how the minimums were chosen, for the report
     gemm_tflops: float | None = None
+    # What each of the two speed minimums rests on (the measured figure and who measured it,
+    # an input, or why it is not judged), shown beside the figure in the check's report.
+    mem_bw_basis: str | None = None
+    gemm_basis: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -278,6 +282,8 @@ class Minimums:
             "h2d_gbs": self.h2d_gbs,
             "d2h_gbs": self.d2h_gbs,
             "source": self.source,
+            "mem_bw_basis": self.mem_bw_basis,
+            "gemm_basis": self.gemm_basis,
         }
 
 
@@ -291,8 +297,7 @@ def minimums(
     if override_gemm is None:
         return found
     source = found.source + "; min-gemm-tflops"
-    return Minimums(found.model, found.mem_bw_gbs, found.h2d_gbs, found.d2h_gbs, source,
-                    override_gemm)  # fmt: skip
+    return replace(found, source=source, gemm_tflops=override_gemm, gemm_basis="min-gemm-tflops")
 
 
 def _minimums(
@@ -304,20 +309,18 @@ def _minimums(
         return _mig_minimums(name or "", override_mem_bw)
     model = lookup(name)
     mem = override_mem_bw if override_mem_bw is not None else None
+    copy_basis = "min-bandwidth-gbs" if override_mem_bw is not None else None
     sources = ["min-bandwidth-gbs"] if override_mem_bw is not None else []
     if model is None:
         what = "vGPU profile (a share of a board)" if is_vgpu(name) else "unknown model"
         sources.append(f"{what}: GEMM and host-device figures reported, not judged")
-        return Minimums(None, mem, None, None, "; ".join(sources))
-    if mem is None and model.copy is not None:
+        return Minimums(None, mem, None, None, "; ".join(sources), mem_bw_basis=copy_basis)
+    if mem is None:
         mem = model.min_mem_bw_gbs
-        sources.append(f"copy {_share_of(COPY_SHARE_OF_MEASURED, model.copy, 'GB/s')}")
-    elif mem is None:
-        sources.append(f"copy bandwidth not judged ({model.copy_report_only})")
-    if model.gemm is not None:
-        sources.append(f"GEMM {_share_of(GEMM_SHARE_OF_MEASURED, model.gemm, 'TFLOP/s')}")
-    else:
-        sources.append(f"GEMM not judged ({model.gemm_report_only})")
+        copy_basis = _basis(COPY_SHARE_OF_MEASURED, model.copy, "GB/s", model.copy_report_only)
+        sources.append(("copy " if model.copy else "copy bandwidth not judged: ") + copy_basis)
+    gemm_basis = _basis(GEMM_SHARE_OF_MEASURED, model.gemm, "TFLOP/s", model.gemm_report_only)
+    sources.append(("GEMM " if model.gemm else "GEMM not judged: ") + gemm_basis)
     link = pcie_gbs(*link_max)
     if link is None:
         link = pcie_gbs(*model.pcie)
@@ -326,11 +329,14 @@ def _minimums(
         sources.append(f"PCIe Gen{link_max[0]} x{link_max[1]} link from NVML")
     h2d = round(link * SHARE_OF_PEAK, 1) if link else None
     d2h = round(link * D2H_SHARE_OF_LINK, 1) if link else None
-    return Minimums(model.key, mem, h2d, d2h, "; ".join(sources), model.min_gemm_tflops)
+    return Minimums(model.key, mem, h2d, d2h, "; ".join(sources), model.min_gemm_tflops,
+                    copy_basis, gemm_basis)  # fmt: skip
 
 
-def _share_of(share: float, measured: Measured, unit: str) -> str:
-    """``80 % of 3165 GB/s measured (who, on what, when)``: the minimum and its source."""
+def _basis(share: float, measured: Measured | None, unit: str, unmeasured: str | None) -> str:
+    """``80% of 3165 GB/s measured (who, on what, when)``, or why the figure is not judged."""
+    if measured is None:
+        return unmeasured or UNMEASURED
     return f"{share:.0%} of {measured.value:g} {unit} measured ({measured.source})"
 
 
@@ -342,31 +348,31 @@ def _mig_minimums(name: str, override_mem_bw: float | None) -> Minimums:
         why = "MIG slice of an unknown model or profile: figures reported, not judged"
         if override_mem_bw is not None:
             why = "min-bandwidth-gbs; " + why
-        return Minimums(None, override_mem_bw, None, None, why)
+        basis = "min-bandwidth-gbs" if override_mem_bw is not None else None
+        return Minimums(None, override_mem_bw, None, None, why, mem_bw_basis=basis)
     slices = int(profile["g"])
     memory_share = min(1.0, int(profile["gb"]) / parent.memory_gb)
     compute_share = min(1.0, slices / MIG_COMPUTE_SLICES)
     key = f"{parent.key} MIG {slices}g.{profile['gb']}gb"
-    sources = []
+    whole_copy = _basis(COPY_SHARE_OF_MEASURED, parent.copy, "GB/s", parent.copy_report_only)
     if override_mem_bw is not None:
-        mem = override_mem_bw
-        sources.append("min-bandwidth-gbs")
-    elif parent.copy is not None and parent.min_mem_bw_gbs is not None:
+        mem, copy_basis = override_mem_bw, "min-bandwidth-gbs"
+    elif parent.min_mem_bw_gbs is not None:
         mem = round(parent.min_mem_bw_gbs * memory_share)
-        whole_copy = _share_of(COPY_SHARE_OF_MEASURED, parent.copy, "GB/s")
-        sources.append(f"copy {whole_copy}, scaled to the slice's {memory_share:.0%} of memory")
+        copy_basis = f"{whole_copy}, scaled to the slice's {memory_share:.0%} of memory"
     else:
-        mem = None
-        sources.append(f"copy bandwidth not judged ({parent.copy_report_only})")
+        mem, copy_basis = None, whole_copy
     whole = parent.min_gemm_tflops
     gemm = None if whole is None else round(whole * compute_share)
-    if parent.gemm is None:
-        sources.append(f"GEMM not judged ({parent.gemm_report_only})")
-    else:
-        whole_gemm = _share_of(GEMM_SHARE_OF_MEASURED, parent.gemm, "TFLOP/s")
-        sources.append(f"GEMM {whole_gemm}, scaled to {slices} of {MIG_COMPUTE_SLICES} slices")
-    sources.append("host-device not judged on a MIG slice (copy engines are shared)")
-    return Minimums(key, mem, None, None, "; ".join(sources), gemm)
+    gemm_basis = _basis(GEMM_SHARE_OF_MEASURED, parent.gemm, "TFLOP/s", parent.gemm_report_only)
+    if whole is not None:
+        gemm_basis += f", scaled to {slices} of {MIG_COMPUTE_SLICES} compute slices"
+    sources = [
+        ("copy " if mem is not None else "copy bandwidth not judged: ") + copy_basis,
+        ("GEMM " if gemm is not None else "GEMM not judged: ") + gemm_basis,
+        "host-device not judged on a MIG slice (copy engines are shared)",
+    ]
+    return Minimums(key, mem, None, None, "; ".join(sources), gemm, copy_basis, gemm_basis)
 
 
 # ----- all-reduce bus bandwidth ----------------------------------------------------------
