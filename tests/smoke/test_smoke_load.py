@@ -96,7 +96,7 @@ def test_model_table_and_link_minimums():
     assert lookup("NVIDIA L4").key == "L4"
     assert lookup("Tesla T4").key == "T4"
     h200 = minimums("NVIDIA H200", (5, 16))
-    assert (h200.mem_bw_gbs, h200.h2d_gbs) == (2880, 37.8)
+    assert (h200.mem_bw_gbs, h200.h2d_gbs) == (2532, 37.8)  # 80 % of 3165 GB/s measured
     gen4_host = minimums("NVIDIA H200", (4, 16))  # a Gen5 GPU in a Gen4 host: judged as Gen4
     assert gen4_host.h2d_gbs == pytest.approx(18.9)
     unknown = minimums("NVIDIA RTX PRO 6000", (5, 16))
@@ -307,17 +307,17 @@ def test_a_mig_device_is_matched_by_its_mig_uuid_and_held_to_its_slice():
     (t,) = targets
     assert (t.nvml_index, t.name, notes) == (0, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", [])
     assert t.minimums.model == "A100-40GB MIG 3g.20gb"
-    assert t.minimums.mem_bw_gbs == 466  # half of the A100 40GB's 933: half its memory
-    assert t.minimums.gemm_tflops == 67  # 3 of 7 compute slices of 156
+    assert t.minimums.mem_bw_gbs == 552  # half of the A100 40GB's 1105: half its memory
+    assert t.minimums.gemm_tflops == 76  # 3 of 7 compute slices of 177
     assert (t.minimums.h2d_gbs, t.minimums.d2h_gbs) == (None, None)
 
 
 def test_mig_names_never_get_the_full_gpu_row():
     assert lookup("NVIDIA A100-SXM4-40GB MIG 1g.5gb") is None
     one = minimums("NVIDIA A100-SXM4-40GB MIG 1g.5gb", (4, 16))
-    assert (one.mem_bw_gbs, one.gemm_tflops) == (117, 22)  # 1/8 of memory, 1/7 of compute
+    assert (one.mem_bw_gbs, one.gemm_tflops) == (138, 25)  # 1/8 of memory, 1/7 of compute
     h200 = minimums("NVIDIA H200 MIG 1g.18gb")
-    assert h200.model == "H200 MIG 1g.18gb" and h200.mem_bw_gbs == 368
+    assert h200.model == "H200 MIG 1g.18gb" and h200.mem_bw_gbs == 323
     odd = minimums("NVIDIA A100-SXM4-40GB MIG something")
     assert (odd.mem_bw_gbs, odd.gemm_tflops, odd.h2d_gbs) == (None, None, None)
     assert "not judged" in odd.source
@@ -330,9 +330,9 @@ def test_gemm_below_the_model_minimum_fails(tmp_path):
     result = run(tmp_path, fake, backend, checks=["gemm"], sizes=Sizes.tiny())
     gemm = outcome(result, "gpu0:gemm")
     assert gemm["status"] == "fail"
-    assert gemm["figures"]["min_tflops"] == 494
+    assert gemm["figures"]["min_tflops"] == 556
     assert gemm["figures"]["repeats"] >= 50
-    assert gemm["reason"].startswith("FP16 GEMM 0 TFLOP/s is below the 494 TFLOP/s minimum")
+    assert gemm["reason"].startswith("FP16 GEMM 0 TFLOP/s is below the 556 TFLOP/s minimum")
 
 
 def test_cpu_stand_in_gemm_is_not_judged(tmp_path):
@@ -369,4 +369,4 @@ def test_pcie_runs_on_the_gpus_numa_node(tmp_path):
 
 def test_d2h_minimum_keeps_a_margin():
     h200 = minimums("NVIDIA H200", (5, 16))
-    assert (h200.h2d_gbs, h200.d2h_gbs, h200.gemm_tflops) == (37.8, 31.5, 494)
+    assert (h200.h2d_gbs, h200.d2h_gbs, h200.gemm_tflops) == (37.8, 31.5, 556)

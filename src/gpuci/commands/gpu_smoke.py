@@ -26,14 +26,16 @@ INPUTS = (
     ),
     Input(
         "min-bandwidth-gbs",
-        "Least device memory bandwidth in GB/s (default: per model).",
+        "Least device memory bandwidth in GB/s (default: 80% of a published measured "
+        "figure per model; models without one are reported, not judged, unless this is set).",
         "float",
         minimum=0,
     ),
     Input(
         "min-gemm-tflops",
-        "Least FP16 GEMM throughput in TFLOP/s (default: per model; power-capped boards such "
-        "as T4, L4, A10 and L40S are reported, not judged, unless this is set).",
+        "Least FP16 GEMM throughput in TFLOP/s (default: 70% of a published measured "
+        "sustained figure per model; models without one, such as L4, A10 and L40S, are "
+        "reported, not judged, unless this is set).",
         "float",
         minimum=0,
     ),

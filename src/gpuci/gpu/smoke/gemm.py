@@ -117,6 +117,7 @@ def _speed(
     figures["repeats"] = repeats
     figures["tflops"] = round(tflops, 2 if tflops >= 0.01 else 6)
     figures["min_tflops"] = target.minimums.gemm_tflops
+    figures["min_basis"] = target.minimums.gemm_basis  # the measurement it rests on, or why not
     target.rates.fp16_tflops = max(tflops, 1e-6)
     return tflops
 

@@ -183,7 +183,8 @@ def membw(target: Target, ctx: Context, sizes: Sizes) -> dict[str, Any]:
     dev.release()
     target.rates.mem_bw_gbs = max(gbs, 1e-3)
     minimum = target.minimums.mem_bw_gbs
-    figures = {"copy_gbs": round(gbs, 1), "bytes": nbytes, "min_gbs": minimum}
+    basis = target.minimums.mem_bw_basis  # the measurement the minimum rests on, or why not
+    figures = {"copy_gbs": round(gbs, 1), "bytes": nbytes, "min_gbs": minimum, "min_basis": basis}
     if errors:
         raise CheckError(f"device copy corrupted {errors} byte(s)", figures)
     if minimum is not None and gbs < minimum:
