@@ -426,6 +426,9 @@ class Bench:
         if self.args.workers:
             env = {**self.env, "GPUCI_CACHE_WORKERS": str(self.args.workers)}
             out.append((f", GPUCI_CACHE_WORKERS={self.args.workers}", env))
+        if self.args.compare:
+            src = str(Path(self.args.compare).resolve())
+            out.append((f", code in {src}", {**self.env, "PYTHONPATH": src}))
         return out
 
     # ----- tools ---------------------------------------------------------------------------------
@@ -655,6 +658,12 @@ def main() -> int:
         "--workers",
         type=int,
         help="also a gpu-ci row with GPUCI_CACHE_WORKERS=N (default 32 with --wan, else none)",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="SRC",
+        help="also a gpu-ci row running the package in SRC (another checkout's src/, e.g. "
+        "main's, through PYTHONPATH): before and after in one run",
     )
     parser.add_argument("--inc-size", type=int, default=8 << 20, help="file size, 20 files")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench"))

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import pytest
 from botocore.config import Config
-from cache_testing import REPO_ROOT, cache_cmd
+from cache_testing import REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
@@ -322,6 +322,92 @@ def test_splice_of_a_cut_body_is_a_dropped_connection(tmp_path):
         peer.close()
 
 
+def _lowat(fd: int) -> int:
+    """The SO_RCVLOWAT of the socket behind ``fd`` (a duplicate is asked, then closed)."""
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+    finally:
+        sock.close()
+
+
+@pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
+def test_a_spliced_body_wakes_on_many_bytes_never_on_more_than_are_left(tmp_path, monkeypatch):
+    """A splice from a socket returns whatever is queued: without SO_RCVLOWAT a worker woke for
+    every segment the server sent (~64 KiB from s3rver, 128 KiB through the WAN proxy). Each
+    splice now waits for many bytes, but never for more than the body has left (that wake-up
+    would never come), and the connection goes back to the pool at the default of 1."""
+    body = random.Random(5).randbytes(3_000_001)
+    resp, peer = _ranged(body, early=0)
+    real_splice = os.splice
+    seen: list[tuple[int, int]] = []
+    sock_fd = resp.conn.last_sock.fileno()
+
+    def watching(src, dst, count, *args, **kwargs):
+        if src == sock_fd:
+            seen.append((_lowat(src), resp.left))
+        return real_splice(src, dst, count, *args, **kwargs)
+
+    monkeypatch.setattr(os, "splice", watching)
+    pipe = splicing.Pipe()
+    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        pos = 0
+        while resp.left:
+            resp.splice_into(pipe, 1 << 20)
+            pos += pipe.drain(fd, pos)
+        assert seen and max(lowat for lowat, _ in seen) > 1
+        assert all(lowat <= left for lowat, left in seen)
+        assert _lowat(sock_fd) == 1  # back to the default before the connection is reused
+    finally:
+        pipe.close()
+        os.close(fd)
+        peer.close()
+    assert (tmp_path / "f.bin").read_bytes() == body
+
+
+@pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
+def test_a_kept_alive_connection_reads_its_next_answer_after_a_spliced_body(tmp_path):
+    """The second answer on the same connection is a few bytes: a receive low-water mark left
+    over from the spliced body would hold its headers until the socket's timeout."""
+    first = random.Random(6).randbytes(2_000_000)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            for body in (first, b"tail"):
+                conn.recv(65536)
+                head = f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(body)}\r\n\r\n"
+                conn.sendall(head.encode())
+                for at in range(0, len(body), 100_000):  # in pieces, as a server writes
+                    conn.sendall(body[at : at + 100_000])
+            conn.recv(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/blob"
+    pool = Pool({}, Limits(3))
+    pipe = splicing.Pipe()
+    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        _, _, got = pool.open(url, {})
+        assert isinstance(got, Ranged)
+        pos = 0
+        while got.left:
+            got.splice_into(pipe, 1 << 20)
+            pos += pipe.drain(fd, pos)
+        got.close()
+        status, _, second = pool.open(url, {})  # same connection: the pool kept it
+        assert status == 206 and isinstance(second, Ranged)
+        buf = memoryview(bytearray(16))
+        assert second.readinto(buf) == 4 and bytes(buf[:4]) == b"tail"
+    finally:
+        pipe.close()
+        os.close(fd)
+        listener.close()
+    assert (tmp_path / "f.bin").read_bytes() == first
+
+
 # ----- whole restores: spliced, copied, O_DIRECT ------------------------------------------------
 
 
@@ -351,6 +437,63 @@ def test_many_parts_per_file_restore_bit_exact(
     assert snapshot(out) == snapshot(src)
     # The socket -> pipe -> file path ran exactly where it applies (buffered, plain http).
     assert bool(pipes) == (transfer.SPLICE and direct == "off")
+
+
+def test_several_big_files_are_cut_for_the_connections_together(
+    s3_store, proxy, env, tmp_path, monkeypatch
+):
+    """Parts are sized from all the large files' bytes over the connection ceiling: 4 files
+    of 2 MiB with 8 connections are 8 GETs of 1 MiB (each file cut on its own for 8
+    connections made 32 GETs of 256 KiB, each paying a first byte and the server's per-request
+    work); a lone file is still spread over every connection."""
+    monkeypatch.setattr(layout, "MIN_PART", 64 << 10)
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = random.Random(12)
+    for i in range(4):
+        (src / f"w{i}.bin").write_bytes(rng.randbytes(2 << 20))
+    assert cache_cmd("save", _flags(via, "k", src), env)[0].ok
+    got, _ = cache_cmd("restore", _flags(via, "k", tmp_path / "out"), env)  # 8 connections
+    assert got.ok, got.headline
+    assert snapshot(tmp_path / "out") == snapshot(src)
+    assert proxy.count("GET", "/blobs/") == 8
+
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "model.bin").write_bytes(rng.randbytes(2 << 20))
+    assert cache_cmd("save", _flags(via, "lone", lone), env)[0].ok
+    before = proxy.count("GET", "/blobs/")
+    got, _ = cache_cmd("restore", _flags(via, "lone", tmp_path / "out2"), env)
+    assert got.ok, got.headline
+    assert snapshot(tmp_path / "out2") == snapshot(lone)
+    assert proxy.count("GET", "/blobs/") - before == 8  # 8 parts of 256 KiB
+
+
+def test_the_last_use_is_written_while_the_tree_is_still_coming(
+    s3_store, proxy, env, tmp_path, monkeypatch
+):
+    """The last-use record goes out beside the transfer, not after its last byte: on a remote
+    store that is one round trip less at the end of every restore."""
+    monkeypatch.setattr(layout, "MIN_PART", 64 << 10)
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.bin").write_bytes(random.Random(13).randbytes(2 << 20))
+    assert cache_cmd("save", _flags(via, "k", src), env)[0].ok
+    proxy.add("GET", "/blobs/", "delay", times=100, seconds=0.2)  # 4 waves of 2 GETs
+    got, _ = cache_cmd(
+        "restore", _flags(via, "k", tmp_path / "out"), {**env, "GPUCI_CACHE_WORKERS": "2"}
+    )
+    assert got.ok, got.headline
+    assert snapshot(tmp_path / "out") == snapshot(src)
+    order = [
+        (method, "/uses/" in path)
+        for method, path in proxy.seen
+        if "/uses/" in path or "/blobs/" in path
+    ]
+    last_get = max(i for i, (method, _) in enumerate(order) if method == "GET")
+    assert order.index(("PUT", True)) < last_get, order
 
 
 # ----- the hash cursor ----------------------------------------------------------------------------

@@ -76,10 +76,14 @@ def run(inp: RestoreInputs, rt: Runtime) -> Result:
     _plan(req, match, result)
     if rt.dry_run or req.lookup_only:
         return _report_plan(req, match, rt, result)
+    # No key was used by a restore by digest: nothing to record.
+    recording = (
+        None if req.by_manifest else usage.Recording(req.store, req.namespace, match.ref.key)
+    )
     moved = restore_tree(
         req.store, match.manifest, req.paths, rt, f"restore {match.ref.key}", req.tier
     )
-    return _report_restore(req, match, moved, rt, result)
+    return _report_restore(req, match, moved, rt, result, recording)
 
 
 @dataclass
@@ -275,14 +279,19 @@ def _report_plan(req: _Request, match: _Match, rt: Runtime, result: Result) -> R
 
 
 def _report_restore(
-    req: _Request, match: _Match, moved: Moved, rt: Runtime, result: Result
+    req: _Request,
+    match: _Match,
+    moved: Moved,
+    rt: Runtime,
+    result: Result,
+    recording: usage.Recording | None,
 ) -> Result:
     """After placing: record it, then headline, outputs, summary and report (and populate a
     partial hit)."""
     ref, manifest = match.ref, match.manifest
     files, size = match.files, match.size
     seconds = time.monotonic() - req.start
-    _record_restore(req, match, moved, rt, result)
+    _record_restore(req, match, moved, rt, result, recording)
     rate = (moved.downloaded + moved.from_local) / seconds / 1e6 if seconds > 0 else 0.0
     result.headline = (
         f"{match.outcome}: restored {ref.key}, {files} files, {human_bytes(size)} "
@@ -330,12 +339,18 @@ def _report_restore(
 
 
 def _record_restore(
-    req: _Request, match: _Match, moved: Moved, rt: Runtime, result: Result
+    req: _Request,
+    match: _Match,
+    moved: Moved,
+    rt: Runtime,
+    result: Result,
+    recording: usage.Recording | None,
 ) -> None:
-    """Record the key's last use in the store (prune reads it) and the journal entry."""
+    """The key's last use in the store (prune reads it; written while the tree came) and the
+    journal entry."""
     ref, store = match.ref, req.store
-    if not req.by_manifest:  # no key was used: nothing to record
-        unrecorded = usage.touch(store, req.namespace, ref.key)
+    if recording is not None:
+        unrecorded = recording.result()
         if unrecorded:
             result.warning(
                 f"restored, but the last use of {ref.key} was not recorded ({unrecorded}): prune "

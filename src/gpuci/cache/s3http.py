@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 # Answers to PUT, DELETE, HEAD and other control requests are small: a bigger one is hostile.
 CONTROL_CAP = 1 << 20
 _MAX_INTERIM = 16
+# A splice from a socket wakes once this many body bytes are queued (SO_RCVLOWAT), not for
+# every segment the server sends.
+SPLICE_WAKE = 512 << 10
 _MAX_TRAILERS = 64
 
 
@@ -314,6 +317,9 @@ class Body:
         self.conn, self.resp = conn, resp
         self.left = length
         self._direct = False  # http.client's buffer is drained: read from the socket
+        self._lowat = 1  # the socket's SO_RCVLOWAT while this body is spliced (1: the default)
+        self._goal = 0  # see _lowat_goal
+        self._recheck = 0  # bytes to splice before the goal is looked at again
 
     def _buffered(self, want: int) -> bytes:
         """Up to ``want`` bytes from http.client's buffer (one recv when it is empty); once this
@@ -360,18 +366,39 @@ class Body:
             if n < len(data):
                 raise OSError("the pipe took part of the buffered body")
         else:
-            n = os.splice(
-                self.conn.last_sock.fileno(),  # type: ignore[union-attr]
-                pipe.w,
-                want,
-            )
+            sock = self.conn.last_sock
+            assert sock is not None
+            self._wake_at(sock, self._lowat_goal(sock))
+            n = os.splice(sock.fileno(), pipe.w, want)
             if n == 0:
                 raise ConnectionResetError("connection closed mid-body")
         pipe.filled(n)
         self.left -= n
+        self._recheck -= n
         return n
+
+    def _lowat_goal(self, sock: socket.socket) -> int:
+        """How many queued bytes should wake a splice: a quarter of the socket's receive buffer
+        (so setting it never grows the buffer or clamps the window), at most SPLICE_WAKE.
+        The kernel grows the buffer as the body flows: looked at again every ``_recheck``."""
+        if self._goal < SPLICE_WAKE and self._recheck <= 0:
+            rcvbuf = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+            self._goal = max(1, min(SPLICE_WAKE, rcvbuf // 4))
+            self._recheck = SPLICE_WAKE
+        return self._goal
+
+    def _wake_at(self, sock: socket.socket, lowat: int) -> None:
+        """Set SO_RCVLOWAT: a splice from a TCP socket returns whatever is queued, so without it
+        a worker wakes for every 64 KiB the server sends; with it, once ``lowat`` bytes wait.
+        Never above the bytes still to come (the wake-up would never happen)."""
+        lowat = max(1, min(lowat, self.left))
+        if lowat != self._lowat:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+            self._lowat = lowat
 
     def finish(self) -> None:
         """The body is read whole: let http.client send the next request on this connection."""
+        if self._lowat != 1 and self.conn.last_sock is not None:
+            self._wake_at(self.conn.last_sock, 1)
         self.resp.length = 0
         self.resp.close()

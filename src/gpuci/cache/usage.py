@@ -7,6 +7,7 @@ effort: a job whose credentials may only read (a fork's pull request) still rest
 
 from __future__ import annotations
 
+import threading
 from urllib.parse import unquote
 
 from gpuci.cache import layout
@@ -24,6 +25,34 @@ def touch(store: Store, namespace: str, key: str) -> str | None:
     except OSError as exc:  # a read-only store folder
         return exc.strerror or str(exc)
     return None
+
+
+class Recording:
+    """:func:`touch` on a thread of its own, so the write goes out beside the restore's transfer:
+    on a remote store it is one more round trip (30-100 ms) that the restore used to wait for
+    after its last byte. A restore that then fails has still recorded a use (the key was
+    wanted, which is what prune asks)."""
+
+    def __init__(self, store: Store, namespace: str, key: str) -> None:
+        self._why: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(store, namespace, key), name="gpuci-last-use", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, store: Store, namespace: str, key: str) -> None:
+        try:
+            self._why = touch(store, namespace, key)
+        except BaseException as exc:  # re-raised where the caller waits: a bug stays visible
+            self._error = exc
+
+    def result(self) -> str | None:
+        """Wait for the write; returns what :func:`touch` returns."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._why
 
 
 def last_uses(store: Store, namespace: str) -> dict[str, float]:
