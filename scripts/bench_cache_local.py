@@ -7,7 +7,7 @@ file store with the local tier on, then times, alternately, ``python -m gpuci ca
 restore --local-cache-mode MODE`` (the whole CLI, interpreter start included) into a fresh
 folder for each mode, and ``cp -a`` of the tree into a fresh folder. ``copy`` (the default)
 reflinks where the filesystem can and copies elsewhere, ``verify`` also hashes what it places,
-``link`` hardlinks large files (single-tenant runners only; docs/security.md).
+``link`` hardlinks every file without exec bits (single-tenant runners only; docs/security.md).
 
 ``--stores file,s3`` also times the same restores against an S3 store at a custom endpoint
 (``--endpoint-url``, as for MinIO, R2 or SeaweedFS; npm s3rver on 127.0.0.1 here): every file

@@ -28,7 +28,7 @@ from gpuci.cache.common import (
     throttle_signals,
 )
 from gpuci.cache.store import Store
-from gpuci.cache.tier import LINK_MIN, LocalTier, Placed
+from gpuci.cache.tier import LocalTier, Placed
 from gpuci.cache.tree import resolve_path
 from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.retry import aws_max_attempts
@@ -243,11 +243,12 @@ class Moved:
 
 
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
-    """Give the local tier the files just fetched and verified (links, no second copy)."""
+    """Give the local tier the files just fetched and verified (in ``link`` mode by linking
+    them, no second copy; :meth:`LocalTier.adopt` copies in the other modes)."""
     for entry, path in fetched:
-        if entry.size >= LINK_MIN and not entry.mode & 0o111:
+        if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)
-        else:  # small or executable: the job keeps its own writable file with its mode
+        else:  # executable or private: the job keeps its own file and mode
             tier.copy_in(path, entry.sha256)
 
 
@@ -291,7 +292,7 @@ def _place_local(
 
 
 def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root]) -> set[str]:
-    """Digests the tier holds and will hardlink (same filesystem, large, not executable)."""
+    """Digests the tier holds and will hardlink (same filesystem, see LocalTier.links)."""
     if tier is None or tier.mode != "link" or not tier.root.is_dir():
         return set()
     devs = {os.stat(r.target.parent).st_dev for r in roots}
@@ -300,7 +301,7 @@ def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root])
     return {
         e.sha256
         for e in manifest.files
-        if e.size >= LINK_MIN and not e.mode & 0o111 and tier.has(e.sha256, e.size, repair=False)
+        if tier.links(e.size, e.mode) and tier.has(e.sha256, e.size, repair=False)
     }
 
 

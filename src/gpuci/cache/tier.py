@@ -18,7 +18,8 @@ whatever a job sharing the runner did. So
   ``copy`` (default) gives the job an independent file (a reflink where the filesystem can,
   else a copy), so nothing a job does to its tree reaches the tier; ``verify`` also hashes every
   file it places, against anything that edits the tier as the runner's own user; ``link``
-  hardlinks large files into the tree, which trusts every job on the runner (one tenant).
+  hardlinks every file without exec bits into the tree (read-only), which trusts every job on
+  the runner (one tenant).
 
 Blobs are read-only with their mtime frozen at :data:`FROZEN_MTIME`, a cheap tripwire for
 accidental writes through a ``link``-mode hardlink (not a defence: a job can set mtime back).
@@ -44,9 +45,6 @@ from gpuci import inputs
 from gpuci.cache import copying, layout
 from gpuci.errors import InputError
 
-# Smaller files are copied, not linked: the copy costs nothing worth saving, and the job gets
-# writable files for configs, tokenizers and Hugging Face ``refs/main``, which tools rewrite.
-LINK_MIN = 1 << 20
 # 2000-01-01T00:00:00Z: every tier blob carries this mtime; anything else means it was written.
 FROZEN_MTIME = 946684800
 # A blob's last use (its atime) is rewritten only when older than this: eviction needs no finer
@@ -181,6 +179,11 @@ class LocalTier:
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
         self.changed: list[str] = []  # sources that changed between hashing and copying in
         self._ready = False
+        # ``link`` mode: a hardlink from the tier worked where a reflink had just failed, so the
+        # tier's filesystem cannot clone, and a later file that links is on that filesystem too:
+        # link it straight away instead of creating a file only to learn that again (on ext4,
+        # creating a file costs ~20x a link, most of a warm restore of many small files).
+        self._links_first = False
 
     # ----- names ---------------------------------------------------------------------------
     def path(self, digest: str) -> Path:
@@ -203,6 +206,16 @@ class LocalTier:
         folder = self.root / rel
         os.makedirs(folder, mode=0o700, exist_ok=True)
         return folder
+
+    def links(self, size: int, mode: int) -> bool:
+        """Whether a file is placed by a hardlink to its blob (where no reflink can be had).
+
+        Only in ``link`` mode, and only for files with bytes (an empty file is never a blob)
+        whose mode the blob's ``0444`` does not widen or narrow in a way that matters: an
+        executable keeps its exec bits, and a file others may not read (``0600``) stays private,
+        so both get their own copy with their own mode.
+        """
+        return self.mode == "link" and size > 0 and not mode & 0o111 and mode & 0o044 == 0o044
 
     def _temp(self) -> Path:
         return self._folder("tmp") / f"{os.urandom(16).hex()}{layout.INCOMPLETE}"
@@ -355,8 +368,8 @@ class LocalTier:
         (gone, untrusted, or in ``verify`` mode not hashing to its name): the caller fetches it.
 
         ``copy``: reflink, else copy. ``verify``: the same, hashing what was placed.
-        ``link``: reflink, else a hardlink for files of LINK_MIN bytes or more without exec
-        bits (read-only, shared with the tier), else copy.
+        ``link``: reflink, else a hardlink for files without exec bits (read-only, shared with
+        the tier), else copy.
         """
         opened = self._open(digest, size)
         if opened is None:
@@ -367,7 +380,9 @@ class LocalTier:
             if st.st_atime < now - TOUCH_AFTER:  # last use, for LRU (an hour is fine enough)
                 with contextlib.suppress(OSError):
                     os.utime(src, (now, FROZEN_MTIME))
-            linkable = self.mode == "link" and size >= LINK_MIN and not mode & 0o111
+            linkable = self.links(size, mode)
+            if linkable and self._links_first and self._hardlink(digest, st, dest):
+                return Placed("hardlink", st.st_size)
             return self._place_from(src, st, digest, dest, mode, linkable)
         except copying.Mismatch as exc:
             self._drop(self.path(digest), str(exc))
@@ -387,6 +402,7 @@ class LocalTier:
                 dst = -1
                 os.unlink(dest)
                 if self._hardlink(digest, st, dest):
+                    self._links_first = True
                     return Placed("hardlink", st.st_size)
                 dst = os.open(dest, _CREATE, 0o600)
             if self.mode == "verify":

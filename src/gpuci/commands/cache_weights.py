@@ -38,7 +38,7 @@ TIER_INPUTS = (
         "local-cache-mode",
         "How restored files relate to the local cache: copy (an independent file: a reflink "
         "where the filesystem can, else a copy; the default), verify (the same, hashing every "
-        "file placed), link (hardlink large files: trusts every job on the runner; only for "
+        "file placed), link (hardlink files, read-only: trusts every job on the runner; only for "
         "a single-tenant runner). Saves always copy into the local cache, hashing what they "
         "copy. See docs/security.md.",
         "str",
