@@ -197,3 +197,5 @@ def test_a_command_parsed_alone_reads_as_in_the_whole_cli():
         top = command_named(words[0])
         assert top is not None and top.name == words[0]
         assert _help(build_parser(top), words) == _help(whole, words), full_name
+        if len(words) > 1:  # main() narrows a sub-command's parser to that sub-command
+            assert _help(build_parser(top, words[1]), words) == _help(whole, words), full_name

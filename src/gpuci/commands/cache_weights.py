@@ -217,7 +217,7 @@ PRUNE = Command(
         *STORE_INPUTS,
     ),
     target="gpuci.cache.prune:run",
-    typed="gpuci.cache.options:PruneInputs",
+    typed="gpuci.cache.upkeep_options:PruneInputs",
 )
 
 LS = Command(
@@ -229,7 +229,7 @@ LS = Command(
         *STORE_INPUTS,
     ),
     target="gpuci.cache.listing:run",
-    typed="gpuci.cache.options:LsInputs",
+    typed="gpuci.cache.upkeep_options:LsInputs",
 )
 
 PIN_OUTPUTS = (
@@ -257,7 +257,7 @@ PIN = Command(
     ),
     outputs=PIN_OUTPUTS,
     target="gpuci.cache.pins:run_pin",
-    typed="gpuci.cache.options:PinInputs",
+    typed="gpuci.cache.upkeep_options:PinInputs",
 )
 
 UNPIN = Command(
@@ -269,7 +269,7 @@ UNPIN = Command(
     ),
     outputs=PIN_OUTPUTS,
     target="gpuci.cache.pins:run_unpin",
-    typed="gpuci.cache.options:UnpinInputs",
+    typed="gpuci.cache.upkeep_options:UnpinInputs",
 )
 
 COMMAND = Command(
