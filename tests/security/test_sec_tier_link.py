@@ -132,16 +132,9 @@ def test_once_a_link_replaced_a_failed_reflink_later_files_are_linked_straight_a
     assert len(tried) == 1
 
 
-def test_a_blob_swapped_after_its_check_is_never_linked_on_the_straight_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The inode check after linking holds when the link comes first: a blob replaced between
-    the check and the link (by anything writing the tier as us) is unlinked from the job's tree
-    again, and the file is copied from the inode that was checked."""
-    blobs = {"first": b"1" * 100, "second": b"2" * 100}
-    tier, digests = _tier_of(tmp_path, blobs)
-    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
-    assert tier.place(digests["first"], 100, tmp_path / "job" / "first", 0o644).how == "hardlink"
+def _swapping_link(tmp_path: Path):
+    """``os.link`` that first puts a new inode (right size, mode and mtime) under the blob's
+    name, as anything writing the tier as the runner's user could."""
     real_link = os.link
 
     def swap_then_link(src, dst, **kw):
@@ -149,12 +142,39 @@ def test_a_blob_swapped_after_its_check_is_never_linked_on_the_straight_path(
         planted.write_bytes(b"E" * 100)
         os.chmod(planted, 0o444)
         os.utime(planted, (tier_module.FROZEN_MTIME, tier_module.FROZEN_MTIME))
-        os.replace(planted, src)  # a new inode under the blob's name
+        os.replace(planted, src)
         return real_link(src, dst, **kw)
 
-    monkeypatch.setattr(os, "link", swap_then_link)
+    return swap_then_link
+
+
+def test_a_blob_swapped_after_its_check_is_never_linked_on_the_straight_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inode check after linking holds when the link comes first: a blob replaced between
+    the check and the link (by anything writing the tier as us) is unlinked from the job's tree
+    again and not served, so the file comes from the store, whose bytes are hashed."""
+    blobs = {"first": b"1" * 100, "second": b"2" * 100}
+    tier, digests = _tier_of(tmp_path, blobs)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    assert tier.place(digests["first"], 100, tmp_path / "job" / "first", 0o644).how == "hardlink"
+    monkeypatch.setattr(os, "link", _swapping_link(tmp_path))
     dest = tmp_path / "job" / "second"
-    placed = tier.place(digests["second"], 100, dest, 0o644)
+    assert tier.place(digests["second"], 100, dest, 0o644) is None
+    assert not os.path.lexists(dest)
+
+
+def test_the_slow_path_copies_from_the_checked_inode_when_the_blob_is_swapped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any link worked (the first file), a swap is met after the open: the file is
+    copied from the descriptor that was checked, never linked to the new inode."""
+    blobs = {"first": b"1" * 100}
+    tier, digests = _tier_of(tmp_path, blobs)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    monkeypatch.setattr(os, "link", _swapping_link(tmp_path))
+    dest = tmp_path / "job" / "first"
+    placed = tier.place(digests["first"], 100, dest, 0o644)
     assert placed is not None and placed.how == "copy"
-    assert dest.read_bytes() == blobs["second"] and dest.stat().st_nlink == 1
+    assert dest.read_bytes() == blobs["first"] and dest.stat().st_nlink == 1
     assert stat.S_IMODE(dest.stat().st_mode) == 0o644

@@ -358,7 +358,13 @@ def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) 
     for root in roots:
         root.target.parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(root.target)
-    check_space(manifest, roots, _linkable(tier, manifest, roots))
+    try:
+        check_space(manifest, roots)
+    except InfraError:  # only then ask the tier what it links (a lstat per file)
+        linked = _linkable(tier, manifest, roots)
+        if not linked:
+            raise
+        check_space(manifest, roots, linked)
 
 
 def _build_skeleton(

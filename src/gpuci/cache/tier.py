@@ -174,6 +174,7 @@ class LocalTier:
 
     def __init__(self, root: Path, limit: int = 0, mode: str = DEFAULT_MODE) -> None:
         self.root = root
+        self._blobs = os.path.join(root, layout.BLOBS)  # a str: a Path per file costs ~10 us
         self.limit = limit
         self.mode = parse_mode(mode)
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
@@ -188,6 +189,10 @@ class LocalTier:
     # ----- names ---------------------------------------------------------------------------
     def path(self, digest: str) -> Path:
         return self.root / layout.blob_key(digest)
+
+    def _blob(self, digest: str) -> str:
+        """:meth:`path` as a str, for the per-file calls of a warm restore."""
+        return f"{self._blobs}/{digest[:2]}/{digest}"
 
     def _ensure_root(self) -> None:
         """Create the tier 0700 (or tighten ours to 0700) before the first write."""
@@ -230,7 +235,7 @@ class LocalTier:
         finally:
             os.close(fd)
 
-    def _drop(self, path: Path, why: str, repair: bool = True) -> None:
+    def _drop(self, path: Path | str, why: str, repair: bool = True) -> None:
         """Never serve this entry; remove it from our folder when allowed to write."""
         self.ignored.setdefault(str(path), why)
         if repair:
@@ -254,7 +259,7 @@ class LocalTier:
         return out
 
     # ----- lookups -------------------------------------------------------------------------
-    def _intact(self, path: Path, st: os.stat_result, size: int, repair: bool) -> bool:
+    def _intact(self, path: Path | str, st: os.stat_result, size: int, repair: bool) -> bool:
         why = untrusted(st)
         if why is None and st.st_size != size:
             why = f"{st.st_size} bytes, not {size}"
@@ -267,7 +272,7 @@ class LocalTier:
 
     def has(self, digest: str, size: int, repair: bool = True) -> bool:
         """True when a trustworthy blob is there; an untrusted one is removed on sight."""
-        path = self.path(digest)
+        path = self._blob(digest)
         try:
             st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -276,7 +281,7 @@ class LocalTier:
 
     def _open(self, digest: str, size: int) -> tuple[int, os.stat_result] | None:
         """An open, checked blob (never through a symlink), or None."""
-        path = self.path(digest)
+        path = self._blob(digest)
         try:
             fd = os.open(path, _READ)
         except OSError as exc:
@@ -371,18 +376,27 @@ class LocalTier:
         ``link``: reflink, else a hardlink for files without exec bits (read-only, shared with
         the tier), else copy.
         """
+        linkable = self.links(size, mode)
+        if linkable and self._links_first:
+            path = self._blob(digest)
+            try:
+                st = os.lstat(path)  # lstat, as the open below: a symlink is untrusted
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            if not self._intact(path, st, size, repair=True):
+                return None
+            _touch(path, st)
+            linked = self._hardlink(digest, st, dest)
+            if linked == "linked":
+                return Placed("hardlink", st.st_size)
+            if linked == "swapped":  # not the inode checked: the store's copy is used instead
+                return None
         opened = self._open(digest, size)
         if opened is None:
             return None
         src, st = opened
         try:
-            now = time.time()
-            if st.st_atime < now - TOUCH_AFTER:  # last use, for LRU (an hour is fine enough)
-                with contextlib.suppress(OSError):
-                    os.utime(src, (now, FROZEN_MTIME))
-            linkable = self.links(size, mode)
-            if linkable and self._links_first and self._hardlink(digest, st, dest):
-                return Placed("hardlink", st.st_size)
+            _touch(src, st)
             return self._place_from(src, st, digest, dest, mode, linkable)
         except copying.Mismatch as exc:
             self._drop(self.path(digest), str(exc))
@@ -401,7 +415,7 @@ class LocalTier:
                 os.close(dst)
                 dst = -1
                 os.unlink(dest)
-                if self._hardlink(digest, st, dest):
+                if self._hardlink(digest, st, dest) == "linked":
                     self._links_first = True
                     return Placed("hardlink", st.st_size)
                 dst = os.open(dest, _CREATE, 0o600)
@@ -417,19 +431,23 @@ class LocalTier:
                 os.close(dst)
         return Placed("reflink" if reflinked else "copy", st.st_size)
 
-    def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> bool:
-        """``link`` mode: link the very inode that was checked (else leave nothing at dest)."""
+    def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> str:
+        """``link`` mode: link the very inode that was checked, else leave nothing at dest.
+
+        Returns ``linked``, ``refused`` (another filesystem, a link count at its limit) or
+        ``swapped`` (the name held another inode by then: linked, seen and unlinked again).
+        """
         try:
-            os.link(self.path(digest), dest, follow_symlinks=False)
+            os.link(self._blob(digest), dest, follow_symlinks=False)
         except OSError as exc:
             if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
-                return False
+                return "refused"
             raise
         linked = os.lstat(dest)
         if (linked.st_ino, linked.st_dev) != (st.st_ino, st.st_dev):  # swapped meanwhile
             os.unlink(dest)
-            return False
-        return True
+            return "swapped"
+        return "linked"
 
     # ----- eviction ------------------------------------------------------------------------
     def blobs(self) -> list[tuple[float, int, Path]]:
@@ -487,6 +505,17 @@ class LocalTier:
             with contextlib.suppress(FileNotFoundError):
                 if os.lstat(item).st_mtime < cutoff:
                     item.unlink()
+
+
+def _touch(blob: int | str, st: os.stat_result) -> None:
+    """Record a blob's use (its atime, for LRU eviction) when the last one is an hour old."""
+    now = time.time()
+    if st.st_atime < now - TOUCH_AFTER:
+        with contextlib.suppress(OSError):
+            if isinstance(blob, int):  # an open blob
+                os.utime(blob, (now, FROZEN_MTIME))
+            else:  # a name just checked by lstat: never through a link swapped in since
+                os.utime(blob, (now, FROZEN_MTIME), follow_symlinks=False)
 
 
 def _more(items: Any) -> str:
