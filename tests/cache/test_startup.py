@@ -47,9 +47,11 @@ NOT_LOADED = (
     "gpuci.cache.prune",
     "gpuci.cache.pins",
     "gpuci.cache.listing",
+    "argparse",  # a plain command line is read without it (gpuci.cli._plain_args)
 )
-# A file store also makes no request to retry (S3's control requests need the retry policy).
-FILE_NOT_LOADED = ("gpuci.retry",)
+# A file store also makes no request to retry (S3's control requests need the retry policy),
+# starts no thread and removes no folder.
+FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil")
 _PROBE = (
     "import sys, json, contextlib, io\n"
     "from gpuci.cli import main\n"
