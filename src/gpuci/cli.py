@@ -144,13 +144,12 @@ def _plain_args(words: list[str]) -> SimpleNamespace | None:
     top = command_named(words[0]) if words else None
     if top is None:
         return None
-    cmd, rest, full = top, words[1:], top.name
+    cmd: Command | None = top
+    rest, full = words[1:], top.name
     if top.subcommands:
         cmd = next((sub for sub in top.subcommands if rest and sub.name == rest[0]), None)
-        if cmd is None:
-            return None
-        rest, full = rest[1:], f"{top.name} {cmd.name}"
-    if cmd.positional or cmd.target is None:
+        rest, full = rest[1:], f"{full} {rest[0] if rest else ''}"
+    if cmd is None or cmd.positional or cmd.target is None:
         return None
     args = SimpleNamespace(_command=cmd, _full_name=full, dry_run=False, json=False, probe=False)
     specs = {spec.flag: spec for spec in cmd.inputs}
@@ -163,19 +162,21 @@ def _plain_args(words: list[str]) -> SimpleNamespace | None:
         if flag in _COMMON and not eq:
             setattr(args, _COMMON[flag], True)
             continue
-        spec = specs.get(flag)
-        if spec is None or not flag.startswith("--"):
+        found = specs.get(flag)
+        if found is None or not flag.startswith("--"):
             return None  # a positional, an abbreviation, --help, a typo: argparse says what
         if not eq:
             if i < len(rest) and not rest[i].startswith("-"):
                 value, i = rest[i], i + 1
-            elif spec.kind == "bool" and (i == len(rest) or rest[i].startswith("--")):
+            elif found.kind == "bool" and (i == len(rest) or rest[i].startswith("--")):
                 value = "true"  # a bare --comment means true
             else:
                 return None
-        if spec.kind == "lines":  # repeatable: --min a=1 --min b=2
-            value = [*(getattr(args, f"in_{spec.dest}") or []), value]
-        setattr(args, f"in_{spec.dest}", value)
+        dest = f"in_{found.dest}"
+        if found.kind == "lines":  # repeatable: --min a=1 --min b=2 (a list, as argparse's)
+            setattr(args, dest, [*(getattr(args, dest) or []), value])
+        else:
+            setattr(args, dest, value)
     return args
 
 
