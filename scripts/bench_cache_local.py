@@ -7,7 +7,7 @@ file store with the local tier on, then times, alternately, ``python -m gpuci ca
 restore --local-cache-mode MODE`` (the whole CLI, interpreter start included) into a fresh
 folder for each mode, and ``cp -a`` of the tree into a fresh folder. ``copy`` (the default)
 reflinks where the filesystem can and copies elsewhere, ``verify`` also hashes what it places,
-``link`` hardlinks large files (single-tenant runners only; docs/security.md).
+``link`` hardlinks every file without exec bits (single-tenant runners only; docs/security.md).
 
 ``--stores file,s3`` also times the same restores against an S3 store at a custom endpoint
 (``--endpoint-url``, as for MinIO, R2 or SeaweedFS; npm s3rver on 127.0.0.1 here): every file
@@ -24,6 +24,12 @@ latency of a remote store.
     python scripts/bench_cache_local.py --workdir /mnt/xfs/bench     # on a reflink filesystem
     python scripts/bench_cache_local.py --size 16MiB --small 64 --runs 1   # quick
 
+``--also-src DIR`` times a second gpu-ci source tree in the same run (e.g. ``git worktree add
+--detach /tmp/main main`` then ``--also-src /tmp/main/src``), its rows marked ``[other]``: on a
+shared machine, before and after are only comparable side by side. The CPU column is the
+command's user + system seconds (its children's rusage), which another process's load inflates
+less than the wall time.
+
 Run it alone; the cold-restore benchmark against S3 is scripts/bench_cache.py.
 """
 
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -67,10 +74,15 @@ def make_tree(root: Path, count: int, size: int, small: int, small_size: int) ->
         (folder / f"f{i:05d}.bin").write_bytes(os.urandom(small_size))
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str, float]:
+    """(wall seconds, stdout, CPU seconds: user + system) of one command."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
-    return time.perf_counter() - start, done.stdout
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime
+    return wall, done.stdout, cpu
 
 
 def main() -> int:
@@ -94,6 +106,11 @@ def main() -> int:
         "--wan",
         metavar="RATE_MIB_PER_CONN,LATENCY_MS",
         help="timed S3 restores through scripts/wanproxy.py (e.g. 16,30)",
+    )
+    parser.add_argument(
+        "--also-src",
+        metavar="DIR",
+        help="also time the gpu-ci in this src folder (e.g. a worktree of main), in the same run",
     )
     args = parser.parse_args()
     size = parse_size(args.size, "--size")
@@ -135,13 +152,18 @@ def main() -> int:
         stores["seaweedfs"] = ["--store", "s3://bench/local"]
     gpuci = [sys.executable, "-m", "gpuci", "cache-weights"]
     common = ["--key", "bench-local", "--local-cache-size", "0"]
-    rows = [(kind, mode) for kind in stores for mode in modes]
+    srcs = {"this": str(REPO / "src")}
+    if args.also_src:
+        srcs["other"] = str(Path(args.also_src).resolve())
+    rows = [(kind, mode, src) for kind in stores for mode in modes for src in srcs]
     far_label = f" (remote-like {args.wan})" if args.wan else ""
     label = {
         row: f"{row[0]} store{far_label if row[0] == 's3' else ''}, --local-cache-mode {row[1]}"
+        + (f" [{row[2]}]" if len(srcs) > 1 else "")
         for row in rows
     }
     walls: dict[object, list[float]] = {row: [] for row in [*rows, "cp -a"]}
+    cpus: dict[object, list[float]] = {row: [] for row in [*rows, "cp -a"]}
     inner: dict[object, list[float]] = {row: [] for row in rows}
     placed: dict[object, dict[str, int]] = {}
     try:
@@ -162,20 +184,25 @@ def main() -> int:
             _remove(warm)
         subprocess.run(["sync"], check=True)
         for run in range(args.runs):
-            for kind, mode in rows:
-                dest = work / f"restore-{kind}-{mode}-{run}"
+            for row in rows:
+                kind, mode, src = row
+                dest = work / f"restore-{kind}-{mode}-{src}-{run}"
                 where = timed_stores.get(kind, stores[kind])
                 cmd = [*gpuci, "restore", *common, *where, "--local-cache-mode", mode]
-                wall, out = timed([*cmd, "--json", "--path", str(dest)], envs.get(kind, env))
+                own_env = {**envs.get(kind, env), "PYTHONPATH": srcs[src]}
+                wall, out, cpu = timed([*cmd, "--json", "--path", str(dest)], own_env)
                 report = json.loads(out)
                 outputs = report["outputs"]
                 assert int(outputs["bytes-from-local"]) == total, outputs
-                walls[(kind, mode)].append(wall)
-                inner[(kind, mode)].append(float(outputs["seconds"]))
-                placed[(kind, mode)] = report.get("report", {}).get("placed", {})
+                walls[row].append(wall)
+                cpus[row].append(cpu)
+                inner[row].append(float(outputs["seconds"]))
+                placed[row] = report.get("report", {}).get("placed", {})
                 _remove(dest)
             copy = work / f"copy-{run}"
-            walls["cp -a"].append(timed(["cp", "-a", str(tree), str(copy)], env)[0])
+            wall, _, cpu = timed(["cp", "-a", str(tree), str(copy)], env)
+            walls["cp -a"].append(wall)
+            cpus["cp -a"].append(cpu)
             _remove(copy)
     finally:
         if proxy is not None:
@@ -186,12 +213,17 @@ def main() -> int:
         if weed is not None:
             weed.stop()
     c = statistics.median(walls["cp -a"])
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
         f"tree: {args.count} x {human_bytes(size)} + {args.small} x {human_bytes(small_size)}"
-        f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work}"
+        f" = {human_bytes(total)}, {args.runs} runs each, median (min-max), in {work};"
+        f" load average at the end {load} on {os.cpu_count()} CPUs"
     )
-    print("| restore (whole CLI) | placed | seconds | vs cp -a | restore itself (output seconds) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| restore (whole CLI) | placed | seconds | vs cp -a | CPU s | "
+        "restore itself (output seconds) |"
+    )
+    print("|---|---|---|---|---|---|")
     figures = []
     for row, times in walls.items():
         r = statistics.median(times)
@@ -199,9 +231,16 @@ def main() -> int:
         own = f"{statistics.median(inner[row]):.3f}" if row in inner else "-"
         name = label.get(row, "cp -a")  # type: ignore[arg-type]
         span = f"{r:.3f} ({min(times):.3f}-{max(times):.3f})"
-        print(f"| {name} | {how} | {span} | {r / c:.2f}x | {own} |")
+        cpu = statistics.median(cpus[row])
+        print(f"| {name} | {how} | {span} | {r / c:.2f}x | {cpu:.3f} | {own} |")
         figures.append(
-            {"row": name, "seconds": times, "inner": inner.get(row), "placed": placed.get(row)}
+            {
+                "row": name,
+                "seconds": times,
+                "cpu": cpus[row],
+                "inner": inner.get(row),
+                "placed": placed.get(row),
+            }
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"bytes": total, "rows": figures}, indent=2) + "\n")

@@ -197,3 +197,81 @@ def test_a_command_parsed_alone_reads_as_in_the_whole_cli():
         top = command_named(words[0])
         assert top is not None and top.name == words[0]
         assert _help(build_parser(top), words) == _help(whole, words), full_name
+        if len(words) > 1:  # main() narrows a sub-command's parser to that sub-command
+            assert _help(build_parser(top, words[1]), words) == _help(whole, words), full_name
+
+
+def _plain_lines(full_name: str, cmd, rng) -> list[list[str]]:
+    """Command lines of the kind actions and scripts write, in many spellings."""
+    values = ["v", "", "a b", "s3://bucket/prefix", "x=y", "a--b", "1", "true", "\u00e9t\u00e9"]
+    lines = []
+    for _ in range(40):
+        words = full_name.split()
+        for spec in rng.sample(list(cmd.inputs), k=min(len(cmd.inputs), rng.randint(0, 6))):
+            for _ in range(2 if spec.kind == "lines" else rng.randint(1, 2)):
+                value = rng.choice(values)
+                form = rng.choice(
+                    ["split", "equals", "bare"] if spec.kind == "bool" else ["split", "equals"]
+                )
+                if form == "split":
+                    words += [spec.flag, value]
+                elif form == "equals":
+                    words.append(f"{spec.flag}={value}")
+                else:
+                    words.append(spec.flag)
+            if rng.random() < 0.3:
+                words.append(rng.choice(["--json", "--dry-run", "--probe"]))
+        lines.append(words)
+    return lines
+
+
+def test_a_plain_command_line_reads_as_argparse_reads_it():
+    """main() reads plain command lines without argparse (start-up): the same namespace, and
+    anything else is left to argparse (help, errors, abbreviations, values that start with -)."""
+    import random
+
+    from gpuci.cli import _plain_args, build_parser
+
+    whole = build_parser()
+    rng = random.Random(28)
+    read = 0
+    for full_name, cmd in iter_leaf_commands():
+        for words in _plain_lines(full_name, cmd, rng):
+            fast = _plain_args(words)
+            if cmd.positional or cmd.target is None:
+                assert fast is None, words
+                continue
+            assert fast is not None, words
+            parsed, extra = whole.parse_known_args(words)
+            assert extra == [] and vars(parsed) == vars(fast), words
+            read += 1
+    assert read > 500
+    restore = ["cache-weights", "restore", "--key", "k"]
+    for words in (
+        [*restore, "--ke", "k"],  # an abbreviation argparse would accept
+        [*restore, "--path", "-p"],  # a value that looks like a flag
+        [*restore, "--path"],  # no value
+        [*restore, "--json=yes"],
+        [*restore, "--help"],
+        [*restore, "stray"],
+        ["cache-weights", "--json", "restore"],
+        ["cache-weights", "bogus"],
+        ["cache-weights"],
+        ["--version"],
+        [],
+        [*restore, "--fail-on-miss", "-1"],
+    ):
+        assert _plain_args(words) is None, words
+
+
+def test_a_plain_restore_does_not_import_argparse():
+    code = (
+        "import sys, contextlib, io\n"
+        "from gpuci.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['cache-weights', 'restore', '--key', 'k', '--store', 'file:///nonexistent/x',"
+        " '--lookup-only', '--json'])\n"
+        "print(','.join(m for m in ('argparse', 'shutil', 'shlex') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "", proc.stdout

@@ -8,18 +8,21 @@ parses, so a malformed value gets the same one-line error whether it came from a
 
 from __future__ import annotations
 
-import argparse
+import functools
 import os
-import shlex
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, NoReturn
 
 from gpuci import __version__
 from gpuci.commands import Command, all_commands, command_named
 from gpuci.commands.dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.runtime import Result, Runtime, detect_platform, inert
+
+if TYPE_CHECKING:
+    import argparse
 
 EPILOG = """\
 exit codes: 0 ok, 1 a check failed, 2 bad input or configuration, 3 infrastructure
@@ -29,16 +32,24 @@ or JSON (--json).
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line with the fix, like every other gpu-ci error."""
+@functools.cache
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """argparse, but a usage error is one line with the fix, like every other gpu-ci error.
 
-    def error(self, message: str) -> NoReturn:
-        hint = f"see {self.prog} --help"
-        runtime = Runtime()
-        message = runtime.line(message)  # argparse quotes the user's words: one line, redacted
-        if detect_platform(os.environ) == "github":  # an annotation too, like any bad input
-            runtime.render_failure(InputError(f"{self.prog}: {message}", hint=hint))
-        self.exit(2, inert(f"{self.prog}: bad input: {message} (fix: {hint})") + "\n")
+    Made on first use: a command line :func:`_plain_args` reads never imports argparse.
+    """
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            hint = f"see {self.prog} --help"
+            runtime = Runtime()
+            message = runtime.line(message)  # argparse quotes the user's words: one line
+            if detect_platform(os.environ) == "github":  # an annotation too, like any bad input
+                runtime.render_failure(InputError(f"{self.prog}: {message}", hint=hint))
+            self.exit(2, inert(f"{self.prog}: bad input: {message} (fix: {hint})") + "\n")
+
+    return _Parser
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +62,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
+def _add_command(subparsers, cmd: Command, prefix: str = "", only_sub: str | None = None) -> None:
     parser = subparsers.add_parser(
         cmd.name,
         help=cmd.help,
@@ -62,7 +73,8 @@ def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
     if cmd.subcommands:
         inner = parser.add_subparsers(title="sub-commands", metavar="SUB-COMMAND")
         inner.required = True
-        for sub in cmd.subcommands:
+        chosen = [sub for sub in cmd.subcommands if sub.name == only_sub]
+        for sub in chosen or cmd.subcommands:
             _add_command(inner, sub, prefix=f"{full} ")
         return
     parser.set_defaults(_command=cmd, _full_name=full)
@@ -91,10 +103,14 @@ def _add_command(subparsers, cmd: Command, prefix: str = "") -> None:
     _add_common(parser)
 
 
-def build_parser(only: Command | None = None) -> argparse.ArgumentParser:
+def build_parser(only: Command | None = None, sub: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI, or with ``only`` just that command's part of it: enough to parse a command
-    line that starts with its name, without loading every other command's definitions."""
-    parser = _Parser(
+    line that starts with its name, without loading every other command's definitions. ``sub``,
+    when it names one of ``only``'s sub-commands, narrows it to that one (``cache-weights
+    restore`` builds none of save's, prune's or ls's flags: a tenth of a warm hit's start-up)."""
+    import argparse
+
+    parser = _parser_class()(
         prog="python -m gpuci",
         description="gpu-ci: keep GPU CI jobs short, cheap and trustworthy.",
         epilog=EPILOG,
@@ -103,12 +119,68 @@ def build_parser(only: Command | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuci {__version__}")
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     subparsers.required = True
-    for cmd in (only,) if only is not None else all_commands():
-        _add_command(subparsers, cmd)
+    if only is None:
+        for cmd in all_commands():
+            _add_command(subparsers, cmd)
+    else:
+        _add_command(subparsers, only, only_sub=sub)
     return parser
 
 
-def _flags(args: argparse.Namespace, cmd: Command) -> dict[str, str | None]:
+_COMMON = {"--dry-run": "dry_run", "--json": "json", "--probe": "probe"}
+
+
+def _plain_args(words: list[str]) -> SimpleNamespace | None:
+    """What :func:`build_parser` would parse from a plain command line, without argparse; None
+    for anything else, which then goes to argparse (help, errors and their messages included).
+
+    Plain: ``COMMAND [SUB-COMMAND]`` naming a runnable command without a positional input,
+    then only that command's own flags spelt out in full, each ``--flag VALUE`` or
+    ``--flag=VALUE`` with a value that does not start with ``-`` (a ``bool`` input's value may
+    be left out), and ``--json``, ``--dry-run``, ``--probe``. This is what actions and scripts
+    write, and it spares a warm restore importing and building argparse (a tenth of its
+    start-up). tests/test_cli.py checks both readings agree.
+    """
+    top = command_named(words[0]) if words else None
+    if top is None:
+        return None
+    cmd: Command | None = top
+    rest, full = words[1:], top.name
+    if top.subcommands:
+        cmd = next((sub for sub in top.subcommands if rest and sub.name == rest[0]), None)
+        rest, full = rest[1:], f"{full} {rest[0] if rest else ''}"
+    if cmd is None or cmd.positional or cmd.target is None:
+        return None
+    args = SimpleNamespace(_command=cmd, _full_name=full, dry_run=False, json=False, probe=False)
+    specs = {spec.flag: spec for spec in cmd.inputs}
+    for spec in cmd.inputs:
+        setattr(args, f"in_{spec.dest}", None)
+    i = 0
+    while i < len(rest):
+        flag, eq, value = rest[i].partition("=")
+        i += 1
+        if flag in _COMMON and not eq:
+            setattr(args, _COMMON[flag], True)
+            continue
+        found = specs.get(flag)
+        if found is None or not flag.startswith("--"):
+            return None  # a positional, an abbreviation, --help, a typo: argparse says what
+        if not eq:
+            if i < len(rest) and not rest[i].startswith("-"):
+                value, i = rest[i], i + 1
+            elif found.kind == "bool" and (i == len(rest) or rest[i].startswith("--")):
+                value = "true"  # a bare --comment means true
+            else:
+                return None
+        dest = f"in_{found.dest}"
+        if found.kind == "lines":  # repeatable: --min a=1 --min b=2 (a list, as argparse's)
+            setattr(args, dest, [*(getattr(args, dest) or []), value])
+        else:
+            setattr(args, dest, value)
+    return args
+
+
+def _flags(args: argparse.Namespace | SimpleNamespace, cmd: Command) -> dict[str, str | None]:
     flags = {spec.name: getattr(args, f"in_{spec.dest}", None) for spec in cmd.inputs}
     for name, value in flags.items():
         if isinstance(value, list):  # a repeated "lines" flag
@@ -116,6 +188,8 @@ def _flags(args: argparse.Namespace, cmd: Command) -> dict[str, str | None]:
     if cmd.positional:
         positional = getattr(args, f"_pos_{cmd.positional}", None)
         if isinstance(positional, list):  # every word after the flags: one command line
+            import shlex
+
             positional = (
                 shlex.join(positional) if len(positional) > 1 else (positional or [None])[0]
             )
@@ -139,11 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # `python -m gpuci cache-weights restore ...` needs cache-weights' parser only; anything
     # else (--help, --version, a misspelt command) gets the whole CLI and its full messages.
-    parser = build_parser(command_named(words[0]) if words else None)
-    args, extra = parser.parse_known_args(words)
-    if extra:  # name the command whose flags these are not, not the top-level parser
-        prog = f"{parser.prog} {args._full_name}"
-        _Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
+    args: argparse.Namespace | SimpleNamespace | None = _plain_args(words)
+    if args is None:
+        parser = build_parser(
+            command_named(words[0]) if words else None, words[1] if len(words) > 1 else None
+        )
+        args, extra = parser.parse_known_args(words)
+        if extra:  # name the command whose flags these are not, not the top-level parser
+            prog = f"{parser.prog} {args._full_name}"
+            _parser_class()(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     cmd: Command = args._command
     dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
     # --probe: a dry run may ask servers (read by gpuci.probe from the runtime's environment)

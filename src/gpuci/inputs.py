@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpuci.errors import InputError
@@ -118,6 +119,11 @@ def parse_version(raw: str) -> tuple[int, ...]:
 
 def parse_str(raw: str) -> str:
     return raw.strip()
+
+
+def resolve_path(raw: str) -> Path:
+    """A ``path`` input line: ``~`` expanded, relative to the working directory."""
+    return Path(os.path.abspath(os.path.expanduser(raw.strip())))
 
 
 PARSERS: dict[str, Callable[[str], Any]] = {

@@ -16,7 +16,7 @@ from gpuci.cli import run_command
 from gpuci.commands import cache_weights
 from gpuci.runtime import Result, Runtime
 
-BIG = 3 << 20  # above the tier's hardlink threshold (1 MiB)
+BIG = 3 << 20  # a model shard: several copy calls, one hardlink
 FROZEN_MTIME = 946684800  # what the tier stamps on every blob: a planted file copies it too
 _SUB = {sub.name: sub for sub in cache_weights.COMMAND.subcommands}
 
@@ -70,7 +70,7 @@ class Runner:
 
 
 def model_tree(root: Path) -> dict[str, bytes]:
-    """A weights file big enough to be linked, and a small config."""
+    """A weights file and a small config."""
     root.mkdir(parents=True)
     files = {"model.safetensors": os.urandom(BIG), "config.json": b'{"layers": 2}\n'}
     for name, data in files.items():

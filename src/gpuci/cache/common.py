@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuci.adaptive import Concurrency
 from gpuci.cache import layout
 from gpuci.cache.options import StoreFields
 from gpuci.cache.store import Store, redact_url
@@ -15,6 +14,9 @@ from gpuci.cache.stores import open_store
 from gpuci.errors import StoreError
 from gpuci.runtime import Runtime, markdown_table
 from gpuci.units import human_bytes
+
+if TYPE_CHECKING:  # the controller (and threading) load only for a transfer
+    from gpuci.adaptive import Concurrency
 
 __all__ = [
     "CREDENTIAL_SOURCES",

@@ -10,10 +10,13 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
-from gpuci.adaptive import Concurrency
 from gpuci.errors import InputError
+
+if TYPE_CHECKING:
+    from gpuci.adaptive import Concurrency
 
 FORMAT_VERSION = 1
 
@@ -211,6 +214,8 @@ def workers(environ: Mapping[str, str] | None = None) -> int:
 def concurrency(environ: Mapping[str, str], ceiling: int) -> Concurrency:
     """The controller for one transfer: the user's fixed count (at most MAX_CONNECTIONS),
     else adaptive from a few connections up to ``ceiling``."""
+    from gpuci.adaptive import Concurrency  # (and threading): only for a transfer
+
     fixed = fixed_workers(environ)
     if fixed is not None:
         return Concurrency.fixed(min(fixed, MAX_CONNECTIONS))

@@ -8,10 +8,10 @@ import time
 
 from gpuci.cache import layout, refs, usage
 from gpuci.cache.common import store_from
-from gpuci.cache.options import LsInputs
 from gpuci.cache.pins import read_all
 from gpuci.cache.refs import escape
 from gpuci.cache.store import LocalStore, Store
+from gpuci.cache.upkeep_options import LsInputs
 from gpuci.cache.workpool import parallel
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes

@@ -1,4 +1,8 @@
-"""The typed inputs of the ``cache-weights`` sub-commands: one frozen dataclass each.
+"""The typed inputs of ``cache-weights restore`` and ``save``: one frozen dataclass each.
+
+The store's upkeep sub-commands (prune, ls, pin, unpin) have theirs in
+:mod:`gpuci.cache.upkeep_options`, so a restore, whose start-up is the whole cost of a warm hit,
+does not build four classes it never uses.
 
 Field names are the inputs' names in snake_case and their types follow the specs in
 :mod:`gpuci.commands.cache_weights` (``tests/test_typed.py`` checks they stay in step). The CLI,
@@ -11,16 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpuci.cache.layout import PRUNE_GRACE
-
 __all__ = [
-    "LsInputs",
-    "PinInputs",
-    "PruneInputs",
     "RestoreInputs",
     "SaveInputs",
     "StoreFields",
-    "UnpinInputs",
 ]
 
 
@@ -91,48 +89,3 @@ class RestoreInputs:
             hf_repo=self.hf_repo,
             hf_revision=self.hf_revision,
         )
-
-
-@dataclass(frozen=True)
-class PruneInputs:
-    """What ``cache-weights prune`` is given (durations in seconds)."""
-
-    older_than: float = 0.0
-    keep: int = 0
-    prefix: str = ""
-    grace: float = float(PRUNE_GRACE)
-    store: str = ""
-    endpoint_url: str = ""
-    region: str = ""
-
-
-@dataclass(frozen=True)
-class LsInputs:
-    """What ``cache-weights ls`` is given."""
-
-    prefix: str = ""
-    pins: bool = False
-    store: str = ""
-    endpoint_url: str = ""
-    region: str = ""
-
-
-@dataclass(frozen=True)
-class PinInputs:
-    """What ``cache-weights pin`` is given."""
-
-    manifest: str = ""
-    reason: str = ""
-    store: str = ""
-    endpoint_url: str = ""
-    region: str = ""
-
-
-@dataclass(frozen=True)
-class UnpinInputs:
-    """What ``cache-weights unpin`` is given."""
-
-    manifest: str = ""
-    store: str = ""
-    endpoint_url: str = ""
-    region: str = ""

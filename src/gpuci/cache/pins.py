@@ -17,9 +17,9 @@ from typing import Any
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import store_from
-from gpuci.cache.options import PinInputs, UnpinInputs
 from gpuci.cache.refs import fetch_by_digest
 from gpuci.cache.store import LocalStore, Store
+from gpuci.cache.upkeep_options import PinInputs, UnpinInputs
 from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError, StoreError
 from gpuci.runtime import Result, Runtime

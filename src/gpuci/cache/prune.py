@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from gpuci.cache import layout, pins, refs, usage
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
-from gpuci.cache.options import PruneInputs
 from gpuci.cache.store import LocalStore, ObjectInfo, Store
+from gpuci.cache.upkeep_options import PruneInputs
 from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime, markdown_table

@@ -14,10 +14,8 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import shutil
 import stat
 from collections.abc import Set as AbstractSet
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +26,9 @@ from gpuci.cache.common import (
     throttle_signals,
 )
 from gpuci.cache.store import Store
-from gpuci.cache.tier import LINK_MIN, LocalTier, Placed
-from gpuci.cache.tree import resolve_path
+from gpuci.cache.tier import LocalTier, Placed
 from gpuci.errors import InfraError, InputError, IntegrityError
-from gpuci.retry import aws_max_attempts
+from gpuci.inputs import resolve_path
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
 
@@ -88,7 +85,7 @@ def sweep_stale(target: Path) -> None:
             continue
         pid = item.name[len(stem) :].removesuffix(_TRASH_SUFFIX)
         if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(item, ignore_errors=True)
+            _rmtree(item)
 
 
 def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
@@ -129,8 +126,8 @@ def _place(root: _Root) -> None:
         _merge(root.staging, top, root.trash)
     finally:
         os.close(top)
-    shutil.rmtree(root.staging, ignore_errors=True)
-    shutil.rmtree(root.trash, ignore_errors=True)
+    _rmtree(root.staging)
+    _rmtree(root.trash)
 
 
 # Descending into the target when merging: never through a symlink (ELOOP instead).
@@ -223,7 +220,8 @@ def check_space(
         prior = need_by_dev.get(dev, (0, root.target.parent))[0]
         need_by_dev[dev] = (prior + size, root.target.parent)
     for need, where in need_by_dev.values():
-        free = shutil.disk_usage(where).free
+        fs = os.statvfs(where)  # what shutil.disk_usage reads, without importing shutil
+        free = fs.f_bavail * fs.f_frsize
         if need + DISK_MARGIN > free:
             raise InfraError(
                 f"not enough disk to restore into {where}: the tree needs {human_bytes(need)}, "
@@ -243,11 +241,12 @@ class Moved:
 
 
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
-    """Give the local tier the files just fetched and verified (links, no second copy)."""
+    """Give the local tier the files just fetched and verified (in ``link`` mode by linking
+    them, no second copy; :meth:`LocalTier.adopt` copies in the other modes)."""
     for entry, path in fetched:
-        if entry.size >= LINK_MIN and not entry.mode & 0o111:
+        if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)
-        else:  # small or executable: the job keeps its own writable file with its mode
+        else:  # executable or private: the job keeps its own file and mode
             tier.copy_in(path, entry.sha256)
 
 
@@ -270,6 +269,8 @@ def _place_local(
     big = sorted((f for f in files if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
     small = [f for f in files if f[0].size < PARALLEL_MIN]
     if big and len(files) > 1 and PLACE_THREADS > 1:
+        from concurrent.futures import ThreadPoolExecutor  # (and logging): only when it pays
+
         # Big files in the pool; small ones meanwhile in this thread, where a thread hop per
         # 64 KiB file would cost more than the copy.
         with ThreadPoolExecutor(min(PLACE_THREADS, len(big))) as pool:
@@ -291,7 +292,7 @@ def _place_local(
 
 
 def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root]) -> set[str]:
-    """Digests the tier holds and will hardlink (same filesystem, large, not executable)."""
+    """Digests the tier holds and will hardlink (same filesystem, see LocalTier.links)."""
     if tier is None or tier.mode != "link" or not tier.root.is_dir():
         return set()
     devs = {os.stat(r.target.parent).st_dev for r in roots}
@@ -300,7 +301,7 @@ def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root])
     return {
         e.sha256
         for e in manifest.files
-        if e.size >= LINK_MIN and not e.mode & 0o111 and tier.has(e.sha256, e.size, repair=False)
+        if tier.links(e.size, e.mode) and tier.has(e.sha256, e.size, repair=False)
     }
 
 
@@ -357,7 +358,13 @@ def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) 
     for root in roots:
         root.target.parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(root.target)
-    check_space(manifest, roots, _linkable(tier, manifest, roots))
+    try:
+        check_space(manifest, roots)
+    except InfraError:  # only then ask the tier what it links (a lstat per file)
+        linked = _linkable(tier, manifest, roots)
+        if not linked:
+            raise
+        check_space(manifest, roots, linked)
 
 
 def _build_skeleton(
@@ -436,13 +443,24 @@ def _download(
 
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
+    from gpuci.retry import aws_max_attempts  # only when fetching
+
     return "standard", aws_max_attempts(rt.environ)
 
 
 def _cleanup(roots: list[_Root]) -> None:
     for root in roots:
-        shutil.rmtree(root.staging, ignore_errors=True)
-        shutil.rmtree(root.trash, ignore_errors=True)
+        _rmtree(root.staging)
+        _rmtree(root.trash)
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a staging or trash folder, if any (shutil loads only when there is one: a warm
+    restore into a new folder never needs it, and its import is a tenth of the start-up)."""
+    if os.path.lexists(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def read_entry(store: Store, entry: mf.Entry) -> bytes:

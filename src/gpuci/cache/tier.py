@@ -18,7 +18,8 @@ whatever a job sharing the runner did. So
   ``copy`` (default) gives the job an independent file (a reflink where the filesystem can,
   else a copy), so nothing a job does to its tree reaches the tier; ``verify`` also hashes every
   file it places, against anything that edits the tier as the runner's own user; ``link``
-  hardlinks large files into the tree, which trusts every job on the runner (one tenant).
+  hardlinks every file without exec bits into the tree (read-only), which trusts every job on
+  the runner (one tenant).
 
 Blobs are read-only with their mtime frozen at :data:`FROZEN_MTIME`, a cheap tripwire for
 accidental writes through a ``link``-mode hardlink (not a defence: a job can set mtime back).
@@ -44,9 +45,6 @@ from gpuci import inputs
 from gpuci.cache import copying, layout
 from gpuci.errors import InputError
 
-# Smaller files are copied, not linked: the copy costs nothing worth saving, and the job gets
-# writable files for configs, tokenizers and Hugging Face ``refs/main``, which tools rewrite.
-LINK_MIN = 1 << 20
 # 2000-01-01T00:00:00Z: every tier blob carries this mtime; anything else means it was written.
 FROZEN_MTIME = 946684800
 # A blob's last use (its atime) is rewritten only when older than this: eviction needs no finer
@@ -176,15 +174,25 @@ class LocalTier:
 
     def __init__(self, root: Path, limit: int = 0, mode: str = DEFAULT_MODE) -> None:
         self.root = root
+        self._blobs = os.path.join(root, layout.BLOBS)  # a str: a Path per file costs ~10 us
         self.limit = limit
         self.mode = parse_mode(mode)
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
         self.changed: list[str] = []  # sources that changed between hashing and copying in
         self._ready = False
+        # ``link`` mode: a hardlink from the tier worked where a reflink had just failed, so the
+        # tier's filesystem cannot clone, and a later file that links is on that filesystem too:
+        # link it straight away instead of creating a file only to learn that again (on ext4,
+        # creating a file costs ~20x a link, most of a warm restore of many small files).
+        self._links_first = False
 
     # ----- names ---------------------------------------------------------------------------
     def path(self, digest: str) -> Path:
         return self.root / layout.blob_key(digest)
+
+    def _blob(self, digest: str) -> str:
+        """:meth:`path` as a str, for the per-file calls of a warm restore."""
+        return f"{self._blobs}/{digest[:2]}/{digest}"
 
     def _ensure_root(self) -> None:
         """Create the tier 0700 (or tighten ours to 0700) before the first write."""
@@ -204,6 +212,16 @@ class LocalTier:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         return folder
 
+    def links(self, size: int, mode: int) -> bool:
+        """Whether a file is placed by a hardlink to its blob (where no reflink can be had).
+
+        Only in ``link`` mode, and only for files with bytes (an empty file is never a blob)
+        whose mode the blob's ``0444`` does not widen or narrow in a way that matters: an
+        executable keeps its exec bits, and a file others may not read (``0600``) stays private,
+        so both get their own copy with their own mode.
+        """
+        return self.mode == "link" and size > 0 and not mode & 0o111 and mode & 0o044 == 0o044
+
     def _temp(self) -> Path:
         return self._folder("tmp") / f"{os.urandom(16).hex()}{layout.INCOMPLETE}"
 
@@ -217,7 +235,7 @@ class LocalTier:
         finally:
             os.close(fd)
 
-    def _drop(self, path: Path, why: str, repair: bool = True) -> None:
+    def _drop(self, path: Path | str, why: str, repair: bool = True) -> None:
         """Never serve this entry; remove it from our folder when allowed to write."""
         self.ignored.setdefault(str(path), why)
         if repair:
@@ -241,7 +259,7 @@ class LocalTier:
         return out
 
     # ----- lookups -------------------------------------------------------------------------
-    def _intact(self, path: Path, st: os.stat_result, size: int, repair: bool) -> bool:
+    def _intact(self, path: Path | str, st: os.stat_result, size: int, repair: bool) -> bool:
         why = untrusted(st)
         if why is None and st.st_size != size:
             why = f"{st.st_size} bytes, not {size}"
@@ -254,7 +272,7 @@ class LocalTier:
 
     def has(self, digest: str, size: int, repair: bool = True) -> bool:
         """True when a trustworthy blob is there; an untrusted one is removed on sight."""
-        path = self.path(digest)
+        path = self._blob(digest)
         try:
             st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -263,7 +281,7 @@ class LocalTier:
 
     def _open(self, digest: str, size: int) -> tuple[int, os.stat_result] | None:
         """An open, checked blob (never through a symlink), or None."""
-        path = self.path(digest)
+        path = self._blob(digest)
         try:
             fd = os.open(path, _READ)
         except OSError as exc:
@@ -355,19 +373,30 @@ class LocalTier:
         (gone, untrusted, or in ``verify`` mode not hashing to its name): the caller fetches it.
 
         ``copy``: reflink, else copy. ``verify``: the same, hashing what was placed.
-        ``link``: reflink, else a hardlink for files of LINK_MIN bytes or more without exec
-        bits (read-only, shared with the tier), else copy.
+        ``link``: reflink, else a hardlink for files without exec bits (read-only, shared with
+        the tier), else copy.
         """
+        linkable = self.links(size, mode)
+        if linkable and self._links_first:
+            path = self._blob(digest)
+            try:
+                st = os.lstat(path)  # lstat, as the open below: a symlink is untrusted
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            if not self._intact(path, st, size, repair=True):
+                return None
+            _touch(path, st)
+            linked = self._hardlink(digest, st, dest)
+            if linked == "linked":
+                return Placed("hardlink", st.st_size)
+            if linked == "swapped":  # not the inode checked: the store's copy is used instead
+                return None
         opened = self._open(digest, size)
         if opened is None:
             return None
         src, st = opened
         try:
-            now = time.time()
-            if st.st_atime < now - TOUCH_AFTER:  # last use, for LRU (an hour is fine enough)
-                with contextlib.suppress(OSError):
-                    os.utime(src, (now, FROZEN_MTIME))
-            linkable = self.mode == "link" and size >= LINK_MIN and not mode & 0o111
+            _touch(src, st)
             return self._place_from(src, st, digest, dest, mode, linkable)
         except copying.Mismatch as exc:
             self._drop(self.path(digest), str(exc))
@@ -386,7 +415,8 @@ class LocalTier:
                 os.close(dst)
                 dst = -1
                 os.unlink(dest)
-                if self._hardlink(digest, st, dest):
+                if self._hardlink(digest, st, dest) == "linked":
+                    self._links_first = True
                     return Placed("hardlink", st.st_size)
                 dst = os.open(dest, _CREATE, 0o600)
             if self.mode == "verify":
@@ -401,19 +431,23 @@ class LocalTier:
                 os.close(dst)
         return Placed("reflink" if reflinked else "copy", st.st_size)
 
-    def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> bool:
-        """``link`` mode: link the very inode that was checked (else leave nothing at dest)."""
+    def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> str:
+        """``link`` mode: link the very inode that was checked, else leave nothing at dest.
+
+        Returns ``linked``, ``refused`` (another filesystem, a link count at its limit) or
+        ``swapped`` (the name held another inode by then: linked, seen and unlinked again).
+        """
         try:
-            os.link(self.path(digest), dest, follow_symlinks=False)
+            os.link(self._blob(digest), dest, follow_symlinks=False)
         except OSError as exc:
             if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
-                return False
+                return "refused"
             raise
         linked = os.lstat(dest)
         if (linked.st_ino, linked.st_dev) != (st.st_ino, st.st_dev):  # swapped meanwhile
             os.unlink(dest)
-            return False
-        return True
+            return "swapped"
+        return "linked"
 
     # ----- eviction ------------------------------------------------------------------------
     def blobs(self) -> list[tuple[float, int, Path]]:
@@ -471,6 +505,17 @@ class LocalTier:
             with contextlib.suppress(FileNotFoundError):
                 if os.lstat(item).st_mtime < cutoff:
                     item.unlink()
+
+
+def _touch(blob: int | str, st: os.stat_result) -> None:
+    """Record a blob's use (its atime, for LRU eviction) when the last one is an hour old."""
+    now = time.time()
+    if st.st_atime < now - TOUCH_AFTER:
+        with contextlib.suppress(OSError):
+            if isinstance(blob, int):  # an open blob
+                os.utime(blob, (now, FROZEN_MTIME))
+            else:  # a name just checked by lstat: never through a link swapped in since
+                os.utime(blob, (now, FROZEN_MTIME), follow_symlinks=False)
 
 
 def _more(items: Any) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from gpuci.cache import links
 from gpuci.cache.manifest import Entry
 from gpuci.errors import InputError
+from gpuci.inputs import resolve_path
 
 
 @dataclass
@@ -29,11 +30,6 @@ class Tree:
 
     def source(self, entry: Entry) -> Path:
         return self.sources[id(entry)]
-
-
-def resolve_path(raw: str) -> Path:
-    """A ``path`` input line: ``~`` expanded, relative to the working directory."""
-    return Path(os.path.abspath(os.path.expanduser(raw.strip())))
 
 
 def _inside(rel: str, target: str) -> str | None:

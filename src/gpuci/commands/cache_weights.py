@@ -38,7 +38,7 @@ TIER_INPUTS = (
         "local-cache-mode",
         "How restored files relate to the local cache: copy (an independent file: a reflink "
         "where the filesystem can, else a copy; the default), verify (the same, hashing every "
-        "file placed), link (hardlink large files: trusts every job on the runner; only for "
+        "file placed), link (hardlink files, read-only: trusts every job on the runner; only for "
         "a single-tenant runner). Saves always copy into the local cache, hashing what they "
         "copy. See docs/security.md.",
         "str",
@@ -217,7 +217,7 @@ PRUNE = Command(
         *STORE_INPUTS,
     ),
     target="gpuci.cache.prune:run",
-    typed="gpuci.cache.options:PruneInputs",
+    typed="gpuci.cache.upkeep_options:PruneInputs",
 )
 
 LS = Command(
@@ -229,7 +229,7 @@ LS = Command(
         *STORE_INPUTS,
     ),
     target="gpuci.cache.listing:run",
-    typed="gpuci.cache.options:LsInputs",
+    typed="gpuci.cache.upkeep_options:LsInputs",
 )
 
 PIN_OUTPUTS = (
@@ -257,7 +257,7 @@ PIN = Command(
     ),
     outputs=PIN_OUTPUTS,
     target="gpuci.cache.pins:run_pin",
-    typed="gpuci.cache.options:PinInputs",
+    typed="gpuci.cache.upkeep_options:PinInputs",
 )
 
 UNPIN = Command(
@@ -269,7 +269,7 @@ UNPIN = Command(
     ),
     outputs=PIN_OUTPUTS,
     target="gpuci.cache.pins:run_unpin",
-    typed="gpuci.cache.options:UnpinInputs",
+    typed="gpuci.cache.upkeep_options:UnpinInputs",
 )
 
 COMMAND = Command(
