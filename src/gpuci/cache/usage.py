@@ -7,12 +7,11 @@ effort: a job whose credentials may only read (a fork's pull request) still rest
 
 from __future__ import annotations
 
-import threading
 from urllib.parse import unquote
 
 from gpuci.cache import layout
 from gpuci.cache.manifest import canonical_json, now_iso
-from gpuci.cache.store import Store
+from gpuci.cache.store import LocalStore, Store
 from gpuci.errors import GpuciError
 
 
@@ -31,15 +30,21 @@ class Recording:
     """:func:`touch` on a thread of its own, so the write goes out beside the restore's transfer:
     on a remote store it is one more round trip (30-100 ms) that the restore used to wait for
     after its last byte. A restore that then fails has still recorded a use (the key was
-    wanted, which is what prune asks)."""
+    wanted, which is what prune asks). On a file store the record is one local rename: it is
+    written when the result is asked for, and a tier hit starts no thread (nor imports one)."""
 
     def __init__(self, store: Store, namespace: str, key: str) -> None:
+        self._args = (store, namespace, key)
         self._why: str | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(store, namespace, key), name="gpuci-last-use", daemon=True
-        )
-        self._thread.start()
+        self._thread = None
+        if not isinstance(store, LocalStore):
+            import threading
+
+            self._thread = threading.Thread(
+                target=self._run, args=self._args, name="gpuci-last-use", daemon=True
+            )
+            self._thread.start()
 
     def _run(self, store: Store, namespace: str, key: str) -> None:
         try:
@@ -48,7 +53,10 @@ class Recording:
             self._error = exc
 
     def result(self) -> str | None:
-        """Wait for the write; returns what :func:`touch` returns."""
+        """Wait for the write (or, on a file store, make it now); returns what :func:`touch`
+        returns."""
+        if self._thread is None:
+            return touch(*self._args)
         self._thread.join()
         if self._error is not None:
             raise self._error
