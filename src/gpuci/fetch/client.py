@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from gpuci.errors import InputError
+from gpuci.fetch.memory import keep_buffers_in_heap
 from gpuci.fetch.policy import Refused
 from gpuci.fetch.urls import check_url, origin, shown_url
 from gpuci.redact import excerpt
@@ -72,6 +73,7 @@ def _read_more_per_call() -> None:
 def new_client(policy: FetchPolicy, connections: int = 8) -> httpx.Client:
     """An httpx client for downloads: pooled connections, no cookie jar, redirects by hand."""
     _read_more_per_call()
+    keep_buffers_in_heap()  # those 1 MiB reads, reused instead of faulted in anew (memory.py)
     return httpx.Client(
         follow_redirects=False,  # open_response follows them, without leaking credentials
         cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
