@@ -467,3 +467,37 @@ def test_a_changed_last_modified_mid_download_starts_over(tmp_path, seg_policy):
         assert (tmp_path / "out.bin").read_bytes() == new
         assert res.sha256 == hashlib.sha256(new).hexdigest()
         assert any(g.range is None for g in srv.gets()[1:]), "restarted from byte 0"
+
+
+class _SlowSha256:
+    """sha256 at ~50 MB/s: a hash that cannot keep up with a loopback connection."""
+
+    def __init__(self) -> None:
+        self._inner = hashlib.sha256()
+
+    def update(self, data) -> None:
+        time.sleep(len(data) / 50e6)
+        self._inner.update(data)
+
+    def hexdigest(self) -> str:
+        return self._inner.hexdigest()
+
+
+def test_no_connection_opens_while_the_hash_is_behind(tmp_path, policy, monkeypatch):
+    """One connection already brings bytes faster than they are hashed: sha256 is sequential,
+    so a second connection cannot verify them sooner, only cost CPU. The controller's first
+    window always steps up to 2 (before: this download used 2 connections); held at 1."""
+    import types
+
+    monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
+    big = os.urandom(64 << 20)  # larger than what the queues and socket buffers hold
+    with FaultyServer() as srv:
+        srv.add("/big", big)
+        policy = replace(
+            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
+        )
+        res = fetch_file(
+            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
+        )
+        assert (tmp_path / "out.bin").read_bytes() == big
+        assert (res.connections, len(srv.gets("/big"))) == (1, 1)

@@ -11,7 +11,9 @@ still to come (work stealing); the connection that owned it stops at the new bou
 It starts wide, as ``aria2c -x8 -s8`` does: the first response already tells the size, so the
 first round opens :func:`wide_start` connections at once (one per two segments' worth of what
 is left, at most 8), instead of doubling from one, which cost a remote-like link a second of
-ramp per file. The controller then grows from there while throughput keeps rising.
+ramp per file. The controller then grows from there while throughput keeps rising, and
+no connection opens while the hash is behind (:meth:`Segmenter._hash_behind`): sha256 eats
+bytes in order on one core, so once it is the limit more connections only cost CPU.
 
 When: only if the first response proves the server can do it safely: a strong validator
 (:func:`gpuci.fetch.validators.segment_validator`: an ``ETag`` never ``W/``, or with no ETag a
@@ -88,6 +90,9 @@ _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
 # on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
 _GAIN = 1.3
+# Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
+# (half of the first connection's queues: it keeps up, the lag stays under one batch).
+_HASH_LAG = (_HEAD_DEPTH // 2) << 20
 
 
 class SegmentsRefused(RangeMismatch):
@@ -195,7 +200,11 @@ class Segmenter:
                     self.stop.set()
                 if self.running == 0 and (self.stop.is_set() or self._all_done()):
                     break
-                while not self.stop.is_set() and self.running < self.conc.limit:
+                while (
+                    not self.stop.is_set()
+                    and self.running < self.conc.limit
+                    and not self._hash_behind()
+                ):
                     seg = self._take()
                     if seg is None:
                         break
@@ -239,6 +248,16 @@ class Segmenter:
         )
         self.threads.append(thread)
         thread.start()
+
+    def _hash_behind(self) -> bool:
+        """Bytes wait at the cursor to be hashed: another connection cannot help then.
+
+        sha256 is sequential, so no count of connections verifies faster than one core hashes;
+        on loopback the controller's first step (it always tries 2) and load noise opened 2-8
+        connections, each costing CPU (threads, pieces read back for the in-order hash) while
+        the hash was already the limit. Held, not refused: the count grows again once the hash
+        keeps up (a far server never gets here: its connections are slower than the hash)."""
+        return self.head.written - self.part.cursor.position >= _HASH_LAG
 
     def _all_done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
