@@ -501,3 +501,27 @@ def test_no_connection_opens_while_the_hash_is_behind(tmp_path, policy, monkeypa
         )
         assert (tmp_path / "out.bin").read_bytes() == big
         assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_busy_client_adds_no_connection_a_capped_link_does(tmp_path, policy, monkeypatch, busy):
+    """A connection capped by the link (8 MB/s here) leaves the client idle: the controller
+    adds connections. When the process is busy reading one (a clock that says it used one
+    core all along, as on loopback), another would compete for the same CPU: held at 1
+    (before: 2, from the controller's first step)."""
+    if busy:
+        monkeypatch.setattr(time, "process_time", time.monotonic)
+    big = os.urandom(4 << 20)
+    with FaultyServer(rate=8_000_000) as srv:
+        srv.add("/big", big)
+        policy = replace(
+            policy, connections=4, connections_start=1, segment_bytes=256 << 10, timeout=10
+        )
+        res = fetch_file(
+            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
+        )
+        assert (tmp_path / "out.bin").read_bytes() == big
+        if busy:
+            assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+        else:
+            assert res.connections >= 2

@@ -93,6 +93,14 @@ _GAIN = 1.3
 # Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
 # (half of the first connection's queues: it keeps up, the lag stays under one batch).
 _HASH_LAG = (_HEAD_DEPTH // 2) << 20
+# This process using at least this many cores while the first connection reads alone: its
+# speed is set by this machine's CPU, not by the link. A capped link keeps the client nearly
+# idle (16 MiB/s costs ~0.05 of a core: ~3 CPU s per verified GiB, hash included); loopback
+# kept it at 0.8-1.3 cores (scripts/bench_fetch.py, docs/benchmarks.md), where one connection
+# already brings bytes about as fast as one core hashes them, and a second one only competes
+# with it for the same CPU.
+_BUSY = 0.5
+_BUSY_WINDOW_S = 0.1  # shorter than the controller's window: measured before its first step
 
 
 class SegmentsRefused(RangeMismatch):
@@ -185,6 +193,7 @@ class Segmenter:
         self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
+        self.head_busy = 0.0  # cores this process used during the head's last window
 
     # ----- supervisor --------------------------------------------------------------------------
     def run(self, head: httpx.Response) -> None:
@@ -203,7 +212,7 @@ class Segmenter:
                 while (
                     not self.stop.is_set()
                     and self.running < self.conc.limit
-                    and not self._hash_behind()
+                    and not self._cpu_bound()
                 ):
                     seg = self._take()
                     if seg is None:
@@ -249,15 +258,20 @@ class Segmenter:
         self.threads.append(thread)
         thread.start()
 
-    def _hash_behind(self) -> bool:
-        """Bytes wait at the cursor to be hashed: another connection cannot help then.
+    def _cpu_bound(self) -> bool:
+        """This machine, not the link, is the limit: another connection cannot help then.
 
-        sha256 is sequential, so no count of connections verifies faster than one core hashes;
-        on loopback the controller's first step (it always tries 2) and load noise opened 2-8
-        connections, each costing CPU (threads, pieces read back for the in-order hash) while
-        the hash was already the limit. Held, not refused: the count grows again once the hash
-        keeps up (a far server never gets here: its connections are slower than the hash)."""
-        return self.head.written - self.part.cursor.position >= _HASH_LAG
+        Either bytes wait at the cursor to be hashed, or the process was busy (``_BUSY``)
+        while the first connection read. sha256 is sequential, so no count of connections
+        verifies faster than one core hashes; on loopback the controller's first step (it
+        always tries 2) and load noise opened 2-8 connections, each costing CPU (threads,
+        pieces read back for the in-order hash) for no speed. Held, not refused: the count
+        grows again once neither holds. Only while a connection runs, so pending ranges are
+        never stranded."""
+        if self.running == 0:
+            return False
+        lag = self.head.written - self.part.cursor.position
+        return self.head_busy >= _BUSY or lag >= _HASH_LAG
 
     def _all_done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
@@ -445,8 +459,13 @@ class Segmenter:
         depth = _HEAD_DEPTH if seg is self.head else _SINK_DEPTH
         sink = Sink(self.part, seg.pos, on_written, depth=depth)
         deadline = self.job.started + self.policy.deadline
+        head = seg is self.head
+        clock, busy = time.monotonic(), time.process_time()
         try:
             for chunk in resp.iter_raw():
+                if head and (now := time.monotonic()) - clock >= _BUSY_WINDOW_S:
+                    spent, busy = time.process_time() - busy, time.process_time()
+                    self.head_busy, clock = spent / (now - clock), now
                 with self.lock:
                     take = min(len(chunk), seg.end - seg.pos)
                     seg.pos += take
@@ -464,6 +483,8 @@ class Segmenter:
                         hint="raise the deadline input, or add a closer mirror",
                     )
         finally:
+            if head:
+                self.head_busy = 0.0
             sink.close()
 
 
