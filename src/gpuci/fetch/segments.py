@@ -58,6 +58,7 @@ from gpuci.adaptive import Concurrency
 from gpuci.errors import FetchError
 from gpuci.fetch.client import (
     CREDENTIALS_KEPT,
+    Body,
     check_identity,
     open_response,
     parse_content_range,
@@ -460,9 +461,13 @@ class Segmenter:
         sink = Sink(self.part, seg.pos, on_written, depth=depth)
         deadline = self.job.started + self.policy.deadline
         head = seg is self.head
+        # The first, open-ended response reads straight from its connection (client.Body: no
+        # h11 copies; it is cut short or runs to the end, so its connection is not reused
+        # anyway); bounded ranged requests keep h11, whose connections are reused.
+        chunks = Body(resp).chunks() if head else resp.iter_raw()
         clock, busy = time.monotonic(), time.process_time()
         try:
-            for chunk in resp.iter_raw():
+            for chunk in chunks:
                 if head and (now := time.monotonic()) - clock >= _BUSY_WINDOW_S:
                     spent, busy = time.process_time() - busy, time.process_time()
                     self.head_busy, clock = spent / (now - clock), now
