@@ -272,7 +272,7 @@ class Segmenter:
         if self.running == 0:
             return False
         lag = self.head.written - self.part.cursor.position
-        return self.head_busy >= _BUSY or lag >= _HASH_LAG
+        return (self.running == 1 and self.head_busy >= _BUSY) or lag >= _HASH_LAG
 
     def _all_done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
@@ -470,7 +470,8 @@ class Segmenter:
             for chunk in chunks:
                 if head and (now := time.monotonic()) - clock >= _BUSY_WINDOW_S:
                     spent, busy = time.process_time() - busy, time.process_time()
-                    self.head_busy, clock = spent / (now - clock), now
+                    alone = self.running == 1  # others' CPU says nothing of this link
+                    self.head_busy, clock = (spent / (now - clock) if alone else 0.0), now
                 with self.lock:
                     take = min(len(chunk), seg.end - seg.pos)
                     seg.pos += take
