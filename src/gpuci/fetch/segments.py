@@ -94,14 +94,15 @@ _GAIN = 1.3
 # Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
 # (half of the first connection's queues: it keeps up, the lag stays under one batch).
 _HASH_LAG = (_HEAD_DEPTH // 2) << 20
-# This process using at least this many cores while the first connection reads alone: its
-# speed is set by this machine's CPU, not by the link. A capped link keeps the client nearly
-# idle (16 MiB/s costs ~0.05 of a core: ~3 CPU s per verified GiB, hash included); loopback
-# kept it at 0.8-1.3 cores (scripts/bench_fetch.py, docs/benchmarks.md), where one connection
-# already brings bytes about as fast as one core hashes them, and a second one only competes
-# with it for the same CPU.
-_BUSY = 0.5
-_BUSY_WINDOW_S = 0.1  # shorter than the controller's window: measured before its first step
+# The first connection's reads, while it runs alone, returning this many bytes on average:
+# data waits in the socket for this client, so this machine, not the link, sets the speed. A
+# reader that keeps up with a link gets what arrived since its last read (16 MiB/s: a few KiB
+# to 64 KiB a read); loopback filled nearly every 1 MiB read. Then one connection already
+# brings bytes about as fast as one core hashes them (0.2-0.7 vs ~0.95 CPU s per GiB), and
+# another would only compete with it for the same CPU. Unlike CPU seconds, a full socket
+# says so on a machine that other work keeps busy too.
+_FULL_READ = 256 << 10
+_READS_WINDOW_S = 0.1  # shorter than the controller's window: judged before its first step
 
 
 class SegmentsRefused(RangeMismatch):
@@ -194,7 +195,7 @@ class Segmenter:
         self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
-        self.head_busy = 0.0  # cores this process used during the head's last window
+        self.head_full = False  # the head's reads filled their buffers (its last window)
 
     # ----- supervisor --------------------------------------------------------------------------
     def run(self, head: httpx.Response) -> None:
@@ -262,17 +263,17 @@ class Segmenter:
     def _cpu_bound(self) -> bool:
         """This machine, not the link, is the limit: another connection cannot help then.
 
-        Either bytes wait at the cursor to be hashed, or the process was busy (``_BUSY``)
-        while the first connection read. sha256 is sequential, so no count of connections
-        verifies faster than one core hashes; on loopback the controller's first step (it
-        always tries 2) and load noise opened 2-8 connections, each costing CPU (threads,
-        pieces read back for the in-order hash) for no speed. Held, not refused: the count
+        Either bytes wait at the cursor to be hashed, or the first connection, alone, finds
+        its socket full at every read (``_FULL_READ``). sha256 is sequential, so no count of
+        connections verifies faster than one core hashes; on loopback the controller's first
+        step (it always tries 2) and load noise opened 2-8 connections, each costing CPU
+        (threads, pieces read back for the in-order hash) for no speed. Held, not refused: the count
         grows again once neither holds. Only while a connection runs, so pending ranges are
         never stranded."""
         if self.running == 0:
             return False
         lag = self.head.written - self.part.cursor.position
-        return (self.running == 1 and self.head_busy >= _BUSY) or lag >= _HASH_LAG
+        return (self.running == 1 and self.head_full) or lag >= _HASH_LAG
 
     def _all_done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
@@ -465,13 +466,15 @@ class Segmenter:
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
         chunks = Body(resp).chunks() if head else resp.iter_raw()
-        clock, busy = time.monotonic(), time.process_time()
+        clock, reads, got = time.monotonic(), 0, 0
         try:
             for chunk in chunks:
-                if head and (now := time.monotonic()) - clock >= _BUSY_WINDOW_S:
-                    spent, busy = time.process_time() - busy, time.process_time()
-                    alone = self.running == 1  # others' CPU says nothing of this link
-                    self.head_busy, clock = (spent / (now - clock) if alone else 0.0), now
+                if head:
+                    reads, got = reads + 1, got + len(chunk)
+                    if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
+                        alone = self.running == 1  # reads shared with others say less
+                        self.head_full = alone and got >= reads * _FULL_READ
+                        clock, reads, got = now, 0, 0
                 with self.lock:
                     take = min(len(chunk), seg.end - seg.pos)
                     seg.pos += take
@@ -490,7 +493,7 @@ class Segmenter:
                     )
         finally:
             if head:
-                self.head_busy = 0.0
+                self.head_full = False
             sink.close()
 
 
