@@ -467,3 +467,75 @@ def test_a_changed_last_modified_mid_download_starts_over(tmp_path, seg_policy):
         assert (tmp_path / "out.bin").read_bytes() == new
         assert res.sha256 == hashlib.sha256(new).hexdigest()
         assert any(g.range is None for g in srv.gets()[1:]), "restarted from byte 0"
+
+
+class _SlowSha256:
+    """sha256 at ~50 MB/s: a hash that cannot keep up with a loopback connection."""
+
+    def __init__(self) -> None:
+        self._inner = hashlib.sha256()
+
+    def update(self, data) -> None:
+        time.sleep(len(data) / 50e6)
+        self._inner.update(data)
+
+    def hexdigest(self) -> str:
+        return self._inner.hexdigest()
+
+
+def test_no_connection_opens_while_the_hash_is_behind(tmp_path, policy, monkeypatch):
+    """One connection already brings bytes faster than they are hashed: sha256 is sequential,
+    so a second connection cannot verify them sooner, only cost CPU. The controller's first
+    window always steps up to 2 (before: this download used 2 connections); held at 1."""
+    import types
+
+    monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
+    big = os.urandom(64 << 20)  # larger than what the queues and socket buffers hold
+    with FaultyServer() as srv:
+        srv.add("/big", big)
+        policy = replace(
+            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
+        )
+        res = fetch_file(
+            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
+        )
+        assert (tmp_path / "out.bin").read_bytes() == big
+        assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+
+
+def test_a_client_that_cannot_keep_up_adds_no_connection(tmp_path, policy, monkeypatch):
+    """Every read finds the socket full (the client, not the link, is the limit: here a slow
+    hash, with the hash-lag rule switched off so only this one can hold): another connection
+    would compete for the same CPU, so the count stays at 1 (before: 2, from the controller's
+    free first step)."""
+    import types
+
+    monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
+    monkeypatch.setattr("gpuci.fetch.segments._HASH_LAG", 1 << 40, raising=False)
+    big = os.urandom(64 << 20)
+    with FaultyServer() as srv:
+        srv.add("/big", big)
+        policy = replace(
+            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
+        )
+        res = fetch_file(
+            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
+        )
+        assert (tmp_path / "out.bin").read_bytes() == big
+        assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+
+
+def test_a_link_that_caps_each_connection_still_ramps(tmp_path, policy):
+    """8 MB/s per connection: each read gets what arrived since the last, the client keeps
+    up, and the controller adds connections as before."""
+    big = os.urandom(4 << 20)
+    with FaultyServer(rate=8_000_000) as srv:
+        srv.add("/big", big)
+        policy = replace(
+            policy, connections=4, connections_start=1, segment_bytes=256 << 10, timeout=10
+        )
+        res = fetch_file(
+            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
+        )
+        assert (tmp_path / "out.bin").read_bytes() == big
+        assert res.connections >= 2

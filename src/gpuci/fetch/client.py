@@ -18,12 +18,13 @@ import http.cookiejar
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
 from gpuci.errors import InputError
+from gpuci.fetch.memory import keep_buffers_in_heap
 from gpuci.fetch.policy import Refused
 from gpuci.fetch.urls import check_url, origin, shown_url
 from gpuci.redact import excerpt
@@ -72,6 +73,7 @@ def _read_more_per_call() -> None:
 def new_client(policy: FetchPolicy, connections: int = 8) -> httpx.Client:
     """An httpx client for downloads: pooled connections, no cookie jar, redirects by hand."""
     _read_more_per_call()
+    keep_buffers_in_heap()  # those 1 MiB reads, reused instead of faulted in anew (memory.py)
     return httpx.Client(
         follow_redirects=False,  # open_response follows them, without leaking credentials
         cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
@@ -176,6 +178,87 @@ def read_capped(resp: httpx.Response, limit: int, what: str) -> bytes:
             )
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class Body:
+    """A response's raw bytes, counted; for one plain body, read from its connection directly.
+
+    Why: httpx hands a body over through h11, which copies every byte three times in Python
+    (into its receive buffer, a slice of it, then httpcore's ``bytes()``): measured on loopback,
+    1 GiB through ``iter_raw`` cost 0.70 client CPU seconds, the same read from the connection
+    0.22 (scripts/bench_fetch.py, docs/benchmarks.md "Issue 28, round 4"), and that reader was
+    the one-connection path's slowest stage after the hash. So when the framing is nothing but a
+    count (HTTP/1.1, ``Content-Length``, no ``Transfer-Encoding``), :meth:`chunks` takes h11's
+    first event (every body byte it already buffered with the headers), then reads the rest
+    from httpcore's ``network_stream`` response extension (its public handle on the
+    connection, TLS and proxies included), at most ``_READ_BYTES`` a read and never past the
+    announced length, with the request's read timeout. h11 never sees the end of that body,
+    so httpcore closes the connection instead of reusing it: one new connection per file.
+    Anything else (chunked, no length, HTTP/2, no stream) goes through ``iter_raw`` as before.
+    A connection that ends early raises :class:`httpx.RemoteProtocolError`, as h11 does, and
+    read failures become httpx's ``ReadTimeout`` / ``ReadError``, which the retry policy knows.
+    """
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self.resp = resp
+        self.received = 0  # body bytes this response delivered
+
+    def _direct(self) -> tuple[Any, int, float | None] | None:
+        """(stream, length, read timeout) when the body may be read straight, else None."""
+        resp = self.resp
+        headers = resp.headers
+        if resp.http_version != "HTTP/1.1" or "Transfer-Encoding" in headers:
+            return None
+        try:
+            length = int(headers.get("Content-Length", ""))
+        except ValueError:
+            return None
+        stream = resp.extensions.get("network_stream")
+        if length < 0 or not callable(getattr(stream, "read", None)):
+            return None
+        timeout = resp.request.extensions.get("timeout", {}).get("read")
+        return stream, length, timeout
+
+    def chunks(self) -> Iterator[bytes]:
+        direct = self._direct()
+        raw = self.resp.iter_raw()
+        if direct is None:
+            for chunk in raw:
+                self.received += len(chunk)
+                yield chunk
+            return
+        stream, length, timeout = direct
+        for chunk in raw:  # h11's first event holds every body byte it has buffered
+            self.received += len(chunk)
+            yield chunk
+            break
+        if self.received >= length:
+            for chunk in raw:  # nothing is left: lets h11 see the end, the connection is reused
+                self.received += len(chunk)
+                yield chunk
+            return
+        while self.received < length:
+            chunk = _read(stream, min(_READ_BYTES, length - self.received), timeout)
+            if not chunk:
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body "
+                    f"(received {self.received} bytes, expected {length})"
+                )
+            self.received += len(chunk)
+            yield chunk
+
+
+def _read(stream: Any, size: int, timeout: float | None) -> bytes:
+    """One read from httpcore's stream, its errors as httpx's (what the retry policy knows)."""
+    import httpcore
+
+    try:
+        data: bytes = stream.read(size, timeout)
+    except httpcore.TimeoutException as exc:
+        raise httpx.ReadTimeout(str(exc) or "timed out reading the body") from exc
+    except httpcore.NetworkError as exc:
+        raise httpx.ReadError(str(exc) or "the connection failed reading the body") from exc
+    return data
 
 
 def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:

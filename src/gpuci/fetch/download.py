@@ -33,7 +33,13 @@ from pathlib import Path
 import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
-from gpuci.fetch.client import check_identity, new_client, open_response, parse_content_range
+from gpuci.fetch.client import (
+    Body,
+    check_identity,
+    new_client,
+    open_response,
+    parse_content_range,
+)
 from gpuci.fetch.job import DownloadJob, ProgressLike
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
@@ -187,9 +193,10 @@ class _Download(DownloadJob):
             part.size = end
 
         sink = Sink(part, part.size, on_written)
+        body = Body(resp)
         too_large = False
         try:
-            for chunk in resp.iter_raw():
+            for chunk in body.chunks():
                 if limit is not None and have + len(chunk) > limit:
                     too_large = True  # leaving the loop closes the connection unread
                     break
@@ -215,8 +222,8 @@ class _Download(DownloadJob):
                 hint="raise max-bytes if the file really is that large",
             )
         announced = _int(resp.headers.get("Content-Length"))
-        if announced is not None and resp.num_bytes_downloaded < announced:
-            raise ShortBody(f"short body: {resp.num_bytes_downloaded} of {announced} bytes")
+        if announced is not None and body.received < announced:
+            raise ShortBody(f"short body: {body.received} of {announced} bytes")
         if total is not None and part.size != total:
             raise ShortBody(f"short body: have {part.size} of {total} bytes at its end")
 

@@ -11,7 +11,9 @@ still to come (work stealing); the connection that owned it stops at the new bou
 It starts wide, as ``aria2c -x8 -s8`` does: the first response already tells the size, so the
 first round opens :func:`wide_start` connections at once (one per two segments' worth of what
 is left, at most 8), instead of doubling from one, which cost a remote-like link a second of
-ramp per file. The controller then grows from there while throughput keeps rising.
+ramp per file. The controller then grows from there while throughput keeps rising, and
+no connection opens while the hash is behind (:meth:`Segmenter._hash_behind`): sha256 eats
+bytes in order on one core, so once it is the limit more connections only cost CPU.
 
 When: only if the first response proves the server can do it safely: a strong validator
 (:func:`gpuci.fetch.validators.segment_validator`: an ``ETag`` never ``W/``, or with no ETag a
@@ -56,6 +58,7 @@ from gpuci.adaptive import Concurrency
 from gpuci.errors import FetchError
 from gpuci.fetch.client import (
     CREDENTIALS_KEPT,
+    Body,
     check_identity,
     open_response,
     parse_content_range,
@@ -88,6 +91,18 @@ _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
 # on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
 _GAIN = 1.3
+# Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
+# (half of the first connection's queues: it keeps up, the lag stays under one batch).
+_HASH_LAG = (_HEAD_DEPTH // 2) << 20
+# The first connection's reads, while it runs alone, returning this many bytes on average:
+# data waits in the socket for this client, so this machine, not the link, sets the speed. A
+# reader that keeps up with a link gets what arrived since its last read (16 MiB/s: a few KiB
+# to 64 KiB a read); loopback filled nearly every 1 MiB read. Then one connection already
+# brings bytes about as fast as one core hashes them (0.2-0.7 vs ~0.95 CPU s per GiB), and
+# another would only compete with it for the same CPU. Unlike CPU seconds, a full socket
+# says so on a machine that other work keeps busy too.
+_FULL_READ = 256 << 10
+_READS_WINDOW_S = 0.1  # shorter than the controller's window: judged before its first step
 
 
 class SegmentsRefused(RangeMismatch):
@@ -180,6 +195,7 @@ class Segmenter:
         self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
+        self.head_full = False  # the head's reads filled their buffers (its last window)
 
     # ----- supervisor --------------------------------------------------------------------------
     def run(self, head: httpx.Response) -> None:
@@ -195,7 +211,11 @@ class Segmenter:
                     self.stop.set()
                 if self.running == 0 and (self.stop.is_set() or self._all_done()):
                     break
-                while not self.stop.is_set() and self.running < self.conc.limit:
+                while (
+                    not self.stop.is_set()
+                    and self.running < self.conc.limit
+                    and not self._cpu_bound()
+                ):
                     seg = self._take()
                     if seg is None:
                         break
@@ -239,6 +259,21 @@ class Segmenter:
         )
         self.threads.append(thread)
         thread.start()
+
+    def _cpu_bound(self) -> bool:
+        """This machine, not the link, is the limit: another connection cannot help then.
+
+        Either bytes wait at the cursor to be hashed, or the first connection, alone, finds
+        its socket full at every read (``_FULL_READ``). sha256 is sequential, so no count of
+        connections verifies faster than one core hashes; on loopback the controller's first
+        step (it always tries 2) and load noise opened 2-8 connections, each costing CPU
+        (threads, pieces read back for the in-order hash) for no speed. Held, not refused: the count
+        grows again once neither holds. Only while a connection runs, so pending ranges are
+        never stranded."""
+        if self.running == 0:
+            return False
+        lag = self.head.written - self.part.cursor.position
+        return (self.running == 1 and self.head_full) or lag >= _HASH_LAG
 
     def _all_done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
@@ -426,8 +461,20 @@ class Segmenter:
         depth = _HEAD_DEPTH if seg is self.head else _SINK_DEPTH
         sink = Sink(self.part, seg.pos, on_written, depth=depth)
         deadline = self.job.started + self.policy.deadline
+        head = seg is self.head
+        # The first, open-ended response reads straight from its connection (client.Body: no
+        # h11 copies; it is cut short or runs to the end, so its connection is not reused
+        # anyway); bounded ranged requests keep h11, whose connections are reused.
+        chunks = Body(resp).chunks() if head else resp.iter_raw()
+        clock, reads, got = time.monotonic(), 0, 0
         try:
-            for chunk in resp.iter_raw():
+            for chunk in chunks:
+                if head:
+                    reads, got = reads + 1, got + len(chunk)
+                    if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
+                        alone = self.running == 1  # reads shared with others say less
+                        self.head_full = alone and got >= reads * _FULL_READ
+                        clock, reads, got = now, 0, 0
                 with self.lock:
                     take = min(len(chunk), seg.end - seg.pos)
                     seg.pos += take
@@ -445,6 +492,8 @@ class Segmenter:
                         hint="raise the deadline input, or add a closer mirror",
                     )
         finally:
+            if head:
+                self.head_full = False
             sink.close()
 
 
