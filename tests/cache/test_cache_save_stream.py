@@ -211,6 +211,16 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
     return hashed
 
 
+def _refused_as_changed(store: StoreCase, src: Path, env, hashed: list[Path]) -> None:
+    """The save of ``src`` fails naming the changed file, and leaves no blob, manifest or ref."""
+    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
+    assert hashed == [src / "model.bin"]
+    assert not saved.ok
+    assert "changed while it was being saved" in saved.headline, saved.headline
+    assert _blobs_hash_to_their_names(store) == 0
+    assert not [k for k in store.object_keys() if k.startswith(("refs/", "manifests/"))]
+
+
 def test_a_file_store_never_publishes_bytes_changed_after_their_hash(env, tmp_path, monkeypatch):
     """The file store copies a file over the budget in by the kernel: what it copied is
     hashed before the rename, so a file changed since its hash is refused, not misnamed."""
@@ -220,12 +230,7 @@ def test_a_file_store_never_publishes_bytes_changed_after_their_hash(env, tmp_pa
     src = tmp_path / "src"
     src.mkdir()
     (src / "model.bin").write_bytes(os.urandom(3 << 20))
-    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
-    assert hashed == [src / "model.bin"]
-    assert not saved.ok
-    assert "changed while it was being saved" in saved.headline, saved.headline
-    assert _blobs_hash_to_their_names(store) == 0
-    assert not [k for k in store.object_keys() if k.startswith(("refs/", "manifests/"))]
+    _refused_as_changed(store, src, env, hashed)
 
 
 def test_an_s3_whole_size_file_over_the_budget_is_sent_verified(
@@ -238,12 +243,7 @@ def test_an_s3_whole_size_file_over_the_budget_is_sent_verified(
     src = tmp_path / "src"
     src.mkdir()
     (src / "model.bin").write_bytes(os.urandom(3 << 20))  # far below the 64 MiB threshold
-    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
-    assert hashed == [src / "model.bin"]
-    assert not saved.ok
-    assert "changed while it was being saved" in saved.headline, saved.headline
-    assert _blobs_hash_to_their_names(s3_store) == 0
-    assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
+    _refused_as_changed(s3_store, src, env, hashed)
 
 
 def test_a_file_over_the_budget_that_holds_still_is_saved_and_restored(

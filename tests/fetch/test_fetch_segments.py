@@ -490,17 +490,7 @@ def test_no_connection_opens_while_the_hash_is_behind(tmp_path, policy, monkeypa
     import types
 
     monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
-    big = os.urandom(64 << 20)  # larger than what the queues and socket buffers hold
-    with FaultyServer() as srv:
-        srv.add("/big", big)
-        policy = replace(
-            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
-        )
-        res = fetch_file(
-            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
-        )
-        assert (tmp_path / "out.bin").read_bytes() == big
-        assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+    _one_connection_for_a_slow_client(tmp_path, policy)
 
 
 def test_a_client_that_cannot_keep_up_adds_no_connection(tmp_path, policy, monkeypatch):
@@ -512,17 +502,7 @@ def test_a_client_that_cannot_keep_up_adds_no_connection(tmp_path, policy, monke
 
     monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
     monkeypatch.setattr("gpuci.fetch.segments._HASH_LAG", 1 << 40, raising=False)
-    big = os.urandom(64 << 20)
-    with FaultyServer() as srv:
-        srv.add("/big", big)
-        policy = replace(
-            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
-        )
-        res = fetch_file(
-            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
-        )
-        assert (tmp_path / "out.bin").read_bytes() == big
-        assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+    _one_connection_for_a_slow_client(tmp_path, policy)
 
 
 def test_a_link_that_caps_each_connection_still_ramps(tmp_path, policy):
@@ -539,3 +519,19 @@ def test_a_link_that_caps_each_connection_still_ramps(tmp_path, policy):
         )
         assert (tmp_path / "out.bin").read_bytes() == big
         assert res.connections >= 2
+
+
+def _one_connection_for_a_slow_client(tmp_path, policy) -> None:
+    """A 64 MiB download (more than the queues and socket buffers hold) uses one connection
+    and one GET, and arrives whole."""
+    big = os.urandom(64 << 20)
+    with FaultyServer() as srv:
+        srv.add("/big", big)
+        policy = replace(
+            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
+        )
+        res = fetch_file(
+            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
+        )
+        assert (tmp_path / "out.bin").read_bytes() == big
+        assert (res.connections, len(srv.gets("/big"))) == (1, 1)
