@@ -52,6 +52,7 @@ import wanproxy  # noqa: E402
 from fetch_server import Fault, FaultyServer  # noqa: E402
 
 from gpuci.fetch import FetchPolicy, fetch_file  # noqa: E402
+from gpuci.fetch.memory import keep_buffers_in_heap  # noqa: E402
 
 MiB = 1 << 20
 
@@ -138,6 +139,7 @@ def run_aria2c(url: str, out: Path) -> tuple[float, int]:
 
 
 def run_api(url: str, out: Path, sha: str) -> tuple[float, int]:
+    keep_buffers_in_heap()  # what the retry-fetch command does in its process (opt-in for the API)
     policy = FetchPolicy(attempts=5, timeout=30, deadline=600, max_wait=1, initial_wait=0.1)
     started = time.monotonic()
     fetch_file(url, out, sha, policy=policy)

@@ -261,3 +261,31 @@ def test_a_file_over_the_budget_that_holds_still_is_saved_and_restored(
     restored, _ = cache_cmd("restore", _flags(s3_store, "k", out), env)
     assert restored.ok, restored.headline
     assert (out / "model.bin").read_bytes() == data
+
+
+def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
+    env, tmp_path, monkeypatch
+):
+    """Across filesystems (EXDEV) the file store copies by read/write: every byte it wrote is
+    what it hashes before the rename (a buffered last chunk once read as a changed file)."""
+    import errno
+
+    def refused(*_args):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refused)
+    monkeypatch.setattr(os, "sendfile", refused)
+    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    root = tmp_path / "store"
+    store = StoreCase("local", root.as_uri(), None, root=root)
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom((4 << 20) + 100)  # a 4 MiB read, then 100 bytes: under any buffer
+    (src / "model.bin").write_bytes(data)
+    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
+    assert saved.ok, saved.headline
+    assert _blobs_hash_to_their_names(store) == 1
+    out = tmp_path / "out"
+    restored, _ = cache_cmd("restore", _flags(store, "k", out), env)
+    assert restored.ok, restored.headline
+    assert (out / "model.bin").read_bytes() == data

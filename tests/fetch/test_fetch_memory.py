@@ -19,10 +19,16 @@ from gpuci.fetch import memory
 CHURN = textwrap.dedent(
     """
     import resource, sys
-    if sys.argv[1] == "client":
+    if sys.argv[1] == "library":  # a download client made through the API
         from gpuci.fetch import FetchPolicy
         from gpuci.fetch.client import new_client
         new_client(FetchPolicy()).close()
+    elif sys.argv[1] == "command":  # the retry-fetch command, its one URL refused at once
+        import contextlib, io
+        from gpuci.cli import main
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            main(["retry-fetch", "--url", "http://127.0.0.1:9/x", "--dest", sys.argv[2],
+                  "--attempts", "1", "--timeout", "2s"])
     def churn():
         for _ in range(50):
             live = [bytes(bytearray(1 << 20)) for _ in range(8)]
@@ -35,10 +41,10 @@ CHURN = textwrap.dedent(
 )
 
 
-def _faults(mode: str) -> int:
+def _faults(mode: str, *args: str) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUN"))}
     out = subprocess.run(
-        [sys.executable, "-c", CHURN, mode],
+        [sys.executable, "-c", CHURN, mode, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -49,10 +55,16 @@ def _faults(mode: str) -> int:
 
 
 @pytest.mark.skipif(memory._glibc_mallopt() is None, reason="glibc only")
-def test_a_download_client_stops_the_page_faults_of_buffer_churn():
+def test_the_retry_fetch_command_stops_the_page_faults_of_buffer_churn(tmp_path):
     pages_per_round = 50 * 8 * (1 << 20) // 4096  # every buffer faulted in anew: 102400
     assert _faults("plain") > pages_per_round // 2  # glibc's defaults (the test's premise)
-    assert _faults("client") < pages_per_round // 100
+    assert _faults("command", str(tmp_path / "out.bin")) < pages_per_round // 100
+
+
+@pytest.mark.skipif(memory._glibc_mallopt() is None, reason="glibc only")
+def test_a_client_made_through_the_api_leaves_the_host_process_malloc_alone():
+    pages_per_round = 50 * 8 * (1 << 20) // 4096
+    assert _faults("library") > pages_per_round // 2
 
 
 def test_thresholds_are_set_through_mallopt():

@@ -486,10 +486,12 @@ class _SlowSha256:
 def test_no_connection_opens_while_the_hash_is_behind(tmp_path, policy, monkeypatch):
     """One connection already brings bytes faster than they are hashed: sha256 is sequential,
     so a second connection cannot verify them sooner, only cost CPU. The controller's first
-    window always steps up to 2 (before: this download used 2 connections); held at 1."""
+    window always steps up to 2 (before: this download used 2 connections); held at 1. The
+    full-read rule is switched off, so only the hash-lag rule can hold the count."""
     import types
 
     monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
+    monkeypatch.setattr("gpuci.fetch.segments._FULL_READ", 1 << 40)
     _one_connection_for_a_slow_client(tmp_path, policy)
 
 
@@ -501,7 +503,7 @@ def test_a_client_that_cannot_keep_up_adds_no_connection(tmp_path, policy, monke
     import types
 
     monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
-    monkeypatch.setattr("gpuci.fetch.segments._HASH_LAG", 1 << 40, raising=False)
+    monkeypatch.setattr("gpuci.fetch.segments._HASH_LAG", 1 << 40)
     _one_connection_for_a_slow_client(tmp_path, policy)
 
 

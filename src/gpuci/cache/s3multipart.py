@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from gpuci.cache.s3net import MIN_BODY_RATE
 from gpuci.cache.s3rest import Reply
+from gpuci.cache.store import SourceChanged
 from gpuci.errors import InputError, StoreError
 
 _UPLOAD_ID = re.compile(rb"<UploadId>([^<]{1,1024})</UploadId>")
@@ -203,10 +204,7 @@ class FastMultipart:
         with open(path, "rb", buffering=0) as handle:
             data = os.pread(handle.fileno(), length, offset)
         if len(data) != length:
-            raise InputError(
-                f"{path} changed size while it was being saved",
-                hint="save after the step that writes the tree has finished",
-            )
+            raise SourceChanged(path)
         self.send_bytes(number, data, on_read)
 
     def complete(self) -> None:

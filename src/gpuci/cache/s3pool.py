@@ -243,7 +243,11 @@ class Ranged:
         if self._guard.fired:
             self.conn.close()
             return
-        self._body.finish()
+        try:
+            self._body.finish()
+        except OSError:  # the socket option could not be reset: the connection goes, not back
+            self.conn.close()
+            raise
         if self.resp.will_close:
             self.conn.close()
         else:

@@ -32,7 +32,7 @@ from gpuci.cache.saver import Saver
 from gpuci.cache.store import SourceChanged, Store
 from gpuci.cache.tree import Tree
 from gpuci.cache.workpool import WorkPool, laneless
-from gpuci.errors import InputError, StoreError
+from gpuci.errors import StoreError
 
 # File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to
 # this size is read once; a larger one is hashed first and read again to send (see above).
@@ -91,19 +91,12 @@ def put_content(store: Store, key: str, data: bytes) -> None:
     getattr(store, "put_content", store.put)(key, data)
 
 
-def changed(path: Path) -> InputError:
-    return InputError(
-        f"{path} changed size while it was being saved",
-        hint="save after the step that writes the tree has finished",
-    )
-
-
 def _read_exact(handle, length: int, path: Path) -> bytes:
     data = handle.read(length)
     while len(data) < length:  # a raw read may return less than asked
         more = handle.read(length - len(data))
         if not more:
-            raise changed(path)
+            raise SourceChanged(path)
         data += more
     return data
 
@@ -117,7 +110,7 @@ def _hash_file(path: Path, size: int) -> str:
             hasher.update(buf[:n])
             done += n
     if done != size:
-        raise changed(path)
+        raise SourceChanged(path)
     return hasher.hexdigest()
 
 
@@ -254,7 +247,7 @@ class BlobUploads:
                 hasher.update(data)
                 chunks.append(data)
             if handle.read(1):
-                raise changed(path)
+                raise SourceChanged(path)
         return chunks, hasher.hexdigest()
 
     def _streamed(self, entry: mf.Entry, path: Path) -> None:

@@ -13,8 +13,8 @@ from gpuci.cache.common import throttle_signals
 from gpuci.cache.packs import PackBuilder
 from gpuci.cache.save_blobs import put_content
 from gpuci.cache.saver import Saver
+from gpuci.cache.store import SourceChanged
 from gpuci.cache.tree import Tree
-from gpuci.errors import InputError
 
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
 PACKS_IN_FLIGHT = 6
@@ -69,10 +69,7 @@ def read_small(tree: Tree, entry: mf.Entry) -> bytes:
     """A small file's bytes, once; its size must still be the one the scan saw."""
     data = tree.source(entry).read_bytes()
     if len(data) != entry.size:
-        raise InputError(
-            f"{tree.source(entry)} changed size while it was being saved",
-            hint="save after the step that writes the tree has finished",
-        )
+        raise SourceChanged(tree.source(entry))
     return data
 
 

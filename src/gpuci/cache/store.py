@@ -347,30 +347,27 @@ class LocalStore(Store):
     ) -> None:
         final = self._target(key)
         temp = self._temp(final)
+        src = os.open(path, os.O_RDONLY)
         try:
-            with open(path, "rb") as src, open(temp, "w+b") as dst:
-                left = size
-                while left > 0:
-                    try:  # in-kernel copy (reflinks on btrfs/xfs), no bytes through Python
-                        n = os.copy_file_range(src.fileno(), dst.fileno(), min(left, 64 << 20))
-                    except OSError as exc:
-                        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
-                            raise
-                        n = dst.write(src.read(min(left, layout.IO_CHUNK)))
-                    if n == 0:
-                        raise StoreError(
-                            f"{path} shrank while it was being saved",
-                            hint="do not modify the tree while saving it",
-                        )
-                    left -= n
-                    on_bytes(n)
-                if src.read(1):
+            dst = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            try:
+                # In the kernel where it can (reflinks on btrfs/xfs), else read/write: no
+                # buffer of ours between the bytes copied and the bytes hashed below.
+                try:
+                    copying.copy_fd(src, dst, size)
+                except copying.Mismatch:  # shorter than when it was hashed
+                    raise SourceChanged(path) from None
+                if os.pread(src, 1, size):  # longer
                     raise SourceChanged(path)
                 # What is published is what was copied in: hash that, not the source again.
-                if copying.hash_fd(dst.fileno()) != sha256:
+                if copying.hash_fd(dst) != sha256:
                     raise SourceChanged(path)
+            finally:
+                os.close(dst)
+            on_bytes(size)
             os.replace(temp, final)
         finally:
+            os.close(src)
             temp.unlink(missing_ok=True)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:

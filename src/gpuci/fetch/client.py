@@ -24,7 +24,6 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import httpx
 
 from gpuci.errors import InputError
-from gpuci.fetch.memory import keep_buffers_in_heap
 from gpuci.fetch.policy import Refused
 from gpuci.fetch.urls import check_url, origin, shown_url
 from gpuci.redact import excerpt
@@ -73,7 +72,6 @@ def _read_more_per_call() -> None:
 def new_client(policy: FetchPolicy, connections: int = 8) -> httpx.Client:
     """An httpx client for downloads: pooled connections, no cookie jar, redirects by hand."""
     _read_more_per_call()
-    keep_buffers_in_heap()  # those 1 MiB reads, reused instead of faulted in anew (memory.py)
     return httpx.Client(
         follow_redirects=False,  # open_response follows them, without leaking credentials
         cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
@@ -209,6 +207,9 @@ class Body:
         headers = resp.headers
         if resp.http_version != "HTTP/1.1" or "Transfer-Encoding" in headers:
             return None
+        bodiless = resp.status_code < 200 or resp.status_code in (204, 304)
+        if bodiless or resp.request.method == "HEAD":
+            return None  # no body whatever Content-Length says (RFC 9112 6.3): h11 knows
         try:
             length = int(headers.get("Content-Length", ""))
         except ValueError:

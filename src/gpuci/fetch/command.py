@@ -13,6 +13,7 @@ import httpx
 from gpuci import journal
 from gpuci.errors import ExitCode, GpuciError
 from gpuci.fetch.download import FetchResult, fetch_file, new_client
+from gpuci.fetch.memory import keep_buffers_in_heap
 from gpuci.fetch.options import FetchInputs
 from gpuci.fetch.plan import Probe, offline, probe
 from gpuci.fetch.policy import FetchPolicy
@@ -36,6 +37,7 @@ COMMAND = "retry-fetch"
 def run(inp: FetchInputs, rt: Runtime) -> Result:
     """Fetch every URL (``parallel`` at a time); a failure of one fails the step after all ran."""
     started = time.monotonic()
+    keep_buffers_in_heap()  # our own process: its 1 MiB reads reused, not faulted in anew
     headers = parse_headers(inp.headers, rt.mask)
     for line in inp.url:  # mask credentials before a bad URL can print them
         for secret in url_secrets((line.split() or [""])[0]):

@@ -14,14 +14,16 @@ What: ``mallopt(M_MMAP_THRESHOLD, 4 MiB)`` (buffers up to 4 MiB come from the he
 after ``free``) and ``mallopt(M_TRIM_THRESHOLD, 32 MiB)`` (up to 32 MiB of freed heap stays with
 the process instead of going back and being faulted in again), once per process, on glibc only.
 Both are documented tunables (``mallopt(3)``); setting them fixes glibc's sliding thresholds at
-these values, so a process keeps at most ~32 MiB more than it would (the peak is unchanged). A
+these values, so each malloc arena the download's threads use keeps at most ~32 MiB more than
+it would (the peak is unchanged). The ``retry-fetch`` command sets them in its own process; a
+program calling :func:`gpuci.cache.api.fetch_file` keeps its own malloc unless it calls
+:func:`keep_buffers_in_heap` itself (a library does not tune its host's allocator). A
 user who tunes malloc (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``glibc.malloc``
 in ``GLIBC_TUNABLES``) keeps their settings: we then change nothing.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -38,11 +40,13 @@ _state: bool | None = None  # None: not tried yet
 
 def _glibc_mallopt() -> Callable[[int, int], int] | None:
     """glibc's ``mallopt``, or None (musl, macOS, or no C library to load)."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018  # only glibc has it (musl has a mallopt stub)
         mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: CDLL(None) off POSIX
         return None
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -70,7 +74,8 @@ def apply_thresholds(
 
 
 def keep_buffers_in_heap() -> bool:
-    """Apply the thresholds once per process (each download client asks; the first does it).
+    """Apply the thresholds once per process (the retry-fetch command; a program using the API
+    may call it too).
 
     Returns whether they are in effect."""
     global _state

@@ -269,7 +269,8 @@ class Segmenter:
         step (it always tries 2) and load noise opened 2-8 connections, each costing CPU
         (threads, pieces read back for the in-order hash) for no speed. Held, not refused: the count
         grows again once neither holds. Only while a connection runs, so pending ranges are
-        never stranded."""
+        never stranded. The full-read rule sees plain HTTP only: over TLS a read returns one
+        record (16 KiB) at most, so there only the hash-lag rule can hold the count."""
         if self.running == 0:
             return False
         lag = self.head.written - self.part.cursor.position
