@@ -94,6 +94,7 @@ def test_a_cold_link_restore_links_small_files_into_the_tier(runner: Runner) -> 
         assert runner.blob(_digest(first / name)).stat().st_ino != (first / name).stat().st_ino
     second = runner.base / "job2"
     again = runner.restore("m", second, **LINK)
+    _reflinks(runner, again)
     assert again.outputs["bytes-downloaded"] == 0
     assert again.report["placed"] == {"hardlink": 4, "copy": 2}
     _assert_linked(runner, second)
