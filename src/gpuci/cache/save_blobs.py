@@ -300,7 +300,7 @@ class BlobUploads:
             return True
 
     def _present(self, entry: mf.Entry, key: str) -> bool:
-        info = self.store.head(key)
+        info = self.saver.head(key)
         if info is None:
             return False
         if not self.dry_run:
