@@ -274,3 +274,23 @@ def test_a_far_store_gets_every_connection_after_its_first_answers(
     assert got.ok, got.headline
     assert snapshot(tmp_path / "out") == snapshot(src)
     assert got.report["connections"]["peak"] == layout.DOWNLOAD_CONNECTIONS
+
+
+def test_a_save_to_a_far_store_gets_every_connection_after_its_first_lookups(
+    s3_store, proxy, env, tmp_path, monkeypatch
+):
+    """Every lookup (the ref's GET, each HEAD) waits 30 ms for its answer (a remote store):
+    once four have answered, the save allows every upload connection, as a restore does,
+    instead of climbing from 8 window by window (main's save never timed its lookups)."""
+    monkeypatch.setattr(layout, "MULTIPART_THRESHOLD", 8 << 20)
+    monkeypatch.setattr(layout, "MIN_UPLOAD_PART", 5 << 20)  # S3's smallest part
+    via = StoreCase("s3", s3_store.url, proxy.url)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"shard-{i}.bin").write_bytes(os.urandom(1 << 20))
+    proxy.add("HEAD", "/", "delay", times=10_000, seconds=0.03)
+    proxy.add("GET", "/refs/", "delay", times=10_000, seconds=0.03)
+    saved, _ = cache_cmd("save", _flags(via, "far", src), _adaptive(env))
+    assert saved.ok, saved.headline
+    assert saved.report["connections"]["peak"] == layout.UPLOAD_CONNECTIONS

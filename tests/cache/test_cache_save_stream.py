@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
@@ -289,3 +290,34 @@ def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
     restored, _ = cache_cmd("restore", _flags(store, "k", out), env)
     assert restored.ok, restored.headline
     assert (out / "model.bin").read_bytes() == data
+
+
+class _PartsStore:
+    """Stands for a store that takes multipart uploads; only its type is looked at here."""
+
+    def multipart(self, key: str) -> None:
+        return None
+
+
+def test_a_file_is_cut_for_the_connections_the_controller_may_reach_not_the_few_it_starts_with():
+    """A file read while the controller still allows its start (8 connections) outlives the
+    climb: were its parts cut for 8, they would be 16 MiB each and the held-bytes budget would
+    keep only 8 of them in flight after the limit had grown (issue 28: the save stopped at
+    17-18 connections on a remote-like link)."""
+    from gpuci.adaptive import Concurrency
+
+    control = Concurrency(ceiling=layout.UPLOAD_CONNECTIONS)
+    assert control.limit < 16
+    saver = SimpleNamespace(
+        store=_PartsStore(), uploads=control, threshold=layout.MULTIPART_THRESHOLD, rt=None
+    )
+    blobs = save_blobs.BlobUploads(saver, tree=None, large=[], dry_run=False)
+    parts = blobs._parts(128 << 20)
+    largest = max(length for _number, _offset, length in parts)
+    assert save_blobs.HELD_BYTES // largest >= 16, [p[2] >> 20 for p in parts]
+    assert sum(length for _n, _o, length in parts) == 128 << 20
+    # A count the user fixed is the ceiling: parts cut for it, as before.
+    blobs = save_blobs.BlobUploads(
+        SimpleNamespace(**{**vars(saver), "uploads": Concurrency.fixed(4)}), None, [], False
+    )
+    assert len(blobs._parts(128 << 20)) == 4

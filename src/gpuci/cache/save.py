@@ -95,7 +95,10 @@ def run(inp: SaveInputs, rt: Runtime) -> Result:
 def _current_ref(store: Store, saver: Saver, rt: Runtime) -> refs.Ref | None:
     """The ref as it stands (a dry run on a store that does not exist yet has none)."""
     if not rt.dry_run or store.exists():
-        return refs.read(store, saver.namespace, saver.key)
+        started = time.monotonic()
+        current = refs.read(store, saver.namespace, saver.key)
+        saver.uploads.first_byte(time.monotonic() - started)  # one GET: a distance sample
+        return current
     return None
 
 

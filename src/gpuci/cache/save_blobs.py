@@ -230,11 +230,16 @@ class BlobUploads:
         return size < self.saver.threshold or not self.in_parts
 
     def _parts(self, size: int) -> list[tuple[int, int, int]]:
-        """Whole below the multipart threshold; else parts sized from the file and the number
-        of connections the controller allows now (more connections, smaller parts)."""
+        """Whole below the multipart threshold; else parts sized from the file and the most
+        connections the controller may allow (its ceiling), not the few it allows now: parts
+        cut at a start of 8 were twice as large, so the held-bytes budget kept only 8 of them in
+        flight after the limit had grown, and a file outlives the climb (issue 28, round 5)."""
         if self._whole(size):
             return [(0, 0, size)]
-        return layout.upload_parts(size, max(1, self.uploads.limit), self.saver.threshold)
+        return self._cut(size)
+
+    def _cut(self, size: int) -> list[tuple[int, int, int]]:
+        return layout.upload_parts(size, max(1, self.uploads.ceiling), self.saver.threshold)
 
     def _read_hashed(
         self, path: Path, parts: list[tuple[int, int, int]]
@@ -265,7 +270,7 @@ class BlobUploads:
                 self.store.upload_file(key, path, entry.size, self._sent, entry.sha256)
                 self.saver.stats.add(data_bytes=entry.size, blobs=1)
                 return
-        parts = layout.upload_parts(entry.size, max(1, self.uploads.limit), self.saver.threshold)
+        parts = self._cut(entry.size)
         self._open(key, cast(_Parts, upload), len(parts))
         hasher = hashlib.sha256()
         with open(path, "rb", buffering=0) as handle:
@@ -288,7 +293,7 @@ class BlobUploads:
             return True
 
     def _present(self, entry: mf.Entry, key: str) -> bool:
-        info = self.store.head(key)
+        info = self.saver.head(key)
         if info is None:
             return False
         if not self.dry_run:

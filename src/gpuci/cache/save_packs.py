@@ -56,7 +56,7 @@ class _PackUploads:
                 entry.pack = digest
             key = layout.pack_key(digest)
             with saver.uploads.slot():
-                if saver.store.head(key) is None:
+                if saver.head(key) is None:
                     if not self.dry_run:
                         put_content(saver.store, key, data)
                         saver.uploads.record(len(data))

@@ -92,11 +92,20 @@ class Saver:
         present = self._present_packs(sorted({e.pack for e in known.values()}))
         return {sha: e for sha, e in known.items() if e.pack in present}, current_manifest
 
+    def head(self, key: str) -> ObjectInfo | None:
+        """A HEAD, timed for the controller: its first answers tell a far store from a near one
+        (:meth:`gpuci.adaptive.Concurrency.first_byte`), so a save to a remote store gets every
+        connection after a few lookups, as a restore does, instead of climbing from 8."""
+        started = time.monotonic()
+        info = self.store.head(key)
+        self.uploads.first_byte(time.monotonic() - started)
+        return info
+
     def _present_packs(self, packs: list[str]) -> set[str]:
         present: set[str] = set()
 
         def check(pack: str) -> None:
-            info = self.store.head(layout.pack_key(pack))
+            info = self.head(layout.pack_key(pack))
             if info is not None:
                 present.add(pack)
                 if not self.rt.dry_run:
