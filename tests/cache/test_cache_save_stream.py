@@ -247,21 +247,26 @@ def test_an_s3_whole_size_file_over_the_budget_is_sent_verified(
     _refused_as_changed(s3_store, src, env, hashed)
 
 
+def _one_file_saved_and_restored(store: StoreCase, tmp_path: Path, env, size: int) -> None:
+    """A tree of one file of ``size`` random bytes is saved as one blob and restored whole."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(size)
+    (src / "model.bin").write_bytes(data)
+    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
+    assert saved.ok, saved.headline
+    assert _blobs_hash_to_their_names(store) == 1
+    out = tmp_path / "out"
+    restored, _ = cache_cmd("restore", _flags(store, "k", out), env)
+    assert restored.ok, restored.headline
+    assert (out / "model.bin").read_bytes() == data
+
+
 def test_a_file_over_the_budget_that_holds_still_is_saved_and_restored(
     s3_store, env, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
-    src = tmp_path / "src"
-    src.mkdir()
-    data = os.urandom(3 << 20)
-    (src / "model.bin").write_bytes(data)
-    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
-    assert saved.ok, saved.headline
-    assert _blobs_hash_to_their_names(s3_store) == 1
-    out = tmp_path / "out"
-    restored, _ = cache_cmd("restore", _flags(s3_store, "k", out), env)
-    assert restored.ok, restored.headline
-    assert (out / "model.bin").read_bytes() == data
+    _one_file_saved_and_restored(s3_store, tmp_path, env, 3 << 20)
 
 
 def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
@@ -279,17 +284,8 @@ def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
     monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
     root = tmp_path / "store"
     store = StoreCase("local", root.as_uri(), None, root=root)
-    src = tmp_path / "src"
-    src.mkdir()
-    data = os.urandom((4 << 20) + 100)  # a 4 MiB read, then 100 bytes: under any buffer
-    (src / "model.bin").write_bytes(data)
-    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
-    assert saved.ok, saved.headline
-    assert _blobs_hash_to_their_names(store) == 1
-    out = tmp_path / "out"
-    restored, _ = cache_cmd("restore", _flags(store, "k", out), env)
-    assert restored.ok, restored.headline
-    assert (out / "model.bin").read_bytes() == data
+    # a 4 MiB read, then 100 bytes: under any buffer
+    _one_file_saved_and_restored(store, tmp_path, env, (4 << 20) + 100)
 
 
 class _PartsStore:
