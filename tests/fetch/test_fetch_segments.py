@@ -116,12 +116,14 @@ def test_a_cut_segment_resumes_where_it_stopped(tmp_path, seg_policy):
         again = [g for g in srv.gets("/big")[2:] if g.range.startswith(f"bytes={start + 50_000}-")]
         assert len(again) == 1 and again[0].if_range == '"v1"'
         assert res.resumed_bytes >= 50_000
-        # The open-ended first GET counts only up to where the first segment starts (the rest
-        # was in flight when it was cut, a socket buffer's worth that depends on the load);
-        # then about one file's worth was served: the cut segment's bytes not twice.
-        segments = srv.gets("/big")[1:]
-        head_share = min(int(g.range[6:].split("-")[0]) for g in segments)
-        assert head_share + sum(g.body_bytes for g in segments) <= 1.1 * len(BIG)
+        # The cut segment's 50,000 received bytes are never asked for again. Asserted on the
+        # ranges requested, not on bytes served: those include what was in flight when a
+        # segment was cut or shortened, a socket buffer's worth that grows with the load.
+        kept = (start, start + 50_000)
+        for g in srv.gets("/big")[2:]:
+            first, _, last = g.range[6:].partition("-")
+            end = int(last) if last else len(BIG) - 1
+            assert end < kept[0] or int(first) >= kept[1], (g.range, kept)
 
 
 def test_server_ignoring_range_on_a_segment_falls_back_to_one_connection(
