@@ -45,8 +45,41 @@ mermaid.render("chart", document.getElementById("source").textContent)
 """
 
 
+# A page as a forge shows a comment or a job summary: Markdown made HTML (tables, <details>),
+# each ```mermaid block drawn in place, about as wide as GitHub's comment column.
+_DOC = """<!doctype html>
+<html><head><meta charset="utf-8"><title>pending</title>
+<style>
+body {{ margin: 0; background: #fff; color: #1f2328; font: 14px/1.5 sans-serif; }}
+main {{ width: 780px; padding: 12px 16px; }}
+table {{ border-collapse: collapse; margin: 8px 0; }}
+td, th {{ border: 1px solid #d1d9e0; padding: 3px 10px; }}
+code {{ background: #eff1f3; padding: 1px 4px; border-radius: 4px; font-size: 12px; }}
+pre.mermaid {{ background: none; }}
+svg {{ max-width: 100%; height: auto; }}
+</style>
+<script src="mermaid.min.js"></script></head>
+<body><main>{body}</main>
+<script>
+mermaid.initialize({{ startOnLoad: false, securityLevel: "strict", theme: "default" }});
+mermaid.run({{ querySelector: "pre.mermaid" }})
+  .then(() => {{ document.title = "rendered " + document.body.scrollHeight; }})
+  .catch((e) => {{ document.title = "error: " + String(e && e.message || e); }});
+</script></body></html>
+"""
+
+
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def missing_markdown() -> str:
+    """Why a whole page cannot be rendered here (Markdown too), or "" when it can."""
+    try:
+        import markdown_it  # noqa: F401
+    except ImportError:
+        return "markdown-it-py not installed (pip install -e '.[dev]')"
+    return missing()
 
 
 def missing() -> str:
@@ -88,13 +121,40 @@ class _Walk(HTMLParser):
 
 def render(source: str, screenshot: Path | None = None, size: str = "900,560") -> Rendered:
     """Render ``source``; with ``screenshot``, also save the page as a PNG there."""
+    return _run(_PAGE.format(source=html.escape(source)), screenshot, size)
+
+
+def render_markdown(body: str, screenshot: Path | None = None, width: int = 812) -> Rendered:
+    """Render a whole comment or summary (Markdown with ```mermaid blocks) as a reader sees
+    it; with ``screenshot``, save the whole page, as tall as it is, as a PNG there."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    fence = md.renderer.rules["fence"]
+
+    def mermaid_fence(renderer, tokens, idx, options, env):  # type: ignore[no-untyped-def]
+        token = tokens[idx]
+        if token.info.strip() == "mermaid":
+            return f'<pre class="mermaid">{html.escape(token.content)}</pre>\n'
+        return fence(tokens, idx, options, env)
+
+    md.add_render_rule("fence", mermaid_fence)
+    page = _DOC.format(body=md.render(body))
+    first = _run(page, None, "")
+    height = re.match(r"rendered (\d+)", first.title)
+    if screenshot is None or not height:
+        return first
+    return _run(page, screenshot, f"{width},{int(height.group(1)) + 4}")
+
+
+def _run(page_html: str, screenshot: Path | None, size: str) -> Rendered:
     browser = chromium()
     assert browser, missing()
     with tempfile.TemporaryDirectory(prefix="gpuci-mermaid-") as tmp:
         folder = Path(tmp)
         shutil.copyfile(MERMAID_JS, folder / "mermaid.min.js")
         page = folder / "chart.html"
-        page.write_text(_PAGE.format(source=html.escape(source)), encoding="utf-8")
+        page.write_text(page_html, encoding="utf-8")
         base = [browser, *FLAGS, f"--user-data-dir={folder / 'profile'}"]
         proc = subprocess.run(
             [*base, "--dump-dom", page.as_uri()],
@@ -112,7 +172,7 @@ def render(source: str, screenshot: Path | None = None, size: str = "900,560") -
                 check=False,
             )
     title = re.search(r"<title>(.*?)</title>", dom, flags=re.S)
-    svg = re.search(r"<svg.*</svg>", dom, flags=re.S)
+    svg = re.search(r"<svg.*</svg>", dom, flags=re.S)  # every chart on the page, first to last
     walk = _Walk()
     walk.feed(svg.group(0) if svg else "")
     return Rendered(

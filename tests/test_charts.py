@@ -27,8 +27,11 @@ HOSTILE = [
 # The whole grammar gpu-ci writes: a name can change what a string says, never the lines.
 _STR = '"(?:[^"\n`%#<>{}\\\\]|[%#]\u200b){1,160}"'
 _NUM = r"-?\d+(\.\d+)?"
+_HEX = "#[0-9a-f]{6}"
 _LINE = re.compile(
-    rf"^(xychart-beta"
+    rf'^(%%{{init: {{"xyChart": {{"height": \d+}}, "themeVariables": {{"xyChart": '
+    rf'{{"plotColorPalette": "{_HEX}(, {_HEX})*"}}}}}}}}%%'
+    rf"|xychart-beta"
     rf"|    title {_STR}"
     rf"|    x-axis \[{_STR}(, {_STR})*\]"
     rf"|    y-axis {_STR} {_NUM} --> {_NUM}"
@@ -37,7 +40,9 @@ _LINE = re.compile(
 
 
 def assert_grammar(source: str) -> None:
-    for line in source.split("\n"):
+    lines = source.split("\n")
+    assert lines[0].startswith("%%{init:") and lines[1] == "xychart-beta"  # one directive: ours
+    for line in lines:
         assert _LINE.match(line), line
 
 
@@ -64,74 +69,157 @@ def test_numbers_have_no_exponent(value, shown):
     assert charts.number(float("nan")) == "0"
 
 
-def test_metric_chart_with_history_is_history_then_this_run():
-    rows = [
-        {
-            "kind": "min",
-            "metric": "eval.accuracy",
-            "value": 0.93,
-            "threshold": 0.9,
-            "baseline": 0.92,
-        },
+def _past(values, day=1):
+    return [
+        {"commit": f"{i}" * 40, "date": f"2026-11-{day + i:02d}T00:00:00Z", "metrics": {"acc": v}}
+        for i, v in enumerate(values)
     ]
-    past = [
-        {"commit": "a" * 40, "date": "2026-11-30T00:00:00Z", "metrics": {"eval.accuracy": 0.91}},
-        {"commit": "b" * 40, "date": "2026-12-01T00:00:00Z", "metrics": {"eval.accuracy": 0.92}},
-    ]
-    (chart,) = charts.metric_charts(rows, past)
+
+
+def _rows(value, *, baseline=0.92, passed=True):
+    """A min rule that passes and a max-regression rule (failing unless ``passed``)."""
+    limit = baseline - 0.01
+    return [
+        {"kind": "min", "metric": "acc", "value": value, "threshold": 0.9, "limit": 0.9,
+         "baseline": baseline, "rule": "acc >= 0.9", "passed": True},
+        {"kind": "max-regression", "metric": "acc", "value": value, "threshold": None,
+         "limit": limit, "baseline": baseline, "rule": "acc drop <= 0.01 vs baseline",
+         "passed": passed},
+    ]  # fmt: skip
+
+
+def test_this_run_is_a_series_of_its_own_red_when_it_fails_and_the_failed_rule_is_drawn():
+    (chart,) = charts.metric_charts(_rows(0.905, passed=False), _past([0.91, 0.92]))
     assert charts.mermaid(chart) == "\n".join(
         [
+            '%%{init: {"xyChart": {"height": 400}, "themeVariables": {"xyChart": '
+            '{"plotColorPalette": "#4a90d9, #dd2e44, #f4900c, #a0522d, #9b6fd6"}}}}%%',
             "xychart-beta",
-            '    title "eval.accuracy: default branch, then this run"',
-            '    x-axis ["aaaaaaa", "bbbbbbb", "this run"]',
-            '    y-axis "eval.accuracy" 0.897 --> 0.933',
-            "    bar [0.91, 0.92, 0.93]",
+            '    title "acc: default branch, last 2 runs, then this run"',
+            '    x-axis ["Nov 1", "Nov 2", "this run"]',
+            '    y-axis "acc (axis cut at 0.895)" 0.895 --> 0.925',
+            "    bar [0.91, 0.92, 0.865]",  # history; under the axis at this run: no bar
+            "    bar [0.865, 0.865, 0.905]",  # this run, in red
+            "    line [0.91, 0.91, 0.91]",  # the failed rule's limit first, in orange
             "    line [0.9, 0.9, 0.9]",
-            "    line [0.92, 0.92, 0.92]",
+            "    line [0.92, 0.92, 0.92]",  # the baseline
         ]
     )
-    assert chart.as_dict()["lines"][0] == {"label": "min 0.9", "values": [0.9, 0.9, 0.9]}
+    assert charts.legend(chart) == (
+        "\U0001f7e6 default branch, last 2 runs \u00b7 \U0001f7e5 this run: 0.905, fails \u00b7 "
+        "\U0001f7e7 failed rule acc drop \\<= 0.01 vs baseline: limit 0.91 \u00b7 "
+        "\U0001f7eb rule acc >= 0.9: limit 0.9 \u00b7 \U0001f7ea baseline: 0.92 \u00b7 "
+        "\u2702\ufe0f y-axis cut: starts at 0.895, not 0"
+    )
+    data = chart.as_dict()
+    assert data["bars"][1] == {
+        "label": "this run: 0.905, fails",
+        "values": [None, None, 0.905],
+        "colour": "#dd2e44",
+    }
+    assert data["y_axis"] == {"min": 0.895, "max": 0.925, "from_zero": False}
+
+
+def test_a_passing_run_is_green_and_the_legend_colours_follow_the_palette_order():
+    (chart,) = charts.metric_charts(_rows(0.93), _past([0.91]))
+    palette = re.search(r'plotColorPalette": "([^"]+)"', charts.mermaid(chart)).group(1)
+    squares = re.findall("[\U0001f7e5-\U0001f7eb]", charts.legend(chart))
+    by_square = {square: hex_ for hex_, square in charts.PALETTE.values()}
+    assert [by_square[q] for q in squares] == palette.split(", ")
+    assert chart.bars[1].colour == "green" and "this run: 0.93, passes" in charts.legend(chart)
+
+
+def test_failing_metrics_are_charted_first():
+    rows = [
+        {"kind": "min", "metric": "ok", "value": 1.0, "limit": 0.5, "passed": True},
+        {"kind": "min", "metric": "bad", "value": 0.1, "limit": 0.5, "passed": False},
+    ]
+    assert [c.y_label for c in charts.metric_charts(rows, None)] == ["bad", "ok"]
+
+
+def test_y_axis_starts_at_zero_unless_the_differences_would_not_show():
+    (wide,) = charts.metric_charts(_rows(0.3, baseline=0.5, passed=False), _past([0.6]))
+    assert charts.y_axis(wide) == (0.0, 1.0, False)  # 0.3 .. 0.9 (the min rule): from 0
+    assert "axis cut" not in charts.mermaid(wide) + charts.legend(wide)
+    (tight,) = charts.metric_charts(_rows(0.905, passed=False), _past([0.91]))
+    low, high, broken = charts.y_axis(tight)
+    assert broken and 0.85 < low < 0.9 and high < 1  # marked: in the y title and the legend
+    assert f"axis cut at {charts.number(low)}" in charts.mermaid(tight)
+    assert f"y-axis cut: starts at {charts.number(low)}, not 0" in charts.legend(tight)
+    loss = charts.Chart("t", ["a"], [charts.Series("x", [2.31])], lines=[])
+    assert charts.y_axis(loss)[2] is True  # one value far from 0: a cut, marked too
+
+
+def test_labels_are_days_thinned_distinct_and_this_run_is_always_written():
+    values = [0.9 + i / 1000 for i in range(50)]
+    past = [
+        {"commit": f"{i:040x}", "date": f"2026-11-{1 + i // 2:02d}T{i % 2:02d}:00:00Z",
+         "metrics": {"acc": v}}
+        for i, v in enumerate(values)
+    ]  # fmt: skip
+    (chart,) = charts.metric_charts(_rows(0.95), past)
+    axis = charts.mermaid(chart).splitlines()[3]
+    labels = re.findall(r'"([^"]*)"', axis)
+    assert len(labels) == 51 and len(set(labels)) == 51  # Mermaid merges equal categories
+    shown = [label for label in labels if label.strip("\u200b\u200c\u200d\u2060")]
+    assert 2 <= len(shown) <= charts.MAX_LABELS and shown[-1] == "this run"
+    assert all(re.fullmatch(r"(Nov|Dec) \d{1,2}", label) for label in shown[:-1]), shown
+    assert max(len(label) for label in labels) <= 8  # no hash, no label longer than "this run"
+    assert len(axis) < 700  # the left-out labels cost at most 3 characters each
+    few = charts.mermaid(charts.metric_charts(_rows(0.95), past[:6])[0]).splitlines()[3]
+    days = ["Nov 1", "Nov 1\u200b", "Nov 2", "Nov 2\u200b", "Nov 3", "Nov 3\u200b", "this run"]
+    assert few == "    x-axis [" + ", ".join(f'"{d}"' for d in days) + "]"  # two runs a day
 
 
 def test_metric_chart_without_history_is_baseline_then_this_run():
     rows = [
-        {"kind": "max", "metric": "loss", "value": 0.2, "threshold": 0.3, "baseline": 0.25},
+        {
+            "kind": "max",
+            "metric": "loss",
+            "value": 0.2,
+            "threshold": 0.3,
+            "baseline": 0.25,
+            "rule": "loss <= 0.3",
+            "passed": True,
+        },
         {"kind": "min", "metric": "missing", "value": None},
         {"kind": "min", "metric": "nan", "value": float("nan")},
         "not a row",
-    ]
+    ]  # fmt: skip  (a record from before "limit": the threshold is the min/max limit)
     (chart,) = charts.metric_charts(rows, None)
     assert chart.categories == ["baseline", "this run"]
-    assert charts.mermaid(chart).splitlines()[3:] == [
-        '    y-axis "loss" 0.19 --> 0.31',
-        "    bar [0.25, 0.2]",
+    assert charts.mermaid(chart).splitlines()[4:] == [
+        '    y-axis "loss" 0 --> 0.4',
+        "    bar [0.25, -0.4]",
+        "    bar [-0.4, 0.2]",
         "    line [0.3, 0.3]",
     ]
+    assert charts.legend(chart).startswith("\U0001f7e6 baseline \u00b7 \U0001f7e9 this run: 0.2")
 
 
 def test_spend_chart_has_budget_line():
     chart = charts.spend_chart([("alice", 12.5), ("bob", 3.0)], [100.0, 50.0], "2026-11-01")
-    assert charts.mermaid(chart) == "\n".join(
-        [
-            "xychart-beta",
-            '    title "GPU spend per person since 2026-11-01"',
-            '    x-axis ["alice", "bob"]',
-            '    y-axis "USD" 0 --> 109.7',
-            "    bar [12.5, 3]",
-            "    line [100, 50]",
-        ]
-    )
+    assert charts.mermaid(chart).splitlines()[1:] == [
+        "xychart-beta",
+        '    title "GPU spend per person since 2026-11-01"',
+        '    x-axis ["alice", "bob"]',
+        '    y-axis "USD" 0 --> 120',
+        "    bar [12.5, 3]",
+        "    line [100, 50]",
+    ]
+    assert charts.legend(chart) == "\U0001f7e6 spend USD \u00b7 \U0001f7e7 budget USD"
     no_budget = charts.spend_chart([("alice", 1.0), ("bob", 3.0)], [100.0, None], "x")
     assert no_budget.lines == []
 
 
-def test_measured_chart_has_minimum_line():
+def test_measured_chart_has_minimum_line_and_a_gpu_under_it_in_red():
     chart = charts.measured_chart(
-        "matmul TFLOPS per GPU", "TFLOPS", [("0: H100", 700.0, 400.0), ("1: H100", 690.0, 400.0)]
+        "matmul TFLOPS per GPU", "TFLOPS", [("0: H100", 700.0, 400.0), ("1: H100", 390.0, 400.0)]
     )
     source = charts.mermaid(chart)
     assert '    x-axis ["0: H100", "1: H100"]' in source
-    assert source.endswith("    bar [700, 690]\n    line [400, 400]")
+    assert source.endswith("    bar [700, -800]\n    bar [-800, 390]\n    line [400, 400]")
+    assert "\U0001f7e5 under the minimum TFLOPS" in charts.legend(chart)
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -148,21 +236,42 @@ def test_hostile_names_in_every_chart_type_keep_the_grammar(name):
     for chart in built:
         source = charts.mermaid(chart)
         assert_grammar(source)
-        assert len(source.split("\n")) == 5 + len(chart.lines)
+        assert len(source.split("\n")) == 5 + len(chart.bars) + len(chart.lines)
+        assert_inert_markdown(charts.legend(chart))
 
 
 @pytest.mark.parametrize("name", HOSTILE)
 def test_report_comment_fences_stay_closed_with_hostile_names(name):
     gate = {
-        "passed": True,
-        "rows": [{"kind": "min", "metric": name, "value": 1.0, "threshold": 0.5, "rule": "r"}],
-    }
+        "passed": False,
+        "rows": [
+            {"kind": "min", "metric": name, "value": 1.0, "threshold": 0.5, "rule": name,
+             "passed": True, "verdict": "pass"},
+            {"kind": "max", "metric": name, "value": 1.0, "limit": 0.8, "rule": f"{name} <= 0.8",
+             "passed": False, "verdict": f"FAIL: above 0.8 {name}"},
+        ],
+    }  # fmt: skip
     body = render("training", gate, None, (None, "n/a"), RunContext(platform="local"))
     blocks = re.findall(r"```mermaid\n(.*?)\n```", body, flags=re.S)
     assert len(blocks) == 1
     assert len(re.findall(r"^\s*(```|~~~)", body, flags=re.M)) == 2  # open and close only
     assert_grammar(blocks[0])
-    assert body.index("```mermaid") < body.index("| metric |")  # the table under the chart
+    legend = body.split("```\n\n", 1)[1].split("\n", 1)[0]
+    assert legend.startswith("\U0001f7e5 this run: 1, fails")
+    assert_inert_markdown(legend)
+    # The verdict and why first, then the chart, then the table.
+    assert body.index("**Failed:** 1 of 2 rule(s)") < body.index("```mermaid")
+    assert body.index("```mermaid") < body.index("| metric |")
+
+
+def assert_inert_markdown(line: str) -> None:
+    """No HTML tag, link, mention, reference or second line in a legend, whatever the names."""
+    assert "\n" not in line
+    outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line)
+    outside = outside.replace("&#8203;", "\u200b")  # a zero-width space breaks what it is in
+    live_constructs = (r"(?<!\\)<[A-Za-z!/]", r"(?<!\\)\]\(", r"@[A-Za-z0-9]", r"#[0-9]", "://")
+    for live in (*live_constructs, "&#[0-9]"):
+        assert not re.search(live, outside), (live, line)
 
 
 def test_pods_cost_chart_draws_each_owner_budget_from_the_budgets_file(tmp_path, monkeypatch):
@@ -194,8 +303,8 @@ def test_gpu_smoke_on_several_gpus_charts_measured_against_minimum():
     blocks = summary_tables(outcomes, {0: "H100", 1: 'H100"]\n%%'})
     (source,) = re.findall(r"```mermaid\n(.*?)\n```", blocks[0], flags=re.S)
     assert_grammar(source)
-    assert source.splitlines()[2] == '    x-axis ["0: H100", "1: H100\u201d] %\u200b%\u200b"]'
-    assert source.endswith("    bar [712, 388.2]\n    line [400, 400]")
+    assert source.splitlines()[3] == '    x-axis ["0: H100", "1: H100\u201d] %\u200b%\u200b"]'
+    assert source.endswith("    bar [712, -800]\n    bar [-800, 388.2]\n    line [400, 400]")
     assert len(blocks) == 3  # the chart (no min_gbs: no bandwidth chart), then the two tables
     one_gpu = summary_tables(outcomes[:1], {0: "H100"})
     assert "```mermaid" not in "".join(one_gpu)

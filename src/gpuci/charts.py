@@ -5,10 +5,23 @@ note or a job summary is drawn by the forge itself. ``xychart-beta`` (bars and l
 categories) is in Mermaid since 10.5; newer Mermaid also accepts plain ``xychart`` but keeps the
 ``-beta`` keyword, so the older spelling works on both.
 
+A chart must say at a glance whether this run failed and why, so:
+
+- every series has its own colour, set by one ``%%{init}%%`` directive (``plotColorPalette``, in
+  Mermaid since xychart itself) and named in a Markdown legend under the chart, each colour shown
+  as the emoji square of that colour (xychart draws no legend before Mermaid 11.10, and the
+  forges' Mermaid is older);
+- this run is a bar series of its own (red when its rule failed), not one more history bar;
+- the y-axis starts at 0 (bars are lengths), unless the values differ too little to be seen
+  from 0: then it starts near them and the legend says so (a marked break);
+- with many points only every k-th x label is written (the others are invisible but distinct:
+  Mermaid merges equal categories), so labels never run into each other.
+
 Chart text (titles, category labels) often comes from files a PR's code wrote (metric names) or
 from a store (owners, GPU names), so all of it goes through :func:`text`, the one place that
-makes a string inert in Mermaid and in the Markdown fence around it. Values are numbers we
-format ourselves; the data of each chart is also given as a plain dict for ``--json``.
+makes a string inert in Mermaid and in the Markdown fence around it; the legend goes through
+:func:`gpuci.markdown.text`. Values are numbers we format ourselves; the data of each chart is
+also given as a plain dict for ``--json``.
 """
 
 from __future__ import annotations
@@ -21,6 +34,24 @@ from typing import Any
 
 MAX_TEXT = 80  # a label or title longer than this is cut (names can be 500 characters)
 MAX_CATEGORIES = 60
+MAX_LABELS = 9  # x labels written at most (with ``thin``): about 70 px each in a 700 px chart
+# A y-axis from 0 unless the values' spread is less than this share of the largest: then the
+# differences would be a few pixels high, and the axis starts near the data (marked as a break).
+BREAK_BELOW = 0.1
+HEIGHT = 400  # px, of Mermaid's default 700 x 500: ten charts in a comment stay scrollable
+
+# Series colours: each a colour Mermaid draws and the emoji square a legend shows for it.
+# Mid-tones, readable on GitHub's and GitLab's light and dark themes.
+PALETTE = {
+    "blue": ("#4a90d9", "\U0001f7e6"),
+    "red": ("#dd2e44", "\U0001f7e5"),
+    "green": ("#3fa34d", "\U0001f7e9"),
+    "orange": ("#f4900c", "\U0001f7e7"),
+    "purple": ("#9b6fd6", "\U0001f7ea"),
+    "brown": ("#a0522d", "\U0001f7eb"),
+    "yellow": ("#e6b800", "\U0001f7e8"),
+}
+RULE_COLOURS = ("orange", "brown", "yellow")  # one per rule line of a chart, in order
 
 # What each character that means something to Mermaid or to the Markdown fence becomes:
 # ``"`` ends a quoted string; ``%`` begins ``%%`` comments and ``%%{init: ...}%%`` directives
@@ -41,6 +72,18 @@ _INERT = str.maketrans(
     }
 )
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# An x label left out is the number of its place written in these four invisible characters
+# (zero-width space, non-joiner, joiner, word joiner): it shows nothing, takes no room, and
+# stays distinct (Mermaid merges equal categories) in at most 3 characters for 60 places.
+_INVISIBLE = "\u200b\u200c\u200d\u2060"
+
+
+def _blank(place: int) -> str:
+    digits = _INVISIBLE[place % 4]
+    while place >= 4:
+        place //= 4
+        digits = _INVISIBLE[place % 4] + digits
+    return digits
 
 
 def text(value: Any) -> str:
@@ -64,60 +107,136 @@ def number(value: float) -> str:
 
 
 @dataclass
+class Series:
+    """One bar or line series: its legend label, values (None: no bar at that point; lines
+    need every point) and its colour, a key of :data:`PALETTE`."""
+
+    label: str
+    values: list[float | None]
+    colour: str = "blue"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "values": self.values, "colour": PALETTE[self.colour][0]}
+
+
+@dataclass
 class Chart:
-    """One xychart: categories along x, bars of values, and lines (thresholds, baselines)."""
+    """One xychart: categories along x, bar series, and line series (thresholds, baselines)."""
 
     title: str
     categories: list[str]
-    bars: list[float]
+    bars: list[Series]
     y_label: str = ""
-    lines: list[tuple[str, list[float]]] = field(default_factory=list)
+    lines: list[Series] = field(default_factory=list)
+    thin: bool = False  # x labels are a sequence (dates): write every k-th one only
 
     def as_dict(self) -> dict[str, Any]:
+        low, high, broken = y_axis(self)
         return {
             "title": self.title,
             "categories": self.categories,
-            "bars": self.bars,
+            "bars": [s.as_dict() for s in self.bars],
+            "lines": [s.as_dict() for s in self.lines],
             "y_label": self.y_label,
-            "lines": [{"label": label, "values": values} for label, values in self.lines],
+            "y_axis": {"min": low, "max": high, "from_zero": not broken},
         }
 
 
-def _range(values: Sequence[float]) -> tuple[float, float]:
-    """A y range that shows the differences (0.91 against 0.93), with a little room."""
-    finite = [v for v in values if math.isfinite(v)] or [0.0]
-    low, high = min(finite), max(finite)
-    pad = (high - low) * 0.1 or abs(high) * 0.1 or 1.0
-    low = 0.0 if low >= 0 and low - pad < 0 else low - pad
-    return low, high + pad
+def _nice(value: float) -> float:
+    """``value`` rounded up to a round figure (1, 2, 2.5 or 5 times a power of ten)."""
+    if value <= 0:
+        return 1.0
+    step = 10 ** math.floor(math.log10(value))
+    return next(m * step for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * step >= value)
+
+
+def _values(chart: Chart) -> list[float]:
+    found = [v for s in (*chart.bars, *chart.lines) for v in s.values[-MAX_CATEGORIES:]]
+    return [v for v in found if v is not None and math.isfinite(v)] or [0.0]
+
+
+def y_axis(chart: Chart) -> tuple[float, float, bool]:
+    """``(min, max, broken)``: from 0 when every value is >= 0 and their differences show from
+    there; else from just under the data (``broken``: the legend says the axis is cut)."""
+    values = _values(chart)
+    low, high = min(values), max(values)
+    spread = high - low
+    if low >= 0 and (high == 0 or spread >= BREAK_BELOW * high):
+        top = _nice(high * 1.05)
+        return 0.0, (min(top, 1.0) if high <= 1 else top), False
+    step = _nice((spread or abs(high) * 0.1 or 1.0) / 5)  # about 5 to 10 ticks over the data
+    floor, top = math.floor(low / step - 0.5) * step, math.ceil(high / step + 0.5) * step
+    if low >= 0 and floor < 0:
+        return 0.0, top, False
+    if high <= 0 < top:
+        top = 0.0
+    return float(number(floor)), float(number(top)), True
+
+
+def _labels(categories: Sequence[str], thin: bool) -> list[str]:
+    """The x labels as drawn: each made inert; with ``thin``, only every k-th (counted back from
+    the last, which is always written); blanks are distinct invisible strings."""
+    count = len(categories)
+    step = math.ceil(count / MAX_LABELS) if thin else 1
+    out = []
+    for i, label in enumerate(categories):
+        keep = (count - 1 - i) % step == 0
+        out.append(text(label) if keep else f'"{_blank(i)}"')
+    seen: set[str] = set()
+    for i, label in enumerate(out):  # Mermaid merges equal categories: make each one distinct
+        while label in seen:
+            label = label[:-1] + _INVISIBLE[0] + '"'
+        seen.add(label)
+        out[i] = label
+    return out
 
 
 def mermaid(chart: Chart) -> str:
-    """The chart's Mermaid source (without the fence)."""
+    """The chart's Mermaid source (without the fence): the colour directive first."""
     cats = chart.categories[-MAX_CATEGORIES:]
     keep = len(cats)
-    bars = chart.bars[-keep:]
-    lines = [(label, values[-keep:]) for label, values in chart.lines]
-    low, high = _range([*bars, *(v for _, vs in lines for v in vs)])
+    low, high, broken = y_axis(chart)
+    y_title = (chart.y_label or "value") + (f" (axis cut at {number(low)})" if broken else "")
+    palette = ", ".join(PALETTE[s.colour][0] for s in (*chart.bars, *chart.lines))
+
+    # No bar: a value under the axis. Mermaid draws a bar from the plot's bottom edge, which
+    # is a few pixels under the axis minimum, so a bar *at* the minimum would show as a strip;
+    # one under it has a negative height, which browsers do not draw.
+    none = number(low - (high - low))
+
+    def values(series: Series) -> str:
+        return ", ".join(none if v is None else number(v) for v in series.values[-keep:])
+
     out = [
+        '%%{init: {"xyChart": {"height": '
+        + str(HEIGHT)
+        + '}, "themeVariables": {"xyChart": {"plotColorPalette": "'
+        + palette
+        + '"}}}}%%',
         "xychart-beta",
         f"    title {text(chart.title)}",
-        "    x-axis [" + ", ".join(text(c) for c in cats) + "]",
-        f"    y-axis {text(chart.y_label or 'value')} {number(low)} --> {number(high)}",
-        "    bar [" + ", ".join(number(v) for v in bars) + "]",
+        "    x-axis [" + ", ".join(_labels(cats, chart.thin)) + "]",
+        f"    y-axis {text(y_title)} {number(low)} --> {number(high)}",
     ]
-    out += ["    line [" + ", ".join(number(v) for v in values) + "]" for _, values in lines]
+    out += [f"    bar [{values(s)}]" for s in chart.bars]
+    out += [f"    line [{values(s)}]" for s in chart.lines]
     return "\n".join(out)
 
 
-def fenced(chart: Chart) -> str:
-    """The chart as a Markdown block, with a one-line key (xychart draws no legend)."""
-    key = "bars: " + (chart.y_label or "value")
-    if chart.lines:
-        key += "; lines: " + ", ".join(label for label, _ in chart.lines)
-    from gpuci.markdown import cell
+def legend(chart: Chart) -> str:
+    """The key under a chart: each series' colour square and name, and the axis break if any."""
+    from gpuci.markdown import text as md_text
 
-    return f"```mermaid\n{mermaid(chart)}\n```\n\n<sub>{cell(key)}</sub>"
+    items = [f"{PALETTE[s.colour][1]} {md_text(s.label)}" for s in (*chart.bars, *chart.lines)]
+    low, _, broken = y_axis(chart)
+    if broken:
+        items.append(f"\u2702\ufe0f y-axis cut: starts at {number(low)}, not 0")
+    return " \u00b7 ".join(items)
+
+
+def fenced(chart: Chart) -> str:
+    """The chart as a Markdown block, its legend right under it (xychart draws none)."""
+    return f"```mermaid\n{mermaid(chart)}\n```\n\n{legend(chart)}"
 
 
 def _finite(value: Any) -> float | None:
@@ -126,41 +245,97 @@ def _finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def metric_charts(
-    rows: Sequence[Any], past: Sequence[dict[str, Any]] | None, limit: int = 10
-) -> list[Chart]:
-    """Per gated metric: the default branch's history (or the baseline) then this run as bars,
-    the threshold(s) and the baseline as lines. Rows are a gate record's (input: type-checked)."""
-    by_metric: dict[str, dict[str, Any]] = {}
+_MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+
+def _day(run: dict[str, Any], index: int) -> str:
+    """A history run's x label: its day (``Nov 30``), else its commit's first 7 characters."""
+    date = str(run.get("date") or "")
+    found = re.match(r"\d{4}-(\d\d)-(\d\d)", date)
+    if found and 1 <= int(found.group(1)) <= 12:
+        return f"{_MONTHS[int(found.group(1)) - 1]} {int(found.group(2))}"
+    return str(run.get("commit") or "")[:7] or f"run {index + 1}"
+
+
+@dataclass
+class _Metric:
+    """What one gated metric's chart needs, gathered from its rows."""
+
+    value: float
+    baseline: float | None = None
+    passed: bool = True
+    rules: list[tuple[str, float, bool]] = field(default_factory=list)  # (rule, limit, passed)
+
+
+def _gather(rows: Sequence[Any]) -> dict[str, _Metric]:
+    """Rows (a gate record's, so input: type-checked) by metric, in their order."""
+    found: dict[str, _Metric] = {}
     for row in rows:
         if not isinstance(row, dict) or not isinstance(row.get("metric"), str):
             continue
         value = _finite(row.get("value"))
         if value is None:
             continue
-        item = by_metric.setdefault(row["metric"], {"value": value, "baseline": None, "lines": []})
+        item = found.setdefault(row["metric"], _Metric(value))
         if (base := _finite(row.get("baseline"))) is not None:
-            item["baseline"] = base
-        threshold = _finite(row.get("threshold"))
-        if threshold is not None and row.get("kind") in ("min", "max"):
-            item["lines"].append((f"{row['kind']} {number(threshold)}", threshold))
+            item.baseline = base
+        passed = row.get("passed") is True
+        item.passed = item.passed and passed
+        limit = _finite(row.get("limit"))
+        if limit is None and row.get("kind") in ("min", "max"):  # a record from before "limit"
+            limit = _finite(row.get("threshold"))
+        if limit is not None:
+            rule = row.get("rule") if isinstance(row.get("rule"), str) else row.get("kind")
+            item.rules.append((str(rule), limit, passed))
+    return found
+
+
+def metric_charts(
+    rows: Sequence[Any], past: Sequence[dict[str, Any]] | None, limit: int = 10
+) -> list[Chart]:
+    """Per gated metric, failing ones first: the default branch's history (or the baseline) as
+    bars, this run as a bar of its own colour (red: a rule on it failed), each rule's limit and
+    the baseline as named lines."""
+    gathered = _gather(rows)
+    order = sorted(gathered, key=lambda name: gathered[name].passed)  # stable: failed first
     charts = []
-    for name, item in list(by_metric.items())[:limit]:
-        points = [
-            (run.get("commit", "")[:7] or run.get("date", "")[:10], run["metrics"][name])
-            for run in past or []
-            if name in run.get("metrics", {})
+    for name in order[:limit]:
+        item = gathered[name]
+        runs = [run for run in past or [] if name in run.get("metrics", {})][-MAX_CATEGORIES + 1 :]
+        points = [(_day(run, i), run["metrics"][name]) for i, run in enumerate(runs)]
+        count = len(points)
+        history = "default branch, " + ("last run" if count == 1 else f"last {count} runs")
+        if not points and item.baseline is not None:
+            points, history = [("baseline", item.baseline)], "baseline"
+        verdict = "passes" if item.passed else "fails"
+        bars = []
+        if points:
+            bars.append(Series(history, [v for _, v in points] + [None], "blue"))
+        mine = [None] * len(points) + [item.value]
+        bars.append(
+            Series(
+                f"this run: {number(item.value)}, {verdict}",
+                mine,
+                "red" if not item.passed else "green",
+            )
+        )
+        width = len(points) + 1
+        rules = sorted(item.rules, key=lambda r: r[2])  # a failed rule first: in orange
+        lines = [
+            Series(
+                f"{'failed ' if not ok else ''}rule {rule}: limit {number(value)}",
+                [value] * width,
+                RULE_COLOURS[i % len(RULE_COLOURS)],
+            )
+            for i, (rule, value, ok) in enumerate(rules)
         ]
-        if not points and item["baseline"] is not None:
-            points = [("baseline", item["baseline"])]
-        categories = [label or f"run {i + 1}" for i, (label, _) in enumerate(points)]
-        categories.append("this run")
-        bars = [v for _, v in points] + [item["value"]]
-        lines = [(label, [v] * len(bars)) for label, v in item["lines"]]
-        if item["baseline"] is not None and past:
-            lines.append((f"baseline {number(item['baseline'])}", [item["baseline"]] * len(bars)))
-        where = "default branch, then this run" if past else "this run"
-        charts.append(Chart(f"{name}: {where}", categories, bars, name, lines))
+        if item.baseline is not None and past:
+            lines.append(
+                Series(f"baseline: {number(item.baseline)}", [item.baseline] * width, "purple")
+            )
+        where = f"{history}, then this run" if points else "this run"
+        categories = [label for label, _ in points] + ["this run"]
+        charts.append(Chart(f"{name}: {where}", categories, bars, name, lines, thin=True))
     return charts
 
 
@@ -172,23 +347,33 @@ def spend_chart(
     chart = Chart(
         f"GPU spend per person since {period}",
         [owner for owner, _ in spent],
-        [amount for _, amount in spent],
+        [Series("spend USD", [amount for _, amount in spent])],
         "USD",
     )
     limits = [b for b in budgets if b is not None]
     if limits and len(limits) == len(spent):  # a line cannot skip a point: all or none
-        chart.lines.append(("budget USD", limits))
+        chart.lines.append(Series("budget USD", list(limits), "orange"))
     return chart
 
 
 def measured_chart(title: str, unit: str, rows: Sequence[tuple[str, float, float]]) -> Chart:
-    """``gpu-smoke`` on several GPUs: measured per GPU as bars, the minimum as a line."""
+    """``gpu-smoke`` on several GPUs: measured per GPU as bars (red: under the minimum), the
+    minimum as a line."""
+    under = [measured < minimum for _, measured, minimum in rows]
+    bars = [
+        Series(
+            f"measured {unit}", [None if u else m for u, (_, m, _) in zip(under, rows, strict=True)]
+        )
+    ]
+    if any(under):
+        low = [m if u else None for u, (_, m, _) in zip(under, rows, strict=True)]
+        bars.append(Series(f"under the minimum {unit}", low, "red"))
     return Chart(
         title,
         [name for name, _, _ in rows],
-        [measured for _, measured, _ in rows],
+        bars,
         unit,
-        [("minimum", [minimum for _, _, minimum in rows])],
+        [Series(f"minimum {unit}", [minimum for _, _, minimum in rows], "orange")],
     )
 
 

@@ -100,8 +100,13 @@ def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_pa
     store = LocalStore(tmp_path / "hist")
     for i, value in enumerate((0.931, 0.935)):  # two default-branch runs before this PR
         ctx = ci.RunContext(platform="github", commit=f"{i}" * 40)
-        item = history.entry({"rows": [{"metric": "eval.accuracy", "value": value}]}, None, ctx)
-        history.append(store, "training", {**item, "epoch": 1_700_000_000 + i})
+        item = history.entry(
+            {"rows": [{"metric": "eval.accuracy", "value": value}]},
+            None,
+            ctx,
+            now=1_700_000_000 + i * 86_400,  # 2023-11-14, then the next day
+        )
+        history.append(store, "training", item)
     env = pr_env(tmp_path, github)
     extra = ("--comment", "--history", (tmp_path / "hist").as_uri())
     assert gate(tmp_path, env, 0.95, *extra).returncode == 0
@@ -109,8 +114,9 @@ def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_pa
     (ours,) = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
     body = ours["body"]
     chart = body.split("```mermaid\n", 1)[1].split("\n```", 1)[0]
-    assert '    x-axis ["0000000", "1111111", "this run"]' in chart
-    assert "    bar [0.931, 0.935, 0.94]" in chart  # the PR's value, updated, as the last point
+    assert '    x-axis ["Nov 14", "Nov 15", "this run"]' in chart  # days, not commits
+    # the default branch's runs, then the PR's value, updated, as a series of its own
+    assert "    bar [0.931, 0.935, 0.888]\n    bar [0.888, 0.888, 0.94]" in chart
     assert "    line [0.92, 0.92, 0.92]" in chart and "    line [0.93, 0.93, 0.93]" in chart
     assert body.index("```mermaid") < body.index("| `eval.accuracy` |")  # table under chart
     assert len(list((tmp_path / "hist").rglob("*.json"))) == 2  # a PR adds nothing
@@ -137,7 +143,7 @@ def test_a_lost_create_response_is_not_posted_twice(tmp_path, github):
     assert proc.returncode == 0, proc.stdout
     ours = [c for c in github.state.comments[f"{REPO}#7"] if c["user"]["login"] == "bot"]
     assert len(ours) == 1
-    assert "3.0 GPU-minutes (as given)" in ours[0]["body"]
+    assert "3 GPU-minutes (as given)" in ours[0]["body"]
     methods = [m for m, _ in github.state.requests]
     assert methods.count("POST") == 1 and methods.count("PATCH") == 1
 
@@ -202,3 +208,22 @@ def test_report_without_a_gate_says_so_plainly(tmp_path):
     proc = run_cli("report", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines()[0] == "report: ok: no gate ran in this job; comment skipped"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "gpus", "shown"),
+    [
+        (2.4, 2, "0.08 GPU-minutes (2 GPU(s) x 0.04 min since gpu-setup)"),  # was 0.1 (... 0.0)
+        (40.2, 2, "1.34 GPU-minutes (2 GPU(s) x 0.67 min since gpu-setup)"),  # was 1.3 (... 0.7)
+        (3600, 8, "480 GPU-minutes (8 GPU(s) x 60 min since gpu-setup)"),
+        (0.1, 4, "0 GPU-minutes (4 GPU(s) x 0 min since gpu-setup)"),
+    ],
+)
+def test_gpu_minutes_shown_are_the_gpus_times_the_minutes_shown(tmp_path, seconds, gpus, shown):
+    from gpuci.training import ci, report
+
+    env = {"GPUCI_JOURNAL": str(tmp_path / "journal.jsonl")}
+    journal.record("gpu-setup", {"gpus": [{}] * gpus, "time": 1000.0}, env)
+    minutes = report.gpu_minutes(env, None, now=1000.0 + seconds)
+    body = report.render("t", None, None, minutes, ci.RunContext(platform="local"))
+    assert f"**GPU time:** {shown}" in body

@@ -22,7 +22,7 @@ from gpuci.training import metrics as metrics_mod
 from gpuci.training.options import DEFAULT_MARKER, GateInputs
 from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 
-__all__ = ["GATE_NAME", "evaluate", "parse_all", "run", "table"]
+__all__ = ["GATE_NAME", "evaluate", "parse_all", "run"]
 
 GATE_NAME = "gate.json"
 
@@ -109,7 +109,10 @@ def _dry_run(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) ->
             "passed": record["passed"],
             "failed-rules": ", ".join(record["failed_rules"]),
         }
-        result.summary.append("### Model gate (dry run)\n\n" + table(record))
+        result.summary.append(
+            "_Dry run: the metrics already here, judged:_\n\n"
+            + report.gate_markdown(record, None, details=False)
+        )
         if not record["passed"]:
             result.exit_code = ExitCode.CHECK_FAILED
     else:
@@ -139,12 +142,6 @@ def _dry_run(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) ->
     result.summary.insert(0, "### Model gate plan\n\n" + "\n".join(f"- {ln}" for ln in lines))
     result.report["plan"] = lines
     return result
-
-
-def table(record: dict[str, Any]) -> str:
-    from gpuci.training.rules import table_markdown
-
-    return table_markdown(record["rows"])
 
 
 # Every output set from the start, so a step that stops early leaves none empty.
@@ -190,11 +187,7 @@ def run(inp: GateInputs, rt: Runtime) -> Result:
     past = history.read_past(
         rt, result, url=inp.history, series=inp.marker, points=inp.history_points
     )  # before this run joins it
-    result.summary.append(
-        f"### Model gate {'passed' if record['passed'] else 'failed'}\n\n"
-        + report.charts_markdown(record, past, result)
-        + table(record)
-    )
+    result.summary.append(report.gate_markdown(record, past, result, details=False))
     if record["passed"]:
         result.headline = f"{len(record['rows'])} rule(s) passed"
     else:

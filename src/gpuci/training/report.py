@@ -18,6 +18,7 @@ from gpuci import charts, journal, untrusted_json
 from gpuci.errors import InputError
 from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
+from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
@@ -28,11 +29,14 @@ __all__ = [
     "MAX_DELTA_ROWS",
     "charts_markdown",
     "collect",
+    "gate_markdown",
     "gpu_minutes",
     "marker_comment",
+    "minutes_text",
     "publish",
     "render",
     "run",
+    "verdict_markdown",
 ]
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters (GitLab: 1,000,000)
@@ -109,19 +113,82 @@ def gpu_minutes(
     listed = first.get("visible_devices") or first.get("gpus")
     gpus = len(listed) if isinstance(listed, list) and listed else 1
     elapsed = max(0.0, (now or time.time()) - float(first.get("time", now or time.time())))
-    return gpus * elapsed / 60, f"{gpus} GPU(s) x {elapsed / 60:.1f} min since gpu-setup"
+    per_gpu = round(elapsed / 60, 2)  # the figure shown, so the product shown is exactly it
+    return gpus * per_gpu, f"{gpus} GPU(s) x {minutes_text(per_gpu)} min since gpu-setup"
+
+
+def minutes_text(value: float) -> str:
+    """Minutes to 2 decimals, trailing zeros dropped: ``0.08``, ``1.2``, ``12``; a product of
+    such a figure and a GPU count is shown exactly, never rounded apart from its factors."""
+    return f"{value:.2f}".rstrip("0").rstrip(".") or "0"
 
 
 def charts_markdown(
     gate: dict[str, Any], past: list[dict[str, Any]] | None, result: Result | None = None
 ) -> str:
-    """One Mermaid chart per gated metric (history or baseline, this run, thresholds), each
-    followed by a blank line; the table goes under them. Their data goes to ``--json`` too."""
+    """One Mermaid chart per gated metric (failing ones first), each with its legend and
+    followed by a blank line. Their data goes to ``--json`` too."""
     rows = gate.get("rows")
     found = charts.metric_charts(rows if isinstance(rows, list) else [], past)
     if result is not None:
         result.report["charts"] = [chart.as_dict() for chart in found]
     return "".join(charts.fenced(chart) + "\n\n" for chart in found)
+
+
+def verdict_markdown(gate: dict[str, Any]) -> str:
+    """The heading and, when it failed, why: each failed rule with its metric's value and the
+    verdict, before anything else (a reader sees the answer before the charts)."""
+    if gate.get("passed"):
+        return "### ✅ Model gate passed"
+    lines = ["### ❌ Model gate failed", ""]
+    rows = gate.get("rows") if isinstance(gate.get("rows"), list) else []
+    failed = [r for r in rows if isinstance(r, dict) and not r.get("passed")]
+    if not failed:  # an edited report: the rule names are all there is
+        names = [str(r) for r in gate.get("failed_rules") or []]
+        return (
+            "\n".join(lines) + "**Failed:** " + ", ".join(md_code(r, in_table=False) for r in names)
+        )
+    lines.append(f"**Failed:** {len(failed)} of {len(rows)} rule(s)")
+    for r in failed:
+        why = str(r.get("verdict") or "FAIL").removeprefix("FAIL: ")
+        lines.append(
+            f"- {md_code(str(r.get('rule', '')), in_table=False)}: "
+            f"{md_code(str(r.get('metric', '')), in_table=False)} is {fmt(r.get('value'))}, "
+            + md_text(why)
+        )
+    return "\n".join(lines)
+
+
+def gate_markdown(
+    gate: dict[str, Any],
+    past: list[dict[str, Any]] | None,
+    result: Result | None = None,
+    *,
+    details: bool = True,
+) -> str:
+    """The gate as the job summary and the PR comment show it: the verdict and why, the charts
+    with their legends, the table; with ``details``, every metric against the baseline."""
+    parts = [verdict_markdown(gate)]
+    drawn = charts_markdown(gate, past, result).rstrip("\n")
+    if drawn:
+        parts.append(drawn)
+    parts.append(table_markdown(gate.get("rows", [])))
+    has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
+    if has_regression and not gate.get("baseline_found"):
+        parts.append("_No baseline metrics: regression rules were skipped._")
+    deltas = gate.get("deltas") or []
+    if details and deltas:
+        rows = [
+            (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
+            for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
+        ]
+        more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
+        parts.append(
+            f"<details><summary>All metrics vs baseline: {len(deltas)}{more}</summary>\n\n"
+            + markdown_table(["metric", "value", "baseline", "delta"], rows)
+            + "\n\n</details>"
+        )
+    return "\n\n".join(parts)
 
 
 def render(
@@ -137,44 +204,13 @@ def render(
     if gate is None:
         parts.append("### gpu-ci training report\n\nNo gate ran in this job.")
     else:
-        parts += _gate_parts(gate, past)
+        parts.append(gate_markdown(gate, past))
     parts.append("\n".join(f"- {f}" for f in _facts(prov, minutes, ctx)))
     parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
     body = "\n\n".join(parts)
     if len(body) > MAX_BODY:
         body = body[:MAX_BODY] + "\n\n_(truncated)_"
     return body
-
-
-def _gate_parts(gate: dict[str, Any], past: list[dict[str, Any]] | None) -> list[str]:
-    """The verdict, its charts and table, the failed rules and every metric against the
-    baseline (the first MAX_DELTA_ROWS)."""
-    head = "✅ Model gate passed" if gate.get("passed") else "❌ Model gate failed"
-    parts = [f"### {head}"]
-    drawn = charts_markdown(gate, past).rstrip("\n")
-    if drawn:
-        parts.append(drawn)
-    parts.append(table_markdown(gate.get("rows", [])))
-    if gate.get("failed_rules"):
-        parts.append(
-            "Failed: " + ", ".join(md_code(str(r), in_table=False) for r in gate["failed_rules"])
-        )
-    has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
-    if has_regression and not gate.get("baseline_found"):
-        parts.append("_No baseline metrics: regression rules were skipped._")
-    deltas = gate.get("deltas") or []
-    if deltas:
-        rows = [
-            (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
-            for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
-        ]
-        more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
-        parts.append(
-            f"<details><summary>All metrics vs baseline: {len(deltas)}{more}</summary>\n\n"
-            + markdown_table(["metric", "value", "baseline", "delta"], rows)
-            + "\n\n</details>"
-        )
-    return parts
 
 
 def _facts(
@@ -192,7 +228,7 @@ def _facts(
         )
     value, how = minutes
     facts.append(
-        f"**GPU time:** {value:.1f} GPU-minutes ({how})"
+        f"**GPU time:** {minutes_text(value)} GPU-minutes ({how})"
         if value is not None
         else f"**GPU time:** not measured ({how})"
     )

@@ -52,6 +52,7 @@ class Row:
     value: Any = None
     baseline: float | None = None
     delta: float | None = None
+    limit: float | None = None  # the value the rule draws the line at (the charts draw it)
     passed: bool = False
     skipped: bool = False
     verdict: str = ""
@@ -65,6 +66,7 @@ class Row:
             "value": self.value,
             "baseline": self.baseline,
             "delta": self.delta,
+            "limit": self.limit,
             "passed": self.passed,
             "skipped": self.skipped,
             "verdict": self.verdict,
@@ -180,6 +182,8 @@ def judge(
         if number is None:
             row.verdict = f"FAIL: {why}"
             continue
+        if rule.kind in ("min", "max"):
+            row.limit = rule.value
         if rule.kind == "min":
             row.passed = number >= rule.value
             row.verdict = "pass" if row.passed else f"FAIL: below {rule.value:g}"
@@ -203,6 +207,7 @@ def _judge_regression(
         return
     worse_by = (number - row.baseline) if lower else (row.baseline - number)
     allowed = rule.value * abs(row.baseline) if rule.relative else rule.value
+    row.limit = row.baseline + allowed if lower else row.baseline - allowed
     # A tiny epsilon: 0.93 - 0.92 must not fail a 0.01 allowance on float rounding.
     row.passed = worse_by <= allowed + 1e-12 * max(1.0, abs(row.baseline))
     row.verdict = "pass" if row.passed else f"FAIL: worse by {worse_by:.4g} > {allowed:.4g}"
