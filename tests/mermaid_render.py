@@ -119,7 +119,14 @@ class _Walk(HTMLParser):
             self.texts.append(data.strip())
 
 
-def render(source: str, screenshot: Path | None = None, size: str = "900,560") -> Rendered:
+def walk_texts(svg: str) -> list[str]:
+    """Every text node of ``svg``, as a reader sees it."""
+    walk = _Walk()
+    walk.feed(svg)
+    return walk.texts
+
+
+def render(source: str, screenshot: Path | None = None, size: str = "760,420") -> Rendered:
     """Render ``source``; with ``screenshot``, also save the page as a PNG there."""
     return _run(_PAGE.format(source=html.escape(source)), screenshot, size)
 

@@ -6,6 +6,8 @@ Skips (saying what to install) without chromium or the npm mermaid package. With
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from pathlib import Path
@@ -13,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpuci import charts
-from mermaid_render import REPO, missing, render
+from gpuci_testing import clean_env, run_cli
+from mermaid_render import REPO, missing, missing_markdown, render, render_markdown, walk_texts
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ready")
 
@@ -31,11 +34,19 @@ def _metric() -> charts.Chart:
             "value": 0.934,
             "threshold": 0.9,
             "baseline": 0.921,
+            "rule": "eval.accuracy >= 0.9",
+            "passed": True,
         },
     ]
     past = [
-        {"commit": f"{c}" * 40, "date": "", "metrics": {"eval.accuracy": v}}
-        for c, v in zip("abcdef", (0.905, 0.912, 0.918, 0.915, 0.921, 0.925), strict=True)
+        {
+            "commit": f"{c}" * 40,
+            "date": f"2026-11-{25 + i}T00:00:00Z",
+            "metrics": {"eval.accuracy": v},
+        }
+        for i, (c, v) in enumerate(
+            zip("abcdef", (0.905, 0.912, 0.918, 0.915, 0.921, 0.925), strict=True)
+        )
     ]
     return charts.metric_charts(rows, past)[0]
 
@@ -59,6 +70,10 @@ def _smoke() -> charts.Chart:
 def _style(svg: str) -> str:
     found = re.search(r"<style>(.*?)</style>", svg, flags=re.S)
     return found.group(1) if found else ""
+
+
+def _texts(svg: str) -> list[str]:
+    return walk_texts(svg)
 
 
 def _shot(name: str, tmp_path: Path) -> Path:
@@ -104,3 +119,90 @@ def test_a_hostile_name_renders_as_text_and_adds_nothing(tmp_path):
         for text in out.texts:  # "dark", "onerror" only inside the inert label or title
             assert ("dark" not in text and "onerror" not in text) or "%\u200b%" in text
         assert _style(out.svg) == plain_style  # no %%{init}%% theme or config switch
+
+
+# The PR comment and the job summary of a failing gate, as a reader sees them, at each history
+# length a reader meets: the first default-branch run, a few, the default 20, and 50.
+POINTS = (1, 6, 20, 50)
+pages = pytest.mark.skipif(bool(missing_markdown()), reason=missing_markdown() or "ready")
+
+
+def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
+    """Run ``gate`` as a job does (a history of ``points`` default-branch runs, a PR whose
+    accuracy dropped 0.016 under a 0.01 allowance): its gate.json, the history it read and
+    the job summary it wrote."""
+    from gpuci.cache.store import LocalStore
+    from gpuci.training import ci, history
+
+    store = LocalStore(tmp_path / "hist")
+    for i in range(points):  # about two runs a day, the last on Nov 30
+        day = 1_764_460_800 - (points - 1 - i) * 43_200  # 2025-11-30T00:00Z, back in half days
+        values = {
+            "eval.accuracy": 0.915 + 0.01 * math.sin(i / 2),
+            "eval.loss": 0.3 + 0.02 * math.cos(i / 3),
+        }
+        rows = [{"metric": name, "value": value} for name, value in values.items()]
+        ctx = ci.RunContext(platform="github", commit=f"{i:040x}")
+        history.append(store, "training", history.entry({"rows": rows}, None, ctx, now=day))
+    (tmp_path / "m.json").write_text(json.dumps({"eval": {"accuracy": 0.905, "loss": 0.31}}))
+    (tmp_path / "base.json").write_text(json.dumps({"eval": {"accuracy": 0.921, "loss": 0.31}}))
+    (tmp_path / "summary").write_text("")
+    env = clean_env(
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(tmp_path / "out"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+    )
+    proc = run_cli(
+        "gate", "--metrics", str(tmp_path / "m.json"), "--baseline", str(tmp_path / "base.json"),
+        "--min", "eval.accuracy=0.9", "--max-regression", "eval.accuracy=0.01",
+        "--max", "eval.loss=0.4", "--history", (tmp_path / "hist").as_uri(),
+        "--history-points", str(points), "--output-dir", str(tmp_path / "o"), env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the gate failed, as meant
+    record = json.loads((tmp_path / "o" / "gate.json").read_text())
+    past, _ = history.last(store, "training", points)
+    return record, past, (tmp_path / "summary").read_text()
+
+
+def _visible_rects(svg: str, colour: str) -> int:
+    """Bars of ``colour`` a reader sees (a bar under the axis has a negative height: none)."""
+    rects = re.findall(rf'<rect[^>]*fill="{colour}"[^>]*>', svg)
+    return sum(float(re.search(r'height="(-?[\d.]+)', r).group(1)) > 0 for r in rects)
+
+
+@pages
+@pytest.mark.parametrize("points", POINTS)
+@pytest.mark.parametrize("where", ["comment", "summary"])
+def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why(
+    where, points, tmp_path
+):
+    from gpuci.training import ci, report
+
+    record, past, summary = _gate_with_history(tmp_path, points)
+    ctx = ci.RunContext(platform="github", commit="c" * 40, run_url="https://github.invalid/r/1")
+    minutes = report.gpu_minutes({}, 0.08)
+    body = report.render("training", record, None, minutes, ctx, past)
+    page = body if where == "comment" else summary
+    # The verdict and its reason first, then the charts, each with its legend under it.
+    assert page.index("Failed:") < page.index("```mermaid") < page.index("| metric |")
+    shot = _shot(f"{where}-{points}", tmp_path)
+    out = render_markdown(page, screenshot=shot)
+    assert out.title.startswith("rendered"), out.title
+    charts_drawn = re.findall(r"<svg.*?</svg>", out.svg, flags=re.S)
+    assert len(charts_drawn) == 2  # eval.accuracy (failing, first), then eval.loss
+    accuracy, loss = charts_drawn
+    # This run stands apart: one red bar where the rule failed, one green bar where none did.
+    assert _visible_rects(accuracy, "#dd2e44") == 1 and _visible_rects(accuracy, "#3fa34d") == 0
+    assert _visible_rects(loss, "#3fa34d") == 1 and _visible_rects(loss, "#dd2e44") == 0
+    assert _visible_rects(accuracy, "#4a90d9") == points  # every default-branch run
+    # The failed rule's limit (the baseline 0.921 minus 0.01) is drawn (orange) and named.
+    assert 'stroke="#f4900c"' in accuracy
+    assert "failed rule eval.accuracy drop \\<= 0.01 vs baseline: limit 0.911" in page
+    # Short labels, never more than MAX_LABELS a chart, this run always named.
+    for chart in charts_drawn:
+        walk = _texts(chart)
+        days = [t for t in walk if re.fullmatch(r"(Nov|Dec) \d{1,2}", t)]
+        assert 1 <= len(days) <= charts.MAX_LABELS - 1 and "this run" in walk
+        assert not [t for t in walk if re.fullmatch(r"[0-9a-f]{7,}", t)]  # no commit hashes
+    assert shot.is_file() and shot.stat().st_size < 200_000  # a small PNG
