@@ -141,7 +141,8 @@ def verdict_markdown(gate: dict[str, Any]) -> str:
     if gate.get("passed"):
         return "### ✅ Model gate passed"
     lines = ["### ❌ Model gate failed", ""]
-    rows = gate.get("rows") if isinstance(gate.get("rows"), list) else []
+    found = gate.get("rows")
+    rows: list[Any] = found if isinstance(found, list) else []
     failed = [r for r in rows if isinstance(r, dict) and not r.get("passed")]
     if not failed:  # an edited report: the rule names are all there is
         names = [str(r) for r in gate.get("failed_rules") or []]
