@@ -97,6 +97,7 @@ class Rendered:
     svg: str
     texts: list[str] = field(default_factory=list)  # every text node, as a reader sees it
     classes: list[str] = field(default_factory=list)  # every class attribute in the SVG
+    dom: str = ""  # the whole page as the browser built it
 
 
 class _Walk(HTMLParser):
@@ -187,4 +188,5 @@ def _run(page_html: str, screenshot: Path | None, size: str) -> Rendered:
         svg.group(0) if svg else "",
         walk.texts,
         walk.classes,
+        dom,
     )

@@ -22,6 +22,8 @@ HOSTILE = [
     "back\\slash; `tick`",
     "n" * 500,
     "",
+    'acc" 0 --> 999',  # the y-axis's own arrow, after a closed quote
+    'x]\n    x-axis ["a"] --> [1]\n<script>alert(1)</script>',
 ]
 
 # The whole grammar gpu-ci writes: a name can change what a string says, never the lines.

@@ -21,8 +21,9 @@ from mermaid_render import REPO, missing, missing_markdown, render, render_markd
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ready")
 
 IMAGES = REPO / "docs" / "img"
-HOSTILE = 'acc" ] %%{init: {"theme": "dark"}}%%\n    line [999] <img src=x onerror=alert(1)> ' + (
-    "n" * 500
+HOSTILE = (
+    'acc" ] %%{init: {"theme": "dark"}}%%\n    line [999] <img src=x onerror=alert(1)> '
+    '" 0 --> 999 ' + "n" * 500
 )
 
 
@@ -206,3 +207,24 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
         assert 1 <= len(days) <= charts.MAX_LABELS - 1 and "this run" in walk
         assert not [t for t in walk if re.fullmatch(r"[0-9a-f]{7,}", t)]  # no commit hashes
     assert shot.is_file() and shot.stat().st_size < 200_000  # a small PNG
+
+
+@pages
+def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(tmp_path):
+    from gpuci.training import ci, report
+
+    rows = [
+        {"kind": "min", "metric": HOSTILE, "value": 0.4, "limit": 0.5, "threshold": 0.5,
+         "rule": f"{HOSTILE} >= 0.5", "passed": False, "verdict": f"FAIL: below 0.5 {HOSTILE}"},
+        {"kind": "max", "metric": "loss", "value": 0.2, "limit": 0.3, "threshold": 0.3,
+         "rule": HOSTILE, "passed": True, "verdict": "pass"},
+    ]  # fmt: skip
+    past = [{"date": HOSTILE, "commit": HOSTILE, "metrics": {HOSTILE: 0.45, "loss": 0.25}}]
+    gate = {"passed": False, "rows": rows, "failed_rules": [rows[0]["rule"]]}
+    body = report.render("training", gate, None, (None, "n/a"), ci.RunContext("github"), past)
+    out = render_markdown(body, screenshot=_shot("hostile-comment", tmp_path))
+    assert out.title.startswith("rendered"), out.title
+    assert len(re.findall(r"<svg.*?</svg>", out.svg, flags=re.S)) == 2
+    main = out.dom.split("<main>", 1)[1].split("</main>", 1)[0]
+    assert not re.search(r"<(img|script|iframe|a )", main), "a name became an element"
+    assert _visible_rects(out.svg, "#dd2e44") == 1  # the names moved no bar

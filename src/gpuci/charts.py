@@ -94,6 +94,12 @@ def text(value: Any) -> str:
     return '"' + (one_line.translate(_INERT) or "-") + '"'
 
 
+def cut(value: Any, limit: int = MAX_TEXT) -> str:
+    """``value`` as text of at most ``limit`` characters (a legend names a rule in one line)."""
+    shown = str(value)
+    return shown if len(shown) <= limit else shown[: limit - 1].rstrip() + "\u2026"
+
+
 def number(value: float) -> str:
     """A finite number as Mermaid reads one: no exponent, no ``nan``."""
     if not math.isfinite(value):
@@ -323,7 +329,7 @@ def metric_charts(
         rules = sorted(item.rules, key=lambda r: r[2])  # a failed rule first: in orange
         lines = [
             Series(
-                f"{'failed ' if not ok else ''}rule {rule}: limit {number(value)}",
+                f"{'failed ' if not ok else ''}rule {cut(rule)}: limit {number(value)}",
                 [value] * width,
                 RULE_COLOURS[i % len(RULE_COLOURS)],
             )

@@ -153,9 +153,9 @@ def verdict_markdown(gate: dict[str, Any]) -> str:
     for r in failed:
         why = str(r.get("verdict") or "FAIL").removeprefix("FAIL: ")
         lines.append(
-            f"- {md_code(str(r.get('rule', '')), in_table=False)}: "
-            f"{md_code(str(r.get('metric', '')), in_table=False)} is {fmt(r.get('value'))}, "
-            + md_text(why)
+            f"- {md_code(charts.cut(r.get('rule', '')), in_table=False)}: "
+            f"{md_code(charts.cut(r.get('metric', '')), in_table=False)} is {fmt(r.get('value'))}, "
+            + md_text(charts.cut(why, 120))
         )
     return "\n".join(lines)
 
