@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from gpuci import untrusted_json
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.manifest import canonical_json, now_iso
@@ -78,17 +79,19 @@ def ref_body(key: str, manifest: str, files: int, size: int) -> bytes:
 
 
 def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: float, key: str) -> Ref:
+    """A ref as read back from the store: untrusted (size, nesting, numbers, then types)."""
     try:
-        raw = json.loads(data)
-        manifest = str(raw["manifest"])
-    except (ValueError, KeyError, TypeError):
+        raw = untrusted_json.parse_object(data, MAX_REF, "a ref")
+    except untrusted_json.Unusable as exc:
         raise StoreError(
-            f"ref {store.url}/{object_key} is not valid JSON naming a manifest",
+            f"ref {store.url}/{object_key} is not usable: {exc}",
             hint="delete the ref and save the key again",
         ) from None
+    manifest = untrusted_json.text(raw, "manifest")
     if not layout.is_sha256(manifest):
+        shown = excerpt(manifest, 80) if manifest else "nothing"
         raise StoreError(
-            f"ref {store.url}/{object_key} names an invalid manifest '{excerpt(manifest, 80)}'",
+            f"ref {store.url}/{object_key} names an invalid manifest '{shown}'",
             hint="delete the ref and save the key again",
         )
     return Ref(
@@ -96,10 +99,19 @@ def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: floa
         manifest=manifest,
         etag=etag,
         modified=modified,
-        files=int(raw.get("files", 0) or 0),
-        bytes=int(raw.get("bytes", 0) or 0),
-        created=str(raw.get("created", "")),
+        files=untrusted_json.count(raw, "files"),
+        bytes=untrusted_json.count(raw, "bytes"),
+        created=untrusted_json.text(raw, "created"),
     )
+
+
+def manifest_of(data: bytes) -> str | None:
+    """The manifest a ref's body names, or None when the body is unusable (prune's reading)."""
+    try:
+        name = untrusted_json.text(untrusted_json.parse_object(data, MAX_REF, "a ref"), "manifest")
+    except untrusted_json.Unusable:
+        return None
+    return name if layout.is_sha256(name) else None
 
 
 def ref_name(store: Store, namespace: str, key: str, what: str = "key") -> str:
@@ -122,11 +134,6 @@ def read(store: Store, namespace: str, key: str) -> Ref | None:
     if got is None:
         return None
     data, etag = got
-    if len(data) > MAX_REF:
-        raise StoreError(
-            f"ref {store.url}/{object_key} is over the {MAX_REF >> 10} KiB cap for a ref",
-            hint="delete the ref and save the key again",
-        )
     return _parse(store, object_key, data, etag, 0.0, key)
 
 
