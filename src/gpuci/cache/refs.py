@@ -10,7 +10,9 @@ here too (:func:`fetch_manifest`): checked against its digest before it is parse
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuci import untrusted_json
@@ -25,6 +27,11 @@ MAX_KEY = 512
 # A ref is about 200 bytes of JSON; one above this cap is refused unread (a hostile store
 # cannot make a lookup hold a gigabyte).
 MAX_REF = 64 << 10
+# A restore-keys lookup keeps this many of a prefix's newest refs while the listing streams by:
+# enough to step past refs deleted between the listing and their read (a prune running).
+NEWEST = 16
+# Warnings about refs whose names no save could write: the first few, then a count.
+MAX_IGNORED = 10
 
 
 @dataclass(frozen=True)
@@ -145,32 +152,60 @@ class RefInfo:
     size: int
 
 
-def listing(
+def refs_under(
     store: Store, namespace: str, prefix: str = "", ignored: list[str] | None = None
-) -> list[RefInfo]:
-    """Every ref whose key starts with ``prefix`` (all pages), newest first.
+) -> Iterator[RefInfo]:
+    """Every ref whose key starts with ``prefix``, as the store lists them (all pages, lazily).
 
     Names from a listing are input like any other: a key that :func:`check_key` refuses (an
     encoded newline, a control character, ``..``) is left out, and a warning fit to print is
-    added to ``ignored``.
+    added to ``ignored`` (the first :data:`MAX_IGNORED`, then one line counting the rest, so a
+    listing of hostile names cannot grow the warnings without bound).
     """
     base = layout.refs_prefix(namespace)
-    found: list[RefInfo] = []
     start = ref_name(store, namespace, prefix, "restore-keys prefix") if prefix else base
+    refused = 0
     for item in store.list(start):
         key = layout.key_from_ref(namespace, item.key)
         try:
             check_key(key)
         except InputError as exc:
-            if ignored is not None:
+            refused += 1
+            if ignored is not None and refused <= MAX_IGNORED:
                 ignored.append(
                     f"ignored the ref {escape(item.key)} in {store.url}: {exc.message} "
                     "(a key no save could write; delete it)"
                 )
             continue
-        found.append(RefInfo(key, item.key, item.modified, item.size))
-    found.sort(key=lambda r: (r.modified, r.key), reverse=True)
+        yield RefInfo(key, item.key, item.modified, item.size)
+    if ignored is not None and refused > MAX_IGNORED:
+        ignored.append(
+            f"ignored {refused - MAX_IGNORED} more refs in {store.url} whose names no save "
+            "could write; delete them"
+        )
+
+
+def listing(
+    store: Store, namespace: str, prefix: str = "", ignored: list[str] | None = None
+) -> list[RefInfo]:
+    """Every ref whose key starts with ``prefix`` (all pages), newest first: for ``ls`` and
+    prune, which look at every key. A restore needs only :func:`newest`."""
+    found = list(refs_under(store, namespace, prefix, ignored))
+    found.sort(key=_age, reverse=True)
     return found
+
+
+def newest(
+    store: Store, namespace: str, prefix: str, count: int, ignored: list[str] | None = None
+) -> list[RefInfo]:
+    """The ``count`` newest refs under ``prefix``, newest first, holding no more than that many
+    while the listing streams by (a listing of millions of keys, or of endless pages, costs a
+    restore time, never memory)."""
+    return heapq.nlargest(count, refs_under(store, namespace, prefix, ignored), key=_age)
+
+
+def _age(info: RefInfo) -> tuple[float, str]:
+    return info.modified, info.key
 
 
 def lookup(
@@ -180,15 +215,24 @@ def lookup(
     restore_keys: list[str],
     ignored: list[str] | None = None,
 ) -> tuple[Ref, bool] | None:
-    """(ref, exact): the exact key, else the newest match of the first prefix that matches."""
+    """(ref, exact): the exact key, else the newest match of the first prefix that matches.
+
+    Each prefix's :data:`NEWEST` newest refs are tried in turn (a ref deleted between the
+    listing and its read gives way to the next newest); a prefix whose newest all vanished
+    that fast is listed once more.
+    """
     exact = read(store, namespace, key)
     if exact is not None:
         return exact, True
     for prefix in restore_keys:
-        for info in listing(store, namespace, prefix, ignored):
-            ref = read(store, namespace, info.key)
-            if ref is not None:  # deleted between list and read: try the next newest
-                return Ref(**{**ref.__dict__, "modified": info.modified}), False
+        for _ in range(2):
+            infos = newest(store, namespace, prefix, NEWEST, ignored)
+            for info in infos:
+                ref = read(store, namespace, info.key)
+                if ref is not None:  # deleted between list and read: try the next newest
+                    return Ref(**{**ref.__dict__, "modified": info.modified}), False
+            if len(infos) < NEWEST:
+                break  # every match was tried
     return None
 
 
