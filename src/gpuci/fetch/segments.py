@@ -121,6 +121,7 @@ class Segment:
     written: int  # every byte in [start, written) is on disk
     asked: int = 0  # where the request in flight ends: the server sends up to here
     owned: bool = False
+    failed: bool = False  # its last request failed: the next one sent for it is a retry
 
 
 def wide_start(left: int, policy: FetchPolicy, first_byte_s: float | None = None) -> int:
@@ -366,13 +367,11 @@ class Segmenter:
                         with self.lock:
                             lost = seg.pos - seg.written  # counted, never written
                             seg.pos = seg.written  # what reached the disk; ask for the rest
-                            self.job.resumed_bytes += seg.written - seg.start
+                            seg.failed = True
                         if lost:
                             self.advance(-lost)
                         if failures >= self.policy.attempts:
                             raise
-                        with self.lock:
-                            self.job.attempts += 1  # this segment asks again: one more try
                         wait = self._wait(exc, failures)
                         self.stop.wait(wait)
         except BaseException as exc:  # handed to the supervisor, which raises it
@@ -396,6 +395,10 @@ class Segmenter:
         with self.lock:
             start = seg.pos
             end = seg.asked = min(seg.end, start + self.request_bytes)
+            if seg.failed:  # a retry, counted when sent (one never sent is no attempt)
+                seg.failed = False
+                self.job.attempts += 1
+                self.part.keep([(seg.start, start)])  # the retry goes on from here
         headers = {
             "Accept-Encoding": "identity",
             "Range": f"bytes={start}-{end - 1}",
