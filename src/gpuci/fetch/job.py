@@ -77,9 +77,10 @@ class DownloadJob:
     none). Requests a segmented download plans (one per range) are not attempts: one cut
     connection and its retry read 2, however many segments ran. ``resumed_bytes`` counts the
     bytes retries went on from instead of fetching again (:attr:`Partial.resumed`: each byte
-    once, never above the file, forgotten when thrown away), ``one_connection`` is set once a server mishandled a segment's Range (never
-    segment again), ``peak_connections`` the most connections used at once, ``first_byte_s``
-    how long the latest whole-file request waited for its headers (connect included).
+    once, never above the file, forgotten when thrown away), ``one_connection`` is set once a
+    server mishandled a segment's Range (never segment again), ``peak_connections`` the most
+    connections used at once, ``first_byte_s`` how long the latest whole-file request waited
+    for its headers (connect included).
     """
 
     def __init__(
