@@ -43,6 +43,7 @@ from typing import Any
 
 from gpuci import inputs
 from gpuci.cache import copying, layout
+from gpuci.cache.tier_fill import TierFill
 from gpuci.cache.tier_policy import TierChoice, choose
 from gpuci.errors import InputError
 
@@ -284,6 +285,22 @@ class LocalTier:
         return fd, st
 
     # ----- filling -------------------------------------------------------------------------
+    def start_fill(self, digest: str, size: int) -> TierFill | None:
+        """A blob to write as a restore hashes the file (:mod:`gpuci.cache.tier_fill`), or
+        None when the tier has it already or cannot take it (a cache never fails a job)."""
+        if self.has(digest, size):
+            return None
+        try:
+            temp = self._temp()
+            fd = os.open(temp, _CREATE, 0o600)
+        except OSError:
+            return None
+        return TierFill(self.publish_temp, FROZEN_MTIME, digest, fd, str(temp))
+
+    def publish_temp(self, temp: str, digest: str) -> None:
+        """Publish a filled temp file under ``digest``, the hash of exactly its bytes."""
+        self._publish(Path(temp), digest)
+
     def _publish(self, temp: Path, digest: str) -> None:
         """Make a verified file visible; replaces whatever held the name (an identical blob,
         or something planted there), atomically."""
