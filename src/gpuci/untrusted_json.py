@@ -1,4 +1,5 @@
-"""JSON that someone else wrote (metrics, baselines, reports a PR's code may have edited).
+"""JSON that someone else wrote (metrics, baselines, reports a PR's code may have edited, and
+every object read back from a cache store: refs, manifests, pins, records).
 
 ``json.loads`` on hostile text can end a command with a traceback: 100,000 nested brackets
 raise ``RecursionError``, a 5,001-digit integer ``ValueError`` (Python's integer-string limit),
@@ -69,6 +70,57 @@ def loads(text: str | bytes) -> Any:
     except ValueError as exc:  # e.g. bytes that are not UTF-8
         raise Unusable(f"it is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
     return data
+
+
+def parse_object(data: str | bytes, limit: int = MAX_BYTES, what: str = "") -> dict[str, Any]:
+    """A JSON object from untrusted bytes: the size first (over ``limit``: refused unparsed),
+    then nesting and numbers (:func:`loads`), then the type (an object, not a list or a string).
+
+    ``what`` names the kind of object in the size refusal (``over the 64 KiB cap for a ref``).
+    Read the fields with :func:`text`, :func:`count` and :func:`mapping`, which check each
+    value's type instead of converting whatever came (``int(1e400)`` is an OverflowError).
+
+    Raises:
+        Unusable: why, in a few words.
+    """
+    if len(data) > limit:
+        raise Unusable(f"it is over the {_size(limit)} cap" + (f" for {what}" if what else ""))
+    value = loads(data)
+    if not isinstance(value, dict):
+        raise Unusable(f"it is a JSON {_kind(value)}, not an object")
+    return value
+
+
+def text(obj: dict[str, Any], name: str, default: str = "") -> str:
+    """``obj[name]`` when it is a string, else ``default`` (absent or of another type)."""
+    value = obj.get(name, default)
+    return value if isinstance(value, str) else default
+
+
+def count(obj: dict[str, Any], name: str, default: int = 0) -> int:
+    """``obj[name]`` when it is a non-negative integer below 2**63 (never a bool or a float),
+    else ``default``."""
+    value = obj.get(name, default)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63:
+        return value
+    return default
+
+
+def mapping(obj: dict[str, Any], name: str) -> dict[str, str]:
+    """``obj[name]`` as a str-to-str dict when it is an object of strings, else ``{}``."""
+    value = obj.get(name)
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(v, str)}
+
+
+def _kind(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
 
 def read_text(path: Path, limit: int = MAX_BYTES) -> str:

@@ -17,6 +17,7 @@ from gpuci.units import human_bytes
 
 if TYPE_CHECKING:  # the controller (and threading) load only for a transfer
     from gpuci.adaptive import Concurrency
+    from gpuci.cache.tier_policy import TierChoice
 
 __all__ = [
     "CREDENTIAL_SOURCES",
@@ -27,6 +28,7 @@ __all__ = [
     "store_url",
     "summary_table",
     "throttle_signals",
+    "tier_line",
 ]
 
 CREDENTIAL_SOURCES = (
@@ -137,6 +139,11 @@ def summary_table(
             ]
         ],
     )
+
+
+def tier_line(choice: TierChoice) -> str:
+    """The summary's line on the runner-local tier: on or off, and why (``local-cache``)."""
+    return f"Runner-local cache (`local-cache`): {choice.text}"
 
 
 @dataclass(frozen=True)

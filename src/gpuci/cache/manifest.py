@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.cache import layout, links
 from gpuci.errors import InputError
+from gpuci.redact import excerpt
 
 # A manifest above this many bytes is refused unparsed (about 400,000 files): a hostile store
 # cannot make restore hold gigabytes of JSON, and save refuses to write one restore would refuse.
@@ -142,26 +144,31 @@ def _bad(source: str, why: str) -> InputError:
     )
 
 
+def _show(value: Any) -> str:
+    """A value from the manifest, quoted and cut to fit one line (a path may be megabytes)."""
+    return excerpt(repr(value), 120)
+
+
 def _check_path(source: str, path: Any, allow_empty: bool) -> str:
     if not isinstance(path, str):
-        raise _bad(source, f"path {path!r} is not text")
+        raise _bad(source, f"path {_show(path)} is not text")
     if path == "" and allow_empty:
         return path
     if path == "" or "\x00" in path or "\\" in path:
-        raise _bad(source, f"path {path!r} is empty or holds NUL or backslash")
+        raise _bad(source, f"path {_show(path)} is empty or holds NUL or backslash")
     if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-        raise _bad(source, f"path {path!r} is absolute")
+        raise _bad(source, f"path {_show(path)} is absolute")
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise _bad(source, f"path {path!r} is not normalised or climbs out with '..'")
+        raise _bad(source, f"path {_show(path)} is not normalised or climbs out with '..'")
     return path
 
 
 def _int(source: str, value: Any, what: str, upper: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _bad(source, f"{what} {value!r} is not a non-negative integer")
+        raise _bad(source, f"{what} {_show(value)} is not a non-negative integer")
     if upper is not None and value > upper:
-        raise _bad(source, f"{what} {value!r} is out of range")
+        raise _bad(source, f"{what} {_show(value)} is out of range")
     return value
 
 
@@ -170,35 +177,37 @@ def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
         raise _bad(source, "an entry is not an object")
     kind = raw.get("type")
     if kind not in ("file", "symlink", "dir"):
-        raise _bad(source, f"entry type {kind!r} is unknown")
+        raise _bad(source, f"entry type {_show(kind)} is unknown")
     root = _int(source, raw.get("root"), "root")
     if root >= len(roots):
         raise _bad(source, f"entry names root {root}, the manifest has {len(roots)}")
     file_root = roots[root].get("kind") == "file"
     path = _check_path(source, raw.get("path"), allow_empty=file_root and kind == "file")
     if file_root and path != "":
-        raise _bad(source, f"root {root} is a single file but an entry names {path!r}")
+        raise _bad(source, f"root {root} is a single file but an entry names {_show(path)}")
     entry = Entry(type=kind, root=root, path=path)
     if kind == "file":
         entry.size = _int(source, raw.get("size"), "size")
         entry.mode = _int(source, raw.get("mode"), "mode", 0o7777)
         entry.sha256 = str(raw.get("sha256", ""))
         if not layout.is_sha256(entry.sha256):
-            raise _bad(source, f"{path!r} has no valid sha256")
+            raise _bad(source, f"{_show(path)} has no valid sha256")
         if "pack" in raw:
             entry.pack = str(raw["pack"])
             if not layout.is_sha256(entry.pack):
-                raise _bad(source, f"{path!r} names an invalid pack")
+                raise _bad(source, f"{_show(path)} names an invalid pack")
             entry.offset = _int(source, raw.get("offset"), "offset")
     elif kind == "symlink":
         target = raw.get("target")
         if not isinstance(target, str) or not target or "\x00" in target:
-            raise _bad(source, f"symlink {path!r} has no target")
+            raise _bad(source, f"symlink {_show(path)} has no target")
         if target.startswith("/"):
-            raise _bad(source, f"symlink {path!r} points at the absolute path {target!r}")
+            raise _bad(source, f"symlink {_show(path)} points at the absolute path {_show(target)}")
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
         if resolved == ".." or resolved.startswith("../"):
-            raise _bad(source, f"symlink {path!r} -> {target!r} escapes the target folder")
+            raise _bad(
+                source, f"symlink {_show(path)} -> {_show(target)} escapes the target folder"
+            )
         entry.target = target
     else:
         entry.mode = _int(source, raw.get("mode", 0o755), "mode", 0o7777)
@@ -221,23 +230,22 @@ def _refuse_chained_escapes(source: str, entries: list[Entry]) -> None:
         for path in links.escaping(tree)[:1]:
             raise _bad(
                 source,
-                f"symlink {path!r} -> {tree[path]!r} leaves the target folder once the links "
-                "it passes through are followed (or loops)",
+                f"symlink {_show(path)} -> {_show(tree[path])} leaves the target folder once the "
+                "links it passes through are followed (or loops)",
             )
 
 
 def parse(data: bytes, source: str) -> Manifest:
     """Parse and validate a manifest: everything unsafe raises InputError before any write."""
     check_size(len(data), source)
-    try:
-        raw = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _bad(source, f"not JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
-    if not isinstance(raw, dict):
-        raise _bad(source, "not a JSON object")
+    try:  # the one reader of what a store hands back: size, nesting, numbers, then the type
+        raw = untrusted_json.parse_object(data, MAX_MANIFEST, "a manifest")
+    except untrusted_json.Unusable as exc:
+        raise _bad(source, str(exc)) from None
     if raw.get("format") != layout.FORMAT_VERSION:
         raise InputError(
-            f"manifest {source} has format {raw.get('format')!r}; this gpu-ci reads format "
+            f"manifest {source} has format {excerpt(repr(raw.get('format')), 40)}; this gpu-ci "
+            "reads format "
             f"{layout.FORMAT_VERSION}",
             hint="upgrade gpu-ci, or save the key again with this version",
         )
@@ -256,7 +264,7 @@ def parse(data: bytes, source: str) -> Manifest:
     for entry in entries:
         ident = (entry.root, entry.path)
         if ident in seen:
-            raise _bad(source, f"{entry.path!r} appears twice")
+            raise _bad(source, f"{_show(entry.path)} appears twice")
         seen.add(ident)
         if entry.type == "symlink":
             symlinks.add(ident)
@@ -264,12 +272,15 @@ def parse(data: bytes, source: str) -> Manifest:
         parts = entry.path.split("/")
         for i in range(1, len(parts)):
             if (entry.root, "/".join(parts[:i])) in symlinks:
-                raise _bad(source, f"{entry.path!r} lies under a symlink")
+                raise _bad(source, f"{_show(entry.path)} lies under a symlink")
     _refuse_chained_escapes(source, entries)
+    producer = raw.get("producer") or {}
+    if not isinstance(producer, dict):
+        raise _bad(source, "producer is not an object")
     return Manifest(
-        key=str(raw.get("key", "")),
-        roots=[{"path": str(r.get("path", "")), "kind": str(r["kind"])} for r in roots],
+        key=untrusted_json.text(raw, "key"),
+        roots=[{"path": untrusted_json.text(r, "path"), "kind": str(r["kind"])} for r in roots],
         entries=entries,
-        created=str(raw.get("created", "")),
-        producer={str(k): str(v) for k, v in (raw.get("producer") or {}).items()},
+        created=untrusted_json.text(raw, "created"),
+        producer={str(k): str(v) for k, v in producer.items()},
     )

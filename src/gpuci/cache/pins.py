@@ -9,11 +9,11 @@ add protection: a pin that is malformed still protects the manifest its object n
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import store_from
@@ -86,21 +86,17 @@ def read_all(store: Store) -> list[Pin]:
         digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
         raw: dict[str, Any] = {}
         got = store.get(item.key, limit=MAX_PIN)
-        if got is not None and len(got[0]) <= MAX_PIN:
-            try:
-                loaded = json.loads(got[0])
-                raw = loaded if isinstance(loaded, dict) else {}
-            except ValueError:
+        if got is not None:
+            try:  # a pin that cannot be read still protects its manifest, and lists by name
+                raw = untrusted_json.parse_object(got[0], MAX_PIN, "a pin")
+            except untrusted_json.Unusable:
                 raw = {}
-        producer = raw.get("producer")
-        if not isinstance(producer, dict):
-            producer = {}
         pin = Pin(
             manifest=digest,
-            reason=str(raw.get("reason", "(unreadable pin)"))[:MAX_REASON],
-            created=str(raw.get("created", "")),
+            reason=untrusted_json.text(raw, "reason", "(unreadable pin)")[:MAX_REASON],
+            created=untrusted_json.text(raw, "created"),
             modified=item.modified,
-            producer={str(k): str(v) for k, v in producer.items()},
+            producer=untrusted_json.mapping(raw, "producer"),
         )
         with lock:
             found.append(pin)

@@ -16,7 +16,6 @@ blob is re-checked just before it is deleted, so one made young meanwhile stays.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -102,13 +101,8 @@ def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
 
     def read(item: ObjectInfo) -> None:
         got = store.get(item.key, limit=refs.MAX_REF)
-        if got is None or len(got[0]) > refs.MAX_REF:
-            return
-        try:
-            digest = str(json.loads(got[0])["manifest"])
-        except (ValueError, KeyError, TypeError):
-            return
-        if layout.is_sha256(digest):
+        digest = None if got is None else refs.manifest_of(got[0])
+        if digest is not None:
             with lock:
                 names.add(digest)
 

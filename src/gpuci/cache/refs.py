@@ -10,9 +10,12 @@ here too (:func:`fetch_manifest`): checked against its digest before it is parse
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gpuci import untrusted_json
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.manifest import canonical_json, now_iso
@@ -24,6 +27,11 @@ MAX_KEY = 512
 # A ref is about 200 bytes of JSON; one above this cap is refused unread (a hostile store
 # cannot make a lookup hold a gigabyte).
 MAX_REF = 64 << 10
+# A restore-keys lookup keeps this many of a prefix's newest refs while the listing streams by:
+# enough to step past refs deleted between the listing and their read (a prune running).
+NEWEST = 16
+# Warnings about refs whose names no save could write: the first few, then a count.
+MAX_IGNORED = 10
 
 
 @dataclass(frozen=True)
@@ -78,17 +86,19 @@ def ref_body(key: str, manifest: str, files: int, size: int) -> bytes:
 
 
 def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: float, key: str) -> Ref:
+    """A ref as read back from the store: untrusted (size, nesting, numbers, then types)."""
     try:
-        raw = json.loads(data)
-        manifest = str(raw["manifest"])
-    except (ValueError, KeyError, TypeError):
+        raw = untrusted_json.parse_object(data, MAX_REF, "a ref")
+    except untrusted_json.Unusable as exc:
         raise StoreError(
-            f"ref {store.url}/{object_key} is not valid JSON naming a manifest",
+            f"ref {store.url}/{object_key} is not usable: {exc}",
             hint="delete the ref and save the key again",
         ) from None
+    manifest = untrusted_json.text(raw, "manifest")
     if not layout.is_sha256(manifest):
+        shown = excerpt(manifest, 80) if manifest else "nothing"
         raise StoreError(
-            f"ref {store.url}/{object_key} names an invalid manifest '{excerpt(manifest, 80)}'",
+            f"ref {store.url}/{object_key} names an invalid manifest '{shown}'",
             hint="delete the ref and save the key again",
         )
     return Ref(
@@ -96,10 +106,19 @@ def _parse(store: Store, object_key: str, data: bytes, etag: str, modified: floa
         manifest=manifest,
         etag=etag,
         modified=modified,
-        files=int(raw.get("files", 0) or 0),
-        bytes=int(raw.get("bytes", 0) or 0),
-        created=str(raw.get("created", "")),
+        files=untrusted_json.count(raw, "files"),
+        bytes=untrusted_json.count(raw, "bytes"),
+        created=untrusted_json.text(raw, "created"),
     )
+
+
+def manifest_of(data: bytes) -> str | None:
+    """The manifest a ref's body names, or None when the body is unusable (prune's reading)."""
+    try:
+        name = untrusted_json.text(untrusted_json.parse_object(data, MAX_REF, "a ref"), "manifest")
+    except untrusted_json.Unusable:
+        return None
+    return name if layout.is_sha256(name) else None
 
 
 def ref_name(store: Store, namespace: str, key: str, what: str = "key") -> str:
@@ -122,11 +141,6 @@ def read(store: Store, namespace: str, key: str) -> Ref | None:
     if got is None:
         return None
     data, etag = got
-    if len(data) > MAX_REF:
-        raise StoreError(
-            f"ref {store.url}/{object_key} is over the {MAX_REF >> 10} KiB cap for a ref",
-            hint="delete the ref and save the key again",
-        )
     return _parse(store, object_key, data, etag, 0.0, key)
 
 
@@ -138,32 +152,60 @@ class RefInfo:
     size: int
 
 
-def listing(
+def refs_under(
     store: Store, namespace: str, prefix: str = "", ignored: list[str] | None = None
-) -> list[RefInfo]:
-    """Every ref whose key starts with ``prefix`` (all pages), newest first.
+) -> Iterator[RefInfo]:
+    """Every ref whose key starts with ``prefix``, as the store lists them (all pages, lazily).
 
     Names from a listing are input like any other: a key that :func:`check_key` refuses (an
     encoded newline, a control character, ``..``) is left out, and a warning fit to print is
-    added to ``ignored``.
+    added to ``ignored`` (the first :data:`MAX_IGNORED`, then one line counting the rest, so a
+    listing of hostile names cannot grow the warnings without bound).
     """
     base = layout.refs_prefix(namespace)
-    found: list[RefInfo] = []
     start = ref_name(store, namespace, prefix, "restore-keys prefix") if prefix else base
+    refused = 0
     for item in store.list(start):
         key = layout.key_from_ref(namespace, item.key)
         try:
             check_key(key)
         except InputError as exc:
-            if ignored is not None:
+            refused += 1
+            if ignored is not None and refused <= MAX_IGNORED:
                 ignored.append(
                     f"ignored the ref {escape(item.key)} in {store.url}: {exc.message} "
                     "(a key no save could write; delete it)"
                 )
             continue
-        found.append(RefInfo(key, item.key, item.modified, item.size))
-    found.sort(key=lambda r: (r.modified, r.key), reverse=True)
+        yield RefInfo(key, item.key, item.modified, item.size)
+    if ignored is not None and refused > MAX_IGNORED:
+        ignored.append(
+            f"ignored {refused - MAX_IGNORED} more refs in {store.url} whose names no save "
+            "could write; delete them"
+        )
+
+
+def listing(
+    store: Store, namespace: str, prefix: str = "", ignored: list[str] | None = None
+) -> list[RefInfo]:
+    """Every ref whose key starts with ``prefix`` (all pages), newest first: for ``ls`` and
+    prune, which look at every key. A restore needs only :func:`newest`."""
+    found = list(refs_under(store, namespace, prefix, ignored))
+    found.sort(key=_age, reverse=True)
     return found
+
+
+def newest(
+    store: Store, namespace: str, prefix: str, count: int, ignored: list[str] | None = None
+) -> list[RefInfo]:
+    """The ``count`` newest refs under ``prefix``, newest first, holding no more than that many
+    while the listing streams by (a listing of millions of keys, or of endless pages, costs a
+    restore time, never memory)."""
+    return heapq.nlargest(count, refs_under(store, namespace, prefix, ignored), key=_age)
+
+
+def _age(info: RefInfo) -> tuple[float, str]:
+    return info.modified, info.key
 
 
 def lookup(
@@ -173,15 +215,24 @@ def lookup(
     restore_keys: list[str],
     ignored: list[str] | None = None,
 ) -> tuple[Ref, bool] | None:
-    """(ref, exact): the exact key, else the newest match of the first prefix that matches."""
+    """(ref, exact): the exact key, else the newest match of the first prefix that matches.
+
+    Each prefix's :data:`NEWEST` newest refs are tried in turn (a ref deleted between the
+    listing and its read gives way to the next newest); a prefix whose newest all vanished
+    that fast is listed once more.
+    """
     exact = read(store, namespace, key)
     if exact is not None:
         return exact, True
     for prefix in restore_keys:
-        for info in listing(store, namespace, prefix, ignored):
-            ref = read(store, namespace, info.key)
-            if ref is not None:  # deleted between list and read: try the next newest
-                return Ref(**{**ref.__dict__, "modified": info.modified}), False
+        for _ in range(2):
+            infos = newest(store, namespace, prefix, NEWEST, ignored)
+            for info in infos:
+                ref = read(store, namespace, info.key)
+                if ref is not None:  # deleted between list and read: try the next newest
+                    return Ref(**{**ref.__dict__, "modified": info.modified}), False
+            if len(infos) < NEWEST:
+                break  # every match was tried
     return None
 
 

@@ -242,7 +242,9 @@ class Moved:
 
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
     """Give the local tier the files just fetched and verified (in ``link`` mode by linking
-    them, no second copy; :meth:`LocalTier.adopt` copies in the other modes)."""
+    them, no second copy; :meth:`LocalTier.adopt` copies in the other modes). Most are there
+    already, written as they were hashed (:mod:`gpuci.cache.tier_fill`): this copies only what
+    that could not write (a full tier disk, say), which ``copy_in`` sees in one lstat."""
     for entry, path in fetched:
         if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)
@@ -409,7 +411,7 @@ def _fill_files(
     if tier is not None:
         files = _place_local(tier, files, moved)
     if files:  # a warm restore from the tier skips the network machinery entirely
-        moved.downloaded, moved.connections = _download(store, files, rt, label)
+        moved.downloaded, moved.connections = _download(store, files, rt, label, tier)
     if tier is not None and files:
         _fill_tier(tier, files)
 
@@ -425,14 +427,18 @@ def _make_symlinks(manifest: mf.Manifest, roots: list[_Root]) -> None:
 
 
 def _download(
-    store: Store, files: list[tuple[mf.Entry, Path]], rt: Runtime, label: str
+    store: Store,
+    files: list[tuple[mf.Entry, Path]],
+    rt: Runtime,
+    label: str,
+    tier: LocalTier | None = None,
 ) -> tuple[int, Connections]:
     from gpuci.cache.transfer import Downloader, download_concurrency  # only when fetching
 
     meter = rt.progress(label, sum(e.size for e, _ in files))
     _, attempts = retry_settings_for(rt)
     control = download_concurrency(rt.environ)
-    downloader = Downloader(store, control, meter.advance, attempts)
+    downloader = Downloader(store, control, meter.advance, attempts, tier)
     try:
         with throttle_signals(store, control):
             downloader.fetch(files)

@@ -21,6 +21,7 @@ from gpuci.cache.common import (
     plan_store,
     store_url,
     summary_table,
+    tier_line,
 )
 from gpuci.cache.common import outputs as _outputs
 from gpuci.cache.options import RestoreInputs
@@ -29,6 +30,7 @@ from gpuci.cache.restore import Moved, read_entry, restore_tree
 from gpuci.cache.select import select, unmatched
 from gpuci.cache.store import LocalStore, Store, describe
 from gpuci.cache.tier import LocalTier, open_tier
+from gpuci.cache.tier_policy import TierChoice
 from gpuci.errors import ExitCode, InputError
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
@@ -45,7 +47,7 @@ def run(inp: RestoreInputs, rt: Runtime) -> Result:
     store = plan_store(inp, rt)
     if store is None:
         return _plan_without_credentials(key, store_url(inp, rt), start)
-    tier, tier_notes = open_tier(
+    tier, tier_notes, tier_choice = open_tier(
         rt.environ,
         local_cache=inp.local_cache,
         local_cache_size=inp.local_cache_size,
@@ -62,6 +64,7 @@ def run(inp: RestoreInputs, rt: Runtime) -> Result:
         store=store,
         empty_local=isinstance(store, LocalStore) and not store.exists(),
         tier=tier,
+        tier_choice=tier_choice,
         namespace=layout.namespace(rt.environ),
         lookup_only=inp.lookup_only,
         fail_on_miss=inp.fail_on_miss,
@@ -100,6 +103,7 @@ class _Request:
     store: Store
     empty_local: bool  # a local store with nothing saved yet
     tier: LocalTier | None
+    tier_choice: TierChoice
     namespace: str
     lookup_only: bool
     fail_on_miss: bool
@@ -209,6 +213,7 @@ def _plan(req: _Request, match: _Match, result: Result) -> None:
         "store": req.store.url,
         "local_cache": str(tier.root) if tier else None,
         "local_cache_mode": tier.mode if tier else None,
+        "local_cache_policy": req.tier_choice.text,
         "files": match.files,
         "bytes": match.size,
     }
@@ -229,7 +234,14 @@ def _report_miss(req: _Request, rt: Runtime, result: Result) -> Result:
         hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
     )
     result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
-    result.report = {"key": key, "store": store.url, "hit": False, "dry_run": rt.dry_run}
+    result.summary.append(tier_line(req.tier_choice))
+    result.report = {
+        "key": key,
+        "store": store.url,
+        "hit": False,
+        "dry_run": rt.dry_run,
+        "local_cache_policy": req.tier_choice.text,
+    }
     if req.populate and not req.lookup_only:
         return fill_on_miss(req.inp, rt, result, req.paths, req.start)
     if req.fail_on_miss:
@@ -266,6 +278,7 @@ def _report_plan(req: _Request, match: _Match, rt: Runtime, result: Result) -> R
     result.summary.append(
         summary_table(req.key, f"{verb}: {match.outcome}", files, size, 0, seconds)
     )
+    result.summary.append(tier_line(req.tier_choice))
     result.report = {
         **match.described,
         "bytes_local": local,
@@ -323,6 +336,7 @@ def _report_restore(
             moved.connections,
         )
     )
+    result.summary.append(tier_line(req.tier_choice))
     result.report = {
         **match.described,
         "bytes_downloaded": moved.downloaded,

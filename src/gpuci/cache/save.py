@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpuci.cache import hf, layout, refs
 from gpuci.cache import manifest as mf
-from gpuci.cache.common import plan_store, store_url
+from gpuci.cache.common import plan_store, store_url, tier_line
 from gpuci.cache.options import SaveInputs
 from gpuci.cache.save_blobs import BlobUploads
 from gpuci.cache.save_packs import pack_small
@@ -36,6 +36,7 @@ from gpuci.cache.save_report import (
 from gpuci.cache.saver import Saver, SaveStats
 from gpuci.cache.store import Store
 from gpuci.cache.tier import open_tier
+from gpuci.cache.tier_policy import choose
 from gpuci.cache.tree import Tree, resolve_path, scan
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
@@ -72,8 +73,10 @@ def run(inp: SaveInputs, rt: Runtime) -> Result:
         _keep_revision(tree, inp.hf_revision.strip())
     saver = Saver(store, layout.namespace(rt.environ), key, rt)
     tier_notes: list[str] = []
-    if not rt.dry_run:
-        saver.tier, tier_notes = open_tier(
+    if rt.dry_run:  # a plan fills nothing: it only says whether a run would
+        tier_choice = choose(rt.environ, inp.local_cache)
+    else:
+        saver.tier, tier_notes, tier_choice = open_tier(
             rt.environ,
             local_cache=inp.local_cache,
             local_cache_size=inp.local_cache_size,
@@ -89,7 +92,10 @@ def run(inp: SaveInputs, rt: Runtime) -> Result:
         saver.fill_tier(tree, planned.manifest.files)
     for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
         result.warning(note, "gpu-ci local cache")
-    return report(saver, paths, planned.manifest, digest, outcome, start, result)
+    done = report(saver, paths, planned.manifest, digest, outcome, start, result)
+    done.summary.append(tier_line(tier_choice))
+    done.report["local_cache_policy"] = tier_choice.text
+    return done
 
 
 def _current_ref(store: Store, saver: Saver, rt: Runtime) -> refs.Ref | None:

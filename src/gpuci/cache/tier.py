@@ -43,6 +43,8 @@ from typing import Any
 
 from gpuci import inputs
 from gpuci.cache import copying, layout
+from gpuci.cache.tier_fill import TierFill
+from gpuci.cache.tier_policy import TierChoice, choose
 from gpuci.errors import InputError
 
 # 2000-01-01T00:00:00Z: every tier blob carries this mtime; anything else means it was written.
@@ -51,10 +53,8 @@ FROZEN_MTIME = 946684800
 # order, and a warm restore of 1,000 small files then writes no inode of the tier.
 TOUCH_AFTER = 3600
 DEFAULT_SIZE = "100GiB"
-TIER_ENV = "GPUCI_LOCAL_CACHE"
 MODES = ("copy", "verify", "link")
 DEFAULT_MODE = "copy"
-_OFF = {"off", "false", "no", "none", "0"}
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO must not block
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -89,16 +89,6 @@ def parse_mode(raw: str | None) -> str:
             hint="set local-cache-mode to copy (the default), verify, or link (one tenant only)",
         )
     return mode
-
-
-def default_root(environ: Mapping[str, str]) -> Path:
-    """``$RUNNER_TOOL_CACHE/gpuci/local`` on a runner, else ~/.cache/gpuci/local."""
-    tool_cache = environ.get("RUNNER_TOOL_CACHE", "").strip()
-    if tool_cache:
-        return Path(tool_cache) / "gpuci" / "local"
-    xdg = environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg) if xdg else Path(environ.get("HOME") or Path.home()) / ".cache"
-    return base / "gpuci" / "local"
 
 
 def untrusted(st: os.stat_result, uid: int | None = None) -> str | None:
@@ -295,6 +285,22 @@ class LocalTier:
         return fd, st
 
     # ----- filling -------------------------------------------------------------------------
+    def start_fill(self, digest: str, size: int) -> TierFill | None:
+        """A blob to write as a restore hashes the file (:mod:`gpuci.cache.tier_fill`), or
+        None when the tier has it already or cannot take it (a cache never fails a job)."""
+        if self.has(digest, size):
+            return None
+        try:
+            temp = self._temp()
+            fd = os.open(temp, _CREATE, 0o600)
+        except OSError:
+            return None
+        return TierFill(self.publish_temp, FROZEN_MTIME, digest, fd, str(temp))
+
+    def publish_temp(self, temp: str, digest: str) -> None:
+        """Publish a filled temp file under ``digest``, the hash of exactly its bytes."""
+        self._publish(Path(temp), digest)
+
     def _publish(self, temp: Path, digest: str) -> None:
         """Make a verified file visible; replaces whatever held the name (an identical blob,
         or something planted there), atomically."""
@@ -528,23 +534,28 @@ def open_tier(
     local_cache: str = "",
     local_cache_size: str = "",
     local_cache_mode: str = "",
-) -> tuple[LocalTier | None, list[str]]:
-    """The tier asked for (``local-cache``, then ``GPUCI_LOCAL_CACHE``, then the default).
+) -> tuple[LocalTier | None, list[str], TierChoice]:
+    """The tier asked for (``local-cache``, then ``GPUCI_LOCAL_CACHE``, then ``auto``: see
+    :mod:`gpuci.cache.tier_policy`).
 
-    Returns (tier, warnings): None when off, or when the folder could be written by another
-    user (then the warning says why, and the job goes on with the store alone). Raises
-    InputError for an unknown mode or an unreadable size.
+    Returns (tier, warnings, choice): the tier is None when off, or when the folder could be
+    written by another user (then the warning says why, and the job goes on with the store
+    alone); ``choice`` says which and why, for the output and the summary. Raises InputError
+    for an unknown mode or an unreadable size.
     """
     mode = parse_mode(local_cache_mode)
     limit = parse_size(local_cache_size or DEFAULT_SIZE)
-    text = local_cache.strip() or environ.get(TIER_ENV, "").strip()
-    if text.lower() in _OFF:
-        return None, []
-    root = Path(os.path.realpath(os.path.expanduser(text) if text else default_root(environ)))
-    problem = private_root_problem(root, runner_uid(environ))
+    choice = choose(environ, local_cache)
+    if not choice.on or choice.root is None:
+        return None, [], choice
+    problem = private_root_problem(choice.root, runner_uid(environ))
     if problem is not None:
-        return None, [
-            f"local cache not used: {problem} (fix: point local-cache at a folder only this "
-            "user can write, or remove it so gpu-ci recreates it 0700)"
-        ]
-    return LocalTier(root, limit, mode), []
+        return (
+            None,
+            [
+                f"local cache not used: {problem} (fix: point local-cache at a folder only "
+                "this user can write, or remove it so gpu-ci recreates it 0700)"
+            ],
+            TierChoice(False, None, f"{choice.root} is not private to this user"),
+        )
+    return LocalTier(choice.root, limit, mode), [], choice

@@ -35,6 +35,7 @@ from gpuci.cache import directio, layout, splicing
 from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import RangeReader, Store, TransientError
+from gpuci.cache.tier_fill import TeeHasher, TierFill
 from gpuci.cache.workpool import Cancelled, Lane, WorkPool
 from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
@@ -42,6 +43,8 @@ from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from tenacity import Retrying
+
+    from gpuci.cache.tier import LocalTier
 
 # Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
 # to cover the copying path).
@@ -111,6 +114,7 @@ class _BlobTarget:
     file: directio.TargetFile | None = None
     cursor: HashCursor = field(init=False)
     refetched: bool = False
+    fill: TierFill | None = None  # the tier's copy, written from the bytes the hash eats
 
     def __post_init__(self) -> None:
         self.reset()
@@ -121,9 +125,16 @@ class _BlobTarget:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+        if self.fill is not None:  # never finished: a failed restore leaves the tier as it was
+            self.fill.discard()
+            self.fill = None
 
     def reset(self) -> None:
-        self.cursor = HashCursor(self._read_into, short_read=self._short_read)
+        hasher: Any = None
+        if self.fill is not None:
+            self.fill.restart()
+            hasher = TeeHasher(hashlib.sha256(), self.fill)
+        self.cursor = HashCursor(self._read_into, hasher=hasher, short_read=self._short_read)
 
     def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
         """Record ``length`` bytes written at ``pos``; True when this call completed the file.
@@ -151,6 +162,9 @@ class _BlobTarget:
         digest = self.cursor.hexdigest()
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
+        if self.fill is not None:
+            self.fill.finish(digest)  # published: it holds exactly the bytes just hashed
+            self.fill = None
         assert self.file is not None
         self.file.chmod(placed_mode(self.entry.mode))
         self.file.close()
@@ -188,8 +202,11 @@ class Downloader:
         workers: int | Concurrency,
         on_bytes: Callable[[int], None],
         attempts: int = 5,
+        tier: LocalTier | None = None,
     ) -> None:
         self.store = store
+        self.tier = tier  # filled from the bytes as they are hashed (gpuci.cache.tier_fill)
+        self._filling: set[str] = set()
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
         )
@@ -214,7 +231,9 @@ class Downloader:
         pool = self._pool = WorkPool(
             self.concurrency, functools.partial(lane_chunk, connections=self.workers)
         )
-        blobs = [_BlobTarget(e, p) for e, p in files if not e.pack and e.size]
+        blobs = [
+            _BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
+        ]
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
             for target in blobs:
@@ -250,6 +269,15 @@ class Downloader:
         finally:
             for target in blobs:
                 target.close()
+
+    def _fill_for(self, entry: Entry) -> TierFill | None:
+        """The tier's copy of this file, written as it is hashed; None when the tier is off,
+        has it, will hardlink it (``link`` mode) or is filling it for an identical file."""
+        tier = self.tier
+        if tier is None or tier.links(entry.size, entry.mode) or entry.sha256 in self._filling:
+            return None
+        self._filling.add(entry.sha256)
+        return tier.start_fill(entry.sha256, entry.size)
 
     def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
         """A ranged GET whose bytes the controller counts as they arrive; its wait for the
@@ -426,7 +454,9 @@ class Downloader:
         key = layout.pack_key(run.pack)
         reader = self._open_range(key, run.start, run.length)
         pos, end = run.start, run.start + run.length
-        index, fd, hasher = 0, -1, hashlib.sha256()
+        index, fd = 0, -1
+        hasher: Any = hashlib.sha256()
+        fill: TierFill | None = None
         try:
             while pos < end:
                 if self._pool.cancelled.is_set():
@@ -444,7 +474,9 @@ class Downloader:
                         continue
                     if fd < 0:
                         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                        hasher = hashlib.sha256()
+                        hasher, fill = hashlib.sha256(), self._fill_for(entry)
+                        if fill is not None:
+                            hasher = TeeHasher(hasher, fill)
                     take = min(entry.offset + entry.size - pos, len(data))
                     _write_all(fd, data[:take])
                     hasher.update(data[:take])
@@ -453,6 +485,9 @@ class Downloader:
                         digest = hasher.hexdigest()
                         if digest != entry.sha256:
                             raise _Corrupt(entry.path or path.name, entry.sha256, digest)
+                        if fill is not None:
+                            fill.finish(digest)  # exactly the bytes just hashed
+                            fill = None
                         os.fchmod(fd, placed_mode(entry.mode))
                         os.close(fd)
                         fd, index = -1, index + 1
@@ -461,6 +496,9 @@ class Downloader:
             reader.close()
             if fd >= 0:
                 os.close(fd)
+            if fill is not None:  # cut short: a retry writes it again from its start
+                fill.discard()
+                self._filling.discard(members[index][0].sha256)
 
 
 _SCRATCH = threading.local()

@@ -146,7 +146,7 @@ class _Download(DownloadJob):
                     f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
                 )
             total = span[2]
-            self.resumed_bytes += offset + sum(e - s for s, e in part.extents)
+            part.keep(part.written())
         else:
             if resuming or part.size or part.extents:
                 part.reset()  # Range ignored or the file changed: a clean restart

@@ -72,12 +72,15 @@ class DownloadJob:
     """One file's state across attempts and sources: where it goes, how hard to try, what came.
 
     ``attempts`` counts tries: the first request, plus one each time a failure was answered by
-    asking again (the whole file from where it stopped, or one segment's rest). Requests a
-    segmented download plans (one per range) are not attempts: one cut connection and its retry
-    read 2, however many segments ran. ``resumed_bytes`` counts the bytes kept from earlier
-    attempts, ``one_connection`` is set once a server mishandled a segment's Range (never
-    segment again), ``peak_connections`` the most connections used at once, ``first_byte_s``
-    how long the latest whole-file request waited for its headers (connect included).
+    a request actually sent again (the whole file from where it stopped, or one segment's rest;
+    a segment's retry is counted when it goes out, so one cut short by another failure is
+    none). Requests a segmented download plans (one per range) are not attempts: one cut
+    connection and its retry read 2, however many segments ran. ``resumed_bytes`` counts the
+    bytes retries went on from instead of fetching again (:attr:`Partial.resumed`: each byte
+    once, never above the file, forgotten when thrown away), ``one_connection`` is set once a
+    server mishandled a segment's Range (never segment again), ``peak_connections`` the most
+    connections used at once, ``first_byte_s`` how long the latest whole-file request waited
+    for its headers (connect included).
     """
 
     def __init__(
@@ -98,11 +101,15 @@ class DownloadJob:
         self.partial = partial
         self.started = time.monotonic()
         self.attempts = 0
-        self.resumed_bytes = 0
         self.one_connection = False
         self.peak_connections = 1
         self.first_byte_s: float | None = None  # the last response's headers took this long
         self.base = partial.held()  # bytes an earlier run left: not this run's progress
+
+    @property
+    def resumed_bytes(self) -> int:
+        """Bytes kept from earlier attempts (and runs) instead of fetched again, each once."""
+        return self.partial.resumed
 
     def remaining(self) -> float:
         """Seconds left of the policy's deadline for the whole download."""

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.errors import FetchError
 from gpuci.fetch.policy import RangeMismatch
 from gpuci.fetch.urls import public_url
@@ -96,11 +97,10 @@ def _read_meta(meta: Path, uid: int) -> dict[str, Any] | None:
         data = os.read(fd, _META_MAX + 1)
     finally:
         os.close(fd)
-    try:
-        record = json.loads(data) if len(data) <= _META_MAX else None
-    except ValueError:
+    try:  # ours, but in a folder a job can write: read as any untrusted JSON
+        return untrusted_json.parse_object(data, _META_MAX)
+    except untrusted_json.Unusable:
         return None
-    return record if isinstance(record, dict) else None
 
 
 def inspect(
@@ -205,6 +205,10 @@ class Partial:
         self.cursor = HashCursor(self._read_into)
         self.size = 0  # the written prefix [0, size): where a single connection continues
         self.extents: list[tuple[int, int]] = []  # written ranges beyond it (segmented runs)
+        # Ranges a retry (or this run, from an earlier one) went on from instead of fetching
+        # again: what ``resumed-bytes`` reports, each byte once, forgotten with the bytes.
+        self._kept: list[tuple[int, int]] = []
+        self._kept_lock = threading.Lock()
         self._load(max_bytes)
 
     def _load(self, max_bytes: int | None) -> None:
@@ -266,6 +270,7 @@ class Partial:
         self.discard()
         self.validator, self.total, self.size = None, None, 0
         self.extents = []
+        self.forget_kept(0)
         self.cursor = HashCursor(self._read_into)
         self._identity = None
 
@@ -275,6 +280,24 @@ class Partial:
             self.save(self.written() if self.extents else None)
         else:
             _remove(self.meta)
+
+    def keep(self, ranges: list[tuple[int, int]]) -> None:
+        """A retry goes on from these ``[start, end)`` ranges on disk instead of fetching them
+        again (a byte kept by two retries counts once)."""
+        with self._kept_lock:
+            self._kept = merge_extents([*self._kept, *ranges])
+
+    def forget_kept(self, end: int) -> None:
+        """Bytes from ``end`` on were thrown away (a reset, a drop): they were not kept."""
+        with self._kept_lock:
+            self._kept = [(s, min(e, end)) for s, e in self._kept if s < end]
+
+    @property
+    def resumed(self) -> int:
+        """Bytes of this file kept across retries and runs, each once, at most the file."""
+        with self._kept_lock:
+            kept = sum(e - s for s, e in self._kept)
+        return kept if self.total is None else min(kept, self.total)
 
     def held(self) -> int:
         """Bytes on disk worth keeping: the prefix and the segments beyond it."""
@@ -290,6 +313,7 @@ class Partial:
         if not self.extents:
             return
         self.extents = []
+        self.forget_kept(self.size)
         self.cursor.forget_ahead()
         self.open_for_append()
         assert self._fd is not None

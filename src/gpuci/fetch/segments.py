@@ -47,6 +47,8 @@ that reads back what landed ahead of it (:mod:`gpuci.hashcursor`).
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +88,12 @@ _WIDE = 8  # most connections the first round opens (aria2c -x8 -s8's count)
 # with the 2 cores at load 12-19), one over the internet in tens (the harness models 30 ms).
 _FAR_S = 0.025
 _TICK_S = 0.02
+# What a near server may have sent ahead of our reads on one connection: the kernel's socket
+# buffers at most (Linux autotunes up to 6 MiB to receive, 4 MiB to send). Its answers are only
+# cut further ahead than this.
+_IN_FLIGHT = 16 << 20
+# The first answer's receive buffer once its server is known near (the kernel doubles it).
+_NEAR_WINDOW = 2 << 20
 _ALIGN = 1 << 16
 _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
@@ -121,6 +129,7 @@ class Segment:
     written: int  # every byte in [start, written) is on disk
     asked: int = 0  # where the request in flight ends: the server sends up to here
     owned: bool = False
+    failed: bool = False  # its last request failed: the next one sent for it is a retry
 
 
 def wide_start(left: int, policy: FetchPolicy, first_byte_s: float | None = None) -> int:
@@ -195,6 +204,15 @@ class Segmenter:
         self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
+        # A near server (loopback, the same cluster) has sent an answer far ahead of what we
+        # read, into socket buffers of megabytes: cutting one there asks again for bytes already
+        # on their way (loopback served 1.13-1.33x the file). There the CPU, not the link, is
+        # the limit, so a tail split gains nothing: a ranged answer is only cut past its request
+        # or _IN_FLIGHT ahead of its reads.
+        # Judged by the fastest first answer seen: load only ever slows one (a busy machine's
+        # loopback took 118 ms for the first), a far server never answers faster than its
+        # distance.
+        self.fastest = job.first_byte_s if job.first_byte_s is not None else float("inf")
         self.head_full = False  # the head's reads filled their buffers (its last window)
 
     # ----- supervisor --------------------------------------------------------------------------
@@ -284,7 +302,9 @@ class Segmenter:
 
         The cut goes past what the owner's request asked for when it can: then the server
         sends nothing twice. Only the first, open-ended response must be cut short, and what
-        was in flight on it is lost (a socket buffer's worth, once per cut)."""
+        was in flight on it is lost (a socket buffer's worth, once, when it stops; narrowed by
+        :func:`_narrow` once the server is known near). A near server's ranged answers are only
+        cut :data:`_IN_FLIGHT` or more ahead of their reads (``fastest``)."""
         if self.pending:
             return self.pending.pop(0)
         if self.job.one_connection:
@@ -298,6 +318,8 @@ class Segmenter:
             middle = _align_up(seg.pos + left // 2)
             if seg.asked + piece <= seg.end:
                 middle = _align_up(max(middle, seg.asked))  # past the request: nothing lost
+            elif self.fastest < _FAR_S and seg is not self.head and middle - seg.pos < _IN_FLIGHT:
+                continue  # a near server already sent those bytes: they would come twice
             score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
             if middle < seg.end and (best is None or score > best[0]):
                 best = (score, seg, middle)
@@ -366,13 +388,11 @@ class Segmenter:
                         with self.lock:
                             lost = seg.pos - seg.written  # counted, never written
                             seg.pos = seg.written  # what reached the disk; ask for the rest
-                            self.job.resumed_bytes += seg.written - seg.start
+                            seg.failed = True
                         if lost:
                             self.advance(-lost)
                         if failures >= self.policy.attempts:
                             raise
-                        with self.lock:
-                            self.job.attempts += 1  # this segment asks again: one more try
                         wait = self._wait(exc, failures)
                         self.stop.wait(wait)
         except BaseException as exc:  # handed to the supervisor, which raises it
@@ -396,12 +416,17 @@ class Segmenter:
         with self.lock:
             start = seg.pos
             end = seg.asked = min(seg.end, start + self.request_bytes)
+            if seg.failed:  # a retry, counted when sent (one never sent is no attempt)
+                seg.failed = False
+                self.job.attempts += 1
+                self.part.keep([(seg.start, start)])  # the retry goes on from here
         headers = {
             "Accept-Encoding": "identity",
             "Range": f"bytes={start}-{end - 1}",
             "If-Range": self.validator,
         }
         left = max(0.001, min(self.policy.timeout, self.job.remaining()))
+        asked = time.monotonic()
         with open_response(
             self.job.client,
             "GET",
@@ -410,6 +435,9 @@ class Segmenter:
             credentials=self.credentials,
             timeout=httpx.Timeout(left),
         ) as resp:
+            waited = time.monotonic() - asked
+            with self.lock:
+                self.fastest = min(self.fastest, waited)
             self._check(resp, start, end)
             self._pump(seg, resp)
 
@@ -468,10 +496,13 @@ class Segmenter:
         # anyway); bounded ranged requests keep h11, whose connections are reused.
         chunks = Body(resp).chunks() if head else resp.iter_raw()
         clock, reads, got = time.monotonic(), 0, 0
+        narrowed = False
         try:
             for chunk in chunks:
                 if head:
                     reads, got = reads + 1, got + len(chunk)
+                    if not narrowed and self.fastest < _FAR_S:
+                        narrowed = _narrow(resp)
                     if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
                         alone = self.running == 1  # reads shared with others say less
                         self.head_full = alone and got >= reads * _FULL_READ
@@ -496,6 +527,21 @@ class Segmenter:
             if head:
                 self.head_full = False
             sink.close()
+
+
+def _narrow(resp: httpx.Response) -> bool:
+    """Cap the first answer's receive buffer once its server is known to be near.
+
+    Linux grows a socket's receive buffer up to ``tcp_rmem``'s maximum (32 MiB on some hosts)
+    while the reader lags, and all of it is lost when that open-ended answer is cut short. A
+    near server needs no large window; a far one is never narrowed (its window is its speed).
+    Returns True once tried (it is tried once; a stream without a socket keeps its buffer)."""
+    stream = resp.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _NEAR_WINDOW)
+    return True
 
 
 def _holes(offset: int, extents: list[tuple[int, int]], total: int) -> list[tuple[int, int]]:

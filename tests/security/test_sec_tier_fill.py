@@ -1,0 +1,65 @@
+"""A cold restore fills the runner-local tier from the very bytes it hashes (no second read,
+no second sha256; docs/cache-format.md "The runner-local tier"), and the tier's rule still holds:
+a blob is only what was hashed on its way in, published under that digest, and nothing at all
+when the store's bytes do not match the manifest."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tier_runner import Runner, model_tree, sha, tier_is_honest
+
+from gpuci.cache import copying, layout
+
+
+def _no_second_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the tier was filled by a second read and hash of the file")
+
+    monkeypatch.setattr(copying, "copy_hashing", refuse)
+    monkeypatch.setattr(copying, "hash_fd", refuse)
+
+
+def _tmp_left(tier: Path) -> list[Path]:
+    folder = tier / "tmp"
+    return list(folder.iterdir()) if folder.is_dir() else []
+
+
+def test_a_cold_restore_fills_the_tier_as_it_hashes(tmp_path, monkeypatch):
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    for i in range(20):  # small files travel in packs: their own path through the restore
+        name = f"shard-{i:02d}.json"
+        files[name] = os.urandom(3_000 + i)
+        (tmp_path / "src" / name).write_bytes(files[name])
+    runner.save("m", tmp_path / "src", tier=False)
+    _no_second_pass(monkeypatch)
+    got = runner.restore("m", tmp_path / "job")
+    assert got.outputs["bytes-downloaded"] == sum(len(d) for d in files.values())
+    for name, data in files.items():
+        assert (tmp_path / "job" / name).read_bytes() == data
+        assert runner.blob(sha(data)).read_bytes() == data, name
+        assert runner.blob(sha(data)).stat().st_mode & 0o777 == 0o444
+    tier_is_honest(runner.tier)
+    assert _tmp_left(runner.tier) == []
+    # and the next job is served from it
+    warm = runner.restore("m", tmp_path / "job2")
+    assert warm.outputs["bytes-from-local"] == sum(len(d) for d in files.values())
+
+
+def test_bytes_that_do_not_hash_to_the_manifest_never_reach_the_tier(tmp_path):
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src", tier=False)
+    digest = sha(files["model.safetensors"])
+    blob = runner.store / layout.blob_key(digest)
+    os.chmod(blob, 0o644)
+    blob.write_bytes(os.urandom(len(files["model.safetensors"])))  # the store lies, same size
+    got = runner.run("restore", "m", tmp_path / "job", **{"local-cache": str(runner.tier)})
+    assert int(got.exit_code) == 3, got.headline
+    assert "hash" in got.headline
+    assert not runner.blob(digest).exists()
+    tier_is_honest(runner.tier)
+    assert _tmp_left(runner.tier) == []
