@@ -246,3 +246,49 @@ def test_no_proxy_bypasses_as_botocore_does():
     assert (route.proxy_host, route.proxy_port) == ("proxy", 8080)
     assert dict(route.proxy_headers)["Proxy-Authorization"] == "Basic dUB4OnA="
     assert route_for("https://s3.example.com/", env).proxy_host == ""  # no HTTPS_PROXY
+
+
+# ----- numbers a server sends (issue 33) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", "5_0", "+5", "-1", "\u00b2", "\u0661\u0662", "1e3", "9" * 20]
+)
+def test_a_byte_count_is_ascii_digits_only(text):
+    from gpuci.cache.s3http import count
+
+    with pytest.raises(ValueError):
+        count(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "bytes 0-9/\u00b2",
+        "bytes 0-9/1\u00b2",
+        "bytes \u0660-9/10",
+        "bytes 9-0/10",
+        "bytes 0-10/10",
+        "items 0-9/10",
+        "bytes 0-9",
+        "bytes */10",
+    ],
+)
+def test_a_content_range_is_read_strictly(text):
+    from gpuci.cache.s3http import content_range
+
+    with pytest.raises(ValueError):
+        content_range(text)
+
+
+def test_a_content_range_is_read():
+    from gpuci.cache.s3http import content_range
+
+    assert content_range("bytes 0-9/10") == (0, 9, 10)
+    assert content_range(" bytes 5-9/* ") == (5, 9, None)
+
+
+def test_a_listing_size_in_other_digits_is_refused():
+    page = _page(["c/k"]).replace(b"<Size>10</Size>", "<Size>\u0661\u0660</Size>".encode())
+    with pytest.raises(BadAnswer, match="no readable Key, Size or LastModified"):
+        parse_listing(page)

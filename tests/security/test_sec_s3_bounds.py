@@ -245,14 +245,16 @@ def test_a_listing_declaring_entities_is_refused_unexpanded(saved, moto_endpoint
 def test_a_listing_of_long_keys_with_fresh_tokens_ends_within_its_caps(
     saved, moto_endpoint, tmp_path
 ):
+    """The cap on the names a listing hands on ends it, long before its time (the default
+    timeout here: the listing has 240 s), in bounded memory though ``ls`` keeps every key."""
     bucket, _ = saved
+    env = _env(tmp_path, GPUCI_S3_TIMEOUT="30")
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = Rule("long-keys", "GET", "list-type=2")
-        run = _run(hostile, bucket, _env(tmp_path), tmp_path, "cache-weights", "ls")
+        run = _run(hostile, bucket, env, tmp_path, "cache-weights", "ls")
     assert hostile.rule.fired > 1
     _one_line_exit_3(run)
-    ends = ("MiB of names", "took over", "did not answer in time")
-    assert any(end in run.output for end in ends), run.output
+    assert "MiB of names" in run.output, run.output
 
 
 # ----- credentials from a profile: the same bounded path ---------------------------------------

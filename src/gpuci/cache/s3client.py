@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci.cache.sigv4 import Address, EnvCredentials, configured_endpoint, env_credentials
+from gpuci.cache.sigv4 import (
+    Address,
+    EnvCredentials,
+    configured_endpoint,
+    env_credentials,
+    is_region,
+)
 from gpuci.errors import InputError, StoreError
 from gpuci.retry import aws_max_attempts
 
@@ -86,6 +92,11 @@ def resolve(
             if secret and mask is not None:
                 mask(secret)
         creds = _constant(env_creds)
+    if not endpoint and region and not is_region(region):
+        raise InputError(
+            f"the region {region[:40]!r} is not an AWS region name",
+            hint="set the region input (or AWS_REGION) to the bucket's region, e.g. eu-west-1",
+        )
     try:
         address = Address.of(bucket, endpoint, region or "us-east-1", fips, dualstack)
     except ValueError as exc:

@@ -25,6 +25,7 @@ _ALGORITHM = "AWS4-HMAC-SHA256"
 # Where botocore reads a custom endpoint from the environment, most specific first.
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _REGION = re.compile(r"[a-z]{2}(-[a-z0-9]{1,20}){1,4}")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -98,10 +99,10 @@ class Address:
         """The same bucket signed for ``region`` (S3 said it lives there): on a custom endpoint
         the same origin, on AWS that region's S3 host for this bucket; None when ``region`` is
         not a region name (a hostile answer: no credentials go anywhere it names)."""
+        if not self.on_aws:  # the region only enters the signature: any plain name
+            return Address(self.base_url, region) if _NAME.fullmatch(region) else None
         if not is_region(region):
             return None
-        if not self.on_aws:
-            return Address(self.base_url, region)
         return Address.of(bucket, "", region, self.fips, self.dualstack)
 
 
