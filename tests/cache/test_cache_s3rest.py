@@ -292,3 +292,63 @@ def test_a_listing_size_in_other_digits_is_refused():
     page = _page(["c/k"]).replace(b"<Size>10</Size>", "<Size>\u0661\u0660</Size>".encode())
     with pytest.raises(BadAnswer, match="no readable Key, Size or LastModified"):
         parse_listing(page)
+
+
+# ----- redirects (issue 33) ------------------------------------------------------------------
+
+
+class _Redirecting(BaseHTTPRequestHandler):
+    """Every answer a 301 to another host; with ``region``, naming the bucket's region."""
+
+    protocol_version = "HTTP/1.1"
+    region = ""
+    scopes: list[str] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).scopes.append(self.headers.get("Authorization", "").split("/")[2])
+        body = b"<Error><Code>PermanentRedirect</Code><Message>elsewhere</Message></Error>"
+        self.send_response(301)
+        self.send_header("Location", "http://evil.invalid/steal")
+        if type(self).region:
+            self.send_header("x-amz-bucket-region", type(self).region)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(
+    ("region", "says"),
+    [
+        ("", "without naming a region"),
+        ("eu-west-1", "is in region eu-west-1"),
+        ("evil.invalid/x", "without naming a region"),
+    ],
+)
+def test_a_redirect_is_signed_again_once_for_the_named_region_else_refused(region, says):
+    handler = type("H", (_Redirecting,), {"region": region, "scopes": []})
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        with pytest.raises(StoreError) as caught:
+            store.get("refs/default/k")
+    message = caught.value.message
+    assert says in message and "\n" not in message, message
+    assert "evil.invalid/x" not in message
+    # The same endpoint, asked again only when a region was named: signed for it.
+    assert handler.scopes == (
+        ["us-east-1", "eu-west-1"] if region == "eu-west-1" else ["us-east-1"]
+    )
+
+
+def test_a_redirect_on_aws_goes_to_that_regions_host_for_the_bucket():
+    from gpuci.cache.sigv4 import Address
+
+    here = Address.of("b", "", "us-east-1")
+    assert here.moved("b", "eu-west-1") == Address.of("b", "", "eu-west-1")
+    assert here.moved("b", "eu-west-1").base_url == "https://b.s3.eu-west-1.amazonaws.com"
+    assert here.moved("b", "evil.com") is None
+    custom = Address.of("b", "http://minio:9000", "us-east-1")
+    assert custom.moved("b", "garage").base_url == "http://minio:9000/b"
+    assert custom.moved("b", "a b") is None

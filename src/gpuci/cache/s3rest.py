@@ -24,7 +24,7 @@ from urllib.parse import unquote_plus, urlsplit
 
 from gpuci.cache.s3http import CONTROL_CAP, BadResponse, count
 from gpuci.cache.s3pool import Pool
-from gpuci.cache.sigv4 import Presigner
+from gpuci.cache.sigv4 import Address, Presigner
 from gpuci.retry import botocore_delay
 
 # Answers botocore's standard retry mode retries (transient and throttling errors).
@@ -189,18 +189,21 @@ class RestClient:
                 raise BadAnswer(str(exc)) from None
             return Reply(status, answer, data)
 
+        before = self.presigner.address
         reply = self._retrying(once, until)
         if reply.redirect:
-            reply = self._follow(reply, once, until)
+            reply = self._follow(reply, once, until, before)
         return reply
 
-    def _follow(self, reply: Reply, once: Callable[[], Reply], until: float) -> Reply:
+    def _follow(
+        self, reply: Reply, once: Callable[[], Reply], until: float, before: Address
+    ) -> Reply:
         """Sign again for the region S3 names, once; Redirected when it names none, names one
-        that is not a region, or the second answer redirects too."""
+        that is not a region or the one signed for, or the second answer redirects too.
+        Threads that meet the same redirect all move the signer to the same place."""
         region = reply.region
-        bucket = self.bucket
-        moved = self.presigner.address.moved(bucket, region) if region else None
-        if moved is None or region == self.presigner.region:
+        moved = before.moved(self.bucket, region) if region else None
+        if moved is None or region == before.region:
             raise Redirected(reply, region if moved is not None else "")
         self.presigner.move(moved)
         again = self._retrying(once, until)
