@@ -162,8 +162,10 @@ def test_addresses_as_botocore_picks_them(tmp_path):
     assert dual.base_url == "https://b.s3.dualstack.us-east-1.amazonaws.com"
     dotted = _signer("my.dotted.bucket", None, None, env)
     assert dotted.base_url == "https://s3.us-east-1.amazonaws.com/my.dotted.bucket"
-    with pytest.raises(InputError, match="has a path"):
-        _signer("b", "http://h:1/sub/path", None, env)
+    assert _signer("b", "http://h:1/sub/path/", None, env).base_url == "http://h:1/sub/path/b"
+    assert _signer("b", "http://u:pw@[::1]:9/?t=x", None, env).base_url == "http://[::1]:9/b"
+    with pytest.raises(InputError, match="is not an http"):
+        _signer("b", "ftp://h:1", None, env)
 
 
 def test_endpoints_from_the_environment_are_signed_path_style_as_botocore_picks_them():

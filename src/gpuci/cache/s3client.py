@@ -99,10 +99,11 @@ def resolve(
         )
     try:
         address = Address.of(bucket, endpoint, region or "us-east-1", fips, dualstack)
-    except ValueError as exc:
+    except ValueError:
         raise InputError(
-            f"the S3 endpoint {exc} (set by {source or 'endpoint-url'})",
-            hint="set the endpoint as http(s)://host[:port], without a path",
+            f"the S3 endpoint (set by {source or 'endpoint-url'}) is not an http(s)://host[:port]"
+            " URL",
+            hint="set the endpoint as http(s)://host[:port]",
         ) from None
     return Settings(address, creds, endpoint, source)
 

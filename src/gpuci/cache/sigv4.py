@@ -78,16 +78,19 @@ class Address:
     def of(
         cls, bucket: str, endpoint: str, region: str, fips: bool = False, dualstack: bool = False
     ) -> Address:
-        """Path-style on a custom endpoint (as boto3 with ``addressing_style: path``);
-        virtual-host on AWS, path-style there for a bucket name a host cannot carry (dots,
-        capitals), as botocore does. ValueError for an endpoint that is not ``scheme://host``."""
-        if endpoint:
-            parts = urlsplit(endpoint)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"{endpoint[:80]!r} is not an http(s)://host[:port] URL")
-            if parts.path.strip("/") or parts.query:
-                raise ValueError(f"{endpoint[:80]!r} has a path; S3 endpoints are a host")
-            return cls(f"{parts.scheme}://{parts.netloc}/{_uri(bucket)}", region)
+        """Path-style on a custom endpoint (as boto3 with ``addressing_style: path``; a path in
+        it is kept as a prefix, as botocore keeps it); virtual-host on AWS, path-style there for
+        a bucket name a host cannot carry (dots, capitals), as botocore does. ValueError for an
+        endpoint that is not ``http(s)://host[:port]``."""
+        if endpoint:  # user:password@ and ?query play no part in S3 (and are never printed)
+            parts = urlsplit(endpoint.strip())
+            host = parts.hostname or ""
+            if parts.scheme not in ("http", "https") or not host:
+                raise ValueError("is not an http(s)://host[:port] URL")
+            host = f"[{host}]" if ":" in host else host
+            port = f":{parts.port}" if parts.port else ""  # ValueError for a bad port
+            base = f"{parts.scheme}://{host}{port}{parts.path.rstrip('/')}"
+            return cls(f"{base}/{_uri(bucket)}", region)
         service = "s3-fips" if fips else "s3"
         domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
         host = f"{service}.{'dualstack.' if dualstack else ''}{region}.{domain}"
