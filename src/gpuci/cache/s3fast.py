@@ -43,12 +43,13 @@ class Deadlines:
         self._lock = threading.Lock()
 
     def of(self, key: str, end: int, seconds: float) -> float:
+        """The range's deadline: set by its first attempt, shared by the ones after."""
         now = time.monotonic()
         with self._lock:
-            if len(self._due) > 4096:  # ranges that failed for good and were never finished
+            if len(self._due) > 4096:  # ranges whose transfer gave up: never finished
                 self._due = {k: v for k, v in self._due.items() if v > now}
             due = self._due.get((key, end))
-            if due is None or due < now - 3600:  # an old one: another fetch of this range
+            if due is None:
                 due = self._due[(key, end)] = now + seconds
             return due
 
@@ -79,6 +80,7 @@ class _Range:
             n = read(*args)
         except DeadlineExceeded:
             if time.monotonic() >= self._due:
+                self._store._deadlines.done(self._key, self._end)
                 raise self._store._too_slow(self._key, self._end) from None
             raise TransientError(
                 f"the body was slower than the time limit ({s3net.TIMEOUT_VARIABLE}, "
@@ -106,6 +108,7 @@ def open_range(store: S3Store, key: str, offset: int, length: int) -> RangeReade
     end = offset + length
     due = store._deadlines.of(key, end, store.limits.deadline(length))
     if time.monotonic() >= due:
+        store._deadlines.done(key, end)  # a later fetch of this range starts afresh
         raise store._too_slow(key, end)
     headers = {"Range": f"bytes={offset}-{end - 1}"}
     url = store.signer.url(store.prefix + key, _URL_FOR)
@@ -115,16 +118,23 @@ def open_range(store: S3Store, key: str, offset: int, length: int) -> RangeReade
         raise store._bad_answer("get", key, str(exc)) from None
     except DeadlineExceeded as exc:
         if time.monotonic() >= due:
+            store._deadlines.done(key, end)
             raise store._too_slow(key, end) from None
         raise store._transport_error(exc) from None
     except OSError as exc:
         raise store._transport_error(exc) from None
-    if isinstance(got, bytes):
-        raise store._status_error(status, got, key, answer)
     try:
-        _check(store, status, answer, got.length, key, offset, length)
+        if isinstance(got, bytes):
+            raise store._status_error(status, got, key, answer)
+        try:
+            _check(store, status, answer, got.length, key, offset, length)
+        except Exception:
+            got.close()
+            raise
+    except TransientError:
+        raise
     except Exception:
-        got.close()
+        store._deadlines.done(key, end)  # no retry follows: a later fetch starts afresh
         raise
     return _Range(got, store, key, end, due)
 
