@@ -5,6 +5,7 @@ gigabyte held in memory or a key from outside the store's prefix."""
 from __future__ import annotations
 
 import os
+import sys
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -412,3 +413,59 @@ def test_a_touch_over_5_gib_copies_in_parts_on_the_same_client():
     complete = [sent for method, path, _, sent in _BigObject.seen if "uploadId=u1" in path
                 and method == "POST"]  # fmt: skip
     assert complete and complete[0].count(b'<ETag>"e"</ETag>') == 6
+
+
+# ----- credentials from botocore's chain (issue 33) ------------------------------------------
+
+
+def test_role_credentials_are_frozen_again_at_each_signing_and_each_secret_masked():
+    """botocore's refreshable credentials change under the store: each request is signed with
+    the ones current then, and every new secret is masked before it is used."""
+    from types import SimpleNamespace
+
+    from gpuci.cache.s3client import _Refreshing
+    from gpuci.cache.sigv4 import Address, Presigner
+
+    keys = iter([("AKIA1", "secret-one", "token-one"), ("AKIA2", "secret-two", "token-two")])
+
+    class Refreshable:
+        def get_frozen_credentials(self):
+            access, secret, token = next(keys)
+            return SimpleNamespace(access_key=access, secret_key=secret, token=token)
+
+    masked: list[str] = []
+    signer = Presigner(
+        Address.of("b", "http://h:1", "us-east-1"), _Refreshing(Refreshable(), masked.append, "")
+    )
+    first = signer.url("k", 60)
+    second = signer.url("k", 60)
+    assert "AKIA1%2F" in first and "token-one" in first
+    assert "AKIA2%2F" in second and "token-two" in second
+    assert {"secret-one", "token-one", "secret-two", "token-two"} <= set(masked)
+
+
+def test_a_profile_with_credential_process_resolves_through_botocore(tmp_path):
+    from gpuci.cache.s3client import resolve
+
+    helper = tmp_path / "creds.py"
+    helper.write_text(
+        "import json\nprint(json.dumps({'Version': 1, 'AccessKeyId': 'AKIAPROC',"
+        " 'SecretAccessKey': 'proc-secret', 'SessionToken': 'proc-token'}))\n"
+    )
+    config = tmp_path / "config"
+    config.write_text(
+        f"[profile lab]\nregion = eu-west-3\nendpoint_url = http://127.0.0.1:9\n"
+        f"credential_process = {sys.executable} {helper}\n"
+    )
+    env = {
+        "AWS_PROFILE": "lab",
+        "AWS_CONFIG_FILE": str(config),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    masked: list[str] = []
+    got = resolve("b", None, None, env, masked.append)
+    assert got.creds().access_key == "AKIAPROC" and "proc-secret" in masked
+    assert got.address.region == "eu-west-3"
+    assert got.address.base_url == "http://127.0.0.1:9/b"
+    assert got.endpoint_source == "endpoint_url of AWS profile 'lab'"

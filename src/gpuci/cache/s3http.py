@@ -1,4 +1,4 @@
-"""The S3 fast path's one HTTP client: the standard library's ``http.client``, bounded.
+"""The S3 store's one HTTP client: the standard library's ``http.client``, bounded.
 
 Both planes use it: the control plane's small exchanges (refs, manifests, listings, PUT,
 DELETE, HEAD; :func:`exchange`) and the data plane's ranged GETs (:func:`open_body`). What

@@ -1,4 +1,4 @@
-"""The network as AWS tools see it, for the S3 fast path: proxies, CA bundle and time limits.
+"""The network as AWS tools see it, for the S3 store: proxies, CA bundle and time limits.
 
 botocore reads ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` (either case, lower case winning)
 through :func:`urllib.request.getproxies` and ``proxy_bypass``, and verifies TLS against
