@@ -93,23 +93,29 @@ def test_an_endpoint_from_the_default_profile_is_used_for_every_request(s3_store
     assert snapshot(out) == snapshot(src)
 
 
-def test_the_fast_path_never_signs_for_aws_when_the_config_names_an_endpoint(tmp_path):
+def test_requests_never_go_to_aws_when_the_config_names_an_endpoint(tmp_path):
     """Else a GET for s3://bucket goes to AWS's bucket of that name, with these credentials."""
-    from gpuci.cache import sigv4
+    from gpuci.cache.s3client import resolve
 
     config = tmp_path / "aws-config"
     env = {**CREDS, "AWS_CONFIG_FILE": str(config)}
     config.write_text("[default]\nregion = us-east-1\n")
-    assert sigv4.Presigner.for_store("bucket-x", None, None, env) is not None
+    assert resolve("bucket-x", None, None, env, None).address.on_aws
     config.write_text("[default]\nendpoint_url = http://127.0.0.1:9\n")
-    assert sigv4.Presigner.for_store("bucket-x", None, None, env) is None
+    got = resolve("bucket-x", None, None, env, None)
+    assert got.address.base_url == "http://127.0.0.1:9/bucket-x"
+    assert got.endpoint_source == "endpoint_url of AWS profile 'default'"
     home = tmp_path / "home"
     (home / ".aws").mkdir(parents=True)
-    (home / ".aws" / "config").write_text("[services s3]\ns3 =\n  endpoint_url = http://x:9\n")
+    (home / ".aws" / "config").write_text(
+        "[default]\nservices = lab\n[services lab]\ns3 =\n  endpoint_url = http://x:9\n"
+    )
     no_file = {k: v for k, v in CREDS.items() if k != "AWS_CONFIG_FILE"}
-    assert sigv4.Presigner.for_store("bucket-x", None, None, {**no_file, "HOME": str(home)}) is None
-    # An explicit endpoint-url beats the config, as in botocore: the fast path stays.
-    assert sigv4.Presigner.for_store("bucket-x", "http://127.0.0.1:9", None, env) is not None
+    got = resolve("bucket-x", None, None, {**no_file, "HOME": str(home)}, None)
+    assert got.address.base_url == "http://x:9/bucket-x"
+    # An explicit endpoint-url beats the config, as in botocore.
+    got = resolve("bucket-x", "http://127.0.0.1:9", None, env, None)
+    assert got.endpoint_source == "the endpoint-url input"
 
 
 def test_read_only_credentials_on_seaweedfs_restore_and_warn_once(
@@ -134,44 +140,62 @@ def test_read_only_credentials_on_seaweedfs_restore_and_warn_once(
     assert not [k for k in case.object_keys() if k.startswith("uses/")]
 
 
-def _both_paths(flags: dict[str, str], env: dict[str, str]) -> tuple:
-    """(fast path's result, boto3's result) of one restore: AWS_PROFILE=default (the same
-    environment credentials) sends every request through boto3 instead."""
-    fast, _ = cache_cmd("restore", flags, env)
-    slow, _ = cache_cmd("restore", flags, {**env, "AWS_PROFILE": "default"})
-    return fast, slow
+def _both_paths(flags: dict[str, str], env: dict[str, str], tmp_path: Path) -> tuple:
+    """(result with keys in the environment, result with the same keys from a profile) of one
+    restore: the second resolves its credentials through botocore's chain, then takes the same
+    path."""
+    keys, _ = cache_cmd("restore", flags, env)
+    profile = _profile_env(env, tmp_path)
+    from_profile, _ = cache_cmd("restore", flags, profile)
+    return keys, from_profile
 
 
-def test_the_fast_path_names_a_missing_bucket_as_boto3_does(seaweedfs_endpoint, env, tmp_path):
+def _profile_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """``env`` with its keys moved into an AWS profile ``lab`` (AWS_PROFILE and the files)."""
+    creds = tmp_path / "aws-credentials"
+    creds.write_text(
+        f"[lab]\naws_access_key_id = {env['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {env['AWS_SECRET_ACCESS_KEY']}\n"
+    )
+    config = tmp_path / "aws-config"
+    config.write_text("[profile lab]\nregion = us-east-1\n")
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    moved = {k: v for k, v in env.items() if k not in keys}
+    return {
+        **moved,
+        "AWS_PROFILE": "lab",
+        "AWS_CONFIG_FILE": str(config),
+        "AWS_SHARED_CREDENTIALS_FILE": str(creds),
+    }
+
+
+def test_a_profile_names_a_missing_bucket_as_env_keys_do(seaweedfs_endpoint, env, tmp_path):
     case = StoreCase("s3", "s3://gpuci-no-such-bucket/c", seaweedfs_endpoint)
     flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
-    fast, slow = _both_paths(flags, env)
+    fast, slow = _both_paths(flags, env, tmp_path)
     assert fast.exit_code == slow.exit_code == 3
     assert "bucket 'gpuci-no-such-bucket' does not exist at" in fast.headline
     assert fast.headline == slow.headline
     assert fast.report == slow.report
 
 
-def test_the_fast_path_names_refused_credentials_as_boto3_does(
-    seaweedfs_endpoint, env, tmp_path, monkeypatch
-):
-    """SeaweedFS checks every signature: a wrong secret is refused on either path, same words."""
+def test_a_profile_names_refused_credentials_as_env_keys_do(seaweedfs_endpoint, env, tmp_path):
+    """SeaweedFS checks every signature: a wrong secret is refused either way, same words."""
     case = s3_case("seaweedfs", seaweedfs_endpoint)
     flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-value-123")  # boto3 reads os.environ
     wrong = {**env, "AWS_SECRET_ACCESS_KEY": "wrong-secret-value-123"}
-    fast, slow = _both_paths(flags, wrong)
+    fast, slow = _both_paths(flags, wrong, tmp_path)
     assert fast.exit_code == slow.exit_code == 3
     assert "S3 refused the credentials for" in fast.headline
     assert fast.headline == slow.headline
     assert "wrong-secret-value-123" not in fast.headline + json.dumps(fast.report)
 
 
-def test_the_fast_path_names_a_dead_endpoint_as_boto3_does(env, tmp_path):
+def test_a_profile_names_a_dead_endpoint_as_env_keys_do(env, tmp_path):
     dead = _dead_url()
     case = StoreCase("s3", "s3://bucket-x/c", dead)
     flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
-    fast, slow = _both_paths(flags, {**env, "AWS_MAX_ATTEMPTS": "1"})
+    fast, slow = _both_paths(flags, {**env, "AWS_MAX_ATTEMPTS": "1"}, tmp_path)
     assert fast.exit_code == slow.exit_code == 3
     prefix = f"cannot reach the S3 endpoint {dead} (set by the endpoint-url input) ("
     assert fast.headline.startswith(prefix) and slow.headline.startswith(prefix)

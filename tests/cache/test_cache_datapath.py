@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -27,10 +28,11 @@ from treeutil import snapshot
 
 from gpuci.cache import directio, layout, splicing, transfer
 from gpuci.cache.manifest import Entry
+from gpuci.cache.s3client import resolve
 from gpuci.cache.s3net import Limits
 from gpuci.cache.s3pool import Pool, Ranged
 from gpuci.cache.sigv4 import Presigner
-from gpuci.errors import IntegrityError
+from gpuci.errors import InputError, IntegrityError
 
 ENV_CREDS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalr/secret+key"}
 
@@ -54,6 +56,12 @@ def _botocore_presign(op: str, params: dict, region: str | None, token: str = ""
     return client.generate_presigned_url(op, Params=params, ExpiresIn=900, HttpMethod=method)
 
 
+def _signer(bucket: str, endpoint: str | None, region: str | None, env: dict) -> Presigner:
+    """The store's signer, credentials, region and endpoint resolved as the store does."""
+    settings = resolve(bucket, endpoint, region, env, None)
+    return Presigner(settings.address, settings.creds)
+
+
 def _same_url(ours: str, theirs: str) -> None:
     assert urlsplit(ours).netloc == urlsplit(theirs).netloc
     assert urlsplit(ours).path == urlsplit(theirs).path
@@ -72,7 +80,7 @@ def test_presigned_urls_sign_exactly_as_botocore(method):
     token = "token/with+chars="
     theirs = _botocore_presign(op, {"Bucket": "bench", "Key": key}, "eu-west-3", token)
     env = {**ENV_CREDS, "AWS_SESSION_TOKEN": token}
-    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", "eu-west-3", env)
+    presigner = _signer("bench", "http://127.0.0.1:9000", "eu-west-3", env)
     assert presigner is not None
     _same_url(presigner.url(key, 900, _when(theirs), method=method), theirs)
 
@@ -85,7 +93,7 @@ def test_listing_urls_sign_exactly_as_botocore():
         "ContinuationToken": "a/b==",
     }
     theirs = _botocore_presign("list_objects_v2", params, "eu-west-3")
-    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", "eu-west-3", ENV_CREDS)
+    presigner = _signer("bench", "http://127.0.0.1:9000", "eu-west-3", ENV_CREDS)
     assert presigner is not None
     query = {
         "list-type": "2",
@@ -116,7 +124,7 @@ def test_header_signed_requests_sign_exactly_as_botocore(method, key, query, bod
     token = "token/with+chars="
     now = datetime.datetime(2026, 11, 30, 15, 4, 5)
     env = {**ENV_CREDS, "AWS_SESSION_TOKEN": token}
-    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", "eu-west-3", env)
+    presigner = _signer("bench", "http://127.0.0.1:9000", "eu-west-3", env)
     assert presigner is not None
     url, headers = presigner.signed(method, key, body, query, now)
     request = AWSRequest(method=method, url=url, data=body)
@@ -131,43 +139,40 @@ def test_header_signed_requests_sign_exactly_as_botocore(method, key, query, bod
 def test_a_custom_endpoint_with_no_region_signs_for_us_east_1_as_botocore():
     theirs = _botocore_presign("get_object", {"Bucket": "bench", "Key": "k"}, None)
     env = {**ENV_CREDS, "AWS_CONFIG_FILE": "/dev/null"}
-    presigner = Presigner.for_store("bench", "http://127.0.0.1:9000", None, env)
+    presigner = _signer("bench", "http://127.0.0.1:9000", None, env)
     assert presigner is not None and presigner.region == "us-east-1"
     _same_url(presigner.url("k", 900, _when(theirs)), theirs)
 
 
-def test_fast_path_only_where_it_signs_as_boto3_would(tmp_path):
+def test_addresses_as_botocore_picks_them(tmp_path):
     env = {**ENV_CREDS, "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null"}
-    ok = Presigner.for_store("b", "http://127.0.0.1:9000", None, env)
-    assert ok is not None and ok.region == "us-east-1"
-    assert Presigner.for_store("b", None, None, env).base_url == (
-        "https://b.s3.us-east-1.amazonaws.com"
-    )
-    # Credentials from a profile, SSO or an instance role: only botocore can resolve them.
-    assert Presigner.for_store("b", "http://h:1", "us-east-1", {}) is None
-    # No region anywhere: AWS needs one; a custom endpoint gets us-east-1, as from botocore,
-    # unless the config file may name one.
+    ok = _signer("b", "http://127.0.0.1:9000", None, env)
+    assert ok.region == "us-east-1" and ok.base_url == "http://127.0.0.1:9000/b"
+    assert _signer("b", None, None, env).base_url == "https://b.s3.us-east-1.amazonaws.com"
+    # No region anywhere: us-east-1, as from botocore (S3 then names the bucket's own region).
     no_region = {**ENV_CREDS, "AWS_CONFIG_FILE": "/dev/null"}
-    assert Presigner.for_store("b", None, None, no_region) is None
-    assert Presigner.for_store("b", "http://h:1", None, no_region).region == "us-east-1"
+    assert _signer("b", "http://h:1", None, no_region).region == "us-east-1"
     config = tmp_path / "config"
     config.write_text("[default]\nregion = eu-west-1\n")
-    assert (
-        Presigner.for_store("b", "http://h:1", None, {**ENV_CREDS, "AWS_CONFIG_FILE": str(config)})
-        is None
-    )
-    for knob in ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT"):
-        assert Presigner.for_store("b", None, None, {**env, knob: "true"}) is None
-    assert Presigner.for_store("my.dotted.bucket", None, None, env) is None
-    assert Presigner.for_store("b", "http://h:1/sub/path", None, env) is None
+    from_config = {**ENV_CREDS, "AWS_CONFIG_FILE": str(config)}
+    assert _signer("b", "http://h:1", None, from_config).region == "eu-west-1"
+    fips = _signer("b", None, None, {**env, "AWS_USE_FIPS_ENDPOINT": "true"})
+    assert fips.base_url == "https://b.s3-fips.us-east-1.amazonaws.com"
+    dual = _signer("b", None, None, {**env, "AWS_USE_DUALSTACK_ENDPOINT": "true"})
+    assert dual.base_url == "https://b.s3.dualstack.us-east-1.amazonaws.com"
+    dotted = _signer("my.dotted.bucket", None, None, env)
+    assert dotted.base_url == "https://s3.us-east-1.amazonaws.com/my.dotted.bucket"
+    assert _signer("b", "http://h:1/sub/path/", None, env).base_url == "http://h:1/sub/path/b"
+    assert _signer("b", "http://u:pw@[::1]:9/?t=x", None, env).base_url == "http://[::1]:9/b"
+    with pytest.raises(InputError, match="is not an http"):
+        _signer("b", "ftp://h:1", None, env)
 
 
 def test_endpoints_from_the_environment_are_signed_path_style_as_botocore_picks_them():
     env = {**ENV_CREDS, "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null"}
 
-    def base(endpoint: str | None, **more: str) -> str | None:
-        presigner = Presigner.for_store("my.bucket", endpoint, None, {**env, **more})
-        return presigner.base_url if presigner else None
+    def base(endpoint: str | None, **more: str) -> str:
+        return _signer("my.bucket", endpoint, None, {**env, **more}).base_url
 
     assert base(None, AWS_ENDPOINT_URL="http://g:1") == "http://g:1/my.bucket"
     assert base(None, AWS_ENDPOINT_URL_S3="https://s:2/") == "https://s:2/my.bucket"
@@ -175,7 +180,7 @@ def test_endpoints_from_the_environment_are_signed_path_style_as_botocore_picks_
     assert base(None, **both) == "http://s:2/my.bucket"  # the service's own beats the global
     assert base("http://input:3", **both) == "http://input:3/my.bucket"  # the input beats both
     ignored = {**both, "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true"}
-    assert base(None, **ignored) is None  # AWS itself, where a dotted bucket goes to boto3
+    assert base(None, **ignored) == "https://s3.us-east-1.amazonaws.com/my.bucket"  # AWS itself
     assert base("http://input:3", **ignored) == "http://input:3/my.bucket"
 
 
@@ -269,7 +274,8 @@ def _ranged(
 
     threading.Thread(target=serve, daemon=True).start()
     port = listener.getsockname()[1]
-    status, _, got = Pool({}, Limits(timeout)).open(f"http://127.0.0.1:{port}/blob", {})
+    until = time.monotonic() + 600
+    status, _, got = Pool({}, Limits(timeout)).open(f"http://127.0.0.1:{port}/blob", {}, until)
     assert status == 206 and isinstance(got, Ranged)
     return got, listener
 
@@ -390,14 +396,15 @@ def test_a_kept_alive_connection_reads_its_next_answer_after_a_spliced_body(tmp_
     pipe = splicing.Pipe()
     fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        _, _, got = pool.open(url, {})
+        _, _, got = pool.open(url, {}, time.monotonic() + 600)
         assert isinstance(got, Ranged)
         pos = 0
         while got.left:
             got.splice_into(pipe, 1 << 20)
             pos += pipe.drain(fd, pos)
         got.close()
-        status, _, second = pool.open(url, {})  # same connection: the pool kept it
+        # the same connection: the pool kept it
+        status, _, second = pool.open(url, {}, time.monotonic() + 600)
         assert status == 206 and isinstance(second, Ranged)
         buf = memoryview(bytearray(16))
         assert second.readinto(buf) == 4 and bytes(buf[:4]) == b"tail"
@@ -551,7 +558,7 @@ def test_a_server_stalling_mid_body_times_out_the_splice():
     pipe = splicing.Pipe()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/blob"
     try:
-        _, _, resp = Pool({}, Limits(1)).open(url, {})
+        _, _, resp = Pool({}, Limits(1)).open(url, {}, time.monotonic() + 600)
         assert isinstance(resp, Ranged)
         with pytest.raises(OSError):
             while True:

@@ -5,6 +5,7 @@ gigabyte held in memory or a key from outside the store's prefix."""
 from __future__ import annotations
 
 import os
+import sys
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -246,3 +247,225 @@ def test_no_proxy_bypasses_as_botocore_does():
     assert (route.proxy_host, route.proxy_port) == ("proxy", 8080)
     assert dict(route.proxy_headers)["Proxy-Authorization"] == "Basic dUB4OnA="
     assert route_for("https://s3.example.com/", env).proxy_host == ""  # no HTTPS_PROXY
+
+
+# ----- numbers a server sends (issue 33) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", "5_0", "+5", "-1", "\u00b2", "\u0661\u0662", "1e3", "9" * 20]
+)
+def test_a_byte_count_is_ascii_digits_only(text):
+    from gpuci.cache.s3http import count
+
+    with pytest.raises(ValueError):
+        count(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "bytes 0-9/\u00b2",
+        "bytes 0-9/1\u00b2",
+        "bytes \u0660-9/10",
+        "bytes 9-0/10",
+        "bytes 0-10/10",
+        "items 0-9/10",
+        "bytes 0-9",
+        "bytes */10",
+    ],
+)
+def test_a_content_range_is_read_strictly(text):
+    from gpuci.cache.s3http import content_range
+
+    with pytest.raises(ValueError):
+        content_range(text)
+
+
+def test_a_content_range_is_read():
+    from gpuci.cache.s3http import content_range
+
+    assert content_range("bytes 0-9/10") == (0, 9, 10)
+    assert content_range(" bytes 5-9/* ") == (5, 9, None)
+
+
+def test_a_listing_size_in_other_digits_is_refused():
+    page = _page(["c/k"]).replace(b"<Size>10</Size>", "<Size>\u0661\u0660</Size>".encode())
+    with pytest.raises(BadAnswer, match="no readable Key, Size or LastModified"):
+        parse_listing(page)
+
+
+# ----- redirects (issue 33) ------------------------------------------------------------------
+
+
+class _Redirecting(BaseHTTPRequestHandler):
+    """Every answer a 301 to another host; with ``region``, naming the bucket's region."""
+
+    protocol_version = "HTTP/1.1"
+    region = ""
+    scopes: list[str] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).scopes.append(self.headers.get("Authorization", "").split("/")[2])
+        body = b"<Error><Code>PermanentRedirect</Code><Message>elsewhere</Message></Error>"
+        self.send_response(301)
+        self.send_header("Location", "http://evil.invalid/steal")
+        if type(self).region:
+            self.send_header("x-amz-bucket-region", type(self).region)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(
+    ("region", "says"),
+    [
+        ("", "without naming a region"),
+        ("eu-west-1", "is in region eu-west-1"),
+        ("evil.invalid/x", "without naming a region"),
+    ],
+)
+def test_a_redirect_is_signed_again_once_for_the_named_region_else_refused(region, says):
+    handler = type("H", (_Redirecting,), {"region": region, "scopes": []})
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        with pytest.raises(StoreError) as caught:
+            store.get("refs/default/k")
+    message = caught.value.message
+    assert says in message and "\n" not in message, message
+    assert "evil.invalid/x" not in message
+    # The same endpoint, asked again only when a region was named: signed for it.
+    assert handler.scopes == (
+        ["us-east-1", "eu-west-1"] if region == "eu-west-1" else ["us-east-1"]
+    )
+
+
+def test_a_redirect_on_aws_goes_to_that_regions_host_for_the_bucket():
+    from gpuci.cache.sigv4 import Address
+
+    here = Address.of("b", "", "us-east-1")
+    assert here.moved("b", "eu-west-1") == Address.of("b", "", "eu-west-1")
+    assert here.moved("b", "eu-west-1").base_url == "https://b.s3.eu-west-1.amazonaws.com"
+    assert here.moved("b", "evil.com") is None
+    custom = Address.of("b", "http://minio:9000", "us-east-1")
+    assert custom.moved("b", "garage").base_url == "http://minio:9000/b"
+    assert custom.moved("b", "a b") is None
+
+
+# ----- a touch over CopyObject's 5 GiB (issue 33: on the one client, no boto3) ---------------
+
+
+class _BigObject(BaseHTTPRequestHandler):
+    """An object of 6 GiB: CopyObject refuses it, UploadPartCopy takes its ranges."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, str, str, bytes]] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _answer(self, status: int, body: bytes = b"", length: int | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _note(self) -> None:
+        sent = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        copied = self.headers.get("x-amz-copy-source-range", "")
+        if copied:  # S3 refuses x-amz-* headers it was not shown in the signature
+            assert "x-amz-copy-source-range" in self.headers.get("Authorization", "")
+        type(self).seen.append((self.command, self.path, copied, sent))
+
+    def do_HEAD(self) -> None:
+        self._note()
+        self._answer(200, length=6 << 30)
+
+    def do_PUT(self) -> None:
+        self._note()
+        if "partNumber=" in self.path:
+            self._answer(200, b"<CopyPartResult><ETag>&quot;e&quot;</ETag></CopyPartResult>")
+        else:
+            self._answer(
+                400, b"<Error><Code>InvalidRequest</Code><Message>too big</Message></Error>"
+            )
+
+    def do_POST(self) -> None:
+        self._note()
+        if "uploads" in self.path:
+            self._answer(200, b"<InitiateMultipartUploadResult><UploadId>u1</UploadId>"
+                         b"</InitiateMultipartUploadResult>")  # fmt: skip
+        else:
+            self._answer(200, b"<CompleteMultipartUploadResult/>")
+
+
+def test_a_touch_over_5_gib_copies_in_parts_on_the_same_client():
+    _BigObject.seen = []
+    with LoopbackHTTPServer(_BigObject) as server:
+        _store(server.port).touch("blobs/sha256/ab/x")
+    ranges = [copied for _, _, copied, _ in _BigObject.seen if copied]
+    gib = 1 << 30
+    assert ranges == [f"bytes={i * gib}-{(i + 1) * gib - 1}" for i in range(6)]
+    complete = [sent for method, path, _, sent in _BigObject.seen if "uploadId=u1" in path
+                and method == "POST"]  # fmt: skip
+    assert complete and complete[0].count(b'<ETag>"e"</ETag>') == 6
+
+
+# ----- credentials from botocore's chain (issue 33) ------------------------------------------
+
+
+def test_role_credentials_are_frozen_again_at_each_signing_and_each_secret_masked():
+    """botocore's refreshable credentials change under the store: each request is signed with
+    the ones current then, and every new secret is masked before it is used."""
+    from types import SimpleNamespace
+
+    from gpuci.cache.s3client import _Refreshing
+    from gpuci.cache.sigv4 import Address, Presigner
+
+    keys = iter([("AKIA1", "secret-one", "token-one"), ("AKIA2", "secret-two", "token-two")])
+
+    class Refreshable:
+        def get_frozen_credentials(self):
+            access, secret, token = next(keys)
+            return SimpleNamespace(access_key=access, secret_key=secret, token=token)
+
+    masked: list[str] = []
+    signer = Presigner(
+        Address.of("b", "http://h:1", "us-east-1"), _Refreshing(Refreshable(), masked.append, "")
+    )
+    first = signer.url("k", 60)
+    second = signer.url("k", 60)
+    assert "AKIA1%2F" in first and "token-one" in first
+    assert "AKIA2%2F" in second and "token-two" in second
+    assert {"secret-one", "token-one", "secret-two", "token-two"} <= set(masked)
+
+
+def test_a_profile_with_credential_process_resolves_through_botocore(tmp_path):
+    from gpuci.cache.s3client import resolve
+
+    helper = tmp_path / "creds.py"
+    helper.write_text(
+        "import json\nprint(json.dumps({'Version': 1, 'AccessKeyId': 'AKIAPROC',"
+        " 'SecretAccessKey': 'proc-secret', 'SessionToken': 'proc-token'}))\n"
+    )
+    config = tmp_path / "config"
+    config.write_text(
+        f"[profile lab]\nregion = eu-west-3\nendpoint_url = http://127.0.0.1:9\n"
+        f"credential_process = {sys.executable} {helper}\n"
+    )
+    env = {
+        "AWS_PROFILE": "lab",
+        "AWS_CONFIG_FILE": str(config),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    masked: list[str] = []
+    got = resolve("b", None, None, env, masked.append)
+    assert got.creds().access_key == "AKIAPROC" and "proc-secret" in masked
+    assert got.address.region == "eu-west-3"
+    assert got.address.base_url == "http://127.0.0.1:9/b"
+    assert got.endpoint_source == "endpoint_url of AWS profile 'lab'"

@@ -1,20 +1,34 @@
-"""The store's boto3 client: made on first use, retries as botocore's own knobs say, and every
-refusal heard by the save's or restore's concurrency controller.
+"""Where the S3 store's credentials, region and endpoint come from: the whole AWS chain.
 
-boto3 costs 0.3-0.6 s to import and set up, so only what needs it builds it: conditional
-writes, uploads, listings without the fast path, and answers only boto3 can act on.
+Keys in the environment (what aws-actions/configure-aws-credentials sets) with the region and
+endpoint known from the inputs or the environment are read here, without botocore: a restore
+with them never pays the 0.2-0.3 s botocore costs to import. Everything else - a profile, SSO,
+``credential_process``, web identity, the instance role, a region or ``endpoint_url`` in the
+AWS config file - is botocore's job (:func:`_from_botocore`): its session resolves them, and
+the store signs with what it resolved (:mod:`gpuci.cache.sigv4`) on its one bounded client.
+Role credentials expire: they are frozen again at each signing, so botocore refreshes them.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from gpuci.cache import layout
-from gpuci.cache.s3errors import _THROTTLE_CODES, S3Errors, bce, upload_failed
-from gpuci.errors import StoreError
+from gpuci.cache.sigv4 import (
+    Address,
+    EnvCredentials,
+    configured_endpoint,
+    env_credentials,
+    is_region,
+)
+from gpuci.errors import InputError, StoreError
 from gpuci.retry import aws_max_attempts
+
+Mask = Callable[[str], None] | None
 
 
 def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
@@ -23,88 +37,221 @@ def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     return mode, aws_max_attempts(environ)
 
 
-class BotoClient(S3Errors):
-    """boto3's S3 client for the store (mixed into :class:`gpuci.cache.s3.S3Store`)."""
+@dataclass(frozen=True)
+class Settings:
+    """What the store needs to sign and send: the address, the credentials to sign with, and
+    what chose the endpoint (for messages)."""
 
-    region: str | None
-    mask: Callable[[str], None] | None
-    on_throttle: Callable[[], None] | None
-    _client_lock: threading.Lock
-    _transfer: Any
+    address: Address
+    creds: Callable[[], EnvCredentials]
+    endpoint: str  # "" for AWS
+    endpoint_source: str
 
-    @property
-    def client(self):  # -> botocore's S3 client, created on first use
-        if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._make_client()
-        return self._client
 
-    def _make_client(self) -> None:
-        import boto3  # 0.3 s: only when a listing, an upload or a fallback needs it
-        from boto3.s3.transfer import TransferConfig
-        from botocore.config import Config
+def resolve(
+    bucket: str,
+    endpoint_url: str | None,
+    region: str | None,
+    environ: Mapping[str, str],
+    mask: Mask,
+) -> Settings:
+    """The store's settings, as the AWS CLI would use them.
 
-        mode, attempts = retry_settings(self.environ)
-        try:
-            session = boto3.session.Session(region_name=self.region)
-            creds = session.get_credentials()
-        except bce().BotoCoreError as exc:
-            raise self._config_error(exc) from None
-        if creds is None:
+    Raises:
+        InputError: AWS configuration botocore cannot use (a missing profile, a bad endpoint).
+        StoreError: no credentials anywhere in the chain, or refreshing them failed.
+    """
+    endpoint, source = configured_endpoint(endpoint_url, environ)
+    region = (
+        (region or "").strip()
+        or environ.get("AWS_REGION", "").strip()
+        or environ.get("AWS_DEFAULT_REGION", "").strip()
+    )
+    fips = _flag(environ, "AWS_USE_FIPS_ENDPOINT")
+    dualstack = _flag(environ, "AWS_USE_DUALSTACK_ENDPOINT")
+    env_creds = env_credentials(environ)
+    ignore = environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true"
+    config_says = _config_text(environ)
+    needs_botocore = (
+        env_creds is None
+        or bool(environ.get("AWS_PROFILE", "").strip())
+        or (not endpoint and not ignore and "endpoint_url" in config_says)
+        or (not region and "region" in config_says)
+        or (not fips and "use_fips_endpoint" in config_says)
+        or (not dualstack and "use_dualstack_endpoint" in config_says)
+    )
+    if needs_botocore:
+        creds, found = _from_botocore(environ, mask, url=f"s3://{bucket}")
+        if not endpoint and found.endpoint:
+            endpoint, source = found.endpoint, found.endpoint_source
+        region = region or found.region
+        fips, dualstack = fips or found.fips, dualstack or found.dualstack
+    else:
+        assert env_creds is not None
+        for secret in (env_creds.access_key, env_creds.secret_key, env_creds.token):
+            if secret and mask is not None:
+                mask(secret)
+        creds = _constant(env_creds)
+    if not endpoint and region and not is_region(region):
+        raise InputError(
+            f"the region {region[:40]!r} is not an AWS region name",
+            hint="set the region input (or AWS_REGION) to the bucket's region, e.g. eu-west-1",
+        )
+    try:
+        address = Address.of(bucket, endpoint, region or "us-east-1", fips, dualstack)
+    except ValueError:
+        raise InputError(
+            f"the S3 endpoint (set by {source or 'endpoint-url'}) is not an http(s)://host[:port]"
+            " URL",
+            hint="set the endpoint as http(s)://host[:port]",
+        ) from None
+    return Settings(address, creds, endpoint, source)
+
+
+def _constant(creds: EnvCredentials) -> Callable[[], EnvCredentials]:
+    return lambda: creds
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").strip().lower() == "true"
+
+
+def _aws_file(environ: Mapping[str, str], what: str, name: str) -> Path:
+    """``AWS_<what>_FILE``, else ``~/.aws/<name>`` under the environment's HOME."""
+    path = environ.get(f"AWS_{what}_FILE", "").strip()
+    if not path:
+        home = environ.get("HOME", "").strip()
+        path = str(Path(home) / ".aws" / name) if home else f"~/.aws/{name}"
+    return Path(path).expanduser()
+
+
+def _config_text(environ: Mapping[str, str]) -> str:
+    """The AWS config file's text ("" when absent): whether botocore has more to say."""
+    try:
+        return _aws_file(environ, "CONFIG", "config").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class _Found:
+    region: str
+    endpoint: str
+    endpoint_source: str
+    fips: bool
+    dualstack: bool
+
+
+def _from_botocore(
+    environ: Mapping[str, str], mask: Mask, url: str
+) -> tuple[Callable[[], EnvCredentials], _Found]:
+    """Credentials and config from botocore's session: the whole chain, as the AWS CLI."""
+    import botocore.exceptions
+    import botocore.session
+
+    session = botocore.session.Session()
+    if environ is not os.environ:  # botocore reads os.environ: name what the caller's says
+        session.set_config_variable("config_file", str(_aws_file(environ, "CONFIG", "config")))
+        creds_file = _aws_file(environ, "SHARED_CREDENTIALS", "credentials")
+        session.set_config_variable("credentials_file", str(creds_file))
+        if environ.get("AWS_PROFILE", "").strip():
+            session.set_config_variable("profile", environ["AWS_PROFILE"].strip())
+    try:
+        found = _config(session, environ)
+        resolved = session.get_credentials()
+        if resolved is None:
             raise StoreError(
-                f"no AWS credentials found for {self.url}",
+                f"no AWS credentials found for {url}",
                 hint="configure credentials (aws-actions/configure-aws-credentials, "
                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)",
             )
-        frozen = creds.get_frozen_credentials()
-        if self.mask is not None:
-            for secret in (frozen.access_key, frozen.secret_key, frozen.token):
-                if secret:
-                    self.mask(secret)
-        config = Config(
-            signature_version="s3v4",
-            retries={"mode": mode, "max_attempts": attempts},
-            max_pool_connections=2 * layout.MAX_CONNECTIONS,  # the controller decides
-            connect_timeout=min(10.0, self.limits.timeout),
-            read_timeout=self.limits.timeout,
-            s3={"addressing_style": "path"} if self.endpoint else {},
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
-        # Managed transfers (the touch's copy) run on the caller's thread, inside its slot, so
-        # the controller hears of a refusal from the request that holds the slot.
-        self._transfer = TransferConfig(
-            multipart_threshold=layout.MULTIPART_THRESHOLD,
-            multipart_chunksize=layout.MULTIPART_CHUNK,
-            use_threads=False,
-        )
-        try:
-            self._client = session.client("s3", endpoint_url=self.endpoint or None, config=config)
-        except bce().BotoCoreError as exc:
-            raise self._config_error(exc) from None
-        # botocore retries throttling itself; the controller hears of each refusal too.
-        self._client.meta.events.register("needs-retry.s3", self._heard_answer)
+        creds = _Refreshing(resolved, mask, url)
+        creds()  # resolve now: fail early, mask early
+    except botocore.exceptions.BotoCoreError as exc:
+        raise config_error(exc, environ, url) from None
+    return creds, found
 
-    def _heard_answer(self, response=None, caught_exception=None, **_: object) -> None:
-        """A botocore attempt ended: pass refusals (429, 503 SlowDown, 5xx) and dropped
-        connections on to the listening controller. Returns None: retries stay botocore's."""
-        listener = self.on_throttle
-        if listener is None:
-            return None
-        if response is not None:
-            status = getattr(response[0], "status_code", 200)
-            code = str(response[1].get("Error", {}).get("Code", "")) if response[1] else ""
-            if status == 429 or status >= 500 or code in _THROTTLE_CODES:
-                listener()
-        elif caught_exception is not None:
-            listener()
-        return None
 
-    def _call(self, op: str, key: str, fn: Callable, **kwargs):
+def _config(session: Any, environ: Mapping[str, str]) -> _Found:
+    """Region, endpoint_url (the profile's or its ``services`` section's), FIPS and dual-stack
+    from the active profile."""
+    scoped = session.get_scoped_config()  # ProfileNotFound for an unknown AWS_PROFILE
+    region = str(scoped.get("region") or "")  # the environment's was read already
+    endpoint, source = "", ""
+    ignore = str(scoped.get("ignore_configured_endpoint_urls") or "")
+    if ignore.lower() != "true" and environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") != "true":
+        section = scoped.get("services")
+        services = session.full_config.get("services", {}).get(section, {}) if section else {}
+        s3 = services.get("s3", {}) if isinstance(services, dict) else {}
+        endpoint = str((s3 if isinstance(s3, dict) else {}).get("endpoint_url") or "")
+        endpoint = endpoint or str(scoped.get("endpoint_url") or "")
+        profile = environ.get("AWS_PROFILE", "").strip() or "default"
+        source = f"endpoint_url of AWS profile '{profile}'" if endpoint else ""
+    fips = str(scoped.get("use_fips_endpoint") or "").lower() == "true"
+    dualstack = str(scoped.get("use_dualstack_endpoint") or "").lower() == "true"
+    return _Found(region.strip(), endpoint.strip(), source, fips, dualstack)
+
+
+class _Refreshing:
+    """botocore's credentials, frozen at each call: expiring role credentials refresh under
+    the store (botocore's own refresh), and each new secret is masked before it is used."""
+
+    def __init__(self, creds: Any, mask: Mask, url: str) -> None:
+        self._creds, self._mask, self._url = creds, mask, url
+        self._masked: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> EnvCredentials:
+        import botocore.exceptions
+
         try:
-            return fn(Bucket=self.bucket, **kwargs)
-        except (bce().BotoCoreError, bce().ClientError) as exc:
-            raise self._error(exc, op, key) from None
-        except upload_failed() as exc:
-            raise self._error(exc, op, key) from None
+            frozen = self._creds.get_frozen_credentials()
+        except botocore.exceptions.BotoCoreError as exc:
+            raise StoreError(
+                f"cannot refresh the AWS credentials for {self._url} ({type(exc).__name__})",
+                hint="check the profile's credential source (SSO login, credential_process, "
+                "role) and retry",
+            ) from None
+        got = EnvCredentials(frozen.access_key or "", frozen.secret_key or "", frozen.token or "")
+        with self._lock:
+            for secret in (got.access_key, got.secret_key, got.token):
+                if secret and secret not in self._masked:
+                    self._masked.add(secret)
+                    if self._mask is not None:
+                        self._mask(secret)
+        return got
+
+
+def config_error(exc: Exception, environ: Mapping[str, str], url: str) -> Exception:
+    """AWS configuration botocore cannot use (a missing profile, an unreadable config file, no
+    credentials): one line, not an internal error."""
+    import botocore.exceptions as errors
+
+    if isinstance(exc, errors.ProfileNotFound):
+        profile = getattr(exc, "kwargs", {}).get("profile") or environ.get("AWS_PROFILE")
+        return InputError(
+            f"AWS profile '{profile}' (AWS_PROFILE) is not in the AWS config files",
+            hint="fix AWS_PROFILE or add that profile to ~/.aws/config "
+            "(AWS_CONFIG_FILE), or unset AWS_PROFILE to use the environment's credentials",
+        )
+    if isinstance(exc, errors.NoCredentialsError | errors.PartialCredentialsError):
+        return StoreError(
+            f"no usable AWS credentials for {url} ({type(exc).__name__})",
+            hint="configure credentials (aws-actions/configure-aws-credentials or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+        )
+    config_errors = (
+        errors.ConfigParseError,
+        errors.ConfigNotFound,
+        errors.InvalidConfigError,
+        errors.UnknownCredentialError,
+    )
+    if isinstance(exc, config_errors):
+        return InputError(
+            f"the AWS configuration cannot be used: {str(exc)[:300]}",
+            hint="fix ~/.aws/config or the AWS_* variables",
+        )
+    return StoreError(
+        f"cannot resolve the AWS credentials for {url}: {type(exc).__name__}: {str(exc)[:200]}",
+        hint="check the AWS profile's credential source (SSO login, credential_process, role)",
+    )

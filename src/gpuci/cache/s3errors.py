@@ -1,5 +1,5 @@
-"""How the S3 store words its failures: one line naming the cause and the fix, whichever
-client met them (boto3's exceptions, the fast path's status codes, a ranged GET's transport).
+"""How the S3 store words its failures: one line naming the cause and the fix (S3's error
+codes, a transport that failed, an answer no server may send, a redirect, a range too slow).
 
 A mixin of :class:`gpuci.cache.s3.S3Store`: the words need the store's URL, bucket and
 endpoint, and live here so the store's module reads as what it does, not how it complains.
@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Mapping
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from gpuci.cache import layout, s3net
 from gpuci.cache.s3http import DeadlineExceeded
 from gpuci.cache.store import TransientError
-from gpuci.errors import ConflictError, InputError, IntegrityError, StoreError
+from gpuci.errors import ConflictError, IntegrityError, StoreError
+
+if TYPE_CHECKING:
+    from gpuci.cache.s3rest import Redirected
 
 _CRED_CODES = {
     "InvalidAccessKeyId",
@@ -31,15 +33,7 @@ _CRED_CODES = {
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 # Answers that mean "slow down": the concurrency controller halves on each burst of them.
 _THROTTLE_CODES = {"SlowDown", "TooManyRequests", "Throttling", "RequestLimitExceeded"}
-# Answers only boto3 can act on (it follows a bucket to its region): the fast path hands over.
-_HAND_OVER_CODES = {
-    "PermanentRedirect",
-    "TemporaryRedirect",
-    "AuthorizationHeaderMalformed",
-    "IllegalLocationConstraintException",
-}
 _CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
-_OPERATION_IN_TEXT = re.compile(r"when calling the ([A-Za-z0-9]+) operation")
 _TOO_LARGE = {"413", "EntityTooLarge", "RequestEntityTooLarge"}
 # S3's names for what the store does (errors name them, as the AWS CLI does).
 _OPERATIONS = {
@@ -53,21 +47,6 @@ _OPERATIONS = {
     "touch": "CopyObject",
     "abort": "AbortMultipartUpload",
 }
-_CODE_IN_TEXT = re.compile(r"\(([A-Za-z0-9]+)\)")
-
-
-def bce() -> Any:
-    """botocore's exception classes; botocore is loaded by then (only its calls raise them)."""
-    import botocore.exceptions
-
-    return botocore.exceptions
-
-
-def upload_failed() -> type[Exception]:
-    """boto3's upload error class; boto3 is loaded by then (only uploads raise it)."""
-    from boto3.exceptions import S3UploadFailedError
-
-    return S3UploadFailedError
 
 
 def is_certificate_error(exc: BaseException) -> bool:
@@ -83,82 +62,47 @@ class S3Errors:
     endpoint_source: str
     environ: Mapping[str, str]
     limits: s3net.Limits
-    _client: Any
-
-    def _config_error(self, exc: Exception) -> Exception:
-        """AWS configuration botocore cannot use (a missing profile, an unreadable config file):
-        bad input, one line, not an internal error."""
-        errors = bce()
-        if isinstance(exc, errors.ProfileNotFound):
-            profile = getattr(exc, "kwargs", {}).get("profile") or self.environ.get("AWS_PROFILE")
-            return InputError(
-                f"AWS profile '{profile}' (AWS_PROFILE) is not in the AWS config files",
-                hint="fix AWS_PROFILE or add that profile to ~/.aws/config "
-                "(AWS_CONFIG_FILE), or unset AWS_PROFILE to use the environment's credentials",
-            )
-        config_errors = (
-            errors.ConfigParseError,
-            errors.ConfigNotFound,
-            errors.InvalidConfigError,
-            errors.UnknownCredentialError,
-        )
-        if isinstance(exc, config_errors):
-            return InputError(
-                f"the AWS configuration cannot be used: {exc}",
-                hint="fix ~/.aws/config or the AWS_* variables",
-            )
-        return self._error(exc, "open")
 
     def _endpoint(self) -> tuple[str, str]:
         """The endpoint in use and what chose it (input, variable, profile), for messages."""
         if self.endpoint:
             return self.endpoint, self.endpoint_source
-        client = self._client
-        actual = str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "")
-        if actual and not (urlsplit(actual).hostname or "").endswith(".amazonaws.com"):
-            profile = self.environ.get("AWS_PROFILE", "").strip() or "default"
-            return actual, f"endpoint_url of AWS profile '{profile}'"
         return "AWS S3", ""
 
     def _where(self) -> str:
         url, source = self._endpoint()
         return f"{url} (set by {source})" if source else url
 
-    def _error(self, exc: Exception, op: str, key: str = "") -> Exception:
-        """One line naming the cause and the fix, for every way boto3 can fail."""
-        errors = bce()
-        if isinstance(exc, errors.NoCredentialsError | errors.PartialCredentialsError):
+    def _redirected(self, exc: Redirected, op: str, key: str, operation: str) -> StoreError:
+        """S3 sent a request elsewhere: the region or endpoint to set, in one line."""
+        target = f"{self.url}/{key}" if key else self.url
+        what = f"{exc.status} {exc.code}".strip()
+        operation = operation or _OPERATIONS.get(op, op)
+        if exc.region:
             return StoreError(
-                f"no usable AWS credentials for {self.url}",
-                hint="configure credentials (aws-actions/configure-aws-credentials or "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
+                f"the S3 endpoint {self._where()} says {target} is in region {exc.region} "
+                f"({operation}: {what}), and signing for that region did not help",
+                hint=f"set the region input (or AWS_REGION) to {exc.region}, or endpoint-url "
+                "to the bucket's own endpoint",
             )
-        if isinstance(
-            exc,
-            errors.EndpointConnectionError
-            | errors.ConnectTimeoutError
-            | errors.ConnectionClosedError
-            | errors.ReadTimeoutError,
-        ):
-            return self._unreachable(type(exc).__name__)
-        if isinstance(exc, errors.SSLError):
-            return self._unreachable(type(exc).__name__, str(exc))
-        code, message, operation = "", str(exc), ""
-        if isinstance(exc, upload_failed()):
-            inner = exc.__cause__ or exc.__context__  # the ClientError it words
-            exc = inner if isinstance(inner, errors.ClientError) else exc
-        if isinstance(exc, errors.ClientError):
-            err = exc.response.get("Error", {})
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
-            code = str(err.get("Code", "")) or str(status)  # a non-XML answer has no code
-            message = str(err.get("Message", "")) or code
-            operation = str(getattr(exc, "operation_name", "") or "")
-        elif isinstance(exc, upload_failed()):
-            found = _CODE_IN_TEXT.findall(str(exc))
-            code = found[-1] if found else ""
-            named = _OPERATION_IN_TEXT.search(str(exc))
-            operation = named.group(1) if named else ""
-        return self._coded_error(code, message, op, key, type(exc).__name__, operation)
+        where = f" to {exc.host}" if exc.host else ""
+        return StoreError(
+            f"the S3 endpoint {self._where()} redirected {operation} of {target}{where} "
+            f"({what}) without naming a region; gpu-ci follows no other redirect",
+            hint="set endpoint-url (or AWS_ENDPOINT_URL) to the endpoint that serves the "
+            "bucket, and the region input to its region",
+        )
+
+    def _too_slow(self, key: str, end: int) -> StoreError:
+        """A ranged GET ran out of its operation's time, every attempt included."""
+        limits = self.limits
+        return StoreError(
+            f"the S3 endpoint {self._where()} did not deliver {self.url}/{key} (to byte {end}) "
+            f"in time: no answer within {limits.timeout:g} s, or a body under "
+            f"{limits.min_rate / 1024:g} KiB/s, until the operation's limit",
+            hint=f"the server stalled or trickled; {s3net.TIMEOUT_VARIABLE} (seconds) and "
+            f"{s3net.RATE_VARIABLE} (bytes a second) set the limits",
+        )
 
     def _unreachable(self, what: str, detail: str = "") -> StoreError:
         source = self._endpoint()[1] or "endpoint-url"
@@ -191,7 +135,7 @@ class S3Errors:
         what: str = "",
         operation: str = "",
     ) -> Exception:
-        """S3's error ``code`` as one line, whichever client got it (boto3 or the fast path);
+        """S3's error ``code`` as one line:
         ``operation`` is S3's name for the call (else the usual one for ``op``)."""
         target = f"{self.url}/{key}" if key else self.url
         operation = operation or _OPERATIONS.get(op, op)
@@ -246,9 +190,18 @@ class S3Errors:
             hint="the store holds a truncated object or a hostile manifest; save the key again",
         )
 
-    def _status_error(self, status: int, body: bytes, key: str) -> Exception:
+    def _status_error(
+        self, status: int, body: bytes, key: str, answer: Mapping[str, str] | None = None
+    ) -> Exception:
         found = _CODE_RE.search(body.decode("utf-8", "replace"))
         code = found.group(1) if found else str(status)
+        if 300 <= status < 400:  # a ranged GET's redirect: the region or endpoint to set
+            from gpuci.cache.s3rest import Redirected, Reply
+            from gpuci.cache.sigv4 import is_region
+
+            reply = Reply(status, dict(answer or {}), body)
+            region = reply.region if is_region(reply.region) else ""
+            return self._redirected(Redirected(reply, region), "get", key, "")
         if status == 416 or code == "InvalidRange":
             return IntegrityError(
                 f"{self.url}/{key} ends before the bytes the manifest names ({status} {code})",

@@ -1,43 +1,70 @@
-"""The store's fast path: requests signed by :mod:`gpuci.cache.sigv4`, no boto3.
+"""The store's ranged GETs of blobs and packs: presigned URLs on its bounded ``http.client``
+pool (:mod:`gpuci.cache.s3pool`), read straight into the caller's buffers.
 
-Refs, manifests, listings, HEADs and plain PUTs go through :mod:`gpuci.cache.s3rest` when the
-credentials are in the environment; ranged GETs of blobs and packs go through presigned URLs
-on the store's bounded ``http.client`` pool (:mod:`gpuci.cache.s3pool`), reading straight into
-the caller's buffers. An answer only boto3 can act on (a region redirect) hands the store over
-to boto3 for the rest of the run.
+An answer is checked against the range asked for before a byte of it is read: a ``206`` must
+say ``Content-Range: bytes first-last/total`` for exactly that range and carry exactly that
+many bytes, and a ``200`` (a server that ignored the Range) is taken only when it is exactly
+those bytes (the whole object, from offset 0). Anything else ends the step at once: reading a
+body of 10^12 claimed bytes is never started.
+
+The transfer retries a failed range from where it stopped (:class:`~gpuci.cache.store.
+TransientError`); every attempt at one range shares one deadline (:meth:`gpuci.cache.s3net.
+Limits.deadline` of its size, from the first attempt), so a stalled or trickling store ends the
+step in minutes however many attempts ``AWS_MAX_ATTEMPTS`` allows.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuci.cache import s3net, sigv4
-from gpuci.cache.s3client import BotoClient
-from gpuci.cache.s3errors import _HAND_OVER_CODES
-from gpuci.cache.s3http import BadResponse, DeadlineExceeded
-from gpuci.cache.s3pool import Pool, Ranged
-from gpuci.cache.s3rest import BadAnswer, Reply, RestClient, Unreachable
-from gpuci.cache.store import ObjectInfo, RangeReader, TransientError
+from gpuci.cache import s3net
+from gpuci.cache.s3http import BadResponse, DeadlineExceeded, content_range
+from gpuci.cache.s3pool import Ranged
+from gpuci.cache.store import RangeReader, TransientError
 from gpuci.errors import StoreError
+from gpuci.units import human_bytes
 
 if TYPE_CHECKING:
+    from gpuci.cache.s3 import S3Store
     from gpuci.cache.splicing import Pipe
 
+# How long a presigned ranged GET's URL stays good (it is used at once).
+_URL_FOR = 900
 
-def _total_size(content_range: str) -> int | None:
-    """The object's size from ``Content-Range: bytes a-b/total`` (None when absent or ``*``)."""
-    _, _, total = content_range.rpartition("/")
-    return int(total) if total.strip().isdigit() else None
+
+class Deadlines:
+    """One deadline per range being fetched, shared by its attempts: (key, end) -> when."""
+
+    def __init__(self) -> None:
+        self._due: dict[tuple[str, int], float] = {}
+        self._lock = threading.Lock()
+
+    def of(self, key: str, end: int, seconds: float) -> float:
+        """The range's deadline: set by its first attempt, shared by the ones after."""
+        now = time.monotonic()
+        with self._lock:
+            if len(self._due) > 4096:  # ranges whose transfer gave up: never finished
+                self._due = {k: v for k, v in self._due.items() if v > now}
+            due = self._due.get((key, end))
+            if due is None:
+                due = self._due[(key, end)] = now + seconds
+            return due
+
+    def done(self, key: str, end: int) -> None:
+        with self._lock:
+            self._due.pop((key, end), None)
 
 
 class _Range:
-    """A ranged GET's body (:class:`gpuci.cache.s3pool.Ranged`) for the transfer: a dropped,
-    cut or stalled connection is a TransientError the transfer retries."""
+    """A ranged GET's body for the transfer: a dropped, cut or stalled connection is a
+    TransientError the transfer retries; past the range's deadline, a StoreError that ends it."""
 
-    def __init__(self, body: Ranged, store: FastPath) -> None:
+    def __init__(self, body: Ranged, store: S3Store, key: str, end: int, due: float) -> None:
         self._body, self._store = body, store
+        self._key, self._end, self._due = key, end, due
         if hasattr(body, "splice_into"):
             self.splice_into = self._splice_into
 
@@ -50,129 +77,99 @@ class _Range:
 
     def _step(self, read: Callable[..., int], *args: Any) -> int:
         try:
-            return read(*args)
+            n = read(*args)
         except DeadlineExceeded:
+            if time.monotonic() >= self._due:
+                self._store._deadlines.done(self._key, self._end)
+                raise self._store._too_slow(self._key, self._end) from None
             raise TransientError(
-                f"the body was slower than the time limit ({s3net.TIMEOUT_VARIABLE})"
+                f"the body was slower than the time limit ({s3net.TIMEOUT_VARIABLE}, "
+                f"{s3net.RATE_VARIABLE})"
             ) from None
         except OSError as exc:
             raise TransientError(f"connection dropped mid-body: {exc}") from None
+        if self._body.left == 0:
+            self._store._deadlines.done(self._key, self._end)
+        return n
 
     def close(self) -> None:
         self._body.close()
 
 
-class FastPath(BotoClient):
-    """Signed requests without boto3 (mixed into :class:`gpuci.cache.s3.S3Store`)."""
+def open_range(store: S3Store, key: str, offset: int, length: int) -> RangeReader:
+    """Bytes ``offset..offset+length`` of ``key``, checked against what was asked for.
 
-    prefix: str
-    pool: Pool
-    _rest: RestClient | None
-    _presigner: sigv4.Presigner | None
-    _urls: dict[str, str]
-    _urls_lock: threading.Lock
-
-    def _fast(self, op: str, method: str, key: str, **kwargs: Any) -> Reply | None:
-        """One request signed by :mod:`gpuci.cache.sigv4`: its final answer (after retries),
-        or None when boto3 must answer instead (no fast path here, or an answer only boto3
-        can act on: a redirect to the bucket's region); a hand-over lasts for the run."""
-        rest = self._rest
-        if rest is None:
-            return None
-        try:
-            reply = rest.call(method, self.prefix + key, **kwargs)
-        except Unreachable as exc:
-            raise self._unreachable(exc.name, exc.detail) from None
-        except BadAnswer as exc:
-            raise self._bad_answer(op, key, str(exc)) from None
-        if self._hand_over(reply):
-            return None
-        return reply
-
-    def _hand_over(self, reply: Reply) -> bool:
-        if 300 <= reply.status < 400 or reply.code in _HAND_OVER_CODES:
-            self._slow_path()
-            return True
-        return False
-
-    def _fast_list(self, prefix: str) -> Generator[ObjectInfo, None, bool]:
-        """The listing through the fast path; returns False when boto3 must list instead."""
-        assert self._rest is not None
-        strip, first = len(self.prefix), True
-        try:
-            for reply, entries in self._rest.list_pages(self.prefix + prefix):
-                if reply.status != 200:
-                    if first and self._hand_over(reply):
-                        return False
-                    raise self._coded_error(reply.code, reply.message, "list", prefix)
-                first = False
-                for item in entries:
-                    if not item.key.startswith(self.prefix):
-                        raise self._bad_answer("list", prefix, f"a key outside {self.prefix!r}")
-                    yield ObjectInfo(item.key[strip:], item.size, item.modified, item.etag)
-        except Unreachable as exc:
-            raise self._unreachable(exc.name, exc.detail) from None
-        except BadAnswer as exc:
-            raise self._bad_answer("list", prefix, str(exc)) from None
-        return True
-
-    def _slow_path(self) -> None:
-        """Presign through boto3 from now on."""
-        self._presigner = None
-        self._rest = None
-        with self._urls_lock:
-            self._urls.clear()
-
-    def _url(self, key: str) -> str:
-        with self._urls_lock:
-            url = self._urls.get(key)
-        if url is None:
-            presigner = self._presigner
-            if presigner is not None:
-                url = presigner.url(self.prefix + key, 6 * 3600)
-            else:
-                url = self.client.generate_presigned_url(
-                    "get_object",
-                    Params={"Bucket": self.bucket, "Key": self.prefix + key},
-                    ExpiresIn=6 * 3600,
-                )
-            with self._urls_lock:
-                self._urls[key] = url
-        return url
-
-    def open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
-        try:
-            status, answer, got = self.pool.open(self._url(key), headers)
-        except BadResponse as exc:
-            raise self._bad_answer("get", key, str(exc)) from None
-        except OSError as exc:
-            raise self._transport_error(exc) from None
+    Raises:
+        TransientError: worth another attempt (a dropped connection, 5xx, throttling).
+        StoreError: the store answered something no retry will fix, or the range ran out of
+            time (one line naming the endpoint and the fix).
+        IntegrityError: the object is shorter than the manifest says.
+    """
+    end = offset + length
+    due = store._deadlines.of(key, end, store.limits.deadline(length))
+    if time.monotonic() >= due:
+        store._deadlines.done(key, end)  # a later fetch of this range starts afresh
+        raise store._too_slow(key, end)
+    headers = {"Range": f"bytes={offset}-{end - 1}"}
+    url = store.signer.url(store.prefix + key, _URL_FOR)
+    try:
+        status, answer, got = store.pool.open(url, headers, due)
+    except BadResponse as exc:
+        raise store._bad_answer("get", key, str(exc)) from None
+    except DeadlineExceeded as exc:
+        if time.monotonic() >= due:
+            store._deadlines.done(key, end)
+            raise store._too_slow(key, end) from None
+        raise store._transport_error(exc) from None
+    except OSError as exc:
+        raise store._transport_error(exc) from None
+    try:
         if isinstance(got, bytes):
-            raise self._status_error(status, got, key)
-        total = _total_size(answer.get("content-range", ""))
+            raise store._status_error(status, got, key, answer)
         try:
-            self._check_ok(status, got.length, key, offset, length, total)
+            _check(store, status, answer, got.length, key, offset, length)
         except Exception:
             got.close()
             raise
-        return _Range(got, self)
+    except TransientError:
+        raise
+    except Exception:
+        store._deadlines.done(key, end)  # no retry follows: a later fetch starts afresh
+        raise
+    return _Range(got, store, key, end, due)
 
-    def _check_ok(
-        self,
-        status: int,
-        size: int | None,
-        key: str,
-        offset: int,
-        length: int,
-        total: int | None = None,
-    ) -> None:
-        if total is not None and offset + length > total:
-            raise self._beyond_end(key, offset, length, total)
-        if status == 206 and size is not None and size != length:
-            raise TransientError(f"server sent {size} bytes for a {length}-byte range")
-        if status == 200 and offset:
-            raise StoreError(
-                f"the S3 endpoint {self._where()} ignored a Range request",
-                hint="use an S3-compatible endpoint that supports ranged GETs",
-            )
+
+def _check(
+    store: S3Store,
+    status: int,
+    answer: dict[str, str],
+    size: int,
+    key: str,
+    offset: int,
+    length: int,
+) -> None:
+    """The answer carries exactly the bytes asked for, or the step ends here."""
+    if status == 200:
+        if offset == 0 and size == length:
+            return  # the whole object, which is the range asked for
+        if offset == 0 and size < length:
+            raise store._beyond_end(key, offset, length, size)
+        raise StoreError(
+            f"the S3 endpoint {store._where()} ignored a Range request: asked for "
+            f"{human_bytes(length)} at offset {offset} of {store.url}/{key}, it sent a "
+            f"{size}-byte answer",
+            hint="use an S3-compatible endpoint that supports ranged GETs",
+        )
+    try:
+        first, last, total = content_range(answer.get("content-range", ""))
+    except ValueError as exc:
+        raise store._bad_answer("get", key, str(exc)) from None
+    if total is not None and offset + length > total:
+        raise store._beyond_end(key, offset, length, total)
+    if (first, last) != (offset, offset + length - 1) or size != length:
+        raise store._bad_answer(
+            "get",
+            key,
+            f"asked for bytes {offset}-{offset + length - 1}, it sent bytes {first}-{last} "
+            f"in {size} bytes",
+        )

@@ -1,4 +1,4 @@
-"""The S3 fast path's one HTTP client: the standard library's ``http.client``, bounded.
+"""The S3 store's one HTTP client: the standard library's ``http.client``, bounded.
 
 Both planes use it: the control plane's small exchanges (refs, manifests, listings, PUT,
 DELETE, HEAD; :func:`exchange`) and the data plane's ranged GETs (:func:`open_body`). What
@@ -6,7 +6,8 @@ DELETE, HEAD; :func:`exchange`) and the data plane's ranged GETs (:func:`open_bo
 
 - time: its timeout bounds each ``recv`` only, so a server trickling a byte a second would keep
   a request alive for ever. A :class:`Watchdog` shuts a request's socket down at its deadline
-  (headers within the timeout, then the body at :data:`gpuci.cache.s3net.MIN_BODY_RATE`).
+  (headers within the timeout, then the body at the minimum rate, earned by the bytes that
+  came: never by a length the server claims).
 - memory: bodies are read in pieces up to a cap, never into a buffer sized by Content-Length;
   header lines and count are capped by ``http.client`` (64 KiB, 100), trailers here.
 - interim answers: every ``1xx`` but 101 before the final answer is skipped (RFC 9110 15.2;
@@ -45,6 +46,36 @@ _MAX_INTERIM = 16
 # every segment the server sends.
 SPLICE_WAKE = 512 << 10
 _MAX_TRAILERS = 64
+
+
+def count(text: str, limit: int = 1 << 62) -> int:
+    """A byte count or offset as a server writes it: ASCII digits only, at most ``limit``
+    (``int()`` would take ``5_0``, `` 5`` and ``²``-like digits of other scripts). ValueError
+    otherwise."""
+    text = text.strip()
+    if not (0 < len(text) <= 19 and text.isascii() and text.isdigit()):
+        raise ValueError(f"{text[:40]!r} is not a byte count")
+    value = int(text)
+    if value > limit:
+        raise ValueError(f"{text[:40]!r} is over {limit}")
+    return value
+
+
+def content_range(text: str) -> tuple[int, int, int | None]:
+    """``bytes first-last/total`` (total ``*`` when unknown: None), strictly; ValueError else."""
+    unit, _, spec = text.strip().partition(" ")
+    span, slash, total = spec.partition("/")
+    first, dash, last = span.partition("-")
+    if unit != "bytes" or not slash or not dash:
+        raise ValueError(f"Content-Range {text.strip()[:60]!r} is not 'bytes first-last/total'")
+    try:
+        a, b = count(first), count(last)
+        size = None if total.strip() == "*" else count(total)
+    except ValueError:
+        raise ValueError(f"Content-Range {text.strip()[:60]!r} is not byte counts") from None
+    if b < a or (size is not None and b >= size):
+        raise ValueError(f"Content-Range {text.strip()[:60]!r} is not a range within the object")
+    return a, b, size
 
 
 class DeadlineExceeded(OSError):
@@ -88,6 +119,10 @@ class Watchdog:
     def extend(self, guard: _Guard, seconds: float) -> None:
         """Move a live guard's deadline to ``seconds`` from now (the body's own budget)."""
         self._push(guard, seconds)
+
+    def move_to(self, guard: _Guard, when: float) -> None:
+        """Move a live guard's deadline to ``when`` (``time.monotonic()`` time)."""
+        self._push(guard, when - time.monotonic())
 
     def _push(self, guard: _Guard, seconds: float) -> None:
         with self._cond:
@@ -162,10 +197,13 @@ class _Response(http.client.HTTPResponse):
     def begin(self) -> None:
         super().begin()
         raw = self.headers.get("content-length")
-        if raw is not None and not (raw.strip().isascii() and raw.strip().isdigit()):
-            raise BadHeader(
-                f"the server sent Content-Length {raw.strip()[:40]!r}, not a byte count"
-            )
+        if raw is not None:
+            try:
+                count(raw)
+            except ValueError:
+                raise BadHeader(
+                    f"the server sent Content-Length {raw.strip()[:40]!r}, not a byte count"
+                ) from None
 
     def _read_status(self) -> tuple[str, int, str]:
         for _ in range(_MAX_INTERIM):

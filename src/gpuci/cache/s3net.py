@@ -1,4 +1,4 @@
-"""The network as AWS tools see it, for the S3 fast path: proxies, CA bundle and time limits.
+"""The network as AWS tools see it, for the S3 store: proxies, CA bundle and time limits.
 
 botocore reads ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` (either case, lower case winning)
 through :func:`urllib.request.getproxies` and ``proxy_bypass``, and verifies TLS against
@@ -9,9 +9,12 @@ not fails the same way. ``urllib.request`` is imported only when a ``*_proxy`` v
 (a warm restore does not pay for it).
 
 Time limits (:class:`Limits`): ``GPUCI_S3_TIMEOUT`` seconds (default 30) without progress ends a
-request, the answer's headers must arrive within that time, a body must keep at least
-:data:`MIN_BODY_RATE`, and one S3 operation (all its retries) ends within 8 times that: a
-stalled or trickling server ends the step in about four minutes at the defaults.
+request and the answer's headers must arrive within that time; after that grace a body must
+keep ``GPUCI_S3_MIN_RATE`` bytes a second (default 256 KiB/s, counted on the bytes that came,
+never on what the server claims); one S3 operation (every attempt and every byte of it) ends
+within :meth:`Limits.deadline`: 8 timeouts, or for a body the grace plus its size at the minimum
+rate, whichever is longer. A stalled or trickling server ends the step in under five minutes at
+the defaults (a 64 MiB part: 30 + 256 s).
 """
 
 from __future__ import annotations
@@ -24,42 +27,58 @@ from urllib.parse import unquote, urlsplit
 from gpuci.errors import InputError
 
 TIMEOUT_VARIABLE = "GPUCI_S3_TIMEOUT"
+RATE_VARIABLE = "GPUCI_S3_MIN_RATE"
 DEFAULT_TIMEOUT_S = 30.0
-# A body slower than this (bytes per second, on top of the no-progress limit) is a stall.
-MIN_BODY_RATE = 64 << 10
+# A body slower than this (bytes per second, after the first timeout) is a stall.
+MIN_BODY_RATE = 256 << 10
 # One operation (a request and its retries, or one listing) may take this many timeouts.
 OPERATION_TIMEOUTS = 8
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Time bounds of one exchange and of one operation (seconds)."""
+    """Time bounds of one exchange and of one operation (seconds), and the slowest body."""
 
     timeout: float = DEFAULT_TIMEOUT_S
+    min_rate: float = float(MIN_BODY_RATE)
 
     @property
     def operation(self) -> float:
         return self.timeout * OPERATION_TIMEOUTS
 
     def body_time(self, size: int) -> float:
-        """How long a body of ``size`` bytes may take after its headers."""
-        return self.timeout + size / MIN_BODY_RATE
+        """How long ``size`` body bytes may take after the headers (the grace, then the rate)."""
+        return self.timeout + size / self.min_rate
+
+    def deadline(self, size: int = 0) -> float:
+        """How long one operation may take, every attempt included, moving ``size`` body bytes
+        (the size asked for or sent, never one a server claims)."""
+        return max(self.operation, self.body_time(size))
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:
-        text = environ.get(TIMEOUT_VARIABLE, "").strip()
-        if not text:
-            return cls()
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not 0.1 <= value <= 3600:
-            raise InputError(
-                f"{TIMEOUT_VARIABLE}={text[:40]!r} is not a number of seconds",
-                hint=f"set {TIMEOUT_VARIABLE} to seconds between 0.1 and 3600 (default 30)",
-            )
-        return cls(value)
+        timeout = _number(environ, TIMEOUT_VARIABLE, 0.1, 3600, "seconds", "30")
+        rate = _number(environ, RATE_VARIABLE, 1024, 1 << 40, "bytes a second", "262144")
+        return cls(timeout or DEFAULT_TIMEOUT_S, rate or float(MIN_BODY_RATE))
+
+
+def _number(
+    environ: Mapping[str, str], name: str, low: float, high: float, unit: str, default: str
+) -> float | None:
+    """``name`` as a number in [low, high]; None when unset; InputError when not one."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text) if text.isascii() else -1.0
+    except ValueError:
+        value = -1.0
+    if not low <= value <= high:  # NaN fails too
+        raise InputError(
+            f"{name}={text[:40]!r} is not a number of {unit}",
+            hint=f"set {name} to {unit} between {low:g} and {high:g} (default {default})",
+        )
+    return value
 
 
 @dataclass(frozen=True)

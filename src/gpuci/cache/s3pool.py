@@ -155,22 +155,23 @@ class Pool:
         return resp.status, answer, data
 
     def open(
-        self, url: str, headers: Mapping[str, str]
+        self, url: str, headers: Mapping[str, str], until: float
     ) -> tuple[int, dict[str, str], Ranged | bytes]:
         """A GET whose body, when the answer is 200/206 with a Content-Length, is left for the
-        caller to read (a :class:`Ranged`); otherwise the first 64 KiB of the error answer."""
-        conn, resp, guard = self._send("GET", url, headers, None, None)
+        caller to read (a :class:`Ranged`, whose length the caller checks before reading);
+        otherwise the first 64 KiB of the error answer. Nothing here waits past ``until``."""
+        conn, resp, guard = self._send("GET", url, headers, None, until)
         answer = {k.lower(): v for k, v in resp.getheaders()}
         if resp.status in (200, 206) and resp.length is not None:
-            WATCHDOG.extend(guard, self.limits.body_time(resp.length))
             parts = urlsplit(url)
-            return resp.status, answer, Ranged(self, parts.scheme, parts.netloc, conn, resp, guard)
+            ranged = Ranged(self, parts.scheme, parts.netloc, conn, resp, guard, until)
+            return resp.status, answer, ranged
         if resp.status in (200, 206):  # chunked, or to the close: no length to check
             release(guard)
             conn.close()
             raise BadResponse(f"a {resp.status} answer to a ranged GET without a Content-Length")
         try:
-            WATCHDOG.extend(guard, self.limits.body_time(64 << 10))
+            WATCHDOG.extend(guard, self._budget(until, self.limits.body_time(64 << 10)))
             data = resp.read(64 << 10)
         except (OSError, http.client.HTTPException):
             data = b""
@@ -195,7 +196,11 @@ def _mapped(exc: BaseException) -> BaseException:
 
 
 class Ranged:
-    """A ranged GET's body on a pooled connection; the connection goes back once read whole."""
+    """A ranged GET's body on a pooled connection; the connection goes back once read whole.
+
+    Its time is earned by what arrives: the timeout's grace after the headers, then one second
+    per ``min_rate`` bytes received (a length the server claims earns nothing), never past the
+    operation's ``until``: a trickle ends within the grace, a stall within the timeout."""
 
     def __init__(
         self,
@@ -205,12 +210,17 @@ class Ranged:
         conn: AnyConnection,
         resp: http.client.HTTPResponse,
         guard: s3http._Guard,
+        until: float,
     ) -> None:
         self._pool, self._key = pool, (scheme, netloc)
         self.conn, self.resp, self._guard = conn, resp, guard
         self.length = resp.length or 0
         self._body = Body(conn, resp, self.length)
         self._done = False
+        self._until = until
+        self._start = time.monotonic()
+        self._got = 0
+        WATCHDOG.move_to(guard, min(until, self._start + pool.limits.timeout))
         if conn.plain:
             self.splice_into = self._splice_into
 
@@ -233,9 +243,19 @@ class Ranged:
             if fired:
                 raise DeadlineExceeded("the body did not arrive within the time limit") from None
             raise exc
+        self._got += n
         if self._body.left == 0 and not self._done:
             self._finish()
+        elif n:
+            self._earn()
         return n
+
+    def _earn(self) -> None:
+        """Move the deadline by what the bytes so far earned (at most every second of it)."""
+        limits = self._pool.limits
+        due = min(self._until, self._start + limits.timeout + self._got / limits.min_rate)
+        if due - self._guard.deadline >= 1.0:
+            WATCHDOG.move_to(self._guard, due)
 
     def _finish(self) -> None:
         self._done = True
