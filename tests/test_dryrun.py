@@ -677,7 +677,7 @@ def test_job_conditions_needs_and_the_job_filter(tmp_path):
 
 def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
     from gpuci.dryrun.contexts import hash_files
-    from gpuci.expressions import Unknown
+    from gpuci.dryrun.expressions import Unknown
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.lock").write_bytes(b"one")

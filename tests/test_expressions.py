@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.expressions import (
+from gpuci.dryrun.expressions import (
     ExpressionError,
     Partial,
     Unknown,

@@ -1,6 +1,6 @@
 """Matrix legs as GitHub Actions expands them (the examples of GitHub's own documentation)."""
 
-from gpuci import matrix
+from gpuci.dryrun import _matrix as matrix
 
 
 def test_include_adds_keys_to_fitting_legs_and_new_legs_for_the_rest():

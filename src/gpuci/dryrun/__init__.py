@@ -3,7 +3,7 @@
 The point is to learn, before paying for a GPU minute, that a job would fail: a malformed
 input, a cache key that would miss, a GPU requirement no runner meets. The walk follows the
 runner (:mod:`.planner`): ``if:`` conditions with GitHub's expression semantics
-(:mod:`gpuci.expressions`), ``env`` at workflow, job and step level, the ``github`` and
+(:mod:`gpuci.dryrun.expressions`), ``env`` at workflow, job and step level, the ``github`` and
 ``runner`` contexts as far as this checkout tells them (:mod:`.contexts`), a literal matrix leg
 by leg, local composite actions and reusable workflows. What only the run knows (secrets,
 ``vars``, a ``run:`` step's outputs) is never guessed: a step waiting for it is "not
@@ -73,7 +73,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
 def _event_inputs(workflow: dict[str, Any], event: str) -> Any:
     """``inputs``: a dispatch's declared defaults (as a dispatch with the form untouched),
     nothing for an event that has none."""
-    from gpuci.expressions import Partial
+    from gpuci.dryrun.expressions import Partial
 
     on = triggers(workflow)
     spec = on.get(event) if isinstance(on, dict) else None

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.commands import Command
+from gpuci.dryrun.expressions import EMBEDDED
 from gpuci.dryrun.workflow import Call
 from gpuci.errors import ExitCode, InputError
-from gpuci.expressions import EMBEDDED
 from gpuci.runtime import Result, Runtime
 
 RUNPOD_KEY = "RUNPOD_API_KEY"
@@ -62,8 +62,8 @@ def verdict(results: list[Result]) -> str:
 
 
 def missing_paths_of(steps: list[Any], number: int, calls: list[Call]) -> list[Any]:
-    """For a save: the paths that no earlier step surely makes (see gpuci.path_origins)."""
-    from gpuci.path_origins import missing_paths
+    """For a save: the paths that no earlier step surely makes (see :mod:`._path_origins`)."""
+    from gpuci.dryrun._path_origins import missing_paths
 
     paths = [
         line

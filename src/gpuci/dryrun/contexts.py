@@ -3,7 +3,7 @@
 What the runner would know and this machine can tell (the event and ref asked for, the local
 checkout's commit and origin, the runner's OS from its labels) is filled in; what only the run
 knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is an
-:class:`~gpuci.expressions.Unknown` naming itself, so a plan says what it waited for.
+:class:`~gpuci.dryrun.expressions.Unknown` naming itself, so a plan says what it waited for.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun.workflow import triggers
-from gpuci.expressions import (
+from gpuci.dryrun.expressions import (
     EMBEDDED,
     ExpressionError,
     Function,
@@ -29,6 +28,7 @@ from gpuci.expressions import (
     interpolate,
     to_text,
 )
+from gpuci.dryrun.workflow import triggers
 
 MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run
 _REMOTE = re.compile(

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.dryrun.contexts import PLAN_FUNCTIONS, evaluate_text, text_of
+from gpuci.dryrun.expressions import EMBEDDED, ExpressionError, Unknown, condition
 from gpuci.dryrun.workflow import triggers
-from gpuci.expressions import EMBEDDED, ExpressionError, Unknown, condition
 
 __all__ = [
     "JobState",
@@ -146,7 +146,7 @@ def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
 
 
 def put_leg(value: Any, leg: dict[str, Any]) -> Any:
-    from gpuci import matrix
+    from gpuci.dryrun import _matrix as matrix
 
     if isinstance(value, str):
         return matrix.substitute(value, leg)

@@ -27,6 +27,10 @@ from gpuci.dryrun.contexts import (
     runner_context,
     text_of,
 )
+from gpuci.dryrun.expressions import (
+    Partial,
+    Unknown,
+)
 from gpuci.dryrun.jobs import (
     JobState,
     cond_text,
@@ -59,10 +63,6 @@ from gpuci.dryrun.workflow import (
     mapping,
 )
 from gpuci.errors import InputError
-from gpuci.expressions import (
-    Partial,
-    Unknown,
-)
 from gpuci.probe import PROBE_ENV
 from gpuci.runtime import Result, Runtime, format_output
 
@@ -194,7 +194,7 @@ class Planner:
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str, forced: str
     ) -> Any:
         """Plan every leg of the job's matrix; the job's outcome (failure if a leg fails)."""
-        from gpuci import matrix
+        from gpuci.dryrun import _matrix as matrix
 
         strategy = job.get("strategy")
         legs = matrix.expand(strategy.get("matrix") if isinstance(strategy, dict) else None)

@@ -10,8 +10,8 @@ from typing import Any
 
 from gpuci.dryrun.calls import verdict
 from gpuci.dryrun.contexts import evaluate_text, text_of
+from gpuci.dryrun.expressions import EMBEDDED, Unknown
 from gpuci.dryrun.plans import StepPlan
-from gpuci.expressions import EMBEDDED, Unknown
 
 __all__ = [
     "checked_out",
