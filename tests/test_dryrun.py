@@ -89,8 +89,8 @@ def test_malformed_input_names_step_and_input(tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert "job train, step 2 (Check GPUs)" in proc.stdout
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
-    # the walk is the log, on stderr; the runner would not run step 3 after step 2 fails
-    assert "step 3: python train.py [skipped here: step 2 (Check GPUs) has bad input" in proc.stderr
+    # the plan is the result, on stdout; the runner would not run step 3 after step 2 fails
+    assert "step 3: python train.py [skipped here: step 2 (Check GPUs) has bad input" in proc.stdout
 
 
 def test_unknown_input_is_bad_input(tmp_path):
@@ -470,7 +470,7 @@ def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
     assert out["outputs"]["not-evaluated"] == "1" and out["outputs"]["evaluated"] == "0"
     assert "0 evaluated, 1 not evaluated, 1 conditional, 1 skipped" in out["headline"]
     assert "[not evaluated: retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in (
-        run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+        run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
     )
     assert proc.returncode == 0
 
@@ -525,7 +525,7 @@ def test_containers_services_and_remote_reusable_workflows_are_named(tmp_path):
     ]
     assert remote["verdict"] == "not-inspected"
     assert remote["detail"] == "not inspected: remote reusable workflow"
-    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
     assert "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker" in text
 
 

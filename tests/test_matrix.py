@@ -61,3 +61,10 @@ def test_substitute_replaces_only_whole_matrix_references():
     )
     assert matrix.substitute("${{ matrix.mem || 40 }}", leg) == "${{ matrix.mem || 40 }}"
     assert matrix.label(leg) == "mem=200, gpu=h200"
+
+
+def test_a_leg_with_an_empty_value_is_named_by_the_others_and_renders_empty():
+    """axolotl's ``axolotl_extras:`` with no value: not ``axolotl_extras=None`` anywhere."""
+    leg = {"cuda": 128, "axolotl_extras": None, "pytorch": "2.9.1"}
+    assert matrix.label(leg) == "cuda=128, pytorch=2.9.1"
+    assert matrix.substitute("x${{ matrix.axolotl_extras }}y", leg) == "xy"

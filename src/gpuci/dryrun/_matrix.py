@@ -73,14 +73,18 @@ def expand(matrix: Any) -> list[Leg] | None:
 
 
 def label(leg: Leg) -> str:
-    """``mem=40, os=linux``: how a leg is named in the report (GitHub shows the values)."""
-    return ", ".join(f"{k}={_text(v)}" for k, v in leg.items())
+    """``mem=40, os=linux``: how a leg is named in the report (GitHub shows the values); a key
+    the leg leaves empty (``extras:`` with no value) is left out, as it names nothing."""
+    return ", ".join(f"{k}={_text(v)}" for k, v in leg.items() if v is not None and v != "")
 
 
 def _text(value: Any) -> str:
+    """A matrix value as the runner renders it in text (null is empty)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "" if value is None else str(value)
 
 
 def substitute(text: str, leg: Leg) -> str:

@@ -101,7 +101,7 @@ def plan_command(
     inner = Runtime(
         env,
         dry_run=True,
-        stdout=rt.stderr if rt.platform == "json" else rt.stdout,
+        stdout=rt.stderr,  # stdout carries the dry run's own result only
         stderr=rt.stderr,
     )
     inner.platform = "terminal" if rt.platform == "json" else rt.platform

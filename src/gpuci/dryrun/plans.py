@@ -22,6 +22,7 @@ class StepPlan:
     detail: str = ""
     condition: str = ""  # the step's if:, as written
     planned: str = ""  # for a skipped or conditional step that was judged: its verdict if run
+    reason: str = ""  # for a skipped or conditional step: why, in a few words
     unresolved: list[str] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)  # unresolved name -> what it waits for
     results: list[Result] = field(default_factory=list)

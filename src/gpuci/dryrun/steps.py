@@ -82,10 +82,12 @@ def skipped_plan(
     return plan
 
 
-def mark_conditional(plan: StepPlan, held: Any, shown: str, unsure: str) -> None:
-    """A step whose if: (or its job's) is known only at run time: judged, but conditional."""
+def mark_conditional(plan: StepPlan, held: Any, shown: str) -> None:
+    """A step whose if: (or its job's) is known only at run time: judged, but conditional;
+    ``reason`` says once what it waits for (a job's if: is said once, on the job's line)."""
     plan.planned, plan.verdict = plan.verdict, "conditional"
-    why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
-    plan.detail = f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
-    if not shown:
-        plan.condition = unsure
+    if isinstance(held, Unknown):
+        plan.reason = f"if: {shown}; {held.why} is known at run time"
+    else:
+        plan.reason = "the job's if:"
+    plan.detail = f"conditional: {plan.reason}; if it runs: {plan.planned}: {plan.detail}"
