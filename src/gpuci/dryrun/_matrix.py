@@ -72,10 +72,28 @@ def expand(matrix: Any) -> list[Leg] | None:
     return legs or [{}]
 
 
-def label(leg: Leg) -> str:
+def label(leg: Leg, keys: list[str] | None = None) -> str:
     """``mem=40, os=linux``: how a leg is named in the report (GitHub shows the values); a key
-    the leg leaves empty (``extras:`` with no value) is left out, as it names nothing."""
-    return ", ".join(f"{k}={_text(v)}" for k, v in leg.items() if v is not None and v != "")
+    the leg leaves empty (``extras:`` with no value) is left out, as it names nothing. ``keys``
+    (see :func:`naming_keys`) keeps the name short where the legs differ in a few keys."""
+    shown = [k for k in leg if keys is None or k in keys]
+    return ", ".join(f"{k}={_text(leg[k])}" for k in shown if leg[k] is not None and leg[k] != "")
+
+
+def naming_keys(legs: list[Leg]) -> list[str]:
+    """The fewest keys, in the matrix's order, that tell the legs apart: a key is taken when
+    it splits legs the keys before it do not (ao's legs differ by ``name`` alone, so its five
+    keys are not all repeated in every job name)."""
+    keys: list[str] = []
+    groups = len({label(leg, []) for leg in legs})
+    for key in dict.fromkeys(k for leg in legs for k in leg):
+        more = len({label(leg, [*keys, key]) for leg in legs})
+        if more > groups:
+            keys.append(key)
+            groups = more
+        if groups == len(legs):
+            break
+    return keys
 
 
 def _text(value: Any) -> str:

@@ -61,7 +61,9 @@ def verdict(results: list[Result]) -> str:
     return "ok"
 
 
-def missing_paths_of(steps: list[Any], number: int, calls: list[Call]) -> list[Any]:
+def missing_paths_of(
+    steps: list[Any], number: int, calls: list[Call], workspace: Path
+) -> list[Any]:
     """For a save: the paths that no earlier step surely makes (see :mod:`._path_origins`)."""
     from gpuci.dryrun._path_origins import missing_paths
 
@@ -74,7 +76,7 @@ def missing_paths_of(steps: list[Any], number: int, calls: list[Call]) -> list[A
     if not paths:
         return []
     dict_steps = [s if isinstance(s, dict) else {} for s in steps]
-    return missing_paths(dict_steps, number - 1, paths, Path.cwd())
+    return missing_paths(dict_steps, number - 1, paths, workspace)
 
 
 def plan_command(

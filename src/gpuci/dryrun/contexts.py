@@ -124,6 +124,11 @@ def github_context(event: Event, workspace: Path, payload: dict[str, Any] | None
     if match:
         known["repository"] = match.group("repo")
         known["repository_owner"] = match.group("repo").split("/")[0]
+    repo = payload.get("repository") if payload is not None else None
+    if isinstance(repo, dict) and isinstance(repo.get("full_name"), str):
+        # the payload names the repository the run is in, as the runner's github context does
+        known["repository"] = repo["full_name"]
+        known["repository_owner"] = repo["full_name"].split("/")[0]
     return Partial("github", known)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun.calls import (
     RUNPOD_KEY,
     missing_paths_of,
@@ -61,6 +62,7 @@ from gpuci.dryrun.steps import (
     mark_conditional,
     skipped_plan,
     step_name,
+    titled,
 )
 from gpuci.dryrun.workflow import (
     Call,
@@ -77,6 +79,7 @@ from gpuci.runtime import Result, Runtime, format_output
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
 MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
+UNRESOLVED_MATRIX = "its matrix is built at run time: judged once, with matrix.* unresolved"
 
 
 @dataclass
@@ -187,11 +190,14 @@ class Planner:
         value = evaluate_value(raw, contexts, nothing_failed)
         legs = None if first_unknown(value) is not None else matrix.expand(value)
         if legs is None:
-            self._job_line(name, "its matrix is built at run time; judged once, matrix unresolved")
             return [(name, job, Unknown("matrix"))]
         if legs == [{}]:
             return [(name, job, {})]
-        named = [(f"{name} ({matrix.label(leg)})", leg) for leg in legs]
+        keys = matrix.naming_keys(legs)
+        named = [
+            (f"{name} ({matrix.label(leg, keys) or index})", leg)
+            for index, leg in enumerate(legs, 1)
+        ]
         return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in named]
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
@@ -234,6 +240,10 @@ class Planner:
             )
             secrets = callee_secrets(leg_job, ctx, status)
             self._job_line(leg_name, f"calls {uses} ({path.name})" + (f"; {note}" if note else ""))
+            if isinstance(leg, Unknown):
+                self.transcript.say(f"  {UNRESOLVED_MATRIX}")
+            elif leg and len(leg) > 1:
+                self.transcript.say(f"  matrix: {matrix_label(leg)}")
             before = set(self.outcomes)
             prefix = f"{leg_name}/"
             self.workflow(called, prefix=prefix, inputs=inputs, depth=depth + 1, secrets=secrets)
@@ -267,6 +277,10 @@ class Planner:
             title = job_title(leg_job, ctx)
             header = f"job {leg_name}{f': {title}' if title else ''}"
             self.transcript.heading(f"{header} (runs-on: {runs_on_label(runs_on) or '?'})")
+            if isinstance(leg, Unknown):
+                notes = [UNRESOLVED_MATRIX, *notes]
+            elif leg and len(leg) > 1:
+                notes = [f"matrix: {matrix_label(leg)}", *notes]
             for line in ([note] if note else []) + notes + ([forced] if forced else []):
                 self.transcript.say(f"  {line}")
             state = JobState()
@@ -302,6 +316,7 @@ class Planner:
     ) -> None:
         """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
         would run conditional (its job's ``if:`` is known only at run time)."""
+        steps = list(steps)  # each step's name is put in as the runner shows it
         for number, step in enumerate(steps, start=1):
             if not isinstance(step, dict):
                 continue
@@ -311,6 +326,7 @@ class Planner:
                 contexts["env"], step.get("env"), {**contexts, "steps": state.steps}, state.status
             )
             ctx = {**contexts, "env": env, "steps": state.steps}
+            step = steps[number - 1] = titled(step, ctx)
             cond = step.get("if")
             shown = cond_text(cond) if cond is not None else ""
             if forced:
@@ -420,7 +436,7 @@ class Planner:
             return plan
         plan.command = " + ".join(full for full, _, _ in calls)
         self._plan_calls(plan, calls, env)
-        judge(plan, missing_paths_of(steps, number, calls))
+        judge(plan, missing_paths_of(steps, number, calls, self.workspace))
         return plan
 
     def _not_gpuci(

@@ -29,8 +29,8 @@ MARKS = {
 
 def mark(plan: StepPlan) -> str:
     """The step's verdict in a few words (what its commands said follows on its own lines)."""
-    if plan.verdict == "not-evaluated":
-        return f"not evaluated: {plan.detail}"
+    if plan.verdict == "not-evaluated":  # why is on the lines below when a command said it
+        return "not evaluated" if plan.results else f"not evaluated: {plan.detail}"
     planned = MARKS.get(plan.planned, plan.planned)
     if plan.verdict == "conditional":
         return f"conditional ({plan.reason}): {planned}"

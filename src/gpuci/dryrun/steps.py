@@ -5,6 +5,7 @@ calls, and the listed-not-judged forms (skipped, conditional). Used by :mod:`.pl
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,14 @@ from gpuci.dryrun.contexts import evaluate_text, text_of
 from gpuci.dryrun.expressions import EMBEDDED, Unknown
 from gpuci.dryrun.plans import StepPlan
 
+# The environment gpu-ci's commands read (their settings, AWS/HF/RunPod credentials, the GPU
+# and proxy conventions): an unknown value of one of these may change a plan; of others, not.
+READ_ENV = re.compile(
+    r"^(?:GPUCI_|AWS_|HF_|HUGGING_FACE|RUNPOD_|CUDA_|NVIDIA_|GITHUB_TOKEN$|HTTPS?_PROXY$|NO_PROXY$"
+    r"|SSL_CERT|REQUESTS_CA_BUNDLE$)",
+    re.IGNORECASE,
+)
+
 __all__ = [
     "checked_out",
     "given_inputs",
@@ -20,6 +29,7 @@ __all__ = [
     "mark_conditional",
     "skipped_plan",
     "step_name",
+    "titled",
 ]
 
 
@@ -40,6 +50,16 @@ def step_name(step: dict[str, Any]) -> str:
     return text_of(step.get("name")) or uses or (run[0] if run else "")
 
 
+def titled(step: dict[str, Any], ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """The step with its ``name:`` as the runner shows it (``${{ inputs.v }}`` put in); as
+    written when it needs a value only the run knows."""
+    name = step.get("name")
+    if not isinstance(name, str) or not EMBEDDED.search(name):
+        return step
+    shown = evaluate_text(name, ctx, lambda s: True)
+    return step if isinstance(shown, Unknown) else {**step, "name": shown}
+
+
 def given_inputs(
     plan: StepPlan, with_: dict[Any, Any], ctx: dict[str, Any], env: Mapping[str, str | Unknown]
 ) -> dict[str, str]:
@@ -57,7 +77,9 @@ def given_inputs(
             given[str(key)] = got
     plan.unresolved.sort()
     plan.unresolved += sorted(
-        f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
+        f"env {k}"
+        for k, v in env.items()
+        if isinstance(v, Unknown) and not os.environ.get(k) and (k == "*" or READ_ENV.match(k))
     )
     return given
 
