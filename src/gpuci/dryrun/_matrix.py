@@ -84,8 +84,10 @@ def naming_keys(legs: list[Leg]) -> list[str]:
     """The fewest keys, in the matrix's order, that tell the legs apart: a key is taken when
     it splits legs the keys before it do not (ao's legs differ by ``name`` alone, so its five
     keys are not all repeated in every job name)."""
+    if len(legs) < 2:
+        return list(dict.fromkeys(k for leg in legs for k in leg))  # one leg: all it has
     keys: list[str] = []
-    groups = len({label(leg, []) for leg in legs})
+    groups = 1
     for key in dict.fromkeys(k for leg in legs for k in leg):
         more = len({label(leg, [*keys, key]) for leg in legs})
         if more > groups:

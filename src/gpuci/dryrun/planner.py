@@ -138,7 +138,8 @@ class Planner:
         if failed:
             state.failed, state.failure = True, f"needs {', '.join(failed)}"
         elif any(isinstance(r, Unknown) for r in results.values()):
-            state.failed = Unknown(f"needs.{next(iter(results))}.result", path=False)
+            unsure = next(n for n, r in results.items() if isinstance(r, Unknown))
+            state.failed = Unknown(f"needs.{unsure}.result", path=False)
         cond = job.get("if")
         held = plan_condition(cond, contexts, state.status)
         forced = ""
@@ -165,6 +166,15 @@ class Planner:
             return
         outcome = self.legs(name, job, contexts, note, forced)
         self.outcomes[name] = "skipped" if forced else outcome
+
+    def _keep_outputs(self, job: str, outputs: dict[str, Any]) -> None:
+        """Record a job's outputs for the jobs that need it; an unknown one is named as they
+        read it (``needs.gate.outputs.skip``), not by the step it came from."""
+        short = job.rpartition("/")[2]
+        self.job_outputs[job] = {
+            k: Unknown(f"needs.{short}.outputs.{k}") if isinstance(v, Unknown) else v
+            for k, v in outputs.items()
+        }
 
     def _outputs_of(self, job: str) -> Any:
         """``needs.<job>.outputs``: what the plan of that job knows of its ``outputs:``."""
@@ -259,7 +269,7 @@ class Planner:
             outputs.append(
                 call_outputs(called, {**ctx, "inputs": inputs, "jobs": jobs_ctx}, nothing_failed)
             )
-        self.job_outputs[name] = merge_leg_outputs(outputs)
+        self._keep_outputs(name, merge_leg_outputs(outputs))
         return worst_outcome(outcomes)
 
     def legs(
@@ -299,7 +309,7 @@ class Planner:
                     for k, v in declared.items()
                 }
             )
-        self.job_outputs[name] = merge_leg_outputs(outputs)
+        self._keep_outputs(name, merge_leg_outputs(outputs))
         return worst_outcome(outcomes)
 
     # ----- steps -------------------------------------------------------------------------

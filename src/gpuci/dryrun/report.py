@@ -206,7 +206,7 @@ def result(
         "probe": probe,
         "notes": notes,
         "steps": [_step_report(p) for p in plans],
-        "plan": [rt.line(text) for _, text in transcript.entries],
+        "plan": transcript.text(rt).splitlines(),
     }
     out.outputs = tally.outputs()
     for note in notes:
