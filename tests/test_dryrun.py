@@ -470,7 +470,10 @@ def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
     assert out["outputs"]["not-evaluated"] == "1" and out["outputs"]["evaluated"] == "0"
     assert "0 evaluated, 1 not evaluated, 1 conditional, 1 skipped" in out["headline"]
     text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
-    assert "[not evaluated]\n    unresolved at plan time (set at run time): url (vars.MODEL_URL)" in text
+    assert (
+        "[not evaluated]\n    unresolved at plan time (set at run time): url (vars.MODEL_URL)"
+        in text
+    )
     assert "retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in text
     assert proc.returncode == 0
 

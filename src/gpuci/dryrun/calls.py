@@ -86,7 +86,11 @@ def plan_command(
     why: Mapping[str, str],
     env: dict[str, str],
     rt: Runtime,
+    present: set[str] | frozenset[str] = frozenset(),
 ) -> Result:
+    """The command's dry run on the inputs known here. An input only the run knows is left
+    out; the plan is then "not evaluated" (never ok), unless that input is a secret the user
+    said exists (``--secret``): its presence is all a plan may know of it."""
     from gpuci.commands.dispatch import run_command
 
     unresolved = {k for k, v in given.items() if EMBEDDED.search(v) or k in why}
@@ -116,6 +120,14 @@ def plan_command(
     if unresolved and result.exit_code == ExitCode.OK:
         # Planned without some inputs: what it says may change once they are known.
         result.report["unresolved"] = sorted(unresolved)
+        secret = {s.name for s in cmd.inputs if s.secret}
+        blocking = sorted(k for k in unresolved if not (k in present and k in secret))
+        if blocking:
+            waits = ", ".join(f"{n} ({why[n]})" if n in why else n for n in blocking)
+            result.report["not_evaluated"] = f"needs run-time value(s) for {waits}"
+            result.headline = (
+                f"needs run-time value(s) for {waits}: planned without them: {result.headline}"
+            )
     return result
 
 

@@ -375,11 +375,23 @@ def _format(template: str, args: list[str], where: str) -> str:
     return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
 
 
+class _Filtered(list):
+    """The array an object filter (``labels.*``) makes: a property of it is that property of
+    each item (``labels.*.name`` is every label's name), as in GitHub's expressions."""
+
+
 def _index(value: Any, key: Any) -> Any:
     if isinstance(value, Unknown):
         return value.child(key)
     if isinstance(key, Unknown):
         return key
+    if isinstance(value, _Filtered):
+        picked = (_index(item, key) for item in value)
+        return _Filtered(v for v in picked if v is not None)
+    if key == "*":
+        if isinstance(value, Mapping):
+            return _Filtered(value.values())
+        return _Filtered(value) if isinstance(value, list) else _Filtered()
     if isinstance(value, Mapping):
         if isinstance(key, str):
             for k, v in value.items():  # contexts are case-insensitive

@@ -492,7 +492,9 @@ class Planner:
                 # without the key the pods commands plan without asking RunPod anything
                 inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
                 plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
-            plan.results.append(plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
+            plan.results.append(
+                plan_command(full_name, cmd, values, plan.why, inner_env, self.rt, plan.present)
+            )
 
     def local_action(
         self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int

@@ -72,6 +72,9 @@ def given_inputs(
         if isinstance(got, Unknown):
             plan.unresolved.append(str(key))
             plan.why[str(key)] = got.why
+            if got.truth is True and got.why.startswith("secrets."):
+                plan.present.add(str(key))  # named by --secret: it exists, its value unread
+                plan.why[str(key)] = f"{got.why}, which exists; its value is never read"
             given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
         else:
             given[str(key)] = got
