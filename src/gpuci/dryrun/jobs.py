@@ -5,6 +5,7 @@ what a container or service asks of the runner. Used by :mod:`.planner`'s walk.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from gpuci.dryrun.expressions import (
     ExpressionError,
     Unknown,
     condition,
+    evaluate,
     opaque,
     to_number,
     to_text,
@@ -26,6 +28,7 @@ __all__ = [
     "call_outputs",
     "callee_secrets",
     "cond_text",
+    "cond_values",
     "docker_notes",
     "inputs_context",
     "job_title",
@@ -66,6 +69,27 @@ def cond_text(cond: Any) -> str:
     text = " ".join(text_of(cond).split())
     whole = EMBEDDED.fullmatch(text)
     return " ".join(whole.group(1).split()) if whole else text
+
+
+_REFERENCE = re.compile(
+    r"(?<![\w.'])(?:inputs|matrix|vars|env|github|needs|steps|runner)(?:\.[A-Za-z_][\w-]*)+"
+)
+
+
+def cond_values(cond: Any, ctx: Mapping[str, Any]) -> str:
+    """The values an ``if:`` read, as the plan knew them (``inputs.gpu-arch-type is 'cpu'``),
+    so a skipped step says why in values; a secret is never shown, an unknown is left out."""
+    shown: list[str] = []
+    for ref in dict.fromkeys(_REFERENCE.findall(cond_text(cond))):
+        try:
+            value = evaluate(ref, ctx, lambda s: True)
+        except ExpressionError:
+            continue
+        if isinstance(value, Unknown | dict | list):
+            continue
+        text = "null" if value is None else repr(to_text(value))
+        shown.append(f"{ref} is {text}")
+    return "; ".join(shown[:4])
 
 
 def plan_condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:

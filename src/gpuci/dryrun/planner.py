@@ -41,6 +41,7 @@ from gpuci.dryrun.jobs import (
     call_outputs,
     callee_secrets,
     cond_text,
+    cond_values,
     docker_notes,
     inputs_context,
     job_title,
@@ -149,9 +150,11 @@ class Planner:
                 self.outcomes[name] = "skipped"
                 forced = f"job skipped: {state.failure} would fail or be skipped here"
             else:
-                self._job_line(name, f"skipped (if: {cond_text(cond)})")
+                values = cond_values(cond, contexts)
+                why = f"if: {cond_text(cond)}" + (f"; {values}" if values else "")
+                self._job_line(name, f"skipped ({why})")
                 self.outcomes[name] = "skipped"
-                self._list_skipped(name, job, f"job skipped (if: {cond_text(cond)})")
+                self._list_skipped(name, job, f"job skipped ({why})")
                 return
         note = ""
         if isinstance(held, Unknown):
@@ -354,9 +357,9 @@ class Planner:
                     plan.reason = f"skipped here: {state.failure}"
                     plan.detail = f"{plan.reason} (if it ran: {plan.planned}: {plan.detail})"
                 else:
-                    plan = skipped_plan(
-                        job, index, step, f"skipped (if: {shown or 'success()'})", ""
-                    )
+                    values = cond_values(cond, ctx) if cond is not None else ""
+                    why = f"if: {shown or 'success()'}" + (f"; {values}" if values else "")
+                    plan = skipped_plan(job, index, step, f"skipped ({why})", "")
                 plan.condition = shown
                 self._add(plan)
                 state.steps[step_id] = skipped_context()
