@@ -368,6 +368,43 @@ def test_a_save_whose_path_only_a_conditional_step_makes_may_fail(tmp_path):
     assert proc.returncode == 0
 
 
+def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
+    """As a relative path: a save of ~/... or /... that no step makes may fail (act failed
+    peft's save of ~/.cache/huggingface/hub); this machine having the folder proves nothing."""
+    (tmp_path / ".cache" / "hub").mkdir(parents=True)  # here, not on the runner
+    wf = one_job(
+        tmp_path,
+        """
+        - name: Save the hub
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k1
+            path: ~/.cache/hub
+        - name: Save tmp
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k2
+            path: /tmp/gpuci-never-made-x
+        - run: mkdir -p "$HOME/.cache/made" /tmp/gpuci-made-y
+        - name: Save what a step made
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k3
+            path: |
+              ~/.cache/made
+              /tmp/gpuci-made-y
+    """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
+    by_name = {s["name"]: s for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))}
+    assert by_name["Save the hub"]["verdict"] == "may-fail"
+    assert by_name["Save the hub"]["warnings"] == [
+        "path '~/.cache/hub' may be missing: no step before this one makes it"
+    ]
+    assert by_name["Save tmp"]["verdict"] == "may-fail"
+    assert by_name["Save what a step made"]["verdict"] == "ok"
+
+
 def test_examples_have_no_path_that_may_be_missing():
     for wf in sorted((REPO / "examples" / "workflows").glob("*.yml")):
         proc = run_cli("dry-run", str(wf), "--json", env=clean_env(GPUCI_FAKE_NVML="h200"))

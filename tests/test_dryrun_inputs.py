@@ -261,3 +261,15 @@ def test_the_plan_goes_to_stdout_and_progress_to_stderr(tmp_path):
     assert "== job j (runs-on: x)" in proc.stdout and "step 1:" in proc.stdout
     assert "step 1:" not in proc.stderr and "planning" in proc.stderr
     assert "conditional (if: conditional" not in proc.stdout
+
+
+def test_in_github_actions_the_plan_is_grouped_by_job_in_the_log(tmp_path):
+    wf = write(tmp_path, VARS)
+    files = {n: tmp_path / n for n in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
+    for path in files.values():
+        path.touch()
+    env = {"GITHUB_ACTIONS": "true", **{n: str(p) for n, p in files.items()}}
+    proc = dry_run(tmp_path, wf, "--var", "GPU_TESTS=on", "--var", "MEM=1", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "::group::job j (runs-on: x)" in proc.stderr and "  step 1:" in proc.stderr
+    assert "| j | 1 |" in files["GITHUB_STEP_SUMMARY"].read_text()
