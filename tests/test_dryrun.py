@@ -531,9 +531,9 @@ def test_event_and_ref_decide_conditions(tmp_path):
     assert step["verdict"] == "would-fail"  # runs on a push to main (no GPU here)
     (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--ref", "feature", env=env))
     assert step["verdict"] == "skipped"
-    assert (
-        step["detail"]
-        == "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main')"
+    assert step["detail"] == (  # the values the condition read, too
+        "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main'; "
+        "github.event_name is 'push'; github.ref is 'refs/heads/feature')"
     )
     (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--event", "pull_request", env=env))
     assert step["verdict"] == "skipped"

@@ -154,6 +154,7 @@ class Planner:
                 why = f"if: {cond_text(cond)}" + (f"; {values}" if values else "")
                 self._job_line(name, f"skipped ({why})")
                 self.outcomes[name] = "skipped"
+                self.job_outputs[name] = {}  # a skipped job's outputs are empty
                 self._list_skipped(name, job, f"job skipped ({why})")
                 return
         note = ""
@@ -162,8 +163,8 @@ class Planner:
         uses = str(job.get("uses") or "")
         if uses:
             if forced:
-                self._list_skipped(name, {}, forced)
                 self._job_line(name, f"uses {uses}: {forced}")
+                self.job_outputs[name] = {}
                 return
             self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
             return
@@ -185,7 +186,7 @@ class Planner:
         if known is None:
             return Unknown(f"needs.{job.rpartition('/')[2]}.outputs")
         name = job.rpartition("/")[2]
-        return Partial(f"needs.{name}.outputs", known)
+        return Partial(f"needs.{name}.outputs", known, open=frozenset())  # undeclared: null
 
     def _job_line(self, name: str, text: str) -> None:
         self.transcript.say(f"job {name}: {text}")
