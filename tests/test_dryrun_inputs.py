@@ -273,3 +273,33 @@ def test_in_github_actions_the_plan_is_grouped_by_job_in_the_log(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "::group::job j (runs-on: x)" in proc.stderr and "  step 1:" in proc.stderr
     assert "| j | 1 |" in files["GITHUB_STEP_SUMMARY"].read_text()
+
+
+def test_continue_on_error_and_a_dispatch_s_event_inputs_are_evaluated(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on:
+          workflow_dispatch:
+            inputs:
+              mem: {default: "999"}
+        jobs:
+          j:
+            runs-on: x
+            strategy:
+              matrix:
+                tolerate: [true, false]
+            steps:
+              - continue-on-error: ${{ matrix.tolerate }}
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory-gb: ${{ github.event.inputs.mem }}
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+        """,
+    )
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps(dry_run(tmp_path, wf, "--json"))}
+    assert found[("j (tolerate=true)", 1)] == "would-fail"  # 999 GB: no GPU has it
+    assert found[("j (tolerate=true)", 2)] == "ok"  # the failure is tolerated
+    assert found[("j (tolerate=false)", 2)] == "skipped"

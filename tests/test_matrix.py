@@ -84,3 +84,8 @@ def test_legs_are_named_by_the_fewest_keys_that_tell_them_apart():
     assert matrix.naming_keys(e2e) == ["cuda", "pytorch"]
     assert matrix.label(e2e[1], matrix.naming_keys(e2e)) == "cuda=128, pytorch=2.9.1"
     assert matrix.naming_keys([{"a": 1, "b": 2}]) == ["a", "b"]  # one leg: all it has
+
+
+def test_an_object_value_is_named_as_short_json_not_a_python_dict():
+    leg = {"config": {"name": "Fast PyTorch Pipeline CPU tests", "runner": "aws-general-8-plus"}}
+    assert matrix.label(leg) == 'config={"name":"Fast PyTorch Pipeline CPU te...'

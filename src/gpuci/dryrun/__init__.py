@@ -70,7 +70,8 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
     payload = load_payload(inp.event_payload) if inp.event_payload else None
     event = Event.of(inp.event, inp.ref, workflow)
     workspace = workspace_of(path)
-    contexts = base_contexts(github_context(event, workspace, payload))
+    defaults = _dispatch_defaults(workflow)
+    contexts = base_contexts(github_context(event, workspace, payload, defaults))
     contexts["vars"] = vars_context(inp.var, inp.vars_file)
     contexts["secrets"] = secrets_context(inp.secret)
     contexts["inputs"] = _event_inputs(workflow, event.name, payload)
@@ -90,6 +91,22 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
     planner = Planner(rt, workspace, contexts, probe=probe)
     planner.workflow(workflow, wanted)
     return result(path, planner.plans, wanted, rt, probe, notes, planner.transcript)
+
+
+def _dispatch_defaults(workflow: dict[str, Any]) -> dict[str, str]:
+    """A dispatch's inputs as ``github.event.inputs`` holds them with the form untouched: each
+    declared default as text (an input without one is empty)."""
+    from gpuci.dryrun.contexts import text_of
+
+    on = triggers(workflow)
+    spec = on.get("workflow_dispatch") if isinstance(on, dict) else None
+    declared = spec.get("inputs") if isinstance(spec, dict) else None
+    if not isinstance(declared, dict):
+        return {}
+    return {
+        str(name): text_of(value.get("default")) if isinstance(value, dict) else ""
+        for name, value in declared.items()
+    }
 
 
 def _event_inputs(workflow: dict[str, Any], event: str, payload: dict[str, Any] | None) -> Any:

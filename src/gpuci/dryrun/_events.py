@@ -49,15 +49,21 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def event_context(event: str, payload: dict[str, Any] | None) -> Any:
+def event_context(
+    event: str, payload: dict[str, Any] | None, dispatch_inputs: dict[str, str] | None = None
+) -> Any:
     """``github.event``: the given payload (what it lacks is null), else the event's fields as
-    unknowns and every other field null; an event this table lacks is unknown throughout."""
+    unknowns and every other field null; an event this table lacks is unknown throughout. A
+    dispatch's ``inputs`` are its declared defaults, as text (the form left untouched)."""
     if payload is not None:
         return payload
     fields = FIELDS.get(event)
     if fields is None:
         return Partial("github.event", {})
-    return Partial("github.event", {}, open=frozenset(_COMMON + fields))
+    known: dict[str, Any] = {}
+    if event == "workflow_dispatch" and dispatch_inputs is not None:
+        known["inputs"] = Partial("github.event.inputs", dispatch_inputs, open=frozenset())
+    return Partial("github.event", known, open=frozenset(_COMMON + fields))
 
 
 def load_payload(path: str) -> dict[str, Any]:

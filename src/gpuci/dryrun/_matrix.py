@@ -12,6 +12,7 @@ can't be expanded here: :func:`expand` returns None and the caller says so.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from typing import Any
 
@@ -77,7 +78,19 @@ def label(leg: Leg, keys: list[str] | None = None) -> str:
     the leg leaves empty (``extras:`` with no value) is left out, as it names nothing. ``keys``
     (see :func:`naming_keys`) keeps the name short where the legs differ in a few keys."""
     shown = [k for k in leg if keys is None or k in keys]
-    return ", ".join(f"{k}={_text(leg[k])}" for k in shown if leg[k] is not None and leg[k] != "")
+    return ", ".join(f"{k}={_short(leg[k])}" for k in shown if leg[k] is not None and leg[k] != "")
+
+
+MAX_SHOWN = 40  # a value longer than this is cut in a leg's name (the plan shows it whole)
+
+
+def _short(value: Any) -> str:
+    """A value as a name shows it: an object or array as compact JSON, cut when long."""
+    if isinstance(value, dict | list):
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    else:
+        text = _text(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
 def naming_keys(legs: list[Leg]) -> list[str]:
@@ -105,6 +118,12 @@ def _text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return "" if value is None else str(value)
+
+
+def whole_reference(text: str) -> str | None:
+    """The key when ``text`` is one whole ``${{ matrix.<key> }}``, else None."""
+    match = _MATRIX_REF.fullmatch(text.strip())
+    return match.group(1) if match else None
 
 
 def substitute(text: str, leg: Leg) -> str:

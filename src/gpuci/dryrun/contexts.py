@@ -90,8 +90,14 @@ def workspace_of(workflow: Path) -> Path:
     return Path(top) if top else Path.cwd()
 
 
-def github_context(event: Event, workspace: Path, payload: dict[str, Any] | None = None) -> Partial:
-    """``github.*`` as far as this checkout, the chosen event and its payload (if given) tell it."""
+def github_context(
+    event: Event,
+    workspace: Path,
+    payload: dict[str, Any] | None = None,
+    dispatch_inputs: dict[str, str] | None = None,
+) -> Partial:
+    """``github.*`` as far as this checkout, the chosen event and its payload (if given) tell
+    it; ``dispatch_inputs``: a dispatch's declared defaults, for ``github.event.inputs``."""
     from gpuci.dryrun._events import event_context
 
     known: dict[str, Any] = {
@@ -115,7 +121,7 @@ def github_context(event: Event, workspace: Path, payload: dict[str, Any] | None
             ref = end.get("ref") if isinstance(end, dict) else None
             if isinstance(ref, str):
                 known[f"{side}_ref"] = ref
-    known["event"] = event_context(event.name, payload)
+    known["event"] = event_context(event.name, payload, dispatch_inputs)
     sha = _git(workspace, "rev-parse", "HEAD")
     if sha and re.fullmatch(r"[0-9a-f]{40,64}", sha):
         known["sha"] = sha

@@ -265,9 +265,15 @@ def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
 
 
 def put_leg(value: Any, leg: dict[str, Any]) -> Any:
+    """The job with the leg's values put in for ``${{ matrix.<key> }}``; a value that is one
+    whole reference takes the leg's value itself, so ``continue-on-error: ${{ matrix.x }}``
+    stays a boolean (the text 'false' would be truthy)."""
     from gpuci.dryrun import _matrix as matrix
 
     if isinstance(value, str):
+        whole = matrix.whole_reference(value)
+        if whole is not None and whole in leg and leg[whole] is not None:
+            return leg[whole]
         return matrix.substitute(value, leg)
     if isinstance(value, list):
         return [put_leg(v, leg) for v in value]

@@ -35,6 +35,7 @@ from gpuci.dryrun.contexts import (
 from gpuci.dryrun.expressions import (
     Partial,
     Unknown,
+    truth_of,
 )
 from gpuci.dryrun.jobs import (
     JobState,
@@ -208,9 +209,12 @@ class Planner:
         if legs == [{}]:
             return [(name, job, {})]
         keys = matrix.naming_keys(legs)
+        labels = [matrix.label(leg, keys) for leg in legs]
+        if len(set(labels)) < len(labels):  # cut values alike: number the legs too
+            labels = [f"{index}: {text}" for index, text in enumerate(labels, 1)]
         named = [
-            (f"{name} ({matrix.label(leg, keys) or index})", leg)
-            for index, leg in enumerate(legs, 1)
+            (f"{name} ({text or index})", leg)
+            for index, (text, leg) in enumerate(zip(labels, legs, strict=True), 1)
         ]
         return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in named]
 
@@ -372,7 +376,11 @@ class Planner:
             self._add(plan)
             # inside a job that may not run, a step is planned as if the job runs: what it
             # would do then is sure, as the job's own line says once
-            self._after(plan, step, step_id, state, sure=not isinstance(held, Unknown))
+            tolerated = truth_of(
+                evaluate_value(step.get("continue-on-error", False), ctx, nothing_failed)
+            )
+            sure = not isinstance(held, Unknown) and tolerated is not None
+            self._after(plan, step_id, state, sure=sure, tolerated=bool(tolerated))
 
     def _add(self, plan: StepPlan) -> None:
         """List the step, then a composite's own steps (logged as they were planned)."""
@@ -381,15 +389,15 @@ class Planner:
         self.plans += plan.children
 
     def _after(
-        self, plan: StepPlan, step: dict[str, Any], step_id: str, state: JobState, sure: bool
+        self, plan: StepPlan, step_id: str, state: JobState, sure: bool, tolerated: bool
     ) -> None:
         """Record the step's outputs and outcome for the steps and status functions after it
-        (``sure``: the step runs whenever its job does)."""
+        (``sure``: the step runs whenever its job does, and whether a failure of it is
+        tolerated, ``continue-on-error``, is known)."""
         verdict = plan.planned if plan.verdict == "conditional" else plan.verdict
         fails = verdict in ("would-fail", "bad-input")
-        tolerated = text_of(step.get("continue-on-error")).lower() == "true"
         if fails and not tolerated:
-            if plan.verdict == "conditional" and not sure:
+            if not sure:  # it may not run, or its failure may be tolerated
                 if state.failed is False:
                     state.failed = Unknown(f"the outcome of step {plan.index}", path=False)
             else:
