@@ -303,3 +303,43 @@ def test_continue_on_error_and_a_dispatch_s_event_inputs_are_evaluated(tmp_path)
     assert found[("j (tolerate=true)", 1)] == "would-fail"  # 999 GB: no GPU has it
     assert found[("j (tolerate=true)", 2)] == "ok"  # the failure is tolerated
     assert found[("j (tolerate=false)", 2)] == "skipped"
+
+
+def test_this_repository_s_own_workflow_named_in_full_is_read_from_the_checkout(tmp_path):
+    wf = write(tmp_path, CALLER.replace("./.github/", "acme/trainer/.github/").replace(
+        "called.yml", "called.yml@main"
+    ))  # fmt: skip
+    write(tmp_path, CALLED, "called.yml")
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps({"repository": {"full_name": "acme/trainer"}}))
+    proc = dry_run(tmp_path, wf, "--json", "--event-payload", str(payload), GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    assert found[("call (arch=cuda)/run", 1)] == "ok"
+    # another repository's is named, not read
+    payload.write_text(json.dumps({"repository": {"full_name": "acme/other"}}))
+    proc = dry_run(tmp_path, wf, "--json", "--event-payload", str(payload), GPUCI_FAKE_NVML="h200")
+    assert {s["verdict"] for s in steps(proc) if s["job"] == "call"} == {"not-inspected"}
+
+
+def test_the_runner_s_own_token_exists_without_any_secret_named(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          j:
+            runs-on: x
+            steps:
+              - if: secrets.GITHUB_TOKEN != '' && secrets.OTHER == ''
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+              - if: secrets.GITHUB_TOKEN != ''
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+        """,
+    )
+    first, second = steps(dry_run(tmp_path, wf, "--json"))
+    assert first["verdict"] == "conditional"  # OTHER: known only at run time
+    assert second["verdict"] == "ok"

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun.expressions import Unknown, opaque
+from gpuci.dryrun.expressions import Partial, Unknown, opaque
 from gpuci.errors import InputError
 
 __all__ = ["ALWAYS_SECRETS", "MAX_VARS_FILE_BYTES", "secrets_context", "vars_context"]
@@ -103,14 +103,15 @@ def _scalar(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def secrets_context(names: list[str]) -> dict[str, Any] | Unknown:
-    """``secrets``: each named one exists (opaque), any other is empty; Unknown if none named.
+def secrets_context(names: list[str]) -> dict[str, Any]:
+    """``secrets``: each named one exists (opaque), any other is empty; with none named, only
+    ``GITHUB_TOKEN`` is known to exist (the runner makes it) and any other is unknown.
 
     Raises InputError for ``NAME=VALUE`` (a value is never taken) or a bad name.
     """
-    if not names:
-        return Unknown("secrets")
     found: dict[str, Any] = {name: opaque(f"secrets.{name}") for name in ALWAYS_SECRETS}
+    if not names:
+        return Partial("secrets", found)
     for raw in names:
         if "=" in raw:
             name = raw.partition("=")[0].strip()

@@ -73,6 +73,7 @@ from gpuci.dryrun.workflow import (
     load_local_action,
     load_local_workflow,
     mapping,
+    own_workflow,
 )
 from gpuci.errors import InputError
 from gpuci.probe import PROBE_ENV
@@ -236,7 +237,10 @@ class Planner:
     ) -> Any:
         """A job calling a workflow: a local one is planned as its jobs, once per leg of the
         caller's matrix with that leg's ``inputs`` and ``secrets``; a remote one is named."""
-        found = load_local_workflow(self.workspace, uses) if uses.startswith("./") else None
+        github = contexts.get("github")
+        own = own_workflow(uses, github.get("repository") if isinstance(github, dict) else None)
+        local = own or (uses if uses.startswith("./") else None)
+        found = load_local_workflow(self.workspace, local) if local else None
         if found is None or depth >= MAX_DEPTH:
             why = (
                 "not inspected: remote reusable workflow"
@@ -257,7 +261,10 @@ class Planner:
                 workflow_call_inputs(called), mapping(leg_job.get("with")), ctx, status, typed=True
             )
             secrets = callee_secrets(leg_job, ctx, status)
-            self._job_line(leg_name, f"calls {uses} ({path.name})" + (f"; {note}" if note else ""))
+            where = " (this repository's own: read from the checkout)" if own else ""
+            self._job_line(
+                leg_name, f"calls {uses} ({path.name}){where}" + (f"; {note}" if note else "")
+            )
             if isinstance(leg, Unknown):
                 self.transcript.say(f"  {UNRESOLVED_MATRIX}")
             elif leg and len(leg) > 1:
