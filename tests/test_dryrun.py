@@ -386,7 +386,15 @@ def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
             key: k2
             path: /tmp/gpuci-never-made-x
         - run: mkdir -p "$HOME/.cache/made" /tmp/gpuci-made-y
+        - run: python -m pytest tests/
+          env:
+            HF_HOME: $HOME/.cache/huggingface
         - name: Save what a step made
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k4
+            path: ~/.cache/huggingface/hub
+        - name: Save what two steps made
           uses: acme/gpu-ci/actions/cache-weights/save@v1
           with:
             key: k3
@@ -402,7 +410,8 @@ def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
         "path '~/.cache/hub' may be missing: no step before this one makes it"
     ]
     assert by_name["Save tmp"]["verdict"] == "may-fail"
-    assert by_name["Save what a step made"]["verdict"] == "ok"
+    assert by_name["Save what a step made"]["verdict"] == "ok"  # a download into HF_HOME
+    assert by_name["Save what two steps made"]["verdict"] == "ok"
 
 
 def test_examples_have_no_path_that_may_be_missing():

@@ -4,8 +4,8 @@ A save whose ``path`` nothing before it creates fails at run time (``path ... do
 exit 2), and a plan made on a laptop can't see that from the save alone: the path is simply
 "not there yet". So ``dry-run`` looks back through the job for a step that would make it:
 
-- a ``run:`` step whose script names the path or something under it (``--out data/x.npz``,
-  ``mkdir -p baseline``);
+- a ``run:`` step whose script, or its own ``env``, names the path or something under it
+  (``--out data/x.npz``, ``mkdir -p baseline``, ``HF_HUB_CACHE: ~/.cache/hub`` for a download);
 - a step whose ``with:`` names it (``retry-fetch`` ``dest``, a restore's ``populate`` with that
   ``path``, another action's ``path``); a plain restore doesn't count: on a miss it makes
   nothing, and a miss is when a save runs;
@@ -62,7 +62,11 @@ def _mentions(text: str, path: str) -> bool:
 def _makes(step: dict[str, Any], path: str) -> bool:
     run = step.get("run")
     if isinstance(run, str):
-        return _mentions(run, path)
+        # the script, or its own env naming the folder (HF_HOME=~/.cache/hf: a download there)
+        env = step.get("env")
+        named = [str(v).strip().rstrip("/") for v in env.values()] if isinstance(env, dict) else []
+        inside = any(s.startswith(f"{v}/") for v in named if v for s in _spellings(path))
+        return inside or any(_mentions(text, path) for text in [run, *named])
     with_ = step.get("with")
     if not isinstance(with_, dict):
         return False
