@@ -302,11 +302,12 @@ class Planner:
             title = job_title(leg_job, ctx)
             header = f"job {leg_name}{f': {title}' if title else ''}"
             self.transcript.heading(f"{header} (runs-on: {runs_on_label(runs_on) or '?'})")
+            shown = [note] if note else []
             if isinstance(leg, Unknown):
-                notes = [UNRESOLVED_MATRIX, *notes]
+                shown.append(UNRESOLVED_MATRIX)
             elif leg and len(leg) > 1:
-                notes = [f"matrix: {matrix_label(leg)}", *notes]
-            for line in ([note] if note else []) + notes + ([forced] if forced else []):
+                shown.append(f"matrix: {matrix_label(leg)}")
+            for line in shown + notes + ([forced] if forced else []):
                 self.transcript.say(f"  {line}")
             state = JobState()
             first = len(self.plans)
