@@ -89,8 +89,8 @@ def test_malformed_input_names_step_and_input(tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert "job train, step 2 (Check GPUs)" in proc.stdout
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
-    # the walk is the log, on stderr; the runner would not run step 3 after step 2 fails
-    assert "step 3: python train.py [skipped here: step 2 (Check GPUs) has bad input" in proc.stderr
+    # the plan is the result, on stdout; the runner would not run step 3 after step 2 fails
+    assert "step 3: python train.py [skipped here: step 2 (Check GPUs) has bad input" in proc.stdout
 
 
 def test_unknown_input_is_bad_input(tmp_path):
@@ -282,7 +282,7 @@ def test_each_matrix_leg_is_judged_on_its_own(tmp_path):
     assert verdicts == {
         "train (mem=200)": "would-fail",
         "train (mem=40)": "ok",
-        "train (mem=100, extra=x)": "ok",
+        "train (mem=100)": "ok",  # named by the keys that tell the legs apart
     }
     assert all(not s["unresolved"] for s in _steps(proc))
     assert proc.returncode == 0
@@ -366,6 +366,52 @@ def test_a_save_whose_path_only_a_conditional_step_makes_may_fail(tmp_path):
     out = json.loads(proc.stdout)
     assert out["outputs"]["may-fail"] == "2"
     assert proc.returncode == 0
+
+
+def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
+    """As a relative path: a save of ~/... or /... that no step makes may fail (act failed
+    peft's save of ~/.cache/huggingface/hub); this machine having the folder proves nothing."""
+    (tmp_path / ".cache" / "hub").mkdir(parents=True)  # here, not on the runner
+    wf = one_job(
+        tmp_path,
+        """
+        - name: Save the hub
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k1
+            path: ~/.cache/hub
+        - name: Save tmp
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k2
+            path: /tmp/gpuci-never-made-x
+        - run: mkdir -p "$HOME/.cache/made" /tmp/gpuci-made-y
+        - run: python -m pytest tests/
+          env:
+            HF_HOME: $HOME/.cache/huggingface
+        - name: Save what a step made
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k4
+            path: ~/.cache/huggingface/hub
+        - name: Save what two steps made
+          uses: acme/gpu-ci/actions/cache-weights/save@v1
+          with:
+            key: k3
+            path: |
+              ~/.cache/made
+              /tmp/gpuci-made-y
+    """,
+    )
+    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
+    by_name = {s["name"]: s for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))}
+    assert by_name["Save the hub"]["verdict"] == "may-fail"
+    assert by_name["Save the hub"]["warnings"] == [
+        "path '~/.cache/hub' may be missing: no step before this one makes it"
+    ]
+    assert by_name["Save tmp"]["verdict"] == "may-fail"
+    assert by_name["Save what a step made"]["verdict"] == "ok"  # a download into HF_HOME
+    assert by_name["Save what two steps made"]["verdict"] == "ok"
 
 
 def test_examples_have_no_path_that_may_be_missing():
@@ -469,9 +515,12 @@ def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
     out = json.loads(proc.stdout)
     assert out["outputs"]["not-evaluated"] == "1" and out["outputs"]["evaluated"] == "0"
     assert "0 evaluated, 1 not evaluated, 1 conditional, 1 skipped" in out["headline"]
-    assert "[not evaluated: retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in (
-        run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
+    assert (
+        "[not evaluated]\n    unresolved at plan time (set at run time): url (vars.MODEL_URL)"
+        in text
     )
+    assert "retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in text
     assert proc.returncode == 0
 
 
@@ -491,9 +540,9 @@ def test_event_and_ref_decide_conditions(tmp_path):
     assert step["verdict"] == "would-fail"  # runs on a push to main (no GPU here)
     (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--ref", "feature", env=env))
     assert step["verdict"] == "skipped"
-    assert (
-        step["detail"]
-        == "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main')"
+    assert step["detail"] == (  # the values the condition read, too
+        "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main'; "
+        "github.event_name is 'push'; github.ref is 'refs/heads/feature')"
     )
     (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--event", "pull_request", env=env))
     assert step["verdict"] == "skipped"
@@ -525,7 +574,7 @@ def test_containers_services_and_remote_reusable_workflows_are_named(tmp_path):
     ]
     assert remote["verdict"] == "not-inspected"
     assert remote["detail"] == "not inspected: remote reusable workflow"
-    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stderr
+    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
     assert "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker" in text
 
 
@@ -677,7 +726,7 @@ def test_job_conditions_needs_and_the_job_filter(tmp_path):
 
 def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
     from gpuci.dryrun.contexts import hash_files
-    from gpuci.expressions import Unknown
+    from gpuci.dryrun.expressions import Unknown
 
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.lock").write_bytes(b"one")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.expressions import (
+from gpuci.dryrun.expressions import (
     ExpressionError,
     Partial,
     Unknown,
@@ -97,3 +97,10 @@ def test_what_github_would_refuse_is_an_error() -> None:
             evaluate(bad, CTX, ok)
     with pytest.raises(ExpressionError):
         condition("x ${{ true }}", CTX, ok)
+
+
+def test_an_object_filter_maps_a_property_over_the_items():
+    ctx = {"github": {"event": {"labels": [{"name": "gpu"}, {"name": "docs"}, {"id": 3}]}}}
+    assert evaluate("github.event.labels.*.name", ctx, ok) == ["gpu", "docs"]
+    assert evaluate("contains(github.event.labels.*.name, 'GPU')", ctx, ok) is True
+    assert evaluate("contains(github.event.nothing.*.name, 'gpu')", ctx, ok) is False

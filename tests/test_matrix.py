@@ -1,6 +1,6 @@
 """Matrix legs as GitHub Actions expands them (the examples of GitHub's own documentation)."""
 
-from gpuci import matrix
+from gpuci.dryrun import _matrix as matrix
 
 
 def test_include_adds_keys_to_fitting_legs_and_new_legs_for_the_rest():
@@ -61,3 +61,31 @@ def test_substitute_replaces_only_whole_matrix_references():
     )
     assert matrix.substitute("${{ matrix.mem || 40 }}", leg) == "${{ matrix.mem || 40 }}"
     assert matrix.label(leg) == "mem=200, gpu=h200"
+
+
+def test_a_leg_with_an_empty_value_is_named_by_the_others_and_renders_empty():
+    """axolotl's ``axolotl_extras:`` with no value: not ``axolotl_extras=None`` anywhere."""
+    leg = {"cuda": 128, "axolotl_extras": None, "pytorch": "2.9.1"}
+    assert matrix.label(leg) == "cuda=128, pytorch=2.9.1"
+    assert matrix.substitute("x${{ matrix.axolotl_extras }}y", leg) == "xy"
+
+
+def test_legs_are_named_by_the_fewest_keys_that_tell_them_apart():
+    legs = [
+        {"name": "CUDA 2.7", "runs-on": "gpu", "gpu-arch-type": "cuda"},
+        {"name": "CPU 2.7", "runs-on": "cpu", "gpu-arch-type": "cpu"},
+    ]
+    assert matrix.naming_keys(legs) == ["name"]
+    e2e = [
+        {"cuda": 128, "version": "12.8.1", "pytorch": "2.8.0", "extras": "fbgemm-gpu"},
+        {"cuda": 128, "version": "12.8.1", "pytorch": "2.9.1", "extras": None},
+        {"cuda": 130, "version": "13.0.0", "pytorch": "2.9.1", "extras": None},
+    ]
+    assert matrix.naming_keys(e2e) == ["cuda", "pytorch"]
+    assert matrix.label(e2e[1], matrix.naming_keys(e2e)) == "cuda=128, pytorch=2.9.1"
+    assert matrix.naming_keys([{"a": 1, "b": 2}]) == ["a", "b"]  # one leg: all it has
+
+
+def test_an_object_value_is_named_as_short_json_not_a_python_dict():
+    leg = {"config": {"name": "Fast PyTorch Pipeline CPU tests", "runner": "aws-general-8-plus"}}
+    assert matrix.label(leg) == 'config={"name":"Fast PyTorch Pipeline CPU te...'

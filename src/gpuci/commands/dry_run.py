@@ -31,6 +31,31 @@ COMMAND = Command(
             "str",
             default="refs/heads/main",
         ),
+        Input(
+            "var",
+            "A configuration variable the run would have (vars.NAME), as NAME=VALUE; repeat the "
+            "flag for more. Once any is given, a variable not given is empty, as in act.",
+            "lines",
+        ),
+        Input(
+            "vars-file",
+            "A file of variables (vars.*): a YAML or JSON mapping of NAME: VALUE, or a dotenv "
+            "file of NAME=VALUE lines; --var beats it.",
+            "str",
+        ),
+        Input(
+            "secret",
+            "The NAME of a secret the run would have; repeat the flag for more. Only whether it "
+            "exists is used (a value is never asked for or printed): secrets.NAME is non-empty, "
+            "its text unknown; once any is named, a secret not named is empty, as in act.",
+            "lines",
+        ),
+        Input(
+            "event-payload",
+            "A JSON file that is the event's payload (github.event), as act's -e: a PR's labels "
+            "or draft flag, a dispatch's inputs; a field it lacks is null.",
+            "str",
+        ),
     ),
     target="gpuci.dryrun:run",
     typed="gpuci.dryrun:DryRunInputs",

@@ -3,7 +3,7 @@
 The point is to learn, before paying for a GPU minute, that a job would fail: a malformed
 input, a cache key that would miss, a GPU requirement no runner meets. The walk follows the
 runner (:mod:`.planner`): ``if:`` conditions with GitHub's expression semantics
-(:mod:`gpuci.expressions`), ``env`` at workflow, job and step level, the ``github`` and
+(:mod:`gpuci.dryrun.expressions`), ``env`` at workflow, job and step level, the ``github`` and
 ``runner`` contexts as far as this checkout tells them (:mod:`.contexts`), a literal matrix leg
 by leg, local composite actions and reusable workflows. What only the run knows (secrets,
 ``vars``, a ``run:`` step's outputs) is never guessed: a step waiting for it is "not
@@ -16,7 +16,7 @@ No network by default: every command's dry run plans without asking a server; ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,10 @@ class DryRunInputs:
     job: str = ""
     event: str = ""
     ref: str = "refs/heads/main"
+    var: list[str] = field(default_factory=list)
+    vars_file: str = ""
+    secret: list[str] = field(default_factory=list)
+    event_payload: str = ""
 
 
 def run(inp: DryRunInputs, rt: Runtime) -> Result:
@@ -42,7 +46,15 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
 
     Raises InputError for an unreadable or malformed workflow and for a job it does not have.
     """
-    from gpuci.dryrun.contexts import Event, base_contexts, github_context, workspace_of
+    from gpuci.dryrun._events import load_payload
+    from gpuci.dryrun._given import secrets_context, vars_context
+    from gpuci.dryrun.contexts import (
+        Event,
+        base_contexts,
+        github_context,
+        triggered_by,
+        workspace_of,
+    )
     from gpuci.dryrun.planner import Planner
     from gpuci.dryrun.report import result
     from gpuci.probe import probes_allowed
@@ -55,11 +67,22 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
         raise InputError(
             f"job '{wanted}' not in {path}", hint=f"use one of: {', '.join(map(str, jobs))}"
         )
+    payload = load_payload(inp.event_payload) if inp.event_payload else None
     event = Event.of(inp.event, inp.ref, workflow)
     workspace = workspace_of(path)
-    github = github_context(event, workspace)
-    contexts = base_contexts(github)
-    contexts["inputs"] = _event_inputs(workflow, event.name)
+    defaults = _dispatch_defaults(workflow)
+    contexts = base_contexts(github_context(event, workspace, payload, defaults))
+    contexts["vars"] = vars_context(inp.var, inp.vars_file)
+    contexts["secrets"] = secrets_context(inp.secret)
+    contexts["inputs"] = _event_inputs(workflow, event.name, payload)
+    notes = []
+    others = triggered_by(workflow, event.name)
+    if others is not None:
+        runs_on = ", ".join(others) or "no event"
+        notes.append(
+            f"{path} does not run on {event.name} (it runs on: {runs_on}); "
+            f"planned as if it did: pass --event with one of them"
+        )
     probe = probes_allowed(rt)  # --probe, or GPUCI_PROBE=true
     rt.log(
         f"planning {path} for a {event.name} to {event.ref} in {workspace}"
@@ -67,21 +90,43 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
     )
     planner = Planner(rt, workspace, contexts, probe=probe)
     planner.workflow(workflow, wanted)
-    return result(path, planner.plans, wanted, rt, probe)
+    return result(path, planner.plans, wanted, rt, probe, notes, planner.transcript)
 
 
-def _event_inputs(workflow: dict[str, Any], event: str) -> Any:
-    """``inputs``: a dispatch's declared defaults (as a dispatch with the form untouched),
-    nothing for an event that has none."""
-    from gpuci.expressions import Partial
+def _dispatch_defaults(workflow: dict[str, Any]) -> dict[str, str]:
+    """A dispatch's inputs as ``github.event.inputs`` holds them with the form untouched: each
+    declared default as text (an input without one is empty)."""
+    from gpuci.dryrun.contexts import text_of
+
+    on = triggers(workflow)
+    spec = on.get("workflow_dispatch") if isinstance(on, dict) else None
+    declared = spec.get("inputs") if isinstance(spec, dict) else None
+    if not isinstance(declared, dict):
+        return {}
+    return {
+        str(name): text_of(value.get("default")) if isinstance(value, dict) else ""
+        for name, value in declared.items()
+    }
+
+
+def _event_inputs(workflow: dict[str, Any], event: str, payload: dict[str, Any] | None) -> Any:
+    """``inputs``: a dispatch's declared inputs (the payload's ``inputs``, else the defaults,
+    as a dispatch with the form untouched), typed as declared; nothing for other events."""
+    from gpuci.dryrun.expressions import Partial
+    from gpuci.dryrun.jobs import inputs_context, nothing_failed
 
     on = triggers(workflow)
     spec = on.get(event) if isinstance(on, dict) else None
     declared = spec.get("inputs") if isinstance(spec, dict) else None
     if event not in ("workflow_dispatch", "workflow_call") or not isinstance(declared, dict):
         return {}
+    given = payload.get("inputs") if payload is not None else None
+    if isinstance(given, dict):
+        return inputs_context(declared, given, {}, nothing_failed, typed=True)
     defaults = {
-        str(name): (value.get("default") if isinstance(value, dict) else None)
+        str(name): value
         for name, value in declared.items()
+        if isinstance(value, dict) and value.get("default") is not None
     }
-    return Partial("inputs", {k: v for k, v in defaults.items() if v is not None})
+    known = inputs_context(defaults, {}, {}, nothing_failed, typed=True)
+    return Partial("inputs", known)

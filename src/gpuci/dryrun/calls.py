@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.commands import Command
+from gpuci.dryrun.expressions import EMBEDDED
 from gpuci.dryrun.workflow import Call
 from gpuci.errors import ExitCode, InputError
-from gpuci.expressions import EMBEDDED
 from gpuci.runtime import Result, Runtime
 
 RUNPOD_KEY = "RUNPOD_API_KEY"
@@ -61,9 +61,11 @@ def verdict(results: list[Result]) -> str:
     return "ok"
 
 
-def missing_paths_of(steps: list[Any], number: int, calls: list[Call]) -> list[Any]:
-    """For a save: the paths that no earlier step surely makes (see gpuci.path_origins)."""
-    from gpuci.path_origins import missing_paths
+def missing_paths_of(
+    steps: list[Any], number: int, calls: list[Call], workspace: Path
+) -> list[Any]:
+    """For a save: the paths that no earlier step surely makes (see :mod:`._path_origins`)."""
+    from gpuci.dryrun._path_origins import missing_paths
 
     paths = [
         line
@@ -74,7 +76,7 @@ def missing_paths_of(steps: list[Any], number: int, calls: list[Call]) -> list[A
     if not paths:
         return []
     dict_steps = [s if isinstance(s, dict) else {} for s in steps]
-    return missing_paths(dict_steps, number - 1, paths, Path.cwd())
+    return missing_paths(dict_steps, number - 1, paths, workspace)
 
 
 def plan_command(
@@ -84,7 +86,11 @@ def plan_command(
     why: Mapping[str, str],
     env: dict[str, str],
     rt: Runtime,
+    present: set[str] | frozenset[str] = frozenset(),
 ) -> Result:
+    """The command's dry run on the inputs known here. An input only the run knows is left
+    out; the plan is then "not evaluated" (never ok), unless that input is a secret the user
+    said exists (``--secret``): its presence is all a plan may know of it."""
     from gpuci.commands.dispatch import run_command
 
     unresolved = {k for k, v in given.items() if EMBEDDED.search(v) or k in why}
@@ -101,7 +107,7 @@ def plan_command(
     inner = Runtime(
         env,
         dry_run=True,
-        stdout=rt.stderr if rt.platform == "json" else rt.stdout,
+        stdout=rt.stderr,  # stdout carries the dry run's own result only
         stderr=rt.stderr,
     )
     inner.platform = "terminal" if rt.platform == "json" else rt.platform
@@ -114,6 +120,14 @@ def plan_command(
     if unresolved and result.exit_code == ExitCode.OK:
         # Planned without some inputs: what it says may change once they are known.
         result.report["unresolved"] = sorted(unresolved)
+        secret = {s.name for s in cmd.inputs if s.secret}
+        blocking = sorted(k for k in unresolved if not (k in present and k in secret))
+        if blocking:
+            waits = ", ".join(f"{n} ({why[n]})" if n in why else n for n in blocking)
+            result.report["not_evaluated"] = f"needs run-time value(s) for {waits}"
+            result.headline = (
+                f"needs run-time value(s) for {waits}: planned without them: {result.headline}"
+            )
     return result
 
 

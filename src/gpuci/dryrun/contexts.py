@@ -3,7 +3,7 @@
 What the runner would know and this machine can tell (the event and ref asked for, the local
 checkout's commit and origin, the runner's OS from its labels) is filled in; what only the run
 knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is an
-:class:`~gpuci.expressions.Unknown` naming itself, so a plan says what it waited for.
+:class:`~gpuci.dryrun.expressions.Unknown` naming itself, so a plan says what it waited for.
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun.workflow import triggers
-from gpuci.expressions import (
+from gpuci.dryrun.expressions import (
     EMBEDDED,
     ExpressionError,
     Function,
     Partial,
     Status,
     Unknown,
+    evaluate,
     interpolate,
     to_text,
 )
+from gpuci.dryrun.workflow import triggers
 
 MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run
 _REMOTE = re.compile(
@@ -89,8 +90,16 @@ def workspace_of(workflow: Path) -> Path:
     return Path(top) if top else Path.cwd()
 
 
-def github_context(event: Event, workspace: Path) -> Partial:
-    """``github.*`` as far as this checkout and the chosen event tell it."""
+def github_context(
+    event: Event,
+    workspace: Path,
+    payload: dict[str, Any] | None = None,
+    dispatch_inputs: dict[str, str] | None = None,
+) -> Partial:
+    """``github.*`` as far as this checkout, the chosen event and its payload (if given) tell
+    it; ``dispatch_inputs``: a dispatch's declared defaults, for ``github.event.inputs``."""
+    from gpuci.dryrun._events import event_context
+
     known: dict[str, Any] = {
         "event_name": event.name,
         "ref": event.ref,
@@ -102,13 +111,17 @@ def github_context(event: Event, workspace: Path) -> Partial:
         "graphql_url": "https://api.github.com/graphql",
         "action_path": "",
     }
-    if event.name != "pull_request" and event.name != "pull_request_target":
+    pull = event.name in ("pull_request", "pull_request_target")
+    if not pull:
         known.update(head_ref="", base_ref="")
-    # the event's payload is the run's, but what another event's payload lacks is known
-    payload: dict[str, Any] = {}
-    if event.name != "schedule":
-        payload["schedule"] = None
-    known["event"] = Partial("github.event", payload)
+    elif payload is not None:
+        pr = payload.get("pull_request")
+        for side in ("head", "base"):
+            end = pr.get(side) if isinstance(pr, dict) else None
+            ref = end.get("ref") if isinstance(end, dict) else None
+            if isinstance(ref, str):
+                known[f"{side}_ref"] = ref
+    known["event"] = event_context(event.name, payload, dispatch_inputs)
     sha = _git(workspace, "rev-parse", "HEAD")
     if sha and re.fullmatch(r"[0-9a-f]{40,64}", sha):
         known["sha"] = sha
@@ -117,16 +130,44 @@ def github_context(event: Event, workspace: Path) -> Partial:
     if match:
         known["repository"] = match.group("repo")
         known["repository_owner"] = match.group("repo").split("/")[0]
+    repo = payload.get("repository") if payload is not None else None
+    if isinstance(repo, dict) and isinstance(repo.get("full_name"), str):
+        # the payload names the repository the run is in, as the runner's github context does
+        known["repository"] = repo["full_name"]
+        known["repository_owner"] = repo["full_name"].split("/")[0]
     return Partial("github", known)
+
+
+def triggered_by(workflow: Mapping[Any, Any], event: str) -> list[str] | None:
+    """The events the workflow runs on when ``event`` is not one of them; None when it is."""
+    on = triggers(workflow)
+    names = (
+        [on] if isinstance(on, str) else [str(n) for n in on] if isinstance(on, list | dict) else []
+    )
+    return None if event in names else names
 
 
 def runner_context(runs_on: Any) -> Partial:
     """``runner.os`` from the job's labels (Linux unless they say otherwise), ``runner.temp``."""
-    labels = runs_on if isinstance(runs_on, list) else [runs_on]
-    text = " ".join(str(label).lower() for label in labels)
+    text = runs_on_label(runs_on).lower()
     system = "Windows" if "windows" in text else "macOS" if "macos" in text else "Linux"
     temp = os.environ.get("RUNNER_TEMP") or str(Path(tempfile.gettempdir()) / "runner-temp")
     return Partial("runner", {"os": system, "temp": temp, "name": Unknown("runner.name")})
+
+
+def runs_on_label(runs_on: Any) -> str:
+    """``runs-on`` as a person reads it: the label(s), ``group NAME``; '' when there is none."""
+    if isinstance(runs_on, Unknown):
+        return f"known at run time ({runs_on.why})"
+    if isinstance(runs_on, list):
+        return ", ".join(runs_on_label(v) for v in runs_on)
+    if isinstance(runs_on, dict):
+        group, labels = runs_on.get("group"), runs_on.get("labels")
+        parts = [f"group {runs_on_label(group)}"] if group not in (None, "") else []
+        if labels not in (None, "", []):
+            parts.append(runs_on_label(labels))
+        return ", ".join(parts)
+    return text_of(runs_on)
 
 
 def base_contexts(github: Partial) -> dict[str, Any]:
@@ -161,6 +202,32 @@ def evaluate_text(text: str, contexts: Mapping[str, Any], status: Status) -> str
         return interpolate(text, contexts, status, PLAN_FUNCTIONS)
     except ExpressionError as exc:
         return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
+
+
+def evaluate_value(value: Any, contexts: Mapping[str, Any], status: Status) -> Any:
+    """A YAML value with its ``${{ }}`` evaluated; a value that is one whole expression keeps
+    its type (``${{ fromJSON(inputs.legs) }}`` is a list), so matrices and ``runs-on`` resolve."""
+    if isinstance(value, str):
+        whole = EMBEDDED.fullmatch(value.strip())
+        if not whole:
+            return evaluate_text(value, contexts, status)
+        try:
+            return evaluate(whole.group(1), contexts, status, PLAN_FUNCTIONS)
+        except ExpressionError as exc:
+            return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
+    if isinstance(value, list):
+        return [evaluate_value(v, contexts, status) for v in value]
+    if isinstance(value, dict):
+        return {k: evaluate_value(v, contexts, status) for k, v in value.items()}
+    return value
+
+
+def first_unknown(value: Any) -> Unknown | None:
+    """The first :class:`Unknown` anywhere inside ``value``; None when it is all known."""
+    if isinstance(value, Unknown):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return next((u for u in map(first_unknown, items) if u is not None), None)
 
 
 def layer_env(

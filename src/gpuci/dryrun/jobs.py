@@ -5,19 +5,34 @@ what a container or service asks of the runner. Used by :mod:`.planner`'s walk.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.dryrun.contexts import PLAN_FUNCTIONS, evaluate_text, text_of
+from gpuci.dryrun.contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
+from gpuci.dryrun.expressions import (
+    EMBEDDED,
+    ExpressionError,
+    Unknown,
+    condition,
+    evaluate,
+    opaque,
+    to_number,
+    to_text,
+)
 from gpuci.dryrun.workflow import triggers
-from gpuci.expressions import EMBEDDED, ExpressionError, Unknown, condition
 
 __all__ = [
     "JobState",
+    "call_outputs",
+    "callee_secrets",
     "cond_text",
+    "cond_values",
     "docker_notes",
     "inputs_context",
+    "job_title",
+    "merge_leg_outputs",
     "needs_order",
     "nothing_failed",
     "plan_condition",
@@ -54,6 +69,27 @@ def cond_text(cond: Any) -> str:
     text = " ".join(text_of(cond).split())
     whole = EMBEDDED.fullmatch(text)
     return " ".join(whole.group(1).split()) if whole else text
+
+
+_REFERENCE = re.compile(
+    r"(?<![\w.'])(?:inputs|matrix|vars|env|github|needs|steps|runner)(?:\.[A-Za-z_][\w-]*)+"
+)
+
+
+def cond_values(cond: Any, ctx: Mapping[str, Any]) -> str:
+    """The values an ``if:`` read, as the plan knew them (``inputs.gpu-arch-type is 'cpu'``),
+    so a skipped step says why in values; a secret is never shown, an unknown is left out."""
+    shown: list[str] = []
+    for ref in dict.fromkeys(_REFERENCE.findall(cond_text(cond))):
+        try:
+            value = evaluate(ref, ctx, lambda s: True)
+        except ExpressionError:
+            continue
+        if isinstance(value, Unknown | dict | list):
+            continue
+        text = "null" if value is None else repr(to_text(value))
+        shown.append(f"{ref} is {text}")
+    return "; ".join(shown[:4])
 
 
 def plan_condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unknown:
@@ -111,19 +147,102 @@ def inputs_context(
     with_: Mapping[str, Any],
     ctx: Mapping[str, Any],
     status: Any,
-    what: str,
+    typed: bool = False,
 ) -> dict[str, Any]:
-    """``inputs`` of a composite action or called workflow: ``with:`` over the defaults."""
+    """``inputs`` of a composite action or called workflow: ``with:`` over the defaults.
+
+    A composite action's inputs are text; a called workflow's (``typed``) take their declared
+    ``type``, so ``inputs.flag`` is a boolean and ``inputs.n`` a number, as on the runner.
+    """
     inputs: dict[str, Any] = {}
     for name, spec in declared.items():
-        default = spec.get("default") if isinstance(spec, dict) else None
-        if default is not None:
-            inputs[str(name)] = evaluate_text(text_of(default), ctx, status)
+        spec = spec if isinstance(spec, dict) else {}
+        default = spec.get("default")
+        if not typed:
+            inputs[str(name)] = (
+                "" if default is None else evaluate_text(text_of(default), ctx, status)
+            )
         else:
-            inputs[str(name)] = ""
+            value = "" if default is None else evaluate_value(default, ctx, status)
+            inputs[str(name)] = _typed(value, spec.get("type"))
     for name, value in with_.items():
-        inputs[str(name)] = evaluate_text(text_of(value), ctx, status)
+        if not typed:
+            inputs[str(name)] = evaluate_text(text_of(value), ctx, status)
+        else:
+            spec = declared.get(name)
+            kind = spec.get("type") if isinstance(spec, dict) else None
+            inputs[str(name)] = _typed(evaluate_value(value, ctx, status), kind)
     return inputs
+
+
+def _typed(value: Any, kind: Any) -> Any:
+    """A called workflow's input as its declared type (booleans and numbers from text too)."""
+    if isinstance(value, Unknown) or kind not in ("boolean", "number"):
+        return value if isinstance(value, Unknown) else _scalar_text(value)
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        return text_of(value).strip().lower() == "true"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    number = to_number(text_of(value))
+    return int(number) if number.is_integer() else number
+
+
+def _scalar_text(value: Any) -> Any:
+    """A string input's value: text, as the runner passes it (a YAML number becomes text)."""
+    if isinstance(value, dict | list):
+        return value
+    return to_text(value)
+
+
+def callee_secrets(job: Mapping[str, Any], ctx: Mapping[str, Any], status: Any) -> Any:
+    """``secrets`` inside a called workflow: the caller's (``secrets: inherit``), those the call
+    names, and ``GITHUB_TOKEN``; any other is empty there, as on the runner."""
+    given = job.get("secrets")
+    if given == "inherit":
+        return ctx.get("secrets")
+    caller = ctx.get("secrets")
+    token = caller.get("GITHUB_TOKEN") if isinstance(caller, dict) else None
+    found: dict[str, Any] = {"GITHUB_TOKEN": token or opaque("secrets.GITHUB_TOKEN")}
+    if isinstance(given, dict):
+        for name, value in given.items():
+            found[str(name)] = evaluate_value(value, ctx, status)
+    return found
+
+
+def call_outputs(called: Mapping[str, Any], ctx: Mapping[str, Any], status: Any) -> dict[str, Any]:
+    """A called workflow's ``on.workflow_call.outputs``, from its jobs' planned outputs."""
+    on = triggers(called)
+    call = on.get("workflow_call") if isinstance(on, dict) else None
+    declared = call.get("outputs") if isinstance(call, dict) else None
+    found: dict[str, Any] = {}
+    for name, spec in (declared or {}).items() if isinstance(declared, dict) else []:
+        value = spec.get("value") if isinstance(spec, dict) else None
+        found[str(name)] = evaluate_text(text_of(value), ctx, status)
+    return found
+
+
+def job_title(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> str:
+    """A job's ``name:`` as the runner shows it ('' when it has none); as written if it needs
+    a value only the run knows."""
+    raw = text_of(job.get("name"))
+    shown = evaluate_text(raw, ctx, lambda s: True) if raw else ""
+    return raw if isinstance(shown, Unknown) else shown
+
+
+def merge_leg_outputs(per_leg: list[dict[str, Any]]) -> dict[str, Any]:
+    """A matrix job's outputs: one leg's, or what every leg agrees on (the runner keeps
+    whichever leg wrote last, so a value that differs by leg is known only at run time)."""
+    if len(per_leg) == 1:
+        return per_leg[0]
+    merged: dict[str, Any] = {}
+    for name in {k for leg in per_leg for k in leg}:
+        values = [leg.get(name) for leg in per_leg]
+        first = values[0]
+        same = all(isinstance(v, str) and v == first for v in values)
+        merged[name] = first if same else Unknown(f"outputs.{name} (differs by matrix leg)")
+    return merged
 
 
 def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
@@ -146,9 +265,15 @@ def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
 
 
 def put_leg(value: Any, leg: dict[str, Any]) -> Any:
-    from gpuci import matrix
+    """The job with the leg's values put in for ``${{ matrix.<key> }}``; a value that is one
+    whole reference takes the leg's value itself, so ``continue-on-error: ${{ matrix.x }}``
+    stays a boolean (the text 'false' would be truthy)."""
+    from gpuci.dryrun import _matrix as matrix
 
     if isinstance(value, str):
+        whole = matrix.whole_reference(value)
+        if whole is not None and whole in leg and leg[whole] is not None:
+            return leg[whole]
         return matrix.substitute(value, leg)
     if isinstance(value, list):
         return [put_leg(v, leg) for v in value]

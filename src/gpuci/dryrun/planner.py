@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun.calls import (
     RUNPOD_KEY,
     missing_paths_of,
@@ -23,15 +24,29 @@ from gpuci.dryrun.calls import (
     plan_command,
 )
 from gpuci.dryrun.contexts import (
+    evaluate_text,
+    evaluate_value,
+    first_unknown,
     layer_env,
     runner_context,
+    runs_on_label,
     text_of,
+)
+from gpuci.dryrun.expressions import (
+    Partial,
+    Unknown,
+    truth_of,
 )
 from gpuci.dryrun.jobs import (
     JobState,
+    call_outputs,
+    callee_secrets,
     cond_text,
+    cond_values,
     docker_notes,
     inputs_context,
+    job_title,
+    merge_leg_outputs,
     needs_order,
     nothing_failed,
     plan_condition,
@@ -41,7 +56,7 @@ from gpuci.dryrun.jobs import (
     worst_outcome,
 )
 from gpuci.dryrun.plans import JUDGED, StepPlan
-from gpuci.dryrun.report import log_plan
+from gpuci.dryrun.report import Transcript, plan_lines
 from gpuci.dryrun.steps import (
     checked_out,
     given_inputs,
@@ -49,6 +64,7 @@ from gpuci.dryrun.steps import (
     mark_conditional,
     skipped_plan,
     step_name,
+    titled,
 )
 from gpuci.dryrun.workflow import (
     Call,
@@ -57,18 +73,16 @@ from gpuci.dryrun.workflow import (
     load_local_action,
     load_local_workflow,
     mapping,
+    own_workflow,
 )
 from gpuci.errors import InputError
-from gpuci.expressions import (
-    Partial,
-    Unknown,
-)
 from gpuci.probe import PROBE_ENV
 from gpuci.runtime import Result, Runtime, format_output
 
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
 MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
+UNRESOLVED_MATRIX = "its matrix is built at run time: judged once, with matrix.* unresolved"
 
 
 @dataclass
@@ -79,6 +93,8 @@ class Planner:
     probe: bool = False  # read-only probes allowed (--probe)
     plans: list[StepPlan] = field(default_factory=list)
     outcomes: dict[str, Any] = field(default_factory=dict)  # job -> success|failure|skipped|?
+    job_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its outputs
+    transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
 
     # ----- workflows and jobs ------------------------------------------------------------
     def workflow(
@@ -88,9 +104,12 @@ class Planner:
         prefix: str = "",
         inputs: Any = None,
         depth: int = 0,
+        secrets: Any = None,
     ) -> None:
         jobs: dict[str, Any] = dict(workflow.get("jobs") or {})
         base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
+        if secrets is not None:
+            base["secrets"] = secrets
         env = layer_env({}, workflow.get("env"), base, nothing_failed)
         for job_id in needs_order(jobs):
             job = jobs[job_id]
@@ -111,7 +130,7 @@ class Planner:
         contexts = {
             **contexts,
             "needs": {
-                n: Partial(f"needs.{n}", {"result": r})
+                n: Partial(f"needs.{n}", {"result": r, "outputs": self._outputs_of(f"{prefix}{n}")})
                 if isinstance(r, str)
                 else Unknown(f"needs.{n}")
                 for n, r in results.items()
@@ -122,7 +141,8 @@ class Planner:
         if failed:
             state.failed, state.failure = True, f"needs {', '.join(failed)}"
         elif any(isinstance(r, Unknown) for r in results.values()):
-            state.failed = Unknown(f"needs.{next(iter(results))}.result", path=False)
+            unsure = next(n for n, r in results.items() if isinstance(r, Unknown))
+            state.failed = Unknown(f"needs.{unsure}.result", path=False)
         cond = job.get("if")
         held = plan_condition(cond, contexts, state.status)
         forced = ""
@@ -132,22 +152,72 @@ class Planner:
                 self.outcomes[name] = "skipped"
                 forced = f"job skipped: {state.failure} would fail or be skipped here"
             else:
-                self._job_line(name, f"skipped (if: {cond_text(cond)})")
+                values = cond_values(cond, contexts)
+                why = f"if: {cond_text(cond)}" + (f"; {values}" if values else "")
+                self._job_line(name, f"skipped ({why})")
                 self.outcomes[name] = "skipped"
-                self._list_skipped(name, job, f"job skipped (if: {cond_text(cond)})")
+                self.job_outputs[name] = {}  # a skipped job's outputs are empty
+                self._list_skipped(name, job, f"job skipped ({why})")
                 return
         note = ""
         if isinstance(held, Unknown):
-            note = f"conditional (if: {cond_text(cond)}: {held.why} is known at run time)"
+            note = f"conditional: job if: {cond_text(cond)} ({held.why} is known at run time)"
         uses = str(job.get("uses") or "")
         if uses:
-            self.reusable(name, job, uses, contexts, note, depth)
+            if forced:
+                self._job_line(name, f"uses {uses}: {forced}")
+                self.job_outputs[name] = {}
+                return
+            self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
             return
         outcome = self.legs(name, job, contexts, note, forced)
         self.outcomes[name] = "skipped" if forced else outcome
 
+    def _keep_outputs(self, job: str, outputs: dict[str, Any]) -> None:
+        """Record a job's outputs for the jobs that need it; an unknown one is named as they
+        read it (``needs.gate.outputs.skip``), not by the step it came from."""
+        short = job.rpartition("/")[2]
+        self.job_outputs[job] = {
+            k: Unknown(f"needs.{short}.outputs.{k}") if isinstance(v, Unknown) else v
+            for k, v in outputs.items()
+        }
+
+    def _outputs_of(self, job: str) -> Any:
+        """``needs.<job>.outputs``: what the plan of that job knows of its ``outputs:``."""
+        known = self.job_outputs.get(job)
+        if known is None:
+            return Unknown(f"needs.{job.rpartition('/')[2]}.outputs")
+        name = job.rpartition("/")[2]
+        return Partial(f"needs.{name}.outputs", known, open=frozenset())  # undeclared: null
+
     def _job_line(self, name: str, text: str) -> None:
-        self.rt.log(f"job {name}: {text}")
+        self.transcript.say(f"job {name}: {text}")
+
+    def _legs(
+        self, name: str, job: dict[str, Any], contexts: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any], Any]]:
+        """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
+        matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
+        one unresolved run when only the run can build it."""
+        from gpuci.dryrun import _matrix as matrix
+
+        strategy = job.get("strategy")
+        raw = strategy.get("matrix") if isinstance(strategy, dict) else None
+        value = evaluate_value(raw, contexts, nothing_failed)
+        legs = None if first_unknown(value) is not None else matrix.expand(value)
+        if legs is None:
+            return [(name, job, Unknown("matrix"))]
+        if legs == [{}]:
+            return [(name, job, {})]
+        keys = matrix.naming_keys(legs)
+        labels = [matrix.label(leg, keys) for leg in legs]
+        if len(set(labels)) < len(labels):  # cut values alike: number the legs too
+            labels = [f"{index}: {text}" for index, text in enumerate(labels, 1)]
+        named = [
+            (f"{name} ({text or index})", leg)
+            for index, (text, leg) in enumerate(zip(labels, legs, strict=True), 1)
+        ]
+        return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in named]
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
@@ -156,7 +226,7 @@ class Planner:
                 plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
                 self.plans.append(plan)
 
-    def reusable(
+    def calls(
         self,
         name: str,
         job: dict[str, Any],
@@ -164,9 +234,13 @@ class Planner:
         contexts: dict[str, Any],
         note: str,
         depth: int,
-    ) -> None:
-        """A job calling a workflow: a local one is planned as its jobs, a remote one named."""
-        found = load_local_workflow(self.workspace, uses) if uses.startswith("./") else None
+    ) -> Any:
+        """A job calling a workflow: a local one is planned as its jobs, once per leg of the
+        caller's matrix with that leg's ``inputs`` and ``secrets``; a remote one is named."""
+        github = contexts.get("github")
+        own = own_workflow(uses, github.get("repository") if isinstance(github, dict) else None)
+        local = own or (uses if uses.startswith("./") else None)
+        found = load_local_workflow(self.workspace, local) if local else None
         if found is None or depth >= MAX_DEPTH:
             why = (
                 "not inspected: remote reusable workflow"
@@ -177,54 +251,81 @@ class Planner:
             plan = StepPlan(job=name, index="-", name=uses, uses=uses)
             plan.verdict, plan.detail = "not-inspected", why
             self.plans.append(plan)
-            self.outcomes[name] = Unknown(f"needs.{name}.result")
-            return
+            return Unknown(f"needs.{name}.result")
         path, called = found
-        with_ = mapping(job.get("with"))
-        inputs = inputs_context(
-            workflow_call_inputs(called), with_, contexts, JobState().status, f"{name} inputs"
-        )
-        self._job_line(name, f"calls {uses} ({path.name})" + (f"; {note}" if note else ""))
-        before = {k for k in self.outcomes}
-        self.workflow(called, prefix=f"{name}/", inputs=inputs, depth=depth + 1)
-        inner = [v for k, v in self.outcomes.items() if k not in before]
-        self.outcomes[name] = worst_outcome(inner)
+        outcomes, outputs = [], []
+        for leg_name, leg_job, leg in self._legs(name, job, contexts):
+            ctx = {**contexts, "matrix": leg}
+            status = JobState().status
+            inputs = inputs_context(
+                workflow_call_inputs(called), mapping(leg_job.get("with")), ctx, status, typed=True
+            )
+            secrets = callee_secrets(leg_job, ctx, status)
+            where = " (this repository's own: read from the checkout)" if own else ""
+            self._job_line(
+                leg_name, f"calls {uses} ({path.name}){where}" + (f"; {note}" if note else "")
+            )
+            if isinstance(leg, Unknown):
+                self.transcript.say(f"  {UNRESOLVED_MATRIX}")
+            elif leg and len(leg) > 1:
+                self.transcript.say(f"  matrix: {matrix_label(leg)}")
+            before = set(self.outcomes)
+            prefix = f"{leg_name}/"
+            self.workflow(called, prefix=prefix, inputs=inputs, depth=depth + 1, secrets=secrets)
+            inner = {k: v for k, v in self.outcomes.items() if k not in before}
+            outcomes.append(worst_outcome(list(inner.values())))
+            if note:
+                outcomes[-1] = Unknown(f"{leg_name} is conditional")
+            jobs_ctx = {
+                k[len(prefix) :]: {"result": v, "outputs": self._outputs_of(k)}
+                for k, v in inner.items()
+                if k.startswith(prefix) and "/" not in k[len(prefix) :]
+            }
+            outputs.append(
+                call_outputs(called, {**ctx, "inputs": inputs, "jobs": jobs_ctx}, nothing_failed)
+            )
+        self._keep_outputs(name, merge_leg_outputs(outputs))
+        return worst_outcome(outcomes)
 
     def legs(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str, forced: str
     ) -> Any:
         """Plan every leg of the job's matrix; the job's outcome (failure if a leg fails)."""
-        from gpuci import matrix
-
-        strategy = job.get("strategy")
-        legs = matrix.expand(strategy.get("matrix") if isinstance(strategy, dict) else None)
-        if legs is None:
-            self._job_line(name, "its matrix is built at run time; judged once, matrix unresolved")
-            runs: list[tuple[str, dict[str, Any], Any]] = [(name, job, Unknown("matrix"))]
-        elif legs == [{}]:
-            runs = [(name, job, {})]
-        else:
-            runs = [(f"{name} ({matrix.label(leg)})", put_leg(job, leg), leg) for leg in legs]
         outcomes = []
-        for leg_name, leg_job, leg in runs:
-            runs_on = leg_job.get("runs-on", "")
-            ctx = {**contexts, "matrix": leg, "runner": runner_context(runs_on)}
+        outputs: list[dict[str, Any]] = []
+        for leg_name, leg_job, leg in self._legs(name, job, contexts):
+            ctx = {**contexts, "matrix": leg}
+            runs_on = evaluate_value(leg_job.get("runs-on", ""), ctx, nothing_failed)
+            ctx["runner"] = runner_context(runs_on)
             ctx["env"] = layer_env(ctx["env"], leg_job.get("env"), ctx, nothing_failed)
             notes = docker_notes(leg_job, ctx)
-            label = (
-                text_of(runs_on) if not isinstance(runs_on, list) else ", ".join(map(str, runs_on))
+            title = job_title(leg_job, ctx)
+            header = f"job {leg_name}{f': {title}' if title else ''}"
+            self.transcript.heading(f"{header} (runs-on: {runs_on_label(runs_on) or '?'})")
+            shown = [note] if note else []
+            if isinstance(leg, Unknown):
+                shown.append(UNRESOLVED_MATRIX)
+            elif leg and len(leg) > 1:
+                shown.append(f"matrix: {matrix_label(leg)}")
+            for line in shown + notes + ([forced] if forced else []):
+                self.transcript.say(f"  {line}")
+            state = JobState()
+            first = len(self.plans)
+            self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", forced, 0, note)
+            for plan in self.plans[first:]:
+                plan.notes = notes + plan.notes
+            outcomes.append("failure" if state.failed is True else state.failed or "success")
+            if note:
+                outcomes[-1] = Unknown(f"{leg_name} is conditional")
+            declared = mapping(leg_job.get("outputs"))
+            step_ctx = {**ctx, "steps": state.steps}
+            outputs.append(
+                {
+                    str(k): evaluate_text(text_of(v), step_ctx, state.status)
+                    for k, v in declared.items()
+                }
             )
-            with self.rt.group(f"job {leg_name} (runs-on: {label or '?'})"):
-                for line in ([note] if note else []) + notes + ([forced] if forced else []):
-                    self.rt.log(f"  {line}")
-                state = JobState()
-                first = len(self.plans)
-                self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", forced, 0, note)
-                for plan in self.plans[first:]:
-                    plan.notes = notes + plan.notes
-                outcomes.append("failure" if state.failed is True else state.failed or "success")
-                if note:
-                    outcomes[-1] = Unknown(f"{leg_name} is conditional")
+        self._keep_outputs(name, merge_leg_outputs(outputs))
         return worst_outcome(outcomes)
 
     # ----- steps -------------------------------------------------------------------------
@@ -241,6 +342,7 @@ class Planner:
     ) -> None:
         """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
         would run conditional (its job's ``if:`` is known only at run time)."""
+        steps = list(steps)  # each step's name is put in as the runner shows it
         for number, step in enumerate(steps, start=1):
             if not isinstance(step, dict):
                 continue
@@ -250,6 +352,7 @@ class Planner:
                 contexts["env"], step.get("env"), {**contexts, "steps": state.steps}, state.status
             )
             ctx = {**contexts, "env": env, "steps": state.steps}
+            step = steps[number - 1] = titled(step, ctx)
             cond = step.get("if")
             shown = cond_text(cond) if cond is not None else ""
             if forced:
@@ -264,13 +367,12 @@ class Planner:
                     # literals are still checked), but it does not run after that failure.
                     plan = self.step(job, steps, number, index, ctx, env, depth)
                     plan.planned, plan.verdict = plan.verdict, "skipped"
-                    plan.detail = (
-                        f"skipped here: {state.failure} (if it ran: {plan.planned}: {plan.detail})"
-                    )
+                    plan.reason = f"skipped here: {state.failure}"
+                    plan.detail = f"{plan.reason} (if it ran: {plan.planned}: {plan.detail})"
                 else:
-                    plan = skipped_plan(
-                        job, index, step, f"skipped (if: {shown or 'success()'})", ""
-                    )
+                    values = cond_values(cond, ctx) if cond is not None else ""
+                    why = f"if: {shown or 'success()'}" + (f"; {values}" if values else "")
+                    plan = skipped_plan(job, index, step, f"skipped ({why})", "")
                 plan.condition = shown
                 self._add(plan)
                 state.steps[step_id] = skipped_context()
@@ -278,29 +380,39 @@ class Planner:
             plan = self.step(job, steps, number, index, ctx, env, depth)
             plan.condition = shown
             if isinstance(held, Unknown) or unsure:
-                mark_conditional(plan, held, shown, unsure)
+                mark_conditional(plan, held, shown or "success()")
             self._add(plan)
-            self._after(plan, step, step_id, state)
+            # inside a job that may not run, a step is planned as if the job runs: what it
+            # would do then is sure, as the job's own line says once
+            tolerated = truth_of(
+                evaluate_value(step.get("continue-on-error", False), ctx, nothing_failed)
+            )
+            sure = not isinstance(held, Unknown) and tolerated is not None
+            self._after(plan, step_id, state, sure=sure, tolerated=bool(tolerated))
 
     def _add(self, plan: StepPlan) -> None:
         """List the step, then a composite's own steps (logged as they were planned)."""
         self.plans.append(plan)
-        _log_plan(plan, self.rt)
+        self.transcript.extend(plan_lines(plan))
         self.plans += plan.children
 
-    def _after(self, plan: StepPlan, step: dict[str, Any], step_id: str, state: JobState) -> None:
-        """Record the step's outputs and outcome for the steps and status functions after it."""
+    def _after(
+        self, plan: StepPlan, step_id: str, state: JobState, sure: bool, tolerated: bool
+    ) -> None:
+        """Record the step's outputs and outcome for the steps and status functions after it
+        (``sure``: the step runs whenever its job does, and whether a failure of it is
+        tolerated, ``continue-on-error``, is known)."""
         verdict = plan.planned if plan.verdict == "conditional" else plan.verdict
         fails = verdict in ("would-fail", "bad-input")
-        tolerated = text_of(step.get("continue-on-error")).lower() == "true"
         if fails and not tolerated:
-            if plan.verdict == "conditional":
+            if not sure:  # it may not run, or its failure may be tolerated
                 if state.failed is False:
                     state.failed = Unknown(f"the outcome of step {plan.index}", path=False)
             else:
                 why = "has bad input" if verdict == "bad-input" else "would fail on this machine"
                 state.failed, state.failure = True, f"step {plan.index} ({plan.name}) {why}"
-        known = plan.verdict in JUDGED and plan.verdict != "not-evaluated" and plan.results
+        judged = plan.verdict in JUDGED or (sure and plan.verdict == "conditional")
+        known = judged and verdict != "not-evaluated" and plan.results
         if known and not any(r.report.get("not_evaluated") for r in plan.results):
             outputs: dict[str, str] = {}
             for result in plan.results:
@@ -354,7 +466,7 @@ class Planner:
             return plan
         plan.command = " + ".join(full for full, _, _ in calls)
         self._plan_calls(plan, calls, env)
-        judge(plan, missing_paths_of(steps, number, calls))
+        judge(plan, missing_paths_of(steps, number, calls, self.workspace))
         return plan
 
     def _not_gpuci(
@@ -400,7 +512,9 @@ class Planner:
                 # without the key the pods commands plan without asking RunPod anything
                 inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
                 plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
-            plan.results.append(plan_command(full_name, cmd, values, plan.why, inner_env, self.rt))
+            plan.results.append(
+                plan_command(full_name, cmd, values, plan.why, inner_env, self.rt, plan.present)
+            )
 
     def local_action(
         self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int
@@ -420,10 +534,10 @@ class Planner:
             return plan
         with_ = mapping(step.get("with"))
         declared = mapping(action.get("inputs"))
-        inputs = inputs_context(declared, with_, ctx, lambda s: True, f"{plan.uses} inputs")
+        inputs = inputs_context(declared, with_, ctx, lambda s: True)
         inner_ctx = {**ctx, "inputs": inputs, "steps": {}}
         state = JobState()
-        self.rt.log(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
+        self.transcript.say(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
         first = len(self.plans)
         self.steps(
             plan.job, runs.get("steps") or [], inner_ctx, state, f"{plan.index}.", "", depth + 1
@@ -451,7 +565,3 @@ class Planner:
         )
         plan.children = inner
         return plan
-
-
-def _log_plan(plan: StepPlan, rt: Runtime) -> None:
-    log_plan(plan, rt)

@@ -22,8 +22,10 @@ class StepPlan:
     detail: str = ""
     condition: str = ""  # the step's if:, as written
     planned: str = ""  # for a skipped or conditional step that was judged: its verdict if run
+    reason: str = ""  # for a skipped or conditional step: why, in a few words
     unresolved: list[str] = field(default_factory=list)
     why: dict[str, str] = field(default_factory=dict)  # unresolved name -> what it waits for
+    present: set[str] = field(default_factory=set)  # unresolved, but a secret known to exist
     results: list[Result] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # e.g. a path that may be missing
     notes: list[str] = field(default_factory=list)  # e.g. runs in a container

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,7 @@ from gpuci.runtime import OutputValue, Result, Runtime, format_output, markdown_
 if TYPE_CHECKING:
     from gpuci.dryrun.plans import StepPlan
 
-__all__ = ["MARKS", "log_plan", "mark", "result"]
+__all__ = ["MARKS", "Transcript", "mark", "plan_lines", "result"]
 
 MARKS = {
     "ok": "ok",
@@ -23,41 +23,84 @@ MARKS = {
     "run": "run",
     "other-action": "other",
     "not-inspected": "not inspected",
+    "not-evaluated": "not evaluated",
 }
 
 
 def mark(plan: StepPlan) -> str:
-    if plan.verdict == "not-evaluated":
-        return f"not evaluated: {plan.detail}"
-    if plan.verdict == "skipped":
-        return plan.detail
+    """The step's verdict in a few words (what its commands said follows on its own lines)."""
+    if plan.verdict == "not-evaluated":  # why is on the lines below when a command said it
+        return "not evaluated" if plan.results else f"not evaluated: {plan.detail}"
+    planned = MARKS.get(plan.planned, plan.planned)
     if plan.verdict == "conditional":
-        return f"conditional (if: {plan.condition} unknown at plan time)"
+        return f"conditional ({plan.reason}): {planned}"
+    if plan.verdict == "skipped":
+        text = plan.reason or plan.detail
+        return f"{text}; if it ran: {planned}" if plan.planned else text
     return MARKS.get(plan.verdict, plan.verdict)
 
 
-def log_plan(plan: StepPlan, rt: Runtime) -> None:
-    rt.log(f"  step {plan.index}: {plan.name} [{mark(plan)}]")
+def plan_lines(plan: StepPlan) -> list[str]:
+    """A step's lines in the plan: its verdict, then what its commands' plans said."""
+    lines = [f"  step {plan.index}: {plan.name} [{mark(plan)}]"]
     if plan.verdict in ("run", "other-action", "not-inspected") or (
         plan.verdict == "skipped" and not plan.results
     ):
-        return
+        return lines
     if plan.unresolved:
         waits = [f"{n} ({plan.why[n]})" if n in plan.why else n for n in plan.unresolved]
-        rt.log(f"    unresolved at plan time (set by the workflow at run time): {', '.join(waits)}")
-    if not plan.results and plan.verdict != "not-evaluated":
-        rt.log(f"    {plan.detail}")
+        lines.append(f"    unresolved at plan time (set at run time): {', '.join(waits)}")
+    if not plan.results and plan.verdict not in ("not-evaluated", "conditional"):
+        lines.append(f"    {plan.detail}")
     for result in plan.results:
-        rt.log(f"    {result.command}: {result.headline or 'ok'}")
+        lines.append(f"    {result.command}: {result.headline or 'ok'}")
         for note in result.annotations:
             if note.message != result.headline:
-                rt.log(f"      {note.level}: {note.message}")
+                lines.append(f"      {note.level}: {note.message}")
         for key, value in result.outputs.items():
             text = format_output(value)
             if text not in ("", "0") and "\n" not in text and len(text) < 200:
-                rt.log(f"      {key} = {text}")
-    for warning in plan.warnings:
-        rt.log(f"    warning: {warning}")
+                lines.append(f"      {key} = {text}")
+    lines += [f"    warning: {warning}" for warning in plan.warnings]
+    return lines
+
+
+@dataclass
+class Transcript:
+    """The plan as a person reads it, job by job: the result of a dry run, so it goes to
+    stdout (``dry-run wf.yml > plan.txt`` keeps it); progress and notes go to stderr."""
+
+    entries: list[tuple[bool, str]] = field(default_factory=list)  # (is a heading, text)
+
+    def heading(self, text: str) -> None:
+        self.entries.append((True, text))
+
+    def say(self, text: str) -> None:
+        self.entries.append((False, text))
+
+    def extend(self, lines: list[str]) -> None:
+        self.entries += [(False, line) for line in lines]
+
+    def text(self, rt: Runtime) -> str:
+        """Every line made one printable line (redacted, CR/LF escaped), headings marked."""
+        return "\n".join(rt.line(f"== {t}" if head else t) for head, t in self.entries)
+
+    def replay(self, rt: Runtime) -> None:
+        """Into the CI log: each job a collapsible group."""
+        sections: list[tuple[str, list[str]]] = [("", [])]
+        for head, text in self.entries:
+            if head:
+                sections.append((text, []))
+            else:
+                sections[-1][1].append(text)
+        for title, lines in sections:
+            if not title:
+                for line in lines:
+                    rt.log(line)
+                continue
+            with rt.group(title):
+                for line in lines:
+                    rt.log(line)
 
 
 def _is_gpuci(plan: StepPlan) -> bool:
@@ -69,8 +112,10 @@ def _is_gpuci(plan: StepPlan) -> bool:
     return bool(plan.judged) or (bool(plan.uses) and classify_uses(plan.uses) is not None)
 
 
-def _where(plans: list[StepPlan]) -> str:
-    return ", ".join(f"{p.job} step {p.index}" for p in plans)
+def _where(plans: list[StepPlan], most: int = 4) -> str:
+    """Where the steps are, the first few by name (every one is in the plan above)."""
+    shown = ", ".join(f"{p.job} step {p.index}" for p in plans[:most])
+    return shown + (f" and {len(plans) - most} more" if len(plans) > most else "")
 
 
 @dataclass(frozen=True)
@@ -126,15 +171,30 @@ class _Tally:
         }
 
 
-def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, probe: bool) -> Result:
-    """The dry run's one Result: the summary table, a report per step, the counts, the headline.
+def result(
+    path: Path,
+    plans: list[StepPlan],
+    job: str | None,
+    rt: Runtime,
+    probe: bool,
+    notes: list[str],
+    transcript: Transcript,
+) -> Result:
+    """The dry run's one Result: the plan job by job, a report per step, the counts, the
+    headline, and a warning for each of ``notes`` (e.g. an event the workflow never runs on).
 
-    Exit 2 when a gpu-ci step has bad input; a step that would fail on this machine is in the
-    headline, not the exit code (this machine is seldom the runner).
+    On a terminal the plan is the result's text (stdout); in CI it is the job log, grouped by
+    job, and the summary is a table. Exit 2 when a gpu-ci step has bad input; a step that would
+    fail on this machine is in the headline, not the exit code (this machine is seldom the
+    runner).
     """
     tally = _Tally.of(plans)
     out = Result(command="dry-run")
-    if rt.platform != "terminal":  # on a terminal the per-step log above says it all
+    if rt.platform == "terminal":
+        out.summary.append(transcript.text(rt))
+    else:
+        if rt.platform != "json":
+            transcript.replay(rt)
         rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in tally.judged]
         out.summary.append(
             f"### gpu-ci dry run of `{path}`\n\n"
@@ -144,9 +204,14 @@ def result(path: Path, plans: list[StepPlan], job: str | None, rt: Runtime, prob
         "workflow": str(path),
         "job": job,
         "probe": probe,
+        "notes": notes,
         "steps": [_step_report(p) for p in plans],
+        "plan": transcript.text(rt).splitlines(),
     }
     out.outputs = tally.outputs()
+    for note in notes:
+        rt.log(f"warning: {note}")
+        out.warning(note, "gpu-ci dry run")
     for p in tally.risky:
         for warning in p.warnings:
             out.warning(f"job {p.job}, step {p.index} ({p.name}): {warning}", "gpu-ci dry run")

@@ -5,13 +5,22 @@ calls, and the listed-not-judged forms (skipped, conditional). Used by :mod:`.pl
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from gpuci.dryrun.calls import verdict
 from gpuci.dryrun.contexts import evaluate_text, text_of
+from gpuci.dryrun.expressions import EMBEDDED, Unknown
 from gpuci.dryrun.plans import StepPlan
-from gpuci.expressions import EMBEDDED, Unknown
+
+# The environment gpu-ci's commands read (their settings, AWS/HF/RunPod credentials, the GPU
+# and proxy conventions): an unknown value of one of these may change a plan; of others, not.
+READ_ENV = re.compile(
+    r"^(?:GPUCI_|AWS_|HF_|HUGGING_FACE|RUNPOD_|CUDA_|NVIDIA_|GITHUB_TOKEN$|HTTPS?_PROXY$|NO_PROXY$"
+    r"|SSL_CERT|REQUESTS_CA_BUNDLE$)",
+    re.IGNORECASE,
+)
 
 __all__ = [
     "checked_out",
@@ -20,6 +29,7 @@ __all__ = [
     "mark_conditional",
     "skipped_plan",
     "step_name",
+    "titled",
 ]
 
 
@@ -40,6 +50,16 @@ def step_name(step: dict[str, Any]) -> str:
     return text_of(step.get("name")) or uses or (run[0] if run else "")
 
 
+def titled(step: dict[str, Any], ctx: Mapping[str, Any]) -> dict[str, Any]:
+    """The step with its ``name:`` as the runner shows it (``${{ inputs.v }}`` put in); as
+    written when it needs a value only the run knows."""
+    name = step.get("name")
+    if not isinstance(name, str) or not EMBEDDED.search(name):
+        return step
+    shown = evaluate_text(name, ctx, lambda s: True)
+    return step if isinstance(shown, Unknown) else {**step, "name": shown}
+
+
 def given_inputs(
     plan: StepPlan, with_: dict[Any, Any], ctx: dict[str, Any], env: Mapping[str, str | Unknown]
 ) -> dict[str, str]:
@@ -52,12 +72,17 @@ def given_inputs(
         if isinstance(got, Unknown):
             plan.unresolved.append(str(key))
             plan.why[str(key)] = got.why
+            if got.truth is True and got.why.startswith("secrets."):
+                plan.present.add(str(key))  # named by --secret: it exists, its value unread
+                plan.why[str(key)] = f"{got.why}, which exists; its value is never read"
             given[str(key)] = text if EMBEDDED.search(text) else "${{ }}"
         else:
             given[str(key)] = got
     plan.unresolved.sort()
     plan.unresolved += sorted(
-        f"env {k}" for k, v in env.items() if isinstance(v, Unknown) and not os.environ.get(k)
+        f"env {k}"
+        for k, v in env.items()
+        if isinstance(v, Unknown) and not os.environ.get(k) and (k == "*" or READ_ENV.match(k))
     )
     return given
 
@@ -82,10 +107,12 @@ def skipped_plan(
     return plan
 
 
-def mark_conditional(plan: StepPlan, held: Any, shown: str, unsure: str) -> None:
-    """A step whose if: (or its job's) is known only at run time: judged, but conditional."""
+def mark_conditional(plan: StepPlan, held: Any, shown: str) -> None:
+    """A step whose if: (or its job's) is known only at run time: judged, but conditional;
+    ``reason`` says once what it waits for (a job's if: is said once, on the job's line)."""
     plan.planned, plan.verdict = plan.verdict, "conditional"
-    why = f"if: {shown}: {held.why} is known at run time" if held is not True else ""
-    plan.detail = f"conditional ({why or unsure}); if it runs: {plan.planned}: {plan.detail}"
-    if not shown:
-        plan.condition = unsure
+    if isinstance(held, Unknown):
+        plan.reason = f"if: {shown}; {held.why} is known at run time"
+    else:
+        plan.reason = "the job's if:"
+    plan.detail = f"conditional: {plan.reason}; if it runs: {plan.planned}: {plan.detail}"

@@ -194,6 +194,22 @@ def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any
     return path, data
 
 
+_REMOTE_WORKFLOW = re.compile(
+    r"^(?P<repo>[\w.-]+/[\w.-]+)/(?P<path>\.github/workflows/[\w./-]+\.ya?ml)@[\w./-]+$"
+)
+
+
+def own_workflow(uses: str, repository: Any) -> str | None:
+    """``./<path>`` when ``uses`` names a workflow of this very repository by its full name
+    (``org/repo/.github/workflows/x.yml@main`` in org/repo): it is read from the checkout."""
+    match = _REMOTE_WORKFLOW.match(uses.strip())
+    if match is None or not isinstance(repository, str):
+        return None
+    if match.group("repo").casefold() != repository.casefold():
+        return None
+    return f"./{match.group('path')}"
+
+
 def triggers(workflow: Mapping[Any, Any]) -> Any:
     """The workflow's ``on:`` block (YAML 1.1 reads a bare ``on`` key as the boolean True)."""
     return workflow.get("on", workflow.get(True))

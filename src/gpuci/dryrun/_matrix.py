@@ -12,6 +12,7 @@ can't be expanded here: :func:`expand` returns None and the caller says so.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from typing import Any
 
@@ -72,15 +73,57 @@ def expand(matrix: Any) -> list[Leg] | None:
     return legs or [{}]
 
 
-def label(leg: Leg) -> str:
-    """``mem=40, os=linux``: how a leg is named in the report (GitHub shows the values)."""
-    return ", ".join(f"{k}={_text(v)}" for k, v in leg.items())
+def label(leg: Leg, keys: list[str] | None = None) -> str:
+    """``mem=40, os=linux``: how a leg is named in the report (GitHub shows the values); a key
+    the leg leaves empty (``extras:`` with no value) is left out, as it names nothing. ``keys``
+    (see :func:`naming_keys`) keeps the name short where the legs differ in a few keys."""
+    shown = [k for k in leg if keys is None or k in keys]
+    return ", ".join(f"{k}={_short(leg[k])}" for k in shown if leg[k] is not None and leg[k] != "")
+
+
+MAX_SHOWN = 40  # a value longer than this is cut in a leg's name (the plan shows it whole)
+
+
+def _short(value: Any) -> str:
+    """A value as a name shows it: an object or array as compact JSON, cut when long."""
+    if isinstance(value, dict | list):
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    else:
+        text = _text(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def naming_keys(legs: list[Leg]) -> list[str]:
+    """The fewest keys, in the matrix's order, that tell the legs apart: a key is taken when
+    it splits legs the keys before it do not (ao's legs differ by ``name`` alone, so its five
+    keys are not all repeated in every job name)."""
+    if len(legs) < 2:
+        return list(dict.fromkeys(k for leg in legs for k in leg))  # one leg: all it has
+    keys: list[str] = []
+    groups = 1
+    for key in dict.fromkeys(k for leg in legs for k in leg):
+        more = len({label(leg, [*keys, key]) for leg in legs})
+        if more > groups:
+            keys.append(key)
+            groups = more
+        if groups == len(legs):
+            break
+    return keys
 
 
 def _text(value: Any) -> str:
+    """A matrix value as the runner renders it in text (null is empty)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "" if value is None else str(value)
+
+
+def whole_reference(text: str) -> str | None:
+    """The key when ``text`` is one whole ``${{ matrix.<key> }}``, else None."""
+    match = _MATRIX_REF.fullmatch(text.strip())
+    return match.group(1) if match else None
 
 
 def substitute(text: str, leg: Leg) -> str:

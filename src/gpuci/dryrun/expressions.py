@@ -69,11 +69,31 @@ class Unknown:
 
 
 class Partial(dict):
-    """A context of which only some properties are known; the rest are :class:`Unknown`."""
+    """A context of which only some properties are known; the rest are :class:`Unknown`.
 
-    def __init__(self, name: str, known: Mapping[str, Any]) -> None:
+    With ``open`` given, only the properties it names are unknown and any other is null: an
+    event's payload carries a fixed set of fields, so ``github.event.pull_request`` on a push is
+    null at plan time as it is at run time.
+    """
+
+    def __init__(
+        self, name: str, known: Mapping[str, Any], open: frozenset[str] | None = None
+    ) -> None:
         super().__init__(known)
         self.name = name
+        self.open = None if open is None else frozenset(k.casefold() for k in open)
+
+    def missing(self, key: str) -> Unknown | None:
+        """What a property this context does not hold is: unknown, or null."""
+        if self.open is None or key.casefold() in self.open:
+            return Unknown(f"{self.name}.{key}")
+        return None
+
+
+def opaque(why: str) -> Unknown:
+    """A value that exists but is never read (a secret named by ``--secret``): truthy and not
+    empty, so ``secrets.X != ''`` and ``secrets.X && ...`` decide, while its text stays unknown."""
+    return Unknown(why, path=False, truth=True)
 
 
 def is_unknown(value: Any) -> bool:
@@ -150,6 +170,14 @@ def to_text(value: Any) -> str:
     return str(value)
 
 
+def _nonempty_against_empty(left: Any, right: Any) -> bool | None:
+    """``x == ''`` (or null) where x is unknown but surely truthy: False, known at plan time."""
+    for a, b in ((left, right), (right, left)):
+        if isinstance(a, Unknown) and a.truth is True and (b is None or b == ""):
+            return False
+    return None
+
+
 def _first_unknown(*values: Any) -> Unknown | None:
     """The first unknown operand, as the unknown result of an operation on it."""
     found = next((v for v in values if isinstance(v, Unknown)), None)
@@ -218,8 +246,10 @@ class _Parser:
         while self.peek() in ("==", "!="):
             op = self.take()[1]
             right = self.comparison()
-            same = equal(value, right)
-            value = _first_unknown(value, right) or (same if op == "==" else not same)
+            known = _nonempty_against_empty(value, right)
+            same = equal(value, right) if known is None else known
+            unknown = None if known is not None else _first_unknown(value, right)
+            value = unknown or (same if op == "==" else not same)
         return value
 
     def comparison(self) -> Any:
@@ -345,18 +375,30 @@ def _format(template: str, args: list[str], where: str) -> str:
     return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
 
 
+class _Filtered(list):
+    """The array an object filter (``labels.*``) makes: a property of it is that property of
+    each item (``labels.*.name`` is every label's name), as in GitHub's expressions."""
+
+
 def _index(value: Any, key: Any) -> Any:
     if isinstance(value, Unknown):
         return value.child(key)
     if isinstance(key, Unknown):
         return key
+    if isinstance(value, _Filtered):
+        picked = (_index(item, key) for item in value)
+        return _Filtered(v for v in picked if v is not None)
+    if key == "*":
+        if isinstance(value, Mapping):
+            return _Filtered(value.values())
+        return _Filtered(value) if isinstance(value, list) else _Filtered()
     if isinstance(value, Mapping):
         if isinstance(key, str):
             for k, v in value.items():  # contexts are case-insensitive
                 if k.casefold() == key.casefold():
                     return v
             if isinstance(value, Partial):
-                return Unknown(f"{value.name}.{key}")
+                return value.missing(key)
         return None
     if isinstance(value, list) and isinstance(key, int | float) and not isinstance(key, bool):
         index = int(key)

@@ -4,8 +4,8 @@ A save whose ``path`` nothing before it creates fails at run time (``path ... do
 exit 2), and a plan made on a laptop can't see that from the save alone: the path is simply
 "not there yet". So ``dry-run`` looks back through the job for a step that would make it:
 
-- a ``run:`` step whose script names the path or something under it (``--out data/x.npz``,
-  ``mkdir -p baseline``);
+- a ``run:`` step whose script, or its own ``env``, names the path or something under it
+  (``--out data/x.npz``, ``mkdir -p baseline``, ``HF_HUB_CACHE: ~/.cache/hub`` for a download);
 - a step whose ``with:`` names it (``retry-fetch`` ``dest``, a restore's ``populate`` with that
   ``path``, another action's ``path``); a plain restore doesn't count: on a miss it makes
   nothing, and a miss is when a save runs;
@@ -14,7 +14,10 @@ exit 2), and a plan made on a laptop can't see that from the save alone: the pat
 A maker counts only when it runs whenever the save does: no ``if:``, or the save's own
 ``if:``. Otherwise the path "may be missing", and the report names the conditional steps. The
 look is textual, so it errs towards "made" (a script that names a path may only read it);
-globs, absolute paths and ``${{ }}`` paths are not judged.
+globs and ``${{ }}`` paths are not judged. An absolute or ``~`` path (``~/.cache/huggingface/hub``,
+``/tmp/x``) is judged like a relative one, except that its being on *this* machine proves
+nothing about the runner's (a relative path that exists here is in the checkout); a script
+naming it as ``$HOME/...`` makes it too.
 """
 
 from __future__ import annotations
@@ -42,15 +45,28 @@ def _condition(step: dict[str, Any]) -> str:
     return " ".join(str(cond).replace("${{", "").replace("}}", "").split())
 
 
+def _spellings(path: str) -> list[str]:
+    """How a script may name the path: ``~/x`` is also ``$HOME/x`` and ``${HOME}/x``."""
+    if path.startswith("~/"):
+        rest = path[2:]
+        return [path, f"$HOME/{rest}", f"${{HOME}}/{rest}", f'"$HOME"/{rest}']
+    return [path]
+
+
 def _mentions(text: str, path: str) -> bool:
-    pattern = r"(?<![\w.~/-])(?:\./)?" + re.escape(path) + r"(?=$|[/\s\"'`;|&)<>,])"
+    names = "|".join(re.escape(p) for p in _spellings(path))
+    pattern = r"(?<![\w.~/-])(?:\./)?(?:" + names + r")(?=$|[/\s\"'`;|&)<>,])"
     return re.search(pattern, text, re.M) is not None
 
 
 def _makes(step: dict[str, Any], path: str) -> bool:
     run = step.get("run")
     if isinstance(run, str):
-        return _mentions(run, path)
+        # the script, or its own env naming the folder (HF_HOME=~/.cache/hf: a download there)
+        env = step.get("env")
+        named = [str(v).strip().rstrip("/") for v in env.values()] if isinstance(env, dict) else []
+        inside = any(s.startswith(f"{v}/") for v in named if v for s in _spellings(path))
+        return inside or any(_mentions(text, path) for text in [run, *named])
     with_ = step.get("with")
     if not isinstance(with_, dict):
         return False
@@ -62,9 +78,16 @@ def _makes(step: dict[str, Any], path: str) -> bool:
 
 
 def judgeable(path: str) -> bool:
+    """A path the look can judge: written out, not a glob, and not another user's ``~name``."""
     return bool(path) and not (
-        _EXPR.search(path) or _GLOB.search(path) or path.startswith(("/", "~"))
+        _EXPR.search(path)
+        or _GLOB.search(path)
+        or (path.startswith("~") and path != "~" and not path.startswith("~/"))
     )
+
+
+def _outside_checkout(path: str) -> bool:
+    return path.startswith(("/", "~"))
 
 
 def missing_paths(
@@ -74,8 +97,8 @@ def missing_paths(
     own = _condition(steps[index])
     found: list[Missing] = []
     for raw in paths:
-        path = raw.strip().removeprefix("./").rstrip("/")
-        if not judgeable(path) or (root / path).exists():
+        path = raw.strip().removeprefix("./").rstrip("/") or raw.strip()
+        if not judgeable(path) or (not _outside_checkout(path) and (root / path).exists()):
             continue
         makers = [(n, s) for n, s in enumerate(steps[:index], 1) if _makes(s, path)]
         always = [n for n, s in makers if _condition(s) in ("", own)]

@@ -1,0 +1,124 @@
+"""What a user gives the plan that only a run would have: ``vars`` and which secrets exist.
+
+``--var NAME=VALUE`` (repeatable) and ``--vars-file`` (YAML, JSON or dotenv) fill ``vars``;
+``--secret NAME`` says a secret exists, never what it is: its value is never asked for, read or
+printed, and it evaluates as an opaque, non-empty value (``secrets.X != ''`` holds, its text
+stays unknown). Once any is given, a name not given is empty, as in act and in GitHub for an
+unset variable or secret; with none given, ``vars``/``secrets`` stay unknown throughout.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from gpuci.dryrun.expressions import Partial, Unknown, opaque
+from gpuci.errors import InputError
+
+__all__ = ["ALWAYS_SECRETS", "MAX_VARS_FILE_BYTES", "secrets_context", "vars_context"]
+
+MAX_VARS_FILE_BYTES = 1 << 20
+ALWAYS_SECRETS = ("GITHUB_TOKEN",)  # the runner makes it for every job
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTENV = re.compile(r"^\s*(?:export\s+)?(?P<name>[^=\s]+)\s*=\s*(?P<value>.*?)\s*$")
+
+
+def _check_name(name: str, what: str, fix: str) -> str:
+    if not _NAME.match(name):
+        shown = name if len(name) <= 60 else name[:60] + "..."
+        raise InputError(
+            f"{what} name {shown!r} is not a valid name (letters, digits and _, not first a digit)",
+            hint=fix,
+        )
+    return name
+
+
+def vars_context(pairs: list[str], file: str) -> dict[str, str] | Unknown:
+    """``vars`` from ``--vars-file`` then ``--var`` (a flag beats the file); Unknown if neither.
+
+    Raises InputError for a pair without ``=``, a bad name, or an unreadable file.
+    """
+    if not pairs and not file:
+        return Unknown("vars")
+    found: dict[str, str] = _read_vars_file(file) if file else {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise InputError(
+                f"--var {pair[:60]!r} has no '='", hint="pass --var NAME=VALUE, once per variable"
+            )
+        found[_check_name(name.strip(), "--var", "pass --var NAME=VALUE")] = value
+    return found
+
+
+def _read_vars_file(file: str) -> dict[str, str]:
+    import yaml
+
+    hint = "pass a YAML or JSON mapping (NAME: VALUE) or a dotenv file (NAME=VALUE per line)"
+    try:
+        with Path(file).open("rb") as handle:
+            data = handle.read(MAX_VARS_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read the vars file {file}: {exc.strerror or type(exc).__name__}", hint=hint
+        ) from None
+    if len(data) > MAX_VARS_FILE_BYTES:
+        raise InputError(f"the vars file {file} is over 1 MiB", hint=hint)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"the vars file {file} is not UTF-8 text", hint=hint) from None
+    try:
+        body: Any = yaml.safe_load(text)
+    except yaml.YAMLError:
+        body = None
+    if not isinstance(body, dict):
+        body = _dotenv(text, file, hint)
+    return {
+        _check_name(str(k), f"vars file {file}: variable", hint): _scalar(v)
+        for k, v in body.items()
+    }
+
+
+def _dotenv(text: str, file: str, hint: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = _DOTENV.match(line)
+        if match is None:
+            raise InputError(f"the vars file {file}: line {number} is not NAME=VALUE", hint=hint)
+        value = match.group("value")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        found[match.group("name")] = value
+    return found
+
+
+def _scalar(value: Any) -> str:
+    """A variable's text as GitHub stores it (variables are strings; YAML may read 1 or true)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def secrets_context(names: list[str]) -> dict[str, Any]:
+    """``secrets``: each named one exists (opaque), any other is empty; with none named, only
+    ``GITHUB_TOKEN`` is known to exist (the runner makes it) and any other is unknown.
+
+    Raises InputError for ``NAME=VALUE`` (a value is never taken) or a bad name.
+    """
+    found: dict[str, Any] = {name: opaque(f"secrets.{name}") for name in ALWAYS_SECRETS}
+    if not names:
+        return Partial("secrets", found)
+    for raw in names:
+        if "=" in raw:
+            name = raw.partition("=")[0].strip()
+            raise InputError(
+                f"--secret {name[:60]!r} was given a value; dry-run takes only names",
+                hint=f"pass --secret {name[:60]} (whether it exists is all a plan needs)",
+            )
+        name = _check_name(raw.strip(), "--secret", "pass --secret NAME")
+        found[name] = opaque(f"secrets.{name}")
+    return found

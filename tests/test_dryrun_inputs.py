@@ -1,0 +1,345 @@
+"""``dry-run``'s inputs for what a run would have (vars, which secrets exist, the event's
+payload), events' null fields, called workflows' typed inputs and outputs, and where the plan
+goes (stdout) apart from progress (stderr)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from gpuci.dryrun.expressions import Partial, Unknown, condition, evaluate, opaque
+from gpuci_testing import clean_env, run_cli
+
+
+def write(tmp_path, body: str, name: str = "wf.yml"):
+    path = tmp_path / ".github" / "workflows" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def dry_run(tmp_path, wf, *args: str, **env: str):
+    return run_cli(
+        "dry-run", str(wf), *args, env=clean_env(HOME=str(tmp_path), **env), cwd=tmp_path
+    )
+
+
+def steps(proc) -> list[dict]:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["report"]["steps"]
+
+
+def ok(name: str) -> bool:
+    return name in ("success", "always")
+
+
+def test_a_secret_named_is_non_empty_but_its_text_stays_unknown():
+    ctx = {"secrets": {"HF_TOKEN": opaque("secrets.HF_TOKEN"), "OTHER": ""}}
+    assert evaluate("secrets.HF_TOKEN != ''", ctx, ok) is True
+    assert evaluate("secrets.HF_TOKEN == null", ctx, ok) is False
+    assert evaluate("!secrets.HF_TOKEN", ctx, ok) is False
+    assert evaluate("secrets.HF_TOKEN && 'yes'", ctx, ok) == "yes"
+    assert isinstance(evaluate("secrets.HF_TOKEN == 'abc'", ctx, ok), Unknown)
+    assert condition("secrets.OTHER != ''", ctx, ok) is False
+
+
+def test_an_event_payload_field_the_event_lacks_is_null_and_one_it_has_unknown():
+    event = Partial("github.event", {}, open=frozenset({"ref", "pull_request"}))
+    ctx = {"github": Partial("github", {"event": event})}
+    assert evaluate("github.event.issue", ctx, ok) is None
+    assert isinstance(evaluate("github.event.pull_request.draft", ctx, ok), Unknown)
+
+
+@pytest.mark.parametrize(
+    ("event", "decided"),
+    [("push", True), ("schedule", True), ("workflow_dispatch", True), ("pull_request", False)],
+)
+def test_a_draft_gate_is_decided_on_every_event_but_a_pull_request(tmp_path, event, decided):
+    wf = write(
+        tmp_path,
+        f"""
+        on: [{event}]
+        jobs:
+          j:
+            runs-on: x
+            if: ${{{{ !github.event.pull_request.draft }}}}
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+        """,
+    )
+    (step,) = steps(dry_run(tmp_path, wf, "--json"))
+    assert (step["verdict"] != "conditional") is decided, step
+
+
+def test_an_event_payload_decides_a_pull_request_s_labels_and_draft(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: pull_request
+        jobs:
+          j:
+            runs-on: x
+            if: >-
+              contains(github.event.pull_request.labels.*.name, 'gpu')
+              && !github.event.pull_request.draft
+            steps:
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+        """,
+    )
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps({"pull_request": {"draft": False, "labels": [{"name": "x"}]}}))
+    (step,) = steps(dry_run(tmp_path, wf, "--json", "--event-payload", str(payload)))
+    assert step["verdict"] == "skipped"  # no gpu label
+    payload.write_text(json.dumps({"pull_request": {"draft": False, "labels": [{"name": "gpu"}]}}))
+    (step,) = steps(dry_run(tmp_path, wf, "--json", "--event-payload", str(payload)))
+    assert step["verdict"] == "ok"
+
+
+VARS = """
+on: push
+jobs:
+  j:
+    runs-on: x
+    steps:
+      - uses: acme/gpu-ci/actions/gpu-setup@v1
+        if: vars.GPU_TESTS == 'on'
+        with:
+          min-memory-gb: ${{ vars.MEM }}
+          require-gpu: false
+"""
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        "GPU_TESTS: 'on'\nMEM: 999\n",  # YAML (999: more than any GPU here, so it fails)
+        '{"GPU_TESTS": "on", "MEM": "999"}',  # JSON
+        'export GPU_TESTS=on\nMEM="999"\n',  # dotenv
+    ],
+)
+def test_vars_come_from_a_file_in_any_of_three_forms_and_a_flag_beats_it(tmp_path, form):
+    wf = write(tmp_path, VARS)
+    file = tmp_path / "vars"
+    file.write_text(form)
+    (step,) = steps(dry_run(tmp_path, wf, "--json", "--vars-file", str(file)))
+    assert step["verdict"] == "ok" and step["unresolved"] == []
+    (step,) = steps(
+        dry_run(tmp_path, wf, "--json", "--vars-file", str(file), "--var", "GPU_TESTS=off")
+    )
+    assert step["verdict"] == "skipped"
+    # without any: both wait for the run
+    (step,) = steps(dry_run(tmp_path, wf, "--json"))
+    assert step["verdict"] == "conditional"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--secret", "HF_TOKEN=hf_sekrit_value"], "--secret 'HF_TOKEN' was given a value"),
+        (["--var", "NOEQUALS"], "--var 'NOEQUALS' has no '='"),
+        (["--var", "1BAD=x"], "name '1BAD' is not a valid name"),
+        (["--vars-file", "missing.yml"], "cannot read the vars file missing.yml"),
+        (["--event-payload", "payload.json"], "the event payload payload.json is not JSON"),
+    ],
+)
+def test_bad_inputs_are_one_line_and_a_secret_s_value_is_never_printed(tmp_path, args, expected):
+    wf = write(tmp_path, VARS)
+    (tmp_path / "payload.json").write_text("{not json")
+    proc = dry_run(tmp_path, wf, *args)
+    assert proc.returncode == 2
+    assert expected in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "sekrit" not in proc.stdout + proc.stderr
+
+
+CALLER = """
+on: push
+jobs:
+  call:
+    strategy:
+      matrix:
+        arch: [cuda, cpu]
+    uses: ./.github/workflows/called.yml
+    with:
+      gpu: ${{ matrix.arch == 'cuda' }}
+      runner: ${{ matrix.arch }}-box
+      mem: 20
+    secrets: inherit
+  after:
+    needs: call
+    if: needs.call.outputs.hit == 'false'
+    runs-on: x
+    steps:
+      - uses: acme/gpu-ci/actions/gpu-setup@v1
+        with:
+          require-gpu: false
+"""
+CALLED = """
+on:
+  workflow_call:
+    inputs:
+      gpu: {type: boolean, default: false}
+      runner: {type: string, required: true}
+      mem: {type: number, default: 10}
+    outputs:
+      hit:
+        value: ${{ jobs.run.outputs.hit }}
+jobs:
+  run:
+    name: run on ${{ inputs.runner }}
+    runs-on:
+      group: ${{ inputs.runner }}
+      labels: [linux]
+    outputs:
+      hit: ${{ steps.w.outputs.cache-hit }}
+    steps:
+      - name: GPU (${{ inputs.mem }} GB)
+        if: inputs.gpu
+        uses: acme/gpu-ci/actions/gpu-setup@v1
+        with:
+          min-memory-gb: ${{ inputs.mem }}
+      - id: w
+        if: secrets.HF_TOKEN != ''
+        uses: acme/gpu-ci/actions/cache-weights@v1
+        with:
+          key: w-${{ inputs.runner }}
+          path: ~/.cache/huggingface/hub
+"""
+
+
+def test_a_matrix_calling_a_local_workflow_is_planned_leg_by_leg_with_typed_inputs(tmp_path):
+    wf = write(tmp_path, CALLER)
+    write(tmp_path, CALLED, "called.yml")
+    proc = dry_run(tmp_path, wf, "--json", "--secret", "HF_TOKEN", GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s for s in steps(proc)}
+    # a boolean input is a boolean: false skips (the text 'false' would be truthy)
+    assert found[("call (arch=cpu)/run", 1)]["verdict"] == "skipped"
+    gpu = found[("call (arch=cuda)/run", 1)]
+    assert (gpu["verdict"], gpu["name"]) == ("ok", "GPU (20 GB)")
+    restore = found[("call (arch=cpu)/run", 2)]
+    assert restore["verdict"] == "ok" and "w-cpu-box" in restore["detail"]
+    # the called workflow's output reaches the caller's next job: both legs missed
+    assert found[("after", 1)]["verdict"] == "ok"
+    text = "\n".join(json.loads(proc.stdout)["report"]["plan"])
+    assert "== job call (arch=cpu)/run: run on cpu-box (runs-on: group cpu-box, linux)" in text
+    assert "${{" not in text and "{'group'" not in text
+
+
+def test_a_called_workflow_sees_only_the_secrets_it_is_given(tmp_path):
+    wf = write(tmp_path, CALLER.replace("secrets: inherit", "secrets: {}"))
+    write(tmp_path, CALLED, "called.yml")
+    proc = dry_run(tmp_path, wf, "--json", "--secret", "HF_TOKEN", GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    assert found[("call (arch=cpu)/run", 2)] == "skipped"  # HF_TOKEN not passed: empty there
+    # no --secret at all: whether it exists is known only at run time
+    proc = dry_run(tmp_path, wf.parent / "wf.yml", "--json", GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    assert found[("call (arch=cpu)/run", 2)] == "skipped"  # still not passed: empty
+
+
+def test_a_value_only_the_run_knows_leaves_the_called_step_unjudged_never_ok(tmp_path):
+    wf = write(tmp_path, CALLER.replace("mem: 20", "mem: ${{ vars.MEM }}"))
+    write(tmp_path, CALLED, "called.yml")
+    proc = dry_run(tmp_path, wf, "--json", GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s for s in steps(proc)}
+    gpu = found[("call (arch=cuda)/run", 1)]
+    assert gpu["verdict"] == "not-evaluated"  # planned without min-memory-gb: not "ok"
+    assert gpu["unresolved"] == ["min-memory-gb"] and gpu["why"]["min-memory-gb"] == "vars.MEM"
+    assert gpu["plans"][0]["report"].get("unresolved") == ["min-memory-gb"]
+
+
+def test_the_plan_goes_to_stdout_and_progress_to_stderr(tmp_path):
+    wf = write(tmp_path, VARS)
+    proc = dry_run(tmp_path, wf, "--var", "GPU_TESTS=on", "--var", "MEM=1")
+    assert proc.returncode == 0
+    assert "== job j (runs-on: x)" in proc.stdout and "step 1:" in proc.stdout
+    assert "step 1:" not in proc.stderr and "planning" in proc.stderr
+    assert "conditional (if: conditional" not in proc.stdout
+
+
+def test_in_github_actions_the_plan_is_grouped_by_job_in_the_log(tmp_path):
+    wf = write(tmp_path, VARS)
+    files = {n: tmp_path / n for n in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
+    for path in files.values():
+        path.touch()
+    env = {"GITHUB_ACTIONS": "true", **{n: str(p) for n, p in files.items()}}
+    proc = dry_run(tmp_path, wf, "--var", "GPU_TESTS=on", "--var", "MEM=1", **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "::group::job j (runs-on: x)" in proc.stderr and "  step 1:" in proc.stderr
+    assert "| j | 1 |" in files["GITHUB_STEP_SUMMARY"].read_text()
+
+
+def test_continue_on_error_and_a_dispatch_s_event_inputs_are_evaluated(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on:
+          workflow_dispatch:
+            inputs:
+              mem: {default: "999"}
+        jobs:
+          j:
+            runs-on: x
+            strategy:
+              matrix:
+                tolerate: [true, false]
+            steps:
+              - continue-on-error: ${{ matrix.tolerate }}
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  min-memory-gb: ${{ github.event.inputs.mem }}
+              - uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+        """,
+    )
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps(dry_run(tmp_path, wf, "--json"))}
+    assert found[("j (tolerate=true)", 1)] == "would-fail"  # 999 GB: no GPU has it
+    assert found[("j (tolerate=true)", 2)] == "ok"  # the failure is tolerated
+    assert found[("j (tolerate=false)", 2)] == "skipped"
+
+
+def test_this_repository_s_own_workflow_named_in_full_is_read_from_the_checkout(tmp_path):
+    wf = write(tmp_path, CALLER.replace("./.github/", "acme/trainer/.github/").replace(
+        "called.yml", "called.yml@main"
+    ))  # fmt: skip
+    write(tmp_path, CALLED, "called.yml")
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps({"repository": {"full_name": "acme/trainer"}}))
+    proc = dry_run(tmp_path, wf, "--json", "--event-payload", str(payload), GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    assert found[("call (arch=cuda)/run", 1)] == "ok"
+    # another repository's is named, not read
+    payload.write_text(json.dumps({"repository": {"full_name": "acme/other"}}))
+    proc = dry_run(tmp_path, wf, "--json", "--event-payload", str(payload), GPUCI_FAKE_NVML="h200")
+    assert {s["verdict"] for s in steps(proc) if s["job"] == "call"} == {"not-inspected"}
+
+
+def test_the_runner_s_own_token_exists_without_any_secret_named(tmp_path):
+    wf = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          j:
+            runs-on: x
+            steps:
+              - if: secrets.GITHUB_TOKEN != '' && secrets.OTHER == ''
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+              - if: secrets.GITHUB_TOKEN != ''
+                uses: acme/gpu-ci/actions/gpu-setup@v1
+                with:
+                  require-gpu: false
+        """,
+    )
+    first, second = steps(dry_run(tmp_path, wf, "--json"))
+    assert first["verdict"] == "conditional"  # OTHER: known only at run time
+    assert second["verdict"] == "ok"
