@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuci import __version__
-from gpuci.commands import Command, all_commands, command_named
+from gpuci.commands import Command, aliases_of, all_commands, command_named
 from gpuci.commands.dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.runtime import Result, Runtime, detect_platform, inert
@@ -65,6 +65,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 def _add_command(subparsers, cmd: Command, prefix: str = "", only_sub: str | None = None) -> None:
     parser = subparsers.add_parser(
         cmd.name,
+        aliases=list(aliases_of(cmd.name)) if not prefix else [],
         help=cmd.help,
         description=cmd.help,
         epilog=EPILOG if not cmd.subcommands else None,
