@@ -489,7 +489,8 @@ def render_index(actions: list[ActionDef], root: ActionDef) -> str:
         "Every action here is generated from the command specs in `src/gpuci/commands/`; "
         "see [docs/actions.md](../docs/actions.md) for how they are built. GitHub resolves the "
         "path after the repository name literally, so each `uses:` line names the `actions/` "
-        "folder. Every action is also a command of the same name (`python -m gpuci <action>`).",
+        "folder. Every action is also a command of the same name: `python -m gpuci metric-gate` "
+        "runs `gate`, `python -m gpuci gpu-pod up` runs `pods up`.",
         "",
         "| action | command | what it does |",
         "|---|---|---|",

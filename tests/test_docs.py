@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from gpuci.commands import all_commands
+from gpuci.commands import command_named
 from gpuci_testing import REPO
 
 DOCS = sorted(
@@ -28,8 +28,7 @@ def _examples() -> list[tuple[str, str]]:
 
 def _flags_of(words: list[str]) -> tuple[str, set[str]]:
     """The command a call names and the flags it accepts."""
-    by_name = {c.name: c for c in all_commands()}
-    cmd = by_name.get(words[0]) if words else None
+    cmd = command_named(words[0]) if words else None  # an action's name is one too (aliases)
     if cmd is None:
         return "", set()
     name = cmd.name
