@@ -54,3 +54,42 @@ def test_every_documented_call_names_a_real_command_and_flags(doc: str, call: st
 
 def test_examples_were_found() -> None:
     assert len(_examples()) > 15
+
+
+# Variables gpu-ci reads, by their conventional prefixes: each must be declared in settings.py.
+_SETTING = re.compile(r"\bGPUCI_[A-Z0-9_]*[A-Z0-9]\b(?!_?\*)")
+_FOREIGN = re.compile(r"[\"'](?:AWS|GITHUB|GITLAB|CI|RUNNER|RUNPOD|DISCOURSE|HF)_[A-Z0-9_]+[\"']")
+
+
+def test_settings_doc_is_generated_from_settings_py() -> None:
+    from gpuci import settings
+
+    doc = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert doc == settings.markdown(), (
+        "docs/settings.md is out of date (fix: python -m gpuci.settings > docs/settings.md)"
+    )
+
+
+def test_every_variable_in_src_is_declared_once_in_settings() -> None:
+    """A GPUCI_* name anywhere in src/ (code, shell templates, docs strings) and a quoted AWS_,
+    GITHUB_, CI_, GITLAB_, RUNNER_, RUNPOD_ name is declared in gpuci.settings, once. Names
+    gpu-ci writes, not reads, are exempt: GitLab's dotenv GPUCI_<OUTPUT> of each output."""
+    from gpuci import settings
+    from gpuci.commands import all_commands
+
+    names = [s.name for s in settings.ALL]
+    assert len(names) == len(set(names)), "a variable is declared twice"
+    written = {
+        "GPUCI_" + out.name.upper().replace("-", "_")
+        for cmd in all_commands()
+        for leaf in (cmd.subcommands or (cmd,))
+        for out in leaf.outputs
+    }
+    missing: dict[str, str] = {}
+    for path in sorted((REPO / "src").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        found = set(_SETTING.findall(text)) - written
+        found |= {m.strip("\"'") for m in _FOREIGN.findall(text)}
+        for name in found - set(names):
+            missing.setdefault(name, path.relative_to(REPO).as_posix())
+    assert not missing, f"declare these in src/gpuci/settings.py: {missing}"

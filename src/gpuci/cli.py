@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, NoReturn
 
-from gpuci import __version__
+from gpuci import __version__, settings
 from gpuci.commands import Command, aliases_of, all_commands, command_named
 from gpuci.commands.dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
@@ -224,9 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             prog = f"{parser.prog} {args._full_name}"
             _parser_class()(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     cmd: Command = args._command
-    dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
+    dry_run = args.dry_run or settings.DRY_RUN.is_true()
     # --probe: a dry run may ask servers (read by gpuci.probe from the runtime's environment)
-    environ = {**os.environ, "GPUCI_PROBE": "true"} if args.probe else None
+    environ = {**os.environ, settings.PROBE.name: "true"} if args.probe else None
     runtime = Runtime(environ, json_mode=args.json, dry_run=dry_run)
     try:
         runtime.preflight()
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _drop_stdout()
         return 128 + 13  # SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except Exception as exc:  # a traceback is a bug: say so in one line, keep it debuggable
-        if os.environ.get("GPUCI_DEBUG"):
+        if settings.DEBUG.is_set():
             raise
         sys.stdout.write(
             f"error: internal error in {args._full_name}: "
