@@ -93,3 +93,29 @@ def test_every_variable_in_src_is_declared_once_in_settings() -> None:
         for name in found - set(names):
             missing.setdefault(name, path.relative_to(REPO).as_posix())
     assert not missing, f"declare these in src/gpuci/settings.py: {missing}"
+
+
+def test_api_doc_names_every_parameter_and_result_field_of_the_public_functions() -> None:
+    """docs/api.md documents gpuci.cache.api.restore/save and gpuci.fetch.fetch_file: each
+    parameter (Args) and each field of what they return (Returns), so a new one is documented
+    or this fails."""
+    import dataclasses
+    import inspect
+
+    from gpuci.cache import api
+    from gpuci.fetch import fetch_file
+
+    doc = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    for func, result in ((api.restore, api.RestoreResult), (api.save, api.SaveResult)):
+        assert f"## `gpuci.cache.api.{func.__name__}`" in doc
+        names = [*inspect.signature(func).parameters, *(f.name for f in dataclasses.fields(result))]
+        missing = [n for n in names if f"`{n}`" not in doc]
+        assert not missing, f"docs/api.md lacks {func.__name__}'s {missing}"
+    assert "## `gpuci.fetch.fetch_file`" in doc
+    fields = [f.name for f in dataclasses.fields(api.FetchResult)]
+    missing = [
+        n for n in [*inspect.signature(fetch_file).parameters, *fields] if f"`{n}`" not in doc
+    ]
+    assert not missing, f"docs/api.md lacks fetch_file's {missing}"
+    for needed in ("~/.cache/gpuci/local", "100 GiB", 'local_cache="off"', "GPUCI_LOCAL_CACHE=off"):
+        assert needed in doc, needed
