@@ -1,11 +1,36 @@
 #!/usr/bin/env bash
-# Run a command inside the project's development venv, creating or refreshing it first.
-#   bash scripts/dev.sh python -m gpuci dry-run examples/workflows/train.yml
+# Run a command inside the project's venv, creating or refreshing it first.
+#   bash scripts/dev.sh --light python -m gpuci dry-run examples/workflows/train.yml
 #   bash scripts/dev.sh python -m pytest
-# The venv (.venv) is rebuilt only when pyproject.toml changes (its hash is kept inside).
+# --light: .venv-run, the package and its runtime dependencies only (what `pip install .` gives
+# a user), for running gpu-ci; no test tools, no Node, no apt-get. Without it: .venv with every
+# tool the tests need. Each venv is rebuilt only when pyproject.toml changes (its hash is kept
+# inside).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+
+if [ "${1:-}" = "--light" ]; then
+  shift
+  venv="${GPUCI_RUN_VENV:-$root/.venv-run}"
+  stamp="$venv/.gpuci-run-stamp"
+  want="$(sha256sum pyproject.toml | cut -c1-16)"
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "gpuci dev: preparing $venv (the package and its runtime dependencies)" >&2
+    if command -v uv >/dev/null; then  # uv when present (seconds), else pip
+      uv venv -q --allow-existing --python python3 "$venv" >&2
+      uv pip install -q --python "$venv/bin/python" -e . >&2
+    else
+      python3 -m venv "$venv"
+      "$venv/bin/python" -m pip install -q --disable-pip-version-check -e . >&2
+    fi
+    echo "$want" > "$stamp"
+  fi
+  export PATH="$venv/bin:$PATH"
+  export VIRTUAL_ENV="$venv"
+  exec "$@"
+fi
+
 venv="${GPUCI_DEV_VENV:-$root/.venv}"
 stamp="$venv/.gpuci-dev-stamp"
 want="$(sha256sum pyproject.toml | cut -c1-16)"

@@ -275,3 +275,39 @@ def test_a_plain_restore_does_not_import_argparse():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "", proc.stdout
+
+
+def test_every_action_is_a_command_of_the_same_name(tmp_path):
+    """The README's promise: `python -m gpuci <action>` runs the action's command, for every
+    folder under actions/ (metric-gate is gate, gpu-pod is pods), on both parsing paths."""
+    from pathlib import Path
+
+    from gpuci.commands import command_named
+
+    repo = Path(__file__).resolve().parents[1]
+    names = sorted(
+        {p.relative_to(repo / "actions").parts[0] for p in repo.glob("actions/**/action.yml")}
+    )
+    assert {"gpu-pod", "metric-gate"} <= set(names)
+    for name in names:
+        assert command_named(name) is not None, name
+        proc = run_cli(name, "--help")
+        assert proc.returncode == 0 and "usage:" in proc.stdout, (name, proc.stderr)
+    assert command_named("metric-gate") is command_named("gate")
+    assert command_named("gpu-pod") is command_named("pods")
+    # Same command, same result: the plain reading (no argparse) and argparse's.
+    for words in (["ls", "--dry-run", "--json"], ["ls", "--dry-run", "--json", "--all"]):
+        env = clean_env(GPUCI_PODS_LEDGER=str(tmp_path / "ledger"))
+        alias, real = run_cli("gpu-pod", *words, env=env), run_cli("pods", *words, env=env)
+        assert alias.returncode == real.returncode == 0, alias.stdout + alias.stderr
+        assert json.loads(alias.stdout) == json.loads(real.stdout)
+    metrics = tmp_path / "m.json"
+    metrics.write_text('{"acc": 0.5}')
+    env = clean_env()
+    args = ("--metrics", str(metrics), "--min", "acc=0.9", "--output-dir", str(tmp_path), "--json")
+    gate = run_cli("metric-gate", *args, env=env, cwd=tmp_path)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert json.loads(gate.stdout)["outputs"]["passed"] == "false"
+    assert json.loads(gate.stdout)["command"] == "gate"
+    help_text = run_cli("--help").stdout
+    assert "gate (metric-gate)" in help_text and "pods (gpu-pod)" in help_text

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, NoReturn
 
-from gpuci import __version__
-from gpuci.commands import Command, all_commands, command_named
+from gpuci import __version__, settings
+from gpuci.commands import Command, aliases_of, all_commands, command_named
 from gpuci.commands.dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.runtime import Result, Runtime, detect_platform, inert
@@ -65,6 +65,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 def _add_command(subparsers, cmd: Command, prefix: str = "", only_sub: str | None = None) -> None:
     parser = subparsers.add_parser(
         cmd.name,
+        aliases=list(aliases_of(cmd.name)) if not prefix else [],
         help=cmd.help,
         description=cmd.help,
         epilog=EPILOG if not cmd.subcommands else None,
@@ -223,9 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             prog = f"{parser.prog} {args._full_name}"
             _parser_class()(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     cmd: Command = args._command
-    dry_run = args.dry_run or os.environ.get("GPUCI_DRY_RUN", "").lower() == "true"
+    dry_run = args.dry_run or settings.DRY_RUN.is_true()
     # --probe: a dry run may ask servers (read by gpuci.probe from the runtime's environment)
-    environ = {**os.environ, "GPUCI_PROBE": "true"} if args.probe else None
+    environ = {**os.environ, settings.PROBE.name: "true"} if args.probe else None
     runtime = Runtime(environ, json_mode=args.json, dry_run=dry_run)
     try:
         runtime.preflight()
@@ -248,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _drop_stdout()
         return 128 + 13  # SIGPIPE, what a shell reports for a writer killed by a closed pipe
     except Exception as exc:  # a traceback is a bug: say so in one line, keep it debuggable
-        if os.environ.get("GPUCI_DEBUG"):
+        if settings.DEBUG.is_set():
             raise
         sys.stdout.write(
             f"error: internal error in {args._full_name}: "

@@ -152,6 +152,9 @@ class Input:
     secret: bool = False
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    # The action.yml default when it must differ from the command's: an expression only the
+    # runner can evaluate, e.g. ``${{ github.token }}`` (composite actions get no GITHUB_TOKEN).
+    action_default: str | None = None
 
     @property
     def flag(self) -> str:

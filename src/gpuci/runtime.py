@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from gpuci import redact as _redact
+from gpuci import settings
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.units import format_output
 
@@ -85,9 +86,9 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def detect_platform(environ: Mapping[str, str]) -> Platform:
-    if environ.get("GITHUB_ACTIONS") == "true":
+    if settings.GITHUB_ACTIONS.is_true(environ):
         return "github"
-    if environ.get("GITLAB_CI") == "true":
+    if settings.GITLAB_CI.is_true(environ):
         return "gitlab"
     return "terminal"
 
@@ -166,7 +167,7 @@ class Runtime:
 
     def colour(self, text: str, style: str) -> str:
         out = self.stdout
-        if self.platform != "terminal" or "NO_COLOR" in self.environ:
+        if self.platform != "terminal" or settings.NO_COLOR.is_set(self.environ):
             return text
         if not getattr(out, "isatty", lambda: False)():
             return text
@@ -285,7 +286,7 @@ class Runtime:
         Finding out only at render time would waste a long download and print "ok" first.
         """
         if self.platform == "github":
-            self._file_var("GITHUB_OUTPUT")
+            self._file_var(settings.GITHUB_OUTPUT)
 
     def render_failure(self, exc: GpuciError) -> int:
         """The last word when rendering failed (e.g. no GITHUB_OUTPUT): one line, no files."""
@@ -319,11 +320,11 @@ class Runtime:
         # parses to the same value and the runner reads no "##[command]" in it.
         self.stdout.write(text.replace("##[", "##\\u005b") + "\n")
 
-    def _file_var(self, name: str) -> Path:
-        value = self.environ.get(name, "")
+    def _file_var(self, var: settings.Setting) -> Path:
+        value = var.value(self.environ)
         if not value:
             raise InfraError(
-                f"running in GitHub Actions but ${name} is not set",
+                f"running in GitHub Actions but ${var.name} is not set",
                 hint="run on a current runner (file commands replaced ::set-output in 2022)",
             )
         return Path(value)
@@ -347,7 +348,7 @@ class Runtime:
             delimiter = f"ghadelimiter_{uuid.uuid4()}"
         return f"{name}<<{delimiter}\n{value}\n{delimiter}\n"
 
-    def _append(self, var: str, text: str) -> None:
+    def _append(self, var: settings.Setting, text: str) -> None:
         with open(self._file_var(var), "a", encoding="utf-8") as handle:
             handle.write(text)
 
@@ -364,20 +365,22 @@ class Runtime:
         self.stdout.write("\n".join(self._text_lines(result, annotations=False)) + "\n")
         if result.outputs:
             self._append(
-                "GITHUB_OUTPUT",
+                settings.GITHUB_OUTPUT,
                 "".join(self._heredoc(k, format_output(v)) for k, v in result.outputs.items()),
             )
         if result.env:
-            self._append("GITHUB_ENV", "".join(self._heredoc(k, v) for k, v in result.env.items()))
+            self._append(
+                settings.GITHUB_ENV, "".join(self._heredoc(k, v) for k, v in result.env.items())
+            )
         if result.path:
-            self._append("GITHUB_PATH", "".join(f"{p}\n" for p in result.path))
+            self._append(settings.GITHUB_PATH, "".join(f"{p}\n" for p in result.path))
         if result.state:
             self._append(
-                "GITHUB_STATE", "".join(self._heredoc(k, v) for k, v in result.state.items())
+                settings.GITHUB_STATE, "".join(self._heredoc(k, v) for k, v in result.state.items())
             )
         if result.summary:
             summary = inert_block(self.redact("\n\n".join(result.summary)))
-            self._append("GITHUB_STEP_SUMMARY", summary + "\n\n")
+            self._append(settings.GITHUB_STEP_SUMMARY, summary + "\n\n")
 
     def _render_gitlab(self, result: Result) -> None:
         from gpuci import dotenv
@@ -387,7 +390,7 @@ class Runtime:
         pairs.update(result.env)
         # Only what later jobs need, at most GitLab's limit (see gpuci.dotenv).
         dotenv.write(self.environ, pairs, lambda message: self.log(f"warning: {message}"))
-        summary_file = self.environ.get("GPUCI_SUMMARY")
+        summary_file = settings.SUMMARY.value(self.environ)
         if summary_file and result.summary:
             with open(summary_file, "a", encoding="utf-8") as handle:
                 handle.write(inert_block(self.redact("\n\n".join(result.summary))) + "\n\n")
@@ -397,7 +400,7 @@ class Runtime:
         """A byte meter: a live bar on a terminal, plain lines every few seconds in CI."""
         from gpuci.progress import Progress
 
-        interval = float(self.environ.get("GPUCI_PROGRESS_INTERVAL", "5"))
+        interval = float(settings.PROGRESS_INTERVAL.value(self.environ))
         return Progress(
             inert(self.line(label)), total, self._log_stream, live=self.is_tty, interval=interval
         )

@@ -489,29 +489,40 @@ RESTORED = re.compile(r"::set-output:: bytes-(?:downloaded|from-local)=[1-9]")
 
 
 def planned_then_run(
-    project: Path, gpuci: Path, workflow: str, tmp: Path, env: dict[str, str]
-) -> tuple[dict[str, str], str]:
-    """dry-run's verdict per step, then act's log of the same push; the two must agree step by
-    step. act's wall time is printed (figures for docs/cache-format.md), never asserted."""
-    planned = run_cli(
-        "dry-run",
-        str(project / workflow),
-        "--json",
-        env=clean_env(HOME=str(tmp / "dry-home"), **env),
-        cwd=project,
-    )
-    assert planned.returncode == 0, planned.stdout + planned.stderr
-    steps = json.loads(planned.stdout)["report"]["steps"]
+    project: Path, gpuci: Path, workflows: list[str], tmp: Path, env: dict[str, str]
+) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """dry-run's verdict per step of each workflow, then act's log of one push running them all
+    (one act run covers several examples); each workflow's plan and its own part of the log
+    must agree step by step. Returns (verdicts, log) per workflow. act's wall time is printed
+    (figures for docs/cache-format.md), never asserted."""
+    plans = {}
+    for workflow in workflows:
+        planned = run_cli(
+            "dry-run",
+            str(project / workflow),
+            "--json",
+            env=clean_env(HOME=str(tmp / "dry-home"), **env),
+            cwd=project,
+        )
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        plans[workflow] = json.loads(planned.stdout)["report"]["steps"]
     started = time.monotonic()
-    text = passed(act(project, gpuci, workflow, tmp, env=env))
-    print(f"{workflow}: act run took {time.monotonic() - started:.1f} s")
-    for step in steps:  # act's own time for each planned step it ran
-        took = re.search(rf"Success - Main {re.escape(step['name'])} \[([^\]]+)\]", text)
-        if took:
-            print(f"  {step['name']}: {took.group(1)}")
-    wrong = plan_disagreements(steps, text)
-    assert not wrong, "\n".join(wrong) + "\n" + text[-4000:]
-    return {s["name"]: s["verdict"] for s in steps}, text
+    text = passed(act(project, gpuci, ".github/workflows", tmp, env=env))
+    print(f"{', '.join(workflows)}: one act run took {time.monotonic() - started:.1f} s")
+    verdicts, logs = {}, {}
+    for workflow, steps in plans.items():
+        name = yaml.safe_load((project / workflow).read_text())["name"]
+        log = "".join(re.findall(rf"^\[{re.escape(name)}/.*\n?", text, re.M))
+        assert log, f"act ran nothing of {workflow}: " + text[-3000:]
+        for step in steps:  # act's own time for each planned step it ran
+            took = re.search(rf"Success - Main {re.escape(step['name'])} \[([^\]]+)\]", log)
+            if took:
+                print(f"  {step['name']}: {took.group(1)}")
+        wrong = plan_disagreements(steps, log)
+        assert not wrong, "\n".join(wrong) + "\n" + log[-4000:]
+        verdicts[workflow] = {s["name"]: s["verdict"] for s in steps}
+        logs[workflow] = log
+    return verdicts, logs
 
 
 # A CUDA source that also compiles as C++ (its kernel only under nvcc), heavy enough to show
@@ -534,40 +545,6 @@ extern "C" int ext_matches(const char* text) {
   return std::regex_match(std::string(text), pattern) ? 1 : 0;
 }
 """
-
-
-@pytest.mark.skipif(
-    shutil.which("ccache") is None,
-    reason="ccache is not installed (scripts/install-clients.sh installs Debian's ccache)",
-)
-def test_cuda_ext_ccache_example_misses_then_hits(gpuci: Path, tmp_path: Path) -> None:
-    workflow = ".github/workflows/cuda-ext-ccache.yml"
-    project = make_project(
-        tmp_path / "proj",
-        {
-            workflow: EXAMPLES / "cuda-ext-ccache.yml",
-            "requirements.lock": "torch==2.5.1\nninja==1.11.1.1\n",
-            "csrc/ext.cu": EXT_CU,
-        },
-    )
-    env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
-    save = "Save the compiler cache for the next run"
-    verdicts, first = planned_then_run(project, gpuci, workflow, tmp_path, env)
-    assert verdicts["Restore the compiler cache"] == "ok" and verdicts[save] == "ok", verdicts
-    assert "cache-hit=false" in first
-    assert re.search(r"Misses:\s+1 /\s+1\b", first), first[first.find("Run Main Build") :][
-        :4000
-    ]  # ccache compiled it
-    assert f"Success - Main {save}" in first
-
-    verdicts, second = planned_then_run(project, gpuci, workflow, tmp_path, env)
-    assert verdicts[save] == "skipped", verdicts  # planned as act runs it: after a hit
-    assert "cache-hit=true" in second
-    assert RESTORED.search(second), second[-4000:]  # the folder came from the cache, not left over
-    assert re.search(r"Hits:\s+1 /\s+1\b", second), second[second.find("Run Main Build") :][
-        :4000
-    ]  # from the restored folder
-    assert f"Main {save}" not in second
 
 
 def _tiny_wheel(folder: Path) -> Path:
@@ -599,38 +576,69 @@ def _tiny_wheel(folder: Path) -> Path:
     return wheel
 
 
-def test_wheels_cache_example_installs_from_the_restored_wheelhouse(
-    gpuci: Path, tmp_path: Path
-) -> None:
-    """The first run fills the wheelhouse from "the index" (a local find-links folder standing
-    in for PyPI) and saves it; the second, with that index gone, installs from the restore."""
-    workflow = ".github/workflows/wheels-cache.yml"
+CCACHE = ".github/workflows/cuda-ext-ccache.yml"
+WHEELS = ".github/workflows/wheels-cache.yml"
+
+
+def test_ccache_and_wheels_examples_miss_then_hit(gpuci: Path, tmp_path: Path) -> None:
+    """Two everyday caches in one repository, each act run covering both examples.
+
+    cuda-ext-ccache: the first run compiles through ccache and saves its folder; the second
+    restores it and ccache hits. wheels-cache: the first run fills the wheelhouse from "the
+    index" (a local find-links folder standing in for PyPI) and saves it; the second, with that
+    index gone, installs from the restore. (ccache's key hashes requirements.lock, here the
+    wheels example's lock.) Without ccache on this machine only the wheels example runs."""
     index = _tiny_wheel(tmp_path / "index").parent
-    project = make_project(
-        tmp_path / "proj",
-        {workflow: EXAMPLES / "wheels-cache.yml", "requirements.lock": "tinywheel==0.1.0\n"},
-    )
+    files: dict[str, str | Path] = {
+        WHEELS: EXAMPLES / "wheels-cache.yml",
+        "requirements.lock": "tinywheel==0.1.0\n",
+    }
+    with_ccache = shutil.which("ccache") is not None
+    if with_ccache:
+        files |= {CCACHE: EXAMPLES / "cuda-ext-ccache.yml", "csrc/ext.cu": EXT_CU}
+    project = make_project(tmp_path / "proj", files)
     env = {
         "GPUCI_FAKE_NVML": "h200",
         "GPUCI_STORE": (tmp_path / "store").as_uri(),
         "PIP_NO_INDEX": "1",  # never PyPI: "the index" is the folder below
         "PIP_FIND_LINKS": str(index),
     }
+    workflows = [WHEELS, *([CCACHE] if with_ccache else [])]
     fill, save = (
         "Fill the wheelhouse from the index (a new lock file only)",
         "Save the wheelhouse for the next run",
     )
-    verdicts, first = planned_then_run(project, gpuci, workflow, tmp_path, env)
-    assert verdicts[save] == "ok", verdicts
-    assert "cache-hit=false" in first
-    assert f"Success - Main {fill}" in first and f"Success - Main {save}" in first
-    assert "tinywheel==0.1.0" in first  # installed
+    ccache_save = "Save the compiler cache for the next run"
+    verdicts, first = planned_then_run(project, gpuci, workflows, tmp_path, env)
+    assert verdicts[WHEELS][save] == "ok", verdicts
+    assert "cache-hit=false" in first[WHEELS]
+    assert f"Success - Main {fill}" in first[WHEELS]
+    assert f"Success - Main {save}" in first[WHEELS]
+    assert "tinywheel==0.1.0" in first[WHEELS]  # installed
+    if with_ccache:
+        built = first[CCACHE]
+        assert verdicts[CCACHE]["Restore the compiler cache"] == "ok", verdicts
+        assert verdicts[CCACHE][ccache_save] == "ok", verdicts
+        assert "cache-hit=false" in built
+        assert re.search(r"Misses:\s+1 /\s+1\b", built), built[built.find("Run Main Build") :][
+            :4000
+        ]  # ccache compiled it
+        assert f"Success - Main {ccache_save}" in built
 
     shutil.rmtree(index)  # no index any more: only the restored wheelhouse can install it
-    verdicts, second = planned_then_run(project, gpuci, workflow, tmp_path, env)
-    assert verdicts[fill] == "skipped" and verdicts[save] == "skipped", verdicts
-    assert "cache-hit=true" in second
-    assert RESTORED.search(second), second[-4000:]
-    assert f"Main {fill}" not in second and f"Main {save}" not in second
-    assert "Success - Main Install from the wheelhouse alone" in second
-    assert "tinywheel==0.1.0" in second
+    verdicts, second = planned_then_run(project, gpuci, workflows, tmp_path, env)
+    assert verdicts[WHEELS][fill] == "skipped" and verdicts[WHEELS][save] == "skipped"
+    assert "cache-hit=true" in second[WHEELS]
+    assert RESTORED.search(second[WHEELS]), second[WHEELS][-4000:]
+    assert f"Main {fill}" not in second[WHEELS] and f"Main {save}" not in second[WHEELS]
+    assert "Success - Main Install from the wheelhouse alone" in second[WHEELS]
+    assert "tinywheel==0.1.0" in second[WHEELS]
+    if with_ccache:
+        hit = second[CCACHE]
+        assert verdicts[CCACHE][ccache_save] == "skipped", verdicts  # as act runs it: a hit
+        assert "cache-hit=true" in hit
+        assert RESTORED.search(hit), hit[-4000:]  # the folder came from the cache
+        assert re.search(r"Hits:\s+1 /\s+1\b", hit), hit[hit.find("Run Main Build") :][
+            :4000
+        ]  # from the restored folder
+        assert f"Main {ccache_save}" not in hit

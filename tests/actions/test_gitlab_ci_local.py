@@ -1,10 +1,15 @@
 """Both GitLab templates, verbatim, run by gitlab-ci-local (shell executor, no Docker).
 
-gpu-ci is installed by the templates' own line, ``pip install "gpuci @ $GPUCI_PACKAGE"``, from
-a source archive of this checkout laid out as GitHub's tag archive is (file:// instead of
-https://). Its dependencies come from the dev venv (a .pth file in the template's venv), so the
-install needs only the build backend from the index. gitlab-ci-local sets ``GITLAB_CI=false``;
-the templates' docs say to pass ``GITLAB_CI=true``, and so do the tests.
+gpu-ci is installed by the templates' own line, ``pip install "gpuci @ $GPUCI_PACKAGE"``: in
+the pods pipeline from a source archive of this checkout laid out as GitHub's tag archive is
+(file:// instead of https://), the templates' default; in the others from a wheel of it built
+once (the templates document "an archive URL, a wheel or a path"), which spares each job a
+build. Its dependencies come from the dev venv (a .pth file in the template's venv), so the
+install needs at most the build backend from the index. gitlab-ci-local sets
+``GITLAB_CI=false``; the templates' docs say to pass ``GITLAB_CI=true``, and so do the tests.
+
+Each scenario runs once: the train template's push pipeline, then its merge-request pipeline
+(which must hit the cache the first filled, and note the MR), not a third run of the same.
 """
 
 from __future__ import annotations
@@ -57,6 +62,22 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     ).stdout.strip()
     Path(site, "dev-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     return {"GPUCI_PACKAGE": archive.as_uri(), "GPUCI_VENV": str(venv)}
+
+
+@pytest.fixture(scope="module")
+def wheel_install(install: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The same, with GPUCI_PACKAGE a wheel of this checkout, built once for the module."""
+    tree = export_gpuci(tmp_path_factory.mktemp("gpuci-tree"))
+    wheels = tmp_path_factory.mktemp("gpuci-wheel")
+    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "--disable-pip-version-check"]
+    subprocess.run(
+        [sys.executable, "-m", "pip", *build, "-w", str(wheels), str(tree)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = wheels.glob("gpuci-*.whl")
+    return {**install, "GPUCI_PACKAGE": wheel.as_uri()}
 
 
 def pipeline(
@@ -120,7 +141,10 @@ def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
         fake.stop()
 
 
-def test_train_template_passes_first_then_hits(install, tmp_path):
+def test_train_template_passes_first_then_hits_and_notes_the_mr(wheel_install, tmp_path):
+    """The push pipeline on main populates the cache, passes and hands on its report; then an
+    open MR gets a merge-request pipeline: train must run there (or no note is posted), hit
+    what the first filled, find the first run's baseline, and note the MR."""
     project = make_project(
         tmp_path / "proj",
         {
@@ -129,7 +153,7 @@ def test_train_template_passes_first_then_hits(install, tmp_path):
         },
     )
     variables = {
-        **install,
+        **wheel_install,
         "GPUCI_FAKE_NVML": "h200",
         "GPUCI_STORE": (tmp_path / "store").as_uri(),
     }
@@ -139,26 +163,10 @@ def test_train_template_passes_first_then_hits(install, tmp_path):
     written = report(project, "train")
     assert len(written) <= 20, written
     assert "GPUCI_PASSED=true" in written
-    second = pipeline(project, tmp_path, variables, "train").stdout
-    assert "hit: restored tiny-data-v1" in second
-    assert "populated tiny-data-v1" not in second
-    assert "partial hit (metrics-baseline-main-" in second  # the first run's baseline
 
-
-def test_train_template_runs_in_merge_request_pipelines_and_notes_the_mr(install, tmp_path):
-    """An open MR gets a merge-request pipeline: train must run there, or no note is posted."""
-    project = make_project(
-        tmp_path / "proj",
-        {
-            ".gitlab-ci.yml": TEMPLATES / "train-gated.gitlab-ci.yml",
-            "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
-        },
-    )
     with FakeGitLab() as gitlab:
-        variables = {
-            **install,
-            "GPUCI_FAKE_NVML": "h200",
-            "GPUCI_STORE": (tmp_path / "store").as_uri(),
+        mr = {
+            **variables,
             "CI_PIPELINE_SOURCE": "merge_request_event",
             "CI_MERGE_REQUEST_IID": "3",
             "CI_API_V4_URL": gitlab.api_url,
@@ -174,15 +182,18 @@ def test_train_template_runs_in_merge_request_pipelines_and_notes_the_mr(install
             timeout=120,
         ).stdout
         assert re.search(r"^train +train +on_success", listed, re.M), listed
-        done = pipeline(project, tmp_path, variables, "train").stdout
-    assert "PASS  train" in done
+        second = pipeline(project, tmp_path, mr, "train").stdout
+    assert "PASS  train" in second
+    assert "hit: restored tiny-data-v1" in second
+    assert "populated tiny-data-v1" not in second
+    assert "partial hit (metrics-baseline-main-" in second  # the first run's baseline
     notes = gitlab.state.notes.get("9!3", [])
     assert len(notes) == 1, gitlab.state.requests
     assert "<!-- gpuci-report:training -->" in notes[0]["body"]
-    assert gitlab.state.token not in done
+    assert gitlab.state.token not in second
 
 
-def test_runner_template_starts_trains_and_stops(install, tmp_path):
+def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
     """gpu-runner.gitlab-ci.yml, every job: start-runner's real ``pods up --runner gitlab``
     creates a project runner on a fake GitLab and its pod on the fake RunPod; gitlab-ci-local
     runs ``train`` here, as if the pod had taken it; stop-runner (``when: always``) ends the
@@ -213,7 +224,7 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
                 },
             )
             variables = {
-                **install,
+                **wheel_install,
                 "RUNPOD_API_KEY": fake.api_key,
                 "RUNPOD_API_URL": fake.url,
                 "GPUCI_PODS_POLL_S": "0.2",
@@ -263,7 +274,7 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
 
 
 def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_skips(
-    install, tmp_path
+    wheel_install, tmp_path
 ):
     """GitLab gives protected variables only to protected refs: on a feature branch's MR the
     template must not start a runner (start-runner would fail without RUNPOD_API_KEY, and
@@ -272,7 +283,7 @@ def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_
         tmp_path / "proj", {".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml"}
     )
     variables = {
-        **install,
+        **wheel_install,
         "CI_PIPELINE_SOURCE": "merge_request_event",
         "CI_MERGE_REQUEST_IID": "3",
         "CI_COMMIT_REF_NAME": "feature-x",

@@ -2,7 +2,9 @@
 
 Each command's implementation is named as ``"module:function"`` and imported only when that
 command runs, so ``python -m gpuci --help`` stays fast and ``gpu-setup`` never loads boto3.
-Command names equal action names; every action input is a flag of the same name.
+Every action is also a command of the same name: where the action's folder is named otherwise
+than the command (``actions/metric-gate`` runs ``gate``), the folder's name is an alias
+(:data:`ALIASES`). Every action input is a flag of the same name.
 """
 
 from __future__ import annotations
@@ -84,6 +86,16 @@ _DEFINED_IN = (
 )
 
 
+# Action names that differ from their command's: ``python -m gpuci metric-gate`` is ``gate``.
+# tests/test_cli.py checks every folder under actions/ is a command name or one of these.
+ALIASES = {"gpu-pod": "pods", "metric-gate": "gate"}
+
+
+def aliases_of(name: str) -> tuple[str, ...]:
+    """The other names the top-level command ``name`` answers to (its action's, if different)."""
+    return tuple(alias for alias, target in ALIASES.items() if target == name)
+
+
 def _defined(module: str, attr: str) -> Command:
     return getattr(importlib.import_module(f"gpuci.commands.{module}"), attr)
 
@@ -93,7 +105,9 @@ def all_commands() -> tuple[Command, ...]:
 
 
 def command_named(name: str) -> Command | None:
-    """The top-level command called ``name``, loading only its module; None if there is none."""
+    """The top-level command called ``name`` (or an alias of it), loading only its module; None
+    if there is none."""
+    name = ALIASES.get(name, name)
     for known, module, attr in _DEFINED_IN:
         if known == name:
             return _defined(module, attr)

@@ -44,6 +44,7 @@ REPORT_INPUTS = (
         "token with api scope); masked.",
         "str",
         secret=True,
+        action_default="${{ github.token }}",
     ),
     Input(
         "api-url",
@@ -107,7 +108,8 @@ COMMENT_OUTPUTS = (
 
 GATE = Command(
     name="gate",
-    help="Fail the job when a model's metrics miss their thresholds.",
+    help="Fail the job when a model's metrics miss their thresholds; with artifacts, record its "
+    "provenance; with comment, report on the pull request.",
     inputs=(
         Input(METRICS.name, METRICS.help, METRICS.kind, required=True),
         Input("min", "Lower bounds, name=value, one per line.", "lines"),
