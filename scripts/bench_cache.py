@@ -9,6 +9,11 @@ median of ``--runs``, MB/s, the ratio to s5cmd, each client's peak RSS (``wait4`
 ``--wan`` the peak number of connections each tool held open. It also measures the bytes an
 incremental save uploads after changing 1 file of 20.
 
+gpu-ci's rows start with the default path, as each runner kind gets it with no extra inputs:
+a self-hosted runner (the runner-local tier on, emptied before each timed run, so a cold restore
+pays for filling it), then a GitHub-hosted one (``RUNNER_ENVIRONMENT=github-hosted``). The tuned
+rows follow: ``GPUCI_LOCAL_CACHE=off``, and with ``--workers`` a fixed connection count.
+
 Two regimes:
 
 * **loopback** (the default): client and server share the machine's cores; CPU-bound.
@@ -16,8 +21,8 @@ Two regimes:
 * **remote-like** (``--wan RATE_MIB_PER_CONN,LATENCY_MS``, e.g. ``16,30``): every measured
   tool goes through scripts/wanproxy.py, which gives each connection RATE MiB/s and delays the
   first byte of each response by LATENCY ms, as real S3 does; speed then comes from keeping
-  connections busy. Shape m (4 x 128 MiB + 300 x 32 KiB), plus a gpu-ci row with
-  ``GPUCI_CACHE_WORKERS=32`` (fixed settings against whatever the default does).
+  connections busy. Shape m (4 x 128 MiB + 300 x 32 KiB), plus a gpu-ci row with the tier off
+  and ``GPUCI_CACHE_WORKERS=32`` (fixed settings against whatever the default does).
 
 Servers: ``--server s3rver`` (npm, one Node process writing plain files), ``seaweedfs``
 (scripts/seaweedfs.py: master, volume server, filer and S3 gateway) or an ``http(s)://`` URL
@@ -242,9 +247,15 @@ class Bench:
         if not args.server.startswith(("http://", "https://")):
             self.env.update(CREDS)
         self.env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-        # Cold restores only: the runner-local tier would serve every run after the first.
-        self.env["GPUCI_LOCAL_CACHE"] = "off"
+        # The default path first: no GPUCI_LOCAL_CACHE, so the runner-local tier is what the
+        # runner kind makes it. Each timed run gets a fresh, empty tier (a cold restore fills
+        # it; a filled one would serve every run after the first), under RUNNER_TOOL_CACHE as
+        # on a self-hosted runner. Tuned rows (tier off, fixed workers) come after it.
+        self.tier_root = self.work / "toolcache"
+        self.env["RUNNER_TOOL_CACHE"] = str(self.tier_root)
         for name in (
+            "GPUCI_LOCAL_CACHE",
+            "RUNNER_ENVIRONMENT",
             "GPUCI_STORE",
             "GPUCI_CACHE_WORKERS",
             "AWS_ENDPOINT_URL",
@@ -422,14 +433,27 @@ class Bench:
         return tool in self.args.tools
 
     def gpuci_variants(self) -> list[tuple[str, dict[str, str]]]:
-        out = [("", self.env)]
+        """The default path as each runner kind gets it, then the tuned settings."""
+        off = {**self.env, "GPUCI_LOCAL_CACHE": "off"}
+        out = [
+            (", default, self-hosted (tier on, fresh)", self.env),
+            (", default, GitHub-hosted", {**self.env, "RUNNER_ENVIRONMENT": "github-hosted"}),
+            (", GPUCI_LOCAL_CACHE=off", off),
+        ]
         if self.args.workers:
-            env = {**self.env, "GPUCI_CACHE_WORKERS": str(self.args.workers)}
-            out.append((f", GPUCI_CACHE_WORKERS={self.args.workers}", env))
+            env = {**off, "GPUCI_CACHE_WORKERS": str(self.args.workers)}
+            out.append((f", tier off, GPUCI_CACHE_WORKERS={self.args.workers}", env))
         if self.args.compare:
             src = str(Path(self.args.compare).resolve())
             out.append((f", code in {src}", {**self.env, "PYTHONPATH": src}))
+            gh = {**self.env, "RUNNER_ENVIRONMENT": "github-hosted", "PYTHONPATH": src}
+            out.append((f", GitHub-hosted, code in {src}", gh))
         return out
+
+    def fresh_tier(self, run: Callable[[], tuple[float, int, str]]) -> tuple[float, int, str]:
+        """``run`` with an empty runner-local tier, emptied before the clock starts."""
+        shutil.rmtree(self.tier_root, ignore_errors=True)
+        return run()
 
     # ----- tools ---------------------------------------------------------------------------------
     def restore_tools(self, shape: Shape) -> dict[str, Callable[[Path], tuple[float, int, str]]]:
@@ -437,8 +461,8 @@ class Bench:
         key, store, ep = f"bench-{shape.name}", self.url("cache"), self.endpoint
         if self.wanted("gpu-ci"):
             for label, env in self.gpuci_variants():
-                out[f"gpu-ci restore (sha256){label}"] = lambda dest, env=env: timed(
-                    self.gpuci("restore", key, dest, store, ep), env
+                out[f"gpu-ci restore (sha256){label}"] = lambda dest, env=env: self.fresh_tier(
+                    lambda: timed(self.gpuci("restore", key, dest, store, ep), env)
                 )
         if self.s5 and self.wanted("s5cmd"):
             files = self.url("plain", shape.name) + "/*"
@@ -467,8 +491,8 @@ class Bench:
         ep = self.endpoint
         if self.wanted("gpu-ci"):
             for label, env in self.gpuci_variants():
-                out[f"gpu-ci save (sha256){label}"] = lambda where, env=env: timed(
-                    self.gpuci("save", "bench-save", tree, self.url(where), ep), env
+                out[f"gpu-ci save (sha256){label}"] = lambda where, env=env: self.fresh_tier(
+                    lambda: timed(self.gpuci("save", "bench-save", tree, self.url(where), ep), env)
                 )
         if self.s5 and self.wanted("s5cmd"):
             out["s5cmd cp"] = lambda where: timed(

@@ -184,13 +184,15 @@ def test_bench_cache_small_wan(tmp_path, harness):
     assert "remote-like: 64 MiB/s per connection, 5 ms" in table
     assert f"(scripts/{harness}.py)" in table
     assert "cold restore, 4 x 8 MiB + 30 x 32 KiB = 32.9 MiB" in table
-    assert "| gpu-ci restore (sha256), GPUCI_CACHE_WORKERS=16 |" in table
+    assert "| gpu-ci restore (sha256), tier off, GPUCI_CACHE_WORKERS=16 |" in table
     data = json.loads(figures.read_text())["shapes"]["m"]
     for op in ("restore", "save"):
         rows = {row["tool"]: row for row in data[op]}
-        assert set(rows) == {
-            f"gpu-ci {op} (sha256)",
-            f"gpu-ci {op} (sha256), GPUCI_CACHE_WORKERS=16",
+        assert set(rows) == {  # the default path first, as each runner kind gets it
+            f"gpu-ci {op} (sha256), default, self-hosted (tier on, fresh)",
+            f"gpu-ci {op} (sha256), default, GitHub-hosted",
+            f"gpu-ci {op} (sha256), GPUCI_LOCAL_CACHE=off",
+            f"gpu-ci {op} (sha256), tier off, GPUCI_CACHE_WORKERS=16",
             "s5cmd cp",
         }
         for row in rows.values():
@@ -251,7 +253,8 @@ def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
     table = out.read_text()
     assert f"Regime: loopback: {endpoint};" in table
     assert "cold restore, 2 x 1 MiB + 20 x 4 KiB = 2.1 MiB" in table
-    assert "| gpu-ci restore (sha256) |" in table and "| s5cmd cp |" in table
+    assert "| gpu-ci restore (sha256), default, self-hosted (tier on, fresh) |" in table
+    assert "| s5cmd cp |" in table
     assert "failed" not in table
     assert left == 0
 
