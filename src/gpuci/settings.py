@@ -112,8 +112,10 @@ CACHE_NAMESPACE = _declare(
 LOCAL_CACHE = _declare(
     "GPUCI_LOCAL_CACHE",
     "",
-    "The runner-local blob tier when no local-cache input is given; off (false, no, none, 0) "
-    "turns it off; default $RUNNER_TOOL_CACHE/gpuci/local, else ~/.cache/gpuci/local.",
+    "The runner-local blob tier when no local-cache input is given: a folder, on, off or auto "
+    "(the default: off on runners thrown away after the job - GitHub-hosted, GitLab.com hosted, "
+    "gpu-ci RunPod runner pods - else on, at $RUNNER_TOOL_CACHE/gpuci/local or "
+    "~/.cache/gpuci/local).",
 )
 CACHE_WORKERS = _declare(
     "GPUCI_CACHE_WORKERS", "", "A fixed connection count for cache transfers; default adaptive."
@@ -128,6 +130,12 @@ MULTIPART_THRESHOLD = _declare(
     "small body limit.",
 )
 S3_TIMEOUT = _declare("GPUCI_S3_TIMEOUT", "30", "Seconds without progress that end one S3 request.")
+S3_MIN_RATE = _declare(
+    "GPUCI_S3_MIN_RATE",
+    "262144",
+    "Bytes a second an S3 body must keep after GPUCI_S3_TIMEOUT's grace; one range's attempts "
+    "share that deadline, so a trickling store ends the step within minutes.",
+)
 GPU_HEALTH_STORE = _declare(
     "GPUCI_GPU_HEALTH_STORE",
     "",
@@ -302,7 +310,10 @@ RUNNER_TOOL_CACHE = _declare(
     "RUNNER_TOOL_CACHE", "", "The runner's tool cache: the local store and tier live here.", _GH
 )
 RUNNER_ENVIRONMENT = _declare(
-    "RUNNER_ENVIRONMENT", "", "github-hosted or self-hosted (provenance).", _GH
+    "RUNNER_ENVIRONMENT",
+    "",
+    "github-hosted or self-hosted (provenance; the tier's auto policy).",
+    _GH,
 )
 
 # ----- GitLab CI: set by the runner -----------------------------------------------------------
@@ -327,6 +338,10 @@ CI_DEFAULT_BRANCH = _declare("CI_DEFAULT_BRANCH", "", "The project's default bra
 CI_MERGE_REQUEST_IID = _declare("CI_MERGE_REQUEST_IID", "", "The merge request.", _GL)
 CI_RUNNER_ID = _declare("CI_RUNNER_ID", "", "The runner's id (quarantine).", _GL)
 CI_RUNNER_DESCRIPTION = _declare("CI_RUNNER_DESCRIPTION", "", "The runner's description.", _GL)
+CI_RUNNER_TAGS = _declare(
+    "CI_RUNNER_TAGS", "", "The runner's tags (saas-* marks GitLab.com's hosted runners).", _GL
+)
+CI_SERVER_HOST = _declare("CI_SERVER_HOST", "", "The GitLab server's host (gitlab.com).", _GL)
 GITLAB_USER_LOGIN = _declare("GITLAB_USER_LOGIN", "", "Who started it (default owner).", _GL)
 
 # ----- AWS and S3: the AWS conventions, read as botocore reads them ----------------------------

@@ -75,11 +75,13 @@ def plan_store(where: StoreFields, rt: Runtime) -> Store | None:
 
 def _aws_credentials(region: str | None) -> bool:
     """Whether botocore's credential chain finds anything here (env, profile, SSO, IMDS)."""
-    import boto3
     import botocore.exceptions
+    import botocore.session
 
     try:
-        session = boto3.session.Session(region_name=(region or "").strip() or None)
+        session = botocore.session.Session()
+        if region and region.strip():
+            session.set_config_variable("region", region.strip())
         return session.get_credentials() is not None
     except botocore.exceptions.BotoCoreError:
         return True  # a broken configuration is not 'no credentials': its error stands

@@ -24,6 +24,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 
+from gpuci import untrusted_json
 from gpuci.cache import layout
 from gpuci.cache.store import Store
 from gpuci.errors import ConflictError
@@ -63,11 +64,11 @@ def honoured(store: Store) -> bool:
 def _recorded(store: Store) -> bool | None:
     """The store's record of an earlier probe; None when absent or unreadable (probe again)."""
     got = store.get(layout.CONDITIONAL_WRITES, limit=_MAX_MARKER)
-    if got is None or len(got[0]) > _MAX_MARKER:
+    if got is None:
         return None
     try:
-        value = json.loads(got[0]).get("honoured")
-    except (ValueError, AttributeError, RecursionError):
+        value = untrusted_json.parse_object(got[0], _MAX_MARKER).get("honoured")
+    except untrusted_json.Unusable:
         return None
     return value if isinstance(value, bool) else None
 

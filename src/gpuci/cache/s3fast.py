@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuci.cache import s3net
 from gpuci.cache.s3http import BadResponse, DeadlineExceeded, content_range
@@ -28,8 +28,32 @@ from gpuci.errors import StoreError
 from gpuci.units import human_bytes
 
 if TYPE_CHECKING:
-    from gpuci.cache.s3 import S3Store
+    from collections.abc import Mapping
+
+    from gpuci.cache.s3pool import Pool
+    from gpuci.cache.sigv4 import Presigner
     from gpuci.cache.splicing import Pipe
+
+    class S3Store(Protocol):
+        """What a ranged GET needs of :class:`gpuci.cache.s3.S3Store` (named here, so this
+        module does not import the store that imports it)."""
+
+        url: str
+        prefix: str
+        limits: s3net.Limits
+        signer: Presigner
+        pool: Pool
+        _deadlines: Deadlines
+
+        def _where(self) -> str: ...
+        def _too_slow(self, key: str, end: int) -> StoreError: ...
+        def _bad_answer(self, op: str, key: str, what: str) -> StoreError: ...
+        def _transport_error(self, exc: BaseException) -> TransientError: ...
+        def _beyond_end(self, key: str, offset: int, length: int, total: int) -> Exception: ...
+        def _status_error(
+            self, status: int, body: bytes, key: str, answer: Mapping[str, str] | None = None
+        ) -> Exception: ...
+
 
 # How long a presigned ranged GET's URL stays good (it is used at once).
 _URL_FOR = 900

@@ -24,8 +24,10 @@ PATH = Input(
 TIER_INPUTS = (
     Input(
         "local-cache",
-        "Runner-local blob folder consulted before the store and filled by restores and saves "
-        "(default: RUNNER_TOOL_CACHE/gpuci/local or ~/.cache/gpuci/local; off to disable).",
+        "Runner-local blob folder consulted before the store and filled by restores and saves: "
+        "a folder, on, off or auto (default auto: off on runners thrown away after the job - "
+        "GitHub-hosted, GitLab.com hosted, gpu-ci RunPod runner pods; else "
+        "RUNNER_TOOL_CACHE/gpuci/local or ~/.cache/gpuci/local).",
         "str",
     ),
     Input(
