@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler
 import httpx
 import pytest
 from httpcore._sync.http11 import HTTP11Connection
-from loopback_http import LoopbackHTTPServer
 
 from gpuci import httpclients
 from gpuci.fetch import FetchPolicy
 from gpuci.fetch.client import new_client as download_client
+from loopback_http import LoopbackHTTPServer
 
 BODY = b"x" * 300_000
 
@@ -23,7 +23,7 @@ BODY = b"x" * 300_000
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path == "/away":
             self.send_response(302)
             self.send_header("Location", "/body")
@@ -125,8 +125,7 @@ def test_the_tls_context_is_built_once_per_setting(monkeypatch, tmp_path):
     first = httpclients.tls_context()
     results: list[ssl.SSLContext] = []
     threads = [
-        threading.Thread(target=lambda: results.append(httpclients.tls_context()))
-        for _ in range(4)
+        threading.Thread(target=lambda: results.append(httpclients.tls_context())) for _ in range(4)
     ]
     for t in threads:
         t.start()

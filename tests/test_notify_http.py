@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
 
-from loopback_http import LoopbackHTTPServer
-
 from gpuci import notify
+from loopback_http import LoopbackHTTPServer
 
 SEEN: list[str] = []
 
@@ -15,7 +14,7 @@ SEEN: list[str] = []
 class _Hook(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         SEEN.append(f"{self.path} {self.headers.get('User-Agent')}")
         if self.path == "/moved":
