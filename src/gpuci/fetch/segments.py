@@ -377,7 +377,7 @@ class Segmenter:
         the policy's wait. The attempts count every failure of this segment, never reset."""
         retrying = self.policy.retry.retrying(
             _segment_retryable,
-            sleep=self.stop.wait,  # a stop ends the wait; the next attempt then returns at once
+            sleep=self._pause,
             on_retry=self._throttle,
         )
         first = [resp] if resp is not None else []
@@ -418,6 +418,10 @@ class Segmenter:
                     if lost:
                         self.advance(-lost)
                 raise
+
+    def _pause(self, seconds: float) -> None:
+        """A retry's wait, cut short by a stop (the next attempt then returns at once)."""
+        self.stop.wait(seconds)
 
     def _throttle(self, exc: BaseException | None) -> None:
         """Before a retry's wait: a 429 or 503 tells the controller to back off."""
