@@ -123,7 +123,7 @@ def test_the_tls_context_is_built_once_per_setting(monkeypatch, tmp_path):
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     first = httpclients.tls_context()
-    results: list[ssl.SSLContext] = []
+    results: list[ssl.SSLContext | bool] = []
     threads = [
         threading.Thread(target=lambda: results.append(httpclients.tls_context())) for _ in range(4)
     ]
@@ -134,3 +134,15 @@ def test_the_tls_context_is_built_once_per_setting(monkeypatch, tmp_path):
     assert all(r is first for r in results)
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
     assert httpclients.tls_context() is not first
+
+
+def test_proxies_from_the_environment_read_in_the_clients_size_too(monkeypatch):
+    """HTTPS_PROXY (trust_env) makes a transport per proxy: each reads as its client does."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    with httpclients.new_client(timeout=5, read_bytes=1 << 20) as client:
+        proxied = [t for t in client._mounts.values() if t is not None]
+        assert proxied, "the environment's proxy is used"
+        for transport in proxied:
+            backend = transport._pool._network_backend  # type: ignore[attr-defined]
+            assert isinstance(backend, httpclients._SizedBackend) and backend.size == 1 << 20

@@ -113,14 +113,19 @@ def new_client(
     return client
 
 
-def tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext | bool:
     """The CA-verifying TLS context for the current ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
-    (certifi's bundle when neither is set), built once per process per setting."""
+    (certifi's bundle when neither is set), built once per process per setting. An httpx
+    before 0.28 (no public ``create_ssl_context``) gets ``True``: it then builds the same
+    context itself, per client."""
+    make = getattr(httpx, "create_ssl_context", None)
+    if make is None:  # pragma: no cover - httpx 0.27
+        return True
     key = tuple(os.environ.get(name, "") for name in _CA_SETTINGS)
     with _tls_lock:
         context = _tls_contexts.get(key)
         if context is None:
-            context = _tls_contexts[key] = httpx.create_ssl_context(trust_env=True)
+            context = _tls_contexts[key] = make(trust_env=True)
         return context
 
 
