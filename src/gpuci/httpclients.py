@@ -117,7 +117,8 @@ def tls_context() -> ssl.SSLContext | bool:
     """The CA-verifying TLS context for the current ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
     (certifi's bundle when neither is set), built once per process per setting. An httpx
     before 0.28 (no public ``create_ssl_context``) gets ``True``: it then builds the same
-    context itself, per client."""
+    context itself, per client. Shared safely: httpcore only sets ALPN on it per connection,
+    to ``http/1.1`` for every client here (none is made with HTTP/2)."""
     make = getattr(httpx, "create_ssl_context", None)
     if make is None:  # pragma: no cover - httpx 0.27
         return True
