@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import ssl
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import httpx
 import pytest
 from httpcore._sync.http11 import HTTP11Connection
 
 from gpuci import httpclients
-from gpuci.fetch import FetchPolicy
+from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch.client import new_client as download_client
 from loopback_http import LoopbackHTTPServer
 
@@ -146,3 +148,30 @@ def test_proxies_from_the_environment_read_in_the_clients_size_too(monkeypatch):
         for transport in proxied:
             backend = transport._pool._network_backend  # type: ignore[attr-defined]
             assert isinstance(backend, httpclients._SizedBackend) and backend.size == 1 << 20
+
+
+def test_a_download_through_a_corporate_proxy_and_private_ca(tmp_path, monkeypatch):
+    """The conventions users already set, end to end: HTTPS_PROXY tunnels to a host only the
+    proxy can resolve, SSL_CERT_FILE names the private CA of its TLS front, and the body still
+    arrives whole through the sized stream inside the tunnel."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test CA")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "security"))
+    from net_fronts import ForwardProxy, TLSFront, make_ca
+
+    name = "files-gpuci.invalid"  # resolves nowhere but in the proxy
+    ca, cert, key = make_ca(tmp_path / "ca", (name,))
+    for var in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with (
+        LoopbackHTTPServer(_Handler) as origin,
+        TLSFront(("127.0.0.1", origin.port), cert, key) as front,
+        ForwardProxy({name: "127.0.0.1"}) as proxy,
+    ):
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        url = f"https://{name}:{front.port}/body"
+        result = fetch_file(url, tmp_path / "out.bin", hashlib.sha256(BODY).hexdigest())
+    assert (tmp_path / "out.bin").read_bytes() == BODY and result.verified
+    assert f"CONNECT {name}:{front.port}" in proxy.seen
