@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,26 @@ def test_json_lines_someone_else_wrote_are_skipped_not_a_traceback(tmp_path: Pat
     deep, huge = "[" * 100_000 + "]" * 100_000, '{"n": ' + "9" * 5001 + "}"
     log.write_text(f'{{"a": 1}}\n{deep}\n{huge}\n{{"b": 2}}\n')
     assert files.read_json_lines(log) == [{"a": 1}, {"b": 2}]
+
+
+def test_hash_fd_is_the_one_hash_loop(tmp_path):
+    """Every block once, in order, at its offset; a resumed hasher goes on; the file position
+    is neither used nor moved (pread), so a caller's open file is left as it was."""
+    data = os.urandom(10_000)
+    target = tmp_path / "f.bin"
+    target.write_bytes(data)
+    seen: list[tuple[int, bytes]] = []
+    with open(target, "rb", buffering=0) as handle:
+        handle.seek(123)
+        hasher, count = files.hash_fd(
+            handle.fileno(), chunk=4096, each=lambda block, at: seen.append((at, bytes(block)))
+        )
+        assert handle.tell() == 123
+    assert (hasher.hexdigest(), count) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert [at for at, _ in seen] == [0, 4096, 8192]
+    assert b"".join(block for _, block in seen) == data
+    head = hashlib.sha256(b"head")
+    with open(target, "rb") as handle:
+        resumed, _ = files.hash_fd(handle.fileno(), head)
+    assert resumed.hexdigest() == hashlib.sha256(b"head" + data).hexdigest()
+    assert files.hash_file(target, chunk=999)[1] == len(data)

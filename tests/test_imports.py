@@ -31,7 +31,13 @@ USERS = {
 BASE = {"gpuci.gpu", "gpuci.cache", "gpuci.fetch", "gpuci.forges"}  # features on the foundation
 ABOVE_BASE = ENTRY | REGISTRY | USERS
 # What the forge clients may use: they are talked to by training and pods, and talk to no one.
-FORGES_MAY_IMPORT = {"gpuci.errors", "gpuci.redact", "gpuci.retry", "gpuci.forges"}
+FORGES_MAY_IMPORT = {
+    "gpuci.errors",
+    "gpuci.redact",
+    "gpuci.retry",
+    "gpuci.httpclients",  # the one client factory (gpuci.__init__ is only the version)
+    "gpuci.forges",
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -155,6 +155,25 @@ def test_a_deadline_stops_before_a_wait_that_would_pass_it():
     assert len(calls) == 1
 
 
+def test_a_deadline_on_the_callers_clock():
+    """A fake clock's sleep moves only its own time: the deadline is read on that clock
+    (15, 30 and 60 s rounds fit in 120 s; the 120 s wait after them would end past it)."""
+    clock = [1000.0]
+    calls = []
+
+    def nothing_placed() -> None:
+        calls.append(clock[0])
+        raise _Wish(None)
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    policy = RetryPolicy(attempts=100, initial=15, max_wait=300, jitter="none")
+    with pytest.raises(_Wish):
+        policy.retrying(_Wish, deadline=120, sleep=sleep, now=lambda: clock[0])(nothing_placed)
+    assert calls == [1000.0, 1015.0, 1045.0, 1105.0]
+
+
 def test_botocore_standard_mode():
     """A drop-in for the hand-written loop: rand() * min(20, 2 ** (attempt - 1))."""
     assert [botocore_delay(n, rand=lambda: 1.0) for n in range(1, 8)] == [1, 2, 4, 8, 16, 20, 20]

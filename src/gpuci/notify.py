@@ -108,14 +108,17 @@ def send_all(
 
 
 def _post_json(url: str, body: dict, headers: Mapping[str, str] | None = None) -> None:
-    import httpx
+    from gpuci import httpclients  # httpx loads only when a notification is sent
 
-    # Never follow a redirect: it would carry the body (and for Discourse the key) elsewhere.
-    response = httpx.post(
-        url, json=body, headers=dict(headers or {}), timeout=TIMEOUT_S, follow_redirects=False
-    )
-    if not 200 <= response.status_code < 300:
-        raise RuntimeError(f"HTTP {response.status_code}")
+    # The client follows no redirect (one would carry the body, and for Discourse the key,
+    # elsewhere); only the status is read, so the size of the answer's body never matters.
+    with (
+        httpclients.new_client(timeout=TIMEOUT_S, agent="notify") as client,
+        client.stream("POST", url, json=body, headers=dict(headers or {})) as response,
+    ):
+        status = response.status_code
+    if not 200 <= status < 300:
+        raise RuntimeError(f"HTTP {status}")
 
 
 def _webhook(target: Target, subject: str, text: str) -> None:

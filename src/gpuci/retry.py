@@ -142,11 +142,15 @@ class RetryPolicy:
         deadline: float | None = None,
         sleep: Callable[[float], None] | None = None,
         on_retry: Callable[[BaseException | None], None] | None = None,
+        now: Callable[[], float] | None = None,
     ) -> tenacity.Retrying:
         """A fresh tenacity controller that retries what ``retry_on`` names (exception classes
         or a predicate), ``attempts`` times at most and, with ``deadline``, never starts a wait
         that would end more than ``deadline`` seconds after the first attempt began. The last
-        failure is raised as it is. ``on_retry`` hears of each failure before its wait."""
+        failure is raised as it is. ``on_retry`` hears of each failure before its wait.
+        ``now`` is the clock the deadline is read on when it is not tenacity's own monotonic
+        one (a caller whose ``sleep`` is a fake clock's); the deadline then counts from this
+        call."""
         import tenacity
 
         if isinstance(retry_on, type | tuple):
@@ -154,7 +158,9 @@ class RetryPolicy:
         else:
             retry = tenacity.retry_if_exception(retry_on)
         stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(max(1, self.attempts))
-        if deadline is not None:
+        if deadline is not None and now is not None:
+            stop = stop | _stop_before(now, now() + max(0.0, deadline))
+        elif deadline is not None:
             stop = stop | tenacity.stop_before_delay(max(0.0, deadline))
         before_sleep = None
         if on_retry is not None:
@@ -172,6 +178,18 @@ class RetryPolicy:
             before_sleep=before_sleep,
             reraise=True,
         )
+
+
+def _stop_before(now: Callable[[], float], end: float) -> tenacity.stop.stop_base:
+    """tenacity's ``stop_before_delay``, on the caller's clock: no wait that ends at ``end``
+    or later is started."""
+    import tenacity
+
+    class StopBefore(tenacity.stop.stop_base):
+        def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+            return now() + retry_state.upcoming_sleep >= end
+
+    return StopBefore()
 
 
 #: botocore's "standard" retry mode: full jitter, doubling from 1 s, at most 20 s a wait.

@@ -369,6 +369,15 @@ def test_a_throttled_segment_backs_off_and_completes(server, tmp_path, seg_polic
     assert res.attempts == 1 + 2  # the first try and one per refused segment
 
 
+def test_a_segments_retries_wait_as_the_retry_policy_says(server, tmp_path, seg_policy, waits):
+    """A segment's retry is gpuci.retry's controller: its Retry-After and backoff are the
+    policy's waits (before, a hand-written loop chose them beside the policy)."""
+    server.faults("/data.bin", Fault(), Fault(status=503, retry_after="0"), Fault(status=429))
+    fetch_file(server.url("/data.bin"), tmp_path / "out.bin", SHA, policy=seg_policy)
+    assert len(waits) == 2 and 0.0 in waits  # the 503's Retry-After: 0, the 429's backoff
+    assert all(0 <= w <= seg_policy.max_wait for w in waits)
+
+
 def test_a_segment_that_keeps_failing_fails_the_download_and_keeps_what_arrived(
     server, tmp_path, seg_policy
 ):

@@ -193,3 +193,29 @@ def test_a_plain_url_gpu_ci_chose_stays_clickable():
     assert markdown.cell(markdown.Link("https://abc-8000.proxy.runpod.net/")) == (
         "<https://abc-8000.proxy.runpod.net/>"
     )
+
+
+@pytest.mark.parametrize(
+    "event",
+    ['{"pull_request": "7"}', '{"issue": [1], "pull_request": null}', DEEP, "[1, 2]"],
+)
+def test_an_event_file_rewritten_by_the_job_is_input(tmp_path, event):
+    """GITHUB_EVENT_PATH is the runner's, but an earlier step may rewrite it: a shape or a
+    nesting that is not an event's falls back to GITHUB_REF, never a traceback."""
+    from gpuci.training import ci
+
+    path = tmp_path / "event.json"
+    path.write_text(event)
+    env = {"GITHUB_EVENT_PATH": str(path), "GITHUB_REF": "refs/pull/12/merge"}
+    assert ci._github_pr(env) == 12
+
+
+def test_a_package_list_that_is_no_object_is_not_recorded(tmp_path):
+    """The training interpreter's answer is untrusted: a list is no package list."""
+    from gpuci.training import provenance
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho '[1, 2, 3]'\n")
+    fake.chmod(0o755)
+    found, why = provenance.python_environment(str(fake))
+    assert found is None and "package versions not recorded" in why

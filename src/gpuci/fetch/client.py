@@ -14,7 +14,6 @@ on disk; :func:`read_capped` bounds small bodies held in memory.
 from __future__ import annotations
 
 import base64
-import http.cookiejar
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 
+from gpuci import httpclients
 from gpuci.errors import InputError
 from gpuci.fetch.policy import Refused
 from gpuci.fetch.urls import check_url, origin, shown_url
@@ -40,44 +40,21 @@ CREDENTIALS_KEPT = "gpuci_credentials_kept"
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 
 
-class _NoCookies(http.cookiejar.DefaultCookiePolicy):
-    """Store nothing and send nothing: a download needs no session, and a jar leaks one."""
-
-    def set_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
-        return False
-
-    def return_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
-        return False
-
-
-# httpcore reads a body 64 KiB per recv, and each read then passes through h11 and httpx in
-# Python: on loopback that per-read work, not the hash, was most of retry-fetch's CPU. Measured
-# (512 MiB, one connection, load average 14-18 on 2 cores): 1 MiB reads cut the client's CPU
-# from 1.41 s (user 0.94 + sys 0.44) to 0.94-1.1 s (sys 0.25-0.29); curl spends ~0.5 s. A read
-# returns only what already arrived, so the bound stays ours (1 MiB a read), never the server's.
+# Bytes asked of the connection per read: httpcore's 64 KiB reads each pass through h11 and
+# httpx in Python, and on loopback that per-read work, not the hash, was most of retry-fetch's
+# CPU (figures: docs/benchmarks.md, "1 MiB reads"). A read returns only what already
+# arrived, so the bound stays ours (1 MiB a read), never the server's.
 _READ_BYTES = 1 << 20
 
 
-def _read_more_per_call() -> None:
-    """Raise httpcore's per-read size (its own class constant) to ``_READ_BYTES``, never lower
-    it; an httpcore without the constant keeps its default."""
-    try:
-        from httpcore._sync.http11 import HTTP11Connection
-    except ImportError:  # pragma: no cover - another httpcore layout: its default stands
-        return
-    if getattr(HTTP11Connection, "READ_NUM_BYTES", _READ_BYTES) < _READ_BYTES:
-        HTTP11Connection.READ_NUM_BYTES = _READ_BYTES
-
-
 def new_client(policy: FetchPolicy, connections: int = 8) -> httpx.Client:
-    """An httpx client for downloads: pooled connections, no cookie jar, redirects by hand."""
-    _read_more_per_call()
-    return httpx.Client(
-        follow_redirects=False,  # open_response follows them, without leaking credentials
-        cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
-        timeout=httpx.Timeout(policy.timeout),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        headers={"User-Agent": "gpuci-retry-fetch"},
+    """An httpx client for downloads (:func:`gpuci.httpclients.new_client`'s policy: no cookie
+    jar, redirects by hand), pooling ``connections`` and reading 1 MiB at a time."""
+    return httpclients.new_client(
+        timeout=policy.timeout,
+        agent="retry-fetch",
+        connections=connections,
+        read_bytes=_READ_BYTES,
     )
 
 
@@ -214,7 +191,7 @@ class Body:
             length = int(headers.get("Content-Length", ""))
         except ValueError:
             return None
-        stream = resp.extensions.get("network_stream")
+        stream = httpclients.exact_stream(resp.extensions.get("network_stream"))
         if length < 0 or not callable(getattr(stream, "read", None)):
             return None
         timeout = resp.request.extensions.get("timeout", {}).get("read")

@@ -121,6 +121,12 @@ class FileChanged(RangeMismatch):
     """A segment came from another version of the file: delete and start over."""
 
 
+def _segment_retryable(exc: BaseException) -> bool:
+    """What a segment retries on its own connection: a transport failure or a retryable
+    status; a refused or changed range ends the segmented download instead."""
+    return isinstance(exc, RETRYABLE) and not isinstance(exc, (SegmentsRefused, FileChanged))
+
+
 @dataclass
 class Segment:
     start: int
@@ -366,35 +372,18 @@ class Segmenter:
 
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
-        failures = 0
+        """Deliver ``seg`` (its first response already open when ``resp`` is given), request
+        after request; a failure the policy retries resumes from what reached the disk, after
+        the policy's wait. The attempts count every failure of this segment, never reset."""
+        retrying = self.policy.retry.retrying(
+            _segment_retryable,
+            sleep=self._pause,
+            on_retry=self._throttle,
+        )
+        first = [resp] if resp is not None else []
         try:
             with self.conc.slot():
-                while not self.stop.is_set():
-                    with self.lock:
-                        if seg.pos >= seg.end:
-                            break
-                        if resp is None and self.running > self.conc.limit:
-                            break  # the controller backed off: hand the rest back, between requests
-                    try:
-                        if resp is not None:
-                            first, resp = resp, None
-                            self._pump(seg, first)
-                        else:
-                            self._ranged(seg)
-                    except RETRYABLE as exc:
-                        if isinstance(exc, (SegmentsRefused, FileChanged)):
-                            raise
-                        failures += 1
-                        with self.lock:
-                            lost = seg.pos - seg.written  # counted, never written
-                            seg.pos = seg.written  # what reached the disk; ask for the rest
-                            seg.failed = True
-                        if lost:
-                            self.advance(-lost)
-                        if failures >= self.policy.attempts:
-                            raise
-                        wait = self._wait(exc, failures)
-                        self.stop.wait(wait)
+                retrying(self._deliver, seg, first)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
@@ -406,10 +395,38 @@ class Segmenter:
                 self.running -= 1
                 self.lock.notify_all()
 
-    def _wait(self, exc: BaseException, failures: int) -> float:
+    def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:
+        """One attempt: requests for ``seg`` until it is done, the run stops or the controller
+        takes the connection back; a retryable failure forgets what was not written."""
+        while not self.stop.is_set():
+            with self.lock:
+                if seg.pos >= seg.end:
+                    return
+                if not first and self.running > self.conc.limit:
+                    return  # the controller backed off: hand the rest back, between requests
+            try:
+                if first:
+                    self._pump(seg, first.pop())
+                else:
+                    self._ranged(seg)
+            except RETRYABLE as exc:
+                if _segment_retryable(exc):
+                    with self.lock:
+                        lost = seg.pos - seg.written  # counted, never written
+                        seg.pos = seg.written  # what reached the disk; ask for the rest
+                        seg.failed = True
+                    if lost:
+                        self.advance(-lost)
+                raise
+
+    def _pause(self, seconds: float) -> None:
+        """A retry's wait, cut short by a stop (the next attempt then returns at once)."""
+        self.stop.wait(seconds)
+
+    def _throttle(self, exc: BaseException | None) -> None:
+        """Before a retry's wait: a 429 or 503 tells the controller to back off."""
         if isinstance(exc, RetryableStatus) and exc.status in (429, 503):
             self.conc.throttled()
-        return self.policy.retry.delay(failures, exc)
 
     def _ranged(self, seg: Segment) -> None:
         """One ranged GET for what is left of ``seg``, checked before a byte is written."""

@@ -6,13 +6,17 @@ from ``git`` elsewhere, so provenance and the report name the same commit and ru
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from gpuci import untrusted_json
+
+# GitHub caps a webhook's payload at 25 MB; the event file is that payload.
+_MAX_EVENT = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -54,16 +58,21 @@ def _github_pr(env: Mapping[str, str]) -> int | None:
     """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
     event_path = env.get("GITHUB_EVENT_PATH", "")
     if event_path and Path(event_path).is_file():
+        # The runner wrote it, but any earlier step of the job (the PR's code) may rewrite it.
         try:
-            event = json.loads(Path(event_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            event = untrusted_json.read(Path(event_path), _MAX_EVENT)
+        except (OSError, untrusted_json.Unusable):
             event = {}
-        number = (event.get("pull_request") or {}).get("number")
-        if isinstance(number, int):
+        event = event if isinstance(event, dict) else {}
+        pull = event.get("pull_request")
+        number = pull.get("number") if isinstance(pull, dict) else None
+        if isinstance(number, int) and not isinstance(number, bool):
             return number
-        issue = event.get("issue") or {}
-        if isinstance(issue.get("number"), int) and issue.get("pull_request"):
-            return issue["number"]
+        issue = event.get("issue")
+        issue = issue if isinstance(issue, dict) else {}
+        number = issue.get("number")
+        if isinstance(number, int) and not isinstance(number, bool) and issue.get("pull_request"):
+            return number
     match = re.match(r"^refs/pull/(\d+)/", env.get("GITHUB_REF", ""))
     return int(match.group(1)) if match else None
 

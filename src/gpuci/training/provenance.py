@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
-import json
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal
+from gpuci import journal, untrusted_json
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code
@@ -133,7 +132,10 @@ def python_environment(python: str | None) -> tuple[dict[str, Any] | None, str]:
             timeout=60,
             check=False,
         )
-        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
+        # That interpreter runs the project's code (a sitecustomize, a .pth): its answer is
+        # read as untrusted JSON (a list, a deep nesting or a huge number is no answer).
+        last = proc.stdout.strip().splitlines()[-1]
+        return untrusted_json.parse_object(last, what="a package list"), ""
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None, f"could not list the packages of {exe}: package versions not recorded"
 

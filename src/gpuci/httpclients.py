@@ -1,0 +1,198 @@
+"""Every httpx client gpu-ci opens, made here, under one policy declared once.
+
+Why one factory: six clients each chose their own timeouts, redirect rule, TLS and user agent,
+and one of them raised httpcore's read size for every client in the process. The policy, for
+every client :func:`new_client` makes (downloads, the forge REST clients, RunPod, webhooks,
+health and model probes):
+
+- **Timeouts**: always set (no client waits forever); the caller names the seconds, which
+  bound connect, each read, each write and the wait for a pooled connection.
+- **Redirects: never followed by httpx.** httpx keeps every header but ``Authorization`` when
+  a redirect changes origin, so an ``X-Api-Key`` or ``PRIVATE-TOKEN`` would go wherever a
+  server points. A caller that needs redirects follows them itself, dropping the user's
+  credentials once a hop leaves the first origin (:func:`gpuci.fetch.client.open_response`).
+- **Proxies from the environment** (httpx's ``trust_env``): ``HTTP_PROXY``, ``HTTPS_PROXY``,
+  ``ALL_PROXY`` and ``NO_PROXY``, upper or lower case, as curl and pip read them.
+- **CA certificates**: certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set (the
+  OpenSSL convention httpx honours), loaded once per process per setting (a bundle takes tens
+  of milliseconds to parse). ``AWS_CA_BUNDLE`` is the S3 store's (:mod:`gpuci.cache.s3net`),
+  not a download's: a corporate AWS endpoint's CA says nothing about a model hub.
+- **No cookies kept**: no client needs a session, and httpx's jar ignores ports, so a cookie
+  from one server would reach another on the same host.
+- **Connection limits**: ``connections`` pooled (and kept alive) per client, default 8.
+- **User agent**: ``gpu-ci/<version>``, plus the caller's part (``gpu-ci/0.1.0 retry-fetch``),
+  so a server's log tells which tool and which part of it asked.
+- **Read size per client, never per process**: httpcore reads 64 KiB per ``recv`` (its class
+  constant ``HTTP11Connection.READ_NUM_BYTES``). A download client asks for ``read_bytes``
+  (1 MiB) instead, through a network stream of its own (:class:`_SizedStream`) on its own
+  transports only; the class constant, and so every other httpx client in a library user's
+  process, is left alone. A ``recv`` returns only what already arrived, so the bound on
+  memory stays ours (``read_bytes`` a read), never the server's.
+
+Retries are not the client's: each caller declares a :class:`gpuci.retry.RetryPolicy`.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from gpuci import __version__
+
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Mapping
+
+__all__ = ["USER_AGENT", "exact_stream", "new_client", "tls_context", "user_agent"]
+
+#: What every request says it is; :func:`user_agent` adds the part of gpu-ci that asks.
+USER_AGENT = f"gpu-ci/{__version__}"
+_CA_SETTINGS = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+
+_tls_lock = threading.Lock()
+_tls_contexts: dict[tuple[str, ...], ssl.SSLContext] = {}
+
+
+def user_agent(part: str = "") -> str:
+    """``gpu-ci/<version>`` followed by ``part`` (``"retry-fetch"``) when given."""
+    return f"{USER_AGENT} {part}" if part else USER_AGENT
+
+
+class _NoCookies(http.cookiejar.DefaultCookiePolicy):
+    """Store nothing and send nothing: no client needs a session, and a jar leaks one."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: object) -> bool:
+        return False
+
+
+def new_client(
+    *,
+    timeout: float | httpx.Timeout,
+    agent: str = "",
+    base_url: str = "",
+    headers: Mapping[str, str] | None = None,
+    connections: int = 8,
+    read_bytes: int | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> httpx.Client:
+    """An httpx client under the module's policy (no redirects, env proxies and CAs, no jar).
+
+    Args:
+        timeout: seconds for each phase (connect, read, write, pool), or an ``httpx.Timeout``.
+        agent: the part of gpu-ci that asks, appended to the user agent (``"retry-fetch"``).
+        base_url: prefix of relative request URLs (a REST API's root).
+        headers: sent with every request (the user agent is set here; these win otherwise).
+        connections: connections pooled and kept alive at most.
+        read_bytes: bytes asked of the socket per read (httpcore's 64 KiB when None); for
+            clients that move large bodies.
+        transport: a transport to send through instead (tests' fakes); then no env proxies.
+
+    Returns:
+        The client; close it (or use it as a context manager) when done.
+    """
+    client = httpx.Client(
+        base_url=base_url,
+        headers={"User-Agent": user_agent(agent), **(headers or {})},
+        timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
+        follow_redirects=False,
+        cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        verify=tls_context() if transport is None else True,
+        trust_env=True,
+        transport=transport,
+    )
+    if read_bytes is not None and transport is None:
+        _size_reads(client, read_bytes)
+    return client
+
+
+def tls_context() -> ssl.SSLContext | bool:
+    """The CA-verifying TLS context for the current ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``
+    (certifi's bundle when neither is set), built once per process per setting. An httpx
+    before 0.28 (no public ``create_ssl_context``) gets ``True``: it then builds the same
+    context itself, per client. Shared safely: httpcore only sets ALPN on it per connection,
+    to ``http/1.1`` for every client here (none is made with HTTP/2)."""
+    make = getattr(httpx, "create_ssl_context", None)
+    if make is None:  # pragma: no cover - httpx 0.27
+        return True
+    key = tuple(os.environ.get(name, "") for name in _CA_SETTINGS)
+    with _tls_lock:
+        context = _tls_contexts.get(key)
+        if context is None:
+            context = _tls_contexts[key] = make(trust_env=True)
+        return context
+
+
+def exact_stream(stream: Any) -> Any:
+    """The connection under ``stream`` that reads exactly what it is asked (no more), for a
+    reader that counts a body's last bytes itself; ``stream`` itself when it is not ours."""
+    return stream.raw if isinstance(stream, _SizedStream) else stream
+
+
+# ----- the read size, per client ---------------------------------------------------------------
+def _size_reads(client: httpx.Client, size: int) -> None:
+    """Give this client's connection pools (direct and each proxy's) a network backend whose
+    streams read ``size`` bytes at a time. httpx offers no public hook for a pool's backend,
+    so this reaches into this client's own transports; a layout it does not recognise keeps
+    httpcore's default read size, which is slower, never wrong."""
+    transports = [getattr(client, "_transport", None)]
+    transports += list(getattr(client, "_mounts", {}).values())
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is not None and not isinstance(backend, _SizedBackend):
+            pool._network_backend = _SizedBackend(backend, size)  # type: ignore[union-attr]
+
+
+class _SizedBackend:
+    """httpcore's network backend, whose streams read at least ``size`` bytes per call."""
+
+    def __init__(self, inner: Any, size: int) -> None:
+        self.inner = inner
+        self.size = size
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> _SizedStream:
+        return _SizedStream(self.inner.connect_tcp(*args, **kwargs), self.size)
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _SizedStream:
+        return _SizedStream(self.inner.connect_unix_socket(*args, **kwargs), self.size)
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+class _SizedStream:
+    """A connection whose reads by httpcore (64 KiB asked) ask the socket for ``size``.
+
+    A read returns what already arrived, up to that size; h11 buffers whatever it is given,
+    so a larger read changes how often Python runs, not what is parsed. A reader that must
+    not read past a point (``gpuci.fetch.client.Body``, which counts a body's last bytes)
+    reads from :attr:`raw` (:func:`exact_stream`), which asks for exactly what it is told.
+    """
+
+    def __init__(self, raw: Any, size: int) -> None:
+        self.raw = raw
+        self.size = size
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        data: bytes = self.raw.read(max(max_bytes, self.size), timeout)
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.raw.write(buffer, timeout)
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> _SizedStream:
+        return _SizedStream(self.raw.start_tls(*args, **kwargs), self.size)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.raw.get_extra_info(info)

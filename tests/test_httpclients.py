@@ -1,0 +1,177 @@
+"""gpuci.httpclients: one policy for every httpx client, and no process-wide patch."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import ssl
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import httpx
+import pytest
+from httpcore._sync.http11 import HTTP11Connection
+
+from gpuci import httpclients
+from gpuci.fetch import FetchPolicy, fetch_file
+from gpuci.fetch.client import new_client as download_client
+from loopback_http import LoopbackHTTPServer
+
+BODY = b"x" * 300_000
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.path == "/away":
+            self.send_response(302)
+            self.send_header("Location", "/body")
+            self.send_header("Set-Cookie", "session=1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(BODY)))
+        self.send_header("X-Agent", self.headers.get("User-Agent", ""))
+        self.end_headers()
+        self.wfile.write(BODY)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    with LoopbackHTTPServer(_Handler) as srv:
+        yield f"http://127.0.0.1:{srv.port}"
+
+
+def test_a_download_client_leaves_httpcores_class_constant_alone(server):
+    """The read size is the download client's own: before, creating one raised httpcore's
+    class constant to 1 MiB for every httpx client in the process."""
+    before = HTTP11Connection.READ_NUM_BYTES
+    with download_client(FetchPolicy()) as client:
+        resp = client.get(f"{server}/body")
+        assert resp.content == BODY
+        stream = resp.extensions["network_stream"]
+        assert stream.size == 1 << 20  # this client's connections read 1 MiB at a time
+    assert HTTP11Connection.READ_NUM_BYTES == before == 64 * 1024
+
+
+def test_other_clients_keep_httpcores_reads(server):
+    with httpclients.new_client(timeout=5) as client:
+        resp = client.get(f"{server}/body")
+        assert not isinstance(resp.extensions["network_stream"], httpclients._SizedStream)
+
+
+def test_a_sized_stream_asks_for_its_size_and_exact_readers_get_the_raw_stream():
+    asked: list[int] = []
+
+    class Raw:
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            asked.append(max_bytes)
+            return b""
+
+    raw = Raw()
+    sized = httpclients._SizedStream(raw, 1 << 20)
+    sized.read(64 * 1024)  # httpcore's read
+    sized.read(2 << 20)  # a larger ask stays as asked
+    assert asked == [1 << 20, 2 << 20]
+    assert httpclients.exact_stream(sized) is raw
+    assert httpclients.exact_stream(raw) is raw
+
+
+def test_the_policy_no_redirects_no_cookies_one_user_agent(server):
+    with httpclients.new_client(timeout=5, agent="probe") as client:
+        away = client.get(f"{server}/away")
+        assert away.status_code == 302  # not followed
+        assert not client.cookies  # not kept
+        got = client.get(f"{server}/body")
+        assert got.headers["X-Agent"] == f"gpu-ci/{httpclients.__version__} probe"
+        assert client.timeout.read == 5
+
+
+def test_ssl_cert_file_is_honoured_for_sized_connections_too(tmp_path, monkeypatch):
+    """TLS goes through the sized stream's start_tls, and SSL_CERT_FILE names the CA."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test server's certificate")
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(crt), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    srv = LoopbackHTTPServer(_Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(crt, key)
+    httpd = srv._httpd
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    url = f"https://127.0.0.1:{srv.port}/body"
+    with srv:
+        with httpclients.new_client(timeout=5) as client, pytest.raises(httpx.ConnectError):
+            client.get(url)  # certifi's bundle does not know this server
+        monkeypatch.setenv("SSL_CERT_FILE", str(crt))
+        with httpclients.new_client(timeout=5, read_bytes=1 << 20) as client:
+            resp = client.get(url)
+            assert resp.content == BODY
+            assert isinstance(resp.extensions["network_stream"], httpclients._SizedStream)
+
+
+def test_the_tls_context_is_built_once_per_setting(monkeypatch, tmp_path):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    first = httpclients.tls_context()
+    results: list[ssl.SSLContext | bool] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(httpclients.tls_context())) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is first for r in results)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    assert httpclients.tls_context() is not first
+
+
+def test_proxies_from_the_environment_read_in_the_clients_size_too(monkeypatch):
+    """HTTPS_PROXY (trust_env) makes a transport per proxy: each reads as its client does."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    with httpclients.new_client(timeout=5, read_bytes=1 << 20) as client:
+        proxied = [t for t in client._mounts.values() if t is not None]
+        assert proxied, "the environment's proxy is used"
+        for transport in proxied:
+            backend = transport._pool._network_backend  # type: ignore[attr-defined]
+            assert isinstance(backend, httpclients._SizedBackend) and backend.size == 1 << 20
+
+
+def test_a_download_through_a_corporate_proxy_and_private_ca(tmp_path, monkeypatch):
+    """The conventions users already set, end to end: HTTPS_PROXY tunnels to a host only the
+    proxy can resolve, SSL_CERT_FILE names the private CA of its TLS front, and the body still
+    arrives whole through the sized stream inside the tunnel."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test CA")
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "security"))
+    from net_fronts import ForwardProxy, TLSFront, make_ca
+
+    name = "files-gpuci.invalid"  # resolves nowhere but in the proxy
+    ca, cert, key = make_ca(tmp_path / "ca", (name,))
+    for var in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with (
+        LoopbackHTTPServer(_Handler) as origin,
+        TLSFront(("127.0.0.1", origin.port), cert, key) as front,
+        ForwardProxy({name: "127.0.0.1"}) as proxy,
+    ):
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        url = f"https://{name}:{front.port}/body"
+        result = fetch_file(url, tmp_path / "out.bin", hashlib.sha256(BODY).hexdigest())
+    assert (tmp_path / "out.bin").read_bytes() == BODY and result.verified
+    assert f"CONNECT {name}:{front.port}" in proxy.seen
