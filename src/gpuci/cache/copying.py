@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 
+from gpuci import files
 from gpuci.cache import layout
 
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
@@ -91,25 +91,14 @@ def copy_fd(src: int, dst: int, size: int) -> str:
 
 def copy_hashing(src: int, dst: int) -> str:
     """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written."""
-    hasher = hashlib.sha256()
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
-    offset = 0
-    while n := os.preadv(src, [buf], offset):
-        hasher.update(view[:n])
+
+    def write(block: memoryview, offset: int) -> None:
         done = 0
-        while done < n:
-            done += os.pwrite(dst, view[done:n], offset + done)
-        offset += n
-    return hasher.hexdigest()
+        while done < len(block):
+            done += os.pwrite(dst, block[done:], offset + done)
+
+    return files.hash_fd(src, chunk=HASH_CHUNK, each=write)[0].hexdigest()
 
 
 def hash_fd(fd: int) -> str:
-    hasher = hashlib.sha256()
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
-    offset = 0
-    while n := os.preadv(fd, [buf], offset):
-        hasher.update(view[:n])
-        offset += n
-    return hasher.hexdigest()
+    return files.hash_fd(fd, chunk=HASH_CHUNK)[0].hexdigest()

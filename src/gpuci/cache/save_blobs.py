@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol, cast
 
+from gpuci import files
 from gpuci.cache import layout
 from gpuci.cache import manifest as mf
 from gpuci.cache.common import throttle_signals
@@ -102,13 +103,7 @@ def _read_exact(handle, length: int, path: Path) -> bytes:
 
 
 def _hash_file(path: Path, size: int) -> str:
-    hasher = hashlib.sha256()
-    buf = memoryview(bytearray(layout.IO_CHUNK))
-    done = 0
-    with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buf):
-            hasher.update(buf[:n])
-            done += n
+    hasher, done = files.hash_file(path, chunk=layout.IO_CHUNK)
     if done != size:
         raise SourceChanged(path)
     return hasher.hexdigest()

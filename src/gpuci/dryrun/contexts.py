@@ -8,7 +8,6 @@ knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is a
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuci import files
 from gpuci.dryrun.expressions import (
     EMBEDDED,
     ExpressionError,
@@ -276,11 +276,7 @@ def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
         return Unknown(f"{shown} (matches nothing in the checkout yet)", path=False)
     combined = hashlib.sha256()
     for path in inside:
-        one = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(functools.partial(handle.read, 1 << 20), b""):
-                one.update(block)
-        combined.update(one.digest())
+        combined.update(files.hash_file(path)[0].digest())
     return combined.hexdigest()
 
 

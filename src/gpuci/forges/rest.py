@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from gpuci import httpclients
 from gpuci.errors import GpuciError, InfraError, InputError
 from gpuci.redact import excerpt, json_kind, redact_url
 from gpuci.retry import RetryPolicy, parse_retry_after
@@ -67,11 +68,9 @@ class ApiClient:
         max_wait: float = 4.0,
     ) -> None:
         self._token = token
-        self._client = httpx.Client(
-            base_url=api_url.rstrip("/"),
-            timeout=timeout,
-            follow_redirects=False,  # a redirect would carry the token wherever it points
-            headers={**headers, "User-Agent": "gpu-ci"},
+        # No redirect is followed (the factory's rule): one would carry the token elsewhere.
+        self._client = httpclients.new_client(
+            timeout=timeout, agent="forges", base_url=api_url.rstrip("/"), headers=headers
         )
         self._policy = RetryPolicy(
             attempts=attempts,
