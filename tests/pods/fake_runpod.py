@@ -172,6 +172,7 @@ class FakeRunPod:
     lose_create_responses: int = 0  # create the pod, then answer 503 (a lost response)
     fail_on_start: set[str] = field(default_factory=set)  # GPU ids whose pods go ERROR
     create_delay: float = 0.0  # seconds between creating a pod and answering the create call
+    delete_delay: float = 0.0  # seconds a terminate (DELETE) takes before it is done
 
     def __post_init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
@@ -184,6 +185,7 @@ class FakeRunPod:
         self.terminated_at: dict[str, float] = {}
         self.created_at: dict[str, float] = {}
         self.lock = threading.RLock()
+        self.delete_started = threading.Event()  # a DELETE arrived (set before its delay)
         self._server: ThreadingHTTPServer | None = None
 
     # ----- harness -----------------------------------------------------------------------
@@ -197,6 +199,9 @@ class FakeRunPod:
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if self.command == "DELETE":
+                    fake.delete_started.set()
+                    time.sleep(fake.delete_delay)  # the pod lives until the delay is over
                 status, headers, body = fake.handle(
                     self.command, self.path, raw, self.headers.get("Authorization", "")
                 )

@@ -119,6 +119,7 @@ class Reservation:
     cost_per_hr: float
     until: float  # the pod's expiry plus one reaper interval: the most it can bill to
     run_url: str = ""
+    name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
@@ -229,6 +230,7 @@ class Ledger:
                     _num(item.get("costPerHr")),
                     _num(item.get("untilEpoch")),
                     str(item.get("runUrl") or ""),
+                    str(item.get("podName") or ""),
                 )
             )
         return live, released, (max(seqs) + 1 if seqs else 0)
@@ -256,6 +258,7 @@ class Ledger:
         until: float,
         decide: Callable[[float], float],
         run_url: str = "",
+        name: str = "",
     ) -> Reservation:
         """Reserve budget for a pod; ``decide(reserved_usd)`` returns the USD/h to reserve or
         raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold.
@@ -275,17 +278,24 @@ class Ledger:
                 "until": iso(until),
                 "createdEpoch": now,
                 "runUrl": run_url,
+                "podName": name,
             }
             try:
                 self._put_new(key, item)
             except ConflictError:
                 continue  # someone reserved first: decide again with theirs counted
-            return Reservation(key, owner, rate, until, run_url)
+            return Reservation(key, owner, rate, until, run_url, name)
         raise CheckFailed(
             f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "
             "won first",
             hint="retry the job; many jobs of one owner are starting at once",
         )
+
+    def release_named(self, owner: str, name: str) -> list[str]:
+        """Release ``owner``'s live reservations made for pod ``name`` (a cancelled ``up`` whose
+        reservation was written but never returned to it); the keys released."""
+        live, _, _ = self.reservations(owner)
+        return [r.key for r in live if name and r.name == name and self.release(r.key)]
 
     def release(self, reservation_key: str) -> bool:
         """Mark a reservation released (the pod ended); True if this call released it."""
