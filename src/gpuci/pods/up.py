@@ -168,6 +168,8 @@ def _place(job: _Up) -> None:
         _tell_refusal(job.targets, rt, tag, exc)
         raise
     job.result.report["budget_refused"] = refused
+    if job.book.skipped_line():  # a planted or broken object: said once, never a blocker
+        job.result.warning(job.book.skipped_line())
     job.cands = affordable
     runner = job.runner
     if runner is not None:  # after the budget: a refused pod registers nothing
