@@ -173,6 +173,10 @@ class FakeRunPod:
     fail_on_start: set[str] = field(default_factory=set)  # GPU ids whose pods go ERROR
     create_delay: float = 0.0  # seconds between creating a pod and answering the create call
     delete_delay: float = 0.0  # seconds a terminate (DELETE) takes before it is done
+    # Each pod gets its own pod-scoped key (RUNPOD_API_KEY inside the pod), which reaches only
+    # its own pod's routes: get, stop and remove, as RunPod's docs name them. Whether it may
+    # PATCH (rename) its pod the spec does not say: on by default, off to test a refusal.
+    pod_key_may_rename: bool = True
 
     def __post_init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
@@ -185,6 +189,7 @@ class FakeRunPod:
         self.terminated_at: dict[str, float] = {}
         self.created_at: dict[str, float] = {}
         self.lock = threading.RLock()
+        self.pod_keys: dict[str, str] = {}  # pod id -> its pod-scoped key
         self.delete_started = threading.Event()  # a DELETE arrived (set before its delay)
         self._server: ThreadingHTTPServer | None = None
 
@@ -384,10 +389,35 @@ class FakeRunPod:
             for e in VALIDATORS[schema].iter_errors(body)
         ]
 
+    def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped key RunPod puts in ``pod_id``'s env (the account key for a pod the
+        fake never made)."""
+        return self.pod_keys.get(pod_id, self.api_key)
+
+    def _pod_key_refusal(
+        self, method: str, path: str, rec: Recorded
+    ) -> tuple[int, dict[str, str], Any] | None:
+        """None when a pod-scoped key may do this; else RunPod's 403."""
+        own = next((p for p, k in self.pod_keys.items() if rec.auth == f"Bearer {k}"), None)
+        m = re.fullmatch(r"/v2/pods/([^/]+)(/action)?", path)
+        if own is None or not m or m.group(1) != own:
+            return 403, {}, self.problem(403, "this key is scoped to another pod")
+        if method == "PATCH" and not self.pod_key_may_rename:
+            return 403, {}, self.problem(403, "a pod-scoped key may not update the pod")
+        action = rec.body.get("action") if isinstance(rec.body, dict) else None
+        if m.group(2) and action not in ("stop", "terminate"):
+            return 403, {}, self.problem(403, f"a pod-scoped key may not {action} the pod")
+        return None
+
     def _route(self, method: str, path: str, rec: Recorded) -> tuple[int, dict[str, str], Any]:
         if rec.auth != f"Bearer {self.api_key}":
-            detail = f"invalid key {rec.auth}" if self.echo_key_in_401 else "invalid key"
-            return 401, {}, self.problem(401, detail)
+            if rec.auth in {f"Bearer {k}" for k in self.pod_keys.values()}:
+                refused = self._pod_key_refusal(method, path, rec)
+                if refused:
+                    return refused
+            else:
+                detail = f"invalid key {rec.auth}" if self.echo_key_in_401 else "invalid key"
+                return 401, {}, self.problem(401, detail)
         route = f"{method} {path}"
         for pattern, queue in self.faults.items():
             if queue and re.fullmatch(pattern, route):
@@ -491,6 +521,7 @@ class FakeRunPod:
             "_ssh": bool(body.get("startSsh")) and bool((body.get("env") or {}).get("PUBLIC_KEY")),
         }
         self.pods[pod_id] = pod
+        self.pod_keys[pod_id] = "rpk_" + secrets.token_hex(12)
         self.created_at[pod_id] = self.clock()
         if self.steps_to_running == 0:
             self._set_status(pod, "RUNNING")

@@ -52,9 +52,7 @@ def _plant_verdicts(root: Path, now: float) -> dict[str, str]:
     }
     (folder / planted["deep"]).write_text(DEEP)
     (folder / planted["number"]).write_text(
-        json.dumps(
-            {"uuid": "GPU-n", "passed": False, "data_center": "EU-RO-1", "failed_checks": 7}
-        )
+        json.dumps({"uuid": "GPU-n", "passed": False, "data_center": "EU-RO-1", "failed_checks": 7})
     )
     _sparse(folder / planted["sparse"])
     return {k: f"{gpu_health.ROOT}/GPU-x/{v}" for k, v in planted.items()}
