@@ -27,7 +27,7 @@ def _up(run, api):
         "up",
         gpu_types=L40S,
         runner="github",
-        runner_labels="gpu-large",
+        runner_labels="run-77",
         extra_env=api.github_env(**RUN_ENV),
     )
 
@@ -68,7 +68,7 @@ def test_runner_version_without_its_sha256_is_refused_before_anything_is_made(ru
         "up",
         gpu_types=L40S,
         runner="github",
-        runner_labels="gpu-large",
+        runner_labels="run-77",
         runner_version="2.399.1",
         extra_env=api.github_env(**RUN_ENV),
     )

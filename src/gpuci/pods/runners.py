@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import GpuciError, InputError
+from gpuci.pods import run_labels
 from gpuci.pods.naming import PodTag
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runner_api import (
@@ -284,6 +285,7 @@ class Request:
     idle_s: float
     registration: Registration | None = None
     notes: list[str] = field(default_factory=list)  # dry-run warnings (no token here, ...)
+    warnings: list[str] = field(default_factory=list)  # for the result (a shared label)
     attempted: bool = False  # a registration was asked for and not refused
 
     @classmethod
@@ -301,12 +303,13 @@ class Request:
         if not platform:
             return None
         labels = [label.strip() for label in inp.runner_labels if label.strip()]
+        labels = labels or run_labels.default_labels(platform, environ)
         if not labels:
             raise InputError(
-                "runner-labels is required with runner",
-                hint="pass e.g. --runner-labels gpu-large,run-$GITHUB_RUN_ID (the job's runs-on "
-                "or tags)",
+                "runner-labels is required with runner outside CI",
+                hint="pass e.g. --runner-labels run-$GITHUB_RUN_ID (the job's runs-on or tags)",
             )
+        warnings = run_labels.check(platform, labels, environ)
         if inp.command:
             raise InputError(
                 "command cannot be combined with runner: the pod's command is the runner",
@@ -328,7 +331,15 @@ class Request:
             token_env = GITHUB_TOKEN_ENV if platform == "github" else GITLAB_TOKEN_ENV
             notes.append(f"{token_env} is not set; a real run would stop here")
         group = inp.runner_group_id or 1
-        return cls(tgt, runner_name(tag, now), labels, group, idle, notes=notes)
+        return cls(
+            tgt,
+            runner_name(tag, now),
+            labels,
+            group,
+            idle,
+            notes=notes + warnings,
+            warnings=warnings,
+        )
 
     def call(self) -> dict[str, Any]:
         """The registration request, for the plan (it holds no secret)."""

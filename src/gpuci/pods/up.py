@@ -72,6 +72,8 @@ def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         result.warning(warn)
     for note in decision.notes:
         result.notice(note)
+    for shared in runner.warnings if runner else []:
+        result.warning(shared)
     # From here to the report, SIGINT/SIGTERM (a cancelled job) raise Cancelled wherever up
     # is, and whatever this run made is ended before the process exits 130/143.
     with cancel.guarded(cancel.Guard()) as guard, open_client(rt, clock) as client:
