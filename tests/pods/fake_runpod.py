@@ -190,6 +190,7 @@ class FakeRunPod:
         self.created_at: dict[str, float] = {}
         self.lock = threading.RLock()
         self.pod_keys: dict[str, str] = {}  # pod id -> its pod-scoped key
+        self.restarts: list[str] = []  # pods restarted by an update of their env
         self.delete_started = threading.Event()  # a DELETE arrived (set before its delay)
         self._server: ThreadingHTTPServer | None = None
 
@@ -461,9 +462,16 @@ class FakeRunPod:
             too_many = self._env_refusal(rec.body.get("env"))
             if too_many:
                 return too_many
+            restart = any(  # RunPod's docs: updating env (or the image) restarts the pod
+                k in rec.body and rec.body[k] != pod.get(k) for k in ("env", "image", "args")
+            )
             for key in ("name", "env", "image", "args", "disk", "ports"):
                 if key in rec.body:
                     pod[key] = rec.body[key]
+            if restart and pod["status"] == "RUNNING":
+                self._set_status(pod, "STARTING")
+                pod["_steps"] = 1
+                self.restarts.append(pod["id"])
             return 200, {}, self.view(pod)
         if method == "DELETE":
             return self._terminate(pod)

@@ -90,6 +90,15 @@ def test_a_release_without_a_published_sha256_is_not_used():
         runner_release.pick([item], NOW)
 
 
+def test_a_digest_with_a_trailing_newline_is_not_a_sha256():
+    """`$` matches before a final newline: the pod's exact comparison would then always fail
+    and the runner never start. Only exactly 64 hex digits are a sha256."""
+    item = release(*NEWER, "2026-11-30T00:00:00Z", notes=False)
+    item["assets"][0]["digest"] = "sha256:" + "ab" * 32 + "\n"
+    with pytest.raises(ValueError, match="publishes no sha256"):
+        runner_release.pick([item], NOW)
+
+
 def test_drafts_and_prereleases_are_skipped_and_the_oldest_accepted_follows_the_grace():
     items = [
         {**release("2.400.0", "ef" * 32, "2027-01-14T00:00:00Z"), "prerelease": True},
