@@ -158,8 +158,12 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
     token = _token(env, rl.GITHUB_TOKEN_ENV, rt)
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
-    with _admin().GitHubRunnerLabels(api, token) as client:
-        runner = client.locate(name, repository)
+    admin = _admin()
+    with admin.GitHubRunnerLabels(api, token) as client:
+        try:  # this runner: its id from its own .runner file, else its name plus scope
+            runner = client.locate(name, repository, admin.identity_from_files(env))
+        except admin.Ambiguous as exc:
+            raise _NotDone(exc.one_line()) from None
         if runner is None:
             raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
         present = {lb.lower(): lb for lb in runner.labels}
@@ -325,8 +329,10 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
             hint="pass --repository owner/name or set GITHUB_REPOSITORY",
         )
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
-    with _admin().GitHubRunnerLabels(api, token) as client:
-        runner = client.locate(name, repository)
+    admin = _admin()
+    with admin.GitHubRunnerLabels(api, token) as client:
+        mine = admin.identity_from_files(env) if env.get("RUNNER_NAME") == name else None
+        runner = client.locate(name, repository, mine)
         if runner is None:
             raise InputError(
                 f"no self-hosted runner named exactly {name!r} in {repository}'s list",

@@ -9,6 +9,7 @@ GitHub under ``/api/v3`` (as GitHub Enterprise Server), GitLab under ``/gitlab/a
   read-only label (GitHub: "Validation failed"). ``POST .../actions/runners/{id}/labels``
   ``{"labels": [...]}``: 422 when ``labels`` is not a non-empty list of strings; adds custom
   labels. A repository runner is not in the organisation's list, nor the other way round.
+  ``GET .../actions/runners/{id}``: one runner, 404 outside its own scope.
   The job's installation token gets 403, as GitHub answers it.
 - GitLab ``PUT /runners/:id`` (``paused``, form or JSON): 404 unknown, 403 for a runner the
   token may not manage; ``GET /runners/:id``.
@@ -103,6 +104,13 @@ class _Handler(RoutedAPIHandler):
                 if r.scope == m[1]
             ]
             return self._page(items, query)
+        if (m := re.fullmatch(rf"{_SCOPE}/actions/runners/(\d+)", path)) and method == "GET":
+            one = self.state.runners.get(int(m[2]))
+            if one is None or one.scope != m[1]:
+                return self._reply(404, {"message": "Not Found"})
+            return self._reply(
+                200, {"id": one.id, "name": one.name, "status": "online", "labels": one.labels}
+            )
         m = re.fullmatch(rf"{_SCOPE}/actions/runners/(\d+)/labels(?:/([^/]+))?", path)
         if m is None:
             return self._reply(404, {"message": "Not Found"})
