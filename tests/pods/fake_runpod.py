@@ -429,7 +429,7 @@ class FakeRunPod:
         if route == "POST /v2/pods":
             return self._create(rec.body)
         if route == "GET /v2/catalog/gpus":
-            return 200, {}, {"gpus": CATALOG}
+            return self._catalog(rec.query)
         if route == "GET /v2/billing/pods":
             return self._billing(rec.query)
         m = re.fullmatch(r"/v2/pods/([^/]+)(/action)?", path)
@@ -537,6 +537,28 @@ class FakeRunPod:
             self.lose_create_responses -= 1
             return 503, {}, self.problem(503, "upstream timeout")
         return 201, {}, self.view(pod)
+
+    def _catalog(self, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
+        """listGpuTypes: ``product`` is required with include=AVAILABILITY and valid only with
+        it (400 either way); ``count`` and ``cloud`` only with it; ``cloud`` keeps the types
+        offered in that cloud."""
+        one = {k: v[0] for k, v in query.items()}
+        availability = "AVAILABILITY" in one.get("include", "").split(",")
+        if availability != ("product" in one):
+            detail = "product is required with include=AVAILABILITY, and valid only with it"
+            return 400, {}, self.problem(400, detail)
+        for key in ("count", "cloud"):
+            if key in one and not availability:
+                return 400, {}, self.problem(400, f"{key} is valid only with include=AVAILABILITY")
+        if one.get("product", "POD") not in ("POD", "CLUSTER", "SERVERLESS"):
+            return 400, {}, self.problem(400, f"unknown product {one['product']}")
+        cloud = one.get("cloud", "SECURE")
+        if cloud not in ("SECURE", "COMMUNITY"):
+            return 400, {}, self.problem(400, f"unknown cloud {cloud}")
+        if "count" in one and not (one["count"].isdigit() and int(one["count"]) >= 1):
+            return 422, {}, self.problem(422, "Request validation failed.", ["query.count"])
+        gpus = [g for g in CATALOG if g.get(cloud.lower())]
+        return 200, {}, {"gpus": gpus}
 
     def _env_refusal(self, env: Any) -> tuple[int, dict[str, str], Any] | None:
         if env and len(env) > MAX_ENV_VARS:

@@ -368,3 +368,18 @@ def test_twins_without_a_runner_file_are_named_and_left_alone(tmp_path, api):
     assert "gpu-large" in repo_twin.names() and "gpu-large" in org_twin.names()
     warned = [ln for ln in lines(proc, "::warning") if "two self-hosted runners" in ln]
     assert len(warned) == 1 and api.state.writes() == []
+
+
+def test_the_fake_matches_labels_case_insensitively_and_caps_them_at_100(api):
+    import httpx
+
+    runner = api.state.add("gpu-node", "/repos/octo/gpu", ["GPU-Large"])
+    headers = {"Authorization": f"Bearer {api.state.github_token}"}
+    url = f"{api.base}/api/v3/repos/octo/gpu/actions/runners/{runner.id}/labels"
+    added = httpx.post(url, json={"labels": ["gpu-large"]}, headers=headers)
+    assert added.status_code == 200 and runner.names().count("GPU-Large") == 1
+    assert len([n for n in runner.names() if n.lower() == "gpu-large"]) == 1
+    many = [f"l{i}" for i in range(100)]
+    assert httpx.post(url, json={"labels": many}, headers=headers).status_code == 422
+    assert httpx.delete(f"{url}/gpu-LARGE", headers=headers).status_code == 200
+    assert "GPU-Large" not in runner.names()
