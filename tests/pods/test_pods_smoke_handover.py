@@ -88,7 +88,7 @@ def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(fake,
             "up",
             gpu_types=GPU,
             runner="github",
-            runner_labels="gpu",
+            runner_labels="run-77",
             extra_env=api.github_env(**RUN_ENV),
         )
         assert res.code == 0, res.stdout + res.stderr

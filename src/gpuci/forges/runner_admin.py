@@ -11,11 +11,9 @@ reports itself, ``self-hosted``, ``Linux``, ``X64``..., are refused) and ``POST
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import github as gh
@@ -33,44 +31,6 @@ class Identity:
 
     runner_id: int
     base: str  # "/repos/o/r", "/orgs/o" or "/enterprises/e"
-
-
-#: ``.runner`` is a few hundred bytes of JSON; anything larger is not the runner's.
-MAX_RUNNER_FILE = 64 * 1024
-
-
-def identity_from_files(environ: Mapping[str, str]) -> Identity | None:
-    """This runner's id and scope from the ``.runner`` file actions/runner writes in its root
-    (``agentId``, and ``gitHubUrl``: ``https://host/owner`` for an organisation runner,
-    ``https://host/owner/repo`` for a repository's, ``https://host/enterprises/e``); the root
-    is two folders above ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE`` (``<root>/_work/...``). None
-    when no such file is readable: the caller falls back to the name."""
-    from gpuci import untrusted_json
-
-    roots = {
-        Path(v).parent.parent
-        for v in (environ.get("RUNNER_TEMP"), environ.get("RUNNER_WORKSPACE"))
-        if v
-    }
-    for root in sorted(roots):
-        try:
-            text = untrusted_json.read_text(root / ".runner", MAX_RUNNER_FILE).lstrip("\ufeff")
-            found = untrusted_json.loads(text)
-        except (OSError, untrusted_json.Unusable):
-            continue
-        if not isinstance(found, dict):
-            continue
-        rid, url = found.get("agentId"), found.get("gitHubUrl")
-        if isinstance(rid, bool) or not isinstance(rid, int) or not isinstance(url, str):
-            continue
-        parts = [p for p in urlsplit(url).path.split("/") if p]
-        if len(parts) == 2 and parts[0] == "enterprises":
-            return Identity(rid, f"/enterprises/{quote(parts[1], safe='')}")
-        if len(parts) == 1:
-            return Identity(rid, f"/orgs/{quote(parts[0], safe='')}")
-        if len(parts) == 2:
-            return Identity(rid, f"/repos/{quote(parts[0], safe='')}/{quote(parts[1], safe='')}")
-    return None
 
 
 @dataclass(frozen=True)
