@@ -91,7 +91,7 @@ RETRY_POLICY = RetryPolicy(
 )
 #: What a cleanup after a cancel may spend on one call: quick retries, a short Retry-After.
 CLEANUP_POLICY = RetryPolicy(
-    attempts=3, initial=0.2, max_wait=0.5, jitter="none", retry_after_cap=0.5
+    attempts=2, initial=0.2, max_wait=0.2, jitter="none", retry_after_cap=0.2
 )
 
 

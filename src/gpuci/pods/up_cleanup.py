@@ -5,8 +5,9 @@ timeout, a cancel mid-call) may have made the pod, so it is looked up by the uni
 run gave it; a reservation written just before the cancel is found by the same name; a
 runner registration whose answer was lost is looked up by the runner's name.
 
-:func:`undo` is bounded (each call :data:`~gpuci.pods.cancel.CLEANUP_REQUEST_S`, the whole
-:data:`~gpuci.pods.cancel.CLEANUP_DEADLINE_S`, the pod first: it is what bills), quiet (one
+:func:`undo` is bounded (each call :data:`~gpuci.pods.cancel.CLEANUP_REQUEST_S` with one quick
+retry; the pod first, always, as it is what bills; the runner only while
+:data:`~gpuci.pods.cancel.CLEANUP_DEADLINE_S` lasts, else down/reap delete it), quiet (one
 failed step never skips the next; it says ``reap will``) and idempotent (what it ended is
 forgotten, so a second call does nothing twice).
 """
@@ -50,7 +51,7 @@ def undo(job: Job, log: Callable[[str], None]) -> list[str]:
     """
     deadline = time.monotonic() + CLEANUP_DEADLINE_S
     done: list[str] = []
-    pod = _end_pod(job, log, deadline, done)
+    pod = _end_pod(job, log, done)
     left = deadline - time.monotonic()
     if job.runner is not None and job.runner.attempted:
         if left > 0:
@@ -62,9 +63,7 @@ def undo(job: Job, log: Callable[[str], None]) -> list[str]:
     return [d for d in done if d]
 
 
-def _end_pod(
-    job: Job, log: Callable[[str], None], deadline: float, done: list[str]
-) -> dict[str, Any] | None:
+def _end_pod(job: Job, log: Callable[[str], None], done: list[str]) -> dict[str, Any] | None:
     """Terminate this run's pod (looked up by name if its create's answer never came)."""
     if job.pod is None and not job.create_sent:
         return None
@@ -77,10 +76,7 @@ def _end_pod(
                 job.create_sent = False
                 done.append("no pod was made")
                 return None
-        if time.monotonic() >= deadline:
-            done.append(f"pod {pod['id']} left for its TTL and reap (out of time)")
-            return None
-        ended = terminate_quietly(client, pod["id"], log)
+        ended = terminate_quietly(client, pod["id"], log)  # always tried: it is what bills
     finally:
         client.close()
     if not ended:
