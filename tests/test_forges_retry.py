@@ -76,3 +76,34 @@ def test_rate_limited_to_the_end_is_one_line(sleeps):
         _comments(server, attempts=3)
     assert server.seen == 3 and sleeps == [1.0, 1.0]
     assert "HTTP 429" in info.value.one_line()
+
+
+def test_a_403_that_is_githubs_rate_limit_is_waited_by_its_headers(sleeps):
+    """GitHub signals a spent limit with 403 as well as 429: remaining 0 waits until the
+    reset, a secondary limit's retry-after is waited; a plain 403 stays a refusal."""
+    reset = str(int(time.time()) + 30)
+    answers = [
+        (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset}),
+        (403, {"retry-after": "3"}),
+    ]
+    with _RateLimited(*answers) as server:
+        assert _comments(server) == []
+    assert server.seen == 3 and sleeps[1] == 3.0 and 25 <= sleeps[0] <= 30
+
+
+def test_a_plain_403_is_not_retried():
+    with (
+        _RateLimited((403, {"x-ratelimit-remaining": "4999"})) as server,
+        pytest.raises(rest.Forbidden),
+    ):
+        _comments(server)
+    assert server.seen == 1
+
+
+def test_a_rate_limit_403_to_the_end_is_one_line_naming_it(sleeps):
+    with (
+        _RateLimited(*[(403, {"retry-after": "1"})] * 5) as server,
+        pytest.raises(InfraError) as info,
+    ):
+        _comments(server, attempts=2)
+    assert server.seen == 2 and "rate limited" in info.value.one_line()

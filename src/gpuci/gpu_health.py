@@ -17,11 +17,12 @@ import secrets
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.errors import InfraError, InputError
 from gpuci.runtime import Result, Runtime, markdown_table
 
@@ -138,8 +139,68 @@ def record(result: Result, health_store: str | None, rt: Runtime) -> None:
         result.warning(f"GPU health record not written: {text}", "gpu-smoke health record")
 
 
-def _read(store: Any, since: float) -> list[dict[str, Any]]:
+# The fields a verdict is read by, and the JSON types each must have (absent or null is fine).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "uuid": (str,),
+    "passed": (bool,),
+    "failed_checks": (list,),
+    "data_center": (str,),
+    "at": (str,),
+    "time": (int, float),
+    "host": (str,),
+    "runner": (str,),
+    "name": (str,),
+    "serial": (str,),
+    "pod": (str,),
+    "index": (int,),
+    "checks": (list,),
+}
+
+
+def _verdict(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """A stored verdict from its bytes, or (None, why it is not one): an input, checked for
+    size, nesting and the type of every field read, before anything reads it."""
+    if len(data) > MAX_OBJECT:
+        return None, f"over {MAX_OBJECT >> 10} KiB"
+    try:
+        item = untrusted_json.loads(data)
+    except untrusted_json.Unusable as exc:
+        return None, str(exc)
+    if not isinstance(item, dict) or not isinstance(item.get("uuid"), str):
+        return None, "not an object with a string uuid"
+    for name, kinds in _FIELDS.items():
+        value = item.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return None, f"its '{name}' is a JSON {type(value).__name__}"
+    if not all(isinstance(c, str) for c in item.get("failed_checks") or []):
+        return None, "its 'failed_checks' holds something other than strings"
+    return item, ""
+
+
+@dataclass
+class _Read:
+    """The verdicts read, and the objects skipped as not verdicts (key -> why)."""
+
+    items: list[dict[str, Any]]
+    skipped: dict[str, str]
+
+    def warning(self) -> str:
+        """One line naming what was skipped, or empty."""
+        if not self.skipped:
+            return ""
+        shown = "; ".join(f"{k} ({why})" for k, why in sorted(self.skipped.items())[:3])
+        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        return (
+            f"GPU health record: skipped {len(self.skipped)} object(s) that are not verdicts: "
+            f"{shown}{more}; delete them from the store"
+        )
+
+
+def _read(store: Any, since: float) -> _Read:
     keys = []
+    out = _Read([], {})
     for n, info in enumerate(store.list(ROOT + "/")):
         if n >= MAX_KEYS:
             raise InfraError(
@@ -147,36 +208,45 @@ def _read(store: Any, since: float) -> list[dict[str, Any]]:
                 hint="move old verdicts away (gpu-health/verdicts/) and rerun",
             )
         m = _KEY_TIME.search("/" + info.key)
-        if m and int(m[1]) / 1000 >= since:
+        if not m or int(m[1]) / 1000 < since:
+            continue
+        if info.size > MAX_OBJECT:  # by its listed size: never read
+            out.skipped[info.key] = f"{info.size} bytes, over {MAX_OBJECT >> 10} KiB"
+        else:
             keys.append(info.key)
-    out = []
     for key in keys:
         got = store.get(key, limit=MAX_OBJECT)
-        if not got or len(got[0]) > MAX_OBJECT:
+        if not got:
             continue
-        try:
-            item = json.loads(got[0])
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if isinstance(item, dict) and isinstance(item.get("uuid"), str):
-            out.append(item)
+        item, why = _verdict(got[0])
+        if item is None:
+            out.skipped[key] = why
+        else:
+            out.items.append(item)
     return out
 
 
 def recent_failures(
-    url: str, environ: Mapping[str, str], since: float, rt: Runtime | None = None
+    url: str,
+    environ: Mapping[str, str],
+    since: float,
+    rt: Runtime | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Hardware-failure verdicts written at or after ``since`` (for pods placement).
+    """Hardware-failure verdicts written at or after ``since`` (for pods placement); objects
+    that are not verdicts are skipped, named once to ``warn``.
 
     Raises InfraError when the store cannot be read.
     """
     try:
-        items = _read(_open(url, environ, rt), since)
+        got = _read(_open(url, environ, rt), since)
     except OSError as exc:
         raise InfraError(
             f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
         ) from None
-    return [i for i in items if i.get("passed") is False]
+    if got.warning() and warn is not None:
+        warn(got.warning())
+    return [i for i in got.items if i.get("passed") is False]
 
 
 @dataclass(frozen=True)
@@ -201,11 +271,12 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
     days = inp.days or 7.0  # 0 reads as the default, as before
     since = time.time() - days * 86400
     try:
-        items = _read(_open(url, rt.environ, rt), since)
+        got = _read(_open(url, rt.environ, rt), since)
     except OSError as exc:
         raise InfraError(
             f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
         ) from None
+    items = got.items
     rows = _by_gpu(items)
     failing = sorted(
         ((k, r) for k, r in rows.items() if r["fails"]), key=lambda kr: (-kr[1]["fails"], kr[0])
@@ -219,6 +290,8 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
         f"#### GPU health: failures in the last {days:g} day(s)\n\n{_failing_table(failing)}\n"
     ]
     result.outputs = {"failing-gpus": len(failing), "verdicts": len(items)}
+    if got.warning():
+        result.warning(got.warning())
     result.report = {
         "days": days,
         "verdicts": len(items),

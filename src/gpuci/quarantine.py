@@ -13,8 +13,11 @@ runner was not quarantined: the smoke never passes or crashes because of it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
+from gpuci import untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
@@ -137,6 +140,45 @@ def _admin() -> Any:
     return runner_admin
 
 
+#: ``.runner`` is a few hundred bytes of JSON; anything larger is not the runner's.
+MAX_RUNNER_FILE = 64 * 1024
+
+
+def _identity(environ: Any, admin: Any) -> Any:
+    """This runner's id and scope from the ``.runner`` file actions/runner writes in its root
+    (``agentId``, and ``gitHubUrl``: ``https://host/owner`` for an organisation runner,
+    ``https://host/owner/repo`` for a repository's, ``https://host/enterprises/e``); the root
+    is two folders above ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE`` (``<root>/_work/...``). None
+    when no such file is readable: the caller falls back to the name. ``admin``:
+    :mod:`gpuci.forges.runner_admin`, loaded only here."""
+    roots = {
+        Path(v).parent.parent
+        for v in (environ.get("RUNNER_TEMP"), environ.get("RUNNER_WORKSPACE"))
+        if v
+    }
+    for root in sorted(roots):
+        try:
+            text = untrusted_json.read_text(root / ".runner", MAX_RUNNER_FILE).lstrip("\ufeff")
+            found = untrusted_json.loads(text)
+        except (OSError, untrusted_json.Unusable):
+            continue
+        if not isinstance(found, dict):
+            continue
+        rid, url = found.get("agentId"), found.get("gitHubUrl")
+        if isinstance(rid, bool) or not isinstance(rid, int) or not isinstance(url, str):
+            continue
+        parts = [p for p in urlsplit(url).path.split("/") if p]
+        if len(parts) == 2 and parts[0] == "enterprises":
+            return admin.Identity(rid, f"/enterprises/{quote(parts[1], safe='')}")
+        if len(parts) == 1:
+            return admin.Identity(rid, f"/orgs/{quote(parts[0], safe='')}")
+        if len(parts) == 2:
+            return admin.Identity(
+                rid, f"/repos/{quote(parts[0], safe='')}/{quote(parts[1], safe='')}"
+            )
+    return None
+
+
 class _NotDone(Exception):
     """Why the runner was not quarantined (a warning, never a failure of its own)."""
 
@@ -158,8 +200,12 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
     token = _token(env, rl.GITHUB_TOKEN_ENV, rt)
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
-    with _admin().GitHubRunnerLabels(api, token) as client:
-        runner = client.locate(name, repository)
+    admin = _admin()
+    with admin.GitHubRunnerLabels(api, token) as client:
+        try:  # this runner: its id from its own .runner file, else its name plus scope
+            runner = client.locate(name, repository, _identity(env, admin))
+        except admin.Ambiguous as exc:
+            raise _NotDone(exc.one_line()) from None
         if runner is None:
             raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
         present = {lb.lower(): lb for lb in runner.labels}
@@ -325,8 +371,10 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
             hint="pass --repository owner/name or set GITHUB_REPOSITORY",
         )
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
-    with _admin().GitHubRunnerLabels(api, token) as client:
-        runner = client.locate(name, repository)
+    admin = _admin()
+    with admin.GitHubRunnerLabels(api, token) as client:
+        mine = _identity(env, admin) if env.get("RUNNER_NAME") == name else None
+        runner = client.locate(name, repository, mine)
         if runner is None:
             raise InputError(
                 f"no self-hosted runner named exactly {name!r} in {repository}'s list",

@@ -123,6 +123,8 @@ def act_command(
         "ubuntu-latest=-self-hosted",
         "-P",
         "gpu-large=-self-hosted",
+        "-P",  # gpu-runner.yml's train, routed by its run's label alone (RUN_ID 4242 there)
+        "run-4242=-self-hosted",
         "--action-offline-mode",
         "--no-cache-server",
         "--action-cache-path",

@@ -247,7 +247,7 @@ def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
             assert made["run_untagged"] is False
             pipeline_id = re.search(r"pipeline-(\d+)", made["tag_list"])
             assert pipeline_id is not None, made
-            assert made["tag_list"].split(",") == ["gpu-large", f"pipeline-{pipeline_id[1]}"]
+            assert made["tag_list"].split(",") == [f"pipeline-{pipeline_id[1]}"]  # its own only
             (token,) = gitlab.state.issued
             (created,) = fake.calls("POST", "/v2/pods")
             assert created.body["env"]["GPUCI_GITLAB_RUNNER_TOKEN"] == token

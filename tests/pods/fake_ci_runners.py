@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 from loopback_http import RoutedAPIHandler, StatefulAPIServer
 
 GH = "/api/v3"
+MAX_LABELS = 100  # GitHub: at most 100 labels per runner
 GL = "/gitlab/api/v4"
 _GH_SCOPE = r"(?:/repos/[^/]+/[^/]+|/orgs/[^/]+)"
 
@@ -289,6 +290,8 @@ def _jit_problems(body: Any) -> list[str]:
     labels = body.get("labels")
     if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
         out.append("labels must be a non-empty list of strings")
+    elif len({x.lower() for x in labels}) > MAX_LABELS:  # names are case-insensitive
+        out.append(f"a runner has at most {MAX_LABELS} labels")
     if not isinstance(body.get("runner_group_id"), int):
         out.append("runner_group_id must be an integer")
     if not isinstance(body.get("work_folder"), str):

@@ -172,6 +172,11 @@ class FakeRunPod:
     lose_create_responses: int = 0  # create the pod, then answer 503 (a lost response)
     fail_on_start: set[str] = field(default_factory=set)  # GPU ids whose pods go ERROR
     create_delay: float = 0.0  # seconds between creating a pod and answering the create call
+    delete_delay: float = 0.0  # seconds a terminate (DELETE) takes before it is done
+    # Each pod gets its own pod-scoped key (RUNPOD_API_KEY inside the pod), which reaches only
+    # its own pod's routes: get, stop and remove, as RunPod's docs name them. Whether it may
+    # PATCH (rename) its pod the spec does not say: on by default, off to test a refusal.
+    pod_key_may_rename: bool = True
 
     def __post_init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
@@ -184,6 +189,9 @@ class FakeRunPod:
         self.terminated_at: dict[str, float] = {}
         self.created_at: dict[str, float] = {}
         self.lock = threading.RLock()
+        self.pod_keys: dict[str, str] = {}  # pod id -> its pod-scoped key
+        self.restarts: list[str] = []  # pods restarted by an update of their env
+        self.delete_started = threading.Event()  # a DELETE arrived (set before its delay)
         self._server: ThreadingHTTPServer | None = None
 
     # ----- harness -----------------------------------------------------------------------
@@ -197,6 +205,9 @@ class FakeRunPod:
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if self.command == "DELETE":
+                    fake.delete_started.set()
+                    time.sleep(fake.delete_delay)  # the pod lives until the delay is over
                 status, headers, body = fake.handle(
                     self.command, self.path, raw, self.headers.get("Authorization", "")
                 )
@@ -379,10 +390,35 @@ class FakeRunPod:
             for e in VALIDATORS[schema].iter_errors(body)
         ]
 
+    def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped key RunPod puts in ``pod_id``'s env (the account key for a pod the
+        fake never made)."""
+        return self.pod_keys.get(pod_id, self.api_key)
+
+    def _pod_key_refusal(
+        self, method: str, path: str, rec: Recorded
+    ) -> tuple[int, dict[str, str], Any] | None:
+        """None when a pod-scoped key may do this; else RunPod's 403."""
+        own = next((p for p, k in self.pod_keys.items() if rec.auth == f"Bearer {k}"), None)
+        m = re.fullmatch(r"/v2/pods/([^/]+)(/action)?", path)
+        if own is None or not m or m.group(1) != own:
+            return 403, {}, self.problem(403, "this key is scoped to another pod")
+        if method == "PATCH" and not self.pod_key_may_rename:
+            return 403, {}, self.problem(403, "a pod-scoped key may not update the pod")
+        action = rec.body.get("action") if isinstance(rec.body, dict) else None
+        if m.group(2) and action not in ("stop", "terminate"):
+            return 403, {}, self.problem(403, f"a pod-scoped key may not {action} the pod")
+        return None
+
     def _route(self, method: str, path: str, rec: Recorded) -> tuple[int, dict[str, str], Any]:
         if rec.auth != f"Bearer {self.api_key}":
-            detail = f"invalid key {rec.auth}" if self.echo_key_in_401 else "invalid key"
-            return 401, {}, self.problem(401, detail)
+            if rec.auth in {f"Bearer {k}" for k in self.pod_keys.values()}:
+                refused = self._pod_key_refusal(method, path, rec)
+                if refused:
+                    return refused
+            else:
+                detail = f"invalid key {rec.auth}" if self.echo_key_in_401 else "invalid key"
+                return 401, {}, self.problem(401, detail)
         route = f"{method} {path}"
         for pattern, queue in self.faults.items():
             if queue and re.fullmatch(pattern, route):
@@ -393,7 +429,7 @@ class FakeRunPod:
         if route == "POST /v2/pods":
             return self._create(rec.body)
         if route == "GET /v2/catalog/gpus":
-            return 200, {}, {"gpus": CATALOG}
+            return self._catalog(rec.query)
         if route == "GET /v2/billing/pods":
             return self._billing(rec.query)
         m = re.fullmatch(r"/v2/pods/([^/]+)(/action)?", path)
@@ -426,9 +462,16 @@ class FakeRunPod:
             too_many = self._env_refusal(rec.body.get("env"))
             if too_many:
                 return too_many
+            restart = any(  # RunPod's docs: updating env (or the image) restarts the pod
+                k in rec.body and rec.body[k] != pod.get(k) for k in ("env", "image", "args")
+            )
             for key in ("name", "env", "image", "args", "disk", "ports"):
                 if key in rec.body:
                     pod[key] = rec.body[key]
+            if restart and pod["status"] == "RUNNING":
+                self._set_status(pod, "STARTING")
+                pod["_steps"] = 1
+                self.restarts.append(pod["id"])
             return 200, {}, self.view(pod)
         if method == "DELETE":
             return self._terminate(pod)
@@ -486,6 +529,7 @@ class FakeRunPod:
             "_ssh": bool(body.get("startSsh")) and bool((body.get("env") or {}).get("PUBLIC_KEY")),
         }
         self.pods[pod_id] = pod
+        self.pod_keys[pod_id] = "rpk_" + secrets.token_hex(12)
         self.created_at[pod_id] = self.clock()
         if self.steps_to_running == 0:
             self._set_status(pod, "RUNNING")
@@ -493,6 +537,28 @@ class FakeRunPod:
             self.lose_create_responses -= 1
             return 503, {}, self.problem(503, "upstream timeout")
         return 201, {}, self.view(pod)
+
+    def _catalog(self, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
+        """listGpuTypes: ``product`` is required with include=AVAILABILITY and valid only with
+        it (400 either way); ``count`` and ``cloud`` only with it; ``cloud`` keeps the types
+        offered in that cloud."""
+        one = {k: v[0] for k, v in query.items()}
+        availability = "AVAILABILITY" in one.get("include", "").split(",")
+        if availability != ("product" in one):
+            detail = "product is required with include=AVAILABILITY, and valid only with it"
+            return 400, {}, self.problem(400, detail)
+        for key in ("count", "cloud"):
+            if key in one and not availability:
+                return 400, {}, self.problem(400, f"{key} is valid only with include=AVAILABILITY")
+        if one.get("product", "POD") not in ("POD", "CLUSTER", "SERVERLESS"):
+            return 400, {}, self.problem(400, f"unknown product {one['product']}")
+        cloud = one.get("cloud", "SECURE")
+        if cloud not in ("SECURE", "COMMUNITY"):
+            return 400, {}, self.problem(400, f"unknown cloud {cloud}")
+        if "count" in one and not (one["count"].isdigit() and int(one["count"]) >= 1):
+            return 422, {}, self.problem(422, "Request validation failed.", ["query.count"])
+        gpus = [g for g in CATALOG if g.get(cloud.lower())]
+        return 200, {}, {"gpus": gpus}
 
     def _env_refusal(self, env: Any) -> tuple[int, dict[str, str], Any] | None:
         if env and len(env) > MAX_ENV_VARS:

@@ -27,7 +27,7 @@ def run_container(
     pod_env = {
         **env,
         "RUNPOD_POD_ID": pod_id,
-        "RUNPOD_API_KEY": fake.api_key,
+        "RUNPOD_API_KEY": fake.pod_key(pod_id),  # pod-scoped: reaches only this pod
         "GPUCI_SELF_STOP_RETRY_S": "0.2",
     }
     proc = subprocess.Popen(

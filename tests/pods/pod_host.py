@@ -28,6 +28,7 @@ class PodHost:
         self, fake: Any, tmp_path: Path, bad_dcs: Collection[str], **extra_env: str
     ) -> None:
         self.fake, self.tmp, self.bad, self.extra = fake, tmp_path, set(bad_dcs), extra_env
+        self.gpus = 1  # GPUs per pod (each bad one with an ECC error)
         self.booted: dict[str, str] = {}  # pod id -> its container's output
         self.runner_dir = tmp_path / "actions-runner"
         self.runner_dir.mkdir(parents=True, exist_ok=True)
@@ -53,6 +54,10 @@ class PodHost:
     def _reported(self, pod_id: str) -> bool:
         pod = self.fake.pods.get(pod_id)
         verdict = verdict_of(pod)
+        gate_over = pod is not None and self.fake.calls("PATCH", f"/v2/pods/{pod_id}")
+        # a refused rename leaves no verdict: the gate is over once it tried (a bad pod stops)
+        if gate_over and (pod["dataCenterId"] not in self.bad or pod["status"] == "EXITED"):
+            return verdict is not None or pod["status"] in ("RUNNING", "EXITED")
         if pod is None or verdict is None:
             return pod is None
         return verdict.kind != "failed" or pod["status"] == "EXITED"
@@ -64,10 +69,12 @@ class PodHost:
         env = {
             **pod["env"],
             "PATH": os.environ["PATH"],
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # this checkout's gpu-ci, not another
             "HOME": str(home),
             "TMPDIR": str(home),
             "RUNPOD_DC_ID": dc,
-            "GPUCI_FAKE_NVML": "h200:ecc+=1" if dc in self.bad else "h200",
+            "GPUCI_FAKE_NVML": ",".join(["h200:ecc+=1" if dc in self.bad else "h200"] * self.gpus),
+            "GPUCI_HANDOVER_RETRY_S": "0.05",
             "GPUCI_SMOKE_PYTHON": sys.executable,
             "INPUT_FRAMEWORK": "none",
             "GPUCI_RUNNER_DIR": str(self.runner_dir),

@@ -80,7 +80,7 @@ def test_every_runner_input_reaches_the_cli_and_down_deletes_the_runner(live, tm
                 "action": "up",
                 "gpu-types": "NVIDIA L40S",
                 "runner": "github",
-                "runner-labels": "gpu-large,run-7",
+                "runner-labels": "run-7",
                 "runner-group-id": "3",
                 "runner-scope": "org",
                 "runner-idle-timeout": "90s",
@@ -90,7 +90,7 @@ def test_every_runner_input_reaches_the_cli_and_down_deletes_the_runner(live, tm
         assert up.ok, up.log
         ((path, jit),) = [(p, b) for m, p, b in api.state.requests if "jitconfig" in p]
         assert path == "/api/v3/orgs/org/actions/runners/generate-jitconfig"  # runner-scope
-        assert jit["labels"][-2:] == ["gpu-large", "run-7"]  # runner-labels
+        assert jit["labels"] == ["run-7"]  # runner-labels, and nothing else
         assert jit["runner_group_id"] == 3  # runner-group-id
         (created,) = live.calls("POST", "/v2/pods")
         assert created.body["env"]["GPUCI_RUNNER_IDLE_S"] == "90"  # runner-idle-timeout

@@ -28,10 +28,12 @@ def _sigterm_once_the_pod_exists(
     tmp_path: Path,
     args: list[str],
     before_signal: Callable[[], None] = lambda: None,
+    sig: int = signal.SIGTERM,
+    after_signal: Callable[[subprocess.Popen[str]], None] = lambda proc: None,
     **ci: str,
 ) -> tuple[str, str, str]:
-    """Run ``pods up ARGS``, SIGTERM it once the fake holds its pod (``before_signal`` checks
-    that moment); (pod id, stdout, stderr)."""
+    """Run ``pods up ARGS``, send ``sig`` once the fake holds its pod (``before_signal`` checks
+    that moment, ``after_signal`` may send another); (pod id, stdout, stderr)."""
     env = clean_env(
         RUNPOD_API_KEY=fake.api_key,
         RUNPOD_API_URL=fake.url,
@@ -56,18 +58,27 @@ def _sigterm_once_the_pod_exists(
     assert fake.pods, "up never created the pod"
     pod_id = next(iter(fake.pods))
     before_signal()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
+    after_signal(proc)
     out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 128 + signal.SIGTERM, out + err
+    assert proc.returncode == 128 + sig, out + err
+    cancelled = [line for line in err.splitlines() if "pods up cancelled by" in line]
+    assert cancelled == [
+        f"gpu-ci: pods up cancelled by {signal.Signals(sig).name}: "
+        f"terminated pod {pod_id}" + cancelled[0].partition(pod_id)[2]
+    ], err
     return pod_id, out, err
 
 
 @WAITING_OR_CREATING
-def test_sigterm_during_up_terminates_the_pod(tmp_path, fake_options):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_sigterm_during_up_terminates_the_pod(tmp_path, fake_options, sig):
     fake = FakeRunPod(**fake_options).start()
     try:
         command = ["--command", "serve"] if "steps_to_running" in fake_options else []
-        pod_id, _, _ = _sigterm_once_the_pod_exists(fake, tmp_path, ["--image", "img", *command])
+        pod_id, _, _ = _sigterm_once_the_pod_exists(
+            fake, tmp_path, ["--image", "img", *command], sig=sig
+        )
         assert fake.pods == {}
         assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
     finally:
@@ -97,5 +108,34 @@ def test_sigterm_during_up_with_a_runner_leaves_neither_pod_nor_runner(
             assert api.state.runners == {}, out + err
             for secret in api.state.issued:
                 assert secret not in out + err
+    finally:
+        fake.stop()
+
+
+def test_sigterm_during_the_cleanup_after_sigint_does_not_cut_it_short(tmp_path):
+    """GitHub's cancel: SIGINT, then SIGTERM while up is still terminating its pod. The
+    terminate in flight finishes, the runner is still deleted after it, and the exit status
+    is SIGINT's."""
+    from fake_ci_runners import FakeRunnersAPI
+
+    fake = FakeRunPod(steps_to_running=10**6, delete_delay=1.0).start()
+
+    def sigterm_mid_delete(proc: subprocess.Popen[str]) -> None:
+        assert fake.delete_started.wait(10), "up never began to terminate its pod"
+        proc.send_signal(signal.SIGTERM)
+
+    try:
+        with FakeRunnersAPI() as api:
+            pod_id, _, err = _sigterm_once_the_pod_exists(
+                fake,
+                tmp_path,
+                ["--runner", "github", "--runner-labels", "run-9"],
+                sig=signal.SIGINT,
+                after_signal=sigterm_mid_delete,
+                **api.github_env(),
+            )
+            assert fake.pods == {}, err
+            assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
+            assert api.state.runners == {}, err
     finally:
         fake.stop()

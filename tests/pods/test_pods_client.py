@@ -91,3 +91,18 @@ def test_the_fake_refuses_what_the_contract_refuses(fake, clock):
             c.create_pod({"name": "x", "gpu": {"id": "NVIDIA L40S"}})  # no image, no template
         with pytest.raises(ContractViolation):
             c.request("POST", "/v2/pods/nope/action", "act", json={"action": "explode"})
+
+
+def test_the_fake_catalog_refuses_what_the_spec_refuses(fake):
+    """listGpuTypes: product is required with include=AVAILABILITY and valid only with it; the
+    client asks as the spec wants, and COMMUNITY lists only types offered there."""
+    auth = f"Bearer {fake.api_key}"
+    for query in ("include=AVAILABILITY", "product=POD", "cloud=SECURE"):
+        status, _, body = fake.handle("GET", f"/v2/catalog/gpus?{query}", b"", auth)
+        assert status == 400, query
+    status, _, body = fake.handle(
+        "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=COMMUNITY", b"", auth
+    )
+    assert status == 200 and [g["id"] for g in body["gpus"]] == ["NVIDIA GeForce RTX 4090"]
+    with RunPodClient(fake.api_key, fake.url) as client:
+        assert len(client.list_gpu_types("SECURE")) == 3

@@ -156,6 +156,8 @@ def test_ledger_urls_bare_paths_and_an_old_ledger_file(tmp_path, run, fake):
 def test_a_ttl_extension_beyond_the_reservation_counts(fake, run, shared_ledger):
     first = run("up", **UP, owner="alice", budget_usd="3", extra_env=shared_ledger)
     assert first.code == 0, first.stdout  # holds 0.86 x (45m + 15m) = $0.86
+    # ttl moves the expiry of a stopped pod (a running pod's env update would restart it)
+    assert run("stop", pod_id=first.outputs["pod-id"], extra_env=shared_ledger).code == 0
     moved = run("start", pod_id=first.outputs["pod-id"], ttl="3h", extra_env=shared_ledger)
     assert moved.code == 0 and "expires" in moved.json["headline"]
     # the pod may now bill 0.86 x 3h15m = $2.80: another $0.86 pod no longer fits in $3

@@ -71,6 +71,20 @@ def test_start_with_ttl_moves_the_expiry_in_name_and_env(fake, run, clock):
     assert fake.pods[pod]["status"] == "STARTING"
 
 
+def test_start_with_ttl_never_updates_a_running_pods_env(fake, run):
+    """RunPod restarts a pod whose env is updated: ttl on a running pod is refused, saying so,
+    and the pod is not touched."""
+    pod = run("up", **UP).outputs["pod-id"]
+    assert fake.pods[pod]["status"] == "RUNNING"
+    fake.requests.clear()
+    res = run("start", pod_id=pod, ttl="2h")
+    assert res.code == 2, res.stdout
+    assert "restarts a pod whose env is updated" in res.json["headline"]
+    assert f"pods stop {pod}" in res.json["headline"]
+    assert fake.calls("PATCH") == [] and fake.restarts == []
+    assert fake.pods[pod]["status"] == "RUNNING"
+
+
 def test_down_is_idempotent_and_missing_is_success(fake, run):
     pod = run("up", **UP).outputs["pod-id"]
     first, second = run("down", pod_id=pod), run("down", pod_id=pod)

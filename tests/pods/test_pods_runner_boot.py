@@ -105,7 +105,7 @@ def _terminated_itself(fake: FakeRunPod, pod_id: str) -> bool:
     return (
         pod_id not in fake.pods
         and [c.body for c in calls] == [{"action": "terminate"}]
-        and calls[0].auth == f"Bearer {fake.api_key}"
+        and calls[0].auth == f"Bearer {fake.pod_key(pod_id)}"
     )
 
 

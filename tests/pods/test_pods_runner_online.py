@@ -27,7 +27,7 @@ def _up(run, api, **flags):
         "up",
         gpu_types=L40S,
         runner="github",
-        runner_labels="gpu",
+        runner_labels="run-77",
         extra_env=api.github_env(**RUN_ENV),
         **flags,
     )
@@ -112,7 +112,7 @@ def test_a_gitlab_token_that_may_only_create_runners_still_starts_one(run, fake,
         "up",
         gpu_types=L40S,
         runner="gitlab",
-        runner_labels="gpu",
+        runner_labels="run-77",
         extra_env=api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
     )
     assert r.code == 0, r.stdout + r.stderr
@@ -129,7 +129,8 @@ def test_the_fake_gitlab_refuses_a_project_path_as_project_id(api):
         json={
             "runner_type": "project_type",
             "project_id": "octo/gpu",
-            "tag_list": "gpu",
+            "tag_list": "run-77",
+            "locked": True,
             "run_untagged": False,
         },
     )

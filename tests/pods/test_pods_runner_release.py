@@ -27,7 +27,7 @@ def _up(run, api):
         "up",
         gpu_types=L40S,
         runner="github",
-        runner_labels="gpu-large",
+        runner_labels="run-77",
         extra_env=api.github_env(**RUN_ENV),
     )
 
@@ -68,7 +68,7 @@ def test_runner_version_without_its_sha256_is_refused_before_anything_is_made(ru
         "up",
         gpu_types=L40S,
         runner="github",
-        runner_labels="gpu-large",
+        runner_labels="run-77",
         runner_version="2.399.1",
         extra_env=api.github_env(**RUN_ENV),
     )
@@ -86,6 +86,15 @@ def test_a_release_whose_digest_and_notes_disagree_is_not_used():
 
 def test_a_release_without_a_published_sha256_is_not_used():
     item = release(*NEWER, "2026-11-30T00:00:00Z", digest=False, notes=False)
+    with pytest.raises(ValueError, match="publishes no sha256"):
+        runner_release.pick([item], NOW)
+
+
+def test_a_digest_with_a_trailing_newline_is_not_a_sha256():
+    """`$` matches before a final newline: the pod's exact comparison would then always fail
+    and the runner never start. Only exactly 64 hex digits are a sha256."""
+    item = release(*NEWER, "2026-11-30T00:00:00Z", notes=False)
+    item["assets"][0]["digest"] = "sha256:" + "ab" * 32 + "\n"
     with pytest.raises(ValueError, match="publishes no sha256"):
         runner_release.pick([item], NOW)
 

@@ -44,7 +44,7 @@ def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
         "up",
         gpu_types=L40S,
         runner="github",
-        runner_labels="gpu-large,run-77",
+        runner_labels="run-77",
         extra_env=api.github_env(**RUN_ENV),
     )
     assert r.code == 0, r.stdout + r.stderr
@@ -52,13 +52,13 @@ def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
     assert name.startswith("gpuci-") and runners.registered_at(name) is not None
     (registered,) = api.state.runners.values()
     assert registered.name == name
-    assert registered.labels == ["self-hosted", "gpu-large", "run-77"]
+    assert registered.labels == ["run-77"]  # this run's only: no other job can take it
     assert registered.scope == "/repos/octo/gpu"
     post = [b for m, p, b in api.state.requests if p.endswith("generate-jitconfig")]
     assert post == [
         {
             "name": name,
-            "labels": ["self-hosted", "gpu-large", "run-77"],
+            "labels": ["run-77"],
             "runner_group_id": 1,
             "work_folder": "_work",
         }
@@ -85,7 +85,7 @@ def test_up_gitlab_creates_a_project_runner(run, fake, api, tmp_path):
         "up",
         gpu_types=L40S,
         runner="gitlab",
-        runner_labels="gpu-large",
+        runner_labels="run-77",
         runner_idle_timeout="90s",
         extra_env=api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
     )
@@ -97,7 +97,8 @@ def test_up_gitlab_creates_a_project_runner(run, fake, api, tmp_path):
         "runner_type": "project_type",
         "project_id": 42,
         "description": registered.name,
-        "tag_list": "gpu-large",
+        "tag_list": "run-77",
+        "locked": True,
         "run_untagged": False,
     }
     env = fake.calls("POST", "/v2/pods")[0].body["env"]
@@ -119,7 +120,7 @@ def test_dry_run_plans_the_call_and_a_placeholder_and_calls_nothing(
         dry_run=True,
         gpu_types=L40S,
         runner=platform,
-        runner_labels="gpu-large",
+        runner_labels="run-77",
         extra_env=extra,
     )
     assert r.code == 0, r.stdout + r.stderr
@@ -139,7 +140,7 @@ def test_dry_run_plans_the_call_and_a_placeholder_and_calls_nothing(
 
 
 def test_dry_run_without_any_ci_env_still_plans(run, fake):
-    r = run("up", dry_run=True, gpu_types=L40S, runner="github", runner_labels="gpu")
+    r = run("up", dry_run=True, gpu_types=L40S, runner="github", runner_labels="run-77")
     assert r.code == 0, r.stdout + r.stderr
     messages = " ".join(a["message"] for a in r.json["annotations"])
     assert "GPUCI_RUNNER_TOKEN is not set" in messages
@@ -149,7 +150,7 @@ def test_dry_run_without_any_ci_env_still_plans(run, fake):
 @pytest.mark.parametrize(
     ("flags", "env", "expected"),
     [
-        ({"runner_labels": None}, {}, "runner-labels is required with runner"),
+        ({"runner_labels": None}, {}, "runner-labels is required with runner outside CI"),
         ({"command": "python train.py"}, {}, "command cannot be combined with runner"),
         ({}, {"GPUCI_RUNNER_TOKEN": ""}, "GPUCI_RUNNER_TOKEN is not set"),
         (
@@ -169,7 +170,7 @@ def test_dry_run_without_any_ci_env_still_plans(run, fake):
 def test_bad_runner_input_is_exit_2_in_one_line_and_makes_nothing(
     run, fake, api, flags, env, expected
 ):
-    args = {"gpu_types": L40S, "runner": "github", "runner_labels": "gpu", **flags}
+    args = {"gpu_types": L40S, "runner": "github", "runner_labels": "run-77", **flags}
     r = run("up", extra_env=api.github_env(**env), **args)
     assert r.code == 2, r.stdout + r.stderr
     message = r.json["annotations"][0]["message"]
@@ -180,7 +181,7 @@ def test_bad_runner_input_is_exit_2_in_one_line_and_makes_nothing(
 
 def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fake, api):
     env = api.github_env(GPUCI_RUNNER_TOKEN=api.state.job_token)
-    r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=env)
+    r = run("up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=env)
     assert r.code == 2, r.stdout + r.stderr
     message = r.json["annotations"][0]["message"]
     assert "the job's GITHUB_TOKEN cannot create runners" in message
@@ -189,14 +190,14 @@ def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fa
     assert "could not delete runner" not in r.stderr  # refused: there is nothing to delete
     assert not [m for m, p, _ in api.state.requests if m == "GET"]  # and nothing looked for
     other = run(
-        "up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env()
+        "up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=api.github_env()
     )
     assert other.code == 0  # a token with the rights: the message was about the job's token
 
 
 def test_gitlab_without_its_token_names_the_variable(run, fake, api):
     env = api.gitlab_env(GPUCI_GITLAB_TOKEN="")
-    r = run("up", gpu_types=L40S, runner="gitlab", runner_labels="gpu", extra_env=env)
+    r = run("up", gpu_types=L40S, runner="gitlab", runner_labels="run-77", extra_env=env)
     assert r.code == 2
     assert "GPUCI_GITLAB_TOKEN is not set" in r.json["annotations"][0]["message"]
 
@@ -209,7 +210,7 @@ def test_a_pod_that_never_places_leaves_no_runner(run, fake, api, platform):
         "up",
         gpu_types=L40S,
         runner=platform,
-        runner_labels="gpu",
+        runner_labels="run-77",
         placement_timeout="1s",
         extra_env=extra,
     )
@@ -220,7 +221,9 @@ def test_a_pod_that_never_places_leaves_no_runner(run, fake, api, platform):
 
 def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api):
     fake.fail_on_start.add(L40S)
-    r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env())
+    r = run(
+        "up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=api.github_env()
+    )
     assert r.code != 0
     assert api.state.runners == {} and fake.pods == {}
 
@@ -237,7 +240,9 @@ def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkey
         raise InfraError("GitHub API answered HTTP 502", hint="rerun")
 
     monkeypatch.setattr(GitHubRunners, "register", lost)
-    r = run("up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env())
+    r = run(
+        "up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=api.github_env()
+    )
     assert r.code == 3
     assert api.state.runners == {} and fake.pods == {}
 
@@ -248,7 +253,7 @@ def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
     make a second runner whose twin nobody deletes (GitLab). One POST, then delete by name."""
     api.state.lose_answers = 1
     env = api.github_env() if platform == "github" else api.gitlab_env()
-    r = run("up", gpu_types=L40S, runner=platform, runner_labels="gpu", extra_env=env)
+    r = run("up", gpu_types=L40S, runner=platform, runner_labels="run-77", extra_env=env)
     assert r.code == 3, r.stdout + r.stderr
     posts = [q for q in api.state.requests if q[0] == "POST"]
     assert len(posts) == 1, posts
@@ -257,8 +262,9 @@ def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
 
 # ----- down / reap ---------------------------------------------------------------------------
 def _up(run, api, **env):
+    label = f"run-{env.get('GITHUB_RUN_ID', '77')}"
     r = run(
-        "up", gpu_types=L40S, runner="github", runner_labels="gpu", extra_env=api.github_env(**env)
+        "up", gpu_types=L40S, runner="github", runner_labels=label, extra_env=api.github_env(**env)
     )
     assert r.code == 0, r.stdout + r.stderr
     return r.outputs["pod-id"], r.outputs["runner-name"]
@@ -350,7 +356,7 @@ def test_gitlab_down_deletes_the_runner_of_the_pod_it_ends(run, fake, api):
         "up",
         gpu_types=L40S,
         runner="gitlab",
-        runner_labels="gpu",
+        runner_labels="run-77",
         extra_env=api.gitlab_env(**pipeline),
     )
     assert r.code == 0
@@ -373,3 +379,38 @@ def test_down_deletes_its_runs_runner_whose_pod_already_ended_itself(run, fake, 
     assert r.code == 0, r.stdout + r.stderr
     assert name not in api.state.names(), r.stderr
     assert other in api.state.names() and stray.name in api.state.names()
+
+
+def test_the_runner_registers_only_this_runs_label_and_refuses_a_shared_one(run, fake, api):
+    """GitHub gives a queued job to any runner holding every label it asks for: a one-job
+    runner with gpu-large (or self-hosted) could be taken by another workflow's job."""
+    env = api.github_env(**RUN_ENV)
+    default = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    assert default.code == 0, default.stdout
+    (registered,) = api.state.runners.values()
+    assert registered.labels == ["run-77"]  # from GITHUB_RUN_ID, and nothing shared
+    for shared in ("gpu-large,run-77", "self-hosted,run-77", "run-778"):
+        refused = run("up", gpu_types=L40S, runner="github", runner_labels=shared, extra_env=env)
+        assert refused.code == 2, refused.stdout
+        assert "is not this run's" in refused.json["headline"]
+        assert "run-${{ github.run_id }}" in refused.json["headline"]
+    assert len(fake.calls("POST", "/v2/pods")) == 1 and len(api.state.runners) == 1
+    outside = run(
+        "up", gpu_types=L40S, runner="github", runner_labels="gpu-large", extra_env=api.github_env()
+    )
+    assert outside.code == 0  # no run id to check outside CI: only self-hosted is said
+    selfhosted = run(
+        "up",
+        gpu_types=L40S,
+        runner="github",
+        runner_labels="self-hosted,x",
+        extra_env=api.github_env(),
+    )
+    assert selfhosted.code == 0
+    (said,) = [a for a in selfhosted.json["annotations"] if "not this run's" in a["message"]]
+    assert "self-hosted" in said["message"] and said["level"] == "warning"
+    gl = run("up", gpu_types=L40S, runner="gitlab", extra_env=api.gitlab_env(CI_PIPELINE_ID="5"))
+    assert gl.code == 0, gl.stdout
+    body = [b for m, p, b in api.state.requests if p.endswith("/user/runners")][-1]
+    assert body["tag_list"] == "pipeline-5" and body["locked"] is True
+    assert body["run_untagged"] is False

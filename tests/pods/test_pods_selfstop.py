@@ -61,7 +61,7 @@ def test_the_pod_stops_itself_at_its_expiry(live, tmp_path, tools):
     assert live.pods[pod_id]["status"] == "EXITED", err
     stops = live.calls("POST", f"/v2/pods/{pod_id}/action")
     assert [s.body for s in stops] == [{"action": "stop"}]
-    assert stops[0].auth == f"Bearer {live.api_key}"  # the pod's own key, its own id
+    assert stops[0].auth == f"Bearer {live.pod_key(pod_id)}"  # the pod's own key, its own id
     assert time.time() - started >= 1.0  # not before the expiry
 
 

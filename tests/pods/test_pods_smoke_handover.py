@@ -88,7 +88,7 @@ def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(fake,
             "up",
             gpu_types=GPU,
             runner="github",
-            runner_labels="gpu",
+            runner_labels="run-77",
             extra_env=api.github_env(**RUN_ENV),
         )
         assert res.code == 0, res.stdout + res.stderr
@@ -168,3 +168,70 @@ def test_a_pod_given_the_store_records_its_own_verdict_once(fake, run, clock, tm
     assert len(failed) == 1 and failed[0]["data_center"] == "EU-RO-1"
     assert failed[0]["checks"][0]["reason"] != "gpu-smoke on the pod"  # the pod's own record
     assert [r["data_center"] for r in _records(store) if r["passed"]] == ["US-KS-2"]
+
+
+def _first_verdict(fake):
+    """The verdict the first (failed) pod wrote into its name, read as up reads it."""
+    from gpuci.pods.handover import verdict_of
+
+    first = fake.calls("POST", "/v2/pods")[0]
+    pod_id = fake.calls("DELETE")[0].path.rsplit("/", 1)[1]
+    assert first.body["name"] in fake.calls("PATCH", f"/v2/pods/{pod_id}")[-1].body["name"]
+    return verdict_of(fake.calls("PATCH", f"/v2/pods/{pod_id}")[-1].body)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+def test_the_verdict_names_every_failed_gpu_whole(fake, run, host, gpus):
+    """No cut: 8 GPUs' UUIDs (~330 characters) reach up whole, with their checks."""
+    host.gpus = gpus
+    res = run("up", smoke="true", gpu_count=str(gpus), **UP)
+    assert res.code == 0, res.stdout
+    verdict = _first_verdict(fake)
+    assert verdict is not None and verdict.kind == "failed" and not verdict.recorded
+    assert len(verdict.uuids) == gpus == len(set(verdict.uuids))
+    assert all(u.startswith("GPU-") and len(u) >= 40 for u in verdict.uuids)
+    assert {c.split(":")[0] for c in verdict.checks} == {f"gpu{i}" for i in range(gpus)}
+    attempts = res.json["report"]["smoke"]["attempts"]
+    (failed,) = [a for a in attempts if a["verdict"].startswith("hardware")]
+    assert all(u in failed["verdict"] for u in verdict.uuids)
+
+
+def test_a_rename_answered_429_then_503_is_retried(fake, run, host):
+    fake.fail(r"PATCH /v2/pods/\w+", (429, {"Retry-After": "0"}), (503, {}))
+    res = run("up", smoke="true", **UP)
+    assert res.code == 0, res.stdout
+    assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]  # re-placed, not timed out
+    assert [c.status for c in fake.calls("PATCH")][:3] == [429, 503, 200]
+
+
+def test_a_refused_rename_is_named_and_the_stop_is_the_verdict(fake, run, host):
+    """RunPod's docs grant the pod's key stop and remove only: with the rename refused, a
+    runner pod that fails its smoke says so in one line and stops itself, and up reads that
+    stop as the verdict (the healthy pod's runner coming online is its pass)."""
+    fake.pod_key_may_rename = False
+    with FakeRunnersAPI() as api:
+        api.state.online_after_reads = 1
+        res = run(
+            "up",
+            gpu_types=GPU,
+            runner="github",
+            runner_labels="run-77",
+            extra_env=api.github_env(**RUN_ENV),
+        )
+    assert res.code == 0, res.stdout + res.stderr + str(host.booted)
+    assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]
+    assert {c.status for c in fake.calls("PATCH")} == {403}
+    log = next(iter(host.booted.values()))  # the first pod's, the one that failed
+    refused = [ln for ln in log.splitlines() if "refused this pod's key" in ln]
+    assert len(refused) == 1 and "HTTP 403" in refused[0], log
+    attempts = res.json["report"]["smoke"]["attempts"]
+    (failed,) = [a for a in attempts if a["verdict"].startswith("hardware")]
+    assert "no verdict in its name" in failed["verdict"]
+
+
+def test_a_refused_rename_on_a_pod_without_a_runner_names_the_cause(fake, run, host):
+    host.bad.clear()  # a healthy pod whose pass cannot travel
+    fake.pod_key_may_rename = False
+    res = run("up", smoke="true", timeout="2m", **UP)
+    assert res.code == 3 and fake.pods == {}
+    assert "refused its key renaming it" in res.json["headline"], res.json["headline"]

@@ -9,6 +9,8 @@ GitHub under ``/api/v3`` (as GitHub Enterprise Server), GitLab under ``/gitlab/a
   read-only label (GitHub: "Validation failed"). ``POST .../actions/runners/{id}/labels``
   ``{"labels": [...]}``: 422 when ``labels`` is not a non-empty list of strings; adds custom
   labels. A repository runner is not in the organisation's list, nor the other way round.
+  ``GET .../actions/runners/{id}``: one runner, 404 outside its own scope. Label names
+  compare case-insensitively, as on GitHub, and a runner holds at most 100 labels (422).
   The job's installation token gets 403, as GitHub answers it.
 - GitLab ``PUT /runners/:id`` (``paused``, form or JSON): 404 unknown, 403 for a runner the
   token may not manage; ``GET /runners/:id``.
@@ -28,6 +30,7 @@ GH = "/api/v3"
 GL = "/gitlab/api/v4"
 _SCOPE = r"(/repos/[^/]+/[^/]+|/orgs/[^/]+)"
 SYSTEM_LABELS = ("self-hosted", "Linux", "X64")
+MAX_LABELS = 100  # GitHub: at most 100 labels per runner
 
 
 @dataclass
@@ -103,6 +106,13 @@ class _Handler(RoutedAPIHandler):
                 if r.scope == m[1]
             ]
             return self._page(items, query)
+        if (m := re.fullmatch(rf"{_SCOPE}/actions/runners/(\d+)", path)) and method == "GET":
+            one = self.state.runners.get(int(m[2]))
+            if one is None or one.scope != m[1]:
+                return self._reply(404, {"message": "Not Found"})
+            return self._reply(
+                200, {"id": one.id, "name": one.name, "status": "online", "labels": one.labels}
+            )
         m = re.fullmatch(rf"{_SCOPE}/actions/runners/(\d+)/labels(?:/([^/]+))?", path)
         if m is None:
             return self._reply(404, {"message": "Not Found"})
@@ -111,7 +121,8 @@ class _Handler(RoutedAPIHandler):
             return self._reply(404, {"message": "Not Found"})
         if method == "DELETE" and m[3]:
             name = unquote(m[3])
-            found = next((lb for lb in runner.labels if lb["name"] == name), None)
+            # label names are case-insensitive on GitHub
+            found = next((lb for lb in runner.labels if lb["name"].lower() == name.lower()), None)
             if found is None:
                 return self._reply(404, {"message": "Not Found"})
             if found["type"] == "read-only":
@@ -126,9 +137,13 @@ class _Handler(RoutedAPIHandler):
                 or not all(isinstance(x, str) and x for x in labels)
             ):
                 return self._reply(422, {"message": "Validation Failed: labels"})
+            have = {n.lower() for n in runner.names()}
+            if len(have | {n.lower() for n in labels}) > MAX_LABELS:
+                return self._reply(422, {"message": f"Validation Failed: at most {MAX_LABELS}"})
             for name in labels:
-                if name not in runner.names():
+                if name.lower() not in have:  # case-insensitive: GPU-large is gpu-large
                     runner.labels.append(self.state.label(name))
+                    have.add(name.lower())
             return self._labels(runner)
         return self._reply(404, {"message": "Not Found"})
 

@@ -334,3 +334,52 @@ def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path,
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert len(warnings) == 1 and "httpx is not installed" in warnings[0]
     assert "gpu-large" in this.names() and api.state.requests == []
+
+
+def _runner_root(tmp_path: Path, agent_id: int, url: str) -> dict[str, str]:
+    """A runner's root with the ``.runner`` file actions/runner writes (a UTF-8 BOM first),
+    and the job variables that point into it."""
+    root = tmp_path / "actions-runner"
+    (root / "_work" / "_temp").mkdir(parents=True)
+    info = {"agentId": agent_id, "agentName": "gpu-twin", "poolId": 1, "gitHubUrl": url}
+    (root / ".runner").write_text("\ufeff" + json.dumps(info), encoding="utf-8")
+    return {"RUNNER_TEMP": str(root / "_work" / "_temp")}
+
+
+def test_an_org_and_a_repo_runner_of_one_name_the_runner_file_picks_this_one(tmp_path, api):
+    repo_twin = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpu-large"])
+    org_twin = api.state.add("gpu-twin", "/orgs/octo", ["gpu-large"])
+    files = _runner_root(tmp_path, org_twin.id, f"{api.base}/octo")
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="gpu-twin", **files)
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpu-large" not in org_twin.names() and "gpuci-quarantined" in org_twin.names()
+    assert "gpu-large" in repo_twin.names()  # the healthy twin keeps its label
+
+
+def test_twins_without_a_runner_file_are_named_and_left_alone(tmp_path, api):
+    repo_twin = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpu-large"])
+    org_twin = api.state.add("gpu-twin", "/orgs/octo", ["gpu-large"])
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="gpu-twin")
+    )
+    assert proc.returncode == 1
+    assert "gpu-large" in repo_twin.names() and "gpu-large" in org_twin.names()
+    warned = [ln for ln in lines(proc, "::warning") if "two self-hosted runners" in ln]
+    assert len(warned) == 1 and api.state.writes() == []
+
+
+def test_the_fake_matches_labels_case_insensitively_and_caps_them_at_100(api):
+    import httpx
+
+    runner = api.state.add("gpu-node", "/repos/octo/gpu", ["GPU-Large"])
+    headers = {"Authorization": f"Bearer {api.state.github_token}"}
+    url = f"{api.base}/api/v3/repos/octo/gpu/actions/runners/{runner.id}/labels"
+    added = httpx.post(url, json={"labels": ["gpu-large"]}, headers=headers)
+    assert added.status_code == 200 and runner.names().count("GPU-Large") == 1
+    assert len([n for n in runner.names() if n.lower() == "gpu-large"]) == 1
+    many = [f"l{i}" for i in range(100)]
+    assert httpx.post(url, json={"labels": many}, headers=headers).status_code == 422
+    assert httpx.delete(f"{url}/gpu-LARGE", headers=headers).status_code == 200
+    assert "GPU-Large" not in runner.names()

@@ -52,8 +52,9 @@ RUNNER_INPUTS = (
     ),
     Input(
         "runner-labels",
-        "The runner's labels (GitHub) or tags (GitLab), comma-separated, e.g. "
-        "gpu-large,run-123; required with runner.",
+        "The runner's labels (GitHub) or tags (GitLab), comma-separated: this run's only, "
+        "e.g. run-123 (default in CI: run-$GITHUB_RUN_ID / pipeline-$CI_PIPELINE_ID); a label "
+        "without the run's id is refused, since another job could take the runner.",
         "list",
     ),
     Input("runner-group-id", "GitHub runner group id.", "int", "1", minimum=1),

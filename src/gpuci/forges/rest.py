@@ -9,6 +9,7 @@ subclasses it with its headers and hints.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -35,12 +36,37 @@ RETRY_AFTER_CAP = 60.0
 
 
 class _Transient(Exception):
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, retry_after: float | None = None) -> None:
         super().__init__(f"HTTP {response.status_code}")
         self.response = response
-        self.retry_after = parse_retry_after(
-            response.headers.get("Retry-After"), cap=RETRY_AFTER_CAP
+        self.retry_after = (
+            retry_after
+            if retry_after is not None
+            else parse_retry_after(response.headers.get("Retry-After"), cap=RETRY_AFTER_CAP)
         )
+
+
+def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float | None:
+    """A 403 that is GitHub's rate limit, not a refusal: the seconds to wait (at most
+    RETRY_AFTER_CAP), else None.
+
+    GitHub answers a spent primary limit with 403 (or 429) and ``x-ratelimit-remaining: 0``,
+    waiting until ``x-ratelimit-reset`` (epoch seconds); a secondary limit with
+    ``retry-after``. A 403 with neither is a permission problem.
+    """
+    if response.status_code != 403:
+        return None
+    headers = response.headers
+    wish = parse_retry_after(headers.get("retry-after"), cap=RETRY_AFTER_CAP)
+    if wish is not None:
+        return wish
+    if headers.get("x-ratelimit-remaining", "").strip() != "0":
+        return None
+    reset = headers.get("x-ratelimit-reset", "").strip()
+    if not reset.isdigit() or len(reset) > 12:
+        return RETRY_AFTER_CAP
+    at = time.time() if now is None else now
+    return min(max(0.0, int(reset) - at), RETRY_AFTER_CAP)
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -107,6 +133,9 @@ class ApiClient:
         response = self._client.request(method, url, **kwargs)
         if response.status_code >= 500 or response.status_code == 429:
             raise _Transient(response)
+        limited = rate_limit_wait(response)
+        if limited is not None:  # a rate limit dressed as 403: wait by its headers
+            raise _Transient(response, limited)
         self._check(response, method, url)
         return response
 
@@ -116,10 +145,13 @@ class ApiClient:
         try:
             return self._policy.retrying(_is_transient)(fn) if repeat else fn()
         except _Transient as exc:
+            limited = exc.response.status_code in (403, 429)
             raise InfraError(
                 f"{self.service} API answered HTTP {exc.response.status_code} to {method} "
-                f"{redact_url(url)}",
-                hint=f"{self.service} may be degraded; rerun the job later",
+                f"{redact_url(url)}" + (" (rate limited)" if limited else ""),
+                hint=f"the {self.service} rate limit is spent; rerun the job once it resets"
+                if limited
+                else f"{self.service} may be degraded; rerun the job later",
             ) from None
         except httpx.HTTPError as exc:
             raise InfraError(

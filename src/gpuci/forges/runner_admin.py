@@ -21,6 +21,18 @@ from gpuci.forges.rest import ApiClient
 from gpuci.forges.runner_labels import GITHUB_TOKEN_ENV, GITLAB_TOKEN_ENV
 
 
+class Ambiguous(InputError):
+    """Two runners share the name and nothing says which one this is."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A runner's exact identity, from its own ``.runner`` file: its id and where it lives."""
+
+    runner_id: int
+    base: str  # "/repos/o/r", "/orgs/o" or "/enterprises/e"
+
+
 @dataclass(frozen=True)
 class Runner:
     """A self-hosted runner as GitHub lists it."""
@@ -69,18 +81,45 @@ class GitHubRunnerLabels(ApiClient):
                 return Runner(rid, name, _label_names(item.get("labels")), base)
         return None
 
-    def locate(self, name: str, repository: str) -> Runner | None:
-        """The runner in the repository's list, else in its organisation's (when readable)."""
-        found = self.find(name, f"/repos/{repository}")
-        if found is not None:
-            return found
-        owner = repository.partition("/")[0]
+    def by_id(self, runner_id: int, base: str) -> Runner | None:
+        """The runner with id ``runner_id`` under ``base``; None when there is none."""
         try:
-            return self.find(name, f"/orgs/{quote(owner, safe='')}")
-        except InputError as exc:  # 404: a user account, not an organisation
+            response = self._send("GET", f"{base}/actions/runners/{int(runner_id)}")
+        except InputError as exc:
             if "HTTP 404" in exc.message:
                 return None
             raise
+        item = self._json(response, "a runner", dict)
+        name = item.get("name")
+        if item.get("id") != runner_id or not isinstance(name, str):
+            raise InfraError(
+                "GitHub answered another runner than the one asked for", hint=self._api_hint
+            )
+        return Runner(runner_id, name, _label_names(item.get("labels")), base)
+
+    def locate(self, name: str, repository: str, identity: Identity | None = None) -> Runner | None:
+        """This runner by its exact identity: the id and scope from its own ``.runner`` file
+        when known; else by name in the repository's list and its organisation's, refusing
+        (:class:`Ambiguous`) when both hold a runner of that name."""
+        if identity is not None:
+            found = self.by_id(identity.runner_id, identity.base)
+            return found if found is not None and found.name == name else None
+        in_repo = self.find(name, f"/repos/{repository}")
+        owner = repository.partition("/")[0]
+        try:
+            in_org = self.find(name, f"/orgs/{quote(owner, safe='')}")
+        except InputError as exc:  # 404: a user account, not an organisation
+            if "HTTP 404" not in exc.message:
+                raise
+            in_org = None
+        if in_repo is not None and in_org is not None:
+            raise Ambiguous(
+                f"two self-hosted runners are named {name!r}: one of {repository} (id "
+                f"{in_repo.runner_id}), one of the organisation {owner} (id {in_org.runner_id}); "
+                "the name alone cannot say which runs this job",
+                hint="run it on the runner itself (its .runner file names its id), or rename one",
+            )
+        return in_repo or in_org
 
     def remove_label(self, runner: Runner, label: str) -> bool:
         """Remove one custom label; False when it is not there (a retried DELETE whose first

@@ -52,8 +52,11 @@ def avoid_failed(inp: UpInputs, rt: Runtime, cands: list[plan.Candidate], now: f
     url = gpu_health.store_url(inp.health_store, rt.environ)
     if days <= 0 or not url:
         return Avoided(list(cands))
+    skipped: list[str] = []
     try:
-        failures = gpu_health.recent_failures(url, rt.environ, now - days * 86400, rt)
+        failures = gpu_health.recent_failures(
+            url, rt.environ, now - days * 86400, rt, warn=skipped.append
+        )
     except (InfraError, OSError) as exc:  # a store outage must not stop CI from getting a GPU
         text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         return Avoided(
@@ -62,8 +65,8 @@ def avoid_failed(inp: UpInputs, rt: Runtime, cands: list[plan.Candidate], now: f
         )
     failed = _reasons(failures)
     if not failed:
-        return Avoided(list(cands))
-    out = Avoided([], failed=failed)
+        return Avoided(list(cands), warnings=skipped)
+    out = Avoided([], failed=failed, warnings=skipped)
     for cand in cands:
         if not cand.data_centers:
             out.candidates.append(cand)

@@ -89,6 +89,10 @@ RETRY_POLICY = RetryPolicy(
     jitter="additive",
     retry_after_cap=MAX_RETRY_AFTER_S,
 )
+#: What a cleanup after a cancel may spend on one call: quick retries, a short Retry-After.
+CLEANUP_POLICY = RetryPolicy(
+    attempts=2, initial=0.2, max_wait=0.2, jitter="none", retry_after_cap=0.2
+)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -163,6 +167,11 @@ def _list_in(found: Any, field: str, what: str) -> list[dict[str, Any]]:
     return items
 
 
+def _named(pod: Mapping[str, Any], name: str) -> bool:
+    found = str(pod.get("name") or "")
+    return found == name or found.startswith(name + " smoke ")
+
+
 def raise_for(response: httpx.Response, what: str) -> None:
     """Map one HTTP answer onto the retry table's classes (success returns quietly)."""
     status = response.status_code
@@ -230,9 +239,12 @@ class RunPodClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         read_only: bool = False,
+        policy: RetryPolicy | None = None,
     ) -> None:
         self._clock = clock
         self._read_only = read_only
+        self._key, self._transport = api_key, transport
+        self._policy = policy or RETRY_POLICY
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT},
@@ -252,6 +264,19 @@ class RunPodClient:
         key = api_key_from_env(environ, mask)
         return cls(key, api_url(environ), clock=clock, read_only=read_only)
 
+    def bounded(self, timeout: float) -> RunPodClient:
+        """A client for cleanup after a cancel: each request at most ``timeout`` seconds,
+        :data:`CLEANUP_POLICY`'s few quick retries (a cancelled job has seconds, not minutes)."""
+        return RunPodClient(
+            self._key,
+            str(self._http.base_url),
+            clock=self._clock,
+            timeout=timeout,
+            transport=self._transport,
+            read_only=self._read_only,
+            policy=CLEANUP_POLICY,
+        )
+
     def close(self) -> None:
         self._http.close()
 
@@ -263,7 +288,7 @@ class RunPodClient:
 
     # ----- plumbing -----------------------------------------------------------------------
     def _retrying(self) -> Retrying:
-        return RETRY_POLICY.retrying(Transient, sleep=self._clock.sleep)
+        return self._policy.retrying(Transient, sleep=self._clock.sleep)
 
     def _once(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         if self._read_only and method != "GET":
@@ -319,7 +344,8 @@ class RunPodClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def find_by_name(self, name: str) -> dict[str, Any] | None:
-        return next((p for p in self.list_pods() if p.get("name") == name), None)
+        """The pod named ``name``, also after its smoke gate appended its verdict to it."""
+        return next((p for p in self.list_pods() if _named(p, name)), None)
 
     def update_pod(self, pod_id: str, body: dict[str, Any]) -> dict[str, Any]:
         what = f"update pod {pod_id}"

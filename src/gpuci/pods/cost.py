@@ -228,6 +228,8 @@ def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "live-usd-per-hr": round(sum(spend.rate_by_owner.get(o, 0.0) for o in owners), 4),
     }
     result.report = _report(spend, owners, since, iso(now), book.where)
+    if book.skipped_line():
+        result.warning(book.skipped_line())
     notify.deliver(
         targets,
         rt,

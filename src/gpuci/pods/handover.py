@@ -14,8 +14,16 @@ another pod away from that data centre (:mod:`gpuci.pods.replace`).
 Only a hardware verdict stops a pod (gpu-smoke exit 1 with failed checks that are findings
 about the GPU, :func:`gpuci.quarantine.hardware_findings`): an environment error, a skipped
 check or a pod without gpu-ci (``python3 -m gpuci`` missing) hands the pod over with a
-``smoke skipped`` mark, and ``up`` warns. A pod whose name could not be written but that
-stopped itself is a plain failure, never a re-placement.
+``smoke skipped`` mark, and ``up`` warns.
+
+The name is written whole (any number of GPUs; 8 UUIDs are about 330 characters, and the spec
+sets no length limit), by :mod:`gpuci.pods.handover_mark`, retried on 429 and 5xx. RunPod's
+docs grant the pod-scoped key stop and remove; if its PATCH is refused (401/403), the pod says
+so in one line of its log and, on a hardware verdict, still stops itself: the one act its key
+is documented to allow. ``up`` reads a pod that stopped itself before handover with no verdict
+in its name as a hardware failure of unknown GPUs (nothing else stops such a pod then: a
+runner pod ends by terminate, a gated command has not started), so it is re-placed away from
+that data centre, as with a named verdict.
 
 This module is also the pod's side: the gate runs ``python3 -m gpuci gpu-smoke --json``
 (inputs from ``INPUT_*`` as usual), then ``python3 -m gpuci.pods.handover`` on its result,
@@ -50,8 +58,14 @@ gpuci_rename_pod() {
   gpuci_pod_call PATCH "" "{\"name\":\"$1\"}"
 }
 gpuci_mark() {
-  s=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_=/+-' ' ' | cut -c 1-200)
-  gpuci_rename_pod "$(printf '%s smoke %s' "${GPUCI_POD_NAME:-gpuci}" "$s" | tr -d '"\\')"
+  # the verdict, whole (no cut: 8 GPUs' UUIDs are ~330 characters), from a fixed set
+  s=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_=/+-' ' ')
+  n=$(printf '%s smoke %s' "${GPUCI_POD_NAME:-gpuci}" "$s" | tr -d '"\\')
+  # gpu-ci renames with retries (429, 5xx) and names a refusal; without it, one try by shell
+  "${GPUCI_SMOKE_PYTHON:-python3}" -m gpuci.pods.handover mark "$n"
+  rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 4 ] && return "$rc"
+  gpuci_rename_pod "$n"
 }
 gpuci_smoke_gate() {
   [ "${GPUCI_SMOKE:-}" = 1 ] || return 0
@@ -74,6 +88,7 @@ gpuci_smoke_gate() {
     return 0
   fi
   echo "gpu-ci: hardware failure ($verdict): stopping this pod, nothing else starts"
+  # a refused rename still stops the pod: up reads a stop before handover as this verdict
   gpuci_mark "failed: $verdict" || echo "gpu-ci: could not write the verdict into the pod's name"
   until gpuci_stop stop; do sleep "${GPUCI_SELF_STOP_RETRY_S:-30}"; done
   return 10
@@ -93,7 +108,8 @@ class Verdict:
 
     def text(self) -> str:
         gpus = ", ".join(self.uuids) or "a GPU"
-        return f"{gpus} failed {', '.join(self.checks) or 'gpu-smoke'}"
+        why = f" ({self.detail})" if self.detail and not self.uuids else ""
+        return f"{gpus} failed {', '.join(self.checks) or 'gpu-smoke'}{why}"
 
 
 def pod_env(name: str) -> dict[str, str]:
@@ -133,7 +149,7 @@ def verdict_line(result: Any, findings: list[Any], recorded: bool) -> str:
         if None in indexes or i in indexes
     ]
     checks = sorted({_safe(f.label) for f in findings})
-    return f"uuid={','.join(uuids[:8])} checks={','.join(checks[:8])} rec={int(recorded)}"
+    return f"uuid={','.join(uuids)} checks={','.join(checks)} rec={int(recorded)}"
 
 
 MAX_RESULT = 4 * 1024 * 1024  # gpu-smoke's JSON result is a few kB
@@ -167,10 +183,15 @@ def classify(body: Any) -> tuple[int, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """The pod's side: ``python3 -m gpuci.pods.handover RESULT.json`` (gpu-smoke's ``--json``
-    output): the headline on stderr (the pod's log), the verdict line on stdout."""
+    output): the headline on stderr (the pod's log), the verdict line on stdout. ``... mark
+    NAME`` writes NAME into the pod's name (:mod:`gpuci.pods.handover_mark`)."""
     import json
 
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["mark"]:
+        from gpuci.pods.handover_mark import mark
+
+        return mark(args[1] if len(args) > 1 else "", os.environ)
     try:
         with open(args[0], "rb") as fh:
             body = json.loads(fh.read(MAX_RESULT + 1)[:MAX_RESULT])

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.cache.store import Store, redact_url
 from gpuci.cache.stores import open_store
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
@@ -77,14 +78,44 @@ def owner_key(owner: str) -> str:
     return f"{readable}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
 
 
-def _decode(data: bytes) -> dict[str, Any] | None:
+# The fields the ledger reads, and the JSON types each must have (absent or null is fine):
+# an object with any other type is not ours and is skipped, never half-read.
+_STR = (str,)
+_NUMBER = (int, float)
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "event": _STR,
+    "podId": _STR,
+    "owner": _STR,
+    "gpu": _STR,
+    "runUrl": _STR,
+    "reservation": _STR,
+    "runner": _STR,
+    "reason": _STR,
+    "podName": _STR,
+    "released": _STR,
+    "time": _NUMBER,
+    "costPerHr": _NUMBER,
+    "expiresEpoch": _NUMBER,
+    "untilEpoch": _NUMBER,
+    "createdEpoch": _NUMBER,
+}
+
+
+def _decode(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """A ledger object from its bytes, or (None, why it is not one)."""
     if len(data) > MAX_OBJECT:
-        return None
+        return None, f"over {MAX_OBJECT >> 10} KiB"
     try:
-        item = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return item if isinstance(item, dict) else None
+        item = untrusted_json.loads(data)
+    except untrusted_json.Unusable as exc:
+        return None, str(exc)
+    if not isinstance(item, dict):
+        return None, f"a JSON {type(item).__name__}, not an object"
+    for name, kinds in _FIELDS.items():
+        value = item.get(name)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return None, f"its '{name}' is a {type(value).__name__}"
+    return item, ""
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -119,6 +150,7 @@ class Reservation:
     cost_per_hr: float
     until: float  # the pod's expiry plus one reaper interval: the most it can bill to
     run_url: str = ""
+    name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
@@ -131,6 +163,8 @@ class Ledger:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._cache: dict[str, dict[str, Any] | None] = {}  # immutable objects, read once
+        self._sizes: dict[str, int] = {}  # as listed: an object over MAX_OBJECT is never read
+        self.skipped: dict[str, str] = {}  # key -> why it was not used (said once, by skipped_line)
 
     @classmethod
     def open(
@@ -153,22 +187,56 @@ class Ledger:
 
     # ----- reading -------------------------------------------------------------------------
     def _get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The objects at ``keys`` (None: absent or not ours). Each is an input: its listed
+        size is checked before it is read, at most MAX_OBJECT + 1 bytes are read, then its
+        nesting and the types of the fields the ledger reads."""
         keys = list(keys)
-        wanted = [k for k in keys if k not in self._cache]
+        wanted = []
+        for key in keys:
+            if key in self._cache:
+                continue
+            if self._sizes.get(key, 0) > MAX_OBJECT:
+                self._skip(key, f"{self._sizes[key]} bytes, over {MAX_OBJECT >> 10} KiB")
+            else:
+                wanted.append(key)
         if wanted:
+
+            def get(key: str) -> tuple[bytes, str] | None:
+                return self.store.get(key, limit=MAX_OBJECT)
+
             with ThreadPoolExecutor(max_workers=8) as pool:
-                for key, got in zip(wanted, pool.map(self.store.get, wanted), strict=True):
-                    self._cache[key] = _decode(got[0]) if got else None
+                for key, got in zip(wanted, pool.map(get, wanted), strict=True):
+                    item, why = _decode(got[0]) if got else (None, "")
+                    self._cache[key] = item
+                    if why:
+                        self._skip(key, why)
         return {k: self._cache.get(k) for k in keys}
+
+    def _skip(self, key: str, why: str) -> None:
+        self._cache[key] = None
+        self.skipped[key] = why
+
+    def skipped_line(self) -> str:
+        """One warning naming the objects skipped as not the ledger's, or empty."""
+        if not self.skipped:
+            return ""
+        shown = "; ".join(f"{k} ({why})" for k, why in sorted(self.skipped.items())[:3])
+        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        return (
+            f"pods ledger {self.where}: skipped {len(self.skipped)} object(s) that are not "
+            f"ledger records: {shown}{more}; delete them from the store"
+        )
 
     def _list(self, prefix: str) -> list[str]:
         try:
-            return [i.key for i in self.store.list(prefix)]
+            listed = list(self.store.list(prefix))
         except OSError as exc:
             raise InfraError(
                 f"cannot list the pods ledger {self.where}: {exc}",
                 hint="check the ledger URL and its permissions",
             ) from None
+        self._sizes.update((i.key, i.size) for i in listed)
+        return [i.key for i in listed]
 
     def events(
         self, pod_id: str = "", pods: Collection[str] | None = None, since: float | None = None
@@ -229,6 +297,7 @@ class Ledger:
                     _num(item.get("costPerHr")),
                     _num(item.get("untilEpoch")),
                     str(item.get("runUrl") or ""),
+                    str(item.get("podName") or ""),
                 )
             )
         return live, released, (max(seqs) + 1 if seqs else 0)
@@ -256,6 +325,7 @@ class Ledger:
         until: float,
         decide: Callable[[float], float],
         run_url: str = "",
+        name: str = "",
     ) -> Reservation:
         """Reserve budget for a pod; ``decide(reserved_usd)`` returns the USD/h to reserve or
         raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold.
@@ -275,17 +345,24 @@ class Ledger:
                 "until": iso(until),
                 "createdEpoch": now,
                 "runUrl": run_url,
+                "podName": name,
             }
             try:
                 self._put_new(key, item)
             except ConflictError:
                 continue  # someone reserved first: decide again with theirs counted
-            return Reservation(key, owner, rate, until, run_url)
+            return Reservation(key, owner, rate, until, run_url, name)
         raise CheckFailed(
             f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "
             "won first",
             hint="retry the job; many jobs of one owner are starting at once",
         )
+
+    def release_named(self, owner: str, name: str) -> list[str]:
+        """Release ``owner``'s live reservations made for pod ``name`` (a cancelled ``up`` whose
+        reservation was written but never returned to it); the keys released."""
+        live, _, _ = self.reservations(owner)
+        return [r.key for r in live if name and r.name == name and self.release(r.key)]
 
     def release(self, reservation_key: str) -> bool:
         """Mark a reservation released (the pod ended); True if this call released it."""

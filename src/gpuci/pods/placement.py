@@ -63,7 +63,7 @@ def affordable(
             )
         return max(rates)
 
-    reservation = book.reserve(tag.owner, now, until, decide, tag.run_url)
+    reservation = book.reserve(tag.owner, now, until, decide, tag.run_url, tag.name())
     rt.log(
         f"budget: reserved ${cost.usd(reservation.remaining(now))} for {tag.owner} "
         f"until {iso(until)} in {book.where}"

@@ -75,7 +75,9 @@ def add_to_report(result: Result, store: str, days: float, rt: Runtime, now: flo
     if days <= 0 or not url:
         return
     try:
-        failures = gpu_health.recent_failures(url, rt.environ, now - days * 86400, rt)
+        failures = gpu_health.recent_failures(
+            url, rt.environ, now - days * 86400, rt, warn=result.warning
+        )
     except (InfraError, OSError) as exc:
         text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         result.warning(f"GPU health record not read, repeated failures not listed: {text}")

@@ -29,6 +29,9 @@ from gpuci.pods.readiness import poll_s
 from gpuci.runtime import Result, Runtime, markdown_table
 
 _LABEL = re.compile(r"^gpu(\d+):(.+)$")
+#: A gated pod that stopped itself before handover with no verdict in its name: the gate's
+#: fallback when the pod's key may not rename it (gpuci.pods.handover), GPUs unknown.
+UNNAMED = Verdict("failed", detail="the pod stopped itself before handover, no verdict in its name")
 
 
 class SmokeFailed(CheckFailed):
@@ -145,7 +148,9 @@ def wait_verdict(
         if verdict is not None:
             return verdict
         status = (pod or {}).get("status", "TERMINATED")
-        if status in ("EXITED", "ERROR", "TERMINATED"):
+        if status == "EXITED":  # stopped itself before its verdict: the gate's fallback
+            raise SmokeFailed(pod_id, UNNAMED)
+        if status in ("ERROR", "TERMINATED"):
             raise InfraError(
                 f"pod {pod_id} became {status} before its gpu-smoke verdict",
                 hint="check the pod's logs (RunPod console); the pod was terminated",
@@ -154,7 +159,8 @@ def wait_verdict(
             raise InfraError(
                 f"pod {pod_id} wrote no gpu-smoke verdict by the timeout",
                 hint="the image needs curl or python3 to report it (docs/pods.md: smoke before "
-                "handover); or pass smoke false",
+                "handover); if the pod's log says RunPod refused its key renaming it, its pass "
+                "cannot reach up without a runner: pass smoke false, or use a runner pod",
             )
         clock.sleep(poll_s(rt))
 
@@ -168,10 +174,13 @@ def failed_verdict(
     if not isinstance(exc, GpuciError):
         return None
     try:
-        verdict = verdict_of(client.get_pod(pod_id))
+        pod = client.get_pod(pod_id)
     except GpuciError as err:
         rt.log(f"warning: could not read pod {pod_id} after the failure: {err.one_line()}")
         return None
+    verdict = verdict_of(pod)
+    if verdict is None and (pod or {}).get("status") == "EXITED":
+        return UNNAMED  # stopped itself before handover, its rename refused or lost
     return verdict if verdict is not None and verdict.kind == "failed" else None
 
 

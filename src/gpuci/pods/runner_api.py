@@ -112,11 +112,12 @@ class GitHubRunners(ApiClient):
     def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
         """The generate-jitconfig request, as a plan shows it.
 
-        ``self-hosted`` is added when missing: a JIT configuration's labels are exactly the
-        ones asked for (``config.sh`` adds it, JIT does not say it will), and ``runs-on:
-        [self-hosted, gpu-large]`` is how workflows address such a runner.
+        The labels are exactly the ones asked for: no ``self-hosted`` (a JIT configuration's
+        labels are what the request names; every self-hosted runner has that one, so on a
+        one-job runner it would let any ``runs-on: self-hosted`` job take it). The job is
+        routed by this run's label (``runs-on: run-${{ github.run_id }}``).
         """
-        wanted = list(labels) if "self-hosted" in labels else ["self-hosted", *labels]
+        wanted = list(labels)
         return {
             "method": "POST",
             "path": f"{self.base}/actions/runners/generate-jitconfig",
@@ -192,7 +193,8 @@ class GitLabRunners(ApiClient):
                 "project_id": int(self.project) if self.project.isdigit() else self.project,
                 "description": name,
                 "tag_list": ",".join(labels),
-                "run_untagged": False,
+                "run_untagged": False,  # only jobs tagged with this pipeline's tag
+                "locked": True,  # and only this project's
             },
         }
 

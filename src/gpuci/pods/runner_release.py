@@ -36,7 +36,7 @@ PAGE = 20  # releases per look-up: months of history, a bounded answer
 GRACE_S = 30 * 86400  # GitHub: "If you do not perform a software update within 30 days ..."
 ASSET = "actions-runner-linux-x64-{version}.tar.gz"
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
-_HEX = re.compile(r"^[0-9a-f]{64}$")
+_HEX = re.compile(r"[0-9a-f]{64}")  # whole strings only (fullmatch: `$` passes a final "\n")
 _NOTES_SHA = re.compile(
     r"<!-- BEGIN SHA linux-x64 -->\s*([0-9a-fA-F]{64})\s*<!-- END SHA linux-x64 -->"
 )
@@ -96,7 +96,7 @@ def sha256_of(item: Mapping[str, Any], version: str) -> str:
     for asset in item.get("assets") or []:
         if isinstance(asset, dict) and asset.get("name") == name:
             digest = str(asset.get("digest") or "")
-            if digest.startswith("sha256:") and _HEX.match(digest[7:].lower()):
+            if digest.startswith("sha256:") and _HEX.fullmatch(digest[7:].lower()):
                 found.add(digest[7:].lower())
     body = item.get("body")
     if isinstance(body, str):
@@ -159,7 +159,7 @@ def pinned(version: str, sha256: str) -> Release:
     sha = sha256.strip().lower()
     if not sha and version == runner_boot.RUNNER_VERSION:
         sha = runner_boot.RUNNER_SHA256
-    if not _HEX.match(sha):
+    if not _HEX.fullmatch(sha):
         raise InputError(
             "runner-sha256 is required with runner-version (64 hex digits)",
             hint=f"copy the sha256 of {ASSET.format(version=version)} from the release notes",

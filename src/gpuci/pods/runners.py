@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import GpuciError, InputError
+from gpuci.pods import run_labels
 from gpuci.pods.naming import PodTag
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runner_api import (
@@ -97,9 +98,10 @@ class Target:
     token: str = field(default="", repr=False)
     server_url: str = ""  # GitLab: what gitlab-runner connects to
 
-    def client(self) -> GitHubRunners | GitLabRunners:
+    def client(self, **kwargs: Any) -> GitHubRunners | GitLabRunners:
+        """The platform's runner client; ``kwargs`` bound it (``timeout``, ``attempts``)."""
         cls = GitHubRunners if self.platform == "github" else GitLabRunners
-        return cls(self.api_url, self.token, self.scope)
+        return cls(self.api_url, self.token, self.scope, **kwargs)
 
 
 def target(
@@ -196,9 +198,10 @@ def register(
     return Registration(name, runner_id, pod_env(tgt, name, runner_id, credential, idle_s))
 
 
-def unregister(tgt: Target, name: str, runner_id: int | None) -> str:
-    """Delete the runner by id, or by name when the id never came back (a lost answer)."""
-    with tgt.client() as client:
+def unregister(tgt: Target, name: str, runner_id: int | None, **bound: Any) -> str:
+    """Delete the runner by id, or by name when the id never came back (a lost answer);
+    ``bound`` limits each call (a cancelled job's cleanup: ``timeout``, ``attempts``)."""
+    with tgt.client(**bound) as client:
         if runner_id is None:
             found = [r for r in client.listed() if r.name == name]
             if not found:
@@ -282,6 +285,7 @@ class Request:
     idle_s: float
     registration: Registration | None = None
     notes: list[str] = field(default_factory=list)  # dry-run warnings (no token here, ...)
+    warnings: list[str] = field(default_factory=list)  # for the result (a shared label)
     attempted: bool = False  # a registration was asked for and not refused
 
     @classmethod
@@ -299,12 +303,13 @@ class Request:
         if not platform:
             return None
         labels = [label.strip() for label in inp.runner_labels if label.strip()]
+        labels = labels or run_labels.default_labels(platform, environ)
         if not labels:
             raise InputError(
-                "runner-labels is required with runner",
-                hint="pass e.g. --runner-labels gpu-large,run-$GITHUB_RUN_ID (the job's runs-on "
-                "or tags)",
+                "runner-labels is required with runner outside CI",
+                hint="pass e.g. --runner-labels run-$GITHUB_RUN_ID (the job's runs-on or tags)",
             )
+        warnings = run_labels.check(platform, labels, environ)
         if inp.command:
             raise InputError(
                 "command cannot be combined with runner: the pod's command is the runner",
@@ -326,7 +331,15 @@ class Request:
             token_env = GITHUB_TOKEN_ENV if platform == "github" else GITLAB_TOKEN_ENV
             notes.append(f"{token_env} is not set; a real run would stop here")
         group = inp.runner_group_id or 1
-        return cls(tgt, runner_name(tag, now), labels, group, idle, notes=notes)
+        return cls(
+            tgt,
+            runner_name(tag, now),
+            labels,
+            group,
+            idle,
+            notes=notes + warnings,
+            warnings=warnings,
+        )
 
     def call(self) -> dict[str, Any]:
         """The registration request, for the plan (it holds no secret)."""
@@ -357,19 +370,27 @@ class Request:
         """A new runner for a new pod (a registration is one-use): the next register makes it."""
         self.name, self.registration, self.attempted = name, None, False
 
-    def unregister_quietly(self, log: Callable[[str], None]) -> None:
+    def unregister_quietly(self, log: Callable[[str], None], timeout: float = 0.0) -> str:
         """After a failed or cancelled ``up``: no runner may wait for a pod that never comes.
 
         Also when the registration's answer never came (5xx, a dropped connection, SIGTERM
-        mid-call): the runner may exist all the same, so it is looked up by name."""
+        mid-call): the runner may exist all the same, so it is looked up by name. With
+        ``timeout``, each call is bounded by it (two attempts). Returns what happened, in a
+        few words ("" when nothing was registered)."""
         if not self.attempted:
-            return
+            return ""
         rid = self.registration.runner_id if self.registration else None
+        bound: dict[str, Any] = (
+            {"timeout": timeout, "attempts": 2, "max_wait": 0.25} if timeout else {}
+        )
         try:
-            outcome = unregister(self.target, self.name, rid)
-            log(f"runner {self.name}: {outcome} after the failure")
+            outcome = unregister(self.target, self.name, rid, **bound)
         except GpuciError as exc:
             log(f"warning: could not delete runner {self.name}: {exc.one_line()} (down/reap will)")
+            return f"runner {self.name} not deleted (down/reap will)"
+        log(f"runner {self.name}: {outcome} after the failure")
+        self.attempted = False  # done: a second cleanup has nothing left to do
+        return f"runner {self.name} {outcome}"
 
 
 def _placeholder_target(platform: str, scope: str) -> Target:

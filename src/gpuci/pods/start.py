@@ -12,7 +12,10 @@ from gpuci.runtime import Result, Runtime
 
 
 def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
-    """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting."""
+    """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting.
+
+    A running pod's env is never PATCHed (RunPod restarts a pod whose env changes): ``ttl`` on
+    one is refused (exit 2), saying so."""
     ids = need_ids(inp.pod_id, "pods start")
     ttl = inp.ttl
     if rt.dry_run:
@@ -27,6 +30,15 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 raise NotFound(f"pod {pod_id} not found", hint="check the id with `pods ls`")
             tag = tag_of(pod)
             note = ""
+            live = pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING")
+            if ttl and tag is not None and live:
+                raise InputError(
+                    f"pod {pod_id} is {pod.get('status')}: its expiry lives in its env, and "
+                    "RunPod restarts a pod whose env is updated, so ttl is not applied to a "
+                    "running pod",
+                    hint=f"stop it first (pods stop {pod_id}), then pods start --ttl; or let "
+                    "it end at its expiry and start a new one",
+                )
             if ttl and tag is not None:
                 new = tag.with_expiry(clock.now() + float(ttl))
                 env = {**(pod.get("env") or {}), **new.env()}

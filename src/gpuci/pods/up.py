@@ -17,6 +17,7 @@ from gpuci.markdown import Link
 from gpuci.pods import (
     avoid,
     budgets,
+    cancel,
     handover,
     ledger,
     placement,
@@ -71,15 +72,45 @@ def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         result.warning(warn)
     for note in decision.notes:
         result.notice(note)
-    with open_client(rt, clock) as client:
+    for shared in runner.warnings if runner else []:
+        result.warning(shared)
+    # From here to the report, SIGINT/SIGTERM (a cancelled job) raise Cancelled wherever up
+    # is, and whatever this run made is ended before the process exits 130/143.
+    with cancel.guarded(cancel.Guard()) as guard, open_client(rt, clock) as client:
         job = _Up(inp, rt, clock, client, now, decision, tag, runner, spec, book, targets, result)
         try:
             pod, url = _create_and_wait(job)
-        except GpuciError as exc:
-            if not any(a.verdict for a in job.attempts.items):  # no smoke failed
+            return _report_up(job, pod, url)
+        except BaseException as exc:
+            try:
+                _undo(job, guard, exc)
+            except cancel.Cancelled as late:  # the first signal came before the hold began
+                _undo(job, guard, late)  # idempotent: ends only what is left
                 raise
-            return _report_failed(job, exc)
-    return _report_up(job, pod, url)
+            if isinstance(exc, GpuciError) and any(a.verdict for a in job.attempts.items):
+                return _report_failed(job, exc)  # a smoke failed: report every attempt
+            raise
+
+
+def _undo(job: _Up, guard: cancel.Guard, exc: BaseException) -> None:
+    """End what this run made; cancelled: say so in one line, and exit as cancelled.
+
+    The cleanup runs under ``guard.hold()``: a later signal (GitHub's SIGTERM 7.5 s after its
+    SIGINT) is noted, never raised, so it cannot cut the cleanup short.
+    """
+    with guard.hold():
+        if guard.signum is None and not isinstance(exc, cancel.Cancelled):
+            done = up_cleanup.undo(job, job.rt.log)  # a failure: each step says its line
+        else:
+            done = up_cleanup.undo(job, lambda line: None)  # folded into the one line below
+        how = guard.cancelled()
+        if how is not None:
+            job.rt.log(
+                f"gpu-ci: pods up cancelled by {how.signame}: "
+                + ("; ".join(done) if done else "nothing of it was left to end")
+            )
+    if how is not None and not isinstance(exc, cancel.Cancelled):
+        raise how from None  # a signal came during a failure's cleanup: exit as cancelled
 
 
 @dataclass
@@ -103,43 +134,23 @@ class _Up:
     cands: list[plan.Candidate] | None = None  # what the budget allowed: re-placement's pool
     release: runner_release.Release | None = None
     attempts: replace.Attempts = field(default_factory=replace.Attempts)
+    create_sent: bool = False  # a create was sent for tag.name(): its pod may exist unseen
+    reserve_name: str = ""  # a reservation is being written for this pod name
 
 
 def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
-    """Place the pod and wait until it is ready; end it (and its runner) if anything fails."""
-    rt, client, runner = job.rt, job.client, job.runner
-    # SIGTERM (a cancelled job) becomes an exception from here on, before the create call:
-    # a cancel landing between "pod created" and "pod known" must still end that pod.
-    restore = up_cleanup.sigterm_raises()
-    try:
-        _place(job)
-        while True:
-            try:
-                return _wait_ready(job)
-            except GpuciError as exc:
-                if not job.spec.smoke or job.pod is None:
-                    raise
-                verdict = replace.failed_verdict(client, job.pod["id"], exc, rt)
-                if verdict is None:
-                    raise
-                _place_again(job, verdict)
-    except (SystemExit, KeyboardInterrupt):  # cancelled: maybe mid-create, find it by name
-        made = job.pod or up_cleanup.find_quietly(client, job.tag.name(), rt)
-        if made is not None:
-            up_cleanup.terminate_quietly(client, made["id"], rt)
-        if runner is not None:
-            runner.unregister_quietly(rt.log)
-        up_cleanup.release_quietly(rt, job.book, job.reservation, made, job.tag, job.clock)
-        raise
-    except BaseException:  # failure or timeout after placement
-        if job.pod is not None:
-            up_cleanup.terminate_quietly(client, job.pod["id"], rt)
-        if runner is not None:
-            runner.unregister_quietly(rt.log)
-        up_cleanup.release_quietly(rt, job.book, job.reservation, job.pod, job.tag, job.clock)
-        raise
-    finally:
-        restore()
+    """Place the pod and wait until it is ready; a pod that fails its smoke is replaced."""
+    _place(job)
+    while True:
+        try:
+            return _wait_ready(job)
+        except GpuciError as exc:
+            if not job.spec.smoke or job.pod is None:
+                raise
+            verdict = replace.failed_verdict(job.client, job.pod["id"], exc, job.rt)
+            if verdict is None:
+                raise
+            _place_again(job, verdict)
 
 
 def _place(job: _Up) -> None:
@@ -149,6 +160,8 @@ def _place(job: _Up) -> None:
     catalog = client.list_gpu_types(spec.cloud)
     cands = plan.candidates(inp.gpu_types, inp.data_centers, catalog)
     cands = _avoid_failed(job, cands)
+    if job.decision.budget is not None:
+        job.reserve_name = tag.name()
     try:
         affordable, refused, job.reservation = placement.affordable(
             job.decision, inp, rt, client, clock, spec, tag, catalog, cands, job.book
@@ -157,6 +170,8 @@ def _place(job: _Up) -> None:
         _tell_refusal(job.targets, rt, tag, exc)
         raise
     job.result.report["budget_refused"] = refused
+    if job.book.skipped_line():  # a planted or broken object: said once, never a blocker
+        job.result.warning(job.book.skipped_line())
     job.cands = affordable
     runner = job.runner
     if runner is not None:  # after the budget: a refused pod registers nothing
@@ -164,6 +179,7 @@ def _place(job: _Up) -> None:
         job.release = _runner_release(inp, runner, clock.now(), job.result)
         spec.runner_env = _runner_env(registered, rt, job.release)
         rt.log(f"registered {runner.target.platform} runner {runner.name}")
+    job.create_sent = True  # from here, a lost answer may still have made the pod
     job.pod, attempts = placement.place(inp, rt, client, clock, spec, tag, affordable)
     job.result.report["attempts"] = attempts
     job.attempts.add(job.pod, clock.now())
@@ -191,7 +207,7 @@ def _place_again(job: _Up, verdict: handover.Verdict) -> None:
     replace.record_verdict(
         job.inp.health_store, rt, failed, verdict, runner.name if runner else "", job.result
     )
-    job.pod = None
+    job.pod, job.create_sent = None, False
     if runner is not None:  # its pod never started it: delete it, a new pod needs a new one
         runner.unregister_quietly(rt.log)
     limit = job.inp.smoke_attempts
@@ -206,6 +222,7 @@ def _place_again(job: _Up, verdict: handover.Verdict) -> None:
         registered = runner.register(rt.mask)
         job.spec.runner_env = _runner_env(registered, rt, job.release)
         rt.log(f"registered {runner.target.platform} runner {runner.name}")
+    job.create_sent = True
     job.pod, attempts = placement.place(job.inp, rt, client, clock, job.spec, job.tag, cands)
     job.result.report.setdefault("attempts", []).extend(attempts)
     job.attempts.add(job.pod, clock.now())

@@ -1,0 +1,92 @@
+"""A cancelled CI job, as ``pods up`` must hear it: SIGINT or SIGTERM becomes one exception, once.
+
+GitHub cancels a step with SIGINT, then SIGTERM about 7.5 s later, then SIGKILL; GitLab sends
+SIGTERM. Whatever ``up`` was doing when the first signal came (creating the pod, polling it,
+registering its runner), :class:`Cancelled` is raised there, and ``up`` ends what it made.
+While that cleanup runs (:meth:`Guard.hold`), a later signal is noted, never raised: the
+cleanup is bounded (:data:`CLEANUP_DEADLINE_S`) and finishes; SIGKILL stays the backstop,
+with the pod's TTL and ``pods reap`` behind it.
+
+``Cancelled`` is a ``SystemExit`` whose code is what a shell reports for the signal (130 for
+SIGINT, 143 for SIGTERM), so the process ends with it after the cleanup has said its one line.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+__all__ = ["CLEANUP_DEADLINE_S", "Cancelled", "Guard", "guarded"]
+
+#: The whole cleanup after a cancel: inside GitHub's 7.5 s between SIGINT and SIGTERM, with
+#: room left before SIGKILL (2.5 s after SIGTERM) for the ledger writes that come last.
+CLEANUP_DEADLINE_S = 6.0
+#: One request of the cleanup (find, terminate, unregister): short, one quick retry, so finding
+#: and terminating the pod take at most about 6.4 s, the part of the grace that matters most.
+CLEANUP_REQUEST_S = 1.5
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Cancelled(SystemExit):
+    """The job was cancelled by ``signum``; the exit status is 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @property
+    def signame(self) -> str:
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+
+class Guard:
+    """Turns the first SIGINT/SIGTERM into :class:`Cancelled`; holds later ones."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None  # the first signal received
+        self.later: list[int] = []  # signals received after it, or during a hold
+        self._holding = 0
+
+    def deliver(self, signum: int, frame: FrameType | None = None) -> None:
+        """The signal handler: raise once, outside a hold; otherwise note it and return."""
+        if self.signum is not None or self._holding:
+            if self.signum is None:
+                self.signum = signum
+            else:
+                self.later.append(signum)
+            return
+        self.signum = signum
+        raise Cancelled(signum)
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Cleanup runs here: a signal is noted, and raised (as Cancelled) only after it."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+
+    def cancelled(self) -> Cancelled | None:
+        """The cancel to raise once cleanup is over, if a signal came."""
+        return None if self.signum is None else Cancelled(self.signum)
+
+
+@contextmanager
+def guarded(guard: Guard) -> Iterator[Guard]:
+    """Install ``guard`` for SIGINT and SIGTERM (main thread only), restoring what was there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    previous = {sig: signal.signal(sig, guard.deliver) for sig in SIGNALS}
+    try:
+        yield guard
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

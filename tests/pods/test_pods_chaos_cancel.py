@@ -1,0 +1,257 @@
+"""Chaos: ``pods up`` cancelled at random moments leaves nothing behind.
+
+Each case runs ``up`` in-process against the fake RunPod (and fake GitHub/GitLab runner APIs)
+and sends the process a real SIGINT or SIGTERM (``signal.raise_signal``, so the handler ``up``
+installed is what runs) at the k-th *tick*, k drawn from a seeded generator. A tick is each
+moment where a real cancel can land: before and after every HTTP request (after: the server
+did the work, the answer is lost), every read of the clock and every sleep, before and after
+every ledger write. Some cases also lose create answers (the pod is made, the answer is a 503
+or a read timeout), and some send a second signal while the cleanup runs (GitHub's SIGTERM
+after its SIGINT). After each cancel: no pod alive on the fake, no runner registered, no
+budget reservation live, and every pod the fake ever made is in the ledger under its owner,
+ended.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import signal
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fake_ci_runners import FakeRunnersAPI
+from fake_runpod import FakeRunPod
+
+from conftest import SUBS, FakeClock
+from gpuci.errors import GpuciError
+from gpuci.inputs import resolve
+from gpuci.pods import ledger
+from gpuci.pods.cancel import Cancelled
+from gpuci.runtime import Result, Runtime
+from gpuci.typed import typed
+
+SEED = 34
+CANCELS = 200
+OWNER = "chaos"
+
+
+class _Unguarded(BaseException):
+    """The signal landed before ``up`` installed its handler (nothing was made yet)."""
+
+
+@dataclass
+class Chaos:
+    """Counts ticks; at tick ``at`` (and ``again``, if set) sends ``sig`` to this process."""
+
+    at: int
+    sig: int
+    again: int = 0
+    ticks: int = 0
+    fired: int = 0
+
+    def tick(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self.ticks += 1
+        if self.ticks in (self.at, self.again):
+            self.fired += 1
+            second = signal.SIGTERM if self.sig == signal.SIGINT else signal.SIGINT
+            signal.raise_signal(self.sig if self.fired == 1 else second)
+
+
+class ChaosClock(FakeClock):
+    chaos: Chaos | None = None
+
+    def now(self) -> float:
+        if self.chaos:
+            self.chaos.tick()
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        if self.chaos:
+            self.chaos.tick()
+        super().sleep(seconds)
+
+
+@contextmanager
+def _ticking(chaos_of: Callable[[], Chaos | None], lose: Callable[[], bool]) -> Iterator[None]:
+    """Ticks around every HTTP request and ledger write; ``lose()`` says whether this create's
+    answer is lost (a read timeout after the server made the pod)."""
+    send = httpx.HTTPTransport.handle_request
+    put = ledger.Ledger._put_new
+
+    def handle(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+        chaos = chaos_of()
+        if chaos:
+            chaos.tick()
+        response = send(self, request)
+        if chaos:
+            chaos.tick()
+        if request.method == "POST" and request.url.path == "/v2/pods" and lose():
+            response.close()
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+    def put_new(self: ledger.Ledger, key: str, item: Any) -> None:
+        chaos = chaos_of()
+        if chaos:
+            chaos.tick()
+        put(self, key, item)
+        if chaos:
+            chaos.tick()
+
+    # The forge clients load the CA bundle afresh each (~35 ms); the fakes speak plain HTTP,
+    # so one TLS context serves the whole run and keeps it to seconds.
+    make_tls = ssl.create_default_context
+    tls = make_tls()
+    httpx.HTTPTransport.handle_request = handle  # type: ignore[method-assign]
+    ledger.Ledger._put_new = put_new  # type: ignore[method-assign]
+    ssl.create_default_context = lambda *a, **k: tls  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        httpx.HTTPTransport.handle_request = send  # type: ignore[method-assign]
+        ledger.Ledger._put_new = put  # type: ignore[method-assign]
+        ssl.create_default_context = make_tls
+
+
+@contextmanager
+def _test_handlers() -> Iterator[None]:
+    """Before ``up`` installs its own handler (and after it restores this one), a signal
+    raises _Unguarded here instead of killing the test run."""
+
+    def unguarded(signum: int, frame: object) -> None:
+        raise _Unguarded(signum)
+
+    previous = {s: signal.signal(s, unguarded) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _up(environ: dict[str, str], clock: ChaosClock, **flags: str) -> tuple[Any, str]:
+    """One in-process ``pods up``: (its Result or the exception that ended it, its log)."""
+    cmd = SUBS["up"]
+    err = io.StringIO()
+    rt = Runtime(environ, json_mode=True, stdout=io.StringIO(), stderr=err)
+    raw = {k.replace("_", "-"): v for k, v in flags.items()}
+    values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
+    inp = typed(cmd.load_typed(), values)
+    try:
+        outcome: Any = cmd.load()(inp, rt, clock=clock)
+    except (SystemExit, KeyboardInterrupt, _Unguarded, GpuciError) as exc:
+        outcome = exc
+    return outcome, err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
+    clock = ChaosClock()
+    fake = FakeRunPod(clock=lambda: clock.t).start()
+    with FakeRunnersAPI() as api:
+        yield fake, api, clock
+    fake.stop()
+
+
+def _scenario(rng: random.Random) -> dict[str, Any]:
+    return {
+        "runner": rng.choice(["", "", "github", "gitlab"]),
+        "budget": rng.random() < 0.5,
+        "steps": rng.randint(0, 3),
+        "lost_creates": rng.choice([0, 0, 1, 2]),  # 503 after the pod is made
+        "timeouts": rng.choice([0, 0, 1]),  # read timeouts after the pod is made
+        "sig": rng.choice([signal.SIGINT, signal.SIGTERM]),
+        "second": rng.random() < 0.3,
+    }
+
+
+def _check_clean(fake: FakeRunPod, api: FakeRunnersAPI, book: ledger.Ledger, made: set[str]):
+    assert fake.pods == {}, f"pods alive after the cancel: {sorted(fake.pods)}"
+    assert api.state.runners == {}, "a runner is still registered"
+    live, _, _ = book.reservations(OWNER)
+    assert live == [], f"budget reservations still live: {live}"
+    records = book.book()
+    for pod_id in made:  # every pod the fake made (so every dollar) is under its owner
+        assert pod_id in records, f"{pod_id} is not in the ledger"
+        assert records[pod_id].owner == OWNER and records[pod_id].ended()
+
+
+def test_two_hundred_random_cancels_leave_nothing_alive(world, tmp_path: Path):
+    fake, api, clock = world
+    rng = random.Random(SEED)
+    cancels = finished = 0
+    seen: set[str] = set()
+    state: dict[str, Any] = {"chaos": None, "lose": 0}
+
+    def lose() -> bool:
+        if state["lose"] > 0:
+            state["lose"] -= 1
+            return True
+        return False
+
+    with _ticking(lambda: state["chaos"], lose), _test_handlers():
+        for case in range(CANCELS * 3):
+            if cancels >= CANCELS:
+                break
+            sc = _scenario(rng)
+            fake.steps_to_running = sc["steps"]
+            fake.lose_create_responses = sc["lost_creates"]
+            state["lose"] = sc["timeouts"]
+            at = rng.randint(1, 30)
+            chaos = Chaos(at, sc["sig"], again=at + rng.randint(1, 8) if sc["second"] else 0)
+            environ = {
+                "RUNPOD_API_KEY": fake.api_key,
+                "RUNPOD_API_URL": fake.url,
+                "GPUCI_PODS_LEDGER": str(tmp_path / f"ledger{case}"),
+                "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+                "GPUCI_PODS_POLL_S": "5",
+                "GITHUB_RUN_ID": str(case),
+                "GITHUB_SERVER_URL": "https://github.com",
+                "USER": OWNER,
+            }
+            flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
+            flags.update(image="img", command="serve")
+            if sc["runner"]:
+                environ.update(api.github_env() if sc["runner"] == "github" else api.gitlab_env())
+                flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
+                flags.update(runner=sc["runner"], runner_labels=f"run-{case}")
+            if sc["budget"]:
+                flags["budget_usd"] = "50"
+            clock.chaos = state["chaos"] = chaos
+            try:
+                outcome, log = _up(environ, clock, **flags)
+            finally:
+                clock.chaos = state["chaos"] = None
+            made = set(fake.created_at) - seen
+            seen |= made
+            book = ledger.Ledger.open(environ["GPUCI_PODS_LEDGER"], environ)
+            if isinstance(outcome, Result) or not chaos.fired:
+                finished += 1  # the cancel came after up was over: end its pod, as down would
+                for pod_id in list(fake.pods):
+                    fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
+                for rid in list(api.state.runners):
+                    del api.state.runners[rid]
+                continue
+            cancels += 1
+            where = f"case {case} {sc} cancelled at tick {chaos.at} of {chaos.ticks}:\n{log}"
+            try:
+                _check_clean(fake, api, book, made)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{where}") from None
+            if not isinstance(outcome, _Unguarded):
+                assert isinstance(outcome, Cancelled), where
+                assert outcome.code == 128 + sc["sig"], where
+                lines = [line for line in log.splitlines() if "pods up cancelled by" in line]
+                assert len(lines) == 1, where
+    assert cancels >= CANCELS, f"only {cancels} cancels landed ({finished} runs finished first)"
+    assert len(seen) > CANCELS // 4, "too few cancels came after a pod was made to mean much"
