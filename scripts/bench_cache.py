@@ -11,7 +11,9 @@ incremental save uploads after changing 1 file of 20.
 
 gpu-ci's rows start with the default path, as each runner kind gets it with no extra inputs:
 a self-hosted runner (the runner-local tier on, emptied before each timed run, so a cold restore
-pays for filling it), then a GitHub-hosted one (``RUNNER_ENVIRONMENT=github-hosted``). The tuned
+pays for filling it), the same with the keys in an AWS profile instead of the environment
+(``AWS_PROFILE``: botocore resolves them, as for SSO or a role), then a GitHub-hosted runner
+(``RUNNER_ENVIRONMENT=github-hosted``). The tuned
 rows follow: ``GPUCI_LOCAL_CACHE=off``, and with ``--workers`` a fixed connection count.
 
 Two regimes:
@@ -440,6 +442,9 @@ class Bench:
             (", default, GitHub-hosted", {**self.env, "RUNNER_ENVIRONMENT": "github-hosted"}),
             (", GPUCI_LOCAL_CACHE=off", off),
         ]
+        profile = self.profile_env()
+        if profile is not None:
+            out.insert(1, (", default, self-hosted, credentials from a profile", profile))
         if self.args.workers:
             env = {**off, "GPUCI_CACHE_WORKERS": str(self.args.workers)}
             out.append((f", tier off, GPUCI_CACHE_WORKERS={self.args.workers}", env))
@@ -449,6 +454,27 @@ class Bench:
             gh = {**self.env, "RUNNER_ENVIRONMENT": "github-hosted", "PYTHONPATH": src}
             out.append((f", GitHub-hosted, code in {src}", gh))
         return out
+
+    def profile_env(self) -> dict[str, str] | None:
+        """The environment's keys moved into an AWS profile (config and credentials files, no
+        key in the environment), as on a runner with SSO, a role or ``AWS_PROFILE``: botocore
+        resolves them. None when the environment has no keys to move."""
+        key, secret = self.env.get("AWS_ACCESS_KEY_ID"), self.env.get("AWS_SECRET_ACCESS_KEY")
+        if not (key and secret):
+            return None
+        config, credentials = self.work / "aws-config", self.work / "aws-credentials"
+        region = self.env.get("AWS_DEFAULT_REGION", "us-east-1")
+        config.write_text(f"[profile bench]\nregion = {region}\n")
+        credentials.write_text(
+            f"[bench]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
+        )
+        env = {k: v for k, v in self.env.items() if not k.startswith("AWS_")}
+        return {
+            **env,
+            "AWS_PROFILE": "bench",
+            "AWS_CONFIG_FILE": str(config),
+            "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
+        }
 
     def fresh_tier(self, run: Callable[[], tuple[float, int, str]]) -> tuple[float, int, str]:
         """``run`` with an empty runner-local tier, emptied before the clock starts."""

@@ -190,6 +190,7 @@ def test_bench_cache_small_wan(tmp_path, harness):
         rows = {row["tool"]: row for row in data[op]}
         assert set(rows) == {  # the default path first, as each runner kind gets it
             f"gpu-ci {op} (sha256), default, self-hosted (tier on, fresh)",
+            f"gpu-ci {op} (sha256), default, self-hosted, credentials from a profile",
             f"gpu-ci {op} (sha256), default, GitHub-hosted",
             f"gpu-ci {op} (sha256), GPUCI_LOCAL_CACHE=off",
             f"gpu-ci {op} (sha256), tier off, GPUCI_CACHE_WORKERS=16",
