@@ -10,13 +10,13 @@ is read and never appears in a message.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from gpuci import httpclients
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.clock import SYSTEM, Clock
 from gpuci.redact import excerpt, json_kind, redact_url
@@ -29,7 +29,6 @@ DEFAULT_API_URL = "https://api.runpod.io"
 API_KEY_ENV = "RUNPOD_API_KEY"
 API_URL_ENV = "RUNPOD_API_URL"
 MAX_RETRY_AFTER_S = 300.0
-USER_AGENT = "gpuci-pods/1"
 
 
 class RunPodError(InfraError):
@@ -220,13 +219,6 @@ def api_key_from_env(environ: Mapping[str, str], mask: Callable[[str], None]) ->
     return key
 
 
-@functools.lru_cache(maxsize=1)
-def _tls() -> Any:
-    """One TLS context per process: loading the CA bundle takes ~75 ms, once is enough."""
-    make = getattr(httpx, "create_ssl_context", None)  # public from httpx 0.28
-    return make() if make else True
-
-
 class RunPodClient:
     """One method per operation we use; every request goes through :data:`RETRY_POLICY`."""
 
@@ -245,12 +237,12 @@ class RunPodClient:
         self._read_only = read_only
         self._key, self._transport = api_key, transport
         self._policy = policy or RETRY_POLICY
-        self._http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {api_key}", "User-Agent": USER_AGENT},
+        self._http = httpclients.new_client(
             timeout=timeout,
+            agent="pods",
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
             transport=transport,
-            verify=_tls(),
         )
 
     @classmethod

@@ -28,10 +28,10 @@ MAX_BODY = 1 << 20
 
 
 def probe(url: str, model: str, prompt: str, max_tokens: int, timeout: float) -> dict[str, Any]:
-    import httpx
+    from gpuci import httpclients
 
     base = url.rstrip("/")
-    with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+    with httpclients.new_client(timeout=timeout, agent="llm-probe") as client:
         models = client.get(f"{base}/v1/models")
         models.raise_for_status()
         ids = [m.get("id") for m in (models.json().get("data") or []) if isinstance(m, dict)]

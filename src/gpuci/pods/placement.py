@@ -16,6 +16,7 @@ from gpuci.pods.client import CandidateRejected, RunPodClient, api_url
 from gpuci.pods.clock import Clock, iso
 from gpuci.pods.naming import PodTag
 from gpuci.pods.options import UpInputs
+from gpuci.retry import RetryPolicy
 from gpuci.runtime import Runtime
 
 
@@ -133,6 +134,17 @@ def _refused_event(
         rt.log(f"warning: could not record the refusal in the ledger: {exc}")
 
 
+class _NonePlaced(Exception):
+    """A round in which no candidate took the pod: the next round waits, as ROUNDS says."""
+
+
+#: Rounds over the candidates: 15 s apart, doubling to at most 300 s, no jitter; the
+#: placement timeout (on the job's clock) decides how many fit.
+ROUNDS = RetryPolicy(
+    attempts=1 << 30, initial=15.0, max_wait=300.0, jitter="none", retry_after_cap=None
+)
+
+
 def place(
     inp: UpInputs,
     rt: Runtime,
@@ -143,31 +155,39 @@ def place(
     cands: Sequence[plan.Candidate],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Rounds over the candidates (400/403: next one) with backoff between rounds."""
-    deadline = clock.now() + inp.placement_timeout
     attempts: list[dict[str, Any]] = []
     api = api_url(rt.environ)
-    delay = 15.0
-    last = ""
-    while True:
+    last = [""]
+
+    def one_round() -> dict[str, Any]:
         for cand in cands:
             body = plan.create_body(spec, tag, cand, api)
             try:
                 pod = client.create_pod(body)
             except CandidateRejected as exc:
-                last = exc.detail or exc.message
-                attempts.append({"candidate": cand.label(), "status": exc.status, "detail": last})
-                rt.log(f"not placed: {cand.label()}: HTTP {exc.status} {last}")
+                last[0] = exc.detail or exc.message
+                attempts.append(
+                    {"candidate": cand.label(), "status": exc.status, "detail": last[0]}
+                )
+                rt.log(f"not placed: {cand.label()}: HTTP {exc.status} {last[0]}")
                 continue
             attempts.append({"candidate": cand.label(), "status": 201, "pod": pod["id"]})
             rt.log(f"placed {pod['id']} on {cand.label()}")
-            return pod, attempts
-        if clock.now() + delay > deadline:
-            break
-        rt.log(f"no candidate placed; next round in {delay:.0f}s")
-        clock.sleep(delay)
-        delay = min(delay * 2, 300.0)
-    raise InfraError(
-        f"no candidate placed after {len(attempts)} attempt(s); last answer: {last}",
-        hint="add GPU types or data centres, raise placement-timeout, or, if every "
-        "candidate failed alike, fix the request the detail names",
+            return pod
+        raise _NonePlaced
+
+    rounds = ROUNDS.retrying(
+        _NonePlaced,
+        deadline=inp.placement_timeout,
+        sleep=clock.sleep,
+        now=clock.now,
+        on_retry=lambda _exc: rt.log("no candidate placed; next round after the backoff"),
     )
+    try:
+        return rounds(one_round), attempts
+    except _NonePlaced:
+        raise InfraError(
+            f"no candidate placed after {len(attempts)} attempt(s); last answer: {last[0]}",
+            hint="add GPU types or data centres, raise placement-timeout, or, if every "
+            "candidate failed alike, fix the request the detail names",
+        ) from None

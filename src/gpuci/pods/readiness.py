@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from gpuci import httpclients
 from gpuci.errors import InfraError, InputError
 from gpuci.pods.client import RunPodClient
 from gpuci.pods.clock import Clock
@@ -55,10 +56,11 @@ def health_url(raw: str, pod: dict[str, Any], url: str) -> str:
 
 def wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
     last = ""
-    with httpx.Client(timeout=10.0, follow_redirects=True) as http:
+    with httpclients.new_client(timeout=10.0, agent="pods-health") as http:
         while True:
             try:
-                response = http.get(url)
+                # Followed here only: the probe carries no credential a redirect could take.
+                response = http.get(url, follow_redirects=True)
                 if response.is_success:
                     rt.log(f"healthy: {url} answered {response.status_code}")
                     return
