@@ -214,6 +214,12 @@ SELF_STOP_ACTION = _declare(
 SELF_STOP_RETRY_S = _declare(
     "GPUCI_SELF_STOP_RETRY_S", "30", "Seconds between self-stop attempts.", _POD
 )
+HANDOVER_RETRY_S = _declare(
+    "GPUCI_HANDOVER_RETRY_S",
+    "1",
+    "First wait, in seconds, between tries of the smoke verdict's rename (six tries, doubling).",
+    _POD,
+)
 POD_NAME = _declare("GPUCI_POD_NAME", "gpuci", "The pod's name, renamed with its verdict.", _POD)
 SMOKE = _declare("GPUCI_SMOKE", "", "1: run gpu-smoke on the pod before hand-over.", _POD)
 SMOKE_PYTHON = _declare(
@@ -306,6 +312,9 @@ GITHUB_TRIGGERING_ACTOR = _declare(
 )
 RUNNER_NAME = _declare("RUNNER_NAME", "", "The runner's name (quarantine, health).", _GH)
 RUNNER_TEMP = _declare("RUNNER_TEMP", "", "The job's temporary folder.", _GH)
+RUNNER_WORKSPACE = _declare(
+    "RUNNER_WORKSPACE", "", "The runner's work folder (quarantine finds the .runner file).", _GH
+)
 RUNNER_TOOL_CACHE = _declare(
     "RUNNER_TOOL_CACHE", "", "The runner's tool cache: the local store and tier live here.", _GH
 )

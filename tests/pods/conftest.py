@@ -9,31 +9,13 @@ from typing import Any
 
 import pytest
 from fake_runpod import FakeRunPod
+from pods_testing import SUBS, FakeClock
 
-from gpuci.commands import pods as spec
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.runtime import Result, Runtime
 from gpuci.typed import typed
 from moto_s3 import FAKE_S3_CREDENTIALS
-
-SUBS = {c.name: c for c in spec.COMMAND.subcommands}
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_795_000_000.0) -> None:
-        self.t = start
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += max(0.0, seconds)
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 @pytest.fixture

@@ -29,8 +29,8 @@ import httpx
 import pytest
 from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
+from pods_testing import SUBS, FakeClock
 
-from conftest import SUBS, FakeClock
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.pods import ledger
