@@ -145,12 +145,14 @@ def test_vars_come_from_a_file_in_any_of_three_forms_and_a_flag_beats_it(tmp_pat
         (["--var", "NOEQUALS"], "--var 'NOEQUALS' has no '='"),
         (["--var", "1BAD=x"], "name '1BAD' is not a valid name"),
         (["--vars-file", "missing.yml"], "cannot read the vars file missing.yml"),
-        (["--event-payload", "payload.json"], "the event payload payload.json is not JSON"),
+        (["--event-payload", "payload.json"], "the event payload payload.json is not usable"),
+        (["--event-payload", "deep.json"], "nested more than 64 levels deep"),
     ],
 )
 def test_bad_inputs_are_one_line_and_a_secret_s_value_is_never_printed(tmp_path, args, expected):
     wf = write(tmp_path, VARS)
     (tmp_path / "payload.json").write_text("{not json")
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
     proc = dry_run(tmp_path, wf, *args)
     assert proc.returncode == 2
     assert expected in proc.stdout

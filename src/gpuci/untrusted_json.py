@@ -3,14 +3,17 @@ every object read back from a cache store: refs, manifests, pins, records).
 
 ``json.loads`` on hostile text can end a command with a traceback: 100,000 nested brackets
 raise ``RecursionError``, a 5,001-digit integer ``ValueError`` (Python's integer-string limit),
-and a file of gigabytes is read whole. Here each of those is :class:`Unusable`, a ``ValueError``
-whose message is one line fit to print; callers turn it into their own one-line error.
+a file of gigabytes is read whole, and ``NaN``/``Infinity``/``1e400`` pass as floats that no
+limit can compare (a reservation until Infinity never expires). Here each of those is
+:class:`Unusable`, a ``ValueError`` whose message is one line fit to print; callers turn it into
+their own one-line error.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -34,8 +37,11 @@ def _parse_int(digits: str) -> int:
 
 
 # A JSON string (escapes included), and the brackets that nest: enough to measure nesting
-# before parsing, in C-speed passes, without recursing as deep as a hostile text goes.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+# before parsing, in C-speed passes, without recursing as deep as a hostile text goes. The
+# closing quote is optional, so a string that never closes is taken to the end in one pass:
+# with it required, each escaped quote of an unclosed string started a new scan to the end
+# (quadratic: 80 KB of them took 40 s). Such text is no JSON; the parser then refuses it.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
 _NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
@@ -44,6 +50,17 @@ def _nesting(text: str) -> int:
     """How deep the text's arrays and objects nest (brackets inside strings do not count)."""
     brackets = _NOT_A_BRACKET.sub("", _STRING.sub("", text))
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _refuse_constant(name: str) -> float:
+    raise Unusable(f"it holds {name}, which is no JSON number")
+
+
+def _parse_float(digits: str) -> float:
+    value = float(digits)
+    if math.isinf(value):  # 1e400: no measurement, and Infinity compares past every limit
+        raise Unusable("it holds a number too large for a float")
+    return value
 
 
 def loads(text: str | bytes) -> Any:
@@ -60,7 +77,12 @@ def loads(text: str | bytes) -> Any:
     if _nesting(text) > MAX_DEPTH:
         raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep")
     try:
-        data = json.loads(text, parse_int=_parse_int)
+        data = json.loads(
+            text,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_refuse_constant,
+        )
     except Unusable:
         raise
     except RecursionError:

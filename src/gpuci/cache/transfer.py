@@ -268,6 +268,8 @@ class Downloader:
             ) from None
         finally:
             for target in blobs:
+                if target.fill is not None:  # never finished: a later fetch may fill it again
+                    self._filling.discard(target.entry.sha256)
                 target.close()
 
     def _fill_for(self, entry: Entry) -> TierFill | None:

@@ -10,10 +10,10 @@ what it lacks is null.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.dryrun.expressions import Partial
 from gpuci.errors import InputError
 
@@ -83,10 +83,6 @@ def load_payload(path: str) -> dict[str, Any]:
     if len(data) > MAX_PAYLOAD_BYTES:
         raise InputError(f"the event payload {path} is over 4 MiB", hint=hint)
     try:
-        body = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise InputError(f"the event payload {path} is not JSON{where}", hint=hint) from None
-    if not isinstance(body, dict):
-        raise InputError(f"the event payload {path} is not a JSON object", hint=hint)
-    return body
+        return untrusted_json.parse_object(data, MAX_PAYLOAD_BYTES)
+    except untrusted_json.Unusable as exc:
+        raise InputError(f"the event payload {path} is not usable: {exc}", hint=hint) from None

@@ -39,6 +39,8 @@ def mark(name: str, environ: Mapping[str, str]) -> int:
     """PATCH this pod's name: 0 done, :data:`REFUSED` when the key may not, 3 otherwise."""
     import httpx
 
+    from gpuci import httpclients
+
     pod, key = environ.get("RUNPOD_POD_ID", ""), environ.get("RUNPOD_API_KEY", "")
     if not pod or not key or not name:
         print("gpu-ci: cannot write the verdict: RUNPOD_POD_ID or RUNPOD_API_KEY is not set")
@@ -57,7 +59,7 @@ def mark(name: str, environ: Mapping[str, str]) -> int:
 
     headers = {"Authorization": f"Bearer {key}"}
     try:
-        with httpx.Client(headers=headers, timeout=30.0) as client:
+        with httpclients.new_client(timeout=30.0, agent="handover", headers=headers) as client:
             code = policy(environ).retrying(_Again)(once, client)
     except _Again as exc:
         print(f"gpu-ci: could not write the verdict into pod {pod}'s name: {exc} (retried)")

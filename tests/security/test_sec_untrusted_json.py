@@ -1,0 +1,35 @@
+"""The one reader of JSON someone else wrote: hostile text ends in one line, never a hang."""
+
+import pytest
+
+from gpuci import untrusted_json
+
+
+def test_an_unclosed_string_of_escaped_quotes_is_taken_in_one_match():
+    """Each escaped quote of a string that never closes used to start a new scan to the end of
+    the text (80 KB took 40 s: a planted ref or verdict held a job for minutes). One match now
+    takes the unclosed string to the end, so the scan is linear; the parser then refuses it."""
+    text = '"' + '\\"' * 50_000
+    found = untrusted_json._STRING.match(text)
+    assert found is not None and found.end() == len(text)
+    with pytest.raises(untrusted_json.Unusable, match="not valid JSON"):
+        untrusted_json.loads(text)
+
+
+def test_brackets_inside_strings_still_do_not_count_as_nesting():
+    assert untrusted_json.loads('{"a": "[[[[{{{{\\"]]]]"}') == {"a": '[[[[{{{{"]]]]'}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"untilEpoch": Infinity}', "Infinity"),
+        ('{"untilEpoch": -Infinity}', "-Infinity"),
+        ('{"value": NaN}', "NaN"),
+        ('{"untilEpoch": 1e400}', "too large"),
+    ],
+)
+def test_numbers_no_limit_can_compare_are_refused(text, why):
+    """A reservation "until Infinity" would never expire and hold its owner's budget for good."""
+    with pytest.raises(untrusted_json.Unusable, match=why):
+        untrusted_json.loads(text)
