@@ -63,8 +63,16 @@ def _parse_float(digits: str) -> float:
     return value
 
 
-def loads(text: str | bytes) -> Any:
+# What a record of gpu-ci's own (a ref, a reservation, a verdict) may hold: finite numbers only.
+# Metrics keep Python's reading (a diverged run's loss is NaN, and the gate says so per metric).
+_FINITE: dict[str, Any] = {"parse_float": _parse_float, "parse_constant": _refuse_constant}
+
+
+def loads(text: str | bytes, *, finite: bool = False) -> Any:
     """Parse ``text``; :class:`Unusable` for bad syntax, too deep a nesting, too long a number.
+
+    ``finite``: also refuse ``NaN``, ``Infinity`` and floats beyond range (``1e400``), as
+    every record gpu-ci itself writes must (:func:`parse_object` does).
 
     The nesting is measured before parsing: a parser's RecursionError is caught too, but where
     the caller's stack is already deep it can surface outside the parser, so it is not relied on.
@@ -77,12 +85,7 @@ def loads(text: str | bytes) -> Any:
     if _nesting(text) > MAX_DEPTH:
         raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep")
     try:
-        data = json.loads(
-            text,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-            parse_constant=_refuse_constant,
-        )
+        data = json.loads(text, parse_int=_parse_int, **(_FINITE if finite else {}))
     except Unusable:
         raise
     except RecursionError:
@@ -107,7 +110,7 @@ def parse_object(data: str | bytes, limit: int = MAX_BYTES, what: str = "") -> d
     """
     if len(data) > limit:
         raise Unusable(f"it is over the {_size(limit)} cap" + (f" for {what}" if what else ""))
-    value = loads(data)
+    value = loads(data, finite=True)
     if not isinstance(value, dict):
         raise Unusable(f"it is a JSON {_kind(value)}, not an object")
     return value

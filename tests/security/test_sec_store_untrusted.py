@@ -63,7 +63,7 @@ def test_a_deeply_nested_ref_ends_the_restore_in_one_line(store, env, tmp_path):
     assert "refs/default/deep" in line and "nested" in line
 
 
-@pytest.mark.parametrize("files", ["1e400", '"many"', "-1", "[1]", "true"])
+@pytest.mark.parametrize("files", ['"many"', "-1", "[1]", "true"])
 def test_a_ref_with_a_count_of_the_wrong_type_still_restores(store, env, tmp_path, files):
     """``files`` and ``bytes`` are what ls shows, not what restore trusts: a wrong one is 0."""
     good = plant(store, "k", [{"type": "file", "root": 0, "path": "f"}], {"f": b"ok"})
@@ -76,13 +76,19 @@ def test_a_ref_with_a_count_of_the_wrong_type_still_restores(store, env, tmp_pat
     assert ref is not None and (ref.files, ref.bytes) == (0, 0)
 
 
-def test_a_ref_with_an_endless_number_ends_the_restore_in_one_line(store, env, tmp_path):
+@pytest.mark.parametrize(
+    ("number", "why"), [(LONG_INT, "5000 digits"), ("1e400", "too large for a float")]
+)
+def test_a_ref_with_an_endless_number_ends_the_restore_in_one_line(
+    store, env, tmp_path, number, why
+):
+    """A number no int or float holds (``1e400`` would read as Infinity, past every limit)."""
     good = plant(store, "k", [{"type": "file", "root": 0, "path": "f"}], {"f": b"ok"})
-    body = f'{{"files":{LONG_INT},"format":1,"key":"k","manifest":"{good}"}}'
+    body = f'{{"files":{number},"format":1,"key":"k","manifest":"{good}"}}'
     store.put_raw("refs/default/k", body.encode())
     result, log = _restore(store, env, "k", tmp_path / "t")
     assert int(result.exit_code) == 3, log
-    assert "5000 digits" in _one_line(result)
+    assert why in _one_line(result)
 
 
 def test_a_ref_that_is_not_an_object_ends_in_one_line(store, env, tmp_path):

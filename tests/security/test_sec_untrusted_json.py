@@ -29,7 +29,17 @@ def test_brackets_inside_strings_still_do_not_count_as_nesting():
         ('{"untilEpoch": 1e400}', "too large"),
     ],
 )
-def test_numbers_no_limit_can_compare_are_refused(text, why):
-    """A reservation "until Infinity" would never expire and hold its owner's budget for good."""
+def test_numbers_no_limit_can_compare_are_refused_in_records(text, why):
+    """A reservation "until Infinity" would never expire and hold its owner's budget for good:
+    records gpu-ci writes itself (refs, pins, the ledger, verdicts) hold finite numbers only."""
     with pytest.raises(untrusted_json.Unusable, match=why):
-        untrusted_json.loads(text)
+        untrusted_json.loads(text, finite=True)
+    with pytest.raises(untrusted_json.Unusable, match=why):
+        untrusted_json.parse_object(text)
+
+
+def test_metrics_keep_nan_so_the_gate_can_name_it():
+    """A diverged run's loss is NaN (json.dump writes it so): the gate fails that metric by
+    name, so a metrics file is not refused whole."""
+    got = untrusted_json.loads('{"loss": NaN}')
+    assert got["loss"] != got["loss"]

@@ -106,7 +106,7 @@ def _decode(data: bytes) -> tuple[dict[str, Any] | None, str]:
     if len(data) > MAX_OBJECT:
         return None, f"over {MAX_OBJECT >> 10} KiB"
     try:
-        item = untrusted_json.loads(data)
+        item = untrusted_json.loads(data, finite=True)
     except untrusted_json.Unusable as exc:
         return None, str(exc)
     if not isinstance(item, dict):
