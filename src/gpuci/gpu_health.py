@@ -190,11 +190,10 @@ class _Read:
         """One line naming what was skipped, or empty."""
         if not self.skipped:
             return ""
-        shown = "; ".join(f"{k} ({why})" for k, why in sorted(self.skipped.items())[:3])
-        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        shown = untrusted_json.name_skipped(self.skipped)
         return (
             f"GPU health record: skipped {len(self.skipped)} object(s) that are not verdicts: "
-            f"{shown}{more}; delete them from the store"
+            f"{shown}; delete them from the store"
         )
 
 

@@ -178,3 +178,10 @@ def read_tail(path: Path, limit: int = MAX_BYTES) -> str:
 def read(path: Path, limit: int = MAX_BYTES) -> Any:
     """:func:`read_text` then :func:`loads`."""
     return loads(read_text(path, limit))
+
+
+def name_skipped(skipped: dict[str, str], shown: int = 3) -> str:
+    """The objects a reader skipped, for one warning line: ``a (why); b (why) and 4 more``."""
+    named = "; ".join(f"{key} ({why})" for key, why in sorted(skipped.items())[:shown])
+    more = f" and {len(skipped) - shown} more" if len(skipped) > shown else ""
+    return named + more

@@ -9,6 +9,7 @@ Raw sockets, not http.server: the point is to send what no well-behaved framewor
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import socket
 import subprocess
@@ -303,3 +304,28 @@ def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
             del env[name]
     env.update(extra)
     return env
+
+
+def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict[str, str]):
+    """A fresh bucket holding a small file and a ``size``-byte one saved under key ``k-1``
+    through the CLI: (bucket, source tree)."""
+    import boto3
+
+    from gpuci_testing import REPO
+
+    bucket = bucket_prefix + os.urandom(4).hex()
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing-secret-key",
+    ).create_bucket(Bucket=bucket)
+    src = tmp / "src"
+    src.mkdir()
+    (src / "small.txt").write_bytes(b"small file\n")
+    (src / "w.bin").write_bytes(os.urandom(size))
+    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
+    done = run_measured([*args, "--key", "k-1", "--path", str(src)], env, REPO)
+    assert done.code == 0, done.output
+    return bucket, src

@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, _frame, _trickle, run_measured, s3_cli_env
+from hostile_s3 import HostileS3, Rule, _frame, _trickle, run_measured, s3_cli_env, save_tree
 from treeutil import snapshot
 
 from gpuci_testing import REPO
@@ -129,25 +129,8 @@ def _long_key_page() -> bytes:
 @pytest.fixture(scope="module")
 def saved(moto_endpoint: str, tmp_path_factory) -> tuple[str, Path]:
     """(bucket, source tree) saved under key ``k-1``: a small file and a 3 MB one."""
-    import boto3
-
     tmp = tmp_path_factory.mktemp("saved")
-    bucket = "bounds-" + os.urandom(4).hex()
-    boto3.client(
-        "s3",
-        endpoint_url=moto_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
-    src = tmp / "src"
-    src.mkdir()
-    (src / "small.txt").write_bytes(b"small file\n")
-    (src / "w.bin").write_bytes(os.urandom(3_000_000))
-    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-    done = run_measured([*args, moto_endpoint, "--key", "k-1", "--path", str(src)], _env(tmp), REPO)
-    assert done.code == 0, done.output
-    return bucket, src
+    return save_tree(moto_endpoint, tmp, "bounds-", 3_000_000, _env(tmp))
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, run_measured, s3_cli_env
+from hostile_s3 import HostileS3, Rule, run_measured, s3_cli_env, save_tree
 from treeutil import snapshot
 
 from gpuci_testing import REPO
@@ -39,25 +39,8 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def saved(moto: str, tmp_path_factory) -> tuple[str, Path]:
     """(bucket, source tree) with the tree saved under key ``k-1``."""
-    import boto3
-
     tmp = tmp_path_factory.mktemp("saved")
-    bucket = "hostile-" + os.urandom(4).hex()
-    boto3.client(
-        "s3",
-        endpoint_url=moto,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
-    src = tmp / "src"
-    src.mkdir()
-    (src / "small.txt").write_bytes(b"small file\n")
-    (src / "w.bin").write_bytes(os.urandom(300_000))
-    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", moto]
-    done = run_measured([*args, "--key", "k-1", "--path", str(src)], _env(tmp), REPO)
-    assert done.code == 0, done.output
-    return bucket, src
+    return save_tree(moto, tmp, "hostile-", 300_000, _env(tmp))
 
 
 def _restore(hostile: HostileS3, bucket: str, tmp_path: Path, *extra: str):

@@ -220,11 +220,10 @@ class Ledger:
         """One warning naming the objects skipped as not the ledger's, or empty."""
         if not self.skipped:
             return ""
-        shown = "; ".join(f"{k} ({why})" for k, why in sorted(self.skipped.items())[:3])
-        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        shown = untrusted_json.name_skipped(self.skipped)
         return (
             f"pods ledger {self.where}: skipped {len(self.skipped)} object(s) that are not "
-            f"ledger records: {shown}{more}; delete them from the store"
+            f"ledger records: {shown}; delete them from the store"
         )
 
     def _list(self, prefix: str) -> list[str]:
