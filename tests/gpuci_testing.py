@@ -86,3 +86,22 @@ def parse_file_command(text: str, what: str) -> dict[str, str]:
             i += 1
         values[name] = "\n".join(body)
     return values
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """(certificate, key) of a one-day self-signed certificate for 127.0.0.1 and localhost;
+    skips the test where openssl is missing."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test server's certificate")
+    key, crt = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(crt), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return crt, key

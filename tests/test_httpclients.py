@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import ssl
-import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -17,6 +16,7 @@ from httpcore._sync.http11 import HTTP11Connection
 from gpuci import httpclients
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch.client import new_client as download_client
+from gpuci_testing import self_signed_cert
 from loopback_http import LoopbackHTTPServer
 
 BODY = b"x" * 300_000
@@ -96,15 +96,7 @@ def test_the_policy_no_redirects_no_cookies_one_user_agent(server):
 
 def test_ssl_cert_file_is_honoured_for_sized_connections_too(tmp_path, monkeypatch):
     """TLS goes through the sized stream's start_tls, and SSL_CERT_FILE names the CA."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl makes the test server's certificate")
-    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(crt), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    crt, key = self_signed_cert(tmp_path)
     srv = LoopbackHTTPServer(_Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(crt, key)

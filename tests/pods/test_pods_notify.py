@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 from notify_servers import HttpSink, SmtpServer
+
+from gpuci_testing import self_signed_cert
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types="NVIDIA L40S")  # $0.86/h
 SMTP_PASSWORD = "s3cr3t-pa55word"
@@ -15,15 +14,7 @@ DISCOURSE_KEY = "dk_0123456789abcdef"
 
 @pytest.fixture
 def cert(tmp_path, monkeypatch) -> tuple[str, str]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make the test SMTP server's certificate")
-    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(crt), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    crt, key = self_signed_cert(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(crt))  # the client trusts this server only
     return str(crt), str(key)
 
