@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpuci.commands.gpu_setup import INPUTS
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SetupInputs
 from gpuci.gpu.setup import run
 from gpuci.inputs import resolve

@@ -12,7 +12,7 @@ import pytest
 
 from gpuci.errors import CheckFailed, InfraError, InputError, NvmlUnavailable
 from gpuci.gpu import api
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.runtime import Runtime
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
 

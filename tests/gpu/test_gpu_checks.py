@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gpuci.gpu.checks import Requirements, evaluate, usable_units
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import Snapshot, open_nvml
 
 

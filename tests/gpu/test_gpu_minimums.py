@@ -15,7 +15,7 @@ from typing import Any
 
 from rated_device import RatedGpus
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import smoke
 from gpuci.gpu.smoke.load import Sizes

@@ -9,8 +9,8 @@ import pytest
 
 from gpuci.errors import InputError, NvmlUnavailable
 from gpuci.gpu import gpu_info
-from gpuci.gpu import nvml_abi as N
-from gpuci.gpu.fake_nvml import PROFILES, FakeNvml
+from gpuci.gpu import nvml_abi as abi
+from gpuci.gpu.fake.nvml import PROFILES, FakeNvml
 from gpuci.gpu.nvml import NvmlSession, cpu_list, open_nvml, pci_address
 
 GiB = 1024**3
@@ -23,19 +23,19 @@ def snap(*profiles: str) -> gpu_info.Snapshot:
 
 def test_seam_names_exist_in_pynvml_and_the_fake() -> None:
     """The fake must stay a drop-in for pynvml: same names for everything the session calls."""
-    missing_real = [name for name in N.SEAM if not hasattr(pynvml, name)]
-    missing_fake = [name for name in N.SEAM if not hasattr(FakeNvml, name)]
+    missing_real = [name for name in abi.SEAM if not hasattr(pynvml, name)]
+    missing_fake = [name for name in abi.SEAM if not hasattr(FakeNvml, name)]
     assert missing_real == [] and missing_fake == []
 
 
 def test_constants_match_pynvml() -> None:
-    assert N.ERROR_DRIVER_NOT_LOADED == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
-    assert N.ERROR_LIBRARY_NOT_FOUND == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
-    assert N.ERROR_NOT_SUPPORTED == pynvml.NVML_ERROR_NOT_SUPPORTED
-    assert N.ERROR_GPU_IS_LOST == pynvml.NVML_ERROR_GPU_IS_LOST
-    assert pynvml.nvmlMemory_v2 == N.MEMORY_V2
-    assert pynvml.nvmlEventTypeXidCriticalError == N.EVENT_XID_CRITICAL_ERROR
-    assert N.MEMORY_ERROR_TYPE_UNCORRECTED == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    assert abi.ERROR_DRIVER_NOT_LOADED == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+    assert abi.ERROR_LIBRARY_NOT_FOUND == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+    assert abi.ERROR_NOT_SUPPORTED == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert abi.ERROR_GPU_IS_LOST == pynvml.NVML_ERROR_GPU_IS_LOST
+    assert pynvml.nvmlMemory_v2 == abi.MEMORY_V2
+    assert pynvml.nvmlEventTypeXidCriticalError == abi.EVENT_XID_CRITICAL_ERROR
+    assert abi.MEMORY_ERROR_TYPE_UNCORRECTED == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     assert pynvml.nvmlClocksEventReasonHwSlowdown == 0x8
 
 
@@ -109,7 +109,7 @@ def test_invalid_argument_is_a_note_not_unsupported() -> None:
     fake = FakeNvml(["h200"])
 
     def wrong(handle: object) -> int:
-        raise fake.NVMLError(N.ERROR_INVALID_ARGUMENT)
+        raise fake.NVMLError(abi.ERROR_INVALID_ARGUMENT)
 
     fake.nvmlDeviceGetPowerManagementLimit = wrong  # type: ignore[method-assign]
     with open_nvml({}, fake) as session:
@@ -142,7 +142,7 @@ def test_gpu_lost_is_an_infra_error() -> None:
     fake = FakeNvml(["h100-sxm", "h100-sxm"])
 
     def lost(handle: object) -> int:
-        raise fake.NVMLError(N.ERROR_GPU_IS_LOST)
+        raise fake.NVMLError(abi.ERROR_GPU_IS_LOST)
 
     fake.nvmlDeviceGetTemperature = lambda handle, sensor: lost(handle)  # type: ignore[method-assign]
     session = open_nvml({}, fake)
@@ -194,7 +194,7 @@ def test_counters_change_between_two_reads_in_process() -> None:
         "remapped_rows_pending": (0, 1),
     }
     assert after.clock_events == ("hw_slowdown", "hw_thermal_slowdown")
-    assert after.clock_events and set(after.clock_events) <= N.HARMFUL_CLOCK_EVENTS
+    assert after.clock_events and set(after.clock_events) <= abi.HARMFUL_CLOCK_EVENTS
 
 
 def test_counter_drift_across_processes_via_env_modifiers() -> None:
@@ -242,7 +242,7 @@ def test_every_profile_snapshots_cleanly() -> None:
 
 def test_the_board_serial_is_read_and_consumer_boards_have_none() -> None:
     """nvmlDeviceGetSerial: the label's serial on datacenter boards; NotSupported on GeForce."""
-    from gpuci.gpu.fake_nvml import FakeNvml
+    from gpuci.gpu.fake.nvml import FakeNvml
     from gpuci.gpu.nvml import NvmlSession
 
     fake = FakeNvml(["h200", "t4"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 
 # profile(s), flags, exit code, {output: value}
 CASES = [

@@ -9,7 +9,7 @@ import pytest
 
 from gpuci import journal
 from gpuci.errors import InputError, NvmlUnavailable
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 
 
 def test_h200_passes_and_writes_outputs_report_and_journal(setup_run, tmp_path: Path) -> None:

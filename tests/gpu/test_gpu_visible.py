@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpuci.commands.gpu_setup import INPUTS
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.gpu.setup import run

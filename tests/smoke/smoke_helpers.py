@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import smoke
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.backends import resolve_framework
 from gpuci.gpu.smoke.backends import torch_backend as tb

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from smoke_helpers import BUS_BYTES, BUS_SECONDS, GpuLike, backend_reducing_with, outcome, run
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.smoke import allreduce, models
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
 from gpuci.gpu.smoke.models import GpuLink, all_reduce_bus, gpu_link

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from smoke_helpers import backend_with, outcome, run
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
 from gpuci.gpu.smoke.checks import Budget, CheckError, CheckSkipped, Planned, run_check
 from gpuci.gpu.smoke.load import Sizes

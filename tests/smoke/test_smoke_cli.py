@@ -183,7 +183,7 @@ def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
 
     from smoke_helpers import values
 
-    from gpuci.gpu.fake_nvml import FakeNvml
+    from gpuci.gpu.fake.nvml import FakeNvml
     from gpuci.gpu.smoke import smoke as run_smoke
     from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
     from gpuci.runtime import Runtime

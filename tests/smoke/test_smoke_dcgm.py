@@ -131,7 +131,7 @@ def test_dcgm_covers_only_the_jobs_gpus(tmp_path, monkeypatch):
 
     from smoke_helpers import values
 
-    from gpuci.gpu.fake_nvml import FakeNvml
+    from gpuci.gpu.fake.nvml import FakeNvml
     from gpuci.gpu.smoke import smoke
     from gpuci.runtime import Runtime
 

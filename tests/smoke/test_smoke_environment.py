@@ -9,7 +9,7 @@ import pytest
 from smoke_helpers import outcome, run
 
 from gpuci.gpu import smoke
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.smoke import environment
 from gpuci.gpu.smoke.backends import BackendUnavailable
 

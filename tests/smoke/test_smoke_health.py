@@ -6,7 +6,7 @@ import time
 
 from smoke_helpers import backend_with, outcome, run
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import Health
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.health import LoadSampler, Streaks, judge

@@ -21,7 +21,7 @@ from smoke_helpers import (
     run,
 )
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.load import Sizes

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from smoke_helpers import GpuLike
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.models import is_vgpu, minimums
 from gpuci.gpu.smoke.targets import match_targets

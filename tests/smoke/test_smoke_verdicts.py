@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from smoke_helpers import outcome, values
 
-from gpuci.gpu.fake_nvml import FakeNvml
+from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.smoke import smoke
 from gpuci.runtime import Result, Runtime
 

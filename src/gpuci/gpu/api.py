@@ -16,7 +16,7 @@ no NVML, a GPU fallen off the bus) when the machine cannot be read (exit 3). Wit
 ``check=False`` a failed check is returned (``passed`` False) instead of raised.
 
 NVML comes from ``runtime.environ`` (``GPUCI_FAKE_NVML`` selects the recorded fake, see
-:mod:`gpuci.gpu.fake_nvml`) unless ``nvml`` passes an NVML object. The API does not export
+:mod:`gpuci.gpu.fake.nvml`) unless ``nvml`` passes an NVML object. The API does not export
 ``CUDA_VISIBLE_DEVICES``, write a health record or quarantine a runner: those are the actions'
 jobs; ``SetupResult.visible_devices`` is there to export.
 

@@ -2,7 +2,7 @@
 
 This is the only module that imports ``pynvml`` (package nvidia-ml-py). The session takes an
 injectable NVML object with the surface listed in :data:`gpuci.gpu.nvml_abi.SEAM` (``pynvml`` or
-:class:`gpuci.gpu.fake_nvml.FakeNvml`), so tests, the action harness and ``gpu-smoke`` run the
+:class:`gpuci.gpu.fake.nvml.FakeNvml`), so tests, the action harness and ``gpu-smoke`` run the
 same code on machines without a GPU. ``GPUCI_FAKE_NVML=h100-sxm,h100-sxm`` selects the fake
 across process boundaries.
 
@@ -390,7 +390,7 @@ def open_nvml(environ: Mapping[str, str], nvml: Any = None) -> NvmlSession:
         return NvmlSession(nvml, getattr(nvml, "source", "injected")).open()
     spec = environ.get(FAKE_ENV, "").strip()
     if spec:
-        from gpuci.gpu.fake_nvml import FakeNvml
+        from gpuci.gpu.fake.nvml import FakeNvml
 
         fake = FakeNvml.from_spec(spec)
         return NvmlSession(fake, fake.source).open()

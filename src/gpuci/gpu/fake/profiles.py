@@ -1,14 +1,14 @@
-"""The GPUs :class:`~gpuci.gpu.fake_nvml.FakeNvml` can be: recorded profiles as plain data.
+"""The GPUs :class:`~gpuci.gpu.fake.nvml.FakeNvml` can be: recorded profiles as plain data.
 
 Values as real GPUs report them (``nvidia-smi -q`` on those boards and NVIDIA's spec sheets);
-the fake's behaviour lives in :mod:`gpuci.gpu.fake_nvml` and :mod:`gpuci.gpu.fake_devices`.
+the fake's behaviour lives in :mod:`gpuci.gpu.fake.nvml` and :mod:`gpuci.gpu.fake.devices`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuci.gpu import nvml_abi as N
+from gpuci.gpu import nvml_abi as abi
 
 MiB = 1024 * 1024
 
@@ -230,7 +230,7 @@ PROFILES: dict[str, Profile] = {
 
 # Whole-machine states, not GPUs: selectable alone through GPUCI_FAKE_NVML.
 MACHINE_STATES = {
-    "no-library": N.ERROR_LIBRARY_NOT_FOUND,
-    "no-driver": N.ERROR_DRIVER_NOT_LOADED,
+    "no-library": abi.ERROR_LIBRARY_NOT_FOUND,
+    "no-driver": abi.ERROR_DRIVER_NOT_LOADED,
     "none": None,  # driver loaded, zero GPUs
 }

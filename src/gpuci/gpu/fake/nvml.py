@@ -20,8 +20,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.gpu import nvml_abi as N
-from gpuci.gpu.fake_devices import (
+from gpuci.gpu import nvml_abi as abi
+from gpuci.gpu.fake.devices import (
     MEMORY_READS,
     EventSet,
     FakeDevice,
@@ -29,7 +29,7 @@ from gpuci.gpu.fake_devices import (
     NVMLError,
     clock_event_names_for_counter,
 )
-from gpuci.gpu.fake_profiles import (
+from gpuci.gpu.fake.profiles import (
     MACHINE_STATES,
     PROFILES,
     UNSUPPORTED,
@@ -111,13 +111,13 @@ class FakeNvml:
                 dev.drift.nvlink_down += (int(mod[7:]),)
             elif mod.startswith("throttle="):  # throttle=hw_thermal_slowdown+12: 12 s more
                 name, _, seconds = mod[9:].partition("+")
-                if name not in {*N.VIOLATION_POLICIES.values(), *N.CLOCK_EVENT_FIELDS.values()}:
+                if name not in {*abi.VIOLATION_POLICIES.values(), *abi.CLOCK_EVENT_FIELDS.values()}:
                     raise ValueError(mod)
                 dev.drift.throttle_ns[name] = int(float(seconds) * 1e9)
             elif mod.startswith("nverr="):  # nverr=crc_flit@3+12: 12 more CRC errors on link 3
                 name, _, rest = mod[6:].partition("@")
                 link, _, count = rest.partition("+")
-                if name not in N.NVLINK_ERRORS.values():
+                if name not in abi.NVLINK_ERRORS.values():
                     raise ValueError(mod)
                 dev.drift.nvlink_errors[(int(link), name)] = int(count)
             elif mod.startswith("appclock="):  # appclock=1200: SM applications clock lowered
@@ -163,13 +163,13 @@ class FakeNvml:
     @staticmethod
     def _value(value: Any) -> Any:
         if value is None:
-            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+            raise NVMLError(abi.ERROR_NOT_SUPPORTED)
         return value
 
     def _dev(self, handle: Any) -> FakeDevice:
         self._check()
         if not isinstance(handle, FakeDevice):
-            raise NVMLError(N.ERROR_NOT_SUPPORTED)  # MIG handles lack most device queries
+            raise NVMLError(abi.ERROR_NOT_SUPPORTED)  # MIG handles lack most device queries
         return handle
 
     # ----- system ------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeDevice:
         self._check()
         if not 0 <= index < len(self.devices):
-            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+            raise NVMLError(abi.ERROR_INVALID_ARGUMENT)
         open_error = self.devices[index].p.open_error
         if open_error is not None:
             raise NVMLError(open_error)
@@ -244,7 +244,7 @@ class FakeNvml:
             dev = self._dev(handle)
             total, reserved, v2 = dev.p.memory_mib * MiB, dev.p.reserved_mib * MiB, dev.p.memory_v2
         if version and not v2:
-            raise NVMLError(N.ERROR_FUNCTION_NOT_FOUND)
+            raise NVMLError(abi.ERROR_FUNCTION_NOT_FOUND)
         used = 5 * MiB  # a driver context's worth, as an idle GPU shows
         if version:
             return SimpleNamespace(
@@ -272,15 +272,15 @@ class FakeNvml:
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: int) -> FakeMig:
         dev = self._dev(handle)
         if not dev.p.mig:
-            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+            raise NVMLError(abi.ERROR_INVALID_ARGUMENT)
         if index >= len(dev.migs):
-            raise NVMLError(N.ERROR_NOT_FOUND)
+            raise NVMLError(abi.ERROR_NOT_FOUND)
         return dev.migs[index]
 
     def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
         self._check()
         if not isinstance(handle, FakeMig):
-            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+            raise NVMLError(abi.ERROR_INVALID_ARGUMENT)
         return handle.p.gpu_instance_id
 
     # ----- health ------------------------------------------------------------------------
@@ -305,10 +305,10 @@ class FakeNvml:
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: int, counter: int) -> int:
         dev = self._dev(handle)
         if not dev.p.ecc_enabled:
-            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+            raise NVMLError(abi.ERROR_NOT_SUPPORTED)
         later = self._read(dev, "TotalEccErrors")
         base = self._value(dev.p.ecc_volatile_uncorrected)
-        if error_type != N.MEMORY_ERROR_TYPE_UNCORRECTED:
+        if error_type != abi.MEMORY_ERROR_TYPE_UNCORRECTED:
             return 0
         return base + (dev.drift.ecc if later else 0)
 
@@ -365,26 +365,26 @@ class FakeNvml:
         dev = self._dev(handle)
         if link >= dev.p.nvlinks:
             raise NVMLError(
-                N.ERROR_NOT_SUPPORTED if not dev.p.nvlinks else N.ERROR_INVALID_ARGUMENT
+                abi.ERROR_NOT_SUPPORTED if not dev.p.nvlinks else abi.ERROR_INVALID_ARGUMENT
             )
         self._read(dev, "NvLinkState")
         down = dev.p.nvlinks_down + (dev.drift.nvlink_down if dev.reads >= 2 else ())
-        return 0 if link in down else N.FEATURE_ENABLED
+        return 0 if link in down else abi.FEATURE_ENABLED
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
         dev = self._dev(handle)
         if not dev.p.nvlink_counters or link >= dev.p.nvlinks:
-            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+            raise NVMLError(abi.ERROR_NOT_SUPPORTED)
         self._read(dev, "NvLinkErrorCounter")
-        name = N.NVLINK_ERRORS.get(counter)
+        name = abi.NVLINK_ERRORS.get(counter)
         if name is None:
-            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+            raise NVMLError(abi.ERROR_INVALID_ARGUMENT)
         return dev.drift.nvlink_errors.get((link, name), 0) if dev.reads >= 2 else 0
 
     def _throttle(self, dev: FakeDevice, name: str) -> int:
         base = self._value(dev.p.throttle_ns)
         if name not in base:
-            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+            raise NVMLError(abi.ERROR_NOT_SUPPORTED)
         if dev.reads < 2:
             return base[name]
         # A reason held by ``clocks=`` drift accrues 2 s per health read (the fake's clock), so
@@ -397,9 +397,9 @@ class FakeNvml:
     def nvmlDeviceGetViolationStatus(self, handle: Any, policy: int) -> SimpleNamespace:
         dev = self._dev(handle)
         self._read(dev, "ViolationStatus")
-        name = N.VIOLATION_POLICIES.get(policy)
+        name = abi.VIOLATION_POLICIES.get(policy)
         if name is None:
-            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+            raise NVMLError(abi.ERROR_INVALID_ARGUMENT)
         # referenceTime: microseconds since the epoch, as the driver stamps it
         return SimpleNamespace(
             referenceTime=1_764_600_000_000_000, violationTime=self._throttle(dev, name)
@@ -413,11 +413,11 @@ class FakeNvml:
         new = int(dev.p.driver.split(".")[0]) >= 535
         values = []
         for fid in field_ids:
-            name = N.CLOCK_EVENT_FIELDS.get(fid)
+            name = abi.CLOCK_EVENT_FIELDS.get(fid)
             try:
                 if name is None or not new:
-                    raise NVMLError(N.ERROR_NOT_SUPPORTED)
-                value, ret = self._throttle(dev, name), N.SUCCESS
+                    raise NVMLError(abi.ERROR_NOT_SUPPORTED)
+                value, ret = self._throttle(dev, name), abi.SUCCESS
             except NVMLError as exc:
                 value, ret = 0, exc.value
             values.append(
@@ -427,9 +427,11 @@ class FakeNvml:
 
     def _clock(self, handle: Any, clock: int, which: int) -> int:
         p = self._dev(handle).p
-        row = p.sm_clocks if clock == N.CLOCK_SM else p.mem_clocks if clock == N.CLOCK_MEM else 0
+        row = (
+            p.sm_clocks if clock == abi.CLOCK_SM else p.mem_clocks if clock == abi.CLOCK_MEM else 0
+        )
         if row == 0:
-            raise NVMLError(N.ERROR_INVALID_ARGUMENT)
+            raise NVMLError(abi.ERROR_INVALID_ARGUMENT)
         return self._value(row)[which]
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:
@@ -452,7 +454,7 @@ class FakeNvml:
     # ----- events ------------------------------------------------------------------------
     def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int:
         dev = self._dev(handle)
-        return N.EVENT_XID_CRITICAL_ERROR | 0x1 if dev.p.xid_supported else 0x1
+        return abi.EVENT_XID_CRITICAL_ERROR | 0x1 if dev.p.xid_supported else 0x1
 
     def nvmlEventSetCreate(self) -> EventSet:
         self._check()
@@ -462,8 +464,8 @@ class FakeNvml:
 
     def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: EventSet) -> None:
         dev = self._dev(handle)
-        if types & N.EVENT_XID_CRITICAL_ERROR and not dev.p.xid_supported:
-            raise NVMLError(N.ERROR_NOT_SUPPORTED)
+        if types & abi.EVENT_XID_CRITICAL_ERROR and not dev.p.xid_supported:
+            raise NVMLError(abi.ERROR_NOT_SUPPORTED)
         event_set.devices.add(dev.index)
 
     def nvmlEventSetWait_v2(self, event_set: EventSet, timeout_ms: int) -> SimpleNamespace:
@@ -477,14 +479,14 @@ class FakeNvml:
 
         with self._cond:
             if not self._cond.wait_for(lambda: pending() is not None, timeout_ms / 1000):
-                raise NVMLError(N.ERROR_TIMEOUT)
+                raise NVMLError(abi.ERROR_TIMEOUT)
             index, xid, gi = self._xids.pop(pending())  # type: ignore[arg-type]
         return SimpleNamespace(
             device=self.devices[index],
-            eventType=N.EVENT_XID_CRITICAL_ERROR,
+            eventType=abi.EVENT_XID_CRITICAL_ERROR,
             eventData=xid,
-            gpuInstanceId=N.NO_INSTANCE if gi is None else gi,
-            computeInstanceId=N.NO_INSTANCE,
+            gpuInstanceId=abi.NO_INSTANCE if gi is None else gi,
+            computeInstanceId=abi.NO_INSTANCE,
         )
 
     def nvmlEventSetFree(self, event_set: EventSet) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid as uuidlib
 from dataclasses import dataclass, field, replace
 
-from gpuci.gpu import nvml_abi as N
-from gpuci.gpu.fake_profiles import HGX_BUSES, MigProfile, Profile
+from gpuci.gpu import nvml_abi as abi
+from gpuci.gpu.fake.profiles import HGX_BUSES, MigProfile, Profile
 
 _NS = uuidlib.UUID("6f1c8e52-6a3e-4c8e-9b1e-6a1a0c9e7d11")
 
@@ -16,17 +16,17 @@ class NVMLError(Exception):
     """Same contract as ``pynvml.NVMLError``: the NVML return code in ``.value``."""
 
     _TEXT = {
-        N.ERROR_INVALID_ARGUMENT: "Invalid Argument",
-        N.ERROR_NOT_SUPPORTED: "Not Supported",
-        N.ERROR_NOT_FOUND: "Not Found",
-        N.ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
-        N.ERROR_TIMEOUT: "Timeout",
-        N.ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
-        N.ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
-        N.ERROR_GPU_IS_LOST: "GPU is lost",
-        N.ERROR_NO_PERMISSION: "Insufficient Permissions",
-        N.ERROR_RESET_REQUIRED: "GPU requires restart",
-        N.ERROR_UNKNOWN: "Unknown Error",
+        abi.ERROR_INVALID_ARGUMENT: "Invalid Argument",
+        abi.ERROR_NOT_SUPPORTED: "Not Supported",
+        abi.ERROR_NOT_FOUND: "Not Found",
+        abi.ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+        abi.ERROR_TIMEOUT: "Timeout",
+        abi.ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+        abi.ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+        abi.ERROR_GPU_IS_LOST: "GPU is lost",
+        abi.ERROR_NO_PERMISSION: "Insufficient Permissions",
+        abi.ERROR_RESET_REQUIRED: "GPU requires restart",
+        abi.ERROR_UNKNOWN: "Unknown Error",
     }
 
     def __init__(self, value: int) -> None:
