@@ -22,13 +22,11 @@ SRC = REPO / "src"
 # The floors, top to bottom. A module may import its own floor and any floor below it.
 ENTRY = {"gpuci.__main__", "gpuci.cli", "gpuci.dryrun"}  # parse, dispatch, read workflows
 REGISTRY = {"gpuci.commands"}  # what each command takes; implementations named by string
-USERS = {
-    "gpuci.training",
-    "gpuci.pods",
-    "gpuci.quarantine",
-    "gpuci.gpu_health",
-}  # features built on the ones below
-BASE = {"gpuci.gpu", "gpuci.cache", "gpuci.fetch", "gpuci.forges"}  # features on the foundation
+USERS = {"gpuci.training", "gpuci.pods"}  # features built on the ones below
+# Features on the foundation. Quarantine is on gpu's floor, not above it: it is a step of
+# gpu-smoke (gpu.smoke.command calls it after the verdict), and it stands on gpu's options and
+# NVML and on the forges' runner clients; the arrow from gpu is that one module's alone.
+BASE = {"gpuci.gpu", "gpuci.cache", "gpuci.fetch", "gpuci.forges", "gpuci.quarantine"}
 ABOVE_BASE = ENTRY | REGISTRY | USERS
 # What the forge clients may use: they are talked to by training and pods, and talk to no one.
 FORGES_MAY_IMPORT = {
@@ -162,6 +160,13 @@ def test_base_features_import_nothing_above_them():
     """gpu, cache, fetch and forges never reach up into the commands, the CLI, the dry run,
     training or pods (a base feature that needs one of those needs a new lower module)."""
     assert _arrows(BASE, ABOVE_BASE) == []
+
+
+def test_only_the_smoke_command_calls_quarantine_from_gpu():
+    """The rest of gpu (NVML, setup, the smoke's checks) never depends on the forges' clients."""
+    assert _arrows({"gpuci.gpu"}, {"gpuci.quarantine"}) == [
+        "gpuci.gpu.smoke.command -> gpuci.quarantine"
+    ]
 
 
 def test_training_and_pods_use_the_base_not_each_other_or_the_commands():

@@ -7,7 +7,8 @@ on GitLab the runner ``CI_RUNNER_ID`` is paused. An environment error (exit 2 or
 a framework that cannot start is never a reason. The job still fails with the verdict; one
 annotation names the runner, the GPU and the way back (``python -m gpuci runners release``).
 Without the token, or when the forge refuses, the verdict stands and one warning says the
-runner was not quarantined: the smoke never passes or crashes because of it.
+runner was not quarantined: the smoke never passes or crashes because of it. gpu-smoke calls
+:func:`after_verdict` as its last step (:mod:`gpuci.gpu.smoke.command`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ __all__ = [
     "check_labels",
     "hardware_findings",
     "release",
-    "smoke_then_quarantine",
 ]
 
 TITLE = "gpu-smoke quarantine"
@@ -49,19 +49,6 @@ class Finding:
     label: str  # "gpu0:health"
     reason: str
     gpu: int | None
-
-
-def smoke_then_quarantine(inp: SmokeInputs, rt: Runtime) -> Result:
-    """The ``gpu-smoke`` target: the smoke, its health record, then quarantine on its verdict."""
-    from gpuci.gpu.smoke import run as smoke
-
-    if inp.on_failure == "quarantine":
-        check_labels(inp.quarantine_labels)
-    from gpuci import gpu_health
-
-    result = smoke(inp, rt)
-    gpu_health.record(result, inp.health_store, rt)
-    return after_verdict(result, inp, rt)
 
 
 def check_labels(labels: list[str]) -> None:

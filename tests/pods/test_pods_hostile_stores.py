@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuci import gpu_health
 from gpuci.cache.store import LocalStore
+from gpuci.gpu import health_record as gpu_health
 from gpuci.pods import ledger
 
 GPU = "NVIDIA GeForce RTX 4090"

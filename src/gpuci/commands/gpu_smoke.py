@@ -102,7 +102,7 @@ COMMAND = Command(
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),
-    target="gpuci.quarantine:smoke_then_quarantine",
+    target="gpuci.gpu.smoke.command:run",
     typed="gpuci.gpu.options:SmokeInputs",
     actions=("actions/gpu-smoke",),
 )

@@ -19,8 +19,8 @@ REPORT = Command(
         Output("failing-gpus", "How many GPUs failed at least once in the period."),
         Output("verdicts", "How many verdicts the period holds."),
     ),
-    target="gpuci.gpu_health:report",
-    typed="gpuci.gpu_health:ReportInputs",
+    target="gpuci.gpu.health_record:report",
+    typed="gpuci.gpu.health_record:ReportInputs",
 )
 
 COMMAND = Command(

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import gpu_health
 from gpuci.errors import InfraError
+from gpuci.gpu import health_record as gpu_health
 from gpuci.pods import plan
 from gpuci.pods.options import UpInputs
 from gpuci.runtime import Runtime

@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuci import gpu_health
 from gpuci.errors import InfraError
+from gpuci.gpu import health_record as gpu_health
 from gpuci.runtime import Result, Runtime, markdown_table
 
 REPEATED = 2

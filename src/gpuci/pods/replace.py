@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import gpu_health
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InfraError
+from gpuci.gpu import health_record as gpu_health
 from gpuci.pods import plan
 from gpuci.pods.client import NotFound, RunPodClient
 from gpuci.pods.clock import Clock, iso

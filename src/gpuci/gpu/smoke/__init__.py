@@ -69,8 +69,8 @@ def selected_checks(inp: SmokeInputs) -> list[str]:
 
 
 def run(inp: SmokeInputs, rt: Runtime) -> Result:
-    """The smoke alone (``gpu-smoke``'s target, :func:`gpuci.quarantine.smoke_then_quarantine`,
-    adds the health record and the quarantine around it; ``runners release`` runs it first)."""
+    """The smoke alone (``gpu-smoke``'s target, :func:`gpuci.gpu.smoke.command.run`, adds the
+    health record and the quarantine around it; ``runners release`` runs it first)."""
     return smoke(inp, rt)
 
 

@@ -1,0 +1,39 @@
+"""``gpu-smoke`` as a job runs it: the smoke, the GPUs' health record, then quarantine.
+
+:func:`gpuci.gpu.smoke.smoke` judges the GPUs and nothing else (``runners release`` and the
+Python API run it alone). The command adds two steps around the verdict: each GPU's verdict
+goes to the health store (:mod:`gpuci.gpu.health_record`, a courtesy: a failed write is a
+warning), and a hardware verdict takes this runner out of the pool when ``on-failure`` asks
+(:mod:`gpuci.quarantine`, a step on gpu's floor: ``tests/test_imports.py``).
+"""
+
+from __future__ import annotations
+
+from gpuci import quarantine
+from gpuci.gpu import health_record
+from gpuci.gpu.options import SmokeInputs
+from gpuci.gpu.smoke import smoke
+from gpuci.runtime import Result, Runtime
+
+__all__ = ["run"]
+
+
+def run(inp: SmokeInputs, rt: Runtime) -> Result:
+    """The ``gpu-smoke`` target.
+
+    Args:
+        inp: the command's typed inputs.
+        rt: where outputs, annotations and the summary go.
+
+    Returns:
+        The smoke's Result, with the quarantine's annotation when it took the runner out.
+
+    Raises:
+        InputError: bad inputs, among them quarantine labels GitHub will not remove (refused
+            before the smoke spends its budget).
+    """
+    if inp.on_failure == "quarantine":
+        quarantine.check_labels(inp.quarantine_labels)
+    result = smoke(inp, rt)
+    health_record.record(result, inp.health_store, rt)
+    return quarantine.after_verdict(result, inp, rt)
