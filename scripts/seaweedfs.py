@@ -9,7 +9,8 @@ filer and the S3 gateway, each with an HTTP and a gRPC port; left to their defau
 ports are port+10000 and clash between parallel servers, so every one is given. Telemetry is
 off (it posts to the internet). The gateway checks SigV4 against ``identities.json``: an admin
 identity with the test credentials and a read-only one (for read-only-credential tests).
-SIGTERM may take over 10 s, so :meth:`SeaweedFS.stop` kills the process.
+SIGTERM may take many seconds (docs/benchmarks.md), so :meth:`SeaweedFS.stop` kills the
+process.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from gpuci import charts
+from gpuci.training.charts import metric_charts
 from gpuci.training.ci import RunContext
 from gpuci.training.report import render
 
@@ -91,7 +92,7 @@ def _rows(value, *, baseline=0.92, passed=True):
 
 
 def test_this_run_is_a_series_of_its_own_red_when_it_fails_and_the_failed_rule_is_drawn():
-    (chart,) = charts.metric_charts(_rows(0.905, passed=False), _past([0.91, 0.92]))
+    (chart,) = metric_charts(_rows(0.905, passed=False), _past([0.91, 0.92]))
     assert charts.mermaid(chart) == "\n".join(
         [
             '%%{init: {"xyChart": {"height": 400}, "themeVariables": {"xyChart": '
@@ -123,7 +124,7 @@ def test_this_run_is_a_series_of_its_own_red_when_it_fails_and_the_failed_rule_i
 
 
 def test_a_passing_run_is_green_and_the_legend_colours_follow_the_palette_order():
-    (chart,) = charts.metric_charts(_rows(0.93), _past([0.91]))
+    (chart,) = metric_charts(_rows(0.93), _past([0.91]))
     palette = re.search(r'plotColorPalette": "([^"]+)"', charts.mermaid(chart)).group(1)
     squares = re.findall("[\U0001f7e5-\U0001f7eb]", charts.legend(chart))
     by_square = {square: hex_ for hex_, square in charts.PALETTE.values()}
@@ -136,14 +137,14 @@ def test_failing_metrics_are_charted_first():
         {"kind": "min", "metric": "ok", "value": 1.0, "limit": 0.5, "passed": True},
         {"kind": "min", "metric": "bad", "value": 0.1, "limit": 0.5, "passed": False},
     ]
-    assert [c.y_label for c in charts.metric_charts(rows, None)] == ["bad", "ok"]
+    assert [c.y_label for c in metric_charts(rows, None)] == ["bad", "ok"]
 
 
 def test_y_axis_starts_at_zero_unless_the_differences_would_not_show():
-    (wide,) = charts.metric_charts(_rows(0.3, baseline=0.5, passed=False), _past([0.6]))
+    (wide,) = metric_charts(_rows(0.3, baseline=0.5, passed=False), _past([0.6]))
     assert charts.y_axis(wide) == (0.0, 1.0, False)  # 0.3 .. 0.9 (the min rule): from 0
     assert "axis cut" not in charts.mermaid(wide) + charts.legend(wide)
-    (tight,) = charts.metric_charts(_rows(0.905, passed=False), _past([0.91]))
+    (tight,) = metric_charts(_rows(0.905, passed=False), _past([0.91]))
     low, high, broken = charts.y_axis(tight)
     assert broken and 0.85 < low < 0.9 and high < 1  # marked: in the y title and the legend
     assert f"axis cut at {charts.number(low)}" in charts.mermaid(tight)
@@ -159,7 +160,7 @@ def test_labels_are_days_thinned_distinct_and_this_run_is_always_written():
          "metrics": {"acc": v}}
         for i, v in enumerate(values)
     ]  # fmt: skip
-    (chart,) = charts.metric_charts(_rows(0.95), past)
+    (chart,) = metric_charts(_rows(0.95), past)
     axis = charts.mermaid(chart).splitlines()[3]
     labels = re.findall(r'"([^"]*)"', axis)
     assert len(labels) == 51 and len(set(labels)) == 51  # Mermaid merges equal categories
@@ -168,7 +169,7 @@ def test_labels_are_days_thinned_distinct_and_this_run_is_always_written():
     assert all(re.fullmatch(r"(Nov|Dec) \d{1,2}", label) for label in shown[:-1]), shown
     assert max(len(label) for label in labels) <= 8  # no hash, no label longer than "this run"
     assert len(axis) < 700  # the left-out labels cost at most 3 characters each
-    few = charts.mermaid(charts.metric_charts(_rows(0.95), past[:6])[0]).splitlines()[3]
+    few = charts.mermaid(metric_charts(_rows(0.95), past[:6])[0]).splitlines()[3]
     days = ["Nov 1", "Nov 1\u200b", "Nov 2", "Nov 2\u200b", "Nov 3", "Nov 3\u200b", "this run"]
     assert few == "    x-axis [" + ", ".join(f'"{d}"' for d in days) + "]"  # two runs a day
 
@@ -188,7 +189,7 @@ def test_metric_chart_without_history_is_baseline_then_this_run():
         {"kind": "min", "metric": "nan", "value": float("nan")},
         "not a row",
     ]  # fmt: skip  (a record from before "limit": the threshold is the min/max limit)
-    (chart,) = charts.metric_charts(rows, None)
+    (chart,) = metric_charts(rows, None)
     assert chart.categories == ["baseline", "this run"]
     assert charts.mermaid(chart).splitlines()[4:] == [
         '    y-axis "loss" 0 --> 0.4',
@@ -229,8 +230,8 @@ def test_hostile_names_in_every_chart_type_keep_the_grammar(name):
     rows = [{"kind": "min", "metric": name, "value": 1.0, "threshold": 0.5, "baseline": 0.9}]
     past = [{"commit": name, "date": name, "metrics": {name: 0.8}}]
     built = [
-        *charts.metric_charts(rows, past),
-        *charts.metric_charts(rows, None),
+        *metric_charts(rows, past),
+        *metric_charts(rows, None),
         charts.spend_chart([(name, 1.0), ("ok", 2.0)], [3.0, 4.0], name),
         charts.measured_chart(name, name, [(name, 1.0, 2.0)]),
     ]

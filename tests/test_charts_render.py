@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuci import charts
+from gpuci.training.charts import metric_charts
 from gpuci_testing import clean_env, run_cli
 from mermaid_render import REPO, missing, missing_markdown, render, render_markdown, walk_texts
 
@@ -49,7 +50,7 @@ def _metric() -> charts.Chart:
             zip("abcdef", (0.905, 0.912, 0.918, 0.915, 0.921, 0.925), strict=True)
         )
     ]
-    return charts.metric_charts(rows, past)[0]
+    return metric_charts(rows, past)[0]
 
 
 def _spend() -> charts.Chart:
@@ -101,7 +102,7 @@ def test_a_hostile_name_renders_as_text_and_adds_nothing(tmp_path):
     rows = [{"kind": "min", "metric": HOSTILE, "value": 1.0, "threshold": 0.5, "baseline": 0.9}]
     past = [{"commit": HOSTILE, "date": "", "metrics": {HOSTILE: 0.8}}]
     built = [
-        charts.metric_charts(rows, past)[0],
+        metric_charts(rows, past)[0],
         charts.spend_chart([(HOSTILE, 1.0), ("ok", 2.0)], [3.0, 4.0], HOSTILE),
         charts.measured_chart(HOSTILE, HOSTILE, [(HOSTILE, 1.0, 2.0)]),
     ]

@@ -1,10 +1,10 @@
 """How many connections to keep busy: a hill climb on aggregate throughput.
 
-Why: against real S3 each connection gets roughly 50-100 MB/s and the first byte takes tens of
+Why: against real S3 each connection's rate is capped and the first byte takes tens of
 milliseconds, so speed comes from how many connections are busy at once; on a loopback store
-the CPU is the limit and more connections only add kernel work. No fixed count fits both (a
-remote-like link measured 5.5 s with 8 connections, 2.8 s with 32), and nobody tunes a hidden
-variable. So transfers start with a few connections and let :class:`Concurrency` decide:
+the CPU is the limit and more connections only add kernel work. No fixed count fits both (the
+figures: docs/benchmarks.md, "Figures behind the code"), and nobody tunes a hidden variable.
+So transfers start with a few connections and let :class:`Concurrency` decide:
 
 - it starts from what the transfer knows: never more connections than requests
   (:meth:`Concurrency.expect`), and once the first responses have answered
@@ -46,9 +46,8 @@ DEFAULT_WINDOW_S = 0.3
 DEFAULT_GAIN = 1.25  # doubling over a link-bound store gains ~2x; on a CPU-bound one, noise
 DEFAULT_PATIENCE = 3
 DEFAULT_REPROBE_S = 2.0  # first re-probe after settling below the ceiling; doubles when unpaid
-# A first byte this late is a remote store (real S3: 20-80 ms); loopback and in-cluster stores
-# answer in a few ms (s3rver's fastest of the first four: 14-16 ms at load 17 on the 2-core VM,
-# where jumping to 32 cost ~0.3 CPU s per GiB and no wall time).
+# A first byte this late is a remote store; loopback and in-cluster stores answer sooner, even
+# on a loaded machine (the latencies behind this line: docs/benchmarks.md).
 DEFAULT_FAR_LATENCY_S = 0.015
 LATENCY_SAMPLES = 4  # first responses timed before judging the distance (their fastest)
 

@@ -22,6 +22,9 @@ from a store (owners, GPU names), so all of it goes through :func:`text`, the on
 makes a string inert in Mermaid and in the Markdown fence around it; the legend goes through
 :func:`gpuci.markdown.text`. Values are numbers we format ourselves; the data of each chart is
 also given as a plain dict for ``--json``.
+
+This module draws; what a feature's chart shows lives with the feature: the gate's metric charts
+in :mod:`gpuci.training.charts`, the smoke's per-GPU charts in :mod:`gpuci.gpu.smoke.report`.
 """
 
 from __future__ import annotations
@@ -245,104 +248,11 @@ def fenced(chart: Chart) -> str:
     return f"```mermaid\n{mermaid(chart)}\n```\n\n{legend(chart)}"
 
 
-def _finite(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """A number from a record (input): None unless a finite int or float (never a bool)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-_MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-
-
-def _day(run: dict[str, Any], index: int) -> str:
-    """A history run's x label: its day (``Nov 30``), else its commit's first 7 characters."""
-    date = str(run.get("date") or "")
-    found = re.match(r"\d{4}-(\d\d)-(\d\d)", date)
-    if found and 1 <= int(found.group(1)) <= 12:
-        return f"{_MONTHS[int(found.group(1)) - 1]} {int(found.group(2))}"
-    return str(run.get("commit") or "")[:7] or f"run {index + 1}"
-
-
-@dataclass
-class _Metric:
-    """What one gated metric's chart needs, gathered from its rows."""
-
-    value: float
-    baseline: float | None = None
-    passed: bool = True
-    rules: list[tuple[str, float, bool]] = field(default_factory=list)  # (rule, limit, passed)
-
-
-def _gather(rows: Sequence[Any]) -> dict[str, _Metric]:
-    """Rows (a gate record's, so input: type-checked) by metric, in their order."""
-    found: dict[str, _Metric] = {}
-    for row in rows:
-        if not isinstance(row, dict) or not isinstance(row.get("metric"), str):
-            continue
-        value = _finite(row.get("value"))
-        if value is None:
-            continue
-        item = found.setdefault(row["metric"], _Metric(value))
-        if (base := _finite(row.get("baseline"))) is not None:
-            item.baseline = base
-        passed = row.get("passed") is True
-        item.passed = item.passed and passed
-        limit = _finite(row.get("limit"))
-        if limit is None and row.get("kind") in ("min", "max"):  # a record from before "limit"
-            limit = _finite(row.get("threshold"))
-        if limit is not None:
-            rule = row.get("rule") if isinstance(row.get("rule"), str) else row.get("kind")
-            item.rules.append((str(rule), limit, passed))
-    return found
-
-
-def metric_charts(
-    rows: Sequence[Any], past: Sequence[dict[str, Any]] | None, limit: int = 10
-) -> list[Chart]:
-    """Per gated metric, failing ones first: the default branch's history (or the baseline) as
-    bars, this run as a bar of its own colour (red: a rule on it failed), each rule's limit and
-    the baseline as named lines."""
-    gathered = _gather(rows)
-    order = sorted(gathered, key=lambda name: gathered[name].passed)  # stable: failed first
-    charts = []
-    for name in order[:limit]:
-        item = gathered[name]
-        runs = [run for run in past or [] if name in run.get("metrics", {})][-MAX_CATEGORIES + 1 :]
-        points = [(_day(run, i), run["metrics"][name]) for i, run in enumerate(runs)]
-        count = len(points)
-        history = "default branch, " + ("last run" if count == 1 else f"last {count} runs")
-        if not points and item.baseline is not None:
-            points, history = [("baseline", item.baseline)], "baseline"
-        verdict = "passes" if item.passed else "fails"
-        bars = []
-        if points:
-            bars.append(Series(history, [v for _, v in points] + [None], "blue"))
-        mine = [None] * len(points) + [item.value]
-        bars.append(
-            Series(
-                f"this run: {number(item.value)}, {verdict}",
-                mine,
-                "red" if not item.passed else "green",
-            )
-        )
-        width = len(points) + 1
-        rules = sorted(item.rules, key=lambda r: r[2])  # a failed rule first: in orange
-        lines = [
-            Series(
-                f"{'failed ' if not ok else ''}rule {cut(rule)}: limit {number(value)}",
-                [value] * width,
-                RULE_COLOURS[i % len(RULE_COLOURS)],
-            )
-            for i, (rule, value, ok) in enumerate(rules)
-        ]
-        if item.baseline is not None and past:
-            lines.append(
-                Series(f"baseline: {number(item.baseline)}", [item.baseline] * width, "purple")
-            )
-        where = f"{history}, then this run" if points else "this run"
-        categories = [label for label, _ in points] + ["this run"]
-        charts.append(Chart(f"{name}: {where}", categories, bars, name, lines, thin=True))
-    return charts
 
 
 def spend_chart(
@@ -381,29 +291,3 @@ def measured_chart(title: str, unit: str, rows: Sequence[tuple[str, float, float
         unit,
         [Series(f"minimum {unit}", [minimum for _, _, minimum in rows], "orange")],
     )
-
-
-# gpu-smoke figures with a minimum: (measured key, minimum key, unit, what was measured).
-SMOKE_FIGURES = (
-    ("tflops", "min_tflops", "TFLOP/s", "FP16 GEMM"),
-    ("copy_gbs", "min_gbs", "GB/s", "device memory bandwidth"),
-)
-
-
-def smoke_charts(outcomes: Sequence[Any], gpus: Any) -> list[Chart]:
-    """``gpu-smoke`` on several GPUs: per figure with a minimum, measured per GPU against it.
-
-    ``outcomes`` are the smoke's (``.gpu``, ``.figures``); one GPU gets no chart (its table says
-    it all). ``gpus`` maps an index to its name."""
-    found = []
-    for key, min_key, unit, what in SMOKE_FIGURES:
-        rows = []
-        for outcome in outcomes:
-            figures = getattr(outcome, "figures", None) or {}
-            index = getattr(outcome, "gpu", None)
-            value, minimum = _finite(figures.get(key)), _finite(figures.get(min_key))
-            if index is not None and value is not None and minimum is not None:
-                rows.append((f"{index}: {gpus.get(index, '')}".strip(), value, minimum))
-        if len(rows) >= 2:
-            found.append(measured_chart(f"{what} per GPU ({unit})", unit, rows))
-    return found

@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _parser_class()(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     cmd: Command = args._command
     dry_run = args.dry_run or settings.DRY_RUN.is_true()
-    # --probe: a dry run may ask servers (read by gpuci.probe from the runtime's environment)
+    # --probe: a dry run may ask servers (runtime.probes_allowed reads the runtime's environment)
     environ = {**os.environ, settings.PROBE.name: "true"} if args.probe else None
     runtime = Runtime(environ, json_mode=args.json, dry_run=dry_run)
     try:

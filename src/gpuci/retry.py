@@ -72,7 +72,7 @@ def parse_retry_after(
 
 
 def _seconds_until(text: str, now: float) -> float | None:
-    import email.utils  # ~20 ms of imports (email, calendar): only when a date is sent
+    import email.utils  # email and calendar load slowly (docs/benchmarks.md): only for a date
     from datetime import timezone
 
     try:

@@ -341,7 +341,7 @@ class Runtime:
                 f"refusing to write the variable name {_redact.single_line(name)!r}",
                 hint="names are letters, digits, '_', '-' and '.', starting with a letter",
             )
-        import uuid  # 2-10 ms to import (it loads platform): only when writing outputs
+        import uuid  # slow to import (it loads platform; docs/benchmarks.md): only for outputs
 
         delimiter = f"ghadelimiter_{uuid.uuid4()}"
         while delimiter in value:  # astronomically unlikely; loop for proof, not for luck
@@ -404,3 +404,26 @@ class Runtime:
         return Progress(
             inert(self.line(label)), total, self._log_stream, live=self.is_tty, interval=interval
         )
+
+
+# ----- dry-run probes --------------------------------------------------------------------------
+PROBE_ENV = settings.PROBE.name
+
+
+def probes_allowed(rt_or_env: object) -> bool:
+    """Whether a dry run may ask a server anything: never, unless ``--probe`` says so.
+
+    A dry run is the laptop check before a GPU job and needs no network: by default it plans from
+    what it was given (the URL, the digest, the key). ``--probe`` (``GPUCI_PROBE=true``) opts in
+    to read-only probes: a HEAD (or one-byte GET) per download, a listing of pods.
+
+    Args:
+        rt_or_env: a :class:`Runtime`, or an environment mapping.
+
+    Returns:
+        True when read-only probes are allowed.
+    """
+    env = getattr(rt_or_env, "environ", rt_or_env)
+    if not isinstance(env, Mapping):
+        return False
+    return str(env.get(PROBE_ENV, "")).strip().lower() in ("1", "true", "yes")

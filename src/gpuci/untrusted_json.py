@@ -40,7 +40,8 @@ def _parse_int(digits: str) -> int:
 # before parsing, in C-speed passes, without recursing as deep as a hostile text goes. The
 # closing quote is optional, so a string that never closes is taken to the end in one pass:
 # with it required, each escaped quote of an unclosed string started a new scan to the end
-# (quadratic: 80 KB of them took 40 s). Such text is no JSON; the parser then refuses it.
+# (quadratic; docs/benchmarks.md, "Figures behind the code"). Such text is no JSON; the
+# parser then refuses it.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
 _NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}

@@ -57,7 +57,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
     )
     from gpuci.dryrun.planner import Planner
     from gpuci.dryrun.report import result
-    from gpuci.probe import probes_allowed
+    from gpuci.runtime import probes_allowed
 
     path = Path(inp.workflow)
     workflow = load_workflow(path)

@@ -76,8 +76,7 @@ from gpuci.dryrun.workflow import (
     own_workflow,
 )
 from gpuci.errors import InputError
-from gpuci.probe import PROBE_ENV
-from gpuci.runtime import Result, Runtime, format_output
+from gpuci.runtime import PROBE_ENV, Result, Runtime, format_output
 
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 

@@ -27,8 +27,7 @@ from gpuci.fetch.sources import (
     url_secrets,
 )
 from gpuci.markdown import Code, Link
-from gpuci.probe import probes_allowed
-from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table, probes_allowed
 from gpuci.units import human_bytes
 
 COMMAND = "retry-fetch"

@@ -2,7 +2,7 @@
 
 By default the plan uses no network (:func:`offline`): what would be fetched from where, into
 which partial file, verified against which digest, from the inputs and the files on disk.
-With ``--probe`` (:mod:`gpuci.probe`), a HEAD per URL (falling back to a one-byte ranged GET
+With ``--probe`` (:mod:`gpuci.runtime`), a HEAD per URL (falling back to a one-byte ranged GET
 when HEAD is refused) tells us the size, whether the server resumes (``Accept-Ranges`` or a
 206), and whether earlier partial bytes on disk would be kept. The probe goes through the same
 client as a real run (credentials stay on their origin, no encoding accepted) and never reads

@@ -2,7 +2,8 @@
 
 The report is written atomically (``*.incomplete``, verified, renamed) so a later step never
 reads half a file; the journal gets a GPU summary so ``provenance`` can name model, driver and
-CUDA. In a dry run nothing is written and a missing GPU is described, never failed.
+CUDA. In a dry run nothing is written and a missing GPU is described, never failed. The job
+summary is an overview, a table per GPU, and the checks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from gpuci import files, journal
 from gpuci.errors import CheckFailed, ExitCode, NvmlUnavailable
-from gpuci.gpu import summary
 from gpuci.gpu.checks import (
     CheckOutcome,
     Requirements,
@@ -30,7 +30,7 @@ from gpuci.gpu.checks import (
 from gpuci.gpu.nvml import GpuInfo, Snapshot, open_nvml
 from gpuci.gpu.options import SetupInputs
 from gpuci.gpu.visible import Visibility, job_view
-from gpuci.runtime import OutputValue, Result, Runtime
+from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 
 COMMAND = "gpu-setup"
 REPORT_NAME = "gpuci-gpu-report.json"
@@ -196,13 +196,13 @@ def _report(
 def _describe(result: Result, seen: _Seen, checks: list[CheckOutcome]) -> None:
     """The step summary (GPUs, checks) and the notes a real run and a dry run both give."""
     if seen.snapshot and seen.gpus:
-        result.summary.append(summary.overview(seen.snapshot))
-        result.summary += [summary.gpu_table(g) for g in seen.gpus]
+        result.summary.append(overview(seen.snapshot))
+        result.summary += [gpu_table(g) for g in seen.gpus]
     elif seen.nvml_error:
         result.summary.append(f"**GPUs**: none ({seen.nvml_error.message})")
     else:
         result.summary.append("**GPUs**: none found by NVML")
-    result.summary.append(summary.checks_table(checks))
+    result.summary.append(checks_table(checks))
     if len(seen.every) > len(seen.units):
         result.notice(
             f"{len(seen.every) - len(seen.units) + 1} MIG devices here, but CUDA shows one MIG "
@@ -271,3 +271,81 @@ def _publish(
     if failed:
         result.exit_code = ExitCode(CheckFailed.exit_code)
     return result
+
+
+# ----- the job summary: an overview, a table per GPU, and the checks ---------------------------
+_MARK = {"pass": "✅ pass", "fail": "❌ fail", "unsupported": "⚪ unsupported"}
+
+
+def _or_dash(value: object) -> str:
+    return "—" if value is None or value == "" else str(value)
+
+
+def _pcie(gpu: GpuInfo) -> str:
+    if gpu.pcie_gen_current is None and gpu.pcie_width_current is None:
+        return "—"
+    return (
+        f"Gen{_or_dash(gpu.pcie_gen_current)}/{_or_dash(gpu.pcie_gen_max)} "
+        f"x{_or_dash(gpu.pcie_width_current)}/{_or_dash(gpu.pcie_width_max)}"
+    )
+
+
+def _ecc(gpu: GpuInfo) -> str:
+    h = gpu.health
+    if h.ecc_enabled is False:
+        return "off"
+    problems = h.memory_problems()
+    if problems:
+        return "; ".join(problems)
+    return "ok" if h.memory_counters_supported() else "—"
+
+
+def overview(snapshot: Snapshot) -> str:
+    head = (
+        f"**GPUs** ({snapshot.source}): driver {_or_dash(snapshot.driver_version)}, "
+        f"CUDA {_or_dash(snapshot.cuda_text)}"
+    )
+    rows = [
+        [
+            g.index,
+            g.name,
+            f"{gb(g.memory_total)} GB" if g.memory_total is not None else "—",
+            _or_dash(g.cc_text),
+            _or_dash(g.architecture),
+            "on" if g.mig_enabled else ("off" if g.mig_enabled is False else "—"),
+            _ecc(g),
+        ]
+        for g in snapshot.gpus
+    ]
+    table = markdown_table(["#", "GPU", "Memory", "CC", "Arch", "MIG", "ECC"], rows)
+    return f"{head}\n\n{table}"
+
+
+def gpu_table(gpu: GpuInfo) -> str:
+    """Every field for one GPU; folded, because eight GPUs would drown the checks."""
+    h = gpu.health
+    rows: list[list[object]] = [
+        ["UUID", gpu.uuid],
+        ["Memory total / free", f"{gb(gpu.memory_total)} GB / {gb(gpu.memory_free)} GB"],
+        ["Compute capability", _or_dash(gpu.cc_text)],
+        ["Architecture", _or_dash(gpu.architecture)],
+        ["PCIe (current/max)", _pcie(gpu)],
+        ["Power limit", "—" if gpu.power_limit_w is None else f"{gpu.power_limit_w:g} W"],
+        ["Temperature", "—" if h.temperature_c is None else f"{h.temperature_c} °C"],
+        ["ECC volatile uncorrected", _or_dash(h.ecc_volatile_uncorrected)],
+        ["Retired pages pending", _or_dash(h.retired_pages_pending)],
+        ["Remapped rows pending", _or_dash(h.remapped_rows_pending)],
+        ["Remapped rows failed", _or_dash(h.remapped_rows_failure)],
+        ["PCIe replays", _or_dash(h.pcie_replay_counter)],
+        ["Clock events", ", ".join(h.clock_events) or "none"],
+        ["Processes", "—" if gpu.processes is None else len(gpu.processes)],
+    ]
+    for mig in gpu.mig_devices:
+        rows.append([f"MIG {mig.index}: {mig.name}", f"{mig.uuid} ({gb(mig.memory_total)} GB)"])
+    table = markdown_table(["Field", "Value"], [[k, _or_dash(v)] for k, v in rows])
+    return f"<details><summary>GPU {gpu.index}: {gpu.name}</summary>\n\n{table}\n\n</details>"
+
+
+def checks_table(checks: list[CheckOutcome]) -> str:
+    rows = [[c.check, c.required, _MARK[c.outcome], c.reason] for c in checks]
+    return "**Checks**\n\n" + markdown_table(["Check", "Required", "Outcome", "Reason"], rows)

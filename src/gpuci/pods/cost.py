@@ -16,8 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import notify
-from gpuci.pods import ledger
+from gpuci.pods import ledger, notify
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.naming import clean_owner, tag_of
 from gpuci.pods.options import CostInputs

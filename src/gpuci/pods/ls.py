@@ -9,8 +9,7 @@ from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import open_client, pod_url, tagged_pods
 from gpuci.pods.naming import PodTag
 from gpuci.pods.options import LsInputs
-from gpuci.probe import probes_allowed
-from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table, probes_allowed
 
 
 def ls(inp: LsInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:

@@ -8,10 +8,11 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from gpuci import notify, redact
+from gpuci import redact
 from gpuci.errors import GpuciError
 from gpuci.pods import (
     ledger,
+    notify,
     repeat_failures,
 )
 from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import journal, notify
+from gpuci import journal
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.markdown import Link
 from gpuci.pods import (
@@ -20,6 +20,7 @@ from gpuci.pods import (
     cancel,
     handover,
     ledger,
+    notify,
     placement,
     plan,
     readiness,

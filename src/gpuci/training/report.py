@@ -21,6 +21,7 @@ from gpuci.markdown import code as md_code
 from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import ci
+from gpuci.training.charts import metric_charts
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 from gpuci.training.rules import fmt, table_markdown
 
@@ -129,7 +130,7 @@ def charts_markdown(
     """One Mermaid chart per gated metric (failing ones first), each with its legend and
     followed by a blank line. Their data goes to ``--json`` too."""
     rows = gate.get("rows")
-    found = charts.metric_charts(rows if isinstance(rows, list) else [], past)
+    found = metric_charts(rows if isinstance(rows, list) else [], past)
     if result is not None:
         result.report["charts"] = [chart.as_dict() for chart in found]
     return "".join(charts.fenced(chart) + "\n\n" for chart in found)

@@ -1,9 +1,10 @@
 """The smoke's verdict and report: the Result (headline, annotations, outputs), the JSON
-report (written by ``gpuci.files``), a markdown table per GPU, the journal record."""
+report (written by ``gpuci.files``), a markdown table per GPU and a chart per figure across
+GPUs, the journal record."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def summary_tables(outcomes: list[Outcome], gpus: Mapping[int, str]) -> list[str
         rows = [_row(o) for o in outcomes if o.gpu == index]
         blocks.append(f"#### gpu-smoke: GPU {index} {gpus.get(index, '')}\n\n"
                       + markdown_table(headers, rows))  # fmt: skip
-    blocks[:0] = [charts.fenced(c) for c in charts.smoke_charts(outcomes, gpus)]  # above tables
+    blocks[:0] = [charts.fenced(c) for c in smoke_charts(outcomes, gpus)]  # above tables
     machine = [_row(o) for o in outcomes if o.gpu is None]
     if machine:
         blocks.append("#### gpu-smoke: all GPUs\n\n" + markdown_table(headers, machine))
@@ -221,3 +222,29 @@ def _journal(result: Result, rt: Runtime) -> None:
         )
     except OSError as exc:
         result.warning(f"could not append to the job journal: {exc}", "gpu-smoke")
+
+
+# gpu-smoke figures with a minimum: (measured key, minimum key, unit, what was measured).
+SMOKE_FIGURES = (
+    ("tflops", "min_tflops", "TFLOP/s", "FP16 GEMM"),
+    ("copy_gbs", "min_gbs", "GB/s", "device memory bandwidth"),
+)
+
+
+def smoke_charts(outcomes: Sequence[Any], gpus: Any) -> list[charts.Chart]:
+    """``gpu-smoke`` on several GPUs: per figure with a minimum, measured per GPU against it.
+
+    ``outcomes`` are the smoke's (``.gpu``, ``.figures``); one GPU gets no chart (its table says
+    it all). ``gpus`` maps an index to its name."""
+    found = []
+    for key, min_key, unit, what in SMOKE_FIGURES:
+        rows = []
+        for outcome in outcomes:
+            figures = getattr(outcome, "figures", None) or {}
+            index = getattr(outcome, "gpu", None)
+            value, minimum = charts.finite(figures.get(key)), charts.finite(figures.get(min_key))
+            if index is not None and value is not None and minimum is not None:
+                rows.append((f"{index}: {gpus.get(index, '')}".strip(), value, minimum))
+        if len(rows) >= 2:
+            found.append(charts.measured_chart(f"{what} per GPU ({unit})", unit, rows))
+    return found

@@ -1,7 +1,7 @@
 """Running a gpu-smoke plan: per-GPU checks on all GPUs at once, shared resources one at a time.
 
-Check by check across GPUs, 8 GPUs cost 8 times one (the dry run on 8 x H200 estimated ~53 s
-for a 30 s budget), so the memory and PCIe checks of the last GPUs were skipped on every run.
+Check by check across GPUs, 8 GPUs cost 8 times one (on 8 x H200, well over the default budget:
+docs/benchmarks.md), so the memory and PCIe checks of the last GPUs were skipped on every run.
 A GPU's own checks touch only that GPU (its context, its SMs, its memory), so each GPU runs its
 sequence on its own thread and a wave costs what the slowest GPU costs. Checks that share
 something run alone, in plan order:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from http.server import BaseHTTPRequestHandler
 
-from gpuci import notify
+from gpuci.pods import notify
 from loopback_http import LoopbackHTTPServer
 
 SEEN: list[str] = []
