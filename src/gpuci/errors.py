@@ -90,3 +90,16 @@ class ConflictError(GpuciError):
 
     exit_code = ExitCode.CHECK_FAILED
     title = "gpu-ci: concurrent update"
+
+
+class BackendUnavailable(Exception):
+    """gpu-smoke's framework (torch, cupy) is installed but cannot drive a GPU here; the reason
+    is one line. Not a :class:`GpuciError`: the smoke turns it into a check's verdict.
+
+    ``built_cuda``: the CUDA version the framework was built for ("12.8"), when known, so the
+    caller can tell a torch newer than the driver from a broken node.
+    """
+
+    def __init__(self, reason: str, built_cuda: str | None = None) -> None:
+        super().__init__(reason)
+        self.built_cuda = built_cuda

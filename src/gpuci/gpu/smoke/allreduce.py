@@ -188,7 +188,7 @@ def _kill(proc: subprocess.Popen[str]) -> str:
 
 
 def _answer(reducer: str, indices: list[int], n: int) -> dict[str, Any]:
-    from gpuci.gpu.smoke.backends.errors import BackendUnavailable
+    from gpuci.errors import BackendUnavailable
 
     module, _, name = reducer.partition(":")
     try:

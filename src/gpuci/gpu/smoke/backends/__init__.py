@@ -13,8 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuci.errors import InputError
-from gpuci.gpu.smoke.backends.errors import BackendUnavailable
+from gpuci.errors import BackendUnavailable, InputError
 
 __all__ = [
     "Backend",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuci.gpu.smoke.backends.errors import BackendUnavailable
+from gpuci.errors import BackendUnavailable
 
 
 class CupyDevice:

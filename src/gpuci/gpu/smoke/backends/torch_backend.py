@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuci.gpu.smoke.backends.errors import BackendUnavailable
+from gpuci.errors import BackendUnavailable
 
 
 def _torch() -> Any:
