@@ -1,5 +1,6 @@
 """The forge REST client (GitHub, GitLab) under rate limits: a 429's ``Retry-After`` is waited,
-capped, and a garbage one falls back to the backoff (gpuci.retry's one parser)."""
+capped, and a garbage one falls back to the backoff (gpuci.retry's one parser); and hostile
+bodies: too large or too deep is one line, never a traceback or a body read whole."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 
 class _RateLimited(LoopbackHTTPServer):
-    """Answers the queued (status, headers) first, then ``[]`` to every GET."""
+    """Answers the queued (status, headers[, raw body]) first, then ``[]`` to every GET."""
 
-    def __init__(self, *answers: tuple[int, dict[str, str]]) -> None:
+    def __init__(self, *answers: tuple[Any, ...]) -> None:
         queue = list(answers)
         self.seen = 0
         server = self
@@ -30,6 +31,11 @@ class _RateLimited(LoopbackHTTPServer):
                     answer = queue.pop(0) if queue else None
                 if answer is None:
                     self._reply(200, [])
+                elif len(answer) == 3:
+                    self.send_response(answer[0])
+                    self.send_header("Content-Length", str(len(answer[2])))
+                    self.end_headers()
+                    self.wfile.write(answer[2])
                 else:
                     self._reply(answer[0], {"message": "slow down"}, answer[1])
 
@@ -107,3 +113,21 @@ def test_a_rate_limit_403_to_the_end_is_one_line_naming_it(sleeps):
     ):
         _comments(server, attempts=2)
     assert server.seen == 2 and "rate limited" in info.value.one_line()
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 levels"),
+        (b"[" + b"{}," * (6 << 20) + b"{}]", "more than 16 MiB"),
+        (b'[{"id": NaN, "body": "x"}]', "NaN"),
+    ],
+    ids=["deep", "huge", "nan"],
+)
+def test_a_hostile_body_is_one_line(body, why):
+    """Before: 100,000 brackets ended in a RecursionError's traceback, and 18 MiB was read
+    whole and parsed into 6 million objects."""
+    with _RateLimited((200, {}, body)) as server, pytest.raises(InfraError) as info:
+        _comments(server)
+    line = info.value.one_line()
+    assert why in line and "\n" not in line and server.seen == 1

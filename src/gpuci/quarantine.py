@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
@@ -183,10 +183,12 @@ class _NotDone(Exception):
     """Why the runner was not quarantined (a warning, never a failure of its own)."""
 
 
-def _token(env: Any, name: str, rt: Runtime) -> str:
-    token = str(env.get(name) or "").strip()
+def _token(env: Any, setting: settings.Setting, rt: Runtime) -> str:
+    token = setting.value(env)
     if not token:
-        raise _NotDone(f"{name} is not set (see docs/quarantine.md for the token it needs)")
+        raise _NotDone(
+            f"{setting.name} is not set (see docs/quarantine.md for the token it needs)"
+        )
     rt.mask(token)
     return token
 
@@ -198,7 +200,7 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("quarantine-labels is empty: name the labels your GPU jobs use")
     if not name or "/" not in repository:
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
-    token = _token(env, rl.GITHUB_TOKEN_ENV, rt)
+    token = _token(env, settings.RUNNER_TOKEN, rt)
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
@@ -224,7 +226,7 @@ def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
     rid = str(env.get("CI_RUNNER_ID") or "")
     if not rid.isdigit():
         raise _NotDone("CI_RUNNER_ID is not set")
-    token = _token(env, rl.GITLAB_TOKEN_ENV, rt)
+    token = _token(env, settings.GITLAB_TOKEN, rt)
     api = str(env.get("CI_API_V4_URL") or "")
     if not api:
         raise _NotDone("CI_API_V4_URL is not set")
@@ -357,10 +359,10 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
 
 
 def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], repository: str) -> str:
-    token = str(env.get(rl.GITHUB_TOKEN_ENV) or "").strip()
+    token = settings.RUNNER_TOKEN.value(env)
     if not token:
         raise InputError(
-            f"{rl.GITHUB_TOKEN_ENV} is not set",
+            f"{settings.RUNNER_TOKEN.name} is not set",
             hint="set it to a token with 'Administration: read and write' (docs/quarantine.md)",
         )
     rt.mask(token)
@@ -387,11 +389,11 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
 
 
 def _unpause_gitlab(env: Any, rt: Runtime, runner_id: int) -> str:
-    token = str(env.get(rl.GITLAB_TOKEN_ENV) or "").strip()
+    token = settings.GITLAB_TOKEN.value(env)
     api = str(env.get("CI_API_V4_URL") or "")
     if not token or not api:
         raise InputError(
-            f"{rl.GITLAB_TOKEN_ENV} or CI_API_V4_URL is not set",
+            f"{settings.GITLAB_TOKEN.name} or CI_API_V4_URL is not set",
             hint="set both (a token that can manage the runner; docs/quarantine.md)",
         )
     rt.mask(token)

@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.forges.rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitLab"]
 
-TOKEN_ENV = "GPUCI_GITLAB_TOKEN"
+TOKEN_ENV = settings.GITLAB_TOKEN.name  # declared in gpuci.settings; named here for hints
 
 
 class GitLab(ApiClient):

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import github as gh
 from gpuci.forges.rest import ApiClient
-from gpuci.forges.runner_labels import GITHUB_TOKEN_ENV, GITLAB_TOKEN_ENV
+
+_GITHUB_TOKEN = settings.RUNNER_TOKEN.name
+_GITLAB_TOKEN = settings.GITLAB_TOKEN.name
 
 
 class Ambiguous(InputError):
@@ -48,9 +51,9 @@ class GitHubRunnerLabels(ApiClient):
 
     service = "GitHub"
     url_env = "GITHUB_API_URL"
-    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
+    hint_401 = f"set {_GITHUB_TOKEN} to a valid token with administration rights"
     hint_403 = (
-        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
+        f"give the token in {_GITHUB_TOKEN} 'Administration: read and write' on the "
         "repository ('Self-hosted runners: read and write' on the organisation for org runners)"
     )
     hint_404 = "check GITHUB_REPOSITORY, GITHUB_API_URL and that the token can see the runner"
@@ -153,10 +156,11 @@ class GitLabRunnerPause(ApiClient):
 
     service = "GitLab"
     url_env = "CI_API_V4_URL"
-    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token that can manage the runner"
+    hint_401 = f"set {_GITLAB_TOKEN} to a valid token that can manage the runner"
     hint_403 = (
-        f"give the token in {GITLAB_TOKEN_ENV} the api scope and the Maintainer role on a "
-        "project the runner belongs to (an administrator's for an instance runner)"
+        f"give the token in {_GITLAB_TOKEN} the api scope and the role GitLab asks to manage "
+        "this runner: Maintainer on its project (project runner), Owner of its group (group "
+        "runner), administrator (instance runner)"
     )
     hint_404 = "check CI_RUNNER_ID and CI_API_V4_URL"
     forbidden_what = "the token may not manage this runner"
