@@ -186,9 +186,7 @@ class _NotDone(Exception):
 def _token(env: Any, setting: settings.Setting, rt: Runtime) -> str:
     token = setting.value(env)
     if not token:
-        raise _NotDone(
-            f"{setting.name} is not set (see docs/quarantine.md for the token it needs)"
-        )
+        raise _NotDone(f"{setting.name} is not set (see docs/quarantine.md for the token it needs)")
     rt.mask(token)
     return token
 
@@ -205,11 +203,13 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
         try:  # this runner: its id from its own .runner file, else its name plus scope
-            runner = client.locate(name, repository, _identity(env, admin))
+            runner = client.locate(
+                name, repository, _identity(env, admin), settings.GITHUB_ENTERPRISE.value(env)
+            )
         except admin.Ambiguous as exc:
             raise _NotDone(exc.one_line()) from None
         if runner is None:
-            raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
+            raise _NotDone(_nowhere(name, repository, env))
         present = {lb.lower(): lb for lb in runner.labels}
         removed = [
             present[lb.lower()]
@@ -220,6 +220,15 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
     back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
     what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
     return f"{name} (id {runner.runner_id}; {what})", back
+
+
+def _nowhere(name: str, repository: str, env: Any) -> str:
+    """Where a runner was looked for by name and not found, in words."""
+    owner = repository.partition("/")[0]
+    lists = f"{repository}'s or {owner}'s runner lists"
+    if enterprise := settings.GITHUB_ENTERPRISE.value(env):
+        lists = f"{repository}'s, {owner}'s or the enterprise {enterprise}'s runner lists"
+    return f"no self-hosted runner named exactly {name!r} in {lists}"
 
 
 def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
@@ -376,11 +385,12 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
         mine = _identity(env, admin) if env.get("RUNNER_NAME") == name else None
-        runner = client.locate(name, repository, mine)
+        runner = client.locate(name, repository, mine, settings.GITHUB_ENTERPRISE.value(env))
         if runner is None:
             raise InputError(
-                f"no self-hosted runner named exactly {name!r} in {repository}'s list",
-                hint="check the name the quarantine annotation gave, and --repository",
+                _nowhere(name, repository, env),
+                hint="check the name the quarantine annotation gave, and --repository (and "
+                f"{settings.GITHUB_ENTERPRISE.name} for an enterprise runner)",
             )
         client.add_labels(runner, labels)
         if any(lb.lower() == rl.QUARANTINE_LABEL for lb in runner.labels):

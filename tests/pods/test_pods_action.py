@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
+
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actions"))
 from action_env import run_gpuci_action

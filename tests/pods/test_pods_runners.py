@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_ci_runners import FakeRunnersAPI
 
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods import runner_boot, runners, selfstop
 
 L40S = "NVIDIA L40S"

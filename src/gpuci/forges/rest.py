@@ -264,16 +264,23 @@ class ApiClient:
         return str(target)
 
     def pages(
-        self, url: str, what: str, key: str = "", *, whole: bool = False
+        self,
+        url: str,
+        what: str,
+        key: str = "",
+        *,
+        whole: bool = False,
+        query: dict[str, str] | None = None,
     ) -> Iterator[list[dict[str, Any]]]:
         """Each page of a list of objects, following ``Link`` on the API's origin only.
 
         ``key`` names the list inside an object page (GitHub's ``{"runners": [...]}``).
         ``whole``: the caller acts on what is missing from the list (a runner not listed is
         gone), so a list longer than MAX_PAGES is an error rather than a silent cut.
+        ``query``: more parameters of the first page (the next pages' links carry them).
         """
         next_url: str | None = url
-        params: dict[str, Any] | None = {"per_page": 100}
+        params: dict[str, Any] | None = {"per_page": 100, **(query or {})}
         for _ in range(MAX_PAGES):
             if next_url is None:
                 return
