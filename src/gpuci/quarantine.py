@@ -2,7 +2,9 @@
 
 A hardware verdict (exit 1 with failed checks that are findings about the GPU) on a
 self-hosted runner with ``on-failure: quarantine``: on GitHub the configured labels are removed
-from exactly this runner (``RUNNER_NAME``, matched exactly) and ``gpuci-quarantined`` added;
+from exactly this runner (its id from its ``.runner`` file, else ``RUNNER_NAME`` matched
+exactly in the repository's, organisation's and ``GPUCI_GITHUB_ENTERPRISE``'s runner lists)
+and ``gpuci-quarantined`` added;
 on GitLab the runner ``CI_RUNNER_ID`` is paused. An environment error (exit 2 or 3), a skip or
 a framework that cannot start is never a reason. The job still fails with the verdict; one
 annotation names the runner, the GPU and the way back (``python -m gpuci runners release``).
