@@ -56,7 +56,7 @@ class JsonAPIHandler(BaseHTTPRequestHandler):
             self.send_response(204)
             self.end_headers()
             return
-        data = json.dumps(body).encode()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()  # bytes: as is
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -10,36 +10,25 @@ from typing import Any
 
 import pytest
 
+from forges.fake_github import FakeGitHub
 from gpuci.errors import InfraError
 from gpuci.forges import rest
 from gpuci.forges.github import GitHub
-from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 
-class _RateLimited(LoopbackHTTPServer):
-    """Answers the queued (status, headers[, raw body]) first, then ``[]`` to every GET."""
+class _RateLimited(FakeGitHub):
+    """The fake GitHub answering the queued (status, headers[, raw body]) first; ``seen``
+    counts the requests it got."""
 
     def __init__(self, *answers: tuple[Any, ...]) -> None:
-        queue = list(answers)
-        self.seen = 0
-        server = self
+        super().__init__()
+        for status, headers, *body in answers:
+            answer = body[0] if body else {"message": "slow down"}
+            self.state.answer_first.append((status, headers, answer))
 
-        class Handler(JsonAPIHandler):
-            def do_GET(self) -> None:
-                with server.lock:
-                    server.seen += 1
-                    answer = queue.pop(0) if queue else None
-                if answer is None:
-                    self._reply(200, [])
-                elif len(answer) == 3:
-                    self.send_response(answer[0])
-                    self.send_header("Content-Length", str(len(answer[2])))
-                    self.end_headers()
-                    self.wfile.write(answer[2])
-                else:
-                    self._reply(answer[0], {"message": "slow down"}, answer[1])
-
-        super().__init__(Handler)
+    @property
+    def seen(self) -> int:
+        return len(self.state.requests)
 
 
 @pytest.fixture
@@ -50,8 +39,8 @@ def sleeps(monkeypatch) -> list[float]:
     return asked
 
 
-def _comments(server: LoopbackHTTPServer, **kwargs: Any) -> list[dict[str, Any]]:
-    with GitHub(f"http://127.0.0.1:{server.port}", "ghs_token", "o/r", **kwargs) as gh:
+def _comments(server: FakeGitHub, **kwargs: Any) -> list[dict[str, Any]]:
+    with GitHub(server.github_api, server.state.github_token, "o/r", **kwargs) as gh:
         return gh.marked_comments(1, "<!-- m -->")
 
 

@@ -20,7 +20,7 @@ with an absolute ``Link: rel="next"``.
   sha256 lines its release workflow writes and each asset's ``digest``.
 
 Hostile options: ``answers`` (a canned answer for a method and path), ``next_link`` (every
-comment page links there), ``fail_next`` (status codes answered first), and
+comment page links there), ``answer_first`` (answers given first, in order), and
 ``lose_create_responses`` / ``lose_answers`` (the write is done, the answer is a 502).
 """
 
@@ -92,7 +92,9 @@ class GitHubState(ForgeState):
     releases: list[dict[str, Any]] = field(
         default_factory=lambda: [release(*NEWEST_KNOWN, "2026-10-01T12:00:00Z")]
     )
-    fail_next: list[int] = field(default_factory=list)  # status codes to answer, in order
+    # Answered first, in order, before any check: a status, or (status, headers, body), the
+    # body JSON or raw bytes (rate limits, hostile bodies)
+    answer_first: list[Any] = field(default_factory=list)
     lose_create_responses: int = 0  # create the comment, then answer 502 (a lost response)
     # (method, full path) -> (status, JSON body, headers): answered instead of the real thing
     answers: dict[tuple[str, str], tuple[int, Any, dict[str, str]]] = field(default_factory=dict)
@@ -114,9 +116,11 @@ class GitHubRoutes(ForgeRoutes):
 
     def _github(self, method: str, path: str, query: str, body: Any) -> None:
         st = self.state
-        if st.fail_next:
-            code = st.fail_next.pop(0)
-            return self._reply(code, {"message": f"forced {code}"})
+        if st.answer_first:
+            first = st.answer_first.pop(0)
+            if isinstance(first, int):
+                return self._reply(first, {"message": f"forced {first}"})
+            return self._reply(first[0], first[2], first[1])
         auth = self.headers.get("Authorization", "")
         if auth not in (f"Bearer {st.github_token}", f"Bearer {st.job_token}"):
             return self._reply(401, {"message": "Bad credentials"})

@@ -126,7 +126,7 @@ def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
     env = pr_env(tmp_path, github)
     assert gate(tmp_path, env, 0.95).returncode == 0  # no --comment: nothing posted
     assert github.state.requests == []
-    github.state.fail_next = [502]  # one transient failure, retried
+    github.state.answer_first = [502]  # one transient failure, retried
     proc = run_cli("report", "--comment", "--gpu-minutes", "12.5", env=env)
     assert proc.returncode == 0, proc.stdout
     comment = github.state.comments[f"{REPO}#7"][0]
@@ -169,7 +169,7 @@ def test_rejected_token_is_bad_input_and_forbidden_is_a_warning(tmp_path, github
     shown = [ln for ln in proc.stdout.splitlines() if not ln.startswith("::add-mask::")]
     assert "ghs_wrongtoken" not in "\n".join(shown)
     env = pr_env(tmp_path, github)
-    github.state.fail_next = [403]
+    github.state.answer_first = [403]
     proc = run_cli("report", "--comment", env=env)
     assert proc.returncode == 0
     assert "::warning" in proc.stdout and "fork PRs get a read-only token" in proc.stdout
