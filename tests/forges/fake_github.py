@@ -21,7 +21,7 @@ with an absolute ``Link: rel="next"``.
 
 Hostile options: ``answers`` (a canned answer for a method and path), ``next_link`` (every
 comment page links there), ``answer_first`` (answers given first, in order), and
-``lose_create_responses`` / ``lose_answers`` (the write is done, the answer is a 502).
+``lose_answers`` (a comment or a runner is made, and the answer is a 502).
 """
 
 from __future__ import annotations
@@ -95,7 +95,6 @@ class GitHubState(ForgeState):
     # Answered first, in order, before any check: a status, or (status, headers, body), the
     # body JSON or raw bytes (rate limits, hostile bodies)
     answer_first: list[Any] = field(default_factory=list)
-    lose_create_responses: int = 0  # create the comment, then answer 502 (a lost response)
     # (method, full path) -> (status, JSON body, headers): answered instead of the real thing
     answers: dict[tuple[str, str], tuple[int, Any, dict[str, str]]] = field(default_factory=dict)
 
@@ -166,8 +165,7 @@ class GitHubRoutes(ForgeRoutes):
         if method != "POST":
             return self._reply(405, {"message": "method"})
         made = st.comment(repo, number, body["body"], st.me)
-        if st.lose_create_responses > 0:
-            st.lose_create_responses -= 1
+        if st.lost():
             return self._reply(502, {"message": "lost after the write"})
         return self._reply(201, made)
 

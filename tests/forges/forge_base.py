@@ -50,7 +50,7 @@ class ForgeState:
     files: dict[str, bytes] = field(default_factory=dict)  # served by path, without auth
     issued: list[str] = field(default_factory=list)  # every credential handed out
     next_id: int = 100
-    lose_answers: int = 0  # registrations that make the runner, then answer 502 (answer lost)
+    lose_answers: int = 0  # creations that make the thing, then answer 502 (the answer lost)
     # A registered runner is listed offline until its listener connects: here, after this
     # many reads of its status (None: never, a pod that never starts its runner).
     online_after_reads: int | None = 0

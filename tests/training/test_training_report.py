@@ -138,7 +138,7 @@ def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
 def test_a_lost_create_response_is_not_posted_twice(tmp_path, github):
     """POST isn't idempotent: after a 502 that did create the comment, the retry updates it."""
     env = pr_env(tmp_path, github)
-    github.state.lose_create_responses = 1
+    github.state.lose_answers = 1
     proc = run_cli("report", "--comment", "--gpu-minutes", "3", env=env)
     assert proc.returncode == 0, proc.stdout
     ours = [c for c in github.state.comments[f"{REPO}#7"] if c["user"]["login"] == "bot"]
