@@ -421,3 +421,13 @@ def test_a_group_runner_is_paused_only_by_the_groups_owner_as_gitlab_allows(tmp_
     api.state.roles["group:7"] = "owner"
     as_owner = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
     assert as_owner.returncode == 1 and this.paused
+
+
+def test_an_enterprise_runners_own_file_finds_it_without_the_setting(tmp_path, api):
+    ent_twin = api.state.add("gpu-twin", "/enterprises/acme", ["gpu-large"])
+    repo_twin = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpu-large"])
+    files = _runner_root(tmp_path, ent_twin.id, f"{api.base}/enterprises/acme")
+    env = gh(api, RUNNER_NAME="gpu-twin", **files)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpu-large" not in ent_twin.names() and "gpu-large" in repo_twin.names()
