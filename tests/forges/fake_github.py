@@ -4,10 +4,10 @@ description (docs.github.com/rest) and refusing what GitHub refuses.
 Served under ``/api/v3`` as GitHub Enterprise Server does (GraphQL at ``/api/graphql``), so a
 client that drops ``GITHUB_API_URL``'s path fails here. Every call needs a bearer token and
 ``X-GitHub-Api-Version`` (GitHub would default a missing one: required here so a client that
-stops pinning its version is caught). Two tokens: ``github_token`` (an admin's, may do everything) and
-``job_token`` (the job's installation token: it may comment, but ``GET /user`` and the runner
-routes answer 403 "Resource not accessible by integration"). Lists are paged by ``page_size``
-with an absolute ``Link: rel="next"``.
+stops pinning its version is caught). Two tokens: ``github_token`` (an admin's, may do
+everything) and ``job_token`` (the job's installation token: it may comment, but ``GET
+/user`` and the runner routes answer 403 "Resource not accessible by integration"). Lists are
+paged by ``page_size`` with an absolute ``Link: rel="next"``.
 
 - Issue comments: ``GET|POST /repos/o/r/issues/N/comments``, ``PATCH .../issues/comments/ID``;
   ``GET /user`` and GraphQL's ``viewer`` name the token's account (``me``, id BOT_ID).
