@@ -52,7 +52,11 @@ class JsonAPIHandler(BaseHTTPRequestHandler):
         pass
 
     def _reply(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+        if code == 204:  # No Content: no body, no length
+            self.send_response(204)
+            self.end_headers()
+            return
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()  # bytes: as is
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -98,8 +102,34 @@ class RoutedAPIHandler(JsonAPIHandler):
     def do_PUT(self) -> None:
         self._handle("PUT")
 
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
     def do_DELETE(self) -> None:
         self._handle("DELETE")
+
+    def _paged(
+        self, items: list[Any], query: str, size: int, key: str = "", link: str | None = None
+    ) -> None:
+        """One page of ``items`` (``page`` and ``per_page`` from ``query``, at most ``size``),
+        the next linked by an absolute ``Link: rel="next"`` as GitHub and GitLab do (or by
+        ``link`` when given: a hostile next page); under ``key`` with ``total_count`` when
+        given (GitHub's ``{"total_count", "runners"}``)."""
+        from urllib.parse import parse_qs, urlencode, urlsplit
+
+        asked = parse_qs(query)
+        page = int(asked.get("page", ["1"])[0])
+        size = min(int(asked.get("per_page", [str(size)])[0]), size)
+        chunk = items[(page - 1) * size : page * size]
+        headers = {}
+        if link is None and page * size < len(items):  # the same query, the next page
+            kept = {k: v[0] for k, v in asked.items() if k not in ("page", "per_page")}
+            query = urlencode({**kept, "per_page": size, "page": page + 1})
+            host = f"http://127.0.0.1:{self.server.server_address[1]}"
+            link = f"{host}{urlsplit(self.path).path}?{query}"
+        if link is not None:
+            headers["Link"] = f'<{link}>; rel="next"'
+        self._reply(200, {"total_count": len(items), key: chunk} if key else chunk, headers)
 
 
 class StatefulAPIServer(LoopbackHTTPServer):

@@ -1,5 +1,6 @@
 """The forge REST client (GitHub, GitLab) under rate limits: a 429's ``Retry-After`` is waited,
-capped, and a garbage one falls back to the backoff (gpuci.retry's one parser)."""
+capped, and a garbage one falls back to the backoff (gpuci.retry's one parser); and hostile
+bodies: too large or too deep is one line, never a traceback or a body read whole."""
 
 from __future__ import annotations
 
@@ -9,31 +10,25 @@ from typing import Any
 
 import pytest
 
+from forges.fake_github import FakeGitHub
 from gpuci.errors import InfraError
 from gpuci.forges import rest
 from gpuci.forges.github import GitHub
-from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 
-class _RateLimited(LoopbackHTTPServer):
-    """Answers the queued (status, headers) first, then ``[]`` to every GET."""
+class _RateLimited(FakeGitHub):
+    """The fake GitHub answering the queued (status, headers[, raw body]) first; ``seen``
+    counts the requests it got."""
 
-    def __init__(self, *answers: tuple[int, dict[str, str]]) -> None:
-        queue = list(answers)
-        self.seen = 0
-        server = self
+    def __init__(self, *answers: tuple[Any, ...]) -> None:
+        super().__init__()
+        for status, headers, *body in answers:
+            answer = body[0] if body else {"message": "slow down"}
+            self.state.answer_first.append((status, headers, answer))
 
-        class Handler(JsonAPIHandler):
-            def do_GET(self) -> None:
-                with server.lock:
-                    server.seen += 1
-                    answer = queue.pop(0) if queue else None
-                if answer is None:
-                    self._reply(200, [])
-                else:
-                    self._reply(answer[0], {"message": "slow down"}, answer[1])
-
-        super().__init__(Handler)
+    @property
+    def seen(self) -> int:
+        return len(self.state.requests)
 
 
 @pytest.fixture
@@ -44,8 +39,8 @@ def sleeps(monkeypatch) -> list[float]:
     return asked
 
 
-def _comments(server: LoopbackHTTPServer, **kwargs: Any) -> list[dict[str, Any]]:
-    with GitHub(f"http://127.0.0.1:{server.port}", "ghs_token", "o/r", **kwargs) as gh:
+def _comments(server: FakeGitHub, **kwargs: Any) -> list[dict[str, Any]]:
+    with GitHub(server.github_api, server.state.github_token, "o/r", **kwargs) as gh:
         return gh.marked_comments(1, "<!-- m -->")
 
 
@@ -107,3 +102,21 @@ def test_a_rate_limit_403_to_the_end_is_one_line_naming_it(sleeps):
     ):
         _comments(server, attempts=2)
     assert server.seen == 2 and "rate limited" in info.value.one_line()
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 levels"),
+        (b"[" + b"{}," * (6 << 20) + b"{}]", "more than 16 MiB"),
+        (b'[{"id": NaN, "body": "x"}]', "NaN"),
+    ],
+    ids=["deep", "huge", "nan"],
+)
+def test_a_hostile_body_is_one_line(body, why):
+    """Before: 100,000 brackets ended in a RecursionError's traceback, and 18 MiB was read
+    whole and parsed into 6 million objects."""
+    with _RateLimited((200, {}, body)) as server, pytest.raises(InfraError) as info:
+        _comments(server)
+    line = info.value.one_line()
+    assert why in line and "\n" not in line and server.seen == 1

@@ -34,6 +34,8 @@ FORGES_MAY_IMPORT = {
     "gpuci.redact",
     "gpuci.retry",
     "gpuci.httpclients",  # the one client factory (gpuci.__init__ is only the version)
+    "gpuci.settings",  # the tokens' variables, declared once
+    "gpuci.untrusted_json",  # every answer's body is untrusted JSON
     "gpuci.forges",
 }
 

@@ -2,7 +2,9 @@
 
 A hardware verdict (exit 1 with failed checks that are findings about the GPU) on a
 self-hosted runner with ``on-failure: quarantine``: on GitHub the configured labels are removed
-from exactly this runner (``RUNNER_NAME``, matched exactly) and ``gpuci-quarantined`` added;
+from exactly this runner (its id from its ``.runner`` file, else ``RUNNER_NAME`` matched
+exactly in the repository's, organisation's and ``GPUCI_GITHUB_ENTERPRISE``'s runner lists)
+and ``gpuci-quarantined`` added;
 on GitLab the runner ``CI_RUNNER_ID`` is paused. An environment error (exit 2 or 3), a skip or
 a framework that cannot start is never a reason. The job still fails with the verdict; one
 annotation names the runner, the GPU and the way back (``python -m gpuci runners release``).
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
@@ -170,10 +172,10 @@ class _NotDone(Exception):
     """Why the runner was not quarantined (a warning, never a failure of its own)."""
 
 
-def _token(env: Any, name: str, rt: Runtime) -> str:
-    token = str(env.get(name) or "").strip()
+def _token(env: Any, setting: settings.Setting, rt: Runtime) -> str:
+    token = setting.value(env)
     if not token:
-        raise _NotDone(f"{name} is not set (see docs/quarantine.md for the token it needs)")
+        raise _NotDone(f"{setting.name} is not set (see docs/quarantine.md for the token it needs)")
     rt.mask(token)
     return token
 
@@ -185,16 +187,18 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("quarantine-labels is empty: name the labels your GPU jobs use")
     if not name or "/" not in repository:
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
-    token = _token(env, rl.GITHUB_TOKEN_ENV, rt)
+    token = _token(env, settings.RUNNER_TOKEN, rt)
     api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
         try:  # this runner: its id from its own .runner file, else its name plus scope
-            runner = client.locate(name, repository, _identity(env, admin))
+            runner = client.locate(
+                name, repository, _identity(env, admin), settings.GITHUB_ENTERPRISE.value(env)
+            )
         except admin.Ambiguous as exc:
             raise _NotDone(exc.one_line()) from None
         if runner is None:
-            raise _NotDone(f"no self-hosted runner named exactly {name!r} in {repository}'s list")
+            raise _NotDone(_nowhere(name, repository, env))
         present = {lb.lower(): lb for lb in runner.labels}
         removed = [
             present[lb.lower()]
@@ -207,11 +211,20 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
     return f"{name} (id {runner.runner_id}; {what})", back
 
 
+def _nowhere(name: str, repository: str, env: Any) -> str:
+    """Where a runner was looked for by name and not found, in words."""
+    owner = repository.partition("/")[0]
+    lists = f"{repository}'s or {owner}'s runner lists"
+    if enterprise := settings.GITHUB_ENTERPRISE.value(env):
+        lists = f"{repository}'s, {owner}'s or the enterprise {enterprise}'s runner lists"
+    return f"no self-hosted runner named exactly {name!r} in {lists}"
+
+
 def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
     rid = str(env.get("CI_RUNNER_ID") or "")
     if not rid.isdigit():
         raise _NotDone("CI_RUNNER_ID is not set")
-    token = _token(env, rl.GITLAB_TOKEN_ENV, rt)
+    token = _token(env, settings.GITLAB_TOKEN, rt)
     api = str(env.get("CI_API_V4_URL") or "")
     if not api:
         raise _NotDone("CI_API_V4_URL is not set")
@@ -344,10 +357,10 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
 
 
 def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], repository: str) -> str:
-    token = str(env.get(rl.GITHUB_TOKEN_ENV) or "").strip()
+    token = settings.RUNNER_TOKEN.value(env)
     if not token:
         raise InputError(
-            f"{rl.GITHUB_TOKEN_ENV} is not set",
+            f"{settings.RUNNER_TOKEN.name} is not set",
             hint="set it to a token with 'Administration: read and write' (docs/quarantine.md)",
         )
     rt.mask(token)
@@ -361,11 +374,12 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
         mine = _identity(env, admin) if env.get("RUNNER_NAME") == name else None
-        runner = client.locate(name, repository, mine)
+        runner = client.locate(name, repository, mine, settings.GITHUB_ENTERPRISE.value(env))
         if runner is None:
             raise InputError(
-                f"no self-hosted runner named exactly {name!r} in {repository}'s list",
-                hint="check the name the quarantine annotation gave, and --repository",
+                _nowhere(name, repository, env),
+                hint="check the name the quarantine annotation gave, and --repository (and "
+                f"{settings.GITHUB_ENTERPRISE.name} for an enterprise runner)",
             )
         client.add_labels(runner, labels)
         if any(lb.lower() == rl.QUARANTINE_LABEL for lb in runner.labels):
@@ -374,11 +388,11 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
 
 
 def _unpause_gitlab(env: Any, rt: Runtime, runner_id: int) -> str:
-    token = str(env.get(rl.GITLAB_TOKEN_ENV) or "").strip()
+    token = settings.GITLAB_TOKEN.value(env)
     api = str(env.get("CI_API_V4_URL") or "")
     if not token or not api:
         raise InputError(
-            f"{rl.GITLAB_TOKEN_ENV} or CI_API_V4_URL is not set",
+            f"{settings.GITLAB_TOKEN.name} or CI_API_V4_URL is not set",
             hint="set both (a token that can manage the runner; docs/quarantine.md)",
         )
     rt.mask(token)

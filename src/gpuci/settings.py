@@ -182,6 +182,12 @@ RUNNER_TOKEN = _declare(
     "GitHub token that registers and deletes one-job runners (pods up --runner github, down, "
     "reap); masked.",
 )
+GITHUB_ENTERPRISE = _declare(
+    "GPUCI_GITHUB_ENTERPRISE",
+    "",
+    "The GitHub enterprise (its slug) whose runner list quarantine and runners release also "
+    "search for a runner by name, after the repository's and the organisation's.",
+)
 GITLAB_TOKEN = _declare(
     "GPUCI_GITLAB_TOKEN",
     "",

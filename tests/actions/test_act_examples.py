@@ -326,12 +326,12 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
     act runs ``train`` on this machine as if that pod had taken it (the runner's own part is
     tested with the pod's start script); stop-runner's ``down`` ends the pod and leaves no
     runner registered. The dry run of the same workflow agrees, step by step."""
-    from pods.fake_ci_runners import FakeRunnersAPI
+    from forges.fake_github import FakeGitHub
 
     workflow = ".github/workflows/gpu-runner.yml"
     fake = FakeRunPod(steps_to_running=1).start()
     try:
-        with FakeRunnersAPI() as github:
+        with FakeGitHub() as github:
             project = make_project(
                 tmp_path / "proj",
                 {**USER_REPO, workflow: EXAMPLES / "gpu-runner.yml", "train.py": TRAIN_PY},

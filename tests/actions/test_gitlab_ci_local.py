@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from real_clients import client_env, export_gpuci, gitlab_ci_local, http_ok_server, make_project
 
+from forges.fake_gitlab import FakeGitLab
 from gpuci_testing import REPO
 from pods.fake_runpod import FakeRunPod
-from training.fakegitlab import FakeGitLab
 
 BINARY, WHY_NOT = gitlab_ci_local()
 pytestmark = [
@@ -169,9 +169,9 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(wheel_install, t
             **variables,
             "CI_PIPELINE_SOURCE": "merge_request_event",
             "CI_MERGE_REQUEST_IID": "3",
-            "CI_API_V4_URL": gitlab.api_url,
+            "CI_API_V4_URL": gitlab.gitlab_api,
             "CI_PROJECT_ID": "9",
-            "GPUCI_GITLAB_TOKEN": gitlab.state.token,
+            "GPUCI_GITLAB_TOKEN": gitlab.state.gitlab_token,
         }
         listed = subprocess.run(
             [str(BINARY), "--list", "--variable", "CI_PIPELINE_SOURCE=merge_request_event"],
@@ -190,7 +190,7 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(wheel_install, t
     notes = gitlab.state.notes.get("9!3", [])
     assert len(notes) == 1, gitlab.state.requests
     assert "<!-- gpuci-report:training -->" in notes[0]["body"]
-    assert gitlab.state.token not in second
+    assert gitlab.state.gitlab_token not in second
 
 
 def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
@@ -198,11 +198,10 @@ def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
     creates a project runner on a fake GitLab and its pod on the fake RunPod; gitlab-ci-local
     runs ``train`` here, as if the pod had taken it; stop-runner (``when: always``) ends the
     pod and leaves no runner registered."""
-    from pods.fake_ci_runners import FakeRunnersAPI
 
     fake = FakeRunPod(steps_to_running=1).start()
     try:
-        with FakeRunnersAPI() as gitlab:
+        with FakeGitLab() as gitlab:
             project = make_project(
                 tmp_path / "proj",
                 {

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
+
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actions"))
 from action_env import run_gpuci_action
@@ -72,6 +73,7 @@ def test_every_runner_input_reaches_the_cli_and_down_deletes_the_runner(live, tm
     """Each runner input, set to a non-default value, shows in what GitHub and the pod got:
     an input the action forgot to pass through env: would leave its default here."""
     with FakeRunnersAPI() as api:
+        api.state.groups["/orgs/org"] = {1, 3}  # GitHub refuses a group the org lacks
         job = {**_job(live, tmp_path), **api.github_env(GITHUB_REPOSITORY="org/repo")}
         up = run_gpuci_action(
             tmp_path,

@@ -90,7 +90,7 @@ def test_sigterm_during_up_terminates_the_pod(tmp_path, fake_options, sig):
 def test_sigterm_during_up_with_a_runner_leaves_neither_pod_nor_runner(
     tmp_path, fake_options, platform
 ):
-    from fake_ci_runners import FakeRunnersAPI
+    from forges.fake_forges import FakeForges as FakeRunnersAPI
 
     fake = FakeRunPod(**fake_options).start()
     try:
@@ -116,7 +116,7 @@ def test_sigterm_during_the_cleanup_after_sigint_does_not_cut_it_short(tmp_path)
     """GitHub's cancel: SIGINT, then SIGTERM while up is still terminating its pod. The
     terminate in flight finishes, the runner is still deleted after it, and the exit status
     is SIGINT's."""
-    from fake_ci_runners import FakeRunnersAPI
+    from forges.fake_forges import FakeForges as FakeRunnersAPI
 
     fake = FakeRunPod(steps_to_running=10**6, delete_delay=1.0).start()
 

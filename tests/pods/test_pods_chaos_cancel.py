@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
 from pods_testing import SUBS, FakeClock
 
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
 from gpuci.pods import ledger

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_ci_runners import FakeRunnersAPI
 from fake_runpod import FakeRunPod
 from pod_container import run_container
 
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods import plan, runner_boot, runners
 from gpuci.pods.naming import new_tag
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_ci_runners import FakeRunnersAPI
+
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 
 L40S = "NVIDIA L40S"
 RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}

@@ -4,8 +4,9 @@ from the fake GitHub's releases API, with the pinned one only as a fallback that
 from __future__ import annotations
 
 import pytest
-from fake_ci_runners import NEWEST_KNOWN, FakeRunnersAPI, release
 
+from forges.fake_forges import FakeForges as FakeRunnersAPI
+from forges.fake_github import NEWEST_KNOWN, release
 from gpuci.errors import InputError
 from gpuci.pods import runner_boot, runner_release
 

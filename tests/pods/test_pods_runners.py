@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from fake_ci_runners import FakeRunnersAPI
 
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods import runner_boot, runners, selfstop
 
 L40S = "NVIDIA L40S"
@@ -414,3 +414,65 @@ def test_the_runner_registers_only_this_runs_label_and_refuses_a_shared_one(run,
     body = [b for m, p, b in api.state.requests if p.endswith("/user/runners")][-1]
     assert body["tag_list"] == "pipeline-5" and body["locked"] is True
     assert body["run_untagged"] is False
+
+
+def test_an_unknown_runner_group_is_one_line_and_leaves_nothing(run, fake, api):
+    """GitHub answers 404 for a runner_group_id that is not a group of the scope."""
+    r = run(
+        "up",
+        gpu_types=L40S,
+        runner="github",
+        runner_labels="run-77",
+        runner_group_id=7,
+        extra_env=api.github_env(),
+    )
+    assert r.code == 2, r.stdout + r.stderr
+    message = r.json["annotations"][0]["message"]
+    assert "No runner group found with identifier 7" in message and "\n" not in message
+    assert api.state.runners == {} and fake.pods == {}
+    api.state.groups["/repos/octo/gpu"] = {1, 7}
+    made = run(
+        "up",
+        gpu_types=L40S,
+        runner="github",
+        runner_labels="run-77",
+        runner_group_id=7,
+        extra_env=api.github_env(),
+    )
+    assert made.code == 0, made.stdout + made.stderr
+
+
+def test_gitlab_reap_leaves_the_group_and_instance_runners_the_project_list_holds(
+    run, fake, api, clock
+):
+    """GitLab lists a project's runners with its groups' and the instance's: old, named as
+    gpu-ci names its own, and still not gpu-ci's to delete (nor deletable by this token)."""
+    stamp = int(clock.now()) - 3600
+    old = api.state.add(f"gpuci-aaaaaa-{stamp}", "project:42")
+    shared = api.state.add(f"gpuci-bbbbbb-{stamp}", "instance")
+    grouped = api.state.add(f"gpuci-cccccc-{stamp}", "group:7")
+    r = run("reap", extra_env=api.gitlab_env())
+    assert r.code == 0, r.stdout + r.stderr
+    assert api.state.names() == sorted([shared.name, grouped.name])
+    deletes = [p for m, p, _ in api.state.requests if m == "DELETE"]
+    assert deletes == [f"/gitlab/api/v4/runners/{old.id}"]
+
+
+def test_gitlab_refusing_to_delete_a_runner_of_two_projects_is_one_warning(run, fake, api):
+    """GitLab answers 403 to deleting a project runner assigned to more than one project."""
+    pipeline = {"CI_PIPELINE_URL": "https://gitlab.example/p/-/pipelines/5"}
+    up = run(
+        "up",
+        gpu_types=L40S,
+        runner="gitlab",
+        runner_labels="run-77",
+        extra_env=api.gitlab_env(**pipeline),
+    )
+    assert up.code == 0, up.stdout + up.stderr
+    (runner,) = api.state.runners.values()
+    runner.projects.append("43")  # someone enabled it for another project
+    r = run("down", extra_env=api.gitlab_env(**pipeline))
+    assert r.code == 0 and fake.pods == {}  # the pod ends all the same
+    (warned,) = [a["message"] for a in r.json["annotations"] if a["level"] == "warning"]
+    assert "HTTP 403" in warned and "associated with more than one project" in warned
+    assert list(api.state.runners) == [runner.id]

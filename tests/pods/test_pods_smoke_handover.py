@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_ci_runners import FakeRunnersAPI
 from pod_host import PodHost
+
+from forges.fake_forges import FakeForges as FakeRunnersAPI
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="sleep 600", ttl="30m", owner="alice")

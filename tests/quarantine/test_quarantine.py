@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_runner_admin import FakeRunnerAdmin
 
+from forges.fake_forges import FakeForges
 from gpuci_testing import clean_env, run_cli
 
 BAD_GPU = "h200:ecc+=1,h200"
@@ -21,12 +21,22 @@ GOOD_GPU = "h200,h200"
 
 
 @pytest.fixture
-def api() -> Iterator[FakeRunnerAdmin]:
-    with FakeRunnerAdmin() as server:
+def api() -> Iterator[FakeForges]:
+    with FakeForges() as server:
         yield server
 
 
-def cli(tmp_path: Path, api: FakeRunnerAdmin, *args: str, **env: str):
+def gh(api: FakeForges, **extra: str) -> dict[str, str]:
+    """A GitHub Actions job on a self-hosted runner, against the fake GitHub."""
+    return api.github_env(GITHUB_ACTIONS="true", **extra)
+
+
+def gl(api: FakeForges, **extra: str) -> dict[str, str]:
+    """A GitLab CI job on runner CI_RUNNER_ID, against the fake GitLab."""
+    return api.gitlab_env(GITLAB_CI="true", **extra)
+
+
+def cli(tmp_path: Path, api: FakeForges, *args: str, **env: str):
     environ = clean_env(
         GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
         GITHUB_OUTPUT=str(tmp_path / "out"),
@@ -45,14 +55,14 @@ def cli(tmp_path: Path, api: FakeRunnerAdmin, *args: str, **env: str):
     return proc
 
 
-def smoke(tmp_path: Path, api: FakeRunnerAdmin, nvml: str, *args: str, **env: str):
+def smoke(tmp_path: Path, api: FakeForges, nvml: str, *args: str, **env: str):
     return cli(
         tmp_path, api, "gpu-smoke", "--framework", "none", *args, GPUCI_FAKE_NVML=nvml, **env
     )
 
 
 def quarantine_smoke(
-    tmp_path: Path, api: FakeRunnerAdmin, nvml: str, labels: str, *args: str, **env: str
+    tmp_path: Path, api: FakeForges, nvml: str, labels: str, *args: str, **env: str
 ):
     """gpu-smoke with ``on-failure: quarantine`` (and the labels to take off, when given)."""
     flags = ["--on-failure", "quarantine", *(["--quarantine-labels", labels] if labels else [])]
@@ -74,7 +84,7 @@ def test_a_hardware_failure_removes_exactly_the_configured_labels_of_exactly_thi
     before = {r.id: r.names() for r in api.state.runners.values()}
 
     proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large,gpu-small", **api.github_env(RUNNER_NAME="gpu-node-1x")
+        tmp_path, api, BAD_GPU, "gpu-large,gpu-small", **gh(api, RUNNER_NAME="gpu-node-1x")
     )
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -101,16 +111,14 @@ def test_a_hardware_failure_removes_exactly_the_configured_labels_of_exactly_thi
 
 def test_an_organisation_runner_is_found_in_the_org_list(tmp_path, api):
     this = api.state.add("org-gpu", "/orgs/octo", ["gpu-large"])
-    proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="org-gpu")
-    )
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="org-gpu"))
     assert proc.returncode == 1
     assert "gpu-large" not in this.names() and "gpuci-quarantined" in this.names()
 
 
 def test_an_environment_error_or_a_pass_does_not_quarantine(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
-    env = api.github_env(RUNNER_NAME="gpu-node")
+    env = gh(api, RUNNER_NAME="gpu-node")
     no_gpu = quarantine_smoke(tmp_path, api, "no-driver", "gpu-large", **env)
     assert no_gpu.returncode == 3, no_gpu.stdout + no_gpu.stderr
     passed = quarantine_smoke(tmp_path, api, GOOD_GPU, "gpu-large", **env)
@@ -122,27 +130,16 @@ def test_an_environment_error_or_a_pass_does_not_quarantine(tmp_path, api):
 def test_a_read_only_label_is_refused_before_the_smoke(tmp_path, api):
     api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large,Linux", **api.github_env(RUNNER_NAME="gpu-node")
+        tmp_path, api, BAD_GPU, "gpu-large,Linux", **gh(api, RUNNER_NAME="gpu-node")
     )
     assert proc.returncode == 2
     assert "read-only runner labels" in proc.stdout + proc.stderr
     assert api.state.requests == []
 
 
-def test_the_fake_refuses_a_read_only_label_as_github_does(api):
-    import httpx
-
-    runner = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
-    headers = {"Authorization": f"Bearer {api.state.github_token}"}
-    base = f"{api.base}/api/v3/repos/octo/gpu/actions/runners"
-    assert httpx.delete(f"{base}/{runner.id}/labels/Linux", headers=headers).status_code == 422
-    assert httpx.delete(f"{base}/999/labels/gpu-large", headers=headers).status_code == 404
-    assert httpx.delete(f"{base}/{runner.id}/labels/nope", headers=headers).status_code == 404
-
-
 def test_without_the_token_one_warning_and_the_same_verdict(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
-    env = api.github_env(RUNNER_NAME="gpu-node")
+    env = gh(api, RUNNER_NAME="gpu-node")
     del env["GPUCI_RUNNER_TOKEN"]
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1
@@ -154,7 +151,7 @@ def test_without_the_token_one_warning_and_the_same_verdict(tmp_path, api):
 
 def test_a_refusing_forge_is_one_warning_and_the_same_verdict(tmp_path, api):
     api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
-    env = api.github_env(RUNNER_NAME="gpu-node", GPUCI_RUNNER_TOKEN=api.state.job_token)
+    env = gh(api, RUNNER_NAME="gpu-node", GPUCI_RUNNER_TOKEN=api.state.job_token)
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
@@ -164,7 +161,7 @@ def test_a_refusing_forge_is_one_warning_and_the_same_verdict(tmp_path, api):
 
 def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large", "keep"])
-    env = api.github_env(RUNNER_NAME="gpu-node")
+    env = gh(api, RUNNER_NAME="gpu-node")
     assert quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env).returncode == 1
     assert "gpu-large" not in this.names()
 
@@ -235,9 +232,9 @@ def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_pat
 
 def test_gitlab_pauses_ci_runner_id_and_release_unpauses(tmp_path, api):
     api.state.next_id = 40
-    other = api.state.add("gpu-a", "gitlab")
-    this = api.state.add("gpu-b", "gitlab")
-    env = api.gitlab_env(CI_RUNNER_ID=str(this.id), CI_RUNNER_DESCRIPTION="gpu-b")
+    other = api.state.add("gpu-a", "project:42")
+    this = api.state.add("gpu-b", "project:42")
+    env = gl(api, CI_RUNNER_ID=str(this.id), CI_RUNNER_DESCRIPTION="gpu-b")
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.paused and not other.paused
@@ -246,14 +243,14 @@ def test_gitlab_pauses_ci_runner_id_and_release_unpauses(tmp_path, api):
     assert f"runner gpu-b (id {this.id}; paused) quarantined" in text
     assert f"python -m gpuci runners release {this.id} --forge gitlab" in text
 
-    back = cli(tmp_path, api, "runners", "release", str(this.id), "--force", **api.gitlab_env())
+    back = cli(tmp_path, api, "runners", "release", str(this.id), "--force", **gl(api))
     assert back.returncode == 0, back.stdout + back.stderr
     assert not this.paused
 
 
 def test_gitlab_without_the_token_warns_once(tmp_path, api):
-    this = api.state.add("gpu-b", "gitlab")
-    env = api.gitlab_env(CI_RUNNER_ID=str(this.id))
+    this = api.state.add("gpu-b", "project:42")
+    env = gl(api, CI_RUNNER_ID=str(this.id))
     del env["GPUCI_GITLAB_TOKEN"]
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
     assert proc.returncode == 1
@@ -265,7 +262,7 @@ def test_gitlab_without_the_token_warns_once(tmp_path, api):
 def test_a_configured_label_the_runner_lacks_is_skipped_and_named_in_the_annotation(tmp_path, api):
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large,gpu-xl", **api.github_env(RUNNER_NAME="gpu-node")
+        tmp_path, api, BAD_GPU, "gpu-large,gpu-xl", **gh(api, RUNNER_NAME="gpu-node")
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
@@ -276,9 +273,7 @@ def test_a_configured_label_the_runner_lacks_is_skipped_and_named_in_the_annotat
 
 def test_an_unknown_runner_is_one_warning_and_nothing_changes(tmp_path, api):
     other = api.state.add("gpu-node-2", "/repos/octo/gpu", ["gpu-large"])
-    proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="gpu-node")
-    )
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node"))
     assert proc.returncode == 1
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert len(warnings) == 1 and "no self-hosted runner named exactly 'gpu-node'" in warnings[0]
@@ -308,7 +303,7 @@ def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path,
         GPUCI_FAKE_NVML=BAD_GPU,
         GITHUB_OUTPUT=str(tmp_path / "out"),
         GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
-        **api.github_env(RUNNER_NAME="gpu-node"),
+        **gh(api, RUNNER_NAME="gpu-node"),
     )
     proc = subprocess.run(
         [
@@ -351,7 +346,7 @@ def test_an_org_and_a_repo_runner_of_one_name_the_runner_file_picks_this_one(tmp
     org_twin = api.state.add("gpu-twin", "/orgs/octo", ["gpu-large"])
     files = _runner_root(tmp_path, org_twin.id, f"{api.base}/octo")
     proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="gpu-twin", **files)
+        tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-twin", **files)
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "gpu-large" not in org_twin.names() and "gpuci-quarantined" in org_twin.names()
@@ -361,25 +356,78 @@ def test_an_org_and_a_repo_runner_of_one_name_the_runner_file_picks_this_one(tmp
 def test_twins_without_a_runner_file_are_named_and_left_alone(tmp_path, api):
     repo_twin = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpu-large"])
     org_twin = api.state.add("gpu-twin", "/orgs/octo", ["gpu-large"])
-    proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large", **api.github_env(RUNNER_NAME="gpu-twin")
-    )
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-twin"))
     assert proc.returncode == 1
     assert "gpu-large" in repo_twin.names() and "gpu-large" in org_twin.names()
-    warned = [ln for ln in lines(proc, "::warning") if "two self-hosted runners" in ln]
+    warned = [ln for ln in lines(proc, "::warning") if "runners are named 'gpu-twin'" in ln]
     assert len(warned) == 1 and api.state.writes() == []
 
 
-def test_the_fake_matches_labels_case_insensitively_and_caps_them_at_100(api):
-    import httpx
+def test_a_label_is_matched_whatever_its_case_as_github_does(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["GPU-Large"])
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
+    assert "labels GPU-Large removed" in proc.stdout + proc.stderr
 
-    runner = api.state.add("gpu-node", "/repos/octo/gpu", ["GPU-Large"])
-    headers = {"Authorization": f"Bearer {api.state.github_token}"}
-    url = f"{api.base}/api/v3/repos/octo/gpu/actions/runners/{runner.id}/labels"
-    added = httpx.post(url, json={"labels": ["gpu-large"]}, headers=headers)
-    assert added.status_code == 200 and runner.names().count("GPU-Large") == 1
-    assert len([n for n in runner.names() if n.lower() == "gpu-large"]) == 1
-    many = [f"l{i}" for i in range(100)]
-    assert httpx.post(url, json={"labels": many}, headers=headers).status_code == 422
-    assert httpx.delete(f"{url}/gpu-LARGE", headers=headers).status_code == 200
-    assert "GPU-Large" not in runner.names()
+
+def test_a_runner_at_githubs_100_labels_is_one_warning_and_the_same_verdict(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", [f"l{i}" for i in range(97)])
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-xl", **gh(api, RUNNER_NAME="gpu-node"))
+    assert proc.returncode == 1
+    (warned,) = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert "HTTP 422" in warned and "at most 100 labels" in warned
+    assert len(this.names()) == 100 and "gpuci-quarantined" not in this.names()
+
+
+def test_an_enterprise_runner_is_searched_when_the_enterprise_is_named(tmp_path, api):
+    this = api.state.add("ent-gpu", "/enterprises/acme", ["gpu-large"])
+    env = gh(api, RUNNER_NAME="ent-gpu")
+    unnamed = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    assert unnamed.returncode == 1 and "gpu-large" in this.names()
+    assert "octo/gpu's or octo's runner lists" in unnamed.stdout + unnamed.stderr
+
+    env["GPUCI_GITHUB_ENTERPRISE"] = "acme"
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
+    back = cli(
+        tmp_path, api, "runners", "release", "ent-gpu", "--labels", "gpu-large", "--force", **env
+    )
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()
+
+
+def test_an_org_and_an_enterprise_runner_of_one_name_are_named_and_left_alone(tmp_path, api):
+    org_twin = api.state.add("gpu-twin", "/orgs/octo", ["gpu-large"])
+    ent_twin = api.state.add("gpu-twin", "/enterprises/acme", ["gpu-large"])
+    env = gh(api, RUNNER_NAME="gpu-twin", GPUCI_GITHUB_ENTERPRISE="acme")
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    (warned,) = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert f"the organisation octo (id {org_twin.id})" in warned
+    assert f"the enterprise acme (id {ent_twin.id})" in warned
+    assert api.state.writes() == []
+
+
+def test_a_group_runner_is_paused_only_by_the_groups_owner_as_gitlab_allows(tmp_path, api):
+    this = api.state.add("gpu-group", "group:7")
+    env = gl(api, CI_RUNNER_ID=str(this.id))
+    as_maintainer = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    assert as_maintainer.returncode == 1 and not this.paused
+    text = as_maintainer.stdout + as_maintainer.stderr
+    (warned,) = [ln for ln in text.splitlines() if "runner not quarantined" in ln]
+    assert "HTTP 403" in warned and "Owner of its group (group runner)" in warned
+
+    api.state.roles["group:7"] = "owner"
+    as_owner = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    assert as_owner.returncode == 1 and this.paused
+
+
+def test_an_enterprise_runners_own_file_finds_it_without_the_setting(tmp_path, api):
+    ent_twin = api.state.add("gpu-twin", "/enterprises/acme", ["gpu-large"])
+    repo_twin = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpu-large"])
+    files = _runner_root(tmp_path, ent_twin.id, f"{api.base}/enterprises/acme")
+    env = gh(api, RUNNER_NAME="gpu-twin", **files)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpu-large" not in ent_twin.names() and "gpu-large" in repo_twin.names()

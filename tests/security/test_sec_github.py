@@ -1,27 +1,24 @@
-"""The sticky report comment against a hostile GitHub API (hostile_github.py).
+"""The sticky report comment against a hostile GitHub API (the fake GitHub, told to lie).
 
-The token goes to the API's own origin only; a comment is updated only when the token's own
-account wrote it; an answer of the wrong shape is one line and exit 3, never a crash.
+The token goes to the API's own origin only (the thief, another fake on its own port, must
+see no request); a comment is updated only when the token's own account wrote it; an answer
+of the wrong shape is one line and exit 3, never a crash.
 """
 
 from __future__ import annotations
 
-import pytest
-from hostile_github import (
-    BOT_ID,
-    LIST,
-    MARKER,
-    PR,
-    REPO,
-    FakeGitHub,
-    Thief,
-    foreign_next_page,
-    object_where_list,
-    planted_marker,
-    report_env,
-)
+from pathlib import Path
+from typing import Any
 
+import pytest
+
+from forges.fake_github import BOT_ID, FakeGitHub
 from gpuci_testing import run_cli
+
+REPO = "acme/models"
+PR = 7
+MARKER = "<!-- gpuci-report:training -->"
+LIST = f"/api/v3/repos/{REPO}/issues/{PR}/comments"
 
 
 @pytest.fixture
@@ -32,13 +29,21 @@ def github():
 
 @pytest.fixture
 def thief():
-    server = Thief()
-    yield server
-    server.close()
+    with FakeGitHub() as other:
+        yield other
+
+
+def report_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
+    return fake.pull_request_env(tmp_path, REPO, PR, **extra)
 
 
 def report(env: dict[str, str]):
     return run_cli("report", "--comment", "--gpu-minutes", "1", env=env)
+
+
+def planted_marker(fake: FakeGitHub) -> dict[str, Any]:
+    """mallory pastes the hidden marker into her own comment, before ours exists."""
+    return fake.state.comment(REPO, PR, f"{MARKER}\nmallory's words", user="mallory")
 
 
 def comments(fake: FakeGitHub) -> list[dict]:
@@ -46,31 +51,31 @@ def comments(fake: FakeGitHub) -> list[dict]:
 
 
 def test_a_next_page_on_another_origin_is_not_followed(tmp_path, github, thief):
-    foreign_next_page(github, thief)
+    github.state.comment(REPO, PR, "an ordinary first comment")
+    github.state.next_link = f"{thief.base}{LIST}?per_page=100&page=2"
     proc = report(report_env(tmp_path, github))
-    assert thief.seen == [], "the token went to another origin"
+    assert thief.state.requests == [], "the token went to another origin"
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "not followed" in proc.stdout and thief.url in proc.stdout  # a warning says why
+    assert "not followed" in proc.stdout and thief.base in proc.stdout  # a warning says why
     shown = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "::add-mask::" not in ln]
-    assert not [ln for ln in shown if github.state.token in ln]
+    assert not [ln for ln in shown if github.state.github_token in ln]
 
 
 def test_a_next_page_on_another_port_or_scheme_of_the_same_host_is_not_followed(
     tmp_path, github, thief
 ):
-    github.state.add(REPO, PR, "first")
-    port = github.server.server_address[1]
-    for link in (f"https://127.0.0.1:{port}{LIST}?page=2", f"{thief.url}{LIST}?page=2"):
+    github.state.comment(REPO, PR, "first")
+    for link in (f"https://127.0.0.1:{github.port}{LIST}?page=2", f"{thief.base}{LIST}?page=2"):
         github.state.next_link = link
         proc = report(report_env(tmp_path, github))
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert thief.seen == []
+    assert thief.state.requests == []
 
 
 def test_a_redirect_is_not_followed_with_the_token(tmp_path, github, thief):
-    github.state.answers[("GET", LIST)] = (302, {}, {"Location": f"{thief.url}{LIST}"})
+    github.state.answers[("GET", LIST)] = (302, {}, {"Location": f"{thief.base}{LIST}"})
     proc = report(report_env(tmp_path, github))
-    assert thief.seen == []
+    assert thief.state.requests == []
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "redirect" in proc.stdout and "internal error" not in proc.stdout
 
@@ -86,29 +91,30 @@ def test_a_marker_in_another_users_comment_is_never_updated(tmp_path, github):
     proc = report(report_env(tmp_path, github))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(comments(github)) == 2 and theirs["body"].endswith("mallory's words")
-    assert [m for m, _ in github.state.requests].count("PATCH") == 1
+    assert [m for m, *_ in github.state.requests].count("PATCH") == 1
 
 
 def test_an_installation_token_finds_its_bot_account_through_graphql(tmp_path, github):
     """GITHUB_TOKEN may not read /user; GraphQL's viewer names its bot, so ours is updated."""
-    github.state.user_forbidden = True
     github.state.me = "github-actions[bot]"
     planted_marker(github)
-    assert report(report_env(tmp_path, github)).returncode == 0
-    proc = report(report_env(tmp_path, github))
+    env = report_env(tmp_path, github, GITHUB_TOKEN=github.state.job_token)
+    assert report(env).returncode == 0
+    proc = report(env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     mine = [c for c in comments(github) if c["user"]["login"] == "github-actions[bot]"]
     assert len(mine) == 1 and len(comments(github)) == 2
-    assert ("POST", "/api/graphql") in github.state.requests
+    assert ("POST", "/api/graphql", {"query": "query { viewer { login databaseId } }"}) in (
+        github.state.requests
+    )
 
 
 def test_an_unknown_identity_creates_rather_than_updates(tmp_path, github):
-    github.state.user_forbidden = True
     github.state.graphql_viewer = False
     planted_marker(github)
-    proc = report(report_env(tmp_path, github))
+    proc = report(report_env(tmp_path, github, GITHUB_TOKEN=github.state.job_token))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "PATCH" not in [m for m, _ in github.state.requests]
+    assert "PATCH" not in [m for m, *_ in github.state.requests]
     assert "could not learn which account" in proc.stdout
 
 
@@ -122,7 +128,7 @@ def test_an_unknown_identity_creates_rather_than_updates(tmp_path, github):
     ],
 )
 def test_an_answer_of_the_wrong_shape_is_one_line_exit_3(tmp_path, github, answer):
-    object_where_list(github, answer)
+    github.state.answers[("GET", LIST)] = (200, answer, {})
     proc = report(report_env(tmp_path, github))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "internal error" not in proc.stdout and "Traceback" not in proc.stderr

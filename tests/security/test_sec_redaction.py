@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hostile_github import LIST, FakeGitHub, report_env
 from hostile_runpod import Canned
 
+from forges.fake_github import FakeGitHub
 from gpuci import redact
 from gpuci.redact import excerpt, redact_url, redact_urls
 from gpuci_testing import clean_env, run_cli
@@ -46,12 +46,15 @@ def canned() -> Iterator[Any]:
 # ----- redact first, then cut ------------------------------------------------------------------
 def test_a_github_token_straddling_the_cut_is_not_printed_in_part(tmp_path):
     with FakeGitHub() as github:
-        token = github.state.token
+        token = github.state.github_token
         message = "x" * 190 + token + " and more"  # the old cut at 200 fell inside the token
-        github.state.answers[("GET", LIST)] = (422, {"message": message}, {})
-        proc = run_cli(
-            "report", "--comment", "--gpu-minutes", "1", env=report_env(tmp_path, github)
+        github.state.answers[("GET", "/api/v3/repos/o/r/issues/7/comments")] = (
+            422,
+            {"message": message},
+            {},
         )
+        env = github.pull_request_env(tmp_path, "o/r", 7)
+        proc = run_cli("report", "--comment", "--gpu-minutes", "1", env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "xxxxxxxx" in proc.stdout  # the message was printed...
     assert leaked_part(proc.stdout + proc.stderr, token) is None  # ...without a piece of it

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from fakegitlab import BOT_ID, FakeGitLab
 
+from forges.fake_gitlab import BOT_ID, FakeGitLab
 from gpuci_testing import clean_env, run_cli
 
 PROJECT = "9"
@@ -23,16 +23,16 @@ def gitlab():
 def mr_env(fake: FakeGitLab, tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {
         "GITLAB_CI": "true",
-        "CI_API_V4_URL": fake.api_url,
-        "CI_SERVER_URL": fake.origin + "/gitlab",
+        "CI_API_V4_URL": fake.gitlab_api,
+        "CI_SERVER_URL": fake.base + "/gitlab",
         "CI_PROJECT_ID": PROJECT,
         "CI_PROJECT_PATH": "acme/models",
-        "CI_PROJECT_URL": fake.origin + "/gitlab/acme/models",
+        "CI_PROJECT_URL": fake.base + "/gitlab/acme/models",
         "CI_MERGE_REQUEST_IID": "3",
         "CI_COMMIT_SHA": "c" * 40,
-        "CI_JOB_URL": fake.origin + "/gitlab/acme/models/-/jobs/42",
-        "CI_JOB_TOKEN": fake.state.job_token,
-        "GPUCI_GITLAB_TOKEN": fake.state.token,
+        "CI_JOB_URL": fake.base + "/gitlab/acme/models/-/jobs/42",
+        "CI_JOB_TOKEN": fake.state.ci_job_token,
+        "GPUCI_GITLAB_TOKEN": fake.state.gitlab_token,
         "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
     }
     return clean_env(**{**env, **extra})
@@ -63,7 +63,7 @@ def report(tmp_path: Path, env: dict[str, str], accuracy: float) -> dict:
 
 def test_note_created_then_updated_in_place_across_pages(tmp_path, gitlab):
     for n in range(3):  # two pages of others' notes, one pasting our marker
-        gitlab.state.add(PROJECT, 3, f"note {n}" + (f" {MARKER}" if n == 1 else ""))
+        gitlab.state.note(PROJECT, 3, f"note {n}" + (f" {MARKER}" if n == 1 else ""))
     env = mr_env(gitlab, tmp_path)
     first = report(tmp_path, env, 0.95)
     assert first["rc"] == 0, first
@@ -73,7 +73,7 @@ def test_note_created_then_updated_in_place_across_pages(tmp_path, gitlab):
     assert len(ours) == 1 and MARKER in ours[0]["body"]
     assert "Model gate passed" in ours[0]["body"]
     assert first["outputs"]["comment-url"] == (
-        f"{gitlab.origin}/gitlab/acme/models/-/merge_requests/3#note_{ours[0]['id']}"
+        f"{gitlab.base}/gitlab/acme/models/-/merge_requests/3#note_{ours[0]['id']}"
     )
 
     second = report(tmp_path, env, 0.5)
@@ -81,10 +81,10 @@ def test_note_created_then_updated_in_place_across_pages(tmp_path, gitlab):
     ours = [n for n in gitlab.state.notes[f"{PROJECT}!3"] if n["author"]["id"] == BOT_ID]
     assert len(ours) == 1 and "Model gate failed" in ours[0]["body"]
     assert notes[1]["body"] == f"note 1 {MARKER}"  # someone else's marked note: never edited
-    paths = [p for _, p in gitlab.state.requests]
+    paths = [p for _, p, _ in gitlab.state.requests]
     assert any("page=2" in p for p in paths)  # the second page was read
-    assert ("GET", "/gitlab/api/v4/user") in gitlab.state.requests
-    assert any(m == "PUT" for m, _ in gitlab.state.requests)
+    assert ("GET", "/gitlab/api/v4/user", None) in gitlab.state.requests
+    assert any(m == "PUT" for m, *_ in gitlab.state.requests)
 
 
 def test_only_the_job_token_says_it_cannot_write_notes(tmp_path, gitlab):
@@ -99,7 +99,7 @@ def test_only_the_job_token_says_it_cannot_write_notes(tmp_path, gitlab):
 
 
 def test_a_token_gitlab_refuses_with_403_is_a_warning(tmp_path, gitlab):
-    env = mr_env(gitlab, tmp_path, GPUCI_GITLAB_TOKEN=gitlab.state.job_token)
+    env = mr_env(gitlab, tmp_path, GPUCI_GITLAB_TOKEN=gitlab.state.ci_job_token)
     got = report(tmp_path, env, 0.95)
     assert got["rc"] == 0 and got["outputs"]["comment"] == "skipped"
     assert any("403" in a["message"] for a in got["annotations"])
@@ -107,10 +107,27 @@ def test_a_token_gitlab_refuses_with_403_is_a_warning(tmp_path, gitlab):
 
 
 def test_a_next_page_on_another_origin_is_not_followed(tmp_path, gitlab):
-    with FakeGitLab(token=gitlab.state.token) as thief:
-        gitlab.state.add(PROJECT, 3, "hello")
-        gitlab.state.next_link = f"{thief.api_url}/projects/9/merge_requests/3/notes?page=2"
+    with FakeGitLab(gitlab_token=gitlab.state.gitlab_token) as thief:
+        gitlab.state.note(PROJECT, 3, "hello")
+        gitlab.state.next_link = f"{thief.gitlab_api}/projects/9/merge_requests/3/notes?page=2"
         got = report(tmp_path, mr_env(gitlab, tmp_path), 0.95)
         assert got["rc"] == 0, got
         assert thief.state.requests == []  # the token never went there
         assert any("another origin" in a["message"] for a in got["annotations"])
+
+
+def test_our_note_is_found_first_though_gitlab_lists_the_newest_first(gitlab, monkeypatch):
+    """GitLab lists notes newest first: the sticky note, the oldest, would be on the last
+    page. The client asks for the oldest first, so even one page finds it (before: a second
+    note was created once it fell past the pages read)."""
+    from gpuci.forges import rest
+    from gpuci.forges.gitlab import GitLab
+
+    monkeypatch.setattr(rest, "MAX_PAGES", 1)
+    with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, "9") as client:
+        assert client.upsert(3, MARKER, f"{MARKER} first")[0] == "created"
+        for n in range(4):
+            gitlab.state.note("9", 3, f"a newer note {n}")
+        assert client.upsert(3, MARKER, f"{MARKER} second")[0] == "updated"
+    ours = [n for n in gitlab.state.notes["9!3"] if n["author"]["id"] == BOT_ID]
+    assert [n["body"] for n in ours] == [f"{MARKER} second"]

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from fakegithub import FakeGitHub, pull_request_job_env
 
+from forges.fake_github import FakeGitHub
 from gpuci import journal
 from gpuci_testing import clean_env, run_cli
 
@@ -22,7 +22,7 @@ def github():
 
 
 def pr_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
-    return pull_request_job_env(tmp_path, fake, REPO, 7, **extra)
+    return fake.pull_request_env(tmp_path, REPO, 7, **extra)
 
 
 def gate(tmp_path: Path, env: dict[str, str], accuracy: float, *extra: str):
@@ -54,7 +54,7 @@ def gate(tmp_path: Path, env: dict[str, str], accuracy: float, *extra: str):
 def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github):
     # Others' comments fill more than one page, so finding ours needs the Link header.
     for i in range(5):
-        github.state.add(REPO, 7, f"looks good {i}")
+        github.state.comment(REPO, 7, f"looks good {i}")
     env = pr_env(tmp_path, github)
     journal.record("gpu-setup", {"gpus": [{}, {}], "time": 0}, env)  # 2 GPUs
 
@@ -75,8 +75,8 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
     assert "created" in outputs and "issuecomment-" in outputs
     # masked the moment it was read, and printed nowhere else
     lines = (first.stderr + first.stdout).splitlines()  # the log (masks first), then the result
-    assert lines[0] == f"::add-mask::{github.state.token}"
-    assert not [ln for ln in lines[1:] if github.state.token in ln]
+    assert lines[0] == f"::add-mask::{github.state.github_token}"
+    assert not [ln for ln in lines[1:] if github.state.github_token in ln]
 
     second = gate(tmp_path, env, 0.90, "--comment")
     assert second.returncode == 1  # the gate fails, and the comment still says so
@@ -84,12 +84,12 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
     assert len(ours) == 1, "a second run must update, not add"
     assert "❌ Model gate failed" in ours[0]["body"] and "FAIL: below 0.92" in ours[0]["body"]
     assert len(github.state.comments[f"{REPO}#7"]) == 6
-    methods = [m for m, _ in github.state.requests]
+    methods = [m for m, *_ in github.state.requests]
     assert methods.count("POST") == 1 and methods.count("PATCH") == 1
     # every request went through the GHES-style base path (and /user: whose comment is ours)
     assert all(
         path.startswith(("/api/v3/repos/acme/models/", "/api/v3/user"))
-        for _, path in github.state.requests
+        for _, path, _ in github.state.requests
     )
 
 
@@ -126,25 +126,25 @@ def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
     env = pr_env(tmp_path, github)
     assert gate(tmp_path, env, 0.95).returncode == 0  # no --comment: nothing posted
     assert github.state.requests == []
-    github.state.fail_next = [502]  # one transient failure, retried
+    github.state.answer_first = [502]  # one transient failure, retried
     proc = run_cli("report", "--comment", "--gpu-minutes", "12.5", env=env)
     assert proc.returncode == 0, proc.stdout
     comment = github.state.comments[f"{REPO}#7"][0]
     assert "12.5 GPU-minutes (as given)" in comment["body"]
-    assert [m for m, _ in github.state.requests] == ["GET", "GET", "POST"]
+    assert [m for m, *_ in github.state.requests] == ["GET", "GET", "POST"]
     assert "Model gate passed" in (tmp_path / "summary").read_text()
 
 
 def test_a_lost_create_response_is_not_posted_twice(tmp_path, github):
     """POST isn't idempotent: after a 502 that did create the comment, the retry updates it."""
     env = pr_env(tmp_path, github)
-    github.state.lose_create_responses = 1
+    github.state.lose_answers = 1
     proc = run_cli("report", "--comment", "--gpu-minutes", "3", env=env)
     assert proc.returncode == 0, proc.stdout
     ours = [c for c in github.state.comments[f"{REPO}#7"] if c["user"]["login"] == "bot"]
     assert len(ours) == 1
     assert "3 GPU-minutes (as given)" in ours[0]["body"]
-    methods = [m for m, _ in github.state.requests]
+    methods = [m for m, *_ in github.state.requests]
     assert methods.count("POST") == 1 and methods.count("PATCH") == 1
 
 
@@ -169,7 +169,7 @@ def test_rejected_token_is_bad_input_and_forbidden_is_a_warning(tmp_path, github
     shown = [ln for ln in proc.stdout.splitlines() if not ln.startswith("::add-mask::")]
     assert "ghs_wrongtoken" not in "\n".join(shown)
     env = pr_env(tmp_path, github)
-    github.state.fail_next = [403]
+    github.state.answer_first = [403]
     proc = run_cli("report", "--comment", env=env)
     assert proc.returncode == 0
     assert "::warning" in proc.stdout and "fork PRs get a read-only token" in proc.stdout

@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.forges.rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitLab"]
 
-TOKEN_ENV = "GPUCI_GITLAB_TOKEN"
+TOKEN_ENV = settings.GITLAB_TOKEN.name  # declared in gpuci.settings; named here for hints
 
 
 class GitLab(ApiClient):
@@ -43,10 +44,13 @@ class GitLab(ApiClient):
         return f"/projects/{self.project}/merge_requests/{iid}/notes"
 
     def marked_notes(self, iid: int, marker: str) -> list[dict[str, Any]]:
-        """Every user note on the merge request whose body holds ``marker``, following pages."""
+        """Every user note on the merge request whose body holds ``marker``, following pages,
+        oldest first: GitLab lists the newest first unless asked, and the sticky note is
+        among the oldest, so it is on the first page read however long the thread grows."""
+        oldest_first = {"sort": "asc", "order_by": "created_at"}
         return [
             note
-            for page in self.pages(self._notes_url(iid), "notes")
+            for page in self.pages(self._notes_url(iid), "notes", query=oldest_first)
             for note in page
             if note.get("system") is not True and marker in str(note.get("body") or "")
         ]

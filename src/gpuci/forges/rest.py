@@ -2,9 +2,10 @@
 
 What both need, written once: one retry policy (:mod:`gpuci.retry`) for transient failures
 (5xx, 429 with its ``Retry-After``, network), HTTP errors mapped to one-line errors with their
-fix, answers checked for shape, and pagination by ``Link: rel="next"`` followed only on the
-API's own origin (the token goes nowhere else; redirects are not followed). Each service
-subclasses it with its headers and hints.
+fix, answers read within a size cap and a deadline and parsed as untrusted JSON
+(:mod:`gpuci.untrusted_json`: depth, numbers, then the shape asked for), and pagination by
+``Link: rel="next"`` followed only on the API's own origin (the token goes nowhere else;
+redirects are not followed). Each service subclasses it with its headers and hints.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from typing import Any, TypeVar
 
 import httpx
 
-from gpuci import httpclients
+from gpuci import httpclients, untrusted_json
 from gpuci.errors import GpuciError, InfraError, InputError
 from gpuci.redact import excerpt, json_kind, redact_url
 from gpuci.retry import RetryPolicy, parse_retry_after
 
 MAX_PAGES = 50  # 5,000 comments or notes: far past any real pull or merge request
+# One answer's body: a page of 100 comments of GitHub's 65,536 characters each fits; a server
+# that sends more is refused before anything is parsed (the bytes past it are never read).
+MAX_BODY = untrusted_json.MAX_BYTES
 
 
 _Client = TypeVar("_Client", bound="ApiClient")
@@ -69,6 +73,10 @@ def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float
     return min(max(0.0, int(reset) - at), RETRY_AFTER_CAP)
 
 
+# Headers that describe the body as it travelled: the answer kept is the decoded bytes.
+_BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
 def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _Transient | httpx.TransportError)
 
@@ -106,6 +114,7 @@ class ApiClient:
             retry_after_cap=RETRY_AFTER_CAP,
         )
         self.warnings: list[str] = []  # said once each, for the caller's result
+        self._body_seconds = 3 * timeout  # one answer's whole body, however it trickles
 
     def close(self) -> None:
         self._client.close()
@@ -130,7 +139,7 @@ class ApiClient:
             self.warnings.append(text)
 
     def _once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        response = self._client.request(method, url, **kwargs)
+        response = self._bounded(self._client.build_request(method, url, **kwargs))
         if response.status_code >= 500 or response.status_code == 429:
             raise _Transient(response)
         limited = rate_limit_wait(response)
@@ -138,6 +147,30 @@ class ApiClient:
             raise _Transient(response, limited)
         self._check(response, method, url)
         return response
+
+    def _bounded(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` and read its body, at most MAX_BODY bytes (decoded) within the
+        body deadline; over the cap is one line (InfraError), too slow a read a timeout."""
+        deadline = time.monotonic() + self._body_seconds
+        response = self._client.send(request, stream=True)
+        data = bytearray()
+        try:
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > MAX_BODY:
+                    raise InfraError(
+                        f"{self.service} API at {self.where} answered more than "
+                        f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
+                        hint=self._api_hint,
+                    )
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the answer's body came too slowly", request=request)
+        finally:
+            response.close()
+        plain = [(k, v) for k, v in response.headers.multi_items() if k not in _BODY_HEADERS]
+        return httpx.Response(
+            response.status_code, headers=plain, content=bytes(data), request=request
+        )
 
     def _retried(self, fn: Callable[[], Any], method: str, url: str, *, repeat: bool = True) -> Any:
         """Run ``fn`` under the retry policy (once when ``repeat`` is False: a POST that lost
@@ -172,13 +205,13 @@ class ApiClient:
         if code < 300:
             return
         try:
-            found = response.json()
+            found = untrusted_json.loads(response.content)
             message = (
                 found.get("message", "") or found.get("error", "")
                 if isinstance(found, dict)
                 else ""
             )
-        except ValueError:
+        except untrusted_json.Unusable:
             message = ""
         # redact (the token, URL credentials) BEFORE cutting: half a key matches no redaction
         detail = excerpt(str(message), 200, secrets=[self._token])
@@ -198,12 +231,13 @@ class ApiClient:
 
     def _json(self, response: httpx.Response, what: str, kind: type) -> Any:
         """The answer's JSON, which must be a ``kind`` (list or dict): else one clear line."""
+        why = ""
         try:
-            found = response.json()
-        except ValueError:
-            found = None
+            found = untrusted_json.loads(response.content, finite=True)
+        except untrusted_json.Unusable as exc:
+            found, why = None, f" ({exc})"
         if not isinstance(found, kind):
-            shape = "no JSON" if found is None else f"a JSON {json_kind(found)}"
+            shape = f"no usable JSON{why}" if found is None else f"a JSON {json_kind(found)}"
             raise InfraError(
                 f"{self.service} API at {self.where} answered {shape} where {what} belongs "
                 f"({response.request.method} {redact_url(str(response.request.url))})",
@@ -230,16 +264,23 @@ class ApiClient:
         return str(target)
 
     def pages(
-        self, url: str, what: str, key: str = "", *, whole: bool = False
+        self,
+        url: str,
+        what: str,
+        key: str = "",
+        *,
+        whole: bool = False,
+        query: dict[str, str] | None = None,
     ) -> Iterator[list[dict[str, Any]]]:
         """Each page of a list of objects, following ``Link`` on the API's origin only.
 
         ``key`` names the list inside an object page (GitHub's ``{"runners": [...]}``).
         ``whole``: the caller acts on what is missing from the list (a runner not listed is
         gone), so a list longer than MAX_PAGES is an error rather than a silent cut.
+        ``query``: more parameters of the first page (the next pages' links carry them).
         """
         next_url: str | None = url
-        params: dict[str, Any] | None = {"per_page": 100}
+        params: dict[str, Any] | None = {"per_page": 100, **(query or {})}
         for _ in range(MAX_PAGES):
             if next_url is None:
                 return

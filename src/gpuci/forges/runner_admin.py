@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import github as gh
 from gpuci.forges.rest import ApiClient
-from gpuci.forges.runner_labels import GITHUB_TOKEN_ENV, GITLAB_TOKEN_ENV
+
+_GITHUB_TOKEN = settings.RUNNER_TOKEN.name
+_GITLAB_TOKEN = settings.GITLAB_TOKEN.name
 
 
 class Ambiguous(InputError):
@@ -40,7 +43,7 @@ class Runner:
     runner_id: int
     name: str
     labels: tuple[str, ...]
-    base: str  # "/repos/o/r" or "/orgs/o": where its label endpoints are
+    base: str  # "/repos/o/r", "/orgs/o" or "/enterprises/e": where its label endpoints are
 
 
 class GitHubRunnerLabels(ApiClient):
@@ -48,10 +51,11 @@ class GitHubRunnerLabels(ApiClient):
 
     service = "GitHub"
     url_env = "GITHUB_API_URL"
-    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
+    hint_401 = f"set {_GITHUB_TOKEN} to a valid token with administration rights"
     hint_403 = (
-        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
-        "repository ('Self-hosted runners: read and write' on the organisation for org runners)"
+        f"give the token in {_GITHUB_TOKEN} 'Administration: read and write' on the "
+        "repository ('Self-hosted runners: read and write' on the organisation for org runners, "
+        "a classic token with manage_runners:enterprise for enterprise runners)"
     )
     hint_404 = "check GITHUB_REPOSITORY, GITHUB_API_URL and that the token can see the runner"
     forbidden_what = "the token may not manage self-hosted runners"
@@ -97,29 +101,45 @@ class GitHubRunnerLabels(ApiClient):
             )
         return Runner(runner_id, name, _label_names(item.get("labels")), base)
 
-    def locate(self, name: str, repository: str, identity: Identity | None = None) -> Runner | None:
+    def locate(
+        self,
+        name: str,
+        repository: str,
+        identity: Identity | None = None,
+        enterprise: str = "",
+    ) -> Runner | None:
         """This runner by its exact identity: the id and scope from its own ``.runner`` file
-        when known; else by name in the repository's list and its organisation's, refusing
-        (:class:`Ambiguous`) when both hold a runner of that name."""
+        when known; else by name in the repository's list, its organisation's and, when
+        ``enterprise`` (a slug) is given, the enterprise's, refusing (:class:`Ambiguous`) when
+        more than one of them holds a runner of that name."""
         if identity is not None:
             found = self.by_id(identity.runner_id, identity.base)
             return found if found is not None and found.name == name else None
-        in_repo = self.find(name, f"/repos/{repository}")
         owner = repository.partition("/")[0]
-        try:
-            in_org = self.find(name, f"/orgs/{quote(owner, safe='')}")
-        except InputError as exc:  # 404: a user account, not an organisation
-            if "HTTP 404" not in exc.message:
-                raise
-            in_org = None
-        if in_repo is not None and in_org is not None:
+        scopes = [(f"/repos/{repository}", repository)]
+        scopes.append((f"/orgs/{quote(owner, safe='')}", f"the organisation {owner}"))
+        if enterprise:
+            scopes.append(
+                (f"/enterprises/{quote(enterprise, safe='')}", f"the enterprise {enterprise}")
+            )
+        held = []
+        for base, what in scopes:
+            try:
+                runner = self.find(name, base)
+            except InputError as exc:  # 404: a user account, not an organisation
+                if base.startswith("/repos/") or "HTTP 404" not in exc.message:
+                    raise
+                runner = None
+            if runner is not None:
+                held.append((runner, what))
+        if len(held) > 1:
+            which = ", ".join(f"one of {what} (id {r.runner_id})" for r, what in held)
             raise Ambiguous(
-                f"two self-hosted runners are named {name!r}: one of {repository} (id "
-                f"{in_repo.runner_id}), one of the organisation {owner} (id {in_org.runner_id}); "
-                "the name alone cannot say which runs this job",
+                f"{len(held)} self-hosted runners are named {name!r}: {which}; the name alone "
+                "cannot say which runs this job",
                 hint="run it on the runner itself (its .runner file names its id), or rename one",
             )
-        return in_repo or in_org
+        return held[0][0] if held else None
 
     def remove_label(self, runner: Runner, label: str) -> bool:
         """Remove one custom label; False when it is not there (a retried DELETE whose first
@@ -153,10 +173,11 @@ class GitLabRunnerPause(ApiClient):
 
     service = "GitLab"
     url_env = "CI_API_V4_URL"
-    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token that can manage the runner"
+    hint_401 = f"set {_GITLAB_TOKEN} to a valid token that can manage the runner"
     hint_403 = (
-        f"give the token in {GITLAB_TOKEN_ENV} the api scope and the Maintainer role on a "
-        "project the runner belongs to (an administrator's for an instance runner)"
+        f"give the token in {_GITLAB_TOKEN} the api scope and the role GitLab asks to manage "
+        "this runner: Maintainer on its project (project runner), Owner of its group (group "
+        "runner), administrator (instance runner)"
     )
     hint_404 = "check CI_RUNNER_ID and CI_API_V4_URL"
     forbidden_what = "the token may not manage this runner"

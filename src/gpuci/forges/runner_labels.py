@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-GITHUB_TOKEN_ENV = "GPUCI_RUNNER_TOKEN"
-GITLAB_TOKEN_ENV = "GPUCI_GITLAB_TOKEN"
 QUARANTINE_LABEL = "gpuci-quarantined"
 # The labels a runner application reports itself (actions/runner's OS and architecture
 # names): GitHub marks them read-only and refuses to remove them. Compared case-insensitively.

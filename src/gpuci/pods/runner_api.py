@@ -211,7 +211,9 @@ class GitLabRunners(ApiClient):
     def listed(self) -> list[Listed]:
         out = []
         url = f"/projects/{quote(self.project, safe='')}/runners"
-        for page in self.pages(url, "runners", whole=True):
+        # GitLab lists the project's groups' and the instance's runners here too: never ours
+        only_its_own = {"type": "project_type"}
+        for page in self.pages(url, "runners", whole=True, query=only_its_own):
             for item in page:
                 name = item.get("description")
                 if isinstance(item.get("id"), int) and isinstance(name, str):
