@@ -362,3 +362,44 @@ def build(cls: type[T], values: Mapping[str, Any]) -> T:
         if value is not None or "None" in str(f.type):
             kwargs[f.name] = value
     return cls(**kwargs)
+
+
+# What a Python argument must be for each kind :func:`checked` holds to the CLI's rules.
+_PYTHON_TYPES: dict[str, tuple[type, str]] = {
+    "str": (str, "text"),
+    "bool": (bool, "true or false"),
+    "int": (int, "a number"),
+    "float": (float, "a number"),
+    "duration": (float, "a number"),
+}
+
+
+def checked(given: T) -> T:
+    """``given`` held to its inputs' rules as the CLI holds their text: the Python API's check.
+
+    Args:
+        given: an :func:`options` instance built from Python values.
+
+    Returns:
+        ``given`` unchanged.
+
+    Raises:
+        InputError: a value of another type than its field's, outside its input's choices,
+            below its minimum or not a finite number; the message names the input as the CLI
+            does.
+    """
+    for f in fields(given):  # type: ignore[arg-type]
+        spec: Input = f.metadata["input"]
+        value = getattr(given, f.name)
+        if value is None or spec.kind not in _PYTHON_TYPES:
+            continue
+        want, said = _PYTHON_TYPES[spec.kind]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number if want in (int, float) else isinstance(value, want)):
+            raise InputError(
+                f"{spec.name} is {excerpt(repr(value), 200)}, not {said}",
+                hint=f"pass {said} as {spec.name}",
+            )
+        if spec.kind != "bool":
+            spec.parse(str(value), "argument")
+    return given

@@ -20,6 +20,19 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gpuci.inputs import Input, specs_of
 
+__all__ = [
+    "ALIASES",
+    "BOOLEAN_OUTPUTS",
+    "Command",
+    "OptionsT",
+    "Output",
+    "aliases_of",
+    "all_commands",
+    "command_for_action",
+    "command_named",
+    "iter_leaf_commands",
+]
+
 if TYPE_CHECKING:
     from gpuci.runtime import Result, Runtime
 
