@@ -168,3 +168,22 @@ def test_each_definition_is_typed_with_the_class_it_names() -> None:
                 assert annotation == f"Command[{cmd.options.partition(':')[2]}]", var
                 checked += 1
     assert checked == len(TYPED)
+
+
+def test_python_values_meet_the_same_rules() -> None:
+    """The Python APIs build these classes directly; ``checked`` holds them to the inputs."""
+    from gpuci.errors import InputError
+    from gpuci.gpu.options import SetupInputs, SmokeInputs
+    from gpuci.inputs import checked
+
+    assert checked(SmokeInputs(budget_seconds=5)) == SmokeInputs(budget_seconds=5)
+    for bad, said in (
+        (SmokeInputs(dcgm_level=5), "input 'dcgm-level' (argument) is '5', not one of: 0, 1, 2"),
+        (SmokeInputs(budget_seconds=0), "below the minimum 1"),
+        (SetupInputs(min_gpus=True), "min-gpus is True, not a number"),
+        (SetupInputs(min_gpus="2"), "min-gpus is '2', not a number"),  # type: ignore[arg-type]
+        (SmokeInputs(memory_fraction=float("nan")), "expected a finite number"),
+    ):
+        with pytest.raises(InputError) as caught:
+            checked(bad)
+        assert said in caught.value.message
