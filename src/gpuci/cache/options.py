@@ -37,10 +37,8 @@ ENDPOINT_URL = inp("S3-compatible endpoint (MinIO, R2, Ceph...); default: AWS.")
 _HF_REPO = inp("With layout hf: the repo, org/name or datasets/org/name.")
 _HF_REVISION = inp("With layout hf: only this revision (a branch such as main, or a commit).")
 _LAYOUT = inp(
-    (
-        "plain: the paths as they are; hf: one Hugging Face repo in HF_HUB_CACHE form (blobs, "
-        "snapshots, refs), usable with HF_HUB_OFFLINE=1."
-    ),
+    "plain: the paths as they are; hf: one Hugging Face repo in HF_HUB_CACHE form (blobs, "
+    "snapshots, refs), usable with HF_HUB_OFFLINE=1.",
     default="plain",
     choices=("plain", "hf"),
 )
@@ -51,13 +49,11 @@ _LOCAL_CACHE = inp(
     "RUNNER_TOOL_CACHE/gpuci/local or ~/.cache/gpuci/local)."
 )
 _LOCAL_CACHE_MODE = inp(
-    (
-        "How restored files relate to the local cache: copy (an independent file: a reflink where"
-        " the filesystem can, else a copy; the default), verify (the same, hashing every file "
-        "placed), link (hardlink files, read-only: trusts every job on the runner; only for a "
-        "single-tenant runner). Saves always copy into the local cache, hashing what they copy. "
-        "See docs/security.md."
-    ),
+    "How restored files relate to the local cache: copy (an independent file: a reflink where"
+    " the filesystem can, else a copy; the default), verify (the same, hashing every file "
+    "placed), link (hardlink files, read-only: trusts every job on the runner; only for a "
+    "single-tenant runner). Saves always copy into the local cache, hashing what they copy. "
+    "See docs/security.md.",
     default="copy",
     choices=("copy", "verify", "link"),
 )
@@ -66,10 +62,8 @@ _LOCAL_CACHE_SIZE = inp(
     default="100GiB",
 )
 _PATH = inp(
-    (
-        "Folders or files to cache, one per line (with layout hf: the hub cache folder, default "
-        "HF_HUB_CACHE)."
-    ),
+    "Folders or files to cache, one per line (with layout hf: the hub cache folder, default "
+    "HF_HUB_CACHE).",
     kind="lines",
 )
 REGION = inp("S3 region (default: from the AWS configuration).")
@@ -107,10 +101,8 @@ class RestoreInputs:
     )
     path: list[str] = _PATH
     restore_keys: list[str] = inp(
-        (
-            "Key prefixes to fall back to, one per line, tried in order; the newest match of the "
-            "first prefix that matches wins."
-        ),
+        "Key prefixes to fall back to, one per line, tried in order; the newest match of the "
+        "first prefix that matches wins.",
         kind="lines",
     )
     store: str = STORE
@@ -124,10 +116,8 @@ class RestoreInputs:
     local_cache_size: str = _LOCAL_CACHE_SIZE
     local_cache_mode: str = _LOCAL_CACHE_MODE
     include: list[str] = inp(
-        (
-            "Restore only files matching these globs, one per line (*.safetensors, config.json; a"
-            " glob with / matches the whole path)."
-        ),
+        "Restore only files matching these globs, one per line (*.safetensors, config.json; a"
+        " glob with / matches the whole path).",
         kind="lines",
     )
     exclude: list[str] = inp("Skip files matching these globs, one per line.", kind="lines")

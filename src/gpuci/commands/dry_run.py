@@ -26,10 +26,8 @@ class DryRunInputs:
         default="refs/heads/main",
     )
     var: list[str] = inp(
-        (
-            "A configuration variable the run would have (vars.NAME), as NAME=VALUE; repeat the "
-            "flag for more. Once any is given, a variable not given is empty, as in act."
-        ),
+        "A configuration variable the run would have (vars.NAME), as NAME=VALUE; repeat the "
+        "flag for more. Once any is given, a variable not given is empty, as in act.",
         kind="lines",
     )
     vars_file: str = inp(
@@ -37,11 +35,9 @@ class DryRunInputs:
         "file of NAME=VALUE lines; --var beats it."
     )
     secret: list[str] = inp(
-        (
-            "The NAME of a secret the run would have; repeat the flag for more. Only whether it "
-            "exists is used (a value is never asked for or printed): secrets.NAME is non-empty, "
-            "its text unknown; once any is named, a secret not named is empty, as in act."
-        ),
+        "The NAME of a secret the run would have; repeat the flag for more. Only whether it "
+        "exists is used (a value is never asked for or printed): secrets.NAME is non-empty, "
+        "its text unknown; once any is named, a secret not named is empty, as in act.",
         kind="lines",
     )
     event_payload: str = inp(

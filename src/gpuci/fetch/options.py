@@ -22,10 +22,8 @@ class FetchInputs:
     """What ``retry-fetch`` is given."""
 
     url: list[str] = inp(
-        (
-            "URL(s) to fetch, one per line as 'URL [SHA256|-] [DEST]'; or @FILE naming a file of "
-            "such lines."
-        ),
+        "URL(s) to fetch, one per line as 'URL [SHA256|-] [DEST]'; or @FILE naming a file of "
+        "such lines.",
         kind="lines",
         required=True,
     )
@@ -37,10 +35,8 @@ class FetchInputs:
         "Expected sha256 (hex), or the URL of a .sha256 / SHA256SUMS file (matched by name)."
     )
     mirrors: list[str] = inp(
-        (
-            "Fallback URLs tried in order after the main URL fails, one per line; one ending in "
-            "'/' is a base the file name is appended to."
-        ),
+        "Fallback URLs tried in order after the main URL fails, one per line; one ending in "
+        "'/' is a base the file name is appended to.",
         kind="lines",
     )
     headers: list[str] = inp(
@@ -64,21 +60,17 @@ class FetchInputs:
     )
     parallel: int = inp("How many files to download at once.", default="4", minimum=1)
     connections: int = inp(
-        (
-            "Most ranged connections for one file. A large file from a server that names it with "
-            "a strong ETag and honours Range is fetched in segments over several connections at "
-            "once, as many as keep raising the throughput; 1 turns this off."
-        ),
+        "Most ranged connections for one file. A large file from a server that names it with "
+        "a strong ETag and honours Range is fetched in segments over several connections at "
+        "once, as many as keep raising the throughput; 1 turns this off.",
         default="16",
         minimum=1,
     )
     max_bytes: int | None = inp(
-        (
-            "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
-            "refused before writing and a longer body is cut off and deleted. The default fits "
-            "any single Hugging Face Hub file (50 GB cap) yet stops an endless body long before "
-            "it fills a runner's disk."
-        ),
+        "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
+        "refused before writing and a longer body is cut off and deleted. The default fits "
+        "any single Hugging Face Hub file (50 GB cap) yet stops an endless body long before "
+        "it fills a runner's disk.",
         kind="size",
         default="64GiB",
         minimum=1,

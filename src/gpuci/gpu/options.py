@@ -38,10 +38,8 @@ class Requirements:
         "Count MIG devices as GPUs and list their UUIDs in visible-devices.", default="true"
     )
     fail_on_ecc_errors: bool = inp(
-        (
-            "Fail on volatile uncorrected ECC errors, pending page retirement or row remapping, "
-            "or a failed remap; false only warns."
-        ),
+        "Fail on volatile uncorrected ECC errors, pending page retirement or row remapping, "
+        "or a failed remap; false only warns.",
         default="true",
     )
 
@@ -75,32 +73,24 @@ class SmokeChecks:
         "Fraction of free GPU memory the memory test fills.", default="0.9", minimum=0
     )
     min_bandwidth_gbs: float | None = inp(
-        (
-            "Least device memory bandwidth in GB/s (default: 80% of a published measured figure "
-            "per model; models without one are reported, not judged, unless this is set)."
-        ),
+        "Least device memory bandwidth in GB/s (default: 80% of a published measured figure "
+        "per model; models without one are reported, not judged, unless this is set).",
         minimum=0,
     )
     min_gemm_tflops: float | None = inp(
-        (
-            "Least FP16 GEMM throughput in TFLOP/s (default: 70% of a published measured "
-            "sustained figure per model; models without one, such as L4, A10 and L40S, are "
-            "reported, not judged, unless this is set)."
-        ),
+        "Least FP16 GEMM throughput in TFLOP/s (default: 70% of a published measured "
+        "sustained figure per model; models without one, such as L4, A10 and L40S, are "
+        "reported, not judged, unless this is set).",
         minimum=0,
     )
     min_busbw_gbs: float | None = inp(
-        (
-            "Least all-reduce bus bandwidth in GB/s (nccl-tests' busbw; default: a measured "
-            "figure per interconnect, else reported, not judged)."
-        ),
+        "Least all-reduce bus bandwidth in GB/s (nccl-tests' busbw; default: a measured "
+        "figure per interconnect, else reported, not judged).",
         minimum=0,
     )
     max_throttle_percent: float = inp(
-        (
-            "Share of the run (at least 1 s) a thermal or power-brake slowdown may hold the "
-            "clocks down, by NVML's cumulative counters, before the GPU fails."
-        ),
+        "Share of the run (at least 1 s) a thermal or power-brake slowdown may hold the "
+        "clocks down, by NVML's cumulative counters, before the GPU fails.",
         default="10",
         minimum=0,
     )
@@ -121,10 +111,8 @@ class SmokeInputs(SmokeChecks):
     """What ``gpu-smoke`` is given: the checks, and what to do with a failing verdict."""
 
     on_failure: str = inp(
-        (
-            "On a hardware failure: fail the job, or also take this self-hosted runner out of the"
-            " pool (GitHub: remove quarantine-labels; GitLab: pause it; docs/quarantine.md)."
-        ),
+        "On a hardware failure: fail the job, or also take this self-hosted runner out of the"
+        " pool (GitHub: remove quarantine-labels; GitLab: pause it; docs/quarantine.md).",
         default="fail",
         choices=("fail", "quarantine"),
     )

@@ -32,11 +32,9 @@ _LEDGER = inp(
     " Default: env GPUCI_PODS_LEDGER, else ~/.cache/gpuci/pods-ledger (this machine only)."
 )
 _NOTIFY = inp(
-    (
-        "Where to tell people, one target per line: an http(s) webhook (Slack/Discord JSON), "
-        "smtp://user:pass@host:587?from=..&to=.. (STARTTLS), or discourse+https://forum/t/ID (key"
-        " in DISCOURSE_API_KEY). Masked; failures only warn."
-    ),
+    "Where to tell people, one target per line: an http(s) webhook (Slack/Discord JSON), "
+    "smtp://user:pass@host:587?from=..&to=.. (STARTTLS), or discourse+https://forum/t/ID (key"
+    " in DISCOURSE_API_KEY). Masked; failures only warn.",
     kind="lines",
     secret=True,
 )
@@ -56,10 +54,8 @@ _RUNNER_SCOPE = inp(
 @options
 class UpInputs:
     gpu_types: list[str] = inp(
-        (
-            "RunPod GPU type ids in preference order, comma-separated (e.g. NVIDIA GeForce RTX "
-            "4090,NVIDIA L40S)."
-        ),
+        "RunPod GPU type ids in preference order, comma-separated (e.g. NVIDIA GeForce RTX "
+        "4090,NVIDIA L40S).",
         required=True,
     )
     image: str = inp(
@@ -82,10 +78,8 @@ class UpInputs:
     owner: str = _OWNER
     ledger: str = _LEDGER
     budgets: str = inp(
-        (
-            "The budgets file in the repository: per-owner and default USD per period, the "
-            "period, delegations (protect it with CODEOWNERS)."
-        ),
+        "The budgets file in the repository: per-owner and default USD per period, the "
+        "period, delegations (protect it with CODEOWNERS).",
         default=".gpuci/budgets.yml",
     )
     budget_usd: float | None = inp(
@@ -98,10 +92,8 @@ class UpInputs:
         default="30d",
     )
     reap_interval: float = inp(
-        (
-            "How often the reaper runs: the budget counts each pod for ttl plus this, the longest"
-            " it can outlive a failed self-stop."
-        ),
+        "How often the reaper runs: the budget counts each pod for ttl plus this, the longest"
+        " it can outlive a failed self-stop.",
         kind="duration",
         default="15m",
     )
@@ -112,10 +104,8 @@ class UpInputs:
     timeout: float = inp("How long to wait for RUNNING and health.", kind="duration", default="20m")
     notify: list[str] = _NOTIFY
     ssh_public_keys: list[str] = inp(
-        (
-            "Start the pod with SSH for these authorized_keys lines (one per line; default: env "
-            "RUNPOD_SSH_PUBLIC_KEYS); publishes 22/tcp and outputs ssh-command."
-        ),
+        "Start the pod with SSH for these authorized_keys lines (one per line; default: env "
+        "RUNPOD_SSH_PUBLIC_KEYS); publishes 22/tcp and outputs ssh-command.",
         kind="lines",
     )
     placement_timeout: float = inp(
@@ -125,10 +115,8 @@ class UpInputs:
     )
     health_store: str = _HEALTH_STORE
     avoid_failed_days: int = inp(
-        (
-            "Keep off data centres where a GPU failed gpu-smoke (hardware) in this many days, per"
-            " the health record; RunPod names no machine, so the data centre is the unit. 0: off."
-        ),
+        "Keep off data centres where a GPU failed gpu-smoke (hardware) in this many days, per"
+        " the health record; RunPod names no machine, so the data centre is the unit. 0: off.",
         default="7",
         minimum=0,
     )
@@ -138,18 +126,14 @@ class UpInputs:
         "data centre. Needs gpu-ci in the image. Default: true with runner."
     )
     smoke_attempts: int = inp(
-        (
-            "Pods up may place in all when gpu-smoke finds a hardware failure, within the one "
-            "budget reservation."
-        ),
+        "Pods up may place in all when gpu-smoke finds a hardware failure, within the one "
+        "budget reservation.",
         default="2",
         minimum=1,
     )
     runner: str = inp(
-        (
-            "Make the pod a just-in-time CI runner for one job: github (token in "
-            "GPUCI_RUNNER_TOKEN) or gitlab (token in GPUCI_GITLAB_TOKEN); default: none."
-        ),
+        "Make the pod a just-in-time CI runner for one job: github (token in "
+        "GPUCI_RUNNER_TOKEN) or gitlab (token in GPUCI_GITLAB_TOKEN); default: none.",
         choices=("github", "gitlab"),
     )
     runner_labels: list[str] = inp(
@@ -165,10 +149,8 @@ class UpInputs:
         default="10m",
     )
     runner_wait_online: bool = inp(
-        (
-            "With runner: wait (within timeout) until the platform lists the runner online, so a "
-            "refused runner fails this step instead of leaving the job queued."
-        ),
+        "With runner: wait (within timeout) until the platform lists the runner online, so a "
+        "refused runner fails this step instead of leaving the job queued.",
         default="true",
     )
     runner_version: str = inp(
@@ -212,10 +194,8 @@ class ReapInputs:
     owner: str = _OWNER
     grace: float = inp("Extra time after expiry before reaping.", kind="duration", default="0")
     untagged_older_than: float | None = inp(
-        (
-            "Also stop (never terminate) pods gpu-ci did not create that are older than this, "
-            "e.g. 12h, and name them (default: off)."
-        ),
+        "Also stop (never terminate) pods gpu-ci did not create that are older than this, "
+        "e.g. 12h, and name them (default: off).",
         kind="duration",
     )
     ledger: str = _LEDGER
@@ -223,10 +203,8 @@ class ReapInputs:
     runner_scope: str = _RUNNER_SCOPE
     health_store: str = _HEALTH_STORE
     failure_days: int = inp(
-        (
-            "Name the nodes (data centre, GPU UUID, pod, host) with two or more hardware failures"
-            " in the GPU health record in this many days. 0: off."
-        ),
+        "Name the nodes (data centre, GPU UUID, pod, host) with two or more hardware failures"
+        " in the GPU health record in this many days. 0: off.",
         default="7",
         minimum=0,
     )

@@ -20,10 +20,8 @@ _HISTORY = inp(
     "the cache; default: GPUCI_METRICS_HISTORY; empty: no history)."
 )
 _HISTORY_APPEND = inp(
-    (
-        "Add this run's gated metrics to the history: auto (on the default branch and on "
-        "schedules), always or never."
-    ),
+    "Add this run's gated metrics to the history: auto (on the default branch and on "
+    "schedules), always or never.",
     default="auto",
     choices=("auto", "always", "never"),
 )
@@ -44,17 +42,13 @@ class CommentInputs:
     repository and pull request), whether to post it, and the GPU minutes it shows."""
 
     comment: bool = inp(
-        (
-            "Post or update the sticky pull-request comment (on GitLab the merge-request note; "
-            "needs a token and a PR or MR)."
-        ),
+        "Post or update the sticky pull-request comment (on GitLab the merge-request note; "
+        "needs a token and a PR or MR).",
         default="false",
     )
     token: str = inp(
-        (
-            "GitHub token (default: GITHUB_TOKEN; on GitLab: GPUCI_GITLAB_TOKEN, a project access"
-            " token with api scope); masked."
-        ),
+        "GitHub token (default: GITHUB_TOKEN; on GitLab: GPUCI_GITLAB_TOKEN, a project access"
+        " token with api scope); masked.",
         secret=True,
         action_default="${{ github.token }}",
     )
@@ -98,10 +92,8 @@ class GateInputs(CommentInputs):
     )
     python: str = _PYTHON
     pin: bool = inp(
-        (
-            "When the model passes (and artifacts is given), pin every dataset manifest its "
-            "provenance names, so prune keeps what rebuilds it (cache-weights pin)."
-        ),
+        "When the model passes (and artifacts is given), pin every dataset manifest its "
+        "provenance names, so prune keeps what rebuilds it (cache-weights pin).",
         default="false",
     )
     history: str = _HISTORY
@@ -118,10 +110,8 @@ class ProvenanceInputs:
     """What ``provenance`` is given."""
 
     artifacts: list[str] = inp(
-        (
-            "Trained model files to hash: paths, folders or globs, one per line. Required unless "
-            "record is given."
-        ),
+        "Trained model files to hash: paths, folders or globs, one per line. Required unless "
+        "record is given.",
         kind="lines",
     )
     record: str = inp(
