@@ -6,9 +6,13 @@ user wrote ``none`` (no limit).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuci.errors import InputError
-from gpuci.fetch.policy import FetchPolicy
 from gpuci.inputs import inp, options
+
+if TYPE_CHECKING:  # the policy's module loads httpx: only a run needs it, never --help
+    from gpuci.fetch.policy import FetchPolicy
 
 __all__ = ["FetchInputs"]
 
@@ -86,6 +90,8 @@ class FetchInputs:
                     f"input '{flag}' is {seconds:g}s, longer than the {limit:g}s allowed",
                     hint=f"set {flag} to a sensible duration such as 60s, 30m or 2h",
                 )
+        from gpuci.fetch.policy import FetchPolicy
+
         return FetchPolicy(
             attempts=self.attempts,
             timeout=self.timeout,
