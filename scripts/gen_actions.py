@@ -19,6 +19,7 @@ import difflib
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -105,10 +106,11 @@ class Part:
 
     step_id: str
     command: str  # full command name, e.g. "cache-weights restore"
-    cmd: Command
+    inputs: tuple[Input, ...]
+    outputs: tuple[Output, ...]
     prefix: str = ""  # prefix for the names this part contributes to the root action
     condition: str | None = None  # the step's ``if:``; None = always runs
-    dispatch: Command | None = None  # the command whose sub-command the first input picks
+    dispatch: Command[None] | None = None  # the command whose sub-command the first input picks
 
     def public(self, name: str) -> str:
         return name if name.startswith(self.prefix) else self.prefix + name
@@ -131,12 +133,12 @@ class ActionDef:
         """(public name, spec, part) for every input; raises on a name clash."""
         rows: list[tuple[str, Input, Part | None]] = [(s.name, s, None) for s in self.switches]
         for part in self.parts:
-            rows += [(part.public(spec.name), spec, part) for spec in part.cmd.inputs]
+            rows += [(part.public(spec.name), spec, part) for spec in part.inputs]
         _unique(self.folder, "input", [r[0] for r in rows])
         return rows
 
     def outputs(self) -> list[tuple[str, Output, Part]]:
-        rows = [(part.public(o.name), o, part) for part in self.parts for o in part.cmd.outputs]
+        rows = [(part.public(o.name), o, part) for part in self.parts for o in part.outputs]
         _unique(self.folder, "output", [r[0] for r in rows])
         return rows
 
@@ -158,7 +160,7 @@ def leaf_actions() -> list[ActionDef]:
                     folder=folder,
                     title=f"gpu-ci {Path(folder).relative_to('actions').as_posix()}",
                     description=cmd.help,
-                    parts=(Part("run", full_name, cmd),),
+                    parts=(Part("run", full_name, cmd.inputs, cmd.outputs),),
                     notes=cmd.notes,
                 )
             )
@@ -176,7 +178,7 @@ def _for_subs(rows: list[tuple[str, str]], every: list[str]) -> str:
     return " ".join(f"{', '.join(subs)}: {text}" for text, subs in texts.items())
 
 
-def _merged_input(name: str, rows: list[tuple[Command, Input]], every: list[str]) -> Input:
+def _merged_input(name: str, rows: list[tuple[Command[Any], Input]], every: list[str]) -> Input:
     """One input of a dispatching action, standing for that input of each sub-command taking it.
 
     No action default: each sub-command applies its own (an empty ``INPUT_*`` is "not given"),
@@ -195,9 +197,9 @@ def _merged_input(name: str, rows: list[tuple[Command, Input]], every: list[str]
     )
 
 
-def dispatched(cmd: Command) -> Command:
-    """A command with sub-commands as one action's command: its ``dispatch`` input picks the
-    sub-command, and every sub-command's inputs and outputs are the action's (merged by name)."""
+def dispatched(cmd: Command[None]) -> tuple[tuple[Input, ...], tuple[Output, ...]]:
+    """The inputs and outputs of one action for a command with sub-commands: its ``dispatch``
+    input picks the sub-command, and every sub-command's are the action's (merged by name)."""
     assert cmd.dispatch is not None
     every = [sub.name for sub in cmd.subcommands]
     choice = Input(
@@ -207,7 +209,7 @@ def dispatched(cmd: Command) -> Command:
         required=True,
         choices=tuple(every),
     )
-    inputs: dict[str, list[tuple[Command, Input]]] = {}
+    inputs: dict[str, list[tuple[Command[Any], Input]]] = {}
     outputs: dict[str, list[tuple[str, str]]] = {}
     for sub in cmd.subcommands:
         for spec in sub.inputs:
@@ -216,13 +218,9 @@ def dispatched(cmd: Command) -> Command:
             outputs.setdefault(out.name, []).append((sub.name, out.help))
     if cmd.dispatch in inputs:
         raise SystemExit(f"error: {cmd.name}: a sub-command has an input named {cmd.dispatch}")
-    return Command(
-        name=cmd.name,
-        help=cmd.help,
-        inputs=(choice, *(_merged_input(n, rows, every) for n, rows in inputs.items())),
-        outputs=tuple(Output(n, _for_subs(rows, every)) for n, rows in outputs.items()),
-        dispatch=cmd.dispatch,
-        subcommands=cmd.subcommands,
+    return (
+        (choice, *(_merged_input(n, rows, every) for n, rows in inputs.items())),
+        tuple(Output(n, _for_subs(rows, every)) for n, rows in outputs.items()),
     )
 
 
@@ -232,7 +230,7 @@ def dispatch_actions() -> list[ActionDef]:
     for cmd in all_commands():
         if not cmd.dispatch:
             continue
-        merged = dispatched(cmd)
+        merged_inputs, merged_outputs = dispatched(cmd)
         for folder in cmd.actions:
             name = Path(folder).name  # the action's name, also a command (an alias of cmd's)
             defs.append(
@@ -240,7 +238,7 @@ def dispatch_actions() -> list[ActionDef]:
                     folder=folder,
                     title=f"gpu-ci {name}",
                     description=cmd.help,
-                    parts=(Part("run", name, merged, dispatch=cmd),),
+                    parts=(Part("run", name, merged_inputs, merged_outputs, dispatch=cmd),),
                     notes=cmd.notes,
                 )
             )
@@ -259,7 +257,14 @@ def root_action() -> ActionDef:
         ),
         switches=all_in_one.SWITCHES,
         parts=tuple(
-            Part(p.step_id, p.command, by_name[p.command], p.prefix, p.condition())
+            Part(
+                p.step_id,
+                p.command,
+                by_name[p.command].inputs,
+                by_name[p.command].outputs,
+                p.prefix,
+                p.condition(),
+            )
             for p in all_in_one.PARTS
         ),
         notes=(

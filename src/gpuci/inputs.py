@@ -1,5 +1,11 @@
 """Action inputs: one spec per input, read from a CLI flag, then ``INPUT_<NAME>``, then a default.
 
+Each command declares its inputs once, as the fields of one frozen dataclass made by
+:func:`options`, each field given by :func:`inp` (help, kind, default as users type it, choices,
+secret...). The field's name in kebab-case is the input's, its Python default is the parsed
+default, and :func:`specs_of` reads the specs back for the CLI flags, ``INPUT_*``, every
+``action.yml`` and the docs tables; :func:`build` fills the dataclass from resolved values.
+
 The runner names inputs ``INPUT_<NAME>`` upper-cased with hyphens kept (``INPUT_MIN-MEMORY-GB``);
 composite actions don't export them, so our ``action.yml`` files pass each through ``env:`` and
 we also accept the underscore form (``INPUT_MIN_MEMORY_GB``) that shells can set. An empty
@@ -12,9 +18,17 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # the runtime needs no typing_extensions: the decorator only informs type checkers
+
+    def dataclass_transform(**_: object) -> Callable[[Any], Any]:
+        return lambda decorated: decorated
+
 
 from gpuci.errors import InputError
 from gpuci.redact import excerpt
@@ -227,3 +241,165 @@ def resolve(
             on_secret(raw)
         values[spec.name] = spec.parse(raw, source)
     return values
+
+
+T = TypeVar("T")
+
+# The Python type each kind parses to (a field's annotation, less ``| None``), and the kind an
+# annotation implies when :func:`inp` names none (``lines``, ``duration`` and ``size`` must).
+KIND_TYPES = {
+    "str": "str",
+    "bool": "bool",
+    "int": "int",
+    "float": "float",
+    "list": "list[str]",
+    "lines": "list[str]",
+    "duration": "float",
+    "size": "int",
+    "version": "tuple[int, ...]",
+    "regex": "re.Pattern[str]",
+}
+_IMPLIED = {"str", "bool", "int", "float", "list", "version", "regex"}
+_KIND_OF = {KIND_TYPES[kind]: kind for kind in _IMPLIED}
+# A field's value when its input has no default and its type admits no None.
+_EMPTY: dict[str, object] = {"str": "", "bool": False, "int": 0, "float": 0.0, "duration": 0.0}
+
+
+def inp(
+    help: str,
+    *,
+    kind: str = "",
+    default: str | None = None,
+    required: bool = False,
+    secret: bool = False,
+    choices: tuple[str, ...] | None = None,
+    minimum: float | None = None,
+    action_default: str | None = None,
+) -> Any:
+    """One input, as the default of a field in an :func:`options` class (which names it).
+
+    Args:
+        help: the text of ``--help``, the action's ``description`` and the docs tables.
+        kind: how the text is parsed (:data:`PARSERS`); implied by the field's type when empty.
+        default: the default as users type it (``"6h"``, ``"false"``); the field's Python
+            default is this, parsed.
+        required: refused when given nowhere.
+        secret: masked the moment it is read.
+        choices: the only values accepted.
+        minimum: the least number accepted.
+        action_default: the ``action.yml`` default, when only the runner can evaluate it.
+
+    Returns:
+        A nameless :class:`Input`; typed ``Any`` so the field's annotation is its type.
+    """
+    return Input("", help, kind, default, required, secret, choices, minimum, action_default)
+
+
+@dataclass_transform(frozen_default=True)
+def options(cls: type[T]) -> type[T]:
+    """Make ``cls`` a frozen dataclass whose fields are its inputs, each declared by :func:`inp`.
+
+    Args:
+        cls: a class whose every annotated attribute is set to :func:`inp`'s result.
+
+    Returns:
+        The dataclass; each field's ``metadata["input"]`` holds its named :class:`Input`.
+
+    Raises:
+        TypeError: an attribute is not an :func:`inp`, or its kind and type disagree.
+    """
+    own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 - inspect is slow to import
+    for attr, annotation in own.items():
+        spec = cls.__dict__.get(attr)
+        if not isinstance(spec, Input):
+            raise TypeError(f"{cls.__name__}.{attr} is not declared with inp()")
+        parts = [part.strip() for part in str(annotation).split("|")]
+        nullable = "None" in parts
+        base = " | ".join(part for part in parts if part != "None")
+        spec = replace(spec, name=attr.replace("_", "-"), kind=spec.kind or _KIND_OF.get(base, ""))
+        if KIND_TYPES.get(spec.kind) != base:
+            raise TypeError(f"{cls.__name__}.{attr} is {annotation}, its input kind {spec.kind}")
+        setattr(cls, attr, _field(spec, nullable))
+    return dataclass(frozen=True)(cls)
+
+
+def _field(spec: Input, nullable: bool) -> Any:
+    if spec.default is not None:
+        value = spec.parse(spec.default, "default")
+    else:
+        value = None if nullable else _EMPTY.get(spec.kind, [])
+    if isinstance(value, list):
+        return field(default_factory=value.copy, metadata={"input": spec})
+    return field(default=value, metadata={"input": spec})
+
+
+def specs_of(cls: type) -> tuple[Input, ...]:
+    """The inputs of an :func:`options` class, in field order.
+
+    Args:
+        cls: a class made by :func:`options`.
+
+    Returns:
+        One :class:`Input` per field.
+    """
+    return tuple(f.metadata["input"] for f in fields(cls))
+
+
+def build(cls: type[T], values: Mapping[str, Any]) -> T:
+    """The :func:`options` class ``cls`` filled from :func:`resolve`'s values.
+
+    Args:
+        cls: the command's options class.
+        values: input name (hyphenated) to parsed value; None where nothing was given.
+
+    Returns:
+        The instance. An input given nowhere keeps the field's default; a None that a field
+        admits is kept (a size of ``none``: no limit).
+    """
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        value = values.get(f.metadata["input"].name)
+        if value is not None or "None" in str(f.type):
+            kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+# What a Python argument must be for each kind :func:`checked` holds to the CLI's rules.
+_PYTHON_TYPES: dict[str, tuple[type, str]] = {
+    "str": (str, "text"),
+    "bool": (bool, "true or false"),
+    "int": (int, "a number"),
+    "float": (float, "a number"),
+    "duration": (float, "a number"),
+}
+
+
+def checked(given: T) -> T:
+    """``given`` held to its inputs' rules as the CLI holds their text: the Python API's check.
+
+    Args:
+        given: an :func:`options` instance built from Python values.
+
+    Returns:
+        ``given`` unchanged.
+
+    Raises:
+        InputError: a value of another type than its field's, outside its input's choices,
+            below its minimum or not a finite number; the message names the input as the CLI
+            does.
+    """
+    for f in fields(given):  # type: ignore[arg-type]
+        spec: Input = f.metadata["input"]
+        value = getattr(given, f.name)
+        if value is None or spec.kind not in _PYTHON_TYPES:
+            continue
+        want, said = _PYTHON_TYPES[spec.kind]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number if want in (int, float) else isinstance(value, want)):
+            raise InputError(
+                f"{spec.name} is {excerpt(repr(value), 200)}, not {said}",
+                hint=f"pass {said} as {spec.name}",
+            )
+        if spec.kind != "bool":
+            spec.parse(str(value), "argument")
+    return given

@@ -15,7 +15,7 @@ runner was not quarantined: the smoke never passes or crashes because of it. gpu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -24,6 +24,7 @@ from gpuci import settings, untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
+from gpuci.inputs import inp, options
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -269,16 +270,23 @@ def _bus_ids(env: Any) -> dict[int, str]:
 
 
 # ----- the way back: ``python -m gpuci runners release NAME`` ---------------------------------
-@dataclass(frozen=True)
+@options
 class ReleaseInputs(SmokeChecks):
-    """What ``runners release`` is given: the gpu-smoke it runs first, and the runner
-    (the specs are in :mod:`gpuci.commands.runners`)."""
+    """What ``runners release`` is given: the gpu-smoke it runs first, and the runner."""
 
-    name: str = ""
-    labels: list[str] = field(default_factory=list)
-    forge: str = "auto"
-    repository: str = ""
-    force: bool = False
+    name: str = inp("The runner: its name on GitHub, its numeric id on GitLab.")
+    labels: list[str] = inp(
+        "GitHub: the labels to restore (the quarantine-labels the smoke removed)."
+    )
+    forge: str = inp(
+        ("Which forge the runner belongs to (auto: GitLab inside GitLab CI, else GitHub)."),
+        default="auto",
+        choices=("auto", "github", "gitlab"),
+    )
+    repository: str = inp("GitHub owner/name (default: GITHUB_REPOSITORY).")
+    force: bool = inp(
+        "Release without running the smoke here (after a false alarm).", default="false"
+    )
 
     def smoke_inputs(self) -> SmokeInputs:
         """The gpu-smoke release runs first: the same checks and minimums, no quarantine."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,20 @@ def test_the_api_re_exports_fetch_file() -> None:
 
     assert api.fetch_file is fetch_file
     assert set(api.__all__) >= {"restore", "save", "fetch_file"}
+
+
+def test_arguments_meet_the_inputs_rules_and_defaults(tmp_path: Path) -> None:
+    """One declaration: the API's defaults and checks are the inputs' (RestoreInputs' fields)."""
+    import inspect
+
+    from gpuci.cache.options import RestoreInputs, SaveInputs
+
+    said = "input 'local-cache-mode' (argument) is 'share', not one of: copy, verify, link"
+    with pytest.raises(InputError, match=re.escape(said)):
+        api.restore("k", str(tmp_path), local_cache_mode="share", runtime=_rt(tmp_path))
+    with pytest.raises(InputError, match="store is 3, not text"):
+        api.save("k", str(tmp_path), store=3, runtime=_rt(tmp_path))  # type: ignore[arg-type]
+    for func, cls in ((api.restore, RestoreInputs), (api.save, SaveInputs)):
+        for name, param in inspect.signature(func).parameters.items():
+            if isinstance(param.default, str):
+                assert param.default == getattr(cls(), name), name

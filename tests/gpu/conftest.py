@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from gpuci.commands.gpu_setup import INPUTS
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SetupInputs
 from gpuci.gpu.setup import run
-from gpuci.inputs import resolve
+from gpuci.inputs import build, resolve, specs_of
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import typed
 from gpuci_testing import clean_env as base_env
 from gpuci_testing import run_cli
 
@@ -70,9 +68,11 @@ def setup_run(tmp_path: Path) -> Callable[..., Result]:
 
     def invoke(profiles: list[str] | FakeNvml, dry_run: bool = False, **flags: str) -> Result:
         environ = clean_env(tmp_path)
-        values = resolve(INPUTS, {k.replace("_", "-"): v for k, v in flags.items()}, environ)
+        values = resolve(
+            specs_of(SetupInputs), {k.replace("_", "-"): v for k, v in flags.items()}, environ
+        )
         fake = profiles if isinstance(profiles, FakeNvml) else FakeNvml(profiles)
         rt = Runtime(environ, json_mode=True, dry_run=dry_run, stdout=io.StringIO())
-        return run(typed(SetupInputs, values), rt, nvml=fake)
+        return run(build(SetupInputs, values), rt, nvml=fake)
 
     return invoke

@@ -19,15 +19,15 @@ from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import smoke
 from gpuci.gpu.smoke.load import Sizes
+from gpuci.inputs import build
 from gpuci.runtime import Runtime
-from gpuci.typed import typed
 
 
 def _run(tmp: Path, fake: FakeNvml, *, tflops: float = 1.0, gbs: float = 1.0,
          **inputs: Any) -> dict[str, dict[str, Any]]:  # fmt: skip
     """gpu-smoke's gemm and membw checks on ``fake``'s one GPU: ``{check: report entry}``."""
     values = {"checks": ["gemm", "membw"], "report": str(tmp / "smoke.json"), **inputs}
-    inp = typed(SmokeInputs, {k.replace("_", "-"): v for k, v in values.items()})
+    inp = build(SmokeInputs, {k.replace("_", "-"): v for k, v in values.items()})
     rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
     backend = RatedGpus([fake.devices[0].uuid], tflops=tflops, gbs=gbs)
     result = smoke(inp, rt, nvml=fake, backend=backend, sizes=Sizes.tiny())

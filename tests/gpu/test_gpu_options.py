@@ -8,23 +8,21 @@ from gpuci.commands import command_named
 from gpuci.gpu.checks import requirements
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.gpu.smoke import selected_checks
-from gpuci.inputs import resolve
-from gpuci.typed import check_fields, typed
+from gpuci.inputs import build, resolve, specs_of
 
 
 def test_both_commands_take_their_dataclass() -> None:
     for name, cls in (("gpu-setup", SetupInputs), ("gpu-smoke", SmokeInputs)):
         cmd = command_named(name)
-        assert cmd is not None and cmd.load_typed() is cls
-        assert check_fields(cls, cmd.inputs) == []
-        assert typed(cls, resolve(cmd.inputs, {}, {})) == cls()  # defaults are the specs'
+        assert cmd is not None and cmd.load_options() is cls
+        assert build(cls, resolve(cmd.inputs, {}, {})) == cls()  # defaults are the specs'
 
 
 def test_gpu_setup_flags_and_env_are_parsed_once_into_fields() -> None:
-    from gpuci.commands.gpu_setup import INPUTS
-
     flags = {"min-memory-gb": "79.5", "min-cuda": "12.4", "gpu-name": "H100|H200", "min-gpus": "2"}
-    inp = typed(SetupInputs, resolve(INPUTS, flags, {"INPUT_EXPORT-VISIBLE-DEVICES": "true"}))
+    inp = build(
+        SetupInputs, resolve(specs_of(SetupInputs), flags, {"INPUT_EXPORT-VISIBLE-DEVICES": "true"})
+    )
     assert inp.min_memory_gb == 79.5 and inp.min_cuda == (12, 4) and inp.min_gpus == 2
     assert inp.gpu_name is not None and inp.gpu_name.search("NVIDIA H200")
     assert inp.export_visible_devices is True  # INPUT_* reaches the field too
@@ -33,10 +31,8 @@ def test_gpu_setup_flags_and_env_are_parsed_once_into_fields() -> None:
 
 
 def test_gpu_smoke_flags_are_parsed_once_into_fields() -> None:
-    from gpuci.commands.gpu_smoke import INPUTS
-
     flags = {"checks": "health,\ngemm", "dcgm-level": "2", "quarantine-labels": "gpu-large"}
-    inp = typed(SmokeInputs, resolve(INPUTS, flags, {}))
+    inp = build(SmokeInputs, resolve(specs_of(SmokeInputs), flags, {}))
     assert inp.checks == ["health", "gemm"] and inp.dcgm_level == 2
     assert inp.quarantine_labels == ["gpu-large"] and inp.on_failure == "fail"
     assert inp.budget_seconds == 30.0 and inp.min_bandwidth_gbs is None

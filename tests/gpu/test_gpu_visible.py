@@ -12,15 +12,14 @@ from typing import Any
 
 import pytest
 
-from gpuci.commands.gpu_setup import INPUTS
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.gpu.setup import run
 from gpuci.gpu.visible import resolve
+from gpuci.inputs import build, specs_of
 from gpuci.inputs import resolve as resolve_inputs
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import typed
 from gpuci_testing import clean_env
 
 HOST = ["ecc-bad", "h100-sxm", "h100-sxm", "h100-sxm"]  # GPU 0 is another tenant's, and sick
@@ -31,9 +30,11 @@ def setup(fake: FakeNvml, visible: str | None, tmp: Path, **flags: str) -> Resul
     environ.update(RUNNER_TEMP=str(tmp), GPUCI_JOURNAL=str(tmp / "journal.jsonl"))
     if visible is not None:
         environ["CUDA_VISIBLE_DEVICES"] = visible
-    values = resolve_inputs(INPUTS, {k.replace("_", "-"): v for k, v in flags.items()}, environ)
+    values = resolve_inputs(
+        specs_of(SetupInputs), {k.replace("_", "-"): v for k, v in flags.items()}, environ
+    )
     rt = Runtime(environ, json_mode=True, stdout=io.StringIO())
-    return run(typed(SetupInputs, values), rt, nvml=fake)
+    return run(build(SetupInputs, values), rt, nvml=fake)
 
 
 def uuids(fake: FakeNvml, *indices: int) -> str:
@@ -161,7 +162,7 @@ def smoke(fake: FakeNvml, visible: str | None, tmp: Path, **over: Any) -> Result
     if visible is not None:
         environ["CUDA_VISIBLE_DEVICES"] = visible
     rt = Runtime(environ=environ, stdout=io.StringIO())
-    return run_smoke(typed(SmokeInputs, values), rt, nvml=fake)
+    return run_smoke(build(SmokeInputs, values), rt, nvml=fake)
 
 
 def test_smoke_health_only_watches_only_the_visible_gpus(tmp_path: Path) -> None:

@@ -12,9 +12,8 @@ from fake_runpod import FakeRunPod
 from pods_testing import SUBS, FakeClock
 
 from gpuci.errors import GpuciError
-from gpuci.inputs import resolve
+from gpuci.inputs import build, resolve
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import typed
 from moto_s3 import FAKE_S3_CREDENTIALS
 
 
@@ -82,8 +81,8 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
         raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
         try:
             values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
-            typed_cls = cmd.load_typed()  # as run_command does: parsed once, at the edge
-            inp = typed(typed_cls, values) if typed_cls is not None else values
+            typed_cls = cmd.load_options()  # as run_command does: parsed once, at the edge
+            inp = build(typed_cls, values) if typed_cls is not None else values
             result = cmd.load()(inp, rt, clock=clock)
         except GpuciError as exc:
             result = Result.from_error(f"pods {sub}", exc)

@@ -32,11 +32,10 @@ from pods_testing import SUBS, FakeClock
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.errors import GpuciError
-from gpuci.inputs import resolve
+from gpuci.inputs import build, resolve
 from gpuci.pods import ledger
 from gpuci.pods.cancel import Cancelled
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import typed
 
 SEED = 34
 CANCELS = 200
@@ -146,7 +145,7 @@ def _up(environ: dict[str, str], clock: ChaosClock, **flags: str) -> tuple[Any, 
     rt = Runtime(environ, json_mode=True, stdout=io.StringIO(), stderr=err)
     raw = {k.replace("_", "-"): v for k, v in flags.items()}
     values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
-    inp = typed(cmd.load_typed(), values)
+    inp = build(cmd.load_options(), values)
     try:
         outcome: Any = cmd.load()(inp, rt, clock=clock)
     except (SystemExit, KeyboardInterrupt, _Unguarded, GpuciError) as exc:

@@ -197,7 +197,7 @@ def test_a_content_length_over_max_bytes_is_refused_before_any_byte_is_written(t
 
 
 def test_max_bytes_has_a_finite_documented_default():
-    spec = {i.name: i for i in retry_fetch.INPUTS}["max-bytes"]
+    spec = {i.name: i for i in retry_fetch.COMMAND.inputs}["max-bytes"]
     assert spec.default == "64GiB"
     assert FetchPolicy().max_bytes == 64 << 30
     assert (

@@ -16,8 +16,8 @@ from gpuci.gpu.smoke import smoke
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.checks import Outcome
 from gpuci.gpu.smoke.load import Sizes
+from gpuci.inputs import build
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import typed
 
 
 def values(tmp: Path, **overrides: Any) -> SmokeInputs:
@@ -29,7 +29,7 @@ def values(tmp: Path, **overrides: Any) -> SmokeInputs:
     base.update({k.replace("_", "-"): v for k, v in overrides.items()})
     unknown = set(base) - {f.name.replace("_", "-") for f in dataclasses.fields(SmokeInputs)}
     assert not unknown, f"no such gpu-smoke input: {unknown}"
-    return typed(SmokeInputs, base)
+    return build(SmokeInputs, base)
 
 
 def run(

@@ -138,7 +138,8 @@ def test_max_throttle_percent_sets_the_share_of_the_run(tmp_path: Path) -> None:
 
 
 def test_max_throttle_percent_is_a_flag(tmp_path: Path) -> None:
-    from gpuci.commands.gpu_smoke import INPUTS
+    from gpuci.gpu.options import SmokeInputs
+    from gpuci.inputs import specs_of
 
-    (spec,) = [i for i in INPUTS if i.name == "max-throttle-percent"]
+    (spec,) = [i for i in specs_of(SmokeInputs) if i.name == "max-throttle-percent"]
     assert spec.default == "10" and spec.kind == "float" and spec.minimum == 0

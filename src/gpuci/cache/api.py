@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from gpuci.cache.options import RestoreInputs, SaveInputs
 from gpuci.errors import InputError
 from gpuci.fetch import FetchPolicy, FetchResult, fetch_file
+from gpuci.inputs import checked
 from gpuci.runtime import Result, Runtime
 
 __all__ = [
@@ -40,9 +41,6 @@ __all__ = [
     "restore",
     "save",
 ]
-
-_LAYOUTS = ("plain", "hf")
-_TIER_MODES = ("copy", "verify", "link")
 
 
 @dataclass(frozen=True)
@@ -69,29 +67,49 @@ class SaveResult:
     result: Result
 
 
+_RESTORE = RestoreInputs()  # the keywords' defaults are the inputs' (gpuci.inputs.inp)
+_SAVE = SaveInputs()
+
+
 def restore(
     key: str,
     path: str | Sequence[str],
     *,
-    store: str = "",
+    store: str = _RESTORE.store,
     restore_keys: Sequence[str] = (),
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    endpoint_url: str = "",
-    region: str = "",
-    local_cache: str = "",
-    local_cache_mode: str = "copy",
+    endpoint_url: str = _RESTORE.endpoint_url,
+    region: str = _RESTORE.region,
+    local_cache: str = _RESTORE.local_cache,
+    local_cache_mode: str = _RESTORE.local_cache_mode,
     runtime: Runtime | None = None,
 ) -> RestoreResult:
-    """Restore the tree saved under ``key`` (else the newest ``restore_keys`` prefix match)
-    into ``path`` (one folder or file, or several in the order they were saved).
+    """Restore the tree saved under ``key`` (else the newest ``restore_keys`` prefix match).
 
-    ``store`` is ``s3://bucket/prefix`` or ``file:///dir`` (default: the embedded local store).
-    Raises :class:`~gpuci.errors.InputError` (bad key, no path, an unknown ``local_cache_mode``,
-    a path count that differs from the save's), :class:`~gpuci.errors.StoreError` (the store
-    cannot be read) or :class:`~gpuci.errors.IntegrityError` (bytes that fail their digest).
+    Args:
+        key: the exact cache key, e.g. ``weights-llama-3-8b-v1``.
+        path: the folder or file to restore into, or several in the order they were saved.
+        store: ``s3://bucket/prefix`` or ``file:///dir``; empty: the embedded local store.
+        restore_keys: key prefixes to fall back to, tried in order; the newest match of the
+            first prefix that matches wins.
+        include: restore only the files matching these globs.
+        exclude: skip the files matching these globs.
+        endpoint_url: an S3-compatible endpoint (MinIO, R2, Ceph...); empty: AWS.
+        region: the S3 region; empty: from the AWS configuration.
+        local_cache: the runner-local blob folder: a folder, ``on``, ``off`` or ``auto``.
+        local_cache_mode: ``copy``, ``verify`` or ``link`` (see docs/security.md).
+        runtime: the environment, output streams and masks; default: this process's.
+
+    Returns:
+        What was restored; a miss is ``hit=False`` with ``matched_key=""``, not an error.
+
+    Raises:
+        InputError: a bad key, no path, an unknown ``local_cache_mode``, or a path count that
+            differs from the save's.
+        StoreError: the store cannot be read (an :class:`~gpuci.errors.InfraError`).
+        IntegrityError: restored bytes that do not match their digests.
     """
-    _choice("local_cache_mode", local_cache_mode, _TIER_MODES)
     inp = RestoreInputs(
         key=_text("key", key),
         path=_paths(path),
@@ -106,7 +124,7 @@ def restore(
     )
     from gpuci.cache import restore_command
 
-    res = restore_command.run(inp, runtime or Runtime())
+    res = restore_command.run(checked(inp), runtime or Runtime())
     out = res.outputs
     return RestoreResult(
         hit=bool(out.get("cache-hit")),
@@ -123,23 +141,36 @@ def save(
     key: str,
     path: str | Sequence[str],
     *,
-    store: str = "",
-    endpoint_url: str = "",
-    region: str = "",
-    local_cache: str = "",
-    layout: str = "plain",
-    hf_repo: str = "",
+    store: str = _SAVE.store,
+    endpoint_url: str = _SAVE.endpoint_url,
+    region: str = _SAVE.region,
+    local_cache: str = _SAVE.local_cache,
+    layout: str = _SAVE.layout,
+    hf_repo: str = _SAVE.hf_repo,
     runtime: Runtime | None = None,
 ) -> SaveResult:
-    """Save ``path`` (one folder or file, or several) under ``key``, uploading only the blobs
-    the store lacks.
+    """Save ``path`` under ``key``, uploading only the blobs the store lacks.
 
-    Raises :class:`~gpuci.errors.InputError` (bad key, no path, a path that is not there, an
-    unknown ``layout``), :class:`~gpuci.errors.StoreError` (the store cannot be written) or
-    :class:`~gpuci.errors.ConflictError` (the key changed under this save and could not be
-    settled).
+    Args:
+        key: the cache key to save under.
+        path: the folder or file to save, or several (restores list them in this order); with
+            ``layout="hf"`` it may be empty (the hub cache folder).
+        store: ``s3://bucket/prefix`` or ``file:///dir``; empty: the embedded local store.
+        endpoint_url: an S3-compatible endpoint (MinIO, R2, Ceph...); empty: AWS.
+        region: the S3 region; empty: from the AWS configuration.
+        local_cache: the runner-local blob folder: a folder, ``on``, ``off`` or ``auto``.
+        layout: ``plain`` (the paths as they are) or ``hf`` (one Hugging Face repo).
+        hf_repo: with ``layout="hf"``: the repo, ``org/name`` or ``datasets/org/name``.
+        runtime: the environment, output streams and masks; default: this process's.
+
+    Returns:
+        What the save did: ``outcome`` is saved, updated, unchanged, same-content or lost-race.
+
+    Raises:
+        InputError: a bad key, no path, a path that is not there, or an unknown ``layout``.
+        StoreError: the store cannot be written (an :class:`~gpuci.errors.InfraError`).
+        ConflictError: the key changed under this save and could not be settled.
     """
-    _choice("layout", layout, _LAYOUTS)
     inp = SaveInputs(
         key=_text("key", key),
         path=_paths(path) if layout == "plain" or path else [],
@@ -152,7 +183,7 @@ def save(
     )
     from gpuci.cache import save as save_command
 
-    res = save_command.run(inp, runtime or Runtime())
+    res = save_command.run(checked(inp), runtime or Runtime())
     out = res.outputs
     return SaveResult(
         outcome=str(out.get("outcome") or ""),
@@ -174,11 +205,3 @@ def _paths(path: str | Sequence[str]) -> list[str]:
     if not paths or not all(str(p).strip() for p in paths):
         raise InputError("no path given", hint="pass the folders or files as path")
     return [str(p) for p in paths]
-
-
-def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise InputError(
-            f"{name} is {value!r}, not one of: {', '.join(choices)}",
-            hint=f"set {name} to one of {', '.join(choices)}",
-        )

@@ -4,7 +4,11 @@ Each command's implementation is named as ``"module:function"`` and imported onl
 command runs, so ``python -m gpuci --help`` stays fast and ``gpu-setup`` never loads boto3.
 Every action is also a command of the same name: where the action's folder is named otherwise
 than the command (``actions/metric-gate`` runs ``gate``), the folder's name is an alias
-(:data:`ALIASES`). Every action input is a flag of the same name.
+(:data:`ALIASES`). Every action input is a flag of the same name. A command's inputs are the
+fields of its ``options`` class (:func:`gpuci.inputs.options`), the one place they are declared,
+also named as ``"module:Class"`` and imported only when asked for; each definition states the
+class as its type (``RESTORE: Command[RestoreInputs]``), and ``tests/test_typed.py`` checks that
+the class named is the one the command's function takes.
 """
 
 from __future__ import annotations
@@ -12,16 +16,27 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from gpuci.inputs import Input
+from gpuci.inputs import Input, specs_of
+
+__all__ = [
+    "ALIASES",
+    "BOOLEAN_OUTPUTS",
+    "Command",
+    "OptionsT",
+    "Output",
+    "aliases_of",
+    "all_commands",
+    "command_for_action",
+    "command_named",
+    "iter_leaf_commands",
+]
 
 if TYPE_CHECKING:
     from gpuci.runtime import Result, Runtime
 
-# A command's function takes its resolved inputs: a dict keyed by input name, or, for a command
-# with ``typed`` set, that frozen dataclass (see :mod:`gpuci.typed`).
-RunFn = Callable[[Any, "Runtime"], "Result"]
+OptionsT = TypeVar("OptionsT")
 
 
 # Outputs that are booleans: always "true" or "false", never empty, even when the command
@@ -38,35 +53,43 @@ class Output:
 
 
 @dataclass(frozen=True)
-class Command:
+class Command(Generic[OptionsT]):
+    """One command: its inputs are the fields of ``options``; ``target`` takes an instance."""
+
     name: str
     help: str
-    inputs: tuple[Input, ...] = ()
+    options: str | None = None  # "package.module:Class"; None for a group of sub-commands
     outputs: tuple[Output, ...] = ()
     target: str | None = None  # "package.module:function"; None = not implemented yet
-    subcommands: tuple[Command, ...] = ()
+    subcommands: tuple[Command[Any], ...] = ()
     actions: tuple[str, ...] = ()  # action folders (relative to the repo) that run this command
     positional: str | None = None  # name of an input that may also be given positionally
     positional_rest: bool = False  # the positional takes every remaining word (after --)
     # For one action serving several sub-commands (actions/gpu-pod): the input naming which.
     dispatch: str | None = None
     notes: tuple[str, ...] = ()  # paragraphs for the action's README, after the tables
-    # "package.module:Class": the frozen dataclass the function takes instead of a values dict.
-    typed: str | None = None
 
-    def load(self) -> RunFn | None:
+    @property
+    def inputs(self) -> tuple[Input, ...]:
+        """The specs of the flags, ``INPUT_*`` and action inputs, read from ``options``."""
+        cls = self.load_options()
+        return () if cls is None else specs_of(cls)
+
+    def load_options(self) -> type[OptionsT] | None:
+        """The class named by ``options``, imported now; None for a group."""
+        if self.options is None:
+            return None
+        module, _, name = self.options.partition(":")
+        cls: type[OptionsT] = getattr(importlib.import_module(module), name)
+        return cls
+
+    def load(self) -> Callable[[OptionsT, Runtime], Result] | None:
+        """The function named by ``target``, imported now (so ``--help`` loads none)."""
         if self.target is None:
             return None
         module, _, func = self.target.partition(":")
-        return getattr(importlib.import_module(module), func)
-
-    def load_typed(self) -> type | None:
-        """The dataclass named by ``typed`` (imported now), or None for an untyped command."""
-        if self.typed is None:
-            return None
-        module, _, name = self.typed.partition(":")
-        cls: type = getattr(importlib.import_module(module), name)
-        return cls
+        run: Callable[[OptionsT, Runtime], Result] = getattr(importlib.import_module(module), func)
+        return run
 
 
 # Where each top-level command is defined, in --help's order: the CLI imports only the module
@@ -96,15 +119,15 @@ def aliases_of(name: str) -> tuple[str, ...]:
     return tuple(alias for alias, target in ALIASES.items() if target == name)
 
 
-def _defined(module: str, attr: str) -> Command:
+def _defined(module: str, attr: str) -> Command[Any]:
     return getattr(importlib.import_module(f"gpuci.commands.{module}"), attr)
 
 
-def all_commands() -> tuple[Command, ...]:
+def all_commands() -> tuple[Command[Any], ...]:
     return tuple(_defined(module, attr) for _, module, attr in _DEFINED_IN)
 
 
-def command_named(name: str) -> Command | None:
+def command_named(name: str) -> Command[Any] | None:
     """The top-level command called ``name`` (or an alias of it), loading only its module; None
     if there is none."""
     name = ALIASES.get(name, name)
@@ -114,9 +137,9 @@ def command_named(name: str) -> Command | None:
     return None
 
 
-def iter_leaf_commands() -> list[tuple[str, Command]]:
+def iter_leaf_commands() -> list[tuple[str, Command[Any]]]:
     """(full name, command) for every runnable command, e.g. ``cache-weights save``."""
-    leaves: list[tuple[str, Command]] = []
+    leaves: list[tuple[str, Command[Any]]] = []
     for cmd in all_commands():
         if cmd.subcommands:
             leaves += [(f"{cmd.name} {sub.name}", sub) for sub in cmd.subcommands]
@@ -125,7 +148,7 @@ def iter_leaf_commands() -> list[tuple[str, Command]]:
     return leaves
 
 
-def command_for_action(action_folder: str) -> tuple[str, Command] | None:
+def command_for_action(action_folder: str) -> tuple[str, Command[Any]] | None:
     """Map ``actions/cache-weights/save`` (or ``.`` for the root action) to its command."""
     folder = action_folder.strip("/") or "."
     for full_name, cmd in iter_leaf_commands():

@@ -6,38 +6,32 @@ registry; it imports neither, so the arrows between them point one way (down, to
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpuci.commands import BOOLEAN_OUTPUTS, Command
+from gpuci.commands import BOOLEAN_OUTPUTS, Command, OptionsT
 from gpuci.errors import ExitCode, GpuciError
-from gpuci.inputs import resolve
+from gpuci.inputs import build, resolve
 from gpuci.runtime import Result, Runtime
-from gpuci.typed import typed
 
 __all__ = ["run_command"]
 
 
 def run_command(
-    cmd: Command,
+    cmd: Command[OptionsT],
     full_name: str,
     flags: dict[str, str | None],
     runtime: Runtime,
 ) -> Result:
     """Resolve inputs and run one command, turning every known error into a Result."""
     try:
-        values: Any = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
-        typed_cls = cmd.load_typed()
-        if typed_cls is not None:  # parsed once, here: the command reads fields, not keys
-            values = typed(typed_cls, values)
-        func = cmd.load()
-        if func is None:
+        values = resolve(cmd.inputs, flags, runtime.environ, on_secret=runtime.mask)
+        func, cls = cmd.load(), cmd.load_options()
+        if func is None or cls is None:
             result = Result(
                 command=full_name,
                 exit_code=ExitCode.BAD_INPUT,
                 headline="not implemented yet in this version of gpu-ci",
             )
         else:
-            result = func(values, runtime)
+            result = func(build(cls, values), runtime)  # parsed once, here
     except GpuciError as exc:
         result = Result.from_error(full_name, exc)
     for output in cmd.outputs:  # a boolean output is never empty, even after an error

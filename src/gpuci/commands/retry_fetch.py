@@ -1,74 +1,17 @@
 """``retry-fetch``: downloads that survive transient failures and resume where they stopped."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from gpuci.commands import Command, Output
-from gpuci.inputs import Input
 
-INPUTS = (
-    Input(
-        "url",
-        "URL(s) to fetch, one per line as 'URL [SHA256|-] [DEST]'; or @FILE naming a file "
-        "of such lines.",
-        "lines",
-        required=True,
-    ),
-    Input(
-        "dest",
-        "Destination file (one URL) or folder (several URLs, an existing folder, or a path "
-        "ending in /); default: the current folder.",
-        "str",
-    ),
-    Input(
-        "sha256",
-        "Expected sha256 (hex), or the URL of a .sha256 / SHA256SUMS file (matched by name).",
-        "str",
-    ),
-    Input(
-        "mirrors",
-        "Fallback URLs tried in order after the main URL fails, one per line; one ending in "
-        "'/' is a base the file name is appended to.",
-        "lines",
-    ),
-    Input(
-        "headers",
-        "Extra request headers, 'Name: value' one per line (values masked).",
-        "lines",
-        secret=True,
-    ),
-    Input("attempts", "Attempts per URL before moving to the next mirror.", "int", "5", minimum=1),
-    Input("timeout", "Per-attempt timeout for connecting and for each read.", "duration", "60s"),
-    Input("deadline", "Total time allowed for the whole download.", "duration", "30m"),
-    Input(
-        "max-wait",
-        "Longest backoff between attempts (Retry-After is capped by it too).",
-        "duration",
-        "60s",
-    ),
-    Input("parallel", "How many files to download at once.", "int", "4", minimum=1),
-    Input(
-        "connections",
-        "Most ranged connections for one file. A large file from a server that names it with "
-        "a strong ETag and honours Range is fetched in segments over several connections at "
-        "once, as many as keep raising the throughput; 1 turns this off.",
-        "int",
-        "16",
-        minimum=1,
-    ),
-    Input(
-        "max-bytes",
-        "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
-        "refused before writing and a longer body is cut off and deleted. The default fits any "
-        "single Hugging Face Hub file (50 GB cap) yet stops an endless body long before it "
-        "fills a runner's disk.",
-        "size",
-        "64GiB",
-        minimum=1,
-    ),
-)
+if TYPE_CHECKING:
+    from gpuci.fetch.options import FetchInputs
 
-COMMAND = Command(
+COMMAND: Command[FetchInputs] = Command(
     name="retry-fetch",
     help="Download with retries of transient failures, resume, and sha256 verification.",
-    inputs=INPUTS,
     outputs=(
         Output("path", "Path(s) of the file(s) in place, one per line."),
         Output("sha256", "Their sha256 digests, one per line."),
@@ -83,7 +26,7 @@ COMMAND = Command(
         Output("seconds", "Wall time."),
     ),
     target="gpuci.fetch:run",
-    typed="gpuci.fetch.options:FetchInputs",
+    options="gpuci.fetch.options:FetchInputs",
     notes=(
         "**Credentials stay on their origin.** `headers` (and a `user:pass@` in the URL) go "
         "only to the URL's own origin (scheme, host, port). When a redirect leaves it, every "

@@ -16,29 +16,15 @@ No network by default: every command's dry run plans without asking a server; ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.commands.dry_run import DryRunInputs
 from gpuci.dryrun.workflow import ROOT, classify_uses, load_workflow, triggers
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
 
 __all__ = ["ROOT", "DryRunInputs", "classify_uses", "run"]
-
-
-@dataclass(frozen=True)
-class DryRunInputs:
-    """What ``dry-run`` is given (the specs are in :mod:`gpuci.commands.dry_run`)."""
-
-    workflow: str = ""
-    job: str = ""
-    event: str = ""
-    ref: str = "refs/heads/main"
-    var: list[str] = field(default_factory=list)
-    vars_file: str = ""
-    secret: list[str] = field(default_factory=list)
-    event_payload: str = ""
 
 
 def run(inp: DryRunInputs, rt: Runtime) -> Result:

@@ -7,9 +7,31 @@ sha256 checks)::
     result = fetch_file(url, "weights.bin", sha256="...", policy=FetchPolicy(attempts=3))
 """
 
-from gpuci.fetch.client import new_client
-from gpuci.fetch.command import run
-from gpuci.fetch.download import FetchResult, fetch_file
-from gpuci.fetch.policy import FetchPolicy
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuci.fetch.client import new_client
+    from gpuci.fetch.command import run
+    from gpuci.fetch.download import FetchResult, fetch_file
+    from gpuci.fetch.policy import FetchPolicy
 
 __all__ = ["FetchPolicy", "FetchResult", "fetch_file", "new_client", "run"]
+
+# Imported when first asked for, so loading ``gpuci.fetch.options`` (the registry reads the
+# inputs of retry-fetch from it for ``--help``) does not load httpx.
+_DEFINED_IN = {
+    "FetchPolicy": "gpuci.fetch.policy",
+    "FetchResult": "gpuci.fetch.download",
+    "fetch_file": "gpuci.fetch.download",
+    "new_client": "gpuci.fetch.client",
+    "run": "gpuci.fetch.command",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _DEFINED_IN:
+        raise AttributeError(f"module 'gpuci.fetch' has no attribute {name!r}")
+    return getattr(importlib.import_module(_DEFINED_IN[name]), name)

@@ -316,12 +316,29 @@ def fetch_file(
     """Download ``url`` to ``dest``: retried, resumed, verified, renamed into place atomically.
 
     The building block for every gpu-ci download (``retry-fetch``, the cache's ``populate``,
-    model files in examples). ``sha256`` (hex) is checked before the rename; a mismatch deletes
-    the bytes and raises :class:`IntegrityError` naming both digests. When ``dest`` already holds
-    a file with that digest, nothing is fetched. ``mirrors`` are tried in order, each with the
-    full ``policy.attempts``, all within one ``policy.deadline``. Failures raise
-    :class:`FetchError` (exit 3) naming the last real cause and the attempts made, chained to
-    the original exception. Pass a shared ``client`` to reuse connections across files.
+    model files in examples).
+
+    Args:
+        url: an http(s) URL; credentials in it become an Authorization header for its origin.
+        dest: the file to write, renamed into place only once verified.
+        sha256: the hex digest the bytes must have, checked before the rename; when ``dest``
+            already holds a file with it, nothing is fetched.
+        policy: attempts, timeouts, the deadline and size cap; default :class:`FetchPolicy`.
+        headers: request headers, sent only to ``url``'s origin.
+        mirrors: URLs tried in order after ``url``, each with the full ``policy.attempts``,
+            all within one ``policy.deadline``.
+        client: a shared httpx client, to reuse connections across files.
+        progress: told of the bytes as they arrive.
+
+    Returns:
+        The URL that delivered, the path, digest and size, the attempts and resumed bytes.
+
+    Raises:
+        InputError: a URL that is not http(s) or is otherwise refused.
+        IntegrityError: bytes that do not hash to ``sha256`` (they are deleted); the message
+            names both digests.
+        FetchError: every attempt failed (exit 3); it names the last real cause and the
+            attempts made, chained to the original exception.
     """
     policy = policy or FetchPolicy()
     dest = Path(dest)

@@ -1,16 +1,18 @@
 """The typed inputs of ``retry-fetch``: one frozen dataclass, parsed once at the edge.
 
-Field names are the inputs' names in snake_case and their types follow the specs in
-:mod:`gpuci.commands.retry_fetch` (``tests/test_typed.py`` keeps them in step); defaults match
-the specs'. ``max_bytes`` is ``None`` when the user wrote ``none`` (no limit).
+Each field declares one input (:func:`gpuci.inputs.inp`). ``max_bytes`` is ``None`` when the
+user wrote ``none`` (no limit).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpuci.errors import InputError
-from gpuci.fetch.policy import DEFAULT_MAX_BYTES, FetchPolicy
+from gpuci.inputs import inp, options
+
+if TYPE_CHECKING:  # the policy's module loads httpx: only a run needs it, never --help
+    from gpuci.fetch.policy import FetchPolicy
 
 __all__ = ["FetchInputs"]
 
@@ -19,22 +21,64 @@ __all__ = ["FetchInputs"]
 _TIME_LIMITS = {"timeout": 7 * 86400.0, "max_wait": 7 * 86400.0, "deadline": 366 * 86400.0}
 
 
-@dataclass(frozen=True)
+@options
 class FetchInputs:
     """What ``retry-fetch`` is given."""
 
-    url: list[str] = field(default_factory=list)
-    dest: str = ""
-    sha256: str = ""
-    mirrors: list[str] = field(default_factory=list)
-    headers: list[str] = field(default_factory=list)
-    attempts: int = 5
-    timeout: float = 60.0
-    deadline: float = 1800.0
-    max_wait: float = 60.0
-    parallel: int = 4
-    connections: int = 16
-    max_bytes: int | None = DEFAULT_MAX_BYTES
+    url: list[str] = inp(
+        "URL(s) to fetch, one per line as 'URL [SHA256|-] [DEST]'; or @FILE naming a file of "
+        "such lines.",
+        kind="lines",
+        required=True,
+    )
+    dest: str = inp(
+        "Destination file (one URL) or folder (several URLs, an existing folder, or a path "
+        "ending in /); default: the current folder."
+    )
+    sha256: str = inp(
+        "Expected sha256 (hex), or the URL of a .sha256 / SHA256SUMS file (matched by name)."
+    )
+    mirrors: list[str] = inp(
+        "Fallback URLs tried in order after the main URL fails, one per line; one ending in "
+        "'/' is a base the file name is appended to.",
+        kind="lines",
+    )
+    headers: list[str] = inp(
+        "Extra request headers, 'Name: value' one per line (values masked).",
+        kind="lines",
+        secret=True,
+    )
+    attempts: int = inp(
+        "Attempts per URL before moving to the next mirror.", default="5", minimum=1
+    )
+    timeout: float = inp(
+        "Per-attempt timeout for connecting and for each read.", kind="duration", default="60s"
+    )
+    deadline: float = inp(
+        "Total time allowed for the whole download.", kind="duration", default="30m"
+    )
+    max_wait: float = inp(
+        "Longest backoff between attempts (Retry-After is capped by it too).",
+        kind="duration",
+        default="60s",
+    )
+    parallel: int = inp("How many files to download at once.", default="4", minimum=1)
+    connections: int = inp(
+        "Most ranged connections for one file. A large file from a server that names it with "
+        "a strong ETag and honours Range is fetched in segments over several connections at "
+        "once, as many as keep raising the throughput; 1 turns this off.",
+        default="16",
+        minimum=1,
+    )
+    max_bytes: int | None = inp(
+        "Largest file accepted, e.g. 500MB or 100GiB, or 'none': a larger Content-Length is "
+        "refused before writing and a longer body is cut off and deleted. The default fits "
+        "any single Hugging Face Hub file (50 GB cap) yet stops an endless body long before "
+        "it fills a runner's disk.",
+        kind="size",
+        default="64GiB",
+        minimum=1,
+    )
 
     def policy(self) -> FetchPolicy:
         """The retry policy these inputs ask for; an absurd duration is bad input (exit 2)."""
@@ -46,6 +90,8 @@ class FetchInputs:
                     f"input '{flag}' is {seconds:g}s, longer than the {limit:g}s allowed",
                     hint=f"set {flag} to a sensible duration such as 60s, 30m or 2h",
                 )
+        from gpuci.fetch.policy import FetchPolicy
+
         return FetchPolicy(
             attempts=self.attempts,
             timeout=self.timeout,

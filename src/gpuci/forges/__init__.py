@@ -4,3 +4,5 @@
 ``github`` and ``gitlab`` add each service's calls. Used by ``training`` (the report) and
 ``pods`` (self-hosted runners); imports nothing from either, nor from the commands above them.
 """
+
+__all__: list[str] = []  # nothing imported here: httpx loads only with a client

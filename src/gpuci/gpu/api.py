@@ -35,7 +35,7 @@ from typing import Any
 from gpuci.errors import CheckFailed, ExitCode, InfraError, InputError, NvmlUnavailable
 from gpuci.gpu.checks import CheckOutcome
 from gpuci.gpu.options import SetupInputs, SmokeInputs
-from gpuci.inputs import Input
+from gpuci.inputs import Input, checked
 from gpuci.runtime import Result, Runtime
 
 __all__ = [
@@ -48,11 +48,10 @@ __all__ = [
     "smoke",
 ]
 
-# The few spec rules an argument must meet (the specs themselves live in ``gpuci.commands``,
-# above ``gpu``): parsed by ``Input.parse`` so the messages are the CLI's.
-_VERSION = "version"
-_FRAMEWORKS = ("auto", "torch", "cupy", "none")
-_DCGM_LEVELS = ("0", "1", "2")
+# The keywords' defaults are the inputs' (gpuci.inputs.inp), and the arguments are held to the
+# inputs' rules by gpuci.inputs.checked, so the messages are the CLI's.
+_SETUP = SetupInputs()
+_SMOKE = SmokeInputs()
 
 
 @dataclass(frozen=True)
@@ -87,34 +86,54 @@ class SmokeResult:
 
 def setup(
     *,
-    min_gpus: int = 1,
-    min_memory_gb: float | None = None,
+    min_gpus: int = _SETUP.min_gpus,
+    min_memory_gb: float | None = _SETUP.min_memory_gb,
     min_compute_capability: str | tuple[int, ...] | None = None,
     min_cuda: str | tuple[int, ...] | None = None,
     gpu_name: str | re.Pattern[str] | None = None,
-    require_gpu: bool = True,
-    allow_mig: bool = True,
-    fail_on_ecc_errors: bool = True,
-    report: str = "",
+    require_gpu: bool = _SETUP.require_gpu,
+    allow_mig: bool = _SETUP.allow_mig,
+    fail_on_ecc_errors: bool = _SETUP.fail_on_ecc_errors,
+    report: str = _SETUP.report,
     check: bool = True,
     runtime: Runtime | None = None,
     nvml: Any = None,
 ) -> SetupResult:
     """Read this machine's GPUs through NVML and check them against the job's needs.
 
-    Versions are ``"8.0"`` or ``(8, 0)``; ``gpu_name`` is a regular expression every GPU's name
-    must match. Raises :class:`~gpuci.errors.InputError` (a negative count, a version or
-    pattern that does not parse, an unwritable ``report``),
-    :class:`~gpuci.errors.NvmlUnavailable` (an :class:`~gpuci.errors.InfraError`: no driver or
-    NVML while ``require_gpu``), or :class:`~gpuci.errors.CheckFailed` (a requirement not met,
-    when ``check``; its message names each failed check and the fix).
+    Args:
+        min_gpus: the fewest GPUs (or MIG devices, with ``allow_mig``) the job needs.
+        min_memory_gb: the least total memory per GPU, in GB (10^9 bytes); None: unchecked.
+        min_compute_capability: the lowest compute capability, ``"8.0"`` or ``(8, 0)``.
+        min_cuda: the lowest CUDA version the driver must support, ``"12.4"`` or ``(12, 4)``.
+        gpu_name: a regular expression every usable GPU's name must match.
+        require_gpu: fail when there is no GPU or NVML, rather than report none.
+        allow_mig: count MIG devices as GPUs.
+        fail_on_ecc_errors: fail on uncorrected ECC errors.
+        report: where to write the JSON report; empty: gpuci-gpu-report.json in RUNNER_TEMP
+            or the current folder.
+        check: raise :class:`~gpuci.errors.CheckFailed` when a requirement is not met;
+            False returns it (``passed`` False).
+        runtime: the environment, output streams and masks; default: this process's.
+        nvml: an NVML object to read instead of the driver's (tests, recorded machines).
+
+    Returns:
+        The devices one CUDA process sees and every check's outcome.
+
+    Raises:
+        InputError: a negative count, a version or pattern that does not parse, an
+            argument of the wrong type, or an unwritable ``report``.
+        NvmlUnavailable: no driver or NVML while ``require_gpu`` (an
+            :class:`~gpuci.errors.InfraError`).
+        CheckFailed: a requirement not met, when ``check``; its message names each failed
+            check and the fix.
     """
     inp = SetupInputs(
-        min_gpus=_number("min-gpus", min_gpus, "int"),
-        min_memory_gb=None if min_memory_gb is None else _number("min-memory-gb", min_memory_gb),
-        min_compute_capability=_version("min-compute-capability", min_compute_capability),
-        min_cuda=_version("min-cuda", min_cuda),
-        gpu_name=_pattern(gpu_name),
+        min_gpus=min_gpus,
+        min_memory_gb=min_memory_gb,
+        min_compute_capability=_parsed("min_compute_capability", min_compute_capability),
+        min_cuda=_parsed("min_cuda", min_cuda),
+        gpu_name=_parsed("gpu_name", gpu_name),
         require_gpu=require_gpu,
         allow_mig=allow_mig,
         fail_on_ecc_errors=fail_on_ecc_errors,
@@ -122,7 +141,7 @@ def setup(
     )
     from gpuci.gpu import setup as command
 
-    res = command.run(inp, runtime or Runtime(), nvml=nvml)
+    res = command.run(checked(inp), runtime or Runtime(), nvml=nvml)
     _raise_for(res, check)
     out = res.outputs
     memory = out.get("memory-gb")
@@ -144,40 +163,57 @@ def setup(
 def smoke(
     *,
     checks: Sequence[str] = (),
-    budget_seconds: float = 30.0,
-    memory_fraction: float = 0.9,
-    min_bandwidth_gbs: float | None = None,
-    min_gemm_tflops: float | None = None,
-    framework: str = "auto",
-    dcgm_level: int = 0,
-    report: str = "",
+    budget_seconds: float = _SMOKE.budget_seconds,
+    memory_fraction: float = _SMOKE.memory_fraction,
+    min_bandwidth_gbs: float | None = _SMOKE.min_bandwidth_gbs,
+    min_gemm_tflops: float | None = _SMOKE.min_gemm_tflops,
+    framework: str = _SMOKE.framework,
+    dcgm_level: int = _SMOKE.dcgm_level,
+    report: str = _SMOKE.report,
     check: bool = True,
     runtime: Runtime | None = None,
     nvml: Any = None,
 ) -> SmokeResult:
-    """Smoke-test each GPU (health counters, context, GEMM, bandwidth, memory, NCCL, DCGM)
-    within ``budget_seconds``; ``checks`` empty runs every check that applies.
+    """Smoke-test each GPU (health counters, context, GEMM, bandwidth, memory, NCCL, DCGM).
 
-    Raises :class:`~gpuci.errors.InputError` (an unknown check or framework, a fraction outside
-    (0, 1], a DCGM level other than 0-2, no GPU given to this job, or an image that cannot start
-    CUDA on a healthy node), :class:`~gpuci.errors.InfraError` (no driver or NVML, a GPU lost
-    mid-run), or :class:`~gpuci.errors.CheckFailed` (a check failed, when ``check``).
+    Args:
+        checks: the checks to run; empty: every check that applies.
+        budget_seconds: the time all checks share, at least 1.
+        memory_fraction: the fraction of free GPU memory the memory test fills.
+        min_bandwidth_gbs: the least memory bandwidth, GB/s; None: the GPU model's minimum.
+        min_gemm_tflops: the least GEMM throughput, TFLOP/s; None: the GPU model's minimum.
+        framework: the load generator: ``auto``, ``torch``, ``cupy`` or ``none``.
+        dcgm_level: the DCGM diagnostic level, 0 (none) to 2.
+        report: where to write the JSON report; empty: the default name in RUNNER_TEMP or the
+            current folder.
+        check: raise :class:`~gpuci.errors.CheckFailed` when a check fails; False returns it
+            (``passed`` False).
+        runtime: the environment, output streams and masks; default: this process's.
+        nvml: an NVML object to read instead of the driver's (tests, recorded machines).
+
+    Returns:
+        Which checks passed, failed and were skipped, with each one's record.
+
+    Raises:
+        InputError: an unknown check or framework, a number out of range or of the wrong
+            type, a DCGM level other than 0-2, no GPU given to this job, or an image that
+            cannot start CUDA on a healthy node.
+        InfraError: no driver or NVML, or a GPU lost mid-run.
+        CheckFailed: a check failed, when ``check``.
     """
     inp = SmokeInputs(
         checks=list(checks),
-        budget_seconds=_number("budget-seconds", budget_seconds, minimum=1),
-        memory_fraction=_number("memory-fraction", memory_fraction),
-        min_bandwidth_gbs=_optional("min-bandwidth-gbs", min_bandwidth_gbs),
-        min_gemm_tflops=_optional("min-gemm-tflops", min_gemm_tflops),
-        framework=Input("framework", "", choices=_FRAMEWORKS).parse(framework, "argument"),
-        dcgm_level=Input("dcgm-level", "", "int", choices=_DCGM_LEVELS).parse(
-            str(dcgm_level), "argument"
-        ),
+        budget_seconds=budget_seconds,
+        memory_fraction=memory_fraction,
+        min_bandwidth_gbs=min_bandwidth_gbs,
+        min_gemm_tflops=min_gemm_tflops,
+        framework=framework,
+        dcgm_level=dcgm_level,
         report=report,
     )
     from gpuci.gpu.smoke import smoke as run_smoke
 
-    res = run_smoke(inp, runtime or Runtime(), nvml=nvml)
+    res = run_smoke(checked(inp), runtime or Runtime(), nvml=nvml)
     _raise_for(res, check)
     out = res.outputs
     return SmokeResult(
@@ -207,29 +243,12 @@ def _raise_for(res: Result, check: bool) -> None:
     raise CheckFailed(res.headline)
 
 
-def _number(name: str, value: float, kind: str = "float", minimum: float = 0) -> Any:
-    """``value`` checked as the CLI checks the input: a finite number, at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InputError(f"{name} is {value!r}, not a number", hint=f"pass a number as {name}")
-    return Input(name, "", kind, minimum=minimum).parse(str(value), "argument")
-
-
-def _optional(name: str, value: float | None) -> float | None:
-    return None if value is None else float(_number(name, value))
-
-
-def _version(name: str, value: str | tuple[int, ...] | None) -> tuple[int, ...] | None:
-    if value is None or isinstance(value, tuple):
+def _parsed(name: str, value: Any) -> Any:
+    """A version or pattern given as text, parsed by its input as the CLI parses it."""
+    if not isinstance(value, str):
         return value
-    parsed: tuple[int, ...] = Input(name, "", _VERSION).parse(value, "argument")
-    return parsed
-
-
-def _pattern(value: str | re.Pattern[str] | None) -> re.Pattern[str] | None:
-    if value is None or isinstance(value, re.Pattern):
-        return value
-    parsed: re.Pattern[str] = Input("gpu-name", "", "regex").parse(value, "argument")
-    return parsed
+    spec: Input = SetupInputs.__dataclass_fields__[name].metadata["input"]
+    return spec.parse(value, "argument")
 
 
 def _split(value: Any) -> list[str]:

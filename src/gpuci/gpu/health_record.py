@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.errors import InfraError, InputError
+from gpuci.inputs import inp, options
 from gpuci.runtime import Result, Runtime, markdown_table
 
 __all__ = [
@@ -248,12 +249,14 @@ def recent_failures(
     return [i for i in got.items if i.get("passed") is False]
 
 
-@dataclass(frozen=True)
+@options
 class ReportInputs:
-    """What ``gpus report`` is given (the specs are in :mod:`gpuci.commands.gpus`)."""
+    """What ``gpus report`` is given."""
 
-    days: float = 7.0
-    store: str = ""
+    days: float = inp("How many days back to read.", default="7", minimum=0)
+    store: str = inp(
+        "The health store (s3://bucket/prefix or file:///dir; default: GPUCI_GPU_HEALTH_STORE)."
+    )
 
 
 def report(inp: ReportInputs, rt: Runtime) -> Result:

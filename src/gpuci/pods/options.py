@@ -1,15 +1,14 @@
 """The pods sub-commands' inputs, one frozen dataclass each, parsed once at the edge.
 
-``gpuci.commands.dispatch.run_command`` resolves flags, ``INPUT_*`` and defaults, then builds
-the class named by the command's ``typed`` (:mod:`gpuci.typed`); the phases read fields, which
-mypy checks, instead of ``values["gpu-types"]``. Defaults repeat the specs' (in
-``gpuci.commands.pods``; tests/test_typed.py keeps the two in step). Declared here rather than
-beside the specs because pods may not import the command registry (tests/test_imports.py).
+Each field declares one input (:func:`gpuci.inputs.inp`); ``gpuci.commands.pods`` reads the
+flags, ``INPUT_*`` and ``actions/gpu-pod`` from these classes, and
+``gpuci.commands.dispatch.run_command`` builds one per run, so the phases read fields, which mypy
+checks. Declared here because pods may not import the command registry (tests/test_imports.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from gpuci.inputs import inp, options
 
 __all__ = [
     "CostInputs",
@@ -23,92 +22,208 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+_HEALTH_STORE = inp(
+    "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; default: "
+    "GPUCI_GPU_HEALTH_STORE; empty: not consulted)."
+)
+_LEDGER = inp(
+    "Where pod events and budget reservations are kept, shared by every runner: "
+    "s3://bucket/prefix (the cache's bucket will do) or file:///dir; a bare path is a folder."
+    " Default: env GPUCI_PODS_LEDGER, else ~/.cache/gpuci/pods-ledger (this machine only)."
+)
+_NOTIFY = inp(
+    "Where to tell people, one target per line: an http(s) webhook (Slack/Discord JSON), "
+    "smtp://user:pass@host:587?from=..&to=.. (STARTTLS), or discourse+https://forum/t/ID (key"
+    " in DISCOURSE_API_KEY). Masked; failures only warn.",
+    kind="lines",
+    secret=True,
+)
+_OWNER = inp(
+    "Who the pod is for (budget and cost attribution); default: the CI identity "
+    "(GITHUB_TRIGGERING_ACTOR/GITHUB_ACTOR, GITLAB_USER_LOGIN, git's user). Another owner "
+    "needs a delegation in the budgets file."
+)
+_POD_ID = inp("Pod id(s), comma-separated.")
+_RUNNER_SCOPE = inp(
+    "Where GitHub runners are registered: repo (GITHUB_REPOSITORY) or org (its owner).",
+    default="repo",
+    choices=("repo", "org"),
+)
+
+
+@options
 class UpInputs:
-    gpu_types: list[str] = field(default_factory=list)
-    image: str = ""
-    command: str = ""
-    env: list[str] = field(default_factory=list)
-    ports: list[str] = field(default_factory=list)
-    disk_gb: int = 50
-    gpu_count: int = 1
-    cloud: str = "SECURE"
-    data_centers: list[str] = field(default_factory=list)
-    ttl: float = 3600.0
-    owner: str = ""
-    ledger: str = ""
-    budgets: str = ".gpuci/budgets.yml"
-    budget_usd: float | None = None
-    budget_period: float = 30 * 86400.0
-    reap_interval: float = 900.0
-    health_url: str = ""
-    timeout: float = 1200.0
-    notify: list[str] = field(default_factory=list)
-    ssh_public_keys: list[str] = field(default_factory=list)
-    placement_timeout: float = 600.0
-    health_store: str = ""
-    avoid_failed_days: int = 7
-    smoke: bool | None = None  # None: on with a runner
-    smoke_attempts: int = 2
-    runner: str = ""
-    runner_labels: list[str] = field(default_factory=list)
-    runner_group_id: int = 1
-    runner_scope: str = "repo"
-    runner_idle_timeout: float = 600.0
-    runner_wait_online: bool = True
-    runner_version: str = ""
-    runner_sha256: str = ""
+    gpu_types: list[str] = inp(
+        "RunPod GPU type ids in preference order, comma-separated (e.g. NVIDIA GeForce RTX "
+        "4090,NVIDIA L40S).",
+        required=True,
+    )
+    image: str = inp(
+        "Container image (required without runner; with runner, default "
+        "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04)."
+    )
+    command: str = inp(
+        "Container start command; wrapped by the self-stop timer (without it the timer is off"
+        " and only down/reap end the pod). Not with runner (gpu-ci starts the runner)."
+    )
+    env: list[str] = inp("Pod environment, one KEY=VALUE per line.", kind="lines")
+    ports: list[str] = inp("Exposed ports, e.g. 8000/http,22/tcp.")
+    disk_gb: int = inp("Container disk in GB.", default="50", minimum=1)
+    gpu_count: int = inp("GPUs per pod.", default="1", minimum=1)
+    cloud: str = inp("RunPod cloud tier.", default="SECURE", choices=("SECURE", "COMMUNITY"))
+    data_centers: list[str] = inp("Data centre ids to try, in order (default: any).")
+    ttl: float = inp(
+        "Lifetime: the pod stops itself and is reaped after this.", kind="duration", default="1h"
+    )
+    owner: str = _OWNER
+    ledger: str = _LEDGER
+    budgets: str = inp(
+        "The budgets file in the repository: per-owner and default USD per period, the "
+        "period, delegations (protect it with CODEOWNERS).",
+        default=".gpuci/budgets.yml",
+    )
+    budget_usd: float | None = inp(
+        "Refuse the pod if the owner's spend would pass this; can only lower the budgets "
+        "file's amount."
+    )
+    budget_period: float = inp(
+        "The period budget-usd covers when there is no budgets file.",
+        kind="duration",
+        default="30d",
+    )
+    reap_interval: float = inp(
+        "How often the reaper runs: the budget counts each pod for ttl plus this, the longest"
+        " it can outlive a failed self-stop.",
+        kind="duration",
+        default="15m",
+    )
+    health_url: str = inp(
+        "Wait until this URL answers 2xx: a full URL ({pod_id} is replaced) or a path on the "
+        "first http port's proxy URL, e.g. /v1/models."
+    )
+    timeout: float = inp("How long to wait for RUNNING and health.", kind="duration", default="20m")
+    notify: list[str] = _NOTIFY
+    ssh_public_keys: list[str] = inp(
+        "Start the pod with SSH for these authorized_keys lines (one per line; default: env "
+        "RUNPOD_SSH_PUBLIC_KEYS); publishes 22/tcp and outputs ssh-command.",
+        kind="lines",
+    )
+    placement_timeout: float = inp(
+        "Keep walking the candidates with backoff this long while none places.",
+        kind="duration",
+        default="10m",
+    )
+    health_store: str = _HEALTH_STORE
+    avoid_failed_days: int = inp(
+        "Keep off data centres where a GPU failed gpu-smoke (hardware) in this many days, per"
+        " the health record; RunPod names no machine, so the data centre is the unit. 0: off.",
+        default="7",
+        minimum=0,
+    )
+    smoke: bool | None = inp(
+        "Run gpu-smoke on the pod before it is handed over (before the runner starts, or "
+        "before command); a hardware failure stops that pod and up places another in another "
+        "data centre. Needs gpu-ci in the image. Default: true with runner."
+    )
+    smoke_attempts: int = inp(
+        "Pods up may place in all when gpu-smoke finds a hardware failure, within the one "
+        "budget reservation.",
+        default="2",
+        minimum=1,
+    )
+    runner: str = inp(
+        "Make the pod a just-in-time CI runner for one job: github (token in "
+        "GPUCI_RUNNER_TOKEN) or gitlab (token in GPUCI_GITLAB_TOKEN); default: none.",
+        choices=("github", "gitlab"),
+    )
+    runner_labels: list[str] = inp(
+        "The runner's labels (GitHub) or tags (GitLab), comma-separated: this run's only, "
+        "e.g. run-123 (default in CI: run-$GITHUB_RUN_ID / pipeline-$CI_PIPELINE_ID); a label"
+        " without the run's id is refused, since another job could take the runner."
+    )
+    runner_group_id: int = inp("GitHub runner group id.", default="1", minimum=1)
+    runner_scope: str = _RUNNER_SCOPE
+    runner_idle_timeout: float = inp(
+        "A runner that has not started a job after this stops, and its pod terminates.",
+        kind="duration",
+        default="10m",
+    )
+    runner_wait_online: bool = inp(
+        "With runner: wait (within timeout) until the platform lists the runner online, so a "
+        "refused runner fails this step instead of leaving the job queued.",
+        default="true",
+    )
+    runner_version: str = inp(
+        "Pin the actions/runner release a GitHub runner pod installs (with runner-sha256); "
+        "default: the newest release, resolved when up runs."
+    )
+    runner_sha256: str = inp(
+        "The sha256 of actions-runner-linux-x64-<runner-version>.tar.gz (its release notes)."
+    )
 
 
-@dataclass(frozen=True)
+@options
 class LsInputs:
-    owner: str = ""
-    all: bool = False
-    ledger: str = ""
+    owner: str = _OWNER
+    all: bool = inp("Include pods gpu-ci did not create.", default="false")
+    ledger: str = _LEDGER
 
 
-@dataclass(frozen=True)
+@options
 class StopInputs:
-    pod_id: list[str] = field(default_factory=list)
-    ledger: str = ""
+    pod_id: list[str] = _POD_ID
+    ledger: str = _LEDGER
 
 
-@dataclass(frozen=True)
+@options
 class StartInputs:
-    pod_id: list[str] = field(default_factory=list)
-    ttl: float | None = None
-    ledger: str = ""
+    pod_id: list[str] = _POD_ID
+    ttl: float | None = inp("New lifetime from now.", kind="duration")
+    ledger: str = _LEDGER
 
 
-@dataclass(frozen=True)
+@options
 class DownInputs:
-    pod_id: list[str] = field(default_factory=list)
-    ledger: str = ""
-    runner_scope: str = "repo"
+    pod_id: list[str] = _POD_ID
+    ledger: str = _LEDGER
+    runner_scope: str = _RUNNER_SCOPE
 
 
-@dataclass(frozen=True)
+@options
 class ReapInputs:
-    owner: str = ""
-    grace: float = 0.0
-    untagged_older_than: float | None = None
-    ledger: str = ""
-    notify: list[str] = field(default_factory=list)
-    runner_scope: str = "repo"
-    health_store: str = ""
-    failure_days: int = 7
+    owner: str = _OWNER
+    grace: float = inp("Extra time after expiry before reaping.", kind="duration", default="0")
+    untagged_older_than: float | None = inp(
+        "Also stop (never terminate) pods gpu-ci did not create that are older than this, "
+        "e.g. 12h, and name them (default: off).",
+        kind="duration",
+    )
+    ledger: str = _LEDGER
+    notify: list[str] = _NOTIFY
+    runner_scope: str = _RUNNER_SCOPE
+    health_store: str = _HEALTH_STORE
+    failure_days: int = inp(
+        "Name the nodes (data centre, GPU UUID, pod, host) with two or more hardware failures"
+        " in the GPU health record in this many days. 0: off.",
+        default="7",
+        minimum=0,
+    )
 
 
-@dataclass(frozen=True)
+@options
 class CostInputs:
-    owner: str = ""
-    period: float = 30 * 86400.0
-    ledger: str = ""
-    notify: list[str] = field(default_factory=list)
+    owner: str = inp("Only this owner.")
+    period: float = inp("How far back.", kind="duration", default="30d")
+    ledger: str = _LEDGER
+    notify: list[str] = inp(
+        "Send this summary to these targets (see up's notify): for a scheduled report.",
+        kind="lines",
+        secret=True,
+    )
 
 
-@dataclass(frozen=True)
+@options
 class ExecInputs:
-    pod_id: list[str] = field(default_factory=list)
-    command: str = ""
-    timeout: float = 600.0
+    pod_id: list[str] = _POD_ID
+    command: str = inp("The command line to run on the pod.", required=True)
+    timeout: float = inp("How long the command may run.", kind="duration", default="10m")

@@ -4,3 +4,5 @@
 what made the model (plain JSON and an in-toto SLSA v1 statement), ``report`` puts the verdict on
 the pull request. Imported only when one of those commands runs.
 """
+
+__all__: list[str] = []  # nothing imported here: the commands load their modules

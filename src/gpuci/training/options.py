@@ -1,14 +1,13 @@
 """The typed inputs of ``gate``, ``provenance`` and ``report``: one frozen dataclass each.
 
-Field names are the inputs' names in snake_case and their types follow the specs in
-:mod:`gpuci.commands.training` (``tests/test_typed.py`` checks they stay in step); the
-dispatcher builds one from the resolved flags and ``INPUT_*``, once. :class:`CommentInputs` is
+Each field declares one input (:func:`gpuci.inputs.inp`); the dispatcher builds one from the
+resolved flags and ``INPUT_*``, once. :class:`CommentInputs` is
 what posting the sticky report needs, which ``gate`` and ``report`` both extend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from gpuci.inputs import inp, options
 
 __all__ = ["CommentInputs", "GateInputs", "ProvenanceInputs", "ReportInputs"]
 
@@ -16,63 +15,124 @@ DEFAULT_OUTPUT_DIR = "gpuci-training"
 DEFAULT_MARKER = "training"
 
 
-@dataclass(frozen=True)
+_HISTORY = inp(
+    "Store for the metrics history the report charts (s3://bucket/prefix or file:///dir, as "
+    "the cache; default: GPUCI_METRICS_HISTORY; empty: no history)."
+)
+_HISTORY_APPEND = inp(
+    "Add this run's gated metrics to the history: auto (on the default branch and on "
+    "schedules), always or never.",
+    default="auto",
+    choices=("auto", "always", "never"),
+)
+_HISTORY_POINTS = inp(
+    "How many past runs of the history the report charts (newest).", default="20", minimum=1
+)
+_OUTPUT_DIR = inp(
+    "Folder for gate.json, provenance.json, provenance.intoto.json and predicate.json.",
+    default="gpuci-training",
+)
+_PYTHON = inp("Interpreter whose package versions to record (default: python3 on PATH, the job's).")
+
+
+@options
 class CommentInputs:
     """Where the sticky report goes, which ``gate`` and ``report`` both take: ``token``,
     ``api-url``, ``repository``, ``pr`` and ``marker`` (empty: the CI's own token, API,
     repository and pull request), whether to post it, and the GPU minutes it shows."""
 
-    comment: bool = False
-    token: str = ""
-    api_url: str = ""
-    repository: str = ""
-    pr: int | None = None
-    marker: str = DEFAULT_MARKER
-    gpu_minutes: float | None = None
+    comment: bool = inp(
+        "Post or update the sticky pull-request comment (on GitLab the merge-request note; "
+        "needs a token and a PR or MR).",
+        default="false",
+    )
+    token: str = inp(
+        "GitHub token (default: GITHUB_TOKEN; on GitLab: GPUCI_GITLAB_TOKEN, a project access"
+        " token with api scope); masked.",
+        secret=True,
+        action_default="${{ github.token }}",
+    )
+    api_url: str = inp(
+        "REST API root (default: GITHUB_API_URL, for GHES; on GitLab: CI_API_V4_URL)."
+    )
+    repository: str = inp("owner/name (default: GITHUB_REPOSITORY).")
+    pr: int | None = inp("Pull request number (default: from the event).", minimum=1)
+    marker: str = inp(
+        ("Name in the hidden marker that finds the comment again; one comment per marker."),
+        default="training",
+    )
+    gpu_minutes: float | None = inp(
+        "GPU-minutes to report (default: GPUs x time since this job's gpu-setup).", minimum=0
+    )
 
 
-@dataclass(frozen=True)
+@options
 class GateInputs(CommentInputs):
     """What ``gate`` (the metric-gate action) is given."""
 
-    metrics: str = ""
-    min: list[str] = field(default_factory=list)
-    max: list[str] = field(default_factory=list)
-    baseline: str = ""
-    max_regression: list[str] = field(default_factory=list)
-    lower_is_better: list[str] = field(default_factory=list)
-    require_baseline: bool = False
-    output_dir: str = DEFAULT_OUTPUT_DIR
-    artifacts: list[str] = field(default_factory=list)
-    python: str = ""
-    pin: bool = False
-    history: str = ""
-    history_append: str = "auto"
-    history_points: int = 20
+    metrics: str = inp(
+        ("Metrics file: JSON (flat, or nested with dotted names) or a JSONL log (last line)."),
+        required=True,
+    )
+    min: list[str] = inp("Lower bounds, name=value, one per line.", kind="lines")
+    max: list[str] = inp("Upper bounds, name=value, one per line.", kind="lines")
+    baseline: str = inp("Baseline metrics file (e.g. the base branch's last run).")
+    max_regression: list[str] = inp(
+        "Allowed worsening vs the baseline, name=value or name=1%, one per line.", kind="lines"
+    )
+    lower_is_better: list[str] = inp(
+        "Metrics where lower is better (default: a lone max rule, or names such as loss)."
+    )
+    require_baseline: bool = inp(
+        "Fail max-regression rules when there is no baseline (default: skip them).", default="false"
+    )
+    output_dir: str = _OUTPUT_DIR
+    artifacts: list[str] = inp(
+        "Trained model files to hash: paths, folders or globs, one per line.", kind="lines"
+    )
+    python: str = _PYTHON
+    pin: bool = inp(
+        "When the model passes (and artifacts is given), pin every dataset manifest its "
+        "provenance names, so prune keeps what rebuilds it (cache-weights pin).",
+        default="false",
+    )
+    history: str = _HISTORY
+    history_append: str = _HISTORY_APPEND
+    history_points: int = _HISTORY_POINTS
 
     def rule_lines(self) -> dict[str, list[str]]:
         """The rule inputs by name (min, max, max-regression), as gate.json records them."""
         return {"min": self.min, "max": self.max, "max-regression": self.max_regression}
 
 
-@dataclass(frozen=True)
+@options
 class ProvenanceInputs:
     """What ``provenance`` is given."""
 
-    artifacts: list[str] = field(default_factory=list)
-    record: str = ""
-    metrics: str = ""
-    output_dir: str = DEFAULT_OUTPUT_DIR
-    python: str = ""
-    history: str = ""
-    history_append: str = "auto"
+    artifacts: list[str] = inp(
+        "Trained model files to hash: paths, folders or globs, one per line. Required unless "
+        "record is given.",
+        kind="lines",
+    )
+    record: str = inp(
+        "A provenance.json to replay instead: print the commands that restore the exact "
+        "inputs (cache-weights restore --manifest) of the model it records."
+    )
+    metrics: str = inp(
+        "Metrics file: JSON (flat, or nested with dotted names) or a JSONL log (last line). "
+        "Default: the one this job's gate read."
+    )
+    output_dir: str = _OUTPUT_DIR
+    python: str = _PYTHON
+    history: str = _HISTORY
+    history_append: str = _HISTORY_APPEND
 
 
-@dataclass(frozen=True)
+@options
 class ReportInputs(CommentInputs):
     """What ``report`` is given."""
 
-    gate_report: str = ""
-    provenance: str = ""
-    history: str = ""
-    history_points: int = 20
+    gate_report: str = inp("gate.json to report (default: this job's gate).")
+    provenance: str = inp("provenance.json to report (default: this job's).")
+    history: str = _HISTORY
+    history_points: int = _HISTORY_POINTS

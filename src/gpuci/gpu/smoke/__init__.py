@@ -41,6 +41,8 @@ from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
+__all__ = ["run", "selected_checks", "smoke"]
+
 COMMAND = "gpu-smoke"
 
 NO_GPU_HINT = (
@@ -50,7 +52,17 @@ NO_GPU_HINT = (
 
 
 def selected_checks(inp: SmokeInputs) -> list[str]:
-    """The ``checks`` input, validated; empty means all. ``dcgm`` joins when a level is set."""
+    """The checks to run: the ``checks`` input, validated; empty means every check.
+
+    Args:
+        inp: the smoke's inputs (``checks`` and ``dcgm_level`` are read).
+
+    Returns:
+        Check names in run order; ``dcgm`` only when ``dcgm_level`` is set.
+
+    Raises:
+        InputError: an unknown check, or ``dcgm`` listed with ``dcgm_level`` 0.
+    """
     asked = [c.strip().lower() for c in inp.checks]
     unknown = [c for c in asked if c not in CHECK_NAMES]
     if unknown:
@@ -69,8 +81,21 @@ def selected_checks(inp: SmokeInputs) -> list[str]:
 
 
 def run(inp: SmokeInputs, rt: Runtime) -> Result:
-    """The smoke alone (``gpu-smoke``'s target, :func:`gpuci.gpu.smoke.command.run`, adds the
-    health record and the quarantine around it; ``runners release`` runs it first)."""
+    """The smoke alone, on this machine's NVML and the framework ``inp`` picks.
+
+    ``gpu-smoke``'s target, :func:`gpuci.gpu.smoke.command.run`, adds the health
+    record and the quarantine around it; ``runners release`` runs it first.
+
+    Args:
+        inp: the smoke's inputs.
+        rt: the environment, output streams and masks.
+
+    Returns:
+        The command's Result: exit 1 with the failed checks named, 3 when NVML or a GPU is lost.
+
+    Raises:
+        InputError: an unknown check or a memory fraction outside (0, 1].
+    """
     return smoke(inp, rt)
 
 
@@ -83,7 +108,22 @@ def smoke(
     sizes: Sizes | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
-    """The whole run; ``nvml``, ``backend``, ``sizes`` and ``clock`` are injected by tests."""
+    """The whole run: plan the checks, read the GPUs, run each check within the budget.
+
+    Args:
+        inp: the smoke's inputs.
+        rt: the environment, output streams and masks; ``rt.dry_run`` plans only.
+        nvml: an NVML object to read instead of the driver's.
+        backend: the load generator to use instead of ``inp.framework``'s (tests).
+        sizes: the GEMM, bandwidth and memory sizes (tests use tiny ones).
+        clock: the budget's clock (tests use a fake one).
+
+    Returns:
+        The command's Result; a lost GPU or missing NVML is a Result with exit 3, not raised.
+
+    Raises:
+        InputError: an unknown check or a memory fraction outside (0, 1].
+    """
     budget = Budget(inp.budget_seconds, clock)
     checks = selected_checks(inp)
     if not 0 < inp.memory_fraction <= 1:
