@@ -99,6 +99,8 @@ class State:
     # many reads of its status (None: never, a pod that never starts its runner).
     online_after_reads: int | None = 0
     on_status_read: Any = None  # called with the Runner before each status read (tests)
+    # ``GET /repos/{owner}/{repo}/commits/{ref}``: "owner/repo@ref" -> the commit's sha
+    commits: dict[str, str] = field(default_factory=dict)
     releases: list[dict[str, Any]] = field(
         default_factory=lambda: [release(*NEWEST_KNOWN, "2026-10-01T12:00:00Z")]
     )
@@ -160,6 +162,11 @@ class _Handler(RoutedAPIHandler):
             return self._reply(403, {"message": "Resource not accessible by integration"})
         if auth != f"Bearer {self.state.github_token}":
             return self._reply(401, {"message": "Bad credentials"})
+        if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/commits/(.+)", path)) and method == "GET":
+            sha = self.state.commits.get(f"{m[1]}@{m[2]}")
+            if sha is None:  # GitHub's answer for a ref it does not have
+                return self._reply(422, {"message": f"No commit found for SHA: {m[2]}"})
+            return self._reply(200, {"sha": sha, "commit": {"message": "x"}})
         if path == "/repos/actions/runner/releases" and method == "GET":
             size = int(parse_qs(query).get("per_page", ["30"])[0])
             return self._reply(200, self.state.releases[: min(size, 100)])

@@ -181,8 +181,18 @@ UP = Command(
             "smoke",
             "Run gpu-smoke on the pod before it is handed over (before the runner starts, or "
             "before command); a hardware failure stops that pod and up places another in "
-            "another data centre. Needs gpu-ci in the image. Default: true with runner.",
+            "another data centre. A stock image installs gpu-ci for it (gpuci-source). Default: "
+            "true with runner.",
             "bool",
+        ),
+        Input(
+            "gpuci-source",
+            "Where a smoking pod whose image lacks gpu-ci installs it: OWNER/REPO@REF (resolved to "
+            "its commit, installed from git at that SHA), a pip URL pinned by @<commit SHA> or "
+            "#sha256=, or none. Default: this action at the ref the workflow used; outside "
+            "Actions, env GPUCI_PACKAGE.",
+            "str",
+            action_default="${{ github.action_repository }}@${{ github.action_ref }}",
         ),
         Input(
             "smoke-attempts",

@@ -13,8 +13,9 @@ another pod away from that data centre (:mod:`gpuci.pods.replace`).
 
 Only a hardware verdict stops a pod (gpu-smoke exit 1 with failed checks that are findings
 about the GPU, :func:`gpuci.quarantine.hardware_findings`): an environment error, a skipped
-check or a pod without gpu-ci (``python3 -m gpuci`` missing) hands the pod over with a
-``smoke skipped`` mark, and ``up`` warns.
+check, or a pod without gpu-ci that could not install it (:mod:`gpuci.pods.pod_gpuci`: the
+pod installs ``GPUCI_PACKAGE``, pinned by ``up``, into a private folder used only by the smoke)
+hands the pod over with a ``smoke skipped`` mark naming why, and ``up`` warns in one line.
 
 The name is written whole (any number of GPUs; 8 UUIDs are about 330 characters, and the spec
 sets no length limit), by :mod:`gpuci.pods.handover_mark`, retried on 429 and 5xx. RunPod's
@@ -44,6 +45,7 @@ from typing import Any
 ENV_SMOKE = "GPUCI_SMOKE"
 ENV_POD_NAME = "GPUCI_POD_NAME"
 ENV_PYTHON = "GPUCI_SMOKE_PYTHON"
+ENV_PACKAGE = "GPUCI_PACKAGE"
 HARDWARE_RC = 10
 MARK = " smoke "
 _MARKED = re.compile(r" smoke (passed|failed|skipped)(?:: ?(.*))?$")
@@ -53,6 +55,43 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9:,._=/+-]+")
 # Returns 0 to hand the pod over, HARDWARE_RC after marking the pod and stopping it (the
 # caller then exits).
 SHELL = r"""
+gpuci_py() {
+  # the smoke's python: with the gpu-ci this pod installed (gpuci_install) first on its path
+  if [ -n "${gpuci_site:-}" ]; then
+    PYTHONPATH="$gpuci_site${PYTHONPATH:+:$PYTHONPATH}" "${GPUCI_SMOKE_PYTHON:-python3}" "$@"
+  else
+    "${GPUCI_SMOKE_PYTHON:-python3}" "$@"
+  fi
+}
+gpuci_install() {
+  # gpu-ci for the smoke: the image's, else GPUCI_PACKAGE (pinned by up) into a private folder
+  gpuci_why=""
+  gpuci_ok=1
+  gpuci_py -c 'import gpuci.pods.handover' >/dev/null 2>&1 && return 0
+  gpuci_ok=0
+  if [ -z "${GPUCI_PACKAGE:-}" ]; then
+    gpuci_why="no gpu-ci on the image and no GPUCI_PACKAGE to install it from"
+    return 1
+  fi
+  site="${GPUCI_POD_SITE:-${HOME:-/root}/.cache/gpuci/pod-site}"
+  echo "gpu-ci: installing gpu-ci for the smoke from $GPUCI_PACKAGE"
+  mkdir -p "$site" 2>/dev/null
+  if ! "${GPUCI_SMOKE_PYTHON:-python3}" -m pip install -q --disable-pip-version-check \
+      --no-input --target "$site" "gpuci @ $GPUCI_PACKAGE" >"$site.log" 2>&1; then
+    last=$(grep -v '^ *$' "$site.log" | tail -n 1 | tr -c 'A-Za-z0-9 .,:_=/+()@#-' ' ')
+    last=$(printf '%s' "$last" | cut -c 1-160)
+    gpuci_why="gpu-ci install from GPUCI_PACKAGE failed: ${last:-pip gave no reason}"
+    return 1
+  fi
+  gpuci_site="$site"
+  if ! gpuci_py -c 'import gpuci.pods.handover' >/dev/null 2>&1; then
+    gpuci_why="gpu-ci installed from GPUCI_PACKAGE does not import"
+    gpuci_site=""
+    return 1
+  fi
+  gpuci_ok=1
+  return 0
+}
 gpuci_rename_pod() {
   # this pod's new name, with RunPod's pod-scoped key: the one channel back to up
   gpuci_pod_call PATCH "" "{\"name\":\"$1\"}"
@@ -62,20 +101,26 @@ gpuci_mark() {
   s=$(printf '%s' "$1" | tr -c 'A-Za-z0-9 .,:_=/+-' ' ')
   n=$(printf '%s smoke %s' "${GPUCI_POD_NAME:-gpuci}" "$s" | tr -d '"\\')
   # gpu-ci renames with retries (429, 5xx) and names a refusal; without it, one try by shell
-  "${GPUCI_SMOKE_PYTHON:-python3}" -m gpuci.pods.handover mark "$n"
-  rc=$?
-  [ "$rc" = 0 ] || [ "$rc" = 4 ] && return "$rc"
+  if [ "${gpuci_ok:-}" = 1 ]; then
+    gpuci_py -m gpuci.pods.handover mark "$n"
+    rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 4 ] && return "$rc"
+  fi
   gpuci_rename_pod "$n"
 }
 gpuci_smoke_gate() {
   [ "${GPUCI_SMOKE:-}" = 1 ] || return 0
   echo "gpu-ci: gpu-smoke before handover"
-  py="${GPUCI_SMOKE_PYTHON:-python3}"
+  if ! gpuci_install; then
+    echo "gpu-ci: $gpuci_why: smoke skipped, handing the pod over"
+    gpuci_mark "skipped: $gpuci_why" || echo "gpu-ci: could not write the pod's name"
+    return 0
+  fi
   f="${TMPDIR:-/tmp}/gpuci-smoke.$$"
   # in a subshell without the credentials: the smoke needs none, and its tools inherit env
   verdict=$(unset RUNPOD_API_KEY GPUCI_RUNNER_JITCONFIG GPUCI_GITLAB_RUNNER_TOKEN
-    "$py" -m gpuci gpu-smoke --json --report "$f.report.json" >"$f.json"
-    "$py" -m gpuci.pods.handover "$f.json")
+    gpuci_py -m gpuci gpu-smoke --json --report "$f.report.json" >"$f.json"
+    gpuci_py -m gpuci.pods.handover "$f.json")
   rc=$?
   verdict=$(printf '%s' "$verdict" | tail -n 1)
   if [ "$rc" = 0 ]; then
@@ -112,9 +157,13 @@ class Verdict:
         return f"{gpus} failed {', '.join(self.checks) or 'gpu-smoke'}{why}"
 
 
-def pod_env(name: str) -> dict[str, str]:
-    """The env that turns the gate on, with the pod's name to write the verdict after."""
-    return {ENV_SMOKE: "1", ENV_POD_NAME: name}
+def pod_env(name: str, package: str = "") -> dict[str, str]:
+    """The env that turns the gate on, with the pod's name to write the verdict after and,
+    when ``package`` is set, where to install gpu-ci from if the image has none."""
+    env = {ENV_SMOKE: "1", ENV_POD_NAME: name}
+    if package:
+        env[ENV_PACKAGE] = package
+    return env
 
 
 def verdict_of(pod: Mapping[str, Any] | None) -> Verdict | None:

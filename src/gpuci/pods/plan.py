@@ -47,6 +47,7 @@ class PodSpec:
     # gpu-ci's own env for a runner pod (gpuci.pods.runners.pod_env): set after registering
     runner_env: dict[str, str] = field(default_factory=dict, repr=False)
     smoke: bool = False  # gpu-smoke on the pod before handover (gpuci.pods.handover)
+    gpuci_package: str = ""  # where the pod installs gpu-ci for it (gpuci.pods.pod_gpuci)
 
 
 def parse_env(lines: Sequence[str] | None, mask: Callable[[str], None]) -> dict[str, str]:
@@ -121,7 +122,7 @@ def create_body(spec: PodSpec, tag: PodTag, candidate: Candidate, api_url: str) 
         "env": env,
     }
     if spec.smoke:
-        env.update(handover.pod_env(tag.name()))
+        env.update(handover.pod_env(tag.name(), spec.gpuci_package))
     if spec.command:
         # a runner pod's start script has the gate itself (before the runner starts)
         gate = spec.smoke and not spec.runner_env

@@ -22,6 +22,7 @@ from gpuci.pods import (
     ledger,
     placement,
     plan,
+    pod_gpuci,
     readiness,
     replace,
     runner_boot,
@@ -54,6 +55,10 @@ def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     tag = _tag(decision.owner, inp, rt, now)
     runner = runners.Request.from_inputs(inp, rt.environ, rt.mask, tag, now, rt.dry_run)
     spec = _spec(inp, rt, runner)
+    said: list[str] = []  # warnings before the Result exists
+    if spec.smoke:
+        find = pod_gpuci.planned if rt.dry_run else pod_gpuci.resolve
+        spec.gpuci_package = find(inp.gpuci_source, rt.environ, said.append)
     first = plan.Candidate((inp.gpu_types or [""])[0])
     plan.check_env_count(plan.create_body(spec, tag, first, api_url(rt.environ)), spec.env)
     book = open_ledger(inp.ledger, rt)
@@ -68,8 +73,8 @@ def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     if rt.dry_run:
         return up_plan.plan_up(inp, rt, spec, tag, warn, decision, book, runner)
     result = Result(command="pods up")
-    if warn:
-        result.warning(warn)
+    for line in [warn, *said] if warn else said:
+        result.warning(line)
     for note in decision.notes:
         result.notice(note)
     for shared in runner.warnings if runner else []:
@@ -290,8 +295,8 @@ def _smoke_said(job: _Up, verdict: handover.Verdict | None) -> None:
     if verdict is not None and verdict.kind == "skipped":
         job.result.warning(
             f"gpu-smoke before handover gave no verdict on {(job.pod or {}).get('id')} "
-            f"({verdict.detail}): the pod was handed over unchecked; the image needs gpu-ci "
-            "(python3 -m gpuci) for the check"
+            f"({verdict.detail}): the pod was handed over unchecked; a stock image installs "
+            "gpu-ci from gpuci-source (docs/pods.md)"
         )
     elif verdict is not None:
         job.rt.log(f"gpu-smoke before handover: {verdict.kind}")
