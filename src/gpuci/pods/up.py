@@ -141,6 +141,17 @@ class _Up:
     attempts: replace.Attempts = field(default_factory=replace.Attempts)
     create_sent: bool = False  # a create was sent for tag.name(): its pod may exist unseen
     reserve_name: str = ""  # a reservation is being written for this pod name
+    recorded: str = ""  # the pod whose "created" event this run wrote
+
+    def remember(self) -> None:
+        """Record this run's pod under its owner, once. The cleanup calls it too, before it
+        ends the pod: a kill during the cleanup then never leaves a made pod (its bill) out
+        of the ledger; a pod left alive is found by reap, which records it."""
+        if self.pod is None or self.recorded == self.pod["id"]:
+            return
+        at = self.clock.now()
+        _remember(self.rt, self.book, self.pod, self.tag, self.reservation, at, self.runner)
+        self.recorded = self.pod["id"]
 
 
 def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:
@@ -188,7 +199,7 @@ def _place(job: _Up) -> None:
     job.pod, attempts = placement.place(inp, rt, client, clock, spec, tag, affordable)
     job.result.report["attempts"] = attempts
     job.attempts.add(job.pod, clock.now())
-    _remember(rt, job.book, job.pod, tag, job.reservation, clock.now(), runner)
+    job.remember()
 
 
 def _place_again(job: _Up, verdict: handover.Verdict) -> None:
@@ -231,7 +242,7 @@ def _place_again(job: _Up, verdict: handover.Verdict) -> None:
     job.pod, attempts = placement.place(job.inp, rt, client, clock, job.spec, job.tag, cands)
     job.result.report.setdefault("attempts", []).extend(attempts)
     job.attempts.add(job.pod, clock.now())
-    _remember(rt, job.book, job.pod, job.tag, job.reservation, clock.now(), runner)
+    job.remember()
 
 
 def _avoid_failed(job: _Up, cands: list[plan.Candidate]) -> list[plan.Candidate]:

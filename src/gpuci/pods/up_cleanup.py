@@ -43,6 +43,9 @@ class Job(Protocol):
     reservation: ledger.Reservation | None
     reserve_name: str  # a reservation was being written for this pod name
 
+    def remember(self) -> None:
+        """Record ``pod`` under its owner in the ledger, if this run has not yet."""
+
 
 def undo(job: Job, log: Callable[[str], None]) -> list[str]:
     """End the pod, the runner and the reservation this ``up`` made; what happened, in short.
@@ -76,6 +79,8 @@ def _end_pod(job: Job, log: Callable[[str], None], done: list[str]) -> dict[str,
                 job.create_sent = False
                 done.append("no pod was made")
                 return None
+            job.pod = pod
+        job.remember()  # in the ledger before it ends: the bill has an owner whatever comes next
         ended = terminate_quietly(client, pod["id"], log)  # always tried: it is what bills
     finally:
         client.close()
