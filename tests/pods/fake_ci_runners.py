@@ -192,7 +192,15 @@ class _Handler(RoutedAPIHandler):
             )
         if m := re.fullmatch(rf"({_GH_SCOPE})/actions/runners", path):
             items = [
-                {"id": r.id, "name": r.name, "status": r.status, "busy": False}
+                {
+                    "id": r.id,
+                    "name": r.name,
+                    "status": r.status,
+                    "busy": False,
+                    "labels": [
+                        {"id": i, "name": n, "type": "custom"} for i, n in enumerate(r.labels)
+                    ],
+                }
                 for r in self.state.runners.values()
                 if r.scope == m[1]
             ]

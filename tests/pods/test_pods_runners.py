@@ -262,7 +262,8 @@ def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
 
 # ----- down / reap ---------------------------------------------------------------------------
 def _up(run, api, **env):
-    label = f"run-{env.get('GITHUB_RUN_ID', '77')}"
+    # a label per up (several pods of one run are legs: each needs its own)
+    label = f"run-{env.get('GITHUB_RUN_ID', '77')}-{len(api.state.requests)}"
     r = run(
         "up", gpu_types=L40S, runner="github", runner_labels=label, extra_env=api.github_env(**env)
     )
@@ -414,3 +415,21 @@ def test_the_runner_registers_only_this_runs_label_and_refuses_a_shared_one(run,
     body = [b for m, p, b in api.state.requests if p.endswith("/user/runners")][-1]
     assert body["tag_list"] == "pipeline-5" and body["locked"] is True
     assert body["run_untagged"] is False
+
+
+def test_two_legs_of_one_run_with_the_same_label_are_refused_before_any_pod(run, fake, api):
+    """Matrix legs sharing the default run-<id> would take each other's runner: the second
+    up is exit 2 naming the runner that has the label and the per-leg fix; a label per leg
+    (the run id plus the leg) registers."""
+    env = api.github_env(**RUN_ENV)
+    first = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    assert first.code == 0, first.stdout
+    second = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    assert second.code == 2, second.stdout
+    (taken,) = api.state.runners.values()
+    assert f"run-77 are already on runner {taken.name}" in second.json["headline"]
+    assert "strategy.job-index" in second.json["headline"]
+    assert len(fake.calls("POST", "/v2/pods")) == 1 and len(api.state.runners) == 1
+    leg = run("up", gpu_types=L40S, runner="github", runner_labels="run-77-1", extra_env=env)
+    assert leg.code == 0, leg.stdout
+    assert sorted(r.labels[0] for r in api.state.runners.values()) == ["run-77", "run-77-1"]

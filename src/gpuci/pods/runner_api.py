@@ -39,6 +39,7 @@ class Listed:
     runner_id: int
     name: str
     status: str = ""
+    labels: tuple[str, ...] = ()  # GitHub lists them; GitLab's project listing does not
 
 
 def _runner_id(found: Any, service: str) -> int:
@@ -158,7 +159,13 @@ class GitHubRunners(ApiClient):
         ):
             for item in page:
                 if isinstance(item.get("id"), int) and isinstance(item.get("name"), str):
-                    out.append(Listed(item["id"], item["name"], str(item.get("status") or "")))
+                    labels = tuple(
+                        str(lb["name"])
+                        for lb in item.get("labels") or []
+                        if isinstance(lb, dict) and isinstance(lb.get("name"), str)
+                    )
+                    status = str(item.get("status") or "")
+                    out.append(Listed(item["id"], item["name"], status, labels))
         return out
 
     def status(self, runner_id: int) -> str | None:

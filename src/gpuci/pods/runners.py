@@ -191,10 +191,23 @@ def register(
     idle_s: float,
     mask: Callable[[str | None], None],
 ) -> Registration:
-    """Register the runner; its credential is masked before anything else happens."""
+    """Register the runner; its credential is masked before anything else happens.
+
+    Raises:
+        InputError: another gpu-ci runner already has one of ``labels`` (GitHub); the new
+            one is deleted first.
+    """
     with tgt.client() as client:
         credential, runner_id = client.register(name, labels, group_id)
         mask(credential)
+        if tgt.platform == "github":  # after: a refused token reads nothing (and says why)
+            try:
+                _refuse_taken(client.listed(), name, labels)
+            except InputError:
+                client.delete(runner_id)
+                raise
+            except GpuciError:  # the listing is a check, not a step: its failure blocks nothing
+                pass
     return Registration(name, runner_id, pod_env(tgt, name, runner_id, credential, idle_s))
 
 
@@ -208,6 +221,22 @@ def unregister(tgt: Target, name: str, runner_id: int | None, **bound: Any) -> s
                 return "not registered"
             runner_id = found[0].runner_id
         return "deleted" if client.delete(runner_id) else "already gone"
+
+
+def _refuse_taken(listed: Sequence[Any], name: str, labels: Sequence[str]) -> None:
+    """Two ``up``s of one run (matrix legs) with the same labels would take each other's
+    runner: GitHub gives a job to any runner with all its labels. Refused before any pod."""
+    wanted = {label.lower() for label in labels}
+    for other in listed:
+        shared = sorted(lb for lb in other.labels if lb.lower() in wanted)
+        if other.name != name and other.name.startswith(NAME_PREFIX) and shared:
+            raise InputError(
+                f"runner-labels {', '.join(shared)} are already on runner {other.name} (another "
+                "leg of this run?): either job could take either runner",
+                hint="give each up labels of its own and route its job by them, e.g. "
+                "runner-labels: run-${{ github.run_id }}-${{ strategy.job-index }}; a runner "
+                "an earlier attempt left behind goes with pods down or reap",
+            )
 
 
 def scope_of(pod: Mapping[str, Any]) -> tuple[str, str, str, int | None] | None:
