@@ -360,8 +360,10 @@ class RunPodClient:
         self.request("DELETE", f"/v2/pods/{pod_id}", f"terminate pod {pod_id}")
 
     # ----- catalog and billing ------------------------------------------------------------
-    def list_gpu_types(self, cloud: str = "SECURE") -> list[dict[str, Any]]:
-        params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud}
+    def list_gpu_types(self, cloud: str = "SECURE", count: int = 1) -> list[dict[str, Any]]:
+        """The catalog with each type's availability for pods of ``count`` GPUs in ``cloud``
+        (availability differs by count: 8 GPUs on one machine are scarcer than 1)."""
+        params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud, "count": count}
         what = "read GPU catalog"
         response = self.request("GET", "/v2/catalog/gpus", what, params=params)
         gpus = _list_in(_json(response, what), "gpus", what)

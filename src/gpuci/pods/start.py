@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from gpuci.errors import InputError
-from gpuci.pods.client import NotFound
+from collections.abc import Mapping
+from typing import Any
+
+from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.pods.client import NotFound, RunPodClient
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import each_pod, ledger_quietly, need_ids, open_client, record_event
 from gpuci.pods.naming import tag_of
@@ -52,11 +55,35 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 )
             if pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING"):
                 return "already running" + note
-            client.action(pod_id, "start")
+            started = client.action(pod_id, "start") or client.get_pod(pod_id) or {}
             record_event(rt, book, "started", pod_id, clock.now(), reason="start")
+            if _gpus(pod) and _gpus(started) == 0:
+                _stop_again(client, pod_id)
+                record_event(rt, book, "stopped", pod_id, clock.now(), reason="0 GPUs")
+                raise InfraError(
+                    f"pod {pod_id} came back with 0 GPUs (RunPod gave its GPUs to another pod "
+                    "while it was stopped; its docs say a restarted pod may be reallocated 0 "
+                    "GPUs): stopped it again",
+                    hint=f"copy what you need off its volume, then pods down {pod_id} and pods "
+                    "up for a new pod",
+                )
             return "started" + note
 
         return each_pod(ids, one, "pods start", rt)
+
+
+def _gpus(pod: Mapping[str, Any]) -> int | None:
+    """The pod's GPU count; None for a CPU pod or an answer without one."""
+    count = (pod.get("gpu") or {}).get("count") if isinstance(pod.get("gpu"), dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def _stop_again(client: RunPodClient, pod_id: str) -> None:
+    """A pod without its GPUs bills for nothing it was made for: stop it (best effort)."""
+    try:
+        client.action(pod_id, "stop")
+    except GpuciError:
+        pass  # the error says what to do; its expiry still stops it
 
 
 # ----- down / reap --------------------------------------------------------------------------

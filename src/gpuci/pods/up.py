@@ -173,7 +173,7 @@ def _place(job: _Up) -> None:
     """Pick the affordable candidates, register the runner, create the pod and record it."""
     inp, rt, client, clock = job.inp, job.rt, job.client, job.clock
     spec, tag = job.spec, job.tag
-    catalog = client.list_gpu_types(spec.cloud)
+    catalog = client.list_gpu_types(spec.cloud, spec.gpu_count)
     cands = plan.candidates(inp.gpu_types, inp.data_centers, catalog)
     cands = _avoid_failed(job, cands)
     if job.decision.budget is not None:
