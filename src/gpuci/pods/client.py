@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gpuci import httpclients
+from gpuci import httpclients, untrusted_json
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.clock import SYSTEM, Clock
 from gpuci.redact import excerpt, json_kind, redact_url
@@ -29,6 +29,8 @@ DEFAULT_API_URL = "https://api.runpod.io"
 API_KEY_ENV = "RUNPOD_API_KEY"
 API_URL_ENV = "RUNPOD_API_URL"
 MAX_RETRY_AFTER_S = 300.0
+# The most of one answer read: a listing of a thousand pods with their env is a few MiB.
+MAX_ANSWER = untrusted_json.MAX_BYTES
 
 
 class RunPodError(InfraError):
@@ -101,8 +103,8 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 def _problem(response: httpx.Response) -> tuple[str, list[str]]:
     """The error's detail and its list of errors, each redacted THEN cut to one line."""
     try:
-        body = response.json()
-    except ValueError:
+        body = untrusted_json.loads(response.content)
+    except untrusted_json.Unusable:
         return excerpt(response.text, 200), []
     if not isinstance(body, dict):
         return excerpt(str(body), 200), []
@@ -133,10 +135,11 @@ def _shape_error(what: str, found: str) -> RunPodError:
 
 
 def _json(response: httpx.Response, what: str) -> Any:
+    """The answer's JSON through :mod:`gpuci.untrusted_json` (nesting, numbers, UTF-8)."""
     try:
-        return response.json()
-    except ValueError:
-        raise _shape_error(what, "no JSON") from None
+        return untrusted_json.loads(response.content, finite=True)
+    except untrusted_json.Unusable as exc:
+        raise _shape_error(what, f"no usable JSON ({exc})") from None
 
 
 def _kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
@@ -287,7 +290,7 @@ class RunPodClient:
             # A dry run's client: a bug that would change something fails here, unsent.
             raise RuntimeError(f"dry run: refusing to send {method} {path} ({what})")
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._bounded(method, path, what, **kwargs)
         except httpx.TransportError as exc:
             raise Transient(f"{what}: {type(exc).__name__}: {excerpt(str(exc), 200)}") from None
         except httpx.InvalidURL as exc:
@@ -298,6 +301,25 @@ class RunPodClient:
             ) from None
         raise_for(response, what)
         return response
+
+    def _bounded(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        """Send, and read at most :data:`MAX_ANSWER` bytes of the answer (a server's claim of
+        its length is not trusted): over it is one line, exit 3."""
+        request = self._http.build_request(method, path, **kwargs)
+        streamed = self._http.send(request, stream=True)
+        try:
+            body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER)
+        except untrusted_json.Unusable as exc:
+            raise RunPodError(
+                f"{what}: RunPod API answered HTTP {streamed.status_code} with a body {exc}"[:300],
+                hint="check RUNPOD_API_URL points at RunPod's REST API v2",
+            ) from None
+        finally:
+            streamed.close()
+        headers = [
+            (k, v) for k, v in streamed.headers.multi_items() if k.lower() != "content-encoding"
+        ]
+        return httpx.Response(streamed.status_code, headers=headers, content=body, request=request)
 
     def request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         for attempt in self._retrying():

@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     """The pod's side: ``python3 -m gpuci.pods.handover RESULT.json`` (gpu-smoke's ``--json``
     output): the headline on stderr (the pod's log), the verdict line on stdout. ``... mark
     NAME`` writes NAME into the pod's name (:mod:`gpuci.pods.handover_mark`)."""
-    import json
+    from gpuci import untrusted_json
 
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["mark"]:
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         return mark(args[1] if len(args) > 1 else "", os.environ)
     try:
         with open(args[0], "rb") as fh:
-            body = json.loads(fh.read(MAX_RESULT + 1)[:MAX_RESULT])
+            body = untrusted_json.loads(fh.read(MAX_RESULT + 1)[:MAX_RESULT])
     except (IndexError, OSError, ValueError) as exc:
         body = None
         print(f"gpu-ci: gpu-smoke's result unreadable: {type(exc).__name__}", file=sys.stderr)

@@ -27,28 +27,48 @@ from gpuci.runtime import markdown_table
 MAX_BODY = 1 << 20
 
 
+def _answer(client: Any, method: str, url: str, what: str, **kwargs: Any) -> dict[str, Any]:
+    """One call's JSON object, read only up to :data:`MAX_BODY` and parsed as untrusted."""
+    from gpuci import untrusted_json
+
+    with client.stream(method, url, **kwargs) as response:
+        response.raise_for_status()
+        try:
+            data = untrusted_json.read_chunks(response.iter_bytes(), MAX_BODY)
+            return untrusted_json.parse_object(data, MAX_BODY)
+        except untrusted_json.Unusable as exc:
+            raise RuntimeError(f"{what}: the server's answer is unusable: {exc}") from None
+
+
 def probe(url: str, model: str, prompt: str, max_tokens: int, timeout: float) -> dict[str, Any]:
     from gpuci import httpclients
 
     base = url.rstrip("/")
     with httpclients.new_client(timeout=timeout, agent="llm-probe") as client:
-        models = client.get(f"{base}/v1/models")
-        models.raise_for_status()
-        ids = [m.get("id") for m in (models.json().get("data") or []) if isinstance(m, dict)]
+        models = _answer(client, "GET", f"{base}/v1/models", "/v1/models")
+        listed = models.get("data")
+        ids = [m.get("id") for m in listed or [] if isinstance(m, dict)]
+        ids = ids if isinstance(listed, list) else []
         if model not in ids:
-            raise RuntimeError(f"{model} is not served (models: {', '.join(map(str, ids))})")
+            shown = excerpt(", ".join(map(str, ids)), 300)
+            raise RuntimeError(f"{model} is not served (models: {shown})")
         start = time.perf_counter()
-        answer = client.post(
+        body = _answer(
+            client,
+            "POST",
             f"{base}/v1/completions",
+            "the completion",
             json={"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
         )
         latency = time.perf_counter() - start
-        answer.raise_for_status()
-        if len(answer.content) > MAX_BODY:
-            raise RuntimeError("completion answer larger than 1 MiB")
-        body = answer.json()
-    text = str(((body.get("choices") or [{}])[0]).get("text") or "")
-    tokens = int((body.get("usage") or {}).get("completion_tokens") or 0)
+    choices = body.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    first = first if isinstance(first, dict) else {}
+    usage = body.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    text = str(first.get("text") or "")
+    tokens = usage.get("completion_tokens")
+    tokens = tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
     if not text.strip() or tokens <= 0:
         raise RuntimeError("the completion came back empty")
     return {
@@ -56,6 +76,16 @@ def probe(url: str, model: str, prompt: str, max_tokens: int, timeout: float) ->
         "completion_tokens": tokens,
         "tokens_per_s": round(tokens / latency, 2) if latency > 0 else math.inf,
     }
+
+
+def _leg(path: Path) -> dict[str, Any]:
+    """One leg's file (an artifact another job wrote): untrusted, so bounded and checked."""
+    from gpuci import untrusted_json
+
+    try:
+        return untrusted_json.parse_object(untrusted_json.read_text(path, MAX_BODY), MAX_BODY)
+    except (OSError, untrusted_json.Unusable) as exc:
+        return {"gpu": path.stem, "error": excerpt(f"unreadable leg file {path.name}: {exc}")}
 
 
 def table(legs: list[dict[str, Any]]) -> str:
@@ -109,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(leg, indent=2))
         print(json.dumps(leg))
         return code
-    legs = [json.loads(Path(f).read_text()) for f in args.legs]
+    legs = [_leg(Path(f)) for f in args.legs]
     md = "### vLLM across GPU types\n\n" + table(legs) + "\n"
     print(md)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
