@@ -10,13 +10,12 @@ is read and never appears in a message.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gpuci import httpclients, untrusted_json
+from gpuci import httpclients, settings, untrusted_json
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.clock import SYSTEM, Clock
 from gpuci.redact import excerpt, json_kind, redact_url
@@ -84,7 +83,7 @@ class Unauthorized(InputError):
 #: its ``Retry-After`` (at most MAX_RETRY_AFTER_S), 5xx and transport errors back off from 1 s,
 #: doubling, up to 30 s, plus up to 1 s of jitter.
 RETRY_POLICY = RetryPolicy(
-    attempts=int(os.environ.get("GPUCI_PODS_MAX_ATTEMPTS", "6")),
+    attempts=int(settings.PODS_MAX_ATTEMPTS.value()),
     initial=1.0,
     max_wait=30.0,
     jitter="additive",
@@ -208,11 +207,11 @@ def raise_for(response: httpx.Response, what: str) -> None:
 
 
 def api_url(environ: Mapping[str, str]) -> str:
-    return environ.get(API_URL_ENV) or DEFAULT_API_URL
+    return settings.RUNPOD_API_URL.value(environ)
 
 
 def api_key_from_env(environ: Mapping[str, str], mask: Callable[[str], None]) -> str:
-    key = environ.get(API_KEY_ENV, "").strip()
+    key = settings.RUNPOD_API_KEY.value(environ)
     if not key:
         raise InputError(
             f"{API_KEY_ENV} is not set",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods import (
     ledger,
-    runners,
 )
-from gpuci.pods.client import API_KEY_ENV
 from gpuci.pods.clock import SYSTEM, Clock
 from gpuci.pods.lifecycle import (
     clean_runners,
@@ -28,7 +27,11 @@ def down(inp: DownInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """Terminate pods by id, or every pod of this CI run; a missing pod is success."""
     ids = list(inp.pod_id)
     this_run = run_url(rt.environ)
-    if rt.dry_run and not ids and (this_run == "local" or not rt.environ.get(API_KEY_ENV)):
+    if (
+        rt.dry_run
+        and not ids
+        and (this_run == "local" or not settings.RUNPOD_API_KEY.is_set(rt.environ))
+    ):
         return offline_plan("pods down", "would terminate every gpu-ci pod of this CI run")
     if not ids and this_run == "local":
         raise InputError(
@@ -89,7 +92,4 @@ def _run_runners(rt: Runtime, book: ledger.Ledger | None, run: str, now: float) 
 
 def _runner_tokens(rt: Runtime) -> bool:
     """Whether this job can list runners (so down/reap sweep them)."""
-    return any(
-        rt.environ.get(name, "").strip()
-        for name in (runners.GITHUB_TOKEN_ENV, runners.GITLAB_TOKEN_ENV)
-    )
+    return settings.RUNNER_TOKEN.is_set(rt.environ) or settings.GITLAB_TOKEN.is_set(rt.environ)

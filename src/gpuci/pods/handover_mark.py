@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from gpuci import settings
 from gpuci.retry import RetryPolicy, parse_retry_after
 
 REFUSED = 4
@@ -29,7 +30,7 @@ class _Again(Exception):
 def policy(environ: Mapping[str, str]) -> RetryPolicy:
     """Six tries over about a minute; ``GPUCI_HANDOVER_RETRY_S`` scales the first wait."""
     try:
-        initial = float(environ.get("GPUCI_HANDOVER_RETRY_S", "") or 1.0)
+        initial = float(settings.HANDOVER_RETRY_S.value(environ))
     except ValueError:
         initial = 1.0
     return RetryPolicy(attempts=6, initial=initial, max_wait=30 * initial, jitter="additive")
@@ -41,11 +42,11 @@ def mark(name: str, environ: Mapping[str, str]) -> int:
 
     from gpuci import httpclients
 
-    pod, key = environ.get("RUNPOD_POD_ID", ""), environ.get("RUNPOD_API_KEY", "")
+    pod, key = settings.RUNPOD_POD_ID.value(environ), settings.RUNPOD_API_KEY.value(environ)
     if not pod or not key or not name:
         print("gpu-ci: cannot write the verdict: RUNPOD_POD_ID or RUNPOD_API_KEY is not set")
         return 3
-    base = (environ.get("GPUCI_RUNPOD_API_URL") or DEFAULT_API_URL).rstrip("/")
+    base = settings.RUNPOD_API_URL_ON_POD.value(environ).rstrip("/")
 
     def once(client: httpx.Client) -> int:
         try:

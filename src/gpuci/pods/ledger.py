@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.cache.store import Store, redact_url
 from gpuci.cache.stores import open_store
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
@@ -56,7 +56,7 @@ def default_url() -> str:
 
 def ledger_url(value: str | None, environ: Mapping[str, str]) -> str:
     """The ledger's store URL: the input, then ``GPUCI_PODS_LEDGER``, then a local folder."""
-    text = (value or "").strip() or environ.get(ENV_LEDGER, "").strip()
+    text = (value or "").strip() or settings.PODS_LEDGER.value(environ)
     if not text:
         return default_url()
     if text.startswith("/"):
@@ -175,9 +175,9 @@ class Ledger:
     ) -> Ledger:
         url = ledger_url(value, environ)
         endpoint = (
-            environ.get(ENV_ENDPOINT)
-            or environ.get("AWS_ENDPOINT_URL_S3")
-            or environ.get("AWS_ENDPOINT_URL")
+            settings.PODS_LEDGER_ENDPOINT_URL.value(environ)
+            or settings.AWS_ENDPOINT_URL_S3.value(environ)
+            or settings.AWS_ENDPOINT_URL.value(environ)
         )
         return cls(open_store(url, endpoint_url=endpoint, environ=environ, mask=mask))
 

@@ -13,6 +13,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods import (
     ledger,
@@ -38,7 +39,7 @@ def open_client(rt: Runtime, clock: Clock) -> RunPodClient:
 
 def pod_url(pod: dict[str, Any], environ: Any) -> str:
     """The RunPod proxy URL of the first HTTP port, or empty."""
-    template = environ.get("GPUCI_RUNPOD_PROXY_URL") or PROXY_URL
+    template = settings.RUNPOD_PROXY_URL.value(environ)
     for port in pod.get("ports") or []:
         number, _, proto = str(port).partition("/")
         if proto == "http":

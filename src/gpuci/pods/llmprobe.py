@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.redact import excerpt
 from gpuci.runtime import markdown_table
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     legs = [_leg(Path(f)) for f in args.legs]
     md = "### vLLM across GPU types\n\n" + table(legs) + "\n"
     print(md)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    summary = settings.GITHUB_STEP_SUMMARY.value()
     if summary:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(md)

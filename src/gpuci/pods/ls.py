@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from gpuci import settings
 from gpuci.pods.client import API_KEY_ENV
 from gpuci.pods.clock import SYSTEM, Clock, iso
 from gpuci.pods.lifecycle import open_client, pod_url, tagged_pods
@@ -19,7 +20,7 @@ def ls(inp: LsInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     A dry run calls nothing: it says what would be listed. With ``--probe`` (and a key) it
     lists for real (one GET /v2/pods), as listing only reads.
     """
-    if rt.dry_run and not (rt.environ.get(API_KEY_ENV) and probes_allowed(rt)):
+    if rt.dry_run and not (settings.RUNPOD_API_KEY.is_set(rt.environ) and probes_allowed(rt)):
         result = Result(
             command="pods ls",
             headline="would list the gpu-ci pods (one GET /v2/pods at run time; no network "

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuci import settings
 from gpuci.pods.clock import iso, parse_iso
 
 PREFIX = "gpuci"
@@ -88,4 +89,4 @@ def run_url(environ: Mapping[str, str]) -> str:
         return f"{server}/{environ['GITHUB_REPOSITORY']}/actions/runs/{environ['GITHUB_RUN_ID']}"
     if environ.get("CI_PIPELINE_URL"):
         return environ["CI_PIPELINE_URL"]
-    return environ.get("GPUCI_RUN_URL", "") or "local"
+    return settings.RUN_URL.value(environ)

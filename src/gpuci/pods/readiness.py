@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from gpuci import httpclients
+from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
 from gpuci.pods.client import RunPodClient
 from gpuci.pods.clock import Clock
@@ -14,7 +14,7 @@ from gpuci.runtime import Runtime
 
 
 def poll_s(rt: Runtime) -> float:
-    return float(rt.environ.get("GPUCI_PODS_POLL_S", "5"))
+    return float(settings.PODS_POLL_S.value(rt.environ))
 
 
 def wait_running(

@@ -8,13 +8,13 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from gpuci import notify, redact
+from gpuci import notify, redact, settings
 from gpuci.errors import GpuciError
 from gpuci.pods import (
     ledger,
     repeat_failures,
 )
-from gpuci.pods.client import API_KEY_ENV, InvalidTransition, NotFound, RunPodClient
+from gpuci.pods.client import InvalidTransition, NotFound, RunPodClient
 from gpuci.pods.clock import SYSTEM, Clock, iso, parse_iso
 from gpuci.pods.cost import usd
 from gpuci.pods.lifecycle import (
@@ -45,7 +45,7 @@ def reap(inp: ReapInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     owner = inp.owner
     untagged_s = inp.untagged_older_than
     targets = notify.parse_targets(inp.notify or None, rt.mask)
-    if rt.dry_run and not rt.environ.get(API_KEY_ENV):
+    if rt.dry_run and not settings.RUNPOD_API_KEY.is_set(rt.environ):
         return offline_plan("pods reap", "would terminate every gpu-ci pod past its expiry")
     book = ledger_quietly(inp.ledger, rt)
     with open_client(rt, clock) as client:

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import github as gh
-from gpuci.forges.gitlab import TOKEN_ENV as GITLAB_TOKEN_ENV
 from gpuci.forges.rest import ApiClient, Forbidden
 
-GITHUB_TOKEN_ENV = "GPUCI_RUNNER_TOKEN"
+# The tokens that register runners, declared once in gpuci.settings.
+GITHUB_TOKEN_ENV = settings.RUNNER_TOKEN.name
+GITLAB_TOKEN_ENV = settings.GITLAB_TOKEN.name
 GITHUB_TOKEN_MAKE = (
     "make a fine-grained personal access token (or a GitHub App token) with "
     "'Administration: read and write' on the repository ('Self-hosted runners: read and "

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods import run_labels
 from gpuci.pods.naming import PodTag
@@ -113,7 +114,7 @@ def target(
 ) -> Target:
     """The registration target from the CI's env; bad or missing settings: exit 2, one line."""
     if platform == "github":
-        token = environ.get(GITHUB_TOKEN_ENV, "").strip()
+        token = settings.RUNNER_TOKEN.value(environ)
         job_token = environ.get("GITHUB_TOKEN", "").strip()
         mask(token)
         mask(job_token)
@@ -132,7 +133,7 @@ def target(
         where = f"org:{repository.split('/')[0]}" if scope == "org" else f"repo:{repository}"
         api = environ.get("GITHUB_API_URL", "").strip() or "https://api.github.com"
         return Target("github", api.rstrip("/"), where, token)
-    token = environ.get(GITLAB_TOKEN_ENV, "").strip()
+    token = settings.GITLAB_TOKEN.value(environ)
     mask(token)
     mask(environ.get("CI_JOB_TOKEN"))
     if need_token and not token:
@@ -292,9 +293,9 @@ def targets_for_cleanup(
 ) -> tuple[list[Target], list[str]]:
     """The platforms ``down``/``reap`` can clean (their admin token is set), and why not."""
     out, why = [], []
-    for platform, token_env in (("github", GITHUB_TOKEN_ENV), ("gitlab", GITLAB_TOKEN_ENV)):
-        if not environ.get(token_env, "").strip():
-            why.append(f"{platform}: {token_env} is not set")
+    for platform, token in (("github", settings.RUNNER_TOKEN), ("gitlab", settings.GITLAB_TOKEN)):
+        if not token.is_set(environ):
+            why.append(f"{platform}: {token.name} is not set")
             continue
         try:
             out.append(target(platform, environ, mask, scope))

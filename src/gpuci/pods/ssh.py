@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.options import ExecInputs
 
@@ -36,7 +37,7 @@ OUTPUT_CAP = 64 * 1024
 
 def public_keys(lines: Sequence[str] | None, environ: Mapping[str, str]) -> list[str]:
     """The keys from the input, else ``RUNPOD_SSH_PUBLIC_KEYS`` (one per line)."""
-    raw = list(lines or []) or environ.get(ENV_PUBLIC_KEYS, "").splitlines()
+    raw = list(lines or []) or settings.RUNPOD_SSH_PUBLIC_KEYS.value(environ).splitlines()
     keys = [k.strip() for k in raw if k.strip()]
     for key in keys:
         if not _KEY.match(key):

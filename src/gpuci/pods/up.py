@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import journal, notify
+from gpuci import journal, notify, settings
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.markdown import Link
 from gpuci.pods import (
@@ -412,9 +412,8 @@ def _runner_env(
 ) -> dict[str, str]:
     """A runner pod's env: the registration's, the runner release, a mirror if set."""
     out = {**env, **(release.env() if release else runner_boot.env())}
-    mirror = rt.environ.get(runner_boot.ENV_RELEASE_URL, "").strip()
-    if mirror:
-        out[runner_boot.ENV_RELEASE_URL] = mirror
+    if settings.RUNNER_RELEASE_URL.is_set(rt.environ):  # a mirror
+        out[runner_boot.ENV_RELEASE_URL] = settings.RUNNER_RELEASE_URL.value(rt.environ)
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuci import settings
 from gpuci.pods import budgets, ledger, plan, runners
 from gpuci.pods.client import API_KEY_ENV, api_url
 from gpuci.pods.clock import iso
@@ -35,7 +36,7 @@ def plan_up(
     result = Result(command="pods up", headline=f"plan: {len(cands)} candidate(s), not sent")
     if warn:
         result.warning(warn)
-    if not rt.environ.get(API_KEY_ENV):
+    if not settings.RUNPOD_API_KEY.is_set(rt.environ):
         result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
     result.outputs = {
         "pod-id": "",
