@@ -18,17 +18,15 @@ from gpuci.errors import InfraError, InputError
 from gpuci.forges import github as gh
 from gpuci.forges.rest import ApiClient, Forbidden
 
-# The tokens that register runners, declared once in gpuci.settings.
-GITHUB_TOKEN_ENV = settings.RUNNER_TOKEN.name
-GITLAB_TOKEN_ENV = settings.GITLAB_TOKEN.name
 GITHUB_TOKEN_MAKE = (
     "make a fine-grained personal access token (or a GitHub App token) with "
     "'Administration: read and write' on the repository ('Self-hosted runners: read and "
-    f"write' on the organisation for runner-scope org) and pass it as the secret {GITHUB_TOKEN_ENV}"
+    "write' on the organisation for runner-scope org) and pass it as the secret "
+    + settings.RUNNER_TOKEN.name
 )
 GITHUB_TOKEN_HELP = "the job's GITHUB_TOKEN cannot create runners: " + GITHUB_TOKEN_MAKE
 GITLAB_TOKEN_HELP = (
-    f"set {GITLAB_TOKEN_ENV} to a project, group or personal access token with the "
+    f"set {settings.GITLAB_TOKEN.name} to a project, group or personal access token with the "
     "create_runner scope (and api, for down/reap to list and delete runners); CI_JOB_TOKEN "
     "cannot create runners"
 )
@@ -90,9 +88,9 @@ class GitHubRunners(ApiClient):
 
     service = "GitHub"
     url_env = "GITHUB_API_URL"
-    hint_401 = f"set {GITHUB_TOKEN_ENV} to a valid token with administration rights"
+    hint_401 = f"set {settings.RUNNER_TOKEN.name} to a valid token with administration rights"
     hint_403 = (
-        f"give the token in {GITHUB_TOKEN_ENV} 'Administration: read and write' on the "
+        f"give the token in {settings.RUNNER_TOKEN.name} 'Administration: read and write' on the "
         "repository ('Self-hosted runners: read and write' on the organisation for "
         "runner-scope org)"
     )
@@ -142,7 +140,7 @@ class GitHubRunners(ApiClient):
             if "not accessible by integration" in exc.message.lower():
                 raise InputError(
                     "GitHub refused to create the runner: " + GITHUB_TOKEN_HELP,
-                    hint=f"pass a token with administration rights as {GITHUB_TOKEN_ENV}",
+                    hint=f"pass a token with administration rights as {settings.RUNNER_TOKEN.name}",
                 ) from None
             raise
         found = self._json(response, "a just-in-time runner configuration", dict)
@@ -184,7 +182,7 @@ class GitLabRunners(ApiClient):
 
     service = "GitLab"
     url_env = "CI_API_V4_URL"
-    hint_401 = f"set {GITLAB_TOKEN_ENV} to a valid token with the create_runner scope"
+    hint_401 = f"set {settings.GITLAB_TOKEN.name} to a valid token with the create_runner scope"
     hint_403 = GITLAB_TOKEN_HELP
     hint_404 = "check CI_PROJECT_ID and CI_API_V4_URL"
     forbidden_what = "the token may not manage runners"

@@ -29,10 +29,8 @@ from gpuci.pods import run_labels
 from gpuci.pods.naming import PodTag
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runner_api import (
-    GITHUB_TOKEN_ENV,
     GITHUB_TOKEN_HELP,
     GITHUB_TOKEN_MAKE,
-    GITLAB_TOKEN_ENV,
     GITLAB_TOKEN_HELP,
     GitHubRunners,
     GitLabRunners,
@@ -120,10 +118,12 @@ def target(
         mask(job_token)
         if need_token and not token:
             if job_token:
-                raise InputError(f"{GITHUB_TOKEN_ENV} is not set; " + GITHUB_TOKEN_HELP)
-            raise InputError(f"{GITHUB_TOKEN_ENV} is not set", hint=GITHUB_TOKEN_MAKE)
+                raise InputError(f"{settings.RUNNER_TOKEN.name} is not set; " + GITHUB_TOKEN_HELP)
+            raise InputError(f"{settings.RUNNER_TOKEN.name} is not set", hint=GITHUB_TOKEN_MAKE)
         if token and token == job_token:
-            raise InputError(f"{GITHUB_TOKEN_ENV} is the job's GITHUB_TOKEN; " + GITHUB_TOKEN_HELP)
+            raise InputError(
+                f"{settings.RUNNER_TOKEN.name} is the job's GITHUB_TOKEN; " + GITHUB_TOKEN_HELP
+            )
         repository = environ.get("GITHUB_REPOSITORY", "").strip()
         if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
             raise InputError(
@@ -137,9 +137,11 @@ def target(
     mask(token)
     mask(environ.get("CI_JOB_TOKEN"))
     if need_token and not token:
-        raise InputError(f"{GITLAB_TOKEN_ENV} is not set", hint=GITLAB_TOKEN_HELP)
+        raise InputError(f"{settings.GITLAB_TOKEN.name} is not set", hint=GITLAB_TOKEN_HELP)
     if token and token == environ.get("CI_JOB_TOKEN", "").strip():
-        raise InputError(f"{GITLAB_TOKEN_ENV} is the job's CI_JOB_TOKEN; " + GITLAB_TOKEN_HELP)
+        raise InputError(
+            f"{settings.GITLAB_TOKEN.name} is the job's CI_JOB_TOKEN; " + GITLAB_TOKEN_HELP
+        )
     api = environ.get("CI_API_V4_URL", "").strip()
     server = environ.get("CI_SERVER_URL", "").strip().rstrip("/")
     if not api and server:
@@ -358,7 +360,9 @@ class Request:
             notes.append(f"{exc.message}; a real run would stop here")
             tgt = _placeholder_target(platform, scope)
         if dry_run and not tgt.token:
-            token_env = GITHUB_TOKEN_ENV if platform == "github" else GITLAB_TOKEN_ENV
+            token_env = (
+                settings.RUNNER_TOKEN if platform == "github" else settings.GITLAB_TOKEN
+            ).name
             notes.append(f"{token_env} is not set; a real run would stop here")
         group = inp.runner_group_id or 1
         return cls(
