@@ -39,8 +39,8 @@ from pods_testing import SUBS, FakeClock
 
 from gpuci.errors import GpuciError
 from gpuci.inputs import resolve
-from gpuci.pods import ledger
-from gpuci.pods.cancel import Cancelled
+from gpuci.pods.budgets import ledger
+from gpuci.pods.lifecycle.cancel import Cancelled
 from gpuci.runtime import Result, Runtime
 from gpuci.typed import typed
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fake_runpod import VALIDATORS
 
-from gpuci.pods.clock import iso
+from gpuci.pods.runpod.clock import iso
 
 UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
 GH = {

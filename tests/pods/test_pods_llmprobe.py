@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuci.pods import llmprobe
+from gpuci.pods.health import llmprobe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,10 @@ def test_the_matrix_examples_name_the_same_probe():
         (REPO / "examples/workflows/vllm-matrix.yml").read_text(),
         (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text(),
     ):
-        assert "gpuci.pods.llmprobe probe" in text and "gpuci.pods.llmprobe table" in text
+        assert (
+            "gpuci.pods.health.llmprobe probe" in text
+            and "gpuci.pods.health.llmprobe table" in text
+        )
         assert ("/v1/models" in text and "pods down --pod-id" in text) or "action: down" in text
     # a leg tears down only its own pod: `down` without an id would end the other legs' pods
     assert (

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from fake_ci_runners import FakeRunnersAPI
 
-from gpuci.pods import runner_boot, runners, selfstop
+from gpuci.pods.runners import boot as runner_boot
+from gpuci.pods.runners import registry as runners
+from gpuci.pods.runpod import selfstop
 
 L40S = "NVIDIA L40S"
 RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
@@ -231,7 +233,7 @@ def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api)
 def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkeypatch):
     """The runner exists but up never learnt its id (the answer was lost): delete by name."""
     from gpuci.errors import InfraError
-    from gpuci.pods.runner_api import GitHubRunners
+    from gpuci.pods.runners.api import GitHubRunners
 
     real = GitHubRunners.register
 

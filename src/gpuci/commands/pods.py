@@ -215,7 +215,7 @@ UP = Command(
         Output("ssh-command", "ssh USER@HOST -p PORT for the pod (empty without ssh keys)."),
         Output("runner-name", "The CI runner's name (empty without runner)."),
     ),
-    target="gpuci.pods.up:up",
+    target="gpuci.pods.lifecycle.up:up",
     typed="gpuci.pods.options:UpInputs",
 )
 
@@ -226,13 +226,14 @@ IDS_OUT = (
 
 
 def _on_pods(name: str, help: str, *inputs: Input) -> Command:
-    """A pods sub-command (module gpuci.pods.NAME) that acts on pods and names them (IDS_OUT)."""
+    """A pods sub-command (module gpuci.pods.lifecycle.NAME) that acts on pods and names them
+    (IDS_OUT)."""
     return Command(
         name=name,
         help=help,
         inputs=inputs,
         outputs=IDS_OUT,
-        target=f"gpuci.pods.{name}:{name}",
+        target=f"gpuci.pods.lifecycle.{name}:{name}",
         typed=f"gpuci.pods.options:{name.capitalize()}Inputs",
     )
 
@@ -305,7 +306,7 @@ COST = Command(
         Output("total-usd", "Spend in the period (of the owner, if given)."),
         Output("live-usd-per-hr", "Cost per hour of the live pods."),
     ),
-    target="gpuci.pods.cost:run_cost",
+    target="gpuci.pods.budgets.cost:run_cost",
     typed="gpuci.pods.options:CostInputs",
 )
 
@@ -319,7 +320,7 @@ EXEC = Command(
         Input("timeout", "How long the command may run.", "duration", "10m"),
     ),
     outputs=(Output("exit-status", "The remote command's exit status."),),
-    target="gpuci.pods.ssh:exec_on_pod",
+    target="gpuci.pods.lifecycle.ssh:exec_on_pod",
     typed="gpuci.pods.options:ExecInputs",
     positional="command",
     positional_rest=True,

@@ -50,7 +50,7 @@ class UpInputs:
     avoid_failed_days: int = 7
     smoke: bool | None = None  # None: on with a runner
     smoke_attempts: int = 2
-    gpuci_source: str = ""  # where a smoking pod installs gpu-ci (gpuci.pods.pod_gpuci)
+    gpuci_source: str = ""  # where a smoking pod installs gpu-ci (gpuci.pods.health.pod_gpuci)
     runner: str = ""
     runner_labels: list[str] = field(default_factory=list)
     runner_group_id: int = 1
