@@ -231,6 +231,19 @@ SMOKE = _declare("GPUCI_SMOKE", "", "1: run gpu-smoke on the pod before hand-ove
 SMOKE_PYTHON = _declare(
     "GPUCI_SMOKE_PYTHON", "python3", "The interpreter with gpu-ci on the pod.", _POD
 )
+PACKAGE = _declare(
+    "GPUCI_PACKAGE",
+    "",
+    "Where pip installs gpu-ci from (a pinned URL): a smoking pod whose image lacks it, and the "
+    "GitLab templates' jobs.",
+    _POD,
+)
+POD_SITE = _declare(
+    "GPUCI_POD_SITE",
+    "~/.cache/gpuci/pod-site",
+    "Where a pod installs GPUCI_PACKAGE for its smoke (pip --target, only for the smoke).",
+    _POD,
+)
 RUNNER_PLATFORM = _declare(
     "GPUCI_RUNNER_PLATFORM", "", "github or gitlab: the one-job runner to start.", _POD
 )

@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,19 @@ def read_tail(path: Path, limit: int = MAX_BYTES) -> str:
         cut = data.find(b"\n")
         data = data[cut + 1 :] if cut >= 0 else b""
     return data.decode("utf-8", errors="replace")
+
+
+def read_chunks(chunks: Iterable[bytes], limit: int = MAX_BYTES) -> bytes:
+    """A body that arrives in ``chunks`` (a streamed HTTP answer), or :class:`Unusable` once it
+    passes ``limit`` bytes: reading stops there, whatever length the server claims."""
+    parts: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise Unusable(f"it is over the {_size(limit)} cap")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def read(path: Path, limit: int = MAX_BYTES) -> Any:

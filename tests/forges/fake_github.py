@@ -88,6 +88,8 @@ class GitHubState(ForgeState):
     graphql_viewer: bool = True  # GraphQL names the viewer (else 403)
     comments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "repo#n" -> list
     next_comment: int = 1000
+    # ``GET /repos/{owner}/{repo}/commits/{ref}``: "owner/repo@ref" -> the commit's sha
+    commits: dict[str, str] = field(default_factory=dict)
     # runner groups by scope ("/orgs/o" -> ids); a scope not named here has the Default only
     groups: dict[str, set[int]] = field(default_factory=dict)
     releases: list[dict[str, Any]] = field(
@@ -152,6 +154,11 @@ class GitHubRoutes(ForgeRoutes):
                     return self._reply(200, made)
         if path == "/repos/actions/runner/releases" and method == "GET":
             return self._reply(200, st.releases[:100])
+        if (m := re.fullmatch(r"/repos/([^/]+/[^/]+)/commits/(.+)", path)) and method == "GET":
+            sha = st.commits.get(f"{m[1]}@{m[2]}")
+            if sha is None:  # GitHub's answer for a ref it does not have
+                return self._reply(422, {"message": f"No commit found for SHA: {m[2]}"})
+            return self._reply(200, {"sha": sha, "commit": {"message": "x"}})
         if path.startswith(("/repos/", "/orgs/", "/enterprises/")) and "/actions/runners" in path:
             if job:  # the job's token may not administer runners
                 return self._reply(403, {"message": _INTEGRATION})

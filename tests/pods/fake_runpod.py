@@ -177,6 +177,9 @@ class FakeRunPod:
     # its own pod's routes: get, stop and remove, as RunPod's docs name them. Whether it may
     # PATCH (rename) its pod the spec does not say: on by default, off to test a refusal.
     pod_key_may_rename: bool = True
+    # Pods whose GPUs were taken while they were stopped: RunPod's docs say a restarted pod
+    # "may be reallocated 0 GPUs"; start then answers RUNNING with gpu.count 0.
+    zero_gpus_on_start: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
@@ -495,7 +498,9 @@ class FakeRunPod:
         if gpu not in PRICE:
             return 400, {}, self.problem(400, f"unknown GPU type {gpu}")
         usable = [dc for dc in dcs if f"{gpu}@{dc}" not in self.no_capacity] if dcs else ["US-KS-2"]
-        if gpu in self.no_capacity or not usable:
+        cloud_key = str(body.get("cloud", "SECURE")).lower()
+        most = next((g["maxCount"].get(cloud_key, 0) for g in CATALOG if g["id"] == gpu), 8)
+        if gpu in self.no_capacity or not usable or body["gpu"].get("count", 1) > most:
             return 400, {}, self.problem(400, f"There are no instances available for {gpu}")
         pod_id = "pod" + secrets.token_hex(5)
         cloud = body.get("cloud", "SECURE")
@@ -539,9 +544,10 @@ class FakeRunPod:
         return 201, {}, self.view(pod)
 
     def _catalog(self, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:
-        """listGpuTypes: ``product`` is required with include=AVAILABILITY and valid only with
-        it (400 either way); ``count`` and ``cloud`` only with it; ``cloud`` keeps the types
-        offered in that cloud."""
+        """listGpuTypes: ``product`` (a comma list) is required with include=AVAILABILITY and
+        valid only with it (400 either way); ``count`` and ``cloud`` only with it; ``cloud``
+        keeps the types offered in that cloud, and ``count`` more GPUs than a type's
+        ``maxCount`` there lists it with no availability anywhere."""
         one = {k: v[0] for k, v in query.items()}
         availability = "AVAILABILITY" in one.get("include", "").split(",")
         if availability != ("product" in one):
@@ -550,14 +556,23 @@ class FakeRunPod:
         for key in ("count", "cloud"):
             if key in one and not availability:
                 return 400, {}, self.problem(400, f"{key} is valid only with include=AVAILABILITY")
-        if one.get("product", "POD") not in ("POD", "CLUSTER", "SERVERLESS"):
-            return 400, {}, self.problem(400, f"unknown product {one['product']}")
+        for product in one.get("product", "POD").split(","):
+            if product not in ("POD", "CLUSTER", "SERVERLESS"):
+                return 400, {}, self.problem(400, f"unknown product {product}")
         cloud = one.get("cloud", "SECURE")
         if cloud not in ("SECURE", "COMMUNITY"):
             return 400, {}, self.problem(400, f"unknown cloud {cloud}")
         if "count" in one and not (one["count"].isdigit() and int(one["count"]) >= 1):
             return 422, {}, self.problem(422, "Request validation failed.", ["query.count"])
-        gpus = [g for g in CATALOG if g.get(cloud.lower())]
+        count = int(one.get("count", "1"))
+        gpus = []
+        for gpu in CATALOG:
+            if not gpu.get(cloud.lower()):
+                continue
+            if count > gpu["maxCount"][cloud.lower()]:
+                none = [{**d, "availability": "NONE"} for d in gpu["dataCenters"]]
+                gpu = {**gpu, "availability": "NONE", "dataCenters": none}
+            gpus.append(gpu)
         return 200, {}, {"gpus": gpus}
 
     def _env_refusal(self, env: Any) -> tuple[int, dict[str, str], Any] | None:
@@ -582,6 +597,8 @@ class FakeRunPod:
         elif action == "start":
             self._set_status(pod, "STARTING")
             pod["_steps"] = 1
+            if pod["id"] in self.zero_gpus_on_start:
+                pod["gpu"] = {**pod["gpu"], "count": 0}
         return 200, {}, self.view(pod)
 
     def _billing(self, query: dict[str, list[str]]) -> tuple[int, dict[str, str], Any]:

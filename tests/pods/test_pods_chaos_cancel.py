@@ -10,6 +10,12 @@ or a read timeout), and some send a second signal while the cleanup runs (GitHub
 after its SIGINT). After each cancel: no pod alive on the fake, no runner registered, no
 budget reservation live, and every pod the fake ever made is in the ledger under its owner,
 ended.
+
+SIGKILL (a lost runner, or the kill GitHub sends after its SIGTERM) runs no cleanup at all:
+from the kill's tick on, nothing the process does reaches a server or the ledger. There the
+backstops must hold: after the TTL (plus the reap interval the budget counts) and one
+``pods reap``, no pod is alive, no runner registered, no reservation counts, and every pod
+made is in the ledger under its owner, ended.
 """
 
 from __future__ import annotations
@@ -33,13 +39,17 @@ from pods_testing import SUBS, FakeClock
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.errors import GpuciError
 from gpuci.inputs import build, resolve
-from gpuci.pods import ledger
-from gpuci.pods.cancel import Cancelled
+from gpuci.pods.budgets import ledger
+from gpuci.pods.lifecycle.cancel import Cancelled
 from gpuci.runtime import Result, Runtime
 
 SEED = 34
 CANCELS = 200
 OWNER = "chaos"
+
+
+class _Killed(BaseException):
+    """SIGKILL: the process is gone; nothing after this reaches the world."""
 
 
 class _Unguarded(BaseException):
@@ -55,11 +65,18 @@ class Chaos:
     again: int = 0
     ticks: int = 0
     fired: int = 0
+    kill_at: int = 0  # SIGKILL at this tick: the process stops dead (0: never)
+    dead: bool = False
 
     def tick(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        if self.dead:
+            raise _Killed()
         self.ticks += 1
+        if self.ticks == self.kill_at:
+            self.dead = True
+            raise _Killed()
         if self.ticks in (self.at, self.again):
             self.fired += 1
             second = signal.SIGTERM if self.sig == signal.SIGINT else signal.SIGINT
@@ -148,18 +165,27 @@ def _up(environ: dict[str, str], clock: ChaosClock, **flags: str) -> tuple[Any, 
     inp = build(cmd.load_options(), values)
     try:
         outcome: Any = cmd.load()(inp, rt, clock=clock)
-    except (SystemExit, KeyboardInterrupt, _Unguarded, GpuciError) as exc:
+    except (SystemExit, KeyboardInterrupt, _Unguarded, _Killed, GpuciError) as exc:
         outcome = exc
     return outcome, err.getvalue()
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
+def _world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
     clock = ChaosClock()
     fake = FakeRunPod(clock=lambda: clock.t).start()
     with FakeRunnersAPI() as api:
         yield fake, api, clock
     fake.stop()
+
+
+@pytest.fixture
+def kill_world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
+    yield from _world()
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
+    yield from _world()
 
 
 def _scenario(rng: random.Random) -> dict[str, Any]:
@@ -254,3 +280,100 @@ def test_two_hundred_random_cancels_leave_nothing_alive(world, tmp_path: Path):
                 assert len(lines) == 1, where
     assert cancels >= CANCELS, f"only {cancels} cancels landed ({finished} runs finished first)"
     assert len(seen) > CANCELS // 4, "too few cancels came after a pod was made to mean much"
+
+
+KILLS = 100
+TTL_S = 30 * 60
+REAP_INTERVAL_S = 15 * 60  # up's default: the budget counts each pod for ttl plus this
+
+
+def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_path: Path):
+    """100 SIGKILLs at random moments (some after a SIGINT, as GitHub kills a cleanup that
+    overruns its grace), no cleanup at all; then the TTL passes and one reap runs."""
+    fake, api, clock = kill_world
+    rng = random.Random(SEED + 1)
+    kills = 0
+    state: dict[str, Any] = {"chaos": None, "lose": 0}
+    environ = {
+        "RUNPOD_API_KEY": fake.api_key,
+        "RUNPOD_API_URL": fake.url,
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
+        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+        "GPUCI_PODS_POLL_S": "5",
+        "GITHUB_SERVER_URL": "https://github.com",
+        "USER": OWNER,
+        **api.github_env(),
+        **api.gitlab_env(),
+    }
+
+    def lose() -> bool:
+        if state["lose"] > 0:
+            state["lose"] -= 1
+            return True
+        return False
+
+    with _ticking(lambda: state["chaos"], lose), _test_handlers():
+        for case in range(KILLS * 3):
+            if kills >= KILLS:
+                break
+            sc = _scenario(rng)
+            fake.steps_to_running = sc["steps"]
+            fake.lose_create_responses = sc["lost_creates"]
+            state["lose"] = sc["timeouts"]
+            kill_at = rng.randint(1, 30)
+            sigint_first = rng.random() < 0.3  # SIGINT, then the kill during the cleanup
+            at = rng.randint(1, kill_at - 1) if sigint_first and kill_at > 1 else 0
+            chaos = Chaos(at, signal.SIGINT, kill_at=kill_at)
+            flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
+            if sc["runner"]:
+                flags.update(runner=sc["runner"], runner_labels=f"run-{case}")
+            else:
+                flags.update(image="img", command="serve")
+            if sc["budget"]:
+                flags["budget_usd"] = "500"
+            run_env = {**environ, "GITHUB_RUN_ID": str(case), "CI_PIPELINE_ID": str(case)}
+            if sc["runner"] == "gitlab":  # one platform's runner per up
+                run_env.pop("GPUCI_RUNNER_TOKEN")
+            clock.chaos = state["chaos"] = chaos
+            try:
+                outcome, log = _up(run_env, clock, **flags)
+            finally:
+                clock.chaos = state["chaos"] = None
+            kills += isinstance(outcome, _Killed)
+            clock.t += 60  # the next run starts a minute later
+    assert kills >= KILLS, f"only {kills} kills landed"
+    made = set(fake.created_at)
+    assert len(made) > KILLS // 4, "too few kills came after a pod was made to mean much"
+
+    # The backstop: every pod's TTL passes (its own timer stops it; reap does not need that),
+    # then one reap, as the scheduled reaper or the next pod workflow's first step runs it.
+    clock.t += TTL_S + REAP_INTERVAL_S + 60
+    alive = set(fake.pods)
+    reaped, log = _up_like("reap", environ, clock, runner_scope="repo")
+    assert isinstance(reaped, Result), log
+    book = ledger.Ledger.open(environ["GPUCI_PODS_LEDGER"], environ)
+    assert fake.pods == {}, f"pods alive after the TTL and one reap: {sorted(fake.pods)}"
+    assert api.state.runners == {}, "a runner is still registered"
+    live, _, _ = book.reservations(OWNER)
+    assert all(r.until <= clock.t for r in live), "a budget reservation still counts"
+    records = book.book()
+    for pod_id in made:  # RunPod bills by pod id; the ledger names whose each dollar is
+        assert pod_id in records, f"{pod_id} is not in the ledger"
+        assert records[pod_id].owner == OWNER
+        # a pod the reap ended is recorded ended; one a cleanup ended just before its kill
+        # (no end written) bills nothing more, and its record still names the owner
+        assert records[pod_id].ended() or pod_id not in alive, pod_id
+    assert alive, "no pod outlived its run: the reap was not tested"
+
+
+def _up_like(sub: str, environ: dict[str, str], clock: ChaosClock, **flags: str) -> Any:
+    """One in-process ``pods SUB`` (no chaos): its Result or the error, and its log."""
+    cmd = SUBS[sub]
+    err = io.StringIO()
+    rt = Runtime(environ, json_mode=True, stdout=io.StringIO(), stderr=err)
+    raw = {k.replace("_", "-"): v for k, v in flags.items()}
+    inp = build(cmd.load_options(), resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask))
+    try:
+        return cmd.load()(inp, rt, clock=clock), err.getvalue()
+    except GpuciError as exc:
+        return exc, err.getvalue()

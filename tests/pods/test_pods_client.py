@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.pods.client import (
+from gpuci.pods.runpod.client import (
     CandidateRejected,
     ContractViolation,
     InsufficientBalance,

@@ -12,7 +12,7 @@ import pytest
 
 from gpuci.cache.store import LocalStore
 from gpuci.gpu import health_record as gpu_health
-from gpuci.pods import ledger
+from gpuci.pods.budgets import ledger
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="serve", ttl="30m", owner="alice")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fake_runpod import VALIDATORS
 
-from gpuci.pods.clock import iso
+from gpuci.pods.runpod.clock import iso
 
 UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
 GH = {
@@ -83,6 +83,33 @@ def test_start_with_ttl_never_updates_a_running_pods_env(fake, run):
     assert f"pods stop {pod}" in res.json["headline"]
     assert fake.calls("PATCH") == [] and fake.restarts == []
     assert fake.pods[pod]["status"] == "RUNNING"
+
+
+def test_a_pod_that_starts_with_0_gpus_is_stopped_again_and_named_in_one_line(fake, run):
+    """RunPod's docs: a restarted pod "may be reallocated 0 GPUs" (its GPUs went to another
+    pod while it was stopped). start says so in one line, with what to do, and stops it."""
+    pod = run("up", **UP).outputs["pod-id"]
+    run("stop", pod_id=pod)
+    fake.zero_gpus_on_start.add(pod)
+    res = run("start", pod_id=pod)
+    assert res.code == 3, res.stdout
+    line = res.json["headline"]
+    assert f"pod {pod} came back with 0 GPUs" in line and f"pods down {pod}" in line
+    assert "\n" not in line
+    actions = [a.body["action"] for a in fake.calls("POST", f"/v2/pods/{pod}/action")]
+    assert actions == ["stop", "start", "stop"] and fake.pods[pod]["status"] == "EXITED"
+
+
+def test_the_catalog_is_read_for_the_gpu_count_asked(fake, run):
+    """Availability depends on the count: the fake lists a type with no availability for more
+    GPUs than its maxCount, so up asks for its count and places nothing it cannot get."""
+    res = run("up", **{**UP, "gpu_count": "2"})
+    assert res.code == 0, res.stdout
+    (read,) = fake.calls("GET", "/v2/catalog/gpus")
+    assert read.query["count"] == ["2"] and read.query["product"] == ["POD"]
+    too_many = run("up", **{**UP, "gpu_count": "9"})
+    assert too_many.code != 0
+    assert list(fake.pods) == [res.outputs["pod-id"]]  # no 9-GPU pod was made
 
 
 def test_down_is_idempotent_and_missing_is_success(fake, run):

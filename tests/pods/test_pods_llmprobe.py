@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuci.pods import llmprobe
+from gpuci.pods.health import llmprobe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,10 @@ def test_the_matrix_examples_name_the_same_probe():
         (REPO / "examples/workflows/vllm-matrix.yml").read_text(),
         (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text(),
     ):
-        assert "gpuci.pods.llmprobe probe" in text and "gpuci.pods.llmprobe table" in text
+        assert (
+            "gpuci.pods.health.llmprobe probe" in text
+            and "gpuci.pods.health.llmprobe table" in text
+        )
         assert ("/v1/models" in text and "pods down --pod-id" in text) or "action: down" in text
     # a leg tears down only its own pod: `down` without an id would end the other legs' pods
     assert (
@@ -88,3 +91,43 @@ def test_the_matrix_examples_name_the_same_probe():
         in (REPO / "examples/workflows/vllm-matrix.yml").read_text()
     )
     assert 'if [ -n "$id" ]' in (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text()
+
+
+def test_an_endless_or_hostile_answer_fails_the_leg_in_one_line(tmp_path):
+    """The server's answer is read only up to 1 MiB, whatever it claims, then parsed as
+    untrusted JSON: the leg fails with one line, never a traceback or a memory blow-up."""
+    pulled = {"bytes": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**12))
+            self.end_headers()
+            chunk = b"[" * 65536
+            try:
+                while pulled["bytes"] < 64 << 20:
+                    self.wfile.write(chunk)
+                    pulled["bytes"] += len(chunk)
+            except OSError:
+                pass  # the client stopped reading: what the test wants
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "leg.json"
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        args = ["probe", "--url", url, "--model", "m", "--gpu", "g", "--out", str(out)]
+        assert llmprobe.main(args) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    error = json.loads(out.read_text())["error"]
+    assert "over the 1 MiB cap" in error and "\n" not in error
+    assert pulled["bytes"] < 32 << 20  # stopped soon after the cap, not at the claim
+    bad = tmp_path / "bad.json"
+    bad.write_text("[" * 100_000)
+    table = llmprobe.table([llmprobe._leg(bad)])
+    assert "unreadable leg file bad.json" in table

@@ -21,8 +21,10 @@ from fake_runpod import FakeRunPod
 from pod_container import run_container
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
-from gpuci.pods import plan, runner_boot, runners
-from gpuci.pods.naming import new_tag
+from gpuci.pods.runners import boot as runner_boot
+from gpuci.pods.runners import registry as runners
+from gpuci.pods.runpod import plan
+from gpuci.pods.runpod.naming import new_tag
 
 JIT = "JITconfig-" + "s3cr3t" * 6
 GLRT = "glrt-" + "t0ken" * 5

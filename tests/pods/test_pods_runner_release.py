@@ -8,7 +8,8 @@ import pytest
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from forges.fake_github import NEWEST_KNOWN, release
 from gpuci.errors import InputError
-from gpuci.pods import runner_boot, runner_release
+from gpuci.pods.runners import boot as runner_boot
+from gpuci.pods.runners import release as runner_release
 
 L40S = "NVIDIA L40S"
 RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}

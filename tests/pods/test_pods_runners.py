@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
-from gpuci.pods import runner_boot, runners, selfstop
+from gpuci.pods.runners import boot as runner_boot
+from gpuci.pods.runners import registry as runners
+from gpuci.pods.runpod import selfstop
 
 L40S = "NVIDIA L40S"
 RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
@@ -231,7 +233,7 @@ def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api)
 def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkeypatch):
     """The runner exists but up never learnt its id (the answer was lost): delete by name."""
     from gpuci.errors import InfraError
-    from gpuci.pods.runner_api import GitHubRunners
+    from gpuci.pods.runners.api import GitHubRunners
 
     real = GitHubRunners.register
 
@@ -262,7 +264,8 @@ def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
 
 # ----- down / reap ---------------------------------------------------------------------------
 def _up(run, api, **env):
-    label = f"run-{env.get('GITHUB_RUN_ID', '77')}"
+    # a label per up (several pods of one run are legs: each needs its own)
+    label = f"run-{env.get('GITHUB_RUN_ID', '77')}-{len(api.state.requests)}"
     r = run(
         "up", gpu_types=L40S, runner="github", runner_labels=label, extra_env=api.github_env(**env)
     )
@@ -476,3 +479,21 @@ def test_gitlab_refusing_to_delete_a_runner_of_two_projects_is_one_warning(run, 
     (warned,) = [a["message"] for a in r.json["annotations"] if a["level"] == "warning"]
     assert "HTTP 403" in warned and "associated with more than one project" in warned
     assert list(api.state.runners) == [runner.id]
+
+
+def test_two_legs_of_one_run_with_the_same_label_are_refused_before_any_pod(run, fake, api):
+    """Matrix legs sharing the default run-<id> would take each other's runner: the second
+    up is exit 2 naming the runner that has the label and the per-leg fix; a label per leg
+    (the run id plus the leg) registers."""
+    env = api.github_env(**RUN_ENV)
+    first = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    assert first.code == 0, first.stdout
+    second = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    assert second.code == 2, second.stdout
+    (taken,) = api.state.runners.values()
+    assert f"run-77 are already on runner {taken.name}" in second.json["headline"]
+    assert "strategy.job-index" in second.json["headline"]
+    assert len(fake.calls("POST", "/v2/pods")) == 1 and len(api.state.runners) == 1
+    leg = run("up", gpu_types=L40S, runner="github", runner_labels="run-77-1", extra_env=env)
+    assert leg.code == 0, leg.stdout
+    assert sorted(r.labels[0] for r in api.state.runners.values()) == ["run-77", "run-77-1"]

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fake_runpod import VALIDATORS
 
-from gpuci.pods import ledger
+from gpuci.pods.budgets import ledger
 from gpuci_testing import clean_env, run_cli
 
 GPUS = "NVIDIA GeForce RTX 4090,NVIDIA L40S,NVIDIA H100 80GB HBM3"

@@ -17,7 +17,7 @@ What counts as thrown away after the job, from the environment the runner itself
   jobs runs in a VM made for it and deleted after it;
 - **a gpu-ci runner pod on RunPod** (``pods runners up``): the pod's environment says it
   terminates itself after its one job (``GPUCI_RUNNER_PLATFORM`` set and
-  ``GPUCI_SELF_STOP_ACTION=terminate``, both set by :func:`gpuci.pods.runners.pod_env`).
+  ``GPUCI_SELF_STOP_ACTION=terminate``, both set by :func:`gpuci.pods.runners.registry.pod_env`).
 
 The dry run plans with :func:`choose` too, so a plan and the run agree.
 """
@@ -35,8 +35,8 @@ TIER_ENV = "GPUCI_LOCAL_CACHE"
 OFF = frozenset({"off", "false", "no", "none", "0"})
 ON = frozenset({"on", "true", "yes", "1"})
 AUTO = "auto"
-# Set by gpuci.pods.runners.pod_env on a runner pod (named here, not imported: cache/ sits below
-# pods/ in the import layers).
+# Set by gpuci.pods.runners.registry.pod_env on a runner pod (named here, not imported:
+# cache/ sits below pods/ in the import layers).
 _POD_PLATFORM = "GPUCI_RUNNER_PLATFORM"
 _POD_SELF_STOP = "GPUCI_SELF_STOP_ACTION"
 _GITLAB_MANAGERS = ".runners-manager.gitlab.com"

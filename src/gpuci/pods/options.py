@@ -123,7 +123,15 @@ class UpInputs:
     smoke: bool | None = inp(
         "Run gpu-smoke on the pod before it is handed over (before the runner starts, or "
         "before command); a hardware failure stops that pod and up places another in another "
-        "data centre. Needs gpu-ci in the image. Default: true with runner."
+        "data centre. A stock image installs gpu-ci for it (gpuci-source). Default: true "
+        "with runner."
+    )
+    gpuci_source: str = inp(
+        "Where a smoking pod whose image lacks gpu-ci installs it: OWNER/REPO@REF (resolved to "
+        "its commit, installed from git at that SHA), a pip URL pinned by @<commit SHA> or "
+        "#sha256=, or none. Default: this action at the ref the workflow used; outside "
+        "Actions, env GPUCI_PACKAGE.",
+        action_default="${{ github.action_repository }}@${{ github.action_ref }}",
     )
     smoke_attempts: int = inp(
         "Pods up may place in all when gpu-smoke finds a hardware failure, within the one "

@@ -1,0 +1,1 @@
+"""Who pays: owners and budgets, the shared ledger, and cost reports."""

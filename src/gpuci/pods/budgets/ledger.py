@@ -1,0 +1,413 @@
+"""The shared pods ledger: who owned which pod, what it cost, and live budget reservations.
+
+RunPod's billing names only the pod id, and terminated pods vanish from ``listPods``, so the
+ledger is what attributes spend to owners after a pod is gone. It lives in a store (the same
+``s3://bucket/prefix`` or ``file:///dir`` forms as the weights cache, through the cache's
+store abstraction), so every runner reads the same history: a fresh runner sees every past pod.
+
+Everything is an immutable object written with ``If-None-Match`` (create-if-absent), so
+concurrent jobs never overwrite each other:
+
+- ``pods-ledger/events/<pod>/<time>-<event>-<nonce>.json``: one per pod event (created,
+  started, stopped, terminated, reaped, budget-refused): pod id, owner, GPU type, price per
+  hour, CI run URL, time.
+- ``pods-ledger/reservations/<owner>/<seq>.json``: a budget reservation made before a create.
+  Sequence numbers are the serialisation point: two ``up``\\ s of one owner that read the same
+  state both try to create the same next number; one wins, the other re-reads and decides again.
+- ``pods-ledger/releases/<owner>/<seq>.json``: the reservation of a pod that has ended.
+
+Objects are inputs like any other from a store: sizes are capped, malformed ones skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci import settings, untrusted_json
+from gpuci.cache.store import Store, redact_url
+from gpuci.cache.stores import open_store
+from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
+from gpuci.pods.runpod.clock import iso
+
+ENV_LEDGER = "GPUCI_PODS_LEDGER"
+ENV_ENDPOINT = "GPUCI_PODS_LEDGER_ENDPOINT_URL"
+ROOT = "pods-ledger"
+EVENTS = f"{ROOT}/events"
+RESERVATIONS = f"{ROOT}/reservations"
+RELEASES = f"{ROOT}/releases"
+MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is not ours
+RESERVE_ATTEMPTS = 20
+EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
+_POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def default_url() -> str:
+    return (Path.home() / ".cache" / "gpuci" / "pods-ledger").as_uri()
+
+
+def ledger_url(value: str | None, environ: Mapping[str, str]) -> str:
+    """The ledger's store URL: the input, then ``GPUCI_PODS_LEDGER``, then a local folder."""
+    text = (value or "").strip() or settings.PODS_LEDGER.value(environ)
+    if not text:
+        return default_url()
+    if text.startswith("/"):
+        path = Path(text)
+        if path.is_file():
+            raise InputError(
+                f"ledger {text} is a file (an older gpu-ci's local ledger); the ledger is now a "
+                "store",
+                hint="point ledger at a folder (file:///dir) or at the cache's bucket "
+                "(s3://bucket/prefix), and move the old file away",
+            )
+        return path.as_uri()
+    return text
+
+
+def owner_key(owner: str) -> str:
+    """A store-safe, collision-free path component for an owner (never ``..`` or ``/``)."""
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", owner)[:40] or "_"
+    return f"{readable}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
+
+
+# The fields the ledger reads, and the JSON types each must have (absent or null is fine):
+# an object with any other type is not ours and is skipped, never half-read.
+_STR = (str,)
+_NUMBER = (int, float)
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "event": _STR,
+    "podId": _STR,
+    "owner": _STR,
+    "gpu": _STR,
+    "runUrl": _STR,
+    "reservation": _STR,
+    "runner": _STR,
+    "reason": _STR,
+    "podName": _STR,
+    "released": _STR,
+    "time": _NUMBER,
+    "costPerHr": _NUMBER,
+    "expiresEpoch": _NUMBER,
+    "untilEpoch": _NUMBER,
+    "createdEpoch": _NUMBER,
+}
+
+
+def _decode(data: bytes) -> tuple[dict[str, Any] | None, str]:
+    """A ledger object from its bytes, or (None, why it is not one)."""
+    if len(data) > MAX_OBJECT:
+        return None, f"over {MAX_OBJECT >> 10} KiB"
+    try:
+        item = untrusted_json.loads(data, finite=True)
+    except untrusted_json.Unusable as exc:
+        return None, str(exc)
+    if not isinstance(item, dict):
+        return None, f"a JSON {type(item).__name__}, not an object"
+    for name, kinds in _FIELDS.items():
+        value = item.get(name)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return None, f"its '{name}' is a {type(value).__name__}"
+    return item, ""
+
+
+def _num(value: Any, default: float = 0.0) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return out if out == out and abs(out) != float("inf") else default
+
+
+@dataclass
+class PodRecord:
+    """What the ledger knows of one pod, merged over its events (the created event wins)."""
+
+    pod_id: str
+    owner: str = ""
+    gpu: str = ""
+    cost_per_hr: float = 0.0
+    run_url: str = ""
+    expires_at: float = float("nan")
+    reservation: str = ""  # the reservation key ``up`` made for it, if any
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def ended(self) -> bool:
+        return any(e.get("event") in ("terminated", "reaped") for e in self.events)
+
+
+@dataclass
+class Reservation:
+    key: str
+    owner: str
+    cost_per_hr: float
+    until: float  # the pod's expiry plus one reaper interval: the most it can bill to
+    run_url: str = ""
+    name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
+
+    def remaining(self, now: float) -> float:
+        """USD the reserved pod may still bill from ``now``."""
+        return self.cost_per_hr * max(0.0, self.until - now) / 3600
+
+
+class Ledger:
+    """Events and reservations in one store; every write is create-if-absent."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._cache: dict[str, dict[str, Any] | None] = {}  # immutable objects, read once
+        self._sizes: dict[str, int] = {}  # as listed: an object over MAX_OBJECT is never read
+        self.skipped: dict[str, str] = {}  # key -> why it was not used (said once, by skipped_line)
+
+    @classmethod
+    def open(
+        cls,
+        value: str | None,
+        environ: Mapping[str, str],
+        mask: Callable[[str], None] | None = None,
+    ) -> Ledger:
+        url = ledger_url(value, environ)
+        endpoint = (
+            settings.PODS_LEDGER_ENDPOINT_URL.value(environ)
+            or settings.AWS_ENDPOINT_URL_S3.value(environ)
+            or settings.AWS_ENDPOINT_URL.value(environ)
+        )
+        return cls(open_store(url, endpoint_url=endpoint, environ=environ, mask=mask))
+
+    @property
+    def where(self) -> str:
+        return redact_url(self.store.url)
+
+    # ----- reading -------------------------------------------------------------------------
+    def _get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+        """The objects at ``keys`` (None: absent or not ours). Each is an input: its listed
+        size is checked before it is read, at most MAX_OBJECT + 1 bytes are read, then its
+        nesting and the types of the fields the ledger reads."""
+        keys = list(keys)
+        wanted = []
+        for key in keys:
+            if key in self._cache:
+                continue
+            if self._sizes.get(key, 0) > MAX_OBJECT:
+                self._skip(key, f"{self._sizes[key]} bytes, over {MAX_OBJECT >> 10} KiB")
+            else:
+                wanted.append(key)
+        if wanted:
+
+            def get(key: str) -> tuple[bytes, str] | None:
+                return self.store.get(key, limit=MAX_OBJECT)
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                for key, got in zip(wanted, pool.map(get, wanted), strict=True):
+                    item, why = _decode(got[0]) if got else (None, "")
+                    self._cache[key] = item
+                    if why:
+                        self._skip(key, why)
+        return {k: self._cache.get(k) for k in keys}
+
+    def _skip(self, key: str, why: str) -> None:
+        self._cache[key] = None
+        self.skipped[key] = why
+
+    def skipped_line(self) -> str:
+        """One warning naming the objects skipped as not the ledger's, or empty."""
+        if not self.skipped:
+            return ""
+        shown = untrusted_json.name_skipped(self.skipped)
+        return (
+            f"pods ledger {self.where}: skipped {len(self.skipped)} object(s) that are not "
+            f"ledger records: {shown}; delete them from the store"
+        )
+
+    def _list(self, prefix: str) -> list[str]:
+        try:
+            listed = list(self.store.list(prefix))
+        except OSError as exc:
+            raise InfraError(
+                f"cannot list the pods ledger {self.where}: {exc}",
+                hint="check the ledger URL and its permissions",
+            ) from None
+        self._sizes.update((i.key, i.size) for i in listed)
+        return [i.key for i in listed]
+
+    def events(
+        self, pod_id: str = "", pods: Collection[str] | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Events oldest first (malformed objects skipped): of one pod; or, with ``pods`` or
+        ``since``, every event of those pods plus every event written since then. The filter
+        works on key names (pod folder, time), so one listing decides what is read."""
+        prefix = f"{EVENTS}/{pod_id}/" if pod_id else f"{EVENTS}/"
+        keys = self._list(prefix)
+        if pods is not None or since is not None:
+            keys = [k for k in keys if _wanted(k, pods or (), since)]
+        out = []
+        for key, item in self._get_many(keys).items():
+            if item is None or item.get("event") not in EVENT_KINDS:
+                continue
+            pid = key[len(EVENTS) + 1 :].partition("/")[0]
+            if pid != "_" and item.get("podId") != pid:
+                continue  # an object filed under another pod's folder is not trusted
+            out.append(item)
+        return sorted(out, key=lambda e: _num(e.get("time")))
+
+    def book(
+        self, pods: Collection[str] | None = None, since: float | None = None
+    ) -> dict[str, PodRecord]:
+        """podId -> what the ledger knows of it (of ``pods`` and pods active ``since``)."""
+        by_pod: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for event in self.events(pods=pods, since=since):
+            if event.get("podId"):
+                by_pod[str(event["podId"])].append(event)
+        return {pid: _merge(pid, events) for pid, events in by_pod.items()}
+
+    def pod(self, pod_id: str) -> PodRecord | None:
+        """What the ledger knows of one pod (one listing of its folder), or None."""
+        if not _POD_ID.match(pod_id or ""):
+            return None
+        events = self.events(pod_id)
+        if not events:
+            return None
+        return _merge(pod_id, events)
+
+    def reservations(self, owner: str) -> tuple[list[Reservation], set[str], int]:
+        """(live reservations, keys of released ones, next sequence number) of one owner."""
+        base = f"{RESERVATIONS}/{owner_key(owner)}/"
+        keys = self._list(base)
+        released = {
+            k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
+            for k in self._list(f"{RELEASES}/{owner_key(owner)}/")
+        }
+        seqs = [int(m.group(1)) for k in keys if (m := re.search(r"/(\d{10})\.json$", k))]
+        live = []
+        for key, item in self._get_many(k for k in keys if k not in released).items():
+            if item is None or item.get("owner") != owner:
+                continue
+            live.append(
+                Reservation(
+                    key,
+                    owner,
+                    _num(item.get("costPerHr")),
+                    _num(item.get("untilEpoch")),
+                    str(item.get("runUrl") or ""),
+                    str(item.get("podName") or ""),
+                )
+            )
+        return live, released, (max(seqs) + 1 if seqs else 0)
+
+    # ----- writing -------------------------------------------------------------------------
+    def _put_new(self, key: str, item: Mapping[str, Any]) -> None:
+        data = json.dumps(item, sort_keys=True, separators=(",", ":")).encode()
+        self.store.put_if_absent(key, data)
+        self._cache[key] = dict(item)
+
+    def record(self, event: str, pod_id: str, at: float, **fields: Any) -> str:
+        """Write one immutable event object; returns its key."""
+        if event not in EVENT_KINDS:
+            raise ValueError(event)
+        folder = pod_id if _POD_ID.match(pod_id or "") else "_"
+        item = {"event": event, "podId": pod_id or None, "time": at, "at": iso(at), **fields}
+        key = f"{EVENTS}/{folder}/{int(at * 1000):015d}-{event}-{secrets.token_hex(4)}.json"
+        self._put_new(key, item)
+        return key
+
+    def reserve(
+        self,
+        owner: str,
+        now: float,
+        until: float,
+        decide: Callable[[float], float],
+        run_url: str = "",
+        name: str = "",
+    ) -> Reservation:
+        """Reserve budget for a pod; ``decide(reserved_usd)`` returns the USD/h to reserve or
+        raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold.
+
+        The write is create-if-absent on the owner's next sequence number, so of two
+        concurrent ``up``\\ s that both saw the same reservations, one wins and the other
+        decides again with the winner's reservation counted.
+        """
+        for _ in range(RESERVE_ATTEMPTS):
+            live, _, seq = self.reservations(owner)
+            rate = decide(sum(r.remaining(now) for r in live))
+            key = f"{RESERVATIONS}/{owner_key(owner)}/{seq:010d}.json"
+            item = {
+                "owner": owner,
+                "costPerHr": rate,
+                "untilEpoch": until,
+                "until": iso(until),
+                "createdEpoch": now,
+                "runUrl": run_url,
+                "podName": name,
+            }
+            try:
+                self._put_new(key, item)
+            except ConflictError:
+                continue  # someone reserved first: decide again with theirs counted
+            return Reservation(key, owner, rate, until, run_url, name)
+        raise CheckFailed(
+            f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "
+            "won first",
+            hint="retry the job; many jobs of one owner are starting at once",
+        )
+
+    def release_named(self, owner: str, name: str) -> list[str]:
+        """Release ``owner``'s live reservations made for pod ``name`` (a cancelled ``up`` whose
+        reservation was written but never returned to it); the keys released."""
+        live, _, _ = self.reservations(owner)
+        return [r.key for r in live if name and r.name == name and self.release(r.key)]
+
+    def release(self, reservation_key: str) -> bool:
+        """Mark a reservation released (the pod ended); True if this call released it."""
+        if not reservation_key.startswith(f"{RESERVATIONS}/"):
+            return False
+        key = reservation_key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1)
+        try:
+            self._put_new(key, {"released": reservation_key})
+        except ConflictError:
+            return False
+        return True
+
+
+_KEY = re.compile(r"^" + EVENTS + r"/([^/]+)/(\d{15})-[a-z-]+-[0-9a-f]+\.json$")
+
+
+def _wanted(key: str, pods: Collection[str], since: float | None) -> bool:
+    match = _KEY.match(key)
+    if not match:
+        return False
+    return match.group(1) in pods or (since is not None and int(match.group(2)) / 1000 >= since)
+
+
+def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
+    """One pod's events, oldest first, folded: the created event's attributes win."""
+    rec = PodRecord(pod_id)
+    for event in events:
+        rec.events.append(event)
+        if not rec.owner or event.get("event") == "created":
+            rec.owner = str(event.get("owner") or rec.owner)
+            rec.gpu = str(event.get("gpu") or rec.gpu)
+            rec.cost_per_hr = _num(event.get("costPerHr"), rec.cost_per_hr)
+            rec.run_url = str(event.get("runUrl") or rec.run_url)
+            rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
+            rec.reservation = str(event.get("reservation") or rec.reservation)
+    return rec
+
+
+def owners_by_pod(book: Mapping[str, PodRecord]) -> dict[str, str]:
+    return {pid: rec.owner for pid, rec in book.items() if rec.owner}
+
+
+def reaped_by_owner(book: Mapping[str, PodRecord], since: float) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for rec in book.values():
+        for event in rec.events:
+            if event.get("event") == "reaped" and _num(event.get("time")) >= since:
+                counts[str(event.get("owner") or rec.owner or "(unattributed)")] += 1
+    return counts

@@ -1,0 +1,1 @@
+"""The pods sub-commands (up, ls, stop, start, down, reap, exec) and the steps of up."""

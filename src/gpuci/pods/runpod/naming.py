@@ -1,0 +1,92 @@
+"""Who owns a pod, which CI run made it, and when it expires: in its name and in its env.
+
+Both places on purpose: the name shows in the RunPod console and in ``pods ls`` at a glance;
+the env is what the in-pod self-stop timer reads and what ``start --ttl`` updates. The reaper
+trusts the env first and falls back to the name. Pods without our tag are never touched.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuci import settings
+from gpuci.pods.runpod.clock import iso, parse_iso
+
+PREFIX = "gpuci"
+ENV_OWNER = "GPUCI_OWNER"
+ENV_RUN_URL = "GPUCI_RUN_URL"
+ENV_EXPIRES_AT = "GPUCI_EXPIRES_AT"
+ENV_EXPIRES_EPOCH = "GPUCI_EXPIRES_EPOCH"
+_FIELD = re.compile(r"(\w+)=(\S+)")
+_OWNER_SAFE = re.compile(r"[^A-Za-z0-9._@-]+")
+
+
+@dataclass(frozen=True)
+class PodTag:
+    owner: str
+    run_url: str
+    expires_at: float  # Unix seconds
+    nonce: str = ""
+
+    def name(self) -> str:
+        return (
+            f"{PREFIX} owner={self.owner} exp={iso(self.expires_at)} "
+            f"run={self.run_url} n={self.nonce}"
+        )
+
+    def env(self) -> dict[str, str]:
+        return {
+            ENV_OWNER: self.owner,
+            ENV_RUN_URL: self.run_url,
+            ENV_EXPIRES_AT: iso(self.expires_at),
+            ENV_EXPIRES_EPOCH: str(int(self.expires_at)),
+        }
+
+    def with_expiry(self, expires_at: float) -> PodTag:
+        return PodTag(self.owner, self.run_url, expires_at, self.nonce)
+
+
+def new_tag(owner: str, run_url: str, expires_at: float) -> PodTag:
+    return PodTag(clean_owner(owner), run_url.strip() or "local", expires_at, secrets.token_hex(3))
+
+
+def clean_owner(owner: str) -> str:
+    return _OWNER_SAFE.sub("-", owner.strip()).strip("-") or "unknown"
+
+
+def tag_of(pod: Mapping[str, Any]) -> PodTag | None:
+    """The tag of one of our pods, or None for pods gpu-ci did not create."""
+    name = str(pod.get("name") or "")
+    env = pod.get("env") or {}
+    from_name = dict(_FIELD.findall(name)) if name.startswith(PREFIX + " ") else {}
+    owner = env.get(ENV_OWNER) or from_name.get("owner")
+    if not owner:
+        return None
+    expiry_text = env.get(ENV_EXPIRES_AT) or from_name.get("exp")
+    try:
+        expires_at = parse_iso(expiry_text) if expiry_text else float("nan")
+    except ValueError:
+        expires_at = float("nan")
+    run_url = env.get(ENV_RUN_URL) or from_name.get("run") or ""
+    return PodTag(owner, run_url, expires_at, from_name.get("n", ""))
+
+
+def default_owner(environ: Mapping[str, str]) -> str:
+    for name in ("GITHUB_ACTOR", "GITLAB_USER_LOGIN", "USER", "USERNAME"):
+        if environ.get(name):
+            return environ[name]
+    return "unknown"
+
+
+def run_url(environ: Mapping[str, str]) -> str:
+    """The URL of this CI run: a GitHub workflow run or a GitLab pipeline, else ``local``."""
+    if environ.get("GITHUB_RUN_ID") and environ.get("GITHUB_REPOSITORY"):
+        server = environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+        return f"{server}/{environ['GITHUB_REPOSITORY']}/actions/runs/{environ['GITHUB_RUN_ID']}"
+    if environ.get("CI_PIPELINE_URL"):
+        return environ["CI_PIPELINE_URL"]
+    return settings.RUN_URL.value(environ)

@@ -1,0 +1,155 @@
+"""gpu-ci onto a stock image for the smoke before handover: ``up`` gives the pod a pinned
+``GPUCI_PACKAGE`` (the action's own repository at the commit its ref names), and a pod whose
+image has no gpu-ci installs it and then smokes; a refused install is named in one line.
+
+The pod's image is simulated by a python whose path hides gpu-ci (a stub ``gpuci`` that will
+not import); what it installs is a wheel of this checkout, pinned by ``#sha256=``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from pod_host import PodHost
+
+import gpuci
+from forges.fake_forges import FakeForges as FakeRunnersAPI
+from gpuci.pods.health import pod_gpuci
+
+GPU = "NVIDIA GeForce RTX 4090"
+UP = dict(gpu_types=GPU, image="runpod/pytorch", command="sleep 600", ttl="30m", owner="alice")
+SMOKE = dict(UP, smoke="true")
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def clock(clock):
+    clock.t = time.time()  # the pods' own timers run on the real time
+    return clock
+
+
+@pytest.fixture
+def host(fake, clock, tmp_path):
+    """Pods that boot with this checkout's gpu-ci and smoke (healthy GPUs)."""
+    pods = PodHost(fake, tmp_path, bad_dcs=())
+    pods.attach(clock)
+    return pods
+
+
+def _posted_env(fake) -> dict[str, str]:
+    (call,) = fake.calls("POST", "/v2/pods")
+    return call.body["env"]
+
+
+def _wheel(where: Path) -> str:
+    """A wheel of this checkout's gpu-ci (no dependencies: the pod's python has them), as a
+    pinned file URL."""
+    src = Path(gpuci.__file__).parent
+    path = where / "gpuci-0.0.0-py3-none-any.whl"
+    record = []
+    with zipfile.ZipFile(path, "w") as whl:
+        files = [(f"gpuci/{p.relative_to(src)}", p.read_bytes()) for p in src.rglob("*.py")]
+        files += [
+            (
+                "gpuci-0.0.0.dist-info/METADATA",
+                b"Metadata-Version: 2.1\nName: gpuci\nVersion: 0.0.0\n",
+            ),
+            (
+                "gpuci-0.0.0.dist-info/WHEEL",
+                b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            ),
+        ]
+        for name, data in files:
+            whl.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{name},sha256={digest.decode()},{len(data)}")
+        record.append("gpuci-0.0.0.dist-info/RECORD,,")
+        whl.writestr("gpuci-0.0.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return f"{path.as_uri()}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
+def _stock_image(tmp_path: Path) -> str:
+    """A PYTHONPATH on which ``import gpuci`` fails, as on an image without gpu-ci."""
+    stub = tmp_path / "no-gpuci"
+    (stub / "gpuci").mkdir(parents=True)
+    (stub / "gpuci" / "__init__.py").write_text("raise ImportError('not on this image')\n")
+    return str(stub)
+
+
+def test_the_pod_gets_the_action_source_at_the_commit_its_ref_names(fake, run, host):
+    with FakeRunnersAPI() as api:
+        api.state.commits["octo/gpu-ci@v1"] = SHA
+        res = run(
+            "up", smoke="true", gpuci_source="octo/gpu-ci@v1", extra_env=api.github_env(), **UP
+        )
+    assert res.code == 0, res.stdout + res.stderr
+    assert _posted_env(fake)["GPUCI_PACKAGE"] == f"git+https://github.com/octo/gpu-ci@{SHA}"
+    asked = [p for _, p, _ in api.state.requests if "/commits/" in p]
+    assert len(asked) == 1 and asked[0].endswith("/repos/octo/gpu-ci/commits/v1")
+
+
+def test_a_commit_ref_is_used_as_it_is_without_asking(fake, run, host):
+    res = run("up", smoke="true", gpuci_source=f"octo/gpu-ci@{SHA}", **UP)
+    assert res.code == 0, res.stdout
+    assert _posted_env(fake)["GPUCI_PACKAGE"] == f"git+https://github.com/octo/gpu-ci@{SHA}"
+
+
+def test_a_ref_that_does_not_resolve_is_one_warning_and_no_install(fake, run, host):
+    with FakeRunnersAPI() as api:
+        res = run(
+            "up", smoke="true", gpuci_source="octo/gpu-ci@v9", extra_env=api.github_env(), **UP
+        )
+    assert res.code == 0, res.stdout
+    assert "GPUCI_PACKAGE" not in _posted_env(fake)
+    (line,) = [a["message"] for a in res.json["annotations"] if "octo/gpu-ci@v9" in a["message"]]
+    assert "could not resolve" in line and "\n" not in line and "commit SHA" in line
+
+
+def test_an_unpinned_url_is_planned_with_a_warning_and_none_sends_nothing(run):
+    url = "https://x.test/gpu-ci/v1.tar.gz"
+    said: list[str] = []
+    assert pod_gpuci.resolve(url, {}, said.append) == url
+    (line,) = said
+    assert "names no commit or hash" in line and "#sha256=" in line
+    assert pod_gpuci.resolve("none", {"GPUCI_PACKAGE": url}, said.append) == ""
+    plan = run("up", dry_run=True, smoke="true", gpuci_source="octo/gpu-ci@v1", **UP)
+    body = plan.json["report"]["plan"]["requests"][0]["body"]
+    assert body["env"]["GPUCI_PACKAGE"] == "git+https://github.com/octo/gpu-ci@v1"
+
+
+def test_the_default_outside_actions_is_gpuci_package(fake, run, host):
+    url = f"git+https://example.test/gpu-ci@{SHA}"
+    res = run("up", smoke="true", extra_env={"GPUCI_PACKAGE": url}, **UP)
+    assert res.code == 0, res.stdout
+    assert _posted_env(fake)["GPUCI_PACKAGE"] == url
+    assert not any("GPUCI_PACKAGE" in a["message"] for a in res.json["annotations"])
+
+
+def test_a_stock_image_installs_gpu_ci_then_smokes(fake, run, clock, tmp_path):
+    host = PodHost(fake, tmp_path, bad_dcs=(), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1")
+    host.attach(clock)
+    res = run("up", smoke="true", gpuci_source=_wheel(tmp_path), **UP)
+    assert res.code == 0, res.stdout + res.stderr
+    (log,) = host.booted.values()
+    assert "installing gpu-ci for the smoke" in log, log
+    pod = fake.pods[res.outputs["pod-id"]]
+    assert pod["name"].endswith(" smoke passed"), log
+    assert not any("handed over unchecked" in a["message"] for a in res.json["annotations"])
+
+
+def test_a_refused_install_is_named_in_one_line(fake, run, clock, tmp_path):
+    host = PodHost(fake, tmp_path, bad_dcs=(), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1")
+    host.attach(clock)
+    pinned = _wheel(tmp_path)
+    wrong = pinned.rsplit("=", 1)[0] + "=" + "0" * 64  # bytes that are not the pinned ones
+    res = run("up", smoke="true", gpuci_source=wrong, **UP)
+    assert res.code == 0, res.stdout + res.stderr
+    (line,) = [a["message"] for a in res.json["annotations"] if "unchecked" in a["message"]]
+    assert "gpu-ci install from GPUCI_PACKAGE failed" in line and "\n" not in line
+    (log,) = host.booted.values()
+    assert "smoke skipped" in log and "Traceback" not in log

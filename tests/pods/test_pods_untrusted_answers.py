@@ -1,0 +1,74 @@
+"""What RunPod (or whatever answers at RUNPOD_API_URL) sends back is untrusted: each answer is
+read only up to a cap, whatever length it claims, and parsed through ``untrusted_json``
+(nesting, numbers), so a hostile or broken server ends the step with one line, exit 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gpuci.pods.runpod import client as client_mod
+from gpuci.pods.runpod.client import RunPodClient, RunPodError
+
+
+class _Endless(httpx.SyncByteStream):
+    """A body that never ends; counts what was pulled from it."""
+
+    def __init__(self) -> None:
+        self.pulled = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        chunk = b"[" + b"0," * 32767
+        while True:
+            self.pulled += len(chunk)
+            yield chunk
+
+
+def _client(handler) -> RunPodClient:
+    return RunPodClient("rpa_test", "https://runpod.test", transport=httpx.MockTransport(handler))
+
+
+def test_an_endless_answer_is_read_only_to_the_cap_and_is_one_line(monkeypatch):
+    monkeypatch.setattr(client_mod, "MAX_ANSWER", 1 << 20)
+    body = _Endless()
+    claims = {"Content-Length": str(10**12)}
+    with (
+        _client(lambda request: httpx.Response(200, headers=claims, stream=body)) as c,
+        pytest.raises(RunPodError) as err,
+    ):
+        c.list_pods()
+    assert "over the 1 MiB cap" in err.value.message and "\n" not in err.value.message
+    assert body.pulled <= (1 << 20) + 65536  # stopped at the cap, not at the claim
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested more than"),
+        ('{"pods": [], "n": 1e400}', "too large for a float"),
+        ('{"pods": [], "n": ' + "9" * 5000 + "}", "5000 digits"),
+        ("\xff\xfe", "not UTF-8"),
+    ],
+)
+def test_a_hostile_json_answer_is_one_line_never_a_traceback(text, why):
+    data = text.encode("latin-1")
+    with (
+        _client(lambda request: httpx.Response(200, content=data)) as c,
+        pytest.raises(RunPodError) as err,
+    ):
+        c.list_pods()
+    assert "no usable JSON" in err.value.message and "\n" not in err.value.message
+    assert why in err.value.message
+
+
+def test_a_hostile_error_body_still_names_the_status():
+    deep = ("[" * 100_000).encode()
+    with (
+        _client(lambda request: httpx.Response(400, content=deep)) as c,
+        pytest.raises(RunPodError) as err,
+    ):
+        c.list_pods()
+    assert "400" in err.value.one_line() and "\n" not in err.value.one_line()
