@@ -293,6 +293,8 @@ trap 'echo stopped-by-int > "$(dirname "$0")/../listener.ended"; exit 0' INT
 echo "Listening for Jobs"
 while :; do sleep 0.2; done
 """
+# a listener that takes longer to start than the idle timeout (a busy or cold machine)
+LISTENER_SLOW_START = LISTENER_IDLE.replace("trap '' TERM", "sleep 4\ntrap '' TERM")
 LISTENER_DEPRECATED = """#!/bin/bash
 if [[ "$1" == "--version" ]]; then echo "2.328.0"; exit 0; fi
 echo "Connected to GitHub"
@@ -331,6 +333,16 @@ def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
     while _alive(pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)
+
+
+def test_the_idle_clock_starts_when_the_listener_listens(live, tmp_path):
+    """Before it listens, a runner is starting, not idle: its stop waits for its Ctrl-C path."""
+    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_SLOW_START)
+    pod_id, env, args = _pod(live, _github_env(idle_s=2))
+    out, err, _, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
+    assert "no job within 2s: stopping the runner" in out, out + err
+    assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
+    assert _terminated_itself(live, pod_id)
 
 
 def test_a_deprecated_runner_is_reported_in_the_pods_name_and_ends_the_pod(live, tmp_path):

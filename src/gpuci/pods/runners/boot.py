@@ -150,13 +150,23 @@ gpuci_stop_runner() {
   kill -KILL "$1" 2>/dev/null
 }
 gpuci_idle_watch() {
+  # The idle clock starts when the listener says it listens: a slow start (a busy or cold
+  # machine) is not idleness, and a stop must not reach a listener still setting its traps.
+  # One that never says so is stopped 2 minutes after the idle timeout.
   began=$(date +%s)
+  listening=""
+  limit=$((GPUCI_RUNNER_IDLE_S + 120))
   while sleep 1; do
     pid=$(cat "$3" 2>/dev/null)
     [ -n "$pid" ] || continue
     kill -0 "$pid" 2>/dev/null || return 0
+    if [ -z "$listening" ] && grep -q "Listening for Jobs" "$1" 2>/dev/null; then
+      listening=1
+      began=$(date +%s)
+      limit=$GPUCI_RUNNER_IDLE_S
+    fi
     if gpuci_job_started "$1" "$2"; then gpuci_log "a job started"; return 0; fi
-    if [ $(( $(date +%s) - began )) -ge "$GPUCI_RUNNER_IDLE_S" ]; then
+    if [ $(( $(date +%s) - began )) -ge "$limit" ]; then
       sleep 1
       if gpuci_job_started "$1" "$2"; then gpuci_log "a job started"; return 0; fi
       gpuci_log "no job within ${GPUCI_RUNNER_IDLE_S}s: stopping the runner"
