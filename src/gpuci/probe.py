@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-PROBE_ENV = "GPUCI_PROBE"
+from gpuci import settings
+
+PROBE_ENV = settings.PROBE.name
 
 
 def probes_allowed(rt_or_env: object) -> bool:
@@ -18,4 +20,4 @@ def probes_allowed(rt_or_env: object) -> bool:
     env = getattr(rt_or_env, "environ", rt_or_env)
     if not isinstance(env, Mapping):
         return False
-    return str(env.get(PROBE_ENV, "")).strip().lower() in ("1", "true", "yes")
+    return settings.PROBE.value(env).lower() in ("1", "true", "yes")

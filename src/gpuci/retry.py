@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypeVar
 
+from gpuci import settings
+
 if TYPE_CHECKING:
     import tenacity
 
@@ -213,9 +215,7 @@ class RetryPolicy:
                 raise first.pop()
             return fn()
 
-        controller = self.retrying(
-            retry_on, deadline=left, sleep=sleep, on_retry=on_retry, now=now
-        )
+        controller = self.retrying(retry_on, deadline=left, sleep=sleep, on_retry=on_retry, now=now)
         return controller(attempt)
 
 
@@ -251,5 +251,5 @@ def botocore_delay(attempt: int, rand: Callable[[], float] | None = None) -> flo
 def aws_max_attempts(environ: Mapping[str, str], default: int = 8) -> int:
     """``AWS_MAX_ATTEMPTS`` as botocore reads it (total attempts, at least 1); ``default``
     when unset or not a whole number (gpu-ci's sturdier default than botocore's 3)."""
-    raw = environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    raw = settings.AWS_MAX_ATTEMPTS.value(environ)
     return max(1, int(raw)) if raw.isdigit() else default

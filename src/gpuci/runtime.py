@@ -400,7 +400,7 @@ class Runtime:
         """A byte meter: a live bar on a terminal, plain lines every few seconds in CI."""
         from gpuci.progress import Progress
 
-        interval = float(settings.PROGRESS_INTERVAL.value(self.environ))
+        interval = settings.PROGRESS_INTERVAL.number(self.environ)
         return Progress(
             inert(self.line(label)), total, self._log_stream, live=self.is_tty, interval=interval
         )
