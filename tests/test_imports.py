@@ -35,6 +35,7 @@ FORGES_MAY_IMPORT = {
     "gpuci.errors",
     "gpuci.redact",
     "gpuci.retry",
+    "gpuci.settings",  # the variables they read (GPUCI_GITLAB_TOKEN, GITHUB_API_URL)
     "gpuci.httpclients",  # the one client factory (gpuci.__init__ is only the version)
     "gpuci.forges",
 }

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 
 from gpuci import settings
 
-PROBE_ENV = settings.PROBE.name
-
 
 def probes_allowed(rt_or_env: object) -> bool:
     """True when read-only probes are allowed (a Runtime or an environment mapping)."""
