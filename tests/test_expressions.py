@@ -104,3 +104,12 @@ def test_an_object_filter_maps_a_property_over_the_items():
     assert evaluate("github.event.labels.*.name", ctx, ok) == ["gpu", "docs"]
     assert evaluate("contains(github.event.labels.*.name, 'GPU')", ctx, ok) is True
     assert evaluate("contains(github.event.nothing.*.name, 'gpu')", ctx, ok) is False
+
+
+def test_from_json_of_hostile_text_is_an_error_not_a_traceback() -> None:
+    """fromJSON reads vars and --vars-file text through untrusted_json: 100,000 nested brackets
+    were a RecursionError (an internal error), a 5,000-digit number a ValueError's traceback."""
+    ctx = {**CTX, "vars": {"DEEP": "[" * 100_000 + "]" * 100_000, "LONG": "9" * 5_000}}
+    for name in ("DEEP", "LONG"):
+        with pytest.raises(ExpressionError, match="fromJSON of text that is not JSON"):
+            evaluate(f"fromJSON(vars.{name})", ctx, ok)

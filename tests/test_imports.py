@@ -33,8 +33,8 @@ FORGES_MAY_IMPORT = {
     "gpuci.errors",
     "gpuci.redact",
     "gpuci.retry",
+    "gpuci.settings",  # the variables they read (GPUCI_GITLAB_TOKEN, GITHUB_API_URL)
     "gpuci.httpclients",  # the one client factory (gpuci.__init__ is only the version)
-    "gpuci.settings",  # the tokens' variables, declared once
     "gpuci.untrusted_json",  # every answer's body is untrusted JSON
     "gpuci.forges",
 }

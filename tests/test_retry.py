@@ -198,3 +198,80 @@ def test_importing_it_is_cheap():
     first, then = json.loads(out.stdout)
     assert not {"tenacity", "email.utils", "random", "datetime"} & set(first)
     assert "tenacity" not in then and "email.utils" in then
+
+
+def test_call_runs_as_retrying_does():
+    """The same waits, ``on_retry`` and attempt count as the tenacity controller (the first
+    failure is replayed to it), the last failure raised, a result handed back."""
+    sleeps: list[float] = []
+    heard: list[BaseException | None] = []
+    calls = []
+
+    def always() -> None:
+        calls.append(1)
+        raise _Wish(None)
+
+    policy = RetryPolicy(attempts=4, initial=1, jitter="none")
+    with pytest.raises(_Wish):
+        policy.call(always, _Wish, sleep=sleeps.append, on_retry=heard.append)
+    assert len(calls) == 4 and sleeps == [1, 2, 4] and len(heard) == 3
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 2:
+            raise _Wish(0.5)
+        return "ok"
+
+    calls.clear()
+    assert policy.call(flaky, lambda exc: isinstance(exc, _Wish), sleep=sleeps.append) == "ok"
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(_Wish):
+        RetryPolicy(attempts=1).call(always, _Wish, sleep=sleeps.append)
+    assert len(calls) == 1
+
+
+def test_call_s_deadline_counts_from_the_first_attempt():
+    """A first attempt that took 100 s of a 120 s deadline leaves room for one 15 s wait,
+    not for the 30 s one after it."""
+    clock = [0.0]
+    calls = []
+
+    def slow_then_fast() -> None:
+        calls.append(clock[0])
+        clock[0] += 100.0 if len(calls) == 1 else 0.0
+        raise _Wish(None)
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    policy = RetryPolicy(attempts=10, initial=15, max_wait=300, jitter="none")
+    with pytest.raises(_Wish):
+        policy.call(slow_then_fast, _Wish, deadline=120, sleep=sleep, now=lambda: clock[0])
+    assert calls == [0.0, 115.0]
+
+
+def test_call_imports_tenacity_only_once_a_retry_is_needed():
+    """A warm restore's one ref GET goes through ``call`` (tests/cache/test_startup.py): a first
+    success, or a failure not retried, must not load tenacity (nor logging, which it imports)."""
+    probe = (
+        "import sys, json\n"
+        "from gpuci.retry import RetryPolicy\n"
+        "p = RetryPolicy(attempts=3, jitter='none')\n"
+        "assert p.call(lambda: 'ok', OSError) == 'ok'\n"
+        "def bad(): raise KeyError('x')\n"
+        "try: p.call(bad, OSError)\n"
+        "except KeyError: pass\n"
+        "first = sorted(sys.modules)\n"
+        "n = []\n"
+        "def flaky():\n"
+        "    n.append(1)\n"
+        "    if len(n) == 1: raise OSError('reset')\n"
+        "    return 'again'\n"
+        "assert p.call(flaky, OSError, sleep=lambda s: None) == 'again'\n"
+        "print(json.dumps([first, sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    first, then = json.loads(out.stdout)
+    assert not {"tenacity", "logging", "concurrent.futures"} & set(first)
+    assert "tenacity" in then

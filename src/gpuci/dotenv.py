@@ -18,12 +18,10 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from gpuci import settings
 from gpuci.errors import InputError
 
-PATH_ENV = "GPUCI_DOTENV"
-OUTPUTS_ENV = "GPUCI_DOTENV_OUTPUTS"
-LIMIT_ENV = "GPUCI_DOTENV_LIMIT"
-DEFAULT_LIMIT = 20
+DEFAULT_LIMIT = int(settings.DOTENV_LIMIT.default)
 DEFAULT_OUTPUTS = (
     "pod-id",
     "pod-ids",
@@ -49,12 +47,12 @@ def variable_name(output: str) -> str:
 
 
 def dotenv_path(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get(PATH_ENV) or "gpuci-outputs.env")
+    return Path(settings.DOTENV.value(environ))
 
 
 def wanted(environ: Mapping[str, str]) -> set[str] | None:
     """The variable names to write; None means every one."""
-    listed = re.split(r"[\s,]+", environ.get(OUTPUTS_ENV, "").strip())
+    listed = re.split(r"[\s,]+", settings.DOTENV_OUTPUTS.value(environ))
     names = [n for n in listed if n] or list(DEFAULT_OUTPUTS)
     if "all" in names:
         return None
@@ -63,7 +61,7 @@ def wanted(environ: Mapping[str, str]) -> set[str] | None:
 
 def limit(environ: Mapping[str, str]) -> int:
     try:
-        return max(1, int(environ.get(LIMIT_ENV) or DEFAULT_LIMIT))
+        return max(1, int(settings.DOTENV_LIMIT.value(environ)))
     except ValueError:
         return DEFAULT_LIMIT
 
@@ -110,8 +108,8 @@ def write(
         dropped = list(merged)[cap:]
         merged = dict(list(merged.items())[:cap])
         warn(
-            f"dotenv report {path} is full ({cap} variables, {LIMIT_ENV}); not written: "
-            f"{', '.join(dropped)}. List fewer names in {OUTPUTS_ENV}"
+            f"dotenv report {path} is full ({cap} variables, GPUCI_DOTENV_LIMIT); not written: "
+            f"{', '.join(dropped)}. List fewer names in GPUCI_DOTENV_OUTPUTS"
         )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text("".join(f"{k}={v}\n" for k, v in merged.items()), encoding="utf-8")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.errors import InfraError, InputError, IntegrityError
 
 INCOMPLETE = ".incomplete"
@@ -111,7 +111,7 @@ def report_path(report: str | None, environ: Mapping[str, str], name: str) -> Pa
     """The ``report`` input when given, else ``name`` in ``RUNNER_TEMP`` or the current folder."""
     if report:
         return Path(report)
-    return Path(environ.get("RUNNER_TEMP") or os.getcwd()) / name
+    return Path(settings.RUNNER_TEMP.value(environ) or os.getcwd()) / name
 
 
 def write_report(path: Path, data: Any, what: str, *, sort_keys: bool = True) -> None:

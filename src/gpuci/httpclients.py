@@ -35,13 +35,12 @@ Retries are not the client's: each caller declares a :class:`gpuci.retry.RetryPo
 from __future__ import annotations
 
 import http.cookiejar
-import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gpuci import __version__
+from gpuci import __version__, settings
 
 if TYPE_CHECKING:
     import ssl
@@ -51,7 +50,7 @@ __all__ = ["USER_AGENT", "exact_stream", "new_client", "tls_context", "user_agen
 
 #: What every request says it is; :func:`user_agent` adds the part of gpu-ci that asks.
 USER_AGENT = f"gpu-ci/{__version__}"
-_CA_SETTINGS = ("SSL_CERT_FILE", "SSL_CERT_DIR")
+_CA_SETTINGS = (settings.SSL_CERT_FILE, settings.SSL_CERT_DIR)
 
 _tls_lock = threading.Lock()
 _tls_contexts: dict[tuple[str, ...], ssl.SSLContext] = {}
@@ -122,7 +121,7 @@ def tls_context() -> ssl.SSLContext | bool:
     make = getattr(httpx, "create_ssl_context", None)
     if make is None:  # pragma: no cover - httpx 0.27
         return True
-    key = tuple(os.environ.get(name, "") for name in _CA_SETTINGS)
+    key = tuple(setting.value() for setting in _CA_SETTINGS)
     with _tls_lock:
         context = _tls_contexts.get(key)
         if context is None:

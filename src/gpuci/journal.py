@@ -13,15 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci import files
+from gpuci import files, settings
 from gpuci.errors import JournalError
 
 
 def journal_path(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
-    if env.get("GPUCI_JOURNAL"):
-        return Path(env["GPUCI_JOURNAL"])
-    base = env.get("RUNNER_TEMP") or os.path.join(os.getcwd(), ".gpuci")
+    if settings.JOURNAL.is_set(environ):
+        return Path(settings.JOURNAL.value(environ))
+    base = settings.RUNNER_TEMP.value(environ) or os.path.join(os.getcwd(), ".gpuci")
     return Path(base) / "gpuci-journal.jsonl"
 
 

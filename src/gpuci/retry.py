@@ -7,9 +7,10 @@ predicate, because only the client knows what its failures mean. A server's ``Re
 is read here and only here (:func:`parse_retry_after`): delta-seconds, HTTP dates and
 garbage alike, so no header can crash a client, sleep NaN seconds or park a GPU job for a day.
 
-tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), and
-``email.utils``, ``datetime`` and ``random`` only when used, so importing this module (a warm
-restore does) costs next to nothing.
+tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), which
+:meth:`RetryPolicy.call` does only once a first attempt has failed; ``email.utils``,
+``datetime`` and ``random`` only when used. So importing this module, and a request that
+succeeds at once (a warm restore's one ref GET), costs next to nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from gpuci import settings
 
 if TYPE_CHECKING:
     import tenacity
@@ -44,6 +47,7 @@ _MAX_HEADER = 64
 
 Jitter = Literal["full", "additive", "none"]
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+T = TypeVar("T")
 
 
 def parse_retry_after(
@@ -179,6 +183,48 @@ class RetryPolicy:
             reraise=True,
         )
 
+    def call(
+        self,
+        fn: Callable[[], T],
+        retry_on: RetryOn,
+        *,
+        deadline: float | None = None,
+        sleep: Callable[[float], None] | None = None,
+        on_retry: Callable[[BaseException | None], None] | None = None,
+        now: Callable[[], float] | None = None,
+    ) -> T:
+        """``fn()`` under this policy, as ``self.retrying(...)(fn)`` runs it, but the first
+        attempt runs before tenacity is imported: a call that succeeds at once (or fails with
+        what ``retry_on`` does not name) never loads it. Only after a retryable failure is the
+        controller built, and it replays that failure as its own first attempt, so its waits,
+        ``on_retry`` and attempt count are those of :meth:`retrying`; ``deadline`` still counts
+        from the first attempt. Arguments as :meth:`retrying`; the last failure is raised.
+        """
+        clock = now if now is not None else time.monotonic
+        started = clock()
+        try:
+            return fn()
+        except BaseException as exc:
+            if self.attempts <= 1 or not _names(retry_on, exc):
+                raise
+            first: list[BaseException] = [exc]
+        left = None if deadline is None else deadline - (clock() - started)
+
+        def attempt() -> T:
+            if first:
+                raise first.pop()
+            return fn()
+
+        controller = self.retrying(retry_on, deadline=left, sleep=sleep, on_retry=on_retry, now=now)
+        return controller(attempt)
+
+
+def _names(retry_on: RetryOn, exc: BaseException) -> bool:
+    """Whether ``retry_on`` (classes or a predicate) retries ``exc``, as tenacity decides."""
+    if isinstance(retry_on, type | tuple):
+        return isinstance(exc, retry_on)
+    return bool(retry_on(exc))
+
 
 def _stop_before(now: Callable[[], float], end: float) -> tenacity.stop.stop_base:
     """tenacity's ``stop_before_delay``, on the caller's clock: no wait that ends at ``end``
@@ -205,5 +251,5 @@ def botocore_delay(attempt: int, rand: Callable[[], float] | None = None) -> flo
 def aws_max_attempts(environ: Mapping[str, str], default: int = 8) -> int:
     """``AWS_MAX_ATTEMPTS`` as botocore reads it (total attempts, at least 1); ``default``
     when unset or not a whole number (gpu-ci's sturdier default than botocore's 3)."""
-    raw = environ.get("AWS_MAX_ATTEMPTS", "").strip()
+    raw = settings.AWS_MAX_ATTEMPTS.value(environ)
     return max(1, int(raw)) if raw.isdigit() else default

@@ -400,16 +400,13 @@ class Runtime:
         """A byte meter: a live bar on a terminal, plain lines every few seconds in CI."""
         from gpuci.progress import Progress
 
-        interval = float(settings.PROGRESS_INTERVAL.value(self.environ))
+        interval = settings.PROGRESS_INTERVAL.number(self.environ)
         return Progress(
             inert(self.line(label)), total, self._log_stream, live=self.is_tty, interval=interval
         )
 
 
 # ----- dry-run probes --------------------------------------------------------------------------
-PROBE_ENV = settings.PROBE.name
-
-
 def probes_allowed(rt_or_env: object) -> bool:
     """Whether a dry run may ask a server anything: never, unless ``--probe`` says so.
 
@@ -426,4 +423,4 @@ def probes_allowed(rt_or_env: object) -> bool:
     env = getattr(rt_or_env, "environ", rt_or_env)
     if not isinstance(env, Mapping):
         return False
-    return str(env.get(PROBE_ENV, "")).strip().lower() in ("1", "true", "yes")
+    return settings.PROBE.value(env).lower() in ("1", "true", "yes")

@@ -1,9 +1,11 @@
 """Every environment variable gpu-ci reads, named once, with its default and its meaning.
 
 Like huggingface_hub's ``constants.py``: a module reads ``settings.DRY_RUN.value(environ)``
-instead of spelling ``"GPUCI_DRY_RUN"`` itself, and ``docs/settings.md`` is generated from
-:data:`ALL` (``python -m gpuci.settings > docs/settings.md``; tests/test_docs.py keeps it in
-step, and checks every ``GPUCI_*`` name in ``src/`` is declared here).
+(or ``.is_true``, ``.is_set``, ``.raw``, and ``.integer`` / ``.number``: one parse rule, one
+error naming the variable) instead of spelling ``"GPUCI_DRY_RUN"`` itself, and
+``docs/settings.md`` is generated from :data:`ALL` (``python -m gpuci.settings >
+docs/settings.md``; tests/test_docs.py keeps it in step, and checks every ``GPUCI_*`` name in
+``src/`` is declared here; tests/test_settings.py, that no other module spells one).
 
 Inputs (``INPUT_<NAME>``) are not settings: each command's are declared by its specs in
 :mod:`gpuci.commands`. The variables gpu-ci writes for the runner (``GITHUB_OUTPUT``'s outputs,
@@ -15,6 +17,7 @@ Importing this module costs nothing but the table (no I/O): ``python -m gpuci --
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -32,6 +35,8 @@ GROUPS = (
 )
 
 ALL: list[Setting] = []
+# What :meth:`Setting.number` reads: plain decimals only (no nan, inf, exponent or sign).
+_NUMBER = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?|\.[0-9]{1,18}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,44 @@ class Setting:
         """True when the variable is present and not blank (its value not read)."""
         env = os.environ if environ is None else environ
         return env.get(self.name, "").strip() != ""
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The text as set, None when unset: for a variable whose empty value means something
+        (``CUDA_VISIBLE_DEVICES=""`` hides every GPU)."""
+        env = os.environ if environ is None else environ
+        return env.get(self.name)
+
+    def integer(self, environ: Mapping[str, str] | None = None, minimum: int = 0) -> int:
+        """The value as a whole number of at least ``minimum`` (the default when unset).
+
+        Raises:
+            gpuci.errors.InputError: it is not one, in one line naming the variable.
+        """
+        text = self.value(environ)
+        if text.isascii() and text.isdigit() and len(text) <= 18 and int(text) >= minimum:
+            return int(text)
+        raise self._bad(text, f"a whole number of at least {minimum}")
+
+    def number(self, environ: Mapping[str, str] | None = None, minimum: float = 0.0) -> float:
+        """The value as a finite number of at least ``minimum`` (seconds, a rate, a factor).
+
+        Raises:
+            gpuci.errors.InputError: it is not one, in one line naming the variable.
+        """
+        text = self.value(environ)
+        if _NUMBER.fullmatch(text) and float(text) >= minimum:
+            return float(text)
+        raise self._bad(text, f"a number of at least {minimum:g}")
+
+    def _bad(self, text: str, wanted: str) -> Exception:
+        from gpuci.errors import InputError  # only on the error path: this module stays a table
+
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        default = f"its default {self.default}" if self.default else "no value"
+        return InputError(
+            f"{self.name}={shown!r} is not {wanted}",
+            f"set {self.name} to {wanted}, or unset it for {default}",
+        )
 
 
 def _declare(name: str, default: str, meaning: str, group: str = "gpu-ci") -> Setting:
@@ -247,7 +290,7 @@ POD_SITE = _declare(
 RUNNER_PLATFORM = _declare(
     "GPUCI_RUNNER_PLATFORM", "", "github or gitlab: the one-job runner to start.", _POD
 )
-RUNNER_NAME = _declare("GPUCI_RUNNER_NAME", "", "The runner's registered name.", _POD)
+RUNNER_NAME_ON_POD = _declare("GPUCI_RUNNER_NAME", "", "The runner's registered name.", _POD)
 RUNNER_ID = _declare("GPUCI_RUNNER_ID", "", "The runner's id on its platform.", _POD)
 RUNNER_SCOPE = _declare("GPUCI_RUNNER_SCOPE", "repo", "repo or org: where it is registered.", _POD)
 RUNNER_JITCONFIG = _declare(
@@ -429,6 +472,10 @@ DISCOURSE_API_USERNAME = _declare(
     "DISCOURSE_API_USERNAME", "system", "The user notify posts to Discourse as.", _O
 )
 NO_COLOR = _declare("NO_COLOR", "", "Present: no colour in a terminal.", _O)
+SSL_CERT_FILE = _declare(
+    "SSL_CERT_FILE", "", "CA certificates for HTTPS downloads and REST (else certifi's).", _O
+)
+SSL_CERT_DIR = _declare("SSL_CERT_DIR", "", "A folder of CA certificates, the same way.", _O)
 
 
 def by_name() -> dict[str, Setting]:

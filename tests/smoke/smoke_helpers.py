@@ -175,3 +175,13 @@ def timed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
 def untimed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A correct all-reduce that reports no timing (a reducer from before busbw)."""
     return [(float(len(indices)), float(len(indices)))] * len(indices)
+
+
+def hostile_stdout(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A child whose stdout ends in the line in ``$SMOKE_HOSTILE_FILE`` instead of gpu-ci's
+    answer (a framework printing there, or a broken child): the parent reads it as an input."""
+    import os
+
+    with open(os.environ["SMOKE_HOSTILE_FILE"], encoding="utf-8") as handle:
+        print(handle.read(), flush=True)
+    os._exit(0)

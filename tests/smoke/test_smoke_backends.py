@@ -126,3 +126,26 @@ def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
     assert not answer.hung and answer.result is None
     answer = allreduce.run_child("smoke_helpers:wrong_sum", [0, 1], 8, timeout_s=30)
     assert answer.result == [(2.0, 2.0), (1.0, 2.0)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"result": ' + "[" * 100_000 + "]" * 100_000 + "}",  # was a RecursionError
+        '{"result": [[1, 2, 3]]}',  # was a ValueError from unpacking
+        '{"result": 7}',  # was a TypeError
+        '{"result": [[' + "9" * 400 + ", 1]]}",  # was an OverflowError
+        '{"error": "' + "x" * 100_000 + '"}',  # a 100 kB failure line
+        '{"error": {"nested": true}}',
+    ],
+)
+def test_a_hostile_all_reduce_answer_is_an_error_in_one_short_line(monkeypatch, tmp_path, line):
+    from gpuci.gpu.smoke import allreduce
+
+    (tmp_path / "line").write_text(line, encoding="utf-8")  # past an env var's 128 KiB
+    monkeypatch.setenv("SMOKE_HOSTILE_FILE", str(tmp_path / "line"))
+    answer = allreduce.run_child("smoke_helpers:hostile_stdout", [0, 1], 8, timeout_s=60)
+    assert answer.result is None and not answer.hung
+    assert answer.error is None or len(answer.error) < 300
+    if '"error"' not in line:
+        assert answer.error.startswith("all-reduce process exited with code 0: ")

@@ -118,6 +118,9 @@ def test_the_bus_is_as_fast_as_its_slowest_gpu() -> None:
         '{"timing": {"bytes": "x", "per_run": 4, "seconds": [0.01]}}',
         '{"timing": [1, 2]}',
         '{"timing": not json',
+        '{"timing": {"bytes": 1e400, "per_run": 4, "seconds": [0.01]}}',  # was OverflowError
+        '{"timing": {"bytes": 8, "per_run": 4, "seconds": [' + "9" * 400 + "]}}",
+        '{"timing": ' + "[" * 100_000 + "]" * 100_000 + "}",  # was RecursionError
     ],
 )
 def test_a_malformed_timing_line_is_no_timing(line: str) -> None:

@@ -160,3 +160,21 @@ def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
     ctx = Context({}, time.monotonic() + 1.0, time.monotonic)
     with pytest.raises(CheckSkipped, match="did not finish within the 1s left of the budget"):
         dcgm.run(1, ctx, [0])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000 + "]" * 100_000,  # past any parser's recursion: was a RecursionError
+        '{"tests": ' * 10_000 + "1" + "}" * 10_000,
+        '{"status": "Fail", "warnings": ' + "9" * 5_000 + "}",  # Python's int-string limit
+    ],
+)
+def test_hostile_dcgmi_output_is_no_verdict_not_a_traceback(text):
+    """dcgmi's output is read through untrusted_json: nesting and numbers are bounded."""
+    from gpuci.gpu.smoke.checks import CheckError, CheckSkipped
+
+    with pytest.raises(CheckSkipped, match="printed no JSON verdict"):
+        verdict(text, 0)
+    with pytest.raises(CheckError, match="dcgmi diag exited 1"):
+        verdict(text, 1)

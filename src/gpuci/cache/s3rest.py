@@ -19,13 +19,13 @@ import datetime
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import unquote_plus, urlsplit
 
 from gpuci.cache.s3http import CONTROL_CAP, BadResponse, count
 from gpuci.cache.s3pool import Pool
 from gpuci.cache.sigv4 import Address, Presigner
-from gpuci.retry import botocore_delay
+from gpuci.retry import BOTOCORE_STANDARD
 
 # Answers botocore's standard retry mode retries (transient and throttling errors).
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -95,6 +95,14 @@ class Reply:
             found = _REGION_RE.search(self.body)
             named = found.group(1).decode("ascii", "replace").strip() if found else ""
         return named
+
+
+class _Transient(Exception):
+    """A 5xx or throttling answer, raised so the retry policy sees it; kept for the caller."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
 
 
 class Unreachable(Exception):
@@ -212,24 +220,34 @@ class RestClient:
         return again
 
     def _retrying(self, once: Callable[[], Reply], until: float) -> Reply:
-        """botocore's standard retry mode: connection errors, 5xx and throttling, full jitter
-        doubling up to 20 s, ``attempts`` in all, never past ``until``."""
-        for attempt in range(1, self.attempts + 1):
+        """botocore's standard retry mode (:data:`gpuci.retry.BOTOCORE_STANDARD`): connection
+        errors, 5xx and throttling, ``attempts`` in all, no wait that would end past ``until``.
+        The last transient answer is returned for the caller to word; a connection that never
+        answered is :class:`Unreachable`. A first answer that is final imports no tenacity."""
+
+        def attempt() -> Reply:
             try:
                 reply = once()
-            except OSError as exc:
+            except OSError:
                 self._heard()
-                if attempt == self.attempts or time.monotonic() >= until:
-                    raise Unreachable(exc) from None
-            else:
-                if not _transient(reply):
-                    return reply
+                raise
+            if _transient(reply):
                 self._heard()
-                if attempt == self.attempts:
-                    return reply
-            pause = botocore_delay(attempt)
-            self._sleep(max(0.0, min(pause, until - time.monotonic())))
-        raise AssertionError("unreachable")  # the loop always returns or raises
+                raise _Transient(reply)
+            return reply
+
+        policy = replace(BOTOCORE_STANDARD, attempts=self.attempts)
+        try:
+            return policy.call(
+                attempt,
+                (OSError, _Transient),
+                deadline=max(0.0, until - time.monotonic()),
+                sleep=self._sleep,
+            )
+        except _Transient as exc:
+            return exc.reply
+        except OSError as exc:
+            raise Unreachable(exc) from None
 
     def _heard(self) -> None:
         listener = self.on_transient

@@ -13,13 +13,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.dryrun.expressions import Partial, Unknown, opaque
 from gpuci.errors import InputError
 
 __all__ = ["ALWAYS_SECRETS", "MAX_VARS_FILE_BYTES", "secrets_context", "vars_context"]
 
 MAX_VARS_FILE_BYTES = 1 << 20
-ALWAYS_SECRETS = ("GITHUB_TOKEN",)  # the runner makes it for every job
+ALWAYS_SECRETS = (settings.GITHUB_TOKEN.name,)  # the runner makes it for every job
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTENV = re.compile(r"^\s*(?:export\s+)?(?P<name>[^=\s]+)\s*=\s*(?P<value>.*?)\s*$")
 

@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.commands import Command
 from gpuci.dryrun.expressions import EMBEDDED
 from gpuci.dryrun.workflow import Call
 from gpuci.errors import ExitCode, InputError
 from gpuci.runtime import Result, Runtime
 
-RUNPOD_KEY = "RUNPOD_API_KEY"
+RUNPOD_KEY = settings.RUNPOD_API_KEY.name
 
 
 def network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str, str]) -> str:
@@ -27,7 +28,7 @@ def network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str, 
     if full_name.startswith("cache-weights"):
         from gpuci.redact import redact_url
 
-        store = (values.get("store") or env.get("GPUCI_STORE") or "").strip()
+        store = (values.get("store") or settings.STORE.value(env)).strip()
         if "://" in store and not store.lower().startswith("file:"):
             return (
                 f"the store {redact_url(store)} is on the network; "
@@ -36,7 +37,7 @@ def network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str, 
     if full_name.startswith("pods "):
         from gpuci.redact import redact_url
 
-        ledger = (values.get("ledger") or env.get("GPUCI_PODS_LEDGER") or "").strip()
+        ledger = (values.get("ledger") or settings.PODS_LEDGER.value(env)).strip()
         if "://" in ledger and not ledger.lower().startswith("file:"):
             return (
                 f"the pods ledger {redact_url(ledger)} is on the network; "

@@ -8,7 +8,6 @@ knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is a
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tempfile
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import files
+from gpuci import files, settings
 from gpuci.dryrun.expressions import (
     EMBEDDED,
     ExpressionError,
@@ -151,7 +150,7 @@ def runner_context(runs_on: Any) -> Partial:
     """``runner.os`` from the job's labels (Linux unless they say otherwise), ``runner.temp``."""
     text = runs_on_label(runs_on).lower()
     system = "Windows" if "windows" in text else "macOS" if "macos" in text else "Linux"
-    temp = os.environ.get("RUNNER_TEMP") or str(Path(tempfile.gettempdir()) / "runner-temp")
+    temp = settings.RUNNER_TEMP.value() or str(Path(tempfile.gettempdir()) / "runner-temp")
     return Partial("runner", {"os": system, "temp": temp, "name": Unknown("runner.name")})
 
 

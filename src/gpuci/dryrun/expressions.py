@@ -25,6 +25,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gpuci import untrusted_json
+
 TOKEN = re.compile(
     r"\s*(?:"
     r"(?P<str>'(?:[^']|'')*')"
@@ -355,7 +357,7 @@ class _Parser:
             if unknown:
                 return unknown
             try:
-                return json.loads(to_text(args[0]))
+                return untrusted_json.loads(to_text(args[0]))
             except ValueError:
                 message = f"fromJSON of text that is not JSON in {self.text!r}"
                 raise ExpressionError(message) from None

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import settings
 from gpuci.dryrun.contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
 from gpuci.dryrun.expressions import (
     EMBEDDED,
@@ -203,8 +204,9 @@ def callee_secrets(job: Mapping[str, Any], ctx: Mapping[str, Any], status: Any) 
     if given == "inherit":
         return ctx.get("secrets")
     caller = ctx.get("secrets")
-    token = caller.get("GITHUB_TOKEN") if isinstance(caller, dict) else None
-    found: dict[str, Any] = {"GITHUB_TOKEN": token or opaque("secrets.GITHUB_TOKEN")}
+    name = settings.GITHUB_TOKEN.name
+    token = caller.get(name) if isinstance(caller, dict) else None
+    found: dict[str, Any] = {name: token or opaque(f"secrets.{name}")}
     if isinstance(given, dict):
         for name, value in given.items():
             found[str(name)] = evaluate_value(value, ctx, status)

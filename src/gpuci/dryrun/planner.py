@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun.calls import (
     RUNPOD_KEY,
@@ -76,7 +77,7 @@ from gpuci.dryrun.workflow import (
     own_workflow,
 )
 from gpuci.errors import InputError
-from gpuci.runtime import PROBE_ENV, Result, Runtime, format_output
+from gpuci.runtime import Result, Runtime, format_output
 
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
@@ -499,7 +500,7 @@ class Planner:
         setting); a call that would need the network without --probe is not evaluated."""
         inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
         inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
-        inner_env[PROBE_ENV] = "true" if self.probe else "false"
+        inner_env[settings.PROBE.name] = "true" if self.probe else "false"
         for full_name, cmd, values in calls:
             offline = None if self.probe else network_needed(full_name, values, inner_env)
             if offline:

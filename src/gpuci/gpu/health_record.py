@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.errors import InfraError, InputError
 from gpuci.inputs import inp, options
 from gpuci.runtime import Result, Runtime, markdown_table
 
 __all__ = [
-    "ENV_ENDPOINT",
-    "ENV_STORE",
     "MAX_KEYS",
     "MAX_OBJECT",
     "ROOT",
@@ -41,8 +39,6 @@ __all__ = [
     "verdicts",
 ]
 
-ENV_STORE = "GPUCI_GPU_HEALTH_STORE"
-ENV_ENDPOINT = "GPUCI_GPU_HEALTH_ENDPOINT_URL"
 ROOT = "gpu-health/verdicts"
 MAX_OBJECT = 64 * 1024  # a verdict is a few kB; anything bigger is not ours
 MAX_KEYS = 20_000  # listing cap: a report reads no more than this many keys
@@ -52,16 +48,17 @@ _KEY_TIME = re.compile(r"/(\d{15})-(pass|fail)-[0-9a-f]+\.json$")
 
 def store_url(value: str | None, environ: Mapping[str, str]) -> str:
     """The configured store (input, then ``GPUCI_GPU_HEALTH_STORE``); empty: none."""
-    return (value or "").strip() or environ.get(ENV_STORE, "").strip()
+    return (value or "").strip() or settings.GPU_HEALTH_STORE.value(environ)
 
 
 def _open(url: str, environ: Mapping[str, str], rt: Runtime | None = None) -> Any:
     from gpuci.cache.stores import open_store
 
-    endpoint = environ.get(ENV_ENDPOINT) or environ.get("AWS_ENDPOINT_URL_S3")
+    endpoint = settings.GPU_HEALTH_ENDPOINT_URL.value(environ)
+    endpoint = endpoint or settings.AWS_ENDPOINT_URL_S3.value(environ)
     return open_store(
         url,
-        endpoint_url=endpoint or environ.get("AWS_ENDPOINT_URL"),
+        endpoint_url=endpoint or settings.AWS_ENDPOINT_URL.value(environ) or None,
         environ=environ,
         mask=rt.mask if rt is not None else None,
     )
@@ -81,11 +78,11 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
     report = result.report
     if result.exit_code not in (0, 1) or not isinstance(report.get("checks"), list):
         return []
-    host = environ.get("GPUCI_NODE_NAME") or socket.gethostname()
-    runner = environ.get("RUNNER_NAME") or environ.get("CI_RUNNER_DESCRIPTION") or ""
+    host = settings.NODE_NAME.value(environ) or socket.gethostname()
+    runner = settings.RUNNER_NAME.value(environ) or settings.CI_RUNNER_DESCRIPTION.value(environ)
     # RunPod's API names no machine, only the data centre (RUNPOD_DC_ID inside a pod): the
     # finest unit pods placement can steer away from.
-    data_center = environ.get("RUNPOD_DC_ID") or environ.get("GPUCI_DATA_CENTER") or ""
+    data_center = settings.RUNPOD_DC_ID.value(environ) or settings.DATA_CENTER.value(environ)
     out = []
     for gpu in report.get("gpus") or []:
         if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int):
@@ -106,7 +103,7 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
                 "host": host,
                 "runner": runner,
                 "data_center": data_center,
-                "pod": environ.get("RUNPOD_POD_ID") or "",
+                "pod": settings.RUNPOD_POD_ID.value(environ),
                 "passed": not failed,
                 "failed_checks": failed,
                 "checks": mine,
@@ -268,7 +265,7 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
     if not url:
         raise InputError(
             "no GPU health store configured",
-            hint=f"pass --store (s3://bucket/prefix or file:///dir) or set {ENV_STORE}",
+            hint="pass --store (s3://bucket/prefix or file:///dir) or set GPUCI_GPU_HEALTH_STORE",
         )
     days = inp.days or 7.0  # 0 reads as the default, as before
     since = time.time() - days * 86400

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import NvmlUnavailable
 from gpuci.gpu.gpu_info import (
     GpuInfo,
@@ -36,7 +37,6 @@ from gpuci.gpu.nvml_abi import (
     CLOCK_MEM,
     CLOCK_SM,
     CPU_AFFINITY_WORDS,
-    FAKE_ENV,
     FEATURE_ENABLED,
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
@@ -388,7 +388,7 @@ def open_nvml(environ: Mapping[str, str], nvml: Any = None) -> NvmlSession:
     """An open session on ``nvml``; else the fake named by ``GPUCI_FAKE_NVML``; else pynvml."""
     if nvml is not None:
         return NvmlSession(nvml, getattr(nvml, "source", "injected")).open()
-    spec = environ.get(FAKE_ENV, "").strip()
+    spec = settings.FAKE_NVML.value(environ)
     if spec:
         from gpuci.gpu.fake.nvml import FakeNvml
 

@@ -7,8 +7,6 @@ them without pynvml.
 
 from __future__ import annotations
 
-FAKE_ENV = "GPUCI_FAKE_NVML"
-
 # NVML ABI constants (nvml.h); stable, so the fake does not need pynvml to speak them.
 SUCCESS = 0
 ERROR_INVALID_ARGUMENT = 2

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import files, journal
+from gpuci import files, journal, settings
 from gpuci.errors import CheckFailed, ExitCode, NvmlUnavailable
 from gpuci.gpu.checks import (
     CheckOutcome,
@@ -258,7 +258,7 @@ def _publish(
         rt.environ,
     )
     if inp.export_visible_devices and seen.units:
-        result.env["CUDA_VISIBLE_DEVICES"] = ",".join(u.uuid for u in seen.units)
+        result.env[settings.CUDA_VISIBLE_DEVICES.name] = ",".join(u.uuid for u in seen.units)
     result.headline = _headline(failed, seen.units, seen.cpu_only)
     for check in failed:
         result.error(f"{check.check}: {check.reason} (required {check.required})", "gpu-setup")

@@ -32,11 +32,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuci import settings
 from gpuci.gpu.gpu_info import GpuInfo, Snapshot
 from gpuci.gpu.nvml import pci_address
 
-ENV = "CUDA_VISIBLE_DEVICES"
-ORDER_ENV = "CUDA_DEVICE_ORDER"
+ENV = settings.CUDA_VISIBLE_DEVICES.name
+ORDER_ENV = settings.CUDA_DEVICE_ORDER.name
 _OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)")
 
 
@@ -179,5 +180,9 @@ def visible_snapshot(snapshot: Snapshot, vis: Visibility) -> Snapshot:
 
 def job_view(snapshot: Snapshot, environ: Mapping[str, str]) -> tuple[Snapshot, Visibility]:
     """The job's GPUs (``CUDA_VISIBLE_DEVICES`` applied) and how they were chosen."""
-    vis = resolve(environ.get(ENV), environ.get(ORDER_ENV, ""), snapshot.gpus)
+    vis = resolve(
+        settings.CUDA_VISIBLE_DEVICES.raw(environ),
+        settings.CUDA_DEVICE_ORDER.value(environ),
+        snapshot.gpus,
+    )
     return visible_snapshot(snapshot, vis), vis

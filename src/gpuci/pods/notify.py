@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
 TIMEOUT_S = 15.0
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")  # plain http only for a forum on this machine
-ENV_DISCOURSE_KEY = "DISCOURSE_API_KEY"
-ENV_DISCOURSE_USER = "DISCOURSE_API_USERNAME"
 
 
 @dataclass(frozen=True)
@@ -163,17 +162,17 @@ def _discourse(target: Target, subject: str, text: str, environ: Mapping[str, st
     parts = urlsplit(target.url)
     segments = [s for s in parts.path.split("/") if s]
     topic = next((s for s in reversed(segments) if s.isdigit()), "")
-    key = environ.get(ENV_DISCOURSE_KEY, "")
+    key = settings.DISCOURSE_API_KEY.value(environ)
     if not topic or not key:
         raise RuntimeError(
-            f"needs a topic URL (/t/<id>) and {ENV_DISCOURSE_KEY} in the environment"
+            f"needs a topic URL (/t/<id>) and {settings.DISCOURSE_API_KEY.name} in the environment"
         )
     scheme = "http" if parts.scheme.lower() == "discourse+http" else "https"
     base = f"{scheme}://{parts.netloc.rpartition('@')[2]}"
     _post_json(
         f"{base}/posts.json",
         {"topic_id": int(topic), "raw": f"**{subject}**\n\n{text}"},
-        {"Api-Key": key, "Api-Username": environ.get(ENV_DISCOURSE_USER) or "system"},
+        {"Api-Key": key, "Api-Username": settings.DISCOURSE_API_USERNAME.value(environ)},
     )
 
 

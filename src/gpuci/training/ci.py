@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 
 # GitHub caps a webhook's payload at 25 MB; the event file is that payload.
 _MAX_EVENT = 32 << 20
@@ -56,7 +56,7 @@ def _git(*args: str) -> str:
 
 def _github_pr(env: Mapping[str, str]) -> int | None:
     """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
-    event_path = env.get("GITHUB_EVENT_PATH", "")
+    event_path = settings.GITHUB_EVENT_PATH.value(env)
     if event_path and Path(event_path).is_file():
         # The runner wrote it, but any earlier step of the job (the PR's code) may rewrite it.
         try:
@@ -73,16 +73,16 @@ def _github_pr(env: Mapping[str, str]) -> int | None:
         number = issue.get("number")
         if isinstance(number, int) and not isinstance(number, bool) and issue.get("pull_request"):
             return number
-    match = re.match(r"^refs/pull/(\d+)/", env.get("GITHUB_REF", ""))
+    match = re.match(r"^refs/pull/(\d+)/", settings.GITHUB_REF.value(env))
     return int(match.group(1)) if match else None
 
 
 def detect(env: Mapping[str, str]) -> RunContext:
-    if env.get("GITHUB_ACTIONS") == "true" or env.get("GITHUB_REPOSITORY"):
-        server = env.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
-        repo = env.get("GITHUB_REPOSITORY", "")
-        run_id = env.get("GITHUB_RUN_ID", "")
-        attempt = env.get("GITHUB_RUN_ATTEMPT", "")
+    if settings.GITHUB_ACTIONS.is_true(env) or settings.GITHUB_REPOSITORY.is_set(env):
+        server = settings.GITHUB_SERVER_URL.value(env).rstrip("/")
+        repo = settings.GITHUB_REPOSITORY.value(env)
+        run_id = settings.GITHUB_RUN_ID.value(env)
+        attempt = settings.GITHUB_RUN_ATTEMPT.value(env)
         url = f"{server}/{repo}/actions/runs/{run_id}" if repo and run_id else ""
         if url and attempt:
             url += f"/attempts/{attempt}"
@@ -90,29 +90,29 @@ def detect(env: Mapping[str, str]) -> RunContext:
             platform="github",
             repository=repo,
             server_url=server,
-            commit=env.get("GITHUB_SHA", "") or _git("rev-parse", "HEAD"),
-            ref=env.get("GITHUB_REF", ""),
-            workflow=env.get("GITHUB_WORKFLOW_REF", "") or env.get("GITHUB_WORKFLOW", ""),
+            commit=settings.GITHUB_SHA.value(env) or _git("rev-parse", "HEAD"),
+            ref=settings.GITHUB_REF.value(env),
+            workflow=settings.GITHUB_WORKFLOW_REF.value(env) or settings.GITHUB_WORKFLOW.value(env),
             run_id=run_id,
             run_attempt=attempt,
             run_url=url,
-            job=env.get("GITHUB_JOB", ""),
-            runner=env.get("RUNNER_ENVIRONMENT", ""),
+            job=settings.GITHUB_JOB.value(env),
+            runner=settings.RUNNER_ENVIRONMENT.value(env),
             pull_request=_github_pr(env),
         )
-    if env.get("GITLAB_CI") == "true":
-        mr = env.get("CI_MERGE_REQUEST_IID", "")
+    if settings.GITLAB_CI.is_true(env):
+        mr = settings.CI_MERGE_REQUEST_IID.value(env)
         return RunContext(
             platform="gitlab",
-            repository=env.get("CI_PROJECT_PATH", ""),
-            server_url=env.get("CI_SERVER_URL", "").rstrip("/"),
-            commit=env.get("CI_COMMIT_SHA", ""),
-            ref=env.get("CI_COMMIT_REF_NAME", ""),
-            workflow=env.get("CI_PIPELINE_SOURCE", ""),
-            run_id=env.get("CI_PIPELINE_ID", ""),
-            run_url=env.get("CI_JOB_URL", "") or env.get("CI_PIPELINE_URL", ""),
-            job=env.get("CI_JOB_NAME", ""),
-            runner=env.get("CI_RUNNER_ID", ""),
+            repository=settings.CI_PROJECT_PATH.value(env),
+            server_url=settings.CI_SERVER_URL.value(env).rstrip("/"),
+            commit=settings.CI_COMMIT_SHA.value(env),
+            ref=settings.CI_COMMIT_REF_NAME.value(env),
+            workflow=settings.CI_PIPELINE_SOURCE.value(env),
+            run_id=settings.CI_PIPELINE_ID.value(env),
+            run_url=settings.CI_JOB_URL.value(env) or settings.CI_PIPELINE_URL.value(env),
+            job=settings.CI_JOB_NAME.value(env),
+            runner=settings.CI_RUNNER_ID.value(env),
             pull_request=int(mr) if mr.isdigit() else None,
         )
     remote = _git("config", "--get", "remote.origin.url")

@@ -26,14 +26,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.cache.store import Store
 from gpuci.cache.stores import open_store
 from gpuci.training import ci
 
 __all__ = [
-    "ENV_ENDPOINT",
-    "ENV_HISTORY",
     "FORMAT",
     "MAX_METRICS",
     "MAX_NAME",
@@ -54,8 +52,6 @@ __all__ = [
     "should_append",
 ]
 
-ENV_HISTORY = "GPUCI_METRICS_HISTORY"
-ENV_ENDPOINT = "GPUCI_METRICS_HISTORY_ENDPOINT_URL"
 ROOT = "metrics-history"
 FORMAT = 1
 MAX_OBJECT = 64 * 1024
@@ -68,7 +64,7 @@ _KEY = re.compile(r"^\d{13}-[0-9a-z]{1,12}-[0-9a-f]{8}\.json$")
 
 def history_url(value: str | None, environ: Mapping[str, str]) -> str:
     """The history's store URL: the input, then ``GPUCI_METRICS_HISTORY``; empty means none."""
-    return (value or "").strip() or environ.get(ENV_HISTORY, "").strip()
+    return (value or "").strip() or settings.METRICS_HISTORY.value(environ)
 
 
 def open_history(url: str, environ: Mapping[str, str], mask: Callable[[str], None]) -> Store:
@@ -76,7 +72,7 @@ def open_history(url: str, environ: Mapping[str, str], mask: Callable[[str], Non
     raises InputError for a bad URL and StoreError when it cannot be opened."""
     return open_store(
         url,
-        endpoint_url=environ.get(ENV_ENDPOINT) or None,
+        endpoint_url=settings.METRICS_HISTORY_ENDPOINT_URL.value(environ) or None,
         region=None,
         environ=environ,
         mask=mask,
@@ -100,7 +96,7 @@ def object_key(series: str, epoch: float, commit: str) -> str:
 
 
 def _default_branch_github(environ: Mapping[str, str]) -> str:
-    path = environ.get("GITHUB_EVENT_PATH", "")
+    path = settings.GITHUB_EVENT_PATH.value(environ)
     if not path:
         return ""
     try:
@@ -118,18 +114,18 @@ def should_append(mode: str, environ: Mapping[str, str]) -> tuple[bool, str]:
         return True, "history-append is always"
     if mode == "never":
         return False, "history-append is never"
-    if environ.get("GITHUB_ACTIONS") == "true" or environ.get("GITHUB_REPOSITORY"):
-        if environ.get("GITHUB_EVENT_NAME") == "schedule":
+    if settings.GITHUB_ACTIONS.is_true(environ) or settings.GITHUB_REPOSITORY.is_set(environ):
+        if settings.GITHUB_EVENT_NAME.value(environ) == "schedule":
             return True, "a scheduled run"
         default = _default_branch_github(environ)
-        if default and environ.get("GITHUB_REF") == f"refs/heads/{default}":
+        if default and settings.GITHUB_REF.value(environ) == f"refs/heads/{default}":
             return True, f"a push to the default branch {default}"
         return False, "not the default branch or a schedule"
-    if environ.get("GITLAB_CI") == "true":
-        if environ.get("CI_PIPELINE_SOURCE") == "schedule":
+    if settings.GITLAB_CI.is_true(environ):
+        if settings.CI_PIPELINE_SOURCE.value(environ) == "schedule":
             return True, "a scheduled pipeline"
-        branch = environ.get("CI_COMMIT_BRANCH", "")
-        if branch and branch == environ.get("CI_DEFAULT_BRANCH"):
+        branch = settings.CI_COMMIT_BRANCH.value(environ)
+        if branch and branch == settings.CI_DEFAULT_BRANCH.value(environ):
             return True, f"the default branch {branch}"
         return False, "not the default branch or a schedule"
     return False, "not in CI (set history-append: always to record a local run)"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import charts, journal, untrusted_json
+from gpuci import charts, journal, settings, untrusted_json
 from gpuci.errors import InputError
 from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
@@ -256,11 +256,11 @@ def publish(to: CommentInputs, rt: Runtime, body: str, result: Result) -> None:
     if ctx.platform == "gitlab" and not to.repository:
         _publish_gitlab(to, rt, body, result, ctx)
         return
-    token = to.token or rt.environ.get("GITHUB_TOKEN", "")
+    token = to.token or settings.GITHUB_TOKEN.value(rt.environ)
     rt.mask(token)
     repository = to.repository or ctx.repository
     number = to.pr or ctx.pull_request
-    api_url = to.api_url or rt.environ.get("GITHUB_API_URL") or "https://api.github.com"
+    api_url = to.api_url or settings.GITHUB_API_URL.value(rt.environ)
     reason = ""
     if not token:
         reason = "no token (set the token input or GITHUB_TOKEN)"
@@ -284,29 +284,29 @@ def _publish_gitlab(
     to: CommentInputs, rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
-    from gpuci.forges.gitlab import TOKEN_ENV, GitLab
+    from gpuci.forges.gitlab import GitLab
 
     env = rt.environ
-    token = to.token or env.get(TOKEN_ENV, "")
+    token = to.token or settings.GITLAB_TOKEN.value(env)
     rt.mask(token)
-    rt.mask(env.get("CI_JOB_TOKEN", ""))
-    project = env.get("CI_PROJECT_ID") or ctx.repository
+    rt.mask(settings.CI_JOB_TOKEN.value(env))
+    project = settings.CI_PROJECT_ID.value(env) or ctx.repository
     iid = to.pr or ctx.pull_request
-    server = env.get("CI_SERVER_URL", "").rstrip("/")
-    api_url = to.api_url or env.get("CI_API_V4_URL") or (server and f"{server}/api/v4")
+    server = settings.CI_SERVER_URL.value(env).rstrip("/")
+    api_url = to.api_url or settings.CI_API_V4_URL.value(env) or (server and f"{server}/api/v4")
     reason = ""
-    if not token and env.get("CI_JOB_TOKEN"):
+    if not token and settings.CI_JOB_TOKEN.value(env):
         reason = (
-            f"CI_JOB_TOKEN cannot write merge request notes; set {TOKEN_ENV} to a project "
+            "CI_JOB_TOKEN cannot write merge request notes; set GPUCI_GITLAB_TOKEN to a project "
             "access token with the api scope (a masked CI/CD variable)"
         )
     elif not token:
-        reason = f"no token (set {TOKEN_ENV} to a project access token with the api scope)"
+        reason = "no token (set GPUCI_GITLAB_TOKEN to a project access token with the api scope)"
     elif not iid:
         reason = "not a merge request pipeline"
     elif not project or not api_url:
         reason = "no project or API URL (CI_PROJECT_ID, CI_API_V4_URL)"
-    project_url = env.get("CI_PROJECT_URL", "").rstrip("/")
+    project_url = settings.CI_PROJECT_URL.value(env).rstrip("/")
     _post_sticky(
         result,
         rt,

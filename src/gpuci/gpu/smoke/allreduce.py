@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.redact import excerpt
 
 PHASES = ("start", "import", "contexts", "collective")
@@ -115,10 +116,10 @@ def _timing(out: str) -> Timing | None:
         if not line.startswith('{"timing"'):
             continue
         try:
-            body = json.loads(line)["timing"]
+            body = untrusted_json.parse_object(line)["timing"]
             nbytes, per_run = int(body["bytes"]), int(body["per_run"])
             seconds = tuple(float(s) for s in body["seconds"][:MAX_RUNS])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             return None
         if nbytes > 0 and per_run > 0 and seconds and all(0 < s < 1e6 for s in seconds):
             return Timing(nbytes, per_run, seconds)
@@ -131,9 +132,9 @@ def _phases(out: str) -> dict[str, float]:
     for line in out.splitlines():
         if line.startswith('{"phase"'):
             try:
-                body = json.loads(line)
-                found[str(body["phase"])] = float(body["t"])
-            except (ValueError, KeyError, TypeError):
+                body = untrusted_json.parse_object(line)
+                found[excerpt(str(body["phase"]), 40)] = float(body["t"])
+            except (ValueError, KeyError, TypeError, OverflowError):
                 continue
     return found
 
@@ -159,15 +160,17 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
     phases = _phases(out)
     for line in reversed(out.splitlines()):
         if line.startswith("{") and not line.startswith(('{"phase"', '{"timing"')):
-            try:
-                body = json.loads(line)
-            except ValueError:
+            try:  # the child's stdout is an input (a framework may print there too)
+                body = untrusted_json.parse_object(line)
+                result = body.get("result")
+                pairs = [(float(lo), float(hi)) for lo, hi in result] if result else None
+            except (ValueError, TypeError, OverflowError):
                 break
-            result = body.get("result")
+            unavailable, error = (untrusted_json.text(body, k) for k in ("unavailable", "error"))
             return Answer(
-                result=[(float(lo), float(hi)) for lo, hi in result] if result else None,
-                unavailable=body.get("unavailable"),
-                error=body.get("error"),
+                result=pairs,
+                unavailable=excerpt(unavailable) if unavailable else None,
+                error=excerpt(error) if error else None,
                 phases=phases,
                 timing=_timing(out),
             )

@@ -8,11 +8,11 @@ by one fixed path.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.redact import excerpt
 
@@ -57,8 +57,8 @@ def _tests(doc: Any, name: str = "") -> list[tuple[str, str, str]]:
 def verdict(stdout: str, returncode: int) -> dict[str, Any]:
     """Figures from a ``dcgmi diag -j`` run; raises ``CheckError`` on any failed test."""
     try:
-        doc = json.loads(stdout)
-    except ValueError:
+        doc = untrusted_json.loads(stdout) if len(stdout) <= untrusted_json.MAX_BYTES else None
+    except ValueError:  # untrusted_json.Unusable: bad syntax, or nested past what _tests walks
         doc = None
     if doc is None:
         text = excerpt(stdout, 200)

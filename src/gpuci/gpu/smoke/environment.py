@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Mapping
 
+from gpuci import settings
 from gpuci.gpu.checks import version_ge
 
 LIBCUDA = "libcuda.so.1"
@@ -55,7 +56,7 @@ def diagnose(
             "not the node)"
         )
     if not has_libcuda():
-        caps = environ.get("NVIDIA_DRIVER_CAPABILITIES")
+        caps = settings.NVIDIA_DRIVER_CAPABILITIES.raw(environ)
         seen = f" (NVIDIA_DRIVER_CAPABILITIES={caps})" if caps is not None else ""
         return (
             f"{why}: NVML works but {LIBCUDA}, the CUDA driver library, is not in this "
