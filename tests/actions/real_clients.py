@@ -127,11 +127,6 @@ def act_command(
         "run-4242=-self-hosted",
         "--action-offline-mode",
         "--no-cache-server",
-        # One job at a time: act's log masker is not safe for jobs in parallel ("concurrent map
-        # iteration and map write", nektos/act#2199; seen here when one run covered two
-        # workflows). A run that covers several workflows saves act's start, not parallelism.
-        "--concurrent-jobs",
-        "1",
         "--action-cache-path",
         str(cache),
         "--local-repository",

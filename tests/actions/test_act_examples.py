@@ -111,41 +111,43 @@ TRAIN_PY = (
 )
 
 
-def workflow_log(text: str, name: str) -> str:
-    """The lines of act's log from the workflow called ``name`` (``[name/job] ...``)."""
-    return "".join(re.findall(rf"^\[{re.escape(name)}/.*\n?", text, re.M))
-
-
-def test_train_and_train_gated_examples_miss_then_hit(gpuci: Path, tmp_path: Path) -> None:
-    """Both training examples in one repository, each act run covering both (a dispatch on main,
-    which both take): the first fills the caches, gates and keeps the baseline; the second hits
-    what the first filled and finds that baseline by its prefix."""
+def test_train_example_on_a_fake_h200(gpuci: Path, tmp_path: Path) -> None:
     project = make_project(
         tmp_path / "proj",
         {
             **USER_REPO,
             ".github/workflows/train.yml": EXAMPLES / "train.yml",
-            ".github/workflows/train-gated.yml": EXAMPLES / "train-gated.yml",
             "train.py": TRAIN_PY,
+        },
+    )
+    env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
+    kw = {"event": "pull_request", "env": env}
+    text = passed(act(project, gpuci, ".github/workflows/train.yml", tmp_path, **kw))
+    assert "Success - Main Save the weights for the next run" in text
+    again = passed(act(project, gpuci, ".github/workflows/train.yml", tmp_path, **kw))
+    assert "cache-hit=true" in again
+    assert "Main Save the weights for the next run" not in again  # skipped on a hit
+
+
+def test_train_gated_passes_first_then_hits(gpuci: Path, tmp_path: Path) -> None:
+    project = make_project(
+        tmp_path / "proj",
+        {
+            **USER_REPO,
+            ".github/workflows/train-gated.yml": EXAMPLES / "train-gated.yml",
             "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
         },
     )
     env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
-    kw = {"event": "workflow_dispatch", "env": env}
-    first = passed(act(project, gpuci, ".github/workflows", tmp_path, **kw))
-    train, gated = workflow_log(first, "train"), workflow_log(first, "train-gated")
-    assert "Success - Main Save the weights for the next run" in train, first[-4000:]
-    assert "populated tiny-data-v1 on a miss" in gated, first[-4000:]
-    assert "Success - Main Gate the model" in gated
-    assert "Success - Main Save the baseline" in gated  # on main, the gate passed
-
-    again = passed(act(project, gpuci, ".github/workflows", tmp_path, **kw))
-    train, gated = workflow_log(again, "train"), workflow_log(again, "train-gated")
-    assert "cache-hit=true" in train
-    assert "Main Save the weights for the next run" not in train  # skipped on a hit
-    assert "populated tiny-data-v1" not in gated
-    assert "cache-hit=true" in gated
-    assert "matched-key=metrics-baseline-main-" in gated  # the first run's baseline
+    args = (".github/workflows/train-gated.yml", tmp_path)
+    first = passed(act(project, gpuci, *args, env=env))
+    assert "populated tiny-data-v1 on a miss" in first
+    assert "Success - Main Gate the model" in first
+    assert "Success - Main Save the baseline" in first  # push to main, gate passed
+    second = passed(act(project, gpuci, *args, env=env))
+    assert "populated tiny-data-v1" not in second
+    assert "cache-hit=true" in second
+    assert "matched-key=metrics-baseline-main-" in second  # the first run's baseline
 
 
 def act_pod_example(
@@ -514,7 +516,7 @@ def planned_then_run(
     verdicts, logs = {}, {}
     for workflow, steps in plans.items():
         name = yaml.safe_load((project / workflow).read_text())["name"]
-        log = workflow_log(text, name)
+        log = "".join(re.findall(rf"^\[{re.escape(name)}/.*\n?", text, re.M))
         assert log, f"act ran nothing of {workflow}: " + text[-3000:]
         for step in steps:  # act's own time for each planned step it ran
             took = re.search(rf"Success - Main {re.escape(step['name'])} \[([^\]]+)\]", log)
