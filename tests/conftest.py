@@ -18,12 +18,38 @@ ONE_WORKER = {
 }
 
 
+# The modules whose tests take longest (a minute or more of one worker each, from
+# `pytest --durations`), longest first: they are started first, so that no worker is left
+# running one of them alone at the end while the other is idle. xdist hands the workers the
+# tests in collection order, one at a time (--dist loadgroup); a module moves whole, so its
+# module fixtures are built once per worker.
+SLOW_FIRST = (
+    "tests/test_bench_smoke.py",
+    "tests/actions/test_gitlab_ci_local.py",
+    "tests/gpu/test_gpu_check_script.py",
+    "tests/test_lint.py",  # mypy over the whole tree
+    "tests/actions/test_act_examples.py",
+    "tests/cache/test_cache_hf_real.py",
+    "tests/security/test_sec_redaction.py",
+    "tests/training/test_training_examples.py",
+    "tests/test_dryrun.py",
+    "tests/pods/test_pods_month.py",
+    "tests/security/test_sec_s3_bounds.py",
+    "tests/test_python_floor.py",
+    "tests/security/test_sec_store_listing.py",
+    "tests/pods/test_pods_runner_boot.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(SLOW_FIRST)}
     for item in items:
         group = ONE_WORKER.get(item.nodeid.split("::", 1)[0])
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # Stable: every worker collects the same order, and the rest keep theirs.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 @pytest.fixture

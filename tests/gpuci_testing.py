@@ -8,10 +8,12 @@ A uniquely named module (not ``conftest``): several test folders have a conftest
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +30,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+@contextmanager
+def refused_url() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` where every connection is refused for as long as it is held: a
+    socket bound there and never listening (the kernel answers a SYN with a reset). Holding it,
+    not closing it and handing the number on, keeps any other process off the port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "") -> None:

@@ -33,3 +33,46 @@ def moto_server() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+# A moto server in a child process: binds port 0 itself, says the port, serves until stdin closes.
+_CHILD = (
+    "import sys\n"
+    "from moto.server import ThreadedMotoServer\n"
+    "server = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)\n"
+    "server.start()\n"
+    "print(server.get_host_and_port()[1], flush=True)\n"
+    "sys.stdin.read()\n"
+    "server.stop()\n"
+)
+
+
+@contextmanager
+def moto_process(**environ: str) -> Iterator[str]:
+    """:func:`moto_server` in its own process, with ``environ`` added to its environment (moto
+    reads its settings once, at import); yields its endpoint URL. The child binds port 0 and
+    reports the port it got, so no other process can take it in between."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD],
+        env={**os.environ, **environ},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        port = child.stdout.readline().strip()
+        assert port.isdigit(), f"moto did not start (exit {child.poll()})"
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        child.stdin.close()  # the child stops its server and exits
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from gpuci import charts
 from gpuci.training.charts import metric_charts
 from gpuci_testing import clean_env, run_cli
-from mermaid_render import REPO, missing, missing_markdown, render, render_markdown, walk_texts
+from mermaid_render import REPO, Browser, missing, missing_markdown, walk_texts
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ready")
 
@@ -26,6 +27,13 @@ HOSTILE = (
     'acc" ] %%{init: {"theme": "dark"}}%%\n    line [999] <img src=x onerror=alert(1)> '
     '" 0 --> 999 ' + "n" * 500
 )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium for the module's pages (per xdist worker)."""
+    with Browser() as started:
+        yield started
 
 
 def _metric() -> charts.Chart:
@@ -87,10 +95,10 @@ def _shot(name: str, tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("name", "build"), [("metric", _metric), ("spend", _spend), ("smoke", _smoke)]
 )
-def test_each_chart_type_renders_without_a_parse_error(name, build, tmp_path):
+def test_each_chart_type_renders_without_a_parse_error(name, build, browser, tmp_path):
     chart = build()
     shot = _shot(name, tmp_path)
-    out = render(charts.mermaid(chart), screenshot=shot)
+    out = browser.render(charts.mermaid(chart), screenshot=shot)
     assert out.title == "rendered", out.title
     for label in chart.categories:
         assert label in out.texts
@@ -98,7 +106,7 @@ def test_each_chart_type_renders_without_a_parse_error(name, build, tmp_path):
     assert shot.is_file() and shot.stat().st_size > 1000
 
 
-def test_a_hostile_name_renders_as_text_and_adds_nothing(tmp_path):
+def test_a_hostile_name_renders_as_text_and_adds_nothing(browser, tmp_path):
     rows = [{"kind": "min", "metric": HOSTILE, "value": 1.0, "threshold": 0.5, "baseline": 0.9}]
     past = [{"commit": HOSTILE, "date": "", "metrics": {HOSTILE: 0.8}}]
     built = [
@@ -106,9 +114,9 @@ def test_a_hostile_name_renders_as_text_and_adds_nothing(tmp_path):
         charts.spend_chart([(HOSTILE, 1.0), ("ok", 2.0)], [3.0, 4.0], HOSTILE),
         charts.measured_chart(HOSTILE, HOSTILE, [(HOSTILE, 1.0, 2.0)]),
     ]
-    plain_style = _style(render(charts.mermaid(_smoke())).svg)
+    plain_style = _style(browser.render(charts.mermaid(_smoke())).svg)
     for i, chart in enumerate(built):
-        out = render(
+        out = browser.render(
             charts.mermaid(chart), screenshot=_shot("hostile", tmp_path) if i == 0 else None
         )
         assert out.title == "rendered", out.title
@@ -177,7 +185,7 @@ def _visible_rects(svg: str, colour: str) -> int:
 @pytest.mark.parametrize("points", POINTS)
 @pytest.mark.parametrize("where", ["comment", "summary"])
 def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why(
-    where, points, tmp_path
+    where, points, browser, tmp_path
 ):
     from gpuci.training import ci, report
 
@@ -189,7 +197,7 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
     # The verdict and its reason first, then the charts, each with its legend under it.
     assert page.index("Failed:") < page.index("```mermaid") < page.index("| metric |")
     shot = _shot(f"{where}-{points}", tmp_path)
-    out = render_markdown(page, screenshot=shot)
+    out = browser.render_markdown(page, screenshot=shot)
     assert out.title.startswith("rendered"), out.title
     charts_drawn = re.findall(r"<svg.*?</svg>", out.svg, flags=re.S)
     assert len(charts_drawn) == 2  # eval.accuracy (failing, first), then eval.loss
@@ -211,7 +219,7 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
 
 
 @pages
-def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(tmp_path):
+def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(browser, tmp_path):
     from gpuci.training import ci, report
 
     rows = [
@@ -223,7 +231,7 @@ def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(tmp_path):
     past = [{"date": HOSTILE, "commit": HOSTILE, "metrics": {HOSTILE: 0.45, "loss": 0.25}}]
     gate = {"passed": False, "rows": rows, "failed_rules": [rows[0]["rule"]]}
     body = report.render("training", gate, None, (None, "n/a"), ci.RunContext("github"), past)
-    out = render_markdown(body, screenshot=_shot("hostile-comment", tmp_path))
+    out = browser.render_markdown(body, screenshot=_shot("hostile-comment", tmp_path))
     assert out.title.startswith("rendered"), out.title
     assert len(re.findall(r"<svg.*?</svg>", out.svg, flags=re.S)) == 2
     main = out.dom.split("<main>", 1)[1].split("</main>", 1)[0]

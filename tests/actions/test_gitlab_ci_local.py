@@ -272,17 +272,14 @@ def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
         fake.stop()
 
 
-def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_skips(
-    wheel_install, tmp_path
-):
+def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_skips(tmp_path):
     """GitLab gives protected variables only to protected refs: on a feature branch's MR the
     template must not start a runner (start-runner would fail without RUNPOD_API_KEY, and
     train would wait for a runner nobody makes); it says so and how to allow it."""
     project = make_project(
         tmp_path / "proj", {".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml"}
     )
-    variables = {
-        **wheel_install,
+    variables = {  # no GPUCI_PACKAGE: no job that installs gpu-ci may run here
         "CI_PIPELINE_SOURCE": "merge_request_event",
         "CI_MERGE_REQUEST_IID": "3",
         "CI_COMMIT_REF_NAME": "feature-x",

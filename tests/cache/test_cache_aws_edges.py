@@ -4,20 +4,22 @@ and the fix; read-only credentials restore with one warning."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd, s3_case, seaweedfs
 from treeutil import make_tree, snapshot
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, refused_url, run_cli
 
 
-def _dead_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+@pytest.fixture
+def dead() -> Iterator[str]:
+    """An endpoint that refuses connections, for the whole test."""
+    with refused_url() as url:
+        yield url
 
 
 def _cli(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -44,8 +46,7 @@ def test_an_unknown_aws_profile_is_one_line_of_bad_input(tmp_path):
     assert "internal error" not in got.stdout and "Traceback" not in got.stderr
 
 
-def test_a_dead_endpoint_from_the_environment_is_named(tmp_path):
-    dead = _dead_url()
+def test_a_dead_endpoint_from_the_environment_is_named(dead, tmp_path):
     got = _cli(tmp_path, *_restore_args(tmp_path), AWS_ENDPOINT_URL=dead)
     assert got.returncode == 3, got.stdout + got.stderr
     first = got.stdout.splitlines()[0]
@@ -53,8 +54,7 @@ def test_a_dead_endpoint_from_the_environment_is_named(tmp_path):
     assert "AWS S3" not in first
 
 
-def test_a_dead_endpoint_from_the_profile_is_named(tmp_path):
-    dead = _dead_url()
+def test_a_dead_endpoint_from_the_profile_is_named(dead, tmp_path):
     config = tmp_path / "aws-config"
     config.write_text(f"[profile lab]\nregion = us-east-1\nendpoint_url = {dead}\n")
     got = _cli(tmp_path, *_restore_args(tmp_path), AWS_PROFILE="lab", AWS_CONFIG_FILE=str(config))
@@ -191,8 +191,7 @@ def test_a_profile_names_refused_credentials_as_env_keys_do(seaweedfs_endpoint, 
     assert "wrong-secret-value-123" not in fast.headline + json.dumps(fast.report)
 
 
-def test_a_profile_names_a_dead_endpoint_as_env_keys_do(env, tmp_path):
-    dead = _dead_url()
+def test_a_profile_names_a_dead_endpoint_as_env_keys_do(env, dead, tmp_path):
     case = StoreCase("s3", "s3://bucket-x/c", dead)
     flags = {**case.flags(), "key": "k", "path": str(tmp_path / "out")}
     fast, slow = _both_paths(flags, {**env, "AWS_MAX_ATTEMPTS": "1"}, tmp_path)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,12 +29,8 @@ from gpuci.cache import layout, refs, restore
 from gpuci.cache.manifest import canonical_json
 from gpuci.cache.stores import open_store
 from gpuci.errors import ConflictError, ExitCode
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from gpuci_testing import refused_url
+from moto_s3 import moto_process
 
 
 def _one_line(result) -> str:
@@ -57,35 +53,22 @@ def test_missing_bucket_is_infra_error(moto_endpoint, env, tmp_path):
 
 @pytest.mark.timeout(60)  # a hang guard: a refused connection ends it in about a second
 def test_unreachable_endpoint_is_infra_error(env, tmp_path):
-    case = StoreCase("s3", "s3://bucket/c", f"http://127.0.0.1:{_free_port()}")
-    got, _ = cache_cmd(
-        "restore", _flags(case, "k", tmp_path / "o"), {**env, "AWS_MAX_ATTEMPTS": "1"}
-    )
+    with refused_url() as dead:
+        case = StoreCase("s3", "s3://bucket/c", dead)
+        got, _ = cache_cmd(
+            "restore", _flags(case, "k", tmp_path / "o"), {**env, "AWS_MAX_ATTEMPTS": "1"}
+        )
     assert got.exit_code == ExitCode.INFRA
     assert "cannot reach the S3 endpoint" in _one_line(got)
     assert "fix:" in got.annotations[0].message
 
 
 @pytest.fixture(scope="module")
-def auth_moto() -> str:
-    """A second moto server that checks credentials (unknown keys are refused)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.kill()
-    proc.wait(10)
+def auth_moto() -> Iterator[str]:
+    """A second moto server that checks credentials (unknown keys are refused): its own process,
+    since moto reads INITIAL_NO_AUTH_ACTION_COUNT once, at import."""
+    with moto_process(INITIAL_NO_AUTH_ACTION_COUNT="0") as endpoint:
+        yield endpoint
 
 
 def test_wrong_credentials_are_infra_error_and_masked(auth_moto, env, tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import sys
 import pytest
 from cache_testing import REPO_ROOT
 
-from gpuci.cache import layout
+from gpuci.cache import layout, refs
 from gpuci.cache import manifest as mf
 from gpuci.cache.packs import plan_runs
 from gpuci.errors import InputError
@@ -82,6 +82,21 @@ def test_key_quoting_keeps_prefixes_and_round_trips():
         assert layout.key_from_ref("ns", obj) == key
         assert obj.startswith(layout.ref_key("ns", key[:2]))
         assert obj.count("/") == 2
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\x1b", "\x1f", "\x7f", "\x85", "\x9f"])
+def test_a_key_with_a_control_character_is_refused_in_one_line(char):
+    """C0, DEL and C1 (U+0085 ends a line for some readers): a listed or given key holding one
+    is refused, escaped in the message, so it can neither start a line nor fake one."""
+    with pytest.raises(InputError) as info:
+        refs.check_key(f"model{char}::error::x")
+    assert "holds control characters" in str(info.value)
+    assert char not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_key_with_printable_non_ascii_is_kept():
+    for key in ["ü-key", "model\xa0v1", "模型", "a" * refs.MAX_KEY]:
+        assert refs.check_key(key) == key
 
 
 def test_pack_runs_group_neighbours_and_respect_limits():

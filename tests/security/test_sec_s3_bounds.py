@@ -1,6 +1,6 @@
 """The S3 store's bounds on the data plane and in listings (issue 33), whatever the credentials:
 each hostile answer ends a real ``python -m gpuci`` process with one line (exit 3) in bounded
-memory, with a short time limit (GPUCI_S3_TIMEOUT=2).
+memory, with a short time limit (GPUCI_S3_TIMEOUT=2, 1 where a test waits out a deadline).
 
 - a ranged GET answered ``200`` claiming 10^12 bytes, or ``206`` with a ``Content-Range`` that
   is not the range asked for (``/²``): refused at once, never read;
@@ -31,6 +31,10 @@ from treeutil import snapshot
 from gpuci_testing import REPO
 
 PEAK_KIB = 300 * 1024
+# The tests that wait out one operation's deadline (8 timeouts, or the grace plus the size at the
+# minimum rate) use a 1 s timeout and 1 MiB/s: the same bounds, reached in about 8 s, not 16;
+# the store's own answers, relayed, still come well within a second.
+DEADLINE = {"GPUCI_S3_TIMEOUT": "1", "GPUCI_S3_MIN_RATE": str(1 << 20)}
 
 
 class Plan:
@@ -202,7 +206,7 @@ def test_a_trickled_body_ends_by_the_ranges_one_deadline_whatever_the_attempts(
 ):
     """Each attempt ends within the timeout's grace; all of them within one deadline."""
     bucket, _ = saved
-    env = _env(tmp_path, AWS_MAX_ATTEMPTS="1000", GPUCI_CACHE_WORKERS="1")
+    env = _env(tmp_path, AWS_MAX_ATTEMPTS="1000", GPUCI_CACHE_WORKERS="1", **DEADLINE)
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = Rule("trickle-body", "GET", "/blobs/")
         run = _restore(hostile, bucket, env, tmp_path, "--key", "k-1")
@@ -245,7 +249,7 @@ def test_a_listing_of_long_keys_with_fresh_tokens_ends_within_its_caps(
 
 def test_trickled_ref_headers_end_in_time_with_profile_credentials(saved, moto_endpoint, tmp_path):
     bucket, _ = saved
-    env = _profile_env(tmp_path)
+    env = _profile_env(tmp_path, **DEADLINE)
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = Rule("trickle-headers", "GET", "/refs/")
         run = _restore(hostile, bucket, env, tmp_path, "--key", "k-1")
@@ -261,7 +265,7 @@ def test_a_region_redirect_is_signed_again_on_the_same_endpoint_and_stays_bounde
     asked again of the same endpoint, signed for eu-west-1, never of the Location's host; the
     manifest it names then trickles, and the step still ends within its deadline."""
     bucket, _ = saved
-    env = _profile_env(tmp_path)
+    env = _profile_env(tmp_path, **DEADLINE)
     plan = Plan(
         (Rule("redirect-eu", "GET", "/refs/"), 1),
         (Rule("note", "GET", "/refs/"), 1),
