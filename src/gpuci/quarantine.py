@@ -98,9 +98,9 @@ def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
         return result
     env = rt.environ
     try:
-        if env.get("GITLAB_CI") == "true":
+        if settings.GITLAB_CI.raw(env) == "true":
             where, back = _pause_gitlab(env, rt)
-        elif env.get("GITHUB_ACTIONS") == "true":
+        elif settings.GITHUB_ACTIONS.raw(env) == "true":
             where, back = _unlabel_github(env, rt, list(inp.quarantine_labels))
         else:
             raise _NotDone(
@@ -143,7 +143,7 @@ def _identity(environ: Any, admin: Any) -> Any:
     :mod:`gpuci.forges.runner_admin`, loaded only here."""
     roots = {
         Path(v).parent.parent
-        for v in (environ.get("RUNNER_TEMP"), environ.get("RUNNER_WORKSPACE"))
+        for v in (settings.RUNNER_TEMP.raw(environ), settings.RUNNER_WORKSPACE.raw(environ))
         if v
     }
     for root in sorted(roots):
@@ -182,14 +182,14 @@ def _token(env: Any, setting: settings.Setting, rt: Runtime) -> str:
 
 
 def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]:
-    name = str(env.get("RUNNER_NAME") or "")
-    repository = str(env.get("GITHUB_REPOSITORY") or "")
+    name = str(settings.RUNNER_NAME.raw(env) or "")
+    repository = str(settings.GITHUB_REPOSITORY.raw(env) or "")
     if not labels:
         raise _NotDone("quarantine-labels is empty: name the labels your GPU jobs use")
     if not name or "/" not in repository:
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
     token = _token(env, settings.RUNNER_TOKEN, rt)
-    api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
+    api = settings.GITHUB_API_URL.value(env)
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
         try:  # this runner: its id from its own .runner file, else its name plus scope
@@ -222,16 +222,16 @@ def _nowhere(name: str, repository: str, env: Any) -> str:
 
 
 def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
-    rid = str(env.get("CI_RUNNER_ID") or "")
+    rid = str(settings.CI_RUNNER_ID.raw(env) or "")
     if not rid.isdigit():
         raise _NotDone("CI_RUNNER_ID is not set")
     token = _token(env, settings.GITLAB_TOKEN, rt)
-    api = str(env.get("CI_API_V4_URL") or "")
+    api = str(settings.CI_API_V4_URL.raw(env) or "")
     if not api:
         raise _NotDone("CI_API_V4_URL is not set")
     with _admin().GitLabRunnerPause(api, token) as client:
         client.set_paused(int(rid), True)
-    desc = str(env.get("CI_RUNNER_DESCRIPTION") or "")
+    desc = str(settings.CI_RUNNER_DESCRIPTION.raw(env) or "")
     where = f"{desc} (id {rid}; paused)" if desc else f"id {rid} (paused)"
     return where, f"python -m gpuci runners release {rid} --forge gitlab"
 
@@ -305,7 +305,7 @@ def release(inp: ReleaseInputs, rt: Runtime) -> Result:
     env = rt.environ
     forge = inp.forge or "auto"
     if forge == "auto":
-        forge = "gitlab" if env.get("GITLAB_CI") == "true" else "github"
+        forge = "gitlab" if settings.GITLAB_CI.raw(env) == "true" else "github"
     labels = list(inp.labels)
     if forge == "github":
         if not labels:
@@ -345,7 +345,7 @@ def release(inp: ReleaseInputs, rt: Runtime) -> Result:
 
 def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str | Result:
     """Run gpu-smoke on this machine, which must be the runner; its Result when it fails."""
-    here = rt.environ.get("RUNNER_NAME" if forge == "github" else "CI_RUNNER_ID")
+    here = (settings.RUNNER_NAME if forge == "github" else settings.CI_RUNNER_ID).raw(rt.environ)
     if here and here != name:
         raise InputError(
             f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
@@ -372,16 +372,16 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
             hint="set it to a token with 'Administration: read and write' (docs/quarantine.md)",
         )
     rt.mask(token)
-    repository = repository or str(env.get("GITHUB_REPOSITORY") or "")
+    repository = repository or str(settings.GITHUB_REPOSITORY.raw(env) or "")
     if "/" not in repository:
         raise InputError(
             "no repository: runners release needs owner/name",
             hint="pass --repository owner/name or set GITHUB_REPOSITORY",
         )
-    api = str(env.get("GITHUB_API_URL") or "https://api.github.com")
+    api = settings.GITHUB_API_URL.value(env)
     admin = _admin()
     with admin.GitHubRunnerLabels(api, token) as client:
-        mine = _identity(env, admin) if env.get("RUNNER_NAME") == name else None
+        mine = _identity(env, admin) if settings.RUNNER_NAME.raw(env) == name else None
         runner = client.locate(name, repository, mine, settings.GITHUB_ENTERPRISE.value(env))
         if runner is None:
             raise InputError(
@@ -397,7 +397,7 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
 
 def _unpause_gitlab(env: Any, rt: Runtime, runner_id: int) -> str:
     token = settings.GITLAB_TOKEN.value(env)
-    api = str(env.get("CI_API_V4_URL") or "")
+    api = str(settings.CI_API_V4_URL.raw(env) or "")
     if not token or not api:
         raise InputError(
             f"{settings.GITLAB_TOKEN.name} or CI_API_V4_URL is not set",

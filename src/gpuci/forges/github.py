@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.forges.rest import ApiClient, Forbidden
 
@@ -36,7 +37,7 @@ def api_headers(token: str) -> dict[str, str]:
 
 class GitHub(ApiClient):
     service = "GitHub"
-    url_env = "GITHUB_API_URL"
+    url_env = settings.GITHUB_API_URL.name
     hint_401 = "pass a valid token (github.token works) via the token input or GITHUB_TOKEN"
     hint_403 = "grant 'pull-requests: write'; fork PRs get a read-only token"
     hint_404 = "check the repository and pull request number (and GITHUB_API_URL)"

@@ -24,7 +24,7 @@ TOKEN_ENV = settings.GITLAB_TOKEN.name  # declared in gpuci.settings; named here
 
 class GitLab(ApiClient):
     service = "GitLab"
-    url_env = "CI_API_V4_URL"
+    url_env = settings.CI_API_V4_URL.name
     hint_401 = f"set {TOKEN_ENV} to a valid project access token with the api scope"
     hint_403 = (
         f"give the token in {TOKEN_ENV} the api scope and at least the Reporter role "

@@ -50,7 +50,7 @@ class GitHubRunnerLabels(ApiClient):
     """Find a runner by its exact name, remove and add its custom labels."""
 
     service = "GitHub"
-    url_env = "GITHUB_API_URL"
+    url_env = settings.GITHUB_API_URL.name
     hint_401 = f"set {_GITHUB_TOKEN} to a valid token with administration rights"
     hint_403 = (
         f"give the token in {_GITHUB_TOKEN} 'Administration: read and write' on the "
@@ -172,7 +172,7 @@ class GitLabRunnerPause(ApiClient):
     """``PUT /runners/:id`` with ``paused``: a paused runner picks up no job."""
 
     service = "GitLab"
-    url_env = "CI_API_V4_URL"
+    url_env = settings.CI_API_V4_URL.name
     hint_401 = f"set {_GITLAB_TOKEN} to a valid token that can manage the runner"
     hint_403 = (
         f"give the token in {_GITLAB_TOKEN} the api scope and the role GitLab asks to manage "

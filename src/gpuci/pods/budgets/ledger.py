@@ -38,8 +38,6 @@ from gpuci.cache.stores import open_store
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
 from gpuci.pods.runpod.clock import iso
 
-ENV_LEDGER = "GPUCI_PODS_LEDGER"
-ENV_ENDPOINT = "GPUCI_PODS_LEDGER_ENDPOINT_URL"
 ROOT = "pods-ledger"
 EVENTS = f"{ROOT}/events"
 RESERVATIONS = f"{ROOT}/reservations"

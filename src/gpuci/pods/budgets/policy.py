@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.inputs import parse_duration
 from gpuci.pods.options import UpInputs
@@ -44,13 +45,15 @@ class Identity:
 
 def ci_identity(environ: Mapping[str, str]) -> Identity:
     """The login CI vouches for: GitHub's triggering actor, GitLab's user, else git's user."""
-    if environ.get("GITHUB_ACTIONS") == "true" or environ.get("GITHUB_RUN_ID"):
-        for name in ("GITHUB_TRIGGERING_ACTOR", "GITHUB_ACTOR"):
-            if environ.get(name):
-                return Identity(clean_owner(environ[name]), True, name)
-    in_gitlab = environ.get("GITLAB_CI") == "true" or environ.get("CI_PIPELINE_URL")
-    if in_gitlab and environ.get("GITLAB_USER_LOGIN"):
-        return Identity(clean_owner(environ["GITLAB_USER_LOGIN"]), True, "GITLAB_USER_LOGIN")
+    if settings.GITHUB_ACTIONS.raw(environ) == "true" or settings.GITHUB_RUN_ID.raw(environ):
+        for actor in (settings.GITHUB_TRIGGERING_ACTOR, settings.GITHUB_ACTOR):
+            login = actor.raw(environ)
+            if login:
+                return Identity(clean_owner(login), True, actor.name)
+    in_gitlab = settings.GITLAB_CI.raw(environ) == "true" or settings.CI_PIPELINE_URL.raw(environ)
+    gitlab_login = settings.GITLAB_USER_LOGIN.raw(environ)
+    if in_gitlab and gitlab_login:
+        return Identity(clean_owner(gitlab_login), True, settings.GITLAB_USER_LOGIN.name)
     git = _git_user(environ)
     if git:
         return Identity(clean_owner(git), False, "git config user.email")

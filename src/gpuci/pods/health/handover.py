@@ -43,10 +43,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ENV_SMOKE = "GPUCI_SMOKE"
-ENV_POD_NAME = "GPUCI_POD_NAME"
-ENV_PYTHON = "GPUCI_SMOKE_PYTHON"
-ENV_PACKAGE = "GPUCI_PACKAGE"
+from gpuci import settings
+
+ENV_SMOKE = settings.SMOKE.name
+ENV_POD_NAME = settings.POD_NAME.name
+ENV_PACKAGE = settings.PACKAGE.name
 HARDWARE_RC = 10
 MARK = " smoke "
 _MARKED = re.compile(r" smoke (passed|failed|skipped)(?:: ?(.*))?$")

@@ -33,7 +33,6 @@ from gpuci.errors import GpuciError
 from gpuci.forges import github as gh
 from gpuci.forges.rest import ApiClient
 
-ENV_PACKAGE = "GPUCI_PACKAGE"
 _REPO_AT = re.compile(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@([^\s@]+)")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _PINNED = re.compile(r"@[0-9a-f]{40}(?:#|$)|#sha256=[0-9a-f]{64}$")
@@ -42,7 +41,7 @@ _REF = re.compile(r"[A-Za-z0-9_./+-]{1,200}")
 
 class _Commits(ApiClient):
     service = "GitHub"
-    url_env = "GITHUB_API_URL"
+    url_env = settings.GITHUB_API_URL.name
     hint_404 = "no such repository or ref on this GitHub"
 
     def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InfraError
 from gpuci.gpu import health_record as gpu_health
 from gpuci.pods.health.handover import Verdict, verdict_of
@@ -235,10 +236,10 @@ def record_verdict(
     shown.report = {"checks": checks, "gpus": list(gpus.values())}
     environ = {
         **rt.environ,
-        "RUNPOD_DC_ID": attempt.data_center,
-        "RUNPOD_POD_ID": attempt.pod,
-        "GPUCI_NODE_NAME": f"runpod:{attempt.data_center or '?'}/{attempt.pod}",
-        "RUNNER_NAME": runner_name,
+        settings.RUNPOD_DC_ID.name: attempt.data_center,
+        settings.RUNPOD_POD_ID.name: attempt.pod,
+        settings.NODE_NAME.name: f"runpod:{attempt.data_center or '?'}/{attempt.pod}",
+        settings.RUNNER_NAME.name: runner_name,
     }
     # the store was opened (and its credentials masked) by placement's health check already
     here = Runtime(environ, json_mode=True, stdout=rt.stdout, stderr=rt.stderr)

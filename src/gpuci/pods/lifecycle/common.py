@@ -16,7 +16,6 @@ from typing import Any
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods.budgets import ledger
-from gpuci.pods.lifecycle import ssh
 from gpuci.pods.runners import cleanup as runner_cleanup
 from gpuci.pods.runpod.client import API_KEY_ENV, NotFound, RunPodClient
 from gpuci.pods.runpod.clock import Clock
@@ -31,7 +30,7 @@ LIVE = ("PROVISIONING", "STARTING", "RUNNING")
 
 def open_client(rt: Runtime, clock: Clock) -> RunPodClient:
     """The API client; in a dry run it can only read (GET), whatever the code asks of it."""
-    rt.mask(rt.environ.get(ssh.ENV_PRIVATE_KEY))  # present in the job: never printed
+    rt.mask(settings.RUNPOD_SSH_PRIVATE_KEY.raw(rt.environ))  # present in the job: never printed
     return RunPodClient.from_env(rt.environ, rt.mask, clock, read_only=rt.dry_run)
 
 

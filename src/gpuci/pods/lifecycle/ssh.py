@@ -26,8 +26,6 @@ from gpuci import settings
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.options import ExecInputs
 
-ENV_PUBLIC_KEYS = "RUNPOD_SSH_PUBLIC_KEYS"
-ENV_PRIVATE_KEY = "RUNPOD_SSH_PRIVATE_KEY"
 # RunPod's UpdateSshKeysRequest pattern: an authorized_keys line.
 _KEY = re.compile(r"^(ssh|ecdsa|sk)-[^\s]+ [^\s]+([ \t][^\n\r]*)?$")
 _HOST = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
@@ -76,10 +74,10 @@ def run_remote(
     pod: Mapping[str, Any], command: str, environ: Mapping[str, str], timeout_s: float
 ) -> tuple[int, str]:
     """Run ``command`` on the pod over its direct SSH; (exit status, combined output)."""
-    key = environ.get(ENV_PRIVATE_KEY, "")
+    key = settings.RUNPOD_SSH_PRIVATE_KEY.raw(environ) or ""
     if not key.strip():
         raise InputError(
-            f"pods exec needs {ENV_PRIVATE_KEY}",
+            f"pods exec needs {settings.RUNPOD_SSH_PRIVATE_KEY.name}",
             hint="set it from a secret: the private key matching ssh-public-keys",
         )
     ep = endpoint(pod, direct_only=True)
@@ -91,7 +89,8 @@ def run_remote(
     ssh = shutil.which("ssh", path=environ.get("PATH"))
     if ssh is None:
         raise InfraError("no ssh client on PATH", hint="install openssh-client")
-    child_env = {k: v for k, v in environ.items() if k not in (ENV_PRIVATE_KEY, "RUNPOD_API_KEY")}
+    hidden = (settings.RUNPOD_SSH_PRIVATE_KEY.name, settings.RUNPOD_API_KEY.name)
+    child_env = {k: v for k, v in environ.items() if k not in hidden}
     with tempfile.TemporaryDirectory(prefix="gpuci-ssh-") as folder:
         os.chmod(folder, 0o700)
         key_file = Path(folder) / "id"
@@ -145,7 +144,7 @@ def exec_on_pod(inp: ExecInputs, rt: Any, clock: Any = None) -> Any:
     command = inp.command.strip()
     if not command:
         raise InputError("pods exec needs a command", hint="pods exec --pod-id ID -- CMD ...")
-    rt.mask(rt.environ.get(ENV_PRIVATE_KEY))
+    rt.mask(settings.RUNPOD_SSH_PRIVATE_KEY.raw(rt.environ))
     if rt.dry_run:
         return Result(command="pods exec", headline=f"would run on {ids[0]}: {command}")
     with RunPodClient.from_env(rt.environ, rt.mask, clock or SYSTEM) as client:

@@ -87,7 +87,7 @@ class GitHubRunners(ApiClient):
     """``generate-jitconfig``, list and delete self-hosted runners of a repository or org."""
 
     service = "GitHub"
-    url_env = "GITHUB_API_URL"
+    url_env = settings.GITHUB_API_URL.name
     hint_401 = f"set {settings.RUNNER_TOKEN.name} to a valid token with administration rights"
     hint_403 = (
         f"give the token in {settings.RUNNER_TOKEN.name} 'Administration: read and write' on the "
@@ -181,7 +181,7 @@ class GitLabRunners(ApiClient):
     """``POST /user/runners``, list a project's runners, ``DELETE /runners/:id``."""
 
     service = "GitLab"
-    url_env = "CI_API_V4_URL"
+    url_env = settings.CI_API_V4_URL.name
     hint_401 = f"set {settings.GITLAB_TOKEN.name} to a valid token with the create_runner scope"
     hint_403 = GITLAB_TOKEN_HELP
     hint_404 = "check CI_PROJECT_ID and CI_API_V4_URL"

@@ -32,6 +32,7 @@ job take other jobs whose tags the runner has, until the runner deletes itself a
 
 from __future__ import annotations
 
+from gpuci import settings
 from gpuci.pods.health import handover
 from gpuci.pods.runpod import selfstop
 
@@ -42,7 +43,7 @@ from gpuci.pods.runpod import selfstop
 RUNNER_VERSION = "2.338.0"
 RUNNER_SHA256 = "af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32"
 RELEASE_URL = "https://github.com/actions/runner/releases/download"
-ENV_RELEASE_URL = "GPUCI_RUNNER_RELEASE_URL"  # a mirror (or a test server): the hash still holds
+ENV_RELEASE_URL = settings.RUNNER_RELEASE_URL.name  # a mirror (or a test server): hash holds
 
 BODY = r"""
 set -u
@@ -265,7 +266,7 @@ SCRIPT = selfstop.STOP_FUNCTION + "\n" + handover.SHELL + "\n" + BODY.strip() + 
 def env() -> dict[str, str]:
     """The pinned release the script installs when the image has no runner (the fallback)."""
     return {
-        "GPUCI_ACTIONS_RUNNER_VERSION": RUNNER_VERSION,
-        "GPUCI_ACTIONS_RUNNER_SHA256": RUNNER_SHA256,
-        "GPUCI_ACTIONS_RUNNER_MIN_VERSION": RUNNER_VERSION,
+        settings.ACTIONS_RUNNER_VERSION.name: RUNNER_VERSION,
+        settings.ACTIONS_RUNNER_SHA256.name: RUNNER_SHA256,
+        settings.ACTIONS_RUNNER_MIN_VERSION.name: RUNNER_VERSION,
     }

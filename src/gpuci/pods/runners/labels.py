@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from gpuci import settings
 from gpuci.errors import InputError
 
 __all__ = ["check", "default_labels", "run_id"]
@@ -25,8 +26,8 @@ SELF_HOSTED = "self-hosted"
 
 def run_id(platform: str, environ: Mapping[str, str]) -> str:
     """This CI run's id: GitHub's ``GITHUB_RUN_ID``, GitLab's ``CI_PIPELINE_ID``; else empty."""
-    name = "GITHUB_RUN_ID" if platform == "github" else "CI_PIPELINE_ID"
-    value = environ.get(name, "").strip()
+    run = settings.GITHUB_RUN_ID if platform == "github" else settings.CI_PIPELINE_ID
+    value = run.value(environ)
     return value if value.isdigit() else ""
 
 

@@ -51,15 +51,15 @@ _NAME = re.compile(r"^gpuci-[0-9a-f]{6}-(\d{9,11})$")
 ORPHAN_GRACE_S = 30 * 60
 
 # The pod's env: public facts (shown in plans) and the one credential (never shown).
-ENV_PLATFORM = "GPUCI_RUNNER_PLATFORM"
-ENV_NAME = "GPUCI_RUNNER_NAME"
-ENV_ID = "GPUCI_RUNNER_ID"
-ENV_SCOPE = "GPUCI_RUNNER_SCOPE"
-ENV_IDLE_S = "GPUCI_RUNNER_IDLE_S"
-ENV_JITCONFIG = "GPUCI_RUNNER_JITCONFIG"
-ENV_GITLAB_RUNNER_TOKEN = "GPUCI_GITLAB_RUNNER_TOKEN"
-ENV_GITLAB_URL = "GPUCI_GITLAB_URL"
-ENV_GITLAB_API_URL = "GPUCI_GITLAB_API_URL"
+ENV_PLATFORM = settings.RUNNER_PLATFORM.name
+ENV_NAME = settings.RUNNER_NAME_ON_POD.name
+ENV_ID = settings.RUNNER_ID.name
+ENV_SCOPE = settings.RUNNER_SCOPE.name
+ENV_IDLE_S = settings.RUNNER_IDLE_S.name
+ENV_JITCONFIG = settings.RUNNER_JITCONFIG.name
+ENV_GITLAB_RUNNER_TOKEN = settings.GITLAB_RUNNER_TOKEN.name
+ENV_GITLAB_URL = settings.GITLAB_URL.name
+ENV_GITLAB_API_URL = settings.GITLAB_API_URL.name
 SECRET_ENV = (ENV_JITCONFIG, ENV_GITLAB_RUNNER_TOKEN)
 PLACEHOLDER = {
     ENV_JITCONFIG: "<encoded_jit_config from GitHub: made at run time, masked>",
@@ -113,7 +113,7 @@ def target(
     """The registration target from the CI's env; bad or missing settings: exit 2, one line."""
     if platform == "github":
         token = settings.RUNNER_TOKEN.value(environ)
-        job_token = environ.get("GITHUB_TOKEN", "").strip()
+        job_token = settings.GITHUB_TOKEN.value(environ)
         mask(token)
         mask(job_token)
         if need_token and not token:
@@ -124,26 +124,26 @@ def target(
             raise InputError(
                 f"{settings.RUNNER_TOKEN.name} is the job's GITHUB_TOKEN; " + GITHUB_TOKEN_HELP
             )
-        repository = environ.get("GITHUB_REPOSITORY", "").strip()
+        repository = settings.GITHUB_REPOSITORY.value(environ)
         if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
             raise InputError(
                 "GITHUB_REPOSITORY is not set (owner/name)",
                 hint="run inside GitHub Actions or set GITHUB_REPOSITORY=owner/name",
             )
         where = f"org:{repository.split('/')[0]}" if scope == "org" else f"repo:{repository}"
-        api = environ.get("GITHUB_API_URL", "").strip() or "https://api.github.com"
+        api = settings.GITHUB_API_URL.value(environ)
         return Target("github", api.rstrip("/"), where, token)
     token = settings.GITLAB_TOKEN.value(environ)
     mask(token)
-    mask(environ.get("CI_JOB_TOKEN"))
+    mask(settings.CI_JOB_TOKEN.raw(environ))
     if need_token and not token:
         raise InputError(f"{settings.GITLAB_TOKEN.name} is not set", hint=GITLAB_TOKEN_HELP)
-    if token and token == environ.get("CI_JOB_TOKEN", "").strip():
+    if token and token == settings.CI_JOB_TOKEN.value(environ):
         raise InputError(
             f"{settings.GITLAB_TOKEN.name} is the job's CI_JOB_TOKEN; " + GITLAB_TOKEN_HELP
         )
-    api = environ.get("CI_API_V4_URL", "").strip()
-    server = environ.get("CI_SERVER_URL", "").strip().rstrip("/")
+    api = settings.CI_API_V4_URL.value(environ)
+    server = settings.CI_SERVER_URL.value(environ).rstrip("/")
     if not api and server:
         api = server + "/api/v4"
     if not api:
@@ -153,7 +153,7 @@ def target(
     api = api.rstrip("/")
     if not server:
         server = api[: -len("/api/v4")] if api.endswith("/api/v4") else api
-    project = environ.get("CI_PROJECT_ID", "").strip()
+    project = settings.CI_PROJECT_ID.value(environ)
     if not project:
         raise InputError(
             "CI_PROJECT_ID is not set", hint="run inside GitLab CI or set CI_PROJECT_ID"
@@ -171,7 +171,7 @@ def pod_env(
         ENV_ID: "" if runner_id is None else str(runner_id),
         ENV_SCOPE: tgt.scope,
         ENV_IDLE_S: str(max(1, int(idle_s))),
-        "GPUCI_SELF_STOP_ACTION": "terminate",  # a stopped runner pod is of no use to anyone
+        settings.SELF_STOP_ACTION.name: "terminate",  # a stopped runner pod is of no use to anyone
     }
     if tgt.platform == "github":
         env[ENV_JITCONFIG] = credential

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.forges import github as gh
 from gpuci.forges.rest import ApiClient
@@ -41,9 +42,9 @@ _NOTES_SHA = re.compile(
     r"<!-- BEGIN SHA linux-x64 -->\s*([0-9a-fA-F]{64})\s*<!-- END SHA linux-x64 -->"
 )
 
-ENV_VERSION = "GPUCI_ACTIONS_RUNNER_VERSION"
-ENV_SHA256 = "GPUCI_ACTIONS_RUNNER_SHA256"
-ENV_MIN_VERSION = "GPUCI_ACTIONS_RUNNER_MIN_VERSION"
+ENV_VERSION = settings.ACTIONS_RUNNER_VERSION.name
+ENV_SHA256 = settings.ACTIONS_RUNNER_SHA256.name
+ENV_MIN_VERSION = settings.ACTIONS_RUNNER_MIN_VERSION.name
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def pick(items: list[Any], now: float) -> Release:
 
 class _Releases(ApiClient):
     service = "GitHub"
-    url_env = "GITHUB_API_URL"
+    url_env = settings.GITHUB_API_URL.name
     hint_404 = "this GitHub has no actions/runner releases (GitHub Enterprise Server?)"
 
     def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from tenacity import Retrying
 
 DEFAULT_API_URL = "https://api.runpod.io"
-API_KEY_ENV = "RUNPOD_API_KEY"
-API_URL_ENV = "RUNPOD_API_URL"
+API_KEY_ENV = settings.RUNPOD_API_KEY.name
+API_URL_ENV = settings.RUNPOD_API_URL.name
 MAX_RETRY_AFTER_S = 300.0
 # The most of one answer read: a listing of a thousand pods with their env is a few MiB.
 MAX_ANSWER = untrusted_json.MAX_BYTES

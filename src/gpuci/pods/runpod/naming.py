@@ -17,10 +17,10 @@ from gpuci import settings
 from gpuci.pods.runpod.clock import iso, parse_iso
 
 PREFIX = "gpuci"
-ENV_OWNER = "GPUCI_OWNER"
-ENV_RUN_URL = "GPUCI_RUN_URL"
-ENV_EXPIRES_AT = "GPUCI_EXPIRES_AT"
-ENV_EXPIRES_EPOCH = "GPUCI_EXPIRES_EPOCH"
+ENV_OWNER = settings.OWNER.name
+ENV_RUN_URL = settings.RUN_URL.name
+ENV_EXPIRES_AT = settings.EXPIRES_AT.name
+ENV_EXPIRES_EPOCH = settings.EXPIRES_EPOCH.name
 _FIELD = re.compile(r"(\w+)=(\S+)")
 _OWNER_SAFE = re.compile(r"[^A-Za-z0-9._@-]+")
 
@@ -76,7 +76,7 @@ def tag_of(pod: Mapping[str, Any]) -> PodTag | None:
 
 
 def default_owner(environ: Mapping[str, str]) -> str:
-    for name in ("GITHUB_ACTOR", "GITLAB_USER_LOGIN", "USER", "USERNAME"):
+    for name in (settings.GITHUB_ACTOR.name, settings.GITLAB_USER_LOGIN.name, "USER", "USERNAME"):
         if environ.get(name):
             return environ[name]
     return "unknown"
@@ -84,9 +84,12 @@ def default_owner(environ: Mapping[str, str]) -> str:
 
 def run_url(environ: Mapping[str, str]) -> str:
     """The URL of this CI run: a GitHub workflow run or a GitLab pipeline, else ``local``."""
-    if environ.get("GITHUB_RUN_ID") and environ.get("GITHUB_REPOSITORY"):
-        server = environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
-        return f"{server}/{environ['GITHUB_REPOSITORY']}/actions/runs/{environ['GITHUB_RUN_ID']}"
-    if environ.get("CI_PIPELINE_URL"):
-        return environ["CI_PIPELINE_URL"]
+    run_id = settings.GITHUB_RUN_ID.raw(environ)
+    repository = settings.GITHUB_REPOSITORY.raw(environ)
+    if run_id and repository:
+        server = settings.GITHUB_SERVER_URL.value(environ).rstrip("/")
+        return f"{server}/{repository}/actions/runs/{run_id}"
+    pipeline_url = settings.CI_PIPELINE_URL.raw(environ)
+    if pipeline_url:
+        return pipeline_url
     return settings.RUN_URL.value(environ)

@@ -13,12 +13,13 @@ the call succeeds. The expiry is absolute, so a restart does not reset the clock
 
 from __future__ import annotations
 
+from gpuci import settings
 from gpuci.pods.health import handover
 
-ENV_WRAPPER = "GPUCI_WRAPPER"
-ENV_COMMAND = "GPUCI_START_COMMAND"
-ENV_API_URL = "GPUCI_RUNPOD_API_URL"
-ENV_ACTION = "GPUCI_SELF_STOP_ACTION"
+ENV_WRAPPER = settings.WRAPPER.name
+ENV_COMMAND = settings.START_COMMAND.name
+ENV_API_URL = settings.RUNPOD_API_URL_ON_POD.name
+ENV_ACTION = settings.SELF_STOP_ACTION.name
 
 ARGS = "sh -c 'eval \"$GPUCI_WRAPPER\"'"
 
