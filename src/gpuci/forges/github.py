@@ -27,12 +27,24 @@ API_VERSION = "2022-11-28"
 
 
 def api_headers(token: str) -> dict[str, str]:
-    """What every GitHub REST call sends: the bearer token, GitHub's JSON type, the API version."""
-    return {
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": API_VERSION,
-    }
+    """What every GitHub REST call sends: the bearer token (when there is one: public reads go
+    without), GitHub's JSON type, the API version."""
+    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+class GitHubReader(ApiClient):
+    """A GitHub REST client for reads that need no repository of their own (commits of a ref,
+    actions/runner releases), with a token only when one is given; subclasses name what a 404
+    means for them in ``hint_404``."""
+
+    service = "GitHub"
+    url_env = settings.GITHUB_API_URL.name
+
+    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, api_headers(token), **kwargs)
 
 
 class GitHub(ApiClient):

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from gpuci import settings
 from gpuci.errors import GpuciError
 from gpuci.forges import github as gh
-from gpuci.forges.rest import ApiClient
 
 _REPO_AT = re.compile(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@([^\s@]+)")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -39,16 +37,8 @@ _PINNED = re.compile(r"@[0-9a-f]{40}(?:#|$)|#sha256=[0-9a-f]{64}$")
 _REF = re.compile(r"[A-Za-z0-9_./+-]{1,200}")
 
 
-class _Commits(ApiClient):
-    service = "GitHub"
-    url_env = settings.GITHUB_API_URL.name
+class _Commits(gh.GitHubReader):
     hint_404 = "no such repository or ref on this GitHub"
-
-    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
-        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": gh.API_VERSION}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        super().__init__(api_url, token, headers, **kwargs)
 
     def commit(self, repo: str, ref: str) -> str:
         body = self._json(self._send("GET", f"/repos/{repo}/commits/{ref}"), "the commit", dict)

@@ -29,7 +29,6 @@ from typing import Any
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.forges import github as gh
-from gpuci.forges.rest import ApiClient
 from gpuci.pods.runners import boot as runner_boot
 
 RELEASES_PATH = "/repos/actions/runner/releases"
@@ -133,16 +132,8 @@ def pick(items: list[Any], now: float) -> Release:
     return Release(version, sha, oldest_ok, "latest")
 
 
-class _Releases(ApiClient):
-    service = "GitHub"
-    url_env = settings.GITHUB_API_URL.name
+class _Releases(gh.GitHubReader):
     hint_404 = "this GitHub has no actions/runner releases (GitHub Enterprise Server?)"
-
-    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
-        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": gh.API_VERSION}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        super().__init__(api_url, token, headers, **kwargs)
 
     def listing(self) -> list[Any]:
         response = self._send("GET", RELEASES_PATH, params={"per_page": PAGE})
