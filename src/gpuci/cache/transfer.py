@@ -36,9 +36,10 @@ from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.cache.tier_fill import TeeHasher, TierFill
-from gpuci.cache.workpool import Cancelled, Lane, WorkPool
 from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
+from gpuci.ranged import extents
+from gpuci.ranged.pool import Cancelled, Lane, WorkPool
 from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -297,15 +298,15 @@ class Downloader:
         into 128 GETs of 4 MiB: each paid a first byte (tens of ms on a remote store), a
         signature, a response parse and the server's own per-request work, where 32 of
         16 MiB keep the same 32 connections busy."""
-        part = max(min(layout.PART_SIZE, -(-total // self.workers)), layout.MIN_PART)
         # Aligned parts: every chunk then starts at an offset O_DIRECT accepts.
-        return -(-part // directio.ALIGN) * directio.ALIGN
+        return extents.part_size(
+            total, self.workers, layout.MIN_PART, layout.PART_SIZE, directio.ALIGN
+        )
 
     def _parts(self, target: _BlobTarget, part: int) -> list[Callable[[Lane], None]]:
-        size = target.entry.size
         return [
-            functools.partial(self._part, target, offset, min(part, size - offset))
-            for offset in range(0, size, part)
+            functools.partial(self._part, target, offset, length)
+            for offset, length in extents.cut(target.entry.size, part)
         ]
 
     def _submit_parts(self, target: _BlobTarget) -> None:

@@ -66,7 +66,7 @@ from gpuci.fetch.client import (
     parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob
-from gpuci.fetch.partial import Sink, merge_extents
+from gpuci.fetch.partial import Sink
 from gpuci.fetch.policy import (
     RETRY_STATUSES,
     RETRYABLE,
@@ -75,6 +75,7 @@ from gpuci.fetch.policy import (
     RetryableStatus,
 )
 from gpuci.fetch.validators import segment_validator, version_of
+from gpuci.ranged import extents
 from gpuci.retry import parse_retry_after
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
@@ -94,7 +95,6 @@ _TICK_S = 0.02
 _IN_FLIGHT = 16 << 20
 # The first answer's receive buffer once its server is known near (the kernel doubles it).
 _NEAR_WINDOW = 2 << 20
-_ALIGN = 1 << 16
 _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
 # on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
@@ -195,7 +195,7 @@ class Segmenter:
         self.most_running = 0  # what the connections output reports
         self.threads: list[threading.Thread] = []
         offset = self.part.size
-        holes = _holes(offset, self.part.extents, total)
+        holes = extents.holes(offset, self.part.extents, total)
         head_end = holes[0][1] if holes and holes[0][0] == offset else offset
         self.head = Segment(offset, offset, head_end, offset, asked=total)  # open-ended GET
         self.segments = [self.head]
@@ -207,7 +207,7 @@ class Segmenter:
         self.request_bytes = 4 * self.policy.segment_bytes
         # Near the end, ranges smaller than a segment are still split between idle
         # connections, or the last few would finish alone at one connection's speed.
-        self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
+        self.steal_bytes = max(extents.ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
         # A near server (loopback, the same cluster) has sent an answer far ahead of what we
@@ -321,9 +321,9 @@ class Segmenter:
             left = seg.end - seg.pos
             if not seg.owned or left < 2 * piece:
                 continue
-            middle = _align_up(seg.pos + left // 2)
+            middle = extents.align_up(seg.pos + left // 2)
             if seg.asked + piece <= seg.end:
-                middle = _align_up(max(middle, seg.asked))  # past the request: nothing lost
+                middle = extents.align_up(max(middle, seg.asked))  # past the request: nothing lost
             elif self.fastest < _FAR_S and seg is not self.head and middle - seg.pos < _IN_FLIGHT:
                 continue  # a near server already sent those bytes: they would come twice
             score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
@@ -340,7 +340,7 @@ class Segmenter:
     def _written(self) -> list[tuple[int, int]]:
         ranges = [(0, self.head.start), *self.static]
         ranges += [(s.start, s.written) for s in self.segments]
-        return merge_extents(ranges)
+        return extents.merge(ranges)
 
     def _save(self) -> None:
         self.part.save(self._written())
@@ -559,20 +559,3 @@ def _narrow(resp: httpx.Response) -> bool:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _NEAR_WINDOW)
     return True
-
-
-def _holes(offset: int, extents: list[tuple[int, int]], total: int) -> list[tuple[int, int]]:
-    """The ranges of ``[offset, total)`` that no written extent covers."""
-    holes: list[tuple[int, int]] = []
-    pos = offset
-    for start, end in sorted(extents):
-        if start > pos:
-            holes.append((pos, start))
-        pos = max(pos, end)
-    if pos < total:
-        holes.append((pos, total))
-    return holes
-
-
-def _align_up(offset: int) -> int:
-    return -(-offset // _ALIGN) * _ALIGN

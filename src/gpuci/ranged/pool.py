@@ -1,11 +1,15 @@
-"""The worker pool behind every parallel cache job: threads over one queue, each holding one
-of a concurrency controller's slots and a lane of two preallocated buffers; the first error
-stops everything. Downloads (:mod:`gpuci.cache.transfer`), uploads and listings all use it.
+"""The engine's workers: threads over one queue, each holding one of a concurrency
+controller's slots and a lane of two preallocated buffers; the first error stops everything.
+
+Ranged downloads (the cache's blob parts in :mod:`gpuci.cache.transfer`, retry-fetch's
+segments in :mod:`gpuci.fetch.segments`), the cache's uploads and its listings all run on it,
+so one controller decides how many connections any of them keeps busy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -14,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.adaptive import Concurrency
-from gpuci.cache import directio, layout
+
+#: A lane's buffer size unless the pool is told otherwise (the cache's IO_CHUNK).
+CHUNK = 4 << 20
 
 
 class Cancelled(Exception):
@@ -49,7 +55,7 @@ class WorkPool:
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
         )
         self.workers = self.concurrency.ceiling  # the most threads this pool may start
-        self.chunk = chunk or (lambda _index: layout.IO_CHUNK)  # lane buffer size per thread
+        self.chunk = chunk or (lambda _index: CHUNK)  # lane buffer size per thread
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._pending = 0
@@ -85,7 +91,8 @@ class WorkPool:
         self.cancelled.set()
 
     def _worker(self, chunk: int) -> None:
-        memory = directio.aligned_buffer(2 * chunk)
+        # Anonymous memory: page-aligned (O_DIRECT takes it), and resident only once touched.
+        memory = memoryview(mmap.mmap(-1, 2 * chunk)) if chunk else memoryview(bytearray())
         helper = ThreadPoolExecutor(1)
         lane = Lane((memory[:chunk], memory[chunk:]), helper)
         while True:
