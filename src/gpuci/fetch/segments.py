@@ -76,6 +76,7 @@ from gpuci.fetch.policy import (
 )
 from gpuci.fetch.validators import segment_validator, version_of
 from gpuci.ranged import extents
+from gpuci.ranged.pool import WorkPool
 from gpuci.retry import parse_retry_after
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
@@ -193,7 +194,8 @@ class Segmenter:
         self.error: BaseException | None = None
         self.running = 0
         self.most_running = 0  # what the connections output reports
-        self.threads: list[threading.Thread] = []
+        # The engine's workers, one per connection; they stop with this download.
+        self.pool = WorkPool(self.conc, chunk=lambda _index: 0, cancelled=self.stop)
         offset = self.part.size
         holes = extents.holes(offset, self.part.extents, total)
         head_end = holes[0][1] if holes and holes[0][0] == offset else offset
@@ -228,27 +230,12 @@ class Segmenter:
         self._save()  # segments are on record before any byte lands out of order
         checkpoints = threading.Thread(target=self._checkpoints, name="fetch-sidecar", daemon=True)
         checkpoints.start()
-        with self.lock:
-            self._spawn(self.head, head)
-            while True:
-                if self.error is not None:
-                    self.stop.set()
-                if self.running == 0 and (self.stop.is_set() or self._all_done()):
-                    break
-                while (
-                    not self.stop.is_set()
-                    and self.running < self.conc.limit
-                    and not self._cpu_bound()
-                ):
-                    seg = self._take()
-                    if seg is None:
-                        break
-                    self._spawn(seg, None)
-                self.lock.wait(_TICK_S)
-        for thread in self.threads:
-            thread.join()
-        self.finished.set()
-        checkpoints.join()
+        self._spawn(self.head, head)
+        try:
+            self.pool.run(self._feed, tick=_TICK_S)
+        finally:
+            self.finished.set()
+            checkpoints.join()
         self.job.peak_connections = max(self.job.peak_connections, self.most_running)
         self._settle()
 
@@ -274,15 +261,26 @@ class Segmenter:
                 f"segments ended with {part.size} of {self.total} bytes hashed; retrying"
             )
 
+    def _feed(self) -> bool:
+        """The pool's planner: a connection for every range the controller allows; False once
+        the run stops or the file is whole (the pool then drains what runs)."""
+        with self.lock:
+            if self.error is not None:
+                self.stop.set()
+            if self.stop.is_set() or (self.running == 0 and self._all_done()):
+                return False
+            while self.running < self.conc.limit and not self._cpu_bound():
+                seg = self._take()
+                if seg is None:
+                    break
+                self._spawn(seg, None)
+            return True
+
     def _spawn(self, seg: Segment, resp: httpx.Response | None) -> None:
         seg.owned = True
         self.running += 1
         self.most_running = max(self.most_running, self.running)
-        thread = threading.Thread(
-            target=self._work, args=(seg, resp), name="fetch-segment", daemon=True
-        )
-        self.threads.append(thread)
-        thread.start()
+        self.pool.submit(lambda _lane: self._work(seg, resp))
 
     def _cpu_bound(self) -> bool:
         """This machine, not the link, is the limit: another connection cannot help then.
@@ -381,9 +379,8 @@ class Segmenter:
             on_retry=self._throttle,
         )
         first = [resp] if resp is not None else []
-        try:
-            with self.conc.slot():
-                retrying(self._deliver, seg, first)
+        try:  # the pool holds one of the controller's slots meanwhile
+            retrying(self._deliver, seg, first)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:

@@ -49,7 +49,10 @@ class WorkPool:
     """
 
     def __init__(
-        self, workers: int | Concurrency, chunk: Callable[[int], int] | None = None
+        self,
+        workers: int | Concurrency,
+        chunk: Callable[[int], int] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> None:
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
@@ -62,7 +65,7 @@ class WorkPool:
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
         self.error: BaseException | None = None
-        self.cancelled = threading.Event()
+        self.cancelled = cancelled or threading.Event()  # a driver may share its stop flag
 
     def submit(self, fn: Callable[[Lane], None]) -> None:
         with self._lock:
@@ -92,7 +95,7 @@ class WorkPool:
 
     def _worker(self, chunk: int) -> None:
         # Anonymous memory: page-aligned (O_DIRECT takes it), and resident only once touched.
-        memory = memoryview(mmap.mmap(-1, 2 * chunk)) if chunk else memoryview(bytearray())
+        memory = memoryview(mmap.mmap(-1, 2 * chunk) if chunk else bytearray())
         helper = ThreadPoolExecutor(1)
         lane = Lane((memory[:chunk], memory[chunk:]), helper)
         while True:
@@ -129,13 +132,22 @@ class WorkPool:
             self._threads.append(thread)
             thread.start()
 
-    def run(self) -> None:
+    def run(self, feed: Callable[[], bool] | None = None, tick: float | None = None) -> None:
+        """Run until no task is left; re-raise the first failure.
+
+        ``feed`` lets a driver plan work as connections free up (retry-fetch steals the tail
+        of a segment for each new one): it is called every ``tick`` seconds, may submit tasks,
+        and returns whether more may come; the pool runs while it does or tasks are pending.
+        """
         try:
-            with self._lock:
-                while self._pending:
+            while True:
+                more = feed() if feed is not None else False
+                with self._lock:
+                    if not self._pending and not more:
+                        break
                     self._grow()
                     # Short waits: a limit raised by the controller gets its threads quickly.
-                    self._idle.wait(0.05 if len(self._threads) < self.workers else 0.5)
+                    self._idle.wait(tick or (0.05 if len(self._threads) < self.workers else 0.5))
         except BaseException:  # Ctrl-C or a kill: stop the workers at their next chunk
             self.cancelled.set()
             raise
