@@ -39,6 +39,7 @@ from gpuci.cache.tier_fill import TeeHasher, TierFill
 from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
 from gpuci.ranged import extents
+from gpuci.ranged.plan import Segment
 from gpuci.ranged.pool import Cancelled, Lane, WorkPool
 from gpuci.retry import RetryPolicy
 
@@ -316,12 +317,11 @@ class Downloader:
 
     def _part(self, target: _BlobTarget, offset: int, length: int, lane: Lane) -> None:
         key = layout.blob_key(target.entry.sha256)
-        state = {"pos": offset}
-        end = offset + length
+        seg = Segment(offset, offset, offset + length, offset)
         completed = False
         for attempt in retrying(self.attempts, self.concurrency.throttled):
-            with attempt:
-                completed = self._stream_part(target, key, state, end, lane)
+            with attempt:  # a retry resumes from seg.written, as retry-fetch's segments do
+                completed = self._stream_part(target, key, seg, lane)
         if completed:
             try:
                 target.finish()
@@ -336,23 +336,23 @@ class Downloader:
         self,
         target: _BlobTarget,
         key: str,
-        state: dict[str, int],
-        end: int,
+        seg: Segment,
         lane: Lane,
     ) -> bool:
         """Receive chunk n+1 while the helper writes and hashes chunk n.
 
-        ``state["pos"]`` only moves past bytes that are written and handed to the hash, so a
+        ``seg.written`` only moves past bytes that are written and handed to the hash, so a
         retry resumes exactly there.
         """
         assert self._pool is not None and target.file is not None
-        reader = self._open_range(key, state["pos"], end - state["pos"])
+        end = seg.end
+        reader = self._open_range(key, seg.written, end - seg.written)
         splice_into = getattr(reader, "splice_into", None)
         if SPLICE and splice_into is not None and target.file.buffered:
-            return self._splice_part(target, reader, splice_into, state, end, lane)
+            return self._splice_part(target, reader, splice_into, seg, lane)
         completed = False
         pending: tuple[Future[bool], int] | None = None
-        pos, turn = state["pos"], 0
+        pos, turn = seg.written, 0
         try:
             while pos < end:
                 if self._pool.cancelled.is_set():
@@ -368,14 +368,14 @@ class Downloader:
                     got += n
                 if pending is not None:  # the other buffer is free again once this returns
                     completed = pending[0].result() or completed
-                    state["pos"], pending = pending[1], None
+                    seg.written, pending = pending[1], None
                 future = lane.helper.submit(self._land, target, buf[:want], pos)
                 pending, pos = (future, pos + want), pos + want
         finally:
             reader.close()
             if pending is not None:
                 completed = pending[0].result() or completed
-                state["pos"] = pending[1]
+                seg.written = pending[1]
         return completed
 
     def _splice_part(
@@ -383,18 +383,17 @@ class Downloader:
         target: _BlobTarget,
         reader: Any,
         splice_into: Callable[[splicing.Pipe, int], int],
-        state: dict[str, int],
-        end: int,
+        seg: Segment,
         lane: Lane,
     ) -> bool:
         """Move the part socket -> pipe -> file in the kernel; the helper hashes chunk n from
-        the page cache while chunk n+1 arrives. ``state["pos"]`` moves as in the copying path.
+        the page cache while chunk n+1 arrives. ``seg.written`` moves as in the copying path.
         """
         assert self._pool is not None and target.file is not None
         fd = target.file.fd
         completed = False
         pending: tuple[Future[bool], int] | None = None
-        pos = state["pos"]
+        pos, end = seg.written, seg.end
         pipe: splicing.Pipe | None = None
         try:
             pipe = splicing.Pipe()
@@ -408,7 +407,7 @@ class Downloader:
                     pos += pipe.drain(fd, pos)
                 if pending is not None:
                     completed = pending[0].result() or completed
-                    state["pos"], pending = pending[1], None
+                    seg.written, pending = pending[1], None
                 pending = (lane.helper.submit(self._hash_spliced, target, start, pos), pos)
         finally:
             if pipe is not None:
@@ -416,7 +415,7 @@ class Downloader:
             reader.close()
             if pending is not None:
                 completed = pending[0].result() or completed
-                state["pos"] = pending[1]
+                seg.written = pending[1]
         return completed
 
     def _hash_spliced(self, target: _BlobTarget, start: int, stop: int) -> bool:

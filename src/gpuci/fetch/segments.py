@@ -52,7 +52,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import httpx
 
@@ -76,6 +75,7 @@ from gpuci.fetch.policy import (
 )
 from gpuci.fetch.validators import segment_validator, version_of
 from gpuci.ranged import extents
+from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
 from gpuci.retry import parse_retry_after
 
@@ -126,17 +126,6 @@ def _segment_retryable(exc: BaseException) -> bool:
     """What a segment retries on its own connection: a transport failure or a retryable
     status; a refused or changed range ends the segmented download instead."""
     return isinstance(exc, RETRYABLE) and not isinstance(exc, (SegmentsRefused, FileChanged))
-
-
-@dataclass
-class Segment:
-    start: int
-    pos: int  # the next byte this segment's connection delivers
-    end: int  # exclusive; lowered when another worker takes the tail
-    written: int  # every byte in [start, written) is on disk
-    asked: int = 0  # where the request in flight ends: the server sends up to here
-    owned: bool = False
-    failed: bool = False  # its last request failed: the next one sent for it is a retry
 
 
 def wide_start(left: int, policy: FetchPolicy, first_byte_s: float | None = None) -> int:
@@ -196,20 +185,14 @@ class Segmenter:
         self.most_running = 0  # what the connections output reports
         # The engine's workers, one per connection; they stop with this download.
         self.pool = WorkPool(self.conc, chunk=lambda _index: 0, cancelled=self.stop)
-        offset = self.part.size
-        holes = extents.holes(offset, self.part.extents, total)
-        head_end = holes[0][1] if holes and holes[0][0] == offset else offset
-        self.head = Segment(offset, offset, head_end, offset, asked=total)  # open-ended GET
-        self.segments = [self.head]
-        self.pending = [Segment(s, s, e, s) for s, e in holes if s != offset]
-        self.segments.extend(self.pending)
-        self.static = list(self.part.extents)  # written in an earlier attempt or run
+        # Near the end, ranges smaller than a segment are still split between idle
+        # connections, or the last few would finish alone at one connection's speed.
+        steal = max(extents.ALIGN, self.policy.segment_bytes // 4)
+        self.plan = Plan(self.part.size, self.part.extents, total, steal)
+        self.head = self.plan.head
         # Requests stay bounded, so a later cut past their end wastes nothing; large enough
         # that the first-byte wait of each (tens of ms) costs a few percent at most.
         self.request_bytes = 4 * self.policy.segment_bytes
-        # Near the end, ranges smaller than a segment are still split between idle
-        # connections, or the last few would finish alone at one connection's speed.
-        self.steal_bytes = max(extents.ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
         # A near server (loopback, the same cluster) has sent an answer far ahead of what we
@@ -246,7 +229,7 @@ class Segmenter:
         if isinstance(error, FileChanged):
             part.reset()
             raise error
-        written = self._written()
+        written = self.plan.written()
         part.size = part.cursor.position
         part.extents = [(s, e) for s, e in written if e > part.size]
         if isinstance(error, SegmentsRefused):
@@ -267,7 +250,7 @@ class Segmenter:
         with self.lock:
             if self.error is not None:
                 self.stop.set()
-            if self.stop.is_set() or (self.running == 0 and self._all_done()):
+            if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
                 seg = self._take()
@@ -298,50 +281,14 @@ class Segmenter:
         lag = self.head.written - self.part.cursor.position
         return (self.running == 1 and self.head_full) or lag >= _HASH_LAG
 
-    def _all_done(self) -> bool:
-        return not self.pending and all(s.pos >= s.end for s in self.segments)
-
     def _take(self) -> Segment | None:
-        """A range nobody fetches, else the far half of the largest range still to come.
-
-        The cut goes past what the owner's request asked for when it can: then the server
-        sends nothing twice. Only the first, open-ended response must be cut short, and what
-        was in flight on it is lost (a socket buffer's worth, once, when it stops; narrowed by
-        :func:`_narrow` once the server is known near). A near server's ranged answers are only
+        """The plan's next range (:meth:`Plan.take`); a near server's ranged answers are only
         cut :data:`_IN_FLIGHT` or more ahead of their reads (``fastest``)."""
-        if self.pending:
-            return self.pending.pop(0)
-        if self.job.one_connection:
-            return None
-        piece = self.steal_bytes
-        best: tuple[int, Segment, int] | None = None
-        for seg in self.segments:
-            left = seg.end - seg.pos
-            if not seg.owned or left < 2 * piece:
-                continue
-            middle = extents.align_up(seg.pos + left // 2)
-            if seg.asked + piece <= seg.end:
-                middle = extents.align_up(max(middle, seg.asked))  # past the request: nothing lost
-            elif self.fastest < _FAR_S and seg is not self.head and middle - seg.pos < _IN_FLIGHT:
-                continue  # a near server already sent those bytes: they would come twice
-            score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
-            if middle < seg.end and (best is None or score > best[0]):
-                best = (score, seg, middle)
-        if best is None:
-            return None
-        _, owner, middle = best
-        seg = Segment(middle, middle, owner.end, middle)
-        owner.end = middle
-        self.segments.append(seg)
-        return seg
-
-    def _written(self) -> list[tuple[int, int]]:
-        ranges = [(0, self.head.start), *self.static]
-        ranges += [(s.start, s.written) for s in self.segments]
-        return extents.merge(ranges)
+        near = self.fastest < _FAR_S
+        return self.plan.take(not self.job.one_connection, _IN_FLIGHT if near else 0)
 
     def _save(self) -> None:
-        self.part.save(self._written())
+        self.part.save(self.plan.written())
 
     def _checkpoints(self) -> None:
         """Every ``_SAVE_EVERY_S``: the written ranges, durably, when they changed.
@@ -351,7 +298,7 @@ class Segmenter:
         last: list[tuple[int, int]] | None = None
         while not self.finished.wait(_SAVE_EVERY_S):
             with self.lock:
-                written = self._written()
+                written = self.plan.written()
             if written == last:
                 continue
             try:
@@ -388,7 +335,7 @@ class Segmenter:
                 seg.owned = False
                 if seg.pos < seg.end and not self.stop.is_set():
                     seg.pos = seg.written
-                    self.pending.append(seg)
+                    self.plan.pending.append(seg)
                 self.running -= 1
                 self.lock.notify_all()
 
