@@ -6,10 +6,10 @@ HTTP segments with validators and a resumable ``.incomplete``) drive it; each br
 source (how a range is fetched) and its sink (how bytes are written and verified).
 
 - :mod:`gpuci.ranged.extents`: cutting a download into parts, and what is already on disk;
+- :mod:`gpuci.ranged.plan`: the planner: segments resumed from their last written byte on a
+  retry, the holes an earlier run left, work stealing as connections are added;
 - :mod:`gpuci.ranged.pool`: the workers, each holding one of the controller's
-  (:class:`gpuci.adaptive.Concurrency`) slots; the first error stops everything;
-- :mod:`gpuci.ranged.stream`: one range streamed into a sink, resumed from its last written
-  byte on a retry, every byte counted once for progress and the controller.
+  (:class:`gpuci.adaptive.Concurrency`) slots; a driver's planner feeds it as slots free up.
 
 It stands on the foundation only (adaptive, hashcursor, retry), so both features import it.
 """
