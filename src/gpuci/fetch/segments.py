@@ -1,12 +1,19 @@
 """Segmented downloads: one large file over several ranged connections at once.
 
+retry-fetch's side of the ranged-download engine (:mod:`gpuci.ranged`, which the cache's
+restore drives too): the planner (:class:`gpuci.ranged.plan.Plan`) and the workers
+(:class:`gpuci.ranged.pool.WorkPool`) are the engine's; this module is the HTTP source (ranged
+GETs through :mod:`gpuci.fetch.client`, each answer checked before a byte is written) and
+feeds the ``.incomplete`` sink (:class:`gpuci.fetch.partial.Sink`).
+
 Why: a connection to a hub, CDN or object store gets a share of the link (tens of MB/s) and
 each request waits tens of milliseconds for its first byte, so one connection per file is the
 ceiling on a fast runner; aria2c and Hugging Face's fast paths open several. On loopback the
 CPU is the limit and extra connections only add work. So the count is adaptive
 (:class:`gpuci.adaptive.Concurrency`): the first response starts alone, and every time the
 controller allows another connection a new worker takes the far half of the largest range
-still to come (work stealing); the connection that owned it stops at the new boundary.
+still to come (work stealing, :meth:`~gpuci.ranged.plan.Plan.take`); the connection that owned
+it stops at the new boundary.
 
 It starts wide, as ``aria2c -x8 -s8`` does: the first response already tells the size, so the
 first round opens :func:`wide_start` connections at once (one per two segments' worth of what
