@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from gpuci.adaptive import Concurrency
 from gpuci.ranged import extents
-from gpuci.ranged.plan import Plan
+from gpuci.ranged.drive import pump
+from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
 
 MIB = 1 << 20
@@ -63,3 +66,43 @@ def test_a_fed_pool_runs_what_its_planner_submits_within_the_limit():
 
     pool.run(feed, tick=0.001)
     assert state["done"] == 20 and state["peak"] <= 3 and pool.threads <= 3
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+        self.closed = False
+
+    def write(self, chunk: bytes) -> None:
+        self.got.append(bytes(chunk))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_driver_stops_at_a_lowered_end_and_never_delivers_past_it():
+    seg = Segment(0, 0, 10, 0)
+    sink = _ListSink()
+    counted: list[int] = []
+
+    def chunks():
+        yield b"abcd"
+        seg.end = 6  # another worker took the tail meanwhile
+        yield b"efgh"
+        yield b"never read"
+
+    pump(seg, chunks(), sink, lock=threading.Lock(), on_bytes=counted.append)
+    assert b"".join(sink.got) == b"abcdef" and seg.pos == 6 and counted == [4, 2]
+    assert sink.closed
+
+
+def test_the_driver_keeps_what_arrived_when_a_check_fails():
+    seg = Segment(0, 0, 100, 0)
+    sink = _ListSink()
+
+    def deadline() -> None:
+        raise TimeoutError("deadline")
+
+    with pytest.raises(TimeoutError):
+        pump(seg, iter([b"abc", b"def"]), sink, check=deadline)
+    assert sink.got == [b"abc"] and sink.closed  # flushed, so a resume goes on from byte 3

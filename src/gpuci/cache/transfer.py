@@ -18,13 +18,14 @@ fails with IntegrityError. Nothing here ever writes outside the staging paths it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +40,7 @@ from gpuci.cache.tier_fill import TeeHasher, TierFill
 from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
 from gpuci.ranged import extents
+from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Segment
 from gpuci.ranged.pool import Cancelled, Lane, WorkPool
 from gpuci.retry import RetryPolicy
@@ -195,6 +197,88 @@ class _Metered:
         self._reader.close()
 
 
+def _filled(
+    reader: RangeReader, lane: Lane, pos: int, end: int, cancelled: threading.Event
+) -> Generator[memoryview, None, None]:
+    """A part's bytes, read into the lane's two buffers in turn, each filled whole (writes stay
+    whole and aligned); the sink has handed one buffer on before the next read reuses it."""
+    turn = 0
+    while pos < end:
+        if cancelled.is_set():
+            raise Cancelled()
+        buf = lane.buffers[turn % 2]
+        turn += 1
+        want = min(len(buf), end - pos)
+        got = 0
+        while got < want:
+            n = reader.readinto(buf[got:want])
+            if n == 0:
+                raise TransientError("the store closed the stream early")
+            got += n
+        yield buf[:want]
+        pos += want
+
+
+class _OnDisk(int):
+    """A chunk the kernel already wrote (spliced): only its length passes through here."""
+
+    def __len__(self) -> int:
+        return int(self)
+
+
+def _spliced(
+    splice_into: Callable[[splicing.Pipe, int], int],
+    fd: int,
+    pos: int,
+    end: int,
+    cancelled: threading.Event,
+) -> Generator[_OnDisk, None, None]:
+    """A part moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time."""
+    pipe = splicing.Pipe()
+    try:
+        while pos < end:
+            start, stop = pos, min(end, pos + layout.IO_CHUNK)
+            while pos < stop:
+                if cancelled.is_set():
+                    raise Cancelled()
+                if splice_into(pipe, stop - pos) == 0:
+                    raise TransientError("the store closed the stream early")
+                pos += pipe.drain(fd, pos)
+            yield _OnDisk(pos - start)
+    finally:
+        pipe.close()
+
+
+class _LaneSink:
+    """A blob part's sink: the lane's helper writes and hashes chunk n while the worker
+    receives chunk n+1; ``seg.written`` moves only past bytes written and handed to the hash,
+    so a retry resumes exactly there."""
+
+    def __init__(self, lane: Lane, land: Callable[[Any, int], bool], seg: Segment) -> None:
+        self._lane, self._land, self._seg = lane, land, seg
+        self._pos = seg.written
+        self._pending: tuple[Future[bool], int] | None = None
+        self.completed = False  # a chunk completed the file
+
+    def _settle(self) -> None:
+        if self._pending is not None:  # the other buffer is free again once this returns
+            future, end = self._pending
+            self._pending = None
+            self.completed = future.result() or self.completed
+            self._seg.written = end
+
+    def write(self, chunk: Any) -> None:
+        self._settle()
+        self._pending = (
+            self._lane.helper.submit(self._land, chunk, self._pos),
+            self._pos + len(chunk),
+        )
+        self._pos += len(chunk)
+
+    def close(self) -> None:
+        self._settle()
+
+
 class Downloader:
     """Fetch a manifest's file contents into staging paths."""
 
@@ -332,95 +416,34 @@ class Downloader:
                 target.reset()
                 self._submit_parts(target)
 
-    def _stream_part(
-        self,
-        target: _BlobTarget,
-        key: str,
-        seg: Segment,
-        lane: Lane,
-    ) -> bool:
-        """Receive chunk n+1 while the helper writes and hashes chunk n.
+    def _stream_part(self, target: _BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
+        """Receive chunk n+1 while the helper writes (or, spliced, hashes) chunk n, on the
+        engine's driver (:func:`gpuci.ranged.drive.pump`); True when it completed the file.
 
-        ``seg.written`` only moves past bytes that are written and handed to the hash, so a
-        retry resumes exactly there.
-        """
+        On plain-http stores the part moves socket -> pipe -> file in the kernel, and the
+        helper hashes each chunk back from the page cache."""
         assert self._pool is not None and target.file is not None
-        end = seg.end
-        reader = self._open_range(key, seg.written, end - seg.written)
+        seg.rewind()  # a retry resumes from what was written and hashed
+        reader = self._open_range(key, seg.pos, seg.end - seg.pos)
         splice_into = getattr(reader, "splice_into", None)
+        chunks: Generator[Any, None, None]
         if SPLICE and splice_into is not None and target.file.buffered:
-            return self._splice_part(target, reader, splice_into, seg, lane)
-        completed = False
-        pending: tuple[Future[bool], int] | None = None
-        pos, turn = seg.written, 0
+            chunks = _spliced(splice_into, target.file.fd, seg.pos, seg.end, self._pool.cancelled)
+            land = functools.partial(self._hash_spliced, target)
+        else:
+            chunks = _filled(reader, lane, seg.pos, seg.end, self._pool.cancelled)
+            land = functools.partial(self._land, target)
+        sink = _LaneSink(lane, land, seg)
         try:
-            while pos < end:
-                if self._pool.cancelled.is_set():
-                    raise Cancelled()
-                buf = lane.buffers[turn % 2]
-                turn += 1
-                want = min(len(buf), end - pos)
-                got = 0
-                while got < want:  # fill the buffer: writes stay whole and aligned
-                    n = reader.readinto(buf[got:want])
-                    if n == 0:
-                        raise TransientError("the store closed the stream early")
-                    got += n
-                if pending is not None:  # the other buffer is free again once this returns
-                    completed = pending[0].result() or completed
-                    seg.written, pending = pending[1], None
-                future = lane.helper.submit(self._land, target, buf[:want], pos)
-                pending, pos = (future, pos + want), pos + want
+            with contextlib.closing(chunks):
+                pump(seg, chunks, sink)
         finally:
             reader.close()
-            if pending is not None:
-                completed = pending[0].result() or completed
-                seg.written = pending[1]
-        return completed
+        return sink.completed
 
-    def _splice_part(
-        self,
-        target: _BlobTarget,
-        reader: Any,
-        splice_into: Callable[[splicing.Pipe, int], int],
-        seg: Segment,
-        lane: Lane,
-    ) -> bool:
-        """Move the part socket -> pipe -> file in the kernel; the helper hashes chunk n from
-        the page cache while chunk n+1 arrives. ``seg.written`` moves as in the copying path.
-        """
-        assert self._pool is not None and target.file is not None
-        fd = target.file.fd
-        completed = False
-        pending: tuple[Future[bool], int] | None = None
-        pos, end = seg.written, seg.end
-        pipe: splicing.Pipe | None = None
-        try:
-            pipe = splicing.Pipe()
-            while pos < end:
-                start, stop = pos, min(end, pos + layout.IO_CHUNK)
-                while pos < stop:
-                    if self._pool.cancelled.is_set():
-                        raise Cancelled()
-                    if splice_into(pipe, stop - pos) == 0:
-                        raise TransientError("the store closed the stream early")
-                    pos += pipe.drain(fd, pos)
-                if pending is not None:
-                    completed = pending[0].result() or completed
-                    seg.written, pending = pending[1], None
-                pending = (lane.helper.submit(self._hash_spliced, target, start, pos), pos)
-        finally:
-            if pipe is not None:
-                pipe.close()
-            reader.close()
-            if pending is not None:
-                completed = pending[0].result() or completed
-                seg.written = pending[1]
-        return completed
-
-    def _hash_spliced(self, target: _BlobTarget, start: int, stop: int) -> bool:
-        self._count(stop - start)
-        return target.advance(start, stop - start, None, _scratch())
+    def _hash_spliced(self, target: _BlobTarget, chunk: _OnDisk, pos: int) -> bool:
+        self._count(len(chunk))
+        return target.advance(pos, len(chunk), None, _scratch())
 
     def _land(self, target: _BlobTarget, chunk: memoryview, pos: int) -> bool:
         """Write one chunk in place and feed the file's hash; True when it completed the file.

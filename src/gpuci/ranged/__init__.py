@@ -8,6 +8,7 @@ source (how a range is fetched) and its sink (how bytes are written and verified
 - :mod:`gpuci.ranged.extents`: cutting a download into parts, and what is already on disk;
 - :mod:`gpuci.ranged.plan`: the planner: segments resumed from their last written byte on a
   retry, the holes an earlier run left, work stealing as connections are added;
+- :mod:`gpuci.ranged.drive`: the one loop moving a source's chunks into a sink;
 - :mod:`gpuci.ranged.pool`: the workers, each holding one of the controller's
   (:class:`gpuci.adaptive.Concurrency`) slots; a driver's planner feeds it as slots free up.
 

@@ -25,6 +25,12 @@ class Segment:
     owned: bool = False
     failed: bool = False  # its last request failed: the next one sent for it is a retry
 
+    def rewind(self) -> int:
+        """Go on from what reached the sink (a retry, or a new attempt); returns the bytes
+        delivered that never reached it, which progress counted and must take back."""
+        lost, self.pos = self.pos - self.written, self.written
+        return lost
+
 
 class Plan:
     """A file of ``total`` bytes whose ``written`` ranges (and ``[0, offset)``) are on disk."""
