@@ -468,62 +468,72 @@ class Downloader:
             try:
                 for attempt in retrying(self.attempts, self.concurrency.throttled):
                     with attempt:
-                        self._stream_run(run, members, lane.buffers[0])
+                        self._stream_run(run, members, lane)
                 return
             except _Corrupt:
                 if attempt_round == 1:
                     raise
 
-    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
+    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
+        """One GET for the run, split into its files as it streams (the engine's driver)."""
         assert self._pool is not None
-        key = layout.pack_key(run.pack)
-        reader = self._open_range(key, run.start, run.length)
-        pos, end = run.start, run.start + run.length
-        index, fd = 0, -1
-        hasher: Any = hashlib.sha256()
-        fill: TierFill | None = None
-        try:
-            while pos < end:
-                if self._pool.cancelled.is_set():
-                    raise Cancelled()
-                n = reader.readinto(buf[: min(len(buf), end - pos)])
-                if n == 0:
-                    raise TransientError("the store closed the stream early")
-                self._count(n)
-                data = buf[:n]
-                while len(data) and index < len(members):
-                    entry, path = members[index]
-                    if pos < entry.offset:  # a gap: bytes of files this tree doesn't use
-                        skip = min(entry.offset - pos, len(data))
-                        data, pos = data[skip:], pos + skip
-                        continue
-                    if fd < 0:
-                        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                        hasher, fill = hashlib.sha256(), self._fill_for(entry)
-                        if fill is not None:
-                            hasher = TeeHasher(hasher, fill)
-                    take = min(entry.offset + entry.size - pos, len(data))
-                    _write_all(fd, data[:take])
-                    hasher.update(data[:take])
-                    data, pos = data[take:], pos + take
-                    if pos == entry.offset + entry.size:
-                        digest = hasher.hexdigest()
-                        if digest != entry.sha256:
-                            raise _Corrupt(entry.path or path.name, entry.sha256, digest)
-                        if fill is not None:
-                            fill.finish(digest)  # exactly the bytes just hashed
-                            fill = None
-                        os.fchmod(fd, placed_mode(entry.mode))
-                        os.close(fd)
-                        fd, index = -1, index + 1
-                pos += len(data)
+        reader = self._open_range(layout.pack_key(run.pack), run.start, run.length)
+        seg = Segment(run.start, run.start, run.start + run.length, run.start)
+        try:  # a retry writes the whole run again: its files are written in one go
+            chunks = _filled(reader, lane, seg.pos, seg.end, self._pool.cancelled)
+            pump(seg, chunks, _RunSink(self, members, run.start))
         finally:
             reader.close()
-            if fd >= 0:
-                os.close(fd)
-            if fill is not None:  # cut short: a retry writes it again from its start
-                fill.discard()
-                self._filling.discard(members[index][0].sha256)
+
+
+class _RunSink:
+    """A packed run's bytes split into its files, each hashed (and copied to the tier) on the
+    way; the gaps between them (files this tree does not use) are skipped."""
+
+    def __init__(self, down: Downloader, members: list[tuple[Entry, Path]], pos: int) -> None:
+        self._down, self._members, self._pos = down, members, pos
+        self._index, self._fd = 0, -1
+        self._hasher: Any = None
+        self._fill: TierFill | None = None
+
+    def write(self, data: memoryview) -> None:
+        self._down._count(len(data))
+        pos = self._pos
+        while len(data) and self._index < len(self._members):
+            entry, path = self._members[self._index]
+            if pos < entry.offset:  # a gap
+                skip = min(entry.offset - pos, len(data))
+                data, pos = data[skip:], pos + skip
+                continue
+            if self._fd < 0:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                self._hasher, self._fill = hashlib.sha256(), self._down._fill_for(entry)
+                if self._fill is not None:
+                    self._hasher = TeeHasher(self._hasher, self._fill)
+            take = min(entry.offset + entry.size - pos, len(data))
+            _write_all(self._fd, data[:take])
+            self._hasher.update(data[:take])
+            data, pos = data[take:], pos + take
+            if pos == entry.offset + entry.size:
+                digest = self._hasher.hexdigest()
+                if digest != entry.sha256:
+                    raise _Corrupt(entry.path or path.name, entry.sha256, digest)
+                if self._fill is not None:
+                    self._fill.finish(digest)  # exactly the bytes just hashed
+                    self._fill = None
+                os.fchmod(self._fd, placed_mode(entry.mode))
+                os.close(self._fd)
+                self._fd, self._index = -1, self._index + 1
+        self._pos = pos + len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._fill is not None:  # cut short: a retry writes it again from its start
+            self._fill.discard()
+            self._fill = None
+            self._down._filling.discard(self._members[self._index][0].sha256)
 
 
 _SCRATCH = threading.local()

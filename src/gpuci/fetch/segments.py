@@ -58,7 +58,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -74,17 +74,17 @@ from gpuci.fetch.client import (
 from gpuci.fetch.job import DownloadJob
 from gpuci.fetch.partial import Sink
 from gpuci.fetch.policy import (
-    RETRY_STATUSES,
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
     RetryableStatus,
+    check_retryable,
 )
 from gpuci.fetch.validators import segment_validator, version_of
 from gpuci.ranged import extents
+from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
-from gpuci.retry import parse_retry_after
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
 _HEAD_DEPTH = 8
@@ -341,7 +341,7 @@ class Segmenter:
             with self.lock:
                 seg.owned = False
                 if seg.pos < seg.end and not self.stop.is_set():
-                    seg.pos = seg.written
+                    seg.rewind()
                     self.plan.pending.append(seg)
                 self.running -= 1
                 self.lock.notify_all()
@@ -363,8 +363,7 @@ class Segmenter:
             except RETRYABLE as exc:
                 if _segment_retryable(exc):
                     with self.lock:
-                        lost = seg.pos - seg.written  # counted, never written
-                        seg.pos = seg.written  # what reached the disk; ask for the rest
+                        lost = seg.rewind()  # ask for the rest of what reached the disk
                         seg.failed = True
                     if lost:
                         self.advance(-lost)
@@ -410,10 +409,8 @@ class Segmenter:
             self._pump(seg, resp)
 
     def _check(self, resp: httpx.Response, start: int, end: int) -> None:
+        check_retryable(resp, self.url)
         status = resp.status_code
-        if status in RETRY_STATUSES:
-            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-            raise RetryableStatus(status, self.url, retry_after)
         version = version_of(resp.headers, self.validator)
         if status in (200, 206) and version != self.validator:
             raise FileChanged(
@@ -448,53 +445,61 @@ class Segmenter:
             )
 
     def _pump(self, seg: Segment, resp: httpx.Response) -> None:
-        """Stream ``resp`` into ``seg`` until its (possibly lowered) end; then hang up."""
+        """Stream ``resp`` into ``seg`` until its (possibly lowered) end (the engine's driver,
+        :func:`gpuci.ranged.drive.pump`); then hang up."""
 
         def on_written(end: int) -> None:
             seg.written = end
 
+        def on_bytes(n: int) -> None:
+            self.advance(n)
+            self.conc.record(n)
+
+        def check() -> None:
+            if time.monotonic() > deadline:
+                raise FetchError(
+                    f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
+                    f"{self.part.cursor.position} bytes whole",
+                    hint="raise the deadline input, or add a closer mirror",
+                )
+
         # The first connection keeps the deep queue of the one-connection path (loopback runs
         # on it); the others stay shallow, so memory grows slowly with their count.
-        depth = _HEAD_DEPTH if seg is self.head else _SINK_DEPTH
-        sink = Sink(self.part, seg.pos, on_written, depth=depth)
-        deadline = self.job.started + self.policy.deadline
         head = seg is self.head
+        sink = Sink(self.part, seg.pos, on_written, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
+        deadline = self.job.started + self.policy.deadline
         # The first, open-ended response reads straight from its connection (client.Body: no
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
-        chunks = Body(resp).chunks() if head else resp.iter_raw()
-        clock, reads, got = time.monotonic(), 0, 0
-        narrowed = False
+        chunks = self._watched(resp) if head else resp.iter_raw()
         try:
-            for chunk in chunks:
-                if head:
-                    reads, got = reads + 1, got + len(chunk)
-                    if not narrowed and self.fastest < _FAR_S:
-                        narrowed = _narrow(resp)
-                    if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
-                        alone = self.running == 1  # reads shared with others say less
-                        self.head_full = alone and got >= reads * _FULL_READ
-                        clock, reads, got = now, 0, 0
-                with self.lock:
-                    take = min(len(chunk), seg.end - seg.pos)
-                    seg.pos += take
-                    finished = seg.pos >= seg.end
-                if take:
-                    sink.write(chunk if take == len(chunk) else chunk[:take])
-                    self.advance(take)
-                    self.conc.record(take)
-                if finished or self.stop.is_set():
-                    break  # leaving the loop closes the connection, the rest unread
-                if time.monotonic() > deadline:
-                    raise FetchError(
-                        f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
-                        f"{self.part.cursor.position} bytes whole",
-                        hint="raise the deadline input, or add a closer mirror",
-                    )
+            pump(
+                seg,
+                chunks,
+                sink,
+                lock=self.lock,
+                stop=self.stop.is_set,
+                on_bytes=on_bytes,
+                check=check,
+            )
         finally:
             if head:
                 self.head_full = False
-            sink.close()
+
+    def _watched(self, resp: httpx.Response) -> Iterator[bytes]:
+        """The first answer's chunks, judging on the way whether its reads fill their buffers
+        (``head_full``) and narrowing its window once its server is known near."""
+        clock, reads, got = time.monotonic(), 0, 0
+        narrowed = False
+        for chunk in Body(resp).chunks():
+            reads, got = reads + 1, got + len(chunk)
+            if not narrowed and self.fastest < _FAR_S:
+                narrowed = _narrow(resp)
+            if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
+                alone = self.running == 1  # reads shared with others say less
+                self.head_full = alone and got >= reads * _FULL_READ
+                clock, reads, got = now, 0, 0
+            yield chunk
 
 
 def _narrow(resp: httpx.Response) -> bool:
