@@ -101,12 +101,9 @@ class _Corrupt(Exception):
         self.what, self.expected, self.got = what, expected, got
 
 
-def _write_all(fd: int, data: memoryview, offset: int | None = None) -> None:
+def _write_all(fd: int, data: memoryview) -> None:
     while len(data):
-        n = os.write(fd, data) if offset is None else os.pwrite(fd, data, offset)
-        data = data[n:]
-        if offset is not None:
-            offset += n
+        data = data[os.write(fd, data) :]
 
 
 @dataclass
@@ -174,34 +171,13 @@ class _BlobTarget:
         self.file.close()
 
 
-class _Metered:
-    """A range reader that reports every read to the controller (throughput, as it happens)."""
-
-    def __init__(self, reader: RangeReader, record: Callable[[int], None]) -> None:
-        self._reader = reader
-        self._record = record
-        if hasattr(reader, "splice_into"):  # the kernel-copy path, counted the same way
-            self.splice_into = self._splice_into
-
-    def _splice_into(self, pipe: splicing.Pipe, count: int) -> int:
-        n = self._reader.splice_into(pipe, count)  # type: ignore[attr-defined]
-        self._record(n)
-        return n
-
-    def readinto(self, buffer: memoryview) -> int:
-        n = self._reader.readinto(buffer)
-        self._record(n)
-        return n
-
-    def close(self) -> None:
-        self._reader.close()
-
-
 def _filled(
-    reader: RangeReader, lane: Lane, pos: int, end: int, cancelled: threading.Event
+    reader: RangeReader, lane: Lane, pos: int, end: int, down: Downloader
 ) -> Generator[memoryview, None, None]:
     """A part's bytes, read into the lane's two buffers in turn, each filled whole (writes stay
-    whole and aligned); the sink has handed one buffer on before the next read reuses it."""
+    whole and aligned); the sink has handed one buffer on before the next read reuses it.
+    Every read is told to the controller as it happens (throughput)."""
+    cancelled, record = down.cancelled, down.concurrency.record
     turn = 0
     while pos < end:
         if cancelled.is_set():
@@ -214,6 +190,7 @@ def _filled(
             n = reader.readinto(buf[got:want])
             if n == 0:
                 raise TransientError("the store closed the stream early")
+            record(n)
             got += n
         yield buf[:want]
         pos += want
@@ -231,9 +208,11 @@ def _spliced(
     fd: int,
     pos: int,
     end: int,
-    cancelled: threading.Event,
+    down: Downloader,
 ) -> Generator[_OnDisk, None, None]:
-    """A part moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time."""
+    """A part moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
+    told to the controller, as a read is)."""
+    cancelled, record = down.cancelled, down.concurrency.record
     pipe = splicing.Pipe()
     try:
         while pos < end:
@@ -241,8 +220,9 @@ def _spliced(
             while pos < stop:
                 if cancelled.is_set():
                     raise Cancelled()
-                if splice_into(pipe, stop - pos) == 0:
+                if (n := splice_into(pipe, stop - pos)) == 0:
                     raise TransientError("the store closed the stream early")
+                record(n)
                 pos += pipe.drain(fd, pos)
             yield _OnDisk(pos - start)
     finally:
@@ -367,13 +347,18 @@ class Downloader:
         self._filling.add(entry.sha256)
         return tier.start_fill(entry.sha256, entry.size)
 
+    @property
+    def cancelled(self) -> threading.Event:
+        assert self._pool is not None
+        return self._pool.cancelled
+
     def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        """A ranged GET whose bytes the controller counts as they arrive; its wait for the
-        response (the first byte) tells the controller how far the store is."""
+        """A ranged GET (its reads are counted by :func:`_filled` and :func:`_spliced`); its
+        wait for the response (the first byte) tells the controller how far the store is."""
         started = time.monotonic()
         reader = self.store.open_range(key, offset, length)
         self.concurrency.first_byte(time.monotonic() - started)
-        return _Metered(reader, self.concurrency.record)
+        return reader
 
     # ----- large files --------------------------------------------------------------------------
     def _part_size(self, total: int) -> int:
@@ -428,10 +413,10 @@ class Downloader:
         splice_into = getattr(reader, "splice_into", None)
         chunks: Generator[Any, None, None]
         if SPLICE and splice_into is not None and target.file.buffered:
-            chunks = _spliced(splice_into, target.file.fd, seg.pos, seg.end, self._pool.cancelled)
+            chunks = _spliced(splice_into, target.file.fd, seg.pos, seg.end, self)
             land = functools.partial(self._hash_spliced, target)
         else:
-            chunks = _filled(reader, lane, seg.pos, seg.end, self._pool.cancelled)
+            chunks = _filled(reader, lane, seg.pos, seg.end, self)
             land = functools.partial(self._land, target)
         sink = _LaneSink(lane, land, seg)
         try:
@@ -480,7 +465,7 @@ class Downloader:
         reader = self._open_range(layout.pack_key(run.pack), run.start, run.length)
         seg = Segment(run.start, run.start, run.start + run.length, run.start)
         try:  # a retry writes the whole run again: its files are written in one go
-            chunks = _filled(reader, lane, seg.pos, seg.end, self._pool.cancelled)
+            chunks = _filled(reader, lane, seg.pos, seg.end, self)
             pump(seg, chunks, _RunSink(self, members, run.start))
         finally:
             reader.close()
