@@ -17,7 +17,7 @@ from treeutil import make_tree, snapshot
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout, transfer
 from gpuci.cache.transfer import lane_chunk
-from gpuci.cache.workpool import WorkPool
+from gpuci.ranged.pool import WorkPool
 from gpuci_testing import wait_until
 
 

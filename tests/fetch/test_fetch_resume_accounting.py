@@ -96,3 +96,24 @@ def test_a_near_servers_ranged_answers_are_never_asked_for_twice(tmp_path, monke
     assert len(spans) >= 3, spans  # it did run in segments
     overlaps = [(a, b) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
     assert not overlaps, overlaps
+
+
+def test_one_cut_in_segments_serves_at_most_1_05x(tmp_path):
+    """Issue 33: after one cut (the first connection, 40% into the file, before the second
+    connection's range begins) the retry goes on from what reached the disk; with the other
+    segments running on the engine's pool, the server sends at most 5% more than the file,
+    ``attempts`` is the first request plus that one retry, and ``resumed-bytes`` stays under
+    the file's size."""
+    policy = FetchPolicy(
+        attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
+        connections=4, connections_start=2, segment_bytes=128 << 10,
+    )  # fmt: skip
+    with FaultyServer(rate=4_000_000) as srv:
+        srv.add("/big", BIG)
+        srv.faults("/big", Fault(drop_after=len(BIG) * 4 // 10))
+        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=policy)
+        served = srv.served("/big")
+    assert (tmp_path / "o").read_bytes() == BIG
+    assert res.attempts == 2
+    assert res.resumed_bytes <= len(BIG)
+    assert served <= 1.05 * len(BIG), served

@@ -12,7 +12,7 @@ from gpuci.cache.pins import read_all
 from gpuci.cache.refs import escape
 from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.upkeep_options import LsInputs
-from gpuci.cache.workpool import parallel
+from gpuci.ranged.pool import parallel
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 

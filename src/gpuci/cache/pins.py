@@ -20,8 +20,8 @@ from gpuci.cache.common import store_from
 from gpuci.cache.refs import fetch_by_digest
 from gpuci.cache.store import LocalStore, Store
 from gpuci.cache.upkeep_options import PinInputs, UnpinInputs
-from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError, StoreError
+from gpuci.ranged.pool import parallel
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
 

@@ -26,8 +26,8 @@ from gpuci.cache import manifest as mf
 from gpuci.cache.common import CREDENTIAL_SOURCES, plan_store, store_url
 from gpuci.cache.store import LocalStore, ObjectInfo, Store
 from gpuci.cache.upkeep_options import PruneInputs
-from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError
+from gpuci.ranged.pool import parallel
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 

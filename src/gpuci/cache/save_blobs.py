@@ -32,8 +32,8 @@ from gpuci.cache.common import throttle_signals
 from gpuci.cache.saver import Saver
 from gpuci.cache.store import SourceChanged, Store
 from gpuci.cache.tree import Tree
-from gpuci.cache.workpool import WorkPool, laneless
 from gpuci.errors import StoreError
+from gpuci.ranged.pool import WorkPool, laneless
 
 # File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to
 # this size is read once; a larger one is hashed first and read again to send (see above).

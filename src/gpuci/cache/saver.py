@@ -19,8 +19,8 @@ from gpuci.cache import manifest as mf
 from gpuci.cache.store import ObjectInfo, Store
 from gpuci.cache.tier import LocalTier
 from gpuci.cache.tree import Tree
-from gpuci.cache.workpool import parallel
 from gpuci.errors import InputError
+from gpuci.ranged.pool import parallel
 from gpuci.runtime import Runtime
 
 

@@ -18,13 +18,14 @@ fails with IntegrityError. Nothing here ever writes outside the staging paths it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,9 +37,12 @@ from gpuci.cache.manifest import Entry, placed_mode
 from gpuci.cache.packs import Run, plan_runs
 from gpuci.cache.store import RangeReader, Store, TransientError
 from gpuci.cache.tier_fill import TeeHasher, TierFill
-from gpuci.cache.workpool import Cancelled, Lane, WorkPool
 from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
+from gpuci.ranged import extents
+from gpuci.ranged.drive import pump
+from gpuci.ranged.plan import Segment
+from gpuci.ranged.pool import Cancelled, Lane, WorkPool
 from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -97,12 +101,9 @@ class _Corrupt(Exception):
         self.what, self.expected, self.got = what, expected, got
 
 
-def _write_all(fd: int, data: memoryview, offset: int | None = None) -> None:
+def _write_all(fd: int, data: memoryview) -> None:
     while len(data):
-        n = os.write(fd, data) if offset is None else os.pwrite(fd, data, offset)
-        data = data[n:]
-        if offset is not None:
-            offset += n
+        data = data[os.write(fd, data) :]
 
 
 @dataclass
@@ -170,27 +171,92 @@ class _BlobTarget:
         self.file.close()
 
 
-class _Metered:
-    """A range reader that reports every read to the controller (throughput, as it happens)."""
+def _filled(
+    reader: RangeReader, lane: Lane, pos: int, end: int, down: Downloader
+) -> Generator[memoryview, None, None]:
+    """A part's bytes, read into the lane's two buffers in turn, each filled whole (writes stay
+    whole and aligned); the sink has handed one buffer on before the next read reuses it.
+    Every read is told to the controller as it happens (throughput)."""
+    cancelled, record = down.cancelled, down.concurrency.record
+    turn = 0
+    while pos < end:
+        if cancelled.is_set():
+            raise Cancelled()
+        buf = lane.buffers[turn % 2]
+        turn += 1
+        want = min(len(buf), end - pos)
+        got = 0
+        while got < want:
+            n = reader.readinto(buf[got:want])
+            if n == 0:
+                raise TransientError("the store closed the stream early")
+            record(n)
+            got += n
+        yield buf[:want]
+        pos += want
 
-    def __init__(self, reader: RangeReader, record: Callable[[int], None]) -> None:
-        self._reader = reader
-        self._record = record
-        if hasattr(reader, "splice_into"):  # the kernel-copy path, counted the same way
-            self.splice_into = self._splice_into
 
-    def _splice_into(self, pipe: splicing.Pipe, count: int) -> int:
-        n = self._reader.splice_into(pipe, count)  # type: ignore[attr-defined]
-        self._record(n)
-        return n
+class _OnDisk(int):
+    """A chunk the kernel already wrote (spliced): only its length passes through here."""
 
-    def readinto(self, buffer: memoryview) -> int:
-        n = self._reader.readinto(buffer)
-        self._record(n)
-        return n
+    def __len__(self) -> int:
+        return int(self)
+
+
+def _spliced(
+    splice_into: Callable[[splicing.Pipe, int], int],
+    fd: int,
+    pos: int,
+    end: int,
+    down: Downloader,
+) -> Generator[_OnDisk, None, None]:
+    """A part moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
+    told to the controller, as a read is)."""
+    cancelled, record = down.cancelled, down.concurrency.record
+    pipe = splicing.Pipe()
+    try:
+        while pos < end:
+            start, stop = pos, min(end, pos + layout.IO_CHUNK)
+            while pos < stop:
+                if cancelled.is_set():
+                    raise Cancelled()
+                if (n := splice_into(pipe, stop - pos)) == 0:
+                    raise TransientError("the store closed the stream early")
+                record(n)
+                pos += pipe.drain(fd, pos)
+            yield _OnDisk(pos - start)
+    finally:
+        pipe.close()
+
+
+class _LaneSink:
+    """A blob part's sink: the lane's helper writes and hashes chunk n while the worker
+    receives chunk n+1; ``seg.written`` moves only past bytes written and handed to the hash,
+    so a retry resumes exactly there."""
+
+    def __init__(self, lane: Lane, land: Callable[[Any, int], bool], seg: Segment) -> None:
+        self._lane, self._land, self._seg = lane, land, seg
+        self._pos = seg.written
+        self._pending: tuple[Future[bool], int] | None = None
+        self.completed = False  # a chunk completed the file
+
+    def _settle(self) -> None:
+        if self._pending is not None:  # the other buffer is free again once this returns
+            future, end = self._pending
+            self._pending = None
+            self.completed = future.result() or self.completed
+            self._seg.written = end
+
+    def write(self, chunk: Any) -> None:
+        self._settle()
+        self._pending = (
+            self._lane.helper.submit(self._land, chunk, self._pos),
+            self._pos + len(chunk),
+        )
+        self._pos += len(chunk)
 
     def close(self) -> None:
-        self._reader.close()
+        self._settle()
 
 
 class Downloader:
@@ -281,13 +347,18 @@ class Downloader:
         self._filling.add(entry.sha256)
         return tier.start_fill(entry.sha256, entry.size)
 
+    @property
+    def cancelled(self) -> threading.Event:
+        assert self._pool is not None
+        return self._pool.cancelled
+
     def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        """A ranged GET whose bytes the controller counts as they arrive; its wait for the
-        response (the first byte) tells the controller how far the store is."""
+        """A ranged GET (its reads are counted by :func:`_filled` and :func:`_spliced`); its
+        wait for the response (the first byte) tells the controller how far the store is."""
         started = time.monotonic()
         reader = self.store.open_range(key, offset, length)
         self.concurrency.first_byte(time.monotonic() - started)
-        return _Metered(reader, self.concurrency.record)
+        return reader
 
     # ----- large files --------------------------------------------------------------------------
     def _part_size(self, total: int) -> int:
@@ -297,15 +368,15 @@ class Downloader:
         into 128 GETs of 4 MiB: each paid a first byte (tens of ms on a remote store), a
         signature, a response parse and the server's own per-request work, where 32 of
         16 MiB keep the same 32 connections busy."""
-        part = max(min(layout.PART_SIZE, -(-total // self.workers)), layout.MIN_PART)
         # Aligned parts: every chunk then starts at an offset O_DIRECT accepts.
-        return -(-part // directio.ALIGN) * directio.ALIGN
+        return extents.part_size(
+            total, self.workers, layout.MIN_PART, layout.PART_SIZE, directio.ALIGN
+        )
 
     def _parts(self, target: _BlobTarget, part: int) -> list[Callable[[Lane], None]]:
-        size = target.entry.size
         return [
-            functools.partial(self._part, target, offset, min(part, size - offset))
-            for offset in range(0, size, part)
+            functools.partial(self._part, target, offset, length)
+            for offset, length in extents.cut(target.entry.size, part)
         ]
 
     def _submit_parts(self, target: _BlobTarget) -> None:
@@ -315,12 +386,11 @@ class Downloader:
 
     def _part(self, target: _BlobTarget, offset: int, length: int, lane: Lane) -> None:
         key = layout.blob_key(target.entry.sha256)
-        state = {"pos": offset}
-        end = offset + length
+        seg = Segment(offset, offset, offset + length, offset)
         completed = False
         for attempt in retrying(self.attempts, self.concurrency.throttled):
-            with attempt:
-                completed = self._stream_part(target, key, state, end, lane)
+            with attempt:  # a retry resumes from seg.written, as retry-fetch's segments do
+                completed = self._stream_part(target, key, seg, lane)
         if completed:
             try:
                 target.finish()
@@ -331,96 +401,34 @@ class Downloader:
                 target.reset()
                 self._submit_parts(target)
 
-    def _stream_part(
-        self,
-        target: _BlobTarget,
-        key: str,
-        state: dict[str, int],
-        end: int,
-        lane: Lane,
-    ) -> bool:
-        """Receive chunk n+1 while the helper writes and hashes chunk n.
+    def _stream_part(self, target: _BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
+        """Receive chunk n+1 while the helper writes (or, spliced, hashes) chunk n, on the
+        engine's driver (:func:`gpuci.ranged.drive.pump`); True when it completed the file.
 
-        ``state["pos"]`` only moves past bytes that are written and handed to the hash, so a
-        retry resumes exactly there.
-        """
+        On plain-http stores the part moves socket -> pipe -> file in the kernel, and the
+        helper hashes each chunk back from the page cache."""
         assert self._pool is not None and target.file is not None
-        reader = self._open_range(key, state["pos"], end - state["pos"])
+        seg.rewind()  # a retry resumes from what was written and hashed
+        reader = self._open_range(key, seg.pos, seg.end - seg.pos)
         splice_into = getattr(reader, "splice_into", None)
+        chunks: Generator[Any, None, None]
         if SPLICE and splice_into is not None and target.file.buffered:
-            return self._splice_part(target, reader, splice_into, state, end, lane)
-        completed = False
-        pending: tuple[Future[bool], int] | None = None
-        pos, turn = state["pos"], 0
+            chunks = _spliced(splice_into, target.file.fd, seg.pos, seg.end, self)
+            land = functools.partial(self._hash_spliced, target)
+        else:
+            chunks = _filled(reader, lane, seg.pos, seg.end, self)
+            land = functools.partial(self._land, target)
+        sink = _LaneSink(lane, land, seg)
         try:
-            while pos < end:
-                if self._pool.cancelled.is_set():
-                    raise Cancelled()
-                buf = lane.buffers[turn % 2]
-                turn += 1
-                want = min(len(buf), end - pos)
-                got = 0
-                while got < want:  # fill the buffer: writes stay whole and aligned
-                    n = reader.readinto(buf[got:want])
-                    if n == 0:
-                        raise TransientError("the store closed the stream early")
-                    got += n
-                if pending is not None:  # the other buffer is free again once this returns
-                    completed = pending[0].result() or completed
-                    state["pos"], pending = pending[1], None
-                future = lane.helper.submit(self._land, target, buf[:want], pos)
-                pending, pos = (future, pos + want), pos + want
+            with contextlib.closing(chunks):
+                pump(seg, chunks, sink)
         finally:
             reader.close()
-            if pending is not None:
-                completed = pending[0].result() or completed
-                state["pos"] = pending[1]
-        return completed
+        return sink.completed
 
-    def _splice_part(
-        self,
-        target: _BlobTarget,
-        reader: Any,
-        splice_into: Callable[[splicing.Pipe, int], int],
-        state: dict[str, int],
-        end: int,
-        lane: Lane,
-    ) -> bool:
-        """Move the part socket -> pipe -> file in the kernel; the helper hashes chunk n from
-        the page cache while chunk n+1 arrives. ``state["pos"]`` moves as in the copying path.
-        """
-        assert self._pool is not None and target.file is not None
-        fd = target.file.fd
-        completed = False
-        pending: tuple[Future[bool], int] | None = None
-        pos = state["pos"]
-        pipe: splicing.Pipe | None = None
-        try:
-            pipe = splicing.Pipe()
-            while pos < end:
-                start, stop = pos, min(end, pos + layout.IO_CHUNK)
-                while pos < stop:
-                    if self._pool.cancelled.is_set():
-                        raise Cancelled()
-                    if splice_into(pipe, stop - pos) == 0:
-                        raise TransientError("the store closed the stream early")
-                    pos += pipe.drain(fd, pos)
-                if pending is not None:
-                    completed = pending[0].result() or completed
-                    state["pos"], pending = pending[1], None
-                pending = (lane.helper.submit(self._hash_spliced, target, start, pos), pos)
-        finally:
-            if pipe is not None:
-                pipe.close()
-            reader.close()
-            if pending is not None:
-                completed = pending[0].result() or completed
-                state["pos"] = pending[1]
-        return completed
-
-    def _hash_spliced(self, target: _BlobTarget, start: int, stop: int) -> bool:
-        self._count(stop - start)
-        return target.advance(start, stop - start, None, _scratch())
+    def _hash_spliced(self, target: _BlobTarget, chunk: _OnDisk, pos: int) -> bool:
+        self._count(len(chunk))
+        return target.advance(pos, len(chunk), None, _scratch())
 
     def _land(self, target: _BlobTarget, chunk: memoryview, pos: int) -> bool:
         """Write one chunk in place and feed the file's hash; True when it completed the file.
@@ -445,62 +453,72 @@ class Downloader:
             try:
                 for attempt in retrying(self.attempts, self.concurrency.throttled):
                     with attempt:
-                        self._stream_run(run, members, lane.buffers[0])
+                        self._stream_run(run, members, lane)
                 return
             except _Corrupt:
                 if attempt_round == 1:
                     raise
 
-    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], buf: memoryview) -> None:
+    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
+        """One GET for the run, split into its files as it streams (the engine's driver)."""
         assert self._pool is not None
-        key = layout.pack_key(run.pack)
-        reader = self._open_range(key, run.start, run.length)
-        pos, end = run.start, run.start + run.length
-        index, fd = 0, -1
-        hasher: Any = hashlib.sha256()
-        fill: TierFill | None = None
-        try:
-            while pos < end:
-                if self._pool.cancelled.is_set():
-                    raise Cancelled()
-                n = reader.readinto(buf[: min(len(buf), end - pos)])
-                if n == 0:
-                    raise TransientError("the store closed the stream early")
-                self._count(n)
-                data = buf[:n]
-                while len(data) and index < len(members):
-                    entry, path = members[index]
-                    if pos < entry.offset:  # a gap: bytes of files this tree doesn't use
-                        skip = min(entry.offset - pos, len(data))
-                        data, pos = data[skip:], pos + skip
-                        continue
-                    if fd < 0:
-                        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                        hasher, fill = hashlib.sha256(), self._fill_for(entry)
-                        if fill is not None:
-                            hasher = TeeHasher(hasher, fill)
-                    take = min(entry.offset + entry.size - pos, len(data))
-                    _write_all(fd, data[:take])
-                    hasher.update(data[:take])
-                    data, pos = data[take:], pos + take
-                    if pos == entry.offset + entry.size:
-                        digest = hasher.hexdigest()
-                        if digest != entry.sha256:
-                            raise _Corrupt(entry.path or path.name, entry.sha256, digest)
-                        if fill is not None:
-                            fill.finish(digest)  # exactly the bytes just hashed
-                            fill = None
-                        os.fchmod(fd, placed_mode(entry.mode))
-                        os.close(fd)
-                        fd, index = -1, index + 1
-                pos += len(data)
+        reader = self._open_range(layout.pack_key(run.pack), run.start, run.length)
+        seg = Segment(run.start, run.start, run.start + run.length, run.start)
+        try:  # a retry writes the whole run again: its files are written in one go
+            chunks = _filled(reader, lane, seg.pos, seg.end, self)
+            pump(seg, chunks, _RunSink(self, members, run.start))
         finally:
             reader.close()
-            if fd >= 0:
-                os.close(fd)
-            if fill is not None:  # cut short: a retry writes it again from its start
-                fill.discard()
-                self._filling.discard(members[index][0].sha256)
+
+
+class _RunSink:
+    """A packed run's bytes split into its files, each hashed (and copied to the tier) on the
+    way; the gaps between them (files this tree does not use) are skipped."""
+
+    def __init__(self, down: Downloader, members: list[tuple[Entry, Path]], pos: int) -> None:
+        self._down, self._members, self._pos = down, members, pos
+        self._index, self._fd = 0, -1
+        self._hasher: Any = None
+        self._fill: TierFill | None = None
+
+    def write(self, data: memoryview) -> None:
+        self._down._count(len(data))
+        pos = self._pos
+        while len(data) and self._index < len(self._members):
+            entry, path = self._members[self._index]
+            if pos < entry.offset:  # a gap
+                skip = min(entry.offset - pos, len(data))
+                data, pos = data[skip:], pos + skip
+                continue
+            if self._fd < 0:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                self._hasher, self._fill = hashlib.sha256(), self._down._fill_for(entry)
+                if self._fill is not None:
+                    self._hasher = TeeHasher(self._hasher, self._fill)
+            take = min(entry.offset + entry.size - pos, len(data))
+            _write_all(self._fd, data[:take])
+            self._hasher.update(data[:take])
+            data, pos = data[take:], pos + take
+            if pos == entry.offset + entry.size:
+                digest = self._hasher.hexdigest()
+                if digest != entry.sha256:
+                    raise _Corrupt(entry.path or path.name, entry.sha256, digest)
+                if self._fill is not None:
+                    self._fill.finish(digest)  # exactly the bytes just hashed
+                    self._fill = None
+                os.fchmod(self._fd, placed_mode(entry.mode))
+                os.close(self._fd)
+                self._fd, self._index = -1, self._index + 1
+        self._pos = pos + len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._fill is not None:  # cut short: a retry writes it again from its start
+            self._fill.discard()
+            self._fill = None
+            self._down._filling.discard(self._members[self._index][0].sha256)
 
 
 _SCRATCH = threading.local()

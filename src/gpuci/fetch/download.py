@@ -25,8 +25,9 @@ import errno
 import os
 import re
 import stat
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,20 +44,20 @@ from gpuci.fetch.client import (
 from gpuci.fetch.job import DownloadJob, ProgressLike
 from gpuci.fetch.partial import Partial, Sink
 from gpuci.fetch.policy import (
-    RETRY_STATUSES,
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
     Refused,
     RetryableError,
-    RetryableStatus,
     ShortBody,
+    check_retryable,
 )
 from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
 from gpuci.fetch.validators import strong_validator
 from gpuci.files import sha256_file
-from gpuci.retry import parse_retry_after
+from gpuci.ranged.drive import pump
+from gpuci.ranged.plan import Segment
 from gpuci.units import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range", "strong_validator"]
@@ -114,10 +115,8 @@ class _Download(DownloadJob):
             self._stream(resp, url, total)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
+        check_retryable(resp, url)
         status = resp.status_code
-        if status in RETRY_STATUSES:
-            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-            raise RetryableStatus(status, url, retry_after)
         if status == 416 and offset:
             match = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
             known = self.partial.total  # a segmented partial knows the size: it must agree
@@ -182,42 +181,42 @@ class _Download(DownloadJob):
             )
 
     def _stream(self, resp: httpx.Response, url: str, total: int | None) -> None:
+        """One connection: a single segment from the resume offset on the engine's driver
+        (:func:`gpuci.ranged.drive.pump`), ended one byte past max-bytes (never kept)."""
         part = self.partial
-        advance: Callable[[int], None] = self.meter.advance
         deadline = self.started + self.policy.deadline
         limit = self.policy.max_bytes
-        have = part.size  # bytes on disk plus those handed to the writer
+        start = part.size
+        end = limit + 1 if limit is not None else sys.maxsize
+        seg = Segment(start, start, max(end, start + 1), start)
         part.open_for_append()
 
         def on_written(end: int) -> None:
             part.size = end
 
-        sink = Sink(part, part.size, on_written)
+        def check() -> None:
+            if time.monotonic() > deadline:
+                raise FetchError(
+                    f"{url}: deadline of {self.policy.deadline:g}s passed at "
+                    f"{part.size} bytes after {self.attempts} attempt(s)",
+                    hint="raise the deadline input, or add a closer mirror",
+                )
+
         body = Body(resp)
-        too_large = False
         try:
-            for chunk in body.chunks():
-                if limit is not None and have + len(chunk) > limit:
-                    too_large = True  # leaving the loop closes the connection unread
-                    break
-                have += len(chunk)
-                sink.write(chunk)
-                advance(len(chunk))
-                if time.monotonic() > deadline:
-                    raise FetchError(
-                        f"{url}: deadline of {self.policy.deadline:g}s passed at "
-                        f"{part.size} bytes after {self.attempts} attempt(s)",
-                        hint="raise the deadline input, or add a closer mirror",
-                    )
+            pump(
+                seg,
+                body.chunks(),
+                Sink(part, start, on_written),
+                on_bytes=self.meter.advance,
+                check=check,
+            )
         finally:
-            try:
-                sink.close()
-            finally:
-                part.close()
-        if too_large:
+            part.close()
+        if limit is not None and seg.pos > limit:
             part.reset()
             raise Refused(
-                f"the body ran past max-bytes ({human_bytes(limit or 0)}); stopped reading "
+                f"the body ran past max-bytes ({human_bytes(limit)}); stopped reading "
                 "and deleted the partial file",
                 hint="raise max-bytes if the file really is that large",
             )

@@ -41,6 +41,7 @@ from gpuci.fetch.policy import RangeMismatch
 from gpuci.fetch.urls import public_url
 from gpuci.files import incomplete_path
 from gpuci.hashcursor import HashCursor
+from gpuci.ranged.extents import merge
 
 META = ".incomplete.json"  # the URL and validator (ETag / Last-Modified) those bytes came with
 _META_MAX = 64 << 10  # a sidecar is a few hundred bytes; a planted huge one is not read
@@ -151,17 +152,6 @@ def _extents(value: object, total: int | None, on_disk: int) -> tuple[tuple[int,
         out.append((start, end))
         last = end
     return tuple(out)
-
-
-def merge_extents(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, disjoint ``[start, end)`` ranges covering the same bytes; empty ones dropped."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(r for r in ranges if r[1] > r[0]):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
 
 
 def _sync_folder(folder: Path) -> None:
@@ -285,7 +275,7 @@ class Partial:
         """A retry goes on from these ``[start, end)`` ranges on disk instead of fetching them
         again (a byte kept by two retries counts once)."""
         with self._kept_lock:
-            self._kept = merge_extents([*self._kept, *ranges])
+            self._kept = merge([*self._kept, *ranges])
 
     def forget_kept(self, end: int) -> None:
         """Bytes from ``end`` on were thrown away (a reset, a drop): they were not kept."""
@@ -305,7 +295,7 @@ class Partial:
 
     def written(self) -> list[tuple[int, int]]:
         """Every range on disk worth keeping: the prefix and the segments beyond it."""
-        return merge_extents([(0, self.size), *self.extents])
+        return merge([(0, self.size), *self.extents])
 
     def drop_extents(self) -> None:
         """Keep only the prefix: one connection continues from it and rewrites the rest in
@@ -335,7 +325,7 @@ class Partial:
             "total": self.total,
         }
         if extents is not None:
-            record["segments"] = [list(e) for e in merge_extents(extents)]
+            record["segments"] = [list(e) for e in merge(extents)]
         if durable and self._fd is not None:
             os.fdatasync(self._fd)
         self._write_meta(json.dumps(record).encode(), durable)

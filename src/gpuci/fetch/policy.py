@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from gpuci.errors import FetchError
-from gpuci.retry import RetryPolicy
+from gpuci.retry import RetryPolicy, parse_retry_after
 
 if TYPE_CHECKING:
     import tenacity
@@ -82,6 +82,14 @@ class RetryableStatus(RetryableError):
         super().__init__(f"HTTP {status}", retry_after)
         self.url = url
         self.status = status
+
+
+def check_retryable(resp: httpx.Response, url: str) -> None:
+    """Raise :class:`RetryableStatus` (with the server's ``Retry-After``) for a status a later
+    attempt may cure; every request of retry-fetch checks its answer with this first."""
+    if resp.status_code in RETRY_STATUSES:
+        after = parse_retry_after(resp.headers.get("Retry-After"))
+        raise RetryableStatus(resp.status_code, url, after)
 
 
 class ShortBody(RetryableError):

@@ -1,12 +1,19 @@
 """Segmented downloads: one large file over several ranged connections at once.
 
+retry-fetch's side of the ranged-download engine (:mod:`gpuci.ranged`, which the cache's
+restore drives too): the planner (:class:`gpuci.ranged.plan.Plan`) and the workers
+(:class:`gpuci.ranged.pool.WorkPool`) are the engine's; this module is the HTTP source (ranged
+GETs through :mod:`gpuci.fetch.client`, each answer checked before a byte is written) and
+feeds the ``.incomplete`` sink (:class:`gpuci.fetch.partial.Sink`).
+
 Why: a connection to a hub, CDN or object store gets a share of the link (tens of MB/s) and
 each request waits tens of milliseconds for its first byte, so one connection per file is the
 ceiling on a fast runner; aria2c and Hugging Face's fast paths open several. On loopback the
 CPU is the limit and extra connections only add work. So the count is adaptive
 (:class:`gpuci.adaptive.Concurrency`): the first response starts alone, and every time the
 controller allows another connection a new worker takes the far half of the largest range
-still to come (work stealing); the connection that owned it stops at the new boundary.
+still to come (work stealing, :meth:`~gpuci.ranged.plan.Plan.take`); the connection that owned
+it stops at the new boundary.
 
 It starts wide, as ``aria2c -x8 -s8`` does: the first response already tells the size, so the
 first round opens :func:`wide_start` connections at once (one per two segments' worth of what
@@ -51,8 +58,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -66,16 +72,19 @@ from gpuci.fetch.client import (
     parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob
-from gpuci.fetch.partial import Sink, merge_extents
+from gpuci.fetch.partial import Sink
 from gpuci.fetch.policy import (
-    RETRY_STATUSES,
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
     RetryableStatus,
+    check_retryable,
 )
 from gpuci.fetch.validators import segment_validator, version_of
-from gpuci.retry import parse_retry_after
+from gpuci.ranged import extents
+from gpuci.ranged.drive import pump
+from gpuci.ranged.plan import Plan, Segment
+from gpuci.ranged.pool import WorkPool
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
 _HEAD_DEPTH = 8
@@ -94,7 +103,6 @@ _TICK_S = 0.02
 _IN_FLIGHT = 16 << 20
 # The first answer's receive buffer once its server is known near (the kernel doubles it).
 _NEAR_WINDOW = 2 << 20
-_ALIGN = 1 << 16
 _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
 # on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
@@ -125,17 +133,6 @@ def _segment_retryable(exc: BaseException) -> bool:
     """What a segment retries on its own connection: a transport failure or a retryable
     status; a refused or changed range ends the segmented download instead."""
     return isinstance(exc, RETRYABLE) and not isinstance(exc, (SegmentsRefused, FileChanged))
-
-
-@dataclass
-class Segment:
-    start: int
-    pos: int  # the next byte this segment's connection delivers
-    end: int  # exclusive; lowered when another worker takes the tail
-    written: int  # every byte in [start, written) is on disk
-    asked: int = 0  # where the request in flight ends: the server sends up to here
-    owned: bool = False
-    failed: bool = False  # its last request failed: the next one sent for it is a retry
 
 
 def wide_start(left: int, policy: FetchPolicy, first_byte_s: float | None = None) -> int:
@@ -193,21 +190,16 @@ class Segmenter:
         self.error: BaseException | None = None
         self.running = 0
         self.most_running = 0  # what the connections output reports
-        self.threads: list[threading.Thread] = []
-        offset = self.part.size
-        holes = _holes(offset, self.part.extents, total)
-        head_end = holes[0][1] if holes and holes[0][0] == offset else offset
-        self.head = Segment(offset, offset, head_end, offset, asked=total)  # open-ended GET
-        self.segments = [self.head]
-        self.pending = [Segment(s, s, e, s) for s, e in holes if s != offset]
-        self.segments.extend(self.pending)
-        self.static = list(self.part.extents)  # written in an earlier attempt or run
+        # The engine's workers, one per connection; they stop with this download.
+        self.pool = WorkPool(self.conc, chunk=lambda _index: 0, cancelled=self.stop)
+        # Near the end, ranges smaller than a segment are still split between idle
+        # connections, or the last few would finish alone at one connection's speed.
+        steal = max(extents.ALIGN, self.policy.segment_bytes // 4)
+        self.plan = Plan(self.part.size, self.part.extents, total, steal)
+        self.head = self.plan.head
         # Requests stay bounded, so a later cut past their end wastes nothing; large enough
         # that the first-byte wait of each (tens of ms) costs a few percent at most.
         self.request_bytes = 4 * self.policy.segment_bytes
-        # Near the end, ranges smaller than a segment are still split between idle
-        # connections, or the last few would finish alone at one connection's speed.
-        self.steal_bytes = max(_ALIGN, self.policy.segment_bytes // 4)
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
         # A near server (loopback, the same cluster) has sent an answer far ahead of what we
@@ -228,27 +220,12 @@ class Segmenter:
         self._save()  # segments are on record before any byte lands out of order
         checkpoints = threading.Thread(target=self._checkpoints, name="fetch-sidecar", daemon=True)
         checkpoints.start()
-        with self.lock:
-            self._spawn(self.head, head)
-            while True:
-                if self.error is not None:
-                    self.stop.set()
-                if self.running == 0 and (self.stop.is_set() or self._all_done()):
-                    break
-                while (
-                    not self.stop.is_set()
-                    and self.running < self.conc.limit
-                    and not self._cpu_bound()
-                ):
-                    seg = self._take()
-                    if seg is None:
-                        break
-                    self._spawn(seg, None)
-                self.lock.wait(_TICK_S)
-        for thread in self.threads:
-            thread.join()
-        self.finished.set()
-        checkpoints.join()
+        self._spawn(self.head, head)
+        try:
+            self.pool.run(self._feed, tick=_TICK_S)
+        finally:
+            self.finished.set()
+            checkpoints.join()
         self.job.peak_connections = max(self.job.peak_connections, self.most_running)
         self._settle()
 
@@ -259,7 +236,7 @@ class Segmenter:
         if isinstance(error, FileChanged):
             part.reset()
             raise error
-        written = self._written()
+        written = self.plan.written()
         part.size = part.cursor.position
         part.extents = [(s, e) for s, e in written if e > part.size]
         if isinstance(error, SegmentsRefused):
@@ -274,15 +251,26 @@ class Segmenter:
                 f"segments ended with {part.size} of {self.total} bytes hashed; retrying"
             )
 
+    def _feed(self) -> bool:
+        """The pool's planner: a connection for every range the controller allows; False once
+        the run stops or the file is whole (the pool then drains what runs)."""
+        with self.lock:
+            if self.error is not None:
+                self.stop.set()
+            if self.stop.is_set() or (self.running == 0 and self.plan.done()):
+                return False
+            while self.running < self.conc.limit and not self._cpu_bound():
+                seg = self._take()
+                if seg is None:
+                    break
+                self._spawn(seg, None)
+            return True
+
     def _spawn(self, seg: Segment, resp: httpx.Response | None) -> None:
         seg.owned = True
         self.running += 1
         self.most_running = max(self.most_running, self.running)
-        thread = threading.Thread(
-            target=self._work, args=(seg, resp), name="fetch-segment", daemon=True
-        )
-        self.threads.append(thread)
-        thread.start()
+        self.pool.submit(lambda _lane: self._work(seg, resp))
 
     def _cpu_bound(self) -> bool:
         """This machine, not the link, is the limit: another connection cannot help then.
@@ -300,50 +288,14 @@ class Segmenter:
         lag = self.head.written - self.part.cursor.position
         return (self.running == 1 and self.head_full) or lag >= _HASH_LAG
 
-    def _all_done(self) -> bool:
-        return not self.pending and all(s.pos >= s.end for s in self.segments)
-
     def _take(self) -> Segment | None:
-        """A range nobody fetches, else the far half of the largest range still to come.
-
-        The cut goes past what the owner's request asked for when it can: then the server
-        sends nothing twice. Only the first, open-ended response must be cut short, and what
-        was in flight on it is lost (a socket buffer's worth, once, when it stops; narrowed by
-        :func:`_narrow` once the server is known near). A near server's ranged answers are only
+        """The plan's next range (:meth:`Plan.take`); a near server's ranged answers are only
         cut :data:`_IN_FLIGHT` or more ahead of their reads (``fastest``)."""
-        if self.pending:
-            return self.pending.pop(0)
-        if self.job.one_connection:
-            return None
-        piece = self.steal_bytes
-        best: tuple[int, Segment, int] | None = None
-        for seg in self.segments:
-            left = seg.end - seg.pos
-            if not seg.owned or left < 2 * piece:
-                continue
-            middle = _align_up(seg.pos + left // 2)
-            if seg.asked + piece <= seg.end:
-                middle = _align_up(max(middle, seg.asked))  # past the request: nothing lost
-            elif self.fastest < _FAR_S and seg is not self.head and middle - seg.pos < _IN_FLIGHT:
-                continue  # a near server already sent those bytes: they would come twice
-            score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
-            if middle < seg.end and (best is None or score > best[0]):
-                best = (score, seg, middle)
-        if best is None:
-            return None
-        _, owner, middle = best
-        seg = Segment(middle, middle, owner.end, middle)
-        owner.end = middle
-        self.segments.append(seg)
-        return seg
-
-    def _written(self) -> list[tuple[int, int]]:
-        ranges = [(0, self.head.start), *self.static]
-        ranges += [(s.start, s.written) for s in self.segments]
-        return merge_extents(ranges)
+        near = self.fastest < _FAR_S
+        return self.plan.take(not self.job.one_connection, _IN_FLIGHT if near else 0)
 
     def _save(self) -> None:
-        self.part.save(self._written())
+        self.part.save(self.plan.written())
 
     def _checkpoints(self) -> None:
         """Every ``_SAVE_EVERY_S``: the written ranges, durably, when they changed.
@@ -353,7 +305,7 @@ class Segmenter:
         last: list[tuple[int, int]] | None = None
         while not self.finished.wait(_SAVE_EVERY_S):
             with self.lock:
-                written = self._written()
+                written = self.plan.written()
             if written == last:
                 continue
             try:
@@ -381,17 +333,16 @@ class Segmenter:
             on_retry=self._throttle,
         )
         first = [resp] if resp is not None else []
-        try:
-            with self.conc.slot():
-                retrying(self._deliver, seg, first)
+        try:  # the pool holds one of the controller's slots meanwhile
+            retrying(self._deliver, seg, first)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
             with self.lock:
                 seg.owned = False
                 if seg.pos < seg.end and not self.stop.is_set():
-                    seg.pos = seg.written
-                    self.pending.append(seg)
+                    seg.rewind()
+                    self.plan.pending.append(seg)
                 self.running -= 1
                 self.lock.notify_all()
 
@@ -412,8 +363,7 @@ class Segmenter:
             except RETRYABLE as exc:
                 if _segment_retryable(exc):
                     with self.lock:
-                        lost = seg.pos - seg.written  # counted, never written
-                        seg.pos = seg.written  # what reached the disk; ask for the rest
+                        lost = seg.rewind()  # ask for the rest of what reached the disk
                         seg.failed = True
                     if lost:
                         self.advance(-lost)
@@ -459,10 +409,8 @@ class Segmenter:
             self._pump(seg, resp)
 
     def _check(self, resp: httpx.Response, start: int, end: int) -> None:
+        check_retryable(resp, self.url)
         status = resp.status_code
-        if status in RETRY_STATUSES:
-            retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-            raise RetryableStatus(status, self.url, retry_after)
         version = version_of(resp.headers, self.validator)
         if status in (200, 206) and version != self.validator:
             raise FileChanged(
@@ -497,53 +445,61 @@ class Segmenter:
             )
 
     def _pump(self, seg: Segment, resp: httpx.Response) -> None:
-        """Stream ``resp`` into ``seg`` until its (possibly lowered) end; then hang up."""
+        """Stream ``resp`` into ``seg`` until its (possibly lowered) end (the engine's driver,
+        :func:`gpuci.ranged.drive.pump`); then hang up."""
 
         def on_written(end: int) -> None:
             seg.written = end
 
+        def on_bytes(n: int) -> None:
+            self.advance(n)
+            self.conc.record(n)
+
+        def check() -> None:
+            if time.monotonic() > deadline:
+                raise FetchError(
+                    f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
+                    f"{self.part.cursor.position} bytes whole",
+                    hint="raise the deadline input, or add a closer mirror",
+                )
+
         # The first connection keeps the deep queue of the one-connection path (loopback runs
         # on it); the others stay shallow, so memory grows slowly with their count.
-        depth = _HEAD_DEPTH if seg is self.head else _SINK_DEPTH
-        sink = Sink(self.part, seg.pos, on_written, depth=depth)
-        deadline = self.job.started + self.policy.deadline
         head = seg is self.head
+        sink = Sink(self.part, seg.pos, on_written, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
+        deadline = self.job.started + self.policy.deadline
         # The first, open-ended response reads straight from its connection (client.Body: no
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
-        chunks = Body(resp).chunks() if head else resp.iter_raw()
-        clock, reads, got = time.monotonic(), 0, 0
-        narrowed = False
+        chunks = self._watched(resp) if head else resp.iter_raw()
         try:
-            for chunk in chunks:
-                if head:
-                    reads, got = reads + 1, got + len(chunk)
-                    if not narrowed and self.fastest < _FAR_S:
-                        narrowed = _narrow(resp)
-                    if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
-                        alone = self.running == 1  # reads shared with others say less
-                        self.head_full = alone and got >= reads * _FULL_READ
-                        clock, reads, got = now, 0, 0
-                with self.lock:
-                    take = min(len(chunk), seg.end - seg.pos)
-                    seg.pos += take
-                    finished = seg.pos >= seg.end
-                if take:
-                    sink.write(chunk if take == len(chunk) else chunk[:take])
-                    self.advance(take)
-                    self.conc.record(take)
-                if finished or self.stop.is_set():
-                    break  # leaving the loop closes the connection, the rest unread
-                if time.monotonic() > deadline:
-                    raise FetchError(
-                        f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
-                        f"{self.part.cursor.position} bytes whole",
-                        hint="raise the deadline input, or add a closer mirror",
-                    )
+            pump(
+                seg,
+                chunks,
+                sink,
+                lock=self.lock,
+                stop=self.stop.is_set,
+                on_bytes=on_bytes,
+                check=check,
+            )
         finally:
             if head:
                 self.head_full = False
-            sink.close()
+
+    def _watched(self, resp: httpx.Response) -> Iterator[bytes]:
+        """The first answer's chunks, judging on the way whether its reads fill their buffers
+        (``head_full``) and narrowing its window once its server is known near."""
+        clock, reads, got = time.monotonic(), 0, 0
+        narrowed = False
+        for chunk in Body(resp).chunks():
+            reads, got = reads + 1, got + len(chunk)
+            if not narrowed and self.fastest < _FAR_S:
+                narrowed = _narrow(resp)
+            if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
+                alone = self.running == 1  # reads shared with others say less
+                self.head_full = alone and got >= reads * _FULL_READ
+                clock, reads, got = now, 0, 0
+            yield chunk
 
 
 def _narrow(resp: httpx.Response) -> bool:
@@ -559,20 +515,3 @@ def _narrow(resp: httpx.Response) -> bool:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _NEAR_WINDOW)
     return True
-
-
-def _holes(offset: int, extents: list[tuple[int, int]], total: int) -> list[tuple[int, int]]:
-    """The ranges of ``[offset, total)`` that no written extent covers."""
-    holes: list[tuple[int, int]] = []
-    pos = offset
-    for start, end in sorted(extents):
-        if start > pos:
-            holes.append((pos, start))
-        pos = max(pos, end)
-    if pos < total:
-        holes.append((pos, total))
-    return holes
-
-
-def _align_up(offset: int) -> int:
-    return -(-offset // _ALIGN) * _ALIGN

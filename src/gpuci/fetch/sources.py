@@ -304,12 +304,7 @@ def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolic
     import httpx
 
     from gpuci.fetch.client import IDENTITY, check_identity, open_response, read_capped
-    from gpuci.fetch.policy import (
-        RETRY_STATUSES,
-        RetryableError,
-        RetryableStatus,
-    )
-    from gpuci.retry import parse_retry_after
+    from gpuci.fetch.policy import RetryableError, check_retryable
 
     fix = "check the sha256 URL, or give the digest itself"
     try:
@@ -318,9 +313,7 @@ def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolic
                 attempt,
                 open_response(client, "GET", url, headers=IDENTITY, timeout=policy.timeout) as resp,
             ):
-                if resp.status_code in RETRY_STATUSES:
-                    after = parse_retry_after(resp.headers.get("Retry-After"))
-                    raise RetryableStatus(resp.status_code, url, after)
+                check_retryable(resp, url)
                 if resp.status_code != 200:
                     raise FetchError(f"HTTP {resp.status_code} for the checksum file {url}", fix)
                 check_identity(resp)

@@ -1,11 +1,15 @@
-"""The worker pool behind every parallel cache job: threads over one queue, each holding one
-of a concurrency controller's slots and a lane of two preallocated buffers; the first error
-stops everything. Downloads (:mod:`gpuci.cache.transfer`), uploads and listings all use it.
+"""The engine's workers: threads over one queue, each holding one of a concurrency
+controller's slots and a lane of two preallocated buffers; the first error stops everything.
+
+Ranged downloads (the cache's blob parts in :mod:`gpuci.cache.transfer`, retry-fetch's
+segments in :mod:`gpuci.fetch.segments`), the cache's uploads and its listings all run on it,
+so one controller decides how many connections any of them keeps busy.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -14,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.adaptive import Concurrency
-from gpuci.cache import directio, layout
+
+#: A lane's buffer size unless the pool is told otherwise (the cache's IO_CHUNK).
+CHUNK = 4 << 20
 
 
 class Cancelled(Exception):
@@ -43,20 +49,23 @@ class WorkPool:
     """
 
     def __init__(
-        self, workers: int | Concurrency, chunk: Callable[[int], int] | None = None
+        self,
+        workers: int | Concurrency,
+        chunk: Callable[[int], int] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> None:
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
         )
         self.workers = self.concurrency.ceiling  # the most threads this pool may start
-        self.chunk = chunk or (lambda _index: layout.IO_CHUNK)  # lane buffer size per thread
+        self.chunk = chunk or (lambda _index: CHUNK)  # lane buffer size per thread
         self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._pending = 0
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
         self.error: BaseException | None = None
-        self.cancelled = threading.Event()
+        self.cancelled = cancelled or threading.Event()  # a driver may share its stop flag
 
     def submit(self, fn: Callable[[Lane], None]) -> None:
         with self._lock:
@@ -85,7 +94,8 @@ class WorkPool:
         self.cancelled.set()
 
     def _worker(self, chunk: int) -> None:
-        memory = directio.aligned_buffer(2 * chunk)
+        # Anonymous memory: page-aligned (O_DIRECT takes it), and resident only once touched.
+        memory = memoryview(mmap.mmap(-1, 2 * chunk) if chunk else bytearray())
         helper = ThreadPoolExecutor(1)
         lane = Lane((memory[:chunk], memory[chunk:]), helper)
         while True:
@@ -122,13 +132,22 @@ class WorkPool:
             self._threads.append(thread)
             thread.start()
 
-    def run(self) -> None:
+    def run(self, feed: Callable[[], bool] | None = None, tick: float | None = None) -> None:
+        """Run until no task is left; re-raise the first failure.
+
+        ``feed`` lets a driver plan work as connections free up (retry-fetch steals the tail
+        of a segment for each new one): it is called every ``tick`` seconds, may submit tasks,
+        and returns whether more may come; the pool runs while it does or tasks are pending.
+        """
         try:
-            with self._lock:
-                while self._pending:
+            while True:
+                more = feed() if feed is not None else False
+                with self._lock:
+                    if not self._pending and not more:
+                        break
                     self._grow()
                     # Short waits: a limit raised by the controller gets its threads quickly.
-                    self._idle.wait(0.05 if len(self._threads) < self.workers else 0.5)
+                    self._idle.wait(tick or (0.05 if len(self._threads) < self.workers else 0.5))
         except BaseException:  # Ctrl-C or a kill: stop the workers at their next chunk
             self.cancelled.set()
             raise

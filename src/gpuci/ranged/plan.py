@@ -1,0 +1,91 @@
+"""The planner: one file's ranges, who fetches which, and what of it is written.
+
+A :class:`Segment` is one connection's range, resumed from ``written`` (every byte before it
+reached the sink) after a failure: the cache's blob parts and retry-fetch's segments both
+retry that way. A :class:`Plan` holds a whole file's segments for retry-fetch: the first,
+open-ended one; the holes an earlier run left (:func:`gpuci.ranged.extents.holes`); and, as the
+controller allows more connections, the far half of the largest range still to come (work
+stealing), so a new connection never waits for a range to free up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuci.ranged import extents
+
+
+@dataclass
+class Segment:
+    start: int
+    pos: int  # the next byte this segment's connection delivers
+    end: int  # exclusive; lowered when another worker takes the tail
+    written: int  # every byte in [start, written) is on disk: a retry resumes here
+    asked: int = 0  # where the request in flight ends: the server sends up to here
+    owned: bool = False
+    failed: bool = False  # its last request failed: the next one sent for it is a retry
+
+    def rewind(self) -> int:
+        """Go on from what reached the sink (a retry, or a new attempt); returns the bytes
+        delivered that never reached it, which progress counted and must take back."""
+        lost, self.pos = self.pos - self.written, self.written
+        return lost
+
+
+class Plan:
+    """A file of ``total`` bytes whose ``written`` ranges (and ``[0, offset)``) are on disk."""
+
+    def __init__(
+        self, offset: int, written: list[tuple[int, int]], total: int, steal_bytes: int
+    ) -> None:
+        holes = extents.holes(offset, written, total)
+        head_end = holes[0][1] if holes and holes[0][0] == offset else offset
+        self.head = Segment(offset, offset, head_end, offset, asked=total)  # open-ended GET
+        self.pending = [Segment(s, s, e, s) for s, e in holes if s != offset]
+        self.segments = [self.head, *self.pending]
+        self.static = list(written)  # written in an earlier attempt or run
+        # Near the end, ranges smaller than this are no longer split.
+        self.steal_bytes = steal_bytes
+
+    def done(self) -> bool:
+        return not self.pending and all(s.pos >= s.end for s in self.segments)
+
+    def take(self, steal: bool, in_flight: int = 0) -> Segment | None:
+        """A range nobody fetches, else (``steal``) the far half of the largest one to come.
+
+        The cut goes past what the owner's request asked for when it can: then the server
+        sends nothing twice. Only the first, open-ended response must be cut short, and what
+        was in flight on it is lost (a socket buffer's worth, once). ``in_flight``: what a
+        near server may already have sent ahead of a ranged answer's reads; those answers are
+        only cut further ahead than that."""
+        if self.pending:
+            return self.pending.pop(0)
+        if not steal:
+            return None
+        piece = self.steal_bytes
+        best: tuple[int, Segment, int] | None = None
+        for seg in self.segments:
+            left = seg.end - seg.pos
+            if not seg.owned or left < 2 * piece:
+                continue
+            middle = extents.align_up(seg.pos + left // 2)
+            if seg.asked + piece <= seg.end:
+                middle = extents.align_up(max(middle, seg.asked))  # past the request: free
+            elif seg is not self.head and middle - seg.pos < in_flight:
+                continue  # a near server already sent those bytes: they would come twice
+            score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
+            if middle < seg.end and (best is None or score > best[0]):
+                best = (score, seg, middle)
+        if best is None:
+            return None
+        _, owner, middle = best
+        seg = Segment(middle, middle, owner.end, middle)
+        owner.end = middle
+        self.segments.append(seg)
+        return seg
+
+    def written(self) -> list[tuple[int, int]]:
+        """Every range on disk: the prefix, earlier runs' ranges and each segment's."""
+        ranges = [(0, self.head.start), *self.static]
+        ranges += [(s.start, s.written) for s in self.segments]
+        return extents.merge(ranges)

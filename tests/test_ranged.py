@@ -1,0 +1,108 @@
+"""The ranged-download engine's own pieces (gpuci.ranged): byte ranges, the planner's work
+stealing, and the pool fed by a planner. The engine's behaviour end to end is covered where
+the cache (tests/cache/test_cache_datapath.py) and retry-fetch (tests/fetch/) drive it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpuci.adaptive import Concurrency
+from gpuci.ranged import extents
+from gpuci.ranged.drive import pump
+from gpuci.ranged.plan import Plan, Segment
+from gpuci.ranged.pool import WorkPool
+
+MIB = 1 << 20
+
+
+def test_ranges_merge_holes_and_cuts():
+    assert extents.merge([(5, 9), (0, 3), (3, 4), (8, 12), (20, 20)]) == [(0, 4), (5, 12)]
+    assert extents.holes(2, [(4, 6), (5, 8)], 10) == [(2, 4), (8, 10)]
+    assert extents.cut(10, 4) == [(0, 4), (4, 4), (8, 2)]
+    # spread over 32 connections, within [4 MiB, 64 MiB], aligned
+    assert extents.part_size(512 * MIB, 32, 4 * MIB, 64 * MIB, 4096) == 16 * MIB
+    assert extents.part_size(MIB, 32, 4 * MIB, 64 * MIB, 4096) == 4 * MIB
+
+
+def test_a_resumed_plan_asks_only_for_the_holes():
+    plan = Plan(offset=MIB, written=[(2 * MIB, 3 * MIB)], total=4 * MIB, steal_bytes=64 << 10)
+    assert (plan.head.start, plan.head.end) == (MIB, 2 * MIB)
+    assert [(s.start, s.end) for s in plan.pending] == [(3 * MIB, 4 * MIB)]
+    assert plan.written() == [(0, MIB), (2 * MIB, 3 * MIB)]
+
+
+def test_a_new_connection_takes_the_far_half_past_what_was_asked():
+    plan = Plan(offset=0, written=[], total=8 * MIB, steal_bytes=64 << 10)
+    head = plan.head
+    head.owned, head.asked = True, 8 * MIB  # the open-ended first answer: must be cut
+    seg = plan.take(steal=True)
+    assert seg is not None and (seg.start, seg.end) == (4 * MIB, 8 * MIB) and head.end == 4 * MIB
+    seg.owned, seg.asked = True, 5 * MIB  # a bounded request: the cut goes past it
+    third = plan.take(steal=True)
+    assert third is not None and third.start >= 5 * MIB and seg.end == third.start
+    assert plan.take(steal=False) is None  # one connection: nothing is split
+
+
+def test_a_fed_pool_runs_what_its_planner_submits_within_the_limit():
+    control = Concurrency.fixed(3)
+    pool = WorkPool(control, chunk=lambda _index: 0)
+    lock = threading.Lock()
+    state = {"planned": 0, "done": 0, "peak": 0}
+
+    def task(_lane) -> None:
+        with lock:
+            state["peak"] = max(state["peak"], control.active)
+            state["done"] += 1
+
+    def feed() -> bool:  # one task per tick, as a planner hands out ranges
+        with lock:
+            if state["planned"] == 20:
+                return False
+            state["planned"] += 1
+        pool.submit(task)
+        return True
+
+    pool.run(feed, tick=0.001)
+    assert state["done"] == 20 and state["peak"] <= 3 and pool.threads <= 3
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+        self.closed = False
+
+    def write(self, chunk: bytes) -> None:
+        self.got.append(bytes(chunk))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_driver_stops_at_a_lowered_end_and_never_delivers_past_it():
+    seg = Segment(0, 0, 10, 0)
+    sink = _ListSink()
+    counted: list[int] = []
+
+    def chunks():
+        yield b"abcd"
+        seg.end = 6  # another worker took the tail meanwhile
+        yield b"efgh"
+        yield b"never read"
+
+    pump(seg, chunks(), sink, lock=threading.Lock(), on_bytes=counted.append)
+    assert b"".join(sink.got) == b"abcdef" and seg.pos == 6 and counted == [4, 2]
+    assert sink.closed
+
+
+def test_the_driver_keeps_what_arrived_when_a_check_fails():
+    seg = Segment(0, 0, 100, 0)
+    sink = _ListSink()
+
+    def deadline() -> None:
+        raise TimeoutError("deadline")
+
+    with pytest.raises(TimeoutError):
+        pump(seg, iter([b"abc", b"def"]), sink, check=deadline)
+    assert sink.got == [b"abc"] and sink.closed  # flushed, so a resume goes on from byte 3
