@@ -446,7 +446,9 @@ class Bench:
         profile = self.profile_env()
         if profile is not None:
             out.insert(1, (", default, self-hosted, credentials from a profile", profile))
-        if self.args.workers:
+        if self.args.variants == "default":
+            del out[1:]
+        elif self.args.workers:
             env = {**off, "GPUCI_CACHE_WORKERS": str(self.args.workers)}
             out.append((f", tier off, GPUCI_CACHE_WORKERS={self.args.workers}", env))
         if self.args.compare:
@@ -709,6 +711,13 @@ def main() -> int:
         "--workers",
         type=int,
         help="also a gpu-ci row with GPUCI_CACHE_WORKERS=N (default 32 with --wan, else none)",
+    )
+    parser.add_argument(
+        "--variants",
+        choices=("all", "default"),
+        default="all",
+        help="gpu-ci rows: every runner kind and setting (default), or the self-hosted default "
+        "only (a smoke that exercises the other tools, not each row again)",
     )
     parser.add_argument(
         "--compare",

@@ -30,12 +30,10 @@ SLOW_FIRST = (
     "tests/test_lint.py",  # mypy over the whole tree
     "tests/actions/test_act_examples.py",
     "tests/cache/test_cache_hf_real.py",
-    "tests/security/test_sec_redaction.py",
     "tests/training/test_training_examples.py",
     "tests/test_dryrun.py",
     "tests/pods/test_pods_month.py",
     "tests/security/test_sec_s3_bounds.py",
-    "tests/test_python_floor.py",
     "tests/security/test_sec_store_listing.py",
     "tests/pods/test_pods_runner_boot.py",
 )

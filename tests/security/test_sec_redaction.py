@@ -110,6 +110,7 @@ def test_a_password_in_endpoint_url_is_never_printed(tmp_path, extra):
         AWS_ACCESS_KEY_ID="AKIAEXAMPLE",
         AWS_SECRET_ACCESS_KEY="secretsecret",
         AWS_EC2_METADATA_DISABLED="true",
+        AWS_MAX_ATTEMPTS="2",  # a retry prints what eight tries do, less 30 s of backoff
     )
     endpoint = "http://user:hunter2pass@127.0.0.1:9/?token=tok3n"
     proc = run_cli(
