@@ -424,6 +424,9 @@ AWS_SECURITY_TOKEN = _declare("AWS_SECURITY_TOKEN", "", "Its older name.", _AWS)
 AWS_PROFILE = _declare("AWS_PROFILE", "", "The AWS config profile.", _AWS)
 AWS_DEFAULT_PROFILE = _declare("AWS_DEFAULT_PROFILE", "", "Its older name.", _AWS)
 AWS_CONFIG_FILE = _declare("AWS_CONFIG_FILE", "~/.aws/config", "The AWS config file.", _AWS)
+AWS_SHARED_CREDENTIALS_FILE = _declare(
+    "AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", "The AWS credentials file.", _AWS
+)
 AWS_REGION = _declare("AWS_REGION", "", "The S3 region.", _AWS)
 AWS_DEFAULT_REGION = _declare("AWS_DEFAULT_REGION", "", "Its older name.", _AWS)
 AWS_ENDPOINT_URL = _declare("AWS_ENDPOINT_URL", "", "An S3-compatible endpoint.", _AWS)
@@ -460,6 +463,14 @@ _O = "Other"
 XDG_CACHE_HOME = _declare("XDG_CACHE_HOME", "~/.cache", "Where ~/.cache is.", _O)
 HF_HOME = _declare("HF_HOME", "~/.cache/huggingface", "Hugging Face's home (hub/ inside).", _O)
 HF_HUB_CACHE = _declare("HF_HUB_CACHE", "", "The hub cache (layout hf).", _O)
+BUILDKITE_COMMIT = _declare(
+    "BUILDKITE_COMMIT", "", "Buildkite's commit (a manifest's producer).", _O
+)
+BUILDKITE_BUILD_ID = _declare(
+    "BUILDKITE_BUILD_ID", "", "Buildkite's build (the producer's run).", _O
+)
+GIT_COMMIT = _declare("GIT_COMMIT", "", "Jenkins' commit (a manifest's producer).", _O)
+BUILD_ID = _declare("BUILD_ID", "", "Jenkins' build (the producer's run).", _O)
 CUDA_VISIBLE_DEVICES = _declare(
     "CUDA_VISIBLE_DEVICES", "", "The GPUs this job may use (gpu-setup exports it).", _O
 )

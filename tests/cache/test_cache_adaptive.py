@@ -14,6 +14,7 @@ from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot
 
+from gpuci import settings
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout, transfer
 from gpuci.cache.transfer import lane_chunk
@@ -23,7 +24,7 @@ from gpuci_testing import wait_until
 
 def _adaptive(env: dict[str, str]) -> dict[str, str]:
     """The default a user gets: no GPUCI_CACHE_WORKERS."""
-    return {k: v for k, v in env.items() if k != layout.WORKERS_ENV}
+    return {k: v for k, v in env.items() if k != settings.CACHE_WORKERS.name}
 
 
 # ----- throttling ---------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def test_connections_are_reported_fixed_or_adaptive(store, env, tmp_path):
     saved, _ = cache_cmd("save", _flags(store, "k", src), _adaptive(env))
     assert saved.ok and 1 <= saved.outputs["connections"] <= layout.UPLOAD_CONNECTIONS
     assert "connections:" in saved.headline
-    fixed = {**env, layout.WORKERS_ENV: "3"}
+    fixed = {**env, settings.CACHE_WORKERS.name: "3"}
     got, _ = cache_cmd("restore", _flags(store, "k", tmp_path / "a"), fixed)
     assert got.ok and got.outputs["connections"] == 3
     assert got.report["connections"] == {"used": 3, "peak": 3, "fixed": True, "throttles": 0}
@@ -222,7 +223,7 @@ def test_peak_rss_of_a_restore_at_the_most_connections_stays_under_300_mib(tmp_p
                 "--path",
                 str(out),
             ],
-            env={**env, layout.WORKERS_ENV: workers},
+            env={**env, settings.CACHE_WORKERS.name: workers},
             capture_output=True,
             text=True,
             check=False,

@@ -27,15 +27,15 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpuci import settings
+
 ALIGN = 4096  # a multiple of every logical block size in use (512 B or 4 KiB)
-DIRECT_IO_ENV = "GPUCI_CACHE_DIRECT_IO"
 _ON = {"1", "on", "true", "yes"}
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return bool(_O_DIRECT) and env.get(DIRECT_IO_ENV, "").strip().lower() in _ON
+    return bool(_O_DIRECT) and settings.CACHE_DIRECT_IO.value(environ).lower() in _ON
 
 
 def aligned_buffer(size: int) -> memoryview:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+from gpuci import settings
 from gpuci.cache import manifest as mf
 from gpuci.cache.select import select
 from gpuci.errors import InputError
@@ -33,10 +34,10 @@ REPO_TYPES = ("models", "datasets", "spaces")
 
 def hub_cache(environ: Mapping[str, str]) -> Path:
     """``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
-    if environ.get("HF_HUB_CACHE", "").strip():
-        return Path(environ["HF_HUB_CACHE"].strip()).expanduser()
-    if environ.get("HF_HOME", "").strip():
-        return Path(environ["HF_HOME"].strip()).expanduser() / "hub"
+    if settings.HF_HUB_CACHE.is_set(environ):
+        return Path(settings.HF_HUB_CACHE.value(environ)).expanduser()
+    if settings.HF_HOME.is_set(environ):
+        return Path(settings.HF_HOME.value(environ)).expanduser() / "hub"
     home = environ.get("HOME") or str(Path.home())
     return Path(home) / ".cache" / "huggingface" / "hub"
 

@@ -6,13 +6,13 @@ constant here, so the format documented in ``docs/cache-format.md`` has one sour
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
+from gpuci import settings
 from gpuci.errors import InputError
 
 if TYPE_CHECKING:
@@ -32,8 +32,6 @@ CONDITIONAL_WRITES = "meta/conditional-writes.json"
 CONDITIONAL_PROBES = "meta/probes"
 
 DEFAULT_NAMESPACE = "default"
-NAMESPACE_ENV = "GPUCI_CACHE_NAMESPACE"
-STORE_ENV = "GPUCI_STORE"
 
 # Files below this size are packed; above it each file is its own blob.
 PACK_THRESHOLD = 1 << 20
@@ -62,7 +60,6 @@ MAX_PARTS = 10_000
 # transfers start with a few and grow while throughput rises, up to a ceiling per direction;
 # a fixed count is capped at MAX_CONNECTIONS. Restore sizes each connection's buffers so all
 # of them together stay within MEMORY_BUDGET (peak RSS under 300 MiB at any count).
-WORKERS_ENV = "GPUCI_CACHE_WORKERS"
 DEFAULT_WORKERS = 8  # metadata fan-out (HEADs, ref reads) when no count is fixed
 MAX_CONNECTIONS = 64
 DOWNLOAD_CONNECTIONS = 32  # 32 x 16 MiB/s is more than two cores can write and hash
@@ -134,24 +131,25 @@ def key_from_ref(namespace: str, object_key: str) -> str:
 def namespace(environ: Mapping[str, str]) -> str:
     """``GPUCI_CACHE_NAMESPACE`` (else ``default``); ``.``, ``..`` and control characters are
     refused, since the namespace is a folder name in a file store."""
-    name = environ.get(NAMESPACE_ENV, "").strip() or DEFAULT_NAMESPACE
+    name = settings.CACHE_NAMESPACE.value(environ) or DEFAULT_NAMESPACE
+    variable = settings.CACHE_NAMESPACE.name
     if name in (".", "..") or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
         raise InputError(
-            f"{NAMESPACE_ENV} {name.encode('unicode_escape').decode('ascii')!r} is not a "
-            "usable namespace",
-            hint=f"set {NAMESPACE_ENV} to a plain name such as the repository's",
+            f"{variable} {name.encode('unicode_escape').decode('ascii')!r} is not a usable "
+            "namespace",
+            hint=f"set {variable} to a plain name such as the repository's",
         )
     return name
 
 
 def default_store_url(environ: Mapping[str, str]) -> str:
     """``GPUCI_STORE``, else ``$RUNNER_TOOL_CACHE/gpuci/store`` on a runner, else ~/.cache."""
-    if environ.get(STORE_ENV, "").strip():
-        return environ[STORE_ENV].strip()
-    tool_cache = environ.get("RUNNER_TOOL_CACHE", "").strip()
+    if settings.STORE.is_set(environ):
+        return settings.STORE.value(environ)
+    tool_cache = settings.RUNNER_TOOL_CACHE.value(environ)
     base = Path(tool_cache) / "gpuci" if tool_cache else Path.home() / ".cache" / "gpuci"
-    if not tool_cache and environ.get("XDG_CACHE_HOME", "").strip():
-        base = Path(environ["XDG_CACHE_HOME"]) / "gpuci"
+    if not tool_cache and settings.XDG_CACHE_HOME.is_set(environ):
+        base = Path(settings.XDG_CACHE_HOME.value(environ)) / "gpuci"
     return (base / "store").absolute().as_uri()
 
 
@@ -172,36 +170,29 @@ def upload_parts(
     ]
 
 
-MULTIPART_ENV = "GPUCI_MULTIPART_THRESHOLD"
-
-
 def multipart_threshold(environ: Mapping[str, str] | None = None) -> int:
     """Files of this many bytes or more go up in parts; ``GPUCI_MULTIPART_THRESHOLD`` (bytes,
     or with a ``MiB`` suffix) lowers it for servers with a small body limit (a 413 says so)."""
-    env = os.environ if environ is None else environ
-    text = env.get(MULTIPART_ENV, "").strip()
-    if not text:
+    if not settings.MULTIPART_THRESHOLD.is_set(environ):
         return MULTIPART_THRESHOLD
+    text, variable = settings.MULTIPART_THRESHOLD.value(environ), settings.MULTIPART_THRESHOLD.name
     scale = 1 << 20 if text.lower().endswith("mib") else 1
     try:
         value = int(text[:-3] if scale > 1 else text) * scale
     except ValueError:
         value = 0
     if not 5 << 20 <= value <= 5 << 30:
-        from gpuci.errors import InputError
-
         raise InputError(
-            f"{MULTIPART_ENV}={text[:40]!r} is not a size between 5 MiB and 5 GiB",
-            hint=f"set {MULTIPART_ENV} to bytes (e.g. 8388608) or MiB (e.g. 8MiB)",
+            f"{variable}={text[:40]!r} is not a size between 5 MiB and 5 GiB",
+            hint=f"set {variable} to bytes (e.g. 8388608) or MiB (e.g. 8MiB)",
         )
     return value
 
 
 def fixed_workers(environ: Mapping[str, str] | None = None) -> int | None:
     """The connection count a user fixed with ``GPUCI_CACHE_WORKERS``; None: adaptive."""
-    env = os.environ if environ is None else environ
     try:
-        return max(1, int(env.get(WORKERS_ENV, "").strip()))
+        return max(1, int(settings.CACHE_WORKERS.value(environ)))
     except ValueError:
         return None
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import settings, untrusted_json
 from gpuci.cache import layout, links
 from gpuci.errors import InputError
 from gpuci.redact import excerpt
@@ -36,10 +36,20 @@ def placed_mode(mode: int) -> int:
 
 
 PRODUCER_ENV = {
-    "commit": ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"),
-    "run": ("GITHUB_RUN_ID", "CI_PIPELINE_ID", "BUILDKITE_BUILD_ID", "BUILD_ID"),
-    "repository": ("GITHUB_REPOSITORY", "CI_PROJECT_PATH"),
-    "job": ("GITHUB_JOB", "CI_JOB_ID"),
+    "commit": (
+        settings.GITHUB_SHA,
+        settings.CI_COMMIT_SHA,
+        settings.BUILDKITE_COMMIT,
+        settings.GIT_COMMIT,
+    ),
+    "run": (
+        settings.GITHUB_RUN_ID,
+        settings.CI_PIPELINE_ID,
+        settings.BUILDKITE_BUILD_ID,
+        settings.BUILD_ID,
+    ),
+    "repository": (settings.GITHUB_REPOSITORY, settings.CI_PROJECT_PATH),
+    "job": (settings.GITHUB_JOB, settings.CI_JOB_ID),
 }
 
 
@@ -124,8 +134,8 @@ def producer(environ: Mapping[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, candidates in PRODUCER_ENV.items():
         for var in candidates:
-            if environ.get(var):
-                out[name] = environ[var]
+            if var.is_set(environ):
+                out[name] = var.value(environ)
                 break
     return out
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuci import settings
 from gpuci.cache.sigv4 import (
     Address,
     EnvCredentials,
@@ -27,13 +28,14 @@ from gpuci.cache.sigv4 import (
 )
 from gpuci.errors import InputError, StoreError
 from gpuci.retry import aws_max_attempts
+from gpuci.settings import Setting
 
 Mask = Callable[[str], None] | None
 
 
 def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
     """botocore's own knobs (AWS_RETRY_MODE, AWS_MAX_ATTEMPTS), with sturdier defaults."""
-    mode = environ.get("AWS_RETRY_MODE", "").strip() or "standard"
+    mode = settings.AWS_RETRY_MODE.value(environ)
     return mode, aws_max_attempts(environ)
 
 
@@ -64,17 +66,17 @@ def resolve(
     endpoint, source = configured_endpoint(endpoint_url, environ)
     region = (
         (region or "").strip()
-        or environ.get("AWS_REGION", "").strip()
-        or environ.get("AWS_DEFAULT_REGION", "").strip()
+        or settings.AWS_REGION.value(environ)
+        or settings.AWS_DEFAULT_REGION.value(environ)
     )
-    fips = _flag(environ, "AWS_USE_FIPS_ENDPOINT")
-    dualstack = _flag(environ, "AWS_USE_DUALSTACK_ENDPOINT")
+    fips = settings.AWS_USE_FIPS_ENDPOINT.is_true(environ)
+    dualstack = settings.AWS_USE_DUALSTACK_ENDPOINT.is_true(environ)
     env_creds = env_credentials(environ)
-    ignore = environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true"
+    ignore = settings.AWS_IGNORE_CONFIGURED_ENDPOINT_URLS.is_true(environ)
     config_says = _config_text(environ)
     needs_botocore = (
         env_creds is None
-        or bool(environ.get("AWS_PROFILE", "").strip())
+        or settings.AWS_PROFILE.is_set(environ)
         or (not endpoint and not ignore and "endpoint_url" in config_says)
         or (not region and "region" in config_says)
         or (not fips and "use_fips_endpoint" in config_says)
@@ -112,13 +114,9 @@ def _constant(creds: EnvCredentials) -> Callable[[], EnvCredentials]:
     return lambda: creds
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool:
-    return environ.get(name, "").strip().lower() == "true"
-
-
-def _aws_file(environ: Mapping[str, str], what: str, name: str) -> Path:
-    """``AWS_<what>_FILE``, else ``~/.aws/<name>`` under the environment's HOME."""
-    path = environ.get(f"AWS_{what}_FILE", "").strip()
+def _aws_file(environ: Mapping[str, str], setting: Setting, name: str) -> Path:
+    """``setting`` (AWS_CONFIG_FILE, ...), else ``~/.aws/<name>`` under the environment's HOME."""
+    path = setting.value(environ) if setting.is_set(environ) else ""
     if not path:
         home = environ.get("HOME", "").strip()
         path = str(Path(home) / ".aws" / name) if home else f"~/.aws/{name}"
@@ -128,7 +126,7 @@ def _aws_file(environ: Mapping[str, str], what: str, name: str) -> Path:
 def _config_text(environ: Mapping[str, str]) -> str:
     """The AWS config file's text ("" when absent): whether botocore has more to say."""
     try:
-        return _aws_file(environ, "CONFIG", "config").read_text(errors="replace")
+        return _aws_file(environ, settings.AWS_CONFIG_FILE, "config").read_text(errors="replace")
     except OSError:
         return ""
 
@@ -151,11 +149,13 @@ def _from_botocore(
 
     session = botocore.session.Session()
     if environ is not os.environ:  # botocore reads os.environ: name what the caller's says
-        session.set_config_variable("config_file", str(_aws_file(environ, "CONFIG", "config")))
-        creds_file = _aws_file(environ, "SHARED_CREDENTIALS", "credentials")
+        session.set_config_variable(
+            "config_file", str(_aws_file(environ, settings.AWS_CONFIG_FILE, "config"))
+        )
+        creds_file = _aws_file(environ, settings.AWS_SHARED_CREDENTIALS_FILE, "credentials")
         session.set_config_variable("credentials_file", str(creds_file))
-        if environ.get("AWS_PROFILE", "").strip():
-            session.set_config_variable("profile", environ["AWS_PROFILE"].strip())
+        if settings.AWS_PROFILE.is_set(environ):
+            session.set_config_variable("profile", settings.AWS_PROFILE.value(environ))
     try:
         found = _config(session, environ)
         resolved = session.get_credentials()
@@ -179,13 +179,15 @@ def _config(session: Any, environ: Mapping[str, str]) -> _Found:
     region = str(scoped.get("region") or "")  # the environment's was read already
     endpoint, source = "", ""
     ignore = str(scoped.get("ignore_configured_endpoint_urls") or "")
-    if ignore.lower() != "true" and environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") != "true":
+    if ignore.lower() != "true" and not settings.AWS_IGNORE_CONFIGURED_ENDPOINT_URLS.is_true(
+        environ
+    ):
         section = scoped.get("services")
         services = session.full_config.get("services", {}).get(section, {}) if section else {}
         s3 = services.get("s3", {}) if isinstance(services, dict) else {}
         endpoint = str((s3 if isinstance(s3, dict) else {}).get("endpoint_url") or "")
         endpoint = endpoint or str(scoped.get("endpoint_url") or "")
-        profile = environ.get("AWS_PROFILE", "").strip() or "default"
+        profile = settings.AWS_PROFILE.value(environ) or "default"
         source = f"endpoint_url of AWS profile '{profile}'" if endpoint else ""
     fips = str(scoped.get("use_fips_endpoint") or "").lower() == "true"
     dualstack = str(scoped.get("use_dualstack_endpoint") or "").lower() == "true"
@@ -228,7 +230,7 @@ def config_error(exc: Exception, environ: Mapping[str, str], url: str) -> Except
     import botocore.exceptions as errors
 
     if isinstance(exc, errors.ProfileNotFound):
-        profile = getattr(exc, "kwargs", {}).get("profile") or environ.get("AWS_PROFILE")
+        profile = getattr(exc, "kwargs", {}).get("profile") or settings.AWS_PROFILE.value(environ)
         return InputError(
             f"AWS profile '{profile}' (AWS_PROFILE) is not in the AWS config files",
             hint="fix AWS_PROFILE or add that profile to ~/.aws/config "

@@ -12,7 +12,8 @@ import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gpuci.cache import layout, s3net
+from gpuci import settings
+from gpuci.cache import s3net
 from gpuci.cache.s3http import DeadlineExceeded
 from gpuci.cache.store import TransientError
 from gpuci.errors import ConflictError, IntegrityError, StoreError
@@ -100,8 +101,8 @@ class S3Errors:
             f"the S3 endpoint {self._where()} did not deliver {self.url}/{key} (to byte {end}) "
             f"in time: no answer within {limits.timeout:g} s, or a body under "
             f"{limits.min_rate / 1024:g} KiB/s, until the operation's limit",
-            hint=f"the server stalled or trickled; {s3net.TIMEOUT_VARIABLE} (seconds) and "
-            f"{s3net.RATE_VARIABLE} (bytes a second) set the limits",
+            hint=f"the server stalled or trickled; {settings.S3_TIMEOUT.name} (seconds) and "
+            f"{settings.S3_MIN_RATE.name} (bytes a second) set the limits",
         )
 
     def _unreachable(self, what: str, detail: str = "") -> StoreError:
@@ -109,7 +110,7 @@ class S3Errors:
         if what == "DeadlineExceeded":
             return StoreError(
                 f"the S3 endpoint {self._where()} did not answer in time ({detail or what})",
-                hint=f"the server stalled or trickled; {s3net.TIMEOUT_VARIABLE} (seconds, now "
+                hint=f"the server stalled or trickled; {settings.S3_TIMEOUT.name} (seconds, now "
                 f"{self.limits.timeout:g}) sets how long a request may go without progress",
             )
         if "CERTIFICATE" in detail.upper() or what == "SSLCertVerificationError":
@@ -156,8 +157,9 @@ class S3Errors:
         if code in _TOO_LARGE:
             return StoreError(
                 f"S3 {operation} of {target} was refused as too large ({code})",
-                hint=f"the server takes smaller bodies: set {layout.MULTIPART_ENV} (bytes, e.g. "
-                "8MiB) below its limit, so larger files go up in parts",
+                hint="the server takes smaller bodies: set "
+                f"{settings.MULTIPART_THRESHOLD.name} (bytes, e.g. 8MiB) below its limit, so "
+                "larger files go up in parts",
             )
         return StoreError(
             f"S3 {operation} of {target} failed: {code or what} {message}".strip(),

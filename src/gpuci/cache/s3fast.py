@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuci import settings
 from gpuci.cache import s3net
 from gpuci.cache.s3http import BadResponse, DeadlineExceeded, content_range
 from gpuci.cache.s3pool import Ranged
@@ -107,8 +108,8 @@ class _Range:
                 self._store._deadlines.done(self._key, self._end)
                 raise self._store._too_slow(self._key, self._end) from None
             raise TransientError(
-                f"the body was slower than the time limit ({s3net.TIMEOUT_VARIABLE}, "
-                f"{s3net.RATE_VARIABLE})"
+                f"the body was slower than the time limit ({settings.S3_TIMEOUT.name}, "
+                f"{settings.S3_MIN_RATE.name})"
             ) from None
         except OSError as exc:
             raise TransientError(f"connection dropped mid-body: {exc}") from None

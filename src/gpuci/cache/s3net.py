@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from gpuci import settings
 from gpuci.errors import InputError
+from gpuci.settings import Setting
 
-TIMEOUT_VARIABLE = "GPUCI_S3_TIMEOUT"
-RATE_VARIABLE = "GPUCI_S3_MIN_RATE"
 DEFAULT_TIMEOUT_S = 30.0
 # A body slower than this (bytes per second, after the first timeout) is a stall.
 MIN_BODY_RATE = 256 << 10
@@ -57,18 +57,18 @@ class Limits:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Limits:
-        timeout = _number(environ, TIMEOUT_VARIABLE, 0.1, 3600, "seconds", "30")
-        rate = _number(environ, RATE_VARIABLE, 1024, 1 << 40, "bytes a second", "262144")
+        timeout = _number(environ, settings.S3_TIMEOUT, 0.1, 3600, "seconds")
+        rate = _number(environ, settings.S3_MIN_RATE, 1024, 1 << 40, "bytes a second")
         return cls(timeout or DEFAULT_TIMEOUT_S, rate or float(MIN_BODY_RATE))
 
 
 def _number(
-    environ: Mapping[str, str], name: str, low: float, high: float, unit: str, default: str
+    environ: Mapping[str, str], setting: Setting, low: float, high: float, unit: str
 ) -> float | None:
-    """``name`` as a number in [low, high]; None when unset; InputError when not one."""
-    text = environ.get(name, "").strip()
-    if not text:
+    """``setting`` as a number in [low, high]; None when unset; InputError when not one."""
+    if not setting.is_set(environ):
         return None
+    text, name, default = setting.value(environ), setting.name, setting.default
     try:
         value = float(text) if text.isascii() else -1.0
     except ValueError:
@@ -160,7 +160,7 @@ def route_for(url: str, environ: Mapping[str, str]) -> Route:
 def ca_bundle(environ: Mapping[str, str]) -> str:
     """The CA bundle botocore verifies against: AWS_CA_BUNDLE, the profile's ca_bundle, or
     certifi's (botocore's own cacert.pem without certifi)."""
-    named = environ.get("AWS_CA_BUNDLE", "").strip() or _profile_setting(environ, "ca_bundle")
+    named = settings.AWS_CA_BUNDLE.value(environ) or _profile_setting(environ, "ca_bundle")
     if named:
         path = os.path.expanduser(named)
         if not os.path.isfile(path):
@@ -183,7 +183,9 @@ def ca_bundle(environ: Mapping[str, str]) -> str:
 
 def _profile_setting(environ: Mapping[str, str], name: str) -> str:
     """``name`` from the active profile of the AWS config file (AWS_PROFILE, else default)."""
-    path = environ.get("AWS_CONFIG_FILE", "").strip()
+    path = (
+        settings.AWS_CONFIG_FILE.value(environ) if settings.AWS_CONFIG_FILE.is_set(environ) else ""
+    )
     if not path:
         home = environ.get("HOME", "").strip()
         path = os.path.join(home, ".aws", "config") if home else os.path.expanduser("~/.aws/config")
@@ -191,8 +193,8 @@ def _profile_setting(environ: Mapping[str, str], name: str) -> str:
     if not os.path.isfile(path):
         return ""
     profile = (
-        environ.get("AWS_PROFILE", "").strip()
-        or environ.get("AWS_DEFAULT_PROFILE", "").strip()
+        settings.AWS_PROFILE.value(environ)
+        or settings.AWS_DEFAULT_PROFILE.value(environ)
         or "default"
     )
     import configparser  # only for https endpoints without AWS_CA_BUNDLE

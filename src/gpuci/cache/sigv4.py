@@ -21,9 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+from gpuci import settings
+
 _ALGORITHM = "AWS4-HMAC-SHA256"
 # Where botocore reads a custom endpoint from the environment, most specific first.
-ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+ENDPOINT_VARS = (settings.AWS_ENDPOINT_URL_S3, settings.AWS_ENDPOINT_URL)
 _REGION = re.compile(r"[a-z]{2}(-[a-z0-9]{1,20}){1,4}")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -37,11 +39,13 @@ class EnvCredentials:
 
 def env_credentials(environ: Mapping[str, str]) -> EnvCredentials | None:
     """The environment link of the AWS chain, exactly as botocore reads it (it comes first)."""
-    access = environ.get("AWS_ACCESS_KEY_ID", "")
-    secret = environ.get("AWS_SECRET_ACCESS_KEY", "")
+    access = environ.get(settings.AWS_ACCESS_KEY_ID.name, "")  # unstripped, as botocore
+    secret = environ.get(settings.AWS_SECRET_ACCESS_KEY.name, "")
     if not access or not secret:
         return None
-    token = environ.get("AWS_SESSION_TOKEN", "") or environ.get("AWS_SECURITY_TOKEN", "")
+    token = environ.get(settings.AWS_SESSION_TOKEN.name, "") or environ.get(
+        settings.AWS_SECURITY_TOKEN.name, ""
+    )
     return EnvCredentials(access, secret, token)
 
 
@@ -50,12 +54,12 @@ def configured_endpoint(endpoint_url: str | None, environ: Mapping[str, str]) ->
     for AWS itself or an endpoint only the AWS config file names (botocore resolves that)."""
     if endpoint_url:
         return endpoint_url, "the endpoint-url input"
-    if environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
+    if settings.AWS_IGNORE_CONFIGURED_ENDPOINT_URLS.is_true(environ):
         return "", ""
     for var in ENDPOINT_VARS:
-        value = environ.get(var, "").strip()
+        value = var.value(environ)
         if value:
-            return value, var
+            return value, var.name
     return "", ""
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import inputs
+from gpuci import inputs, settings
 from gpuci.cache import copying, layout
 from gpuci.cache.tier_fill import TierFill
 from gpuci.cache.tier_policy import TierChoice, choose
@@ -111,8 +111,8 @@ def runner_uid(environ: Mapping[str, str]) -> int | None:
     It runs the job anyway; trusting the folders it owns lets a container job (root inside,
     the runner's uid on the mounted ``/__w`` and ``/__t``) keep its tier.
     """
-    temp = environ.get("RUNNER_TEMP", "").strip()
-    if environ.get("GITHUB_ACTIONS") != "true" or not temp:
+    temp = settings.RUNNER_TEMP.value(environ)
+    if not settings.GITHUB_ACTIONS.is_true(environ) or not temp:
         return None
     try:
         return os.stat(temp).st_uid

@@ -29,16 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TIER_ENV", "TierChoice", "choose", "default_root", "ephemeral_runner"]
+from gpuci import settings
 
-TIER_ENV = "GPUCI_LOCAL_CACHE"
+__all__ = ["TierChoice", "choose", "default_root", "ephemeral_runner"]
+
 OFF = frozenset({"off", "false", "no", "none", "0"})
 ON = frozenset({"on", "true", "yes", "1"})
 AUTO = "auto"
-# Set by gpuci.pods.runners.registry.pod_env on a runner pod (named here, not imported:
-# cache/ sits below pods/ in the import layers).
-_POD_PLATFORM = "GPUCI_RUNNER_PLATFORM"
-_POD_SELF_STOP = "GPUCI_SELF_STOP_ACTION"
 _GITLAB_MANAGERS = ".runners-manager.gitlab.com"
 _GITLAB_HOSTED_TAGS = ("saas-linux-", "saas-macos-", "saas-windows-")
 
@@ -62,10 +59,10 @@ class TierChoice:
 
 def default_root(environ: Mapping[str, str]) -> Path:
     """``$RUNNER_TOOL_CACHE/gpuci/local`` on a runner, else ~/.cache/gpuci/local."""
-    tool_cache = environ.get("RUNNER_TOOL_CACHE", "").strip()
+    tool_cache = settings.RUNNER_TOOL_CACHE.value(environ)
     if tool_cache:
         return Path(tool_cache) / "gpuci" / "local"
-    xdg = environ.get("XDG_CACHE_HOME", "").strip()
+    xdg = settings.XDG_CACHE_HOME.value(environ) if settings.XDG_CACHE_HOME.is_set(environ) else ""
     base = Path(xdg) if xdg else Path(environ.get("HOME") or Path.home()) / ".cache"
     return base / "gpuci" / "local"
 
@@ -80,13 +77,14 @@ def ephemeral_runner(environ: Mapping[str, str]) -> str | None:
         ``GitHub-hosted runner``, ``GitLab.com hosted runner``, ``gpu-ci runner pod on
         RunPod`` or None.
     """
-    if environ.get("RUNNER_ENVIRONMENT", "").strip().lower() == "github-hosted":
+    if settings.RUNNER_ENVIRONMENT.value(environ).lower() == "github-hosted":
         return "GitHub-hosted runner"
     if _gitlab_hosted(environ):
         return "GitLab.com hosted runner"
+    # both set by gpuci.pods.runners.pod_env on a runner pod that ends itself after one job
     if (
-        environ.get(_POD_PLATFORM, "").strip()
-        and environ.get(_POD_SELF_STOP, "").strip().lower() == "terminate"
+        settings.RUNNER_PLATFORM.is_set(environ)
+        and settings.SELF_STOP_ACTION.value(environ).lower() == "terminate"
     ):
         return "gpu-ci runner pod on RunPod"
     return None
@@ -94,14 +92,14 @@ def ephemeral_runner(environ: Mapping[str, str]) -> str | None:
 
 def _gitlab_hosted(environ: Mapping[str, str]) -> bool:
     """GitLab.com's own runners: a runner-manager description or a hosted-runner tag."""
-    if environ.get("CI_SERVER_HOST", "").strip().lower() != "gitlab.com":
+    if settings.CI_SERVER_HOST.value(environ).lower() != "gitlab.com":
         return False
-    description = environ.get("CI_RUNNER_DESCRIPTION", "").strip().lower()
+    description = settings.CI_RUNNER_DESCRIPTION.value(environ).lower()
     if _GITLAB_MANAGERS in description:
         return True
     # CI_RUNNER_TAGS is a JSON array ("[\"saas-linux-small-amd64\"]"), older runners a comma
     # list: splitting on the punctuation reads both without trusting it as JSON.
-    tags = environ.get("CI_RUNNER_TAGS", "").lower()
+    tags = settings.CI_RUNNER_TAGS.value(environ).lower()
     words = tags.replace("[", " ").replace("]", " ").replace('"', " ").replace(",", " ").split()
     return any(word.startswith(_GITLAB_HOSTED_TAGS) for word in words)
 
@@ -122,7 +120,7 @@ def choose(environ: Mapping[str, str], local_cache: str = "") -> TierChoice:
     """
     text, source = local_cache.strip(), "local-cache"
     if not text:
-        text, source = environ.get(TIER_ENV, "").strip(), TIER_ENV
+        text, source = settings.LOCAL_CACHE.value(environ), settings.LOCAL_CACHE.name
     word = text.lower()
     if word in OFF:
         return TierChoice(False, None, f"{source} is {text}")
