@@ -141,7 +141,7 @@ def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
     """Run ``gate`` as a job does (a history of ``points`` default-branch runs, a PR whose
     accuracy dropped 0.016 under a 0.01 allowance): its gate.json, the history it read and
     the job summary it wrote."""
-    from gpuci.cache.store import LocalStore
+    from gpuci.cache.stores.file import LocalStore
     from gpuci.training import ci, history
 
     store = LocalStore(tmp_path / "hist")

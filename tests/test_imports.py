@@ -28,6 +28,17 @@ USERS = {"gpuci.training", "gpuci.pods"}  # features built on the ones below
 # NVML and on the forges' runner clients; the arrow from gpu is that one module's alone.
 BASE = {"gpuci.gpu", "gpuci.cache", "gpuci.fetch", "gpuci.forges", "gpuci.quarantine"}
 ABOVE_BASE = ENTRY | REGISTRY | USERS
+# The cache's own floors, top to bottom (docs/architecture.md): its Python API, the
+# operations, moving bytes, the format, the stores, and the names and inputs all of them share.
+# A cache module imports its own floor and the ones below; every module sits on one floor.
+CACHE_FLOORS = (
+    {"gpuci.cache.api"},
+    {"gpuci.cache.restore", "gpuci.cache.save", "gpuci.cache.upkeep", "gpuci.cache.common"},
+    {"gpuci.cache.transfer"},
+    {"gpuci.cache.format"},
+    {"gpuci.cache.stores"},
+    {"gpuci.cache.layout", "gpuci.cache.options"},
+)
 # What the forge clients may use: they are talked to by training and pods, and talk to no one.
 FORGES_MAY_IMPORT = {
     "gpuci.errors",
@@ -143,8 +154,8 @@ def _arrows(sources: set[str], targets: set[str]) -> list[str]:
 
 def test_the_graph_is_read():
     """Guards the reader: known arrows must be there, or the checks below check nothing."""
-    assert "gpuci.cache.store" in GRAPH["gpuci.cache.stores"]  # module level
-    assert "gpuci.cache.s3" in GRAPH["gpuci.cache.stores"]  # inside a function
+    assert "gpuci.cache.stores.file" in GRAPH["gpuci.cache.stores"]  # module level
+    assert "gpuci.cache.stores.s3.store" in GRAPH["gpuci.cache.stores"]  # inside a function
     assert "gpuci.forges.rest" in GRAPH["gpuci.forges.github"]
     assert "gpuci.commands.dispatch" in GRAPH["gpuci.dryrun.calls"]
 
@@ -200,3 +211,27 @@ def test_the_forge_clients_stand_on_the_foundation_only():
         if not _under(t, FORGES_MAY_IMPORT)
     )
     assert bad == []
+
+
+def test_the_cache_is_laid_out_by_floor():
+    """Each folder of ``cache/`` is a floor, and arrows only point down: the stores never reach
+    into the format, the format never into the transfer or the operations, and so on."""
+    floor_of: dict[str, int] = {}
+    unplaced = []
+    for module in MODULES:
+        if module == "gpuci.cache" or not _under(module, {"gpuci.cache"}):
+            continue
+        floors = [i for i, floor in enumerate(CACHE_FLOORS) if _under(module, floor)]
+        if floors:
+            floor_of[module] = floors[0]
+        else:
+            unplaced.append(module)
+    assert unplaced == [], "give each a floor in CACHE_FLOORS (and docs/architecture.md)"
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, imported in GRAPH.items()
+        if module in floor_of
+        for target in imported
+        if floor_of.get(target, len(CACHE_FLOORS)) < floor_of[module]
+    )
+    assert upward == []

@@ -15,8 +15,9 @@ health and model probes):
   ``ALL_PROXY`` and ``NO_PROXY``, upper or lower case, as curl and pip read them.
 - **CA certificates**: certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set (the
   OpenSSL convention httpx honours), loaded once per process per setting (a bundle takes tens
-  of milliseconds to parse). ``AWS_CA_BUNDLE`` is the S3 store's (:mod:`gpuci.cache.s3net`),
-  not a download's: a corporate AWS endpoint's CA says nothing about a model hub.
+  of milliseconds to parse). ``AWS_CA_BUNDLE`` is the S3 store's
+  (:mod:`gpuci.cache.stores.s3.network`), not a download's: a corporate AWS endpoint's CA says
+  nothing about a model hub.
 - **No cookies kept**: no client needs a session, and httpx's jar ignores ports, so a cookie
   from one server would reach another on the same host.
 - **Connection limits**: ``connections`` pooled (and kept alive) per client, default 8.

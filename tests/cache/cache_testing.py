@@ -182,10 +182,10 @@ def next_store_second(store: StoreCase | str = "s3") -> None:
 
 
 def record_retries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record each retry the cache's data path decides on (gpuci.cache.transfer.retrying),
+    """Record each retry the cache's data path decides on (gpuci.cache.transfer.download.retrying),
     as the failure that caused it: a test of "failed at once, no back-off" checks this list
     instead of a wall-clock bound."""
-    from gpuci.cache import transfer
+    from gpuci.cache.transfer import download as transfer
 
     retried: list[str] = []
     original = transfer.retrying

@@ -21,9 +21,11 @@ import pytest
 from s3rver_server import BUCKET, CREDENTIALS, s3rver
 from treeutil import make_tree, snapshot
 
-from gpuci.cache import conditional, layout, s3
-from gpuci.cache.store import LocalStore
+from gpuci.cache import layout
+from gpuci.cache.format import refs
 from gpuci.cache.stores import open_store
+from gpuci.cache.stores.file import LocalStore
+from gpuci.cache.stores.s3 import store as s3
 from gpuci.cli import run_command
 from gpuci.commands import cache_weights
 from gpuci.runtime import Result, Runtime
@@ -74,8 +76,8 @@ def _unsafe(result: Result) -> list[str]:
 
 def test_a_file_store_honours_its_own_conditions(tmp_path):
     store = LocalStore(tmp_path / "store")
-    assert conditional.probe(store) is True
-    assert conditional.honoured(store) is True
+    assert refs.probe_conditional_writes(store) is True
+    assert refs.conditional_writes_honoured(store) is True
     assert not (tmp_path / "store" / layout.CONDITIONAL_WRITES).exists()  # known, not probed
     assert not list((tmp_path / "store").rglob("probes/*"))
 
@@ -83,7 +85,7 @@ def test_a_file_store_honours_its_own_conditions(tmp_path):
 def test_servers_that_honour_them_are_told_apart(store, tmp_path):
     """The file store, moto and SeaweedFS (the ``store`` fixture's three) all refuse."""
     opened = open_store(store.url, endpoint_url=store.endpoint, environ=os.environ)
-    assert conditional.probe(opened) is True
+    assert refs.probe_conditional_writes(opened) is True
     assert not [k for k in store.object_keys() if k.startswith(layout.CONDITIONAL_PROBES)]
 
 
@@ -116,8 +118,8 @@ def test_moto_honours_them_once_probed_and_saves_read_nothing_back(
 def test_s3rver_is_found_out_and_the_answer_kept(tmp_path, s3rver_endpoint, s3rver_url):
     env = _env(tmp_path, CREDENTIALS)
     store = open_store(s3rver_url, endpoint_url=s3rver_endpoint, environ=env)
-    assert conditional.probe(store) is False
-    assert conditional.honoured(store) is False
+    assert refs.probe_conditional_writes(store) is False
+    assert refs.conditional_writes_honoured(store) is False
     again = open_store(s3rver_url, endpoint_url=s3rver_endpoint, environ=env)
     got = again.get(layout.CONDITIONAL_WRITES)
     assert got is not None and json.loads(got[0])["honoured"] is False

@@ -26,12 +26,15 @@ from cache_testing import REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
-from gpuci.cache import directio, layout, splicing, transfer
-from gpuci.cache.manifest import Entry
-from gpuci.cache.s3client import resolve
-from gpuci.cache.s3net import Limits
-from gpuci.cache.s3pool import Pool, Ranged
-from gpuci.cache.sigv4 import Presigner
+from gpuci.cache import layout
+from gpuci.cache.format.manifest import Entry
+from gpuci.cache.stores import splicing
+from gpuci.cache.stores.s3.config import resolve
+from gpuci.cache.stores.s3.network import Limits
+from gpuci.cache.stores.s3.pool import Pool, Ranged
+from gpuci.cache.stores.s3.signer import Presigner
+from gpuci.cache.transfer import directio
+from gpuci.cache.transfer import download as transfer
 from gpuci.errors import InputError, IntegrityError
 
 ENV_CREDS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalr/secret+key"}

@@ -11,8 +11,9 @@ from cache_testing import cache_cmd, next_store_second
 from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
-from gpuci.cache import layout, refs
-from gpuci.cache import save as save_mod
+from gpuci.cache import layout
+from gpuci.cache.format import refs
+from gpuci.cache.save import command as save_mod
 from gpuci.cache.stores import open_store
 
 

@@ -1,4 +1,4 @@
-"""A save reads each large file once and sends the bytes it hashed (gpuci.cache.save_blobs).
+"""A save reads each large file once and sends the bytes it hashed (gpuci.cache.save.upload).
 
 The store's promise (docs/cache-format.md): a blob is visible under ``blobs/sha256/<hex>`` only
 once its bytes hash to ``<hex>``. A save that hashed a file and then read it again to send it
@@ -20,7 +20,8 @@ import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 
-from gpuci.cache import layout, save_blobs
+from gpuci.cache import layout
+from gpuci.cache.save import upload
 
 BIG = 12 << 20  # above the lowered multipart threshold: three parts of 5, 5 and 2 MiB
 
@@ -70,7 +71,7 @@ def test_a_file_rewritten_during_the_save_never_gets_a_blob_under_another_name(
 ):
     _small_parts(monkeypatch)
     if not held:  # hashed first, read again to send: the second read must hash to the name
-        monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+        monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
     src = tmp_path / "src"
     src.mkdir()
     (src / "model.bin").write_bytes(os.urandom(BIG))
@@ -137,7 +138,7 @@ def test_uploads_start_before_the_whole_tree_is_hashed(env, tmp_path, monkeypatc
             seen_first.append(stored.exists())
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(save_blobs, "open", gated, raising=False)
+    monkeypatch.setattr(upload, "open", gated, raising=False)
     saved, _ = cache_cmd("save", _flags(store, "k", src), env)
     assert saved.ok, saved.headline
     assert seen_first and all(seen_first), "b.bin was read before a.bin's blob was stored"
@@ -178,7 +179,7 @@ def test_a_tree_larger_than_the_memory_budget_saves_and_restores_whole(
 ):
     """Files wait for room in the budget (one PUT each) or, in parts, go the verified way."""
     _small_parts(monkeypatch)
-    monkeypatch.setattr(save_blobs, "HELD_BYTES", 3 << 20)
+    monkeypatch.setattr(upload, "HELD_BYTES", 3 << 20)
     src = tmp_path / "src"
     src.mkdir()
     for i in range(4):
@@ -199,7 +200,7 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
     """Every file hashed by the over-the-budget path is rewritten (same size, other bytes)
     right after its hash is taken: the job still writing its checkpoint, at the worst time."""
     hashed: list[Path] = []
-    original = save_blobs._hash_file
+    original = upload._hash_file
 
     def hash_then_rewrite(path: Path, size: int) -> str:
         digest = original(path, size)
@@ -207,8 +208,8 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
         hashed.append(path)
         return digest
 
-    monkeypatch.setattr(save_blobs, "_hash_file", hash_then_rewrite)
-    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    monkeypatch.setattr(upload, "_hash_file", hash_then_rewrite)
+    monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
     return hashed
 
 
@@ -265,7 +266,7 @@ def _one_file_saved_and_restored(store: StoreCase, tmp_path: Path, env, size: in
 def test_a_file_over_the_budget_that_holds_still_is_saved_and_restored(
     s3_store, env, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
     _one_file_saved_and_restored(s3_store, tmp_path, env, 3 << 20)
 
 
@@ -281,7 +282,7 @@ def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
 
     monkeypatch.setattr(os, "copy_file_range", refused)
     monkeypatch.setattr(os, "sendfile", refused)
-    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
     root = tmp_path / "store"
     store = StoreCase("local", root.as_uri(), None, root=root)
     # a 4 MiB read, then 100 bytes: under any buffer
@@ -307,13 +308,13 @@ def test_a_file_is_cut_for_the_connections_the_controller_may_reach_not_the_few_
     saver = SimpleNamespace(
         store=_PartsStore(), uploads=control, threshold=layout.MULTIPART_THRESHOLD, rt=None
     )
-    blobs = save_blobs.BlobUploads(saver, tree=None, large=[], dry_run=False)
+    blobs = upload.BlobUploads(saver, tree=None, large=[], dry_run=False)
     parts = blobs._parts(128 << 20)
     largest = max(length for _number, _offset, length in parts)
-    assert save_blobs.HELD_BYTES // largest >= 16, [p[2] >> 20 for p in parts]
+    assert upload.HELD_BYTES // largest >= 16, [p[2] >> 20 for p in parts]
     assert sum(length for _n, _o, length in parts) == 128 << 20
     # A count the user fixed is the ceiling: parts cut for it, as before.
-    blobs = save_blobs.BlobUploads(
+    blobs = upload.BlobUploads(
         SimpleNamespace(**{**vars(saver), "uploads": Concurrency.fixed(4)}), None, [], False
     )
     assert len(blobs._parts(128 << 20)) == 4

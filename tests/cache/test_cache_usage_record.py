@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-from gpuci.cache import layout, usage
-from gpuci.cache.store import LocalStore
+from gpuci.cache import layout
+from gpuci.cache.format import refs
+from gpuci.cache.stores.file import LocalStore
 
 
 def test_a_last_use_record_skips_the_fsync_that_refs_keep(tmp_path, monkeypatch):
@@ -15,9 +16,9 @@ def test_a_last_use_record_skips_the_fsync_that_refs_keep(tmp_path, monkeypatch)
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
     store = LocalStore(tmp_path / "store")
 
-    assert usage.touch(store, "ns", "weights-v1") is None
+    assert refs.touch_use(store, "ns", "weights-v1") is None
     assert synced == []  # the date is not worth a disk flush
-    assert set(usage.last_uses(store, "ns")) == {"weights-v1"}
+    assert set(refs.last_uses(store, "ns")) == {"weights-v1"}
 
     store.put(layout.ref_key("ns", "weights-v1"), b'{"manifest": "x"}')
     assert len(synced) == 1  # a ref is still durable before it is renamed into place

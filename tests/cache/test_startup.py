@@ -32,8 +32,8 @@ NOT_LOADED = (
     "tenacity",
     "yaml",
     "xml.etree.ElementTree",
-    "gpuci.cache.transfer",
-    "gpuci.cache.save",
+    "gpuci.cache.transfer.download",
+    "gpuci.cache.save.command",
     "gpuci.commands.pods",
     "gpuci.commands.training",
     "gpuci.commands.gpu_setup",
@@ -42,11 +42,11 @@ NOT_LOADED = (
     # issue 28 round 4: each of these cost a warm hit a few ms of its ~100 ms start-up
     "concurrent.futures",  # and logging: the placing pool starts only for big files
     "logging",
-    "gpuci.cache.tree",  # save's tree walk
-    "gpuci.cache.upkeep_options",  # prune/ls/pin/unpin inputs: four classes to build
-    "gpuci.cache.prune",
-    "gpuci.cache.pins",
-    "gpuci.cache.listing",
+    "gpuci.cache.format.tree",  # save's tree walk
+    "gpuci.cache.upkeep.options",  # prune/ls/pin/unpin inputs: four classes to build
+    "gpuci.cache.upkeep.prune",
+    "gpuci.cache.upkeep.pins",
+    "gpuci.cache.upkeep.listing",
     "argparse",  # a plain command line is read without it (gpuci.cli._plain_args)
 )
 # A file store also makes no request to retry (S3's control requests need the retry policy),

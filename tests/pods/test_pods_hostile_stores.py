@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.cache.store import LocalStore
+from gpuci.cache.stores.file import LocalStore
 from gpuci.gpu import health_record as gpu_health
 from gpuci.pods.budgets import ledger
 

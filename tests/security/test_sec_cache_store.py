@@ -31,8 +31,9 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     store,
 )
 
-from gpuci.cache import manifest as mf
-from gpuci.cache import refs, save_blobs
+from gpuci.cache.format import manifest as mf
+from gpuci.cache.format import refs
+from gpuci.cache.save import upload
 from gpuci.runtime import Runtime
 from gpuci_testing import REPO, clean_env, run_cli
 
@@ -205,7 +206,7 @@ def test_a_full_disk_under_a_file_store_is_one_line(env, tmp_path, monkeypatch, 
 
     # A blob the save holds in memory is written from the bytes it hashed; a larger one is
     # copied in by the kernel: make this one larger than the save holds.
-    monkeypatch.setattr(save_blobs, "HELD_BYTES", 1 << 20)
+    monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
     monkeypatch.setattr(os, seam, full)
     result, _ = cache_cmd("save", {"store": root.as_uri(), "key": "k", "path": str(src)}, env)
     monkeypatch.setattr(os, seam, real)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hostile_store_kit import StoreCase, cache_cmd, canonical, plant, put_ref, sha
 
-from gpuci.cache import refs
+from gpuci.cache.format import refs
 
 DEEP = "[" * 10_000 + "]" * 10_000  # RecursionError in json.loads, under every size cap
 LONG_INT = "1" * 5_000  # ValueError: over Python's integer-string limit

@@ -21,8 +21,8 @@ from tier_runner import (
     warnings,
 )
 
-from gpuci.cache import save as save_module
-from gpuci.cache import tier as tier_module
+from gpuci.cache.save import command as save_module
+from gpuci.cache.stores import tier as tier_module
 
 WEIGHTS = "model.safetensors"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from tier_runner import Runner, model_tree, sha, tier_is_honest
 
-from gpuci.cache import copying, layout
+from gpuci.cache import layout
+from gpuci.cache.stores import copying
 
 
 def _no_second_pass(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.cache.store import LocalStore
+from gpuci.cache.stores.file import LocalStore
 from gpuci.files import json_bytes
 from gpuci.training import history
 from gpuci.training.ci import RunContext

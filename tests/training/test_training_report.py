@@ -94,7 +94,7 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
 
 
 def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_path, github):
-    from gpuci.cache.store import LocalStore
+    from gpuci.cache.stores.file import LocalStore
     from gpuci.training import ci, history
 
     store = LocalStore(tmp_path / "hist")

@@ -1,10 +1,11 @@
 """The content-addressed cache: blobs, packs, manifests and refs in an S3 or local store.
 
-Modules, each with one job: ``layout`` (names and sizes), ``manifest`` (the tree format),
-``tree`` (walking a local tree), ``store`` / ``s3`` (where objects live), ``refs`` (keys and
-conditional updates), ``packs`` (small files), ``transfer`` (moving bytes), and the commands
-``save``, ``restore`` and ``listing``. Nothing here is imported by ``gpuci`` itself. The
-Python API is :mod:`gpuci.cache.api` (``restore``, ``save``, ``fetch_file``).
+Laid out by floor, each importing only its own and the ones below (docs/architecture.md):
+``api`` (the Python API) over the operations ``restore/``, ``save/`` and ``upkeep/`` (prune,
+ls, pin; ``common`` is what they share), over ``transfer/`` (moving bytes), over ``format/``
+(manifests, packs, refs, uses, local trees), over ``stores/`` (the file store, ``s3/`` and the
+runner-local tier), over ``layout`` (names and sizes) and ``options`` (typed inputs). Nothing
+here is imported by ``gpuci`` itself.
 """
 
 __all__: list[str] = []  # nothing imported here: a restore's start-up loads only what it uses

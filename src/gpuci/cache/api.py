@@ -16,7 +16,7 @@ store cannot be read or written, :class:`gpuci.errors.IntegrityError` when resto
 not match their digests. A miss is not an error: ``RestoreResult.hit`` is False.
 
 It lives in ``gpuci.cache.api`` rather than ``gpuci.cache`` because ``gpuci.cache.restore`` and
-``gpuci.cache.save`` are already module names (the commands' own).
+``gpuci.cache.save`` are already names (the commands' packages).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def restore(
         local_cache=local_cache,
         local_cache_mode=local_cache_mode,
     )
-    from gpuci.cache import restore_command
+    from gpuci.cache.restore import command as restore_command
 
     res = restore_command.run(checked(inp), runtime or Runtime())
     out = res.outputs
@@ -181,7 +181,7 @@ def save(
         layout=layout,
         hf_repo=hf_repo,
     )
-    from gpuci.cache import save as save_command
+    from gpuci.cache.save import command as save_command
 
     res = save_command.run(checked(inp), runtime or Runtime())
     out = res.outputs

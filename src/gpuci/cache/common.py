@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpuci.cache import layout
 from gpuci.cache.options import StoreFields
-from gpuci.cache.store import Store, redact_url
 from gpuci.cache.stores import open_store
+from gpuci.cache.stores.base import Store, redact_url
 from gpuci.errors import StoreError
 from gpuci.runtime import Runtime, markdown_table
 from gpuci.units import human_bytes
 
 if TYPE_CHECKING:  # the controller (and threading) load only for a transfer
     from gpuci.adaptive import Concurrency
-    from gpuci.cache.tier_policy import TierChoice
+    from gpuci.cache.stores.tier_policy import TierChoice
 
 __all__ = [
     "CREDENTIAL_SOURCES",

@@ -27,7 +27,7 @@ REFS = "refs"  # refs/<namespace>/<quoted key>: small JSON naming a manifest
 USES = "uses"  # uses/<namespace>/<quoted key>: small JSON, rewritten by each restore (last use)
 PINS = "pins"  # pins/<hex>.json: small JSON; prune keeps manifest <hex> and all it reaches
 # meta/conditional-writes.json: small JSON, whether the server honours If-None-Match/If-Match
-# (gpuci.cache.conditional probes once, under meta/probes/<random>, and records the answer)
+# (gpuci.cache.format.refs probes once, under meta/probes/<random>, and records the answer)
 CONDITIONAL_WRITES = "meta/conditional-writes.json"
 CONDITIONAL_PROBES = "meta/probes"
 

@@ -8,7 +8,7 @@ from gpuci.commands import Command, Output
 
 if TYPE_CHECKING:
     from gpuci.cache.options import RestoreInputs, SaveInputs
-    from gpuci.cache.upkeep_options import LsInputs, PinInputs, PruneInputs, UnpinInputs
+    from gpuci.cache.upkeep.options import LsInputs, PinInputs, PruneInputs, UnpinInputs
 
 CACHE_OUTPUTS = (
     Output(
@@ -75,7 +75,7 @@ RESTORE: Command[RestoreInputs] = Command(
         *CACHE_OUTPUTS,
         Output("populated", "true when the populate command ran and its result was saved."),
     ),
-    target="gpuci.cache.restore_command:run",
+    target="gpuci.cache.restore.command:run",
     options="gpuci.cache.options:RestoreInputs",
     actions=("actions/cache-weights", "actions/cache-weights/restore"),
 )
@@ -84,7 +84,7 @@ SAVE: Command[SaveInputs] = Command(
     name="save",
     help="Save a tree under a key, uploading only the blobs the store lacks.",
     outputs=SAVE_OUTPUTS,
-    target="gpuci.cache.save:run",
+    target="gpuci.cache.save.command:run",
     options="gpuci.cache.options:SaveInputs",
     actions=("actions/cache-weights/save",),
 )
@@ -92,15 +92,15 @@ SAVE: Command[SaveInputs] = Command(
 PRUNE: Command[PruneInputs] = Command(
     name="prune",
     help="Delete keys unused for a while, then the manifests and blobs nothing names any more.",
-    target="gpuci.cache.prune:run",
-    options="gpuci.cache.upkeep_options:PruneInputs",
+    target="gpuci.cache.upkeep.prune:run",
+    options="gpuci.cache.upkeep.options:PruneInputs",
 )
 
 LS: Command[LsInputs] = Command(
     name="ls",
     help="List cached keys with their sizes, ages and last use (or, with pins, the pins).",
-    target="gpuci.cache.listing:run",
-    options="gpuci.cache.upkeep_options:LsInputs",
+    target="gpuci.cache.upkeep.listing:run",
+    options="gpuci.cache.upkeep.options:LsInputs",
 )
 
 PIN_OUTPUTS = (
@@ -112,16 +112,16 @@ PIN: Command[PinInputs] = Command(
     name="pin",
     help="Keep one manifest, and all it reaches, from prune whatever its keys do.",
     outputs=PIN_OUTPUTS,
-    target="gpuci.cache.pins:run_pin",
-    options="gpuci.cache.upkeep_options:PinInputs",
+    target="gpuci.cache.upkeep.pins:run_pin",
+    options="gpuci.cache.upkeep.options:PinInputs",
 )
 
 UNPIN: Command[UnpinInputs] = Command(
     name="unpin",
     help="Remove a pin; the next prune treats the manifest like any other.",
     outputs=PIN_OUTPUTS,
-    target="gpuci.cache.pins:run_unpin",
-    options="gpuci.cache.upkeep_options:UnpinInputs",
+    target="gpuci.cache.upkeep.pins:run_unpin",
+    options="gpuci.cache.upkeep.options:UnpinInputs",
 )
 
 COMMAND: Command[None] = Command(

@@ -1,6 +1,6 @@
 """The one ranged-download engine: parts, resume, progress and the connection controller.
 
-The cache's restore (:mod:`gpuci.cache.transfer`: blob parts from a store, sha256 as they
+The cache's restore (:mod:`gpuci.cache.transfer.download`: blob parts from a store, sha256 as they
 land, the tier filled from the hashed bytes) and retry-fetch (:mod:`gpuci.fetch.segments`:
 HTTP segments with validators and a resumable ``.incomplete``) drive it; each brings only its
 source (how a range is fetched) and its sink (how bytes are written and verified).

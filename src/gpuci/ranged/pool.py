@@ -1,7 +1,7 @@
 """The engine's workers: threads over one queue, each holding one of a concurrency
 controller's slots and a lane of two preallocated buffers; the first error stops everything.
 
-Ranged downloads (the cache's blob parts in :mod:`gpuci.cache.transfer`, retry-fetch's
+Ranged downloads (the cache's blob parts in :mod:`gpuci.cache.transfer.download`, retry-fetch's
 segments in :mod:`gpuci.fetch.segments`), the cache's uploads and its listings all run on it,
 so one controller decides how many connections any of them keeps busy.
 """

@@ -243,8 +243,8 @@ def _pin(rt: Runtime, prov: dict[str, Any], result: Result) -> None:
 
     A pin that fails fails the step: without it the model cannot be promised a rebuild.
     """
-    from gpuci.cache import pins
     from gpuci.cache.stores import open_store
+    from gpuci.cache.upkeep import pins
 
     source, run = prov.get("source") or {}, prov.get("run") or {}
     reason = pins.check_reason(

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
-from gpuci.cache.store import Store
 from gpuci.cache.stores import open_store
+from gpuci.cache.stores.base import Store
 from gpuci.training import ci
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""``cache-weights restore``: lookup -> plan -> place -> report."""

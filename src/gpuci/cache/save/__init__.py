@@ -1,0 +1,1 @@
+"""``cache-weights save``: hash, upload what the store lacks, manifest, then ref."""

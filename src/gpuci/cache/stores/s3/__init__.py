@@ -1,0 +1,1 @@
+"""The S3 store: one bounded client for every operation, whatever the credentials."""

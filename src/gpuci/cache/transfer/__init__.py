@@ -1,0 +1,1 @@
+"""Moving bytes from a store into place: its ranged GETs, driven by gpuci.ranged."""

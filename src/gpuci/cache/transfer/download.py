@@ -1,0 +1,535 @@
+"""Moving bytes: parallel ranged GETs streamed into place, sha256 checked on the way.
+
+Large files are cut into aligned parts fetched in parallel and written at their offsets; a
+per-file hash cursor consumes the bytes in order as they arrive (parts that land early are
+re-read when their turn comes), so a file is verified the moment its last byte is written,
+before it gets its final name. On plain-http stores the body goes socket -> pipe -> page cache
+with ``splice`` (:mod:`gpuci.cache.stores.splicing`: no copy through user space) and the hash reads
+it back from the page cache; elsewhere each worker receives chunk n+1 into a buffer while its
+helper thread writes and hashes chunk n, slice by slice (``O_DIRECT`` when opted in, see
+:mod:`gpuci.cache.transfer.directio`). Packed small files come in runs of neighbours, one GET per
+run, split into files while streaming. Every worker owns two preallocated buffers (touched only by
+the copying path), so memory stays flat whatever the file size.
+
+Transient failures (5xx, SlowDown, dropped connections) are retried by one policy declared
+once (:func:`retrying`); a file whose bytes do not match their hash is fetched once more, then
+fails with IntegrityError. Nothing here ever writes outside the staging paths it is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuci.adaptive import Concurrency
+from gpuci.cache import layout
+from gpuci.cache.format.manifest import Entry, placed_mode
+from gpuci.cache.format.packs import Run, plan_runs
+from gpuci.cache.stores import splicing
+from gpuci.cache.stores.base import RangeReader, Store, TransientError
+from gpuci.cache.stores.tier_fill import TeeHasher, TierFill
+from gpuci.cache.transfer import directio
+from gpuci.errors import IntegrityError, StoreError
+from gpuci.hashcursor import HashCursor
+from gpuci.ranged import extents
+from gpuci.ranged.drive import pump
+from gpuci.ranged.plan import Segment
+from gpuci.ranged.pool import Cancelled, Lane, WorkPool
+from gpuci.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tenacity import Retrying
+
+    from gpuci.cache.stores.tier import LocalTier
+
+# Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
+# to cover the copying path).
+SPLICE = splicing.available()
+
+
+#: The data path's waits: short (a store on the same network answers fast), full jitter, so
+#: parallel workers that failed together do not retry together.
+DATA_PATH = RetryPolicy(initial=0.2, max_wait=5.0, jitter="full", retry_after_cap=None)
+
+
+def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retrying:
+    """The retry controller for the data path: :data:`DATA_PATH`, transient failures only.
+
+    ``on_retry`` hears of every failure that will be retried (the controller backs off)."""
+    hear = (lambda _exc: on_retry()) if on_retry is not None else None
+    return replace(DATA_PATH, attempts=max(1, attempts)).retrying(TransientError, on_retry=hear)
+
+
+# The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store
+# sees no change); connections beyond share what is left of the memory budget, down to this.
+FULL_LANES = 8
+MIN_LANE_CHUNK = 512 << 10
+
+
+def download_concurrency(environ: Mapping[str, str]) -> Concurrency:
+    """The controller for a restore's ranged GETs: adaptive, or the user's fixed count."""
+    return layout.concurrency(environ, layout.DOWNLOAD_CONNECTIONS)
+
+
+def lane_chunk(index: int, connections: int) -> int:
+    """The buffer size of connection ``index`` of at most ``connections``, so that all of them
+    together fit the memory budget.
+
+    A connection touches its lane's two buffers of this size and its helper's WRITE_SLICE
+    scratch (re-reading spliced bytes and parts that landed early); the budget counts three
+    buffers per connection, so it holds whatever the scratch size. The first FULL_LANES get
+    IO_CHUNK; the others split the rest: 1.3 MiB each at 32 connections, 0.5 MiB at 64, plenty
+    over a remote link where each connection moves tens of MB/s."""
+    if index < FULL_LANES:
+        return layout.IO_CHUNK
+    rest = layout.MEMORY_BUDGET - FULL_LANES * 3 * layout.IO_CHUNK
+    chunk = min(layout.IO_CHUNK, rest // (3 * max(1, connections - FULL_LANES)))
+    return max(MIN_LANE_CHUNK, chunk // directio.ALIGN * directio.ALIGN)
+
+
+class _Corrupt(Exception):
+    def __init__(self, what: str, expected: str, got: str) -> None:
+        super().__init__(what)
+        self.what, self.expected, self.got = what, expected, got
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while len(data):
+        data = data[os.write(fd, data) :]
+
+
+@dataclass
+class _BlobTarget:
+    """One large file assembled from parts, hashed in order by a :class:`HashCursor`."""
+
+    entry: Entry
+    path: Path
+    file: directio.TargetFile | None = None
+    cursor: HashCursor = field(init=False)
+    refetched: bool = False
+    fill: TierFill | None = None  # the tier's copy, written from the bytes the hash eats
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def open(self, direct: bool) -> None:
+        self.file = directio.TargetFile(self.path, self.entry.size, direct)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        if self.fill is not None:  # never finished: a failed restore leaves the tier as it was
+            self.fill.discard()
+            self.fill = None
+
+    def reset(self) -> None:
+        hasher: Any = None
+        if self.fill is not None:
+            self.fill.restart()
+            hasher = TeeHasher(hashlib.sha256(), self.fill)
+        self.cursor = HashCursor(self._read_into, hasher=hasher, short_read=self._short_read)
+
+    def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
+        """Record ``length`` bytes written at ``pos``; True when this call completed the file.
+
+        ``data`` holds those bytes, or is None when they never passed through user space
+        (spliced): the hash then reads them back from the file into ``scratch``, as it does for
+        parts that arrived before their turn.
+        """
+        if data is None:
+            return self.cursor.landed_on_disk(pos, length, scratch) == self.entry.size
+        return self.cursor.landed(pos, (data,), scratch) == self.entry.size
+
+    def _read_into(self, view: memoryview, position: int, length: int) -> int:
+        assert self.file is not None
+        return self.file.read_into(view, position, length)
+
+    def _short_read(self, position: int, end: int) -> None:
+        raise IntegrityError(
+            f"{self.path}: ends before byte {end}, which was written; something else "
+            "truncated the staging file",
+            hint="make sure no other process writes into the restore's target folder",
+        )
+
+    def finish(self) -> None:
+        digest = self.cursor.hexdigest()
+        if digest != self.entry.sha256:
+            raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
+        if self.fill is not None:
+            self.fill.finish(digest)  # published: it holds exactly the bytes just hashed
+            self.fill = None
+        assert self.file is not None
+        self.file.chmod(placed_mode(self.entry.mode))
+        self.file.close()
+
+
+def _filled(
+    reader: RangeReader, lane: Lane, pos: int, end: int, down: Downloader
+) -> Generator[memoryview, None, None]:
+    """A part's bytes, read into the lane's two buffers in turn, each filled whole (writes stay
+    whole and aligned); the sink has handed one buffer on before the next read reuses it.
+    Every read is told to the controller as it happens (throughput)."""
+    cancelled, record = down.cancelled, down.concurrency.record
+    turn = 0
+    while pos < end:
+        if cancelled.is_set():
+            raise Cancelled()
+        buf = lane.buffers[turn % 2]
+        turn += 1
+        want = min(len(buf), end - pos)
+        got = 0
+        while got < want:
+            n = reader.readinto(buf[got:want])
+            if n == 0:
+                raise TransientError("the store closed the stream early")
+            record(n)
+            got += n
+        yield buf[:want]
+        pos += want
+
+
+class _OnDisk(int):
+    """A chunk the kernel already wrote (spliced): only its length passes through here."""
+
+    def __len__(self) -> int:
+        return int(self)
+
+
+def _spliced(
+    splice_into: Callable[[splicing.Pipe, int], int],
+    fd: int,
+    pos: int,
+    end: int,
+    down: Downloader,
+) -> Generator[_OnDisk, None, None]:
+    """A part moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
+    told to the controller, as a read is)."""
+    cancelled, record = down.cancelled, down.concurrency.record
+    pipe = splicing.Pipe()
+    try:
+        while pos < end:
+            start, stop = pos, min(end, pos + layout.IO_CHUNK)
+            while pos < stop:
+                if cancelled.is_set():
+                    raise Cancelled()
+                if (n := splice_into(pipe, stop - pos)) == 0:
+                    raise TransientError("the store closed the stream early")
+                record(n)
+                pos += pipe.drain(fd, pos)
+            yield _OnDisk(pos - start)
+    finally:
+        pipe.close()
+
+
+class _LaneSink:
+    """A blob part's sink: the lane's helper writes and hashes chunk n while the worker
+    receives chunk n+1; ``seg.written`` moves only past bytes written and handed to the hash,
+    so a retry resumes exactly there."""
+
+    def __init__(self, lane: Lane, land: Callable[[Any, int], bool], seg: Segment) -> None:
+        self._lane, self._land, self._seg = lane, land, seg
+        self._pos = seg.written
+        self._pending: tuple[Future[bool], int] | None = None
+        self.completed = False  # a chunk completed the file
+
+    def _settle(self) -> None:
+        if self._pending is not None:  # the other buffer is free again once this returns
+            future, end = self._pending
+            self._pending = None
+            self.completed = future.result() or self.completed
+            self._seg.written = end
+
+    def write(self, chunk: Any) -> None:
+        self._settle()
+        self._pending = (
+            self._lane.helper.submit(self._land, chunk, self._pos),
+            self._pos + len(chunk),
+        )
+        self._pos += len(chunk)
+
+    def close(self) -> None:
+        self._settle()
+
+
+class Downloader:
+    """Fetch a manifest's file contents into staging paths."""
+
+    def __init__(
+        self,
+        store: Store,
+        workers: int | Concurrency,
+        on_bytes: Callable[[int], None],
+        attempts: int = 5,
+        tier: LocalTier | None = None,
+    ) -> None:
+        self.store = store
+        self.tier = tier  # filled from the bytes as they are hashed (gpuci.cache.stores.tier_fill)
+        self._filling: set[str] = set()
+        self.concurrency = (
+            workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
+        )
+        # Parts are cut for the ceiling, so one big file can keep every allowed connection busy
+        # whatever the limit becomes.
+        self.workers = self.concurrency.ceiling
+        self.on_bytes = on_bytes
+        self.attempts = attempts
+        self.direct = directio.enabled()
+        self.bytes = 0
+        self._count_lock = threading.Lock()
+        self._pool: WorkPool | None = None
+        self._part_bytes = layout.MIN_PART  # the part size of this fetch (set by fetch)
+
+    def _count(self, n: int) -> None:
+        with self._count_lock:
+            self.bytes += n
+        self.on_bytes(n)
+
+    def fetch(self, files: list[tuple[Entry, Path]]) -> None:
+        """Download every entry to its path (entries of size 0 are the caller's job)."""
+        pool = self._pool = WorkPool(
+            self.concurrency, functools.partial(lane_chunk, connections=self.workers)
+        )
+        blobs = [
+            _BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
+        ]
+        packed = [(e, p) for e, p in files if e.pack and e.size]
+        try:
+            for target in blobs:
+                target.open(self.direct)
+            # Round-robin across files: each file's parts then arrive roughly in order, so its
+            # hash cursor consumes them from the buffer instead of re-reading them from disk.
+            self._part_bytes = self._part_size(sum(target.entry.size for target in blobs))
+            queues = [self._parts(target, self._part_bytes) for target in blobs]
+            packed_entries = [e for e, _ in packed]
+            runs = list(plan_runs(packed_entries, layout.PACK_RUN))
+            self.concurrency.expect(
+                sum(e.size for e, _ in files), sum(map(len, queues)) + len(runs)
+            )
+            for row in itertools.zip_longest(*queues):
+                for task in row:
+                    if task is not None:
+                        pool.submit(task)
+            for run in runs:
+                members = [packed[i] for i in run.members]
+                pool.submit(functools.partial(self._run, run, members))
+            pool.run()
+        except TransientError as exc:
+            raise StoreError(
+                f"{self.store.url}: {exc}, still after {self.attempts} attempts",
+                hint="the store or the network is failing; retry the job later",
+            ) from None
+        except _Corrupt as exc:
+            raise IntegrityError(
+                f"{exc.what}: the store's bytes hash to {exc.got[:12]}..., the manifest says "
+                f"{exc.expected[:12]}... (fetched twice)",
+                hint="the store holds a corrupt object; delete it and save the key again",
+            ) from None
+        finally:
+            for target in blobs:
+                if target.fill is not None:  # never finished: a later fetch may fill it again
+                    self._filling.discard(target.entry.sha256)
+                target.close()
+
+    def _fill_for(self, entry: Entry) -> TierFill | None:
+        """The tier's copy of this file, written as it is hashed; None when the tier is off,
+        has it, will hardlink it (``link`` mode) or is filling it for an identical file."""
+        tier = self.tier
+        if tier is None or tier.links(entry.size, entry.mode) or entry.sha256 in self._filling:
+            return None
+        self._filling.add(entry.sha256)
+        return tier.start_fill(entry.sha256, entry.size)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        assert self._pool is not None
+        return self._pool.cancelled
+
+    def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
+        """A ranged GET (its reads are counted by :func:`_filled` and :func:`_spliced`); its
+        wait for the response (the first byte) tells the controller how far the store is."""
+        started = time.monotonic()
+        reader = self.store.open_range(key, offset, length)
+        self.concurrency.first_byte(time.monotonic() - started)
+        return reader
+
+    # ----- large files --------------------------------------------------------------------------
+    def _part_size(self, total: int) -> int:
+        """One part size for every large file: the bytes of all of them spread over the ceiling
+        of connections (a lone big file still uses every connection), within
+        [MIN_PART, PART_SIZE]. Cutting each file for the ceiling on its own made 4 x 128 MiB
+        into 128 GETs of 4 MiB: each paid a first byte (tens of ms on a remote store), a
+        signature, a response parse and the server's own per-request work, where 32 of
+        16 MiB keep the same 32 connections busy."""
+        # Aligned parts: every chunk then starts at an offset O_DIRECT accepts.
+        return extents.part_size(
+            total, self.workers, layout.MIN_PART, layout.PART_SIZE, directio.ALIGN
+        )
+
+    def _parts(self, target: _BlobTarget, part: int) -> list[Callable[[Lane], None]]:
+        return [
+            functools.partial(self._part, target, offset, length)
+            for offset, length in extents.cut(target.entry.size, part)
+        ]
+
+    def _submit_parts(self, target: _BlobTarget) -> None:
+        assert self._pool is not None
+        for task in self._parts(target, self._part_bytes):
+            self._pool.submit(task)
+
+    def _part(self, target: _BlobTarget, offset: int, length: int, lane: Lane) -> None:
+        key = layout.blob_key(target.entry.sha256)
+        seg = Segment(offset, offset, offset + length, offset)
+        completed = False
+        for attempt in retrying(self.attempts, self.concurrency.throttled):
+            with attempt:  # a retry resumes from seg.written, as retry-fetch's segments do
+                completed = self._stream_part(target, key, seg, lane)
+        if completed:
+            try:
+                target.finish()
+            except _Corrupt:
+                if target.refetched:
+                    raise
+                target.refetched = True
+                target.reset()
+                self._submit_parts(target)
+
+    def _stream_part(self, target: _BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
+        """Receive chunk n+1 while the helper writes (or, spliced, hashes) chunk n, on the
+        engine's driver (:func:`gpuci.ranged.drive.pump`); True when it completed the file.
+
+        On plain-http stores the part moves socket -> pipe -> file in the kernel, and the
+        helper hashes each chunk back from the page cache."""
+        assert self._pool is not None and target.file is not None
+        seg.rewind()  # a retry resumes from what was written and hashed
+        reader = self._open_range(key, seg.pos, seg.end - seg.pos)
+        splice_into = getattr(reader, "splice_into", None)
+        chunks: Generator[Any, None, None]
+        if SPLICE and splice_into is not None and target.file.buffered:
+            chunks = _spliced(splice_into, target.file.fd, seg.pos, seg.end, self)
+            land = functools.partial(self._hash_spliced, target)
+        else:
+            chunks = _filled(reader, lane, seg.pos, seg.end, self)
+            land = functools.partial(self._land, target)
+        sink = _LaneSink(lane, land, seg)
+        try:
+            with contextlib.closing(chunks):
+                pump(seg, chunks, sink)
+        finally:
+            reader.close()
+        return sink.completed
+
+    def _hash_spliced(self, target: _BlobTarget, chunk: _OnDisk, pos: int) -> bool:
+        self._count(len(chunk))
+        return target.advance(pos, len(chunk), None, _scratch())
+
+    def _land(self, target: _BlobTarget, chunk: memoryview, pos: int) -> bool:
+        """Write one chunk in place and feed the file's hash; True when it completed the file.
+
+        Buffered writes go a slice at a time, each hashed right after it is written while it is
+        still in the CPU cache; ``O_DIRECT`` writes stay whole (they skip the page cache).
+        """
+        assert target.file is not None
+        step = layout.WRITE_SLICE if target.file.buffered else len(chunk)
+        completed = False
+        for at in range(0, len(chunk), step):
+            piece = chunk[at : at + step]
+            target.file.write(piece, pos + at)
+            # The hash cursor may re-read earlier parts into a scratch buffer.
+            completed = target.advance(pos + at, len(piece), piece, _scratch()) or completed
+        self._count(len(chunk))
+        return completed
+
+    # ----- packed small files -------------------------------------------------------------------
+    def _run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
+        for attempt_round in (0, 1):
+            try:
+                for attempt in retrying(self.attempts, self.concurrency.throttled):
+                    with attempt:
+                        self._stream_run(run, members, lane)
+                return
+            except _Corrupt:
+                if attempt_round == 1:
+                    raise
+
+    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
+        """One GET for the run, split into its files as it streams (the engine's driver)."""
+        assert self._pool is not None
+        reader = self._open_range(layout.pack_key(run.pack), run.start, run.length)
+        seg = Segment(run.start, run.start, run.start + run.length, run.start)
+        try:  # a retry writes the whole run again: its files are written in one go
+            chunks = _filled(reader, lane, seg.pos, seg.end, self)
+            pump(seg, chunks, _RunSink(self, members, run.start))
+        finally:
+            reader.close()
+
+
+class _RunSink:
+    """A packed run's bytes split into its files, each hashed (and copied to the tier) on the
+    way; the gaps between them (files this tree does not use) are skipped."""
+
+    def __init__(self, down: Downloader, members: list[tuple[Entry, Path]], pos: int) -> None:
+        self._down, self._members, self._pos = down, members, pos
+        self._index, self._fd = 0, -1
+        self._hasher: Any = None
+        self._fill: TierFill | None = None
+
+    def write(self, data: memoryview) -> None:
+        self._down._count(len(data))
+        pos = self._pos
+        while len(data) and self._index < len(self._members):
+            entry, path = self._members[self._index]
+            if pos < entry.offset:  # a gap
+                skip = min(entry.offset - pos, len(data))
+                data, pos = data[skip:], pos + skip
+                continue
+            if self._fd < 0:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                self._hasher, self._fill = hashlib.sha256(), self._down._fill_for(entry)
+                if self._fill is not None:
+                    self._hasher = TeeHasher(self._hasher, self._fill)
+            take = min(entry.offset + entry.size - pos, len(data))
+            _write_all(self._fd, data[:take])
+            self._hasher.update(data[:take])
+            data, pos = data[take:], pos + take
+            if pos == entry.offset + entry.size:
+                digest = self._hasher.hexdigest()
+                if digest != entry.sha256:
+                    raise _Corrupt(entry.path or path.name, entry.sha256, digest)
+                if self._fill is not None:
+                    self._fill.finish(digest)  # exactly the bytes just hashed
+                    self._fill = None
+                os.fchmod(self._fd, placed_mode(entry.mode))
+                os.close(self._fd)
+                self._fd, self._index = -1, self._index + 1
+        self._pos = pos + len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._fill is not None:  # cut short: a retry writes it again from its start
+            self._fill.discard()
+            self._fill = None
+            self._down._filling.discard(self._members[self._index][0].sha256)
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch() -> memoryview:
+    """A per-thread buffer for reading back bytes to hash (spliced, or early parts): small, so
+    each piece is hashed while it is still in the CPU cache."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None:
+        buf = _SCRATCH.buf = directio.aligned_buffer(layout.WRITE_SLICE)
+    return buf

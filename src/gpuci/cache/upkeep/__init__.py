@@ -1,0 +1,1 @@
+"""The store's upkeep: ``cache-weights prune``, ``ls``, ``pin`` and ``unpin``."""
