@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+
+def _as_a_container_starts() -> None:
+    """A container's first process starts with every signal at its default and none blocked;
+    a pytest worker may have inherited or set otherwise (a library's thread, a test's handler),
+    and an ignored or blocked SIGINT would keep the runner's Ctrl-C path from ever running."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def run_container(
@@ -37,6 +47,7 @@ def run_container(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_as_a_container_starts,
     )
     deadline = time.time() + wait_s
     try:

@@ -334,7 +334,7 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
             return True
         return False
 
-    with _ticking(lambda: state["chaos"], lose), _test_handlers():
+    with _ticking(lambda: state["chaos"], lose, fake), _test_handlers():
         for case in range(KILLS * 3):
             if kills >= KILLS:
                 break

@@ -288,6 +288,7 @@ exit $?
 LISTENER_IDLE = """#!/bin/bash
 if [[ "$1" == "--version" ]]; then echo "${STANDIN_VERSION:-9.9.9}"; exit 0; fi
 echo $$ > "$(dirname "$0")/../listener.pid"
+grep -E '^Sig(Blk|Ign)' /proc/$$/status > "$(dirname "$0")/../listener.signals" 2>/dev/null
 trap '' TERM
 trap 'echo stopped-by-int > "$(dirname "$0")/../listener.ended"; exit 0' INT
 echo "Listening for Jobs"
@@ -311,6 +312,12 @@ def _real_layout(root: Path, listener: str) -> Path:
     return root
 
 
+def _signals(runner_dir: Path) -> str:
+    """The listener's blocked and ignored signal masks, for a failure's message."""
+    path = runner_dir / "listener.signals"
+    return path.read_text() if path.exists() else "(no listener.signals)"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -328,6 +335,7 @@ def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
     assert _terminated_itself(live, pod_id)
     pid = int((runner_dir / "listener.pid").read_text())
     # the listener ended by its own Ctrl-C path before the pod ended, not by the test's cleanup
+    assert (runner_dir / "listener.ended").exists(), out + err + _signals(runner_dir)
     assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
     deadline = time.time() + 10
     while _alive(pid) and time.time() < deadline:
@@ -341,6 +349,7 @@ def test_the_idle_clock_starts_when_the_listener_listens(live, tmp_path):
     pod_id, env, args = _pod(live, _github_env(idle_s=2))
     out, err, _, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
     assert "no job within 2s: stopping the runner" in out, out + err
+    assert (runner_dir / "listener.ended").exists(), out + err + _signals(runner_dir)
     assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
     assert _terminated_itself(live, pod_id)
 
