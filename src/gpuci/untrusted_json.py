@@ -200,3 +200,14 @@ def name_skipped(skipped: dict[str, str], shown: int = 3) -> str:
     named = "; ".join(f"{key} ({why})" for key, why in sorted(skipped.items())[:shown])
     more = f" and {len(skipped) - shown} more" if len(skipped) > shown else ""
     return named + more
+
+
+def skipped_warning(reader: str, skipped: dict[str, str], kind: str) -> str:
+    """One warning naming what ``reader`` skipped as not ``kind`` (and how to clear it), or
+    empty when nothing was skipped."""
+    if not skipped:
+        return ""
+    return (
+        f"{reader}: skipped {len(skipped)} object(s) that are not {kind}: "
+        f"{name_skipped(skipped)}; delete them from the store"
+    )

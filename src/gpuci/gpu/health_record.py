@@ -186,13 +186,7 @@ class _Read:
 
     def warning(self) -> str:
         """One line naming what was skipped, or empty."""
-        if not self.skipped:
-            return ""
-        shown = untrusted_json.name_skipped(self.skipped)
-        return (
-            f"GPU health record: skipped {len(self.skipped)} object(s) that are not verdicts: "
-            f"{shown}; delete them from the store"
-        )
+        return untrusted_json.skipped_warning("GPU health record", self.skipped, "verdicts")
 
 
 def _read(store: Any, since: float) -> _Read:

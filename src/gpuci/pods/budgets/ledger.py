@@ -216,12 +216,8 @@ class Ledger:
 
     def skipped_line(self) -> str:
         """One warning naming the objects skipped as not the ledger's, or empty."""
-        if not self.skipped:
-            return ""
-        shown = untrusted_json.name_skipped(self.skipped)
-        return (
-            f"pods ledger {self.where}: skipped {len(self.skipped)} object(s) that are not "
-            f"ledger records: {shown}; delete them from the store"
+        return untrusted_json.skipped_warning(
+            f"pods ledger {self.where}", self.skipped, "ledger records"
         )
 
     def _list(self, prefix: str) -> list[str]:
