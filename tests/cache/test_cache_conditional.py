@@ -166,7 +166,7 @@ def test_s3rver_race_one_saved_one_lost_naming_the_winner(
                 trees,
             )
         )
-    outcomes = sorted(r.outputs["outcome"] for r in results)
+    outcomes = sorted(r.outputs.get("outcome", f"failed: {r.headline}") for r in results)
     assert outcomes == ["lost-race", "saved"], [r.headline for r in results]
     winner = next(r for r in results if r.outputs["outcome"] == "saved")
     loser = next(r for r in results if r.outputs["outcome"] == "lost-race")
