@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import re
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -177,9 +178,17 @@ def read_tail(path: Path, limit: int = MAX_BYTES) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def read_chunks(chunks: Iterable[bytes], limit: int = MAX_BYTES) -> bytes:
+def read_chunks(
+    chunks: Iterable[bytes], limit: int = MAX_BYTES, deadline: float | None = None
+) -> bytes:
     """A body that arrives in ``chunks`` (a streamed HTTP answer), or :class:`Unusable` once it
-    passes ``limit`` bytes: reading stops there, whatever length the server claims."""
+    passes ``limit`` bytes: reading stops there, whatever length the server claims.
+
+    Raises:
+        Unusable: over ``limit``.
+        TimeoutError: ``time.monotonic()`` passed ``deadline`` (a body trickled a byte per
+            read never trips a per-read timeout).
+    """
     parts: list[bytes] = []
     size = 0
     for chunk in chunks:
@@ -187,6 +196,8 @@ def read_chunks(chunks: Iterable[bytes], limit: int = MAX_BYTES) -> bytes:
         if size > limit:
             raise Unusable(f"it is over the {_size(limit)} cap")
         parts.append(chunk)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("the answer's body came too slowly")
     return b"".join(parts)
 
 

@@ -153,3 +153,24 @@ def test_a_refused_install_is_named_in_one_line(fake, run, clock, tmp_path):
     assert "gpu-ci install from GPUCI_PACKAGE failed" in line and "\n" not in line
     (log,) = host.booted.values()
     assert "smoke skipped" in log and "Traceback" not in log
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.example/x.tar.gz?v=@" + "a" * 40,  # a commit pins only a git URL
+        "https://x.example/y.whl#egg=gpuci@" + "a" * 40,
+        "https://user:s3cret@index.example/gpuci.tar.gz",
+    ],
+)
+def test_a_url_pinned_by_nothing_warns_and_never_prints_its_credentials(url):
+    warned: list[str] = []
+    assert pod_gpuci.resolve(url, {}, warned.append) == url
+    assert len(warned) == 1 and "names no commit or hash" in warned[0]
+    assert "s3cret" not in warned[0]
+
+
+def test_a_repository_of_dots_is_not_a_repository():
+    warned: list[str] = []
+    got = pod_gpuci.resolve("../..@main", {}, warned.append)
+    assert got == "../..@main" and "names no commit or hash" in warned[0]  # a URL, unpinned

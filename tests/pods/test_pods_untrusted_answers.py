@@ -5,6 +5,7 @@ read only up to a cap, whatever length it claims, and parsed through ``untrusted
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -72,3 +73,33 @@ def test_a_hostile_error_body_still_names_the_status():
     ):
         c.list_pods()
     assert "400" in err.value.one_line() and "\n" not in err.value.one_line()
+
+
+class _Trickle(httpx.SyncByteStream):
+    """A body that never ends, one byte at a time, each within any per-read timeout."""
+
+    def __init__(self) -> None:
+        self.pulled = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            self.pulled += 1
+            time.sleep(0.01)
+            yield b" "
+
+
+def test_a_trickled_answer_ends_at_the_body_deadline_not_the_cap():
+    """A byte per read never trips httpx's per-read timeout: the whole body has a deadline
+    (3x the request timeout), then the call is a transport failure, retried, then one line."""
+    body = _Trickle()
+    client = RunPodClient(
+        "rpa_test",
+        "https://runpod.test",
+        timeout=0.1,
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, stream=body)),
+        policy=client_mod.CLEANUP_POLICY,
+    )
+    with client as c, pytest.raises(RunPodError) as err:
+        c.list_pods()
+    assert "too slowly" in err.value.message and "\n" not in err.value.message
+    assert body.pulled < 1000  # stopped by the deadline, far below the 16 MiB cap

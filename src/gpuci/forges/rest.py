@@ -153,24 +153,20 @@ class ApiClient:
         body deadline; over the cap is one line (InfraError), too slow a read a timeout."""
         deadline = time.monotonic() + self._body_seconds
         response = self._client.send(request, stream=True)
-        data = bytearray()
         try:
-            for chunk in response.iter_bytes():
-                data += chunk
-                if len(data) > MAX_BODY:
-                    raise InfraError(
-                        f"{self.service} API at {self.where} answered more than "
-                        f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
-                        hint=self._api_hint,
-                    )
-                if time.monotonic() > deadline:
-                    raise httpx.ReadTimeout("the answer's body came too slowly", request=request)
+            data = untrusted_json.read_chunks(response.iter_bytes(), MAX_BODY, deadline)
+        except untrusted_json.Unusable:
+            raise InfraError(
+                f"{self.service} API at {self.where} answered more than "
+                f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
+                hint=self._api_hint,
+            ) from None
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(str(exc), request=request) from None
         finally:
             response.close()
         plain = [(k, v) for k, v in response.headers.multi_items() if k not in _BODY_HEADERS]
-        return httpx.Response(
-            response.status_code, headers=plain, content=bytes(data), request=request
-        )
+        return httpx.Response(response.status_code, headers=plain, content=data, request=request)
 
     def _retried(self, fn: Callable[[], Any], method: str, url: str, *, repeat: bool = True) -> Any:
         """Run ``fn`` under the retry policy (once when ``repeat`` is False: a POST that lost

@@ -76,7 +76,7 @@ gpuci_install() {
     return 1
   fi
   site="${GPUCI_POD_SITE:-${HOME:-/root}/.cache/gpuci/pod-site}"
-  echo "gpu-ci: installing gpu-ci for the smoke from $GPUCI_PACKAGE"
+  echo "gpu-ci: installing gpu-ci for the smoke from GPUCI_PACKAGE (its dependencies: the index)"
   mkdir -p "$site" 2>/dev/null
   if ! "${GPUCI_SMOKE_PYTHON:-python3}" -m pip install -q --disable-pip-version-check \
       --no-input --target "$site" "gpuci @ $GPUCI_PACKAGE" >"$site.log" 2>&1; then

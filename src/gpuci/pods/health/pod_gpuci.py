@@ -12,10 +12,12 @@ actions/runner#2473; elsewhere: ``GPUCI_PACKAGE``, as the GitLab templates set i
 
 - ``OWNER/REPO@REF``: the ref is resolved to its commit through GitHub's API (a 40-hex ref is
   taken as is), and the pod installs ``git+https://github.com/OWNER/REPO@SHA``: git checks
-  every object against the SHA, so the pod runs exactly the commit the workflow's action ran,
-  even if a tag moves later. The image needs git (runpod/pytorch has it).
-- a pip URL: as given. Pinned when it names a commit (``@<40 hex>``) or carries
-  ``#sha256=<64 hex>`` (pip refuses other bytes); otherwise ``up`` warns that it is not.
+  every object against the SHA, so the pod runs gpu-ci's code at exactly the commit the
+  workflow's action ran, even if a tag moves later. Its dependencies (httpx, botocore, ...)
+  come from the package index unpinned. The image needs git (runpod/pytorch has it).
+- a pip URL: as given. Pinned when it is a ``git+`` URL naming a commit (``@<40 hex>``) or
+  carries ``#sha256=<64 hex>`` (pip refuses other bytes); otherwise ``up`` warns that it is
+  not, with any credentials in the URL redacted.
 - ``none``: nothing is installed (the image's gpu-ci or ``smoke skipped``).
 
 A ref that cannot be resolved is one warning naming the cause and the fix, and the pod gets
@@ -30,10 +32,12 @@ from collections.abc import Callable, Mapping
 from gpuci import settings
 from gpuci.errors import GpuciError
 from gpuci.forges import github as gh
+from gpuci.redact import redact_url
 
-_REPO_AT = re.compile(r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)@([^\s@]+)")
+_REPO_AT = re.compile(r"((?!\.\.?/)[A-Za-z0-9_.-]+/(?!\.\.?@)[A-Za-z0-9_.-]+)@([^\s@]+)")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-_PINNED = re.compile(r"@[0-9a-f]{40}(?:#|$)|#sha256=[0-9a-f]{64}$")
+# A commit pins only a git URL (git checks the tree against it); an archive needs its hash.
+_PINNED = re.compile(r"^git\+\S+@[0-9a-f]{40}(?:#|$)|#sha256=[0-9a-f]{64}$")
 _REF = re.compile(r"[A-Za-z0-9_./+-]{1,200}")
 
 
@@ -69,7 +73,8 @@ def resolve(source: str, environ: Mapping[str, str], warn: Callable[[str], None]
     if m is None:
         if not _PINNED.search(text):
             warn(
-                f"the pod installs gpu-ci from {text}, which names no commit or hash: pin it "
+                f"the pod installs gpu-ci from {redact_url(text)}, which names no commit or "
+                "hash: pin it "
                 "with @<commit SHA> (git+https) or #sha256=<archive's sha256>"
             )
         return text

@@ -10,6 +10,7 @@ is read and never appears in a message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -239,6 +240,7 @@ class RunPodClient:
         self._read_only = read_only
         self._key, self._transport = api_key, transport
         self._policy = policy or RETRY_POLICY
+        self._body_seconds = 3 * timeout  # one answer's whole body, however it trickles
         self._http = httpclients.new_client(
             timeout=timeout,
             agent="pods",
@@ -305,9 +307,12 @@ class RunPodClient:
         """Send, and read at most :data:`MAX_ANSWER` bytes of the answer (a server's claim of
         its length is not trusted): over it is one line, exit 3."""
         request = self._http.build_request(method, path, **kwargs)
+        deadline = time.monotonic() + self._body_seconds
         streamed = self._http.send(request, stream=True)
         try:
-            body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER)
+            body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER, deadline)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(str(exc), request=request) from None
         except untrusted_json.Unusable as exc:
             raise RunPodError(
                 f"{what}: RunPod API answered HTTP {streamed.status_code} with a body {exc}"[:300],
