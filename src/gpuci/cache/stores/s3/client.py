@@ -180,9 +180,13 @@ class RestClient:
         def once() -> Reply:
             signed: dict[str, str] = {}
             if unsigned:
-                url = self.presigner.url(key, PRESIGNED_FOR, method=method, query=query)
+                url = self.presigner.url(
+                    key, PRESIGNED_FOR, method=method, query=query, until=until
+                )
             else:
-                url, signed = self.presigner.signed(method, key, bytes(body), query, amz=amz)
+                url, signed = self.presigner.signed(
+                    method, key, bytes(body), query, amz=amz, until=until
+                )
             sent = body if body or method in ("PUT", "POST") else None
             try:
                 status, answer, data = self.pool.exchange(

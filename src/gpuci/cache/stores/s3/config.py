@@ -6,19 +6,23 @@ with them never pays the 0.2-0.3 s botocore costs to import. Everything else - a
 ``credential_process``, web identity, the instance role, a region or ``endpoint_url`` in the
 AWS config file - is botocore's job (:func:`_from_botocore`): its session resolves them, and
 the store signs with what it resolved (:mod:`gpuci.cache.stores.s3.signer`) on its one bounded
-client. Role credentials expire: they are frozen again at each signing, so botocore refreshes them.
+client. Role credentials expire: they are frozen again at each signing, so botocore refreshes them;
+the resolution and every refresh end by the operation's deadline
+(:mod:`gpuci.cache.stores.s3.credentials`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuci import settings
+from gpuci.cache.stores.s3.network import Limits
 from gpuci.cache.stores.s3.signer import (
     Address,
     EnvCredentials,
@@ -30,7 +34,13 @@ from gpuci.errors import InputError, StoreError
 from gpuci.retry import aws_max_attempts
 from gpuci.settings import Setting
 
+if TYPE_CHECKING:
+    from gpuci.cache.stores.s3.credentials import Chain
+
 Mask = Callable[[str], None] | None
+_ANY_SOURCE = "the profile's credential source (SSO login, credential_process, role)"
+#: Credentials at the time of a signing; the argument is the operation's deadline (monotonic).
+Creds = Callable[[float | None], EnvCredentials]
 
 
 def retry_settings(environ: Mapping[str, str]) -> tuple[str, int]:
@@ -45,7 +55,7 @@ class Settings:
     what chose the endpoint (for messages)."""
 
     address: Address
-    creds: Callable[[], EnvCredentials]
+    creds: Creds
     endpoint: str  # "" for AWS
     endpoint_source: str
 
@@ -56,12 +66,15 @@ def resolve(
     region: str | None,
     environ: Mapping[str, str],
     mask: Mask,
+    limits: Limits | None = None,
 ) -> Settings:
-    """The store's settings, as the AWS CLI would use them.
+    """The store's settings, as the AWS CLI would use them. botocore's chain, when needed,
+    resolves within one operation's time limit (``limits``, default the defaults').
 
     Raises:
         InputError: AWS configuration botocore cannot use (a missing profile, a bad endpoint).
-        StoreError: no credentials anywhere in the chain, or refreshing them failed.
+        StoreError: no credentials anywhere in the chain, or resolving them failed or did not
+            end in time.
     """
     endpoint, source = configured_endpoint(endpoint_url, environ)
     region = (
@@ -83,7 +96,7 @@ def resolve(
         or (not dualstack and "use_dualstack_endpoint" in config_says)
     )
     if needs_botocore:
-        creds, found = _from_botocore(environ, mask, url=f"s3://{bucket}")
+        creds, found = _from_botocore(environ, mask, f"s3://{bucket}", limits or Limits())
         if not endpoint and found.endpoint:
             endpoint, source = found.endpoint, found.endpoint_source
         region = region or found.region
@@ -110,8 +123,11 @@ def resolve(
     return Settings(address, creds, endpoint, source)
 
 
-def _constant(creds: EnvCredentials) -> Callable[[], EnvCredentials]:
-    return lambda: creds
+def _constant(creds: EnvCredentials) -> Creds:
+    def constant(until: float | None = None) -> EnvCredentials:
+        return creds
+
+    return constant
 
 
 def _aws_file(environ: Mapping[str, str], setting: Setting, name: str) -> Path:
@@ -141,13 +157,17 @@ class _Found:
 
 
 def _from_botocore(
-    environ: Mapping[str, str], mask: Mask, url: str
-) -> tuple[Callable[[], EnvCredentials], _Found]:
-    """Credentials and config from botocore's session: the whole chain, as the AWS CLI."""
+    environ: Mapping[str, str], mask: Mask, url: str, limits: Limits
+) -> tuple[Creds, _Found]:
+    """Credentials and config from botocore's session: the whole chain, as the AWS CLI, held
+    to one operation's time limit."""
     import botocore.exceptions
     import botocore.session
 
+    from gpuci.cache.stores.s3.credentials import Chain
+
     session = botocore.session.Session()
+    chain: Chain | None = None
     if environ is not os.environ:  # botocore reads os.environ: name what the caller's says
         session.set_config_variable(
             "config_file", str(_aws_file(environ, settings.AWS_CONFIG_FILE, "config"))
@@ -158,17 +178,20 @@ def _from_botocore(
             session.set_config_variable("profile", settings.AWS_PROFILE.value(environ))
     try:
         found = _config(session, environ)
-        resolved = session.get_credentials()
+        chain = Chain(session, url, limits.timeout)
+        until = time.monotonic() + limits.operation
+        resolved = chain.resolve(until)
         if resolved is None:
             raise StoreError(
                 f"no AWS credentials found for {url}",
                 hint="configure credentials (aws-actions/configure-aws-credentials, "
                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)",
             )
-        creds = _Refreshing(resolved, mask, url)
-        creds()  # resolve now: fail early, mask early
+        creds = _Refreshing(resolved, mask, url, chain, limits.operation)
+        creds(until)  # resolve now: fail early, mask early
     except botocore.exceptions.BotoCoreError as exc:
-        raise config_error(exc, environ, url) from None
+        source = chain.describe() if chain is not None else ""
+        raise config_error(exc, environ, url, source) from None
     return creds, found
 
 
@@ -196,23 +219,40 @@ def _config(session: Any, environ: Mapping[str, str]) -> _Found:
 
 class _Refreshing:
     """botocore's credentials, frozen at each call: expiring role credentials refresh under
-    the store (botocore's own refresh), and each new secret is masked before it is used."""
+    the store (botocore's own refresh, by the operation's deadline when ``chain`` is given),
+    and each new secret is masked before it is used."""
 
-    def __init__(self, creds: Any, mask: Mask, url: str) -> None:
+    def __init__(
+        self,
+        creds: Any,
+        mask: Mask,
+        url: str,
+        chain: Chain | None = None,
+        within: float = Limits().operation,
+    ) -> None:
         self._creds, self._mask, self._url = creds, mask, url
+        self._chain, self._within = chain, within
         self._masked: set[str] = set()
         self._lock = threading.Lock()
 
-    def __call__(self) -> EnvCredentials:
+    def __call__(self, until: float | None = None) -> EnvCredentials:
+        """The credentials now, refreshed if due, by ``until`` (default: one operation from
+        now)."""
         import botocore.exceptions
 
+        if until is None:
+            until = time.monotonic() + self._within
         try:
-            frozen = self._creds.get_frozen_credentials()
+            if self._chain is None:
+                frozen = self._creds.get_frozen_credentials()
+            else:
+                frozen = self._chain.frozen(self._creds, until)
         except botocore.exceptions.BotoCoreError as exc:
+            source = self._chain.describe() if self._chain is not None else ""
             raise StoreError(
-                f"cannot refresh the AWS credentials for {self._url} ({type(exc).__name__})",
-                hint="check the profile's credential source (SSO login, credential_process, "
-                "role) and retry",
+                f"cannot refresh the AWS credentials for {self._url} ({type(exc).__name__}"
+                + (f" from {source})" if source else ")"),
+                hint=f"check {source or _ANY_SOURCE} and retry",
             ) from None
         got = EnvCredentials(frozen.access_key or "", frozen.secret_key or "", frozen.token or "")
         with self._lock:
@@ -224,9 +264,12 @@ class _Refreshing:
         return got
 
 
-def config_error(exc: Exception, environ: Mapping[str, str], url: str) -> Exception:
+def config_error(
+    exc: Exception, environ: Mapping[str, str], url: str, source: str = ""
+) -> Exception:
     """AWS configuration botocore cannot use (a missing profile, an unreadable config file, no
-    credentials): one line, not an internal error."""
+    credentials): one line, not an internal error. ``source``: the credential source that was
+    running, in words, if known."""
     import botocore.exceptions as errors
 
     if isinstance(exc, errors.ProfileNotFound):
@@ -254,6 +297,8 @@ def config_error(exc: Exception, environ: Mapping[str, str], url: str) -> Except
             hint="fix ~/.aws/config or the AWS_* variables",
         )
     return StoreError(
-        f"cannot resolve the AWS credentials for {url}: {type(exc).__name__}: {str(exc)[:200]}",
+        f"cannot resolve the AWS credentials for {url}"
+        + (f" from {source}" if source else "")
+        + f": {type(exc).__name__}: {str(exc)[:200]}",
         hint="check the AWS profile's credential source (SSO login, credential_process, role)",
     )

@@ -138,7 +138,7 @@ def open_range(store: S3Store, key: str, offset: int, length: int) -> RangeReade
         store._deadlines.done(key, end)  # a later fetch of this range starts afresh
         raise store._too_slow(key, end)
     headers = {"Range": f"bytes={offset}-{end - 1}"}
-    url = store.signer.url(store.prefix + key, _URL_FOR)
+    url = store.signer.url(store.prefix + key, _URL_FOR, until=due)
     try:
         status, answer, got = store.pool.open(url, headers, due)
     except BadResponse as exc:

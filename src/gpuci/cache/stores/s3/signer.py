@@ -114,11 +114,12 @@ class Address:
 
 
 class Presigner:
-    """Signs requests for one bucket with the current credentials (``creds()``, called once per
-    signing: refreshable role credentials stay fresh); the address can move to the bucket's
-    region once S3 names it."""
+    """Signs requests for one bucket with the current credentials (``creds(until)``, called
+    once per signing with the operation's deadline: refreshable role credentials stay fresh, and
+    a refresh ends by that deadline); the address can move to the bucket's region once S3 names
+    it."""
 
-    def __init__(self, address: Address, creds: Callable[[], EnvCredentials]) -> None:
+    def __init__(self, address: Address, creds: Callable[[float | None], EnvCredentials]) -> None:
         self._address = address
         self._creds = creds
         self._lock = threading.Lock()
@@ -139,9 +140,9 @@ class Presigner:
         with self._lock:
             self._address = address
 
-    def _now(self) -> tuple[Address, EnvCredentials, str]:
+    def _now(self, until: float | None) -> tuple[Address, EnvCredentials, str]:
         address = self._address  # one read: a concurrent move signs wholly old or wholly new
-        return address, self._creds(), urlsplit(address.base_url).netloc
+        return address, self._creds(until), urlsplit(address.base_url).netloc
 
     def url(
         self,
@@ -150,11 +151,13 @@ class Presigner:
         now: datetime.datetime | None = None,
         method: str = "GET",
         query: Mapping[str, str] | None = None,
+        until: float | None = None,
     ) -> str:
         """A presigned URL for ``key`` (the object key, prefix included; empty for the bucket
-        itself, e.g. a listing, with its parameters in ``query``); payload unsigned."""
+        itself, e.g. a listing, with its parameters in ``query``); payload unsigned. ``until``:
+        the operation's deadline (monotonic), which a credential refresh keeps."""
         now = now or datetime.datetime.now(datetime.timezone.utc)
-        address, creds, host = self._now()
+        address, creds, host = self._now(until)
         stamp, scope = _scope(now, address.region)
         path = _path(address, key)
         params = {
@@ -181,12 +184,14 @@ class Presigner:
         query: Mapping[str, str] | None = None,
         now: datetime.datetime | None = None,
         amz: Mapping[str, str] | None = None,
+        until: float | None = None,
     ) -> tuple[str, dict[str, str]]:
         """(URL, headers) of a request signed in its ``Authorization`` header, as boto3 sends
         its own (payload hashed): every S3 server that takes boto3's requests takes these.
-        ``amz``: ``x-amz-*`` headers to send, signed (S3 refuses them unsigned)."""
+        ``amz``: ``x-amz-*`` headers to send, signed (S3 refuses them unsigned); ``until`` as
+        :meth:`url`."""
         now = now or datetime.datetime.now(datetime.timezone.utc)
-        address, creds, host = self._now()
+        address, creds, host = self._now(until)
         stamp, scope = _scope(now, address.region)
         path = _path(address, key)
         payload = hashlib.sha256(body).hexdigest()

@@ -60,7 +60,7 @@ class S3Store(S3Errors, Store):
         self.environ = environ
         self.mask = mask
         self.limits = network.Limits.from_environ(environ)
-        settings = config.resolve(bucket, endpoint_url, region, environ, mask)
+        settings = config.resolve(bucket, endpoint_url, region, environ, mask, self.limits)
         # The endpoint requests go to, and what chose it (input, variable, profile); "" for AWS.
         self.endpoint, self.endpoint_source = settings.endpoint, settings.endpoint_source
         self.signer = signer.Presigner(settings.address, settings.creds)
