@@ -275,3 +275,69 @@ def test_call_imports_tenacity_only_once_a_retry_is_needed():
     first, then = json.loads(out.stdout)
     assert not {"tenacity", "logging", "concurrent.futures"} & set(first)
     assert "tenacity" in then
+
+
+@pytest.mark.parametrize(
+    ("last_try", "expected"),
+    [(1.0, [0.0, 15.0, 45.0, 105.0, 119.0]), (None, [0.0, 15.0, 45.0, 105.0])],
+)
+def test_near_the_deadline_the_last_wait_shrinks_and_one_more_attempt_runs(last_try, expected):
+    """Throttled near its deadline, a policy with ``last_try`` cuts the wait that would pass it
+    to leave ``last_try`` seconds and tries once more (as the old S3 loop did): 15, 30 and 60 s
+    fit in 120 s; the 120 s wait after them shrinks to 14 s; then only 1 s is left, and it
+    stops. Without ``last_try`` it stops before that wait (one attempt fewer)."""
+    clock = [0.0]
+    calls: list[float] = []
+
+    def throttled() -> None:
+        calls.append(clock[0])
+        raise _Wish(None)
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    policy = RetryPolicy(attempts=100, initial=15, max_wait=300, jitter="none", last_try=last_try)
+    with pytest.raises(_Wish):
+        policy.call(throttled, _Wish, deadline=120, sleep=sleep, now=lambda: clock[0])
+    assert calls == expected
+    assert clock[0] <= 120.0
+
+
+def test_the_last_try_is_skipped_when_too_little_is_left_for_it():
+    """A first attempt that ate all but half a second of the deadline leaves no room for a
+    last try worth 1 s: no wait, no second attempt; a Retry-After past the deadline shrinks
+    the same way as a backoff does."""
+    clock = [0.0]
+    calls: list[float] = []
+
+    def slow() -> None:
+        calls.append(clock[0])
+        clock[0] += 9.5
+        raise _Wish(None)
+
+    policy = RetryPolicy(attempts=5, initial=1, jitter="none", last_try=1.0)
+    with pytest.raises(_Wish):
+        policy.call(slow, _Wish, deadline=10, sleep=lambda s: None, now=lambda: clock[0])
+    assert calls == [0.0]
+
+    clock[0], waits = 0.0, []
+
+    def asks_for_a_minute() -> None:
+        calls.append(clock[0])
+        raise _Wish(60.0)
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock[0] += seconds
+
+    calls.clear()
+    policy = RetryPolicy(attempts=5, initial=1, jitter="none", last_try=1.0, retry_after_cap=300)
+    with pytest.raises(_Wish):
+        policy.call(asks_for_a_minute, _Wish, deadline=10, sleep=sleep, now=lambda: clock[0])
+    assert calls == [0.0, 9.0] and waits == [9.0]
+
+
+def test_the_s3_client_s_policy_keeps_its_last_try():
+    from gpuci.retry import BOTOCORE_STANDARD
+
+    assert BOTOCORE_STANDARD.last_try == 1.0

@@ -104,6 +104,11 @@ class RetryPolicy:
     ``wait_exponential_jitter``), ``none`` waits the base. A failure that carries a
     ``retry_after`` (seconds, from :func:`parse_retry_after`) waits that instead, capped by
     ``retry_after_cap``; with ``retry_after_cap=None`` the server's wish is ignored.
+
+    Under a deadline, a wait that would end past it is never started; with ``last_try`` set, it
+    shrinks instead to leave ``last_try`` seconds (what one more attempt is worth), and that
+    attempt runs: a client throttled near its deadline still makes its last try, as botocore's
+    own loop did. Once less than ``last_try`` is left, the controller stops.
     """
 
     attempts: int = 5
@@ -111,6 +116,7 @@ class RetryPolicy:
     max_wait: float = 20.0
     jitter: Jitter = "full"
     retry_after_cap: float | None = MAX_RETRY_AFTER
+    last_try: float | None = None
 
     def backoff(self, attempt: int, rand: Callable[[], float] | None = None) -> float:
         """The wait after failed attempt number ``attempt`` (1 for the first), no Retry-After;
@@ -162,7 +168,13 @@ class RetryPolicy:
         else:
             retry = tenacity.retry_if_exception(retry_on)
         stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(max(1, self.attempts))
-        if deadline is not None and now is not None:
+        wait: Callable[[tenacity.RetryCallState], float] = self.wait
+        if deadline is not None and self.last_try is not None:
+            clock = now if now is not None else time.monotonic
+            end = clock() + max(0.0, deadline) - max(0.0, self.last_try)
+            stop = stop | _stop_before(clock, end, shrunk=True)
+            wait = _shrinking(self.wait, clock, end)
+        elif deadline is not None and now is not None:
             stop = stop | _stop_before(now, now() + max(0.0, deadline))
         elif deadline is not None:
             stop = stop | tenacity.stop_before_delay(max(0.0, deadline))
@@ -177,7 +189,7 @@ class RetryPolicy:
         return tenacity.Retrying(
             retry=retry,
             stop=stop,
-            wait=self.wait,
+            wait=wait,
             sleep=sleep if sleep is not None else time.sleep,
             before_sleep=before_sleep,
             reraise=True,
@@ -226,20 +238,37 @@ def _names(retry_on: RetryOn, exc: BaseException) -> bool:
     return bool(retry_on(exc))
 
 
-def _stop_before(now: Callable[[], float], end: float) -> tenacity.stop.stop_base:
+def _stop_before(
+    now: Callable[[], float], end: float, shrunk: bool = False
+) -> tenacity.stop.stop_base:
     """tenacity's ``stop_before_delay``, on the caller's clock: no wait that ends at ``end``
-    or later is started."""
+    or later is started. ``shrunk``: the waits were cut to end by ``end`` already
+    (:func:`_shrinking`), so only a clock at or past ``end`` stops."""
     import tenacity
 
     class StopBefore(tenacity.stop.stop_base):
         def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+            if shrunk:
+                return now() >= end
             return now() + retry_state.upcoming_sleep >= end
 
     return StopBefore()
 
 
-#: botocore's "standard" retry mode: full jitter, doubling from 1 s, at most 20 s a wait.
-BOTOCORE_STANDARD = RetryPolicy(attempts=3, initial=1.0, max_wait=20.0, jitter="full")
+def _shrinking(
+    wait: Callable[[tenacity.RetryCallState], float], now: Callable[[], float], end: float
+) -> Callable[[tenacity.RetryCallState], float]:
+    """``wait``, cut to end by ``end`` (the deadline less what a last attempt is worth)."""
+
+    def shrunk(retry_state: tenacity.RetryCallState) -> float:
+        return max(0.0, min(wait(retry_state), end - now()))
+
+    return shrunk
+
+
+#: botocore's "standard" retry mode: full jitter, doubling from 1 s, at most 20 s a wait; near
+#: the deadline the last wait shrinks to leave a second for one more attempt.
+BOTOCORE_STANDARD = RetryPolicy(attempts=3, initial=1.0, max_wait=20.0, jitter="full", last_try=1.0)
 
 
 def botocore_delay(attempt: int, rand: Callable[[], float] | None = None) -> float:

@@ -226,7 +226,8 @@ class RestClient:
 
     def _retrying(self, once: Callable[[], Reply], until: float) -> Reply:
         """botocore's standard retry mode (:data:`gpuci.retry.BOTOCORE_STANDARD`): connection
-        errors, 5xx and throttling, ``attempts`` in all, no wait that would end past ``until``.
+        errors, 5xx and throttling, ``attempts`` in all; a wait that would end past ``until``
+        shrinks to leave a second for one last attempt (``last_try``).
         The last transient answer is returned for the caller to word; a connection that never
         answered is :class:`Unreachable`. A first answer that is final imports no tenacity."""
 
