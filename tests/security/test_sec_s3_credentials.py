@@ -132,6 +132,23 @@ def test_a_credential_process_that_hangs_is_killed_with_what_it_started(tmp_path
     wait_until(lambda: all(_dead(pid) for pid in started), what="the helper and its sleep killed")
 
 
+def test_a_role_s_source_profile_whose_credential_process_hangs_is_killed_too(tmp_path):
+    """``role_arn`` + ``source_profile``: botocore builds the source profile's providers itself,
+    later; its credential_process is killed all the same, and named."""
+    pids = tmp_path / "pids"
+    env = _process_profile(tmp_path, f"echo $$ > {pids}\nexec sleep 600\n")
+    config = Path(env["AWS_CONFIG_FILE"])
+    helper = config.read_text().split("credential_process = ")[1].strip()
+    config.write_text(
+        "[profile lab]\nrole_arn = arn:aws:iam::123456789012:role/ci\nsource_profile = src\n"
+        f"[profile src]\ncredential_process = {helper}\n"
+    )
+    run = _restore(env, tmp_path)
+    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    pid = int(pids.read_text())
+    wait_until(lambda: _dead(pid), what="the source profile's helper killed")
+
+
 def test_a_refresh_that_hangs_mid_operation_ends_by_the_operations_deadline(tmp_path):
     """Role credentials 12 minutes from expiry: botocore refreshes them at each signing. The
     helper answers twice (the resolution and its first freeze), then hangs at the first

@@ -110,6 +110,7 @@ class Chain:
         def hooked(profile_name: str) -> Any:
             provider = create(profile_name)
             provider._popen = self._popen
+            provider.load = self._named_load(provider.load, str(provider.METHOD))
             return provider
 
         return hooked
