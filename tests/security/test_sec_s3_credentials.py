@@ -132,6 +132,14 @@ def test_a_credential_process_that_hangs_is_killed_with_what_it_started(tmp_path
     wait_until(lambda: all(_dead(pid) for pid in started), what="the helper and its sleep killed")
 
 
+@pytest.mark.parametrize("answer", ["not json", "[]", '{"Version": 1, "AccessKeyId": 7}'])
+def test_a_credential_process_answering_no_credentials_is_one_line(tmp_path, answer):
+    """Before: "internal error" (JSONDecodeError, AttributeError from botocore's parser)."""
+    env = _process_profile(tmp_path, f"echo '{answer}'\n")
+    run = _restore(env, tmp_path)
+    _one_line_exit_3(run, "AWS credentials", "credential_process")
+
+
 def test_a_role_s_source_profile_whose_credential_process_hangs_is_killed_too(tmp_path):
     """``role_arn`` + ``source_profile``: botocore builds the source profile's providers itself,
     later; its credential_process is killed all the same, and named."""

@@ -155,7 +155,7 @@ class Chain:
             self._kill()
             raise self._too_slow(verb, time.monotonic() - started)
         if job.error is not None:
-            raise job.error
+            raise self._unreadable(job.error)
         return cast(T, job.value)
 
     def _kill(self) -> None:
@@ -171,6 +171,24 @@ class Chain:
     def describe(self) -> str:
         """The source running or last used, in words (for messages)."""
         return _SOURCES.get(self.source, "the AWS credential chain")
+
+    def _unreadable(self, error: BaseException) -> BaseException:
+        """botocore's own errors as they are (the caller words them); what a source's answer
+        made botocore trip on (a credential_process printing no JSON: ValueError, a JSON list:
+        AttributeError) as one line naming the source, not an internal error."""
+        import botocore.exceptions
+
+        if isinstance(error, botocore.exceptions.BotoCoreError) or not isinstance(
+            error, ValueError | TypeError | AttributeError
+        ):
+            return error
+        source = self.describe()
+        return StoreError(
+            f"the AWS credentials for {self._url} cannot be read from what {source} answered "
+            f"({type(error).__name__})",
+            hint=f"make {source} answer as the AWS CLI expects (for credential_process: JSON "
+            'with "Version": 1, AccessKeyId and SecretAccessKey)',
+        )
 
     def _too_slow(self, verb: str, waited: float) -> StoreError:
         source = self.describe()
