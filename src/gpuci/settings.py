@@ -172,7 +172,12 @@ MULTIPART_THRESHOLD = _declare(
     "Bytes (or NMiB) from which a blob is uploaded in parts; lower it for a server with a "
     "small body limit.",
 )
-S3_TIMEOUT = _declare("GPUCI_S3_TIMEOUT", "30", "Seconds without progress that end one S3 request.")
+S3_TIMEOUT = _declare(
+    "GPUCI_S3_TIMEOUT",
+    "30",
+    "Seconds without progress that end one S3 request; 8x it bounds resolving or refreshing AWS "
+    "credentials (botocore's chain), whose STS and SSO clients use it as their socket timeout.",
+)
 S3_MIN_RATE = _declare(
     "GPUCI_S3_MIN_RATE",
     "262144",
