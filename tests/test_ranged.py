@@ -46,26 +46,37 @@ def test_a_new_connection_takes_the_far_half_past_what_was_asked():
 
 
 def test_a_fed_pool_runs_what_its_planner_submits_within_the_limit():
-    control = Concurrency.fixed(3)
+    # Room for 8 threads, a limit of 3 that never grows: the limit, not the thread cap, holds.
+    control = Concurrency(start=3, ceiling=8, reprobe_s=None, far_latency_s=None)
+    control.settled = True
     pool = WorkPool(control, chunk=lambda _index: 0)
     lock = threading.Lock()
-    state = {"planned": 0, "done": 0, "peak": 0}
+    state = {"planned": 0, "done": 0, "running": 0, "peak": 0}
+    together = threading.Barrier(3, timeout=10)  # three tasks must run at once to pass it
+    fourth = threading.Event()  # set only if a fourth task ran beside them: a broken limit
 
     def task(_lane) -> None:
         with lock:
-            state["peak"] = max(state["peak"], control.active)
+            state["running"] += 1
+            state["peak"] = max(state["peak"], state["running"])
+            if state["running"] > 3:
+                fourth.set()
+        together.wait()
+        fourth.wait(0.2)  # hold the slots a while: a pool over its limit starts a fourth
+        with lock:
+            state["running"] -= 1
             state["done"] += 1
 
     def feed() -> bool:  # one task per tick, as a planner hands out ranges
         with lock:
-            if state["planned"] == 20:
+            if state["planned"] == 9:
                 return False
             state["planned"] += 1
         pool.submit(task)
         return True
 
     pool.run(feed, tick=0.001)
-    assert state["done"] == 20 and state["peak"] <= 3 and pool.threads <= 3
+    assert state["done"] == 9 and state["peak"] == 3 and pool.threads == 3
 
 
 class _ListSink:
