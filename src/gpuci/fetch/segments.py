@@ -77,7 +77,6 @@ from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
-    RetryableStatus,
     check_retryable,
 )
 from gpuci.fetch.validators import segment_validator, version_of
@@ -85,6 +84,7 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
+from gpuci.ranged.retry import retry_segment, throttles
 
 _SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
 _HEAD_DEPTH = 8
@@ -325,16 +325,21 @@ class Segmenter:
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
         """Deliver ``seg`` (its first response already open when ``resp`` is given), request
-        after request; a failure the policy retries resumes from what reached the disk, after
-        the policy's wait. The attempts count every failure of this segment, never reset."""
-        retrying = self.policy.retry.retrying(
-            _segment_retryable,
-            sleep=self._pause,
-            on_retry=self._throttle,
-        )
+        after request, on the engine's retry wrapper (:func:`gpuci.ranged.retry.retry_segment`):
+        a failure the policy retries resumes from what reached the disk. The attempts count
+        every failure of this segment, never reset."""
         first = [resp] if resp is not None else []
         try:  # the pool holds one of the controller's slots meanwhile
-            retrying(self._deliver, seg, first)
+            retry_segment(
+                seg,
+                lambda seg: self._deliver(seg, first),
+                self.policy.retry,
+                _segment_retryable,
+                throttle=self._throttle,
+                lock=self.lock,
+                on_lost=lambda lost: self.advance(-lost),
+                sleep=self.stop.wait,  # cut short by a stop (the next attempt returns at once)
+            )
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
@@ -348,34 +353,21 @@ class Segmenter:
 
     def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:
         """One attempt: requests for ``seg`` until it is done, the run stops or the controller
-        takes the connection back; a retryable failure forgets what was not written."""
+        takes the connection back."""
         while not self.stop.is_set():
             with self.lock:
                 if seg.pos >= seg.end:
                     return
                 if not first and self.running > self.conc.limit:
                     return  # the controller backed off: hand the rest back, between requests
-            try:
-                if first:
-                    self._pump(seg, first.pop())
-                else:
-                    self._ranged(seg)
-            except RETRYABLE as exc:
-                if _segment_retryable(exc):
-                    with self.lock:
-                        lost = seg.rewind()  # ask for the rest of what reached the disk
-                        seg.failed = True
-                    if lost:
-                        self.advance(-lost)
-                raise
-
-    def _pause(self, seconds: float) -> None:
-        """A retry's wait, cut short by a stop (the next attempt then returns at once)."""
-        self.stop.wait(seconds)
+            if first:
+                self._pump(seg, first.pop())
+            else:
+                self._ranged(seg)
 
     def _throttle(self, exc: BaseException | None) -> None:
         """Before a retry's wait: a 429 or 503 tells the controller to back off."""
-        if isinstance(exc, RetryableStatus) and exc.status in (429, 503):
+        if throttles(exc):
             self.conc.throttled()
 
     def _ranged(self, seg: Segment) -> None:
@@ -383,8 +375,7 @@ class Segmenter:
         with self.lock:
             start = seg.pos
             end = seg.asked = min(seg.end, start + self.request_bytes)
-            if seg.failed:  # a retry, counted when sent (one never sent is no attempt)
-                seg.failed = False
+            if seg.resend():  # a retry, counted when sent (one never sent is no attempt)
                 self.job.attempts += 1
                 self.part.keep([(seg.start, start)])  # the retry goes on from here
         headers = {

@@ -31,6 +31,11 @@ class Segment:
         lost, self.pos = self.pos - self.written, self.written
         return lost
 
+    def resend(self) -> bool:
+        """Whether the request now sent retries a failed one (an attempt); once per failure."""
+        failed, self.failed = self.failed, False
+        return failed
+
 
 class Plan:
     """A file of ``total`` bytes whose ``written`` ranges (and ``[0, offset)``) are on disk."""
