@@ -13,6 +13,8 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
+from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.retry import RetryPolicy
 
 MIB = 1 << 20
 
@@ -117,3 +119,50 @@ def test_the_driver_keeps_what_arrived_when_a_check_fails():
     with pytest.raises(TimeoutError):
         pump(seg, iter([b"abc", b"def"]), sink, check=deadline)
     assert sink.got == [b"abc"] and sink.closed  # flushed, so a resume goes on from byte 3
+
+
+def test_a_parts_plan_hands_out_its_parts_then_steals_only_well_ahead_of_a_near_read():
+    plan = Plan.parts(total=40 * MIB, part=16 * MIB, steal_bytes=4 * MIB)
+    assert [(s.start, s.end) for s in plan.pending] == [
+        (0, 16 * MIB),
+        (16 * MIB, 32 * MIB),
+        (32 * MIB, 40 * MIB),
+    ]
+    first = plan.take(steal=True)
+    assert first is not None and first.start == 0 and plan.written() == []
+    plan.pending.clear()
+    first.owned, first.asked, first.pos = True, 16 * MIB, 4 * MIB  # a bounded part, read to 4
+    assert plan.take(steal=True, in_flight=16 * MIB) is None  # a near store sent those already
+    stolen = plan.take(steal=True, in_flight=4 * MIB)
+    assert stolen is not None and (stolen.start, stolen.end) == (10 * MIB, 16 * MIB)
+    assert first.end == 10 * MIB and not plan.done()
+
+
+def test_a_retried_segment_resumes_from_what_was_written_and_counts_its_resend():
+    seg = Segment(0, 0, 100, 0)
+    asked: list[int] = []
+    lost: list[int] = []
+    throttled: list[object] = []
+
+    def attempt(seg: Segment) -> None:
+        asked.append(seg.pos)
+        if len(asked) == 1:
+            seg.pos, seg.written = 60, 40  # 20 bytes delivered never reached the sink
+            raise ConnectionError("cut")
+        assert seg.resend() and not seg.resend()  # the retry is one attempt, counted once
+        seg.pos = seg.written = seg.end
+
+    policy = RetryPolicy(attempts=3, initial=0.0, jitter="none")
+    retry_segment(
+        seg, attempt, policy, ConnectionError, throttle=throttled.append, on_lost=lost.append
+    )
+    assert asked == [0, 40] and lost == [20] and len(throttled) == 1
+
+
+def test_the_throttle_rule_is_a_429_or_a_503():
+    class Status(Exception):
+        def __init__(self, status: int) -> None:
+            self.status = status
+
+    assert throttles(Status(429)) and throttles(Status(503))
+    assert not throttles(Status(500)) and not throttles(ConnectionError()) and not throttles(None)

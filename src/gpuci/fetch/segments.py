@@ -338,7 +338,7 @@ class Segmenter:
                 throttle=self._throttle,
                 lock=self.lock,
                 on_lost=lambda lost: self.advance(-lost),
-                sleep=self.stop.wait,  # cut short by a stop (the next attempt returns at once)
+                stop=self.stop,
             )
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
