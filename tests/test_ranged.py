@@ -14,6 +14,7 @@ from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
 from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.ranged.sink import HelperSink
 from gpuci.retry import RetryPolicy
 
 MIB = 1 << 20
@@ -166,3 +167,24 @@ def test_the_throttle_rule_is_a_429_or_a_503():
 
     assert throttles(Status(429)) and throttles(Status(503))
     assert not throttles(Status(500)) and not throttles(ConnectionError()) and not throttles(None)
+
+
+def test_the_helper_sink_writes_in_order_moves_written_and_stops_at_a_failure():
+    seg = Segment(10, 10, 100, 10)
+    landed: list[tuple[int, bytes]] = []
+    hashed: list[int] = []
+
+    def write(block: list[bytes], offset: int) -> None:
+        if offset >= 16:
+            raise OSError("disk full")
+        landed.append((offset, b"".join(block)))
+
+    sink = HelperSink(seg, write, then=lambda _block, offset: hashed.append(offset), batch=3)
+    for chunk in (b"ab", b"cd", b"ef", b"gh", b"ij"):
+        sink.write(chunk)
+    with pytest.raises(OSError, match="disk full"):
+        sink.close()
+    # batches of 3 bytes or more at their offsets, each hashed once written; the last (at 18)
+    # failed, and written stops before it
+    assert landed == [(10, b"abcd"), (14, b"efgh")]
+    assert seg.written == 18 and hashed == [10, 14]

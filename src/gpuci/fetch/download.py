@@ -42,7 +42,7 @@ from gpuci.fetch.client import (
     parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob, ProgressLike
-from gpuci.fetch.partial import Partial, Sink
+from gpuci.fetch.partial import Partial
 from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
@@ -191,27 +191,19 @@ class _Download(DownloadJob):
         seg = Segment(start, start, max(end, start + 1), start)
         part.open_for_append()
 
-        def on_written(end: int) -> None:
-            part.size = end
-
         def check() -> None:
             if time.monotonic() > deadline:
                 raise FetchError(
                     f"{url}: deadline of {self.policy.deadline:g}s passed at "
-                    f"{part.size} bytes after {self.attempts} attempt(s)",
+                    f"{seg.written} bytes after {self.attempts} attempt(s)",
                     hint="raise the deadline input, or add a closer mirror",
                 )
 
         body = Body(resp)
         try:
-            pump(
-                seg,
-                body.chunks(),
-                Sink(part, start, on_written),
-                on_bytes=self.meter.advance,
-                check=check,
-            )
+            pump(seg, body.chunks(), part.sink(seg), on_bytes=self.meter.advance, check=check)
         finally:
+            part.size = seg.written
             part.close()
         if limit is not None and seg.pos > limit:
             part.reset()

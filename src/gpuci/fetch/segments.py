@@ -4,7 +4,7 @@ retry-fetch's side of the ranged-download engine (:mod:`gpuci.ranged`, which the
 restore drives too): the planner (:class:`gpuci.ranged.plan.Plan`) and the workers
 (:class:`gpuci.ranged.pool.WorkPool`) are the engine's; this module is the HTTP source (ranged
 GETs through :mod:`gpuci.fetch.client`, each answer checked before a byte is written) and
-feeds the ``.incomplete`` sink (:class:`gpuci.fetch.partial.Sink`).
+feeds the ``.incomplete`` sink (:meth:`gpuci.fetch.partial.Partial.sink`).
 
 Why: a connection to a hub, CDN or object store gets a share of the link (tens of MB/s) and
 each request waits tens of milliseconds for its first byte, so one connection per file is the
@@ -42,10 +42,10 @@ never reaches the file:
 - a ``Content-Range`` at another offset or with another total: the server lies about ranges;
   one connection from then on (:class:`SegmentsRefused`).
 
-Resume: every segment writes through its own :class:`~gpuci.fetch.partial.Sink`, which reports
-what is on disk; a checkpoint thread writes the sidecar with every written ``[start, end)``
-range every ``_SAVE_EVERY_S`` (and once more when the run stops), so a cut connection resumes
-its segment from its last byte and a ``kill -9`` loses at most that interval's bytes. Each
+Resume: every segment writes through its own sink (:meth:`~gpuci.fetch.partial.Partial.sink`),
+which moves its ``written``; a checkpoint thread writes the sidecar with every written range
+every ``_SAVE_EVERY_S`` (and once more when the run stops), so a cut connection resumes its
+segment from its last byte and a ``kill -9`` loses at most that interval's bytes. Each
 checkpoint is durable (data ``fdatasync``, then the record written, ``fsync``-ed and renamed
 into place): a sidecar never claims bytes a crash of the machine could lose, and the flush
 runs beside the writers, never in their way. The sha256 of the whole file is a hash cursor
@@ -72,7 +72,6 @@ from gpuci.fetch.client import (
     parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob
-from gpuci.fetch.partial import Sink
 from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
@@ -86,8 +85,8 @@ from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
 from gpuci.ranged.retry import retry_segment, throttles
 
-_SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
-_HEAD_DEPTH = 8
+_SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
+_HEAD_DEPTH = 16
 # How stale the sidecar may be when the process is killed: what a kill -9 costs, at most.
 # Each checkpoint flushes what was written since the last (the kernel writes it back anyway).
 _SAVE_EVERY_S = 0.25
@@ -109,7 +108,7 @@ _WINDOW_S = 0.25
 _GAIN = 1.3
 # Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
 # (half of the first connection's queues: it keeps up, the lag stays under one batch).
-_HASH_LAG = (_HEAD_DEPTH // 2) << 20
+_HASH_LAG = (_HEAD_DEPTH // 4) << 20
 # The first connection's reads, while it runs alone, returning this many bytes on average:
 # data waits in the socket for this client, so this machine, not the link, sets the speed. A
 # reader that keeps up with a link gets what arrived since its last read (16 MiB/s: a few KiB
@@ -439,9 +438,6 @@ class Segmenter:
         """Stream ``resp`` into ``seg`` until its (possibly lowered) end (the engine's driver,
         :func:`gpuci.ranged.drive.pump`); then hang up."""
 
-        def on_written(end: int) -> None:
-            seg.written = end
-
         def on_bytes(n: int) -> None:
             self.advance(n)
             self.conc.record(n)
@@ -457,7 +453,7 @@ class Segmenter:
         # The first connection keeps the deep queue of the one-connection path (loopback runs
         # on it); the others stay shallow, so memory grows slowly with their count.
         head = seg is self.head
-        sink = Sink(self.part, seg.pos, on_written, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
+        sink = self.part.sink(seg, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
         deadline = self.job.started + self.policy.deadline
         # The first, open-ended response reads straight from its connection (client.Body: no
         # h11 copies; it is cut short or runs to the end, so its connection is not reused

@@ -30,7 +30,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +49,7 @@ from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import Cancelled, Lane, WorkPool
 from gpuci.ranged.retry import retry_segment
+from gpuci.ranged.sink import HelperSink
 from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -234,36 +234,6 @@ def _spliced(
         pipe.close()
 
 
-class _LaneSink:
-    """A blob part's sink: the lane's helper writes and hashes chunk n while the worker
-    receives chunk n+1; ``seg.written`` moves only past bytes written and handed to the hash,
-    so a retry resumes exactly there."""
-
-    def __init__(self, lane: Lane, land: Callable[[Any, int], bool], seg: Segment) -> None:
-        self._lane, self._land, self._seg = lane, land, seg
-        self._pos = seg.written
-        self._pending: tuple[Future[bool], int] | None = None
-        self.completed = False  # a chunk completed the file
-
-    def _settle(self) -> None:
-        if self._pending is not None:  # the other buffer is free again once this returns
-            future, end = self._pending
-            self._pending = None
-            self.completed = future.result() or self.completed
-            self._seg.written = end
-
-    def write(self, chunk: Any) -> None:
-        self._settle()
-        self._pending = (
-            self._lane.helper.submit(self._land, chunk, self._pos),
-            self._pos + len(chunk),
-        )
-        self._pos += len(chunk)
-
-    def close(self) -> None:
-        self._settle()
-
-
 class Downloader:
     """Fetch a manifest's file contents into staging paths."""
 
@@ -445,7 +415,8 @@ class Downloader:
         else:
             chunks = _filled(reader, lane, seg, self)
             land = functools.partial(self._land, target)
-        sink = _LaneSink(lane, land, seg)
+        # The lane's helper writes and hashes chunk n while this worker receives chunk n+1.
+        sink = HelperSink(seg, land, helpers=(lane.helper,))
         try:
             with contextlib.closing(chunks):
                 pump(seg, chunks, sink, lock=target.lock)
