@@ -184,22 +184,12 @@ class _Download(DownloadJob):
         """One connection: a single segment from the resume offset on the engine's driver
         (:func:`gpuci.ranged.drive.pump`), ended one byte past max-bytes (never kept)."""
         part = self.partial
-        deadline = self.started + self.policy.deadline
         limit = self.policy.max_bytes
         start = part.size
         end = limit + 1 if limit is not None else sys.maxsize
         seg = Segment(start, start, max(end, start + 1), start)
         part.open_for_append()
-
-        def check() -> None:
-            if time.monotonic() > deadline:
-                raise FetchError(
-                    f"{url}: deadline of {self.policy.deadline:g}s passed at "
-                    f"{seg.written} bytes after {self.attempts} attempt(s)",
-                    hint="raise the deadline input, or add a closer mirror",
-                )
-
-        body = Body(resp)
+        body, check = Body(resp), self.deadline_check(url)
         try:
             pump(seg, body.chunks(), part.sink(seg), on_bytes=self.meter.advance, check=check)
         finally:

@@ -184,7 +184,7 @@ class Segmenter:
             window_s=_WINDOW_S,
             gain=_GAIN,
         )
-        self.lock = threading.Condition()
+        self.lock = threading.Lock()  # the plan's segments and the counts below
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.running = 0
@@ -253,9 +253,7 @@ class Segmenter:
     def _feed(self) -> bool:
         """The pool's planner: a connection for every range the controller allows; False once
         the run stops or the file is whole (the pool then drains what runs)."""
-        with self.lock:
-            if self.error is not None:
-                self.stop.set()
+        with self.lock:  # an error has set stop (_fail)
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
@@ -319,7 +317,6 @@ class Segmenter:
             if self.error is None or isinstance(exc, FileChanged):
                 self.error = exc
             self.stop.set()
-            self.lock.notify_all()
 
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
@@ -348,7 +345,6 @@ class Segmenter:
                     seg.rewind()
                     self.plan.pending.append(seg)
                 self.running -= 1
-                self.lock.notify_all()
 
     def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:
         """One attempt: requests for ``seg`` until it is done, the run stops or the controller
@@ -442,19 +438,10 @@ class Segmenter:
             self.advance(n)
             self.conc.record(n)
 
-        def check() -> None:
-            if time.monotonic() > deadline:
-                raise FetchError(
-                    f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
-                    f"{self.part.cursor.position} bytes whole",
-                    hint="raise the deadline input, or add a closer mirror",
-                )
-
         # The first connection keeps the deep queue of the one-connection path (loopback runs
         # on it); the others stay shallow, so memory grows slowly with their count.
         head = seg is self.head
         sink = self.part.sink(seg, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
-        deadline = self.job.started + self.policy.deadline
         # The first, open-ended response reads straight from its connection (client.Body: no
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
@@ -467,7 +454,7 @@ class Segmenter:
                 lock=self.lock,
                 stop=self.stop.is_set,
                 on_bytes=on_bytes,
-                check=check,
+                check=self.job.deadline_check(self.url),
             )
         finally:
             if head:

@@ -1,23 +1,21 @@
 """Moving bytes: parallel ranged GETs streamed into place, sha256 checked on the way.
 
-Large files are cut into aligned parts fetched in parallel and written at their offsets; a
-per-file hash cursor consumes the bytes in order as they arrive (parts that land early are
-re-read when their turn comes), so a file is verified the moment its last byte is written,
-before it gets its final name. On plain-http stores the body goes socket -> pipe -> page cache
-with ``splice`` (:mod:`gpuci.cache.stores.splicing`: no copy through user space) and the hash reads
-it back from the page cache; elsewhere each worker receives chunk n+1 into a buffer while its
-helper thread writes and hashes chunk n, slice by slice (``O_DIRECT`` when opted in, see
-:mod:`gpuci.cache.transfer.directio`). Packed small files come in runs of neighbours, one GET per
-run, split into files while streaming. Every worker owns two preallocated buffers (touched only by
-the copying path), so memory stays flat whatever the file size.
+The cache's source and sinks for the ranged-download engine (:mod:`gpuci.ranged`). Each large
+file is a :class:`~gpuci.ranged.plan.Plan` of aligned parts written at their offsets (a worker
+that frees up while no task waits steals the far half of a part still coming); a per-file hash
+cursor consumes the bytes in order (parts that land early are re-read when their turn comes),
+so a file is verified the moment its last byte is written, before it gets its final name. On
+plain-http stores the body goes socket -> pipe -> page cache with ``splice``
+(:mod:`gpuci.cache.stores.splicing`) and the hash reads it back; elsewhere each worker receives
+chunk n+1 into one of its lane's two preallocated buffers while the lane's helper writes and
+hashes chunk n (``O_DIRECT`` when opted in: :mod:`gpuci.cache.transfer.directio`), so memory
+stays flat whatever the file size. Packed small files come in runs of neighbours, one GET per
+run, split into files while streaming.
 
-Each large file is one :class:`~gpuci.ranged.plan.Plan` of parts; a worker that frees up while
-no other task waits takes the far half of the largest part still coming (work stealing), so the
-last parts of a file do not finish at one connection's speed. Transient failures (5xx,
-SlowDown, dropped connections) are retried by the engine's one wrapper
-(:func:`gpuci.ranged.retry.retry_segment`) under :data:`DATA_PATH`, each from its last written
-byte; a file whose bytes do not match their hash is fetched once more, then fails with
-IntegrityError. Nothing here ever writes outside the staging paths it is given.
+Transient failures (5xx, SlowDown, dropped connections) are retried under :data:`DATA_PATH`
+from the last written byte (:func:`gpuci.ranged.retry.retry_segment`); a file whose bytes do
+not match their hash is fetched once more, then fails with IntegrityError. Nothing here ever
+writes outside the staging paths it is given.
 """
 
 from __future__ import annotations
