@@ -46,7 +46,6 @@ from gpuci.ranged.sink import HelperSink
 
 META = ".incomplete.json"  # the URL and validator (ETag / Last-Modified) those bytes came with
 _META_MAX = 64 << 10  # a sidecar is a few hundred bytes; a planted huge one is not read
-_READ_BLOCK = 1 << 20
 _WRITE_BLOCK = 1 << 20  # network chunks (64 KiB) are batched this big for the writer
 _IOV_MAX = 1024
 _WRITE_QUEUE = 16  # batches written or hashed meanwhile: ~16 MiB per download at most
@@ -203,7 +202,10 @@ class Partial:
         self._load(max_bytes)
 
     def _load(self, max_bytes: int | None) -> None:
-        """Keep bytes from an earlier run only when every check passes; else start over."""
+        """Keep bytes from an earlier run only when every check passes; else start over.
+
+        The written prefix is hashed now (read back through the cursor), a segmented run's
+        ranges further on when the cursor reaches them."""
         found = inspect(self.dest, self.url, max_bytes, self.uid)
         if found is None:
             self.reset()
@@ -213,24 +215,8 @@ class Partial:
         except OSError:
             self.reset()
             return
-        if found.extents is not None:
-            self._load_extents(fd, found)
-            return
-        with os.fdopen(fd, "rb", buffering=0) as handle:
-            st = os.fstat(fd)
-            if _trusted(st, self.uid) and st.st_size == found.size:
-                while block := handle.read(_READ_BLOCK):
-                    self.cursor.landed(self.size, [block])
-                    self.size += len(block)
-                self.validator, self.total = found.validator, found.total
-                self._identity = (st.st_dev, st.st_ino)
-        if self._identity is None:
-            self.reset()
-
-    def _load_extents(self, fd: int, found: Found) -> None:
-        """A segmented partial: hash the written prefix now, the ranges ahead when reached."""
         st = os.fstat(fd)
-        extents = found.extents or ()
+        extents = found.extents if found.extents is not None else ((0, found.size),)
         if not _trusted(st, self.uid) or (extents and st.st_size < extents[-1][1]):
             os.close(fd)
             self.reset()
