@@ -67,9 +67,9 @@ from gpuci.errors import FetchError
 from gpuci.fetch.client import (
     CREDENTIALS_KEPT,
     Body,
+    answered_span,
     check_identity,
     open_response,
-    parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob
 from gpuci.fetch.policy import (
@@ -415,15 +415,7 @@ class Segmenter:
                 "connections to 1",
             )
         check_identity(resp)
-        span = parse_content_range(resp.headers.get("Content-Range"))
-        length = resp.headers.get("Content-Length")
-        if (
-            span is None
-            or span[0] != start
-            or not start <= span[1] < end
-            or span[2] != self.total
-            or (length is not None and length.strip() != str(span[1] - start + 1))
-        ):
+        if answered_span(resp, start, end, self.total) is None:
             raise SegmentsRefused(
                 f"asked for bytes {start}-{end - 1} of {self.total}, the server answered "
                 f"Content-Range {resp.headers.get('Content-Range')!r}; nothing of it was "
