@@ -51,7 +51,9 @@ class HelperSink:
         self._seg, self._write, self._then = seg, write, then
         self._own = helpers is None
         stages = 1 if then is None else 2
-        self._helpers = helpers or tuple(ThreadPoolExecutor(1) for _ in range(stages))
+        self._helpers = helpers or tuple(
+            ThreadPoolExecutor(1, thread_name_prefix="gpuci-sink") for _ in range(stages)
+        )
         self._depth, self._batch = max(1, depth), batch
         self._pos = seg.pos  # where the next chunk goes
         self._pending: deque[Future[Any]] = deque()
