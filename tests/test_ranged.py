@@ -13,6 +13,9 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
+from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.ranged.sink import HelperSink
+from gpuci.retry import RetryPolicy
 
 MIB = 1 << 20
 
@@ -46,26 +49,37 @@ def test_a_new_connection_takes_the_far_half_past_what_was_asked():
 
 
 def test_a_fed_pool_runs_what_its_planner_submits_within_the_limit():
-    control = Concurrency.fixed(3)
+    # Room for 8 threads, a limit of 3 that never grows: the limit, not the thread cap, holds.
+    control = Concurrency(start=3, ceiling=8, reprobe_s=None, far_latency_s=None)
+    control.settled = True
     pool = WorkPool(control, chunk=lambda _index: 0)
     lock = threading.Lock()
-    state = {"planned": 0, "done": 0, "peak": 0}
+    state = {"planned": 0, "done": 0, "running": 0, "peak": 0}
+    together = threading.Barrier(3, timeout=10)  # three tasks must run at once to pass it
+    fourth = threading.Event()  # set only if a fourth task ran beside them: a broken limit
 
     def task(_lane) -> None:
         with lock:
-            state["peak"] = max(state["peak"], control.active)
+            state["running"] += 1
+            state["peak"] = max(state["peak"], state["running"])
+            if state["running"] > 3:
+                fourth.set()
+        together.wait()
+        fourth.wait(0.2)  # hold the slots a while: a pool over its limit starts a fourth
+        with lock:
+            state["running"] -= 1
             state["done"] += 1
 
     def feed() -> bool:  # one task per tick, as a planner hands out ranges
         with lock:
-            if state["planned"] == 20:
+            if state["planned"] == 9:
                 return False
             state["planned"] += 1
         pool.submit(task)
         return True
 
     pool.run(feed, tick=0.001)
-    assert state["done"] == 20 and state["peak"] <= 3 and pool.threads <= 3
+    assert state["done"] == 9 and state["peak"] == 3 and pool.threads == 3
 
 
 class _ListSink:
@@ -106,3 +120,71 @@ def test_the_driver_keeps_what_arrived_when_a_check_fails():
     with pytest.raises(TimeoutError):
         pump(seg, iter([b"abc", b"def"]), sink, check=deadline)
     assert sink.got == [b"abc"] and sink.closed  # flushed, so a resume goes on from byte 3
+
+
+def test_a_parts_plan_hands_out_its_parts_then_steals_only_well_ahead_of_a_near_read():
+    plan = Plan.parts(total=40 * MIB, part=16 * MIB, steal_bytes=4 * MIB)
+    assert [(s.start, s.end) for s in plan.pending] == [
+        (0, 16 * MIB),
+        (16 * MIB, 32 * MIB),
+        (32 * MIB, 40 * MIB),
+    ]
+    first = plan.take(steal=True)
+    assert first is not None and first.start == 0 and plan.written() == []
+    plan.pending.clear()
+    first.owned, first.asked, first.pos = True, 16 * MIB, 4 * MIB  # a bounded part, read to 4
+    assert plan.take(steal=True, in_flight=16 * MIB) is None  # a near store sent those already
+    stolen = plan.take(steal=True, in_flight=4 * MIB)
+    assert stolen is not None and (stolen.start, stolen.end) == (10 * MIB, 16 * MIB)
+    assert first.end == 10 * MIB and not plan.done()
+
+
+def test_a_retried_segment_resumes_from_what_was_written_and_counts_its_resend():
+    seg = Segment(0, 0, 100, 0)
+    asked: list[int] = []
+    lost: list[int] = []
+    throttled: list[object] = []
+
+    def attempt(seg: Segment) -> None:
+        asked.append(seg.pos)
+        if len(asked) == 1:
+            seg.pos, seg.written = 60, 40  # 20 bytes delivered never reached the sink
+            raise ConnectionError("cut")
+        assert seg.resend() and not seg.resend()  # the retry is one attempt, counted once
+        seg.pos = seg.written = seg.end
+
+    policy = RetryPolicy(attempts=3, initial=0.0, jitter="none")
+    retry_segment(
+        seg, attempt, policy, ConnectionError, throttle=throttled.append, on_lost=lost.append
+    )
+    assert asked == [0, 40] and lost == [20] and len(throttled) == 1
+
+
+def test_the_throttle_rule_is_a_429_or_a_503():
+    class Status(Exception):
+        def __init__(self, status: int) -> None:
+            self.status = status
+
+    assert throttles(Status(429)) and throttles(Status(503))
+    assert not throttles(Status(500)) and not throttles(ConnectionError()) and not throttles(None)
+
+
+def test_the_helper_sink_writes_in_order_moves_written_and_stops_at_a_failure():
+    seg = Segment(10, 10, 100, 10)
+    landed: list[tuple[int, bytes]] = []
+    hashed: list[int] = []
+
+    def write(block: list[bytes], offset: int) -> None:
+        if offset >= 16:
+            raise OSError("disk full")
+        landed.append((offset, b"".join(block)))
+
+    sink = HelperSink(seg, write, then=lambda _block, offset: hashed.append(offset), batch=3)
+    for chunk in (b"ab", b"cd", b"ef", b"gh", b"ij"):
+        sink.write(chunk)
+    with pytest.raises(OSError, match="disk full"):
+        sink.close()
+    # batches of 3 bytes or more at their offsets, each hashed once written; the last (at 18)
+    # failed, and written stops before it
+    assert landed == [(10, b"abcd"), (14, b"efgh")]
+    assert seg.written == 18 and hashed == [10, 14]

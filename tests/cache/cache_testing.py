@@ -182,21 +182,22 @@ def next_store_second(store: StoreCase | str = "s3") -> None:
 
 
 def record_retries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record each retry the cache's data path decides on (gpuci.cache.transfer.download.retrying),
-    as the failure that caused it: a test of "failed at once, no back-off" checks this list
-    instead of a wall-clock bound."""
+    """Record each retry the cache's data path decides on (the engine's retry wrapper,
+    gpuci.ranged.retry.retry_segment, as the cache's download calls it), as the failure that
+    caused it: a test of "failed at once, no back-off" checks this list instead of a
+    wall-clock bound."""
     from gpuci.cache.transfer import download as transfer
 
     retried: list[str] = []
-    original = transfer.retrying
+    original = transfer.retry_segment
 
-    def recording(attempts: int, on_retry=None):
-        def heard() -> None:
+    def recording(*args, throttle=None, **kwargs):
+        def heard(exc) -> None:
             retried.append("retry")
-            if on_retry is not None:
-                on_retry()
+            if throttle is not None:
+                throttle(exc)
 
-        return original(attempts, heard)
+        return original(*args, throttle=heard, **kwargs)
 
-    monkeypatch.setattr(transfer, "retrying", recording)
+    monkeypatch.setattr(transfer, "retry_segment", recording)
     return retried

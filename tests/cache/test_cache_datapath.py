@@ -573,3 +573,55 @@ def test_a_server_stalling_mid_body_times_out_the_splice():
         stall.set()
         pipe.close()
         listener.close()
+
+
+class _SlowFirstPartStore:
+    """Serves one blob from memory; the answer for byte 0 stalls after its first MiB until a
+    range starting off the part grid is asked for (another worker stole its tail)."""
+
+    url = "mem://steal"
+
+    def __init__(self, data: bytes, part: int) -> None:
+        self.data, self.part = data, part
+        self.asked: list[tuple[int, int]] = []
+        self.stolen = threading.Event()
+
+    def open_range(self, key: str, offset: int, length: int):
+        self.asked.append((offset, length))
+        if offset % self.part:
+            self.stolen.set()
+        store, view = self, memoryview(self.data)[offset : offset + length]
+
+        class Reader:
+            pos, stalled = 0, False
+
+            def readinto(self, buf: memoryview) -> int:
+                if offset == 0 and self.pos >= 1 << 20 and not self.stalled:
+                    self.stalled = True  # once: without work stealing nobody ever sets it
+                    store.stolen.wait(10)
+                n = min(len(buf), len(view) - self.pos, 1 << 20)
+                buf[:n] = view[self.pos : self.pos + n]
+                self.pos += n
+                return n
+
+            def close(self) -> None:
+                pass
+
+        return Reader()
+
+
+def test_a_free_worker_steals_the_tail_of_a_slow_part(tmp_path, monkeypatch):
+    """A large file is one plan of parts: once its own part is done and no task waits, a
+    worker takes the far half of the part still coming, and the slow connection stops at the
+    new boundary; the file is whole and verified."""
+    monkeypatch.setattr(transfer, "SPLICE", False)
+    monkeypatch.setenv("GPUCI_CACHE_DIRECT_IO", "off")
+    data = random.Random(5).randbytes(64 << 20)
+    part = 32 << 20  # 64 MiB over 2 connections
+    store = _SlowFirstPartStore(data, part)
+    entry = Entry("file", 0, "w.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    down = transfer.Downloader(store, 2, on_bytes=lambda _n: None)  # type: ignore[arg-type]
+    down.fetch([(entry, tmp_path / "w.bin")])
+    assert (tmp_path / "w.bin").read_bytes() == data
+    assert store.stolen.is_set() and any(offset % part for offset, _ in store.asked)
+    assert down.bytes == len(data)  # every byte hashed once: the slow part stopped at the cut

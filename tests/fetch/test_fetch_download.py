@@ -178,6 +178,19 @@ def test_206_with_wrong_content_range_is_refused(server, tmp_path, policy):
     assert res.attempts == 3
 
 
+def test_a_resumed_206_naming_another_total_is_refused_before_a_byte_is_written(
+    server, tmp_path, policy
+):
+    """A resume's answer is checked against what was asked (gpuci.fetch.client.answered_span,
+    as a segment's is): a 206 that names another size than the file has is not appended."""
+    server.faults("/data.bin", Fault(drop_after=100_000), Fault(content_range_total=2 * SIZE))
+    dest = tmp_path / "out.bin"
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
+    assert dest.read_bytes() == DATA
+    assert [g.range for g in server.gets()] == [None, "bytes=100000-", None]
+    assert res.attempts == 3 and res.resumed_bytes == 0
+
+
 def test_short_body_is_detected_and_retried(server, tmp_path, policy):
     server.faults("/data.bin", Fault(drop_after=SIZE - 1))  # Content-Length says SIZE
     dest = tmp_path / "out.bin"

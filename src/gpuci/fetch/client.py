@@ -239,6 +239,27 @@ def _read(stream: Any, size: int, timeout: float | None) -> bytes:
     return data
 
 
+def answered_span(
+    resp: httpx.Response, start: int, end: int | None, total: int | None
+) -> tuple[int, int, int | None] | None:
+    """A 206's ``Content-Range`` if it answers a request for bytes ``start`` to ``end``
+    (exclusive; None: to the end) of a file of ``total`` bytes (None: not known yet): it starts
+    exactly at ``start``, ends inside the request and the file, names that total, and a
+    ``Content-Length`` says the same length. None otherwise: nothing of the body may be
+    written, since its bounds are not the ones asked for."""
+    span = parse_content_range(resp.headers.get("Content-Range"))
+    if span is None:
+        return None
+    first, last, size = span
+    limit = min((x for x in (end, size) if x is not None), default=last + 1)
+    length = resp.headers.get("Content-Length")
+    if first != start or not first <= last < limit or (total is not None and size != total):
+        return None
+    if length is not None and length.strip() != str(last - first + 1):
+        return None
+    return span
+
+
 def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:
     """``bytes a-b/total`` -> (a, b, total or None for ``*``); None when malformed."""
     match = _CONTENT_RANGE.match(value or "")

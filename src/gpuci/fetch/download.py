@@ -36,13 +36,14 @@ import httpx
 from gpuci.errors import FetchError, GpuciError, IntegrityError
 from gpuci.fetch.client import (
     Body,
+    answered_span,
     check_identity,
     new_client,
     open_response,
     parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob, ProgressLike
-from gpuci.fetch.partial import Partial, Sink
+from gpuci.fetch.partial import Partial
 from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
@@ -136,9 +137,9 @@ class _Download(DownloadJob):
         check_identity(resp)
         validator = strong_validator(resp.headers)
         if resp.status_code == 206:
-            span = parse_content_range(resp.headers.get("Content-Range"))
+            span = answered_span(resp, offset, None, part.total)  # its bounds, as asked
             same_version = validator is not None and validator == part.validator
-            if not resuming or span is None or span[0] != offset or not same_version:
+            if not resuming or span is None or not same_version:
                 part.reset()
                 raise RangeMismatch(
                     f"a 206 that does not continue at byte {offset} of the same version "
@@ -184,34 +185,16 @@ class _Download(DownloadJob):
         """One connection: a single segment from the resume offset on the engine's driver
         (:func:`gpuci.ranged.drive.pump`), ended one byte past max-bytes (never kept)."""
         part = self.partial
-        deadline = self.started + self.policy.deadline
         limit = self.policy.max_bytes
         start = part.size
         end = limit + 1 if limit is not None else sys.maxsize
         seg = Segment(start, start, max(end, start + 1), start)
         part.open_for_append()
-
-        def on_written(end: int) -> None:
-            part.size = end
-
-        def check() -> None:
-            if time.monotonic() > deadline:
-                raise FetchError(
-                    f"{url}: deadline of {self.policy.deadline:g}s passed at "
-                    f"{part.size} bytes after {self.attempts} attempt(s)",
-                    hint="raise the deadline input, or add a closer mirror",
-                )
-
-        body = Body(resp)
+        body, check = Body(resp), self.deadline_check(url)
         try:
-            pump(
-                seg,
-                body.chunks(),
-                Sink(part, start, on_written),
-                on_bytes=self.meter.advance,
-                check=check,
-            )
+            pump(seg, body.chunks(), part.sink(seg), on_bytes=self.meter.advance, check=check)
         finally:
+            part.size = seg.written
             part.close()
         if limit is not None and seg.pos > limit:
             part.reset()

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 
+from gpuci.errors import FetchError
 from gpuci.fetch.partial import Partial
 from gpuci.fetch.policy import FetchPolicy
 
@@ -114,6 +115,21 @@ class DownloadJob:
     def remaining(self) -> float:
         """Seconds left of the policy's deadline for the whole download."""
         return self.policy.deadline - (time.monotonic() - self.started)
+
+    def deadline_check(self, url: str) -> Callable[[], None]:
+        """The driver's check after each chunk: past the deadline, one line saying how much
+        of the file is whole."""
+        deadline = self.started + self.policy.deadline
+
+        def check() -> None:
+            if time.monotonic() > deadline:
+                raise FetchError(
+                    f"{url}: deadline of {self.policy.deadline:g}s passed with "
+                    f"{self.partial.cursor.position} bytes whole after {self.attempts} attempt(s)",
+                    hint="raise the deadline input, or add a closer mirror",
+                )
+
+        return check
 
     def sync_progress(self) -> None:
         """Re-align the meter with the partial after it changed under it (a reset, a drop)."""

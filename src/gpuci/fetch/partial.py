@@ -3,7 +3,8 @@
 ``Partial`` is the resumable state: the bytes plus ``<dest>.incomplete.json``, which names the
 URL they came from (its sha256, and the URL without query or password for humans) and the
 ETag / Last-Modified they came with. It is hashed as it grows so the final sha256 costs no
-second read. ``Sink`` moves writing and hashing off the thread that reads the socket.
+second read. :meth:`Partial.sink` moves writing and hashing off the thread that reads the
+socket (:class:`gpuci.ranged.sink.HelperSink`, the engine's one sink).
 
 A segmented download (:mod:`gpuci.fetch.segments`) writes several ranges of the file at once,
 so the bytes on disk are not one prefix: the sidecar then also lists ``segments``, the
@@ -26,11 +27,9 @@ import contextlib
 import hashlib
 import json
 import os
-import queue
 import stat
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,13 +41,14 @@ from gpuci.fetch.urls import public_url
 from gpuci.files import incomplete_path
 from gpuci.hashcursor import HashCursor
 from gpuci.ranged.extents import merge
+from gpuci.ranged.plan import Segment
+from gpuci.ranged.sink import HelperSink
 
 META = ".incomplete.json"  # the URL and validator (ETag / Last-Modified) those bytes came with
 _META_MAX = 64 << 10  # a sidecar is a few hundred bytes; a planted huge one is not read
-_READ_BLOCK = 1 << 20
 _WRITE_BLOCK = 1 << 20  # network chunks (64 KiB) are batched this big for the writer
 _IOV_MAX = 1024
-_WRITE_QUEUE = 8  # batches in flight: bounds memory at ~8 MiB per download
+_WRITE_QUEUE = 16  # batches written or hashed meanwhile: ~16 MiB per download at most
 _MAX_EXTENTS = 1024  # written ranges a sidecar may list (a segmented run has a few dozen)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -202,7 +202,10 @@ class Partial:
         self._load(max_bytes)
 
     def _load(self, max_bytes: int | None) -> None:
-        """Keep bytes from an earlier run only when every check passes; else start over."""
+        """Keep bytes from an earlier run only when every check passes; else start over.
+
+        The written prefix is hashed now (read back through the cursor), a segmented run's
+        ranges further on when the cursor reaches them."""
         found = inspect(self.dest, self.url, max_bytes, self.uid)
         if found is None:
             self.reset()
@@ -212,24 +215,8 @@ class Partial:
         except OSError:
             self.reset()
             return
-        if found.extents is not None:
-            self._load_extents(fd, found)
-            return
-        with os.fdopen(fd, "rb", buffering=0) as handle:
-            st = os.fstat(fd)
-            if _trusted(st, self.uid) and st.st_size == found.size:
-                while block := handle.read(_READ_BLOCK):
-                    self.cursor.landed(self.size, [block])
-                    self.size += len(block)
-                self.validator, self.total = found.validator, found.total
-                self._identity = (st.st_dev, st.st_ino)
-        if self._identity is None:
-            self.reset()
-
-    def _load_extents(self, fd: int, found: Found) -> None:
-        """A segmented partial: hash the written prefix now, the ranges ahead when reached."""
         st = os.fstat(fd)
-        extents = found.extents or ()
+        extents = found.extents if found.extents is not None else ((0, found.size),)
         if not _trusted(st, self.uid) or (extents and st.st_size < extents[-1][1]):
             os.close(fd)
             self.reset()
@@ -405,6 +392,18 @@ class Partial:
                 view[0] = view[0][done:]
         return written
 
+    def sink(self, seg: Segment, depth: int = _WRITE_QUEUE) -> HelperSink:
+        """Where ``seg``'s bytes go: network chunks batched to ``_WRITE_BLOCK`` for one
+        ``pwritev`` on a writer thread, each batch then hashed on a hasher thread (the cursor
+        may read it back from the file, so only once written); ``depth`` batches in flight."""
+        return HelperSink(
+            seg,
+            lambda block, offset: self.write_at(offset, block),
+            then=lambda block, offset: self.cursor.landed(offset, block),
+            depth=depth,
+            batch=_WRITE_BLOCK,
+        )
+
     def digest(self) -> str:
         return self.cursor.hexdigest()
 
@@ -417,88 +416,3 @@ class Partial:
         self.close()
         _remove(self.path)
         _remove(self.meta)
-
-
-class Sink:
-    """Writes on one helper thread and hashes on another while the caller reads the socket.
-
-    Measured on loopback (scripts/bench_fetch.py, docs/benchmarks.md): reading, hashing and
-    writing 64 KiB chunks in one thread ran at about half of curl's rate, and write+hash on one
-    helper still bound the pipeline. Handing 1 MiB batches of chunks to a writer (``pwritev``)
-    and then to a hasher (both release the GIL) overlaps disk, hash and network. A batch
-    reaches the hasher only once written, since the hash cursor may read it back from the file.
-    ``close`` flushes what arrived, so bytes received before a dropped connection are kept.
-
-    ``offset`` is where the first byte goes; ``on_written(end)`` is told, from the writer
-    thread, that every byte before ``end`` is on disk (what a sidecar may then claim).
-    """
-
-    def __init__(
-        self,
-        partial: Partial,
-        offset: int,
-        on_written: Callable[[int], None],
-        depth: int = _WRITE_QUEUE,
-    ) -> None:
-        self._partial = partial
-        self._offset = offset  # where the next batch goes
-        self._on_written = on_written
-        self._pending: list[bytes] = []
-        self._pending_size = 0
-        self._error: BaseException | None = None
-        self._to_writer: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(depth)
-        self._to_hasher: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(depth)
-        self._threads = [
-            threading.Thread(target=self._write_loop, name="fetch-writer", daemon=True),
-            threading.Thread(target=self._hash_loop, name="fetch-hasher", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _write_loop(self) -> None:
-        while (item := self._to_writer.get()) is not None:
-            if self._error is not None:
-                continue
-            offset, block = item
-            try:
-                written = self._partial.write_at(offset, block)
-                self._on_written(offset + written)
-            except BaseException as exc:  # handed to the reading thread in write/close
-                self._error = exc
-                continue
-            self._to_hasher.put(item)
-        self._to_hasher.put(None)
-
-    def _hash_loop(self) -> None:
-        while (item := self._to_hasher.get()) is not None:
-            if self._error is None:
-                try:
-                    self._partial.cursor.landed(*item)
-                except BaseException as exc:
-                    self._error = exc
-
-    def write(self, chunk: bytes) -> None:
-        self._pending.append(chunk)
-        self._pending_size += len(chunk)
-        if self._pending_size >= _WRITE_BLOCK:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._pending:
-            block, offset = self._pending, self._offset
-            self._offset += self._pending_size
-            self._pending, self._pending_size = [], 0
-            self._to_writer.put((offset, block))
-
-    def close(self) -> None:
-        """Write everything received so far; re-raise a write error (disk full, say)."""
-        try:
-            self._flush()
-        finally:
-            self._to_writer.put(None)
-            for thread in self._threads:
-                thread.join()
-        if self._error is not None:
-            raise self._error

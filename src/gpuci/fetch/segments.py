@@ -4,7 +4,7 @@ retry-fetch's side of the ranged-download engine (:mod:`gpuci.ranged`, which the
 restore drives too): the planner (:class:`gpuci.ranged.plan.Plan`) and the workers
 (:class:`gpuci.ranged.pool.WorkPool`) are the engine's; this module is the HTTP source (ranged
 GETs through :mod:`gpuci.fetch.client`, each answer checked before a byte is written) and
-feeds the ``.incomplete`` sink (:class:`gpuci.fetch.partial.Sink`).
+feeds the ``.incomplete`` sink (:meth:`gpuci.fetch.partial.Partial.sink`).
 
 Why: a connection to a hub, CDN or object store gets a share of the link (tens of MB/s) and
 each request waits tens of milliseconds for its first byte, so one connection per file is the
@@ -42,10 +42,10 @@ never reaches the file:
 - a ``Content-Range`` at another offset or with another total: the server lies about ranges;
   one connection from then on (:class:`SegmentsRefused`).
 
-Resume: every segment writes through its own :class:`~gpuci.fetch.partial.Sink`, which reports
-what is on disk; a checkpoint thread writes the sidecar with every written ``[start, end)``
-range every ``_SAVE_EVERY_S`` (and once more when the run stops), so a cut connection resumes
-its segment from its last byte and a ``kill -9`` loses at most that interval's bytes. Each
+Resume: every segment writes through its own sink (:meth:`~gpuci.fetch.partial.Partial.sink`),
+which moves its ``written``; a checkpoint thread writes the sidecar with every written range
+every ``_SAVE_EVERY_S`` (and once more when the run stops), so a cut connection resumes its
+segment from its last byte and a ``kill -9`` loses at most that interval's bytes. Each
 checkpoint is durable (data ``fdatasync``, then the record written, ``fsync``-ed and renamed
 into place): a sidecar never claims bytes a crash of the machine could lose, and the flush
 runs beside the writers, never in their way. The sha256 of the whole file is a hash cursor
@@ -67,17 +67,15 @@ from gpuci.errors import FetchError
 from gpuci.fetch.client import (
     CREDENTIALS_KEPT,
     Body,
+    answered_span,
     check_identity,
     open_response,
-    parse_content_range,
 )
 from gpuci.fetch.job import DownloadJob
-from gpuci.fetch.partial import Sink
 from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
-    RetryableStatus,
     check_retryable,
 )
 from gpuci.fetch.validators import segment_validator, version_of
@@ -85,9 +83,10 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
+from gpuci.ranged.retry import retry_segment, throttles
 
-_SINK_DEPTH = 2  # 1 MiB batches queued per segment: memory stays ~6 MiB per connection
-_HEAD_DEPTH = 8
+_SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
+_HEAD_DEPTH = 16
 # How stale the sidecar may be when the process is killed: what a kill -9 costs, at most.
 # Each checkpoint flushes what was written since the last (the kernel writes it back anyway).
 _SAVE_EVERY_S = 0.25
@@ -109,7 +108,7 @@ _WINDOW_S = 0.25
 _GAIN = 1.3
 # Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
 # (half of the first connection's queues: it keeps up, the lag stays under one batch).
-_HASH_LAG = (_HEAD_DEPTH // 2) << 20
+_HASH_LAG = (_HEAD_DEPTH // 4) << 20
 # The first connection's reads, while it runs alone, returning this many bytes on average:
 # data waits in the socket for this client, so this machine, not the link, sets the speed. A
 # reader that keeps up with a link gets what arrived since its last read (16 MiB/s: a few KiB
@@ -185,7 +184,7 @@ class Segmenter:
             window_s=_WINDOW_S,
             gain=_GAIN,
         )
-        self.lock = threading.Condition()
+        self.lock = threading.Lock()  # the plan's segments and the counts below
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.running = 0
@@ -254,9 +253,7 @@ class Segmenter:
     def _feed(self) -> bool:
         """The pool's planner: a connection for every range the controller allows; False once
         the run stops or the file is whole (the pool then drains what runs)."""
-        with self.lock:
-            if self.error is not None:
-                self.stop.set()
+        with self.lock:  # an error has set stop (_fail)
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
@@ -320,21 +317,25 @@ class Segmenter:
             if self.error is None or isinstance(exc, FileChanged):
                 self.error = exc
             self.stop.set()
-            self.lock.notify_all()
 
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
         """Deliver ``seg`` (its first response already open when ``resp`` is given), request
-        after request; a failure the policy retries resumes from what reached the disk, after
-        the policy's wait. The attempts count every failure of this segment, never reset."""
-        retrying = self.policy.retry.retrying(
-            _segment_retryable,
-            sleep=self._pause,
-            on_retry=self._throttle,
-        )
+        after request, on the engine's retry wrapper (:func:`gpuci.ranged.retry.retry_segment`):
+        a failure the policy retries resumes from what reached the disk. The attempts count
+        every failure of this segment, never reset."""
         first = [resp] if resp is not None else []
         try:  # the pool holds one of the controller's slots meanwhile
-            retrying(self._deliver, seg, first)
+            retry_segment(
+                seg,
+                lambda seg: self._deliver(seg, first),
+                self.policy.retry,
+                _segment_retryable,
+                throttle=self._throttle,
+                lock=self.lock,
+                on_lost=lambda lost: self.advance(-lost),
+                stop=self.stop,
+            )
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
@@ -344,38 +345,24 @@ class Segmenter:
                     seg.rewind()
                     self.plan.pending.append(seg)
                 self.running -= 1
-                self.lock.notify_all()
 
     def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:
         """One attempt: requests for ``seg`` until it is done, the run stops or the controller
-        takes the connection back; a retryable failure forgets what was not written."""
+        takes the connection back."""
         while not self.stop.is_set():
             with self.lock:
                 if seg.pos >= seg.end:
                     return
                 if not first and self.running > self.conc.limit:
                     return  # the controller backed off: hand the rest back, between requests
-            try:
-                if first:
-                    self._pump(seg, first.pop())
-                else:
-                    self._ranged(seg)
-            except RETRYABLE as exc:
-                if _segment_retryable(exc):
-                    with self.lock:
-                        lost = seg.rewind()  # ask for the rest of what reached the disk
-                        seg.failed = True
-                    if lost:
-                        self.advance(-lost)
-                raise
-
-    def _pause(self, seconds: float) -> None:
-        """A retry's wait, cut short by a stop (the next attempt then returns at once)."""
-        self.stop.wait(seconds)
+            if first:
+                self._pump(seg, first.pop())
+            else:
+                self._ranged(seg)
 
     def _throttle(self, exc: BaseException | None) -> None:
         """Before a retry's wait: a 429 or 503 tells the controller to back off."""
-        if isinstance(exc, RetryableStatus) and exc.status in (429, 503):
+        if throttles(exc):
             self.conc.throttled()
 
     def _ranged(self, seg: Segment) -> None:
@@ -383,8 +370,7 @@ class Segmenter:
         with self.lock:
             start = seg.pos
             end = seg.asked = min(seg.end, start + self.request_bytes)
-            if seg.failed:  # a retry, counted when sent (one never sent is no attempt)
-                seg.failed = False
+            if seg.resend():  # a retry, counted when sent (one never sent is no attempt)
                 self.job.attempts += 1
                 self.part.keep([(seg.start, start)])  # the retry goes on from here
         headers = {
@@ -429,15 +415,7 @@ class Segmenter:
                 "connections to 1",
             )
         check_identity(resp)
-        span = parse_content_range(resp.headers.get("Content-Range"))
-        length = resp.headers.get("Content-Length")
-        if (
-            span is None
-            or span[0] != start
-            or not start <= span[1] < end
-            or span[2] != self.total
-            or (length is not None and length.strip() != str(span[1] - start + 1))
-        ):
+        if answered_span(resp, start, end, self.total) is None:
             raise SegmentsRefused(
                 f"asked for bytes {start}-{end - 1} of {self.total}, the server answered "
                 f"Content-Range {resp.headers.get('Content-Range')!r}; nothing of it was "
@@ -448,26 +426,14 @@ class Segmenter:
         """Stream ``resp`` into ``seg`` until its (possibly lowered) end (the engine's driver,
         :func:`gpuci.ranged.drive.pump`); then hang up."""
 
-        def on_written(end: int) -> None:
-            seg.written = end
-
         def on_bytes(n: int) -> None:
             self.advance(n)
             self.conc.record(n)
 
-        def check() -> None:
-            if time.monotonic() > deadline:
-                raise FetchError(
-                    f"{self.url}: deadline of {self.policy.deadline:g}s passed with "
-                    f"{self.part.cursor.position} bytes whole",
-                    hint="raise the deadline input, or add a closer mirror",
-                )
-
         # The first connection keeps the deep queue of the one-connection path (loopback runs
         # on it); the others stay shallow, so memory grows slowly with their count.
         head = seg is self.head
-        sink = Sink(self.part, seg.pos, on_written, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
-        deadline = self.job.started + self.policy.deadline
+        sink = self.part.sink(seg, depth=_HEAD_DEPTH if head else _SINK_DEPTH)
         # The first, open-ended response reads straight from its connection (client.Body: no
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
@@ -480,7 +446,7 @@ class Segmenter:
                 lock=self.lock,
                 stop=self.stop.is_set,
                 on_bytes=on_bytes,
-                check=check,
+                check=self.job.deadline_check(self.url),
             )
         finally:
             if head:

@@ -2,10 +2,10 @@
 
 A :class:`Segment` is one connection's range, resumed from ``written`` (every byte before it
 reached the sink) after a failure: the cache's blob parts and retry-fetch's segments both
-retry that way. A :class:`Plan` holds a whole file's segments for retry-fetch: the first,
-open-ended one; the holes an earlier run left (:func:`gpuci.ranged.extents.holes`); and, as the
-controller allows more connections, the far half of the largest range still to come (work
-stealing), so a new connection never waits for a range to free up.
+retry that way. A :class:`Plan` holds a whole file's segments: retry-fetch's first,
+open-ended one and the holes an earlier run left (:func:`gpuci.ranged.extents.holes`), or the
+cache's parts (:meth:`Plan.parts`); and, as connections free up, the far half of the largest
+range still to come (work stealing), so a connection never waits for a range to free up.
 """
 
 from __future__ import annotations
@@ -24,12 +24,18 @@ class Segment:
     asked: int = 0  # where the request in flight ends: the server sends up to here
     owned: bool = False
     failed: bool = False  # its last request failed: the next one sent for it is a retry
+    open_ended: bool = False  # retry-fetch's first answer: cut short wherever it is stolen
 
     def rewind(self) -> int:
         """Go on from what reached the sink (a retry, or a new attempt); returns the bytes
         delivered that never reached it, which progress counted and must take back."""
         lost, self.pos = self.pos - self.written, self.written
         return lost
+
+    def resend(self) -> bool:
+        """Whether the request now sent retries a failed one (an attempt); once per failure."""
+        failed, self.failed = self.failed, False
+        return failed
 
 
 class Plan:
@@ -40,12 +46,22 @@ class Plan:
     ) -> None:
         holes = extents.holes(offset, written, total)
         head_end = holes[0][1] if holes and holes[0][0] == offset else offset
-        self.head = Segment(offset, offset, head_end, offset, asked=total)  # open-ended GET
+        self.head = Segment(offset, offset, head_end, offset, asked=total, open_ended=True)
         self.pending = [Segment(s, s, e, s) for s, e in holes if s != offset]
         self.segments = [self.head, *self.pending]
         self.static = list(written)  # written in an earlier attempt or run
         # Near the end, ranges smaller than this are no longer split.
         self.steal_bytes = steal_bytes
+
+    @classmethod
+    def parts(cls, total: int, part: int, steal_bytes: int) -> Plan:
+        """A whole file as pending ranges of ``part`` bytes, each fetched by a bounded request
+        (the cache's blobs); there is no open-ended first answer, so the head is empty."""
+        plan = cls(0, [(0, total)], total, steal_bytes)
+        plan.pending = [Segment(o, o, o + n, o) for o, n in extents.cut(total, part)]
+        plan.segments = [plan.head, *plan.pending]
+        plan.static = []
+        return plan
 
     def done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
@@ -71,7 +87,7 @@ class Plan:
             middle = extents.align_up(seg.pos + left // 2)
             if seg.asked + piece <= seg.end:
                 middle = extents.align_up(max(middle, seg.asked))  # past the request: free
-            elif seg is not self.head and middle - seg.pos < in_flight:
+            elif not seg.open_ended and middle - seg.pos < in_flight:
                 continue  # a near server already sent those bytes: they would come twice
             score = seg.end - middle - (max(0, seg.asked - middle) << 1)  # free cuts first
             if middle < seg.end and (best is None or score > best[0]):

@@ -159,6 +159,11 @@ class WorkPool:
         if self.error is not None:
             raise self.error
 
+    def waiting(self) -> bool:
+        """Whether tasks wait for a thread: a worker that frees up takes those first, before it
+        steals part of a range another one is fetching."""
+        return not self._queue.empty()
+
     @property
     def threads(self) -> int:
         return len(self._threads)

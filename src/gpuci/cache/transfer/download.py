@@ -1,19 +1,21 @@
 """Moving bytes: parallel ranged GETs streamed into place, sha256 checked on the way.
 
-Large files are cut into aligned parts fetched in parallel and written at their offsets; a
-per-file hash cursor consumes the bytes in order as they arrive (parts that land early are
-re-read when their turn comes), so a file is verified the moment its last byte is written,
-before it gets its final name. On plain-http stores the body goes socket -> pipe -> page cache
-with ``splice`` (:mod:`gpuci.cache.stores.splicing`: no copy through user space) and the hash reads
-it back from the page cache; elsewhere each worker receives chunk n+1 into a buffer while its
-helper thread writes and hashes chunk n, slice by slice (``O_DIRECT`` when opted in, see
-:mod:`gpuci.cache.transfer.directio`). Packed small files come in runs of neighbours, one GET per
-run, split into files while streaming. Every worker owns two preallocated buffers (touched only by
-the copying path), so memory stays flat whatever the file size.
+The cache's source and sinks for the ranged-download engine (:mod:`gpuci.ranged`). Each large
+file is a :class:`~gpuci.ranged.plan.Plan` of aligned parts written at their offsets (a worker
+that frees up while no task waits steals the far half of a part still coming); a per-file hash
+cursor consumes the bytes in order (parts that land early are re-read when their turn comes),
+so a file is verified the moment its last byte is written, before it gets its final name. On
+plain-http stores the body goes socket -> pipe -> page cache with ``splice``
+(:mod:`gpuci.cache.stores.splicing`) and the hash reads it back; elsewhere each worker receives
+chunk n+1 into one of its lane's two preallocated buffers while the lane's helper writes and
+hashes chunk n (``O_DIRECT`` when opted in: :mod:`gpuci.cache.transfer.directio`), so memory
+stays flat whatever the file size. Packed small files come in runs of neighbours, one GET per
+run, split into files while streaming.
 
-Transient failures (5xx, SlowDown, dropped connections) are retried by one policy declared
-once (:func:`retrying`); a file whose bytes do not match their hash is fetched once more, then
-fails with IntegrityError. Nothing here ever writes outside the staging paths it is given.
+Transient failures (5xx, SlowDown, dropped connections) are retried under :data:`DATA_PATH`
+from the last written byte (:func:`gpuci.ranged.retry.retry_segment`); a file whose bytes do
+not match their hash is fetched once more, then fails with IntegrityError. Nothing here ever
+writes outside the staging paths it is given.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,13 +44,13 @@ from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
 from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
-from gpuci.ranged.plan import Segment
+from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import Cancelled, Lane, WorkPool
+from gpuci.ranged.retry import retry_segment
+from gpuci.ranged.sink import HelperSink
 from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from tenacity import Retrying
-
     from gpuci.cache.stores.tier import LocalTier
 
 # Plain-http bodies go socket -> pipe -> file in the kernel where the OS allows (tests turn it off
@@ -60,14 +61,9 @@ SPLICE = splicing.available()
 #: The data path's waits: short (a store on the same network answers fast), full jitter, so
 #: parallel workers that failed together do not retry together.
 DATA_PATH = RetryPolicy(initial=0.2, max_wait=5.0, jitter="full", retry_after_cap=None)
-
-
-def retrying(attempts: int, on_retry: Callable[[], None] | None = None) -> Retrying:
-    """The retry controller for the data path: :data:`DATA_PATH`, transient failures only.
-
-    ``on_retry`` hears of every failure that will be retried (the controller backs off)."""
-    hear = (lambda _exc: on_retry()) if on_retry is not None else None
-    return replace(DATA_PATH, attempts=max(1, attempts)).retrying(TransientError, on_retry=hear)
+# What a near store may have sent ahead of a part's reads (socket buffers): a part is only
+# stolen further ahead than this, or those bytes would come twice.
+_IN_FLIGHT = 16 << 20
 
 
 # The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store
@@ -118,6 +114,8 @@ class _BlobTarget:
     cursor: HashCursor = field(init=False)
     refetched: bool = False
     fill: TierFill | None = None  # the tier's copy, written from the bytes the hash eats
+    plan: Plan | None = None  # its parts: who fetches which (set by the downloader)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards the plan's segments
 
     def __post_init__(self) -> None:
         self.reset()
@@ -174,19 +172,20 @@ class _BlobTarget:
 
 
 def _filled(
-    reader: RangeReader, lane: Lane, pos: int, end: int, down: Downloader
+    reader: RangeReader, lane: Lane, seg: Segment, down: Downloader
 ) -> Generator[memoryview, None, None]:
-    """A part's bytes, read into the lane's two buffers in turn, each filled whole (writes stay
-    whole and aligned); the sink has handed one buffer on before the next read reuses it.
-    Every read is told to the controller as it happens (throughput)."""
+    """A segment's bytes, read into the lane's two buffers in turn, each filled whole (writes
+    stay whole and aligned) up to its end, read afresh for each buffer (another worker may take
+    the tail); the sink has handed one buffer on before the next read reuses it. Every read is
+    told to the controller as it happens (throughput)."""
     cancelled, record = down.cancelled, down.concurrency.record
-    turn = 0
-    while pos < end:
+    turn, pos = 0, seg.pos
+    while pos < seg.end:
         if cancelled.is_set():
             raise Cancelled()
         buf = lane.buffers[turn % 2]
         turn += 1
-        want = min(len(buf), end - pos)
+        want = min(len(buf), seg.end - pos)
         got = 0
         while got < want:
             n = reader.readinto(buf[got:want])
@@ -204,61 +203,33 @@ class _OnDisk(int):
     def __len__(self) -> int:
         return int(self)
 
+    def __getitem__(self, cut: slice) -> _OnDisk:  # the driver cuts a chunk at a lowered end
+        return _OnDisk(len(range(int(self))[cut]))
+
 
 def _spliced(
-    splice_into: Callable[[splicing.Pipe, int], int],
-    fd: int,
-    pos: int,
-    end: int,
-    down: Downloader,
+    splice_into: Callable[[splicing.Pipe, int], int], fd: int, seg: Segment, down: Downloader
 ) -> Generator[_OnDisk, None, None]:
-    """A part moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
-    told to the controller, as a read is)."""
+    """A segment moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
+    told to the controller, as a read is). A splice under way when another worker takes the
+    tail may write a little past the new end: the same bytes the thief writes there (a blob's
+    bytes at an offset never differ), and only the thief hashes them."""
     cancelled, record = down.cancelled, down.concurrency.record
     pipe = splicing.Pipe()
+    pos = seg.pos
     try:
-        while pos < end:
-            start, stop = pos, min(end, pos + layout.IO_CHUNK)
-            while pos < stop:
+        while pos < seg.end:
+            start, stop = pos, min(seg.end, pos + layout.IO_CHUNK)
+            while pos < min(stop, seg.end):
                 if cancelled.is_set():
                     raise Cancelled()
-                if (n := splice_into(pipe, stop - pos)) == 0:
+                if (n := splice_into(pipe, min(stop, seg.end) - pos)) == 0:
                     raise TransientError("the store closed the stream early")
                 record(n)
                 pos += pipe.drain(fd, pos)
             yield _OnDisk(pos - start)
     finally:
         pipe.close()
-
-
-class _LaneSink:
-    """A blob part's sink: the lane's helper writes and hashes chunk n while the worker
-    receives chunk n+1; ``seg.written`` moves only past bytes written and handed to the hash,
-    so a retry resumes exactly there."""
-
-    def __init__(self, lane: Lane, land: Callable[[Any, int], bool], seg: Segment) -> None:
-        self._lane, self._land, self._seg = lane, land, seg
-        self._pos = seg.written
-        self._pending: tuple[Future[bool], int] | None = None
-        self.completed = False  # a chunk completed the file
-
-    def _settle(self) -> None:
-        if self._pending is not None:  # the other buffer is free again once this returns
-            future, end = self._pending
-            self._pending = None
-            self.completed = future.result() or self.completed
-            self._seg.written = end
-
-    def write(self, chunk: Any) -> None:
-        self._settle()
-        self._pending = (
-            self._lane.helper.submit(self._land, chunk, self._pos),
-            self._pos + len(chunk),
-        )
-        self._pos += len(chunk)
-
-    def close(self) -> None:
-        self._settle()
 
 
 class Downloader:
@@ -309,7 +280,7 @@ class Downloader:
             # Round-robin across files: each file's parts then arrive roughly in order, so its
             # hash cursor consumes them from the buffer instead of re-reading them from disk.
             self._part_bytes = self._part_size(sum(target.entry.size for target in blobs))
-            queues = [self._parts(target, self._part_bytes) for target in blobs]
+            queues = [self._parts(target) for target in blobs]
             packed_entries = [e for e, _ in packed]
             runs = list(plan_runs(packed_entries, layout.PACK_RUN))
             self.concurrency.expect(
@@ -375,33 +346,54 @@ class Downloader:
             total, self.workers, layout.MIN_PART, layout.PART_SIZE, directio.ALIGN
         )
 
-    def _parts(self, target: _BlobTarget, part: int) -> list[Callable[[Lane], None]]:
-        return [
-            functools.partial(self._part, target, offset, length)
-            for offset, length in extents.cut(target.entry.size, part)
-        ]
+    def _parts(self, target: _BlobTarget) -> list[Callable[[Lane], None]]:
+        """A fresh plan of the file's parts, and one task per part to work through it."""
+        steal = max(layout.MIN_PART, self._part_bytes // 4)
+        target.plan = Plan.parts(target.entry.size, self._part_bytes, steal)
+        return [functools.partial(self._part, target)] * len(target.plan.pending)
 
-    def _submit_parts(self, target: _BlobTarget) -> None:
-        assert self._pool is not None
-        for task in self._parts(target, self._part_bytes):
-            self._pool.submit(task)
+    def _take(self, target: _BlobTarget) -> Segment | None:
+        """The plan's next part; with none left and no other task waiting for a thread, the far
+        half of the largest part still coming (a near store's only well ahead of its reads)."""
+        assert target.plan is not None and self._pool is not None
+        if self._pool.cancelled.is_set():
+            return None
+        in_flight = 0 if self.concurrency.far else _IN_FLIGHT
+        with target.lock:
+            seg = target.plan.take(not self._pool.waiting(), in_flight)
+            if seg is not None:
+                seg.owned = True
+        return seg
 
-    def _part(self, target: _BlobTarget, offset: int, length: int, lane: Lane) -> None:
+    def _part(self, target: _BlobTarget, lane: Lane) -> None:
+        """Work through the file's plan: parts, then stolen tails, each retried from its last
+        written byte; the chunk that completes the file verifies it (fetched once more when
+        its bytes do not hash to its name)."""
         key = layout.blob_key(target.entry.sha256)
-        seg = Segment(offset, offset, offset + length, offset)
-        completed = False
-        for attempt in retrying(self.attempts, self.concurrency.throttled):
-            with attempt:  # a retry resumes from seg.written, as retry-fetch's segments do
-                completed = self._stream_part(target, key, seg, lane)
-        if completed:
+        completed = [False]  # a chunk of this segment completed the file
+
+        def attempt(seg: Segment) -> None:
+            completed[0] = self._stream_part(target, key, seg, lane) or completed[0]
+
+        while (seg := self._take(target)) is not None:
+            completed[0] = False
             try:
-                target.finish()
-            except _Corrupt:
-                if target.refetched:
-                    raise
-                target.refetched = True
-                target.reset()
-                self._submit_parts(target)
+                self._retried(seg, attempt, target.lock)
+            finally:
+                with target.lock:
+                    seg.owned = False
+            if completed[0]:
+                try:
+                    target.finish()
+                except _Corrupt:
+                    if target.refetched:
+                        raise
+                    target.refetched = True
+                    target.reset()
+                    assert self._pool is not None
+                    for task in self._parts(target):
+                        self._pool.submit(task)
+                return
 
     def _stream_part(self, target: _BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
         """Receive chunk n+1 while the helper writes (or, spliced, hashes) chunk n, on the
@@ -410,23 +402,36 @@ class Downloader:
         On plain-http stores the part moves socket -> pipe -> file in the kernel, and the
         helper hashes each chunk back from the page cache."""
         assert self._pool is not None and target.file is not None
-        seg.rewind()  # a retry resumes from what was written and hashed
-        reader = self._open_range(key, seg.pos, seg.end - seg.pos)
+        with target.lock:
+            start, seg.asked = seg.pos, seg.end
+        reader = self._open_range(key, start, seg.asked - start)
         splice_into = getattr(reader, "splice_into", None)
         chunks: Generator[Any, None, None]
         if SPLICE and splice_into is not None and target.file.buffered:
-            chunks = _spliced(splice_into, target.file.fd, seg.pos, seg.end, self)
+            chunks = _spliced(splice_into, target.file.fd, seg, self)
             land = functools.partial(self._hash_spliced, target)
         else:
-            chunks = _filled(reader, lane, seg.pos, seg.end, self)
+            chunks = _filled(reader, lane, seg, self)
             land = functools.partial(self._land, target)
-        sink = _LaneSink(lane, land, seg)
+        # The lane's helper writes and hashes chunk n while this worker receives chunk n+1.
+        sink = HelperSink(seg, land, helpers=(lane.helper,))
         try:
             with contextlib.closing(chunks):
-                pump(seg, chunks, sink)
+                pump(seg, chunks, sink, lock=target.lock)
         finally:
             reader.close()
         return sink.completed
+
+    def _retried(
+        self, seg: Segment, attempt: Callable[[Segment], None], lock: threading.Lock | None = None
+    ) -> None:
+        """``attempt(seg)`` on the engine's retry wrapper: :data:`DATA_PATH`, transient failures
+        only, each retry telling the controller to back off (the store tells it of a SlowDown
+        or a 429 as well)."""
+        policy, backoff = replace(DATA_PATH, attempts=max(1, self.attempts)), self.concurrency
+        retry_segment(
+            seg, attempt, policy, TransientError, throttle=lambda _: backoff.throttled(), lock=lock
+        )
 
     def _hash_spliced(self, target: _BlobTarget, chunk: _OnDisk, pos: int) -> bool:
         self._count(len(chunk))
@@ -451,26 +456,26 @@ class Downloader:
 
     # ----- packed small files -------------------------------------------------------------------
     def _run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
-        for attempt_round in (0, 1):
+        """One GET for the run, split into its files as it streams (the engine's driver and its
+        retry wrapper; a retry writes the whole run again: its files are written in one go);
+        fetched once more when a file's bytes do not hash to its name."""
+        key = layout.pack_key(run.pack)
+
+        def attempt(seg: Segment) -> None:
+            reader = self._open_range(key, seg.pos, seg.end - seg.pos)
             try:
-                for attempt in retrying(self.attempts, self.concurrency.throttled):
-                    with attempt:
-                        self._stream_run(run, members, lane)
+                pump(seg, _filled(reader, lane, seg, self), _RunSink(self, members, seg.pos))
+            finally:
+                reader.close()
+
+        for attempt_round in (0, 1):
+            seg = Segment(run.start, run.start, run.start + run.length, run.start)
+            try:
+                self._retried(seg, attempt)
                 return
             except _Corrupt:
                 if attempt_round == 1:
                     raise
-
-    def _stream_run(self, run: Run, members: list[tuple[Entry, Path]], lane: Lane) -> None:
-        """One GET for the run, split into its files as it streams (the engine's driver)."""
-        assert self._pool is not None
-        reader = self._open_range(layout.pack_key(run.pack), run.start, run.length)
-        seg = Segment(run.start, run.start, run.start + run.length, run.start)
-        try:  # a retry writes the whole run again: its files are written in one go
-            chunks = _filled(reader, lane, seg.pos, seg.end, self)
-            pump(seg, chunks, _RunSink(self, members, run.start))
-        finally:
-            reader.close()
 
 
 class _RunSink:

@@ -1,0 +1,70 @@
+"""Retrying one ranged piece: the engine's one wrapper, for retry-fetch's segments and the
+cache's blob parts and packed runs.
+
+A piece cut mid-way keeps what reached its sink: the segment is rewound to ``written`` (the
+next request asks from there, and progress takes back what was delivered but never written)
+and marked ``failed``, so the request that retries it counts as an attempt when it is sent
+(:meth:`~gpuci.ranged.plan.Segment.resend`; one never sent is no attempt). Before the policy's
+wait the controller hears of the failure (``throttle``), so it backs off while a server sheds
+load (:func:`throttles`: a 429 or a 503).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from gpuci.ranged.plan import Segment
+from gpuci.retry import RetryOn, RetryPolicy
+
+#: Statuses by which a server asks for fewer connections (S3's SlowDown is a 503).
+THROTTLING = frozenset({429, 503})
+
+
+def throttles(exc: BaseException | None) -> bool:
+    """Whether a failure is a server shedding load (its ``status`` is 429 or 503)."""
+    return getattr(exc, "status", None) in THROTTLING
+
+
+def retry_segment(
+    seg: Segment,
+    attempt: Callable[[Segment], None],
+    policy: RetryPolicy,
+    retry_on: RetryOn,
+    *,
+    throttle: Callable[[BaseException | None], None] | None = None,
+    lock: contextlib.AbstractContextManager[Any] | None = None,
+    on_lost: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run ``attempt(seg)`` under ``policy`` until it returns; raise the last failure.
+
+    Args:
+        seg: rewound (under ``lock``) after every failure to what reached the sink.
+        attempt: one try; it asks for ``[seg.pos, seg.end)`` and delivers through the driver.
+        policy: attempts and waits; ``retry_on`` names what a later attempt may cure.
+        throttle: hears of each failure that will be retried, before the wait (the controller
+            backs off: :func:`throttles` is the rule retry-fetch applies).
+        on_lost: told of the bytes delivered but never written, which progress takes back.
+        stop: the driver's stop flag, which cuts a wait short (the next attempt then ends).
+    """
+    guard = lock if lock is not None else contextlib.nullcontext()
+
+    def once() -> None:
+        try:
+            attempt(seg)
+        except BaseException:
+            with guard:
+                lost = seg.rewind()
+                seg.failed = True
+            if lost and on_lost is not None:
+                on_lost(lost)
+            raise
+
+    def pause(seconds: float) -> None:
+        if stop is not None:
+            stop.wait(seconds)
+
+    policy.call(once, retry_on, sleep=pause if stop is not None else None, on_retry=throttle)
