@@ -95,6 +95,18 @@ def _imports(module: str, path: Path) -> set[str]:
 
 GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
 
+# A command's shell (``*.command``): it calls the library and renders the typed outcome as the
+# step's Result. The library never imports a shell or the registry (httpx's CLI is built on its
+# Client, not the reverse); the entry points, the registry and other shells may.
+SHELLS = {m for m in MODULES if m.rpartition(".")[2] == "command"}
+# Known arrows from the library up into a shell, each to be removed, none to be added:
+# populate (restore's fill-on-miss) takes and returns the step's Result and runs save's shell;
+# gpuci.fetch re-exports retry-fetch's ``run`` in its ``__all__``.
+LIBRARY_TO_SHELL = [
+    "gpuci.cache.restore.populate -> gpuci.cache.save.command",
+    "gpuci.fetch -> gpuci.fetch.command",
+]
+
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iteratively)."""
@@ -186,6 +198,21 @@ def test_training_and_pods_use_the_base_not_each_other_or_the_commands():
     assert _arrows({"gpuci.training"}, {"gpuci.pods"}) == []
     assert _arrows({"gpuci.pods"}, {"gpuci.training"}) == []
     assert _arrows(USERS, ENTRY | REGISTRY) == []
+
+
+def test_the_library_never_imports_a_command():
+    """Commands call the Python API, never the reverse: no module but the entry points, the
+    registry and the shells themselves imports a ``*.command`` module or the registry (so
+    ``gpuci.cache.api`` and the operations it calls reach neither)."""
+    assert "gpuci.cache.restore.command" in SHELLS and "gpuci.cache.save.command" in SHELLS
+    up = sorted(
+        f"{module} -> {target}"
+        for module, imported in GRAPH.items()
+        if module not in SHELLS and not _under(module, ENTRY | REGISTRY)
+        for target in imported
+        if target in SHELLS or _under(target, REGISTRY)
+    )
+    assert up == LIBRARY_TO_SHELL
 
 
 def test_the_registry_does_not_import_the_entry_points():
