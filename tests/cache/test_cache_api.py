@@ -163,3 +163,28 @@ def test_results_carry_the_warnings_as_text(tmp_path: Path) -> None:
     assert got.hit and got.files == 0
     assert len(got.warnings) == 1 and "matches nothing in k" in got.warnings[0]
     assert [a.message for a in got.result.annotations] == list(got.warnings)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "gpuci.cache.api",
+        "gpuci.gpu.api",
+        "gpuci.cache.restore.operation",
+        "gpuci.cache.save.operation",
+        "gpuci.cache.restore.command",
+        "gpuci.cache.save.command",
+    ],
+)
+def test_public_functions_say_args_returns_and_raises(module: str) -> None:
+    """What a user (or a command) calls says what it takes, gives back and raises."""
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(module)
+    funcs = [getattr(mod, n) for n in mod.__all__ if inspect.isfunction(getattr(mod, n))]
+    assert funcs, f"{module} exports no function"
+    for func in funcs:
+        doc = inspect.getdoc(func) or ""
+        missing = [s for s in ("Args:", "Returns:", "Raises:") if s not in doc]
+        assert missing == [], f"{module}.{func.__name__}"

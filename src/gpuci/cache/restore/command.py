@@ -18,7 +18,19 @@ __all__ = ["run"]
 
 
 def run(inp: RestoreInputs, rt: Runtime) -> Result:
-    """Restore: lookup -> plan -> place -> report (a miss, a dry run or lookup-only stop early)."""
+    """Restore: lookup -> plan -> place -> report (a miss, a dry run or lookup-only stop early).
+
+    Args:
+        inp: the checked inputs of ``cache-weights restore``.
+        rt: the CI runtime (environment, dry run, log, masks).
+
+    Returns:
+        The step's Result: exit 1 on a miss with fail-on-miss, else 0.
+
+    Raises:
+        GpuciError: as :func:`gpuci.cache.restore.operation.restore` (the CLI maps each to its
+            exit code and one line), and from populate a command that fails or is not there.
+    """
     done = restore(inp, rt)
     result = render(done, rt)
     req, match = done.request, done.match

@@ -30,7 +30,7 @@ from gpuci.cache.stores.tier_policy import TierChoice
 from gpuci.errors import InputError
 from gpuci.runtime import Runtime
 
-__all__ = ["Match", "Request", "Restore", "pick", "restore", "target_paths"]
+__all__ = ["Match", "Request", "Restore", "restore"]
 
 Stage = Literal["no-credentials", "miss", "plan", "restored"]
 
@@ -144,7 +144,7 @@ def restore(inp: RestoreInputs, rt: Runtime) -> Restore:
     by_manifest = _manifest_input(inp)
     label = f"manifest {by_manifest[:12]}"
     key = refs.check_key(inp.key) if inp.key else label
-    paths = target_paths(inp, rt)
+    paths = _target_paths(inp, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in inp.restore_keys]
     store = plan_store(inp, rt)
     if store is None:
@@ -259,7 +259,7 @@ def _plan(req: Request, match: Match, warnings: list[tuple[str, str]]) -> None:
             f"{ref.key} was saved from {len(whole.roots)} path(s), this restore lists {len(paths)}",
             hint="list as many paths, in the same order, as the save did",
         )
-    match.manifest = pick(req.store, whole, inp)
+    match.manifest = _pick(req.store, whole, inp)
     nothing = unmatched(whole, inp.include)
     if nothing:
         warnings.append(
@@ -343,7 +343,7 @@ def _foreign_repo(
     )
 
 
-def target_paths(inp: RestoreInputs, rt: Runtime) -> list[str]:
+def _target_paths(inp: RestoreInputs, rt: Runtime) -> list[str]:
     """The folders to restore into: ``path``, or the hub cache folder for ``layout: hf``."""
     if inp.layout == "hf":
         return hf.paths(inp.hf_repo, inp.path, rt.environ)
@@ -353,7 +353,7 @@ def target_paths(inp: RestoreInputs, rt: Runtime) -> list[str]:
     return paths
 
 
-def pick(store: Store, manifest: mf.Manifest, inp: RestoreInputs) -> mf.Manifest:
+def _pick(store: Store, manifest: mf.Manifest, inp: RestoreInputs) -> mf.Manifest:
     """Apply hf-revision, then include/exclude: the part of the tree this restore wants."""
     revision = inp.hf_revision.strip()
     if inp.layout == "hf" and revision:

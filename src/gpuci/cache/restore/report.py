@@ -7,17 +7,25 @@ from __future__ import annotations
 from typing import Any
 
 from gpuci.cache.common import CREDENTIAL_SOURCES, summary_table, tier_line
-from gpuci.cache.common import outputs as _outputs
+from gpuci.cache.common import outputs as shared_outputs
 from gpuci.cache.restore.operation import Match, Request, Restore
 from gpuci.cache.stores.base import describe
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
 
-__all__ = ["outputs", "render"]
+__all__ = ["render"]
 
 
 def render(done: Restore, rt: Runtime) -> Result:
-    """The Result a restore reports (before any populate or fail-on-miss acts on it)."""
+    """The Result a restore reports (before any populate or fail-on-miss acts on it).
+
+    Args:
+        done: what :func:`gpuci.cache.restore.operation.restore` returned.
+        rt: the runtime it ran under (a dry run speaks in the conditional).
+
+    Returns:
+        The step's headline, outputs, summary, report and warnings.
+    """
     req, match = done.request, done.match
     if req is None:
         return _plan_without_credentials(done)
@@ -33,9 +41,9 @@ def render(done: Restore, rt: Runtime) -> Result:
     return result
 
 
-def outputs(**values: Any) -> dict[str, Any]:
+def _outputs(**values: Any) -> dict[str, Any]:
     """Restore's outputs: the shared ones plus ``populated`` (false unless populate ran)."""
-    return _outputs(populated=False, **values)
+    return shared_outputs(populated=False, **values)
 
 
 def _report_miss(done: Restore, req: Request, rt: Runtime, result: Result) -> None:
@@ -49,7 +57,7 @@ def _report_miss(done: Restore, req: Request, rt: Runtime, result: Result) -> No
         + (f" or prefixes {', '.join(restore_keys)}" if restore_keys else "")
         + f" in {where}"
     )
-    result.outputs = outputs(
+    result.outputs = _outputs(
         hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
     )
     result.summary.append(summary_table(key, verb, 0, 0, 0, seconds))
@@ -75,7 +83,7 @@ def _report_plan(done: Restore, req: Request, match: Match, rt: Runtime, result:
         + (f", picked from {len(match.whole.files)}" if match.partial else "")
         + ("; then populate and save" if rt.dry_run and would_populate else "")
     )
-    result.outputs = outputs(
+    result.outputs = _outputs(
         hit=match.exact,
         matched=match.matched_key,
         manifest=ref.manifest,
@@ -114,7 +122,7 @@ def _report_restore(done: Restore, req: Request, match: Match, result: Result) -
         + (f", connections: {moved.connections.text()}" if moved.connections else "")
         + ")"
     )
-    result.outputs = outputs(
+    result.outputs = _outputs(
         hit=match.exact,
         matched=match.matched_key,
         manifest=ref.manifest,
@@ -156,7 +164,7 @@ def _plan_without_credentials(done: Restore) -> Result:
         f"would need credentials: lookup of {key} in {url} skipped, no AWS credentials on this "
         f"machine; a real run needs read access to the bucket ({CREDENTIAL_SOURCES})"
     )
-    result.outputs = outputs(
+    result.outputs = _outputs(
         hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
     )
     result.summary.append(summary_table(key, "lookup skipped: no credentials", 0, 0, 0, seconds))

@@ -12,5 +12,17 @@ __all__ = ["run"]
 
 
 def run(inp: SaveInputs, rt: Runtime) -> Result:
-    """Save: scan -> hash and upload (together) -> publish (manifest, ref) -> report."""
+    """Save: scan -> hash and upload (together) -> publish (manifest, ref) -> report.
+
+    Args:
+        inp: the checked inputs of ``cache-weights save``.
+        rt: the CI runtime (environment, dry run, log, masks).
+
+    Returns:
+        The step's Result.
+
+    Raises:
+        GpuciError: as :func:`gpuci.cache.save.operation.save` (the CLI maps each to its exit
+            code and one line).
+    """
     return render(save(inp, rt))

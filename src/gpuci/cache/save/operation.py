@@ -8,7 +8,7 @@ the job), so re-saving after changing one file uploads that file plus metadata.
 
 The phases: scan (:mod:`gpuci.cache.format.tree`); hash and upload, together
 (:mod:`gpuci.cache.save.upload`: each large file read once, its upload started as soon as its
-name is known; small files in packs); publish (:func:`publish_tree`: the manifest, then the ref,
+name is known; small files in packs); publish (:func:`_publish_tree`: the manifest, then the ref,
 moved conditionally; a lost race leaves the other job's tree standing and says so); record (the
 journal), over one :class:`gpuci.cache.save.state.Saver`. It returns a typed :class:`Save` and
 knows nothing of action outputs: the command (:mod:`gpuci.cache.save.command`) renders it with
@@ -38,7 +38,7 @@ from gpuci.errors import ConflictError, InputError
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
 
-__all__ = ["OUTCOMES", "Save", "publish_tree", "save"]
+__all__ = ["OUTCOMES", "Save", "save"]
 
 # The ``outcome`` output: one word per outcome, for `if:` conditions in a workflow.
 OUTCOMES = {
@@ -246,7 +246,7 @@ def _publish(
     if planned.unchanged:
         digest = current.manifest if current else planned.manifest.digest()
         return digest, "unchanged"
-    return publish_tree(saver, planned.manifest, current, warnings)
+    return _publish_tree(saver, planned.manifest, current, warnings)
 
 
 def _keep_revision(tree: Tree, revision: str) -> None:
@@ -259,7 +259,7 @@ def _keep_revision(tree: Tree, revision: str) -> None:
     tree.entries = [e for e in tree.entries if (e.root, e.path) in keep]
 
 
-def publish_tree(
+def _publish_tree(
     saver: Saver,
     manifest: mf.Manifest,
     current: refs.Ref | None,

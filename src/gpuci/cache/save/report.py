@@ -12,11 +12,18 @@ from gpuci.cache.save.state import SaveStats
 from gpuci.runtime import Result
 from gpuci.units import human_bytes
 
-__all__ = ["render", "save_outputs"]
+__all__ = ["render"]
 
 
 def render(done: Save) -> Result:
-    """The Result a save reports."""
+    """The Result a save reports.
+
+    Args:
+        done: what :func:`gpuci.cache.save.operation.save` returned.
+
+    Returns:
+        The step's headline, outputs, summary, report and warnings.
+    """
     if done.stage == "missing-paths":
         return _plan_missing_paths(done)
     if done.stage == "no-credentials":
@@ -24,7 +31,7 @@ def render(done: Save) -> Result:
     return _report(done)
 
 
-def save_outputs(
+def _outputs(
     outcome: str,
     manifest: str,
     uploaded: int,
@@ -47,7 +54,7 @@ def _plan_missing_paths(done: Save) -> Result:
     """A dry run before the tree exists (an earlier step makes it): the plan names it only."""
     key, seconds = done.key, done.seconds
     result = Result(command="cache-weights save", headline=f"would save {key}: path not there yet")
-    result.outputs = save_outputs("would save", "", 0, 0, seconds)
+    result.outputs = _outputs("would save", "", 0, 0, seconds)
     result.report = {"plan": {"key": key, "store": done.store, "paths": done.paths}}
     return result
 
@@ -62,7 +69,7 @@ def _report(done: Save) -> Result:
     result.headline = _headline(outcome, key, files, size, stats, seconds, done.dry_run)
     if connections is not None:
         result.headline += f" (connections: {connections.text()})"
-    result.outputs = save_outputs(outcome, done.digest, uploaded, files, seconds, connections)
+    result.outputs = _outputs(outcome, done.digest, uploaded, files, seconds, connections)
     result.summary.append(summary_table(key, outcome, files, size, uploaded, seconds, connections))
     result.report = {
         "key": key,
@@ -95,7 +102,7 @@ def _plan_without_credentials(done: Save) -> Result:
         f"{human_bytes(size)} to upload); a real run needs read and write access to the "
         f"bucket ({CREDENTIAL_SOURCES})"
     )
-    result.outputs = save_outputs("would save", "", 0, files, seconds)
+    result.outputs = _outputs("would save", "", 0, files, seconds)
     result.summary.append(
         summary_table(key, "would save: store not asked (no credentials)", files, size, 0, 0)
     )
