@@ -140,6 +140,39 @@ def restore(inp: RestoreInputs, rt: Runtime) -> Restore:
         StoreError: the store cannot be read.
         IntegrityError: restored bytes that do not match their digests.
     """
+    done = _begin(inp, rt)
+    req = done.request
+    if req is None:  # a plan without credentials: nothing to look up
+        return done
+    match = _lookup(req, done.warnings)
+    if match is None:
+        done.seconds = time.monotonic() - req.start
+        return done
+    _plan(req, match, done.warnings)
+    done.match = match
+    if rt.dry_run or req.lookup_only:
+        done.stage = "plan"
+        done.seconds = time.monotonic() - req.start
+        done.local = _local_bytes(req.tier, match.manifest)
+        _tier_warnings(done)
+        return done
+    # No key was used by a restore by digest: nothing to record.
+    recording = (
+        None if req.by_manifest else refs.UseRecording(req.store, req.namespace, match.ref.key)
+    )
+    done.moved = restore_tree(
+        req.store, match.manifest, req.paths, rt, f"restore {match.ref.key}", req.tier
+    )
+    done.stage = "restored"
+    done.seconds = time.monotonic() - req.start
+    _record_restore(done, rt, recording)
+    _tier_warnings(done)
+    return done
+
+
+def _begin(inp: RestoreInputs, rt: Runtime) -> Restore:
+    """The inputs checked and the store and tier opened: a restore that has missed so far (or
+    a plan without credentials, which goes no further)."""
     start = time.monotonic()
     by_manifest = _manifest_input(inp)
     label = f"manifest {by_manifest[:12]}"
@@ -175,29 +208,6 @@ def restore(inp: RestoreInputs, rt: Runtime) -> Restore:
     )
     done = Restore("miss", key, store.url, 0.0, req)
     done.warnings.extend((note, "gpu-ci local cache") for note in tier_notes)
-    match = _lookup(req, done.warnings)
-    if match is None:
-        done.seconds = time.monotonic() - start
-        return done
-    _plan(req, match, done.warnings)
-    done.match = match
-    if rt.dry_run or req.lookup_only:
-        done.stage = "plan"
-        done.seconds = time.monotonic() - start
-        done.local = _local_bytes(req.tier, match.manifest)
-        _tier_warnings(done)
-        return done
-    # No key was used by a restore by digest: nothing to record.
-    recording = (
-        None if req.by_manifest else refs.UseRecording(req.store, req.namespace, match.ref.key)
-    )
-    done.moved = restore_tree(
-        req.store, match.manifest, req.paths, rt, f"restore {match.ref.key}", req.tier
-    )
-    done.stage = "restored"
-    done.seconds = time.monotonic() - start
-    _record_restore(done, rt, recording)
-    _tier_warnings(done)
     return done
 
 

@@ -139,16 +139,7 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     if inp.layout == "hf" and inp.hf_revision.strip():
         _keep_revision(tree, inp.hf_revision.strip())
     saver = Saver(store, layout.namespace(rt.environ), key, rt)
-    tier_notes: list[str] = []
-    if rt.dry_run:  # a plan fills nothing: it only says whether a run would
-        tier_choice = choose(rt.environ, inp.local_cache)
-    else:
-        saver.tier, tier_notes, tier_choice = open_tier(
-            rt.environ,
-            local_cache=inp.local_cache,
-            local_cache_size=inp.local_cache_size,
-            local_cache_mode=inp.local_cache_mode,
-        )
+    tier_notes, tier_choice = _open_tier(saver, inp)
     current = _current_ref(store, saver, rt)
     planned = _hash_and_send(saver, tree, current)
     warnings: Warnings = [(warning, "gpu-ci cache") for warning in tree.warnings]
@@ -157,27 +148,48 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
         saver.fill_tier(tree, planned.manifest.files)
     for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
         warnings.append((note, "gpu-ci local cache"))
-    manifest = planned.manifest
-    done = Save(
+    done = _done(saver, paths, planned.manifest, digest, outcome, start)
+    done.tier_choice, done.warnings = tier_choice, warnings
+    if not rt.dry_run:
+        _record(done, rt)
+    return done
+
+
+def _open_tier(saver: Saver, inp: SaveInputs) -> tuple[list[str], TierChoice]:
+    """Open the runner-local tier the saved files are copied into: its notes and the choice
+    (a plan fills nothing: it only says whether a run would)."""
+    environ = saver.rt.environ
+    if saver.rt.dry_run:
+        return [], choose(environ, inp.local_cache)
+    saver.tier, notes, choice = open_tier(
+        environ,
+        local_cache=inp.local_cache,
+        local_cache_size=inp.local_cache_size,
+        local_cache_mode=inp.local_cache_mode,
+    )
+    return notes, choice
+
+
+def _done(
+    saver: Saver, paths: list[str], manifest: mf.Manifest, digest: str, outcome: str, start: float
+) -> Save:
+    """The outcome of a save that ran (or a dry run's plan), with the connections it used."""
+    dry_run = saver.rt.dry_run
+    sent = saver.stats.data_bytes > 0 and not dry_run  # connections only mean something then
+    return Save(
         "done",
-        key,
-        store.url,
+        saver.key,
+        saver.store.url,
         paths,
         outcome,
         len(manifest.files),
         manifest.total_bytes,
         time.monotonic() - start,
-        rt.dry_run,
+        dry_run,
         digest,
         saver.stats,
-        tier_choice=tier_choice,
-        warnings=warnings,
+        connections=Connections.of(saver.uploads) if sent else None,
     )
-    sent = saver.stats.data_bytes > 0 and not rt.dry_run  # connections only mean something then
-    done.connections = Connections.of(saver.uploads) if sent else None
-    if not rt.dry_run:
-        _record(done, rt)
-    return done
 
 
 def _record(done: Save, rt: Runtime) -> None:
