@@ -17,7 +17,7 @@ store cannot be read or written, :class:`gpuci.errors.IntegrityError` when resto
 not match their digests. A miss is not an error: ``RestoreResult.hit`` is False.
 
 It lives in ``gpuci.cache.api`` rather than ``gpuci.cache`` because ``gpuci.cache.restore`` and
-``gpuci.cache.save`` are already names (the commands' packages).
+``gpuci.cache.save`` are already names (the operations' packages).
 """
 
 from __future__ import annotations
