@@ -101,10 +101,8 @@ GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
 SHELLS = {m for m in MODULES if m.rpartition(".")[2] == "command"}
 # Known arrows from the library up into a shell, each to be removed, none to be added:
 # populate (restore's fill-on-miss) takes and returns the step's Result and runs save's shell;
-# gpuci.fetch re-exports retry-fetch's ``run`` in its ``__all__``.
 LIBRARY_TO_SHELL = [
     "gpuci.cache.restore.populate -> gpuci.cache.save.command",
-    "gpuci.fetch -> gpuci.fetch.command",
 ]
 
 

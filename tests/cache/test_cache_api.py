@@ -170,6 +170,7 @@ def test_results_carry_the_warnings_as_text(tmp_path: Path) -> None:
     [
         "gpuci.cache.api",
         "gpuci.gpu.api",
+        "gpuci.fetch",
         "gpuci.cache.restore.operation",
         "gpuci.cache.save.operation",
         "gpuci.cache.restore.command",
