@@ -201,8 +201,9 @@ def test_training_and_pods_use_the_base_not_each_other_or_the_commands():
 def test_the_library_never_imports_a_command():
     """Commands call the Python API, never the reverse: no module but the entry points, the
     registry and the shells themselves imports a ``*.command`` module or the registry (so
-    ``gpuci.cache.api`` and the operations it calls reach neither)."""
+    ``gpuci.cache.api``, ``gpuci.gpu.api`` and the operations they call reach neither)."""
     assert "gpuci.cache.restore.command" in SHELLS and "gpuci.cache.save.command" in SHELLS
+    assert "gpuci.gpu.setup.command" in SHELLS and "gpuci.gpu.smoke.command" in SHELLS
     up = sorted(
         f"{module} -> {target}"
         for module, imported in GRAPH.items()
