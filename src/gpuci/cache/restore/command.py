@@ -37,11 +37,11 @@ def run(inp: RestoreInputs, rt: Runtime) -> Result:
     if req is None:  # a plan without credentials: nothing was looked up
         return result
     missed_exact = match is None or (done.moved is not None and not match.exact)
-    if missed_exact and req.populate and not req.lookup_only:
+    if missed_exact and req.populate and not req.inp.lookup_only:
         from gpuci.cache.restore.populate import fill_on_miss  # a subprocess: only to populate
 
         return fill_on_miss(req.inp, rt, result, req.paths, req.start)
-    if match is None and req.fail_on_miss:
+    if match is None and req.inp.fail_on_miss:
         result.exit_code = ExitCode.CHECK_FAILED
         result.error(
             f"cache miss for {req.key} in {describe(req.store)} and fail-on-miss is set",

@@ -42,7 +42,6 @@ class Request:
     inp: RestoreInputs
     start: float
     key: str
-    label: str
     by_manifest: str
     paths: list[str]
     restore_keys: list[str]
@@ -51,9 +50,7 @@ class Request:
     tier: LocalTier | None
     tier_choice: TierChoice
     namespace: str
-    lookup_only: bool
-    fail_on_miss: bool
-    populate: str
+    populate: str  # the command to run on a miss, stripped
 
 
 @dataclass
@@ -150,7 +147,7 @@ def restore(inp: RestoreInputs, rt: Runtime) -> Restore:
         return done
     _plan(req, match, done.warnings)
     done.match = match
-    if rt.dry_run or req.lookup_only:
+    if rt.dry_run or req.inp.lookup_only:
         done.stage = "plan"
         done.seconds = time.monotonic() - req.start
         done.local = _local_bytes(req.tier, match.manifest)
@@ -175,8 +172,7 @@ def _begin(inp: RestoreInputs, rt: Runtime) -> Restore:
     a plan without credentials, which goes no further)."""
     start = time.monotonic()
     by_manifest = _manifest_input(inp)
-    label = f"manifest {by_manifest[:12]}"
-    key = refs.check_key(inp.key) if inp.key else label
+    key = refs.check_key(inp.key) if inp.key else f"manifest {by_manifest[:12]}"
     paths = _target_paths(inp, rt)
     restore_keys = [refs.check_key(p, "restore-keys") for p in inp.restore_keys]
     store = plan_store(inp, rt)
@@ -193,7 +189,6 @@ def _begin(inp: RestoreInputs, rt: Runtime) -> Restore:
         inp=inp,
         start=start,
         key=key,
-        label=label,
         by_manifest=by_manifest,
         paths=paths,
         restore_keys=restore_keys,
@@ -202,8 +197,6 @@ def _begin(inp: RestoreInputs, rt: Runtime) -> Restore:
         tier=tier,
         tier_choice=tier_choice,
         namespace=layout.namespace(rt.environ),
-        lookup_only=inp.lookup_only,
-        fail_on_miss=inp.fail_on_miss,
         populate=inp.populate.strip(),
     )
     done = Restore("miss", key, store.url, 0.0, req)
@@ -237,7 +230,7 @@ def _lookup(req: Request, warnings: list[tuple[str, str]]) -> Match | None:
     manifest_bytes = 0
     if req.by_manifest:  # one exact tree, whatever the keys name now
         found: tuple[refs.Ref, bool] | None = (
-            refs.Ref(key=req.label, manifest=req.by_manifest),
+            refs.Ref(key=f"manifest {req.by_manifest[:12]}", manifest=req.by_manifest),
             True,
         )
         whole, manifest_bytes = fetch_by_digest(store, req.by_manifest)

@@ -101,7 +101,7 @@ def _report_plan(done: Restore, req: Request, match: Match, rt: Runtime, result:
         "bytes_local": local,
         "bytes_remote": size - local,
         "dry_run": rt.dry_run,
-        "lookup_only": req.lookup_only,
+        "lookup_only": req.inp.lookup_only,
         "would_populate": would_populate,
     }
 
