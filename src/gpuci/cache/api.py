@@ -129,13 +129,14 @@ def restore(
 
     rt = runtime or Runtime()
     done = operation.restore(checked(inp), rt)
+    match, moved = done.match, done.moved
     return RestoreResult(
-        hit=done.hit,
-        matched_key=done.matched_key,
-        manifest=done.manifest,
-        files=done.files,
-        bytes_downloaded=done.bytes_downloaded,
-        bytes_from_local=done.bytes_from_local,
+        hit=match is not None and match.exact,
+        matched_key=match.matched_key if match else "",
+        manifest=match.ref.manifest if match else "",
+        files=match.files if match else 0,
+        bytes_downloaded=moved.downloaded if moved else 0,
+        bytes_from_local=moved.from_local if moved else 0,
         result=report.render(done, rt),
         warnings=tuple(message for message, _ in done.warnings),
     )

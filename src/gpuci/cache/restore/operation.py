@@ -95,31 +95,6 @@ class Restore:
     local: int = 0  # at stage plan: bytes of the tree the local tier holds already
     warnings: list[tuple[str, str]] = field(default_factory=list)
 
-    @property
-    def hit(self) -> bool:
-        """True only for the exact key (or the manifest asked for)."""
-        return self.match is not None and self.match.exact
-
-    @property
-    def matched_key(self) -> str:
-        return self.match.matched_key if self.match else ""
-
-    @property
-    def manifest(self) -> str:
-        return self.match.ref.manifest if self.match else ""
-
-    @property
-    def files(self) -> int:
-        return self.match.files if self.match else 0
-
-    @property
-    def bytes_downloaded(self) -> int:
-        return self.moved.downloaded if self.moved else 0
-
-    @property
-    def bytes_from_local(self) -> int:
-        return self.moved.from_local if self.moved else 0
-
 
 def restore(inp: RestoreInputs, rt: Runtime) -> Restore:
     """Restore the tree ``inp`` names (a miss, a dry run or lookup-only stop early).
