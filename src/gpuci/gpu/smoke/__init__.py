@@ -111,12 +111,7 @@ def smoke(
     """The smoke as a step reports it: :func:`examine`, rendered.
 
     Args:
-        inp: the smoke's inputs.
-        rt: the environment, output streams and masks; ``rt.dry_run`` plans only.
-        nvml: an NVML object to read instead of the driver's.
-        backend: the load generator to use instead of ``inp.framework``'s (tests).
-        sizes: the GEMM, bandwidth and memory sizes (tests use tiny ones).
-        clock: the budget's clock (tests use a fake one).
+        inp, rt, nvml, backend, sizes, clock: as :func:`examine`'s.
 
     Returns:
         The command's Result; a lost GPU or missing NVML is a Result with exit 3 (and a report
