@@ -4,7 +4,9 @@ The run: read NVML (health before), listen for XIDs, drive a load through torch 
 (context, GEMM, device bandwidth, host-device bandwidth with the PCIe link read under load,
 memory patterns, NCCL), optionally ``dcgmi diag``, read NVML again (health after). Every check
 ends pass, fail or skip-with-reason inside one time budget. Nothing here imports boto3,
-tenacity or httpx, so it runs on a plain GPU image.
+tenacity or httpx, so it runs on a plain GPU image. :func:`examine` returns the typed outcome
+(:class:`~gpuci.gpu.smoke.report.Smoke`, or a dry run's :class:`~gpuci.gpu.smoke.plan.Plan`);
+:func:`smoke` renders it as the step's Result.
 """
 
 from __future__ import annotations
