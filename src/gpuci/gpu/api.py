@@ -143,8 +143,7 @@ def setup(
     from gpuci.gpu.setup.operation import setup as read_and_judge  # loaded by the first setup
     from gpuci.gpu.setup.report import render
 
-    rt = runtime or Runtime()
-    done = read_and_judge(checked(inp), rt, nvml=nvml)
+    done = read_and_judge(checked(inp), runtime or Runtime(), nvml=nvml)
     result = render(done)
     if check and not done.passed:
         raise CheckFailed(result.headline)
