@@ -95,6 +95,11 @@ def _imports(module: str, path: Path) -> set[str]:
 
 GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
 
+# A command's shell (``*.command``): it calls the library and renders the typed outcome as the
+# step's Result. The library never imports a shell or the registry (httpx's CLI is built on its
+# Client, not the reverse); the entry points, the registry and other shells may.
+SHELLS = {m for m in MODULES if m.rpartition(".")[2] == "command"}
+
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iteratively)."""
@@ -186,6 +191,22 @@ def test_training_and_pods_use_the_base_not_each_other_or_the_commands():
     assert _arrows({"gpuci.training"}, {"gpuci.pods"}) == []
     assert _arrows({"gpuci.pods"}, {"gpuci.training"}) == []
     assert _arrows(USERS, ENTRY | REGISTRY) == []
+
+
+def test_the_library_never_imports_a_command():
+    """Commands call the Python API, never the reverse: no module but the entry points, the
+    registry and the shells themselves imports a ``*.command`` module or the registry (so
+    ``gpuci.cache.api``, ``gpuci.gpu.api`` and the operations they call reach neither)."""
+    assert "gpuci.cache.restore.command" in SHELLS and "gpuci.cache.save.command" in SHELLS
+    assert "gpuci.gpu.setup.command" in SHELLS and "gpuci.gpu.smoke.command" in SHELLS
+    up = sorted(
+        f"{module} -> {target}"
+        for module, imported in GRAPH.items()
+        if module not in SHELLS and not _under(module, ENTRY | REGISTRY)
+        for target in imported
+        if target in SHELLS or _under(target, REGISTRY)
+    )
+    assert up == []
 
 
 def test_the_registry_does_not_import_the_entry_points():

@@ -1,9 +1,13 @@
-"""The Python API (gpuci.cache.api): save then restore on a file store, a miss, bad input."""
+"""The Python API (gpuci.cache.api): save then restore on a file store, a miss, bad input, and
+that it stands under the CLI (it never loads a command)."""
 
 from __future__ import annotations
 
 import io
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ import pytest
 from gpuci.cache import api
 from gpuci.errors import InputError
 from gpuci.runtime import Runtime
-from gpuci_testing import clean_env
+from gpuci_testing import REPO, clean_env
 
 
 def _rt(tmp_path: Path) -> Runtime:
@@ -93,3 +97,98 @@ def test_arguments_meet_the_inputs_rules_and_defaults(tmp_path: Path) -> None:
         for name, param in inspect.signature(func).parameters.items():
             if isinstance(param.default, str):
                 assert param.default == getattr(cls(), name), name
+
+
+# A user's script: save, save again, restore, miss; then which of gpuci's modules it loaded.
+_LIBRARY_USER = """
+import io, json, sys
+from gpuci.cache import api
+from gpuci.runtime import Runtime
+src, store, dest = sys.argv[1:4]
+rt = Runtime(json_mode=True, stdout=io.StringIO(), stderr=io.StringIO())
+saved = api.save("weights-v1", src, store=store, local_cache="off", runtime=rt)
+again = api.save("weights-v1", src, store=store, local_cache="off", runtime=rt)
+got = api.restore("weights-v1", dest, store=store, local_cache="off", runtime=rt)
+miss = api.restore("other", dest + "2", store=store, local_cache="off", runtime=rt)
+print(json.dumps({
+    "outcomes": [saved.outcome, again.outcome, got.hit, miss.hit],
+    "headline": got.result.headline,
+    "modules": sorted(m for m in sys.modules if m.startswith("gpuci")),
+}))
+"""
+
+
+def test_the_library_loads_no_command(tmp_path: Path) -> None:
+    """httpx's CLI is built on its Client, not the reverse: a save and a restore through the
+    API run the operations and never import a command's module, the registry or the CLI."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"w" * 70_000)
+    env = clean_env(
+        HOME=str(tmp_path / "home"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        PYTHONPATH=str(REPO / "src"),
+    )
+    args = [str(src), (tmp_path / "store").as_uri(), str(tmp_path / "dest")]
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_USER, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["outcomes"] == ["saved", "unchanged", True, False]
+    assert got["headline"].startswith("hit: restored weights-v1, 1 files")
+    commands = [
+        m
+        for m in got["modules"]
+        if m.endswith(".command") or m.startswith(("gpuci.commands", "gpuci.cli"))
+    ]
+    assert commands == []
+    assert "gpuci.cache.restore.operation" in got["modules"]  # the probe saw the operations
+    assert "gpuci.cache.save.operation" in got["modules"]
+
+
+def test_results_carry_the_warnings_as_text(tmp_path: Path) -> None:
+    """A warning the CLI annotates reaches a Python caller as text, not only in the Result."""
+    store = (tmp_path / "store").as_uri()
+    rt = _rt(tmp_path)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.txt").write_text("a")
+    api.save("k", str(tmp_path / "src"), store=store, local_cache="off", runtime=rt)
+    got = api.restore("k", str(tmp_path / "d"), include=["*.nothing"], store=store, runtime=rt)
+    assert got.hit and got.files == 0
+    assert len(got.warnings) == 1 and "matches nothing in k" in got.warnings[0]
+    assert [a.message for a in got.result.annotations] == list(got.warnings)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "gpuci.cache.api",
+        "gpuci.gpu.api",
+        "gpuci.fetch",
+        "gpuci.gpu.setup.operation",
+        "gpuci.gpu.setup.command",
+        "gpuci.gpu.smoke",
+        "gpuci.cache.restore.operation",
+        "gpuci.cache.save.operation",
+        "gpuci.cache.restore.command",
+        "gpuci.cache.save.command",
+    ],
+)
+def test_public_functions_say_args_returns_and_raises(module: str) -> None:
+    """What a user (or a command) calls says what it takes, gives back and raises."""
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(module)
+    funcs = [getattr(mod, n) for n in mod.__all__ if inspect.isfunction(getattr(mod, n))]
+    assert funcs, f"{module} exports no function"
+    for func in funcs:
+        doc = inspect.getdoc(func) or ""
+        missing = [s for s in ("Args:", "Returns:", "Raises:") if s not in doc]
+        assert missing == [], f"{module}.{func.__name__}"

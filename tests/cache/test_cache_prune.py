@@ -13,7 +13,7 @@ from treeutil import snapshot
 
 from gpuci.cache import layout
 from gpuci.cache.format import refs
-from gpuci.cache.save import command as save_mod
+from gpuci.cache.save import operation as save_mod
 from gpuci.cache.stores import open_store
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from gpuci.errors import CheckFailed, InfraError, InputError, NvmlUnavailable
 from gpuci.gpu import api
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.runtime import Runtime
+from gpuci_testing import REPO, clean_env
 
 
 def runtime(tmp: Path, fake: str | None = None, **env: str) -> Runtime:
@@ -142,3 +145,52 @@ def test_smoke_errors_keep_their_kind(tmp_path: Path) -> None:
 def test_smoke_refuses_bad_arguments(tmp_path: Path, kwargs: dict, said: str) -> None:
     with pytest.raises(InputError, match=re.escape(said)):
         api.smoke(runtime=runtime(tmp_path, "h200"), **kwargs)
+
+
+_LIBRARY_USER = """
+import json, sys
+from gpuci.gpu import api
+setup = api.setup(min_gpus=2)
+smoke = api.smoke(checks=["health"], budget_seconds=20)
+print(json.dumps({"gpus": setup.gpu_count, "smoke": smoke.passed, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_the_library_loads_no_command(tmp_path: Path) -> None:
+    """The API runs gpu-setup's and gpu-smoke's operations, never a command's module, the
+    registry or the CLI (the commands render what the operations return)."""
+    env = {
+        **clean_env(),
+        "PYTHONPATH": str(REPO / "src"),
+        "RUNNER_TEMP": str(tmp_path),
+        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
+        "GPUCI_FAKE_NVML": "h200,h200",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_USER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["gpus"] == 2 and got["smoke"] is True
+    shells = [
+        m
+        for m in got["modules"]
+        if m.endswith(".command") or m.startswith(("gpuci.commands", "gpuci.cli"))
+    ]
+    assert shells == []
+    assert "gpuci.gpu.setup.operation" in got["modules"]  # the probe saw the operation
+
+
+def test_a_dry_run_smoke_returns_the_plan(tmp_path: Path) -> None:
+    environ = {"RUNNER_TEMP": str(tmp_path), "GPUCI_FAKE_NVML": "no-driver"}
+    rt = Runtime(environ, stdout=io.StringIO(), stderr=io.StringIO(), dry_run=True)
+    got = api.smoke(checks=["health", "gemm"], runtime=rt)
+    assert not got.passed  # a plan never claims a pass where no GPU could be checked
+    assert got.report == "" and got.checks == [] and got.failed_checks == []
+    assert "no GPU here" in got.result.headline
+    assert not (tmp_path / "gpuci-smoke-report.json").exists()

@@ -15,7 +15,7 @@ import pytest
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.options import SetupInputs, SmokeInputs
-from gpuci.gpu.setup import run
+from gpuci.gpu.setup.command import run
 from gpuci.gpu.visible import resolve
 from gpuci.inputs import build, specs_of
 from gpuci.inputs import resolve as resolve_inputs

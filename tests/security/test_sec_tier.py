@@ -21,7 +21,7 @@ from tier_runner import (
     warnings,
 )
 
-from gpuci.cache.save import command as save_module
+from gpuci.cache.save import state as save_module
 from gpuci.cache.stores import tier as tier_module
 
 WEIGHTS = "model.safetensors"

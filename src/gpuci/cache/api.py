@@ -1,9 +1,10 @@
 """gpu-ci's Python API: :func:`restore` and :func:`save` (the cache commands without the CLI),
 and :func:`fetch_file` (re-exported from :mod:`gpuci.fetch`).
 
-They build the commands' typed inputs (:mod:`gpuci.cache.options`) directly and run the same
-phases as ``cache-weights restore`` / ``save``, so a Python caller gets the same lookup, checks
-and store handling, and typed results instead of action outputs::
+They build the commands' typed inputs (:mod:`gpuci.cache.options`) and call the operations the
+commands call (:func:`gpuci.cache.restore.operation.restore`,
+:func:`gpuci.cache.save.operation.save`), so a Python caller gets the same lookup, checks and
+store handling, and typed results; the commands only render those results as action outputs::
 
     from gpuci.cache.api import restore, save
     save("weights-v1", ["models/"], store="file:///srv/cache")
@@ -16,7 +17,7 @@ store cannot be read or written, :class:`gpuci.errors.IntegrityError` when resto
 not match their digests. A miss is not an error: ``RestoreResult.hit`` is False.
 
 It lives in ``gpuci.cache.api`` rather than ``gpuci.cache`` because ``gpuci.cache.restore`` and
-``gpuci.cache.save`` are already names (the commands' packages).
+``gpuci.cache.save`` are already names (the operations' packages).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class RestoreResult:
     files: int
     bytes_downloaded: int
     bytes_from_local: int
-    result: Result  # the command's full Result (headline, report, warnings)
+    result: Result  # the step's Result, as the CLI would report it (headline, report, warnings)
+    warnings: tuple[str, ...] = ()  # what went wrong without failing (e.g. a use not recorded)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ class SaveResult:
     manifest: str
     files: int
     bytes_uploaded: int
-    result: Result
+    result: Result  # the step's Result, as the CLI would report it
+    warnings: tuple[str, ...] = ()  # e.g. the lost race, naming the tree that won
 
 
 _RESTORE = RestoreInputs()  # the keywords' defaults are the inputs' (gpuci.inputs.inp)
@@ -122,18 +125,20 @@ def restore(
         local_cache=local_cache,
         local_cache_mode=local_cache_mode,
     )
-    from gpuci.cache.restore import command as restore_command
+    from gpuci.cache.restore import operation, report  # loaded by the first restore
 
-    res = restore_command.run(checked(inp), runtime or Runtime())
-    out = res.outputs
+    rt = runtime or Runtime()
+    done = operation.restore(checked(inp), rt)
+    match, moved = done.match, done.moved
     return RestoreResult(
-        hit=bool(out.get("cache-hit")),
-        matched_key=str(out.get("matched-key") or ""),
-        manifest=str(out.get("manifest") or ""),
-        files=int(out.get("files") or 0),
-        bytes_downloaded=int(out.get("bytes-downloaded") or 0),
-        bytes_from_local=int(out.get("bytes-from-local") or 0),
-        result=res,
+        hit=match is not None and match.exact,
+        matched_key=match.matched_key if match else "",
+        manifest=match.ref.manifest if match else "",
+        files=match.files if match else 0,
+        bytes_downloaded=moved.downloaded if moved else 0,
+        bytes_from_local=moved.from_local if moved else 0,
+        result=report.render(done, rt),
+        warnings=tuple(message for message, _ in done.warnings),
     )
 
 
@@ -181,16 +186,16 @@ def save(
         layout=layout,
         hf_repo=hf_repo,
     )
-    from gpuci.cache.save import command as save_command
+    from gpuci.cache.save import operation, report  # loaded by the first save
 
-    res = save_command.run(checked(inp), runtime or Runtime())
-    out = res.outputs
+    done = operation.save(checked(inp), runtime or Runtime())
     return SaveResult(
-        outcome=str(out.get("outcome") or ""),
-        manifest=str(out.get("manifest") or ""),
-        files=int(out.get("files") or 0),
-        bytes_uploaded=int(out.get("bytes-uploaded") or 0),
-        result=res,
+        outcome=done.word,
+        manifest=done.digest,
+        files=done.files,
+        bytes_uploaded=done.bytes_uploaded,
+        result=report.render(done),
+        warnings=tuple(message for message, _ in done.warnings),
     )
 
 

@@ -1,4 +1,4 @@
-"""Resumable, retried, verified downloads: the ``retry-fetch`` command and its Python API.
+"""Resumable, retried, verified downloads: the Python API under the ``retry-fetch`` command.
 
 Other commands download through :func:`fetch_file` (one code path for retries, resume and
 sha256 checks)::
@@ -13,12 +13,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuci.fetch.client import new_client
-    from gpuci.fetch.command import run
     from gpuci.fetch.download import FetchResult, fetch_file
     from gpuci.fetch.policy import FetchPolicy
 
-__all__ = ["FetchPolicy", "FetchResult", "fetch_file", "new_client", "run"]
+__all__ = ["FetchPolicy", "FetchResult", "fetch_file"]
 
 # Imported when first asked for, so loading ``gpuci.fetch.options`` (the registry reads the
 # inputs of retry-fetch from it for ``--help``) does not load httpx.
@@ -26,8 +24,6 @@ _DEFINED_IN = {
     "FetchPolicy": "gpuci.fetch.policy",
     "FetchResult": "gpuci.fetch.download",
     "fetch_file": "gpuci.fetch.download",
-    "new_client": "gpuci.fetch.client",
-    "run": "gpuci.fetch.command",
 }
 
 

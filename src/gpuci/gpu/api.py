@@ -1,7 +1,8 @@
 """gpu-ci's Python API for GPUs: :func:`setup` and :func:`smoke` (the commands without the CLI).
 
-They build the commands' typed inputs (:mod:`gpuci.gpu.options`) directly and run the same
-phases as ``gpu-setup`` / ``gpu-smoke``, so a Python caller (a pytest fixture, a training
+They build the commands' typed inputs (:mod:`gpuci.gpu.options`) directly and call the
+operations the commands render (:func:`gpuci.gpu.setup.operation.setup`,
+:func:`gpuci.gpu.smoke.examine`), so a Python caller (a pytest fixture, a training
 script's first lines) gets the same NVML reads and verdicts, with typed results::
 
     from gpuci.gpu.api import setup, smoke
@@ -21,8 +22,8 @@ NVML comes from ``runtime.environ`` (``GPUCI_FAKE_NVML`` selects the recorded fa
 jobs; ``SetupResult.visible_devices`` is there to export.
 
 It lives in ``gpuci.gpu.api`` rather than ``gpuci.gpu`` because ``gpuci.gpu.setup`` and
-``gpuci.gpu.smoke`` are already the commands' modules: a function of that name in the package
-would be replaced by the module as soon as the module is imported.
+``gpuci.gpu.smoke`` are already the commands' packages: a function of that name in the package
+would be replaced by the subpackage as soon as it is imported.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuci.errors import CheckFailed, ExitCode, InfraError, InputError, NvmlUnavailable
+from gpuci.errors import CheckFailed, InputError
 from gpuci.gpu.checks import CheckOutcome
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.inputs import Input, checked
@@ -68,7 +69,7 @@ class SetupResult:
     visible_devices: list[str]  # UUIDs, for CUDA_VISIBLE_DEVICES
     checks: list[CheckOutcome]
     report: str  # path of the JSON report
-    result: Result  # the command's full Result (headline, report, warnings)
+    result: Result  # the step's Result, as the CLI would report it (headline, report, warnings)
 
 
 @dataclass(frozen=True)
@@ -139,24 +140,26 @@ def setup(
         fail_on_ecc_errors=fail_on_ecc_errors,
         report=report,
     )
-    from gpuci.gpu import setup as command
+    from gpuci.gpu.setup.operation import setup as read_and_judge  # loaded by the first setup
+    from gpuci.gpu.setup.report import render
 
-    res = command.run(checked(inp), runtime or Runtime(), nvml=nvml)
-    _raise_for(res, check)
-    out = res.outputs
-    memory = out.get("memory-gb")
+    done = read_and_judge(checked(inp), runtime or Runtime(), nvml=nvml)
+    result = render(done)
+    if check and not done.passed:
+        raise CheckFailed(result.headline)
+    snapshot = done.snapshot
     return SetupResult(
-        passed=res.ok,
-        gpu_count=int(out.get("gpu-count") or 0),
-        gpu_names=_split(out.get("gpu-names")),
-        memory_gb=float(memory) if isinstance(memory, int | float) and memory else None,
-        cuda_version=_text(out.get("cuda-version")),
-        driver_version=_text(out.get("driver-version")),
-        compute_capability=_text(out.get("compute-capability")),
-        visible_devices=_split(out.get("visible-devices")),
-        checks=[CheckOutcome(**c) for c in res.report.get("checks") or []],
-        report=str(out.get("report") or ""),
-        result=res,
+        passed=done.passed,
+        gpu_count=len(done.units),
+        gpu_names=[u.name for u in done.units],
+        memory_gb=done.memory_gb or None,
+        cuda_version=(snapshot.cuda_text or None) if snapshot else None,
+        driver_version=(snapshot.driver_version or None) if snapshot else None,
+        compute_capability=done.compute_capability,
+        visible_devices=[u.uuid for u in done.units],
+        checks=done.checks,
+        report=str(done.path or ""),
+        result=result,
     )
 
 
@@ -211,36 +214,33 @@ def smoke(
         dcgm_level=dcgm_level,
         report=report,
     )
-    from gpuci.gpu.smoke import smoke as run_smoke
+    from gpuci.gpu.smoke import Plan, examine, render, render_plan  # loaded by the first smoke
 
-    res = run_smoke(checked(inp), runtime or Runtime(), nvml=nvml)
-    _raise_for(res, check)
-    out = res.outputs
+    done = examine(checked(inp), runtime or Runtime(), nvml=nvml)
+    if isinstance(done, Plan):  # a dry run: nothing ran, nothing was written
+        return SmokeResult(
+            passed=bool(done.gpus),
+            failed_checks=[],
+            skipped_checks=done.skipped,
+            seconds=0.0,
+            checks=[],
+            report="",
+            result=render_plan(done),
+        )
+    result = render(done)
+    if done.environment:  # the image cannot start CUDA on a node NVML finds healthy
+        raise InputError(result.headline)
+    if done.failed and check:
+        raise CheckFailed(result.headline)
     return SmokeResult(
-        passed=res.ok,
-        failed_checks=_split(out.get("failed-checks")),
-        skipped_checks=_split(out.get("skipped-checks")),
-        seconds=float(out.get("seconds") or 0.0),
-        checks=list(res.report.get("checks") or []),
-        report=str(out.get("report") or ""),
-        result=res,
+        passed=not done.failed,
+        failed_checks=[o.label for o in done.failed],
+        skipped_checks=[o.label for o in done.skipped],
+        seconds=done.seconds,
+        checks=done.report["checks"],
+        report=str(done.path),
+        result=result,
     )
-
-
-def _raise_for(res: Result, check: bool) -> None:
-    """The command's verdict as the API's exception: input and infra always, a failed check
-    when ``check``. A command that caught the error itself (to still write its report) kept
-    its type and hint in ``report["error"]``."""
-    if res.ok or (res.exit_code == ExitCode.CHECK_FAILED and not check):
-        return
-    error = res.report.get("error") or {}
-    message, hint = str(error.get("message") or res.headline), error.get("hint")
-    if res.exit_code == ExitCode.INFRA:
-        cls = NvmlUnavailable if error.get("type") == "NvmlUnavailable" else InfraError
-        raise cls(message, hint)
-    if res.exit_code == ExitCode.BAD_INPUT:
-        raise InputError(message, hint)
-    raise CheckFailed(res.headline)
 
 
 def _parsed(name: str, value: Any) -> Any:
@@ -249,11 +249,3 @@ def _parsed(name: str, value: Any) -> Any:
         return value
     spec: Input = SetupInputs.__dataclass_fields__[name].metadata["input"]
     return spec.parse(value, "argument")
-
-
-def _split(value: Any) -> list[str]:
-    return [part for part in str(value or "").split(",") if part]
-
-
-def _text(value: Any) -> str | None:
-    return None if value in (None, "") else str(value)

@@ -73,30 +73,29 @@ def fill_on_miss(
         restored.report["would_populate"] = True
         return restored
     run_command(inp.populate, rt)
-    from gpuci.cache.save import command as save
+    from gpuci.cache.save.operation import save
+    from gpuci.cache.save.report import render
 
-    saved = save.run(inp.save_inputs(paths), rt)
+    done = save(inp.save_inputs(paths), rt)
+    saved = render(done)  # its warnings and report, as a save step of its own would give them
     seconds = time.monotonic() - start
     out = dict(restored.outputs)
     out.update(
         {
             "cache-hit": False,
-            "manifest": saved.outputs["manifest"],
-            "bytes-uploaded": saved.outputs["bytes-uploaded"],
-            "files": saved.outputs["files"],
+            "manifest": done.digest,
+            "bytes-uploaded": done.bytes_uploaded,
+            "files": done.files,
             "seconds": round(seconds, 3),
-            "connections": saved.outputs["connections"],
+            "connections": done.connections.used if done.connections else 0,
             "populated": True,
         }
     )
     result = Result(command="cache-weights restore", outputs=out)
     result.annotations = restored.annotations + saved.annotations
-    outcome = saved.report.get("outcome", "saved")
-    size = int(saved.report.get("bytes", 0) or 0)
-    uploaded = int(saved.outputs["bytes-uploaded"] or 0)
-    files = int(saved.outputs["files"] or 0)
+    outcome, files, size, uploaded = done.outcome, done.files, done.size, done.bytes_uploaded
     result.headline = (
-        f"populated {key} on a miss and {outcome} it: {saved.outputs['files']} files, "
+        f"populated {key} on a miss and {outcome} it: {files} files, "
         f"uploaded {human_bytes(uploaded)} in {seconds:.1f}s"
     )
     result.summary.append(

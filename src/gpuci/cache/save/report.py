@@ -1,32 +1,37 @@
-"""The save's last phase: the journal record, the headline, outputs, summary and report
+"""A save's :class:`~gpuci.runtime.Result`, rendered from its typed outcome
+(:class:`gpuci.cache.save.operation.Save`): the headline, outputs, summary, report and warnings
 (and the plans a dry run gives when the tree or the credentials are not there)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from gpuci import journal
-from gpuci.cache.common import CREDENTIAL_SOURCES, Connections, summary_table
-from gpuci.cache.format import manifest as mf
-from gpuci.cache.format.tree import Tree
-from gpuci.cache.save.state import Saver, SaveStats
+from gpuci.cache.common import CREDENTIAL_SOURCES, Connections, summary_table, tier_line
+from gpuci.cache.save.operation import OUTCOMES, Save
+from gpuci.cache.save.state import SaveStats
 from gpuci.runtime import Result
 from gpuci.units import human_bytes
 
-# The ``outcome`` output: one word per outcome, for `if:` conditions in a workflow.
-OUTCOMES = {
-    "saved": "saved",
-    "updated": "updated",
-    "unchanged": "unchanged",
-    "saved by another job (same content)": "same-content",
-    "lost race": "lost-race",
-    "would save": "would-save",
-    "would update": "would-update",
-}
+__all__ = ["render"]
 
 
-def save_outputs(
+def render(done: Save) -> Result:
+    """The Result a save reports.
+
+    Args:
+        done: what :func:`gpuci.cache.save.operation.save` returned.
+
+    Returns:
+        The step's headline, outputs, summary, report and warnings.
+    """
+    if done.stage == "missing-paths":
+        return _plan_missing_paths(done)
+    if done.stage == "no-credentials":
+        return _plan_without_credentials(done)
+    return _report(done)
+
+
+def _outputs(
     outcome: str,
     manifest: str,
     uploaded: int,
@@ -45,57 +50,35 @@ def save_outputs(
     }
 
 
-def plan_missing_paths(paths: list[str] | None, key: str, url: str, start: float) -> Result:
+def _plan_missing_paths(done: Save) -> Result:
+    """A dry run before the tree exists (an earlier step makes it): the plan names it only."""
+    key, seconds = done.key, done.seconds
     result = Result(command="cache-weights save", headline=f"would save {key}: path not there yet")
-    result.outputs = save_outputs("would save", "", 0, 0, time.monotonic() - start)
-    result.report = {"plan": {"key": key, "store": url, "paths": paths}}
+    result.outputs = _outputs("would save", "", 0, 0, seconds)
+    result.report = {"plan": {"key": key, "store": done.store, "paths": done.paths}}
     return result
 
 
-def report(
-    saver: Saver,
-    paths: list[str],
-    manifest: mf.Manifest,
-    digest: str,
-    outcome: str,
-    start: float,
-    result: Result,
-) -> Result:
-    """Journal the save (not a dry run's), then the headline, outputs, summary and report."""
-    key, store, rt, stats = saver.key, saver.store, saver.rt, saver.stats
-    files, size = len(manifest.files), manifest.total_bytes
-    seconds = time.monotonic() - start
-    uploaded = stats.data_bytes + stats.meta_bytes
-    if not rt.dry_run:
-        journal.record(
-            "cache-save",
-            {
-                "key": key,
-                "manifest": digest,
-                "store": store.url,
-                "paths": paths,
-                "files": files,
-                "bytes": size,
-                "bytes_uploaded": uploaded,
-                "outcome": outcome,
-            },
-            rt.environ,
-        )
-    sent = stats.data_bytes > 0 and not rt.dry_run  # connections only mean something then
-    connections = Connections.of(saver.uploads) if sent else None
-    result.headline = _headline(outcome, key, files, size, stats, seconds, rt.dry_run)
+def _report(done: Save) -> Result:
+    """The headline, outputs, summary and report of a save that ran (or a dry run's plan)."""
+    key, stats, seconds, connections = done.key, done.stats, done.seconds, done.connections
+    files, size, uploaded, outcome = done.files, done.size, done.bytes_uploaded, done.outcome
+    result = Result(command="cache-weights save")
+    for message, title in done.warnings:
+        result.warning(message, title)
+    result.headline = _headline(outcome, key, files, size, stats, seconds, done.dry_run)
     if connections is not None:
         result.headline += f" (connections: {connections.text()})"
-    result.outputs = save_outputs(outcome, digest, uploaded, files, seconds, connections)
+    result.outputs = _outputs(outcome, done.digest, uploaded, files, seconds, connections)
     result.summary.append(summary_table(key, outcome, files, size, uploaded, seconds, connections))
     result.report = {
         "key": key,
-        "store": store.url,
+        "store": done.store,
         "outcome": outcome,
-        "manifest": digest,
+        "manifest": done.digest,
         "files": files,
         "bytes": size,
-        "dry_run": rt.dry_run,
+        "dry_run": done.dry_run,
         "bytes_data": stats.data_bytes,
         "bytes_metadata": stats.meta_bytes,
         "blobs_uploaded": stats.blobs,
@@ -103,30 +86,31 @@ def report(
         "small_files_reused": stats.reused_files,
         "connections": connections.report() if connections else None,
     }
+    if done.tier_choice is not None:
+        result.summary.append(tier_line(done.tier_choice))
+        result.report["local_cache_policy"] = done.tier_choice.text
     return result
 
 
-def plan_without_credentials(key: str, url: str, tree: Tree, start: float) -> Result:
+def _plan_without_credentials(done: Save) -> Result:
     """A dry run with no AWS credentials here: the tree is measured, the store is not asked."""
-    files = [e for e in tree.entries if e.type == "file"]
-    size = sum(e.size for e in files)
-    seconds = time.monotonic() - start
+    key, url, files, size, seconds = done.key, done.store, done.files, done.size, done.seconds
     result = Result(command="cache-weights save")
     result.headline = (
-        f"would need credentials: would save {key} ({len(files)} files, {human_bytes(size)}) "
+        f"would need credentials: would save {key} ({files} files, {human_bytes(size)}) "
         f"to {url}, but no AWS credentials on this machine to ask what it lacks (at most "
         f"{human_bytes(size)} to upload); a real run needs read and write access to the "
         f"bucket ({CREDENTIAL_SOURCES})"
     )
-    result.outputs = save_outputs("would save", "", 0, len(files), seconds)
+    result.outputs = _outputs("would save", "", 0, files, seconds)
     result.summary.append(
-        summary_table(key, "would save: store not asked (no credentials)", len(files), size, 0, 0)
+        summary_table(key, "would save: store not asked (no credentials)", files, size, 0, 0)
     )
     result.report = {
         "key": key,
         "store": url,
         "dry_run": True,
-        "files": len(files),
+        "files": files,
         "bytes": size,
         "lookup": "skipped",
         "reason": "no AWS credentials on this machine",

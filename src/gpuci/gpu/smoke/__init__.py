@@ -4,7 +4,9 @@ The run: read NVML (health before), listen for XIDs, drive a load through torch 
 (context, GEMM, device bandwidth, host-device bandwidth with the PCIe link read under load,
 memory patterns, NCCL), optionally ``dcgmi diag``, read NVML again (health after). Every check
 ends pass, fail or skip-with-reason inside one time budget. Nothing here imports boto3,
-tenacity or httpx, so it runs on a plain GPU image.
+tenacity or httpx, so it runs on a plain GPU image. :func:`examine` returns the typed outcome
+(:class:`~gpuci.gpu.smoke.report.Smoke`, or a dry run's :class:`~gpuci.gpu.smoke.plan.Plan`);
+:func:`smoke` renders it as the step's Result.
 """
 
 from __future__ import annotations
@@ -33,15 +35,15 @@ from gpuci.gpu.smoke.checks import (
 from gpuci.gpu.smoke.health import LoadSampler, XidListener
 from gpuci.gpu.smoke.health_judge import health_checks, watch
 from gpuci.gpu.smoke.load import Sizes, Target
-from gpuci.gpu.smoke.plan import dry_run, params, plan_load
-from gpuci.gpu.smoke.report import SCHEMA, report_path, verdict
+from gpuci.gpu.smoke.plan import Plan, dry_run, params, plan_load, render_plan
+from gpuci.gpu.smoke.report import SCHEMA, Smoke, judge, render, report_path
 from gpuci.gpu.smoke.schedule import run_plan
 from gpuci.gpu.smoke.targets import match_targets
 from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
-__all__ = ["run", "selected_checks", "smoke"]
+__all__ = ["Plan", "Smoke", "examine", "run", "selected_checks", "smoke"]
 
 COMMAND = "gpu-smoke"
 
@@ -108,6 +110,35 @@ def smoke(
     sizes: Sizes | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
+    """The smoke as a step reports it: :func:`examine`, rendered.
+
+    Args:
+        inp, rt, nvml, backend, sizes, clock: as :func:`examine`'s.
+
+    Returns:
+        The command's Result; a lost GPU or missing NVML is a Result with exit 3 (and a report
+        saying ``passed: false``), not raised.
+
+    Raises:
+        InputError: an unknown check or a memory fraction outside (0, 1].
+    """
+    ready = _Ready.of(inp, backend, sizes, clock)
+    try:
+        done = ready.examine(inp, rt, nvml)
+    except (NvmlUnavailable, InputError) as exc:  # no GPU, or one fell off the bus mid-run
+        return _infra_failure(inp, rt, ready.budget, exc)
+    return render_plan(done) if isinstance(done, Plan) else render(done)
+
+
+def examine(
+    inp: SmokeInputs,
+    rt: Runtime,
+    *,
+    nvml: Any = None,
+    backend: Backend | None = None,
+    sizes: Sizes | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Smoke | Plan:
     """The whole run: plan the checks, read the GPUs, run each check within the budget.
 
     Args:
@@ -119,47 +150,72 @@ def smoke(
         clock: the budget's clock (tests use a fake one).
 
     Returns:
-        The command's Result; a lost GPU or missing NVML is a Result with exit 3, not raised.
+        Every check's outcome, the report written (a failed check is returned, not raised);
+        in a dry run, the plan.
 
     Raises:
-        InputError: an unknown check or a memory fraction outside (0, 1].
+        InputError: an unknown check, a memory fraction outside (0, 1], or no GPU given to
+            this job (CUDA_VISIBLE_DEVICES hides them all).
+        NvmlUnavailable: no driver or NVML, no GPU, or a GPU lost mid-run.
     """
-    budget = Budget(inp.budget_seconds, clock)
-    checks = selected_checks(inp)
-    if not 0 < inp.memory_fraction <= 1:
-        raise InputError(
-            f"input 'memory-fraction' is {inp.memory_fraction:g}: a fraction of free memory",
-            hint="set memory-fraction between 0 (exclusive) and 1, e.g. 0.9",
-        )
-    framework = backend.name if backend is not None else resolve_framework(inp.framework)
-    sizes = sizes or (Sizes() if backend is None or backend.is_gpu else Sizes.tiny())
-    try:
-        session = open_nvml(rt.environ, nvml)
-    except NvmlUnavailable as exc:
-        if rt.dry_run:
-            return dry_run(inp, checks, framework, sizes, None, exc.message)
-        hint = (exc.hint or "").split(", or set require-gpu")[0]  # gpu-setup's input, not ours
-        return _infra_failure(
-            inp, rt, budget, NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run")
-        )
-    if backend is None and inp.framework == "auto" and session.source.startswith("fake:"):
-        framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
-    try:
-        host = session.snapshot()
-        # The job's GPUs only: CUDA_VISIBLE_DEVICES applied (another tenant's GPU is not ours).
-        snapshot, visibility = job_view(host, rt.environ)
-        if not snapshot.gpus and not rt.dry_run:
-            raise _no_gpu(host, visibility)
-        if rt.dry_run:
-            return dry_run(inp, checks, framework, sizes, snapshot, None)
-        return _run(
-            inp, rt, session, snapshot, checks, framework, backend, sizes, budget,
-            host, visibility,
-        )  # fmt: skip
-    except (NvmlUnavailable, InputError) as exc:  # no GPU, or one fell off the bus mid-run
-        return _infra_failure(inp, rt, budget, exc)
-    finally:
-        session.close()
+    return _Ready.of(inp, backend, sizes, clock).examine(inp, rt, nvml)
+
+
+@dataclass
+class _Ready:
+    """The inputs checked and the budget started: what a run needs before it reads a GPU."""
+
+    budget: Budget
+    checks: list[str]
+    framework: str
+    backend: Backend | None
+    sizes: Sizes
+
+    @classmethod
+    def of(
+        cls,
+        inp: SmokeInputs,
+        backend: Backend | None,
+        sizes: Sizes | None,
+        clock: Callable[[], float],
+    ) -> _Ready:
+        budget = Budget(inp.budget_seconds, clock)
+        checks = selected_checks(inp)
+        if not 0 < inp.memory_fraction <= 1:
+            raise InputError(
+                f"input 'memory-fraction' is {inp.memory_fraction:g}: a fraction of free memory",
+                hint="set memory-fraction between 0 (exclusive) and 1, e.g. 0.9",
+            )
+        framework = backend.name if backend is not None else resolve_framework(inp.framework)
+        sizes = sizes or (Sizes() if backend is None or backend.is_gpu else Sizes.tiny())
+        return cls(budget, checks, framework, backend, sizes)
+
+    def examine(self, inp: SmokeInputs, rt: Runtime, nvml: Any) -> Smoke | Plan:
+        """Open NVML, take the job's GPUs, then plan (a dry run) or run the checks."""
+        checks, framework, sizes = self.checks, self.framework, self.sizes
+        try:
+            session = open_nvml(rt.environ, nvml)
+        except NvmlUnavailable as exc:
+            if rt.dry_run:
+                return dry_run(inp, checks, framework, sizes, None, exc.message)
+            hint = (exc.hint or "").split(", or set require-gpu")[0]  # gpu-setup's, not ours
+            raise NvmlUnavailable(exc.message, f"{hint}; or plan with --dry-run") from exc
+        if self.backend is None and inp.framework == "auto" and session.source.startswith("fake:"):
+            framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
+        try:
+            host = session.snapshot()
+            # The job's GPUs only: CUDA_VISIBLE_DEVICES applied (another tenant's is not ours).
+            snapshot, visibility = job_view(host, rt.environ)
+            if not snapshot.gpus and not rt.dry_run:
+                raise _no_gpu(host, visibility)
+            if rt.dry_run:
+                return dry_run(inp, checks, framework, sizes, snapshot, None)
+            return _run(
+                inp, rt, session, snapshot, checks, framework, self.backend, sizes, self.budget,
+                host, visibility,
+            )  # fmt: skip
+        finally:
+            session.close()
 
 
 def _no_gpu(host: Snapshot, vis: Visibility) -> GpuciError:
@@ -218,7 +274,7 @@ def _run(
     budget: Budget,
     host: Snapshot | None = None,
     visibility: Visibility | None = None,
-) -> Result:
+) -> Smoke:
     """Scope (which GPUs, which framework) -> watch (XIDs, clocks) -> checks -> result."""
     gpus = list(snapshot.gpus)
     outcomes: list[Outcome] = []
@@ -249,7 +305,7 @@ def _run(
     environment = _environment_problem(
         outcomes, load.broken, load.framework, load.built_cuda, snapshot, rt.environ
     )
-    return verdict(
+    return judge(
         inp, rt, snapshot, outcomes, notes, info, load.framework, load.backend, budget, names,
         environment,
     )  # fmt: skip

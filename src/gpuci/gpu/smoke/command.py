@@ -1,9 +1,10 @@
 """``gpu-smoke`` as a job runs it: the smoke, the GPUs' health record, then quarantine.
 
-:func:`gpuci.gpu.smoke.smoke` judges the GPUs and nothing else (``runners release`` and the
-Python API run it alone). The command adds two steps around the verdict: each GPU's verdict
-goes to the health store (:mod:`gpuci.gpu.health_record`, a courtesy: a failed write is a
-warning), and a hardware verdict takes this runner out of the pool when ``on-failure`` asks
+:func:`gpuci.gpu.smoke.smoke` judges the GPUs and nothing else (``runners release`` runs it
+alone; the Python API calls the typed :func:`~gpuci.gpu.smoke.examine` it renders). The command
+adds two steps around the verdict: each GPU's verdict goes to the health store
+(:mod:`gpuci.gpu.health_record`, a courtesy: a failed write is a warning), and a hardware
+verdict takes this runner out of the pool when ``on-failure`` asks
 (:mod:`gpuci.quarantine`, a step on gpu's floor: ``tests/test_imports.py``).
 """
 

@@ -9,6 +9,7 @@ past the budget.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -69,6 +70,22 @@ def params(name: str, inp: SmokeInputs, sizes: Sizes) -> dict[str, Any]:
     return table[name]
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A dry run's outcome: which checks would run, on which GPUs, against which minimums."""
+
+    inp: SmokeInputs
+    framework: str
+    gpus: list[GpuInfo]  # empty when NVML could not be read or lists none
+    checks: list[dict[str, Any]]  # each: would_run (else why not), parameters, estimate_s
+    minimums: dict[int, dict[str, Any]]  # by NVML index
+    nvml_error: str | None
+
+    @property
+    def skipped(self) -> list[str]:
+        return [p["check"] for p in self.checks if not p["would_run"]]
+
+
 def dry_run(
     inp: SmokeInputs,
     checks: list[str],
@@ -76,36 +93,50 @@ def dry_run(
     sizes: Sizes,
     snapshot: Snapshot | None,
     nvml_error: str | None,
-) -> Result:
+) -> Plan:
     """Which checks would run, on which GPUs, with which parameters and minimums; runs none."""
     gpus = list(snapshot.gpus) if snapshot else []
-    plan = _dry_plan(inp, checks, framework, sizes, gpus if snapshot else None)
     mins = {
         g.index: minimums(
             g.name, (g.pcie_gen_max, g.pcie_width_max), inp.min_bandwidth_gbs, inp.min_gemm_tflops
         ).to_dict()
         for g in gpus
     }
+    plan = _dry_plan(inp, checks, framework, sizes, gpus if snapshot else None)
+    return Plan(inp, framework, gpus, plan, mins, nvml_error)
+
+
+def render_plan(done: Plan) -> Result:
+    """A dry run's Result: the headline, the plan table, each GPU's minimums, the report.
+
+    Args:
+        done: what :func:`gpuci.gpu.smoke.examine` returned in a dry run.
+
+    Returns:
+        Exit 0; ``passed`` false when there is no GPU here to check.
+    """
+    inp, plan, gpus, mins = done.inp, done.checks, done.gpus, done.minimums
     total = sum(p["estimate_s"] for p in plan)
-    result = Result(command=COMMAND, headline=_dry_headline(inp, plan, gpus, nvml_error, total))
-    result.summary.append(_plan_table(inp, plan, framework, total))
+    headline = _dry_headline(inp, plan, gpus, done.nvml_error, total)
+    result = Result(command=COMMAND, headline=headline)
+    result.summary.append(_plan_table(inp, plan, done.framework, total))
     result.summary += [_minimums_line(g, mins[g.index]) for g in gpus]
     result.report = {
         "schema": SCHEMA,
         "command": COMMAND,
         "dry_run": True,
-        "framework": framework,
+        "framework": done.framework,
         "framework_installed": {n: installed(n) for n in ("torch", "cupy")},
         "budget_seconds": inp.budget_seconds,
         "gpus": [{"index": g.index, "name": g.name, "uuid": g.uuid} for g in gpus],
         "minimums": mins,
-        "nvml_error": nvml_error,
+        "nvml_error": done.nvml_error,
         "plan": plan,
         # dry-run marks the step "would fail here" on a fail; a plan never claims a pass
         # where no GPU could be checked.
         "verdict": "plan" if gpus else "fail",
     }
-    skipped = ",".join(p["check"] for p in plan if not p["would_run"])
+    skipped = ",".join(done.skipped)
     result.outputs = {"passed": bool(gpus), "failed-checks": "", "skipped-checks": skipped,
                       "report": "", "seconds": 0}  # fmt: skip
     return result

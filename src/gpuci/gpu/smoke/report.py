@@ -5,6 +5,7 @@ GPUs, the journal record."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,35 @@ def summary_tables(outcomes: list[Outcome], gpus: Mapping[int, str]) -> list[str
     return blocks
 
 
-def verdict(
+@dataclass
+class Smoke:
+    """What one smoke found, typed: every check's outcome (GPU by GPU, in run order) and the run.
+
+    ``environment`` names the image's fault when no GPU could start CUDA on a node NVML finds
+    healthy (exit 2: the job's container, not the node); ``warnings`` are what went wrong
+    beside the checks (the journal could not be appended to).
+    """
+
+    outcomes: list[Outcome]
+    names: dict[int, str]  # the GPUs the smoke watched, by NVML index
+    notes: list[str]  # where the run tested less than asked (warnings)
+    budget: Budget
+    seconds: float
+    environment: str | None
+    path: Path  # the JSON report, written
+    report: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "fail"]
+
+    @property
+    def skipped(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "skip"]
+
+
+def judge(
     inp: SmokeInputs,
     rt: Runtime,
     snapshot: Snapshot,
@@ -70,70 +99,63 @@ def verdict(
     budget: Budget,
     names: dict[int, str],
     environment: str | None = None,
-) -> Result:
-    """The run's Result: exit code and headline, annotations, outputs; the report written and
-    the journal appended."""
-    seconds = round(budget.elapsed(), 2)
+) -> Smoke:
+    """The run's outcome: the checks in report order, the report written, the journal appended."""
     order = {n: i for i, n in enumerate(CHECK_NAMES)}
     outcomes.sort(key=lambda o: (o.gpu if o.gpu is not None else 1 << 30, order[o.name]))
-    failed = [o for o in outcomes if o.status == "fail"]
-    skipped = [o for o in outcomes if o.status == "skip"]
-    path = report_path(inp, rt)
+    seconds = round(budget.elapsed(), 2)
+    done = Smoke(outcomes, names, notes, budget, seconds, environment, report_path(inp, rt))
+    done.report = _report(snapshot, done, info, framework=framework, backend=backend)
+    files.write_report(done.path, done.report, "smoke report", sort_keys=False)
+    _journal(done, rt)
+    return done
+
+
+def render(done: Smoke) -> Result:
+    """The Result a smoke reports: exit code and headline, annotations, tables, outputs.
+
+    Args:
+        done: what :func:`gpuci.gpu.smoke.examine` returned for a real run.
+
+    Returns:
+        Exit 0, 1 with the failed checks named, or 2 for the image's fault.
+    """
+    failed, skipped = done.failed, done.skipped
     result = Result(command=COMMAND)
     result.exit_code = ExitCode.CHECK_FAILED if failed else ExitCode.OK
-    if environment:  # exit 2: the job's image or container cannot start CUDA on a healthy node
+    if done.environment:  # exit 2: the job's image or container cannot start CUDA on a healthy node
         result.exit_code = ExitCode.BAD_INPUT
-    result.headline = _headline(outcomes, names, seconds, path, environment)
-    _annotate(result, failed, skipped, notes, budget)
-    result.summary = summary_tables(outcomes, names)
+    result.headline = _headline(done)
+    _annotate(result, failed, skipped, done.notes, done.budget)
+    result.summary = summary_tables(done.outcomes, done.names)
     result.outputs = {
         "passed": not failed,
         "failed-checks": ",".join(o.label for o in failed),
         "skipped-checks": ",".join(o.label for o in skipped),
-        "report": str(path),
-        "seconds": seconds,
+        "report": str(done.path),
+        "seconds": done.seconds,
     }
-    result.report = _report(
-        snapshot,
-        outcomes,
-        failed,
-        skipped,
-        notes,
-        info,
-        framework=framework,
-        backend=backend,
-        budget=budget,
-        seconds=seconds,
-        environment=environment,
-        path=path,
-    )
-    files.write_report(path, result.report, "smoke report", sort_keys=False)
-    _journal(result, rt)
+    result.report = done.report
+    for warning in done.warnings:
+        result.warning(warning, "gpu-smoke")
     return result
 
 
 def _report(
     snapshot: Snapshot,
-    outcomes: list[Outcome],
-    failed: list[Outcome],
-    skipped: list[Outcome],
-    notes: list[str],
+    done: Smoke,
     info: dict[str, Any],
     *,
     framework: str,
     backend: Backend | None,
-    budget: Budget,
-    seconds: float,
-    environment: str | None,
-    path: Path,
 ) -> dict[str, Any]:
     """The JSON report: the run, the GPUs, every check's outcome (in the order written)."""
     return {
         "schema": SCHEMA,
         "command": COMMAND,
-        "passed": not failed,
-        "seconds": seconds,
-        "budget_seconds": budget.total,
+        "passed": not done.failed,
+        "seconds": done.seconds,
+        "budget_seconds": done.budget.total,
         "framework": framework,
         "backend": {"name": backend.name, "version": backend.version} if backend else None,
         "nvml_source": snapshot.source,
@@ -143,13 +165,13 @@ def _report(
             {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial}
             for g in snapshot.gpus
         ],
-        "failed_checks": [o.label for o in failed],
-        "skipped_checks": [o.label for o in skipped],
-        "environment_problem": environment,
-        "notes": notes,
+        "failed_checks": [o.label for o in done.failed],
+        "skipped_checks": [o.label for o in done.skipped],
+        "environment_problem": done.environment,
+        "notes": done.notes,
         **info,
-        "checks": [o.to_dict() for o in outcomes],
-        "report_path": str(path),
+        "checks": [o.to_dict() for o in done.outcomes],
+        "report_path": str(done.path),
     }
 
 
@@ -158,31 +180,26 @@ def report_path(inp: SmokeInputs, rt: Runtime) -> Path:
     return files.report_path(inp.report, rt.environ, REPORT_NAME)
 
 
-def _headline(
-    outcomes: list[Outcome],
-    names: dict[int, str],
-    seconds: float,
-    path: Path,
-    environment: str | None,
-) -> str:
+def _headline(done: Smoke) -> str:
     """One line: the image's fault, the node's failed checks (and the fix), or the pass."""
-    failed = [o for o in outcomes if o.status == "fail"]
-    if environment:
+    failed, names = done.failed, done.names
+    if done.environment:
         return (
             f"environment problem, not the node: no GPU could start a CUDA context while NVML "
-            f"sees {len(names)} healthy GPU(s): {environment}"
+            f"sees {len(names)} healthy GPU(s): {done.environment}"
         )
     if failed:
         return (
             f"{len(failed)} check(s) failed: "
             + "; ".join(f"{o.label} ({o.reason})" for o in failed)
             + " (fix: take this node out of the runner pool and rerun elsewhere; "
-            f"the figures are in {path})"
+            f"the figures are in {done.path})"
         )
-    passed = sum(1 for o in outcomes if o.status == "pass")
-    skipped = sum(1 for o in outcomes if o.status == "skip")
+    passed = sum(1 for o in done.outcomes if o.status == "pass")
     gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
-    return f"{passed} check(s) passed, {skipped} skipped on {gpu_text} in {seconds:g}s"
+    return (
+        f"{passed} check(s) passed, {len(done.skipped)} skipped on {gpu_text} in {done.seconds:g}s"
+    )
 
 
 def _annotate(
@@ -206,22 +223,22 @@ def _annotate(
         )
 
 
-def _journal(result: Result, rt: Runtime) -> None:
+def _journal(done: Smoke, rt: Runtime) -> None:
     from gpuci import journal
 
     try:
         journal.record(
             COMMAND,
             {
-                "passed": result.report["passed"],
-                "failed_checks": result.report["failed_checks"],
-                "seconds": result.report["seconds"],
-                "gpus": result.report["gpus"],
+                "passed": done.report["passed"],
+                "failed_checks": done.report["failed_checks"],
+                "seconds": done.report["seconds"],
+                "gpus": done.report["gpus"],
             },
             rt.environ,
         )
     except OSError as exc:
-        result.warning(f"could not append to the job journal: {exc}", "gpu-smoke")
+        done.warnings.append(f"could not append to the job journal: {exc}")
 
 
 # gpu-smoke figures with a minimum: (measured key, minimum key, unit, what was measured).

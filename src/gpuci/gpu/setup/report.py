@@ -1,80 +1,37 @@
-"""``gpu-setup``: read the GPUs through NVML, judge them against the job's needs, report.
-
-The report is written atomically (``*.incomplete``, verified, renamed) so a later step never
-reads half a file; the journal gets a GPU summary so ``provenance`` can name model, driver and
-CUDA. In a dry run nothing is written and a missing GPU is described, never failed. The job
-summary is an overview, a table per GPU, and the checks.
+"""gpu-setup's Result, rendered from its typed outcome: the headline, outputs, annotations and
+the job summary (an overview, a table per GPU, and the checks). Nothing here reads NVML or
+writes a file: :mod:`gpuci.gpu.setup.operation` did. A dry run says what this machine lacks
+and fails nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from gpuci.errors import CheckFailed, ExitCode
+from gpuci.gpu.checks import CheckOutcome, Unit, gb
+from gpuci.gpu.nvml import GpuInfo, Snapshot
+from gpuci.gpu.setup.operation import COMMAND, Setup
+from gpuci.gpu.visible import Visibility
+from gpuci.runtime import Result, markdown_table
 
-from gpuci import files, journal, settings
-from gpuci.errors import CheckFailed, ExitCode, NvmlUnavailable
-from gpuci.gpu.checks import (
-    CheckOutcome,
-    Requirements,
-    Unit,
-    cuda_units,
-    evaluate,
-    gb,
-    requirements,
-    requirements_dict,
-    usable_units,
-    version_text,
-)
-from gpuci.gpu.nvml import GpuInfo, Snapshot, open_nvml
-from gpuci.gpu.options import SetupInputs
-from gpuci.gpu.visible import Visibility, job_view
-from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
-
-COMMAND = "gpu-setup"
-REPORT_NAME = "gpuci-gpu-report.json"
-REPORT_SCHEMA = 1
+__all__ = ["render"]
 
 
-def read_snapshot(
-    environ: Mapping[str, str], nvml: Any = None
-) -> tuple[Snapshot | None, NvmlUnavailable | None]:
-    """This machine's GPUs, or the reason NVML could not be used."""
-    try:
-        with open_nvml(environ, nvml) as session:
-            return session.snapshot(), None
-    except NvmlUnavailable as exc:
-        return None, exc
+def render(done: Setup) -> Result:
+    """The Result gpu-setup reports (``CUDA_VISIBLE_DEVICES`` is the command's to export).
 
+    Args:
+        done: what :func:`gpuci.gpu.setup.operation.setup` returned.
 
-def outputs_for(
-    snapshot: Snapshot | None, units: list[Unit], path: Path | None
-) -> dict[str, OutputValue]:
-    ccs = [u.compute_capability for u in units if u.compute_capability is not None]
-    memories = [u.memory_total for u in units if u.memory_total is not None]
-    return {
-        "gpu-count": len(units),
-        "gpu-names": ",".join(u.name for u in units),
-        "memory-gb": gb(min(memories)) if memories else 0,
-        "cuda-version": snapshot.cuda_text if snapshot else None,
-        "driver-version": snapshot.driver_version if snapshot else None,
-        "compute-capability": version_text(min(ccs)) if ccs else None,
-        "visible-devices": ",".join(u.uuid for u in units),
-        "report": str(path) if path else None,
-    }
-
-
-def _journal_gpu(gpu: GpuInfo) -> dict[str, Any]:
-    return {
-        "index": gpu.index,
-        "name": gpu.name,
-        "uuid": gpu.uuid,
-        "memory_total": gpu.memory_total,
-        "compute_capability": gpu.cc_text,
-        "architecture": gpu.architecture,
-        "mig": gpu.mig_enabled,
-    }
+    Returns:
+        The step's headline, summary, annotations and report; in a real run also its outputs,
+        and exit 1 when a requirement is not met.
+    """
+    result = Result(command=COMMAND)
+    result.report = done.report
+    _describe(result, done)
+    if done.path is None:
+        return _plan_only(result, done)
+    return _verdict(result, done)
 
 
 def _headline(failed: list[CheckOutcome], units: list[Unit], cpu_only: bool) -> str:
@@ -118,82 +75,7 @@ def _visibility_notes(result: Result, host: Snapshot | None, vis: Visibility | N
         )
 
 
-@dataclass(frozen=True)
-class _Seen:
-    """What NVML showed: the host, the job's part of it, and the devices CUDA will see."""
-
-    host: Snapshot | None
-    nvml_error: NvmlUnavailable | None
-    snapshot: Snapshot | None  # the job's GPUs (CUDA_VISIBLE_DEVICES applied)
-    visibility: Visibility | None
-    every: list[Unit]  # every usable device, all MIG devices included
-    units: list[Unit]  # what one CUDA process sees: at most one MIG device
-
-    @property
-    def gpus(self) -> tuple[GpuInfo, ...]:
-        return self.snapshot.gpus if self.snapshot else ()
-
-    @property
-    def cpu_only(self) -> bool:
-        return not self.gpus
-
-
-def run(inp: SetupInputs, rt: Runtime, *, nvml: Any = None) -> Result:
-    """The gpu-setup command: read, judge, describe; then (not in a dry run) write and export.
-
-    ``nvml`` injects an NVML object (e.g. a FakeNvml) in-process.
-    """
-    req = requirements(inp)
-    path = files.report_path(inp.report, rt.environ, REPORT_NAME)
-    seen = _read(req, rt, nvml)
-    checks = evaluate(req, seen.snapshot, seen.visibility)
-    failed = [c for c in checks if c.outcome == "fail"]
-    outputs = outputs_for(seen.snapshot, seen.units, None if rt.dry_run else path)
-    result = Result(command=COMMAND)
-    result.report = _report(req, seen, checks, outputs, rt.dry_run)
-    _describe(result, seen, checks)
-    if rt.dry_run:
-        return _plan_only(result, seen, failed)
-    return _publish(result, inp, rt, seen, failed, outputs, path)
-
-
-def _read(req: Requirements, rt: Runtime, nvml: Any) -> _Seen:
-    """NVML's snapshot narrowed to this job's GPUs; no NVML fails only a real run that needs one."""
-    host, nvml_error = read_snapshot(rt.environ, nvml)
-    if nvml_error is not None and req.require_gpu and not rt.dry_run:
-        raise nvml_error
-    # The job's GPUs: CUDA_VISIBLE_DEVICES applied; the host's others are neither judged,
-    # counted nor exported (that would widen the job onto another tenant's GPUs).
-    snapshot, visibility = job_view(host, rt.environ) if host else (None, None)
-    every = usable_units(snapshot, req.allow_mig)
-    return _Seen(host, nvml_error, snapshot, visibility, every, cuda_units(every))
-
-
-def _report(
-    req: Requirements,
-    seen: _Seen,
-    checks: list[CheckOutcome],
-    outputs: dict[str, OutputValue],
-    dry_run: bool,
-) -> dict[str, Any]:
-    failed = any(c.outcome == "fail" for c in checks)
-    return {
-        "schema": REPORT_SCHEMA,
-        "command": COMMAND,
-        "dry_run": dry_run,
-        "verdict": "fail" if failed else "pass",
-        "cpu_only": seen.cpu_only,
-        "nvml_error": seen.nvml_error.one_line() if seen.nvml_error else None,
-        "requirements": requirements_dict(req),
-        "checks": [c.to_dict() for c in checks],
-        "devices": [{**u.to_dict(), "cuda_visible": u in seen.units} for u in seen.every],
-        "visibility": seen.visibility.to_dict() if seen.visibility else None,
-        "nvml": seen.host.to_dict() if seen.host else None,
-        "outputs": {k: v for k, v in outputs.items() if k != "report"},
-    }
-
-
-def _describe(result: Result, seen: _Seen, checks: list[CheckOutcome]) -> None:
+def _describe(result: Result, seen: Setup) -> None:
     """The step summary (GPUs, checks) and the notes a real run and a dry run both give."""
     if seen.snapshot and seen.gpus:
         result.summary.append(overview(seen.snapshot))
@@ -202,7 +84,7 @@ def _describe(result: Result, seen: _Seen, checks: list[CheckOutcome]) -> None:
         result.summary.append(f"**GPUs**: none ({seen.nvml_error.message})")
     else:
         result.summary.append("**GPUs**: none found by NVML")
-    result.summary.append(checks_table(checks))
+    result.summary.append(checks_table(seen.checks))
     if len(seen.every) > len(seen.units):
         result.notice(
             f"{len(seen.every) - len(seen.units) + 1} MIG devices here, but CUDA shows one MIG "
@@ -218,8 +100,9 @@ def _describe(result: Result, seen: _Seen, checks: list[CheckOutcome]) -> None:
             result.warning(f"GPU {g.index}: {finding}", "gpu-setup: modes")
 
 
-def _plan_only(result: Result, seen: _Seen, failed: list[CheckOutcome]) -> Result:
+def _plan_only(result: Result, seen: Setup) -> Result:
     """Dry run: say what this machine lacks, write nothing, fail nothing."""
+    failed = seen.failed
     lacking = "; ".join(f"{c.check} ({c.required}): {c.reason}" for c in failed)
     result.headline = (
         f"dry run: this machine lacks what the job needs: {lacking}"
@@ -231,39 +114,15 @@ def _plan_only(result: Result, seen: _Seen, failed: list[CheckOutcome]) -> Resul
     return result
 
 
-def _publish(
-    result: Result,
-    inp: SetupInputs,
-    rt: Runtime,
-    seen: _Seen,
-    failed: list[CheckOutcome],
-    outputs: dict[str, OutputValue],
-    path: Path,
-) -> Result:
-    """A real run: outputs, the report file, the journal, the export, the verdict."""
-    result.outputs = outputs
-    result.report["report_path"] = str(path)
-    files.write_report(path, result.report, "GPU report")
-    snapshot = seen.snapshot
-    journal.record(
-        COMMAND,
-        {
-            "source": snapshot.source if snapshot else None,
-            "driver_version": snapshot.driver_version if snapshot else None,
-            "cuda_version": snapshot.cuda_text if snapshot else None,
-            "gpus": [_journal_gpu(g) for g in seen.gpus],
-            "visible_devices": [u.uuid for u in seen.units],
-            "verdict": result.report["verdict"],
-        },
-        rt.environ,
-    )
-    if inp.export_visible_devices and seen.units:
-        result.env[settings.CUDA_VISIBLE_DEVICES.name] = ",".join(u.uuid for u in seen.units)
-    result.headline = _headline(failed, seen.units, seen.cpu_only)
+def _verdict(result: Result, done: Setup) -> Result:
+    """A real run: outputs, the verdict, an error per failed check, the ECC warnings."""
+    failed = done.failed
+    result.outputs = done.outputs()
+    result.headline = _headline(failed, done.units, done.cpu_only)
     for check in failed:
         result.error(f"{check.check}: {check.reason} (required {check.required})", "gpu-setup")
     if not failed:
-        for g in seen.gpus:
+        for g in done.gpus:
             if g.health.memory_problems():
                 result.warning(
                     f"GPU {g.index}: {', '.join(g.health.memory_problems())}", "gpu-setup: ECC"
