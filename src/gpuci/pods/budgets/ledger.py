@@ -394,10 +394,6 @@ def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
     return rec
 
 
-def owners_by_pod(book: Mapping[str, PodRecord]) -> dict[str, str]:
-    return {pid: rec.owner for pid, rec in book.items() if rec.owner}
-
-
 def reaped_by_owner(book: Mapping[str, PodRecord], since: float) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for rec in book.values():

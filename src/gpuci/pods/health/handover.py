@@ -49,7 +49,6 @@ ENV_SMOKE = settings.SMOKE.name
 ENV_POD_NAME = settings.POD_NAME.name
 ENV_PACKAGE = settings.PACKAGE.name
 HARDWARE_RC = 10
-MARK = " smoke "
 _MARKED = re.compile(r" smoke (passed|failed|skipped)(?:: ?(.*))?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9:,._=/+-]+")
 

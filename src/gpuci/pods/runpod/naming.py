@@ -75,13 +75,6 @@ def tag_of(pod: Mapping[str, Any]) -> PodTag | None:
     return PodTag(owner, run_url, expires_at, from_name.get("n", ""))
 
 
-def default_owner(environ: Mapping[str, str]) -> str:
-    for name in (settings.GITHUB_ACTOR.name, settings.GITLAB_USER_LOGIN.name, "USER", "USERNAME"):
-        if environ.get(name):
-            return environ[name]
-    return "unknown"
-
-
 def run_url(environ: Mapping[str, str]) -> str:
     """The URL of this CI run: a GitHub workflow run or a GitLab pipeline, else ``local``."""
     run_id = settings.GITHUB_RUN_ID.raw(environ)
