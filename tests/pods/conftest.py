@@ -11,10 +11,18 @@ import pytest
 from fake_runpod import FakeRunPod
 from pods_testing import SUBS, FakeClock
 
+from forges.fake_forges import FakeForges
 from gpuci.errors import GpuciError
 from gpuci.inputs import build, resolve
 from gpuci.runtime import Result, Runtime
 from moto_s3 import FAKE_S3_CREDENTIALS
+
+
+@pytest.fixture
+def api() -> Iterator[FakeForges]:
+    """Fake GitHub and GitLab on 127.0.0.1: where ``pods up --runner`` registers its runner."""
+    with FakeForges() as server:
+        yield server
 
 
 @pytest.fixture

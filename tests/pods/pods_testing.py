@@ -3,9 +3,21 @@ picks whichever folder's conftest pytest loaded last)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuci.commands import pods as spec
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
+L40S = "NVIDIA L40S"
+#: A GitHub Actions run, id 77: a one-job runner of it is labelled ``run-77``.
+RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
+
+
+def up_runner(run: Any, env: dict[str, str], runner: str = "github", **flags: Any) -> Any:
+    """``pods up`` (the ``run`` fixture) of an L40S pod with a one-job ``runner`` labelled
+    ``run-77``, in ``env``; ``flags`` add inputs or replace these."""
+    flags = {"gpu_types": L40S, "runner_labels": "run-77", **flags}
+    return run("up", runner=runner, extra_env=env, **flags)
 
 
 class FakeClock:
