@@ -15,9 +15,10 @@ from gpuci.pods.lifecycle.common import (
 )
 from gpuci.pods.options import StartInputs
 from gpuci.pods.runpod.client import NotFound, RunPodClient
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import tag_of
 from gpuci.runtime import Result, Runtime
+from gpuci.units import utc_iso
 
 
 def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
@@ -52,10 +53,10 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 new = tag.with_expiry(clock.now() + float(ttl))
                 env = {**(pod.get("env") or {}), **new.env()}
                 client.update_pod(pod_id, {"name": new.name(), "env": env})
-                note = f", expires {iso(new.expires_at)}"
+                note = f", expires {utc_iso(new.expires_at)}"
             elif tag is not None and tag.expires_at <= clock.now():
                 raise InputError(
-                    f"pod {pod_id} expired at {iso(tag.expires_at)}; its timer would stop it "
+                    f"pod {pod_id} expired at {utc_iso(tag.expires_at)}; its timer would stop it "
                     "at once",
                     hint="pass ttl to give it a new expiry",
                 )

@@ -28,9 +28,10 @@ from gpuci.pods.runners import release as runner_release
 from gpuci.pods.runners.registry import runner_name
 from gpuci.pods.runpod import plan
 from gpuci.pods.runpod.client import RunPodClient, api_url
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import PodTag, new_tag, run_url
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import utc_iso
 
 
 def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
@@ -309,7 +310,7 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
     result, tag, runner, rt = job.result, job.tag, job.runner, job.rt
     result.headline = (
         f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
-        f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
+        f"at ${float(pod.get('cost') or 0):.2f}/h until {utc_iso(tag.expires_at)}"
         + (f", {runner.target.platform} runner {runner.name}" if runner else "")
     )
     result.outputs = {
@@ -319,7 +320,7 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
         "url": url,
         "gpu-type": pod.get("gpu", {}).get("id", ""),
         "data-center": pod.get("dataCenterId") or "",
-        "expires-at": iso(tag.expires_at),
+        "expires-at": utc_iso(tag.expires_at),
         "ssh-command": "",
         "runner-name": runner.name if runner else "",
     }
@@ -341,7 +342,7 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
                     result.outputs["data-center"],
                     f"{float(pod.get('cost') or 0):.2f}",
                     tag.owner,
-                    iso(tag.expires_at),
+                    utc_iso(tag.expires_at),
                     Link(url) if url else "",
                 ]
             ],
@@ -444,7 +445,7 @@ def _remember(
         "owner": tag.owner,
         "gpu": pod.get("gpu", {}).get("id", ""),
         "costPerHr": pod.get("cost"),
-        "expiresAt": iso(tag.expires_at),
+        "expiresAt": utc_iso(tag.expires_at),
         "expiresEpoch": tag.expires_at,
         "runUrl": tag.run_url,
         "reservation": reservation.key if reservation else "",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci import settings
-from gpuci.pods.runpod.clock import iso, parse_iso
+from gpuci.units import parse_iso, utc_iso
 
 PREFIX = "gpuci"
 ENV_OWNER = settings.OWNER.name
@@ -34,7 +34,7 @@ class PodTag:
 
     def name(self) -> str:
         return (
-            f"{PREFIX} owner={self.owner} exp={iso(self.expires_at)} "
+            f"{PREFIX} owner={self.owner} exp={utc_iso(self.expires_at)} "
             f"run={self.run_url} n={self.nonce}"
         )
 
@@ -42,7 +42,7 @@ class PodTag:
         return {
             ENV_OWNER: self.owner,
             ENV_RUN_URL: self.run_url,
-            ENV_EXPIRES_AT: iso(self.expires_at),
+            ENV_EXPIRES_AT: utc_iso(self.expires_at),
             ENV_EXPIRES_EPOCH: str(int(self.expires_at)),
         }
 
