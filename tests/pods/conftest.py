@@ -100,6 +100,18 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
     return _run
 
 
+@pytest.fixture
+def unreadable_health(moto_endpoint, monkeypatch) -> dict[str, str]:
+    """Env naming a GPU health store in an S3 bucket that does not exist: every read fails."""
+    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
+        monkeypatch.setenv(key, value)
+    return {
+        **FAKE_S3_CREDENTIALS,
+        "GPUCI_GPU_HEALTH_ENDPOINT_URL": moto_endpoint,
+        "GPUCI_GPU_HEALTH_STORE": "s3://no-such-gpuci-bucket/health",
+    }
+
+
 @pytest.fixture(params=["file", "s3"])
 def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
     """The one thing two runners share: the ledger URL (plus S3 credentials for s3://)."""
