@@ -138,6 +138,13 @@ def _health_server(answers: list[int], hits: list[str]) -> LoopbackHTTPServer:
     return LoopbackHTTPServer(H)
 
 
+def test_a_poll_interval_that_is_no_number_is_one_line_and_no_pod_is_left(fake, run):
+    res = run("up", **UP, extra_env={"GPUCI_PODS_POLL_S": "5s"})
+    assert res.code == 2, res.stdout
+    assert "GPUCI_PODS_POLL_S='5s' is not a number" in res.json["headline"]
+    assert fake.pods == {}
+
+
 def test_up_waits_for_the_health_url(fake, run, clock):
     hits: list[str] = []
     with _health_server([503, 503], hits) as server:

@@ -14,7 +14,8 @@ from gpuci.runtime import Runtime
 
 
 def poll_s(rt: Runtime) -> float:
-    return float(settings.PODS_POLL_S.value(rt.environ))
+    """Seconds between polls of a new pod (GPUCI_PODS_POLL_S; InputError when not a number)."""
+    return settings.PODS_POLL_S.number(rt.environ)
 
 
 def wait_running(
