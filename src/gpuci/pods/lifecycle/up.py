@@ -22,7 +22,6 @@ from gpuci.pods.lifecycle import cancel, placement, readiness, ssh, up_cleanup, 
 from gpuci.pods.lifecycle.common import open_client, open_ledger, pod_url, record_event
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runners import boot as runner_boot
-from gpuci.pods.runners import online as runner_online
 from gpuci.pods.runners import registry as runners
 from gpuci.pods.runners import release as runner_release
 from gpuci.pods.runners.registry import runner_name
@@ -265,7 +264,7 @@ def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
     if runner is None and job.spec.smoke:
         _smoke_said(job, replace.wait_verdict(client, clock, pod["id"], deadline, rt))
     if runner is not None and inp.runner_wait_online:
-        runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
+        readiness.wait_online(client, clock, pod["id"], runner, deadline, rt)
         if job.spec.smoke:  # the gate ran before the runner started: what did it say?
             try:
                 _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
