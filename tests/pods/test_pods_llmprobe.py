@@ -31,7 +31,7 @@ def vllm():
         yield f"http://127.0.0.1:{server.port}", seen
 
 
-def test_probe_then_table_per_gpu_type(vllm, tmp_path, monkeypatch, capsys):
+def test_probe_then_table_per_gpu_type(vllm, tmp_path, monkeypatch):
     url, seen = vllm
     model = "Qwen/Qwen2.5-0.5B-Instruct"
     for gpu, rate in (("NVIDIA L40S", "0.86"), ("NVIDIA GeForce RTX 4090", "0.44")):
