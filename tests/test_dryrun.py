@@ -782,3 +782,14 @@ def test_a_job_after_a_failed_need_is_skipped_and_so_is_what_needs_it(tmp_path):
         s["job"]: s["verdict"] for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))
     }
     assert by_job == {"a": "would-fail", "b": "skipped", "c": "skipped", "d": "ok"}
+
+
+def test_a_plan_that_would_read_a_store_on_the_network_names_it():
+    from gpuci.dryrun.calls import network_needed
+
+    ledger = network_needed("pods up", {"ledger": "s3://b/team"}, {})
+    assert ledger == "the pods ledger s3://b/team is on the network; --probe lets the plan read it"
+    assert network_needed("pods up", {"ledger": "file:///tmp/l"}, {}) == ""
+    store = network_needed("cache-weights restore", {}, {"GPUCI_STORE": "s3://b/p"})
+    assert store == "the store s3://b/p is on the network; --probe lets the plan look the key up"
+    assert network_needed("gpu-setup", {"store": "s3://b/p"}, {}) == ""

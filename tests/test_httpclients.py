@@ -6,7 +6,6 @@ import hashlib
 import shutil
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -17,12 +16,12 @@ from gpuci import httpclients
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch.client import new_client as download_client
 from gpuci_testing import self_signed_cert
-from loopback_http import LoopbackHTTPServer
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 BODY = b"x" * 300_000
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonAPIHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
@@ -38,9 +37,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("X-Agent", self.headers.get("User-Agent", ""))
         self.end_headers()
         self.wfile.write(BODY)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

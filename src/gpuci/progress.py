@@ -50,10 +50,6 @@ class Progress:
         self._lock = threading.Lock()
         self._closed = False
 
-    def add_total(self, extra: int) -> None:
-        with self._lock:
-            self.total = (self.total or 0) + extra
-
     def advance(self, nbytes: int) -> None:
         with self._lock:
             self.done += nbytes

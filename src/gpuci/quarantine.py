@@ -22,7 +22,6 @@ from urllib.parse import quote, urlsplit
 
 from gpuci import settings, untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
-from gpuci.forges import runner_labels as rl  # names and rules only: no httpx
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
 from gpuci.inputs import inp, options
 from gpuci.redact import excerpt
@@ -43,6 +42,12 @@ TITLE = "gpu-smoke quarantine"
 # A failure that says the framework could not start (an import error, a driver mismatch), not
 # that the GPU is bad: gpu-smoke records it as a failed "context" check with this reason.
 ENVIRONMENT_REASON = "no CUDA context:"
+QUARANTINE_LABEL = "gpuci-quarantined"
+# The labels a runner application reports itself (actions/runner's OS and architecture
+# names): GitHub marks them read-only and refuses to remove them. Compared case-insensitively.
+READ_ONLY_LABELS = frozenset(
+    {"self-hosted", "linux", "windows", "macos", "x64", "x86", "arm", "arm64"}
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Finding:
 def check_labels(labels: list[str]) -> None:
     """Refuse labels GitHub will not remove (read-only) before the smoke spends its budget:
     InputError naming them."""
-    refused = rl.refused_labels(labels)
+    refused = [lb for lb in labels if lb.lower() in READ_ONLY_LABELS | {QUARANTINE_LABEL}]
     if refused:
         raise InputError(
             f"quarantine-labels names {', '.join(refused)}: read-only runner labels (or our "
@@ -206,7 +211,7 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
             for lb in labels
             if lb.lower() in present and client.remove_label(runner, present[lb.lower()])
         ]
-        client.add_labels(runner, [rl.QUARANTINE_LABEL])
+        client.add_labels(runner, [QUARANTINE_LABEL])
     back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
     what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
     return f"{name} (id {runner.runner_id}; {what})", back
@@ -390,8 +395,8 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
                 f"{settings.GITHUB_ENTERPRISE.name} for an enterprise runner)",
             )
         client.add_labels(runner, labels)
-        if any(lb.lower() == rl.QUARANTINE_LABEL for lb in runner.labels):
-            client.remove_label(runner, rl.QUARANTINE_LABEL)
+        if any(lb.lower() == QUARANTINE_LABEL for lb in runner.labels):
+            client.remove_label(runner, QUARANTINE_LABEL)
     return f"runner {name} released: labels {', '.join(labels)} restored"
 
 

@@ -1,11 +1,14 @@
-"""Values for people: ``human_bytes(1536) == "1.5 KiB"``, ``human_age(7200) == "2h"``, and an
-output value as text (``format_output(True) == "true"``).
+"""Values for people: ``human_bytes(1536) == "1.5 KiB"``, ``human_age(7200) == "2h"``, an
+output value as text (``format_output(True) == "true"``), and a time as RFC 3339 in UTC
+(``utc_iso(0) == "1970-01-01T00:00:00Z"``) and back (``parse_iso``).
 
 Imports nothing, so any module may use it."""
 
 from __future__ import annotations
 
-__all__ = ["format_output", "human_age", "human_bytes"]
+from datetime import datetime, timezone
+
+__all__ = ["format_output", "human_age", "human_bytes", "parse_iso", "utc_iso"]
 
 
 def human_bytes(n: float) -> str:
@@ -35,3 +38,14 @@ def format_output(value: str | int | float | bool | None) -> str:
     if isinstance(value, float):
         return f"{value:.6g}" if abs(value) < 1e15 else str(value)
     return str(value)
+
+
+def utc_iso(ts: float) -> str:
+    """Unix seconds as RFC 3339 in UTC to the second: the one form RunPod's API, pod tags, the
+    ledger, the GPU health record and the training records write."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str) -> float:
+    """Unix seconds from an ISO 8601 time with ``Z`` or an offset (ValueError if it is none)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -11,10 +11,18 @@ import pytest
 from fake_runpod import FakeRunPod
 from pods_testing import SUBS, FakeClock
 
+from forges.fake_forges import FakeForges
 from gpuci.errors import GpuciError
 from gpuci.inputs import build, resolve
 from gpuci.runtime import Result, Runtime
 from moto_s3 import FAKE_S3_CREDENTIALS
+
+
+@pytest.fixture
+def api() -> Iterator[FakeForges]:
+    """Fake GitHub and GitLab on 127.0.0.1: where ``pods up --runner`` registers its runner."""
+    with FakeForges() as server:
+        yield server
 
 
 @pytest.fixture
@@ -90,6 +98,18 @@ def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
         return Run(result, out.getvalue(), err.getvalue())
 
     return _run
+
+
+@pytest.fixture
+def unreadable_health(moto_endpoint, monkeypatch) -> dict[str, str]:
+    """Env naming a GPU health store in an S3 bucket that does not exist: every read fails."""
+    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
+        monkeypatch.setenv(key, value)
+    return {
+        **FAKE_S3_CREDENTIALS,
+        "GPUCI_GPU_HEALTH_ENDPOINT_URL": moto_endpoint,
+        "GPUCI_GPU_HEALTH_STORE": "s3://no-such-gpuci-bucket/health",
+    }
 
 
 @pytest.fixture(params=["file", "s3"])

@@ -25,7 +25,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -33,6 +32,8 @@ from urllib.parse import parse_qs, urlsplit
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 # A verbatim copy of RunPod's published OpenAPI document, so the tests run anywhere.
 SPEC_PATH = Path(__file__).with_name("runpod-openapi-v2.json")
@@ -195,16 +196,13 @@ class FakeRunPod:
         self.pod_keys: dict[str, str] = {}  # pod id -> its pod-scoped key
         self.restarts: list[str] = []  # pods restarted by an update of their env
         self.delete_started = threading.Event()  # a DELETE arrived (set before its delay)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: LoopbackHTTPServer | None = None
 
     # ----- harness -----------------------------------------------------------------------
     def start(self) -> FakeRunPod:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep test output clean
-                pass
-
+        class Handler(JsonAPIHandler):
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
@@ -230,22 +228,17 @@ class FakeRunPod:
 
             do_GET = do_POST = do_PATCH = do_DELETE = _serve
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        self._server = LoopbackHTTPServer(Handler).__enter__()
         return self
 
     def stop(self) -> None:
         if self._server:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.__exit__()
 
     @property
     def url(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._server.port}"
 
     def fail(self, route: str, *answers: tuple[int, dict[str, str]]) -> None:
         """Script the next answers for ``"POST /v2/pods"`` (or any ``METHOD path``)."""

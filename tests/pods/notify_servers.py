@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
-class HttpSink:
+
+class HttpSink(LoopbackHTTPServer):
     """Records every POST (path, headers, JSON body); answers ``status``."""
 
     def __init__(self, status: int = 200) -> None:
@@ -26,30 +26,17 @@ class HttpSink:
         self.posts: list[dict[str, Any]] = []
         sink = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JsonAPIHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                sink.posts.append(
-                    {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
-                )
-                self.send_response(sink.status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
+                entry = {"path": self.path, "headers": dict(self.headers), "body": self._body()}
+                sink.posts.append(entry)
+                self._reply(sink.status, {})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return f"http://127.0.0.1:{self.port}"
 
 
 @dataclass

@@ -3,9 +3,37 @@ picks whichever folder's conftest pytest loaded last)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from gpuci.commands import pods as spec
+from gpuci_testing import clean_env, run_cli
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
+L40S = "NVIDIA L40S"
+#: A GitHub Actions run, id 77: a one-job runner of it is labelled ``run-77``.
+RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
+
+
+def smoke(tmp_path: Path, store: str, nvml: str, **where: str) -> None:
+    """gpu-smoke as a pod runs it (``where``: RUNPOD_DC_ID, RUNPOD_POD_ID ...) on fake GPUs
+    ``nvml``, recording into the GPU health ``store``; fails on any verdict but the expected
+    one (a failure for an ``ecc`` profile, else a pass)."""
+    environ = clean_env(
+        GPUCI_JOURNAL=str(tmp_path / "smoke-journal.jsonl"),
+        GPUCI_FAKE_NVML=nvml,
+        GPUCI_GPU_HEALTH_STORE=store,
+        **where,
+    )
+    proc = run_cli("gpu-smoke", "--framework", "none", env=environ, cwd=tmp_path, timeout=120)
+    assert proc.returncode == (1 if "ecc" in nvml else 0), proc.stdout + proc.stderr
+
+
+def up_runner(run: Any, env: dict[str, str], runner: str = "github", **flags: Any) -> Any:
+    """``pods up`` (the ``run`` fixture) of an L40S pod with a one-job ``runner`` labelled
+    ``run-77``, in ``env``; ``flags`` add inputs or replace these."""
+    flags = {"gpu_types": L40S, "runner_labels": "run-77", **flags}
+    return run("up", runner=runner, extra_env=env, **flags)
 
 
 class FakeClock:

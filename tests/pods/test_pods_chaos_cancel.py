@@ -176,9 +176,9 @@ def _test_handlers() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _up(environ: dict[str, str], clock: ChaosClock, **flags: str) -> tuple[Any, str]:
-    """One in-process ``pods up``: (its Result or the exception that ended it, its log)."""
-    cmd = SUBS["up"]
+def _pods(sub: str, environ: dict[str, str], clock: ChaosClock, **flags: str) -> tuple[Any, str]:
+    """One in-process ``pods SUB``: (its Result or the exception that ended it, its log)."""
+    cmd = SUBS[sub]
     err = io.StringIO()
     rt = Runtime(environ, json_mode=True, stdout=io.StringIO(), stderr=err)
     raw = {k.replace("_", "-"): v for k, v in flags.items()}
@@ -209,8 +209,21 @@ def world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
     yield from _world()
 
 
-def _scenario(rng: random.Random) -> dict[str, Any]:
-    return {
+def _loser(state: dict[str, Any]) -> Callable[[], bool]:
+    """``lose()`` for :func:`_ticking`: True while ``state["lose"]`` read timeouts are left."""
+
+    def lose() -> bool:
+        if state["lose"] > 0:
+            state["lose"] -= 1
+            return True
+        return False
+
+    return lose
+
+
+def _scenario(rng: random.Random, fake: FakeRunPod, state: dict[str, Any]) -> dict[str, Any]:
+    """A random case, set up on ``fake`` and ``state`` (its lost creates and timeouts)."""
+    sc = {
         "runner": rng.choice(["", "", "github", "gitlab"]),
         "budget": rng.random() < 0.5,
         "steps": rng.randint(0, 3),
@@ -219,6 +232,10 @@ def _scenario(rng: random.Random) -> dict[str, Any]:
         "sig": rng.choice([signal.SIGINT, signal.SIGTERM]),
         "second": rng.random() < 0.3,
     }
+    fake.steps_to_running = sc["steps"]
+    fake.lose_create_responses = sc["lost_creates"]
+    state["lose"] = sc["timeouts"]
+    return sc
 
 
 def _check_clean(fake: FakeRunPod, api: FakeRunnersAPI, book: ledger.Ledger, made: set[str]):
@@ -239,20 +256,11 @@ def test_two_hundred_random_cancels_leave_nothing_alive(world, tmp_path: Path):
     seen: set[str] = set()
     state: dict[str, Any] = {"chaos": None, "lose": 0}
 
-    def lose() -> bool:
-        if state["lose"] > 0:
-            state["lose"] -= 1
-            return True
-        return False
-
-    with _ticking(lambda: state["chaos"], lose, fake), _test_handlers():
+    with _ticking(lambda: state["chaos"], _loser(state), fake), _test_handlers():
         for case in range(CANCELS * 3):
             if cancels >= CANCELS:
                 break
-            sc = _scenario(rng)
-            fake.steps_to_running = sc["steps"]
-            fake.lose_create_responses = sc["lost_creates"]
-            state["lose"] = sc["timeouts"]
+            sc = _scenario(rng, fake, state)
             at = rng.randint(1, 30)
             chaos = Chaos(at, sc["sig"], again=at + rng.randint(1, 8) if sc["second"] else 0)
             environ = {
@@ -276,7 +284,7 @@ def test_two_hundred_random_cancels_leave_nothing_alive(world, tmp_path: Path):
                 flags["budget_usd"] = "50"
             clock.chaos = state["chaos"] = chaos
             try:
-                outcome, log = _up(environ, clock, **flags)
+                outcome, log = _pods("up", environ, clock, **flags)
             finally:
                 clock.chaos = state["chaos"] = None
             made = set(fake.created_at) - seen
@@ -328,20 +336,11 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
         **api.gitlab_env(),
     }
 
-    def lose() -> bool:
-        if state["lose"] > 0:
-            state["lose"] -= 1
-            return True
-        return False
-
-    with _ticking(lambda: state["chaos"], lose, fake), _test_handlers():
+    with _ticking(lambda: state["chaos"], _loser(state), fake), _test_handlers():
         for case in range(KILLS * 3):
             if kills >= KILLS:
                 break
-            sc = _scenario(rng)
-            fake.steps_to_running = sc["steps"]
-            fake.lose_create_responses = sc["lost_creates"]
-            state["lose"] = sc["timeouts"]
+            sc = _scenario(rng, fake, state)
             kill_at = rng.randint(1, 30)
             sigint_first = rng.random() < 0.3  # SIGINT, then the kill during the cleanup
             at = rng.randint(1, kill_at - 1) if sigint_first and kill_at > 1 else 0
@@ -358,7 +357,7 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
                 run_env.pop("GPUCI_RUNNER_TOKEN")
             clock.chaos = state["chaos"] = chaos
             try:
-                outcome, log = _up(run_env, clock, **flags)
+                outcome, log = _pods("up", run_env, clock, **flags)
             finally:
                 clock.chaos = state["chaos"] = None
             kills += isinstance(outcome, _Killed)
@@ -371,7 +370,7 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
     # then one reap, as the scheduled reaper or the next pod workflow's first step runs it.
     clock.t += TTL_S + REAP_INTERVAL_S + 60
     alive = set(fake.pods)
-    reaped, log = _up_like("reap", environ, clock, runner_scope="repo")
+    reaped, log = _pods("reap", environ, clock, runner_scope="repo")
     assert isinstance(reaped, Result), log
     book = ledger.Ledger.open(environ["GPUCI_PODS_LEDGER"], environ)
     assert fake.pods == {}, f"pods alive after the TTL and one reap: {sorted(fake.pods)}"
@@ -386,16 +385,3 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
         # (no end written) bills nothing more, and its record still names the owner
         assert records[pod_id].ended() or pod_id not in alive, pod_id
     assert alive, "no pod outlived its run: the reap was not tested"
-
-
-def _up_like(sub: str, environ: dict[str, str], clock: ChaosClock, **flags: str) -> Any:
-    """One in-process ``pods SUB`` (no chaos): its Result or the error, and its log."""
-    cmd = SUBS[sub]
-    err = io.StringIO()
-    rt = Runtime(environ, json_mode=True, stdout=io.StringIO(), stderr=err)
-    raw = {k.replace("_", "-"): v for k, v in flags.items()}
-    inp = build(cmd.load_options(), resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask))
-    try:
-        return cmd.load()(inp, rt, clock=clock), err.getvalue()
-    except GpuciError as exc:
-        return exc, err.getvalue()

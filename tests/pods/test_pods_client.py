@@ -47,6 +47,15 @@ def test_5xx_that_never_ends_is_an_infrastructure_error_after_six_attempts(fake,
     assert info.value.exit_code == 3 and "HTTP 502" in info.value.one_line()
 
 
+def test_the_jobs_max_attempts_bounds_the_retries_and_a_bad_one_is_one_line(fake, run):
+    fake.fail("GET /v2/pods", *[(502, {})] * 10)
+    res = run("ls", extra_env={"GPUCI_PODS_MAX_ATTEMPTS": "2"})
+    assert res.code == 3 and len(fake.calls("GET", "/v2/pods")) == 2, res.stdout
+    bad = run("ls", extra_env={"GPUCI_PODS_MAX_ATTEMPTS": "0"})
+    assert bad.code == 2 and "GPUCI_PODS_MAX_ATTEMPTS='0'" in bad.json["headline"]
+    assert len(fake.calls("GET", "/v2/pods")) == 2  # refused before any request
+
+
 def test_422_is_never_retried_and_names_the_violation(fake, clock):
     bad = {**BODY, "disk": 0, "bogus": True}
     with client(fake, clock) as c, pytest.raises(ContractViolation) as info:

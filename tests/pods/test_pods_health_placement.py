@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuci_testing import clean_env, run_cli
+from pods_testing import smoke
+
 from moto_s3 import FAKE_S3_CREDENTIALS
 
 GPU = "NVIDIA GeForce RTX 4090"
@@ -18,15 +19,7 @@ UP = dict(gpu_types=GPU, image="img", command="sleep 1", ttl="30m", owner="alice
 
 
 def _fail_smoke_in(tmp_path: Path, store: str, dc: str) -> dict:
-    environ = clean_env(
-        GPUCI_JOURNAL=str(tmp_path / "smoke-journal.jsonl"),
-        GPUCI_FAKE_NVML="h200:ecc+=1",
-        GPUCI_GPU_HEALTH_STORE=store,
-        RUNPOD_DC_ID=dc,
-        RUNPOD_POD_ID="podbad1",
-    )
-    proc = run_cli("gpu-smoke", "--framework", "none", env=environ, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    smoke(tmp_path, store, "h200:ecc+=1", RUNPOD_DC_ID=dc, RUNPOD_POD_ID="podbad1")
     files = (tmp_path / "health").rglob("*.json")
     (record,) = [json.loads(p.read_text()) for p in files if "-fail-" in p.name]
     assert record["data_center"] == dc and record["pod"] == "podbad1"
@@ -74,16 +67,8 @@ def test_a_failure_older_than_the_window_is_ignored(fake, run, tmp_path, clock):
     assert "Kept off" not in res.json["summary_markdown"]
 
 
-def test_an_unreadable_record_is_one_warning_and_up_still_places(
-    fake, run, moto_endpoint, monkeypatch
-):
-    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
-        monkeypatch.setenv(key, value)
-    env = {
-        **FAKE_S3_CREDENTIALS,
-        "GPUCI_GPU_HEALTH_ENDPOINT_URL": moto_endpoint,
-        "GPUCI_GPU_HEALTH_STORE": "s3://no-such-gpuci-bucket/health",
-    }
+def test_an_unreadable_record_is_one_warning_and_up_still_places(fake, run, unreadable_health):
+    env = unreadable_health
     res = run("up", extra_env=env, **UP)
     assert res.code == 0, res.stdout
     warnings = [a for a in res.json["annotations"] if "GPU health record not read" in a["message"]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fake_runpod import VALIDATORS
 
-from gpuci.pods.runpod.clock import iso
+from gpuci.units import utc_iso
 
 UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
 GH = {
@@ -32,7 +32,7 @@ def test_ls_shows_only_our_pods_unless_all(fake, run, clock):
     res = run("ls")
     assert res.outputs == {"pod-ids": mine, "count": "1"}
     row = res.json["report"]["pods"][0]
-    assert row["owner"] == "alice" and row["expires_at"] == iso(clock.now() - 5 + 1800)
+    assert row["owner"] == "alice" and row["expires_at"] == utc_iso(clock.now() - 5 + 1800)
     assert set(run("ls", all="true").outputs["pod-ids"].split(",")) == {mine, other}
     assert run("ls", owner="bob").outputs["count"] == "0"
 
@@ -62,7 +62,7 @@ def test_start_with_ttl_moves_the_expiry_in_name_and_env(fake, run, clock):
     assert res.code == 0, res.stdout
     patch = fake.calls("PATCH", f"/v2/pods/{pod}")[0]
     assert list(VALIDATORS["UpdatePodRequest"].iter_errors(patch.body)) == []
-    new_exp = iso(clock.now() + 7200)
+    new_exp = utc_iso(clock.now() + 7200)
     assert (
         f"exp={new_exp}" in patch.body["name"] and patch.body["env"]["GPUCI_EXPIRES_AT"] == new_exp
     )

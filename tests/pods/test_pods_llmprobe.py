@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import pytest
 import yaml
 
 from gpuci.pods.health import llmprobe
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,32 +19,19 @@ REPO = Path(__file__).resolve().parents[2]
 def vllm():
     seen: list[dict[str, Any]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonAPIHandler):
         def do_GET(self) -> None:
-            self._send({"data": [{"id": "Qwen/Qwen2.5-0.5B-Instruct"}]})
+            self._reply(200, {"data": [{"id": "Qwen/Qwen2.5-0.5B-Instruct"}]})
 
         def do_POST(self) -> None:
-            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self._send({"choices": [{"text": " Paris."}], "usage": {"completion_tokens": 3}})
+            seen.append(self._body())
+            self._reply(200, {"choices": [{"text": " Paris."}], "usage": {"completion_tokens": 3}})
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
+    with LoopbackHTTPServer(Handler) as server:
+        yield f"http://127.0.0.1:{server.port}", seen
 
 
-def test_probe_then_table_per_gpu_type(vllm, tmp_path, monkeypatch, capsys):
+def test_probe_then_table_per_gpu_type(vllm, tmp_path, monkeypatch):
     url, seen = vllm
     model = "Qwen/Qwen2.5-0.5B-Instruct"
     for gpu, rate in (("NVIDIA L40S", "0.86"), ("NVIDIA GeForce RTX 4090", "0.44")):
@@ -98,10 +84,7 @@ def test_an_endless_or_hostile_answer_fails_the_leg_in_one_line(tmp_path):
     untrusted JSON: the leg fails with one line, never a traceback or a memory blow-up."""
     pulled = {"bytes": 0}
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
+    class Handler(JsonAPIHandler):
         def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Length", str(10**12))
@@ -114,16 +97,11 @@ def test_an_endless_or_hostile_answer_fails_the_leg_in_one_line(tmp_path):
             except OSError:
                 pass  # the client stopped reading: what the test wants
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with LoopbackHTTPServer(Handler) as server:
         out = tmp_path / "leg.json"
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"http://127.0.0.1:{server.port}"
         args = ["probe", "--url", url, "--model", "m", "--gpu", "g", "--out", str(out)]
         assert llmprobe.main(args) == 1
-    finally:
-        server.shutdown()
-        server.server_close()
     error = json.loads(out.read_text())["error"]
     assert "over the 1 MiB cap" in error and "\n" not in error
     assert pulled["bytes"] < 32 << 20  # stopped soon after the cap, not at the claim

@@ -21,9 +21,8 @@ def cert(tmp_path, monkeypatch) -> tuple[str, str]:
 
 @pytest.fixture
 def sink():
-    server = HttpSink()
-    yield server
-    server.stop()
+    with HttpSink() as server:
+        yield server
 
 
 @pytest.fixture
@@ -39,7 +38,7 @@ def _targets(sink: HttpSink, smtp: SmtpServer) -> str:
             f"{sink.url}/hooks/T000/B000/XXXXSECRETTOKEN",
             f"smtp://ci-bot:{SMTP_PASSWORD}@127.0.0.1:{smtp.port}"
             "?from=gpu-ci@example.com&to=alice@example.com,admin@example.com",
-            f"discourse+http://127.0.0.1:{sink.server.server_address[1]}/t/gpu-spend/42",
+            f"discourse+http://127.0.0.1:{sink.port}/t/gpu-spend/42",
         ]
     )
 
@@ -73,10 +72,9 @@ def test_a_budget_refusal_reaches_every_target_and_no_secret_leaks(fake, run, si
 
 
 def test_delivery_failures_warn_and_never_fail_the_job(fake, run, clock, tmp_path):
-    broken = HttpSink(status=500)
     refused_port = SmtpServer(None, None)
     refused_port.stop()  # nothing listens there any more
-    try:
+    with HttpSink(status=500) as broken:
         pod = run("up", **UP, owner="bob").outputs["pod-id"]
         clock.advance(2 * 3600)
         res = run(
@@ -84,8 +82,6 @@ def test_delivery_failures_warn_and_never_fail_the_job(fake, run, clock, tmp_pat
             notify=f"{broken.url}/hook\nsmtp://u:{SMTP_PASSWORD}@127.0.0.1:{refused_port.port}"
             "?to=a@example.com",
         )
-    finally:
-        broken.stop()
     assert res.code == 0 and res.outputs["pod-ids"] == pod
     warnings = [a["message"] for a in res.json["annotations"] if a["level"] == "warning"]
     assert any("could not notify http://127.0.0.1: RuntimeError: HTTP 500" in w for w in warnings)

@@ -3,15 +3,13 @@ the status is read, so an endless answer cannot hold the job."""
 
 from __future__ import annotations
 
-from http.server import BaseHTTPRequestHandler
-
 from gpuci.pods import notify
-from loopback_http import LoopbackHTTPServer
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 SEEN: list[str] = []
 
 
-class _Hook(BaseHTTPRequestHandler):
+class _Hook(JsonAPIHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
@@ -28,9 +26,6 @@ class _Hook(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         self.server.stop.wait(30)  # type: ignore[attr-defined]
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def _send(url: str) -> tuple[int, list[str]]:

@@ -5,11 +5,10 @@ real gpu-smoke (fake NVML with an ECC error) as it runs inside a pod (``RUNPOD_D
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
+from pods_testing import smoke
 
-from gpuci_testing import clean_env, run_cli
 from moto_s3 import FAKE_S3_CREDENTIALS
 
 
@@ -20,26 +19,15 @@ def clock(clock):
     return clock
 
 
-def _smoke(tmp_path: Path, store: str, nvml: str, **where: str) -> None:
-    environ = clean_env(
-        GPUCI_JOURNAL=str(tmp_path / "smoke-journal.jsonl"),
-        GPUCI_FAKE_NVML=nvml,
-        GPUCI_GPU_HEALTH_STORE=store,
-        **where,
-    )
-    proc = run_cli("gpu-smoke", "--framework", "none", env=environ, cwd=tmp_path, timeout=120)
-    assert proc.returncode == (1 if "ecc" in nvml else 0), proc.stdout + proc.stderr
-
-
 def test_reap_names_nodes_with_repeated_failures(fake, run, tmp_path, clock):
     store = (tmp_path / "health").as_uri()
     bad = "h200:ecc+=1"
-    _smoke(tmp_path, store, bad, RUNPOD_DC_ID="EU-RO-1", RUNPOD_POD_ID="poda1")
-    _smoke(tmp_path, store, bad, RUNPOD_DC_ID="EU-RO-1", RUNPOD_POD_ID="poda2")
-    _smoke(tmp_path, store, bad, RUNPOD_DC_ID="US-KS-2", RUNPOD_POD_ID="podb1")
-    _smoke(tmp_path, store, "h200", RUNPOD_DC_ID="US-KS-2", RUNPOD_POD_ID="podb2")
-    _smoke(tmp_path, store, bad, GPUCI_NODE_NAME="gpu-node-3")
-    _smoke(tmp_path, store, bad, GPUCI_NODE_NAME="gpu-node-3")
+    smoke(tmp_path, store, bad, RUNPOD_DC_ID="EU-RO-1", RUNPOD_POD_ID="poda1")
+    smoke(tmp_path, store, bad, RUNPOD_DC_ID="EU-RO-1", RUNPOD_POD_ID="poda2")
+    smoke(tmp_path, store, bad, RUNPOD_DC_ID="US-KS-2", RUNPOD_POD_ID="podb1")
+    smoke(tmp_path, store, "h200", RUNPOD_DC_ID="US-KS-2", RUNPOD_POD_ID="podb2")
+    smoke(tmp_path, store, bad, GPUCI_NODE_NAME="gpu-node-3")
+    smoke(tmp_path, store, bad, GPUCI_NODE_NAME="gpu-node-3")
 
     res = run("reap", health_store=store)
     assert res.code == 0, res.stdout
@@ -62,16 +50,8 @@ def test_reap_names_nodes_with_repeated_failures(fake, run, tmp_path, clock):
     assert "Repeated GPU failures" not in later.json["summary_markdown"]
 
 
-def test_an_unreadable_record_is_one_warning_and_reap_goes_on(
-    fake, run, tmp_path, moto_endpoint, monkeypatch
-):
-    for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
-        monkeypatch.setenv(key, value)
-    env = {
-        **FAKE_S3_CREDENTIALS,
-        "GPUCI_GPU_HEALTH_ENDPOINT_URL": moto_endpoint,
-        "GPUCI_GPU_HEALTH_STORE": "s3://no-such-gpuci-bucket/health",
-    }
+def test_an_unreadable_record_is_one_warning_and_reap_goes_on(fake, run, unreadable_health):
+    env = unreadable_health
     res = run("reap", extra_env=env)
     assert res.code == 0, res.stdout
     warned = [a for a in res.json["annotations"] if "GPU health record not read" in a["message"]]

@@ -5,33 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from pods_testing import RUN_ENV, up_runner
 
-from forges.fake_forges import FakeForges as FakeRunnersAPI
-
-L40S = "NVIDIA L40S"
-RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
 REFUSAL = (
     "GitHub refused runner 2.328.0: An error occurred: Runner version v2.328.0 is deprecated "
     "and cannot receive messages."
 )
-
-
-@pytest.fixture
-def api():
-    with FakeRunnersAPI() as server:
-        yield server
-
-
-def _up(run, api, **flags):
-    return run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="run-77",
-        extra_env=api.github_env(**RUN_ENV),
-        **flags,
-    )
 
 
 def _pod_says(fake, text: str):
@@ -53,7 +32,7 @@ def _pod_says(fake, text: str):
 
 def test_up_waits_until_the_runner_is_online(run, fake, api):
     api.state.online_after_reads = 3
-    r = _up(run, api)
+    r = up_runner(run, api.github_env(**RUN_ENV))
     assert r.code == 0, r.stdout + r.stderr
     (runner,) = api.state.runners.values()
     assert runner.status == "online" and runner.reads == 4
@@ -63,7 +42,7 @@ def test_up_waits_until_the_runner_is_online(run, fake, api):
 def test_a_refused_runner_fails_up_with_the_pods_reason(run, fake, api):
     api.state.online_after_reads = None  # the listener never connects
     api.state.on_status_read = _pod_says(fake, REFUSAL)
-    r = _up(run, api)
+    r = up_runner(run, api.github_env(**RUN_ENV))
     assert r.code == 3, r.stdout + r.stderr
     message = r.json["annotations"][0]["message"]
     assert message.startswith(REFUSAL), message
@@ -79,7 +58,7 @@ def test_a_runner_pod_that_ends_before_its_runner_is_online_fails_up(run, fake, 
             fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
 
     api.state.on_status_read = pod_ends
-    r = _up(run, api)
+    r = up_runner(run, api.github_env(**RUN_ENV))
     assert r.code == 3, r.stdout + r.stderr
     assert "before runner gpuci-" in r.json["annotations"][0]["message"]
     assert "came online" in r.json["annotations"][0]["message"]
@@ -88,7 +67,7 @@ def test_a_runner_pod_that_ends_before_its_runner_is_online_fails_up(run, fake, 
 
 def test_without_wait_online_up_returns_once_the_pod_runs(run, fake, api):
     api.state.online_after_reads = None
-    r = _up(run, api, runner_wait_online="false")
+    r = up_runner(run, api.github_env(**RUN_ENV), runner_wait_online="false")
     assert r.code == 0, r.stdout + r.stderr
     assert not [p for m, p, _ in api.state.requests if m == "GET" and p.split("/")[-1].isdigit()]
 
@@ -109,12 +88,8 @@ def test_a_gitlab_token_that_may_only_create_runners_still_starts_one(run, fake,
     """GitLab's create_runner scope makes runners but may not read them (403
     insufficient_scope): up registers, starts the pod and says it cannot wait, not fail."""
     api.state.gitlab_scopes = {"create_runner"}
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner="gitlab",
-        runner_labels="run-77",
-        extra_env=api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
+    r = up_runner(
+        run, api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"), "gitlab"
     )
     assert r.code == 0, r.stdout + r.stderr
     assert "cannot read runner" in r.stderr and "read_api" in r.stderr

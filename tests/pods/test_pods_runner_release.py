@@ -4,34 +4,16 @@ from the fake GitHub's releases API, with the pinned one only as a fallback that
 from __future__ import annotations
 
 import pytest
+from pods_testing import RUN_ENV, up_runner
 
-from forges.fake_forges import FakeForges as FakeRunnersAPI
 from forges.fake_github import NEWEST_KNOWN, release
 from gpuci.errors import InputError
 from gpuci.pods.runners import boot as runner_boot
 from gpuci.pods.runners import release as runner_release
 
-L40S = "NVIDIA L40S"
-RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
 NEWER = ("2.399.1", "ab" * 32)
 DAY = 86400.0
 NOW = 1_800_000_000.0  # 2027-01-15
-
-
-@pytest.fixture
-def api():
-    with FakeRunnersAPI() as server:
-        yield server
-
-
-def _up(run, api):
-    return run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="run-77",
-        extra_env=api.github_env(**RUN_ENV),
-    )
 
 
 def test_the_pinned_fallback_is_not_older_than_the_newest_release_we_know(api):
@@ -45,7 +27,7 @@ def test_the_pinned_fallback_is_not_older_than_the_newest_release_we_know(api):
 
 def test_up_hands_the_pod_the_newest_release_and_its_published_sha256(run, fake, api):
     api.state.releases.insert(0, release(*NEWER, "2026-11-30T00:00:00Z"))
-    r = _up(run, api)
+    r = up_runner(run, api.github_env(**RUN_ENV))
     assert r.code == 0, r.stdout + r.stderr
     (create,) = fake.calls("POST", "/v2/pods")
     env = create.body["env"]
@@ -56,7 +38,7 @@ def test_up_hands_the_pod_the_newest_release_and_its_published_sha256(run, fake,
 
 def test_without_the_releases_api_the_pin_is_used_with_a_warning_that_names_it(run, fake, api):
     api.state.releases = []
-    r = _up(run, api)
+    r = up_runner(run, api.github_env(**RUN_ENV))
     assert r.code == 0, r.stdout + r.stderr
     env = fake.calls("POST", "/v2/pods")[0].body["env"]
     assert env["GPUCI_ACTIONS_RUNNER_VERSION"] == runner_boot.RUNNER_VERSION
@@ -66,14 +48,7 @@ def test_without_the_releases_api_the_pin_is_used_with_a_warning_that_names_it(r
 
 
 def test_runner_version_without_its_sha256_is_refused_before_anything_is_made(run, fake, api):
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="run-77",
-        runner_version="2.399.1",
-        extra_env=api.github_env(**RUN_ENV),
-    )
+    r = up_runner(run, api.github_env(**RUN_ENV), runner_version="2.399.1")
     assert r.code == 2, r.stdout + r.stderr
     assert "runner-sha256 is required with runner-version" in r.stdout + r.stderr
     assert not fake.calls("POST", "/v2/pods")

@@ -7,20 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from pods_testing import L40S, RUN_ENV, up_runner
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods.runners import boot as runner_boot
 from gpuci.pods.runners import registry as runners
 from gpuci.pods.runpod import selfstop
-
-L40S = "NVIDIA L40S"
-RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
-
-
-@pytest.fixture
-def api():
-    with FakeRunnersAPI() as server:
-        yield server
 
 
 def _secrets(api: FakeRunnersAPI) -> list[str]:
@@ -42,13 +34,7 @@ def _nothing_leaked(api, fake, run, tmp_path: Path) -> None:
 def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
     run, fake, api, tmp_path
 ):
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="run-77",
-        extra_env=api.github_env(**RUN_ENV),
-    )
+    r = up_runner(run, api.github_env(**RUN_ENV))
     assert r.code == 0, r.stdout + r.stderr
     name = r.outputs["runner-name"]
     assert name.startswith("gpuci-") and runners.registered_at(name) is not None
@@ -83,13 +69,11 @@ def test_up_github_registers_a_jit_runner_and_hands_the_pod_only_its_config(
 
 
 def test_up_gitlab_creates_a_project_runner(run, fake, api, tmp_path):
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner="gitlab",
-        runner_labels="run-77",
+    r = up_runner(
+        run,
+        api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
+        "gitlab",
         runner_idle_timeout="90s",
-        extra_env=api.gitlab_env(CI_PIPELINE_URL="https://gitlab.example/p/-/pipelines/5"),
     )
     assert r.code == 0, r.stdout + r.stderr
     (registered,) = api.state.runners.values()
@@ -117,14 +101,7 @@ def test_dry_run_plans_the_call_and_a_placeholder_and_calls_nothing(
     run, fake, api, tmp_path, platform
 ):
     extra = api.github_env() if platform == "github" else api.gitlab_env()
-    r = run(
-        "up",
-        dry_run=True,
-        gpu_types=L40S,
-        runner=platform,
-        runner_labels="run-77",
-        extra_env=extra,
-    )
+    r = up_runner(run, extra, platform, dry_run=True)
     assert r.code == 0, r.stdout + r.stderr
     assert api.state.requests == [] and fake.requests == []
     planned = r.json["report"]["plan"]
@@ -183,7 +160,7 @@ def test_bad_runner_input_is_exit_2_in_one_line_and_makes_nothing(
 
 def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fake, api):
     env = api.github_env(GPUCI_RUNNER_TOKEN=api.state.job_token)
-    r = run("up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=env)
+    r = up_runner(run, env)
     assert r.code == 2, r.stdout + r.stderr
     message = r.json["annotations"][0]["message"]
     assert "the job's GITHUB_TOKEN cannot create runners" in message
@@ -191,15 +168,13 @@ def test_the_jobs_installation_token_refused_by_github_says_what_to_make(run, fa
     assert fake.pods == {} and api.state.job_token not in r.stdout + r.stderr
     assert "could not delete runner" not in r.stderr  # refused: there is nothing to delete
     assert not [m for m, p, _ in api.state.requests if m == "GET"]  # and nothing looked for
-    other = run(
-        "up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=api.github_env()
-    )
+    other = up_runner(run, api.github_env())
     assert other.code == 0  # a token with the rights: the message was about the job's token
 
 
 def test_gitlab_without_its_token_names_the_variable(run, fake, api):
     env = api.gitlab_env(GPUCI_GITLAB_TOKEN="")
-    r = run("up", gpu_types=L40S, runner="gitlab", runner_labels="run-77", extra_env=env)
+    r = up_runner(run, env, "gitlab")
     assert r.code == 2
     assert "GPUCI_GITLAB_TOKEN is not set" in r.json["annotations"][0]["message"]
 
@@ -208,14 +183,7 @@ def test_gitlab_without_its_token_names_the_variable(run, fake, api):
 def test_a_pod_that_never_places_leaves_no_runner(run, fake, api, platform):
     fake.no_capacity.add(L40S)
     extra = api.github_env() if platform == "github" else api.gitlab_env()
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner=platform,
-        runner_labels="run-77",
-        placement_timeout="1s",
-        extra_env=extra,
-    )
+    r = up_runner(run, extra, platform, placement_timeout="1s")
     assert r.code != 0
     assert api.state.runners == {}, "the registration outlived the failed up"
     assert fake.pods == {}
@@ -223,9 +191,7 @@ def test_a_pod_that_never_places_leaves_no_runner(run, fake, api, platform):
 
 def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api):
     fake.fail_on_start.add(L40S)
-    r = run(
-        "up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=api.github_env()
-    )
+    r = up_runner(run, api.github_env())
     assert r.code != 0
     assert api.state.runners == {} and fake.pods == {}
 
@@ -242,9 +208,7 @@ def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkey
         raise InfraError("GitHub API answered HTTP 502", hint="rerun")
 
     monkeypatch.setattr(GitHubRunners, "register", lost)
-    r = run(
-        "up", gpu_types=L40S, runner="github", runner_labels="run-77", extra_env=api.github_env()
-    )
+    r = up_runner(run, api.github_env())
     assert r.code == 3
     assert api.state.runners == {} and fake.pods == {}
 
@@ -255,7 +219,7 @@ def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
     make a second runner whose twin nobody deletes (GitLab). One POST, then delete by name."""
     api.state.lose_answers = 1
     env = api.github_env() if platform == "github" else api.gitlab_env()
-    r = run("up", gpu_types=L40S, runner=platform, runner_labels="run-77", extra_env=env)
+    r = up_runner(run, env, platform)
     assert r.code == 3, r.stdout + r.stderr
     posts = [q for q in api.state.requests if q[0] == "POST"]
     assert len(posts) == 1, posts
@@ -266,9 +230,7 @@ def test_a_registration_is_never_repeated_blindly(run, fake, api, platform):
 def _up(run, api, **env):
     # a label per up (several pods of one run are legs: each needs its own)
     label = f"run-{env.get('GITHUB_RUN_ID', '77')}-{len(api.state.requests)}"
-    r = run(
-        "up", gpu_types=L40S, runner="github", runner_labels=label, extra_env=api.github_env(**env)
-    )
+    r = up_runner(run, api.github_env(**env), runner_labels=label)
     assert r.code == 0, r.stdout + r.stderr
     return r.outputs["pod-id"], r.outputs["runner-name"]
 
@@ -355,13 +317,7 @@ def test_reap_without_a_runner_token_leaves_runner_pods_and_says_so(run, fake, a
 
 def test_gitlab_down_deletes_the_runner_of_the_pod_it_ends(run, fake, api):
     pipeline = {"CI_PIPELINE_URL": "https://gitlab.example/p/-/pipelines/5"}
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner="gitlab",
-        runner_labels="run-77",
-        extra_env=api.gitlab_env(**pipeline),
-    )
+    r = up_runner(run, api.gitlab_env(**pipeline), "gitlab")
     assert r.code == 0
     r = run("down", extra_env=api.gitlab_env(**pipeline))
     assert r.code == 0, r.stdout + r.stderr
@@ -388,31 +344,23 @@ def test_the_runner_registers_only_this_runs_label_and_refuses_a_shared_one(run,
     """GitHub gives a queued job to any runner holding every label it asks for: a one-job
     runner with gpu-large (or self-hosted) could be taken by another workflow's job."""
     env = api.github_env(**RUN_ENV)
-    default = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    default = up_runner(run, env, runner_labels=None)  # the default label
     assert default.code == 0, default.stdout
     (registered,) = api.state.runners.values()
     assert registered.labels == ["run-77"]  # from GITHUB_RUN_ID, and nothing shared
     for shared in ("gpu-large,run-77", "self-hosted,run-77", "run-778"):
-        refused = run("up", gpu_types=L40S, runner="github", runner_labels=shared, extra_env=env)
+        refused = up_runner(run, env, runner_labels=shared)
         assert refused.code == 2, refused.stdout
         assert "is not this run's" in refused.json["headline"]
         assert "run-${{ github.run_id }}" in refused.json["headline"]
     assert len(fake.calls("POST", "/v2/pods")) == 1 and len(api.state.runners) == 1
-    outside = run(
-        "up", gpu_types=L40S, runner="github", runner_labels="gpu-large", extra_env=api.github_env()
-    )
+    outside = up_runner(run, api.github_env(), runner_labels="gpu-large")
     assert outside.code == 0  # no run id to check outside CI: only self-hosted is said
-    selfhosted = run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="self-hosted,x",
-        extra_env=api.github_env(),
-    )
+    selfhosted = up_runner(run, api.github_env(), runner_labels="self-hosted,x")
     assert selfhosted.code == 0
     (said,) = [a for a in selfhosted.json["annotations"] if "not this run's" in a["message"]]
     assert "self-hosted" in said["message"] and said["level"] == "warning"
-    gl = run("up", gpu_types=L40S, runner="gitlab", extra_env=api.gitlab_env(CI_PIPELINE_ID="5"))
+    gl = up_runner(run, api.gitlab_env(CI_PIPELINE_ID="5"), "gitlab", runner_labels=None)
     assert gl.code == 0, gl.stdout
     body = [b for m, p, b in api.state.requests if p.endswith("/user/runners")][-1]
     assert body["tag_list"] == "pipeline-5" and body["locked"] is True
@@ -421,27 +369,13 @@ def test_the_runner_registers_only_this_runs_label_and_refuses_a_shared_one(run,
 
 def test_an_unknown_runner_group_is_one_line_and_leaves_nothing(run, fake, api):
     """GitHub answers 404 for a runner_group_id that is not a group of the scope."""
-    r = run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="run-77",
-        runner_group_id=7,
-        extra_env=api.github_env(),
-    )
+    r = up_runner(run, api.github_env(), runner_group_id=7)
     assert r.code == 2, r.stdout + r.stderr
     message = r.json["annotations"][0]["message"]
     assert "No runner group found with identifier 7" in message and "\n" not in message
     assert api.state.runners == {} and fake.pods == {}
     api.state.groups["/repos/octo/gpu"] = {1, 7}
-    made = run(
-        "up",
-        gpu_types=L40S,
-        runner="github",
-        runner_labels="run-77",
-        runner_group_id=7,
-        extra_env=api.github_env(),
-    )
+    made = up_runner(run, api.github_env(), runner_group_id=7)
     assert made.code == 0, made.stdout + made.stderr
 
 
@@ -464,13 +398,7 @@ def test_gitlab_reap_leaves_the_group_and_instance_runners_the_project_list_hold
 def test_gitlab_refusing_to_delete_a_runner_of_two_projects_is_one_warning(run, fake, api):
     """GitLab answers 403 to deleting a project runner assigned to more than one project."""
     pipeline = {"CI_PIPELINE_URL": "https://gitlab.example/p/-/pipelines/5"}
-    up = run(
-        "up",
-        gpu_types=L40S,
-        runner="gitlab",
-        runner_labels="run-77",
-        extra_env=api.gitlab_env(**pipeline),
-    )
+    up = up_runner(run, api.gitlab_env(**pipeline), "gitlab")
     assert up.code == 0, up.stdout + up.stderr
     (runner,) = api.state.runners.values()
     runner.projects.append("43")  # someone enabled it for another project
@@ -486,14 +414,14 @@ def test_two_legs_of_one_run_with_the_same_label_are_refused_before_any_pod(run,
     up is exit 2 naming the runner that has the label and the per-leg fix; a label per leg
     (the run id plus the leg) registers."""
     env = api.github_env(**RUN_ENV)
-    first = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    first = up_runner(run, env, runner_labels=None)
     assert first.code == 0, first.stdout
-    second = run("up", gpu_types=L40S, runner="github", extra_env=env)
+    second = up_runner(run, env, runner_labels=None)
     assert second.code == 2, second.stdout
     (taken,) = api.state.runners.values()
     assert f"run-77 are already on runner {taken.name}" in second.json["headline"]
     assert "strategy.job-index" in second.json["headline"]
     assert len(fake.calls("POST", "/v2/pods")) == 1 and len(api.state.runners) == 1
-    leg = run("up", gpu_types=L40S, runner="github", runner_labels="run-77-1", extra_env=env)
+    leg = up_runner(run, env, runner_labels="run-77-1")
     assert leg.code == 0, leg.stdout
     assert sorted(r.labels[0] for r in api.state.runners.values()) == ["run-77", "run-77-1"]

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from pod_host import PodHost
+from pods_testing import RUN_ENV, up_runner
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="sleep 600", ttl="30m", owner="alice")
-RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
 
 
 def _posted_dcs(fake) -> list[list[str]]:
@@ -85,13 +85,7 @@ def test_a_pod_that_fails_its_smoke_is_replaced_in_another_data_centre(fake, run
 def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(fake, run, host, clock):
     with FakeRunnersAPI() as api:
         api.state.online_after_reads = 1
-        res = run(
-            "up",
-            gpu_types=GPU,
-            runner="github",
-            runner_labels="run-77",
-            extra_env=api.github_env(**RUN_ENV),
-        )
+        res = up_runner(run, api.github_env(**RUN_ENV), gpu_types=GPU)
         assert res.code == 0, res.stdout + res.stderr
         assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]
         (runner,) = api.state.runners.values()  # the first, one-use, was deleted
@@ -145,13 +139,8 @@ def test_the_plan_shows_the_gate_on_by_default_only_for_runner_pods(run):
     env = gated.json["report"]["plan"]["requests"][0]["body"]["env"]
     assert env["GPUCI_SMOKE"] == "1" and "gpuci_smoke_gate" in env["GPUCI_WRAPPER"]
     assert gated.json["report"]["plan"]["smoke"] == {"before_handover": True, "attempts": 3}
-    runner = run(
-        "up",
-        dry_run=True,
-        gpu_types=GPU,
-        runner="github",
-        runner_labels="gpu",
-        extra_env={"GITHUB_REPOSITORY": "octo/gpu"},
+    runner = up_runner(
+        run, {"GITHUB_REPOSITORY": "octo/gpu"}, dry_run=True, gpu_types=GPU, runner_labels="gpu"
     )
     env = runner.json["report"]["plan"]["requests"][0]["body"]["env"]
     assert env["GPUCI_SMOKE"] == "1"
@@ -212,13 +201,7 @@ def test_a_refused_rename_is_named_and_the_stop_is_the_verdict(fake, run, host):
     fake.pod_key_may_rename = False
     with FakeRunnersAPI() as api:
         api.state.online_after_reads = 1
-        res = run(
-            "up",
-            gpu_types=GPU,
-            runner="github",
-            runner_labels="run-77",
-            extra_env=api.github_env(**RUN_ENV),
-        )
+        res = up_runner(run, api.github_env(**RUN_ENV), gpu_types=GPU)
     assert res.code == 0, res.stdout + res.stderr + str(host.booted)
     assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]
     assert {c.status for c in fake.calls("PATCH")} == {403}

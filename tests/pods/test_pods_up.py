@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fake_runpod import VALIDATORS
 
 from gpuci.pods.budgets import ledger
 from gpuci_testing import clean_env, run_cli
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 GPUS = "NVIDIA GeForce RTX 4090,NVIDIA L40S,NVIDIA H100 80GB HBM3"
 UP = dict(
@@ -128,46 +127,37 @@ def test_a_pod_that_fails_to_start_is_terminated(fake, run):
     assert fake.pods == {} and len(fake.calls("DELETE", r"/v2/pods/\w+")) == 1
 
 
-def _health_server(answers: list[int]):
-    hits: list[str] = []
+def _health_server(answers: list[int], hits: list[str]) -> LoopbackHTTPServer:
+    """Answers each GET with the next of ``answers`` (then 200), recording its path."""
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
+    class H(JsonAPIHandler):
         def do_GET(self):
             hits.append(self.path)
-            code = answers.pop(0) if answers else 200
-            self.send_response(code)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
+            self._reply(answers.pop(0) if answers else 200, {})
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    return server, hits
+    return LoopbackHTTPServer(H)
+
+
+def test_a_poll_interval_that_is_no_number_is_one_line_and_no_pod_is_left(fake, run):
+    res = run("up", **UP, extra_env={"GPUCI_PODS_POLL_S": "5s"})
+    assert res.code == 2, res.stdout
+    assert "GPUCI_PODS_POLL_S='5s' is not a number" in res.json["headline"]
+    assert fake.pods == {}
 
 
 def test_up_waits_for_the_health_url(fake, run, clock):
-    server, hits = _health_server([503, 503])
-    try:
-        port = server.server_address[1]
-        res = run("up", **UP, health_url=f"http://127.0.0.1:{port}/{{pod_id}}/v1/models")
-    finally:
-        server.shutdown()
-        server.server_close()
+    hits: list[str] = []
+    with _health_server([503, 503], hits) as server:
+        url = f"http://127.0.0.1:{server.port}/{{pod_id}}/v1/models"
+        res = run("up", **UP, health_url=url)
     assert res.code == 0, res.stdout
     assert hits == [f"/{res.outputs['pod-id']}/v1/models"] * 3
 
 
 def test_health_timeout_terminates_the_pod(fake, run):
-    server, _ = _health_server([503] * 1000)
-    try:
-        port = server.server_address[1]
-        res = run("up", **UP, health_url=f"http://127.0.0.1:{port}/v1/models", timeout="1m")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _health_server([503] * 1000, []) as server:
+        url = f"http://127.0.0.1:{server.port}/v1/models"
+        res = run("up", **UP, health_url=url, timeout="1m")
     assert res.code == 3 and "health URL" in res.json["headline"]
     assert fake.pods == {}
 

@@ -69,6 +69,11 @@ def quarantine_smoke(
     return smoke(tmp_path, api, nvml, *flags, *args, **env)
 
 
+def release(tmp_path: Path, api: FakeForges, name: str, *flags: str, **env: str):
+    """``runners release NAME --labels gpu-large`` with ``flags``."""
+    return cli(tmp_path, api, "runners", "release", name, "--labels", "gpu-large", *flags, **env)
+
+
 def lines(proc, prefix: str) -> list[str]:
     return [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith(prefix)]
 
@@ -165,31 +170,17 @@ def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_pat
     assert quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env).returncode == 1
     assert "gpu-large" not in this.names()
 
-    still_bad = cli(
-        tmp_path,
-        api,
-        "runners",
-        "release",
-        "gpu-node",
-        "--labels",
-        "gpu-large",
-        "--framework",
-        "none",
-        GPUCI_FAKE_NVML=BAD_GPU,
-        **env,
+    still_bad = release(
+        tmp_path, api, "gpu-node", "--framework", "none", GPUCI_FAKE_NVML=BAD_GPU, **env
     )
     assert still_bad.returncode == 1, still_bad.stdout + still_bad.stderr
     assert "not released" in still_bad.stdout + still_bad.stderr
     assert "gpu-large" not in this.names()
 
-    elsewhere = cli(
+    elsewhere = release(
         tmp_path,
         api,
-        "runners",
-        "release",
         "gpu-node",
-        "--labels",
-        "gpu-large",
         "--framework",
         "none",
         GPUCI_FAKE_NVML=GOOD_GPU,
@@ -197,35 +188,15 @@ def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_pat
     )
     assert elsewhere.returncode == 2 and "gpu-large" not in this.names()
 
-    healed = cli(
-        tmp_path,
-        api,
-        "runners",
-        "release",
-        "gpu-node",
-        "--labels",
-        "gpu-large",
-        "--framework",
-        "none",
-        GPUCI_FAKE_NVML=GOOD_GPU,
-        **env,
+    healed = release(
+        tmp_path, api, "gpu-node", "--framework", "none", GPUCI_FAKE_NVML=GOOD_GPU, **env
     )
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert sorted(this.names()) == sorted(["self-hosted", "Linux", "X64", "keep", "gpu-large"])
 
     assert quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env).returncode == 1
     laptop = {k: v for k, v in env.items() if k not in ("RUNNER_NAME", "GITHUB_ACTIONS")}
-    forced = cli(
-        tmp_path,
-        api,
-        "runners",
-        "release",
-        "gpu-node",
-        "--labels",
-        "gpu-large",
-        "--force",
-        **laptop,
-    )
+    forced = release(tmp_path, api, "gpu-node", "--force", **laptop)
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()
 
@@ -391,9 +362,7 @@ def test_an_enterprise_runner_is_searched_when_the_enterprise_is_named(tmp_path,
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.names() == ["self-hosted", "Linux", "X64", "gpuci-quarantined"]
-    back = cli(
-        tmp_path, api, "runners", "release", "ent-gpu", "--labels", "gpu-large", "--force", **env
-    )
+    back = release(tmp_path, api, "ent-gpu", "--force", **env)
     assert back.returncode == 0, back.stdout + back.stderr
     assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()
 

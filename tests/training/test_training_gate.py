@@ -17,6 +17,12 @@ def read_outputs(path: Path) -> dict[str, str]:
     return parse_file_command(path.read_text(), "GITHUB_OUTPUT")
 
 
+def gate(tmp_path: Path, *flags: str):
+    """``gpuci gate FLAGS --output-dir TMP/o``, its journal at TMP/j.jsonl."""
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    return run_cli("gate", *flags, "--output-dir", str(tmp_path / "o"), env=env)
+
+
 def gh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     for name in ("out", "summary"):
         (tmp_path / name).write_text("")
@@ -31,8 +37,8 @@ def gh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_repeated_flags_pass_and_write_gate_json(tmp_path):
     metrics = write(tmp_path / "m.json", {"eval": {"accuracy": 0.95}, "loss": 0.2})
-    proc = run_cli(
-        "gate",
+    proc = gate(
+        tmp_path,
         "--metrics",
         str(metrics),
         "--min",
@@ -41,14 +47,11 @@ def test_repeated_flags_pass_and_write_gate_json(tmp_path):
         "loss=0.35",
         "--min",
         "accuracy=0.9",
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 rule(s) passed" in proc.stdout
-    gate = json.loads((tmp_path / "o" / "gate.json").read_text())
-    assert gate["passed"] is True and len(gate["rows"]) == 3
+    written = json.loads((tmp_path / "o" / "gate.json").read_text())
+    assert written["passed"] is True and len(written["rows"]) == 3
     assert not list((tmp_path / "o").glob("*.incomplete"))
     journal = [json.loads(ln) for ln in (tmp_path / "j.jsonl").read_text().splitlines()]
     assert journal[-1]["kind"] == "gate" and journal[-1]["passed"] is True
@@ -87,18 +90,15 @@ def test_failing_gate_in_actions_exit_1_with_outputs_table_and_annotation(tmp_pa
 
 def test_baseline_absent_warns_and_skips_regression(tmp_path):
     metrics = write(tmp_path / "m.jsonl", '{"acc": 0.1}\n{"acc": 0.97}\n')
-    proc = run_cli(
-        "gate",
+    proc = gate(
+        tmp_path,
         "--metrics",
         str(metrics),
         "--max-regression",
         "acc=0.01",
         "--baseline",
         str(tmp_path / "none.json"),
-        "--output-dir",
-        str(tmp_path / "o"),
         "--json",
-        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
     )
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
@@ -107,8 +107,8 @@ def test_baseline_absent_warns_and_skips_regression(tmp_path):
         "not found: max-regression rules skipped" in a["message"] for a in body["annotations"]
     )
     assert body["report"]["gate"]["rows"][0]["verdict"] == "skipped: no baseline"
-    proc = run_cli(
-        "gate",
+    proc = gate(
+        tmp_path,
         "--metrics",
         str(metrics),
         "--max-regression",
@@ -116,9 +116,6 @@ def test_baseline_absent_warns_and_skips_regression(tmp_path):
         "--baseline",
         str(tmp_path / "none.json"),
         "--require-baseline",
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
     )
     assert proc.returncode == 1 and "FAIL: no baseline" in proc.stdout
 
@@ -144,8 +141,8 @@ def test_bad_rules_and_no_rules_exit_2(tmp_path):
 
 
 def test_dry_run_plans_and_writes_nothing(tmp_path):
-    proc = run_cli(
-        "gate",
+    proc = gate(
+        tmp_path,
         "--dry-run",
         "--metrics",
         str(tmp_path / "later.json"),
@@ -154,9 +151,6 @@ def test_dry_run_plans_and_writes_nothing(tmp_path):
         "--artifacts",
         str(tmp_path / "model.npz"),
         "--comment",
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
     )
     assert proc.returncode == 0, proc.stdout
     assert "would check 1 rule(s): acc >= 0.5" in proc.stdout
@@ -164,16 +158,8 @@ def test_dry_run_plans_and_writes_nothing(tmp_path):
     assert not (tmp_path / "o").exists() and not (tmp_path / "j.jsonl").exists()
     # with the metrics present, the dry run judges them, and still writes nothing
     write(tmp_path / "later.json", {"acc": 0.2})
-    proc = run_cli(
-        "gate",
-        "--dry-run",
-        "--metrics",
-        str(tmp_path / "later.json"),
-        "--min",
-        "acc=0.5",
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
+    proc = gate(
+        tmp_path, "--dry-run", "--metrics", str(tmp_path / "later.json"), "--min", "acc=0.5"
     )
     assert proc.returncode == 1 and "the gate would FAIL" in proc.stdout
     assert not (tmp_path / "o").exists()

@@ -50,15 +50,15 @@ IDS_OUT = (
 )
 
 
-def _on_pods(name: str, help: str) -> Command[Any]:
-    """A pods sub-command (module gpuci.pods.lifecycle.NAME, inputs gpuci.pods.options.NameInputs)
-    that acts on pods and names them (IDS_OUT)."""
+def _on_pods(name: str, help: str, module: str = "") -> Command[Any]:
+    """A pods sub-command (function NAME of gpuci.pods.lifecycle.MODULE, NAME by default; inputs
+    gpuci.pods.options.NameInputs) that acts on pods and names them (IDS_OUT)."""
     return Command(
         name=name,
         help=help,
         options=f"gpuci.pods.options:{name.capitalize()}Inputs",
         outputs=IDS_OUT,
-        target=f"gpuci.pods.lifecycle.{name}:{name}",
+        target=f"gpuci.pods.lifecycle.{module or name}:{name}",
     )
 
 
@@ -66,9 +66,11 @@ LS: Command[LsInputs] = _on_pods(
     "ls", "List gpu-ci pods with owner, GPU, cost per hour and expiry."
 )
 STOP: Command[StopInputs] = _on_pods(
-    "stop", "Stop pods (GPU released, disk kept); already stopped is success."
+    "stop", "Stop pods (GPU released, disk kept); already stopped is success.", "power"
 )
-START: Command[StartInputs] = _on_pods("start", "Start stopped pods; ttl gives them a new expiry.")
+START: Command[StartInputs] = _on_pods(
+    "start", "Start stopped pods; ttl gives them a new expiry.", "power"
+)
 DOWN: Command[DownInputs] = _on_pods(
     "down",
     "Terminate pods by id, or all pods of this CI run; a missing pod is success." + _CLEANS_RUNNERS,

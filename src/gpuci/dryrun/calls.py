@@ -23,26 +23,23 @@ from gpuci.runtime import Result, Runtime
 RUNPOD_KEY = settings.RUNPOD_API_KEY.name
 
 
+# Commands whose plan reads a store: (command prefix, input, its setting, what, what --probe does)
+_STORES = (
+    ("cache-weights", "store", settings.STORE, "the store", "look the key up"),
+    ("pods ", "ledger", settings.PODS_LEDGER, "the pods ledger", "read it"),
+)
+
+
 def network_needed(full_name: str, values: Mapping[str, str], env: Mapping[str, str]) -> str:
     """Why this command's plan would have to ask a server ('' when it plans offline)."""
-    if full_name.startswith("cache-weights"):
-        from gpuci.redact import redact_url
+    from gpuci.redact import redact_url
 
-        store = (values.get("store") or settings.STORE.value(env)).strip()
-        if "://" in store and not store.lower().startswith("file:"):
-            return (
-                f"the store {redact_url(store)} is on the network; "
-                "--probe lets the plan look the key up"
-            )
-    if full_name.startswith("pods "):
-        from gpuci.redact import redact_url
-
-        ledger = (values.get("ledger") or settings.PODS_LEDGER.value(env)).strip()
-        if "://" in ledger and not ledger.lower().startswith("file:"):
-            return (
-                f"the pods ledger {redact_url(ledger)} is on the network; "
-                "--probe lets the plan read it"
-            )
+    for prefix, name, setting, what, probe in _STORES:
+        if not full_name.startswith(prefix):
+            continue
+        url = (values.get(name) or setting.value(env)).strip()
+        if "://" in url and not url.lower().startswith("file:"):
+            return f"{what} {redact_url(url)} is on the network; --probe lets the plan {probe}"
     return ""
 
 

@@ -98,10 +98,6 @@ def opaque(why: str) -> Unknown:
     return Unknown(why, path=False, truth=True)
 
 
-def is_unknown(value: Any) -> bool:
-    return isinstance(value, Unknown)
-
-
 def tokenize(text: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0

@@ -56,9 +56,10 @@ from gpuci.dryrun.jobs import (
     workflow_call_inputs,
     worst_outcome,
 )
-from gpuci.dryrun.plans import JUDGED, StepPlan
 from gpuci.dryrun.report import Transcript, plan_lines
 from gpuci.dryrun.steps import (
+    JUDGED,
+    StepPlan,
     checked_out,
     given_inputs,
     judge,

@@ -10,7 +10,7 @@ from gpuci.errors import ExitCode
 from gpuci.runtime import OutputValue, Result, Runtime, format_output, markdown_table
 
 if TYPE_CHECKING:
-    from gpuci.dryrun.plans import StepPlan
+    from gpuci.dryrun.steps import StepPlan
 
 __all__ = ["MARKS", "Transcript", "mark", "plan_lines", "result"]
 

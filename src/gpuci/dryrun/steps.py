@@ -1,5 +1,6 @@
-"""A step's plan: its ``with:`` as far as the plan can evaluate it, its verdict from its
-calls, and the listed-not-judged forms (skipped, conditional). Used by :mod:`.planner`.
+"""A step's plan (:class:`StepPlan`: what the planner decides, what the report prints): its
+``with:`` as far as the plan can evaluate it, its verdict from its calls, and the
+listed-not-judged forms (skipped, conditional). Used by :mod:`.planner`.
 """
 
 from __future__ import annotations
@@ -7,12 +8,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.dryrun.calls import verdict
 from gpuci.dryrun.contexts import evaluate_text, text_of
 from gpuci.dryrun.expressions import EMBEDDED, Unknown
-from gpuci.dryrun.plans import StepPlan
+from gpuci.runtime import Result
 
 # The environment gpu-ci's commands read (their settings, AWS/HF/RunPod credentials, the GPU
 # and proxy conventions): an unknown value of one of these may change a plan; of others, not.
@@ -23,6 +25,8 @@ READ_ENV = re.compile(
 )
 
 __all__ = [
+    "JUDGED",
+    "StepPlan",
     "checked_out",
     "given_inputs",
     "judge",
@@ -31,6 +35,38 @@ __all__ = [
     "step_name",
     "titled",
 ]
+
+JUDGED = ("ok", "may-fail", "would-fail", "bad-input", "not-implemented", "not-evaluated")
+
+
+@dataclass
+class StepPlan:
+    job: str
+    index: int | str
+    name: str
+    uses: str = ""
+    command: str = ""
+    # ok | may-fail | would-fail | bad-input | not-implemented | not-evaluated (judged)
+    # skipped | conditional (judged when ``planned`` is) | run | other-action | not-inspected
+    verdict: str = ""
+    detail: str = ""
+    condition: str = ""  # the step's if:, as written
+    planned: str = ""  # for a skipped or conditional step that was judged: its verdict if run
+    reason: str = ""  # for a skipped or conditional step: why, in a few words
+    unresolved: list[str] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)  # unresolved name -> what it waits for
+    present: set[str] = field(default_factory=set)  # unresolved, but a secret known to exist
+    results: list[Result] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a path that may be missing
+    notes: list[str] = field(default_factory=list)  # e.g. runs in a container
+    children: list[StepPlan] = field(default_factory=list)  # a local composite's steps
+
+    @property
+    def judged(self) -> str:
+        """The verdict of the step's own plan ('' when it has none)."""
+        if self.verdict in JUDGED:
+            return self.verdict
+        return self.planned if self.planned in JUDGED else ""
 
 
 def checked_out(earlier: list[Any]) -> bool:

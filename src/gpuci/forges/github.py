@@ -77,13 +77,6 @@ class GitHub(ApiClient):
             if marker in str(c.get("body") or "")
         ]
 
-    def find_comment(
-        self, number: int, marker: str, author: Identity | None = None
-    ) -> dict[str, Any] | None:
-        """The first comment holding ``marker`` (and written by ``author`` when given)."""
-        marked = self.marked_comments(number, marker)
-        return next((c for c in marked if author is None or author.wrote(c)), None)
-
     # ----- who the token is -----------------------------------------------------------------
     def identity(self) -> Identity | None:
         """The token's own account: ``GET /user``, else GraphQL ``viewer`` (app tokens).

@@ -19,13 +19,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from gpuci import settings, untrusted_json
 from gpuci.errors import InfraError, InputError
 from gpuci.inputs import inp, options
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import utc_iso
 
 __all__ = [
     "MAX_KEYS",
@@ -69,10 +69,6 @@ def _text(value: Any, limit: int = 64) -> str:
     return value.strip()[:limit] if isinstance(value, str) else ""
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dict[str, Any]]:
     """One record per GPU from a smoke's report; none when the run was not a verdict."""
     report = result.report
@@ -108,7 +104,7 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
                 "failed_checks": failed,
                 "checks": mine,
                 "time": now,
-                "at": _iso(now),
+                "at": utc_iso(now),
             }
         )
     return out

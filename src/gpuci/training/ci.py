@@ -34,12 +34,6 @@ class RunContext:
     runner: str = ""  # github-hosted | self-hosted | a GitLab runner id
     pull_request: int | None = None
 
-    @property
-    def repo_uri(self) -> str:
-        if self.server_url and self.repository:
-            return f"git+{self.server_url}/{self.repository}"
-        return self.repository
-
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -16,7 +16,6 @@ Objects are written with ``If-None-Match`` (never overwritten) and read as input
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import math
 import re
@@ -30,6 +29,7 @@ from gpuci import settings, untrusted_json
 from gpuci.cache.stores import open_store
 from gpuci.cache.stores.base import Store
 from gpuci.training import ci
+from gpuci.units import utc_iso
 
 __all__ = [
     "FORMAT",
@@ -162,7 +162,7 @@ def entry(
     return {
         "format": FORMAT,
         "epoch": round(epoch, 3),
-        "date": dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": utc_iso(epoch),
         "commit": ctx.commit,
         "ref": ctx.ref,
         "run_url": ctx.run_url,

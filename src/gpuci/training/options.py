@@ -11,7 +11,6 @@ from gpuci.inputs import inp, options
 
 __all__ = ["CommentInputs", "GateInputs", "ProvenanceInputs", "ReportInputs"]
 
-DEFAULT_OUTPUT_DIR = "gpuci-training"
 DEFAULT_MARKER = "training"
 
 

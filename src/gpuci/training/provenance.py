@@ -10,12 +10,12 @@ kept as a build artifact. The other steps of the job tell us what they did throu
 
 from __future__ import annotations
 
-import datetime as dt
 import glob
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import ci
 from gpuci.training.intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training.options import ProvenanceInputs
-from gpuci.units import human_bytes
+from gpuci.units import human_bytes, utc_iso
 
 __all__ = [
     "BUILD_TYPE",
@@ -170,10 +170,6 @@ def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
     return _strip(records[-1]) if records else None
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def build_record(
     artifacts: list[Artifact],
     *,
@@ -203,7 +199,7 @@ def build_record(
         warnings.append(f"metrics file {metrics_path} not found: not recorded")
     record = {
         "schema": SCHEMA,
-        "created": _now(),
+        "created": utc_iso(time.time()),
         "source": {
             "repository": ctx.repository,
             "server_url": ctx.server_url,

@@ -37,7 +37,6 @@ from typing import Any
 from gpuci import untrusted_json
 from gpuci.redact import excerpt
 
-PHASES = ("start", "import", "contexts", "collective")
 RUNS = 5  # timed runs, each reported: the spread shows a link that comes and goes
 PER_RUN = 4  # all-reduces per run, back to back: host launch and sync costs amortised
 _STARTED = time.monotonic()

@@ -19,9 +19,10 @@ from typing import Any
 from gpuci.pods import notify
 from gpuci.pods.budgets import ledger
 from gpuci.pods.options import CostInputs
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import clean_owner, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import utc_iso
 
 UNATTRIBUTED = "(unattributed)"
 LIVE = ("PROVISIONING", "STARTING", "RUNNING")
@@ -116,7 +117,7 @@ def gather(
     the period); also returns the records.
     ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
     since = billing_start(now, period_s)
-    records = client.pod_billing(iso(since), iso(now))
+    records = client.pod_billing(utc_iso(since), utc_iso(now))
     pods = client.list_pods()
     known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, since)
     held = covered(known) if covered else None
@@ -202,14 +203,14 @@ def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     period_s = float(inp.period or 30 * 86400)
     only = clean_owner(inp.owner) if inp.owner else ""
     now = clock.now()
-    since = iso(billing_start(now, period_s))
+    since = utc_iso(billing_start(now, period_s))
     result = Result(command="pods cost")
     book = ledger.Ledger.open(inp.ledger or None, rt.environ, rt.mask)
     targets = notify.parse_targets(inp.notify or None, rt.mask)
     if rt.dry_run:
         result.headline = f"would read pod billing since {since} and list pods"
         result.report = {
-            "plan": {"billing_from": since, "billing_to": iso(now)},
+            "plan": {"billing_from": since, "billing_to": utc_iso(now)},
             "ledger": book.where,
         }
         return result
@@ -227,7 +228,7 @@ def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         "total-usd": round(total, 4),
         "live-usd-per-hr": round(sum(spend.rate_by_owner.get(o, 0.0) for o in owners), 4),
     }
-    result.report = _report(spend, owners, since, iso(now), book.where)
+    result.report = _report(spend, owners, since, utc_iso(now), book.where)
     if book.skipped_line():
         result.warning(book.skipped_line())
     notify.deliver(

@@ -36,7 +36,7 @@ from gpuci import settings, untrusted_json
 from gpuci.cache.stores import open_store
 from gpuci.cache.stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
-from gpuci.pods.runpod.clock import iso
+from gpuci.units import utc_iso
 
 ROOT = "pods-ledger"
 EVENTS = f"{ROOT}/events"
@@ -306,7 +306,7 @@ class Ledger:
         if event not in EVENT_KINDS:
             raise ValueError(event)
         folder = pod_id if _POD_ID.match(pod_id or "") else "_"
-        item = {"event": event, "podId": pod_id or None, "time": at, "at": iso(at), **fields}
+        item = {"event": event, "podId": pod_id or None, "time": at, "at": utc_iso(at), **fields}
         key = f"{EVENTS}/{folder}/{int(at * 1000):015d}-{event}-{secrets.token_hex(4)}.json"
         self._put_new(key, item)
         return key
@@ -335,7 +335,7 @@ class Ledger:
                 "owner": owner,
                 "costPerHr": rate,
                 "untilEpoch": until,
-                "until": iso(until),
+                "until": utc_iso(until),
                 "createdEpoch": now,
                 "runUrl": run_url,
                 "podName": name,
@@ -392,10 +392,6 @@ def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
             rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
             rec.reservation = str(event.get("reservation") or rec.reservation)
     return rec
-
-
-def owners_by_pod(book: Mapping[str, PodRecord]) -> dict[str, str]:
-    return {pid: rec.owner for pid, rec in book.items() if rec.owner}
 
 
 def reaped_by_owner(book: Mapping[str, PodRecord], since: float) -> dict[str, int]:

@@ -19,7 +19,7 @@ pod installs ``GPUCI_PACKAGE``, pinned by ``up``, into a private folder used onl
 hands the pod over with a ``smoke skipped`` mark naming why, and ``up`` warns in one line.
 
 The name is written whole (any number of GPUs; 8 UUIDs are about 330 characters, and the spec
-sets no length limit), by :mod:`gpuci.pods.health.handover_mark`, retried on 429 and 5xx. RunPod's
+sets no length limit), by :func:`mark`, retried on 429 and 5xx. RunPod's
 docs grant the pod-scoped key stop and remove; if its PATCH is refused (401/403), the pod says
 so in one line of its log and, on a hardware verdict, still stops itself: the one act its key
 is documented to allow. ``up`` reads a pod that stopped itself before handover with no verdict
@@ -44,12 +44,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci import settings
+from gpuci.retry import RetryPolicy, parse_retry_after
 
 ENV_SMOKE = settings.SMOKE.name
 ENV_POD_NAME = settings.POD_NAME.name
 ENV_PACKAGE = settings.PACKAGE.name
 HARDWARE_RC = 10
-MARK = " smoke "
 _MARKED = re.compile(r" smoke (passed|failed|skipped)(?:: ?(.*))?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9:,._=/+-]+")
 
@@ -232,16 +232,82 @@ def classify(body: Any) -> tuple[int, str]:
     return 3, f"no hardware verdict: exit {int(code)}"
 
 
+# ----- the pod writes its verdict into its own name ---------------------------------------
+# ``... handover mark NAME``, run inside the pod by the smoke gate with what RunPod gives every
+# pod: its id (``RUNPOD_POD_ID``) and its pod-scoped key (``RUNPOD_API_KEY``). ``PATCH
+# /v2/pods/{id}`` with ``{"name": NAME}``, under one RetryPolicy: 429 waits its ``Retry-After``,
+# 5xx and network failures back off, so one bad answer no longer costs a healthy pod (``up``
+# would wait out its timeout and terminate it). A refusal (401/403: the key may not rename its
+# pod) is one line in the pod's log and exit REFUSED; the gate's fallback is in SHELL.
+
+REFUSED = 4
+
+
+class _Again(Exception):
+    def __init__(self, why: str, retry_after: float | None = None) -> None:
+        super().__init__(why)
+        self.retry_after = retry_after
+
+
+def policy(environ: Mapping[str, str]) -> RetryPolicy:
+    """Six tries over about a minute; ``GPUCI_HANDOVER_RETRY_S`` scales the first wait."""
+    try:
+        initial = float(settings.HANDOVER_RETRY_S.value(environ))
+    except ValueError:
+        initial = 1.0
+    return RetryPolicy(attempts=6, initial=initial, max_wait=30 * initial, jitter="additive")
+
+
+def mark(name: str, environ: Mapping[str, str]) -> int:
+    """PATCH this pod's name: 0 done, :data:`REFUSED` when the key may not, 3 otherwise."""
+    import httpx
+
+    from gpuci import httpclients
+
+    pod, key = settings.RUNPOD_POD_ID.value(environ), settings.RUNPOD_API_KEY.value(environ)
+    if not pod or not key or not name:
+        print("gpu-ci: cannot write the verdict: RUNPOD_POD_ID or RUNPOD_API_KEY is not set")
+        return 3
+    base = settings.RUNPOD_API_URL_ON_POD.value(environ).rstrip("/")
+
+    def once(client: httpx.Client) -> int:
+        try:
+            response = client.patch(f"{base}/v2/pods/{pod}", json={"name": name})
+        except httpx.TransportError as exc:
+            raise _Again(type(exc).__name__) from None
+        code = response.status_code
+        if code == 429 or code >= 500:
+            raise _Again(f"HTTP {code}", parse_retry_after(response.headers.get("Retry-After")))
+        return code
+
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        with httpclients.new_client(timeout=30.0, agent="handover", headers=headers) as client:
+            code = policy(environ).retrying(_Again)(once, client)
+    except _Again as exc:
+        print(f"gpu-ci: could not write the verdict into pod {pod}'s name: {exc} (retried)")
+        return 3
+    if code in (401, 403):
+        print(
+            f"gpu-ci: RunPod refused this pod's key renaming pod {pod} (HTTP {code}): the "
+            "verdict cannot travel in its name; on a hardware failure the pod stops itself "
+            "and up reads that stop as the verdict"
+        )
+        return REFUSED
+    if code >= 300:
+        print(f"gpu-ci: RunPod answered HTTP {code} to the pod's rename: verdict not written")
+        return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """The pod's side: ``python3 -m gpuci.pods.health.handover RESULT.json`` (gpu-smoke's ``--json``
     output): the headline on stderr (the pod's log), the verdict line on stdout. ``... mark
-    NAME`` writes NAME into the pod's name (:mod:`gpuci.pods.health.handover_mark`)."""
+    NAME`` writes NAME into the pod's name (:func:`mark`)."""
     from gpuci import untrusted_json
 
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["mark"]:
-        from gpuci.pods.health.handover_mark import mark
-
         return mark(args[1] if len(args) > 1 else "", os.environ)
     try:
         with open(args[0], "rb") as fh:

@@ -26,8 +26,9 @@ from gpuci.pods.health.handover import Verdict, verdict_of
 from gpuci.pods.lifecycle.readiness import poll_s
 from gpuci.pods.runpod import plan
 from gpuci.pods.runpod.client import NotFound, RunPodClient
-from gpuci.pods.runpod.clock import Clock, iso
+from gpuci.pods.runpod.clock import Clock
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import utc_iso
 
 _LABEL = re.compile(r"^gpu(\d+):(.+)$")
 #: A gated pod that stopped itself before handover with no verdict in its name: the gate's
@@ -204,7 +205,7 @@ def end_failed(
     except GpuciError as exc:
         result.warning(f"could not terminate {attempt.pod}: {exc.one_line()} (reap will)")
     if attempt.data_center:
-        attempts.failed_dcs[attempt.data_center] = f"GPU {verdict.text()} at {iso(now)}"
+        attempts.failed_dcs[attempt.data_center] = f"GPU {verdict.text()} at {utc_iso(now)}"
     return attempt
 
 

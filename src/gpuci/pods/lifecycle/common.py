@@ -22,9 +22,6 @@ from gpuci.pods.runpod.clock import Clock
 from gpuci.pods.runpod.naming import PodTag, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 
-PROXY_URL = "https://{pod_id}-{port}.proxy.runpod.net"
-
-
 LIVE = ("PROVISIONING", "STARTING", "RUNNING")
 
 

@@ -8,9 +8,10 @@ from gpuci import settings
 from gpuci.pods.lifecycle.common import open_client, pod_url, tagged_pods
 from gpuci.pods.options import LsInputs
 from gpuci.pods.runpod.client import API_KEY_ENV
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import PodTag
 from gpuci.runtime import Result, Runtime, markdown_table, probes_allowed
+from gpuci.units import utc_iso
 
 
 def ls(inp: LsInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
@@ -61,7 +62,7 @@ def ls(inp: LsInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 "cost_per_hr": p.get("cost"),
                 "owner": t.owner if t else None,
                 "run_url": t.run_url if t else None,
-                "expires_at": iso(t.expires_at) if t and not math.isnan(t.expires_at) else None,
+                "expires_at": utc_iso(t.expires_at) if t and not math.isnan(t.expires_at) else None,
                 "url": pod_url(p, rt.environ),
             }
             for p, t in rows
@@ -77,6 +78,6 @@ def _fmt_expiry(tag: PodTag | None, now: float) -> str:
     if tag is None or math.isnan(tag.expires_at):
         return "-"
     left = tag.expires_at - now
-    return f"{iso(tag.expires_at)} ({'in ' if left >= 0 else ''}{abs(left) / 60:.0f}m" + (
+    return f"{utc_iso(tag.expires_at)} ({'in ' if left >= 0 else ''}{abs(left) / 60:.0f}m" + (
         ")" if left >= 0 else " ago)"
     )

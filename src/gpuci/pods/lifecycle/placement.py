@@ -16,10 +16,11 @@ from gpuci.pods.budgets import policy as budgets
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runpod import plan
 from gpuci.pods.runpod.client import CandidateRejected, RunPodClient, api_url
-from gpuci.pods.runpod.clock import Clock, iso
+from gpuci.pods.runpod.clock import Clock
 from gpuci.pods.runpod.naming import PodTag
 from gpuci.retry import RetryPolicy
 from gpuci.runtime import Runtime
+from gpuci.units import utc_iso
 
 
 def affordable(
@@ -69,7 +70,7 @@ def affordable(
     reservation = book.reserve(tag.owner, now, until, decide, tag.run_url, tag.name())
     rt.log(
         f"budget: reserved ${cost.usd(reservation.remaining(now))} for {tag.owner} "
-        f"until {iso(until)} in {book.where}"
+        f"until {utc_iso(until)} in {book.where}"
     )
     return list(ok), list(refused), reservation
 

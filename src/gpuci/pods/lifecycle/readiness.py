@@ -1,20 +1,35 @@
-"""When a new pod is ready: RUNNING according to the API, then (optionally) a 2xx health URL."""
+"""When a new pod is ready: RUNNING according to the API, then (optionally) a 2xx health URL;
+for a runner pod, its runner online.
+
+A runner pod that GitHub refuses (a deprecated version, a registration error) ends itself; the
+job it was made for would then wait in the queue until GitHub drops it after 24 hours. So after
+the pod is RUNNING, ``up`` polls both sides until the platform lists the runner ``online`` (or
+busy, or already gone: a quick job may be over), and a refused runner fails the start job, not
+train. The pod's start script writes a refusal into the pod's name (``... refused: GitHub
+refused runner 2.x: ...``, gpuci.pods.runners.boot), which is what this wait prints; a pod that
+ends without saying why is one line too.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
+from gpuci.forges.rest import Forbidden
+from gpuci.pods.runners.registry import Request
 from gpuci.pods.runpod.client import RunPodClient
 from gpuci.pods.runpod.clock import Clock
+from gpuci.redact import excerpt
 from gpuci.runtime import Runtime
 
 
 def poll_s(rt: Runtime) -> float:
-    return float(settings.PODS_POLL_S.value(rt.environ))
+    """Seconds between polls of a new pod (GPUCI_PODS_POLL_S; InputError when not a number)."""
+    return settings.PODS_POLL_S.number(rt.environ)
 
 
 def wait_running(
@@ -71,5 +86,68 @@ def wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
                 raise InfraError(
                     f"health URL {url} did not answer 2xx before the timeout ({last})",
                     hint="raise timeout (large models load slowly) or check the server's logs",
+                )
+            clock.sleep(poll_s(rt))
+
+
+REFUSED = " refused: "
+ONLINE = ("online", "active")  # GitHub says online; GitLab online (older: active)
+
+
+def refusal(pod: Mapping[str, Any] | None) -> str:
+    """The refusal a runner pod wrote into its name, or ""."""
+    name = str((pod or {}).get("name") or "")
+    _, found, why = name.partition(REFUSED)
+    return excerpt(why, 300) if found else ""
+
+
+def wait_online(
+    client: RunPodClient,
+    clock: Clock,
+    pod_id: str,
+    runner: Request,
+    deadline: float,
+    rt: Runtime,
+) -> str:
+    """Until the runner is online: its status; a refusal, an ended pod or the timeout raise."""
+    reg = runner.registration
+    if reg is None or reg.runner_id is None:
+        return "unknown"
+    hint = (
+        "see docs/runners.md (runner versions): pin a release GitHub accepts with "
+        "runner-version/runner-sha256, or use an image with a current runner"
+    )
+    with runner.target.client() as api:
+        last = ""
+        while True:
+            pod = client.get_pod(pod_id)
+            why = refusal(pod)
+            if why:
+                raise InfraError(why, hint=hint)
+            status = (pod or {}).get("status", "TERMINATED")
+            if status in ("EXITED", "ERROR", "TERMINATED"):
+                raise InfraError(
+                    f"runner pod {pod_id} became {status} before runner {reg.name} came online",
+                    hint="check the pod's logs (RunPod console); the runner was deleted",
+                )
+            try:
+                state = api.status(reg.runner_id)
+            except Forbidden:  # a GitLab token with create_runner only may not read runners
+                rt.log(
+                    f"warning: this token cannot read runner {reg.name}'s status (GitLab: "
+                    "give it read_api or api): not waiting for it to come online"
+                )
+                return "unknown"
+            if state != last:
+                rt.log(f"runner {reg.name}: {state or 'gone'}")
+                last = state or ""
+            if state is None:
+                return "gone"  # its one job is already over, or it was deleted
+            if state in ONLINE or state == "busy":
+                return state
+            if clock.now() >= deadline:
+                raise InfraError(
+                    f"runner {reg.name} not online at the timeout (GitHub/GitLab says {state})",
+                    hint="check the pod's logs; raise timeout for a large image",
                 )
             clock.sleep(poll_s(rt))

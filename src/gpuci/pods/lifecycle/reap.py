@@ -28,9 +28,10 @@ from gpuci.pods.lifecycle.common import (
 )
 from gpuci.pods.options import ReapInputs
 from gpuci.pods.runpod.client import InvalidTransition, NotFound, RunPodClient
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso, parse_iso
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import PodTag, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import parse_iso, utc_iso
 
 
 def reap(inp: ReapInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
@@ -205,7 +206,7 @@ def _forgotten(
 
 def _billed_quietly(client: RunPodClient, now: float, rt: Runtime) -> dict[str, float] | None:
     try:
-        records = client.pod_billing(iso(now - 30 * 86400), iso(now))
+        records = client.pod_billing(utc_iso(now - 30 * 86400), utc_iso(now))
     except GpuciError as exc:
         rt.log(f"warning: no billing for the reap report: {exc.one_line()}")
         return None

@@ -22,15 +22,15 @@ from gpuci.pods.lifecycle import cancel, placement, readiness, ssh, up_cleanup, 
 from gpuci.pods.lifecycle.common import open_client, open_ledger, pod_url, record_event
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runners import boot as runner_boot
-from gpuci.pods.runners import online as runner_online
 from gpuci.pods.runners import registry as runners
 from gpuci.pods.runners import release as runner_release
 from gpuci.pods.runners.registry import runner_name
 from gpuci.pods.runpod import plan
 from gpuci.pods.runpod.client import RunPodClient, api_url
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import PodTag, new_tag, run_url
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import utc_iso
 
 
 def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
@@ -264,7 +264,7 @@ def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
     if runner is None and job.spec.smoke:
         _smoke_said(job, replace.wait_verdict(client, clock, pod["id"], deadline, rt))
     if runner is not None and inp.runner_wait_online:
-        runner_online.wait_online(client, clock, pod["id"], runner, deadline, rt)
+        readiness.wait_online(client, clock, pod["id"], runner, deadline, rt)
         if job.spec.smoke:  # the gate ran before the runner started: what did it say?
             try:
                 _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
@@ -309,7 +309,7 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
     result, tag, runner, rt = job.result, job.tag, job.runner, job.rt
     result.headline = (
         f"{pod['id']} RUNNING on {pod.get('gpu', {}).get('id', '?')} "
-        f"at ${float(pod.get('cost') or 0):.2f}/h until {iso(tag.expires_at)}"
+        f"at ${float(pod.get('cost') or 0):.2f}/h until {utc_iso(tag.expires_at)}"
         + (f", {runner.target.platform} runner {runner.name}" if runner else "")
     )
     result.outputs = {
@@ -319,7 +319,7 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
         "url": url,
         "gpu-type": pod.get("gpu", {}).get("id", ""),
         "data-center": pod.get("dataCenterId") or "",
-        "expires-at": iso(tag.expires_at),
+        "expires-at": utc_iso(tag.expires_at),
         "ssh-command": "",
         "runner-name": runner.name if runner else "",
     }
@@ -341,7 +341,7 @@ def _report_up(job: _Up, pod: dict[str, Any], url: str) -> Result:
                     result.outputs["data-center"],
                     f"{float(pod.get('cost') or 0):.2f}",
                     tag.owner,
-                    iso(tag.expires_at),
+                    utc_iso(tag.expires_at),
                     Link(url) if url else "",
                 ]
             ],
@@ -444,7 +444,7 @@ def _remember(
         "owner": tag.owner,
         "gpu": pod.get("gpu", {}).get("id", ""),
         "costPerHr": pod.get("cost"),
-        "expiresAt": iso(tag.expires_at),
+        "expiresAt": utc_iso(tag.expires_at),
         "expiresEpoch": tag.expires_at,
         "runUrl": tag.run_url,
         "reservation": reservation.key if reservation else "",

@@ -13,9 +13,9 @@ from gpuci.pods.options import UpInputs
 from gpuci.pods.runners import registry as runners
 from gpuci.pods.runpod import plan
 from gpuci.pods.runpod.client import API_KEY_ENV, api_url
-from gpuci.pods.runpod.clock import iso
 from gpuci.pods.runpod.naming import PodTag
 from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import utc_iso
 
 BUDGET_RULE = (
     "refuse a candidate when billed spend + live pods' committed cost "
@@ -74,7 +74,7 @@ def _plan_report(
         "owner": tag.owner,
         "run_url": tag.run_url,
         "ttl_s": inp.ttl,
-        "expires_at": iso(tag.expires_at),
+        "expires_at": utc_iso(tag.expires_at),
         "gpu_order": [c.gpu_id for c in cands],
         "candidates": [{"gpu": c.gpu_id, "data_centers": list(c.data_centers)} for c in cands],
         "requests": [{"method": "POST", "path": "/v2/pods", "body": b} for b in bodies],
@@ -110,7 +110,7 @@ def _plan_summary(cands: list[plan.Candidate], tag: PodTag) -> str:
     return "### pods up plan (dry run)\n\n" + markdown_table(
         ["#", "GPU type", "data centres", "TTL ends"],
         [
-            [i + 1, c.gpu_id, ", ".join(c.data_centers) or "any", iso(tag.expires_at)]
+            [i + 1, c.gpu_id, ", ".join(c.data_centers) or "any", utc_iso(tag.expires_at)]
             for i, c in enumerate(cands)
         ],
     )

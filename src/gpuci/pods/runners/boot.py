@@ -42,7 +42,6 @@ from gpuci.pods.runpod import selfstop
 # both together (docs/runners.md); a test fails when the fake's newest release is newer.
 RUNNER_VERSION = "2.338.0"
 RUNNER_SHA256 = "af4b794c1bc41d73d40535e3fe092a39f9679cd8d965954c2aca25a05ca41d32"
-RELEASE_URL = "https://github.com/actions/runner/releases/download"
 ENV_RELEASE_URL = settings.RUNNER_RELEASE_URL.name  # a mirror (or a test server): hash holds
 
 BODY = r"""

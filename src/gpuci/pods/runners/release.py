@@ -23,13 +23,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.forges import github as gh
 from gpuci.pods.runners import boot as runner_boot
+from gpuci.units import parse_iso
 
 RELEASES_PATH = "/repos/actions/runner/releases"
 PAGE = 20  # releases per look-up: months of history, a bounded answer
@@ -82,7 +82,7 @@ def _published(item: Mapping[str, Any]) -> float | None:
     if not isinstance(text, str):
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_iso(text)
     except ValueError:
         return None
 

@@ -10,6 +10,7 @@ is read and never appears in a message.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -82,9 +83,10 @@ class Unauthorized(InputError):
 
 #: The retry table from the createPod docs, declared once and used for every request: 429 waits
 #: its ``Retry-After`` (at most MAX_RETRY_AFTER_S), 5xx and transport errors back off from 1 s,
-#: doubling, up to 30 s, plus up to 1 s of jitter.
+#: doubling, up to 30 s, plus up to 1 s of jitter; ``from_env`` takes the attempts from the
+#: job's GPUCI_PODS_MAX_ATTEMPTS.
 RETRY_POLICY = RetryPolicy(
-    attempts=int(settings.PODS_MAX_ATTEMPTS.value()),
+    attempts=int(settings.PODS_MAX_ATTEMPTS.default),
     initial=1.0,
     max_wait=30.0,
     jitter="additive",
@@ -258,7 +260,9 @@ class RunPodClient:
         read_only: bool = False,
     ) -> RunPodClient:
         key = api_key_from_env(environ, mask)
-        return cls(key, api_url(environ), clock=clock, read_only=read_only)
+        attempts = settings.PODS_MAX_ATTEMPTS.integer(environ, minimum=1)
+        policy = dataclasses.replace(RETRY_POLICY, attempts=attempts)
+        return cls(key, api_url(environ), clock=clock, read_only=read_only, policy=policy)
 
     def bounded(self, timeout: float) -> RunPodClient:
         """A client for cleanup after a cancel: each request at most ``timeout`` seconds,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from typing import Protocol
 
 
@@ -23,12 +22,3 @@ class SystemClock:
 
 
 SYSTEM = SystemClock()
-
-
-def iso(ts: float) -> str:
-    """RFC 3339 in UTC, second precision: what the API and our pod tags use."""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_iso(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci import settings
-from gpuci.pods.runpod.clock import iso, parse_iso
+from gpuci.units import parse_iso, utc_iso
 
 PREFIX = "gpuci"
 ENV_OWNER = settings.OWNER.name
@@ -34,7 +34,7 @@ class PodTag:
 
     def name(self) -> str:
         return (
-            f"{PREFIX} owner={self.owner} exp={iso(self.expires_at)} "
+            f"{PREFIX} owner={self.owner} exp={utc_iso(self.expires_at)} "
             f"run={self.run_url} n={self.nonce}"
         )
 
@@ -42,7 +42,7 @@ class PodTag:
         return {
             ENV_OWNER: self.owner,
             ENV_RUN_URL: self.run_url,
-            ENV_EXPIRES_AT: iso(self.expires_at),
+            ENV_EXPIRES_AT: utc_iso(self.expires_at),
             ENV_EXPIRES_EPOCH: str(int(self.expires_at)),
         }
 
@@ -73,13 +73,6 @@ def tag_of(pod: Mapping[str, Any]) -> PodTag | None:
         expires_at = float("nan")
     run_url = env.get(ENV_RUN_URL) or from_name.get("run") or ""
     return PodTag(owner, run_url, expires_at, from_name.get("n", ""))
-
-
-def default_owner(environ: Mapping[str, str]) -> str:
-    for name in (settings.GITHUB_ACTOR.name, settings.GITLAB_USER_LOGIN.name, "USER", "USERNAME"):
-        if environ.get(name):
-            return environ[name]
-    return "unknown"
 
 
 def run_url(environ: Mapping[str, str]) -> str:

@@ -19,7 +19,6 @@ from gpuci.pods.health import handover
 ENV_WRAPPER = settings.WRAPPER.name
 ENV_COMMAND = settings.START_COMMAND.name
 ENV_API_URL = settings.RUNPOD_API_URL_ON_POD.name
-ENV_ACTION = settings.SELF_STOP_ACTION.name
 
 ARGS = "sh -c 'eval \"$GPUCI_WRAPPER\"'"
 

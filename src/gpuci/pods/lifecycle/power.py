@@ -1,4 +1,7 @@
-"""``pods start``: start stopped pods; ttl gives them a new expiry."""
+"""``pods stop`` and ``pods start``: a pod's GPU released (the disk kept) and taken again.
+
+Already stopped and already running are success; ``start``'s ttl gives a pod a new expiry.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +16,34 @@ from gpuci.pods.lifecycle.common import (
     open_client,
     record_event,
 )
-from gpuci.pods.options import StartInputs
-from gpuci.pods.runpod.client import NotFound, RunPodClient
-from gpuci.pods.runpod.clock import SYSTEM, Clock, iso
+from gpuci.pods.options import StartInputs, StopInputs
+from gpuci.pods.runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods.runpod.clock import SYSTEM, Clock
 from gpuci.pods.runpod.naming import tag_of
 from gpuci.runtime import Result, Runtime
+from gpuci.units import utc_iso
+
+
+def stop(inp: StopInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
+    """Stop pods (keep the disk, stop GPU billing); already stopped counts as done."""
+    ids = need_ids(inp.pod_id, "pods stop")
+    if rt.dry_run:
+        return Result(command="pods stop", headline="would stop " + ", ".join(ids))
+    book = ledger_quietly(inp.ledger, rt)
+    with open_client(rt, clock) as client:
+
+        def one(pod_id: str) -> str:
+            try:
+                client.action(pod_id, "stop")
+            except InvalidTransition:
+                pod = client.get_pod(pod_id)
+                if pod is not None and pod.get("status") == "EXITED":
+                    return "already stopped"
+                raise
+            record_event(rt, book, "stopped", pod_id, clock.now(), reason="stop")
+            return "stopped"
+
+        return each_pod(ids, one, "pods stop", rt)
 
 
 def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
@@ -52,10 +78,10 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 new = tag.with_expiry(clock.now() + float(ttl))
                 env = {**(pod.get("env") or {}), **new.env()}
                 client.update_pod(pod_id, {"name": new.name(), "env": env})
-                note = f", expires {iso(new.expires_at)}"
+                note = f", expires {utc_iso(new.expires_at)}"
             elif tag is not None and tag.expires_at <= clock.now():
                 raise InputError(
-                    f"pod {pod_id} expired at {iso(tag.expires_at)}; its timer would stop it "
+                    f"pod {pod_id} expired at {utc_iso(tag.expires_at)}; its timer would stop it "
                     "at once",
                     hint="pass ttl to give it a new expiry",
                 )
