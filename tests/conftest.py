@@ -7,14 +7,13 @@ import pytest
 from gpuci_testing import run_cli
 from moto_s3 import moto_server
 
-# Modules whose module-scoped fixture is expensive to build (a venv, a mounted filesystem, a
-# model): under pytest-xdist (addopts in pyproject.toml) their tests stay on one worker, which
+# Modules whose module-scoped fixture is expensive to build (a venv, a mounted filesystem):
+# under pytest-xdist (addopts in pyproject.toml) their tests stay on one worker, which
 # builds it once, instead of each worker building its own.
 # (tests/actions/test_gitlab_ci_local.py builds a venv per module too, but its pipelines take
 # minutes each: spread over the workers they finish sooner than the venv costs.)
 ONE_WORKER = {
     "tests/security/test_sec_tier.py": "reflink-fs",  # a loop-mounted XFS
-    "tests/cache/test_cache_hf_real.py": "tiny-model",  # a model made by a torch child
 }
 
 
