@@ -17,23 +17,33 @@ ONE_WORKER = {
 }
 
 
-# The modules whose tests take longest (a minute or more of one worker each, from
-# `pytest --durations`), longest first: they are started first, so that no worker is left
-# running one of them alone at the end while the other is idle. xdist hands the workers the
-# tests in collection order, one at a time (--dist loadgroup); a module moves whole, so its
-# module fixtures are built once per worker.
+# The modules whose tests take longest (from `pytest --durations` of a whole run, longest
+# module first; the act and gitlab-ci-local ones hold tests of 1-3 minutes on a busy 2-core
+# runner): they are started first, so that no worker is left running one of them alone at the
+# end while the other is idle. xdist hands the workers the tests in collection order (each test
+# its own unit under --dist loadgroup, but for the ONE_WORKER groups, which go first).
 SLOW_FIRST = (
-    "tests/test_bench_smoke.py",
+    "tests/actions/test_act_examples.py",
     "tests/actions/test_gitlab_ci_local.py",
     "tests/gpu/test_gpu_check_script.py",
-    "tests/test_lint.py",  # mypy over the whole tree
-    "tests/actions/test_act_examples.py",
+    "tests/test_bench_smoke.py",
     "tests/cache/test_cache_hf_real.py",
-    "tests/training/test_training_examples.py",
-    "tests/test_dryrun.py",
-    "tests/pods/test_pods_month.py",
+    "tests/actions/test_bootstrap.py",
+    "tests/pods/test_pods_smoke_handover.py",
+    "tests/pods/test_pods_day.py",
+    "tests/pods/test_pods_chaos_cancel.py",
+    "tests/test_lint.py",  # mypy over src/
+    "tests/security/test_sec_s3_hostile.py",
+    "tests/cache/test_cache_faults.py",
     "tests/security/test_sec_s3_bounds.py",
-    "tests/security/test_sec_store_listing.py",
+    "tests/pods/test_pods_pod_gpuci.py",
+    "tests/pods/test_pods_ledger.py",
+    "tests/pods/test_pods_month.py",
+    "tests/test_dryrun.py",
+    "tests/smoke/test_smoke_load.py",
+    "tests/actions/test_act_dryrun.py",
+    "tests/pods/test_pods_action.py",
+    "tests/training/test_training_examples.py",
     "tests/pods/test_pods_runner_boot.py",
 )
 
