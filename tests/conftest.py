@@ -1,5 +1,6 @@
 """Fixtures shared by every test folder; plain helpers live in gpuci_testing.py."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -46,6 +47,19 @@ SLOW_FIRST = (
     "tests/training/test_training_examples.py",
     "tests/pods/test_pods_runner_boot.py",
 )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own: one worker per CPU
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (addopts in pyproject.toml): two workers more than CPUs. A worker spends much
+    of its time waiting on the servers and child processes its tests start (one worker per CPU
+    kept 2 CPUs about half busy), so two more fill that idle time on a 2-core CI machine
+    without crowding a large one. PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    if hasattr(os, "sched_getaffinity"):  # the CPUs this process may use (a container's)
+        return len(os.sched_getaffinity(0)) + 2
+    return (os.cpu_count() or 1) + 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
