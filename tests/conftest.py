@@ -8,12 +8,12 @@ import pytest
 from gpuci_testing import run_cli
 from moto_s3 import moto_server
 
-# Modules whose module-scoped fixture is expensive to build (a venv, a mounted filesystem):
-# under pytest-xdist (addopts in pyproject.toml) their tests stay on one worker, which
-# builds it once, instead of each worker building its own.
-# (tests/actions/test_gitlab_ci_local.py builds a venv per module too, but its pipelines take
-# minutes each: spread over the workers they finish sooner than the venv costs.)
+# Modules whose module-scoped fixture is expensive to build (a wheel and a venv, a mounted
+# filesystem): under pytest-xdist (addopts in pyproject.toml) their tests stay on one worker,
+# which builds it once, instead of each worker building its own. xdist starts these groups
+# first, largest first, so the gitlab-ci-local pipelines (minutes in all) never end the run.
 ONE_WORKER = {
+    "tests/actions/test_gitlab_ci_local.py": "gitlab-wheel",  # pip builds gpu-ci's wheel
     "tests/security/test_sec_tier.py": "reflink-fs",  # a loop-mounted XFS
 }
 
