@@ -9,9 +9,12 @@ from gpuci_testing import run_cli
 from moto_s3 import moto_server
 
 # Modules whose module-scoped fixture is expensive to build (a wheel and a venv, a mounted
-# filesystem): under pytest-xdist (addopts in pyproject.toml) their tests stay on one worker,
-# which builds it once, instead of each worker building its own. xdist starts these groups
-# first, largest first, so the gitlab-ci-local pipelines (minutes in all) never end the run.
+# filesystem): under pytest-xdist (addopts in pyproject.toml) their tests go to one worker as
+# one unit, which builds it once, instead of each worker building its own (or one worker again
+# after another module's test tore it down). These units start first, largest first, so the
+# gitlab-ci-local pipelines (minutes in all) never end the run. Grouped by the scheduler below,
+# not by xdist_group marks: pytest 9.2 ignores the node-id suffix those rely on, so the marks
+# silently grouped nothing (pytest-dev/pytest-xdist#1386).
 ONE_WORKER = {
     "tests/actions/test_gitlab_ci_local.py": "gitlab-wheel",  # pip builds gpu-ci's wheel
     "tests/security/test_sec_tier.py": "reflink-fs",  # a loop-mounted XFS
@@ -62,13 +65,22 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return (os.cpu_count() or 1) + 2
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would group by marks
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup``: each test its own unit, but a ONE_WORKER module one unit."""
+    if config.getvalue("dist") != "loadgroup":
+        return None  # another mode asked for on the command line: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ONE_WORKER.get(nodeid.split("::", 1)[0], nodeid)
+
+    return OneWorkerModules(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {path: i for i, path in enumerate(SLOW_FIRST)}
-    for item in items:
-        group = ONE_WORKER.get(item.nodeid.split("::", 1)[0])
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
     # Stable: every worker collects the same order, and the rest keep theirs.
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
