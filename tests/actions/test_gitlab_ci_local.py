@@ -122,8 +122,8 @@ def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
             }
             done = pipeline(project, tmp_path, variables)
         text = done.stdout + done.stderr
-        for job in ("deploy", "listing", "destroy"):
-            assert f"PASS  {job}" in text
+        for job in ("deploy", "listing", "stop", "start", "destroy"):  # stop/start: a round trip
+            assert re.search(rf"PASS  {job}\b", text), job
         assert len(fake.calls("POST", "/v2/pods")) == 1
         deployed = report(project, "deploy")
         assert len(deployed) <= 20
