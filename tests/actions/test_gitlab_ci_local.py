@@ -1,11 +1,13 @@
 """Both GitLab templates, verbatim, run by gitlab-ci-local (shell executor, no Docker).
 
-gpu-ci is installed by the templates' own line, ``pip install "gpuci @ $GPUCI_PACKAGE"``: in
-the pods pipeline from a source archive of this checkout laid out as GitHub's tag archive is
-(file:// instead of https://), the templates' default; in the others from a wheel of it built
-once (the templates document "an archive URL, a wheel or a path"), which spares each job a
-build. Its dependencies come from the dev venv (a .pth file in the template's venv), so the
-install needs at most the build backend from the index. gitlab-ci-local sets
+gpu-ci is installed by the templates' own line, ``pip install "gpuci @ $GPUCI_PACKAGE"``, from
+a wheel (the templates document "an archive URL, a wheel or a path"). That wheel is built once
+per module by pip from a source archive of this checkout laid out as GitHub's tag archive is
+(file:// instead of https://), the templates' default, with build isolation as the templates'
+pip builds it: the archive is proved to build, and the jobs are spared a build each (pip caches
+no wheel for an archive named ``v1.tar.gz``, so every job of a pipeline rebuilt it). Its
+dependencies come from the dev venv (a .pth file in the template's venv), so the build needs at
+most the build backend from the index. gitlab-ci-local sets
 ``GITLAB_CI=false``; the templates' docs say to pass ``GITLAB_CI=true``, and so do the tests.
 
 Each scenario runs once: the train template's push pipeline, then its merge-request pipeline
@@ -42,12 +44,25 @@ GL_RUNNERS = "/gitlab/api/v4/user/runners"
 
 @pytest.fixture(scope="module")
 def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """GPUCI_PACKAGE (an archive of this checkout) and GPUCI_VENV for the templates."""
+    """GPUCI_PACKAGE (a wheel pip built from an archive of this checkout) and GPUCI_VENV."""
     root = tmp_path_factory.mktemp("gpuci-package")
     tree = export_gpuci(root / "gpu-ci-1")
     archive = root / "v1.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(tree, arcname="gpu-ci-1")
+    # What the templates' `pip install "gpuci @ <archive>"` builds before it installs
+    # (isolated: the build backend comes from the index, as in a fresh job).
+    wheels = root / "wheels"
+    build = ["wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w", str(wheels)]
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", *build, f"gpuci @ {archive.as_uri()}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, "the archive does not build: " + built.stderr[-3000:]
+    (wheel,) = wheels.glob("gpuci-*.whl")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     site = subprocess.run(
@@ -61,23 +76,7 @@ def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         check=True,
     ).stdout.strip()
     Path(site, "dev-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return {"GPUCI_PACKAGE": archive.as_uri(), "GPUCI_VENV": str(venv)}
-
-
-@pytest.fixture(scope="module")
-def wheel_install(install: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The same, with GPUCI_PACKAGE a wheel of this checkout, built once for the module."""
-    tree = export_gpuci(tmp_path_factory.mktemp("gpuci-tree"))
-    wheels = tmp_path_factory.mktemp("gpuci-wheel")
-    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "--disable-pip-version-check"]
-    subprocess.run(
-        [sys.executable, "-m", "pip", *build, "-w", str(wheels), str(tree)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (wheel,) = wheels.glob("gpuci-*.whl")
-    return {**install, "GPUCI_PACKAGE": wheel.as_uri()}
+    return {"GPUCI_PACKAGE": wheel.as_uri(), "GPUCI_VENV": str(venv)}
 
 
 def pipeline(
@@ -123,8 +122,8 @@ def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
             }
             done = pipeline(project, tmp_path, variables)
         text = done.stdout + done.stderr
-        for job in ("deploy", "listing", "destroy"):
-            assert f"PASS  {job}" in text
+        for job in ("deploy", "listing", "stop", "start", "destroy"):  # stop/start: a round trip
+            assert re.search(rf"PASS  {job}\b", text), job
         assert len(fake.calls("POST", "/v2/pods")) == 1
         deployed = report(project, "deploy")
         assert len(deployed) <= 20
@@ -141,7 +140,7 @@ def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
         fake.stop()
 
 
-def test_train_template_passes_first_then_hits_and_notes_the_mr(wheel_install, tmp_path):
+def test_train_template_passes_first_then_hits_and_notes_the_mr(install, tmp_path):
     """The push pipeline on main populates the cache, passes and hands on its report; then an
     open MR gets a merge-request pipeline: train must run there (or no note is posted), hit
     what the first filled, find the first run's baseline, and note the MR."""
@@ -153,7 +152,7 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(wheel_install, t
         },
     )
     variables = {
-        **wheel_install,
+        **install,
         "GPUCI_FAKE_NVML": "h200",
         "GPUCI_STORE": (tmp_path / "store").as_uri(),
     }
@@ -193,7 +192,7 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(wheel_install, t
     assert gitlab.state.gitlab_token not in second
 
 
-def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
+def test_runner_template_starts_trains_and_stops(install, tmp_path):
     """gpu-runner.gitlab-ci.yml, every job: start-runner's real ``pods up --runner gitlab``
     creates a project runner on a fake GitLab and its pod on the fake RunPod; gitlab-ci-local
     runs ``train`` here, as if the pod had taken it; stop-runner (``when: always``) ends the
@@ -223,7 +222,7 @@ def test_runner_template_starts_trains_and_stops(wheel_install, tmp_path):
                 },
             )
             variables = {
-                **wheel_install,
+                **install,
                 "RUNPOD_API_KEY": fake.api_key,
                 "RUNPOD_API_URL": fake.url,
                 "GPUCI_PODS_POLL_S": "0.2",

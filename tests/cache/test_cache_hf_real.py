@@ -3,7 +3,8 @@ a restored hub cache offline, exactly as the original.
 
 The tiny model is made here from transformers' config classes (no hub download, no network);
 each client runs in a child process, so ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` are read the way
-a job reads them, at import.
+a job reads them, at import. torch and transformers are imported once, by one child that makes
+the model, waits while the test saves and restores it, then loads the restored copy.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ HF = {"layout": "hf", "hf-repo": REPO_ID}
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
-# Child process: make the model (``make DIR``) or load it offline (``load REPO``), then print a
-# JSON line with the sha256 of its outputs on a fixed input, as float32 bytes. One interpreter
-# per step: importing torch and transformers is the slow part.
+# Child process: make the model in DIR and print a JSON line with the sha256 of its outputs on a
+# fixed input, as float32 bytes; then, once told on stdin (the test has saved and restored it),
+# load REPO offline from HF_HUB_CACHE and print the same line for the restored model. One
+# interpreter for both: importing torch and transformers is the slow part.
 _MODEL_SCRIPT = """
 import hashlib, json, sys
 import torch
@@ -43,15 +45,18 @@ def digest(model):
         out = model(input_ids=ids).last_hidden_state
     return hashlib.sha256(out.to(torch.float32).contiguous().numpy().tobytes()).hexdigest()
 
-if sys.argv[1] == "make":
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
-    model = BertModel(config)
-    model.save_pretrained(sys.argv[2])
-else:
-    model = AutoModel.from_pretrained(sys.argv[2])
-print(json.dumps({"outputs": digest(model), "class": type(model).__name__}))
+def say(model):
+    print(json.dumps({"outputs": digest(model), "class": type(model).__name__}), flush=True)
+
+torch.manual_seed(0)
+config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
+                    num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+made = BertModel(config)
+made.save_pretrained(sys.argv[1])
+say(made)
+del made
+if sys.stdin.readline().strip() == "load":
+    say(AutoModel.from_pretrained(sys.argv[2]))
 """
 
 # Child process: the hub client's offline look-ups in HF_HUB_CACHE.
@@ -75,13 +80,19 @@ print(json.dumps({
 """
 
 
-def _child(script: str, *args: str, hub: Path | None = None) -> dict:
+def _child_env(hub: Path | None) -> dict[str, str]:
+    """A job's environment for the hub clients: offline, ``hub`` as HF_HUB_CACHE, no token."""
     env = clean_env(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRANSFORMERS_OFFLINE="1")
     env["OMP_NUM_THREADS"] = "1"  # a tiny model: threads only contend on a shared runner
     if hub is not None:
         env["HF_HUB_CACHE"] = str(hub)
     env.pop("HF_HOME", None)
     env.pop("HF_TOKEN", None)
+    return env
+
+
+def _child(script: str, *args: str, hub: Path | None = None) -> dict:
+    env = _child_env(hub)
     proc = subprocess.run(
         [sys.executable, "-c", script, *args],
         capture_output=True,
@@ -138,31 +149,41 @@ def test_huggingface_hub_finds_the_restored_repo_offline(store, env, tmp_path):
     assert got["config"] == (files / "config.json").read_bytes().hex()
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> tuple[Path, str]:
-    """A tiny BERT from a config (random weights, fixed seed): its files and its outputs."""
-    files = tmp_path_factory.mktemp("tiny") / "model"
-    made = _child(_MODEL_SCRIPT, "make", str(files))
-    return files, made["outputs"]
-
-
 @pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed (dev extra)")
 @pytest.mark.skipif(
     not HAS_TORCH,
     reason="no torch here: scripts/dev.sh installs a CPU wheel only from a local wheel folder",
 )
-@pytest.mark.timeout(900)  # two interpreters importing torch on a busy 2-core runner
+@pytest.mark.timeout(900)  # one interpreter importing torch on a busy 2-core runner
 @pytest.mark.parametrize("store", ["s3"], indirect=True)
-def test_transformers_loads_the_restored_model_offline_bit_identical(
-    store, env, tmp_path, tiny_model
-):
-    files, outputs = tiny_model
-    assert sorted(p.name for p in files.iterdir()) == ["config.json", "model.safetensors"]
-    src_hub = _as_hub_cache(files, tmp_path / "hub-src")
-    dest_hub = tmp_path / "hub-fresh"
-    _save_and_restore(store, env, src_hub, dest_hub)
-    loaded = _child(_MODEL_SCRIPT, "load", REPO_ID, hub=dest_hub)
-    assert loaded == {"outputs": outputs, "class": "BertModel"}
+def test_transformers_loads_the_restored_model_offline_bit_identical(store, env, tmp_path):
+    files, dest_hub = tmp_path / "model", tmp_path / "hub-fresh"
+    log = tmp_path / "child.log"
+    with (
+        log.open("w") as err,
+        subprocess.Popen(
+            [sys.executable, "-c", _MODEL_SCRIPT, str(files), REPO_ID],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=_child_env(dest_hub),  # read at import, before the restore, as a job's would be
+        ) as child,
+    ):
+        assert child.stdin is not None and child.stdout is not None
+        made = child.stdout.readline()
+        assert made, "the model child died: " + log.read_text()[-3000:]
+        told = "stop\n"  # a failed save or restore ends the child without a load
+        try:
+            assert sorted(p.name for p in files.iterdir()) == ["config.json", "model.safetensors"]
+            src_hub = _as_hub_cache(files, tmp_path / "hub-src")
+            _save_and_restore(store, env, src_hub, dest_hub)
+            told = "load\n"
+        finally:
+            out, _ = child.communicate(told, timeout=600)
+    assert child.returncode == 0, log.read_text()[-3000:]
+    loaded = json.loads(out.strip().splitlines()[-1])
+    assert loaded == json.loads(made) and loaded["class"] == "BertModel"
     hub = _child(_HUB_SCRIPT, REPO_ID, hub=dest_hub)
     assert hub["warnings"] == [] and hub["repos"] == [[REPO_ID, "model", [[COMMIT, ["main"], 2]]]]
     assert hub["files"] == {p.name: p.read_bytes().hex() for p in sorted(files.iterdir())}
