@@ -75,6 +75,10 @@ class StoreError(InfraError):
     title = "gpu-ci: cache store error"
 
 
+class NoCredentials(StoreError):
+    """botocore's whole chain found no AWS credentials (a dry run plans without them)."""
+
+
 class FetchError(InfraError):
     title = "gpu-ci: download failed"
 

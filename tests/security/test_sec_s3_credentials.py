@@ -211,3 +211,24 @@ def test_an_instance_metadata_service_that_hangs_ends_by_the_deadline(tmp_path, 
         env.pop("AWS_EC2_METADATA_DISABLED", None)
         run = _restore(env, tmp_path)
     _one_line_exit_3(run, "resolving the AWS credentials", "instance metadata service")
+
+
+def test_a_dry_run_with_a_hung_credential_process_ends_by_the_deadline(tmp_path):
+    """Before: the dry run's "any credentials here?" check resolved the chain again, unbounded."""
+    pids = tmp_path / "pids"
+    env = _process_profile(tmp_path, f"echo $$ >> {pids}\nsleep 600\n")
+    with refused_url() as endpoint:
+        args = ["cache-weights", "restore", "--dry-run", "--store", "s3://bucket/c"]
+        args += ["--endpoint-url", endpoint, "--key", "k-1", "--path", str(tmp_path / "out")]
+        run = run_measured(args, env, REPO, timeout=GIVE_UP_S)
+    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 1, "the helper was started again after the deadline"
+    wait_until(lambda: all(_dead(pid) for pid in started), what="the helper killed")
+
+
+def test_a_failing_credential_process_s_stderr_is_never_printed(tmp_path):
+    env = _process_profile(tmp_path, "echo 'debug: token=SuperSecretValue123' >&2\nexit 1\n")
+    run = _restore(env, tmp_path)
+    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    assert "SuperSecretValue123" not in run.output, run.output

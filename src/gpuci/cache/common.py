@@ -11,7 +11,7 @@ from gpuci.cache import layout
 from gpuci.cache.options import StoreFields
 from gpuci.cache.stores import open_store
 from gpuci.cache.stores.base import Store, redact_url
-from gpuci.errors import StoreError
+from gpuci.errors import NoCredentials
 from gpuci.runtime import Runtime, markdown_table
 from gpuci.units import human_bytes
 
@@ -66,25 +66,10 @@ def plan_store(where: StoreFields, rt: Runtime) -> Store | None:
     """
     try:
         return store_from(where, rt)
-    except StoreError:
-        on_s3 = store_url(where, rt).startswith("s3://")
-        if rt.dry_run and on_s3 and not _aws_credentials(where.region):
+    except NoCredentials:
+        if rt.dry_run:
             return None
         raise
-
-
-def _aws_credentials(region: str | None) -> bool:
-    """Whether botocore's credential chain finds anything here (env, profile, SSO, IMDS)."""
-    import botocore.exceptions
-    import botocore.session
-
-    try:
-        session = botocore.session.Session()
-        if region and region.strip():
-            session.set_config_variable("region", region.strip())
-        return session.get_credentials() is not None
-    except botocore.exceptions.BotoCoreError:
-        return True  # a broken configuration is not 'no credentials': its error stands
 
 
 def outputs(

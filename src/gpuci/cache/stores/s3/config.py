@@ -30,7 +30,7 @@ from gpuci.cache.stores.s3.signer import (
     env_credentials,
     is_region,
 )
-from gpuci.errors import InputError, StoreError
+from gpuci.errors import InputError, NoCredentials, StoreError
 from gpuci.retry import aws_max_attempts
 from gpuci.settings import Setting
 
@@ -182,7 +182,7 @@ def _from_botocore(
         until = time.monotonic() + limits.operation
         resolved = chain.resolve(until)
         if resolved is None:
-            raise StoreError(
+            raise NoCredentials(
                 f"no AWS credentials found for {url}",
                 hint="configure credentials (aws-actions/configure-aws-credentials, "
                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile)",
@@ -280,7 +280,8 @@ def config_error(
             "(AWS_CONFIG_FILE), or unset AWS_PROFILE to use the environment's credentials",
         )
     if isinstance(exc, errors.NoCredentialsError | errors.PartialCredentialsError):
-        return StoreError(
+        kind = NoCredentials if isinstance(exc, errors.NoCredentialsError) else StoreError
+        return kind(
             f"no usable AWS credentials for {url} ({type(exc).__name__})",
             hint="configure credentials (aws-actions/configure-aws-credentials or "
             "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
@@ -296,9 +297,12 @@ def config_error(
             f"the AWS configuration cannot be used: {str(exc)[:300]}",
             hint="fix ~/.aws/config or the AWS_* variables",
         )
+    # A credential_process's error carries its stderr, which may hold a secret: name the
+    # source and the error's type only.
+    said = "" if isinstance(exc, errors.CredentialRetrievalError) else f": {str(exc)[:200]}"
     return StoreError(
         f"cannot resolve the AWS credentials for {url}"
         + (f" from {source}" if source else "")
-        + f": {type(exc).__name__}: {str(exc)[:200]}",
+        + f": {type(exc).__name__}{said}",
         hint="check the AWS profile's credential source (SSO login, credential_process, role)",
     )
