@@ -42,6 +42,12 @@ def refused_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+def commands_loaded(modules: list[str]) -> list[str]:
+    """The command shells, the registry and the CLI among ``modules``: a library loads none."""
+    shells = ("gpuci.commands", "gpuci.cli")
+    return [m for m in modules if m.endswith(".command") or m.startswith(shells)]
+
+
 def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "") -> None:
     """Poll ``condition`` until it holds; fail after ``timeout`` seconds (a hang guard, sized
     many times what a quiet machine needs, so a busy one still passes)."""
