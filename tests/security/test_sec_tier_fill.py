@@ -1,7 +1,8 @@
-"""A cold restore fills the runner-local tier from the very bytes it hashes (no second read,
-no second sha256; docs/cache-format.md "The runner-local tier"), and the tier's rule still holds:
-a blob is only what was hashed on its way in, published under that digest, and nothing at all
-when the store's bytes do not match the manifest."""
+"""A cold restore fills the runner-local tier by writing each file once, into the tier's temp
+file, hashed on its way in, and making the job's file from it (no second read, no second sha256,
+no second write from user space; docs/cache-format.md "The runner-local tier"), and the tier's
+rule still holds: a blob is only what was hashed on its way in, published under that digest, and
+nothing at all when the store's bytes do not match the manifest."""
 
 from __future__ import annotations
 
@@ -63,4 +64,59 @@ def test_bytes_that_do_not_hash_to_the_manifest_never_reach_the_tier(tmp_path):
     assert "hash" in got.headline
     assert not runner.blob(digest).exists()
     tier_is_honest(runner.tier)
+    assert _tmp_left(runner.tier) == []
+
+
+def test_a_cold_restore_writes_each_byte_once_from_user_space(tmp_path, monkeypatch):
+    """The tier's copy is not a second user-space write of every byte (it was, on the thread
+    that hashes, before): the job's file is made from the tier's temp file by the kernel."""
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    for i in range(20):
+        files[f"shard-{i:02d}.json"] = os.urandom(3_000 + i)
+        (tmp_path / "src" / f"shard-{i:02d}.json").write_bytes(files[f"shard-{i:02d}.json"])
+    runner.save("m", tmp_path / "src", tier=False)
+    written = [0]
+    real_write, real_pwrite = os.write, os.pwrite
+
+    def write(fd, data):
+        n = real_write(fd, data)
+        written[0] += n
+        return n
+
+    def pwrite(fd, data, offset):
+        n = real_pwrite(fd, data, offset)
+        written[0] += n
+        return n
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    runner.restore("m", tmp_path / "job")
+    monkeypatch.undo()
+    total = sum(len(d) for d in files.values())
+    assert total <= written[0] < total + (1 << 20), (written[0], total)
+    for name, data in files.items():
+        assert (tmp_path / "job" / name).read_bytes() == data
+        assert runner.blob(sha(data)).read_bytes() == data
+        assert os.stat(tmp_path / "job" / name).st_ino != runner.blob(sha(data)).stat().st_ino
+    tier_is_honest(runner.tier)
+    assert _tmp_left(runner.tier) == []
+
+
+def test_a_job_file_that_cannot_be_made_fails_the_restore_and_leaves_no_blob(tmp_path, monkeypatch):
+    """The tier took the bytes, but the job's own file could not be written (a full disk):
+    the restore fails as a failed write would, and the tier's temp file goes too."""
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src", tier=False)
+
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(copying, "copy_fd", full)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    got = runner.run("restore", "m", tmp_path / "job", **{"local-cache": str(runner.tier)})
+    assert int(got.exit_code) != 0, got.headline
+    assert not (tmp_path / "job").exists()
+    assert not runner.blob(sha(files["model.safetensors"])).exists()
     assert _tmp_left(runner.tier) == []

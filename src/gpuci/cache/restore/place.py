@@ -243,7 +243,7 @@ class Moved:
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
     """Give the local tier the files just fetched and verified (in ``link`` mode by linking
     them, no second copy; :meth:`LocalTier.adopt` copies in the other modes). Most are there
-    already, written as they were hashed (:mod:`gpuci.cache.stores.tier_fill`): this copies only
+    already, written there once (:mod:`gpuci.cache.stores.tier_fill`): this copies only
     what that could not write (a full tier disk, say), which ``copy_in`` sees in one lstat."""
     for entry, path in fetched:
         if tier.links(entry.size, entry.mode):

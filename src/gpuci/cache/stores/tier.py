@@ -287,8 +287,9 @@ class LocalTier:
 
     # ----- filling -------------------------------------------------------------------------
     def start_fill(self, digest: str, size: int) -> TierFill | None:
-        """A blob to write as a restore hashes the file (:mod:`gpuci.cache.stores.tier_fill`), or
-        None when the tier has it already or cannot take it (a cache never fails a job)."""
+        """The temp file a cold restore writes this file into, the job's copy made from it after
+        (:mod:`gpuci.cache.stores.tier_fill`); None when the tier has it already or cannot take
+        it (a cache never fails a job)."""
         if self.has(digest, size):
             return None
         try:

@@ -1,14 +1,22 @@
-"""Filling the runner-local tier from the bytes a restore hashes, as it hashes them.
+"""Filling the runner-local tier on a cold restore: each file is written once, into the tier.
 
 A cold restore with the tier on used to write each file, hash it, then read it back, copy it
-into the tier and hash it again (:meth:`LocalTier.copy_in`): about as much work as the transfer
-itself. Here the tier's copy is written from the very buffers the restore's sha256 consumes,
-in the order it consumes them (:class:`TeeHasher` stands in for the hasher), so the blob holds
-exactly the bytes that were hashed: the tier's rule (a blob is made only by hashing the bytes
-as they are copied in, and published under the digest of what was copied) holds with no second
-read and no second hash. It is published only when that digest is the manifest's (the restore
-verified it); otherwise, or on any error, the temp file is removed and the job goes on (a cache
-never fails a job).
+into the tier and hash it again (:meth:`LocalTier.copy_in`); later it wrote every byte twice
+from user space, to the job's file and to the tier's, on the thread that hashes. Now the restore
+writes a file that the tier will keep straight into a private temp file in the tier's ``tmp/``
+(``0700``, ours alone), hashing the bytes on their way in as it does for any file. Once the
+digest is the manifest's, :meth:`TierFill.finish` makes the job's own file from that inode, a
+reflink where the filesystem clones (btrfs, XFS: no byte written) else an in-kernel copy
+(``copy_file_range``), and publishes the temp file under the digest.
+
+Why the tier's rule still holds (a blob is only the bytes hashed on their way in, published
+under the digest of what was hashed): the hashed bytes are those written into the temp file, and
+nothing but this process writes there (the job's own folder is never read into the tier, so a
+process changing the staging file cannot reach the tier at all). The job's file is a clone or a
+copy of the verified inode, never the tier's inode: what the job does to it stays its own, as
+on a warm restore in ``copy`` mode. On any error, or when the digest is not the manifest's, the
+temp file is removed and the job goes on (a cache never fails a job); only failing to make the
+job's own file fails the restore, as a failed write would.
 """
 
 from __future__ import annotations
@@ -17,16 +25,21 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
-__all__ = ["TeeHasher", "TierFill"]
+from gpuci.cache.stores import copying
+
+__all__ = ["TierFill"]
+
+_JOB_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class TierFill:
-    """One blob being written into the tier's ``tmp/`` while the restore hashes it.
+    """One file a cold restore writes into the tier's ``tmp/`` in place of the job's file.
 
-    ``publish(temp, digest)`` makes it visible (:meth:`LocalTier.publish_temp`), with its
-    mtime frozen at ``mtime`` first (the tier's tripwire).
+    ``fd`` is the temp file, open for reading and writing; ``publish(temp, digest)`` makes it
+    visible (:meth:`LocalTier.publish_temp`), with its mtime frozen at ``mtime`` first (the
+    tier's tripwire).
     """
 
     def __init__(
@@ -35,74 +48,54 @@ class TierFill:
         self._publish = publish
         self._mtime = mtime
         self._digest = digest
-        self._fd = fd
-        self._temp = temp
-        self._failed = False
+        self.fd = fd
+        self.temp = temp
 
-    def write(self, data: bytes | memoryview) -> None:
-        """Append bytes the hash just consumed; a failed write only stops the fill."""
-        if self._failed:
-            return
-        view = memoryview(data)
-        try:
-            while len(view):
-                view = view[os.write(self._fd, view) :]
-        except OSError:
-            self._failed = True
+    def finish(self, digest: str, dest: Path, mode: int) -> str:
+        """The file is whole and hashed to ``digest``: make the job's file at ``dest`` (with
+        ``mode``) from it, then publish the blob when ``digest`` is the one asked for.
 
-    def restart(self) -> None:
-        """The restore hashes the file again from byte 0 (a refetch): start the copy over."""
-        if self._failed:
-            return
-        try:
-            os.ftruncate(self._fd, 0)
-            os.lseek(self._fd, 0, os.SEEK_SET)
-        except OSError:
-            self._failed = True
+        Returns how the job's file was made: ``reflink`` or ``copy``.
 
-    def finish(self, digest: str) -> bool:
-        """Publish the copy when ``digest`` (of exactly what was written) is the one asked
-        for; else drop it. Returns whether a blob was published."""
-        ok = not self._failed and digest == self._digest
+        Raises:
+            OSError: the job's file could not be made (a full disk, say); the blob is dropped.
+        """
         try:
-            if ok:
-                os.fchmod(self._fd, 0o444)
-                os.utime(self._fd, (time.time(), self._mtime))
-        except OSError:
-            ok = False
-        finally:
+            how = self._place(dest, mode)
+        except BaseException:
+            self.discard()
+            raise
+        try:
+            if digest != self._digest:
+                raise OSError("not the digest asked for")
+            os.fchmod(self.fd, 0o444)
+            os.utime(self.fd, (time.time(), self._mtime))
             self._close()
-        if ok:
-            try:
-                self._publish(self._temp, digest)
-                return True
-            except OSError:
-                pass
-        self.discard()
-        return False
+            self._publish(self.temp, digest)
+        except OSError:
+            self.discard()
+        return how
+
+    def _place(self, dest: Path, mode: int) -> str:
+        size = os.fstat(self.fd).st_size
+        out = os.open(dest, _JOB_FILE, 0o600)
+        try:
+            reflinked = copying.reflink(self.fd, out)
+            if not reflinked:
+                copying.copy_fd(self.fd, out, size)
+            os.fchmod(out, mode & 0o777)
+        finally:
+            os.close(out)
+        return "reflink" if reflinked else "copy"
 
     def discard(self) -> None:
+        """Drop the temp file (a failed or cut-short fetch: a later one may fill it again)."""
         self._close()
         with contextlib.suppress(OSError):
-            os.unlink(self._temp)
+            os.unlink(self.temp)
 
     def _close(self) -> None:
-        if self._fd >= 0:
+        if self.fd >= 0:
             with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
-
-
-class TeeHasher:
-    """A sha256 that also appends every byte it eats to a :class:`TierFill` (same buffer)."""
-
-    def __init__(self, hasher: Any, fill: TierFill) -> None:
-        self._hasher = hasher
-        self.fill = fill
-
-    def update(self, data: bytes | memoryview) -> None:
-        self._hasher.update(data)
-        self.fill.write(data)
-
-    def hexdigest(self) -> str:
-        return str(self._hasher.hexdigest())
+                os.close(self.fd)
+            self.fd = -1

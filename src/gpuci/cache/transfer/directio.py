@@ -49,9 +49,13 @@ class TargetFile:
     Thread-safe for writes and reads at distinct offsets (``pwrite``/``preadv`` only).
     """
 
-    def __init__(self, path: Path, size: int, direct: bool) -> None:
+    def __init__(self, path: Path, size: int, direct: bool, fd: int = -1) -> None:
+        """Open (create, truncate) ``path``, or write through ``fd`` (kept open by its owner:
+        the tier's temp file) when one is given; ``path`` is then that file's name."""
         self.size = size
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.fd = (
+            os.dup(fd) if fd >= 0 else os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        )
         self.dfd = -1
         try:
             # Sparse, not fallocated: converting fallocated extents cost more than it saved,

@@ -38,7 +38,7 @@ from gpuci.cache.format.manifest import Entry, placed_mode
 from gpuci.cache.format.packs import Run, plan_runs
 from gpuci.cache.stores import splicing
 from gpuci.cache.stores.base import RangeReader, Store, TransientError
-from gpuci.cache.stores.tier_fill import TeeHasher, TierFill
+from gpuci.cache.stores.tier_fill import TierFill
 from gpuci.cache.transfer import directio
 from gpuci.errors import IntegrityError, StoreError
 from gpuci.hashcursor import HashCursor
@@ -113,7 +113,7 @@ class _BlobTarget:
     file: directio.TargetFile | None = None
     cursor: HashCursor = field(init=False)
     refetched: bool = False
-    fill: TierFill | None = None  # the tier's copy, written from the bytes the hash eats
+    fill: TierFill | None = None  # written into the tier's temp file, the job's made from it
     plan: Plan | None = None  # its parts: who fetches which (set by the downloader)
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards the plan's segments
 
@@ -121,7 +121,14 @@ class _BlobTarget:
         self.reset()
 
     def open(self, direct: bool) -> None:
-        self.file = directio.TargetFile(self.path, self.entry.size, direct)
+        """Open the file the parts land in: the tier's temp file when the tier takes this one
+        (:mod:`gpuci.cache.stores.tier_fill`), else the job's staging file."""
+        if self.fill is None:
+            self.file = directio.TargetFile(self.path, self.entry.size, direct)
+        else:
+            self.file = directio.TargetFile(
+                Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
+            )
 
     def close(self) -> None:
         if self.file is not None:
@@ -131,11 +138,7 @@ class _BlobTarget:
             self.fill = None
 
     def reset(self) -> None:
-        hasher: Any = None
-        if self.fill is not None:
-            self.fill.restart()
-            hasher = TeeHasher(hashlib.sha256(), self.fill)
-        self.cursor = HashCursor(self._read_into, hasher=hasher, short_read=self._short_read)
+        self.cursor = HashCursor(self._read_into, short_read=self._short_read)
 
     def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
         """Record ``length`` bytes written at ``pos``; True when this call completed the file.
@@ -163,12 +166,14 @@ class _BlobTarget:
         digest = self.cursor.hexdigest()
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
-        if self.fill is not None:
-            self.fill.finish(digest)  # published: it holds exactly the bytes just hashed
-            self.fill = None
         assert self.file is not None
-        self.file.chmod(placed_mode(self.entry.mode))
+        if self.fill is None:
+            self.file.chmod(placed_mode(self.entry.mode))
+            self.file.close()
+            return
         self.file.close()
+        fill, self.fill = self.fill, None
+        fill.finish(digest, self.path, placed_mode(self.entry.mode))  # the job's file, the blob
 
 
 def _filled(
@@ -244,7 +249,7 @@ class Downloader:
         tier: LocalTier | None = None,
     ) -> None:
         self.store = store
-        self.tier = tier  # filled from the bytes as they are hashed (gpuci.cache.stores.tier_fill)
+        self.tier = tier  # files land in it, the job's copy is made after (cache.stores.tier_fill)
         self._filling: set[str] = set()
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
@@ -497,11 +502,13 @@ class _RunSink:
                 skip = min(entry.offset - pos, len(data))
                 data, pos = data[skip:], pos + skip
                 continue
-            if self._fd < 0:
-                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            if self._fd < 0:  # the tier's temp file when the tier takes it, else the job's
                 self._hasher, self._fill = hashlib.sha256(), self._down._fill_for(entry)
-                if self._fill is not None:
-                    self._hasher = TeeHasher(self._hasher, self._fill)
+                self._fd = (
+                    os.dup(self._fill.fd)
+                    if self._fill is not None
+                    else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                )
             take = min(entry.offset + entry.size - pos, len(data))
             _write_all(self._fd, data[:take])
             self._hasher.update(data[:take])
@@ -510,12 +517,13 @@ class _RunSink:
                 digest = self._hasher.hexdigest()
                 if digest != entry.sha256:
                     raise _Corrupt(entry.path or path.name, entry.sha256, digest)
-                if self._fill is not None:
-                    self._fill.finish(digest)  # exactly the bytes just hashed
-                    self._fill = None
-                os.fchmod(self._fd, placed_mode(entry.mode))
+                if self._fill is None:
+                    os.fchmod(self._fd, placed_mode(entry.mode))
                 os.close(self._fd)
                 self._fd, self._index = -1, self._index + 1
+                if self._fill is not None:
+                    fill, self._fill = self._fill, None
+                    fill.finish(digest, path, placed_mode(entry.mode))
         self._pos = pos + len(data)
 
     def close(self) -> None:
