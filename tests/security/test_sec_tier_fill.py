@@ -120,3 +120,20 @@ def test_a_job_file_that_cannot_be_made_fails_the_restore_and_leaves_no_blob(tmp
     assert not (tmp_path / "job").exists()
     assert not runner.blob(sha(files["model.safetensors"])).exists()
     assert _tmp_left(runner.tier) == []
+
+
+def test_a_save_fills_the_tier_from_the_bytes_it_hashed(tmp_path, monkeypatch):
+    """A save holds each file's bytes to hash and send them: the tier's copy is written from
+    those very bytes, with no second read and no second sha256 of the file."""
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    for i in range(20):
+        files[f"shard-{i:02d}.json"] = os.urandom(3_000 + i)
+        (tmp_path / "src" / f"shard-{i:02d}.json").write_bytes(files[f"shard-{i:02d}.json"])
+    _no_second_pass(monkeypatch)
+    runner.save("m", tmp_path / "src")
+    for name, data in files.items():
+        if data:
+            assert runner.blob(sha(data)).read_bytes() == data, name
+    tier_is_honest(runner.tier)
+    assert _tmp_left(runner.tier) == []

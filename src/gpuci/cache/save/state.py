@@ -121,7 +121,9 @@ class Saver:
             self.store.touch(info.key)
 
     def fill_tier(self, tree: Tree, files: list[mf.Entry]) -> int:
-        """Copy the saved files into the runner-local tier (reflinks where the disk can)."""
+        """Copy into the runner-local tier the saved files it still lacks (reflinks where the
+        disk can): those too large to hold in memory (the rest went in as they were hashed,
+        :meth:`LocalTier.keep`)."""
         if self.tier is None:
             return 0
         added = 0

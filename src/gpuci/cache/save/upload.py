@@ -214,6 +214,8 @@ class BlobUploads:
         except BaseException:
             self.budget.give(entry.size)
             raise
+        if self.saver.tier is not None:  # the tier's copy from the very bytes just hashed
+            self.saver.tier.keep(entry.sha256, chunks)
         self.pool.submit(laneless(self._send_held, entry, chunks))
 
     def _hold(self, size: int) -> bool:
@@ -430,6 +432,8 @@ def pack_small(
             for entry in small:
                 data = read_small(tree, entry)
                 entry.sha256 = hashlib.sha256(data).hexdigest()
+                if saver.tier is not None and not dry_run:
+                    saver.tier.keep(entry.sha256, (data,))
                 reuse = known.get(entry.sha256)
                 if reuse is not None:
                     entry.pack, entry.offset = reuse.pack, reuse.offset

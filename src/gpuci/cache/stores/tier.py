@@ -36,7 +36,7 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -298,6 +298,13 @@ class LocalTier:
         except OSError:
             return None
         return TierFill(self.publish_temp, FROZEN_MTIME, digest, fd, str(temp))
+
+    def keep(self, digest: str, chunks: Sequence[bytes]) -> bool:
+        """Store bytes a save holds in memory and has just hashed to ``digest``: no second read
+        and no second hash (:meth:`copy_in` does both). Returns whether a blob was added (a
+        cache never fails a job)."""
+        fill = self.start_fill(digest, sum(len(chunk) for chunk in chunks))
+        return fill is not None and fill.keep(chunks, digest)
 
     def publish_temp(self, temp: str, digest: str) -> None:
         """Publish a filled temp file under ``digest``, the hash of exactly its bytes."""

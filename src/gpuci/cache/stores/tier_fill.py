@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpuci.cache.stores import copying
@@ -65,6 +65,25 @@ class TierFill:
         except BaseException:
             self.discard()
             raise
+        self.publish(digest)
+        return how
+
+    def keep(self, chunks: Sequence[bytes], digest: str) -> bool:
+        """Write bytes the caller holds and has just hashed to ``digest`` (a save: ``bytes``
+        are immutable, so what is written is what was hashed), then publish them."""
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while len(view):
+                    view = view[os.write(self.fd, view) :]
+        except OSError:
+            self.discard()
+            return False
+        return self.publish(digest)
+
+    def publish(self, digest: str) -> bool:
+        """Freeze the temp file and publish it, when ``digest`` (of exactly its bytes) is the
+        one asked for; else, or on any error, drop it. Returns whether a blob was published."""
         try:
             if digest != self._digest:
                 raise OSError("not the digest asked for")
@@ -72,9 +91,10 @@ class TierFill:
             os.utime(self.fd, (time.time(), self._mtime))
             self._close()
             self._publish(self.temp, digest)
+            return True
         except OSError:
             self.discard()
-        return how
+            return False
 
     def _place(self, dest: Path, mode: int) -> str:
         size = os.fstat(self.fd).st_size
