@@ -22,6 +22,7 @@ from tier_runner import (
 )
 
 from gpuci.cache.save import state as save_module
+from gpuci.cache.save import upload as upload_module
 from gpuci.cache.stores import tier as tier_module
 
 WEIGHTS = "model.safetensors"
@@ -227,6 +228,8 @@ def test_eviction_never_follows_a_planted_folder_link(runner: Runner) -> None:
 def test_a_file_changed_after_save_hashed_it_is_not_stored_under_the_old_hash(
     runner: Runner, monkeypatch
 ) -> None:
+    """A file too large to hold in memory is copied into the tier after the save hashed it."""
+    monkeypatch.setattr(upload_module, "HELD_BYTES", 0)
     files = model_tree(runner.base / "src")
     fill = save_module.Saver.fill_tier
 
@@ -239,3 +242,22 @@ def test_a_file_changed_after_save_hashed_it_is_not_stored_under_the_old_hash(
     tier_is_honest(runner.tier)
     assert not runner.blob(sha(files[WEIGHTS])).exists()
     assert any("changed after it was hashed" in w for w in warnings(got)), warnings(got)
+
+
+def test_a_file_changed_after_save_read_it_leaves_the_tier_with_what_was_hashed(
+    runner: Runner, monkeypatch
+) -> None:
+    """A file the save holds in memory goes into the tier from the bytes it hashed: changing
+    the file afterwards changes nothing in the tier."""
+    files = model_tree(runner.base / "src")
+    fill = save_module.Saver.fill_tier
+
+    def change_then_fill(self, tree, entries):
+        (runner.base / "src" / WEIGHTS).write_bytes(b"E" * BIG)
+        return fill(self, tree, entries)
+
+    monkeypatch.setattr(save_module.Saver, "fill_tier", change_then_fill)
+    runner.save("m", runner.base / "src")
+    tier_is_honest(runner.tier)
+    assert runner.blob(sha(files[WEIGHTS])).read_bytes() == files[WEIGHTS]
+    assert not runner.blob(sha(b"E" * BIG)).exists()

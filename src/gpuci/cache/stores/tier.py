@@ -303,7 +303,8 @@ class LocalTier:
         """Store bytes a save holds in memory and has just hashed to ``digest``: no second read
         and no second hash (:meth:`copy_in` does both). Returns whether a blob was added (a
         cache never fails a job)."""
-        fill = self.start_fill(digest, sum(len(chunk) for chunk in chunks))
+        size = sum(len(chunk) for chunk in chunks)
+        fill = self.start_fill(digest, size) if size else None  # an empty file is never a blob
         return fill is not None and fill.keep(chunks, digest)
 
     def publish_temp(self, temp: str, digest: str) -> None:
