@@ -14,6 +14,7 @@ from tier_runner import Runner, model_tree, sha, tier_is_honest
 
 from gpuci.cache import layout
 from gpuci.cache.stores import copying
+from gpuci.cache.stores import tier as tier_module
 
 
 def _no_second_pass(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,3 +138,27 @@ def test_a_save_fills_the_tier_from_the_bytes_it_hashed(tmp_path, monkeypatch):
             assert runner.blob(sha(data)).read_bytes() == data, name
     tier_is_honest(runner.tier)
     assert _tmp_left(runner.tier) == []
+
+
+def test_a_tier_disk_without_room_is_not_filled_and_the_restore_succeeds(tmp_path, monkeypatch):
+    """A cold restore lands the files it fills in the tier first: where the tier's disk has no
+    room for them, they go straight to the job's folder (a cache never fails a job)."""
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src", tier=False)
+    real = os.statvfs
+
+    class Full:
+        f_bavail, f_frsize = 1, 4096
+
+    def statvfs(path):
+        return Full() if str(path).startswith(str(runner.tier)) else real(path)
+
+    def start_fill(*_args):
+        raise AssertionError("a file landed in a tier without room for it")
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    monkeypatch.setattr(tier_module.LocalTier, "start_fill", start_fill)
+    runner.restore("m", tmp_path / "job")
+    for name, data in files.items():
+        assert (tmp_path / "job" / name).read_bytes() == data

@@ -54,6 +54,8 @@ FROZEN_MTIME = 946684800
 # order, and a warm restore of 1,000 small files then writes no inode of the tier.
 TOUCH_AFTER = 3600
 DEFAULT_SIZE = "100GiB"
+# Free space a fill leaves on the tier's filesystem (as a restore leaves on its target's).
+ROOM_MARGIN = 64 << 20
 MODES = ("copy", "verify", "link")
 DEFAULT_MODE = "copy"
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -286,6 +288,19 @@ class LocalTier:
         return fd, st
 
     # ----- filling -------------------------------------------------------------------------
+    def room_for(self, size: int, job_folder: Path) -> bool:
+        """Whether the tier's filesystem can take ``size`` more bytes, with :data:`ROOM_MARGIN`
+        to spare, while a restore writes into ``job_folder``: when that is on the same
+        filesystem, the job's own copies of those bytes count too. A cold restore lands the
+        files it fills in the tier first, so a tier disk without room must not be filled."""
+        try:
+            self._ensure_root()
+            free = os.statvfs(self.root)
+            same = os.stat(self.root).st_dev == os.stat(job_folder).st_dev
+        except OSError:
+            return False
+        return free.f_bavail * free.f_frsize >= size * (2 if same else 1) + ROOM_MARGIN
+
     def start_fill(self, digest: str, size: int) -> TierFill | None:
         """The temp file a cold restore writes this file into, the job's copy made from it after
         (:mod:`gpuci.cache.stores.tier_fill`); None when the tier has it already or cannot take

@@ -251,6 +251,7 @@ class Downloader:
         self.store = store
         self.tier = tier  # files land in it, the job's copy is made after (cache.stores.tier_fill)
         self._filling: set[str] = set()
+        self._fills = False  # the tier's disk has room for this fetch's files (set by fetch)
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
         )
@@ -275,6 +276,7 @@ class Downloader:
         pool = self._pool = WorkPool(
             self.concurrency, functools.partial(lane_chunk, connections=self.workers)
         )
+        self._fills = self._tier_has_room(files)
         blobs = [
             _BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
         ]
@@ -316,11 +318,25 @@ class Downloader:
                     self._filling.discard(target.entry.sha256)
                 target.close()
 
+    def _tier_has_room(self, files: list[tuple[Entry, Path]]) -> bool:
+        """Whether the tier's disk takes the files this fetch would land there (a cache never
+        fails a job: on a full tier disk they go straight to the job's folder)."""
+        tier = self.tier
+        if tier is None or not files:
+            return False
+        size = sum(e.size for e, _ in files if not tier.links(e.size, e.mode))
+        return tier.room_for(size, files[0][1].parent)
+
     def _fill_for(self, entry: Entry) -> TierFill | None:
-        """The tier's copy of this file, written as it is hashed; None when the tier is off,
+        """The tier's temp file this file lands in; None when the tier is off or has no room,
         has it, will hardlink it (``link`` mode) or is filling it for an identical file."""
         tier = self.tier
-        if tier is None or tier.links(entry.size, entry.mode) or entry.sha256 in self._filling:
+        if (
+            tier is None
+            or not self._fills
+            or tier.links(entry.size, entry.mode)
+            or entry.sha256 in self._filling
+        ):
             return None
         self._filling.add(entry.sha256)
         return tier.start_fill(entry.sha256, entry.size)
