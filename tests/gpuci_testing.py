@@ -123,3 +123,30 @@ def self_signed_cert(folder: Path) -> tuple[Path, Path]:
         check=True, capture_output=True,
     )  # fmt: skip
     return crt, key
+
+
+@contextmanager
+def reflink_fs(base: Path) -> Iterator[Path]:
+    """A small XFS with reflinks, loop-mounted under ``base`` (unmounted after); the test is
+    skipped, saying why, where this machine cannot mount one (not root, no mkfs.xfs)."""
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or shutil.which("mkfs.xfs") is None:
+        pytest.skip("needs root and mkfs.xfs (scripts/install-clients.sh) to mount an XFS image")
+    image, mount = base / "xfs.img", base / "mnt"
+    mount.mkdir()
+    with open(image, "wb") as handle:
+        handle.truncate(400 << 20)
+    for cmd in (
+        ["mkfs.xfs", "-q", "-m", "reflink=1", str(image)],
+        ["mount", "-o", "loop", str(image), str(mount)],
+    ):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"no reflink filesystem to test on: {cmd[0]}: {done.stderr.strip()[:200]}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=60, check=False)

@@ -3,13 +3,9 @@ handing over to the next when the filesystem refuses it, never a short file at a
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +13,7 @@ from cache_testing import StoreCase
 
 from gpuci.cache.stores import copying
 from gpuci.cache.stores.tier import LocalTier
+from gpuci_testing import reflink_fs
 
 
 def _blob(tmp_path: Path, data: bytes, mode: str = "copy") -> tuple[LocalTier, str]:
@@ -157,28 +154,9 @@ def test_place_gives_the_job_an_independent_file_by_every_method(
 
 
 # ----- a filesystem with reflinks (XFS), where this machine lets a test mount one ---------------
-@contextlib.contextmanager
-def _xfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0 or not shutil.which("mkfs.xfs"):
-        pytest.skip("needs root and mkfs.xfs (scripts/install-clients.sh) to mount an XFS image")
-    image, mount = tmp_path / "xfs.img", tmp_path / "mnt"
-    mount.mkdir()
-    with open(image, "wb") as handle:
-        handle.truncate(320 << 20)
-    quiet = {"capture_output": True, "timeout": 60}
-    if subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], **quiet).returncode:
-        pytest.skip("mkfs.xfs could not make a reflink=1 image")
-    if subprocess.run(["mount", "-o", "loop", str(image), str(mount)], **quiet).returncode:
-        pytest.skip("cannot loop-mount an image here")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], **quiet)
-
-
 @pytest.mark.parametrize("mode", ["copy", "link"])
 def test_on_xfs_placing_is_a_reflink_that_the_job_may_write(tmp_path, mode):
-    with _xfs(tmp_path) as fs:
+    with reflink_fs(tmp_path) as fs:
         tier, digest = _blob(fs, DATA, mode)
         dest = fs / "out"
         placed = tier.place(digest, len(DATA), dest, 0o644)

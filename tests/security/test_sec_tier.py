@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,13 +13,13 @@ from tier_runner import (
     BIG,
     Runner,
     model_tree,
-    mount_reflink_fs,
     plant,
     sha,
     tier_is_honest,
     warnings,
 )
 
+import gpuci_testing
 from gpuci.cache.save import state as save_module
 from gpuci.cache.save import upload as upload_module
 from gpuci.cache.stores import tier as tier_module
@@ -31,12 +30,8 @@ WEIGHTS = "model.safetensors"
 @pytest.fixture(scope="module")
 def reflink_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An XFS with reflinks, where copy and verify modes clone instead of copying."""
-    base = tmp_path_factory.mktemp("xfs")
-    why = mount_reflink_fs(base / "fs.img", base / "mnt")
-    if why is not None:
-        pytest.skip(f"no reflink filesystem to test on: {why}")
-    yield base / "mnt"
-    subprocess.run(["umount", str(base / "mnt")], check=False)
+    with gpuci_testing.reflink_fs(tmp_path_factory.mktemp("xfs")) as mount:
+        yield mount
 
 
 @pytest.fixture(params=["tmp", "xfs-reflink"])

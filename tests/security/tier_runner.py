@@ -97,25 +97,3 @@ def tier_is_honest(tier: Path) -> None:
 
 def warnings(result: Result) -> list[str]:
     return [a.message for a in result.annotations if a.level == "warning"]
-
-
-def mount_reflink_fs(image: Path, mountpoint: Path) -> str | None:
-    """Mount a small XFS (reflinks on) from a loop image; None on success, else why not."""
-    import shutil
-    import subprocess
-
-    if os.geteuid() != 0:
-        return "mounting a loop filesystem needs root"
-    if shutil.which("mkfs.xfs") is None:
-        return "mkfs.xfs is not installed (apt-get install xfsprogs)"
-    with open(image, "wb") as handle:
-        handle.truncate(400 << 20)
-    mountpoint.mkdir()
-    for cmd in (
-        ["mkfs.xfs", "-q", "-m", "reflink=1", str(image)],
-        ["mount", "-o", "loop", str(image), str(mountpoint)],
-    ):
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            return f"{cmd[0]} failed here: {done.stderr.strip()[:200]}"
-    return None
