@@ -24,7 +24,7 @@ COMMAND: Command[SetupInputs] = Command(
     name="gpu-setup",
     help="Query the GPUs through NVML and check them against the job's needs.",
     outputs=OUTPUTS,
-    target="gpuci.gpu.setup.command:run",
+    target="gpuci.gpu._setup.command:run",
     options="gpuci.gpu.options:SetupInputs",
     actions=("actions/gpu-setup",),
 )

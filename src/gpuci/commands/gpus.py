@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from gpuci.commands import Command, Output
 
 if TYPE_CHECKING:
-    from gpuci.gpu.health_record import ReportInputs
+    from gpuci.gpu.options import ReportInputs
 
 REPORT: Command[ReportInputs] = Command(
     name="report",
@@ -16,8 +16,8 @@ REPORT: Command[ReportInputs] = Command(
         Output("failing-gpus", "How many GPUs failed at least once in the period."),
         Output("verdicts", "How many verdicts the period holds."),
     ),
-    target="gpuci.gpu.health_record:report",
-    options="gpuci.gpu.health_record:ReportInputs",
+    target="gpuci.gpu._health_record:report",
+    options="gpuci.gpu.options:ReportInputs",
 )
 
 COMMAND: Command[None] = Command(

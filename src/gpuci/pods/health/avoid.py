@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import InfraError
-from gpuci.gpu import health_record as gpu_health
+from gpuci.gpu import _health_record as gpu_health
 from gpuci.pods.options import UpInputs
 from gpuci.pods.runpod import plan
 from gpuci.runtime import Runtime

@@ -209,7 +209,7 @@ MAX_RESULT = 4 * 1024 * 1024  # gpu-smoke's JSON result is a few kB
 def classify(body: Any) -> tuple[int, str]:
     """gpu-smoke's ``--json`` result -> (exit status for the gate, the verdict line)."""
     from gpuci.errors import ExitCode
-    from gpuci.gpu import health_record as gpu_health
+    from gpuci.gpu import _health_record as gpu_health
     from gpuci.quarantine import hardware_findings
     from gpuci.runtime import Result
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuci.errors import InfraError
-from gpuci.gpu import health_record as gpu_health
+from gpuci.gpu import _health_record as gpu_health
 from gpuci.runtime import Result, Runtime, markdown_table
 
 REPEATED = 2

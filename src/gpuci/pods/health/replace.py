@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InfraError
-from gpuci.gpu import health_record as gpu_health
+from gpuci.gpu import _health_record as gpu_health
 from gpuci.pods.health.handover import Verdict, verdict_of
 from gpuci.pods.lifecycle.readiness import poll_s
 from gpuci.pods.runpod import plan

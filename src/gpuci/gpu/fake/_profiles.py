@@ -1,14 +1,14 @@
 """The GPUs :class:`~gpuci.gpu.fake.nvml.FakeNvml` can be: recorded profiles as plain data.
 
 Values as real GPUs report them (``nvidia-smi -q`` on those boards and NVIDIA's spec sheets);
-the fake's behaviour lives in :mod:`gpuci.gpu.fake.nvml` and :mod:`gpuci.gpu.fake.devices`.
+the fake's behaviour lives in :mod:`gpuci.gpu.fake.nvml` and :mod:`gpuci.gpu.fake._devices`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuci.gpu import nvml_abi as abi
+from gpuci.gpu import _nvml_abi as abi
 
 MiB = 1024 * 1024
 

@@ -1,6 +1,6 @@
 """What NVML saw, as plain frozen data: GPUs, MIG devices, health counters, XID events.
 
-Kept apart from the session that reads them (:mod:`gpuci.gpu.nvml`) so code that only looks
+Kept apart from the session that reads them (:mod:`gpuci.gpu._nvml`) so code that only looks
 at a snapshot (checks, summaries, smoke) reads one small module.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuci.gpu.nvml_abi import clock_event_names
+from gpuci.gpu._nvml_abi import clock_event_names
 
 # Every value the after-load health read takes, and how a finding names it. One rule covers
 # them all (:meth:`Health.unreadable_since`): a read that answered before the load and errors

@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid as uuidlib
 from dataclasses import dataclass, field, replace
 
-from gpuci.gpu import nvml_abi as abi
-from gpuci.gpu.fake.profiles import HGX_BUSES, MigProfile, Profile
+from gpuci.gpu import _nvml_abi as abi
+from gpuci.gpu.fake._profiles import HGX_BUSES, MigProfile, Profile
 
 _NS = uuidlib.UUID("6f1c8e52-6a3e-4c8e-9b1e-6a1a0c9e7d11")
 

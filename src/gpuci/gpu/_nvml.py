@@ -1,7 +1,7 @@
 """The one NVML seam: every read of GPU state in gpu-ci goes through :class:`NvmlSession`.
 
 This is the only module that imports ``pynvml`` (package nvidia-ml-py). The session takes an
-injectable NVML object with the surface listed in :data:`gpuci.gpu.nvml_abi.SEAM` (``pynvml`` or
+injectable NVML object with the surface listed in :data:`gpuci.gpu._nvml_abi.SEAM` (``pynvml`` or
 :class:`gpuci.gpu.fake.nvml.FakeNvml`), so tests, the action harness and ``gpu-smoke`` run the
 same code on machines without a GPU. ``GPUCI_FAKE_NVML=h100-sxm,h100-sxm`` selects the fake
 across process boundaries.
@@ -22,7 +22,7 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import NvmlUnavailable
-from gpuci.gpu.gpu_info import (
+from gpuci.gpu._gpu_info import (
     GpuInfo,
     GpuProcess,
     Health,
@@ -31,7 +31,7 @@ from gpuci.gpu.gpu_info import (
     Snapshot,
     XidEvent,
 )
-from gpuci.gpu.nvml_abi import (
+from gpuci.gpu._nvml_abi import (
     ARCHITECTURES,
     CLOCK_EVENT_FIELDS,
     CLOCK_MEM,
@@ -47,7 +47,7 @@ from gpuci.gpu.nvml_abi import (
     VIOLATION_POLICIES,
     VOLATILE_ECC,
 )
-from gpuci.gpu.nvml_calls import (
+from gpuci.gpu._nvml_calls import (
     NO_SUCH_LINK,
     GpuLost,
     NvmlCalls,

@@ -11,9 +11,9 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from gpuci.gpu.nvml import GpuInfo, Snapshot
+from gpuci.gpu._nvml import GpuInfo, Snapshot
+from gpuci.gpu._visible import Visibility
 from gpuci.gpu.options import Requirements, SetupInputs
-from gpuci.gpu.visible import Visibility
 
 Outcome = Literal["pass", "fail", "unsupported"]
 GB = 1e9
@@ -191,7 +191,7 @@ def evaluate(
     """Every requirement against ``snapshot`` (``None``: no NVML on this machine).
 
     ``snapshot`` holds the job's GPUs (``CUDA_VISIBLE_DEVICES`` applied, see
-    :mod:`gpuci.gpu.visible`); ``visibility`` says how they were chosen, for the reasons.
+    :mod:`gpuci.gpu._visible`); ``visibility`` says how they were chosen, for the reasons.
     """
     gpus = snapshot.gpus if snapshot else ()
     if not gpus and not req.require_gpu:

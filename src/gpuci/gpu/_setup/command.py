@@ -1,7 +1,7 @@
 """``gpu-setup``, the command: the operation's outcome rendered, and the job's GPUs exported.
 
 Exporting ``CUDA_VISIBLE_DEVICES`` to the job's later steps is a CI step's job, so it is here,
-not in :func:`gpuci.gpu.setup.operation.setup` (which the Python API calls too).
+not in :func:`gpuci.gpu._setup.operation.setup` (which the Python API calls too).
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpuci import settings
+from gpuci.gpu._setup.operation import setup
+from gpuci.gpu._setup.report import render
 from gpuci.gpu.options import SetupInputs
-from gpuci.gpu.setup.operation import setup
-from gpuci.gpu.setup.report import render
 from gpuci.runtime import Result, Runtime
 
 __all__ = ["run"]

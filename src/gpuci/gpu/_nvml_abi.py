@@ -1,6 +1,6 @@
 """NVML's ABI as data: return codes, constants and clock-event bits from ``nvml.h``.
 
-One floor below both :mod:`gpuci.gpu.nvml` (the session) and :mod:`gpuci.gpu.fake.nvml` (the
+One floor below both :mod:`gpuci.gpu._nvml` (the session) and :mod:`gpuci.gpu.fake.nvml` (the
 fake), so neither imports the other for a constant. Stable across drivers, so the fake speaks
 them without pynvml.
 """

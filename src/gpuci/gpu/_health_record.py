@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuci import settings, untrusted_json
 from gpuci.errors import InfraError, InputError
-from gpuci.inputs import inp, options
+from gpuci.gpu.options import ReportInputs
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
 
@@ -31,7 +31,6 @@ __all__ = [
     "MAX_KEYS",
     "MAX_OBJECT",
     "ROOT",
-    "ReportInputs",
     "recent_failures",
     "record",
     "report",
@@ -234,16 +233,6 @@ def recent_failures(
     if got.warning() and warn is not None:
         warn(got.warning())
     return [i for i in got.items if i.get("passed") is False]
-
-
-@options
-class ReportInputs:
-    """What ``gpus report`` is given."""
-
-    days: float = inp("How many days back to read.", default="7", minimum=0)
-    store: str = inp(
-        "The health store (s3://bucket/prefix or file:///dir; default: GPUCI_GPU_HEALTH_STORE)."
-    )
 
 
 def report(inp: ReportInputs, rt: Runtime) -> Result:

@@ -5,7 +5,7 @@ others are neither judged, counted nor exported, which would widen the job onto 
 tenant's GPUs). A real run writes the JSON report atomically (``*.incomplete``, verified,
 renamed) so a later step never reads half a file, and gives the journal a GPU summary so
 ``provenance`` can name model, driver and CUDA. A dry run writes nothing and never raises for a
-missing GPU. This knows nothing of action outputs: :mod:`gpuci.gpu.setup.report` renders a
+missing GPU. This knows nothing of action outputs: :mod:`gpuci.gpu._setup.report` renders a
 :class:`Setup` as the step's Result, and :func:`gpuci.gpu.api.setup` returns it typed.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuci import files, journal
 from gpuci.errors import NvmlUnavailable
-from gpuci.gpu.checks import (
+from gpuci.gpu._checks import (
     CheckOutcome,
     Unit,
     cuda_units,
@@ -29,9 +29,9 @@ from gpuci.gpu.checks import (
     usable_units,
     version_text,
 )
-from gpuci.gpu.nvml import GpuInfo, Snapshot, open_nvml
+from gpuci.gpu._nvml import GpuInfo, Snapshot, open_nvml
+from gpuci.gpu._visible import Visibility, job_view
 from gpuci.gpu.options import SetupInputs
-from gpuci.gpu.visible import Visibility, job_view
 from gpuci.runtime import OutputValue, Runtime
 
 __all__ = ["Setup", "setup"]

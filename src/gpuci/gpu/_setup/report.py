@@ -1,16 +1,16 @@
 """gpu-setup's Result, rendered from its typed outcome: the headline, outputs, annotations and
 the job summary (an overview, a table per GPU, and the checks). Nothing here reads NVML or
-writes a file: :mod:`gpuci.gpu.setup.operation` did. A dry run says what this machine lacks
+writes a file: :mod:`gpuci.gpu._setup.operation` did. A dry run says what this machine lacks
 and fails nothing.
 """
 
 from __future__ import annotations
 
 from gpuci.errors import CheckFailed, ExitCode
-from gpuci.gpu.checks import CheckOutcome, Unit, gb
-from gpuci.gpu.nvml import GpuInfo, Snapshot
-from gpuci.gpu.setup.operation import COMMAND, Setup
-from gpuci.gpu.visible import Visibility
+from gpuci.gpu._checks import CheckOutcome, Unit, gb
+from gpuci.gpu._nvml import GpuInfo, Snapshot
+from gpuci.gpu._setup.operation import COMMAND, Setup
+from gpuci.gpu._visible import Visibility
 from gpuci.runtime import Result, markdown_table
 
 __all__ = ["render"]
@@ -20,7 +20,7 @@ def render(done: Setup) -> Result:
     """The Result gpu-setup reports (``CUDA_VISIBLE_DEVICES`` is the command's to export).
 
     Args:
-        done: what :func:`gpuci.gpu.setup.operation.setup` returned.
+        done: what :func:`gpuci.gpu._setup.operation.setup` returned.
 
     Returns:
         The step's headline, summary, annotations and report; in a real run also its outputs,

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuci import settings
-from gpuci.gpu.gpu_info import GpuInfo, Snapshot
-from gpuci.gpu.nvml import pci_address
+from gpuci.gpu._gpu_info import GpuInfo, Snapshot
+from gpuci.gpu._nvml import pci_address
 
 ENV = settings.CUDA_VISIBLE_DEVICES.name
 ORDER_ENV = settings.CUDA_DEVICE_ORDER.name

@@ -1,5 +1,5 @@
 """How gpu-ci calls NVML: the session's lifecycle, its error plumbing (a lost GPU, a field the
-driver does not report), and the XID event watch. :mod:`gpuci.gpu.nvml` builds the readings on
+driver does not report), and the XID event watch. :mod:`gpuci.gpu._nvml` builds the readings on
 top and stays the only module that imports ``pynvml``; this one calls the injected object only.
 """
 
@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from gpuci.errors import NvmlUnavailable
-from gpuci.gpu.gpu_info import SkippedGpu, XidEvent
-from gpuci.gpu.nvml_abi import (
+from gpuci.gpu._gpu_info import SkippedGpu, XidEvent
+from gpuci.gpu._nvml_abi import (
     ERROR_DRIVER_NOT_LOADED,
     ERROR_GPU_IS_LOST,
     ERROR_INVALID_ARGUMENT,
@@ -72,7 +72,7 @@ def lost_gpu(index: int | str) -> GpuLost:
 
 
 class NvmlCalls:
-    """An initialised NVML and the calls into it (:class:`~gpuci.gpu.nvml.NvmlSession` reads
+    """An initialised NVML and the calls into it (:class:`~gpuci.gpu._nvml.NvmlSession` reads
     GPUs through them). Use as a context manager."""
 
     def __init__(self, nvml: Any, source: str = "nvml") -> None:
