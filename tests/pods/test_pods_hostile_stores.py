@@ -13,7 +13,7 @@ import pytest
 from gpuci.cache.stores.file import LocalStore
 from gpuci.gpu import _health_record as gpu_health
 from gpuci.gpu.options import ReportInputs
-from gpuci.pods.budgets import ledger
+from gpuci.pods._budgets import ledger
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="serve", ttl="30m", owner="alice")

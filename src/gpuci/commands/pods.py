@@ -40,7 +40,7 @@ UP: Command[UpInputs] = Command(
         Output("ssh-command", "ssh USER@HOST -p PORT for the pod (empty without ssh keys)."),
         Output("runner-name", "The CI runner's name (empty without runner)."),
     ),
-    target="gpuci.pods.lifecycle.up:up",
+    target="gpuci.pods._lifecycle.up:up",
     options="gpuci.pods.options:UpInputs",
 )
 
@@ -51,14 +51,14 @@ IDS_OUT = (
 
 
 def _on_pods(name: str, help: str, module: str = "") -> Command[Any]:
-    """A pods sub-command (function NAME of gpuci.pods.lifecycle.MODULE, NAME by default; inputs
+    """A pods sub-command (function NAME of gpuci.pods._lifecycle.MODULE, NAME by default; inputs
     gpuci.pods.options.NameInputs) that acts on pods and names them (IDS_OUT)."""
     return Command(
         name=name,
         help=help,
         options=f"gpuci.pods.options:{name.capitalize()}Inputs",
         outputs=IDS_OUT,
-        target=f"gpuci.pods.lifecycle.{module or name}:{name}",
+        target=f"gpuci.pods._lifecycle.{module or name}:{name}",
     )
 
 
@@ -88,7 +88,7 @@ COST: Command[CostInputs] = Command(
         Output("total-usd", "Spend in the period (of the owner, if given)."),
         Output("live-usd-per-hr", "Cost per hour of the live pods."),
     ),
-    target="gpuci.pods.budgets.cost:run_cost",
+    target="gpuci.pods._budgets.cost:run_cost",
     options="gpuci.pods.options:CostInputs",
 )
 
@@ -97,7 +97,7 @@ EXEC: Command[ExecInputs] = Command(
     help="Run a command on a pod over SSH: pods exec --pod-id ID -- CMD (key from env "
     "RUNPOD_SSH_PRIVATE_KEY, masked).",
     outputs=(Output("exit-status", "The remote command's exit status."),),
-    target="gpuci.pods.lifecycle.ssh:exec_on_pod",
+    target="gpuci.pods._lifecycle.ssh:exec_on_pod",
     options="gpuci.pods.options:ExecInputs",
     positional="command",
     positional_rest=True,

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpuci import settings
-from gpuci.pods.budgets import ledger
-from gpuci.pods.budgets import policy as budgets
+from gpuci.pods._budgets import ledger
+from gpuci.pods._budgets import policy as budgets
+from gpuci.pods._runners import registry as runners
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.client import API_KEY_ENV, api_url
+from gpuci.pods._runpod.naming import PodTag
 from gpuci.pods.options import UpInputs
-from gpuci.pods.runners import registry as runners
-from gpuci.pods.runpod import plan
-from gpuci.pods.runpod.client import API_KEY_ENV, api_url
-from gpuci.pods.runpod.naming import PodTag
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
-from gpuci.pods.budgets import ledger
-from gpuci.pods.lifecycle.common import (
+from gpuci.pods._budgets import ledger
+from gpuci.pods._lifecycle.common import (
     clean_runners,
     each_pod,
     ledger_quietly,
@@ -15,9 +15,9 @@ from gpuci.pods.lifecycle.common import (
     tagged_pods,
     terminate_pod,
 )
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.naming import run_url
 from gpuci.pods.options import DownInputs
-from gpuci.pods.runpod.clock import SYSTEM, Clock
-from gpuci.pods.runpod.naming import run_url
 from gpuci.runtime import Result, Runtime
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import GpuciError
-from gpuci.pods.runners import registry as runners
-from gpuci.pods.runners.api import RunnerBusy
+from gpuci.pods._runners import registry as runners
+from gpuci.pods._runners.api import RunnerBusy
 from gpuci.runtime import Runtime, markdown_table
 
 

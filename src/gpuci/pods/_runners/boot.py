@@ -1,8 +1,8 @@
 """The runner pod's start script: run one CI job, then end the pod.
 
-It is the pod's command, so it runs under the self-stop wrapper (gpuci.pods.runpod.selfstop: the TTL
-timer still ends a pod whose job hangs) and travels in the pod's env like any command: no user
-text in it, nothing re-quoted. It reads what ``gpuci.pods.runners.registry.pod_env`` put there:
+It is the pod's command, so it runs under the self-stop wrapper (gpuci.pods._runpod.selfstop: the
+TTL timer still ends a pod whose job hangs) and travels in the pod's env like any command: no user
+text in it, nothing re-quoted. It reads what ``gpuci.pods._runners.registry.pod_env`` put there:
 
 - **GitHub**: finds the actions runner in the image (``$GPUCI_RUNNER_DIR``, /actions-runner,
   /home/runner/actions-runner, /opt/actions-runner), else downloads the pinned release
@@ -33,10 +33,10 @@ job take other jobs whose tags the runner has, until the runner deletes itself a
 from __future__ import annotations
 
 from gpuci import settings
-from gpuci.pods.health import handover
-from gpuci.pods.runpod import selfstop
+from gpuci.pods._runpod import selfstop
+from gpuci.pods.health import _handover as handover
 
-# The fallback when GitHub's releases API cannot be reached (gpuci.pods.runners.release resolves
+# The fallback when GitHub's releases API cannot be reached (gpuci.pods._runners.release resolves
 # the newest release at every ``up``): actions/runner 2.338.0 and the sha256 its release notes
 # publish for actions-runner-linux-x64-2.338.0.tar.gz (the same as the asset's digest). Bump
 # both together (docs/runners.md); a test fails when the fake's newest release is newer.

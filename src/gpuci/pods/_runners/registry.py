@@ -13,7 +13,7 @@ id and scope) in its env. ``down``/``reap`` delete gpu-ci runners whose pod is g
 older than ``ORPHAN_GRACE_S``: the runner is registered before its pod is placed) and
 terminate runner pods whose runner is gone (its one job is over, or it was deleted).
 
-The platform calls are in ``gpuci.pods.runners.api``.
+The platform calls are in ``gpuci.pods._runners.api``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
-from gpuci.pods.options import UpInputs
-from gpuci.pods.runners import labels as run_labels
-from gpuci.pods.runners.api import (
+from gpuci.pods._runners import labels as run_labels
+from gpuci.pods._runners.api import (
     GITHUB_TOKEN_HELP,
     GITHUB_TOKEN_MAKE,
     GITLAB_TOKEN_HELP,
@@ -35,13 +34,14 @@ from gpuci.pods.runners.api import (
     GitLabRunners,
     Listed,
 )
-from gpuci.pods.runpod.naming import PodTag
+from gpuci.pods._runpod.naming import PodTag
+from gpuci.pods.options import UpInputs
 
 PLATFORMS = ("github", "gitlab")
 # CUDA 12.4 devel + Python 3.11 + PyTorch, root, curl and coreutils (sha256sum, tar): what the
 # gpu-ci actions and a training job need, the image the pod examples already use (cached on
 # many RunPod hosts, so it starts fast). No actions runner inside: the start script installs
-# the pinned release (gpuci.pods.runners.boot) or finds one baked into a custom image.
+# the pinned release (gpuci.pods._runners.boot) or finds one baked into a custom image.
 DEFAULT_IMAGE = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
 
 NAME_PREFIX = "gpuci-"
@@ -164,7 +164,7 @@ def target(
 def pod_env(
     tgt: Target, name: str, runner_id: int | None, credential: str, idle_s: float
 ) -> dict[str, str]:
-    """What the start script reads (gpuci.pods.runners.boot): public facts and one credential."""
+    """What the start script reads (gpuci.pods._runners.boot): public facts and one credential."""
     env = {
         ENV_PLATFORM: tgt.platform,
         ENV_NAME: name,

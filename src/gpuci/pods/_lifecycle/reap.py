@@ -10,11 +10,10 @@ from typing import Any, NamedTuple
 
 from gpuci import redact, settings
 from gpuci.errors import GpuciError
-from gpuci.pods import notify
-from gpuci.pods.budgets import ledger
-from gpuci.pods.budgets.cost import usd
-from gpuci.pods.health import repeat_failures
-from gpuci.pods.lifecycle.common import (
+from gpuci.pods import _notify as notify
+from gpuci.pods._budgets import ledger
+from gpuci.pods._budgets.cost import usd
+from gpuci.pods._lifecycle.common import (
     LIVE,
     clean_runners,
     each_pod,
@@ -26,10 +25,11 @@ from gpuci.pods.lifecycle.common import (
     tagged_pods,
     terminate_pod,
 )
+from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.naming import PodTag, tag_of
+from gpuci.pods.health import _repeat_failures as repeat_failures
 from gpuci.pods.options import ReapInputs
-from gpuci.pods.runpod.client import InvalidTransition, NotFound, RunPodClient
-from gpuci.pods.runpod.clock import SYSTEM, Clock
-from gpuci.pods.runpod.naming import PodTag, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import parse_iso, utc_iso
 

@@ -1,10 +1,10 @@
 """The pods sub-commands' shared core: the client, the ledger, pod URLs and tags, acting on pods
 one id at a time, and cleaning up their runners.
 
-Each sub-command has its own module over this one: :mod:`gpuci.pods.lifecycle.up`, ``ls``, ``stop``,
-``start``, ``down`` and ``reap``. ``down`` and ``reap`` treat a missing pod as success, so they
-are safe to run twice and in ``if: always()``. Every command takes a clock so the tests can
-simulate a day of CI.
+Each sub-command has its own module over this one: :mod:`gpuci.pods._lifecycle.up`, ``ls``,
+``stop``, ``start``, ``down`` and ``reap``. ``down`` and ``reap`` treat a missing pod as success,
+so they are safe to run twice and in ``if: always()``. Every command takes a clock so the tests
+can simulate a day of CI.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
-from gpuci.pods.budgets import ledger
-from gpuci.pods.runners import cleanup as runner_cleanup
-from gpuci.pods.runpod.client import API_KEY_ENV, NotFound, RunPodClient
-from gpuci.pods.runpod.clock import Clock
-from gpuci.pods.runpod.naming import PodTag, tag_of
+from gpuci.pods._budgets import ledger
+from gpuci.pods._runners import cleanup as runner_cleanup
+from gpuci.pods._runpod.client import API_KEY_ENV, NotFound, RunPodClient
+from gpuci.pods._runpod.clock import Clock
+from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 
 LIVE = ("PROVISIONING", "STARTING", "RUNNING")

@@ -134,8 +134,8 @@ def run_remote(
 
 def exec_on_pod(inp: ExecInputs, rt: Any, clock: Any = None) -> Any:
     """``pods exec --pod-id ID -- CMD``: run one command on a pod over SSH."""
-    from gpuci.pods.runpod.client import NotFound, RunPodClient
-    from gpuci.pods.runpod.clock import SYSTEM
+    from gpuci.pods._runpod.client import NotFound, RunPodClient
+    from gpuci.pods._runpod.clock import SYSTEM
     from gpuci.runtime import Result
 
     ids = inp.pod_id

@@ -14,21 +14,24 @@ from typing import Any
 from gpuci import journal, settings
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.markdown import Link
-from gpuci.pods import notify
-from gpuci.pods.budgets import ledger
-from gpuci.pods.budgets import policy as budgets
-from gpuci.pods.health import avoid, handover, pod_gpuci, replace
-from gpuci.pods.lifecycle import cancel, placement, readiness, ssh, up_cleanup, up_plan
-from gpuci.pods.lifecycle.common import open_client, open_ledger, pod_url, record_event
+from gpuci.pods import _notify as notify
+from gpuci.pods._budgets import ledger
+from gpuci.pods._budgets import policy as budgets
+from gpuci.pods._lifecycle import cancel, placement, readiness, ssh, up_cleanup, up_plan
+from gpuci.pods._lifecycle.common import open_client, open_ledger, pod_url, record_event
+from gpuci.pods._runners import boot as runner_boot
+from gpuci.pods._runners import registry as runners
+from gpuci.pods._runners import release as runner_release
+from gpuci.pods._runners.registry import runner_name
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.client import RunPodClient, api_url
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.naming import PodTag, new_tag, run_url
+from gpuci.pods.health import _avoid as avoid
+from gpuci.pods.health import _handover as handover
+from gpuci.pods.health import _pod_gpuci as pod_gpuci
+from gpuci.pods.health import _replace as replace
 from gpuci.pods.options import UpInputs
-from gpuci.pods.runners import boot as runner_boot
-from gpuci.pods.runners import registry as runners
-from gpuci.pods.runners import release as runner_release
-from gpuci.pods.runners.registry import runner_name
-from gpuci.pods.runpod import plan
-from gpuci.pods.runpod.client import RunPodClient, api_url
-from gpuci.pods.runpod.clock import SYSTEM, Clock
-from gpuci.pods.runpod.naming import PodTag, new_tag, run_url
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
 

@@ -6,9 +6,9 @@ run gave it; a reservation written just before the cancel is found by the same n
 runner registration whose answer was lost is looked up by the runner's name.
 
 :func:`undo` is bounded (each call
-:data:`~gpuci.pods.lifecycle.cancel.CLEANUP_REQUEST_S` with one quick retry; the pod first,
+:data:`~gpuci.pods._lifecycle.cancel.CLEANUP_REQUEST_S` with one quick retry; the pod first,
 always, as it is what bills; the runner only while
-:data:`~gpuci.pods.lifecycle.cancel.CLEANUP_DEADLINE_S` lasts, else down/reap delete it),
+:data:`~gpuci.pods._lifecycle.cancel.CLEANUP_DEADLINE_S` lasts, else down/reap delete it),
 quiet (one failed step never skips the next; it says ``reap will``) and idempotent (what it
 ended is forgotten, so a second call does nothing twice).
 """
@@ -20,18 +20,18 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from gpuci.errors import GpuciError
-from gpuci.pods.budgets import ledger
-from gpuci.pods.lifecycle.cancel import CLEANUP_DEADLINE_S, CLEANUP_REQUEST_S
-from gpuci.pods.lifecycle.common import record_end
-from gpuci.pods.runners.registry import Request
-from gpuci.pods.runpod.client import NotFound, RunPodClient
-from gpuci.pods.runpod.clock import Clock
-from gpuci.pods.runpod.naming import PodTag
+from gpuci.pods._budgets import ledger
+from gpuci.pods._lifecycle.cancel import CLEANUP_DEADLINE_S, CLEANUP_REQUEST_S
+from gpuci.pods._lifecycle.common import record_end
+from gpuci.pods._runners.registry import Request
+from gpuci.pods._runpod.client import NotFound, RunPodClient
+from gpuci.pods._runpod.clock import Clock
+from gpuci.pods._runpod.naming import PodTag
 from gpuci.runtime import Runtime
 
 
 class Job(Protocol):
-    """What ``up`` has made so far (``gpuci.pods.lifecycle.up._Up``), as the cleanup reads it."""
+    """What ``up`` has made so far (``gpuci.pods._lifecycle.up._Up``), as the cleanup reads it."""
 
     rt: Runtime
     client: RunPodClient

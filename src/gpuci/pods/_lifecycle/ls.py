@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 from gpuci import settings
-from gpuci.pods.lifecycle.common import open_client, pod_url, tagged_pods
+from gpuci.pods._lifecycle.common import open_client, pod_url, tagged_pods
+from gpuci.pods._runpod.client import API_KEY_ENV
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.naming import PodTag
 from gpuci.pods.options import LsInputs
-from gpuci.pods.runpod.client import API_KEY_ENV
-from gpuci.pods.runpod.clock import SYSTEM, Clock
-from gpuci.pods.runpod.naming import PodTag
 from gpuci.runtime import Result, Runtime, markdown_table, probes_allowed
 from gpuci.units import utc_iso
 

@@ -3,7 +3,7 @@
 Stock GPU images (runpod/pytorch, nvidia/cuda) have no gpu-ci, so without this every pod said
 ``smoke skipped``. ``up`` therefore gives a smoking pod ``GPUCI_PACKAGE``: a pip requirement
 URL the pod installs gpu-ci from (into a private ``--target`` folder, only for the smoke) when
-``python3 -m gpuci`` is missing (:data:`gpuci.pods.health.handover.SHELL`).
+``python3 -m gpuci`` is missing (:data:`gpuci.pods.health._handover.SHELL`).
 
 What ``up`` sends, from ``gpuci-source`` (default in the action: this action's own
 repository at the ref the workflow used, ``${{ github.action_repository }}@${{

@@ -2,7 +2,7 @@
 that pod, record it, and say where the next attempt may go.
 
 The pod writes its verdict into its name and stops itself on a hardware failure
-(:mod:`gpuci.pods.health.handover` says why that channel). Here: waiting for the verdict of a pod
+(:mod:`gpuci.pods.health._handover` says why that channel). Here: waiting for the verdict of a pod
 without a runner (a runner pod's verdict comes while ``up`` waits for the runner), telling a
 failed handover from any other failure (only the pod's own mark counts: an environment error
 or a skipped check is never re-placed), terminating the pod, writing the verdict into the GPU
@@ -22,17 +22,17 @@ from typing import Any
 from gpuci import settings
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InfraError
 from gpuci.gpu import _health_record as gpu_health
-from gpuci.pods.health.handover import Verdict, verdict_of
-from gpuci.pods.lifecycle.readiness import poll_s
-from gpuci.pods.runpod import plan
-from gpuci.pods.runpod.client import NotFound, RunPodClient
-from gpuci.pods.runpod.clock import Clock
+from gpuci.pods._lifecycle.readiness import poll_s
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.client import NotFound, RunPodClient
+from gpuci.pods._runpod.clock import Clock
+from gpuci.pods.health._handover import Verdict, verdict_of
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
 
 _LABEL = re.compile(r"^gpu(\d+):(.+)$")
 #: A gated pod that stopped itself before handover with no verdict in its name: the gate's
-#: fallback when the pod's key may not rename it (gpuci.pods.health.handover), GPUs unknown.
+#: fallback when the pod's key may not rename it (gpuci.pods.health._handover), GPUs unknown.
 UNNAMED = Verdict("failed", detail="the pod stopped itself before handover, no verdict in its name")
 
 

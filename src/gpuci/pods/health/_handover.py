@@ -3,18 +3,18 @@
 The channel back to ``up``, chosen from what RunPod's v2 API gives: a pod has no store
 credentials (by design) and ``up``'s RunPod key never reaches it; all it holds is the
 pod-scoped ``RUNPOD_API_KEY``, with which it may act on itself
-(``gpuci.pods.runpod.selfstop``). So the pod writes its verdict into its own **name**
+(``gpuci.pods._runpod.selfstop``). So the pod writes its verdict into its own **name**
 (``PATCH /v2/pods/{id}``, a mutable field ``up`` reads with every poll) and, on a hardware
 verdict, **stops** itself (``stop``: the GPU is released, billing drops to the disk, and the
 pod stays readable with its ``dataCenterId``;
 a terminated pod vanishes from ``getPod``, taking the verdict with it). ``up`` then
 terminates it, writes the verdict into the GPU health record beside the ledger (``up`` holds
 the store's credentials; the pod records it itself only when it was given them) and places
-another pod away from that data centre (:mod:`gpuci.pods.health.replace`).
+another pod away from that data centre (:mod:`gpuci.pods.health._replace`).
 
 Only a hardware verdict stops a pod (gpu-smoke exit 1 with failed checks that are findings
 about the GPU, :func:`gpuci.quarantine.hardware_findings`): an environment error, a skipped
-check, or a pod without gpu-ci that could not install it (:mod:`gpuci.pods.health.pod_gpuci`: the
+check, or a pod without gpu-ci that could not install it (:mod:`gpuci.pods.health._pod_gpuci`: the
 pod installs ``GPUCI_PACKAGE``, pinned by ``up``, into a private folder used only by the smoke)
 hands the pod over with a ``smoke skipped`` mark naming why, and ``up`` warns in one line.
 
@@ -28,7 +28,7 @@ runner pod ends by terminate, a gated command has not started), so it is re-plac
 that data centre, as with a named verdict.
 
 This module is also the pod's side: the gate runs ``python3 -m gpuci gpu-smoke --json``
-(inputs from ``INPUT_*`` as usual), then ``python3 -m gpuci.pods.health.handover`` on its result,
+(inputs from ``INPUT_*`` as usual), then ``python3 -m gpuci.pods.health._handover`` on its result,
 which prints the headline to stderr (the pod's log) and the verdict as one line on stdout
 (``uuid=... checks=... rec=0|1``, characters from a fixed set): exit 0 passed,
 :data:`HARDWARE_RC` a hardware failure, anything else no verdict.
@@ -69,7 +69,7 @@ gpuci_install() {
   # gpu-ci for the smoke: the image's, else GPUCI_PACKAGE (pinned by up) into a private folder
   gpuci_why=""
   gpuci_ok=1
-  gpuci_py -c 'import gpuci.pods.health.handover' >/dev/null 2>&1 && return 0
+  gpuci_py -c 'import gpuci.pods.health._handover' >/dev/null 2>&1 && return 0
   gpuci_ok=0
   if [ -z "${GPUCI_PACKAGE:-}" ]; then
     gpuci_why="no gpu-ci on the image and no GPUCI_PACKAGE to install it from"
@@ -86,7 +86,7 @@ gpuci_install() {
     return 1
   fi
   gpuci_site="$site"
-  if ! gpuci_py -c 'import gpuci.pods.health.handover' >/dev/null 2>&1; then
+  if ! gpuci_py -c 'import gpuci.pods.health._handover' >/dev/null 2>&1; then
     gpuci_why="gpu-ci installed from GPUCI_PACKAGE does not import"
     gpuci_site=""
     return 1
@@ -104,7 +104,7 @@ gpuci_mark() {
   n=$(printf '%s smoke %s' "${GPUCI_POD_NAME:-gpuci}" "$s" | tr -d '"\\')
   # gpu-ci renames with retries (429, 5xx) and names a refusal; without it, one try by shell
   if [ "${gpuci_ok:-}" = 1 ]; then
-    gpuci_py -m gpuci.pods.health.handover mark "$n"
+    gpuci_py -m gpuci.pods.health._handover mark "$n"
     rc=$?
     [ "$rc" = 0 ] || [ "$rc" = 4 ] && return "$rc"
   fi
@@ -122,7 +122,7 @@ gpuci_smoke_gate() {
   # in a subshell without the credentials: the smoke needs none, and its tools inherit env
   verdict=$(unset RUNPOD_API_KEY GPUCI_RUNNER_JITCONFIG GPUCI_GITLAB_RUNNER_TOKEN
     gpuci_py -m gpuci gpu-smoke --json --report "$f.report.json" >"$f.json"
-    gpuci_py -m gpuci.pods.health.handover "$f.json")
+    gpuci_py -m gpuci.pods.health._handover "$f.json")
   rc=$?
   verdict=$(printf '%s' "$verdict" | tail -n 1)
   if [ "$rc" = 0 ]; then
@@ -301,9 +301,9 @@ def mark(name: str, environ: Mapping[str, str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The pod's side: ``python3 -m gpuci.pods.health.handover RESULT.json`` (gpu-smoke's ``--json``
-    output): the headline on stderr (the pod's log), the verdict line on stdout. ``... mark
-    NAME`` writes NAME into the pod's name (:func:`mark`)."""
+    """The pod's side: ``python3 -m gpuci.pods.health._handover RESULT.json`` (gpu-smoke's
+    ``--json`` output): the headline on stderr (the pod's log), the verdict line on stdout.
+    ``... mark NAME`` writes NAME into the pod's name (:func:`mark`)."""
     from gpuci import untrusted_json
 
     args = sys.argv[1:] if argv is None else argv

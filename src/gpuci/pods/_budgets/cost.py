@@ -1,11 +1,11 @@
 """Spend per owner and per GPU type, and the budget check ``up`` runs before it creates.
 
 Spend is RunPod's pod billing for the period, attributed to owners through the live pods'
-tags and the shared ledger (billing names only pod ids; see gpuci.pods.budgets.ledger). An owner's
+tags and the shared ledger (billing names only pod ids; see gpuci.pods._budgets.ledger). An owner's
 exposure is that spend, plus what their live pods without a budget reservation may still bill
 (cost per hour times the time left until expiry plus one reaper interval), plus their live
 reservations. ``up`` refuses a candidate when exposure plus the new pod's cost per hour times
-(TTL + reaper interval) would pass the owner's budget (see gpuci.pods.lifecycle.placement).
+(TTL + reaper interval) would pass the owner's budget (see gpuci.pods._lifecycle.placement).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.pods import notify
-from gpuci.pods.budgets import ledger
+from gpuci.pods import _notify as notify
+from gpuci.pods._budgets import ledger
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.naming import clean_owner, tag_of
 from gpuci.pods.options import CostInputs
-from gpuci.pods.runpod.clock import SYSTEM, Clock
-from gpuci.pods.runpod.naming import clean_owner, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
 
@@ -177,7 +177,7 @@ def spend_chart(spend: Spend, owners: Sequence[str], since: str) -> str:
     the chart is a courtesy: an unreadable budgets file leaves the line out, not the report."""
     from gpuci import charts
     from gpuci.errors import GpuciError
-    from gpuci.pods.budgets import policy as budgets
+    from gpuci.pods._budgets import policy as budgets
 
     try:
         book = budgets.load(None)
@@ -198,7 +198,7 @@ def spend_chart(spend: Spend, owners: Sequence[str], since: str) -> str:
 
 def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     """``pods cost``: spend per owner and per GPU type, as tables and JSON (``notify``: sent)."""
-    from gpuci.pods.runpod.client import RunPodClient
+    from gpuci.pods._runpod.client import RunPodClient
 
     period_s = float(inp.period or 30 * 86400)
     only = clean_owner(inp.owner) if inp.owner else ""

@@ -14,7 +14,7 @@ the call succeeds. The expiry is absolute, so a restart does not reset the clock
 from __future__ import annotations
 
 from gpuci import settings
-from gpuci.pods.health import handover
+from gpuci.pods.health import _handover as handover
 
 ENV_WRAPPER = settings.WRAPPER.name
 ENV_COMMAND = settings.START_COMMAND.name
@@ -55,7 +55,7 @@ _TIMER = r"""
 ) &
 """
 WRAPPER = STOP_FUNCTION + _TIMER + 'exec sh -c "$GPUCI_START_COMMAND"\n'
-# With smoke before handover (gpuci.pods.health.handover): the timer runs first, so a hung smoke
+# With smoke before handover (gpuci.pods.health._handover): the timer runs first, so a hung smoke
 # still ends at the expiry; a hardware verdict stops the pod and the command never starts.
 SMOKE_WRAPPER = (
     STOP_FUNCTION

@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuci.errors import CheckFailed, GpuciError, InfraError
-from gpuci.pods.budgets import cost, ledger
-from gpuci.pods.budgets import policy as budgets
+from gpuci.pods._budgets import cost, ledger
+from gpuci.pods._budgets import policy as budgets
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.client import CandidateRejected, RunPodClient, api_url
+from gpuci.pods._runpod.clock import Clock
+from gpuci.pods._runpod.naming import PodTag
 from gpuci.pods.options import UpInputs
-from gpuci.pods.runpod import plan
-from gpuci.pods.runpod.client import CandidateRejected, RunPodClient, api_url
-from gpuci.pods.runpod.clock import Clock
-from gpuci.pods.runpod.naming import PodTag
 from gpuci.retry import RetryPolicy
 from gpuci.runtime import Runtime
 from gpuci.units import utc_iso

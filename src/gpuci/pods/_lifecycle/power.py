@@ -9,17 +9,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuci.errors import GpuciError, InfraError, InputError
-from gpuci.pods.lifecycle.common import (
+from gpuci.pods._lifecycle.common import (
     each_pod,
     ledger_quietly,
     need_ids,
     open_client,
     record_event,
 )
+from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.naming import tag_of
 from gpuci.pods.options import StartInputs, StopInputs
-from gpuci.pods.runpod.client import InvalidTransition, NotFound, RunPodClient
-from gpuci.pods.runpod.clock import SYSTEM, Clock
-from gpuci.pods.runpod.naming import tag_of
 from gpuci.runtime import Result, Runtime
 from gpuci.units import utc_iso
 

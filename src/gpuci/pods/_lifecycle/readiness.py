@@ -6,7 +6,7 @@ job it was made for would then wait in the queue until GitHub drops it after 24 
 the pod is RUNNING, ``up`` polls both sides until the platform lists the runner ``online`` (or
 busy, or already gone: a quick job may be over), and a refused runner fails the start job, not
 train. The pod's start script writes a refusal into the pod's name (``... refused: GitHub
-refused runner 2.x: ...``, gpuci.pods.runners.boot), which is what this wait prints; a pod that
+refused runner 2.x: ...``, gpuci.pods._runners.boot), which is what this wait prints; a pod that
 ends without saying why is one line too.
 """
 
@@ -20,9 +20,9 @@ import httpx
 from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges.rest import Forbidden
-from gpuci.pods.runners.registry import Request
-from gpuci.pods.runpod.client import RunPodClient
-from gpuci.pods.runpod.clock import Clock
+from gpuci.pods._runners.registry import Request
+from gpuci.pods._runpod.client import RunPodClient
+from gpuci.pods._runpod.clock import Clock
 from gpuci.redact import excerpt
 from gpuci.runtime import Runtime
 

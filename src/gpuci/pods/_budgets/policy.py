@@ -26,8 +26,8 @@ from typing import Any
 from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.inputs import parse_duration
+from gpuci.pods._runpod.naming import clean_owner
 from gpuci.pods.options import UpInputs
-from gpuci.pods.runpod.naming import clean_owner
 
 DEFAULT_FILE = ".gpuci/budgets.yml"
 DEFAULT_PERIOD_S = 30 * 86400.0

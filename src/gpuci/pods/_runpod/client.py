@@ -19,7 +19,7 @@ import httpx
 
 from gpuci import httpclients, settings, untrusted_json
 from gpuci.errors import CheckFailed, InfraError, InputError
-from gpuci.pods.runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.clock import SYSTEM, Clock
 from gpuci.redact import excerpt, json_kind, redact_url
 from gpuci.retry import RetryPolicy, parse_retry_after
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.pods.health import handover
-from gpuci.pods.runners import registry as runners
-from gpuci.pods.runpod import selfstop
-from gpuci.pods.runpod.naming import PodTag
+from gpuci.pods._runners import registry as runners
+from gpuci.pods._runpod import selfstop
+from gpuci.pods._runpod.naming import PodTag
+from gpuci.pods.health import _handover as handover
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL)", re.IGNORECASE)
@@ -47,11 +47,12 @@ class PodSpec:
     cloud: str = "SECURE"
     ssh_keys: list[str] = field(
         default_factory=list
-    )  # authorized_keys lines (gpuci.pods.lifecycle.ssh)
-    # gpu-ci's own env for a runner pod (gpuci.pods.runners.registry.pod_env): set after registering
+    )  # authorized_keys lines (gpuci.pods._lifecycle.ssh)
+    # gpu-ci's own env for a runner pod (gpuci.pods._runners.registry.pod_env): set after
+    # registering
     runner_env: dict[str, str] = field(default_factory=dict, repr=False)
-    smoke: bool = False  # gpu-smoke on the pod before handover (gpuci.pods.health.handover)
-    gpuci_package: str = ""  # where the pod installs gpu-ci for it (gpuci.pods.health.pod_gpuci)
+    smoke: bool = False  # gpu-smoke on the pod before handover (gpuci.pods.health._handover)
+    gpuci_package: str = ""  # where the pod installs gpu-ci for it (gpuci.pods.health._pod_gpuci)
 
 
 def parse_env(lines: Sequence[str] | None, mask: Callable[[str], None]) -> dict[str, str]:

@@ -16,8 +16,8 @@ from typing import Any
 
 from gpuci.errors import InfraError
 from gpuci.gpu import _health_record as gpu_health
+from gpuci.pods._runpod import plan
 from gpuci.pods.options import UpInputs
-from gpuci.pods.runpod import plan
 from gpuci.runtime import Runtime
 
 
