@@ -92,7 +92,7 @@ record_counters() {  # record_counters before|after
   section "NVML counters ($1): power limits, app clocks, violation counters, NVLink"
   timeout 120 "$PY" - "$CHECK_OUT/counters-$1.json" <<'PYEOF' 2>&1 | tee "$CHECK_OUT/counters-$1.txt" || true
 import json, os, sys
-from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu._nvml import open_nvml
 with open_nvml(os.environ) as session:
     snap = session.snapshot()
     rows = []
@@ -120,7 +120,7 @@ record_nccl_child() {
   section "NCCL child by phase, algbw/busbw (torch, cupy)"
   timeout 240 "$PY" - <<'PYEOF' 2>&1 | tee "$CHECK_OUT/nccl-child.txt" || true
 import importlib.util, json, os
-from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu._nvml import open_nvml
 from gpuci.gpu.smoke import allreduce
 with open_nvml(os.environ) as session:
     count = session.device_count
@@ -147,8 +147,8 @@ record_identities() {
   section "NVML open/snapshot time, torch vs NVML identity, XID registration"
   timeout 120 "$PY" - <<'PYEOF' 2>&1 | tee "$CHECK_OUT/identities.txt" || true
 import os, time
-from gpuci.gpu.nvml import open_nvml
-from gpuci.gpu.visible import job_view
+from gpuci.gpu._nvml import open_nvml
+from gpuci.gpu._visible import job_view
 t0 = time.perf_counter()
 session = open_nvml(os.environ)
 t1 = time.perf_counter()

@@ -278,7 +278,7 @@ def assert_inert_markdown(line: str) -> None:
 
 
 def test_pods_cost_chart_draws_each_owner_budget_from_the_budgets_file(tmp_path, monkeypatch):
-    from gpuci.pods.budgets import cost
+    from gpuci.pods._budgets import cost
 
     monkeypatch.chdir(tmp_path)
     spend = cost.Spend()

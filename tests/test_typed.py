@@ -133,7 +133,7 @@ def test_a_kind_the_type_cannot_hold_is_refused_at_import() -> None:
 
 
 def test_values_are_parsed_once_into_fields() -> None:
-    from gpuci.commands.cache_weights import RESTORE
+    from gpuci.commands._cache_weights import RESTORE
 
     flags = {"key": "k", "restore-keys": "a-\nb-", "lookup-only": "yes"}
     inp = build(RestoreInputs, resolve(RESTORE.inputs, flags, {}))
@@ -142,7 +142,7 @@ def test_values_are_parsed_once_into_fields() -> None:
 
 def test_a_size_of_none_stays_none() -> None:
     """``max-bytes none`` means no limit: None is the user's value there, not "not given"."""
-    from gpuci.commands.retry_fetch import COMMAND
+    from gpuci.commands._retry_fetch import COMMAND
     from gpuci.fetch.options import FetchInputs
     from gpuci.fetch.policy import DEFAULT_MAX_BYTES
 

@@ -263,7 +263,7 @@ def _gpu_text(result: Result, findings: list[Finding], env: Any) -> str:
 def _bus_ids(env: Any) -> dict[int, str]:
     """PCI bus ids from NVML (the smoke's report lacks them); empty when NVML cannot answer."""
     try:
-        from gpuci.gpu.nvml import open_nvml
+        from gpuci.gpu._nvml import open_nvml
 
         session = open_nvml(env)
         try:

@@ -25,7 +25,7 @@ import boto3
 import pytest
 
 from gpuci.cli import run_command
-from gpuci.commands import cache_weights
+from gpuci.commands import _cache_weights as cache_weights
 from gpuci.runtime import Result, Runtime
 from moto_s3 import FAKE_S3_CREDENTIALS
 

@@ -27,7 +27,7 @@ from gpuci.cache.stores import open_store
 from gpuci.cache.stores.file import LocalStore
 from gpuci.cache.stores.s3 import store as s3
 from gpuci.cli import run_command
-from gpuci.commands import cache_weights
+from gpuci.commands import _cache_weights as cache_weights
 from gpuci.runtime import Result, Runtime
 from moto_s3 import FAKE_S3_CREDENTIALS
 

@@ -34,9 +34,9 @@ NOT_LOADED = (
     "xml.etree.ElementTree",
     "gpuci.cache.transfer.download",
     "gpuci.cache.save.command",
-    "gpuci.commands.pods",
-    "gpuci.commands.training",
-    "gpuci.commands.gpu_setup",
+    "gpuci.commands._pods",
+    "gpuci.commands._training",
+    "gpuci.commands._gpu_setup",
     "urllib.request",
     "configparser",
     # issue 28 round 4: each of these cost a warm hit a few ms of its ~100 ms start-up

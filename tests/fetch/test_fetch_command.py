@@ -14,7 +14,7 @@ import pytest
 from fetch_server import DATA, Fault, FaultyServer
 
 from gpuci.cli import run_command
-from gpuci.commands import retry_fetch
+from gpuci.commands import _retry_fetch as retry_fetch
 from gpuci.fetch.partial import url_key
 from gpuci.runtime import Result, Runtime
 from gpuci_testing import clean_env, run_cli
@@ -222,7 +222,7 @@ def test_cli_one_line_error_and_exit_code(server, tmp_path: Path):
 
 def test_command_spec_stays_light():
     code = (
-        "import sys, gpuci.cli, gpuci.commands.retry_fetch; "
+        "import sys, gpuci.cli, gpuci.commands._retry_fetch; "
         "assert 'httpx' not in sys.modules and 'tenacity' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from gpuci.gpu._setup.command import run
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SetupInputs
-from gpuci.gpu.setup.command import run
 from gpuci.inputs import build, resolve, specs_of
 from gpuci.runtime import Result, Runtime
 from gpuci_testing import clean_env as base_env

@@ -178,7 +178,7 @@ def test_the_library_loads_no_command(tmp_path: Path) -> None:
     got = json.loads(proc.stdout)
     assert got["gpus"] == 2 and got["smoke"] is True
     assert commands_loaded(got["modules"]) == []
-    assert "gpuci.gpu.setup.operation" in got["modules"]  # the probe saw the operation
+    assert "gpuci.gpu._setup.operation" in got["modules"]  # the probe saw the operation
 
 
 def test_a_dry_run_smoke_returns_the_plan(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from gpuci.gpu.checks import Requirements, evaluate, usable_units
+from gpuci.gpu._checks import Requirements, evaluate, usable_units
+from gpuci.gpu._nvml import Snapshot, open_nvml
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import Snapshot, open_nvml
 
 
 def snap(*profiles: str, fake: FakeNvml | None = None) -> Snapshot:

@@ -8,10 +8,10 @@ import pynvml
 import pytest
 
 from gpuci.errors import NvmlUnavailable
-from gpuci.gpu import gpu_info
-from gpuci.gpu import nvml_abi as abi
+from gpuci.gpu import _gpu_info as gpu_info
+from gpuci.gpu import _nvml_abi as abi
+from gpuci.gpu._nvml import NvmlSession, cpu_list, open_nvml, pci_address
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import NvmlSession, cpu_list, open_nvml, pci_address
 
 GiB = 1024**3
 
@@ -238,8 +238,8 @@ def test_xid_from_env_and_unsupported_devices() -> None:
 
 def test_the_board_serial_is_read_and_consumer_boards_have_none() -> None:
     """nvmlDeviceGetSerial: the label's serial on datacenter boards; NotSupported on GeForce."""
+    from gpuci.gpu._nvml import NvmlSession
     from gpuci.gpu.fake.nvml import FakeNvml
-    from gpuci.gpu.nvml import NvmlSession
 
     fake = FakeNvml(["h200", "t4"])
     fake.set(1, serial_prefix=None)  # a board that answers NotSupported, as GeForce does
@@ -262,6 +262,6 @@ def test_the_board_serial_is_read_and_consumer_boards_have_none() -> None:
     ],
 )
 def test_a_serial_is_a_plain_token_or_none(raw, want) -> None:
-    from gpuci.gpu.nvml import _serial
+    from gpuci.gpu._nvml import _serial
 
     assert _serial(raw) == want

@@ -5,7 +5,7 @@ typed command's fields and defaults; this file checks the GPU commands' own pars
 from __future__ import annotations
 
 from gpuci.commands import command_named
-from gpuci.gpu.checks import requirements
+from gpuci.gpu._checks import requirements
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.gpu.smoke import selected_checks
 from gpuci.inputs import build, resolve, specs_of

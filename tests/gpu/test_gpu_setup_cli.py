@@ -120,7 +120,7 @@ def test_help_does_not_import_nvml(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
     )
     assert out.stdout.strip() == "[]"
-    setup_code = "import sys, gpuci.gpu.setup.command; print('boto3' in sys.modules)"
+    setup_code = "import sys, gpuci.gpu._setup.command; print('boto3' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", setup_code], capture_output=True, text=True, timeout=30, check=True
     )

@@ -113,7 +113,7 @@ int nvmlEventSetFree(void *s) { return 0; }
 """
 
 XID_PROBE = """
-from gpuci.gpu.nvml import open_nvml
+from gpuci.gpu._nvml import open_nvml
 with open_nvml({}) as nvml, nvml.watch_xid() as xids:
     print(xids.watched, xids.wait(0.1), xids.wait(0.01))
 """

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from gpuci.gpu._nvml import open_nvml
+from gpuci.gpu._setup.command import run
+from gpuci.gpu._visible import resolve
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.options import SetupInputs, SmokeInputs
-from gpuci.gpu.setup.command import run
-from gpuci.gpu.visible import resolve
 from gpuci.inputs import build, specs_of
 from gpuci.inputs import resolve as resolve_inputs
 from gpuci.runtime import Result, Runtime

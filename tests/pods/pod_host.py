@@ -18,7 +18,7 @@ from typing import Any
 
 from pod_container import run_container
 
-from gpuci.pods.health.handover import verdict_of
+from gpuci.pods.health._handover import verdict_of
 
 RUNNER_STANDS_BY = "#!/bin/sh\necho 'Listening for Jobs'\nexec sleep 60\n"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuci.commands import pods as spec
+from gpuci.commands import _pods as spec
 from gpuci_testing import clean_env, run_cli
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}

@@ -40,8 +40,8 @@ from pods_testing import SUBS, FakeClock
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.errors import GpuciError
 from gpuci.inputs import build, resolve
-from gpuci.pods.budgets import ledger
-from gpuci.pods.lifecycle.cancel import Cancelled
+from gpuci.pods._budgets import ledger
+from gpuci.pods._lifecycle.cancel import Cancelled
 from gpuci.runtime import Result, Runtime
 
 SEED = 34

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.pods.runpod.client import (
+from gpuci.pods._runpod.client import (
     CandidateRejected,
     ContractViolation,
     InsufficientBalance,

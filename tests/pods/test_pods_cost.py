@@ -48,7 +48,7 @@ def test_cost_dry_run_calls_nothing(fake, run):
 
 
 def test_live_pods_owner_filter_and_cents(fake, run, clock):
-    from gpuci.pods.budgets.cost import usd
+    from gpuci.pods._budgets.cost import usd
 
     a = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
     run("up", **UP, gpu_types="NVIDIA GeForce RTX 4090", owner="bob")

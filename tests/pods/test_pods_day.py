@@ -11,8 +11,8 @@ import random
 
 from pod_simulation import fail_teardown, up_or_refused
 
-from gpuci.pods.budgets import ledger
-from gpuci.pods.runpod.naming import tag_of
+from gpuci.pods._budgets import ledger
+from gpuci.pods._runpod.naming import tag_of
 
 REAP_S = 15 * 60
 TICK_S = 60

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.pods.runpod.client import RunPodClient
+from gpuci.pods._runpod.client import RunPodClient
 
 # Every sub-command with the flags a real run needs; down without pod-id means "this CI run".
 CALLS = {

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpuci.pods.budgets import ledger
+from gpuci.pods._budgets import ledger
 
 UP = dict(image="img", command="serve", ttl="30m")
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpuci.cache.stores.file import LocalStore
-from gpuci.gpu import health_record as gpu_health
-from gpuci.pods.budgets import ledger
+from gpuci.gpu import _health_record as gpu_health
+from gpuci.gpu.options import ReportInputs
+from gpuci.pods._budgets import ledger
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="serve", ttl="30m", owner="alice")
@@ -80,7 +81,7 @@ def test_gpus_report_skips_planted_verdicts_with_one_warning(tmp_path, reads):
     root = tmp_path / "health"
     planted = _plant_verdicts(root, time.time())
     rt = Runtime({}, json_mode=True)
-    result = gpu_health.report(gpu_health.ReportInputs(store=root.as_uri()), rt)
+    result = gpu_health.report(ReportInputs(store=root.as_uri()), rt)
     assert result.exit_code == 0 and result.outputs["verdicts"] == 0
     assert [a.message.count("skipped 3") for a in result.annotations] == [1]
     assert planted["sparse"] not in reads

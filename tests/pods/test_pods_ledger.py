@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.pods.budgets import ledger
+from gpuci.pods._budgets import ledger
 from gpuci_testing import clean_env, run_cli
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types="NVIDIA L40S")  # $0.86/h

@@ -13,7 +13,7 @@ from collections import Counter
 
 from pod_simulation import fail_teardown, up_or_refused
 
-from gpuci.pods.budgets import ledger
+from gpuci.pods._budgets import ledger
 
 TICK_S = 15 * 60
 REAP_S = 3600

@@ -3,7 +3,7 @@ the status is read, so an endless answer cannot hold the job."""
 
 from __future__ import annotations
 
-from gpuci.pods import notify
+from gpuci.pods import _notify as notify
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 SEEN: list[str] = []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.pods.budgets import policy as budgets
-from gpuci.pods.runpod.naming import tag_of
+from gpuci.pods._budgets import policy as budgets
+from gpuci.pods._runpod.naming import tag_of
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types="NVIDIA L40S")  # $0.86/h
 GITHUB = {"GITHUB_RUN_ID": "7", "GITHUB_REPOSITORY": "org/repo"}

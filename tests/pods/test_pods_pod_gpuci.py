@@ -19,7 +19,7 @@ from pod_host import PodHost
 
 import gpuci
 from forges.fake_forges import FakeForges as FakeRunnersAPI
-from gpuci.pods.health import pod_gpuci
+from gpuci.pods.health import _pod_gpuci as pod_gpuci
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="runpod/pytorch", command="sleep 600", ttl="30m", owner="alice")

@@ -64,7 +64,7 @@ def test_an_unreadable_record_is_one_warning_and_reap_goes_on(fake, run, unreada
 def test_two_smokes_in_one_second_are_two_failures():
     """Records carry whole-second ``at``: two smokes of one host within a second are still two
     events (their exact ``time`` differs), and one smoke's GPUs share one."""
-    from gpuci.pods.health.repeat_failures import repeated
+    from gpuci.pods.health._repeat_failures import repeated
 
     def verdict(time: float, uuid: str) -> dict[str, object]:
         at = "2026-12-01T10:00:00Z"

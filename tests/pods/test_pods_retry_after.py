@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpuci.pods.runpod.client import MAX_RETRY_AFTER_S, RunPodClient
+from gpuci.pods._runpod.client import MAX_RETRY_AFTER_S, RunPodClient
 
 
 @pytest.mark.parametrize("garbage", ["nan", "NaN", "-5", "inf", "", "soon", "1e3"])

@@ -21,10 +21,10 @@ from fake_runpod import FakeRunPod
 from pod_container import run_container
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
-from gpuci.pods.runners import boot as runner_boot
-from gpuci.pods.runners import registry as runners
-from gpuci.pods.runpod import plan
-from gpuci.pods.runpod.naming import new_tag
+from gpuci.pods._runners import boot as runner_boot
+from gpuci.pods._runners import registry as runners
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.naming import new_tag
 
 JIT = "JITconfig-" + "s3cr3t" * 6
 GLRT = "glrt-" + "t0ken" * 5

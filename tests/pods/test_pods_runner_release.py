@@ -8,8 +8,8 @@ from pods_testing import RUN_ENV, up_runner
 
 from forges.fake_github import NEWEST_KNOWN, release
 from gpuci.errors import InputError
-from gpuci.pods.runners import boot as runner_boot
-from gpuci.pods.runners import release as runner_release
+from gpuci.pods._runners import boot as runner_boot
+from gpuci.pods._runners import release as runner_release
 
 NEWER = ("2.399.1", "ab" * 32)
 DAY = 86400.0

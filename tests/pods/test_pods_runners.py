@@ -10,9 +10,9 @@ import pytest
 from pods_testing import L40S, RUN_ENV, up_runner
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
-from gpuci.pods.runners import boot as runner_boot
-from gpuci.pods.runners import registry as runners
-from gpuci.pods.runpod import selfstop
+from gpuci.pods._runners import boot as runner_boot
+from gpuci.pods._runners import registry as runners
+from gpuci.pods._runpod import selfstop
 
 
 def _secrets(api: FakeRunnersAPI) -> list[str]:
@@ -199,7 +199,7 @@ def test_a_pod_that_fails_to_start_leaves_neither_pod_nor_runner(run, fake, api)
 def test_a_lost_registration_answer_is_cleaned_up_by_name(run, fake, api, monkeypatch):
     """The runner exists but up never learnt its id (the answer was lost): delete by name."""
     from gpuci.errors import InfraError
-    from gpuci.pods.runners.api import GitHubRunners
+    from gpuci.pods._runners.api import GitHubRunners
 
     real = GitHubRunners.register
 

@@ -12,8 +12,8 @@ import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
 
-from gpuci.pods.runpod import plan
-from gpuci.pods.runpod.naming import new_tag
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.naming import new_tag
 
 LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
 

@@ -162,7 +162,7 @@ def test_a_pod_given_the_store_records_its_own_verdict_once(fake, run, clock, tm
 
 def _first_verdict(fake):
     """The verdict the first (failed) pod wrote into its name, read as up reads it."""
-    from gpuci.pods.health.handover import verdict_of
+    from gpuci.pods.health._handover import verdict_of
 
     first = fake.calls("POST", "/v2/pods")[0]
     pod_id = fake.calls("DELETE")[0].path.rsplit("/", 1)[1]

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gpuci.pods.runpod import client as client_mod
-from gpuci.pods.runpod.client import RunPodClient, RunPodError
+from gpuci.pods._runpod import client as client_mod
+from gpuci.pods._runpod.client import RunPodClient, RunPodError
 
 
 class _Endless(httpx.SyncByteStream):

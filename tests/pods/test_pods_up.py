@@ -6,7 +6,7 @@ import json
 
 from fake_runpod import VALIDATORS
 
-from gpuci.pods.budgets import ledger
+from gpuci.pods._budgets import ledger
 from gpuci_testing import clean_env, run_cli
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 

@@ -29,7 +29,7 @@ from hostile_http import (
 )
 
 from gpuci.cli import main, run_command
-from gpuci.commands import retry_fetch
+from gpuci.commands import _retry_fetch as retry_fetch
 from gpuci.errors import InputError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.runtime import Result, Runtime

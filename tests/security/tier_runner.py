@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuci.cache import layout
 from gpuci.cli import run_command
-from gpuci.commands import cache_weights
+from gpuci.commands import _cache_weights as cache_weights
 from gpuci.runtime import Result, Runtime
 
 BIG = 3 << 20  # a model shard: several copy calls, one hardlink

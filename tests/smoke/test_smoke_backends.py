@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuci.gpu._nvml import open_nvml
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.backends import resolve_framework
 from gpuci.gpu.smoke.backends import torch_backend as tb
 from gpuci.gpu.smoke.targets import match_targets

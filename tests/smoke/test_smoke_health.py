@@ -6,8 +6,8 @@ import time
 
 from smoke_helpers import backend_with, outcome, run
 
+from gpuci.gpu._nvml import Health
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import Health
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.health import LoadSampler, Streaks, judge
 

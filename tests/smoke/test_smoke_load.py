@@ -21,8 +21,8 @@ from smoke_helpers import (
     run,
 )
 
+from gpuci.gpu._nvml import open_nvml
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu.smoke.load import Sizes
 from gpuci.gpu.smoke.models import lookup, minimums

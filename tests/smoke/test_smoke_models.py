@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from smoke_helpers import GpuLike
 
+from gpuci.gpu._nvml import open_nvml
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import open_nvml
 from gpuci.gpu.smoke.models import is_vgpu, minimums
 from gpuci.gpu.smoke.targets import match_targets
 

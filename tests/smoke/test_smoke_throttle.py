@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from smoke_helpers import outcome, values
 
+from gpuci.gpu._nvml import NvmlSession
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.nvml import NvmlSession
 from gpuci.gpu.smoke import smoke
 from gpuci.runtime import Result, Runtime
 

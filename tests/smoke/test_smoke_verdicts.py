@@ -79,7 +79,7 @@ def test_a_link_down_is_not_also_unreadable_counters(tmp_path: Path) -> None:
 
 
 def test_unreadable_keys_are_named_and_capped() -> None:
-    from gpuci.gpu.gpu_info import Health
+    from gpuci.gpu._gpu_info import Health
 
     before = Health(nvlink_states=tuple((link, True) for link in range(18)))
     after = Health(nvlink_states=((0, True),))
@@ -208,7 +208,7 @@ def test_a_budget_skip_is_named_in_skipped_checks(tmp_path: Path) -> None:
 
 
 def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
-    from gpuci.gpu.nvml import open_nvml
+    from gpuci.gpu._nvml import open_nvml
     from gpuci.gpu.smoke.load import Sizes
     from gpuci.gpu.smoke.plan import _dry_estimates
 

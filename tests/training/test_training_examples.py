@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuci.commands.training import GATE
+from gpuci.commands._training import GATE
 from gpuci_testing import REPO, clean_env, run_cli
 
 sys.path.insert(0, str(REPO / "tests" / "actions"))

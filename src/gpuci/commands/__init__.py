@@ -9,6 +9,11 @@ fields of its ``options`` class (:func:`gpuci.inputs.options`), the one place th
 also named as ``"module:Class"`` and imported only when asked for; each definition states the
 class as its type (``RESTORE: Command[RestoreInputs]``), and ``tests/test_typed.py`` checks that
 the class named is the one the command's function takes.
+
+The registry (the names below) is the CLI's and the generated actions'; the modules defining
+each command (``_gpu_setup.py``, ``_pods.py``, ...) are internal. ``dispatch``, ``dry_run`` and
+``all_in_one`` are too, and keep their names only while :mod:`gpuci.dryrun` imports them by
+those names (``tests/test_imports.py``'s ``NOT_YET_PRIVATE``).
 """
 
 from __future__ import annotations
@@ -95,17 +100,17 @@ class Command(Generic[OptionsT]):
 # Where each top-level command is defined, in --help's order: the CLI imports only the module
 # of the command it runs (``command_named``), not every command's definitions.
 _DEFINED_IN = (
-    ("gpu-setup", "gpu_setup", "COMMAND"),
-    ("cache-weights", "cache_weights", "COMMAND"),
-    ("retry-fetch", "retry_fetch", "COMMAND"),
-    ("gpu-smoke", "gpu_smoke", "COMMAND"),
+    ("gpu-setup", "_gpu_setup", "COMMAND"),
+    ("cache-weights", "_cache_weights", "COMMAND"),
+    ("retry-fetch", "_retry_fetch", "COMMAND"),
+    ("gpu-smoke", "_gpu_smoke", "COMMAND"),
     ("dry-run", "dry_run", "COMMAND"),
-    ("pods", "pods", "COMMAND"),
-    ("runners", "runners", "COMMAND"),
-    ("gpus", "gpus", "COMMAND"),
-    ("gate", "training", "GATE"),
-    ("provenance", "training", "PROVENANCE"),
-    ("report", "training", "REPORT"),
+    ("pods", "_pods", "COMMAND"),
+    ("runners", "_runners", "COMMAND"),
+    ("gpus", "_gpus", "COMMAND"),
+    ("gate", "_training", "GATE"),
+    ("provenance", "_training", "PROVENANCE"),
+    ("report", "_training", "REPORT"),
 )
 
 

@@ -1,8 +1,9 @@
-"""GPU discovery and checks. ``nvml.py`` is the only module that touches nvidia-ml-py.
+"""GPU discovery and checks. ``_nvml.py`` is the only module that touches nvidia-ml-py.
 
-The Python API is :mod:`gpuci.gpu.api` (``setup``, ``smoke``); the commands' typed inputs are
-in :mod:`gpuci.gpu.options`. Nothing is imported here on purpose: ``python -m gpuci --help``
-must not load NVML.
+Public: the Python API :mod:`gpuci.gpu.api` (``setup``, ``smoke``), the commands' typed inputs
+:mod:`gpuci.gpu.options`, and the fake NVML tests and users inject (:mod:`gpuci.gpu.fake`). The
+rest (``_``-named) is internal and may change. Nothing is imported here on purpose:
+``python -m gpuci --help`` must not load NVML.
 """
 
-__all__: list[str] = []
+__all__ = ["api", "fake", "options"]

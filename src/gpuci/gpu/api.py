@@ -1,7 +1,7 @@
 """gpu-ci's Python API for GPUs: :func:`setup` and :func:`smoke` (the commands without the CLI).
 
 They build the commands' typed inputs (:mod:`gpuci.gpu.options`) directly and call the
-operations the commands render (:func:`gpuci.gpu.setup.operation.setup`,
+operations the commands render (:func:`gpuci.gpu._setup.operation.setup`,
 :func:`gpuci.gpu.smoke.examine`), so a Python caller (a pytest fixture, a training
 script's first lines) gets the same NVML reads and verdicts, with typed results::
 
@@ -21,9 +21,9 @@ NVML comes from ``runtime.environ`` (``GPUCI_FAKE_NVML`` selects the recorded fa
 ``CUDA_VISIBLE_DEVICES``, write a health record or quarantine a runner: those are the actions'
 jobs; ``SetupResult.visible_devices`` is there to export.
 
-It lives in ``gpuci.gpu.api`` rather than ``gpuci.gpu`` because ``gpuci.gpu.setup`` and
-``gpuci.gpu.smoke`` are already the commands' packages: a function of that name in the package
-would be replaced by the subpackage as soon as it is imported.
+It lives in ``gpuci.gpu.api`` rather than ``gpuci.gpu`` so that importing ``gpuci.gpu`` loads
+nothing (``python -m gpuci --help`` must not load NVML), and because a function named ``smoke``
+in the package would be replaced by the ``gpuci.gpu.smoke`` subpackage as soon as it is imported.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci.errors import CheckFailed, InputError
-from gpuci.gpu.checks import CheckOutcome
+from gpuci.gpu._checks import CheckOutcome
 from gpuci.gpu.options import SetupInputs, SmokeInputs
 from gpuci.inputs import Input, checked
 from gpuci.runtime import Result, Runtime
@@ -140,8 +140,8 @@ def setup(
         fail_on_ecc_errors=fail_on_ecc_errors,
         report=report,
     )
-    from gpuci.gpu.setup.operation import setup as read_and_judge  # loaded by the first setup
-    from gpuci.gpu.setup.report import render
+    from gpuci.gpu._setup.operation import setup as read_and_judge  # loaded by the first setup
+    from gpuci.gpu._setup.report import render
 
     done = read_and_judge(checked(inp), runtime or Runtime(), nvml=nvml)
     result = render(done)

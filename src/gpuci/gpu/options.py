@@ -1,4 +1,4 @@
-"""The typed inputs of ``gpu-setup`` and ``gpu-smoke``: one frozen dataclass each.
+"""The typed inputs of gpu-setup, gpu-smoke and ``gpus report``: one frozen dataclass each.
 
 Each field declares one input (:func:`gpuci.inputs.inp`); the commands' flags, ``INPUT_*`` and
 actions are read from these classes, and the Python API (:mod:`gpuci.gpu.api`) builds them
@@ -11,7 +11,7 @@ import re
 
 from gpuci.inputs import inp, options
 
-__all__ = ["Requirements", "SetupInputs", "SmokeChecks", "SmokeInputs"]
+__all__ = ["ReportInputs", "Requirements", "SetupInputs", "SmokeChecks", "SmokeInputs"]
 
 
 @options
@@ -121,3 +121,13 @@ class SmokeInputs(SmokeChecks):
         "GPUCI_GPU_HEALTH_STORE; empty: no record). A failed write is a warning."
     )
     quarantine_labels: list[str] = inp("Runner labels quarantine removes (GitHub), e.g. gpu-large.")
+
+
+@options
+class ReportInputs:
+    """What ``gpus report`` is given."""
+
+    days: float = inp("How many days back to read.", default="7", minimum=0)
+    store: str = inp(
+        "The health store (s3://bucket/prefix or file:///dir; default: GPUCI_GPU_HEALTH_STORE)."
+    )

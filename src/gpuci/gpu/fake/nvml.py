@@ -1,4 +1,4 @@
-"""A fake NVML with the surface of ``pynvml`` that :class:`~gpuci.gpu.nvml.NvmlSession` calls.
+"""A fake NVML with the surface of ``pynvml`` that :class:`~gpuci.gpu._nvml.NvmlSession` calls.
 
 Profiles carry values as real GPUs report them (``nvidia-smi -q`` on those boards and NVIDIA's
 spec sheets): memory in MiB as the framebuffer reports it, driver and CUDA pairs that shipped
@@ -20,8 +20,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpuci.errors import InputError
-from gpuci.gpu import nvml_abi as abi
-from gpuci.gpu.fake.devices import (
+from gpuci.gpu import _nvml_abi as abi
+from gpuci.gpu.fake._devices import (
     MEMORY_READS,
     EventSet,
     FakeDevice,
@@ -29,7 +29,7 @@ from gpuci.gpu.fake.devices import (
     NVMLError,
     clock_event_names_for_counter,
 )
-from gpuci.gpu.fake.profiles import (
+from gpuci.gpu.fake._profiles import (
     MACHINE_STATES,
     PROFILES,
     UNSUPPORTED,
@@ -55,7 +55,7 @@ __all__ = [
 
 
 class FakeNvml:
-    """Fake ``pynvml``: the functions named in :data:`gpuci.gpu.nvml_abi.SEAM`, no hardware."""
+    """Fake ``pynvml``: the functions named in :data:`gpuci.gpu._nvml_abi.SEAM`, no hardware."""
 
     NVMLError = NVMLError
 

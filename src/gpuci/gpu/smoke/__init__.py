@@ -19,8 +19,9 @@ from typing import Any
 
 from gpuci import files
 from gpuci.errors import GpuciError, InputError, NvmlUnavailable
-from gpuci.gpu.gpu_info import Snapshot
-from gpuci.gpu.nvml import NvmlSession, open_nvml
+from gpuci.gpu._gpu_info import Snapshot
+from gpuci.gpu._nvml import NvmlSession, open_nvml
+from gpuci.gpu._visible import Visibility, job_view
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import dcgm
 from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
@@ -39,7 +40,6 @@ from gpuci.gpu.smoke.plan import Plan, dry_run, params, plan_load, render_plan
 from gpuci.gpu.smoke.report import SCHEMA, Smoke, judge, render, report_path
 from gpuci.gpu.smoke.schedule import run_plan
 from gpuci.gpu.smoke.targets import match_targets
-from gpuci.gpu.visible import Visibility, job_view
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 

@@ -3,7 +3,7 @@
 :func:`gpuci.gpu.smoke.smoke` judges the GPUs and nothing else (``runners release`` runs it
 alone; the Python API calls the typed :func:`~gpuci.gpu.smoke.examine` it renders). The command
 adds two steps around the verdict: each GPU's verdict goes to the health store
-(:mod:`gpuci.gpu.health_record`, a courtesy: a failed write is a warning), and a hardware
+(:mod:`gpuci.gpu._health_record`, a courtesy: a failed write is a warning), and a hardware
 verdict takes this runner out of the pool when ``on-failure`` asks
 (:mod:`gpuci.quarantine`, a step on gpu's floor: ``tests/test_imports.py``).
 """
@@ -11,7 +11,7 @@ verdict takes this runner out of the pool when ``on-failure`` asks
 from __future__ import annotations
 
 from gpuci import quarantine
-from gpuci.gpu import health_record
+from gpuci.gpu import _health_record as health_record
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import smoke
 from gpuci.runtime import Result, Runtime

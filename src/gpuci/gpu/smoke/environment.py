@@ -19,7 +19,7 @@ import ctypes
 from collections.abc import Callable, Mapping
 
 from gpuci import settings
-from gpuci.gpu.checks import version_ge
+from gpuci.gpu._checks import version_ge
 
 LIBCUDA = "libcuda.so.1"
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.gpu.gpu_info import Health, XidEvent
-from gpuci.gpu.nvml import GpuLost, NvmlSession
-from gpuci.gpu.nvml_abi import (
+from gpuci.gpu._gpu_info import Health, XidEvent
+from gpuci.gpu._nvml import GpuLost, NvmlSession
+from gpuci.gpu._nvml_abi import (
     CLOCK_EVENT_REASONS,
     HARMFUL_CLOCK_EVENTS,
     HARMFUL_THROTTLE,

@@ -7,8 +7,8 @@ import re
 from functools import partial
 from typing import Any
 
-from gpuci.gpu.gpu_info import Snapshot, XidEvent
-from gpuci.gpu.nvml import NvmlSession
+from gpuci.gpu._gpu_info import Snapshot, XidEvent
+from gpuci.gpu._nvml import NvmlSession
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke.checks import Budget, CheckError, Context, Planned
 from gpuci.gpu.smoke.health import (

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuci.gpu.nvml import cpu_list
+from gpuci.gpu._nvml import cpu_list
 from gpuci.gpu.smoke import allreduce
 from gpuci.gpu.smoke.backends import Backend, Device
 from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from gpuci.gpu.gpu_info import GpuInfo, Snapshot
+from gpuci.gpu._gpu_info import GpuInfo, Snapshot
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke import dcgm, gemm, load, memtest
 from gpuci.gpu.smoke.backends import Backend, installed

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuci import charts, files
 from gpuci.errors import ExitCode
-from gpuci.gpu.gpu_info import Snapshot
+from gpuci.gpu._gpu_info import Snapshot
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke.backends import Backend
 from gpuci.gpu.smoke.checks import CHECK_NAMES, Budget, Outcome

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from gpuci.gpu.gpu_info import GpuInfo, MigDevice
-from gpuci.gpu.nvml import NvmlSession, pci_address
+from gpuci.gpu._gpu_info import GpuInfo, MigDevice
+from gpuci.gpu._nvml import NvmlSession, pci_address
 from gpuci.gpu.options import SmokeInputs
 from gpuci.gpu.smoke.backends import Backend
 from gpuci.gpu.smoke.load import SHARED_MEMORY_FRACTION, Rates, Target

@@ -1,0 +1,216 @@
+"""Who is asking (CI identity), whom they may spend for, and how much: the budgets file.
+
+The budgets file lives in the repository (default ``.gpuci/budgets.yml``) so that changing a
+budget is a reviewed commit; protect it with CODEOWNERS and a protected branch::
+
+    period: 30d            # the window spend is counted over
+    default: 50            # USD per period for anyone not listed (omit: no limit)
+    owners:
+      alice: 100
+      team-ml: 400
+    delegations:           # identity -> owners it may act for
+      alice: [team-ml]
+      ci-bot: [team-ml]
+
+``budget-usd`` (an input anyone can pass) can only lower what the file allows, never raise it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci import settings
+from gpuci.errors import InputError
+from gpuci.inputs import parse_duration
+from gpuci.pods._runpod.naming import clean_owner
+from gpuci.pods.options import UpInputs
+
+DEFAULT_FILE = ".gpuci/budgets.yml"
+DEFAULT_PERIOD_S = 30 * 86400.0
+MAX_FILE = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who runs this job, and whether CI vouches for it (False on a laptop)."""
+
+    login: str
+    from_ci: bool
+    source: str
+
+
+def ci_identity(environ: Mapping[str, str]) -> Identity:
+    """The login CI vouches for: GitHub's triggering actor, GitLab's user, else git's user."""
+    if settings.GITHUB_ACTIONS.raw(environ) == "true" or settings.GITHUB_RUN_ID.raw(environ):
+        for actor in (settings.GITHUB_TRIGGERING_ACTOR, settings.GITHUB_ACTOR):
+            login = actor.raw(environ)
+            if login:
+                return Identity(clean_owner(login), True, actor.name)
+    in_gitlab = settings.GITLAB_CI.raw(environ) == "true" or settings.CI_PIPELINE_URL.raw(environ)
+    gitlab_login = settings.GITLAB_USER_LOGIN.raw(environ)
+    if in_gitlab and gitlab_login:
+        return Identity(clean_owner(gitlab_login), True, settings.GITLAB_USER_LOGIN.name)
+    git = _git_user(environ)
+    if git:
+        return Identity(clean_owner(git), False, "git config user.email")
+    for name in ("USER", "USERNAME"):
+        if environ.get(name):
+            return Identity(clean_owner(environ[name]), False, name)
+    return Identity("unknown", False, "nothing")
+
+
+def _git_user(environ: Mapping[str, str]) -> str:
+    """The local part of git's user.email (a login-like name), or user.name."""
+    for key in ("user.email", "user.name"):
+        try:
+            out = subprocess.run(
+                ["git", "config", "--get", key],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                env=dict(environ),
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        value = out.stdout.strip()
+        if out.returncode == 0 and value:
+            return value.partition("@")[0] if key == "user.email" else value
+    return ""
+
+
+@dataclass
+class Budgets:
+    period_s: float = DEFAULT_PERIOD_S
+    default: float | None = None
+    owners: dict[str, float] = field(default_factory=dict)
+    delegations: dict[str, set[str]] = field(default_factory=dict)
+    source: str = ""  # the file read, empty when none
+
+    def limit(self, owner: str) -> float | None:
+        return self.owners.get(owner, self.default)
+
+    def may_act_for(self, identity: str, owner: str) -> bool:
+        return identity == owner or owner in self.delegations.get(identity, set())
+
+
+def _usd(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InputError(
+            f"budgets file: {where} must be a non-negative number of USD, not {value!r}",
+            hint="write e.g. 'alice: 100'",
+        )
+    return float(value)
+
+
+def parse(data: Any, source: str) -> Budgets:
+    if data is None:
+        return Budgets(source=source)
+    if not isinstance(data, dict):
+        raise InputError(f"budgets file {source} is not a mapping", hint="see docs/pods.md")
+    unknown = set(data) - {"period", "default", "owners", "delegations"}
+    if unknown:
+        raise InputError(
+            f"budgets file {source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
+            hint="use period, default, owners and delegations",
+        )
+    out = Budgets(source=source)
+    if data.get("period") is not None:
+        try:
+            out.period_s = parse_duration(str(data["period"]))
+        except ValueError:
+            raise InputError(
+                f"budgets file {source}: period {data['period']!r} is not a duration",
+                hint="write e.g. period: 30d",
+            ) from None
+    if data.get("default") is not None:
+        out.default = _usd(data["default"], "default")
+    owners = data.get("owners") or {}
+    delegations = data.get("delegations") or {}
+    if not isinstance(owners, dict) or not isinstance(delegations, dict):
+        raise InputError(
+            f"budgets file {source}: owners and delegations must be mappings",
+            hint="see docs/pods.md for the format",
+        )
+    out.owners = {clean_owner(str(k)): _usd(v, f"owners.{k}") for k, v in owners.items()}
+    for ident, allowed in delegations.items():
+        if isinstance(allowed, str):
+            allowed = [allowed]
+        if not isinstance(allowed, list):
+            raise InputError(
+                f"budgets file {source}: delegations.{ident} must be a list of owners",
+                hint="write e.g. 'alice: [team-ml]'",
+            )
+        out.delegations[clean_owner(str(ident))] = {clean_owner(str(a)) for a in allowed}
+    return out
+
+
+def load(value: str | None, cwd: Path | None = None) -> Budgets:
+    """The budgets file named by ``budgets`` (default ``.gpuci/budgets.yml``, optional)."""
+    import yaml
+
+    explicit = (value or "").strip() not in ("", DEFAULT_FILE)  # the default may be absent
+    path = Path((value or "").strip() or DEFAULT_FILE)
+    if not path.is_absolute():
+        path = (cwd or Path.cwd()) / path
+    if not path.is_file():
+        if explicit:
+            raise InputError(
+                f"budgets file {value} does not exist",
+                hint="commit it (see docs/pods.md) or leave budgets empty",
+            )
+        return Budgets()
+    if path.stat().st_size > MAX_FILE:
+        raise InputError(f"budgets file {path} is too large", hint="keep it under 256 KiB")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"budgets file {path} is not valid YAML ({type(exc).__name__})",
+            hint="fix the file; see docs/pods.md for the format",
+        ) from None
+    return parse(data, str(value or DEFAULT_FILE))
+
+
+@dataclass(frozen=True)
+class Decision:
+    owner: str
+    identity: Identity
+    budget: float | None
+    period_s: float
+    notes: tuple[str, ...] = ()
+
+
+def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -> Decision:
+    """The owner to bill and their budget; refuses (exit 2) an owner CI does not vouch for."""
+    ident = ci_identity(environ)
+    book = load(inp.budgets or None, cwd)
+    asked = clean_owner(inp.owner) if inp.owner else ""
+    owner = asked or ident.login
+    notes: list[str] = []
+    if asked and asked != ident.login:
+        if ident.from_ci and not book.may_act_for(ident.login, asked):
+            raise InputError(
+                f"owner '{asked}' differs from the CI identity '{ident.login}' "
+                f"({ident.source}) and the budgets file does not delegate it",
+                hint=f"drop owner, or add '{ident.login}: [{asked}]' under delegations in "
+                f"{book.source or DEFAULT_FILE}",
+            )
+        if not ident.from_ci:
+            notes.append(f"owner {asked} is self-declared here (no CI identity to check)")
+    limit = book.limit(owner)
+    asked_budget = inp.budget_usd
+    if asked_budget is not None:
+        asked_budget = float(asked_budget)
+        if limit is not None and asked_budget > limit:
+            notes.append(
+                f"budget-usd {asked_budget:.2f} is above {owner}'s {limit:.2f} in "
+                f"{book.source}; the file's budget applies"
+            )
+        limit = asked_budget if limit is None else min(limit, asked_budget)
+    period = book.period_s if book.source else float(inp.budget_period or 0)
+    return Decision(owner, ident, limit, period or DEFAULT_PERIOD_S, tuple(notes))

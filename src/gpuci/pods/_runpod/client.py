@@ -1,0 +1,419 @@
+"""A small httpx client for RunPod's REST API v2 with the spec's retry table as one policy.
+
+The createPod documentation tells callers what each failure means, and this module encodes it
+once (:data:`RETRY_POLICY`): ``422`` is a contract violation and is never retried; ``400`` and
+``403`` reject this candidate only (the caller tries its next GPU type); ``402`` stops everything;
+``429`` waits ``Retry-After`` seconds and ``5xx`` and transport errors back off exponentially,
+both retrying the same request. The API key is masked by the caller's runtime the moment it
+is read and never appears in a message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from gpuci import httpclients, settings, untrusted_json
+from gpuci.errors import CheckFailed, InfraError, InputError
+from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.redact import excerpt, json_kind, redact_url
+from gpuci.retry import RetryPolicy, parse_retry_after
+
+if TYPE_CHECKING:
+    from tenacity import Retrying
+
+DEFAULT_API_URL = "https://api.runpod.io"
+API_KEY_ENV = settings.RUNPOD_API_KEY.name
+API_URL_ENV = settings.RUNPOD_API_URL.name
+MAX_RETRY_AFTER_S = 300.0
+# The most of one answer read: a listing of a thousand pods with their env is a few MiB.
+MAX_ANSWER = untrusted_json.MAX_BYTES
+
+
+class RunPodError(InfraError):
+    """The API answered with an error we cannot fix by retrying."""
+
+    title = "gpu-ci: RunPod API error"
+
+    def __init__(self, message: str, hint: str | None = None, status: int = 0, detail: str = ""):
+        super().__init__(message, hint)
+        self.status = status
+        self.detail = detail
+
+
+class Transient(RunPodError):
+    """429, 5xx or a transport failure: retry the same request after a wait."""
+
+    def __init__(self, message: str, status: int = 0, retry_after: float | None = None):
+        super().__init__(message, "retry later; RunPod or the network is unhealthy", status)
+        self.retry_after = retry_after
+
+
+class CandidateRejected(RunPodError):
+    """400 or 403 on create: this GPU type / data centre cannot be placed; try the next one."""
+
+
+class NotFound(RunPodError):
+    """404: the pod is gone (``down`` treats this as success)."""
+
+
+class InvalidTransition(RunPodError):
+    """409: the action is not valid for the pod's current status."""
+
+
+class ContractViolation(InputError):
+    """422: our request does not match the contract; never retried."""
+
+    title = "gpu-ci: RunPod rejected the request"
+
+
+class InsufficientBalance(CheckFailed):
+    """402: no candidate can succeed, so stop at once."""
+
+    title = "gpu-ci: RunPod balance too low"
+
+
+class Unauthorized(InputError):
+    title = "gpu-ci: RunPod key refused"
+
+
+#: The retry table from the createPod docs, declared once and used for every request: 429 waits
+#: its ``Retry-After`` (at most MAX_RETRY_AFTER_S), 5xx and transport errors back off from 1 s,
+#: doubling, up to 30 s, plus up to 1 s of jitter; ``from_env`` takes the attempts from the
+#: job's GPUCI_PODS_MAX_ATTEMPTS.
+RETRY_POLICY = RetryPolicy(
+    attempts=int(settings.PODS_MAX_ATTEMPTS.default),
+    initial=1.0,
+    max_wait=30.0,
+    jitter="additive",
+    retry_after_cap=MAX_RETRY_AFTER_S,
+)
+#: What a cleanup after a cancel may spend on one call: quick retries, a short Retry-After.
+CLEANUP_POLICY = RetryPolicy(
+    attempts=2, initial=0.2, max_wait=0.2, jitter="none", retry_after_cap=0.2
+)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    return parse_retry_after(headers.get("Retry-After"), cap=MAX_RETRY_AFTER_S)
+
+
+def _problem(response: httpx.Response) -> tuple[str, list[str]]:
+    """The error's detail and its list of errors, each redacted THEN cut to one line."""
+    try:
+        body = untrusted_json.loads(response.content)
+    except untrusted_json.Unusable:
+        return excerpt(response.text, 200), []
+    if not isinstance(body, dict):
+        return excerpt(str(body), 200), []
+    errors = body.get("errors") or []
+    errors = errors if isinstance(errors, list) else [errors]
+    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200)
+    return detail, [excerpt(str(e), 200) for e in errors[:10]]
+
+
+# ----- the shapes we read from answers: a wrong one is one line, exit 3, never a crash --------
+_NUMBER = (int, float)
+_POD_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "status": str,
+    "gpu": dict,
+    "ports": list,
+    "env": dict,
+    "cost": _NUMBER,
+    "dataCenterId": str,
+}
+
+
+def _shape_error(what: str, found: str) -> RunPodError:
+    return RunPodError(
+        f"{what}: RunPod API answered {found}",
+        hint="check RUNPOD_API_URL points at RunPod's REST API v2; retry if RunPod is degraded",
+    )
+
+
+def _json(response: httpx.Response, what: str) -> Any:
+    """The answer's JSON through :mod:`gpuci.untrusted_json` (nesting, numbers, UTF-8)."""
+    try:
+        return untrusted_json.loads(response.content, finite=True)
+    except untrusted_json.Unusable as exc:
+        raise _shape_error(what, f"no usable JSON ({exc})") from None
+
+
+def _kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
+def _pod(found: Any, what: str) -> dict[str, Any]:
+    """A pod object whose fields, where present, have the types the lifecycle reads."""
+    if not isinstance(found, dict) or not _kind(found.get("id"), str):
+        raise _shape_error(what, "something other than a pod (an object with a string id)")
+    for name, kinds in _POD_FIELDS.items():
+        if found.get(name) is not None and not _kind(found[name], kinds):
+            raise _shape_error(what, f"a pod whose '{name}' is a JSON {json_kind(found[name])}")
+    env = found.get("env") or {}
+    if not all(isinstance(v, str) for v in env.values()):
+        raise _shape_error(what, "a pod whose env holds something other than strings")
+    return found
+
+
+def _list_in(found: Any, field: str, what: str) -> list[dict[str, Any]]:
+    """``found[field]``, which must be a list of objects."""
+    if not isinstance(found, dict):
+        raise _shape_error(what, f"a JSON {json_kind(found)} where an object belongs")
+    items = found.get(field)
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise _shape_error(what, f"an object whose '{field}' is not an array of objects")
+    return items
+
+
+def _named(pod: Mapping[str, Any], name: str) -> bool:
+    found = str(pod.get("name") or "")
+    return found == name or found.startswith(name + " smoke ")
+
+
+def raise_for(response: httpx.Response, what: str) -> None:
+    """Map one HTTP answer onto the retry table's classes (success returns quietly)."""
+    status = response.status_code
+    if status < 400:
+        return
+    detail, errors = _problem(response)
+    text = f"{what}: HTTP {status}: {detail}"
+    if status == 429:
+        raise Transient(text, status, _retry_after(response.headers))
+    if status >= 500:
+        raise Transient(text, status)
+    if status == 422:
+        raise ContractViolation(
+            f"{text}{' (' + '; '.join(errors) + ')' if errors else ''}",
+            hint="fix the inputs named in the error; this request is never retried",
+        )
+    if status == 402:
+        raise InsufficientBalance(text, hint="add credit to the RunPod account, then rerun")
+    if status == 401:
+        raise Unauthorized(text, hint=f"set {API_KEY_ENV} to a valid RunPod API key")
+    if status in (400, 403):
+        raise CandidateRejected(
+            text, hint="try another GPU type or data centre", status=status, detail=detail
+        )
+    if status == 404:
+        raise NotFound(text, hint="check the pod id", status=status, detail=detail)
+    if status == 409:
+        raise InvalidTransition(
+            text, hint="check the pod's status with `pods ls`", status=status, detail=detail
+        )
+    raise RunPodError(text, hint="see the RunPod status page", status=status, detail=detail)
+
+
+def api_url(environ: Mapping[str, str]) -> str:
+    return settings.RUNPOD_API_URL.value(environ)
+
+
+def api_key_from_env(environ: Mapping[str, str], mask: Callable[[str], None]) -> str:
+    key = settings.RUNPOD_API_KEY.value(environ)
+    if not key:
+        raise InputError(
+            f"{API_KEY_ENV} is not set",
+            hint=f"store the RunPod key as a secret / masked CI variable named {API_KEY_ENV}",
+        )
+    mask(key)
+    return key
+
+
+class RunPodClient:
+    """One method per operation we use; every request goes through :data:`RETRY_POLICY`."""
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str = DEFAULT_API_URL,
+        *,
+        clock: Clock = SYSTEM,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        read_only: bool = False,
+        policy: RetryPolicy | None = None,
+    ) -> None:
+        self._clock = clock
+        self._read_only = read_only
+        self._key, self._transport = api_key, transport
+        self._policy = policy or RETRY_POLICY
+        self._body_seconds = 3 * timeout  # one answer's whole body, however it trickles
+        self._http = httpclients.new_client(
+            timeout=timeout,
+            agent="pods",
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
+            transport=transport,
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str],
+        mask: Callable[[str], None],
+        clock: Clock = SYSTEM,
+        read_only: bool = False,
+    ) -> RunPodClient:
+        key = api_key_from_env(environ, mask)
+        attempts = settings.PODS_MAX_ATTEMPTS.integer(environ, minimum=1)
+        policy = dataclasses.replace(RETRY_POLICY, attempts=attempts)
+        return cls(key, api_url(environ), clock=clock, read_only=read_only, policy=policy)
+
+    def bounded(self, timeout: float) -> RunPodClient:
+        """A client for cleanup after a cancel: each request at most ``timeout`` seconds,
+        :data:`CLEANUP_POLICY`'s few quick retries (a cancelled job has seconds, not minutes)."""
+        return RunPodClient(
+            self._key,
+            str(self._http.base_url),
+            clock=self._clock,
+            timeout=timeout,
+            transport=self._transport,
+            read_only=self._read_only,
+            policy=CLEANUP_POLICY,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RunPodClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- plumbing -----------------------------------------------------------------------
+    def _retrying(self) -> Retrying:
+        return self._policy.retrying(Transient, sleep=self._clock.sleep)
+
+    def _once(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        if self._read_only and method != "GET":
+            # A dry run's client: a bug that would change something fails here, unsent.
+            raise RuntimeError(f"dry run: refusing to send {method} {path} ({what})")
+        try:
+            response = self._bounded(method, path, what, **kwargs)
+        except httpx.TransportError as exc:
+            raise Transient(f"{what}: {type(exc).__name__}: {excerpt(str(exc), 200)}") from None
+        except httpx.InvalidURL as exc:
+            raise InputError(
+                f"{what}: {API_URL_ENV} is not a usable URL ({redact_url(str(self._http.base_url))}"
+                f": {excerpt(str(exc), 120)})",
+                hint=f"set {API_URL_ENV} to e.g. {DEFAULT_API_URL}",
+            ) from None
+        raise_for(response, what)
+        return response
+
+    def _bounded(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        """Send, and read at most :data:`MAX_ANSWER` bytes of the answer (a server's claim of
+        its length is not trusted): over it is one line, exit 3."""
+        request = self._http.build_request(method, path, **kwargs)
+        deadline = time.monotonic() + self._body_seconds
+        streamed = self._http.send(request, stream=True)
+        try:
+            body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER, deadline)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(str(exc), request=request) from None
+        except untrusted_json.Unusable as exc:
+            raise RunPodError(
+                f"{what}: RunPod API answered HTTP {streamed.status_code} with a body {exc}"[:300],
+                hint="check RUNPOD_API_URL points at RunPod's REST API v2",
+            ) from None
+        finally:
+            streamed.close()
+        headers = [
+            (k, v) for k, v in streamed.headers.multi_items() if k.lower() != "content-encoding"
+        ]
+        return httpx.Response(streamed.status_code, headers=headers, content=body, request=request)
+
+    def request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        for attempt in self._retrying():
+            with attempt:
+                return self._once(method, path, what, **kwargs)
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+    # ----- pods ---------------------------------------------------------------------------
+    def list_pods(self) -> list[dict[str, Any]]:
+        found = _json(self.request("GET", "/v2/pods", "list pods"), "list pods")
+        if isinstance(found, dict) and "pods" not in found:
+            return []
+        return [_pod(p, "list pods") for p in _list_in(found, "pods", "list pods")]
+
+    def get_pod(self, pod_id: str) -> dict[str, Any] | None:
+        what = f"get pod {pod_id}"
+        try:
+            return _pod(_json(self.request("GET", f"/v2/pods/{pod_id}", what), what), what)
+        except NotFound:
+            return None
+
+    def create_pod(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST once per attempt; before a retry, look for the pod by its unique name.
+
+        A create that timed out may still have placed the pod; retrying blindly would start a
+        second, forgotten one. Our names carry a nonce, so a name match is our pod.
+        """
+        what = f"create pod on {body.get('gpu', {}).get('id', '?')}"
+        for attempt in self._retrying():
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    existing = self.find_by_name(body["name"])
+                    if existing is not None:
+                        return existing
+                return _pod(_json(self._once("POST", "/v2/pods", what, json=body), what), what)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def find_by_name(self, name: str) -> dict[str, Any] | None:
+        """The pod named ``name``, also after its smoke gate appended its verdict to it."""
+        return next((p for p in self.list_pods() if _named(p, name)), None)
+
+    def update_pod(self, pod_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        what = f"update pod {pod_id}"
+        found = _json(self.request("PATCH", f"/v2/pods/{pod_id}", what, json=body), what)
+        if not isinstance(found, dict):
+            raise _shape_error(what, f"a JSON {json_kind(found)} where a pod belongs")
+        return found
+
+    def action(self, pod_id: str, action: str) -> dict[str, Any] | None:
+        """start/stop/restart/terminate; terminate answers 204 (None)."""
+        response = self.request(
+            "POST", f"/v2/pods/{pod_id}/action", f"{action} pod {pod_id}", json={"action": action}
+        )
+        if response.status_code == 204 or not response.content:
+            return None
+        found = _json(response, f"{action} pod {pod_id}")
+        return found if isinstance(found, dict) else None
+
+    def delete_pod(self, pod_id: str) -> None:
+        self.request("DELETE", f"/v2/pods/{pod_id}", f"terminate pod {pod_id}")
+
+    # ----- catalog and billing ------------------------------------------------------------
+    def list_gpu_types(self, cloud: str = "SECURE", count: int = 1) -> list[dict[str, Any]]:
+        """The catalog with each type's availability for pods of ``count`` GPUs in ``cloud``
+        (availability differs by count: 8 GPUs on one machine are scarcer than 1)."""
+        params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud, "count": count}
+        what = "read GPU catalog"
+        response = self.request("GET", "/v2/catalog/gpus", what, params=params)
+        gpus = _list_in(_json(response, what), "gpus", what)
+        for gpu in gpus:
+            centres = gpu.get("dataCenters") or []
+            if not _kind(gpu.get("id"), str) or not (
+                isinstance(centres, list) and all(isinstance(d, dict) for d in centres)
+            ):
+                raise _shape_error(what, "a GPU type without a string id or dataCenters list")
+            if gpu.get("price") is not None and not isinstance(gpu["price"], dict):
+                raise _shape_error(what, "a GPU type whose price is not an object")
+        return gpus
+
+    def pod_billing(self, start_time: str, end_time: str) -> list[dict[str, Any]]:
+        params = {"startTime": start_time, "endTime": end_time, "bucketSize": "day"}
+        what = "read pod billing"
+        response = self.request("GET", "/v2/billing/pods", what, params=params)
+        records = _list_in(_json(response, what), "records", what)
+        for rec in records:
+            amount = rec.get("totalAmount")
+            if not _kind(rec.get("podId"), str) or not (amount is None or _kind(amount, _NUMBER)):
+                raise _shape_error(what, "a billing record without podId or a numeric amount")
+        return records
