@@ -17,7 +17,7 @@ What counts as thrown away after the job, from the environment the runner itself
   jobs runs in a VM made for it and deleted after it;
 - **a gpu-ci runner pod on RunPod** (``pods runners up``): the pod's environment says it
   terminates itself after its one job (``GPUCI_RUNNER_PLATFORM`` set and
-  ``GPUCI_SELF_STOP_ACTION=terminate``, both set by :func:`gpuci.pods.runners.registry.pod_env`).
+  ``GPUCI_SELF_STOP_ACTION=terminate``, both set by :func:`gpuci.pods._runners.registry.pod_env`).
 
 The dry run plans with :func:`choose` too, so a plan and the run agree.
 """
@@ -81,7 +81,7 @@ def ephemeral_runner(environ: Mapping[str, str]) -> str | None:
         return "GitHub-hosted runner"
     if _gitlab_hosted(environ):
         return "GitLab.com hosted runner"
-    # both set by gpuci.pods.runners.pod_env on a runner pod that ends itself after one job
+    # both set by gpuci.pods._runners.registry.pod_env on a runner pod that ends after one job
     if (
         settings.RUNNER_PLATFORM.is_set(environ)
         and settings.SELF_STOP_ACTION.value(environ).lower() == "terminate"
