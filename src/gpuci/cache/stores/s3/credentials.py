@@ -144,7 +144,8 @@ class Chain:
             return creds.get_frozen_credentials()
         self.source = str(getattr(creds, "method", "") or self.source)
         valid = getattr(creds, "_frozen_credentials", None)
-        if valid is not None and not needed(creds._mandatory_refresh_timeout):
+        mandatory = getattr(creds, "_mandatory_refresh_timeout", None)
+        if valid is not None and mandatory is not None and not needed(mandatory):
             self._start(creds.get_frozen_credentials)
             return valid
         return self._bounded(creds.get_frozen_credentials, until, "refresh")
