@@ -71,12 +71,13 @@ class Groups:
         _kill_on_sigterm()
 
     def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
-        """``subprocess.Popen`` in a session of its own, held until its group is empty."""
-        proc: subprocess.Popen[Any] = subprocess.Popen(args, start_new_session=True, **kwargs)
-        with self._lock:
-            self._procs = [p for p in self._procs if _lingering(p)] + [proc]
+        """``subprocess.Popen`` in a session of its own, held until its group is empty. Started
+        under the lock a kill takes: a signal that comes while it starts kills it too."""
         with _OWNERS_LOCK:
             _OWNERS.add(self)
+        with self._lock:
+            proc: subprocess.Popen[Any] = subprocess.Popen(args, start_new_session=True, **kwargs)
+            self._procs = [p for p in self._procs if _lingering(p)] + [proc]
         return proc
 
     def kill(self) -> None:

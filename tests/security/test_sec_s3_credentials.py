@@ -294,7 +294,9 @@ def test_what_a_helper_leaves_running_is_killed_when_the_step_ends(tmp_path):
     wait_until(lambda: _dead(pid), what="the helper's child killed")
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, -15)])
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, -15)], ids=["SIGINT", "SIGTERM"]
+)
 def test_a_cancelled_step_kills_its_credential_process(tmp_path, sig, code):
     """Ctrl-C or the runner's SIGTERM while a helper runs (in a session of its own, it hears
     neither): the helper and its child die with the step. Before: both were left running."""
