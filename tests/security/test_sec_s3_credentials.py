@@ -210,6 +210,35 @@ def test_an_advisory_refresh_that_hangs_keeps_the_credentials_still_valid(tmp_pa
     wait_until(lambda: all(_dead(pid) for pid in started), what="the hung helper killed")
 
 
+def test_an_advisory_refresh_runs_beside_the_signing_and_is_used_once_it_answers():
+    """In-process: while the advisory refresh is held, each signing gets the credentials still
+    valid, at once (before: it waited for the refresh, then failed at the deadline); once the
+    refresh answers, the new ones are used."""
+    import botocore.session
+    from botocore.credentials import RefreshableCredentials
+
+    from gpuci.cache.stores.s3.credentials import Chain
+
+    def expiry(minutes: int) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + minutes * 60))
+
+    release = threading.Event()
+
+    def refresh() -> dict[str, str]:
+        release.wait(GIVE_UP_S)
+        return {"access_key": "AKIANEW", "secret_key": "s", "token": "t", "expiry_time": expiry(60)}
+
+    old = {"access_key": "AKIAOLD", "secret_key": "s", "token": "t", "expiry_time": expiry(12)}
+    creds = RefreshableCredentials.create_from_metadata(old, refresh, "custom-process")
+    chain = Chain(botocore.session.Session(), "s3://bucket", 0.5)
+    try:
+        for _ in range(3):
+            assert chain.frozen(creds, time.monotonic() + 4).access_key == "AKIAOLD"
+    finally:
+        release.set()
+    wait_until(lambda: chain.frozen(creds, time.monotonic() + 4).access_key == "AKIANEW")
+
+
 # ----- web identity (STS) and the instance role (IMDS) -------------------------------------------
 
 

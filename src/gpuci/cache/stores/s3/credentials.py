@@ -143,6 +143,8 @@ class Chain:
         if needed is None or not needed():
             return creds.get_frozen_credentials()
         self.source = str(getattr(creds, "method", "") or self.source)
+        # What botocore itself signs with when an advisory refresh fails or another thread
+        # runs it (RefreshableCredentials._refresh); getattr: any other class waits, as before.
         valid = getattr(creds, "_frozen_credentials", None)
         mandatory = getattr(creds, "_mandatory_refresh_timeout", None)
         if valid is not None and mandatory is not None and not needed(mandatory):
