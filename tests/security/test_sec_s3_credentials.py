@@ -6,6 +6,10 @@ server that trickles. Each case here runs a real ``python -m gpuci cache-weights
 0.5 s timeout (so one operation may take 4 s) and must end with one line, exit 3, naming the
 source that did not answer, with no secret printed; a ``credential_process`` that hangs is
 killed, with what it started. Before the fix each run was still waiting when the test gave up.
+Then the review's findings (issue 33): what a helper leaves behind, or a helper still running
+when the step is cancelled, dies with the step; a helper that cannot start, STS's 403 or an
+expired answer is one line (exit 2 for the AWS config's own mistakes), never "internal error";
+an advisory refresh that hangs does not end a step whose credentials are still valid.
 """
 
 from __future__ import annotations
