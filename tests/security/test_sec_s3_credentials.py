@@ -6,18 +6,26 @@ server that trickles. Each case here runs a real ``python -m gpuci cache-weights
 0.5 s timeout (so one operation may take 4 s) and must end with one line, exit 3, naming the
 source that did not answer, with no secret printed; a ``credential_process`` that hangs is
 killed, with what it started. Before the fix each run was still waiting when the test gave up.
+Then the review's findings (issue 33): what a helper leaves behind, or a helper still running
+when the step is cancelled, dies with the step; a helper that cannot start, STS's 403 or an
+expired answer is one line (exit 2 for the AWS config's own mistakes), never "internal error";
+an advisory refresh that hangs does not end a step whose credentials are still valid.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import socketserver
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -157,26 +165,82 @@ def test_a_role_s_source_profile_whose_credential_process_hangs_is_killed_too(tm
     wait_until(lambda: _dead(pid), what="the source profile's helper killed")
 
 
-def test_a_refresh_that_hangs_mid_operation_ends_by_the_operations_deadline(tmp_path):
-    """Role credentials 12 minutes from expiry: botocore refreshes them at each signing. The
-    helper answers twice (the resolution and its first freeze), then hangs at the first
-    request's signing: the refresh, not the resolution, runs out of time."""
-    calls = tmp_path / "calls"
-    expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 12 * 60))
+def _expiring_profile(tmp_path: Path, minutes: int, answers: int) -> dict[str, str]:
+    """A credential_process answering role credentials ``minutes`` from expiry ``answers``
+    times (its calls counted in ``calls``), then hanging; its pids in ``pids``."""
+    expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + minutes * 60))
     answer = (
         '{"Version": 1, "AccessKeyId": "AKIAROLE", "SecretAccessKey": "role-secret-value",'
         f' "SessionToken": "role-token-value", "Expiration": "{expiry}"}}'
     )
-    env = _process_profile(
+    calls, pids = tmp_path / "calls", tmp_path / "pids"
+    return _process_profile(
         tmp_path,
-        f"echo x >> {calls}\n"
-        f'if [ "$(wc -l < {calls})" -gt 2 ]; then exec sleep 600; fi\n'
+        f"echo x >> {calls}\necho $$ >> {pids}\n"
+        f'if [ "$(wc -l < {calls})" -gt {answers} ]; then exec sleep 600; fi\n'
         f"echo '{answer}'\n",
     )
+
+
+def test_a_refresh_that_hangs_mid_operation_ends_by_the_operations_deadline(tmp_path):
+    """Role credentials 5 minutes from expiry, inside botocore's mandatory window: they are
+    refreshed at each signing, and no signing may go on without. The helper answers twice (the
+    resolution and its first freeze), then hangs at the first request's signing: the refresh,
+    not the resolution, runs out of time."""
+    calls = tmp_path / "calls"
+    env = _expiring_profile(tmp_path, minutes=5, answers=2)
     run = _restore(env, tmp_path)
     _one_line_exit_3(run, "refreshing the AWS credentials", "credential_process")
     assert len(calls.read_text().split()) == 3
     assert "role-secret-value" not in run.output and "role-token-value" not in run.output
+
+
+def test_an_advisory_refresh_that_hangs_keeps_the_credentials_still_valid(tmp_path):
+    """Role credentials 12 minutes from expiry: inside botocore's advisory window (15 min), not
+    its mandatory one (10 min). botocore's rule: try to refresh, and when that fails keep
+    signing with the credentials, valid for minutes yet. The helper answers the resolution
+    only, then hangs: the restore goes on to the store (refused here: that is its one error),
+    and the hung helper is killed when the step ends. Before: "refreshing the AWS credentials
+    ... did not answer in time"."""
+    env = _expiring_profile(tmp_path, minutes=12, answers=1)
+    run = _restore(env, tmp_path)
+    assert run.code == 3, run.output
+    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and "AWS credentials" not in errors[0], run.output
+    assert "127.0.0.1" in errors[0], run.output
+    assert "role-secret-value" not in run.output and "role-token-value" not in run.output
+    started = [int(pid) for pid in (tmp_path / "pids").read_text().split()]
+    assert len(started) >= 2, "no refresh was tried"
+    wait_until(lambda: all(_dead(pid) for pid in started), what="the hung helper killed")
+
+
+def test_an_advisory_refresh_runs_beside_the_signing_and_is_used_once_it_answers():
+    """In-process: while the advisory refresh is held, each signing gets the credentials still
+    valid, at once (before: it waited for the refresh, then failed at the deadline); once the
+    refresh answers, the new ones are used."""
+    import botocore.session
+    from botocore.credentials import RefreshableCredentials
+
+    from gpuci.cache.stores.s3.credentials import Chain
+
+    def expiry(minutes: int) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + minutes * 60))
+
+    release = threading.Event()
+
+    def refresh() -> dict[str, str]:
+        release.wait(GIVE_UP_S)
+        return {"access_key": "AKIANEW", "secret_key": "s", "token": "t", "expiry_time": expiry(60)}
+
+    old = {"access_key": "AKIAOLD", "secret_key": "s", "token": "t", "expiry_time": expiry(12)}
+    creds = RefreshableCredentials.create_from_metadata(old, refresh, "custom-process")
+    chain = Chain(botocore.session.Session(), "s3://bucket", 0.5)
+    try:
+        for _ in range(3):
+            assert chain.frozen(creds, time.monotonic() + 4).access_key == "AKIAOLD"
+    finally:
+        release.set()
+    wait_until(lambda: chain.frozen(creds, time.monotonic() + 4).access_key == "AKIANEW")
 
 
 # ----- web identity (STS) and the instance role (IMDS) -------------------------------------------
@@ -232,3 +296,154 @@ def test_a_failing_credential_process_s_stderr_is_never_printed(tmp_path):
     run = _restore(env, tmp_path)
     _one_line_exit_3(run, "AWS credentials", "credential_process")
     assert "SuperSecretValue123" not in run.output, run.output
+
+
+# ----- what a helper leaves behind, a cancelled step ---------------------------------------------
+
+
+def test_a_helper_that_exits_leaving_a_child_on_its_pipes_has_the_child_killed(tmp_path):
+    """The helper exits at once; its child keeps its stdout open, so botocore still waits.
+    At the deadline the child is killed with the group, though its leader is gone. Before:
+    only groups whose leader was still running were killed."""
+    pids = tmp_path / "pids"
+    env = _process_profile(tmp_path, f"sleep 600 &\necho $! > {pids}\n")
+    run = _restore(env, tmp_path)
+    _one_line_exit_3(run, "resolving the AWS credentials", "credential_process")
+    pid = int(pids.read_text())
+    wait_until(lambda: _dead(pid), what="the helper's child killed")
+
+
+def test_what_a_helper_leaves_running_is_killed_when_the_step_ends(tmp_path):
+    """The helper answers and leaves a child behind (its pipes closed): the step goes on, and
+    the child dies with the step. Before: it outlived it."""
+    pids = tmp_path / "pids"
+    answer = '{"Version": 1, "AccessKeyId": "AKIASTATIC", "SecretAccessKey": "static-secret"}'
+    env = _process_profile(
+        tmp_path, f"sleep 600 </dev/null >/dev/null 2>&1 &\necho $! > {pids}\necho '{answer}'\n"
+    )
+    run = _restore(env, tmp_path)
+    assert run.code == 3 and "127.0.0.1" in run.output, run.output  # the store refused
+    pid = int(pids.read_text())
+    wait_until(lambda: _dead(pid), what="the helper's child killed")
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, -15)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_cancelled_step_kills_its_credential_process(tmp_path, sig, code):
+    """Ctrl-C or the runner's SIGTERM while a helper runs (in a session of its own, it hears
+    neither): the helper and its child die with the step. Before: both were left running."""
+    pids = tmp_path / "pids"
+    env = _process_profile(tmp_path, f"sleep 600 &\necho $! $$ > {pids}\nwait\n")
+    env["GPUCI_S3_TIMEOUT"] = "60"  # the deadline is far: the signal is what ends the step
+    started: list[int] = []
+    with refused_url() as endpoint:
+        args = [sys.executable, "-m", "gpuci", "cache-weights", "restore", "--store"]
+        args += ["s3://bucket/c", "--endpoint-url", endpoint, "--key", "k-1"]
+        args += ["--path", str(tmp_path / "out")]
+        step = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
+            started = [int(pid) for pid in pids.read_text().split()]
+            step.send_signal(sig)
+            step.communicate(timeout=GIVE_UP_S)
+            assert step.returncode == code  # SIGTERM still ends the step as SIGTERM does
+            wait_until(lambda: all(_dead(pid) for pid in started), what="the helper killed")
+        finally:
+            step.kill()
+            for pid in started:  # this test's own leftovers, should it fail
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+# ----- errors that are not botocore's own ------------------------------------------------------
+
+
+def _one_line(run, code: int, *words: str) -> None:
+    assert run.code == code, run.output
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, run.output
+    for word in words:
+        assert word in errors[0], run.output
+
+
+@pytest.mark.parametrize("broken", ["missing", "not executable"])
+def test_a_credential_process_that_cannot_start_is_a_configuration_error(tmp_path, broken):
+    """Before: "internal error" (FileNotFoundError, PermissionError from Popen). Exit 2: the
+    AWS configuration names a helper that cannot run; the fix is there, not in the world."""
+    env = _process_profile(tmp_path, "echo never\n")
+    helper = tmp_path / "creds.sh"
+    if broken == "missing":
+        helper.unlink()
+    else:
+        helper.chmod(0o644)
+    run = _restore(env, tmp_path)
+    _one_line(run, 2, "AWS credentials", "credential_process")
+    assert str(tmp_path) not in run.output, run.output  # the command line may hold a secret
+
+
+def test_a_missing_web_identity_token_file_is_a_configuration_error(tmp_path):
+    """Before: "internal error" (FileNotFoundError from botocore's token loader)."""
+    env = _env(
+        tmp_path,
+        AWS_WEB_IDENTITY_TOKEN_FILE=str(tmp_path / "no-token"),
+        AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ci",
+    )
+    run = _restore(env, tmp_path)
+    _one_line(run, 2, "AWS credentials", "STS (web identity")
+
+
+def test_a_helper_answering_credentials_already_expired_is_one_line(tmp_path):
+    """botocore refreshes them at once and, given expired ones again, raises RuntimeError.
+    Before: "internal error"."""
+    env = _expiring_profile(tmp_path, minutes=-5, answers=100)
+    run = _restore(env, tmp_path)
+    _one_line_exit_3(run, "AWS credentials", "credential_process")
+
+
+@contextmanager
+def refusing_sts() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` answering every request 403 AccessDenied, as STS does for a
+    role whose trust policy says no; the message holds what must not be printed."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = (
+                b"<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
+                b"<Message>not authorized: token=LeakedSecret42</Message></Error>"
+                b"<RequestId>r-1</RequestId></ErrorResponse>"
+            )
+            self.send_response(403)
+            self.send_header("Content-Type", "text/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+
+
+def test_sts_refusing_the_web_identity_role_is_one_line(tmp_path):
+    """Before: "internal error" (botocore's ClientError is no BotoCoreError)."""
+    token = tmp_path / "token"
+    token.write_text("web-identity-token-value")
+    with refusing_sts() as sts:
+        env = _env(
+            tmp_path,
+            AWS_WEB_IDENTITY_TOKEN_FILE=str(token),
+            AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ci",
+            AWS_ROLE_SESSION_NAME="gpuci-test",
+            AWS_ENDPOINT_URL_STS=sts,
+        )
+        run = _restore(env, tmp_path)
+    _one_line_exit_3(run, "AWS credentials", "STS (web identity", "AccessDenied")
+    assert "LeakedSecret42" not in run.output and "web-identity-token-value" not in run.output

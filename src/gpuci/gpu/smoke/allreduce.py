@@ -26,7 +26,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import procgroup, untrusted_json
 from gpuci.redact import excerpt
 
 RUNS = 5  # timed runs, each reported: the spread shows a link that comes and goes
@@ -181,11 +180,8 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
 
 def _kill(proc: subprocess.Popen[str]) -> str:
     """Kill the child's process group; its stdout so far (the phases it reached)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    out, _ = proc.communicate()  # reap it: no zombie, pipes closed
+    procgroup.kill(proc)
+    out, _ = proc.communicate()  # pipes closed
     return out or ""
 
 

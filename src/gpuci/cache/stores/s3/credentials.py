@@ -7,26 +7,29 @@ credentials under its own time limits: a ``credential_process`` is waited for wi
 at a time meets no limit at all. So the store never waits on botocore directly:
 :class:`Chain` runs the resolution, and every refresh, in a worker thread and waits for it
 only until the operation's deadline. Past it the step ends with one line naming the source
-that did not answer (exit 3), never a secret, and every ``credential_process`` still running
-is killed with its process group (it runs in a session of its own): a helper that hangs is
-not left behind. The thread, if a server still holds it, is a daemon: it ends with the step.
+that did not answer (exit 3), never a secret. Every ``credential_process`` runs in a session of
+its own (:mod:`gpuci.procgroup`): at the deadline, and when the step ends however it ends
+(Ctrl-C, the runner's SIGTERM), its whole group is killed, whatever it started with it. The
+thread, if a server still holds it, is a daemon: it ends with the step.
 
 Credentials that need no refresh (static keys, role credentials far from expiry) are frozen
-at once on the caller's thread: a restore's thousands of signatures start no thread.
+at once on the caller's thread: a restore's thousands of signatures start no thread. Inside
+botocore's advisory window (15 minutes from expiry, not yet its mandatory 10) the refresh runs
+on the worker thread and the caller signs with the credentials still valid, as botocore does
+when an advisory refresh fails: a helper that hangs or breaks then costs nothing yet.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
+import errno
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
-from gpuci import settings
-from gpuci.errors import StoreError
+from gpuci import procgroup, settings
+from gpuci.errors import InputError, StoreError
+from gpuci.redact import excerpt
 
 __all__ = ["Chain"]
 
@@ -42,6 +45,10 @@ _SOURCES = {
     "container-role": "the container credentials endpoint",
     "iam-role": "the instance metadata service (IMDS, the instance role)",
 }
+
+
+# A helper or a file the AWS config names that is not there or cannot be run.
+_CANNOT_RUN = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ENOEXEC}
 
 
 class _Job(Generic[T]):
@@ -81,7 +88,7 @@ class Chain:
         self._session, self._url = session, url
         self._lock = threading.Lock()
         self._job: _Job[Any] | None = None
-        self._processes: list[subprocess.Popen[bytes]] = []
+        self._helpers = procgroup.Groups()  # every credential_process, in a session of its own
         self.source = ""  # the provider running or last used (botocore's METHOD)
         self._hook(timeout)
 
@@ -97,7 +104,7 @@ class Chain:
         resolver = session.get_component("credential_provider")
         for provider in getattr(resolver, "providers", []):
             if isinstance(provider, ProcessProvider):
-                provider._popen = self._popen
+                provider._popen = self._helpers.popen
             builder = getattr(provider, "_profile_provider_builder", None)
             create = getattr(builder, "_create_process_provider", None)
             if builder is not None and create is not None:  # a role's source profile
@@ -109,7 +116,7 @@ class Chain:
     def _hooked_create(self, create: Callable[[str], Any]) -> Callable[[str], Any]:
         def hooked(profile_name: str) -> Any:
             provider = create(profile_name)
-            provider._popen = self._popen
+            provider._popen = self._helpers.popen
             provider.load = self._named_load(provider.load, str(provider.METHOD))
             return provider
 
@@ -122,72 +129,87 @@ class Chain:
 
         return named
 
-    def _popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        """``subprocess.Popen`` for botocore's ProcessProvider, in a session of its own so the
-        helper and whatever it started can be killed together."""
-        process: subprocess.Popen[bytes] = subprocess.Popen(args, start_new_session=True, **kwargs)
-        with self._lock:
-            self._processes = [p for p in self._processes if p.poll() is None]
-            self._processes.append(process)
-        return process
-
     # ----- bounded calls -------------------------------------------------------------------------
     def resolve(self, until: float) -> Any:
         """botocore's credentials object (None when the chain has none), by ``until``."""
         return self._bounded(self._session.get_credentials, until, "resolve")
 
     def frozen(self, creds: Any, until: float) -> Any:
-        """``creds.get_frozen_credentials()`` by ``until``: at once when no refresh is due,
-        else on the worker thread (one refresh at a time: a second caller waits for it)."""
+        """``creds.get_frozen_credentials()``: at once when no refresh is due; in botocore's
+        advisory window, the credentials still valid while the refresh runs on the worker
+        thread; in its mandatory window (or with none yet), the refresh's, by ``until``. One
+        refresh at a time: a second caller waits for the one running."""
         needed = getattr(creds, "refresh_needed", None)
         if needed is None or not needed():
             return creds.get_frozen_credentials()
         self.source = str(getattr(creds, "method", "") or self.source)
+        # What botocore itself signs with when an advisory refresh fails or another thread
+        # runs it (RefreshableCredentials._refresh); getattr: any other class waits, as before.
+        valid = getattr(creds, "_frozen_credentials", None)
+        mandatory = getattr(creds, "_mandatory_refresh_timeout", None)
+        if valid is not None and mandatory is not None and not needed(mandatory):
+            self._start(creds.get_frozen_credentials)
+            return valid
         return self._bounded(creds.get_frozen_credentials, until, "refresh")
+
+    def _start(self, fn: Callable[[], T]) -> _Job[Any]:
+        """The job running, else a new one running ``fn``."""
+        with self._lock:
+            if self._job is None or self._job.done.is_set():
+                self._job = _Job(fn)
+            return self._job
 
     def _bounded(self, fn: Callable[[], T], until: float, verb: str) -> T:
         started = time.monotonic()
-        with self._lock:
-            job = self._job
-            if job is None or job.done.is_set():
-                job = self._job = _Job(fn)
+        job = self._start(fn)
         if not job.wait(until):
-            self._kill()
+            self._helpers.kill()
             raise self._too_slow(verb, time.monotonic() - started)
         if job.error is not None:
             raise self._unreadable(job.error)
         return cast(T, job.value)
-
-    def _kill(self) -> None:
-        """Every credential_process still running, with its process group."""
-        with self._lock:
-            running = [p for p in self._processes if p.poll() is None]
-        for process in running:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                process.kill()
 
     def describe(self) -> str:
         """The source running or last used, in words (for messages)."""
         return _SOURCES.get(self.source, "the AWS credential chain")
 
     def _unreadable(self, error: BaseException) -> BaseException:
-        """botocore's own errors as they are (the caller words them); what a source's answer
-        made botocore trip on (a credential_process printing no JSON: ValueError, a JSON list:
-        AttributeError) as one line naming the source, not an internal error."""
-        import botocore.exceptions
+        """botocore's own errors as they are (the caller words them); the rest as one line
+        naming the source, never what it said (a helper's stderr, a server's message may hold
+        a secret): a helper or file that cannot be run or read (exit 2: the AWS config's to
+        fix), a service's refusal (ClientError: its code only), an answer botocore trips on (no
+        JSON: ValueError, a JSON list: AttributeError, credentials expired: RuntimeError)."""
+        import botocore.exceptions as aws
 
-        if isinstance(error, botocore.exceptions.BotoCoreError) or not isinstance(
-            error, ValueError | TypeError | AttributeError
-        ):
+        source, what = self.describe(), type(error).__name__
+        if isinstance(error, aws.BotoCoreError):
             return error
-        source = self.describe()
+        if isinstance(error, aws.ClientError):
+            code = excerpt(str(error.response.get("Error", {}).get("Code") or "no code"), 40)
+            return StoreError(
+                f"{source} refused to issue the AWS credentials for {self._url} ({code})",
+                hint=f"check what {source} is given: the role, its trust policy, the token",
+            )
+        if isinstance(error, OSError) and error.errno in _CANNOT_RUN:
+            run = self.source == "custom-process"
+            return InputError(
+                f"the AWS credentials for {self._url} cannot be read: {source} cannot be "
+                f"{'run' if run else 'read'} ({what})",
+                hint=f"make {source} name "
+                + ("an executable file (chmod +x)" if run else "a file that can be read"),
+            )
+        if isinstance(error, OSError):
+            return StoreError(
+                f"the AWS credentials for {self._url} cannot be read: {source} failed ({what})",
+                hint=f"check {source} and retry",
+            )
+        if not isinstance(error, ValueError | TypeError | AttributeError | RuntimeError):
+            return error
         return StoreError(
             f"the AWS credentials for {self._url} cannot be read from what {source} answered "
-            f"({type(error).__name__})",
+            f"({what})",
             hint=f"make {source} answer as the AWS CLI expects (for credential_process: JSON "
-            'with "Version": 1, AccessKeyId and SecretAccessKey)',
+            'with "Version": 1, AccessKeyId, SecretAccessKey and any Expiration in the future)',
         )
 
     def _too_slow(self, verb: str, waited: float) -> StoreError:

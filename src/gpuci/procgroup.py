@@ -1,0 +1,112 @@
+"""Children in process groups of their own, killed group and all.
+
+A child started with ``start_new_session=True`` leads a process group, and whatever it starts
+joins it (a credential helper's ``sleep``, NCCL's helpers): ``SIGKILL`` to the group ends them
+all, even after the leader itself has exited. The group's id is the leader's pid, and it stays
+ours while the leader is not reaped, then while the group has members: the kernel gives no new
+process an id a group still holds. A reaped leader whose pid names a live process means the id
+was reused: that group is someone else's and is left alone.
+
+:class:`Groups` holds one owner's children, to kill at the owner's deadline; the ones still
+there when the process ends (an exit, Ctrl-C, the runner's SIGTERM) are killed on the way out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import threading
+from contextlib import suppress
+from types import FrameType
+from typing import Any
+
+__all__ = ["Groups", "kill"]
+
+#: How long a killed leader is waited for: SIGKILL ends it at once unless the kernel holds it
+#: (a hung network file system); then init reaps it.
+REAP_S = 5.0
+#: Every :class:`Groups` that started a child: what is killed on the way out.
+_OWNERS: set[Groups] = set()
+_OWNERS_LOCK = threading.RLock()
+
+
+def kill(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``proc``'s group (``proc`` was started with ``start_new_session=True``), whether
+    ``proc`` is still running or not, and reap ``proc``."""
+    if _lingering(proc):
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(REAP_S)
+
+
+def _lingering(proc: subprocess.Popen[Any]) -> bool:
+    """Whether ``proc``'s group may still hold a process of ours (see the module's docstring)."""
+    if proc.poll() is None:
+        return True
+    try:
+        os.kill(proc.pid, 0)
+    except ProcessLookupError:
+        pass
+    except OSError:
+        return False
+    else:
+        return False  # the leader was reaped: this pid is another process's now
+    try:
+        os.killpg(proc.pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+class Groups:
+    """The children one owner starts, each in a session (and group) of its own: killed
+    together at the owner's deadline, and on the way out for any still there."""
+
+    def __init__(self) -> None:
+        self._procs: list[subprocess.Popen[Any]] = []
+        self._lock = threading.RLock()  # re-entered by the SIGTERM handler on the main thread
+        _kill_on_sigterm()
+
+    def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
+        """``subprocess.Popen`` in a session of its own, held until its group is empty. Started
+        under the lock a kill takes: a signal that comes while it starts kills it too."""
+        with _OWNERS_LOCK:
+            _OWNERS.add(self)
+        with self._lock:
+            proc: subprocess.Popen[Any] = subprocess.Popen(args, start_new_session=True, **kwargs)
+            self._procs = [p for p in self._procs if _lingering(p)] + [proc]
+        return proc
+
+    def kill(self) -> None:
+        """Kill every group started here, whether its leader is still running or not."""
+        with self._lock:
+            procs, self._procs = self._procs, []
+        for proc in procs:
+            kill(proc)
+
+
+@atexit.register
+def _kill_all() -> None:
+    with _OWNERS_LOCK:
+        owners = list(_OWNERS)
+    for owner in owners:
+        owner.kill()
+
+
+def _kill_on_sigterm() -> None:
+    """SIGTERM still ends the process, after the groups are killed: a child in a session of
+    its own does not hear the runner's signal. Only where SIGTERM would end the process at
+    once (its default) and only from the main thread (where handlers are set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _kill_all()
+    signal.signal(signum, signal.SIG_DFL)
+    signal.raise_signal(signum)
