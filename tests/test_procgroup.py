@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuci import procgroup
+from gpuci.cli import _kill_helpers_on_sigterm
 from gpuci_testing import REPO, wait_until
 
 LEAVE_A_CHILD = ["sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo $!"]
@@ -30,6 +31,9 @@ def _dead(pid: int) -> bool:
 
 
 def test_kill_reaches_a_child_whose_leader_has_exited():
+    from gpuci.cli import _kill_helpers_on_sigterm
+
+    _kill_helpers_on_sigterm()  # as the CLI does
     groups = procgroup.Groups()
     leader = groups.popen(LEAVE_A_CHILD, stdout=subprocess.PIPE, text=True)
     child = int(leader.communicate()[0])
@@ -70,6 +74,9 @@ _STEP = textwrap.dedent(
     import os, signal, subprocess, sys, time
     from gpuci import procgroup
 
+    from gpuci.cli import _kill_helpers_on_sigterm
+
+    _kill_helpers_on_sigterm()  # as the CLI does
     groups = procgroup.Groups()
     leader = groups.popen(["sh", "-c", "sleep 600 & echo $!; wait"], stdout=subprocess.PIPE)
     print(leader.stdout.readline().decode().strip(), flush=True)
@@ -106,7 +113,18 @@ def test_sigterm_handled_by_someone_else_is_left_to_them():
     mine = signal.getsignal(signal.SIGTERM)
     try:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        procgroup.Groups()
+        _kill_helpers_on_sigterm()
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, mine)
+
+
+def test_the_library_leaves_the_sigterm_handler_alone():
+    """Only the CLI sets one: a library user's process keeps its own SIGTERM behaviour."""
+    mine = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        procgroup.Groups().popen(["true"]).wait()
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, mine)

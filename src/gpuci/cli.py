@@ -210,6 +210,22 @@ def _drop_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def _kill_helpers_on_sigterm() -> None:
+    """The runner's SIGTERM ends the step and the helpers it started in sessions of their own
+    (:mod:`gpuci.procgroup`), which do not hear it; loads nothing a step that starts none needs."""
+    import signal
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        procgroup = sys.modules.get("gpuci.procgroup")
+        if procgroup is not None:  # else no helper was ever started
+            procgroup.kill_all()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # `python -m gpuci cache-weights restore ...` needs cache-weights' parser only; anything
@@ -228,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --probe: a dry run may ask servers (runtime.probes_allowed reads the runtime's environment)
     environ = {**os.environ, settings.PROBE.name: "true"} if args.probe else None
     runtime = Runtime(environ, json_mode=args.json, dry_run=dry_run)
+    _kill_helpers_on_sigterm()
     try:
         runtime.preflight()
         try:

@@ -8,7 +8,9 @@ process an id a group still holds. A reaped leader whose pid names a live proces
 was reused: that group is someone else's and is left alone.
 
 :class:`Groups` holds one owner's children, to kill at the owner's deadline; the ones still
-there when the process ends (an exit, Ctrl-C, the runner's SIGTERM) are killed on the way out.
+there when the process ends (an exit, Ctrl-C, and in the CLI the runner's SIGTERM:
+``gpuci.cli``) are killed on the way out. A library never changes a process-wide signal handler
+behind its user's back.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ import signal
 import subprocess
 import threading
 from contextlib import suppress
-from types import FrameType
 from typing import Any
 
-__all__ = ["Groups", "kill"]
+__all__ = ["Groups", "kill", "kill_all"]
 
 #: How long a killed leader is waited for: SIGKILL ends it at once unless the kernel holds it
 #: (a hung network file system); then init reaps it.
@@ -68,7 +69,6 @@ class Groups:
     def __init__(self) -> None:
         self._procs: list[subprocess.Popen[Any]] = []
         self._lock = threading.RLock()  # re-entered by the SIGTERM handler on the main thread
-        _kill_on_sigterm()
 
     def popen(self, args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
         """``subprocess.Popen`` in a session of its own, held until its group is empty. Started
@@ -89,24 +89,9 @@ class Groups:
 
 
 @atexit.register
-def _kill_all() -> None:
+def kill_all() -> None:
+    """Kill every group any :class:`Groups` started (at exit, and on the CLI's SIGTERM)."""
     with _OWNERS_LOCK:
         owners = list(_OWNERS)
     for owner in owners:
         owner.kill()
-
-
-def _kill_on_sigterm() -> None:
-    """SIGTERM still ends the process, after the groups are killed: a child in a session of
-    its own does not hear the runner's signal. Only where SIGTERM would end the process at
-    once (its default) and only from the main thread (where handlers are set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    _kill_all()
-    signal.signal(signum, signal.SIG_DFL)
-    signal.raise_signal(signum)
