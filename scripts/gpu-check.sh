@@ -121,12 +121,12 @@ record_nccl_child() {
   timeout 240 "$PY" - <<'PYEOF' 2>&1 | tee "$CHECK_OUT/nccl-child.txt" || true
 import importlib.util, json, os
 from gpuci.gpu._nvml import open_nvml
-from gpuci.gpu.smoke import allreduce
+from gpuci.gpu._smoke import allreduce
 with open_nvml(os.environ) as session:
     count = session.device_count
 reducers = {
-    "torch": "gpuci.gpu.smoke.backends.torch_backend:all_reduce_ones",
-    "cupy": "gpuci.gpu.smoke.backends.cupy_backend:all_reduce_ones",
+    "torch": "gpuci.gpu._smoke.backends.torch_backend:all_reduce_ones",
+    "cupy": "gpuci.gpu._smoke.backends.cupy_backend:all_reduce_ones",
 }
 for name, reducer in reducers.items():
     if importlib.util.find_spec(name) is None:

@@ -296,8 +296,8 @@ def test_pods_cost_chart_draws_each_owner_budget_from_the_budgets_file(tmp_path,
 
 
 def test_gpu_smoke_on_several_gpus_charts_measured_against_minimum():
-    from gpuci.gpu.smoke.checks import Outcome
-    from gpuci.gpu.smoke.report import summary_tables
+    from gpuci.gpu._smoke.checks import Outcome
+    from gpuci.gpu._smoke.report import summary_tables
 
     outcomes = [
         Outcome("load", i, "pass", figures={"tflops": t, "min_tflops": 400.0, "copy_gbs": 2900.0})

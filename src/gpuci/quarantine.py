@@ -10,7 +10,7 @@ a framework that cannot start is never a reason. The job still fails with the ve
 annotation names the runner, the GPU and the way back (``python -m gpuci runners release``).
 Without the token, or when the forge refuses, the verdict stands and one warning says the
 runner was not quarantined: the smoke never passes or crashes because of it. gpu-smoke calls
-:func:`after_verdict` as its last step (:mod:`gpuci.gpu.smoke.command`).
+:func:`after_verdict` as its last step (:mod:`gpuci.gpu._smoke.command`).
 """
 
 from __future__ import annotations
@@ -356,7 +356,7 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
             f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
             hint="run release on the quarantined runner itself, or pass --force",
         )
-    from gpuci.gpu.smoke import run as smoke
+    from gpuci.gpu._smoke import run as smoke
 
     verdict = smoke(inp.smoke_inputs(), rt)
     if not verdict.ok:

@@ -168,7 +168,7 @@ def test_results_carry_the_warnings_as_text(tmp_path: Path) -> None:
         "gpuci.fetch",
         "gpuci.gpu._setup.operation",
         "gpuci.gpu._setup.command",
-        "gpuci.gpu.smoke",
+        "gpuci.gpu._smoke",
         "gpuci.cache.restore.operation",
         "gpuci.cache.save.operation",
         "gpuci.cache.restore.command",

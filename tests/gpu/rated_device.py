@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 
 
 class RatedDevice(NumpyDevice):

@@ -15,10 +15,10 @@ from typing import Any
 
 from rated_device import RatedGpus
 
+from gpuci.gpu._smoke import smoke
+from gpuci.gpu._smoke.load import Sizes
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke import smoke
-from gpuci.gpu.smoke.load import Sizes
 from gpuci.inputs import build
 from gpuci.runtime import Runtime
 

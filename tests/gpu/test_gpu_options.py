@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from gpuci.commands import command_named
 from gpuci.gpu._checks import requirements
+from gpuci.gpu._smoke import selected_checks
 from gpuci.gpu.options import SetupInputs, SmokeInputs
-from gpuci.gpu.smoke import selected_checks
 from gpuci.inputs import build, resolve, specs_of
 
 

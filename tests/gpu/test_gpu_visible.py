@@ -146,7 +146,7 @@ def test_every_gpu_unopenable_fails_require_gpu_with_the_reason(tmp_path: Path) 
 
 # ----- gpu-smoke's health-only mode --------------------------------------------------------
 def smoke(fake: FakeNvml, visible: str | None, tmp: Path, **over: Any) -> Result:
-    from gpuci.gpu.smoke import smoke as run_smoke
+    from gpuci.gpu._smoke import smoke as run_smoke
 
     values = {
         "checks": None,

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from gpuci.gpu._smoke import smoke
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu._smoke.checks import Outcome
+from gpuci.gpu._smoke.load import Sizes
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke import smoke
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
-from gpuci.gpu.smoke.checks import Outcome
-from gpuci.gpu.smoke.load import Sizes
 from gpuci.inputs import build
 from gpuci.runtime import Result, Runtime
 
@@ -113,7 +113,7 @@ def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
     import os
     import time
 
-    from gpuci.gpu.smoke.allreduce import phase
+    from gpuci.gpu._smoke.allreduce import phase
 
     Path(os.environ[PIDFILE_ENV]).write_text(str(os.getpid()))
     phase("collective")
@@ -130,7 +130,7 @@ def slow_start(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 
 def no_nccl(indices: list[int], n: int) -> list[tuple[float, float]]:
-    from gpuci.gpu.smoke.backends import BackendUnavailable
+    from gpuci.gpu._smoke.backends import BackendUnavailable
 
     raise BackendUnavailable("torch 2.13.0 was built without NCCL")
 
@@ -166,7 +166,7 @@ BUS_SECONDS = 0.002  # one all-reduce of it: 67.1 GB/s algbw
 def timed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A correct all-reduce whose timed runs take ``BUS_SECONDS`` per all-reduce (busbw from
     nccl-tests' formula: 67.1 GB/s x 2(n-1)/n)."""
-    from gpuci.gpu.smoke.allreduce import PER_RUN, RUNS, report_timing
+    from gpuci.gpu._smoke.allreduce import PER_RUN, RUNS, report_timing
 
     report_timing(BUS_BYTES, [BUS_SECONDS * PER_RUN] * RUNS)
     return [(float(len(indices)), float(len(indices)))] * len(indices)

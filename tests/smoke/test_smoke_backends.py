@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 
 from gpuci.gpu._nvml import open_nvml
+from gpuci.gpu._smoke.backends import resolve_framework
+from gpuci.gpu._smoke.backends import torch_backend as tb
+from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke.backends import resolve_framework
-from gpuci.gpu.smoke.backends import torch_backend as tb
-from gpuci.gpu.smoke.targets import match_targets
 
 
 def stand_in_torch(props: list[SimpleNamespace]) -> SimpleNamespace:
@@ -68,7 +68,7 @@ def test_cupy_uuid_cut_at_a_zero_byte_matches_by_pci_bus_id(monkeypatch):
     )
     cupy = SimpleNamespace(__version__="13.0.0", cuda=SimpleNamespace(runtime=runtime))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    from gpuci.gpu.smoke.backends.cupy_backend import CupyBackend
+    from gpuci.gpu._smoke.backends.cupy_backend import CupyBackend
 
     backend = CupyBackend()
     assert backend.device_uuid(0) is None  # three bytes are nobody's UUID
@@ -87,7 +87,7 @@ def test_auto_prefers_a_working_cupy_over_a_cpu_only_torch():
 
 
 def test_cpu_only_torch_is_read_from_its_version_file(tmp_path, monkeypatch):
-    from gpuci.gpu.smoke import backends
+    from gpuci.gpu._smoke import backends
 
     pkg = tmp_path / "torch"
     pkg.mkdir()
@@ -100,10 +100,10 @@ def test_cpu_only_torch_is_read_from_its_version_file(tmp_path, monkeypatch):
 
 
 def test_auto_falls_back_to_cupy_when_torch_cannot_start_cuda(monkeypatch):
-    from gpuci.gpu import smoke
-    from gpuci.gpu.smoke import backends
-    from gpuci.gpu.smoke.backends import BackendUnavailable
-    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+    from gpuci.gpu import _smoke as smoke
+    from gpuci.gpu._smoke import backends
+    from gpuci.gpu._smoke.backends import BackendUnavailable
+    from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
 
     def load(name):
         if name == "torch":
@@ -119,7 +119,7 @@ def test_auto_falls_back_to_cupy_when_torch_cannot_start_cuda(monkeypatch):
 
 
 def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
-    from gpuci.gpu.smoke import allreduce
+    from gpuci.gpu._smoke import allreduce
 
     answer = allreduce.run_child("no_such_module_here:reduce", [0, 1], 8, timeout_s=30)
     assert answer.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
@@ -140,7 +140,7 @@ def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
     ],
 )
 def test_a_hostile_all_reduce_answer_is_an_error_in_one_short_line(monkeypatch, tmp_path, line):
-    from gpuci.gpu.smoke import allreduce
+    from gpuci.gpu._smoke import allreduce
 
     (tmp_path / "line").write_text(line, encoding="utf-8")  # past an env var's 128 KiB
     monkeypatch.setenv("SMOKE_HOSTILE_FILE", str(tmp_path / "line"))

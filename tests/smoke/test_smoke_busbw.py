@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from smoke_helpers import BUS_BYTES, BUS_SECONDS, GpuLike, backend_reducing_with, outcome, run
 
+from gpuci.gpu._smoke import allreduce, models
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
+from gpuci.gpu._smoke.models import GpuLink, all_reduce_bus, gpu_link
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke import allreduce, models
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
-from gpuci.gpu.smoke.models import GpuLink, all_reduce_bus, gpu_link
 
 
 def test_bus_bandwidth_is_nccl_tests_formula() -> None:

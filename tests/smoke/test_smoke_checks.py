@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from smoke_helpers import backend_with, outcome, run
 
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyDevice
+from gpuci.gpu._smoke.checks import Budget, CheckError, CheckSkipped, Planned, run_check
+from gpuci.gpu._smoke.load import Sizes
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
-from gpuci.gpu.smoke.checks import Budget, CheckError, CheckSkipped, Planned, run_check
-from gpuci.gpu.smoke.load import Sizes
 
 
 class Clock:

@@ -183,9 +183,9 @@ def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
 
     from smoke_helpers import values
 
+    from gpuci.gpu._smoke import smoke as run_smoke
+    from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
     from gpuci.gpu.fake.nvml import FakeNvml
-    from gpuci.gpu.smoke import smoke as run_smoke
-    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
     from gpuci.runtime import Runtime
 
     rt = Runtime(environ={}, dry_run=True, stdout=io.StringIO())

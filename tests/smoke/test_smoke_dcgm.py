@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from smoke_helpers import outcome, run
 
-from gpuci.gpu.smoke.dcgm import verdict
+from gpuci.gpu._smoke.dcgm import verdict
 
 PASS = {
     "DCGM GPU Diagnostic": {
@@ -118,7 +118,7 @@ def test_level_2_does_not_fit_the_default_budget(tmp_path, monkeypatch):
     [("not json at all", 1, "fail"), ("", 0, "skip"), ('{"DCGM Diagnostic": {}}', 1, "fail")],
 )
 def test_verdict_edges(text, code, status):
-    from gpuci.gpu.smoke.checks import CheckError, CheckSkipped
+    from gpuci.gpu._smoke.checks import CheckError, CheckSkipped
 
     kind = CheckError if status == "fail" else CheckSkipped
     with pytest.raises(kind):
@@ -131,8 +131,8 @@ def test_dcgm_covers_only_the_jobs_gpus(tmp_path, monkeypatch):
 
     from smoke_helpers import values
 
+    from gpuci.gpu._smoke import smoke
     from gpuci.gpu.fake.nvml import FakeNvml
-    from gpuci.gpu.smoke import smoke
     from gpuci.runtime import Runtime
 
     bin_dir = stand_in(tmp_path, monkeypatch, json.dumps(PASS))
@@ -149,8 +149,8 @@ def test_dcgm_covers_only_the_jobs_gpus(tmp_path, monkeypatch):
 def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
     import time
 
-    from gpuci.gpu.smoke import dcgm
-    from gpuci.gpu.smoke.checks import CheckSkipped, Context
+    from gpuci.gpu._smoke import dcgm
+    from gpuci.gpu._smoke.checks import CheckSkipped, Context
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -172,7 +172,7 @@ def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
 )
 def test_hostile_dcgmi_output_is_no_verdict_not_a_traceback(text):
     """dcgmi's output is read through untrusted_json: nesting and numbers are bounded."""
-    from gpuci.gpu.smoke.checks import CheckError, CheckSkipped
+    from gpuci.gpu._smoke.checks import CheckError, CheckSkipped
 
     with pytest.raises(CheckSkipped, match="printed no JSON verdict"):
         verdict(text, 0)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from smoke_helpers import outcome, run
 
-from gpuci.gpu import smoke
+from gpuci.gpu import _smoke as smoke
+from gpuci.gpu._smoke import environment
+from gpuci.gpu._smoke.backends import BackendUnavailable
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke import environment
-from gpuci.gpu.smoke.backends import BackendUnavailable
 
 
 def broken_framework(monkeypatch, why: str, built: str | None, libcuda: bool = True) -> None:

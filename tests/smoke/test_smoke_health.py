@@ -7,9 +7,9 @@ import time
 from smoke_helpers import backend_with, outcome, run
 
 from gpuci.gpu._nvml import Health
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu._smoke.health import LoadSampler, Streaks, judge
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
-from gpuci.gpu.smoke.health import LoadSampler, Streaks, judge
 
 
 def test_healthy_h200_passes_every_check(tmp_path):

@@ -22,11 +22,11 @@ from smoke_helpers import (
 )
 
 from gpuci.gpu._nvml import open_nvml
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu._smoke.load import Sizes
+from gpuci.gpu._smoke.models import lookup, minimums
+from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
-from gpuci.gpu.smoke.load import Sizes
-from gpuci.gpu.smoke.models import lookup, minimums
-from gpuci.gpu.smoke.targets import match_targets
 
 
 def test_memory_patterns_cover_the_asked_fraction(tmp_path):
@@ -203,7 +203,7 @@ def test_checks_input_limits_what_runs(tmp_path):
     reason="torch is not installed here (pip install torch==2.13.0 for the CPU wheel)",
 )
 def test_torch_backend_cpu_smoke(tmp_path):
-    from gpuci.gpu.smoke.backends.torch_backend import TorchBackend
+    from gpuci.gpu._smoke.backends.torch_backend import TorchBackend
 
     backend = TorchBackend("cpu", cpu_mem=16 << 20)
     result = run(tmp_path, "h200", backend, sizes=Sizes.tiny())
@@ -270,7 +270,7 @@ def test_framework_devices_are_matched_to_nvml_by_uuid():
 
 def test_a_uuid_cut_at_a_zero_byte_is_matched_by_pci_bus_id():
     """cupy's UUID is a C string: cut at 0x00 it names no GPU; the bus id still does."""
-    from gpuci.gpu.smoke.backends.cupy_backend import _uuid_text
+    from gpuci.gpu._smoke.backends.cupy_backend import _uuid_text
 
     raw = bytes.fromhex("5a00c3d2e1f0a1b2c3d4e5f6a7b8c9d0")
     assert _uuid_text(raw[:1]) is None  # what cupy hands over: b"Z"

@@ -10,9 +10,9 @@ import pytest
 from smoke_helpers import GpuLike
 
 from gpuci.gpu._nvml import open_nvml
+from gpuci.gpu._smoke.models import is_vgpu, minimums
+from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke.models import is_vgpu, minimums
-from gpuci.gpu.smoke.targets import match_targets
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def _docs_rows() -> dict[str, list[str]]:
 
 
 def test_every_model_row_is_in_the_docs_table_with_its_figures_and_source() -> None:
-    from gpuci.gpu.smoke.models import MODELS
+    from gpuci.gpu._smoke.models import MODELS
 
     rows = _docs_rows()
     assert sorted(rows) == sorted(m.key for m in MODELS)
@@ -105,7 +105,7 @@ def test_every_model_row_names_its_source_in_a_comment() -> None:
     """A row without a comment above it naming the datasheet is a figure of unknown origin."""
     import inspect
 
-    from gpuci.gpu.smoke import models
+    from gpuci.gpu._smoke import models
 
     lines = inspect.getsource(models).splitlines()
     rows = [i for i, line in enumerate(lines) if line.strip().startswith("Model(")]

@@ -10,8 +10,8 @@ import pytest
 from smoke_helpers import outcome, values
 
 from gpuci.gpu._nvml import NvmlSession
+from gpuci.gpu._smoke import smoke
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke import smoke
 from gpuci.runtime import Result, Runtime
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from smoke_helpers import outcome, values
 
+from gpuci.gpu._smoke import smoke
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.smoke import smoke
 from gpuci.runtime import Result, Runtime
 
 
@@ -139,7 +139,7 @@ def test_eight_gpus_run_their_checks_at_once(tmp_path: Path) -> None:
 
     from smoke_helpers import backend_with, run
 
-    from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
+    from gpuci.gpu._smoke.backends.numpy_backend import NumpyDevice
 
     barrier = threading.Barrier(8, timeout=60)  # a hang guard, not a timing assertion
 
@@ -159,7 +159,7 @@ def test_eight_gpus_fit_a_budget_one_gpu_at_a_time_would_not(tmp_path: Path) -> 
 
     from smoke_helpers import backend_with, run
 
-    from gpuci.gpu.smoke.backends.numpy_backend import NumpyDevice
+    from gpuci.gpu._smoke.backends.numpy_backend import NumpyDevice
 
     local = threading.local()
     # All eight GPUs meet here before their first kernel, so each runs on its own thread: a
@@ -193,7 +193,7 @@ def test_eight_gpus_fit_a_budget_one_gpu_at_a_time_would_not(tmp_path: Path) -> 
 def test_a_budget_skip_is_named_in_skipped_checks(tmp_path: Path) -> None:
     from smoke_helpers import run
 
-    from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+    from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
 
     clock = [0.0]
 
@@ -209,8 +209,8 @@ def test_a_budget_skip_is_named_in_skipped_checks(tmp_path: Path) -> None:
 
 def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
     from gpuci.gpu._nvml import open_nvml
-    from gpuci.gpu.smoke.load import Sizes
-    from gpuci.gpu.smoke.plan import _dry_estimates
+    from gpuci.gpu._smoke.load import Sizes
+    from gpuci.gpu._smoke.plan import _dry_estimates
 
     with open_nvml({}, FakeNvml(["h200"] * 8)) as session:
         gpus = list(session.snapshot().gpus)
@@ -223,7 +223,7 @@ def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
 def test_another_process_makes_speed_report_only_and_caps_the_memory_test(tmp_path: Path):
     from smoke_helpers import GpuLike, run
 
-    from gpuci.gpu.smoke.load import Sizes
+    from gpuci.gpu._smoke.load import Sizes
 
     fake = FakeNvml(["h200"])
     fake.set(0, processes=[(4242, 20 << 30)])  # someone else's training run
@@ -239,7 +239,7 @@ def test_another_process_makes_speed_report_only_and_caps_the_memory_test(tmp_pa
 def test_without_other_processes_the_h200_minimums_hold(tmp_path: Path):
     from smoke_helpers import GpuLike, run
 
-    from gpuci.gpu.smoke.load import Sizes
+    from gpuci.gpu._smoke.load import Sizes
 
     fake = FakeNvml(["h200"])
     result = run(tmp_path, fake, GpuLike([fake.devices[0].uuid]), sizes=Sizes.tiny())
@@ -269,7 +269,7 @@ def test_boards_without_nvlink_are_not_judged_on_it(tmp_path: Path) -> None:
 
 
 def test_an_unbridged_pcie_board_is_not_failed_against_bridged_peers() -> None:
-    from gpuci.gpu.smoke.health import judge_nvlink
+    from gpuci.gpu._smoke.health import judge_nvlink
 
     assert judge_nvlink((), (), 12, bridged_board=True)[0] == []
     assert judge_nvlink((0, 1), (0, 1), 12, bridged_board=True)[0]  # a bridge with links down

@@ -23,7 +23,7 @@ COMMAND: Command[SmokeInputs] = Command(
         Output("report", "Path of the JSON report."),
         Output("seconds", "Wall time of all checks."),
     ),
-    target="gpuci.gpu.smoke.command:run",
+    target="gpuci.gpu._smoke.command:run",
     options="gpuci.gpu.options:SmokeInputs",
     actions=("actions/gpu-smoke",),
 )

@@ -61,7 +61,7 @@ NO_SUCH_LINK = frozenset({ERROR_INVALID_ARGUMENT})
 
 class GpuLost(NvmlUnavailable):
     """GPU_IS_LOST: the GPU fell off the bus. Before a run, infrastructure (exit 3); after a
-    load, a finding about that GPU (see :func:`gpuci.gpu.smoke.health.read_after`)."""
+    load, a finding about that GPU (see :func:`gpuci.gpu._smoke.health.read_after`)."""
 
 
 def lost_gpu(index: int | str) -> GpuLost:

@@ -2,7 +2,7 @@
 
 They build the commands' typed inputs (:mod:`gpuci.gpu.options`) directly and call the
 operations the commands render (:func:`gpuci.gpu._setup.operation.setup`,
-:func:`gpuci.gpu.smoke.examine`), so a Python caller (a pytest fixture, a training
+:func:`gpuci.gpu._smoke.examine`), so a Python caller (a pytest fixture, a training
 script's first lines) gets the same NVML reads and verdicts, with typed results::
 
     from gpuci.gpu.api import setup, smoke
@@ -22,8 +22,7 @@ NVML comes from ``runtime.environ`` (``GPUCI_FAKE_NVML`` selects the recorded fa
 jobs; ``SetupResult.visible_devices`` is there to export.
 
 It lives in ``gpuci.gpu.api`` rather than ``gpuci.gpu`` so that importing ``gpuci.gpu`` loads
-nothing (``python -m gpuci --help`` must not load NVML), and because a function named ``smoke``
-in the package would be replaced by the ``gpuci.gpu.smoke`` subpackage as soon as it is imported.
+nothing (``python -m gpuci --help`` must not load NVML).
 """
 
 from __future__ import annotations
@@ -214,7 +213,7 @@ def smoke(
         dcgm_level=dcgm_level,
         report=report,
     )
-    from gpuci.gpu.smoke import Plan, examine, render, render_plan  # loaded by the first smoke
+    from gpuci.gpu._smoke import Plan, examine, render, render_plan  # loaded by the first smoke
 
     done = examine(checked(inp), runtime or Runtime(), nvml=nvml)
     if isinstance(done, Plan):  # a dry run: nothing ran, nothing was written

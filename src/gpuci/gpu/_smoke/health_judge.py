@@ -9,9 +9,8 @@ from typing import Any
 
 from gpuci.gpu._gpu_info import Snapshot, XidEvent
 from gpuci.gpu._nvml import NvmlSession
-from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke.checks import Budget, CheckError, Context, Planned
-from gpuci.gpu.smoke.health import (
+from gpuci.gpu._smoke.checks import Budget, CheckError, Context, Planned
+from gpuci.gpu._smoke.health import (
     LoadSampler,
     XidListener,
     confirm_clocks,
@@ -20,8 +19,9 @@ from gpuci.gpu.smoke.health import (
     read_after,
     throttle_share,
 )
-from gpuci.gpu.smoke.load import Sizes, Target
-from gpuci.gpu.smoke.plan import params
+from gpuci.gpu._smoke.load import Sizes, Target
+from gpuci.gpu._smoke.plan import params
+from gpuci.gpu.options import SmokeInputs
 
 
 def watch(

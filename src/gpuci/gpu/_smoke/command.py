@@ -1,7 +1,7 @@
 """``gpu-smoke`` as a job runs it: the smoke, the GPUs' health record, then quarantine.
 
-:func:`gpuci.gpu.smoke.smoke` judges the GPUs and nothing else (``runners release`` runs it
-alone; the Python API calls the typed :func:`~gpuci.gpu.smoke.examine` it renders). The command
+:func:`gpuci.gpu._smoke.smoke` judges the GPUs and nothing else (``runners release`` runs it
+alone; the Python API calls the typed :func:`~gpuci.gpu._smoke.examine` it renders). The command
 adds two steps around the verdict: each GPU's verdict goes to the health store
 (:mod:`gpuci.gpu._health_record`, a courtesy: a failed write is a warning), and a hardware
 verdict takes this runner out of the pool when ``on-failure`` asks
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from gpuci import quarantine
 from gpuci.gpu import _health_record as health_record
+from gpuci.gpu._smoke import smoke
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke import smoke
 from gpuci.runtime import Result, Runtime
 
 __all__ = ["run"]

@@ -1,7 +1,7 @@
 """The load checks' common ground (sizes, rates, the target GPU) and context, device and
 host-device bandwidth, NCCL; GEMM is in :mod:`.gemm`, the memory patterns in :mod:`.memtest`.
 
-Each function takes a :class:`Target` (one GPU) and a :class:`~gpuci.gpu.smoke.checks.Context`
+Each function takes a :class:`Target` (one GPU) and a :class:`~gpuci.gpu._smoke.checks.Context`
 and returns figures, or raises ``CheckError`` with a one-line reason. They talk to the GPU only
 through the backend protocol, so the same code runs on CUDA (torch, cupy) and on the CPU
 (numpy) in CI.
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuci.gpu._nvml import cpu_list
-from gpuci.gpu.smoke import allreduce
-from gpuci.gpu.smoke.backends import Backend, Device
-from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
-from gpuci.gpu.smoke.health import LinkReport, LinkSampler
-from gpuci.gpu.smoke.models import GpuLink, Minimums, all_reduce_bus, lookup
+from gpuci.gpu._smoke import allreduce
+from gpuci.gpu._smoke.backends import Backend, Device
+from gpuci.gpu._smoke.checks import CheckError, CheckSkipped, Context
+from gpuci.gpu._smoke.health import LinkReport, LinkSampler
+from gpuci.gpu._smoke.models import GpuLink, Minimums, all_reduce_bus, lookup
 from gpuci.redact import excerpt
 
 GiB = 1024**3

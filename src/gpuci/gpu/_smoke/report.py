@@ -12,9 +12,9 @@ from typing import Any
 from gpuci import charts, files
 from gpuci.errors import ExitCode
 from gpuci.gpu._gpu_info import Snapshot
+from gpuci.gpu._smoke.backends import Backend
+from gpuci.gpu._smoke.checks import CHECK_NAMES, Budget, Outcome
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke.backends import Backend
-from gpuci.gpu.smoke.checks import CHECK_NAMES, Budget, Outcome
 from gpuci.runtime import Result, Runtime, markdown_table
 
 COMMAND = "gpu-smoke"
@@ -115,7 +115,7 @@ def render(done: Smoke) -> Result:
     """The Result a smoke reports: exit code and headline, annotations, tables, outputs.
 
     Args:
-        done: what :func:`gpuci.gpu.smoke.examine` returned for a real run.
+        done: what :func:`gpuci.gpu._smoke.examine` returned for a real run.
 
     Returns:
         Exit 0, 1 with the failed checks named, or 2 for the image's fault.

@@ -116,15 +116,15 @@ def resolve_framework(
 def load_backend(framework: str) -> Backend:
     """Import and start the framework; ``BackendUnavailable`` when it cannot see a GPU."""
     if framework == "torch":
-        from gpuci.gpu.smoke.backends.torch_backend import TorchBackend
+        from gpuci.gpu._smoke.backends.torch_backend import TorchBackend
 
         return TorchBackend()
     if framework == "cupy":
-        from gpuci.gpu.smoke.backends.cupy_backend import CupyBackend
+        from gpuci.gpu._smoke.backends.cupy_backend import CupyBackend
 
         return CupyBackend()
     if framework == "numpy":
-        from gpuci.gpu.smoke.backends.numpy_backend import NumpyBackend
+        from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
 
         return NumpyBackend()
     raise InputError(f"unknown framework '{framework}'", hint="use auto, torch, cupy or none")

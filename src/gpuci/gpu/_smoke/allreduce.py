@@ -3,7 +3,7 @@
 A hung collective blocks inside the CUDA/NCCL library: a thread waiting on it can neither be
 interrupted nor stop the interpreter from exiting. A child process can be killed (its whole
 process group, since NCCL starts helper threads and sometimes processes), which is why the
-``nccl`` check runs here. The child runs ``python -m gpuci.gpu.smoke.allreduce REDUCER JSON``
+``nccl`` check runs here. The child runs ``python -m gpuci.gpu._smoke.allreduce REDUCER JSON``
 where ``REDUCER`` is ``module:function`` (the backend's all-reduce, importable in a fresh
 interpreter) and prints one JSON line: ``{"result": [[min, max], ...]}``, ``{"unavailable":
 reason}`` (no NCCL: a skip) or ``{"error": reason}``.
@@ -142,7 +142,7 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
     env = dict(os.environ)
     # The child imports what this process can import (a venv, tests' helpers), nothing more.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    args = [sys.executable, "-m", "gpuci.gpu.smoke.allreduce", reducer, json.dumps([indices, n])]
+    args = [sys.executable, "-m", "gpuci.gpu._smoke.allreduce", reducer, json.dumps([indices, n])]
     proc = subprocess.Popen(
         args,
         stdout=subprocess.PIPE,

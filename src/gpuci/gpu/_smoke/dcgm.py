@@ -13,7 +13,7 @@ import subprocess
 from typing import Any
 
 from gpuci import untrusted_json
-from gpuci.gpu.smoke.checks import CheckError, CheckSkipped, Context
+from gpuci.gpu._smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.redact import excerpt
 
 # Typical wall time per level (NVIDIA's documentation: level 1 seconds, level 2 about 2 minutes).

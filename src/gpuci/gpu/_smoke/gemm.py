@@ -9,9 +9,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from gpuci.gpu.smoke.backends import Device
-from gpuci.gpu.smoke.checks import CheckError, Context
-from gpuci.gpu.smoke.load import Sizes, Target, timed
+from gpuci.gpu._smoke.backends import Device
+from gpuci.gpu._smoke.checks import CheckError, Context
+from gpuci.gpu._smoke.load import Sizes, Target, timed
 
 
 def gemm_estimate(target: Target, sizes: Sizes) -> float:

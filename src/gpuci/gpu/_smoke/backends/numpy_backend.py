@@ -76,7 +76,7 @@ class NumpyDevice:
 
 def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     """The CPU stand-in of an all-reduce: sum a vector of ones per "GPU"."""
-    from gpuci.gpu.smoke.allreduce import report_timing, time_runs
+    from gpuci.gpu._smoke.allreduce import report_timing, time_runs
 
     bufs = [np.ones(n, dtype=np.float32) for _ in indices]
     total = np.sum(bufs, axis=0)
@@ -89,7 +89,7 @@ class NumpyBackend:
 
     name = "numpy"
     is_gpu = False
-    reducer = "gpuci.gpu.smoke.backends.numpy_backend:all_reduce_ones"
+    reducer = "gpuci.gpu._smoke.backends.numpy_backend:all_reduce_ones"
     device_class: type[NumpyDevice] = NumpyDevice
 
     def __init__(self, devices: int = 1, mem_bytes: int = 64 * 1024 * 1024) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuci.gpu.smoke.checks import Budget, Outcome, Planned, run_check
+from gpuci.gpu._smoke.checks import Budget, Outcome, Planned, run_check
 
 SERIAL = frozenset({"nccl", "pcie"})  # checks that share a resource between GPUs
 

@@ -5,7 +5,7 @@ The run: read NVML (health before), listen for XIDs, drive a load through torch 
 memory patterns, NCCL), optionally ``dcgmi diag``, read NVML again (health after). Every check
 ends pass, fail or skip-with-reason inside one time budget. Nothing here imports boto3,
 tenacity or httpx, so it runs on a plain GPU image. :func:`examine` returns the typed outcome
-(:class:`~gpuci.gpu.smoke.report.Smoke`, or a dry run's :class:`~gpuci.gpu.smoke.plan.Plan`);
+(:class:`~gpuci.gpu._smoke.report.Smoke`, or a dry run's :class:`~gpuci.gpu._smoke.plan.Plan`);
 :func:`smoke` renders it as the step's Result.
 """
 
@@ -21,11 +21,9 @@ from gpuci import files
 from gpuci.errors import GpuciError, InputError, NvmlUnavailable
 from gpuci.gpu._gpu_info import Snapshot
 from gpuci.gpu._nvml import NvmlSession, open_nvml
-from gpuci.gpu._visible import Visibility, job_view
-from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke import dcgm
-from gpuci.gpu.smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
-from gpuci.gpu.smoke.checks import (
+from gpuci.gpu._smoke import dcgm
+from gpuci.gpu._smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
+from gpuci.gpu._smoke.checks import (
     CHECK_NAMES,
     LOAD_CHECKS,
     Budget,
@@ -33,13 +31,15 @@ from gpuci.gpu.smoke.checks import (
     Planned,
     run_check,
 )
-from gpuci.gpu.smoke.health import LoadSampler, XidListener
-from gpuci.gpu.smoke.health_judge import health_checks, watch
-from gpuci.gpu.smoke.load import Sizes, Target
-from gpuci.gpu.smoke.plan import Plan, dry_run, params, plan_load, render_plan
-from gpuci.gpu.smoke.report import SCHEMA, Smoke, judge, render, report_path
-from gpuci.gpu.smoke.schedule import run_plan
-from gpuci.gpu.smoke.targets import match_targets
+from gpuci.gpu._smoke.health import LoadSampler, XidListener
+from gpuci.gpu._smoke.health_judge import health_checks, watch
+from gpuci.gpu._smoke.load import Sizes, Target
+from gpuci.gpu._smoke.plan import Plan, dry_run, params, plan_load, render_plan
+from gpuci.gpu._smoke.report import SCHEMA, Smoke, judge, render, report_path
+from gpuci.gpu._smoke.schedule import run_plan
+from gpuci.gpu._smoke.targets import match_targets
+from gpuci.gpu._visible import Visibility, job_view
+from gpuci.gpu.options import SmokeInputs
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
@@ -85,7 +85,7 @@ def selected_checks(inp: SmokeInputs) -> list[str]:
 def run(inp: SmokeInputs, rt: Runtime) -> Result:
     """The smoke alone, on this machine's NVML and the framework ``inp`` picks.
 
-    ``gpu-smoke``'s target, :func:`gpuci.gpu.smoke.command.run`, adds the health
+    ``gpu-smoke``'s target, :func:`gpuci.gpu._smoke.command.run`, adds the health
     record and the quarantine around it; ``runners release`` runs it first.
 
     Args:
@@ -252,7 +252,7 @@ def _infra_failure(inp: SmokeInputs, rt: Runtime, budget: Budget, exc: GpuciErro
 # ----- the run ---------------------------------------------------------------------------
 def _load_backend(framework: str, asked: str) -> tuple[Backend, str]:
     """Start the framework; with ``auto``, a torch that cannot use CUDA gives way to cupy."""
-    from gpuci.gpu.smoke.backends import load_backend
+    from gpuci.gpu._smoke.backends import load_backend
 
     try:
         return load_backend(framework), framework
@@ -454,7 +454,7 @@ def _environment_problem(
 
     Then every context failure is the same one, and draining the node would not fix it.
     """
-    from gpuci.gpu.smoke import environment
+    from gpuci.gpu._smoke import environment
 
     contexts = [o for o in outcomes if o.name == "context"]
     if not contexts or any(o.status != "fail" for o in contexts):
@@ -468,6 +468,6 @@ def _environment_problem(
 
 
 def _has_libcuda() -> bool:
-    from gpuci.gpu.smoke.environment import libcuda_loads
+    from gpuci.gpu._smoke.environment import libcuda_loads
 
     return libcuda_loads()

@@ -19,10 +19,10 @@ from functools import partial
 
 from gpuci.gpu._gpu_info import GpuInfo, MigDevice
 from gpuci.gpu._nvml import NvmlSession, pci_address
+from gpuci.gpu._smoke.backends import Backend
+from gpuci.gpu._smoke.load import SHARED_MEMORY_FRACTION, Rates, Target
+from gpuci.gpu._smoke.models import Minimums, gpu_link, minimums
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke.backends import Backend
-from gpuci.gpu.smoke.load import SHARED_MEMORY_FRACTION, Rates, Target
-from gpuci.gpu.smoke.models import Minimums, gpu_link, minimums
 
 
 def bare_uuid(uuid: str | None) -> str | None:

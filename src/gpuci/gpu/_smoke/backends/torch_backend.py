@@ -127,7 +127,7 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     bufs = [t.ones(n, dtype=t.float32, device=f"cuda:{i}") for i in indices]
     if not nccl.is_available(bufs):
         raise BackendUnavailable(f"torch {t.__version__} was built without NCCL")
-    from gpuci.gpu.smoke.allreduce import phase, report_timing, time_runs
+    from gpuci.gpu._smoke.allreduce import phase, report_timing, time_runs
 
     phase("collective")  # contexts are up; NCCL's set-up and the all-reduce follow
     nccl.all_reduce(bufs)
@@ -146,7 +146,7 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 class TorchBackend:
     name = "torch"
-    reducer = "gpuci.gpu.smoke.backends.torch_backend:all_reduce_ones"
+    reducer = "gpuci.gpu._smoke.backends.torch_backend:all_reduce_ones"
 
     def __init__(self, device_type: str = "cuda", cpu_mem: int | None = None) -> None:
         """``device_type="cpu"`` (with ``cpu_mem`` as its pretend memory size) is for CI."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuci.gpu.smoke.backends import Device
-from gpuci.gpu.smoke.checks import CheckError, Context
-from gpuci.gpu.smoke.load import GiB, Sizes, Target
+from gpuci.gpu._smoke.backends import Device
+from gpuci.gpu._smoke.checks import CheckError, Context
+from gpuci.gpu._smoke.load import GiB, Sizes, Target
 
 PATTERNS = (0x00, 0xAA, 0x55, 0xFF)
 

@@ -14,14 +14,14 @@ from functools import partial
 from typing import Any
 
 from gpuci.gpu._gpu_info import GpuInfo, Snapshot
+from gpuci.gpu._smoke import dcgm, gemm, load, memtest
+from gpuci.gpu._smoke.backends import Backend, installed
+from gpuci.gpu._smoke.checks import LOAD_CHECKS, CheckFn, Planned
+from gpuci.gpu._smoke.load import Rates, Sizes, Target
+from gpuci.gpu._smoke.models import minimums
+from gpuci.gpu._smoke.report import SCHEMA
+from gpuci.gpu._smoke.schedule import SERIAL
 from gpuci.gpu.options import SmokeInputs
-from gpuci.gpu.smoke import dcgm, gemm, load, memtest
-from gpuci.gpu.smoke.backends import Backend, installed
-from gpuci.gpu.smoke.checks import LOAD_CHECKS, CheckFn, Planned
-from gpuci.gpu.smoke.load import Rates, Sizes, Target
-from gpuci.gpu.smoke.models import minimums
-from gpuci.gpu.smoke.report import SCHEMA
-from gpuci.gpu.smoke.schedule import SERIAL
 from gpuci.runtime import Result
 
 COMMAND = "gpu-smoke"
@@ -110,7 +110,7 @@ def render_plan(done: Plan) -> Result:
     """A dry run's Result: the headline, the plan table, each GPU's minimums, the report.
 
     Args:
-        done: what :func:`gpuci.gpu.smoke.examine` returned in a dry run.
+        done: what :func:`gpuci.gpu._smoke.examine` returned in a dry run.
 
     Returns:
         Exit 0; ``passed`` false when there is no GPU here to check.

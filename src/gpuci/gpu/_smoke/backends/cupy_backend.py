@@ -140,7 +140,7 @@ def all_reduce_ones(indices: list[int], n: int) -> list[tuple[float, float]]:
     for i in indices:  # the contexts, before NCCL: start-up, not the collective
         with cp.cuda.Device(i):
             bufs.append(cp.ones(n, dtype=cp.float32))
-    from gpuci.gpu.smoke.allreduce import phase, report_timing, time_runs
+    from gpuci.gpu._smoke.allreduce import phase, report_timing, time_runs
 
     # NCCL's communicator set-up counts as the collective: a hang there (broken P2P, NVLink)
     # is a finding about the node, as a hang in the all-reduce is.
@@ -181,7 +181,7 @@ def _built_cuda(cupy: Any) -> str | None:
 class CupyBackend:
     name = "cupy"
     is_gpu = True
-    reducer = "gpuci.gpu.smoke.backends.cupy_backend:all_reduce_ones"
+    reducer = "gpuci.gpu._smoke.backends.cupy_backend:all_reduce_ones"
 
     def __init__(self) -> None:
         import cupy
