@@ -137,7 +137,7 @@ base_python() { # sets py_base (links resolved) and py_id (path and version): th
     [ -n "$cand" ] || continue
     path="$(command -v "$cand" 2>/dev/null)" || continue
     out="$("$path" -c 'import os, sys
-assert sys.version_info >= (3, 10)
+if sys.version_info < (3, 10): sys.exit(1)
 print(os.path.realpath(sys.executable))
 print(sys.version)' 2>/dev/null)" || continue
     py_base="${out%%$'\n'*}"
@@ -164,9 +164,9 @@ deps_site="" # the site-packages of a checked deps venv
 deps_ready() { # -> 0 with $deps_site set when $deps is ours and imports the locked requirements
   [ -e "$deps" ] || [ -L "$deps" ] || return 1
   why="it cannot import the locked requirements"
-  if ours "$deps" && ours "$deps/bin" && deps_site="$("$deps/bin/python" -c 'import sysconfig
+  if ours "$deps" && ours "$deps/bin" && deps_site="$("$deps/bin/python" -c 'import sys, sysconfig
 from importlib.util import find_spec
-assert all(find_spec(name) for name in ("httpx", "tenacity", "yaml"))
+if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(1)
 print(sysconfig.get_path("purelib"))' 2>/dev/null)" && ours "$deps_site"; then
     return 0
   fi
