@@ -2,8 +2,8 @@
 # Make (or reuse) the gpu-ci venv for this job and export GPUCI_PYTHON.
 #
 # Why: every gpu-ci action in a job should pay for the install once, reproducibly, without
-# touching the caller's Python. A job's gpu-ci actions run from several copies of one gpu-ci
-# ref (the runner copies the repository once per `uses:` path), so the install is split in two,
+# touching the caller's Python. A job's gpu-ci actions may run from several copies of one
+# gpu-ci ref (act makes one per `uses:` path), so the install is split in two,
 # both in a private folder, gpuci-venvs/ (mode 0700, ours) under $RUNNER_TEMP (else
 # $XDG_CACHE_HOME or ~/.cache on GitLab or a laptop; never a shared folder such as /tmp, where
 # another user could plant one):
