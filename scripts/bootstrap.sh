@@ -177,9 +177,16 @@ print(sysconfig.get_path("purelib"))' 2>/dev/null)" && ours "$deps_site"; then
 
 site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'; }
 
-in_place() { # built final -> 1 when a racing bootstrap renamed its own there first
-  rm -rf "$2" # a broken leftover (a working one was used above)
-  "$py_base" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null
+rename() { "$py_base" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null; }
+
+in_place() { # built final check...: rename built to final, unless a racing bootstrap's passes
+  rename "$1" "$2" && return 0
+  if "${@:3}"; then
+    log "another bootstrap finished first; using its $2"
+    return 0
+  fi
+  rm -rf "$2" # a broken leftover
+  rename "$1" "$2" || fail "could not move the new venv to $2" "check free space and permissions"
 }
 
 [ -f "$lock" ] || fail "$lock is missing" "restore requirements.lock in the gpu-ci checkout" 2
@@ -244,8 +251,8 @@ if ! deps_ready; then
     fail "the new venv cannot import the locked requirements" "rerun; report it if it persists"
   log "installed in $((SECONDS - started)) s"
   if [ "${GITHUB_ACTIONS:-}" = "true" ]; then echo "::endgroup::"; fi
-  in_place "$tmp_deps" "$deps" || log "another bootstrap finished first; using its $deps"
-  deps_ready || fail "could not move the new venv to $deps ($why)" "check free space and permissions"
+  in_place "$tmp_deps" "$deps" deps_ready
+  deps_ready || fail "the new venv $deps cannot be used: $why" "rerun; report it if it persists"
 elif $reuse_venv && works "$venv/bin/python"; then
   log "reusing $venv"
   finish "$venv/bin/python"
@@ -260,8 +267,5 @@ printf '%s\n' "$src" "$deps_site" >"$site/gpuci.pth"
 works "$tmp_venv/bin/python" ||
   fail "the new venv does not run gpu-ci from this checkout with its requirements" "report this bug"
 log "linked $venv to $deps"
-if ! in_place "$tmp_venv" "$venv"; then
-  works "$venv/bin/python" || fail "could not move the new venv to $venv" "check free space and permissions"
-  log "another bootstrap finished first; using its $venv"
-fi
+in_place "$tmp_venv" "$venv" works "$venv/bin/python"
 finish "$venv/bin/python"
