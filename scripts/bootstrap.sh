@@ -2,24 +2,33 @@
 # Make (or reuse) the gpu-ci venv for this job and export GPUCI_PYTHON.
 #
 # Why: every gpu-ci action in a job should pay for the install once, reproducibly, without
-# touching the caller's Python. So: one venv per job in a private folder, gpuci-venvs/ (mode
-# 0700, ours) under $RUNNER_TEMP (else $XDG_CACHE_HOME or ~/.cache on GitLab or a laptop; never
-# a shared folder such as /tmp, where another user could plant one), keyed by the sha256 of
-# requirements.lock and of this checkout's path, so all actions of one gpu-ci ref share it and
-# two refs in one job never mix. uv when present, else pip; hashes required. gpu-ci itself (pure
-# Python) is linked from this checkout by a .pth file, i.e. installed without dependencies and
-# without fetching an unlocked build backend. The venv is built under *.incomplete, verified,
-# then renamed: a half-built one is never used.
+# touching the caller's Python. A job's gpu-ci actions may run from several copies of one
+# gpu-ci ref (act makes one per `uses:` path), so the install is split in two,
+# both in a private folder, gpuci-venvs/ (mode 0700, ours) under $RUNNER_TEMP (else
+# $XDG_CACHE_HOME or ~/.cache on GitLab or a laptop; never a shared folder such as /tmp, where
+# another user could plant one):
+#   gpuci-deps-<key>  the locked requirements, keyed by the sha256 of requirements.lock and of the
+#                     base interpreter (its resolved path and version): built once per job and
+#                     Python, with uv when present, else pip; hashes required;
+#   gpuci-venv-<key>  per checkout, keyed by the deps key and this checkout's src path: an empty
+#                     venv (no pip) whose one .pth file names this checkout's src and the deps
+#                     venv's site-packages. gpu-ci itself is pure Python, so it is linked, not
+#                     installed: no unlocked build backend is fetched. Two refs never mix.
+# Each is built under *.incomplete.<pid>, verified, then renamed: a half-built one is never used.
 #
 # Nothing is run from a path another user could have written: the private folder and every
-# folder above it, a venv found there, and an inherited GPUCI_PYTHON are checked for owner and
-# mode first (docs/security.md, "The runner-local tier and the bootstrap venv").
+# folder above it, both venvs found there (and the deps' site-packages), and an inherited
+# GPUCI_PYTHON are checked for owner and mode first (docs/security.md, "The runner-local tier
+# and the bootstrap venv"). umask 077: what we create is private even where the umask is 002.
 #
 # Prints the interpreter's path on stdout; in GitHub Actions it also writes GPUCI_PYTHON to
 # $GITHUB_ENV for later steps. Elsewhere:  GPUCI_PYTHON="$(bash scripts/bootstrap.sh)"
-# Env: GPUCI_PYTHON (reused when it already runs gpu-ci from this checkout), GPUCI_BASE_PYTHON
-# (the interpreter to build the venv from; default python3), RUNNER_TEMP, XDG_CACHE_HOME.
+# Env: GPUCI_PYTHON (reused when it already runs gpu-ci from this checkout; else its interpreter
+# is the base for the venvs when GPUCI_BASE_PYTHON is unset, as in a job's later gpu-ci actions,
+# whose setup-python step is skipped), GPUCI_BASE_PYTHON (the interpreter to build from; default
+# python3), RUNNER_TEMP, XDG_CACHE_HOME.
 set -euo pipefail
+umask 077
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 lock="$root/requirements.lock"
@@ -46,13 +55,15 @@ finish() { # python
   exit 0
 }
 
-works() { # python -> 0 when it imports gpu-ci from this very checkout
+works() { # python -> 0 when it imports gpu-ci from this very checkout and finds its requirements
   [ -n "$1" ] && [ -x "$1" ] || return 1
   "$1" - "$src" 2>/dev/null <<'PY'
 import os, sys
+from importlib.util import find_spec
 import gpuci
 here = os.path.dirname(os.path.dirname(os.path.realpath(gpuci.__file__)))
-sys.exit(0 if here == os.path.realpath(sys.argv[1]) else 1)
+found = all(find_spec(name) for name in ("httpx", "tenacity", "yaml"))
+sys.exit(0 if found and here == os.path.realpath(sys.argv[1]) else 1)
 PY
 }
 
@@ -120,80 +131,141 @@ sha256() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum | cut -c1-16; else shasum -a 256 | cut -c1-16; fi
 }
 
-base_python() { # the first interpreter >= 3.10 among GPUCI_BASE_PYTHON, python3, python
-  local cand path
-  for cand in "${GPUCI_BASE_PYTHON:-}" python3 python; do
+base_python() { # sets py_base (links resolved) and py_id (path and version): the first >= 3.10
+  local cand path out
+  for cand in "${GPUCI_BASE_PYTHON:-}" "${inherited:-}" python3 python; do
     [ -n "$cand" ] || continue
     path="$(command -v "$cand" 2>/dev/null)" || continue
-    if "$path" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-      echo "$path"
+    out="$("$path" -c 'import os, sys
+if sys.version_info < (3, 10): sys.exit(1)
+print(os.path.realpath(sys.executable))
+print(sys.version)' 2>/dev/null)" || continue
+    py_base="${out%%$'\n'*}"
+    if [ -n "$py_base" ] && [ -x "$py_base" ]; then
+      py_id="$out"
       return 0
     fi
   done
   return 1
 }
 
+make_venv() { # folder [--without-pip]: an empty venv from $py_base, with uv when present
+  if command -v uv >/dev/null 2>&1; then
+    uv venv --quiet --relocatable --python "$py_base" "$1" >&2 ||
+      fail "uv venv failed with $py_base" "check that $py_base is a working Python"
+  else
+    "$py_base" -m venv ${2:+"$2"} "$1" >&2 ||
+      fail "$py_base -m venv failed" "install python3-venv (Debian/Ubuntu) or uv, or let setup-python run"
+  fi
+}
+
+deps_site="" # the site-packages of a checked deps venv
+
+deps_ready() { # -> 0 with $deps_site set when $deps is ours and imports the locked requirements
+  [ -e "$deps" ] || [ -L "$deps" ] || return 1
+  why="it cannot import the locked requirements"
+  if ours "$deps" && ours "$deps/bin" && deps_site="$("$deps/bin/python" -c 'import sys, sysconfig
+from importlib.util import find_spec
+if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(1)
+print(sysconfig.get_path("purelib"))' 2>/dev/null)" && ours "$deps_site"; then
+    return 0
+  fi
+  log "not reusing $deps: $why; building a new one"
+  rm -rf "$deps"
+  return 1
+}
+
+site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'; }
+
+rename() { "$py_base" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null; }
+
+in_place() { # built final check...: rename built to final, unless a racing bootstrap's passes
+  rename "$1" "$2" && return 0
+  if "${@:3}"; then
+    log "another bootstrap finished first; using its $2"
+    return 0
+  fi
+  rm -rf "$2" # a broken leftover
+  rename "$1" "$2" || fail "could not move the new venv to $2" "check free space and permissions"
+}
+
 [ -f "$lock" ] || fail "$lock is missing" "restore requirements.lock in the gpu-ci checkout" 2
 
 # 1. Already bootstrapped in this job (or handed an interpreter that runs this checkout): reuse,
-#    unless another user could have written the folder it lives in.
+#    unless another user could have written the folder it lives in. One that runs gpu-ci from
+#    another copy of it is this job's Python: the base for this checkout's venv.
+inherited=""
 if [ -n "${GPUCI_PYTHON:-}" ]; then
   if ! trusted_chain "$(dirname "$GPUCI_PYTHON")"; then
     log "not running GPUCI_PYTHON=$GPUCI_PYTHON: $why"
   elif works "$GPUCI_PYTHON"; then
     log "reusing $GPUCI_PYTHON"
     finish "$GPUCI_PYTHON"
+  else
+    inherited="$GPUCI_PYTHON"
   fi
 fi
 
-key="$({ cat "$lock"; printf '%s\n' "$src"; } | sha256)"
 private_home
-venv="$home/gpuci-venv-$key"
+py_base="" py_id=""
+base_python || fail "no Python 3.10 or newer found (tried \$GPUCI_BASE_PYTHON, \$GPUCI_PYTHON, python3, python)" \
+  "let actions/setup-python run, or set GPUCI_BASE_PYTHON to a Python >= 3.10" 2
+deps_key="$({ cat "$lock"; printf '%s\n' "$py_id"; } | sha256)"
+deps="$home/gpuci-deps-$deps_key"
+venv="$home/gpuci-venv-$(printf '%s\n' "$deps_key" "$src" | sha256)"
+tmp_deps="$deps.incomplete.$$"
+tmp_venv="$venv.incomplete.$$"
+trap 'rm -rf "$tmp_deps" "$tmp_venv"' EXIT
+
+# 2. This checkout's venv, if it is ours and works (and so is the deps venv it names).
+reuse_venv=false
 if [ -e "$venv" ] || [ -L "$venv" ]; then
-  if ! ours "$venv" || ! ours "$venv/bin"; then
+  if ours "$venv" && ours "$venv/bin"; then
+    reuse_venv=true
+  else
     log "not reusing $venv: $why; building a new one"
     rm -rf "$venv"
-  elif works "$venv/bin/python"; then
-    log "reusing $venv"
-    finish "$venv/bin/python"
   fi
 fi
 
-# 2. Build a new venv beside its final name, verify it, rename it into place.
-py_base="$(base_python)" || fail "no Python 3.10 or newer found (tried \$GPUCI_BASE_PYTHON, python3, python)" \
-  "let actions/setup-python run, or set GPUCI_BASE_PYTHON to a Python >= 3.10" 2
-tmp="$venv.incomplete.$$"
-trap 'rm -rf "$tmp"' EXIT
-rm -rf "$tmp"
-if [ "${GITHUB_ACTIONS:-}" = "true" ]; then echo "::group::gpu-ci bootstrap: installing into $venv"; fi
-started=$SECONDS
-if command -v uv >/dev/null 2>&1; then
-  log "creating $venv with uv from $py_base"
-  uv venv --quiet --relocatable --python "$py_base" "$tmp" >&2 ||
-    fail "uv venv failed with $py_base" "check that $py_base is a working Python"
-  uv pip install --quiet --python "$tmp/bin/python" --require-hashes --no-deps -r "$lock" >&2 ||
-    fail "installing the hash-locked requirements with uv failed" \
-      "check the network or the index (UV_INDEX_URL); a hash mismatch means a tampered download"
-else
-  log "creating $venv with pip from $py_base"
-  "$py_base" -m venv "$tmp" >&2 ||
-    fail "$py_base -m venv failed" "install python3-venv (Debian/Ubuntu) or uv, or let setup-python run"
-  "$tmp/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    --require-hashes --no-deps -r "$lock" >&2 ||
-    fail "installing the hash-locked requirements with pip failed" \
-      "check the network or the index (PIP_INDEX_URL); a hash mismatch means a tampered download"
+# 3. The deps venv: reuse it, or install the lock into a new one.
+if ! deps_ready; then
+  rm -rf "$tmp_deps"
+  if [ "${GITHUB_ACTIONS:-}" = "true" ]; then echo "::group::gpu-ci bootstrap: installing into $deps"; fi
+  started=$SECONDS
+  if command -v uv >/dev/null 2>&1; then
+    log "creating $deps with uv from $py_base"
+    make_venv "$tmp_deps"
+    uv pip install --quiet --python "$tmp_deps/bin/python" --require-hashes --no-deps -r "$lock" >&2 ||
+      fail "installing the hash-locked requirements with uv failed" \
+        "check the network or the index (UV_INDEX_URL); a hash mismatch means a tampered download"
+  else
+    log "creating $deps with pip from $py_base"
+    make_venv "$tmp_deps"
+    "$tmp_deps/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+      --require-hashes --no-deps -r "$lock" >&2 ||
+      fail "installing the hash-locked requirements with pip failed" \
+        "check the network or the index (PIP_INDEX_URL); a hash mismatch means a tampered download"
+  fi
+  "$tmp_deps/bin/python" -c 'import httpx, tenacity, yaml' ||
+    fail "the new venv cannot import the locked requirements" "rerun; report it if it persists"
+  log "installed in $((SECONDS - started)) s"
+  if [ "${GITHUB_ACTIONS:-}" = "true" ]; then echo "::endgroup::"; fi
+  in_place "$tmp_deps" "$deps" deps_ready
+  deps_ready || fail "the new venv $deps cannot be used: $why" "rerun; report it if it persists"
+elif $reuse_venv && works "$venv/bin/python"; then
+  log "reusing $venv"
+  finish "$venv/bin/python"
 fi
-site="$("$tmp/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
-printf '%s\n' "$src" >"$site/gpuci-source.pth"
-"$tmp/bin/python" -c 'import gpuci.cli, httpx, tenacity, yaml' ||
-  fail "the new venv cannot import gpu-ci or its requirements" "rerun; report it if it persists"
-works "$tmp/bin/python" || fail "the new venv runs gpu-ci from another checkout" "report this bug"
-log "installed in $((SECONDS - started)) s"
-if [ "${GITHUB_ACTIONS:-}" = "true" ]; then echo "::endgroup::"; fi
 
-rm -rf "$venv" # a broken leftover (a working one returned above)
-if ! "$py_base" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$tmp" "$venv" 2>/dev/null; then
-  works "$venv/bin/python" || fail "could not move the new venv to $venv" "check free space and permissions"
-  log "another bootstrap finished first; using its venv"
-fi
+# 4. This checkout's venv: no pip, one .pth naming this checkout's src and the deps.
+rm -rf "$tmp_venv"
+make_venv "$tmp_venv" --without-pip
+site="$(site_of "$tmp_venv")" && [ -d "$site" ] ||
+  fail "the new venv $tmp_venv has no site-packages" "check that $py_base is a working Python"
+printf '%s\n' "$src" "$deps_site" >"$site/gpuci.pth"
+works "$tmp_venv/bin/python" ||
+  fail "the new venv does not run gpu-ci from this checkout with its requirements" "report this bug"
+log "linked $venv to $deps"
+in_place "$tmp_venv" "$venv" works "$venv/bin/python"
 finish "$venv/bin/python"

@@ -10,7 +10,8 @@ ports are port+10000 and clash between parallel servers, so every one is given. 
 off (it posts to the internet). The gateway checks SigV4 against ``identities.json``: an admin
 identity with the test credentials and a read-only one (for read-only-credential tests).
 SIGTERM may take many seconds (docs/benchmarks.md), so :meth:`SeaweedFS.stop` kills the
-process.
+process group; the kernel kills weed too when the process that started it dies without
+stopping it (a test run ended by SIGTERM or SIGKILL), on Linux.
 """
 
 from __future__ import annotations
@@ -39,6 +40,21 @@ _PORTS = (
     "s3.port",
     "s3.port.grpc",
 )
+
+
+# ``python -c _DIE_WITH_PARENT PARENT_PID WEED ARGS...``: weed runs in a session of its own (a
+# Ctrl-C meant for the tests must not reach it), so when its parent dies without stop(), e.g. of
+# SIGTERM (whose default action runs no cleanup) or SIGKILL, nothing else would end it: on Linux
+# the kernel sends it SIGKILL then (PR_SET_PDEATHSIG, kept across exec). Set here, not in a
+# preexec_fn, which is unsafe in a process with threads (moto's server runs in one).
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+if sys.platform == "linux":
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[1]):  # the parent died before prctl
+        sys.exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 def weed_binary() -> str | None:
@@ -126,7 +142,7 @@ class SeaweedFS:
         ]
         log = open(self.root / "weed.log", "wb")  # noqa: SIM115 - the child keeps it open
         self.process = subprocess.Popen(
-            args,
+            [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -136,10 +152,9 @@ class SeaweedFS:
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"weed server exited with {self.process.returncode}: {self.log()}"
-                )
+            if _exited(self.process):
+                code = self.stop()  # what it left in its group goes too
+                raise RuntimeError(f"weed server exited with {code}: {self.log()}")
             try:
                 urllib.request.urlopen(self.endpoint + "/", timeout=2).close()
                 return self.endpoint
@@ -156,16 +171,34 @@ class SeaweedFS:
         except OSError:
             return ""
 
-    def stop(self) -> None:
-        """Kill the server by its PID (its own session: the whole group goes)."""
+    def stop(self, timeout: float = 30) -> int | None:
+        """Kill the server's whole process group (its own session) and reap it; its exit code.
+
+        SIGKILL at once, not SIGTERM: weed may take many seconds over SIGTERM or ignore it, and
+        its data is thrown away. The group is killed even when its leader has exited, as long
+        as the leader is not yet reaped (its pid is then still the group's, so the signal cannot
+        reach a process given that number since): what it left behind would hold its ports."""
         proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
+        if proc is None or proc.returncode is not None:  # never started, or already reaped
+            return None if proc is None else proc.returncode
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait(30)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"weed server (pid {proc.pid}) still runs {timeout:.0f}s after SIGKILL"
+            ) from None
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has exited, without reaping it (so :meth:`SeaweedFS.stop` may still
+    signal its group)."""
+    if proc.returncode is not None:
+        return True
+    return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def main() -> int:
@@ -174,7 +207,7 @@ def main() -> int:
     server = SeaweedFS(Path(sys.argv[1]))
     print(f"SeaweedFS S3 at {server.start()} (access key {ADMIN[0]}); Ctrl-C stops it")
     try:
-        while server.process and server.process.poll() is None:
+        while server.process and not _exited(server.process):
             time.sleep(1)
     except KeyboardInterrupt:
         pass

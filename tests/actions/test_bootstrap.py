@@ -1,4 +1,5 @@
-"""scripts/bootstrap.sh: one hash-locked venv per job, reused, never half-built."""
+"""scripts/bootstrap.sh: one hash-locked install per job, shared by every copy of gpu-ci in it,
+reused, never half-built."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ BOOTSTRAP = REPO / "scripts" / "bootstrap.sh"
 
 
 def bootstrap(
-    runner_temp: Path, script: Path = BOOTSTRAP, **env: str
+    runner_temp: Path, script: Path = BOOTSTRAP, umask: int = 0o022, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
     github_env = runner_temp / "github_env"
     github_env.touch()
@@ -29,7 +30,12 @@ def bootstrap(
         **env,
     }
     proc = subprocess.run(
-        ["bash", str(script)], capture_output=True, text=True, env=full, timeout=600, check=False
+        ["bash", "-c", f'umask {umask:03o} && exec bash "$0"', str(script)],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=600,
+        check=False,
     )
     exported = dict(
         line.split("=", 1) for line in github_env.read_text().splitlines() if "=" in line
@@ -69,18 +75,43 @@ def _pip_only_path(tmp_path: Path) -> str:
     return os.pathsep.join(dirs)
 
 
+def _uv_path() -> str:
+    """A PATH with this venv's uv (and python3) first: the branch the actions take on act.
+    Tests that bootstrap other copies of gpu-ci also pass PYTHONPATH="": a PYTHONPATH naming
+    this checkout's src (as when the suite runs from a source tree) would shadow theirs."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "uv").exists():
+        pytest.skip("uv not in this venv")
+    return os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+
+
+def _copy_checkout(dest: Path) -> Path:
+    """Another copy of this gpu-ci ref, as the runner makes one per ``uses:`` path."""
+    for name in ("scripts", "src"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "requirements.lock", dest)
+    return dest / "scripts" / "bootstrap.sh"
+
+
+def _where(python: str) -> tuple[Path, Path]:
+    """Where ``python`` imports gpu-ci and httpx from (its own, whatever PYTHONPATH says)."""
+    out = subprocess.run(
+        [python, "-c", "import gpuci, httpx; print(gpuci.__file__); print(httpx.__file__)"],
+        env={**machine_env(), "PYTHONPATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    return Path(out[0]), Path(out[1])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # a hang guard: pip installs the lock, minutes on a busy runner
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_builds_a_venv_from_the_lock_for_real(tmp_path: Path, installer: str) -> None:
     """Slow: installs requirements.lock from PyPI (or the local cache) into a new venv."""
-    if installer == "uv":
-        bin_dir = Path(sys.executable).parent
-        if not (bin_dir / "uv").exists():
-            pytest.skip("uv not in this venv")
-        path = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
-    else:
-        path = _pip_only_path(tmp_path)
+    path = _uv_path() if installer == "uv" else _pip_only_path(tmp_path)
     proc, exported = bootstrap(tmp_path, PATH=path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"with {installer}" in proc.stderr
@@ -91,6 +122,10 @@ def test_builds_a_venv_from_the_lock_for_real(tmp_path: Path, installer: str) ->
     assert stat.S_IMODE(home.stat().st_mode) == 0o700 and home.stat().st_uid == os.getuid()
     assert proc.stdout.strip().splitlines()[-1] == str(python)  # after ::group:: lines
     assert not list(home.glob("*.incomplete*"))
+    # The lock is installed once, in the deps venv; this checkout's venv only links to it.
+    (deps,) = home.glob("gpuci-deps-*")
+    assert _where(str(python))[1].is_relative_to(deps)
+    assert not list(python.parent.parent.rglob("httpx"))
     # The locked versions, and gpu-ci from this checkout.
     pins = dict(re.findall(r"^([a-z0-9-]+)==(\S+)", (REPO / "requirements.lock").read_text(), re.M))
     probe = subprocess.run(
@@ -150,6 +185,68 @@ def test_a_tampered_lock_fails_and_leaves_nothing(tmp_path: Path) -> None:
     assert "::error title=gpu-ci bootstrap::installing the hash-locked requirements" in proc.stdout
     assert "HASH" in proc.stderr.upper()  # pip says which hash did not match
     assert exported == {}
-    assert not list(runner_temp.iterdir()) or not any(
-        p.name.startswith("gpuci-venv-") for p in runner_temp.iterdir()
-    )
+    assert not list((runner_temp / "gpuci-venvs").iterdir())  # nothing half-built left
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_checkouts_of_one_job_share_one_install(tmp_path: Path) -> None:
+    """A job using three gpu-ci actions runs bootstrap from three copies of gpu-ci, each after
+    the one before exported GPUCI_PYTHON: the lock is installed once, each copy gets a venv of
+    its own (a few KB) that runs gpu-ci from that copy."""
+    path = _uv_path()
+    scripts = [BOOTSTRAP, _copy_checkout(tmp_path / "a"), _copy_checkout(tmp_path / "b")]
+    runner_temp = tmp_path / "temp"
+    runner_temp.mkdir()
+    pythons: list[str] = []
+    for i, script in enumerate(scripts):
+        inherited = {"GPUCI_PYTHON": pythons[-1]} if pythons else {}
+        proc, exported = bootstrap(
+            runner_temp, script=script, PATH=path, PYTHONPATH="", **inherited
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert ("installed in" in proc.stderr) == (i == 0), proc.stderr
+        pythons.append(exported["GPUCI_PYTHON"])
+    home = runner_temp / "gpuci-venvs"
+    (deps,) = home.glob("gpuci-deps-*")
+    assert len(set(pythons)) == 3 and len(list(home.glob("gpuci-venv-*"))) == 3
+    for python, script in zip(pythons, scripts, strict=True):
+        gpuci, httpx = _where(python)
+        assert gpuci.resolve().is_relative_to(script.parent.parent.resolve() / "src")
+        assert httpx.is_relative_to(deps)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_umask_of_002_does_not_defeat_reuse(tmp_path: Path) -> None:
+    """Under umask 002 (many desktops) a venv made with the caller's umask is group-writable,
+    so the next bootstrap refused it and reinstalled, every time: bootstrap sets umask 077."""
+    path = _uv_path()
+    first, exported = bootstrap(tmp_path, umask=0o002, PATH=path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again, _ = bootstrap(tmp_path, umask=0o002, PATH=path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "not reusing" not in again.stderr and "installed in" not in again.stderr
+    assert f"reusing {Path(exported['GPUCI_PYTHON']).parent.parent}" in again.stderr
+    for venv in (tmp_path / "gpuci-venvs").iterdir():
+        assert stat.S_IMODE(venv.stat().st_mode) == 0o700, venv
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_dependency_site_packages_others_can_write_is_rebuilt(tmp_path: Path) -> None:
+    """The folder every checkout's .pth names: writable by group, it is not linked to again."""
+    path = _uv_path()
+    first, exported = bootstrap(tmp_path, PATH=path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    site = _where(exported["GPUCI_PYTHON"])[1].parent.parent
+    deps = site.parents[2]
+    assert deps.name.startswith("gpuci-deps-")
+    site.chmod(0o770)
+    copy = _copy_checkout(tmp_path / "copy")
+    proc, exported = bootstrap(tmp_path, script=copy, PATH=path, PYTHONPATH="")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"not reusing {deps}: {site} can be written by other users (mode 770)" in proc.stderr
+    assert "installed in" in proc.stderr  # a new one
+    assert stat.S_IMODE(site.stat().st_mode) & 0o022 == 0
+    assert _where(exported["GPUCI_PYTHON"])[1].is_relative_to(deps)

@@ -18,10 +18,22 @@ ROOT_ONLY = pytest.mark.skipif(
 )
 
 
-def venv_name() -> str:
-    """The name bootstrap gives this checkout's venv (sha256 of the lock and the src path)."""
-    data = (REPO / "requirements.lock").read_bytes() + f"{REPO.resolve() / 'src'}\n".encode()
-    return f"gpuci-venv-{hashlib.sha256(data).hexdigest()[:16]}"
+STUB_VERSION = "3.12.0 (stub)"
+
+
+def names(tmp: Path) -> tuple[str, str]:
+    """The names bootstrap gives the deps venv (sha256 of the lock and the base interpreter's
+    path and version) and this checkout's venv (of the deps key and the src path), when the
+    base is :func:`run_bootstrap`'s ``python3`` with ``base=True``."""
+    python = tmp / "stubs" / "python3"
+    lock = (REPO / "requirements.lock").read_bytes()
+    deps = hashlib.sha256(lock + f"{python}\n{STUB_VERSION}\n".encode()).hexdigest()[:16]
+    venv = hashlib.sha256(f"{deps}\n{REPO.resolve() / 'src'}\n".encode()).hexdigest()[:16]
+    return f"gpuci-deps-{deps}", f"gpuci-venv-{venv}"
+
+
+def venv_name(tmp: Path) -> str:
+    return names(tmp)[1]
 
 
 def plant_venv(venv: Path, marker: Path, owner: int | None = None) -> Path:
@@ -36,13 +48,16 @@ def plant_venv(venv: Path, marker: Path, owner: int | None = None) -> Path:
     return python
 
 
-def run_bootstrap(tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """bootstrap.sh as on a laptop or GitLab runner, with no Python >= 3.10 to build from:
-    whatever it would run must be what was found on disk, never a fresh install."""
+def run_bootstrap(tmp: Path, base: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
+    """bootstrap.sh as on a laptop or GitLab runner, where no venv can be built: whatever it
+    would run must be what was found on disk, never a fresh install. Its ``python3`` is too old,
+    or with ``base`` one that answers the probe for a base interpreter (so bootstrap goes on to
+    look for its venvs) and can build nothing."""
     stubs = tmp / "stubs"
     stubs.mkdir(exist_ok=True)
-    for name in ("python3", "python"):  # too old: so no venv can be built in the test
-        (stubs / name).write_text("#!/bin/sh\nexit 1\n")
+    probe = f'[ "$1" = -c ] || exit 1\nprintf "%s\\n" "$0" "{STUB_VERSION}"\n'
+    for name in ("python3", "python"):
+        (stubs / name).write_text("#!/bin/sh\n" + (probe if base else "exit 1\n"))
         (stubs / name).chmod(0o755)
     full = {
         "PATH": f"{stubs}:/usr/bin:/bin",
@@ -65,7 +80,7 @@ def shared_tmp(tmp: Path) -> Path:
 def test_a_venv_planted_at_the_old_predictable_tmp_path_never_runs(tmp_path: Path) -> None:
     shared = shared_tmp(tmp_path)
     marker = tmp_path / "ran"
-    planted = plant_venv(shared / venv_name(), marker, 4242 if os.geteuid() == 0 else None)
+    planted = plant_venv(shared / venv_name(tmp_path), marker, 4242 if os.geteuid() == 0 else None)
     proc = run_bootstrap(tmp_path, TMPDIR=str(shared), XDG_CACHE_HOME=str(tmp_path / "cache"))
     assert not marker.exists(), proc.stderr
     assert str(planted) not in proc.stdout
@@ -86,7 +101,7 @@ def test_venvs_live_in_a_private_folder_inside_runner_temp(tmp_path: Path) -> No
 def test_a_private_folder_other_users_can_write_is_refused(tmp_path: Path) -> None:
     home = tmp_path / "cache" / "gpuci-venvs"
     marker = tmp_path / "ran"
-    plant_venv(home / venv_name(), marker)
+    plant_venv(home / venv_name(tmp_path), marker)
     home.chmod(0o777)
     proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
     assert proc.returncode == 2
@@ -100,7 +115,7 @@ def test_a_private_folder_other_users_can_write_is_refused(tmp_path: Path) -> No
 def test_a_private_folder_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     home = tmp_path / "cache" / "gpuci-venvs"
     marker = tmp_path / "ran"
-    plant_venv(home / venv_name(), marker, owner=4242)
+    plant_venv(home / venv_name(tmp_path), marker, owner=4242)
     home.chmod(0o700)
     os.chown(home, 4242, 4242)
     proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
@@ -124,11 +139,38 @@ def test_a_foreign_venv_inside_the_private_folder_is_not_run(tmp_path: Path) -> 
     home = tmp_path / "cache" / "gpuci-venvs"
     home.mkdir(parents=True, mode=0o700)
     marker = tmp_path / "ran"
-    plant_venv(home / venv_name(), marker, owner=4242)
-    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    plant_venv(home / venv_name(tmp_path), marker, owner=4242)
+    proc = run_bootstrap(tmp_path, base=True, XDG_CACHE_HOME=str(tmp_path / "cache"))
     assert not marker.exists()
     assert "not reusing" in proc.stderr and "owned by uid 4242" in proc.stderr
-    assert not (home / venv_name()).exists()  # removed, to be rebuilt
+    assert not (home / venv_name(tmp_path)).exists()  # removed, to be rebuilt
+
+
+FOREIGN_DEPS = {
+    "group-writable": (None, 0o775, "can be written by other users (mode 775)"),
+    "world-writable bin": (None, 0o757, "can be written by other users (mode 757)"),
+    "another uid": (4242, 0o755, "is owned by uid 4242"),
+}
+
+
+@pytest.mark.parametrize("case", FOREIGN_DEPS)
+def test_a_dependency_venv_another_user_could_write_is_not_run(tmp_path: Path, case: str) -> None:
+    """The deps venv every checkout's venv links to: one another user owns, or that group or
+    others can write (the folder or its bin/), is removed and rebuilt, never run."""
+    owner, mode, why = FOREIGN_DEPS[case]
+    if owner is not None and os.geteuid() != 0:
+        pytest.skip("planting a folder owned by another uid needs root")
+    home = tmp_path / "cache" / "gpuci-venvs"
+    home.mkdir(parents=True, mode=0o700)
+    deps = home / names(tmp_path)[0]
+    marker = tmp_path / "ran"
+    plant_venv(deps, marker, owner)
+    (deps / "bin" if "bin" in case else deps).chmod(mode)
+    proc = run_bootstrap(tmp_path, base=True, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert not marker.exists(), proc.stderr
+    assert f"not reusing {deps}: " in proc.stderr and why in proc.stderr
+    assert not deps.exists()  # removed, to be rebuilt (the stub Python builds nothing)
+    assert proc.returncode == 3 and "venv failed" in proc.stderr
 
 
 def test_an_inherited_gpuci_python_others_can_write_is_not_run(tmp_path: Path) -> None:
