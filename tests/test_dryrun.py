@@ -196,6 +196,15 @@ def test_job_filter_and_errors(tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+def test_a_workflow_is_read_bounded_as_its_actions_are(tmp_path):
+    """A PR writes the workflow: one over 1 MiB is refused, not read whole and parsed."""
+    wf = write(tmp_path, "on: push\njobs: {a: {runs-on: x, steps: [{run: echo hi}]}}\n")
+    wf.write_text(wf.read_text() + "#" * (1 << 20) + "\n")
+    proc = run_cli("dry-run", str(wf))
+    assert proc.returncode == 2, proc.stdout
+    assert f"workflow {wf} is not usable: it is over 1 MiB" in proc.stdout
+
+
 def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
     """The README's first command: the local dry run of the example workflow."""
     env = clean_env(HOME=str(tmp_path))  # an empty embedded store: the cache would miss

@@ -435,19 +435,9 @@ def load_record(path: str) -> dict[str, Any]:
 
     Raises InputError when it cannot be read or is not a gpu-ci provenance record.
     """
-    try:
-        raw = untrusted_json.read(Path(path))
-    except OSError as exc:
-        raise InputError(
-            f"cannot read provenance record {path}: {exc.strerror or exc}",
-            hint="give the provenance.json the training job wrote (a build artifact)",
-        ) from None
-    except untrusted_json.Unusable as exc:
-        raise InputError(
-            f"provenance record {path} is not usable: {exc}",
-            hint="give the provenance.json the training job wrote",
-        ) from None
-    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
+    hint = "give the provenance.json the training job wrote (a build artifact)"
+    raw = untrusted_json.object_input(Path(path), "provenance record", hint)
+    if raw.get("schema") != SCHEMA:
         raise InputError(
             f"{path} is not a gpu-ci provenance record (schema {SCHEMA})",
             hint="give provenance.json, not the in-toto statement or the predicate",

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import charts, journal, settings, untrusted_json
-from gpuci.errors import InputError
 from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
 from gpuci.markdown import text as md_text
@@ -49,21 +48,7 @@ def marker_comment(marker: str) -> str:
 
 
 def _load_json(path: str, what: str) -> dict[str, Any]:
-    try:
-        data = untrusted_json.read(Path(path))
-    except FileNotFoundError:
-        raise InputError(f"{what} {path} not found", hint=f"fix the path of the {what}") from None
-    except OSError as exc:
-        raise InputError(
-            f"cannot read {what} {path}: {exc.strerror or exc}", hint="pass the file gpu-ci wrote"
-        ) from None
-    except untrusted_json.Unusable as exc:
-        raise InputError(
-            f"{what} {path} is not usable: {exc}", hint="pass the file gpu-ci wrote"
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError(f"{what} {path} is not a JSON object", hint="pass the file gpu-ci wrote")
-    return data
+    return untrusted_json.object_input(Path(path), what, "pass the file gpu-ci wrote")
 
 
 def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
