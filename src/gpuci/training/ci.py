@@ -7,13 +7,13 @@ from ``git`` elsewhere, so provenance and the report name the same commit and ru
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
+from gpuci.untrusted_child import git
 
 # GitHub caps a webhook's payload at 25 MB; the event file is that payload.
 _MAX_EVENT = 32 << 20
@@ -36,16 +36,6 @@ class RunContext:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _git(*args: str) -> str:
-    try:
-        proc = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
 def _github_pr(env: Mapping[str, str]) -> int | None:
@@ -84,7 +74,7 @@ def detect(env: Mapping[str, str]) -> RunContext:
             platform="github",
             repository=repo,
             server_url=server,
-            commit=settings.GITHUB_SHA.value(env) or _git("rev-parse", "HEAD"),
+            commit=settings.GITHUB_SHA.value(env) or git("rev-parse", "HEAD"),
             ref=settings.GITHUB_REF.value(env),
             workflow=settings.GITHUB_WORKFLOW_REF.value(env) or settings.GITHUB_WORKFLOW.value(env),
             run_id=run_id,
@@ -109,12 +99,12 @@ def detect(env: Mapping[str, str]) -> RunContext:
             runner=settings.CI_RUNNER_ID.value(env),
             pull_request=int(mr) if mr.isdigit() else None,
         )
-    remote = _git("config", "--get", "remote.origin.url")
+    remote = git("config", "--get", "remote.origin.url")
     return RunContext(
         platform="local",
         repository=remote,
-        commit=_git("rev-parse", "HEAD"),
-        ref=_git("rev-parse", "--abbrev-ref", "HEAD"),
+        commit=git("rev-parse", "HEAD"),
+        ref=git("rev-parse", "--abbrev-ref", "HEAD"),
     )
 
 

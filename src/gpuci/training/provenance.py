@@ -13,14 +13,13 @@ from __future__ import annotations
 import glob
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal, untrusted_json
+from gpuci import journal, untrusted_child, untrusted_json
 from gpuci.cache import layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
@@ -127,18 +126,13 @@ def python_environment(python: str | None) -> tuple[dict[str, Any] | None, str]:
     if python and not exe:
         return None, f"python interpreter '{python}' not found: package versions not recorded"
     try:
-        proc = subprocess.run(
-            [exe or sys.executable, "-c", _PACKAGES_SCRIPT],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
         # That interpreter runs the project's code (a sitecustomize, a .pth): its answer is
-        # read as untrusted JSON (a list, a deep nesting or a huge number is no answer).
-        last = proc.stdout.strip().splitlines()[-1]
+        # read as untrusted (bounded in time and size; a list, a deep nesting or a huge number
+        # is no answer).
+        _, out = untrusted_child.run([exe or sys.executable, "-c", _PACKAGES_SCRIPT], timeout=60)
+        last = out.strip().splitlines()[-1]
         return untrusted_json.parse_object(last, what="a package list"), ""
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):
         return None, f"could not list the packages of {exe}: package versions not recorded"
 
 
