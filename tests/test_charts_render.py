@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuci import charts
-from gpuci.training.charts import metric_charts
+from gpuci.training._charts import metric_charts
 from gpuci_testing import clean_env, run_cli
 from mermaid_render import REPO, Browser, missing, missing_markdown, walk_texts
 
@@ -142,7 +142,8 @@ def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
     accuracy dropped 0.016 under a 0.01 allowance): its gate.json, the history it read and
     the job summary it wrote."""
     from gpuci.cache.stores.file import LocalStore
-    from gpuci.training import ci, history
+    from gpuci.training import _ci as ci
+    from gpuci.training import _history as history
 
     store = LocalStore(tmp_path / "hist")
     for i in range(points):  # about two runs a day, the last on Nov 30
@@ -187,7 +188,8 @@ def _visible_rects(svg: str, colour: str) -> int:
 def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why(
     where, points, browser, tmp_path
 ):
-    from gpuci.training import ci, report
+    from gpuci.training import _ci as ci
+    from gpuci.training import _report as report
 
     record, past, summary = _gate_with_history(tmp_path, points)
     ctx = ci.RunContext(platform="github", commit="c" * 40, run_url="https://github.invalid/r/1")
@@ -220,7 +222,8 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
 
 @pages
 def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(browser, tmp_path):
-    from gpuci.training import ci, report
+    from gpuci.training import _ci as ci
+    from gpuci.training import _report as report
 
     rows = [
         {"kind": "min", "metric": HOSTILE, "value": 0.4, "limit": 0.5, "threshold": 0.5,

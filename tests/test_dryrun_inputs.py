@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from gpuci.dryrun.expressions import Partial, Unknown, condition, evaluate, opaque
+from gpuci.dryrun._expressions import Partial, Unknown, condition, evaluate, opaque
 from gpuci_testing import clean_env, run_cli
 
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from gpuci import untrusted_child
-from gpuci.training import ci
+from gpuci.training import _ci as ci
 from gpuci.untrusted_json import Unusable
 
 

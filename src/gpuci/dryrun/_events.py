@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import untrusted_json
-from gpuci.dryrun.expressions import Partial
+from gpuci.dryrun._expressions import Partial
 
 __all__ = ["MAX_PAYLOAD_BYTES", "event_context", "load_payload"]
 

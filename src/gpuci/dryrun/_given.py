@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
-from gpuci.dryrun.expressions import Partial, Unknown, opaque
-from gpuci.dryrun.workflow import MAX_FILE_BYTES
+from gpuci.dryrun._expressions import Partial, Unknown, opaque
+from gpuci.dryrun._workflow import MAX_FILE_BYTES
 from gpuci.errors import InputError
 
 __all__ = ["ALWAYS_SECRETS", "secrets_context", "vars_context"]

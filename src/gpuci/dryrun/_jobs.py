@@ -1,6 +1,6 @@
 """A job as the plan sees it: its status functions, its ``if:`` at plan time, the order of
 jobs by ``needs``, the ``inputs`` of a called workflow or composite action, matrix legs, and
-what a container or service asks of the runner. Used by :mod:`.planner`'s walk.
+what a container or service asks of the runner. Used by :mod:`._planner`'s walk.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import settings
-from gpuci.dryrun.contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
-from gpuci.dryrun.expressions import (
+from gpuci.dryrun._contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
+from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
     Unknown,
@@ -22,7 +22,7 @@ from gpuci.dryrun.expressions import (
     to_number,
     to_text,
 )
-from gpuci.dryrun.workflow import triggers
+from gpuci.dryrun._workflow import triggers
 
 __all__ = [
     "JobState",

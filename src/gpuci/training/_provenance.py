@@ -25,8 +25,8 @@ from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
-from gpuci.training import ci
-from gpuci.training.intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
+from gpuci.training import _ci as ci
+from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes, utc_iso
 
@@ -180,7 +180,7 @@ def build_record(
         warnings.append(why)
     metrics: dict[str, Any] | None = None
     if metrics_path and Path(metrics_path).is_file():
-        from gpuci.training.metrics import load
+        from gpuci.training._metrics import load
 
         path = Path(metrics_path)
         try:
@@ -371,7 +371,7 @@ def run(inp: ProvenanceInputs, rt: Runtime) -> Result:
     )
     result.report = {"record": produced.record}
     if gate is not None:
-        from gpuci.training import history
+        from gpuci.training import _history as history
 
         history.record_run(
             rt, gate, produced.record, result, url=inp.history, mode=inp.history_append

@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 from gpuci import settings
 from gpuci.errors import InfraError, InputError
-from gpuci.forges import github as gh
-from gpuci.forges.rest import ApiClient
+from gpuci.forges import _github as gh
+from gpuci.forges._rest import ApiClient
 
 _GITHUB_TOKEN = settings.RUNNER_TOKEN.name
 _GITLAB_TOKEN = settings.GITLAB_TOKEN.name

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import InputError
-from gpuci.forges.rest import ApiClient, Forbidden
+from gpuci.forges._rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitHub", "Identity"]
 

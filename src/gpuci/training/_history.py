@@ -28,7 +28,7 @@ from typing import Any
 from gpuci import settings, untrusted_json
 from gpuci.cache.stores import open_store
 from gpuci.cache.stores.base import Store
-from gpuci.training import ci
+from gpuci.training import _ci as ci
 from gpuci.units import utc_iso
 
 __all__ = [

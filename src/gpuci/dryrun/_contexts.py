@@ -3,7 +3,7 @@
 What the runner would know and this machine can tell (the event and ref asked for, the local
 checkout's commit and origin, the runner's OS from its labels) is filled in; what only the run
 knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is an
-:class:`~gpuci.dryrun.expressions.Unknown` naming itself, so a plan says what it waited for.
+:class:`~gpuci.dryrun._expressions.Unknown` naming itself, so a plan says what it waited for.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import files, settings
-from gpuci.dryrun.expressions import (
+from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
     Function,
@@ -27,7 +27,7 @@ from gpuci.dryrun.expressions import (
     interpolate,
     to_text,
 )
-from gpuci.dryrun.workflow import triggers
+from gpuci.dryrun._workflow import triggers
 from gpuci.untrusted_child import git
 
 MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run

@@ -19,10 +19,10 @@ from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
 from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
-from gpuci.training import ci
-from gpuci.training.charts import metric_charts
+from gpuci.training import _ci as ci
+from gpuci.training._charts import metric_charts
+from gpuci.training._rules import fmt, table_markdown
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
-from gpuci.training.rules import fmt, table_markdown
 
 __all__ = [
     "MAX_BODY",
@@ -234,7 +234,7 @@ def publish(to: CommentInputs, rt: Runtime, body: str, result: Result) -> None:
 
     Raises GpuciError subclasses when the forge fails (callers keep them from the verdict).
     """
-    from gpuci.forges.github import GitHub
+    from gpuci.forges._github import GitHub
 
     ctx = ci.detect(rt.environ)
     result.outputs.update({"comment": "skipped", "comment-url": ""})
@@ -269,7 +269,7 @@ def _publish_gitlab(
     to: CommentInputs, rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
-    from gpuci.forges.gitlab import GitLab
+    from gpuci.forges._gitlab import GitLab
 
     env = rt.environ
     token = to.token or settings.GITLAB_TOKEN.value(env)
@@ -328,7 +328,7 @@ def _post_sticky(
 ) -> None:
     """Skip (saying why), plan, or create-or-update the one report on a PR or MR: the same
     steps on GitHub and GitLab once each platform has found its token, target and API."""
-    from gpuci.forges.rest import Forbidden
+    from gpuci.forges._rest import Forbidden
 
     if sticky.skip_reason:
         result.notice(f"{sticky.label} skipped: {sticky.skip_reason}", "gpu-ci report")
@@ -366,7 +366,7 @@ def run(inp: ReportInputs, rt: Runtime) -> Result:
     result = Result(command="report")
     gate, prov = collect(rt.environ, inp.gate_report, inp.provenance)
     minutes = gpu_minutes(rt.environ, inp.gpu_minutes)
-    from gpuci.training import history
+    from gpuci.training import _history as history
 
     past = history.read_past(
         rt, result, url=inp.history, series=inp.marker, points=inp.history_points

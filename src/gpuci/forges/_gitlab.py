@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from gpuci import settings
 from gpuci.errors import InputError
-from gpuci.forges.rest import ApiClient, Forbidden
+from gpuci.forges._rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitLab"]
 
