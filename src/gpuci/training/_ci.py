@@ -38,24 +38,26 @@ class RunContext:
         return asdict(self)
 
 
+def github_event(env: Mapping[str, str]) -> dict[str, Any]:
+    """The event payload (``GITHUB_EVENT_PATH``), ``{}`` when there is none or it is unusable:
+    the runner wrote it, but any earlier step of the job (the PR's code) may rewrite it."""
+    path = settings.GITHUB_EVENT_PATH.value(env)
+    try:  # a file, not a FIFO that blocks the read
+        event = untrusted_json.read(Path(path), _MAX_EVENT) if Path(path).is_file() else {}
+    except (OSError, untrusted_json.Unusable):
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
 def _github_pr(env: Mapping[str, str]) -> int | None:
     """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
-    event_path = settings.GITHUB_EVENT_PATH.value(env)
-    if event_path and Path(event_path).is_file():
-        # The runner wrote it, but any earlier step of the job (the PR's code) may rewrite it.
-        try:
-            event = untrusted_json.read(Path(event_path), _MAX_EVENT)
-        except (OSError, untrusted_json.Unusable):
-            event = {}
-        event = event if isinstance(event, dict) else {}
-        pull = event.get("pull_request")
-        number = pull.get("number") if isinstance(pull, dict) else None
+    event = github_event(env)
+    pull, issue = (event.get(k) for k in ("pull_request", "issue"))
+    for number in (
+        pull.get("number") if isinstance(pull, dict) else None,
+        issue.get("number") if isinstance(issue, dict) and issue.get("pull_request") else None,
+    ):
         if isinstance(number, int) and not isinstance(number, bool):
-            return number
-        issue = event.get("issue")
-        issue = issue if isinstance(issue, dict) else {}
-        number = issue.get("number")
-        if isinstance(number, int) and not isinstance(number, bool) and issue.get("pull_request"):
             return number
     match = re.match(r"^refs/pull/(\d+)/", settings.GITHUB_REF.value(env))
     return int(match.group(1)) if match else None

@@ -22,7 +22,6 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
@@ -96,14 +95,7 @@ def object_key(series: str, epoch: float, commit: str) -> str:
 
 
 def _default_branch_github(environ: Mapping[str, str]) -> str:
-    path = settings.GITHUB_EVENT_PATH.value(environ)
-    if not path:
-        return ""
-    try:
-        event = untrusted_json.read(Path(path))
-    except (OSError, untrusted_json.Unusable):
-        return ""
-    repo = event.get("repository") if isinstance(event, dict) else None
+    repo = ci.github_event(environ).get("repository")
     branch = repo.get("default_branch") if isinstance(repo, dict) else None
     return branch if isinstance(branch, str) else ""
 

@@ -136,16 +136,14 @@ def python_environment(python: str | None) -> tuple[dict[str, Any] | None, str]:
         return None, f"could not list the packages of {exe}: package versions not recorded"
 
 
-def _strip(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in rec.items() if k not in ("kind",)}
-
-
 def _datasets(environ: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Cache restores from the journal: (hits with a manifest digest, misses)."""
     hits: list[dict[str, Any]] = []
     misses: list[dict[str, Any]] = []
     for rec in journal.read("cache-restore", environ):
-        (hits if rec.get("manifest") else misses).append(_strip(rec))
+        (hits if rec.get("manifest") else misses).append(
+            {k: v for k, v in rec.items() if k != "kind"}
+        )
     return hits, misses
 
 
@@ -157,11 +155,6 @@ def _downloads(environ: Any) -> list[dict[str, Any]]:
         for f in rec.get("files", [])
         if isinstance(f, dict) and f.get("sha256")
     ]
-
-
-def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
-    records = journal.read(kind, environ)
-    return _strip(records[-1]) if records else None
 
 
 def build_record(
@@ -215,7 +208,7 @@ def build_record(
         "datasets": hits,
         "cache_misses": misses,
         "downloads": _downloads(environ),
-        "gpu": _latest("gpu-setup", environ),
+        "gpu": journal.latest("gpu-setup", environ),
         "python": py,
         "metrics": metrics,
         "gate": gate,
@@ -274,7 +267,7 @@ def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
     hits, misses = _datasets(environ)
     lines.append(
         f"journal: {len(hits)} restored dataset/weights manifest(s), {len(misses)} miss(es), "
-        f"gpu-setup report {'found' if _latest('gpu-setup', environ) else 'not found yet'}"
+        f"gpu-setup report {'found' if journal.latest('gpu-setup', environ) else 'not found yet'}"
     )
     names = (RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME)
     lines.append(f"would write {', '.join((Path(out_dir) / n).as_posix() for n in names)}")
@@ -350,7 +343,7 @@ def run(inp: ProvenanceInputs, rt: Runtime) -> Result:
         result.summary.append("### Provenance (dry run)\n\n" + "\n".join(f"- {ln}" for ln in lines))
         result.report = {"plan": lines}
         return result
-    gate = _latest("gate", rt.environ)
+    gate = journal.latest("gate", rt.environ)
     metrics_path = inp.metrics or (gate or {}).get("metrics_path")
     with rt.group("provenance: hashing artifacts"):
         produced = produce(

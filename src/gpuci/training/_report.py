@@ -51,20 +51,17 @@ def _load_json(path: str, what: str) -> dict[str, Any]:
     return untrusted_json.object_input(Path(path), what, "pass the file gpu-ci wrote")
 
 
-def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
-    records = journal.read(kind, environ)
-    return records[-1] if records else None
-
-
 def collect(
     environ: Any, gate_report: str | None, provenance: str | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The gate verdict and the provenance record: from the given files, else this job's journal."""
-    gate = _load_json(gate_report, "gate report") if gate_report else _latest("gate", environ)
+    gate = (
+        _load_json(gate_report, "gate report") if gate_report else journal.latest("gate", environ)
+    )
     if provenance:
         prov = _load_json(provenance, "provenance record")
     else:
-        entry = _latest("provenance", environ)
+        entry = journal.latest("provenance", environ)
         prov = None
         if entry and Path(entry.get("record", "")).is_file():
             prov = _load_json(entry["record"], "provenance record")
