@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 
 from gpuci import charts
+from gpuci.cache.stores.file import LocalStore
+from gpuci.training import _ci as ci
+from gpuci.training import _history as history
+from gpuci.training import _report as report
 from gpuci.training._charts import metric_charts
 from gpuci_testing import clean_env, run_cli
 from mermaid_render import REPO, Browser, missing, missing_markdown, walk_texts
@@ -141,10 +145,6 @@ def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
     """Run ``gate`` as a job does (a history of ``points`` default-branch runs, a PR whose
     accuracy dropped 0.016 under a 0.01 allowance): its gate.json, the history it read and
     the job summary it wrote."""
-    from gpuci.cache.stores.file import LocalStore
-    from gpuci.training import _ci as ci
-    from gpuci.training import _history as history
-
     store = LocalStore(tmp_path / "hist")
     for i in range(points):  # about two runs a day, the last on Nov 30
         day = 1_764_460_800 - (points - 1 - i) * 43_200  # 2025-11-30T00:00Z, back in half days
@@ -188,9 +188,6 @@ def _visible_rects(svg: str, colour: str) -> int:
 def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why(
     where, points, browser, tmp_path
 ):
-    from gpuci.training import _ci as ci
-    from gpuci.training import _report as report
-
     record, past, summary = _gate_with_history(tmp_path, points)
     ctx = ci.RunContext(platform="github", commit="c" * 40, run_url="https://github.invalid/r/1")
     minutes = report.gpu_minutes({}, 0.08)
@@ -222,9 +219,6 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
 
 @pages
 def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(browser, tmp_path):
-    from gpuci.training import _ci as ci
-    from gpuci.training import _report as report
-
     rows = [
         {"kind": "min", "metric": HOSTILE, "value": 0.4, "limit": 0.5, "threshold": 0.5,
          "rule": f"{HOSTILE} >= 0.5", "passed": False, "verdict": f"FAIL: below 0.5 {HOSTILE}"},

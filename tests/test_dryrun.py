@@ -9,6 +9,9 @@ import pytest
 
 from counting_server import CountingServer
 from gpuci.dryrun import classify_uses
+from gpuci.dryrun._calls import network_needed
+from gpuci.dryrun._contexts import hash_files
+from gpuci.dryrun._expressions import Unknown
 from gpuci_testing import REPO, clean_env, run_cli
 
 
@@ -734,9 +737,6 @@ def test_job_conditions_needs_and_the_job_filter(tmp_path):
 
 
 def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
-    from gpuci.dryrun._contexts import hash_files
-    from gpuci.dryrun._expressions import Unknown
-
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.lock").write_bytes(b"one")
     (tmp_path / "a" / "y.lock").write_bytes(b"two")
@@ -794,8 +794,6 @@ def test_a_job_after_a_failed_need_is_skipped_and_so_is_what_needs_it(tmp_path):
 
 
 def test_a_plan_that_would_read_a_store_on_the_network_names_it():
-    from gpuci.dryrun._calls import network_needed
-
     ledger = network_needed("pods up", {"ledger": "s3://b/team"}, {})
     assert ledger == "the pods ledger s3://b/team is on the network; --probe lets the plan read it"
     assert network_needed("pods up", {"ledger": "file:///tmp/l"}, {}) == ""
