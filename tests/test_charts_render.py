@@ -21,7 +21,7 @@ from gpuci.training import _ci as ci
 from gpuci.training import _history as history
 from gpuci.training import _report as report
 from gpuci.training._charts import metric_charts
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import gh_env, run_cli
 from mermaid_render import REPO, Browser, missing, missing_markdown, walk_texts
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ready")
@@ -157,13 +157,7 @@ def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
         history.append(store, "training", history.entry({"rows": rows}, None, ctx, now=day))
     (tmp_path / "m.json").write_text(json.dumps({"eval": {"accuracy": 0.905, "loss": 0.31}}))
     (tmp_path / "base.json").write_text(json.dumps({"eval": {"accuracy": 0.921, "loss": 0.31}}))
-    (tmp_path / "summary").write_text("")
-    env = clean_env(
-        GITHUB_ACTIONS="true",
-        GITHUB_OUTPUT=str(tmp_path / "out"),
-        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-    )
+    env = gh_env(tmp_path)
     proc = run_cli(
         "gate", "--metrics", str(tmp_path / "m.json"), "--baseline", str(tmp_path / "base.json"),
         "--min", "eval.accuracy=0.9", "--max-regression", "eval.accuracy=0.01",

@@ -19,7 +19,7 @@ from gpuci.runtime import markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training import _provenance as provenance
 from gpuci.training import _report as report
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, gh_env, run_cli
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE_INT = '{"eval": {"accuracy": ' + "9" * 5001 + "}}"
@@ -54,14 +54,7 @@ def gate(tmp_path: Path, metrics: str, baseline: str | None = None):
     if baseline is not None:
         (tmp_path / "b.json").write_text(baseline)
         args += ["--baseline", str(tmp_path / "b.json"), "--max-regression", "accuracy=0.1"]
-    (tmp_path / "summary").write_text("")
-    env = clean_env(
-        GITHUB_ACTIONS="true",
-        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
-        GITHUB_OUTPUT=str(tmp_path / "out"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-    )
-    return run_cli(*args, "--output-dir", str(tmp_path / "o"), env=env)
+    return run_cli(*args, "--output-dir", str(tmp_path / "o"), env=gh_env(tmp_path))
 
 
 def _one_line_no_traceback(proc, expected: str) -> None:
