@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
+from gpuci.dryrun._contexts import text_of
 from gpuci.dryrun._expressions import Partial, Unknown, opaque
 from gpuci.dryrun._workflow import MAX_FILE_BYTES
 from gpuci.errors import InputError
@@ -64,8 +65,8 @@ def _read_vars_file(file: str) -> dict[str, str]:
         body = None
     if not isinstance(body, dict):
         body = _dotenv(text, file, hint)
-    return {
-        _check_name(str(k), f"vars file {file}: variable", hint): _scalar(v)
+    return {  # variables are text: YAML may read 1 or true
+        _check_name(str(k), f"vars file {file}: variable", hint): text_of(v)
         for k, v in body.items()
     }
 
@@ -83,13 +84,6 @@ def _dotenv(text: str, file: str, hint: str) -> dict[str, str]:
             value = value[1:-1]
         found[match.group("name")] = value
     return found
-
-
-def _scalar(value: Any) -> str:
-    """A variable's text as GitHub stores it (variables are strings; YAML may read 1 or true)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 def secrets_context(names: list[str]) -> dict[str, Any]:

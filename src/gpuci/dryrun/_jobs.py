@@ -249,20 +249,16 @@ def merge_leg_outputs(per_leg: list[dict[str, Any]]) -> dict[str, Any]:
 
 def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
     """``container:`` and ``services:``: named, for a runner without Docker cannot run them."""
+    container, services = job.get("container"), job.get("services")
+    named = [("runs in container", container)] if container else []
+    if isinstance(services, dict):
+        named += [(f"service {name} runs container", spec) for name, spec in services.items()]
     notes = []
-    container = job.get("container")
-    if container:
-        image = container.get("image") if isinstance(container, dict) else container
+    for what, spec in named:
+        image = spec.get("image") if isinstance(spec, dict) else spec
         shown = evaluate_text(text_of(image), ctx, lambda s: True)
         name = shown.why if isinstance(shown, Unknown) else shown
-        notes.append(f"runs in container {name}: needs Docker on the runner")
-    services = job.get("services")
-    if isinstance(services, dict):
-        for service, spec in services.items():
-            image = spec.get("image") if isinstance(spec, dict) else spec
-            shown = evaluate_text(text_of(image), ctx, lambda s: True)
-            name = shown.why if isinstance(shown, Unknown) else shown
-            notes.append(f"service {service} runs container {name}: needs Docker on the runner")
+        notes.append(f"{what} {name}: needs Docker on the runner")
     return notes
 
 

@@ -37,9 +37,6 @@ class GitLab(ApiClient):
         self.project = quote(str(project), safe="")  # an id, or group/name URL-encoded
         self._me: int | bool | None = False  # False: not asked yet
 
-    def __enter__(self) -> GitLab:
-        return self
-
     def _notes_url(self, iid: int) -> str:
         return f"/projects/{self.project}/merge_requests/{iid}/notes"
 
