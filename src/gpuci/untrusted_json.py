@@ -203,11 +203,6 @@ def read_chunks(
     return b"".join(parts)
 
 
-def read(path: Path, limit: int = MAX_BYTES) -> Any:
-    """:func:`read_text` then :func:`loads`."""
-    return loads(read_text(path, limit))
-
-
 def read_input(path: Path, what: str, hint: str, limit: int = MAX_BYTES) -> str:
     """The one reader of a file a user names or a PR may write (a workflow, an action.yml, an
     event payload, a report): :func:`read_text`, each failure one ``InputError`` line naming

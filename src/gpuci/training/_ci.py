@@ -43,7 +43,8 @@ def github_event(env: Mapping[str, str]) -> dict[str, Any]:
     the runner wrote it, but any earlier step of the job (the PR's code) may rewrite it."""
     path = settings.GITHUB_EVENT_PATH.value(env)
     try:  # a file, not a FIFO that blocks the read
-        event = untrusted_json.read(Path(path), _MAX_EVENT) if Path(path).is_file() else {}
+        text = untrusted_json.read_text(Path(path), _MAX_EVENT) if Path(path).is_file() else "{}"
+        event = untrusted_json.loads(text)
     except (OSError, untrusted_json.Unusable):
         return {}
     return event if isinstance(event, dict) else {}
