@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.errors import InputError
+from gpuci.redact import json_kind
 
 # Far above any metrics file or report gpu-ci writes, far below what would hurt a runner.
 MAX_BYTES = 16 << 20
@@ -117,7 +118,7 @@ def parse_object(data: str | bytes, limit: int = MAX_BYTES, what: str = "") -> d
         raise Unusable(f"it is over the {_size(limit)} cap" + (f" for {what}" if what else ""))
     value = loads(data, finite=True)
     if not isinstance(value, dict):
-        raise Unusable(f"it is a JSON {_kind(value)}, not an object")
+        raise Unusable(f"it is a JSON {json_kind(value)}, not an object")
     return value
 
 
@@ -142,11 +143,6 @@ def mapping(obj: dict[str, Any], name: str) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {k: v for k, v in value.items() if isinstance(v, str)}
-
-
-def _kind(value: Any) -> str:
-    names = {list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return names.get(type(value), "number")
 
 
 def _size(limit: int) -> str:
@@ -227,7 +223,7 @@ def object_input(
     except Unusable as exc:
         raise InputError(f"{what} {path} is not usable: {exc}", hint=hint) from None
     if not isinstance(value, dict):
-        raise InputError(f"{what} {path} is a JSON {_kind(value)}, not an object", hint=hint)
+        raise InputError(f"{what} {path} is a JSON {json_kind(value)}, not an object", hint=hint)
     return value
 
 
