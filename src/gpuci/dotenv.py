@@ -47,10 +47,6 @@ def variable_name(output: str) -> str:
     return "GPUCI_" + re.sub(r"[^A-Za-z0-9]", "_", output).upper()
 
 
-def dotenv_path(environ: Mapping[str, str]) -> Path:
-    return Path(settings.DOTENV.value(environ))
-
-
 def wanted(environ: Mapping[str, str]) -> set[str] | None:
     """The variable names to write; None means every one."""
     listed = re.split(r"[\s,]+", settings.DOTENV_OUTPUTS.value(environ))
@@ -99,7 +95,7 @@ def write(
                 f"refusing to write the variable name {key[:80]!r} to the dotenv report",
                 hint="names are letters, digits, '_', '-' and '.'",
             )
-    path = dotenv_path(environ)
+    path = Path(settings.DOTENV.value(environ))
     merged = _read(path)
     for key, value in chosen.items():
         # One line per variable: GitLab's dotenv has no multi-line values.
