@@ -32,6 +32,20 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def gh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A GitHub Actions step's env: output and summary files (``out``, ``summary``) and the job
+    journal (``journal.jsonl``) in ``tmp_path``."""
+    for name in ("out", "summary"):
+        (tmp_path / name).write_text("")
+    return clean_env(
+        GITHUB_ACTIONS="true",
+        GITHUB_OUTPUT=str(tmp_path / "out"),
+        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        **extra,
+    )
+
+
 @contextmanager
 def refused_url() -> Iterator[str]:
     """``http://127.0.0.1:PORT`` where every connection is refused for as long as it is held: a

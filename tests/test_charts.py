@@ -7,9 +7,9 @@ import re
 import pytest
 
 from gpuci import charts
-from gpuci.training.charts import metric_charts
-from gpuci.training.ci import RunContext
-from gpuci.training.report import render
+from gpuci.training._charts import metric_charts
+from gpuci.training._ci import RunContext
+from gpuci.training._report import render
 
 HOSTILE = [
     'acc" ] \n bar [1e9]',

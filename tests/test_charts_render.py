@@ -16,8 +16,12 @@ from pathlib import Path
 import pytest
 
 from gpuci import charts
-from gpuci.training.charts import metric_charts
-from gpuci_testing import clean_env, run_cli
+from gpuci.cache.stores.file import LocalStore
+from gpuci.training import _ci as ci
+from gpuci.training import _history as history
+from gpuci.training import _report as report
+from gpuci.training._charts import metric_charts
+from gpuci_testing import gh_env, run_cli
 from mermaid_render import REPO, Browser, missing, missing_markdown, walk_texts
 
 pytestmark = pytest.mark.skipif(bool(missing()), reason=missing() or "ready")
@@ -141,9 +145,6 @@ def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
     """Run ``gate`` as a job does (a history of ``points`` default-branch runs, a PR whose
     accuracy dropped 0.016 under a 0.01 allowance): its gate.json, the history it read and
     the job summary it wrote."""
-    from gpuci.cache.stores.file import LocalStore
-    from gpuci.training import ci, history
-
     store = LocalStore(tmp_path / "hist")
     for i in range(points):  # about two runs a day, the last on Nov 30
         day = 1_764_460_800 - (points - 1 - i) * 43_200  # 2025-11-30T00:00Z, back in half days
@@ -156,13 +157,7 @@ def _gate_with_history(tmp_path: Path, points: int) -> tuple[dict, list, str]:
         history.append(store, "training", history.entry({"rows": rows}, None, ctx, now=day))
     (tmp_path / "m.json").write_text(json.dumps({"eval": {"accuracy": 0.905, "loss": 0.31}}))
     (tmp_path / "base.json").write_text(json.dumps({"eval": {"accuracy": 0.921, "loss": 0.31}}))
-    (tmp_path / "summary").write_text("")
-    env = clean_env(
-        GITHUB_ACTIONS="true",
-        GITHUB_OUTPUT=str(tmp_path / "out"),
-        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-    )
+    env = gh_env(tmp_path)
     proc = run_cli(
         "gate", "--metrics", str(tmp_path / "m.json"), "--baseline", str(tmp_path / "base.json"),
         "--min", "eval.accuracy=0.9", "--max-regression", "eval.accuracy=0.01",
@@ -187,8 +182,6 @@ def _visible_rects(svg: str, colour: str) -> int:
 def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why(
     where, points, browser, tmp_path
 ):
-    from gpuci.training import ci, report
-
     record, past, summary = _gate_with_history(tmp_path, points)
     ctx = ci.RunContext(platform="github", commit="c" * 40, run_url="https://github.invalid/r/1")
     minutes = report.gpu_minutes({}, 0.08)
@@ -220,8 +213,6 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
 
 @pages
 def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(browser, tmp_path):
-    from gpuci.training import ci, report
-
     rows = [
         {"kind": "min", "metric": HOSTILE, "value": 0.4, "limit": 0.5, "threshold": 0.5,
          "rule": f"{HOSTILE} >= 0.5", "passed": False, "verdict": f"FAIL: below 0.5 {HOSTILE}"},

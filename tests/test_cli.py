@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpuci.commands import all_commands, iter_leaf_commands
-from gpuci_testing import clean_env, parse_file_command, run_cli
+from gpuci_testing import clean_env, gh_env, parse_file_command, run_cli
 
 ACTION_COMMANDS = ("gpu-setup", "cache-weights", "retry-fetch", "gpu-smoke", "dry-run")
 
@@ -57,15 +57,7 @@ def test_malformed_input_exit_2_names_the_input():
 
 
 def test_malformed_input_in_actions_is_an_error_annotation(tmp_path):
-    out = tmp_path / "out"
-    out.write_text("")
-    env = clean_env(
-        GITHUB_ACTIONS="true",
-        GITHUB_OUTPUT=str(out),
-        GITHUB_STEP_SUMMARY=str(tmp_path / "s"),
-        INPUT_MIN_GPUS="two",
-    )
-    proc = run_cli("gpu-setup", env=env)
+    proc = run_cli("gpu-setup", env=gh_env(tmp_path, INPUT_MIN_GPUS="two"))
     assert proc.returncode == 2
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("::error")]
     assert len(lines) == 1

@@ -5,7 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
+
 from gpuci import dotenv
+from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
 
 
@@ -102,3 +105,12 @@ def test_a_name_that_would_forge_another_variable_is_refused(tmp_path):
             lambda message: None,
         )
     assert not report.exists()
+
+
+def test_a_report_an_earlier_step_broke_is_one_line_not_a_traceback(tmp_path):
+    """Any step of the job may write the report: bytes that are not UTF-8, or megabytes."""
+    report = tmp_path / "out.env"
+    for body in (b"GPUCI_X=\xff\xfe\n", b"A=1\n" * (1 << 19)):
+        report.write_bytes(body)
+        with pytest.raises(InputError, match=r"^the dotenv report .* is not usable: it is"):
+            dotenv.write({"GPUCI_DOTENV": str(report)}, {"GPUCI_POD_ID": "p1"}, print)

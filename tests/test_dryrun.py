@@ -9,6 +9,9 @@ import pytest
 
 from counting_server import CountingServer
 from gpuci.dryrun import classify_uses
+from gpuci.dryrun._calls import network_needed
+from gpuci.dryrun._contexts import hash_files
+from gpuci.dryrun._expressions import Unknown
 from gpuci_testing import REPO, clean_env, run_cli
 
 
@@ -194,6 +197,15 @@ def test_job_filter_and_errors(tmp_path):
     proc = run_cli("dry-run", ".github", cwd=tmp_path)
     assert proc.returncode == 2 and "workflow file .github is a folder" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_workflow_is_read_bounded_as_its_actions_are(tmp_path):
+    """A PR writes the workflow: one over 1 MiB is refused, not read whole and parsed."""
+    wf = write(tmp_path, "on: push\njobs: {a: {runs-on: x, steps: [{run: echo hi}]}}\n")
+    wf.write_text(wf.read_text() + "#" * (1 << 20) + "\n")
+    proc = run_cli("dry-run", str(wf))
+    assert proc.returncode == 2, proc.stdout
+    assert f"workflow {wf} is not usable: it is over 1 MiB" in proc.stdout
 
 
 def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
@@ -725,9 +737,6 @@ def test_job_conditions_needs_and_the_job_filter(tmp_path):
 
 
 def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
-    from gpuci.dryrun.contexts import hash_files
-    from gpuci.dryrun.expressions import Unknown
-
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.lock").write_bytes(b"one")
     (tmp_path / "a" / "y.lock").write_bytes(b"two")
@@ -785,8 +794,6 @@ def test_a_job_after_a_failed_need_is_skipped_and_so_is_what_needs_it(tmp_path):
 
 
 def test_a_plan_that_would_read_a_store_on_the_network_names_it():
-    from gpuci.dryrun.calls import network_needed
-
     ledger = network_needed("pods up", {"ledger": "s3://b/team"}, {})
     assert ledger == "the pods ledger s3://b/team is on the network; --probe lets the plan read it"
     assert network_needed("pods up", {"ledger": "file:///tmp/l"}, {}) == ""

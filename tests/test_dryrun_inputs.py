@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from gpuci.dryrun.expressions import Partial, Unknown, condition, evaluate, opaque
-from gpuci_testing import clean_env, run_cli
+from gpuci.dryrun._expressions import Partial, Unknown, condition, evaluate, opaque
+from gpuci_testing import clean_env, gh_env, run_cli
 
 
 def write(tmp_path, body: str, name: str = "wf.yml"):
@@ -267,14 +267,13 @@ def test_the_plan_goes_to_stdout_and_progress_to_stderr(tmp_path):
 
 def test_in_github_actions_the_plan_is_grouped_by_job_in_the_log(tmp_path):
     wf = write(tmp_path, VARS)
-    files = {n: tmp_path / n for n in ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
-    for path in files.values():
-        path.touch()
-    env = {"GITHUB_ACTIONS": "true", **{n: str(p) for n, p in files.items()}}
-    proc = dry_run(tmp_path, wf, "--var", "GPU_TESTS=on", "--var", "MEM=1", **env)
+    env = gh_env(tmp_path, HOME=str(tmp_path))
+    proc = run_cli(
+        "dry-run", str(wf), "--var", "GPU_TESTS=on", "--var", "MEM=1", env=env, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "::group::job j (runs-on: x)" in proc.stderr and "  step 1:" in proc.stderr
-    assert "| j | 1 |" in files["GITHUB_STEP_SUMMARY"].read_text()
+    assert "| j | 1 |" in (tmp_path / "summary").read_text()
 
 
 def test_continue_on_error_and_a_dispatch_s_event_inputs_are_evaluated(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.dryrun.expressions import (
+from gpuci.dryrun._expressions import (
     ExpressionError,
     Partial,
     Unknown,

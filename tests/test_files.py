@@ -75,6 +75,14 @@ def test_json_lines_someone_else_wrote_are_skipped_not_a_traceback(tmp_path: Pat
     assert files.read_json_lines(log) == [{"a": 1}, {"b": 2}]
 
 
+def test_json_lines_are_read_bounded_from_the_end(tmp_path: Path):
+    """Bytes that are not UTF-8 are skipped, and of a journal padded past 16 MiB only the end
+    (where the job's newest records are) is read."""
+    log = tmp_path / "journal.jsonl"
+    log.write_bytes(b'{"old": 1}\n\xff\xfe\n' + b" " * (16 << 20) + b'\n{"new": 2}\n')
+    assert files.read_json_lines(log) == [{"new": 2}]
+
+
 def test_hash_fd_is_the_one_hash_loop(tmp_path):
     """Every block once, in order, at its offset; a resumed hasher goes on; the file position
     is neither used nor moved (pread), so a caller's open file is left as it was."""

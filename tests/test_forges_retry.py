@@ -12,8 +12,8 @@ import pytest
 
 from forges.fake_github import FakeGitHub
 from gpuci.errors import InfraError
-from gpuci.forges import rest
-from gpuci.forges.github import GitHub
+from gpuci.forges import _rest as rest
+from gpuci.forges._github import GitHub
 
 
 class _RateLimited(FakeGitHub):

@@ -161,8 +161,8 @@ def test_the_graph_is_read():
     """Guards the reader: known arrows must be there, or the checks below check nothing."""
     assert "gpuci.cache.stores.file" in GRAPH["gpuci.cache.stores"]  # module level
     assert "gpuci.cache.stores.s3.store" in GRAPH["gpuci.cache.stores"]  # inside a function
-    assert "gpuci.forges.rest" in GRAPH["gpuci.forges.github"]
-    assert "gpuci.commands.dispatch" in GRAPH["gpuci.dryrun.calls"]
+    assert "gpuci.forges._rest" in GRAPH["gpuci.forges._github"]
+    assert "gpuci.commands.dispatch" in GRAPH["gpuci.dryrun._calls"]
 
 
 def test_a_cycle_is_found():

@@ -24,7 +24,7 @@ makes a string inert in Mermaid and in the Markdown fence around it; the legend 
 also given as a plain dict for ``--json``.
 
 This module draws; what a feature's chart shows lives with the feature: the gate's metric charts
-in :mod:`gpuci.training.charts`, the smoke's per-GPU charts in :mod:`gpuci.gpu._smoke.report`.
+in :mod:`gpuci.training._charts`, the smoke's per-GPU charts in :mod:`gpuci.gpu._smoke.report`.
 """
 
 from __future__ import annotations

@@ -8,20 +8,21 @@ pod to reach or end, whether the cache hit, whether the gate passed), each as
 variable names like ``CUDA_VISIBLE_DEVICES``, comma- or space-separated; ``all`` for every
 one). The file is merged, not appended: a later command's value of a name replaces the earlier
 one, and beyond ``GPUCI_DOTENV_LIMIT`` (default 20) variables the newest are dropped with a
-warning. It is rewritten through a temporary file, so a job never ships half a report.
+warning. It is rewritten atomically (:func:`gpuci.files.atomic_write_bytes`), so a job never
+ships half a report; any step of the job may have written it, so it is read bounded.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from gpuci import settings
+from gpuci import files, settings, untrusted_json
 from gpuci.errors import InputError
 
 DEFAULT_LIMIT = int(settings.DOTENV_LIMIT.default)
+MAX_BYTES = 1 << 20  # GitLab takes 5 KB of dotenv by default (self-managed may raise it)
 DEFAULT_OUTPUTS = (
     "pod-id",
     "pod-ids",
@@ -46,10 +47,6 @@ def variable_name(output: str) -> str:
     return "GPUCI_" + re.sub(r"[^A-Za-z0-9]", "_", output).upper()
 
 
-def dotenv_path(environ: Mapping[str, str]) -> Path:
-    return Path(settings.DOTENV.value(environ))
-
-
 def wanted(environ: Mapping[str, str]) -> set[str] | None:
     """The variable names to write; None means every one."""
     listed = re.split(r"[\s,]+", settings.DOTENV_OUTPUTS.value(environ))
@@ -67,11 +64,11 @@ def limit(environ: Mapping[str, str]) -> int:
 
 
 def _read(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    hint = "delete it, or set GPUCI_DOTENV to a new file"
+    text = untrusted_json.read_input(path, "the dotenv report", hint, MAX_BYTES)
     pairs: dict[str, str] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return pairs
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and key:
@@ -98,7 +95,7 @@ def write(
                 f"refusing to write the variable name {key[:80]!r} to the dotenv report",
                 hint="names are letters, digits, '_', '-' and '.'",
             )
-    path = dotenv_path(environ)
+    path = Path(settings.DOTENV.value(environ))
     merged = _read(path)
     for key, value in chosen.items():
         # One line per variable: GitLab's dotenv has no multi-line values.
@@ -111,6 +108,4 @@ def write(
             f"dotenv report {path} is full ({cap} variables, GPUCI_DOTENV_LIMIT); not written: "
             f"{', '.join(dropped)}. List fewer names in GPUCI_DOTENV_OUTPUTS"
         )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(f"{k}={v}\n" for k, v in merged.items()), encoding="utf-8")
-    os.replace(tmp, path)
+    files.atomic_write_bytes(path, "".join(f"{k}={v}\n" for k, v in merged.items()).encode())

@@ -147,12 +147,13 @@ def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
 
 
 def read_json_lines(path: Path) -> list[dict[str, Any]]:
-    """Every JSON object in ``path`` (none when it is absent); a line torn by a killed writer is
-    skipped, the rest kept."""
+    """Every JSON object in ``path``'s last 16 MiB (none when it is absent); a line torn by a
+    killed writer is skipped, the rest kept. Any step of the job (the PR's code) may write the
+    file, so only its end is read: a job's own records are a few KiB, the newest last."""
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in untrusted_json.read_tail(path).splitlines():
         try:
             item = untrusted_json.loads(line)
         except untrusted_json.Unusable:  # torn, or written by someone else: not ours

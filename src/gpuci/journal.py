@@ -42,3 +42,9 @@ def record(kind: str, data: Mapping[str, Any], environ: Mapping[str, str] | None
 def read(kind: str | None = None, environ: Mapping[str, str] | None = None) -> list[dict]:
     records = files.read_json_lines(journal_path(environ))
     return [item for item in records if kind is None or item.get("kind") == kind]
+
+
+def latest(kind: str, environ: Mapping[str, str] | None = None) -> dict | None:
+    """The newest record of ``kind`` without its ``kind`` field; None when there is none."""
+    records = read(kind, environ)
+    return {k: v for k, v in records[-1].items() if k != "kind"} if records else None

@@ -129,7 +129,7 @@ def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
 def _admin() -> Any:
     """The forge clients, imported only to quarantine or release (httpx: not on every image)."""
     try:
-        from gpuci.forges import runner_admin
+        from gpuci.forges import _runner_admin as runner_admin
     except ImportError as exc:
         raise _NotDone(f"the forge client cannot load ({exc.name} is not installed)") from None
     return runner_admin
@@ -145,7 +145,7 @@ def _identity(environ: Any, admin: Any) -> Any:
     ``https://host/owner/repo`` for a repository's, ``https://host/enterprises/e``); the root
     is two folders above ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE`` (``<root>/_work/...``). None
     when no such file is readable: the caller falls back to the name. ``admin``:
-    :mod:`gpuci.forges.runner_admin`, loaded only here."""
+    :mod:`gpuci.forges._runner_admin`, loaded only here."""
     roots = {
         Path(v).parent.parent
         for v in (settings.RUNNER_TEMP.raw(environ), settings.RUNNER_WORKSPACE.raw(environ))

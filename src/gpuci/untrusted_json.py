@@ -20,6 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gpuci.errors import InputError
+from gpuci.redact import json_kind
+
 # Far above any metrics file or report gpu-ci writes, far below what would hurt a runner.
 MAX_BYTES = 16 << 20
 MAX_DEPTH = 64
@@ -115,7 +118,7 @@ def parse_object(data: str | bytes, limit: int = MAX_BYTES, what: str = "") -> d
         raise Unusable(f"it is over the {_size(limit)} cap" + (f" for {what}" if what else ""))
     value = loads(data, finite=True)
     if not isinstance(value, dict):
-        raise Unusable(f"it is a JSON {_kind(value)}, not an object")
+        raise Unusable(f"it is a JSON {json_kind(value)}, not an object")
     return value
 
 
@@ -142,11 +145,6 @@ def mapping(obj: dict[str, Any], name: str) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(v, str)}
 
 
-def _kind(value: Any) -> str:
-    names = {list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return names.get(type(value), "number")
-
-
 def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
@@ -157,7 +155,7 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
     with path.open("rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise Unusable(f"it is over {limit >> 20} MiB")
+        raise Unusable(f"it is over {_size(limit)}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -201,9 +199,32 @@ def read_chunks(
     return b"".join(parts)
 
 
-def read(path: Path, limit: int = MAX_BYTES) -> Any:
-    """:func:`read_text` then :func:`loads`."""
-    return loads(read_text(path, limit))
+def read_input(path: Path, what: str, hint: str, limit: int = MAX_BYTES) -> str:
+    """The one reader of a file a user names or a PR may write (a workflow, an action.yml, an
+    event payload, a report): :func:`read_text`, each failure one ``InputError`` line naming
+    ``what`` and the file, with ``hint`` as the fix."""
+    try:
+        return read_text(path, limit)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {what} {path}: {exc.strerror or type(exc).__name__}", hint=hint
+        ) from None
+    except Unusable as exc:
+        raise InputError(f"{what} {path} is not usable: {exc}", hint=hint) from None
+
+
+def object_input(
+    path: Path, what: str, hint: str, limit: int = MAX_BYTES, *, finite: bool = False
+) -> dict[str, Any]:
+    """The JSON object in such a file (:func:`read_input`, then :func:`loads`); anything else,
+    a list or bad JSON, is one ``InputError`` line."""
+    try:
+        value = loads(read_input(path, what, hint, limit), finite=finite)
+    except Unusable as exc:
+        raise InputError(f"{what} {path} is not usable: {exc}", hint=hint) from None
+    if not isinstance(value, dict):
+        raise InputError(f"{what} {path} is a JSON {json_kind(value)}, not an object", hint=hint)
+    return value
 
 
 def name_skipped(skipped: dict[str, str], shown: int = 3) -> str:

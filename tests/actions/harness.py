@@ -7,7 +7,7 @@ What it reproduces, because our actions depend on it:
   ``GITHUB_STATE`` files per step, parsed after it (``NAME=value`` and the heredoc form);
   ``GITHUB_ENV`` and ``GITHUB_PATH`` carried into later steps; summaries concatenated;
 - ``RUNNER_TEMP``, ``GITHUB_ACTION_PATH``, ``GITHUB_WORKSPACE``, ``GITHUB_ACTIONS=true``;
-- ``${{ }}`` in ``env:``, ``run:``, ``if:`` and ``outputs.*.value`` (see gpuci.dryrun.expressions);
+- ``${{ }}`` in ``env:``, ``run:``, ``if:`` and ``outputs.*.value`` (see gpuci.dryrun._expressions);
 - ``shell: bash`` as ``bash --noprofile --norc -eo pipefail {0}``; a failing step skips the rest
   unless ``continue-on-error`` or a status function says otherwise;
 - ``::add-mask::`` (later text is shown as ``***`` in :attr:`StepRun.log`) and annotations.
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from gpuci.dryrun.expressions import condition, evaluate, interpolate, to_text
+from gpuci.dryrun._expressions import condition, evaluate, interpolate, to_text
 from gpuci_testing import parse_file_command
 
 SHELLS = {

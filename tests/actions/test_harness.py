@@ -8,7 +8,7 @@ import pytest
 from action_env import machine_env
 from harness import HarnessError, run_action
 
-from gpuci.dryrun.expressions import ExpressionError, condition, evaluate, interpolate
+from gpuci.dryrun._expressions import ExpressionError, condition, evaluate, interpolate
 from gpuci_testing import FileCommandError, parse_file_command
 
 CTX = {

@@ -294,7 +294,7 @@ def test_reap_terminates_runner_pods_whose_runner_is_gone(run, fake, api, tmp_pa
 def test_reap_never_judges_a_runner_gone_from_a_cut_listing(run, fake, api):
     """More runners than the client pages through: the pod's own runner is past the cut.
     Treating the cut list as whole would terminate a pod that may be running a job."""
-    from gpuci.forges.rest import MAX_PAGES
+    from gpuci.forges._rest import MAX_PAGES
 
     for i in range(MAX_PAGES * api.state.page_size + 1):
         api.state.add(f"other-{i}", "/repos/octo/gpu")

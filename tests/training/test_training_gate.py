@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuci_testing import clean_env, parse_file_command, run_cli
+from gpuci_testing import clean_env, gh_env, parse_file_command, run_cli
 
 
 def write(path: Path, data) -> Path:
@@ -21,18 +21,6 @@ def gate(tmp_path: Path, *flags: str):
     """``gpuci gate FLAGS --output-dir TMP/o``, its journal at TMP/j.jsonl."""
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     return run_cli("gate", *flags, "--output-dir", str(tmp_path / "o"), env=env)
-
-
-def gh_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    for name in ("out", "summary"):
-        (tmp_path / name).write_text("")
-    return clean_env(
-        GITHUB_ACTIONS="true",
-        GITHUB_OUTPUT=str(tmp_path / "out"),
-        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-        **extra,
-    )
 
 
 def test_repeated_flags_pass_and_write_gate_json(tmp_path):

@@ -120,8 +120,8 @@ def test_our_note_is_found_first_though_gitlab_lists_the_newest_first(gitlab, mo
     """GitLab lists notes newest first: the sticky note, the oldest, would be on the last
     page. The client asks for the oldest first, so even one page finds it (before: a second
     note was created once it fell past the pages read)."""
-    from gpuci.forges import rest
-    from gpuci.forges.gitlab import GitLab
+    from gpuci.forges import _rest as rest
+    from gpuci.forges._gitlab import GitLab
 
     monkeypatch.setattr(rest, "MAX_PAGES", 1)
     with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, "9") as client:

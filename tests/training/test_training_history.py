@@ -9,8 +9,8 @@ import pytest
 
 from gpuci.cache.stores.file import LocalStore
 from gpuci.files import json_bytes
-from gpuci.training import history
-from gpuci.training.ci import RunContext
+from gpuci.training import _history as history
+from gpuci.training._ci import RunContext
 from gpuci_testing import clean_env, run_cli
 
 

@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 from gpuci import markdown, untrusted_json
-from gpuci_testing import clean_env, run_cli
+from gpuci.runtime import markdown_table
+from gpuci.training import _ci as ci
+from gpuci.training import _provenance as provenance
+from gpuci.training import _report as report
+from gpuci_testing import clean_env, gh_env, run_cli
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE_INT = '{"eval": {"accuracy": ' + "9" * 5001 + "}}"
@@ -50,14 +54,7 @@ def gate(tmp_path: Path, metrics: str, baseline: str | None = None):
     if baseline is not None:
         (tmp_path / "b.json").write_text(baseline)
         args += ["--baseline", str(tmp_path / "b.json"), "--max-regression", "accuracy=0.1"]
-    (tmp_path / "summary").write_text("")
-    env = clean_env(
-        GITHUB_ACTIONS="true",
-        GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
-        GITHUB_OUTPUT=str(tmp_path / "out"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-    )
-    return run_cli(*args, "--output-dir", str(tmp_path / "o"), env=env)
+    return run_cli(*args, "--output-dir", str(tmp_path / "o"), env=gh_env(tmp_path))
 
 
 def _one_line_no_traceback(proc, expected: str) -> None:
@@ -132,8 +129,6 @@ def test_string_values_and_hostile_names_are_inert_in_the_summary(tmp_path):
 
 def test_report_comment_is_inert_whatever_the_gate_report_holds(tmp_path):
     """``report`` takes a gate.json by path, so an edited one is input too."""
-    from gpuci.training import ci, report
-
     row = {"metric": HOSTILE, "value": HOSTILE, "rule": HOSTILE, "passed": False,
            "skipped": False, "baseline": [HOSTILE], "delta": {"x": HOSTILE},
            "verdict": HOSTILE}  # fmt: skip
@@ -181,8 +176,6 @@ def test_report_inputs_that_are_not_usable_exit_2_in_one_line(tmp_path, content)
 )
 def test_every_table_cell_is_inert(value):
     """markdown.table (runtime.markdown_table) is the one path for every table gpu-ci writes."""
-    from gpuci.runtime import markdown_table
-
     out = markdown_table(["a", "b", "c"], [(value, markdown.Code(value), markdown.Link(value))])
     assert len(out.splitlines()) == 3, out
     assert _live(out) == [], out
@@ -202,8 +195,6 @@ def test_a_plain_url_gpu_ci_chose_stays_clickable():
 def test_an_event_file_rewritten_by_the_job_is_input(tmp_path, event):
     """GITHUB_EVENT_PATH is the runner's, but an earlier step may rewrite it: a shape or a
     nesting that is not an event's falls back to GITHUB_REF, never a traceback."""
-    from gpuci.training import ci
-
     path = tmp_path / "event.json"
     path.write_text(event)
     env = {"GITHUB_EVENT_PATH": str(path), "GITHUB_REF": "refs/pull/12/merge"}
@@ -212,8 +203,6 @@ def test_an_event_file_rewritten_by_the_job_is_input(tmp_path, event):
 
 def test_a_package_list_that_is_no_object_is_not_recorded(tmp_path):
     """The training interpreter's answer is untrusted: a list is no package list."""
-    from gpuci.training import provenance
-
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho '[1, 2, 3]'\n")
     fake.chmod(0o755)

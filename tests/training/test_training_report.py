@@ -9,6 +9,10 @@ import pytest
 
 from forges.fake_github import FakeGitHub
 from gpuci import journal
+from gpuci.cache.stores.file import LocalStore
+from gpuci.training import _ci as ci
+from gpuci.training import _history as history
+from gpuci.training import _report as report
 from gpuci_testing import clean_env, run_cli
 
 REPO = "acme/models"
@@ -94,9 +98,6 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
 
 
 def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_path, github):
-    from gpuci.cache.stores.file import LocalStore
-    from gpuci.training import ci, history
-
     store = LocalStore(tmp_path / "hist")
     for i, value in enumerate((0.931, 0.935)):  # two default-branch runs before this PR
         ctx = ci.RunContext(platform="github", commit=f"{i}" * 40)
@@ -190,8 +191,6 @@ def test_dry_run_says_it_would_post_and_sends_nothing(tmp_path, github):
 
 
 def test_no_baseline_note_only_when_regression_rules_were_asked():
-    from gpuci.training import ci, report
-
     ctx = ci.RunContext(platform="local")
     minutes = (None, "no gpu-setup step in this job")
     row = {"kind": "min", "metric": "a", "value": 1.0, "rule": "a >= 0.5", "passed": True,
@@ -220,8 +219,6 @@ def test_report_without_a_gate_says_so_plainly(tmp_path):
     ],
 )
 def test_gpu_minutes_shown_are_the_gpus_times_the_minutes_shown(tmp_path, seconds, gpus, shown):
-    from gpuci.training import ci, report
-
     env = {"GPUCI_JOURNAL": str(tmp_path / "journal.jsonl")}
     journal.record("gpu-setup", {"gpus": [{}] * gpus, "time": 1000.0}, env)
     minutes = report.gpu_minutes(env, None, now=1000.0 + seconds)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gpuci.errors import CheckFailed, InputError
-from gpuci.training.metrics import flatten, load, lookup
-from gpuci.training.rules import judge, lower_is_better, parse_rules
+from gpuci.training._metrics import flatten, load, lookup
+from gpuci.training._rules import judge, lower_is_better, parse_rules
 
 
 def rules(**kinds: list[str]):

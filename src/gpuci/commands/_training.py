@@ -41,7 +41,7 @@ GATE: Command[GateInputs] = Command(
         *PROVENANCE_OUTPUTS,
         *COMMENT_OUTPUTS,
     ),
-    target="gpuci.training.gate:run",
+    target="gpuci.training._gate:run",
     options="gpuci.training.options:GateInputs",
     actions=("actions/metric-gate",),
 )
@@ -50,7 +50,7 @@ PROVENANCE: Command[ProvenanceInputs] = Command(
     name="provenance",
     help="Record which commit, data, GPU and packages made a model (plus an in-toto statement).",
     outputs=PROVENANCE_OUTPUTS,
-    target="gpuci.training.provenance:run",
+    target="gpuci.training._provenance:run",
     options="gpuci.training.options:ProvenanceInputs",
 )
 
@@ -61,6 +61,6 @@ REPORT: Command[ReportInputs] = Command(
         *COMMENT_OUTPUTS,
         Output("gpu-minutes", "GPU-minutes reported; empty when not measured."),
     ),
-    target="gpuci.training.report:run",
+    target="gpuci.training._report:run",
     options="gpuci.training.options:ReportInputs",
 )

@@ -2,9 +2,9 @@
 
 The point is to learn, before paying for a GPU minute, that a job would fail: a malformed
 input, a cache key that would miss, a GPU requirement no runner meets. The walk follows the
-runner (:mod:`.planner`): ``if:`` conditions with GitHub's expression semantics
-(:mod:`gpuci.dryrun.expressions`), ``env`` at workflow, job and step level, the ``github`` and
-``runner`` contexts as far as this checkout tells them (:mod:`.contexts`), a literal matrix leg
+runner (:mod:`._planner`): ``if:`` conditions with GitHub's expression semantics
+(:mod:`gpuci.dryrun._expressions`), ``env`` at workflow, job and step level, the ``github`` and
+``runner`` contexts as far as this checkout tells them (:mod:`._contexts`), a literal matrix leg
 by leg, local composite actions and reusable workflows. What only the run knows (secrets,
 ``vars``, a ``run:`` step's outputs) is never guessed: a step waiting for it is "not
 evaluated", never "ok". A check that fails *here* (no GPU on a laptop) is reported, not fatal:
@@ -12,6 +12,8 @@ only bad input fails the whole run (exit 2).
 
 No network by default: every command's dry run plans without asking a server; ``--probe``
 (or ``GPUCI_PROBE=true``) lets read-only probes through (a HEAD per download, a pod listing).
+
+Public: the names in ``__all__``; every module here is internal (``_``-named) and may change.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.commands.dry_run import DryRunInputs
-from gpuci.dryrun.workflow import ROOT, classify_uses, load_workflow, triggers
+from gpuci.dryrun._workflow import ROOT, classify_uses, load_workflow, triggers
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
 
@@ -32,17 +34,17 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
 
     Raises InputError for an unreadable or malformed workflow and for a job it does not have.
     """
-    from gpuci.dryrun._events import load_payload
-    from gpuci.dryrun._given import secrets_context, vars_context
-    from gpuci.dryrun.contexts import (
+    from gpuci.dryrun._contexts import (
         Event,
         base_contexts,
         github_context,
         triggered_by,
         workspace_of,
     )
-    from gpuci.dryrun.planner import Planner
-    from gpuci.dryrun.report import result
+    from gpuci.dryrun._events import load_payload
+    from gpuci.dryrun._given import secrets_context, vars_context
+    from gpuci.dryrun._planner import Planner
+    from gpuci.dryrun._report import result
     from gpuci.runtime import probes_allowed
 
     path = Path(inp.workflow)
@@ -82,7 +84,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
 def _dispatch_defaults(workflow: dict[str, Any]) -> dict[str, str]:
     """A dispatch's inputs as ``github.event.inputs`` holds them with the form untouched: each
     declared default as text (an input without one is empty)."""
-    from gpuci.dryrun.contexts import text_of
+    from gpuci.dryrun._contexts import text_of
 
     on = triggers(workflow)
     spec = on.get("workflow_dispatch") if isinstance(on, dict) else None
@@ -98,8 +100,8 @@ def _dispatch_defaults(workflow: dict[str, Any]) -> dict[str, str]:
 def _event_inputs(workflow: dict[str, Any], event: str, payload: dict[str, Any] | None) -> Any:
     """``inputs``: a dispatch's declared inputs (the payload's ``inputs``, else the defaults,
     as a dispatch with the form untouched), typed as declared; nothing for other events."""
-    from gpuci.dryrun.expressions import Partial
-    from gpuci.dryrun.jobs import inputs_context, nothing_failed
+    from gpuci.dryrun._expressions import Partial
+    from gpuci.dryrun._jobs import inputs_context, nothing_failed
 
     on = triggers(workflow)
     spec = on.get(event) if isinstance(on, dict) else None

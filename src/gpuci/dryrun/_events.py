@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import untrusted_json
-from gpuci.dryrun.expressions import Partial
-from gpuci.errors import InputError
+from gpuci.dryrun._expressions import Partial
 
 __all__ = ["MAX_PAYLOAD_BYTES", "event_context", "load_payload"]
 
@@ -71,18 +70,7 @@ def load_payload(path: str) -> dict[str, Any]:
 
     Raises InputError for a file that is missing, too large, or not a JSON object.
     """
-    file = Path(path)
     hint = 'pass a JSON file holding the payload, e.g. {"pull_request": {"draft": true}}'
-    try:
-        with file.open("rb") as handle:
-            data = handle.read(MAX_PAYLOAD_BYTES + 1)
-    except OSError as exc:
-        raise InputError(
-            f"cannot read the event payload {path}: {exc.strerror or type(exc).__name__}", hint=hint
-        ) from None
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise InputError(f"the event payload {path} is over 4 MiB", hint=hint)
-    try:
-        return untrusted_json.parse_object(data, MAX_PAYLOAD_BYTES)
-    except untrusted_json.Unusable as exc:
-        raise InputError(f"the event payload {path} is not usable: {exc}", hint=hint) from None
+    return untrusted_json.object_input(
+        Path(path), "the event payload", hint, MAX_PAYLOAD_BYTES, finite=True
+    )

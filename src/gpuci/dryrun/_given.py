@@ -13,13 +13,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpuci import settings
-from gpuci.dryrun.expressions import Partial, Unknown, opaque
+from gpuci import settings, untrusted_json
+from gpuci.dryrun._contexts import text_of
+from gpuci.dryrun._expressions import Partial, Unknown, opaque
+from gpuci.dryrun._workflow import MAX_FILE_BYTES
 from gpuci.errors import InputError
 
-__all__ = ["ALWAYS_SECRETS", "MAX_VARS_FILE_BYTES", "secrets_context", "vars_context"]
+__all__ = ["ALWAYS_SECRETS", "secrets_context", "vars_context"]
 
-MAX_VARS_FILE_BYTES = 1 << 20
 ALWAYS_SECRETS = (settings.GITHUB_TOKEN.name,)  # the runner makes it for every job
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTENV = re.compile(r"^\s*(?:export\s+)?(?P<name>[^=\s]+)\s*=\s*(?P<value>.*?)\s*$")
@@ -57,27 +58,15 @@ def _read_vars_file(file: str) -> dict[str, str]:
     import yaml
 
     hint = "pass a YAML or JSON mapping (NAME: VALUE) or a dotenv file (NAME=VALUE per line)"
-    try:
-        with Path(file).open("rb") as handle:
-            data = handle.read(MAX_VARS_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(
-            f"cannot read the vars file {file}: {exc.strerror or type(exc).__name__}", hint=hint
-        ) from None
-    if len(data) > MAX_VARS_FILE_BYTES:
-        raise InputError(f"the vars file {file} is over 1 MiB", hint=hint)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"the vars file {file} is not UTF-8 text", hint=hint) from None
+    text = untrusted_json.read_input(Path(file), "the vars file", hint, MAX_FILE_BYTES)
     try:
         body: Any = yaml.safe_load(text)
     except yaml.YAMLError:
         body = None
     if not isinstance(body, dict):
         body = _dotenv(text, file, hint)
-    return {
-        _check_name(str(k), f"vars file {file}: variable", hint): _scalar(v)
+    return {  # variables are text: YAML may read 1 or true
+        _check_name(str(k), f"vars file {file}: variable", hint): text_of(v)
         for k, v in body.items()
     }
 
@@ -95,13 +84,6 @@ def _dotenv(text: str, file: str, hint: str) -> dict[str, str]:
             value = value[1:-1]
         found[match.group("name")] = value
     return found
-
-
-def _scalar(value: Any) -> str:
-    """A variable's text as GitHub stores it (variables are strings; YAML may read 1 or true)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 def secrets_context(names: list[str]) -> dict[str, Any]:

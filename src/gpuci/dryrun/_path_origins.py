@@ -86,10 +86,6 @@ def judgeable(path: str) -> bool:
     )
 
 
-def _outside_checkout(path: str) -> bool:
-    return path.startswith(("/", "~"))
-
-
 def missing_paths(
     steps: Sequence[dict[str, Any]], index: int, paths: Sequence[str], root: Path
 ) -> list[Missing]:
@@ -98,7 +94,7 @@ def missing_paths(
     found: list[Missing] = []
     for raw in paths:
         path = raw.strip().removeprefix("./").rstrip("/") or raw.strip()
-        if not judgeable(path) or (not _outside_checkout(path) and (root / path).exists()):
+        if not judgeable(path) or (not path.startswith(("/", "~")) and (root / path).exists()):
             continue
         makers = [(n, s) for n, s in enumerate(steps[:index], 1) if _makes(s, path)]
         always = [n for n, s in makers if _condition(s) in ("", own)]

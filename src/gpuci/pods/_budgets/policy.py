@@ -17,7 +17,6 @@ budget is a reviewed commit; protect it with CODEOWNERS and a protected branch::
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from gpuci.errors import InputError
 from gpuci.inputs import parse_duration
 from gpuci.pods._runpod.naming import clean_owner
 from gpuci.pods.options import UpInputs
+from gpuci.untrusted_child import git
 
 DEFAULT_FILE = ".gpuci/budgets.yml"
 DEFAULT_PERIOD_S = 30 * 86400.0
@@ -66,19 +66,8 @@ def ci_identity(environ: Mapping[str, str]) -> Identity:
 def _git_user(environ: Mapping[str, str]) -> str:
     """The local part of git's user.email (a login-like name), or user.name."""
     for key in ("user.email", "user.name"):
-        try:
-            out = subprocess.run(
-                ["git", "config", "--get", key],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                env=dict(environ),
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        value = out.stdout.strip()
-        if out.returncode == 0 and value:
+        value = git("config", "--get", key, env=environ)
+        if value:
             return value.partition("@")[0] if key == "user.email" else value
     return ""
 

@@ -19,7 +19,7 @@ import httpx
 
 from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
-from gpuci.forges.rest import Forbidden
+from gpuci.forges._rest import Forbidden
 from gpuci.pods._runners.registry import Request
 from gpuci.pods._runpod.client import RunPodClient
 from gpuci.pods._runpod.clock import Clock

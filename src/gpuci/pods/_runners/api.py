@@ -1,6 +1,6 @@
 """The GitHub and GitLab calls a just-in-time runner needs: register, list, delete.
 
-Both stand on the shared REST client (``gpuci.forges.rest``): retries, one-line errors with
+Both stand on the shared REST client (``gpuci.forges._rest``): retries, one-line errors with
 their fix, origin-only pagination, no redirects, redacted excerpts. A registration is one
 attempt (a POST whose answer was lost may have made the runner: ``up`` then deletes it by
 name). Only these clients hold the admin token; the pod never sees it.
@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from gpuci import settings
 from gpuci.errors import InfraError, InputError
-from gpuci.forges import github as gh
-from gpuci.forges.rest import ApiClient, Forbidden
+from gpuci.forges import _github as gh
+from gpuci.forges._rest import ApiClient, Forbidden
 
 GITHUB_TOKEN_MAKE = (
     "make a fine-grained personal access token (or a GitHub App token) with "

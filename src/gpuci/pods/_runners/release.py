@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
-from gpuci.forges import github as gh
+from gpuci.forges import _github as gh
 from gpuci.pods._runners import boot as runner_boot
 from gpuci.units import parse_iso
 

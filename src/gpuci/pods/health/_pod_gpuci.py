@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 from gpuci import settings
 from gpuci.errors import GpuciError
-from gpuci.forges import github as gh
+from gpuci.forges import _github as gh
 from gpuci.redact import redact_url
 
 _REPO_AT = re.compile(r"((?!\.\.?/)[A-Za-z0-9_.-]+/(?!\.\.?@)[A-Za-z0-9_.-]+)@([^\s@]+)")

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuci.errors import InputError
 from gpuci.redact import json_kind
-from gpuci.training.metrics import Metrics, as_number, lookup
+from gpuci.training._metrics import Metrics, as_number, lookup
 
 _NAME = re.compile(r"^[^\s=]+$")
 # Words that mark a metric where smaller is better, matched as whole dotted/underscored parts.

@@ -1,6 +1,6 @@
 """A job as the plan sees it: its status functions, its ``if:`` at plan time, the order of
 jobs by ``needs``, the ``inputs`` of a called workflow or composite action, matrix legs, and
-what a container or service asks of the runner. Used by :mod:`.planner`'s walk.
+what a container or service asks of the runner. Used by :mod:`._planner`'s walk.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import settings
-from gpuci.dryrun.contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
-from gpuci.dryrun.expressions import (
+from gpuci.dryrun._contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
+from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
     Unknown,
@@ -22,7 +22,7 @@ from gpuci.dryrun.expressions import (
     to_number,
     to_text,
 )
-from gpuci.dryrun.workflow import triggers
+from gpuci.dryrun._workflow import triggers
 
 __all__ = [
     "JobState",
@@ -249,20 +249,16 @@ def merge_leg_outputs(per_leg: list[dict[str, Any]]) -> dict[str, Any]:
 
 def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
     """``container:`` and ``services:``: named, for a runner without Docker cannot run them."""
+    container, services = job.get("container"), job.get("services")
+    named = [("runs in container", container)] if container else []
+    if isinstance(services, dict):
+        named += [(f"service {name} runs container", spec) for name, spec in services.items()]
     notes = []
-    container = job.get("container")
-    if container:
-        image = container.get("image") if isinstance(container, dict) else container
+    for what, spec in named:
+        image = spec.get("image") if isinstance(spec, dict) else spec
         shown = evaluate_text(text_of(image), ctx, lambda s: True)
         name = shown.why if isinstance(shown, Unknown) else shown
-        notes.append(f"runs in container {name}: needs Docker on the runner")
-    services = job.get("services")
-    if isinstance(services, dict):
-        for service, spec in services.items():
-            image = spec.get("image") if isinstance(spec, dict) else spec
-            shown = evaluate_text(text_of(image), ctx, lambda s: True)
-            name = shown.why if isinstance(shown, Unknown) else shown
-            notes.append(f"service {service} runs container {name}: needs Docker on the runner")
+        notes.append(f"{what} {name}: needs Docker on the runner")
     return notes
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuci import untrusted_json
 from gpuci.commands import Command, command_for_action
 from gpuci.errors import InputError
 
@@ -31,30 +32,10 @@ def _workflow_hint(root: Path | None = None) -> str:
 
 
 def load_workflow(path: Path) -> dict[str, Any]:
-    import yaml
-
     if not path.is_file():
         what = "is a folder, not a workflow file" if path.is_dir() else "not found"
         raise InputError(f"workflow file {path} {what}", hint=_workflow_hint())
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"workflow {path} is not UTF-8 text (byte {exc.start} cannot be decoded)",
-            hint="save the workflow as UTF-8 (GitHub reads workflows as UTF-8)",
-        ) from None
-    except OSError as exc:
-        raise InputError(
-            f"cannot read workflow {path}: {exc.strerror or type(exc).__name__}",
-            hint="check the path and its permissions",
-        ) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(
-            f"workflow {path} is not valid YAML{where}",
-            hint="fix the YAML (actionlint shows the exact spot)",
-        ) from None
+    data = read_yaml(path, "workflow")
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
         raise InputError(
             f"workflow {path} has no 'jobs:' mapping",
@@ -140,24 +121,21 @@ def _reject_unknown(given: dict[str, str], known: set[str], what: str) -> None:
 MAX_FILE_BYTES = 1 << 20  # a workflow or action.yml is a few KiB; a bigger one is not one
 
 
-def _read_yaml(path: Path, what: str) -> Any:
+def read_yaml(path: Path, what: str) -> Any:
+    """A workflow or action file (a PR writes them): read bounded, then parsed."""
     import yaml
 
+    text = untrusted_json.read_input(
+        path, what, "point at a workflow or action file, saved as UTF-8", MAX_FILE_BYTES
+    )
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
         raise InputError(
-            f"cannot read {what} {path}: {exc.strerror or type(exc).__name__}",
-            hint="check the path and its permissions",
-        ) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise InputError(f"{what} {path} is over 1 MiB", hint="point at a workflow file")
-    try:
-        return yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError):
-        raise InputError(
-            f"{what} {path} is not valid UTF-8 YAML", hint="fix the file (actionlint shows where)"
+            f"{what} {path} is not valid YAML{where}",
+            hint="fix the YAML (actionlint shows the exact spot)",
         ) from None
 
 
@@ -178,7 +156,7 @@ def load_local_action(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]]
     for name in ("action.yml", "action.yaml"):
         path = folder / name
         if path.is_file():
-            data = _read_yaml(path, "action")
+            data = read_yaml(path, "action")
             return (folder, data) if isinstance(data, dict) else None
     return None
 
@@ -188,7 +166,7 @@ def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any
     path = local_target(workspace, uses.split("@", 1)[0])
     if path is None or not path.is_file():
         return None
-    data = _read_yaml(path, "reusable workflow")
+    data = read_yaml(path, "reusable workflow")
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
         return None
     return path, data

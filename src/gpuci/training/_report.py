@@ -15,15 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import charts, journal, settings, untrusted_json
-from gpuci.errors import InputError
 from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
 from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
-from gpuci.training import ci
-from gpuci.training.charts import metric_charts
+from gpuci.training import _ci as ci
+from gpuci.training._charts import metric_charts
+from gpuci.training._rules import fmt, table_markdown
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
-from gpuci.training.rules import fmt, table_markdown
 
 __all__ = [
     "MAX_BODY",
@@ -49,37 +48,20 @@ def marker_comment(marker: str) -> str:
 
 
 def _load_json(path: str, what: str) -> dict[str, Any]:
-    try:
-        data = untrusted_json.read(Path(path))
-    except FileNotFoundError:
-        raise InputError(f"{what} {path} not found", hint=f"fix the path of the {what}") from None
-    except OSError as exc:
-        raise InputError(
-            f"cannot read {what} {path}: {exc.strerror or exc}", hint="pass the file gpu-ci wrote"
-        ) from None
-    except untrusted_json.Unusable as exc:
-        raise InputError(
-            f"{what} {path} is not usable: {exc}", hint="pass the file gpu-ci wrote"
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError(f"{what} {path} is not a JSON object", hint="pass the file gpu-ci wrote")
-    return data
-
-
-def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
-    records = journal.read(kind, environ)
-    return records[-1] if records else None
+    return untrusted_json.object_input(Path(path), what, "pass the file gpu-ci wrote")
 
 
 def collect(
     environ: Any, gate_report: str | None, provenance: str | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The gate verdict and the provenance record: from the given files, else this job's journal."""
-    gate = _load_json(gate_report, "gate report") if gate_report else _latest("gate", environ)
+    gate = (
+        _load_json(gate_report, "gate report") if gate_report else journal.latest("gate", environ)
+    )
     if provenance:
         prov = _load_json(provenance, "provenance record")
     else:
-        entry = _latest("provenance", environ)
+        entry = journal.latest("provenance", environ)
         prov = None
         if entry and Path(entry.get("record", "")).is_file():
             prov = _load_json(entry["record"], "provenance record")
@@ -249,7 +231,7 @@ def publish(to: CommentInputs, rt: Runtime, body: str, result: Result) -> None:
 
     Raises GpuciError subclasses when the forge fails (callers keep them from the verdict).
     """
-    from gpuci.forges.github import GitHub
+    from gpuci.forges._github import GitHub
 
     ctx = ci.detect(rt.environ)
     result.outputs.update({"comment": "skipped", "comment-url": ""})
@@ -284,7 +266,7 @@ def _publish_gitlab(
     to: CommentInputs, rt: Runtime, body: str, result: Result, ctx: ci.RunContext
 ) -> None:
     """The same report as one sticky note on the merge request (GitLab, self-managed too)."""
-    from gpuci.forges.gitlab import GitLab
+    from gpuci.forges._gitlab import GitLab
 
     env = rt.environ
     token = to.token or settings.GITLAB_TOKEN.value(env)
@@ -343,7 +325,7 @@ def _post_sticky(
 ) -> None:
     """Skip (saying why), plan, or create-or-update the one report on a PR or MR: the same
     steps on GitHub and GitLab once each platform has found its token, target and API."""
-    from gpuci.forges.rest import Forbidden
+    from gpuci.forges._rest import Forbidden
 
     if sticky.skip_reason:
         result.notice(f"{sticky.label} skipped: {sticky.skip_reason}", "gpu-ci report")
@@ -381,7 +363,7 @@ def run(inp: ReportInputs, rt: Runtime) -> Result:
     result = Result(command="report")
     gate, prov = collect(rt.environ, inp.gate_report, inp.provenance)
     minutes = gpu_minutes(rt.environ, inp.gpu_minutes)
-    from gpuci.training import history
+    from gpuci.training import _history as history
 
     past = history.read_past(
         rt, result, url=inp.history, series=inp.marker, points=inp.history_points

@@ -17,10 +17,12 @@ from gpuci.cache import layout
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import OutputValue, Result, Runtime
-from gpuci.training import history, provenance, report
-from gpuci.training import metrics as metrics_mod
+from gpuci.training import _history as history
+from gpuci.training import _metrics as metrics_mod
+from gpuci.training import _provenance as provenance
+from gpuci.training import _report as report
+from gpuci.training._rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 from gpuci.training.options import DEFAULT_MARKER, GateInputs
-from gpuci.training.rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 
 __all__ = ["GATE_NAME", "evaluate", "parse_all", "run"]
 
@@ -279,7 +281,7 @@ def _report(
     result: Result,
     past: list[dict[str, Any]] | None = None,
 ) -> None:
-    from gpuci.training import ci
+    from gpuci.training import _ci as ci
 
     minutes = report.gpu_minutes(rt.environ, inp.gpu_minutes)
     marker = inp.marker or DEFAULT_MARKER

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from gpuci import settings
 from gpuci.errors import InputError
-from gpuci.forges.rest import ApiClient, Forbidden
+from gpuci.forges._rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitLab"]
 
@@ -36,9 +36,6 @@ class GitLab(ApiClient):
         super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
         self.project = quote(str(project), safe="")  # an id, or group/name URL-encoded
         self._me: int | bool | None = False  # False: not asked yet
-
-    def __enter__(self) -> GitLab:
-        return self
 
     def _notes_url(self, iid: int) -> str:
         return f"/projects/{self.project}/merge_requests/{iid}/notes"

@@ -1,6 +1,6 @@
 """Walk a workflow as the runner would: jobs in ``needs`` order, each step's ``if:``, its env.
 
-Each gpu-ci step's ``with:`` is evaluated with what the plan knows (:mod:`.contexts`) and handed
+Each gpu-ci step's ``with:`` is evaluated with what the plan knows (:mod:`._contexts`) and handed
 to the same command the action runs, in dry-run mode. What only the run knows is never guessed:
 a step whose inputs wait for it is "not evaluated", an ``if:`` that does is "conditional". A
 step whose ``if:`` is false at plan time (``if: false``, a planned cache hit) is "skipped" and
@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import settings
-from gpuci.dryrun._matrix import label as matrix_label
-from gpuci.dryrun.calls import (
+from gpuci.dryrun._calls import (
     RUNPOD_KEY,
     missing_paths_of,
     network_needed,
     plan_command,
 )
-from gpuci.dryrun.contexts import (
+from gpuci.dryrun._contexts import (
     evaluate_text,
     evaluate_value,
     first_unknown,
@@ -33,12 +32,12 @@ from gpuci.dryrun.contexts import (
     runs_on_label,
     text_of,
 )
-from gpuci.dryrun.expressions import (
+from gpuci.dryrun._expressions import (
     Partial,
     Unknown,
     truth_of,
 )
-from gpuci.dryrun.jobs import (
+from gpuci.dryrun._jobs import (
     JobState,
     call_outputs,
     callee_secrets,
@@ -56,8 +55,9 @@ from gpuci.dryrun.jobs import (
     workflow_call_inputs,
     worst_outcome,
 )
-from gpuci.dryrun.report import Transcript, plan_lines
-from gpuci.dryrun.steps import (
+from gpuci.dryrun._matrix import label as matrix_label
+from gpuci.dryrun._report import Transcript, plan_lines
+from gpuci.dryrun._steps import (
     JUDGED,
     StepPlan,
     checked_out,
@@ -68,7 +68,7 @@ from gpuci.dryrun.steps import (
     step_name,
     titled,
 )
-from gpuci.dryrun.workflow import (
+from gpuci.dryrun._workflow import (
     Call,
     calls_for,
     classify_uses,

@@ -7,13 +7,13 @@ from ``git`` elsewhere, so provenance and the report name the same commit and ru
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
+from gpuci.untrusted_child import git
 
 # GitHub caps a webhook's payload at 25 MB; the event file is that payload.
 _MAX_EVENT = 32 << 20
@@ -38,34 +38,27 @@ class RunContext:
         return asdict(self)
 
 
-def _git(*args: str) -> str:
-    try:
-        proc = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+def github_event(env: Mapping[str, str]) -> dict[str, Any]:
+    """The event payload (``GITHUB_EVENT_PATH``), ``{}`` when there is none or it is unusable:
+    the runner wrote it, but any earlier step of the job (the PR's code) may rewrite it."""
+    path = settings.GITHUB_EVENT_PATH.value(env)
+    try:  # a file, not a FIFO that blocks the read
+        text = untrusted_json.read_text(Path(path), _MAX_EVENT) if Path(path).is_file() else "{}"
+        event = untrusted_json.loads(text)
+    except (OSError, untrusted_json.Unusable):
+        return {}
+    return event if isinstance(event, dict) else {}
 
 
 def _github_pr(env: Mapping[str, str]) -> int | None:
     """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
-    event_path = settings.GITHUB_EVENT_PATH.value(env)
-    if event_path and Path(event_path).is_file():
-        # The runner wrote it, but any earlier step of the job (the PR's code) may rewrite it.
-        try:
-            event = untrusted_json.read(Path(event_path), _MAX_EVENT)
-        except (OSError, untrusted_json.Unusable):
-            event = {}
-        event = event if isinstance(event, dict) else {}
-        pull = event.get("pull_request")
-        number = pull.get("number") if isinstance(pull, dict) else None
+    event = github_event(env)
+    pull, issue = (event.get(k) for k in ("pull_request", "issue"))
+    for number in (
+        pull.get("number") if isinstance(pull, dict) else None,
+        issue.get("number") if isinstance(issue, dict) and issue.get("pull_request") else None,
+    ):
         if isinstance(number, int) and not isinstance(number, bool):
-            return number
-        issue = event.get("issue")
-        issue = issue if isinstance(issue, dict) else {}
-        number = issue.get("number")
-        if isinstance(number, int) and not isinstance(number, bool) and issue.get("pull_request"):
             return number
     match = re.match(r"^refs/pull/(\d+)/", settings.GITHUB_REF.value(env))
     return int(match.group(1)) if match else None
@@ -84,7 +77,7 @@ def detect(env: Mapping[str, str]) -> RunContext:
             platform="github",
             repository=repo,
             server_url=server,
-            commit=settings.GITHUB_SHA.value(env) or _git("rev-parse", "HEAD"),
+            commit=settings.GITHUB_SHA.value(env) or git("rev-parse", "HEAD"),
             ref=settings.GITHUB_REF.value(env),
             workflow=settings.GITHUB_WORKFLOW_REF.value(env) or settings.GITHUB_WORKFLOW.value(env),
             run_id=run_id,
@@ -109,12 +102,12 @@ def detect(env: Mapping[str, str]) -> RunContext:
             runner=settings.CI_RUNNER_ID.value(env),
             pull_request=int(mr) if mr.isdigit() else None,
         )
-    remote = _git("config", "--get", "remote.origin.url")
+    remote = git("config", "--get", "remote.origin.url")
     return RunContext(
         platform="local",
         repository=remote,
-        commit=_git("rev-parse", "HEAD"),
-        ref=_git("rev-parse", "--abbrev-ref", "HEAD"),
+        commit=git("rev-parse", "HEAD"),
+        ref=git("rev-parse", "--abbrev-ref", "HEAD"),
     )
 
 

@@ -22,13 +22,12 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
 from gpuci.cache.stores import open_store
 from gpuci.cache.stores.base import Store
-from gpuci.training import ci
+from gpuci.training import _ci as ci
 from gpuci.units import utc_iso
 
 __all__ = [
@@ -96,14 +95,7 @@ def object_key(series: str, epoch: float, commit: str) -> str:
 
 
 def _default_branch_github(environ: Mapping[str, str]) -> str:
-    path = settings.GITHUB_EVENT_PATH.value(environ)
-    if not path:
-        return ""
-    try:
-        event = untrusted_json.read(Path(path))
-    except (OSError, untrusted_json.Unusable):
-        return ""
-    repo = event.get("repository") if isinstance(event, dict) else None
+    repo = ci.github_event(environ).get("repository")
     branch = repo.get("default_branch") if isinstance(repo, dict) else None
     return branch if isinstance(branch, str) else ""
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.errors import InputError
-from gpuci.forges.rest import ApiClient, Forbidden
+from gpuci.forges._rest import ApiClient, Forbidden
 
 __all__ = ["Forbidden", "GitHub", "Identity"]
 
@@ -55,17 +55,9 @@ class GitHub(ApiClient):
     hint_404 = "check the repository and pull request number (and GITHUB_API_URL)"
 
     def __init__(self, api_url: str, token: str, repository: str, **kwargs: Any) -> None:
-        super().__init__(
-            api_url,
-            token,
-            api_headers(token),
-            **kwargs,
-        )
+        super().__init__(api_url, token, api_headers(token), **kwargs)
         self.repository = repository
         self._identity: Identity | bool | None = False  # False: not asked yet
-
-    def __enter__(self) -> GitHub:
-        return self
 
     def marked_comments(self, number: int, marker: str) -> list[dict[str, Any]]:
         """Every comment on the issue/PR whose body holds ``marker``, following pages."""

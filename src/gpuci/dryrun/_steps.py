@@ -1,6 +1,6 @@
 """A step's plan (:class:`StepPlan`: what the planner decides, what the report prints): its
 ``with:`` as far as the plan can evaluate it, its verdict from its calls, and the
-listed-not-judged forms (skipped, conditional). Used by :mod:`.planner`.
+listed-not-judged forms (skipped, conditional). Used by :mod:`._planner`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.dryrun.calls import verdict
-from gpuci.dryrun.contexts import evaluate_text, text_of
-from gpuci.dryrun.expressions import EMBEDDED, Unknown
+from gpuci.dryrun._calls import verdict
+from gpuci.dryrun._contexts import evaluate_text, text_of
+from gpuci.dryrun._expressions import EMBEDDED, Unknown
 from gpuci.runtime import Result
 
 # The environment gpu-ci's commands read (their settings, AWS/HF/RunPod credentials, the GPU

@@ -3,13 +3,12 @@
 What the runner would know and this machine can tell (the event and ref asked for, the local
 checkout's commit and origin, the runner's OS from its labels) is filled in; what only the run
 knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is an
-:class:`~gpuci.dryrun.expressions.Unknown` naming itself, so a plan says what it waited for.
+:class:`~gpuci.dryrun._expressions.Unknown` naming itself, so a plan says what it waited for.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import files, settings
-from gpuci.dryrun.expressions import (
+from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
     Function,
@@ -28,7 +27,8 @@ from gpuci.dryrun.expressions import (
     interpolate,
     to_text,
 )
-from gpuci.dryrun.workflow import triggers
+from gpuci.dryrun._workflow import triggers
+from gpuci.untrusted_child import git
 
 MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run
 _REMOTE = re.compile(
@@ -63,29 +63,13 @@ def _default_event(on: Any) -> str:
     return "push" if "push" in names or not names else names[0]
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(root), *args],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    out = done.stdout.strip()
-    return out if done.returncode == 0 and out and "\n" not in out else None
-
-
 def workspace_of(workflow: Path) -> Path:
     """The checkout the workflow belongs to: the folder holding its ``.github/workflows``, else
     its git top level, else the current folder."""
     folder = workflow.resolve().parent
     if folder.name == "workflows" and folder.parent.name == ".github":
         return folder.parent.parent
-    top = _git(folder, "rev-parse", "--show-toplevel")
+    top = git("rev-parse", "--show-toplevel", cwd=folder)
     return Path(top) if top else Path.cwd()
 
 
@@ -121,11 +105,11 @@ def github_context(
             if isinstance(ref, str):
                 known[f"{side}_ref"] = ref
     known["event"] = event_context(event.name, payload, dispatch_inputs)
-    sha = _git(workspace, "rev-parse", "HEAD")
+    sha = git("rev-parse", "HEAD", cwd=workspace)
     if sha and re.fullmatch(r"[0-9a-f]{40,64}", sha):
         known["sha"] = sha
-    remote = _git(workspace, "remote", "get-url", "origin")
-    match = _REMOTE.search(remote or "")
+    remote = git("remote", "get-url", "origin", cwd=workspace)
+    match = _REMOTE.search(remote)
     if match:
         known["repository"] = match.group("repo")
         known["repository_owner"] = match.group("repo").split("/")[0]

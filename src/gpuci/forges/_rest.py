@@ -77,10 +77,6 @@ def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float
 _BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 
-def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, _Transient | httpx.TransportError)
-
-
 class ApiClient:
     """Retries, error mapping, shape checks and origin-only pagination for one REST API."""
 
@@ -172,7 +168,7 @@ class ApiClient:
         """Run ``fn`` under the retry policy (once when ``repeat`` is False: a POST that lost
         its answer may have done its work); map what is left to one-line errors."""
         try:
-            return self._policy.retrying(_is_transient)(fn) if repeat else fn()
+            return self._policy.retrying((_Transient, httpx.TransportError))(fn) if repeat else fn()
         except _Transient as exc:
             limited = exc.response.status_code in (403, 429)
             raise InfraError(

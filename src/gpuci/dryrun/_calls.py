@@ -15,8 +15,8 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.commands import Command
-from gpuci.dryrun.expressions import EMBEDDED
-from gpuci.dryrun.workflow import Call
+from gpuci.dryrun._expressions import EMBEDDED
+from gpuci.dryrun._workflow import Call
 from gpuci.errors import ExitCode, InputError
 from gpuci.runtime import Result, Runtime
 

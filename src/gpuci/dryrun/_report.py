@@ -10,7 +10,7 @@ from gpuci.errors import ExitCode
 from gpuci.runtime import OutputValue, Result, Runtime, format_output, markdown_table
 
 if TYPE_CHECKING:
-    from gpuci.dryrun.steps import StepPlan
+    from gpuci.dryrun._steps import StepPlan
 
 __all__ = ["MARKS", "Transcript", "mark", "plan_lines", "result"]
 
@@ -105,7 +105,7 @@ class Transcript:
 
 def _is_gpuci(plan: StepPlan) -> bool:
     """A gpu-ci step, judged or not (a step skipped by its if: was never planned)."""
-    from gpuci.dryrun.workflow import classify_uses
+    from gpuci.dryrun._workflow import classify_uses
 
     if plan.children:
         return False  # a composite action: its own steps count

@@ -13,21 +13,20 @@ from __future__ import annotations
 import glob
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import journal, untrusted_json
+from gpuci import journal, untrusted_child, untrusted_json
 from gpuci.cache import layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
-from gpuci.training import ci
-from gpuci.training.intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
+from gpuci.training import _ci as ci
+from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes, utc_iso
 
@@ -127,23 +126,14 @@ def python_environment(python: str | None) -> tuple[dict[str, Any] | None, str]:
     if python and not exe:
         return None, f"python interpreter '{python}' not found: package versions not recorded"
     try:
-        proc = subprocess.run(
-            [exe or sys.executable, "-c", _PACKAGES_SCRIPT],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
         # That interpreter runs the project's code (a sitecustomize, a .pth): its answer is
-        # read as untrusted JSON (a list, a deep nesting or a huge number is no answer).
-        last = proc.stdout.strip().splitlines()[-1]
+        # read as untrusted (bounded in time and size; a list, a deep nesting or a huge number
+        # is no answer).
+        _, out = untrusted_child.run([exe or sys.executable, "-c", _PACKAGES_SCRIPT], timeout=60)
+        last = out.strip().splitlines()[-1]
         return untrusted_json.parse_object(last, what="a package list"), ""
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):
         return None, f"could not list the packages of {exe}: package versions not recorded"
-
-
-def _strip(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in rec.items() if k not in ("kind",)}
 
 
 def _datasets(environ: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -151,7 +141,9 @@ def _datasets(environ: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     hits: list[dict[str, Any]] = []
     misses: list[dict[str, Any]] = []
     for rec in journal.read("cache-restore", environ):
-        (hits if rec.get("manifest") else misses).append(_strip(rec))
+        (hits if rec.get("manifest") else misses).append(
+            {k: v for k, v in rec.items() if k != "kind"}
+        )
     return hits, misses
 
 
@@ -163,11 +155,6 @@ def _downloads(environ: Any) -> list[dict[str, Any]]:
         for f in rec.get("files", [])
         if isinstance(f, dict) and f.get("sha256")
     ]
-
-
-def _latest(kind: str, environ: Any) -> dict[str, Any] | None:
-    records = journal.read(kind, environ)
-    return _strip(records[-1]) if records else None
 
 
 def build_record(
@@ -186,7 +173,7 @@ def build_record(
         warnings.append(why)
     metrics: dict[str, Any] | None = None
     if metrics_path and Path(metrics_path).is_file():
-        from gpuci.training.metrics import load
+        from gpuci.training._metrics import load
 
         path = Path(metrics_path)
         try:
@@ -221,7 +208,7 @@ def build_record(
         "datasets": hits,
         "cache_misses": misses,
         "downloads": _downloads(environ),
-        "gpu": _latest("gpu-setup", environ),
+        "gpu": journal.latest("gpu-setup", environ),
         "python": py,
         "metrics": metrics,
         "gate": gate,
@@ -280,7 +267,7 @@ def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
     hits, misses = _datasets(environ)
     lines.append(
         f"journal: {len(hits)} restored dataset/weights manifest(s), {len(misses)} miss(es), "
-        f"gpu-setup report {'found' if _latest('gpu-setup', environ) else 'not found yet'}"
+        f"gpu-setup report {'found' if journal.latest('gpu-setup', environ) else 'not found yet'}"
     )
     names = (RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME)
     lines.append(f"would write {', '.join((Path(out_dir) / n).as_posix() for n in names)}")
@@ -356,7 +343,7 @@ def run(inp: ProvenanceInputs, rt: Runtime) -> Result:
         result.summary.append("### Provenance (dry run)\n\n" + "\n".join(f"- {ln}" for ln in lines))
         result.report = {"plan": lines}
         return result
-    gate = _latest("gate", rt.environ)
+    gate = journal.latest("gate", rt.environ)
     metrics_path = inp.metrics or (gate or {}).get("metrics_path")
     with rt.group("provenance: hashing artifacts"):
         produced = produce(
@@ -377,7 +364,7 @@ def run(inp: ProvenanceInputs, rt: Runtime) -> Result:
     )
     result.report = {"record": produced.record}
     if gate is not None:
-        from gpuci.training import history
+        from gpuci.training import _history as history
 
         history.record_run(
             rt, gate, produced.record, result, url=inp.history, mode=inp.history_append
@@ -435,19 +422,9 @@ def load_record(path: str) -> dict[str, Any]:
 
     Raises InputError when it cannot be read or is not a gpu-ci provenance record.
     """
-    try:
-        raw = untrusted_json.read(Path(path))
-    except OSError as exc:
-        raise InputError(
-            f"cannot read provenance record {path}: {exc.strerror or exc}",
-            hint="give the provenance.json the training job wrote (a build artifact)",
-        ) from None
-    except untrusted_json.Unusable as exc:
-        raise InputError(
-            f"provenance record {path} is not usable: {exc}",
-            hint="give the provenance.json the training job wrote",
-        ) from None
-    if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
+    hint = "give the provenance.json the training job wrote (a build artifact)"
+    raw = untrusted_json.object_input(Path(path), "provenance record", hint)
+    if raw.get("schema") != SCHEMA:
         raise InputError(
             f"{path} is not a gpu-ci provenance record (schema {SCHEMA})",
             hint="give provenance.json, not the in-toto statement or the predicate",

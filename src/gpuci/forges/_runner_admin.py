@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 from gpuci import settings
 from gpuci.errors import InfraError, InputError
-from gpuci.forges import github as gh
-from gpuci.forges.rest import ApiClient
+from gpuci.forges import _github as gh
+from gpuci.forges._rest import ApiClient
 
 _GITHUB_TOKEN = settings.RUNNER_TOKEN.name
 _GITLAB_TOKEN = settings.GITLAB_TOKEN.name
@@ -61,15 +61,7 @@ class GitHubRunnerLabels(ApiClient):
     forbidden_what = "the token may not manage self-hosted runners"
 
     def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
-        super().__init__(
-            api_url,
-            token,
-            gh.api_headers(token),
-            **kwargs,
-        )
-
-    def __enter__(self) -> GitHubRunnerLabels:
-        return self
+        super().__init__(api_url, token, gh.api_headers(token), **kwargs)
 
     def find(self, name: str, base: str) -> Runner | None:
         """The runner called exactly ``name`` under ``base``; None when there is none."""
@@ -184,9 +176,6 @@ class GitLabRunnerPause(ApiClient):
 
     def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
         super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
-
-    def __enter__(self) -> GitLabRunnerPause:
-        return self
 
     def set_paused(self, runner_id: int, paused: bool) -> dict[str, Any]:
         url = f"/runners/{int(runner_id)}"
