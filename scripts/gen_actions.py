@@ -29,9 +29,9 @@ from gpuci.commands import (  # noqa: E402
     Command,
     Output,
     all_commands,
-    all_in_one,
     iter_leaf_commands,
 )
+from gpuci.commands import _all_in_one as all_in_one  # noqa: E402
 from gpuci.files import atomic_write_bytes  # noqa: E402
 from gpuci.inputs import Input  # noqa: E402
 
@@ -246,7 +246,7 @@ def dispatch_actions() -> list[ActionDef]:
 
 
 def root_action() -> ActionDef:
-    """The all-in-one, composed as ``gpuci.commands.all_in_one`` says (the dry run reads it too)."""
+    """The all-in-one, composed as ``gpuci.commands._all_in_one`` says (the dry run reads it)."""
     by_name = dict(iter_leaf_commands())
     return ActionDef(
         folder=ROOT,

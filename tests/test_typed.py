@@ -10,7 +10,7 @@ import pytest
 
 from gpuci.cache.options import RestoreInputs
 from gpuci.commands import Command, iter_leaf_commands
-from gpuci.commands.dispatch import run_command
+from gpuci.commands._dispatch import run_command
 from gpuci.errors import ExitCode
 from gpuci.inputs import build, inp, options, resolve
 from gpuci.runtime import Runtime

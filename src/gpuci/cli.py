@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpuci import __version__, settings
 from gpuci.commands import Command, aliases_of, all_commands, command_named
-from gpuci.commands.dispatch import run_command
+from gpuci.commands._dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
 from gpuci.runtime import Result, Runtime, detect_platform, inert
 

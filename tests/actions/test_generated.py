@@ -124,7 +124,7 @@ def test_a_dispatching_action_offers_every_input_of_every_sub_command() -> None:
 
 
 def test_the_root_action_offers_every_input_of_its_parts() -> None:
-    from gpuci.commands import all_in_one
+    from gpuci.commands import _all_in_one as all_in_one
 
     leaves = dict(iter_leaf_commands())
     action = yaml.safe_load((REPO / "action.yml").read_text())
@@ -185,7 +185,7 @@ def test_each_action_has_a_readme_with_usage_inputs_and_outputs() -> None:
 
 
 def test_the_dry_run_can_map_root_action_inputs_back_to_commands() -> None:
-    from gpuci.commands import all_in_one
+    from gpuci.commands import _all_in_one as all_in_one
 
     inputs_of = {name: cmd.inputs for name, cmd in iter_leaf_commands()}
     given = {
@@ -207,7 +207,7 @@ def test_the_dry_run_can_map_root_action_inputs_back_to_commands() -> None:
 
 def test_root_action_restores_by_manifest_alone() -> None:
     from gpuci.commands import iter_leaf_commands
-    from gpuci.commands.all_in_one import PARTS, split_inputs
+    from gpuci.commands._all_in_one import PARTS, split_inputs
 
     leaves = dict(iter_leaf_commands())
     inputs_of = {part.command: leaves[part.command].inputs for part in PARTS}

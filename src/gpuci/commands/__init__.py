@@ -11,9 +11,8 @@ class as its type (``RESTORE: Command[RestoreInputs]``), and ``tests/test_typed.
 the class named is the one the command's function takes.
 
 The registry (the names below) is the CLI's and the generated actions'; the modules defining
-each command (``_gpu_setup.py``, ``_pods.py``, ...) are internal. ``dispatch``, ``dry_run`` and
-``all_in_one`` are too, and keep their names only while :mod:`gpuci.dryrun` imports them by
-those names (``tests/test_imports.py``'s ``NOT_YET_PRIVATE``).
+each command (``_gpu_setup.py``, ``_pods.py``, ...) are internal, as are ``_dispatch`` (running
+one), ``_dry_run`` and ``_all_in_one``.
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ _DEFINED_IN = (
     ("cache-weights", "_cache_weights", "COMMAND"),
     ("retry-fetch", "_retry_fetch", "COMMAND"),
     ("gpu-smoke", "_gpu_smoke", "COMMAND"),
-    ("dry-run", "dry_run", "COMMAND"),
+    ("dry-run", "_dry_run", "COMMAND"),
     ("pods", "_pods", "COMMAND"),
     ("runners", "_runners", "COMMAND"),
     ("gpus", "_gpus", "COMMAND"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpuci.commands.dry_run import DryRunInputs
+from gpuci.commands._dry_run import DryRunInputs
 from gpuci.dryrun._workflow import ROOT, classify_uses, load_workflow, triggers
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime

@@ -89,7 +89,7 @@ def plan_command(
     """The command's dry run on the inputs known here. An input only the run knows is left
     out; the plan is then "not evaluated" (never ok), unless that input is a secret the user
     said exists (``--secret``): its presence is all a plan may know of it."""
-    from gpuci.commands.dispatch import run_command
+    from gpuci.commands._dispatch import run_command
 
     unresolved = {k for k, v in given.items() if EMBEDDED.search(v) or k in why}
     if cmd.target is None:

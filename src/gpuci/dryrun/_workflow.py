@@ -52,7 +52,7 @@ def classify_uses(uses: str) -> tuple[str, Command | None] | None:
     """(action folder, its command) for a gpu-ci ``uses:``; None for someone else's action.
 
     The command is None for the root all-in-one action (several commands, see
-    :mod:`gpuci.commands.all_in_one`) and for an ``actions/...`` folder we don't have.
+    :mod:`gpuci.commands._all_in_one`) and for an ``actions/...`` folder we don't have.
     """
     uses = uses.strip()
     for pattern in (_REMOTE_SUB, _LOCAL_SUB):
@@ -76,7 +76,8 @@ def calls_for(folder: str, cmd: Command | None, given: dict[str, str]) -> list[C
     Raises InputError naming the input when the step can't be mapped (unknown input, bad
     dispatch value), which the caller reports as this step's bad input.
     """
-    from gpuci.commands import all_in_one, iter_leaf_commands
+    from gpuci.commands import _all_in_one as all_in_one
+    from gpuci.commands import iter_leaf_commands
 
     if folder == ROOT:
         leaves = dict(iter_leaf_commands())

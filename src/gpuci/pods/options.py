@@ -2,7 +2,7 @@
 
 Each field declares one input (:func:`gpuci.inputs.inp`); ``gpuci.commands._pods`` reads the
 flags, ``INPUT_*`` and ``actions/gpu-pod`` from these classes, and
-``gpuci.commands.dispatch.run_command`` builds one per run, so the phases read fields, which mypy
+``gpuci.commands._dispatch.run_command`` builds one per run, so the phases read fields, which mypy
 checks. Declared here because pods may not import the command registry (tests/test_imports.py).
 """
 

@@ -51,6 +51,6 @@ COMMAND: Command[DryRunInputs] = Command(
     help="Read a workflow as the runner will, and run each gpu-ci step's dry-run plan here "
     "(no network unless --probe).",
     target="gpuci.dryrun:run",
-    options="gpuci.commands.dry_run:DryRunInputs",
+    options="gpuci.commands._dry_run:DryRunInputs",
     positional="workflow",
 )
