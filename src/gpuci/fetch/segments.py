@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -76,6 +77,8 @@ from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
+    Refused,
+    ShortBody,
     check_retryable,
 )
 from gpuci.fetch.validators import segment_validator, version_of
@@ -84,6 +87,7 @@ from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
 from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
 _HEAD_DEPTH = 16
@@ -168,21 +172,33 @@ def segmentable(resp: httpx.Response, total: int | None, offset: int, job: Downl
 
 
 class Segmenter:
-    """One attempt of a segmented download; ``run`` returns when the file is whole."""
+    """One attempt of a download on the engine; ``run`` returns when the file is whole.
 
-    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int) -> None:
+    ``wide``: the first response allows several connections (:func:`segmentable`). Otherwise
+    the plan is that response alone, one segment from the resume offset to the end (one byte
+    past max-bytes when no size was announced, never kept), on one connection that never
+    steals and is retried by the download's next attempt (a ``Range`` + ``If-Range`` resume
+    checked as the first request is), since a server that allows no segments may not resume
+    either. The sink, driver, retry wrapper, progress and accounting are the same."""
+
+    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int | None, wide: bool):
         self.job = job
         self.part = job.partial
         self.policy = job.policy
-        self.total = total
+        self.total = total  # None: not announced; the body's end is the file's end
+        self.wide = wide
         self.validator = job.partial.validator or ""
         self.url = str(resp.url)  # every segment follows the same resolved URL
         self.credentials = dict(resp.extensions.get(CREDENTIALS_KEPT) or {})
-        self.conc = Concurrency(
-            start=wide_start(total - job.partial.held(), self.policy, job.first_byte_s),
-            ceiling=self.policy.connections,
-            window_s=_WINDOW_S,
-            gain=_GAIN,
+        self.conc = (
+            Concurrency(
+                start=wide_start(total - job.partial.held(), self.policy, job.first_byte_s),
+                ceiling=self.policy.connections,
+                window_s=_WINDOW_S,
+                gain=_GAIN,
+            )
+            if wide and total is not None
+            else Concurrency.fixed(1)
         )
         self.lock = threading.Lock()  # the plan's segments and the counts below
         self.stop = threading.Event()
@@ -194,7 +210,9 @@ class Segmenter:
         # Near the end, ranges smaller than a segment are still split between idle
         # connections, or the last few would finish alone at one connection's speed.
         steal = max(extents.ALIGN, self.policy.segment_bytes // 4)
-        self.plan = Plan(self.part.size, self.part.extents, total, steal)
+        limit = self.policy.max_bytes
+        end = total if total is not None else (limit + 1 if limit is not None else sys.maxsize)
+        self.plan = Plan(self.part.size, self.part.extents, end, steal)
         self.head = self.plan.head
         # Requests stay bounded, so a later cut past their end wastes nothing; large enough
         # that the first-byte wait of each (tens of ms) costs a few percent at most.
@@ -214,17 +232,20 @@ class Segmenter:
 
     # ----- supervisor --------------------------------------------------------------------------
     def run(self, head: httpx.Response) -> None:
-        part = self.part
-        part.open_for_append()
-        self._save()  # segments are on record before any byte lands out of order
+        self.part.open_for_append()
+        # One connection writes in order: the file's size is its record (the sidecar adopt()
+        # wrote); segments put theirs on record before any byte lands out of order.
         checkpoints = threading.Thread(target=self._checkpoints, name="fetch-sidecar", daemon=True)
-        checkpoints.start()
+        if self.wide:
+            self._save()
+            checkpoints.start()
         self._spawn(self.head, head)
         try:
             self.pool.run(self._feed, tick=_TICK_S)
         finally:
             self.finished.set()
-            checkpoints.join()
+            if self.wide:
+                checkpoints.join()
         self.job.peak_connections = max(self.job.peak_connections, self.most_running)
         self._settle()
 
@@ -238,17 +259,25 @@ class Segmenter:
         written = self.plan.written()
         part.size = part.cursor.position
         part.extents = [(s, e) for s, e in written if e > part.size]
+        limit = self.policy.max_bytes
+        if self.total is None and limit is not None and self.head.pos > limit:
+            part.reset()
+            raise Refused(
+                f"the body ran past max-bytes ({human_bytes(limit)}); stopped reading "
+                "and deleted the partial file",
+                hint="raise max-bytes if the file really is that large",
+            )
         if isinstance(error, SegmentsRefused):
             self.job.one_connection = True
         if error is not None:
-            part.save(written)
+            if self.wide:
+                part.save(written)
             part.close()
             raise error
         part.close()
-        if part.size != self.total:
-            raise RangeMismatch(
-                f"segments ended with {part.size} of {self.total} bytes hashed; retrying"
-            )
+        total = self.head.end if self.total is None else self.total
+        if part.size != total:
+            raise RangeMismatch(f"the download ended with {part.size} of {total} bytes hashed")
 
     def _feed(self) -> bool:
         """The pool's planner: a connection for every range the controller allows; False once
@@ -330,7 +359,7 @@ class Segmenter:
                 seg,
                 lambda seg: self._deliver(seg, first),
                 self.policy.retry,
-                _segment_retryable,
+                _segment_retryable if self.wide else (),  # one connection: the next attempt
                 throttle=self._throttle,
                 lock=self.lock,
                 on_lost=lambda lost: self.advance(-lost),
@@ -357,8 +386,19 @@ class Segmenter:
                     return  # the controller backed off: hand the rest back, between requests
             if first:
                 self._pump(seg, first.pop())
+                if not self.wide:
+                    self._ended(seg)
+                    return
             else:
                 self._ranged(seg)
+
+    def _ended(self, seg: Segment) -> None:
+        """One connection's body ended: where the file ends, unless a size was announced."""
+        with self.lock:
+            if self.total is None:
+                seg.end = min(seg.end, seg.pos)
+            elif not self.stop.is_set() and seg.pos < seg.end:
+                raise ShortBody(f"short body: have {seg.pos} of {seg.end} bytes at its end")
 
     def _throttle(self, exc: BaseException | None) -> None:
         """Before a retry's wait: a 429 or 503 tells the controller to back off."""
@@ -459,7 +499,7 @@ class Segmenter:
         narrowed = False
         for chunk in Body(resp).chunks():
             reads, got = reads + 1, got + len(chunk)
-            if not narrowed and self.fastest < _FAR_S:
+            if not narrowed and self.wide and self.fastest < _FAR_S:
                 narrowed = _narrow(resp)
             if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
                 alone = self.running == 1  # reads shared with others say less
