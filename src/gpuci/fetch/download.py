@@ -7,10 +7,11 @@ whose ``Content-Range`` starts exactly where we stopped is appended; a 200 resta
 416 at full length means we already have it all. When the digest matches, the file is renamed
 into place; nothing incomplete or unverified ever sits under the final name.
 
-When the first response allows it (a strong validator, ``Accept-Ranges: bytes``, a known size
-of at least two segments), the rest of the file comes over several ranged connections at once:
-:mod:`gpuci.fetch.segments`, which takes over the response and leaves ``<dest>.incomplete``
-with the written ranges on record, so the next attempt (or run) resumes each of them.
+Each attempt's response is handed to the engine (:class:`gpuci.fetch.segments.Segmenter`):
+on one connection it is one segment from where we stopped; when the first response allows it
+(a strong validator, ``Accept-Ranges: bytes``, a known size of at least two segments), the
+rest of the file comes over several ranged connections at once, with the written ranges on
+record in ``<dest>.incomplete.json``, so the next attempt (or run) resumes each of them.
 
 Hostile servers and full disks are bounded: a Content-Length over ``policy.max_bytes`` (or
 over the free space) is refused before a byte is written, a body that runs past it is cut off

@@ -1,8 +1,8 @@
-"""One file's download state, shared by the one-connection path and the segmented one.
+"""One file's download state across attempts and sources.
 
-:mod:`gpuci.fetch.download` drives attempts over it and hands it to :mod:`gpuci.fetch.segments`
-when a response allows several connections; both read and update the same counters, so neither
-needs the other's module to know its shape.
+:mod:`gpuci.fetch.download` drives attempts over it and hands each response to the engine
+(:mod:`gpuci.fetch.segments`, one connection or several); both read and update the same
+counters, so neither needs the other's module to know its shape.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Segmented downloads: one large file over several ranged connections at once.
+"""Segmented downloads: one large file over several ranged connections at once (and one
+connection as a one-segment plan on the same engine, :class:`Segmenter` with ``wide`` off).
 
 retry-fetch's side of the ranged-download engine (:mod:`gpuci.ranged`, which the cache's
 restore drives too): the planner (:class:`gpuci.ranged.plan.Plan`) and the workers
@@ -19,7 +20,7 @@ It starts wide, as ``aria2c -x8 -s8`` does: the first response already tells the
 first round opens :func:`wide_start` connections at once (one per two segments' worth of what
 is left, at most 8), instead of doubling from one, which cost a remote-like link a second of
 ramp per file. The controller then grows from there while throughput keeps rising, and
-no connection opens while the hash is behind (:meth:`Segmenter._hash_behind`): sha256 eats
+no connection opens while the hash is behind (:meth:`Segmenter._cpu_bound`): sha256 eats
 bytes in order on one core, so once it is the limit more connections only cost CPU.
 
 When: only if the first response proves the server can do it safely: a strong validator
@@ -386,19 +387,15 @@ class Segmenter:
                     return  # the controller backed off: hand the rest back, between requests
             if first:
                 self._pump(seg, first.pop())
-                if not self.wide:
-                    self._ended(seg)
+                if not self.wide:  # one connection: its body's end is the attempt's
+                    with self.lock:
+                        if self.total is None:  # none announced: the file ends there too
+                            seg.end = min(seg.end, seg.pos)
+                        elif seg.pos < seg.end:  # (else its rest would be queued for _ranged)
+                            raise ShortBody(f"short body: {seg.pos} of {seg.end} bytes")
                     return
             else:
                 self._ranged(seg)
-
-    def _ended(self, seg: Segment) -> None:
-        """One connection's body ended: where the file ends, unless a size was announced."""
-        with self.lock:
-            if self.total is None:
-                seg.end = min(seg.end, seg.pos)
-            elif not self.stop.is_set() and seg.pos < seg.end:
-                raise ShortBody(f"short body: have {seg.pos} of {seg.end} bytes at its end")
 
     def _throttle(self, exc: BaseException | None) -> None:
         """Before a retry's wait: a 429 or 503 tells the controller to back off."""
