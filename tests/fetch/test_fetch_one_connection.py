@@ -74,3 +74,63 @@ def test_one_cut_on_one_connection_counts_as_on_segments(tmp_path):
     assert res.resumed_bytes == len(BIG) * 4 // 10
     assert served <= 1.05 * len(BIG), served
     assert meter.done == meter.total == len(BIG) and meter.most_done <= len(BIG)
+
+
+# ----- the sidecar: the file's size while bytes land in order, ranges before any other --------
+def _watch_writes(monkeypatch) -> tuple[list[str], list[int]]:
+    """Every write that lands beyond the bytes before it while the sidecar on disk lists no
+    ranges, or lists them without a flush first; and the flushes (``fdatasync``) made."""
+    import json
+
+    from gpuci.fetch import partial
+
+    bad: list[str] = []
+    flushes: list[int] = []
+    ends: list[int] = [0]
+    write_at = partial.Partial.write_at
+
+    def watched(self, offset, chunks):
+        if offset > max(ends):  # out of order: the record must already say so, durably
+            record = json.loads(self.meta.read_text())
+            if "segments" not in record or not flushes:
+                bad.append(f"a write at {offset} with {record} on record, {len(flushes)} flushes")
+        done = write_at(self, offset, chunks)
+        ends.append(offset + done)
+        return done
+
+    monkeypatch.setattr(partial.Partial, "write_at", watched)
+    real = os.fdatasync
+    monkeypatch.setattr(partial.os, "fdatasync", lambda fd: (flushes.append(fd), real(fd))[1])
+    return bad, flushes
+
+
+def test_ranges_go_on_record_durably_before_a_byte_lands_out_of_order(tmp_path, monkeypatch):
+    bad, flushes = _watch_writes(monkeypatch)
+    policy = FetchPolicy(
+        attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
+        connections=4, connections_start=4, segment_bytes=128 << 10,
+    )  # fmt: skip
+    with FaultyServer(rate=8_000_000) as srv:
+        srv.add("/big", BIG)
+        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=policy)
+    assert (tmp_path / "o").read_bytes() == BIG and res.connections > 1
+    assert flushes and not bad, bad
+
+
+def test_one_connection_in_order_flushes_nothing(tmp_path, monkeypatch):
+    """Bytes landing in order from the start need no record but the file's size: flushing
+    them every checkpoint made loopback wait on the disk (docs/benchmarks.md). Held at one
+    connection as on loopback, where this machine, not the link, is the limit."""
+    from gpuci.fetch import segments
+
+    monkeypatch.setattr(segments.Segmenter, "_cpu_bound", lambda self: self.running > 0)
+    bad, flushes = _watch_writes(monkeypatch)
+    policy = FetchPolicy(
+        attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
+        connections=4, connections_start=1, segment_bytes=128 << 10,
+    )  # fmt: skip
+    with FaultyServer(rate=4_000_000) as srv:  # 0.5 s: several checkpoints' time
+        srv.add("/big", BIG)
+        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=policy)
+    assert (tmp_path / "o").read_bytes() == BIG and not bad, bad
+    assert res.connections == 1 and flushes == []
