@@ -239,7 +239,7 @@ class Segmenter:
     # ----- supervisor --------------------------------------------------------------------------
     def run(self, head: httpx.Response) -> None:
         self.part.open_for_append()
-        if self.plan.pending:  # an earlier run's ranges: bytes land out of order at once
+        if self.part.extents:  # ranges beyond the prefix: the file's size says nothing
             self._record()
         checkpoints = threading.Thread(target=self._checkpoints, name="fetch-sidecar", daemon=True)
         checkpoints.start()
