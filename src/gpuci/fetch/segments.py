@@ -178,12 +178,9 @@ def segmentable(resp: httpx.Response, total: int | None, offset: int, job: Downl
 class Segmenter:
     """One attempt of a download on the engine; ``run`` returns when the file is whole.
 
-    ``wide``: the first response allows several connections (:func:`segmentable`). Otherwise
-    the plan is that response alone, one segment from the resume offset to the end (one byte
-    past max-bytes when no size was announced, never kept), on one connection that never
-    steals and is retried by the download's next attempt (a ``Range`` + ``If-Range`` resume
-    checked as the first request is), since a server that allows no segments may not resume
-    either. The sink, driver, retry wrapper, progress and accounting are the same."""
+    Without ``wide`` (:func:`segmentable` said no) the plan is the first response alone: one
+    segment to the end (one byte past max-bytes when no size was announced), never split,
+    retried by the download's next attempt (a resume checked as the first request is)."""
 
     def __init__(self, job: DownloadJob, resp: httpx.Response, total: int | None, wide: bool):
         self.job = job
@@ -326,10 +323,9 @@ class Segmenter:
     def _record(self) -> None:
         """Put the written ranges on record, durably, before a byte lands out of order.
 
-        Until then one connection writes in order from the file's start and, as on the
-        one-connection path, the file's size is the record (``Partial.adopt`` wrote it): no
-        flush. Flushing it anyway every checkpoint cost loopback 40% of its wall time (the
-        writer waited on the disk: 1.74 s vs 1.03 s per GiB, median of 4, interleaved)."""
+        Until then one connection writes in order and the file's size is the record (as
+        ``Partial.adopt`` wrote it): flushing it every checkpoint made loopback wait on the
+        disk (1.74 s vs 1.03 s per GiB, docs/benchmarks.md)."""
         with self.record_lock:
             if not self.recorded:
                 with self.lock:
