@@ -134,3 +134,21 @@ def test_one_connection_in_order_flushes_nothing(tmp_path, monkeypatch):
         res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=policy)
     assert (tmp_path / "o").read_bytes() == BIG and not bad, bad
     assert res.connections == 1 and flushes == []
+
+
+@pytest.mark.parametrize("connections", [1, 4])
+def test_the_deadline_message_never_shows_a_redirect_targets_signed_query(tmp_path, connections):
+    """Both paths follow the redirect's URL (a CDN's presigned one, say), which the command
+    never saw and so never masked: the deadline's one line names it without its query."""
+    policy = FetchPolicy(
+        attempts=2, timeout=5, deadline=0.3, max_wait=0.05, initial_wait=0.01,
+        connections=connections, connections_start=connections, segment_bytes=32 << 10,
+    )  # fmt: skip
+    with FaultyServer(rate=100_000) as srv:
+        srv.add("/data.bin", DATA)
+        srv.add("/old.bin", DATA)
+        srv.faults("/old.bin", Fault(redirect_to="/data.bin?X-Amz-Signature=s3cr3t"))
+        with pytest.raises(FetchError) as info:
+            fetch_file(srv.url("/old.bin"), tmp_path / "o", SHA, policy=policy)
+    assert "deadline" in info.value.message
+    assert "s3cr3t" not in info.value.one_line(), info.value.one_line()

@@ -18,6 +18,7 @@ import httpx
 from gpuci.errors import FetchError
 from gpuci.fetch.partial import Partial
 from gpuci.fetch.policy import FetchPolicy
+from gpuci.fetch.urls import shown_url
 
 __all__ = ["DownloadJob", "Meter", "ProgressLike"]
 
@@ -118,13 +119,14 @@ class DownloadJob:
 
     def deadline_check(self, url: str) -> Callable[[], None]:
         """The driver's check after each chunk: past the deadline, one line saying how much
-        of the file is whole."""
+        of the file is whole. ``url`` may be a redirect's target (a presigned query the
+        command never masked): shown without query or userinfo."""
         deadline = self.started + self.policy.deadline
 
         def check() -> None:
             if time.monotonic() > deadline:
                 raise FetchError(
-                    f"{url}: deadline of {self.policy.deadline:g}s passed with "
+                    f"{shown_url(url)}: deadline of {self.policy.deadline:g}s passed with "
                     f"{self.partial.cursor.position} bytes whole after {self.attempts} attempt(s)",
                     hint="raise the deadline input, or add a closer mirror",
                 )
