@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,9 +139,16 @@ def run_aria2c(url: str, out: Path) -> tuple[float, int]:
     return time.monotonic() - started, proc.returncode
 
 
+#: ``--connections``: passed to every gpu-ci row (None: the default); 1 times the one-connection
+#: path (small files, servers without ranges), which the default file never takes.
+CONNECTIONS: int | None = None
+
+
 def run_api(url: str, out: Path, sha: str) -> tuple[float, int]:
     keep_buffers_in_heap()  # what the retry-fetch command does in its process (opt-in for the API)
     policy = FetchPolicy(attempts=5, timeout=30, deadline=600, max_wait=1, initial_wait=0.1)
+    if CONNECTIONS is not None:
+        policy = replace(policy, connections=CONNECTIONS)
     started = time.monotonic()
     fetch_file(url, out, sha, policy=policy)
     return time.monotonic() - started, 0
@@ -152,6 +160,8 @@ def run_cli(url: str, out: Path, sha: str, src: Path = ROOT / "src") -> tuple[fl
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # cached bytecode, as on a runner after one call
     cmd = [sys.executable, "-m", "gpuci", "retry-fetch", "--url", url, "--dest", str(out)]
     cmd += ["--sha256", sha, "--max-wait", "1s", "--json"]
+    if CONNECTIONS is not None:
+        cmd += ["--connections", str(CONNECTIONS)]
     started = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, timeout=600)
     return time.monotonic() - started, proc.returncode
@@ -253,11 +263,19 @@ def main() -> int:
     )
     parser.add_argument("--no-drops", action="store_true", help="skip the dropped-connection rows")
     parser.add_argument(
+        "--connections",
+        type=int,
+        metavar="N",
+        help="gpu-ci's most connections per file (1: the one-connection path)",
+    )
+    parser.add_argument(
         "--wan",
         metavar="RATE_MIB_PER_CONN,LATENCY_MS",
         help="remote-like: every client through scripts/wanproxy.py, e.g. 16,30 (no drop rows)",
     )
     args = parser.parse_args()
+    global CONNECTIONS
+    CONNECTIONS = args.connections
     try:
         wan = wanproxy.parse_wan(args.wan) if args.wan else None
     except ValueError as exc:
@@ -283,6 +301,7 @@ def main() -> int:
             "response's first byte, scripts/wanproxy.py)"
         )
     figures: dict[str, object] = {"size_bytes": size, "repeat": args.repeat, "wan": wan}
+    figures["connections"] = args.connections
     drops: dict[str, dict[str, object]] = {}
     try:
         tools = {
@@ -317,7 +336,8 @@ def main() -> int:
     curl_rate, aria_rate = rate["curl"], rate.get(ARIA2C)
     lines = [
         f"File: {size // MiB} MiB over {link}, median of {args.repeat} clean runs each, "
-        f"tools interleaved; load average {load_start} before, {load_end} after.",
+        f"tools interleaved; load average {load_start} before, {load_end} after"
+        + (f"; gpu-ci at most {args.connections} connection(s)." if args.connections else "."),
         "",
         "| tool | seconds, median (min-max) | MiB/s | vs curl | time vs aria2c -x8 -s8 "
         "| client CPU s, median |",

@@ -47,6 +47,8 @@ class Fault:
     redirect_to: str | None = None  # 302 to this path
     gzip: bool = False  # Content-Encoding: gzip the whole body
     bad_content_range: bool = False  # a 206 whose Content-Range starts elsewhere
+    close_delimited: bool = False  # no Content-Length: the body ends when the connection does
+    chunked: bool = False  # chunked framing beside Content-Length, ending cleanly at drop_after
 
 
 @dataclass
@@ -219,7 +221,12 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
             req.status = status
             self.send_response(status)
             self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(end - start + 1))
+            if fault.close_delimited:
+                self.send_header("Connection", "close")
+            else:
+                self.send_header("Content-Length", str(end - start + 1))
+            if fault.chunked:
+                self.send_header("Transfer-Encoding", "chunked")
             if entry.accept_ranges:
                 self.send_header("Accept-Ranges", "bytes")
             if entry.etag:
@@ -238,8 +245,14 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
             limit = end - start + 1
             if fault.drop_after is not None:
                 limit = min(limit, fault.drop_after)
+            if fault.chunked:  # one chunk, then the last: a clean end, whatever the length said
+                data = self._read(entry, start, limit)
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+                with server.lock:
+                    req.body_bytes += len(data)
+                return
             self._send(req, entry, payload, start, limit, fault)
-            if fault.drop_after is not None and limit < end - start + 1:
+            if fault.close_delimited or (fault.drop_after is not None and limit < end - start + 1):
                 try:
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)

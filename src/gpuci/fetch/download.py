@@ -7,10 +7,11 @@ whose ``Content-Range`` starts exactly where we stopped is appended; a 200 resta
 416 at full length means we already have it all. When the digest matches, the file is renamed
 into place; nothing incomplete or unverified ever sits under the final name.
 
-When the first response allows it (a strong validator, ``Accept-Ranges: bytes``, a known size
-of at least two segments), the rest of the file comes over several ranged connections at once:
-:mod:`gpuci.fetch.segments`, which takes over the response and leaves ``<dest>.incomplete``
-with the written ranges on record, so the next attempt (or run) resumes each of them.
+Each attempt's response is handed to the engine (:class:`gpuci.fetch.segments.Segmenter`):
+on one connection it is one segment from where we stopped; when the first response allows it
+(a strong validator, ``Accept-Ranges: bytes``, a known size of at least two segments), the
+rest of the file comes over several ranged connections at once, with the written ranges on
+record in ``<dest>.incomplete.json``, so the next attempt (or run) resumes each of them.
 
 Hostile servers and full disks are bounded: a Content-Length over ``policy.max_bytes`` (or
 over the free space) is refused before a byte is written, a body that runs past it is cut off
@@ -25,7 +26,6 @@ import errno
 import os
 import re
 import stat
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +35,6 @@ import httpx
 
 from gpuci.errors import FetchError, GpuciError, IntegrityError
 from gpuci.fetch.client import (
-    Body,
     answered_span,
     check_identity,
     new_client,
@@ -50,15 +49,12 @@ from gpuci.fetch.policy import (
     RangeMismatch,
     Refused,
     RetryableError,
-    ShortBody,
     check_retryable,
 )
 from gpuci.fetch.segments import Segmenter, segmentable
 from gpuci.fetch.urls import check_url
 from gpuci.fetch.validators import strong_validator
 from gpuci.files import sha256_file
-from gpuci.ranged.drive import pump
-from gpuci.ranged.plan import Segment
 from gpuci.units import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range", "strong_validator"]
@@ -107,13 +103,11 @@ class _Download(DownloadJob):
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
             total = self._accept(resp, url, offset, resuming)
-            if total is not None and segmentable(resp, total, offset, self):
-                Segmenter(self, resp, total).run(resp)
-                return
-            if self.partial.extents:
+            wide = total is not None and segmentable(resp, total, offset, self)
+            if self.partial.extents and not wide:
                 self.partial.drop_extents()  # one connection rewrites them in order
                 self.sync_progress()
-            self._stream(resp, url, total)
+            Segmenter(self, resp, total, wide).run(resp)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
         check_retryable(resp, url)
@@ -180,34 +174,6 @@ class _Download(DownloadJob):
                 f"{human_bytes(free)} free; nothing was written",
                 hint="free space on that disk, or set dest to a folder on a larger one",
             )
-
-    def _stream(self, resp: httpx.Response, url: str, total: int | None) -> None:
-        """One connection: a single segment from the resume offset on the engine's driver
-        (:func:`gpuci.ranged.drive.pump`), ended one byte past max-bytes (never kept)."""
-        part = self.partial
-        limit = self.policy.max_bytes
-        start = part.size
-        end = limit + 1 if limit is not None else sys.maxsize
-        seg = Segment(start, start, max(end, start + 1), start)
-        part.open_for_append()
-        body, check = Body(resp), self.deadline_check(url)
-        try:
-            pump(seg, body.chunks(), part.sink(seg), on_bytes=self.meter.advance, check=check)
-        finally:
-            part.size = seg.written
-            part.close()
-        if limit is not None and seg.pos > limit:
-            part.reset()
-            raise Refused(
-                f"the body ran past max-bytes ({human_bytes(limit)}); stopped reading "
-                "and deleted the partial file",
-                hint="raise max-bytes if the file really is that large",
-            )
-        announced = _int(resp.headers.get("Content-Length"))
-        if announced is not None and body.received < announced:
-            raise ShortBody(f"short body: {body.received} of {announced} bytes")
-        if total is not None and part.size != total:
-            raise ShortBody(f"short body: have {part.size} of {total} bytes at its end")
 
     def finish(self, url: str, sha256: str | None) -> FetchResult:
         part = self.partial

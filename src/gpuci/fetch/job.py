@@ -1,8 +1,8 @@
-"""One file's download state, shared by the one-connection path and the segmented one.
+"""One file's download state across attempts and sources.
 
-:mod:`gpuci.fetch.download` drives attempts over it and hands it to :mod:`gpuci.fetch.segments`
-when a response allows several connections; both read and update the same counters, so neither
-needs the other's module to know its shape.
+:mod:`gpuci.fetch.download` drives attempts over it and hands each response to the engine
+(:mod:`gpuci.fetch.segments`, one connection or several); both read and update the same
+counters, so neither needs the other's module to know its shape.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import httpx
 from gpuci.errors import FetchError
 from gpuci.fetch.partial import Partial
 from gpuci.fetch.policy import FetchPolicy
+from gpuci.fetch.urls import shown_url
 
 __all__ = ["DownloadJob", "Meter", "ProgressLike"]
 
@@ -118,13 +119,14 @@ class DownloadJob:
 
     def deadline_check(self, url: str) -> Callable[[], None]:
         """The driver's check after each chunk: past the deadline, one line saying how much
-        of the file is whole."""
+        of the file is whole. ``url`` may be a redirect's target (a presigned query the
+        command never masked): shown without query or userinfo."""
         deadline = self.started + self.policy.deadline
 
         def check() -> None:
             if time.monotonic() > deadline:
                 raise FetchError(
-                    f"{url}: deadline of {self.policy.deadline:g}s passed with "
+                    f"{shown_url(url)}: deadline of {self.policy.deadline:g}s passed with "
                     f"{self.partial.cursor.position} bytes whole after {self.attempts} attempt(s)",
                     hint="raise the deadline input, or add a closer mirror",
                 )

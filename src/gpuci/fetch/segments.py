@@ -1,4 +1,5 @@
-"""Segmented downloads: one large file over several ranged connections at once.
+"""Segmented downloads: one large file over several ranged connections at once (and one
+connection as a one-segment plan on the same engine, :class:`Segmenter` with ``wide`` off).
 
 retry-fetch's side of the ranged-download engine (:mod:`gpuci.ranged`, which the cache's
 restore drives too): the planner (:class:`gpuci.ranged.plan.Plan`) and the workers
@@ -19,7 +20,7 @@ It starts wide, as ``aria2c -x8 -s8`` does: the first response already tells the
 first round opens :func:`wide_start` connections at once (one per two segments' worth of what
 is left, at most 8), instead of doubling from one, which cost a remote-like link a second of
 ramp per file. The controller then grows from there while throughput keeps rising, and
-no connection opens while the hash is behind (:meth:`Segmenter._hash_behind`): sha256 eats
+no connection opens while the hash is behind (:meth:`Segmenter._cpu_bound`): sha256 eats
 bytes in order on one core, so once it is the limit more connections only cost CPU.
 
 When: only if the first response proves the server can do it safely: a strong validator
@@ -43,19 +44,23 @@ never reaches the file:
   one connection from then on (:class:`SegmentsRefused`).
 
 Resume: every segment writes through its own sink (:meth:`~gpuci.fetch.partial.Partial.sink`),
-which moves its ``written``; a checkpoint thread writes the sidecar with every written range
-every ``_SAVE_EVERY_S`` (and once more when the run stops), so a cut connection resumes its
-segment from its last byte and a ``kill -9`` loses at most that interval's bytes. Each
-checkpoint is durable (data ``fdatasync``, then the record written, ``fsync``-ed and renamed
-into place): a sidecar never claims bytes a crash of the machine could lose, and the flush
-runs beside the writers, never in their way. The sha256 of the whole file is a hash cursor
-that reads back what landed ahead of it (:mod:`gpuci.hashcursor`).
+which moves its ``written``. While one connection writes in order from the file's start, the
+file's size is the record, as on the one-connection path; before the first byte lands out of
+order the written ranges go on record, and from then on a checkpoint thread writes the sidecar
+with every written range every ``_SAVE_EVERY_S`` (and once more when the run stops), so a cut
+connection resumes its segment from its last byte and a ``kill -9`` loses at most that
+interval's bytes. Each record is durable (data ``fdatasync``, then the record written,
+``fsync``-ed and renamed into place): a sidecar never claims bytes a crash of the machine
+could lose, and the checkpoints' flush runs beside the writers, never in their way. The
+sha256 of the whole file is a hash cursor that reads back what landed ahead of it
+(:mod:`gpuci.hashcursor`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -76,6 +81,8 @@ from gpuci.fetch.policy import (
     RETRYABLE,
     FetchPolicy,
     RangeMismatch,
+    Refused,
+    ShortBody,
     check_retryable,
 )
 from gpuci.fetch.validators import segment_validator, version_of
@@ -84,6 +91,7 @@ from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
 from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
 _HEAD_DEPTH = 16
@@ -168,21 +176,30 @@ def segmentable(resp: httpx.Response, total: int | None, offset: int, job: Downl
 
 
 class Segmenter:
-    """One attempt of a segmented download; ``run`` returns when the file is whole."""
+    """One attempt of a download on the engine; ``run`` returns when the file is whole.
 
-    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int) -> None:
+    Without ``wide`` (:func:`segmentable` said no) the plan is the first response alone: one
+    segment to the end (one byte past max-bytes when no size was announced), never split,
+    retried by the download's next attempt (a resume checked as the first request is)."""
+
+    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int | None, wide: bool):
         self.job = job
         self.part = job.partial
         self.policy = job.policy
-        self.total = total
+        self.total = total  # None: not announced; the body's end is the file's end
+        self.wide = wide
         self.validator = job.partial.validator or ""
         self.url = str(resp.url)  # every segment follows the same resolved URL
         self.credentials = dict(resp.extensions.get(CREDENTIALS_KEPT) or {})
-        self.conc = Concurrency(
-            start=wide_start(total - job.partial.held(), self.policy, job.first_byte_s),
-            ceiling=self.policy.connections,
-            window_s=_WINDOW_S,
-            gain=_GAIN,
+        self.conc = (
+            Concurrency(
+                start=wide_start(total - job.partial.held(), self.policy, job.first_byte_s),
+                ceiling=self.policy.connections,
+                window_s=_WINDOW_S,
+                gain=_GAIN,
+            )
+            if wide and total is not None
+            else Concurrency.fixed(1)
         )
         self.lock = threading.Lock()  # the plan's segments and the counts below
         self.stop = threading.Event()
@@ -194,7 +211,9 @@ class Segmenter:
         # Near the end, ranges smaller than a segment are still split between idle
         # connections, or the last few would finish alone at one connection's speed.
         steal = max(extents.ALIGN, self.policy.segment_bytes // 4)
-        self.plan = Plan(self.part.size, self.part.extents, total, steal)
+        limit = self.policy.max_bytes
+        end = total if total is not None else (limit + 1 if limit is not None else sys.maxsize)
+        self.plan = Plan(self.part.size, self.part.extents, end, steal)
         self.head = self.plan.head
         # Requests stay bounded, so a later cut past their end wastes nothing; large enough
         # that the first-byte wait of each (tens of ms) costs a few percent at most.
@@ -211,12 +230,14 @@ class Segmenter:
         # distance.
         self.fastest = job.first_byte_s if job.first_byte_s is not None else float("inf")
         self.head_full = False  # the head's reads filled their buffers (its last window)
+        self.recorded = False  # the sidecar lists the written ranges (:meth:`_record`)
+        self.record_lock = threading.Lock()
 
     # ----- supervisor --------------------------------------------------------------------------
     def run(self, head: httpx.Response) -> None:
-        part = self.part
-        part.open_for_append()
-        self._save()  # segments are on record before any byte lands out of order
+        self.part.open_for_append()
+        if self.part.extents:  # ranges beyond the prefix: the file's size says nothing
+            self._record()
         checkpoints = threading.Thread(target=self._checkpoints, name="fetch-sidecar", daemon=True)
         checkpoints.start()
         self._spawn(self.head, head)
@@ -238,17 +259,25 @@ class Segmenter:
         written = self.plan.written()
         part.size = part.cursor.position
         part.extents = [(s, e) for s, e in written if e > part.size]
+        limit = self.policy.max_bytes
+        if self.total is None and limit is not None and self.head.pos > limit:
+            part.reset()
+            raise Refused(
+                f"the body ran past max-bytes ({human_bytes(limit)}); stopped reading "
+                "and deleted the partial file",
+                hint="raise max-bytes if the file really is that large",
+            )
         if isinstance(error, SegmentsRefused):
             self.job.one_connection = True
         if error is not None:
-            part.save(written)
+            if self.recorded or part.extents:
+                part.save(written)
             part.close()
             raise error
         part.close()
-        if part.size != self.total:
-            raise RangeMismatch(
-                f"segments ended with {part.size} of {self.total} bytes hashed; retrying"
-            )
+        total = self.head.end if self.total is None else self.total
+        if part.size != total:
+            raise RangeMismatch(f"the download ended with {part.size} of {total} bytes hashed")
 
     def _feed(self) -> bool:
         """The pool's planner: a connection for every range the controller allows; False once
@@ -291,16 +320,29 @@ class Segmenter:
         near = self.fastest < _FAR_S
         return self.plan.take(not self.job.one_connection, _IN_FLIGHT if near else 0)
 
-    def _save(self) -> None:
-        self.part.save(self.plan.written())
+    def _record(self) -> None:
+        """Put the written ranges on record, durably, before a byte lands out of order.
+
+        Until then one connection writes in order and the file's size is the record (as
+        ``Partial.adopt`` wrote it): flushing it every checkpoint made loopback wait on the
+        disk (1.74 s vs 1.03 s per GiB, docs/benchmarks.md)."""
+        with self.record_lock:
+            if not self.recorded:
+                with self.lock:
+                    written = self.plan.written()
+                self.part.save(written, durable=True)
+                self.recorded = True
 
     def _checkpoints(self) -> None:
-        """Every ``_SAVE_EVERY_S``: the written ranges, durably, when they changed.
+        """Every ``_SAVE_EVERY_S`` once on record (:meth:`_record`): the written ranges,
+        durably, when they changed.
 
         The ranges are read before the flush, so each one claimed was written before it
         began; the flush runs here, so no writer or connection waits for the disk."""
         last: list[tuple[int, int]] | None = None
         while not self.finished.wait(_SAVE_EVERY_S):
+            if not self.recorded:
+                continue
             with self.lock:
                 written = self.plan.written()
             if written == last:
@@ -326,11 +368,13 @@ class Segmenter:
         every failure of this segment, never reset."""
         first = [resp] if resp is not None else []
         try:  # the pool holds one of the controller's slots meanwhile
+            if resp is None:
+                self._record()  # before this range's first byte lands
             retry_segment(
                 seg,
                 lambda seg: self._deliver(seg, first),
                 self.policy.retry,
-                _segment_retryable,
+                _segment_retryable if self.wide else (),  # one connection: the next attempt
                 throttle=self._throttle,
                 lock=self.lock,
                 on_lost=lambda lost: self.advance(-lost),
@@ -357,6 +401,13 @@ class Segmenter:
                     return  # the controller backed off: hand the rest back, between requests
             if first:
                 self._pump(seg, first.pop())
+                if not self.wide:  # one connection: its body's end is the attempt's
+                    with self.lock:
+                        if self.total is None:  # none announced: the file ends there too
+                            seg.end = min(seg.end, seg.pos)
+                        elif seg.pos < seg.end:  # (else its rest would be queued for _ranged)
+                            raise ShortBody(f"short body: {seg.pos} of {seg.end} bytes")
+                    return
             else:
                 self._ranged(seg)
 
@@ -459,7 +510,7 @@ class Segmenter:
         narrowed = False
         for chunk in Body(resp).chunks():
             reads, got = reads + 1, got + len(chunk)
-            if not narrowed and self.fastest < _FAR_S:
+            if not narrowed and self.wide and self.fastest < _FAR_S:
                 narrowed = _narrow(resp)
             if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
                 alone = self.running == 1  # reads shared with others say less
