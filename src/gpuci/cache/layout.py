@@ -46,7 +46,8 @@ PACK_RUN = 8 << 20
 # Reads from the network and from disk go through buffers of this size.
 IO_CHUNK = 4 << 20
 # Buffered writes and the hash take a chunk this much at a time, so the bytes are still in the
-# CPU cache between the two: one 4 MiB pwrite cost 3-4x the kernel CPU of 16 of 256 KiB here.
+# CPU cache between the two: one 4 MiB pwrite cost several times the kernel CPU of 16 of
+# 256 KiB (docs/benchmarks.md#figures-behind-the-code).
 WRITE_SLICE = 256 << 10
 # Uploads above this size go multipart.
 MULTIPART_THRESHOLD = 64 << 20

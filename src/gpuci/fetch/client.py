@@ -160,8 +160,9 @@ class Body:
 
     Why: httpx hands a body over through h11, which copies every byte three times in Python
     (into its receive buffer, a slice of it, then httpcore's ``bytes()``): measured on loopback,
-    1 GiB through ``iter_raw`` cost 0.70 client CPU seconds, the same read from the connection
-    0.22 (scripts/bench_fetch.py, docs/benchmarks.md "Issue 28, round 4"), and that reader was
+    1 GiB through ``iter_raw`` cost about three times the client CPU of the same read from the
+    connection (scripts/bench_fetch.py; docs/benchmarks.md, "Where a verified GiB's CPU
+    went"), and that reader was
     the one-connection path's slowest stage after the hash. So when the framing is nothing but a
     count (HTTP/1.1, ``Content-Length``, no ``Transfer-Encoding``), :meth:`chunks` takes h11's
     first event (every body byte it already buffered with the headers), then reads the rest

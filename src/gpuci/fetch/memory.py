@@ -6,9 +6,9 @@ time), and a few of them are alive at once while the writer and hasher threads h
 glibc serves such sizes with ``mmap`` (over its 128 KiB threshold) or gives freed heap back to
 the kernel once more than twice the last freed size sits unused at the top, so each new buffer
 is page-faulted in again, 4 KiB at a time: measured on loopback (1 GiB, one connection,
-scripts/bench_fetch.py, docs/benchmarks.md "Issue 28, round 4"), 634k page faults and 1.2-1.4
-system CPU seconds per GiB, against 39k faults and 0.4-0.6 s with the two settings below: about
-a third of the client's CPU per verified byte, for no byte of validation.
+scripts/bench_fetch.py), about a third of the client's CPU per verified byte went to those
+faults, for no byte of validation, and the two settings below remove most of them (figures:
+docs/benchmarks.md, "Where a verified GiB's CPU went").
 
 What: ``mallopt(M_MMAP_THRESHOLD, 4 MiB)`` (buffers up to 4 MiB come from the heap, reused
 after ``free``) and ``mallopt(M_TRIM_THRESHOLD, 32 MiB)`` (up to 32 MiB of freed heap stays with

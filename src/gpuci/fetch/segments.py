@@ -100,8 +100,8 @@ _HEAD_DEPTH = 16
 _SAVE_EVERY_S = 0.25
 _WIDE = 8  # most connections the first round opens (aria2c -x8 -s8's count)
 # A first answer this slow (connect included) comes from a hub, a CDN or another region: one
-# from this machine or its cluster answers in a few ms (loopback measured 1 ms quiet, 11-21 ms
-# with the 2 cores at load 12-19), one over the internet in tens (the harness models 30 ms).
+# from this machine or its cluster answers in a few ms, even on a loaded machine, one over the
+# internet in tens (figures: docs/benchmarks.md, "What changed, and how to read it").
 _FAR_S = 0.025
 _TICK_S = 0.02
 # What a near server may have sent ahead of our reads on one connection: the kernel's socket
@@ -112,16 +112,17 @@ _IN_FLIGHT = 16 << 20
 _NEAR_WINDOW = 2 << 20
 _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
-# on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at 1-2.
+# on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at one or two
+# connections (docs/benchmarks.md#figures-behind-the-code).
 _GAIN = 1.3
 # Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
 # (half of the first connection's queues: it keeps up, the lag stays under one batch).
 _HASH_LAG = (_HEAD_DEPTH // 4) << 20
 # The first connection's reads, while it runs alone, returning this many bytes on average:
 # data waits in the socket for this client, so this machine, not the link, sets the speed. A
-# reader that keeps up with a link gets what arrived since its last read (16 MiB/s: a few KiB
-# to 64 KiB a read); loopback filled nearly every 1 MiB read. Then one connection already
-# brings bytes about as fast as one core hashes them (0.2-0.7 vs ~0.95 CPU s per GiB), and
+# reader that keeps up with a link gets what arrived since its last read (a small fraction of
+# a 1 MiB read); loopback filled nearly every 1 MiB read. Then one connection already brings
+# bytes about as fast as one core hashes them (docs/benchmarks.md#figures-behind-the-code), and
 # another would only compete with it for the same CPU. Unlike CPU seconds, a full socket
 # says so on a machine that other work keeps busy too.
 _FULL_READ = 256 << 10
@@ -151,8 +152,9 @@ def wide_start(left: int, policy: FetchPolicy, first_byte_s: float | None = None
     at least 2, at most ``_WIDE`` and the ceiling: there each connection is capped and each
     request waits for its first byte, so a ramp from one costs seconds. A near
     one (a store in the same cluster, loopback) starts with one: there the CPU is the limit,
-    and measured on loopback, 8 connections at once cost 25-60% more CPU per byte than one
-    (threads, and pieces read back for the in-order hash) for no speed; the controller still
+    and measured on loopback, 8 connections at once cost more CPU per byte than one
+    (threads, and pieces read back for the in-order hash) for no speed (docs/benchmarks.md,
+    "What changed, and how to read it"); the controller still
     adds connections there when they pay. ``connections_start`` set in the policy wins."""
     if policy.connections_start:
         return max(1, min(policy.connections_start, policy.connections))
@@ -222,12 +224,13 @@ class Segmenter:
         self.finished = threading.Event()  # tells the checkpoint thread to stop
         # A near server (loopback, the same cluster) has sent an answer far ahead of what we
         # read, into socket buffers of megabytes: cutting one there asks again for bytes already
-        # on their way (loopback served 1.13-1.33x the file). There the CPU, not the link, is
+        # on their way (loopback served well over the file's size:
+        # docs/benchmarks.md#figures-behind-the-code). There the CPU, not the link, is
         # the limit, so a tail split gains nothing: a ranged answer is only cut past its request
         # or _IN_FLIGHT ahead of its reads.
         # Judged by the fastest first answer seen: load only ever slows one (a busy machine's
-        # loopback took 118 ms for the first), a far server never answers faster than its
-        # distance.
+        # loopback can be slower than a far server: docs/benchmarks.md#figures-behind-the-code),
+        # a far server never answers faster than its distance.
         self.fastest = job.first_byte_s if job.first_byte_s is not None else float("inf")
         self.head_full = False  # the head's reads filled their buffers (its last window)
         self.recorded = False  # the sidecar lists the written ranges (:meth:`_record`)
@@ -325,7 +328,7 @@ class Segmenter:
 
         Until then one connection writes in order and the file's size is the record (as
         ``Partial.adopt`` wrote it): flushing it every checkpoint made loopback wait on the
-        disk (1.74 s vs 1.03 s per GiB, docs/benchmarks.md)."""
+        disk (docs/benchmarks.md, "retry-fetch on one engine")."""
         with self.record_lock:
             if not self.recorded:
                 with self.lock:

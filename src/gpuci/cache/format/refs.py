@@ -54,7 +54,8 @@ from gpuci.redact import excerpt
 
 MAX_KEY = 512
 # C0 and C1 control characters (and DEL): one regex scan, not a Python loop per character
-# (a listing checks every key it names: 136,000 long keys took 25 s that way).
+# (a listing checks every key it names: a loop was far too slow for a large listing;
+# docs/benchmarks.md#figures-behind-the-code).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # A ref is about 200 bytes of JSON; one above this cap is refused unread (a hostile store
 # cannot make a lookup hold a gigabyte).
@@ -423,10 +424,11 @@ def touch_use(store: Store, namespace: str, key: str) -> str | None:
 
 class UseRecording:
     """:func:`touch_use` on a thread of its own, so the write goes out beside the restore's
-    transfer: on a remote store it is one more round trip (30-100 ms) that the restore used to wait
-    for after its last byte. A restore that then fails has still recorded a use (the key was
-    wanted, which is what prune asks). On a file store the record is one local rename: it is
-    written when the result is asked for, and a tier hit starts no thread (nor imports one)."""
+    transfer: on a remote store it is one more round trip (docs/benchmarks.md, "Issue 28, round 4:
+    cold restore CPU") that the restore used to wait for after its last byte. A restore that
+    then fails has still recorded a use (the key was wanted, which is what prune asks). On a
+    file store the record is one local rename: it is written when the result is asked for, and a
+    tier hit starts no thread (nor imports one)."""
 
     def __init__(self, store: Store, namespace: str, key: str) -> None:
         self._args = (store, namespace, key)

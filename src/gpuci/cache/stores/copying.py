@@ -14,7 +14,8 @@ from gpuci.cache import layout
 
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 # Bytes per read when hashing: small enough that a chunk is still in the CPU cache when it is
-# written out (one pass at 4 MiB ran ~100 MiB/s here, at 64 KiB ~300-360 MiB/s).
+# written out: several times faster than 4 MiB reads (docs/benchmarks.md, "cache-weights:
+# trust modes of the runner-local tier"; the figure: docs/benchmarks.md#figures-behind-the-code).
 HASH_CHUNK = 64 << 10
 
 

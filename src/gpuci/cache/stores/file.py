@@ -183,8 +183,9 @@ class LocalStore(Store):
     def put(self, key: str, data: bytes) -> str:
         final = self._target(key)
         # A last-use record (uses/) is only a date that prune and ls read from the listing's
-        # mtime: losing it in a crash costs nothing, so it skips the fsync (~0.1 s of every
-        # warm restore). It is still renamed into place: never seen half-written.
+        # mtime: losing it in a crash costs nothing, so it skips the fsync (a visible share of
+        # every warm restore: docs/benchmarks.md, "Issue 28 on main, retaken in a quiet
+        # window"). It is still renamed into place: never seen half-written.
         durable = not key.startswith(layout.USES + "/")
         os.replace(self._write_temp(final, data, durable=durable), final)
         return _etag(data)

@@ -167,7 +167,9 @@ class LocalTier:
 
     def __init__(self, root: Path, limit: int = 0, mode: str = DEFAULT_MODE) -> None:
         self.root = root
-        self._blobs = os.path.join(root, layout.BLOBS)  # a str: a Path per file costs ~10 us
+        # A str: building a Path per file is a measurable cost per small file (figure:
+        # docs/benchmarks.md#figures-behind-the-code).
+        self._blobs = os.path.join(root, layout.BLOBS)
         self.limit = limit
         self.mode = parse_mode(mode)
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
@@ -176,7 +178,8 @@ class LocalTier:
         # ``link`` mode: a hardlink from the tier worked where a reflink had just failed, so the
         # tier's filesystem cannot clone, and a later file that links is on that filesystem too:
         # link it straight away instead of creating a file only to learn that again (on ext4,
-        # creating a file costs ~20x a link, most of a warm restore of many small files).
+        # creating a file costs many times a link, most of a warm restore of many small files;
+        # docs/benchmarks.md#figures-behind-the-code).
         self._links_first = False
 
     # ----- names ---------------------------------------------------------------------------

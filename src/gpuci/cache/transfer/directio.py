@@ -1,17 +1,16 @@
 """Writing large restored files with ``O_DIRECT``: the bytes skip the page cache.
 
-On the 2-core runners this cache is built for, a buffered write of 4 MiB chunks cost about
-0.9 CPU-seconds per GiB in the kernel (page allocation, a cache-cold copy, dirty accounting);
-an ``O_DIRECT`` write of the same GiB costs about 0.06 s (`dd`, see docs/benchmarks.md). The
+On the 2-core runners this cache is built for, a buffered write of 4 MiB chunks cost many
+times the kernel CPU (page allocation, a cache-cold copy, dirty accounting) of an ``O_DIRECT``
+write of the same GiB (`dd`: docs/benchmarks.md, "cache-weights (2026-11-29, ...)"). The
 default buffered path has since become much cheaper (spliced, or written in 256 KiB slices:
 "Big-file write path" in docs/benchmarks.md), so ``O_DIRECT`` now saves far less.
 The price: the restored files are not left warm in the page cache, and a job usually reads its
-weights right after restoring them. Measured here (4 x 512 MiB from s3rver, restore then
-``cat`` of every file): O_DIRECT 3.7-5.4 s + 2.8-3.7 s to read back = 6.5-9.1 s; buffered
-4.6-5.1 s + 0.1 s = 4.6-5.2 s. So it is OFF by default: ``GPUCI_CACHE_DIRECT_IO=on`` turns it
-on for restores whose files are not read soon (a dataset staged for a later job). Filesystems
-that refuse ``O_DIRECT`` (tmpfs on older kernels, some FUSE mounts) fall back to buffered writes
-on their own.
+weights right after restoring them: restore then ``cat`` of every file took longer with
+``O_DIRECT`` than buffered (same section). So it is OFF by default:
+``GPUCI_CACHE_DIRECT_IO=on`` turns it on for restores whose files are not read soon (a dataset
+staged for a later job). Filesystems that refuse ``O_DIRECT`` (tmpfs on older kernels, some
+FUSE mounts) fall back to buffered writes on their own.
 
 ``O_DIRECT`` wants the buffer address, the file offset and the length aligned to the logical
 block size: buffers come from anonymous ``mmap`` (page-aligned), callers write at offsets that

@@ -2,7 +2,8 @@
 
 Keys in the environment (what aws-actions/configure-aws-credentials sets) with the region and
 endpoint known from the inputs or the environment are read here, without botocore: a restore
-with them never pays the 0.2-0.3 s botocore costs to import. Everything else - a profile, SSO,
+with them never pays botocore's slow import (docs/benchmarks.md#figures-behind-the-code).
+Everything else - a profile, SSO,
 ``credential_process``, web identity, the instance role, a region or ``endpoint_url`` in the
 AWS config file - is botocore's job (:func:`_from_botocore`): its session resolves them, and
 the store signs with what it resolved (:mod:`gpuci.cache.stores.s3.signer`) on its one bounded

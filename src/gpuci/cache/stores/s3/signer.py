@@ -4,8 +4,9 @@ plane's requests (:mod:`gpuci.cache.stores.s3.client`).
 
 Credentials, region and endpoint come from :mod:`gpuci.cache.stores.s3.config` (the environment, or
 botocore's whole chain); this module only signs, with whatever credentials are current at each
-signing (role credentials refresh under it). Why not botocore's signer: importing botocore costs
-0.2-0.3 s, serial time before the first byte of a restore with keys in the environment. The
+signing (role credentials refresh under it). Why not botocore's signer: importing botocore is
+slow, serial time before the first byte of a restore with keys in the environment (figure:
+docs/benchmarks.md#figures-behind-the-code). The
 algorithm is AWS's published one; tests/cache/test_cache_datapath.py checks it against
 botocore's signer.
 """
