@@ -112,8 +112,8 @@ _IN_FLIGHT = 16 << 20
 _NEAR_WINDOW = 2 << 20
 _WINDOW_S = 0.25
 # Doubling the connections to a server that caps each one nearly doubles the throughput;
-# on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback at one or two
-# connections (docs/benchmarks.md#figures-behind-the-code).
+# on loopback (CPU-bound) it moves it by noise. Asking for +30% keeps loopback from climbing
+# on that noise (docs/benchmarks.md#figures-behind-the-code).
 _GAIN = 1.3
 # Bytes written at the hash cursor but not hashed yet, beyond which the hash is the bottleneck
 # (half of the first connection's queues: it keeps up, the lag stays under one batch).
