@@ -4,7 +4,7 @@ On the 2-core runners this cache is built for, a buffered write of 4 MiB chunks 
 times the kernel CPU (page allocation, a cache-cold copy, dirty accounting) of an ``O_DIRECT``
 write of the same GiB (`dd`: docs/benchmarks.md, "cache-weights (2026-11-29, ..."). The
 default buffered path has since become much cheaper (spliced, or written in 256 KiB slices:
-"Big-file write path" in docs/benchmarks.md), so ``O_DIRECT`` now saves far less.
+"cache-weights: big-file write path" in docs/benchmarks.md), so ``O_DIRECT`` now saves far less.
 The price: the restored files are not left warm in the page cache, and a job usually reads its
 weights right after restoring them: restore then ``cat`` of every file took longer with
 ``O_DIRECT`` than buffered (same section). So it is OFF by default:
