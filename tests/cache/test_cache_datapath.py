@@ -625,3 +625,42 @@ def test_a_free_worker_steals_the_tail_of_a_slow_part(tmp_path, monkeypatch):
     assert (tmp_path / "w.bin").read_bytes() == data
     assert store.stolen.is_set() and any(offset % part for offset, _ in store.asked)
     assert down.bytes == len(data)  # every byte hashed once: the slow part stopped at the cut
+
+
+def test_a_spliced_segment_never_writes_past_an_end_lowered_meanwhile(tmp_path):
+    """Spliced bytes reach the disk before the driver claims them: a thief that takes the tail
+    while bytes sit in the pipe gets its range untouched (the late bytes are dropped), so what
+    it writes and hashes there stays what is on disk, whatever another connection was sent."""
+    from types import SimpleNamespace
+
+    from gpuci.ranged.plan import Segment
+
+    size, new_end = 4 << 20, 1 << 20
+    path = tmp_path / "blob"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, size)
+    seg = Segment(0, 0, size, 0)
+    sent = [0]
+
+    def splice_into(pipe: splicing.Pipe, want: int) -> int:
+        n = min(want, pipe.room(), 512 << 10)
+        os.write(pipe.w, b"v" * n)  # the victim's connection
+        pipe.filled(n)
+        sent[0] += n
+        if sent[0] > new_end:  # a thief takes the tail while these bytes sit in the pipe
+            with lock:
+                seg.end = new_end
+        return n
+
+    lock = threading.Lock()
+    down = SimpleNamespace(
+        cancelled=threading.Event(), concurrency=SimpleNamespace(record=lambda _n: None)
+    )
+    try:
+        for _chunk in transfer._spliced(splice_into, fd, seg, down, lock):
+            pass
+    finally:
+        os.close(fd)
+    data = path.read_bytes()
+    assert data[:new_end] == b"v" * new_end
+    assert data[new_end:] == bytes(size - new_end)  # the thief's range: nothing written there

@@ -53,20 +53,23 @@ class Pipe:
         """Record ``n`` bytes a source moved into the pipe (spliced or written into :attr:`w`)."""
         self.held += n
 
-    def drain(self, fd: int, offset: int) -> int:
-        """Write everything the pipe holds into ``fd`` at ``offset``; returns the byte count."""
+    def drain(self, fd: int, offset: int, limit: int | None = None) -> int:
+        """Write what the pipe holds into ``fd`` at ``offset``, at most ``limit`` bytes (what
+        is left stays in the pipe); returns the byte count."""
         moved = 0
-        while self.held:
+        limit = self.held if limit is None else min(limit, self.held)
+        while moved < limit:
+            want = limit - moved
             if self.file_splices:
                 try:
-                    n = os.splice(self.r, fd, self.held, offset_dst=offset + moved)
+                    n = os.splice(self.r, fd, want, offset_dst=offset + moved)
                 except OSError as exc:
                     if exc.errno not in _REFUSED:
                         raise
                     self.file_splices = False
                     continue
             else:
-                data = memoryview(os.read(self.r, self.held))
+                data = memoryview(os.read(self.r, want))
                 n = len(data)
                 while len(data):
                     done = os.pwrite(fd, data, offset + moved + n - len(data))

@@ -213,12 +213,17 @@ class _OnDisk(int):
 
 
 def _spliced(
-    splice_into: Callable[[splicing.Pipe, int], int], fd: int, seg: Segment, down: Downloader
+    splice_into: Callable[[splicing.Pipe, int], int],
+    fd: int,
+    seg: Segment,
+    down: Downloader,
+    lock: threading.Lock,
 ) -> Generator[_OnDisk, None, None]:
     """A segment moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
-    told to the controller, as a read is). A splice under way when another worker takes the
-    tail may write a little past the new end: the same bytes the thief writes there (a blob's
-    bytes at an offset never differ), and only the thief hashes them."""
+    told to the controller, as a read is). Bytes reach the disk before the driver claims them,
+    so each drain holds ``lock`` (the one a thief lowers ``seg.end`` under) and stops at the
+    end as it is then: what the pipe holds past a tail another worker took is dropped, never
+    written over the thief's bytes after it hashed them (a server may send other bytes)."""
     cancelled, record = down.cancelled, down.concurrency.record
     pipe = splicing.Pipe()
     pos = seg.pos
@@ -231,7 +236,8 @@ def _spliced(
                 if (n := splice_into(pipe, min(stop, seg.end) - pos)) == 0:
                     raise TransientError("the store closed the stream early")
                 record(n)
-                pos += pipe.drain(fd, pos)
+                with lock:
+                    pos += pipe.drain(fd, pos, max(0, seg.end - pos))
             yield _OnDisk(pos - start)
     finally:
         pipe.close()
@@ -429,7 +435,7 @@ class Downloader:
         splice_into = getattr(reader, "splice_into", None)
         chunks: Generator[Any, None, None]
         if SPLICE and splice_into is not None and target.file.buffered:
-            chunks = _spliced(splice_into, target.file.fd, seg, self)
+            chunks = _spliced(splice_into, target.file.fd, seg, self, target.lock)
             land = functools.partial(self._hash_spliced, target)
         else:
             chunks = _filled(reader, lane, seg, self)
