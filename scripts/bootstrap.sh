@@ -161,13 +161,30 @@ make_venv() { # folder [--without-pip]: an empty venv from $py_base, with uv whe
 
 deps_site="" # the site-packages of a checked deps venv
 
+site_chain_ours() { # venv -> 0 when its site-packages and the folders up to the venv are ours;
+  # found without running the venv's Python, so no .pth file there runs before it is checked.
+  # Sets $site.
+  local dir found=("$1"/lib/python3*/site-packages)
+  if [ "${#found[@]}" -ne 1 ] || [ ! -d "${found[0]}" ]; then
+    why="$1 has no single lib/python3*/site-packages"
+    return 1
+  fi
+  site="${found[0]}"
+  dir="$site"
+  while [ "$dir" != "$1" ]; do
+    ours "$dir" || return 1
+    dir="$(dirname "$dir")"
+  done
+}
+
 deps_ready() { # -> 0 with $deps_site set when $deps is ours and imports the locked requirements
   [ -e "$deps" ] || [ -L "$deps" ] || return 1
   why="it cannot import the locked requirements"
-  if ours "$deps" && ours "$deps/bin" && deps_site="$("$deps/bin/python" -c 'import sys, sysconfig
+  if ours "$deps" && ours "$deps/bin" && site_chain_ours "$deps" &&
+    "$deps/bin/python" -c 'import sys
 from importlib.util import find_spec
-if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(1)
-print(sysconfig.get_path("purelib"))' 2>/dev/null)" && ours "$deps_site"; then
+if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(1)' 2>/dev/null; then
+    deps_site="$site"
     return 0
   fi
   log "not reusing $deps: $why; building a new one"
@@ -220,7 +237,7 @@ trap 'rm -rf "$tmp_deps" "$tmp_venv"' EXIT
 # 2. This checkout's venv, if it is ours and works (and so is the deps venv it names).
 reuse_venv=false
 if [ -e "$venv" ] || [ -L "$venv" ]; then
-  if ours "$venv" && ours "$venv/bin"; then
+  if ours "$venv" && ours "$venv/bin" && site_chain_ours "$venv"; then
     reuse_venv=true
   else
     log "not reusing $venv: $why; building a new one"

@@ -250,3 +250,21 @@ def test_a_dependency_site_packages_others_can_write_is_rebuilt(tmp_path: Path) 
     assert "installed in" in proc.stderr  # a new one
     assert stat.S_IMODE(site.stat().st_mode) & 0o022 == 0
     assert _where(exported["GPUCI_PYTHON"])[1].is_relative_to(deps)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_checkout_venv_whose_site_packages_others_can_write_is_not_run(tmp_path: Path) -> None:
+    """Its gpuci.pth would run before any check once its Python starts: the folder is checked
+    first, without starting that Python, and the venv rebuilt."""
+    path = _uv_path()
+    first, exported = bootstrap(tmp_path, PATH=path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    venv = Path(exported["GPUCI_PYTHON"]).parent.parent
+    (site,) = venv.glob("lib/python3*/site-packages")
+    site.chmod(0o777)
+    again, exported = bootstrap(tmp_path, PATH=path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"not reusing {venv}: {site} can be written by other users (mode 777)" in again.stderr
+    (site,) = Path(exported["GPUCI_PYTHON"]).parent.parent.glob("lib/python3*/site-packages")
+    assert stat.S_IMODE(site.stat().st_mode) & 0o022 == 0
