@@ -218,7 +218,7 @@ def _kill_helpers_on_sigterm() -> None:
     def on_sigterm(signum: int, _frame: object) -> None:
         procgroup = sys.modules.get("gpuci.procgroup")
         if procgroup is not None:  # else no helper was ever started
-            procgroup.kill_all()
+            procgroup.kill_all(reap=False)  # the process ends next: the kernel reaps
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
 

@@ -33,20 +33,31 @@ _OWNERS: set[Groups] = set()
 _OWNERS_LOCK = threading.RLock()
 
 
-def kill(proc: subprocess.Popen[Any]) -> None:
+def kill(proc: subprocess.Popen[Any], reap: bool = True) -> None:
     """SIGKILL ``proc``'s group (``proc`` was started with ``start_new_session=True``), whether
-    ``proc`` is still running or not, and reap ``proc``."""
+    ``proc`` is still running or not, then reap ``proc`` (unless ``reap`` is false: a signal
+    handler must not wait on a Popen the interrupted code may be waiting on)."""
     if _lingering(proc):
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-    with suppress(subprocess.TimeoutExpired):
-        proc.wait(REAP_S)
+    if reap:
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(REAP_S)
 
 
 def _lingering(proc: subprocess.Popen[Any]) -> bool:
-    """Whether ``proc``'s group may still hold a process of ours (see the module's docstring)."""
-    if proc.poll() is None:
-        return True
+    """Whether ``proc``'s group may still hold a process of ours (see the module's docstring).
+
+    A leader not reaped yet, running or a zombie, still holds its pid and so its group id: it
+    is looked at without reaping it (``WNOWAIT``), so the kill that follows cannot reach a
+    process that took the id meanwhile."""
+    if proc.returncode is None:
+        try:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            pass  # reaped behind Popen's back: judged as reaped, below
+        else:
+            return True
     try:
         os.kill(proc.pid, 0)
     except ProcessLookupError:
@@ -80,18 +91,19 @@ class Groups:
             self._procs = [p for p in self._procs if _lingering(p)] + [proc]
         return proc
 
-    def kill(self) -> None:
+    def kill(self, reap: bool = True) -> None:
         """Kill every group started here, whether its leader is still running or not."""
         with self._lock:
             procs, self._procs = self._procs, []
         for proc in procs:
-            kill(proc)
+            kill(proc, reap)
 
 
 @atexit.register
-def kill_all() -> None:
-    """Kill every group any :class:`Groups` started (at exit, and on the CLI's SIGTERM)."""
+def kill_all(reap: bool = True) -> None:
+    """Kill every group any :class:`Groups` started (at exit, and, not reaping, on the CLI's
+    SIGTERM)."""
     with _OWNERS_LOCK:
         owners = list(_OWNERS)
     for owner in owners:
-        owner.kill()
+        owner.kill(reap)
