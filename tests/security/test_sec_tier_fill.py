@@ -162,3 +162,23 @@ def test_a_tier_disk_without_room_is_not_filled_and_the_restore_succeeds(tmp_pat
     runner.restore("m", tmp_path / "job")
     for name, data in files.items():
         assert (tmp_path / "job" / name).read_bytes() == data
+
+
+def test_a_save_never_fills_a_tier_disk_without_room(tmp_path, monkeypatch):
+    """A save keeps what it holds in the tier only where the tier's disk has room to spare:
+    it may be the disk the job writes next."""
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    real = os.statvfs
+
+    class Full:
+        f_bavail, f_frsize = 1, 4096
+
+    monkeypatch.setattr(
+        os, "statvfs", lambda p: Full() if str(p).startswith(str(runner.tier)) else real(p)
+    )
+    monkeypatch.setattr(tier_module.LocalTier, "copy_in", lambda *_a: False)  # its own path
+    runner.save("m", tmp_path / "src")
+    for data in files.values():
+        if data:
+            assert not runner.blob(sha(data)).exists()

@@ -291,15 +291,16 @@ class LocalTier:
         return fd, st
 
     # ----- filling -------------------------------------------------------------------------
-    def room_for(self, size: int, job_folder: Path) -> bool:
+    def room_for(self, size: int, job_folder: Path | None = None) -> bool:
         """Whether the tier's filesystem can take ``size`` more bytes, with :data:`ROOM_MARGIN`
-        to spare, while a restore writes into ``job_folder``: when that is on the same
-        filesystem, the job's own copies of those bytes count too. A cold restore lands the
-        files it fills in the tier first, so a tier disk without room must not be filled."""
+        to spare, while a restore writes into ``job_folder`` (when that is on the same
+        filesystem, the job's own copies of those bytes count too). A tier is never filled
+        to the last byte of a disk the job may need."""
         try:
             self._ensure_root()
             free = os.statvfs(self.root)
-            same = os.stat(self.root).st_dev == os.stat(job_folder).st_dev
+            dev = os.stat(self.root).st_dev
+            same = job_folder is not None and dev == os.stat(job_folder).st_dev
         except OSError:
             return False
         return free.f_bavail * free.f_frsize >= size * (2 if same else 1) + ROOM_MARGIN
@@ -322,7 +323,9 @@ class LocalTier:
         and no second hash (:meth:`copy_in` does both). Returns whether a blob was added (a
         cache never fails a job)."""
         size = sum(len(chunk) for chunk in chunks)
-        fill = self.start_fill(digest, size) if size else None  # an empty file is never a blob
+        if not size or not self.room_for(size):  # an empty file is never a blob
+            return False
+        fill = self.start_fill(digest, size)
         return fill is not None and fill.keep(chunks, digest)
 
     def publish_temp(self, temp: str, digest: str) -> None:
