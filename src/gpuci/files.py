@@ -81,6 +81,13 @@ def json_bytes(data: Any, *, sort_keys: bool = True) -> bytes:
     return (json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n").encode()
 
 
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """``os.write`` until every byte is written (a write may take fewer)."""
+    view = memoryview(data)
+    while len(view):
+        view = view[os.write(fd, view) :]
+
+
 def atomic_write_bytes(path: Path, payload: bytes) -> str:
     """Write ``path.incomplete``, fsync, verify its sha256 on disk, rename; returns the sha256.
 

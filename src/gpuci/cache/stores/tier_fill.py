@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gpuci import files
 from gpuci.cache.stores import copying
 
 __all__ = ["TierFill"]
@@ -73,9 +74,7 @@ class TierFill:
         are immutable, so what is written is what was hashed), then publish them."""
         try:
             for chunk in chunks:
-                view = memoryview(chunk)
-                while len(view):
-                    view = view[os.write(self.fd, view) :]
+                files.write_all(self.fd, chunk)
         except OSError:
             self.discard()
             return False

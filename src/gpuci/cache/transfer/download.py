@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuci import files
 from gpuci.adaptive import Concurrency
 from gpuci.cache import layout
 from gpuci.cache.format.manifest import Entry, placed_mode
@@ -97,11 +98,6 @@ class _Corrupt(Exception):
     def __init__(self, what: str, expected: str, got: str) -> None:
         super().__init__(what)
         self.what, self.expected, self.got = what, expected, got
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while len(data):
-        data = data[os.write(fd, data) :]
 
 
 @dataclass
@@ -532,7 +528,7 @@ class _RunSink:
                     else os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 )
             take = min(entry.offset + entry.size - pos, len(data))
-            _write_all(self._fd, data[:take])
+            files.write_all(self._fd, data[:take])
             self._hasher.update(data[:take])
             data, pos = data[take:], pos + take
             if pos == entry.offset + entry.size:
