@@ -26,6 +26,16 @@ def policy() -> FetchPolicy:
 
 
 @pytest.fixture
+def four_segments() -> FetchPolicy:
+    """Four connections from the start over 128 KiB segments: a 2 MB file is split at once,
+    with a read timeout long enough for a loaded machine and tiny retry waits."""
+    return FetchPolicy(
+        attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
+        connections=4, connections_start=4, segment_bytes=128 << 10,
+    )  # fmt: skip
+
+
+@pytest.fixture
 def waits(monkeypatch) -> list[float]:
     """Every wait the retry policy chose, in order: what a test of Retry-After or backoff
     checks, instead of timing the download on a machine that may be busy."""

@@ -104,15 +104,13 @@ def _watch_writes(monkeypatch) -> tuple[list[str], list[int]]:
     return bad, flushes
 
 
-def test_ranges_go_on_record_durably_before_a_byte_lands_out_of_order(tmp_path, monkeypatch):
+def test_ranges_go_on_record_durably_before_a_byte_lands_out_of_order(
+    tmp_path, monkeypatch, four_segments
+):
     bad, flushes = _watch_writes(monkeypatch)
-    policy = FetchPolicy(
-        attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
-        connections=4, connections_start=4, segment_bytes=128 << 10,
-    )  # fmt: skip
     with FaultyServer(rate=8_000_000) as srv:
         srv.add("/big", BIG)
-        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=policy)
+        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=four_segments)
     assert (tmp_path / "o").read_bytes() == BIG and res.connections > 1
     assert flushes and not bad, bad
 

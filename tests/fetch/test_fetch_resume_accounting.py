@@ -19,23 +19,19 @@ BIG = os.urandom(2_000_000)
 BIG_SHA = hashlib.sha256(BIG).hexdigest()
 
 
-def test_a_cut_segment_then_a_refused_range_counts_kept_bytes_once(tmp_path):
+def test_a_cut_segment_then_a_refused_range_counts_kept_bytes_once(tmp_path, four_segments):
     """The first connection is cut at 50,000; its retry (the fifth request, while the other
     three segments still stream at 1 MB/s: a quarter second before any is done and steals)
     meets a lying Content-Range, so the download goes on on one connection from what is on
     disk. Both levels used to add what they kept. (At 2 MB/s and a cut at 100,000, a loaded
     machine sent a steal before the retry, which then met the lie instead.)"""
-    policy = FetchPolicy(
-        attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
-        connections=4, connections_start=4, segment_bytes=128 << 10,
-    )  # fmt: skip
     with FaultyServer(rate=1_000_000) as srv:
         srv.add("/big", BIG)
         srv.faults(
             "/big", Fault(drop_after=50_000), Fault(), Fault(), Fault(),
             Fault(bad_content_range=True),
         )  # fmt: skip
-        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=policy)
+        res = fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=four_segments)
         gets = srv.gets("/big")
     assert (tmp_path / "o").read_bytes() == BIG
     assert res.attempts == 3, [g.range for g in gets]  # the first, the cut's retry, the fallback

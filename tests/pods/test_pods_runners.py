@@ -425,3 +425,25 @@ def test_two_legs_of_one_run_with_the_same_label_are_refused_before_any_pod(run,
     leg = up_runner(run, env, runner_labels="run-77-1")
     assert leg.code == 0, leg.stdout
     assert sorted(r.labels[0] for r in api.state.runners.values()) == ["run-77", "run-77-1"]
+
+
+def test_one_github_runner_listing_with_one_check_for_pods_and_quarantine(monkeypatch):
+    """``pods`` (down, reap, a taken name) and quarantine read GitHub's runner list the one
+    way: an entry whose id is no number is no runner. Before, ``pods`` took ``"id": true``
+    (a bool is an int to Python) for runner 1, and quarantine failed on it by name."""
+    from gpuci.forges._rest import ApiClient
+    from gpuci.forges._runner_admin import GitHubRunnerLabels
+    from gpuci.pods._runners.api import GitHubRunners, Listed
+
+    page = [
+        {"id": True, "name": "gpu-1", "labels": [{"name": "gpu"}]},
+        {"id": "7", "name": "gpu-1"},
+        {"id": 9, "name": None},
+        {"id": 5, "name": "gpu-1", "status": "online", "labels": [{"name": "gpu"}, "x"]},
+    ]
+    monkeypatch.setattr(ApiClient, "pages", lambda self, *a, **k: iter([page]))
+    pods = GitHubRunners("http://127.0.0.1:9", "token", "repo:o/r")
+    assert pods.listed() == [Listed(5, "gpu-1", "online", ("gpu",))]
+    quarantine = GitHubRunnerLabels("http://127.0.0.1:9", "token")
+    found = quarantine.find("gpu-1", "/repos/o/r")
+    assert found is not None and (found.runner_id, found.labels) == (5, ("gpu",))

@@ -157,3 +157,40 @@ def test_the_cli_takes_the_command_after_double_dash(fake_ssh, tmp_path):
         assert PRIVATE.splitlines()[1] not in proc.stdout + proc.stderr
     finally:
         live.stop()
+
+
+LOUD_SSH = """#!/bin/sh
+head -c 20000000 /dev/zero
+echo the-last-line
+{then}
+"""
+
+
+@pytest.mark.parametrize("then", ["exit 3", "sleep 600"])
+def test_exec_output_of_megabytes_is_held_to_its_tail(tmp_path, then):
+    """A command printing 20 MB (a pod's log) or printing then hanging: the parent holds the
+    last OUTPUT_CAP bytes, never the whole (before: every byte, then the tail)."""
+    import tracemalloc
+
+    from gpuci.errors import InfraError
+    from gpuci.pods._lifecycle import ssh
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(LOUD_SSH.format(then=then))
+    (bin_dir / "ssh").chmod(0o755)
+    pod = {"id": "p1", "ssh": {"direct": {"host": "203.0.113.7", "port": 22, "username": "u"}}}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNPOD_SSH_PRIVATE_KEY": PRIVATE}
+    tracemalloc.start()
+    try:
+        if then == "exit 3":
+            code, output = ssh.run_remote(pod, "cat big", env, 120)
+            assert code == 3 and output.endswith("the-last-line\n")
+            assert len(output) == ssh.OUTPUT_CAP
+        else:
+            with pytest.raises(InfraError, match=r"^ssh to 203.0.113.7 ran past 3s$"):
+                ssh.run_remote(pod, "cat big", env, 3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000, peak

@@ -246,19 +246,23 @@ def test_an_advisory_refresh_runs_beside_the_signing_and_is_used_once_it_answers
 # ----- web identity (STS) and the instance role (IMDS) -------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["silent", "trickle"])
-def test_sts_for_web_identity_that_never_answers_ends_by_the_deadline(tmp_path, mode):
+def _web_identity_env(tmp_path: Path, sts: str) -> dict[str, str]:
+    """A job that assumes a role with a web-identity token, its STS at ``sts``."""
     token = tmp_path / "token"
     token.write_text("web-identity-token-value")
+    return _env(
+        tmp_path,
+        AWS_WEB_IDENTITY_TOKEN_FILE=str(token),
+        AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ci",
+        AWS_ROLE_SESSION_NAME="gpuci-test",
+        AWS_ENDPOINT_URL_STS=sts,
+    )
+
+
+@pytest.mark.parametrize("mode", ["silent", "trickle"])
+def test_sts_for_web_identity_that_never_answers_ends_by_the_deadline(tmp_path, mode):
     with hanging_endpoint(mode) as sts:
-        env = _env(
-            tmp_path,
-            AWS_WEB_IDENTITY_TOKEN_FILE=str(token),
-            AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ci",
-            AWS_ROLE_SESSION_NAME="gpuci-test",
-            AWS_ENDPOINT_URL_STS=sts,
-        )
-        run = _restore(env, tmp_path)
+        run = _restore(_web_identity_env(tmp_path, sts), tmp_path)
     _one_line_exit_3(run, "AWS credentials", "STS (web identity")
     assert "web-identity-token-value" not in run.output
 
@@ -434,16 +438,7 @@ def refusing_sts() -> Iterator[str]:
 
 def test_sts_refusing_the_web_identity_role_is_one_line(tmp_path):
     """Before: "internal error" (botocore's ClientError is no BotoCoreError)."""
-    token = tmp_path / "token"
-    token.write_text("web-identity-token-value")
     with refusing_sts() as sts:
-        env = _env(
-            tmp_path,
-            AWS_WEB_IDENTITY_TOKEN_FILE=str(token),
-            AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ci",
-            AWS_ROLE_SESSION_NAME="gpuci-test",
-            AWS_ENDPOINT_URL_STS=sts,
-        )
-        run = _restore(env, tmp_path)
+        run = _restore(_web_identity_env(tmp_path, sts), tmp_path)
     _one_line_exit_3(run, "AWS credentials", "STS (web identity", "AccessDenied")
     assert "LeakedSecret42" not in run.output and "web-identity-token-value" not in run.output

@@ -108,6 +108,15 @@ def wrong_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
     return [(2.0, 2.0), (1.0, 2.0)]
 
 
+def loud_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A reducer whose framework logs 40 MB (NCCL_DEBUG=TRACE, say) before its answer."""
+    import os
+
+    for _ in range(40):
+        os.write(2, b"NCCL INFO " + b"x" * (1 << 20) + b"\n")
+    return [(3.0, 3.0)]
+
+
 def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A collective that never returns; writes its pid so a test can see it was killed."""
     import os

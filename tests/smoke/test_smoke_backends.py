@@ -128,6 +128,23 @@ def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
     assert answer.result == [(2.0, 2.0), (1.0, 2.0)]
 
 
+def test_an_all_reduce_logging_megabytes_is_held_to_its_tail():
+    """Before: every byte the child printed was kept (stdout and stderr); now the last
+    MAX_OUTPUT bytes, where the answer line is."""
+    import tracemalloc
+
+    from gpuci.gpu._smoke import allreduce
+
+    tracemalloc.start()
+    try:
+        answer = allreduce.run_child("smoke_helpers:loud_sum", [0, 1], 8, timeout_s=120)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert answer.result == [(3.0, 3.0)] and answer.error is None
+    assert peak < 5 * allreduce.MAX_OUTPUT, peak  # the tail, its text and its lines
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -162,6 +162,26 @@ def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
         dcgm.run(1, ctx, [0])
 
 
+def test_a_dcgmi_printing_megabytes_then_hanging_is_cut_at_once(tmp_path, monkeypatch):
+    """Before: every byte was kept until the budget ran out (then a "did not finish" skip);
+    now the output is capped as it comes and the child killed, with its background writer."""
+    import time
+
+    from gpuci import untrusted_json
+    from gpuci.gpu._smoke import dcgm
+    from gpuci.gpu._smoke.checks import CheckSkipped, Context
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dcgmi").write_text("#!/bin/sh\nhead -c 2000000 /dev/zero\nsleep 600\n")
+    (bin_dir / "dcgmi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setattr(untrusted_json, "MAX_BYTES", 1 << 20)
+    ctx = Context({}, time.monotonic() + 20.0, time.monotonic)
+    with pytest.raises(CheckSkipped, match=r"^dcgmi diag printed over 1048576 bytes \(killed\)"):
+        dcgm.run(1, ctx, [0])
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -11,6 +11,7 @@ reports itself, ``self-hosted``, ``Linux``, ``X64``..., are refused) and ``POST
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -44,6 +45,19 @@ class Runner:
     name: str
     labels: tuple[str, ...]
     base: str  # "/repos/o/r", "/orgs/o" or "/enterprises/e": where its label endpoints are
+    status: str = ""  # "online", "offline", as listed
+
+
+def github_runners(client: ApiClient, base: str) -> Iterator[Runner]:
+    """Every self-hosted runner GitHub lists under ``base`` (``/repos/o/r``, ``/orgs/o``,
+    ``/enterprises/e``), page by page: the one listing both quarantine and ``pods`` read. The
+    list is a server's answer: an entry without a numeric id or a string name is no runner."""
+    for page in client.pages(f"{base}/actions/runners", "runners", key="runners", whole=True):
+        for item in page:
+            rid, name = item.get("id"), item.get("name")
+            if isinstance(rid, int) and not isinstance(rid, bool) and isinstance(name, str):
+                labels = _label_names(item.get("labels"))
+                yield Runner(rid, name, labels, base, str(item.get("status") or ""))
 
 
 class GitHubRunnerLabels(ApiClient):
@@ -65,17 +79,8 @@ class GitHubRunnerLabels(ApiClient):
 
     def find(self, name: str, base: str) -> Runner | None:
         """The runner called exactly ``name`` under ``base``; None when there is none."""
-        for page in self.pages(f"{base}/actions/runners", "runners", key="runners", whole=True):
-            for item in page:
-                if item.get("name") != name:  # exact: gpu-1 is not gpu-10
-                    continue
-                rid = item.get("id")
-                if isinstance(rid, bool) or not isinstance(rid, int):
-                    raise InfraError(
-                        "GitHub answered a runner without a numeric id", hint=self._api_hint
-                    )
-                return Runner(rid, name, _label_names(item.get("labels")), base)
-        return None
+        # exact: gpu-1 is not gpu-10
+        return next((r for r in github_runners(self, base) if r.name == name), None)
 
     def by_id(self, runner_id: int, base: str) -> Runner | None:
         """The runner with id ``runner_id`` under ``base``; None when there is none."""

@@ -26,14 +26,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import procgroup, untrusted_json
+from gpuci import untrusted_child, untrusted_json
 from gpuci.redact import excerpt
 
 RUNS = 5  # timed runs, each reported: the spread shows a link that comes and goes
@@ -106,6 +105,7 @@ class Answer:
 
 
 MAX_RUNS = 100  # a child's timing line is an input: bounded
+MAX_OUTPUT = 4 << 20  # the tail of the child's output kept: far above NCCL_DEBUG=INFO's logs
 
 
 def _timing(out: str) -> Timing | None:
@@ -138,25 +138,24 @@ def _phases(out: str) -> dict[str, float]:
 
 
 def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Answer:
-    """Run ``reducer(indices, n)`` in a child; kill its process group after ``timeout_s``."""
+    """Run ``reducer(indices, n)`` in a child; kill its process group (NCCL's helpers too)
+    after ``timeout_s``. Its output (stdout and stderr: a framework's logs) is an input: only
+    the last :data:`MAX_OUTPUT` bytes are kept, where the answer line is."""
     env = dict(os.environ)
     # The child imports what this process can import (a venv, tests' helpers), nothing more.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     args = [sys.executable, "-m", "gpuci.gpu._smoke.allreduce", reducer, json.dumps([indices, n])]
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,  # its own process group, so the kill reaches NCCL's helpers
-    )
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return Answer(hung=True, phases=_phases(_kill(proc)))
+        code, out = untrusted_child.run(
+            args, timeout=timeout_s, limit=MAX_OUTPUT, env=env, stderr=True, tail=True
+        )
+    except untrusted_child.Hung as hung:
+        return Answer(hung=True, phases=_phases(hung.output))
+    except OSError as exc:
+        return Answer(error=f"all-reduce process could not be started: {exc.strerror or exc}")
     phases = _phases(out)
-    for line in reversed(out.splitlines()):
+    lines = out.splitlines()
+    for line in reversed(lines):
         if line.startswith("{") and not line.startswith(('{"phase"', '{"timing"')):
             try:  # the child's stdout is an input (a framework may print there too)
                 body = untrusted_json.parse_object(line)
@@ -172,17 +171,11 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
                 phases=phases,
                 timing=_timing(out),
             )
-    tail = excerpt(err.strip().splitlines()[-1] if err.strip() else "no output")
+    last = next((line for line in reversed(lines) if line.strip()), "no output")
     return Answer(
-        error=f"all-reduce process exited with code {proc.returncode}: {tail}", phases=phases
+        error=f"all-reduce process exited with code {code}: {excerpt(last.strip())}",
+        phases=phases,
     )
-
-
-def _kill(proc: subprocess.Popen[str]) -> str:
-    """Kill the child's process group; its stdout so far (the phases it reached)."""
-    procgroup.kill(proc)
-    out, _ = proc.communicate()  # pipes closed
-    return out or ""
 
 
 def _answer(reducer: str, indices: list[int], n: int) -> dict[str, Any]:

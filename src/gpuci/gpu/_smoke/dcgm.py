@@ -9,10 +9,9 @@ by one fixed path.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import untrusted_child, untrusted_json
 from gpuci.gpu._smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.redact import excerpt
 
@@ -99,14 +98,10 @@ def run(level: int, ctx: Context, gpus: list[int] | None = None) -> dict[str, An
     if gpus:
         command += ["-i", ",".join(str(g) for g in gpus)]
     try:
-        proc = subprocess.run(
-            [*command, "-j"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        code, out = untrusted_child.run(
+            [*command, "-j"], timeout=timeout, limit=untrusted_json.MAX_BYTES, stderr=True
         )
-    except subprocess.TimeoutExpired:
+    except TimeoutError:
         raise CheckSkipped(
             f"dcgmi diag -r {level} did not finish within the {timeout:.0f}s left of the budget "
             f"(planned on a ~{estimate(level):.0f}s estimate): not a verdict on the GPU; raise "
@@ -114,6 +109,10 @@ def run(level: int, ctx: Context, gpus: list[int] | None = None) -> dict[str, An
         ) from None
     except OSError as exc:
         raise CheckSkipped(f"dcgmi could not be started: {exc.strerror or exc}") from None
-    figures = verdict(proc.stdout or proc.stderr, proc.returncode)
+    except untrusted_json.Unusable:
+        raise CheckSkipped(
+            f"dcgmi diag printed over {untrusted_json.MAX_BYTES} bytes (killed): no verdict"
+        ) from None
+    figures = verdict(out, code)
     figures["level"] = level
     return figures

@@ -16,13 +16,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuci import settings
+from gpuci import settings, untrusted_child
 from gpuci.errors import CheckFailed, InfraError, InputError
 from gpuci.pods.options import ExecInputs
 
@@ -111,25 +110,23 @@ def run_remote(
             command,
         ]  # fmt: skip
         try:
-            proc = subprocess.run(
-                argv,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout_s,
-                check=False,
+            code, output = untrusted_child.run(
+                argv, timeout=timeout_s, limit=OUTPUT_CAP, env=child_env, stderr=True, tail=True
             )
-        except subprocess.TimeoutExpired:
+        except TimeoutError:
             raise InfraError(
                 f"ssh to {ep['host']} ran past {timeout_s:.0f}s", hint="raise timeout"
             ) from None
-    output = (proc.stdout + proc.stderr)[-OUTPUT_CAP:].decode("utf-8", "replace")
-    if proc.returncode == 255:
+        except OSError as exc:
+            raise InfraError(
+                f"ssh could not be started: {exc.strerror or exc}", hint="install openssh-client"
+            ) from None
+    if code == 255:
         raise InfraError(
             f"ssh to {ep['user']}@{ep['host']}:{ep['port']} failed: {output.strip()[-300:]}",
             hint="check the key pair, that the pod is RUNNING and its 22/tcp port",
         )
-    return proc.returncode, output
+    return code, output
 
 
 def exec_on_pod(inp: ExecInputs, rt: Any, clock: Any = None) -> Any:

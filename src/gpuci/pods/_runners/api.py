@@ -17,6 +17,7 @@ from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import _github as gh
 from gpuci.forges._rest import ApiClient, Forbidden
+from gpuci.forges._runner_admin import github_runners
 
 GITHUB_TOKEN_MAKE = (
     "make a fine-grained personal access token (or a GitHub App token) with "
@@ -153,20 +154,9 @@ class GitHubRunners(ApiClient):
         return config, _runner_id(found.get("runner"), self.service)
 
     def listed(self) -> list[Listed]:
-        out = []
-        for page in self.pages(
-            f"{self.base}/actions/runners", "runners", key="runners", whole=True
-        ):
-            for item in page:
-                if isinstance(item.get("id"), int) and isinstance(item.get("name"), str):
-                    labels = tuple(
-                        str(lb["name"])
-                        for lb in item.get("labels") or []
-                        if isinstance(lb, dict) and isinstance(lb.get("name"), str)
-                    )
-                    status = str(item.get("status") or "")
-                    out.append(Listed(item["id"], item["name"], status, labels))
-        return out
+        return [
+            Listed(r.runner_id, r.name, r.status, r.labels) for r in github_runners(self, self.base)
+        ]
 
     def status(self, runner_id: int) -> str | None:
         """``online``, ``offline`` or ``busy``; None when the runner is gone."""
