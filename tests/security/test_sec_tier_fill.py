@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tier_runner import Runner, model_tree, sha, tier_is_honest
+from tier_runner import BIG, Runner, model_tree, sha, tier_is_honest
 
 from gpuci.cache import layout
 from gpuci.cache.stores import copying
@@ -182,3 +182,35 @@ def test_a_save_never_fills_a_tier_disk_without_room(tmp_path, monkeypatch):
     for data in files.values():
         if data:
             assert not runner.blob(sha(data)).exists()
+
+
+def test_a_tree_spanning_two_disks_counts_the_job_copies_on_the_tier_disk(tmp_path, monkeypatch):
+    """A restore's first folder on another disk than the tier, its second on the tier's: the
+    job's copies there need room too, so a tier with room for the blobs alone is not filled."""
+    from gpuci_testing import reflink_fs
+
+    (tmp_path / "x").mkdir()
+    with reflink_fs(tmp_path / "x") as other_disk:
+        runner = Runner(tmp_path)
+        first, second = other_disk / "a", tmp_path / "b"
+        model_tree(first)
+        (second).mkdir()
+        (second / "shard.bin").write_bytes(os.urandom(BIG))
+        runner.save("m", f"{first}\n{second}", tier=False)
+        blobs = 2 * BIG + len(b'{"layers": 2}\n')
+        real = os.statvfs
+
+        class Room:  # the blobs fit once, not with the job's copies beside them
+            f_frsize = 1
+            f_bavail = blobs * 3 // 2 + tier_module.ROOM_MARGIN
+
+        def statvfs(path):
+            return Room() if str(path).startswith(str(runner.tier)) else real(path)
+
+        def start_fill(*_args):
+            raise AssertionError("a fill the tier's disk has no room for beside the job's copies")
+
+        monkeypatch.setattr(os, "statvfs", statvfs)
+        monkeypatch.setattr(tier_module.LocalTier, "start_fill", start_fill)
+        runner.restore("m", f"{other_disk / 'ra'}\n{tmp_path / 'rb'}")
+        assert (tmp_path / "rb" / "shard.bin").read_bytes() == (second / "shard.bin").read_bytes()

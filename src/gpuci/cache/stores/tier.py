@@ -37,6 +37,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,16 +292,15 @@ class LocalTier:
         return fd, st
 
     # ----- filling -------------------------------------------------------------------------
-    def room_for(self, size: int, job_folder: Path | None = None) -> bool:
+    def room_for(self, size: int, job_devices: AbstractSet[int] = frozenset()) -> bool:
         """Whether the tier's filesystem can take ``size`` more bytes, with :data:`ROOM_MARGIN`
-        to spare, while a restore writes into ``job_folder`` (when that is on the same
-        filesystem, the job's own copies of those bytes count too). A tier is never filled
-        to the last byte of a disk the job may need."""
+        to spare, while a restore writes into folders on ``job_devices`` (when one is the
+        tier's, the job's own copies of those bytes count too). A tier is never filled to the
+        last byte of a disk the job may need."""
         try:
             self._ensure_root()
             free = os.statvfs(self.root)
-            dev = os.stat(self.root).st_dev
-            same = job_folder is not None and dev == os.stat(job_folder).st_dev
+            same = os.stat(self.root).st_dev in job_devices
         except OSError:
             return False
         return free.f_bavail * free.f_frsize >= size * (2 if same else 1) + ROOM_MARGIN

@@ -326,8 +326,12 @@ class Downloader:
         tier = self.tier
         if tier is None or not files:
             return False
-        size = sum(e.size for e, _ in files if not tier.links(e.size, e.mode))
-        return tier.room_for(size, files[0][1].parent)
+        sizes = {e.sha256: e.size for e, _ in files if not tier.links(e.size, e.mode)}
+        try:  # every folder the files go to (a tree may span disks): one stat per folder
+            devices = {os.stat(folder).st_dev for folder in {path.parent for _, path in files}}
+        except OSError:
+            return False
+        return tier.room_for(sum(sizes.values()), devices)
 
     def _fill_for(self, entry: Entry) -> TierFill | None:
         """The tier's temp file this file lands in; None when the tier is off or has no room,
