@@ -117,7 +117,10 @@ class HostileS3:
         self, method: str, target: str, headers: dict[str, str], body: bytes, fix=None
     ) -> bytes:
         """The upstream's answer, re-framed with a Content-Length; ``fix`` edits the body."""
-        status, reason, answer, data = self._upstream(method, target, headers, body)
+        try:
+            status, reason, answer, data = self._upstream(method, target, headers, body)
+        except OSError:  # as a real proxy does when its upstream fails (moto on a loaded machine)
+            return _frame(502, "Bad Gateway", [], b"upstream failed", method)
         if fix is not None:
             data = fix(data)
         return _frame(status, reason, answer, data, method)
