@@ -6,6 +6,7 @@ nothing at all when the store's bytes do not match the manifest."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from tier_runner import BIG, Runner, model_tree, sha, tier_is_honest
 
 from gpuci.cache import layout
-from gpuci.cache.stores import copying
+from gpuci.cache.stores import copying, tier_fill
+from gpuci.cache.stores import file as file_store
 from gpuci.cache.stores import tier as tier_module
 
 
@@ -214,3 +216,83 @@ def test_a_tree_spanning_two_disks_counts_the_job_copies_on_the_tier_disk(tmp_pa
         monkeypatch.setattr(tier_module.LocalTier, "start_fill", start_fill)
         runner.restore("m", f"{other_disk / 'ra'}\n{tmp_path / 'rb'}")
         assert (tmp_path / "rb" / "shard.bin").read_bytes() == (second / "shard.bin").read_bytes()
+
+
+def _big_tree(root: Path) -> dict[str, bytes]:
+    """One file of several parts: its copy can follow its hash."""
+    root.mkdir(parents=True)
+    files = {"model.safetensors": os.urandom(6 * layout.MIN_PART + 12345)}
+    (root / "model.safetensors").write_bytes(files["model.safetensors"])
+    return files
+
+
+def test_the_job_copy_follows_the_hash_while_parts_still_come(tmp_path, monkeypatch):
+    """Where the tier cannot clone (ext4), the job's copy of a large file is made stretch by
+    stretch as its hash advances, overlapping the transfer, not all at the end; every copied
+    byte was hashed first, and the file and the blob come out whole."""
+    runner = Runner(tmp_path)
+    files = _big_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src", tier=False)
+    events: list[tuple[str, int, int]] = []
+    real_copy, real_pwrite = copying.copy_fd, os.pwrite
+
+    def copy_fd(src, dst, size, start=0):
+        events.append(("copy", start, size))
+        return real_copy(src, dst, size, start)
+
+    def pwrite(fd, data, offset):
+        events.append(("write", offset, offset + len(data)))
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(tier_fill, "FOLLOW_STEP", 1 << 20)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    monkeypatch.setattr(copying, "copy_fd", copy_fd)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    runner.restore("m", tmp_path / "job")
+    monkeypatch.undo()
+    data = files["model.safetensors"]
+    copies = [(start, end) for kind, start, end in events if kind == "copy"]
+    assert len(copies) > 1 and copies[0][0] == 0 and copies[-1][1] == len(data), copies
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(copies)), copies  # contiguous, once
+    last_write = max(i for i, event in enumerate(events) if event[0] == "write")
+    first_copy = next(i for i, event in enumerate(events) if event[0] == "copy")
+    assert first_copy < last_write, "the job's copy waited for the whole file"
+    assert (tmp_path / "job" / "model.safetensors").read_bytes() == data
+    assert runner.blob(sha(data)).read_bytes() == data
+    tier_is_honest(runner.tier)
+
+
+def test_a_refetched_file_is_copied_again_from_its_start(tmp_path, monkeypatch):
+    """The store's first bytes do not hash to the manifest: the file is fetched once more, and
+    the job's copy, which had followed the bad bytes, is made again from the good ones."""
+    runner = Runner(tmp_path)
+    files = _big_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src", tier=False)
+    data = files["model.safetensors"]
+    real_open = file_store.LocalStore.open_range
+    lied = []
+
+    def open_range(self, key, offset, length):
+        reader = real_open(self, key, offset, length)
+        if offset == 0 and key.startswith("blobs/") and not lied:
+            lied.append(key)
+            real_readinto = reader.readinto
+
+            def readinto(view):
+                n = real_readinto(view)
+                view[0] ^= 0xFF  # one wrong byte at the file's start, once
+                reader.readinto = real_readinto
+                return n
+
+            reader.readinto = readinto
+        return reader
+
+    monkeypatch.setattr(tier_fill, "FOLLOW_STEP", 1 << 20)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    monkeypatch.setattr(file_store.LocalStore, "open_range", open_range)
+    runner.restore("m", tmp_path / "job")
+    assert lied
+    assert (tmp_path / "job" / "model.safetensors").read_bytes() == data
+    assert runner.blob(sha(data)).read_bytes() == data
+    tier_is_honest(runner.tier)
+    assert _tmp_left(runner.tier) == []

@@ -17,12 +17,22 @@ copy of the verified inode, never the tier's inode: what the job does to it stay
 on a warm restore in ``copy`` mode. On any error, or when the digest is not the manifest's, the
 temp file is removed and the job goes on (a cache never fails a job); only failing to make the
 job's own file fails the restore, as a failed write would.
+
+Where the filesystem pair cannot clone (ext4, or the tier on another disk) the job's copy is
+one in-kernel copy of every byte. A large file's copy follows its hash (:meth:`TierFill.follow`):
+each stretch of the verified-so-far prefix is copied while later parts are still on the wire,
+so only the last stretch is left when the file completes. That is no weaker than copying at the
+end: only bytes already hashed are copied (what follows the hash cursor), they sit in the
+tier's private temp file that nothing else writes, and the job's file is a staging file that
+takes its final name only after the whole digest matched (else a refetch rewrites it from the
+start, :meth:`TierFill.rewind`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,6 +43,9 @@ from gpuci.cache.stores import copying
 __all__ = ["TierFill"]
 
 _JOB_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+# The hashed prefix is copied into the job's file once this much is new: a few calls per part,
+# each moving pages still warm from their write.
+FOLLOW_STEP = 8 << 20
 
 
 class TierFill:
@@ -51,6 +64,52 @@ class TierFill:
         self._digest = digest
         self.fd = fd
         self.temp = temp
+        self._job = -1  # the job's file, when its copy follows the hash (open_job)
+        self._copied = 0  # bytes [0, _copied) of the job's file are copies of hashed ones
+        self._follow = threading.Lock()
+
+    def open_job(self, dest: Path) -> bool:
+        """Create the job's file at ``dest`` now, so that its copy can follow the hash; returns
+        False (nothing to follow) where the filesystem pair clones: the clone is made at the end.
+
+        Raises:
+            OSError: the job's file could not be created; the blob is dropped.
+        """
+        try:
+            out = os.open(dest, _JOB_FILE, 0o600)
+        except BaseException:
+            self.discard()
+            raise
+        if copying.reflink(self.fd, out):  # the temp file is still empty: a free probe
+            os.close(out)
+            return False
+        self._job = out
+        return True
+
+    def follow(self, hashed: int) -> None:
+        """Copy the hashed prefix ``[0, hashed)`` into the job's file, a :data:`FOLLOW_STEP` or
+        more at a time; another thread copying already is left to it (it catches up later).
+
+        Raises:
+            OSError: the job's file could not be written (a full disk); the caller fails.
+        """
+        if self._job < 0 or hashed - self._copied < FOLLOW_STEP:
+            return
+        if self._follow.acquire(blocking=False):
+            try:
+                self._copy_to(hashed)
+            finally:
+                self._follow.release()
+
+    def rewind(self) -> None:
+        """The file is fetched again from its start (its digest did not match): copy anew."""
+        with self._follow:
+            self._copied = 0
+
+    def _copy_to(self, end: int) -> None:
+        if end > self._copied:
+            copying.copy_fd(self.fd, self._job, end, start=self._copied)
+            self._copied = end
 
     def finish(self, digest: str, dest: Path, mode: int) -> str:
         """The file is whole and hashed to ``digest``: make the job's file at ``dest`` (with
@@ -97,6 +156,12 @@ class TierFill:
 
     def _place(self, dest: Path, mode: int) -> str:
         size = os.fstat(self.fd).st_size
+        if self._job >= 0:  # the copy followed the hash: only the rest is left
+            with self._follow:
+                self._copy_to(size)
+            os.fchmod(self._job, mode & 0o777)
+            self._close_job()
+            return "copy"
         out = os.open(dest, _JOB_FILE, 0o600)
         try:
             reflinked = copying.reflink(self.fd, out)
@@ -113,7 +178,14 @@ class TierFill:
         with contextlib.suppress(OSError):
             os.unlink(self.temp)
 
+    def _close_job(self) -> None:
+        if self._job >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._job)
+            self._job = -1
+
     def _close(self) -> None:
+        self._close_job()
         if self.fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.fd)

@@ -122,6 +122,7 @@ class _BlobTarget:
         if self.fill is None:
             self.file = directio.TargetFile(self.path, self.entry.size, direct)
         else:
+            self.fill.open_job(self.path)  # its copy follows the hash (or is cloned at the end)
             self.file = directio.TargetFile(
                 Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
             )
@@ -135,17 +136,25 @@ class _BlobTarget:
 
     def reset(self) -> None:
         self.cursor = HashCursor(self._read_into, short_read=self._short_read)
+        if self.fill is not None:
+            self.fill.rewind()
 
     def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
         """Record ``length`` bytes written at ``pos``; True when this call completed the file.
 
         ``data`` holds those bytes, or is None when they never passed through user space
         (spliced): the hash then reads them back from the file into ``scratch``, as it does for
-        parts that arrived before their turn.
+        parts that arrived before their turn. When the tier takes the file, the job's copy
+        follows the hashed prefix (:meth:`TierFill.follow`).
         """
         if data is None:
-            return self.cursor.landed_on_disk(pos, length, scratch) == self.entry.size
-        return self.cursor.landed(pos, (data,), scratch) == self.entry.size
+            hashed = self.cursor.landed_on_disk(pos, length, scratch)
+        else:
+            hashed = self.cursor.landed(pos, (data,), scratch)
+        fill = self.fill
+        if hashed is not None and fill is not None:
+            fill.follow(hashed)  # the job's copy of the verified prefix, while parts still come
+        return hashed == self.entry.size
 
     def _read_into(self, view: memoryview, position: int, length: int) -> int:
         assert self.file is not None
