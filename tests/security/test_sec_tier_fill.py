@@ -6,6 +6,7 @@ nothing at all when the store's bytes do not match the manifest."""
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from pathlib import Path
@@ -116,10 +117,20 @@ def test_a_job_file_that_cannot_be_made_fails_the_restore_and_leaves_no_blob(tmp
     def full(*_args, **_kwargs):
         raise OSError(28, "No space left on device")
 
+    real_pwrite, real_write = os.pwrite, os.write
+
+    def job_disk(fd: int) -> bool:  # the job's folder, its staging included
+        return not os.readlink(f"/proc/self/fd/{fd}").startswith(str(runner.tier))
+
     monkeypatch.setattr(copying, "copy_fd", full)
     monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    # the job's disk is full: the same restore straight into the job's folder fails as well
+    monkeypatch.setattr(
+        os, "pwrite", lambda fd, *a: full() if job_disk(fd) else real_pwrite(fd, *a)
+    )
+    monkeypatch.setattr(os, "write", lambda fd, *a: full() if job_disk(fd) else real_write(fd, *a))
     got = runner.run("restore", "m", tmp_path / "job", **{"local-cache": str(runner.tier)})
-    assert int(got.exit_code) != 0, got.headline
+    assert int(got.exit_code) == 3 and "disk full" in got.headline, got.headline
     assert not (tmp_path / "job").exists()
     assert not runner.blob(sha(files["model.safetensors"])).exists()
     assert _tmp_left(runner.tier) == []
@@ -296,3 +307,40 @@ def test_a_refetched_file_is_copied_again_from_its_start(tmp_path, monkeypatch):
     assert runner.blob(sha(data)).read_bytes() == data
     tier_is_honest(runner.tier)
     assert _tmp_left(runner.tier) == []
+
+
+def test_a_tier_disk_that_fills_during_the_restore_does_not_fail_it(tmp_path, monkeypatch):
+    """The tier's disk had room when the restore began, then another process filled it: the
+    writes into the tier's temp files fail with ENOSPC. The files not placed yet are fetched
+    again straight into the job's folder, the restore succeeds, says so, and leaves no temp."""
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    for i in range(5):
+        files[f"shard-{i}.json"] = os.urandom(2_000 + i)
+        (tmp_path / "src" / f"shard-{i}.json").write_bytes(files[f"shard-{i}.json"])
+    runner.save("m", tmp_path / "src", tier=False)
+    real_write, real_pwrite = os.write, os.pwrite
+
+    def full_in_tier(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.startswith(str(runner.tier)) and name.endswith(layout.INCOMPLETE):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def write(fd, data):
+        full_in_tier(fd)
+        return real_write(fd, data)
+
+    def pwrite(fd, data, offset):
+        full_in_tier(fd)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    got = runner.restore("m", tmp_path / "job")
+    monkeypatch.undo()
+    for name, data in files.items():
+        assert (tmp_path / "job" / name).read_bytes() == data, name
+    warned = [a.message for a in got.annotations if a.level == "warning"]
+    assert any("filled up during the restore" in w for w in warned), warned
+    assert _tmp_left(runner.tier) == []
+    tier_is_honest(runner.tier)

@@ -244,7 +244,10 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
     """Give the local tier the files just fetched and verified (in ``link`` mode by linking
     them, no second copy; :meth:`LocalTier.adopt` copies in the other modes). Most are there
     already, written there once (:mod:`gpuci.cache.stores.tier_fill`): this copies only
-    what that could not write (a full tier disk, say), which ``copy_in`` sees in one lstat."""
+    what that could not write, which ``copy_in`` sees in one lstat; nothing when the tier's
+    disk filled up during the restore."""
+    if tier.filled_up:
+        return
     for entry, path in fetched:
         if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)

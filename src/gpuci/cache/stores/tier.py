@@ -175,6 +175,7 @@ class LocalTier:
         self.mode = parse_mode(mode)
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
         self.changed: list[str] = []  # sources that changed between hashing and copying in
+        self.filled_up = False  # its disk filled during a restore: the rest skipped the tier
         self._ready = False
         # ``link`` mode: a hardlink from the tier worked where a reflink had just failed, so the
         # tier's filesystem cannot clone, and a later file that links is on that filesystem too:
@@ -252,6 +253,11 @@ class LocalTier:
             out.append(
                 f"local cache: {self.changed[0]} changed after it was hashed"
                 f"{_more(self.changed)}; stored under the hash of what was copied"
+            )
+        if self.filled_up:
+            out.append(
+                "local cache: a disk filled up during the restore; the files not placed yet "
+                "were fetched again straight into the job's folder (free space on the runner)"
             )
         return out
 

@@ -21,6 +21,7 @@ writes outside the staging paths it is given.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import itertools
@@ -62,6 +63,8 @@ SPLICE = splicing.available()
 #: The data path's waits: short (a store on the same network answers fast), full jitter, so
 #: parallel workers that failed together do not retry together.
 DATA_PATH = RetryPolicy(initial=0.2, max_wait=5.0, jitter="full", retry_after_cap=None)
+# A write that found its disk full.
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 # What a near store may have sent ahead of a part's reads (socket buffers): a part is only
 # stolen further ahead than this, or those bytes would come twice.
 _IN_FLIGHT = 16 << 20
@@ -262,6 +265,7 @@ class Downloader:
         self.store = store
         self.tier = tier  # files land in it, the job's copy is made after (cache.stores.tier_fill)
         self._filling: set[str] = set()
+        self._placed: set[Path] = set()  # files whose bytes are whole and verified
         self._fills = False  # the tier's disk has room for this fetch's files (set by fetch)
         self.concurrency = (
             workers if isinstance(workers, Concurrency) else Concurrency.fixed(workers)
@@ -283,11 +287,26 @@ class Downloader:
         self.on_bytes(n)
 
     def fetch(self, files: list[tuple[Entry, Path]]) -> None:
-        """Download every entry to its path (entries of size 0 are the caller's job)."""
+        """Download every entry to its path (entries of size 0 are the caller's job).
+
+        A disk that fills while the tier takes files (after its room check: another process
+        wrote meanwhile) does not fail the restore: the files not placed yet are fetched once
+        more, straight into the job's folder; a full disk then is the job's own and fails it.
+        """
+        self._fills = self._tier_has_room(files)
+        try:
+            self._fetch(files)
+        except OSError as exc:
+            if not (self._fills and exc.errno in _DISK_FULL):
+                raise
+            assert self.tier is not None
+            self.tier.filled_up, self._fills = True, False
+            self._fetch([(e, p) for e, p in files if p not in self._placed])
+
+    def _fetch(self, files: list[tuple[Entry, Path]]) -> None:
         pool = self._pool = WorkPool(
             self.concurrency, functools.partial(lane_chunk, connections=self.workers)
         )
-        self._fills = self._tier_has_room(files)
         blobs = [
             _BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
         ]
@@ -421,6 +440,7 @@ class Downloader:
             if completed[0]:
                 try:
                     target.finish()
+                    self._placed.add(target.path)
                 except _Corrupt:
                     if target.refetched:
                         raise
@@ -534,6 +554,7 @@ class _RunSink:
                 data, pos = data[skip:], pos + skip
                 continue
             if self._fd < 0:  # the tier's temp file when the tier takes it, else the job's
+                self._down._placed.discard(path)  # a retried run writes its files again
                 self._hasher, self._fill = hashlib.sha256(), self._down._fill_for(entry)
                 self._fd = (
                     os.dup(self._fill.fd)
@@ -555,6 +576,7 @@ class _RunSink:
                 if self._fill is not None:
                     fill, self._fill = self._fill, None
                     fill.finish(digest, path, placed_mode(entry.mode))
+                self._down._placed.add(path)
         self._pos = pos + len(data)
 
     def close(self) -> None:
