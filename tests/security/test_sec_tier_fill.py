@@ -172,6 +172,7 @@ def test_a_tier_disk_without_room_is_not_filled_and_the_restore_succeeds(tmp_pat
 
     monkeypatch.setattr(os, "statvfs", statvfs)
     monkeypatch.setattr(tier_module.LocalTier, "start_fill", start_fill)
+    monkeypatch.setattr(tier_module.LocalTier, "copy_in", start_fill)  # nor after the fetch
     runner.restore("m", tmp_path / "job")
     for name, data in files.items():
         assert (tmp_path / "job" / name).read_bytes() == data

@@ -240,18 +240,18 @@ class Moved:
     connections: Connections | None = None  # None: nothing came from the store
 
 
-def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]]) -> None:
-    """Give the local tier the files just fetched and verified (in ``link`` mode by linking
-    them, no second copy; :meth:`LocalTier.adopt` copies in the other modes). Most are there
-    already, written there once (:mod:`gpuci.cache.stores.tier_fill`): this copies only
-    what that could not write, which ``copy_in`` sees in one lstat; nothing when the tier's
-    disk filled up during the restore."""
-    if tier.filled_up:
-        return
+def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]], room: bool) -> None:
+    """Give the local tier the files just fetched and verified: in ``link`` mode by linking
+    them (:meth:`LocalTier.adopt`: no second copy, no room needed). The others are there
+    already, written there once (:mod:`gpuci.cache.stores.tier_fill`), when the tier's disk had
+    ``room`` for them; this copies only what that could not write, which ``copy_in`` sees in
+    one lstat. Without room (or once the disk filled up), nothing is copied in: the disk may
+    be the one the job needs next."""
+    copies = room and not tier.filled_up
     for entry, path in fetched:
         if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)
-        else:  # executable or private: the job keeps its own file and mode
+        elif copies:  # executable or private: the job keeps its own file and mode
             tier.copy_in(path, entry.sha256)
 
 
@@ -413,10 +413,11 @@ def _fill_files(
     """Fill the files from the local tier, then the rest from the store (and into the tier)."""
     if tier is not None:
         files = _place_local(tier, files, moved)
-    if files:  # a warm restore from the tier skips the network machinery entirely
-        moved.downloaded, moved.connections = _download(store, files, rt, label, tier)
-    if tier is not None and files:
-        _fill_tier(tier, files)
+    if not files:  # a warm restore from the tier skips the network machinery entirely
+        return
+    moved.downloaded, moved.connections, room = _download(store, files, rt, label, tier)
+    if tier is not None:
+        _fill_tier(tier, files, room)
 
 
 def _make_symlinks(manifest: mf.Manifest, roots: list[_Root]) -> None:
@@ -435,7 +436,9 @@ def _download(
     rt: Runtime,
     label: str,
     tier: LocalTier | None = None,
-) -> tuple[int, Connections]:
+) -> tuple[int, Connections, bool]:
+    """Fetch ``files``; returns the bytes downloaded, the connections used, and whether the
+    tier's disk had room for them (the files were written into the tier as they came)."""
     from gpuci.cache.transfer.download import Downloader, download_concurrency  # only when fetching
 
     meter = rt.progress(label, sum(e.size for e, _ in files))
@@ -447,7 +450,7 @@ def _download(
             downloader.fetch(files)
     finally:
         meter.close()
-    return downloader.bytes, Connections.of(control)
+    return downloader.bytes, Connections.of(control), downloader.fills_tier
 
 
 def retry_settings_for(rt: Runtime) -> tuple[str, int]:

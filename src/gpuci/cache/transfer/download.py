@@ -376,6 +376,11 @@ class Downloader:
         return tier.start_fill(entry.sha256, entry.size)
 
     @property
+    def fills_tier(self) -> bool:
+        """Whether the tier's disk had room for the files, which then landed in the tier."""
+        return self._fills
+
+    @property
     def cancelled(self) -> threading.Event:
         assert self._pool is not None
         return self._pool.cancelled
