@@ -123,12 +123,14 @@ class Saver:
     def fill_tier(self, tree: Tree, files: list[mf.Entry]) -> int:
         """Copy into the runner-local tier the saved files it still lacks (reflinks where the
         disk can): those too large to hold in memory (the rest went in as they were hashed,
-        :meth:`LocalTier.keep`)."""
+        :meth:`LocalTier.keep`), only where the tier's disk has room to spare for them all (it
+        may be the disk the job writes next)."""
         if self.tier is None:
             return 0
+        lacking = {e.sha256: e for e in files if e.size and not self.tier.has(e.sha256, e.size)}
         added = 0
-        for entry in files:
-            if entry.size and not self.tier.has(entry.sha256, entry.size):
+        if self.tier.room_for(sum(e.size for e in lacking.values())):
+            for entry in lacking.values():
                 added += self.tier.copy_in(tree.source(entry), entry.sha256)
         self.tier.evict()
         return added

@@ -214,9 +214,9 @@ class BlobUploads:
         except BaseException:
             self.budget.give(entry.size)
             raise
-        if self.saver.tier is not None:  # the tier's copy from the very bytes just hashed
-            self.saver.tier.keep(entry.sha256, chunks)
         self.pool.submit(laneless(self._send_held, entry, chunks))
+        if self.saver.tier is not None:  # the tier's copy from the very bytes just hashed,
+            self.saver.tier.keep(entry.sha256, chunks)  # while they go up (bytes: immutable)
 
     def _hold(self, size: int) -> bool:
         """Whether a file is read once into memory (and its room taken): one PUT waits for the

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -66,6 +65,8 @@ class TierFill:
         self.temp = temp
         self._job = -1  # the job's file, when its copy follows the hash (open_job)
         self._copied = 0  # bytes [0, _copied) of the job's file are copies of hashed ones
+        import threading  # a fill's alone: a warm restore from the tier never loads it
+
         self._follow = threading.Lock()
 
     def open_job(self, dest: Path) -> bool:
