@@ -19,13 +19,14 @@ temp file is removed and the job goes on (a cache never fails a job); only faili
 job's own file fails the restore, as a failed write would.
 
 Where the filesystem pair cannot clone (ext4, or the tier on another disk) the job's copy is
-one in-kernel copy of every byte. A large file's copy follows its hash (:meth:`TierFill.follow`):
-each stretch of the verified-so-far prefix is copied while later parts are still on the wire,
-so only the last stretch is left when the file completes. That is no weaker than copying at the
-end: only bytes already hashed are copied (what follows the hash cursor), they sit in the
-tier's private temp file that nothing else writes, and the job's file is a staging file that
-takes its final name only after the whole digest matched (else a refetch rewrites it from the
-start, :meth:`TierFill.rewind`).
+one in-kernel copy of every byte. A large file's copy follows its writes
+(:meth:`TierFill.copy_landed`): each chunk is copied to the same offset of the job's file right
+after it lands in the temp file, while other parts are still on the wire, so nothing is left to
+copy when the file completes. That is no weaker than copying after the hash: a landed range is
+never written again (a retry resumes after it; only a refetch of the whole file, when the
+digest does not match, rewrites every range, and so every copy), the temp file is the tier's
+private one that nothing else writes, the hash covers those same bytes, and the job's file is
+a staging file that takes its final name only once the whole digest matched.
 """
 
 from __future__ import annotations
@@ -42,9 +43,6 @@ from gpuci.cache.stores import copying
 __all__ = ["TierFill"]
 
 _JOB_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-# The hashed prefix is copied into the job's file once this much is new: a few calls per part,
-# each moving pages still warm from their write.
-FOLLOW_STEP = 8 << 20
 
 
 class TierFill:
@@ -63,15 +61,12 @@ class TierFill:
         self._digest = digest
         self.fd = fd
         self.temp = temp
-        self._job = -1  # the job's file, when its copy follows the hash (open_job)
-        self._copied = 0  # bytes [0, _copied) of the job's file are copies of hashed ones
-        import threading  # a fill's alone: a warm restore from the tier never loads it
-
-        self._follow = threading.Lock()
+        self._job = -1  # the job's file, when its copy follows the writes (open_job)
 
     def open_job(self, dest: Path) -> bool:
-        """Create the job's file at ``dest`` now, so that its copy can follow the hash; returns
-        False (nothing to follow) where the filesystem pair clones: the clone is made at the end.
+        """Create the job's file at ``dest`` now, so that its copy can follow the writes;
+        returns False (nothing to follow) where the filesystem pair clones: the clone is made
+        at the end.
 
         Raises:
             OSError: the job's file could not be created; the blob is dropped.
@@ -87,30 +82,17 @@ class TierFill:
         self._job = out
         return True
 
-    def follow(self, hashed: int) -> None:
-        """Copy the hashed prefix ``[0, hashed)`` into the job's file, a :data:`FOLLOW_STEP` or
-        more at a time; another thread copying already is left to it (it catches up later).
+    def copy_landed(self, offset: int, length: int) -> None:
+        """Copy bytes just written at ``offset`` into the job's file, at the same offset (in
+        the kernel, while their pages are warm and other parts are still on the wire); a no-op
+        where the job's file is cloned at the end. Call it before the bytes are reported to the
+        hash, so the file is whole in both places when the hash completes.
 
         Raises:
             OSError: the job's file could not be written (a full disk); the caller fails.
         """
-        if self._job < 0 or hashed - self._copied < FOLLOW_STEP:
-            return
-        if self._follow.acquire(blocking=False):
-            try:
-                self._copy_to(hashed)
-            finally:
-                self._follow.release()
-
-    def rewind(self) -> None:
-        """The file is fetched again from its start (its digest did not match): copy anew."""
-        with self._follow:
-            self._copied = 0
-
-    def _copy_to(self, end: int) -> None:
-        if end > self._copied:
-            copying.copy_fd(self.fd, self._job, end, start=self._copied)
-            self._copied = end
+        if self._job >= 0:
+            copying.copy_fd(self.fd, self._job, offset + length, start=offset)
 
     def finish(self, digest: str, dest: Path, mode: int) -> str:
         """The file is whole and hashed to ``digest``: make the job's file at ``dest`` (with
@@ -157,9 +139,7 @@ class TierFill:
 
     def _place(self, dest: Path, mode: int) -> str:
         size = os.fstat(self.fd).st_size
-        if self._job >= 0:  # the copy followed the hash: only the rest is left
-            with self._follow:
-                self._copy_to(size)
+        if self._job >= 0:  # the copy followed the writes: it is whole
             os.fchmod(self._job, mode & 0o777)
             self._close_job()
             return "copy"

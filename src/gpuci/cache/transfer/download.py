@@ -125,7 +125,7 @@ class _BlobTarget:
         if self.fill is None:
             self.file = directio.TargetFile(self.path, self.entry.size, direct)
         else:
-            self.fill.open_job(self.path)  # its copy follows the hash (or is cloned at the end)
+            self.fill.open_job(self.path)  # its copy follows the writes, or a clone at the end
             self.file = directio.TargetFile(
                 Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
             )
@@ -139,25 +139,21 @@ class _BlobTarget:
 
     def reset(self) -> None:
         self.cursor = HashCursor(self._read_into, short_read=self._short_read)
-        if self.fill is not None:
-            self.fill.rewind()
 
     def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
         """Record ``length`` bytes written at ``pos``; True when this call completed the file.
 
         ``data`` holds those bytes, or is None when they never passed through user space
         (spliced): the hash then reads them back from the file into ``scratch``, as it does for
-        parts that arrived before their turn. When the tier takes the file, the job's copy
-        follows the hashed prefix (:meth:`TierFill.follow`).
+        parts that arrived before their turn. When the tier takes the file, its job's copy
+        follows the writes (:meth:`TierFill.copy_landed`).
         """
-        if data is None:
-            hashed = self.cursor.landed_on_disk(pos, length, scratch)
-        else:
-            hashed = self.cursor.landed(pos, (data,), scratch)
         fill = self.fill
-        if hashed is not None and fill is not None:
-            fill.follow(hashed)  # the job's copy of the verified prefix, while parts still come
-        return hashed == self.entry.size
+        if fill is not None:  # the job's copy, before the hash may complete and place it
+            fill.copy_landed(pos, length)
+        if data is None:
+            return self.cursor.landed_on_disk(pos, length, scratch) == self.entry.size
+        return self.cursor.landed(pos, (data,), scratch) == self.entry.size
 
     def _read_into(self, view: memoryview, position: int, length: int) -> int:
         assert self.file is not None
