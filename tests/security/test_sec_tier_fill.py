@@ -7,7 +7,6 @@ nothing at all when the store's bytes do not match the manifest."""
 from __future__ import annotations
 
 import errno
-import itertools
 import os
 from pathlib import Path
 
@@ -240,45 +239,9 @@ def _big_tree(root: Path) -> dict[str, bytes]:
     return files
 
 
-def test_the_job_copy_follows_the_writes_while_parts_still_come(tmp_path, monkeypatch):
-    """Where the tier cannot clone (ext4), the job's copy of a large file is made chunk by
-    chunk as the chunks land, overlapping the transfer, not all at the end; each byte is copied
-    once, and the file and the blob come out whole."""
-    runner = Runner(tmp_path)
-    files = _big_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
-    events: list[tuple[str, int, int]] = []
-    real_copy, real_pwrite = copying.copy_fd, os.pwrite
-
-    def copy_fd(src, dst, size, start=0):
-        events.append(("copy", start, size))
-        return real_copy(src, dst, size, start)
-
-    def pwrite(fd, data, offset):
-        events.append(("write", offset, offset + len(data)))
-        return real_pwrite(fd, data, offset)
-
-    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
-    monkeypatch.setattr(copying, "copy_fd", copy_fd)
-    monkeypatch.setattr(os, "pwrite", pwrite)
-    runner.restore("m", tmp_path / "job")
-    monkeypatch.undo()
-    data = files["model.safetensors"]
-    copies = sorted((start, end) for kind, start, end in events if kind == "copy")
-    assert len(copies) > 1 and copies[0][0] == 0 and copies[-1][1] == len(data), copies
-    assert all(a[1] == b[0] for a, b in itertools.pairwise(copies)), copies  # each byte once
-    last_write = max(i for i, event in enumerate(events) if event[0] == "write")
-    first_copy = next(i for i, event in enumerate(events) if event[0] == "copy")
-    assert first_copy < last_write, "the job's copy waited for the whole file"
-    assert (tmp_path / "job" / "model.safetensors").read_bytes() == data
-    assert runner.blob(sha(data)).read_bytes() == data
-    tier_is_honest(runner.tier)
-
-
 def test_a_refetched_file_is_copied_again_from_its_start(tmp_path, monkeypatch):
     """The store's first bytes do not hash to the manifest: the file is fetched once more, and
-    the job's copy, which had followed the bad bytes, is made again from the good ones (every
-    range lands again, so every range is copied again)."""
+    the job's file and the blob hold the good bytes only."""
     runner = Runner(tmp_path)
     files = _big_tree(tmp_path / "src")
     runner.save("m", tmp_path / "src", tier=False)

@@ -51,16 +51,15 @@ def sendfile(src: int, dst: int, offset: int, count: int) -> int:
     return os.sendfile(dst, src, offset, count)
 
 
-def copy_fd(src: int, dst: int, size: int, start: int = 0) -> str:
-    """Copy bytes ``[start, size)`` without passing them through Python, each to the same offset;
-    returns the method used.
+def copy_fd(src: int, dst: int, size: int) -> str:
+    """Copy bytes ``[0, size)`` without passing them through Python; returns the method used.
 
     ``copy_file_range``, else ``sendfile``, else a plain read/write loop, each taking over where
     the last one stopped (also when a kernel call reports the end early, as some filesystems'
     copy_file_range did). Raises :class:`Mismatch` when even read() finds the source short: a
     short file is never left where a whole one is expected.
     """
-    offset = start
+    offset = 0
     for how, step in (("copy_file_range", copy_file_range), ("sendfile", sendfile)):
         try:
             if how == "sendfile":

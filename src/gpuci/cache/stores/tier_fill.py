@@ -17,16 +17,6 @@ copy of the verified inode, never the tier's inode: what the job does to it stay
 on a warm restore in ``copy`` mode. On any error, or when the digest is not the manifest's, the
 temp file is removed and the job goes on (a cache never fails a job); only failing to make the
 job's own file fails the restore, as a failed write would.
-
-Where the filesystem pair cannot clone (ext4, or the tier on another disk) the job's copy is
-one in-kernel copy of every byte. A large file's copy follows its writes
-(:meth:`TierFill.copy_landed`): each chunk is copied to the same offset of the job's file right
-after it lands in the temp file, while other parts are still on the wire, so nothing is left to
-copy when the file completes. That is no weaker than copying after the hash: a landed range is
-never written again (a retry resumes after it; only a refetch of the whole file, when the
-digest does not match, rewrites every range, and so every copy), the temp file is the tier's
-private one that nothing else writes, the hash covers those same bytes, and the job's file is
-a staging file that takes its final name only once the whole digest matched.
 """
 
 from __future__ import annotations
@@ -61,38 +51,6 @@ class TierFill:
         self._digest = digest
         self.fd = fd
         self.temp = temp
-        self._job = -1  # the job's file, when its copy follows the writes (open_job)
-
-    def open_job(self, dest: Path) -> bool:
-        """Create the job's file at ``dest`` now, so that its copy can follow the writes;
-        returns False (nothing to follow) where the filesystem pair clones: the clone is made
-        at the end.
-
-        Raises:
-            OSError: the job's file could not be created; the blob is dropped.
-        """
-        try:
-            out = os.open(dest, _JOB_FILE, 0o600)
-        except BaseException:
-            self.discard()
-            raise
-        if copying.reflink(self.fd, out):  # the temp file is still empty: a free probe
-            os.close(out)
-            return False
-        self._job = out
-        return True
-
-    def copy_landed(self, offset: int, length: int) -> None:
-        """Copy bytes just written at ``offset`` into the job's file, at the same offset (in
-        the kernel, while their pages are warm and other parts are still on the wire); a no-op
-        where the job's file is cloned at the end. Call it before the bytes are reported to the
-        hash, so the file is whole in both places when the hash completes.
-
-        Raises:
-            OSError: the job's file could not be written (a full disk); the caller fails.
-        """
-        if self._job >= 0:
-            copying.copy_fd(self.fd, self._job, offset + length, start=offset)
 
     def finish(self, digest: str, dest: Path, mode: int) -> str:
         """The file is whole and hashed to ``digest``: make the job's file at ``dest`` (with
@@ -139,10 +97,6 @@ class TierFill:
 
     def _place(self, dest: Path, mode: int) -> str:
         size = os.fstat(self.fd).st_size
-        if self._job >= 0:  # the copy followed the writes: it is whole
-            os.fchmod(self._job, mode & 0o777)
-            self._close_job()
-            return "copy"
         out = os.open(dest, _JOB_FILE, 0o600)
         try:
             reflinked = copying.reflink(self.fd, out)
@@ -159,14 +113,7 @@ class TierFill:
         with contextlib.suppress(OSError):
             os.unlink(self.temp)
 
-    def _close_job(self) -> None:
-        if self._job >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._job)
-            self._job = -1
-
     def _close(self) -> None:
-        self._close_job()
         if self.fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.fd)

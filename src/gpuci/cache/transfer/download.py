@@ -125,7 +125,6 @@ class _BlobTarget:
         if self.fill is None:
             self.file = directio.TargetFile(self.path, self.entry.size, direct)
         else:
-            self.fill.open_job(self.path)  # its copy follows the writes, or a clone at the end
             self.file = directio.TargetFile(
                 Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
             )
@@ -145,12 +144,8 @@ class _BlobTarget:
 
         ``data`` holds those bytes, or is None when they never passed through user space
         (spliced): the hash then reads them back from the file into ``scratch``, as it does for
-        parts that arrived before their turn. When the tier takes the file, its job's copy
-        follows the writes (:meth:`TierFill.copy_landed`).
+        parts that arrived before their turn.
         """
-        fill = self.fill
-        if fill is not None:  # the job's copy, before the hash may complete and place it
-            fill.copy_landed(pos, length)
         if data is None:
             return self.cursor.landed_on_disk(pos, length, scratch) == self.entry.size
         return self.cursor.landed(pos, (data,), scratch) == self.entry.size
