@@ -62,6 +62,15 @@ def commands_loaded(modules: list[str]) -> list[str]:
     return [m for m in modules if m.endswith(".command") or m.startswith(shells)]
 
 
+def hears_ctrl_c() -> None:
+    """A child's ``preexec_fn``: Ctrl-C (SIGINT) back to its default, for tests that send it.
+    A suite started in the background (``cmd &`` without job control, ``nohup``) inherits
+    SIGINT ignored, and Python then keeps it ignored: the child would never hear it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "") -> None:
     """Poll ``condition`` until it holds; fail after ``timeout`` seconds (a hang guard, sized
     many times what a quiet machine needs, so a busy one still passes)."""

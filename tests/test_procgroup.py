@@ -14,7 +14,7 @@ import pytest
 
 from gpuci import procgroup
 from gpuci.cli import _kill_helpers_on_sigterm
-from gpuci_testing import REPO, wait_until
+from gpuci_testing import REPO, hears_ctrl_c, wait_until
 
 LEAVE_A_CHILD = ["sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo $!"]
 
@@ -93,7 +93,11 @@ def test_what_is_left_is_killed_on_the_way_out(how, code):
     SIGTERM): the child, in a session of its own, heard none of them, and dies all the same."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     step = subprocess.Popen(
-        [sys.executable, "-c", _STEP, how], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        [sys.executable, "-c", _STEP, how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=hears_ctrl_c,
     )
     child = int(step.stdout.readline()) if step.stdout else 0
     try:

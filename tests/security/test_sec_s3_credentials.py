@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
 from hostile_s3 import run_measured, s3_cli_env
 
-from gpuci_testing import REPO, refused_url, wait_until
+from gpuci_testing import REPO, hears_ctrl_c, refused_url, wait_until
 
 FAST = {"GPUCI_S3_TIMEOUT": "0.5"}
 # Far past the 4 s an operation may take here, far short of botocore's own limits.
@@ -345,7 +345,9 @@ def test_a_cancelled_step_kills_its_credential_process(tmp_path, sig, code):
         args = [sys.executable, "-m", "gpuci", "cache-weights", "restore", "--store"]
         args += ["s3://bucket/c", "--endpoint-url", endpoint, "--key", "k-1"]
         args += ["--path", str(tmp_path / "out")]
-        step = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        step = subprocess.Popen(
+            args, env=env, cwd=REPO, stdout=subprocess.PIPE, text=True, preexec_fn=hears_ctrl_c
+        )
         try:
             wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2)
             started = [int(pid) for pid in pids.read_text().split()]
