@@ -47,6 +47,8 @@ _SOURCES = {
 }
 
 
+# How often a wait for the chain wakes, so a signal's handler runs that soon (see _Job.wait).
+_WAKE_S = 0.2
 # A helper or a file the AWS config names that is not there or cannot be run.
 _CANNOT_RUN = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ENOEXEC}
 
@@ -70,7 +72,14 @@ class _Job(Generic[T]):
             self.done.set()
 
     def wait(self, until: float) -> bool:
-        return self.done.wait(max(0.0, until - time.monotonic()))
+        """Wait for the job until ``until``, in short slices: a signal the kernel hands to
+        another thread (the helper's, say) runs its Python handler only once the main thread
+        is back in the interpreter, so a wait of the whole deadline would hold off the
+        runner's SIGTERM or a Ctrl-C for that long."""
+        while not self.done.wait(min(_WAKE_S, max(0.0, until - time.monotonic()))):
+            if time.monotonic() >= until:
+                return False
+        return True
 
 
 class Chain:
