@@ -52,7 +52,7 @@ from gpuci.fetch.policy import (
     check_retryable,
 )
 from gpuci.fetch.segments import Segmenter, segmentable
-from gpuci.fetch.urls import check_url
+from gpuci.fetch.urls import check_url, shown_url
 from gpuci.fetch.validators import strong_validator
 from gpuci.files import sha256_file
 from gpuci.units import human_bytes
@@ -183,7 +183,7 @@ class _Download(DownloadJob):
             size = part.size
             part.discard()
             raise IntegrityError(
-                f"{url}: sha256 mismatch for {self.dest.name}: expected {sha256.lower()}, "
+                f"{shown_url(url)}: sha256 mismatch for {self.dest.name}: expected {sha256.lower()}, "
                 f"got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
@@ -361,7 +361,7 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
     else:
         cause = describe(exc)
         refused = isinstance(exc, Refused)  # not retried: "after 1 attempt" says nothing
-        where = f"{source}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
+        where = f"{shown_url(source)}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
