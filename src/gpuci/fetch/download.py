@@ -102,12 +102,12 @@ class _Download(DownloadJob):
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
-            total = self._accept(resp, url, offset, resuming)
+            total, end = self._accept(resp, url, offset, resuming)
             wide = total is not None and segmentable(resp, total, offset, self)
             if self.partial.extents and not wide:
                 self.partial.drop_extents()  # one connection rewrites them in order
                 self.sync_progress()
-            Segmenter(self, resp, total, wide).run(resp)
+            Segmenter(self, resp, total, wide, end).run(resp)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
         check_retryable(resp, url)
@@ -125,8 +125,13 @@ class _Download(DownloadJob):
                 hint=_hint_for_status(status),
             )
 
-    def _accept(self, resp: httpx.Response, url: str, offset: int, resuming: bool) -> int | None:
-        """Decide where the body goes: appended (a matching 206) or from zero (anything else)."""
+    def _accept(
+        self, resp: httpx.Response, url: str, offset: int, resuming: bool
+    ) -> tuple[int | None, int | None]:
+        """Decide where the body goes: appended (a matching 206) or from zero (anything else).
+        Returns the file's size and where this body ends: a 206's ``Content-Range`` bounds it
+        (a chunked or close-delimited body has no Content-Length to check against the span,
+        and its bytes past the span were never announced)."""
         part = self.partial
         check_identity(resp)
         validator = strong_validator(resp.headers)
@@ -139,17 +144,17 @@ class _Download(DownloadJob):
                     f"a 206 that does not continue at byte {offset} of the same version "
                     f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
                 )
-            total = span[2]
+            total, end = span[2], span[1] + 1
             part.keep(part.written())
         else:
             if resuming or part.size or part.extents:
                 part.reset()  # Range ignored or the file changed: a clean restart
-            total = _int(resp.headers.get("Content-Length"))
+            total = end = _int(resp.headers.get("Content-Length"))
         if total is not None:
             self._check_room(total, part.size)
         part.adopt(validator, total)
         self.sync_progress()
-        return total
+        return total, end
 
     def _check_room(self, total: int, have: int) -> None:
         """Refuse an announced size over max-bytes or over the free space, before writing."""
