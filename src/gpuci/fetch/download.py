@@ -186,7 +186,8 @@ class _Download(DownloadJob):
         digest = part.digest()
         if sha256 and digest != sha256.lower():
             size = part.size
-            part.discard()
+            part.reset()  # deleted, and forgotten: a fetch from byte 0 may follow
+            self.sync_progress()
             raise IntegrityError(
                 f"{shown_url(url)}: sha256 mismatch for {self.dest.name}: expected {sha256.lower()}, "
                 f"got {digest} ({size} bytes); the partial file was deleted",
@@ -335,10 +336,7 @@ def _walk_sources(
     for source in sources:
         before = job.attempts
         try:
-            for attempt in policy.retrying(started):
-                with attempt:
-                    job.attempt(source)
-            return job.finish(source, sha256)
+            return _from_source(job, source, sha256, started)
         except IntegrityError as exc:  # a mirror may still hold the right bytes
             errors.append((source, exc, job.attempts - before))
         except (httpx.HTTPError, httpx.InvalidURL, FetchError, RetryableError) as exc:
@@ -354,6 +352,24 @@ def _walk_sources(
     error = _give_up(errors, job)
     error.attempts = job.attempts  # type: ignore[attr-defined]  # counted in the outputs
     raise error
+
+
+def _from_source(job: _Download, source: str, sha256: str | None, started: float) -> FetchResult:
+    """One source's attempts, then its digest check. Kept bytes that fail the sha256 (a
+    crash's zeros, a same-user neighbour's partial: both pass every ownership check) were
+    deleted by the check; the file is then fetched once more from byte 0, never in a loop."""
+    fresh = False
+    while True:
+        for attempt in job.policy.retrying(started):
+            with attempt:
+                job.attempt(source)
+        resumed = job.resumed_bytes  # before the check, which forgets them with the bytes
+        try:
+            return job.finish(source, sha256)
+        except IntegrityError:
+            if fresh or not resumed:
+                raise
+            fresh = True
 
 
 def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> GpuciError:
