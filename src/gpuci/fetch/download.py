@@ -135,6 +135,7 @@ class _Download(DownloadJob):
         part = self.partial
         check_identity(resp)
         validator = strong_validator(resp.headers)
+        end: int | None  # where this body ends
         if resp.status_code == 206:
             span = answered_span(resp, offset, None, part.total)  # its bounds, as asked
             same_version = validator is not None and validator == part.validator
@@ -189,8 +190,8 @@ class _Download(DownloadJob):
             part.reset()  # deleted, and forgotten: a fetch from byte 0 may follow
             self.sync_progress()
             raise IntegrityError(
-                f"{shown_url(url)}: sha256 mismatch for {self.dest.name}: expected {sha256.lower()}, "
-                f"got {digest} ({size} bytes); the partial file was deleted",
+                f"{shown_url(url)}: sha256 mismatch for {self.dest.name}: expected "
+                f"{sha256.lower()}, got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
         part.place()
@@ -331,7 +332,6 @@ def _walk_sources(
 ) -> FetchResult:
     """Each source in turn, each with the full attempts, all under one deadline: the first
     that finishes wins; none does: raise the last real error (leaving no unresumable bytes)."""
-    policy = job.policy
     errors: list[tuple[str, BaseException, int]] = []
     for source in sources:
         before = job.attempts
