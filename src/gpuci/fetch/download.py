@@ -52,7 +52,7 @@ from gpuci.fetch.policy import (
     check_retryable,
 )
 from gpuci.fetch.segments import Segmenter, segmentable
-from gpuci.fetch.urls import check_url
+from gpuci.fetch.urls import check_url, shown_url
 from gpuci.fetch.validators import strong_validator
 from gpuci.files import sha256_file
 from gpuci.units import human_bytes
@@ -102,12 +102,12 @@ class _Download(DownloadJob):
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
                 return  # we already hold every byte (checked in _check_status)
-            total = self._accept(resp, url, offset, resuming)
+            total, end = self._accept(resp, url, offset, resuming)
             wide = total is not None and segmentable(resp, total, offset, self)
             if self.partial.extents and not wide:
                 self.partial.drop_extents()  # one connection rewrites them in order
                 self.sync_progress()
-            Segmenter(self, resp, total, wide).run(resp)
+            Segmenter(self, resp, total, wide, end).run(resp)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
         check_retryable(resp, url)
@@ -125,11 +125,17 @@ class _Download(DownloadJob):
                 hint=_hint_for_status(status),
             )
 
-    def _accept(self, resp: httpx.Response, url: str, offset: int, resuming: bool) -> int | None:
-        """Decide where the body goes: appended (a matching 206) or from zero (anything else)."""
+    def _accept(
+        self, resp: httpx.Response, url: str, offset: int, resuming: bool
+    ) -> tuple[int | None, int | None]:
+        """Decide where the body goes: appended (a matching 206) or from zero (anything else).
+        Returns the file's size and where this body ends: a 206's ``Content-Range`` bounds it
+        (a chunked or close-delimited body has no Content-Length to check against the span,
+        and its bytes past the span were never announced)."""
         part = self.partial
         check_identity(resp)
         validator = strong_validator(resp.headers)
+        end: int | None  # where this body ends
         if resp.status_code == 206:
             span = answered_span(resp, offset, None, part.total)  # its bounds, as asked
             same_version = validator is not None and validator == part.validator
@@ -139,17 +145,17 @@ class _Download(DownloadJob):
                     f"a 206 that does not continue at byte {offset} of the same version "
                     f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
                 )
-            total = span[2]
+            total, end = span[2], span[1] + 1
             part.keep(part.written())
         else:
             if resuming or part.size or part.extents:
                 part.reset()  # Range ignored or the file changed: a clean restart
-            total = _int(resp.headers.get("Content-Length"))
+            total = end = _int(resp.headers.get("Content-Length"))
         if total is not None:
             self._check_room(total, part.size)
         part.adopt(validator, total)
         self.sync_progress()
-        return total
+        return total, end
 
     def _check_room(self, total: int, have: int) -> None:
         """Refuse an announced size over max-bytes or over the free space, before writing."""
@@ -181,10 +187,11 @@ class _Download(DownloadJob):
         digest = part.digest()
         if sha256 and digest != sha256.lower():
             size = part.size
-            part.discard()
+            part.reset()  # deleted, and forgotten: a fetch from byte 0 may follow
+            self.sync_progress()
             raise IntegrityError(
-                f"{url}: sha256 mismatch for {self.dest.name}: expected {sha256.lower()}, "
-                f"got {digest} ({size} bytes); the partial file was deleted",
+                f"{shown_url(url)}: sha256 mismatch for {self.dest.name}: expected "
+                f"{sha256.lower()}, got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
         part.place()
@@ -325,15 +332,11 @@ def _walk_sources(
 ) -> FetchResult:
     """Each source in turn, each with the full attempts, all under one deadline: the first
     that finishes wins; none does: raise the last real error (leaving no unresumable bytes)."""
-    policy = job.policy
     errors: list[tuple[str, BaseException, int]] = []
     for source in sources:
         before = job.attempts
         try:
-            for attempt in policy.retrying(started):
-                with attempt:
-                    job.attempt(source)
-            return job.finish(source, sha256)
+            return _from_source(job, source, sha256, started)
         except IntegrityError as exc:  # a mirror may still hold the right bytes
             errors.append((source, exc, job.attempts - before))
         except (httpx.HTTPError, httpx.InvalidURL, FetchError, RetryableError) as exc:
@@ -351,6 +354,24 @@ def _walk_sources(
     raise error
 
 
+def _from_source(job: _Download, source: str, sha256: str | None, started: float) -> FetchResult:
+    """One source's attempts, then its digest check. Kept bytes that fail the sha256 (a
+    crash's zeros, a same-user neighbour's partial: both pass every ownership check) were
+    deleted by the check; the file is then fetched once more from byte 0, never in a loop."""
+    fresh = False
+    while True:
+        for attempt in job.policy.retrying(started):
+            with attempt:
+                job.attempt(source)
+        resumed = job.resumed_bytes  # before the check, which forgets them with the bytes
+        try:
+            return job.finish(source, sha256)
+        except IntegrityError:
+            if fresh or not resumed:
+                raise
+            fresh = True
+
+
 def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> GpuciError:
     """The last real error, with its cause and the attempts made (chained as ``__cause__``)."""
     source, exc, tries = errors[-1]
@@ -361,7 +382,7 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
     else:
         cause = describe(exc)
         refused = isinstance(exc, Refused)  # not retried: "after 1 attempt" says nothing
-        where = f"{source}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
+        where = f"{shown_url(source)}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None

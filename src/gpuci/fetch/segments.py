@@ -184,7 +184,14 @@ class Segmenter:
     segment to the end (one byte past max-bytes when no size was announced), never split,
     retried by the download's next attempt (a resume checked as the first request is)."""
 
-    def __init__(self, job: DownloadJob, resp: httpx.Response, total: int | None, wide: bool):
+    def __init__(
+        self,
+        job: DownloadJob,
+        resp: httpx.Response,
+        total: int | None,
+        wide: bool,
+        body_end: int | None = None,  # where ``resp``'s body ends: a 206's span, or total
+    ):
         self.job = job
         self.part = job.partial
         self.policy = job.policy
@@ -217,6 +224,13 @@ class Segmenter:
         end = total if total is not None else (limit + 1 if limit is not None else sys.maxsize)
         self.plan = Plan(self.part.size, self.part.extents, end, steal)
         self.head = self.plan.head
+        cut = body_end if body_end is not None else self.head.end
+        if cut < self.head.end:  # never past what the 206 announced (its bytes: the server's)
+            if wide:  # the rest over ranged requests; on one connection, the next attempt's
+                rest = Segment(cut, cut, self.head.end, cut)
+                self.plan.pending.insert(0, rest)
+                self.plan.segments.append(rest)
+            self.head.end = cut
         # Requests stay bounded, so a later cut past their end wastes nothing; large enough
         # that the first-byte wait of each (tens of ms) costs a few percent at most.
         self.request_bytes = 4 * self.policy.segment_bytes
