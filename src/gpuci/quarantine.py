@@ -356,7 +356,7 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
             f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
             hint="run release on the quarantined runner itself, or pass --force",
         )
-    from gpuci.gpu._smoke import run as smoke
+    from gpuci.gpu._smoke import smoke
 
     verdict = smoke(inp.smoke_inputs(), rt)
     if not verdict.ok:

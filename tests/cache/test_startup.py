@@ -36,7 +36,7 @@ NOT_LOADED = (
     "gpuci.cache.save.command",
     "gpuci.commands._pods",
     "gpuci.commands._training",
-    "gpuci.commands._gpu_setup",
+    "gpuci.commands._gpu",
     "urllib.request",
     "configparser",
     # issue 28 round 4: each of these cost a warm hit a few ms of its ~100 ms start-up

@@ -50,13 +50,17 @@ FAIL = {
 }
 
 
-def stand_in(tmp_path: Path, monkeypatch, stdout: str, code: int = 0) -> Path:
+def stand_in(
+    tmp_path: Path, monkeypatch, stdout: str = "", code: int = 0, script: str = ""
+) -> Path:
+    """A dcgmi on PATH that records its args and prints ``stdout``, or runs ``script``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "out.txt").write_text(stdout)
     exe = bin_dir / "dcgmi"
     exe.write_text(
-        f'#!/bin/sh\necho "$@" > "{bin_dir}/args"\ncat "{bin_dir}/out.txt"\nexit {code}\n'
+        "#!/bin/sh\n"
+        + (script or f'echo "$@" > "{bin_dir}/args"\ncat "{bin_dir}/out.txt"\nexit {code}\n')
     )
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
@@ -152,11 +156,7 @@ def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
     from gpuci.gpu._smoke import dcgm
     from gpuci.gpu._smoke.checks import CheckSkipped, Context
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "dcgmi").write_text("#!/bin/sh\nexec sleep 60\n")
-    (bin_dir / "dcgmi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    stand_in(tmp_path, monkeypatch, script="exec sleep 60\n")
     ctx = Context({}, time.monotonic() + 1.0, time.monotonic)
     with pytest.raises(CheckSkipped, match="did not finish within the 1s left of the budget"):
         dcgm.run(1, ctx, [0])
@@ -171,11 +171,7 @@ def test_a_dcgmi_printing_megabytes_then_hanging_is_cut_at_once(tmp_path, monkey
     from gpuci.gpu._smoke import dcgm
     from gpuci.gpu._smoke.checks import CheckSkipped, Context
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "dcgmi").write_text("#!/bin/sh\nhead -c 2000000 /dev/zero\nsleep 600\n")
-    (bin_dir / "dcgmi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    stand_in(tmp_path, monkeypatch, script="head -c 2000000 /dev/zero\nsleep 600\n")
     monkeypatch.setattr(untrusted_json, "MAX_BYTES", 1 << 20)
     ctx = Context({}, time.monotonic() + 20.0, time.monotonic)
     with pytest.raises(CheckSkipped, match=r"^dcgmi diag printed over 1048576 bytes \(killed\)"):

@@ -56,21 +56,17 @@ def test_gemm_checked_against_the_cpu_reference(tmp_path):
     assert gemm["figures"]["tflops"] > 0
 
 
-def test_a_wrong_gemm_element_fails(tmp_path):
-    result = run(tmp_path, "h200", backend_with(WrongGemm))
-    gemm = outcome(result, "gpu0:gemm")
-    assert gemm["status"] == "fail"
-    # row 3 is not among the sampled rows: the column-sum identity catches it
-    assert (
-        gemm["reason"] == "GEMM differs from the CPU reference: 1 column sum(s) wrong, max error 4"
-    )
-
-
-def test_an_unstable_gemm_fails(tmp_path):
-    result = run(tmp_path, "h200", backend_with(DriftingGemm, calls=0))
-    gemm = outcome(result, "gpu0:gemm")
-    assert gemm["status"] == "fail"
-    assert gemm["reason"] == "GEMM is unstable: repeating the same product changed it by up to 1"
+@pytest.mark.parametrize(
+    ("backend", "reason"),
+    [
+        # row 3 is not among the sampled rows: the column-sum identity catches it
+        (WrongGemm, "GEMM differs from the CPU reference: 1 column sum(s) wrong, max error 4"),
+        (DriftingGemm, "GEMM is unstable: repeating the same product changed it by up to 1"),
+    ],
+)
+def test_a_wrong_or_unstable_gemm_fails(tmp_path, backend, reason):
+    gemm = outcome(run(tmp_path, "h200", backend_with(backend, calls=0)), "gpu0:gemm")
+    assert (gemm["status"], gemm["reason"]) == ("fail", reason)
 
 
 def test_bandwidth_below_the_minimum_fails_and_names_the_minimum(tmp_path):

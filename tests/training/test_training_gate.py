@@ -78,16 +78,8 @@ def test_failing_gate_in_actions_exit_1_with_outputs_table_and_annotation(tmp_pa
 
 def test_baseline_absent_warns_and_skips_regression(tmp_path):
     metrics = write(tmp_path / "m.jsonl", '{"acc": 0.1}\n{"acc": 0.97}\n')
-    proc = gate(
-        tmp_path,
-        "--metrics",
-        str(metrics),
-        "--max-regression",
-        "acc=0.01",
-        "--baseline",
-        str(tmp_path / "none.json"),
-        "--json",
-    )
+    flags = ("--metrics", str(metrics), "--max-regression", "acc=0.01")
+    proc = gate(tmp_path, *flags, "--baseline", str(tmp_path / "none.json"), "--json")
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     assert body["outputs"]["passed"] == "true"
@@ -95,16 +87,7 @@ def test_baseline_absent_warns_and_skips_regression(tmp_path):
         "not found: max-regression rules skipped" in a["message"] for a in body["annotations"]
     )
     assert body["report"]["gate"]["rows"][0]["verdict"] == "skipped: no baseline"
-    proc = gate(
-        tmp_path,
-        "--metrics",
-        str(metrics),
-        "--max-regression",
-        "acc=0.01",
-        "--baseline",
-        str(tmp_path / "none.json"),
-        "--require-baseline",
-    )
+    proc = gate(tmp_path, *flags, "--baseline", str(tmp_path / "none.json"), "--require-baseline")
     assert proc.returncode == 1 and "FAIL: no baseline" in proc.stdout
 
 

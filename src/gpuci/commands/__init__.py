@@ -11,7 +11,7 @@ class as its type (``RESTORE: Command[RestoreInputs]``), and ``tests/test_typed.
 the class named is the one the command's function takes.
 
 The registry (the names below) is the CLI's and the generated actions'; the modules defining
-each command (``_gpu_setup.py``, ``_pods.py``, ...) are internal, as are ``_dispatch`` (running
+each command (``_gpu.py``, ``_pods.py``, ...) are internal, as are ``_dispatch`` (running
 one), ``_dry_run`` and ``_all_in_one``.
 """
 
@@ -99,14 +99,14 @@ class Command(Generic[OptionsT]):
 # Where each top-level command is defined, in --help's order: the CLI imports only the module
 # of the command it runs (``command_named``), not every command's definitions.
 _DEFINED_IN = (
-    ("gpu-setup", "_gpu_setup", "COMMAND"),
+    ("gpu-setup", "_gpu", "SETUP"),
     ("cache-weights", "_cache_weights", "COMMAND"),
     ("retry-fetch", "_retry_fetch", "COMMAND"),
-    ("gpu-smoke", "_gpu_smoke", "COMMAND"),
+    ("gpu-smoke", "_gpu", "SMOKE"),
     ("dry-run", "_dry_run", "COMMAND"),
     ("pods", "_pods", "COMMAND"),
-    ("runners", "_runners", "COMMAND"),
-    ("gpus", "_gpus", "COMMAND"),
+    ("runners", "_gpu", "RUNNERS"),
+    ("gpus", "_gpu", "GPUS"),
     ("gate", "_training", "GATE"),
     ("provenance", "_training", "PROVENANCE"),
     ("report", "_training", "REPORT"),

@@ -43,7 +43,7 @@ from gpuci.gpu.options import SmokeInputs
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
-__all__ = ["Plan", "Smoke", "examine", "run", "selected_checks", "smoke"]
+__all__ = ["Plan", "Smoke", "examine", "selected_checks", "smoke"]
 
 COMMAND = "gpu-smoke"
 
@@ -82,25 +82,6 @@ def selected_checks(inp: SmokeInputs) -> list[str]:
     return chosen
 
 
-def run(inp: SmokeInputs, rt: Runtime) -> Result:
-    """The smoke alone, on this machine's NVML and the framework ``inp`` picks.
-
-    ``gpu-smoke``'s target, :func:`gpuci.gpu._smoke.command.run`, adds the health
-    record and the quarantine around it; ``runners release`` runs it first.
-
-    Args:
-        inp: the smoke's inputs.
-        rt: the environment, output streams and masks.
-
-    Returns:
-        The command's Result: exit 1 with the failed checks named, 3 when NVML or a GPU is lost.
-
-    Raises:
-        InputError: an unknown check or a memory fraction outside (0, 1].
-    """
-    return smoke(inp, rt)
-
-
 def smoke(
     inp: SmokeInputs,
     rt: Runtime,
@@ -111,6 +92,9 @@ def smoke(
     clock: Callable[[], float] = time.monotonic,
 ) -> Result:
     """The smoke as a step reports it: :func:`examine`, rendered.
+
+    ``gpu-smoke``'s target, :func:`gpuci.gpu._smoke.command.run`, adds the health record and the
+    quarantine around it; ``runners release`` runs it alone first.
 
     Args:
         inp, rt, nvml, backend, sizes, clock: as :func:`examine`'s.

@@ -28,14 +28,14 @@ class Profile:
 
     name: str
     memory_mib: int
-    reserved_mib: int
     cc: tuple[int, int]
     arch: int
     driver: str
     cuda: int  # nvmlSystemGetCudaDriverVersion_v2 form: 12040 = 12.4
     power_limit_mw: int | None
     pcie_gen: tuple[int, int] | None  # (current, max)
-    pcie_width: tuple[int, int] | None
+    pcie_width: tuple[int, int] | None = (16, 16)
+    reserved_mib: int = 0  # FB the driver keeps for itself
     temperature_c: int | None = 33
     ecc_enabled: bool | None = True
     ecc_pending: bool | None = None  # the mode after the next reset; None: same as now
@@ -86,16 +86,7 @@ class Profile:
 
 NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothing remapped
 # PCI buses of the eight GPUs in an HGX H100 board, as nvidia-smi shows them.
-HGX_BUSES = (
-    0x18,
-    0x2A,
-    0x3A,
-    0x5D,
-    0x9A,
-    0xAB,
-    0xBA,
-    0xDB,
-)  # row remapping (Ampere and later) with nothing remapped
+HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 PROFILES: dict[str, Profile] = {
     # nvidia-smi on an H200 SXM: 143771 MiB FB (141 GB HBM3e), 700 W, PCIe Gen5 x16.
@@ -109,7 +100,6 @@ PROFILES: dict[str, Profile] = {
         cuda=12040,
         power_limit_mw=700000,
         pcie_gen=(5, 5),
-        pcie_width=(16, 16),
         temperature_c=31,
         remapped_rows=NO_REMAPS,
         mig=[],
@@ -128,7 +118,6 @@ PROFILES: dict[str, Profile] = {
         cuda=12020,
         power_limit_mw=700000,
         pcie_gen=(5, 5),
-        pcie_width=(16, 16),
         temperature_c=29,
         remapped_rows=NO_REMAPS,
         mig=[],
@@ -139,14 +128,12 @@ PROFILES: dict[str, Profile] = {
     "a100-mig": Profile(
         name="NVIDIA A100-SXM4-40GB",
         memory_mib=40960,
-        reserved_mib=0,
         cc=(8, 0),
         arch=7,
         driver="525.85.12",
         cuda=12000,
         power_limit_mw=400000,
         pcie_gen=(4, 4),
-        pcie_width=(16, 16),
         temperature_c=27,
         remapped_rows=NO_REMAPS,
         mig=[MigProfile("3g.20gb", 19968, 1), MigProfile("3g.20gb", 19968, 2)],
@@ -163,7 +150,6 @@ PROFILES: dict[str, Profile] = {
         cuda=12020,
         power_limit_mw=72000,
         pcie_gen=(4, 4),
-        pcie_width=(16, 16),
         temperature_c=38,
         remapped_rows=NO_REMAPS,
         mig=None,
@@ -173,14 +159,12 @@ PROFILES: dict[str, Profile] = {
     "t4": Profile(
         name="Tesla T4",
         memory_mib=15360,
-        reserved_mib=0,
         cc=(7, 5),
         arch=6,
         driver="535.104.05",
         cuda=12020,
         power_limit_mw=70000,
         pcie_gen=(1, 3),  # idles at Gen1 to save power, as nvidia-smi shows
-        pcie_width=(16, 16),
         temperature_c=41,
         retired_pages_pending=False,
         mig=None,
@@ -193,14 +177,12 @@ PROFILES: dict[str, Profile] = {
     "ecc-bad": Profile(
         name="NVIDIA A100-SXM4-80GB",
         memory_mib=81920,
-        reserved_mib=0,
         cc=(8, 0),
         arch=7,
         driver="535.129.03",
         cuda=12020,
         power_limit_mw=400000,
         pcie_gen=(4, 4),
-        pcie_width=(16, 16),
         temperature_c=35,
         ecc_volatile_uncorrected=2,
         remapped_rows=(0, 1, True, False),
@@ -212,14 +194,12 @@ PROFILES: dict[str, Profile] = {
     "old-driver": Profile(
         name="Tesla V100-SXM2-16GB",
         memory_mib=16160,
-        reserved_mib=0,
         cc=(7, 0),
         arch=5,
         driver="470.57.02",
         cuda=11040,
         power_limit_mw=300000,
         pcie_gen=(3, 3),
-        pcie_width=(16, 16),
         temperature_c=36,
         retired_pages_pending=False,
         mig=None,
