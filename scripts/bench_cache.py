@@ -458,6 +458,9 @@ class Bench:
             out.append((f", code in {src}", {**self.env, "PYTHONPATH": src}))
             gh = {**self.env, "RUNNER_ENVIRONMENT": "github-hosted", "PYTHONPATH": src}
             out.append((f", GitHub-hosted, code in {src}", gh))
+            if profile is not None and self.args.variants != "default":
+                before = {**profile, "PYTHONPATH": src}
+                out.append((f", credentials from a profile, code in {src}", before))
         return out
 
     def profile_env(self, process: bool = False) -> dict[str, str] | None:
