@@ -28,7 +28,11 @@ _CONFIG_OK = frozenset({"region", "output", *_KEYS})
 _CREDENTIALS_OK = frozenset(_KEYS)
 # Variables that bring in another source before the credentials file (web identity) or name
 # the profile otherwise than AWS_PROFILE.
-_OTHER_SOURCES = ("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_DEFAULT_PROFILE")
+_OTHER_SOURCES = (
+    settings.AWS_WEB_IDENTITY_TOKEN_FILE,
+    settings.AWS_ROLE_ARN,
+    settings.AWS_DEFAULT_PROFILE,
+)
 _MAX_BYTES = 1 << 20  # an AWS file larger than this is botocore's to read
 
 
@@ -45,7 +49,7 @@ def static_profile(
 ) -> StaticProfile | None:
     """The active profile's static keys, as botocore's chain would resolve them with no keys in
     the environment; None when botocore could answer otherwise (then botocore answers)."""
-    if any(environ.get(name) for name in _OTHER_SOURCES):
+    if any(environ.get(setting.name) for setting in _OTHER_SOURCES):  # unstripped, as botocore
         return None
     if "$" in f"{config}{credentials}":  # botocore expands variables in these paths
         return None
