@@ -12,7 +12,8 @@ incremental save uploads after changing 1 file of 20.
 gpu-ci's rows start with the default path, as each runner kind gets it with no extra inputs:
 a self-hosted runner (the runner-local tier on, emptied before each timed run, so a cold restore
 pays for filling it), the same with the keys in an AWS profile instead of the environment
-(``AWS_PROFILE``: botocore resolves them, as for SSO or a role), then a GitHub-hosted runner
+(``AWS_PROFILE``: plain keys, read without botocore) and handed out by the profile's
+``credential_process`` (botocore resolves them, as for SSO or a role), then a GitHub-hosted runner
 (``RUNNER_ENVIRONMENT=github-hosted``). The tuned
 rows follow: ``GPUCI_LOCAL_CACHE=off``, and with ``--workers`` a fixed connection count.
 
@@ -443,9 +444,10 @@ class Bench:
             (", default, GitHub-hosted", {**self.env, "RUNNER_ENVIRONMENT": "github-hosted"}),
             (", GPUCI_LOCAL_CACHE=off", off),
         ]
-        profile = self.profile_env()
-        if profile is not None:
+        profile, process = self.profile_env(), self.profile_env(process=True)
+        if profile is not None and process is not None:
             out.insert(1, (", default, self-hosted, credentials from a profile", profile))
+            out.insert(2, (", default, self-hosted, credentials from credential_process", process))
         if self.args.variants == "default":
             del out[1:]
         elif self.args.workers:
@@ -456,21 +458,36 @@ class Bench:
             out.append((f", code in {src}", {**self.env, "PYTHONPATH": src}))
             gh = {**self.env, "RUNNER_ENVIRONMENT": "github-hosted", "PYTHONPATH": src}
             out.append((f", GitHub-hosted, code in {src}", gh))
+            if profile is not None and self.args.variants != "default":
+                before = {**profile, "PYTHONPATH": src}
+                out.append((f", credentials from a profile, code in {src}", before))
         return out
 
-    def profile_env(self) -> dict[str, str] | None:
+    def profile_env(self, process: bool = False) -> dict[str, str] | None:
         """The environment's keys moved into an AWS profile (config and credentials files, no
-        key in the environment), as on a runner with SSO, a role or ``AWS_PROFILE``: botocore
-        resolves them. None when the environment has no keys to move."""
+        key in the environment): plain keys, which gpu-ci reads without botocore, or with
+        ``process`` handed out by a ``credential_process`` (``cat`` of a JSON file), which
+        botocore resolves as for SSO or a role. None when the environment has no keys."""
         key, secret = self.env.get("AWS_ACCESS_KEY_ID"), self.env.get("AWS_SECRET_ACCESS_KEY")
         if not (key and secret):
             return None
-        config, credentials = self.work / "aws-config", self.work / "aws-credentials"
+        kind = "process" if process else "plain"
+        config = self.work / f"aws-config-{kind}"
+        credentials = self.work / f"aws-credentials-{kind}"
         region = self.env.get("AWS_DEFAULT_REGION", "us-east-1")
-        config.write_text(f"[profile bench]\nregion = {region}\n")
-        credentials.write_text(
-            f"[bench]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
-        )
+        if process:
+            answer = self.work / "aws-process.json"
+            keys = {"Version": 1, "AccessKeyId": key, "SecretAccessKey": secret}
+            answer.write_text(json.dumps(keys))
+            config.write_text(
+                f"[profile bench]\nregion = {region}\ncredential_process = cat {answer}\n"
+            )
+            credentials.write_text("")
+        else:
+            config.write_text(f"[profile bench]\nregion = {region}\n")
+            credentials.write_text(
+                f"[bench]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n"
+            )
         env = {k: v for k, v in self.env.items() if not k.startswith("AWS_")}
         return {
             **env,

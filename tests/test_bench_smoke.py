@@ -195,6 +195,7 @@ def test_bench_cache_small_wan(tmp_path, harness):
         default = f"gpu-ci {op} (sha256), default, self-hosted (tier on, fresh)"
         others = {
             f"gpu-ci {op} (sha256), default, self-hosted, credentials from a profile",
+            f"gpu-ci {op} (sha256), default, self-hosted, credentials from credential_process",
             f"gpu-ci {op} (sha256), default, GitHub-hosted",
             f"gpu-ci {op} (sha256), GPUCI_LOCAL_CACHE=off",
             f"gpu-ci {op} (sha256), tier off, GPUCI_CACHE_WORKERS=16",

@@ -303,3 +303,49 @@ def test_every_action_is_a_command_of_the_same_name(tmp_path):
     assert json.loads(gate.stdout)["command"] == "gate"
     help_text = run_cli("--help").stdout
     assert "gate (metric-gate)" in help_text and "pods (gpu-pod)" in help_text
+
+
+def test_a_fetch_imports_neither_the_s3_stack_nor_httpx_s_own_cli(tmp_path):
+    """retry-fetch runs on httpx alone: no botocore (S3's), and not the click, rich and
+    pygments that ``import httpx`` loads for the ``httpx`` program (a third of the start-up)."""
+    import functools
+    import hashlib
+    from http.server import SimpleHTTPRequestHandler
+
+    from loopback_http import LoopbackHTTPServer
+
+    (tmp_path / "blob").write_bytes(b"x" * 4096)
+    digest = hashlib.sha256(b"x" * 4096).hexdigest()
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    heavy = ("boto3", "botocore", "click", "rich", "pygments", "gpuci.charts", "gpuci.cache")
+    with LoopbackHTTPServer(handler) as server:  # type: ignore[arg-type]
+        url = f"http://127.0.0.1:{server.port}/blob"
+        code = (
+            "import sys, contextlib, io\n"
+            "from gpuci.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    code = main(['retry-fetch', '--url', {url!r}, '--sha256', {digest!r},"
+            f" '--dest', {str(tmp_path / 'got')!r}, '--json'])\n"
+            f"print(code, ','.join(m for m in {heavy!r} if m in sys.modules))"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        )
+    assert proc.stdout.split(" ") == ["0", "\n"], proc.stdout + proc.stderr
+    assert (tmp_path / "got").read_bytes() == b"x" * 4096
+
+
+def test_httpx_s_own_cli_still_runs_when_called(tmp_path):
+    """The stand-in for httpx._main imports the real one when called (nothing breaks)."""
+    code = (
+        "import sys\n"
+        "from gpuci.cli import _spare_httpx_cli\n"
+        "_spare_httpx_cli()\n"
+        "import httpx\n"
+        "assert 'click' not in sys.modules\n"
+        "sys.argv = ['httpx', '--help']\n"
+        "httpx.main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: httpx" in proc.stdout

@@ -226,8 +226,33 @@ def _kill_helpers_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, on_sigterm)
 
 
+def _spare_httpx_cli() -> None:
+    """Keep httpx's own command line (click, rich, pygments) out of this process.
+
+    ``import httpx`` imports ``httpx._main``, the ``httpx`` program, for its ``main``: half of
+    httpx's import time and a third of a warm ``retry-fetch``'s start-up
+    (docs/benchmarks.md), for a program gpu-ci never runs. A stand-in takes its place; called,
+    it imports the real one. The CLI owns its process; the API leaves httpx as it is.
+    """
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        return
+    import types
+
+    stand_in = types.ModuleType("httpx._main")
+
+    def real_main(*args: object, **kwargs: object) -> object:
+        import importlib
+
+        sys.modules.pop("httpx._main", None)
+        return importlib.import_module("httpx._main").main(*args, **kwargs)
+
+    stand_in.main = real_main  # type: ignore[attr-defined]
+    sys.modules["httpx._main"] = stand_in
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
+    _spare_httpx_cli()
     # `python -m gpuci cache-weights restore ...` needs cache-weights' parser only; anything
     # else (--help, --version, a misspelt command) gets the whole CLI and its full messages.
     args: argparse.Namespace | SimpleNamespace | None = _plain_args(words)

@@ -432,6 +432,10 @@ AWS_CONFIG_FILE = _declare("AWS_CONFIG_FILE", "~/.aws/config", "The AWS config f
 AWS_SHARED_CREDENTIALS_FILE = _declare(
     "AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", "The AWS credentials file.", _AWS
 )
+AWS_WEB_IDENTITY_TOKEN_FILE = _declare(
+    "AWS_WEB_IDENTITY_TOKEN_FILE", "", "OIDC token for STS (botocore resolves the role).", _AWS
+)
+AWS_ROLE_ARN = _declare("AWS_ROLE_ARN", "", "The role a web identity assumes.", _AWS)
 AWS_REGION = _declare("AWS_REGION", "", "The S3 region.", _AWS)
 AWS_DEFAULT_REGION = _declare("AWS_DEFAULT_REGION", "", "Its older name.", _AWS)
 AWS_ENDPOINT_URL = _declare("AWS_ENDPOINT_URL", "", "An S3-compatible endpoint.", _AWS)

@@ -143,22 +143,25 @@ def test_read_only_credentials_on_seaweedfs_restore_and_warn_once(
 def _both_paths(flags: dict[str, str], env: dict[str, str], tmp_path: Path) -> tuple:
     """(result with keys in the environment, result with the same keys from a profile) of one
     restore: the second resolves its credentials through botocore's chain, then takes the same
-    path."""
+    path. A profile of plain keys, read without botocore, must give the same result too."""
     keys, _ = cache_cmd("restore", flags, env)
-    profile = _profile_env(env, tmp_path)
+    plain, _ = cache_cmd("restore", flags, _profile_env(env, tmp_path, ""))
+    profile = _profile_env(env, tmp_path, "cli_pager = \n")  # not plain: botocore's
     from_profile, _ = cache_cmd("restore", flags, profile)
+    assert (plain.exit_code, plain.headline) == (keys.exit_code, keys.headline)
     return keys, from_profile
 
 
-def _profile_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
-    """``env`` with its keys moved into an AWS profile ``lab`` (AWS_PROFILE and the files)."""
+def _profile_env(env: dict[str, str], tmp_path: Path, extra: str) -> dict[str, str]:
+    """``env`` with its keys moved into an AWS profile ``lab`` (AWS_PROFILE and the files),
+    whose config section also holds ``extra``."""
     creds = tmp_path / "aws-credentials"
     creds.write_text(
         f"[lab]\naws_access_key_id = {env['AWS_ACCESS_KEY_ID']}\n"
         f"aws_secret_access_key = {env['AWS_SECRET_ACCESS_KEY']}\n"
     )
-    config = tmp_path / "aws-config"
-    config.write_text("[profile lab]\nregion = us-east-1\n")
+    config = tmp_path / f"aws-config{len(extra)}"
+    config.write_text(f"[profile lab]\nregion = us-east-1\n{extra}")
     keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
     moved = {k: v for k, v in env.items() if k not in keys}
     return {

@@ -2,14 +2,14 @@
 
 Keys in the environment (what aws-actions/configure-aws-credentials sets) with the region and
 endpoint known from the inputs or the environment are read here, without botocore: a restore
-with them never pays botocore's slow import (docs/benchmarks.md#figures-behind-the-code).
-Everything else - a profile, SSO,
-``credential_process``, web identity, the instance role, a region or ``endpoint_url`` in the
-AWS config file - is botocore's job (:func:`_from_botocore`): its session resolves them, and
-the store signs with what it resolved (:mod:`gpuci.cache.stores.s3.signer`) on its one bounded
-client. Role credentials expire: they are frozen again at each signing, so botocore refreshes them;
-the resolution and every refresh end by the operation's deadline
-(:mod:`gpuci.cache.stores.s3.credentials`).
+with them never pays botocore's slow import (docs/benchmarks.md#figures-behind-the-code), nor
+does one with plain keys in a profile (:mod:`gpuci.cache.stores.s3.profile`). Everything else -
+a profile with a role, SSO, ``credential_process``, web identity, the instance role, a region
+or ``endpoint_url`` in the AWS config file - is botocore's job (:func:`_from_botocore`): its
+session resolves them, and the store signs with what it resolved
+(:mod:`gpuci.cache.stores.s3.signer`) on its one bounded client. Role credentials expire: they
+are frozen again at each signing, so botocore refreshes them; the resolution and every refresh
+end by the operation's deadline (:mod:`gpuci.cache.stores.s3.credentials`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuci import settings
 from gpuci.cache.stores.s3.network import Limits
+from gpuci.cache.stores.s3.profile import static_profile
 from gpuci.cache.stores.s3.signer import (
     Address,
     EnvCredentials,
@@ -86,9 +87,18 @@ def resolve(
     fips = settings.AWS_USE_FIPS_ENDPOINT.is_true(environ)
     dualstack = settings.AWS_USE_DUALSTACK_ENDPOINT.is_true(environ)
     env_creds = env_credentials(environ)
+    static = None
+    if env_creds is None:  # plain keys in a profile need no botocore either
+        static = static_profile(
+            environ,
+            _aws_file(environ, settings.AWS_CONFIG_FILE, "config"),
+            _aws_file(environ, settings.AWS_SHARED_CREDENTIALS_FILE, "credentials"),
+        )
+    if static is not None:
+        env_creds, region = static.creds, region or static.region
     ignore = settings.AWS_IGNORE_CONFIGURED_ENDPOINT_URLS.is_true(environ)
     config_says = _config_text(environ)
-    needs_botocore = (
+    needs_botocore = static is None and (
         env_creds is None
         or settings.AWS_PROFILE.is_set(environ)
         or (not endpoint and not ignore and "endpoint_url" in config_says)
