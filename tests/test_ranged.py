@@ -133,8 +133,8 @@ def test_a_parts_plan_hands_out_its_parts_then_steals_only_well_ahead_of_a_near_
     assert first is not None and first.start == 0 and plan.written() == []
     plan.pending.clear()
     first.owned, first.asked, first.pos = True, 16 * MIB, 4 * MIB  # a bounded part, read to 4
-    assert plan.take(steal=True, in_flight=16 * MIB) is None  # a near store sent those already
-    stolen = plan.take(steal=True, in_flight=4 * MIB)
+    assert plan.take(steal=True, near=True) is None  # a near store sent those already
+    stolen = plan.take(steal=True)
     assert stolen is not None and (stolen.start, stolen.end) == (10 * MIB, 16 * MIB)
     assert first.end == 10 * MIB and not plan.done()
 

@@ -1,5 +1,6 @@
 """Retrying one ranged piece: the engine's one wrapper, for retry-fetch's segments and the
-cache's blob parts and packed runs.
+cache's blob parts and packed runs; and a worker's one loop through a plan's ranges
+(:func:`work_through`), which both drive.
 
 A piece cut mid-way keeps what reached its sink: the segment is rewound to ``written`` (the
 next request asks from there, and progress takes back what was delivered but never written)
@@ -16,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from gpuci.ranged.plan import Segment
+from gpuci.ranged.plan import Plan, Segment
 from gpuci.retry import RetryOn, RetryPolicy
 
 #: Statuses by which a server asks for fewer connections (S3's SlowDown is a 503).
@@ -68,3 +69,40 @@ def retry_segment(
             stop.wait(seconds)
 
     policy.call(once, retry_on, sleep=pause if stop is not None else None, on_retry=throttle)
+
+
+def work_through(
+    plan: Plan,
+    seg: Segment | None,
+    attempt: Callable[[Segment], bool | None],
+    retried: Callable[[Segment, Callable[[Segment], None]], None],
+    lock: contextlib.AbstractContextManager[Any],
+    stop: threading.Event,
+    take: Callable[[], Segment | None] = lambda: None,
+) -> bool:
+    """A worker's loop: ``seg``, then each range ``take`` hands out (owned: :meth:`Plan.take`),
+    each fetched to its end by ``attempt`` under ``retried`` (:func:`retry_segment`), then let
+    go; one its connection gave back unfinished (the controller backed off) is rewound and
+    waits for the next worker, unless the run stops. Returns whether an attempt completed the
+    file (the loop ends there); a failure lets its range go and ends it too."""
+    completed = False
+
+    def once(seg: Segment) -> None:
+        nonlocal completed
+        completed = bool(attempt(seg)) or completed
+
+    while seg is not None:
+        fetched = completed = False
+        try:
+            retried(seg, once)
+            fetched = True
+        finally:
+            with lock:
+                seg.owned = False
+                if fetched and seg.pos < seg.end and not stop.is_set():
+                    seg.rewind()
+                    plan.pending.append(seg)
+        if completed:
+            return True
+        seg = take()
+    return False
