@@ -219,15 +219,11 @@ class Segmenter:
         self.request_bytes = 4 * self.policy.segment_bytes
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
-        # A near server (loopback, the same cluster) has sent an answer far ahead of what we
-        # read, into socket buffers of megabytes: cutting one there asks again for bytes already
-        # on their way (loopback served well over the file's size:
-        # docs/benchmarks.md#figures-behind-the-code). There the CPU, not the link, is
-        # the limit, so a tail split gains nothing: a ranged answer is only cut past its request
-        # or a socket buffer's worth ahead of its reads.
-        # Judged by the fastest first answer seen: load only ever slows one (a busy machine's
-        # loopback can be slower than a far server: docs/benchmarks.md#figures-behind-the-code),
-        # a far server never answers faster than its distance.
+        # Whether the server is near (its answers are cut only well ahead of their reads:
+        # Plan.take), judged by the fastest first answer seen: load only ever slows one (a busy
+        # machine's loopback can be slower than a far server:
+        # docs/benchmarks.md#figures-behind-the-code), a far one never answers faster than its
+        # distance.
         self.fastest = job.first_byte_s if job.first_byte_s is not None else float("inf")
         self.head_full = False  # the head's reads filled their buffers (its last window)
         self.recorded = False  # the sidecar lists the written ranges (:meth:`_record`)
@@ -286,7 +282,8 @@ class Segmenter:
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
-                seg = self._take()
+                # A near server's answers are cut only well ahead of their reads (``fastest``).
+                seg = self.plan.take(not self.job.one_connection, self.fastest < _FAR_S)
                 if seg is None:
                     break
                 self._spawn(seg, None)
@@ -313,11 +310,6 @@ class Segmenter:
             return False
         lag = self.head.written - self.part.cursor.position
         return (self.running == 1 and self.head_full) or lag >= _HASH_LAG
-
-    def _take(self) -> Segment | None:
-        """The plan's next range (:meth:`Plan.take`); a near server's ranged answers are only
-        cut :data:`~gpuci.ranged.plan._IN_FLIGHT` or more ahead of their reads (``fastest``)."""
-        return self.plan.take(not self.job.one_connection, self.fastest < _FAR_S)
 
     def _record(self) -> None:
         """Put the written ranges on record, durably, before a byte lands out of order.

@@ -82,9 +82,9 @@ def work_through(
 ) -> bool:
     """A worker's loop: ``seg``, then each range ``take`` hands out (owned: :meth:`Plan.take`),
     each fetched to its end by ``attempt`` under ``retried`` (:func:`retry_segment`), then let
-    go; one its connection gave back unfinished (the controller backed off) is rewound and
-    waits for the next worker, unless the run stops. Returns whether an attempt completed the
-    file (the loop ends there); a failure lets its range go and ends it too."""
+    go; one given back unfinished (the controller backed off) waits, rewound, for the next
+    worker unless the run stops. Returns whether an attempt completed the file (the loop ends
+    there); a failure lets its range go and ends it too."""
     completed = False
 
     def once(seg: Segment) -> None:

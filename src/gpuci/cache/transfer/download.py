@@ -393,10 +393,8 @@ class Downloader:
         assert target.plan is not None and self._pool is not None
         key, take = layout.blob_key(target.entry.sha256), functools.partial(self._take, target)
         attempt = functools.partial(self._stream_part, target, key, lane=lane)
-        retried = functools.partial(self._retried, lock=target.lock)
-        if not work_through(
-            target.plan, take(), attempt, retried, target.lock, self._pool.cancelled, take
-        ):
+        retried, stop = functools.partial(self._retried, lock=target.lock), self._pool.cancelled
+        if not work_through(target.plan, take(), attempt, retried, target.lock, stop, take):
             return
         try:
             target.finish()
