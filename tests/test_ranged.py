@@ -13,7 +13,7 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
-from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.ranged.retry import retry_segment, throttles, work_through
 from gpuci.ranged.sink import HelperSink
 from gpuci.retry import RetryPolicy
 
@@ -158,6 +158,56 @@ def test_a_retried_segment_resumes_from_what_was_written_and_counts_its_resend()
         seg, attempt, policy, ConnectionError, throttle=throttled.append, on_lost=lost.append
     )
     assert asked == [0, 40] and lost == [20] and len(throttled) == 1
+
+
+def test_a_worker_lets_each_range_go_and_hands_back_what_its_connection_gave_back():
+    plan = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB)
+    lock, stop, asked = threading.Lock(), threading.Event(), []
+
+    def attempt(seg: Segment) -> bool:
+        assert seg.owned
+        asked.append(seg.pos)
+        # the controller takes the second range's connection back halfway, once
+        seg.pos = seg.written = seg.end if len(asked) != 2 else seg.pos + MIB // 2
+        return False
+
+    def retried(seg: Segment, once) -> None:
+        once(seg)
+
+    take = lambda: plan.take(steal=False)  # noqa: E731
+    assert not work_through(plan, take(), attempt, retried, lock, stop, take)
+    assert asked == [0, MIB, 2 * MIB, MIB + MIB // 2]  # the rest of the second, from its end
+    assert plan.done() and not any(s.owned for s in plan.segments)
+
+    plan, asked = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB), []
+    stop.set()  # a run that stops keeps nothing pending for a next worker
+    assert not work_through(plan, take(), attempt, retried, lock, stop, take)
+    assert asked == [0, MIB, 2 * MIB] and not plan.pending and not plan.done()
+
+
+def test_a_worker_stops_at_the_range_that_completed_the_file_or_at_a_failure():
+    plan = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB)
+    lock, stop = threading.Lock(), threading.Event()
+    take = lambda: plan.take(steal=False)  # noqa: E731
+
+    def completes(seg: Segment) -> bool:
+        seg.pos = seg.written = seg.end
+        return True
+
+    def retried(seg: Segment, once) -> None:
+        once(seg)
+
+    assert work_through(plan, take(), completes, retried, lock, stop, take)
+    assert len(plan.pending) == 2  # nothing more taken
+
+    def fails(seg: Segment) -> bool:
+        seg.pos = seg.written = seg.start + 1
+        raise ConnectionError("cut")
+
+    first = take()
+    with pytest.raises(ConnectionError):
+        work_through(plan, first, fails, retried, lock, stop, take)
+    assert first is not None and not first.owned and all(s is not first for s in plan.pending)
 
 
 def test_the_throttle_rule_is_a_429_or_a_503():
