@@ -219,11 +219,8 @@ class Segmenter:
         self.request_bytes = 4 * self.policy.segment_bytes
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
-        # Whether the server is near (its answers are cut only well ahead of their reads:
-        # Plan.take), judged by the fastest first answer seen: load only ever slows one (a busy
-        # machine's loopback can be slower than a far server:
-        # docs/benchmarks.md#figures-behind-the-code), a far one never answers faster than its
-        # distance.
+        # Near (Plan.take) by the fastest first answer: load only ever slows one (a busy
+        # machine's loopback can be slower than a far server), distance never speeds one up.
         self.fastest = job.first_byte_s if job.first_byte_s is not None else float("inf")
         self.head_full = False  # the head's reads filled their buffers (its last window)
         self.recorded = False  # the sidecar lists the written ranges (:meth:`_record`)
@@ -282,7 +279,6 @@ class Segmenter:
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
-                # A near server's answers are cut only well ahead of their reads (``fastest``).
                 seg = self.plan.take(not self.job.one_connection, self.fastest < _FAR_S)
                 if seg is None:
                     break

@@ -14,10 +14,8 @@ from dataclasses import dataclass
 
 from gpuci.ranged import extents
 
-# What a near server (loopback, the same cluster) may have sent ahead of a ranged answer's
-# reads: the kernel's socket buffers at most (Linux autotunes up to 6 MiB to receive, 4 MiB to
-# send). Cut nearer, those bytes come twice (loopback served well over the file's size:
-# docs/benchmarks.md#figures-behind-the-code); there the CPU is the limit anyway.
+# What a near server may have sent ahead of an answer's reads: socket buffers (Linux: up to 6 MiB
+# to receive, 4 MiB to send); cut nearer, those bytes come twice (docs/benchmarks.md).
 _IN_FLIGHT = 16 << 20
 
 

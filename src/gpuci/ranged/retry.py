@@ -1,6 +1,5 @@
 """Retrying one ranged piece: the engine's one wrapper, for retry-fetch's segments and the
-cache's blob parts and packed runs; and a worker's one loop through a plan's ranges
-(:func:`work_through`), which both drive.
+cache's blob parts and packed runs, and the loop of a worker through a plan (:func:`work_through`).
 
 A piece cut mid-way keeps what reached its sink: the segment is rewound to ``written`` (the
 next request asks from there, and progress takes back what was delivered but never written)
@@ -80,11 +79,9 @@ def work_through(
     stop: threading.Event,
     take: Callable[[], Segment | None] = lambda: None,
 ) -> bool:
-    """A worker's loop: ``seg``, then each range ``take`` hands out (owned: :meth:`Plan.take`),
-    each fetched to its end by ``attempt`` under ``retried`` (:func:`retry_segment`), then let
-    go; one given back unfinished (the controller backed off) waits, rewound, for the next
-    worker unless the run stops. Returns whether an attempt completed the file (the loop ends
-    there); a failure lets its range go and ends it too."""
+    """``seg``, then each range ``take`` hands out (:meth:`Plan.take`), fetched by ``attempt``
+    under ``retried`` and let go; one given back unfinished (the controller backed off) waits
+    for the next worker unless the run stops. True: an attempt completed the file (the end)."""
     completed = False
 
     def once(seg: Segment) -> None:

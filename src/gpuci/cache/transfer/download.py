@@ -386,10 +386,8 @@ class Downloader:
             return target.plan.take(not self._pool.waiting(), not self.concurrency.far)
 
     def _part(self, target: _BlobTarget, lane: Lane) -> None:
-        """Work through the file's plan on the engine's loop (:func:`work_through`): parts,
-        then stolen tails, each retried from its last written byte; the worker whose part
-        completed the file verifies it (fetched once more when its bytes do not hash to its
-        name)."""
+        """Parts, then stolen tails, on the engine's loop (:func:`work_through`); the worker whose
+        part completed the file verifies it (fetched once more if it does not hash to its name)."""
         assert target.plan is not None and self._pool is not None
         key, take = layout.blob_key(target.entry.sha256), functools.partial(self._take, target)
         attempt = functools.partial(self._stream_part, target, key, lane=lane)
