@@ -145,69 +145,51 @@ def test_a_retried_segment_resumes_from_what_was_written_and_counts_its_resend()
     lost: list[int] = []
     throttled: list[object] = []
 
-    def attempt(seg: Segment) -> None:
+    def attempt(seg: Segment) -> str:
         asked.append(seg.pos)
         if len(asked) == 1:
             seg.pos, seg.written = 60, 40  # 20 bytes delivered never reached the sink
             raise ConnectionError("cut")
         assert seg.resend() and not seg.resend()  # the retry is one attempt, counted once
         seg.pos = seg.written = seg.end
+        return "done"  # the attempt's result is retry_segment's
 
     policy = RetryPolicy(attempts=3, initial=0.0, jitter="none")
-    retry_segment(
+    result = retry_segment(
         seg, attempt, policy, ConnectionError, throttle=throttled.append, on_lost=lost.append
     )
-    assert asked == [0, 40] and lost == [20] and len(throttled) == 1
+    assert result == "done" and asked == [0, 40] and lost == [20] and len(throttled) == 1
 
 
-def test_a_worker_lets_each_range_go_and_hands_back_what_its_connection_gave_back():
+def test_a_worker_hands_back_what_was_given_back_and_stops_at_completion_or_a_failure():
     plan = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB)
     lock, stop, asked = threading.Lock(), threading.Event(), []
+    take, retried = (lambda: plan.take(steal=False)), (lambda seg, attempt: attempt(seg))
 
     def attempt(seg: Segment) -> bool:
         assert seg.owned
-        asked.append(seg.pos)
-        # the controller takes the second range's connection back halfway, once
+        asked.append(seg.pos)  # the controller takes the second range back halfway, once
         seg.pos = seg.written = seg.end if len(asked) != 2 else seg.pos + MIB // 2
-        return False
+        return len(asked) == 5  # then that fifth range completes the file
 
-    def retried(seg: Segment, once) -> None:
-        once(seg)
-
-    take = lambda: plan.take(steal=False)  # noqa: E731
     assert not work_through(plan, take(), attempt, retried, lock, stop, take)
     assert asked == [0, MIB, 2 * MIB, MIB + MIB // 2]  # the rest of the second, from its end
     assert plan.done() and not any(s.owned for s in plan.segments)
-
-    plan, asked = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB), []
-    stop.set()  # a run that stops keeps nothing pending for a next worker
-    assert not work_through(plan, take(), attempt, retried, lock, stop, take)
-    assert asked == [0, MIB, 2 * MIB] and not plan.pending and not plan.done()
-
-
-def test_a_worker_stops_at_the_range_that_completed_the_file_or_at_a_failure():
     plan = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB)
-    lock, stop = threading.Lock(), threading.Event()
-    take = lambda: plan.take(steal=False)  # noqa: E731
-
-    def completes(seg: Segment) -> bool:
-        seg.pos = seg.written = seg.end
-        return True
-
-    def retried(seg: Segment, once) -> None:
-        once(seg)
-
-    assert work_through(plan, take(), completes, retried, lock, stop, take)
-    assert len(plan.pending) == 2  # nothing more taken
+    assert work_through(plan, take(), attempt, retried, lock, stop, take)  # asked[4]: the end
+    assert len(plan.pending) == 2
+    stop.set()  # a run that stops keeps nothing pending for a next worker
+    asked.clear()
+    assert not work_through(plan, take(), attempt, retried, lock, stop, take)
+    assert asked == [MIB, 2 * MIB] and not plan.pending and not plan.done()
 
     def fails(seg: Segment) -> bool:
-        seg.pos = seg.written = seg.start + 1
         raise ConnectionError("cut")
 
-    first = take()
+    plan, stop = Plan.parts(total=MIB, part=MIB, steal_bytes=MIB), threading.Event()
     with pytest.raises(ConnectionError):
-        work_through(plan, first, fails, retried, lock, stop, take)
-    assert first is not None and not first.owned and all(s is not first for s in plan.pending)
+        work_through(plan, first := take(), fails, retried, lock, stop, take)
+    assert first is not None and not first.owned and not plan.pending
 
 
 def test_the_throttle_rule_is_a_429_or_a_503():

@@ -349,10 +349,9 @@ class Segmenter:
 
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
-        """Deliver ``seg`` (its first response already open when ``resp`` is given), request
-        after request, on the engine's loop (:func:`gpuci.ranged.retry.work_through`): a
-        failure the policy retries resumes from what reached the disk. The attempts count
-        every failure of this segment, never reset."""
+        """Deliver ``seg`` (its first response open when ``resp`` is given) on the engine's loop
+        (:func:`work_through`): a failure the policy retries resumes from what reached the disk.
+        The attempts count every failure of this segment, never reset."""
         retried = functools.partial(
             retry_segment,
             policy=self.policy.retry,
@@ -362,11 +361,10 @@ class Segmenter:
             on_lost=lambda lost: self.advance(-lost),
             stop=self.stop,
         )
-        first = [resp] if resp is not None else []
         try:  # the pool holds one of the controller's slots meanwhile
             if resp is None:
                 self._record()  # before this range's first byte lands
-            attempt = functools.partial(self._deliver, first=first)
+            attempt = functools.partial(self._deliver, first=[resp] if resp is not None else [])
             work_through(self.plan, seg, attempt, retried, self.lock, self.stop)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)

@@ -432,13 +432,13 @@ class Downloader:
         return sink.completed
 
     def _retried(
-        self, seg: Segment, attempt: Callable[[Segment], None], lock: threading.Lock | None = None
-    ) -> None:
+        self, seg: Segment, attempt: Callable[[Segment], Any], lock: threading.Lock | None = None
+    ) -> Any:
         """``attempt(seg)`` on the engine's retry wrapper: :data:`DATA_PATH`, transient failures
         only, each retry telling the controller to back off (the store tells it of a SlowDown
         or a 429 as well)."""
         policy, backoff = replace(DATA_PATH, attempts=max(1, self.attempts)), self.concurrency
-        retry_segment(
+        return retry_segment(
             seg, attempt, policy, TransientError, throttle=lambda _: backoff.throttled(), lock=lock
         )
 
