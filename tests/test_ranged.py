@@ -13,7 +13,7 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
-from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.ranged.retry import retry_segment, throttles, work_through
 from gpuci.ranged.sink import HelperSink
 from gpuci.retry import RetryPolicy
 
@@ -133,8 +133,8 @@ def test_a_parts_plan_hands_out_its_parts_then_steals_only_well_ahead_of_a_near_
     assert first is not None and first.start == 0 and plan.written() == []
     plan.pending.clear()
     first.owned, first.asked, first.pos = True, 16 * MIB, 4 * MIB  # a bounded part, read to 4
-    assert plan.take(steal=True, in_flight=16 * MIB) is None  # a near store sent those already
-    stolen = plan.take(steal=True, in_flight=4 * MIB)
+    assert plan.take(steal=True, near=True) is None  # a near store sent those already
+    stolen = plan.take(steal=True)
     assert stolen is not None and (stolen.start, stolen.end) == (10 * MIB, 16 * MIB)
     assert first.end == 10 * MIB and not plan.done()
 
@@ -145,19 +145,51 @@ def test_a_retried_segment_resumes_from_what_was_written_and_counts_its_resend()
     lost: list[int] = []
     throttled: list[object] = []
 
-    def attempt(seg: Segment) -> None:
+    def attempt(seg: Segment) -> str:
         asked.append(seg.pos)
         if len(asked) == 1:
             seg.pos, seg.written = 60, 40  # 20 bytes delivered never reached the sink
             raise ConnectionError("cut")
         assert seg.resend() and not seg.resend()  # the retry is one attempt, counted once
         seg.pos = seg.written = seg.end
+        return "done"  # the attempt's result is retry_segment's
 
     policy = RetryPolicy(attempts=3, initial=0.0, jitter="none")
-    retry_segment(
+    result = retry_segment(
         seg, attempt, policy, ConnectionError, throttle=throttled.append, on_lost=lost.append
     )
-    assert asked == [0, 40] and lost == [20] and len(throttled) == 1
+    assert result == "done" and asked == [0, 40] and lost == [20] and len(throttled) == 1
+
+
+def test_a_worker_hands_back_what_was_given_back_and_stops_at_completion_or_a_failure():
+    plan = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB)
+    lock, stop, asked = threading.Lock(), threading.Event(), []
+    take, retried = (lambda: plan.take(steal=False)), (lambda seg, attempt: attempt(seg))
+
+    def attempt(seg: Segment) -> bool:
+        assert seg.owned
+        asked.append(seg.pos)  # the controller takes the second range back halfway, once
+        seg.pos = seg.written = seg.end if len(asked) != 2 else seg.pos + MIB // 2
+        return len(asked) == 5  # then that fifth range completes the file
+
+    assert not work_through(plan, take(), attempt, retried, lock, stop, take)
+    assert asked == [0, MIB, 2 * MIB, MIB + MIB // 2]  # the rest of the second, from its end
+    assert plan.done() and not any(s.owned for s in plan.segments)
+    plan = Plan.parts(total=3 * MIB, part=MIB, steal_bytes=MIB)
+    assert work_through(plan, take(), attempt, retried, lock, stop, take)  # asked[4]: the end
+    assert len(plan.pending) == 2
+    stop.set()  # a run that stops keeps nothing pending for a next worker
+    asked.clear()
+    assert not work_through(plan, take(), attempt, retried, lock, stop, take)
+    assert asked == [MIB, 2 * MIB] and not plan.pending and not plan.done()
+
+    def fails(seg: Segment) -> bool:
+        raise ConnectionError("cut")
+
+    plan, stop = Plan.parts(total=MIB, part=MIB, steal_bytes=MIB), threading.Event()
+    with pytest.raises(ConnectionError):
+        work_through(plan, first := take(), fails, retried, lock, stop, take)
+    assert first is not None and not first.owned and not plan.pending
 
 
 def test_the_throttle_rule_is_a_429_or_a_503():

@@ -59,6 +59,7 @@ sha256 of the whole file is a hash cursor that reads back what landed ahead of i
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import sys
 import threading
@@ -90,7 +91,7 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import WorkPool
-from gpuci.ranged.retry import retry_segment, throttles
+from gpuci.ranged.retry import retry_segment, throttles, work_through
 from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
@@ -104,10 +105,6 @@ _WIDE = 8  # most connections the first round opens (aria2c -x8 -s8's count)
 # internet in tens (figures: docs/benchmarks.md, "What changed, and how to read it").
 _FAR_S = 0.025
 _TICK_S = 0.02
-# What a near server may have sent ahead of our reads on one connection: the kernel's socket
-# buffers at most (Linux autotunes up to 6 MiB to receive, 4 MiB to send). Its answers are only
-# cut further ahead than this.
-_IN_FLIGHT = 16 << 20
 # The first answer's receive buffer once its server is known near (the kernel doubles it).
 _NEAR_WINDOW = 2 << 20
 _WINDOW_S = 0.25
@@ -236,15 +233,8 @@ class Segmenter:
         self.request_bytes = 4 * self.policy.segment_bytes
         self.advance: Callable[[int], None] = job.meter.advance
         self.finished = threading.Event()  # tells the checkpoint thread to stop
-        # A near server (loopback, the same cluster) has sent an answer far ahead of what we
-        # read, into socket buffers of megabytes: cutting one there asks again for bytes already
-        # on their way (loopback served well over the file's size:
-        # docs/benchmarks.md#figures-behind-the-code). There the CPU, not the link, is
-        # the limit, so a tail split gains nothing: a ranged answer is only cut past its request
-        # or _IN_FLIGHT ahead of its reads.
-        # Judged by the fastest first answer seen: load only ever slows one (a busy machine's
-        # loopback can be slower than a far server: docs/benchmarks.md#figures-behind-the-code),
-        # a far server never answers faster than its distance.
+        # Near (Plan.take) by the fastest first answer: load only ever slows one (a busy
+        # machine's loopback can be slower than a far server), distance never speeds one up.
         self.fastest = job.first_byte_s if job.first_byte_s is not None else float("inf")
         self.head_full = False  # the head's reads filled their buffers (its last window)
         self.recorded = False  # the sidecar lists the written ranges (:meth:`_record`)
@@ -303,7 +293,7 @@ class Segmenter:
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
-                seg = self._take()
+                seg = self.plan.take(not self.job.one_connection, self.fastest < _FAR_S)
                 if seg is None:
                     break
                 self._spawn(seg, None)
@@ -330,12 +320,6 @@ class Segmenter:
             return False
         lag = self.head.written - self.part.cursor.position
         return (self.running == 1 and self.head_full) or lag >= _HASH_LAG
-
-    def _take(self) -> Segment | None:
-        """The plan's next range (:meth:`Plan.take`); a near server's ranged answers are only
-        cut :data:`_IN_FLIGHT` or more ahead of their reads (``fastest``)."""
-        near = self.fastest < _FAR_S
-        return self.plan.take(not self.job.one_connection, _IN_FLIGHT if near else 0)
 
     def _record(self) -> None:
         """Put the written ranges on record, durably, before a byte lands out of order.
@@ -379,32 +363,27 @@ class Segmenter:
 
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
-        """Deliver ``seg`` (its first response already open when ``resp`` is given), request
-        after request, on the engine's retry wrapper (:func:`gpuci.ranged.retry.retry_segment`):
-        a failure the policy retries resumes from what reached the disk. The attempts count
-        every failure of this segment, never reset."""
-        first = [resp] if resp is not None else []
+        """Deliver ``seg`` (its first response open when ``resp`` is given) on the engine's loop
+        (:func:`work_through`): a failure the policy retries resumes from what reached the disk.
+        The attempts count every failure of this segment, never reset."""
+        retried = functools.partial(
+            retry_segment,
+            policy=self.policy.retry,
+            retry_on=_segment_retryable if self.wide else (),  # one connection: the next attempt
+            throttle=self._throttle,
+            lock=self.lock,
+            on_lost=lambda lost: self.advance(-lost),
+            stop=self.stop,
+        )
         try:  # the pool holds one of the controller's slots meanwhile
             if resp is None:
                 self._record()  # before this range's first byte lands
-            retry_segment(
-                seg,
-                lambda seg: self._deliver(seg, first),
-                self.policy.retry,
-                _segment_retryable if self.wide else (),  # one connection: the next attempt
-                throttle=self._throttle,
-                lock=self.lock,
-                on_lost=lambda lost: self.advance(-lost),
-                stop=self.stop,
-            )
+            attempt = functools.partial(self._deliver, first=[resp] if resp is not None else [])
+            work_through(self.plan, seg, attempt, retried, self.lock, self.stop)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
             with self.lock:
-                seg.owned = False
-                if seg.pos < seg.end and not self.stop.is_set():
-                    seg.rewind()
-                    self.plan.pending.append(seg)
                 self.running -= 1
 
     def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:

@@ -10,7 +10,7 @@ source (how a range is fetched) and its sink's stages (where bytes go, how they 
   retry, the holes an earlier run left, work stealing as connections are added;
 - :mod:`gpuci.ranged.drive`: the one loop moving a source's chunks into a sink;
 - :mod:`gpuci.ranged.sink`: the one sink, writing (and hashing) on helper threads in order;
-- :mod:`gpuci.ranged.retry`: the one retry of a segment, from its last written byte;
+- :mod:`gpuci.ranged.retry`: a segment's retry from its last written byte; a worker's loop;
 - :mod:`gpuci.ranged.pool`: the workers, each holding one of the controller's
   (:class:`gpuci.adaptive.Concurrency`) slots; a driver's planner feeds it as slots free up.
 

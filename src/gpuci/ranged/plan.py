@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from gpuci.ranged import extents
 
+# What a near server may have sent ahead of an answer's reads: socket buffers (Linux: up to 6 MiB
+# to receive, 4 MiB to send); cut nearer, those bytes come twice (docs/benchmarks.md).
+_IN_FLIGHT = 16 << 20
+
 
 @dataclass
 class Segment:
@@ -66,19 +70,21 @@ class Plan:
     def done(self) -> bool:
         return not self.pending and all(s.pos >= s.end for s in self.segments)
 
-    def take(self, steal: bool, in_flight: int = 0) -> Segment | None:
-        """A range nobody fetches, else (``steal``) the far half of the largest one to come.
+    def take(self, steal: bool, near: bool = False) -> Segment | None:
+        """A range nobody fetches, else (``steal``) the far half of the largest one to come;
+        owned by the caller until :func:`~gpuci.ranged.retry.work_through` lets it go.
 
         The cut goes past what the owner's request asked for when it can: then the server
         sends nothing twice. Only the first, open-ended response must be cut short, and what
-        was in flight on it is lost (a socket buffer's worth, once). ``in_flight``: what a
-        near server may already have sent ahead of a ranged answer's reads; those answers are
-        only cut further ahead than that."""
+        was in flight on it is lost (a socket buffer's worth, once). A ``near`` server's ranged
+        answers are only cut :data:`_IN_FLIGHT` ahead of their reads, or bytes come twice."""
         if self.pending:
-            return self.pending.pop(0)
+            seg = self.pending.pop(0)
+            seg.owned = True
+            return seg
         if not steal:
             return None
-        piece = self.steal_bytes
+        piece, in_flight = self.steal_bytes, _IN_FLIGHT if near else 0
         best: tuple[int, Segment, int] | None = None
         for seg in self.segments:
             left = seg.end - seg.pos
@@ -95,7 +101,7 @@ class Plan:
         if best is None:
             return None
         _, owner, middle = best
-        seg = Segment(middle, middle, owner.end, middle)
+        seg = Segment(middle, middle, owner.end, middle, owned=True)
         owner.end = middle
         self.segments.append(seg)
         return seg

@@ -1,5 +1,5 @@
 """Retrying one ranged piece: the engine's one wrapper, for retry-fetch's segments and the
-cache's blob parts and packed runs.
+cache's blob parts and packed runs, and the loop of a worker through a plan (:func:`work_through`).
 
 A piece cut mid-way keeps what reached its sink: the segment is rewound to ``written`` (the
 next request asks from there, and progress takes back what was delivered but never written)
@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from gpuci.ranged.plan import Segment
+from gpuci.ranged.plan import Plan, Segment
 from gpuci.retry import RetryOn, RetryPolicy
+
+T = TypeVar("T")
 
 #: Statuses by which a server asks for fewer connections (S3's SlowDown is a 503).
 THROTTLING = frozenset({429, 503})
@@ -30,7 +32,7 @@ def throttles(exc: BaseException | None) -> bool:
 
 def retry_segment(
     seg: Segment,
-    attempt: Callable[[Segment], None],
+    attempt: Callable[[Segment], T],
     policy: RetryPolicy,
     retry_on: RetryOn,
     *,
@@ -38,8 +40,9 @@ def retry_segment(
     lock: contextlib.AbstractContextManager[Any] | None = None,
     on_lost: Callable[[int], None] | None = None,
     stop: threading.Event | None = None,
-) -> None:
-    """Run ``attempt(seg)`` under ``policy`` until it returns; raise the last failure.
+) -> T:
+    """Run ``attempt(seg)`` under ``policy`` until it returns (its result); raise the last
+    failure.
 
     Args:
         seg: rewound (under ``lock``) after every failure to what reached the sink.
@@ -52,9 +55,9 @@ def retry_segment(
     """
     guard = lock if lock is not None else contextlib.nullcontext()
 
-    def once() -> None:
+    def once() -> T:
         try:
-            attempt(seg)
+            return attempt(seg)
         except BaseException:
             with guard:
                 lost = seg.rewind()
@@ -67,4 +70,32 @@ def retry_segment(
         if stop is not None:
             stop.wait(seconds)
 
-    policy.call(once, retry_on, sleep=pause if stop is not None else None, on_retry=throttle)
+    return policy.call(once, retry_on, sleep=pause if stop is not None else None, on_retry=throttle)
+
+
+def work_through(
+    plan: Plan,
+    seg: Segment | None,
+    attempt: Callable[[Segment], bool | None],
+    retried: Callable[[Segment, Callable[[Segment], bool | None]], bool | None],
+    lock: contextlib.AbstractContextManager[Any],
+    stop: threading.Event,
+    take: Callable[[], Segment | None] = lambda: None,
+) -> bool:
+    """``seg``, then each range ``take`` hands out (:meth:`Plan.take`), fetched by ``attempt``
+    under ``retried`` and let go; one given back unfinished (the controller backed off) waits
+    for the next worker unless the run stops. True: an attempt completed the file (the end)."""
+    while seg is not None:
+        fetched = completed = False
+        try:
+            completed, fetched = bool(retried(seg, attempt)), True
+        finally:
+            with lock:
+                seg.owned = False
+                if fetched and seg.pos < seg.end and not stop.is_set():
+                    seg.rewind()
+                    plan.pending.append(seg)
+        if completed:
+            return True
+        seg = take()
+    return False

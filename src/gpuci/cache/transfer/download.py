@@ -48,7 +48,7 @@ from gpuci.ranged import extents
 from gpuci.ranged.drive import pump
 from gpuci.ranged.plan import Plan, Segment
 from gpuci.ranged.pool import Cancelled, Lane, WorkPool
-from gpuci.ranged.retry import retry_segment
+from gpuci.ranged.retry import retry_segment, work_through
 from gpuci.ranged.sink import HelperSink
 from gpuci.retry import RetryPolicy
 
@@ -65,9 +65,6 @@ SPLICE = splicing.available()
 DATA_PATH = RetryPolicy(initial=0.2, max_wait=5.0, jitter="full", retry_after_cap=None)
 # A write that found its disk full.
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
-# What a near store may have sent ahead of a part's reads (socket buffers): a part is only
-# stolen further ahead than this, or those bytes would come twice.
-_IN_FLIGHT = 16 << 20
 
 
 # The first connections keep IO_CHUNK buffers (today's fixed count: a CPU-bound loopback store
@@ -409,43 +406,28 @@ class Downloader:
         assert target.plan is not None and self._pool is not None
         if self._pool.cancelled.is_set():
             return None
-        in_flight = 0 if self.concurrency.far else _IN_FLIGHT
         with target.lock:
-            seg = target.plan.take(not self._pool.waiting(), in_flight)
-            if seg is not None:
-                seg.owned = True
-        return seg
+            return target.plan.take(not self._pool.waiting(), not self.concurrency.far)
 
     def _part(self, target: _BlobTarget, lane: Lane) -> None:
-        """Work through the file's plan: parts, then stolen tails, each retried from its last
-        written byte; the chunk that completes the file verifies it (fetched once more when
-        its bytes do not hash to its name)."""
-        key = layout.blob_key(target.entry.sha256)
-        completed = [False]  # a chunk of this segment completed the file
-
-        def attempt(seg: Segment) -> None:
-            completed[0] = self._stream_part(target, key, seg, lane) or completed[0]
-
-        while (seg := self._take(target)) is not None:
-            completed[0] = False
-            try:
-                self._retried(seg, attempt, target.lock)
-            finally:
-                with target.lock:
-                    seg.owned = False
-            if completed[0]:
-                try:
-                    target.finish()
-                    self._placed.add(target.path)
-                except _Corrupt:
-                    if target.refetched:
-                        raise
-                    target.refetched = True
-                    target.reset()
-                    assert self._pool is not None
-                    for task in self._parts(target):
-                        self._pool.submit(task)
-                return
+        """Parts, then stolen tails, on the engine's loop (:func:`work_through`); the worker whose
+        part completed the file verifies it (fetched once more if it does not hash to its name)."""
+        assert target.plan is not None and self._pool is not None
+        key, take = layout.blob_key(target.entry.sha256), functools.partial(self._take, target)
+        attempt = functools.partial(self._stream_part, target, key, lane=lane)
+        retried, stop = functools.partial(self._retried, lock=target.lock), self._pool.cancelled
+        if not work_through(target.plan, take(), attempt, retried, target.lock, stop, take):
+            return
+        try:
+            target.finish()
+            self._placed.add(target.path)
+        except _Corrupt:
+            if target.refetched:
+                raise
+            target.refetched = True
+            target.reset()
+            for task in self._parts(target):
+                self._pool.submit(task)
 
     def _stream_part(self, target: _BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
         """Receive chunk n+1 while the helper writes (or, spliced, hashes) chunk n, on the
@@ -475,13 +457,13 @@ class Downloader:
         return sink.completed
 
     def _retried(
-        self, seg: Segment, attempt: Callable[[Segment], None], lock: threading.Lock | None = None
-    ) -> None:
+        self, seg: Segment, attempt: Callable[[Segment], Any], lock: threading.Lock | None = None
+    ) -> Any:
         """``attempt(seg)`` on the engine's retry wrapper: :data:`DATA_PATH`, transient failures
         only, each retry telling the controller to back off (the store tells it of a SlowDown
         or a 429 as well)."""
         policy, backoff = replace(DATA_PATH, attempts=max(1, self.attempts)), self.concurrency
-        retry_segment(
+        return retry_segment(
             seg, attempt, policy, TransientError, throttle=lambda _: backoff.throttled(), lock=lock
         )
 
