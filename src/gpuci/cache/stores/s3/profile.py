@@ -12,13 +12,16 @@ setting), the environment names no other source, and the files parse. Anything e
 
 from __future__ import annotations
 
-import configparser
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuci import settings
 from gpuci.cache.stores.s3.signer import EnvCredentials
+
+if TYPE_CHECKING:
+    import configparser
 
 __all__ = ["StaticProfile", "static_profile"]
 
@@ -77,6 +80,8 @@ def static_profile(
 def _parse(path: Path) -> configparser.RawConfigParser | None:
     """The file as botocore parses it (an empty one when absent); None when it cannot be read
     or parsed, or is too large: botocore then says why."""
+    import configparser  # only when no keys are in the environment: a warm restore skips it
+
     parser = configparser.RawConfigParser()
     try:
         with path.open("rb") as file:
