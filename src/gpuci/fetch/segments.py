@@ -64,7 +64,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import httpx
 
@@ -247,9 +247,14 @@ class Segmenter:
             self._record()
         checkpoints = threading.Thread(target=self._checkpoints, name="fetch-sidecar", daemon=True)
         checkpoints.start()
-        self._spawn(self.head, head)
         try:
-            self.pool.run(self._feed, tick=_TICK_S)
+            if self.wide:
+                self._spawn(self.head, head)
+                self.pool.run(self._feed, tick=_TICK_S)
+            else:  # one connection, on this thread: a Ctrl-C reaches its read at once
+                self.head.owned = True
+                self.running = self.most_running = 1
+                self._work(self.head, head)
         finally:
             self.finished.set()
             checkpoints.join()
@@ -438,10 +443,11 @@ class Segmenter:
             waited = time.monotonic() - asked
             with self.lock:
                 self.fastest = min(self.fastest, waited)
-            self._check(resp, start, end)
-            self._pump(seg, resp)
+            self._pump(seg, resp, upto=self._check(resp, start, end))
 
-    def _check(self, resp: httpx.Response, start: int, end: int) -> None:
+    def _check(self, resp: httpx.Response, start: int, end: int) -> int:
+        """Refuse an answer that is not the 206 asked for; returns where its span ends (the
+        body's bytes past it are never the file's: a chunked body may run on)."""
         check_retryable(resp, self.url)
         status = resp.status_code
         version = version_of(resp.headers, self.validator)
@@ -462,15 +468,18 @@ class Segmenter:
                 "connections to 1",
             )
         check_identity(resp)
-        if answered_span(resp, start, end, self.total) is None:
+        span = answered_span(resp, start, end, self.total)
+        if span is None:
             raise SegmentsRefused(
                 f"asked for bytes {start}-{end - 1} of {self.total}, the server answered "
                 f"Content-Range {resp.headers.get('Content-Range')!r}; nothing of it was "
                 "written, continuing on one connection"
             )
+        return span[1] + 1
 
-    def _pump(self, seg: Segment, resp: httpx.Response) -> None:
-        """Stream ``resp`` into ``seg`` until its (possibly lowered) end (the engine's driver,
+    def _pump(self, seg: Segment, resp: httpx.Response, upto: int | None = None) -> None:
+        """Stream ``resp`` into ``seg`` until its (possibly lowered) end, or ``upto`` (a ranged
+        answer's span) when that comes first (the engine's driver,
         :func:`gpuci.ranged.drive.pump`); then hang up."""
 
         def on_bytes(n: int) -> None:
@@ -485,6 +494,8 @@ class Segmenter:
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
         chunks = self._watched(resp) if head else resp.iter_raw()
+        if upto is not None:
+            chunks = _cut(chunks, upto - seg.pos)
         try:
             pump(
                 seg,
@@ -513,6 +524,17 @@ class Segmenter:
                 self.head_full = alone and got >= reads * _FULL_READ
                 clock, reads, got = now, 0, 0
             yield chunk
+
+
+def _cut(chunks: Iterable[bytes], left: int) -> Iterator[bytes]:
+    """The first ``left`` bytes of ``chunks``: a 206's body never runs past its span."""
+    for chunk in chunks:
+        if len(chunk) >= left:
+            if left > 0:
+                yield chunk[:left]
+            return
+        left -= len(chunk)
+        yield chunk
 
 
 def _narrow(resp: httpx.Response) -> bool:
