@@ -33,7 +33,7 @@ import bench_cache  # noqa: E402
 NO_HASH = """
 import os
 if os.environ.get("GPUCI_BENCH_NO_HASH"):
-    import gpuci.cache.transfer.download as transfer
+    import gpuci.cache._transfer.download as transfer
     import gpuci.hashcursor as hashcursor
 
     class _Null:

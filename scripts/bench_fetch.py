@@ -53,7 +53,7 @@ import wanproxy  # noqa: E402
 from fetch_server import Fault, FaultyServer  # noqa: E402
 
 from gpuci.fetch import FetchPolicy, fetch_file  # noqa: E402
-from gpuci.fetch.memory import keep_buffers_in_heap  # noqa: E402
+from gpuci.fetch._memory import keep_buffers_in_heap  # noqa: E402
 
 MiB = 1 << 20
 

@@ -10,7 +10,7 @@ printed. Cases that end on their own run at the default settings (AWS_MAX_ATTEMP
 GPUCI_S3_TIMEOUT unset). Cases that end only by a deadline (trickles, silence) run with the
 deadline shortened (GPUCI_S3_TIMEOUT=1, GPUCI_S3_MIN_RATE=1 MiB/s; 0.5 s for credentials),
 and the bound at the defaults is computed: the measured time, less the shortened deadline,
-plus the default one (:meth:`gpuci.cache.stores.s3.network.Limits.deadline`).
+plus the default one (:meth:`gpuci.cache._stores.s3.network.Limits.deadline`).
 
     PYTHONPATH=src python scripts/bench_hostile.py              # every case, a markdown table
     PYTHONPATH=src python scripts/bench_hostile.py --only deep  # the cases whose name has "deep"
@@ -38,7 +38,7 @@ for folder in ("tests", "tests/cache", "tests/security"):
 
 from hostile_s3 import HostileS3, Rule, run_measured, s3_cli_env, save_tree  # noqa: E402
 
-from gpuci.cache.stores.s3.network import Limits  # noqa: E402
+from gpuci.cache._stores.s3.network import Limits  # noqa: E402
 
 SIZE = 3_000_000  # the large file of the saved tree (one range at the defaults)
 SHORT = {"GPUCI_S3_TIMEOUT": "1", "GPUCI_S3_MIN_RATE": str(1 << 20)}

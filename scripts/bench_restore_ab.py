@@ -121,7 +121,7 @@ def measure(
     flags = ["cache-weights", "restore", "--key", f"bench-{shape.name}"]
     flags += ["--store", f"s3://{bc.BUCKET}/cache", "--endpoint-url", bench.endpoint, "--path"]
     launch = (
-        "import gpuci.cache.transfer.download as t; t.SPLICE = {}; from gpuci.cli import main; "
+        "import gpuci.cache._transfer.download as t; t.SPLICE = {}; from gpuci.cli import main; "
         "raise SystemExit(main())"
     )
     env, base_env = bench.env, {**bench.env, "PYTHONPATH": str(base_src)}

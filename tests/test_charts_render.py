@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpuci import charts
-from gpuci.cache.stores.file import LocalStore
+from gpuci.cache._stores.file import LocalStore
 from gpuci.training import _ci as ci
 from gpuci.training import _history as history
 from gpuci.training import _report as report

@@ -14,7 +14,7 @@ from httpcore._sync.http11 import HTTP11Connection
 
 from gpuci import httpclients
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.client import new_client as download_client
+from gpuci.fetch._client import new_client as download_client
 from gpuci_testing import self_signed_cert
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 

@@ -9,12 +9,12 @@ import threading
 import pytest
 
 from gpuci.adaptive import Concurrency
-from gpuci.ranged import extents
-from gpuci.ranged.drive import pump
-from gpuci.ranged.plan import Plan, Segment
-from gpuci.ranged.pool import WorkPool
-from gpuci.ranged.retry import retry_segment, throttles, work_through
-from gpuci.ranged.sink import HelperSink
+from gpuci.ranged import _extents as extents
+from gpuci.ranged._drive import pump
+from gpuci.ranged._plan import Plan, Segment
+from gpuci.ranged._pool import WorkPool
+from gpuci.ranged._retry import retry_segment, throttles, work_through
+from gpuci.ranged._sink import HelperSink
 from gpuci.retry import RetryPolicy
 
 MIB = 1 << 20

@@ -143,8 +143,8 @@ def test_values_are_parsed_once_into_fields() -> None:
 def test_a_size_of_none_stays_none() -> None:
     """``max-bytes none`` means no limit: None is the user's value there, not "not given"."""
     from gpuci.commands._retry_fetch import COMMAND
+    from gpuci.fetch._policy import DEFAULT_MAX_BYTES
     from gpuci.fetch.options import FetchInputs
-    from gpuci.fetch.policy import DEFAULT_MAX_BYTES
 
     inp = build(FetchInputs, resolve(COMMAND.inputs, {"url": "u", "max-bytes": "none"}, {}))
     assert inp.max_bytes is None and inp.policy().max_bytes is None

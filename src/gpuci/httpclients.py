@@ -10,13 +10,13 @@ health and model probes):
 - **Redirects: never followed by httpx.** httpx keeps every header but ``Authorization`` when
   a redirect changes origin, so an ``X-Api-Key`` or ``PRIVATE-TOKEN`` would go wherever a
   server points. A caller that needs redirects follows them itself, dropping the user's
-  credentials once a hop leaves the first origin (:func:`gpuci.fetch.client.open_response`).
+  credentials once a hop leaves the first origin (:func:`gpuci.fetch._client.open_response`).
 - **Proxies from the environment** (httpx's ``trust_env``): ``HTTP_PROXY``, ``HTTPS_PROXY``,
   ``ALL_PROXY`` and ``NO_PROXY``, upper or lower case, as curl and pip read them.
 - **CA certificates**: certifi's bundle, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set (the
   OpenSSL convention httpx honours), loaded once per process per setting (a bundle takes tens
   of milliseconds to parse). ``AWS_CA_BUNDLE`` is the S3 store's
-  (:mod:`gpuci.cache.stores.s3.network`), not a download's: a corporate AWS endpoint's CA says
+  (:mod:`gpuci.cache._stores.s3.network`), not a download's: a corporate AWS endpoint's CA says
   nothing about a model hub.
 - **No cookies kept**: no client needs a session, and httpx's jar ignores ports, so a cookie
   from one server would reach another on the same host.
@@ -173,7 +173,7 @@ class _SizedStream:
 
     A read returns what already arrived, up to that size; h11 buffers whatever it is given,
     so a larger read changes how often Python runs, not what is parsed. A reader that must
-    not read past a point (``gpuci.fetch.client.Body``, which counts a body's last bytes)
+    not read past a point (``gpuci.fetch._client.Body``, which counts a body's last bytes)
     reads from :attr:`raw` (:func:`exact_stream`), which asks for exactly what it is told.
     """
 

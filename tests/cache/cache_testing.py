@@ -183,10 +183,10 @@ def next_store_second(store: StoreCase | str = "s3") -> None:
 
 def record_retries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record each retry the cache's data path decides on (the engine's retry wrapper,
-    gpuci.ranged.retry.retry_segment, as the cache's download calls it), as the failure that
+    gpuci.ranged._retry.retry_segment, as the cache's download calls it), as the failure that
     caused it: a test of "failed at once, no back-off" checks this list instead of a
     wall-clock bound."""
-    from gpuci.cache.transfer import download as transfer
+    from gpuci.cache._transfer import download as transfer
 
     retried: list[str] = []
     original = transfer.retry_segment

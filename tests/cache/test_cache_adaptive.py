@@ -16,10 +16,10 @@ from treeutil import make_tree, snapshot
 
 from gpuci import settings
 from gpuci.adaptive import Concurrency
-from gpuci.cache import layout
-from gpuci.cache.transfer import download as transfer
-from gpuci.cache.transfer.download import lane_chunk
-from gpuci.ranged.pool import WorkPool
+from gpuci.cache import _layout as layout
+from gpuci.cache._transfer import download as transfer
+from gpuci.cache._transfer.download import lane_chunk
+from gpuci.ranged._pool import WorkPool
 from gpuci_testing import wait_until
 
 

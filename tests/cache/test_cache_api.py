@@ -143,8 +143,8 @@ def test_the_library_loads_no_command(tmp_path: Path) -> None:
     assert got["outcomes"] == ["saved", "unchanged", True, False]
     assert got["headline"].startswith("hit: restored weights-v1, 1 files")
     assert commands_loaded(got["modules"]) == []
-    assert "gpuci.cache.restore.operation" in got["modules"]  # the probe saw the operations
-    assert "gpuci.cache.save.operation" in got["modules"]
+    assert "gpuci.cache._restore.operation" in got["modules"]  # the probe saw the operations
+    assert "gpuci.cache._save.operation" in got["modules"]
 
 
 def test_results_carry_the_warnings_as_text(tmp_path: Path) -> None:
@@ -169,10 +169,10 @@ def test_results_carry_the_warnings_as_text(tmp_path: Path) -> None:
         "gpuci.gpu._setup.operation",
         "gpuci.gpu._setup.command",
         "gpuci.gpu._smoke",
-        "gpuci.cache.restore.operation",
-        "gpuci.cache.save.operation",
-        "gpuci.cache.restore.command",
-        "gpuci.cache.save.command",
+        "gpuci.cache._restore.operation",
+        "gpuci.cache._save.operation",
+        "gpuci.cache._restore.command",
+        "gpuci.cache._save.command",
     ],
 )
 def test_public_functions_say_args_returns_and_raises(module: str) -> None:

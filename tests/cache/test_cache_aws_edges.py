@@ -95,7 +95,7 @@ def test_an_endpoint_from_the_default_profile_is_used_for_every_request(s3_store
 
 def test_requests_never_go_to_aws_when_the_config_names_an_endpoint(tmp_path):
     """Else a GET for s3://bucket goes to AWS's bucket of that name, with these credentials."""
-    from gpuci.cache.stores.s3.config import resolve
+    from gpuci.cache._stores.s3.config import resolve
 
     config = tmp_path / "aws-config"
     env = {**CREDS, "AWS_CONFIG_FILE": str(config)}

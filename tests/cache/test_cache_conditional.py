@@ -21,11 +21,11 @@ import pytest
 from s3rver_server import BUCKET, CREDENTIALS, s3rver
 from treeutil import make_tree, snapshot
 
-from gpuci.cache import layout
-from gpuci.cache.format import refs
-from gpuci.cache.stores import open_store
-from gpuci.cache.stores.file import LocalStore
-from gpuci.cache.stores.s3 import store as s3
+from gpuci.cache import _layout as layout
+from gpuci.cache._format import refs
+from gpuci.cache._stores import open_store
+from gpuci.cache._stores.file import LocalStore
+from gpuci.cache._stores.s3 import store as s3
 from gpuci.cli import run_command
 from gpuci.commands import _cache_weights as cache_weights
 from gpuci.runtime import Result, Runtime

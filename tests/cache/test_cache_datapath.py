@@ -26,15 +26,15 @@ from cache_testing import REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
-from gpuci.cache import layout
-from gpuci.cache.format.manifest import Entry
-from gpuci.cache.stores import splicing
-from gpuci.cache.stores.s3.config import resolve
-from gpuci.cache.stores.s3.network import Limits
-from gpuci.cache.stores.s3.pool import Pool, Ranged
-from gpuci.cache.stores.s3.signer import Presigner
-from gpuci.cache.transfer import directio
-from gpuci.cache.transfer import download as transfer
+from gpuci.cache import _layout as layout
+from gpuci.cache._format.manifest import Entry
+from gpuci.cache._stores import splicing
+from gpuci.cache._stores.s3.config import resolve
+from gpuci.cache._stores.s3.network import Limits
+from gpuci.cache._stores.s3.pool import Pool, Ranged
+from gpuci.cache._stores.s3.signer import Presigner
+from gpuci.cache._transfer import directio
+from gpuci.cache._transfer import download as transfer
 from gpuci.errors import InputError, IntegrityError
 
 ENV_CREDS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalr/secret+key"}
@@ -633,7 +633,7 @@ def test_a_spliced_segment_never_writes_past_an_end_lowered_meanwhile(tmp_path):
     it writes and hashes there stays what is on disk, whatever another connection was sent."""
     from types import SimpleNamespace
 
-    from gpuci.ranged.plan import Segment
+    from gpuci.ranged._plan import Segment
 
     size, new_end = 4 << 20, 1 << 20
     path = tmp_path / "blob"

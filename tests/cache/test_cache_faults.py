@@ -25,11 +25,11 @@ from cache_testing import (
 from cache_testing import store_flags as _flags
 from treeutil import leftovers, make_tree, snapshot
 
-from gpuci.cache import layout
-from gpuci.cache.format import refs
-from gpuci.cache.format.manifest import canonical_json
-from gpuci.cache.restore import place as restore
-from gpuci.cache.stores import open_store
+from gpuci.cache import _layout as layout
+from gpuci.cache._format import refs
+from gpuci.cache._format.manifest import canonical_json
+from gpuci.cache._restore import place as restore
+from gpuci.cache._stores import open_store
 from gpuci.errors import ConflictError, ExitCode
 from gpuci_testing import refused_url
 from moto_s3 import moto_process

@@ -9,10 +9,10 @@ import sys
 import pytest
 from cache_testing import REPO_ROOT
 
-from gpuci.cache import layout
-from gpuci.cache.format import manifest as mf
-from gpuci.cache.format import refs
-from gpuci.cache.format.packs import plan_runs
+from gpuci.cache import _layout as layout
+from gpuci.cache._format import manifest as mf
+from gpuci.cache._format import refs
+from gpuci.cache._format.packs import plan_runs
 from gpuci.errors import InputError
 
 SHA = hashlib.sha256(b"x").hexdigest()

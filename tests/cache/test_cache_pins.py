@@ -8,7 +8,7 @@ from pathlib import Path
 from cache_testing import cache_cmd, s3_client
 from treeutil import snapshot
 
-from gpuci.cache import layout
+from gpuci.cache import _layout as layout
 
 
 def _tree(root: Path, tag: int) -> Path:

@@ -11,10 +11,10 @@ from cache_testing import cache_cmd, next_store_second
 from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
-from gpuci.cache import layout
-from gpuci.cache.format import refs
-from gpuci.cache.save import operation as save_mod
-from gpuci.cache.stores import open_store
+from gpuci.cache import _layout as layout
+from gpuci.cache._format import refs
+from gpuci.cache._save import operation as save_mod
+from gpuci.cache._stores import open_store
 
 
 def _tree(root: Path, tag: int, shared: bytes) -> Path:

@@ -9,7 +9,7 @@ import pytest
 from cache_testing import cache_cmd, next_store_second
 from treeutil import make_tree, snapshot
 
-from gpuci.cache import layout
+from gpuci.cache import _layout as layout
 from gpuci.errors import ExitCode
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.cache.stores.s3.profile import static_profile
+from gpuci.cache._stores.s3.profile import static_profile
 
 KEYS = "aws_access_key_id = AKIDPLAIN\naws_secret_access_key = plain-secret\n"
 
@@ -91,7 +91,7 @@ def test_a_plain_profile_resolves_without_importing_botocore(tmp_path):
            "AWS_SHARED_CREDENTIALS_FILE": str(creds), "HOME": str(tmp_path)}  # fmt: skip
     code = (
         "import sys\n"
-        "from gpuci.cache.stores.s3 import config\n"
+        "from gpuci.cache._stores.s3 import config\n"
         "masked = []\n"
         f"got = config.resolve('b', None, None, {env!r}, masked.append)\n"
         "keys = got.creds(None)\n"

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from cache_testing import CREDS
 
-from gpuci.cache.stores.s3.client import MAX_LISTING_PAGE, BadAnswer, parse_listing
-from gpuci.cache.stores.s3.store import S3Store
+from gpuci.cache._stores.s3.client import MAX_LISTING_PAGE, BadAnswer, parse_listing
+from gpuci.cache._stores.s3.store import S3Store
 from gpuci.errors import StoreError
 from gpuci_testing import wait_until
 from loopback_http import LoopbackHTTPServer
@@ -227,7 +227,7 @@ def test_a_page_that_is_not_a_listing_is_refused():
 def test_proxies_are_read_as_urllib_reads_them(environ, monkeypatch):
     import urllib.request
 
-    from gpuci.cache.stores.s3.network import environ_proxies
+    from gpuci.cache._stores.s3.network import environ_proxies
 
     for name in list(os.environ):
         if name.lower().endswith("_proxy") or name == "REQUEST_METHOD":
@@ -256,7 +256,7 @@ def test_no_proxy_bypasses_as_botocore_does(url, monkeypatch):
     from botocore.httpsession import ProxyConfiguration
     from botocore.utils import get_environ_proxies
 
-    from gpuci.cache.stores.s3.network import route_for
+    from gpuci.cache._stores.s3.network import route_for
 
     env = {"HTTP_PROXY": "http://u%40x:p@proxy:8080", "NO_PROXY": ".internal,10.0.0.1"}
     for name in list(os.environ):
@@ -282,7 +282,7 @@ def test_no_proxy_bypasses_as_botocore_does(url, monkeypatch):
     "text", ["", " ", "5_0", "+5", "-1", "\u00b2", "\u0661\u0662", "1e3", "9" * 20]
 )
 def test_a_byte_count_is_ascii_digits_only(text):
-    from gpuci.cache.stores.s3.transport import count
+    from gpuci.cache._stores.s3.transport import count
 
     with pytest.raises(ValueError):
         count(text)
@@ -302,14 +302,14 @@ def test_a_byte_count_is_ascii_digits_only(text):
     ],
 )
 def test_a_content_range_is_read_strictly(text):
-    from gpuci.cache.stores.s3.transport import content_range
+    from gpuci.cache._stores.s3.transport import content_range
 
     with pytest.raises(ValueError):
         content_range(text)
 
 
 def test_a_content_range_is_read():
-    from gpuci.cache.stores.s3.transport import content_range
+    from gpuci.cache._stores.s3.transport import content_range
 
     assert content_range("bytes 0-9/10") == (0, 9, 10)
     assert content_range(" bytes 5-9/* ") == (5, 9, None)
@@ -370,7 +370,7 @@ def test_a_redirect_is_signed_again_once_for_the_named_region_else_refused(regio
 
 
 def test_a_redirect_on_aws_goes_to_that_regions_host_for_the_bucket():
-    from gpuci.cache.stores.s3.signer import Address
+    from gpuci.cache._stores.s3.signer import Address
 
     here = Address.of("b", "", "us-east-1")
     assert here.moved("b", "eu-west-1") == Address.of("b", "", "eu-west-1")
@@ -449,8 +449,8 @@ def test_role_credentials_are_frozen_again_at_each_signing_and_each_secret_maske
     the ones current then, and every new secret is masked before it is used."""
     from types import SimpleNamespace
 
-    from gpuci.cache.stores.s3.config import _Refreshing
-    from gpuci.cache.stores.s3.signer import Address, Presigner
+    from gpuci.cache._stores.s3.config import _Refreshing
+    from gpuci.cache._stores.s3.signer import Address, Presigner
 
     keys = iter([("AKIA1", "secret-one", "token-one"), ("AKIA2", "secret-two", "token-two")])
 
@@ -471,7 +471,7 @@ def test_role_credentials_are_frozen_again_at_each_signing_and_each_secret_maske
 
 
 def test_a_profile_with_credential_process_resolves_through_botocore(tmp_path):
-    from gpuci.cache.stores.s3.config import resolve
+    from gpuci.cache._stores.s3.config import resolve
 
     helper = tmp_path / "creds.py"
     helper.write_text(

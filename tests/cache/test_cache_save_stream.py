@@ -1,4 +1,4 @@
-"""A save reads each large file once and sends the bytes it hashed (gpuci.cache.save.upload).
+"""A save reads each large file once and sends the bytes it hashed (gpuci.cache._save.upload).
 
 The store's promise (docs/cache-format.md): a blob is visible under ``blobs/sha256/<hex>`` only
 once its bytes hash to ``<hex>``. A save that hashed a file and then read it again to send it
@@ -20,8 +20,8 @@ import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
 
-from gpuci.cache import layout
-from gpuci.cache.save import upload
+from gpuci.cache import _layout as layout
+from gpuci.cache._save import upload
 
 BIG = 12 << 20  # above the lowered multipart threshold: three parts of 5, 5 and 2 MiB
 

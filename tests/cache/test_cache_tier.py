@@ -14,8 +14,8 @@ from cache_testing import CREDS, REPO_ROOT, cache_cmd
 from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot
 
-from gpuci.cache import layout
-from gpuci.cache.stores.tier import FROZEN_MTIME, LocalTier, parse_size
+from gpuci.cache import _layout as layout
+from gpuci.cache._stores.tier import FROZEN_MTIME, LocalTier, parse_size
 from gpuci.errors import InputError
 
 
@@ -226,7 +226,7 @@ def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, mo
     if proc.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
-        from gpuci.cache.restore import place as restore
+        from gpuci.cache._restore import place as restore
 
         monkeypatch.setattr(restore, "DISK_MARGIN", 0)
         src = tmp_path / "src"

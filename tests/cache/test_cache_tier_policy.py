@@ -12,7 +12,7 @@ import pytest
 from cache_testing import CREDS, cache_cmd
 from cache_testing import store_flags as _flags
 
-from gpuci.cache.stores.tier_policy import choose, ephemeral_runner
+from gpuci.cache._stores.tier_policy import choose, ephemeral_runner
 
 GITHUB_HOSTED = {"GITHUB_ACTIONS": "true", "RUNNER_ENVIRONMENT": "github-hosted"}
 MANAGERS = ".runners-manager.gitlab.com"

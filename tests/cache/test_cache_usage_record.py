@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from gpuci.cache import layout
-from gpuci.cache.format import refs
-from gpuci.cache.stores.file import LocalStore
+from gpuci.cache import _layout as layout
+from gpuci.cache._format import refs
+from gpuci.cache._stores.file import LocalStore
 
 
 def test_a_last_use_record_skips_the_fsync_that_refs_keep(tmp_path, monkeypatch):

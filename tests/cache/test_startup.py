@@ -32,8 +32,8 @@ NOT_LOADED = (
     "tenacity",
     "yaml",
     "xml.etree.ElementTree",
-    "gpuci.cache.transfer.download",
-    "gpuci.cache.save.command",
+    "gpuci.cache._transfer.download",
+    "gpuci.cache._save.command",
     "gpuci.commands._pods",
     "gpuci.commands._training",
     "gpuci.commands._gpu",
@@ -42,11 +42,11 @@ NOT_LOADED = (
     # issue 28 round 4: each of these cost a warm hit a few ms of its ~100 ms start-up
     "concurrent.futures",  # and logging: the placing pool starts only for big files
     "logging",
-    "gpuci.cache.format.tree",  # save's tree walk
-    "gpuci.cache.upkeep.options",  # prune/ls/pin/unpin inputs: four classes to build
-    "gpuci.cache.upkeep.prune",
-    "gpuci.cache.upkeep.pins",
-    "gpuci.cache.upkeep.listing",
+    "gpuci.cache._format.tree",  # save's tree walk
+    "gpuci.cache._upkeep.options",  # prune/ls/pin/unpin inputs: four classes to build
+    "gpuci.cache._upkeep.prune",
+    "gpuci.cache._upkeep.pins",
+    "gpuci.cache._upkeep.listing",
     "argparse",  # a plain command line is read without it (gpuci.cli._plain_args)
 )
 # A file store also makes no request to retry (S3's control requests need the retry policy),

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cache_testing import StoreCase
 
-from gpuci.cache.stores import copying
-from gpuci.cache.stores.tier import LocalTier
+from gpuci.cache._stores import copying
+from gpuci.cache._stores.tier import LocalTier
 from gpuci_testing import reflink_fs
 
 
@@ -186,7 +186,7 @@ def _save_with_tier(tmp_path: Path, env: dict[str, str]):
 def test_big_files_are_placed_in_parallel_and_whole(tmp_path, env, monkeypatch):
     from treeutil import snapshot
 
-    from gpuci.cache.restore import place as restore
+    from gpuci.cache._restore import place as restore
 
     monkeypatch.setattr(restore, "PARALLEL_MIN", 1 << 20)  # the shards go to the pool
     monkeypatch.setattr(restore, "PLACE_THREADS", 3)
@@ -210,7 +210,7 @@ def test_big_files_are_placed_in_parallel_and_whole(tmp_path, env, monkeypatch):
 
 
 def test_a_failed_parallel_placement_leaves_no_tree_and_no_staging(tmp_path, env, monkeypatch):
-    from gpuci.cache.restore import place as restore
+    from gpuci.cache._restore import place as restore
 
     monkeypatch.setattr(restore, "PARALLEL_MIN", 1 << 20)
     monkeypatch.setattr(restore, "PLACE_THREADS", 3)

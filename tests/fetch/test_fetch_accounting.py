@@ -20,7 +20,7 @@ from test_fetch_command import fetch as run_fetch
 
 import gpuci
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.partial import inspect
+from gpuci.fetch._partial import inspect
 
 SHA = hashlib.sha256(DATA).hexdigest()
 SIZE = len(DATA)

@@ -11,7 +11,7 @@ import pytest
 from fetch_server import Fault, FaultyServer
 
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.client import Body, new_client
+from gpuci.fetch._client import Body, new_client
 
 BIG = os.urandom(5 << 20)  # several 1 MiB reads past what h11 buffers with the headers
 

@@ -15,7 +15,7 @@ from fetch_server import DATA, Fault, FaultyServer
 
 from gpuci.cli import run_command
 from gpuci.commands import _retry_fetch as retry_fetch
-from gpuci.fetch.partial import url_key
+from gpuci.fetch._partial import url_key
 from gpuci.runtime import Result, Runtime
 from gpuci_testing import clean_env, run_cli
 

@@ -13,7 +13,7 @@ from fetch_server import DATA, Fault, FaultyServer, http_date
 
 from gpuci.errors import ExitCode, FetchError, InputError, IntegrityError
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.partial import url_key
+from gpuci.fetch._partial import url_key
 from gpuci.retry import parse_retry_after
 
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -181,7 +181,7 @@ def test_206_with_wrong_content_range_is_refused(server, tmp_path, policy):
 def test_a_resumed_206_naming_another_total_is_refused_before_a_byte_is_written(
     server, tmp_path, policy
 ):
-    """A resume's answer is checked against what was asked (gpuci.fetch.client.answered_span,
+    """A resume's answer is checked against what was asked (gpuci.fetch._client.answered_span,
     as a segment's is): a 206 that names another size than the file has is not appended."""
     server.faults("/data.bin", Fault(drop_after=100_000), Fault(content_range_total=2 * SIZE))
     dest = tmp_path / "out.bin"

@@ -1,4 +1,4 @@
-"""A download client keeps its 1 MiB read buffers in malloc's heap (gpuci.fetch.memory).
+"""A download client keeps its 1 MiB read buffers in malloc's heap (gpuci.fetch._memory).
 
 Counted in page faults, not seconds: the same churn of 1 MiB buffers that a download makes
 (a few alive at once, freed, again) faults every page in anew under glibc's defaults."""
@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from gpuci.fetch import memory
+from gpuci.fetch import _memory as memory
 
 # Eight 1 MiB buffers alive at once, then freed, fifty times: what the reader, the writer and
 # the hasher threads hold between them. Prints the minor page faults of the second round.
@@ -21,7 +21,7 @@ CHURN = textwrap.dedent(
     import resource, sys
     if sys.argv[1] == "library":  # a download client made through the API
         from gpuci.fetch import FetchPolicy
-        from gpuci.fetch.client import new_client
+        from gpuci.fetch._client import new_client
         new_client(FetchPolicy()).close()
     elif sys.argv[1] == "command":  # the retry-fetch command, its one URL refused at once
         import contextlib, io

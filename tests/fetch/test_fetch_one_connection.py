@@ -1,4 +1,4 @@
-"""The one-connection path is a one-segment plan on the engine (gpuci.fetch.segments.Segmenter,
+"""The one-connection path is a one-segment plan on the engine (gpuci.fetch._segments.Segmenter,
 ``wide=False``): a body whose size was not announced ends the file where it ends (or past
 max-bytes, is refused), a clean end short of an announced size is retried, and after one cut
 the accounting holds as on the segmented path (issue 33: ``attempts`` is 1 plus the retries,
@@ -82,7 +82,7 @@ def _watch_writes(monkeypatch) -> tuple[list[str], list[int]]:
     ranges, or lists them without a flush first; and the flushes (``fdatasync``) made."""
     import json
 
-    from gpuci.fetch import partial
+    from gpuci.fetch import _partial as partial
 
     bad: list[str] = []
     flushes: list[int] = []
@@ -119,7 +119,7 @@ def test_one_connection_in_order_flushes_nothing(tmp_path, monkeypatch):
     """Bytes landing in order from the start need no record but the file's size: flushing
     them every checkpoint made loopback wait on the disk (docs/benchmarks.md). Held at one
     connection as on loopback, where this machine, not the link, is the limit."""
-    from gpuci.fetch import segments
+    from gpuci.fetch import _segments as segments
 
     monkeypatch.setattr(segments.Segmenter, "_cpu_bound", lambda self: self.running > 0)
     bad, flushes = _watch_writes(monkeypatch)

@@ -13,7 +13,7 @@ import os
 from fetch_server import Fault, FaultyServer
 
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.partial import incomplete_path, inspect, meta_path
+from gpuci.fetch._partial import incomplete_path, inspect, meta_path
 
 BIG = os.urandom(2_000_000)
 BIG_SHA = hashlib.sha256(BIG).hexdigest()
@@ -79,7 +79,7 @@ def test_a_near_servers_ranged_answers_are_never_asked_for_twice(tmp_path, monke
     split inside it asked for those bytes again (1.13-1.33x the file served). Judged near here
     whatever the load (the first-answer threshold raised), every byte is asked for once by the
     ranged requests, however the connections come and go."""
-    from gpuci.fetch import segments
+    from gpuci.fetch import _segments as segments
 
     monkeypatch.setattr(segments, "_FAR_S", 60.0)
     policy = FetchPolicy(

@@ -1,5 +1,5 @@
 """Segmented downloads against a real server on 127.0.0.1: several ranged connections per file,
-each segment resumable, every hostile answer kept out of the file (gpuci.fetch.segments)."""
+each segment resumable, every hostile answer kept out of the file (gpuci.fetch._segments)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from fetch_server import DATA, Fault, FaultyServer, http_date
 
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.partial import inspect
+from gpuci.fetch._partial import inspect
 
 SHA = hashlib.sha256(DATA).hexdigest()
 SIZE = len(DATA)
@@ -265,7 +265,7 @@ def test_max_bytes_still_refuses_before_segmenting(server, tmp_path, seg_policy)
 _CHILD = """
 import sys
 sys.path[:0] = {paths!r}
-import gpuci.fetch.segments as segments
+import gpuci.fetch._segments as segments
 from gpuci.fetch import FetchPolicy, fetch_file
 segments._SAVE_EVERY_S = 0.1
 policy = FetchPolicy(attempts=2, timeout=5, deadline=60, connections=4, connections_start=4,
@@ -435,7 +435,7 @@ def test_a_large_file_starts_wide(tmp_path, seg_policy):
     [(16, 16, 2), (64, 16, 4), (256, 16, 8), (4096, 16, 8), (256, 3, 3), (256, 1, 1)],
 )
 def test_wide_start_grows_with_the_size_for_a_far_server(left_mib, ceiling, expected):
-    from gpuci.fetch.segments import wide_start
+    from gpuci.fetch._segments import wide_start
 
     policy = FetchPolicy(connections=ceiling)  # 8 MiB segments
     assert wide_start(left_mib << 20, policy, first_byte_s=0.03) == expected
@@ -445,7 +445,7 @@ def test_wide_start_grows_with_the_size_for_a_far_server(left_mib, ceiling, expe
 
 def test_a_near_server_starts_with_one_connection():
     """Loopback or the same cluster: the CPU is the limit, the controller ramps if it pays."""
-    from gpuci.fetch.segments import wide_start
+    from gpuci.fetch._segments import wide_start
 
     assert wide_start(1 << 30, FetchPolicy(), first_byte_s=0.002) == 1
     assert wide_start(1 << 30, FetchPolicy(connections_start=4), first_byte_s=0.002) == 4
@@ -502,7 +502,7 @@ def test_no_connection_opens_while_the_hash_is_behind(tmp_path, policy, monkeypa
     import types
 
     monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
-    monkeypatch.setattr("gpuci.fetch.segments._FULL_READ", 1 << 40)
+    monkeypatch.setattr("gpuci.fetch._segments._FULL_READ", 1 << 40)
     _one_connection_for_a_slow_client(tmp_path, policy)
 
 
@@ -514,7 +514,7 @@ def test_a_client_that_cannot_keep_up_adds_no_connection(tmp_path, policy, monke
     import types
 
     monkeypatch.setattr("gpuci.hashcursor.hashlib", types.SimpleNamespace(sha256=_SlowSha256))
-    monkeypatch.setattr("gpuci.fetch.segments._HASH_LAG", 1 << 40)
+    monkeypatch.setattr("gpuci.fetch._segments._HASH_LAG", 1 << 40)
     _one_connection_for_a_slow_client(tmp_path, policy)
 
 

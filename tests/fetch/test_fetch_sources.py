@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpuci.errors import InputError
-from gpuci.fetch.sources import build_jobs, parse_checksums, parse_headers
+from gpuci.fetch._sources import build_jobs, parse_checksums, parse_headers
 
 A = "a" * 64
 B = "B" * 64

@@ -17,7 +17,7 @@ from fetch_server import DATA, Fault, FaultyServer
 
 from gpuci.errors import FetchError
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch.partial import url_key
+from gpuci.fetch._partial import url_key
 
 SHA = hashlib.sha256(DATA).hexdigest()
 POLICY = FetchPolicy(attempts=3, timeout=5, deadline=30, max_wait=0.05, initial_wait=0.01)
@@ -234,7 +234,7 @@ def test_ctrl_c_on_a_stalled_one_connection_download_does_not_wait_for_the_serve
     60 s by default). Ordering, not timing: the interrupt must be honoured while the server
     still stalls (10 s), so the server has sent only the bytes before its stall; the rerun
     resumes."""
-    from gpuci.fetch import client
+    from gpuci.fetch import _client as client
 
     reading = threading.Event()  # the body's first chunk was taken; the next read stalls
     chunks = client.Body.chunks

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.cache.stores.file import LocalStore
+from gpuci.cache._stores.file import LocalStore
 from gpuci.gpu import _health_record as gpu_health
 from gpuci.gpu.options import ReportInputs
 from gpuci.pods._budgets import ledger

@@ -31,9 +31,9 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     store,
 )
 
-from gpuci.cache.format import manifest as mf
-from gpuci.cache.format import refs
-from gpuci.cache.save import upload
+from gpuci.cache._format import manifest as mf
+from gpuci.cache._format import refs
+from gpuci.cache._save import upload
 from gpuci.runtime import Runtime
 from gpuci_testing import REPO, clean_env, run_cli
 

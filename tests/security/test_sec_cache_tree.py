@@ -24,7 +24,7 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     store,
 )
 
-from gpuci.cache.format import manifest as mf
+from gpuci.cache._format import manifest as mf
 
 CHAIN = [  # each target stays inside on its own; composed, c climbs two levels out
     {"type": "symlink", "root": 0, "path": "a", "target": "."},

@@ -321,7 +321,7 @@ def test_a_partial_owned_by_another_user_is_not_resumed(tmp_path, evil, monkeypa
     plant_sidecar(dest, evil.url("/file"))
     real_uid = os.geteuid()
     # the planted file belongs to real_uid; pretend we are someone else
-    monkeypatch.setattr("gpuci.fetch.partial.current_uid", lambda: real_uid + 4242, raising=False)
+    monkeypatch.setattr("gpuci.fetch._partial.current_uid", lambda: real_uid + 4242, raising=False)
     res = fetch_file(evil.url("/file"), dest, policy=POLICY)
     assert evil.requests("/file")[0].header("Range") is None
     assert dest.read_bytes() == DATA and res.resumed_bytes == 0
@@ -398,8 +398,8 @@ def test_a_full_disk_deletes_the_partial_and_says_so(tmp_path, evil, monkeypatch
         written["n"] += done
         return done
 
-    monkeypatch.setattr("gpuci.fetch.partial._WRITE_BLOCK", 1 << 14)  # small batches
-    monkeypatch.setattr("gpuci.fetch.partial.os.pwritev", pwritev_until_full)
+    monkeypatch.setattr("gpuci.fetch._partial._WRITE_BLOCK", 1 << 14)  # small batches
+    monkeypatch.setattr("gpuci.fetch._partial.os.pwritev", pwritev_until_full)
     out = tmp_path / "out"
     out.mkdir()
     result, text = run_in_process({"url": evil.url("/file"), "dest": str(out / "f.bin")}, tmp_path)
@@ -524,6 +524,6 @@ def test_fetch_file_api_rejects_a_bad_url_as_bad_input(tmp_path):
     ],
 )
 def test_what_counts_as_the_same_origin(a, b, same):
-    from gpuci.fetch.urls import origin
+    from gpuci.fetch._urls import origin
 
     assert (origin(a) == origin(b)) is same

@@ -222,7 +222,7 @@ def test_an_advisory_refresh_runs_beside_the_signing_and_is_used_once_it_answers
     import botocore.session
     from botocore.credentials import RefreshableCredentials
 
-    from gpuci.cache.stores.s3.credentials import Chain
+    from gpuci.cache._stores.s3.credentials import Chain
 
     def expiry(minutes: int) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + minutes * 60))

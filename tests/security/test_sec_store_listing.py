@@ -8,9 +8,9 @@ import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpuci.cache.format import refs
-from gpuci.cache.stores import open_store
-from gpuci.cache.stores.base import ObjectInfo
+from gpuci.cache._format import refs
+from gpuci.cache._stores import open_store
+from gpuci.cache._stores.base import ObjectInfo
 
 KEYS = 40_000
 KEY_CHARS = 480  # the longest keys a hostile listing sent, page after page

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hostile_store_kit import StoreCase, cache_cmd, canonical, plant, put_ref, sha
 
-from gpuci.cache.format import refs
+from gpuci.cache._format import refs
 
 DEEP = "[" * 10_000 + "]" * 10_000  # RecursionError in json.loads, under every size cap
 LONG_INT = "1" * 5_000  # ValueError: over Python's integer-string limit
@@ -165,6 +165,6 @@ def test_prune_skips_a_deeply_nested_ref_and_keeps_going(store, env, tmp_path):
 
 
 def _open(store: StoreCase, env: dict[str, str]):
-    from gpuci.cache.stores import open_store
+    from gpuci.cache._stores import open_store
 
     return open_store(store.url, environ=env)

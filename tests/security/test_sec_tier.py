@@ -20,9 +20,9 @@ from tier_runner import (
 )
 
 import gpuci_testing
-from gpuci.cache.save import state as save_module
-from gpuci.cache.save import upload as upload_module
-from gpuci.cache.stores import tier as tier_module
+from gpuci.cache._save import state as save_module
+from gpuci.cache._save import upload as upload_module
+from gpuci.cache._stores import tier as tier_module
 
 WEIGHTS = "model.safetensors"
 

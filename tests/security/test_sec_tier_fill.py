@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from tier_runner import BIG, Runner, model_tree, sha, tier_is_honest
 
-from gpuci.cache import layout
-from gpuci.cache.save import upload as save_upload
-from gpuci.cache.stores import copying
-from gpuci.cache.stores import file as file_store
-from gpuci.cache.stores import tier as tier_module
+from gpuci.cache import _layout as layout
+from gpuci.cache._save import upload as save_upload
+from gpuci.cache._stores import copying
+from gpuci.cache._stores import file as file_store
+from gpuci.cache._stores import tier as tier_module
 
 
 def _no_second_pass(monkeypatch: pytest.MonkeyPatch) -> None:

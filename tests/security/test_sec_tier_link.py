@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from tier_runner import BIG, Runner, tier_is_honest
 
-from gpuci.cache.stores import copying
-from gpuci.cache.stores import tier as tier_module
-from gpuci.cache.stores.tier import LocalTier
+from gpuci.cache._stores import copying
+from gpuci.cache._stores import tier as tier_module
+from gpuci.cache._stores.tier import LocalTier
 
 LINK = {"local-cache-mode": "link"}
 SHARED = ("model.safetensors", "config.json", "tokenizer.json", "sub/vocab.txt")

@@ -11,7 +11,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuci.cache import layout
+from gpuci.cache import _layout as layout
 from gpuci.cli import run_command
 from gpuci.commands import _cache_weights as cache_weights
 from gpuci.runtime import Result, Runtime

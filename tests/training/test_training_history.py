@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci.cache.stores.file import LocalStore
+from gpuci.cache._stores.file import LocalStore
 from gpuci.files import json_bytes
 from gpuci.training import _history as history
 from gpuci.training._ci import RunContext

@@ -9,7 +9,7 @@ import pytest
 
 from forges.fake_github import FakeGitHub
 from gpuci import journal
-from gpuci.cache.stores.file import LocalStore
+from gpuci.cache._stores.file import LocalStore
 from gpuci.training import _ci as ci
 from gpuci.training import _history as history
 from gpuci.training import _report as report

@@ -2,8 +2,8 @@
 and :func:`fetch_file` (re-exported from :mod:`gpuci.fetch`).
 
 They build the commands' typed inputs (:mod:`gpuci.cache.options`) and call the operations the
-commands call (:func:`gpuci.cache.restore.operation.restore`,
-:func:`gpuci.cache.save.operation.save`), so a Python caller gets the same lookup, checks and
+commands call (:func:`gpuci.cache._restore.operation.restore`,
+:func:`gpuci.cache._save.operation.save`), so a Python caller gets the same lookup, checks and
 store handling, and typed results; the commands only render those results as action outputs::
 
     from gpuci.cache.api import restore, save
@@ -16,8 +16,8 @@ option (exit 2 in the CLI), :class:`gpuci.errors.StoreError` (an :class:`InfraEr
 store cannot be read or written, :class:`gpuci.errors.IntegrityError` when restored bytes do
 not match their digests. A miss is not an error: ``RestoreResult.hit`` is False.
 
-It lives in ``gpuci.cache.api`` rather than ``gpuci.cache`` because ``gpuci.cache.restore`` and
-``gpuci.cache.save`` are already names (the operations' packages).
+It lives in ``gpuci.cache.api`` rather than ``gpuci.cache`` so that importing
+``gpuci.cache`` loads nothing: a restore's start-up loads only what it uses.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def restore(
         local_cache=local_cache,
         local_cache_mode=local_cache_mode,
     )
-    from gpuci.cache.restore import operation, report  # loaded by the first restore
+    from gpuci.cache._restore import operation, report  # loaded by the first restore
 
     rt = runtime or Runtime()
     done = operation.restore(checked(inp), rt)
@@ -186,7 +186,7 @@ def save(
         layout=layout,
         hf_repo=hf_repo,
     )
-    from gpuci.cache.save import operation, report  # loaded by the first save
+    from gpuci.cache._save import operation, report  # loaded by the first save
 
     done = operation.save(checked(inp), runtime or Runtime())
     return SaveResult(

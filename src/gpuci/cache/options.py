@@ -1,7 +1,7 @@
 """The typed inputs of ``cache-weights restore`` and ``save``: one frozen dataclass each.
 
 The store's upkeep sub-commands (prune, ls, pin, unpin) have theirs in
-:mod:`gpuci.cache.upkeep.options`, so a restore, whose start-up is the whole cost of a warm hit,
+:mod:`gpuci.cache._upkeep.options`, so a restore, whose start-up is the whole cost of a warm hit,
 does not build four classes it never uses.
 
 Each field declares one input (:func:`gpuci.inputs.inp`): the CLI flags, ``INPUT_*``, the

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from gpuci.commands import Command, Output
 
 if TYPE_CHECKING:
+    from gpuci.cache._upkeep.options import LsInputs, PinInputs, PruneInputs, UnpinInputs
     from gpuci.cache.options import RestoreInputs, SaveInputs
-    from gpuci.cache.upkeep.options import LsInputs, PinInputs, PruneInputs, UnpinInputs
 
 CACHE_OUTPUTS = (
     Output(
@@ -75,7 +75,7 @@ RESTORE: Command[RestoreInputs] = Command(
         *CACHE_OUTPUTS,
         Output("populated", "true when the populate command ran and its result was saved."),
     ),
-    target="gpuci.cache.restore.command:run",
+    target="gpuci.cache._restore.command:run",
     options="gpuci.cache.options:RestoreInputs",
     actions=("actions/cache-weights", "actions/cache-weights/restore"),
 )
@@ -84,7 +84,7 @@ SAVE: Command[SaveInputs] = Command(
     name="save",
     help="Save a tree under a key, uploading only the blobs the store lacks.",
     outputs=SAVE_OUTPUTS,
-    target="gpuci.cache.save.command:run",
+    target="gpuci.cache._save.command:run",
     options="gpuci.cache.options:SaveInputs",
     actions=("actions/cache-weights/save",),
 )
@@ -92,15 +92,15 @@ SAVE: Command[SaveInputs] = Command(
 PRUNE: Command[PruneInputs] = Command(
     name="prune",
     help="Delete keys unused for a while, then the manifests and blobs nothing names any more.",
-    target="gpuci.cache.upkeep.prune:run",
-    options="gpuci.cache.upkeep.options:PruneInputs",
+    target="gpuci.cache._upkeep.prune:run",
+    options="gpuci.cache._upkeep.options:PruneInputs",
 )
 
 LS: Command[LsInputs] = Command(
     name="ls",
     help="List cached keys with their sizes, ages and last use (or, with pins, the pins).",
-    target="gpuci.cache.upkeep.listing:run",
-    options="gpuci.cache.upkeep.options:LsInputs",
+    target="gpuci.cache._upkeep.listing:run",
+    options="gpuci.cache._upkeep.options:LsInputs",
 )
 
 PIN_OUTPUTS = (
@@ -112,16 +112,16 @@ PIN: Command[PinInputs] = Command(
     name="pin",
     help="Keep one manifest, and all it reaches, from prune whatever its keys do.",
     outputs=PIN_OUTPUTS,
-    target="gpuci.cache.upkeep.pins:run_pin",
-    options="gpuci.cache.upkeep.options:PinInputs",
+    target="gpuci.cache._upkeep.pins:run_pin",
+    options="gpuci.cache._upkeep.options:PinInputs",
 )
 
 UNPIN: Command[UnpinInputs] = Command(
     name="unpin",
     help="Remove a pin; the next prune treats the manifest like any other.",
     outputs=PIN_OUTPUTS,
-    target="gpuci.cache.upkeep.pins:run_unpin",
-    options="gpuci.cache.upkeep.options:UnpinInputs",
+    target="gpuci.cache._upkeep.pins:run_unpin",
+    options="gpuci.cache._upkeep.options:UnpinInputs",
 )
 
 COMMAND: Command[None] = Command(

@@ -25,7 +25,7 @@ COMMAND: Command[FetchInputs] = Command(
         Output("connections", "Most connections one file used at once (segmented downloads)."),
         Output("seconds", "Wall time."),
     ),
-    target="gpuci.fetch.command:run",
+    target="gpuci.fetch._command:run",
     options="gpuci.fetch.options:FetchInputs",
     notes=(
         "**Credentials stay on their origin.** `headers` (and a `user:pass@` in the URL) go "

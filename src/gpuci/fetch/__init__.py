@@ -13,17 +13,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuci.fetch.download import FetchResult, fetch_file
-    from gpuci.fetch.policy import FetchPolicy
+    from gpuci.fetch._download import FetchResult, fetch_file
+    from gpuci.fetch._policy import FetchPolicy
 
-__all__ = ["FetchPolicy", "FetchResult", "fetch_file"]
+__all__ = ["FetchPolicy", "FetchResult", "fetch_file", "options"]
 
 # Imported when first asked for, so loading ``gpuci.fetch.options`` (the registry reads the
 # inputs of retry-fetch from it for ``--help``) does not load httpx.
 _DEFINED_IN = {
-    "FetchPolicy": "gpuci.fetch.policy",
-    "FetchResult": "gpuci.fetch.download",
-    "fetch_file": "gpuci.fetch.download",
+    "FetchPolicy": "gpuci.fetch._policy",
+    "FetchResult": "gpuci.fetch._download",
+    "fetch_file": "gpuci.fetch._download",
 }
 
 

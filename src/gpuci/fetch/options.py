@@ -12,7 +12,7 @@ from gpuci.errors import InputError
 from gpuci.inputs import inp, options
 
 if TYPE_CHECKING:  # the policy's module loads httpx: only a run needs it, never --help
-    from gpuci.fetch.policy import FetchPolicy
+    from gpuci.fetch._policy import FetchPolicy
 
 __all__ = ["FetchInputs"]
 
@@ -90,7 +90,7 @@ class FetchInputs:
                     f"input '{flag}' is {seconds:g}s, longer than the {limit:g}s allowed",
                     hint=f"set {flag} to a sensible duration such as 60s, 30m or 2h",
                 )
-        from gpuci.fetch.policy import FetchPolicy
+        from gpuci.fetch._policy import FetchPolicy
 
         return FetchPolicy(
             attempts=self.attempts,

@@ -51,7 +51,7 @@ def store_url(value: str | None, environ: Mapping[str, str]) -> str:
 
 
 def _open(url: str, environ: Mapping[str, str], rt: Runtime | None = None) -> Any:
-    from gpuci.cache.stores import open_store
+    from gpuci.cache._stores import open_store
 
     endpoint = settings.GPU_HEALTH_ENDPOINT_URL.value(environ)
     endpoint = endpoint or settings.AWS_ENDPOINT_URL_S3.value(environ)

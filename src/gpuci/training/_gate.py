@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import journal
-from gpuci.cache import layout
+from gpuci.cache import _layout as layout
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.runtime import OutputValue, Result, Runtime
@@ -245,8 +245,8 @@ def _pin(rt: Runtime, prov: dict[str, Any], result: Result) -> None:
 
     A pin that fails fails the step: without it the model cannot be promised a rebuild.
     """
-    from gpuci.cache.stores import open_store
-    from gpuci.cache.upkeep import pins
+    from gpuci.cache._stores import open_store
+    from gpuci.cache._upkeep import pins
 
     source, run = prov.get("source") or {}, prov.get("run") or {}
     reason = pins.check_reason(

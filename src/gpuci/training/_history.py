@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuci import settings, untrusted_json
-from gpuci.cache.stores import open_store
-from gpuci.cache.stores.base import Store
+from gpuci.cache._stores import open_store
+from gpuci.cache._stores.base import Store
 from gpuci.training import _ci as ci
 from gpuci.units import utc_iso
 

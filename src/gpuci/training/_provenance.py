@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import journal, untrusted_child, untrusted_json
-from gpuci.cache import layout
+from gpuci.cache import _layout as layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, sha256_file, write_file
 from gpuci.markdown import Code

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
-from gpuci.cache.stores import open_store
-from gpuci.cache.stores.base import Store, redact_url
+from gpuci.cache._stores import open_store
+from gpuci.cache._stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
 from gpuci.units import utc_iso
 

@@ -1,0 +1,350 @@
+"""Manifests: the immutable, canonical-JSON description of one saved tree.
+
+A manifest lists every file (path, size, mode, sha256 and where its bytes live), every symlink
+that stays inside the tree and every directory. Its name is the sha256 of its canonical bytes,
+so a manifest cannot change without changing its name. :func:`parse` refuses anything that could
+write outside the target (``..``, absolute paths, symlinks that escape on their own or through
+each other) before a byte is written, and anything above :data:`MAX_MANIFEST` unread.
+
+Resolving a tree's symlinks through each other, on paper, before anything touches the disk.
+
+Each link's target can look harmless on its own and still climb out once the links it passes
+through are followed: ``a -> .``, ``b -> a/..`` (the tree's parent), ``c -> b/../outside``.
+Save (which links to keep as links) and restore (which manifests to refuse) both ask this
+module, which walks a target component by component as the kernel does, but through the tree's
+own list of links instead of the filesystem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci import settings, untrusted_json
+from gpuci.cache import _layout as layout
+from gpuci.errors import InputError
+from gpuci.redact import excerpt
+
+# A manifest above this many bytes is refused unparsed (about 400,000 files): a hostile store
+# cannot make restore hold gigabytes of JSON, and save refuses to write one restore would refuse.
+MAX_MANIFEST = 64 << 20
+# Restored files keep at most these permission bits: never setuid, setgid, sticky, or writable
+# by group or others, whatever the manifest says (0o6777 restores as 0o755).
+FILE_MODE_MASK = 0o755
+
+
+def placed_mode(mode: int) -> int:
+    """The permission bits a restored file or folder gets for a manifest ``mode``."""
+    return mode & FILE_MODE_MASK
+
+
+PRODUCER_ENV = {
+    "commit": (
+        settings.GITHUB_SHA,
+        settings.CI_COMMIT_SHA,
+        settings.BUILDKITE_COMMIT,
+        settings.GIT_COMMIT,
+    ),
+    "run": (
+        settings.GITHUB_RUN_ID,
+        settings.CI_PIPELINE_ID,
+        settings.BUILDKITE_BUILD_ID,
+        settings.BUILD_ID,
+    ),
+    "repository": (settings.GITHUB_REPOSITORY, settings.CI_PROJECT_PATH),
+    "job": (settings.GITHUB_JOB, settings.CI_JOB_ID),
+}
+
+
+@dataclass
+class Entry:
+    """One thing in a tree: a file, a symlink or a directory, relative to its root."""
+
+    type: str  # "file" | "symlink" | "dir"
+    root: int
+    path: str  # posix, relative to the root; "" only for a root that is itself a file
+    mode: int = 0o644
+    size: int = 0
+    sha256: str = ""
+    target: str = ""  # symlinks only
+    pack: str = ""  # packed files: sha256 of the pack holding the bytes
+    offset: int = 0  # packed files: where the bytes start in the pack
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "root": self.root, "path": self.path}
+        if self.type == "file":
+            out.update(size=self.size, mode=self.mode, sha256=self.sha256)
+            if self.pack:
+                out.update(pack=self.pack, offset=self.offset)
+        elif self.type == "symlink":
+            out["target"] = self.target
+        else:
+            out["mode"] = self.mode
+        return out
+
+    def content_id(self) -> tuple[Any, ...]:
+        """What the entry means, without where its bytes happen to be stored."""
+        return (self.type, self.root, self.path, self.mode, self.size, self.sha256, self.target)
+
+
+@dataclass
+class Manifest:
+    key: str
+    roots: list[dict[str, str]]
+    entries: list[Entry]
+    created: str = ""
+    producer: dict[str, str] = field(default_factory=dict)
+    format: int = layout.FORMAT_VERSION
+
+    @property
+    def files(self) -> list[Entry]:
+        return [e for e in self.entries if e.type == "file"]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "key": self.key,
+            "created": self.created,
+            "producer": self.producer,
+            "roots": self.roots,
+            "files": len(self.files),
+            "bytes": self.total_bytes,
+            "entries": [e.to_json() for e in self.entries],
+        }
+
+    def canonical(self) -> bytes:
+        return canonical_json(self.to_json())
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.canonical()).hexdigest()
+
+    def same_tree(self, other: Manifest) -> bool:
+        return self.roots == other.roots and [e.content_id() for e in self.entries] == [
+            e.content_id() for e in other.entries
+        ]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted keys, no whitespace, UTF-8: one byte sequence per meaning, so hashes are stable."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def producer(environ: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, candidates in PRODUCER_ENV.items():
+        for var in candidates:
+            if var.is_set(environ):
+                out[name] = var.value(environ)
+                break
+    return out
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----- parsing and validation ----------------------------------------------------------------
+
+
+def _bad(source: str, why: str) -> InputError:
+    return InputError(
+        f"manifest {source} is unsafe or malformed: {why}",
+        hint="do not restore it; save the key again from a trusted job",
+    )
+
+
+def _show(value: Any) -> str:
+    """A value from the manifest, quoted and cut to fit one line (a path may be megabytes)."""
+    return excerpt(repr(value), 120)
+
+
+def _check_path(source: str, path: Any, allow_empty: bool) -> str:
+    if not isinstance(path, str):
+        raise _bad(source, f"path {_show(path)} is not text")
+    if path == "" and allow_empty:
+        return path
+    if path == "" or "\x00" in path or "\\" in path:
+        raise _bad(source, f"path {_show(path)} is empty or holds NUL or backslash")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        raise _bad(source, f"path {_show(path)} is absolute")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise _bad(source, f"path {_show(path)} is not normalised or climbs out with '..'")
+    return path
+
+
+def _int(source: str, value: Any, what: str, upper: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _bad(source, f"{what} {_show(value)} is not a non-negative integer")
+    if upper is not None and value > upper:
+        raise _bad(source, f"{what} {_show(value)} is out of range")
+    return value
+
+
+def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
+    if not isinstance(raw, dict):
+        raise _bad(source, "an entry is not an object")
+    kind = raw.get("type")
+    if kind not in ("file", "symlink", "dir"):
+        raise _bad(source, f"entry type {_show(kind)} is unknown")
+    root = _int(source, raw.get("root"), "root")
+    if root >= len(roots):
+        raise _bad(source, f"entry names root {root}, the manifest has {len(roots)}")
+    file_root = roots[root].get("kind") == "file"
+    path = _check_path(source, raw.get("path"), allow_empty=file_root and kind == "file")
+    if file_root and path != "":
+        raise _bad(source, f"root {root} is a single file but an entry names {_show(path)}")
+    entry = Entry(type=kind, root=root, path=path)
+    if kind == "file":
+        entry.size = _int(source, raw.get("size"), "size")
+        entry.mode = _int(source, raw.get("mode"), "mode", 0o7777)
+        entry.sha256 = str(raw.get("sha256", ""))
+        if not layout.is_sha256(entry.sha256):
+            raise _bad(source, f"{_show(path)} has no valid sha256")
+        if "pack" in raw:
+            entry.pack = str(raw["pack"])
+            if not layout.is_sha256(entry.pack):
+                raise _bad(source, f"{_show(path)} names an invalid pack")
+            entry.offset = _int(source, raw.get("offset"), "offset")
+    elif kind == "symlink":
+        target = raw.get("target")
+        if not isinstance(target, str) or not target or "\x00" in target:
+            raise _bad(source, f"symlink {_show(path)} has no target")
+        if target.startswith("/"):
+            raise _bad(source, f"symlink {_show(path)} points at the absolute path {_show(target)}")
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if resolved == ".." or resolved.startswith("../"):
+            raise _bad(
+                source, f"symlink {_show(path)} -> {_show(target)} escapes the target folder"
+            )
+        entry.target = target
+    else:
+        entry.mode = _int(source, raw.get("mode", 0o755), "mode", 0o7777)
+    return entry
+
+
+def check_size(size: int, source: str) -> None:
+    """Refuse a manifest body above the cap (the store read at most ``MAX_MANIFEST + 1``)."""
+    if size > MAX_MANIFEST:
+        raise _bad(source, f"it is over the {MAX_MANIFEST >> 20} MiB cap for a manifest")
+
+
+def _refuse_chained_escapes(source: str, entries: list[Entry]) -> None:
+    """Each link may stay inside alone and still leave once followed through the others."""
+    by_root: dict[int, dict[str, str]] = {}
+    for entry in entries:
+        if entry.type == "symlink":
+            by_root.setdefault(entry.root, {})[entry.path] = entry.target
+    for tree in by_root.values():
+        for path in escaping_links(tree)[:1]:
+            raise _bad(
+                source,
+                f"symlink {_show(path)} -> {_show(tree[path])} leaves the target folder once the "
+                "links it passes through are followed (or loops)",
+            )
+
+
+def parse(data: bytes, source: str) -> Manifest:
+    """Parse and validate a manifest: everything unsafe raises InputError before any write."""
+    check_size(len(data), source)
+    try:  # the one reader of what a store hands back: size, nesting, numbers, then the type
+        raw = untrusted_json.parse_object(data, MAX_MANIFEST, "a manifest")
+    except untrusted_json.Unusable as exc:
+        raise _bad(source, str(exc)) from None
+    if raw.get("format") != layout.FORMAT_VERSION:
+        raise InputError(
+            f"manifest {source} has format {excerpt(repr(raw.get('format')), 40)}; this gpu-ci "
+            "reads format "
+            f"{layout.FORMAT_VERSION}",
+            hint="upgrade gpu-ci, or save the key again with this version",
+        )
+    roots = raw.get("roots")
+    if not isinstance(roots, list) or not roots:
+        raise _bad(source, "no roots")
+    for root in roots:
+        if not isinstance(root, dict) or root.get("kind") not in ("dir", "file"):
+            raise _bad(source, "a root is malformed")
+    entries_raw = raw.get("entries")
+    if not isinstance(entries_raw, list):
+        raise _bad(source, "no entries list")
+    entries = [_entry(source, item, roots) for item in entries_raw]
+    seen: set[tuple[int, str]] = set()
+    symlinks: set[tuple[int, str]] = set()
+    for entry in entries:
+        ident = (entry.root, entry.path)
+        if ident in seen:
+            raise _bad(source, f"{_show(entry.path)} appears twice")
+        seen.add(ident)
+        if entry.type == "symlink":
+            symlinks.add(ident)
+    for entry in entries:  # writing through a symlink listed in the manifest is refused
+        parts = entry.path.split("/")
+        for i in range(1, len(parts)):
+            if (entry.root, "/".join(parts[:i])) in symlinks:
+                raise _bad(source, f"{_show(entry.path)} lies under a symlink")
+    _refuse_chained_escapes(source, entries)
+    producer = raw.get("producer") or {}
+    if not isinstance(producer, dict):
+        raise _bad(source, "producer is not an object")
+    return Manifest(
+        key=untrusted_json.text(raw, "key"),
+        roots=[{"path": untrusted_json.text(r, "path"), "kind": str(r["kind"])} for r in roots],
+        entries=entries,
+        created=untrusted_json.text(raw, "created"),
+        producer={str(k): str(v) for k, v in producer.items()},
+    )
+
+
+# The kernel gives up after this many links in one lookup (ELOOP); a loop never reaches a file.
+MAX_LINK_HOPS = 40
+
+
+def resolve_links(links: Mapping[str, str], start: str, target: str) -> str | None:
+    """Where ``target``, read from the folder ``start``, ends inside the tree, or None.
+
+    ``links`` maps each link's path (posix, relative to the tree) to its target. None means the
+    walk climbs above the tree, meets an absolute target, or loops.
+    """
+    here = [p for p in start.split("/") if p]
+    pending = list(reversed(target.split("/")))
+    hops = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not here:
+                return None
+            here.pop()
+            continue
+        link = links.get("/".join([*here, part]))
+        if link is None:
+            here.append(part)
+            continue
+        hops += 1
+        if hops > MAX_LINK_HOPS or link.startswith("/"):
+            return None
+        pending.extend(reversed(link.split("/")))  # read on from the link's own folder
+    return "/".join(here)
+
+
+def escaping_links(links: Mapping[str, str]) -> list[str]:
+    """The links (paths, sorted) that leave the tree once followed through the others."""
+    return sorted(
+        path
+        for path, target in links.items()
+        if resolve_links(links, _parent(path), target) is None
+    )
+
+
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]

@@ -1,0 +1,501 @@
+"""Place a manifest's tree: the restore's place phase (the command is
+:mod:`gpuci.cache._restore.command`: lookup -> plan -> place -> report).
+
+The manifest is fetched and verified by then; refuse anything that would write outside
+the target before touching the disk; build each root in a staging folder next to it (same
+filesystem, so the final rename is atomic); stream every file in with parallel ranged GETs,
+checking sha256 on the way; rename into place. Any failure removes the staging folder, and a
+killed restore's leftovers are swept by the next one, so a partial file never carries a final
+name.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuci.cache import _layout as layout
+from gpuci.cache._common import (
+    Connections,
+    throttle_signals,
+)
+from gpuci.cache._format import manifest as mf
+from gpuci.cache._stores.base import Store
+from gpuci.cache._stores.tier import LocalTier, Placed
+from gpuci.errors import InfraError, InputError, IntegrityError
+from gpuci.inputs import resolve_path
+from gpuci.runtime import Runtime
+from gpuci.units import human_bytes
+
+_TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
+
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+# Headroom kept free on the target filesystem beyond the tree itself.
+
+
+DISK_MARGIN = 64 << 20
+# Files placed from the local tier at once: enough to overlap kernel copies on a few cores; more
+# only queue on the same disk.
+PLACE_THREADS = min(4, os.cpu_count() or 1)
+PARALLEL_MIN = 8 << 20  # files this large go to the placing threads; smaller ones are copied inline
+
+
+@dataclass
+class _Root:
+    index: int
+    kind: str
+    target: Path
+    staging: Path
+
+    @property
+    def trash(self) -> Path:
+        """Where a merge moves what stood in the way (swept like the staging folder)."""
+        return self.staging.with_name(self.staging.name + _TRASH_SUFFIX)
+
+    @property
+    def build(self) -> Path:
+        """Where entries of this root are created inside the staging folder."""
+        return self.staging if self.kind == "dir" else self.staging / self.target.name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(target: Path) -> None:
+    """Remove staging folders left by killed restores of ``target`` (their process is gone)."""
+    parent = target.parent
+    if not parent.is_dir():
+        return
+    stem = f"{layout.STAGING_PREFIX}{target.name}."
+    for item in parent.iterdir():
+        if not item.name.startswith(stem):
+            continue
+        pid = item.name[len(stem) :].removesuffix(_TRASH_SUFFIX)
+        if pid.isdigit() and not _alive(int(pid)):
+            _rmtree(item)
+
+
+def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return InfraError(
+            f"disk full while restoring into {where.parent} (the tree needs {human_bytes(need)})",
+            hint="free disk space on the runner or restore to a larger volume",
+        )
+    return InfraError(
+        f"cannot write the restore into {where.parent}: {exc.strerror or exc}",
+        hint="check the path is writable and on a healthy filesystem",
+    )
+
+
+def _place(root: _Root) -> None:
+    """Move a finished staging tree into place: one rename when the target is new."""
+    target = root.target
+    if root.kind == "file":
+        if not os.path.lexists(root.build):  # a partial restore that picked nothing here
+            root.staging.rmdir()
+            return
+        os.replace(root.build, target)  # a rename replaces a link at target, never follows it
+        root.staging.rmdir()
+        return
+    if not os.path.lexists(target):
+        os.rename(root.staging, target)
+        return
+    try:
+        top = os.open(target, _DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        raise InputError(
+            f"path '{target}' exists and is not a folder, so the cached folder cannot go there",
+            hint="remove it or restore to another path",
+        ) from None
+    try:
+        _merge(root.staging, top, root.trash)
+    finally:
+        os.close(top)
+    _rmtree(root.staging)
+    _rmtree(root.trash)
+
+
+# Descending into the target when merging: never through a symlink (ELOOP instead).
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _merge(src: Path, dest: int, trash: Path) -> None:
+    """Merge the staged folder ``src`` into the open folder ``dest``, one name at a time.
+
+    Every step is relative to a folder descriptor opened with ``O_NOFOLLOW``, so a symlink
+    planted in the target (``models -> /etc``) is replaced by what the manifest says, never
+    written through. A name the manifest makes a file or link replaces its namesake atomically.
+    """
+    for item in sorted(os.scandir(src), key=lambda i: i.name):
+        name = item.name
+        if not item.is_dir(follow_symlinks=False):  # a file or a link: one atomic rename
+            if _is_real_dir(name, dest):
+                _move_aside(name, dest, trash)
+            os.replace(item.path, name, dst_dir_fd=dest)
+            continue
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=dest)
+        except FileNotFoundError:
+            os.rename(item.path, name, dst_dir_fd=dest)  # new here: the whole subtree at once
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            _move_aside(name, dest, trash)  # a file or a (planted) link where a folder belongs
+            os.rename(item.path, name, dst_dir_fd=dest)
+            continue
+        try:
+            _merge(Path(item.path), sub, trash)
+            os.fchmod(sub, stat.S_IMODE(item.stat(follow_symlinks=False).st_mode))
+        finally:
+            os.close(sub)
+
+
+def _is_real_dir(name: str, dest: int) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(name, dir_fd=dest).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _move_aside(name: str, dest: int, trash: Path) -> None:
+    """Move whatever holds ``name`` into the staging trash (removed with the staging folder)."""
+    trash.mkdir(exist_ok=True)
+    os.rename(name, trash / f"{len(os.listdir(trash))}", src_dir_fd=dest)
+
+
+def _refuse_escaping_links(manifest: mf.Manifest, roots: list[_Root]) -> None:
+    """A restored tree never holds a link that resolves outside it on the real filesystem.
+
+    The manifest's links were checked against each other before anything was written; a merge
+    into an existing folder can still meet links the job made there. A restored link that
+    leaves its target through those is removed again, and the restore fails.
+    """
+    for entry in manifest.entries:
+        if entry.type != "symlink":
+            continue
+        root = roots[entry.root].target
+        link = root / entry.path
+        inside = os.path.realpath(root)
+        resolved = os.path.realpath(link)
+        if resolved != inside and not resolved.startswith(inside + os.sep):
+            link.unlink(missing_ok=True)
+            raise InputError(
+                f"restored symlink {link} -> {entry.target} resolves to {resolved}, outside "
+                f"{root}, through links already in that folder; the link was removed",
+                hint="restore into an empty folder, or remove the links the job left there",
+            )
+
+
+def check_space(
+    manifest: mf.Manifest, roots: list[_Root], linked: AbstractSet[str] = frozenset()
+) -> None:
+    """Fail before downloading when a target filesystem cannot hold its share of the tree.
+
+    Files the local tier will hardlink (``linked`` digests) take no new space.
+    """
+    need_by_dev: dict[int, tuple[int, Path]] = {}
+    for root in roots:
+        dev = os.stat(root.target.parent).st_dev
+        size = sum(
+            e.size for e in manifest.files if e.root == root.index and e.sha256 not in linked
+        )
+        prior = need_by_dev.get(dev, (0, root.target.parent))[0]
+        need_by_dev[dev] = (prior + size, root.target.parent)
+    for need, where in need_by_dev.values():
+        fs = os.statvfs(where)  # what shutil.disk_usage reads, without importing shutil
+        free = fs.f_bavail * fs.f_frsize
+        if need + DISK_MARGIN > free:
+            raise InfraError(
+                f"not enough disk to restore into {where}: the tree needs {human_bytes(need)}, "
+                f"{human_bytes(free)} is free",
+                hint="free disk space on the runner or restore to a larger volume",
+            )
+
+
+@dataclass
+class Moved:
+    """Bytes a restore fetched from the store and bytes it placed from the local tier."""
+
+    downloaded: int = 0
+    from_local: int = 0
+    placed: dict[str, int] | None = None  # how local files got there: reflink/hardlink/copy
+    connections: Connections | None = None  # None: nothing came from the store
+
+
+def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]], room: bool) -> None:
+    """Give the local tier the files just fetched and verified: in ``link`` mode by linking
+    them (:meth:`LocalTier.adopt`: no second copy, no room needed). The others are there
+    already, written there once (:mod:`gpuci.cache._stores.tier_fill`), when the tier's disk had
+    ``room`` for them; this copies only what that could not write, which ``copy_in`` sees in
+    one lstat. Without room (or once the disk filled up), nothing is copied in: the disk may
+    be the one the job needs next."""
+    copies = room and not tier.filled_up
+    for entry, path in fetched:
+        if tier.links(entry.size, entry.mode):
+            tier.adopt(path, entry.sha256)
+        elif copies:  # executable or private: the job keeps its own file and mode
+            tier.copy_in(path, entry.sha256)
+
+
+def _place_local(
+    tier: LocalTier, files: list[tuple[mf.Entry, Path]], moved: Moved
+) -> list[tuple[mf.Entry, Path]]:
+    """Place what the tier holds, several files at once; returns the files left to fetch.
+
+    The kernel copies (``copy_file_range`` and ``FICLONE`` release the GIL), so on a runner
+    with a few cores the copies of different files overlap, where ``cp -a`` does one at a time.
+    Largest first, so one big shard does not start last. The first failure is raised once every
+    copy has stopped (the pool's ``with`` waits), so the caller's cleanup never races a copy
+    still writing into staging.
+    """
+
+    def one(item: tuple[mf.Entry, Path]) -> Placed | None:
+        entry, path = item
+        return tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
+
+    big = sorted((f for f in files if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
+    small = [f for f in files if f[0].size < PARALLEL_MIN]
+    if big and len(files) > 1 and PLACE_THREADS > 1:
+        from concurrent.futures import ThreadPoolExecutor  # (and logging): only when it pays
+
+        # Big files in the pool; small ones meanwhile in this thread, where a thread hop per
+        # 64 KiB file would cost more than the copy.
+        with ThreadPoolExecutor(min(PLACE_THREADS, len(big))) as pool:
+            pending = [pool.submit(one, item) for item in big]
+            results = [one(item) for item in small]
+            results = [future.result() for future in pending] + results
+    else:
+        results = [one(item) for item in big + small]
+    order = big + small
+    left = []
+    assert moved.placed is not None
+    for item, got in zip(order, results, strict=True):
+        if got is None:
+            left.append(item)
+        else:
+            moved.from_local += got.size
+            moved.placed[got.how] = moved.placed.get(got.how, 0) + 1
+    return left
+
+
+def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root]) -> set[str]:
+    """Digests the tier holds and will hardlink (same filesystem, see LocalTier.links)."""
+    if tier is None or tier.mode != "link" or not tier.root.is_dir():
+        return set()
+    devs = {os.stat(r.target.parent).st_dev for r in roots}
+    if devs != {os.stat(tier.root).st_dev}:
+        return set()
+    return {
+        e.sha256
+        for e in manifest.files
+        if tier.links(e.size, e.mode) and tier.has(e.sha256, e.size, repair=False)
+    }
+
+
+def restore_tree(
+    store: Store,
+    manifest: mf.Manifest,
+    paths: list[str],
+    rt: Runtime,
+    label: str,
+    tier: LocalTier | None = None,
+) -> Moved:
+    """Materialise ``manifest`` at ``paths``, from the local tier first, then the store."""
+    roots = _roots(manifest, paths)
+    need = manifest.total_bytes
+    try:
+        _prepare(roots, manifest, tier)
+    except OSError as exc:
+        raise _disk_error(exc, roots[0].target, need) from None
+    moved = Moved(placed={})
+    try:
+        for root in roots:
+            root.staging.mkdir()
+        files, dirs = _build_skeleton(manifest, roots)
+        _fill_files(store, files, rt, label, tier, moved)
+        _make_symlinks(manifest, roots)
+        for path, mode in reversed(dirs):
+            path.chmod(mf.placed_mode(mode) | 0o700)
+        for root in roots:
+            _place(root)
+        _refuse_escaping_links(manifest, roots)
+    except OSError as exc:
+        _cleanup(roots)
+        raise _disk_error(exc, roots[0].target, need) from None
+    except BaseException:
+        _cleanup(roots)
+        raise
+    if tier is not None:
+        tier.evict()
+    return moved
+
+
+def _roots(manifest: mf.Manifest, paths: list[str]) -> list[_Root]:
+    """One root per manifest root, each with a staging folder beside its target."""
+    roots: list[_Root] = []
+    for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
+        target = resolve_path(raw)
+        staging = target.parent / f"{layout.STAGING_PREFIX}{target.name}.{os.getpid()}"
+        roots.append(_Root(index, spec["kind"], target, staging))
+    return roots
+
+
+def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) -> None:
+    """Make the parents, sweep a killed restore's leftovers, and check the free space."""
+    for root in roots:
+        root.target.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(root.target)
+    try:
+        check_space(manifest, roots)
+    except InfraError:  # only then ask the tier what it links (a lstat per file)
+        linked = _linkable(tier, manifest, roots)
+        if not linked:
+            raise
+        check_space(manifest, roots, linked)
+
+
+def _build_skeleton(
+    manifest: mf.Manifest, roots: list[_Root]
+) -> tuple[list[tuple[mf.Entry, Path]], list[tuple[Path, int]]]:
+    """Make the folders and empty files in staging; return the files to fill and the folders."""
+    files: list[tuple[mf.Entry, Path]] = []
+    dirs: list[tuple[Path, int]] = []
+    made: set[Path] = set()
+    for entry in manifest.entries:
+        base = roots[entry.root].build
+        path = base / entry.path if entry.path else base
+        if entry.type == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+            dirs.append((path, entry.mode))
+        elif entry.type == "file":
+            if path.parent not in made:  # one mkdir per folder, not one per file
+                path.parent.mkdir(parents=True, exist_ok=True)
+                made.add(path.parent)
+            if entry.size == 0:
+                if entry.sha256 != EMPTY_SHA256:
+                    raise IntegrityError(
+                        f"{entry.path}: the manifest gives an empty file a non-empty hash",
+                        hint="the manifest is corrupt; save the key again",
+                    )
+                path.touch()
+                path.chmod(mf.placed_mode(entry.mode))
+            else:
+                files.append((entry, path))
+    return files, dirs
+
+
+def _fill_files(
+    store: Store,
+    files: list[tuple[mf.Entry, Path]],
+    rt: Runtime,
+    label: str,
+    tier: LocalTier | None,
+    moved: Moved,
+) -> None:
+    """Fill the files from the local tier, then the rest from the store (and into the tier)."""
+    if tier is not None:
+        files = _place_local(tier, files, moved)
+    if not files:  # a warm restore from the tier skips the network machinery entirely
+        return
+    moved.downloaded, moved.connections, room = _download(store, files, rt, label, tier)
+    if tier is not None:
+        _fill_tier(tier, files, room)
+
+
+def _make_symlinks(manifest: mf.Manifest, roots: list[_Root]) -> None:
+    """The manifest's symlinks, made last (their escapes are refused after placing)."""
+    for entry in manifest.entries:
+        if entry.type == "symlink":
+            base = roots[entry.root].build
+            link = base / entry.path
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(entry.target, link)
+
+
+def _download(
+    store: Store,
+    files: list[tuple[mf.Entry, Path]],
+    rt: Runtime,
+    label: str,
+    tier: LocalTier | None = None,
+) -> tuple[int, Connections, bool]:
+    """Fetch ``files``; returns the bytes downloaded, the connections used, and whether the
+    tier's disk had room for them (the files were written into the tier as they came)."""
+    from gpuci.cache._transfer.download import (  # only when fetching
+        Downloader,
+        download_concurrency,
+    )
+
+    meter = rt.progress(label, sum(e.size for e, _ in files))
+    _, attempts = retry_settings_for(rt)
+    control = download_concurrency(rt.environ)
+    downloader = Downloader(store, control, meter.advance, attempts, tier)
+    try:
+        with throttle_signals(store, control):
+            downloader.fetch(files)
+    finally:
+        meter.close()
+    return downloader.bytes, Connections.of(control), downloader.fills_tier
+
+
+def retry_settings_for(rt: Runtime) -> tuple[str, int]:
+    """The same attempt count botocore uses, for the data path (no boto3 import needed)."""
+    from gpuci.retry import aws_max_attempts  # only when fetching
+
+    return "standard", aws_max_attempts(rt.environ)
+
+
+def _cleanup(roots: list[_Root]) -> None:
+    for root in roots:
+        _rmtree(root.staging)
+        _rmtree(root.trash)
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a staging or trash folder, if any (shutil loads only when there is one: a warm
+    restore into a new folder never needs it, and its import is a tenth of the start-up)."""
+    if os.path.lexists(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def read_entry(store: Store, entry: mf.Entry) -> bytes:
+    """One small file's bytes straight from the store (its blob, or its run of a pack)."""
+    key = layout.pack_key(entry.pack) if entry.pack else layout.blob_key(entry.sha256)
+    reader = store.open_range(key, entry.offset if entry.pack else 0, entry.size)
+    buf = bytearray(entry.size)
+    view, got = memoryview(buf), 0
+    try:
+        while got < entry.size:
+            n = reader.readinto(view[got:])
+            if n == 0:
+                break
+            got += n
+    finally:
+        reader.close()
+    data = bytes(buf[:got])
+    if hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise IntegrityError(
+            f"{entry.path}: the store's bytes do not match the manifest's hash",
+            hint="the store holds a corrupt object; delete it and save the key again",
+        )
+    return data

@@ -1,0 +1,136 @@
+"""One save's shared state and what the store already has: the manifests this job knows, the
+packs still present, and the local tier the saved files are copied into.
+
+The phases of a save (:mod:`gpuci.cache._save.command`, which also publishes) each take a
+:class:`Saver`: scan, hash and upload (:mod:`gpuci.cache._save.upload`), publish, report
+(:mod:`gpuci.cache._save.report`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from gpuci import journal
+from gpuci.cache import _layout as layout
+from gpuci.cache._format import manifest as mf
+from gpuci.cache._format import refs
+from gpuci.cache._format.tree import Tree
+from gpuci.cache._stores.base import ObjectInfo, Store
+from gpuci.cache._stores.tier import LocalTier
+from gpuci.errors import InputError
+from gpuci.ranged._pool import parallel
+from gpuci.runtime import Runtime
+
+
+@dataclass
+class SaveStats:
+    data_bytes: int = 0  # blob and pack bytes sent
+    meta_bytes: int = 0  # manifest and ref bytes sent
+    blobs: int = 0
+    packs: int = 0
+    reused_files: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **counts: int) -> None:
+        with self.lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+
+class Saver:
+    def __init__(self, store: Store, namespace: str, key: str, rt: Runtime) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.key = key
+        self.rt = rt
+        # HEADs and other small requests: the fixed count, else 8 at a time.
+        self.workers = layout.workers(rt.environ)
+        # Blobs, packs and multipart parts share one controller: what it learns sending packs
+        # it keeps for the blobs.
+        self.uploads = layout.concurrency(rt.environ, layout.UPLOAD_CONNECTIONS)
+        self.threshold = layout.multipart_threshold(rt.environ)
+        self.stats = SaveStats()
+        self.tier: LocalTier | None = None
+
+    def load_manifest(self, digest: str) -> mf.Manifest | None:
+        got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
+        if (
+            got is None
+            or len(got[0]) > mf.MAX_MANIFEST
+            or hashlib.sha256(got[0]).hexdigest() != digest
+        ):
+            return None
+        try:
+            return mf.parse(got[0], digest[:12])
+        except InputError:
+            return None
+
+    def known_small_files(
+        self, current: refs.Ref | None
+    ) -> tuple[dict[str, mf.Entry], mf.Manifest | None]:
+        """sha256 -> a packed entry whose pack exists, from the manifests this job knows."""
+        digests: list[str] = []
+        if current is not None:
+            digests.append(current.manifest)
+        for record in journal.read("cache-restore", self.rt.environ):
+            digest = str(record.get("manifest"))
+            if record.get("store") == self.store.url and layout.is_sha256(digest):
+                digests.append(digest)
+        current_manifest = None
+        known: dict[str, mf.Entry] = {}
+        for digest in dict.fromkeys(digests):
+            manifest = self.load_manifest(digest)
+            if manifest is None:
+                continue
+            if current is not None and digest == current.manifest:
+                current_manifest = manifest
+            for entry in manifest.files:
+                if entry.pack:
+                    known.setdefault(entry.sha256, entry)
+        present = self._present_packs(sorted({e.pack for e in known.values()}))
+        return {sha: e for sha, e in known.items() if e.pack in present}, current_manifest
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """A HEAD, timed for the controller: its first answers tell a far store from a near one
+        (:meth:`gpuci.adaptive.Concurrency.first_byte`), so a save to a remote store gets every
+        connection after a few lookups, as a restore does, instead of climbing from 8."""
+        started = time.monotonic()
+        info = self.store.head(key)
+        self.uploads.first_byte(time.monotonic() - started)
+        return info
+
+    def _present_packs(self, packs: list[str]) -> set[str]:
+        present: set[str] = set()
+
+        def check(pack: str) -> None:
+            info = self.head(layout.pack_key(pack))
+            if info is not None:
+                present.add(pack)
+                if not self.rt.dry_run:
+                    self.refresh(info)
+
+        parallel(check, packs, self.uploads)  # HEADs under the save's one controller
+        return present
+
+    def refresh(self, info: ObjectInfo) -> None:
+        """Reusing an old object: make it young, so a concurrent prune's grace period keeps it."""
+        if time.time() - info.modified > layout.TOUCH_AFTER:
+            self.store.touch(info.key)
+
+    def fill_tier(self, tree: Tree, files: list[mf.Entry]) -> int:
+        """Copy into the runner-local tier the saved files it still lacks (reflinks where the
+        disk can): those too large to hold in memory (the rest went in as they were hashed,
+        :meth:`LocalTier.keep`), only where the tier's disk has room to spare for them all (it
+        may be the disk the job writes next)."""
+        if self.tier is None:
+            return 0
+        lacking = {e.sha256: e for e in files if e.size and not self.tier.has(e.sha256, e.size)}
+        added = 0
+        if self.tier.room_for(sum(e.size for e in lacking.values())):
+            for entry in lacking.values():
+                added += self.tier.copy_in(tree.source(entry), entry.sha256)
+        self.tier.evict()
+        return added

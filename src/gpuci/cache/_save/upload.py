@@ -1,0 +1,445 @@
+"""The save's uploads: every byte of the tree read once, hashed as it is read, and sent
+from the bytes read; large files one by one (in parts), small files in packs.
+
+A blob may appear under ``blobs/sha256/<hex>`` only once the bytes it holds hash to ``<hex>``
+(docs/cache-format.md). Reading a file to hash it and again to send it leaves a window in
+which a job still writing the tree puts other bytes under that name; here the bytes that were
+hashed are the bytes sent. A file that fits the memory budget (:data:`HELD_BYTES`, what is
+left of it) is read into memory in parts, hashed, looked up (a blob the store has is not
+sent) and sent part by part, each part's memory freed as it lands. A larger file, or one
+met while the budget is taken (hashing does not wait: the link stays busy), is hashed first
+(its name is needed to look it up) and, when the store lacks it, read again in order (from
+the page cache, usually), hashed again and sent part by part; its upload completes only when
+that second hash is its name, else it is aborted and never seen.
+
+Hashing runs on threads of its own and hands each file to the upload pool the moment its
+name is known, so uploads start while the rest of the tree is still being read; HEADs, whole
+PUTs and parts all run in the save's one pool, under its one concurrency controller.
+
+The save's small files: read, hashed and packed together (a few requests for thousands of
+files); a file whose bytes a pack the store still has already holds is not sent again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Protocol, cast
+
+from gpuci import files
+from gpuci.cache import _layout as layout
+from gpuci.cache._common import throttle_signals
+from gpuci.cache._format import manifest as mf
+from gpuci.cache._format.packs import PackBuilder
+from gpuci.cache._format.tree import Tree
+from gpuci.cache._save.state import Saver
+from gpuci.cache._stores.base import SourceChanged, Store
+from gpuci.errors import StoreError
+from gpuci.ranged._pool import WorkPool, laneless
+
+# File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to
+# this size is read once; a larger one is hashed first and read again to send (see above).
+HELD_BYTES = 128 << 20
+# Threads reading and hashing files (sha256 runs without the GIL: two cores' worth).
+HASHERS = 2
+
+
+class _Parts(Protocol):
+    """A multipart upload that takes parts as bytes
+    (:class:`gpuci.cache._stores.s3.multipart.Multipart`)."""
+
+    def send_bytes(self, number: int, data: bytes, on_read: Callable[[int], None]) -> None: ...
+
+    def complete(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class _Stopped(Exception):
+    """The pool was cancelled (another task failed): a hasher stops where it is."""
+
+
+class _Budget:
+    """Bytes of file data in memory at once; a chunk larger than the whole budget passes alone."""
+
+    def __init__(self, total: int, cancelled: threading.Event) -> None:
+        self.total, self.used = total, 0
+        self.cancelled = cancelled
+        self.cond = threading.Condition()
+
+    def take(self, n: int) -> None:
+        with self.cond:
+            while self.used and self.used + n > self.total:
+                if self.cancelled.is_set():
+                    raise _Stopped
+                self.cond.wait(0.2)
+            self.used += n
+
+    def try_take(self, n: int) -> bool:
+        """Take ``n`` bytes if they fit now (a hasher that cannot hold a file does not wait)."""
+        with self.cond:
+            if self.used and self.used + n > self.total:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self.cond:
+            self.used -= n
+            self.cond.notify_all()
+
+
+def put_content(store: Store, key: str, data: bytes) -> None:
+    """A blob or pack the caller has hashed: the store's cheapest way to take bytes as they are
+    (:meth:`gpuci.cache._stores.s3.store.S3Store.put_content`), else its plain put."""
+    getattr(store, "put_content", store.put)(key, data)
+
+
+def _read_exact(handle, length: int, path: Path) -> bytes:
+    data = handle.read(length)
+    while len(data) < length:  # a raw read may return less than asked
+        more = handle.read(length - len(data))
+        if not more:
+            raise SourceChanged(path)
+        data += more
+    return data
+
+
+def _hash_file(path: Path, size: int) -> str:
+    hasher, done = files.hash_file(path, chunk=layout.IO_CHUNK)
+    if done != size:
+        raise SourceChanged(path)
+    return hasher.hexdigest()
+
+
+class BlobUploads:
+    """Every large file of one save, hashed and (when the store lacks it) sent; start() returns
+    at once, finish() waits for the last upload and raises the first failure."""
+
+    def __init__(self, saver: Saver, tree: Tree, large: list[mf.Entry], dry_run: bool) -> None:
+        self.saver, self.store, self.tree = saver, saver.store, tree
+        self.large, self.dry_run = large, dry_run
+        self.uploads = saver.uploads
+        self.pool = WorkPool(saver.uploads)
+        self.budget = _Budget(HELD_BYTES, self.pool.cancelled)
+        self.in_parts = type(saver.store).multipart is not Store.multipart
+        self.lock = threading.Lock()
+        self.claimed: set[str] = set()  # names this save has looked up (one file per content)
+        self.open: dict[str, _Parts] = {}  # blob key -> multipart upload not yet complete
+        self.left: dict[str, int] = {}  # blob key -> parts still to land
+        self.todo: Iterator[mf.Entry] = iter(large)
+        total = sum(e.size for e in large)
+        self.meter = saver.rt.progress("hash and upload", total) if large else None
+        self.stack = contextlib.ExitStack()
+        self.hold = self.pool.hold()
+        self.left_hashers = HASHERS
+        self.runner: threading.Thread | None = None
+        self.hashers: list[threading.Thread] = []
+        self.error: BaseException | None = None
+
+    # ----- the save's view --------------------------------------------------------------------
+    def start(self) -> None:
+        if not self.large:
+            return
+        self.stack.enter_context(throttle_signals(self.store, self.uploads))
+        self.hold.__enter__()  # run() waits for the hashers: the last one lets it go
+        for index in range(HASHERS):
+            thread = threading.Thread(target=self._hasher, name=f"gpuci-hash-{index}", daemon=True)
+            self.hashers.append(thread)
+            thread.start()
+        self.runner = threading.Thread(target=self._run, name="gpuci-uploads", daemon=True)
+        self.runner.start()
+
+    def cancel(self) -> None:
+        self.pool.cancelled.set()
+
+    def finish(self) -> None:
+        if self.runner is None:
+            return
+        try:
+            self.runner.join()
+            for thread in self.hashers:
+                thread.join()
+        finally:
+            for upload in self.open.values():
+                upload.abort()
+            self.stack.close()
+            if self.meter:
+                self.meter.close()
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            self.pool.run()
+        except BaseException as exc:
+            self.error = exc
+
+    # ----- hashing, on threads of its own -----------------------------------------------------
+    def _hasher(self) -> None:
+        try:
+            while not self.pool.cancelled.is_set():
+                with self.lock:
+                    entry = next(self.todo, None)
+                if entry is None:
+                    break
+                self._one(entry)
+        except _Stopped:
+            pass
+        except BaseException as exc:
+            self.pool.fail(exc)
+        finally:
+            with self.lock:
+                self.left_hashers -= 1
+                last = self.left_hashers == 0
+            if last:
+                self.hold.__exit__(None, None, None)
+
+    def _one(self, entry: mf.Entry) -> None:
+        path = self.tree.source(entry)
+        if not self._hold(entry.size):
+            entry.sha256 = _hash_file(path, entry.size)
+            if self.dry_run:
+                self.pool.submit(laneless(self._look_up, entry))
+            else:
+                self._streamed(entry, path)
+            return
+        parts = self._parts(entry.size)
+        try:
+            chunks, entry.sha256 = self._read_hashed(path, parts)
+        except BaseException:
+            self.budget.give(entry.size)
+            raise
+        self.pool.submit(laneless(self._send_held, entry, chunks))
+        if self.saver.tier is not None:  # the tier's copy from the very bytes just hashed,
+            self.saver.tier.keep(entry.sha256, chunks)  # while they go up (bytes: immutable)
+
+    def _hold(self, size: int) -> bool:
+        """Whether a file is read once into memory (and its room taken): one PUT waits for the
+        room; a file in parts does not: it is hashed now and read again to send, so the link
+        stays busy. A dry run sends nothing and holds nothing."""
+        if self.dry_run or size > HELD_BYTES:
+            return False
+        if self._whole(size):
+            self.budget.take(size)
+            return True
+        return self.budget.try_take(size)
+
+    def _whole(self, size: int) -> bool:
+        """Sent in one PUT: below the multipart threshold, or to a store without parts."""
+        return size < self.saver.threshold or not self.in_parts
+
+    def _parts(self, size: int) -> list[tuple[int, int, int]]:
+        """Whole below the multipart threshold; else parts sized from the file and the most
+        connections the controller may allow (its ceiling), not the few it allows now: parts
+        cut at a start of 8 were twice as large, so the held-bytes budget kept only 8 of them in
+        flight after the limit had grown, and a file outlives the climb (issue 28, round 5)."""
+        if self._whole(size):
+            return [(0, 0, size)]
+        return self._cut(size)
+
+    def _cut(self, size: int) -> list[tuple[int, int, int]]:
+        return layout.upload_parts(size, max(1, self.uploads.ceiling), self.saver.threshold)
+
+    def _read_hashed(
+        self, path: Path, parts: list[tuple[int, int, int]]
+    ) -> tuple[list[bytes], str]:
+        hasher = hashlib.sha256()
+        chunks: list[bytes] = []
+        with open(path, "rb", buffering=0) as handle:
+            for _number, _offset, length in parts:
+                data = _read_exact(handle, length, path)
+                hasher.update(data)
+                chunks.append(data)
+            if handle.read(1):
+                raise SourceChanged(path)
+        return chunks, hasher.hexdigest()
+
+    def _streamed(self, entry: mf.Entry, path: Path) -> None:
+        """A file over the budget: its name is known (hashed), now send it if the store lacks it,
+        reading it again in order; the upload completes only if these bytes hash to the name."""
+        key = layout.blob_key(entry.sha256)
+        with self.uploads.slot():
+            if not self._claim(entry) or self._present(entry, key):
+                return
+            # In parts even below the multipart threshold: a whole PUT of bytes we cannot hold
+            # would be visible before they could be hashed again. A store without parts (the
+            # file store) checks the bytes it copied in against the name before publishing.
+            upload = self.store.multipart(key) if self.in_parts else None
+            if upload is None:
+                self.store.upload_file(key, path, entry.size, self._sent, entry.sha256)
+                self.saver.stats.add(data_bytes=entry.size, blobs=1)
+                return
+        parts = self._cut(entry.size)
+        self._open(key, cast(_Parts, upload), len(parts))
+        hasher = hashlib.sha256()
+        with open(path, "rb", buffering=0) as handle:
+            for number, _offset, length in parts:
+                self.budget.take(length)
+                data = _read_exact(handle, length, path)
+                hasher.update(data)
+                if number == len(parts) and (handle.read(1) or hasher.hexdigest() != entry.sha256):
+                    self.budget.give(length)
+                    raise SourceChanged(path)
+                self.pool.submit(laneless(self._part, entry, key, number, data))
+
+    # ----- uploads, in the pool under the controller ------------------------------------------
+    def _claim(self, entry: mf.Entry) -> bool:
+        """First file with this content: look it up and send it; later ones ride along."""
+        with self.lock:
+            if entry.sha256 in self.claimed:
+                return False
+            self.claimed.add(entry.sha256)
+            return True
+
+    def _present(self, entry: mf.Entry, key: str) -> bool:
+        info = self.saver.head(key)
+        if info is None:
+            return False
+        if not self.dry_run:
+            self.saver.refresh(info)
+        if self.meter:
+            self.meter.advance(entry.size)
+        return True
+
+    def _look_up(self, entry: mf.Entry) -> None:
+        """A dry run: what a real save would send."""
+        if self._claim(entry) and not self._present(entry, layout.blob_key(entry.sha256)):
+            self.saver.stats.add(data_bytes=entry.size, blobs=1)
+
+    def _send_held(self, entry: mf.Entry, chunks: list[bytes]) -> None:
+        key = layout.blob_key(entry.sha256)
+        if not self._claim(entry) or self._present(entry, key):
+            self.budget.give(entry.size)
+            return
+        if len(chunks) == 1:
+            self._put_whole(entry, key, chunks[0])
+            return
+        upload = cast("_Parts | None", self.store.multipart(key))
+        if upload is None:
+            self._put_whole(entry, key, b"".join(chunks))
+            return
+        self._open(key, upload, len(chunks))
+        for number, data in enumerate(chunks, start=1):
+            self.pool.submit(laneless(self._part, entry, key, number, data))
+
+    def _put_whole(self, entry: mf.Entry, key: str, data: bytes) -> None:
+        try:
+            put_content(self.store, key, data)
+        except StoreError as exc:
+            if "too large" in exc.message:
+                exc.message += f" ({entry.size:,} bytes in one PUT)"
+            raise
+        finally:
+            self.budget.give(entry.size)
+        self._sent(len(data))
+        self.saver.stats.add(data_bytes=entry.size, blobs=1)
+
+    def _open(self, key: str, upload: _Parts, parts: int) -> None:
+        with self.lock:
+            self.open[key], self.left[key] = upload, parts
+
+    def _part(self, entry: mf.Entry, key: str, number: int, data: bytes) -> None:
+        try:
+            self.open[key].send_bytes(number, data, self.uploads.record)
+        finally:
+            self.budget.give(len(data))
+        if self.meter:
+            self.meter.advance(len(data))
+        with self.lock:
+            self.left[key] -= 1
+            last = self.left[key] == 0
+        if last:
+            self.open[key].complete()
+            with self.lock:
+                del self.open[key]
+            self.saver.stats.add(data_bytes=entry.size, blobs=1)
+
+    def _sent(self, n: int) -> None:
+        self.uploads.record(n)
+        if self.meter:
+            self.meter.advance(n)
+
+
+# Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
+PACKS_IN_FLIGHT = 6
+
+
+class _PackUploads:
+    """Packs sent as they fill, at most PACKS_IN_FLIGHT held in memory at once."""
+
+    def __init__(self, saver: Saver, dry_run: bool) -> None:
+        self.saver, self.dry_run = saver, dry_run
+        self.builder = PackBuilder()
+        self.pool = ThreadPoolExecutor(max_workers=PACKS_IN_FLIGHT, thread_name_prefix="gpuci-pack")
+        self.slots = threading.Semaphore(PACKS_IN_FLIGHT)
+        self.futures: list[Future] = []
+
+    def add(self, entry: mf.Entry, data: bytes) -> None:
+        if self.builder.add(entry, data):
+            self.flush()
+
+    def flush(self) -> None:
+        data, members = self.builder.take()
+        self.slots.acquire()
+        self.futures.append(self.pool.submit(self._send, data, members))
+
+    def finish(self) -> None:
+        if self.builder:
+            self.flush()
+        for future in self.futures:
+            future.result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _send(self, data: bytes, members: list[mf.Entry]) -> None:
+        saver = self.saver
+        try:
+            digest = hashlib.sha256(data).hexdigest()
+            for entry in members:
+                entry.pack = digest
+            key = layout.pack_key(digest)
+            with saver.uploads.slot():
+                if saver.head(key) is None:
+                    if not self.dry_run:
+                        put_content(saver.store, key, data)
+                        saver.uploads.record(len(data))
+                    saver.stats.add(data_bytes=len(data), packs=1)
+        finally:
+            self.slots.release()
+
+
+def read_small(tree: Tree, entry: mf.Entry) -> bytes:
+    """A small file's bytes, once; its size must still be the one the scan saw."""
+    data = tree.source(entry).read_bytes()
+    if len(data) != entry.size:
+        raise SourceChanged(tree.source(entry))
+    return data
+
+
+def pack_small(
+    saver: Saver, tree: Tree, small: list[mf.Entry], known: dict[str, mf.Entry], dry_run: bool
+) -> None:
+    """Hash every small file and pack those no known pack holds; packs go up as they fill."""
+    packs = _PackUploads(saver, dry_run)
+    with throttle_signals(saver.store, saver.uploads):
+        try:
+            for entry in small:
+                data = read_small(tree, entry)
+                entry.sha256 = hashlib.sha256(data).hexdigest()
+                if saver.tier is not None and not dry_run:
+                    saver.tier.keep(entry.sha256, (data,))
+                reuse = known.get(entry.sha256)
+                if reuse is not None:
+                    entry.pack, entry.offset = reuse.pack, reuse.offset
+                    saver.stats.add(reused_files=1)
+                    continue
+                packs.add(entry, data)
+            packs.finish()
+        finally:
+            packs.close()

@@ -1,0 +1,105 @@
+"""How the local tier moves bytes: the kernel's copy chain (reflink, ``copy_file_range``,
+``sendfile``, then read/write), each method handing over to the next where the filesystem
+refuses it, and the one-pass copy-and-hash that fills the tier with only what was hashed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+
+from gpuci import files
+from gpuci.cache import _layout as layout
+
+FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
+# Bytes per read when hashing: small enough that a chunk is still in the CPU cache when it is
+# written out: several times faster than 4 MiB reads (docs/benchmarks.md, "cache-weights:
+# trust modes of the runner-local tier"; the figure: docs/benchmarks.md#figures-behind-the-code).
+HASH_CHUNK = 64 << 10
+
+
+class Mismatch(Exception):
+    """verify mode: the placed bytes did not hash to the blob's name."""
+
+
+def reflink(src: int, dst: int) -> bool:
+    """Copy-on-write clone (btrfs, XFS, bcachefs): an independent file; False where unsupported."""
+    try:
+        fcntl.ioctl(dst, FICLONE, src)
+        return True
+    except OSError:
+        return False
+
+
+# One kernel copy call moves up to this many bytes (Linux caps a call near 2 GiB): a model
+# shard in one or two calls, as ``cp`` does, instead of a call per 4 MiB.
+COPY_CALL = 1 << 30
+# A copy method that the filesystem pair cannot do answers with one of these (cross-device
+# before Linux 5.3 or between some filesystems, no such call, FUSE or overlayfs refusing): the
+# next method takes over at the same offset. Anything else (EIO, ENOSPC) is a real failure.
+_NEXT_METHOD = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
+def copy_file_range(src: int, dst: int, offset: int, count: int) -> int:
+    """In-kernel copy (a server-side or reflink copy where the filesystem offers one)."""
+    return os.copy_file_range(src, dst, count, offset, offset)
+
+
+def sendfile(src: int, dst: int, offset: int, count: int) -> int:
+    """In-kernel copy through the page cache; writes at ``dst``'s position (set by the caller)."""
+    return os.sendfile(dst, src, offset, count)
+
+
+def copy_fd(src: int, dst: int, size: int) -> str:
+    """Copy bytes ``[0, size)`` without passing them through Python; returns the method used.
+
+    ``copy_file_range``, else ``sendfile``, else a plain read/write loop, each taking over where
+    the last one stopped (also when a kernel call reports the end early, as some filesystems'
+    copy_file_range did). Raises :class:`Mismatch` when even read() finds the source short: a
+    short file is never left where a whole one is expected.
+    """
+    offset = 0
+    for how, step in (("copy_file_range", copy_file_range), ("sendfile", sendfile)):
+        try:
+            if how == "sendfile":
+                os.lseek(dst, offset, os.SEEK_SET)
+            while offset < size:
+                n = step(src, dst, offset, min(COPY_CALL, size - offset))
+                if n == 0:
+                    break
+                offset += n
+        except OSError as exc:
+            if exc.errno not in _NEXT_METHOD:
+                raise
+            continue
+        if offset == size:
+            return how
+    buf = bytearray(min(size - offset, layout.IO_CHUNK) or 1)
+    view = memoryview(buf)
+    while offset < size:
+        n = os.preadv(src, [view[: min(len(buf), size - offset)]], offset)
+        if n == 0:
+            break
+        done = 0
+        while done < n:
+            done += os.pwrite(dst, view[done:n], offset + done)
+        offset += n
+    if offset != size:
+        raise Mismatch(f"ends after {offset} of {size} bytes")
+    return "read-write"
+
+
+def copy_hashing(src: int, dst: int) -> str:
+    """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written."""
+
+    def write(block: memoryview, offset: int) -> None:
+        done = 0
+        while done < len(block):
+            done += os.pwrite(dst, block[done:], offset + done)
+
+    return files.hash_fd(src, chunk=HASH_CHUNK, each=write)[0].hexdigest()
+
+
+def hash_fd(fd: int) -> str:
+    return files.hash_fd(fd, chunk=HASH_CHUNK)[0].hexdigest()

@@ -1,0 +1,316 @@
+"""``cache-weights prune``: keys unused for a while go, then whatever no remaining key reaches.
+
+Three passes, in the order that keeps every surviving ref whole:
+1. refs (this namespace) neither saved nor restored within ``older-than``, except the ``keep``
+   newest of each prefix;
+2. manifests no ref in any namespace names and no pin (``pins/<sha256>.json``) keeps, once
+   older than ``grace``;
+3. blobs and packs no surviving manifest names, once older than ``grace``.
+
+Why a save running meanwhile is safe: it uploads blobs first, then its manifest, then its ref,
+so everything it wrote is younger than the grace period; a young manifest also protects every
+blob it names; a blob the save *reuses* it touches first when old (``Store.touch``), and each
+blob is re-checked just before it is deleted, so one made young meanwhile stays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from gpuci.cache import _layout as layout
+from gpuci.cache._common import CREDENTIAL_SOURCES, plan_store, store_url
+from gpuci.cache._format import manifest as mf
+from gpuci.cache._format import refs
+from gpuci.cache._stores.base import ObjectInfo, Store
+from gpuci.cache._stores.file import LocalStore
+from gpuci.cache._upkeep import pins
+from gpuci.cache._upkeep.options import PruneInputs
+from gpuci.errors import InputError
+from gpuci.ranged._pool import parallel
+from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.units import human_age, human_bytes
+
+__all__ = ["Plan", "execute", "group_of", "plan", "run"]
+
+
+@dataclass
+class Plan:
+    refs: list[str] = field(default_factory=list)  # object keys
+    manifests: list[ObjectInfo] = field(default_factory=list)
+    data: list[ObjectInfo] = field(default_factory=list)  # blobs and packs
+    kept_young: int = 0  # unnamed manifests, blobs and packs younger than the grace period
+    # Everything the grace period holds back: those young objects, plus the blobs and packs
+    # only a young unnamed manifest still reaches (they go with it).
+    held_manifests: list[ObjectInfo] = field(default_factory=list)
+    held_data: list[ObjectInfo] = field(default_factory=list)
+    # Temp files (``*.incomplete-*``) killed saves left in a file store, older than the grace.
+    leftovers: list[ObjectInfo] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
+    pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.manifests + self.data + self.leftovers)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(o.size for o in self.held_manifests) + sum(o.size for o in self.held_data)
+
+    def held_until(self, grace: float) -> float | None:
+        """When the last held object is older than the grace period (a later prune frees all)."""
+        held = self.held_manifests + self.held_data
+        return max(o.modified for o in held) + grace if held else None
+
+
+def group_of(key: str) -> str:
+    """The prefix ``--keep`` counts within: the key up to and including its last ``-``."""
+    head, dash, _ = key.rpartition("-")
+    return head + dash if dash else key
+
+
+def _stale_refs(
+    store: Store,
+    namespace: str,
+    prefix: str,
+    older_than: float,
+    keep: int,
+    now: float,
+    ignored: list[str],
+) -> list[refs.RefInfo]:
+    infos = refs.listing(store, namespace, prefix, ignored)  # newest first
+    used = refs.last_uses(store, namespace)
+    seen: dict[str, int] = {}
+    stale: list[refs.RefInfo] = []
+    for info in infos:
+        group = group_of(info.key)
+        seen[group] = seen.get(group, 0) + 1
+        if keep and seen[group] <= keep:
+            continue
+        last = max(info.modified, used.get(info.key, 0.0))
+        if now - last > older_than:
+            stale.append(info)
+    return stale
+
+
+def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
+    """Manifests named by every ref in every namespace, except the refs being dropped."""
+    names: set[str] = set()
+    lock = threading.Lock()
+    items = [i for i in store.list(f"{layout.REFS}/") if i.key not in dropping]
+
+    def read(item: ObjectInfo) -> None:
+        got = store.get(item.key, limit=refs.MAX_REF)
+        digest = None if got is None else refs.manifest_of(got[0])
+        if digest is not None:
+            with lock:
+                names.add(digest)
+
+    parallel(read, items, 8)
+    return names
+
+
+def _reached(store: Store, manifests: list[str]) -> set[str]:
+    """Blob and pack keys the given manifests name."""
+    keys: set[str] = set()
+    lock = threading.Lock()
+
+    def read(digest: str) -> None:
+        got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
+        if (
+            got is None
+            or len(got[0]) > mf.MAX_MANIFEST
+            or hashlib.sha256(got[0]).hexdigest() != digest
+        ):
+            return
+        try:
+            manifest = mf.parse(got[0], digest[:12])
+        except InputError:
+            return
+        found = pins.data_keys(manifest)
+        with lock:
+            keys.update(found)
+
+    parallel(read, manifests, 8)
+    return keys
+
+
+def plan(
+    store: Store, namespace: str, prefix: str, older_than: float, keep: int, grace: float
+) -> Plan:
+    """What a prune deletes: stale refs, then what nothing live or pinned names, minus what is
+    younger than ``grace``. Reads only; StoreError when the store fails."""
+    now = time.time()
+    out = Plan()
+    stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
+    out.refs = [i.object_key for i in stale]
+    pinned = pins.pinned(store)
+    named = _named_manifests(store, set(out.refs)) | pinned
+    live: list[str] = []
+    young: list[str] = []
+    for item in store.list(f"{layout.MANIFESTS}/"):
+        digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
+        if digest in named:
+            live.append(digest)
+            out.pinned += digest in pinned
+        elif now - item.modified <= grace:
+            young.append(digest)  # a save may be about to write its ref
+            out.kept_young += 1
+            out.held_manifests.append(item)
+        else:
+            out.manifests.append(item)
+    reached = _reached(store, live)
+    reached_young = _reached(store, young) - reached
+    for base in (layout.BLOBS, layout.PACKS):
+        for item in store.list(f"{base}/"):
+            if item.key in reached:
+                continue
+            if item.key in reached_young:
+                out.held_data.append(item)  # kept with the young manifest that names it
+            elif now - item.modified <= grace:
+                out.kept_young += 1
+                out.held_data.append(item)
+            else:
+                out.data.append(item)
+    if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
+        out.leftovers = store.leftovers(grace)
+    return out
+
+
+def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
+    """Delete what ``work`` lists: refs, manifests, then data still older than ``grace`` when
+    looked at again (a save may have touched it). StoreError when the store fails."""
+    for key in work.refs:
+        store.delete(key)
+        store.delete(layout.use_key(namespace, layout.key_from_ref(namespace, key)))
+    for item in work.manifests:
+        store.delete(item.key)
+
+    def drop(item: ObjectInfo) -> None:
+        fresh = store.head(item.key)  # a save may have touched it since the listing
+        if fresh is not None and time.time() - fresh.modified > grace:
+            store.delete(item.key)
+
+    parallel(drop, work.data, 8)
+    if isinstance(store, LocalStore):
+        for item in work.leftovers:
+            store.remove_leftover(item.key)
+
+
+def run(inp: PruneInputs, rt: Runtime) -> Result:
+    """``cache-weights prune``: plan what nothing recent names, then delete it (not in a dry run).
+
+    Raises InputError for a bad store URL and StoreError when the store fails.
+    """
+    store = plan_store(inp, rt)
+    if store is None:
+        return _plan_without_credentials(store_url(inp, rt))
+    namespace = layout.namespace(rt.environ)
+    older_than, keep, grace, prefix = inp.older_than, inp.keep, inp.grace, inp.prefix
+    result = Result(command="cache-weights prune")
+    if grace < 2 * layout.TOUCH_AFTER:
+        result.warning(
+            f"grace {human_age(grace)} is under {human_age(2 * layout.TOUCH_AFTER)}: a save "
+            "running now may lose a blob it reuses",
+            "gpu-ci cache prune",
+        )
+    if isinstance(store, LocalStore) and not store.exists():
+        result.headline = f"nothing to prune: {store.url} does not exist"
+        return result
+    work = plan(store, namespace, prefix, older_than, keep, grace)
+    if not rt.dry_run:
+        execute(store, work, grace, namespace)
+    _report_prune(result, store.url, namespace, work, grace, rt.dry_run)
+    return result
+
+
+def _report_prune(
+    result: Result, url: str, namespace: str, work: Plan, grace: float, dry_run: bool
+) -> None:
+    """What was (or would be) deleted, and what the grace period held back."""
+    verb = "would delete" if dry_run else "deleted"
+    for warning in work.ignored:
+        result.warning(warning, "gpu-ci cache prune: ref ignored")
+    keys = [layout.key_from_ref(namespace, k) for k in work.refs]
+    swept = f", {len(work.leftovers)} temp file(s) left by killed saves" if work.leftovers else ""
+    kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
+    result.headline = (
+        f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
+        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}{kept}"
+    ) + _held_note(work, grace, dry_run)
+    rows = [["key", k, ""] for k in keys]
+    rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
+    rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
+    rows += [["temp file", o.key, human_bytes(o.size)] for o in work.leftovers]
+    if rows:
+        result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
+    if work.held_manifests or work.held_data:
+        note = _held_note(work, grace, dry_run).removeprefix("; ")
+        result.summary.append(f"{note[0].upper()}{note[1:]}.")
+    result.report = {
+        "store": url,
+        "namespace": namespace,
+        "dry_run": dry_run,
+        "keys": keys,
+        "manifests": [o.key for o in work.manifests],
+        "data": [o.key for o in work.data],
+        "leftovers": [o.key for o in work.leftovers],
+        "bytes_freed": work.bytes,
+        "kept_young": work.kept_young,
+        "kept_pinned": work.pinned,
+        "held_by_grace": {
+            "grace_seconds": grace,
+            "manifests": [o.key for o in work.held_manifests],
+            "data": [o.key for o in work.held_data],
+            "bytes": work.held_bytes,
+            "deletable_after": _iso(work.held_until(grace)),
+        },
+    }
+
+
+def _plan_without_credentials(url: str) -> Result:
+    """A dry run with no AWS credentials here: nothing to list, so say what a run needs."""
+    result = Result(command="cache-weights prune")
+    result.headline = (
+        f"would need credentials: listing {url} skipped, no AWS credentials on this machine; "
+        f"a real run needs list, read and delete access to the bucket ({CREDENTIAL_SOURCES})"
+    )
+    result.report = {
+        "store": url,
+        "dry_run": True,
+        "lookup": "skipped",
+        "reason": "no AWS credentials on this machine",
+        "needs": f"list, read and delete access to the bucket: {CREDENTIAL_SOURCES}",
+    }
+    return result
+
+
+def _iso(when: float | None) -> str | None:
+    if when is None:
+        return None
+    return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _held_note(work: Plan, grace: float, plan: bool) -> str:
+    """Why unnamed data stays: the grace period (a save may be writing it), and until when."""
+    until = work.held_until(grace)
+    if until is None:
+        return ""
+    keeps = "would keep" if plan else "kept"
+    return (
+        f"; the {human_age(grace)} grace period {keeps} {len(work.held_manifests)} manifest(s) and "
+        f"{len(work.held_data)} blob(s)/pack(s) ({human_bytes(work.held_bytes)}) that no "
+        f"remaining key names, since a save may still be writing them: a prune after "
+        f"{_iso(until)} (in {_wait(until - time.time())}) deletes them"
+    )
+
+
+def _wait(seconds: float) -> str:
+    minutes = max(1, int(seconds + 59) // 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
+    return "".join(parts)

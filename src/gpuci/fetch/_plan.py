@@ -1,0 +1,114 @@
+"""Dry run: say what each URL's fetch would do, write nothing.
+
+By default the plan uses no network (:func:`offline`): what would be fetched from where, into
+which partial file, verified against which digest, from the inputs and the files on disk.
+With ``--probe`` (:mod:`gpuci.runtime`), a HEAD per URL (falling back to a one-byte ranged GET
+when HEAD is refused) tells us the size, whether the server resumes (``Accept-Ranges`` or a
+206), and whether earlier partial bytes on disk would be kept. The probe goes through the same
+client as a real run (credentials stay on their origin, no encoding accepted) and never reads
+a body, so a server that ignores the range cannot make it read an endless one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from gpuci.errors import GpuciError
+from gpuci.fetch._client import IDENTITY, check_identity, open_response
+from gpuci.fetch._download import describe, parse_content_range, strong_validator
+from gpuci.fetch._partial import inspect
+from gpuci.fetch._policy import FetchPolicy
+from gpuci.fetch._sources import Job
+from gpuci.files import incomplete_path, sha256_file
+
+
+@dataclass(frozen=True)
+class Probe:
+    job: Job
+    status: int | None
+    size: int | None
+    resumable: bool
+    action: str  # what a real run would do, in words
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def offline(job: Job, policy: FetchPolicy) -> Probe:
+    """What a real run would do, from the inputs and this disk alone: no request is sent."""
+    if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
+        return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
+    partial = incomplete_path(job.dest)
+    found = inspect(job.dest, job.url, policy.max_bytes)
+    start = f"resume from byte {found.size} of {partial}" if found else f"write {partial}"
+    mirrors = f" (then {len(job.mirrors)} mirror(s))" if job.mirrors else ""
+    if job.sha256:
+        verify = f"verify sha256 {job.sha256[:16]}…"
+    elif job.sha256_url:
+        verify = f"verify against the digest in {job.sha256_url}"
+    else:
+        verify = "no digest given: not verified"
+    action = f"fetch{mirrors}, {start}, {verify}, rename -> {job.dest}"
+    if job.dest.exists():
+        action += " (replacing the existing file)"
+    return Probe(job, None, None, False, action)
+
+
+def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: FetchPolicy) -> Probe:
+    """HEAD the URL (or a ``bytes=0-0`` GET) and say what a real run would write."""
+    if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
+        return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
+    try:
+        resp = _ask(client, "HEAD", job.url, headers, policy)
+        if resp.status_code != 200 or _length(resp) is None:  # HEAD refused (or signed for GET)
+            resp = _ask(client, "GET", job.url, headers, policy)
+        check_identity(resp)
+    except httpx.HTTPError as exc:
+        return Probe(job, None, None, False, "fail", describe(exc))
+    except GpuciError as exc:
+        return Probe(job, None, None, False, "fail", exc.one_line())
+    status = resp.status_code
+    if status not in (200, 206):
+        return Probe(job, status, None, False, "fail", f"HTTP {status} {resp.reason_phrase}")
+    span = parse_content_range(resp.headers.get("Content-Range"))
+    size = span[2] if status == 206 and span else _length(resp)
+    resumable = status == 206 or resp.headers.get("Accept-Ranges", "").lower() == "bytes"
+    resumable = resumable and strong_validator(resp.headers) is not None
+    partial = incomplete_path(job.dest)
+    found = inspect(job.dest, job.url, policy.max_bytes)
+    if size is not None and policy.max_bytes is not None and size > policy.max_bytes:
+        error = f"Content-Length {size} is over max-bytes ({policy.max_bytes})"
+        return Probe(job, status, size, resumable, "fail", error)
+    if found is not None and resumable and found.extents:
+        ranges = len(found.extents)
+        action = f"keep {found.size} bytes in {ranges} range(s), fetch the rest into {partial}"
+    elif found is not None and resumable:
+        action = f"resume from byte {found.size} into {partial}"
+    else:
+        action = f"write {partial}, verify, rename"
+    action += f" -> {job.dest}"
+    if job.dest.exists():
+        action += " (replacing the existing file)"
+    return Probe(job, status, size, resumable, action)
+
+
+def _ask(
+    client: httpx.Client, method: str, url: str, headers: dict[str, str], policy: FetchPolicy
+) -> httpx.Response:
+    """The answer's status and headers; the body (if any) is never read."""
+    ours = IDENTITY if method == "HEAD" else {**IDENTITY, "Range": "bytes=0-0"}
+    with open_response(
+        client, method, url, headers=ours, credentials=headers, timeout=policy.timeout
+    ) as resp:
+        return resp
+
+
+def _length(resp: httpx.Response) -> int | None:
+    try:
+        return int(resp.headers["Content-Length"])
+    except (KeyError, ValueError):
+        return None
