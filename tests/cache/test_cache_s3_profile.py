@@ -66,6 +66,7 @@ def test_plain_keys_are_what_botocore_resolves(tmp_path, config, credentials, pr
         ("", f"[lab]\n{KEYS}role_arn = arn:aws:iam::1:role/r\n", {}),
         ("", f"[lab]\n{KEYS}", {"AWS_WEB_IDENTITY_TOKEN_FILE": "/tmp/t", "AWS_ROLE_ARN": "a"}),
         ("", f"[lab]\n{KEYS}", {"AWS_DEFAULT_PROFILE": "other"}),
+        ("", f"[lab]\n{KEYS}", {"AWS_ACCESS_KEY_ID": "AKIDENV"}),  # half the env's keys
         ("", "[lab]\naws_access_key_id = AKIDHALF\n", {}),  # partial: botocore names it
         ("", f"[other]\n{KEYS}", {}),  # no such profile: botocore's ProfileNotFound
         ("[profile lab\nregion = x\n", f"[lab]\n{KEYS}", {}),  # unparsable: botocore says

@@ -29,9 +29,11 @@ _KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 # What a profile section may hold for the answer to be botocore's without botocore.
 _CONFIG_OK = frozenset({"region", "output", *_KEYS})
 _CREDENTIALS_OK = frozenset(_KEYS)
-# Variables that bring in another source before the credentials file (web identity) or name
-# the profile otherwise than AWS_PROFILE.
+# Variables that bring in another source before the credentials file (web identity), name
+# the profile otherwise than AWS_PROFILE, or are half of the environment's keys (botocore then
+# fails with PartialCredentialsError, naming the missing one: never the profile's keys instead).
 _OTHER_SOURCES = (
+    settings.AWS_ACCESS_KEY_ID,
     settings.AWS_WEB_IDENTITY_TOKEN_FILE,
     settings.AWS_ROLE_ARN,
     settings.AWS_DEFAULT_PROFILE,
