@@ -366,3 +366,34 @@ def test_pcie_runs_on_the_gpus_numa_node(tmp_path):
 def test_d2h_minimum_keeps_a_margin():
     h200 = minimums("NVIDIA H200", (5, 16))
     assert (h200.h2d_gbs, h200.d2h_gbs, h200.gemm_tflops) == (37.8, 31.5, 556)
+
+
+class CountsTraffic(NumpyDevice):
+    """Counts the bytes the memory check writes and reads, as a GPU's memory would see them."""
+
+    moved = 0
+
+    def fill(self, buf, byte):
+        type(self).moved += buf.nbytes
+        super().fill(buf, byte)
+
+    def pattern_errors(self, buf, byte):
+        type(self).moved += buf.nbytes * self.pattern_reads
+        return super().pattern_errors(buf, byte)
+
+
+@pytest.mark.parametrize("pattern_reads", [1, 2])  # torch's fused min/max; cupy's min, then max
+def test_the_memory_pass_rate_counts_the_bytes_the_device_moved(
+    tmp_path, monkeypatch, pattern_reads
+):
+    from gpuci.gpu._smoke import memtest
+
+    ticks = iter([0.0, 1e-6])  # the check's start and end: the bytes moved in a microsecond
+    monkeypatch.setattr(memtest, "time", type("Clock", (), {"perf_counter": lambda: next(ticks)}))
+    backend = backend_with(CountsTraffic, pattern_reads=pattern_reads, moved=0)
+    result = run(tmp_path, "h200", backend, checks=["memory"])
+    memory = outcome(result, "gpu0:memory")
+    assert memory["status"] == "pass"
+    moved = backend.device_class.moved
+    assert moved == (1 + pattern_reads) * 4 * memory["figures"]["tested_bytes"]
+    assert memory["figures"]["pass_gbs"] == round(moved / 1e-6 / 1e9, 1)

@@ -248,8 +248,7 @@ def _dry_estimates(gpus: list[GpuInfo], sizes: Sizes, fraction: float) -> dict[s
             "gemm": gemm.gemm_estimate(t, sizes),
             "membw": load.membw_estimate(t, sizes),
             "pcie": load.pcie_estimate(t, sizes),
-            "memory": 3 * len(memtest.PATTERNS) * free * fraction / (t.rates.mem_bw_gbs * 1e9)
-            + 0.5,
+            "memory": memtest.memory_seconds(free * fraction, t.rates),
         }
         for key, value in parts.items():
             # GPUs run their own checks at once (schedule.py): a wave costs its slowest GPU;

@@ -31,6 +31,7 @@ class Device(Protocol):
 
     index: int
     name: str
+    pattern_reads: int  # whole reads of a buffer that pattern_errors makes when nothing is wrong
 
     def mem_info(self) -> tuple[int, int]: ...  # (free, total) bytes
     def tiny_kernel(self, n: int) -> float: ...  # sum of 0..n-1 computed on the device

@@ -9,6 +9,8 @@ from gpuci.errors import BackendUnavailable
 
 
 class CupyDevice:
+    pattern_reads = 2  # min(), then max()
+
     def __init__(self, cp: Any, index: int) -> None:
         self._cp = cp
         self.index = index

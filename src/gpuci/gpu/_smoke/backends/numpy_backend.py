@@ -10,6 +10,8 @@ import numpy as np
 
 
 class NumpyDevice:
+    pattern_reads = 1
+
     def __init__(self, index: int, mem_bytes: int) -> None:
         self.index = index
         self.name = "numpy CPU"

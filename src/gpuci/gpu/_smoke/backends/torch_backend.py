@@ -17,6 +17,8 @@ def _torch() -> Any:
 
 
 class TorchDevice:
+    pattern_reads = 1  # aminmax: min and max in one fused read
+
     def __init__(self, torch: Any, index: int, device_type: str, cpu_mem: int | None) -> None:
         self._t = torch
         self._cpu_mem = cpu_mem
