@@ -75,3 +75,25 @@ def test_resumed_ranges_are_read_back_when_reached(tmp_path: Path) -> None:
     os.close(fd)
     assert cursor.position == len(data)
     assert cursor.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_the_mirror_gets_exactly_the_hashed_bytes_in_order(tmp_path: Path) -> None:
+    """Pieces out of order, some reported twice (a retried range) or read back from the file:
+    the mirror (the tier's copy) is told each byte once, in order, as the hash eats it."""
+    data = os.urandom(2_000_000)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+    told: list[tuple[int, bytes]] = []
+    cursor = HashCursor(
+        lambda buf, off, n: os.preadv(fd, [buf[:n]], off),
+        mirror=lambda view, at: told.append((at, bytes(view))),
+    )
+    pieces = [(off, data[off : off + 150_000]) for off in range(0, len(data), 150_000)]
+    pieces += [(off + 50_000, data[off + 50_000 : off + 120_000]) for off, _ in pieces[::3]]
+    random.Random(11).shuffle(pieces)
+    for off, piece in pieces:
+        os.pwrite(fd, piece, off)
+        cursor.landed(off, [piece[:7], piece[7:]])
+    os.close(fd)
+    assert [at for at, _ in told] == sorted(at for at, _ in told)
+    assert b"".join(chunk for _, chunk in told) == data
+    assert cursor.hexdigest() == hashlib.sha256(data).hexdigest()

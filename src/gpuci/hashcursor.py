@@ -28,6 +28,9 @@ ReadInto = Callable[[memoryview, int, int], int]
 # (position, end) when the file holds no bytes at ``position`` although they were reported
 # written: may raise; if it returns, the piece is kept for later.
 ShortRead = Callable[[int, int], None]
+# (bytes, offset): told every piece right after it is hashed, in order, by the thread that hashed
+# it, from the very buffer the hash read (the runner-local tier's copy of a restored file).
+Mirror = Callable[[memoryview, int], None]
 
 
 class HashCursor:
@@ -39,9 +42,11 @@ class HashCursor:
         start: int = 0,
         hasher: Any = None,
         short_read: ShortRead | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         self._read_into = read_into
         self._short_read = short_read
+        self._mirror = mirror
         self._hasher = hasher if hasher is not None else hashlib.sha256()
         self._next = start
         self._ahead: dict[int, int] = {}  # offset -> length, written but not hashed yet
@@ -78,8 +83,12 @@ class HashCursor:
                 self._note(offset, length)
                 return None
             self._busy = True
+        mirror, at = self._mirror, offset
         for chunk in chunks:
             self._hasher.update(chunk)
+            if mirror is not None:
+                mirror(memoryview(chunk), at)
+                at += len(chunk)
         return self._drain(offset + length, scratch)
 
     def landed_on_disk(
@@ -139,6 +148,8 @@ class HashCursor:
                         self._short_read(position, end)
                     return None
                 self._hasher.update(scratch[:got])
+                if self._mirror is not None:
+                    self._mirror(scratch[:got], position)
                 position += got
 
 

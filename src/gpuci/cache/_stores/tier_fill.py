@@ -1,22 +1,19 @@
-"""Filling the runner-local tier on a cold restore: each file is written once, into the tier.
+"""Filling the runner-local tier on a cold restore: a private temp file per blob, published
+under its digest.
 
-A cold restore with the tier on used to write each file, hash it, then read it back, copy it
-into the tier and hash it again (:meth:`LocalTier.copy_in`); later it wrote every byte twice
-from user space, to the job's file and to the tier's, on the thread that hashes. Now the restore
-writes a file that the tier will keep straight into a private temp file in the tier's ``tmp/``
-(``0700``, ours alone), hashing the bytes on their way in as it does for any file. Once the
-digest is the manifest's, :meth:`TierFill.finish` makes the job's own file from that inode, a
-reflink where the filesystem clones (btrfs, XFS: no byte written) else an in-kernel copy
-(``copy_file_range``), and publishes the temp file under the digest.
+A large file is written into the job's folder as with the tier off; each piece its hash eats is
+then written from the same buffer into the tier's temp file, past the page cache
+(``_BlobTarget`` in :mod:`gpuci.cache._transfer.download`), and :meth:`TierFill.publish` names
+it once the digest is the manifest's. Small packed files are written into the temp file
+(``0700`` ``tmp/``, ours alone), hashed on their way in, and :meth:`TierFill.finish` makes the
+job's own file from that inode, a reflink where the filesystem clones (btrfs, XFS) else an
+in-kernel copy (``copy_file_range``). docs/cache-format.md says why both keep the tier's rule.
 
-Why the tier's rule still holds (a blob is only the bytes hashed on their way in, published
-under the digest of what was hashed): the hashed bytes are those written into the temp file, and
-nothing but this process writes there (the job's own folder is never read into the tier, so a
-process changing the staging file cannot reach the tier at all). The job's file is a clone or a
-copy of the verified inode, never the tier's inode: what the job does to it stays its own, as
-on a warm restore in ``copy`` mode. On any error, or when the digest is not the manifest's, the
-temp file is removed and the job goes on (a cache never fails a job); only failing to make the
-job's own file fails the restore, as a failed write would.
+The tier's rule (a blob is only the bytes hashed on their way in, published under the digest
+of what was hashed) holds either way: the temp file gets exactly the bytes hashed and nothing
+but this process writes there. On any error, or when the digest is not the manifest's, the temp
+file is removed and the job goes on (a cache never fails a job); only failing to make the job's
+own file fails the restore, as a failed write would.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ plain-http stores the body goes socket -> pipe -> page cache with ``splice``
 (:mod:`gpuci.cache._stores.splicing`) and the hash reads it back; elsewhere each worker receives
 chunk n+1 into one of its lane's two preallocated buffers while the lane's helper writes and
 hashes chunk n (``O_DIRECT`` when opted in: :mod:`gpuci.cache._transfer.directio`), so memory
-stays flat whatever the file size. Packed small files come in runs of neighbours, one GET per
-run, split into files while streaming.
+stays flat whatever the file size. With the runner-local tier filling, each piece the hash eats
+is also written into the tier's temp file, ``O_DIRECT`` (:meth:`_BlobTarget._mirror`). Packed
+small files come in runs of neighbours, one GET per run, split into files while streaming.
 
 Transient failures (5xx, SlowDown, dropped connections) are retried under :data:`DATA_PATH`
 from the last written byte (:func:`gpuci.ranged._retry.retry_segment`); a file whose bytes do
@@ -109,32 +110,56 @@ class _BlobTarget:
     file: directio.TargetFile | None = None
     cursor: HashCursor = field(init=False)
     refetched: bool = False
-    fill: TierFill | None = None  # written into the tier's temp file, the job's made from it
+    fill: TierFill | None = None  # the tier's temp file, which gets the bytes as they are hashed
     plan: Plan | None = None  # its parts: who fetches which (set by the downloader)
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards the plan's segments
+    mirror: directio.TargetFile | None = None  # the tier's temp file, written O_DIRECT
+    mirror_error: OSError | None = None  # why the tier's copy was dropped (a full disk, say)
 
     def __post_init__(self) -> None:
         self.reset()
 
     def open(self, direct: bool) -> None:
-        """Open the file the parts land in: the tier's temp file when the tier takes this one
-        (:mod:`gpuci.cache._stores.tier_fill`), else the job's staging file."""
-        if self.fill is None:
-            self.file = directio.TargetFile(self.path, self.entry.size, direct)
-        else:
-            self.file = directio.TargetFile(
-                Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
-            )
+        """Open the job's staging file the parts land in and, when the tier takes this file, the
+        tier's temp file its hashed bytes go to (:mod:`gpuci.cache._stores.tier_fill`)."""
+        self.file = directio.TargetFile(self.path, self.entry.size, direct)
+        if self.fill is not None:
+            try:
+                self.mirror = directio.TargetFile(
+                    Path(self.fill.temp), self.entry.size, True, fd=self.fill.fd
+                )
+            except OSError as exc:
+                self._drop_mirror(exc)
 
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
-        if self.fill is not None:  # never finished: a failed restore leaves the tier as it was
-            self.fill.discard()
-            self.fill = None
+        self._drop_mirror(None)  # never finished: a failed restore leaves the tier as it was
 
     def reset(self) -> None:
-        self.cursor = HashCursor(self._read_into, short_read=self._short_read)
+        mirror = self._mirror if self.fill is not None else None
+        self.cursor = HashCursor(self._read_into, short_read=self._short_read, mirror=mirror)
+
+    def _mirror(self, data: memoryview, pos: int) -> None:
+        """Write bytes just hashed into the tier's temp file; a failure there (a full tier
+        disk) drops the tier's copy, never the restore (a cache never fails a job)."""
+        mirror = self.mirror
+        if mirror is None:
+            return
+        try:
+            mirror.write(data, pos)
+        except OSError as exc:
+            self._drop_mirror(exc)
+
+    def _drop_mirror(self, exc: OSError | None) -> None:
+        if exc is not None and self.mirror_error is None:
+            self.mirror_error = exc
+        mirror, self.mirror = self.mirror, None
+        if mirror is not None:
+            mirror.close()
+        fill, self.fill = self.fill, None
+        if fill is not None:
+            fill.discard()
 
     def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
         """Record ``length`` bytes written at ``pos``; True when this call completed the file.
@@ -163,13 +188,13 @@ class _BlobTarget:
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
         assert self.file is not None
-        if self.fill is None:
-            self.file.chmod(placed_mode(self.entry.mode))
-            self.file.close()
-            return
+        self.file.chmod(placed_mode(self.entry.mode))
         self.file.close()
-        fill, self.fill = self.fill, None
-        fill.finish(digest, self.path, placed_mode(self.entry.mode))  # the job's file, the blob
+        mirror, fill = self.mirror, self.fill
+        self.mirror = self.fill = None
+        if mirror is not None and fill is not None:
+            mirror.close()
+            fill.publish(digest)  # exactly the bytes hashed, under their digest
 
 
 def _filled(
@@ -251,7 +276,7 @@ class Downloader:
         tier: LocalTier | None = None,
     ) -> None:
         self.store = store
-        self.tier = tier  # files land in it, the job's copy is made after (cache.stores.tier_fill)
+        self.tier = tier  # filled as the files are hashed (cache._stores.tier_fill)
         self._filling: set[str] = set()
         self._placed: set[Path] = set()  # files whose bytes are whole and verified
         self._fills = False  # the tier's disk has room for this fetch's files (set by fetch)
@@ -335,6 +360,9 @@ class Downloader:
                 if target.fill is not None:  # never finished: a later fetch may fill it again
                     self._filling.discard(target.entry.sha256)
                 target.close()
+                full = target.mirror_error is not None and target.mirror_error.errno in _DISK_FULL
+                if full and self.tier is not None:  # the tier's disk filled: copy in no more
+                    self.tier.filled_up = True
 
     def _tier_has_room(self, files: list[tuple[Entry, Path]]) -> bool:
         """Whether the tier's disk takes the files this fetch would land there (a cache never
