@@ -28,6 +28,8 @@ _DEFINED_IN = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "options":  # a public submodule not imported yet (``from gpuci.fetch import *``)
+        return importlib.import_module("gpuci.fetch.options")
     if name not in _DEFINED_IN:
         raise AttributeError(f"module 'gpuci.fetch' has no attribute {name!r}")
     return getattr(importlib.import_module(_DEFINED_IN[name]), name)
