@@ -580,6 +580,7 @@ class _SlowFirstPartStore:
     range starting off the part grid is asked for (another worker stole its tail)."""
 
     url = "mem://steal"
+    local_disk = False
 
     def __init__(self, data: bytes, part: int) -> None:
         self.data, self.part = data, part

@@ -89,6 +89,7 @@ def test_a_cold_restore_puts_each_byte_in_the_page_cache_once(tmp_path, monkeypa
     on this VM each new page-cache page costs more than the copy itself: docs/benchmarks.md)."""
     if not _direct_io_works(tmp_path):
         pytest.skip(f"{tmp_path}'s filesystem refuses O_DIRECT")
+    monkeypatch.setattr(file_store.LocalStore, "local_disk", False)  # as a store over a network
     runner = Runner(tmp_path)
     files = model_tree(tmp_path / "src")
     for i in range(20):
@@ -332,6 +333,7 @@ def test_a_tier_disk_that_fills_during_the_restore_does_not_fail_it(tmp_path, mo
 def test_a_tier_disk_that_fills_under_a_large_file_costs_no_second_download(tmp_path, monkeypatch):
     """A large file lands in the job's folder and only its tier copy is written beside it: when
     that copy meets a full disk, the tier drops it and the file is not fetched again."""
+    monkeypatch.setattr(file_store.LocalStore, "local_disk", False)  # as a store over a network
     runner = Runner(tmp_path)
     (tmp_path / "src").mkdir()
     data = os.urandom(BIG)

@@ -69,6 +69,11 @@ class Store(ABC):
     # Whether put_if_absent/put_if_match really refuse (gpuci.cache._format.refs); None: ask the
     # server once. A file store knows: its conditions are a hard link and a lock.
     honours_conditional_writes: bool | None = None
+    # Whether reads come off a disk of this machine (a folder) rather than a network: a restore
+    # filling the runner-local tier then writes each large file into the tier and copies it
+    # (the disk, not the CPU, is the limit), else it mirrors the hashed bytes there past the
+    # page cache (gpuci.cache._stores.tier_fill).
+    local_disk: bool = False
 
     @abstractmethod
     def exists(self) -> bool:

@@ -90,6 +90,7 @@ class LocalStore(Store):
     """A folder: objects are files, writes are temp-file-then-rename, refs move under a lock."""
 
     honours_conditional_writes = True  # checked by tests/cache/test_cache_conditional.py
+    local_disk = True
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -1,13 +1,14 @@
 """Filling the runner-local tier on a cold restore: a private temp file per blob, published
 under its digest.
 
-A large file is written into the job's folder as with the tier off; each piece its hash eats is
-then written from the same buffer into the tier's temp file, past the page cache
-(``_BlobTarget`` in :mod:`gpuci.cache._transfer.download`), and :meth:`TierFill.publish` names
-it once the digest is the manifest's. Small packed files are written into the temp file
-(``0700`` ``tmp/``, ours alone), hashed on their way in, and :meth:`TierFill.finish` makes the
-job's own file from that inode, a reflink where the filesystem clones (btrfs, XFS) else an
-in-kernel copy (``copy_file_range``). docs/cache-format.md says why both keep the tier's rule.
+A large file fetched across a network is written into the job's folder as with the tier off;
+each piece its hash eats is then written from the same buffer into the tier's temp file, past the
+page cache (``_BlobTarget`` in :mod:`gpuci.cache._transfer.download`), and
+:meth:`TierFill.publish` names it once the digest is the manifest's. A large file from a store on
+this machine's disk, and every small packed file, is written into the temp file (``0700``
+``tmp/``, ours alone), hashed on its way in, and :meth:`TierFill.finish` makes the job's own
+file from that inode, a reflink where the filesystem clones (btrfs, XFS) else an in-kernel copy
+(``copy_file_range``). docs/cache-format.md says why both keep the tier's rule, and why each.
 
 The tier's rule (a blob is only the bytes hashed on their way in, published under the digest
 of what was hashed) holds either way: the temp file gets exactly the bytes hashed and nothing

@@ -119,9 +119,15 @@ class _BlobTarget:
     def __post_init__(self) -> None:
         self.reset()
 
-    def open(self, direct: bool) -> None:
-        """Open the job's staging file the parts land in and, when the tier takes this file, the
-        tier's temp file its hashed bytes go to (:mod:`gpuci.cache._stores.tier_fill`)."""
+    def open(self, direct: bool, mirror: bool = False) -> None:
+        """Open the file the parts land in: the job's staging file, with the tier's temp file
+        beside it that gets the hashed bytes when ``mirror``, else the tier's temp file the job's
+        file is made from after (:mod:`gpuci.cache._stores.tier_fill`)."""
+        if self.fill is not None and not mirror:
+            self.file = directio.TargetFile(
+                Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
+            )
+            return
         self.file = directio.TargetFile(self.path, self.entry.size, direct)
         if self.fill is not None:
             try:
@@ -130,6 +136,7 @@ class _BlobTarget:
                 )
             except OSError as exc:
                 self._drop_mirror(exc)
+            self.reset()  # a cursor that tells the mirror
 
     def close(self) -> None:
         if self.file is not None:
@@ -137,7 +144,7 @@ class _BlobTarget:
         self._drop_mirror(None)  # never finished: a failed restore leaves the tier as it was
 
     def reset(self) -> None:
-        mirror = self._mirror if self.fill is not None else None
+        mirror = self._mirror if self.mirror is not None else None
         self.cursor = HashCursor(self._read_into, short_read=self._short_read, mirror=mirror)
 
     def _mirror(self, data: memoryview, pos: int) -> None:
@@ -188,10 +195,14 @@ class _BlobTarget:
         if digest != self.entry.sha256:
             raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
         assert self.file is not None
-        self.file.chmod(placed_mode(self.entry.mode))
-        self.file.close()
         mirror, fill = self.mirror, self.fill
         self.mirror = self.fill = None
+        if fill is not None and mirror is None:  # landed in the tier: the job's file from it
+            self.file.close()
+            fill.finish(digest, self.path, placed_mode(self.entry.mode))
+            return
+        self.file.chmod(placed_mode(self.entry.mode))
+        self.file.close()
         if mirror is not None and fill is not None:
             mirror.close()
             fill.publish(digest)  # exactly the bytes hashed, under their digest
@@ -326,7 +337,7 @@ class Downloader:
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
             for target in blobs:
-                target.open(self.direct)
+                target.open(self.direct, mirror=not self.store.local_disk)
             # Round-robin across files: each file's parts then arrive roughly in order, so its
             # hash cursor consumes them from the buffer instead of re-reading them from disk.
             self._part_bytes = self._part_size(sum(target.entry.size for target in blobs))
