@@ -110,7 +110,7 @@ class _BlobTarget:
     file: directio.TargetFile | None = None
     cursor: HashCursor = field(init=False)
     refetched: bool = False
-    fill: TierFill | None = None  # the tier's temp file, which gets the bytes as they are hashed
+    fill: TierFill | None = None  # the tier's temp file: the parts land in it, or it is mirrored
     plan: Plan | None = None  # its parts: who fetches which (set by the downloader)
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards the plan's segments
     mirror: directio.TargetFile | None = None  # the tier's temp file, written O_DIRECT
