@@ -241,3 +241,32 @@ def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, mo
         assert second.outputs["bytes-from-local"] == 5_000_000
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_cold_restore_in_copy_mode_fills_the_tier_with_exactly_the_hashed_bytes(
+    store, env, tmp_path
+):
+    """The default mode: over S3 each large file's tier copy is mirrored from the bytes its hash
+    reads (spliced bodies read back included); from a folder store it lands in the tier first.
+    Either way every blob hashes to its name and the next restore is served from the tier."""
+    tier = tmp_path / "tier"
+    src = make_tree(tmp_path / "src", small=6)
+    assert cache_cmd("save", _flags(store, "c", src), env)[0].ok  # tier off (env)
+    first, _ = cache_cmd(
+        "restore", _flags(store, "c", tmp_path / "a", **{"local-cache": str(tier)}), env
+    )
+    assert first.ok and first.outputs["bytes-from-local"] == 0
+    assert _content(tmp_path / "a") == _content(src)
+    _assert_tier_intact(tier)
+    files = [p for p in src.rglob("*") if p.is_file() and not p.is_symlink()]
+    big = max(files, key=lambda p: p.stat().st_size)
+    assert hashlib.sha256(big.read_bytes()).hexdigest() in _tier_blobs(tier)
+    assert (tmp_path / "a" / big.relative_to(src)).stat().st_ino not in {
+        p.stat().st_ino for p in _tier_blobs(tier).values()
+    }
+    second, _ = cache_cmd(
+        "restore", _flags(store, "c", tmp_path / "b", **{"local-cache": str(tier)}), env
+    )
+    assert second.ok
+    assert second.outputs["bytes-from-local"] == first.outputs["bytes-downloaded"]
+    assert _content(tmp_path / "b") == _content(src)
