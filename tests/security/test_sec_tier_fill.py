@@ -90,6 +90,7 @@ def test_a_cold_restore_puts_each_byte_in_the_page_cache_once(tmp_path, monkeypa
     if not _direct_io_works(tmp_path):
         pytest.skip(f"{tmp_path}'s filesystem refuses O_DIRECT")
     monkeypatch.setattr(file_store.LocalStore, "local_disk", False)  # as a store over a network
+    monkeypatch.delenv("GPUCI_CACHE_DIRECT_IO", raising=False)  # the job's files: the default
     runner = Runner(tmp_path)
     files = model_tree(tmp_path / "src")
     for i in range(20):
