@@ -247,9 +247,9 @@ def round_orders(names: list[str], runs: int) -> list[list[str]]:
 
     Not a rotation: on a VM whose freed memory goes back to the host (virtio-balloon free page
     reporting, as here), the cost of a run's new page-cache pages depends on the run before it,
-    and a rotation keeps each tool after the same one. It kept the default row after s5cmd,
-    where it paid 2.2-2.7 client CPU s; the same code after a gpu-ci row paid 1.2-1.6
-    (docs/benchmarks.md, "The tier on a journaled ext4").
+    and a rotation keeps each tool after the same one: it kept the default row after s5cmd,
+    where it paid more than after a gpu-ci row (docs/benchmarks.md, "The tier on a journaled
+    ext4").
     """
     orders = random.Random(20261204)
     return [orders.sample(names, len(names)) for _ in range(runs)]

@@ -16,7 +16,7 @@ from gpuci.gpu._smoke.load import GiB, Rates, Sizes, Target
 PATTERNS = (0x00, 0xAA, 0x55, 0xFF)
 # Per pattern each tested byte is written once (the fill) and read ``Device.pattern_reads``
 # times (once with torch's fused min/max). Counting a write and two reads for every backend
-# reported 5,130-5,190 GB/s on an H200, above its 4.8 TB/s peak (docs/gpu-smoke.md).
+# reported more than an H200's peak (docs/gpu-smoke.md, "First run on a real GPU").
 
 
 def memory_seconds(nbytes: float, rates: Rates, pattern_reads: int = 1) -> float:

@@ -38,7 +38,7 @@ class CupyDevice:
 
     def fill(self, buf: Any, byte: int) -> None:
         self._use()
-        # a memset: 4,559 GB/s on an H200, where a uint8 fill() wrote 212 GB/s (docs/gpu-smoke.md)
+        # a memset: a uint8 fill() writes a byte a thread, 5x slower (docs/gpu-smoke.md)
         buf.data.memset_async(byte, buf.nbytes)
 
     def pattern_errors(self, buf: Any, byte: int) -> int:
