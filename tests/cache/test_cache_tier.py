@@ -35,9 +35,15 @@ def _tier_blobs(tier: Path) -> dict[str, Path]:
     return {p.name: p for p in base.rglob("*") if p.is_file()} if base.exists() else {}
 
 
+def _tier_runs(tier: Path) -> dict[str, Path]:
+    base = tier / layout.TIER_RUNS
+    return {p.name: p for p in base.rglob("*") if p.is_file()} if base.exists() else {}
+
+
 def _assert_tier_intact(tier: Path) -> None:
     for digest, path in _tier_blobs(tier).items():
         assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, path
+    for path in [*_tier_blobs(tier).values(), *_tier_runs(tier).values()]:
         st = path.stat()
         assert int(st.st_mtime) == FROZEN_MTIME
         assert not stat.S_IMODE(st.st_mode) & 0o222
@@ -49,7 +55,8 @@ def test_save_fills_the_tier_and_a_warm_restore_downloads_no_file_bytes(store, e
     saved, _ = cache_cmd("save", _flags(store, "w", src, **{"local-cache": str(tier)}), env)
     assert saved.ok, saved.headline
     assert saved.outputs["outcome"] == "saved" and "bytes-from-local" not in saved.outputs
-    assert len(_tier_blobs(tier)) == 22  # 23 files, one of them empty
+    assert len(_tier_blobs(tier)) == 1  # big.bin; the 21 other files with bytes are packed,
+    assert len(_tier_runs(tier)) == 1  # and their pack is one run (an empty file is in neither)
     _assert_tier_intact(tier)
 
     out = tmp_path / "out"
@@ -162,7 +169,8 @@ def test_two_processes_share_one_tier_at_once(store, env, tmp_path):
     for n in range(2):
         assert _content(tmp_path / f"job{n}") == _content(src)
     _assert_tier_intact(tier)
-    assert len(_tier_blobs(tier)) == 12 + 2  # big.bin, run.sh and the small files, once each
+    assert len(_tier_blobs(tier)) == 1  # big.bin, once
+    assert len(_tier_runs(tier)) == 1  # the small files (run.sh too): their pack's run, once
     assert not list((tier / "tmp").glob("*")) if (tier / "tmp").exists() else True
 
 

@@ -130,7 +130,7 @@ def test_a_restore_on_a_self_hosted_runner_fills_the_tier_and_says_so(tmp_path):
     tier = tmp_path / "home" / ".cache" / "gpuci" / "local"
     assert got.report["local_cache"] == os.path.realpath(tier)
     assert got.report["local_cache_policy"].startswith("on: auto")
-    assert list((tier / "blobs").rglob("*")), "the cold restore filled the tier"
+    assert list((tier / "runs").rglob("*")), "the cold restore filled the tier"
 
 
 def test_a_miss_and_a_dry_run_say_it_too(tmp_path):

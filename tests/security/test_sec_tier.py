@@ -65,7 +65,7 @@ def test_writing_through_a_restored_file_and_resetting_its_mtime_never_reaches_t
     os.chmod(victim, stat.S_IMODE(before.st_mode))
     runner.restore("m", runner.base / "job2")
     assert (runner.base / "job2" / WEIGHTS).read_bytes() == good
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
 
 
 def test_the_default_mode_gives_each_job_its_own_inode(runner: Runner) -> None:
@@ -73,7 +73,8 @@ def test_the_default_mode_gives_each_job_its_own_inode(runner: Runner) -> None:
     got = runner.restore("m", runner.base / "job")
     placed = runner.base / "job" / WEIGHTS
     assert placed.stat().st_nlink == 1
-    assert got.report["placed"] == ({"reflink": 2} if runner.reflinks else {"copy": 2})
+    # the weights reflinked where the disk clones; config.json is cut from its pack's run
+    assert got.report["placed"] == ({"reflink": 1, "copy": 1} if runner.reflinks else {"copy": 2})
     assert os.access(placed, os.W_OK)  # an independent file keeps its manifest mode
 
 
@@ -82,10 +83,11 @@ def test_link_mode_is_explicit_and_shares_the_inode(runner: Runner) -> None:
     got = runner.restore("m", runner.base / "job", **{"local-cache-mode": "link"})
     assert got.report["local_cache_mode"] == "link"
     links = (runner.base / "job" / WEIGHTS).stat().st_nlink
+    # config.json is cut from its pack's run (the save's mode keeps runs), then adopted
     if "reflink" in got.report["placed"]:  # btrfs, XFS: a clone is even cheaper, and private
-        assert got.report["placed"] == {"reflink": 2} and links == 1
+        assert got.report["placed"] == {"reflink": 1, "copy": 1} and links == 1
     else:
-        assert got.report["placed"] == {"hardlink": 2} and links == 2  # the config too
+        assert got.report["placed"] == {"hardlink": 1, "copy": 1} and links == 2
 
 
 def test_a_cold_restore_in_copy_mode_fills_the_tier_without_sharing_an_inode(
@@ -113,7 +115,7 @@ def test_a_planted_symlink_in_the_tier_is_not_followed(runner: Runner) -> None:
     assert got.outputs["bytes-from-local"] == 0
     assert any("symlink" in w for w in warnings(got)), warnings(got)
     assert evil.read_bytes() == b"E" * BIG  # never written through either
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting a file owned by another uid needs root")
@@ -126,7 +128,7 @@ def test_a_planted_blob_owned_by_another_user_is_not_served(runner: Runner) -> N
     got = runner.restore("m", runner.base / "job")
     assert (runner.base / "job" / WEIGHTS).read_bytes() == good
     assert any("owned by uid 4242" in w for w in warnings(got)), warnings(got)
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
 
 
 def test_a_planted_blob_writable_by_others_is_not_served(runner: Runner) -> None:
@@ -136,7 +138,7 @@ def test_a_planted_blob_writable_by_others_is_not_served(runner: Runner) -> None
     got = runner.restore("m", runner.base / "job")
     assert (runner.base / "job" / WEIGHTS).read_bytes() == good
     assert any("writable by group or others" in w for w in warnings(got)), warnings(got)
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
 
 
 def test_a_tier_folder_other_users_can_write_is_not_used_at_all(runner: Runner) -> None:
@@ -206,7 +208,7 @@ def test_verify_mode_does_not_serve_a_blob_the_runner_user_rewrote(runner: Runne
     assert (runner.base / "job" / WEIGHTS).read_bytes() == good
     assert got.outputs["bytes-downloaded"] == BIG
     assert any("do not hash to its name" in w for w in warnings(got)), warnings(got)
-    tier_is_honest(runner.tier)  # dropped and refilled with the store's verified bytes
+    tier_is_honest(runner.tier, runner.store)  # dropped, refilled from the store
 
 
 def test_eviction_never_follows_a_planted_folder_link(runner: Runner) -> None:
@@ -234,7 +236,7 @@ def test_a_file_changed_after_save_hashed_it_is_not_stored_under_the_old_hash(
 
     monkeypatch.setattr(save_module.Saver, "fill_tier", change_then_fill)
     got = runner.save("m", runner.base / "src")
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
     assert not runner.blob(sha(files[WEIGHTS])).exists()
     assert any("changed after it was hashed" in w for w in warnings(got)), warnings(got)
 
@@ -253,6 +255,6 @@ def test_a_file_changed_after_save_read_it_leaves_the_tier_with_what_was_hashed(
 
     monkeypatch.setattr(save_module.Saver, "fill_tier", change_then_fill)
     runner.save("m", runner.base / "src")
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
     assert runner.blob(sha(files[WEIGHTS])).read_bytes() == files[WEIGHTS]
     assert not runner.blob(sha(b"E" * BIG)).exists()

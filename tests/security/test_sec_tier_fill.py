@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tier_runner import BIG, Runner, model_tree, sha, tier_is_honest
+from tier_runner import BIG, Runner, model_tree, sha, tier_holds, tier_is_honest, tier_runs
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._save import upload as save_upload
@@ -47,9 +47,10 @@ def test_a_cold_restore_fills_the_tier_as_it_hashes(tmp_path, monkeypatch):
     assert got.outputs["bytes-downloaded"] == sum(len(d) for d in files.values())
     for name, data in files.items():
         assert (tmp_path / "job" / name).read_bytes() == data
-        assert runner.blob(sha(data)).read_bytes() == data, name
-        assert runner.blob(sha(data)).stat().st_mode & 0o777 == 0o444
-    tier_is_honest(runner.tier)
+        assert tier_holds(runner.tier, data), name
+    assert runner.blob(sha(files["model.safetensors"])).stat().st_mode & 0o777 == 0o444
+    assert len(tier_runs(runner.tier)) == 1  # the 21 small files: one run of their pack
+    tier_is_honest(runner.tier, runner.store)
     assert _tmp_left(runner.tier) == []
     # and the next job is served from it
     warm = runner.restore("m", tmp_path / "job2")
@@ -68,7 +69,7 @@ def test_bytes_that_do_not_hash_to_the_manifest_never_reach_the_tier(tmp_path):
     assert int(got.exit_code) == 3, got.headline
     assert "hash" in got.headline
     assert not runner.blob(digest).exists()
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
     assert _tmp_left(runner.tier) == []
 
 
@@ -108,7 +109,7 @@ def test_a_cold_restore_puts_each_byte_in_the_page_cache_once(tmp_path, monkeypa
     monkeypatch.setattr(os, "pwrite", lambda fd, data, at: count(fd, real_pwrite(fd, data, at)))
     real_copy = copying.copy_fd
 
-    def copy_fd(src, dst, size):  # small files still are (packed: temp file, copy, rename)
+    def copy_fd(src, dst, size):
         assert size < BIG, "a large file was copied from the tier's temp file"
         return real_copy(src, dst, size)
 
@@ -121,9 +122,10 @@ def test_a_cold_restore_puts_each_byte_in_the_page_cache_once(tmp_path, monkeypa
     assert large - 3 * 4096 <= direct[0] <= large, (direct[0], large)  # tails go through the cache
     for name, data in files.items():
         assert (tmp_path / "job" / name).read_bytes() == data
-        assert runner.blob(sha(data)).read_bytes() == data
-        assert os.stat(tmp_path / "job" / name).st_ino != runner.blob(sha(data)).stat().st_ino
-    tier_is_honest(runner.tier)
+        assert tier_holds(runner.tier, data), name
+    job_big = os.stat(tmp_path / "job" / "model.safetensors").st_ino
+    assert job_big != runner.blob(sha(files["model.safetensors"])).stat().st_ino
+    tier_is_honest(runner.tier, runner.store)
     assert _tmp_left(runner.tier) == []
 
 
@@ -167,9 +169,9 @@ def test_a_save_fills_the_tier_from_the_bytes_it_hashed(tmp_path, monkeypatch):
     _no_second_pass(monkeypatch)
     runner.save("m", tmp_path / "src")
     for name, data in files.items():
-        if data:
-            assert runner.blob(sha(data)).read_bytes() == data, name
-    tier_is_honest(runner.tier)
+        assert tier_holds(runner.tier, data), name
+    assert len(tier_runs(runner.tier)) == 1  # the small files: the pack the save sent, whole
+    tier_is_honest(runner.tier, runner.store)
     assert _tmp_left(runner.tier) == []
 
 
@@ -290,7 +292,7 @@ def test_a_refetched_file_is_copied_again_from_its_start(tmp_path, monkeypatch):
     assert lied
     assert (tmp_path / "job" / "model.safetensors").read_bytes() == data
     assert runner.blob(sha(data)).read_bytes() == data
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
     assert _tmp_left(runner.tier) == []
 
 
@@ -328,7 +330,7 @@ def test_a_tier_disk_that_fills_during_the_restore_does_not_fail_it(tmp_path, mo
     warned = [a.message for a in got.annotations if a.level == "warning"]
     assert any("filled up during the restore" in w for w in warned), warned
     assert _tmp_left(runner.tier) == []
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
 
 
 def test_a_tier_disk_that_fills_under_a_large_file_costs_no_second_download(tmp_path, monkeypatch):
@@ -364,4 +366,4 @@ def test_a_tier_disk_that_fills_under_a_large_file_costs_no_second_download(tmp_
     assert any("filled up during the restore" in w for w in warned), warned
     assert not runner.blob(sha(data)).exists()
     assert _tmp_left(runner.tier) == []
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)

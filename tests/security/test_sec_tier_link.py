@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from tier_runner import BIG, Runner, tier_is_honest
+from tier_runner import BIG, Runner, tier_is_honest, tier_runs
 
 from gpuci.cache._stores import copying
 from gpuci.cache._stores import tier as tier_module
@@ -72,14 +72,33 @@ def _assert_own_copies(job: Path) -> None:
 
 def test_a_warm_link_restore_hardlinks_small_files_too(runner: Runner) -> None:
     _tree(runner.base / "src")
-    runner.save("m", runner.base / "src")  # fills the tier by copying in (its own inodes)
+    runner.save("m", runner.base / "src", **LINK)  # a blob per file (its own inodes)
     job = runner.base / "job"
     got = runner.restore("m", job, **LINK)
     _reflinks(runner, got)
     assert got.report["placed"] == {"hardlink": 4, "copy": 2}  # the empty file is no blob
     _assert_linked(runner, job)
     _assert_own_copies(job)
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
+
+
+def test_link_mode_after_a_copy_mode_save_cuts_small_files_from_the_run_then_links_them(
+    runner: Runner,
+) -> None:
+    """A save in the default mode keeps the small files as one run of their pack; a ``link``
+    restore cuts them from it (hashed), adopts them as blobs, and the next one hardlinks them."""
+    _tree(runner.base / "src")
+    runner.save("m", runner.base / "src")
+    assert len(tier_runs(runner.tier)) == 1
+    first = runner.restore("m", runner.base / "job1", **LINK)
+    _reflinks(runner, first)
+    assert first.outputs["bytes-downloaded"] == 0
+    assert first.report["placed"] == {"hardlink": 1, "copy": 5}  # the shard; the rest cut
+    second = runner.restore("m", runner.base / "job2", **LINK)
+    assert second.report["placed"] == {"hardlink": 4, "copy": 2}
+    _assert_linked(runner, runner.base / "job2")
+    _assert_own_copies(runner.base / "job2")
+    tier_is_honest(runner.tier, runner.store)
 
 
 def test_a_cold_link_restore_links_small_files_into_the_tier(runner: Runner) -> None:
@@ -98,7 +117,7 @@ def test_a_cold_link_restore_links_small_files_into_the_tier(runner: Runner) -> 
     assert again.outputs["bytes-downloaded"] == 0
     assert again.report["placed"] == {"hardlink": 4, "copy": 2}
     _assert_linked(runner, second)
-    tier_is_honest(runner.tier)
+    tier_is_honest(runner.tier, runner.store)
 
 
 def _tier_of(tmp_path: Path, blobs: dict[str, bytes]) -> tuple[LocalTier, dict[str, str]]:

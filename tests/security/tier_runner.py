@@ -86,13 +86,38 @@ def plant(path: Path, data: bytes, mode: int = 0o444) -> None:
     os.utime(path, (FROZEN_MTIME, FROZEN_MTIME), follow_symlinks=False)
 
 
-def tier_is_honest(tier: Path) -> None:
-    """Every blob in the tier hashes to its name."""
+def tier_is_honest(tier: Path, store: Path | None = None) -> None:
+    """Every blob in the tier hashes to its name; every run (read-only, frozen) holds the bytes
+    of its pack it names, checked against the pack in ``store`` (a folder store) when given."""
     base = tier / layout.BLOBS
     for path in base.rglob("*") if base.exists() else []:
         st = path.lstat()
         if stat.S_ISREG(st.st_mode):
             assert sha(path.read_bytes()) == path.name, f"{path} does not hash to its name"
+    for name, path in tier_runs(tier).items():
+        st = path.lstat()
+        assert stat.S_IMODE(st.st_mode) == 0o444 and int(st.st_mtime) == FROZEN_MTIME, path
+        pack, span = name.split(".")
+        start, end = map(int, span.split("-"))
+        assert st.st_size == end - start, path
+        if store is not None:
+            whole = (store / layout.pack_key(pack)).read_bytes()
+            assert path.read_bytes() == whole[start:end], f"{path} is not its pack's bytes"
+
+
+def tier_holds(tier: Path, data: bytes) -> bool:
+    """Whether the tier holds these bytes: a blob of a large file, or a run of the small
+    file's pack."""
+    blob = tier / layout.blob_key(sha(data))
+    if len(data) >= layout.PACK_THRESHOLD:
+        return blob.is_file() and blob.read_bytes() == data
+    return not blob.exists() and any(data in p.read_bytes() for p in tier_runs(tier).values())
+
+
+def tier_runs(tier: Path) -> dict[str, Path]:
+    """The tier's runs of packs (packed small files), by name: ``<pack>.<start>-<end>``."""
+    base = tier / layout.TIER_RUNS
+    return {p.name: p for p in base.rglob("*") if p.is_file()} if base.exists() else {}
 
 
 def warnings(result: Result) -> list[str]:

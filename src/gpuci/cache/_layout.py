@@ -25,6 +25,9 @@ PACKS = "packs/sha256"  # packs/sha256/<ab>/<hex>: many small files' bytes back 
 MANIFESTS = "manifests"  # manifests/<hex>.json: canonical JSON, hex = sha256 of the bytes
 REFS = "refs"  # refs/<namespace>/<quoted key>: small JSON naming a manifest
 USES = "uses"  # uses/<namespace>/<quoted key>: small JSON, rewritten by each restore (last use)
+# The runner-local tier only: runs/sha256/<ab>/<pack hex>.<start>-<end>, bytes start..end of a
+# pack as a restore received them (or a whole pack a save sent), for the small files in them.
+TIER_RUNS = "runs/sha256"
 PINS = "pins"  # pins/<hex>.json: small JSON; prune keeps manifest <hex> and all it reaches
 # meta/conditional-writes.json: small JSON, whether the server honours If-None-Match/If-Match
 # (gpuci.cache._format.refs probes once, under meta/probes/<random>, and records the answer)
@@ -99,6 +102,24 @@ def manifest_digest(text: str, what: str = "manifest") -> str:
 
 def blob_key(digest: str) -> str:
     return f"{BLOBS}/{digest[:2]}/{digest}"
+
+
+def run_name(pack: str, start: int, end: int) -> str:
+    """A tier run's file name: bytes ``start`` to ``end`` of pack ``pack``."""
+    return f"{pack}.{start}-{end}"
+
+
+def run_span(name: str, pack: str) -> tuple[int, int] | None:
+    """(start, end) from a tier run's file name when it is one of ``pack``'s, else None (a name
+    in the tier is read strictly: ASCII digits only, a span of one byte or more)."""
+    if not name.startswith(pack + "."):
+        return None
+    start, sep, end = name[len(pack) + 1 :].partition("-")
+    if not sep or not (start + end).isascii() or not (start.isdigit() and end.isdigit()):
+        return None
+    if len(start) > 18 or len(end) > 18 or int(start) >= int(end):
+        return None
+    return int(start), int(end)
 
 
 def pack_key(digest: str) -> str:

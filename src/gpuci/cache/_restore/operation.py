@@ -352,10 +352,16 @@ def _endpoint(store: Store) -> str:
 
 
 def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
+    """Bytes of the tree the tier holds: as runs of their packs, or as blobs."""
     if tier is None:
         return 0
+    packed = [(e.pack, e.offset, e.size) for e in manifest.files if e.pack and tier.keeps_runs]
+    in_runs = tier.runs_cover(packed)
     return sum(
-        e.size for e in manifest.files if e.size and tier.has(e.sha256, e.size, repair=False)
+        e.size
+        for e in manifest.files
+        if e.size
+        and ((e.pack, e.offset, e.size) in in_runs or tier.has(e.sha256, e.size, repair=False))
     )
 
 

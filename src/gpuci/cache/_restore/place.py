@@ -251,8 +251,8 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]], room: bool
     for entry, path in fetched:
         if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)
-        elif copies:  # executable or private: the job keeps its own file and mode
-            tier.copy_in(path, entry.sha256)
+        elif copies and not (entry.pack and tier.keeps_runs):  # runs hold packed files
+            tier.copy_in(path, entry.sha256)  # executable or private: the job keeps its own
 
 
 def _place_local(
@@ -266,6 +266,9 @@ def _place_local(
     copy has stopped (the pool's ``with`` waits), so the caller's cleanup never races a copy
     still writing into staging.
     """
+
+    if tier.keeps_runs:  # runs first: a blob per small file is only an older tier's
+        files = _place_from_runs(tier, files, moved)
 
     def one(item: tuple[mf.Entry, Path]) -> Placed | None:
         entry, path = item
@@ -293,6 +296,36 @@ def _place_local(
         else:
             moved.from_local += got.size
             moved.placed[got.how] = moved.placed.get(got.how, 0) + 1
+    if not tier.keeps_runs:  # ``link``: its blobs first (hardlinks), then any runs
+        left = _place_from_runs(tier, left, moved)
+    return left
+
+
+def _place_from_runs(
+    tier: LocalTier, files: list[tuple[mf.Entry, Path]], moved: Moved
+) -> list[tuple[mf.Entry, Path]]:
+    """Place the packed files the tier's runs hold (each hashed on its way out); returns the
+    files left: the unpacked ones, and packed ones no run holds (a blob may, from ``link``
+    mode or an older tier). ``link`` mode, which keeps a blob per file, adopts the files it
+    cut from a run, so its next restore hardlinks them."""
+    by_pack: dict[str, list[tuple[mf.Entry, Path]]] = {}
+    left = []
+    for item in files:
+        if item[0].pack:
+            by_pack.setdefault(item[0].pack, []).append(item)
+        else:
+            left.append(item)
+    assert moved.placed is not None
+    for pack, items in by_pack.items():
+        wanted = [(e.offset, e.size, e.sha256, p, mf.placed_mode(e.mode)) for e, p in items]
+        for item, placed in zip(items, tier.place_from_runs(pack, wanted), strict=True):
+            if placed:
+                moved.from_local += item[0].size
+                moved.placed["copy"] = moved.placed.get("copy", 0) + 1
+                if tier.links(item[0].size, item[0].mode):
+                    tier.adopt(item[1], item[0].sha256)
+            else:
+                left.append(item)
     return left
 
 

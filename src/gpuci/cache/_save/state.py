@@ -127,7 +127,15 @@ class Saver:
         may be the disk the job writes next)."""
         if self.tier is None:
             return 0
-        lacking = {e.sha256: e for e in files if e.size and not self.tier.has(e.sha256, e.size)}
+        packed = [(e.pack, e.offset, e.size) for e in files if e.pack and self.tier.keeps_runs]
+        in_runs = self.tier.runs_cover(packed)
+        lacking = {
+            e.sha256: e
+            for e in files
+            if e.size
+            and (e.pack, e.offset, e.size) not in in_runs
+            and not self.tier.has(e.sha256, e.size)
+        }
         added = 0
         if self.tier.room_for(sum(e.size for e in lacking.values())):
             for entry in lacking.values():

@@ -410,6 +410,8 @@ class _PackUploads:
                         put_content(saver.store, key, data)
                         saver.uploads.record(len(data))
                     saver.stats.add(data_bytes=len(data), packs=1)
+            if saver.tier is not None and saver.tier.keeps_runs and not self.dry_run:
+                saver.tier.keep_run(digest, data)  # the pack as one run: one file, not one each
         finally:
             self.slots.release()
 
@@ -432,8 +434,8 @@ def pack_small(
             for entry in small:
                 data = read_small(tree, entry)
                 entry.sha256 = hashlib.sha256(data).hexdigest()
-                if saver.tier is not None and not dry_run:
-                    saver.tier.keep(entry.sha256, (data,))
+                if saver.tier is not None and not saver.tier.keeps_runs and not dry_run:
+                    saver.tier.keep(entry.sha256, (data,))  # link mode: a blob per file
                 reuse = known.get(entry.sha256)
                 if reuse is not None:
                     entry.pack, entry.offset = reuse.pack, reuse.offset

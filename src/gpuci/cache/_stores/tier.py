@@ -2,15 +2,17 @@
 
 Self-hosted runners keep their disks between jobs, so a warm restore should place files from
 disk instead of fetching them. The tier is a folder of files named by their sha256
-(``blobs/sha256/<ab>/<hex>``, the same names as the store's blobs, but one per *file*, packed
-small files included).
+(``blobs/sha256/<ab>/<hex>``, the same names as the store's blobs, but one per *file*), and of
+runs of packs for the packed small files (``runs/sha256/<ab>/<pack>.<start>-<end>``: one file per
+run, not one per small file; in ``link`` mode small files are blobs too, to be hardlinked).
 
 Trust (docs/security.md): the tier must never place bytes that do not hash to their name,
 whatever a job sharing the runner did. So
 
 - a blob is only ever made by hashing the bytes *as they are copied in* (or hashing the private
   reflink clone), and it is published under the digest of what was copied, never under a name
-  the caller computed earlier;
+  the caller computed earlier; a run is trusted for nothing but its name: each file cut from it
+  is hashed against the manifest before it is written, in every mode;
 - the folder is ours alone: created 0700, refused when it, or a folder above it, can be written
   by another user; each entry is opened ``O_NOFOLLOW`` and served only when it is a regular
   file we own that nobody else can write;
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import stat
 import time
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import inputs, settings
+from gpuci import files, inputs, settings
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores import copying
 from gpuci.cache._stores.tier_fill import TierFill
@@ -171,6 +174,7 @@ class LocalTier:
         # A str: building a Path per file is a measurable cost per small file (figure:
         # docs/benchmarks.md#figures-behind-the-code).
         self._blobs = os.path.join(root, layout.BLOBS)
+        self._runs = os.path.join(root, layout.TIER_RUNS)
         self.limit = limit
         self.mode = parse_mode(mode)
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
@@ -284,7 +288,10 @@ class LocalTier:
 
     def _open(self, digest: str, size: int) -> tuple[int, os.stat_result] | None:
         """An open, checked blob (never through a symlink), or None."""
-        path = self._blob(digest)
+        return self._open_entry(self._blob(digest), size)
+
+    def _open_entry(self, path: str, size: int) -> tuple[int, os.stat_result] | None:
+        """An open, checked blob or run of ``size`` bytes (never through a symlink), or None."""
         try:
             fd = os.open(path, _READ)
         except OSError as exc:
@@ -410,6 +417,99 @@ class LocalTier:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
 
+    # ----- packed small files: runs of their packs -----------------------------------------
+    @property
+    def keeps_runs(self) -> bool:
+        """Whether packed small files are kept as runs of their pack (``copy`` and ``verify``):
+        one tier file per run of a pack, where a blob per file cost an inode, a rename and
+        often a folder each, several times the write itself on ext4 (docs/cache-format.md).
+        ``link`` mode keeps a blob per file, which it hardlinks."""
+        return self.mode != "link"
+
+    def start_run(self, pack: str, start: int, end: int) -> TierFill | None:
+        """The temp file a cold restore writes bytes ``start`` to ``end`` of ``pack`` into as
+        they arrive; None when it cannot be made (a cache never fails a job)."""
+        try:
+            temp = self._temp()
+            fd = os.open(temp, _CREATE, 0o600)
+        except OSError:
+            return None
+        name = layout.run_name(pack, start, end)
+        return TierFill(self._publish_run, FROZEN_MTIME, name, fd, str(temp))
+
+    def keep_run(self, pack: str, data: bytes) -> bool:
+        """Keep a whole pack a save has just hashed to ``pack`` and sent (``bytes`` are
+        immutable: what is written is what was hashed). Returns whether a run was added."""
+        if not data or not self.room_for(len(data)):
+            return False
+        fill = self.start_run(pack, 0, len(data))
+        return fill is not None and fill.keep((data,), layout.run_name(pack, 0, len(data)))
+
+    def _publish_run(self, temp: str, name: str) -> None:
+        folder = f"{self._runs}/{name[:2]}"
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.replace(temp, f"{folder}/{name}")
+
+    def runs_of(self, pack: str) -> list[tuple[int, int, str]]:
+        """(start, end, path) of the runs of ``pack`` the tier names: one listing per pack."""
+        folder = f"{self._runs}/{pack[:2]}"
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return []
+        spans = ((layout.run_span(name, pack), name) for name in names)
+        return sorted((span[0], span[1], f"{folder}/{name}") for span, name in spans if span)
+
+    def runs_cover(self, spans: Sequence[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """Which of the (pack, offset, size) spans a run the tier names holds (by name: the
+        bytes are hashed when placed)."""
+        runs = {pack: self.runs_of(pack) for pack in {span[0] for span in spans}}
+        return {
+            (pack, offset, size)
+            for pack, offset, size in spans
+            if any(start <= offset and offset + size <= end for start, end, _ in runs[pack])
+        }
+
+    def place_from_runs(
+        self, pack: str, wanted: Sequence[tuple[int, int, str, Path, int]]
+    ) -> list[bool]:
+        """Write each wanted file (offset in ``pack``, size, sha256, dest, mode) that a run of
+        ``pack`` holds; returns which were placed, the rest are the caller's to fetch.
+
+        A run is trusted for nothing but its name: it is opened and checked as a blob is, and
+        every file cut from it is hashed against the manifest before it is written, in every
+        mode; a run holding other bytes is dropped on sight.
+        """
+        placed = [False] * len(wanted)
+        for start, end, path in self.runs_of(pack):
+            todo = [
+                i
+                for i, (offset, size, *_) in enumerate(wanted)
+                if not placed[i] and start <= offset and offset + size <= end
+            ]
+            opened = self._open_entry(path, end - start) if todo else None
+            if opened is None:
+                continue
+            fd, st = opened
+            try:
+                _touch(fd, st)
+                for i in todo:
+                    offset, size, digest, dest, mode = wanted[i]
+                    data = os.pread(fd, size, offset - start)
+                    if hashlib.sha256(data).hexdigest() != digest:
+                        self._drop(path, "bytes that do not hash to the manifest's")
+                        break
+                    out = os.open(dest, _CREATE, 0o600)
+                    try:
+                        files.write_all(out, data)
+                        os.fchmod(out, mode & 0o777)
+                    finally:
+                        os.close(out)
+                    placed[i] = True
+            finally:
+                os.close(fd)
+        return placed
+
     # ----- placing -------------------------------------------------------------------------
     def place(self, digest: str, size: int, dest: Path, mode: int) -> Placed | None:
         """Put the blob at ``dest`` as the trust mode says; None when the blob is not usable
@@ -494,21 +594,12 @@ class LocalTier:
 
     # ----- eviction ------------------------------------------------------------------------
     def blobs(self) -> list[tuple[float, int, Path]]:
-        """(last use, size, path) of every blob."""
+        """(last use, size, path) of every blob and run."""
         out: list[tuple[float, int, Path]] = []
-        base = self.root / layout.BLOBS
-        if not base.is_dir() or base.is_symlink():
-            return out
-        for entry in os.scandir(base):
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            for blob in os.scandir(entry.path):
-                try:
-                    st = blob.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    out.append((st.st_atime, st.st_size, Path(blob.path)))
+        for kind in (layout.BLOBS, layout.TIER_RUNS):
+            base = self.root / kind
+            if base.is_dir() and not base.is_symlink():
+                out.extend(_entries(base))
         return out
 
     def usage(self) -> int:
@@ -548,6 +639,21 @@ class LocalTier:
             with contextlib.suppress(FileNotFoundError):
                 if os.lstat(item).st_mtime < cutoff:
                     item.unlink()
+
+
+def _entries(base: Path) -> Iterator[tuple[float, int, Path]]:
+    """(last use, size, path) of the regular files one level under ``base``'s fan-out folders
+    (never through a link)."""
+    for entry in os.scandir(base):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        for blob in os.scandir(entry.path):
+            try:
+                st = blob.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield st.st_atime, st.st_size, Path(blob.path)
 
 
 def _touch(blob: int | str, st: os.stat_result) -> None:

@@ -50,6 +50,11 @@ class TierFill:
         self.fd = fd
         self.temp = temp
 
+    @property
+    def name(self) -> str:
+        """The name it is published under: a blob's digest, or a run's name."""
+        return self._digest
+
     def finish(self, digest: str, dest: Path, mode: int) -> str:
         """The file is whole and hashed to ``digest``: make the job's file at ``dest`` (with
         ``mode``) from it, then publish the blob when ``digest`` is the one asked for.

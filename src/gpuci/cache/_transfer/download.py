@@ -402,6 +402,14 @@ class Downloader:
         self._filling.add(entry.sha256)
         return tier.start_fill(entry.sha256, entry.size)
 
+    def _run_fill(self, pack: str, start: int, end: int) -> TierFill | None:
+        """The tier's temp file that bytes ``start`` to ``end`` of ``pack`` land in as they come,
+        in the modes that keep packed files as runs; None otherwise."""
+        tier = self.tier
+        if tier is None or not self._fills or not tier.keeps_runs or tier.filled_up:
+            return None
+        return tier.start_run(pack, start, end)
+
     @property
     def fills_tier(self) -> bool:
         """Whether the tier's disk had room for the files, which then landed in the tier."""
@@ -536,8 +544,10 @@ class Downloader:
 
         def attempt(seg: Segment) -> None:
             reader = self._open_range(key, seg.pos, seg.end - seg.pos)
+            fill = self._run_fill(run.pack, seg.pos, seg.end)
+            sink = _RunSink(self, members, seg.pos, fill, seg.end - seg.pos)
             try:
-                pump(seg, _filled(reader, lane, seg, self), _RunSink(self, members, seg.pos))
+                pump(seg, _filled(reader, lane, seg, self), sink)
             finally:
                 reader.close()
 
@@ -552,17 +562,44 @@ class Downloader:
 
 
 class _RunSink:
-    """A packed run's bytes split into its files, each hashed (and copied to the tier) on the
-    way; the gaps between them (files this tree does not use) are skipped."""
+    """A packed run's bytes split into its files, each hashed on the way; the gaps between them
+    (files this tree does not use) are skipped. With ``run`` (the tier keeps runs), every byte
+    received also goes into the tier's temp file for the run, one write per chunk, published
+    once the run is whole and each file in it hashed to its name; else each file's tier copy is
+    its own blob (``link`` mode)."""
 
-    def __init__(self, down: Downloader, members: list[tuple[Entry, Path]], pos: int) -> None:
+    def __init__(
+        self,
+        down: Downloader,
+        members: list[tuple[Entry, Path]],
+        pos: int,
+        run: TierFill | None = None,
+        run_size: int = 0,
+    ) -> None:
         self._down, self._members, self._pos = down, members, pos
         self._index, self._fd = 0, -1
         self._hasher: Any = None
         self._fill: TierFill | None = None
+        self._run, self._run_size = run, run_size
+        self._run_bytes = 0
+
+    def _keep(self, data: memoryview) -> None:
+        """The received bytes into the run's temp file; a failure there (a full tier disk)
+        drops the run, never the restore (a cache never fails a job)."""
+        assert self._run is not None
+        try:
+            files.write_all(self._run.fd, data)
+            self._run_bytes += len(data)
+        except OSError as exc:
+            self._run.discard()
+            self._run = None
+            if exc.errno in _DISK_FULL and self._down.tier is not None:
+                self._down.tier.filled_up = True
 
     def write(self, data: memoryview) -> None:
         self._down._count(len(data))
+        if self._run is not None:
+            self._keep(data)
         pos = self._pos
         while len(data) and self._index < len(self._members):
             entry, path = self._members[self._index]
@@ -572,7 +609,8 @@ class _RunSink:
                 continue
             if self._fd < 0:  # the tier's temp file when the tier takes it, else the job's
                 self._down._placed.discard(path)  # a retried run writes its files again
-                self._hasher, self._fill = hashlib.sha256(), self._down._fill_for(entry)
+                fill = None if self._run is not None else self._down._fill_for(entry)
+                self._hasher, self._fill = hashlib.sha256(), fill
                 self._fd = (
                     os.dup(self._fill.fd)
                     if self._fill is not None
@@ -604,6 +642,12 @@ class _RunSink:
             self._fill.discard()
             self._fill = None
             self._down._filling.discard(self._members[self._index][0].sha256)
+        if self._run is not None:  # whole, every file hashed to its name: publish, else drop
+            run, self._run = self._run, None
+            if self._index == len(self._members) and self._run_bytes == self._run_size:
+                run.publish(run.name)
+            else:
+                run.discard()
 
 
 _SCRATCH = threading.local()

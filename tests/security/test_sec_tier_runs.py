@@ -1,0 +1,156 @@
+"""Packed small files live in the runner-local tier as runs of their pack: one file per run
+instead of one per small file (a create, a rename and often a folder each, several times the
+write itself on ext4). A run is trusted for nothing but its name: every file cut from it is
+hashed against the manifest first, in every mode (docs/cache-format.md, "The runner-local
+tier"; docs/security.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tier_runner import Runner, plant, tier_is_honest, tier_runs, warnings
+
+from gpuci.cache import _layout as layout
+from gpuci.cache._stores.tier import LocalTier
+
+MODES = ("copy", "verify", "link")
+
+
+def _small_tree(root: Path, count: int = 60) -> dict[str, bytes]:
+    """A tokenizer-and-configs folder: many small files, all of them packed."""
+    (root / "sub").mkdir(parents=True)
+    files = {f"sub/f{i:03d}.json": os.urandom(2_000 + i) for i in range(count)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    return files
+
+
+def _restored(job: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        assert (job / name).read_bytes() == data, name
+
+
+def _the_run(runner: Runner) -> Path:
+    runs = tier_runs(runner.tier)
+    assert len(runs) == 1, runs
+    return next(iter(runs.values()))
+
+
+def test_a_cold_restore_keeps_the_small_files_as_one_run_and_the_next_job_is_served_by_it(
+    tmp_path: Path,
+) -> None:
+    runner = Runner(tmp_path)
+    files = _small_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src", tier=False)
+    cold = runner.restore("m", tmp_path / "job1")
+    _restored(tmp_path / "job1", files)
+    assert cold.outputs["bytes-downloaded"] == sum(map(len, files.values()))
+    assert not (runner.tier / layout.BLOBS).exists()  # not one blob per small file
+    assert len(list((runner.tier / layout.TIER_RUNS).rglob("*"))) == 2  # a folder and the run
+    tier_is_honest(runner.tier, runner.store)
+    warm = runner.restore("m", tmp_path / "job2")
+    _restored(tmp_path / "job2", files)
+    assert warm.outputs["bytes-downloaded"] == 0
+    assert warm.outputs["bytes-from-local"] == sum(map(len, files.values()))
+    assert warm.report["placed"] == {"copy": len(files)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_the_runner_user_rewrote_is_not_served(tmp_path: Path, mode: str) -> None:
+    """Same size, frozen mtime, read-only: only the hash on the way out can tell."""
+    runner = Runner(tmp_path)
+    files = _small_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src")
+    run = _the_run(runner)
+    data = bytearray(run.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.chmod(run, 0o644)
+    plant(run, bytes(data))
+    got = runner.restore("m", tmp_path / "job", **{"local-cache-mode": mode})
+    _restored(tmp_path / "job", files)
+    assert got.outputs["bytes-downloaded"] > 0
+    assert any("do not hash to the manifest's" in w for w in warnings(got)), warnings(got)
+    assert not run.exists()  # dropped on sight
+    tier_is_honest(runner.tier, runner.store)
+
+
+def test_a_run_planted_as_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    runner = Runner(tmp_path)
+    files = _small_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src")
+    run = _the_run(runner)
+    decoy = tmp_path / "decoy.bin"
+    plant(decoy, run.read_bytes())  # even the right bytes: the tier never follows a link
+    run.unlink()
+    run.symlink_to(decoy)
+    got = runner.restore("m", tmp_path / "job")
+    _restored(tmp_path / "job", files)
+    assert got.outputs["bytes-from-local"] == 0
+    assert any("symlink" in w for w in warnings(got)), warnings(got)
+    assert decoy.exists()
+
+
+def test_a_run_shorter_than_its_name_says_is_not_served(tmp_path: Path) -> None:
+    runner = Runner(tmp_path)
+    files = _small_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src")
+    run = _the_run(runner)
+    os.chmod(run, 0o644)
+    plant(run, run.read_bytes()[:-1])
+    got = runner.restore("m", tmp_path / "job")
+    _restored(tmp_path / "job", files)
+    assert got.outputs["bytes-from-local"] == 0
+    assert any("bytes, not" in w for w in warnings(got)), warnings(got)
+    tier_is_honest(runner.tier, runner.store)  # dropped, and filled again whole by the restore
+
+
+def test_run_names_are_read_strictly() -> None:
+    pack = "ab" * 32
+    assert layout.run_span(f"{pack}.0-10", pack) == (0, 10)
+    assert layout.run_span(layout.run_name(pack, 5, 9), pack) == (5, 9)
+    for name in (
+        f"{pack}.10-10",  # no bytes
+        f"{pack}.9-3",
+        f"{pack}.a-9",
+        f"{pack}.0-\uff19",  # a fullwidth digit: isdigit() alone would take it
+        f"{pack}.0-5-6",
+        f"{pack}.0-{'9' * 30}",
+        f"{pack}.0",
+        f"{'cd' * 32}.0-10",  # another pack's
+        f"{pack}0-10",
+    ):
+        assert layout.run_span(name, pack) is None, name
+
+
+def test_eviction_counts_and_removes_runs(tmp_path: Path) -> None:
+    runner = Runner(tmp_path)
+    _small_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src")
+    run = _the_run(runner)
+    size = run.stat().st_size
+    tier = LocalTier(runner.tier, limit=1)
+    assert tier.usage() == size
+    assert tier.evict() == (1, size)
+    assert not run.exists()
+
+
+def test_a_partial_restore_keeps_what_it_fetched_and_a_full_one_fetches_only_the_rest(
+    tmp_path: Path,
+) -> None:
+    runner = Runner(tmp_path)
+    files = _small_tree(tmp_path / "src")
+    for i in range(3):  # a second folder, packed after sub/
+        (tmp_path / "src" / "zz").mkdir(exist_ok=True)
+        files[f"zz/g{i}.json"] = os.urandom(3_000)
+        (tmp_path / "src" / f"zz/g{i}.json").write_bytes(files[f"zz/g{i}.json"])
+    runner.save("m", tmp_path / "src", tier=False)
+    part = runner.restore("m", tmp_path / "part", include="zz/**")
+    assert part.outputs["bytes-downloaded"] == 9_000
+    assert len(tier_runs(runner.tier)) == 1
+    full = runner.restore("m", tmp_path / "job")
+    _restored(tmp_path / "job", files)
+    assert full.outputs["bytes-from-local"] == 9_000
+    assert full.outputs["bytes-downloaded"] == sum(map(len, files.values())) - 9_000
+    tier_is_honest(runner.tier, runner.store)
