@@ -262,31 +262,35 @@ def _place_local(
 
     The kernel copies (``copy_file_range`` and ``FICLONE`` release the GIL), so on a runner
     with a few cores the copies of different files overlap, where ``cp -a`` does one at a time.
-    Largest first, so one big shard does not start last. The first failure is raised once every
-    copy has stopped (the pool's ``with`` waits), so the caller's cleanup never races a copy
-    still writing into staging.
+    Largest first, so one big shard does not start last; the small files meanwhile in this
+    thread (cut from runs first, where the tier keeps them), where a thread hop per 64 KiB file
+    would cost more than the copy. The first failure is raised once every copy has stopped (the
+    pool's ``with`` waits), so the caller's cleanup never races a copy still writing into
+    staging.
     """
-
-    if tier.keeps_runs:  # runs first: a blob per small file is only an older tier's
-        files = _place_from_runs(tier, files, moved)
 
     def one(item: tuple[mf.Entry, Path]) -> Placed | None:
         entry, path = item
         return tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
 
+    def small_ones() -> tuple[list[tuple[mf.Entry, Path]], list[Placed | None]]:
+        rest = small
+        if tier.keeps_runs:  # runs first: a blob per small file is only an older tier's
+            rest = _place_from_runs(tier, small, moved)
+        return rest, [one(item) for item in rest]
+
     big = sorted((f for f in files if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
-    small = [f for f in files if f[0].size < PARALLEL_MIN]
+    small = [f for f in files if f[0].size < PARALLEL_MIN]  # packed files among them
     if big and len(files) > 1 and PLACE_THREADS > 1:
         from concurrent.futures import ThreadPoolExecutor  # (and logging): only when it pays
 
-        # Big files in the pool; small ones meanwhile in this thread, where a thread hop per
-        # 64 KiB file would cost more than the copy.
         with ThreadPoolExecutor(min(PLACE_THREADS, len(big))) as pool:
             pending = [pool.submit(one, item) for item in big]
-            results = [one(item) for item in small]
-            results = [future.result() for future in pending] + results
+            small, placed_small = small_ones()
+            results = [future.result() for future in pending] + placed_small
     else:
-        results = [one(item) for item in big + small]
+        small, placed_small = small_ones()
+        results = [one(item) for item in big] + placed_small
     order = big + small
     left = []
     assert moved.placed is not None
