@@ -6,6 +6,7 @@ tier"; docs/security.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -154,3 +155,28 @@ def test_a_partial_restore_keeps_what_it_fetched_and_a_full_one_fetches_only_the
     assert full.outputs["bytes-from-local"] == 9_000
     assert full.outputs["bytes-downloaded"] == sum(map(len, files.values())) - 9_000
     tier_is_honest(runner.tier, runner.store)
+
+
+def test_a_large_file_in_a_run_is_cut_a_slice_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest may call a file of any size packed (a hostile store's may): cutting it from a
+    run holds one slice in memory, never the whole file, and a wrong digest leaves no file."""
+    tier = LocalTier(tmp_path / "tier")
+    data = os.urandom(2 * layout.IO_CHUNK + 5)
+    pack = hashlib.sha256(b"the pack").hexdigest()
+    assert tier.keep_run(pack, data)
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        reads.append(n)
+        return real_pread(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", pread)
+    good, bad = tmp_path / "good.bin", tmp_path / "bad.bin"
+    digest = hashlib.sha256(data).hexdigest()
+    assert tier.place_from_runs(pack, [(0, len(data), digest, good, 0o644)]) == [True]
+    assert good.read_bytes() == data and max(reads) <= layout.IO_CHUNK
+    assert tier.place_from_runs(pack, [(0, len(data), "0" * 64, bad, 0o644)]) == [False]
+    assert not bad.exists()

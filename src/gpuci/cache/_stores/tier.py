@@ -495,16 +495,9 @@ class LocalTier:
                 _touch(fd, st)
                 for i in todo:
                     offset, size, digest, dest, mode = wanted[i]
-                    data = os.pread(fd, size, offset - start)
-                    if hashlib.sha256(data).hexdigest() != digest:
+                    if not _cut(fd, offset - start, size, digest, dest, mode):
                         self._drop(path, "bytes that do not hash to the manifest's")
                         break
-                    out = os.open(dest, _CREATE, 0o600)
-                    try:
-                        files.write_all(out, data)
-                        os.fchmod(out, mode & 0o777)
-                    finally:
-                        os.close(out)
                     placed[i] = True
             finally:
                 os.close(fd)
@@ -639,6 +632,30 @@ class LocalTier:
             with contextlib.suppress(FileNotFoundError):
                 if os.lstat(item).st_mtime < cutoff:
                     item.unlink()
+
+
+def _cut(run: int, at: int, size: int, digest: str, dest: Path, mode: int) -> bool:
+    """Write ``size`` bytes of the open run from ``at`` to a new file ``dest`` (``mode``),
+    hashing them on the way; False, and nothing left at ``dest``, when they do not hash to
+    ``digest``. A slice at a time: a manifest may call a file of any size packed."""
+    hasher = hashlib.sha256()
+    out = os.open(dest, _CREATE, 0o600)
+    try:
+        done = 0
+        while done < size:
+            data = os.pread(run, min(layout.IO_CHUNK, size - done), at + done)
+            if not data:  # the run shrank since its size was checked
+                break
+            hasher.update(data)
+            files.write_all(out, data)
+            done += len(data)
+        if done == size and hasher.hexdigest() == digest:
+            os.fchmod(out, mode & 0o777)
+            return True
+    finally:
+        os.close(out)
+    os.unlink(dest)
+    return False
 
 
 def _entries(base: Path) -> Iterator[tuple[float, int, Path]]:
