@@ -180,3 +180,55 @@ def test_a_large_file_in_a_run_is_cut_a_slice_at_a_time(
     assert good.read_bytes() == data and max(reads) <= layout.IO_CHUNK
     assert tier.place_from_runs(pack, [(0, len(data), "0" * 64, bad, 0o644)]) == [False]
     assert not bad.exists()
+
+
+def test_a_full_tier_disk_under_a_run_costs_no_second_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's temp file, and any blob a fill might start instead, on a disk with no room
+    left: the tier's part is dropped, each packed file is still fetched once."""
+    runner = Runner(tmp_path)
+    files = _small_tree(tmp_path / "src", count=40)
+    runner.save("m", tmp_path / "src", tier=False)
+
+    def on_a_full_disk(start):  # the temp file is made; its writes find no room
+        def start_on_full(self, *args):
+            fill = start(self, *args)
+            if fill is not None:
+                os.close(fill.fd)
+                fill.fd = os.open("/dev/full", os.O_RDWR)
+            return fill
+
+        return start_on_full
+
+    monkeypatch.setattr(LocalTier, "start_run", on_a_full_disk(LocalTier.start_run))
+    monkeypatch.setattr(LocalTier, "start_fill", on_a_full_disk(LocalTier.start_fill))
+    got = runner.restore("m", tmp_path / "job")
+    _restored(tmp_path / "job", files)
+    assert got.outputs["bytes-downloaded"] == sum(map(len, files.values()))
+    assert any("a disk filled up" in w for w in warnings(got)), warnings(got)
+    assert not tier_runs(runner.tier) and not (runner.tier / layout.BLOBS).exists()
+
+
+def test_a_packed_file_of_any_size_is_served_from_its_run_and_the_dry_run_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer may pack files our saver would not (here 9 MiB, past the placing
+    threads' 8 MiB): the warm restore cuts them from the run as it does small ones, and the
+    dry run counts what the restore then serves."""
+    monkeypatch.setattr(layout, "PACK_THRESHOLD", 64 << 20)
+    runner = Runner(tmp_path)
+    (tmp_path / "src").mkdir()
+    files = {"big.bin": os.urandom(9 << 20), "small.txt": os.urandom(5_000)}
+    for name, data in files.items():
+        (tmp_path / "src" / name).write_bytes(data)
+    runner.save("m", tmp_path / "src", tier=False)
+    total = sum(map(len, files.values()))
+    assert runner.restore("m", tmp_path / "job1").outputs["bytes-downloaded"] == total
+    dry = runner.run("restore", "m", tmp_path / "job2", **{"local-cache": str(runner.tier)})
+    dry_run = runner.run(
+        "restore", "m", tmp_path / "job3", dry_run=True, **{"local-cache": str(runner.tier)}
+    )
+    assert dry.outputs["bytes-downloaded"] == 0 and dry.outputs["bytes-from-local"] == total
+    assert dry_run.report["bytes_local"] == total
+    _restored(tmp_path / "job2", files)

@@ -49,9 +49,11 @@ class Runner:
             **self.environ,
         }
 
-    def run(self, sub: str, key: str, path: Path, **flags: str) -> Result:
+    def run(self, sub: str, key: str, path: Path, dry_run: bool = False, **flags: str) -> Result:
         values = {"store": self.store.as_uri(), "key": key, "path": str(path), **flags}
-        rt = Runtime(environ=self.env(), stdout=io.StringIO(), stderr=io.StringIO())
+        rt = Runtime(
+            environ=self.env(), stdout=io.StringIO(), stderr=io.StringIO(), dry_run=dry_run
+        )
         return run_command(_SUB[sub], f"cache-weights {sub}", values, rt)
 
     def save(self, key: str, src: Path, tier: bool = True, **flags: str) -> Result:

@@ -355,7 +355,7 @@ def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
     """Bytes of the tree the tier holds: as runs of their packs, or as blobs."""
     if tier is None:
         return 0
-    packed = [(e.pack, e.offset, e.size) for e in manifest.files if e.pack and tier.keeps_runs]
+    packed = [(e.pack, e.offset, e.size) for e in manifest.files if e.pack]  # any mode reads runs
     in_runs = tier.runs_cover(packed)
     return sum(
         e.size

@@ -263,10 +263,10 @@ def _place_local(
     The kernel copies (``copy_file_range`` and ``FICLONE`` release the GIL), so on a runner
     with a few cores the copies of different files overlap, where ``cp -a`` does one at a time.
     Largest first, so one big shard does not start last; the small files meanwhile in this
-    thread (cut from runs first, where the tier keeps them), where a thread hop per 64 KiB file
-    would cost more than the copy. The first failure is raised once every copy has stopped (the
-    pool's ``with`` waits), so the caller's cleanup never races a copy still writing into
-    staging.
+    thread, where a thread hop per 64 KiB file would cost more than the copy, and the packed
+    ones cut from runs there too, where the tier keeps them. The first failure is raised once
+    every copy has stopped (the pool's ``with`` waits), so the caller's cleanup never races a
+    copy still writing into staging.
     """
 
     def one(item: tuple[mf.Entry, Path]) -> Placed | None:
@@ -274,13 +274,14 @@ def _place_local(
         return tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
 
     def small_ones() -> tuple[list[tuple[mf.Entry, Path]], list[Placed | None]]:
-        rest = small
-        if tier.keeps_runs:  # runs first: a blob per small file is only an older tier's
-            rest = _place_from_runs(tier, small, moved)
+        rest = small + (_place_from_runs(tier, packed, moved) if packed else [])
         return rest, [one(item) for item in rest]
 
-    big = sorted((f for f in files if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
-    small = [f for f in files if f[0].size < PARALLEL_MIN]  # packed files among them
+    # Runs first for packed files, whatever their size: a blob of one is only an older tier's.
+    packed = [f for f in files if f[0].pack] if tier.keeps_runs else []
+    others = [f for f in files if not f[0].pack] if packed else files
+    big = sorted((f for f in others if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
+    small = [f for f in others if f[0].size < PARALLEL_MIN]
     if big and len(files) > 1 and PLACE_THREADS > 1:
         from concurrent.futures import ThreadPoolExecutor  # (and logging): only when it pays
 

@@ -461,14 +461,26 @@ class LocalTier:
         return sorted((span[0], span[1], f"{folder}/{name}") for span, name in spans if span)
 
     def runs_cover(self, spans: Sequence[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
-        """Which of the (pack, offset, size) spans a run the tier names holds (by name: the
-        bytes are hashed when placed)."""
-        runs = {pack: self.runs_of(pack) for pack in {span[0] for span in spans}}
+        """Which of the (pack, offset, size) spans a run the tier holds covers: a run that
+        passes the checks a restore makes before reading it (its bytes are hashed then), seen
+        without changing anything."""
+        runs = {pack: self._intact_runs(pack) for pack in {span[0] for span in spans}}
         return {
             (pack, offset, size)
             for pack, offset, size in spans
             if any(start <= offset and offset + size <= end for start, end, _ in runs[pack])
         }
+
+    def _intact_runs(self, pack: str) -> list[tuple[int, int, str]]:
+        out = []
+        for start, end, path in self.runs_of(pack):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if self._intact(path, st, end - start, repair=False):
+                out.append((start, end, path))
+        return out
 
     def place_from_runs(
         self, pack: str, wanted: Sequence[tuple[int, int, str, Path, int]]

@@ -395,6 +395,7 @@ class Downloader:
         if (
             tier is None
             or not self._fills
+            or tier.filled_up
             or tier.links(entry.size, entry.mode)
             or entry.sha256 in self._filling
         ):
@@ -582,6 +583,9 @@ class _RunSink:
         self._fill: TierFill | None = None
         self._run, self._run_size = run, run_size
         self._run_bytes = 0
+        # Where the tier keeps runs, a packed file never gets a blob of its own: not when the
+        # run's temp file could not be made, nor once a full disk dropped it.
+        self._runs = down.tier is not None and down.tier.keeps_runs
 
     def _keep(self, data: memoryview) -> None:
         """The received bytes into the run's temp file; a failure there (a full tier disk)
@@ -609,7 +613,7 @@ class _RunSink:
                 continue
             if self._fd < 0:  # the tier's temp file when the tier takes it, else the job's
                 self._down._placed.discard(path)  # a retried run writes its files again
-                fill = None if self._run is not None else self._down._fill_for(entry)
+                fill = None if self._runs else self._down._fill_for(entry)
                 self._hasher, self._fill = hashlib.sha256(), fill
                 self._fd = (
                     os.dup(self._fill.fd)
