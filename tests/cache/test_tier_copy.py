@@ -191,22 +191,30 @@ def test_big_files_are_placed_in_parallel_and_whole(tmp_path, env, monkeypatch):
     monkeypatch.setattr(restore, "PARALLEL_MIN", 1 << 20)  # the shards go to the pool
     monkeypatch.setattr(restore, "PLACE_THREADS", 3)
     store, tier, src, cache_cmd, flags = _save_with_tier(tmp_path, env)
-    threads: set[str] = set()
-    real_place = LocalTier.place
+    import threading
+
+    big: set[str] = set()
+    small: set[str] = set()
+    real_place, real_cut = LocalTier.place, LocalTier.place_from_runs
 
     def place(self, digest, size, dest, mode):
-        import threading
-
-        threads.add(threading.current_thread().name)
+        big.add(threading.current_thread().name)
         return real_place(self, digest, size, dest, mode)
 
+    def cut(self, pack, wanted):
+        small.add(threading.current_thread().name)
+        return real_cut(self, pack, wanted)
+
     monkeypatch.setattr(LocalTier, "place", place)
+    monkeypatch.setattr(LocalTier, "place_from_runs", cut)
     out = tmp_path / "out"
     got, _ = cache_cmd("restore", flags(store, "t", out, **{"local-cache": str(tier)}), env)
     assert got.ok, got.headline
     assert got.outputs["bytes-downloaded"] == 0
     assert snapshot(out) == snapshot(src)
-    assert len(threads) > 1  # the main thread (small files) and at least one placing thread
+    main = threading.current_thread().name
+    assert big and main not in big  # the shards in the placing threads,
+    assert small == {main}  # the small files cut from their runs meanwhile in this one
 
 
 def test_a_failed_parallel_placement_leaves_no_tree_and_no_staging(tmp_path, env, monkeypatch):

@@ -355,14 +355,8 @@ def _local_bytes(tier: LocalTier | None, manifest: mf.Manifest) -> int:
     """Bytes of the tree the tier holds: as runs of their packs, or as blobs."""
     if tier is None:
         return 0
-    packed = [(e.pack, e.offset, e.size) for e in manifest.files if e.pack]  # any mode reads runs
-    in_runs = tier.runs_cover(packed)
-    return sum(
-        e.size
-        for e in manifest.files
-        if e.size
-        and ((e.pack, e.offset, e.size) in in_runs or tier.has(e.sha256, e.size, repair=False))
-    )
+    files = manifest.files
+    return sum(e.size for e, h in zip(files, tier.holds(files, repair=False), strict=True) if h)
 
 
 def _tier_warnings(done: Restore) -> None:

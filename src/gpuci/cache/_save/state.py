@@ -127,15 +127,9 @@ class Saver:
         may be the disk the job writes next)."""
         if self.tier is None:
             return 0
-        packed = [(e.pack, e.offset, e.size) for e in files if e.pack and self.tier.keeps_runs]
-        in_runs = self.tier.runs_cover(packed)
-        lacking = {
-            e.sha256: e
-            for e in files
-            if e.size
-            and (e.pack, e.offset, e.size) not in in_runs
-            and not self.tier.has(e.sha256, e.size)
-        }
+        with_bytes = [e for e in files if e.size]
+        held = self.tier.holds(with_bytes)
+        lacking = {e.sha256: e for e, h in zip(with_bytes, held, strict=True) if not h}
         added = 0
         if self.tier.room_for(sum(e.size for e in lacking.values())):
             for entry in lacking.values():

@@ -43,7 +43,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gpuci import files, inputs, settings
 from gpuci.cache import _layout as layout
@@ -96,6 +96,15 @@ def parse_mode(raw: str | None) -> str:
             hint="set local-cache-mode to copy (the default), verify, or link (one tenant only)",
         )
     return mode
+
+
+class _Held(Protocol):
+    """A manifest's file entry, as :meth:`LocalTier.holds` reads it."""
+
+    sha256: str
+    size: int
+    pack: str
+    offset: int
 
 
 def untrusted(st: os.stat_result, uid: int | None = None) -> str | None:
@@ -460,16 +469,19 @@ class LocalTier:
         spans = ((layout.run_span(name, pack), name) for name in names)
         return sorted((span[0], span[1], f"{folder}/{name}") for span, name in spans if span)
 
-    def runs_cover(self, spans: Sequence[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
-        """Which of the (pack, offset, size) spans a run the tier holds covers: a run that
-        passes the checks a restore makes before reading it (its bytes are hashed then), seen
-        without changing anything."""
-        runs = {pack: self._intact_runs(pack) for pack in {span[0] for span in spans}}
-        return {
-            (pack, offset, size)
-            for pack, offset, size in spans
-            if any(start <= offset and offset + size <= end for start, end, _ in runs[pack])
-        }
+    def holds(self, entries: Sequence[_Held], repair: bool = True) -> list[bool]:
+        """Whether the tier holds each file (size > 0): a packed one in a run of its pack that
+        passes the checks a restore makes before reading it (its bytes are hashed then), any
+        one as a trustworthy blob (an untrusted blob is removed when ``repair``)."""
+        runs = {pack: self._intact_runs(pack) for pack in {e.pack for e in entries if e.pack}}
+        return [
+            e.size > 0
+            and (
+                any(a <= e.offset and e.offset + e.size <= b for a, b, _ in runs.get(e.pack, ()))
+                or self.has(e.sha256, e.size, repair)
+            )
+            for e in entries
+        ]
 
     def _intact_runs(self, pack: str) -> list[tuple[int, int, str]]:
         out = []
