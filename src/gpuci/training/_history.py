@@ -17,7 +17,6 @@ Objects are written with ``If-None-Match`` (never overwritten) and read as input
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import secrets
 import time
@@ -27,6 +26,7 @@ from typing import Any
 from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store
+from gpuci.charts import finite
 from gpuci.training import _ci as ci
 from gpuci.units import utc_iso
 
@@ -123,13 +123,6 @@ def should_append(mode: str, environ: Mapping[str, str]) -> tuple[bool, str]:
     return False, "not in CI (set history-append: always to record a local run)"
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    out = float(value)
-    return out if math.isfinite(out) else None
-
-
 def gated_metrics(gate: Mapping[str, Any]) -> dict[str, float]:
     """The numeric values of the gated metrics, by name, from a gate record."""
     out: dict[str, float] = {}
@@ -137,7 +130,7 @@ def gated_metrics(gate: Mapping[str, Any]) -> dict[str, float]:
     for row in rows if isinstance(rows, list) else []:
         if not isinstance(row, dict) or not isinstance(row.get("metric"), str):
             continue
-        value = _number(row.get("value"))
+        value = finite(row.get("value"))
         if value is not None and len(out) < MAX_METRICS:
             out[row["metric"][:MAX_NAME]] = value
     return out
@@ -178,13 +171,13 @@ def _clean(data: Any) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
     metrics = data.get("metrics")
-    epoch = _number(data.get("epoch"))
+    epoch = finite(data.get("epoch"))
     if not isinstance(metrics, dict) or epoch is None:
         return None
     values = {
         str(name)[:MAX_NAME]: number
         for name, value in list(metrics.items())[:MAX_METRICS]
-        if (number := _number(value)) is not None
+        if (number := finite(value)) is not None
     }
 
     def text(name: str, limit: int) -> str:
