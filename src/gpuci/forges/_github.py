@@ -36,9 +36,10 @@ def api_headers(token: str) -> dict[str, str]:
 
 
 class GitHubReader(ApiClient):
-    """A GitHub REST client for reads that need no repository of their own (commits of a ref,
-    actions/runner releases), with a token only when one is given; subclasses name what a 404
-    means for them in ``hint_404``."""
+    """A GitHub REST client with GitHub's headers, a token only when one is given: as is, for
+    reads that need no repository of their own (commits of a ref, actions/runner releases);
+    the base of every GitHub client (comments, runners), each naming what a 401, 403 and 404
+    mean for it in its hints."""
 
     service = "GitHub"
     url_env = settings.GITHUB_API_URL.name
@@ -47,15 +48,13 @@ class GitHubReader(ApiClient):
         super().__init__(api_url, token, api_headers(token), **kwargs)
 
 
-class GitHub(ApiClient):
-    service = "GitHub"
-    url_env = settings.GITHUB_API_URL.name
+class GitHub(GitHubReader):
     hint_401 = "pass a valid token (github.token works) via the token input or GITHUB_TOKEN"
     hint_403 = "grant 'pull-requests: write'; fork PRs get a read-only token"
     hint_404 = "check the repository and pull request number (and GITHUB_API_URL)"
 
     def __init__(self, api_url: str, token: str, repository: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, api_headers(token), **kwargs)
+        super().__init__(api_url, token, **kwargs)
         self.repository = repository
         self._identity: Identity | bool | None = False  # False: not asked yet
 

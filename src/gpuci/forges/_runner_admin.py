@@ -60,11 +60,9 @@ def github_runners(client: ApiClient, base: str) -> Iterator[Runner]:
                 yield Runner(rid, name, labels, base, str(item.get("status") or ""))
 
 
-class GitHubRunnerLabels(ApiClient):
+class GitHubRunnerLabels(gh.GitHubReader):
     """Find a runner by its exact name, remove and add its custom labels."""
 
-    service = "GitHub"
-    url_env = settings.GITHUB_API_URL.name
     hint_401 = f"set {_GITHUB_TOKEN} to a valid token with administration rights"
     hint_403 = (
         f"give the token in {_GITHUB_TOKEN} 'Administration: read and write' on the "
@@ -73,9 +71,6 @@ class GitHubRunnerLabels(ApiClient):
     )
     hint_404 = "check GITHUB_REPOSITORY, GITHUB_API_URL and that the token can see the runner"
     forbidden_what = "the token may not manage self-hosted runners"
-
-    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, gh.api_headers(token), **kwargs)
 
     def find(self, name: str, base: str) -> Runner | None:
         """The runner called exactly ``name`` under ``base``; None when there is none."""
