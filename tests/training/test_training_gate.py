@@ -5,37 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuci_testing import clean_env, gh_env, parse_file_command, run_cli
+from training_cli import run_gate, write_json
 
-
-def write(path: Path, data) -> Path:
-    path.write_text(data if isinstance(data, str) else json.dumps(data))
-    return path
+from gpuci_testing import gh_env, parse_file_command, run_cli
 
 
 def read_outputs(path: Path) -> dict[str, str]:
     return parse_file_command(path.read_text(), "GITHUB_OUTPUT")
 
 
-def gate(tmp_path: Path, *flags: str):
-    """``gpuci gate FLAGS --output-dir TMP/o``, its journal at TMP/j.jsonl."""
-    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    return run_cli("gate", *flags, "--output-dir", str(tmp_path / "o"), env=env)
-
-
 def test_repeated_flags_pass_and_write_gate_json(tmp_path):
-    metrics = write(tmp_path / "m.json", {"eval": {"accuracy": 0.95}, "loss": 0.2})
-    proc = gate(
-        tmp_path,
-        "--metrics",
-        str(metrics),
-        "--min",
-        "eval.accuracy=0.92",
-        "--max",
-        "loss=0.35",
-        "--min",
-        "accuracy=0.9",
-    )
+    metrics = {"eval": {"accuracy": 0.95}, "loss": 0.2}
+    rules = ("--min", "eval.accuracy=0.92", "--max", "loss=0.35", "--min", "accuracy=0.9")
+    proc = run_gate(tmp_path, metrics, *rules)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "3 rule(s) passed" in proc.stdout
     written = json.loads((tmp_path / "o" / "gate.json").read_text())
@@ -46,8 +28,8 @@ def test_repeated_flags_pass_and_write_gate_json(tmp_path):
 
 
 def test_failing_gate_in_actions_exit_1_with_outputs_table_and_annotation(tmp_path):
-    metrics = write(tmp_path / "m.json", {"eval": {"accuracy": 0.90, "loss": float("nan")}})
-    baseline = write(tmp_path / "b.json", {"eval": {"accuracy": 0.93, "loss": 0.3}})
+    metrics = write_json(tmp_path / "m.json", {"eval": {"accuracy": 0.90, "loss": float("nan")}})
+    baseline = write_json(tmp_path / "b.json", {"eval": {"accuracy": 0.93, "loss": 0.3}})
     env = gh_env(
         tmp_path,
         INPUT_METRICS=str(metrics),
@@ -77,9 +59,9 @@ def test_failing_gate_in_actions_exit_1_with_outputs_table_and_annotation(tmp_pa
 
 
 def test_baseline_absent_warns_and_skips_regression(tmp_path):
-    metrics = write(tmp_path / "m.jsonl", '{"acc": 0.1}\n{"acc": 0.97}\n')
-    flags = ("--metrics", str(metrics), "--max-regression", "acc=0.01")
-    proc = gate(tmp_path, *flags, "--baseline", str(tmp_path / "none.json"), "--json")
+    metrics = write_json(tmp_path / "m.jsonl", '{"acc": 0.1}\n{"acc": 0.97}\n')
+    flags = ("--max-regression", "acc=0.01", "--baseline", str(tmp_path / "none.json"))
+    proc = run_gate(tmp_path, metrics, *flags, "--json")
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     assert body["outputs"]["passed"] == "true"
@@ -87,7 +69,7 @@ def test_baseline_absent_warns_and_skips_regression(tmp_path):
         "not found: max-regression rules skipped" in a["message"] for a in body["annotations"]
     )
     assert body["report"]["gate"]["rows"][0]["verdict"] == "skipped: no baseline"
-    proc = gate(tmp_path, *flags, "--baseline", str(tmp_path / "none.json"), "--require-baseline")
+    proc = run_gate(tmp_path, metrics, *flags, "--require-baseline")
     assert proc.returncode == 1 and "FAIL: no baseline" in proc.stdout
 
 
@@ -101,36 +83,26 @@ def test_missing_metrics_file_fails_with_cause_and_fix(tmp_path):
 
 
 def test_bad_rules_and_no_rules_exit_2(tmp_path):
-    metrics = write(tmp_path / "m.json", {"acc": 1})
-    proc = run_cli("gate", "--metrics", str(metrics), "--min", "acc>0.5")
+    proc = run_gate(tmp_path, {"acc": 1}, "--min", "acc>0.5")
     assert proc.returncode == 2 and "min rule 'acc>0.5' is not name=value" in proc.stdout
-    proc = run_cli("gate", "--metrics", str(metrics))
+    proc = run_gate(tmp_path, {"acc": 1})
     assert proc.returncode == 2 and "the gate has no rules" in proc.stdout
-    corrupt = write(tmp_path / "b.json", "{")
-    proc = run_cli("gate", "--metrics", str(metrics), "--min", "acc=0", "--baseline", str(corrupt))
+    proc = run_gate(tmp_path, {"acc": 1}, "--min", "acc=0", baseline="{")
     assert proc.returncode == 2 and "baseline file" in proc.stdout
 
 
 def test_dry_run_plans_and_writes_nothing(tmp_path):
-    proc = gate(
-        tmp_path,
-        "--dry-run",
-        "--metrics",
-        str(tmp_path / "later.json"),
-        "--min",
-        "acc=0.5",
-        "--artifacts",
-        str(tmp_path / "model.npz"),
-        "--comment",
+    later = tmp_path / "later.json"
+    model = str(tmp_path / "model.npz")
+    proc = run_gate(
+        tmp_path, later, "--dry-run", "--min", "acc=0.5", "--artifacts", model, "--comment"
     )
     assert proc.returncode == 0, proc.stdout
     assert "would check 1 rule(s): acc >= 0.5" in proc.stdout
     assert "not there yet" in proc.stdout and "PR comment skipped: no token" in proc.stdout
     assert not (tmp_path / "o").exists() and not (tmp_path / "j.jsonl").exists()
     # with the metrics present, the dry run judges them, and still writes nothing
-    write(tmp_path / "later.json", {"acc": 0.2})
-    proc = gate(
-        tmp_path, "--dry-run", "--metrics", str(tmp_path / "later.json"), "--min", "acc=0.5"
-    )
+    write_json(later, {"acc": 0.2})
+    proc = run_gate(tmp_path, later, "--dry-run", "--min", "acc=0.5")
     assert proc.returncode == 1 and "the gate would FAIL" in proc.stdout
     assert not (tmp_path / "o").exists()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from training_cli import answer, run_gate
 
 from forges.fake_gitlab import BOT_ID, FakeGitLab
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env
 
 PROJECT = "9"
 MARKER = "<!-- gpuci-report:training -->"
@@ -39,26 +39,11 @@ def mr_env(fake: FakeGitLab, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def report(tmp_path: Path, env: dict[str, str], accuracy: float) -> dict:
-    metrics = tmp_path / "m.json"
-    metrics.write_text(json.dumps({"accuracy": accuracy}))
-    proc = run_cli(
-        "gate",
-        "--metrics",
-        str(metrics),
-        "--min",
-        "accuracy=0.9",
-        "--output-dir",
-        str(tmp_path / "o"),
-        "--comment",
-        "true",
-        "--json",
-        env=env,
-    )
+    flags = ("--min", "accuracy=0.9", "--comment", "true", "--json")
+    proc = run_gate(tmp_path, {"accuracy": accuracy}, *flags, env=env)
     for secret in (env.get("GPUCI_GITLAB_TOKEN"), env.get("CI_JOB_TOKEN")):
         assert not secret or secret not in proc.stdout + proc.stderr  # masked, never printed
-    body = json.loads(proc.stdout)
-    body["rc"] = proc.returncode
-    return body
+    return answer(proc)
 
 
 def test_note_created_then_updated_in_place_across_pages(tmp_path, gitlab):

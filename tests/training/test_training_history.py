@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from training_cli import run_gate
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.files import json_bytes
 from gpuci.training import _history as history
 from gpuci.training._ci import RunContext
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env
 
 
 class CountingStore(LocalStore):
@@ -102,23 +103,9 @@ def test_github_push_to_default_branch_appends(tmp_path):
     assert not history.should_append("auto", {**env, "GITHUB_REF": "refs/heads/main"})[0]
 
 
-def _gate_cli(tmp_path: Path, value: float, env: dict[str, str], *extra: str):
-    metrics = tmp_path / "m.json"
-    metrics.write_text(json.dumps({"eval": {"accuracy": value}}))
-    return run_cli(
-        "gate",
-        "--metrics",
-        str(metrics),
-        "--min",
-        "eval.accuracy=0.9",
-        "--output-dir",
-        str(tmp_path / "o"),
-        "--history",
-        (tmp_path / "hist").as_uri(),
-        "--json",
-        *extra,
-        env=env,
-    )
+def _gate_cli(tmp_path: Path, value: float, env: dict[str, str]):
+    flags = ("--min", "eval.accuracy=0.9", "--history", (tmp_path / "hist").as_uri(), "--json")
+    return run_gate(tmp_path, {"eval": {"accuracy": value}}, *flags, env=env)
 
 
 def test_gate_appends_on_schedule_and_reports_history_before_this_run(tmp_path):

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from training_cli import run_gate
 
 from gpuci import markdown, untrusted_json
 from gpuci.runtime import markdown_table
@@ -28,6 +29,12 @@ HOSTILE = (
     '<img src="http://tracker.invalid/p.png"> [click](http://evil.invalid) '
     "![x](http://evil.invalid/i.png) @octocat #1 www.evil.invalid https://evil.invalid/a "
     "`code` | pipe \\| \nsecond line <!-- hidden --> &#64;octocat"
+)
+# Each is refused however it is read: the reason names the cap it breaks.
+HOSTILE_JSON = pytest.mark.parametrize(
+    ("content", "why"),
+    [(DEEP, "nested more than 64 levels deep"), (HUGE_INT, "an integer of 5001 digits")],
+    ids=["deep", "huge-int"],
 )
 
 
@@ -49,12 +56,9 @@ def _live(text: str) -> list[str]:
 
 
 def gate(tmp_path: Path, metrics: str, baseline: str | None = None):
-    (tmp_path / "m.json").write_text(metrics)
-    args = ["gate", "--metrics", str(tmp_path / "m.json"), "--min", "accuracy=0.5"]
-    if baseline is not None:
-        (tmp_path / "b.json").write_text(baseline)
-        args += ["--baseline", str(tmp_path / "b.json"), "--max-regression", "accuracy=0.1"]
-    return run_cli(*args, "--output-dir", str(tmp_path / "o"), env=gh_env(tmp_path))
+    regression = () if baseline is None else ("--max-regression", "accuracy=0.1")
+    flags = ("--min", "accuracy=0.5", *regression)
+    return run_gate(tmp_path, metrics, *flags, env=gh_env(tmp_path), baseline=baseline)
 
 
 def _one_line_no_traceback(proc, expected: str) -> None:
@@ -64,11 +68,7 @@ def _one_line_no_traceback(proc, expected: str) -> None:
     assert any(expected in ln for ln in errors), text
 
 
-@pytest.mark.parametrize(
-    ("content", "why"),
-    [(DEEP, "nested more than 64 levels deep"), (HUGE_INT, "an integer of 5001 digits")],
-    ids=["deep", "huge-int"],
-)
+@HOSTILE_JSON
 def test_hostile_metrics_fail_the_gate_in_one_line(tmp_path, content, why):
     proc = gate(tmp_path, content)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -77,11 +77,7 @@ def test_hostile_metrics_fail_the_gate_in_one_line(tmp_path, content, why):
     assert record["passed"] is False and why in record["metrics_error"]
 
 
-@pytest.mark.parametrize(
-    ("content", "why"),
-    [(DEEP, "nested more than 64 levels deep"), (HUGE_INT, "an integer of 5001 digits")],
-    ids=["deep", "huge-int"],
-)
+@HOSTILE_JSON
 def test_hostile_baseline_is_bad_input_in_one_line(tmp_path, content, why):
     proc = gate(tmp_path, '{"eval": {"accuracy": 0.9}}', baseline=content)
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -93,9 +89,7 @@ def test_metrics_over_the_size_cap_are_refused_unread(tmp_path):
     with path.open("wb") as handle:  # sparse: the cap, not the disk, is what is tested
         handle.write(b'{"accuracy": 0.9}')
         handle.truncate(untrusted_json.MAX_BYTES + 1)
-    proc = run_cli(
-        "gate", "--metrics", str(path), "--min", "accuracy=0.5", "--output-dir", str(tmp_path)
-    )
+    proc = run_gate(tmp_path, path, "--min", "accuracy=0.5")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"is not usable metrics: it is over {untrusted_json.MAX_BYTES >> 20} MiB" in proc.stdout
 
@@ -107,9 +101,7 @@ def test_a_long_log_is_read_from_its_end(tmp_path):
         handle.truncate(untrusted_json.MAX_BYTES + 10)  # a long run's early steps
         handle.seek(0, 2)
         handle.write(b'\n{"accuracy": 0.1}\n{"accuracy": 0.9}\n')
-    proc = run_cli(
-        "gate", "--metrics", str(path), "--min", "accuracy=0.5", "--output-dir", str(tmp_path)
-    )
+    proc = run_gate(tmp_path, path, "--min", "accuracy=0.5")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

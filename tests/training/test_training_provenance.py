@@ -6,27 +6,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from training_cli import answer, cli_json, github_env, run_gate
+
 from gpuci import journal
 from gpuci_testing import clean_env, run_cli
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def github_env(tmp_path: Path) -> dict[str, str]:
-    return clean_env(
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-        GITHUB_REPOSITORY="acme/models",
-        GITHUB_SERVER_URL="https://github.com",
-        GITHUB_SHA="a" * 40,
-        GITHUB_REF="refs/pull/7/merge",
-        GITHUB_RUN_ID="123",
-        GITHUB_RUN_ATTEMPT="2",
-        GITHUB_WORKFLOW_REF="acme/models/.github/workflows/train.yml@refs/pull/7/merge",
-        GITHUB_JOB="train",
-        RUNNER_ENVIRONMENT="self-hosted",
-    )
 
 
 def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
@@ -36,8 +23,6 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
     model.write_bytes(b"weights" * 1000)
     (tmp_path / "out" / "tokenizer.json").write_text("{}")
     (tmp_path / "out" / "junk.incomplete").write_text("half")
-    metrics = tmp_path / "metrics.json"
-    metrics.write_text(json.dumps({"eval": {"accuracy": 0.95}}))
     journal.record(
         "cache-restore",
         {
@@ -67,22 +52,13 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
     )
     journal.record("gpu-setup", {"gpus": [{"name": "NVIDIA H100"}], "driver": "550.54"}, env)
 
-    proc = run_cli(
-        "gate",
-        "--metrics",
-        str(metrics),
-        "--min",
-        "eval.accuracy=0.9",
-        "--artifacts",
-        str(tmp_path / "out"),
-        "--output-dir",
-        str(tmp_path / "prov"),
-        "--json",
-        env=env,
+    metrics = {"eval": {"accuracy": 0.95}}
+    artifacts = ("--artifacts", str(tmp_path / "out"))
+    body = answer(
+        run_gate(tmp_path, metrics, "--min", "eval.accuracy=0.9", *artifacts, "--json", env=env)
     )
-    body = json.loads(proc.stdout)
-    assert proc.returncode == 0, body
-    prov = tmp_path / "prov"
+    assert body["rc"] == 0, body
+    prov = tmp_path / "o"
     statement_path = Path(body["outputs"]["statement"])
     assert body["outputs"]["digest"] == "sha256:" + sha256(statement_path)
     record = json.loads((prov / "provenance.json").read_text())
@@ -122,7 +98,7 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
     assert run["metadata"]["invocationId"] == (
         "https://github.com/acme/models/actions/runs/123/attempts/2"
     )
-    assert run["byproducts"][0]["digest"]["sha256"] == sha256(metrics)
+    assert run["byproducts"][0]["digest"]["sha256"] == sha256(tmp_path / "m.json")
     assert run["byproducts"][0]["annotations"]["verdict"] == "passed"
 
     assert record["source"]["commit"] == "a" * 40
@@ -136,36 +112,16 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
 
 def test_provenance_command_reads_the_gate_from_the_journal(tmp_path):
     env = github_env(tmp_path)
-    metrics = tmp_path / "m.json"
-    metrics.write_text('{"acc": 0.1}')
     model = tmp_path / "model.bin"
     model.write_bytes(b"\0" * 4096)
-    gate = run_cli(
-        "gate",
-        "--metrics",
-        str(metrics),
-        "--min",
-        "acc=0.5",
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=env,
-    )
-    assert gate.returncode == 1
-    proc = run_cli(
-        "provenance",
-        "--artifacts",
-        str(tmp_path / "*.bin"),
-        "--output-dir",
-        str(tmp_path / "o"),
-        "--json",
-        env=env,
-    )
-    body = json.loads(proc.stdout)
-    assert proc.returncode == 0, body
+    assert run_gate(tmp_path, {"acc": 0.1}, "--min", "acc=0.5", env=env).returncode == 1
+    out = ("--output-dir", str(tmp_path / "o"))
+    body = cli_json(env, "provenance", "--artifacts", str(tmp_path / "*.bin"), *out)
+    assert body["rc"] == 0, body
     record = json.loads((tmp_path / "o" / "provenance.json").read_text())
     assert record["verdict"] == "failed"
     assert record["gate"]["failed_rules"] == ["acc >= 0.5"]
-    assert record["metrics"]["sha256"] == sha256(metrics)
+    assert record["metrics"]["sha256"] == sha256(tmp_path / "m.json")
     assert record["artifacts"] == [
         {"path": model.as_posix(), "size": 4096, "sha256": sha256(model)}
     ]
@@ -173,25 +129,11 @@ def test_provenance_command_reads_the_gate_from_the_journal(tmp_path):
 
 def test_missing_artifact_fails_and_dry_run_writes_nothing(tmp_path):
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    proc = run_cli(
-        "provenance",
-        "--artifacts",
-        str(tmp_path / "nope"),
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=env,
-    )
+    out = ("--output-dir", str(tmp_path / "o"))
+    proc = run_cli("provenance", "--artifacts", str(tmp_path / "nope"), *out, env=env)
     assert proc.returncode == 1 and "matches no file" in proc.stdout
     (tmp_path / "m.bin").write_bytes(b"x" * 2048)
-    proc = run_cli(
-        "provenance",
-        "--dry-run",
-        "--artifacts",
-        str(tmp_path / "m.bin"),
-        "--output-dir",
-        str(tmp_path / "o"),
-        env=env,
-    )
+    proc = run_cli("provenance", "--dry-run", "--artifacts", str(tmp_path / "m.bin"), *out, env=env)
     assert proc.returncode == 0, proc.stdout
     assert "1 file(s), 2.0 KiB" in proc.stdout
     assert not (tmp_path / "o").exists() and not (tmp_path / "j.jsonl").exists()

@@ -10,7 +10,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from test_training_provenance import github_env
+from training_cli import answer, cli_json, github_env, run_gate
 
 from gpuci_testing import run_cli
 
@@ -19,71 +19,38 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def _cli(env: dict[str, str], *args: str) -> dict:
-    proc = run_cli(*args, "--json", env=env)
-    body = json.loads(proc.stdout)
-    body["rc"] = proc.returncode
-    return body
-
-
 def test_gated_pinned_model_is_rebuilt_after_its_keys_moved_and_were_pruned(tmp_path):
     env = {**github_env(tmp_path), "GPUCI_LOCAL_CACHE": "off", "HOME": str(tmp_path / "home")}
     store = (tmp_path / "store").as_uri()
+
+    def weights(verb: str, *args: str) -> dict:
+        """``gpuci cache-weights VERB ARGS --store STORE --json``."""
+        return cli_json(env, "cache-weights", verb, *args, "--store", store)
+
     source = tmp_path / "dataset"
     source.mkdir()
     (source / "train.bin").write_bytes(os.urandom(1_300_000))
     (source / "labels.txt").write_text("cat\ndog\n")
-    assert (
-        _cli(
-            env,
-            "cache-weights",
-            "save",
-            "--key",
-            "data-v1",
-            "--path",
-            str(source),
-            "--store",
-            store,
-        )["rc"]
-        == 0
-    )
+    assert weights("save", "--key", "data-v1", "--path", str(source))["rc"] == 0
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     (scratch / "tmp.bin").write_bytes(os.urandom(1_100_000))
-    unpinned = _cli(
-        env, "cache-weights", "save", "--key", "scratch-1", "--path", str(scratch), "--store", store
-    )["outputs"]["manifest"]
+    unpinned = weights("save", "--key", "scratch-1", "--path", str(scratch))["outputs"]["manifest"]
 
     # The training job: restore the data, train, gate with pin.
     work = tmp_path / "work" / "data"
-    got = _cli(
-        env, "cache-weights", "restore", "--key", "data-v1", "--path", str(work), "--store", store
-    )
+    got = weights("restore", "--key", "data-v1", "--path", str(work))
     assert got["rc"] == 0, got
     recorded = got["outputs"]["manifest"]
     model = tmp_path / "model" / "model.bin"
     model.parent.mkdir()
     model.write_bytes(hashlib.sha256((work / "train.bin").read_bytes()).digest())
-    metrics = tmp_path / "metrics.json"
-    metrics.write_text('{"accuracy": 0.97}')
-    gate_args = (
-        "gate",
-        "--metrics",
-        str(metrics),
-        "--min",
-        "accuracy=0.9",
-        "--artifacts",
-        str(model.parent),
-        "--output-dir",
-        str(tmp_path / "prov"),
-        "--pin",
-        "true",
-    )
-    plan = _cli(env, *gate_args, "--dry-run")
+    pinned = ("--min", "accuracy=0.9", "--artifacts", str(model.parent), "--pin", "true")
+    plan = answer(run_gate(tmp_path, {"accuracy": 0.97}, *pinned, "--json", "--dry-run", env=env))
     assert plan["rc"] == 0, plan
     assert any("would pin the manifests of the 1 dataset(s)" in s for s in plan["report"]["plan"])
     assert not (tmp_path / "store" / "pins").exists()
-    gate = _cli(env, *gate_args)
+    gate = answer(run_gate(tmp_path, {"accuracy": 0.97}, *pinned, "--json", env=env))
     assert gate["rc"] == 0, gate
     assert gate["outputs"]["pinned"] == "1"
     assert (tmp_path / "store" / "pins" / f"{recorded}.json").is_file()
@@ -92,26 +59,22 @@ def test_gated_pinned_model_is_rebuilt_after_its_keys_moved_and_were_pruned(tmp_
     # Months later: the key moved on to new data, and prune ran.
     shutil.rmtree(tmp_path / "work")
     (source / "train.bin").write_bytes(os.urandom(1_300_000))
-    moved = _cli(
-        env, "cache-weights", "save", "--key", "data-v1", "--path", str(source), "--store", store
-    )
+    moved = weights("save", "--key", "data-v1", "--path", str(source))
     assert moved["outputs"]["manifest"] != recorded
-    pruned = _cli(
-        env, "cache-weights", "prune", "--older-than", "0s", "--grace", "0s", "--store", store
-    )
+    pruned = weights("prune", "--older-than", "0s", "--grace", "0s")
     assert pruned["rc"] == 0, pruned
     assert f"manifests/{unpinned}.json" in pruned["report"]["manifests"]  # pruned as before
     assert f"manifests/{recorded}.json" not in pruned["report"]["manifests"]
     assert not (tmp_path / "store" / "manifests" / f"{unpinned}.json").exists()
 
     # A colleague rebuilds from the record alone.
-    replay = _cli(env, "provenance", "--record", str(tmp_path / "prov" / "provenance.json"))
+    replay = cli_json(env, "provenance", "--record", str(tmp_path / "o" / "provenance.json"))
     assert replay["rc"] == 0, replay
     commands = replay["report"]["commands"]
     assert len(commands) == 1 and f"--manifest {recorded}" in commands[0]
     args = shlex.split(commands[0])
     assert args[:3] == ["python", "-m", "gpuci"]
-    restored = _cli(env, *args[3:])
+    restored = cli_json(env, *args[3:])
     assert restored["rc"] == 0, restored
     assert restored["outputs"]["manifest"] == recorded
     rebuilt = _files(work)
@@ -134,7 +97,7 @@ def test_replaying_a_hostile_record_prints_no_injected_line(tmp_path):
             }
         )
     )
-    got = _cli(env, "provenance", "--record", str(record))
+    got = cli_json(env, "provenance", "--record", str(record))
     assert got["rc"] == 0, got
     assert got["report"]["commands"] == [
         "python -m gpuci cache-weights restore --manifest "
@@ -144,5 +107,5 @@ def test_replaying_a_hostile_record_prints_no_injected_line(tmp_path):
     assert len(got["report"]["skipped"]) == 2
     proc = run_cli("provenance", "--record", str(record), env=env)
     assert "\n::error::owned" not in proc.stdout + proc.stderr
-    bad = _cli(env, "provenance", "--record", str(tmp_path / "missing.json"))
+    bad = cli_json(env, "provenance", "--record", str(tmp_path / "missing.json"))
     assert bad["rc"] == 2

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from training_cli import run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci import journal
@@ -29,29 +30,17 @@ def pr_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]:
     return fake.pull_request_env(tmp_path, REPO, 7, **extra)
 
 
+# An accuracy floor and an allowance against the baseline (accuracy 0.93, loss 0.31).
+RULES = ("--min", "eval.accuracy=0.92", "--max-regression", "accuracy=0.01")
+
+
 def gate(tmp_path: Path, env: dict[str, str], accuracy: float, *extra: str):
-    metrics = tmp_path / "m.json"
-    metrics.write_text(json.dumps({"eval": {"accuracy": accuracy, "loss": 0.3}}))
-    baseline = tmp_path / "base.json"
-    baseline.write_text(json.dumps({"eval": {"accuracy": 0.93, "loss": 0.31}}))
     model = tmp_path / "model.npz"
     model.write_bytes(b"m" * 100)
-    return run_cli(
-        "gate",
-        "--metrics",
-        str(metrics),
-        "--min",
-        "eval.accuracy=0.92",
-        "--baseline",
-        str(baseline),
-        "--max-regression",
-        "accuracy=0.01",
-        "--artifacts",
-        str(model),
-        "--output-dir",
-        str(tmp_path / "o"),
-        *extra,
-        env=env,
+    metrics = {"eval": {"accuracy": accuracy, "loss": 0.3}}
+    baseline = {"eval": {"accuracy": 0.93, "loss": 0.31}}
+    return run_gate(
+        tmp_path, metrics, *RULES, "--artifacts", str(model), *extra, env=env, baseline=baseline
     )
 
 
