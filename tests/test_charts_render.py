@@ -86,10 +86,6 @@ def _style(svg: str) -> str:
     return found.group(1) if found else ""
 
 
-def _texts(svg: str) -> list[str]:
-    return walk_texts(svg)
-
-
 def _shot(name: str, tmp_path: Path) -> Path:
     folder = IMAGES if os.environ.get("GPUCI_UPDATE_IMAGES") == "1" else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
@@ -204,7 +200,7 @@ def test_the_comment_and_the_summary_say_at_a_glance_that_the_run_failed_and_why
     assert "failed rule eval.accuracy drop \\<= 0.01 vs baseline: limit 0.911" in page
     # Short labels, never more than MAX_LABELS a chart, this run always named.
     for chart in charts_drawn:
-        walk = _texts(chart)
+        walk = walk_texts(chart)
         days = [t for t in walk if re.fullmatch(r"(Nov|Dec) \d{1,2}", t)]
         assert 1 <= len(days) <= charts.MAX_LABELS - 1 and "this run" in walk
         assert not [t for t in walk if re.fullmatch(r"[0-9a-f]{7,}", t)]  # no commit hashes

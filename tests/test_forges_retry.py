@@ -63,14 +63,16 @@ def test_a_garbage_retry_after_backs_off_instead(sleeps, garbage):
     assert len(sleeps) == 1 and math.isfinite(sleeps[0]) and sleeps[0] == 0.25
 
 
-def test_rate_limited_to_the_end_is_one_line(sleeps):
-    with (
-        _RateLimited(*[(429, {"Retry-After": "1"})] * 5) as server,
-        pytest.raises(InfraError) as info,
-    ):
-        _comments(server, attempts=3)
-    assert server.seen == 3 and sleeps == [1.0, 1.0]
-    assert "HTTP 429" in info.value.one_line()
+@pytest.mark.parametrize(
+    ("answer", "attempts"), [((429, {"Retry-After": "1"}), 3), ((403, {"retry-after": "1"}), 2)]
+)
+def test_rate_limited_to_the_end_is_one_line_naming_it(sleeps, answer, attempts):
+    """A 429, or a 403 that is GitHub's rate limit, on every attempt: one line, no traceback."""
+    with _RateLimited(*[answer] * 5) as server, pytest.raises(InfraError) as info:
+        _comments(server, attempts=attempts)
+    assert server.seen == attempts and sleeps == [1.0] * (attempts - 1)
+    line = info.value.one_line()
+    assert f"HTTP {answer[0]}" in line and "rate limited" in line
 
 
 def test_a_403_that_is_githubs_rate_limit_is_waited_by_its_headers(sleeps):
@@ -93,15 +95,6 @@ def test_a_plain_403_is_not_retried():
     ):
         _comments(server)
     assert server.seen == 1
-
-
-def test_a_rate_limit_403_to_the_end_is_one_line_naming_it(sleeps):
-    with (
-        _RateLimited(*[(403, {"retry-after": "1"})] * 5) as server,
-        pytest.raises(InfraError) as info,
-    ):
-        _comments(server, attempts=2)
-    assert server.seen == 2 and "rate limited" in info.value.one_line()
 
 
 @pytest.mark.parametrize(

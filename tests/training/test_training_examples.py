@@ -85,24 +85,10 @@ def test_training_is_deterministic_and_passes_the_example_gate(tmp_path):
     assert 0.5 < metrics["eval"]["accuracy"] <= 1.0
     # The gate with the example's own rules (baseline absent: regression skipped) passes.
     with_ = example_gate_inputs()
-    proc = run_cli(
-        "gate",
-        "--metrics",
-        with_["metrics"],
-        "--min",
-        with_["min"],
-        "--max",
-        with_["max"],
-        "--baseline",
-        with_["baseline"],
-        "--max-regression",
-        with_["max-regression"],
-        "--artifacts",
-        with_["artifacts"],
-        "--json",
-        env=clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl")),
-        cwd=first,
-    )
+    names = ("metrics", "min", "max", "baseline", "max-regression", "artifacts")
+    flags = [arg for name in names for arg in (f"--{name}", with_[name])]
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    proc = run_cli("gate", *flags, "--json", env=env, cwd=first)
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     statement = json.loads((first / body["outputs"]["statement"]).read_text())
