@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +33,6 @@ class RunContext:
     job: str = ""
     runner: str = ""  # github-hosted | self-hosted | a GitLab runner id
     pull_request: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def github_event(env: Mapping[str, str]) -> dict[str, Any]:
