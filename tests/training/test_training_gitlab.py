@@ -21,20 +21,18 @@ def gitlab():
 
 
 def mr_env(fake: FakeGitLab, tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "GITLAB_CI": "true",
-        "CI_API_V4_URL": fake.gitlab_api,
-        "CI_SERVER_URL": fake.base + "/gitlab",
-        "CI_PROJECT_ID": PROJECT,
-        "CI_PROJECT_PATH": "acme/models",
-        "CI_PROJECT_URL": fake.base + "/gitlab/acme/models",
-        "CI_MERGE_REQUEST_IID": "3",
-        "CI_COMMIT_SHA": "c" * 40,
-        "CI_JOB_URL": fake.base + "/gitlab/acme/models/-/jobs/42",
-        "CI_JOB_TOKEN": fake.state.ci_job_token,
-        "GPUCI_GITLAB_TOKEN": fake.state.gitlab_token,
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-    }
+    """A merge-request pipeline of project 9 (acme/models), MR !3, whose API is ``fake``."""
+    env = fake.gitlab_env(
+        GITLAB_CI="true",
+        CI_PROJECT_ID=PROJECT,
+        CI_PROJECT_PATH="acme/models",
+        CI_PROJECT_URL=fake.base + "/gitlab/acme/models",
+        CI_MERGE_REQUEST_IID="3",
+        CI_COMMIT_SHA="c" * 40,
+        CI_JOB_URL=fake.base + "/gitlab/acme/models/-/jobs/42",
+        CI_JOB_TOKEN=fake.state.ci_job_token,
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+    )
     return clean_env(**{**env, **extra})
 
 
