@@ -50,11 +50,12 @@ __all__ = [
     "summary_markdown",
 ]
 
-RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME = (
-    "provenance.json",
-    "provenance.intoto.json",
-    "predicate.json",
-)
+# What provenance writes, by the output that names its path.
+FILES = {
+    "record": "provenance.json",
+    "statement": "provenance.intoto.json",
+    "predicate": "predicate.json",
+}
 SCHEMA = "gpuci.provenance/v1"
 _GLOB_CHARS = set("*?[")
 
@@ -232,19 +233,15 @@ def produce(
         artifacts, environ=environ, metrics_path=metrics_path, gate=gate, python=python
     )
     stmt = statement(record)
-    folder = Path(out_dir)
+    paths = {what: Path(out_dir) / name for what, name in FILES.items()}
     produced = Produced(record=record, statement=stmt, warnings=warnings)
     payload = json_bytes(stmt)
-    produced.digest = "sha256:" + write_file(folder / STATEMENT_NAME, payload)
-    write_file(folder / PREDICATE_NAME, json_bytes(stmt["predicate"]))
+    produced.digest = "sha256:" + write_file(paths["statement"], payload)
+    write_file(paths["predicate"], json_bytes(stmt["predicate"]))
     record_out = {**record, "statement_digest": produced.digest}
-    write_file(folder / RECORD_NAME, json_bytes(record_out))
+    write_file(paths["record"], json_bytes(record_out))
     produced.record = record_out
-    produced.files = {
-        "record": (folder / RECORD_NAME).as_posix(),
-        "statement": (folder / STATEMENT_NAME).as_posix(),
-        "predicate": (folder / PREDICATE_NAME).as_posix(),
-    }
+    produced.files = {what: path.as_posix() for what, path in paths.items()}
     journal.record(
         "provenance",
         {**produced.files, "digest": produced.digest, "artifacts": len(artifacts)},
@@ -269,8 +266,8 @@ def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
         f"journal: {len(hits)} restored dataset/weights manifest(s), {len(misses)} miss(es), "
         f"gpu-setup report {'found' if journal.latest('gpu-setup', environ) else 'not found yet'}"
     )
-    names = (RECORD_NAME, STATEMENT_NAME, PREDICATE_NAME)
-    lines.append(f"would write {', '.join((Path(out_dir) / n).as_posix() for n in names)}")
+    paths = ((Path(out_dir) / name).as_posix() for name in FILES.values())
+    lines.append(f"would write {', '.join(paths)}")
     return lines
 
 
