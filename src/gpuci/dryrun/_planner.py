@@ -223,9 +223,7 @@ class Planner:
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
             if isinstance(step, dict):
-                plan = StepPlan(job=name, index=index, name=step_name(step))
-                plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
-                self.plans.append(plan)
+                self.plans.append(skipped_plan(name, index, step, why, ""))
 
     def calls(
         self,
