@@ -10,14 +10,11 @@ import pytest
 
 from dryrun.dryrun_testing import WORKFLOWS, dry_run, one_job, plan, plan_steps, write
 from gpuci.dryrun._expressions import Partial, Unknown, condition, evaluate, opaque
+from gpuci.dryrun._jobs import nothing_failed as ok  # the status functions where nothing failed
 from gpuci_testing import gh_env, run_cli
 
 # Each workflow is in the checkout tmp_path, where each dry run runs too.
 WF, CALLED_WF = f"{WORKFLOWS}/wf.yml", f"{WORKFLOWS}/called.yml"
-
-
-def ok(name: str) -> bool:
-    return name in ("success", "always")
 
 
 def test_a_secret_named_is_non_empty_but_its_text_stays_unknown():
