@@ -1,30 +1,26 @@
 """``dry-run`` of a workflow: find gpu-ci steps, resolve literal inputs, judge the plan."""
 
-import hashlib
 import json
 import subprocess
-import textwrap
 
 import pytest
 
 from counting_server import CountingServer
+from dryrun.dryrun_testing import (
+    WORKFLOWS,
+    dry_run,
+    one_job,
+    plan,
+    plan_steps,
+    runner_hash_files,
+    steps_of,
+    write,
+)
 from gpuci.dryrun import classify_uses
 from gpuci.dryrun._calls import network_needed
 from gpuci.dryrun._contexts import hash_files
 from gpuci.dryrun._expressions import Unknown
 from gpuci_testing import REPO, clean_env, run_cli
-
-
-def write(tmp_path, body: str):
-    path = tmp_path / "wf.yml"
-    path.write_text(textwrap.dedent(body))
-    return path
-
-
-def one_job(tmp_path, steps: str):
-    """A workflow with one job ``j`` whose steps are ``steps`` (YAML list items)."""
-    body = "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
-    return write(tmp_path, body + textwrap.indent(textwrap.dedent(steps).strip("\n"), "      "))
 
 
 def test_classify_uses():
@@ -58,8 +54,8 @@ def test_root_action_splits_inputs_by_prefix(tmp_path):
                   budget-seconds: 20
     """,
     )
-    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
-    steps = json.loads(proc.stdout)["report"]["steps"]
+    proc = dry_run(tmp_path, wf, "--json")
+    steps = steps_of(proc)
     assert steps[0]["command"] == "gpu-setup + cache-weights restore + gpu-smoke"
     assert steps[0]["verdict"] in ("ok", "would-fail")
     restore = steps[0]["plans"][1]
@@ -88,7 +84,7 @@ def test_malformed_input_names_step_and_input(tmp_path):
               - run: python train.py
     """,
     )
-    proc = run_cli("dry-run", str(wf))
+    proc = dry_run(tmp_path, wf)
     assert proc.returncode == 2, proc.stdout
     assert "job train, step 2 (Check GPUs)" in proc.stdout
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
@@ -105,10 +101,9 @@ def test_unknown_input_is_bad_input(tmp_path):
                   min-memory: 40
     """,
     )
-    proc = run_cli("dry-run", str(wf), "--json")
+    proc = dry_run(tmp_path, wf, "--json")
     assert proc.returncode == 2
-    body = json.loads(proc.stdout)
-    step = body["report"]["steps"][0]
+    step = steps_of(proc)[0]
     assert step["verdict"] == "bad-input"
     assert "min-memory" in step["detail"] and "min-memory-gb" in step["detail"]
 
@@ -122,12 +117,9 @@ def test_expressions_are_reported_not_guessed(tmp_path):
                   url: ${{ vars.MODEL_URL }}
     """,
     )
-    proc = run_cli("dry-run", str(wf), "--json")
-    body = json.loads(proc.stdout)
-    step = body["report"]["steps"][0]
+    (step,) = plan_steps(tmp_path, wf)
     assert step["unresolved"] == ["url"]
     assert "needs run-time value(s) for url" in step["plans"][0]["headline"]
-    assert proc.returncode == 0
 
 
 def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input(tmp_path):
@@ -145,8 +137,8 @@ def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input
                   require-gpu: ${{ vars.REQUIRE }}
     """,
     )
-    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
-    restore, setup = _steps(proc)
+    proc = dry_run(tmp_path, wf, "--json")
+    restore, setup = steps_of(proc)
     assert restore["unresolved"] == ["key"]
     assert restore["verdict"] == "not-evaluated", restore  # never "ok": nothing was checked
     headline = restore["plans"][0]["headline"]
@@ -162,61 +154,44 @@ def test_an_input_that_is_one_of_two_and_given_as_an_expression_is_not_bad_input
 
 
 def test_job_filter_and_errors(tmp_path):
-    wf = write(
-        tmp_path,
-        """
-        on: push
-        jobs:
-          a:
-            runs-on: x
-            steps: [{run: echo hi}]
-    """,
-    )
-    proc = run_cli("dry-run", str(wf), "--job", "nope")
-    assert proc.returncode == 2
-    assert "job 'nope' not in" in proc.stdout and "use one of: a" in proc.stdout
-    proc = run_cli("dry-run", str(wf))
+    wf = one_job(tmp_path, "- run: echo hi")
+    proc = dry_run(tmp_path, wf)
     assert proc.returncode == 0
     assert "no gpu-ci steps found" in proc.stdout
-    bad = tmp_path / "bad.yml"
-    bad.write_text("jobs: [unclosed\n")
-    proc = run_cli("dry-run", str(bad))
-    assert proc.returncode == 2 and "not valid YAML at line" in proc.stdout
-    gitlab = tmp_path / ".gitlab-ci.yml"
-    gitlab.write_text("stages: [test]\ntrain:\n  script: [gpuci gpu-setup]\n")
-    proc = run_cli("dry-run", str(gitlab))
-    assert proc.returncode == 2
-    assert "for GitLab CI, run the job with GPUCI_DRY_RUN=true" in proc.stdout
-    proc = run_cli("dry-run", str(tmp_path / "missing.yml"))
-    assert proc.returncode == 2 and "not found" in proc.stdout
-    (tmp_path / ".github" / "workflows").mkdir(parents=True)
-    (tmp_path / ".github" / "workflows" / "train.yml").write_text("jobs: {}\n")
-    proc = run_cli("dry-run", "nope.yml", cwd=tmp_path)  # the hint names what is here
-    assert proc.returncode == 2
-    assert "here: .github/workflows/train.yml" in proc.stdout
-    proc = run_cli("dry-run", ".github", cwd=tmp_path)
-    assert proc.returncode == 2 and "workflow file .github is a folder" in proc.stdout
-    assert "Traceback" not in proc.stdout + proc.stderr
+    write(tmp_path, "jobs: [unclosed\n", "bad.yml")
+    write(tmp_path, "stages: [test]\ntrain:\n  script: [gpuci gpu-setup]\n", ".gitlab-ci.yml")
+    write(tmp_path, "jobs: {}\n", f"{WORKFLOWS}/train.yml")
+    for args, expected in (
+        ([str(wf), "--job", "nope"], ["job 'nope' not in", "use one of: j"]),
+        (["bad.yml"], ["not valid YAML at line"]),
+        ([".gitlab-ci.yml"], ["for GitLab CI, run the job with GPUCI_DRY_RUN=true"]),
+        (["missing.yml"], ["not found"]),
+        (["nope.yml"], ["here: .github/workflows/train.yml"]),  # the hint names what is here
+        ([".github"], ["workflow file .github is a folder"]),
+    ):
+        proc = run_cli("dry-run", *args, cwd=tmp_path)
+        assert proc.returncode == 2, args
+        assert all(text in proc.stdout for text in expected), (args, proc.stdout)
+        assert "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_a_workflow_is_read_bounded_as_its_actions_are(tmp_path):
     """A PR writes the workflow: one over 1 MiB is refused, not read whole and parsed."""
     wf = write(tmp_path, "on: push\njobs: {a: {runs-on: x, steps: [{run: echo hi}]}}\n")
     wf.write_text(wf.read_text() + "#" * (1 << 20) + "\n")
-    proc = run_cli("dry-run", str(wf))
+    proc = dry_run(tmp_path, wf)
     assert proc.returncode == 2, proc.stdout
     assert f"workflow {wf} is not usable: it is over 1 MiB" in proc.stdout
 
 
 def test_the_readme_main_job_passes_on_a_gpu_less_machine(tmp_path):
     """The README's first command: the local dry run of the example workflow."""
-    env = clean_env(HOME=str(tmp_path))  # an empty embedded store: the cache would miss
-    proc = run_cli("dry-run", "examples/workflows/train.yml", env=env, cwd=REPO)
+    # HOME in tmp_path: an empty embedded store, so the cache would miss
+    proc = dry_run(tmp_path, "examples/workflows/train.yml")  # in the repository
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "plan is valid" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
-    proc = run_cli("dry-run", "examples/workflows/train.yml", "--json", env=env, cwd=REPO)
-    body = json.loads(proc.stdout)
+    body = plan(tmp_path, "examples/workflows/train.yml")
     verdicts = {s["command"]: s["verdict"] for s in body["report"]["steps"] if s["command"]}
     assert verdicts["gpu-setup"] == "would-fail"  # no GPU here: reported, not fatal
     # the runner would skip what follows a failed step: so does the plan, judging it anyway
@@ -239,9 +214,9 @@ def test_dispatching_action_picks_the_sub_command(tmp_path):
                   action: reap
     """,
     )
-    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
+    proc = dry_run(tmp_path, wf, "--json")
     assert proc.returncode == 2
-    steps = json.loads(proc.stdout)["report"]["steps"]
+    steps = steps_of(proc)
     assert steps[0]["verdict"] == "bad-input"
     assert "input 'action' is 'explode', not one of: up, ls" in steps[0]["detail"]
     assert steps[1]["command"] == "pods reap"
@@ -252,15 +227,9 @@ def test_dispatching_action_picks_the_sub_command(tmp_path):
     "workflow", sorted(p.name for p in (REPO / "examples" / "workflows").glob("*.yml"))
 )
 def test_every_example_workflow_has_a_valid_plan(workflow, tmp_path):
-    proc = run_cli(
-        "dry-run", f"examples/workflows/{workflow}", env=clean_env(HOME=str(tmp_path)), cwd=REPO
-    )
+    proc = dry_run(tmp_path, f"examples/workflows/{workflow}")  # in the repository
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "plan is valid" in proc.stdout
-
-
-def _steps(proc) -> list[dict]:
-    return json.loads(proc.stdout)["report"]["steps"]
 
 
 def test_each_matrix_leg_is_judged_on_its_own(tmp_path):
@@ -288,16 +257,14 @@ def test_each_matrix_leg_is_judged_on_its_own(tmp_path):
                   min-memory-gb: ${{ matrix.mem }}
         """,
     )
-    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
-    proc = run_cli("dry-run", str(wf), "--json", env=env)
-    verdicts = {s["job"]: s["verdict"] for s in _steps(proc)}
+    steps = plan_steps(tmp_path, wf, GPUCI_FAKE_NVML="h200")
+    verdicts = {s["job"]: s["verdict"] for s in steps}
     assert verdicts == {
         "train (mem=200)": "would-fail",
         "train (mem=40)": "ok",
         "train (mem=100)": "ok",  # named by the keys that tell the legs apart
     }
-    assert all(not s["unresolved"] for s in _steps(proc))
-    assert proc.returncode == 0
+    assert all(not s["unresolved"] for s in steps)
 
 
 def test_a_matrix_built_at_run_time_is_judged_once_unresolved(tmp_path):
@@ -316,8 +283,8 @@ def test_a_matrix_built_at_run_time_is_judged_once_unresolved(tmp_path):
                   min-memory-gb: ${{ matrix.mem }}
         """,
     )
-    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
-    (step,) = _steps(proc)
+    proc = dry_run(tmp_path, wf, "--json")
+    (step,) = steps_of(proc)
     assert step["unresolved"] == ["min-memory-gb"]
     assert "built at run time" in proc.stderr + proc.stdout
 
@@ -362,9 +329,8 @@ def test_a_save_whose_path_only_a_conditional_step_makes_may_fail(tmp_path):
             path: never-made
     """,
     )
-    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
-    proc = run_cli("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
-    by_name = {s["name"]: s for s in _steps(proc)}
+    body = plan(tmp_path, wf, cwd=tmp_path, GPUCI_STORE=(tmp_path / "store").as_uri())
+    by_name = {s["name"]: s for s in body["report"]["steps"]}
     save = by_name["Save"]
     assert save["verdict"] == "may-fail"
     assert save["warnings"] == [
@@ -375,9 +341,7 @@ def test_a_save_whose_path_only_a_conditional_step_makes_may_fail(tmp_path):
     assert by_name["Save nothing"]["warnings"] == [
         "path 'never-made' may be missing: no step before this one makes it"
     ]
-    out = json.loads(proc.stdout)
-    assert out["outputs"]["may-fail"] == "2"
-    assert proc.returncode == 0
+    assert body["outputs"]["may-fail"] == "2"
 
 
 def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
@@ -415,8 +379,8 @@ def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
               /tmp/gpuci-made-y
     """,
     )
-    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
-    by_name = {s["name"]: s for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))}
+    steps = plan_steps(tmp_path, wf, GPUCI_STORE=(tmp_path / "store").as_uri())
+    by_name = {s["name"]: s for s in steps}
     assert by_name["Save the hub"]["verdict"] == "may-fail"
     assert by_name["Save the hub"]["warnings"] == [
         "path '~/.cache/hub' may be missing: no step before this one makes it"
@@ -426,11 +390,9 @@ def test_home_and_absolute_save_paths_count_in_the_may_fail_rule(tmp_path):
     assert by_name["Save what two steps made"]["verdict"] == "ok"
 
 
-def test_examples_have_no_path_that_may_be_missing():
+def test_examples_have_no_path_that_may_be_missing(tmp_path):
     for wf in sorted((REPO / "examples" / "workflows").glob("*.yml")):
-        proc = run_cli("dry-run", str(wf), "--json", env=clean_env(GPUCI_FAKE_NVML="h200"))
-        assert proc.returncode == 0, (wf, proc.stdout + proc.stderr)
-        risky = [s for s in _steps(proc) if s["warnings"]]
+        risky = [s for s in plan_steps(tmp_path, wf, GPUCI_FAKE_NVML="h200") if s["warnings"]]
         assert risky == [], wf
 
 
@@ -452,10 +414,7 @@ def test_a_secret_in_env_is_provided_at_run_time_not_bad_input(tmp_path):
         """,
     )
     # The API URL points nowhere: a dry run without a key must not call it at all.
-    env = clean_env(HOME=str(tmp_path), RUNPOD_API_URL="http://127.0.0.1:9")
-    proc = run_cli("dry-run", str(wf), "--json", env=env)
-    (step,) = _steps(proc)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (step,) = plan_steps(tmp_path, wf, RUNPOD_API_URL="http://127.0.0.1:9")
     assert step["verdict"] == "ok"
     assert step["unresolved"] == ["env RUNPOD_API_KEY"]
 
@@ -488,16 +447,14 @@ def test_env_github_and_runner_values_are_put_in(tmp_path):
                   path: ${{ runner.temp }}/w
         """,
     )
-    env = clean_env(HOME=str(tmp_path), GPUCI_STORE=(tmp_path / "store").as_uri())
-    proc = run_cli("dry-run", str(wf), "--json", "--ref", "dev", env=env)
-    first, second = _steps(proc)
+    store = (tmp_path / "store").as_uri()
+    first, second = plan_steps(tmp_path, wf, "--ref", "dev", GPUCI_STORE=store)
     assert first["verdict"] == "ok" and first["unresolved"] == []
     assert "no cache for job-dev-Linux" in first["plans"][0]["headline"]  # step env over job's
     # this checkout's commit is github.sha
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     assert second["verdict"] == "ok", second
     assert f"no cache for w-{sha.stdout.strip()}" in second["plans"][0]["headline"]
-    assert proc.returncode == 0
 
 
 def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
@@ -518,22 +475,20 @@ def test_what_only_the_run_knows_is_not_evaluated_never_ok(tmp_path):
             min-memory-gb: 999
         """,
     )
-    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
-    fetch, maybe, never = _steps(proc)
+    out = plan(tmp_path, wf)
+    fetch, maybe, never = out["report"]["steps"]
     assert fetch["verdict"] == "not-evaluated"
     assert fetch["why"] == {"url": "vars.MODEL_URL"}
     assert maybe["verdict"] == "conditional" and maybe["condition"] == "vars.GO == 'yes'"
     assert never["verdict"] == "skipped" and never["plans"] == []  # never judged
-    out = json.loads(proc.stdout)
     assert out["outputs"]["not-evaluated"] == "1" and out["outputs"]["evaluated"] == "0"
     assert "0 evaluated, 1 not evaluated, 1 conditional, 1 skipped" in out["headline"]
-    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
+    text = dry_run(tmp_path, wf).stdout
     assert (
         "[not evaluated]\n    unresolved at plan time (set at run time): url (vars.MODEL_URL)"
         in text
     )
     assert "retry-fetch: needs run-time value(s) for url (vars.MODEL_URL)" in text
-    assert proc.returncode == 0
 
 
 def test_event_and_ref_decide_conditions(tmp_path):
@@ -547,16 +502,15 @@ def test_event_and_ref_decide_conditions(tmp_path):
             min-memory-gb: 10
         """,
     )
-    env = clean_env(HOME=str(tmp_path))
-    (step,) = _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    (step,) = plan_steps(tmp_path, wf)
     assert step["verdict"] == "would-fail"  # runs on a push to main (no GPU here)
-    (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--ref", "feature", env=env))
+    (step,) = plan_steps(tmp_path, wf, "--ref", "feature")
     assert step["verdict"] == "skipped"
     assert step["detail"] == (  # the values the condition read, too
         "skipped (if: github.event_name == 'push' && github.ref == 'refs/heads/main'; "
         "github.event_name is 'push'; github.ref is 'refs/heads/feature')"
     )
-    (step,) = _steps(run_cli("dry-run", str(wf), "--json", "--event", "pull_request", env=env))
+    (step,) = plan_steps(tmp_path, wf, "--event", "pull_request")
     assert step["verdict"] == "skipped"
 
 
@@ -578,58 +532,45 @@ def test_containers_services_and_remote_reusable_workflows_are_named(tmp_path):
             uses: octo/ml/.github/workflows/train.yml@v2
         """,
     )
-    proc = run_cli("dry-run", str(wf), "--json", env=clean_env(HOME=str(tmp_path)))
-    setup, remote = _steps(proc)
+    setup, remote = plan_steps(tmp_path, wf)
     assert setup["notes"] == [
         "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker on the runner",
         "service db runs container postgres:16: needs Docker on the runner",
     ]
     assert remote["verdict"] == "not-inspected"
     assert remote["detail"] == "not inspected: remote reusable workflow"
-    text = run_cli("dry-run", str(wf), env=clean_env(HOME=str(tmp_path))).stdout
+    text = dry_run(tmp_path, wf).stdout
     assert "runs in container nvcr.io/nvidia/pytorch:24.05-py3: needs Docker" in text
 
 
 def test_a_local_composite_action_is_planned_with_its_inputs(tmp_path):
     """``uses: ./.github/actions/prep`` wrapping gpu-setup: judged, not waved through."""
-    prep = tmp_path / ".github" / "actions" / "prep"
-    prep.mkdir(parents=True)
-    (prep / "action.yml").write_text(
-        textwrap.dedent(
-            """
-            inputs:
-              mem: {default: "10"}
-            runs:
-              using: composite
-              steps:
-                - uses: acme/gpu-ci/actions/gpu-setup@v1
-                  with:
-                    min-memory-gb: ${{ inputs.mem }}
-            """
-        )
+    write(
+        tmp_path,
+        """
+        inputs:
+          mem: {default: "10"}
+        runs:
+          using: composite
+          steps:
+            - uses: acme/gpu-ci/actions/gpu-setup@v1
+              with:
+                min-memory-gb: ${{ inputs.mem }}
+        """,
+        ".github/actions/prep/action.yml",
     )
-    flows = tmp_path / ".github" / "workflows"
-    flows.mkdir()
-    wf = flows / "w.yml"
-    wf.write_text(
-        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
-        "      - uses: actions/checkout@v4\n"
-        "      - uses: ./.github/actions/prep\n        with: {mem: 999}\n"
-    )
-    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
-    proc = run_cli("dry-run", str(wf), "--json", env=env)
-    _, composite, inner = _steps(proc)
+    steps = "- uses: actions/checkout@v4\n- uses: ./.github/actions/prep\n  with: {mem: 999}"
+    wf = one_job(tmp_path, steps, f"{WORKFLOWS}/w.yml")
+    body = plan(tmp_path, wf, GPUCI_FAKE_NVML="h200")
+    _, composite, inner = body["report"]["steps"]
     assert composite["verdict"] == "would-fail"
     assert (inner["index"], inner["verdict"]) == ("2.1", "would-fail")
     assert "'NVIDIA H200' has" in inner["plans"][0]["headline"]
-    assert json.loads(proc.stdout)["outputs"]["would-fail"] == "1"  # the inner step, once
+    assert body["outputs"]["would-fail"] == "1"  # the inner step, once
     assert composite["warnings"] == []
     # without a checkout before it, the runner cannot find the action
-    wf.write_text(
-        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
-        "      - uses: ./.github/actions/prep\n        with: {mem: 10}\n"
-    )
-    composite, inner = _steps(run_cli("dry-run", str(wf), "--json", env=env))
+    one_job(tmp_path, "- uses: ./.github/actions/prep\n  with: {mem: 10}", f"{WORKFLOWS}/w.yml")
+    composite, inner = plan_steps(tmp_path, wf, GPUCI_FAKE_NVML="h200")
     assert inner["verdict"] == "ok" and composite["verdict"] == "may-fail"
     assert composite["warnings"] == [
         "no step before it checks the repository out (actions/checkout): the runner will not "
@@ -670,7 +611,7 @@ def test_no_network_without_probe(tmp_path):
         proc = run_cli("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert server.connections == 0
-        fetch, restore, pods = _steps(proc)
+        fetch, restore, pods = steps_of(proc)
         assert "fetch, write " in fetch["plans"][0]["report"]["plan"][0]["would"]
         assert restore["verdict"] == "not-evaluated"
         assert "s3://bucket/prefix is on the network" in restore["detail"]
@@ -720,19 +661,15 @@ def test_job_conditions_needs_and_the_job_filter(tmp_path):
                 with: {require-gpu: false}
         """,
     )
-    env = clean_env(HOME=str(tmp_path))
-    by_job = {s["job"]: s for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))}
+    by_job = {s["job"]: s for s in plan_steps(tmp_path, wf)}
     assert by_job["gpu"]["verdict"] == "ok"
     assert by_job["nightly"]["verdict"] == "skipped"  # a push has no schedule
     assert by_job["labelled"]["verdict"] == "conditional"  # the job's if: waits for the run
     assert by_job["labelled"]["planned"] == "ok"
     # --job gpu: `first` is outside the plan, so gpu is planned as if it had passed
-    (only,) = _steps(run_cli("dry-run", str(wf), "--json", "--job", "gpu", env=env))
+    (only,) = plan_steps(tmp_path, wf, "--job", "gpu")
     assert only["verdict"] == "ok"
-    by_job = {
-        s["job"]: s
-        for s in _steps(run_cli("dry-run", str(wf), "--json", "--event", "schedule", env=env))
-    }
+    by_job = {s["job"]: s for s in plan_steps(tmp_path, wf, "--event", "schedule")}
     assert by_job["nightly"]["verdict"] == "conditional"  # which cron fired is the run's
 
 
@@ -741,17 +678,10 @@ def test_hash_files_is_computed_from_the_checkout_as_the_runner_does(tmp_path):
     (tmp_path / "a" / "x.lock").write_bytes(b"one")
     (tmp_path / "a" / "y.lock").write_bytes(b"two")
     ctx = {"github": {"workspace": str(tmp_path)}}
-
-    def runner(*contents: bytes) -> str:  # actions/runner hashFiles: sha256 of the sha256s
-        combined = hashlib.sha256()
-        for data in contents:
-            combined.update(hashlib.sha256(data).digest())
-        return combined.hexdigest()
-
-    assert hash_files(ctx, ["a/x.lock"]) == runner(b"one")
-    assert hash_files(ctx, ["**/*.lock"]) == runner(b"one", b"two")
-    assert hash_files(ctx, ["**/*.lock", "!a/y.lock"]) == runner(b"one")
-    assert hash_files(ctx, ["a/x.lock\na/y.lock"]) == runner(b"one", b"two")
+    assert hash_files(ctx, ["a/x.lock"]) == runner_hash_files(b"one")
+    assert hash_files(ctx, ["**/*.lock"]) == runner_hash_files(b"one", b"two")
+    assert hash_files(ctx, ["**/*.lock", "!a/y.lock"]) == runner_hash_files(b"one")
+    assert hash_files(ctx, ["a/x.lock\na/y.lock"]) == runner_hash_files(b"one", b"two")
     for left in (["none.lock"], ["../x"], ["/etc/passwd"], [Unknown("vars.F")]):
         assert isinstance(hash_files(ctx, left), Unknown), left
 
@@ -786,10 +716,7 @@ def test_a_job_after_a_failed_need_is_skipped_and_so_is_what_needs_it(tmp_path):
                 with: {min-memory-gb: 10}
         """,
     )
-    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML="h200")
-    by_job = {
-        s["job"]: s["verdict"] for s in _steps(run_cli("dry-run", str(wf), "--json", env=env))
-    }
+    by_job = {s["job"]: s["verdict"] for s in plan_steps(tmp_path, wf, GPUCI_FAKE_NVML="h200")}
     assert by_job == {"a": "would-fail", "b": "skipped", "c": "skipped", "d": "ok"}
 
 

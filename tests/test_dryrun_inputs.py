@@ -5,34 +5,16 @@ goes (stdout) apart from progress (stderr)."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
+from dryrun.dryrun_testing import WORKFLOWS, dry_run, one_job, plan, plan_steps, write
 from gpuci.dryrun._expressions import Partial, Unknown, condition, evaluate, opaque
-from gpuci_testing import clean_env, gh_env, run_cli
+from gpuci.dryrun._jobs import nothing_failed as ok  # the status functions where nothing failed
+from gpuci_testing import gh_env, run_cli
 
-
-def write(tmp_path, body: str, name: str = "wf.yml"):
-    path = tmp_path / ".github" / "workflows" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(body))
-    return path
-
-
-def dry_run(tmp_path, wf, *args: str, **env: str):
-    return run_cli(
-        "dry-run", str(wf), *args, env=clean_env(HOME=str(tmp_path), **env), cwd=tmp_path
-    )
-
-
-def steps(proc) -> list[dict]:
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)["report"]["steps"]
-
-
-def ok(name: str) -> bool:
-    return name in ("success", "always")
+# Each workflow is in the checkout tmp_path, where each dry run runs too.
+WF, CALLED_WF = f"{WORKFLOWS}/wf.yml", f"{WORKFLOWS}/called.yml"
 
 
 def test_a_secret_named_is_non_empty_but_its_text_stays_unknown():
@@ -70,8 +52,9 @@ def test_a_draft_gate_is_decided_on_every_event_but_a_pull_request(tmp_path, eve
                 with:
                   require-gpu: false
         """,
+        WF,
     )
-    (step,) = steps(dry_run(tmp_path, wf, "--json"))
+    (step,) = plan_steps(tmp_path, wf, cwd=tmp_path)
     assert (step["verdict"] != "conditional") is decided, step
 
 
@@ -91,28 +74,24 @@ def test_an_event_payload_decides_a_pull_request_s_labels_and_draft(tmp_path):
                 with:
                   require-gpu: false
         """,
+        WF,
     )
     payload = tmp_path / "event.json"
     payload.write_text(json.dumps({"pull_request": {"draft": False, "labels": [{"name": "x"}]}}))
-    (step,) = steps(dry_run(tmp_path, wf, "--json", "--event-payload", str(payload)))
+    (step,) = plan_steps(tmp_path, wf, "--event-payload", str(payload), cwd=tmp_path)
     assert step["verdict"] == "skipped"  # no gpu label
     payload.write_text(json.dumps({"pull_request": {"draft": False, "labels": [{"name": "gpu"}]}}))
-    (step,) = steps(dry_run(tmp_path, wf, "--json", "--event-payload", str(payload)))
+    (step,) = plan_steps(tmp_path, wf, "--event-payload", str(payload), cwd=tmp_path)
     assert step["verdict"] == "ok"
 
 
 VARS = """
-on: push
-jobs:
-  j:
-    runs-on: x
-    steps:
-      - uses: acme/gpu-ci/actions/gpu-setup@v1
-        if: vars.GPU_TESTS == 'on'
-        with:
-          min-memory-gb: ${{ vars.MEM }}
-          require-gpu: false
-"""
+- uses: acme/gpu-ci/actions/gpu-setup@v1
+  if: vars.GPU_TESTS == 'on'
+  with:
+    min-memory-gb: ${{ vars.MEM }}
+    require-gpu: false
+"""  # the steps of one_job's job j
 
 
 @pytest.mark.parametrize(
@@ -124,17 +103,16 @@ jobs:
     ],
 )
 def test_vars_come_from_a_file_in_any_of_three_forms_and_a_flag_beats_it(tmp_path, form):
-    wf = write(tmp_path, VARS)
+    wf = one_job(tmp_path, VARS, WF)
     file = tmp_path / "vars"
     file.write_text(form)
-    (step,) = steps(dry_run(tmp_path, wf, "--json", "--vars-file", str(file)))
+    (step,) = plan_steps(tmp_path, wf, "--vars-file", str(file), cwd=tmp_path)
     assert step["verdict"] == "ok" and step["unresolved"] == []
-    (step,) = steps(
-        dry_run(tmp_path, wf, "--json", "--vars-file", str(file), "--var", "GPU_TESTS=off")
-    )
+    off = ("--var", "GPU_TESTS=off")
+    (step,) = plan_steps(tmp_path, wf, "--vars-file", str(file), *off, cwd=tmp_path)
     assert step["verdict"] == "skipped"
     # without any: both wait for the run
-    (step,) = steps(dry_run(tmp_path, wf, "--json"))
+    (step,) = plan_steps(tmp_path, wf, cwd=tmp_path)
     assert step["verdict"] == "conditional"
 
 
@@ -150,10 +128,10 @@ def test_vars_come_from_a_file_in_any_of_three_forms_and_a_flag_beats_it(tmp_pat
     ],
 )
 def test_bad_inputs_are_one_line_and_a_secret_s_value_is_never_printed(tmp_path, args, expected):
-    wf = write(tmp_path, VARS)
+    wf = one_job(tmp_path, VARS, WF)
     (tmp_path / "payload.json").write_text("{not json")
     (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    proc = dry_run(tmp_path, wf, *args)
+    proc = dry_run(tmp_path, wf, *args, cwd=tmp_path)
     assert proc.returncode == 2
     assert expected in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -216,10 +194,10 @@ jobs:
 
 
 def test_a_matrix_calling_a_local_workflow_is_planned_leg_by_leg_with_typed_inputs(tmp_path):
-    wf = write(tmp_path, CALLER)
-    write(tmp_path, CALLED, "called.yml")
-    proc = dry_run(tmp_path, wf, "--json", "--secret", "HF_TOKEN", GPUCI_FAKE_NVML="h200")
-    found = {(s["job"], s["index"]): s for s in steps(proc)}
+    wf = write(tmp_path, CALLER, WF)
+    write(tmp_path, CALLED, CALLED_WF)
+    body = plan(tmp_path, wf, "--secret", "HF_TOKEN", cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s for s in body["report"]["steps"]}
     # a boolean input is a boolean: false skips (the text 'false' would be truthy)
     assert found[("call (arch=cpu)/run", 1)]["verdict"] == "skipped"
     gpu = found[("call (arch=cuda)/run", 1)]
@@ -228,28 +206,28 @@ def test_a_matrix_calling_a_local_workflow_is_planned_leg_by_leg_with_typed_inpu
     assert restore["verdict"] == "ok" and "w-cpu-box" in restore["detail"]
     # the called workflow's output reaches the caller's next job: both legs missed
     assert found[("after", 1)]["verdict"] == "ok"
-    text = "\n".join(json.loads(proc.stdout)["report"]["plan"])
+    text = "\n".join(body["report"]["plan"])
     assert "== job call (arch=cpu)/run: run on cpu-box (runs-on: group cpu-box, linux)" in text
     assert "${{" not in text and "{'group'" not in text
 
 
 def test_a_called_workflow_sees_only_the_secrets_it_is_given(tmp_path):
-    wf = write(tmp_path, CALLER.replace("secrets: inherit", "secrets: {}"))
-    write(tmp_path, CALLED, "called.yml")
-    proc = dry_run(tmp_path, wf, "--json", "--secret", "HF_TOKEN", GPUCI_FAKE_NVML="h200")
-    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    wf = write(tmp_path, CALLER.replace("secrets: inherit", "secrets: {}"), WF)
+    write(tmp_path, CALLED, CALLED_WF)
+    steps = plan_steps(tmp_path, wf, "--secret", "HF_TOKEN", cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps}
     assert found[("call (arch=cpu)/run", 2)] == "skipped"  # HF_TOKEN not passed: empty there
     # no --secret at all: whether it exists is known only at run time
-    proc = dry_run(tmp_path, wf.parent / "wf.yml", "--json", GPUCI_FAKE_NVML="h200")
-    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    steps = plan_steps(tmp_path, wf, cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps}
     assert found[("call (arch=cpu)/run", 2)] == "skipped"  # still not passed: empty
 
 
 def test_a_value_only_the_run_knows_leaves_the_called_step_unjudged_never_ok(tmp_path):
-    wf = write(tmp_path, CALLER.replace("mem: 20", "mem: ${{ vars.MEM }}"))
-    write(tmp_path, CALLED, "called.yml")
-    proc = dry_run(tmp_path, wf, "--json", GPUCI_FAKE_NVML="h200")
-    found = {(s["job"], s["index"]): s for s in steps(proc)}
+    wf = write(tmp_path, CALLER.replace("mem: 20", "mem: ${{ vars.MEM }}"), WF)
+    write(tmp_path, CALLED, CALLED_WF)
+    steps = plan_steps(tmp_path, wf, cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s for s in steps}
     gpu = found[("call (arch=cuda)/run", 1)]
     assert gpu["verdict"] == "not-evaluated"  # planned without min-memory-gb: not "ok"
     assert gpu["unresolved"] == ["min-memory-gb"] and gpu["why"]["min-memory-gb"] == "vars.MEM"
@@ -257,8 +235,8 @@ def test_a_value_only_the_run_knows_leaves_the_called_step_unjudged_never_ok(tmp
 
 
 def test_the_plan_goes_to_stdout_and_progress_to_stderr(tmp_path):
-    wf = write(tmp_path, VARS)
-    proc = dry_run(tmp_path, wf, "--var", "GPU_TESTS=on", "--var", "MEM=1")
+    wf = one_job(tmp_path, VARS, WF)
+    proc = dry_run(tmp_path, wf, "--var", "GPU_TESTS=on", "--var", "MEM=1", cwd=tmp_path)
     assert proc.returncode == 0
     assert "== job j (runs-on: x)" in proc.stdout and "step 1:" in proc.stdout
     assert "step 1:" not in proc.stderr and "planning" in proc.stderr
@@ -266,7 +244,7 @@ def test_the_plan_goes_to_stdout_and_progress_to_stderr(tmp_path):
 
 
 def test_in_github_actions_the_plan_is_grouped_by_job_in_the_log(tmp_path):
-    wf = write(tmp_path, VARS)
+    wf = one_job(tmp_path, VARS, WF)
     env = gh_env(tmp_path, HOME=str(tmp_path))
     proc = run_cli(
         "dry-run", str(wf), "--var", "GPU_TESTS=on", "--var", "MEM=1", env=env, cwd=tmp_path
@@ -299,8 +277,9 @@ def test_continue_on_error_and_a_dispatch_s_event_inputs_are_evaluated(tmp_path)
                 with:
                   require-gpu: false
         """,
+        WF,
     )
-    found = {(s["job"], s["index"]): s["verdict"] for s in steps(dry_run(tmp_path, wf, "--json"))}
+    found = {(s["job"], s["index"]): s["verdict"] for s in plan_steps(tmp_path, wf, cwd=tmp_path)}
     assert found[("j (tolerate=true)", 1)] == "would-fail"  # 999 GB: no GPU has it
     assert found[("j (tolerate=true)", 2)] == "ok"  # the failure is tolerated
     assert found[("j (tolerate=false)", 2)] == "skipped"
@@ -309,38 +288,35 @@ def test_continue_on_error_and_a_dispatch_s_event_inputs_are_evaluated(tmp_path)
 def test_this_repository_s_own_workflow_named_in_full_is_read_from_the_checkout(tmp_path):
     wf = write(tmp_path, CALLER.replace("./.github/", "acme/trainer/.github/").replace(
         "called.yml", "called.yml@main"
-    ))  # fmt: skip
-    write(tmp_path, CALLED, "called.yml")
+    ), WF)  # fmt: skip
+    write(tmp_path, CALLED, CALLED_WF)
     payload = tmp_path / "event.json"
     payload.write_text(json.dumps({"repository": {"full_name": "acme/trainer"}}))
-    proc = dry_run(tmp_path, wf, "--json", "--event-payload", str(payload), GPUCI_FAKE_NVML="h200")
-    found = {(s["job"], s["index"]): s["verdict"] for s in steps(proc)}
+    given = ("--event-payload", str(payload))
+    steps = plan_steps(tmp_path, wf, *given, cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    found = {(s["job"], s["index"]): s["verdict"] for s in steps}
     assert found[("call (arch=cuda)/run", 1)] == "ok"
     # another repository's is named, not read
     payload.write_text(json.dumps({"repository": {"full_name": "acme/other"}}))
-    proc = dry_run(tmp_path, wf, "--json", "--event-payload", str(payload), GPUCI_FAKE_NVML="h200")
-    assert {s["verdict"] for s in steps(proc) if s["job"] == "call"} == {"not-inspected"}
+    steps = plan_steps(tmp_path, wf, *given, cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    assert {s["verdict"] for s in steps if s["job"] == "call"} == {"not-inspected"}
 
 
 def test_the_runner_s_own_token_exists_without_any_secret_named(tmp_path):
-    wf = write(
+    wf = one_job(
         tmp_path,
         """
-        on: push
-        jobs:
-          j:
-            runs-on: x
-            steps:
-              - if: secrets.GITHUB_TOKEN != '' && secrets.OTHER == ''
-                uses: acme/gpu-ci/actions/gpu-setup@v1
-                with:
-                  require-gpu: false
-              - if: secrets.GITHUB_TOKEN != ''
-                uses: acme/gpu-ci/actions/gpu-setup@v1
-                with:
-                  require-gpu: false
+        - if: secrets.GITHUB_TOKEN != '' && secrets.OTHER == ''
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            require-gpu: false
+        - if: secrets.GITHUB_TOKEN != ''
+          uses: acme/gpu-ci/actions/gpu-setup@v1
+          with:
+            require-gpu: false
         """,
+        WF,
     )
-    first, second = steps(dry_run(tmp_path, wf, "--json"))
+    first, second = plan_steps(tmp_path, wf, cwd=tmp_path)
     assert first["verdict"] == "conditional"  # OTHER: known only at run time
     assert second["verdict"] == "ok"

@@ -14,6 +14,7 @@ from gpuci.dryrun._expressions import (
     evaluate,
     interpolate,
 )
+from gpuci.dryrun._jobs import nothing_failed as ok  # the status functions where nothing failed
 
 CTX = {
     "env": {"MEM": "10", "EMPTY": ""},
@@ -22,10 +23,6 @@ CTX = {
     "secrets": Unknown("secrets"),
     "github": Partial("github", {"ref": "refs/heads/main", "event_name": "push"}),
 }
-
-
-def ok(name: str) -> bool:
-    return name in ("success", "always")
 
 
 @pytest.mark.parametrize(

@@ -9,24 +9,19 @@ one the test fakes (``GPUCI_FAKE_NVML``), step by step and leg by leg.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from dryrun.dryrun_testing import WORKFLOWS, plan, runner_hash_files
 from gpuci.dryrun import classify_uses
-from gpuci_testing import clean_env, run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def plan(project: str, workflow: str, tmp_path: Path, gpus: str, *args: str) -> dict:
+def project_plan(project: str, workflow: str, tmp_path: Path, gpus: str, *args: str) -> dict:
     """The JSON result of ``dry-run`` of the project's workflow, run in its checkout."""
-    env = clean_env(HOME=str(tmp_path), GPUCI_FAKE_NVML=gpus)
-    proc = run_cli(
-        "dry-run", f".github/workflows/{workflow}", "--json", *args, env=env, cwd=FIXTURES / project
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)
+    wf = f"{WORKFLOWS}/{workflow}"
+    return plan(tmp_path, wf, *args, cwd=FIXTURES / project, GPUCI_FAKE_NVML=gpus)
 
 
 def verdicts(body: dict) -> dict[tuple[str, str], str]:
@@ -45,7 +40,7 @@ def verdicts(body: dict) -> dict[tuple[str, str], str]:
 
 def test_peft_nightly_each_container_job_and_the_save_of_the_hub_cache(tmp_path):
     """The save of ~/.cache/huggingface/hub, which no step makes, may fail (act failed it)."""
-    body = plan("peft", "nightly.yml", tmp_path, "h200,h200")
+    body = project_plan("peft", "nightly.yml", tmp_path, "h200,h200")
     expected = {}
     for job in ("run_all_tests_single_gpu", "run_all_tests_multi_gpu"):
         expected |= {(job, "2"): "ok", (job, "3"): "ok", (job, "5"): "ok", (job, "7"): "may-fail"}
@@ -59,14 +54,14 @@ def test_peft_nightly_each_container_job_and_the_save_of_the_hub_cache(tmp_path)
 
 
 def test_peft_nightly_planned_for_a_push_it_never_runs_on_says_so(tmp_path):
-    body = plan("peft", "nightly.yml", tmp_path, "h200,h200", "--event", "push")
+    body = project_plan("peft", "nightly.yml", tmp_path, "h200,h200", "--event", "push")
     (note,) = body["report"]["notes"]
     assert "does not run on push (it runs on: workflow_dispatch, schedule)" in note
     assert any(note in a["message"] for a in body["annotations"])
 
 
 def test_diffusers_pr_gpu_tests_wait_for_vars_and_secrets_until_given(tmp_path):
-    body = plan("diffusers", "pr_tests_gpu.yml", tmp_path, "t4")
+    body = project_plan("diffusers", "pr_tests_gpu.yml", tmp_path, "t4")
     expected = {
         ("torch_pipelines_cuda_tests", "2"): "ok",
         ("torch_pipelines_cuda_tests", "3"): "not-evaluated",  # its key needs matrix.module
@@ -81,7 +76,7 @@ def test_diffusers_pr_gpu_tests_wait_for_vars_and_secrets_until_given(tmp_path):
         }
     assert verdicts(body) == expected
 
-    given = plan(
+    given = project_plan(
         "diffusers", "pr_tests_gpu.yml", tmp_path, "t4",
         "--var", "HF_MIRROR=https://hf-mirror.example",
         "--secret", "DIFFUSERS_HF_HUB_READ_TOKEN",
@@ -94,7 +89,7 @@ def test_diffusers_pr_gpu_tests_wait_for_vars_and_secrets_until_given(tmp_path):
 
     # variables from a dotenv file; the secret not named is empty, so the smoke step is skipped
     (tmp_path / "vars.env").write_text("# mirror\nHF_MIRROR='https://hf-mirror.example'\n")
-    other = plan(
+    other = project_plan(
         "diffusers", "pr_tests_gpu.yml", tmp_path, "t4",
         "--vars-file", str(tmp_path / "vars.env"), "--secret", "SOME_OTHER_TOKEN",
     )  # fmt: skip
@@ -102,18 +97,10 @@ def test_diffusers_pr_gpu_tests_wait_for_vars_and_secrets_until_given(tmp_path):
     assert verdicts(other)[("torch_cuda_tests (module=lora)", "5")] == "skipped"
 
 
-def _hash_files(*paths: Path) -> str:
-    """hashFiles() as the runner computes it: sha256 over each file's sha256, in path order."""
-    combined = hashlib.sha256()
-    for path in sorted(paths):
-        combined.update(hashlib.sha256(path.read_bytes()).digest())
-    return combined.hexdigest()
-
-
 def test_ao_regression_legs_through_a_local_reusable_workflow(tmp_path):
     """Each leg calls _linux_job.yml with its own inputs: the CUDA legs run gpu-setup (it fails
     on a driver older than CUDA 12.6, as act's did), the CPU legs skip it; keys per leg."""
-    body = plan("ao", "regression_test.yml", tmp_path, "h200")
+    body = project_plan("ao", "regression_test.yml", tmp_path, "h200")
     expected = {}
     for cuda, cpu in (("test-nightly (name=CUDA Nightly)", "test-nightly (name=CPU Nightly)"),
                       ("test (name=CUDA 2.7)", "test (name=CPU 2.7)")):  # fmt: skip
@@ -128,7 +115,7 @@ def test_ao_regression_legs_through_a_local_reusable_workflow(tmp_path):
             (f"{cpu}/build", "6"): "may-fail",
         }
     assert verdicts(body) == expected
-    digest = _hash_files(FIXTURES / "ao" / "dev-requirements.txt")
+    digest = runner_hash_files((FIXTURES / "ao" / "dev-requirements.txt").read_bytes())
     keys = {
         s["job"]: s["plans"][0]["report"].get("key") or s["plans"][0]["headline"]
         for s in body["report"]["steps"]
@@ -148,7 +135,7 @@ def test_axolotl_draft_gates_needs_outputs_and_the_e2e_matrix(tmp_path):
     through a need it does not declare (null: it runs); the rest wait for that output."""
     payload = tmp_path / "push.json"
     payload.write_text(json.dumps({"repository": {"full_name": "axolotl-ai-cloud/axolotl"}}))
-    body = plan("axolotl", "tests.yml", tmp_path, "h200", "--event-payload", str(payload))
+    body = project_plan("axolotl", "tests.yml", tmp_path, "h200", "--event-payload", str(payload))
     expected = {}
     for torch in ("2.8.0", "2.9.1"):
         expected |= {(f"pytest (pytorch_version={torch})", "2"): "ok"}
@@ -175,7 +162,7 @@ def test_axolotl_on_a_draft_pull_request_skips_every_gpu_step(tmp_path):
             }
         )
     )
-    body = plan(
+    body = project_plan(
         "axolotl", "tests.yml", tmp_path, "h200",
         "--event", "pull_request", "--event-payload", str(payload),
     )  # fmt: skip

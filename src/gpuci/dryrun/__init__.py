@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.commands._dry_run import DryRunInputs
-from gpuci.dryrun._workflow import ROOT, classify_uses, load_workflow, triggers
+from gpuci.dryrun._workflow import ROOT, classify_uses, load_workflow, trigger_mapping
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime
 
@@ -86,11 +86,7 @@ def _dispatch_defaults(workflow: dict[str, Any]) -> dict[str, str]:
     declared default as text (an input without one is empty)."""
     from gpuci.dryrun._contexts import text_of
 
-    on = triggers(workflow)
-    spec = on.get("workflow_dispatch") if isinstance(on, dict) else None
-    declared = spec.get("inputs") if isinstance(spec, dict) else None
-    if not isinstance(declared, dict):
-        return {}
+    declared = trigger_mapping(workflow, "workflow_dispatch", "inputs") or {}
     return {
         str(name): text_of(value.get("default")) if isinstance(value, dict) else ""
         for name, value in declared.items()
@@ -103,10 +99,8 @@ def _event_inputs(workflow: dict[str, Any], event: str, payload: dict[str, Any] 
     from gpuci.dryrun._expressions import Partial
     from gpuci.dryrun._jobs import inputs_context, nothing_failed
 
-    on = triggers(workflow)
-    spec = on.get(event) if isinstance(on, dict) else None
-    declared = spec.get("inputs") if isinstance(spec, dict) else None
-    if event not in ("workflow_dispatch", "workflow_call") or not isinstance(declared, dict):
+    declared = trigger_mapping(workflow, event, "inputs")
+    if event not in ("workflow_dispatch", "workflow_call") or declared is None:
         return {}
     given = payload.get("inputs") if payload is not None else None
     if isinstance(given, dict):

@@ -47,20 +47,20 @@ class Event:
     def of(cls, name: str | None, ref: str | None, workflow: Mapping[str, Any]) -> Event:
         """``--event``/``--ref``; without ``--event``: push when the workflow runs on push,
         else the first event it names (a plan for an event that never runs it says nothing)."""
-        chosen = (name or "").strip() or _default_event(triggers(workflow))
+        names = _event_names(workflow)
+        chosen = (name or "").strip() or ("push" if "push" in names or not names else names[0])
         ref = (ref or "").strip() or "refs/heads/main"
         if not ref.startswith("refs/"):
             ref = f"refs/heads/{ref}"
         return cls(chosen, ref)
 
 
-def _default_event(on: Any) -> str:
-    names: list[str] = []
-    if isinstance(on, str):
-        names = [on]
-    elif isinstance(on, list | dict):
-        names = [str(n) for n in on]
-    return "push" if "push" in names or not names else names[0]
+def _event_names(workflow: Mapping[Any, Any]) -> list[str]:
+    """The events the workflow's ``on:`` names, in its order."""
+    on = triggers(workflow)
+    return (
+        [on] if isinstance(on, str) else [str(n) for n in on] if isinstance(on, list | dict) else []
+    )
 
 
 def workspace_of(workflow: Path) -> Path:
@@ -123,10 +123,7 @@ def github_context(
 
 def triggered_by(workflow: Mapping[Any, Any], event: str) -> list[str] | None:
     """The events the workflow runs on when ``event`` is not one of them; None when it is."""
-    on = triggers(workflow)
-    names = (
-        [on] if isinstance(on, str) else [str(n) for n in on] if isinstance(on, list | dict) else []
-    )
+    names = _event_names(workflow)
     return None if event in names else names
 
 

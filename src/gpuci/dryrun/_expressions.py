@@ -216,27 +216,23 @@ class _Parser:
         return value
 
     def or_(self) -> Any:
-        value = self.and_()
-        while self.peek() == "||":
-            self.take()
-            right = self.and_()
-            left = truth_of(value)
-            if left is None:  # truthy either way when the right side is; else undecided
-                value = value.with_truth(True) if truth_of(right) else value
-            else:
-                value = value if left else right
-        return value
+        return self._logical("||", self.and_, decides=True)
 
     def and_(self) -> Any:
-        value = self.equality()
-        while self.peek() == "&&":
+        return self._logical("&&", self.equality, decides=False)
+
+    def _logical(self, op: str, operand: Callable[[], Any], decides: bool) -> Any:
+        """``||`` (a truthy left side decides) or ``&&`` (a falsy one does): the deciding
+        operand, else the right one, as GitHub returns an operand, not a boolean."""
+        value = operand()
+        while self.peek() == op:
             self.take()
-            right = self.equality()
+            right = operand()
             left = truth_of(value)
-            if left is None:  # falsy either way when the right side is; else undecided
-                value = value.with_truth(False) if truth_of(right) is False else value
+            if left is None:  # decided either way when the right side decides; else undecided
+                value = value.with_truth(decides) if truth_of(right) is decides else value
             else:
-                value = right if left else value
+                value = value if left is decides else right
         return value
 
     def equality(self) -> Any:

@@ -22,7 +22,7 @@ from gpuci.dryrun._expressions import (
     to_number,
     to_text,
 )
-from gpuci.dryrun._workflow import triggers
+from gpuci.dryrun._workflow import trigger_mapping
 
 __all__ = [
     "JobState",
@@ -39,7 +39,6 @@ __all__ = [
     "plan_condition",
     "put_leg",
     "skipped_context",
-    "workflow_call_inputs",
     "worst_outcome",
 ]
 
@@ -136,13 +135,6 @@ def needs_order(jobs: Mapping[str, Any]) -> list[str]:
     return done
 
 
-def workflow_call_inputs(workflow: Mapping[str, Any]) -> dict[str, Any]:
-    on = triggers(workflow)
-    call = on.get("workflow_call") if isinstance(on, dict) else None
-    inputs = call.get("inputs") if isinstance(call, dict) else None
-    return inputs if isinstance(inputs, dict) else {}
-
-
 def inputs_context(
     declared: Mapping[str, Any],
     with_: Mapping[str, Any],
@@ -215,11 +207,8 @@ def callee_secrets(job: Mapping[str, Any], ctx: Mapping[str, Any], status: Any) 
 
 def call_outputs(called: Mapping[str, Any], ctx: Mapping[str, Any], status: Any) -> dict[str, Any]:
     """A called workflow's ``on.workflow_call.outputs``, from its jobs' planned outputs."""
-    on = triggers(called)
-    call = on.get("workflow_call") if isinstance(on, dict) else None
-    declared = call.get("outputs") if isinstance(call, dict) else None
     found: dict[str, Any] = {}
-    for name, spec in (declared or {}).items() if isinstance(declared, dict) else []:
+    for name, spec in (trigger_mapping(called, "workflow_call", "outputs") or {}).items():
         value = spec.get("value") if isinstance(spec, dict) else None
         found[str(name)] = evaluate_text(text_of(value), ctx, status)
     return found

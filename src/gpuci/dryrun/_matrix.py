@@ -16,7 +16,8 @@ import json
 import re
 from typing import Any
 
-_EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
+from gpuci.dryrun._expressions import EMBEDDED, to_text
+
 _MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.([A-Za-z_][\w-]*)\s*\}\}")
 
 Leg = dict[str, Any]
@@ -24,7 +25,7 @@ Leg = dict[str, Any]
 
 def _literal(value: Any) -> bool:
     if isinstance(value, str):
-        return not _EXPR.search(value)
+        return not EMBEDDED.search(value)
     if isinstance(value, list):
         return all(_literal(v) for v in value)
     if isinstance(value, dict):
@@ -89,7 +90,7 @@ def _short(value: Any) -> str:
     if isinstance(value, dict | list):
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     else:
-        text = _text(value)
+        text = to_text(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
@@ -111,15 +112,6 @@ def naming_keys(legs: list[Leg]) -> list[str]:
     return keys
 
 
-def _text(value: Any) -> str:
-    """A matrix value as the runner renders it in text (null is empty)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return "" if value is None else str(value)
-
-
 def whole_reference(text: str) -> str | None:
     """The key when ``text`` is one whole ``${{ matrix.<key> }}``, else None."""
     match = _MATRIX_REF.fullmatch(text.strip())
@@ -132,7 +124,7 @@ def substitute(text: str, leg: Leg) -> str:
     def one(match: re.Match[str]) -> str:
         key = match.group(1)
         return (
-            _text(leg[key])
+            to_text(leg[key])
             if key in leg and not isinstance(leg[key], dict | list)
             else (match.group(0))
         )

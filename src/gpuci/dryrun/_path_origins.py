@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
+from gpuci.dryrun._expressions import EMBEDDED
+
 _GLOB = re.compile(r"[*?\[\]!]")
 
 
@@ -80,7 +81,7 @@ def _makes(step: dict[str, Any], path: str) -> bool:
 def judgeable(path: str) -> bool:
     """A path the look can judge: written out, not a glob, and not another user's ``~name``."""
     return bool(path) and not (
-        _EXPR.search(path)
+        EMBEDDED.search(path)
         or _GLOB.search(path)
         or (path.startswith("~") and path != "~" and not path.startswith("~/"))
     )

@@ -52,7 +52,6 @@ from gpuci.dryrun._jobs import (
     plan_condition,
     put_leg,
     skipped_context,
-    workflow_call_inputs,
     worst_outcome,
 )
 from gpuci.dryrun._matrix import label as matrix_label
@@ -76,6 +75,7 @@ from gpuci.dryrun._workflow import (
     load_local_workflow,
     mapping,
     own_workflow,
+    trigger_mapping,
 )
 from gpuci.errors import InputError
 from gpuci.runtime import Result, Runtime, format_output
@@ -223,9 +223,7 @@ class Planner:
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
             if isinstance(step, dict):
-                plan = StepPlan(job=name, index=index, name=step_name(step))
-                plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
-                self.plans.append(plan)
+                self.plans.append(skipped_plan(name, index, step, why, ""))
 
     def calls(
         self,
@@ -258,9 +256,8 @@ class Planner:
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
             ctx = {**contexts, "matrix": leg}
             status = JobState().status
-            inputs = inputs_context(
-                workflow_call_inputs(called), mapping(leg_job.get("with")), ctx, status, typed=True
-            )
+            declared = trigger_mapping(called, "workflow_call", "inputs") or {}
+            inputs = inputs_context(declared, mapping(leg_job.get("with")), ctx, status, typed=True)
             secrets = callee_secrets(leg_job, ctx, status)
             where = " (this repository's own: read from the checkout)" if own else ""
             self._job_line(

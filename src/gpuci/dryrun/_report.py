@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,11 +95,7 @@ class Transcript:
             else:
                 sections[-1][1].append(text)
         for title, lines in sections:
-            if not title:
-                for line in lines:
-                    rt.log(line)
-                continue
-            with rt.group(title):
+            with rt.group(title) if title else nullcontext():  # lines before the first job
                 for line in lines:
                     rt.log(line)
 

@@ -194,6 +194,15 @@ def triggers(workflow: Mapping[Any, Any]) -> Any:
     return workflow.get("on", workflow.get(True))
 
 
+def trigger_mapping(workflow: Mapping[Any, Any], event: str, key: str) -> dict[Any, Any] | None:
+    """``on.<event>.<key>`` (a dispatch's or a call's ``inputs``, a call's ``outputs``); None
+    when the workflow does not declare it as a mapping."""
+    on = triggers(workflow)
+    spec = on.get(event) if isinstance(on, dict) else None
+    found = spec.get(key) if isinstance(spec, dict) else None
+    return found if isinstance(found, dict) else None
+
+
 def mapping(value: Any) -> dict[str, Any]:
     """``value`` when it is a mapping, else an empty one (a workflow's shapes are untrusted)."""
     return value if isinstance(value, dict) else {}
