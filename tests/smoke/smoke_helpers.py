@@ -39,10 +39,17 @@ def run(
     *,
     sizes: Sizes | None = None,
     clock: Callable[[], float] | None = None,
+    visible: str | None = None,
+    dry_run: bool = False,
     **overrides: Any,
 ) -> Result:
+    """gpu-smoke in-process on ``fake`` (a FakeNvml or a ``GPUCI_FAKE_NVML`` spec), with
+    ``visible`` as CUDA_VISIBLE_DEVICES when given, and ``overrides`` as its inputs."""
     nvml = FakeNvml.from_spec(fake) if isinstance(fake, str) else fake
-    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
+    environ = {"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}
+    if visible is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = visible
+    rt = Runtime(environ=environ, dry_run=dry_run, stdout=io.StringIO())
     kwargs: dict[str, Any] = {"nvml": nvml, "backend": backend, "sizes": sizes}
     if clock is not None:
         kwargs["clock"] = clock
