@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpuci.gpu._nvml import open_nvml
 from gpuci.gpu._smoke import smoke
 from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu._smoke.checks import Outcome
-from gpuci.gpu._smoke.load import Sizes
+from gpuci.gpu._smoke.load import Sizes, Target
+from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
 from gpuci.inputs import build
@@ -117,8 +121,6 @@ def wrong_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 def loud_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A reducer whose framework logs 40 MB (NCCL_DEBUG=TRACE, say) before its answer."""
-    import os
-
     for _ in range(40):
         os.write(2, b"NCCL INFO " + b"x" * (1 << 20) + b"\n")
     return [(3.0, 3.0)]
@@ -126,9 +128,6 @@ def loud_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A collective that never returns; writes its pid so a test can see it was killed."""
-    import os
-    import time
-
     from gpuci.gpu._smoke.allreduce import phase
 
     Path(os.environ[PIDFILE_ENV]).write_text(str(os.getpid()))
@@ -139,8 +138,6 @@ def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 def slow_start(indices: list[int], n: int) -> list[tuple[float, float]]:
     """Contexts that take longer than the timeout: the collective is never reached."""
-    import time
-
     while True:
         time.sleep(1)
 
@@ -175,6 +172,12 @@ class GpuLike(NumpyBackend):
         return self.buses[index]
 
 
+def matched(backend: NumpyBackend, fake: FakeNvml) -> tuple[list[Target], list[str]]:
+    """``match_targets`` for ``backend`` on every GPU of ``fake``, in a session of its own."""
+    with open_nvml({}, fake) as session:
+        return match_targets(backend, session, list(session.snapshot().gpus))
+
+
 BUS_BYTES = 128 * 1024 * 1024  # the nccl check's buffer: 32 Mi float32
 BUS_SECONDS = 0.002  # one all-reduce of it: 67.1 GB/s algbw
 
@@ -196,8 +199,6 @@ def untimed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
 def hostile_stdout(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A child whose stdout ends in the line in ``$SMOKE_HOSTILE_FILE`` instead of gpu-ci's
     answer (a framework printing there, or a broken child): the parent reads it as an input."""
-    import os
-
     with open(os.environ["SMOKE_HOSTILE_FILE"], encoding="utf-8") as handle:
         print(handle.read(), flush=True)
     os._exit(0)
