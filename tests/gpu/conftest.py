@@ -21,8 +21,9 @@ from gpuci_testing import run_cli
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """``gpuci_testing.clean_env`` without CUDA_VISIBLE_*, reports and journal under tmp_path."""
-    env = {k: v for k, v in base_env().items() if not k.startswith("CUDA_VISIBLE")}
+    """``gpuci_testing.clean_env`` without CUDA_* (the host's GPU selection and order),
+    reports and journal under tmp_path."""
+    env = {k: v for k, v in base_env().items() if not k.startswith("CUDA_")}
     env.update(
         RUNNER_TEMP=str(tmp_path),
         GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
@@ -64,10 +65,18 @@ def cli_json() -> Callable[[subprocess.CompletedProcess[str]], dict[str, Any]]:
 
 @pytest.fixture
 def setup_run(tmp_path: Path) -> Callable[..., Result]:
-    """Run gpu-setup in-process on a FakeNvml, inputs resolved like the CLI resolves them."""
+    """Run gpu-setup in-process on a FakeNvml, inputs resolved like the CLI resolves them;
+    ``visible``: CUDA_VISIBLE_DEVICES."""
 
-    def invoke(profiles: list[str] | FakeNvml, dry_run: bool = False, **flags: str) -> Result:
+    def invoke(
+        profiles: list[str] | FakeNvml,
+        dry_run: bool = False,
+        visible: str | None = None,
+        **flags: str,
+    ) -> Result:
         environ = clean_env(tmp_path)
+        if visible is not None:
+            environ["CUDA_VISIBLE_DEVICES"] = visible
         values = resolve(
             specs_of(SetupInputs), {k.replace("_", "-"): v for k, v in flags.items()}, environ
         )

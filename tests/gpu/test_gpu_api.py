@@ -19,12 +19,12 @@ from gpuci.runtime import Runtime
 from gpuci_testing import REPO, clean_env, commands_loaded
 
 
-def runtime(tmp: Path, fake: str | None = None, **env: str) -> Runtime:
+def runtime(tmp: Path, fake: str | None = None, dry_run: bool = False, **env: str) -> Runtime:
     """A runtime on a clean environment: reports and journal in ``tmp``, NVML faked by env."""
     environ = {"RUNNER_TEMP": str(tmp), "GPUCI_JOURNAL": str(tmp / "journal.jsonl"), **env}
     if fake is not None:
         environ["GPUCI_FAKE_NVML"] = fake
-    return Runtime(environ, stdout=io.StringIO(), stderr=io.StringIO())
+    return Runtime(environ, stdout=io.StringIO(), stderr=io.StringIO(), dry_run=dry_run)
 
 
 def test_every_public_name_is_exported() -> None:
@@ -182,9 +182,7 @@ def test_the_library_loads_no_command(tmp_path: Path) -> None:
 
 
 def test_a_dry_run_smoke_returns_the_plan(tmp_path: Path) -> None:
-    environ = {"RUNNER_TEMP": str(tmp_path), "GPUCI_FAKE_NVML": "no-driver"}
-    rt = Runtime(environ, stdout=io.StringIO(), stderr=io.StringIO(), dry_run=True)
-    got = api.smoke(checks=["health", "gemm"], runtime=rt)
+    got = api.smoke(checks=["health", "gemm"], runtime=runtime(tmp_path, "no-driver", dry_run=True))
     assert not got.passed  # a plan never claims a pass where no GPU could be checked
     assert got.report == "" and got.checks == [] and got.failed_checks == []
     assert "no GPU here" in got.result.headline

@@ -17,25 +17,23 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
 
 @pytest.fixture
 def script(tmp_path: Path, gpu_env):
-    def run_script(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return _run(gpu_env, tmp_path, *args, **env)
+    """Run scripts/gpu-check.sh ARGS in ``tmp_path``, its records under ``tmp_path/out``."""
+
+    def run_script(
+        *args: str, timeout: float = 180, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
+        environ.update(env)
+        return subprocess.run(
+            ["bash", str(SCRIPT), *args],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=tmp_path,
+        )
 
     return run_script
-
-
-def _run(
-    gpu_env, tmp_path: Path, *args: str, timeout: float = 180, **env: str
-) -> subprocess.CompletedProcess[str]:
-    environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
-    environ.update(env)
-    return subprocess.run(
-        ["bash", str(SCRIPT), *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
 
 
 def fake_smi(tmp_path: Path, line: str) -> str:
@@ -89,14 +87,14 @@ def test_shellcheck_is_clean() -> None:
     assert proc.returncode == 0, proc.stdout
 
 
-def test_extras_record_everything_the_issue_lists_on_a_cpu(gpu_env, tmp_path: Path) -> None:
+def test_extras_record_everything_the_issue_lists_on_a_cpu(script, tmp_path: Path) -> None:
     """GPUCI_CHECK_EXTRAS=1 runs the real-GPU extras on fake NVML: each record lands in the
     one folder, the new counters and the all-reduce bus bandwidth included, and the negative
     control notices that a smoke which cannot fail did not fail."""
     uuid = FakeNvml(["h200"]).devices[0].uuid
     path = fake_smi(tmp_path, f"{uuid}, NVIDIA H200, 143771")
-    proc = _run(
-        gpu_env, tmp_path, timeout=600,
+    proc = script(
+        timeout=600,
         GPUCI_CHECK_ALLOW_FAKE="1", GPUCI_FAKE_NVML="h200,h200", GPUCI_CHECK_EXTRAS="1",
         PATH=path,
     )  # fmt: skip
@@ -128,12 +126,12 @@ def test_extras_record_everything_the_issue_lists_on_a_cpu(gpu_env, tmp_path: Pa
     assert "dcgmi not installed" in text
 
 
-def test_the_script_never_makes_a_venv_or_touches_the_network(gpu_env, tmp_path: Path) -> None:
+def test_the_script_never_makes_a_venv_or_touches_the_network(script, tmp_path: Path) -> None:
     """Without nvidia-ml-py for the interpreter: one line, exit 3, and no venv, no pip."""
     bare = tmp_path / "python3"
     bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')  # no site-packages
     bare.chmod(0o755)
-    proc = _run(gpu_env, tmp_path, PYTHON=str(bare))
+    proc = script(PYTHON=str(bare))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "has no nvidia-ml-py" in proc.stdout and "fix:" in proc.stdout
     assert "pip" not in proc.stdout.replace("nvidia-ml-py", "")

@@ -238,9 +238,6 @@ def test_xid_from_env_and_unsupported_devices() -> None:
 
 def test_the_board_serial_is_read_and_consumer_boards_have_none() -> None:
     """nvmlDeviceGetSerial: the label's serial on datacenter boards; NotSupported on GeForce."""
-    from gpuci.gpu._nvml import NvmlSession
-    from gpuci.gpu.fake.nvml import FakeNvml
-
     fake = FakeNvml(["h200", "t4"])
     fake.set(1, serial_prefix=None)  # a board that answers NotSupported, as GeForce does
     with NvmlSession(fake).open() as session:

@@ -45,7 +45,6 @@ def test_runners_release_hands_the_smoke_every_shared_input() -> None:
     release also takes cannot be dropped on the way)."""
     import dataclasses
 
-    from gpuci.gpu.options import SmokeInputs
     from gpuci.quarantine import ReleaseInputs
 
     shared = {f.name for f in dataclasses.fields(SmokeInputs)} & {

@@ -29,24 +29,24 @@ int nvmlSystemGetCudaDriverVersion_v2(int *v) { *v = 12040; return NVML_SUCCESS;
 """
 
 
-def build(tmp_path: Path, name: str, init_result: int) -> Path:
+def build(tmp_path: Path, name: str, code: str, *flags: str) -> Path:
+    """``code`` built with gcc (and ``flags``) as ``tmp_path/name/libnvidia-ml.so.1``."""
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.skip("gcc not installed: cannot build the stub libnvidia-ml.so.1")
     folder = tmp_path / name
     folder.mkdir()
     source = folder / "stub.c"
-    source.write_text(STUB)
+    source.write_text(code)
     subprocess.run(
-        [gcc, "-shared", "-fPIC", f"-DINIT_RESULT={init_result}", "-o",
-         str(folder / "libnvidia-ml.so.1"), str(source)],
+        [gcc, "-shared", "-fPIC", *flags, "-o", str(folder / "libnvidia-ml.so.1"), str(source)],
         check=True, timeout=60, capture_output=True,
     )  # fmt: skip
     return folder
 
 
 def test_driver_not_loaded_through_real_bindings(cli, tmp_path: Path) -> None:
-    lib = build(tmp_path, "noload", 9)
+    lib = build(tmp_path, "noload", STUB, "-DINIT_RESULT=9")
     proc = cli(LD_LIBRARY_PATH=str(lib))
     assert proc.returncode == 3
     assert proc.stdout.startswith("gpu-setup: infrastructure error: NVML driver not loaded")
@@ -56,7 +56,7 @@ def test_driver_not_loaded_through_real_bindings(cli, tmp_path: Path) -> None:
 
 
 def test_driver_without_gpus_through_real_bindings(cli, cli_json, tmp_path: Path) -> None:
-    lib = build(tmp_path, "empty", 0)
+    lib = build(tmp_path, "empty", STUB, "-DINIT_RESULT=0")
     proc = cli("--json", LD_LIBRARY_PATH=str(lib))
     body = cli_json(proc)
     assert proc.returncode == 1 and body["headline"].startswith("2 check(s) failed: require-gpu")
@@ -121,17 +121,7 @@ with open_nvml({}) as nvml, nvml.watch_xid() as xids:
 
 @pytest.fixture
 def one_gpu_lib(tmp_path: Path) -> Path:
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("gcc not installed: cannot build the stub libnvidia-ml.so.1")
-    folder = tmp_path / "onegpu"
-    folder.mkdir()
-    (folder / "stub.c").write_text(ONE_GPU)
-    subprocess.run(
-        [gcc, "-shared", "-fPIC", "-o", str(folder / "libnvidia-ml.so.1"), str(folder / "stub.c")],
-        check=True, timeout=60, capture_output=True,
-    )  # fmt: skip
-    return folder
+    return build(tmp_path, "onegpu", ONE_GPU)
 
 
 def test_one_gpu_snapshot_through_real_bindings(cli, cli_json, one_gpu_lib: Path) -> None:

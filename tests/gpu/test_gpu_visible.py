@@ -8,33 +8,17 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpuci.gpu._nvml import open_nvml
-from gpuci.gpu._setup.command import run
 from gpuci.gpu._visible import resolve
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.options import SetupInputs, SmokeInputs
-from gpuci.inputs import build, specs_of
-from gpuci.inputs import resolve as resolve_inputs
+from gpuci.gpu.options import SmokeInputs
+from gpuci.inputs import build
 from gpuci.runtime import Result, Runtime
-from gpuci_testing import clean_env
 
 HOST = ["ecc-bad", "h100-sxm", "h100-sxm", "h100-sxm"]  # GPU 0 is another tenant's, and sick
-
-
-def setup(fake: FakeNvml, visible: str | None, tmp: Path, **flags: str) -> Result:
-    environ = {k: v for k, v in clean_env().items() if not k.startswith("CUDA_")}
-    environ.update(RUNNER_TEMP=str(tmp), GPUCI_JOURNAL=str(tmp / "journal.jsonl"))
-    if visible is not None:
-        environ["CUDA_VISIBLE_DEVICES"] = visible
-    values = resolve_inputs(
-        specs_of(SetupInputs), {k.replace("_", "-"): v for k, v in flags.items()}, environ
-    )
-    rt = Runtime(environ, json_mode=True, stdout=io.StringIO())
-    return run(build(SetupInputs, values), rt, nvml=fake)
 
 
 def uuids(fake: FakeNvml, *indices: int) -> str:
@@ -42,14 +26,14 @@ def uuids(fake: FakeNvml, *indices: int) -> str:
 
 
 @pytest.mark.parametrize("by", ["index", "uuid", "abbreviated-uuid"])
-def test_only_the_visible_gpus_are_judged_counted_and_exported(tmp_path: Path, by: str) -> None:
+def test_only_the_visible_gpus_are_judged_counted_and_exported(setup_run, by: str) -> None:
     fake = FakeNvml(HOST)
     visible = {
         "index": "2,3",
         "uuid": uuids(fake, 2, 3),
         "abbreviated-uuid": ",".join(fake.devices[i].uuid[:12] for i in (2, 3)),
     }[by]
-    result = setup(fake, visible, tmp_path, export_visible_devices="true")
+    result = setup_run(fake, visible=visible, export_visible_devices="true")
     assert result.exit_code == 0, result.headline  # GPU 0's ECC errors are not this job's
     assert result.outputs["gpu-count"] == 2
     assert result.outputs["visible-devices"] == uuids(fake, 2, 3)
@@ -61,18 +45,18 @@ def test_only_the_visible_gpus_are_judged_counted_and_exported(tmp_path: Path, b
     )
 
 
-def test_order_is_cudas_and_the_list_stops_at_the_first_invalid_entry(tmp_path: Path) -> None:
+def test_order_is_cudas_and_the_list_stops_at_the_first_invalid_entry(setup_run) -> None:
     fake = FakeNvml(HOST)
-    result = setup(fake, "3,1,7,2", tmp_path)  # 7 names no device: CUDA ignores 7 and 2
+    result = setup_run(fake, visible="3,1,7,2")  # 7 names no device: CUDA ignores 7 and 2
     assert result.outputs["visible-devices"] == uuids(fake, 3, 1)
     assert result.report["visibility"]["ignored_from"] == "7"
     assert any("ignores '7'" in a.message for a in result.annotations)
 
 
 @pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles", "GPU-", "0,0"])
-def test_nothing_or_an_invalid_first_entry_hides_every_gpu(tmp_path: Path, visible: str) -> None:
+def test_nothing_or_an_invalid_first_entry_hides_every_gpu(setup_run, visible: str) -> None:
     fake = FakeNvml(["h100-sxm"] * 4)
-    result = setup(fake, visible, tmp_path, export_visible_devices="true")
+    result = setup_run(fake, visible=visible, export_visible_devices="true")
     if visible == "0,0":  # a repeat ends the list at the repeat: device 0 only
         assert result.outputs["gpu-count"] == 1
         return
@@ -82,10 +66,10 @@ def test_nothing_or_an_invalid_first_entry_hides_every_gpu(tmp_path: Path, visib
     assert "hides all 4 GPU(s)" in result.headline
 
 
-def test_a_mig_uuid_selects_that_slice_only(tmp_path: Path) -> None:
+def test_a_mig_uuid_selects_that_slice_only(setup_run) -> None:
     fake = FakeNvml(["a100-mig", "h100-sxm"])
     second = fake.devices[0].migs[1].uuid
-    result = setup(fake, second, tmp_path, export_visible_devices="true")
+    result = setup_run(fake, visible=second, export_visible_devices="true")
     assert result.exit_code == 0, result.headline
     assert result.outputs["visible-devices"] == second
     assert result.env["CUDA_VISIBLE_DEVICES"] == second
@@ -118,9 +102,9 @@ def test_indices_on_mixed_models_without_pci_bus_id_order_warn() -> None:
 
 
 # ----- item 2: a GPU this process may not open ---------------------------------------------
-def test_a_no_permission_gpu_is_skipped_and_listed_not_exit_3(tmp_path: Path) -> None:
+def test_a_no_permission_gpu_is_skipped_and_listed_not_exit_3(setup_run) -> None:
     fake = FakeNvml.from_spec("h100-sxm,h100-sxm:open=4,h100-sxm")
-    result = setup(fake, None, tmp_path)
+    result = setup_run(fake)
     assert result.exit_code == 0, result.headline
     assert result.outputs["gpu-count"] == 2
     assert result.report["nvml"]["skipped"][0]["index"] == 1
@@ -130,34 +114,25 @@ def test_a_no_permission_gpu_is_skipped_and_listed_not_exit_3(tmp_path: Path) ->
     )
 
 
-def test_cuda_ordinals_count_only_the_gpus_that_open(tmp_path: Path) -> None:
+def test_cuda_ordinals_count_only_the_gpus_that_open(setup_run) -> None:
     # Slurm's ConstrainDevices: CUDA sees the two allowed GPUs as 0 and 1.
     fake = FakeNvml.from_spec("h100-sxm:open=4,h100-sxm,h100-sxm:open=4,h100-sxm")
-    result = setup(fake, "0,1", tmp_path)
+    result = setup_run(fake, visible="0,1")
     assert result.outputs["visible-devices"] == uuids(fake, 1, 3)
 
 
-def test_every_gpu_unopenable_fails_require_gpu_with_the_reason(tmp_path: Path) -> None:
+def test_every_gpu_unopenable_fails_require_gpu_with_the_reason(setup_run) -> None:
     fake = FakeNvml.from_spec("h100-sxm:open=4")
-    result = setup(fake, None, tmp_path)
+    result = setup_run(fake)
     assert result.exit_code == 1
     assert "may open none" in result.headline
 
 
 # ----- gpu-smoke's health-only mode --------------------------------------------------------
-def smoke(fake: FakeNvml, visible: str | None, tmp: Path, **over: Any) -> Result:
+def smoke(fake: FakeNvml, visible: str | None, tmp: Path) -> Result:
     from gpuci.gpu._smoke import smoke as run_smoke
 
-    values = {
-        "checks": None,
-        "budget-seconds": 30.0,
-        "memory-fraction": 0.5,
-        "min-bandwidth-gbs": None,
-        "framework": "none",
-        "dcgm-level": 0,
-        "report": str(tmp / "smoke.json"),
-        **over,
-    }
+    values = {"memory-fraction": 0.5, "framework": "none", "report": str(tmp / "smoke.json")}
     environ = {"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}
     if visible is not None:
         environ["CUDA_VISIBLE_DEVICES"] = visible
@@ -189,11 +164,11 @@ def test_smoke_skips_a_no_permission_gpu(tmp_path: Path) -> None:
 
 
 # ----- modes: ECC off or changing, persistence off -----------------------------------------
-def test_ecc_off_pending_and_persistence_off_are_reported_not_failed(tmp_path: Path) -> None:
+def test_ecc_off_pending_and_persistence_off_are_reported_not_failed(setup_run) -> None:
     fake = FakeNvml(["h100-sxm", "h100-sxm"])
     fake.set(0, ecc_enabled=False)
     fake.set(1, ecc_pending=False, persistence=False)
-    result = setup(fake, None, tmp_path)
+    result = setup_run(fake)
     assert result.exit_code == 0, result.headline
     text = [a.message for a in result.annotations if a.title == "gpu-setup: modes"]
     assert any(t.startswith("GPU 0: ECC is off") for t in text), text
@@ -203,18 +178,18 @@ def test_ecc_off_pending_and_persistence_off_are_reported_not_failed(tmp_path: P
     assert gpus[1]["persistence_mode"] is False and gpus[1]["health"]["ecc_pending"] is False
 
 
-def test_a_power_limit_below_the_default_is_reported(tmp_path: Path) -> None:
+def test_a_power_limit_below_the_default_is_reported(setup_run) -> None:
     fake = FakeNvml(["h100-sxm"])
     fake.set(0, power_limit_mw=450000, power_default_mw=700000)
-    result = setup(fake, None, tmp_path)
+    result = setup_run(fake)
     assert result.exit_code == 0
     assert any(
         "power limit lowered to 450 W of the default 700 W" in a.message for a in result.annotations
     )
 
 
-def test_applications_clocks_below_the_default_are_reported(tmp_path: Path) -> None:
-    result = setup(FakeNvml.from_spec("h200:appclock=1200"), None, tmp_path)
+def test_applications_clocks_below_the_default_are_reported(setup_run) -> None:
+    result = setup_run(FakeNvml.from_spec("h200:appclock=1200"))
     assert result.exit_code == 0
     text = [a.message for a in result.annotations]
     assert any(
@@ -225,7 +200,7 @@ def test_applications_clocks_below_the_default_are_reported(tmp_path: Path) -> N
     assert ["sm", 1410, 1200, 1980, 1980] in [list(row) for row in gpu["clocks_mhz"]]
 
 
-def test_a_t4_at_its_default_applications_clock_is_not_reported(tmp_path: Path) -> None:
+def test_a_t4_at_its_default_applications_clock_is_not_reported(setup_run) -> None:
     # T4: 585 MHz default applications clock, 1590 max (autoboost): stock, not lowered.
-    result = setup(FakeNvml(["t4"]), None, tmp_path)
+    result = setup_run(FakeNvml(["t4"]))
     assert not any("applications clock" in a.message for a in result.annotations)

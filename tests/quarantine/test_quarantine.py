@@ -69,8 +69,13 @@ def quarantine_smoke(
     return smoke(tmp_path, api, nvml, *flags, *args, **env)
 
 
-def release(tmp_path: Path, api: FakeForges, name: str, *flags: str, **env: str):
-    """``runners release NAME --labels gpu-large`` with ``flags``."""
+def release(
+    tmp_path: Path, api: FakeForges, name: str, *flags: str, nvml: str | None = None, **env: str
+):
+    """``runners release NAME --labels gpu-large`` with ``flags``; with ``nvml``, the smoke it
+    runs first reads that fake NVML, health checks only."""
+    if nvml is not None:
+        flags, env = ("--framework", "none", *flags), {**env, "GPUCI_FAKE_NVML": nvml}
     return cli(tmp_path, api, "runners", "release", name, "--labels", "gpu-large", *flags, **env)
 
 
@@ -170,27 +175,15 @@ def test_release_restores_the_labels_after_a_passing_smoke_or_with_force(tmp_pat
     assert quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env).returncode == 1
     assert "gpu-large" not in this.names()
 
-    still_bad = release(
-        tmp_path, api, "gpu-node", "--framework", "none", GPUCI_FAKE_NVML=BAD_GPU, **env
-    )
+    still_bad = release(tmp_path, api, "gpu-node", nvml=BAD_GPU, **env)
     assert still_bad.returncode == 1, still_bad.stdout + still_bad.stderr
     assert "not released" in still_bad.stdout + still_bad.stderr
     assert "gpu-large" not in this.names()
 
-    elsewhere = release(
-        tmp_path,
-        api,
-        "gpu-node",
-        "--framework",
-        "none",
-        GPUCI_FAKE_NVML=GOOD_GPU,
-        **{**env, "RUNNER_NAME": "other"},
-    )
+    elsewhere = release(tmp_path, api, "gpu-node", nvml=GOOD_GPU, **{**env, "RUNNER_NAME": "other"})
     assert elsewhere.returncode == 2 and "gpu-large" not in this.names()
 
-    healed = release(
-        tmp_path, api, "gpu-node", "--framework", "none", GPUCI_FAKE_NVML=GOOD_GPU, **env
-    )
+    healed = release(tmp_path, api, "gpu-node", nvml=GOOD_GPU, **env)
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert sorted(this.names()) == sorted(["self-hosted", "Linux", "X64", "keep", "gpu-large"])
 

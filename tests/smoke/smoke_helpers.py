@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpuci.gpu._nvml import open_nvml
 from gpuci.gpu._smoke import smoke
 from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu._smoke.checks import Outcome
-from gpuci.gpu._smoke.load import Sizes
+from gpuci.gpu._smoke.load import Sizes, Target
+from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.gpu.options import SmokeInputs
 from gpuci.inputs import build
@@ -39,10 +43,17 @@ def run(
     *,
     sizes: Sizes | None = None,
     clock: Callable[[], float] | None = None,
+    visible: str | None = None,
+    dry_run: bool = False,
     **overrides: Any,
 ) -> Result:
+    """gpu-smoke in-process on ``fake`` (a FakeNvml or a ``GPUCI_FAKE_NVML`` spec), with
+    ``visible`` as CUDA_VISIBLE_DEVICES when given, and ``overrides`` as its inputs."""
     nvml = FakeNvml.from_spec(fake) if isinstance(fake, str) else fake
-    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
+    environ = {"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}
+    if visible is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = visible
+    rt = Runtime(environ=environ, dry_run=dry_run, stdout=io.StringIO())
     kwargs: dict[str, Any] = {"nvml": nvml, "backend": backend, "sizes": sizes}
     if clock is not None:
         kwargs["clock"] = clock
@@ -110,8 +121,6 @@ def wrong_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 def loud_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A reducer whose framework logs 40 MB (NCCL_DEBUG=TRACE, say) before its answer."""
-    import os
-
     for _ in range(40):
         os.write(2, b"NCCL INFO " + b"x" * (1 << 20) + b"\n")
     return [(3.0, 3.0)]
@@ -119,9 +128,6 @@ def loud_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A collective that never returns; writes its pid so a test can see it was killed."""
-    import os
-    import time
-
     from gpuci.gpu._smoke.allreduce import phase
 
     Path(os.environ[PIDFILE_ENV]).write_text(str(os.getpid()))
@@ -132,8 +138,6 @@ def hangs(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 def slow_start(indices: list[int], n: int) -> list[tuple[float, float]]:
     """Contexts that take longer than the timeout: the collective is never reached."""
-    import time
-
     while True:
         time.sleep(1)
 
@@ -168,6 +172,51 @@ class GpuLike(NumpyBackend):
         return self.buses[index]
 
 
+class RatedDevice(NumpyDevice):
+    """A CPU stand-in GPU that reports the GEMM and copy speeds a test gives it.
+
+    The numpy device does the real arithmetic (so every correctness check runs), but
+    ``time_calls`` answers with the seconds a GPU of ``tflops`` / ``gbs`` would take for the
+    work just timed, so a test can put a fake T4 at its real sustained 24 TFLOP/s, or a fake
+    H200 at a copy rate of its choosing, and see how the model table judges it.
+    """
+
+    tflops = 1.0  # FP16 GEMM rate to report
+    gbs = 1.0  # device copy rate to report (read + written bytes)
+
+    def __init__(self, index: int, mem_bytes: int) -> None:
+        super().__init__(index, mem_bytes)
+        self._work: tuple[str, float] = ("", 0.0)
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        self._work = ("gemm", 2.0 * a.shape[0] * a.shape[1] * b.shape[1])
+        return super().matmul(a, b)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        self._work = ("copy", 2.0 * src.nbytes)
+        super().copy(dst, src)
+
+    def time_calls(self, fn: Callable[[], Any], repeats: int) -> float:
+        super().time_calls(fn, repeats)
+        kind, amount = self._work
+        rate = self.tflops * 1e12 if kind == "gemm" else self.gbs * 1e9
+        return amount * repeats / rate
+
+
+class RatedGpus(GpuLike):
+    """CPU stand-ins that claim to be the NVML GPUs with ``uuids``, at the given rates."""
+
+    def __init__(self, uuids: list[str | None], *, tflops: float = 1.0, gbs: float = 1.0) -> None:
+        super().__init__(uuids)
+        self.device_class = type("Rated", (RatedDevice,), {"tflops": tflops, "gbs": gbs})
+
+
+def matched(backend: NumpyBackend, fake: FakeNvml) -> tuple[list[Target], list[str]]:
+    """``match_targets`` for ``backend`` on every GPU of ``fake``, in a session of its own."""
+    with open_nvml({}, fake) as session:
+        return match_targets(backend, session, list(session.snapshot().gpus))
+
+
 BUS_BYTES = 128 * 1024 * 1024  # the nccl check's buffer: 32 Mi float32
 BUS_SECONDS = 0.002  # one all-reduce of it: 67.1 GB/s algbw
 
@@ -189,8 +238,6 @@ def untimed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
 def hostile_stdout(indices: list[int], n: int) -> list[tuple[float, float]]:
     """A child whose stdout ends in the line in ``$SMOKE_HOSTILE_FILE`` instead of gpu-ci's
     answer (a framework printing there, or a broken child): the parent reads it as an input."""
-    import os
-
     with open(os.environ["SMOKE_HOSTILE_FILE"], encoding="utf-8") as handle:
         print(handle.read(), flush=True)
     os._exit(0)

@@ -11,11 +11,13 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from smoke_helpers import matched
 
-from gpuci.gpu._nvml import open_nvml
-from gpuci.gpu._smoke.backends import resolve_framework
+from gpuci.gpu import _smoke as smoke
+from gpuci.gpu._smoke import allreduce, backends
+from gpuci.gpu._smoke.backends import BackendUnavailable, resolve_framework
 from gpuci.gpu._smoke.backends import torch_backend as tb
-from gpuci.gpu._smoke.targets import match_targets
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
 from gpuci.gpu.fake.nvml import FakeNvml
 
 
@@ -28,11 +30,6 @@ def stand_in_torch(props: list[SimpleNamespace]) -> SimpleNamespace:
     return SimpleNamespace(__version__="2.1.0", cuda=cuda, version=SimpleNamespace(cuda="12.1"))
 
 
-def targets_for(backend, fake: FakeNvml):
-    with open_nvml({}, fake) as session:
-        return match_targets(backend, session, list(session.snapshot().gpus), {})
-
-
 def test_torch_mig_uuid_is_not_turned_into_a_gpu_uuid(monkeypatch):
     fake = FakeNvml(["a100-mig"])
     mig = fake.devices[0].migs[0].uuid
@@ -40,7 +37,7 @@ def test_torch_mig_uuid_is_not_turned_into_a_gpu_uuid(monkeypatch):
     monkeypatch.setattr(tb, "_torch", lambda: stand_in_torch(props))
     backend = tb.TorchBackend()
     assert backend.device_uuid(0) == mig.removeprefix("MIG-")  # no "GPU-" glued on
-    (target,), notes = targets_for(backend, fake)
+    (target,), notes = matched(backend, fake)
     assert target.name == "NVIDIA A100-SXM4-40GB MIG 3g.20gb" and notes == []
 
 
@@ -52,7 +49,7 @@ def test_older_torch_without_uuid_matches_by_pci_bus_id(monkeypatch):
     backend = tb.TorchBackend()
     assert backend.device_uuid(0) is None
     assert backend.device_pci_bus_id(0) == "0000:3a:00.0"
-    (target,), notes = targets_for(backend, fake)
+    (target,), notes = matched(backend, fake)
     assert target.nvml_index == 2 and notes == []
 
 
@@ -72,7 +69,7 @@ def test_cupy_uuid_cut_at_a_zero_byte_matches_by_pci_bus_id(monkeypatch):
 
     backend = CupyBackend()
     assert backend.device_uuid(0) is None  # three bytes are nobody's UUID
-    (target,), notes = targets_for(backend, fake)
+    (target,), notes = matched(backend, fake)
     assert target.nvml_index == 1 and notes == []
     runtime.getDeviceProperties = lambda i: {"uuid": whole}
     assert backend.device_uuid(0) == fake.devices[1].uuid.removeprefix("GPU-")
@@ -87,8 +84,6 @@ def test_auto_prefers_a_working_cupy_over_a_cpu_only_torch():
 
 
 def test_cpu_only_torch_is_read_from_its_version_file(tmp_path, monkeypatch):
-    from gpuci.gpu._smoke import backends
-
     pkg = tmp_path / "torch"
     pkg.mkdir()
     spec = SimpleNamespace(submodule_search_locations=[str(pkg)])
@@ -100,11 +95,6 @@ def test_cpu_only_torch_is_read_from_its_version_file(tmp_path, monkeypatch):
 
 
 def test_auto_falls_back_to_cupy_when_torch_cannot_start_cuda(monkeypatch):
-    from gpuci.gpu import _smoke as smoke
-    from gpuci.gpu._smoke import backends
-    from gpuci.gpu._smoke.backends import BackendUnavailable
-    from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
-
     def load(name):
         if name == "torch":
             raise BackendUnavailable("torch 2.13.0+cpu is a CPU-only build")
@@ -119,8 +109,6 @@ def test_auto_falls_back_to_cupy_when_torch_cannot_start_cuda(monkeypatch):
 
 
 def test_an_all_reduce_that_cannot_start_fails_with_its_reason():
-    from gpuci.gpu._smoke import allreduce
-
     answer = allreduce.run_child("no_such_module_here:reduce", [0, 1], 8, timeout_s=30)
     assert answer.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
     assert not answer.hung and answer.result is None
@@ -132,8 +120,6 @@ def test_an_all_reduce_logging_megabytes_is_held_to_its_tail():
     """Before: every byte the child printed was kept (stdout and stderr); now the last
     MAX_OUTPUT bytes, where the answer line is."""
     import tracemalloc
-
-    from gpuci.gpu._smoke import allreduce
 
     tracemalloc.start()
     try:
@@ -157,8 +143,6 @@ def test_an_all_reduce_logging_megabytes_is_held_to_its_tail():
     ],
 )
 def test_a_hostile_all_reduce_answer_is_an_error_in_one_short_line(monkeypatch, tmp_path, line):
-    from gpuci.gpu._smoke import allreduce
-
     (tmp_path / "line").write_text(line, encoding="utf-8")  # past an env var's 128 KiB
     monkeypatch.setenv("SMOKE_HOSTILE_FILE", str(tmp_path / "line"))
     answer = allreduce.run_child("smoke_helpers:hostile_stdout", [0, 1], 8, timeout_s=60)

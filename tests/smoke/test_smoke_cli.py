@@ -179,17 +179,11 @@ def test_runs_without_boto3_tenacity_httpx_or_yaml(tmp_path):
 
 
 def test_dry_run_in_process_names_skips_and_estimates(tmp_path):
-    import io
+    from smoke_helpers import run
 
-    from smoke_helpers import values
-
-    from gpuci.gpu._smoke import smoke as run_smoke
     from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
-    from gpuci.gpu.fake.nvml import FakeNvml
-    from gpuci.runtime import Runtime
 
-    rt = Runtime(environ={}, dry_run=True, stdout=io.StringIO())
-    result = run_smoke(values(tmp_path), rt, nvml=FakeNvml(["l4"]), backend=NumpyBackend())
+    result = run(tmp_path, "l4", NumpyBackend(), dry_run=True)
     plan = {p["check"]: p for p in result.report["plan"]}
     assert plan["nccl"]["reason"] == "needs 2 or more GPUs, 1 here"
     assert plan["gemm"]["would_run"] and plan["gemm"]["estimate_s"] > 0

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from smoke_helpers import outcome, run
 
+from gpuci import untrusted_json
+from gpuci.gpu._smoke import dcgm
+from gpuci.gpu._smoke.checks import CheckError, CheckSkipped, Context
 from gpuci.gpu._smoke.dcgm import verdict
+from gpuci.gpu.fake.nvml import FakeNvml
 
 PASS = {
     "DCGM GPU Diagnostic": {
@@ -122,8 +127,6 @@ def test_level_2_does_not_fit_the_default_budget(tmp_path, monkeypatch):
     [("not json at all", 1, "fail"), ("", 0, "skip"), ('{"DCGM Diagnostic": {}}', 1, "fail")],
 )
 def test_verdict_edges(text, code, status):
-    from gpuci.gpu._smoke.checks import CheckError, CheckSkipped
-
     kind = CheckError if status == "fail" else CheckSkipped
     with pytest.raises(kind):
         verdict(text, code)
@@ -131,31 +134,14 @@ def test_verdict_edges(text, code, status):
 
 def test_dcgm_covers_only_the_jobs_gpus(tmp_path, monkeypatch):
     """CUDA_VISIBLE_DEVICES=1,3 on four GPUs: DCGM gets -i 1,3, not every tenant's GPU."""
-    import io
-
-    from smoke_helpers import values
-
-    from gpuci.gpu._smoke import smoke
-    from gpuci.gpu.fake.nvml import FakeNvml
-    from gpuci.runtime import Runtime
-
     bin_dir = stand_in(tmp_path, monkeypatch, json.dumps(PASS))
-    rt = Runtime(
-        environ={"CUDA_VISIBLE_DEVICES": "1,3", "GPUCI_JOURNAL": str(tmp_path / "j")},
-        stdout=io.StringIO(),
-    )
-    vals = values(tmp_path, framework="none", dcgm_level=1, checks=["dcgm"])
-    result = smoke(vals, rt, nvml=FakeNvml(["h100-sxm"] * 4))
+    four = FakeNvml(["h100-sxm"] * 4)
+    result = run(tmp_path, four, visible="1,3", framework="none", dcgm_level=1, checks=["dcgm"])
     assert outcome(result, "dcgm")["status"] == "pass"
     assert (bin_dir / "args").read_text().split() == ["diag", "-r", "1", "-i", "1,3", "-j"]
 
 
 def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
-    import time
-
-    from gpuci.gpu._smoke import dcgm
-    from gpuci.gpu._smoke.checks import CheckSkipped, Context
-
     stand_in(tmp_path, monkeypatch, script="exec sleep 60\n")
     ctx = Context({}, time.monotonic() + 1.0, time.monotonic)
     with pytest.raises(CheckSkipped, match="did not finish within the 1s left of the budget"):
@@ -165,12 +151,6 @@ def test_a_dcgm_run_past_the_budget_is_a_skip_not_a_fail(tmp_path, monkeypatch):
 def test_a_dcgmi_printing_megabytes_then_hanging_is_cut_at_once(tmp_path, monkeypatch):
     """Before: every byte was kept until the budget ran out (then a "did not finish" skip);
     now the output is capped as it comes and the child killed, with its background writer."""
-    import time
-
-    from gpuci import untrusted_json
-    from gpuci.gpu._smoke import dcgm
-    from gpuci.gpu._smoke.checks import CheckSkipped, Context
-
     stand_in(tmp_path, monkeypatch, script="head -c 2000000 /dev/zero\nsleep 600\n")
     monkeypatch.setattr(untrusted_json, "MAX_BYTES", 1 << 20)
     ctx = Context({}, time.monotonic() + 20.0, time.monotonic)
@@ -188,8 +168,6 @@ def test_a_dcgmi_printing_megabytes_then_hanging_is_cut_at_once(tmp_path, monkey
 )
 def test_hostile_dcgmi_output_is_no_verdict_not_a_traceback(text):
     """dcgmi's output is read through untrusted_json: nesting and numbers are bounded."""
-    from gpuci.gpu._smoke.checks import CheckError, CheckSkipped
-
     with pytest.raises(CheckSkipped, match="printed no JSON verdict"):
         verdict(text, 0)
     with pytest.raises(CheckError, match="dcgmi diag exited 1"):

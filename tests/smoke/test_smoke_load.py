@@ -17,6 +17,7 @@ from smoke_helpers import (
     WrongGemm,
     backend_reducing_with,
     backend_with,
+    matched,
     outcome,
     run,
 )
@@ -271,21 +272,15 @@ def test_a_uuid_cut_at_a_zero_byte_is_matched_by_pci_bus_id():
     raw = bytes.fromhex("5a00c3d2e1f0a1b2c3d4e5f6a7b8c9d0")
     assert _uuid_text(raw[:1]) is None  # what cupy hands over: b"Z"
     assert _uuid_text(raw) == "5a00c3d2-e1f0-a1b2-c3d4-e5f6a7b8c9d0"
-    fake = FakeNvml(["h100-sxm"] * 4)
-    with open_nvml({}, fake) as session:
-        gpus = list(session.snapshot().gpus)
-        # CUDA_VISIBLE_DEVICES=3,1: no UUIDs, CUDA's spelling of the bus ids
-        backend = GpuLike([None, None], ["0000:5d:00.0", "0000:2a:00.0"])
-        targets, notes = match_targets(backend, session, gpus)
+    # CUDA_VISIBLE_DEVICES=3,1: no UUIDs, CUDA's spelling of the bus ids
+    backend = GpuLike([None, None], ["0000:5d:00.0", "0000:2a:00.0"])
+    targets, notes = matched(backend, FakeNvml(["h100-sxm"] * 4))
     assert [t.nvml_index for t in targets] == [3, 1]
     assert notes == []
 
 
 def test_no_uuid_and_no_bus_id_falls_back_to_index_loudly():
-    fake = FakeNvml(["h100-sxm", "h100-sxm"])
-    with open_nvml({}, fake) as session:
-        gpus = list(session.snapshot().gpus)
-        targets, notes = match_targets(GpuLike([None, None]), session, gpus, {})
+    targets, notes = matched(GpuLike([None, None]), FakeNvml(["h100-sxm", "h100-sxm"]))
     assert [t.nvml_index for t in targets] == [0, 1]
     assert notes == [
         "numpy gave neither UUIDs nor PCI bus ids: devices matched to NVML GPUs by index "
@@ -295,11 +290,8 @@ def test_no_uuid_and_no_bus_id_falls_back_to_index_loudly():
 
 def test_a_mig_device_is_matched_by_its_mig_uuid_and_held_to_its_slice():
     fake = FakeNvml(["a100-mig"])
-    mig = fake.devices[0].migs[1]
-    with open_nvml({}, fake) as session:
-        gpus = list(session.snapshot().gpus)
-        cuda_uuid = mig.uuid.removeprefix("MIG-")  # torch and cupy give it bare
-        targets, notes = match_targets(GpuLike([cuda_uuid]), session, gpus, {})
+    cuda_uuid = fake.devices[0].migs[1].uuid.removeprefix("MIG-")  # torch and cupy give it bare
+    targets, notes = matched(GpuLike([cuda_uuid]), fake)
     (t,) = targets
     assert (t.nvml_index, t.name, notes) == (0, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", [])
     assert t.minimums.model == "A100-40GB MIG 3g.20gb"

@@ -3,23 +3,19 @@ before and after the load, on fake NVML with the values and codes real drivers r
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
-from smoke_helpers import outcome, values
+from smoke_helpers import outcome, run
 
 from gpuci.gpu._nvml import NvmlSession
-from gpuci.gpu._smoke import smoke
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.runtime import Result, Runtime
+from gpuci.runtime import Result
 
 
 def run_env(tmp: Path, fake: FakeNvml | str) -> Result:
-    if isinstance(fake, str):
-        fake = FakeNvml.from_spec(fake)
-    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
-    return smoke(values(tmp, framework="none"), rt, nvml=fake)
+    """gpu-smoke's health checks alone (framework none)."""
+    return run(tmp, fake, framework="none")
 
 
 # ----- throttling: cumulative counters -----------------------------------------------------
@@ -112,12 +108,8 @@ def test_the_session_reads_counters_only_on_the_links_up() -> None:
 def _long_run(tmp: Path, spec: str, **over: object) -> Result:
     """A 100 s run (the clock reads 0 once, for the budget's start, then 100)."""
     reads = iter([0.0])
-    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
-    return smoke(
-        values(tmp, framework="none", budget_seconds=1000, **over),
-        rt,
-        nvml=FakeNvml.from_spec(spec),
-        clock=lambda: next(reads, 100.0),
+    return run(
+        tmp, spec, clock=lambda: next(reads, 100.0), framework="none", budget_seconds=1000, **over
     )
 
 

@@ -3,23 +3,22 @@ other MIG instances' events do not, on fake NVML with the codes real drivers ret
 
 from __future__ import annotations
 
-import io
+import threading
 from pathlib import Path
 
 import pytest
-from smoke_helpers import outcome, values
+from smoke_helpers import GpuLike, backend_with, outcome, run
 
-from gpuci.gpu._smoke import smoke
+from gpuci.gpu._nvml import open_nvml
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+from gpuci.gpu._smoke.load import Sizes
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.runtime import Result, Runtime
+from gpuci.runtime import Result
 
 
 def run_env(tmp: Path, fake: FakeNvml, visible: str | None = None, **over) -> Result:
-    environ = {"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}
-    if visible is not None:
-        environ["CUDA_VISIBLE_DEVICES"] = visible
-    rt = Runtime(environ=environ, stdout=io.StringIO())
-    return smoke(values(tmp, framework="none", **over), rt, nvml=fake)
+    """gpu-smoke's health checks alone (framework none), ``visible`` as CUDA_VISIBLE_DEVICES."""
+    return run(tmp, fake, visible=visible, framework="none", **over)
 
 
 @pytest.mark.parametrize(("code", "text"), [(16, "GPU requires restart"), (999, "Unknown Error")])
@@ -135,12 +134,6 @@ def test_an_xid_from_the_slice_under_test_fails(tmp_path: Path) -> None:
 # ----- 8 GPUs within the budget ------------------------------------------------------------
 def test_eight_gpus_run_their_checks_at_once(tmp_path: Path) -> None:
     """Every GPU's context waits for all eight: only a concurrent run gets past the barrier."""
-    import threading
-
-    from smoke_helpers import backend_with, run
-
-    from gpuci.gpu._smoke.backends.numpy_backend import NumpyDevice
-
     barrier = threading.Barrier(8, timeout=60)  # a hang guard, not a timing assertion
 
     class Together(NumpyDevice):
@@ -155,12 +148,6 @@ def test_eight_gpus_run_their_checks_at_once(tmp_path: Path) -> None:
 
 def test_eight_gpus_fit_a_budget_one_gpu_at_a_time_would_not(tmp_path: Path) -> None:
     """Each GPU's checks take 5 s (on a per-thread clock): 8 in a row would need 40 s of 30."""
-    import threading
-
-    from smoke_helpers import backend_with, run
-
-    from gpuci.gpu._smoke.backends.numpy_backend import NumpyDevice
-
     local = threading.local()
     # All eight GPUs meet here before their first kernel, so each runs on its own thread: a
     # busy machine cannot let one pool thread finish a GPU and take the next (its per-thread
@@ -191,10 +178,6 @@ def test_eight_gpus_fit_a_budget_one_gpu_at_a_time_would_not(tmp_path: Path) -> 
 
 
 def test_a_budget_skip_is_named_in_skipped_checks(tmp_path: Path) -> None:
-    from smoke_helpers import run
-
-    from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
-
     clock = [0.0]
 
     def tick() -> float:
@@ -208,8 +191,6 @@ def test_a_budget_skip_is_named_in_skipped_checks(tmp_path: Path) -> None:
 
 
 def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
-    from gpuci.gpu._nvml import open_nvml
-    from gpuci.gpu._smoke.load import Sizes
     from gpuci.gpu._smoke.plan import _dry_estimates
 
     with open_nvml({}, FakeNvml(["h200"] * 8)) as session:
@@ -221,10 +202,6 @@ def test_the_dry_run_estimate_for_eight_h200_fits_the_default_budget() -> None:
 
 # ----- another process on the GPU ----------------------------------------------------------
 def test_another_process_makes_speed_report_only_and_caps_the_memory_test(tmp_path: Path):
-    from smoke_helpers import GpuLike, run
-
-    from gpuci.gpu._smoke.load import Sizes
-
     fake = FakeNvml(["h200"])
     fake.set(0, processes=[(4242, 20 << 30)])  # someone else's training run
     backend = GpuLike([fake.devices[0].uuid])  # the CPU stand-in, matched as the H200
@@ -237,10 +214,6 @@ def test_another_process_makes_speed_report_only_and_caps_the_memory_test(tmp_pa
 
 
 def test_without_other_processes_the_h200_minimums_hold(tmp_path: Path):
-    from smoke_helpers import GpuLike, run
-
-    from gpuci.gpu._smoke.load import Sizes
-
     fake = FakeNvml(["h200"])
     result = run(tmp_path, fake, GpuLike([fake.devices[0].uuid]), sizes=Sizes.tiny())
     assert outcome(result, "gpu0:gemm")["status"] == "fail"  # the control: judged

@@ -33,7 +33,7 @@ Unknown models, and MIG slices whose profile cannot be read, report figures and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 # Usable GB/s per lane after encoding overhead, by PCIe generation (PCI-SIG's transfer rates:
 # 2.5/5 GT/s with 8b/10b, 8/16/32 GT/s with 128b/130b; Gen6 64 GT/s PAM4 with FLIT overhead).
@@ -265,26 +265,17 @@ class Minimums:
 
     model: str | None
     mem_bw_gbs: float | None
+    gemm_tflops: float | None
     h2d_gbs: float | None
     d2h_gbs: float | None
     source: str  # how the minimums were chosen, for the report
-    gemm_tflops: float | None = None
     # What each of the two speed minimums rests on (the measured figure and who measured it,
     # an input, or why it is not judged), shown beside the figure in the check's report.
     mem_bw_basis: str | None = None
     gemm_basis: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "model": self.model,
-            "mem_bw_gbs": self.mem_bw_gbs,
-            "gemm_tflops": self.gemm_tflops,
-            "h2d_gbs": self.h2d_gbs,
-            "d2h_gbs": self.d2h_gbs,
-            "source": self.source,
-            "mem_bw_basis": self.mem_bw_basis,
-            "gemm_basis": self.gemm_basis,
-        }
+        return asdict(self)  # the report's keys, in the order of the fields
 
 
 def minimums(
@@ -314,7 +305,7 @@ def _minimums(
     if model is None:
         what = "vGPU profile (a share of a board)" if is_vgpu(name) else "unknown model"
         sources.append(f"{what}: GEMM and host-device figures reported, not judged")
-        return Minimums(None, mem, None, None, "; ".join(sources), mem_bw_basis=copy_basis)
+        return Minimums(None, mem, None, None, None, "; ".join(sources), mem_bw_basis=copy_basis)
     if mem is None:
         mem = model.min_mem_bw_gbs
         copy_basis = _basis(COPY_SHARE_OF_MEASURED, model.copy, "GB/s", model.copy_report_only)
@@ -329,7 +320,7 @@ def _minimums(
         sources.append(f"PCIe Gen{link_max[0]} x{link_max[1]} link from NVML")
     h2d = round(link * SHARE_OF_PEAK, 1) if link else None
     d2h = round(link * D2H_SHARE_OF_LINK, 1) if link else None
-    return Minimums(model.key, mem, h2d, d2h, "; ".join(sources), model.min_gemm_tflops,
+    return Minimums(model.key, mem, model.min_gemm_tflops, h2d, d2h, "; ".join(sources),
                     copy_basis, gemm_basis)  # fmt: skip
 
 
@@ -349,7 +340,7 @@ def _mig_minimums(name: str, override_mem_bw: float | None) -> Minimums:
         if override_mem_bw is not None:
             why = "min-bandwidth-gbs; " + why
         basis = "min-bandwidth-gbs" if override_mem_bw is not None else None
-        return Minimums(None, override_mem_bw, None, None, why, mem_bw_basis=basis)
+        return Minimums(None, override_mem_bw, None, None, None, why, mem_bw_basis=basis)
     slices = int(profile["g"])
     memory_share = min(1.0, int(profile["gb"]) / parent.memory_gb)
     compute_share = min(1.0, slices / MIG_COMPUTE_SLICES)
@@ -372,7 +363,7 @@ def _mig_minimums(name: str, override_mem_bw: float | None) -> Minimums:
         ("GEMM " if gemm is not None else "GEMM not judged: ") + gemm_basis,
         "host-device not judged on a MIG slice (copy engines are shared)",
     ]
-    return Minimums(key, mem, None, None, "; ".join(sources), gemm, copy_basis, gemm_basis)
+    return Minimums(key, mem, gemm, None, None, "; ".join(sources), copy_basis, gemm_basis)
 
 
 # ----- all-reduce bus bandwidth ----------------------------------------------------------
@@ -426,8 +417,7 @@ class Bus:
     source: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "peak_gbs": self.peak_gbs, "min_gbs": self.min_gbs,
-                "source": self.source}  # fmt: skip
+        return asdict(self)
 
 
 def all_reduce_bus(links: list[GpuLink | None], override: float | None = None) -> Bus:

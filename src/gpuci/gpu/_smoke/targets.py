@@ -114,11 +114,11 @@ def _target(
     elif backend.is_gpu:
         why = "not matched to an NVML GPU: figures reported, not judged"
         mins = Minimums(
-            None, override, None, None, ("min-bandwidth-gbs; " if override else "") + why, gemm
+            None, override, gemm, None, None, ("min-bandwidth-gbs; " if override else "") + why
         )
     else:  # a CPU stand-in is not the GPU NVML names: judge only what the user set
         why = "min-bandwidth-gbs" if override else f"{backend.name} on the CPU: not judged"
-        mins = Minimums(None, override, None, None, why, gemm)
+        mins = Minimums(None, override, gemm, None, None, why)
     others = 0  # processes NVML saw before our load: all someone else's
     if gpu is not None and match is not None and match.mig is None:
         others = len(gpu.processes or ())
@@ -130,9 +130,9 @@ def _target(
             None,
             None,
             None,
+            None,
             f"{others} other process(es) on this GPU: speed reported, not judged "
             f"(memory test capped at {SHARED_MEMORY_FRACTION:.0%} of free memory)",
-            None,
         )
     return Target(
         others=others,

@@ -2,35 +2,27 @@
 
 A row with a measured figure judges GEMM and copy bandwidth at their shares of it and names the
 source in the report; a row without one reports the figure and never fails on it, saying why.
-The stand-in device reports the rate each test sets (``rated_device``): a T4 at its real
+The stand-in device reports the rate each test sets (``RatedGpus``): a T4 at its real
 sustained 24 TFLOP/s, an H200 copying at 2700 GB/s (a healthy board's figure that 60 % of the
 4800 GB/s datasheet peak, 2880, used to fail), an H100 NVL with nothing measured.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
-from rated_device import RatedGpus
+from smoke_helpers import RatedGpus, run
 
-from gpuci.gpu._smoke import smoke
 from gpuci.gpu._smoke.load import Sizes
 from gpuci.gpu.fake.nvml import FakeNvml
-from gpuci.gpu.options import SmokeInputs
-from gpuci.inputs import build
-from gpuci.runtime import Runtime
 
 
 def _run(tmp: Path, fake: FakeNvml, *, tflops: float = 1.0, gbs: float = 1.0,
          **inputs: Any) -> dict[str, dict[str, Any]]:  # fmt: skip
     """gpu-smoke's gemm and membw checks on ``fake``'s one GPU: ``{check: report entry}``."""
-    values = {"checks": ["gemm", "membw"], "report": str(tmp / "smoke.json"), **inputs}
-    inp = build(SmokeInputs, {k.replace("_", "-"): v for k, v in values.items()})
-    rt = Runtime(environ={"GPUCI_JOURNAL": str(tmp / "journal.jsonl")}, stdout=io.StringIO())
     backend = RatedGpus([fake.devices[0].uuid], tflops=tflops, gbs=gbs)
-    result = smoke(inp, rt, nvml=fake, backend=backend, sizes=Sizes.tiny())
+    result = run(tmp, fake, backend, sizes=Sizes.tiny(), checks=["gemm", "membw"], **inputs)
     return {c["name"]: c for c in result.report["checks"] if c["name"] in ("gemm", "membw")}
 
 
