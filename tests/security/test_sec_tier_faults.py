@@ -18,6 +18,7 @@ from tier_runner import Runner, model_tree, sha, tier_is_honest, tier_runs, warn
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest as mf
+from gpuci.cache._stores import copying
 from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
 
@@ -223,3 +224,22 @@ def test_a_manifest_number_past_what_a_file_can_hold_is_refused_as_malformed(fie
                        "entries": [entry]}).encode()  # fmt: skip
     with pytest.raises(InputError, match=f"{field} .* is out of range"):
         mf.parse(body, "test")
+
+
+@pytest.mark.parametrize("mode", ["copy", "verify"])
+def test_a_blob_that_cannot_be_read_is_fetched_from_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    runner = Runner(tmp_path)
+    files = model_tree(tmp_path / "src")
+    runner.save("m", tmp_path / "src")
+
+    def failing_disk(*_args, **_kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(copying, "copy_fd", failing_disk)
+    monkeypatch.setattr(copying, "copy_hashing", failing_disk)
+    got = runner.restore("m", tmp_path / "job", **{"local-cache-mode": mode})
+    _restored(tmp_path / "job", files)
+    assert got.outputs["bytes-downloaded"] == len(files["model.safetensors"])
+    assert any("cannot be read" in w for w in warnings(got)), warnings(got)

@@ -586,6 +586,13 @@ class LocalTier:
             self._drop(self.path(digest), str(exc))
             os.unlink(dest)
             return None
+        except OSError as exc:  # a blob that cannot be read (a failing disk): the store serves
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the job's disk is full: fetching would not help
+            self.ignored.setdefault(self._blob(digest), f"it cannot be read: {exc.strerror}")
+            with contextlib.suppress(OSError):
+                os.unlink(dest)
+            return None
         finally:
             os.close(src)
 
