@@ -52,6 +52,9 @@ IO_CHUNK = 4 << 20
 # CPU cache between the two: one 4 MiB pwrite cost several times the kernel CPU of 16 of
 # 256 KiB (docs/benchmarks.md#figures-behind-the-code).
 WRITE_SLICE = 256 << 10
+# The largest file, and the largest offset in a pack, a manifest may name: a PiB, far past
+# S3's 5 TiB objects; any number above it is a hostile manifest, refused before the OS sees it.
+MAX_FILE_BYTES = 1 << 50
 # Uploads above this size go multipart.
 MULTIPART_THRESHOLD = 64 << 20
 MULTIPART_CHUNK = 32 << 20

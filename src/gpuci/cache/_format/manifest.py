@@ -205,7 +205,7 @@ def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
         raise _bad(source, f"root {root} is a single file but an entry names {_show(path)}")
     entry = Entry(type=kind, root=root, path=path)
     if kind == "file":
-        entry.size = _int(source, raw.get("size"), "size")
+        entry.size = _int(source, raw.get("size"), "size", layout.MAX_FILE_BYTES)
         entry.mode = _int(source, raw.get("mode"), "mode", 0o7777)
         entry.sha256 = str(raw.get("sha256", ""))
         if not layout.is_sha256(entry.sha256):
@@ -214,7 +214,7 @@ def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
             entry.pack = str(raw["pack"])
             if not layout.is_sha256(entry.pack):
                 raise _bad(source, f"{_show(path)} names an invalid pack")
-            entry.offset = _int(source, raw.get("offset"), "offset")
+            entry.offset = _int(source, raw.get("offset"), "offset", layout.MAX_FILE_BYTES)
     elif kind == "symlink":
         target = raw.get("target")
         if not isinstance(target, str) or not target or "\x00" in target:

@@ -242,7 +242,8 @@ class Moved:
 
 def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]], room: bool) -> None:
     """Give the local tier the files just fetched and verified: in ``link`` mode by linking
-    them (:meth:`LocalTier.adopt`: no second copy, no room needed). The others are there
+    them (:meth:`LocalTier.adopt`: no second copy, no room needed, but for a tier on another
+    filesystem than the job's, where it copies only with room to spare). The others are there
     already, written there once (:mod:`gpuci.cache._stores.tier_fill`), when the tier's disk had
     ``room`` for them; this copies only what that could not write, which ``copy_in`` sees in
     one lstat. Without room (or once the disk filled up), nothing is copied in: the disk may

@@ -124,10 +124,12 @@ class Saver:
         """Copy into the runner-local tier the saved files it still lacks (reflinks where the
         disk can): those too large to hold in memory (the rest went in as they were hashed,
         :meth:`LocalTier.keep`), only where the tier's disk has room to spare for them all (it
-        may be the disk the job writes next)."""
+        may be the disk the job writes next). Packed files are left to runs where the tier
+        keeps them (:meth:`LocalTier.keep_run`): a blob each would cost the inode per small
+        file that runs avoid."""
         if self.tier is None:
             return 0
-        with_bytes = [e for e in files if e.size]
+        with_bytes = [e for e in files if e.size and not (e.pack and self.tier.keeps_runs)]
         held = self.tier.holds(with_bytes)
         lacking = {e.sha256: e for e, h in zip(with_bytes, held, strict=True) if not h}
         added = 0

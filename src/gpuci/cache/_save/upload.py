@@ -38,6 +38,7 @@ from gpuci.cache._format.packs import PackBuilder
 from gpuci.cache._format.tree import Tree
 from gpuci.cache._save.state import Saver
 from gpuci.cache._stores.base import SourceChanged, Store
+from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import StoreError
 from gpuci.ranged._pool import WorkPool, laneless
 
@@ -427,21 +428,60 @@ def read_small(tree: Tree, entry: mf.Entry) -> bytes:
 def pack_small(
     saver: Saver, tree: Tree, small: list[mf.Entry], known: dict[str, mf.Entry], dry_run: bool
 ) -> None:
-    """Hash every small file and pack those no known pack holds; packs go up as they fill."""
+    """Hash every small file and pack those no known pack holds; packs go up as they fill.
+    Where the tier keeps runs, the files found in stored packs go in as runs of those packs."""
     packs = _PackUploads(saver, dry_run)
+    tier = None if dry_run else saver.tier
+    reused = _ReusedRuns(tier) if tier is not None and tier.keeps_runs else None
     with throttle_signals(saver.store, saver.uploads):
         try:
             for entry in small:
                 data = read_small(tree, entry)
                 entry.sha256 = hashlib.sha256(data).hexdigest()
-                if saver.tier is not None and not saver.tier.keeps_runs and not dry_run:
-                    saver.tier.keep(entry.sha256, (data,))  # link mode: a blob per file
+                if tier is not None and not tier.keeps_runs:
+                    tier.keep(entry.sha256, (data,))  # link mode: a blob per file
                 reuse = known.get(entry.sha256)
                 if reuse is not None:
                     entry.pack, entry.offset = reuse.pack, reuse.offset
                     saver.stats.add(reused_files=1)
+                    if reused is not None:
+                        reused.add(entry, data)
                     continue
                 packs.add(entry, data)
             packs.finish()
+            if reused is not None:
+                reused.flush()
         finally:
             packs.close()
+
+
+class _ReusedRuns:
+    """The small files a save found in packs already stored, kept in the tier as runs of
+    those packs: each file's bytes, just hashed to its digest, at its offset; neighbours in one
+    run. At most :data:`HELD_BYTES` wait at a time (then the runs so far are written)."""
+
+    def __init__(self, tier: LocalTier) -> None:
+        self.tier = tier
+        self.waiting: dict[str, dict[int, bytes]] = {}
+        self.held = 0
+
+    def add(self, entry: mf.Entry, data: bytes) -> None:
+        self.waiting.setdefault(entry.pack, {})[entry.offset] = data
+        self.held += len(data)
+        if self.held >= HELD_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        for pack, by_offset in self.waiting.items():
+            start, run = -1, bytearray()
+            for offset, data in sorted(by_offset.items()):
+                if offset != start + len(run):  # not the next neighbour: the run so far is done
+                    self._keep(pack, start, run)
+                    start, run = offset, bytearray()
+                run += data
+            self._keep(pack, start, run)
+        self.waiting, self.held = {}, 0
+
+    def _keep(self, pack: str, start: int, run: bytearray) -> None:
+        if run:
+            self.tier.keep_run(pack, bytes(run), start)

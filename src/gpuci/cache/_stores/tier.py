@@ -237,12 +237,19 @@ class LocalTier:
         return self._folder("tmp") / f"{os.urandom(16).hex()}{layout.INCOMPLETE}"
 
     @contextlib.contextmanager
-    def _lock(self, name: str, shared: bool = False) -> Iterator[None]:
+    def _lock(self, name: str) -> Iterator[bool]:
+        """Hold ``name``'s lock when it is free; yields False, never waiting, when another
+        process holds it (that one is doing the work; any other holder, such as a child that
+        inherited the descriptor, must not hang the job)."""
         self._ensure_root()
         fd = os.open(self.root / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-            yield
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
         finally:
             os.close(fd)
 
@@ -289,11 +296,19 @@ class LocalTier:
     def has(self, digest: str, size: int, repair: bool = True) -> bool:
         """True when a trustworthy blob is there; an untrusted one is removed on sight."""
         path = self._blob(digest)
+        st = self._lstat(path)
+        return st is not None and self._intact(path, st, size, repair)
+
+    def _lstat(self, path: str) -> os.stat_result | None:
+        """The entry's own status; None when it is not there or cannot be looked at (a folder
+        of the tier someone made unsearchable: the store's copy is used, never a failed job)."""
         try:
-            st = os.lstat(path)
+            return os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
-            return False
-        return self._intact(path, st, size, repair)
+            return None
+        except OSError as exc:
+            self.ignored.setdefault(path, f"cannot be looked at: {exc.strerror or exc}")
+            return None
 
     def _open(self, digest: str, size: int) -> tuple[int, os.stat_result] | None:
         """An open, checked blob (never through a symlink), or None."""
@@ -314,18 +329,20 @@ class LocalTier:
         return fd, st
 
     # ----- filling -------------------------------------------------------------------------
-    def room_for(self, size: int, job_devices: AbstractSet[int] = frozenset()) -> bool:
+    def room_for(
+        self, size: int, job_devices: AbstractSet[int] = frozenset(), job_bytes: int = 0
+    ) -> bool:
         """Whether the tier's filesystem can take ``size`` more bytes, with :data:`ROOM_MARGIN`
-        to spare, while a restore writes into folders on ``job_devices`` (when one is the
-        tier's, the job's own copies of those bytes count too). A tier is never filled to the
-        last byte of a disk the job may need."""
+        to spare, while a restore writes ``job_bytes`` into folders on ``job_devices`` (they
+        count too when one is the tier's). A tier is never filled to the last byte of a disk
+        the job may need."""
         try:
             self._ensure_root()
             free = os.statvfs(self.root)
             same = os.stat(self.root).st_dev in job_devices
         except OSError:
             return False
-        return free.f_bavail * free.f_frsize >= size * (2 if same else 1) + ROOM_MARGIN
+        return free.f_bavail * free.f_frsize >= size + (job_bytes if same else 0) + ROOM_MARGIN
 
     def start_fill(self, digest: str, size: int) -> TierFill | None:
         """The temp file a cold restore writes this file into, the job's copy made from it after
@@ -368,9 +385,10 @@ class LocalTier:
         disk. In ``copy`` and ``verify`` modes the job's file and the tier never share an inode,
         so this falls back to :meth:`copy_in`.
         """
+        size = os.lstat(path).st_size
         if self.mode != "link":
-            return self.copy_in(path, digest)
-        if self.has(digest, os.lstat(path).st_size):
+            return self._copy_in_if_room(path, digest, size)
+        if self.has(digest, size):
             return False
         try:
             self._folder(os.path.dirname(layout.blob_key(digest)))
@@ -383,10 +401,15 @@ class LocalTier:
             except OSError as exc:
                 if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                     raise
-                return self.copy_in(path, digest)
+                return self._copy_in_if_room(path, digest, size)
             return True
         except OSError:
             return False  # the tier is a cache: failing to fill it never fails the job
+
+    def _copy_in_if_room(self, path: Path, digest: str, size: int) -> bool:
+        """:meth:`copy_in` where no link could be made: a copy takes room, so only while the
+        tier's disk has it to spare, as for any other fill."""
+        return not self.filled_up and self.room_for(size) and self.copy_in(path, digest)
 
     def copy_in(self, path: Path, digest: str) -> bool:
         """Copy a file in, hashing exactly the bytes stored; used by save and restore.
@@ -446,13 +469,16 @@ class LocalTier:
         name = layout.run_name(pack, start, end)
         return TierFill(self._publish_run, FROZEN_MTIME, name, fd, str(temp))
 
-    def keep_run(self, pack: str, data: bytes) -> bool:
-        """Keep a whole pack a save has just hashed to ``pack`` and sent (``bytes`` are
-        immutable: what is written is what was hashed). Returns whether a run was added."""
+    def keep_run(self, pack: str, data: bytes, start: int = 0) -> bool:
+        """Keep bytes ``start`` on of ``pack`` that a save has just hashed: a whole pack it
+        sent, or the files it found in a pack already stored, each hashed to the manifest's
+        digest (``bytes`` are immutable: what is written is what was hashed; a restore hashes
+        every file it cuts from a run all the same). Returns whether a run was added."""
         if not data or not self.room_for(len(data)):
             return False
-        fill = self.start_run(pack, 0, len(data))
-        return fill is not None and fill.keep((data,), layout.run_name(pack, 0, len(data)))
+        name = layout.run_name(pack, start, start + len(data))
+        fill = self.start_run(pack, start, start + len(data))
+        return fill is not None and fill.keep((data,), name)
 
     def _publish_run(self, temp: str, name: str) -> None:
         folder = f"{self._runs}/{name[:2]}"
@@ -519,8 +545,9 @@ class LocalTier:
                 _touch(fd, st)
                 for i in todo:
                     offset, size, digest, dest, mode = wanted[i]
-                    if not _cut(fd, offset - start, size, digest, dest, mode):
-                        self._drop(path, "bytes that do not hash to the manifest's")
+                    why = _cut(fd, offset - start, size, digest, dest, mode)
+                    if why is not None:
+                        self._drop(path, why)
                         break
                     placed[i] = True
             finally:
@@ -539,11 +566,8 @@ class LocalTier:
         linkable = self.links(size, mode)
         if linkable and self._links_first:
             path = self._blob(digest)
-            try:
-                st = os.lstat(path)  # lstat, as the open below: a symlink is untrusted
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            if not self._intact(path, st, size, repair=True):
+            st = self._lstat(path)  # lstat, as the open below: a symlink is untrusted
+            if st is None or not self._intact(path, st, size, repair=True):
                 return None
             _touch(path, st)
             linked = self._hardlink(digest, st, dest)
@@ -561,6 +585,13 @@ class LocalTier:
         except copying.Mismatch as exc:
             self._drop(self.path(digest), str(exc))
             os.unlink(dest)
+            return None
+        except OSError as exc:  # a blob that cannot be read (a failing disk): the store serves
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the job's disk is full: fetching would not help
+            self.ignored.setdefault(self._blob(digest), f"it cannot be read: {exc.strerror}")
+            with contextlib.suppress(OSError):
+                os.unlink(dest)
             return None
         finally:
             os.close(src)
@@ -611,39 +642,42 @@ class LocalTier:
 
     # ----- eviction ------------------------------------------------------------------------
     def blobs(self) -> list[tuple[float, int, Path]]:
-        """(last use, size, path) of every blob and run."""
+        """(last use, size, path) of every blob and run; a fan-out folder that cannot be listed
+        is passed over (and said), so the rest is still counted and evicted."""
         out: list[tuple[float, int, Path]] = []
         for kind in (layout.BLOBS, layout.TIER_RUNS):
             base = self.root / kind
             if base.is_dir() and not base.is_symlink():
-                out.extend(_entries(base))
+                out.extend(_entries(base, self.ignored))
         return out
 
     def usage(self) -> int:
         return sum(size for _, size, _ in self.blobs())
 
     def evict(self) -> tuple[int, int]:
-        """Remove least recently used blobs until under the limit; returns (blobs, bytes)."""
-        if self.limit <= 0:
-            return 0, 0
+        """Remove the temp files of fills that died long ago, whatever the limit, then the least
+        recently used blobs and runs until under the limit; returns (entries, bytes). Nothing
+        while another process evicts (it is doing the work)."""
         try:
-            return self._evict()
+            with self._lock("evict") as ours:
+                if not ours:
+                    return 0, 0
+                self._sweep_temp()
+                return self._evict() if self.limit > 0 else (0, 0)
         except OSError:
             return 0, 0  # an unwritable tier only means no eviction; the job goes on
 
     def _evict(self) -> tuple[int, int]:
-        with self._lock("evict"):
-            blobs = sorted(self.blobs(), key=lambda b: b[0])
-            total = sum(size for _, size, _ in blobs)
-            removed = freed = 0
-            for _, size, path in blobs:
-                if total <= self.limit:
-                    break
-                path.unlink(missing_ok=True)
-                total -= size
-                removed += 1
-                freed += size
-            self._sweep_temp()
+        blobs = sorted(self.blobs(), key=lambda b: b[0])
+        total = sum(size for _, size, _ in blobs)
+        removed = freed = 0
+        for _, size, path in blobs:
+            if total <= self.limit:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+            removed += 1
+            freed += size
         return removed, freed
 
     def _sweep_temp(self) -> None:
@@ -653,21 +687,28 @@ class LocalTier:
             return
         cutoff = time.time() - 3600
         for item in folder.iterdir():
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 if os.lstat(item).st_mtime < cutoff:
                     item.unlink()
 
 
-def _cut(run: int, at: int, size: int, digest: str, dest: Path, mode: int) -> bool:
+def _cut(run: int, at: int, size: int, digest: str, dest: Path, mode: int) -> str | None:
     """Write ``size`` bytes of the open run from ``at`` to a new file ``dest`` (``mode``),
-    hashing them on the way; False, and nothing left at ``dest``, when they do not hash to
-    ``digest``. A slice at a time: a manifest may call a file of any size packed."""
+    hashing them on the way. Returns None when placed; else why the run is not to be served
+    (bytes that do not hash to ``digest``, or a read that failed: the store's copy is used, a
+    cache never fails a job), with nothing left at ``dest``. Writing ``dest`` may fail: that is
+    the job's disk. A slice at a time: a manifest may call a file of any size packed."""
     hasher = hashlib.sha256()
     out = os.open(dest, _CREATE, 0o600)
+    why = "bytes that do not hash to the manifest's"
     try:
         done = 0
         while done < size:
-            data = os.pread(run, min(layout.IO_CHUNK, size - done), at + done)
+            try:
+                data = os.pread(run, min(layout.IO_CHUNK, size - done), at + done)
+            except OSError as exc:
+                why = f"it cannot be read: {exc.strerror or exc}"
+                break
             if not data:  # the run shrank since its size was checked
                 break
             hasher.update(data)
@@ -675,20 +716,25 @@ def _cut(run: int, at: int, size: int, digest: str, dest: Path, mode: int) -> bo
             done += len(data)
         if done == size and hasher.hexdigest() == digest:
             os.fchmod(out, mode & 0o777)
-            return True
+            return None
     finally:
         os.close(out)
     os.unlink(dest)
-    return False
+    return why
 
 
-def _entries(base: Path) -> Iterator[tuple[float, int, Path]]:
+def _entries(base: Path, unlisted: dict[str, str]) -> Iterator[tuple[float, int, Path]]:
     """(last use, size, path) of the regular files one level under ``base``'s fan-out folders
-    (never through a link)."""
+    (never through a link); a folder that cannot be listed goes into ``unlisted``, with why."""
     for entry in os.scandir(base):
         if not entry.is_dir(follow_symlinks=False):
             continue
-        for blob in os.scandir(entry.path):
+        try:
+            listed = list(os.scandir(entry.path))
+        except OSError as exc:
+            unlisted.setdefault(entry.path, f"cannot be listed: {exc.strerror or exc}")
+            continue
+        for blob in listed:
             try:
                 st = blob.stat(follow_symlinks=False)
             except FileNotFoundError:

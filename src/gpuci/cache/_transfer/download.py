@@ -382,11 +382,16 @@ class Downloader:
         if tier is None or not files:
             return False
         sizes = {e.sha256: e.size for e, _ in files if not tier.links(e.size, e.mode)}
+        kept = sum(sizes.values())
+        if tier.keeps_runs:  # packed files land as whole runs, the bytes between them too
+            packed = [e for e, _ in files if e.pack and e.size]
+            blobs = {e.sha256: e.size for e, _ in files if not e.pack}
+            kept = sum(blobs.values()) + sum(run.length for run in plan_runs(packed))
         try:  # every folder the files go to (a tree may span disks): one stat per folder
             devices = {os.stat(folder).st_dev for folder in {path.parent for _, path in files}}
         except OSError:
             return False
-        return tier.room_for(sum(sizes.values()), devices)
+        return tier.room_for(kept, devices, job_bytes=sum(sizes.values()))
 
     def _fill_for(self, entry: Entry) -> TierFill | None:
         """The tier's temp file this file lands in; None when the tier is off or has no room,
