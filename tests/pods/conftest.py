@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 from fake_runpod import FakeRunPod
-from pods_testing import SUBS, FakeClock
+from pods_testing import FakeClock, api_env, call
 
 from forges.fake_forges import FakeForges
 from gpuci.errors import GpuciError
-from gpuci.inputs import build, resolve
 from gpuci.runtime import Result, Runtime
 from moto_s3 import FAKE_S3_CREDENTIALS
 
@@ -32,9 +31,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def fake(clock: FakeClock) -> Iterator[FakeRunPod]:
-    server = FakeRunPod(clock=clock.now).start()
-    yield server
-    server.stop()
+    with FakeRunPod(clock=clock.now) as server:
+        yield server
 
 
 @pytest.fixture
@@ -45,21 +43,13 @@ def live(request) -> Iterator[FakeRunPod]:
     ``LIVE_STEPS_TO_RUNNING = 0``.
     """
     steps = getattr(request.module, "LIVE_STEPS_TO_RUNNING", 1)
-    server = FakeRunPod(steps_to_running=steps).start()
-    yield server
-    server.stop()
+    with FakeRunPod(steps_to_running=steps) as server:
+        yield server
 
 
 @pytest.fixture
 def env(fake: FakeRunPod, tmp_path) -> dict[str, str]:
-    return {
-        "RUNPOD_API_KEY": fake.api_key,
-        "RUNPOD_API_URL": fake.url,
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-        "GPUCI_PODS_POLL_S": "5",
-        "USER": "tester",
-    }
+    return api_env(fake, tmp_path, GPUCI_PODS_POLL_S="5")
 
 
 class Run:
@@ -81,17 +71,12 @@ class Run:
 @pytest.fixture
 def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
     def _run(sub: str, dry_run: bool = False, extra_env: dict | None = None, **flags: Any) -> Run:
-        cmd = SUBS[sub]
         out, err = io.StringIO(), io.StringIO()
         rt = Runtime(
             {**env, **(extra_env or {})}, json_mode=True, dry_run=dry_run, stdout=out, stderr=err
         )
-        raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
         try:
-            values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
-            typed_cls = cmd.load_options()  # as run_command does: parsed once, at the edge
-            inp = build(typed_cls, values) if typed_cls is not None else values
-            result = cmd.load()(inp, rt, clock=clock)
+            result = call(sub, rt, clock, **flags)
         except GpuciError as exc:
             result = Result.from_error(f"pods {sub}", exc)
         rt.render(result)

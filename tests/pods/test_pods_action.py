@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from fake_runpod import FakeRunPod
+from pods_testing import api_env
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 
@@ -14,15 +15,9 @@ from action_env import run_gpuci_action
 
 
 def _job(live: FakeRunPod, tmp_path: Path) -> dict[str, str]:
-    return {
-        "RUNPOD_API_KEY": live.api_key,
-        "RUNPOD_API_URL": live.url,
-        "GPUCI_PODS_POLL_S": "0.01",
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
-        "GITHUB_RUN_ID": "7",
-        "GITHUB_REPOSITORY": "org/repo",
-        "GITHUB_ACTOR": "octocat",
-    }
+    return api_env(
+        live, tmp_path, GITHUB_RUN_ID="7", GITHUB_REPOSITORY="org/repo", GITHUB_ACTOR="octocat"
+    )
 
 
 def test_up_then_down_in_an_always_job(live, tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_runpod import FakeRunPod
+from pods_testing import api_env
 
 from gpuci_testing import REPO, clean_env
 
@@ -34,15 +35,7 @@ def _sigterm_once_the_pod_exists(
 ) -> tuple[str, str, str]:
     """Run ``pods up ARGS``, send ``sig`` once the fake holds its pod (``before_signal`` checks
     that moment, ``after_signal`` may send another); (pod id, stdout, stderr)."""
-    env = clean_env(
-        RUNPOD_API_KEY=fake.api_key,
-        RUNPOD_API_URL=fake.url,
-        USER="t",
-        GPUCI_PODS_POLL_S="0.05",
-        GPUCI_PODS_LEDGER=str(tmp_path / "l"),
-        GPUCI_JOURNAL=str(tmp_path / "j"),
-        **ci,
-    )
+    env = clean_env(**api_env(fake, tmp_path, GPUCI_PODS_POLL_S="0.05", **ci))
     up = ["pods", "up", "--gpu-types", "NVIDIA L40S", "--ttl", "10m", *args]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", *up],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import subprocess
 import tarfile
@@ -19,12 +18,12 @@ from pathlib import Path
 import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
+from pods_testing import planned_pod
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods._runners import boot as runner_boot
 from gpuci.pods._runners import registry as runners
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.naming import new_tag
 
 JIT = "JITconfig-" + "s3cr3t" * 6
 GLRT = "glrt-" + "t0ken" * 5
@@ -64,18 +63,9 @@ def _executable(path: Path, text: str) -> Path:
 
 
 def _pod(fake: FakeRunPod, runner_env: dict[str, str]) -> tuple[str, dict[str, str], str]:
-    tag = new_tag("alice", "local", time.time() + 3600)
-    spec = plan.PodSpec(
-        image="img",
-        command=runner_boot.SCRIPT,
-        runner_env={**runner_env, **runner_boot.env()},
-    )
-    body = plan.create_body(spec, tag, plan.Candidate("NVIDIA L40S"), fake.url)
-    status, _, pod = fake.handle(
-        "POST", "/v2/pods", json.dumps(body).encode(), f"Bearer {fake.api_key}"
-    )
-    assert status == 201
-    return pod["id"], body["env"], body["args"]
+    runner_env = {**runner_env, **runner_boot.env()}
+    spec = plan.PodSpec(image="img", command=runner_boot.SCRIPT, runner_env=runner_env)
+    return planned_pod(fake, spec, time.time() + 3600)
 
 
 def _github_env(idle_s: int = 30) -> dict[str, str]:

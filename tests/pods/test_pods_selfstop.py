@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -11,22 +10,18 @@ from pathlib import Path
 import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
+from pods_testing import planned_pod
 
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.naming import new_tag
 
 LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
 
 
 def _pod(fake: FakeRunPod, expires_in: float) -> tuple[str, dict[str, str], str]:
-    tag = new_tag("alice", "local", time.time() + expires_in)
     spec = plan.PodSpec(image="img", command="echo started; sleep 30")
-    body = plan.create_body(spec, tag, plan.Candidate("NVIDIA L40S"), fake.url)
-    status, _, pod = fake.handle(
-        "POST", "/v2/pods", json.dumps(body).encode(), f"Bearer {fake.api_key}"
-    )
-    assert status == 201 and pod["status"] == "RUNNING"
-    return pod["id"], body["env"], body["args"]
+    pod_id, env, args = planned_pod(fake, spec, time.time() + expires_in)
+    assert fake.pods[pod_id]["status"] == "RUNNING"
+    return pod_id, env, args
 
 
 def _tools_only(tmp_path: Path, names: list[str]) -> str:
