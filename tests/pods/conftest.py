@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from fake_runpod import FakeRunPod
+from pod_host import PodHost
 from pods_testing import FakeClock, api_env, call
 
 from forges.fake_forges import FakeForges
@@ -25,8 +27,19 @@ def api() -> Iterator[FakeForges]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock(request) -> FakeClock:
+    """The pods clock; at the real time in a module that sets ``REAL_TIME_CLOCK = True``
+    (pods' own timers and the GPU health record run on it)."""
+    return (
+        FakeClock(time.time()) if getattr(request.module, "REAL_TIME_CLOCK", False) else FakeClock()
+    )
+
+
+@pytest.fixture
+def host(request, fake: FakeRunPod, clock: FakeClock, tmp_path) -> PodHost:
+    """Pods whose real start script boots once they are RUNNING (pod_host); a GPU with an ECC
+    error in the module's ``BAD_DCS``, healthy elsewhere."""
+    return PodHost(fake, tmp_path, getattr(request.module, "BAD_DCS", ())).attach(clock)
 
 
 @pytest.fixture

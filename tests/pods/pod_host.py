@@ -36,8 +36,8 @@ class PodHost:
         run_sh.write_text(RUNNER_STANDS_BY)
         run_sh.chmod(0o755)
 
-    def attach(self, clock: Any) -> None:
-        """Boot pods whenever ``up`` sleeps on ``clock`` between its polls."""
+    def attach(self, clock: Any) -> PodHost:
+        """Boot pods whenever ``up`` sleeps on ``clock`` between its polls; this host."""
         sleep = clock.sleep
 
         def sleep_and_boot(seconds: float) -> None:
@@ -45,6 +45,7 @@ class PodHost:
             self.boot_running()
 
         clock.sleep = sleep_and_boot
+        return self
 
     def boot_running(self) -> None:
         for pod_id, pod in list(self.fake.pods.items()):
