@@ -92,9 +92,6 @@ def record_end(
         rt.log(f"warning: could not write the pods ledger {book.where}: {exc}")
 
 
-# ----- up -----------------------------------------------------------------------------------
-
-
 def tagged_pods(
     pods: Sequence[dict[str, Any]], owner: str = "", include_all: bool = False
 ) -> list[tuple[dict[str, Any], PodTag | None]]:

@@ -116,6 +116,3 @@ def _stop_again(client: RunPodClient, pod_id: str) -> None:
         client.action(pod_id, "stop")
     except GpuciError:
         pass  # the error says what to do; its expiry still stops it
-
-
-# ----- down / reap --------------------------------------------------------------------------
