@@ -65,6 +65,14 @@ def up_runner(run: Any, env: dict[str, str], runner: str = "github", **flags: An
     return run("up", runner=runner, extra_env=env, **flags)
 
 
+def executable(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (its folders made) as an executable script; the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
 def planned_pod(
     fake: Any, spec: plan.PodSpec, expires_at: float
 ) -> tuple[str, dict[str, str], str]:

@@ -15,9 +15,10 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
-from pods_testing import planned_pod
+from pods_testing import executable, planned_pod
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods._runners import boot as runner_boot
@@ -52,13 +53,6 @@ exit 0
 
 
 LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
-
-
-def _executable(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755)
-    return path
 
 
 def _pod(fake: FakeRunPod, runner_env: dict[str, str]) -> tuple[str, dict[str, str], str]:
@@ -108,7 +102,7 @@ def _terminated_itself(fake: FakeRunPod, pod_id: str) -> bool:
 
 
 def test_github_one_job_then_exit_then_the_pod_terminates_itself(live, tmp_path):
-    runner_dir = _executable(tmp_path / "actions-runner" / "run.sh", SERVES_ONE_JOB).parent
+    runner_dir = executable(tmp_path / "actions-runner" / "run.sh", SERVES_ONE_JOB).parent
     pod_id, out, err, rc, _ = _boot_github(live, tmp_path, runner_dir)
     assert rc == 0, out + err
     assert (runner_dir / "args.txt").read_text().splitlines() == ["--jitconfig", JIT]
@@ -121,7 +115,7 @@ def test_github_one_job_then_exit_then_the_pod_terminates_itself(live, tmp_path)
 
 
 def test_github_idle_runner_is_stopped_and_the_pod_terminates(live, tmp_path):
-    runner_dir = _executable(tmp_path / "actions-runner" / "run.sh", NEVER_GETS_A_JOB).parent
+    runner_dir = executable(tmp_path / "actions-runner" / "run.sh", NEVER_GETS_A_JOB).parent
     pod_id, out, err, _, took = _boot_github(live, tmp_path, runner_dir, idle_s=2)
     assert "no job within 2s: stopping the runner" in out, out + err
     assert _terminated_itself(live, pod_id)
@@ -129,7 +123,7 @@ def test_github_idle_runner_is_stopped_and_the_pod_terminates(live, tmp_path):
 
 
 def test_github_job_seen_by_the_worker_log_is_not_cut_by_the_idle_timeout(live, tmp_path):
-    runner_dir = _executable(tmp_path / "actions-runner" / "run.sh", QUIET_JOB).parent
+    runner_dir = executable(tmp_path / "actions-runner" / "run.sh", QUIET_JOB).parent
     pod_id, out, err, _, _ = _boot_github(live, tmp_path, runner_dir, idle_s=2)
     assert "a job started" in out and "no job within" not in out, out + err
     assert (runner_dir / "done.txt").read_text().strip() == "quiet-job-done"
@@ -196,7 +190,7 @@ def _gitlab_pod(fake: FakeRunPod, api: FakeRunnersAPI) -> tuple[str, dict[str, s
 
 def test_gitlab_run_single_then_deletes_its_runner_then_terminates(live, api, tmp_path):
     bin_dir = tmp_path / "bin"
-    _executable(bin_dir / "gitlab-runner", GITLAB_RUNNER)
+    executable(bin_dir / "gitlab-runner", GITLAB_RUNNER)
     pod_id, env, args = _gitlab_pod(live, api)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -288,9 +282,9 @@ exit 1
 
 
 def _real_layout(root: Path, listener: str) -> Path:
-    _executable(root / "run.sh", REAL_RUN_SH)
-    _executable(root / "run-helper.sh", RUN_HELPER)
-    _executable(root / "bin" / "Runner.Listener", listener)
+    executable(root / "run.sh", REAL_RUN_SH)
+    executable(root / "run-helper.sh", RUN_HELPER)
+    executable(root / "bin" / "Runner.Listener", listener)
     return root
 
 
@@ -309,8 +303,16 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
-def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
-    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_IDLE)
+@pytest.mark.parametrize(
+    "listener",
+    # the idle stop reaches a listener that ignores TERM; and the idle clock starts when the
+    # listener listens: before, a runner is starting, not idle, and its stop waits for its
+    # Ctrl-C path
+    [LISTENER_IDLE, LISTENER_SLOW_START],
+    ids=["ignores-term", "slow-start"],
+)
+def test_idle_stop_reaches_the_listener_by_its_ctrl_c_path(live, tmp_path, listener):
+    runner_dir = _real_layout(tmp_path / "actions-runner", listener)
     pod_id, out, err, _, _ = _boot_github(live, tmp_path, runner_dir, idle_s=2)
     assert "no job within 2s: stopping the runner" in out, out + err
     assert _terminated_itself(live, pod_id)
@@ -322,16 +324,6 @@ def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
     while _alive(pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)
-
-
-def test_the_idle_clock_starts_when_the_listener_listens(live, tmp_path):
-    """Before it listens, a runner is starting, not idle: its stop waits for its Ctrl-C path."""
-    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_SLOW_START)
-    pod_id, out, err, _, _ = _boot_github(live, tmp_path, runner_dir, idle_s=2)
-    assert "no job within 2s: stopping the runner" in out, out + err
-    assert (runner_dir / "listener.ended").exists(), out + err + _signals(runner_dir)
-    assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
-    assert _terminated_itself(live, pod_id)
 
 
 def test_a_deprecated_runner_is_reported_in_the_pods_name_and_ends_the_pod(live, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_runpod import validator
-from pods_testing import api_env
+from pods_testing import api_env, executable
 
 from gpuci_testing import clean_env, run_cli
 
@@ -40,11 +40,7 @@ sys.exit(int(os.environ.get("FAKE_SSH_EXIT", "0")))
 @pytest.fixture
 def fake_ssh(tmp_path) -> dict[str, str]:
     """An ``ssh`` on PATH that records how it was called (no sshd needed)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "ssh"
-    exe.write_text(FAKE_SSH.format(python=sys.executable))
-    exe.chmod(0o755)
+    bin_dir = executable(tmp_path / "bin" / "ssh", FAKE_SSH.format(python=sys.executable)).parent
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FAKE_SSH_LOG": str(tmp_path / "ssh.json"),
@@ -161,10 +157,7 @@ def test_exec_output_of_megabytes_is_held_to_its_tail(tmp_path, then):
     from gpuci.errors import InfraError
     from gpuci.pods._lifecycle import ssh
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(LOUD_SSH.format(then=then))
-    (bin_dir / "ssh").chmod(0o755)
+    bin_dir = executable(tmp_path / "bin" / "ssh", LOUD_SSH.format(then=then)).parent
     pod = {"id": "p1", "ssh": {"direct": {"host": "203.0.113.7", "port": 22, "username": "u"}}}
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNPOD_SSH_PRIVATE_KEY": PRIVATE}
     tracemalloc.start()
