@@ -121,28 +121,27 @@ def _ticking(
     send = httpx.HTTPTransport.handle_request
     put = ledger.Ledger._put_new
 
-    def handle(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+    def tick() -> None:
         chaos = chaos_of()
         if chaos:
             chaos.tick()
+
+    def handle(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+        tick()
         if str(request.url).startswith(fake.url + "/"):
             response = _runpod_in_process(fake, request)
         else:
             response = send(self, request)
-        if chaos:
-            chaos.tick()
+        tick()
         if request.method == "POST" and request.url.path == "/v2/pods" and lose():
             response.close()
             raise httpx.ReadTimeout("the answer was lost", request=request)
         return response
 
     def put_new(self: ledger.Ledger, key: str, item: Any) -> None:
-        chaos = chaos_of()
-        if chaos:
-            chaos.tick()
+        tick()
         put(self, key, item)
-        if chaos:
-            chaos.tick()
+        tick()
 
     # The forge clients load the CA bundle afresh each (~35 ms); the fakes speak plain HTTP,
     # so one TLS context serves the whole run and keeps it to seconds.
