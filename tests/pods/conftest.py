@@ -115,21 +115,12 @@ def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
     """The one thing two runners share: the ledger URL (plus S3 credentials for s3://)."""
     if request.param == "file":
         return {"GPUCI_PODS_LEDGER": (tmp_path / "team-ledger").as_uri()}
-    import uuid
-
-    import boto3
+    from cache.cache_testing import new_bucket
 
     endpoint = request.getfixturevalue("moto_endpoint")
     for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
         monkeypatch.setenv(key, value)
-    bucket = f"gpuci-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
+    bucket = new_bucket(endpoint)  # with the credentials just set
     return {
         **FAKE_S3_CREDENTIALS,
         "GPUCI_PODS_LEDGER": f"s3://{bucket}/team/ledger",
