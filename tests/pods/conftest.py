@@ -1,4 +1,4 @@
-"""Fixtures: a fake RunPod on 127.0.0.1, a fake clock, and a way to run a sub-command in-process."""
+"""Fixtures: a fake RunPod on 127.0.0.1, a fake clock, a pod host, sub-commands run in-process."""
 
 from __future__ import annotations
 
