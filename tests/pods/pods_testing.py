@@ -3,6 +3,9 @@ picks whichever folder's conftest pytest loaded last)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,17 @@ def executable(path: Path, text: str) -> Path:
     path.write_text(text)
     path.chmod(0o755)
     return path
+
+
+def tools_only(bin_dir: Path, names: Sequence[str]) -> str:
+    """A PATH of ``bin_dir`` holding only these tools (those this machine has): it proves each
+    fallback on its own."""
+    bin_dir.mkdir()
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            os.symlink(found, bin_dir / name)
+    return str(bin_dir)
 
 
 def planned_pod(

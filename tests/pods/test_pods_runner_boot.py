@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
-from pods_testing import executable, planned_pod
+from pods_testing import executable, planned_pod, tools_only
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods._runners import boot as runner_boot
@@ -220,13 +219,8 @@ def test_gitlab_run_single_then_deletes_its_runner_then_terminates(live, api, tm
 
 def test_gitlab_without_gitlab_runner_still_deletes_and_terminates(live, api, tmp_path):
     pod_id, env, args = _gitlab_pod(live, api)
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for tool in ("sh", "date", "sleep", "curl", "cat", "cut", "grep"):
-        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True)
-        if found.stdout.strip():
-            os.symlink(found.stdout.strip(), bare / tool)
-    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"PATH": str(bare)})
+    bare = tools_only(tmp_path / "bare", ("sh", "date", "sleep", "curl", "cat", "cut", "grep"))
+    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"PATH": bare})
     assert "gitlab-runner is not in the image" in out, out + err
     assert rc == 3
     assert api.state.runners == {}
