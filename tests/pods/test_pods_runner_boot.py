@@ -84,7 +84,9 @@ def _boot(fake, pod_id, env, args, tmp_path, extra=None, wait_s=30.0):
     return out, err, rc, time.time() - started
 
 
-def _boot_github(fake, tmp_path, runner_dir: Path, idle_s: int = 30):
+def _boot_github(
+    fake: FakeRunPod, tmp_path: Path, runner_dir: Path, idle_s: int = 30
+) -> tuple[str, str, str, int | None, float]:
     """A GitHub runner pod booted with the runner in ``runner_dir``: (pod id, out, err, exit
     status, seconds)."""
     pod_id, env, args = _pod(fake, _github_env(idle_s))
