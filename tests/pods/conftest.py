@@ -1,19 +1,20 @@
-"""Fixtures: a fake RunPod on 127.0.0.1, a fake clock, and a way to run a sub-command in-process."""
+"""Fixtures: a fake RunPod on 127.0.0.1, a fake clock, a pod host, sub-commands run in-process."""
 
 from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from fake_runpod import FakeRunPod
-from pods_testing import SUBS, FakeClock
+from pod_host import PodHost
+from pods_testing import FakeClock, api_env, call
 
 from forges.fake_forges import FakeForges
 from gpuci.errors import GpuciError
-from gpuci.inputs import build, resolve
 from gpuci.runtime import Result, Runtime
 from moto_s3 import FAKE_S3_CREDENTIALS
 
@@ -26,15 +27,25 @@ def api() -> Iterator[FakeForges]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock(request) -> FakeClock:
+    """The pods clock; at the real time in a module that sets ``REAL_TIME_CLOCK = True``
+    (pods' own timers and the GPU health record run on it)."""
+    return (
+        FakeClock(time.time()) if getattr(request.module, "REAL_TIME_CLOCK", False) else FakeClock()
+    )
+
+
+@pytest.fixture
+def host(request, fake: FakeRunPod, clock: FakeClock, tmp_path) -> PodHost:
+    """Pods whose real start script boots once they are RUNNING (pod_host); a GPU with an ECC
+    error in the module's ``BAD_DCS``, healthy elsewhere."""
+    return PodHost(fake, tmp_path, getattr(request.module, "BAD_DCS", ())).attach(clock)
 
 
 @pytest.fixture
 def fake(clock: FakeClock) -> Iterator[FakeRunPod]:
-    server = FakeRunPod(clock=clock.now).start()
-    yield server
-    server.stop()
+    with FakeRunPod(clock=clock.now) as server:
+        yield server
 
 
 @pytest.fixture
@@ -45,21 +56,13 @@ def live(request) -> Iterator[FakeRunPod]:
     ``LIVE_STEPS_TO_RUNNING = 0``.
     """
     steps = getattr(request.module, "LIVE_STEPS_TO_RUNNING", 1)
-    server = FakeRunPod(steps_to_running=steps).start()
-    yield server
-    server.stop()
+    with FakeRunPod(steps_to_running=steps) as server:
+        yield server
 
 
 @pytest.fixture
 def env(fake: FakeRunPod, tmp_path) -> dict[str, str]:
-    return {
-        "RUNPOD_API_KEY": fake.api_key,
-        "RUNPOD_API_URL": fake.url,
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-        "GPUCI_PODS_POLL_S": "5",
-        "USER": "tester",
-    }
+    return api_env(fake, tmp_path, GPUCI_PODS_POLL_S="5")
 
 
 class Run:
@@ -81,17 +84,12 @@ class Run:
 @pytest.fixture
 def run(env: dict[str, str], clock: FakeClock) -> Callable[..., Run]:
     def _run(sub: str, dry_run: bool = False, extra_env: dict | None = None, **flags: Any) -> Run:
-        cmd = SUBS[sub]
         out, err = io.StringIO(), io.StringIO()
         rt = Runtime(
             {**env, **(extra_env or {})}, json_mode=True, dry_run=dry_run, stdout=out, stderr=err
         )
-        raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
         try:
-            values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
-            typed_cls = cmd.load_options()  # as run_command does: parsed once, at the edge
-            inp = build(typed_cls, values) if typed_cls is not None else values
-            result = cmd.load()(inp, rt, clock=clock)
+            result = call(sub, rt, clock, **flags)
         except GpuciError as exc:
             result = Result.from_error(f"pods {sub}", exc)
         rt.render(result)
@@ -117,21 +115,12 @@ def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
     """The one thing two runners share: the ledger URL (plus S3 credentials for s3://)."""
     if request.param == "file":
         return {"GPUCI_PODS_LEDGER": (tmp_path / "team-ledger").as_uri()}
-    import uuid
-
-    import boto3
+    from cache.cache_testing import new_bucket
 
     endpoint = request.getfixturevalue("moto_endpoint")
     for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
         monkeypatch.setenv(key, value)
-    bucket = f"gpuci-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
+    bucket = new_bucket(endpoint)  # with the credentials just set
     return {
         **FAKE_S3_CREDENTIALS,
         "GPUCI_PODS_LEDGER": f"s3://{bucket}/team/ledger",

@@ -235,10 +235,32 @@ class FakeRunPod:
         if self._server:
             self._server.__exit__()
 
+    def __enter__(self) -> FakeRunPod:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.port}"
+
+    def api(self, method: str, target: str, body: Any = None) -> tuple[int, Any]:
+        """One call with the account key, answered in process: (status, answer)."""
+        raw = b"" if body is None else json.dumps(body).encode()
+        status, _, answer = self.handle(method, target, raw, f"Bearer {self.api_key}")
+        return status, answer
+
+    def hand_made(self, name: str, status: str = "") -> str:
+        """A pod made by hand (no gpu-ci tag) on an L40S, put in ``status`` if one is given."""
+        code, pod = self.api(
+            "POST", "/v2/pods", {"name": name, "image": "img", "gpu": {"id": "NVIDIA L40S"}}
+        )
+        assert code == 201, pod
+        if status:
+            self._set_status(self.pods[pod["id"]], status)
+        return pod["id"]
 
     def fail(self, route: str, *answers: tuple[int, dict[str, str]]) -> None:
         """Script the next answers for ``"POST /v2/pods"`` (or any ``METHOD path``)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pod_container import run_container
+from pods_testing import executable
 
 from gpuci.pods.health._handover import verdict_of
 
@@ -30,14 +31,12 @@ class PodHost:
         self.fake, self.tmp, self.bad, self.extra = fake, tmp_path, set(bad_dcs), extra_env
         self.gpus = 1  # GPUs per pod (each bad one with an ECC error)
         self.booted: dict[str, str] = {}  # pod id -> its container's output
-        self.runner_dir = tmp_path / "actions-runner"
-        self.runner_dir.mkdir(parents=True, exist_ok=True)
-        run_sh = self.runner_dir / "run.sh"
-        run_sh.write_text(RUNNER_STANDS_BY)
-        run_sh.chmod(0o755)
+        self.runner_dir = executable(
+            tmp_path / "actions-runner" / "run.sh", RUNNER_STANDS_BY
+        ).parent
 
-    def attach(self, clock: Any) -> None:
-        """Boot pods whenever ``up`` sleeps on ``clock`` between its polls."""
+    def attach(self, clock: Any) -> PodHost:
+        """Boot pods whenever ``up`` sleeps on ``clock`` between its polls; this host."""
         sleep = clock.sleep
 
         def sleep_and_boot(seconds: float) -> None:
@@ -45,6 +44,7 @@ class PodHost:
             self.boot_running()
 
         clock.sleep = sleep_and_boot
+        return self
 
     def boot_running(self) -> None:
         for pod_id, pod in list(self.fake.pods.items()):

@@ -3,16 +3,48 @@ picks whichever folder's conftest pytest loaded last)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuci.commands import _pods as spec
+from gpuci.inputs import build, resolve
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.naming import new_tag
+from gpuci.runtime import Runtime
 from gpuci_testing import clean_env, run_cli
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
 L40S = "NVIDIA L40S"
 #: A GitHub Actions run, id 77: a one-job runner of it is labelled ``run-77``.
 RUN_ENV = {"GITHUB_RUN_ID": "77", "GITHUB_SERVER_URL": "https://github.com"}
+
+
+def call(sub: str, rt: Runtime, clock: Any, **flags: Any) -> Any:
+    """``pods SUB`` in process on ``clock``: ``flags`` parsed once, at the edge, as
+    run_command parses them; its Result (errors raise)."""
+    cmd = SUBS[sub]
+    raw = {k.replace("_", "-"): None if v is None else str(v) for k, v in flags.items()}
+    values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
+    typed_cls = cmd.load_options()
+    inp = build(typed_cls, values) if typed_cls is not None else values
+    return cmd.load()(inp, rt, clock=clock)
+
+
+def api_env(fake: Any, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What a job gives gpu-ci to reach ``fake``: the key and URL, a quick poll, a ledger and
+    journal of its own in ``tmp_path``; ``extra`` adds to these or replaces them."""
+    return {
+        "RUNPOD_API_KEY": fake.api_key,
+        "RUNPOD_API_URL": fake.url,
+        "GPUCI_PODS_POLL_S": "0.01",
+        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
+        "GPUCI_JOURNAL": str(tmp_path / "j.jsonl"),
+        "USER": "tester",
+        **extra,
+    }
 
 
 def smoke(tmp_path: Path, store: str, nvml: str, **where: str) -> None:
@@ -34,6 +66,38 @@ def up_runner(run: Any, env: dict[str, str], runner: str = "github", **flags: An
     ``run-77``, in ``env``; ``flags`` add inputs or replace these."""
     flags = {"gpu_types": L40S, "runner_labels": "run-77", **flags}
     return run("up", runner=runner, extra_env=env, **flags)
+
+
+def executable(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (its folders made) as an executable script; the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def tools_only(bin_dir: Path, names: Sequence[str]) -> str:
+    """A PATH of ``bin_dir`` holding only these tools (those this machine has): it proves each
+    fallback on its own."""
+    bin_dir.mkdir()
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            os.symlink(found, bin_dir / name)
+    return str(bin_dir)
+
+
+def planned_pod(
+    fake: Any, spec: plan.PodSpec, expires_at: float
+) -> tuple[str, dict[str, str], str]:
+    """The pod ``up`` would create for ``spec`` (alice's, on an L40S), made on ``fake`` at
+    once: (its id, its env, its container command)."""
+    body = plan.create_body(
+        spec, new_tag("alice", "local", expires_at), plan.Candidate(L40S), fake.url
+    )
+    status, pod = fake.api("POST", "/v2/pods", body)
+    assert status == 201, pod
+    return pod["id"], body["env"], body["args"]
 
 
 class FakeClock:

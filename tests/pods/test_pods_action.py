@@ -6,23 +6,16 @@ import sys
 from pathlib import Path
 
 from fake_runpod import FakeRunPod
-
-from forges.fake_forges import FakeForges as FakeRunnersAPI
+from pods_testing import api_env
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "actions"))
 from action_env import run_gpuci_action
 
 
 def _job(live: FakeRunPod, tmp_path: Path) -> dict[str, str]:
-    return {
-        "RUNPOD_API_KEY": live.api_key,
-        "RUNPOD_API_URL": live.url,
-        "GPUCI_PODS_POLL_S": "0.01",
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
-        "GITHUB_RUN_ID": "7",
-        "GITHUB_REPOSITORY": "org/repo",
-        "GITHUB_ACTOR": "octocat",
-    }
+    return api_env(
+        live, tmp_path, GITHUB_RUN_ID="7", GITHUB_REPOSITORY="org/repo", GITHUB_ACTOR="octocat"
+    )
 
 
 def test_up_then_down_in_an_always_job(live, tmp_path):
@@ -69,40 +62,39 @@ def test_an_unknown_action_is_bad_input(live, tmp_path):
     assert "not one of up, ls" in run.annotations[0].message
 
 
-def test_every_runner_input_reaches_the_cli_and_down_deletes_the_runner(live, tmp_path):
+def test_every_runner_input_reaches_the_cli_and_down_deletes_the_runner(live, api, tmp_path):
     """Each runner input, set to a non-default value, shows in what GitHub and the pod got:
     an input the action forgot to pass through env: would leave its default here."""
-    with FakeRunnersAPI() as api:
-        api.state.groups["/orgs/org"] = {1, 3}  # GitHub refuses a group the org lacks
-        job = {**_job(live, tmp_path), **api.github_env(GITHUB_REPOSITORY="org/repo")}
-        up = run_gpuci_action(
-            tmp_path,
-            "actions/gpu-pod",
-            {
-                "action": "up",
-                "gpu-types": "NVIDIA L40S",
-                "runner": "github",
-                "runner-labels": "run-7",
-                "runner-group-id": "3",
-                "runner-scope": "org",
-                "runner-idle-timeout": "90s",
-            },
-            **job,
-        )
-        assert up.ok, up.log
-        ((path, jit),) = [(p, b) for m, p, b in api.state.requests if "jitconfig" in p]
-        assert path == "/api/v3/orgs/org/actions/runners/generate-jitconfig"  # runner-scope
-        assert jit["labels"] == ["run-7"]  # runner-labels, and nothing else
-        assert jit["runner_group_id"] == 3  # runner-group-id
-        (created,) = live.calls("POST", "/v2/pods")
-        assert created.body["env"]["GPUCI_RUNNER_IDLE_S"] == "90"  # runner-idle-timeout
-        assert created.body["env"]["GPUCI_RUNNER_PLATFORM"] == "github"  # runner
-        assert up.outputs["runner-name"] == jit["name"]
-        (config,) = api.state.issued
-        assert config not in up.log and api.state.github_token not in up.log
-        # down (no pod id, scope org like up) ends the pod and deletes its runner.
-        down = run_gpuci_action(
-            tmp_path, "actions/gpu-pod", {"action": "down", "runner-scope": "org"}, **job
-        )
-        assert down.ok, down.log
-        assert live.pods == {} and api.state.runners == {}
+    api.state.groups["/orgs/org"] = {1, 3}  # GitHub refuses a group the org lacks
+    job = {**_job(live, tmp_path), **api.github_env(GITHUB_REPOSITORY="org/repo")}
+    up = run_gpuci_action(
+        tmp_path,
+        "actions/gpu-pod",
+        {
+            "action": "up",
+            "gpu-types": "NVIDIA L40S",
+            "runner": "github",
+            "runner-labels": "run-7",
+            "runner-group-id": "3",
+            "runner-scope": "org",
+            "runner-idle-timeout": "90s",
+        },
+        **job,
+    )
+    assert up.ok, up.log
+    ((path, jit),) = [(p, b) for m, p, b in api.state.requests if "jitconfig" in p]
+    assert path == "/api/v3/orgs/org/actions/runners/generate-jitconfig"  # runner-scope
+    assert jit["labels"] == ["run-7"]  # runner-labels, and nothing else
+    assert jit["runner_group_id"] == 3  # runner-group-id
+    (created,) = live.calls("POST", "/v2/pods")
+    assert created.body["env"]["GPUCI_RUNNER_IDLE_S"] == "90"  # runner-idle-timeout
+    assert created.body["env"]["GPUCI_RUNNER_PLATFORM"] == "github"  # runner
+    assert up.outputs["runner-name"] == jit["name"]
+    (config,) = api.state.issued
+    assert config not in up.log and api.state.github_token not in up.log
+    # down (no pod id, scope org like up) ends the pod and deletes its runner.
+    down = run_gpuci_action(
+        tmp_path, "actions/gpu-pod", {"action": "down", "runner-scope": "org"}, **job
+    )
+    assert down.ok, down.log
+    assert live.pods == {} and api.state.runners == {}

@@ -21,8 +21,7 @@ def _at_hour(clock, hour: int) -> float:
 
 def _billing(fake, **query: str) -> tuple[int, dict]:
     target = "/v2/billing/pods" + (f"?{urlencode(query)}" if query else "")
-    status, _, answer = fake.handle("GET", target, b"", f"Bearer {fake.api_key}")
-    return status, answer
+    return fake.api("GET", target)
 
 
 def test_fake_bills_one_record_per_pod_per_day_over_the_snapped_window(fake, clock):

@@ -6,21 +6,31 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fake_runpod import FakeRunPod
+from pods_testing import api_env
 
 from gpuci_testing import REPO, clean_env
 
 WAITING_OR_CREATING = pytest.mark.parametrize(
-    "fake_options",
+    "stalled",
     # waiting for RUNNING, which never comes; or the create call is in flight: the pod exists on
     # RunPod, its id isn't known yet, so it must be found by name (the response is 5 s away)
     [{"steps_to_running": 10**6}, {"create_delay": 5.0}],
     ids=["while-waiting", "while-creating"],
+    indirect=True,
 )
+
+
+@pytest.fixture
+def stalled(request) -> Iterator[FakeRunPod]:
+    """A fake RunPod made with the test's options: one where ``up`` is still busy once its pod
+    exists."""
+    with FakeRunPod(**request.param) as fake:
+        yield fake
 
 
 def _sigterm_once_the_pod_exists(
@@ -34,15 +44,7 @@ def _sigterm_once_the_pod_exists(
 ) -> tuple[str, str, str]:
     """Run ``pods up ARGS``, send ``sig`` once the fake holds its pod (``before_signal`` checks
     that moment, ``after_signal`` may send another); (pod id, stdout, stderr)."""
-    env = clean_env(
-        RUNPOD_API_KEY=fake.api_key,
-        RUNPOD_API_URL=fake.url,
-        USER="t",
-        GPUCI_PODS_POLL_S="0.05",
-        GPUCI_PODS_LEDGER=str(tmp_path / "l"),
-        GPUCI_JOURNAL=str(tmp_path / "j"),
-        **ci,
-    )
+    env = clean_env(**api_env(fake, tmp_path, GPUCI_PODS_POLL_S="0.05", **ci))
     up = ["pods", "up", "--gpu-types", "NVIDIA L40S", "--ttl", "10m", *args]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", *up],
@@ -72,70 +74,51 @@ def _sigterm_once_the_pod_exists(
 
 @WAITING_OR_CREATING
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
-def test_sigterm_during_up_terminates_the_pod(tmp_path, fake_options, sig):
-    fake = FakeRunPod(**fake_options).start()
-    try:
-        command = ["--command", "serve"] if "steps_to_running" in fake_options else []
-        pod_id, _, _ = _sigterm_once_the_pod_exists(
-            fake, tmp_path, ["--image", "img", *command], sig=sig
-        )
-        assert fake.pods == {}
-        assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
-    finally:
-        fake.stop()
+def test_sigterm_during_up_terminates_the_pod(tmp_path, stalled, sig):
+    command = ["--command", "serve"] if not stalled.create_delay else []
+    pod_id, _, _ = _sigterm_once_the_pod_exists(
+        stalled, tmp_path, ["--image", "img", *command], sig=sig
+    )
+    assert stalled.pods == {}
+    assert [r.status for r in stalled.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
 
 
 @WAITING_OR_CREATING
 @pytest.mark.parametrize("platform", ["github", "gitlab"])
 def test_sigterm_during_up_with_a_runner_leaves_neither_pod_nor_runner(
-    tmp_path, fake_options, platform
+    tmp_path, stalled, api, platform
 ):
-    from forges.fake_forges import FakeForges as FakeRunnersAPI
+    ci = api.github_env() if platform == "github" else api.gitlab_env()
+    runner = ["--runner", platform, "--runner-labels", "gpu-large,run-9"]
 
-    fake = FakeRunPod(**fake_options).start()
-    try:
-        with FakeRunnersAPI() as api:
-            ci = api.github_env() if platform == "github" else api.gitlab_env()
-            runner = ["--runner", platform, "--runner-labels", "gpu-large,run-9"]
+    def registered_first() -> None:  # the runner exists before its pod is created
+        assert len(api.state.runners) == 1
 
-            def registered_first() -> None:  # the runner exists before its pod is created
-                assert len(api.state.runners) == 1
-
-            _, out, err = _sigterm_once_the_pod_exists(
-                fake, tmp_path, runner, registered_first, **ci
-            )
-            assert fake.pods == {}
-            assert api.state.runners == {}, out + err
-            for secret in api.state.issued:
-                assert secret not in out + err
-    finally:
-        fake.stop()
+    _, out, err = _sigterm_once_the_pod_exists(stalled, tmp_path, runner, registered_first, **ci)
+    assert stalled.pods == {}
+    assert api.state.runners == {}, out + err
+    for secret in api.state.issued:
+        assert secret not in out + err
 
 
-def test_sigterm_during_the_cleanup_after_sigint_does_not_cut_it_short(tmp_path):
+def test_sigterm_during_the_cleanup_after_sigint_does_not_cut_it_short(tmp_path, api):
     """GitHub's cancel: SIGINT, then SIGTERM while up is still terminating its pod. The
     terminate in flight finishes, the runner is still deleted after it, and the exit status
     is SIGINT's."""
-    from forges.fake_forges import FakeForges as FakeRunnersAPI
+    with FakeRunPod(steps_to_running=10**6, delete_delay=1.0) as fake:
 
-    fake = FakeRunPod(steps_to_running=10**6, delete_delay=1.0).start()
+        def sigterm_mid_delete(proc: subprocess.Popen[str]) -> None:
+            assert fake.delete_started.wait(10), "up never began to terminate its pod"
+            proc.send_signal(signal.SIGTERM)
 
-    def sigterm_mid_delete(proc: subprocess.Popen[str]) -> None:
-        assert fake.delete_started.wait(10), "up never began to terminate its pod"
-        proc.send_signal(signal.SIGTERM)
-
-    try:
-        with FakeRunnersAPI() as api:
-            pod_id, _, err = _sigterm_once_the_pod_exists(
-                fake,
-                tmp_path,
-                ["--runner", "github", "--runner-labels", "run-9"],
-                sig=signal.SIGINT,
-                after_signal=sigterm_mid_delete,
-                **api.github_env(),
-            )
-            assert fake.pods == {}, err
-            assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
-            assert api.state.runners == {}, err
-    finally:
-        fake.stop()
+        pod_id, _, err = _sigterm_once_the_pod_exists(
+            fake,
+            tmp_path,
+            ["--runner", "github", "--runner-labels", "run-9"],
+            sig=signal.SIGINT,
+            after_signal=sigterm_mid_delete,
+            **api.github_env(),
+        )
+        assert fake.pods == {}, err
+        assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
+        assert api.state.runners == {}, err

@@ -35,11 +35,10 @@ from typing import Any
 import httpx
 import pytest
 from fake_runpod import FakeRunPod
-from pods_testing import SUBS, FakeClock
+from pods_testing import FakeClock, api_env, call
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.errors import GpuciError
-from gpuci.inputs import build, resolve
 from gpuci.pods._budgets import ledger
 from gpuci.pods._lifecycle.cancel import Cancelled
 from gpuci.runtime import Result, Runtime
@@ -122,28 +121,27 @@ def _ticking(
     send = httpx.HTTPTransport.handle_request
     put = ledger.Ledger._put_new
 
-    def handle(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+    def tick() -> None:
         chaos = chaos_of()
         if chaos:
             chaos.tick()
+
+    def handle(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+        tick()
         if str(request.url).startswith(fake.url + "/"):
             response = _runpod_in_process(fake, request)
         else:
             response = send(self, request)
-        if chaos:
-            chaos.tick()
+        tick()
         if request.method == "POST" and request.url.path == "/v2/pods" and lose():
             response.close()
             raise httpx.ReadTimeout("the answer was lost", request=request)
         return response
 
     def put_new(self: ledger.Ledger, key: str, item: Any) -> None:
-        chaos = chaos_of()
-        if chaos:
-            chaos.tick()
+        tick()
         put(self, key, item)
-        if chaos:
-            chaos.tick()
+        tick()
 
     # The forge clients load the CA bundle afresh each (~35 ms); the fakes speak plain HTTP,
     # so one TLS context serves the whole run and keeps it to seconds.
@@ -178,14 +176,10 @@ def _test_handlers() -> Iterator[None]:
 
 def _pods(sub: str, environ: dict[str, str], clock: ChaosClock, **flags: str) -> tuple[Any, str]:
     """One in-process ``pods SUB``: (its Result or the exception that ended it, its log)."""
-    cmd = SUBS[sub]
     err = io.StringIO()
     rt = Runtime(environ, json_mode=True, stdout=io.StringIO(), stderr=err)
-    raw = {k.replace("_", "-"): v for k, v in flags.items()}
-    values = resolve(cmd.inputs, raw, rt.environ, on_secret=rt.mask)
-    inp = build(cmd.load_options(), values)
     try:
-        outcome: Any = cmd.load()(inp, rt, clock=clock)
+        outcome: Any = call(sub, rt, clock, **flags)
     except (SystemExit, KeyboardInterrupt, _Unguarded, _Killed, GpuciError) as exc:
         outcome = exc
     return outcome, err.getvalue()
@@ -193,10 +187,8 @@ def _pods(sub: str, environ: dict[str, str], clock: ChaosClock, **flags: str) ->
 
 def _world() -> Iterator[tuple[FakeRunPod, FakeRunnersAPI, ChaosClock]]:
     clock = ChaosClock()
-    fake = FakeRunPod(clock=lambda: clock.t).start()
-    with FakeRunnersAPI() as api:
+    with FakeRunPod(clock=lambda: clock.t) as fake, FakeRunnersAPI() as api:
         yield fake, api, clock
-    fake.stop()
 
 
 @pytest.fixture
@@ -238,6 +230,18 @@ def _scenario(rng: random.Random, fake: FakeRunPod, state: dict[str, Any]) -> di
     return sc
 
 
+def _up_flags(sc: dict[str, Any], case: int, budget_usd: str) -> dict[str, str]:
+    """``up``'s flags for a case: a runner pod or one running a command, maybe on a budget."""
+    flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
+    if sc["runner"]:
+        flags.update(runner=sc["runner"], runner_labels=f"run-{case}")
+    else:
+        flags.update(image="img", command="serve")
+    if sc["budget"]:
+        flags["budget_usd"] = budget_usd
+    return flags
+
+
 def _check_clean(fake: FakeRunPod, api: FakeRunnersAPI, book: ledger.Ledger, made: set[str]):
     assert fake.pods == {}, f"pods alive after the cancel: {sorted(fake.pods)}"
     assert api.state.runners == {}, "a runner is still registered"
@@ -263,25 +267,19 @@ def test_two_hundred_random_cancels_leave_nothing_alive(world, tmp_path: Path):
             sc = _scenario(rng, fake, state)
             at = rng.randint(1, 30)
             chaos = Chaos(at, sc["sig"], again=at + rng.randint(1, 8) if sc["second"] else 0)
-            environ = {
-                "RUNPOD_API_KEY": fake.api_key,
-                "RUNPOD_API_URL": fake.url,
-                "GPUCI_PODS_LEDGER": str(tmp_path / f"ledger{case}"),
-                "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-                "GPUCI_PODS_POLL_S": "5",
-                "GITHUB_RUN_ID": str(case),
-                "GITHUB_ACTOR": OWNER,  # as on GitHub: the identity without a `git config` run
-                "GITHUB_SERVER_URL": "https://github.com",
-                "USER": OWNER,
-            }
-            flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
-            flags.update(image="img", command="serve")
+            environ = api_env(
+                fake,
+                tmp_path,
+                GPUCI_PODS_LEDGER=str(tmp_path / f"ledger{case}"),
+                GPUCI_PODS_POLL_S="5",
+                GITHUB_RUN_ID=str(case),
+                GITHUB_ACTOR=OWNER,  # as on GitHub: the identity without a `git config` run
+                GITHUB_SERVER_URL="https://github.com",
+                USER=OWNER,
+            )
             if sc["runner"]:
                 environ.update(api.github_env() if sc["runner"] == "github" else api.gitlab_env())
-                flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
-                flags.update(runner=sc["runner"], runner_labels=f"run-{case}")
-            if sc["budget"]:
-                flags["budget_usd"] = "50"
+            flags = _up_flags(sc, case, budget_usd="50")
             clock.chaos = state["chaos"] = chaos
             try:
                 outcome, log = _pods("up", environ, clock, **flags)
@@ -293,7 +291,7 @@ def test_two_hundred_random_cancels_leave_nothing_alive(world, tmp_path: Path):
             if isinstance(outcome, Result) or not chaos.fired:
                 finished += 1  # the cancel came after up was over: end its pod, as down would
                 for pod_id in list(fake.pods):
-                    fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
+                    fake.api("DELETE", f"/v2/pods/{pod_id}")
                 for rid in list(api.state.runners):
                     del api.state.runners[rid]
                 continue
@@ -324,17 +322,15 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
     rng = random.Random(SEED + 1)
     kills = 0
     state: dict[str, Any] = {"chaos": None, "lose": 0}
-    environ = {
-        "RUNPOD_API_KEY": fake.api_key,
-        "RUNPOD_API_URL": fake.url,
-        "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-        "GPUCI_PODS_POLL_S": "5",
-        "GITHUB_SERVER_URL": "https://github.com",
-        "USER": OWNER,
+    environ = api_env(
+        fake,
+        tmp_path,
+        GPUCI_PODS_POLL_S="5",
+        GITHUB_SERVER_URL="https://github.com",
+        USER=OWNER,
         **api.github_env(),
         **api.gitlab_env(),
-    }
+    )
 
     with _ticking(lambda: state["chaos"], _loser(state), fake), _test_handlers():
         for case in range(KILLS * 3):
@@ -345,13 +341,7 @@ def test_sigkill_leaves_the_ttl_and_one_reap_as_the_backstop(kill_world, tmp_pat
             sigint_first = rng.random() < 0.3  # SIGINT, then the kill during the cleanup
             at = rng.randint(1, kill_at - 1) if sigint_first and kill_at > 1 else 0
             chaos = Chaos(at, signal.SIGINT, kill_at=kill_at)
-            flags = {"gpu_types": "NVIDIA L40S", "ttl": "30m", "owner": OWNER}
-            if sc["runner"]:
-                flags.update(runner=sc["runner"], runner_labels=f"run-{case}")
-            else:
-                flags.update(image="img", command="serve")
-            if sc["budget"]:
-                flags["budget_usd"] = "500"
+            flags = _up_flags(sc, case, budget_usd="500")
             run_env = {**environ, "GITHUB_RUN_ID": str(case), "CI_PIPELINE_ID": str(case)}
             if sc["runner"] == "gitlab":  # one platform's runner per up
                 run_env.pop("GPUCI_RUNNER_TOKEN")

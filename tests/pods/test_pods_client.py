@@ -105,12 +105,10 @@ def test_the_fake_refuses_what_the_contract_refuses(fake, clock):
 def test_the_fake_catalog_refuses_what_the_spec_refuses(fake):
     """listGpuTypes: product is required with include=AVAILABILITY and valid only with it; the
     client asks as the spec wants, and COMMUNITY lists only types offered there."""
-    auth = f"Bearer {fake.api_key}"
     for query in ("include=AVAILABILITY", "product=POD", "cloud=SECURE"):
-        status, _, body = fake.handle("GET", f"/v2/catalog/gpus?{query}", b"", auth)
-        assert status == 400, query
-    status, _, body = fake.handle(
-        "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=COMMUNITY", b"", auth
+        assert fake.api("GET", f"/v2/catalog/gpus?{query}")[0] == 400, query
+    status, body = fake.api(
+        "GET", "/v2/catalog/gpus?include=AVAILABILITY&product=POD&cloud=COMMUNITY"
     )
     assert status == 200 and [g["id"] for g in body["gpus"]] == ["NVIDIA GeForce RTX 4090"]
     with RunPodClient(fake.api_key, fake.url) as client:

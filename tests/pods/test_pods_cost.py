@@ -10,14 +10,7 @@ UP = dict(image="img", command="serve", ttl="3h")
 def test_spend_per_owner_and_gpu_type(fake, run, clock):
     a = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
     b = run("up", **UP, gpu_types="NVIDIA GeForce RTX 4090", owner="bob").outputs["pod-id"]
-    status, _, c = fake.handle(  # a pod made by hand, untagged
-        "POST",
-        "/v2/pods",
-        b'{"name":"manual","image":"i","gpu":{"id":"NVIDIA L40S"}}',
-        f"Bearer {fake.api_key}",
-    )
-    assert status == 201
-    fake._set_status(fake.pods[c["id"]], "RUNNING")
+    fake.hand_made("manual", "RUNNING")  # untagged
     clock.advance(3600)
     assert run("down", pod_id=a).code == 0  # alice's pod is gone from listPods now
     clock.advance(1800)

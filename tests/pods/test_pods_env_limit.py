@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from fake_runpod import MAX_ENV_VARS
 
 UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
@@ -13,25 +11,15 @@ def _env_lines(n: int) -> str:
     return "\n".join(f"SETTING_{i}=v{i}" for i in range(n))
 
 
-def _post(fake, body: dict) -> tuple[int, dict]:
-    status, _, answer = fake.handle(
-        "POST", "/v2/pods", json.dumps(body).encode(), f"Bearer {fake.api_key}"
-    )
-    return status, answer
-
-
 def test_fake_refuses_a_51st_variable_on_create_and_patch(fake):
     body = {"name": "n", "image": "i", "gpu": {"id": "NVIDIA L40S"}}
     env = {f"K{i}": "v" for i in range(MAX_ENV_VARS)}
-    status, pod = _post(fake, {**body, "env": env})
+    status, pod = fake.api("POST", "/v2/pods", {**body, "env": env})
     assert status == 201
-    status, problem = _post(fake, {**body, "env": {**env, "ONE_MORE": "v"}})
+    status, problem = fake.api("POST", "/v2/pods", {**body, "env": {**env, "ONE_MORE": "v"}})
     assert status == 400 and set(problem) >= {"title", "status", "detail"}
     assert problem["status"] == 400 and "at most 50" in problem["detail"]
-    patch = json.dumps({"env": {**env, "ONE_MORE": "v"}}).encode()
-    status, _, problem = fake.handle(
-        "PATCH", f"/v2/pods/{pod['id']}", patch, f"Bearer {fake.api_key}"
-    )
+    status, problem = fake.api("PATCH", f"/v2/pods/{pod['id']}", {"env": {**env, "ONE_MORE": "v"}})
     assert status == 400 and fake.pods[pod["id"]]["env"] == env
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from gpuci.pods._budgets import ledger
@@ -11,18 +9,10 @@ from gpuci.pods._budgets import ledger
 UP = dict(image="img", command="serve", ttl="30m")
 
 
-def _hand_made(fake, name: str, status: str = "RUNNING") -> str:
-    body = json.dumps({"name": name, "image": "i", "gpu": {"id": "NVIDIA L40S"}}).encode()
-    code, _, pod = fake.handle("POST", "/v2/pods", body, f"Bearer {fake.api_key}")
-    assert code == 201
-    fake._set_status(fake.pods[pod["id"]], status)
-    return pod["id"]
-
-
 def test_reap_names_who_forgot_what_and_stops_old_hand_made_pods(fake, run, clock, env):
-    old = _hand_made(fake, "jupyter\nof carol")  # a control character in a hostile name
+    old = fake.hand_made("jupyter\nof carol", "RUNNING")  # a control character in a hostile name
     clock.advance(11 * 3600)
-    young = _hand_made(fake, "quick test")
+    young = fake.hand_made("quick test", "RUNNING")
     clock.advance(1.5 * 3600)  # old: 12.5 h, young: 1.5 h
     alice = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
     bob = run("up", **UP, gpu_types="NVIDIA GeForce RTX 4090", owner="bob").outputs["pod-id"]
@@ -57,7 +47,7 @@ def test_reap_names_who_forgot_what_and_stops_old_hand_made_pods(fake, run, cloc
 
 
 def test_hand_made_pods_are_left_alone_by_default(fake, run, clock):
-    old = _hand_made(fake, "mine")
+    old = fake.hand_made("mine", "RUNNING")
     clock.advance(48 * 3600)
     res = run("reap")
     assert res.code == 0 and fake.pods[old]["status"] == "RUNNING"

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from pods_testing import api_env
 
 from gpuci.pods._budgets import ledger
 from gpuci_testing import clean_env, run_cli
@@ -22,11 +23,8 @@ def _runner(fake, home: Path, shared: dict[str, str], actor: str, run_id: str) -
     """A fresh GitHub-hosted runner: its own HOME, nothing local from earlier jobs."""
     home.mkdir()
     return clean_env(
+        **api_env(fake, home, **shared),
         HOME=str(home),
-        RUNPOD_API_KEY=fake.api_key,
-        RUNPOD_API_URL=fake.url,
-        GPUCI_PODS_POLL_S="0.01",
-        GPUCI_JOURNAL=str(home / "journal.jsonl"),
         GITHUB_ACTIONS="true",
         GITHUB_ACTOR=actor,
         GITHUB_RUN_ID=run_id,
@@ -35,7 +33,6 @@ def _runner(fake, home: Path, shared: dict[str, str], actor: str, run_id: str) -
         GITHUB_ENV=str(home / "env"),
         GITHUB_PATH=str(home / "path"),
         GITHUB_STEP_SUMMARY=str(home / "summary"),
-        **shared,
     )
 
 

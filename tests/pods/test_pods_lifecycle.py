@@ -14,21 +14,9 @@ GH = {
 }
 
 
-def _untagged(fake) -> str:
-    fake.requests.clear()
-    status, _, pod = fake.handle(
-        "POST",
-        "/v2/pods",
-        b'{"name":"someone-elses","image":"img","gpu":{"id":"NVIDIA L40S"}}',
-        f"Bearer {fake.api_key}",
-    )
-    assert status == 201
-    return pod["id"]
-
-
 def test_ls_shows_only_our_pods_unless_all(fake, run, clock):
     mine = run("up", **UP).outputs["pod-id"]
-    other = _untagged(fake)
+    other = fake.hand_made("someone-elses")
     res = run("ls")
     assert res.outputs == {"pod-ids": mine, "count": "1"}
     row = res.json["report"]["pods"][0]
@@ -124,7 +112,7 @@ def test_down_is_idempotent_and_missing_is_success(fake, run):
 def test_down_without_ids_ends_every_pod_of_this_run_only(fake, run):
     ours = [run("up", **UP, extra_env=GH).outputs["pod-id"] for _ in range(2)]
     theirs = run("up", **UP, extra_env={**GH, "GITHUB_RUN_ID": "43"}).outputs["pod-id"]
-    untagged = _untagged(fake)
+    untagged = fake.hand_made("someone-elses")
     res = run("down", extra_env=GH)
     assert res.code == 0 and sorted(res.outputs["pod-ids"].split(",")) == sorted(ours)
     assert set(fake.pods) == {theirs, untagged}
@@ -156,7 +144,7 @@ def test_down_reports_a_failed_teardown_and_keeps_going(fake, run):
 def test_reap_ends_expired_tagged_pods_once(fake, run, clock):
     short = run("up", **{**UP, "ttl": "10m"}).outputs["pod-id"]
     long = run("up", **{**UP, "ttl": "2h"}).outputs["pod-id"]
-    other = _untagged(fake)
+    other = fake.hand_made("someone-elses")
     clock.advance(11 * 60)
     dry = run("reap", dry_run=True)
     assert dry.outputs["pod-ids"] == short and short in fake.pods  # dry run removes nothing

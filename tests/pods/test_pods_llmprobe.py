@@ -56,27 +56,20 @@ def test_probe_then_table_per_gpu_type(vllm, tmp_path, monkeypatch):
 
 
 def test_the_matrix_examples_name_the_same_probe():
-    gh = yaml.safe_load((REPO / "examples/workflows/vllm-matrix.yml").read_text())
+    gh_text = (REPO / "examples/workflows/vllm-matrix.yml").read_text()
+    lab_text = (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text()
+    gh = yaml.safe_load(gh_text)
     legs = gh["jobs"]["serve"]["strategy"]["matrix"]["gpu"]
     assert len(legs) >= 2 and gh["jobs"]["serve"]["strategy"]["fail-fast"] is False
-    lab = yaml.safe_load((REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text())
-    matrix = lab["serve"]["parallel"]["matrix"][0]["GPU_TYPE"]
+    matrix = yaml.safe_load(lab_text)["serve"]["parallel"]["matrix"][0]["GPU_TYPE"]
     assert len(matrix) >= 2
-    for text in (
-        (REPO / "examples/workflows/vllm-matrix.yml").read_text(),
-        (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text(),
-    ):
-        assert (
-            "gpuci.pods.health.llmprobe probe" in text
-            and "gpuci.pods.health.llmprobe table" in text
-        )
+    for text in (gh_text, lab_text):
+        assert "gpuci.pods.health.llmprobe probe" in text
+        assert "gpuci.pods.health.llmprobe table" in text
         assert ("/v1/models" in text and "pods down --pod-id" in text) or "action: down" in text
     # a leg tears down only its own pod: `down` without an id would end the other legs' pods
-    assert (
-        "steps.pod.outputs.pod-id != ''"
-        in (REPO / "examples/workflows/vllm-matrix.yml").read_text()
-    )
-    assert 'if [ -n "$id" ]' in (REPO / "examples/gitlab/vllm-pods.gitlab-ci.yml").read_text()
+    assert "steps.pod.outputs.pod-id != ''" in gh_text
+    assert 'if [ -n "$id" ]' in lab_text
 
 
 def test_an_endless_or_hostile_answer_fails_the_leg_in_one_line(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import time
 import zipfile
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pytest
 from pod_host import PodHost
 
 import gpuci
-from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods.health import _pod_gpuci as pod_gpuci
 
 GPU = "NVIDIA GeForce RTX 4090"
@@ -27,18 +25,8 @@ SMOKE = dict(UP, smoke="true")
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
-@pytest.fixture
-def clock(clock):
-    clock.t = time.time()  # the pods' own timers run on the real time
-    return clock
-
-
-@pytest.fixture
-def host(fake, clock, tmp_path):
-    """Pods that boot with this checkout's gpu-ci and smoke (healthy GPUs)."""
-    pods = PodHost(fake, tmp_path, bad_dcs=())
-    pods.attach(clock)
-    return pods
+REAL_TIME_CLOCK = True  # the conftest's ``clock``: the pods' own timers run on the real time
+BAD_DCS = ()  # the conftest's ``host``: pods boot with this checkout's gpu-ci, healthy GPUs
 
 
 def _posted_env(fake) -> dict[str, str]:
@@ -81,12 +69,9 @@ def _stock_image(tmp_path: Path) -> str:
     return str(stub)
 
 
-def test_the_pod_gets_the_action_source_at_the_commit_its_ref_names(fake, run, host):
-    with FakeRunnersAPI() as api:
-        api.state.commits["octo/gpu-ci@v1"] = SHA
-        res = run(
-            "up", smoke="true", gpuci_source="octo/gpu-ci@v1", extra_env=api.github_env(), **UP
-        )
+def test_the_pod_gets_the_action_source_at_the_commit_its_ref_names(fake, run, host, api):
+    api.state.commits["octo/gpu-ci@v1"] = SHA
+    res = run("up", smoke="true", gpuci_source="octo/gpu-ci@v1", extra_env=api.github_env(), **UP)
     assert res.code == 0, res.stdout + res.stderr
     assert _posted_env(fake)["GPUCI_PACKAGE"] == f"git+https://github.com/octo/gpu-ci@{SHA}"
     asked = [p for _, p, _ in api.state.requests if "/commits/" in p]
@@ -99,11 +84,8 @@ def test_a_commit_ref_is_used_as_it_is_without_asking(fake, run, host):
     assert _posted_env(fake)["GPUCI_PACKAGE"] == f"git+https://github.com/octo/gpu-ci@{SHA}"
 
 
-def test_a_ref_that_does_not_resolve_is_one_warning_and_no_install(fake, run, host):
-    with FakeRunnersAPI() as api:
-        res = run(
-            "up", smoke="true", gpuci_source="octo/gpu-ci@v9", extra_env=api.github_env(), **UP
-        )
+def test_a_ref_that_does_not_resolve_is_one_warning_and_no_install(fake, run, host, api):
+    res = run("up", smoke="true", gpuci_source="octo/gpu-ci@v9", extra_env=api.github_env(), **UP)
     assert res.code == 0, res.stdout
     assert "GPUCI_PACKAGE" not in _posted_env(fake)
     (line,) = [a["message"] for a in res.json["annotations"] if "octo/gpu-ci@v9" in a["message"]]
@@ -131,8 +113,9 @@ def test_the_default_outside_actions_is_gpuci_package(fake, run, host):
 
 
 def test_a_stock_image_installs_gpu_ci_then_smokes(fake, run, clock, tmp_path):
-    host = PodHost(fake, tmp_path, bad_dcs=(), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1")
-    host.attach(clock)
+    host = PodHost(fake, tmp_path, (), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1").attach(
+        clock
+    )
     res = run("up", smoke="true", gpuci_source=_wheel(tmp_path), **UP)
     assert res.code == 0, res.stdout + res.stderr
     (log,) = host.booted.values()
@@ -143,8 +126,9 @@ def test_a_stock_image_installs_gpu_ci_then_smokes(fake, run, clock, tmp_path):
 
 
 def test_a_refused_install_is_named_in_one_line(fake, run, clock, tmp_path):
-    host = PodHost(fake, tmp_path, bad_dcs=(), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1")
-    host.attach(clock)
+    host = PodHost(fake, tmp_path, (), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1").attach(
+        clock
+    )
     pinned = _wheel(tmp_path)
     wrong = pinned.rsplit("=", 1)[0] + "=" + "0" * 64  # bytes that are not the pinned ones
     res = run("up", smoke="true", gpuci_source=wrong, **UP)

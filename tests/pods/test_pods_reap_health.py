@@ -4,19 +4,11 @@ real gpu-smoke (fake NVML with an ECC error) as it runs inside a pod (``RUNPOD_D
 
 from __future__ import annotations
 
-import time
-
-import pytest
 from pods_testing import smoke
 
 from moto_s3 import FAKE_S3_CREDENTIALS
 
-
-@pytest.fixture
-def clock(clock):
-    """The pods clock at the real time: pods' timers and the health record run on it."""
-    clock.t = time.time()
-    return clock
+REAL_TIME_CLOCK = True  # the conftest's ``clock``: pods' timers and the health record run on it
 
 
 def test_reap_names_nodes_with_repeated_failures(fake, run, tmp_path, clock):

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
-import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -19,12 +17,12 @@ from pathlib import Path
 import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
+from pods_testing import executable, planned_pod, tools_only
 
 from forges.fake_forges import FakeForges as FakeRunnersAPI
 from gpuci.pods._runners import boot as runner_boot
 from gpuci.pods._runners import registry as runners
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.naming import new_tag
 
 JIT = "JITconfig-" + "s3cr3t" * 6
 GLRT = "glrt-" + "t0ken" * 5
@@ -56,26 +54,10 @@ exit 0
 LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
 
 
-def _executable(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755)
-    return path
-
-
 def _pod(fake: FakeRunPod, runner_env: dict[str, str]) -> tuple[str, dict[str, str], str]:
-    tag = new_tag("alice", "local", time.time() + 3600)
-    spec = plan.PodSpec(
-        image="img",
-        command=runner_boot.SCRIPT,
-        runner_env={**runner_env, **runner_boot.env()},
-    )
-    body = plan.create_body(spec, tag, plan.Candidate("NVIDIA L40S"), fake.url)
-    status, _, pod = fake.handle(
-        "POST", "/v2/pods", json.dumps(body).encode(), f"Bearer {fake.api_key}"
-    )
-    assert status == 201
-    return pod["id"], body["env"], body["args"]
+    runner_env = {**runner_env, **runner_boot.env()}
+    spec = plan.PodSpec(image="img", command=runner_boot.SCRIPT, runner_env=runner_env)
+    return planned_pod(fake, spec, time.time() + 3600)
 
 
 def _github_env(idle_s: int = 30) -> dict[str, str]:
@@ -102,6 +84,15 @@ def _boot(fake, pod_id, env, args, tmp_path, extra=None, wait_s=30.0):
     return out, err, rc, time.time() - started
 
 
+def _boot_github(
+    fake: FakeRunPod, tmp_path: Path, runner_dir: Path, idle_s: int = 30
+) -> tuple[str, str, str, int | None, float]:
+    """A GitHub runner pod booted with the runner in ``runner_dir``: (pod id, out, err, exit
+    status, seconds)."""
+    pod_id, env, args = _pod(fake, _github_env(idle_s))
+    return pod_id, *_boot(fake, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
+
+
 def _terminated_itself(fake: FakeRunPod, pod_id: str) -> bool:
     calls = fake.calls("POST", f"/v2/pods/{pod_id}/action")
     return (
@@ -112,12 +103,8 @@ def _terminated_itself(fake: FakeRunPod, pod_id: str) -> bool:
 
 
 def test_github_one_job_then_exit_then_the_pod_terminates_itself(live, tmp_path):
-    runner_dir = tmp_path / "actions-runner"
-    _executable(runner_dir / "run.sh", SERVES_ONE_JOB)
-    pod_id, env, args = _pod(live, _github_env())
-    out, err, rc, _ = _boot(
-        live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)}
-    )
+    runner_dir = executable(tmp_path / "actions-runner" / "run.sh", SERVES_ONE_JOB).parent
+    pod_id, out, err, rc, _ = _boot_github(live, tmp_path, runner_dir)
     assert rc == 0, out + err
     assert (runner_dir / "args.txt").read_text().splitlines() == ["--jitconfig", JIT]
     assert "Running job: train" in out and "a job started" in out
@@ -129,22 +116,16 @@ def test_github_one_job_then_exit_then_the_pod_terminates_itself(live, tmp_path)
 
 
 def test_github_idle_runner_is_stopped_and_the_pod_terminates(live, tmp_path):
-    runner_dir = tmp_path / "actions-runner"
-    _executable(runner_dir / "run.sh", NEVER_GETS_A_JOB)
-    pod_id, env, args = _pod(live, _github_env(idle_s=2))
-    out, err, _, took = _boot(
-        live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)}
-    )
+    runner_dir = executable(tmp_path / "actions-runner" / "run.sh", NEVER_GETS_A_JOB).parent
+    pod_id, out, err, _, took = _boot_github(live, tmp_path, runner_dir, idle_s=2)
     assert "no job within 2s: stopping the runner" in out, out + err
     assert _terminated_itself(live, pod_id)
     assert took >= 2  # not before the idle time; the runner's own 60 s outlast _boot's wait
 
 
 def test_github_job_seen_by_the_worker_log_is_not_cut_by_the_idle_timeout(live, tmp_path):
-    runner_dir = tmp_path / "actions-runner"
-    _executable(runner_dir / "run.sh", QUIET_JOB)
-    pod_id, env, args = _pod(live, _github_env(idle_s=2))
-    out, err, _, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
+    runner_dir = executable(tmp_path / "actions-runner" / "run.sh", QUIET_JOB).parent
+    pod_id, out, err, _, _ = _boot_github(live, tmp_path, runner_dir, idle_s=2)
     assert "a job started" in out and "no job within" not in out, out + err
     assert (runner_dir / "done.txt").read_text().strip() == "quiet-job-done"
     assert _terminated_itself(live, pod_id)
@@ -160,21 +141,15 @@ def _tarball(run_sh: str) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture
-def mirror():
-    with FakeRunnersAPI() as api:
-        yield api
-
-
-def _serve_release(mirror: FakeRunnersAPI, data: bytes) -> str:
+def _serve_release(api: FakeRunnersAPI, data: bytes) -> str:
     ver = runner_boot.RUNNER_VERSION
-    mirror.state.files[f"/releases/v{ver}/actions-runner-linux-x64-{ver}.tar.gz"] = data
-    return mirror.base + "/releases"
+    api.state.files[f"/releases/v{ver}/actions-runner-linux-x64-{ver}.tar.gz"] = data
+    return api.base + "/releases"
 
 
-def test_the_runner_release_is_installed_when_its_sha256_matches(live, mirror, tmp_path):
+def test_the_runner_release_is_installed_when_its_sha256_matches(live, api, tmp_path):
     data = _tarball(SERVES_ONE_JOB)
-    url = _serve_release(mirror, data)
+    url = _serve_release(api, data)
     pod_id, env, args = _pod(live, _github_env())
     env = {**env, "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest()}
     home_runner = tmp_path / "home" / "gpuci-actions-runner"
@@ -184,8 +159,8 @@ def test_the_runner_release_is_installed_when_its_sha256_matches(live, mirror, t
     assert _terminated_itself(live, pod_id)
 
 
-def test_a_tampered_runner_tarball_is_refused_before_unpacking(live, mirror, tmp_path):
-    url = _serve_release(mirror, _tarball(SERVES_ONE_JOB))  # not the published release
+def test_a_tampered_runner_tarball_is_refused_before_unpacking(live, api, tmp_path):
+    url = _serve_release(api, _tarball(SERVES_ONE_JOB))  # not the published release
     pod_id, env, args = _pod(live, _github_env())
     assert env["GPUCI_ACTIONS_RUNNER_SHA256"] == runner_boot.RUNNER_SHA256
     out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_RELEASE_URL": url})
@@ -206,13 +181,18 @@ exit 0
 """
 
 
-def test_gitlab_run_single_then_deletes_its_runner_then_terminates(live, mirror, tmp_path):
-    bin_dir = tmp_path / "bin"
-    _executable(bin_dir / "gitlab-runner", GITLAB_RUNNER)
-    runner = mirror.state.add("gpuci-abc123-1795000000", "project:42", ["gpu-large"])
+def _gitlab_pod(fake: FakeRunPod, api: FakeRunnersAPI) -> tuple[str, dict[str, str], str]:
+    """A GitLab runner pod of project 42, its runner registered on ``api`` (token GLRT)."""
+    runner = api.state.add("gpuci-abc123-1795000000", "project:42", ["gpu-large"])
     runner.token = GLRT
-    tgt = runners.Target("gitlab", mirror.gitlab_api, "project:42", "", mirror.base + "/gitlab")
-    pod_id, env, args = _pod(live, runners.pod_env(tgt, runner.name, runner.id, GLRT, 3))
+    tgt = runners.Target("gitlab", api.gitlab_api, "project:42", "", api.base + "/gitlab")
+    return _pod(fake, runners.pod_env(tgt, runner.name, runner.id, GLRT, 3))
+
+
+def test_gitlab_run_single_then_deletes_its_runner_then_terminates(live, api, tmp_path):
+    bin_dir = tmp_path / "bin"
+    executable(bin_dir / "gitlab-runner", GITLAB_RUNNER)
+    pod_id, env, args = _gitlab_pod(live, api)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     extra = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUCI_TEST_OUT": str(out_dir)}
@@ -221,7 +201,7 @@ def test_gitlab_run_single_then_deletes_its_runner_then_terminates(live, mirror,
     assert (out_dir / "args.txt").read_text().splitlines() == [
         "run-single",
         "--url",
-        mirror.base + "/gitlab",
+        api.base + "/gitlab",
         "--token",
         GLRT,
         "--executor",
@@ -232,28 +212,20 @@ def test_gitlab_run_single_then_deletes_its_runner_then_terminates(live, mirror,
         "3",
     ]
     assert GLRT not in (out_dir / "env.txt").read_text()  # not in the job's environment
-    assert mirror.state.runners == {}  # deleted with its own token
-    deletes = [r for r in mirror.state.requests if r[:2] == ("DELETE", "/gitlab/api/v4/runners")]
+    assert api.state.runners == {}  # deleted with its own token
+    deletes = [r for r in api.state.requests if r[:2] == ("DELETE", "/gitlab/api/v4/runners")]
     assert deletes == [("DELETE", "/gitlab/api/v4/runners", {"token": GLRT})]
     assert _terminated_itself(live, pod_id)
     assert GLRT not in out + err
 
 
-def test_gitlab_without_gitlab_runner_still_deletes_and_terminates(live, mirror, tmp_path):
-    runner = mirror.state.add("gpuci-abc123-1795000000", "project:42", ["gpu-large"])
-    runner.token = GLRT
-    tgt = runners.Target("gitlab", mirror.gitlab_api, "project:42", "", mirror.base + "/gitlab")
-    pod_id, env, args = _pod(live, runners.pod_env(tgt, runner.name, runner.id, GLRT, 3))
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    for tool in ("sh", "date", "sleep", "curl", "cat", "cut", "grep"):
-        found = subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True)
-        if found.stdout.strip():
-            os.symlink(found.stdout.strip(), bare / tool)
-    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"PATH": str(bare)})
+def test_gitlab_without_gitlab_runner_still_deletes_and_terminates(live, api, tmp_path):
+    pod_id, env, args = _gitlab_pod(live, api)
+    bare = tools_only(tmp_path / "bare", ("sh", "date", "sleep", "curl", "cat", "cut", "grep"))
+    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"PATH": bare})
     assert "gitlab-runner is not in the image" in out, out + err
     assert rc == 3
-    assert mirror.state.runners == {}
+    assert api.state.runners == {}
     assert _terminated_itself(live, pod_id)
 
 
@@ -306,9 +278,9 @@ exit 1
 
 
 def _real_layout(root: Path, listener: str) -> Path:
-    _executable(root / "run.sh", REAL_RUN_SH)
-    _executable(root / "run-helper.sh", RUN_HELPER)
-    _executable(root / "bin" / "Runner.Listener", listener)
+    executable(root / "run.sh", REAL_RUN_SH)
+    executable(root / "run-helper.sh", RUN_HELPER)
+    executable(root / "bin" / "Runner.Listener", listener)
     return root
 
 
@@ -327,10 +299,17 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
-def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
-    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_IDLE)
-    pod_id, env, args = _pod(live, _github_env(idle_s=2))
-    out, err, _, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
+@pytest.mark.parametrize(
+    "listener",
+    # the idle stop reaches a listener that ignores TERM; and the idle clock starts when the
+    # listener listens: before, a runner is starting, not idle, and its stop waits for its
+    # Ctrl-C path
+    [LISTENER_IDLE, LISTENER_SLOW_START],
+    ids=["ignores-term", "slow-start"],
+)
+def test_idle_stop_reaches_the_listener_by_its_ctrl_c_path(live, tmp_path, listener):
+    runner_dir = _real_layout(tmp_path / "actions-runner", listener)
+    pod_id, out, err, _, _ = _boot_github(live, tmp_path, runner_dir, idle_s=2)
     assert "no job within 2s: stopping the runner" in out, out + err
     assert _terminated_itself(live, pod_id)
     pid = int((runner_dir / "listener.pid").read_text())
@@ -341,17 +320,6 @@ def test_idle_stop_reaches_a_listener_that_ignores_term(live, tmp_path):
     while _alive(pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)
-
-
-def test_the_idle_clock_starts_when_the_listener_listens(live, tmp_path):
-    """Before it listens, a runner is starting, not idle: its stop waits for its Ctrl-C path."""
-    runner_dir = _real_layout(tmp_path / "actions-runner", LISTENER_SLOW_START)
-    pod_id, env, args = _pod(live, _github_env(idle_s=2))
-    out, err, _, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_DIR": str(runner_dir)})
-    assert "no job within 2s: stopping the runner" in out, out + err
-    assert (runner_dir / "listener.ended").exists(), out + err + _signals(runner_dir)
-    assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
-    assert _terminated_itself(live, pod_id)
 
 
 def test_a_deprecated_runner_is_reported_in_the_pods_name_and_ends_the_pod(live, tmp_path):
@@ -370,12 +338,10 @@ def test_a_deprecated_runner_is_reported_in_the_pods_name_and_ends_the_pod(live,
     assert JIT not in out + err
 
 
-def test_an_image_runner_older_than_github_accepts_is_replaced_by_the_release(
-    live, mirror, tmp_path
-):
+def test_an_image_runner_older_than_github_accepts_is_replaced_by_the_release(live, api, tmp_path):
     image_dir = _real_layout(tmp_path / "actions-runner", LISTENER_DEPRECATED)  # 2.328.0
     data = _tarball(SERVES_ONE_JOB)
-    url = _serve_release(mirror, data)
+    url = _serve_release(api, data)
     pod_id, env, args = _pod(live, _github_env())
     env = {
         **env,

@@ -3,8 +3,6 @@ start job with its reason (not a day-long queue); a busy runner is never deleted
 
 from __future__ import annotations
 
-import json
-
 from pods_testing import RUN_ENV, up_runner
 
 REFUSAL = (
@@ -19,13 +17,7 @@ def _pod_says(fake, text: str):
     def hook(_runner):
         (pod_id,) = fake.pods
         name = fake.pods[pod_id]["name"] + " refused: " + text
-        status, _, _ = fake.handle(
-            "PATCH",
-            f"/v2/pods/{pod_id}",
-            json.dumps({"name": name}).encode(),
-            f"Bearer {fake.api_key}",
-        )
-        assert status == 200
+        assert fake.api("PATCH", f"/v2/pods/{pod_id}", {"name": name})[0] == 200
 
     return hook
 
@@ -55,7 +47,7 @@ def test_a_runner_pod_that_ends_before_its_runner_is_online_fails_up(run, fake, 
 
     def pod_ends(_runner):
         for pod_id in list(fake.pods):
-            fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
+            fake.api("DELETE", f"/v2/pods/{pod_id}")
 
     api.state.on_status_read = pod_ends
     r = up_runner(run, api.github_env(**RUN_ENV))

@@ -329,8 +329,7 @@ def test_down_deletes_its_runs_runner_whose_pod_already_ended_itself(run, fake, 
     the run's own down finds the runner in the ledger and deletes it, without the grace."""
     pod_id, name = _up(run, api, **RUN_ENV)
     _, other = _up(run, api, GITHUB_RUN_ID="78")  # another run's: its pod is alive
-    status, _, _ = fake.handle("DELETE", f"/v2/pods/{pod_id}", b"", f"Bearer {fake.api_key}")
-    assert status == 204
+    assert fake.api("DELETE", f"/v2/pods/{pod_id}")[0] == 204
     stray = api.state.add(
         f"gpuci-dddddd-{int(runners.registered_at(name) or 0)}", "/repos/octo/gpu"
     )

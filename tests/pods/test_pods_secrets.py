@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from pods_testing import api_env
 
 from gpuci_testing import clean_env, run_cli
 
 
 def _cli(fake, tmp_path, *args: str, key: str | None = None, **extra: str):
-    env = clean_env(
-        RUNPOD_API_KEY=key or fake.api_key,
-        RUNPOD_API_URL=fake.url,
-        USER="tester",
-        GPUCI_PODS_POLL_S="0.01",
-        GPUCI_PODS_LEDGER=str(tmp_path / "ledger"),
-        GPUCI_JOURNAL=str(tmp_path / "j.jsonl"),
-        **extra,
-    )
+    env = clean_env(**api_env(fake, tmp_path, RUNPOD_API_KEY=key or fake.api_key, **extra))
     return run_cli("pods", *args, env=env, timeout=60)
 
 

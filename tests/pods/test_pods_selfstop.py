@@ -2,40 +2,23 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 from fake_runpod import FakeRunPod
 from pod_container import run_container
+from pods_testing import planned_pod, tools_only
 
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.naming import new_tag
 
 LIVE_STEPS_TO_RUNNING = 0  # the conftest's ``live``: pods RUNNING at once
 
 
 def _pod(fake: FakeRunPod, expires_in: float) -> tuple[str, dict[str, str], str]:
-    tag = new_tag("alice", "local", time.time() + expires_in)
     spec = plan.PodSpec(image="img", command="echo started; sleep 30")
-    body = plan.create_body(spec, tag, plan.Candidate("NVIDIA L40S"), fake.url)
-    status, _, pod = fake.handle(
-        "POST", "/v2/pods", json.dumps(body).encode(), f"Bearer {fake.api_key}"
-    )
-    assert status == 201 and pod["status"] == "RUNNING"
-    return pod["id"], body["env"], body["args"]
-
-
-def _tools_only(tmp_path: Path, names: list[str]) -> str:
-    """A PATH holding only these tools: proves each fallback on its own."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for name in names:
-        os.symlink(shutil.which(name), bin_dir / name)
-    return str(bin_dir)
+    pod_id, env, args = planned_pod(fake, spec, time.time() + expires_in)
+    assert fake.pods[pod_id]["status"] == "RUNNING"
+    return pod_id, env, args
 
 
 def _run_pod(fake, pod_id, env, args, path, wait_s=8.0):
@@ -55,7 +38,7 @@ def _run_pod(fake, pod_id, env, args, path, wait_s=8.0):
 def test_the_pod_stops_itself_at_its_expiry(live, tmp_path, tools):
     pod_id, env, args = _pod(live, expires_in=1.5)
     started = time.time()
-    path = _tools_only(tmp_path, ["sh", "date", "sleep", *tools])
+    path = tools_only(tmp_path / "bin", ["sh", "date", "sleep", *tools])
     out, err = _run_pod(live, pod_id, env, args, path)
     assert "started" in out  # the user's command ran (exec'd by the wrapper)
     assert live.pods[pod_id]["status"] == "EXITED", err
@@ -68,7 +51,7 @@ def test_the_pod_stops_itself_at_its_expiry(live, tmp_path, tools):
 def test_the_timer_retries_until_the_api_answers(live, tmp_path):
     pod_id, env, args = _pod(live, expires_in=0.5)
     live.fail(f"POST /v2/pods/{pod_id}/action", (503, {}), (429, {"Retry-After": "1"}))
-    path = _tools_only(tmp_path, ["sh", "date", "sleep", "curl"])
+    path = tools_only(tmp_path / "bin", ["sh", "date", "sleep", "curl"])
     _run_pod(live, pod_id, env, args, path)
     assert [r.status for r in live.calls("POST", f"/v2/pods/{pod_id}/action")] == [503, 429, 200]
     assert live.pods[pod_id]["status"] == "EXITED"

@@ -10,14 +10,11 @@ EU-RO-1 first).
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from pod_host import PodHost
 from pods_testing import RUN_ENV, up_runner
-
-from forges.fake_forges import FakeForges as FakeRunnersAPI
 
 GPU = "NVIDIA GeForce RTX 4090"
 UP = dict(gpu_types=GPU, image="img", command="sleep 600", ttl="30m", owner="alice")
@@ -31,18 +28,8 @@ def _records(store: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in store.rglob("*.json")]
 
 
-@pytest.fixture
-def clock(clock):
-    """The pods clock at the real time: pods' timers and the health record run on it."""
-    clock.t = time.time()
-    return clock
-
-
-@pytest.fixture
-def host(fake, clock, tmp_path):
-    pods = PodHost(fake, tmp_path, bad_dcs={"EU-RO-1"})
-    pods.attach(clock)
-    return pods
+REAL_TIME_CLOCK = True  # the conftest's ``clock``: pods' timers and the health record run on it
+BAD_DCS = {"EU-RO-1"}  # the conftest's ``host``: an ECC error there
 
 
 def test_a_pod_that_fails_its_smoke_is_replaced_in_another_data_centre(fake, run, host, tmp_path):
@@ -82,23 +69,22 @@ def test_a_pod_that_fails_its_smoke_is_replaced_in_another_data_centre(fake, run
     assert _posted_dcs(fake)[-1] == ["US-KS-2"]
 
 
-def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(fake, run, host, clock):
-    with FakeRunnersAPI() as api:
-        api.state.online_after_reads = 1
-        res = up_runner(run, api.github_env(**RUN_ENV), gpu_types=GPU)
-        assert res.code == 0, res.stdout + res.stderr
-        assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]
-        (runner,) = api.state.runners.values()  # the first, one-use, was deleted
-        assert res.outputs["runner-name"] == runner.name
-        pod = fake.pods[res.outputs["pod-id"]]
-        assert pod["env"]["GPUCI_RUNNER_NAME"] == runner.name
-        names = {c.body["name"] for c in fake.calls("POST", "/v2/pods")}
-        assert len(names) == 2
-        assert len(res.json["report"]["smoke"]["attempts"]) == 2
-        jit = [c.body["env"]["GPUCI_RUNNER_JITCONFIG"] for c in fake.calls("POST", "/v2/pods")]
-        out = res.stdout + res.stderr + "".join(host.booted.values())
-        for secret in [fake.api_key, api.state.github_token, *jit]:
-            assert secret not in out
+def test_a_runner_pod_smokes_before_its_runner_and_gets_a_new_registration(fake, run, host, api):
+    api.state.online_after_reads = 1
+    res = up_runner(run, api.github_env(**RUN_ENV), gpu_types=GPU)
+    assert res.code == 0, res.stdout + res.stderr
+    assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]
+    (runner,) = api.state.runners.values()  # the first, one-use, was deleted
+    assert res.outputs["runner-name"] == runner.name
+    pod = fake.pods[res.outputs["pod-id"]]
+    assert pod["env"]["GPUCI_RUNNER_NAME"] == runner.name
+    names = {c.body["name"] for c in fake.calls("POST", "/v2/pods")}
+    assert len(names) == 2
+    assert len(res.json["report"]["smoke"]["attempts"]) == 2
+    jit = [c.body["env"]["GPUCI_RUNNER_JITCONFIG"] for c in fake.calls("POST", "/v2/pods")]
+    out = res.stdout + res.stderr + "".join(host.booted.values())
+    for secret in [fake.api_key, api.state.github_token, *jit]:
+        assert secret not in out
 
 
 def test_no_other_data_centre_left_fails_with_every_attempt_and_its_cost(fake, run, host, tmp_path):
@@ -120,8 +106,7 @@ def test_smoke_attempts_bounds_the_pods_placed(fake, run, host):
 
 
 def test_no_gpu_ci_on_the_pod_is_no_verdict_and_never_replaced(fake, run, clock, tmp_path):
-    host = PodHost(fake, tmp_path, bad_dcs={"EU-RO-1"}, GPUCI_SMOKE_PYTHON="false")
-    host.attach(clock)
+    PodHost(fake, tmp_path, {"EU-RO-1"}, GPUCI_SMOKE_PYTHON="false").attach(clock)
     res = run("up", smoke="true", **UP)
     assert res.code == 0, res.stdout
     assert len(fake.calls("POST", "/v2/pods")) == 1 and res.outputs["data-center"] == "EU-RO-1"
@@ -150,8 +135,7 @@ def test_the_plan_shows_the_gate_on_by_default_only_for_runner_pods(run):
 
 def test_a_pod_given_the_store_records_its_own_verdict_once(fake, run, clock, tmp_path):
     store = tmp_path / "health"
-    host = PodHost(fake, tmp_path, {"EU-RO-1"}, GPUCI_GPU_HEALTH_STORE=store.as_uri())
-    host.attach(clock)
+    PodHost(fake, tmp_path, {"EU-RO-1"}, GPUCI_GPU_HEALTH_STORE=store.as_uri()).attach(clock)
     res = run("up", smoke="true", health_store=store.as_uri(), **UP)
     assert res.code == 0, res.stdout
     failed = [r for r in _records(store) if r["passed"] is False]
@@ -194,14 +178,13 @@ def test_a_rename_answered_429_then_503_is_retried(fake, run, host):
     assert [c.status for c in fake.calls("PATCH")][:3] == [429, 503, 200]
 
 
-def test_a_refused_rename_is_named_and_the_stop_is_the_verdict(fake, run, host):
+def test_a_refused_rename_is_named_and_the_stop_is_the_verdict(fake, run, host, api):
     """RunPod's docs grant the pod's key stop and remove only: with the rename refused, a
     runner pod that fails its smoke says so in one line and stops itself, and up reads that
     stop as the verdict (the healthy pod's runner coming online is its pass)."""
     fake.pod_key_may_rename = False
-    with FakeRunnersAPI() as api:
-        api.state.online_after_reads = 1
-        res = up_runner(run, api.github_env(**RUN_ENV), gpu_types=GPU)
+    api.state.online_after_reads = 1
+    res = up_runner(run, api.github_env(**RUN_ENV), gpu_types=GPU)
     assert res.code == 0, res.stdout + res.stderr + str(host.booted)
     assert _posted_dcs(fake) == [["EU-RO-1", "US-KS-2"], ["US-KS-2"]]
     assert {c.status for c in fake.calls("PATCH")} == {403}

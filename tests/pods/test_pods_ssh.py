@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_runpod import validator
+from pods_testing import api_env, executable
 
 from gpuci_testing import clean_env, run_cli
 
@@ -39,11 +40,7 @@ sys.exit(int(os.environ.get("FAKE_SSH_EXIT", "0")))
 @pytest.fixture
 def fake_ssh(tmp_path) -> dict[str, str]:
     """An ``ssh`` on PATH that records how it was called (no sshd needed)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    exe = bin_dir / "ssh"
-    exe.write_text(FAKE_SSH.format(python=sys.executable))
-    exe.chmod(0o755)
+    bin_dir = executable(tmp_path / "bin" / "ssh", FAKE_SSH.format(python=sys.executable)).parent
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FAKE_SSH_LOG": str(tmp_path / "ssh.json"),
@@ -127,36 +124,21 @@ def test_exec_exit_codes(fake, run, fake_ssh):
     assert run("exec", pod_id=plain, command="x", extra_env=fake_ssh).code == 2
 
 
-def test_the_cli_takes_the_command_after_double_dash(fake_ssh, tmp_path):
-    from fake_runpod import FakeRunPod
-
-    live = FakeRunPod(steps_to_running=1).start()
-    try:
-        env = clean_env(
-            RUNPOD_API_KEY=live.api_key,
-            RUNPOD_API_URL=live.url,
-            GPUCI_PODS_POLL_S="0.01",
-            GPUCI_PODS_LEDGER=str(tmp_path / "ledger"),
-            GPUCI_JOURNAL=str(tmp_path / "j.jsonl"),
-            GIT_CONFIG_GLOBAL="/dev/null",
-            USER="tester",
-            **fake_ssh,
-        )
-        up = run_cli(
-            "pods", "up", "--gpu-types", "NVIDIA L40S", "--image", "img", "--ttl", "10m",
-            "--ssh-public-keys", KEY, env=env,
-        )  # fmt: skip
-        assert up.returncode == 0, up.stdout + up.stderr
-        pod_id = next(iter(live.pods))
-        proc = run_cli(
-            "pods", "exec", "--pod-id", pod_id, "--", "python", "-c", "print('a b')", env=env
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        rec = json.loads(Path(fake_ssh["FAKE_SSH_LOG"]).read_text())
-        assert rec["argv"][-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
-        assert PRIVATE.splitlines()[1] not in proc.stdout + proc.stderr
-    finally:
-        live.stop()
+def test_the_cli_takes_the_command_after_double_dash(live, fake_ssh, tmp_path):
+    env = clean_env(**api_env(live, tmp_path, GIT_CONFIG_GLOBAL="/dev/null", **fake_ssh))
+    up = run_cli(
+        "pods", "up", "--gpu-types", "NVIDIA L40S", "--image", "img", "--ttl", "10m",
+        "--ssh-public-keys", KEY, env=env,
+    )  # fmt: skip
+    assert up.returncode == 0, up.stdout + up.stderr
+    pod_id = next(iter(live.pods))
+    proc = run_cli(
+        "pods", "exec", "--pod-id", pod_id, "--", "python", "-c", "print('a b')", env=env
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = json.loads(Path(fake_ssh["FAKE_SSH_LOG"]).read_text())
+    assert rec["argv"][-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
+    assert PRIVATE.splitlines()[1] not in proc.stdout + proc.stderr
 
 
 LOUD_SSH = """#!/bin/sh
@@ -175,10 +157,7 @@ def test_exec_output_of_megabytes_is_held_to_its_tail(tmp_path, then):
     from gpuci.errors import InfraError
     from gpuci.pods._lifecycle import ssh
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text(LOUD_SSH.format(then=then))
-    (bin_dir / "ssh").chmod(0o755)
+    bin_dir = executable(tmp_path / "bin" / "ssh", LOUD_SSH.format(then=then)).parent
     pod = {"id": "p1", "ssh": {"direct": {"host": "203.0.113.7", "port": 22, "username": "u"}}}
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNPOD_SSH_PRIVATE_KEY": PRIVATE}
     tracemalloc.start()

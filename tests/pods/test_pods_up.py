@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from fake_runpod import VALIDATORS
+from pods_testing import api_env
 
 from gpuci.pods._budgets import ledger
 from gpuci_testing import clean_env, run_cli
@@ -22,12 +23,7 @@ UP = dict(
 
 
 def test_dry_run_prints_exact_valid_bodies_and_sends_nothing(fake, tmp_path):
-    env = clean_env(
-        RUNPOD_API_KEY=fake.api_key,
-        RUNPOD_API_URL=fake.url,
-        USER="tester",
-        GIT_CONFIG_GLOBAL="/dev/null",
-    )
+    env = clean_env(**api_env(fake, tmp_path, GIT_CONFIG_GLOBAL="/dev/null"))
     proc = run_cli(
         "pods",
         "up",

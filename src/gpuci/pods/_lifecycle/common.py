@@ -22,8 +22,6 @@ from gpuci.pods._runpod.clock import Clock
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 
-LIVE = ("PROVISIONING", "STARTING", "RUNNING")
-
 
 def open_client(rt: Runtime, clock: Clock) -> RunPodClient:
     """The API client; in a dry run it can only read (GET), whatever the code asks of it."""
@@ -90,9 +88,6 @@ def record_end(
             book.release(known.reservation)
     except (OSError, GpuciError) as exc:
         rt.log(f"warning: could not write the pods ledger {book.where}: {exc}")
-
-
-# ----- up -----------------------------------------------------------------------------------
 
 
 def tagged_pods(

@@ -71,9 +71,6 @@ def ls(inp: LsInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     return result
 
 
-# ----- stop / start -------------------------------------------------------------------------
-
-
 def _fmt_expiry(tag: PodTag | None, now: float) -> str:
     if tag is None or math.isnan(tag.expires_at):
         return "-"

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.pods._budgets.cost import LIVE
 from gpuci.pods._lifecycle.common import (
     each_pod,
     ledger_quietly,
@@ -65,7 +66,7 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 raise NotFound(f"pod {pod_id} not found", hint="check the id with `pods ls`")
             tag = tag_of(pod)
             note = ""
-            live = pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING")
+            live = pod.get("status") in LIVE
             if ttl and tag is not None and live:
                 raise InputError(
                     f"pod {pod_id} is {pod.get('status')}: its expiry lives in its env, and "
@@ -85,7 +86,7 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     "at once",
                     hint="pass ttl to give it a new expiry",
                 )
-            if pod.get("status") in ("RUNNING", "STARTING", "PROVISIONING"):
+            if live:
                 return "already running" + note
             started = client.action(pod_id, "start") or client.get_pod(pod_id) or {}
             record_event(rt, book, "started", pod_id, clock.now(), reason="start")
@@ -116,6 +117,3 @@ def _stop_again(client: RunPodClient, pod_id: str) -> None:
         client.action(pod_id, "stop")
     except GpuciError:
         pass  # the error says what to do; its expiry still stops it
-
-
-# ----- down / reap --------------------------------------------------------------------------

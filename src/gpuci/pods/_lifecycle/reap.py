@@ -12,9 +12,8 @@ from gpuci import redact, settings
 from gpuci.errors import GpuciError
 from gpuci.pods import _notify as notify
 from gpuci.pods._budgets import ledger
-from gpuci.pods._budgets.cost import usd
+from gpuci.pods._budgets.cost import LIVE, usd
 from gpuci.pods._lifecycle.common import (
-    LIVE,
     clean_runners,
     each_pod,
     ledger_quietly,

@@ -183,17 +183,7 @@ def _place(job: _Up) -> None:
     if job.book.skipped_line():  # a planted or broken object: said once, never a blocker
         job.result.warning(job.book.skipped_line())
     job.cands = affordable
-    runner = job.runner
-    if runner is not None:  # after the budget: a refused pod registers nothing
-        registered = runner.register(rt.mask)
-        job.release = _runner_release(inp, runner, clock.now(), job.result)
-        spec.runner_env = _runner_env(registered, rt, job.release)
-        rt.log(f"registered {runner.target.platform} runner {runner.name}")
-    job.create_sent = True  # from here, a lost answer may still have made the pod
-    job.pod, attempts = placement.place(inp, rt, client, clock, spec, tag, affordable)
-    job.result.report["attempts"] = attempts
-    job.attempts.add(job.pod, clock.now())
-    job.remember()
+    _create(job, affordable)  # after the budget: a refused pod registers nothing
 
 
 def _place_again(job: _Up, verdict: handover.Verdict) -> None:
@@ -229,11 +219,20 @@ def _place_again(job: _Up, verdict: handover.Verdict) -> None:
     )  # a new pod name, the same expiry
     if runner is not None:
         runner.renew(runner_name(job.tag, now))
+    _create(job, cands)
+
+
+def _create(job: _Up, cands: Sequence[plan.Candidate]) -> None:
+    """Register the runner, if any (each registration is one-use: one per pod), create the pod
+    on the first of ``cands`` that places, and record it."""
+    rt, clock, runner = job.rt, job.clock, job.runner
+    if runner is not None:
         registered = runner.register(rt.mask)
+        job.release = job.release or _runner_release(job.inp, runner, clock.now(), job.result)
         job.spec.runner_env = _runner_env(registered, rt, job.release)
         rt.log(f"registered {runner.target.platform} runner {runner.name}")
-    job.create_sent = True
-    job.pod, attempts = placement.place(job.inp, rt, client, clock, job.spec, job.tag, cands)
+    job.create_sent = True  # from here, a lost answer may still have made the pod
+    job.pod, attempts = placement.place(job.inp, rt, job.client, clock, job.spec, job.tag, cands)
     job.result.report.setdefault("attempts", []).extend(attempts)
     job.attempts.add(job.pod, clock.now())
     job.remember()

@@ -96,49 +96,34 @@ def _end_pod(job: Job, log: Callable[[str], None], done: list[str]) -> dict[str,
 def _release(
     job: Job, pod: dict[str, Any] | None, log: Callable[[str], None], done: list[str]
 ) -> None:
-    """Record the ended pod under its owner and release the budget reservation."""
-    release_quietly(job.rt, job.book, job.reservation, pod, job.tag, job.clock, log)
-    released = job.reservation is not None
-    if job.reservation is None and job.reserve_name:
-        try:  # written, but the cancel came before reserve() returned it
-            released = bool(job.book.release_named(job.tag.owner, job.reserve_name))
-        except (OSError, GpuciError) as exc:
-            log(f"warning: could not release the budget reservation: {exc}")
-    job.reservation, job.reserve_name = None, ""
-    if released:
-        done.append("released the budget reservation")
-
-
-def release_quietly(
-    rt: Runtime,
-    book: ledger.Ledger,
-    reservation: ledger.Reservation | None,
-    pod: dict[str, Any] | None,
-    tag: PodTag,
-    clock: Clock,
-    log: Callable[[str], None] | None = None,
-) -> None:
-    """After a failed ``up``: the pod (if any) is ended, so its reservation goes too; the
-    event names the owner even when the pod was cancelled before ``created`` was written."""
-    say = log or rt.log
+    """Record the ended pod under its owner and release the budget reservation: the pod (if
+    any) is ended, so its reservation goes too; the event names the owner even when the pod
+    was cancelled before ``created`` was written."""
+    tag = job.tag
     if pod is not None:
         record_end(
-            rt,
-            book,
+            job.rt,
+            job.book,
             "terminated",
             pod["id"],
-            clock.now(),
+            job.clock.now(),
             reason="up failed",
             owner=tag.owner,
             runUrl=tag.run_url,
             gpu=(pod.get("gpu") or {}).get("id", ""),
             costPerHr=pod.get("cost"),
         )
-    if reservation is not None:
-        try:
-            book.release(reservation.key)
-        except (OSError, GpuciError) as exc:
-            say(f"warning: could not release the budget reservation: {exc}")
+    released = job.reservation is not None
+    try:
+        if job.reservation is not None:
+            job.book.release(job.reservation.key)
+        elif job.reserve_name:  # written, but the cancel came before reserve() returned it
+            released = bool(job.book.release_named(tag.owner, job.reserve_name))
+    except (OSError, GpuciError) as exc:
+        log(f"warning: could not release the budget reservation: {exc}")
+    job.reservation, job.reserve_name = None, ""
+    if released:
+        done.append("released the budget reservation")
 
 
 def find_quietly(

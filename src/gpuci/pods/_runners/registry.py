@@ -274,8 +274,8 @@ def sweep(
     A runner named in ``ours`` (this CI run's, from the ledger: its pod was created, so it is
     not on its way) needs no grace.
     """
-    here = [s for s in (scope_of(p) for p in pods) if s and s[:2] == (tgt.platform, tgt.scope)]
-    on_pods = {s[2] for s in here}
+    here = [(p, s) for p in pods if (s := scope_of(p)) and s[:2] == (tgt.platform, tgt.scope)]
+    on_pods = {s[2] for _, s in here}
     names = {r.name for r in listed}
     out = Sweep()
     for runner in listed:
@@ -284,9 +284,7 @@ def sweep(
             continue
         if now - born >= ORPHAN_GRACE_S or runner.name in ours:
             out.orphan_runners.append(runner)
-    for pod, s in zip(pods, (scope_of(p) for p in pods), strict=True):
-        if s and s[:2] == (tgt.platform, tgt.scope) and s[2] not in names:
-            out.runnerless_pods.append(str(pod["id"]))
+    out.runnerless_pods = [str(p["id"]) for p, s in here if s[2] not in names]
     return out
 
 
