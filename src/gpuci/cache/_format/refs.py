@@ -185,6 +185,18 @@ class RefInfo:
     size: int
 
 
+def _check_canonical(namespace: str, key: str, name: str) -> None:
+    """A ref's name is the quoting of its key, exactly: another spelling of the same key (a raw
+    ``é`` for ``%C3%A9``) is no ref a save wrote, and prune would delete the use record of the
+    key it spells, which is another key's."""
+    try:
+        canonical = layout.ref_key(namespace, key)
+    except UnicodeEncodeError:  # a name that is not text
+        canonical = ""
+    if canonical != name:
+        raise InputError("its name is not how a save spells a key")
+
+
 def refs_under(
     store: Store, namespace: str, prefix: str = "", ignored: list[str] | None = None
 ) -> Iterator[RefInfo]:
@@ -202,6 +214,7 @@ def refs_under(
         key = layout.key_from_ref(namespace, item.key)
         try:
             check_key(key)
+            _check_canonical(namespace, key, item.key)
         except InputError as exc:
             refused += 1
             if ignored is not None and refused <= MAX_IGNORED:

@@ -110,7 +110,14 @@ class LocalStore(Store):
         )
 
     def _path(self, key: str) -> Path:
-        return self.root.joinpath(*(_component(p) for p in key.split("/")))
+        parts = key.split("/")
+        if any(part in ("", ".", "..") for part in parts):  # a backstop: keys are ours or listed
+            raise StoreError(
+                f"refusing the object key {key!r} in the cache store {self.url}: it would "
+                "name a file outside its place",
+                hint="delete the file in the store that names it; it is no object gpu-ci wrote",
+            )
+        return self.root.joinpath(*(_component(p) for p in parts))
 
     def _target(self, key: str) -> Path:
         """Where ``key`` is written: its folders made, the names of long components recorded."""
@@ -265,7 +272,7 @@ class LocalStore(Store):
                     continue
                 full = Path(dirpath) / name
                 key = self._key_of(full)
-                if key is not None and key.startswith(prefix):
+                if key is not None and key.startswith(prefix) and self._names(key, full):
                     try:
                         st = full.stat()
                     except FileNotFoundError:
@@ -273,19 +280,36 @@ class LocalStore(Store):
                     yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def _key_of(self, full: Path) -> str | None:
-        """The object key a file holds, long components read back from their name records."""
+        """The object key a file holds, long components read back from their name records.
+
+        A record is the store's input like any file in it: it counts only when the name it
+        sits beside is the mark and sha256 of exactly its text, one component, so a planted
+        record cannot name another object (``../../blobs/...``) nor a file outside the store.
+        """
         parts: list[str] = []
         folder = self.root
         for name in full.relative_to(self.root).parts:
             if name.startswith(LONG_MARK):
                 try:
-                    parts.append((folder / (name + NAME_SUFFIX)).read_text(encoding="utf-8"))
+                    part = (folder / (name + NAME_SUFFIX)).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError):
                     return None  # no record (or a damaged one): not an object we wrote
+                if "/" in part or _component(part) != name:
+                    return None  # a record that does not name this file: planted
+                parts.append(part)
             else:
                 parts.append(name)
             folder = folder / name
         return "/".join(parts)
+
+    def _names(self, key: str, full: Path) -> bool:
+        """Whether ``key`` is the name this file is stored under: a key is text (a file name
+        that is not UTF-8 is no object gpu-ci wrote) and maps back to this very file."""
+        try:
+            key.encode()
+            return self._path(key) == full
+        except (UnicodeEncodeError, StoreError):
+            return False
 
     def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
         """Temp files (``*.incomplete-*``) a killed save left, older than ``older_than`` s.
