@@ -15,6 +15,7 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
 from gpuci.cache._save import operation as save_mod
 from gpuci.cache._stores import open_store
+from gpuci.cache._upkeep import prune
 
 
 def _tree(root: Path, tag: int, shared: bytes) -> Path:
@@ -120,6 +121,36 @@ def test_a_prune_racing_a_save_never_deletes_a_blob_the_new_ref_needs(
     out = tmp_path / "out"
     got, _ = cache_cmd("restore", _flags(store, "new", out), env)
     assert got.ok, got.headline
+    assert snapshot(out) == snapshot(tree)
+
+
+def _backdate_all(root: Path, days: float) -> None:
+    old = time.time() - days * 86400
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+
+
+def test_a_save_that_builds_an_old_pack_again_keeps_it_from_a_prune_planned_before(env, tmp_path):
+    """Prune plans to drop a month-old key and its pack; a save of the same small files under a
+    new key builds the very same pack, finds it stored, and must make it young: prune's re-check
+    before the delete then keeps it, and the new key restores."""
+    root = tmp_path / "store"
+    store = open_store(root.as_uri())
+    tree = tmp_path / "t"
+    tree.mkdir()
+    for i in range(3):
+        (tree / f"cfg{i}.json").write_text(f'{{"i": {i}}}' * 50)
+    assert cache_cmd("save", _flags(root.as_uri(), "old-1", tree), env)[0].ok
+    _backdate_all(root, 30)
+    work = prune.plan(store, "default", "", older_than=14 * 86400, keep=0, grace=6 * 3600)
+    assert any(item.key.startswith("packs/") for item in work.data)
+    saved, _ = cache_cmd("save", _flags(root.as_uri(), "new-1", tree), env)
+    assert saved.ok, saved.headline
+    prune.execute(store, work, 6 * 3600, "default")
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", _flags(root.as_uri(), "new-1", out), env)
+    assert got.ok and got.report["hit"], got.headline
     assert snapshot(out) == snapshot(tree)
 
 
