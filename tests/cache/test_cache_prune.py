@@ -154,6 +154,78 @@ def test_a_save_that_builds_an_old_pack_again_keeps_it_from_a_prune_planned_befo
     assert snapshot(out) == snapshot(tree)
 
 
+def _prune_right_after_the_lookup(monkeypatch, root: Path) -> None:
+    """Plan a prune of what is over 14 days old now; run its deletes right after the restore's
+    first ref lookup (the worst moment: the ref read, its manifest not yet)."""
+    store = open_store(root.as_uri())
+    work = prune.plan(store, "default", "", older_than=14 * 86400, keep=0, grace=6 * 3600)
+    assert work.refs and work.manifests
+    original = refs.lookup
+    calls = []
+
+    def lookup_then_prune(*args, **kwargs):
+        got = original(*args, **kwargs)
+        if not calls:
+            prune.execute(store, work, 6 * 3600, "default")
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(refs, "lookup", lookup_then_prune)
+
+
+def _small_tree(root: Path, tag: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "f.txt").write_text(tag * 20)
+    return root
+
+
+def test_a_restore_whose_ref_prune_deletes_mid_lookup_is_a_miss(env, tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    url = root.as_uri()
+    assert cache_cmd("save", _flags(url, "weights-v1", _small_tree(tmp_path / "t", "a")), env)[0].ok
+    _backdate_all(root, 30)
+    _prune_right_after_the_lookup(monkeypatch, root)
+    got, _ = cache_cmd("restore", _flags(url, "weights-v1", tmp_path / "out"), env)
+    assert got.exit_code == 0, got.headline
+    assert got.report["hit"] is False and "miss" in got.headline
+    assert not (tmp_path / "out" / "f.txt").exists()
+
+
+def test_a_restore_keys_match_prune_deletes_mid_lookup_gives_way_to_the_next(
+    env, tmp_path, monkeypatch
+):
+    """w-2, the newest match, is stale and pruned just after it was looked up; w-1, older but
+    restored lately, stays: the lookup is made again and restores w-1."""
+    root = tmp_path / "store"
+    url = root.as_uri()
+    trees = {key: _small_tree(tmp_path / key, key[-1]) for key in ("w-1", "w-2")}
+    for key, tree in trees.items():
+        assert cache_cmd("save", _flags(url, key, tree), env)[0].ok
+    _backdate_all(root, 30)
+    os.utime(root / "refs" / "default" / "w-1", (time.time() - 31 * 86400,) * 2)
+    assert refs.touch_use(open_store(url), "default", "w-1") is None  # used today
+    _prune_right_after_the_lookup(monkeypatch, root)
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", _flags(url, "w-9", out, **{"restore-keys": "w-"}), env)
+    assert got.exit_code == 0, got.headline
+    assert got.outputs["matched-key"] == "w-1", got.headline
+    assert snapshot(out) == snapshot(trees["w-1"])
+
+
+def test_a_ref_naming_a_missing_manifest_is_a_miss_with_a_warning(env, tmp_path):
+    root = tmp_path / "store"
+    url = root.as_uri()
+    assert cache_cmd("save", _flags(url, "k", _small_tree(tmp_path / "t", "a")), env)[0].ok
+    for manifest in (root / "manifests").rglob("*"):
+        if manifest.is_file():
+            manifest.unlink()
+    got, _ = cache_cmd("restore", _flags(url, "k", tmp_path / "out"), env)
+    assert got.exit_code == 0, got.headline
+    assert got.report["hit"] is False
+    warned = [a.message for a in got.annotations if "is missing" in a.message]
+    assert len(warned) == 1 and "treated as a miss" in warned[0], got.annotations
+
+
 def test_touch_makes_an_s3_object_young(s3_store, env):
     s3 = open_store(s3_store.url, endpoint_url=s3_store.endpoint, environ=env)
     s3.put("blobs/sha256/ab/x", b"payload")
