@@ -16,6 +16,7 @@ from gpuci.cache._format import refs
 from gpuci.cache._save import operation as save_mod
 from gpuci.cache._stores import open_store
 from gpuci.cache._upkeep import prune
+from gpuci.errors import ConflictError
 
 
 def _tree(root: Path, tag: int, shared: bytes) -> Path:
@@ -224,6 +225,44 @@ def test_a_ref_naming_a_missing_manifest_is_a_miss_with_a_warning(env, tmp_path)
     assert got.report["hit"] is False
     warned = [a.message for a in got.annotations if "is missing" in a.message]
     assert len(warned) == 1 and "treated as a miss" in warned[0], got.annotations
+
+
+def test_a_key_saved_again_unchanged_counts_as_used_and_prune_keeps_it(env, tmp_path):
+    """A key first saved a month ago and saved again today with the same tree (no new ref):
+    today's save is recorded as a use, so a 14-day prune keeps the key."""
+    root = tmp_path / "store"
+    url = root.as_uri()
+    tree = _small_tree(tmp_path / "t", "a")
+    assert cache_cmd("save", _flags(url, "nightly", tree), env)[0].ok
+    _backdate_all(root, 30)
+    again, _ = cache_cmd("save", _flags(url, "nightly", tree), env)
+    assert again.ok and again.outputs["outcome"] == "unchanged", again.headline
+    assert not again.annotations
+    listed, _ = cache_cmd("ls", {"store": url}, env)
+    assert listed.report["keys"][0]["last_used"] > time.time() - 3600
+    pruned, _ = cache_cmd("prune", {"store": url, "older-than": "14d"}, env)
+    assert pruned.ok and pruned.report["keys"] == [], pruned.headline
+    got, _ = cache_cmd("restore", _flags(url, "nightly", tmp_path / "out"), env)
+    assert got.ok and got.report["hit"], got.headline
+
+
+def test_a_save_that_loses_to_the_same_tree_records_a_use(env, tmp_path, monkeypatch):
+    """Another job saves the same tree under the key first: this save's outcome is
+    same-content, writes no ref of its own, and records the key's use."""
+    url = (tmp_path / "store").as_uri()
+    tree = _small_tree(tmp_path / "t", "a")
+    original = refs.write
+
+    def other_job_first(*args, **kwargs):
+        monkeypatch.setattr(save_mod.refs, "write", original)
+        assert cache_cmd("save", _flags(url, "k", tree), env)[0].ok  # the other job
+        assert refs.last_uses(open_store(url), "default") == {}  # its save records no use
+        raise ConflictError("refs/default/k was changed by someone else since it was read")
+
+    monkeypatch.setattr(save_mod.refs, "write", other_job_first)
+    saved, _ = cache_cmd("save", _flags(url, "k", tree), env)
+    assert saved.ok and saved.outputs["outcome"] == "same-content", saved.headline
+    assert "k" in refs.last_uses(open_store(url), "default")
 
 
 def test_touch_makes_an_s3_object_young(s3_store, env):
