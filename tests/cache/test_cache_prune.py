@@ -15,6 +15,8 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
 from gpuci.cache._save import operation as save_mod
 from gpuci.cache._stores import open_store
+from gpuci.cache._upkeep import prune
+from gpuci.errors import ConflictError
 
 
 def _tree(root: Path, tag: int, shared: bytes) -> Path:
@@ -121,6 +123,146 @@ def test_a_prune_racing_a_save_never_deletes_a_blob_the_new_ref_needs(
     got, _ = cache_cmd("restore", _flags(store, "new", out), env)
     assert got.ok, got.headline
     assert snapshot(out) == snapshot(tree)
+
+
+def _backdate_all(root: Path, days: float) -> None:
+    old = time.time() - days * 86400
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+
+
+def test_a_save_that_builds_an_old_pack_again_keeps_it_from_a_prune_planned_before(env, tmp_path):
+    """Prune plans to drop a month-old key and its pack; a save of the same small files under a
+    new key builds the very same pack, finds it stored, and must make it young: prune's re-check
+    before the delete then keeps it, and the new key restores."""
+    root = tmp_path / "store"
+    store = open_store(root.as_uri())
+    tree = tmp_path / "t"
+    tree.mkdir()
+    for i in range(3):
+        (tree / f"cfg{i}.json").write_text(f'{{"i": {i}}}' * 50)
+    assert cache_cmd("save", _flags(root.as_uri(), "old-1", tree), env)[0].ok
+    _backdate_all(root, 30)
+    work = prune.plan(store, "default", "", older_than=14 * 86400, keep=0, grace=6 * 3600)
+    assert any(item.key.startswith("packs/") for item in work.data)
+    saved, _ = cache_cmd("save", _flags(root.as_uri(), "new-1", tree), env)
+    assert saved.ok, saved.headline
+    prune.execute(store, work, 6 * 3600, "default")
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", _flags(root.as_uri(), "new-1", out), env)
+    assert got.ok and got.report["hit"], got.headline
+    assert snapshot(out) == snapshot(tree)
+
+
+def _prune_right_after_the_lookup(monkeypatch, root: Path) -> None:
+    """Plan a prune of what is over 14 days old now; run its deletes right after the restore's
+    first ref lookup (the worst moment: the ref read, its manifest not yet)."""
+    store = open_store(root.as_uri())
+    work = prune.plan(store, "default", "", older_than=14 * 86400, keep=0, grace=6 * 3600)
+    assert work.refs and work.manifests
+    original = refs.lookup
+    calls = []
+
+    def lookup_then_prune(*args, **kwargs):
+        got = original(*args, **kwargs)
+        if not calls:
+            prune.execute(store, work, 6 * 3600, "default")
+        calls.append(got)
+        return got
+
+    monkeypatch.setattr(refs, "lookup", lookup_then_prune)
+
+
+def _small_tree(root: Path, tag: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "f.txt").write_text(tag * 20)
+    return root
+
+
+def test_a_restore_whose_ref_prune_deletes_mid_lookup_is_a_miss(env, tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    url = root.as_uri()
+    assert cache_cmd("save", _flags(url, "weights-v1", _small_tree(tmp_path / "t", "a")), env)[0].ok
+    _backdate_all(root, 30)
+    _prune_right_after_the_lookup(monkeypatch, root)
+    got, _ = cache_cmd("restore", _flags(url, "weights-v1", tmp_path / "out"), env)
+    assert got.exit_code == 0, got.headline
+    assert got.report["hit"] is False and "miss" in got.headline
+    assert not (tmp_path / "out" / "f.txt").exists()
+
+
+def test_a_restore_keys_match_prune_deletes_mid_lookup_gives_way_to_the_next(
+    env, tmp_path, monkeypatch
+):
+    """w-2, the newest match, is stale and pruned just after it was looked up; w-1, older but
+    restored lately, stays: the lookup is made again and restores w-1."""
+    root = tmp_path / "store"
+    url = root.as_uri()
+    trees = {key: _small_tree(tmp_path / key, key[-1]) for key in ("w-1", "w-2")}
+    for key, tree in trees.items():
+        assert cache_cmd("save", _flags(url, key, tree), env)[0].ok
+    _backdate_all(root, 30)
+    os.utime(root / "refs" / "default" / "w-1", (time.time() - 31 * 86400,) * 2)
+    assert refs.touch_use(open_store(url), "default", "w-1") is None  # used today
+    _prune_right_after_the_lookup(monkeypatch, root)
+    out = tmp_path / "out"
+    got, _ = cache_cmd("restore", _flags(url, "w-9", out, **{"restore-keys": "w-"}), env)
+    assert got.exit_code == 0, got.headline
+    assert got.outputs["matched-key"] == "w-1", got.headline
+    assert snapshot(out) == snapshot(trees["w-1"])
+
+
+def test_a_ref_naming_a_missing_manifest_is_a_miss_with_a_warning(env, tmp_path):
+    root = tmp_path / "store"
+    url = root.as_uri()
+    assert cache_cmd("save", _flags(url, "k", _small_tree(tmp_path / "t", "a")), env)[0].ok
+    for manifest in (root / "manifests").rglob("*"):
+        if manifest.is_file():
+            manifest.unlink()
+    got, _ = cache_cmd("restore", _flags(url, "k", tmp_path / "out"), env)
+    assert got.exit_code == 0, got.headline
+    assert got.report["hit"] is False
+    warned = [a.message for a in got.annotations if "is missing" in a.message]
+    assert len(warned) == 1 and "treated as a miss" in warned[0], got.annotations
+
+
+def test_a_key_saved_again_unchanged_counts_as_used_and_prune_keeps_it(env, tmp_path):
+    """A key first saved a month ago and saved again today with the same tree (no new ref):
+    today's save is recorded as a use, so a 14-day prune keeps the key."""
+    root = tmp_path / "store"
+    url = root.as_uri()
+    tree = _small_tree(tmp_path / "t", "a")
+    assert cache_cmd("save", _flags(url, "nightly", tree), env)[0].ok
+    _backdate_all(root, 30)
+    again, _ = cache_cmd("save", _flags(url, "nightly", tree), env)
+    assert again.ok and again.outputs["outcome"] == "unchanged", again.headline
+    assert not again.annotations
+    listed, _ = cache_cmd("ls", {"store": url}, env)
+    assert listed.report["keys"][0]["last_used"] > time.time() - 3600
+    pruned, _ = cache_cmd("prune", {"store": url, "older-than": "14d"}, env)
+    assert pruned.ok and pruned.report["keys"] == [], pruned.headline
+    got, _ = cache_cmd("restore", _flags(url, "nightly", tmp_path / "out"), env)
+    assert got.ok and got.report["hit"], got.headline
+
+
+def test_a_save_that_loses_to_the_same_tree_records_a_use(env, tmp_path, monkeypatch):
+    """Another job saves the same tree under the key first: this save's outcome is
+    same-content, writes no ref of its own, and records the key's use."""
+    url = (tmp_path / "store").as_uri()
+    tree = _small_tree(tmp_path / "t", "a")
+    original = refs.write
+
+    def other_job_first(*args, **kwargs):
+        monkeypatch.setattr(save_mod.refs, "write", original)
+        assert cache_cmd("save", _flags(url, "k", tree), env)[0].ok  # the other job
+        assert refs.last_uses(open_store(url), "default") == {}  # its save records no use
+        raise ConflictError("refs/default/k was changed by someone else since it was read")
+
+    monkeypatch.setattr(save_mod.refs, "write", other_job_first)
+    saved, _ = cache_cmd("save", _flags(url, "k", tree), env)
+    assert saved.ok and saved.outputs["outcome"] == "same-content", saved.headline
+    assert "k" in refs.last_uses(open_store(url), "default")
 
 
 def test_touch_makes_an_s3_object_young(s3_store, env):

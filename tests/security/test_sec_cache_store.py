@@ -113,6 +113,48 @@ def test_manifests_and_refs_over_the_cap_are_refused(store, env, tmp_path, monke
     assert not (tmp_path / "t").exists()
 
 
+def test_unusable_refs_from_a_listing_are_ignored_and_a_usable_match_restores(store, env, tmp_path):
+    """Refs over the cap or naming no manifest, newer than a good match: restore-keys skips
+    them (one warning each) and restores the good one; ls lists the good key and warns. The
+    exact key's own ref stays an error (the test above)."""
+    plant(store, "w-1", [{"type": "file", "root": 0, "path": "f"}], {"f": b"ok"})
+    next_store_second(store)  # the unusable refs are the newest: restore-keys tries them first
+    store.put_raw("refs/default/w-2", b"[" * 100_000)
+    store.put_raw("refs/default/w-3", b'{"manifest": 5}')
+    result, _ = _restore(store, env, "w-9", tmp_path / "t", **{"restore-keys": "w-"})
+    assert result.exit_code == 0, result.headline
+    assert result.outputs["matched-key"] == "w-1"
+    assert (tmp_path / "t" / "f").read_bytes() == b"ok"
+    warned = [a.message for a in result.annotations if "ignored a ref" in a.message]
+    assert len(warned) == 2 and all("\n" not in w for w in warned)
+    assert any("w-2 is not usable" in w for w in warned)
+    assert any("w-3 names an invalid manifest" in w for w in warned)
+    listed, _ = cache_cmd("ls", store.flags(), env)
+    assert listed.exit_code == 0, listed.headline
+    assert [k["key"] for k in listed.report["keys"]] == ["w-1"]
+    assert len([a for a in listed.annotations if "ignored a ref" in a.message]) == 2
+
+
+def test_restore_keys_look_past_a_full_batch_of_unusable_refs(tmp_path):
+    """More unusable refs than one batch of newest matches: the lookup lists once more and
+    finds the older usable one; each unusable ref is warned about once."""
+    from gpuci.cache._stores import open_store
+
+    store = open_store((tmp_path / "store").as_uri(), environ={})
+    digest = "a" * 64
+    store.put("refs/default/w-0", json.dumps({"manifest": digest}).encode())
+    os.utime(tmp_path / "store/refs/default/w-0", (1000, 1000))
+    bad = refs.NEWEST + 4
+    for i in range(1, bad + 1):
+        store.put(f"refs/default/w-{i}", b"not json")
+        os.utime(tmp_path / f"store/refs/default/w-{i}", (1000 + i, 1000 + i))
+    ignored: list[str] = []
+    found = refs.lookup(store, "default", "absent", ["w-"], ignored)
+    assert found is not None and found[0].key == "w-0" and found[0].manifest == digest
+    assert found[1] is False
+    assert len(ignored) == bad == len(set(ignored))
+
+
 def test_save_refuses_a_manifest_restore_would_refuse(store, env, tmp_path, monkeypatch):
     monkeypatch.setattr(mf, "MAX_MANIFEST", 200)
     result, _ = _save(store, env, "k", _tree(tmp_path / "src"))

@@ -254,6 +254,23 @@ def _age(info: RefInfo) -> tuple[float, str]:
     return info.modified, info.key
 
 
+def read_listed(store: Store, info: RefInfo, ignored: list[str] | None = None) -> Ref | None:
+    """A ref a listing named, read: None when it was deleted since (a prune running) or is
+    unusable. An unusable one (over the cap, not JSON, no manifest) is one bad object among
+    many, not a failing store: a warning fit to print goes to ``ignored`` and the caller goes
+    on to the next ref. A store that cannot be read still raises StoreError."""
+    got = store.get(info.object_key, limit=MAX_REF)
+    if got is None:
+        return None
+    data, etag = got
+    try:
+        return _parse(store, info.object_key, data, etag, info.modified, info.key)
+    except StoreError as exc:
+        if ignored is not None:
+            ignored.append(f"ignored a ref: {exc.one_line()}")
+        return None
+
+
 def lookup(
     store: Store,
     namespace: str,
@@ -261,24 +278,45 @@ def lookup(
     restore_keys: list[str],
     ignored: list[str] | None = None,
 ) -> tuple[Ref, bool] | None:
-    """(ref, exact): the exact key, else the newest match of the first prefix that matches.
+    """(ref, exact): the exact key, else the newest usable match of the first prefix that has one.
 
-    Each prefix's :data:`NEWEST` newest refs are tried in turn (a ref deleted between the
-    listing and its read gives way to the next newest); a prefix whose newest all vanished
-    that fast is listed once more.
+    The exact key's ref is the one the job named: unusable, it is an error (StoreError) that
+    says to delete it, as a save of that key says. A prefix's matches are other keys: one that
+    is unusable is ignored with a warning in ``ignored`` (:func:`newest_usable`).
     """
     exact = read(store, namespace, key)
     if exact is not None:
         return exact, True
     for prefix in restore_keys:
-        for _ in range(2):
-            infos = newest(store, namespace, prefix, NEWEST, ignored)
-            for info in infos:
-                ref = read(store, namespace, info.key)
-                if ref is not None:  # deleted between list and read: try the next newest
-                    return Ref(**{**ref.__dict__, "modified": info.modified}), False
-            if len(infos) < NEWEST:
-                break  # every match was tried
+        ref = newest_usable(store, namespace, prefix, ignored)
+        if ref is not None:
+            return ref, False
+    return None
+
+
+def newest_usable(
+    store: Store, namespace: str, prefix: str, ignored: list[str] | None = None
+) -> Ref | None:
+    """The newest ref under ``prefix`` that can be read and used.
+
+    The :data:`NEWEST` newest are tried in turn (a ref deleted between the listing and its
+    read, or unusable, gives way to the next newest); when all of them failed, the prefix is
+    listed once more and the next :data:`NEWEST` not yet tried are.
+    """
+    tried: set[str] = set()
+    for _ in range(2):
+        count = len(tried) + NEWEST
+        # A second listing repeats the first one's warnings about names: keep them once.
+        infos = newest(store, namespace, prefix, count, None if tried else ignored)
+        for info in infos:
+            if info.object_key in tried:
+                continue
+            tried.add(info.object_key)
+            ref = read_listed(store, info, ignored)
+            if ref is not None:
+                return ref
+        if len(infos) < count:
+            return None  # every match was tried
     return None
 
 

@@ -27,7 +27,7 @@ from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._stores.tier import LocalTier, open_tier
 from gpuci.cache._stores.tier_policy import TierChoice
 from gpuci.cache.options import RestoreInputs
-from gpuci.errors import InputError
+from gpuci.errors import InputError, StoreError
 from gpuci.runtime import Runtime
 
 __all__ = ["Match", "Request", "Restore", "restore"]
@@ -200,24 +200,19 @@ def _manifest_input(inp: RestoreInputs) -> str:
 def _lookup(req: Request, warnings: list[tuple[str, str]]) -> Match | None:
     """Find the ref (by manifest, key or restore-keys prefix) and fetch its manifest."""
     store, inp = req.store, req.inp
-    ignored: list[str] = []
     whole: mf.Manifest | None = None
     manifest_bytes = 0
+    found: tuple[refs.Ref, bool] | None = None
     if req.by_manifest:  # one exact tree, whatever the keys name now
-        found: tuple[refs.Ref, bool] | None = (
+        found = (
             refs.Ref(key=f"manifest {req.by_manifest[:12]}", manifest=req.by_manifest),
             True,
         )
         whole, manifest_bytes = fetch_by_digest(store, req.by_manifest)
-    else:
-        found = (
-            None
-            if req.empty_local
-            else refs.lookup(store, req.namespace, req.key, req.restore_keys, ignored)
-        )
-    warnings.extend((warning, "gpu-ci cache: ref ignored") for warning in ignored)
-    if found is not None and whole is None:
-        whole, manifest_bytes = fetch_manifest(store, found[0].manifest)
+    elif not req.empty_local:
+        by_key = _find_by_key(req, warnings)
+        if by_key is not None:
+            found, whole, manifest_bytes = by_key
     hf_layout = whole is not None and inp.layout == "hf"
     if whole is not None and hf_layout and (other := hf.foreign_folder(whole, inp.hf_repo)):
         _foreign_repo(warnings, found, other, inp)
@@ -227,6 +222,60 @@ def _lookup(req: Request, warnings: list[tuple[str, str]]) -> Match | None:
     assert whole is not None
     ref, exact = found
     return Match(ref, exact, whole, manifest_bytes, whole, False, "", "", {})
+
+
+# A prune may delete a ref and its manifest between this restore's read of the one and of the
+# other: the lookup is made again up to this many times before a missing manifest is a miss.
+LOOKUP_RETRIES = 2
+
+
+def _find_by_key(
+    req: Request, warnings: list[tuple[str, str]]
+) -> tuple[tuple[refs.Ref, bool], mf.Manifest, int] | None:
+    """The ref (exact key, else restore-keys) and its manifest, fetched; None on a miss.
+
+    A manifest missing when its ref was just read is a race with prune (or a save moving the
+    ref): the lookup is made again while the ref turns out deleted or moved. A ref that still
+    names a missing manifest is a miss with a warning, as is a lookup that keeps racing: the
+    job goes on (populate, or builds without the cache) instead of failing.
+    """
+    store = req.store
+    for _ in range(LOOKUP_RETRIES + 1):
+        ignored: list[str] = []
+        found = refs.lookup(store, req.namespace, req.key, req.restore_keys, ignored)
+        fetched = None if found is None else _fetch_named(store, req.namespace, found[0])
+        if fetched != "moved":
+            break
+    warnings.extend((warning, "gpu-ci cache: ref ignored") for warning in ignored)
+    if found is None:
+        return None
+    if isinstance(fetched, tuple):
+        return found, *fetched
+    ref = found[0]
+    warnings.append(
+        (
+            f"the ref {refs.escape(ref.key)} names manifest {ref.manifest[:12]}, which is missing "
+            f"from {store.url}: treated as a miss (a prune may have deleted it; save the key "
+            "again)",
+            "gpu-ci cache: manifest missing",
+        )
+    )
+    return None
+
+
+def _fetch_named(
+    store: Store, namespace: str, ref: refs.Ref
+) -> tuple[mf.Manifest, int] | Literal["moved", "missing"]:
+    """The manifest ``ref`` names (and its size); when it is missing, ``moved`` if the ref was
+    deleted or names another manifest since it was read, else ``missing``. StoreError when the
+    store fails to serve a manifest it holds."""
+    try:
+        return fetch_manifest(store, ref.manifest)
+    except StoreError:
+        if store.head(layout.manifest_key(ref.manifest)) is not None:
+            raise  # the manifest is there: the store failed to serve it
+    now = refs.read(store, namespace, ref.key)
+    return "missing" if now is not None and now.manifest == ref.manifest else "moved"
 
 
 def _plan(req: Request, match: Match, warnings: list[tuple[str, str]]) -> None:

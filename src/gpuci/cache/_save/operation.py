@@ -257,8 +257,28 @@ def _publish(
     pack it names is stored by now) and the ref: the manifest's digest and the outcome."""
     if planned.unchanged:
         digest = current.manifest if current else planned.manifest.digest()
+        _record_use(saver, warnings)
         return digest, "unchanged"
     return _publish_tree(saver, planned.manifest, current, warnings)
+
+
+def _record_use(saver: Saver, warnings: Warnings) -> None:
+    """A save that writes no ref (the key already names this tree) still says the key is
+    wanted: without a record, prune would judge the key by its last save with changes and
+    delete a key saved every day. Recorded as a restore records a use, best effort."""
+    if saver.rt.dry_run:
+        return
+    unrecorded = refs.touch_use(saver.store, saver.namespace, saver.key)
+    if unrecorded:
+        warnings.append(
+            (
+                f"the key {refs.escape(saver.key)} already names this tree, but this save was not "
+                f"recorded as a use ({unrecorded}): prune --older-than will judge the key by "
+                "when its ref was written; to record uses, let these credentials write uses/ "
+                "in the store",
+                "gpu-ci cache: last use not recorded",
+            )
+        )
 
 
 def _keep_revision(tree: Tree, revision: str) -> None:
@@ -315,6 +335,7 @@ def _lost_race(
     if winner is not None:
         theirs = saver.load_manifest(winner.manifest)
         if theirs is not None and theirs.same_tree(ours):
+            _record_use(saver, warnings)
             return "saved by another job (same content)"
     won = f" (manifest {winner.manifest})" if winner is not None else ""
     warnings.append(

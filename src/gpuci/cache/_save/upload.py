@@ -406,11 +406,14 @@ class _PackUploads:
                 entry.pack = digest
             key = layout.pack_key(digest)
             with saver.uploads.slot():
-                if saver.head(key) is None:
+                info = saver.head(key)
+                if info is None:
                     if not self.dry_run:
                         put_content(saver.store, key, data)
                         saver.uploads.record(len(data))
                     saver.stats.add(data_bytes=len(data), packs=1)
+                elif not self.dry_run:
+                    saver.refresh(info)  # an old pack this save now names: keep it from prune
             if saver.tier is not None and saver.tier.keeps_runs and not self.dry_run:
                 saver.tier.keep_run(digest, data)  # the pack as one run: one file, not one each
         finally:

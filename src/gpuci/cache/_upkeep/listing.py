@@ -34,7 +34,7 @@ def run(inp: LsInputs, rt: Runtime) -> Result:
         if isinstance(store, LocalStore) and not store.exists()
         else refs.listing(store, namespace, prefix, ignored)
     )
-    details = _read_refs(store, namespace, infos, rt)
+    details = _read_refs(store, infos, rt, ignored)
     used = refs.last_uses(store, namespace) if infos else {}
     now = time.time()
     rows, items = [], []
@@ -77,19 +77,31 @@ def run(inp: LsInputs, rt: Runtime) -> Result:
 
 
 def _read_refs(
-    store: Store, namespace: str, infos: list[refs.RefInfo], rt: Runtime
+    store: Store, infos: list[refs.RefInfo], rt: Runtime, ignored: list[str]
 ) -> dict[str, refs.Ref]:
-    """Each listed ref read in parallel (a ref gone or unusable since the listing is left out)."""
+    """Each listed ref read in parallel. One gone since the listing is left out; one unusable
+    is left out with a warning in ``ignored`` (the first :data:`refs.MAX_IGNORED`, then a
+    count), so one bad object does not hide every good key."""
     details: dict[str, refs.Ref] = {}
+    unusable: list[str] = []
     lock = threading.Lock()
 
     def read(info: refs.RefInfo) -> None:
-        ref = refs.read(store, namespace, info.key)
-        if ref is not None:
-            with lock:
+        why: list[str] = []
+        ref = refs.read_listed(store, info, why)
+        with lock:
+            if ref is not None:
                 details[info.key] = ref
+            unusable.extend(why)
 
     parallel(read, infos, layout.workers(rt.environ))
+    unusable.sort()  # the threads' order is not the listing's
+    ignored.extend(unusable[: refs.MAX_IGNORED])
+    if len(unusable) > refs.MAX_IGNORED:
+        ignored.append(
+            f"ignored {len(unusable) - refs.MAX_IGNORED} more unusable refs in {store.url}; "
+            "delete them and save those keys again"
+        )
     return details
 
 
