@@ -289,9 +289,14 @@ def _plan_without_credentials(url: str) -> Result:
 
 
 def _iso(when: float | None) -> str | None:
+    """A time for the report; "far future" for one no date can show (a store's clock or a
+    hostile object's time past year 9999 must not fail a prune that already deleted)."""
     if when is None:
         return None
-    return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return "far future"
 
 
 def _held_note(work: Plan, grace: float, plan: bool) -> str:
