@@ -3,13 +3,14 @@ plan stays; what it cannot read keeps its data; the report says what really went
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
-import pytest
 from cache_testing import cache_cmd
 
 from gpuci.cache._stores.base import ObjectInfo
+from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._upkeep import prune
 
 
@@ -29,3 +30,44 @@ def test_a_far_future_time_is_reported_not_an_internal_error(env, tmp_path, monk
     assert got.ok, log
     assert "far future" in got.headline
     assert got.report["held_by_grace"]["deletable_after"] == "far future"
+
+
+def _save(env, tmp_path: Path, key: str, data: bytes) -> str:
+    tree = tmp_path / f"tree-{key}"
+    tree.mkdir()
+    (tree / "big.bin").write_bytes(data)
+    (tree / "small.txt").write_text(key)
+    got, log = cache_cmd("save", {**_local(tmp_path), "key": key, "path": str(tree)}, env)
+    assert got.ok, log
+    return got.outputs["manifest"]
+
+
+def _age_everything(tmp_path: Path, days: float = 30) -> None:
+    old = time.time() - days * 86400
+    for path in (tmp_path / "store").rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+
+
+def _plan(tmp_path: Path) -> tuple[LocalStore, prune.Plan]:
+    store = LocalStore(tmp_path / "store")
+    return store, prune.plan(store, "default", "", 14 * 86400, 0, 6 * 3600)
+
+
+def test_the_report_counts_what_was_deleted_not_what_was_planned(env, tmp_path, monkeypatch):
+    _save(env, tmp_path, "old-1", b"\1" * 1_200_000)
+    _age_everything(tmp_path)
+    planned = prune.plan
+
+    def plan_then_reuse(store, *args):  # a save reusing the blobs touches them meanwhile
+        work = planned(store, *args)
+        for item in work.data:
+            store.touch(item.key)
+        return work
+
+    monkeypatch.setattr(prune, "plan", plan_then_reuse)
+    got, log = cache_cmd("prune", {**_local(tmp_path), "older-than": "14d"}, env)
+    assert got.ok, log
+    assert got.report["data"] == [] and got.report["kept_changed"]
+    assert got.report["bytes_freed"] < 10_000  # the ref, its use record and the manifest
+    assert "0 blob(s)/pack(s)" in got.headline and "since the listing" in got.headline

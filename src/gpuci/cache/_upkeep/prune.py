@@ -34,7 +34,7 @@ from gpuci.ranged._pool import parallel
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
-__all__ = ["Plan", "execute", "group_of", "plan", "run"]
+__all__ = ["Outcome", "Plan", "execute", "group_of", "plan", "run"]
 
 
 @dataclass
@@ -64,6 +64,37 @@ class Plan:
         """When the last held object is older than the grace period (a later prune frees all)."""
         held = self.held_manifests + self.held_data
         return max(o.modified for o in held) + grace if held else None
+
+
+@dataclass
+class Outcome:
+    """What a prune deleted (planning: would delete), and what its re-checks just before each
+    delete kept: the store may change between the listing and the deletes."""
+
+    refs: list[str] = field(default_factory=list)  # object keys
+    manifests: list[ObjectInfo] = field(default_factory=list)
+    data: list[ObjectInfo] = field(default_factory=list)
+    leftovers: list[ObjectInfo] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # saved, restored, pinned or reused meanwhile
+    warnings: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @classmethod
+    def planned(cls, work: Plan) -> Outcome:
+        """A dry run's outcome: everything the plan lists."""
+        return cls(list(work.refs), list(work.manifests), list(work.data), list(work.leftovers))
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.manifests + self.data + self.leftovers)
+
+    def deleted(self, into: list[ObjectInfo], item: ObjectInfo) -> None:
+        with self.lock:
+            into.append(item)
+
+    def keep(self, key: str) -> None:
+        with self.lock:
+            self.kept.append(key)
 
 
 def group_of(key: str) -> str:
@@ -180,24 +211,35 @@ def plan(
     return out
 
 
-def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
+def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
     """Delete what ``work`` lists: refs, manifests, then data still older than ``grace`` when
-    looked at again (a save may have touched it). StoreError when the store fails."""
+    looked at again (a save may have touched it). Returns what went and what the re-checks
+    kept, for the report. StoreError when the store fails."""
+    done = Outcome()
     for key in work.refs:
         store.delete(key)
         store.delete(layout.use_key(namespace, layout.key_from_ref(namespace, key)))
+        done.refs.append(key)
     for item in work.manifests:
         store.delete(item.key)
+        done.manifests.append(item)
 
     def drop(item: ObjectInfo) -> None:
         fresh = store.head(item.key)  # a save may have touched it since the listing
-        if fresh is not None and time.time() - fresh.modified > grace:
+        if fresh is None:
+            return  # gone already (another prune): not ours to count
+        if time.time() - fresh.modified > grace:
             store.delete(item.key)
+            done.deleted(done.data, item)
+        else:
+            done.keep(item.key)
 
     parallel(drop, work.data, 8)
     if isinstance(store, LocalStore):
         for item in work.leftovers:
             store.remove_leftover(item.key)
+            done.leftovers.append(item)
+    return done
 
 
 def run(inp: PruneInputs, rt: Runtime) -> Result:
@@ -221,30 +263,42 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
         result.headline = f"nothing to prune: {store.url} does not exist"
         return result
     work = plan(store, namespace, prefix, older_than, keep, grace)
-    if not rt.dry_run:
-        execute(store, work, grace, namespace)
-    _report_prune(result, store.url, namespace, work, grace, rt.dry_run)
+    done = Outcome.planned(work) if rt.dry_run else execute(store, work, grace, namespace)
+    _report_prune(result, store.url, namespace, (work, done), grace, rt.dry_run)
     return result
 
 
 def _report_prune(
-    result: Result, url: str, namespace: str, work: Plan, grace: float, dry_run: bool
+    result: Result,
+    url: str,
+    namespace: str,
+    what: tuple[Plan, Outcome],
+    grace: float,
+    dry_run: bool,
 ) -> None:
-    """What was (or would be) deleted, and what the grace period held back."""
+    """What was (or would be) deleted, what the re-checks kept, and what the grace period held
+    back."""
+    work, done = what
     verb = "would delete" if dry_run else "deleted"
     for warning in work.ignored:
         result.warning(warning, "gpu-ci cache prune: ref ignored")
-    keys = [layout.key_from_ref(namespace, k) for k in work.refs]
-    swept = f", {len(work.leftovers)} temp file(s) left by killed saves" if work.leftovers else ""
+    for warning in done.warnings:
+        result.warning(warning, "gpu-ci cache prune")
+    keys = [layout.key_from_ref(namespace, k) for k in done.refs]
+    swept = f", {len(done.leftovers)} temp file(s) left by killed saves" if done.leftovers else ""
     kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
+    if done.kept:
+        kept += (
+            f"; kept {len(done.kept)} object(s) saved, restored, pinned or reused since the listing"
+        )
     result.headline = (
-        f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
-        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}{kept}"
+        f"{verb} {len(keys)} key(s), {len(done.manifests)} manifest(s), "
+        f"{len(done.data)} blob(s)/pack(s){swept}, freeing {human_bytes(done.bytes)}{kept}"
     ) + _held_note(work, grace, dry_run)
     rows = [["key", k, ""] for k in keys]
-    rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
-    rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
-    rows += [["temp file", o.key, human_bytes(o.size)] for o in work.leftovers]
+    rows += [["manifest", o.key, human_bytes(o.size)] for o in done.manifests]
+    rows += [["data", o.key, human_bytes(o.size)] for o in done.data]
+    rows += [["temp file", o.key, human_bytes(o.size)] for o in done.leftovers]
     if rows:
         result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
     if work.held_manifests or work.held_data:
@@ -255,10 +309,11 @@ def _report_prune(
         "namespace": namespace,
         "dry_run": dry_run,
         "keys": keys,
-        "manifests": [o.key for o in work.manifests],
-        "data": [o.key for o in work.data],
-        "leftovers": [o.key for o in work.leftovers],
-        "bytes_freed": work.bytes,
+        "manifests": [o.key for o in done.manifests],
+        "data": [o.key for o in done.data],
+        "leftovers": [o.key for o in done.leftovers],
+        "bytes_freed": done.bytes,
+        "kept_changed": done.kept,
         "kept_young": work.kept_young,
         "kept_pinned": work.pinned,
         "held_by_grace": {
