@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cache_testing import cache_cmd
 
+from gpuci.cache import _layout as layout
 from gpuci.cache._stores.base import ObjectInfo
 from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._upkeep import prune
@@ -34,9 +35,9 @@ def test_a_far_future_time_is_reported_not_an_internal_error(env, tmp_path, monk
 
 def _save(env, tmp_path: Path, key: str, data: bytes) -> str:
     tree = tmp_path / f"tree-{key}"
-    tree.mkdir()
+    tree.mkdir(exist_ok=True)
     (tree / "big.bin").write_bytes(data)
-    (tree / "small.txt").write_text(key)
+    (tree / "small.txt").write_text("small")
     got, log = cache_cmd("save", {**_local(tmp_path), "key": key, "path": str(tree)}, env)
     assert got.ok, log
     return got.outputs["manifest"]
@@ -71,3 +72,36 @@ def test_the_report_counts_what_was_deleted_not_what_was_planned(env, tmp_path, 
     assert got.report["data"] == [] and got.report["kept_changed"]
     assert got.report["bytes_freed"] < 10_000  # the ref, its use record and the manifest
     assert "0 blob(s)/pack(s)" in got.headline and "since the listing" in got.headline
+
+
+def _restore(env, tmp_path: Path, key: str, out: str = "out") -> bool:
+    flags = {**_local(tmp_path), "key": key, "path": str(tmp_path / out)}
+    got, log = cache_cmd("restore", flags, env)
+    assert got.ok, log
+    return bool(got.outputs["cache-hit"])
+
+
+def test_a_key_saved_or_restored_after_the_plan_is_kept_whole(env, tmp_path):
+    data = os.urandom(1_200_000)
+    first = _save(env, tmp_path, "saved-k", data)
+    _save(env, tmp_path, "used-k", data)
+    _age_everything(tmp_path)
+    store, work = _plan(tmp_path)
+    assert len(work.refs) == 2 and work.manifests and work.data
+    _save(env, tmp_path, "saved-k", os.urandom(1_200_000))  # moved to a new tree meanwhile
+    assert _restore(env, tmp_path, "used-k", "during")  # and this one restored meanwhile
+
+    done = prune.execute(store, work, 6 * 3600, "default")
+    assert _restore(env, tmp_path, "saved-k", "a") and _restore(env, tmp_path, "used-k", "b")
+    assert done.refs == [] and done.data == []  # used-k's manifest names the same blobs
+    assert [m.key for m in done.manifests] == [layout.manifest_key(first)]  # saved-k's old one
+    assert {"refs/default/saved-k", "refs/default/used-k"} <= set(done.kept)
+
+
+def test_a_ref_still_unused_at_the_delete_goes(env, tmp_path):
+    _save(env, tmp_path, "idle", b"\1" * 1_200_000)
+    _age_everything(tmp_path)
+    store, work = _plan(tmp_path)
+    done = prune.execute(store, work, 6 * 3600, "default")
+    assert done.refs == ["refs/default/idle"] and len(done.manifests) == 1 and done.data
+    assert not _restore(env, tmp_path, "idle")

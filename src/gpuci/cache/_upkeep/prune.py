@@ -11,6 +11,10 @@ Why a save running meanwhile is safe: it uploads blobs first, then its manifest,
 so everything it wrote is younger than the grace period; a young manifest also protects every
 blob it names; a blob the save *reuses* it touches first when old (``Store.touch``), and each
 blob is re-checked just before it is deleted, so one made young meanwhile stays.
+
+Why a save or restore of a stale key meanwhile is safe: each ref and its use record are looked
+at again just before the delete; one saved or restored since the listing stays, and so do the
+manifest it names and that manifest's data.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from gpuci.cache import _layout as layout
@@ -34,12 +38,24 @@ from gpuci.ranged._pool import parallel
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
-__all__ = ["Outcome", "Plan", "execute", "group_of", "plan", "run"]
+__all__ = ["Outcome", "Plan", "StaleRef", "execute", "group_of", "plan", "run"]
+
+
+@dataclass(frozen=True)
+class StaleRef:
+    """A ref the plan found unused, as the listing saw it: execute deletes it only if it is
+    still so (a save or a restore since then keeps it)."""
+
+    object_key: str
+    modified: float  # the ref's last save
+    used: float  # its use record's last restore; 0.0 when none
+    etag: str = ""  # where the store's listing gives one
 
 
 @dataclass
 class Plan:
-    refs: list[str] = field(default_factory=list)  # object keys
+    refs: list[StaleRef] = field(default_factory=list)
+    older_than: float = 0.0  # a ref saved or restored this recently since the plan stays
     manifests: list[ObjectInfo] = field(default_factory=list)
     data: list[ObjectInfo] = field(default_factory=list)  # blobs and packs
     kept_young: int = 0  # unnamed manifests, blobs and packs younger than the grace period
@@ -82,7 +98,8 @@ class Outcome:
     @classmethod
     def planned(cls, work: Plan) -> Outcome:
         """A dry run's outcome: everything the plan lists."""
-        return cls(list(work.refs), list(work.manifests), list(work.data), list(work.leftovers))
+        refs = [r.object_key for r in work.refs]
+        return cls(refs, list(work.manifests), list(work.data), list(work.leftovers))
 
     @property
     def bytes(self) -> int:
@@ -91,6 +108,10 @@ class Outcome:
     def deleted(self, into: list[ObjectInfo], item: ObjectInfo) -> None:
         with self.lock:
             into.append(item)
+
+    def deleted_ref(self, key: str) -> None:
+        with self.lock:
+            self.refs.append(key)
 
     def keep(self, key: str) -> None:
         with self.lock:
@@ -111,27 +132,36 @@ def _stale_refs(
     keep: int,
     now: float,
     ignored: list[str],
-) -> list[refs.RefInfo]:
+) -> list[StaleRef]:
     infos = refs.listing(store, namespace, prefix, ignored)  # newest first
     used = refs.last_uses(store, namespace)
     seen: dict[str, int] = {}
-    stale: list[refs.RefInfo] = []
+    stale: list[StaleRef] = []
     for info in infos:
         group = group_of(info.key)
         seen[group] = seen.get(group, 0) + 1
         if keep and seen[group] <= keep:
             continue
-        last = max(info.modified, used.get(info.key, 0.0))
-        if now - last > older_than:
-            stale.append(info)
+        last_use = used.get(info.key, 0.0)
+        if now - max(info.modified, last_use) > older_than:
+            stale.append(StaleRef(info.object_key, info.modified, last_use))
     return stale
 
 
-def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
-    """Manifests named by every ref in every namespace, except the refs being dropped."""
+def _named_manifests(store: Store, dropping: list[StaleRef]) -> tuple[set[str], list[StaleRef]]:
+    """Manifests named by every ref in every namespace, except the refs being dropped; and
+    those refs with the etag this listing gives them where it saw the same version."""
     names: set[str] = set()
     lock = threading.Lock()
-    items = [i for i in store.list(f"{layout.REFS}/") if i.key not in dropping]
+    planned = {r.object_key: r for r in dropping}
+    items: list[ObjectInfo] = []
+    etags: dict[str, str] = {}
+    for item in store.list(f"{layout.REFS}/"):
+        stale = planned.get(item.key)
+        if stale is None:
+            items.append(item)
+        elif item.modified == stale.modified:
+            etags[item.key] = item.etag
 
     def read(item: ObjectInfo) -> None:
         got = store.get(item.key, limit=refs.MAX_REF)
@@ -141,7 +171,8 @@ def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
                 names.add(digest)
 
     parallel(read, items, 8)
-    return names
+    with_etags = [replace(r, etag=etags.get(r.object_key, "")) for r in dropping]
+    return names, with_etags
 
 
 def _reached(store: Store, manifests: list[str]) -> set[str]:
@@ -175,11 +206,11 @@ def plan(
     """What a prune deletes: stale refs, then what nothing live or pinned names, minus what is
     younger than ``grace``. Reads only; StoreError when the store fails."""
     now = time.time()
-    out = Plan()
+    out = Plan(older_than=older_than)
     stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
-    out.refs = [i.object_key for i in stale]
+    named, out.refs = _named_manifests(store, stale)
     pinned = pins.pinned(store)
-    named = _named_manifests(store, set(out.refs)) | pinned
+    named |= pinned
     live: list[str] = []
     young: list[str] = []
     for item in store.list(f"{layout.MANIFESTS}/"):
@@ -216,15 +247,21 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
     looked at again (a save may have touched it). Returns what went and what the re-checks
     kept, for the report. StoreError when the store fails."""
     done = Outcome()
-    for key in work.refs:
-        store.delete(key)
-        store.delete(layout.use_key(namespace, layout.key_from_ref(namespace, key)))
-        done.refs.append(key)
+    rescued = _drop_refs(store, work, namespace, done)
+    planned = {_digest_of(item.key) for item in work.manifests}
+    rescued &= planned  # manifests a kept ref names: they, and their data, stay
     for item in work.manifests:
+        if _digest_of(item.key) in rescued:
+            done.keep(item.key)
+            continue
         store.delete(item.key)
         done.manifests.append(item)
+    protected = _reached(store, sorted(rescued))
 
     def drop(item: ObjectInfo) -> None:
+        if item.key in protected:
+            done.keep(item.key)
+            return
         fresh = store.head(item.key)  # a save may have touched it since the listing
         if fresh is None:
             return  # gone already (another prune): not ours to count
@@ -235,11 +272,69 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
             done.keep(item.key)
 
     parallel(drop, work.data, 8)
+    gone = {item.key for item in done.data}
+    done.data = [item for item in work.data if item.key in gone]  # the plan's order, as listed
     if isinstance(store, LocalStore):
         for item in work.leftovers:
             store.remove_leftover(item.key)
             done.leftovers.append(item)
     return done
+
+
+def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[str]:
+    """Delete each stale ref (and its use record) that is still unused and unchanged; returns
+    the manifests the refs kept name (saved or restored since the plan)."""
+    rescued: set[str] = set()
+
+    def check(stale: StaleRef) -> None:
+        use_key = layout.use_key(namespace, layout.key_from_ref(namespace, stale.object_key))
+        ref, use = store.head(stale.object_key), store.head(use_key)
+        if _still_stale(stale, ref, use, work.older_than):
+            if ref is not None:
+                store.delete(stale.object_key)
+                done.deleted_ref(stale.object_key)
+            store.delete(use_key)
+            return
+        done.keep(stale.object_key)
+        digest = _manifest_named(store, stale.object_key)
+        if digest is not None:
+            with done.lock:
+                rescued.add(digest)
+
+    parallel(check, work.refs, 8)
+    gone = set(done.refs)
+    done.refs = [r.object_key for r in work.refs if r.object_key in gone]  # the plan's order
+    return rescued
+
+
+def _still_stale(
+    stale: StaleRef, ref: ObjectInfo | None, use: ObjectInfo | None, older_than: float
+) -> bool:
+    """Whether neither a save (the ref) nor a restore (its use record) came since the plan."""
+    now = time.time()
+    if ref is not None and (
+        ref.modified > stale.modified  # a listing may keep milliseconds a HEAD drops: never >
+        or _etag_changed(stale.etag, ref.etag)
+        or now - ref.modified <= older_than
+    ):
+        return False
+    return use is None or (use.modified <= stale.used and now - use.modified > older_than)
+
+
+def _etag_changed(planned: str, fresh: str) -> bool:
+    """Whether two etags, both known, differ (quotes and a weak ``W/`` aside)."""
+    a, b = (e.strip().removeprefix("W/").strip('"') for e in (planned, fresh))
+    return bool(a and b) and a != b
+
+
+def _manifest_named(store: Store, object_key: str) -> str | None:
+    """The manifest a ref names now; None when it is gone or unusable."""
+    got = store.get(object_key, limit=refs.MAX_REF)
+    return None if got is None else refs.manifest_of(got[0])
+
+
+def _digest_of(key: str) -> str:
+    return key.rsplit("/", 1)[-1].removesuffix(".json")
 
 
 def run(inp: PruneInputs, rt: Runtime) -> Result:
