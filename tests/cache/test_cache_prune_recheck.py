@@ -105,3 +105,55 @@ def test_a_ref_still_unused_at_the_delete_goes(env, tmp_path):
     done = prune.execute(store, work, 6 * 3600, "default")
     assert done.refs == ["refs/default/idle"] and len(done.manifests) == 1 and done.data
     assert not _restore(env, tmp_path, "idle")
+
+
+def _restore_manifest(env, tmp_path: Path, digest: str) -> bool:
+    flags = {**_local(tmp_path), "manifest": digest, "path": str(tmp_path / "by-digest")}
+    got, _ = cache_cmd("restore", flags, env)
+    return got.ok and bool(got.outputs["cache-hit"])
+
+
+def test_a_pin_written_after_the_plan_keeps_its_tree(env, tmp_path):
+    digest = _save(env, tmp_path, "dataset-v1", os.urandom(1_200_000))
+    _age_everything(tmp_path)
+    store, work = _plan(tmp_path)
+    assert len(work.manifests) == 1 and work.data
+    pinned, log = cache_cmd(
+        "pin", {**_local(tmp_path), "manifest": digest, "reason": "model v3 data"}, env
+    )
+    assert pinned.ok, log
+
+    done = prune.execute(store, work, 6 * 3600, "default")
+    assert _restore_manifest(env, tmp_path, digest)
+    assert done.refs == ["refs/default/dataset-v1"] and done.manifests == [] and done.data == []
+
+
+def test_prune_reads_the_pins_again_before_deleting_manifests(env, tmp_path):
+    digest = _save(env, tmp_path, "dataset-v1", os.urandom(1_200_000))
+    _age_everything(tmp_path)
+    store, work = _plan(tmp_path)
+    store.put(layout.pin_key(digest), b"{}")  # a bare pin: nothing made young
+    prune.execute(store, work, 6 * 3600, "default")
+    assert _restore_manifest(env, tmp_path, digest)
+
+
+def test_a_manifest_made_young_after_the_plan_stays_with_its_data(env, tmp_path):
+    digest = _save(env, tmp_path, "dataset-v1", os.urandom(1_200_000))
+    _age_everything(tmp_path)
+    store, work = _plan(tmp_path)
+    store.touch(layout.manifest_key(digest))  # only the manifest: its data is still old
+    done = prune.execute(store, work, 6 * 3600, "default")
+    assert _restore_manifest(env, tmp_path, digest)
+    assert done.manifests == [] and done.data == []
+
+
+def test_pinning_makes_an_old_tree_young(env, tmp_path):
+    digest = _save(env, tmp_path, "dataset-v1", os.urandom(1_200_000))
+    _age_everything(tmp_path)
+    got, log = cache_cmd("pin", {**_local(tmp_path), "manifest": digest, "reason": "keep"}, env)
+    assert got.ok, log
+    root = tmp_path / "store"
+    tree = [root / layout.manifest_key(digest)]
+    tree += [p for p in root.rglob("*") if p.is_file() and p.parts[-4] in ("blobs", "packs")]
+    assert len(tree) >= 2
+    assert all(p.stat().st_mtime > time.time() - 3600 for p in tree)

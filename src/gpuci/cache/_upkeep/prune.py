@@ -14,7 +14,9 @@ blob is re-checked just before it is deleted, so one made young meanwhile stays.
 
 Why a save or restore of a stale key meanwhile is safe: each ref and its use record are looked
 at again just before the delete; one saved or restored since the listing stays, and so do the
-manifest it names and that manifest's data.
+manifest it names and that manifest's data. Likewise a pin written meanwhile: the pins are
+read again before the manifest pass, pinning touches an old manifest and its data, and each
+manifest's age is re-read before its delete.
 """
 
 from __future__ import annotations
@@ -243,26 +245,57 @@ def plan(
 
 
 def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
-    """Delete what ``work`` lists: refs, manifests, then data still older than ``grace`` when
-    looked at again (a save may have touched it). Returns what went and what the re-checks
-    kept, for the report. StoreError when the store fails."""
+    """Delete what ``work`` lists, each looked at again first: refs still unused, manifests
+    still unnamed, unpinned and older than ``grace``, then data still unreached and older than
+    ``grace`` (a save, restore or pin may have come since the plan). Returns what went and what
+    the re-checks kept, for the report. StoreError when the store fails."""
     done = Outcome()
     rescued = _drop_refs(store, work, namespace, done)
-    planned = {_digest_of(item.key) for item in work.manifests}
-    rescued &= planned  # manifests a kept ref names: they, and their data, stay
-    for item in work.manifests:
-        if _digest_of(item.key) in rescued:
-            done.keep(item.key)
-            continue
-        store.delete(item.key)
-        done.manifests.append(item)
-    protected = _reached(store, sorted(rescued))
+    rescued |= pins.pinned(store)  # read again: a pin written since the plan keeps its tree
+    kept = _drop_manifests(store, work, grace, rescued, done)
+    _drop_data(store, work, grace, _reached(store, sorted(kept)), done)
+    if isinstance(store, LocalStore):
+        for item in work.leftovers:
+            store.remove_leftover(item.key)
+            done.leftovers.append(item)
+    return done
+
+
+def _drop_manifests(
+    store: Store, work: Plan, grace: float, rescued: set[str], done: Outcome
+) -> set[str]:
+    """Delete the planned manifests no kept ref or pin names and still older than ``grace``
+    (a pin or a save makes its manifest young); returns the digests of those kept."""
+    kept: set[str] = set()
+
+    def drop(item: ObjectInfo) -> None:
+        digest = _digest_of(item.key)
+        fresh = None if digest in rescued else store.head(item.key)
+        if digest not in rescued and fresh is None:
+            return  # gone already (another prune): not ours to count
+        if fresh is not None and time.time() - fresh.modified > grace:
+            store.delete(item.key)
+            done.deleted(done.manifests, item)
+            return
+        done.keep(item.key)
+        with done.lock:
+            kept.add(digest)
+
+    parallel(drop, work.manifests, 8)
+    gone = {item.key for item in done.manifests}
+    done.manifests = [item for item in work.manifests if item.key in gone]  # the plan's order
+    return kept
+
+
+def _drop_data(store: Store, work: Plan, grace: float, protected: set[str], done: Outcome) -> None:
+    """Delete the planned blobs and packs no kept manifest names and still older than
+    ``grace`` when looked at again (a save reusing one touches it)."""
 
     def drop(item: ObjectInfo) -> None:
         if item.key in protected:
             done.keep(item.key)
             return
-        fresh = store.head(item.key)  # a save may have touched it since the listing
+        fresh = store.head(item.key)
         if fresh is None:
             return  # gone already (another prune): not ours to count
         if time.time() - fresh.modified > grace:
@@ -274,11 +307,6 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
     parallel(drop, work.data, 8)
     gone = {item.key for item in done.data}
     done.data = [item for item in work.data if item.key in gone]  # the plan's order, as listed
-    if isinstance(store, LocalStore):
-        for item in work.leftovers:
-            store.remove_leftover(item.key)
-            done.leftovers.append(item)
-    return done
 
 
 def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[str]:
