@@ -3,6 +3,8 @@ plan stays; what it cannot read keeps its data; the report says what really went
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 from cache_testing import cache_cmd
 
 from gpuci.cache import _layout as layout
+from gpuci.cache._format import refs
 from gpuci.cache._stores.base import ObjectInfo
 from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._upkeep import prune
@@ -157,3 +160,25 @@ def test_pinning_makes_an_old_tree_young(env, tmp_path):
     tree += [p for p in root.rglob("*") if p.is_file() and p.parts[-4] in ("blobs", "packs")]
     assert len(tree) >= 2
     assert all(p.stat().st_mtime > time.time() - 3600 for p in tree)
+
+
+def test_a_live_manifest_prune_cannot_read_keeps_all_data(env, tmp_path):
+    old = _save(env, tmp_path, "w", os.urandom(1_200_000))
+    store = LocalStore(tmp_path / "store")
+    body = json.loads(store.get(layout.manifest_key(old))[0])
+    body.update(format=2, new_field={"x": 1})  # as a newer gpu-ci sharing the store writes
+    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    newer = hashlib.sha256(data).hexdigest()
+    store.put(layout.manifest_key(newer), data)
+    store.put(layout.ref_key("default", "w2"), refs.ref_body("w2", newer, 2, 1_200_000))
+    store.delete(layout.ref_key("default", "w"))
+    _age_everything(tmp_path)
+    store.touch(layout.ref_key("default", "w2"))  # the newer key is in use
+    blobs = {p for p in (tmp_path / "store" / "blobs").rglob("*") if p.is_file()}
+    assert blobs
+
+    got, log = cache_cmd("prune", {**_local(tmp_path), "older-than": "14d"}, env)
+    assert got.ok, log
+    assert all(p.exists() for p in blobs)
+    assert got.report["data"] == [] and got.report["manifests"] == [layout.manifest_key(old)]
+    assert any(newer[:12] in a.message and "none are deleted" in a.message for a in got.annotations)

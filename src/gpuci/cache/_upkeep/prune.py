@@ -37,6 +37,7 @@ from gpuci.cache._upkeep import pins
 from gpuci.cache._upkeep.options import PruneInputs
 from gpuci.errors import InputError
 from gpuci.ranged._pool import parallel
+from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
@@ -69,6 +70,8 @@ class Plan:
     leftovers: list[ObjectInfo] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
     pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
+    # Kept manifests this gpu-ci cannot read (warnings): no blob or pack is deleted then.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -177,29 +180,48 @@ def _named_manifests(store: Store, dropping: list[StaleRef]) -> tuple[set[str], 
     return names, with_etags
 
 
-def _reached(store: Store, manifests: list[str]) -> set[str]:
-    """Blob and pack keys the given manifests name."""
+def _reached(store: Store, manifests: list[str]) -> tuple[set[str], list[str]]:
+    """Blob and pack keys the given manifests name, and a warning for each of them that is
+    there but cannot be read (a newer format, damage): what it names is then unknown, so the
+    caller deletes no blob or pack at all. A manifest that is gone names nothing."""
     keys: set[str] = set()
+    unreadable: list[str] = []
     lock = threading.Lock()
 
     def read(digest: str) -> None:
         got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-        if (
-            got is None
-            or len(got[0]) > mf.MAX_MANIFEST
-            or hashlib.sha256(got[0]).hexdigest() != digest
-        ):
+        if got is None:
             return
         try:
-            manifest = mf.parse(got[0], digest[:12])
-        except InputError:
+            found = pins.data_keys(_parse_checked(got[0], digest))
+        except InputError as exc:
+            with lock:
+                unreadable.append(_unreadable(digest, exc.message))
             return
-        found = pins.data_keys(manifest)
         with lock:
             keys.update(found)
 
     parallel(read, manifests, 8)
-    return keys
+    return keys, sorted(unreadable)
+
+
+def _parse_checked(data: bytes, digest: str) -> mf.Manifest:
+    """A manifest read back, checked against its name; InputError when unusable."""
+    if len(data) > mf.MAX_MANIFEST:
+        raise InputError(f"over {human_bytes(mf.MAX_MANIFEST)}")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise InputError(f"it hashes to {actual[:12]}")
+    return mf.parse(data, digest[:12])
+
+
+def _unreadable(digest: str, why: str) -> str:
+    return (
+        f"manifest {digest[:12]} is kept (a key, a pin or the grace period keeps it) but this "
+        f"gpu-ci cannot read it ({excerpt(why, 160)}), so which blobs and packs it names is "
+        "unknown: none are deleted this run (fix: prune with the gpu-ci version that wrote it, "
+        "or delete that manifest and the keys naming it if it is damaged)"
+    )
 
 
 def plan(
@@ -226,8 +248,10 @@ def plan(
             out.held_manifests.append(item)
         else:
             out.manifests.append(item)
-    reached = _reached(store, live)
-    reached_young = _reached(store, young) - reached
+    reached, unreadable = _reached(store, live)
+    young_reached, young_unreadable = _reached(store, young)
+    reached_young = young_reached - reached
+    out.unreadable = unreadable + young_unreadable
     for base in (layout.BLOBS, layout.PACKS):
         for item in store.list(f"{base}/"):
             if item.key in reached:
@@ -239,6 +263,8 @@ def plan(
                 out.held_data.append(item)
             else:
                 out.data.append(item)
+    if out.unreadable:
+        out.data = []  # a kept manifest may name any of them
     if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
         out.leftovers = store.leftovers(grace)
     return out
@@ -253,7 +279,11 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
     rescued = _drop_refs(store, work, namespace, done)
     rescued |= pins.pinned(store)  # read again: a pin written since the plan keeps its tree
     kept = _drop_manifests(store, work, grace, rescued, done)
-    _drop_data(store, work, grace, _reached(store, sorted(kept)), done)
+    protected, unreadable = _reached(store, sorted(kept))
+    if unreadable:
+        done.warnings += unreadable
+    else:
+        _drop_data(store, work, grace, protected, done)
     if isinstance(store, LocalStore):
         for item in work.leftovers:
             store.remove_leftover(item.key)
@@ -405,8 +435,8 @@ def _report_prune(
     verb = "would delete" if dry_run else "deleted"
     for warning in work.ignored:
         result.warning(warning, "gpu-ci cache prune: ref ignored")
-    for warning in done.warnings:
-        result.warning(warning, "gpu-ci cache prune")
+    for warning in work.unreadable + done.warnings:
+        result.warning(warning, "gpu-ci cache prune: data kept")
     keys = [layout.key_from_ref(namespace, k) for k in done.refs]
     swept = f", {len(done.leftovers)} temp file(s) left by killed saves" if done.leftovers else ""
     kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
