@@ -10,6 +10,7 @@ add protection: a pin that is malformed still protects the manifest its object n
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._common import store_from
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.refs import fetch_by_digest
-from gpuci.cache._stores.base import Store
+from gpuci.cache._stores.base import ObjectInfo, Store
 from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._upkeep.options import PinInputs, UnpinInputs
 from gpuci.errors import InputError, StoreError
@@ -37,6 +38,7 @@ __all__ = [
     "pin_manifest",
     "pinned",
     "read_all",
+    "refresh_age",
     "run_pin",
     "run_unpin",
 ]
@@ -119,39 +121,47 @@ def check_reason(text: Any) -> str:
     return reason
 
 
-def missing_data(store: Store, manifest: mf.Manifest) -> list[str]:
-    """Blob and pack keys the manifest names that the store lacks."""
+def missing_data(store: Store, manifest: mf.Manifest, refresh: bool = False) -> list[str]:
+    """Blob and pack keys the manifest names that the store lacks; with ``refresh``, each one
+    present is made young when old (:func:`refresh_age`)."""
     missing: list[str] = []
     lock = threading.Lock()
 
     def check(key: str) -> None:
-        if store.head(key) is None:
+        info = store.head(key)
+        if info is None:
             with lock:
                 missing.append(key)
+        elif refresh:
+            refresh_age(store, info)
 
     parallel(check, sorted(data_keys(manifest)), 8)
     return sorted(missing)
 
 
+def refresh_age(store: Store, info: ObjectInfo) -> None:
+    """Make an old object young, as a save does with what it reuses: a prune that listed the
+    store before the pin then finds it younger than its grace period, and keeps it."""
+    if time.time() - info.modified > layout.TOUCH_AFTER:
+        store.touch(info.key)
+
+
 def pin_manifest(
     store: Store, digest: str, reason: str, environ: Any, dry_run: bool
 ) -> dict[str, Any]:
-    """Check the manifest and all its data are there, then write the pin (unless planning).
+    """Check the manifest and all its data are there, make the old ones young (a prune that
+    listed the store before the pin keeps them), then write the pin (unless planning) and check
+    again that nothing went meanwhile.
 
     Raises InputError when the store lacks the manifest, StoreError when data is missing or
     the store fails, IntegrityError when the manifest does not hash to its name.
     """
     manifest, _ = fetch_by_digest(store, digest)
-    missing = missing_data(store, manifest)
-    if missing:
-        raise StoreError(
-            f"manifest {digest[:12]} names {len(missing)} blob(s)/pack(s) missing from "
-            f"{store.url} (e.g. {missing[0]}): pinning it would not make it restorable",
-            hint="save the tree again under a key, then pin the manifest that save reports",
-        )
+    _refuse_missing(store, digest, missing_data(store, manifest, refresh=not dry_run))
     key = layout.pin_key(digest)
     already = store.head(key) is not None
     if not dry_run:
+        _refresh_manifest(store, digest)
         body = {
             "format": layout.FORMAT_VERSION,
             "manifest": digest,
@@ -160,6 +170,7 @@ def pin_manifest(
             "producer": mf.producer(environ),
         }
         store.put(key, mf.canonical_json(body))
+        _check_still_whole(store, digest, manifest)
     return {
         "store": store.url,
         "manifest": digest,
@@ -169,6 +180,34 @@ def pin_manifest(
         "already_pinned": already,
         "dry_run": dry_run,
     }
+
+
+def _refresh_manifest(store: Store, digest: str) -> None:
+    info = store.head(layout.manifest_key(digest))
+    if info is not None:
+        refresh_age(store, info)
+
+
+def _check_still_whole(store: Store, digest: str, manifest: mf.Manifest) -> None:
+    """After the pin is written: a prune that was deleting meanwhile may have taken part of the
+    tree before it saw the pin or the new times; say so rather than promise it."""
+    lost = missing_data(store, manifest)
+    if store.head(layout.manifest_key(digest)) is None:
+        lost.insert(0, layout.manifest_key(digest))
+    _refuse_missing(store, digest, lost, "object(s) a prune running meanwhile deleted from")
+
+
+def _refuse_missing(
+    store: Store, digest: str, missing: list[str], gone: str = "blob(s)/pack(s) missing from"
+) -> None:
+    """StoreError when the manifest, or any blob or pack it names, is not in the store."""
+    if not missing:
+        return
+    raise StoreError(
+        f"manifest {digest[:12]} names {len(missing)} {gone} {store.url} (e.g. {missing[0]}): "
+        "pinning it would not make it restorable",
+        hint="save the tree again under a key, then pin the manifest that save reports",
+    )
 
 
 def describe_pin(done: dict[str, Any]) -> str:

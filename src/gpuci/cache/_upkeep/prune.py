@@ -11,6 +11,12 @@ Why a save running meanwhile is safe: it uploads blobs first, then its manifest,
 so everything it wrote is younger than the grace period; a young manifest also protects every
 blob it names; a blob the save *reuses* it touches first when old (``Store.touch``), and each
 blob is re-checked just before it is deleted, so one made young meanwhile stays.
+
+Why a save or restore of a stale key meanwhile is safe: each ref and its use record are looked
+at again just before the delete; one saved or restored since the listing stays, and so do the
+manifest it names and that manifest's data. Likewise a pin written meanwhile: the pins are
+read again before the manifest pass, pinning touches an old manifest and its data, and each
+manifest's age is re-read before its delete.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from gpuci.cache import _layout as layout
@@ -31,15 +37,28 @@ from gpuci.cache._upkeep import pins
 from gpuci.cache._upkeep.options import PruneInputs
 from gpuci.errors import InputError
 from gpuci.ranged._pool import parallel
+from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_age, human_bytes
 
-__all__ = ["Plan", "execute", "group_of", "plan", "run"]
+__all__ = ["Outcome", "Plan", "StaleRef", "execute", "group_of", "plan", "run"]
+
+
+@dataclass(frozen=True)
+class StaleRef:
+    """A ref the plan found unused, as the listing saw it: execute deletes it only if it is
+    still so (a save or a restore since then keeps it)."""
+
+    object_key: str
+    modified: float  # the ref's last save
+    used: float  # its use record's last restore; 0.0 when none
+    etag: str = ""  # where the store's listing gives one
 
 
 @dataclass
 class Plan:
-    refs: list[str] = field(default_factory=list)  # object keys
+    refs: list[StaleRef] = field(default_factory=list)
+    older_than: float = 0.0  # a ref saved or restored this recently since the plan stays
     manifests: list[ObjectInfo] = field(default_factory=list)
     data: list[ObjectInfo] = field(default_factory=list)  # blobs and packs
     kept_young: int = 0  # unnamed manifests, blobs and packs younger than the grace period
@@ -51,6 +70,8 @@ class Plan:
     leftovers: list[ObjectInfo] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
     pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
+    # Kept manifests this gpu-ci cannot read (warnings): no blob or pack is deleted then.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -64,6 +85,42 @@ class Plan:
         """When the last held object is older than the grace period (a later prune frees all)."""
         held = self.held_manifests + self.held_data
         return max(o.modified for o in held) + grace if held else None
+
+
+@dataclass
+class Outcome:
+    """What a prune deleted (planning: would delete), and what its re-checks just before each
+    delete kept: the store may change between the listing and the deletes."""
+
+    refs: list[str] = field(default_factory=list)  # object keys
+    manifests: list[ObjectInfo] = field(default_factory=list)
+    data: list[ObjectInfo] = field(default_factory=list)
+    leftovers: list[ObjectInfo] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # saved, restored, pinned or reused meanwhile
+    warnings: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @classmethod
+    def planned(cls, work: Plan) -> Outcome:
+        """A dry run's outcome: everything the plan lists."""
+        refs = [r.object_key for r in work.refs]
+        return cls(refs, list(work.manifests), list(work.data), list(work.leftovers))
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.manifests + self.data + self.leftovers)
+
+    def deleted(self, into: list[ObjectInfo], item: ObjectInfo) -> None:
+        with self.lock:
+            into.append(item)
+
+    def deleted_ref(self, key: str) -> None:
+        with self.lock:
+            self.refs.append(key)
+
+    def keep(self, key: str) -> None:
+        with self.lock:
+            self.kept.append(key)
 
 
 def group_of(key: str) -> str:
@@ -80,27 +137,36 @@ def _stale_refs(
     keep: int,
     now: float,
     ignored: list[str],
-) -> list[refs.RefInfo]:
+) -> list[StaleRef]:
     infos = refs.listing(store, namespace, prefix, ignored)  # newest first
     used = refs.last_uses(store, namespace)
     seen: dict[str, int] = {}
-    stale: list[refs.RefInfo] = []
+    stale: list[StaleRef] = []
     for info in infos:
         group = group_of(info.key)
         seen[group] = seen.get(group, 0) + 1
         if keep and seen[group] <= keep:
             continue
-        last = max(info.modified, used.get(info.key, 0.0))
-        if now - last > older_than:
-            stale.append(info)
+        last_use = used.get(info.key, 0.0)
+        if now - max(info.modified, last_use) > older_than:
+            stale.append(StaleRef(info.object_key, info.modified, last_use))
     return stale
 
 
-def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
-    """Manifests named by every ref in every namespace, except the refs being dropped."""
+def _named_manifests(store: Store, dropping: list[StaleRef]) -> tuple[set[str], list[StaleRef]]:
+    """Manifests named by every ref in every namespace, except the refs being dropped; and
+    those refs with the etag this listing gives them where it saw the same version."""
     names: set[str] = set()
     lock = threading.Lock()
-    items = [i for i in store.list(f"{layout.REFS}/") if i.key not in dropping]
+    planned = {r.object_key: r for r in dropping}
+    items: list[ObjectInfo] = []
+    etags: dict[str, str] = {}
+    for item in store.list(f"{layout.REFS}/"):
+        stale = planned.get(item.key)
+        if stale is None:
+            items.append(item)
+        elif item.modified == stale.modified:
+            etags[item.key] = item.etag
 
     def read(item: ObjectInfo) -> None:
         got = store.get(item.key, limit=refs.MAX_REF)
@@ -110,32 +176,52 @@ def _named_manifests(store: Store, dropping: set[str]) -> set[str]:
                 names.add(digest)
 
     parallel(read, items, 8)
-    return names
+    with_etags = [replace(r, etag=etags.get(r.object_key, "")) for r in dropping]
+    return names, with_etags
 
 
-def _reached(store: Store, manifests: list[str]) -> set[str]:
-    """Blob and pack keys the given manifests name."""
+def _reached(store: Store, manifests: list[str]) -> tuple[set[str], list[str]]:
+    """Blob and pack keys the given manifests name, and a warning for each of them that is
+    there but cannot be read (a newer format, damage): what it names is then unknown, so the
+    caller deletes no blob or pack at all. A manifest that is gone names nothing."""
     keys: set[str] = set()
+    unreadable: list[str] = []
     lock = threading.Lock()
 
     def read(digest: str) -> None:
         got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-        if (
-            got is None
-            or len(got[0]) > mf.MAX_MANIFEST
-            or hashlib.sha256(got[0]).hexdigest() != digest
-        ):
+        if got is None:
             return
         try:
-            manifest = mf.parse(got[0], digest[:12])
-        except InputError:
+            found = pins.data_keys(_parse_checked(got[0], digest))
+        except InputError as exc:
+            with lock:
+                unreadable.append(_unreadable(digest, exc.message))
             return
-        found = pins.data_keys(manifest)
         with lock:
             keys.update(found)
 
     parallel(read, manifests, 8)
-    return keys
+    return keys, sorted(unreadable)
+
+
+def _parse_checked(data: bytes, digest: str) -> mf.Manifest:
+    """A manifest read back, checked against its name; InputError when unusable."""
+    if len(data) > mf.MAX_MANIFEST:
+        raise InputError(f"over {human_bytes(mf.MAX_MANIFEST)}")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise InputError(f"it hashes to {actual[:12]}")
+    return mf.parse(data, digest[:12])
+
+
+def _unreadable(digest: str, why: str) -> str:
+    return (
+        f"manifest {digest[:12]} is kept (a key, a pin or the grace period keeps it) but this "
+        f"gpu-ci cannot read it ({excerpt(why, 160)}), so which blobs and packs it names is "
+        "unknown: none are deleted this run (fix: prune with the gpu-ci version that wrote it, "
+        "or delete that manifest and the keys naming it if it is damaged)"
+    )
 
 
 def plan(
@@ -144,11 +230,11 @@ def plan(
     """What a prune deletes: stale refs, then what nothing live or pinned names, minus what is
     younger than ``grace``. Reads only; StoreError when the store fails."""
     now = time.time()
-    out = Plan()
+    out = Plan(older_than=older_than)
     stale = _stale_refs(store, namespace, prefix, older_than, keep, now, out.ignored)
-    out.refs = [i.object_key for i in stale]
+    named, out.refs = _named_manifests(store, stale)
     pinned = pins.pinned(store)
-    named = _named_manifests(store, set(out.refs)) | pinned
+    named |= pinned
     live: list[str] = []
     young: list[str] = []
     for item in store.list(f"{layout.MANIFESTS}/"):
@@ -162,8 +248,10 @@ def plan(
             out.held_manifests.append(item)
         else:
             out.manifests.append(item)
-    reached = _reached(store, live)
-    reached_young = _reached(store, young) - reached
+    reached, unreadable = _reached(store, live)
+    young_reached, young_unreadable = _reached(store, young)
+    reached_young = young_reached - reached
+    out.unreadable = unreadable + young_unreadable
     for base in (layout.BLOBS, layout.PACKS):
         for item in store.list(f"{base}/"):
             if item.key in reached:
@@ -175,29 +263,136 @@ def plan(
                 out.held_data.append(item)
             else:
                 out.data.append(item)
+    if out.unreadable:
+        out.data = []  # a kept manifest may name any of them
     if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
         out.leftovers = store.leftovers(grace)
     return out
 
 
-def execute(store: Store, work: Plan, grace: float, namespace: str) -> None:
-    """Delete what ``work`` lists: refs, manifests, then data still older than ``grace`` when
-    looked at again (a save may have touched it). StoreError when the store fails."""
-    for key in work.refs:
-        store.delete(key)
-        store.delete(layout.use_key(namespace, layout.key_from_ref(namespace, key)))
-    for item in work.manifests:
-        store.delete(item.key)
-
-    def drop(item: ObjectInfo) -> None:
-        fresh = store.head(item.key)  # a save may have touched it since the listing
-        if fresh is not None and time.time() - fresh.modified > grace:
-            store.delete(item.key)
-
-    parallel(drop, work.data, 8)
+def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
+    """Delete what ``work`` lists, each looked at again first: refs still unused, manifests
+    still unnamed, unpinned and older than ``grace``, then data still unreached and older than
+    ``grace`` (a save, restore or pin may have come since the plan). Returns what went and what
+    the re-checks kept, for the report. StoreError when the store fails."""
+    done = Outcome()
+    rescued = _drop_refs(store, work, namespace, done)
+    rescued |= pins.pinned(store)  # read again: a pin written since the plan keeps its tree
+    kept = _drop_manifests(store, work, grace, rescued, done)
+    protected, unreadable = _reached(store, sorted(kept))
+    if unreadable:
+        done.warnings += unreadable
+    else:
+        _drop_data(store, work, grace, protected, done)
     if isinstance(store, LocalStore):
         for item in work.leftovers:
             store.remove_leftover(item.key)
+            done.leftovers.append(item)
+    return done
+
+
+def _drop_manifests(
+    store: Store, work: Plan, grace: float, rescued: set[str], done: Outcome
+) -> set[str]:
+    """Delete the planned manifests no kept ref or pin names and still older than ``grace``
+    (a pin or a save makes its manifest young); returns the digests of those kept."""
+    kept: set[str] = set()
+
+    def drop(item: ObjectInfo) -> None:
+        digest = _digest_of(item.key)
+        fresh = None if digest in rescued else store.head(item.key)
+        if digest not in rescued and fresh is None:
+            return  # gone already (another prune): not ours to count
+        if fresh is not None and time.time() - fresh.modified > grace:
+            store.delete(item.key)
+            done.deleted(done.manifests, item)
+            return
+        done.keep(item.key)
+        with done.lock:
+            kept.add(digest)
+
+    parallel(drop, work.manifests, 8)
+    gone = {item.key for item in done.manifests}
+    done.manifests = [item for item in work.manifests if item.key in gone]  # the plan's order
+    return kept
+
+
+def _drop_data(store: Store, work: Plan, grace: float, protected: set[str], done: Outcome) -> None:
+    """Delete the planned blobs and packs no kept manifest names and still older than
+    ``grace`` when looked at again (a save reusing one touches it)."""
+
+    def drop(item: ObjectInfo) -> None:
+        if item.key in protected:
+            done.keep(item.key)
+            return
+        fresh = store.head(item.key)
+        if fresh is None:
+            return  # gone already (another prune): not ours to count
+        if time.time() - fresh.modified > grace:
+            store.delete(item.key)
+            done.deleted(done.data, item)
+        else:
+            done.keep(item.key)
+
+    parallel(drop, work.data, 8)
+    gone = {item.key for item in done.data}
+    done.data = [item for item in work.data if item.key in gone]  # the plan's order, as listed
+
+
+def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[str]:
+    """Delete each stale ref (and its use record) that is still unused and unchanged; returns
+    the manifests the refs kept name (saved or restored since the plan)."""
+    rescued: set[str] = set()
+
+    def check(stale: StaleRef) -> None:
+        use_key = layout.use_key(namespace, layout.key_from_ref(namespace, stale.object_key))
+        ref, use = store.head(stale.object_key), store.head(use_key)
+        if _still_stale(stale, ref, use, work.older_than):
+            if ref is not None:
+                store.delete(stale.object_key)
+                done.deleted_ref(stale.object_key)
+            store.delete(use_key)
+            return
+        done.keep(stale.object_key)
+        digest = _manifest_named(store, stale.object_key)
+        if digest is not None:
+            with done.lock:
+                rescued.add(digest)
+
+    parallel(check, work.refs, 8)
+    gone = set(done.refs)
+    done.refs = [r.object_key for r in work.refs if r.object_key in gone]  # the plan's order
+    return rescued
+
+
+def _still_stale(
+    stale: StaleRef, ref: ObjectInfo | None, use: ObjectInfo | None, older_than: float
+) -> bool:
+    """Whether neither a save (the ref) nor a restore (its use record) came since the plan."""
+    now = time.time()
+    if ref is not None and (
+        ref.modified > stale.modified  # a listing may keep milliseconds a HEAD drops: never >
+        or _etag_changed(stale.etag, ref.etag)
+        or now - ref.modified <= older_than
+    ):
+        return False
+    return use is None or (use.modified <= stale.used and now - use.modified > older_than)
+
+
+def _etag_changed(planned: str, fresh: str) -> bool:
+    """Whether two etags, both known, differ (quotes and a weak ``W/`` aside)."""
+    a, b = (e.strip().removeprefix("W/").strip('"') for e in (planned, fresh))
+    return bool(a and b) and a != b
+
+
+def _manifest_named(store: Store, object_key: str) -> str | None:
+    """The manifest a ref names now; None when it is gone or unusable."""
+    got = store.get(object_key, limit=refs.MAX_REF)
+    return None if got is None else refs.manifest_of(got[0])
+
+
+def _digest_of(key: str) -> str:
+    return key.rsplit("/", 1)[-1].removesuffix(".json")
 
 
 def run(inp: PruneInputs, rt: Runtime) -> Result:
@@ -221,30 +416,42 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
         result.headline = f"nothing to prune: {store.url} does not exist"
         return result
     work = plan(store, namespace, prefix, older_than, keep, grace)
-    if not rt.dry_run:
-        execute(store, work, grace, namespace)
-    _report_prune(result, store.url, namespace, work, grace, rt.dry_run)
+    done = Outcome.planned(work) if rt.dry_run else execute(store, work, grace, namespace)
+    _report_prune(result, store.url, namespace, (work, done), grace, rt.dry_run)
     return result
 
 
 def _report_prune(
-    result: Result, url: str, namespace: str, work: Plan, grace: float, dry_run: bool
+    result: Result,
+    url: str,
+    namespace: str,
+    what: tuple[Plan, Outcome],
+    grace: float,
+    dry_run: bool,
 ) -> None:
-    """What was (or would be) deleted, and what the grace period held back."""
+    """What was (or would be) deleted, what the re-checks kept, and what the grace period held
+    back."""
+    work, done = what
     verb = "would delete" if dry_run else "deleted"
     for warning in work.ignored:
         result.warning(warning, "gpu-ci cache prune: ref ignored")
-    keys = [layout.key_from_ref(namespace, k) for k in work.refs]
-    swept = f", {len(work.leftovers)} temp file(s) left by killed saves" if work.leftovers else ""
+    for warning in work.unreadable + done.warnings:
+        result.warning(warning, "gpu-ci cache prune: data kept")
+    keys = [layout.key_from_ref(namespace, k) for k in done.refs]
+    swept = f", {len(done.leftovers)} temp file(s) left by killed saves" if done.leftovers else ""
     kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
+    if done.kept:
+        kept += (
+            f"; kept {len(done.kept)} object(s) saved, restored, pinned or reused since the listing"
+        )
     result.headline = (
-        f"{verb} {len(keys)} key(s), {len(work.manifests)} manifest(s), "
-        f"{len(work.data)} blob(s)/pack(s){swept}, freeing {human_bytes(work.bytes)}{kept}"
+        f"{verb} {len(keys)} key(s), {len(done.manifests)} manifest(s), "
+        f"{len(done.data)} blob(s)/pack(s){swept}, freeing {human_bytes(done.bytes)}{kept}"
     ) + _held_note(work, grace, dry_run)
     rows = [["key", k, ""] for k in keys]
-    rows += [["manifest", o.key, human_bytes(o.size)] for o in work.manifests]
-    rows += [["data", o.key, human_bytes(o.size)] for o in work.data]
-    rows += [["temp file", o.key, human_bytes(o.size)] for o in work.leftovers]
+    rows += [["manifest", o.key, human_bytes(o.size)] for o in done.manifests]
+    rows += [["data", o.key, human_bytes(o.size)] for o in done.data]
+    rows += [["temp file", o.key, human_bytes(o.size)] for o in done.leftovers]
     if rows:
         result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
     if work.held_manifests or work.held_data:
@@ -255,10 +462,11 @@ def _report_prune(
         "namespace": namespace,
         "dry_run": dry_run,
         "keys": keys,
-        "manifests": [o.key for o in work.manifests],
-        "data": [o.key for o in work.data],
-        "leftovers": [o.key for o in work.leftovers],
-        "bytes_freed": work.bytes,
+        "manifests": [o.key for o in done.manifests],
+        "data": [o.key for o in done.data],
+        "leftovers": [o.key for o in done.leftovers],
+        "bytes_freed": done.bytes,
+        "kept_changed": done.kept,
         "kept_young": work.kept_young,
         "kept_pinned": work.pinned,
         "held_by_grace": {
@@ -289,9 +497,14 @@ def _plan_without_credentials(url: str) -> Result:
 
 
 def _iso(when: float | None) -> str | None:
+    """A time for the report; "far future" for one no date can show (a store's clock or a
+    hostile object's time past year 9999 must not fail a prune that already deleted)."""
     if when is None:
         return None
-    return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return "far future"
 
 
 def _held_note(work: Plan, grace: float, plan: bool) -> str:
