@@ -1,0 +1,62 @@
+"""Review 3's findings on retry-fetch (3 to 11): each test failed before its fix."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from fetch_server import DATA, FaultyServer
+
+from gpuci.fetch import fetch_file
+from gpuci.fetch._partial import Partial, url_key
+
+SHA = hashlib.sha256(DATA).hexdigest()
+SIZE = len(DATA)
+KEPT = ((0, 100_000), (150_000, 200_000), (250_000, SIZE))  # a killed segmented run's ranges
+
+
+def plant_segmented_partial(dest: Path, url: str) -> None:
+    """What a segmented run killed mid-way leaves: three ranges written, two holes."""
+    with open(f"{dest}.incomplete", "wb") as handle:
+        handle.truncate(SIZE)
+        for start, end in KEPT:
+            handle.seek(start)
+            handle.write(DATA[start:end])
+    meta = {
+        "url": url,
+        "url_sha256": url_key(url),
+        "validator": '"v1"',
+        "total": SIZE,
+        "segments": [list(span) for span in KEPT],
+    }
+    Path(f"{dest}.incomplete.json").write_text(json.dumps(meta))
+
+
+def bounded_ranges(server: FaultyServer) -> list[str]:
+    """The Range of each request for a bounded span (``bytes=a-b``): the segments' requests."""
+    return [g.range for g in server.gets() if g.range and not g.range.endswith("-")]
+
+
+# ----- finding 3: only hashed bytes are placed -------------------------------------------------
+def test_bytes_written_past_the_download_into_the_partial_never_reach_dest(
+    server, tmp_path, policy, monkeypatch
+):
+    """Another process writes past the end of ``<dest>.incomplete`` after the last byte came
+    (the partial's descriptor already closed): the file placed is cut to the hashed bytes."""
+    dest = tmp_path / "out.bin"
+    original = Partial.digest
+
+    def neighbour_writes_then_digest(self: Partial) -> str:
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"#!/bin/sh\necho owned\n", 4 << 20)
+        finally:
+            os.close(fd)
+        return original(self)
+
+    monkeypatch.setattr(Partial, "digest", neighbour_writes_then_digest)
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
+    assert dest.read_bytes() == DATA
+    assert res.sha256 == hashlib.sha256(dest.read_bytes()).hexdigest()
