@@ -60,3 +60,19 @@ def test_bytes_written_past_the_download_into_the_partial_never_reach_dest(
     res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
     assert dest.read_bytes() == DATA
     assert res.sha256 == hashlib.sha256(dest.read_bytes()).hexdigest()
+
+
+# ----- finding 4: a 416 at full length ----------------------------------------------------------
+def test_a_complete_leftover_of_wrong_bytes_is_fetched_again_from_byte_zero(
+    server, tmp_path, policy
+):
+    """A leftover at full length whose bytes are wrong (a crash's zeros): the server's 416
+    says every byte is held, the sha256 says they are wrong, so they come once more from 0."""
+    dest = tmp_path / "out.bin"
+    Path(f"{dest}.incomplete").write_bytes(bytes(SIZE))
+    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
+    Path(f"{dest}.incomplete.json").write_text(json.dumps(meta))
+    res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
+    gets = server.gets()
+    assert gets[0].status == 416 and gets[-1].range is None
+    assert dest.read_bytes() == DATA and res.resumed_bytes == 0

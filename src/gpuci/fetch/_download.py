@@ -101,6 +101,7 @@ class _Download(DownloadJob):
             self.first_byte_s = time.monotonic() - asked  # connect + wait: how far the server is
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
+                part.keep(part.written())  # every byte kept, none fetched: resumed
                 return  # we already hold every byte (checked in _check_status)
             total, end = self._accept(resp, url, offset, resuming)
             wide = total is not None and segmentable(resp, total, offset, self)
