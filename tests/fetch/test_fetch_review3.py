@@ -7,9 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from fetch_server import DATA, FaultyServer
+import pytest
+from fetch_server import DATA, Fault, FaultyServer
 
-from gpuci.fetch import fetch_file
+from gpuci.errors import FetchError
+from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import Partial, url_key
 
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -76,3 +78,22 @@ def test_a_complete_leftover_of_wrong_bytes_is_fetched_again_from_byte_zero(
     gets = server.gets()
     assert gets[0].status == 416 and gets[-1].range is None
     assert dest.read_bytes() == DATA and res.resumed_bytes == 0
+
+
+# ----- finding 5: a segment's retries end with the deadline -------------------------------------
+def test_a_segments_retry_never_waits_past_the_deadline(tmp_path):
+    """Each segment request answered 503 + Retry-After: 10 with a deadline of 3 s: no retry
+    waits 10 s, so no range is asked twice (before, each was waited out, attempts-1 times)."""
+    policy = FetchPolicy(
+        attempts=3, timeout=5, deadline=3, max_wait=10, initial_wait=0.01,
+        connections=4, connections_start=4, segment_bytes=32 << 10,
+    )  # fmt: skip
+    with FaultyServer() as srv:
+        srv.add("/f", DATA)
+        srv.faults("/f", Fault(), *[Fault(status=503, retry_after="10")] * 40)
+        dest = tmp_path / "out.bin"
+        plant_segmented_partial(dest, srv.url("/f"))
+        with pytest.raises(FetchError, match="503"):
+            fetch_file(srv.url("/f"), dest, SHA, policy=policy)
+        asked = bounded_ranges(srv)
+    assert asked and len(asked) == len(set(asked)), asked

@@ -371,25 +371,31 @@ class Segmenter:
         """Deliver ``seg`` (its first response open when ``resp`` is given) on the engine's loop
         (:func:`work_through`): a failure the policy retries resumes from what reached the disk.
         The attempts count every failure of this segment, never reset."""
-        retried = functools.partial(
-            retry_segment,
-            policy=self.policy.retry,
-            retry_on=_segment_retryable if self.wide else (),  # one connection: the next attempt
-            throttle=self._throttle,
-            lock=self.lock,
-            on_lost=lambda lost: self.advance(-lost),
-            stop=self.stop,
-        )
         try:  # the pool holds one of the controller's slots meanwhile
             if resp is None:
                 self._record()  # before this range's first byte lands
             attempt = functools.partial(self._deliver, first=[resp] if resp is not None else [])
-            work_through(self.plan, seg, attempt, retried, self.lock, self.stop)
+            work_through(self.plan, seg, attempt, self._retried, self.lock, self.stop)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
             with self.lock:
                 self.running -= 1
+
+    def _retried(self, seg: Segment, attempt: Callable[[Segment], bool | None]) -> bool | None:
+        """``attempt(seg)`` under the retry policy, its retries bounded by the job's deadline
+        (read when the segment starts: a segment taken late has less time left)."""
+        return retry_segment(
+            seg,
+            attempt,
+            self.policy.retry,
+            _segment_retryable if self.wide else (),  # one connection: the next attempt
+            throttle=self._throttle,
+            lock=self.lock,
+            on_lost=lambda lost: self.advance(-lost),
+            stop=self.stop,
+            deadline=max(0.0, self.job.remaining()),
+        )
 
     def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:
         """One attempt: requests for ``seg`` until it is done, the run stops or the controller
