@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,22 @@ def test_a_segments_retry_never_waits_past_the_deadline(tmp_path):
             fetch_file(srv.url("/f"), dest, SHA, policy=policy)
         asked = bounded_ranges(srv)
     assert asked and len(asked) == len(set(asked)), asked
+
+
+# ----- finding 6: an empty 206 counts as a failed attempt ---------------------------------------
+def test_an_empty_206_for_a_segment_is_a_failed_attempt_not_asked_forever(tmp_path, policy):
+    """A segment answered 206 with the right Content-Range and an empty close-delimited body:
+    each is an attempt the retry policy counts, so the download fails after ``attempts``
+    (before, the same range was asked again without limit)."""
+    seg_policy = replace(
+        policy, attempts=2, connections=4, connections_start=4, segment_bytes=32 << 10
+    )
+    with FaultyServer() as srv:
+        srv.add("/f", DATA)
+        empty = Fault(close_delimited=True, drop_after=0)
+        srv.faults("/f", Fault(), *[empty] * 200)
+        dest = tmp_path / "out.bin"
+        plant_segmented_partial(dest, srv.url("/f"))
+        with pytest.raises(FetchError, match="short body"):
+            fetch_file(srv.url("/f"), dest, SHA, policy=seg_policy)
+        assert len(srv.gets()) < 50

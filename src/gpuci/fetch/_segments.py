@@ -449,7 +449,12 @@ class Segmenter:
             waited = time.monotonic() - asked
             with self.lock:
                 self.fastest = min(self.fastest, waited)
-            self._pump(seg, resp, upto=self._check(resp, start, end))
+            upto = self._check(resp, start, end)
+            self._pump(seg, resp, upto=upto)
+            with self.lock:
+                short = seg.pos < min(upto, seg.end) and not self.stop.is_set()
+            if short:  # a 206 that ended before its span: an attempt the policy counts
+                raise ShortBody(f"short body: bytes {start}-{upto - 1} ended at {seg.pos}")
 
     def _check(self, resp: httpx.Response, start: int, end: int) -> int:
         """Refuse an answer that is not the 206 asked for; returns where its span ends (the
