@@ -14,6 +14,8 @@ from fetch_server import DATA, Fault, FaultyServer
 from gpuci.errors import FetchError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import Partial, url_key
+from gpuci.fetch._plan import offline
+from gpuci.fetch._sources import Job
 
 SHA = hashlib.sha256(DATA).hexdigest()
 SIZE = len(DATA)
@@ -117,3 +119,40 @@ def test_an_empty_206_for_a_segment_is_a_failed_attempt_not_asked_forever(tmp_pa
         with pytest.raises(FetchError, match="short body"):
             fetch_file(srv.url("/f"), dest, SHA, policy=seg_policy)
         assert len(srv.gets()) < 50
+
+
+# ----- finding 7: what sits at dest is untrusted -------------------------------------------------
+def test_a_dest_over_max_bytes_is_not_hashed_as_already_present(server, tmp_path, policy):
+    """A file at dest larger than max-bytes (a planted sparse one, say) is not read whole
+    to decide it is "already present": it is fetched, and that fetch is held to max-bytes."""
+    dest = tmp_path / "out.bin"
+    dest.write_bytes(DATA)
+    small = replace(policy, max_bytes=SIZE - 1)
+    with pytest.raises(FetchError, match="max-bytes"):
+        fetch_file(server.url("/data.bin"), dest, SHA, policy=small)
+    assert server.gets()  # asked: the file at dest was not taken as verified
+
+
+def test_a_dry_run_does_not_hash_a_dest_over_max_bytes(tmp_path, policy):
+    dest = tmp_path / "out.bin"
+    dest.write_bytes(DATA)
+    job = Job(url="http://127.0.0.1:9/data.bin", dest=dest, sha256=SHA)
+    assert offline(job, policy).action.startswith("skip")  # within max-bytes: as before
+    found = offline(job, replace(policy, max_bytes=SIZE - 1))
+    assert not found.action.startswith("skip"), found.action
+
+
+def test_a_fifo_or_a_link_at_dest_is_not_already_present(tmp_path, policy):
+    """Opened once without following or blocking: a FIFO (no writer) or a link is "not
+    present" at once, never an error or a wait."""
+    from gpuci.fetch._download import already_present  # new with this fix
+
+    fifo = tmp_path / "fifo.bin"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.bin"
+    (tmp_path / "real.bin").write_bytes(DATA)
+    link.symlink_to(tmp_path / "real.bin")
+    assert already_present(fifo, SHA, None) is None
+    assert already_present(link, SHA, None) is None
+    assert already_present(tmp_path / "real.bin", SHA, None) == SIZE
+    assert already_present(tmp_path / "real.bin", SHA, SIZE - 1) is None
