@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from fetch_server import DATA, Fault, FaultyServer
 
-from gpuci.errors import FetchError
+from gpuci.errors import FetchError, InputError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import Partial, url_key
 from gpuci.fetch._plan import offline
-from gpuci.fetch._sources import Job
+from gpuci.fetch._sources import Job, build_jobs
 
 SHA = hashlib.sha256(DATA).hexdigest()
 SIZE = len(DATA)
@@ -156,3 +156,13 @@ def test_a_fifo_or_a_link_at_dest_is_not_already_present(tmp_path, policy):
     assert already_present(link, SHA, None) is None
     assert already_present(tmp_path / "real.bin", SHA, None) == SIZE
     assert already_present(tmp_path / "real.bin", SHA, SIZE - 1) is None
+
+
+# ----- finding 8: one line's dest is never another's partial ------------------------------------
+@pytest.mark.parametrize("suffix", [".incomplete", ".incomplete.json"])
+def test_a_dest_that_is_another_lines_partial_is_refused_up_front(tmp_path, suffix):
+    lines = [f"http://h/a - {tmp_path}/f", f"http://h/b - {tmp_path}/f{suffix}"]
+    with pytest.raises(InputError, match="keeps its partial download"):
+        build_jobs(lines, None, None, None, tmp_path)
+    with pytest.raises(InputError, match="keeps its partial download"):
+        build_jobs(list(reversed(lines)), None, None, None, tmp_path)

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from gpuci.errors import FetchError, InputError
-from gpuci.fetch._partial import META
+from gpuci.fetch._partial import META, meta_path
 from gpuci.fetch._urls import SCHEMES, check_url, public_url, url_secrets
+from gpuci.files import INCOMPLETE, incomplete_path
 from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
@@ -264,7 +265,8 @@ def _job(
 
 
 def _check_distinct(jobs: list[Job]) -> None:
-    """No two downloads may write the same file."""
+    """No two downloads may write the same file, nor one the other's partial or sidecar
+    (``f`` and ``f.incomplete`` as two dests: one would replace the other's bytes)."""
     seen: dict[Path, str] = {}
     for job in jobs:
         if job.dest in seen:
@@ -273,6 +275,19 @@ def _check_distinct(jobs: list[Job]) -> None:
                 hint="give each URL its own destination",
             )
         seen[job.dest] = job.url
+    working = {side: job.url for job in jobs for side in _working_files(job.dest)}
+    for job in jobs:
+        if job.dest in working:
+            raise InputError(
+                f"'{job.url}' would be written to {job.dest}, where '{working[job.dest]}' "
+                "keeps its partial download",
+                hint=f"give each URL its own destination, not another's plus '{INCOMPLETE}'",
+            )
+
+
+def _working_files(dest: Path) -> tuple[Path, Path]:
+    """The files a download of ``dest`` writes beside it until it is whole."""
+    return incomplete_path(dest), meta_path(dest)
 
 
 def parse_checksums(text: str, name: str, where: str) -> str:
