@@ -166,3 +166,21 @@ def test_a_dest_that_is_another_lines_partial_is_refused_up_front(tmp_path, suff
         build_jobs(lines, None, None, None, tmp_path)
     with pytest.raises(InputError, match="keeps its partial download"):
         build_jobs(list(reversed(lines)), None, None, None, tmp_path)
+
+
+# ----- finding 9: --headers go to a checksum URL on the download's origin -----------------------
+def test_the_users_headers_reach_a_checksum_file_on_the_same_origin_only(server, policy):
+    from gpuci.fetch._client import new_client
+    from gpuci.fetch._sources import checksum_credentials, fetch_checksum  # new with this fix
+
+    server.add("/SHA256SUMS", f"{SHA}  data.bin\n".encode())
+    url, sums = server.url("/data.bin"), server.url("/SHA256SUMS")
+    secret = {"Authorization": "Bearer s3cr3t"}
+    with new_client(policy) as client:
+        got = fetch_checksum(
+            client, sums, "data.bin", policy, credentials=checksum_credentials(sums, url, secret)
+        )
+    assert got == SHA
+    assert server.gets("/SHA256SUMS")[0].headers.get("Authorization") == "Bearer s3cr3t"
+    assert checksum_credentials("https://elsewhere.example/SHA256SUMS", url, secret) == {}
+    assert checksum_credentials(sums.replace("127.0.0.1", "localhost"), url, secret) == {}

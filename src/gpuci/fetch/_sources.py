@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 from gpuci.errors import FetchError, InputError
 from gpuci.fetch._partial import META, meta_path
-from gpuci.fetch._urls import SCHEMES, check_url, public_url, url_secrets
+from gpuci.fetch._urls import SCHEMES, check_url, origin, public_url, url_secrets
 from gpuci.files import INCOMPLETE, incomplete_path
 from gpuci.redact import excerpt
 
@@ -310,7 +310,21 @@ def parse_checksums(text: str, name: str, where: str) -> str:
     )
 
 
-def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolicy) -> str:
+def checksum_credentials(
+    sha256_url: str, url: str, headers: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The user's headers for a checksum file on the download's own origin (a private
+    repo's SHA256SUMS needs them); one on another origin never sees them."""
+    return dict(headers or {}) if origin(sha256_url) == origin(url) else {}
+
+
+def fetch_checksum(
+    client: httpx.Client,
+    url: str,
+    name: str,
+    policy: FetchPolicy,
+    credentials: Mapping[str, str] | None = None,
+) -> str:
     """Fetch a small checksum file with the same retry policy as the downloads.
 
     Read as sent (identity only, at most 16 MiB), so a hostile checksum URL can neither
@@ -326,7 +340,14 @@ def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolic
         for attempt in policy.retrying():
             with (
                 attempt,
-                open_response(client, "GET", url, headers=IDENTITY, timeout=policy.timeout) as resp,
+                open_response(
+                    client,
+                    "GET",
+                    url,
+                    headers=IDENTITY,
+                    credentials=credentials,  # checksum_credentials: same origin only
+                    timeout=policy.timeout,
+                ) as resp,
             ):
                 check_retryable(resp, url)
                 if resp.status_code != 200:
