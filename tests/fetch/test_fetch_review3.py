@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import socket
+import threading
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
+import httpx
 import pytest
 from fetch_server import DATA, Fault, FaultyServer
 
@@ -15,6 +20,7 @@ from gpuci.errors import FetchError, InputError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import Partial, url_key
 from gpuci.fetch._plan import offline
+from gpuci.fetch._policy import RangeMismatch
 from gpuci.fetch._sources import Job, build_jobs
 
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -184,3 +190,61 @@ def test_the_users_headers_reach_a_checksum_file_on_the_same_origin_only(server,
     assert server.gets("/SHA256SUMS")[0].headers.get("Authorization") == "Bearer s3cr3t"
     assert checksum_credentials("https://elsewhere.example/SHA256SUMS", url, secret) == {}
     assert checksum_credentials(sums.replace("127.0.0.1", "localhost"), url, secret) == {}
+
+
+# ----- finding 10: a server's header text is cut in the one-line error --------------------------
+HUGE_RANGE = "bytes " + "9" * 90_000
+
+
+def _answer_always(raw: bytes) -> tuple[str, socket.socket]:
+    """A server on port 0 answering every request with ``raw`` and closing."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    request += data
+                with contextlib.suppress(OSError):
+                    conn.sendall(raw)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/f.bin", sock
+
+
+def test_a_huge_content_range_is_cut_in_the_downloads_error(tmp_path, policy):
+    raw = f'HTTP/1.1 206 Partial Content\r\nETag: "v"\r\nContent-Range: {HUGE_RANGE}\r\n'
+    url, sock = _answer_always((raw + "Content-Length: 0\r\n\r\n").encode())
+    try:
+        with pytest.raises(FetchError) as info:
+            fetch_file(url, tmp_path / "f.bin", None, policy=replace(policy, attempts=2))
+    finally:
+        sock.close()
+    line = info.value.one_line()
+    assert "Content-Range" in line and len(line) < 1000, len(line)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"ETag": '"v1"', "Content-Range": HUGE_RANGE},  # a span that does not parse
+        {"ETag": '"' + "x" * 90_000 + '"', "Content-Range": f"bytes 0-99/{SIZE}"},  # changed
+    ],
+)
+def test_a_huge_header_is_cut_in_a_segments_error(headers):
+    from gpuci.fetch._segments import Segmenter
+
+    segmenter = SimpleNamespace(url="http://127.0.0.1:9/f.bin", validator='"v1"', total=SIZE)
+    with pytest.raises(RangeMismatch) as info:  # retried: its text is the last cause shown
+        Segmenter._check(segmenter, httpx.Response(206, headers=headers), 0, 100)  # type: ignore[arg-type]
+    assert len(str(info.value)) < 1000

@@ -55,6 +55,7 @@ from gpuci.fetch._policy import (
 from gpuci.fetch._segments import Segmenter, segmentable
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
+from gpuci.redact import excerpt
 from gpuci.units import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range", "strong_validator"]
@@ -144,7 +145,8 @@ class _Download(DownloadJob):
                 part.reset()
                 raise RangeMismatch(
                     f"a 206 that does not continue at byte {offset} of the same version "
-                    f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
+                    f"(Content-Range {excerpt(repr(resp.headers.get('Content-Range')), 80)}); "
+                    "restarting"
                 )
             total, end = span[2], span[1] + 1
             part.keep(part.written())

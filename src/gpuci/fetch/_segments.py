@@ -92,6 +92,7 @@ from gpuci.ranged._drive import pump
 from gpuci.ranged._plan import Plan, Segment
 from gpuci.ranged._pool import WorkPool
 from gpuci.ranged._retry import retry_segment, throttles, work_through
+from gpuci.redact import excerpt
 from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
@@ -464,8 +465,8 @@ class Segmenter:
         version = version_of(resp.headers, self.validator)
         if status in (200, 206) and version != self.validator:
             raise FileChanged(
-                f"the file changed during the download ({self.validator} became "
-                f"{version}); starting over"
+                f"the file changed during the download ({excerpt(str(self.validator), 80)} "
+                f"became {excerpt(str(version), 80)}); starting over"
             )
         if status == 200:
             raise SegmentsRefused(
@@ -483,8 +484,8 @@ class Segmenter:
         if span is None:
             raise SegmentsRefused(
                 f"asked for bytes {start}-{end - 1} of {self.total}, the server answered "
-                f"Content-Range {resp.headers.get('Content-Range')!r}; nothing of it was "
-                "written, continuing on one connection"
+                f"Content-Range {excerpt(repr(resp.headers.get('Content-Range')), 80)}; "
+                "nothing of it was written, continuing on one connection"
             )
         return span[1] + 1
 
