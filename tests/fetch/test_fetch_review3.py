@@ -248,3 +248,24 @@ def test_a_huge_header_is_cut_in_a_segments_error(headers):
     with pytest.raises(RangeMismatch) as info:  # retried: its text is the last cause shown
         Segmenter._check(segmenter, httpx.Response(206, headers=headers), 0, 100)  # type: ignore[arg-type]
     assert len(str(info.value)) < 1000
+
+
+# ----- finding 11: a link planted at dest is replaced, never followed into a folder -------------
+def test_a_dest_that_is_a_link_to_a_folder_is_replaced_not_written_into(server, tmp_path, policy):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    dest = tmp_path / "shared.bin"
+    dest.symlink_to(victim)
+    (job,) = build_jobs([server.url("/data.bin")], str(dest), SHA, None, tmp_path)
+    assert job.dest == dest  # the file itself, not a folder to put data.bin in
+    fetch_file(job.url, job.dest, SHA, policy=policy)
+    assert not dest.is_symlink() and dest.read_bytes() == DATA
+    assert list(victim.iterdir()) == []
+
+
+def test_a_real_folder_or_a_trailing_slash_still_names_a_folder(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    url = "http://127.0.0.1:9/data.bin"
+    assert build_jobs([url], "real", None, None, tmp_path)[0].dest == tmp_path / "real/data.bin"
+    assert build_jobs([url], "link/", None, None, tmp_path)[0].dest == tmp_path / "link/data.bin"

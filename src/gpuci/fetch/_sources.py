@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -191,7 +192,7 @@ def build_jobs(
     if dest_path is not None and not dest_path.is_absolute():
         dest_path = cwd / dest_path
     as_folder = not single or bool(
-        dest and dest_path is not None and (dest.endswith("/") or dest_path.is_dir())
+        dest and dest_path is not None and (dest.endswith("/") or _is_real_folder(dest_path))
     )
     folder = dest_path if as_folder else None
     sha_url = check_url(sha256.strip(), "input 'sha256'") if sha256 and is_url(sha256) else None
@@ -208,6 +209,16 @@ def build_jobs(
     ]
     _check_distinct(jobs)
     return jobs
+
+
+def _is_real_folder(path: Path) -> bool:
+    """A folder itself, not a link to one: a link planted at dest is replaced by the file
+    (as a link to a file is), never followed into where it points; ``dest/`` still names a
+    folder through a link explicitly."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _check_mirrors(mirrors: Sequence[str], single: bool) -> None:
