@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import re
 import stat
@@ -54,7 +55,7 @@ from gpuci.fetch._policy import (
 from gpuci.fetch._segments import Segmenter, segmentable
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
-from gpuci.files import sha256_file
+from gpuci.redact import excerpt
 from gpuci.units import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range", "strong_validator"]
@@ -101,6 +102,7 @@ class _Download(DownloadJob):
             self.first_byte_s = time.monotonic() - asked  # connect + wait: how far the server is
             self._check_status(resp, url, offset)
             if resp.status_code == 416:
+                part.keep(part.written())  # every byte kept, none fetched: resumed
                 return  # we already hold every byte (checked in _check_status)
             total, end = self._accept(resp, url, offset, resuming)
             wide = total is not None and segmentable(resp, total, offset, self)
@@ -143,7 +145,8 @@ class _Download(DownloadJob):
                 part.reset()
                 raise RangeMismatch(
                     f"a 206 that does not continue at byte {offset} of the same version "
-                    f"(Content-Range {resp.headers.get('Content-Range')!r}); restarting"
+                    f"(Content-Range {excerpt(repr(resp.headers.get('Content-Range')), 80)}); "
+                    "restarting"
                 )
             total, end = span[2], span[1] + 1
             part.keep(part.written())
@@ -208,12 +211,28 @@ class _Download(DownloadJob):
         )
 
 
-def _is_regular(path: Path) -> bool:
-    """A regular file, not a link to one: a link found at dest is replaced, not trusted."""
+def already_present(dest: Path, sha256: str, max_bytes: int | None) -> int | None:
+    """The size of the file at ``dest`` when it already hashes to ``sha256``, else None.
+
+    What sits there is untrusted: a link, a FIFO, a file over max-bytes (a planted sparse
+    one) or one we cannot read is "not present" (the download replaces it), never hashed
+    whole or an error; it is opened once (no follow, no block) and checked on that fd."""
     try:
-        return stat.S_ISREG(path.lstat().st_mode)
+        fd = os.open(dest, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return False
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
+            return None
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return st.st_size if digest.hexdigest() == sha256.lower() else None
 
 
 def _write_failed(partial: Partial, exc: OSError) -> FetchError:
@@ -300,8 +319,8 @@ def fetch_file(
     started = time.monotonic()
     for source in (url, *mirrors):
         check_url(source, "url")
-    if sha256 and _is_regular(dest) and sha256_file(dest) == sha256.lower():
-        size = dest.stat().st_size
+    size = already_present(dest, sha256, policy.max_bytes) if sha256 else None
+    if sha256 and size is not None:
         return FetchResult(url, dest, sha256.lower(), size, 0, 0, 0.0, True, verified=True)
     partial = _open_partial(dest, url, policy)
     own = client is None

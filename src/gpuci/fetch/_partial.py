@@ -359,8 +359,7 @@ class Partial:
 
     def place(self) -> None:
         """Rename the verified bytes to ``dest``; what lands there must be the file we wrote."""
-        if self._identity is None:  # an empty body never opened the file
-            self.open_for_append()
+        self.open_for_append()  # reopened (identity-checked) when closed: the cut must run
         if self._fd is not None and os.fstat(self._fd).st_size != self.cursor.position:
             os.ftruncate(self._fd, self.cursor.position)  # only hashed bytes get the name
         self.close()

@@ -17,7 +17,7 @@ import httpx
 
 from gpuci.errors import GpuciError
 from gpuci.fetch._client import IDENTITY, check_identity, open_response
-from gpuci.fetch._download import describe, parse_content_range, strong_validator
+from gpuci.fetch._download import already_present, describe, parse_content_range, strong_validator
 from gpuci.fetch._partial import inspect
 from gpuci.fetch._policy import FetchPolicy
 from gpuci.fetch._sources import Job
@@ -40,8 +40,9 @@ class Probe:
 
 def offline(job: Job, policy: FetchPolicy) -> Probe:
     """What a real run would do, from the inputs and this disk alone: no request is sent."""
-    if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
-        return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
+    present = already_present(job.dest, job.sha256, policy.max_bytes) if job.sha256 else None
+    if present is not None:
+        return Probe(job, None, present, False, "skip: already verified")
     partial = incomplete_path(job.dest)
     found = inspect(job.dest, job.url, policy.max_bytes)
     start = f"resume from byte {found.size} of {partial}" if found else f"write {partial}"

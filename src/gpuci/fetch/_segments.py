@@ -92,6 +92,7 @@ from gpuci.ranged._drive import pump
 from gpuci.ranged._plan import Plan, Segment
 from gpuci.ranged._pool import WorkPool
 from gpuci.ranged._retry import retry_segment, throttles, work_through
+from gpuci.redact import excerpt
 from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
@@ -371,25 +372,31 @@ class Segmenter:
         """Deliver ``seg`` (its first response open when ``resp`` is given) on the engine's loop
         (:func:`work_through`): a failure the policy retries resumes from what reached the disk.
         The attempts count every failure of this segment, never reset."""
-        retried = functools.partial(
-            retry_segment,
-            policy=self.policy.retry,
-            retry_on=_segment_retryable if self.wide else (),  # one connection: the next attempt
-            throttle=self._throttle,
-            lock=self.lock,
-            on_lost=lambda lost: self.advance(-lost),
-            stop=self.stop,
-        )
         try:  # the pool holds one of the controller's slots meanwhile
             if resp is None:
                 self._record()  # before this range's first byte lands
             attempt = functools.partial(self._deliver, first=[resp] if resp is not None else [])
-            work_through(self.plan, seg, attempt, retried, self.lock, self.stop)
+            work_through(self.plan, seg, attempt, self._retried, self.lock, self.stop)
         except BaseException as exc:  # handed to the supervisor, which raises it
             self._fail(exc)
         finally:
             with self.lock:
                 self.running -= 1
+
+    def _retried(self, seg: Segment, attempt: Callable[[Segment], bool | None]) -> bool | None:
+        """``attempt(seg)`` under the retry policy, its retries bounded by the job's deadline
+        (read when the segment starts: a segment taken late has less time left)."""
+        return retry_segment(
+            seg,
+            attempt,
+            self.policy.retry,
+            _segment_retryable if self.wide else (),  # one connection: the next attempt
+            throttle=self._throttle,
+            lock=self.lock,
+            on_lost=lambda lost: self.advance(-lost),
+            stop=self.stop,
+            deadline=max(0.0, self.job.remaining()),
+        )
 
     def _deliver(self, seg: Segment, first: list[httpx.Response]) -> None:
         """One attempt: requests for ``seg`` until it is done, the run stops or the controller
@@ -443,7 +450,12 @@ class Segmenter:
             waited = time.monotonic() - asked
             with self.lock:
                 self.fastest = min(self.fastest, waited)
-            self._pump(seg, resp, upto=self._check(resp, start, end))
+            upto = self._check(resp, start, end)
+            self._pump(seg, resp, upto=upto)
+            with self.lock:
+                short = seg.pos < min(upto, seg.end) and not self.stop.is_set()
+            if short:  # a 206 that ended before its span: an attempt the policy counts
+                raise ShortBody(f"short body: bytes {start}-{upto - 1} ended at {seg.pos}")
 
     def _check(self, resp: httpx.Response, start: int, end: int) -> int:
         """Refuse an answer that is not the 206 asked for; returns where its span ends (the
@@ -453,8 +465,8 @@ class Segmenter:
         version = version_of(resp.headers, self.validator)
         if status in (200, 206) and version != self.validator:
             raise FileChanged(
-                f"the file changed during the download ({self.validator} became "
-                f"{version}); starting over"
+                f"the file changed during the download ({excerpt(str(self.validator), 80)} "
+                f"became {excerpt(str(version), 80)}); starting over"
             )
         if status == 200:
             raise SegmentsRefused(
@@ -472,8 +484,8 @@ class Segmenter:
         if span is None:
             raise SegmentsRefused(
                 f"asked for bytes {start}-{end - 1} of {self.total}, the server answered "
-                f"Content-Range {resp.headers.get('Content-Range')!r}; nothing of it was "
-                "written, continuing on one connection"
+                f"Content-Range {excerpt(repr(resp.headers.get('Content-Range')), 80)}; "
+                "nothing of it was written, continuing on one connection"
             )
         return span[1] + 1
 

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from gpuci.errors import FetchError, InputError
-from gpuci.fetch._partial import META
-from gpuci.fetch._urls import SCHEMES, check_url, public_url, url_secrets
+from gpuci.fetch._partial import META, meta_path
+from gpuci.fetch._urls import SCHEMES, check_url, origin, public_url, url_secrets
+from gpuci.files import INCOMPLETE, incomplete_path
 from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
@@ -190,7 +192,7 @@ def build_jobs(
     if dest_path is not None and not dest_path.is_absolute():
         dest_path = cwd / dest_path
     as_folder = not single or bool(
-        dest and dest_path is not None and (dest.endswith("/") or dest_path.is_dir())
+        dest and dest_path is not None and (dest.endswith("/") or _is_real_folder(dest_path))
     )
     folder = dest_path if as_folder else None
     sha_url = check_url(sha256.strip(), "input 'sha256'") if sha256 and is_url(sha256) else None
@@ -207,6 +209,16 @@ def build_jobs(
     ]
     _check_distinct(jobs)
     return jobs
+
+
+def _is_real_folder(path: Path) -> bool:
+    """A folder itself, not a link to one: a link planted at dest is replaced by the file
+    (as a link to a file is), never followed into where it points; ``dest/`` still names a
+    folder through a link explicitly."""
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _check_mirrors(mirrors: Sequence[str], single: bool) -> None:
@@ -264,7 +276,8 @@ def _job(
 
 
 def _check_distinct(jobs: list[Job]) -> None:
-    """No two downloads may write the same file."""
+    """No two downloads may write the same file, nor one the other's partial or sidecar
+    (``f`` and ``f.incomplete`` as two dests: one would replace the other's bytes)."""
     seen: dict[Path, str] = {}
     for job in jobs:
         if job.dest in seen:
@@ -273,6 +286,19 @@ def _check_distinct(jobs: list[Job]) -> None:
                 hint="give each URL its own destination",
             )
         seen[job.dest] = job.url
+    working = {side: job.url for job in jobs for side in _working_files(job.dest)}
+    for job in jobs:
+        if job.dest in working:
+            raise InputError(
+                f"'{job.url}' would be written to {job.dest}, where '{working[job.dest]}' "
+                "keeps its partial download",
+                hint=f"give each URL its own destination, not another's plus '{INCOMPLETE}'",
+            )
+
+
+def _working_files(dest: Path) -> tuple[Path, Path]:
+    """The files a download of ``dest`` writes beside it until it is whole."""
+    return incomplete_path(dest), meta_path(dest)
 
 
 def parse_checksums(text: str, name: str, where: str) -> str:
@@ -295,7 +321,21 @@ def parse_checksums(text: str, name: str, where: str) -> str:
     )
 
 
-def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolicy) -> str:
+def checksum_credentials(
+    sha256_url: str, url: str, headers: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The user's headers for a checksum file on the download's own origin (a private
+    repo's SHA256SUMS needs them); one on another origin never sees them."""
+    return dict(headers or {}) if origin(sha256_url) == origin(url) else {}
+
+
+def fetch_checksum(
+    client: httpx.Client,
+    url: str,
+    name: str,
+    policy: FetchPolicy,
+    credentials: Mapping[str, str] | None = None,
+) -> str:
     """Fetch a small checksum file with the same retry policy as the downloads.
 
     Read as sent (identity only, at most 16 MiB), so a hostile checksum URL can neither
@@ -311,7 +351,14 @@ def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolic
         for attempt in policy.retrying():
             with (
                 attempt,
-                open_response(client, "GET", url, headers=IDENTITY, timeout=policy.timeout) as resp,
+                open_response(
+                    client,
+                    "GET",
+                    url,
+                    headers=IDENTITY,
+                    credentials=credentials,  # checksum_credentials: same origin only
+                    timeout=policy.timeout,
+                ) as resp,
             ):
                 check_retryable(resp, url)
                 if resp.status_code != 200:

@@ -40,6 +40,7 @@ def retry_segment(
     lock: contextlib.AbstractContextManager[Any] | None = None,
     on_lost: Callable[[int], None] | None = None,
     stop: threading.Event | None = None,
+    deadline: float | None = None,
 ) -> T:
     """Run ``attempt(seg)`` under ``policy`` until it returns (its result); raise the last
     failure.
@@ -52,6 +53,7 @@ def retry_segment(
             backs off: :func:`throttles` is the rule retry-fetch applies).
         on_lost: told of the bytes delivered but never written, which progress takes back.
         stop: the driver's stop flag, which cuts a wait short (the next attempt then ends).
+        deadline: seconds from now after which no retry starts (the job's deadline).
     """
     guard = lock if lock is not None else contextlib.nullcontext()
 
@@ -70,7 +72,8 @@ def retry_segment(
         if stop is not None:
             stop.wait(seconds)
 
-    return policy.call(once, retry_on, sleep=pause if stop is not None else None, on_retry=throttle)
+    sleep = pause if stop is not None else None
+    return policy.call(once, retry_on, sleep=sleep, on_retry=throttle, deadline=deadline)
 
 
 def work_through(
