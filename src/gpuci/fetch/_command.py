@@ -91,11 +91,11 @@ def headline(done: list[FetchResult]) -> str:
 def _one(
     job: Job, client: httpx.Client, headers: dict[str, str], policy: FetchPolicy, rt: Runtime
 ) -> FetchResult | GpuciError:
+    started = time.monotonic()  # the checksum file's deadline counts from the job's start
     try:
         if job.sha256_url:
-            job = replace(
-                job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
-            )
+            digest = fetch_checksum(client, job.sha256_url, file_name(job.url), policy, started)
+            job = replace(job, sha256=digest)
         meter = rt.progress(job.dest.name, None)
         res = None
         try:

@@ -55,6 +55,7 @@ from gpuci.fetch._segments import Segmenter, segmentable
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
 from gpuci.files import sha256_file
+from gpuci.httpclients import Deadline
 from gpuci.units import human_bytes
 
 __all__ = ["FetchResult", "fetch_file", "new_client", "parse_content_range", "strong_validator"]
@@ -94,9 +95,16 @@ class _Download(DownloadJob):
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
+        deadline = Deadline.after(self.policy.deadline, self.started)  # headers and 1xx too
         asked = time.monotonic()
         with open_response(
-            self.client, "GET", url, headers=headers, credentials=self.headers, timeout=timeout
+            self.client,
+            "GET",
+            url,
+            headers=headers,
+            credentials=self.headers,
+            timeout=timeout,
+            deadline=deadline,
         ) as resp:
             self.first_byte_s = time.monotonic() - asked  # connect + wait: how far the server is
             self._check_status(resp, url, offset)

@@ -295,23 +295,39 @@ def parse_checksums(text: str, name: str, where: str) -> str:
     )
 
 
-def fetch_checksum(client: httpx.Client, url: str, name: str, policy: FetchPolicy) -> str:
+def fetch_checksum(
+    client: httpx.Client, url: str, name: str, policy: FetchPolicy, started: float | None = None
+) -> str:
     """Fetch a small checksum file with the same retry policy as the downloads.
 
     Read as sent (identity only, at most 16 MiB), so a hostile checksum URL can neither
-    inflate a gzip bomb nor stream an endless body into memory.
+    inflate a gzip bomb nor stream an endless body into memory; and within the policy's
+    deadline counted from ``started`` (the job's start; now when None), waits, headers and
+    body included, so one trickling its body cannot hold the job past it.
     """
+    import time
+
     import httpx
 
     from gpuci.fetch._client import IDENTITY, check_identity, open_response, read_capped
     from gpuci.fetch._policy import RetryableError, check_retryable
+    from gpuci.httpclients import Deadline
 
     fix = "check the sha256 URL, or give the digest itself"
+    started = time.monotonic() if started is None else started
+    deadline = Deadline.after(policy.deadline, started)
     try:
-        for attempt in policy.retrying():
+        for attempt in policy.retrying(started):
             with (
                 attempt,
-                open_response(client, "GET", url, headers=IDENTITY, timeout=policy.timeout) as resp,
+                open_response(
+                    client,
+                    "GET",
+                    url,
+                    headers=IDENTITY,
+                    timeout=policy.timeout,
+                    deadline=deadline,
+                ) as resp,
             ):
                 check_retryable(resp, url)
                 if resp.status_code != 200:
