@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from gpuci import journal
+from gpuci import httpclients, journal
 from gpuci.errors import ExitCode, GpuciError
 from gpuci.fetch._download import FetchResult, fetch_file, new_client
 from gpuci.fetch._memory import keep_buffers_in_heap
@@ -51,8 +52,7 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
     with new_client(policy, connections=workers * policy.connections) as client:
         if rt.dry_run:
             return _plan(jobs, client, headers, policy, workers, rt)
-        with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
-            outcomes = list(pool.map(lambda j: _one(j, client, headers, policy, rt), jobs))
+        outcomes = _fetch_all(jobs, workers, client, lambda j: _one(j, client, headers, policy, rt))
     done = [o for o in outcomes if isinstance(o, FetchResult)]
     failed = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if isinstance(o, GpuciError)]
     result = (
@@ -74,6 +74,33 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
         except OSError as exc:
             result.warning(f"could not write the job journal: {exc}", "gpu-ci: journal")
     return result
+
+
+def _fetch_all(
+    jobs: list[Job],
+    workers: int,
+    client: httpx.Client,
+    one: Callable[[Job], FetchResult | GpuciError],
+) -> list[FetchResult | GpuciError]:
+    """Each job's outcome, in order; ``workers`` at a time.
+
+    Ctrl-C must stop the step, not wait for it: one at a time, the jobs run on this (the main)
+    thread, where the interrupt lands inside the download itself. Several at a time, an
+    interrupt (which only the main thread sees) aborts the client, so every worker's read and
+    next connect fail at once and nothing more is renamed into place, and drops the jobs not
+    started; a worker in a retry's wait ends at its next connect.
+    """
+    if workers == 1:
+        return [one(job) for job in jobs]
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="fetch")
+    try:
+        outcomes = list(pool.map(one, jobs))
+    except BaseException:
+        httpclients.abort(client)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return outcomes
 
 
 def headline(done: list[FetchResult]) -> str:
