@@ -29,16 +29,30 @@ health and model probes):
   transports only; the class constant, and so every other httpx client in a library user's
   process, is left alone. A ``recv`` returns only what already arrived, so the bound on
   memory stays ours (``read_bytes`` a read), never the server's.
+- **A deadline per request, on such a client** (:func:`deadline`): httpx's timeouts bound each
+  read, so a server that trickles its headers (or sends ``103 Early Hints`` forever) holds a
+  request open without end. While a :class:`Deadline` is set, every connect, read and write
+  of that client's streams waits at most until it, then raises ``ReadTimeout`` naming it.
+- **Abort** (:func:`abort`): shuts every connection of such a client and refuses new ones, so
+  threads blocked in a read (a Ctrl-C's other downloads) end at once instead of finishing.
 
 Retries are not the client's: each caller declares a :class:`gpuci.retry.RetryPolicy`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import http.cookiejar
+import socket
 import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import httpcore
 import httpx
 
 from gpuci import __version__, settings
@@ -47,7 +61,17 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Mapping
 
-__all__ = ["USER_AGENT", "exact_stream", "new_client", "tls_context", "user_agent"]
+__all__ = [
+    "USER_AGENT",
+    "Aborted",
+    "Deadline",
+    "abort",
+    "deadline",
+    "exact_stream",
+    "new_client",
+    "tls_context",
+    "user_agent",
+]
 
 #: What every request says it is; :func:`user_agent` adds the part of gpu-ci that asks.
 USER_AGENT = f"gpu-ci/{__version__}"
@@ -132,8 +156,113 @@ def tls_context() -> ssl.SSLContext | bool:
 
 def exact_stream(stream: Any) -> Any:
     """The connection under ``stream`` that reads exactly what it is asked (no more), for a
-    reader that counts a body's last bytes itself; ``stream`` itself when it is not ours."""
+    reader that counts a body's last bytes itself; ``stream`` itself when it is not ours.
+    Its reads keep their own timeout (the reader checks the deadline between them), and an
+    :func:`abort` ends them too: it shuts the socket under them."""
     return stream.raw if isinstance(stream, _SizedStream) else stream
+
+
+# ----- a deadline for whole requests, and abort ------------------------------------------------
+class Aborted(BaseException):
+    """A connection of an aborted client was used. A BaseException, as Ctrl-C's own is: every
+    retry loop and ``except Exception`` on the way lets it through, so the thread ends."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """An absolute end (``time.monotonic()``) and the seconds it was given, to name it."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float, started: float | None = None) -> Deadline:
+        """``seconds`` after ``started`` (a ``time.monotonic()``; now when None)."""
+        return cls((time.monotonic() if started is None else started) + seconds, seconds)
+
+    def passed(self) -> str:
+        return f"the deadline of {self.seconds:g}s passed"
+
+
+_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "gpuci_http_deadline", default=None
+)
+
+
+@contextmanager
+def deadline(limit: Deadline | None) -> Iterator[None]:
+    """Within the block (this thread), every connect, read and write of a client made with
+    ``read_bytes`` ends by ``limit``: headers, interim 1xx answers and bodies included."""
+    token = _deadline.set(limit)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _time_left(timeout: float | None, expired: type[Exception]) -> float | None:
+    """``timeout`` cut to the deadline's time left; ``expired`` (naming it) once it passed."""
+    limit = _deadline.get()
+    if limit is None:
+        return timeout
+    left = limit.at - time.monotonic()
+    if left <= 0:
+        raise expired(limit.passed())
+    return left if timeout is None else min(timeout, left)
+
+
+def _bounded(call: Any, timeout: float | None, expired: type[Exception]) -> Any:
+    """``call(timeout)`` under the deadline: a timeout it caused says so."""
+    try:
+        return call(_time_left(timeout, expired))
+    except httpcore.TimeoutException:
+        _time_left(None, expired)  # raises, naming the deadline, when that was the cause
+        raise
+
+
+def abort(client: httpx.Client) -> None:
+    """Shut every connection of ``client`` (a thread blocked reading one wakes at once) and
+    make each later connect, read or write raise :class:`Aborted`. Only for a client made
+    with ``read_bytes``; others are left alone."""
+    for backend in _backends(client):
+        if isinstance(backend, _SizedBackend):
+            backend.gate.abort()
+
+
+class _Gate:
+    """A client's live connections and whether it was aborted; shared by its streams."""
+
+    def __init__(self) -> None:
+        self.aborted = threading.Event()
+        self._lock = threading.Lock()
+        self._streams: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def add(self, raw: Any) -> None:
+        with self._lock:
+            self._streams.add(raw)
+        if self.aborted.is_set():
+            _shut(raw)
+            raise Aborted("the downloads were stopped")
+
+    def check(self) -> None:
+        if self.aborted.is_set():
+            raise Aborted("the downloads were stopped")
+
+    def abort(self) -> None:
+        self.aborted.set()
+        with self._lock:
+            streams = list(self._streams)
+        for raw in streams:
+            _shut(raw)
+
+
+def _shut(raw: Any) -> None:
+    """Shut the socket under ``raw`` both ways: a ``recv`` blocked on it returns now (a
+    ``close`` from another thread would not wake it)."""
+    with suppress(Exception):
+        sock = raw.get_extra_info("socket")
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 # ----- the read size, per client ---------------------------------------------------------------
@@ -142,27 +271,51 @@ def _size_reads(client: httpx.Client, size: int) -> None:
     streams read ``size`` bytes at a time. httpx offers no public hook for a pool's backend,
     so this reaches into this client's own transports; a layout it does not recognise keeps
     httpcore's default read size, which is slower, never wrong."""
-    transports = [getattr(client, "_transport", None)]
-    transports += list(getattr(client, "_mounts", {}).values())
-    for transport in transports:
-        pool = getattr(transport, "_pool", None)
+    gate = _Gate()
+    for pool in _pools(client):
         backend = getattr(pool, "_network_backend", None)
         if backend is not None and not isinstance(backend, _SizedBackend):
-            pool._network_backend = _SizedBackend(backend, size)  # type: ignore[union-attr]
+            pool._network_backend = _SizedBackend(backend, size, gate)
+
+
+def _pools(client: httpx.Client) -> list[Any]:
+    """The connection pools of this client's transports (direct and each proxy's)."""
+    transports = [getattr(client, "_transport", None)]
+    transports += list(getattr(client, "_mounts", {}).values())
+    return [pool for t in transports if (pool := getattr(t, "_pool", None)) is not None]
+
+
+def _backends(client: httpx.Client) -> list[Any]:
+    return [getattr(pool, "_network_backend", None) for pool in _pools(client)]
 
 
 class _SizedBackend:
-    """httpcore's network backend, whose streams read at least ``size`` bytes per call."""
+    """httpcore's network backend, whose streams read at least ``size`` bytes per call, and
+    connect (as they read and write) under the deadline and the client's abort."""
 
-    def __init__(self, inner: Any, size: int) -> None:
+    def __init__(self, inner: Any, size: int, gate: _Gate) -> None:
         self.inner = inner
         self.size = size
+        self.gate = gate
 
-    def connect_tcp(self, *args: Any, **kwargs: Any) -> _SizedStream:
-        return _SizedStream(self.inner.connect_tcp(*args, **kwargs), self.size)
+    def connect_tcp(
+        self, host: str, port: int, timeout: float | None = None, **kwargs: Any
+    ) -> _SizedStream:
+        return self._connect(self.inner.connect_tcp, (host, port), timeout, kwargs)
 
-    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _SizedStream:
-        return _SizedStream(self.inner.connect_unix_socket(*args, **kwargs), self.size)
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, **kwargs: Any
+    ) -> _SizedStream:
+        return self._connect(self.inner.connect_unix_socket, (path,), timeout, kwargs)
+
+    def _connect(
+        self, connect: Any, where: tuple[Any, ...], timeout: float | None, kwargs: dict[str, Any]
+    ) -> _SizedStream:
+        self.gate.check()
+        expired = httpcore.ConnectTimeout
+        raw = _bounded(lambda t: connect(*where, timeout=t, **kwargs), timeout, expired)
+        self.gate.add(raw)
+        return _SizedStream(raw, self.size, self.gate)
 
     def sleep(self, seconds: float) -> None:
         self.inner.sleep(seconds)
@@ -177,22 +330,34 @@ class _SizedStream:
     reads from :attr:`raw` (:func:`exact_stream`), which asks for exactly what it is told.
     """
 
-    def __init__(self, raw: Any, size: int) -> None:
+    def __init__(self, raw: Any, size: int, gate: _Gate | None = None) -> None:
         self.raw = raw
         self.size = size
+        self.gate = gate or _Gate()
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        data: bytes = self.raw.read(max(max_bytes, self.size), timeout)
+        self.gate.check()
+        size = max(max_bytes, self.size)
+        data: bytes = _bounded(lambda t: self.raw.read(size, t), timeout, httpcore.ReadTimeout)
+        self.gate.check()  # woken by an abort: what it returned is not a server's answer
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self.raw.write(buffer, timeout)
+        self.gate.check()
+        _bounded(lambda t: self.raw.write(buffer, t), timeout, httpcore.WriteTimeout)
 
     def close(self) -> None:
         self.raw.close()
 
-    def start_tls(self, *args: Any, **kwargs: Any) -> _SizedStream:
-        return _SizedStream(self.raw.start_tls(*args, **kwargs), self.size)
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> _SizedStream:
+        self.gate.check()
+        start = self.raw.start_tls
+        expired = httpcore.ConnectTimeout
+        raw = _bounded(lambda t: start(ssl_context, server_hostname, t), timeout, expired)
+        self.gate.add(raw)
+        return _SizedStream(raw, self.size, self.gate)
 
     def get_extra_info(self, info: str) -> Any:
         return self.raw.get_extra_info(info)

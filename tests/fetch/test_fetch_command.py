@@ -243,3 +243,21 @@ def test_failed_files_still_count_their_attempts(server, tmp_path: Path):
     assert result.exit_code == 3 and "after 4 attempt(s)" in result.headline
     assert result.outputs["attempts"] == 4  # not 0: the output agrees with the error
     assert "data.bin: failed after 0 B in " in text  # the progress line does not read as done
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "probe"])
+def test_the_headers_reach_a_checksum_file_on_the_downloads_origin(
+    server, tmp_path: Path, dry_run: bool
+):
+    """A private repository's SHA256SUMS needs the same token as its files (same origin only:
+    ``checksum_credentials``); both the run and the probing dry run send it."""
+    server.add("/SHA256SUMS", f"{SHA}  data.bin\n".encode())
+    flags = {
+        "url": server.url("/data.bin"),
+        "sha256": server.url("/SHA256SUMS"),
+        "headers": "Authorization: Bearer tok-123456",
+    }
+    result, text = fetch(flags, tmp_path, dry_run=dry_run, GPUCI_PROBE="true")
+    assert result.ok, text
+    asked = server.gets("/SHA256SUMS")
+    assert asked and asked[0].headers.get("Authorization") == "Bearer tok-123456"

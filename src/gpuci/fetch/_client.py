@@ -81,12 +81,29 @@ def open_response(
     headers: Mapping[str, str] | None = None,
     credentials: Mapping[str, str] | None = None,
     timeout: httpx.Timeout | float | None = None,
+    deadline: httpclients.Deadline | None = None,
 ) -> Iterator[httpx.Response]:
     """Send ``method url`` and follow redirects; yields the final response, streaming.
 
     ``headers`` are ours (Range, Accept-Encoding) and go to every hop; ``credentials`` are the
     user's headers and go only to hops on the first URL's origin, until a hop leaves it.
+    ``timeout`` bounds each connect and read; ``deadline`` the whole exchange, read in this
+    thread: every hop, its headers and interim 1xx answers, and the body read in the block
+    (a server trickling its headers a byte at a time passes every read's timeout).
     """
+    with httpclients.deadline(deadline):
+        yield from _follow(client, method, url, headers, credentials, timeout)
+
+
+def _follow(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    headers: Mapping[str, str] | None,
+    credentials: Mapping[str, str] | None,
+    timeout: httpx.Timeout | float | None,
+) -> Iterator[httpx.Response]:
+    """:func:`open_response`'s hops: redirects followed by hand, credentials kept home."""
     current, from_url = split_userinfo(url)
     secret = {**from_url, **(credentials or {})}
     home = origin(current)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from gpuci import journal
+from gpuci import httpclients, journal
 from gpuci.errors import ExitCode, GpuciError
 from gpuci.fetch._download import FetchResult, fetch_file, new_client
 from gpuci.fetch._memory import keep_buffers_in_heap
@@ -19,6 +20,7 @@ from gpuci.fetch._policy import FetchPolicy
 from gpuci.fetch._sources import (
     Job,
     build_jobs,
+    checksum_credentials,
     fetch_checksum,
     file_name,
     parse_headers,
@@ -51,8 +53,7 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
     with new_client(policy, connections=workers * policy.connections) as client:
         if rt.dry_run:
             return _plan(jobs, client, headers, policy, workers, rt)
-        with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
-            outcomes = list(pool.map(lambda j: _one(j, client, headers, policy, rt), jobs))
+        outcomes = _fetch_all(jobs, workers, client, lambda j: _one(j, client, headers, policy, rt))
     done = [o for o in outcomes if isinstance(o, FetchResult)]
     failed = [(j, o) for j, o in zip(jobs, outcomes, strict=True) if isinstance(o, GpuciError)]
     result = (
@@ -76,6 +77,33 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
     return result
 
 
+def _fetch_all(
+    jobs: list[Job],
+    workers: int,
+    client: httpx.Client,
+    one: Callable[[Job], FetchResult | GpuciError],
+) -> list[FetchResult | GpuciError]:
+    """Each job's outcome, in order; ``workers`` at a time.
+
+    Ctrl-C must stop the step, not wait for it: one at a time, the jobs run on this (the main)
+    thread, where the interrupt lands inside the download itself. Several at a time, an
+    interrupt (which only the main thread sees) aborts the client, so every worker's read and
+    next connect fail at once and nothing more is renamed into place, and drops the jobs not
+    started; a worker in a retry's wait ends at its next connect.
+    """
+    if workers == 1:
+        return [one(job) for job in jobs]
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="fetch")
+    try:
+        outcomes = list(pool.map(one, jobs))
+    except BaseException:
+        httpclients.abort(client)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return outcomes
+
+
 def headline(done: list[FetchResult]) -> str:
     """ "verified" only for bytes checked against a sha256 someone gave us: a download without
     one is only "downloaded" (its digest is reported, but nothing was compared to it)."""
@@ -91,11 +119,13 @@ def headline(done: list[FetchResult]) -> str:
 def _one(
     job: Job, client: httpx.Client, headers: dict[str, str], policy: FetchPolicy, rt: Runtime
 ) -> FetchResult | GpuciError:
+    started = time.monotonic()  # the checksum file's deadline counts from the job's start
     try:
         if job.sha256_url:
-            job = replace(
-                job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
-            )
+            creds = checksum_credentials(job.sha256_url, job.url, headers)
+            name = file_name(job.url)
+            digest = fetch_checksum(client, job.sha256_url, name, policy, creds, started)
+            job = replace(job, sha256=digest)
         meter = rt.progress(job.dest.name, None)
         res = None
         try:
@@ -229,9 +259,9 @@ def _probe_all(
             return offline(job, policy)
         if job.sha256_url:
             try:
-                job = replace(
-                    job, sha256=fetch_checksum(client, job.sha256_url, file_name(job.url), policy)
-                )
+                creds = checksum_credentials(job.sha256_url, job.url, headers)
+                digest = fetch_checksum(client, job.sha256_url, file_name(job.url), policy, creds)
+                job = replace(job, sha256=digest)
             except GpuciError as exc:
                 return Probe(job, None, None, False, "fail", exc.one_line())
         return probe(client, job, headers, policy)

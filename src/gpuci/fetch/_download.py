@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import re
 import stat
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from gpuci import files
 from gpuci.errors import FetchError, GpuciError, IntegrityError
 from gpuci.fetch._client import (
     answered_span,
@@ -55,6 +55,7 @@ from gpuci.fetch._policy import (
 from gpuci.fetch._segments import Segmenter, segmentable
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
+from gpuci.httpclients import Deadline
 from gpuci.redact import excerpt
 from gpuci.units import human_bytes
 
@@ -95,9 +96,16 @@ class _Download(DownloadJob):
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
+        deadline = Deadline.after(self.policy.deadline, self.started)  # headers and 1xx too
         asked = time.monotonic()
         with open_response(
-            self.client, "GET", url, headers=headers, credentials=self.headers, timeout=timeout
+            self.client,
+            "GET",
+            url,
+            headers=headers,
+            credentials=self.headers,
+            timeout=timeout,
+            deadline=deadline,
         ) as resp:
             self.first_byte_s = time.monotonic() - asked  # connect + wait: how far the server is
             self._check_status(resp, url, offset)
@@ -225,14 +233,12 @@ def already_present(dest: Path, sha256: str, max_bytes: int | None) -> int | Non
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
             return None
-        digest = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            digest.update(chunk)
+        digest = files.hash_fd(fd)[0].hexdigest()
     except OSError:
         return None
     finally:
         os.close(fd)
-    return st.st_size if digest.hexdigest() == sha256.lower() else None
+    return st.st_size if digest == sha256.lower() else None
 
 
 def _write_failed(partial: Partial, exc: OSError) -> FetchError:

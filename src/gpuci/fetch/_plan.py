@@ -21,7 +21,8 @@ from gpuci.fetch._download import already_present, describe, parse_content_range
 from gpuci.fetch._partial import inspect
 from gpuci.fetch._policy import FetchPolicy
 from gpuci.fetch._sources import Job
-from gpuci.files import incomplete_path, sha256_file
+from gpuci.files import incomplete_path
+from gpuci.httpclients import Deadline
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,17 @@ class Probe:
         return self.error is None
 
 
+def _already_verified(job: Job, policy: FetchPolicy) -> Probe | None:
+    """A dest that already hashes to the digest given: a real run skips it, as this says."""
+    size = already_present(job.dest, job.sha256, policy.max_bytes) if job.sha256 else None
+    return None if size is None else Probe(job, None, size, False, "skip: already verified")
+
+
 def offline(job: Job, policy: FetchPolicy) -> Probe:
     """What a real run would do, from the inputs and this disk alone: no request is sent."""
-    present = already_present(job.dest, job.sha256, policy.max_bytes) if job.sha256 else None
+    present = _already_verified(job, policy)
     if present is not None:
-        return Probe(job, None, present, False, "skip: already verified")
+        return present
     partial = incomplete_path(job.dest)
     found = inspect(job.dest, job.url, policy.max_bytes)
     start = f"resume from byte {found.size} of {partial}" if found else f"write {partial}"
@@ -61,12 +68,14 @@ def offline(job: Job, policy: FetchPolicy) -> Probe:
 
 def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: FetchPolicy) -> Probe:
     """HEAD the URL (or a ``bytes=0-0`` GET) and say what a real run would write."""
-    if job.sha256 and job.dest.is_file() and sha256_file(job.dest) == job.sha256:
-        return Probe(job, None, job.dest.stat().st_size, False, "skip: already verified")
+    present = _already_verified(job, policy)
+    if present is not None:
+        return present
+    deadline = Deadline.after(policy.deadline)  # both asks, as a real run's whole download
     try:
-        resp = _ask(client, "HEAD", job.url, headers, policy)
+        resp = _ask(client, "HEAD", job.url, headers, policy, deadline)
         if resp.status_code != 200 or _length(resp) is None:  # HEAD refused (or signed for GET)
-            resp = _ask(client, "GET", job.url, headers, policy)
+            resp = _ask(client, "GET", job.url, headers, policy, deadline)
         check_identity(resp)
     except httpx.HTTPError as exc:
         return Probe(job, None, None, False, "fail", describe(exc))
@@ -98,12 +107,24 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
 
 
 def _ask(
-    client: httpx.Client, method: str, url: str, headers: dict[str, str], policy: FetchPolicy
+    client: httpx.Client,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    policy: FetchPolicy,
+    deadline: Deadline,
 ) -> httpx.Response:
-    """The answer's status and headers; the body (if any) is never read."""
+    """The answer's status and headers, by ``deadline`` (a server trickling its headers would
+    pass every read's timeout); the body (if any) is never read."""
     ours = IDENTITY if method == "HEAD" else {**IDENTITY, "Range": "bytes=0-0"}
     with open_response(
-        client, method, url, headers=ours, credentials=headers, timeout=policy.timeout
+        client,
+        method,
+        url,
+        headers=ours,
+        credentials=headers,
+        timeout=policy.timeout,
+        deadline=deadline,
     ) as resp:
         return resp
 

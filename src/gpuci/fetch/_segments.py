@@ -87,6 +87,7 @@ from gpuci.fetch._policy import (
     check_retryable,
 )
 from gpuci.fetch._validators import segment_validator, version_of
+from gpuci.httpclients import Deadline
 from gpuci.ranged import _extents as extents
 from gpuci.ranged._drive import pump
 from gpuci.ranged._plan import Plan, Segment
@@ -446,6 +447,7 @@ class Segmenter:
             headers=headers,
             credentials=self.credentials,
             timeout=httpx.Timeout(left),
+            deadline=Deadline.after(self.policy.deadline, self.job.started),  # headers too
         ) as resp:
             waited = time.monotonic() - asked
             with self.lock:

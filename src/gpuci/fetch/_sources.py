@@ -335,20 +335,28 @@ def fetch_checksum(
     name: str,
     policy: FetchPolicy,
     credentials: Mapping[str, str] | None = None,
+    started: float | None = None,
 ) -> str:
     """Fetch a small checksum file with the same retry policy as the downloads.
 
     Read as sent (identity only, at most 16 MiB), so a hostile checksum URL can neither
-    inflate a gzip bomb nor stream an endless body into memory.
+    inflate a gzip bomb nor stream an endless body into memory; and within the policy's
+    deadline counted from ``started`` (the job's start; now when None), waits, headers and
+    body included, so one trickling its body cannot hold the job past it.
     """
+    import time
+
     import httpx
 
     from gpuci.fetch._client import IDENTITY, check_identity, open_response, read_capped
     from gpuci.fetch._policy import RetryableError, check_retryable
+    from gpuci.httpclients import Deadline
 
     fix = "check the sha256 URL, or give the digest itself"
+    started = time.monotonic() if started is None else started
+    deadline = Deadline.after(policy.deadline, started)
     try:
-        for attempt in policy.retrying():
+        for attempt in policy.retrying(started):
             with (
                 attempt,
                 open_response(
@@ -358,6 +366,7 @@ def fetch_checksum(
                     headers=IDENTITY,
                     credentials=credentials,  # checksum_credentials: same origin only
                     timeout=policy.timeout,
+                    deadline=deadline,
                 ) as resp,
             ):
                 check_retryable(resp, url)
