@@ -269,3 +269,17 @@ def test_a_real_folder_or_a_trailing_slash_still_names_a_folder(tmp_path):
     url = "http://127.0.0.1:9/data.bin"
     assert build_jobs([url], "real", None, None, tmp_path)[0].dest == tmp_path / "real/data.bin"
     assert build_jobs([url], "link/", None, None, tmp_path)[0].dest == tmp_path / "link/data.bin"
+
+
+# ----- one deadline for a checksum file and its download ---------------------------------------
+def test_a_download_after_a_checksum_file_shares_its_deadline(server, policy, tmp_path):
+    """The command fetches the checksum file first and passes its start: a deadline the checksum
+    file already used up leaves the download none (it used to start a fresh one: up to about
+    twice ``deadline`` in all)."""
+    import time
+
+    long_ago = time.monotonic() - 10 * policy.deadline
+    with pytest.raises(FetchError, match="deadline"):
+        fetch_file(server.url("/data.bin"), tmp_path / "d.bin", policy=policy, started=long_ago)
+    assert server.gets("/data.bin") == []
+    assert not (tmp_path / "d.bin").exists()

@@ -138,6 +138,7 @@ def _one(
                 mirrors=job.mirrors,
                 client=client,
                 progress=meter,
+                started=started,  # one deadline for the checksum file and the download
             )
         finally:
             present = res is not None and res.skipped

@@ -292,6 +292,7 @@ def fetch_file(
     mirrors: Sequence[str] = (),
     client: httpx.Client | None = None,
     progress: ProgressLike | None = None,
+    started: float | None = None,
 ) -> FetchResult:
     """Download ``url`` to ``dest``: retried, resumed, verified, renamed into place atomically.
 
@@ -309,6 +310,8 @@ def fetch_file(
             all within one ``policy.deadline``.
         client: a shared httpx client, to reuse connections across files.
         progress: told of the bytes as they arrive.
+        started: when ``policy.deadline`` began (``time.monotonic()``); now when None. A caller
+            that fetched a checksum file first passes its own start: one deadline for both.
 
     Returns:
         The URL that delivered, the path, digest and size, the attempts and resumed bytes.
@@ -322,7 +325,7 @@ def fetch_file(
     """
     policy = policy or FetchPolicy()
     dest = Path(dest)
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
     for source in (url, *mirrors):
         check_url(source, "url")
     size = already_present(dest, sha256, policy.max_bytes) if sha256 else None
@@ -332,6 +335,7 @@ def fetch_file(
     own = client is None
     client = client or new_client(policy, connections=policy.connections)
     job = _Download(client, dest, policy, headers or {}, progress, partial)
+    job.started = started  # the deadline's own start, shared with a checksum file fetched first
     try:
         return _walk_sources(job, (url, *mirrors), sha256, started)
     finally:
