@@ -66,6 +66,8 @@ def assert_deadline_line(proc: subprocess.CompletedProcess[str]) -> None:
     text = proc.stdout + proc.stderr
     assert proc.returncode == 3, text
     assert "deadline of 2s" in text, text
+    twice = [line for line in text.splitlines() if line.count("deadline of") > 1]
+    assert not twice, twice  # the line says it once
     assert "Traceback" not in text and "internal error" not in text, text
 
 

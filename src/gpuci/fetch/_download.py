@@ -416,7 +416,8 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
         hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
         retryable = isinstance(exc, RETRYABLE)
-        if job.remaining() <= 0 or (retryable and tries < job.policy.attempts):
+        named = "deadline of" in cause  # the client's timeout said it already
+        if not named and (job.remaining() <= 0 or (retryable and tries < job.policy.attempts)):
             where += f"; stopped by the deadline of {job.policy.deadline:g}s"
         error = FetchError(
             where,
