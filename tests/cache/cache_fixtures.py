@@ -50,6 +50,13 @@ def store(request, tmp_path: Path) -> StoreCase:
 
 
 @pytest.fixture
+def file_store(tmp_path: Path) -> StoreCase:
+    """The file store alone: for what only a folder has (names on disk, mtimes to set back)."""
+    root = tmp_path / "store"
+    return StoreCase("local", root.as_uri(), None, root=root)
+
+
+@pytest.fixture
 def s3_store(request, s3_server: str) -> StoreCase:
     if s3_server == "seaweedfs":
         return s3_case("seaweedfs", seaweedfs_server(request))

@@ -13,8 +13,10 @@ import gzip
 import hashlib
 import os
 import socket
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -370,3 +372,31 @@ def http_date(seconds_from_now: float) -> str:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def raw_server(answer: Callable[[bytes], bytes]) -> tuple[str, socket.socket]:
+    """An HTTP/1.1 server on port 0 answering each connection's one request with raw bytes."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            request = b""
+            while b"\r\n\r\n" not in request:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                request += data
+            try:
+                conn.sendall(answer(request))
+            except OSError:
+                pass
+            conn.close()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/f", sock

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import socket
-import threading
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import pytest
-from fetch_server import DATA, Fault, FaultyServer
+from fetch_server import DATA, Fault, FaultyServer, raw_server
 
 from gpuci.errors import FetchError, InputError
 from gpuci.fetch import FetchPolicy, fetch_file
@@ -196,35 +193,9 @@ def test_the_users_headers_reach_a_checksum_file_on_the_same_origin_only(server,
 HUGE_RANGE = "bytes " + "9" * 90_000
 
 
-def _answer_always(raw: bytes) -> tuple[str, socket.socket]:
-    """A server on port 0 answering every request with ``raw`` and closing."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-
-    def loop() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            with conn:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    data = conn.recv(65536)
-                    if not data:
-                        break
-                    request += data
-                with contextlib.suppress(OSError):
-                    conn.sendall(raw)
-
-    threading.Thread(target=loop, daemon=True).start()
-    return f"http://127.0.0.1:{sock.getsockname()[1]}/f.bin", sock
-
-
 def test_a_huge_content_range_is_cut_in_the_downloads_error(tmp_path, policy):
     raw = f'HTTP/1.1 206 Partial Content\r\nETag: "v"\r\nContent-Range: {HUGE_RANGE}\r\n'
-    url, sock = _answer_always((raw + "Content-Length: 0\r\n\r\n").encode())
+    url, sock = raw_server(lambda _request: (raw + "Content-Length: 0\r\n\r\n").encode())
     try:
         with pytest.raises(FetchError) as info:
             fetch_file(url, tmp_path / "f.bin", None, policy=replace(policy, attempts=2))

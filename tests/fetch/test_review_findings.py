@@ -7,13 +7,12 @@ import json
 import os
 import re
 import signal
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer
+from fetch_server import DATA, Fault, FaultyServer, raw_server
 
 from gpuci.errors import FetchError
 from gpuci.fetch import FetchPolicy, fetch_file
@@ -21,34 +20,6 @@ from gpuci.fetch._partial import url_key
 
 SHA = hashlib.sha256(DATA).hexdigest()
 POLICY = FetchPolicy(attempts=3, timeout=5, deadline=30, max_wait=0.05, initial_wait=0.01)
-
-
-def _raw_server(answer: Callable[[bytes], bytes]) -> tuple[str, socket.socket]:
-    """An HTTP/1.1 server on port 0 answering each connection's one request with raw bytes."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
-
-    def loop() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            request = b""
-            while b"\r\n\r\n" not in request:
-                data = conn.recv(65536)
-                if not data:
-                    break
-                request += data
-            try:
-                conn.sendall(answer(request))
-            except OSError:
-                pass
-            conn.close()
-
-    threading.Thread(target=loop, daemon=True).start()
-    return f"http://127.0.0.1:{sock.getsockname()[1]}/f", sock
 
 
 def test_a_206_body_running_past_its_content_range_is_not_taken_as_the_next_bytes(tmp_path):
@@ -73,7 +44,7 @@ def test_a_206_body_running_past_its_content_range_is_not_taken_as_the_next_byte
             )
         return b'HTTP/1.1 200 OK\r\nETag: "v"\r\nContent-Length: 1024\r\n\r\n' + body[:100]
 
-    url, sock = _raw_server(answer)
+    url, sock = raw_server(answer)
     try:
         res = fetch_file(url, tmp_path / "o", None, policy=POLICY)
     finally:
@@ -137,7 +108,7 @@ def test_a_wide_resume_whose_206_runs_past_its_content_range_fetches_the_rest_by
     span ends at 300 and its chunked body runs on. The bytes past the span are never written;
     the rest comes over ranged requests in the same attempt."""
     body = bytes(range(256)) * 4096  # 1 MiB
-    url, sock = _raw_server(_short_span_liar(body))
+    url, sock = raw_server(_short_span_liar(body))
     (tmp_path / "o.incomplete").write_bytes(body[:100])
     (tmp_path / "o.incomplete").chmod(0o644)
     record = {"url": url, "url_sha256": url_key(url), "validator": '"v"', "total": len(body)}
@@ -156,7 +127,7 @@ def test_a_ranged_segment_whose_206_runs_past_its_content_range_is_not_taken(tmp
     """F2 on a segment's retry: the first answer (200, wide) is cut at 100; the head's range
     is asked again as bytes=100-131171 and answered 'bytes 100-299' with a body running on."""
     body = bytes(range(256)) * 4096
-    url, sock = _raw_server(_short_span_liar(body))
+    url, sock = raw_server(_short_span_liar(body))
     try:
         fetch_file(url, tmp_path / "o", None, policy=WIDE)
     finally:

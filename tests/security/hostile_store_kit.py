@@ -19,7 +19,7 @@ _CACHE_TESTS = Path(__file__).resolve().parents[1] / "cache"
 if str(_CACHE_TESTS) not in sys.path:
     sys.path.insert(0, str(_CACHE_TESTS))  # the cache tests' helper modules live there
 
-from cache_fixtures import aws_env, env, proxy, store  # noqa: E402  (needs the path above)
+from cache_fixtures import aws_env, env, file_store, proxy, store  # noqa: E402  (path above)
 from cache_testing import (  # noqa: E402
     CREDS,
     StoreCase,
@@ -36,6 +36,7 @@ __all__ = [
     "aws_env",
     "cache_cmd",
     "env",
+    "file_store",
     "leftovers",
     "new_bucket",
     "next_store_second",

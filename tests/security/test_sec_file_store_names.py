@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """The names in a file store are input like its contents: a name record (the text of a path
 component too long for a file name, kept beside it) that names another object or a file outside
 the store, a file name that is not UTF-8, or a ref spelled otherwise than a save spells its key
@@ -10,28 +11,17 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-from hostile_store_kit import StoreCase, cache_cmd
+from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+    StoreCase,
+    cache_cmd,
+    env,
+    file_store,
+)
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LONG_MARK, NAME_SUFFIX, LocalStore
 
 OLD = time.time() - 90 * 86400  # past any --older-than below
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> StoreCase:
-    root = tmp_path / "store"
-    return StoreCase("local", root.as_uri(), None, root=root)
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return {
-        "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
-        "HOME": str(tmp_path / "home"),
-        "GPUCI_LOCAL_CACHE": "off",
-    }
 
 
 def _save(store: StoreCase, env: dict[str, str], key: str, src: Path) -> None:
@@ -55,27 +45,27 @@ def _plant_record(folder: Path, mark: str, text: str) -> None:
 
 
 def test_a_planted_name_record_cannot_make_prune_delete_another_object_or_a_file_outside(
-    store: StoreCase, env: dict[str, str], tmp_path: Path
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(store, env, "live-key", _tree(tmp_path / "src"))
-    assert store.root is not None
-    blob = next(k for k in store.object_keys() if k.startswith(layout.BLOBS))
-    manifest = next(k for k in store.object_keys() if k.startswith(layout.MANIFESTS))
+    _save(file_store, env, "live-key", _tree(tmp_path / "src"))
+    assert file_store.root is not None
+    blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
+    manifest = next(k for k in file_store.object_keys() if k.startswith(layout.MANIFESTS))
     victim = tmp_path / "outside" / "victim.txt"
     victim.parent.mkdir()
     victim.write_text("precious")
-    refs = store.root / layout.refs_prefix("default")
+    refs = file_store.root / layout.refs_prefix("default")
     _plant_record(refs, f"{LONG_MARK}evil1", f"../../{blob}")
     _plant_record(refs, f"{LONG_MARK}evil2", "../../../outside/victim.txt")
-    _plant_record(store.root / Path(blob).parent, f"{LONG_MARK}evil3", f"../../../{manifest}")
-    listed, _ = cache_cmd("ls", store.flags(), env)
+    _plant_record(file_store.root / Path(blob).parent, f"{LONG_MARK}evil3", f"../../../{manifest}")
+    listed, _ = cache_cmd("ls", file_store.flags(), env)
     assert listed.ok and [row["key"] for row in listed.report["keys"]] == ["live-key"]
-    pruned, _ = cache_cmd("prune", {**store.flags(), "older-than": "30d", "grace": "0s"}, env)
+    pruned, _ = cache_cmd("prune", {**file_store.flags(), "older-than": "30d", "grace": "0s"}, env)
     assert pruned.ok, pruned.headline
     assert victim.read_text() == "precious"
-    assert (store.root / blob).is_file() and (store.root / manifest).is_file()
+    assert (file_store.root / blob).is_file() and (file_store.root / manifest).is_file()
     back, _ = cache_cmd(
-        "restore", {**store.flags(), "key": "live-key", "path": str(tmp_path / "back")}, env
+        "restore", {**file_store.flags(), "key": "live-key", "path": str(tmp_path / "back")}, env
     )
     assert back.ok and back.outputs["cache-hit"] is True, back.headline
 
@@ -88,40 +78,40 @@ def test_a_long_key_still_lists_through_its_own_record(tmp_path: Path) -> None:
 
 
 def test_a_file_name_that_is_not_utf8_is_no_key(
-    store: StoreCase, env: dict[str, str], tmp_path: Path
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(store, env, "w-1", _tree(tmp_path / "src"))
-    assert store.root is not None
-    refs = os.fsencode(store.root / layout.refs_prefix("default"))
+    _save(file_store, env, "w-1", _tree(tmp_path / "src"))
+    assert file_store.root is not None
+    refs = os.fsencode(file_store.root / layout.refs_prefix("default"))
     with open(refs + b"w-\xff\xfe", "wb") as planted:
         planted.write(b"{}")
     restored, _ = cache_cmd(
         "restore",
-        {**store.flags(), "key": "nope", "restore-keys": "w-", "path": str(tmp_path / "o")},
+        {**file_store.flags(), "key": "nope", "restore-keys": "w-", "path": str(tmp_path / "o")},
         env,
     )
     assert restored.ok and restored.outputs["matched-key"] == "w-1", restored.headline
-    listed, _ = cache_cmd("ls", store.flags(), env)
+    listed, _ = cache_cmd("ls", file_store.flags(), env)
     assert listed.ok and [row["key"] for row in listed.report["keys"]] == ["w-1"]
-    pruned, _ = cache_cmd("prune", {**store.flags(), "older-than": "30d"}, env)
+    pruned, _ = cache_cmd("prune", {**file_store.flags(), "older-than": "30d"}, env)
     assert pruned.ok, pruned.headline
 
 
 def test_a_ref_spelled_otherwise_than_a_save_would_is_ignored_and_spares_the_use_it_spells(
-    store: StoreCase, env: dict[str, str], tmp_path: Path
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(store, env, "é", _tree(tmp_path / "src"))  # stored as refs/default/%C3%A9
+    _save(file_store, env, "é", _tree(tmp_path / "src"))  # stored as refs/default/%C3%A9
     restored, _ = cache_cmd(
-        "restore", {**store.flags(), "key": "é", "path": str(tmp_path / "o")}, env
+        "restore", {**file_store.flags(), "key": "é", "path": str(tmp_path / "o")}, env
     )
     assert restored.ok
-    assert store.root is not None
-    use = store.root / layout.use_key("default", "é")
+    assert file_store.root is not None
+    use = file_store.root / layout.use_key("default", "é")
     assert use.is_file()
-    raw = store.root / layout.refs_prefix("default") / "é"  # the same key, not quoted: planted
-    raw.write_bytes(store.get_raw(layout.ref_key("default", "é")))
+    raw = file_store.root / layout.refs_prefix("default") / "é"  # the same key, not quoted: planted
+    raw.write_bytes(file_store.get_raw(layout.ref_key("default", "é")))
     os.utime(raw, (OLD, OLD))
-    pruned, _ = cache_cmd("prune", {**store.flags(), "older-than": "30d", "grace": "0s"}, env)
+    pruned, _ = cache_cmd("prune", {**file_store.flags(), "older-than": "30d", "grace": "0s"}, env)
     assert pruned.ok, pruned.headline
     assert use.is_file(), "prune deleted the live key's use record through a planted spelling"
     said = [a.message for a in pruned.annotations]

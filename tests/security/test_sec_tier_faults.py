@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from tier_runner import Runner, model_tree, sha, tier_is_honest, tier_runs, warnings
+from tier_runner import (
+    Runner,
+    model_tree,
+    restored,
+    sha,
+    small_files,
+    tier_is_honest,
+    tier_runs,
+    warnings,
+)
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest as mf
@@ -23,19 +32,6 @@ from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
 
 MODES = ("copy", "verify", "link")
-
-
-def _small_files(root: Path, count: int, size: int = 3_000) -> dict[str, bytes]:
-    root.mkdir(parents=True, exist_ok=True)
-    files = {f"c{i:02d}.json": os.urandom(size + i) for i in range(count)}
-    for name, data in files.items():
-        (root / name).write_bytes(data)
-    return files
-
-
-def _restored(job: Path, files: dict[str, bytes]) -> None:
-    for name, data in files.items():
-        assert (job / name).read_bytes() == data, name
 
 
 def _refusing(monkeypatch: pytest.MonkeyPatch, name: str, below: Path, err: int) -> None:
@@ -63,7 +59,7 @@ def test_a_tier_folder_that_cannot_be_searched_costs_the_store_copy_never_the_jo
     _refusing(monkeypatch, "lstat", shard.parent, errno.EACCES)
     _refusing(monkeypatch, "open", shard.parent, errno.EACCES)
     got = runner.restore("m", tmp_path / "job", **{"local-cache-mode": mode})
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-downloaded"] == len(files["model.safetensors"])
     assert any("cannot be looked at" in w for w in warnings(got)), warnings(got)
     runner.save("m2", tmp_path / "src", **{"local-cache-mode": mode})  # the save goes on too
@@ -104,7 +100,7 @@ def test_link_mode_on_another_filesystem_copies_into_the_tier_only_with_room(
     _tier_on_another_disk(monkeypatch, runner.tier)
     monkeypatch.setattr(LocalTier, "room_for", lambda *_args, **_kwargs: False)
     runner.restore("m", tmp_path / "job", **{"local-cache-mode": "link"})
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     tier = runner.tier / layout.BLOBS
     assert not tier.exists() or [p for p in tier.rglob("*") if p.is_file()] == []
     monkeypatch.undo()  # with room, the same restore does fill it, by copying
@@ -118,9 +114,9 @@ def test_a_partial_restore_asks_room_for_the_whole_runs_it_keeps(
 ) -> None:
     runner = Runner(tmp_path)
     src = tmp_path / "src"
-    wanted = _small_files(src, 12, size=1_000)
+    wanted = small_files(src, 12, size=1_000)
     for i in range(12):  # between each two configs, a file the restore skips
-        (src / f"c{i:02d}.pad").write_bytes(os.urandom(60_000))
+        (src / f"sub/f{i:03d}.pad").write_bytes(os.urandom(60_000))
     runner.save("m", src, tier=False)
     asked: list[int] = []
     real = LocalTier.room_for
@@ -131,7 +127,7 @@ def test_a_partial_restore_asks_room_for_the_whole_runs_it_keeps(
 
     monkeypatch.setattr(LocalTier, "room_for", spy)
     runner.restore("m", tmp_path / "job", include="*.json")
-    _restored(tmp_path / "job", wanted)
+    restored(tmp_path / "job", wanted)
     kept = sum(p.stat().st_size for p in tier_runs(runner.tier).values())
     assert kept > sum(map(len, wanted.values()))  # the runs hold the skipped bytes too
     assert asked and max(asked) >= kept, (asked, kept)
@@ -142,7 +138,7 @@ def test_a_run_that_cannot_be_read_is_dropped_and_the_store_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     runner = Runner(tmp_path)
-    files = _small_files(tmp_path / "src", 20)
+    files = small_files(tmp_path / "src", 20)
     runner.save("m", tmp_path / "src", tier=False)
     runner.restore("m", tmp_path / "cold")
     (run,) = tier_runs(runner.tier).values()
@@ -155,7 +151,7 @@ def test_a_run_that_cannot_be_read_is_dropped_and_the_store_serves(
 
     monkeypatch.setattr(os, "pread", stale)
     got = runner.restore("m", tmp_path / "job", **{"local-cache-mode": mode})
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-downloaded"] == sum(map(len, files.values()))
     assert any("cannot be read" in w for w in warnings(got)), warnings(got)
 
@@ -194,15 +190,15 @@ def test_temp_files_of_dead_fills_are_swept_whatever_the_size_limit(
 def test_a_save_reusing_stored_packs_keeps_their_files_as_runs_not_blobs(tmp_path: Path) -> None:
     runner = Runner(tmp_path)
     src = tmp_path / "src"
-    files = _small_files(src, 30)
+    files = small_files(src, 30)
     runner.save("m", src, tier=False)
-    files["c05.json"] = os.urandom(3_005)  # one file changed: the others are reused
-    (src / "c05.json").write_bytes(files["c05.json"])
+    files["sub/f005.json"] = os.urandom(2_005)  # one file changed: the others are reused
+    (src / "sub/f005.json").write_bytes(files["sub/f005.json"])
     runner.save("m", src)
     assert not (runner.tier / layout.BLOBS).exists()  # no blob per small file
     tier_is_honest(runner.tier, runner.store)
     warm = runner.restore("m", tmp_path / "job")
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert warm.outputs["bytes-downloaded"] == 0
     assert warm.outputs["bytes-from-local"] == sum(map(len, files.values()))
 
@@ -240,6 +236,6 @@ def test_a_blob_that_cannot_be_read_is_fetched_from_the_store(
     monkeypatch.setattr(copying, "copy_fd", failing_disk)
     monkeypatch.setattr(copying, "copy_hashing", failing_disk)
     got = runner.restore("m", tmp_path / "job", **{"local-cache-mode": mode})
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-downloaded"] == len(files["model.safetensors"])
     assert any("cannot be read" in w for w in warnings(got)), warnings(got)

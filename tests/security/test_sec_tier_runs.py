@@ -11,26 +11,20 @@ import os
 from pathlib import Path
 
 import pytest
-from tier_runner import Runner, plant, tier_is_honest, tier_runs, warnings
+from tier_runner import (
+    Runner,
+    plant,
+    restored,
+    small_files,
+    tier_is_honest,
+    tier_runs,
+    warnings,
+)
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.tier import LocalTier
 
 MODES = ("copy", "verify", "link")
-
-
-def _small_tree(root: Path, count: int = 60) -> dict[str, bytes]:
-    """A tokenizer-and-configs folder: many small files, all of them packed."""
-    (root / "sub").mkdir(parents=True)
-    files = {f"sub/f{i:03d}.json": os.urandom(2_000 + i) for i in range(count)}
-    for name, data in files.items():
-        (root / name).write_bytes(data)
-    return files
-
-
-def _restored(job: Path, files: dict[str, bytes]) -> None:
-    for name, data in files.items():
-        assert (job / name).read_bytes() == data, name
 
 
 def _the_run(runner: Runner) -> Path:
@@ -43,16 +37,16 @@ def test_a_cold_restore_keeps_the_small_files_as_one_run_and_the_next_job_is_ser
     tmp_path: Path,
 ) -> None:
     runner = Runner(tmp_path)
-    files = _small_tree(tmp_path / "src")
+    files = small_files(tmp_path / "src")
     runner.save("m", tmp_path / "src", tier=False)
     cold = runner.restore("m", tmp_path / "job1")
-    _restored(tmp_path / "job1", files)
+    restored(tmp_path / "job1", files)
     assert cold.outputs["bytes-downloaded"] == sum(map(len, files.values()))
     assert not (runner.tier / layout.BLOBS).exists()  # not one blob per small file
     assert len(list((runner.tier / layout.TIER_RUNS).rglob("*"))) == 2  # a folder and the run
     tier_is_honest(runner.tier, runner.store)
     warm = runner.restore("m", tmp_path / "job2")
-    _restored(tmp_path / "job2", files)
+    restored(tmp_path / "job2", files)
     assert warm.outputs["bytes-downloaded"] == 0
     assert warm.outputs["bytes-from-local"] == sum(map(len, files.values()))
     assert warm.report["placed"] == {"copy": len(files)}
@@ -62,7 +56,7 @@ def test_a_cold_restore_keeps_the_small_files_as_one_run_and_the_next_job_is_ser
 def test_a_run_the_runner_user_rewrote_is_not_served(tmp_path: Path, mode: str) -> None:
     """Same size, frozen mtime, read-only: only the hash on the way out can tell."""
     runner = Runner(tmp_path)
-    files = _small_tree(tmp_path / "src")
+    files = small_files(tmp_path / "src")
     runner.save("m", tmp_path / "src")
     run = _the_run(runner)
     data = bytearray(run.read_bytes())
@@ -70,7 +64,7 @@ def test_a_run_the_runner_user_rewrote_is_not_served(tmp_path: Path, mode: str) 
     os.chmod(run, 0o644)
     plant(run, bytes(data))
     got = runner.restore("m", tmp_path / "job", **{"local-cache-mode": mode})
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-downloaded"] > 0
     assert any("do not hash to the manifest's" in w for w in warnings(got)), warnings(got)
     assert not run.exists()  # dropped on sight
@@ -79,7 +73,7 @@ def test_a_run_the_runner_user_rewrote_is_not_served(tmp_path: Path, mode: str) 
 
 def test_a_run_planted_as_a_symlink_is_not_followed(tmp_path: Path) -> None:
     runner = Runner(tmp_path)
-    files = _small_tree(tmp_path / "src")
+    files = small_files(tmp_path / "src")
     runner.save("m", tmp_path / "src")
     run = _the_run(runner)
     decoy = tmp_path / "decoy.bin"
@@ -87,7 +81,7 @@ def test_a_run_planted_as_a_symlink_is_not_followed(tmp_path: Path) -> None:
     run.unlink()
     run.symlink_to(decoy)
     got = runner.restore("m", tmp_path / "job")
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-from-local"] == 0
     assert any("symlink" in w for w in warnings(got)), warnings(got)
     assert decoy.exists()
@@ -95,13 +89,13 @@ def test_a_run_planted_as_a_symlink_is_not_followed(tmp_path: Path) -> None:
 
 def test_a_run_shorter_than_its_name_says_is_not_served(tmp_path: Path) -> None:
     runner = Runner(tmp_path)
-    files = _small_tree(tmp_path / "src")
+    files = small_files(tmp_path / "src")
     runner.save("m", tmp_path / "src")
     run = _the_run(runner)
     os.chmod(run, 0o644)
     plant(run, run.read_bytes()[:-1])
     got = runner.restore("m", tmp_path / "job")
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-from-local"] == 0
     assert any("bytes, not" in w for w in warnings(got)), warnings(got)
     tier_is_honest(runner.tier, runner.store)  # dropped, and filled again whole by the restore
@@ -127,7 +121,7 @@ def test_run_names_are_read_strictly() -> None:
 
 def test_eviction_counts_and_removes_runs(tmp_path: Path) -> None:
     runner = Runner(tmp_path)
-    _small_tree(tmp_path / "src")
+    small_files(tmp_path / "src")
     runner.save("m", tmp_path / "src")
     run = _the_run(runner)
     size = run.stat().st_size
@@ -141,7 +135,7 @@ def test_a_partial_restore_keeps_what_it_fetched_and_a_full_one_fetches_only_the
     tmp_path: Path,
 ) -> None:
     runner = Runner(tmp_path)
-    files = _small_tree(tmp_path / "src")
+    files = small_files(tmp_path / "src")
     for i in range(3):  # a second folder, packed after sub/
         (tmp_path / "src" / "zz").mkdir(exist_ok=True)
         files[f"zz/g{i}.json"] = os.urandom(3_000)
@@ -151,7 +145,7 @@ def test_a_partial_restore_keeps_what_it_fetched_and_a_full_one_fetches_only_the
     assert part.outputs["bytes-downloaded"] == 9_000
     assert len(tier_runs(runner.tier)) == 1
     full = runner.restore("m", tmp_path / "job")
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert full.outputs["bytes-from-local"] == 9_000
     assert full.outputs["bytes-downloaded"] == sum(map(len, files.values())) - 9_000
     tier_is_honest(runner.tier, runner.store)
@@ -188,7 +182,7 @@ def test_a_full_tier_disk_under_a_run_costs_no_second_download(
     """The run's temp file, and any blob a fill might start instead, on a disk with no room
     left: the tier's part is dropped, each packed file is still fetched once."""
     runner = Runner(tmp_path)
-    files = _small_tree(tmp_path / "src", count=40)
+    files = small_files(tmp_path / "src", count=40)
     runner.save("m", tmp_path / "src", tier=False)
 
     def on_a_full_disk(start):  # the temp file is made; its writes find no room
@@ -204,7 +198,7 @@ def test_a_full_tier_disk_under_a_run_costs_no_second_download(
     monkeypatch.setattr(LocalTier, "start_run", on_a_full_disk(LocalTier.start_run))
     monkeypatch.setattr(LocalTier, "start_fill", on_a_full_disk(LocalTier.start_fill))
     got = runner.restore("m", tmp_path / "job")
-    _restored(tmp_path / "job", files)
+    restored(tmp_path / "job", files)
     assert got.outputs["bytes-downloaded"] == sum(map(len, files.values()))
     assert any("a disk filled up" in w for w in warnings(got)), warnings(got)
     assert not tier_runs(runner.tier) and not (runner.tier / layout.BLOBS).exists()
@@ -231,4 +225,4 @@ def test_a_packed_file_of_any_size_is_served_from_its_run_and_the_dry_run_says_s
     )
     assert dry.outputs["bytes-downloaded"] == 0 and dry.outputs["bytes-from-local"] == total
     assert dry_run.report["bytes_local"] == total
-    _restored(tmp_path / "job2", files)
+    restored(tmp_path / "job2", files)

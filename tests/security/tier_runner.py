@@ -80,6 +80,21 @@ def model_tree(root: Path) -> dict[str, bytes]:
     return files
 
 
+def small_files(root: Path, count: int = 60, size: int = 2_000) -> dict[str, bytes]:
+    """A tokenizer-and-configs folder: ``count`` small files under ``sub/``, all packed."""
+    (root / "sub").mkdir(parents=True, exist_ok=True)
+    files = {f"sub/f{i:03d}.json": os.urandom(size + i) for i in range(count)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    return files
+
+
+def restored(job: Path, files: dict[str, bytes]) -> None:
+    """Every file is in the job's folder with exactly its bytes."""
+    for name, data in files.items():
+        assert (job / name).read_bytes() == data, name
+
+
 def plant(path: Path, data: bytes, mode: int = 0o444) -> None:
     """A file made to look like a tier blob: right size, frozen mtime, read-only."""
     path.parent.mkdir(parents=True, exist_ok=True)
