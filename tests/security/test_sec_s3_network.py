@@ -6,9 +6,13 @@ Save, restore and restore-keys each run as a real ``python -m gpuci`` process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +133,41 @@ def test_no_proxy_is_honoured(moto, tmp_path):
         env = _env(tmp_path, HTTP_PROXY=proxy.url, no_proxy="localhost,127.0.0.1")
         _round_trip(moto, _bucket(moto), env, tmp_path)
     assert proxy.seen == []
+
+
+def _trickling_connect_proxy() -> tuple[str, socket.socket]:
+    """A forward proxy that answers CONNECT "200", then a header line every 0.2 s, for ever: each
+    ``recv`` is inside any timeout, so only a deadline on the whole exchange ends it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def one(conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n")
+            while True:
+                conn.sendall(b"X-Pad: 1\r\n")
+                time.sleep(0.2)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                threading.Thread(target=one, args=(server.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}", server
+
+
+def test_a_proxy_trickling_its_answer_to_connect_ends_the_step_in_one_line(tmp_path):
+    proxy, server = _trickling_connect_proxy()
+    try:
+        env = _env(tmp_path, HTTPS_PROXY=proxy, GPUCI_S3_TIMEOUT="1")
+        args = ["cache-weights", "restore", "--store", "s3://bucket/c", "--key", "k"]
+        args += ["--endpoint-url", f"https://{PROXIED}:443", "--path", str(tmp_path / "out")]
+        run = run_measured(args, env, REPO, timeout=120)  # it used to run for ever
+    finally:
+        server.close()
+    assert run.code == 3, run.output
+    assert "did not answer in time" in run.output and "Traceback" not in run.output, run.output
+    assert not (tmp_path / "out").exists()

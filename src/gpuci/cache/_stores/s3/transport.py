@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuci.cache._stores.s3.network import Limits, Route
 
@@ -236,6 +236,19 @@ def _tune(sock: socket.socket, timeout: float) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _watch_from_the_start(conn: Connection | TLSConnection) -> None:
+    """Make ``conn.last_sock`` the raw socket the moment it exists, so the watchdog can shut it
+    while ``connect()`` is still running: a proxy that trickles its answer to CONNECT a header
+    line at a time (each ``recv`` inside the timeout) is bounded by the deadline too."""
+
+    def opened(*args: Any, **kwargs: Any) -> socket.socket:
+        sock = socket.create_connection(*args, **kwargs)
+        conn.last_sock = sock
+        return sock
+
+    vars(conn)["_create_connection"] = opened  # http.client's seam (set per instance, untyped)
+
+
 class Connection(http.client.HTTPConnection):
     response_class = _Response
 
@@ -245,6 +258,7 @@ class Connection(http.client.HTTPConnection):
         self.plain = plain  # MSG_WAITALL and splice apply (no TLS layer)
         self.absolute = ""  # "http://host:port" when requests go to a proxy in absolute form
         self.last_sock: socket.socket | None = None  # kept after http.client lets go of it
+        _watch_from_the_start(self)
 
     def connect(self) -> None:
         super().connect()
@@ -263,6 +277,7 @@ class TLSConnection(http.client.HTTPSConnection):
         self.io_timeout = timeout  # self.timeout is typed float | None; this one is set
         self.plain = False
         self.last_sock: socket.socket | None = None
+        _watch_from_the_start(self)
 
     def connect(self) -> None:
         super().connect()
