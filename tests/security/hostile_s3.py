@@ -39,6 +39,7 @@ MODES = (
     "ns-none",  # listing without a namespace
     "too-large",  # 413 (an HTML page, as nginx sends) to a body over Rule.limit bytes
     "no-multipart",  # 400 Bad Request (not XML) to CreateMultipartUpload
+    "padded-error",  # 200, then S3's keep-alive whitespace, then an <Error> body (not forwarded)
 )
 
 
@@ -196,6 +197,11 @@ class HostileS3:
             return True
         if mode == "no-multipart":
             conn.sendall(_frame(400, "Bad Request", [], b"Bad Request", method))
+            return True
+        if mode == "padded-error":  # as S3 answers a slow CompleteMultipartUpload that failed
+            body = b'<?xml version="1.0" encoding="UTF-8"?>\n' + b" " * 1024
+            body += b"<Error><Code>InternalError</Code><Message>try again</Message></Error>"
+            conn.sendall(_frame(200, "OK", [("Content-Type", "application/xml")], body, method))
             return True
         raise ValueError(mode)
 

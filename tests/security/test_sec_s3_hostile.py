@@ -165,6 +165,24 @@ def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_p
     assert saved_now.code == 0, saved_now.output
 
 
+def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(moto, saved, tmp_path):
+    """S3 keeps a slow CompleteMultipartUpload alive with whitespace, then may say in the 200's
+    body that it failed: the object does not exist, so the save must not publish its key."""
+    bucket, _ = saved
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("padded-error", "POST", "uploadId=")
+        run = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
+        assert hostile.rule.fired
+        _one_line_exit_3(run)
+        assert "CompleteMultipartUpload" in run.output and "InternalError" in run.output
+        hostile.rule = None
+        back = _restore(hostile, bucket, tmp_path, "--key", "big")
+    assert "cache-hit: false" in back.output, back.output  # no key names a missing blob
+
+
 def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):
     bucket, _ = saved
     src = tmp_path / "big"

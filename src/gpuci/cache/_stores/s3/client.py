@@ -65,6 +65,10 @@ MAX_LISTING_KEY_BYTES = 64 << 20
 PRESIGNED_FOR = 900
 
 
+# What may come before an XML document's root element: whitespace, the declaration, comments.
+_PROLOGUE = re.compile(rb"(?:\s|<\?xml[^>]{0,200}\?>|<!--.{0,200}?-->)*", re.S)
+
+
 @dataclass(frozen=True)
 class Reply:
     status: int
@@ -81,6 +85,15 @@ class Reply:
     def message(self) -> str:
         found = _MESSAGE_RE.search(self.body)
         return found.group(1).decode("utf-8", "replace") if found else ""
+
+    @property
+    def error_body(self) -> bool:
+        """The body is an S3 ``<Error>`` document, whatever the status: CompleteMultipartUpload,
+        CopyObject and UploadPartCopy may answer 200 and say they failed in the body, after
+        whitespace S3 writes to keep a slow answer alive (so not only in its first bytes)."""
+        start = _PROLOGUE.match(self.body)
+        rest = self.body[start.end() if start else 0 :]
+        return rest.startswith((b"<Error>", b"<Error "))
 
     @property
     def redirect(self) -> bool:

@@ -89,7 +89,7 @@ class S3Store(S3Errors, Store):
         an error, as CompleteMultipartUpload and CopyObject may send, fails too)."""
         complete = kwargs.pop("complete", False)
         reply = self._call(op, method, key, operation, **kwargs)
-        if not 200 <= reply.status < 300 or (complete and b"<Error>" in reply.body[:512]):
+        if not 200 <= reply.status < 300 or (complete and reply.error_body):
             raise self._coded_error(reply.code, reply.message, op, key, operation=operation)
         return reply
 
@@ -181,7 +181,7 @@ class S3Store(S3Errors, Store):
         source = quote(f"/{self.bucket}/{self.prefix}{key}", safe="/~")
         amz = {"x-amz-copy-source": source, "x-amz-metadata-directive": "REPLACE"}
         reply = self._call("touch", "PUT", key, "CopyObject", amz=amz)
-        if 200 <= reply.status < 300 and b"<Error>" not in reply.body[:512]:
+        if 200 <= reply.status < 300 and not reply.error_body:
             return
         if reply.code in ("InvalidRequest", "EntityTooLarge"):
             info = self.head(key)
