@@ -40,6 +40,7 @@ MODES = (
     "too-large",  # 413 (an HTML page, as nginx sends) to a body over Rule.limit bytes
     "no-multipart",  # 400 Bad Request (not XML) to CreateMultipartUpload
     "padded-error",  # 200, then S3's keep-alive whitespace, then an <Error> body (not forwarded)
+    "huge-head",  # HEAD: 200, Content-Length 2^62, modified in 2001 (an old, huge object)
 )
 
 
@@ -197,6 +198,11 @@ class HostileS3:
             return True
         if mode == "no-multipart":
             conn.sendall(_frame(400, "Bad Request", [], b"Bad Request", method))
+            return True
+        if mode == "huge-head":
+            answer = [("Content-Length", str(1 << 62)), ("ETag", '"x"')]
+            answer.append(("Last-Modified", "Mon, 01 Jan 2001 00:00:00 GMT"))
+            conn.sendall(_frame(200, "OK", answer, b"", "HEAD"))
             return True
         if mode == "padded-error":  # as S3 answers a slow CompleteMultipartUpload that failed
             body = b'<?xml version="1.0" encoding="UTF-8"?>\n' + b" " * 1024

@@ -183,6 +183,24 @@ def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(moto
     assert "cache-hit: false" in back.output, back.output  # no key names a missing blob
 
 
+def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(moto, saved, tmp_path):
+    """A HEAD that says an object the save is about to send is there, old and 2^62 bytes: the
+    save used to take it as present and make it young by copying it onto itself in up to 10,000
+    UploadPartCopy requests (the size the server claimed); another size is not the object."""
+    bucket, _ = saved
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(2 << 20))
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
+        run = _save(hostile, bucket, tmp_path, src)
+        assert hostile.rule.fired
+        assert run.code == 0, run.output  # sent again; not copied onto itself (moto lacks it)
+        hostile.rule = None
+        back = _restore(hostile, bucket, tmp_path, "--key", "big")
+    assert back.code == 0 and "cache-hit: true" in back.output, back.output
+
+
 def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):
     bucket, _ = saved
     src = tmp_path / "big"

@@ -299,7 +299,7 @@ class BlobUploads:
 
     def _present(self, entry: mf.Entry, key: str) -> bool:
         info = self.saver.head(key)
-        if info is None:
+        if info is None or info.size != entry.size:  # another size: a lie, or cut: send it
             return False
         if not self.dry_run:
             self.saver.refresh(info)
@@ -407,7 +407,7 @@ class _PackUploads:
             key = layout.pack_key(digest)
             with saver.uploads.slot():
                 info = saver.head(key)
-                if info is None:
+                if info is None or info.size != len(data):  # another size: a lie, or cut
                     if not self.dry_run:
                         put_content(saver.store, key, data)
                         saver.uploads.record(len(data))
