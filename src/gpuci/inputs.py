@@ -169,6 +169,7 @@ class Input:
     # The action.yml default when it must differ from the command's: an expression only the
     # runner can evaluate, e.g. ``${{ github.token }}`` (composite actions get no GITHUB_TOKEN).
     action_default: str | None = None
+    maximum: float | None = None
 
     @property
     def flag(self) -> str:
@@ -201,6 +202,11 @@ class Input:
             raise InputError(
                 f"input '{self.name}' ({source}) is {value}, below the minimum {self.minimum:g}",
                 hint=f"set {self.name} to at least {self.minimum:g}",
+            )
+        if self.maximum is not None and isinstance(value, int | float) and value > self.maximum:
+            raise InputError(
+                f"input '{self.name}' ({source}) is {value:g}, above the maximum {self.maximum:g}",
+                hint=f"set {self.name} to at most {self.maximum:g}",
             )
         return value
 
@@ -274,6 +280,7 @@ def inp(
     secret: bool = False,
     choices: tuple[str, ...] | None = None,
     minimum: float | None = None,
+    maximum: float | None = None,
     action_default: str | None = None,
 ) -> Any:
     """One input, as the default of a field in an :func:`options` class (which names it).
@@ -287,12 +294,15 @@ def inp(
         secret: masked the moment it is read.
         choices: the only values accepted.
         minimum: the least number accepted.
+        maximum: the most accepted, where more would be absurd or switch a check off.
         action_default: the ``action.yml`` default, when only the runner can evaluate it.
 
     Returns:
         A nameless :class:`Input`; typed ``Any`` so the field's annotation is its type.
     """
-    return Input("", help, kind, default, required, secret, choices, minimum, action_default)
+    return Input(
+        "", help, kind, default, required, secret, choices, minimum, action_default, maximum
+    )
 
 
 @dataclass_transform(frozen_default=True)
@@ -385,8 +395,8 @@ def checked(given: T) -> T:
 
     Raises:
         InputError: a value of another type than its field's, outside its input's choices,
-            below its minimum or not a finite number; the message names the input as the CLI
-            does.
+            below its minimum, above its maximum or not a finite number; the message names the
+            input as the CLI does.
     """
     for f in fields(given):  # type: ignore[arg-type]
         spec: Input = f.metadata["input"]

@@ -5,9 +5,10 @@ self-hosted runner with ``on-failure: quarantine``: on GitHub the configured lab
 from exactly this runner (its id from its ``.runner`` file, else ``RUNNER_NAME`` matched
 exactly in the repository's, organisation's and ``GPUCI_GITHUB_ENTERPRISE``'s runner lists)
 and ``gpuci-quarantined`` added;
-on GitLab the runner ``CI_RUNNER_ID`` is paused. An environment error (exit 2 or 3), a skip or
-a framework that cannot start is never a reason. The job still fails with the verdict; one
-annotation names the runner, the GPU and the way back (``python -m gpuci runners release``).
+on GitLab the runner ``CI_RUNNER_ID`` is paused. An environment error (exit 2 or 3), a skip,
+a framework that cannot start or a check stopped by gpu-ci's own error is never a reason. The
+job still fails with the verdict; one annotation names the runner, the GPU and the way back
+(``python -m gpuci runners release``).
 Without the token, or when the forge refuses, the verdict stands and one warning says the
 runner was not quarantined: the smoke never passes or crashes because of it. gpu-smoke calls
 :func:`after_verdict` as its last step (:mod:`gpuci.gpu._smoke.command`).
@@ -22,6 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from gpuci import settings, untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
+from gpuci.gpu._smoke.checks import OWN_ERROR_REASON
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
 from gpuci.inputs import inp, options
 from gpuci.redact import excerpt
@@ -42,6 +44,9 @@ TITLE = "gpu-smoke quarantine"
 # A failure that says the framework could not start (an import error, a driver mismatch), not
 # that the GPU is bad: gpu-smoke records it as a failed "context" check with this reason.
 ENVIRONMENT_REASON = "no CUDA context:"
+# Failures whose reason says the GPU is not the suspect: the framework could not start, or a
+# check stopped on an error in gpu-ci itself (an OverflowError is no verdict on the GPU).
+_NOT_THE_GPU = (ENVIRONMENT_REASON, OWN_ERROR_REASON)
 QUARANTINE_LABEL = "gpuci-quarantined"
 # The labels a runner application reports itself (actions/runner's OS and architecture
 # names): GitHub marks them read-only and refuses to remove them. Compared case-insensitively.
@@ -80,7 +85,7 @@ def hardware_findings(result: Result) -> list[Finding]:
         if not isinstance(check, dict) or check.get("status") != "fail":
             continue
         reason = str(check.get("reason") or "")
-        if reason.startswith(ENVIRONMENT_REASON):
+        if reason.startswith(_NOT_THE_GPU):
             continue
         gpu = check.get("gpu")
         label = f"gpu{gpu}:{check.get('name')}" if isinstance(gpu, int) else str(check.get("name"))
@@ -97,7 +102,7 @@ def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
         if result.exit_code == ExitCode.CHECK_FAILED:
             result.warning(
                 "runner not quarantined: the failed checks say the framework could not start "
-                "(an environment error), not that the GPU is bad",
+                "or gpu-ci itself failed (an environment error), not that the GPU is bad",
                 TITLE,
             )
         return result

@@ -26,6 +26,9 @@ from gpuci.untrusted_json import Unusable
 
 MAX_OUTPUT = 1 << 20  # far above a package list or a git answer
 GIT_TIMEOUT_S = 10.0
+# The longest wait asked of select() at once: it takes a C time_t, and a caller's huge timeout
+# (a smoke budget of 1e30 s) overflowed it; a longer wait goes round again until the deadline.
+MAX_WAIT_S = 3600.0
 _GROUPS = procgroup.Groups()  # killed on the way out, with any still running
 
 
@@ -55,7 +58,7 @@ def run(
         OSError: it cannot start; Hung: it ran past ``timeout`` seconds (killed).
         Unusable: it printed over ``limit`` bytes (killed; never with ``tail``).
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + _bounded(timeout)
     data = bytearray()
     proc = _GROUPS.popen(
         list(argv),
@@ -78,14 +81,23 @@ def run(
     return code, data.decode("utf-8", errors="replace")
 
 
+def _bounded(timeout: float) -> float:
+    """``timeout``, or a year when it is not a number below one (inf, nan, 1e30): the deadline
+    stays a float the clock can be compared with."""
+    year = 365 * 86400.0
+    return timeout if timeout < year else year
+
+
 def _read(fd: int, deadline: float, limit: int, data: bytearray, tail: bool) -> None:
     """Read ``fd`` into ``data`` until its end; ``data`` holds what came if this raises."""
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
+            if left <= 0:
                 raise TimeoutError("it ran past its deadline")
+            if not selector.select(min(left, MAX_WAIT_S)):
+                continue  # a slice of a long wait passed: the deadline decides
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 return

@@ -66,6 +66,21 @@ def test_nothing_or_an_invalid_first_entry_hides_every_gpu(setup_run, visible: s
     assert "hides all 4 GPU(s)" in result.headline
 
 
+@pytest.mark.parametrize(
+    ("visible", "why"),
+    [
+        ("0,0", "(a duplicate: it names a device an earlier entry already named)"),
+        ("1,2,1", "(a duplicate: it names a device an earlier entry already named)"),
+        ("0,9", "(it names no device here)"),
+    ],
+)
+def test_the_warning_says_why_the_list_stops(setup_run, visible: str, why: str) -> None:
+    """'0,0' stops at a repeat of a device that exists: the warning must not say it names none."""
+    result = setup_run(FakeNvml(["h100-sxm"] * 4), visible=visible)
+    (warned,) = [a.message for a in result.annotations if "CUDA ignores" in a.message]
+    assert warned.endswith(f"and every entry after it {why}"), warned
+
+
 def test_a_mig_uuid_selects_that_slice_only(setup_run) -> None:
     fake = FakeNvml(["a100-mig", "h100-sxm"])
     second = fake.devices[0].migs[1].uuid

@@ -39,6 +39,8 @@ from gpuci.gpu._nvml import pci_address
 ENV = settings.CUDA_VISIBLE_DEVICES.name
 ORDER_ENV = settings.CUDA_DEVICE_ORDER.name
 _OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)")
+# Why a list stops at a device it names twice ('0,0'): the device exists, it is a repeat.
+_REPEAT = "a duplicate: it names a device an earlier entry already named"
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,14 @@ def resolve(raw: str | None, order: str, gpus: tuple[GpuInfo, ...] | list[GpuInf
     mig: dict[int, list[str]] = {}
     seen: set[str] = set()
     stopped: str | None = None
+    why_stopped = ""
     by_ordinal = False
     for entry in raw.split(","):
         token = entry.strip()
         found = _one(token, ordered)
         if found is None or _key(found) in seen:
             stopped = token
+            why_stopped = "it names no device here" if found is None else _REPEAT
             break
         seen.add(_key(found))
         index, mig_uuid = found
@@ -119,8 +123,7 @@ def resolve(raw: str | None, order: str, gpus: tuple[GpuInfo, ...] | list[GpuInf
         )
     if stopped is not None and selected:
         notes.append(
-            f"{ENV}={raw!r}: CUDA ignores {stopped!r} and every entry after it (it names no "
-            "device here)"
+            f"{ENV}={raw!r}: CUDA ignores {stopped!r} and every entry after it ({why_stopped})"
         )
     # A GPU named whole and through a MIG UUID: the whole GPU is visible.
     whole = {i for i in selected if i not in mig}

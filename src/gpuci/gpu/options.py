@@ -13,6 +13,10 @@ from gpuci.inputs import inp, options
 
 __all__ = ["ReportInputs", "Requirements", "SetupInputs", "SmokeChecks", "SmokeInputs"]
 
+# A day: far past any smoke (DCGM level 2 takes minutes), and a deadline the OS can wait on
+# (1e30 seconds overflowed select() inside the dcgm check).
+MAX_BUDGET_S = 86400
+
 
 @options
 class Requirements:
@@ -68,6 +72,7 @@ class SmokeChecks:
         ("Time budget for all checks; checks that would overrun are skipped and reported."),
         default="30",
         minimum=1,
+        maximum=MAX_BUDGET_S,
     )
     memory_fraction: float = inp(
         "Fraction of free GPU memory the memory test fills.", default="0.9", minimum=0
@@ -93,6 +98,7 @@ class SmokeChecks:
         "clocks down, by NVML's cumulative counters, before the GPU fails.",
         default="10",
         minimum=0,
+        maximum=100,
     )
     framework: str = inp(
         "Load generator.", default="auto", choices=("auto", "torch", "cupy", "none")

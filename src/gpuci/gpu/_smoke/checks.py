@@ -33,6 +33,14 @@ CHECK_NAMES: tuple[str, ...] = (
     "dcgm",
 )
 LOAD_CHECKS = frozenset({"context", "gemm", "membw", "pcie", "memory", "nccl"})
+# How the reason of a check that failed by gpu-ci's own error begins: not a finding about the
+# GPU, so quarantine and pods placement (gpuci.quarantine.hardware_findings) pass it over.
+OWN_ERROR_REASON = "gpu-ci's own error, not a finding about the GPU:"
+# What a framework raises when the device fails (torch's "CUDA error: ...", its
+# OutOfMemoryError and AcceleratorError; cupy's CUDARuntimeError, CUBLASError, OutOfMemoryError).
+_DEVICE_ERRORS = (RuntimeError, MemoryError)
+# RuntimeErrors that only code raises.
+_CODE_ERRORS = (NotImplementedError, RecursionError)
 
 
 class CheckError(Exception):
@@ -159,8 +167,26 @@ def run_check(item: Planned, budget: Budget) -> Outcome:
     except GpuciError:
         raise  # the machine itself is unusable (NVML lost): the command reports it
     except Exception as exc:  # a framework error on this GPU is a finding, not a crash
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        outcome.status = "fail"
-        outcome.reason = f"{type(exc).__name__}: {excerpt(str(exc), 300)} (at {where.name})"
+        outcome.status, outcome.reason = "fail", unexpected_reason(exc)
     outcome.seconds = budget.now() - start
     return outcome
+
+
+def unexpected_reason(exc: Exception) -> str:
+    """One line for an exception a check did not turn into a verdict; gpu-ci's own (an
+    OverflowError, a TypeError) is marked :data:`OWN_ERROR_REASON`, so a bug here never
+    quarantines a healthy runner, while the framework's CUDA error stays a finding."""
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    said = f"{type(exc).__name__}: {excerpt(str(exc), 300)} (at {where.name})"
+    if from_the_device(exc):
+        return said
+    return f"{OWN_ERROR_REASON} {said}; rerun, and report it to gpu-ci if it repeats"
+
+
+def from_the_device(exc: Exception) -> bool:
+    """Whether ``exc`` is what a framework raises when the GPU fails, not a bug in our code:
+    Python's own errors (TypeError, ValueError, OverflowError, KeyError, ...) and gpu-ci's
+    classes are ours."""
+    if isinstance(exc, _CODE_ERRORS) or type(exc).__module__.startswith("gpuci"):
+        return False
+    return isinstance(exc, _DEVICE_ERRORS)

@@ -13,7 +13,7 @@ from gpuci import charts, files
 from gpuci.errors import ExitCode
 from gpuci.gpu._gpu_info import Snapshot
 from gpuci.gpu._smoke.backends import Backend
-from gpuci.gpu._smoke.checks import CHECK_NAMES, Budget, Outcome
+from gpuci.gpu._smoke.checks import CHECK_NAMES, OWN_ERROR_REASON, Budget, Outcome
 from gpuci.gpu.options import SmokeInputs
 from gpuci.runtime import Result, Runtime, markdown_table
 
@@ -189,11 +189,13 @@ def _headline(done: Smoke) -> str:
             f"sees {len(names)} healthy GPU(s): {done.environment}"
         )
     if failed:
+        fix = "take this node out of the runner pool and rerun elsewhere"
+        if all(o.reason.startswith(OWN_ERROR_REASON) for o in failed):
+            fix = "rerun; gpu-ci failed, the node is not suspected"
         return (
             f"{len(failed)} check(s) failed: "
             + "; ".join(f"{o.label} ({o.reason})" for o in failed)
-            + " (fix: take this node out of the runner pool and rerun elsewhere; "
-            f"the figures are in {done.path})"
+            + f" (fix: {fix}; the figures are in {done.path})"
         )
     passed = sum(1 for o in done.outcomes if o.status == "pass")
     gpu_text = ", ".join(f"GPU {i} {n}" for i, n in sorted(names.items()))
