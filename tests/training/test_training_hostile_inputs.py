@@ -200,3 +200,43 @@ def test_a_package_list_that_is_no_object_is_not_recorded(tmp_path):
     fake.chmod(0o755)
     found, why = provenance.python_environment(str(fake))
     assert found is None and "package versions not recorded" in why
+
+
+def _failing_rows(count: int, name: str) -> list[dict]:
+    row = {"kind": "min", "value": 0.5, "passed": False, "skipped": False}
+    return [
+        {**row, "metric": f"{i} {name}", "rule": f"{i} {name} >= 0.9", "verdict": "FAIL: below 0.9"}
+        for i in range(count)
+    ]
+
+
+def test_a_long_comment_is_cut_between_lines_with_every_block_closed():
+    """Cut mid-line, a code span could stay open and the PR's text after it be live Markdown."""
+    name = HOSTILE.replace("\n", " ") + " a" * 300
+    deltas = [[f"{i} {name}", 0.5, 0.25] for i in range(60)]
+    record = {"passed": False, "rows": _failing_rows(150, name), "deltas": deltas}
+    body = report.render("t", record, None, (None, "n/a"), ci.RunContext(platform="local"))
+    assert len(body) <= report.MAX_BODY
+    assert body.startswith("<!-- gpuci-report:t -->\n\n") and body.endswith("\n\n_(truncated)_")
+    ours = r"<!-- gpuci-report:t -->|</?(details|summary|sub)>|```mermaid\n.*?\n```"
+    assert _live(re.sub(ours, "", body, flags=re.S)) == [], body[-2000:]
+    rows = [ln for ln in body.splitlines() if ln.startswith("| ")]
+    assert rows and all(ln.endswith(" |") for ln in rows), rows[-1]  # whole rows only
+    assert body.count("<details>") == body.count("</details>")
+    assert sum(ln.startswith("```") for ln in body.splitlines()) % 2 == 0
+
+
+def test_a_name_in_a_table_cell_is_shortened():
+    name = "x" * 70_000
+    record = {"passed": False, "rows": _failing_rows(1, name), "deltas": [[name, 0.5, 0.25]]}
+    body = report.render("t", record, None, (None, "n/a"), ci.RunContext(platform="local"))
+    assert "_(truncated)_" not in body
+    assert max(len(ln) for ln in body.splitlines()) < 1000
+
+
+def test_a_cut_closes_the_details_and_fence_it_leaves_open():
+    details = "<details><summary>all</summary>\n\n" + "| a | b |\n" * 100 + "\n</details>"
+    body = report.fit("<!-- m -->", details, limit=300)
+    assert len(body) <= 300 and body.endswith("| a | b |\n\n</details>\n\n_(truncated)_")
+    fence = "```mermaid\n" + "    x\n" * 100 + "```"
+    assert report.fit("<!-- m -->", fence, limit=300).endswith("    x\n```\n\n_(truncated)_")

@@ -27,8 +27,10 @@ from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 __all__ = [
     "MAX_BODY",
     "MAX_DELTA_ROWS",
+    "MAX_NAME",
     "charts_markdown",
     "collect",
+    "fit",
     "gate_markdown",
     "gpu_minutes",
     "marker_comment",
@@ -41,6 +43,7 @@ __all__ = [
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters (GitLab: 1,000,000)
 MAX_DELTA_ROWS = 50
+MAX_NAME = 200  # a metric's name in a table cell: a PR names its metrics
 
 
 def marker_comment(marker: str) -> str:
@@ -163,7 +166,7 @@ def gate_markdown(
     deltas = gate.get("deltas") or []
     if details and deltas:
         rows = [
-            (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
+            (Code(charts.cut(name, MAX_NAME)), fmt(value), fmt(base), fmt(value - base, True))
             for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
         ]
         more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
@@ -191,10 +194,35 @@ def render(
         parts.append(gate_markdown(gate, past))
     parts.append("\n".join(f"- {f}" for f in _facts(prov, minutes, ctx)))
     parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
-    body = "\n\n".join(parts)
-    if len(body) > MAX_BODY:
-        body = body[:MAX_BODY] + "\n\n_(truncated)_"
-    return body
+    return fit(marker_comment(marker), "\n\n".join(parts[1:]))
+
+
+TRUNCATED = "_(truncated)_"
+
+
+def fit(marker: str, rest: str, limit: int = MAX_BODY) -> str:
+    """``marker`` and ``rest``, within ``limit`` characters: when too long, whole lines of
+    ``rest`` are kept, what they left open (a code fence, ``<details>``) is closed, then the
+    truncation note; a cut inside a line could leave a code span open and PR text live."""
+    body = f"{marker}\n\n{rest}"
+    if len(body) <= limit:
+        return body
+    room = limit - len(marker) - len(TRUNCATED) - 40  # the closers and blank lines
+    kept: list[str] = []
+    for line in rest.split("\n"):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept.append(line)
+    return "\n\n".join([marker, "\n".join(kept + _closers(kept)).rstrip("\n"), TRUNCATED])
+
+
+def _closers(lines: list[str]) -> list[str]:
+    """What closes the fence and ``<details>`` blocks ``lines`` leave open, innermost first."""
+    fenced = sum(1 for line in lines if line.startswith("```")) % 2 == 1
+    opened = sum(line.startswith("<details>") for line in lines)
+    closed = sum(line.startswith("</details>") for line in lines)
+    return (["```"] if fenced else []) + ["", "</details>"] * max(0, opened - closed)
 
 
 def _facts(
