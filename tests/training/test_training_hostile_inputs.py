@@ -240,3 +240,30 @@ def test_a_cut_closes_the_details_and_fence_it_leaves_open():
     assert len(body) <= 300 and body.endswith("| a | b |\n\n</details>\n\n_(truncated)_")
     fence = "```mermaid\n" + "    x\n" * 100 + "```"
     assert report.fit("<!-- m -->", fence, limit=300).endswith("    x\n```\n\n_(truncated)_")
+
+
+def test_the_provenance_line_is_inert_whatever_the_record_holds():
+    prov = {"statement_digest": HOSTILE, "artifacts": [], "datasets": [{"key": HOSTILE}]}
+    body = report.render("t", None, prov, (None, "n/a"), ci.RunContext(platform="local"))
+    line = next(ln for ln in body.splitlines() if ln.startswith("- **Provenance:**"))
+    assert _live(line) == [], line
+    assert "; 0 artifact(s); data: " in line
+
+
+@pytest.mark.parametrize(
+    ("prov", "shown"),
+    [
+        ({"statement_digest": "d", "artifacts": 5, "datasets": []}, "`d`; ? artifact(s)"),
+        ({"statement_digest": "d", "artifacts": [], "datasets": ["s", 7]}, "`d`; 0 artifact(s)"),
+        ({"statement_digest": 5, "artifacts": {}, "datasets": "s"}, "`5`; ? artifact(s)"),
+    ],
+)
+def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, prov, shown):
+    gate_path = tmp_path / "gate.json"
+    gate_path.write_text(json.dumps({"passed": True, "rows": []}))
+    prov_path = tmp_path / "p.json"
+    prov_path.write_text(json.dumps(prov))
+    args = ("--gate-report", str(gate_path), "--provenance", str(prov_path))
+    proc = run_cli("report", *args, env=clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"- **Provenance:** {shown}\n" in proc.stdout + "\n"

@@ -35,6 +35,7 @@ __all__ = [
     "gpu_minutes",
     "marker_comment",
     "minutes_text",
+    "provenance_fact",
     "publish",
     "render",
     "run",
@@ -231,13 +232,7 @@ def _facts(
     """The provenance digest and data, the GPU time, and where the run is."""
     facts: list[str] = []
     if prov is not None:
-        arts = prov.get("artifacts", [])
-        sets = prov.get("datasets", [])
-        names = ", ".join(f"`{d.get('matched_key') or d.get('key')}`" for d in sets[:5])
-        facts.append(
-            f"**Provenance:** `{prov.get('statement_digest', '?')}`; {len(arts)} artifact(s)"
-            + (f"; data: {names}" if names else "")
-        )
+        facts.append(provenance_fact(prov))
     value, how = minutes
     facts.append(
         f"**GPU time:** {minutes_text(value)} GPU-minutes ({how})"
@@ -252,6 +247,24 @@ def _facts(
     if where:
         facts.append("**Run:** " + ", ".join(where))
     return facts
+
+
+def provenance_fact(prov: dict[str, Any]) -> str:
+    """The provenance line: its digest, how many artifacts, the first datasets' keys; a
+    record is a file (edited, or the PR's), so each field is type-checked and shown inert."""
+    digest = md_code(charts.cut(prov.get("statement_digest", "?"), MAX_NAME), in_table=False)
+    arts = prov.get("artifacts")
+    count = str(len(arts)) if isinstance(arts, list) else "?"
+    sets = prov.get("datasets")
+    keys = [
+        str(d.get("matched_key") or d.get("key") or "")
+        for d in (sets if isinstance(sets, list) else [])
+        if isinstance(d, dict)
+    ]
+    names = ", ".join(md_code(charts.cut(k, MAX_NAME), in_table=False) for k in keys[:5] if k)
+    return f"**Provenance:** {digest or '?'}; {count} artifact(s)" + (
+        f"; data: {names}" if names else ""
+    )
 
 
 def publish(to: CommentInputs, rt: Runtime, body: str, result: Result) -> None:
