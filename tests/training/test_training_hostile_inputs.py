@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from training_cli import run_gate
 
-from gpuci import markdown, untrusted_json
+from gpuci import journal, markdown, untrusted_json
 from gpuci.runtime import markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training import _provenance as provenance
@@ -267,3 +267,39 @@ def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, 
     proc = run_cli("report", *args, env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"- **Provenance:** {shown}\n" in proc.stdout + "\n"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"passed": False, "rows": "abc"},
+        {"passed": False, "rows": [1, 2]},
+        {"passed": False, "rows": {"a": 1}},
+        {"passed": False, "rows": [], "failed_rules": 7},
+        {"passed": True, "rows": [], "deltas": 5},
+    ],
+)
+def test_a_gate_report_of_another_shape_is_reported_not_a_crash(tmp_path, record):
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(record))
+    proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdict = "gate passed" if record["passed"] else "gate failed"
+    assert proc.stdout.startswith(f"report: ok: {verdict}; comment skipped"), proc.stdout
+
+
+@pytest.mark.parametrize("started", ["abc", None, -1e308, 1e308, True, 1000.0 - 40 * 86400])
+def test_a_gpu_setup_time_that_is_no_time_in_this_job_is_not_measured(tmp_path, started):
+    """The journal is the job's, so the PR's code may have written the gpu-setup record."""
+    env = {"GPUCI_JOURNAL": str(tmp_path / "journal.jsonl")}
+    journal.record("gpu-setup", {"gpus": [{}], "time": started}, env)
+    minutes, why = report.gpu_minutes(env, None, now=1000.0)
+    assert minutes is None and "gpu-setup record's time" in why
+
+
+def test_a_gpu_setup_time_in_the_journal_never_stops_report(tmp_path):
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
+    journal.record("gpu-setup", {"gpus": [{}], "time": "abc"}, env)
+    proc = run_cli("report", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "**GPU time:** not measured (the gpu-setup record's time is missing" in proc.stdout

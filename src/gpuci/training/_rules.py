@@ -246,7 +246,8 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
     from gpuci.runtime import markdown_table
 
     body = []
-    for r in rows:  # a gate report given to ``report`` may have been edited: .get, str()
+    # a gate report given to ``report`` may have been edited: objects only, .get, str()
+    for r in (row for row in rows if isinstance(row, dict)):
         passed = bool(r.get("passed"))
         mark = "✅ " if passed and not r.get("skipped") else "⏭️ " if passed else "❌ "
         body.append(
