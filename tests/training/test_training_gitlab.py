@@ -114,3 +114,13 @@ def test_our_note_is_found_first_though_gitlab_lists_the_newest_first(gitlab, mo
         assert client.upsert(3, MARKER, f"{MARKER} second")[0] == "updated"
     ours = [n for n in gitlab.state.notes["9!3"] if n["author"]["id"] == BOT_ID]
     assert [n["body"] for n in ours] == [f"{MARKER} second"]
+
+
+def test_a_note_quoting_the_marker_further_down_is_not_the_sticky_note(gitlab):
+    from gpuci.forges._gitlab import GitLab
+
+    gitlab.state.note(PROJECT, 3, f"### other report\n\n`{MARKER}`", author_id=BOT_ID)
+    ours = gitlab.state.note(PROJECT, 3, f"{MARKER}\n\n### report", author_id=BOT_ID)
+    with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, PROJECT) as client:
+        found = client.marked_notes(3, MARKER)
+    assert [n["id"] for n in found] == [ours["id"]]

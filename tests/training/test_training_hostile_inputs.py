@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from training_cli import run_gate
 
-from gpuci import markdown, untrusted_json
+from gpuci import journal, markdown, untrusted_json
 from gpuci.runtime import markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training import _provenance as provenance
@@ -200,3 +200,106 @@ def test_a_package_list_that_is_no_object_is_not_recorded(tmp_path):
     fake.chmod(0o755)
     found, why = provenance.python_environment(str(fake))
     assert found is None and "package versions not recorded" in why
+
+
+def _failing_rows(count: int, name: str) -> list[dict]:
+    row = {"kind": "min", "value": 0.5, "passed": False, "skipped": False}
+    return [
+        {**row, "metric": f"{i} {name}", "rule": f"{i} {name} >= 0.9", "verdict": "FAIL: below 0.9"}
+        for i in range(count)
+    ]
+
+
+def test_a_long_comment_is_cut_between_lines_with_every_block_closed():
+    """Cut mid-line, a code span could stay open and the PR's text after it be live Markdown."""
+    name = HOSTILE.replace("\n", " ") + " a" * 300
+    deltas = [[f"{i} {name}", 0.5, 0.25] for i in range(60)]
+    record = {"passed": False, "rows": _failing_rows(150, name), "deltas": deltas}
+    body = report.render("t", record, None, (None, "n/a"), ci.RunContext(platform="local"))
+    assert len(body) <= report.MAX_BODY
+    assert body.startswith("<!-- gpuci-report:t -->\n\n") and body.endswith("\n\n_(truncated)_")
+    ours = r"<!-- gpuci-report:t -->|</?(details|summary|sub)>|```mermaid\n.*?\n```"
+    assert _live(re.sub(ours, "", body, flags=re.S)) == [], body[-2000:]
+    rows = [ln for ln in body.splitlines() if ln.startswith("| ")]
+    assert rows and all(ln.endswith(" |") for ln in rows), rows[-1]  # whole rows only
+    assert body.count("<details>") == body.count("</details>")
+    assert sum(ln.startswith("```") for ln in body.splitlines()) % 2 == 0
+
+
+def test_a_name_in_a_table_cell_is_shortened():
+    name = "x" * 70_000
+    record = {"passed": False, "rows": _failing_rows(1, name), "deltas": [[name, 0.5, 0.25]]}
+    body = report.render("t", record, None, (None, "n/a"), ci.RunContext(platform="local"))
+    assert "_(truncated)_" not in body
+    assert max(len(ln) for ln in body.splitlines()) < 1000
+
+
+def test_a_cut_closes_the_details_and_fence_it_leaves_open():
+    details = "<details><summary>all</summary>\n\n" + "| a | b |\n" * 100 + "\n</details>"
+    body = report.fit("<!-- m -->", details, limit=300)
+    assert len(body) <= 300 and body.endswith("| a | b |\n\n</details>\n\n_(truncated)_")
+    fence = "```mermaid\n" + "    x\n" * 100 + "```"
+    assert report.fit("<!-- m -->", fence, limit=300).endswith("    x\n```\n\n_(truncated)_")
+
+
+def test_the_provenance_line_is_inert_whatever_the_record_holds():
+    prov = {"statement_digest": HOSTILE, "artifacts": [], "datasets": [{"key": HOSTILE}]}
+    body = report.render("t", None, prov, (None, "n/a"), ci.RunContext(platform="local"))
+    line = next(ln for ln in body.splitlines() if ln.startswith("- **Provenance:**"))
+    assert _live(line) == [], line
+    assert "; 0 artifact(s); data: " in line
+
+
+@pytest.mark.parametrize(
+    ("prov", "shown"),
+    [
+        ({"statement_digest": "d", "artifacts": 5, "datasets": []}, "`d`; ? artifact(s)"),
+        ({"statement_digest": "d", "artifacts": [], "datasets": ["s", 7]}, "`d`; 0 artifact(s)"),
+        ({"statement_digest": 5, "artifacts": {}, "datasets": "s"}, "`5`; ? artifact(s)"),
+    ],
+)
+def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, prov, shown):
+    gate_path = tmp_path / "gate.json"
+    gate_path.write_text(json.dumps({"passed": True, "rows": []}))
+    prov_path = tmp_path / "p.json"
+    prov_path.write_text(json.dumps(prov))
+    args = ("--gate-report", str(gate_path), "--provenance", str(prov_path))
+    proc = run_cli("report", *args, env=clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"- **Provenance:** {shown}\n" in proc.stdout + "\n"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"passed": False, "rows": "abc"},
+        {"passed": False, "rows": [1, 2]},
+        {"passed": False, "rows": {"a": 1}},
+        {"passed": False, "rows": [], "failed_rules": 7},
+        {"passed": True, "rows": [], "deltas": 5},
+    ],
+)
+def test_a_gate_report_of_another_shape_is_reported_not_a_crash(tmp_path, record):
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(record))
+    proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdict = "gate passed" if record["passed"] else "gate failed"
+    assert proc.stdout.startswith(f"report: ok: {verdict}; comment skipped"), proc.stdout
+
+
+@pytest.mark.parametrize("started", ["abc", None, -1e308, 1e308, True, 1000.0 - 40 * 86400])
+def test_a_gpu_setup_time_that_is_no_time_in_this_job_is_not_measured(tmp_path, started):
+    """The journal is the job's, so the PR's code may have written the gpu-setup record."""
+    env = {"GPUCI_JOURNAL": str(tmp_path / "journal.jsonl")}
+    journal.record("gpu-setup", {"gpus": [{}], "time": started}, env)
+    minutes, why = report.gpu_minutes(env, None, now=1000.0)
+    assert minutes is None and "gpu-setup record's time" in why
+
+
+def test_a_gpu_setup_time_in_the_journal_never_stops_report(tmp_path):
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
+    journal.record("gpu-setup", {"gpus": [{}], "time": "abc"}, env)
+    proc = run_cli("report", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "**GPU time:** not measured (the gpu-setup record's time is missing" in proc.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
     for i in range(5):
         github.state.comment(REPO, 7, f"looks good {i}")
     env = pr_env(tmp_path, github)
-    journal.record("gpu-setup", {"gpus": [{}, {}], "time": 0}, env)  # 2 GPUs
+    journal.record("gpu-setup", {"gpus": [{}, {}], "time": time.time() - 90}, env)  # 2 GPUs
 
     first = gate(tmp_path, env, 0.95, "--comment")
     assert first.returncode == 0, first.stdout + first.stderr
@@ -213,3 +214,33 @@ def test_gpu_minutes_shown_are_the_gpus_times_the_minutes_shown(tmp_path, second
     minutes = report.gpu_minutes(env, None, now=1000.0 + seconds)
     body = report.render("t", None, None, minutes, ci.RunContext(platform="local"))
     assert f"**GPU time:** {shown}" in body
+
+
+def test_a_marker_quoted_in_another_report_does_not_make_it_that_reports(tmp_path, github):
+    """A metric named after the eval report's marker puts that marker in the training comment
+    (in a code span); the eval report must still post its own comment, not overwrite it."""
+    env = pr_env(tmp_path, github)
+    quoted = {"<!-- gpuci-report:eval -->": {"accuracy": 0.5}}
+    training = run_gate(tmp_path, quoted, "--min", "accuracy=0.9", "--comment", env=env)
+    assert training.returncode == 1, training.stdout + training.stderr
+    evaluation = run_gate(
+        tmp_path, {"bleu": 0.9}, "--min", "bleu=0.5", "--marker", "eval", "--comment", env=env
+    )
+    assert evaluation.returncode == 0, evaluation.stdout + evaluation.stderr
+    bodies = [c["body"] for c in github.state.comments[f"{REPO}#7"]]
+    assert len(bodies) == 2, bodies
+    assert bodies[0].startswith(MARKER) and "❌ Model gate failed" in bodies[0]
+    assert bodies[1].startswith("<!-- gpuci-report:eval -->")
+
+
+@pytest.mark.parametrize("marker", ["x-->y", "a b", "<b>", "ev\nal"])
+def test_a_marker_that_could_end_its_html_comment_is_bad_input(tmp_path, marker):
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps({"passed": True, "rows": []}))
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    proc = run_cli("report", "--gate-report", str(path), "--marker", marker, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("report: bad input: input 'marker' is "), proc.stdout
+    assert "only letters, digits, '.', '_' and '-'" in first
+    assert "Traceback" not in proc.stderr

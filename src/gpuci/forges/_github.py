@@ -59,13 +59,17 @@ class GitHub(GitHubReader):
         self._identity: Identity | bool | None = False  # False: not asked yet
 
     def marked_comments(self, number: int, marker: str) -> list[dict[str, Any]]:
-        """Every comment on the issue/PR whose body holds ``marker``, following pages."""
+        """Every comment on the issue/PR whose body starts with ``marker``, following pages.
+
+        The report writes its marker first; one quoted further down (a metric named after
+        another report's marker, in a code span) must not make this comment that report's.
+        """
         url = f"/repos/{self.repository}/issues/{number}/comments"
         return [
             c
             for page in self.pages(url, "comments")
             for c in page
-            if marker in str(c.get("body") or "")
+            if str(c.get("body") or "").lstrip().startswith(marker)
         ]
 
     # ----- who the token is -----------------------------------------------------------------

@@ -41,7 +41,8 @@ class GitLab(ApiClient):
         return f"/projects/{self.project}/merge_requests/{iid}/notes"
 
     def marked_notes(self, iid: int, marker: str) -> list[dict[str, Any]]:
-        """Every user note on the merge request whose body holds ``marker``, following pages,
+        """Every user note on the merge request whose body starts with ``marker`` (the report
+        writes it first; one quoted further down is not this note's), following pages,
         oldest first: GitLab lists the newest first unless asked, and the sticky note is
         among the oldest, so it is on the first page read however long the thread grows."""
         oldest_first = {"sort": "asc", "order_by": "created_at"}
@@ -49,7 +50,8 @@ class GitLab(ApiClient):
             note
             for page in self.pages(self._notes_url(iid), "notes", query=oldest_first)
             for note in page
-            if note.get("system") is not True and marker in str(note.get("body") or "")
+            if note.get("system") is not True
+            and str(note.get("body") or "").lstrip().startswith(marker)
         ]
 
     def identity(self) -> int | None:

@@ -27,20 +27,28 @@ from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 __all__ = [
     "MAX_BODY",
     "MAX_DELTA_ROWS",
+    "MAX_NAME",
     "charts_markdown",
     "collect",
+    "fit",
     "gate_markdown",
     "gpu_minutes",
     "marker_comment",
     "minutes_text",
+    "provenance_fact",
     "publish",
     "render",
+    "row_dicts",
     "run",
+    "seconds_since",
     "verdict_markdown",
 ]
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters (GitLab: 1,000,000)
 MAX_DELTA_ROWS = 50
+MAX_JOB_S = 31 * 24 * 3600  # longer than any CI job runs (GitHub: 5 days self-hosted)
+MAX_SKEW_S = 300  # a gpu-setup time this far ahead of now is a clock's skew, not a lie
+MAX_NAME = 200  # a metric's name in a table cell: a PR names its metrics
 
 
 def marker_comment(marker: str) -> str:
@@ -95,9 +103,21 @@ def gpu_minutes(
     # still ran on one GPU, as far as we can tell.
     listed = first.get("visible_devices") or first.get("gpus")
     gpus = len(listed) if isinstance(listed, list) and listed else 1
-    elapsed = max(0.0, (now or time.time()) - float(first.get("time", now or time.time())))
+    elapsed = seconds_since(first.get("time"), now or time.time())
+    if elapsed is None:
+        return None, "the gpu-setup record's time is missing or not within a job's length"
     per_gpu = round(elapsed / 60, 2)  # the figure shown, so the product shown is exactly it
     return gpus * per_gpu, f"{gpus} GPU(s) x {minutes_text(per_gpu)} min since gpu-setup"
+
+
+def seconds_since(started: Any, now: float) -> float | None:
+    """Seconds from a gpu-setup record's ``time`` to ``now``; None when it is no number, or
+    lies in the future or further back than a job runs (the journal is the job's, so input).
+    A start a little ahead of ``now`` is clock skew: 0."""
+    start = charts.finite(started)
+    if start is None or not -MAX_SKEW_S <= now - start <= MAX_JOB_S:
+        return None
+    return max(0.0, now - start)
 
 
 def minutes_text(value: float) -> str:
@@ -118,20 +138,26 @@ def charts_markdown(
     return "".join(charts.fenced(chart) + "\n\n" for chart in found)
 
 
+def row_dicts(gate: dict[str, Any]) -> list[dict[str, Any]]:
+    """A gate report's rows that are objects: the report is a file, so input (``"rows":
+    "abc"`` or ``[1, 2]`` is left out, not a traceback)."""
+    rows = gate.get("rows")
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
 def verdict_markdown(gate: dict[str, Any]) -> str:
     """The heading and, when it failed, why: each failed rule with its metric's value and the
     verdict, before anything else (a reader sees the answer before the charts)."""
     if gate.get("passed"):
         return "### ✅ Model gate passed"
     lines = ["### ❌ Model gate failed", ""]
-    found = gate.get("rows")
-    rows: list[Any] = found if isinstance(found, list) else []
-    failed = [r for r in rows if isinstance(r, dict) and not r.get("passed")]
+    rows = row_dicts(gate)
+    failed = [r for r in rows if not r.get("passed")]
     if not failed:  # an edited report: the rule names are all there is
-        names = [str(r) for r in gate.get("failed_rules") or []]
-        return (
-            "\n".join(lines) + "**Failed:** " + ", ".join(md_code(r, in_table=False) for r in names)
-        )
+        listed = gate.get("failed_rules")
+        names = [charts.cut(r) for r in listed] if isinstance(listed, list) else []
+        named = ", ".join(md_code(r, in_table=False) for r in names)
+        return "\n".join(lines) + "**Failed:** " + (named or "no rule is named in the report")
     lines.append(f"**Failed:** {len(failed)} of {len(rows)} rule(s)")
     for r in failed:
         why = str(r.get("verdict") or "FAIL").removeprefix("FAIL: ")
@@ -156,20 +182,22 @@ def gate_markdown(
     drawn = charts_markdown(gate, past, result).rstrip("\n")
     if drawn:
         parts.append(drawn)
-    parts.append(table_markdown(gate.get("rows", [])))
-    has_regression = any(r.get("kind") == "max-regression" for r in gate.get("rows", []))
+    rows = row_dicts(gate)
+    parts.append(table_markdown(rows))
+    has_regression = any(r.get("kind") == "max-regression" for r in rows)
     if has_regression and not gate.get("baseline_found"):
         parts.append("_No baseline metrics: regression rules were skipped._")
-    deltas = gate.get("deltas") or []
+    found = gate.get("deltas")
+    deltas = found if isinstance(found, list) else []
     if details and deltas:
-        rows = [
-            (Code(name), fmt(value), fmt(base), fmt(value - base, signed=True))
+        cells = [
+            (Code(charts.cut(name, MAX_NAME)), fmt(value), fmt(base), fmt(value - base, True))
             for name, value, base in _numeric_deltas(deltas)[:MAX_DELTA_ROWS]
         ]
         more = f" (first {MAX_DELTA_ROWS})" if len(deltas) > MAX_DELTA_ROWS else ""
         parts.append(
             f"<details><summary>All metrics vs baseline: {len(deltas)}{more}</summary>\n\n"
-            + markdown_table(["metric", "value", "baseline", "delta"], rows)
+            + markdown_table(["metric", "value", "baseline", "delta"], cells)
             + "\n\n</details>"
         )
     return "\n\n".join(parts)
@@ -191,10 +219,35 @@ def render(
         parts.append(gate_markdown(gate, past))
     parts.append("\n".join(f"- {f}" for f in _facts(prov, minutes, ctx)))
     parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
-    body = "\n\n".join(parts)
-    if len(body) > MAX_BODY:
-        body = body[:MAX_BODY] + "\n\n_(truncated)_"
-    return body
+    return fit(marker_comment(marker), "\n\n".join(parts[1:]))
+
+
+TRUNCATED = "_(truncated)_"
+
+
+def fit(marker: str, rest: str, limit: int = MAX_BODY) -> str:
+    """``marker`` and ``rest``, within ``limit`` characters: when too long, whole lines of
+    ``rest`` are kept, what they left open (a code fence, ``<details>``) is closed, then the
+    truncation note; a cut inside a line could leave a code span open and PR text live."""
+    body = f"{marker}\n\n{rest}"
+    if len(body) <= limit:
+        return body
+    room = limit - len(marker) - len(TRUNCATED) - 40  # the closers and blank lines
+    kept: list[str] = []
+    for line in rest.split("\n"):
+        room -= len(line) + 1
+        if room < 0:
+            break
+        kept.append(line)
+    return "\n\n".join([marker, "\n".join(kept + _closers(kept)).rstrip("\n"), TRUNCATED])
+
+
+def _closers(lines: list[str]) -> list[str]:
+    """What closes the fence and ``<details>`` blocks ``lines`` leave open, innermost first."""
+    fenced = sum(1 for line in lines if line.startswith("```")) % 2 == 1
+    opened = sum(line.startswith("<details>") for line in lines)
+    closed = sum(line.startswith("</details>") for line in lines)
+    return (["```"] if fenced else []) + ["", "</details>"] * max(0, opened - closed)
 
 
 def _facts(
@@ -203,13 +256,7 @@ def _facts(
     """The provenance digest and data, the GPU time, and where the run is."""
     facts: list[str] = []
     if prov is not None:
-        arts = prov.get("artifacts", [])
-        sets = prov.get("datasets", [])
-        names = ", ".join(f"`{d.get('matched_key') or d.get('key')}`" for d in sets[:5])
-        facts.append(
-            f"**Provenance:** `{prov.get('statement_digest', '?')}`; {len(arts)} artifact(s)"
-            + (f"; data: {names}" if names else "")
-        )
+        facts.append(provenance_fact(prov))
     value, how = minutes
     facts.append(
         f"**GPU time:** {minutes_text(value)} GPU-minutes ({how})"
@@ -224,6 +271,24 @@ def _facts(
     if where:
         facts.append("**Run:** " + ", ".join(where))
     return facts
+
+
+def provenance_fact(prov: dict[str, Any]) -> str:
+    """The provenance line: its digest, how many artifacts, the first datasets' keys; a
+    record is a file (edited, or the PR's), so each field is type-checked and shown inert."""
+    digest = md_code(charts.cut(prov.get("statement_digest", "?"), MAX_NAME), in_table=False)
+    arts = prov.get("artifacts")
+    count = str(len(arts)) if isinstance(arts, list) else "?"
+    sets = prov.get("datasets")
+    keys = [
+        str(d.get("matched_key") or d.get("key") or "")
+        for d in (sets if isinstance(sets, list) else [])
+        if isinstance(d, dict)
+    ]
+    names = ", ".join(md_code(charts.cut(k, MAX_NAME), in_table=False) for k in keys[:5] if k)
+    return f"**Provenance:** {digest or '?'}; {count} artifact(s)" + (
+        f"; data: {names}" if names else ""
+    )
 
 
 def publish(to: CommentInputs, rt: Runtime, body: str, result: Result) -> None:

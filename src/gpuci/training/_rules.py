@@ -18,6 +18,7 @@ from gpuci.redact import json_kind
 from gpuci.training._metrics import Metrics, as_number, lookup
 
 _NAME = re.compile(r"^[^\s=]+$")
+MAX_CELL = 200  # a name, rule or verdict in the gate table: a PR names its metrics
 # Words that mark a metric where smaller is better, matched as whole dotted/underscored parts.
 LOWER_BETTER_WORDS = frozenset(
     {"loss", "error", "err", "errors", "perplexity", "ppl", "latency", "time", "seconds", "secs"}
@@ -240,21 +241,23 @@ def fmt(value: Any, signed: bool = False) -> str:
 
 def table_markdown(rows: list[dict[str, Any]]) -> str:
     """The gate table from row dicts (as stored in the journal): one line per rule."""
+    from gpuci.charts import cut
     from gpuci.markdown import Code
     from gpuci.runtime import markdown_table
 
     body = []
-    for r in rows:  # a gate report given to ``report`` may have been edited: .get, str()
+    # a gate report given to ``report`` may have been edited: objects only, .get, str()
+    for r in (row for row in rows if isinstance(row, dict)):
         passed = bool(r.get("passed"))
         mark = "✅ " if passed and not r.get("skipped") else "⏭️ " if passed else "❌ "
         body.append(
             (
-                Code(str(r.get("metric", ""))),
+                Code(cut(r.get("metric", ""), MAX_CELL)),
                 fmt(r.get("value")),
-                str(r.get("rule", "")),
+                cut(r.get("rule", ""), MAX_CELL),
                 fmt(r.get("baseline")),
                 fmt(r.get("delta"), signed=True),
-                mark + str(r.get("verdict", "")),
+                mark + cut(r.get("verdict", ""), MAX_CELL),
             )
         )
     return markdown_table(["metric", "value", "rule", "baseline", "delta", "verdict"], body)

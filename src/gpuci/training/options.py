@@ -7,11 +7,17 @@ what posting the sticky report needs, which ``gate`` and ``report`` both extend.
 
 from __future__ import annotations
 
+import re
+
+from gpuci.errors import InputError
 from gpuci.inputs import inp, options
 
 __all__ = ["CommentInputs", "GateInputs", "ProvenanceInputs", "ReportInputs"]
 
 DEFAULT_MARKER = "training"
+# What a marker may hold: it goes inside an HTML comment (``-->`` would end it early) and is
+# matched as the comment's first line, so plain name characters only.
+MARKER_PATTERN = re.compile(r"[A-Za-z0-9._-]*")
 
 
 _HISTORY = inp(
@@ -63,6 +69,14 @@ class CommentInputs:
     gpu_minutes: float | None = inp(
         "GPU-minutes to report (default: GPUs x time since this job's gpu-setup).", minimum=0
     )
+
+    def __post_init__(self) -> None:
+        """Refuse a marker that could end its HTML comment early (``x-->y``): bad input."""
+        if not isinstance(self.marker, str) or not MARKER_PATTERN.fullmatch(self.marker):
+            raise InputError(
+                f"input 'marker' is {self.marker!r:.60}: only letters, digits, '.', '_' and '-'",
+                hint="set marker to a plain name such as training or eval",
+            )
 
 
 @options
