@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci.redact import escape_bidi
+
 MAX_TEXT = 80  # a label or title longer than this is cut (names can be 500 characters)
 MAX_CATEGORIES = 60
 MAX_LABELS = 9  # x labels written at most (with ``thin``): about 70 px each in a 700 px chart
@@ -95,8 +97,10 @@ def _blank(place: int) -> str:
 
 
 def text(value: Any) -> str:
-    """Any value as a double-quoted Mermaid string that renders as text and cannot end early."""
-    one_line = _CONTROL.sub(" ", str(value)).strip()
+    """Any value as a double-quoted Mermaid string that renders as text and cannot end early:
+    line breaks and control characters as spaces, bidi characters as visible ``\\u202e``
+    (invisible, they would reorder the label)."""
+    one_line = _CONTROL.sub(" ", escape_bidi(str(value))).strip()
     if len(one_line) > MAX_TEXT:
         one_line = one_line[: MAX_TEXT - 1].rstrip() + "\u2026"
     return '"' + (one_line.translate(_INERT) or "-") + '"'
