@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuci.redact import escape_bidi
+
 MAX_TEXT = 80  # a label or title longer than this is cut (names can be 500 characters)
 MAX_CATEGORIES = 60
 MAX_LABELS = 9  # x labels written at most (with ``thin``): about 70 px each in a 700 px chart
@@ -42,6 +44,11 @@ MAX_LABELS = 9  # x labels written at most (with ``thin``): about 70 px each in 
 # differences would be a few pixels high, and the axis starts near the data (marked as a break).
 BREAK_BELOW = 0.1
 HEIGHT = 400  # px, of Mermaid's default 700 x 500: ten charts in a comment stay scrollable
+# The largest magnitude drawn: far above any measurement worth a bar (the FLOPs of the largest
+# training runs are about 1e26), far below where the axis arithmetic overflows (the spread of
+# -1.7e308 and 1.7e308 is infinite). A value beyond it is no point of a chart (:func:`finite`
+# gives None); the gate still judges it and its table still shows it.
+MAX_DRAWN = 1e30
 
 # Series colours: each a colour Mermaid draws and the emoji square a legend shows for it.
 # Mid-tones, readable on GitHub's and GitLab's light and dark themes.
@@ -90,8 +97,10 @@ def _blank(place: int) -> str:
 
 
 def text(value: Any) -> str:
-    """Any value as a double-quoted Mermaid string that renders as text and cannot end early."""
-    one_line = _CONTROL.sub(" ", str(value)).strip()
+    """Any value as a double-quoted Mermaid string that renders as text and cannot end early:
+    line breaks and control characters as spaces, bidi characters as visible ``\\u202e``
+    (invisible, they would reorder the label)."""
+    one_line = _CONTROL.sub(" ", escape_bidi(str(value))).strip()
     if len(one_line) > MAX_TEXT:
         one_line = one_line[: MAX_TEXT - 1].rstrip() + "\u2026"
     return '"' + (one_line.translate(_INERT) or "-") + '"'
@@ -140,14 +149,19 @@ class Chart:
     thin: bool = False  # x labels are a sequence (dates): write every k-th one only
 
     def as_dict(self) -> dict[str, Any]:
-        low, high, broken = y_axis(self)
+        """The chart's data for ``--json``; ``y_axis`` is None for a chart not drawn."""
+        try:
+            low, high, broken = y_axis(self)
+            axis: dict[str, Any] | None = {"min": low, "max": high, "from_zero": not broken}
+        except (ArithmeticError, ValueError):
+            axis = None
         return {
             "title": self.title,
             "categories": self.categories,
             "bars": [s.as_dict() for s in self.bars],
             "lines": [s.as_dict() for s in self.lines],
             "y_label": self.y_label,
-            "y_axis": {"min": low, "max": high, "from_zero": not broken},
+            "y_axis": axis,
         }
 
 
@@ -159,9 +173,15 @@ def _nice(value: float) -> float:
     return next(m * step for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * step >= value)
 
 
+def drawable(value: float | None) -> bool:
+    """Whether a value is a point of a chart: a finite number within :data:`MAX_DRAWN`."""
+    return value is not None and math.isfinite(value) and abs(value) <= MAX_DRAWN
+
+
 def _values(chart: Chart) -> list[float]:
+    """The values the axis spans: the drawable ones, so its arithmetic cannot overflow."""
     found = [v for s in (*chart.bars, *chart.lines) for v in s.values[-MAX_CATEGORIES:]]
-    return [v for v in found if v is not None and math.isfinite(v)] or [0.0]
+    return [v for v in found if v is not None and drawable(v)] or [0.0]
 
 
 def y_axis(chart: Chart) -> tuple[float, float, bool]:
@@ -214,7 +234,10 @@ def mermaid(chart: Chart) -> str:
     none = number(low - (high - low))
 
     def values(series: Series) -> str:
-        return ", ".join(none if v is None else number(v) for v in series.values[-keep:])
+        # A value beyond MAX_DRAWN is no bar either: the axis does not reach it.
+        return ", ".join(
+            none if v is None or abs(v) > MAX_DRAWN else number(v) for v in series.values[-keep:]
+        )
 
     out = [
         '%%{init: {"xyChart": {"height": '
@@ -244,15 +267,31 @@ def legend(chart: Chart) -> str:
 
 
 def fenced(chart: Chart) -> str:
-    """The chart as a Markdown block, its legend right under it (xychart draws none)."""
-    return f"```mermaid\n{mermaid(chart)}\n```\n\n{legend(chart)}"
+    """The chart as a Markdown block, its legend right under it (xychart draws none); a chart
+    whose numbers cannot be drawn is dropped for a line saying so, never an internal error."""
+    try:
+        return f"```mermaid\n{mermaid(chart)}\n```\n\n{legend(chart)}"
+    except (ArithmeticError, ValueError):
+        return not_drawn(chart)
+
+
+def not_drawn(chart: Chart) -> str:
+    """The warning in place of a chart that cannot be drawn: which one, and why."""
+    from gpuci.markdown import text as md_text
+
+    return (
+        f"\u26a0\ufe0f Chart not drawn, its values are beyond what a chart shows: "
+        f"{md_text(cut(chart.title))}"
+    )
 
 
 def finite(value: Any) -> float | None:
-    """A number from a record (input): None unless a finite int or float (never a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+    """A number from a record (input) to draw: None unless an int or float (never a bool),
+    finite and within :data:`MAX_DRAWN` (``1.7e308`` is finite, and overflows any axis)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or abs(value) > MAX_DRAWN:
+        return None  # compared before float(): a 400-digit int would overflow it
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def spend_chart(

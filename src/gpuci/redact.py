@@ -30,8 +30,14 @@ _SECRET_PARAM = re.compile(
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s'\"<>`]+")
 # ``?name=value`` / ``&name=value`` anywhere in text: a query that lost its URL.
 _QUERY_PAIR = re.compile(r"([?&])([A-Za-z0-9_.%-]+)=([^&\s'\"<>`#]*)")
-# Control characters other than tab: C0, DEL and C1. Each one could end or rewrite a line.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# Bidirectional formatting characters ("Trojan Source", CVE-2021-42574): invisible, and each
+# reorders the text after it, so a metric shown as 0.1 can read 1.0: the embeddings and
+# overrides (U+202A-202E), the isolates (U+2066-2069) and the marks (U+200E, U+200F, U+061C).
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_BIDI_CHAR = re.compile(f"[{_BIDI}]")
+# Control characters other than tab: C0, DEL and C1, each of which could end or rewrite a line,
+# and the bidi ones, which rewrite how it reads.
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f{_BIDI}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\x1b": "\\e"}
 
 _registered: set[str] = set()
@@ -105,14 +111,27 @@ def _pair(match: re.Match[str]) -> str:
     return f"{match.group(1)}{name}={REDACTED}" if _SECRET_PARAM.search(name) else match.group(0)
 
 
-def single_line(text: str) -> str:
-    """CR, LF and other control characters as visible escapes (``\\n``, ``\\r``, ``\\x07``).
+def _escaped(match: re.Match[str]) -> str:
+    """One control character as its visible escape: ``\\n``, ``\\e``, ``\\x07``, ``\\u202e``."""
+    char = match.group(0)
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
 
-    Tabs become spaces. What is left cannot start a new line or move the cursor, so a value
-    printed inside a line stays inside it.
+
+def single_line(text: str) -> str:
+    """CR, LF, other control and bidi characters as visible escapes (``\\n``, ``\\r``,
+    ``\\x07``, ``\\u202e``).
+
+    Tabs become spaces. What is left cannot start a new line, move the cursor or reorder the
+    text after it, so a value printed inside a line stays inside it and reads as written.
     """
-    text = text.replace("\t", " ")
-    return _CONTROL.sub(lambda m: _NAMED.get(m.group(0), f"\\x{ord(m.group(0)):02x}"), text)
+    return _CONTROL.sub(_escaped, text.replace("\t", " "))
+
+
+def escape_bidi(text: str) -> str:
+    """Only the bidi characters as visible escapes (``\\u202e``), for text that handles the
+    other control characters its own way (a chart label makes them spaces)."""
+    return _BIDI_CHAR.sub(_escaped, text)
 
 
 def clip(text: str, limit: int) -> str:

@@ -34,6 +34,18 @@ class Unusable(ValueError):
     """Why the text is not usable JSON, in a few words (no input echoed)."""
 
 
+class DuplicateKey(Unusable):
+    """An object names one key twice (``loads(..., unique_keys=True)``): Python keeps the last
+    value, so the first would vanish unseen."""
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        raise DuplicateKey("it names one key twice in an object")
+    return found
+
+
 def _parse_int(digits: str) -> int:
     count = len(digits.lstrip("-"))
     if count > MAX_DIGITS:
@@ -74,11 +86,14 @@ def _parse_float(digits: str) -> float:
 _FINITE: dict[str, Any] = {"parse_float": _parse_float, "parse_constant": _refuse_constant}
 
 
-def loads(text: str | bytes, *, finite: bool = False) -> Any:
+def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False) -> Any:
     """Parse ``text``; :class:`Unusable` for bad syntax, too deep a nesting, too long a number.
 
     ``finite``: also refuse ``NaN``, ``Infinity`` and floats beyond range (``1e400``), as
     every record gpu-ci itself writes must (:func:`parse_object` does).
+    ``unique_keys``: also refuse an object that names a key twice (:class:`DuplicateKey`), as
+    a metrics file must (a value may not hide another); off by default, so every other reader
+    keeps JSON's usual last-one-wins.
 
     The nesting is measured before parsing: a parser's RecursionError is caught too, but where
     the caller's stack is already deep it can surface outside the parser, so it is not relied on.
@@ -91,7 +106,10 @@ def loads(text: str | bytes, *, finite: bool = False) -> Any:
     if _nesting(text) > MAX_DEPTH:
         raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep")
     try:
-        data = json.loads(text, parse_int=_parse_int, **(_FINITE if finite else {}))
+        hooks: dict[str, Any] = {**(_FINITE if finite else {})}
+        if unique_keys:
+            hooks["object_pairs_hook"] = _unique_object
+        data = json.loads(text, parse_int=_parse_int, **hooks)
     except Unusable:
         raise
     except RecursionError:

@@ -3,6 +3,9 @@
 Nested objects flatten to dotted names (``{"eval": {"accuracy": 0.9}}`` -> ``eval.accuracy``), so
 rules name metrics the same way whatever shape the file has. Values are kept as parsed: judging
 them (NaN, strings, booleans) is the gate's job, because a bad value must fail, never vanish.
+For the same reason a value may not hide another: a key named twice in an object
+(``{"acc": 0.1, "acc": 0.99}``) or two leaves with one dotted name (``{"a.cc": 1, "a": {"cc":
+0.1}}``) make the file unusable, in one line, instead of the last one silently winning.
 """
 
 from __future__ import annotations
@@ -13,27 +16,44 @@ from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.errors import CheckFailed, InputError
+from gpuci.redact import clip
 
 Metrics = dict[str, Any]
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
+class NameCollision(ValueError):
+    """Two leaves flatten to one dotted name (``{"a.cc": 1, "a": {"cc": 0.1}}``)."""
+
+
 def flatten(data: Any, prefix: str = "") -> Metrics:
-    """Dotted names for every leaf; list items get their index (``losses.0``)."""
+    """Dotted names for every leaf; list items get their index (``losses.0``).
+
+    Raises:
+        NameCollision: two leaves would get the same name; keeping either would hide the other.
+    """
+    if not isinstance(data, dict | list):
+        return {prefix: data}
     flat: Metrics = {}
+    _flatten_into(flat, data, prefix)
+    return flat
+
+
+def _flatten_into(flat: Metrics, data: dict[Any, Any] | list[Any], prefix: str) -> None:
+    """Each leaf of ``data`` into ``flat`` under its dotted name: one dict for the whole tree,
+    so a name seen at any depth before is a collision."""
     if isinstance(data, dict):
         items = ((str(k), v) for k, v in data.items())
-    elif isinstance(data, list):
-        items = ((str(i), v) for i, v in enumerate(data))
     else:
-        return {prefix: data}
+        items = ((str(i), v) for i, v in enumerate(data))
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else key
         if isinstance(value, dict | list) and value:
-            flat.update(flatten(value, name))
+            _flatten_into(flat, value, name)
+        elif name in flat:
+            raise NameCollision(name)
         else:
             flat[name] = value
-    return flat
 
 
 def _last_jsonl_object(path: Path, text: str) -> Any:
@@ -41,7 +61,9 @@ def _last_jsonl_object(path: Path, text: str) -> Any:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
         try:
-            return untrusted_json.loads(line)
+            return untrusted_json.loads(line, unique_keys=True)
+        except untrusted_json.DuplicateKey as exc:  # a whole line, not a torn one: it fails
+            raise _unusable("metrics log", path, str(exc)) from None
         except untrusted_json.Unusable:
             continue
     raise CheckFailed(
@@ -88,7 +110,7 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
         data = _last_jsonl_object(path, text)
     else:
         try:
-            data = untrusted_json.loads(text)
+            data = untrusted_json.loads(text, unique_keys=True)
         except untrusted_json.Unusable as exc:
             # A .log or .txt holding JSON lines is still a log: try its last line.
             if "\n" in text.strip() and str(exc).startswith("it is not valid JSON"):
@@ -100,7 +122,14 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
             f"{what} file {path} holds a JSON {type(data).__name__}, not an object",
             hint='write an object such as {"eval": {"accuracy": 0.93}}',
         )
-    return flatten(data)
+    try:
+        return flatten(data)
+    except NameCollision as exc:
+        raise CheckFailed(
+            f"{what} file {path} is not usable metrics: "
+            f"two values are both named {clip(str(exc), 80)!r}",
+            hint="give each value one name: a dotted key and a nested one may not meet",
+        ) from None
 
 
 def lookup(metrics: Metrics, name: str) -> tuple[str, Any] | None:

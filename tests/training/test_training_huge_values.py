@@ -1,0 +1,121 @@
+"""A finite but huge number (``1.7e308``) in a metrics file or the history is judged, never drawn.
+
+Judging compares it with its rule like any number; charting it would overflow the axis
+arithmetic (the spread of two values near the float's limit is infinite), so charts draw only
+values within ``charts.MAX_DRAWN``, and a chart that still cannot be drawn is replaced by a
+line saying so: never an internal error after gate.json was written, which would skip the
+provenance, the history and the PR comment (leaving an old "passed" comment up).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from training_cli import run_gate
+
+from forges.fake_github import FakeGitHub
+from gpuci import charts
+from gpuci.training import _history as history
+from gpuci.training._charts import metric_charts
+from gpuci_testing import clean_env, run_cli
+
+HUGE = 1.7e308
+REPO = "acme/models"
+MARKER = "<!-- gpuci-report:training -->"
+
+
+def _no_internal_error(proc) -> None:
+    text = proc.stdout + proc.stderr
+    assert "internal error" not in text and "Traceback" not in text, text
+
+
+@pytest.mark.parametrize(
+    ("rule", "rc", "verdict"),
+    [(("--min", "accuracy=0.9"), 0, "✅ pass"), (("--max", "accuracy=1"), 1, "❌ FAIL: above 1")],
+    ids=["min-passes", "max-fails"],
+)
+def test_a_huge_metric_is_judged_by_its_rule_and_the_gate_finishes(tmp_path, rule, rc, verdict):
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    proc = run_gate(tmp_path, {"accuracy": HUGE}, *rule, "--json", env=env)
+    _no_internal_error(proc)
+    assert proc.returncode == rc, proc.stdout + proc.stderr
+    answer = json.loads(proc.stdout)
+    assert verdict in answer["summary_markdown"]
+    assert "1.7e+308" in answer["summary_markdown"]  # the table still shows the value
+    assert answer["report"]["charts"] == []  # not drawable: no chart, and no crash
+
+
+def test_a_huge_metric_updates_the_pr_comment_it_fails(tmp_path):
+    """Push 1 passes; push 2 writes 1.7e308 and fails ``--max``: the comment must say so."""
+    with FakeGitHub() as github:
+        env = github.pull_request_env(tmp_path, REPO, 7)
+        for value, rc in ((0.95, 0), (HUGE, 1)):
+            flags = ("--min", "accuracy=0.9", "--max", "accuracy=1", "--comment")
+            proc = run_gate(tmp_path, {"accuracy": value}, *flags, env=env)
+            _no_internal_error(proc)
+            assert proc.returncode == rc, proc.stdout + proc.stderr
+        ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
+    assert len(ours) == 1
+    assert "❌ Model gate failed" in ours[0]["body"] and "above 1" in ours[0]["body"]
+
+
+def _history_with(store: Path, value: float) -> None:
+    folder = store / history.prefix("training")
+    folder.mkdir(parents=True)
+    item = {"format": 1, "epoch": 1.7e9, "date": "2026-12-01T00:00:00Z", "metrics": {"acc": value}}
+    (folder / "8235000000000-abc-0123abcd.json").write_text(json.dumps(item))
+
+
+def test_a_huge_value_in_the_history_is_dropped_and_report_goes_on(tmp_path):
+    _history_with(tmp_path / "hist", HUGE)
+    gate = {"passed": True, "rows": [
+        {"kind": "min", "metric": "acc", "value": 0.95, "limit": 0.9, "passed": True,
+         "rule": "acc >= 0.9"}]}  # fmt: skip
+    (tmp_path / "gate.json").write_text(json.dumps(gate))
+    args = ("--gate-report", str(tmp_path / "gate.json"), "--history", (tmp_path / "hist").as_uri())
+    proc = run_cli("report", *args, "--json", env=clean_env(), cwd=tmp_path)
+    _no_internal_error(proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (chart,) = json.loads(proc.stdout)["report"]["charts"]
+    assert chart["categories"] == ["this run"]  # the history's huge point is no point
+
+
+@pytest.mark.parametrize(
+    "value",
+    [HUGE, -HUGE, 10**400, 1e31, float("inf")],
+    ids=["1.7e308", "-1.7e308", "400-digit-int", "1e31", "inf"],
+)
+def test_finite_gives_none_beyond_what_a_chart_draws(value):
+    assert charts.finite(value) is None
+
+
+@pytest.mark.parametrize("value", [0.93, -5, 3e26, 1e30])
+def test_finite_keeps_every_drawable_number(value):
+    assert charts.finite(value) == float(value)
+
+
+def test_a_chart_holding_huge_values_draws_them_as_no_bar():
+    """Values put into a chart directly (not through ``finite``) never reach the axis maths."""
+    chart = charts.Chart("t", ["a", "b", "c"], [charts.Series("s", [HUGE, -HUGE, 0.5])])
+    chart.lines.append(charts.Series("limit", [1.0, 1.0, 1.0], "orange"))
+    assert charts.y_axis(chart) == (0.0, 1.0, False)
+    source = charts.mermaid(chart)
+    assert "    bar [-1, -1, 0.5]" in source  # under the axis: no bar
+    assert chart.as_dict()["y_axis"] == {"min": 0.0, "max": 1.0, "from_zero": True}
+
+
+def test_a_chart_that_cannot_be_drawn_is_a_warning_line(monkeypatch):
+    """The backstop: whatever the axis maths raise, the chart is dropped for a line."""
+    (chart,) = metric_charts([{"metric": "acc", "value": 0.5, "passed": True}], None)
+
+    def overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(charts, "y_axis", overflow)
+    shown = charts.fenced(chart)
+    assert shown == "\u26a0\ufe0f Chart not drawn, its values are beyond what a chart shows: " + (
+        "acc: this run"
+    )
+    assert chart.as_dict()["y_axis"] is None
