@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from gpuci import settings, untrusted_json
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
-from gpuci.gpu._smoke.checks import OWN_ERROR_REASON
+from gpuci.gpu._smoke.checks import ENVIRONMENT_REASON, about_the_gpu
 from gpuci.gpu.options import SmokeChecks, SmokeInputs
 from gpuci.inputs import inp, options
 from gpuci.redact import excerpt
@@ -41,12 +41,6 @@ __all__ = [
 ]
 
 TITLE = "gpu-smoke quarantine"
-# A failure that says the framework could not start (an import error, a driver mismatch), not
-# that the GPU is bad: gpu-smoke records it as a failed "context" check with this reason.
-ENVIRONMENT_REASON = "no CUDA context:"
-# Failures whose reason says the GPU is not the suspect: the framework could not start, or a
-# check stopped on an error in gpu-ci itself (an OverflowError is no verdict on the GPU).
-_NOT_THE_GPU = (ENVIRONMENT_REASON, OWN_ERROR_REASON)
 QUARANTINE_LABEL = "gpuci-quarantined"
 # The labels a runner application reports itself (actions/runner's OS and architecture
 # names): GitHub marks them read-only and refuses to remove them. Compared case-insensitively.
@@ -85,7 +79,7 @@ def hardware_findings(result: Result) -> list[Finding]:
         if not isinstance(check, dict) or check.get("status") != "fail":
             continue
         reason = str(check.get("reason") or "")
-        if reason.startswith(_NOT_THE_GPU):
+        if not about_the_gpu(reason):
             continue
         gpu = check.get("gpu")
         label = f"gpu{gpu}:{check.get('name')}" if isinstance(gpu, int) else str(check.get("name"))

@@ -108,3 +108,20 @@ def test_an_overflow_inside_the_dcgm_check_leaves_the_runner_in_the_pool(tmp_pat
     assert quarantine.hardware_findings(result) == []
     assert "the node is not suspected" in result.headline
     assert "take this node out" not in result.headline
+
+
+def test_a_check_failed_by_our_own_error_is_no_failed_gpu_in_the_health_record():
+    """Pods placement steers away from GPUs whose health records failed: a check that failed
+    on gpu-ci's own error (or a framework that could not start) must not count against one."""
+    from gpuci.gpu._health_record import verdicts
+
+    own = failed_with(OverflowError("timestamp out of range for platform time_t"))
+    broken = {**own, "name": "context", "reason": "no CUDA context: libcudart missing"}
+    real = failed_with(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    result = Result(command="gpu-smoke", exit_code=1)
+    result.report = {"checks": [own, broken], "gpus": [{"index": 0, "uuid": "GPU-0"}]}
+    (record,) = verdicts(result, {}, 0.0)
+    assert record["passed"] and record["failed_checks"] == []
+    result.report["checks"].append(real)
+    (record,) = verdicts(result, {}, 0.0)
+    assert not record["passed"] and record["failed_checks"] == ["dcgm"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuci import settings, untrusted_json
 from gpuci.errors import InfraError, InputError
+from gpuci.gpu._smoke.checks import about_the_gpu
 from gpuci.gpu.options import ReportInputs
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
@@ -87,7 +88,11 @@ def verdicts(result: Result, environ: Mapping[str, str], now: float) -> list[dic
             for c in report["checks"]
             if isinstance(c, dict) and c.get("gpu") in (gpu["index"], None)
         ]
-        failed = [str(c.get("name")) for c in mine if c.get("status") == "fail"]
+        failed = [
+            str(c.get("name"))
+            for c in mine
+            if c.get("status") == "fail" and about_the_gpu(str(c.get("reason") or ""))
+        ]
         out.append(
             {
                 "schema": 1,

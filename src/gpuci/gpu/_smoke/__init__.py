@@ -25,6 +25,7 @@ from gpuci.gpu._smoke import dcgm
 from gpuci.gpu._smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
 from gpuci.gpu._smoke.checks import (
     CHECK_NAMES,
+    ENVIRONMENT_REASON,
     LOAD_CHECKS,
     Budget,
     Outcome,
@@ -404,7 +405,7 @@ def _record_no_load(
     """No load ran: a framework that cannot use the GPUs fails ``context``; the rest skip."""
     if load.broken:  # a GPU the framework cannot use is a finding about this node
         for index in watched:
-            record(Outcome("context", index, "fail", f"no CUDA context: {load.broken}"))
+            record(Outcome("context", index, "fail", f"{ENVIRONMENT_REASON} {load.broken}"))
     for name in (c for c in checks if c in LOAD_CHECKS and (load.skip or load.broken)):
         if name == "context" and load.broken:
             continue

@@ -36,6 +36,18 @@ LOAD_CHECKS = frozenset({"context", "gemm", "membw", "pcie", "memory", "nccl"})
 # How the reason of a check that failed by gpu-ci's own error begins: not a finding about the
 # GPU, so quarantine and pods placement (gpuci.quarantine.hardware_findings) pass it over.
 OWN_ERROR_REASON = "gpu-ci's own error, not a finding about the GPU:"
+# How the reason of a failed "context" check begins when the framework could not start (an
+# import error, a driver mismatch): not a finding about the GPU either.
+ENVIRONMENT_REASON = "no CUDA context:"
+
+
+def about_the_gpu(reason: str) -> bool:
+    """Whether a failed check's reason is a verdict on the GPU: quarantine and the health
+    records pods placement reads act on these only, never on a framework that could not start
+    nor on gpu-ci's own error."""
+    return not reason.startswith((ENVIRONMENT_REASON, OWN_ERROR_REASON))
+
+
 # What a framework raises when the device fails (torch's "CUDA error: ...", its
 # OutOfMemoryError and AcceleratorError; cupy's CUDARuntimeError, CUBLASError, OutOfMemoryError).
 _DEVICE_ERRORS = (RuntimeError, MemoryError)
