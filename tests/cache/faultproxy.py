@@ -106,10 +106,12 @@ class FaultProxy:
                 for key, value in resp.getheaders():
                     if key.lower() not in HOP and key.lower() != "content-length":
                         self.send_header(key, value)
+                if self.command == "HEAD":  # a HEAD's length is the GET's, as the server said
+                    self.send_header("Content-Length", resp.getheader("Content-Length") or "0")
+                    self.end_headers()
+                    return
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command == "HEAD":
-                    return
                 if action == "truncate":
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()

@@ -143,9 +143,11 @@ def test_a_listing_in_another_namespace_is_read(moto, saved, tmp_path, mode):
 # ----- what the server takes: body limits, no multipart ------------------------------------
 
 
-def _save(hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, **extra: str):
+def _save(
+    hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, key: str = "big", **extra: str
+):
     args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", hostile.url]
-    return run_measured([*args, "--key", "big", "--path", str(src)], _env(tmp_path, **extra), REPO)
+    return run_measured([*args, "--key", key, "--path", str(src)], _env(tmp_path, **extra), REPO)
 
 
 def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_path):
@@ -174,12 +176,12 @@ def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(moto
     (src / "w.bin").write_bytes(os.urandom(6 << 20))
     with HostileS3(moto) as hostile:
         hostile.rule = Rule("padded-error", "POST", "uploadId=")
-        run = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
+        run = _save(hostile, bucket, tmp_path, src, "padded", GPUCI_MULTIPART_THRESHOLD="5MiB")
         assert hostile.rule.fired
         _one_line_exit_3(run)
         assert "CompleteMultipartUpload" in run.output and "InternalError" in run.output
         hostile.rule = None
-        back = _restore(hostile, bucket, tmp_path, "--key", "big")
+        back = _restore(hostile, bucket, tmp_path, "--key", "padded")
     assert "cache-hit: false" in back.output, back.output  # no key names a missing blob
 
 
@@ -193,11 +195,11 @@ def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(moto, s
     (src / "w.bin").write_bytes(os.urandom(2 << 20))
     with HostileS3(moto) as hostile:
         hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
-        run = _save(hostile, bucket, tmp_path, src)
+        run = _save(hostile, bucket, tmp_path, src, "huge-head")
         assert hostile.rule.fired
         assert run.code == 0, run.output  # sent again; not copied onto itself (moto lacks it)
         hostile.rule = None
-        back = _restore(hostile, bucket, tmp_path, "--key", "big")
+        back = _restore(hostile, bucket, tmp_path, "--key", "huge-head")
     assert back.code == 0 and "cache-hit: true" in back.output, back.output
 
 
