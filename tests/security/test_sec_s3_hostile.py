@@ -10,6 +10,7 @@ XML namespace) work.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -201,6 +202,28 @@ def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(moto, s
         hostile.rule = None
         back = _restore(hostile, bucket, tmp_path, "--key", "huge-head")
     assert back.code == 0 and "cache-hit: true" in back.output, back.output
+
+
+def test_a_pin_never_takes_a_blob_of_another_size_as_its_data(moto, saved, tmp_path):
+    """The HEAD a pin checks its data with claims the blob is there, old and 2^62 bytes: pinning
+    used to make it young by copying it onto itself (in up to 10,000 UploadPartCopy requests, by
+    the size claimed, where CopyObject is refused); a blob of another size is not the data."""
+    bucket, _ = saved
+    src = tmp_path / "w"
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(2 << 20))
+    with HostileS3(moto) as hostile:
+        saved_now = _save(hostile, bucket, tmp_path, src, "to-pin")
+        assert saved_now.code == 0, saved_now.output
+        digest = re.search(r"manifest: ([0-9a-f]{64})", saved_now.output)
+        assert digest, saved_now.output
+        hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
+        args = ["cache-weights", "pin", "--store", f"s3://{bucket}/c", "--endpoint-url"]
+        args += [hostile.url, "--manifest", digest.group(1), "--reason", "release v1"]
+        pinned = run_measured(args, _env(tmp_path), REPO)
+        assert hostile.rule.fired, (pinned.output, hostile.seen)
+    _one_line_exit_3(pinned)
+    assert "missing" in pinned.output, pinned.output
 
 
 def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):

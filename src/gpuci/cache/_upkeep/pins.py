@@ -122,14 +122,16 @@ def check_reason(text: Any) -> str:
 
 
 def missing_data(store: Store, manifest: mf.Manifest, refresh: bool = False) -> list[str]:
-    """Blob and pack keys the manifest names that the store lacks; with ``refresh``, each one
-    present is made young when old (:func:`refresh_age`)."""
+    """Blob and pack keys the manifest names that the store lacks (a blob of another size than
+    the manifest's is not the blob: never made young by copying what a HEAD claims); with
+    ``refresh``, each one present is made young when old (:func:`refresh_age`)."""
     missing: list[str] = []
     lock = threading.Lock()
+    sizes = {layout.blob_key(e.sha256): e.size for e in manifest.files if e.size and not e.pack}
 
     def check(key: str) -> None:
         info = store.head(key)
-        if info is None:
+        if info is None or info.size != sizes.get(key, info.size):
             with lock:
                 missing.append(key)
         elif refresh:
