@@ -144,6 +144,13 @@ def test_a_listing_in_another_namespace_is_read(moto, saved, tmp_path, mode):
 # ----- what the server takes: body limits, no multipart ------------------------------------
 
 
+def _one_file(src: Path, size: int) -> Path:
+    """A tree of one file of ``size`` random bytes: a blob (past the pack threshold)."""
+    src.mkdir()
+    (src / "w.bin").write_bytes(os.urandom(size))
+    return src
+
+
 def _save(
     hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, key: str = "big", **extra: str
 ):
@@ -153,9 +160,7 @@ def _save(
 
 def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_path):
     bucket, _ = saved
-    src = tmp_path / "big"
-    src.mkdir()
-    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    src = _one_file(tmp_path / "big", 6 << 20)
     with HostileS3(moto) as hostile:
         hostile.rule = Rule("too-large", "PUT", "/blobs/", limit=(11 << 19))  # 5.5 MiB
         refused = _save(hostile, bucket, tmp_path, src)
@@ -172,9 +177,7 @@ def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(moto
     """S3 keeps a slow CompleteMultipartUpload alive with whitespace, then may say in the 200's
     body that it failed: the object does not exist, so the save must not publish its key."""
     bucket, _ = saved
-    src = tmp_path / "big"
-    src.mkdir()
-    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    src = _one_file(tmp_path / "big", 6 << 20)
     with HostileS3(moto) as hostile:
         hostile.rule = Rule("padded-error", "POST", "uploadId=")
         run = _save(hostile, bucket, tmp_path, src, "padded", GPUCI_MULTIPART_THRESHOLD="5MiB")
@@ -191,9 +194,7 @@ def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(moto, s
     save used to take it as present and make it young by copying it onto itself in up to 10,000
     UploadPartCopy requests (the size the server claimed); another size is not the object."""
     bucket, _ = saved
-    src = tmp_path / "big"
-    src.mkdir()
-    (src / "w.bin").write_bytes(os.urandom(2 << 20))
+    src = _one_file(tmp_path / "big", 2 << 20)
     with HostileS3(moto) as hostile:
         hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
         run = _save(hostile, bucket, tmp_path, src, "huge-head")
@@ -209,9 +210,7 @@ def test_a_pin_never_takes_a_blob_of_another_size_as_its_data(moto, saved, tmp_p
     used to make it young by copying it onto itself (in up to 10,000 UploadPartCopy requests, by
     the size claimed, where CopyObject is refused); a blob of another size is not the data."""
     bucket, _ = saved
-    src = tmp_path / "w"
-    src.mkdir()
-    (src / "w.bin").write_bytes(os.urandom(2 << 20))
+    src = _one_file(tmp_path / "w", 2 << 20)
     with HostileS3(moto) as hostile:
         saved_now = _save(hostile, bucket, tmp_path, src, "to-pin")
         assert saved_now.code == 0, saved_now.output
@@ -228,9 +227,7 @@ def test_a_pin_never_takes_a_blob_of_another_size_as_its_data(moto, saved, tmp_p
 
 def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):
     bucket, _ = saved
-    src = tmp_path / "big"
-    src.mkdir()
-    (src / "w.bin").write_bytes(os.urandom(6 << 20))
+    src = _one_file(tmp_path / "big", 6 << 20)
     with HostileS3(moto) as hostile:
         hostile.rule = Rule("no-multipart", "POST", "uploads")
         run = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
