@@ -93,14 +93,18 @@ class Saver:
         present = self._present_packs(sorted({e.pack for e in known.values()}))
         return {sha: e for sha, e in known.items() if e.pack in present}, current_manifest
 
-    def head(self, key: str) -> ObjectInfo | None:
-        """A HEAD, timed for the controller: its first answers tell a far store from a near one
-        (:meth:`gpuci.adaptive.Concurrency.first_byte`), so a save to a remote store gets every
-        connection after a few lookups, as a restore does, instead of climbing from 8."""
+    def head(self, key: str, size: int | None = None) -> ObjectInfo | None:
+        """The object when the store has it at ``size`` bytes, the size this save knows (any
+        size when None: a reused pack's, which no manifest states); None when absent or of
+        another size (a lie, or cut: sent again, never made young by copying what a HEAD
+        claims). Timed for the controller: its first answers tell a far store from a
+        near one (:meth:`gpuci.adaptive.Concurrency.first_byte`), so a save to a remote store
+        gets every connection after a few lookups, as a restore does, instead of climbing from 8.
+        """
         started = time.monotonic()
         info = self.store.head(key)
         self.uploads.first_byte(time.monotonic() - started)
-        return info
+        return info if info is not None and size in (None, info.size) else None
 
     def _present_packs(self, packs: list[str]) -> set[str]:
         present: set[str] = set()

@@ -298,8 +298,8 @@ class BlobUploads:
             return True
 
     def _present(self, entry: mf.Entry, key: str) -> bool:
-        info = self.saver.head(key)
-        if info is None or info.size != entry.size:  # another size: a lie, or cut: send it
+        info = self.saver.head(key, entry.size)
+        if info is None:
             return False
         if not self.dry_run:
             self.saver.refresh(info)
@@ -406,8 +406,8 @@ class _PackUploads:
                 entry.pack = digest
             key = layout.pack_key(digest)
             with saver.uploads.slot():
-                info = saver.head(key)
-                if info is None or info.size != len(data):  # another size: a lie, or cut
+                info = saver.head(key, len(data))
+                if info is None:
                     if not self.dry_run:
                         put_content(saver.store, key, data)
                         saver.uploads.record(len(data))
