@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_cache  # noqa: E402
 
-from gpuci.cache._stores.tier import parse_size  # noqa: E402
+from gpuci.cache._stores.tier_open import parse_size  # noqa: E402
 from gpuci.units import human_bytes  # noqa: E402
 
 

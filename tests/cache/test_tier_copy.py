@@ -13,6 +13,7 @@ from cache_testing import StoreCase
 
 from gpuci.cache._stores import copying
 from gpuci.cache._stores.tier import LocalTier
+from gpuci.cache._stores.tier_runs import Runs
 from gpuci_testing import reflink_fs
 
 
@@ -195,7 +196,7 @@ def test_big_files_are_placed_in_parallel_and_whole(tmp_path, env, monkeypatch):
 
     big: set[str] = set()
     small: set[str] = set()
-    real_place, real_cut = LocalTier.place, LocalTier.place_from_runs
+    real_place, real_cut = LocalTier.place, Runs.place
 
     def place(self, digest, size, dest, mode):
         big.add(threading.current_thread().name)
@@ -206,7 +207,7 @@ def test_big_files_are_placed_in_parallel_and_whole(tmp_path, env, monkeypatch):
         return real_cut(self, pack, wanted)
 
     monkeypatch.setattr(LocalTier, "place", place)
-    monkeypatch.setattr(LocalTier, "place_from_runs", cut)
+    monkeypatch.setattr(Runs, "place", cut)
     out = tmp_path / "out"
     got, _ = cache_cmd("restore", flags(store, "t", out, **{"local-cache": str(tier)}), env)
     assert got.ok, got.headline

@@ -27,7 +27,7 @@ from tier_runner import (
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest as mf
-from gpuci.cache._stores import copying
+from gpuci.cache._stores import copying, tier_evict
 from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
 
@@ -162,7 +162,7 @@ def test_eviction_never_waits_for_a_lock_another_process_holds(tmp_path: Path) -
     held = os.open(tmp_path / "tier" / "evict.lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(held, fcntl.LOCK_EX)  # e.g. a child that inherited an evicting job's lock
     done: list[tuple[int, int]] = []
-    worker = threading.Thread(target=lambda: done.append(tier.evict()), daemon=True)
+    worker = threading.Thread(target=lambda: done.append(tier_evict.evict(tier)), daemon=True)
     try:
         worker.start()
         worker.join(60)

@@ -22,7 +22,9 @@ from tier_runner import (
 )
 
 from gpuci.cache import _layout as layout
+from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.tier import LocalTier
+from gpuci.cache._stores.tier_runs import Runs
 
 MODES = ("copy", "verify", "link")
 
@@ -126,8 +128,8 @@ def test_eviction_counts_and_removes_runs(tmp_path: Path) -> None:
     run = _the_run(runner)
     size = run.stat().st_size
     tier = LocalTier(runner.tier, limit=1)
-    assert tier.usage() == size
-    assert tier.evict() == (1, size)
+    assert tier_evict.usage(tier) == size
+    assert tier_evict.evict(tier) == (1, size)
     assert not run.exists()
 
 
@@ -159,7 +161,7 @@ def test_a_large_file_in_a_run_is_cut_a_slice_at_a_time(
     tier = LocalTier(tmp_path / "tier")
     data = os.urandom(2 * layout.IO_CHUNK + 5)
     pack = hashlib.sha256(b"the pack").hexdigest()
-    assert tier.keep_run(pack, data)
+    assert tier.runs.keep(pack, data)
     reads: list[int] = []
     real_pread = os.pread
 
@@ -170,9 +172,9 @@ def test_a_large_file_in_a_run_is_cut_a_slice_at_a_time(
     monkeypatch.setattr(os, "pread", pread)
     good, bad = tmp_path / "good.bin", tmp_path / "bad.bin"
     digest = hashlib.sha256(data).hexdigest()
-    assert tier.place_from_runs(pack, [(0, len(data), digest, good, 0o644)]) == [True]
+    assert tier.runs.place(pack, [(0, len(data), digest, good, 0o644)]) == [True]
     assert good.read_bytes() == data and max(reads) <= layout.IO_CHUNK
-    assert tier.place_from_runs(pack, [(0, len(data), "0" * 64, bad, 0o644)]) == [False]
+    assert tier.runs.place(pack, [(0, len(data), "0" * 64, bad, 0o644)]) == [False]
     assert not bad.exists()
 
 
@@ -195,7 +197,7 @@ def test_a_full_tier_disk_under_a_run_costs_no_second_download(
 
         return start_on_full
 
-    monkeypatch.setattr(LocalTier, "start_run", on_a_full_disk(LocalTier.start_run))
+    monkeypatch.setattr(Runs, "start", on_a_full_disk(Runs.start))
     monkeypatch.setattr(LocalTier, "start_fill", on_a_full_disk(LocalTier.start_fill))
     got = runner.restore("m", tmp_path / "job")
     restored(tmp_path / "job", files)

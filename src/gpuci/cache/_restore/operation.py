@@ -24,7 +24,8 @@ from gpuci.cache._format.select import select, unmatched
 from gpuci.cache._restore.place import Moved, read_entry, restore_tree
 from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.file import LocalStore
-from gpuci.cache._stores.tier import LocalTier, open_tier
+from gpuci.cache._stores.tier import LocalTier
+from gpuci.cache._stores.tier_open import open_tier
 from gpuci.cache._stores.tier_policy import TierChoice
 from gpuci.cache.options import RestoreInputs
 from gpuci.errors import InputError, StoreError

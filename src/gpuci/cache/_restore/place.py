@@ -25,6 +25,7 @@ from gpuci.cache._common import (
     throttle_signals,
 )
 from gpuci.cache._format import manifest as mf
+from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.tier import LocalTier, Placed
 from gpuci.errors import InfraError, InputError, IntegrityError
@@ -324,7 +325,7 @@ def _place_from_runs(
     assert moved.placed is not None
     for pack, items in by_pack.items():
         wanted = [(e.offset, e.size, e.sha256, p, mf.placed_mode(e.mode)) for e, p in items]
-        for item, placed in zip(items, tier.place_from_runs(pack, wanted), strict=True):
+        for item, placed in zip(items, tier.runs.place(pack, wanted), strict=True):
             if placed:
                 moved.from_local += item[0].size
                 moved.placed["copy"] = moved.placed.get("copy", 0) + 1
@@ -383,7 +384,7 @@ def restore_tree(
         _cleanup(roots)
         raise
     if tier is not None:
-        tier.evict()
+        tier_evict.evict(tier)
     return moved
 
 

@@ -31,7 +31,7 @@ from gpuci.cache._format.tree import Tree, resolve_path, scan
 from gpuci.cache._save.state import Saver, SaveStats
 from gpuci.cache._save.upload import BlobUploads, pack_small
 from gpuci.cache._stores.base import Store
-from gpuci.cache._stores.tier import open_tier
+from gpuci.cache._stores.tier_open import open_tier
 from gpuci.cache._stores.tier_policy import TierChoice, choose
 from gpuci.cache.options import SaveInputs
 from gpuci.errors import ConflictError, InputError

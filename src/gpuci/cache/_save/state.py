@@ -18,6 +18,7 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format import refs
 from gpuci.cache._format.tree import Tree
+from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.base import ObjectInfo, Store
 from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
@@ -129,8 +130,8 @@ class Saver:
         disk can): those too large to hold in memory (the rest went in as they were hashed,
         :meth:`LocalTier.keep`), only where the tier's disk has room to spare for them all (it
         may be the disk the job writes next). Packed files are left to runs where the tier
-        keeps them (:meth:`LocalTier.keep_run`): a blob each would cost the inode per small
-        file that runs avoid."""
+        keeps them (:meth:`~gpuci.cache._stores.tier_runs.Runs.keep`): a blob each would cost
+        the inode per small file that runs avoid."""
         if self.tier is None:
             return 0
         with_bytes = [e for e in files if e.size and not (e.pack and self.tier.keeps_runs)]
@@ -140,5 +141,5 @@ class Saver:
         if self.tier.room_for(sum(e.size for e in lacking.values())):
             for entry in lacking.values():
                 added += self.tier.copy_in(tree.source(entry), entry.sha256)
-        self.tier.evict()
+        tier_evict.evict(self.tier)
         return added

@@ -415,7 +415,7 @@ class _PackUploads:
                 elif not self.dry_run:
                     saver.refresh(info)  # an old pack this save now names: keep it from prune
             if saver.tier is not None and saver.tier.keeps_runs and not self.dry_run:
-                saver.tier.keep_run(digest, data)  # the pack as one run: one file, not one each
+                saver.tier.runs.keep(digest, data)  # the pack as one run: one file, not one each
         finally:
             self.slots.release()
 
@@ -487,4 +487,4 @@ class _ReusedRuns:
 
     def _keep(self, pack: str, start: int, run: bytearray) -> None:
         if run:
-            self.tier.keep_run(pack, bytes(run), start)
+            self.tier.runs.keep(pack, bytes(run), start)

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
+from pathlib import Path
 
 from gpuci import files
 from gpuci.cache import _layout as layout
 
+# A new file of ours, never through a link, never over an existing name.
+CREATE_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 # Bytes per read when hashing: small enough that a chunk is still in the CPU cache when it is
 # written out: several times faster than 4 MiB reads (docs/benchmarks.md, "cache-weights:
@@ -103,3 +107,34 @@ def copy_hashing(src: int, dst: int) -> str:
 
 def hash_fd(fd: int) -> str:
     return files.hash_fd(fd, chunk=HASH_CHUNK)[0].hexdigest()
+
+
+def cut_hashed(run: int, at: int, size: int, digest: str, dest: Path, mode: int) -> str | None:
+    """Write ``size`` bytes of the open run from ``at`` to a new file ``dest`` (``mode``),
+    hashing them on the way. Returns None when placed; else why the run is not to be served
+    (bytes that do not hash to ``digest``, or a read that failed: the store's copy is used, a
+    cache never fails a job), with nothing left at ``dest``. Writing ``dest`` may fail: that is
+    the job's disk. A slice at a time: a manifest may call a file of any size packed."""
+    hasher = hashlib.sha256()
+    out = os.open(dest, CREATE_NEW, 0o600)
+    why = "bytes that do not hash to the manifest's"
+    try:
+        done = 0
+        while done < size:
+            try:
+                data = os.pread(run, min(layout.IO_CHUNK, size - done), at + done)
+            except OSError as exc:
+                why = f"it cannot be read: {exc.strerror or exc}"
+                break
+            if not data:  # the run shrank since its size was checked
+                break
+            hasher.update(data)
+            files.write_all(out, data)
+            done += len(data)
+        if done == size and hasher.hexdigest() == digest:
+            os.fchmod(out, mode & 0o777)
+            return None
+    finally:
+        os.close(out)
+    os.unlink(dest)
+    return why

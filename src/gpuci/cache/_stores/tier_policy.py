@@ -110,7 +110,7 @@ def choose(environ: Mapping[str, str], local_cache: str = "") -> TierChoice:
     Each may be ``off`` (also false, no, none, 0), ``on`` (also true, yes, 1: the default
     folder, even on a runner thrown away after the job), ``auto`` (off on such a runner, else
     on) or a folder. Nothing is created or checked here (see
-    :func:`gpuci.cache._stores.tier.open_tier`).
+    :func:`gpuci.cache._stores.tier_open.open_tier`).
 
     Args:
         environ: the job's environment.

@@ -414,7 +414,7 @@ class Downloader:
         tier = self.tier
         if tier is None or not self._fills or not tier.keeps_runs or tier.filled_up:
             return None
-        return tier.start_run(pack, start, end)
+        return tier.runs.start(pack, start, end)
 
     @property
     def fills_tier(self) -> bool:
