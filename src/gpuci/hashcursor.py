@@ -7,7 +7,7 @@ ahead is only noted (its bytes are already on disk) and read back from the file 
 cache, in practice) once the cursor reaches it. Whoever moves the cursor drains what became
 contiguous, so no thread waits for another. Kept free of the cache's types: segmented
 downloads (:mod:`gpuci.fetch._partial`) and the cache's parallel blob parts
-(``_BlobTarget`` in :mod:`gpuci.cache._transfer.download`) both hash through it.
+(:class:`gpuci.cache._transfer.blob_target.BlobTarget`) both hash through it.
 
 Rule for callers: report a piece only after its bytes are written, since the cursor may read
 them back from the file at any moment after that.

@@ -35,6 +35,8 @@ from gpuci.cache._stores.s3.pool import Pool, Ranged
 from gpuci.cache._stores.s3.signer import Presigner
 from gpuci.cache._transfer import directio
 from gpuci.cache._transfer import download as transfer
+from gpuci.cache._transfer.blob_target import BlobTarget
+from gpuci.cache._transfer.receive import spliced
 from gpuci.errors import InputError, IntegrityError
 
 ENV_CREDS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalr/secret+key"}
@@ -512,7 +514,7 @@ def test_the_last_use_is_written_while_the_tree_is_still_coming(
 def test_hash_cursor_reads_back_spliced_and_early_parts_in_order(tmp_path):
     data = random.Random(8).randbytes(1_000_003)
     entry = Entry("file", 0, "w.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
-    target = transfer._BlobTarget(entry, tmp_path / "w.bin")
+    target = BlobTarget(entry, tmp_path / "w.bin")
     target.open(direct=False)
     scratch = memoryview(bytearray(64 << 10))  # smaller than a part: read back piece by piece
     try:
@@ -530,7 +532,7 @@ def test_hash_cursor_reads_back_spliced_and_early_parts_in_order(tmp_path):
 def test_a_staging_file_cut_short_under_the_hash_is_an_error_not_a_hang(tmp_path):
     data = random.Random(9).randbytes(500_000)
     entry = Entry("file", 0, "w.bin", size=len(data), sha256=hashlib.sha256(data).hexdigest())
-    target = transfer._BlobTarget(entry, tmp_path / "w.bin")
+    target = BlobTarget(entry, tmp_path / "w.bin")
     target.open(direct=False)
     try:
         target.file.write(memoryview(data), 0)
@@ -632,7 +634,6 @@ def test_a_spliced_segment_never_writes_past_an_end_lowered_meanwhile(tmp_path):
     """Spliced bytes reach the disk before the driver claims them: a thief that takes the tail
     while bytes sit in the pipe gets its range untouched (the late bytes are dropped), so what
     it writes and hashes there stays what is on disk, whatever another connection was sent."""
-    from types import SimpleNamespace
 
     from gpuci.ranged._plan import Segment
 
@@ -654,11 +655,8 @@ def test_a_spliced_segment_never_writes_past_an_end_lowered_meanwhile(tmp_path):
         return n
 
     lock = threading.Lock()
-    down = SimpleNamespace(
-        cancelled=threading.Event(), concurrency=SimpleNamespace(record=lambda _n: None)
-    )
     try:
-        for _chunk in transfer._spliced(splice_into, fd, seg, down, lock):
+        for _chunk in spliced(splice_into, fd, seg, lock, threading.Event(), lambda _n: None):
             pass
     finally:
         os.close(fd)

@@ -3,7 +3,7 @@ under its digest.
 
 A large file fetched across a network is written into the job's folder as with the tier off;
 each piece its hash eats is then written from the same buffer into the tier's temp file, past the
-page cache (``_BlobTarget`` in :mod:`gpuci.cache._transfer.download`), and
+page cache (:class:`gpuci.cache._transfer.blob_target.BlobTarget`), and
 :meth:`TierFill.publish` names it once the digest is the manifest's. A large file from a store on
 this machine's disk, and every small packed file, is written into the temp file (``0700``
 ``tmp/``, ours alone), hashed on its way in, and :meth:`TierFill.finish` makes the job's own

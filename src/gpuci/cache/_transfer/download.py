@@ -10,7 +10,7 @@ plain-http stores the body goes socket -> pipe -> page cache with ``splice``
 chunk n+1 into one of its lane's two preallocated buffers while the lane's helper writes and
 hashes chunk n (``O_DIRECT`` when opted in: :mod:`gpuci.cache._transfer.directio`), so memory
 stays flat whatever the file size. With the runner-local tier filling, each piece the hash eats
-is also written into the tier's temp file, ``O_DIRECT`` (:meth:`_BlobTarget._mirror`). Packed
+is also written into the tier's temp file, ``O_DIRECT`` (:meth:`BlobTarget._mirror`). Packed
 small files come in runs of neighbours, one GET per run, split into files while streaming.
 
 Transient failures (5xx, SlowDown, dropped connections) are retried under :data:`DATA_PATH`
@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,12 +43,13 @@ from gpuci.cache._stores import splicing
 from gpuci.cache._stores.base import RangeReader, Store, TransientError
 from gpuci.cache._stores.tier_fill import TierFill
 from gpuci.cache._transfer import directio
+from gpuci.cache._transfer.blob_target import BlobTarget, Corrupt
+from gpuci.cache._transfer.receive import OnDisk, filled, scratch, spliced
 from gpuci.errors import IntegrityError, StoreError
-from gpuci.hashcursor import HashCursor
 from gpuci.ranged import _extents as extents
 from gpuci.ranged._drive import pump
 from gpuci.ranged._plan import Plan, Segment
-from gpuci.ranged._pool import Cancelled, Lane, WorkPool
+from gpuci.ranged._pool import Lane, WorkPool
 from gpuci.ranged._retry import retry_segment, work_through
 from gpuci.ranged._sink import HelperSink
 from gpuci.retry import RetryPolicy
@@ -93,186 +94,6 @@ def lane_chunk(index: int, connections: int) -> int:
     rest = layout.MEMORY_BUDGET - FULL_LANES * 3 * layout.IO_CHUNK
     chunk = min(layout.IO_CHUNK, rest // (3 * max(1, connections - FULL_LANES)))
     return max(MIN_LANE_CHUNK, chunk // directio.ALIGN * directio.ALIGN)
-
-
-class _Corrupt(Exception):
-    def __init__(self, what: str, expected: str, got: str) -> None:
-        super().__init__(what)
-        self.what, self.expected, self.got = what, expected, got
-
-
-@dataclass
-class _BlobTarget:
-    """One large file assembled from parts, hashed in order by a :class:`HashCursor`."""
-
-    entry: Entry
-    path: Path
-    file: directio.TargetFile | None = None
-    cursor: HashCursor = field(init=False)
-    refetched: bool = False
-    fill: TierFill | None = None  # the tier's temp file: the parts land in it, or it is mirrored
-    plan: Plan | None = None  # its parts: who fetches which (set by the downloader)
-    lock: threading.Lock = field(default_factory=threading.Lock)  # guards the plan's segments
-    mirror: directio.TargetFile | None = None  # the tier's temp file, written O_DIRECT
-    mirror_error: OSError | None = None  # why the tier's copy was dropped (a full disk, say)
-
-    def __post_init__(self) -> None:
-        self.reset()
-
-    def open(self, direct: bool, mirror: bool = False) -> None:
-        """Open the file the parts land in: the job's staging file, with the tier's temp file
-        beside it that gets the hashed bytes when ``mirror``, else the tier's temp file the job's
-        file is made from after (:mod:`gpuci.cache._stores.tier_fill`)."""
-        if self.fill is not None and not mirror:
-            self.file = directio.TargetFile(
-                Path(self.fill.temp), self.entry.size, direct, fd=self.fill.fd
-            )
-            return
-        self.file = directio.TargetFile(self.path, self.entry.size, direct)
-        if self.fill is not None:
-            try:
-                self.mirror = directio.TargetFile(
-                    Path(self.fill.temp), self.entry.size, True, fd=self.fill.fd
-                )
-            except OSError as exc:
-                self._drop_mirror(exc)
-            self.reset()  # a cursor that tells the mirror
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-        self._drop_mirror(None)  # never finished: a failed restore leaves the tier as it was
-
-    def reset(self) -> None:
-        mirror = self._mirror if self.mirror is not None else None
-        self.cursor = HashCursor(self._read_into, short_read=self._short_read, mirror=mirror)
-
-    def _mirror(self, data: memoryview, pos: int) -> None:
-        """Write bytes just hashed into the tier's temp file; a failure there (a full tier
-        disk) drops the tier's copy, never the restore (a cache never fails a job)."""
-        mirror = self.mirror
-        if mirror is None:
-            return
-        try:
-            mirror.write(data, pos)
-        except OSError as exc:
-            self._drop_mirror(exc)
-
-    def _drop_mirror(self, exc: OSError | None) -> None:
-        if exc is not None and self.mirror_error is None:
-            self.mirror_error = exc
-        mirror, self.mirror = self.mirror, None
-        if mirror is not None:
-            mirror.close()
-        fill, self.fill = self.fill, None
-        if fill is not None:
-            fill.discard()
-
-    def advance(self, pos: int, length: int, data: memoryview | None, scratch: memoryview) -> bool:
-        """Record ``length`` bytes written at ``pos``; True when this call completed the file.
-
-        ``data`` holds those bytes, or is None when they never passed through user space
-        (spliced): the hash then reads them back from the file into ``scratch``, as it does for
-        parts that arrived before their turn.
-        """
-        if data is None:
-            return self.cursor.landed_on_disk(pos, length, scratch) == self.entry.size
-        return self.cursor.landed(pos, (data,), scratch) == self.entry.size
-
-    def _read_into(self, view: memoryview, position: int, length: int) -> int:
-        assert self.file is not None
-        return self.file.read_into(view, position, length)
-
-    def _short_read(self, position: int, end: int) -> None:
-        raise IntegrityError(
-            f"{self.path}: ends before byte {end}, which was written; something else "
-            "truncated the staging file",
-            hint="make sure no other process writes into the restore's target folder",
-        )
-
-    def finish(self) -> None:
-        digest = self.cursor.hexdigest()
-        if digest != self.entry.sha256:
-            raise _Corrupt(self.entry.path or self.path.name, self.entry.sha256, digest)
-        assert self.file is not None
-        mirror, fill = self.mirror, self.fill
-        self.mirror = self.fill = None
-        if fill is not None and mirror is None:  # landed in the tier: the job's file from it
-            self.file.close()
-            fill.finish(digest, self.path, placed_mode(self.entry.mode))
-            return
-        self.file.chmod(placed_mode(self.entry.mode))
-        self.file.close()
-        if mirror is not None and fill is not None:
-            mirror.close()
-            fill.publish(digest)  # exactly the bytes hashed, under their digest
-
-
-def _filled(
-    reader: RangeReader, lane: Lane, seg: Segment, down: Downloader
-) -> Generator[memoryview, None, None]:
-    """A segment's bytes, read into the lane's two buffers in turn, each filled whole (writes
-    stay whole and aligned) up to its end, read afresh for each buffer (another worker may take
-    the tail); the sink has handed one buffer on before the next read reuses it. Every read is
-    told to the controller as it happens (throughput)."""
-    cancelled, record = down.cancelled, down.concurrency.record
-    turn, pos = 0, seg.pos
-    while pos < seg.end:
-        if cancelled.is_set():
-            raise Cancelled()
-        buf = lane.buffers[turn % 2]
-        turn += 1
-        want = min(len(buf), seg.end - pos)
-        got = 0
-        while got < want:
-            n = reader.readinto(buf[got:want])
-            if n == 0:
-                raise TransientError("the store closed the stream early")
-            record(n)
-            got += n
-        yield buf[:want]
-        pos += want
-
-
-class _OnDisk(int):
-    """A chunk the kernel already wrote (spliced): only its length passes through here."""
-
-    def __len__(self) -> int:
-        return int(self)
-
-    def __getitem__(self, cut: slice) -> _OnDisk:  # the driver cuts a chunk at a lowered end
-        return _OnDisk(len(range(int(self))[cut]))
-
-
-def _spliced(
-    splice_into: Callable[[splicing.Pipe, int], int],
-    fd: int,
-    seg: Segment,
-    down: Downloader,
-    lock: threading.Lock,
-) -> Generator[_OnDisk, None, None]:
-    """A segment moved socket -> pipe -> file in the kernel, an IO_CHUNK at a time (each splice
-    told to the controller, as a read is). Bytes reach the disk before the driver claims them,
-    so each drain holds ``lock`` (the one a thief lowers ``seg.end`` under) and stops at the
-    end as it is then: what the pipe holds past a tail another worker took is dropped, never
-    written over the thief's bytes after it hashed them (a server may send other bytes)."""
-    cancelled, record = down.cancelled, down.concurrency.record
-    pipe = splicing.Pipe()
-    pos = seg.pos
-    try:
-        while pos < seg.end:
-            start, stop = pos, min(seg.end, pos + layout.IO_CHUNK)
-            while pos < min(stop, seg.end):
-                if cancelled.is_set():
-                    raise Cancelled()
-                if (n := splice_into(pipe, min(stop, seg.end) - pos)) == 0:
-                    raise TransientError("the store closed the stream early")
-                record(n)
-                with lock:
-                    pos += pipe.drain(fd, pos, max(0, seg.end - pos))
-            yield _OnDisk(pos - start)
-    finally:
-        pipe.close()
 
 
 class Downloader:
@@ -332,7 +153,7 @@ class Downloader:
             self.concurrency, functools.partial(lane_chunk, connections=self.workers)
         )
         blobs = [
-            _BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
+            BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
         ]
         packed = [(e, p) for e, p in files if e.pack and e.size]
         try:
@@ -360,7 +181,7 @@ class Downloader:
                 f"{self.store.url}: {exc}, still after {self.attempts} attempts",
                 hint="the store or the network is failing; retry the job later",
             ) from None
-        except _Corrupt as exc:
+        except Corrupt as exc:
             raise IntegrityError(
                 f"{exc.what}: the store's bytes hash to {exc.got[:12]}..., the manifest says "
                 f"{exc.expected[:12]}... (fetched twice)",
@@ -427,7 +248,8 @@ class Downloader:
         return self._pool.cancelled
 
     def _open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        """A ranged GET (its reads are counted by :func:`_filled` and :func:`_spliced`); its
+        """A ranged GET (its reads are counted by :func:`~gpuci.cache._transfer.receive.filled` and
+        :func:`~gpuci.cache._transfer.receive.spliced`); its
         wait for the response (the first byte) tells the controller how far the store is."""
         started = time.monotonic()
         reader = self.store.open_range(key, offset, length)
@@ -447,13 +269,13 @@ class Downloader:
             total, self.workers, layout.MIN_PART, layout.PART_SIZE, directio.ALIGN
         )
 
-    def _parts(self, target: _BlobTarget) -> list[Callable[[Lane], None]]:
+    def _parts(self, target: BlobTarget) -> list[Callable[[Lane], None]]:
         """A fresh plan of the file's parts, and one task per part to work through it."""
         steal = max(layout.MIN_PART, self._part_bytes // 4)
         target.plan = Plan.parts(target.entry.size, self._part_bytes, steal)
         return [functools.partial(self._part, target)] * len(target.plan.pending)
 
-    def _take(self, target: _BlobTarget) -> Segment | None:
+    def _take(self, target: BlobTarget) -> Segment | None:
         """The plan's next part; with none left and no other task waiting for a thread, the far
         half of the largest part still coming (a near store's only well ahead of its reads)."""
         assert target.plan is not None and self._pool is not None
@@ -462,7 +284,7 @@ class Downloader:
         with target.lock:
             return target.plan.take(not self._pool.waiting(), not self.concurrency.far)
 
-    def _part(self, target: _BlobTarget, lane: Lane) -> None:
+    def _part(self, target: BlobTarget, lane: Lane) -> None:
         """Parts, then stolen tails, on the engine's loop (:func:`work_through`); the worker whose
         part completed the file verifies it (fetched once more if it does not hash to its name)."""
         assert target.plan is not None and self._pool is not None
@@ -474,7 +296,7 @@ class Downloader:
         try:
             target.finish()
             self._placed.add(target.path)
-        except _Corrupt:
+        except Corrupt:
             if target.refetched:
                 raise
             target.refetched = True
@@ -482,7 +304,7 @@ class Downloader:
             for task in self._parts(target):
                 self._pool.submit(task)
 
-    def _stream_part(self, target: _BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
+    def _stream_part(self, target: BlobTarget, key: str, seg: Segment, lane: Lane) -> bool:
         """Receive chunk n+1 while the helper writes (or, spliced, hashes) chunk n, on the
         engine's driver (:func:`gpuci.ranged._drive.pump`); True when it completed the file.
 
@@ -495,10 +317,17 @@ class Downloader:
         splice_into = getattr(reader, "splice_into", None)
         chunks: Generator[Any, None, None]
         if SPLICE and splice_into is not None and target.file.buffered:
-            chunks = _spliced(splice_into, target.file.fd, seg, self, target.lock)
+            chunks = spliced(
+                splice_into,
+                target.file.fd,
+                seg,
+                target.lock,
+                self.cancelled,
+                self.concurrency.record,
+            )
             land = functools.partial(self._hash_spliced, target)
         else:
-            chunks = _filled(reader, lane, seg, self)
+            chunks = filled(reader, lane, seg, self.cancelled, self.concurrency.record)
             land = functools.partial(self._land, target)
         # The lane's helper writes and hashes chunk n while this worker receives chunk n+1.
         sink = HelperSink(seg, land, helpers=(lane.helper,))
@@ -520,11 +349,11 @@ class Downloader:
             seg, attempt, policy, TransientError, throttle=lambda _: backoff.throttled(), lock=lock
         )
 
-    def _hash_spliced(self, target: _BlobTarget, chunk: _OnDisk, pos: int) -> bool:
+    def _hash_spliced(self, target: BlobTarget, chunk: OnDisk, pos: int) -> bool:
         self._count(len(chunk))
-        return target.advance(pos, len(chunk), None, _scratch())
+        return target.advance(pos, len(chunk), None, scratch())
 
-    def _land(self, target: _BlobTarget, chunk: memoryview, pos: int) -> bool:
+    def _land(self, target: BlobTarget, chunk: memoryview, pos: int) -> bool:
         """Write one chunk in place and feed the file's hash; True when it completed the file.
 
         Buffered writes go a slice at a time, each hashed right after it is written while it is
@@ -537,7 +366,7 @@ class Downloader:
             piece = chunk[at : at + step]
             target.file.write(piece, pos + at)
             # The hash cursor may re-read earlier parts into a scratch buffer.
-            completed = target.advance(pos + at, len(piece), piece, _scratch()) or completed
+            completed = target.advance(pos + at, len(piece), piece, scratch()) or completed
         self._count(len(chunk))
         return completed
 
@@ -553,7 +382,7 @@ class Downloader:
             fill = self._run_fill(run.pack, seg.pos, seg.end)
             sink = _RunSink(self, members, seg.pos, fill, seg.end - seg.pos)
             try:
-                pump(seg, _filled(reader, lane, seg, self), sink)
+                pump(seg, filled(reader, lane, seg, self.cancelled, self.concurrency.record), sink)
             finally:
                 reader.close()
 
@@ -562,7 +391,7 @@ class Downloader:
             try:
                 self._retried(seg, attempt)
                 return
-            except _Corrupt:
+            except Corrupt:
                 if attempt_round == 1:
                     raise
 
@@ -632,7 +461,7 @@ class _RunSink:
             if pos == entry.offset + entry.size:
                 digest = self._hasher.hexdigest()
                 if digest != entry.sha256:
-                    raise _Corrupt(entry.path or path.name, entry.sha256, digest)
+                    raise Corrupt(entry.path or path.name, entry.sha256, digest)
                 if self._fill is None:
                     os.fchmod(self._fd, placed_mode(entry.mode))
                 os.close(self._fd)
@@ -657,15 +486,3 @@ class _RunSink:
                 run.publish(run.name)
             else:
                 run.discard()
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch() -> memoryview:
-    """A per-thread buffer for reading back bytes to hash (spliced, or early parts): small, so
-    each piece is hashed while it is still in the CPU cache."""
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None:
-        buf = _SCRATCH.buf = directio.aligned_buffer(layout.WRITE_SLICE)
-    return buf
