@@ -342,83 +342,85 @@ def parse_listing(body: bytes) -> tuple[list[Listed], str]:
     size (ASCII digits) or a date is refused: read as empty, it would hide keys that are there."""
     from xml.parsers import expat  # the C parser itself: no ElementTree to import
 
+    page = _ListingPage()
     parser = expat.ParserCreate(namespace_separator="}")
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    stack: list[str] = []
-    top: dict[str, str] = {}
-    item: dict[str, str] | None = None
-    raw: list[tuple[str, str, str, str]] = []
-    text: list[str] = []
-
-    def refuse(*_: object) -> None:
-        raise BadAnswer("a listing declares a DTD or entities")
-
-    def start(name: str, _attrs: object) -> None:
-        nonlocal item
-        local = name.rpartition("}")[2]
-        if not stack and local != "ListBucketResult":
-            raise BadAnswer(f"a listing's root is <{local[:40]}>, not <ListBucketResult>")
-        stack.append(local)
-        text.clear()
-        if len(stack) == 2 and local == "Contents":
-            if len(raw) >= MAX_PAGE_ENTRIES:
-                raise BadAnswer(f"a listing page has over {MAX_PAGE_ENTRIES:,} entries")
-            item = {}
-
-    def end(_name: str) -> None:
-        nonlocal item
-        local = stack.pop()
-        value = "".join(text)
-        text.clear()
-        if len(stack) == 2 and item is not None and local in _FIELDS:
-            item[local] = value
-        elif len(stack) == 1 and local == "Contents" and item is not None:
-            raw.append(
-                (item.get("Key", ""), item.get("Size", ""), item.get("LastModified", ""),
-                 item.get("ETag", ""))
-            )  # fmt: skip
-            item = None
-        elif len(stack) == 1 and local in _TOP:
-            top[local] = value
-
-    def chars(data: str) -> None:
-        if len(stack) in (2, 3):
-            text.append(data)
-
-    parser.StartDoctypeDeclHandler = refuse
-    parser.EntityDeclHandler = refuse
-    parser.UnparsedEntityDeclHandler = refuse
-    parser.ExternalEntityRefHandler = refuse  # type: ignore[assignment]
-    parser.StartElementHandler = start
-    parser.EndElementHandler = end
-    parser.CharacterDataHandler = chars
+    parser.StartDoctypeDeclHandler = _refuse_declarations
+    parser.EntityDeclHandler = _refuse_declarations
+    parser.UnparsedEntityDeclHandler = _refuse_declarations
+    parser.ExternalEntityRefHandler = _refuse_declarations  # type: ignore[assignment]
+    parser.StartElementHandler = page.start
+    parser.EndElementHandler = page.end
+    parser.CharacterDataHandler = page.chars
     try:
         parser.Parse(body, True)
     except expat.ExpatError as exc:
         raise BadAnswer(f"a listing is not valid XML ({exc})") from None
-    encoded = top.get("EncodingType", "") == "url"
-    entries: list[Listed] = []
-    for key, size, modified, etag in raw:
-        try:
-            if not key:
-                raise ValueError("no Key")
-            entries.append(
-                Listed(
-                    unquote_plus(key) if encoded else key,
-                    count(size),
-                    _iso_time(modified),
-                    etag,
-                )
-            )
-        except ValueError:
-            raise BadAnswer(
-                f"a listing entry has no readable Key, Size or LastModified ({key[:80]!r})"
-            ) from None
-    truncated = top.get("IsTruncated", "").strip().lower() == "true"
-    token = top.get("NextContinuationToken", "") if truncated else ""
+    encoded = page.top.get("EncodingType", "") == "url"
+    entries = [_listed(*fields, encoded=encoded) for fields in page.raw]
+    truncated = page.top.get("IsTruncated", "").strip().lower() == "true"
+    token = page.top.get("NextContinuationToken", "") if truncated else ""
     if truncated and not token:
         raise BadAnswer("a truncated listing names no continuation token")
     return entries, token
+
+
+def _refuse_declarations(*_: object) -> None:
+    raise BadAnswer("a listing declares a DTD or entities")
+
+
+class _ListingPage:
+    """What expat's callbacks collect from one listing page: the top-level fields and, per
+    ``Contents``, its key, size, date and ETag as text (read by :func:`_listed` after)."""
+
+    def __init__(self) -> None:
+        self.top: dict[str, str] = {}
+        self.raw: list[tuple[str, str, str, str]] = []
+        self._stack: list[str] = []
+        self._item: dict[str, str] | None = None
+        self._text: list[str] = []
+
+    def start(self, name: str, _attrs: object) -> None:
+        local = name.rpartition("}")[2]
+        if not self._stack and local != "ListBucketResult":
+            raise BadAnswer(f"a listing's root is <{local[:40]}>, not <ListBucketResult>")
+        self._stack.append(local)
+        self._text.clear()
+        if len(self._stack) == 2 and local == "Contents":
+            if len(self.raw) >= MAX_PAGE_ENTRIES:
+                raise BadAnswer(f"a listing page has over {MAX_PAGE_ENTRIES:,} entries")
+            self._item = {}
+
+    def end(self, _name: str) -> None:
+        local, item = self._stack.pop(), self._item
+        value = "".join(self._text)
+        self._text.clear()
+        depth = len(self._stack)
+        if depth == 2 and item is not None and local in _FIELDS:
+            item[local] = value
+        elif depth == 1 and local == "Contents" and item is not None:
+            fields = ("Key", "Size", "LastModified", "ETag")
+            key, size, modified, etag = (item.get(field, "") for field in fields)
+            self.raw.append((key, size, modified, etag))
+            self._item = None
+        elif depth == 1 and local in _TOP:
+            self.top[local] = value
+
+    def chars(self, data: str) -> None:
+        if len(self._stack) in (2, 3):
+            self._text.append(data)
+
+
+def _listed(key: str, size: str, modified: str, etag: str, *, encoded: bool) -> Listed:
+    """One listed object, every field read strictly (an entry that cannot be read is refused)."""
+    try:
+        if not key:
+            raise ValueError("no Key")
+        return Listed(unquote_plus(key) if encoded else key, count(size), _iso_time(modified), etag)
+    except ValueError:
+        raise BadAnswer(
+            f"a listing entry has no readable Key, Size or LastModified ({key[:80]!r})"
+        ) from None
 
 
 def _iso_time(value: str) -> float:

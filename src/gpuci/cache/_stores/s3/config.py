@@ -114,27 +114,36 @@ def resolve(
         fips, dualstack = fips or found.fips, dualstack or found.dualstack
     else:
         assert env_creds is not None
-        for secret in (env_creds.access_key, env_creds.secret_key, env_creds.token):
-            if secret and mask is not None:
-                mask(secret)
-        creds = _constant(env_creds)
+        creds = _constant(env_creds, mask)
+    address = _address(bucket, endpoint, source, region, fips, dualstack)
+    return Settings(address, creds, endpoint, source)
+
+
+def _address(
+    bucket: str, endpoint: str, source: str, region: str, fips: bool, dualstack: bool
+) -> Address:
+    """Where the bucket's requests go; a region or an endpoint that cannot be one is refused."""
     if not endpoint and region and not is_region(region):
         raise InputError(
             f"the region {region[:40]!r} is not an AWS region name",
             hint="set the region input (or AWS_REGION) to the bucket's region, e.g. eu-west-1",
         )
     try:
-        address = Address.of(bucket, endpoint, region or "us-east-1", fips, dualstack)
+        return Address.of(bucket, endpoint, region or "us-east-1", fips, dualstack)
     except ValueError:
         raise InputError(
             f"the S3 endpoint (set by {source or 'endpoint-url'}) is not an http(s)://host[:port]"
             " URL",
             hint="set the endpoint as http(s)://host[:port]",
         ) from None
-    return Settings(address, creds, endpoint, source)
 
 
-def _constant(creds: EnvCredentials) -> Creds:
+def _constant(creds: EnvCredentials, mask: Mask) -> Creds:
+    """Keys from the environment or a profile's plain keys, masked in the job's log first."""
+    for secret in (creds.access_key, creds.secret_key, creds.token):
+        if secret and mask is not None:
+            mask(secret)
+
     def constant(until: float | None = None) -> EnvCredentials:
         return creds
 
