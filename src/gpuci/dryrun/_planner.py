@@ -10,18 +10,13 @@ reusable workflows planned as their jobs; remote ones are named, not inspected.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import settings
 from gpuci.dryrun._calls import (
-    RUNPOD_KEY,
     missing_paths_of,
-    network_needed,
-    plan_command,
 )
 from gpuci.dryrun._contexts import (
     evaluate_text,
@@ -63,12 +58,13 @@ from gpuci.dryrun._steps import (
     given_inputs,
     judge,
     mark_conditional,
+    plan_calls,
     skipped_plan,
     step_name,
     titled,
+    worst_verdict,
 )
 from gpuci.dryrun._workflow import (
-    Call,
     calls_for,
     classify_uses,
     load_local_action,
@@ -78,7 +74,7 @@ from gpuci.dryrun._workflow import (
     trigger_mapping,
 )
 from gpuci.errors import InputError
-from gpuci.runtime import Result, Runtime, format_output
+from gpuci.runtime import Runtime, format_output
 
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
@@ -463,7 +459,7 @@ class Planner:
             plan.verdict, plan.detail = "bad-input", exc.message
             return plan
         plan.command = " + ".join(full for full, _, _ in calls)
-        self._plan_calls(plan, calls, env)
+        plan_calls(plan, calls, env, self.probe, self.rt)
         judge(plan, missing_paths_of(steps, number, calls, self.workspace))
         return plan
 
@@ -490,29 +486,6 @@ class Planner:
             if plan.verdict in ("ok", "other-action"):
                 plan.verdict = "may-fail"
         return plan
-
-    def _plan_calls(
-        self, plan: StepPlan, calls: list[Call], env: Mapping[str, str | Unknown]
-    ) -> None:
-        """Each call's dry run, in an environment like the step's (no INPUT_*, this probe
-        setting); a call that would need the network without --probe is not evaluated."""
-        inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
-        inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
-        inner_env[settings.PROBE.name] = "true" if self.probe else "false"
-        for full_name, cmd, values in calls:
-            offline = None if self.probe else network_needed(full_name, values, inner_env)
-            if offline:
-                result = Result(command=full_name, headline=f"plan not evaluated: {offline}")
-                result.report["not_evaluated"] = offline
-                plan.results.append(result)
-                continue
-            if not self.probe and full_name.startswith("pods ") and inner_env.get(RUNPOD_KEY):
-                # without the key the pods commands plan without asking RunPod anything
-                inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
-                plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
-            plan.results.append(
-                plan_command(full_name, cmd, values, plan.why, inner_env, self.rt, plan.present)
-            )
 
     def local_action(
         self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int
@@ -542,20 +515,7 @@ class Planner:
         )
         inner = self.plans[first:]
         del self.plans[first:]
-        judged = [p.judged for p in inner if p.judged and p.verdict != "skipped"]
-        for worst in (
-            "bad-input",
-            "would-fail",
-            "not-evaluated",
-            "may-fail",
-            "not-implemented",
-            "ok",
-        ):
-            if worst in judged:
-                plan.verdict = worst
-                break
-        else:
-            plan.verdict = "other-action"
+        plan.verdict = worst_verdict(p.judged for p in inner if p.judged and p.verdict != "skipped")
         plan.command = f"composite action ({len(inner)} step(s))"
         plan.detail = f"local composite action {plan.uses}: " + (
             "; ".join(f"step {p.index} {p.verdict}" for p in inner if p.verdict in JUDGED)

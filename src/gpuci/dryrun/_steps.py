@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.dryrun._calls import verdict
+from gpuci import settings
+from gpuci.dryrun._calls import RUNPOD_KEY, network_needed, plan_command, verdict
 from gpuci.dryrun._contexts import evaluate_text, text_of
 from gpuci.dryrun._expressions import EMBEDDED, Unknown
-from gpuci.runtime import Result
+from gpuci.dryrun._workflow import Call
+from gpuci.runtime import Result, Runtime
 
 # The environment gpu-ci's commands read (their settings, AWS/HF/RunPod credentials, the GPU
 # and proxy conventions): an unknown value of one of these may change a plan; of others, not.
@@ -31,9 +33,11 @@ __all__ = [
     "given_inputs",
     "judge",
     "mark_conditional",
+    "plan_calls",
     "skipped_plan",
     "step_name",
     "titled",
+    "worst_verdict",
 ]
 
 JUDGED = ("ok", "may-fail", "would-fail", "bad-input", "not-implemented", "not-evaluated")
@@ -152,3 +156,38 @@ def mark_conditional(plan: StepPlan, held: Any, shown: str) -> None:
     else:
         plan.reason = "the job's if:"
     plan.detail = f"conditional: {plan.reason}; if it runs: {plan.planned}: {plan.detail}"
+
+
+def plan_calls(
+    plan: StepPlan,
+    calls: list[Call],
+    env: Mapping[str, str | Unknown],
+    probe: bool,
+    rt: Runtime,
+) -> None:
+    """Each call's dry run, in an environment like the step's (no INPUT_*, this probe
+    setting); a call that would need the network without --probe is not evaluated."""
+    inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
+    inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
+    inner_env[settings.PROBE.name] = "true" if probe else "false"
+    for full_name, cmd, values in calls:
+        offline = None if probe else network_needed(full_name, values, inner_env)
+        if offline:
+            result = Result(command=full_name, headline=f"plan not evaluated: {offline}")
+            result.report["not_evaluated"] = offline
+            plan.results.append(result)
+            continue
+        if not probe and full_name.startswith("pods ") and inner_env.get(RUNPOD_KEY):
+            # without the key the pods commands plan without asking RunPod anything
+            inner_env = {k: v for k, v in inner_env.items() if k != RUNPOD_KEY}
+            plan.notes.append("RunPod not asked (no network): --probe lets it list pods")
+        plan.results.append(
+            plan_command(full_name, cmd, values, plan.why, inner_env, rt, plan.present)
+        )
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    """A composite action's verdict from its steps': the worst judged one, else not judged."""
+    seen = set(verdicts)
+    order = ("bad-input", "would-fail", "not-evaluated", "may-fail", "not-implemented", "ok")
+    return next((worst for worst in order if worst in seen), "other-action")
