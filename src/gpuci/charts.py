@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,13 +266,18 @@ def legend(chart: Chart) -> str:
     return " \u00b7 ".join(items)
 
 
-def fenced(chart: Chart) -> str:
+def fenced(chart: Chart, left_out: Callable[[str], None] | None = None) -> str:
     """The chart as a Markdown block, its legend right under it (xychart draws none); a chart
-    whose numbers cannot be drawn is dropped for a line saying so, never an internal error."""
+    whose numbers cannot be drawn is dropped for a line saying so, never an internal error,
+    and the line also goes to ``left_out`` (a command's warning annotation: in Actions the
+    reader sees it without opening the summary)."""
     try:
         return f"```mermaid\n{mermaid(chart)}\n```\n\n{legend(chart)}"
     except (ArithmeticError, ValueError):
-        return not_drawn(chart)
+        line = not_drawn(chart)
+        if left_out is not None:
+            left_out(line)
+        return line
 
 
 def not_drawn(chart: Chart) -> str:

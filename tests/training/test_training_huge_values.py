@@ -17,8 +17,10 @@ from training_cli import run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci import charts
+from gpuci.runtime import Result
 from gpuci.training import _history as history
 from gpuci.training._charts import metric_charts
+from gpuci.training._report import charts_markdown
 from gpuci_testing import clean_env, run_cli
 
 HUGE = 1.7e308
@@ -119,3 +121,21 @@ def test_a_chart_that_cannot_be_drawn_is_a_warning_line(monkeypatch):
         "acc: this run"
     )
     assert chart.as_dict()["y_axis"] is None
+
+
+def test_a_chart_left_out_is_also_a_warning_annotation_said_once(monkeypatch):
+    """In Actions the reader sees a left-out chart without opening the summary; the report
+    renders its charts for the body and again for ``--json``, and says it once."""
+    gate = {"rows": [{"metric": "acc", "value": 0.5, "passed": True}]}
+
+    def overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(charts, "y_axis", overflow)
+    result = Result(command="report")
+    shown = charts_markdown(gate, None, result)
+    charts_markdown(gate, None, result)
+    assert "Chart not drawn" in shown
+    (note,) = result.annotations
+    assert note.level == "warning" and note.title == "gpu-ci report"
+    assert note.message.endswith("values are beyond what a chart shows: acc: this run")
