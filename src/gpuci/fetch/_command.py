@@ -43,7 +43,7 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
     for line in inp.url:  # mask credentials before a bad URL can print them
         for secret in url_secrets((line.split() or [""])[0]):
             rt.mask(secret)
-    policy = inp.policy()
+    policy = inp.policy(rt.environ)
     jobs = build_jobs(inp.url, inp.dest, inp.sha256, inp.mirrors, Path.cwd())
     for job in jobs:  # presigned URLs carry their signature in the query: never print it
         for url in (job.url, *job.mirrors, job.sha256_url or ""):

@@ -50,11 +50,13 @@ from gpuci.fetch._policy import (
     RangeMismatch,
     Refused,
     RetryableError,
+    TooSlow,
     check_retryable,
 )
-from gpuci.fetch._segments import Segmenter, segmentable
+from gpuci.fetch._segments import Segmenter
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
+from gpuci.fetch._widths import segmentable
 from gpuci.httpclients import Deadline
 from gpuci.redact import excerpt
 from gpuci.units import human_bytes
@@ -414,7 +416,7 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         where = f"{shown_url(source)}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
-        hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
+        hint = getattr(exc, "hint", None) if isinstance(exc, GpuciError | TooSlow) else None
         retryable = isinstance(exc, RETRYABLE)
         named = "deadline of" in cause  # the client's timeout said it already
         if not named and (job.remaining() <= 0 or (retryable and tries < job.policy.attempts)):
