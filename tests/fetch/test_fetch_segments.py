@@ -576,3 +576,44 @@ def test_segments_slower_than_min_rate_fail_their_attempts(tmp_path, four_segmen
     assert closed, "no segment was asked for"
     assert failed and "min-rate, 1.0 MiB/s" in str(failed[0]), failed
     assert not (tmp_path / "out.bin").exists()
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["one-connection", "segments"])
+def test_an_abort_ends_the_retry_waits_and_places_nothing(tmp_path, four_segments, wide):
+    """Ctrl-C with several files aborts the shared client (gpuci.fetch._command._fetch_all): a
+    download whose retry waits out a ten-minute Retry-After (the whole file's, or each of its
+    segments') ends at once, with nothing renamed into place, instead of sleeping it out."""
+    from gpuci import httpclients
+    from gpuci.fetch._client import new_client
+
+    policy = replace(four_segments, deadline=3600, max_wait=600)
+    if not wide:
+        policy = replace(policy, connections=1)
+    throttled = Fault(status=503, retry_after="600")
+    outcome: list[BaseException] = []
+    with FaultyServer(rate=4_000_000) as srv, new_client(policy) as client:
+        srv.add("/big", BIG)
+        srv.faults("/big", *([Fault()] if wide else []), *[throttled] * 20)
+
+        def fetch() -> None:
+            try:
+                fetch_file(srv.url("/big"), tmp_path / "out.bin", BIG_SHA, policy=policy,
+                           client=client)  # fmt: skip
+            except BaseException as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=fetch, daemon=True)
+        worker.start()
+        waiting = 3 if wide else 1  # every ranged request (or the one GET) answered 503
+        for _ in range(300):
+            if sum(g.status == 503 for g in srv.gets("/big")) >= waiting:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # the first answer's own range done: only the waits are left
+        httpclients.abort(client)
+        worker.join(30)
+        assert not worker.is_alive(), "the download still waited out its Retry-After"
+    from gpuci.retry import Interrupted  # what ended the wait
+
+    assert outcome and isinstance(outcome[0], Interrupted), outcome
+    assert not (tmp_path / "out.bin").exists()

@@ -59,7 +59,8 @@ COMMAND: Command[FetchInputs] = Command(
         "checksum file too): a server trickling a byte inside every read's timeout fails "
         "that attempt, which is retried and resumes from the bytes kept. `deadline` bounds "
         "the whole download, retries and waits included; `max-wait` caps each wait between "
-        "attempts (a `Retry-After` too).",
+        "attempts (a `Retry-After` too). Ctrl-C ends every download and every retry's wait "
+        "at once; nothing is renamed into place after it.",
         '**Verified.** The headline says "verified" only for files checked against a '
         "sha256 you gave (`sha256`, a checksums URL, or the digest column of `url`); without "
         'one it says "downloaded", and the `sha256` output is what arrived.',

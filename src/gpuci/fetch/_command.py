@@ -89,7 +89,9 @@ def _fetch_all(
     thread, where the interrupt lands inside the download itself. Several at a time, an
     interrupt (which only the main thread sees) aborts the client, so every worker's read and
     next connect fail at once and nothing more is renamed into place, and drops the jobs not
-    started; a worker in a retry's wait ends at its next connect.
+    started. The abort's event (:func:`gpuci.httpclients.stopped`) is the one every retry's
+    wait of those downloads waits on (segments', checksum files' too): a worker in one ends
+    at once with :class:`gpuci.retry.Interrupted`, places nothing, and the step exits.
     """
     if workers == 1:
         return [one(job) for job in jobs]

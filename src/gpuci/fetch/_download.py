@@ -207,6 +207,7 @@ class _Download(DownloadJob):
                 f"{sha256.lower()}, got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
+        self.check_cancel()  # stopped meanwhile: the partial stays, nothing takes the final name
         part.place()
         return FetchResult(
             url=url,
@@ -391,7 +392,7 @@ def _from_source(job: _Download, source: str, sha256: str | None, started: float
     deleted by the check; the file is then fetched once more from byte 0, never in a loop."""
     fresh = False
     while True:
-        for attempt in job.policy.retrying(started):
+        for attempt in job.policy.retrying(started, cancel=job.cancel):
             with attempt:
                 job.attempt(source)
         resumed = job.resumed_bytes  # before the check, which forgets them with the bytes

@@ -15,12 +15,13 @@ from typing import Protocol
 
 import httpx
 
-from gpuci import settings
+from gpuci import httpclients, settings
 from gpuci.errors import FetchError
 from gpuci.fetch._partial import Partial
 from gpuci.fetch._policy import FetchPolicy, TooSlow
 from gpuci.fetch._urls import shown_url
 from gpuci.ranged._pace import body_due
+from gpuci.retry import Interrupted
 from gpuci.units import human_bytes
 
 __all__ = ["BodyWatch", "DownloadJob", "Meter", "ProgressLike"]
@@ -110,6 +111,14 @@ class DownloadJob:
         self.peak_connections = 1
         self.first_byte_s: float | None = None  # the last response's headers took this long
         self.base = partial.held()  # bytes an earlier run left: not this run's progress
+        # Set when the client is aborted (Ctrl-C with several files): waits end, nothing placed.
+        self.cancel = httpclients.stopped(client)
+
+    def check_cancel(self) -> None:
+        """Raise :class:`Interrupted` once the downloads were stopped: a worker that gets here
+        after the interrupt (its retry's wait cut short, its last bytes in) places nothing."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise Interrupted("the downloads were stopped")
 
     @property
     def resumed_bytes(self) -> int:

@@ -23,6 +23,8 @@ from gpuci.errors import FetchError
 from gpuci.retry import RetryPolicy, parse_retry_after
 
 if TYPE_CHECKING:
+    import threading
+
     import tenacity
 
 __all__ = [
@@ -151,7 +153,10 @@ class FetchPolicy:
             retry_after_cap=self.max_wait,
         )
 
-    def retrying(self, started: float | None = None) -> tenacity.Retrying:
-        """A fresh tenacity controller; ``started`` shares one deadline across mirrors."""
+    def retrying(
+        self, started: float | None = None, cancel: threading.Event | None = None
+    ) -> tenacity.Retrying:
+        """A fresh tenacity controller; ``started`` shares one deadline across mirrors, and
+        ``cancel`` (the client's abort: :func:`gpuci.httpclients.stopped`) ends its waits."""
         remaining = self.deadline - (time.monotonic() - started if started is not None else 0.0)
-        return self.retry.retrying(RETRYABLE, deadline=remaining)
+        return self.retry.retrying(RETRYABLE, deadline=remaining, cancel=cancel)

@@ -89,6 +89,7 @@ from gpuci.ranged._plan import Plan, Segment
 from gpuci.ranged._pool import WorkPool
 from gpuci.ranged._retry import retry_segment, throttles, work_through
 from gpuci.redact import excerpt
+from gpuci.retry import Interrupted
 from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
@@ -251,7 +252,10 @@ class Segmenter:
 
     def _feed(self) -> bool:
         """The pool's planner: a connection for every range the controller allows; False once
-        the run stops or the file is whole (the pool then drains what runs)."""
+        the run stops or the file is whole (the pool then drains what runs). Stopped from
+        outside (the client aborted): every segment's retry wait ends (they wait on stop)."""
+        if self.job.cancel is not None and self.job.cancel.is_set() and not self.stop.is_set():
+            self._fail(Interrupted("the downloads were stopped"))
         with self.lock:  # an error has set stop (_fail)
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False

@@ -352,13 +352,13 @@ def fetch_checksum(
     from gpuci.fetch._client import IDENTITY, check_identity, open_response, read_capped
     from gpuci.fetch._job import BodyWatch
     from gpuci.fetch._policy import RetryableError, check_retryable
-    from gpuci.httpclients import Deadline
+    from gpuci.httpclients import Deadline, stopped
 
     fix = "check the sha256 URL, or give the digest itself"
     started = time.monotonic() if started is None else started
     deadline = Deadline.after(policy.deadline, started)
     try:
-        for attempt in policy.retrying(started):
+        for attempt in policy.retrying(started, cancel=stopped(client)):
             with (
                 attempt,
                 open_response(
