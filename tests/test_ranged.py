@@ -220,3 +220,15 @@ def test_the_helper_sink_writes_in_order_moves_written_and_stops_at_a_failure():
     # failed, and written stops before it
     assert landed == [(10, b"abcd"), (14, b"efgh")]
     assert seg.written == 18 and hashed == [10, 14]
+
+
+def test_a_body_earns_its_time_by_the_bytes_that_came():
+    """The one rule the S3 store's bodies and retry-fetch's share (gpuci.ranged._pace): a
+    first-byte grace of one timeout, then a second per min_rate bytes; 0 turns it off."""
+    import math
+
+    from gpuci.ranged._pace import body_due
+
+    assert body_due(100.0, 30.0, 0, 1024.0) == 130.0
+    assert body_due(100.0, 30.0, 2048, 1024.0) == 132.0
+    assert body_due(100.0, 30.0, 1 << 40, 0.0) == math.inf

@@ -34,7 +34,8 @@ health and model probes):
   request open without end. While a :class:`Deadline` is set, every connect, read and write
   of that client's streams waits at most until it, then raises ``ReadTimeout`` naming it.
 - **Abort** (:func:`abort`): shuts every connection of such a client and refuses new ones, so
-  threads blocked in a read (a Ctrl-C's other downloads) end at once instead of finishing.
+  threads blocked in a read (a Ctrl-C's other downloads) end at once instead of finishing;
+  its event (:func:`stopped`) ends their retries' waits too.
 
 Retries are not the client's: each caller declares a :class:`gpuci.retry.RetryPolicy`.
 """
@@ -69,6 +70,7 @@ __all__ = [
     "deadline",
     "exact_stream",
     "new_client",
+    "stopped",
     "tls_context",
     "user_agent",
 ]
@@ -227,6 +229,17 @@ def abort(client: httpx.Client) -> None:
     for backend in _backends(client):
         if isinstance(backend, _SizedBackend):
             backend.gate.abort()
+
+
+def stopped(client: httpx.Client) -> threading.Event | None:
+    """The event :func:`abort` sets for ``client``: a retry's wait waits on it
+    (:meth:`gpuci.retry.RetryPolicy.retrying`'s ``cancel``), so an abort ends the waits of
+    every download on that client too, not only its reads. None for a client not made with
+    ``read_bytes`` (nothing aborts it)."""
+    for backend in _backends(client):
+        if isinstance(backend, _SizedBackend):
+            return backend.gate.aborted
+    return None
 
 
 class _Gate:

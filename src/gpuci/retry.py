@@ -6,6 +6,8 @@ not a loop. What is worth retrying stays with each client, as its own exception 
 predicate, because only the client knows what its failures mean. A server's ``Retry-After``
 is read here and only here (:func:`parse_retry_after`): delta-seconds, HTTP dates and
 garbage alike, so no header can crash a client, sleep NaN seconds or park a GPU job for a day.
+A caller that may be stopped mid-backoff (retry-fetch's workers on Ctrl-C) passes a ``cancel``
+event: its waits wait on it and end with :class:`Interrupted` once it is set.
 
 tenacity is imported only when a controller is built (:meth:`RetryPolicy.retrying`), which
 :meth:`RetryPolicy.call` does only once a first attempt has failed; ``email.utils``,
@@ -25,11 +27,14 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from gpuci import settings
 
 if TYPE_CHECKING:
+    import threading
+
     import tenacity
 
 __all__ = [
     "BOTOCORE_STANDARD",
     "MAX_RETRY_AFTER",
+    "Interrupted",
     "RetryPolicy",
     "aws_max_attempts",
     "botocore_delay",
@@ -48,6 +53,12 @@ _MAX_HEADER = 64
 Jitter = Literal["full", "additive", "none"]
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 T = TypeVar("T")
+
+
+class Interrupted(BaseException):
+    """A retry's wait ended because its caller was stopped (Ctrl-C): no attempt follows. A
+    BaseException, as KeyboardInterrupt is: no ``except Exception`` on the way holds the
+    thread, so a worker ends at once instead of sleeping out its backoff."""
 
 
 def parse_retry_after(
@@ -153,6 +164,7 @@ class RetryPolicy:
         sleep: Callable[[float], None] | None = None,
         on_retry: Callable[[BaseException | None], None] | None = None,
         now: Callable[[], float] | None = None,
+        cancel: threading.Event | None = None,
     ) -> tenacity.Retrying:
         """A fresh tenacity controller that retries what ``retry_on`` names (exception classes
         or a predicate), ``attempts`` times at most and, with ``deadline``, never starts a wait
@@ -160,7 +172,8 @@ class RetryPolicy:
         failure is raised as it is. ``on_retry`` hears of each failure before its wait.
         ``now`` is the clock the deadline is read on when it is not tenacity's own monotonic
         one (a caller whose ``sleep`` is a fake clock's); the deadline then counts from this
-        call."""
+        call. ``cancel``, once set, ends a wait at once (:func:`_cancellable`) and raises
+        :class:`Interrupted` instead of the next attempt."""
         import tenacity
 
         if isinstance(retry_on, type | tuple):
@@ -190,7 +203,7 @@ class RetryPolicy:
             retry=retry,
             stop=stop,
             wait=wait,
-            sleep=sleep if sleep is not None else time.sleep,
+            sleep=_cancellable(sleep, cancel),
             before_sleep=before_sleep,
             reraise=True,
         )
@@ -204,6 +217,7 @@ class RetryPolicy:
         sleep: Callable[[float], None] | None = None,
         on_retry: Callable[[BaseException | None], None] | None = None,
         now: Callable[[], float] | None = None,
+        cancel: threading.Event | None = None,
     ) -> T:
         """``fn()`` under this policy, as ``self.retrying(...)(fn)`` runs it, but the first
         attempt runs before tenacity is imported: a call that succeeds at once (or fails with
@@ -227,8 +241,31 @@ class RetryPolicy:
                 raise first.pop()
             return fn()
 
-        controller = self.retrying(retry_on, deadline=left, sleep=sleep, on_retry=on_retry, now=now)
+        controller = self.retrying(
+            retry_on, deadline=left, sleep=sleep, on_retry=on_retry, now=now, cancel=cancel
+        )
         return controller(attempt)
+
+
+def _cancellable(
+    sleep: Callable[[float], None] | None, cancel: threading.Event | None
+) -> Callable[[float], None]:
+    """The controller's wait: ``sleep`` (``time.sleep`` when None); with ``cancel``, a wait on
+    that event instead (or after ``sleep``, a fake clock's), raising :class:`Interrupted` once
+    it is set, so a worker stopped mid-backoff neither sleeps it out nor tries again."""
+    if cancel is None:
+        return sleep if sleep is not None else time.sleep
+    stopped = cancel
+
+    def wait(seconds: float) -> None:
+        if sleep is None:
+            stopped.wait(seconds)
+        else:
+            sleep(seconds)
+        if stopped.is_set():
+            raise Interrupted("stopped during a retry's wait")
+
+    return wait
 
 
 def _names(retry_on: RetryOn, exc: BaseException) -> bool:

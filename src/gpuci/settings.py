@@ -184,6 +184,13 @@ S3_MIN_RATE = _declare(
     "Bytes a second an S3 body must keep after GPUCI_S3_TIMEOUT's grace; one range's attempts "
     "share that deadline, so a trickling store ends the step within minutes.",
 )
+FETCH_MIN_RATE = _declare(
+    "GPUCI_FETCH_MIN_RATE",
+    "262144",
+    "Bytes a second a retry-fetch body must keep after the timeout input's grace, when no "
+    "min-rate input is given; a slower response fails its attempt (retried, resuming). 0 turns "
+    "the check off.",
+)
 GPU_HEALTH_STORE = _declare(
     "GPUCI_GPU_HEALTH_STORE",
     "",

@@ -79,9 +79,9 @@ def test_a_near_servers_ranged_answers_are_never_asked_for_twice(tmp_path, monke
     split inside it asked for those bytes again (1.13-1.33x the file served). Judged near here
     whatever the load (the first-answer threshold raised), every byte is asked for once by the
     ranged requests, however the connections come and go."""
-    from gpuci.fetch import _segments as segments
+    from gpuci.fetch import _widths as widths
 
-    monkeypatch.setattr(segments, "_FAR_S", 60.0)
+    monkeypatch.setattr(widths, "FAR_S", 60.0)
     policy = FetchPolicy(
         attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
         connections=8, connections_start=4, segment_bytes=64 << 10,

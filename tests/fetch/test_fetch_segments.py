@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -435,7 +436,7 @@ def test_a_large_file_starts_wide(tmp_path, seg_policy):
     [(16, 16, 2), (64, 16, 4), (256, 16, 8), (4096, 16, 8), (256, 3, 3), (256, 1, 1)],
 )
 def test_wide_start_grows_with_the_size_for_a_far_server(left_mib, ceiling, expected):
-    from gpuci.fetch._segments import wide_start
+    from gpuci.fetch._widths import wide_start
 
     policy = FetchPolicy(connections=ceiling)  # 8 MiB segments
     assert wide_start(left_mib << 20, policy, first_byte_s=0.03) == expected
@@ -445,7 +446,7 @@ def test_wide_start_grows_with_the_size_for_a_far_server(left_mib, ceiling, expe
 
 def test_a_near_server_starts_with_one_connection():
     """Loopback or the same cluster: the CPU is the limit, the controller ramps if it pays."""
-    from gpuci.fetch._segments import wide_start
+    from gpuci.fetch._widths import wide_start
 
     assert wide_start(1 << 30, FetchPolicy(), first_byte_s=0.002) == 1
     assert wide_start(1 << 30, FetchPolicy(connections_start=4), first_byte_s=0.002) == 4
@@ -548,3 +549,71 @@ def _one_connection_for_a_slow_client(tmp_path, policy) -> None:
         )
         assert (tmp_path / "out.bin").read_bytes() == big
         assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+
+
+def test_segments_slower_than_min_rate_fail_their_attempts(tmp_path, four_segments):
+    """Every segment's body keeps min-rate after its first timeout, as the first answer's does
+    (the S3 store's rule): a server pacing each connection under it ends the download with the
+    rate's line, long before the deadline, instead of trickling on until it."""
+    from gpuci.errors import FetchError
+
+    policy = replace(four_segments, attempts=2, timeout=0.5, deadline=600, min_rate=1 << 20)
+    failed: list[BaseException] = []
+
+    def fetch(url: str) -> None:
+        try:
+            fetch_file(url, tmp_path / "out.bin", BIG_SHA, policy=policy)
+        except FetchError as exc:
+            failed.append(exc)
+
+    with FaultyServer(rate=200_000) as srv:  # each connection well under 1 MiB/s
+        srv.add("/big", BIG)
+        worker = threading.Thread(target=fetch, args=(srv.url("/big"),), daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "the paced download still ran after 60 s"
+        closed = [g for g in ranged(srv, "/big") if not g.range.endswith("-")]
+    assert closed, "no segment was asked for"
+    assert failed and "min-rate, 1.0 MiB/s" in str(failed[0]), failed
+    assert not (tmp_path / "out.bin").exists()
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["one-connection", "segments"])
+def test_an_abort_ends_the_retry_waits_and_places_nothing(tmp_path, four_segments, wide):
+    """Ctrl-C with several files aborts the shared client (gpuci.fetch._command._fetch_all): a
+    download whose retry waits out a ten-minute Retry-After (the whole file's, or each of its
+    segments') ends at once, with nothing renamed into place, instead of sleeping it out."""
+    from gpuci import httpclients
+    from gpuci.fetch._client import new_client
+
+    policy = replace(four_segments, deadline=3600, max_wait=600)
+    if not wide:
+        policy = replace(policy, connections=1)
+    throttled = Fault(status=503, retry_after="600")
+    outcome: list[BaseException] = []
+    with FaultyServer(rate=4_000_000) as srv, new_client(policy) as client:
+        srv.add("/big", BIG)
+        srv.faults("/big", *([Fault()] if wide else []), *[throttled] * 20)
+
+        def fetch() -> None:
+            try:
+                fetch_file(srv.url("/big"), tmp_path / "out.bin", BIG_SHA, policy=policy,
+                           client=client)  # fmt: skip
+            except BaseException as exc:
+                outcome.append(exc)
+
+        worker = threading.Thread(target=fetch, daemon=True)
+        worker.start()
+        waiting = 3 if wide else 1  # every ranged request (or the one GET) answered 503
+        for _ in range(300):
+            if sum(g.status == 503 for g in srv.gets("/big")) >= waiting:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # the first answer's own range done: only the waits are left
+        httpclients.abort(client)
+        worker.join(30)
+        assert not worker.is_alive(), "the download still waited out its Retry-After"
+    from gpuci.retry import Interrupted  # what ended the wait
+
+    assert outcome and isinstance(outcome[0], Interrupted), outcome
+    assert not (tmp_path / "out.bin").exists()

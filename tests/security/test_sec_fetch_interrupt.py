@@ -5,6 +5,9 @@ the pool's shutdown waited for the download to finish: the file was fully fetche
 17 s after the Ctrl-C, and the step's outputs were lost. Each test starts the CLI in a
 subprocess against a server that would take minutes, sends SIGINT once the download runs, and
 asserts the process ended at all within a generous bound, exit 130, no final file.
+
+A worker in a retry's wait (a 503 with a ten-minute Retry-After) slept it out after the
+interrupt, and the process with it: its waits now end at the abort too.
 """
 
 from __future__ import annotations
@@ -56,12 +59,19 @@ def wait_for_requests(srv: HostileServer, count: int) -> None:
     pytest.fail(f"the CLI sent {len(srv.requests())} of {count} requests in 30 s")
 
 
-def interrupted(tmp_path: Path, srv: HostileServer, names: list[str]) -> subprocess.Popen[str]:
-    """The CLI fetching ``names``, sent SIGINT once every download has asked its server."""
+def interrupted(
+    tmp_path: Path,
+    srv: HostileServer,
+    names: list[str],
+    flags: tuple[str, ...] = ("--max-wait", "1s"),
+    settle: float = 0.0,
+) -> subprocess.Popen[str]:
+    """The CLI fetching ``names`` with ``flags``, sent SIGINT once every download has asked
+    its server (and ``settle`` seconds more: time to read the answers)."""
     args = []
     for name in names:
         args += ["--url", f"{srv.url('/' + name)} - {name}"]
-    cmd = [sys.executable, "-m", "gpuci", "retry-fetch", "--max-wait", "1s", *args]
+    cmd = [sys.executable, "-m", "gpuci", "retry-fetch", *flags, *args]
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -70,8 +80,20 @@ def interrupted(tmp_path: Path, srv: HostileServer, names: list[str]) -> subproc
     except BaseException:
         proc.kill()
         raise
+    time.sleep(settle)
     proc.send_signal(signal.SIGINT)
     return proc
+
+
+def ended(proc: subprocess.Popen[str]) -> str:
+    """What the CLI printed, once it ended (within ENDED_AT_ALL of the Ctrl-C)."""
+    try:
+        out, _ = proc.communicate(timeout=ENDED_AT_ALL)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"retry-fetch still ran {ENDED_AT_ALL}s after Ctrl-C")
+    return out.decode(errors="replace")
 
 
 @pytest.mark.parametrize("count", [1, 3], ids=["one-file", "parallel"])
@@ -80,13 +102,34 @@ def test_ctrl_c_stops_the_downloads_and_renames_nothing(slow, tmp_path: Path, co
     for name in names:
         slow.route("/" + name, slow_file())
     proc = interrupted(tmp_path, slow, names)
-    try:
-        out, _ = proc.communicate(timeout=ENDED_AT_ALL)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail(f"retry-fetch still ran {ENDED_AT_ALL}s after Ctrl-C")
-    text = out.decode(errors="replace")
+    text = ended(proc)
     assert proc.returncode == 130, text
     assert "Traceback" not in text, text
+    assert not [n for n in names if (tmp_path / n).exists()], os.listdir(tmp_path)
+
+
+def throttled_then_served() -> Route:
+    """A 503 asking for ten minutes' wait, then (to a retry that came) the whole file."""
+
+    def route(h: Handler) -> None:
+        if len(h.server_ref.requests(h.record.path)) == 1:
+            h.reply(503, b"", {"Retry-After": "600"})
+        else:
+            h.reply(200, b"x" * SIZE, {"ETag": '"v1"'})
+
+    return route
+
+
+def test_ctrl_c_ends_the_retry_waits_of_parallel_downloads(slow, tmp_path: Path):
+    """Three files, each worker waiting out a 503's Retry-After (max-wait 10 minutes): Ctrl-C
+    ends the step at once, and no retry asks again or renames a file into place after it."""
+    names = [f"f{i}.bin" for i in range(3)]
+    for name in names:
+        slow.route("/" + name, throttled_then_served())
+    flags = ("--max-wait", "600s", "--deadline", "2h")
+    proc = interrupted(tmp_path, slow, names, flags, settle=1.0)  # the 503s read: all wait
+    text = ended(proc)
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text, text
+    assert len(slow.requests()) == len(names)  # no retry was sent
     assert not [n for n in names if (tmp_path / n).exists()], os.listdir(tmp_path)

@@ -53,6 +53,14 @@ COMMAND: Command[FetchInputs] = Command(
         "falls back to one connection, a changed file starts over. The written segments are "
         "recorded in the sidecar every 0.25 s (flushed to disk first), so a cut or a killed "
         "run resumes each one. sha256 covers the whole file.",
+        "**Time limits.** `timeout` bounds each connect and each read. After a response's "
+        "first `timeout`, its body must keep `min-rate` (default 256KiB a second, or "
+        "`GPUCI_FETCH_MIN_RATE`; counted on the bytes that came, for each segment and a "
+        "checksum file too): a server trickling a byte inside every read's timeout fails "
+        "that attempt, which is retried and resumes from the bytes kept. `deadline` bounds "
+        "the whole download, retries and waits included; `max-wait` caps each wait between "
+        "attempts (a `Retry-After` too). Ctrl-C ends every download and every retry's wait "
+        "at once; nothing is renamed into place after it.",
         '**Verified.** The headline says "verified" only for files checked against a '
         "sha256 you gave (`sha256`, a checksums URL, or the digest column of `url`); without "
         'one it says "downloaded", and the `sha256` output is what arrived.',

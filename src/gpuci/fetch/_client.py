@@ -29,6 +29,7 @@ from gpuci.fetch._urls import check_url, origin, shown_url
 from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
+    from gpuci.fetch._job import BodyWatch
     from gpuci.fetch._policy import FetchPolicy
 
 MAX_REDIRECTS = 10
@@ -157,11 +158,14 @@ def check_identity(resp: httpx.Response) -> None:
         )
 
 
-def read_capped(resp: httpx.Response, limit: int, what: str) -> bytes:
-    """The whole body, or :class:`Refused` as soon as it passes ``limit`` bytes."""
+def read_capped(
+    resp: httpx.Response, limit: int, what: str, watch: BodyWatch | None = None
+) -> bytes:
+    """The whole body, or :class:`Refused` as soon as it passes ``limit`` bytes; with
+    ``watch``, checked after each chunk (the slowest rate accepted: ``TooSlow``)."""
     chunks: list[bytes] = []
     size = 0
-    for chunk in resp.iter_raw():
+    for chunk in resp.iter_raw() if watch is None else watch.counted(resp.iter_raw()):
         size += len(chunk)
         if size > limit:
             raise Refused(
@@ -169,6 +173,8 @@ def read_capped(resp: httpx.Response, limit: int, what: str) -> bytes:
                 hint="point at the right file; this one is not what was expected",
             )
         chunks.append(chunk)
+        if watch is not None:
+            watch.check()
     return b"".join(chunks)
 
 

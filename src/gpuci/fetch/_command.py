@@ -43,7 +43,7 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
     for line in inp.url:  # mask credentials before a bad URL can print them
         for secret in url_secrets((line.split() or [""])[0]):
             rt.mask(secret)
-    policy = inp.policy()
+    policy = inp.policy(rt.environ)
     jobs = build_jobs(inp.url, inp.dest, inp.sha256, inp.mirrors, Path.cwd())
     for job in jobs:  # presigned URLs carry their signature in the query: never print it
         for url in (job.url, *job.mirrors, job.sha256_url or ""):
@@ -89,7 +89,9 @@ def _fetch_all(
     thread, where the interrupt lands inside the download itself. Several at a time, an
     interrupt (which only the main thread sees) aborts the client, so every worker's read and
     next connect fail at once and nothing more is renamed into place, and drops the jobs not
-    started; a worker in a retry's wait ends at its next connect.
+    started. The abort's event (:func:`gpuci.httpclients.stopped`) is the one every retry's
+    wait of those downloads waits on (segments', checksum files' too): a worker in one ends
+    at once with :class:`gpuci.retry.Interrupted`, places nothing, and the step exits.
     """
     if workers == 1:
         return [one(job) for job in jobs]

@@ -50,11 +50,13 @@ from gpuci.fetch._policy import (
     RangeMismatch,
     Refused,
     RetryableError,
+    TooSlow,
     check_retryable,
 )
-from gpuci.fetch._segments import Segmenter, segmentable
+from gpuci.fetch._segments import Segmenter
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
+from gpuci.fetch._widths import segmentable
 from gpuci.httpclients import Deadline
 from gpuci.redact import excerpt
 from gpuci.units import human_bytes
@@ -205,6 +207,7 @@ class _Download(DownloadJob):
                 f"{sha256.lower()}, got {digest} ({size} bytes); the partial file was deleted",
                 hint="check the expected sha256, or the source serves different bytes",
             )
+        self.check_cancel()  # stopped meanwhile: the partial stays, nothing takes the final name
         part.place()
         return FetchResult(
             url=url,
@@ -389,7 +392,7 @@ def _from_source(job: _Download, source: str, sha256: str | None, started: float
     deleted by the check; the file is then fetched once more from byte 0, never in a loop."""
     fresh = False
     while True:
-        for attempt in job.policy.retrying(started):
+        for attempt in job.policy.retrying(started, cancel=job.cancel):
             with attempt:
                 job.attempt(source)
         resumed = job.resumed_bytes  # before the check, which forgets them with the bytes
@@ -414,7 +417,7 @@ def _give_up(errors: list[tuple[str, BaseException, int]], job: _Download) -> Gp
         where = f"{shown_url(source)}: {cause}" + ("" if refused else f" after {tries} attempt(s)")
         if len(errors) > 1:
             where += f" (and {len(errors) - 1} other source(s) failed; {job.attempts} attempts)"
-        hint = exc.hint if isinstance(exc, GpuciError) and exc.hint else None
+        hint = getattr(exc, "hint", None) if isinstance(exc, GpuciError | TooSlow) else None
         retryable = isinstance(exc, RETRYABLE)
         named = "deadline of" in cause  # the client's timeout said it already
         if not named and (job.remaining() <= 0 or (retryable and tries < job.policy.attempts)):

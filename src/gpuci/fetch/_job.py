@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 
+from gpuci import httpclients, settings
 from gpuci.errors import FetchError
 from gpuci.fetch._partial import Partial
-from gpuci.fetch._policy import FetchPolicy
+from gpuci.fetch._policy import FetchPolicy, TooSlow
 from gpuci.fetch._urls import shown_url
+from gpuci.ranged._pace import body_due
+from gpuci.retry import Interrupted
+from gpuci.units import human_bytes
 
-__all__ = ["DownloadJob", "Meter", "ProgressLike"]
+__all__ = ["BodyWatch", "DownloadJob", "Meter", "ProgressLike"]
 
 
 class ProgressLike(Protocol):
@@ -107,6 +111,14 @@ class DownloadJob:
         self.peak_connections = 1
         self.first_byte_s: float | None = None  # the last response's headers took this long
         self.base = partial.held()  # bytes an earlier run left: not this run's progress
+        # Set when the client is aborted (Ctrl-C with several files): waits end, nothing placed.
+        self.cancel = httpclients.stopped(client)
+
+    def check_cancel(self) -> None:
+        """Raise :class:`Interrupted` once the downloads were stopped: a worker that gets here
+        after the interrupt (its retry's wait cut short, its last bytes in) places nothing."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise Interrupted("the downloads were stopped")
 
     @property
     def resumed_bytes(self) -> int:
@@ -140,3 +152,41 @@ class DownloadJob:
         self.base = min(self.base, held)
         total = None if part.total is None else part.total - self.base
         self.meter.sync(held - self.base, total)
+
+
+class BodyWatch:
+    """One response body's limits, checked after each chunk (the driver's ``check``): the
+    job's deadline, then the slowest rate accepted (:func:`gpuci.ranged._pace.body_due`: the
+    S3 store's rule), counted on the bytes that came from the moment its headers did.
+
+    Why: each read has its own timeout, so a server sending a byte just inside it would hold
+    the attempt until the job's deadline; under the rate the attempt fails instead
+    (:class:`TooSlow`, retried as any cut connection, resuming from what was written). A
+    checksum file's body keeps the same rate (:func:`gpuci.fetch._client.read_capped`)."""
+
+    def __init__(
+        self, policy: FetchPolicy, deadline_check: Callable[[], None] | None = None
+    ) -> None:
+        self.policy = policy
+        self.deadline_check = deadline_check  # None: the request's Deadline bounds it already
+        self.start = time.monotonic()
+        self.got = 0
+
+    def counted(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        """``chunks`` as they come, each one counted."""
+        for chunk in chunks:
+            self.got += len(chunk)
+            yield chunk
+
+    def check(self) -> None:
+        if self.deadline_check is not None:
+            self.deadline_check()
+        policy = self.policy
+        now = time.monotonic()
+        if now > body_due(self.start, policy.timeout, self.got, policy.min_rate):
+            raise TooSlow(
+                f"the body fell under min-rate, {human_bytes(policy.min_rate)}/s after the "
+                f"first {policy.timeout:g}s: {self.got} bytes in {now - self.start:.1f}s",
+                hint="the server trickles; add a faster mirror, or lower min-rate (the input, "
+                f"or {settings.FETCH_MIN_RATE.name} in bytes a second; 0 turns the check off)",
+            )

@@ -23,6 +23,8 @@ from gpuci.errors import FetchError
 from gpuci.retry import RetryPolicy, parse_retry_after
 
 if TYPE_CHECKING:
+    import threading
+
     import tenacity
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "RetryableError",
     "RetryableStatus",
     "ShortBody",
+    "TooSlow",
 ]
 
 # Large enough for any single file on the Hugging Face Hub (it caps files at 50 GB) and for
@@ -47,6 +50,9 @@ DEFAULT_MAX_BYTES_TEXT = "64GiB"
 # more than the range takes at 100 MB/s).
 DEFAULT_CONNECTIONS = 16
 DEFAULT_SEGMENT_BYTES = 8 << 20
+# The slowest body accepted after the first ``timeout`` (bytes a second): the S3 store's rule
+# (gpuci.ranged._pace), so a server trickling a byte inside each read's timeout is cut.
+DEFAULT_MIN_RATE = 256 << 10
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -96,6 +102,15 @@ class ShortBody(RetryableError):
     """The connection ended cleanly but with fewer bytes than announced."""
 
 
+class TooSlow(RetryableError):
+    """A body under the policy's ``min_rate`` after its first ``timeout`` (a trickle each read's
+    timeout lets through); ``hint`` says which setting changes the rate."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 class RangeMismatch(RetryableError):
     """A 206 for other bytes than we asked for, or a validator that changed: start over."""
 
@@ -109,9 +124,10 @@ class FetchPolicy:
     ``max_bytes`` bounds one file's size on disk (None: no bound); see DEFAULT_MAX_BYTES.
     ``connections`` caps the ranged connections one file may use at once (1: never segment);
     the count starts at ``connections_start`` (0: chosen from the size, as aria2c does; see
-    :func:`gpuci.fetch._segments.wide_start`) and grows while throughput does;
+    :func:`gpuci.fetch._widths.wide_start`) and grows while throughput does;
     ``segment_bytes`` is the smallest range worth its own connection, so a file under twice
-    that size always uses one.
+    that size always uses one. ``min_rate`` is the slowest body accepted (bytes a second,
+    counted on what arrived) once its first ``timeout`` has passed; 0 turns the check off.
     """
 
     attempts: int = 5
@@ -123,6 +139,7 @@ class FetchPolicy:
     connections: int = DEFAULT_CONNECTIONS
     connections_start: int = 0
     segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    min_rate: float = DEFAULT_MIN_RATE
 
     @property
     def retry(self) -> RetryPolicy:
@@ -136,7 +153,10 @@ class FetchPolicy:
             retry_after_cap=self.max_wait,
         )
 
-    def retrying(self, started: float | None = None) -> tenacity.Retrying:
-        """A fresh tenacity controller; ``started`` shares one deadline across mirrors."""
+    def retrying(
+        self, started: float | None = None, cancel: threading.Event | None = None
+    ) -> tenacity.Retrying:
+        """A fresh tenacity controller; ``started`` shares one deadline across mirrors, and
+        ``cancel`` (the client's abort: :func:`gpuci.httpclients.stopped`) ends its waits."""
         remaining = self.deadline - (time.monotonic() - started if started is not None else 0.0)
-        return self.retry.retrying(RETRYABLE, deadline=remaining)
+        return self.retry.retrying(RETRYABLE, deadline=remaining, cancel=cancel)

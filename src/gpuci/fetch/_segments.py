@@ -23,14 +23,8 @@ ramp per file. The controller then grows from there while throughput keeps risin
 no connection opens while the hash is behind (:meth:`Segmenter._cpu_bound`): sha256 eats
 bytes in order on one core, so once it is the limit more connections only cost CPU.
 
-When: only if the first response proves the server can do it safely: a strong validator
-(:func:`gpuci.fetch._validators.segment_validator`: an ``ETag`` never ``W/``, or with no ETag a
-``Last-Modified`` at least one second older than the response's ``Date``),
-``Accept-Ranges: bytes`` (or the response is already a 206), a known size of at least two
-segments, and ``connections`` above 1. Every segment request carries ``If-Range`` with that
-validator and goes to the URL the first request was redirected to; the user's credentials go
-with it only when the first request still carried them there (the origin rule of
-:mod:`gpuci.fetch._client`).
+When a download segments (a strong validator, ``Accept-Ranges``, a size of two segments)
+and how wide it starts: :mod:`gpuci.fetch._widths`.
 
 What a segment's answer must be: a 206 with the same validator and a ``Content-Range`` that starts
 exactly where we asked, ends inside what we asked, and names the same total. Anything else
@@ -70,6 +64,7 @@ import httpx
 
 from gpuci.adaptive import Concurrency
 from gpuci.errors import FetchError
+from gpuci.fetch import _widths
 from gpuci.fetch._client import (
     CREDENTIALS_KEPT,
     Body,
@@ -77,16 +72,16 @@ from gpuci.fetch._client import (
     check_identity,
     open_response,
 )
-from gpuci.fetch._job import DownloadJob
+from gpuci.fetch._job import BodyWatch, DownloadJob
 from gpuci.fetch._policy import (
     RETRYABLE,
-    FetchPolicy,
     RangeMismatch,
     Refused,
     ShortBody,
     check_retryable,
 )
-from gpuci.fetch._validators import segment_validator, version_of
+from gpuci.fetch._validators import version_of
+from gpuci.fetch._widths import wide_start
 from gpuci.httpclients import Deadline
 from gpuci.ranged import _extents as extents
 from gpuci.ranged._drive import pump
@@ -94,6 +89,7 @@ from gpuci.ranged._plan import Plan, Segment
 from gpuci.ranged._pool import WorkPool
 from gpuci.ranged._retry import retry_segment, throttles, work_through
 from gpuci.redact import excerpt
+from gpuci.retry import Interrupted
 from gpuci.units import human_bytes
 
 _SINK_DEPTH = 4  # 1 MiB batches being written or hashed per segment: ~5 MiB per connection
@@ -101,11 +97,6 @@ _HEAD_DEPTH = 16
 # How stale the sidecar may be when the process is killed: what a kill -9 costs, at most.
 # Each checkpoint flushes what was written since the last (the kernel writes it back anyway).
 _SAVE_EVERY_S = 0.25
-_WIDE = 8  # most connections the first round opens (aria2c -x8 -s8's count)
-# A first answer this slow (connect included) comes from a hub, a CDN or another region: one
-# from this machine or its cluster answers in a few ms, even on a loaded machine, one over the
-# internet in tens (figures: docs/benchmarks.md, "What changed, and how to read it").
-_FAR_S = 0.025
 _TICK_S = 0.02
 # The first answer's receive buffer once its server is known near (the kernel doubles it).
 _NEAR_WINDOW = 2 << 20
@@ -140,40 +131,6 @@ def _segment_retryable(exc: BaseException) -> bool:
     """What a segment retries on its own connection: a transport failure or a retryable
     status; a refused or changed range ends the segmented download instead."""
     return isinstance(exc, RETRYABLE) and not isinstance(exc, (SegmentsRefused, FileChanged))
-
-
-def wide_start(left: int, policy: FetchPolicy, first_byte_s: float | None = None) -> int:
-    """How many connections the first round opens for ``left`` bytes.
-
-    A far server (its first answer took ``_FAR_S`` or more: a hub, a CDN, a bucket in another
-    region; a guess from one sample, so a loaded machine can misjudge a near one) gets one
-    connection per two segments' worth (aria2c splits at 20 MiB by default; ours are 8 MiB),
-    at least 2, at most ``_WIDE`` and the ceiling: there each connection is capped and each
-    request waits for its first byte, so a ramp from one costs seconds. A near
-    one (a store in the same cluster, loopback) starts with one: there the CPU is the limit,
-    and measured on loopback, 8 connections at once cost more CPU per byte than one
-    (threads, and pieces read back for the in-order hash) for no speed (docs/benchmarks.md,
-    "What changed, and how to read it"); the controller still
-    adds connections there when they pay. ``connections_start`` set in the policy wins."""
-    if policy.connections_start:
-        return max(1, min(policy.connections_start, policy.connections))
-    if first_byte_s is not None and first_byte_s < _FAR_S:
-        return 1
-    return max(1, min(policy.connections, _WIDE, max(2, left // (2 * policy.segment_bytes))))
-
-
-def segmentable(resp: httpx.Response, total: int | None, offset: int, job: DownloadJob) -> bool:
-    """Whether this first response allows more connections (see the module docstring)."""
-    policy = job.policy
-    if policy.connections < 2 or job.one_connection or total is None:
-        return False
-    if total - offset < 2 * policy.segment_bytes:
-        return False
-    validator = segment_validator(resp.headers)
-    if validator is None or validator != job.partial.validator:
-        return False
-    ranges = resp.headers.get("Accept-Ranges", "").strip().lower()
-    return resp.status_code == 206 or ranges == "bytes"
 
 
 class Segmenter:
@@ -295,12 +252,15 @@ class Segmenter:
 
     def _feed(self) -> bool:
         """The pool's planner: a connection for every range the controller allows; False once
-        the run stops or the file is whole (the pool then drains what runs)."""
+        the run stops or the file is whole (the pool then drains what runs). Stopped from
+        outside (the client aborted): every segment's retry wait ends (they wait on stop)."""
+        if self.job.cancel is not None and self.job.cancel.is_set() and not self.stop.is_set():
+            self._fail(Interrupted("the downloads were stopped"))
         with self.lock:  # an error has set stop (_fail)
             if self.stop.is_set() or (self.running == 0 and self.plan.done()):
                 return False
             while self.running < self.conc.limit and not self._cpu_bound():
-                seg = self.plan.take(not self.job.one_connection, self.fastest < _FAR_S)
+                seg = self.plan.take(not self.job.one_connection, self.fastest < _widths.FAR_S)
                 if seg is None:
                     break
                 self._spawn(seg, None)
@@ -507,7 +467,9 @@ class Segmenter:
         # The first, open-ended response reads straight from its connection (client.Body: no
         # h11 copies; it is cut short or runs to the end, so its connection is not reused
         # anyway); bounded ranged requests keep h11, whose connections are reused.
-        chunks = self._watched(resp) if head else resp.iter_raw()
+        # the deadline and the slowest rate accepted
+        watch = BodyWatch(self.policy, self.job.deadline_check(self.url))
+        chunks = watch.counted(self._watched(resp) if head else resp.iter_raw())
         if upto is not None:
             chunks = _cut(chunks, upto - seg.pos)
         try:
@@ -518,7 +480,7 @@ class Segmenter:
                 lock=self.lock,
                 stop=self.stop.is_set,
                 on_bytes=on_bytes,
-                check=self.job.deadline_check(self.url),
+                check=watch.check,
             )
         finally:
             if head:
@@ -531,7 +493,7 @@ class Segmenter:
         narrowed = False
         for chunk in Body(resp).chunks():
             reads, got = reads + 1, got + len(chunk)
-            if not narrowed and self.wide and self.fastest < _FAR_S:
+            if not narrowed and self.wide and self.fastest < _widths.FAR_S:
                 narrowed = _narrow(resp)
             if (now := time.monotonic()) - clock >= _READS_WINDOW_S:
                 alone = self.running == 1  # reads shared with others say less

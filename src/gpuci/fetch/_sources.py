@@ -342,21 +342,23 @@ def fetch_checksum(
     Read as sent (identity only, at most 16 MiB), so a hostile checksum URL can neither
     inflate a gzip bomb nor stream an endless body into memory; and within the policy's
     deadline counted from ``started`` (the job's start; now when None), waits, headers and
-    body included, so one trickling its body cannot hold the job past it.
+    body included, so one trickling its body cannot hold the job past it; and at ``min_rate``
+    after its first ``timeout``, as a download's body (:class:`gpuci.fetch._job.BodyWatch`).
     """
     import time
 
     import httpx
 
     from gpuci.fetch._client import IDENTITY, check_identity, open_response, read_capped
+    from gpuci.fetch._job import BodyWatch
     from gpuci.fetch._policy import RetryableError, check_retryable
-    from gpuci.httpclients import Deadline
+    from gpuci.httpclients import Deadline, stopped
 
     fix = "check the sha256 URL, or give the digest itself"
     started = time.monotonic() if started is None else started
     deadline = Deadline.after(policy.deadline, started)
     try:
-        for attempt in policy.retrying(started):
+        for attempt in policy.retrying(started, cancel=stopped(client)):
             with (
                 attempt,
                 open_response(
@@ -373,9 +375,11 @@ def fetch_checksum(
                 if resp.status_code != 200:
                     raise FetchError(f"HTTP {resp.status_code} for the checksum file {url}", fix)
                 check_identity(resp)
-                body = read_capped(resp, _CHECKSUMS_MAX, f"the checksum file {url}")
+                what = f"the checksum file {url}"
+                body = read_capped(resp, _CHECKSUMS_MAX, what, BodyWatch(policy))
     except (httpx.HTTPError, RetryableError) as exc:
-        raise FetchError(f"cannot fetch the checksum file {url}: {exc}", hint=fix) from exc
+        hint = getattr(exc, "hint", None) or fix  # a body under min-rate says what sets it
+        raise FetchError(f"cannot fetch the checksum file {url}: {exc}", hint=hint) from exc
     except FetchError as exc:
         raise FetchError(exc.message, exc.hint or fix) from exc
     return parse_checksums(body.decode("utf-8", "replace"), name, url)

@@ -6,8 +6,10 @@ user wrote ``none`` (no limit).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.inputs import inp, options
 
@@ -62,6 +64,13 @@ class FetchInputs:
         kind="duration",
         default="60s",
     )
+    min_rate: int | None = inp(
+        "Slowest body accepted, in bytes a second (e.g. 256KiB, 1MB): once a response's first "
+        "timeout has passed, one that delivered less than this rate fails its attempt, which "
+        "is retried and resumes. 0 turns the check off; default GPUCI_FETCH_MIN_RATE, else "
+        "256KiB.",
+        kind="size",
+    )
     parallel: int = inp("How many files to download at once.", default="4", minimum=1)
     connections: int = inp(
         "Most ranged connections for one file. A large file from a server that names it with "
@@ -80,8 +89,10 @@ class FetchInputs:
         minimum=1,
     )
 
-    def policy(self) -> FetchPolicy:
-        """The retry policy these inputs ask for; an absurd duration is bad input (exit 2)."""
+    def policy(self, environ: Mapping[str, str] | None = None) -> FetchPolicy:
+        """The retry policy these inputs ask for; an absurd duration is bad input (exit 2).
+        ``environ`` (the process's when None) holds ``GPUCI_FETCH_MIN_RATE``, read when the
+        min-rate input is not given."""
         for name, limit in _TIME_LIMITS.items():
             seconds = getattr(self, name)
             if seconds > limit:
@@ -100,4 +111,11 @@ class FetchInputs:
             initial_wait=min(1.0, self.max_wait),
             max_bytes=self.max_bytes,
             connections=self.connections,
+            min_rate=self._min_rate(environ),
         )
+
+    def _min_rate(self, environ: Mapping[str, str] | None) -> float:
+        """The min-rate input, else ``GPUCI_FETCH_MIN_RATE`` (bytes a second; 0: off)."""
+        if self.min_rate is not None:
+            return float(self.min_rate)
+        return settings.FETCH_MIN_RATE.number(environ)

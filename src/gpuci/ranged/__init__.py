@@ -11,6 +11,8 @@ source (how a range is fetched) and its sink's stages (where bytes go, how they 
 - :mod:`gpuci.ranged._drive`: the one loop moving a source's chunks into a sink;
 - :mod:`gpuci.ranged._sink`: the one sink, writing (and hashing) on helper threads in order;
 - :mod:`gpuci.ranged._retry`: a segment's retry from its last written byte; a worker's loop;
+- :mod:`gpuci.ranged._pace`: the slowest body accepted (a grace, then a minimum rate), which
+  the S3 store's bodies and retry-fetch's share;
 - :mod:`gpuci.ranged._pool`: the workers, each holding one of the controller's
   (:class:`gpuci.adaptive.Concurrency`) slots; a driver's planner feeds it as slots free up.
 

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from gpuci import settings
 from gpuci.errors import InputError
+from gpuci.ranged._pace import body_due
 from gpuci.settings import Setting
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -48,7 +49,7 @@ class Limits:
 
     def body_time(self, size: int) -> float:
         """How long ``size`` body bytes may take after the headers (the grace, then the rate)."""
-        return self.timeout + size / self.min_rate
+        return body_due(0.0, self.timeout, size, self.min_rate)
 
     def deadline(self, size: int = 0) -> float:
         """How long one operation may take, every attempt included, moving ``size`` body bytes

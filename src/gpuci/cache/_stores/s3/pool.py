@@ -28,6 +28,7 @@ from gpuci.cache._stores.s3.transport import (
     read_capped,
     release,
 )
+from gpuci.ranged._pace import body_due
 
 if TYPE_CHECKING:
     import ssl
@@ -253,7 +254,7 @@ class Ranged:
     def _earn(self) -> None:
         """Move the deadline by what the bytes so far earned (at most every second of it)."""
         limits = self._pool.limits
-        due = min(self._until, self._start + limits.timeout + self._got / limits.min_rate)
+        due = min(self._until, body_due(self._start, limits.timeout, self._got, limits.min_rate))
         if due - self._guard.deadline >= 1.0:
             WATCHDOG.move_to(self._guard, due)
 
