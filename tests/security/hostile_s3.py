@@ -299,6 +299,17 @@ def run_measured(args: list[str], env: dict[str, str], cwd: Path, timeout: float
     return Run(done.returncode, done.stdout + err, int(peak.split()[0]) if peak else -1)
 
 
+def one_error_line(run: Run, code: int, *words: str) -> None:
+    """``run`` ended with exit ``code``, no traceback, and exactly one line naming an error,
+    holding each of ``words``: what a hostile answer or a broken setup must come down to."""
+    assert run.code == code, run.output
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, run.output
+    for word in words:
+        assert word in errors[0], run.output
+
+
 def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``python -m gpuci`` run against a local S3 front: fake credentials,
     no runner-local tier, its own journal, two attempts, this checkout's ``src``, and none of
