@@ -24,7 +24,7 @@ import pytest
 from botocore.config import Config
 from cache_testing import REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
-from treeutil import snapshot
+from treeutil import snapshot, write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format.manifest import Entry
@@ -188,10 +188,10 @@ def test_endpoints_from_the_environment_are_signed_path_style_as_botocore_picks_
 
 
 def test_a_restore_hit_never_imports_boto3(s3_store, env, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "big.bin").write_bytes(random.Random(3).randbytes(3_000_001))
-    (src / "small.txt").write_text("tokenizer\n")
+    src = write_tree(
+        tmp_path / "src",
+        {"big.bin": random.Random(3).randbytes(3_000_001), "small.txt": "tokenizer\n"},
+    )
     assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
     out = tmp_path / "out"
     script = (
@@ -469,9 +469,7 @@ def test_several_big_files_are_cut_for_the_connections_together(
     assert snapshot(tmp_path / "out") == snapshot(src)
     assert proxy.count("GET", "/blobs/") == 8
 
-    lone = tmp_path / "lone"
-    lone.mkdir()
-    (lone / "model.bin").write_bytes(rng.randbytes(2 << 20))
+    lone = write_tree(tmp_path / "lone", {"model.bin": rng.randbytes(2 << 20)})
     assert cache_cmd("save", _flags(via, "lone", lone), env)[0].ok
     before = proxy.count("GET", "/blobs/")
     got, _ = cache_cmd("restore", _flags(via, "lone", tmp_path / "out2"), env)
@@ -487,9 +485,7 @@ def test_the_last_use_is_written_while_the_tree_is_still_coming(
     store that is one round trip less at the end of every restore."""
     monkeypatch.setattr(layout, "MIN_PART", 64 << 10)
     via = StoreCase("s3", s3_store.url, proxy.url)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(random.Random(13).randbytes(2 << 20))
+    src = write_tree(tmp_path / "src", {"model.bin": random.Random(13).randbytes(2 << 20)})
     assert cache_cmd("save", _flags(via, "k", src), env)[0].ok
     proxy.add("GET", "/blobs/", "delay", times=100, seconds=0.2)  # 4 waves of 2 GETs
     got, _ = cache_cmd(

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
+from treeutil import write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._save import upload
@@ -72,10 +73,9 @@ def test_a_file_rewritten_during_the_save_never_gets_a_blob_under_another_name(
     _small_parts(monkeypatch)
     if not held:  # hashed first, read again to send: the second read must hash to the name
         monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(BIG))
-    (src / "config.json").write_text('{"layers": 2}\n')
+    src = write_tree(
+        tmp_path / "src", {"model.bin": os.urandom(BIG), "config.json": '{"layers": 2}\n'}
+    )
     with _Rewriter(src / "model.bin") as writer:
         saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
     assert writer.passes >= 1
@@ -90,9 +90,7 @@ def test_a_file_rewritten_during_a_file_store_save_never_gets_a_blob_under_anoth
 ):
     root = tmp_path / "store"
     store = StoreCase("local", root.as_uri(), None, root=root)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(BIG))
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(BIG)})
     with _Rewriter(src / "model.bin") as writer:
         cache_cmd("save", _flags(store, "k", src), env)
     assert writer.passes >= 1
@@ -101,10 +99,9 @@ def test_a_file_rewritten_during_a_file_store_save_never_gets_a_blob_under_anoth
 
 def test_a_blob_the_store_has_is_not_sent_again(s3_store, proxy, env, tmp_path, monkeypatch):
     _small_parts(monkeypatch)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(BIG))
-    (src / "shard.bin").write_bytes(os.urandom(3 << 20))
+    src = write_tree(
+        tmp_path / "src", {"model.bin": os.urandom(BIG), "shard.bin": os.urandom(3 << 20)}
+    )
     assert cache_cmd("save", _flags(s3_store, "first", src), env)[0].ok
     (src / "new.bin").write_bytes(os.urandom(2 << 20))
     via = StoreCase("s3", s3_store.url, proxy.url)
@@ -229,9 +226,7 @@ def test_a_file_store_never_publishes_bytes_changed_after_their_hash(env, tmp_pa
     hashed = _rewritten_after_hashing(monkeypatch)
     root = tmp_path / "store"
     store = StoreCase("local", root.as_uri(), None, root=root)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(3 << 20))
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(3 << 20)})
     _refused_as_changed(store, src, env, hashed)
 
 
