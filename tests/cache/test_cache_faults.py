@@ -23,7 +23,7 @@ from cache_testing import (
     s3_client,
 )
 from cache_testing import store_flags as _flags
-from treeutil import leftovers, make_tree, snapshot
+from treeutil import leftovers, make_tree, snapshot, write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
@@ -31,7 +31,7 @@ from gpuci.cache._format.manifest import canonical_json
 from gpuci.cache._restore import place as restore
 from gpuci.cache._stores import open_store
 from gpuci.errors import ConflictError, ExitCode
-from gpuci_testing import refused_url
+from gpuci_testing import refused_url, wait_until
 from moto_s3 import moto_process
 
 
@@ -274,14 +274,6 @@ def _cli_env(env: dict[str, str]) -> dict[str, str]:
     return {**base, **env, **CREDS, "PYTHONPATH": str(REPO_ROOT / "src")}
 
 
-def _wait_for(predicate, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
-
-
 def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy, env, tmp_path):
     src = make_tree(tmp_path / "src", small=30)
     proxy.add("PUT", "/blobs/", "delay", seconds=30)
@@ -309,10 +301,10 @@ def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy,
 def test_save_killed_with_parts_in_flight_leaves_no_ref_and_no_blob(s3_store, proxy, env, tmp_path):
     """Killed while a large file's parts are on the wire: the multipart upload never completes,
     so no blob, manifest or ref appears; a rerun saves the tree."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(20 << 20))  # parts of 8, 8 and 4 MiB
-    (src / "config.json").write_text('{"layers": 2}\n')
+    # model.bin: parts of 8, 8 and 4 MiB
+    src = write_tree(
+        tmp_path / "src", {"model.bin": os.urandom(20 << 20), "config.json": '{"layers": 2}\n'}
+    )
     proxy.add("PUT", "partNumber=", "delay", times=3, seconds=30)
     via = StoreCase("s3", s3_store.url, proxy.url)
     args = ["cache-weights", "save", "--key", "k", "--path", str(src), "--store", via.url]
@@ -336,7 +328,7 @@ def _kill_cli_once(args: list[str], env, ready, settle: float = 0.0) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_for(ready)
+        wait_until(ready, 20, "the CLI to get as far as the kill needs")
         time.sleep(settle)
     finally:
         proc.send_signal(signal.SIGKILL)
