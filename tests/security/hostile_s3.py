@@ -312,15 +312,18 @@ def run_measured(args: list[str], env: dict[str, str], cwd: Path, timeout: float
     return Run(done.returncode, done.stdout + err, int(peak.split()[0]) if peak else -1)
 
 
-def one_error_line(run: Run, code: int, *words: str) -> None:
+def one_error_line(run: Run, code: int, *words: str, peak_kib: int | None = None) -> None:
     """``run`` ended with exit ``code``, no traceback, and exactly one line naming an error,
-    holding each of ``words``: what a hostile answer or a broken setup must come down to."""
+    holding each of ``words``: what a hostile answer or a broken setup must come down to.
+    With ``peak_kib``, its measured peak memory stayed under that bound too."""
     assert run.code == code, run.output
     assert "Traceback" not in run.output and "internal error" not in run.output, run.output
     errors = [line for line in run.output.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, run.output
     for word in words:
         assert word in errors[0], run.output
+    if peak_kib is not None:
+        assert 0 < run.peak_kib < peak_kib, f"{run.peak_kib} KiB"
 
 
 def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -78,10 +78,9 @@ def test_a_hostile_answer_is_one_line_exit_3_in_bounded_memory(
         hostile.rule = Rule(mode, method, contains)
         run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
     assert hostile.rule.fired, hostile.seen
-    one_error_line(run, 3)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert says in run.output, run.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
-    assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
 
 
 def test_an_endless_http10_answer_to_the_usage_record_is_a_warning(moto, saved, tmp_path):
@@ -102,12 +101,11 @@ def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto, saved, tmp
         hostile.rule = Rule("fresh-token", "GET", "list-type=2")
         run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
     assert hostile.rule.fired > 1
-    one_error_line(run, 3)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     # It ends by whichever bound comes first: the page cap, the operation's time, or (on a
     # machine so busy that moto misses a request's 2 s) the request's own deadline.
     ends = ("past 2,000 pages", "took over", "did not answer in time")
     assert any(end in run.output for end in ends), run.output
-    assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
 
 
 def test_interim_100_and_103_answers_are_skipped(moto, saved, tmp_path):
