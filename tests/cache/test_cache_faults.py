@@ -278,19 +278,7 @@ def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy,
     src = make_tree(tmp_path / "src", small=30)
     proxy.add("PUT", "/blobs/", "delay", seconds=30)
     via = StoreCase("s3", s3_store.url, proxy.url)
-    args = [
-        "cache-weights",
-        "save",
-        "--key",
-        "k",
-        "--path",
-        str(src),
-        "--store",
-        via.url,
-        "--endpoint-url",
-        via.endpoint,
-    ]
-    _kill_cli_once(args, env, lambda: proxy.count("PUT", "/blobs/") >= 1)
+    _kill_cli_once("save", via, src, env, lambda: proxy.count("PUT", "/blobs/") >= 1)
     assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
     assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
     out = tmp_path / "out"
@@ -307,10 +295,8 @@ def test_save_killed_with_parts_in_flight_leaves_no_ref_and_no_blob(s3_store, pr
     )
     proxy.add("PUT", "partNumber=", "delay", times=3, seconds=30)
     via = StoreCase("s3", s3_store.url, proxy.url)
-    args = ["cache-weights", "save", "--key", "k", "--path", str(src), "--store", via.url]
-    args += ["--endpoint-url", via.endpoint]
     killed_env = {**env, "GPUCI_MULTIPART_THRESHOLD": "8MiB"}
-    _kill_cli_once(args, killed_env, lambda: proxy.count("PUT", "partNumber=") >= 1)
+    _kill_cli_once("save", via, src, killed_env, lambda: proxy.count("PUT", "partNumber=") >= 1)
     left = s3_store.object_keys()
     assert not [k for k in left if k.startswith(("refs/", "manifests/", "blobs/"))], left
     assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
@@ -319,8 +305,11 @@ def test_save_killed_with_parts_in_flight_leaves_no_ref_and_no_blob(s3_store, pr
     assert snapshot(out) == snapshot(src)
 
 
-def _kill_cli_once(args: list[str], env, ready, settle: float = 0.0) -> None:
-    """Run the CLI, SIGKILL it once ``ready()`` holds (plus ``settle`` seconds): a dead job."""
+def _kill_cli_once(sub: str, via: StoreCase, path: Path, env, ready, settle: float = 0.0) -> None:
+    """Run ``cache-weights SUB --key k --path PATH`` on ``via``'s store in the CLI, SIGKILL it
+    once ``ready()`` holds (plus ``settle`` seconds): a dead job."""
+    args = ["cache-weights", sub, "--key", "k", "--path", str(path), "--store", via.url]
+    args += ["--endpoint-url", via.endpoint]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", *args],
         env=_cli_env(env),
@@ -343,19 +332,9 @@ def test_restore_killed_midway_leaves_no_final_name_and_a_rerun_completes(
     proxy.add("GET", "/blobs/", "throttle", times=10, seconds=0.05)
     via = StoreCase("s3", s3_store.url, proxy.url)
     target = tmp_path / "area" / "models"
-    args = [
-        "cache-weights",
-        "restore",
-        "--key",
-        "k",
-        "--path",
-        str(target),
-        "--store",
-        via.url,
-        "--endpoint-url",
-        via.endpoint,
-    ]
-    _kill_cli_once(args, env, lambda: proxy.count("GET", "/blobs/") >= 1, settle=0.5)
+    _kill_cli_once(
+        "restore", via, target, env, lambda: proxy.count("GET", "/blobs/") >= 1, settle=0.5
+    )
     assert not target.exists()
     assert leftovers(target.parent), "the killed restore should have been mid-way in staging"
     got, _ = cache_cmd("restore", _flags(s3_store, "k", target), env)
