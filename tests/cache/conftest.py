@@ -5,6 +5,7 @@ from __future__ import annotations
 from cache_fixtures import (  # noqa: F401  (pytest finds fixtures by name in this module)
     aws_env,
     env,
+    file_store,
     proxy,
     s3_server,
     s3_store,

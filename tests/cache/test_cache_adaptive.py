@@ -12,7 +12,7 @@ import time
 import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
-from treeutil import make_tree, snapshot
+from treeutil import make_tree, snapshot, write_tree
 
 from gpuci import settings
 from gpuci.adaptive import Concurrency
@@ -94,9 +94,7 @@ def test_one_burst_of_refused_whole_uploads_halves_once(s3_store, proxy, env, tm
 def test_a_failed_multipart_save_aborts_its_upload(s3_store, proxy, env, tmp_path, monkeypatch):
     monkeypatch.setattr(layout, "MULTIPART_THRESHOLD", 8 << 20)
     monkeypatch.setattr(layout, "MIN_UPLOAD_PART", 5 << 20)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(11 << 20))
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(11 << 20)})
     via = StoreCase("s3", s3_store.url, proxy.url)
     proxy.add("PUT", "partNumber=2", "403")  # read-only credentials: never retried
     saved, _ = cache_cmd("save", _flags(via, "k", src), env)
@@ -247,9 +245,7 @@ def test_a_far_store_gets_every_connection_after_its_first_answers(
     climbing from 8 window by window (main's controller reported a peak of 8 or 16 here)."""
     monkeypatch.setattr(layout, "MIN_PART", 256 << 10)  # 16 MiB in 32 parts of 512 KiB
     via = StoreCase("s3", s3_store.url, proxy.url)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(16 << 20))
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(16 << 20)})
     assert cache_cmd("save", _flags(via, "far", src), env)[0].ok
     proxy.add("GET", "/blobs/", "delay", times=10_000, seconds=0.03)
     got, _ = cache_cmd("restore", _flags(via, "far", tmp_path / "out"), _adaptive(env))

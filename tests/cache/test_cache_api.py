@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from treeutil import write_tree
 
 from gpuci.cache import api
 from gpuci.errors import InputError
@@ -121,9 +122,7 @@ print(json.dumps({
 def test_the_library_loads_no_command(tmp_path: Path) -> None:
     """httpx's CLI is built on its Client, not the reverse: a save and a restore through the
     API run the operations and never import a command's module, the registry or the CLI."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "w.bin").write_bytes(b"w" * 70_000)
+    src = write_tree(tmp_path / "src", {"w.bin": b"w" * 70_000})
     env = clean_env(
         HOME=str(tmp_path / "home"),
         GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),

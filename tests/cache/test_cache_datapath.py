@@ -17,6 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import boto3
@@ -24,7 +27,7 @@ import pytest
 from botocore.config import Config
 from cache_testing import REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
-from treeutil import snapshot
+from treeutil import snapshot, write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format.manifest import Entry
@@ -190,10 +193,10 @@ def test_endpoints_from_the_environment_are_signed_path_style_as_botocore_picks_
 
 
 def test_a_restore_hit_never_imports_boto3(s3_store, env, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "big.bin").write_bytes(random.Random(3).randbytes(3_000_001))
-    (src / "small.txt").write_text("tokenizer\n")
+    src = write_tree(
+        tmp_path / "src",
+        {"big.bin": random.Random(3).randbytes(3_000_001), "small.txt": "tokenizer\n"},
+    )
     assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
     out = tmp_path / "out"
     script = (
@@ -285,13 +288,25 @@ def _ranged(
     return got, listener
 
 
+@contextmanager
+def _pipe_to(path: Path) -> Iterator[tuple[splicing.Pipe, int]]:
+    """A splice pipe and ``path`` open for writing: what a spliced body goes through and to,
+    both closed however the test ends."""
+    pipe = splicing.Pipe()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        yield pipe, fd
+    finally:
+        pipe.close()
+        os.close(fd)
+
+
 @pytest.mark.skipif(not splicing.available(), reason="os.splice is Linux-only")
 @pytest.mark.parametrize("file_splices", [True, False], ids=["splice", "refused-by-fs"])
 def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypatch, file_splices):
     body = random.Random(3).randbytes(3_000_001)
     resp, peer = _ranged(body, early=40_000)
     real_splice = os.splice
-    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
 
     def refusing(src, dst, count, *args, **kwargs):  # a filesystem without splice_write
         if dst == fd:
@@ -300,18 +315,13 @@ def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypat
 
     if not file_splices:
         monkeypatch.setattr(os, "splice", refusing)
-    pipe = splicing.Pipe()
-    try:
+    with closing(peer), _pipe_to(tmp_path / "f.bin") as (pipe, fd):
         pos = 4096
         while resp.left:
             assert resp.splice_into(pipe, 300_000) > 0
             pos += pipe.drain(fd, pos)
         assert pipe.held == 0 and pipe.file_splices is file_splices
         assert resp.splice_into(pipe, 1) == 0  # the body is over: nothing more is taken
-    finally:
-        pipe.close()
-        os.close(fd)
-        peer.close()
     data = (tmp_path / "f.bin").read_bytes()
     assert data[:4096] == bytes(4096) and data[4096:] == body
 
@@ -320,17 +330,14 @@ def test_splice_moves_early_and_socket_bytes_to_their_offset(tmp_path, monkeypat
 def test_splice_of_a_cut_body_is_a_dropped_connection(tmp_path):
     body = random.Random(4).randbytes(200_000)
     resp, peer = _ranged(body, early=0, cut=50_000)  # promised 200,000, sends 150,000
-    pipe = splicing.Pipe()
-    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        with pytest.raises(ConnectionResetError):
-            while True:
-                resp.splice_into(pipe, 1 << 20)
-                pipe.drain(fd, 0)
-    finally:
-        pipe.close()
-        os.close(fd)
-        peer.close()
+    with (
+        closing(peer),
+        _pipe_to(tmp_path / "f.bin") as (pipe, fd),
+        pytest.raises(ConnectionResetError),
+    ):
+        while True:
+            resp.splice_into(pipe, 1 << 20)
+            pipe.drain(fd, 0)
 
 
 def _lowat(fd: int) -> int:
@@ -360,9 +367,7 @@ def test_a_spliced_body_wakes_on_many_bytes_never_on_more_than_are_left(tmp_path
         return real_splice(src, dst, count, *args, **kwargs)
 
     monkeypatch.setattr(os, "splice", watching)
-    pipe = splicing.Pipe()
-    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
+    with closing(peer), _pipe_to(tmp_path / "f.bin") as (pipe, fd):
         pos = 0
         while resp.left:
             resp.splice_into(pipe, 1 << 20)
@@ -370,10 +375,6 @@ def test_a_spliced_body_wakes_on_many_bytes_never_on_more_than_are_left(tmp_path
         assert seen and max(lowat for lowat, _ in seen) > 1
         assert all(lowat <= left for lowat, left in seen)
         assert _lowat(sock_fd) == 1  # back to the default before the connection is reused
-    finally:
-        pipe.close()
-        os.close(fd)
-        peer.close()
     assert (tmp_path / "f.bin").read_bytes() == body
 
 
@@ -398,9 +399,7 @@ def test_a_kept_alive_connection_reads_its_next_answer_after_a_spliced_body(tmp_
     threading.Thread(target=serve, daemon=True).start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/blob"
     pool = Pool({}, Limits(3))
-    pipe = splicing.Pipe()
-    fd = os.open(tmp_path / "f.bin", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
+    with closing(listener), _pipe_to(tmp_path / "f.bin") as (pipe, fd):
         _, _, got = pool.open(url, {}, time.monotonic() + 600)
         assert isinstance(got, Ranged)
         pos = 0
@@ -413,10 +412,6 @@ def test_a_kept_alive_connection_reads_its_next_answer_after_a_spliced_body(tmp_
         assert status == 206 and isinstance(second, Ranged)
         buf = memoryview(bytearray(16))
         assert second.readinto(buf) == 4 and bytes(buf[:4]) == b"tail"
-    finally:
-        pipe.close()
-        os.close(fd)
-        listener.close()
     assert (tmp_path / "f.bin").read_bytes() == first
 
 
@@ -471,9 +466,7 @@ def test_several_big_files_are_cut_for_the_connections_together(
     assert snapshot(tmp_path / "out") == snapshot(src)
     assert proxy.count("GET", "/blobs/") == 8
 
-    lone = tmp_path / "lone"
-    lone.mkdir()
-    (lone / "model.bin").write_bytes(rng.randbytes(2 << 20))
+    lone = write_tree(tmp_path / "lone", {"model.bin": rng.randbytes(2 << 20)})
     assert cache_cmd("save", _flags(via, "lone", lone), env)[0].ok
     before = proxy.count("GET", "/blobs/")
     got, _ = cache_cmd("restore", _flags(via, "lone", tmp_path / "out2"), env)
@@ -489,9 +482,7 @@ def test_the_last_use_is_written_while_the_tree_is_still_coming(
     store that is one round trip less at the end of every restore."""
     monkeypatch.setattr(layout, "MIN_PART", 64 << 10)
     via = StoreCase("s3", s3_store.url, proxy.url)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(random.Random(13).randbytes(2 << 20))
+    src = write_tree(tmp_path / "src", {"model.bin": random.Random(13).randbytes(2 << 20)})
     assert cache_cmd("save", _flags(via, "k", src), env)[0].ok
     proxy.add("GET", "/blobs/", "delay", times=100, seconds=0.2)  # 4 waves of 2 GETs
     got, _ = cache_cmd(

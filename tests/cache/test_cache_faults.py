@@ -23,7 +23,7 @@ from cache_testing import (
     s3_client,
 )
 from cache_testing import store_flags as _flags
-from treeutil import leftovers, make_tree, snapshot
+from treeutil import leftovers, make_tree, snapshot, write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
@@ -31,7 +31,7 @@ from gpuci.cache._format.manifest import canonical_json
 from gpuci.cache._restore import place as restore
 from gpuci.cache._stores import open_store
 from gpuci.errors import ConflictError, ExitCode
-from gpuci_testing import refused_url
+from gpuci_testing import refused_url, wait_until
 from moto_s3 import moto_process
 
 
@@ -274,31 +274,11 @@ def _cli_env(env: dict[str, str]) -> dict[str, str]:
     return {**base, **env, **CREDS, "PYTHONPATH": str(REPO_ROOT / "src")}
 
 
-def _wait_for(predicate, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.05)
-
-
 def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy, env, tmp_path):
     src = make_tree(tmp_path / "src", small=30)
     proxy.add("PUT", "/blobs/", "delay", seconds=30)
     via = StoreCase("s3", s3_store.url, proxy.url)
-    args = [
-        "cache-weights",
-        "save",
-        "--key",
-        "k",
-        "--path",
-        str(src),
-        "--store",
-        via.url,
-        "--endpoint-url",
-        via.endpoint,
-    ]
-    _kill_cli_once(args, env, lambda: proxy.count("PUT", "/blobs/") >= 1)
+    _kill_cli_once("save", via, src, env, lambda: proxy.count("PUT", "/blobs/") >= 1)
     assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
     assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
     out = tmp_path / "out"
@@ -309,16 +289,14 @@ def test_save_killed_midway_leaves_no_ref_and_a_rerun_completes(s3_store, proxy,
 def test_save_killed_with_parts_in_flight_leaves_no_ref_and_no_blob(s3_store, proxy, env, tmp_path):
     """Killed while a large file's parts are on the wire: the multipart upload never completes,
     so no blob, manifest or ref appears; a rerun saves the tree."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(20 << 20))  # parts of 8, 8 and 4 MiB
-    (src / "config.json").write_text('{"layers": 2}\n')
+    # model.bin: parts of 8, 8 and 4 MiB
+    src = write_tree(
+        tmp_path / "src", {"model.bin": os.urandom(20 << 20), "config.json": '{"layers": 2}\n'}
+    )
     proxy.add("PUT", "partNumber=", "delay", times=3, seconds=30)
     via = StoreCase("s3", s3_store.url, proxy.url)
-    args = ["cache-weights", "save", "--key", "k", "--path", str(src), "--store", via.url]
-    args += ["--endpoint-url", via.endpoint]
     killed_env = {**env, "GPUCI_MULTIPART_THRESHOLD": "8MiB"}
-    _kill_cli_once(args, killed_env, lambda: proxy.count("PUT", "partNumber=") >= 1)
+    _kill_cli_once("save", via, src, killed_env, lambda: proxy.count("PUT", "partNumber=") >= 1)
     left = s3_store.object_keys()
     assert not [k for k in left if k.startswith(("refs/", "manifests/", "blobs/"))], left
     assert cache_cmd("save", _flags(s3_store, "k", src), env)[0].ok
@@ -327,8 +305,11 @@ def test_save_killed_with_parts_in_flight_leaves_no_ref_and_no_blob(s3_store, pr
     assert snapshot(out) == snapshot(src)
 
 
-def _kill_cli_once(args: list[str], env, ready, settle: float = 0.0) -> None:
-    """Run the CLI, SIGKILL it once ``ready()`` holds (plus ``settle`` seconds): a dead job."""
+def _kill_cli_once(sub: str, via: StoreCase, path: Path, env, ready, settle: float = 0.0) -> None:
+    """Run ``cache-weights SUB --key k --path PATH`` on ``via``'s store in the CLI, SIGKILL it
+    once ``ready()`` holds (plus ``settle`` seconds): a dead job."""
+    args = ["cache-weights", sub, "--key", "k", "--path", str(path), "--store", via.url]
+    args += ["--endpoint-url", via.endpoint]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", *args],
         env=_cli_env(env),
@@ -336,7 +317,7 @@ def _kill_cli_once(args: list[str], env, ready, settle: float = 0.0) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_for(ready)
+        wait_until(ready, 20, "the CLI to get as far as the kill needs")
         time.sleep(settle)
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -351,19 +332,9 @@ def test_restore_killed_midway_leaves_no_final_name_and_a_rerun_completes(
     proxy.add("GET", "/blobs/", "throttle", times=10, seconds=0.05)
     via = StoreCase("s3", s3_store.url, proxy.url)
     target = tmp_path / "area" / "models"
-    args = [
-        "cache-weights",
-        "restore",
-        "--key",
-        "k",
-        "--path",
-        str(target),
-        "--store",
-        via.url,
-        "--endpoint-url",
-        via.endpoint,
-    ]
-    _kill_cli_once(args, env, lambda: proxy.count("GET", "/blobs/") >= 1, settle=0.5)
+    _kill_cli_once(
+        "restore", via, target, env, lambda: proxy.count("GET", "/blobs/") >= 1, settle=0.5
+    )
     assert not target.exists()
     assert leftovers(target.parent), "the killed restore should have been mid-way in staging"
     got, _ = cache_cmd("restore", _flags(s3_store, "k", target), env)

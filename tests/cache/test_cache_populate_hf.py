@@ -10,6 +10,7 @@ import pytest
 from cache_testing import cache_cmd
 from cache_testing import store_flags as _flags
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
+from treeutil import write_tree
 
 COMMIT_MAIN = "a" * 40
 COMMIT_OLD = "b" * 40
@@ -165,9 +166,7 @@ def test_unknown_layout_is_refused(store, env, tmp_path, layout_value):
 
 
 def test_a_restore_keys_match_is_restored_then_populate_tops_it_up(store, env, tmp_path):
-    out = tmp_path / "w"
-    out.mkdir()
-    (out / "base.bin").write_bytes(b"b" * 2000)
+    out = write_tree(tmp_path / "w", {"base.bin": b"b" * 2000})
     assert cache_cmd("save", _flags(store, "w-old", out), env)[0].ok
     fresh = tmp_path / "job"
     command = f"test -f {fresh}/base.bin && printf new > {fresh}/extra.bin"

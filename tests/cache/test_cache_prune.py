@@ -31,10 +31,6 @@ def _prune(store, env, dry_run: bool = False, **extra: str):
     return cache_cmd("prune", {**store.flags(), **extra}, env, dry_run=dry_run)
 
 
-def _data(store) -> set[str]:
-    return {k for k in store.object_keys() if k.startswith(("blobs/", "packs/"))}
-
-
 def test_prune_drops_stale_keys_then_what_only_they_reached(store, env, tmp_path):
     shared = os.urandom(1_500_000)
     trees = {}

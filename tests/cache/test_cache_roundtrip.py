@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from cache_testing import cache_cmd, next_store_second
-from treeutil import make_tree, snapshot
+from treeutil import make_tree, snapshot, write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.errors import ExitCode
@@ -162,10 +162,7 @@ def test_dry_run_plans_without_writing(store, env, tmp_path):
 def test_restore_merges_into_an_existing_folder(store, env, tmp_path):
     src = make_tree(tmp_path / "src", small=2)
     assert _save(store, env, "k", src)[0].ok
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    (out / "big.bin").write_text("stale")
+    out = write_tree(tmp_path / "out", {"keep.txt": "mine", "big.bin": "stale"})
     got, _ = _restore(store, env, "k", out)
     assert got.ok, got.headline
     assert (out / "keep.txt").read_text() == "mine"

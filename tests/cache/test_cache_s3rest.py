@@ -32,13 +32,17 @@ def _page(keys: list[str], token: str = "", encoded: bool = True) -> bytes:
     return f"<ListBucketResult {NS}>{kind}{items}{tail}</ListBucketResult>".encode()
 
 
-class _Hostile(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    answer = b""
-    chunked = False
+class _Quiet(BaseHTTPRequestHandler):
+    """The handlers below without their request log, so a failing test's output is its own."""
 
     def log_message(self, *args) -> None:
         pass
+
+
+class _Hostile(_Quiet):
+    protocol_version = "HTTP/1.1"
+    answer = b""
+    chunked = False
 
     def do_GET(self) -> None:
         body = type(self).answer
@@ -122,7 +126,7 @@ def test_listing_keys_are_url_decoded_as_botocore_decodes_them():
     assert plain[0].key == "cache/a%20b"
 
 
-class _ClosingHead(BaseHTTPRequestHandler):
+class _ClosingHead(_Quiet):
     """Says ``Connection: close`` after a HEAD, then holds its end open (as Werkzeug, moto's
     server, does): a client that reuses the connection waits for an answer that never comes.
     It records what the client did with that connection next: closed it (``b""``) or sent
@@ -130,9 +134,6 @@ class _ClosingHead(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     after_head: list[bytes] = []
-
-    def log_message(self, *args) -> None:
-        pass
 
     def do_HEAD(self) -> None:
         self.send_response(404)
@@ -161,11 +162,8 @@ def test_a_connection_the_server_closes_after_a_head_is_not_reused():
         assert _ClosingHead.after_head == [b""]  # closed, and the PUT went on a new connection
 
 
-class _NoLength(BaseHTTPRequestHandler):
+class _NoLength(_Quiet):
     """HTTP/1.0 style: no Content-Length, the body ends when the server closes."""
-
-    def log_message(self, *args) -> None:
-        pass
 
     def do_GET(self) -> None:
         self.send_response(404)
@@ -324,15 +322,12 @@ def test_a_listing_size_in_other_digits_is_refused():
 # ----- redirects (issue 33) ------------------------------------------------------------------
 
 
-class _Redirecting(BaseHTTPRequestHandler):
+class _Redirecting(_Quiet):
     """Every answer a 301 to another host; with ``region``, naming the bucket's region."""
 
     protocol_version = "HTTP/1.1"
     region = ""
     scopes: list[str] = []
-
-    def log_message(self, *args) -> None:
-        pass
 
     def do_GET(self) -> None:
         type(self).scopes.append(self.headers.get("Authorization", "").split("/")[2])
@@ -384,14 +379,11 @@ def test_a_redirect_on_aws_goes_to_that_regions_host_for_the_bucket():
 # ----- a touch over CopyObject's 5 GiB (issue 33: on the one client, no boto3) ---------------
 
 
-class _BigObject(BaseHTTPRequestHandler):
+class _BigObject(_Quiet):
     """An object of 6 GiB: CopyObject refuses it, UploadPartCopy takes its ranges."""
 
     protocol_version = "HTTP/1.1"
     seen: list[tuple[str, str, str, bytes]] = []
-
-    def log_message(self, *args) -> None:
-        pass
 
     def _answer(self, status: int, body: bytes = b"", length: int | None = None) -> None:
         self.send_response(status)

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 from cache_testing import CREDS, REPO_ROOT, StoreCase, cache_cmd
 from cache_testing import store_flags as _flags
+from treeutil import write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._save import upload
@@ -72,10 +73,9 @@ def test_a_file_rewritten_during_the_save_never_gets_a_blob_under_another_name(
     _small_parts(monkeypatch)
     if not held:  # hashed first, read again to send: the second read must hash to the name
         monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(BIG))
-    (src / "config.json").write_text('{"layers": 2}\n')
+    src = write_tree(
+        tmp_path / "src", {"model.bin": os.urandom(BIG), "config.json": '{"layers": 2}\n'}
+    )
     with _Rewriter(src / "model.bin") as writer:
         saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
     assert writer.passes >= 1
@@ -86,25 +86,20 @@ def test_a_file_rewritten_during_the_save_never_gets_a_blob_under_another_name(
 
 
 def test_a_file_rewritten_during_a_file_store_save_never_gets_a_blob_under_another_name(
-    env, tmp_path
+    file_store, env, tmp_path
 ):
-    root = tmp_path / "store"
-    store = StoreCase("local", root.as_uri(), None, root=root)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(BIG))
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(BIG)})
     with _Rewriter(src / "model.bin") as writer:
-        cache_cmd("save", _flags(store, "k", src), env)
+        cache_cmd("save", _flags(file_store, "k", src), env)
     assert writer.passes >= 1
-    assert _blobs_hash_to_their_names(store) >= 1
+    assert _blobs_hash_to_their_names(file_store) >= 1
 
 
 def test_a_blob_the_store_has_is_not_sent_again(s3_store, proxy, env, tmp_path, monkeypatch):
     _small_parts(monkeypatch)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(BIG))
-    (src / "shard.bin").write_bytes(os.urandom(3 << 20))
+    src = write_tree(
+        tmp_path / "src", {"model.bin": os.urandom(BIG), "shard.bin": os.urandom(3 << 20)}
+    )
     assert cache_cmd("save", _flags(s3_store, "first", src), env)[0].ok
     (src / "new.bin").write_bytes(os.urandom(2 << 20))
     via = StoreCase("s3", s3_store.url, proxy.url)
@@ -116,17 +111,12 @@ def test_a_blob_the_store_has_is_not_sent_again(s3_store, proxy, env, tmp_path, 
     assert saved.report["blobs_uploaded"] == 1
 
 
-def test_uploads_start_before_the_whole_tree_is_hashed(env, tmp_path, monkeypatch):
+def test_uploads_start_before_the_whole_tree_is_hashed(file_store, env, tmp_path, monkeypatch):
     """The second file is not read until the first one's blob is stored: a save that hashes
     the whole tree before sending anything never gets there."""
-    root = tmp_path / "store"
-    store = StoreCase("local", root.as_uri(), None, root=root)
-    src = tmp_path / "src"
-    src.mkdir()
     first, second = os.urandom(2 << 20), os.urandom(3 << 20)
-    (src / "a.bin").write_bytes(first)
-    (src / "b.bin").write_bytes(second)
-    stored = root / layout.blob_key(hashlib.sha256(first).hexdigest())
+    src = write_tree(tmp_path / "src", {"a.bin": first, "b.bin": second})
+    stored = file_store.root / layout.blob_key(hashlib.sha256(first).hexdigest())
     seen_first: list[bool] = []
     real_open = open
 
@@ -139,7 +129,7 @@ def test_uploads_start_before_the_whole_tree_is_hashed(env, tmp_path, monkeypatc
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(upload, "open", gated, raising=False)
-    saved, _ = cache_cmd("save", _flags(store, "k", src), env)
+    saved, _ = cache_cmd("save", _flags(file_store, "k", src), env)
     assert saved.ok, saved.headline
     assert seen_first and all(seen_first), "b.bin was read before a.bin's blob was stored"
 
@@ -223,16 +213,14 @@ def _refused_as_changed(store: StoreCase, src: Path, env, hashed: list[Path]) ->
     assert not [k for k in store.object_keys() if k.startswith(("refs/", "manifests/"))]
 
 
-def test_a_file_store_never_publishes_bytes_changed_after_their_hash(env, tmp_path, monkeypatch):
+def test_a_file_store_never_publishes_bytes_changed_after_their_hash(
+    file_store, env, tmp_path, monkeypatch
+):
     """The file store copies a file over the budget in by the kernel: what it copied is
     hashed before the rename, so a file changed since its hash is refused, not misnamed."""
     hashed = _rewritten_after_hashing(monkeypatch)
-    root = tmp_path / "store"
-    store = StoreCase("local", root.as_uri(), None, root=root)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.bin").write_bytes(os.urandom(3 << 20))
-    _refused_as_changed(store, src, env, hashed)
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(3 << 20)})
+    _refused_as_changed(file_store, src, env, hashed)
 
 
 def test_an_s3_whole_size_file_over_the_budget_is_sent_verified(
@@ -271,7 +259,7 @@ def test_a_file_over_the_budget_that_holds_still_is_saved_and_restored(
 
 
 def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
-    env, tmp_path, monkeypatch
+    file_store, env, tmp_path, monkeypatch
 ):
     """Across filesystems (EXDEV) the file store copies by read/write: every byte it wrote is
     what it hashes before the rename (a buffered last chunk once read as a changed file)."""
@@ -283,10 +271,8 @@ def test_a_file_store_copying_without_the_kernel_publishes_an_unchanged_file(
     monkeypatch.setattr(os, "copy_file_range", refused)
     monkeypatch.setattr(os, "sendfile", refused)
     monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
-    root = tmp_path / "store"
-    store = StoreCase("local", root.as_uri(), None, root=root)
     # a 4 MiB read, then 100 bytes: under any buffer
-    _one_file_saved_and_restored(store, tmp_path, env, (4 << 20) + 100)
+    _one_file_saved_and_restored(file_store, tmp_path, env, (4 << 20) + 100)
 
 
 class _PartsStore:

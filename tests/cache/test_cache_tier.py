@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cache_testing import CREDS, REPO_ROOT, cache_cmd
 from cache_testing import store_flags as _flags
-from treeutil import make_tree, snapshot
+from treeutil import make_tree, snapshot, write_tree
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores import tier_evict
@@ -239,9 +239,7 @@ def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, mo
         from gpuci.cache._restore import place as restore
 
         monkeypatch.setattr(restore, "DISK_MARGIN", 0)
-        src = tmp_path / "src"
-        src.mkdir()
-        (src / "w.bin").write_bytes(os.urandom(5_000_000))
+        src = write_tree(tmp_path / "src", {"w.bin": os.urandom(5_000_000)})
         assert cache_cmd("save", _flags(store, "disk", src), env)[0].ok
         flags = {"local-cache": str(mount / "tier"), "local-cache-mode": "link"}
         first, _ = cache_cmd("restore", _flags(store, "disk", mount / "a", **flags), env)

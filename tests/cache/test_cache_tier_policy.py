@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cache_testing import CREDS, cache_cmd
 from cache_testing import store_flags as _flags
+from treeutil import write_tree
 
 from gpuci.cache._stores.tier_policy import choose, ephemeral_runner
 
@@ -95,9 +96,7 @@ def test_the_input_and_the_variable_beat_auto(tmp_path):
 
 # ----- the restore and save say it ------------------------------------------------------------
 def test_a_restore_on_a_github_hosted_runner_fills_no_tier_and_says_so(tmp_path):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "w.bin").write_bytes(os.urandom(10_000))
+    tree = write_tree(tmp_path / "tree", {"w.bin": os.urandom(10_000)})
     store = (tmp_path / "store").as_uri()
     env = _env(tmp_path, **GITHUB_HOSTED, RUNNER_TOOL_CACHE=str(tmp_path / "tool"))
     saved, log = cache_cmd("save", _flags(store, "k", tree), env)
@@ -119,9 +118,7 @@ def test_a_restore_on_a_github_hosted_runner_fills_no_tier_and_says_so(tmp_path)
 
 
 def test_a_restore_on_a_self_hosted_runner_fills_the_tier_and_says_so(tmp_path):
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    (tree / "w.bin").write_bytes(os.urandom(10_000))
+    tree = write_tree(tmp_path / "tree", {"w.bin": os.urandom(10_000)})
     store = (tmp_path / "store").as_uri()
     env = _env(tmp_path, GITHUB_ACTIONS="true", RUNNER_ENVIRONMENT="self-hosted")
     assert cache_cmd("save", _flags(store, "k", tree), {**env, "GPUCI_LOCAL_CACHE": "off"})[0].ok

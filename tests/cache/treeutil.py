@@ -26,6 +26,18 @@ def make_tree(root: Path, seed: int = 1, big: int = 2_500_000, small: int = 20) 
     return root
 
 
+def write_tree(root: Path, files: dict[str, bytes | str]) -> Path:
+    """``root``, made here (it must not exist yet), holding each of ``files`` by name: bytes
+    written as bytes, text as text. A test's few-file tree in one statement."""
+    root.mkdir()
+    for name, data in files.items():
+        if isinstance(data, bytes):
+            (root / name).write_bytes(data)
+        else:
+            (root / name).write_text(data)
+    return root
+
+
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every path under root with type, permission bits and content hash or link target."""
     out: dict[str, tuple] = {}

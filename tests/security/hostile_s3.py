@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
 S3_NS = b'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
@@ -58,37 +59,49 @@ class Rule:
         return self.method in ("*", method) and self.contains in target
 
 
-class HostileS3:
-    """``with HostileS3(moto_endpoint) as hostile: hostile.rule = Rule(...)``; ``url``."""
+class _Server:
+    """A listener on 127.0.0.1 (an ephemeral port) that serves each connection in a thread of
+    its own until its ``with`` block ends: the frame of this module's and net_fronts' servers."""
 
-    def __init__(self, upstream: str) -> None:
-        host, port = upstream.removeprefix("http://").split(":")
-        self.upstream = (host, int(port))
-        self.rule: Rule | None = None
-        self.seen: list[tuple[str, str]] = []
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
         self._stop = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._threads: list[threading.Thread] = []
 
-    def __enter__(self) -> HostileS3:
-        thread = threading.Thread(target=self._accept, daemon=True)
-        thread.start()
-        self._threads.append(thread)
+    def __enter__(self: _ServerT) -> _ServerT:
+        threading.Thread(target=self._accept, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._listener.close()
+        self.listener.close()
 
     def _accept(self) -> None:
         while not self._stop.is_set():
             try:
-                conn, _ = self._listener.accept()
+                conn, _ = self.listener.accept()
             except (TimeoutError, OSError):
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+
+_ServerT = TypeVar("_ServerT", bound=_Server)
+
+
+class HostileS3(_Server):
+    """``with HostileS3(moto_endpoint) as hostile: hostile.rule = Rule(...)``; ``url``."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__()
+        host, port = upstream.removeprefix("http://").split(":")
+        self.upstream = (host, int(port))
+        self.rule: Rule | None = None
+        self.seen: list[tuple[str, str]] = []
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(120)
@@ -297,6 +310,20 @@ def run_measured(args: list[str], env: dict[str, str], cwd: Path, timeout: float
     )
     err, _, peak = done.stderr.rpartition("peak-rss-kib")
     return Run(done.returncode, done.stdout + err, int(peak.split()[0]) if peak else -1)
+
+
+def one_error_line(run: Run, code: int, *words: str, peak_kib: int | None = None) -> None:
+    """``run`` ended with exit ``code``, no traceback, and exactly one line naming an error,
+    holding each of ``words``: what a hostile answer or a broken setup must come down to.
+    With ``peak_kib``, its measured peak memory stayed under that bound too."""
+    assert run.code == code, run.output
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, run.output
+    for word in words:
+        assert word in errors[0], run.output
+    if peak_kib is not None:
+        assert 0 < run.peak_kib < peak_kib, f"{run.peak_kib} KiB"
 
 
 def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from hostile_s3 import HOP, _frame, _read_head
+from hostile_s3 import HOP, _frame, _read_head, _Server
 
 
 def make_ca(folder: Path, names: tuple[str, ...] = ("localhost",)) -> tuple[Path, Path, Path]:
@@ -64,33 +64,6 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
 def _splice_both(a: socket.socket, b: socket.socket) -> None:
     threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
     threading.Thread(target=_pipe, args=(b, a), daemon=True).start()
-
-
-class _Server:
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.2)
-        self.port = self.listener.getsockname()[1]
-        self._stop = threading.Event()
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        raise NotImplementedError
 
 
 class TLSFront(_Server):

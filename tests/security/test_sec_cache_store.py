@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hostile_s3 import run_measured
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     aws_env,
     cache_cmd,
@@ -175,26 +176,12 @@ def test_a_gigabyte_manifest_or_ref_is_refused_without_reading_it(tmp_path, what
     if what == "manifest":
         (root / "refs/default").mkdir(parents=True)
         (root / "refs/default/k").write_text(json.dumps({"manifest": digest}))
-    script = (
-        "import sys\n"
-        "from gpuci.cli import main\n"
-        "try:\n"
-        "    code = main(sys.argv[1:])\n"
-        "except SystemExit as exc:\n"
-        "    code = exc.code\n"
-        # VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
-        "peak = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
-        "print('maxrss', peak, file=sys.stderr)\n"
-        "sys.exit(code)\n"
-    )
     args = ["cache-weights", "restore", "--store", root.as_uri(), "--key", "k"]
-    done = _run_without_tier(
-        [sys.executable, "-c", script, *args, "--path", str(tmp_path / "t")], tmp_path
-    )
-    rss_kib = int(done.stderr.rsplit("maxrss", 1)[1].split()[0])
-    assert done.returncode == (2 if what == "manifest" else 3), done.stdout + done.stderr
-    assert f"cap for a {what}" in done.stdout + done.stderr
-    assert rss_kib < 400 * 1024, f"{rss_kib} KiB resident"
+    args += ["--path", str(tmp_path / "t")]
+    run = run_measured(args, _without_tier(tmp_path), REPO, timeout=120)
+    assert run.code == (2 if what == "manifest" else 3), run.output
+    assert f"cap for a {what}" in run.output
+    assert 0 < run.peak_kib < 400 * 1024, f"{run.peak_kib} KiB resident"
 
 
 # ----- item 8: one line, exit 2 or 3, never an internal error -------------------------------

@@ -71,6 +71,15 @@ def one_clear_line(text: str) -> None:
     assert "gpu-ci bug" not in text, text
 
 
+def cli_one_line(tmp_path: Path, code: int, *args: str) -> str:
+    """:func:`cli` that must exit ``code`` with a clear line, no traceback: its output, for
+    the test to check what the line names (the shape of every refusal here)."""
+    rc, text = cli(tmp_path, *args)
+    assert rc == code, text
+    one_clear_line(text)
+    return text
+
+
 def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
@@ -158,29 +167,23 @@ def test_url_credentials_are_not_sent_to_another_origin(tmp_path, evil, other):
 
 def test_redirect_to_a_non_http_scheme_is_one_line(tmp_path, evil):
     evil.route("/start", serve_redirect("file:///etc/passwd"))
-    rc, text = cli(tmp_path, "--url", evil.url("/start"), "--dest", "f.bin")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 3, "--url", evil.url("/start"), "--dest", "f.bin")
     assert "redirect" in text and "file:" in text
     assert leftovers(tmp_path) == []
 
 
 def test_redirect_to_a_300_character_host_is_one_line(tmp_path, evil):
     evil.route("/start", serve_redirect(f"http://{'a' * 300}.example/file"))
-    rc, text = cli(tmp_path, "--url", evil.url("/start"), "--dest", "f.bin")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 3, "--url", evil.url("/start"), "--dest", "f.bin")
     assert "host name" in text
 
 
 # ----- item 6: size limits and encodings ---------------------------------------------------------
 def test_an_endless_body_stops_at_max_bytes_and_leaves_nothing(tmp_path, evil):
     evil.route("/endless", serve_endless())
-    rc, text = cli(
-        tmp_path, "--url", evil.url("/endless"), "--dest", "f.bin", "--max-bytes", "2MiB"
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/endless"), "--dest", "f.bin", "--max-bytes", "2MiB"
     )
-    assert rc == 3, text
-    one_clear_line(text)
     assert "max-bytes" in text and "2.0 MiB" in text
     assert leftovers(tmp_path) == []
     assert evil.sent("/endless") < 64 * MiB  # stopped reading, not just stopped writing
@@ -188,9 +191,9 @@ def test_an_endless_body_stops_at_max_bytes_and_leaves_nothing(tmp_path, evil):
 
 def test_a_content_length_over_max_bytes_is_refused_before_any_byte_is_written(tmp_path, evil):
     evil.route("/huge", serve_endless(announce=10 << 40))
-    rc, text = cli(tmp_path, "--url", evil.url("/huge"), "--dest", "f.bin", "--max-bytes", "1GiB")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/huge"), "--dest", "f.bin", "--max-bytes", "1GiB"
+    )
     assert "Content-Length" in text and "max-bytes" in text
     assert leftovers(tmp_path) == []
     assert len(evil.requests("/huge")) == 1  # not retried: another try gets the same answer
@@ -217,18 +220,14 @@ def test_a_body_at_max_bytes_exactly_is_fine(tmp_path, evil):
 
 @pytest.mark.parametrize("value", ["lots", "10XB", "-1", "1.5.2GiB"])
 def test_a_bad_max_bytes_is_exit_2(tmp_path, value):
-    rc, text = cli(tmp_path, "--url", "http://127.0.0.1:9/x.bin", "--max-bytes", value)
-    assert rc == 2, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 2, "--url", "http://127.0.0.1:9/x.bin", "--max-bytes", value)
     assert "max-bytes" in text
 
 
 def test_a_gzip_bomb_sent_despite_identity_is_refused_never_decompressed(tmp_path, evil):
     bomb = gzip_bomb(50 * MiB)
     evil.route("/bomb", serve_gzip(bomb))
-    rc, text = cli(tmp_path, "--url", evil.url("/bomb"), "--dest", "f.bin")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 3, "--url", evil.url("/bomb"), "--dest", "f.bin")
     assert "Content-Encoding" in text and "gzip" in text
     assert evil.requests("/bomb")[0].header("Accept-Encoding") == "identity"
     assert leftovers(tmp_path) == []
@@ -237,11 +236,9 @@ def test_a_gzip_bomb_sent_despite_identity_is_refused_never_decompressed(tmp_pat
 def test_a_gzip_checksum_file_is_refused_too(tmp_path, evil):
     evil.route("/file", serve_bytes(DATA))
     evil.route("/SHA256SUMS", serve_gzip(gzip_bomb(20 * MiB)))
-    rc, text = cli(
-        tmp_path, "--url", evil.url("/file"), "--sha256", evil.url("/SHA256SUMS"), "--dest", "f"
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/file"), "--sha256", evil.url("/SHA256SUMS"), "--dest", "f"
     )
-    assert rc == 3, text
-    one_clear_line(text)
     assert "Content-Encoding" in text
     assert evil.requests("/SHA256SUMS")[0].header("Accept-Encoding") == "identity"
 
@@ -249,11 +246,9 @@ def test_a_gzip_checksum_file_is_refused_too(tmp_path, evil):
 def test_an_endless_checksum_file_is_cut_off(tmp_path, evil):
     evil.route("/file", serve_bytes(DATA))
     evil.route("/SHA256SUMS", serve_endless())
-    rc, text = cli(
-        tmp_path, "--url", evil.url("/file"), "--sha256", evil.url("/SHA256SUMS"), "--dest", "f"
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/file"), "--sha256", evil.url("/SHA256SUMS"), "--dest", "f"
     )
-    assert rc == 3, text
-    one_clear_line(text)
     assert "checksum file" in text and "larger than" in text
     assert evil.sent("/SHA256SUMS") < 256 * MiB
 
@@ -261,11 +256,10 @@ def test_an_endless_checksum_file_is_cut_off(tmp_path, evil):
 def test_dry_run_does_not_read_an_endless_body(tmp_path, evil):
     """HEAD refused, so the probe falls back to a ranged GET, which the server ignores."""
     evil.route("/endless", serve_endless())
-    rc, text = cli(
-        tmp_path, "--url", evil.url("/endless"), "--dry-run", "--probe", "--timeout", "5s"
+    # exit 0: it answers; how large the body is cannot be known without reading
+    text = cli_one_line(
+        tmp_path, 0, "--url", evil.url("/endless"), "--dry-run", "--probe", "--timeout", "5s"
     )
-    assert rc == 0, text  # it answers; how large the body is cannot be known without reading
-    one_clear_line(text)
     assert "unknown" in text
     assert evil.sent("/endless") < 64 * MiB
     assert leftovers(tmp_path) == []
@@ -369,9 +363,7 @@ def test_a_planted_directory_as_partial_is_one_line(tmp_path, evil):
     dest = tmp_path / "f.bin"
     (tmp_path / "f.bin.incomplete").mkdir()
     (tmp_path / "f.bin.incomplete" / "x").write_text("x")
-    rc, text = cli(tmp_path, "--url", evil.url("/file"), "--dest", "f.bin")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 3, "--url", evil.url("/file"), "--dest", "f.bin")
     assert "f.bin.incomplete" in text and not dest.exists()
 
 
@@ -426,9 +418,9 @@ def tiny_disk(tmp_path: Path):
 
 def test_a_real_full_disk_leaves_nothing(tmp_path, evil, tiny_disk):
     evil.route("/endless", serve_endless())  # no Content-Length: only the write can tell
-    rc, text = cli(tmp_path, "--url", evil.url("/endless"), "--dest", str(tiny_disk / "f.bin"))
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/endless"), "--dest", str(tiny_disk / "f.bin")
+    )
     assert "No space left on device" in text and "deleted the partial" in text
     assert leftovers(tiny_disk) == []
 
@@ -436,9 +428,9 @@ def test_a_real_full_disk_leaves_nothing(tmp_path, evil, tiny_disk):
 def test_a_content_length_larger_than_the_free_space_is_refused_up_front(tmp_path, evil):
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
     evil.route("/huge", serve_endless(announce=free + (1 << 30)))
-    rc, text = cli(tmp_path, "--url", evil.url("/huge"), "--dest", "f.bin", "--max-bytes", "none")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/huge"), "--dest", "f.bin", "--max-bytes", "none"
+    )
     assert "free" in text
     assert leftovers(tmp_path) == []
 
@@ -467,9 +459,7 @@ def test_a_content_length_larger_than_the_free_space_is_refused_up_front(tmp_pat
     ],
 )
 def test_malformed_input_is_one_line_exit_2(tmp_path, args, needle):
-    rc, text = cli(tmp_path, *args)
-    assert rc == 2, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 2, *args)
     assert needle in text, text
     assert "héllo" not in text  # a header value is a secret even when it is malformed
     assert len([ln for ln in text.splitlines() if "(fix: " in ln]) == 1, text
@@ -477,32 +467,26 @@ def test_malformed_input_is_one_line_exit_2(tmp_path, args, needle):
 
 def test_a_url_list_that_is_not_utf8_is_one_line(tmp_path):
     (tmp_path / "urls.txt").write_bytes(b"http://h/\xff\xfe.bin\n")
-    rc, text = cli(tmp_path, "--url", "@urls.txt")
-    assert rc == 2, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 2, "--url", "@urls.txt")
     assert "UTF-8" in text
 
 
 def test_a_url_list_with_a_nul_in_a_destination_is_one_line(tmp_path):
     (tmp_path / "urls.txt").write_bytes(b"http://h/x.bin - a\x00b\n")
-    rc, text = cli(tmp_path, "--url", "@urls.txt")
-    assert rc == 2, text
-    one_clear_line(text)
+    cli_one_line(tmp_path, 2, "--url", "@urls.txt")
 
 
 def test_a_huge_url_list_is_refused(tmp_path):
     (tmp_path / "urls.txt").write_bytes(b"#" * (17 << 20))
-    rc, text = cli(tmp_path, "--url", "@urls.txt")
-    assert rc == 2, text
-    one_clear_line(text)
+    text = cli_one_line(tmp_path, 2, "--url", "@urls.txt")
     assert "larger than" in text
 
 
 def test_redirect_error_never_prints_a_header_value(tmp_path, evil):
     evil.route("/start", serve_redirect("http://[::1"))
-    rc, text = cli(tmp_path, "--url", evil.url("/start"), "--headers", "X-Api-Key: never-print-7")
-    assert rc == 3, text
-    one_clear_line(text)
+    text = cli_one_line(
+        tmp_path, 3, "--url", evil.url("/start"), "--headers", "X-Api-Key: never-print-7"
+    )
     assert "never-print-7" not in text
 
 

@@ -25,8 +25,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, _frame, _trickle, run_measured, s3_cli_env, save_tree
-from treeutil import snapshot
+from hostile_s3 import (
+    HostileS3,
+    Rule,
+    _frame,
+    _trickle,
+    one_error_line,
+    run_measured,
+    s3_cli_env,
+    save_tree,
+)
+from treeutil import snapshot, write_tree
 
 from gpuci_testing import REPO
 
@@ -168,14 +177,6 @@ def _restore(hostile: HostileS3, bucket: str, env: dict[str, str], tmp_path: Pat
     return _run(hostile, bucket, env, tmp_path, "cache-weights", "restore", "--path", out, *extra)
 
 
-def _one_line_exit_3(run) -> None:
-    assert run.code == 3, run.output
-    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
-    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1, run.output
-    assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
-
-
 # ----- ranged answers ------------------------------------------------------------------------
 
 
@@ -186,7 +187,7 @@ def test_a_200_claiming_a_terabyte_to_a_ranged_get_is_refused_at_once(
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = Rule("range-200-huge", "GET", "/blobs/")
         run = _restore(hostile, bucket, _env(tmp_path), tmp_path, "--key", "k-1")
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "ignored a Range request" in run.output, run.output
     assert hostile.rule.fired == 1  # refused, not retried: no retry makes it a range
 
@@ -197,7 +198,7 @@ def test_a_content_range_total_in_other_digits_is_one_line(saved, moto_endpoint,
         hostile.rule = Rule("range-superscript-total", "GET", "/blobs/")
         run = _restore(hostile, bucket, _env(tmp_path), tmp_path, "--key", "k-1")
     assert hostile.rule.fired
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "Content-Range" in run.output and "invalid response" in run.output, run.output
 
 
@@ -211,7 +212,7 @@ def test_a_trickled_body_ends_by_the_ranges_one_deadline_whatever_the_attempts(
         hostile.rule = Rule("trickle-body", "GET", "/blobs/")
         run = _restore(hostile, bucket, env, tmp_path, "--key", "k-1")
     assert hostile.rule.fired >= 2  # a first attempt cut, then more within the deadline
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "did not deliver" in run.output and "GPUCI_S3_MIN_RATE" in run.output, run.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
@@ -225,7 +226,7 @@ def test_a_listing_declaring_entities_is_refused_unexpanded(saved, moto_endpoint
         hostile.rule = Rule("entity-listing", "GET", "list-type=2")
         run = _run(hostile, bucket, _env(tmp_path), tmp_path, "cache-weights", "ls")
     assert hostile.rule.fired
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "declares a DTD or entities" in run.output, run.output
 
 
@@ -240,7 +241,7 @@ def test_a_listing_of_long_keys_with_fresh_tokens_ends_within_its_caps(
         hostile.rule = Rule("long-keys", "GET", "list-type=2")
         run = _run(hostile, bucket, env, tmp_path, "cache-weights", "ls")
     assert hostile.rule.fired > 1
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "MiB of names" in run.output, run.output
 
 
@@ -254,7 +255,7 @@ def test_trickled_ref_headers_end_in_time_with_profile_credentials(saved, moto_e
         hostile.rule = Rule("trickle-headers", "GET", "/refs/")
         run = _restore(hostile, bucket, env, tmp_path, "--key", "k-1")
     assert hostile.rule.fired
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "did not answer in time" in run.output, run.output
 
 
@@ -276,7 +277,7 @@ def test_a_region_redirect_is_signed_again_on_the_same_endpoint_and_stays_bounde
         run = _restore(hostile, bucket, env, tmp_path, "--key", "k-1")
     assert [rule.fired for rule, _ in plan.rules][:2] == [1, 1], hostile.seen
     assert "/eu-west-1/s3/aws4_request" in plan.headers[0]["authorization"]
-    _one_line_exit_3(run)
+    one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "did not answer in time" in run.output, run.output
 
 
@@ -296,10 +297,7 @@ def test_save_and_restore_with_profile_credentials_never_import_boto3(
         f"[profile lab]\nregion = us-east-1\ncredential_process = {sys.executable} {helper}\n"
     )
     Path(env["AWS_SHARED_CREDENTIALS_FILE"]).write_text("")
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_bytes(b"a\n")
-    (src / "big.bin").write_bytes(os.urandom(6 << 20))
+    src = write_tree(tmp_path / "src", {"a.txt": b"a\n", "big.bin": os.urandom(6 << 20)})
     probe = "import sys, runpy; sys.argv = ['gpuci', *sys.argv[1:]]; "
     probe += "code = 0\ntry:\n    runpy.run_module('gpuci', run_name='__main__')\n"
     probe += "except SystemExit as exc:\n    code = exc.code\n"

@@ -33,7 +33,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import run_measured, s3_cli_env
+from hostile_s3 import one_error_line, run_measured, s3_cli_env
 
 from gpuci_testing import REPO, hears_ctrl_c, refused_url, wait_until
 
@@ -98,15 +98,6 @@ def _restore(env: dict[str, str], tmp_path: Path):
         return run_measured(args, env, REPO, timeout=GIVE_UP_S)
 
 
-def _one_line_exit_3(run, *words: str) -> None:
-    assert run.code == 3, run.output
-    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
-    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1, run.output
-    for word in words:
-        assert word in errors[0], run.output
-
-
 def _dead(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -134,7 +125,7 @@ def test_a_credential_process_that_hangs_is_killed_with_what_it_started(tmp_path
     pids = tmp_path / "pids"
     env = _process_profile(tmp_path, f"sleep 600 &\necho $! $$ > {pids}\nwait\n")
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "resolving the AWS credentials", "credential_process")
+    one_error_line(run, 3, "resolving the AWS credentials", "credential_process")
     assert "GPUCI_S3_TIMEOUT" in run.output, run.output
     started = [int(pid) for pid in pids.read_text().split()]
     assert len(started) == 2
@@ -146,7 +137,7 @@ def test_a_credential_process_answering_no_credentials_is_one_line(tmp_path, ans
     """Before: "internal error" (JSONDecodeError, AttributeError from botocore's parser)."""
     env = _process_profile(tmp_path, f"echo '{answer}'\n")
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    one_error_line(run, 3, "AWS credentials", "credential_process")
 
 
 def test_a_role_s_source_profile_whose_credential_process_hangs_is_killed_too(tmp_path):
@@ -161,7 +152,7 @@ def test_a_role_s_source_profile_whose_credential_process_hangs_is_killed_too(tm
         f"[profile src]\ncredential_process = {helper}\n"
     )
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    one_error_line(run, 3, "AWS credentials", "credential_process")
     pid = int(pids.read_text())
     wait_until(lambda: _dead(pid), what="the source profile's helper killed")
 
@@ -191,7 +182,7 @@ def test_a_refresh_that_hangs_mid_operation_ends_by_the_operations_deadline(tmp_
     calls = tmp_path / "calls"
     env = _expiring_profile(tmp_path, minutes=5, answers=2)
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "refreshing the AWS credentials", "credential_process")
+    one_error_line(run, 3, "refreshing the AWS credentials", "credential_process")
     assert len(calls.read_text().split()) == 3
     assert "role-secret-value" not in run.output and "role-token-value" not in run.output
 
@@ -264,7 +255,7 @@ def _web_identity_env(tmp_path: Path, sts: str) -> dict[str, str]:
 def test_sts_for_web_identity_that_never_answers_ends_by_the_deadline(tmp_path, mode):
     with hanging_endpoint(mode) as sts:
         run = _restore(_web_identity_env(tmp_path, sts), tmp_path)
-    _one_line_exit_3(run, "AWS credentials", "STS (web identity")
+    one_error_line(run, 3, "AWS credentials", "STS (web identity")
     assert "web-identity-token-value" not in run.output
 
 
@@ -279,7 +270,7 @@ def test_an_instance_metadata_service_that_hangs_ends_by_the_deadline(tmp_path, 
         env = _env(tmp_path, AWS_EC2_METADATA_SERVICE_ENDPOINT=metadata + "/", **imds)
         env.pop("AWS_EC2_METADATA_DISABLED", None)
         run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "resolving the AWS credentials", "instance metadata service")
+    one_error_line(run, 3, "resolving the AWS credentials", "instance metadata service")
 
 
 def test_a_dry_run_with_a_hung_credential_process_ends_by_the_deadline(tmp_path):
@@ -290,7 +281,7 @@ def test_a_dry_run_with_a_hung_credential_process_ends_by_the_deadline(tmp_path)
         args = ["cache-weights", "restore", "--dry-run", "--store", "s3://bucket/c"]
         args += ["--endpoint-url", endpoint, "--key", "k-1", "--path", str(tmp_path / "out")]
         run = run_measured(args, env, REPO, timeout=GIVE_UP_S)
-    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    one_error_line(run, 3, "AWS credentials", "credential_process")
     started = [int(pid) for pid in pids.read_text().split()]
     assert len(started) == 1, "the helper was started again after the deadline"
     wait_until(lambda: all(_dead(pid) for pid in started), what="the helper killed")
@@ -299,7 +290,7 @@ def test_a_dry_run_with_a_hung_credential_process_ends_by_the_deadline(tmp_path)
 def test_a_failing_credential_process_s_stderr_is_never_printed(tmp_path):
     env = _process_profile(tmp_path, "echo 'debug: token=SuperSecretValue123' >&2\nexit 1\n")
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    one_error_line(run, 3, "AWS credentials", "credential_process")
     assert "SuperSecretValue123" not in run.output, run.output
 
 
@@ -313,7 +304,7 @@ def test_a_helper_that_exits_leaving_a_child_on_its_pipes_has_the_child_killed(t
     pids = tmp_path / "pids"
     env = _process_profile(tmp_path, f"sleep 600 &\necho $! > {pids}\n")
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "resolving the AWS credentials", "credential_process")
+    one_error_line(run, 3, "resolving the AWS credentials", "credential_process")
     pid = int(pids.read_text())
     wait_until(lambda: _dead(pid), what="the helper's child killed")
 
@@ -392,15 +383,6 @@ def test_a_cancelled_step_kills_its_credential_process(tmp_path, sig, code, thre
 # ----- errors that are not botocore's own ------------------------------------------------------
 
 
-def _one_line(run, code: int, *words: str) -> None:
-    assert run.code == code, run.output
-    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
-    errors = [line for line in run.output.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1, run.output
-    for word in words:
-        assert word in errors[0], run.output
-
-
 @pytest.mark.parametrize("broken", ["missing", "not executable"])
 def test_a_credential_process_that_cannot_start_is_a_configuration_error(tmp_path, broken):
     """Before: "internal error" (FileNotFoundError, PermissionError from Popen). Exit 2: the
@@ -412,7 +394,7 @@ def test_a_credential_process_that_cannot_start_is_a_configuration_error(tmp_pat
     else:
         helper.chmod(0o644)
     run = _restore(env, tmp_path)
-    _one_line(run, 2, "AWS credentials", "credential_process")
+    one_error_line(run, 2, "AWS credentials", "credential_process")
     assert str(tmp_path) not in run.output, run.output  # the command line may hold a secret
 
 
@@ -424,7 +406,7 @@ def test_a_missing_web_identity_token_file_is_a_configuration_error(tmp_path):
         AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ci",
     )
     run = _restore(env, tmp_path)
-    _one_line(run, 2, "AWS credentials", "STS (web identity")
+    one_error_line(run, 2, "AWS credentials", "STS (web identity")
 
 
 def test_a_helper_answering_credentials_already_expired_is_one_line(tmp_path):
@@ -432,7 +414,7 @@ def test_a_helper_answering_credentials_already_expired_is_one_line(tmp_path):
     Before: "internal error"."""
     env = _expiring_profile(tmp_path, minutes=-5, answers=100)
     run = _restore(env, tmp_path)
-    _one_line_exit_3(run, "AWS credentials", "credential_process")
+    one_error_line(run, 3, "AWS credentials", "credential_process")
 
 
 @contextmanager
@@ -469,5 +451,5 @@ def test_sts_refusing_the_web_identity_role_is_one_line(tmp_path):
     """Before: "internal error" (botocore's ClientError is no BotoCoreError)."""
     with refusing_sts() as sts:
         run = _restore(_web_identity_env(tmp_path, sts), tmp_path)
-    _one_line_exit_3(run, "AWS credentials", "STS (web identity", "AccessDenied")
+    one_error_line(run, 3, "AWS credentials", "STS (web identity", "AccessDenied")
     assert "LeakedSecret42" not in run.output and "web-identity-token-value" not in run.output

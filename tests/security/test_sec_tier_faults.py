@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from tier_runner import (
     Runner,
-    model_tree,
     restored,
+    saved_runner,
     sha,
     small_files,
     tier_is_honest,
@@ -52,9 +52,7 @@ def _refusing(monkeypatch: pytest.MonkeyPatch, name: str, below: Path, err: int)
 def test_a_tier_folder_that_cannot_be_searched_costs_the_store_copy_never_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", **{"local-cache-mode": mode})
+    runner, files = saved_runner(tmp_path, **{"local-cache-mode": mode})
     shard = runner.blob(sha(files["model.safetensors"]))
     _refusing(monkeypatch, "lstat", shard.parent, errno.EACCES)
     _refusing(monkeypatch, "open", shard.parent, errno.EACCES)
@@ -68,9 +66,7 @@ def test_a_tier_folder_that_cannot_be_searched_costs_the_store_copy_never_the_jo
 def test_a_fan_out_folder_that_cannot_be_listed_does_not_stop_eviction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runner = Runner(tmp_path)
-    model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, _ = saved_runner(tmp_path)
     stuck = runner.tier / layout.BLOBS / "zz"  # someone else's folder, unlistable
     stuck.mkdir()
     _refusing(monkeypatch, "scandir", stuck, errno.EACCES)
@@ -94,9 +90,7 @@ def _tier_on_another_disk(monkeypatch: pytest.MonkeyPatch, tier: Path) -> None:
 def test_link_mode_on_another_filesystem_copies_into_the_tier_only_with_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, tier=False)
     _tier_on_another_disk(monkeypatch, runner.tier)
     monkeypatch.setattr(LocalTier, "room_for", lambda *_args, **_kwargs: False)
     runner.restore("m", tmp_path / "job", **{"local-cache-mode": "link"})
@@ -175,9 +169,7 @@ def test_eviction_never_waits_for_a_lock_another_process_holds(tmp_path: Path) -
 def test_temp_files_of_dead_fills_are_swept_whatever_the_size_limit(
     tmp_path: Path, size: str
 ) -> None:
-    runner = Runner(tmp_path)
-    model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, _ = saved_runner(tmp_path)
     dead = runner.tier / "tmp" / f"{'ab' * 16}{layout.INCOMPLETE}"
     dead.parent.mkdir(exist_ok=True)
     dead.write_bytes(b"x" * 1000)
@@ -226,9 +218,7 @@ def test_a_manifest_number_past_what_a_file_can_hold_is_refused_as_malformed(fie
 def test_a_blob_that_cannot_be_read_is_fetched_from_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, files = saved_runner(tmp_path)
 
     def failing_disk(*_args, **_kwargs):
         raise OSError(errno.EIO, os.strerror(errno.EIO))

@@ -12,7 +12,18 @@ import os
 from pathlib import Path
 
 import pytest
-from tier_runner import BIG, Runner, model_tree, sha, tier_holds, tier_is_honest, tier_runs
+from tier_runner import (
+    BIG,
+    Runner,
+    model_tree,
+    restored,
+    saved_runner,
+    sha,
+    tier_holds,
+    tier_is_honest,
+    tier_runs,
+    warnings,
+)
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._save import upload as save_upload
@@ -34,14 +45,32 @@ def _tmp_left(tier: Path) -> list[Path]:
     return list(folder.iterdir()) if folder.is_dir() else []
 
 
+def _model_and_shards(root: Path) -> dict[str, bytes]:
+    """The model tree and 20 small JSON shards: small files travel in packs, their own path
+    through a restore or a save."""
+    files = model_tree(root)
+    for i in range(20):
+        files[f"shard-{i:02d}.json"] = os.urandom(3_000 + i)
+        (root / f"shard-{i:02d}.json").write_bytes(files[f"shard-{i:02d}.json"])
+    return files
+
+
+def _tier_disk_free(monkeypatch: pytest.MonkeyPatch, tier: Path, blocks: int, size: int) -> None:
+    """``os.statvfs`` says the tier's disk has ``blocks`` free blocks of ``size`` bytes; every
+    other disk is as it is."""
+    real = os.statvfs
+
+    class Free:
+        f_bavail, f_frsize = blocks, size
+
+    def statvfs(path):
+        return Free() if str(path).startswith(str(tier)) else real(path)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
 def test_a_cold_restore_fills_the_tier_as_it_hashes(tmp_path, monkeypatch):
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    for i in range(20):  # small files travel in packs: their own path through the restore
-        name = f"shard-{i:02d}.json"
-        files[name] = os.urandom(3_000 + i)
-        (tmp_path / "src" / name).write_bytes(files[name])
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, _model_and_shards, tier=False)
     _no_second_pass(monkeypatch)
     got = runner.restore("m", tmp_path / "job")
     assert got.outputs["bytes-downloaded"] == sum(len(d) for d in files.values())
@@ -58,9 +87,7 @@ def test_a_cold_restore_fills_the_tier_as_it_hashes(tmp_path, monkeypatch):
 
 
 def test_bytes_that_do_not_hash_to_the_manifest_never_reach_the_tier(tmp_path):
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, tier=False)
     digest = sha(files["model.safetensors"])
     blob = runner.store / layout.blob_key(digest)
     os.chmod(blob, 0o644)
@@ -92,12 +119,7 @@ def test_a_cold_restore_puts_each_byte_in_the_page_cache_once(tmp_path, monkeypa
         pytest.skip(f"{tmp_path}'s filesystem refuses O_DIRECT")
     monkeypatch.setattr(file_store.LocalStore, "local_disk", False)  # as a store over a network
     monkeypatch.delenv("GPUCI_CACHE_DIRECT_IO", raising=False)  # the job's files: the default
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    for i in range(20):
-        files[f"shard-{i:02d}.json"] = os.urandom(3_000 + i)
-        (tmp_path / "src" / f"shard-{i:02d}.json").write_bytes(files[f"shard-{i:02d}.json"])
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, _model_and_shards, tier=False)
     cached, direct = [0], [0]
     real_write, real_pwrite = os.write, os.pwrite
 
@@ -132,9 +154,7 @@ def test_a_cold_restore_puts_each_byte_in_the_page_cache_once(tmp_path, monkeypa
 def test_a_job_file_that_cannot_be_made_fails_the_restore_and_leaves_no_blob(tmp_path, monkeypatch):
     """The tier took the bytes, but the job's own file could not be written (a full disk):
     the restore fails as a failed write would, and the tier's temp file goes too."""
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, tier=False)
 
     def full(*_args, **_kwargs):
         raise OSError(28, "No space left on device")
@@ -162,10 +182,7 @@ def test_a_save_fills_the_tier_from_the_bytes_it_hashed(tmp_path, monkeypatch):
     """A save holds each file's bytes to hash and send them: the tier's copy is written from
     those very bytes, with no second read and no second sha256 of the file."""
     runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    for i in range(20):
-        files[f"shard-{i:02d}.json"] = os.urandom(3_000 + i)
-        (tmp_path / "src" / f"shard-{i:02d}.json").write_bytes(files[f"shard-{i:02d}.json"])
+    files = _model_and_shards(tmp_path / "src")
     _no_second_pass(monkeypatch)
     runner.save("m", tmp_path / "src")
     for name, data in files.items():
@@ -178,26 +195,16 @@ def test_a_save_fills_the_tier_from_the_bytes_it_hashed(tmp_path, monkeypatch):
 def test_a_tier_disk_without_room_is_not_filled_and_the_restore_succeeds(tmp_path, monkeypatch):
     """A cold restore lands the files it fills in the tier first: where the tier's disk has no
     room for them, they go straight to the job's folder (a cache never fails a job)."""
-    runner = Runner(tmp_path)
-    files = model_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
-    real = os.statvfs
-
-    class Full:
-        f_bavail, f_frsize = 1, 4096
-
-    def statvfs(path):
-        return Full() if str(path).startswith(str(runner.tier)) else real(path)
+    runner, files = saved_runner(tmp_path, tier=False)
 
     def start_fill(*_args):
         raise AssertionError("a file landed in a tier without room for it")
 
-    monkeypatch.setattr(os, "statvfs", statvfs)
+    _tier_disk_free(monkeypatch, runner.tier, blocks=1, size=4096)
     monkeypatch.setattr(tier_module.LocalTier, "start_fill", start_fill)
     monkeypatch.setattr(tier_module.LocalTier, "copy_in", start_fill)  # nor after the fetch
     runner.restore("m", tmp_path / "job")
-    for name, data in files.items():
-        assert (tmp_path / "job" / name).read_bytes() == data
+    restored(tmp_path / "job", files)
 
 
 def test_a_save_never_fills_a_tier_disk_without_room(tmp_path, monkeypatch):
@@ -206,14 +213,7 @@ def test_a_save_never_fills_a_tier_disk_without_room(tmp_path, monkeypatch):
     read again after the upload."""
     runner = Runner(tmp_path)
     files = model_tree(tmp_path / "src")
-    real = os.statvfs
-
-    class Full:
-        f_bavail, f_frsize = 1, 4096
-
-    monkeypatch.setattr(
-        os, "statvfs", lambda p: Full() if str(p).startswith(str(runner.tier)) else real(p)
-    )
+    _tier_disk_free(monkeypatch, runner.tier, blocks=1, size=4096)
     monkeypatch.setattr(save_upload, "HELD_BYTES", 1 << 20)  # the shard: read again after
     runner.save("m", tmp_path / "src")
     for data in files.values():
@@ -235,19 +235,13 @@ def test_a_tree_spanning_two_disks_counts_the_job_copies_on_the_tier_disk(tmp_pa
         (second / "shard.bin").write_bytes(os.urandom(BIG))
         runner.save("m", f"{first}\n{second}", tier=False)
         blobs = 2 * BIG + len(b'{"layers": 2}\n')
-        real = os.statvfs
-
-        class Room:  # the blobs fit once, not with the job's copies beside them
-            f_frsize = 1
-            f_bavail = blobs * 3 // 2 + tier_module.ROOM_MARGIN
-
-        def statvfs(path):
-            return Room() if str(path).startswith(str(runner.tier)) else real(path)
+        # room for the blobs once, not with the job's copies beside them
+        room = blobs * 3 // 2 + tier_module.ROOM_MARGIN
 
         def start_fill(*_args):
             raise AssertionError("a fill the tier's disk has no room for beside the job's copies")
 
-        monkeypatch.setattr(os, "statvfs", statvfs)
+        _tier_disk_free(monkeypatch, runner.tier, blocks=room, size=1)
         monkeypatch.setattr(tier_module.LocalTier, "start_fill", start_fill)
         runner.restore("m", f"{other_disk / 'ra'}\n{tmp_path / 'rb'}")
         assert (tmp_path / "rb" / "shard.bin").read_bytes() == (second / "shard.bin").read_bytes()
@@ -264,9 +258,7 @@ def _big_tree(root: Path) -> dict[str, bytes]:
 def test_a_refetched_file_is_copied_again_from_its_start(tmp_path, monkeypatch):
     """The store's first bytes do not hash to the manifest: the file is fetched once more, and
     the job's file and the blob hold the good bytes only."""
-    runner = Runner(tmp_path)
-    files = _big_tree(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, _big_tree, tier=False)
     data = files["model.safetensors"]
     real_open = file_store.LocalStore.open_range
     lied = []
@@ -325,10 +317,8 @@ def test_a_tier_disk_that_fills_during_the_restore_does_not_fail_it(tmp_path, mo
     monkeypatch.setattr(os, "pwrite", pwrite)
     got = runner.restore("m", tmp_path / "job")
     monkeypatch.undo()
-    for name, data in files.items():
-        assert (tmp_path / "job" / name).read_bytes() == data, name
-    warned = [a.message for a in got.annotations if a.level == "warning"]
-    assert any("filled up during the restore" in w for w in warned), warned
+    restored(tmp_path / "job", files)
+    assert any("filled up during the restore" in w for w in warnings(got)), warnings(got)
     assert _tmp_left(runner.tier) == []
     tier_is_honest(runner.tier, runner.store)
 
@@ -362,8 +352,7 @@ def test_a_tier_disk_that_fills_under_a_large_file_costs_no_second_download(tmp_
     monkeypatch.undo()
     assert (tmp_path / "job" / "model.safetensors").read_bytes() == data
     assert sum(asked) == BIG, asked  # fetched once
-    warned = [a.message for a in got.annotations if a.level == "warning"]
-    assert any("filled up during the restore" in w for w in warned), warned
+    assert any("filled up during the restore" in w for w in warnings(got)), warnings(got)
     assert not runner.blob(sha(data)).exists()
     assert _tmp_left(runner.tier) == []
     tier_is_honest(runner.tier, runner.store)

@@ -15,6 +15,7 @@ from tier_runner import (
     Runner,
     plant,
     restored,
+    saved_runner,
     small_files,
     tier_is_honest,
     tier_runs,
@@ -38,9 +39,7 @@ def _the_run(runner: Runner) -> Path:
 def test_a_cold_restore_keeps_the_small_files_as_one_run_and_the_next_job_is_served_by_it(
     tmp_path: Path,
 ) -> None:
-    runner = Runner(tmp_path)
-    files = small_files(tmp_path / "src")
-    runner.save("m", tmp_path / "src", tier=False)
+    runner, files = saved_runner(tmp_path, small_files, tier=False)
     cold = runner.restore("m", tmp_path / "job1")
     restored(tmp_path / "job1", files)
     assert cold.outputs["bytes-downloaded"] == sum(map(len, files.values()))
@@ -57,9 +56,7 @@ def test_a_cold_restore_keeps_the_small_files_as_one_run_and_the_next_job_is_ser
 @pytest.mark.parametrize("mode", MODES)
 def test_a_run_the_runner_user_rewrote_is_not_served(tmp_path: Path, mode: str) -> None:
     """Same size, frozen mtime, read-only: only the hash on the way out can tell."""
-    runner = Runner(tmp_path)
-    files = small_files(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, files = saved_runner(tmp_path, small_files)
     run = _the_run(runner)
     data = bytearray(run.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -74,9 +71,7 @@ def test_a_run_the_runner_user_rewrote_is_not_served(tmp_path: Path, mode: str) 
 
 
 def test_a_run_planted_as_a_symlink_is_not_followed(tmp_path: Path) -> None:
-    runner = Runner(tmp_path)
-    files = small_files(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, files = saved_runner(tmp_path, small_files)
     run = _the_run(runner)
     decoy = tmp_path / "decoy.bin"
     plant(decoy, run.read_bytes())  # even the right bytes: the tier never follows a link
@@ -90,9 +85,7 @@ def test_a_run_planted_as_a_symlink_is_not_followed(tmp_path: Path) -> None:
 
 
 def test_a_run_shorter_than_its_name_says_is_not_served(tmp_path: Path) -> None:
-    runner = Runner(tmp_path)
-    files = small_files(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, files = saved_runner(tmp_path, small_files)
     run = _the_run(runner)
     os.chmod(run, 0o644)
     plant(run, run.read_bytes()[:-1])
@@ -122,9 +115,7 @@ def test_run_names_are_read_strictly() -> None:
 
 
 def test_eviction_counts_and_removes_runs(tmp_path: Path) -> None:
-    runner = Runner(tmp_path)
-    small_files(tmp_path / "src")
-    runner.save("m", tmp_path / "src")
+    runner, _ = saved_runner(tmp_path, small_files)
     run = _the_run(runner)
     size = run.stat().st_size
     tier = LocalTier(runner.tier, limit=1)

@@ -8,6 +8,7 @@ import hashlib
 import io
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +88,20 @@ def small_files(root: Path, count: int = 60, size: int = 2_000) -> dict[str, byt
     for name, data in files.items():
         (root / name).write_bytes(data)
     return files
+
+
+def saved_runner(
+    base: Path,
+    make_tree: Callable[[Path], dict[str, bytes]] = model_tree,
+    tier: bool = True,
+    **flags: str,
+) -> tuple[Runner, dict[str, bytes]]:
+    """A runner in ``base`` whose store holds ``make_tree(base / "src")`` saved as key ``m``
+    (its tier filled too unless ``tier`` is False): where most tier tests start."""
+    runner = Runner(base)
+    files = make_tree(base / "src")
+    runner.save("m", base / "src", tier=tier, **flags)
+    return runner, files
 
 
 def restored(job: Path, files: dict[str, bytes]) -> None:
