@@ -124,6 +124,12 @@ def _num(value: Any, default: float = 0.0) -> float:
     return out if out == out and abs(out) != float("inf") else default
 
 
+def _amount(value: Any, default: float = 0.0) -> float:
+    """USD (or USD/h) from a record: never below 0, so no object in the store, written by
+    whoever can write there, lowers anyone's spending."""
+    return max(0.0, _num(value, default))
+
+
 @dataclass
 class PodRecord:
     """What the ledger knows of one pod, merged over its events (the created event wins)."""
@@ -152,7 +158,7 @@ class Reservation:
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
-        return self.cost_per_hr * max(0.0, self.until - now) / 3600
+        return max(0.0, self.cost_per_hr) * max(0.0, self.until - now) / 3600
 
 
 class Ledger:
@@ -287,7 +293,7 @@ class Ledger:
                 Reservation(
                     key,
                     owner,
-                    _num(item.get("costPerHr")),
+                    _amount(item.get("costPerHr")),
                     _num(item.get("untilEpoch")),
                     str(item.get("runUrl") or ""),
                     str(item.get("podName") or ""),
@@ -387,7 +393,7 @@ def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
         if not rec.owner or event.get("event") == "created":
             rec.owner = str(event.get("owner") or rec.owner)
             rec.gpu = str(event.get("gpu") or rec.gpu)
-            rec.cost_per_hr = _num(event.get("costPerHr"), rec.cost_per_hr)
+            rec.cost_per_hr = _amount(event.get("costPerHr"), rec.cost_per_hr)
             rec.run_url = str(event.get("runUrl") or rec.run_url)
             rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
             rec.reservation = str(event.get("reservation") or rec.reservation)

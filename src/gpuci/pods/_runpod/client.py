@@ -11,6 +11,7 @@ is read and never appears in a message.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -147,7 +148,9 @@ def _strings_by_name(value: Any) -> bool:
 
 _STRING = _Field(lambda v: _kind(v, str), "a string")
 _ID = _Field(lambda v: _kind(v, str), "a string", required=True)
-_NUMERIC = _Field(lambda v: _kind(v, _NUMBER), "a number")
+# Money (a price, a pod's cost, a billed amount): a negative one would lower an owner's
+# spending below what they spent, so it is as wrong as text (finite: the JSON parse's check).
+_AMOUNT = _Field(lambda v: _kind(v, _NUMBER) and 0 <= v < math.inf, "a non-negative number")
 _ARRAY = _Field(lambda v: isinstance(v, list), "an array")
 
 
@@ -166,16 +169,16 @@ _POD_SHAPE: dict[str, _Field] = {
     "gpu": _object({"id": _STRING}),
     "ports": _ARRAY,
     "env": _Field(_strings_by_name, "an object of strings"),
-    "cost": _NUMERIC,
+    "cost": _AMOUNT,
     "dataCenterId": _STRING,
 }
 _GPU_TYPE_SHAPE: dict[str, _Field] = {
     "id": _ID,
     # the per-GPU list price of each pod cloud (``price.secure``, ``price.community``)
-    "price": _object({"secure": _NUMERIC, "community": _NUMERIC}),
+    "price": _object({"secure": _AMOUNT, "community": _AMOUNT}),
     "dataCenters": _array_of({"id": _ID, "availability": _STRING}),
 }
-_BILLING_SHAPE: dict[str, _Field] = {"podId": _ID, "totalAmount": _NUMERIC}
+_BILLING_SHAPE: dict[str, _Field] = {"podId": _ID, "totalAmount": _AMOUNT}
 
 
 def _shape_error(what: str, found: str) -> RunPodError:
