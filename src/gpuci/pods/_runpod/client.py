@@ -11,9 +11,10 @@ is read and never appears in a message.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -103,18 +104,28 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return parse_retry_after(headers.get("Retry-After"), cap=MAX_RETRY_AFTER_S)
 
 
-def _problem(response: httpx.Response) -> tuple[str, list[str]]:
-    """The error's detail and its list of errors, each redacted THEN cut to one line."""
+def _sent_env(body: Any) -> frozenset[str]:
+    """The env values a request sends, in each form an error may echo them (as sent, as JSON
+    escapes them, as Python's repr does): what a refusal says about them is redacted like a
+    secret, since a plan shows none of them (their secrecy can't be told from their names)."""
+    env = body.get("env") if isinstance(body, dict) else None
+    values = [v for v in env.values() if isinstance(v, str)] if isinstance(env, dict) else []
+    return frozenset(f for v in values for f in (v, json.dumps(v)[1:-1], repr(v)[1:-1]))
+
+
+def _problem(response: httpx.Response, hidden: Collection[str] = ()) -> tuple[str, list[str]]:
+    """The error's detail and its list of errors, each redacted (the registered secrets and
+    ``hidden``) THEN cut to one line."""
     try:
         body = untrusted_json.loads(response.content)
     except untrusted_json.Unusable:
-        return excerpt(response.text, 200), []
+        return excerpt(response.text, 200, hidden), []
     if not isinstance(body, dict):
-        return excerpt(str(body), 200), []
+        return excerpt(str(body), 200, hidden), []
     errors = body.get("errors") or []
     errors = errors if isinstance(errors, list) else [errors]
-    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200)
-    return detail, [excerpt(str(e), 200) for e in errors[:10]]
+    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200, hidden)
+    return detail, [excerpt(str(e), 200, hidden) for e in errors[:10]]
 
 
 # ----- the shapes we read from answers: a wrong one is one line, exit 3, never a crash --------
@@ -249,12 +260,13 @@ def _named(pod: Mapping[str, Any], name: str) -> bool:
     return found == name or found.startswith(name + " smoke ")
 
 
-def raise_for(response: httpx.Response, what: str) -> None:
-    """Map one HTTP answer onto the retry table's classes (success returns quietly)."""
+def raise_for(response: httpx.Response, what: str, hidden: Collection[str] = ()) -> None:
+    """Map one HTTP answer onto the retry table's classes (success returns quietly); the
+    answer's text never shows ``hidden`` (what the request sent that a plan hides)."""
     status = response.status_code
     if status < 400:
         return
-    detail, errors = _problem(response)
+    detail, errors = _problem(response, hidden)
     text = f"{what}: HTTP {status}: {detail}"
     if status == 429:
         raise Transient(text, status, _retry_after(response.headers))
@@ -377,7 +389,7 @@ class RunPodClient:
                 f": {excerpt(str(exc), 120)})",
                 hint=f"set {API_URL_ENV} to e.g. {DEFAULT_API_URL}",
             ) from None
-        raise_for(response, what)
+        raise_for(response, what, _sent_env(kwargs.get("json")))
         return response
 
     def _bounded(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
