@@ -36,6 +36,7 @@ from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
+from gpuci.pods._runpod.naming import clean_owner
 from gpuci.units import utc_iso
 
 ROOT = "pods-ledger"
@@ -70,8 +71,23 @@ def ledger_url(value: str | None, environ: Mapping[str, str]) -> str:
     return text
 
 
+def fold_owner(owner: str) -> str:
+    """The one spelling of an owner that budgets, delegations and the ledger compare: GitHub
+    and GitLab usernames are case-insensitive, so ``Alice`` and ``alice`` are one account and
+    one budget (names recorded by an older gpu-ci, in their case, are folded when read)."""
+    return owner.lower()
+
+
+def owner_name(text: str) -> str:
+    """An owner name as it enters (CI identity, budgets file, ``owner`` input): cleaned for
+    pod names, then folded (:func:`fold_owner`)."""
+    return fold_owner(clean_owner(text))
+
+
 def owner_key(owner: str) -> str:
-    """A store-safe, collision-free path component for an owner (never ``..`` or ``/``)."""
+    """A store-safe, collision-free path component for an owner (never ``..`` or ``/``), the
+    same for every case of the name."""
+    owner = fold_owner(owner)
     readable = re.sub(r"[^A-Za-z0-9_-]+", "_", owner)[:40] or "_"
     return f"{readable}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
 
@@ -124,6 +140,12 @@ def _num(value: Any, default: float = 0.0) -> float:
     return out if out == out and abs(out) != float("inf") else default
 
 
+def _amount(value: Any, default: float = 0.0) -> float:
+    """USD (or USD/h) from a record: never below 0, so no object in the store, written by
+    whoever can write there, lowers anyone's spending."""
+    return max(0.0, _num(value, default))
+
+
 @dataclass
 class PodRecord:
     """What the ledger knows of one pod, merged over its events (the created event wins)."""
@@ -152,7 +174,7 @@ class Reservation:
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
-        return self.cost_per_hr * max(0.0, self.until - now) / 3600
+        return max(0.0, self.cost_per_hr) * max(0.0, self.until - now) / 3600
 
 
 class Ledger:
@@ -271,29 +293,47 @@ class Ledger:
         return _merge(pod_id, events)
 
     def reservations(self, owner: str) -> tuple[list[Reservation], set[str], int]:
-        """(live reservations, keys of released ones, next sequence number) of one owner."""
-        base = f"{RESERVATIONS}/{owner_key(owner)}/"
-        keys = self._list(base)
+        """(live reservations, keys of released ones, next sequence number) of one owner,
+        whatever the case their name was written in."""
+        own = owner_key(owner)
+        keys = self._owner_keys(RESERVATIONS, own)
         released = {
             k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
-            for k in self._list(f"{RELEASES}/{owner_key(owner)}/")
+            for k in self._owner_keys(RELEASES, own)
         }
-        seqs = [int(m.group(1)) for k in keys if (m := re.search(r"/(\d{10})\.json$", k))]
+        seqs = [
+            int(m.group(1))
+            for k in keys
+            if k.startswith(f"{RESERVATIONS}/{own}/") and (m := re.search(r"/(\d{10})\.json$", k))
+        ]
         live = []
         for key, item in self._get_many(k for k in keys if k not in released).items():
-            if item is None or item.get("owner") != owner:
+            if item is None or fold_owner(str(item.get("owner") or "")) != fold_owner(owner):
                 continue
             live.append(
                 Reservation(
                     key,
                     owner,
-                    _num(item.get("costPerHr")),
+                    _amount(item.get("costPerHr")),
                     _num(item.get("untilEpoch")),
                     str(item.get("runUrl") or ""),
                     str(item.get("podName") or ""),
                 )
             )
         return live, released, (max(seqs) + 1 if seqs else 0)
+
+    def _owner_keys(self, root: str, own: str) -> list[str]:
+        """The keys under ``root`` in the folder ``own`` (an :func:`owner_key`) and in those an
+        older gpu-ci filed under another case of the same name (its keys kept the case): one
+        listing per case of the name's first letter, all that case-sensitive prefixes allow."""
+        readable = own.rpartition("-")[0]
+        found = []
+        for first in sorted({readable[:1].lower(), readable[:1].upper()}):
+            for key in self._list(f"{root}/{first}"):
+                folder = key[len(root) + 1 :].partition("/")[0]
+                if folder.rpartition("-")[0].lower() == readable:
+                    found.append(key)
+        return found
 
     # ----- writing -------------------------------------------------------------------------
     def _put_new(self, key: str, item: Mapping[str, Any]) -> None:
@@ -387,7 +427,7 @@ def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
         if not rec.owner or event.get("event") == "created":
             rec.owner = str(event.get("owner") or rec.owner)
             rec.gpu = str(event.get("gpu") or rec.gpu)
-            rec.cost_per_hr = _num(event.get("costPerHr"), rec.cost_per_hr)
+            rec.cost_per_hr = _amount(event.get("costPerHr"), rec.cost_per_hr)
             rec.run_url = str(event.get("runUrl") or rec.run_url)
             rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
             rec.reservation = str(event.get("reservation") or rec.reservation)
@@ -399,5 +439,5 @@ def reaped_by_owner(book: Mapping[str, PodRecord], since: float) -> dict[str, in
     for rec in book.values():
         for event in rec.events:
             if event.get("event") == "reaped" and _num(event.get("time")) >= since:
-                counts[str(event.get("owner") or rec.owner or "(unattributed)")] += 1
+                counts[fold_owner(str(event.get("owner") or rec.owner or "(unattributed)"))] += 1
     return counts

@@ -25,7 +25,7 @@ from typing import Any
 from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.inputs import parse_duration
-from gpuci.pods._runpod.naming import clean_owner
+from gpuci.pods._budgets.ledger import fold_owner, owner_name
 from gpuci.pods.options import UpInputs
 from gpuci.untrusted_child import git
 
@@ -49,17 +49,17 @@ def ci_identity(environ: Mapping[str, str]) -> Identity:
         for actor in (settings.GITHUB_TRIGGERING_ACTOR, settings.GITHUB_ACTOR):
             login = actor.raw(environ)
             if login:
-                return Identity(clean_owner(login), True, actor.name)
+                return Identity(owner_name(login), True, actor.name)
     in_gitlab = settings.GITLAB_CI.raw(environ) == "true" or settings.CI_PIPELINE_URL.raw(environ)
     gitlab_login = settings.GITLAB_USER_LOGIN.raw(environ)
     if in_gitlab and gitlab_login:
-        return Identity(clean_owner(gitlab_login), True, settings.GITLAB_USER_LOGIN.name)
+        return Identity(owner_name(gitlab_login), True, settings.GITLAB_USER_LOGIN.name)
     git = _git_user(environ)
     if git:
-        return Identity(clean_owner(git), False, "git config user.email")
+        return Identity(owner_name(git), False, "git config user.email")
     for name in ("USER", "USERNAME"):
         if environ.get(name):
-            return Identity(clean_owner(environ[name]), False, name)
+            return Identity(owner_name(environ[name]), False, name)
     return Identity("unknown", False, "nothing")
 
 
@@ -81,9 +81,11 @@ class Budgets:
     source: str = ""  # the file read, empty when none
 
     def limit(self, owner: str) -> float | None:
-        return self.owners.get(owner, self.default)
+        return self.owners.get(fold_owner(owner), self.default)
 
     def may_act_for(self, identity: str, owner: str) -> bool:
+        """Whether ``identity`` may start pods billed to ``owner`` (case-insensitively)."""
+        identity, owner = fold_owner(identity), fold_owner(owner)
         return identity == owner or owner in self.delegations.get(identity, set())
 
 
@@ -125,16 +127,36 @@ def parse(data: Any, source: str) -> Budgets:
             f"budgets file {source}: owners and delegations must be mappings",
             hint="see docs/pods.md for the format",
         )
-    out.owners = {clean_owner(str(k)): _usd(v, f"owners.{k}") for k, v in owners.items()}
-    for ident, allowed in delegations.items():
+    out.owners = {
+        name: _usd(owners[key], f"owners.{key}")
+        for name, key in _names(owners, "owners", source).items()
+    }
+    for ident, key in _names(delegations, "delegations", source).items():
+        allowed = delegations[key]
         if isinstance(allowed, str):
             allowed = [allowed]
         if not isinstance(allowed, list):
             raise InputError(
-                f"budgets file {source}: delegations.{ident} must be a list of owners",
+                f"budgets file {source}: delegations.{key} must be a list of owners",
                 hint="write e.g. 'alice: [team-ml]'",
             )
-        out.delegations[clean_owner(str(ident))] = {clean_owner(str(a)) for a in allowed}
+        out.delegations[ident] = {owner_name(str(a)) for a in allowed}
+    return out
+
+
+def _names(section: dict[Any, Any], where: str, source: str) -> dict[str, Any]:
+    """Each key of a budgets-file section as an owner name (folded: usernames are
+    case-insensitive) -> the key as written; two keys naming one owner are refused."""
+    out: dict[str, Any] = {}
+    for key in section:
+        name = owner_name(str(key))
+        if name in out:
+            raise InputError(
+                f"budgets file {source}: {where}.{out[name]} and {where}.{key} name one owner "
+                f"('{name}'; GitHub and GitLab usernames are case-insensitive)",
+                hint="keep one of them",
+            )
+        out[name] = key
     return out
 
 
@@ -178,7 +200,7 @@ def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -
     """The owner to bill and their budget; refuses (exit 2) an owner CI does not vouch for."""
     ident = ci_identity(environ)
     book = load(inp.budgets or None, cwd)
-    asked = clean_owner(inp.owner) if inp.owner else ""
+    asked = owner_name(inp.owner) if inp.owner else ""
     owner = asked or ident.login
     notes: list[str] = []
     if asked and asked != ident.login:

@@ -11,8 +11,10 @@ is read and never appears in a message.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -102,31 +104,92 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return parse_retry_after(headers.get("Retry-After"), cap=MAX_RETRY_AFTER_S)
 
 
-def _problem(response: httpx.Response) -> tuple[str, list[str]]:
-    """The error's detail and its list of errors, each redacted THEN cut to one line."""
+def _sent_env(body: Any) -> frozenset[str]:
+    """The env values a request sends, in each form an error may echo them (as sent, as JSON
+    escapes them, as Python's repr does): what a refusal says about them is redacted like a
+    secret, since a plan shows none of them (their secrecy can't be told from their names)."""
+    env = body.get("env") if isinstance(body, dict) else None
+    values = [v for v in env.values() if isinstance(v, str)] if isinstance(env, dict) else []
+    return frozenset(f for v in values for f in (v, json.dumps(v)[1:-1], repr(v)[1:-1]))
+
+
+def _problem(response: httpx.Response, hidden: Collection[str] = ()) -> tuple[str, list[str]]:
+    """The error's detail and its list of errors, each redacted (the registered secrets and
+    ``hidden``) THEN cut to one line."""
     try:
         body = untrusted_json.loads(response.content)
     except untrusted_json.Unusable:
-        return excerpt(response.text, 200), []
+        return excerpt(response.text, 200, hidden), []
     if not isinstance(body, dict):
-        return excerpt(str(body), 200), []
+        return excerpt(str(body), 200, hidden), []
     errors = body.get("errors") or []
     errors = errors if isinstance(errors, list) else [errors]
-    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200)
-    return detail, [excerpt(str(e), 200) for e in errors[:10]]
+    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200, hidden)
+    return detail, [excerpt(str(e), 200, hidden) for e in errors[:10]]
 
 
 # ----- the shapes we read from answers: a wrong one is one line, exit 3, never a crash --------
+# This client is the one reader of RunPod's answers, so every field the pods code goes on to
+# read is checked here, once, against a table: its JSON type and, for a nested object or an
+# array of objects, the fields of each. Absent or null passes unless the field is required.
 _NUMBER = (int, float)
-_POD_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "name": str,
-    "status": str,
-    "gpu": dict,
-    "ports": list,
-    "env": dict,
-    "cost": _NUMBER,
-    "dataCenterId": str,
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """What one field of an answer must hold, and how to say so when it does not."""
+
+    holds: Callable[[Any], bool]
+    must_be: str
+    required: bool = False
+    fields: Mapping[str, _Field] | None = None  # the nested object's (or each item's) fields
+
+
+def _kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
+def _objects(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _strings_by_name(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+_STRING = _Field(lambda v: _kind(v, str), "a string")
+_ID = _Field(lambda v: _kind(v, str), "a string", required=True)
+# Money (a price, a pod's cost, a billed amount): a negative one would lower an owner's
+# spending below what they spent, so it is as wrong as text (finite: the JSON parse's check).
+_AMOUNT = _Field(lambda v: _kind(v, _NUMBER) and 0 <= v < math.inf, "a non-negative number")
+_ARRAY = _Field(lambda v: isinstance(v, list), "an array")
+
+
+def _object(fields: Mapping[str, _Field] | None = None) -> _Field:
+    return _Field(lambda v: isinstance(v, dict), "an object", fields=fields)
+
+
+def _array_of(fields: Mapping[str, _Field]) -> _Field:
+    return _Field(_objects, "an array of objects", fields=fields)
+
+
+_POD_SHAPE: dict[str, _Field] = {
+    "id": _ID,
+    "name": _STRING,
+    "status": _STRING,
+    "gpu": _object({"id": _STRING}),
+    "ports": _ARRAY,
+    "env": _Field(_strings_by_name, "an object of strings"),
+    "cost": _AMOUNT,
+    "dataCenterId": _STRING,
 }
+_GPU_TYPE_SHAPE: dict[str, _Field] = {
+    "id": _ID,
+    # the per-GPU list price of each pod cloud (``price.secure``, ``price.community``)
+    "price": _object({"secure": _AMOUNT, "community": _AMOUNT}),
+    "dataCenters": _array_of({"id": _ID, "availability": _STRING}),
+}
+_BILLING_SHAPE: dict[str, _Field] = {"podId": _ID, "totalAmount": _AMOUNT}
 
 
 def _shape_error(what: str, found: str) -> RunPodError:
@@ -144,30 +207,51 @@ def _json(response: httpx.Response, what: str) -> Any:
         raise _shape_error(what, f"no usable JSON ({exc})") from None
 
 
-def _kind(value: Any, kinds: type | tuple[type, ...]) -> bool:
-    return isinstance(value, kinds) and not isinstance(value, bool)
+def _seen(value: Any) -> str:
+    """A wrong value as a message names it: a number as itself, anything else by its kind."""
+    if value is None:
+        return "missing"
+    return f"the number {value!r}" if _kind(value, _NUMBER) else f"a JSON {json_kind(value)}"
+
+
+def _check(found: dict[str, Any], shape: Mapping[str, _Field], what: str, noun: str) -> None:
+    """Every field of ``shape`` in ``found`` as the table says (paths like ``gpu.id``)."""
+    pending: list[tuple[str, dict[str, Any], Mapping[str, _Field]]] = [("", found, shape)]
+    while pending:
+        path, item, fields = pending.pop()
+        for name, field in fields.items():
+            value = item.get(name)
+            if value is None and not field.required:
+                continue
+            if value is None or not field.holds(value):
+                where = f"{path}{name}"
+                raise _shape_error(
+                    what, f"{noun} whose '{where}' is {_seen(value)}, not {field.must_be}"
+                )
+            if field.fields is not None:
+                inner = value if isinstance(value, list) else [value]
+                pending.extend((f"{path}{name}.", i, field.fields) for i in inner)
 
 
 def _pod(found: Any, what: str) -> dict[str, Any]:
     """A pod object whose fields, where present, have the types the lifecycle reads."""
     if not isinstance(found, dict) or not _kind(found.get("id"), str):
         raise _shape_error(what, "something other than a pod (an object with a string id)")
-    for name, kinds in _POD_FIELDS.items():
-        if found.get(name) is not None and not _kind(found[name], kinds):
-            raise _shape_error(what, f"a pod whose '{name}' is a JSON {json_kind(found[name])}")
-    env = found.get("env") or {}
-    if not all(isinstance(v, str) for v in env.values()):
-        raise _shape_error(what, "a pod whose env holds something other than strings")
+    _check(found, _POD_SHAPE, what, "a pod")
     return found
 
 
-def _list_in(found: Any, field: str, what: str) -> list[dict[str, Any]]:
-    """``found[field]``, which must be a list of objects."""
+def _list_in(
+    found: Any, field: str, what: str, shape: Mapping[str, _Field], noun: str
+) -> list[dict[str, Any]]:
+    """``found[field]``: a list of objects, each of ``shape``."""
     if not isinstance(found, dict):
         raise _shape_error(what, f"a JSON {json_kind(found)} where an object belongs")
     items = found.get(field)
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+    if not isinstance(items, list) or not _objects(items):
         raise _shape_error(what, f"an object whose '{field}' is not an array of objects")
+    for item in items:
+        _check(item, shape, what, noun)
     return items
 
 
@@ -176,12 +260,13 @@ def _named(pod: Mapping[str, Any], name: str) -> bool:
     return found == name or found.startswith(name + " smoke ")
 
 
-def raise_for(response: httpx.Response, what: str) -> None:
-    """Map one HTTP answer onto the retry table's classes (success returns quietly)."""
+def raise_for(response: httpx.Response, what: str, hidden: Collection[str] = ()) -> None:
+    """Map one HTTP answer onto the retry table's classes (success returns quietly); the
+    answer's text never shows ``hidden`` (what the request sent that a plan hides)."""
     status = response.status_code
     if status < 400:
         return
-    detail, errors = _problem(response)
+    detail, errors = _problem(response, hidden)
     text = f"{what}: HTTP {status}: {detail}"
     if status == 429:
         raise Transient(text, status, _retry_after(response.headers))
@@ -304,7 +389,7 @@ class RunPodClient:
                 f": {excerpt(str(exc), 120)})",
                 hint=f"set {API_URL_ENV} to e.g. {DEFAULT_API_URL}",
             ) from None
-        raise_for(response, what)
+        raise_for(response, what, _sent_env(kwargs.get("json")))
         return response
 
     def _bounded(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
@@ -340,7 +425,7 @@ class RunPodClient:
         found = _json(self.request("GET", "/v2/pods", "list pods"), "list pods")
         if isinstance(found, dict) and "pods" not in found:
             return []
-        return [_pod(p, "list pods") for p in _list_in(found, "pods", "list pods")]
+        return [_pod(p, "list pods") for p in _list_in(found, "pods", "list pods", {}, "a pod")]
 
     def get_pod(self, pod_id: str) -> dict[str, Any] | None:
         what = f"get pod {pod_id}"
@@ -396,24 +481,10 @@ class RunPodClient:
         params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud, "count": count}
         what = "read GPU catalog"
         response = self.request("GET", "/v2/catalog/gpus", what, params=params)
-        gpus = _list_in(_json(response, what), "gpus", what)
-        for gpu in gpus:
-            centres = gpu.get("dataCenters") or []
-            if not _kind(gpu.get("id"), str) or not (
-                isinstance(centres, list) and all(isinstance(d, dict) for d in centres)
-            ):
-                raise _shape_error(what, "a GPU type without a string id or dataCenters list")
-            if gpu.get("price") is not None and not isinstance(gpu["price"], dict):
-                raise _shape_error(what, "a GPU type whose price is not an object")
-        return gpus
+        return _list_in(_json(response, what), "gpus", what, _GPU_TYPE_SHAPE, "a GPU type")
 
     def pod_billing(self, start_time: str, end_time: str) -> list[dict[str, Any]]:
         params = {"startTime": start_time, "endTime": end_time, "bucketSize": "day"}
         what = "read pod billing"
         response = self.request("GET", "/v2/billing/pods", what, params=params)
-        records = _list_in(_json(response, what), "records", what)
-        for rec in records:
-            amount = rec.get("totalAmount")
-            if not _kind(rec.get("podId"), str) or not (amount is None or _kind(amount, _NUMBER)):
-                raise _shape_error(what, "a billing record without podId or a numeric amount")
-        return records
+        return _list_in(_json(response, what), "records", what, _BILLING_SHAPE, "a billing record")
