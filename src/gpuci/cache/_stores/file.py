@@ -1,5 +1,13 @@
 """The file store: ``file:///dir``, the embedded default. Writes go to a temporary
-name and are renamed into place; conditional puts hold a lock on the folder."""
+name and are renamed into place; conditional puts hold a lock on the folder.
+
+The folder is untrusted like any store (docs/security.md): another job that can write it may
+plant anything there. So an object is opened without blocking and without following a link,
+and served only when it is a regular file (a FIFO planted as a ref would hang every restore);
+the store's own folders are real folders, never links (a planted ``blobs -> ~/x`` would make a
+save write, and prune delete, outside the store); walks are iterative (a planted tree a
+thousand levels deep is just deep).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ import fcntl
 import functools
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,9 +32,44 @@ from gpuci.errors import ConflictError, IntegrityError, StoreError
 # ----- the local store -------------------------------------------------------------------------
 
 
+# Opening an object: no link followed, no wait on a FIFO; fstat then refuses anything else.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class NotAnObject(OSError):
+    """A store entry that is no file gpu-ci wrote: a link, a FIFO, a device, a folder."""
+
+
+def open_object(path: Path) -> int:
+    """An open regular file at ``path``, its blocking mode restored.
+
+    Raises:
+        FileNotFoundError: nothing there (or a folder above it is missing).
+        NotAnObject: something there that is not a regular file (planted).
+    """
+    try:
+        fd = os.open(path, _READ)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotAnObject(
+                errno.ELOOP, "a link, which the file store never writes", str(path)
+            ) from None
+        if exc.errno in (errno.ENOTDIR, errno.EISDIR):
+            raise FileNotFoundError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):  # a folder of longer keys (``a/b`` beside ``a``): no object
+            raise FileNotFoundError(errno.EISDIR, "a folder", str(path))
+        raise NotAnObject(errno.EINVAL, "not a regular file", str(path))
+    os.set_blocking(fd, True)
+    return fd
+
+
 class _FileRange:
     def __init__(self, path: Path, offset: int, length: int) -> None:
-        self._fd = os.open(path, os.O_RDONLY)
+        self._fd = open_object(path)
         self._path = path
         self._pos = offset
         self._left = length
@@ -97,6 +141,13 @@ class LocalStore(Store):
         self.url = root.as_uri()
 
     def os_error(self, exc: OSError) -> StoreError:
+        if isinstance(exc, NotAnObject):
+            return StoreError(
+                f"the cache store {self.url} holds {exc.filename}, {exc.strerror}: something "
+                "another job put there, not an object gpu-ci wrote",
+                hint="delete that entry from the store folder (or use a store only trusted "
+                "jobs can write) and save the key again",
+            )
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return StoreError(
                 f"disk full while writing to the cache store {self.url}",
@@ -122,6 +173,7 @@ class LocalStore(Store):
     def _target(self, key: str) -> Path:
         """Where ``key`` is written: its folders made, the names of long components recorded."""
         final = self._path(key)
+        self._real_folders(final.parent)
         final.parent.mkdir(parents=True, exist_ok=True)
         folder = self.root
         for part in key.split("/"):
@@ -131,11 +183,28 @@ class LocalStore(Store):
             folder = folder / name
         return final
 
+    def _real_folders(self, folder: Path) -> None:
+        """Refuse a link (or a file) where the store has a folder, from the root down to
+        ``folder``; what does not exist yet is made by us, as folders.
+
+        Raises:
+            NotAnObject: a link planted in the store's own tree.
+        """
+        at = self.root
+        for name in folder.relative_to(self.root).parts:
+            at = at / name
+            try:
+                mode = os.lstat(at).st_mode
+            except FileNotFoundError:
+                return
+            if not stat.S_ISDIR(mode):
+                why = "a link" if stat.S_ISLNK(mode) else "not a folder"
+                raise NotAnObject(errno.ENOTDIR, f"{why} where the store keeps a folder", str(at))
+
     def _record_name(self, path: Path, part: str) -> None:
         if path.exists():
             return
-        temp = path.with_name(f"{path.name}{layout.INCOMPLETE}-{os.urandom(6).hex()}")
-        temp.write_text(part, encoding="utf-8")
+        temp = self._write_temp(path, part.encode())
         os.replace(temp, path)
 
     def _temp(self, final: Path) -> Path:
@@ -144,9 +213,11 @@ class LocalStore(Store):
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
         locks = self.root / "locks"
+        self._real_folders(locks)
         locks.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(key.encode()).hexdigest()[:32]
-        fd = os.open(locks / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(locks / f"{name}.lock", flags, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -156,8 +227,9 @@ class LocalStore(Store):
     def _write_temp(self, final: Path, data: bytes, *, durable: bool = True) -> Path:
         """``data`` in a temporary file beside ``final``, flushed to disk when ``durable``."""
         temp = self._temp(final)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
         try:
-            with open(temp, "wb") as handle:
+            with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 if durable:
@@ -181,10 +253,11 @@ class LocalStore(Store):
     @_os_errors
     def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
         try:
-            with open(self._path(key), "rb") as handle:
-                data = handle.read() if limit is None else handle.read(limit + 1)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            fd = open_object(self._path(key))
+        except FileNotFoundError:
             return None
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read() if limit is None else handle.read(limit + 1)
         return data, _etag(data)
 
     @_os_errors
@@ -233,7 +306,7 @@ class LocalStore(Store):
         temp = self._temp(final)
         src = os.open(path, os.O_RDONLY)
         try:
-            dst = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            dst = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
             try:
                 # In the kernel where it can (reflinks on btrfs/xfs), else read/write: no
                 # buffer of ours between the bytes copied and the bytes hashed below.
@@ -263,11 +336,9 @@ class LocalStore(Store):
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder, _, _ = prefix.rpartition("/")
         base = self._path(folder) if folder else self.root
-        if not base.is_dir():
-            return
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            for name in sorted(filenames):
+        self._real_folders(base)
+        for dirpath, filenames in _walk(base):
+            for name in filenames:
                 if layout.INCOMPLETE in name or _is_name_record(name):
                     continue
                 full = Path(dirpath) / name
@@ -318,7 +389,7 @@ class LocalStore(Store):
         """
         now, found = time.time(), []
         try:
-            for dirpath, _, filenames in os.walk(self.root):
+            for dirpath, filenames in _walk(self.root):
                 for name in filenames:
                     if f"{layout.INCOMPLETE}-" not in name:
                         continue
@@ -340,12 +411,14 @@ class LocalStore(Store):
 
     @_os_errors
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        path = self._path(key)
+        self._real_folders(path.parent)
+        path.unlink(missing_ok=True)
 
     @_os_errors
     def touch(self, key: str) -> None:
         try:
-            os.utime(self._path(key))
+            os.utime(self._path(key), follow_symlinks=False)
         except FileNotFoundError:
             pass
 
@@ -363,3 +436,31 @@ class LocalStore(Store):
 
 def _is_name_record(name: str) -> bool:
     return name.startswith(LONG_MARK) and name.endswith(NAME_SUFFIX)
+
+
+def _walk(top: Path) -> Iterator[tuple[str, list[str]]]:
+    """(folder, its regular files' names) under ``top``, in sorted order, top first.
+
+    Iterative (a planted tree a thousand levels deep would overflow a recursive walk), never
+    through a link; links, FIFOs and the like are no objects and are not listed; a folder that
+    cannot be listed is passed over, as ``os.walk`` does.
+    """
+    stack = [str(top)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as listed:
+                entries = sorted(listed, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        names, below = [], []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    below.append(entry)
+                elif entry.is_file(follow_symlinks=False):
+                    names.append(entry.name)
+            except OSError:
+                continue
+        yield folder, names
+        stack.extend(entry.path for entry in reversed(below))

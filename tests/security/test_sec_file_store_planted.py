@@ -1,0 +1,177 @@
+# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
+"""What another job can plant in a file store's folder (the store is untrusted, whatever its
+kind): a FIFO where an object goes must not hang a restore, a link where the store keeps a
+folder must not make a save write (or prune delete) outside the store, and a tree a thousand
+levels deep must not break a listing. Each case plants behind gpu-ci's back, then runs the
+command in-process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+    StoreCase,
+    cache_cmd,
+    env,
+    file_store,
+)
+
+from gpuci.cache import _layout as layout
+from gpuci.cache._stores.file import LocalStore
+from gpuci.errors import StoreError
+
+
+def _tree(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "w.bin").write_bytes(os.urandom(layout.PACK_THRESHOLD + 1))  # a blob
+    (root / "s.txt").write_text("small")  # packed
+    return root
+
+
+def _save(store: StoreCase, env: dict[str, str], key: str, src: Path):
+    saved, _ = cache_cmd("save", {**store.flags(), "key": key, "path": str(src)}, env)
+    return saved
+
+
+def _get_in_a_thread(store: LocalStore, key: str) -> list[object]:
+    """store.get(key), given 20 s: a FIFO would hold ``open`` until someone writes to it."""
+    got: list[object] = []
+
+    def get() -> None:
+        try:
+            got.append(store.get(key))
+        except Exception as exc:  # the test reads what came out
+            got.append(exc)
+
+    worker = threading.Thread(target=get, daemon=True)
+    worker.start()
+    worker.join(20)
+    return got
+
+
+@pytest.mark.parametrize("what", ["ref", "manifest"])
+def test_a_fifo_planted_as_an_object_is_refused_in_one_line_not_waited_on(
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path, what: str
+) -> None:
+    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert file_store.root is not None
+    key = {
+        "ref": f"{layout.refs_prefix('default')}k",
+        "manifest": next(k for k in file_store.object_keys() if k.startswith(layout.MANIFESTS)),
+    }[what]
+    fifo = file_store.root / key
+    fifo.unlink()
+    os.mkfifo(fifo)
+    try:
+        got = _get_in_a_thread(LocalStore(file_store.root), key)
+    finally:  # release a reader still blocked in open(), whatever the outcome
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+    assert got, "still waiting on the FIFO after 20 s"
+    (error,) = got
+    assert isinstance(error, StoreError)
+    assert "not a regular file" in error.one_line() and "another job" in error.one_line()
+
+
+def test_a_blob_planted_as_a_link_is_refused_not_followed(
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert file_store.root is not None
+    blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
+    path = file_store.root / blob
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(path.read_bytes())  # the right bytes, even: still not an object
+    path.unlink()
+    path.symlink_to(elsewhere)
+    got, _ = cache_cmd(
+        "restore", {**file_store.flags(), "key": "k", "path": str(tmp_path / "o")}, env
+    )
+    assert not got.ok and got.exit_code == 3
+    assert "a link, which the file store never writes" in got.headline
+
+
+def test_a_folder_of_the_store_planted_as_a_link_makes_save_write_nothing_outside(
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert file_store.root is not None
+    outside = tmp_path / "outside"
+    file_store.root.mkdir(parents=True, exist_ok=True)
+    for folder in {
+        key.split("/")[0] for key in (layout.REFS, layout.MANIFESTS, layout.BLOBS, layout.PACKS)
+    }:
+        (outside / folder).mkdir(parents=True)
+        (file_store.root / folder).symlink_to(outside / folder)
+    saved = _save(file_store, env, "k", _tree(tmp_path / "src"))
+    assert not saved.ok and saved.exit_code == 3
+    assert "a link where the store keeps a folder" in saved.headline
+    assert [p for p in outside.rglob("*") if p.is_file()] == []
+
+
+def test_prune_never_deletes_through_a_folder_planted_as_a_link(
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert file_store.root is not None
+    blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
+    store = LocalStore(file_store.root)
+    first = file_store.root / blob.split("/")[0]
+    outside = tmp_path / "outside-blobs"
+    first.rename(outside)
+    first.symlink_to(outside)
+    with pytest.raises(StoreError, match="a link where the store keeps a folder"):
+        store.delete(blob)
+    assert (outside / Path(blob).relative_to(first.name)).exists()
+    with pytest.raises(StoreError, match="a link where the store keeps a folder"):
+        list(store.list(layout.BLOBS + "/"))  # nothing listed through the link either
+
+
+def _chain(folder: Path, depth: int) -> None:
+    """``folder/d/d/.../d``, ``depth`` deep, made relative to folder fds (the path itself
+    would pass PATH_MAX)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+def _unchain(folder: Path) -> None:
+    """Remove what :func:`_chain` made, bottom up without recursing (pytest's clean-up of
+    its temp folders recurses, and would overflow on it)."""
+    fds = [os.open(folder, os.O_RDONLY | os.O_DIRECTORY)]
+    while True:
+        try:
+            fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+        except FileNotFoundError:
+            break
+    while len(fds) > 1:
+        os.close(fds.pop())
+        os.rmdir("d", dir_fd=fds[-1])
+    os.close(fds[0])
+
+
+def test_a_store_tree_deeper_than_the_interpreter_recurses_is_listed(
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
+) -> None:
+    assert _save(file_store, env, "w-1", _tree(tmp_path / "src")).ok
+    assert file_store.root is not None
+    refs = file_store.root / layout.refs_prefix("default")
+    _chain(refs, sys.getrecursionlimit() + 100)
+    try:
+        flags = {**file_store.flags(), "key": "w-2", "restore-keys": "w-"}
+        got, _ = cache_cmd("restore", {**flags, "path": str(tmp_path / "o")}, env)
+    finally:
+        _unchain(refs)
+    assert got.ok, got.headline
+    assert got.outputs["matched-key"] == "w-1"
