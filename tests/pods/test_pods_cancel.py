@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fake_runpod import FakeRunPod
-from pods_testing import api_env
+from pods_testing import api_env, call
 
+from gpuci.pods._budgets import ledger
+from gpuci.pods._lifecycle import up_cleanup
+from gpuci.pods._lifecycle.cancel import Cancelled
+from gpuci.runtime import Runtime
 from gpuci_testing import REPO, clean_env
 
 WAITING_OR_CREATING = pytest.mark.parametrize(
@@ -122,3 +128,47 @@ def test_sigterm_during_the_cleanup_after_sigint_does_not_cut_it_short(tmp_path,
         assert fake.pods == {}, err
         assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
         assert api.state.runners == {}, err
+
+
+def test_a_cancel_while_the_ledger_hangs_ends_the_pod_without_waiting_for_the_store(
+    fake, env, clock, monkeypatch
+):
+    """The cancel lands while ``up`` writes its new pod into a ledger store that no longer
+    answers (an S3 store's own limits are minutes; GitHub's SIGKILL comes 10 s after its
+    SIGINT). The cleanup terminates the pod without waiting on that store, and waits for
+    the ledger only until its own limit; the writes finish once the store answers."""
+    monkeypatch.setattr(up_cleanup, "CLEANUP_DEADLINE_S", 0.5)  # its limit, made short
+    answers = threading.Event()  # the store answers again: set once up is over
+    cancelled: list[str] = []
+    returned: list[str] = []  # writes the hung store answered
+    put = ledger.Ledger._put_new
+
+    def hanging_put(self: ledger.Ledger, key: str, item: dict) -> None:
+        if not cancelled:
+            cancelled.append(key)
+            signal.raise_signal(signal.SIGINT)  # the cancel, during this first write
+        answers.wait(10)
+        returned.append(key)
+        put(self, key, item)
+
+    monkeypatch.setattr(ledger.Ledger, "_put_new", hanging_put)
+    err = io.StringIO()
+    rt = Runtime(env, json_mode=True, stdout=io.StringIO(), stderr=err)
+    with pytest.raises(Cancelled) as stop:
+        call("up", rt, clock, gpu_types="NVIDIA L40S", image="img", command="serve", ttl="10m")
+    pod_id = next(iter(fake.created_at))
+    ended_while_hung = (fake.pods, returned[:])
+    answers.set()
+    for thread in threading.enumerate():
+        if thread.name == "gpuci-pods-ledger":
+            thread.join(10)
+    assert stop.value.code == 130
+    assert ended_while_hung == ({}, [])  # the pod ended while the store still said nothing
+    assert [r.status for r in fake.calls("DELETE", f"/v2/pods/{pod_id}")] == [204]
+    lines = [line for line in err.getvalue().splitlines() if "pods up cancelled by" in line]
+    assert lines == [
+        f"gpu-ci: pods up cancelled by SIGINT: terminated pod {pod_id}; the pods ledger did "
+        "not answer in time: this pod's records may be missing from it"
+    ]
+    record = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()[pod_id]
+    assert record.owner == "tester" and record.ended()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from fake_runpod import VALIDATORS
 
 from gpuci.units import utc_iso
@@ -163,3 +164,18 @@ def test_reap_grace_and_owner_filter(fake, run, clock):
     assert run("reap", grace="5m").outputs["count"] == "0"
     assert run("reap", owner="bob").outputs["count"] == "0"
     assert run("reap", owner="alice").outputs["pod-ids"] == pod
+
+
+@pytest.mark.parametrize("expiry", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_an_expiry_utc_cannot_show_is_unreadable_never_an_internal_error(fake, run, expiry):
+    """Anyone with the account key writes a pod's env: a valid time that is year 0 or 10000 in
+    UTC lists with no expiry, is left alone by reap (as any unreadable expiry is) and does
+    not stop ``pods start``, where it was an internal error for everyone's ``pods ls``."""
+    pod = fake.hand_made("anything", "EXITED")
+    fake.pods[pod]["env"] = {"GPUCI_OWNER": "mallory", "GPUCI_EXPIRES_AT": expiry}
+    for listed in (run("ls"), run("ls", all="true")):
+        assert listed.code == 0, listed.stdout
+        assert [(p["id"], p["expires_at"]) for p in listed.json["report"]["pods"]] == [(pod, None)]
+    assert run("reap").code == 0 and pod in fake.pods
+    started = run("start", pod_id=pod)
+    assert started.code == 0 and started.result.report["done"] == {pod: "started"}

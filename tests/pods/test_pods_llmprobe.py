@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,9 @@ import pytest
 import yaml
 
 from gpuci.pods.health import llmprobe
+from gpuci_testing import clean_env
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
+from security.hostile_http import HostileServer, serve_trickle
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,3 +106,24 @@ def test_an_endless_or_hostile_answer_fails_the_leg_in_one_line(tmp_path):
     bad.write_text("[" * 100_000)
     table = llmprobe.table([llmprobe._leg(bad)])
     assert "unreadable leg file bad.json" in table
+
+
+@pytest.mark.parametrize("headers", [False, True], ids=["body", "headers"])
+def test_a_trickled_answer_ends_the_probe_at_its_timeout_in_one_line(tmp_path, headers):
+    """A byte every 0.2 s passes every per-read timeout: ``--timeout`` bounds the whole
+    probe, so the leg fails in one line (and its job goes on to end its pod)."""
+    out = tmp_path / "leg.json"
+    with HostileServer() as evil:
+        evil.route("/v1/models", serve_trickle(headers=headers))
+        args = ["probe", "--url", evil.url(""), "--model", "m", "--gpu", "g", "--timeout", "2"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuci.pods.health.llmprobe", *args, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == ["probe failed: ReadTimeout: the deadline of 2s passed"]
+    assert json.loads(out.read_text())["error"] == "ReadTimeout: the deadline of 2s passed"

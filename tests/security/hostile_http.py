@@ -157,6 +157,26 @@ def serve_endless(announce: int | None = None) -> Route:
     return route
 
 
+def serve_trickle(headers: bool = False, every: float = 0.2) -> Route:
+    """A 200 that trickles a byte every ``every`` seconds until the client hangs up or the
+    server stops: its body (the status and headers come at once, announcing a terabyte) or,
+    with ``headers``, its header block (the status line, then one header a byte at a time).
+    Every read gets a byte in time: only a deadline on the whole request ends it."""
+
+    def route(h: Handler) -> None:
+        h.close_connection = True
+        if headers:
+            h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        else:
+            h.send_response(200)
+            h.send_header("Content-Length", str(10**12))
+            h.end_headers()
+        while not h.server_ref.stop.wait(every):
+            h.write(b"x")
+
+    return route
+
+
 def gzip_bomb(expanded: int = 100 * 1024 * 1024) -> bytes:
     """``expanded`` zero bytes, gzip-compressed: about 1000x smaller on the wire."""
     return gzip.compress(bytes(expanded), compresslevel=9, mtime=0)

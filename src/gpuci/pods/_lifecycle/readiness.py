@@ -69,25 +69,62 @@ def health_url(raw: str, pod: dict[str, Any], url: str) -> str:
     return text
 
 
+#: Redirects a health check follows, each on the health URL's own origin.
+HEALTH_REDIRECTS = 5
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+#: httpcore's own read size, asked only so that the client is one ``httpclients.deadline``
+#: bounds (its sized streams): the health check reads headers, never a body.
+_READ_BYTES = 1 << 16
+
+
 def wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
-    last = ""
-    with httpclients.new_client(timeout=10.0, agent="pods-health") as http:
-        while True:
+    """Until ``url`` answers 2xx; every attempt, headers and redirects included, ends by
+    ``deadline`` (the job's timeout): httpx's timeouts bound each read only, so a server
+    trickling its answer held a billing pod past the timeout."""
+    last = "the timeout passed before it was asked"
+    with httpclients.new_client(timeout=10.0, agent="pods-health", read_bytes=_READ_BYTES) as http:
+        while (left := deadline - clock.now()) > 0:
             try:
-                # Followed here only: the probe carries no credential a redirect could take.
-                response = http.get(url, follow_redirects=True)
-                if response.is_success:
-                    rt.log(f"healthy: {url} answered {response.status_code}")
-                    return
-                last = f"HTTP {response.status_code}"
+                with httpclients.deadline(httpclients.Deadline.after(left)):
+                    healthy, last = _ask(http, url)
             except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            if clock.now() >= deadline:
-                raise InfraError(
-                    f"health URL {url} did not answer 2xx before the timeout ({last})",
-                    hint="raise timeout (large models load slowly) or check the server's logs",
-                )
-            clock.sleep(poll_s(rt))
+                healthy, last = False, type(exc).__name__
+            if healthy:
+                rt.log(f"healthy: {url} answered {last}")
+                return
+            clock.sleep(min(poll_s(rt), max(0.0, deadline - clock.now())))
+    raise InfraError(
+        f"health URL {url} did not answer 2xx before the timeout ({last})",
+        hint="raise timeout (large models load slowly) or check the server's logs",
+    )
+
+
+def _ask(http: httpx.Client, url: str) -> tuple[bool, str]:
+    """One health check: (2xx?, what it answered). Status and headers only, the body is never
+    read (a 2xx whose body trickles or never ends is healthy at once); a redirect is followed
+    on ``url``'s own origin only (no credential goes, but a pod's server does not choose
+    where the runner sends requests)."""
+    current = httpx.URL(url)
+    for _hop in range(HEALTH_REDIRECTS + 1):
+        with http.stream("GET", current) as response:
+            status, location = response.status_code, response.headers.get("Location")
+        if response.is_success:
+            return True, f"HTTP {status}"
+        if status not in _REDIRECTS or not location:
+            return False, f"HTTP {status}"
+        try:
+            target = current.join(location)
+        except httpx.InvalidURL:
+            return False, f"HTTP {status} to a Location that is no URL (not followed)"
+        if _origin(target) != _origin(current):
+            return False, f"HTTP {status} to another origin (not followed)"
+        current = target
+    return False, f"more than {HEALTH_REDIRECTS} redirects"
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
 
 
 REFUSED = " refused: "

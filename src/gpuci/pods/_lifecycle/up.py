@@ -137,15 +137,17 @@ class _Up:
     reserve_name: str = ""  # a reservation is being written for this pod name
     recorded: str = ""  # the pod whose "created" event this run wrote
 
-    def remember(self) -> None:
-        """Record this run's pod under its owner, once. The cleanup calls it too, before it
-        ends the pod: a kill during the cleanup then never leaves a made pod (its bill) out
-        of the ledger; a pod left alive is found by reap, which records it."""
-        if self.pod is None or self.recorded == self.pod["id"]:
+    def remember(self, pod: dict[str, Any] | None = None) -> None:
+        """Record ``pod`` (this run's, by default) under its owner, once. The cleanup calls
+        it too, after it ended the pod (what bills goes first), within the time it has left:
+        the bill then has an owner even when the cancel came before ``created`` was written;
+        a pod left alive is found by reap, which records it."""
+        pod = self.pod if pod is None else pod
+        if pod is None or self.recorded == pod["id"]:
             return
         at = self.clock.now()
-        _remember(self.rt, self.book, self.pod, self.tag, self.reservation, at, self.runner)
-        self.recorded = self.pod["id"]
+        _remember(self.rt, self.book, pod, self.tag, self.reservation, at, self.runner)
+        self.recorded = pod["id"]
 
 
 def _create_and_wait(job: _Up) -> tuple[dict[str, Any], str]:

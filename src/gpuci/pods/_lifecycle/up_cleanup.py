@@ -7,14 +7,17 @@ runner registration whose answer was lost is looked up by the runner's name.
 
 :func:`undo` is bounded (each call
 :data:`~gpuci.pods._lifecycle.cancel.CLEANUP_REQUEST_S` with one quick retry; the pod first,
-always, as it is what bills; the runner only while
-:data:`~gpuci.pods._lifecycle.cancel.CLEANUP_DEADLINE_S` lasts, else down/reap delete it),
-quiet (one failed step never skips the next; it says ``reap will``) and idempotent (what it
-ended is forgotten, so a second call does nothing twice).
+always, as it is what bills, before anything slow; the runner only while
+:data:`~gpuci.pods._lifecycle.cancel.CLEANUP_DEADLINE_S` lasts, else down/reap delete it; the
+ledger last, waited for only until that deadline: a store that does not answer, S3's own
+limits being minutes, must not hold a cancelled job until its SIGKILL), quiet (one failed
+step never skips the next; it says ``reap will``) and idempotent (what it ended is
+forgotten, so a second call does nothing twice).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -44,8 +47,8 @@ class Job(Protocol):
     reservation: ledger.Reservation | None
     reserve_name: str  # a reservation was being written for this pod name
 
-    def remember(self) -> None:
-        """Record ``pod`` under its owner in the ledger, if this run has not yet."""
+    def remember(self, pod: dict[str, Any] | None = None) -> None:
+        """Record ``pod`` (this run's, by default) under its owner in the ledger, once."""
 
 
 def undo(job: Job, log: Callable[[str], None]) -> list[str]:
@@ -55,7 +58,10 @@ def undo(job: Job, log: Callable[[str], None]) -> list[str]:
     """
     deadline = time.monotonic() + CLEANUP_DEADLINE_S
     done: list[str] = []
-    pod = _end_pod(job, log, done)
+    pod = _pod_made(job, log, done)
+    # Its owner goes into the ledger while it is being ended, never first: the store may hang.
+    owner = _Background(lambda: job.remember(pod)) if pod is not None else None
+    ended = pod is not None and _end_pod(job, pod, log, done)
     left = deadline - time.monotonic()
     if job.runner is not None and job.runner.attempted:
         if left > 0:
@@ -63,67 +69,134 @@ def undo(job: Job, log: Callable[[str], None]) -> list[str]:
             done.append(said)
         else:
             done.append(f"runner {job.runner.name} left for down/reap (out of time)")
-    _release(job, pod, log, done)
+    _bookkeep(job, pod if ended else None, owner, log, done, deadline)
     return [d for d in done if d]
 
 
-def _end_pod(job: Job, log: Callable[[str], None], done: list[str]) -> dict[str, Any] | None:
-    """Terminate this run's pod (looked up by name if its create's answer never came)."""
-    if job.pod is None and not job.create_sent:
-        return None
-    client = job.client.bounded(CLEANUP_REQUEST_S)
-    try:
-        pod = job.pod
-        if pod is None:
-            pod = find_quietly(client, job.tag.name(), log)
-            if pod is None:
-                job.create_sent = False
-                done.append("no pod was made")
-                return None
-            job.pod = pod
-        job.remember()  # in the ledger before it ends: the bill has an owner whatever comes next
-        ended = terminate_quietly(client, pod["id"], log)  # always tried: it is what bills
-    finally:
-        client.close()
-    if not ended:
-        done.append(f"pod {pod['id']} not terminated (its TTL and reap will)")
-        return None
-    job.pod, job.create_sent = None, False
-    done.append(f"terminated pod {pod['id']}")
+def _pod_made(job: Job, log: Callable[[str], None], done: list[str]) -> dict[str, Any] | None:
+    """This run's pod, looked up by name if its create's answer never came; None: none."""
+    if job.pod is not None or not job.create_sent:
+        return job.pod
+    with job.client.bounded(CLEANUP_REQUEST_S) as client:
+        pod = find_quietly(client, job.tag.name(), log)
+    if pod is None:
+        job.create_sent = False
+        done.append("no pod was made")
+    job.pod = pod
     return pod
 
 
-def _release(
-    job: Job, pod: dict[str, Any] | None, log: Callable[[str], None], done: list[str]
+def _end_pod(job: Job, pod: dict[str, Any], log: Callable[[str], None], done: list[str]) -> bool:
+    """Terminate ``pod``, waiting on nothing else: True when it is gone."""
+    with job.client.bounded(CLEANUP_REQUEST_S) as client:
+        ended = terminate_quietly(client, pod["id"], log)  # always tried: it is what bills
+    if not ended:
+        done.append(f"pod {pod['id']} not terminated (its TTL and reap will)")
+        return False
+    job.pod, job.create_sent = None, False
+    done.append(f"terminated pod {pod['id']}")
+    return True
+
+
+def _bookkeep(
+    job: Job,
+    ended: dict[str, Any] | None,
+    owner: _Background | None,
+    log: Callable[[str], None],
+    done: list[str],
+    deadline: float,
 ) -> None:
-    """Record the ended pod under its owner and release the budget reservation: the pod (if
-    any) is ended, so its reservation goes too; the event names the owner even when the pod
+    """The ledger, once the pod is dealt with: its owner (``owner``, under way), the end of
+    the pod ``ended``, the reservation released; waited for only until ``deadline``."""
+    reservation, reserve_name = job.reservation, job.reserve_name
+    if owner is None and reservation is None and not reserve_name:
+        return
+    said: list[str] = []
+
+    def write() -> None:
+        if owner is not None:
+            owner.wait()
+        if ended is not None:
+            _record_end(job, ended)
+        if _release(job, reservation, reserve_name, log):
+            said.append("released the budget reservation")
+
+    try:
+        finished = _Background(write).wait(deadline)
+    finally:  # forgotten, done or not: a second call never releases it twice
+        job.reservation, job.reserve_name = None, ""
+    if finished:
+        done.extend(said)
+        return
+    line = "the pods ledger did not answer in time: this pod's records may be missing from it"
+    log(f"warning: {line}")
+    done.append(line)
+
+
+class _Background:
+    """One call on a daemon thread, for ledger writes: the cleanup waits for it only as long
+    as it has, and a thread still writing at the process's exit ends with it."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+        self._work = work
+        self._thread = threading.Thread(target=self._run, name="gpuci-pods-ledger", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # handed to whoever waits, who raises it
+            self.error = exc
+
+    def wait(self, deadline: float | None = None) -> bool:
+        """True once the call is over (its exception raised here); False at ``deadline``
+        (``time.monotonic()``) while it still runs."""
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self._thread.join(left)
+        if self._thread.is_alive():
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+def _record_end(job: Job, pod: dict[str, Any]) -> None:
+    """Record the ended pod under its owner: the event names the owner even when the pod
     was cancelled before ``created`` was written."""
     tag = job.tag
-    if pod is not None:
-        record_end(
-            job.rt,
-            job.book,
-            "terminated",
-            pod["id"],
-            job.clock.now(),
-            reason="up failed",
-            owner=tag.owner,
-            runUrl=tag.run_url,
-            gpu=(pod.get("gpu") or {}).get("id", ""),
-            costPerHr=pod.get("cost"),
-        )
-    released = job.reservation is not None
+    record_end(
+        job.rt,
+        job.book,
+        "terminated",
+        pod["id"],
+        job.clock.now(),
+        reason="up failed",
+        owner=tag.owner,
+        runUrl=tag.run_url,
+        gpu=(pod.get("gpu") or {}).get("id", ""),
+        costPerHr=pod.get("cost"),
+    )
+
+
+def _release(
+    job: Job,
+    reservation: ledger.Reservation | None,
+    reserve_name: str,
+    log: Callable[[str], None],
+) -> bool:
+    """Release the budget reservation (the pod, if any, is ended, so it goes too); True when
+    one was released."""
     try:
-        if job.reservation is not None:
-            job.book.release(job.reservation.key)
-        elif job.reserve_name:  # written, but the cancel came before reserve() returned it
-            released = bool(job.book.release_named(tag.owner, job.reserve_name))
+        if reservation is not None:
+            job.book.release(reservation.key)
+            return True
+        if reserve_name:  # written, but the cancel came before reserve() returned it
+            return bool(job.book.release_named(job.tag.owner, reserve_name))
     except (OSError, GpuciError) as exc:
         log(f"warning: could not release the budget reservation: {exc}")
-    job.reservation, job.reserve_name = None, ""
-    if released:
-        done.append("released the budget reservation")
+        return reservation is not None
+    return False
 
 
 def find_quietly(

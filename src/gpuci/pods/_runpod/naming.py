@@ -66,13 +66,24 @@ def tag_of(pod: Mapping[str, Any]) -> PodTag | None:
     owner = env.get(ENV_OWNER) or from_name.get("owner")
     if not owner:
         return None
-    expiry_text = env.get(ENV_EXPIRES_AT) or from_name.get("exp")
-    try:
-        expires_at = parse_iso(expiry_text) if expiry_text else float("nan")
-    except ValueError:
-        expires_at = float("nan")
+    expires_at = _expiry(env.get(ENV_EXPIRES_AT) or from_name.get("exp"))
     run_url = env.get(ENV_RUN_URL) or from_name.get("run") or ""
     return PodTag(owner, run_url, expires_at, from_name.get("n", ""))
+
+
+def _expiry(text: str | None) -> float:
+    """A tag's expiry in Unix seconds; NaN (unreadable: reap leaves the pod alone) when it is
+    missing, not a time, or a time that cannot be shown in UTC (``0001-01-01T00:00:00+14:00``
+    is year 0 there): anyone with the account key writes this env, and ``pods ls`` and
+    ``pods start`` print every expiry they read."""
+    if not text:
+        return float("nan")
+    try:
+        expires_at = parse_iso(text)
+        utc_iso(expires_at)
+    except (ValueError, OverflowError, OSError):
+        return float("nan")
+    return expires_at
 
 
 def run_url(environ: Mapping[str, str]) -> str:

@@ -26,6 +26,9 @@ from gpuci.redact import excerpt
 from gpuci.runtime import markdown_table
 
 MAX_BODY = 1 << 20
+#: httpcore's own read size, asked only so that the client is one ``httpclients.deadline``
+#: bounds (its sized streams).
+_READ_BYTES = 1 << 16
 
 
 def _answer(client: Any, method: str, url: str, what: str, **kwargs: Any) -> dict[str, Any]:
@@ -42,10 +45,19 @@ def _answer(client: Any, method: str, url: str, what: str, **kwargs: Any) -> dic
 
 
 def probe(url: str, model: str, prompt: str, max_tokens: int, timeout: float) -> dict[str, Any]:
+    """List the models, then one completion; the whole probe (both calls, headers and bodies)
+    ends within ``timeout`` seconds: httpx's timeouts bound each read, so a server trickling
+    a byte a read kept a leg, and its pod, waiting for ever."""
     from gpuci import httpclients
 
     base = url.rstrip("/")
-    with httpclients.new_client(timeout=timeout, agent="llm-probe") as client:
+    limit = httpclients.Deadline.after(timeout)
+    with (
+        httpclients.new_client(
+            timeout=timeout, agent="llm-probe", read_bytes=_READ_BYTES
+        ) as client,
+        httpclients.deadline(limit),
+    ):
         models = _answer(client, "GET", f"{base}/v1/models", "/v1/models")
         listed = models.get("data")
         ids = [m.get("id") for m in listed or [] if isinstance(m, dict)]
@@ -119,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cost-per-hr", type=float, default=0.0)
     p.add_argument("--prompt", default="The capital of France is")
     p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds for the whole probe, both calls"
+    )
     p.add_argument("--out", required=True)
     t = sub.add_parser("table")
     t.add_argument("legs", nargs="+")
