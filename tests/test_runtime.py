@@ -168,3 +168,56 @@ def test_terminal_has_no_colour_when_not_a_tty():
 def test_markdown_table_escapes_pipes():
     table = markdown_table(["a", "b"], [["x|y", True]])
     assert "x\\|y" in table and "| true |" in table
+
+
+MIB = 1 << 20
+WIDE_LINE = "| " + "é" * 300 + " |"  # 604 bytes, 304 characters: a byte limit is not a length
+
+
+def huge_summary() -> Result:
+    """A summary of about 3 MiB, ending inside an open ``<details>`` and code fence."""
+    result = Result(command="dry-run")
+    result.summary.append("## plan\n\n" + "\n".join([WIDE_LINE] * 2000))
+    result.summary.append(
+        "<details><summary>all</summary>\n\n```\n" + "\n".join(["x" * 80] * 25000)
+    )
+    return result
+
+
+def _assert_cut_whole(text: str) -> None:
+    assert text.endswith("\n\n_(truncated)_\n\n"), text[-200:]
+    lines = text.split("\n")
+    assert all(ln in ("", "## plan", WIDE_LINE, "x" * 80, "_(truncated)_") for ln in lines[5:-8])
+    assert sum(ln.startswith("```") for ln in lines) % 2 == 0  # every fence closed
+    assert text.count("<details>") == text.count("</details>")
+
+
+def test_a_summary_over_githubs_1_mib_is_cut_at_whole_lines_with_its_blocks_closed(gh_env):
+    """GitHub drops a step summary over 1 MiB whole: gpu-ci writes at most 1 MiB, in bytes,
+    counting what earlier commands of the step wrote."""
+    env, files = gh_env
+    summary = files["GITHUB_STEP_SUMMARY"]
+    Runtime(env, stdout=io.StringIO()).render(huge_summary())
+    assert MIB - 1000 < summary.stat().st_size <= MIB
+    _assert_cut_whole(summary.read_text(encoding="utf-8"))
+    summary.write_text("earlier\n" * 1000)  # an earlier command of the same step
+    Runtime(env, stdout=io.StringIO()).render(huge_summary())
+    assert summary.stat().st_size <= MIB
+    _assert_cut_whole(summary.read_text(encoding="utf-8")[8000:])
+
+
+def test_a_gitlab_summary_is_cut_the_same_way(tmp_path):
+    summary = tmp_path / "summary.md"
+    env = {"GITLAB_CI": "true", "GPUCI_SUMMARY": str(summary)}
+    Runtime(env, stdout=io.StringIO(), stderr=io.StringIO()).render(huge_summary())
+    assert summary.stat().st_size <= MIB
+    _assert_cut_whole(summary.read_text(encoding="utf-8"))
+
+
+def test_a_summary_within_the_limit_is_written_whole(gh_env):
+    env, files = gh_env
+    result = Result(command="dry-run")
+    result.summary.append("\n".join([WIDE_LINE] * 1700))  # 1,028,499 bytes: under 1 MiB
+    Runtime(env, stdout=io.StringIO()).render(result)
+    text = files["GITHUB_STEP_SUMMARY"].read_text(encoding="utf-8")
+    assert text == result.summary[0] + "\n\n"

@@ -5,12 +5,15 @@ values, baselines) or from a store's listing, and the summary becomes a PR comme
 Markdown there is live: ``<img src=...>`` is a tracking pixel, ``[x](url)`` a link, ``@name`` a
 notification, ``#12`` a cross-reference in issue 12. So every cell goes through one function,
 :func:`cell`, which renders a value as inert text, or as a code span for :class:`Code` values.
+
+A text over its platform's limit (a PR comment's characters, a job summary's bytes) is cut by
+one function, :func:`cut`: at whole lines, with the blocks they leave open closed.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuci import redact as _redact
@@ -81,3 +84,45 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+#: What a cut text ends with, so a reader knows more was there.
+TRUNCATED = "_(truncated)_"
+_FENCE = "```"
+_DETAILS_OPEN, _DETAILS_CLOSE = "<details>", "</details>"
+
+
+def utf8_size(value: str) -> int:
+    """``value``'s size in UTF-8 bytes: what a job summary's limit counts."""
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def cut(text: str, limit: int, size: Callable[[str], int] = len) -> str:
+    """``text`` as is when ``size`` (characters by default; :func:`utf8_size` for bytes) says
+    it is within ``limit``; else the whole lines from its start that fit, what they leave open
+    (a code fence, ``<details>``) closed, then :data:`TRUNCATED` ("" when not even that fits).
+
+    Whole lines: a cut inside one could leave a code span open, and the text after it (a PR's
+    metric names) would be live Markdown.
+    """
+    if size(text) <= limit:
+        return text
+    room = limit - size("\n\n" + TRUNCATED)
+    if room < 0:
+        return ""
+    kept: list[str] = []
+    used = fence = opened = 0  # bytes kept (a newline each); fence parity; <details> left open
+    for line in text.split("\n"):
+        fence_after = fence ^ line.startswith(_FENCE)
+        opened_after = opened + line.startswith(_DETAILS_OPEN) - line.startswith(_DETAILS_CLOSE)
+        closing = 4 * fence_after + 12 * max(0, opened_after)  # "```\n", "\n</details>\n"
+        if used + size(line) + 1 + closing > room:
+            break
+        kept.append(line)
+        used, fence, opened = used + size(line) + 1, fence_after, opened_after
+    return "\n".join(kept + _closers(bool(fence), opened)).rstrip("\n") + "\n\n" + TRUNCATED
+
+
+def _closers(fenced: bool, opened: int) -> list[str]:
+    """What closes an open code fence and ``opened`` ``<details>`` blocks, innermost first."""
+    return ([_FENCE] if fenced else []) + ["", _DETAILS_CLOSE] * max(0, opened)

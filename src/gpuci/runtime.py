@@ -131,6 +131,19 @@ def inert_block(text: str) -> str:
     return "\n".join(inert(_redact.single_line(line)) for line in text.split("\n"))
 
 
+# GitHub refuses a step's summary over 1 MiB ("$GITHUB_STEP_SUMMARY upload aborted, supports
+# content up to a size of 1024k") and shows none of it; GPUCI_SUMMARY's are held to the same.
+MAX_SUMMARY_BYTES = 1 << 20
+
+
+def _file_size(path: Path) -> int:
+    """What a file already holds (0 when it is not there yet)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 _FILE_COMMAND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
 
@@ -379,8 +392,20 @@ class Runtime:
                 settings.GITHUB_STATE, "".join(self._heredoc(k, v) for k, v in result.state.items())
             )
         if result.summary:
-            summary = inert_block(self.redact("\n\n".join(result.summary)))
-            self._append(settings.GITHUB_STEP_SUMMARY, summary + "\n\n")
+            path = self._file_var(settings.GITHUB_STEP_SUMMARY)
+            summary = self._summary(result, _file_size(path))  # the step's file holds it all
+            if summary:
+                self._append(settings.GITHUB_STEP_SUMMARY, summary)
+
+    def _summary(self, result: Result, already: int = 0) -> str:
+        """The result's summary as appended to a summary file that holds ``already`` bytes:
+        redacted, inert, and cut at whole lines (:func:`gpuci.markdown.cut`) so the file stays
+        within MAX_SUMMARY_BYTES; "" when nothing fits."""
+        from gpuci.markdown import cut, utf8_size
+
+        text = inert_block(self.redact("\n\n".join(result.summary)))
+        kept = cut(text, MAX_SUMMARY_BYTES - already - 2, utf8_size)  # 2: the blank line after
+        return kept + "\n\n" if kept else ""
 
     def _render_gitlab(self, result: Result) -> None:
         from gpuci import dotenv
@@ -393,7 +418,7 @@ class Runtime:
         summary_file = settings.SUMMARY.value(self.environ)
         if summary_file and result.summary:
             with open(summary_file, "a", encoding="utf-8") as handle:
-                handle.write(inert_block(self.redact("\n\n".join(result.summary))) + "\n\n")
+                handle.write(self._summary(result))  # a file for the job: each command's cut
 
     # ----- progress ----------------------------------------------------------------------
     def progress(self, label: str, total: int | None):

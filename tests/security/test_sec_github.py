@@ -140,3 +140,33 @@ def test_an_answer_that_is_not_json_is_one_line_exit_3(tmp_path, github):
     proc = report(report_env(tmp_path, github))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "where the created comment belongs" in proc.stdout
+
+
+def _comment_pages_read(fake: FakeGitHub) -> int:
+    return sum(1 for m, path, _ in fake.state.requests if m == "GET" and path.startswith(LIST))
+
+
+def test_others_marked_comments_are_judged_as_read_and_only_our_ids_kept(github):
+    """Anyone can paste the marker: a comment of someone else's is dropped as its page is
+    read, ours is kept as its id only (a review saw 50 pages of 16 MiB bodies held: 811 MiB)."""
+    from gpuci.forges._github import GitHub
+
+    for _ in range(3):
+        planted_marker(github)
+    github.state.comment(REPO, PR, f"quoting `{MARKER}` further down", user="bot")
+    ours = github.state.comment(REPO, PR, f"{MARKER}\nthe report", user="bot")
+    with GitHub(github.github_api, github.state.github_token, REPO) as gh:
+        assert gh.marked_comments(PR, MARKER) == [{"id": ours["id"]}]
+
+
+def test_the_search_for_our_comment_stops_at_it(github):
+    """The sticky comment is among the oldest: no page after the one that holds it is read."""
+    from gpuci.forges._github import GitHub
+
+    ours = github.state.comment(REPO, PR, f"{MARKER}\nthe report", user="bot")
+    for _ in range(9):  # five more pages of two, each comment pasting the marker
+        planted_marker(github)
+    with GitHub(github.github_api, github.state.github_token, REPO) as gh:
+        assert gh.upsert(PR, MARKER, f"{MARKER}\nnew")[0] == "updated"
+    assert ours["body"] == f"{MARKER}\nnew"
+    assert _comment_pages_read(github) == 1

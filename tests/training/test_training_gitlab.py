@@ -124,3 +124,20 @@ def test_a_note_quoting_the_marker_further_down_is_not_the_sticky_note(gitlab):
     with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, PROJECT) as client:
         found = client.marked_notes(3, MARKER)
     assert [n["id"] for n in found] == [ours["id"]]
+
+
+def test_others_marked_notes_are_dropped_as_read_and_the_search_stops_at_ours(gitlab):
+    """A note of another user's that pastes the marker is not kept (only our ids are), and
+    the search for the sticky note reads no page after the one holding it."""
+    from gpuci.forges._gitlab import GitLab
+
+    gitlab.state.note(PROJECT, 3, f"{MARKER} pasted by someone else")
+    ours = gitlab.state.note(PROJECT, 3, f"{MARKER}\n\n### report", author_id=BOT_ID)
+    for n in range(6):  # three more pages of two
+        gitlab.state.note(PROJECT, 3, f"{MARKER} pasted again {n}")
+    with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, PROJECT) as client:
+        assert client.marked_notes(3, MARKER) == [{"id": ours["id"]}]
+        gitlab.state.requests.clear()
+        assert client.upsert(3, MARKER, f"{MARKER} second")[0] == "updated"
+    listed = [path for method, path, _ in gitlab.state.requests if method == "GET"]
+    assert len([p for p in listed if "/notes" in p]) == 1, listed

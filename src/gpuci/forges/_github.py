@@ -14,6 +14,7 @@ an infrastructure error, not a crash.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,18 +60,31 @@ class GitHub(GitHubReader):
         self._identity: Identity | bool | None = False  # False: not asked yet
 
     def marked_comments(self, number: int, marker: str) -> list[dict[str, Any]]:
-        """Every comment on the issue/PR whose body starts with ``marker``, following pages.
+        """Our comments on the issue/PR whose body starts with ``marker``, each as its id
+        only (``{"id": ...}``), following pages: :meth:`ours`, all of them."""
+        return list(self.ours(number, marker))
+
+    def ours(self, number: int, marker: str) -> Iterator[dict[str, Any]]:
+        """Each comment the token's own account wrote whose body starts with ``marker``, as
+        ``{"id": ...}``, oldest first, page by page as the caller asks.
 
         The report writes its marker first; one quoted further down (a metric named after
         another report's marker, in a code span) must not make this comment that report's.
+        Anyone can paste the marker, so comments are judged by author as each page is read
+        and only an id is kept: 50 pages of others' 16 MiB comments are never held. Who the
+        token is is asked at the first marked comment (none marked: never); unknown, nothing
+        can be ours and the search ends.
         """
         url = f"/repos/{self.repository}/issues/{number}/comments"
-        return [
-            c
-            for page in self.pages(url, "comments")
-            for c in page
-            if str(c.get("body") or "").lstrip().startswith(marker)
-        ]
+        for page in self.pages(url, "comments"):
+            for comment in page:
+                if not str(comment.get("body") or "").lstrip().startswith(marker):
+                    continue
+                me = self.identity()
+                if me is None:
+                    return
+                if me.wrote(comment):
+                    yield {"id": comment.get("id")}
 
     # ----- who the token is -----------------------------------------------------------------
     def identity(self) -> Identity | None:
@@ -125,11 +139,7 @@ class GitHub(GitHubReader):
         """
 
         def find_ours() -> dict[str, Any] | None:
-            marked = self.marked_comments(number, marker)
-            if not marked:
-                return None
-            me = self.identity()  # someone's comment holds the marker: is one of them ours?
-            return next((c for c in marked if me is not None and me.wrote(c)), None)
+            return next(self.ours(number, marker), None)  # the first: no page past it read
 
         return self.sticky(
             f"/repos/{self.repository}/issues/{number}/comments",

@@ -10,6 +10,7 @@ marker is text anyone can paste), and system notes are never candidates.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -41,18 +42,33 @@ class GitLab(ApiClient):
         return f"/projects/{self.project}/merge_requests/{iid}/notes"
 
     def marked_notes(self, iid: int, marker: str) -> list[dict[str, Any]]:
-        """Every user note on the merge request whose body starts with ``marker`` (the report
-        writes it first; one quoted further down is not this note's), following pages,
-        oldest first: GitLab lists the newest first unless asked, and the sticky note is
-        among the oldest, so it is on the first page read however long the thread grows."""
+        """Our notes on the merge request whose body starts with ``marker``, each as its id
+        only (``{"id": ...}``), following pages: :meth:`ours`, all of them."""
+        return list(self.ours(iid, marker))
+
+    def ours(self, iid: int, marker: str) -> Iterator[dict[str, Any]]:
+        """Each user note the token's own user wrote whose body starts with ``marker`` (the
+        report writes it first; one quoted further down is not this note's), as
+        ``{"id": ...}``, oldest first, page by page as the caller asks: GitLab lists the newest
+        first unless asked, and the sticky note is among the oldest, so it is on the first
+        page read however long the thread grows.
+
+        Anyone can paste the marker, so notes are judged by author as each page is read and
+        only an id is kept; the user is asked at the first marked note, and unknown, nothing
+        can be ours and the search ends.
+        """
         oldest_first = {"sort": "asc", "order_by": "created_at"}
-        return [
-            note
-            for page in self.pages(self._notes_url(iid), "notes", query=oldest_first)
-            for note in page
-            if note.get("system") is not True
-            and str(note.get("body") or "").lstrip().startswith(marker)
-        ]
+        for page in self.pages(self._notes_url(iid), "notes", query=oldest_first):
+            for note in page:
+                if note.get("system") is True:
+                    continue
+                if not str(note.get("body") or "").lstrip().startswith(marker):
+                    continue
+                me = self.identity()
+                if me is None:
+                    return
+                if _author_id(note) == me:
+                    yield {"id": note.get("id")}
 
     def identity(self) -> int | None:
         """The token's own user id (``GET /user``; a project token's bot user), else None."""
@@ -81,11 +97,7 @@ class GitLab(ApiClient):
         """Update our marked note in place, or create it: ``("updated"|"created", note)``."""
 
         def find_ours() -> dict[str, Any] | None:
-            marked = self.marked_notes(iid, marker)
-            if not marked:
-                return None
-            me = self.identity()
-            return next((n for n in marked if me is not None and _author_id(n) == me), None)
+            return next(self.ours(iid, marker), None)  # the first: no page past it read
 
         return self.sticky(
             self._notes_url(iid),

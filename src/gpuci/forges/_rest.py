@@ -2,10 +2,16 @@
 
 What both need, written once: one retry policy (:mod:`gpuci.retry`) for transient failures
 (5xx, 429 with its ``Retry-After``, network), HTTP errors mapped to one-line errors with their
-fix, answers read within a size cap and a deadline and parsed as untrusted JSON
-(:mod:`gpuci.untrusted_json`: depth, numbers, then the shape asked for), and pagination by
-``Link: rel="next"`` followed only on the API's own origin (the token goes nowhere else;
-redirects are not followed). Each service subclasses it with its headers and hints.
+fix, answers read within a size cap and parsed as untrusted JSON (:mod:`gpuci.untrusted_json`:
+depth, numbers, then the shape asked for), and pagination by ``Link: rel="next"`` followed only
+on the API's own origin (the token goes nowhere else; redirects are not followed). Each service
+subclasses it with its headers and hints.
+
+Every request ends by a deadline (:func:`gpuci.httpclients.deadline`, the one mechanism
+retry-fetch uses too): its connect, headers, interim ``1xx`` answers and body, each read and
+write, end by three timeouts; a whole listing, every page and retry, by LISTING_TIMEOUTS. A
+per-read timeout alone never ends a server that sends ``103 Early Hints`` forever, or trickles
+its headers a byte at a time, and the CI job would hang on the report comment or a runner.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import httpx
 
 from gpuci import httpclients, untrusted_json
 from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.httpclients import Deadline
 from gpuci.redact import excerpt, json_kind, redact_url
 from gpuci.retry import RetryPolicy, parse_retry_after
 
@@ -25,6 +32,14 @@ MAX_PAGES = 50  # 5,000 comments or notes: far past any real pull or merge reque
 # One answer's body: a page of 100 comments of GitHub's 65,536 characters each fits; a server
 # that sends more is refused before anything is parsed (the bytes past it are never read).
 MAX_BODY = untrusted_json.MAX_BYTES
+# One request, whole (connect, headers, 1xx answers, body), ends by this many timeouts.
+REQUEST_TIMEOUTS = 3
+# A whole listing, every page and its retries, ends by this many: 200 s at the default 20 s
+# timeout (GitHub answers a page in about a second), not MAX_PAGES requests of 60 s each.
+LISTING_TIMEOUTS = 10
+# Bytes asked of the socket per read: httpcore's own 64 KiB. Given only because a client made
+# with a read size is one whose every connect, read and write obeys httpclients.deadline.
+_READ_BYTES = 1 << 16
 
 
 _Client = TypeVar("_Client", bound="ApiClient")
@@ -100,7 +115,11 @@ class ApiClient:
         self._token = token
         # No redirect is followed (the factory's rule): one would carry the token elsewhere.
         self._client = httpclients.new_client(
-            timeout=timeout, agent="forges", base_url=api_url.rstrip("/"), headers=headers
+            timeout=timeout,
+            agent="forges",
+            base_url=api_url.rstrip("/"),
+            headers=headers,
+            read_bytes=_READ_BYTES,
         )
         self._policy = RetryPolicy(
             attempts=attempts,
@@ -110,7 +129,7 @@ class ApiClient:
             retry_after_cap=RETRY_AFTER_CAP,
         )
         self.warnings: list[str] = []  # said once each, for the caller's result
-        self._body_seconds = 3 * timeout  # one answer's whole body, however it trickles
+        self._timeout = timeout
 
     def close(self) -> None:
         self._client.close()
@@ -134,8 +153,10 @@ class ApiClient:
         if text not in self.warnings:
             self.warnings.append(text)
 
-    def _once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        response = self._bounded(self._client.build_request(method, url, **kwargs))
+    def _once(
+        self, method: str, url: str, within: Deadline | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        response = self._bounded(self._client.build_request(method, url, **kwargs), within)
         if response.status_code >= 500 or response.status_code == 429:
             raise _Transient(response)
         limited = rate_limit_wait(response)
@@ -144,23 +165,30 @@ class ApiClient:
         self._check(response, method, url)
         return response
 
-    def _bounded(self, request: httpx.Request) -> httpx.Response:
-        """Send ``request`` and read its body, at most MAX_BODY bytes (decoded) within the
-        body deadline; over the cap is one line (InfraError), too slow a read a timeout."""
-        deadline = time.monotonic() + self._body_seconds
-        response = self._client.send(request, stream=True)
-        try:
-            data = untrusted_json.read_chunks(response.iter_bytes(), MAX_BODY, deadline)
-        except untrusted_json.Unusable:
-            raise InfraError(
-                f"{self.service} API at {self.where} answered more than "
-                f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
-                hint=self._api_hint,
-            ) from None
-        except TimeoutError as exc:
-            raise httpx.ReadTimeout(str(exc), request=request) from None
-        finally:
-            response.close()
+    def _deadline(self, within: Deadline | None) -> Deadline:
+        """One request's deadline, REQUEST_TIMEOUTS from now; ``within``'s when it ends first
+        (the listing the request pages through)."""
+        own = Deadline.after(REQUEST_TIMEOUTS * self._timeout)
+        return within if within is not None and within.at < own.at else own
+
+    def _bounded(self, request: httpx.Request, within: Deadline | None = None) -> httpx.Response:
+        """Send ``request`` and read its body, at most MAX_BODY bytes (decoded), all of it by
+        its deadline; over the cap is one line (InfraError), past the deadline a timeout."""
+        limit = self._deadline(within)
+        with httpclients.deadline(limit):
+            response = self._client.send(request, stream=True)
+            try:
+                data = untrusted_json.read_chunks(response.iter_bytes(), MAX_BODY, limit.at)
+            except untrusted_json.Unusable:
+                raise InfraError(
+                    f"{self.service} API at {self.where} answered more than "
+                    f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
+                    hint=self._api_hint,
+                ) from None
+            except TimeoutError:
+                raise httpx.ReadTimeout(limit.passed(), request=request) from None
+            finally:
+                response.close()
         plain = [(k, v) for k, v in response.headers.multi_items() if k not in _BODY_HEADERS]
         return httpx.Response(response.status_code, headers=plain, content=data, request=request)
 
@@ -179,14 +207,19 @@ class ApiClient:
                 else f"{self.service} may be degraded; rerun the job later",
             ) from None
         except httpx.HTTPError as exc:
+            # a timeout says which: a read's, or the request's or listing's deadline
+            why = f" ({excerpt(str(exc), 80)})" if isinstance(exc, httpx.TimeoutException) else ""
             raise InfraError(
-                f"cannot reach the {self.service} API at {self.where}: {type(exc).__name__}",
+                f"cannot reach the {self.service} API at {self.where}: {type(exc).__name__}{why}",
                 hint=f"check {self.url_env} and the runner's network",
             ) from None
 
-    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        """An idempotent call (GET, PATCH, PUT): safe to repeat as it is."""
-        return self._retried(lambda: self._once(method, url, **kwargs), method, url)
+    def _send(
+        self, method: str, url: str, within: Deadline | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """An idempotent call (GET, PATCH, PUT): safe to repeat as it is; each attempt ends
+        by its own deadline, or ``within``'s when that is sooner."""
+        return self._retried(lambda: self._once(method, url, within, **kwargs), method, url)
 
     def _send_once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """A call that must not be repeated blindly (a POST that creates something)."""
@@ -273,10 +306,11 @@ class ApiClient:
         """
         next_url: str | None = url
         params: dict[str, Any] | None = {"per_page": 100, **(query or {})}
+        listing = Deadline.after(LISTING_TIMEOUTS * self._timeout)  # every page, retries too
         for _ in range(MAX_PAGES):
             if next_url is None:
                 return
-            response = self._send("GET", next_url, params=params)
+            response = self._send("GET", next_url, listing, params=params)
             if key:
                 page = self._json(response, f"an object listing {what}", dict).get(key)
                 if not isinstance(page, list):

@@ -17,6 +17,7 @@ from typing import Any
 from gpuci import charts, journal, settings, untrusted_json
 from gpuci.markdown import Code
 from gpuci.markdown import code as md_code
+from gpuci.markdown import cut as md_cut
 from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
@@ -228,32 +229,10 @@ def render(
     return fit(marker_comment(marker), "\n\n".join(parts[1:]))
 
 
-TRUNCATED = "_(truncated)_"
-
-
 def fit(marker: str, rest: str, limit: int = MAX_BODY) -> str:
-    """``marker`` and ``rest``, within ``limit`` characters: when too long, whole lines of
-    ``rest`` are kept, what they left open (a code fence, ``<details>``) is closed, then the
-    truncation note; a cut inside a line could leave a code span open and PR text live."""
-    body = f"{marker}\n\n{rest}"
-    if len(body) <= limit:
-        return body
-    room = limit - len(marker) - len(TRUNCATED) - 40  # the closers and blank lines
-    kept: list[str] = []
-    for line in rest.split("\n"):
-        room -= len(line) + 1
-        if room < 0:
-            break
-        kept.append(line)
-    return "\n\n".join([marker, "\n".join(kept + _closers(kept)).rstrip("\n"), TRUNCATED])
-
-
-def _closers(lines: list[str]) -> list[str]:
-    """What closes the fence and ``<details>`` blocks ``lines`` leave open, innermost first."""
-    fenced = sum(1 for line in lines if line.startswith("```")) % 2 == 1
-    opened = sum(line.startswith("<details>") for line in lines)
-    closed = sum(line.startswith("</details>") for line in lines)
-    return (["```"] if fenced else []) + ["", "</details>"] * max(0, opened - closed)
+    """``marker`` and ``rest``, within ``limit`` characters: when too long, ``rest`` is cut
+    by :func:`gpuci.markdown.cut` (whole lines, open blocks closed, then the truncation note)."""
+    return f"{marker}\n\n" + md_cut(rest, limit - len(marker) - 2)
 
 
 def _facts(

@@ -1,0 +1,93 @@
+"""The forge REST client (sticky comment, MR note, runner quarantine) ends every request by a
+deadline, and a whole listing by one (a review reproduced the hang).
+
+httpx's timeouts bound each read, so an API that answers ``103 Early Hints`` forever, or
+trickles its headers a byte at a time, held the report step open without end. Here the server
+gives up by itself after TRICKLE_FOR seconds (so a client without a deadline ends too, with
+another error); the client must end first, with one line naming its deadline. No test
+measures time.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hostile_http import Handler, HostileServer, Route
+
+from gpuci.errors import InfraError
+from gpuci.forges import _rest as rest
+from gpuci.forges._github import GitHub
+
+TIMEOUT = 0.5  # each read; one request's deadline is REQUEST_TIMEOUTS of these (1.5 s)
+TRICKLE_S = 0.1  # well under a read's timeout
+TRICKLE_FOR = 20.0  # the server's own end: far past any deadline here
+TOKEN = "ghp_" + "t" * 36
+
+
+def _trickle(h: Handler, send: bytes, first: bytes = b"") -> None:
+    """Write ``first``, then ``send`` every TRICKLE_S, until the client hangs up, the test
+    ends or TRICKLE_FOR passed."""
+    h.close_connection = True
+    end = time.monotonic() + TRICKLE_FOR
+    try:
+        h.wfile.write(first)
+        h.wfile.flush()
+        while not h.server_ref.stop.wait(TRICKLE_S) and time.monotonic() < end:
+            h.wfile.write(send)
+            h.wfile.flush()
+    except OSError:
+        pass  # the client hung up: the deadline worked
+
+
+def trickled_headers() -> Route:
+    return lambda h: _trickle(h, b"a", b"HTTP/1.1 200 OK\r\nX-Slow: ")
+
+
+def endless_early_hints() -> Route:
+    return lambda h: _trickle(h, b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
+
+
+def slow_endless_pages(delay: float) -> Route:
+    """A page of nothing after ``delay`` (each well within a request's deadline), linking a
+    next page without end."""
+
+    def route(h: Handler) -> None:
+        time.sleep(delay)
+        page = len(h.server_ref.requests()) + 1
+        link = f"<{h.server_ref.url('/api/v3/repos/o/r/issues/1/comments')}?page={page}>"
+        h.reply(200, b"[]", {"Content-Type": "application/json", "Link": f'{link}; rel="next"'})
+
+    return route
+
+
+@pytest.fixture
+def evil():
+    with HostileServer() as srv:
+        yield srv
+
+
+def client(evil: HostileServer) -> GitHub:
+    return GitHub(evil.url("/api/v3"), TOKEN, "o/r", timeout=TIMEOUT, attempts=1)
+
+
+@pytest.mark.parametrize("route", [trickled_headers, endless_early_hints], ids=["headers", "1xx"])
+def test_a_request_ends_by_its_deadline_however_the_answer_trickles(evil, route):
+    evil.route("/api/v3/user", route())
+    with client(evil) as gh, pytest.raises(InfraError) as info:
+        gh.identity()  # who the token is: the sticky comment's first question
+    line = info.value.one_line()
+    assert "the deadline of 1.5s passed" in line, line  # three timeouts, from the first byte
+    assert TOKEN not in line
+
+
+def test_a_whole_listing_ends_by_one_deadline(evil, monkeypatch):
+    """Each page within its own deadline, but pages without end: the listing's deadline
+    (LISTING_TIMEOUTS timeouts) ends it long before MAX_PAGES."""
+    monkeypatch.setattr(rest, "LISTING_TIMEOUTS", 4)  # 2 s: about ten pages
+    evil.route("/api/v3/repos/o/r/issues/1/comments", slow_endless_pages(0.2))
+    with client(evil) as gh, pytest.raises(InfraError) as info:
+        gh.marked_comments(1, "<!-- m -->")
+    line = info.value.one_line()
+    assert "the deadline of 2s passed" in line, line
+    assert 1 < len(evil.requests()) < rest.MAX_PAGES
