@@ -110,3 +110,29 @@ def test_from_json_of_hostile_text_is_an_error_not_a_traceback() -> None:
     for name in ("DEEP", "LONG"):
         with pytest.raises(ExpressionError, match="fromJSON of text that is not JSON"):
             evaluate(f"fromJSON(vars.{name})", ctx, ok)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(" * 3000 + "true" + ")" * 3000,
+        "!" * 5000 + "true",
+        "format(" * 2000 + "'x'" + ")" * 2000,
+        "env[" * 2000 + "'MEM'" + "]" * 2000,
+        " || ".join(["true"] * 6000),  # 30,000 characters: GitHub allows 21,000
+    ],
+    ids=["parentheses", "nots", "calls", "indexes", "length"],
+)
+def test_an_expression_past_githubs_nesting_or_length_is_an_error(text: str) -> None:
+    """GitHub refuses an expression over 21,000 characters or nested past 50 levels; here such
+    one was a RecursionError (an internal error of the whole dry run), or was evaluated."""
+    with pytest.raises(ExpressionError, match=r"nested deeper than 50|GitHub allows 21,000"):
+        evaluate(text, CTX, ok)
+    with pytest.raises(ExpressionError):
+        condition(text, CTX, ok)
+
+
+def test_nesting_within_githubs_depth_still_evaluates() -> None:
+    assert evaluate("(" * 49 + "env.MEM" + ")" * 49, CTX, ok) == "10"
+    assert evaluate("!" * 48 + "true", CTX, ok) is True
+    assert condition("(" * 40 + "true" + ")" * 40, CTX, ok) is True

@@ -42,6 +42,12 @@ Status = Callable[[str], "bool | Unknown"]
 # instead makes each of them an Unknown (what only the run can compute, e.g. hashFiles).
 Function = Callable[[Mapping[str, Any], list[Any]], Any]
 Functions = Mapping[str, Function] | frozenset[str]
+# GitHub's own bounds (actions/runner ExpressionConstants): an expression of at most 21,000
+# characters, its tree at most 50 levels deep. Here each (, !, [ and call is a level of recursive
+# descent (GitHub's parentheses make no level of its tree): past 50 the expression is refused,
+# so not evaluated and left to the run, never a RecursionError.
+MAX_LENGTH = 21_000
+MAX_DEPTH = 50
 
 
 class ExpressionError(ValueError):
@@ -190,8 +196,13 @@ class _Parser:
         status: Status,
         functions: Functions,
     ) -> None:
+        if len(text) > MAX_LENGTH:
+            raise ExpressionError(
+                f"an expression of {len(text):,} characters (GitHub allows {MAX_LENGTH:,})"
+            )
         self.tokens = tokenize(text)
         self.pos = 0
+        self.depth = 0  # how deep the parse is nested: (, !, [ and a call's arguments
         self.contexts = contexts
         self.status = status
         self.functions = functions
@@ -208,6 +219,16 @@ class _Parser:
             raise ExpressionError(f"expected {expected!r}, got {token[1]!r} in {self.text!r}")
         self.pos += 1
         return token
+
+    def nested(self, parse: Callable[[], Any]) -> Any:
+        """``parse()`` one level deeper; past :data:`MAX_DEPTH` GitHub refuses it too."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExpressionError(f"an expression nested deeper than {MAX_DEPTH} levels")
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
 
     def parse(self) -> Any:
         value = self.or_()
@@ -268,7 +289,7 @@ class _Parser:
     def unary(self) -> Any:
         if self.peek() == "!":
             self.take()
-            value = self.unary()
+            value = self.nested(self.unary)
             truth = truth_of(value)
             return value if truth is None else not truth
         return self.postfix()
@@ -282,7 +303,7 @@ class _Parser:
                     raise ExpressionError(f"expected a property name in {self.text!r}")
                 key: Any = name
             else:
-                key = self.or_()
+                key = self.nested(self.or_)
                 self.take("]")
             value = _index(value, key)
         return value
@@ -295,7 +316,7 @@ class _Parser:
             number = to_number(text)
             return int(number) if number.is_integer() else number
         if text == "(":
-            value = self.or_()
+            value = self.nested(self.or_)
             self.take(")")
             return value
         if kind != "name":
@@ -315,7 +336,7 @@ class _Parser:
         self.take("(")
         args: list[Any] = []
         while self.peek() != ")":
-            args.append(self.or_())
+            args.append(self.nested(self.or_))
             if self.peek() == ",":
                 self.take()
         self.take(")")
@@ -407,7 +428,10 @@ def evaluate(
     functions: Functions = frozenset(),
 ) -> Any:
     """Evaluate one expression (without the ``${{ }}``)."""
-    return _Parser(text, contexts, status, functions).parse()
+    try:
+        return _Parser(text, contexts, status, functions).parse()
+    except RecursionError:  # MAX_DEPTH keeps it shallow; this, when the caller is deep already
+        raise ExpressionError(f"an expression nested deeper than {MAX_DEPTH} levels") from None
 
 
 def interpolate(
