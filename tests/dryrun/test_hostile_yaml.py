@@ -1,5 +1,6 @@
-"""A workflow file a pull request wrote, read within GitHub's own bounds. Each refusal is one
-``bad input`` line (exit 2) naming the file, the line and what GitHub allows, not a traceback."""
+"""A workflow file a pull request wrote, read within GitHub's own bounds: nesting, what its
+aliases stand for. Each is one ``bad input`` line (exit 2) naming the file, the line and what
+GitHub allows, not a traceback or a MemoryError."""
 
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ def test_nesting_within_githubs_depth_still_loads(tmp_path):
     for _ in range(97):
         nested = [nested]
     assert load_workflow(path)["x"] == nested  # 99 levels with the document's own mapping
+
+
+def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path):
+    """Nine anchors of ten aliases each, 530 bytes standing for 10**9 values: the plan's
+    env and matrix walks ran out of memory (or time) on it."""
+    bomb = "x-bomb:\n  - &l0 [a,a,a,a,a,a,a,a,a,a]\n" + "".join(
+        f"  - &l{i} [{','.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9)
+    )
+    message = refused(tmp_path, bomb + "on: push\nenv:\n  BIG: *l8\n" + JOB)
+    assert "holds more than 1,000,000 values once its aliases are read" in message
+    assert "GitHub reads a workflow within 1,000,000 values" in message
 
 
 def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):

@@ -1,12 +1,15 @@
 """A workflow or action file's YAML, read with GitHub's own bounds.
 
 A pull request writes the files a dry run reads, and ``yaml.safe_load`` alone trusts their
-shape: 50,000 nested brackets end it in ``RecursionError``. GitHub's template reader refuses
-such a file; so does this loader, with the line and the limit:
+shape: 50,000 nested brackets end it in ``RecursionError``, and nine anchors of ten aliases
+each (a 550-byte file) stand for 10**9 values that every later walk of the document visits.
+GitHub's template reader refuses both; so does this loader, with the line and the limit:
 
 - nesting: at most :data:`MAX_DEPTH` levels (the runner reads an action.yml within 100,
-  ``ActionManifestManager``'s ``TemplateMemory(maxDepth: 100)``; workflows within 50), an
-  alias as deep as its anchor where it stands, and no alias inside its own anchor.
+  ``ActionManifestManager``'s ``TemplateMemory(maxDepth: 100)``; workflows within 50);
+- size: at most :data:`MAX_NODES` values, an alias counted as everything its anchor holds each
+  time it is used (GitHub accepts anchors since September 2025 and reads a document within
+  1,000,000 parse events, ``ParseOptions.MaxParseEvents``), and no alias inside its own anchor.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import yaml
 from yaml.nodes import Node
 
 MAX_DEPTH = 100
+MAX_NODES = 1_000_000
 
 
 class Refused(yaml.MarkedYAMLError):
@@ -28,14 +32,15 @@ class Refused(yaml.MarkedYAMLError):
 
 
 class _BoundedLoader(yaml.SafeLoader):
-    """``SafeLoader`` that measures, while composing, each node's depth (an alias's as deep as
-    its anchor): refused before anything walks the document."""
+    """``SafeLoader`` that counts, while composing, each node's depth and the nodes an alias
+    stands for: refused before anything walks the document."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._level = 0  # the level of the node being composed (the document's root is 1)
         self._reach = 0  # the deepest level reached, aliases read in full
-        self._heights: dict[str, int] = {}  # anchor -> the levels it holds
+        self._nodes = 0  # nodes so far, aliases read in full
+        self._sizes: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, levels) it holds
 
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         event = self.peek_event()
@@ -44,32 +49,42 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         self._level += 1
         outer_reach, self._reach = self._reach, self._level
-        self._count(self._level, event)
+        first = self._nodes
+        self._count(1, self._level, event)
         node = super().compose_node(parent, index)
         if event.anchor is not None:
-            self._heights[event.anchor] = self._reach - self._level + 1
+            self._sizes[event.anchor] = (self._nodes - first, self._reach - self._level + 1)
         self._reach = max(outer_reach, self._reach)
         self._level -= 1
         return node
 
     def _read_alias(self, event: yaml.AliasEvent) -> None:
         """Count what the alias stands for where it stands; refuse one inside its anchor."""
-        if event.anchor in self.anchors and event.anchor not in self._heights:
+        if event.anchor in self.anchors and event.anchor not in self._sizes:
             raise Refused(
                 f"uses the alias *{event.anchor} inside its own anchor &{event.anchor}",
                 "an anchor must be complete before an alias names it (GitHub cannot expand a "
                 "value that holds itself)",
                 event.start_mark,
             )
-        self._count(self._level + self._heights.get(event.anchor or "", 0), event)
+        nodes, levels = self._sizes.get(event.anchor or "", (0, 0))
+        self._count(nodes, self._level + levels, event)
 
-    def _count(self, reach: int, event: yaml.Event) -> None:
+    def _count(self, nodes: int, reach: int, event: yaml.Event) -> None:
+        self._nodes += nodes
         self._reach = max(self._reach, reach)
         if self._reach > MAX_DEPTH:
             raise Refused(
                 f"nests deeper than {MAX_DEPTH} levels",
                 f"GitHub reads at most {MAX_DEPTH} levels of nested mappings and lists "
                 "(aliases counted where they stand); flatten the file",
+                event.start_mark,
+            )
+        if self._nodes > MAX_NODES:
+            raise Refused(
+                f"holds more than {MAX_NODES:,} values once its aliases are read",
+                f"GitHub reads a workflow within {MAX_NODES:,} values, each alias counted as "
+                "all its anchor holds; use fewer aliases of large anchors",
                 event.start_mark,
             )
 
