@@ -1,6 +1,6 @@
 """A workflow file a pull request wrote, read within GitHub's own bounds: nesting, what its
-aliases stand for. Each is one ``bad input`` line (exit 2) naming the file, the line and what
-GitHub allows, not a traceback or a MemoryError."""
+aliases stand for, keys named twice. Each is one ``bad input`` line (exit 2) naming the file,
+the line and what GitHub allows, not a traceback, a MemoryError or a silent guess."""
 
 from __future__ import annotations
 
@@ -83,12 +83,27 @@ def test_anchors_and_aliases_github_accepts_still_load(tmp_path):
     )
 
 
+def test_a_key_named_twice_is_refused(tmp_path):
+    """GitHub refuses a mapping that repeats a key; PyYAML kept the last value unseen."""
+    message = refused(
+        tmp_path,
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n      - uses: a/b@v1\n"
+        "        with:\n          key: w-v1\n          path: models\n          key: w-v2\n",
+    )
+    assert "names the key 'key' twice in one mapping at line 10" in message
+    assert "GitHub refuses" in message
+    # a merge key may repeat what it merges: that is what merging is for
+    merged = write(tmp_path, "base: &b {A: 1, B: 2}\nx:\n  <<: *b\n  A: 3\non: push\n" + JOB)
+    assert load_workflow(merged)["x"] == {"A": 3, "B": 2}
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
         ("on: push\njobs: {j: {steps: " + "[" * 50_000 + "]" * 50_000 + "}}\n", "nests deeper"),
+        ("on: push\n" + JOB + "    runs-on: y\n", "names the key 'runs-on' twice"),
     ],
-    ids=["deep"],
+    ids=["deep", "duplicate-key"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")

@@ -9,7 +9,8 @@ GitHub's template reader refuses both; so does this loader, with the line and th
   ``ActionManifestManager``'s ``TemplateMemory(maxDepth: 100)``; workflows within 50);
 - size: at most :data:`MAX_NODES` values, an alias counted as everything its anchor holds each
   time it is used (GitHub accepts anchors since September 2025 and reads a document within
-  1,000,000 parse events, ``ParseOptions.MaxParseEvents``), and no alias inside its own anchor.
+  1,000,000 parse events, ``ParseOptions.MaxParseEvents``), and no alias inside its own anchor;
+- keys: none twice in one mapping (GitHub: "'key' is already defined"; PyYAML keeps the last).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from yaml.nodes import Node
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
@@ -87,6 +88,29 @@ class _BoundedLoader(yaml.SafeLoader):
                 "all its anchor holds; use fewer aliases of large anchors",
                 event.start_mark,
             )
+
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:
+        node = super().compose_mapping_node(anchor)
+        _refuse_duplicate_keys(node)  # as written: construction merges (``<<``) into it
+        return node
+
+
+def _refuse_duplicate_keys(node: MappingNode) -> None:
+    """GitHub refuses a mapping that names a key twice; PyYAML would keep the last silently.
+    Keys compare as the text written (GitHub's keys are strings: ``on`` is not ``true``); a
+    merge (``<<``) may repeat a key, as merging is meant to."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        if key.value in seen:
+            raise Refused(
+                f"names the key '{key.value[:60]}' twice in one mapping",
+                f"GitHub refuses a file whose mapping repeats a key ('{key.value[:60]}' is "
+                "already defined); keep one",
+                key.start_mark,
+            )
+        seen.add(key.value)
 
 
 def load(text: str) -> Any:
