@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import files, settings
+from gpuci.dryrun import _expressions
 from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
@@ -216,11 +217,21 @@ def layer_env(
     contexts: Mapping[str, Any],
     status: Status,
 ) -> dict[str, str | Unknown]:
-    """``env`` with one more level (workflow, job, step) put over it, as GitHub does."""
+    """``env`` with one more level (workflow, job, step) put over it, as GitHub does.
+
+    GitHub evaluates one ``env:`` block within one expression budget (``MAX_TEXT`` characters,
+    :mod:`gpuci.dryrun._expressions`): past it a value is left to the run, so values that each
+    repeat a long one (``X1: x${{ env.BIG }}``, ``X2: ...``) cannot add up without end."""
     merged = dict(env)
+    size = 0
     if isinstance(scope, dict):
         for key, value in scope.items():
-            merged[str(key)] = evaluate_text(text_of(value), {**contexts, "env": merged}, status)
+            found = evaluate_text(text_of(value), {**contexts, "env": merged}, status)
+            size += len(found) if isinstance(found, str) else 0
+            if size > _expressions.MAX_TEXT:
+                why = "its env: block is larger than GitHub evaluates"
+                found = Unknown(f"env.{key} ({why})", path=False)
+            merged[str(key)] = found
     elif isinstance(scope, str) and EMBEDDED.search(scope):
         merged["*"] = Unknown("env (built at run time)", path=False)
     return merged
