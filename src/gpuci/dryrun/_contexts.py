@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import files, settings
+from gpuci import settings
 from gpuci.dryrun import _expressions
 from gpuci.dryrun._expressions import (
     EMBEDDED,
@@ -26,12 +26,11 @@ from gpuci.dryrun._expressions import (
     Unknown,
     evaluate,
     interpolate,
-    to_text,
 )
+from gpuci.dryrun._hash_files import hash_files
 from gpuci.dryrun._workflow import triggers
 from gpuci.untrusted_child import git
 
-MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run
 _REMOTE = re.compile(
     r"(?:github\.com|gitlab\.[\w.-]+|[\w.-]+)[:/](?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$"
 )
@@ -235,40 +234,6 @@ def layer_env(
     elif isinstance(scope, str) and EMBEDDED.search(scope):
         merged["*"] = Unknown("env (built at run time)", path=False)
     return merged
-
-
-def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
-    """``hashFiles(patterns...)`` over the checkout, as the runner computes it: the sha256 of
-    each matched file's sha256, in path order; files outside the workspace and folders are left
-    out. What matches nothing here (a file an earlier step makes) is left to the run."""
-    import hashlib
-
-    shown = f"hashFiles({', '.join(repr(to_text(a)) for a in args)})"
-    if any(isinstance(a, Unknown) for a in args):
-        return Unknown(shown, path=False)
-    github = contexts.get("github")
-    workspace = github.get("workspace") if isinstance(github, Mapping) else None
-    if not isinstance(workspace, str):
-        return Unknown(shown, path=False)
-    root = Path(workspace).resolve()
-    patterns = [line.strip() for a in args for line in to_text(a).splitlines() if line.strip()]
-    found: set[Path] = set()
-    for pattern in patterns:
-        negate = pattern.startswith("!")
-        pattern = pattern[1:] if negate else pattern
-        if pattern.startswith("/") or ".." in Path(pattern).parts:
-            return Unknown(shown, path=False)
-        matched = {p for p in root.glob(pattern) if p.is_file()}
-        found = found - matched if negate else found | matched
-        if len(found) > MAX_HASHED_FILES:
-            return Unknown(shown, path=False)
-    inside = sorted(p for p in found if root in p.resolve().parents)
-    if not inside:
-        return Unknown(f"{shown} (matches nothing in the checkout yet)", path=False)
-    combined = hashlib.sha256()
-    for path in inside:
-        combined.update(files.hash_file(path)[0].digest())
-    return combined.hexdigest()
 
 
 PLAN_FUNCTIONS: dict[str, Function] = {"hashfiles": hash_files}
