@@ -110,3 +110,64 @@ def test_from_json_of_hostile_text_is_an_error_not_a_traceback() -> None:
     for name in ("DEEP", "LONG"):
         with pytest.raises(ExpressionError, match="fromJSON of text that is not JSON"):
             evaluate(f"fromJSON(vars.{name})", ctx, ok)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "(" * 3000 + "true" + ")" * 3000,
+        "!" * 5000 + "true",
+        "format(" * 2000 + "'x'" + ")" * 2000,
+        "env[" * 2000 + "'MEM'" + "]" * 2000,
+        " || ".join(["true"] * 6000),  # 30,000 characters: GitHub allows 21,000
+    ],
+    ids=["parentheses", "nots", "calls", "indexes", "length"],
+)
+def test_an_expression_past_githubs_nesting_or_length_is_an_error(text: str) -> None:
+    """GitHub refuses an expression over 21,000 characters or nested past 50 levels; here such
+    one was a RecursionError (an internal error of the whole dry run), or was evaluated."""
+    with pytest.raises(ExpressionError, match=r"nested deeper than 50|GitHub allows 21,000"):
+        evaluate(text, CTX, ok)
+    with pytest.raises(ExpressionError):
+        condition(text, CTX, ok)
+
+
+def test_nesting_within_githubs_depth_still_evaluates() -> None:
+    assert evaluate("(" * 49 + "env.MEM" + ")" * 49, CTX, ok) == "10"
+    assert evaluate("!" * 48 + "true", CTX, ok) is True
+    assert condition("(" * 40 + "true" + ")" * 40, CTX, ok) is True
+
+
+def test_a_string_longer_than_github_evaluates_is_an_error(monkeypatch) -> None:
+    """format() through env: grew 16-fold a step (16**9 bytes from a 1 KiB file: MemoryError);
+    each way an expression builds text stops at MAX_TEXT (lowered here to 100)."""
+    import gpuci.dryrun._expressions as expressions
+
+    monkeypatch.setattr(expressions, "MAX_TEXT", 100, raising=False)
+    ctx = {**CTX, "env": {"X": "x" * 30, "LIST": ["y" * 30] * 4}}
+    for text in (
+        "format('{0}{0}{0}{0}', env.X)",
+        "join(env.LIST, '')",
+        "join(env.LIST, env.X)",
+        "toJSON(env.LIST)",
+    ):
+        with pytest.raises(ExpressionError, match="GitHub evaluates at most 100"):
+            evaluate(text, ctx, ok)
+    with pytest.raises(ExpressionError, match="GitHub evaluates at most 100"):
+        interpolate("${{ env.X }}${{ env.X }}${{ env.X }}${{ env.X }}", ctx, ok)
+    assert evaluate("format('{0}{0}', env.X)", ctx, ok) == "x" * 60  # under the cap
+    assert interpolate("${{ env.X }}-${{ env.X }}", ctx, ok) == "x" * 30 + "-" + "x" * 30
+
+
+def test_an_env_block_larger_than_github_evaluates_leaves_the_rest_to_the_run(monkeypatch):
+    """Values that each repeat a long one (``X2: a${{ env.X1 }}``) add up in one env: block;
+    past MAX_TEXT (lowered to 100) the rest is unknown, as GitHub evaluates a block in one go."""
+    import gpuci.dryrun._expressions as expressions
+    from gpuci.dryrun._contexts import layer_env
+
+    monkeypatch.setattr(expressions, "MAX_TEXT", 100, raising=False)
+    scope = {"X1": "x" * 40, "X2": "a${{ env.X1 }}", "X3": "b${{ env.X1 }}", "X4": "c"}
+    env = layer_env({}, scope, {**CTX, "env": {}}, ok)
+    assert env["X1"] == "x" * 40 and env["X2"] == "a" + "x" * 40
+    assert isinstance(env["X3"], Unknown) and "larger than GitHub evaluates" in env["X3"].why
+    assert isinstance(env["X4"], Unknown)

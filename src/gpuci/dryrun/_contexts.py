@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import files, settings
+from gpuci import settings
+from gpuci.dryrun import _expressions
 from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
@@ -25,12 +26,11 @@ from gpuci.dryrun._expressions import (
     Unknown,
     evaluate,
     interpolate,
-    to_text,
 )
+from gpuci.dryrun._hash_files import hash_files
 from gpuci.dryrun._workflow import triggers
 from gpuci.untrusted_child import git
 
-MAX_HASHED_FILES = 10_000  # hashFiles over more files than this is left to the run
 _REMOTE = re.compile(
     r"(?:github\.com|gitlab\.[\w.-]+|[\w.-]+)[:/](?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$"
 )
@@ -216,48 +216,24 @@ def layer_env(
     contexts: Mapping[str, Any],
     status: Status,
 ) -> dict[str, str | Unknown]:
-    """``env`` with one more level (workflow, job, step) put over it, as GitHub does."""
+    """``env`` with one more level (workflow, job, step) put over it, as GitHub does.
+
+    GitHub evaluates one ``env:`` block within one expression budget (``MAX_TEXT`` characters,
+    :mod:`gpuci.dryrun._expressions`): past it a value is left to the run, so values that each
+    repeat a long one (``X1: x${{ env.BIG }}``, ``X2: ...``) cannot add up without end."""
     merged = dict(env)
+    size = 0
     if isinstance(scope, dict):
         for key, value in scope.items():
-            merged[str(key)] = evaluate_text(text_of(value), {**contexts, "env": merged}, status)
+            found = evaluate_text(text_of(value), {**contexts, "env": merged}, status)
+            size += len(found) if isinstance(found, str) else 0
+            if size > _expressions.MAX_TEXT:
+                why = "its env: block is larger than GitHub evaluates"
+                found = Unknown(f"env.{key} ({why})", path=False)
+            merged[str(key)] = found
     elif isinstance(scope, str) and EMBEDDED.search(scope):
         merged["*"] = Unknown("env (built at run time)", path=False)
     return merged
-
-
-def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
-    """``hashFiles(patterns...)`` over the checkout, as the runner computes it: the sha256 of
-    each matched file's sha256, in path order; files outside the workspace and folders are left
-    out. What matches nothing here (a file an earlier step makes) is left to the run."""
-    import hashlib
-
-    shown = f"hashFiles({', '.join(repr(to_text(a)) for a in args)})"
-    if any(isinstance(a, Unknown) for a in args):
-        return Unknown(shown, path=False)
-    github = contexts.get("github")
-    workspace = github.get("workspace") if isinstance(github, Mapping) else None
-    if not isinstance(workspace, str):
-        return Unknown(shown, path=False)
-    root = Path(workspace).resolve()
-    patterns = [line.strip() for a in args for line in to_text(a).splitlines() if line.strip()]
-    found: set[Path] = set()
-    for pattern in patterns:
-        negate = pattern.startswith("!")
-        pattern = pattern[1:] if negate else pattern
-        if pattern.startswith("/") or ".." in Path(pattern).parts:
-            return Unknown(shown, path=False)
-        matched = {p for p in root.glob(pattern) if p.is_file()}
-        found = found - matched if negate else found | matched
-        if len(found) > MAX_HASHED_FILES:
-            return Unknown(shown, path=False)
-    inside = sorted(p for p in found if root in p.resolve().parents)
-    if not inside:
-        return Unknown(f"{shown} (matches nothing in the checkout yet)", path=False)
-    combined = hashlib.sha256()
-    for path in inside:
-        combined.update(files.hash_file(path)[0].digest())
-    return combined.hexdigest()
 
 
 PLAN_FUNCTIONS: dict[str, Function] = {"hashfiles": hash_files}

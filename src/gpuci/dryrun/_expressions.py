@@ -42,6 +42,15 @@ Status = Callable[[str], "bool | Unknown"]
 # instead makes each of them an Unknown (what only the run can compute, e.g. hashFiles).
 Function = Callable[[Mapping[str, Any], list[Any]], Any]
 Functions = Mapping[str, Function] | frozenset[str]
+# GitHub's own bounds (actions/runner ExpressionConstants): an expression of at most 21,000
+# characters, its tree at most 50 levels deep. Here each (, !, [ and call is a level of recursive
+# descent (GitHub's parentheses make no level of its tree): past 50 the expression is refused,
+# so not evaluated and left to the run, never a RecursionError.
+MAX_LENGTH = 21_000
+MAX_DEPTH = 50
+# GitHub evaluates an expression within 10 MiB (EvaluationOptions.MaxMemory, the template's
+# ParseOptions.MaxResultSize), two bytes a character: no string it produces is longer than this.
+MAX_TEXT = (10 << 20) // 2
 
 
 class ExpressionError(ValueError):
@@ -190,8 +199,13 @@ class _Parser:
         status: Status,
         functions: Functions,
     ) -> None:
+        if len(text) > MAX_LENGTH:
+            raise ExpressionError(
+                f"an expression of {len(text):,} characters (GitHub allows {MAX_LENGTH:,})"
+            )
         self.tokens = tokenize(text)
         self.pos = 0
+        self.depth = 0  # how deep the parse is nested: (, !, [ and a call's arguments
         self.contexts = contexts
         self.status = status
         self.functions = functions
@@ -208,6 +222,16 @@ class _Parser:
             raise ExpressionError(f"expected {expected!r}, got {token[1]!r} in {self.text!r}")
         self.pos += 1
         return token
+
+    def nested(self, parse: Callable[[], Any]) -> Any:
+        """``parse()`` one level deeper; past :data:`MAX_DEPTH` GitHub refuses it too."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExpressionError(f"an expression nested deeper than {MAX_DEPTH} levels")
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
 
     def parse(self) -> Any:
         value = self.or_()
@@ -268,7 +292,7 @@ class _Parser:
     def unary(self) -> Any:
         if self.peek() == "!":
             self.take()
-            value = self.unary()
+            value = self.nested(self.unary)
             truth = truth_of(value)
             return value if truth is None else not truth
         return self.postfix()
@@ -282,7 +306,7 @@ class _Parser:
                     raise ExpressionError(f"expected a property name in {self.text!r}")
                 key: Any = name
             else:
-                key = self.or_()
+                key = self.nested(self.or_)
                 self.take("]")
             value = _index(value, key)
         return value
@@ -295,7 +319,7 @@ class _Parser:
             number = to_number(text)
             return int(number) if number.is_integer() else number
         if text == "(":
-            value = self.or_()
+            value = self.nested(self.or_)
             self.take(")")
             return value
         if kind != "name":
@@ -315,7 +339,7 @@ class _Parser:
         self.take("(")
         args: list[Any] = []
         while self.peek() != ")":
-            args.append(self.or_())
+            args.append(self.nested(self.or_))
             if self.peek() == ",":
                 self.take()
         self.take(")")
@@ -340,11 +364,9 @@ class _Parser:
         if low == "format" and args:
             return _format(to_text(args[0]), [to_text(a) for a in args[1:]], self.text)
         if low == "join" and 1 <= len(args) <= 2:
-            sep = to_text(args[1]) if len(args) == 2 else ","
-            items = args[0] if isinstance(args[0], list) else [args[0]]
-            return sep.join(to_text(i) for i in items)
+            return _join(args)
         if low == "tojson" and len(args) == 1:
-            return json.dumps(args[0], indent=2)
+            return _bounded(json.dumps(args[0], indent=2), "toJSON()")
         if low == "fromjson" and len(args) == 1:
             if unknown:
                 return unknown
@@ -356,17 +378,49 @@ class _Parser:
         raise ExpressionError(f"function {name}() is not supported here")
 
 
+def _too_long(size: int, what: str) -> ExpressionError:
+    return ExpressionError(
+        f"{what} makes a string of over {size:,} characters (GitHub evaluates at most {MAX_TEXT:,})"
+    )
+
+
+def _bounded(text: str, what: str) -> str:
+    """``text``, unless it is longer than any string GitHub's evaluator makes."""
+    if len(text) > MAX_TEXT:
+        raise _too_long(len(text), what)
+    return text
+
+
 def _format(template: str, args: list[str], where: str) -> str:
+    """``format()``, measured as it is built: each placeholder may repeat a long argument, so a
+    chain of them (through ``env``) would grow 16-fold a step without this."""
+    size = len(template)
+
     def put(match: re.Match[str]) -> str:
+        nonlocal size
         token = match.group(0)
         if token in ("{{", "}}"):
             return token[0]
         index = int(match.group(1))
         if index >= len(args):
             raise ExpressionError(f"format() has no argument {index} in {where!r}")
+        size += len(args[index])
+        if size > MAX_TEXT:
+            raise _too_long(size, "format()")
         return args[index]
 
     return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
+
+
+def _join(args: list[Any]) -> str:
+    """``join(items, sep)``, measured before it is built."""
+    sep = to_text(args[1]) if len(args) == 2 else ","
+    items = args[0] if isinstance(args[0], list) else [args[0]]
+    texts = [to_text(i) for i in items]
+    size = sum(map(len, texts)) + len(sep) * max(len(texts) - 1, 0)
+    if size > MAX_TEXT:
+        raise _too_long(size, "join()")
+    return sep.join(texts)
 
 
 class _Filtered(list):
@@ -407,7 +461,10 @@ def evaluate(
     functions: Functions = frozenset(),
 ) -> Any:
     """Evaluate one expression (without the ``${{ }}``)."""
-    return _Parser(text, contexts, status, functions).parse()
+    try:
+        return _Parser(text, contexts, status, functions).parse()
+    except RecursionError:  # MAX_DEPTH keeps it shallow; this, when the caller is deep already
+        raise ExpressionError(f"an expression nested deeper than {MAX_DEPTH} levels") from None
 
 
 def interpolate(
@@ -420,13 +477,18 @@ def interpolate(
 
     An :class:`Unknown` when any part is known only at run time."""
     unknown: list[Unknown] = []
+    size = len(text)
 
     def put(match: re.Match[str]) -> str:
+        nonlocal size
         value = evaluate(match.group(1), contexts, status, functions)
         if isinstance(value, Unknown):
             unknown.append(value)
             return ""
-        return to_text(value)
+        size += len(shown := to_text(value))
+        if size > MAX_TEXT:
+            raise _too_long(size, "the text with its ${{ }} put in")
+        return shown
 
     whole = EMBEDDED.sub(put, text)
     return unknown[0] if unknown else whole

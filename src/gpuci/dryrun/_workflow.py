@@ -126,14 +126,18 @@ def read_yaml(path: Path, what: str) -> Any:
     """A workflow or action file (a PR writes them): read bounded, then parsed."""
     import yaml
 
+    from gpuci.dryrun import _yaml
+
     text = untrusted_json.read_input(
         path, what, "point at a workflow or action file, saved as UTF-8", MAX_FILE_BYTES
     )
     try:
-        return yaml.safe_load(text)
+        return _yaml.load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
+        if isinstance(exc, _yaml.Refused):
+            raise InputError(f"{what} {path} {exc.problem}{where}", hint=exc.hint) from None
         raise InputError(
             f"{what} {path} is not valid YAML{where}",
             hint="fix the YAML (actionlint shows the exact spot)",

@@ -1,0 +1,123 @@
+"""A workflow or action file's YAML, read with GitHub's own bounds.
+
+A pull request writes the files a dry run reads, and ``yaml.safe_load`` alone trusts their
+shape: 50,000 nested brackets end it in ``RecursionError``, and nine anchors of ten aliases
+each (a 550-byte file) stand for 10**9 values that every later walk of the document visits.
+GitHub's template reader refuses both; so does this loader, with the line and the limit:
+
+- nesting: at most :data:`MAX_DEPTH` levels (the runner reads an action.yml within 100,
+  ``ActionManifestManager``'s ``TemplateMemory(maxDepth: 100)``; workflows within 50);
+- size: at most :data:`MAX_NODES` values, an alias counted as everything its anchor holds each
+  time it is used (GitHub accepts anchors since September 2025 and reads a document within
+  1,000,000 parse events, ``ParseOptions.MaxParseEvents``), and no alias inside its own anchor;
+- keys: none twice in one mapping (GitHub: "'key' is already defined"; PyYAML keeps the last).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode
+
+MAX_DEPTH = 100
+MAX_NODES = 1_000_000
+
+
+class Refused(yaml.MarkedYAMLError):
+    """A file GitHub's reader refuses too: ``problem`` says why, ``hint`` what GitHub allows."""
+
+    def __init__(self, problem: str, hint: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+        self.hint = hint
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``SafeLoader`` that counts, while composing, each node's depth and the nodes an alias
+    stands for: refused before anything walks the document."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._level = 0  # the level of the node being composed (the document's root is 1)
+        self._reach = 0  # the deepest level reached, aliases read in full
+        self._nodes = 0  # nodes so far, aliases read in full
+        self._sizes: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, levels) it holds
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self._read_alias(event)
+            return super().compose_node(parent, index)
+        self._level += 1
+        outer_reach, self._reach = self._reach, self._level
+        first = self._nodes
+        self._count(1, self._level, event)
+        node = super().compose_node(parent, index)
+        if event.anchor is not None:
+            self._sizes[event.anchor] = (self._nodes - first, self._reach - self._level + 1)
+        self._reach = max(outer_reach, self._reach)
+        self._level -= 1
+        return node
+
+    def _read_alias(self, event: yaml.AliasEvent) -> None:
+        """Count what the alias stands for where it stands; refuse one inside its anchor."""
+        if event.anchor in self.anchors and event.anchor not in self._sizes:
+            raise Refused(
+                f"uses the alias *{event.anchor} inside its own anchor &{event.anchor}",
+                "an anchor must be complete before an alias names it (GitHub cannot expand a "
+                "value that holds itself)",
+                event.start_mark,
+            )
+        nodes, levels = self._sizes.get(event.anchor or "", (0, 0))
+        self._count(nodes, self._level + levels, event)
+
+    def _count(self, nodes: int, reach: int, event: yaml.Event) -> None:
+        self._nodes += nodes
+        self._reach = max(self._reach, reach)
+        if self._reach > MAX_DEPTH:
+            raise Refused(
+                f"nests deeper than {MAX_DEPTH} levels",
+                f"GitHub reads at most {MAX_DEPTH} levels of nested mappings and lists "
+                "(aliases counted where they stand); flatten the file",
+                event.start_mark,
+            )
+        if self._nodes > MAX_NODES:
+            raise Refused(
+                f"holds more than {MAX_NODES:,} values once its aliases are read",
+                f"GitHub reads a workflow within {MAX_NODES:,} values, each alias counted as "
+                "all its anchor holds; use fewer aliases of large anchors",
+                event.start_mark,
+            )
+
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:
+        node = super().compose_mapping_node(anchor)
+        _refuse_duplicate_keys(node)  # as written: construction merges (``<<``) into it
+        return node
+
+
+def _refuse_duplicate_keys(node: MappingNode) -> None:
+    """GitHub refuses a mapping that names a key twice; PyYAML would keep the last silently.
+    Keys compare as the text written (GitHub's keys are strings: ``on`` is not ``true``); a
+    merge (``<<``) may repeat a key, as merging is meant to."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        if key.value in seen:
+            raise Refused(
+                f"names the key '{key.value[:60]}' twice in one mapping",
+                f"GitHub refuses a file whose mapping repeats a key ('{key.value[:60]}' is "
+                "already defined); keep one",
+                key.start_mark,
+            )
+        seen.add(key.value)
+
+
+def load(text: str) -> Any:
+    """The document in ``text``; :class:`Refused` past GitHub's bounds, another
+    ``yaml.YAMLError`` when it is no YAML."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()

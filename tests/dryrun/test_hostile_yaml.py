@@ -1,0 +1,114 @@
+"""A workflow file a pull request wrote, read within GitHub's own bounds: nesting, what its
+aliases stand for, keys named twice. Each is one ``bad input`` line (exit 2) naming the file,
+the line and what GitHub allows, not a traceback, a MemoryError or a silent guess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dryrun.dryrun_testing import WORKFLOWS, dry_run, write
+from gpuci.dryrun._workflow import load_workflow, read_yaml
+from gpuci.errors import InputError
+
+JOB = "jobs:\n  j:\n    runs-on: x\n    steps:\n      - run: echo\n"
+
+
+def refused(tmp_path: Path, text: str) -> str:
+    """The one-line reason ``read_yaml`` refuses ``text`` with, and its hint."""
+    path = tmp_path / "wf.yml"
+    path.write_text(text)
+    with pytest.raises(InputError) as caught:
+        read_yaml(path, "workflow")
+    message = f"{caught.value} (fix: {caught.value.hint})"
+    assert str(path) in message and "\n" not in message
+    return message
+
+
+def test_nesting_deeper_than_github_reads_is_refused(tmp_path):
+    """50,000 nested brackets were a RecursionError, an 'internal error' of the dry run."""
+    message = refused(tmp_path, "on: push\njobs: {j: {steps: " + "[" * 50_000 + "]" * 50_000 + "}}")
+    assert "nests deeper than 100 levels at line 2" in message
+    # an alias counts as deep as its anchor is, where it stands
+    chain = "a0: &a0 " + "[" * 60 + "]" * 60 + "\n"
+    chain += "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 50))
+    assert "nests deeper than 100 levels" in refused(tmp_path, chain)
+
+
+def test_nesting_within_githubs_depth_still_loads(tmp_path):
+    path = write(tmp_path, "on: push\nx: " + "[" * 98 + "]" * 98 + "\n" + JOB)
+    nested: list = []
+    for _ in range(97):
+        nested = [nested]
+    assert load_workflow(path)["x"] == nested  # 99 levels with the document's own mapping
+
+
+def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path):
+    """Nine anchors of ten aliases each, 530 bytes standing for 10**9 values: the plan's
+    env and matrix walks ran out of memory (or time) on it."""
+    bomb = "x-bomb:\n  - &l0 [a,a,a,a,a,a,a,a,a,a]\n" + "".join(
+        f"  - &l{i} [{','.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9)
+    )
+    message = refused(tmp_path, bomb + "on: push\nenv:\n  BIG: *l8\n" + JOB)
+    assert "holds more than 1,000,000 values once its aliases are read" in message
+    assert "GitHub reads a workflow within 1,000,000 values" in message
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    assert "alias *me inside its own anchor &me" in refused(tmp_path, "a: &me [1, *me]\n" + JOB)
+
+
+def test_anchors_and_aliases_github_accepts_still_load(tmp_path):
+    """GitHub reads anchors and aliases since September 2025: a shared env or steps list."""
+    path = write(
+        tmp_path,
+        """
+        on: push
+        jobs:
+          a:
+            runs-on: x
+            env: &env {MODEL: m, SIZE: "7"}
+            steps: &steps
+              - run: echo
+          b:
+            runs-on: x
+            env: *env
+            steps: *steps
+        """,
+    )
+    jobs = load_workflow(path)["jobs"]
+    assert (
+        jobs["b"]["env"] == {"MODEL": "m", "SIZE": "7"} and jobs["b"]["steps"] == jobs["a"]["steps"]
+    )
+
+
+def test_a_key_named_twice_is_refused(tmp_path):
+    """GitHub refuses a mapping that repeats a key; PyYAML kept the last value unseen."""
+    message = refused(
+        tmp_path,
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n      - uses: a/b@v1\n"
+        "        with:\n          key: w-v1\n          path: models\n          key: w-v2\n",
+    )
+    assert "names the key 'key' twice in one mapping at line 10" in message
+    assert "GitHub refuses" in message
+    # a merge key may repeat what it merges: that is what merging is for
+    merged = write(tmp_path, "base: &b {A: 1, B: 2}\nx:\n  <<: *b\n  A: 3\non: push\n" + JOB)
+    assert load_workflow(merged)["x"] == {"A": 3, "B": 2}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("on: push\njobs: {j: {steps: " + "[" * 50_000 + "]" * 50_000 + "}}\n", "nests deeper"),
+        ("on: push\n" + JOB + "    runs-on: y\n", "names the key 'runs-on' twice"),
+    ],
+    ids=["deep", "duplicate-key"],
+)
+def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
+    wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith("dry-run: bad input: workflow ") and reason in line
+    assert "internal error" not in proc.stdout + proc.stderr
