@@ -112,6 +112,19 @@ def naming_keys(legs: list[Leg]) -> list[str]:
     return keys
 
 
+def named(job: str, legs: list[Leg]) -> list[tuple[str, Leg]]:
+    """Each leg with its job's name as GitHub shows it: ``train (mem=40)``; numbered too when
+    values cut alike would name two legs the same."""
+    keys = naming_keys(legs)
+    labels = [label(leg, keys) for leg in legs]
+    if len(set(labels)) < len(labels):  # cut values alike: number the legs too
+        labels = [f"{index}: {text}" for index, text in enumerate(labels, 1)]
+    return [
+        (f"{job} ({text or index})", leg)
+        for index, (text, leg) in enumerate(zip(labels, legs, strict=True), 1)
+    ]
+
+
 def whole_reference(text: str) -> str | None:
     """The key when ``text`` is one whole ``${{ matrix.<key> }}``, else None."""
     match = _MATRIX_REF.fullmatch(text.strip())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.dryrun._bounds import PlanBounds, cycle_detail
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
@@ -92,6 +93,12 @@ class Planner:
     outcomes: dict[str, Any] = field(default_factory=dict)  # job -> success|failure|skipped|?
     job_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its outputs
     transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
+    source: Path | None = None  # the workflow file: a call back to it is a cycle
+    bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
+
+    def __post_init__(self) -> None:
+        if self.source is not None:
+            self.bounds.stack.append((self.source.resolve(), str(self.source)))
 
     # ----- workflows and jobs ------------------------------------------------------------
     def workflow(
@@ -119,6 +126,7 @@ class Planner:
     def job(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], prefix: str, depth: int
     ) -> None:
+        self.bounds.count(1, f"job {name}")
         needs = job.get("needs") or []
         needs = [needs] if isinstance(needs, str) else [str(n) for n in needs]
         results = {
@@ -204,20 +212,14 @@ class Planner:
         legs = None if first_unknown(value) is not None else matrix.expand(value)
         if legs is None:
             return [(name, job, Unknown("matrix"))]
+        self.bounds.count(len(legs) - 1, f"job {name}")  # job() counted the first
         if legs == [{}]:
             return [(name, job, {})]
-        keys = matrix.naming_keys(legs)
-        labels = [matrix.label(leg, keys) for leg in legs]
-        if len(set(labels)) < len(labels):  # cut values alike: number the legs too
-            labels = [f"{index}: {text}" for index, text in enumerate(labels, 1)]
-        named = [
-            (f"{name} ({text or index})", leg)
-            for index, (text, leg) in enumerate(zip(labels, legs, strict=True), 1)
-        ]
-        return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in named]
+        return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in matrix.named(name, legs)]
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
+            self.bounds.count(1, f"job {name} step {index}")
             if isinstance(step, dict):
                 self.plans.append(skipped_plan(name, index, step, why, ""))
 
@@ -248,6 +250,13 @@ class Planner:
             self.plans.append(plan)
             return Unknown(f"needs.{name}.result")
         path, called = found
+        chain = self.bounds.cycle(path, uses)
+        if chain is not None:
+            self._job_line(name, f"uses {uses}: BAD INPUT: a cycle ({chain})")
+            plan = StepPlan(job=name, index="-", name=uses, uses=uses)
+            plan.verdict, plan.detail = "bad-input", cycle_detail("workflow", uses, chain)
+            self.plans.append(plan)
+            return "failure"
         outcomes, outputs = [], []
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
             ctx = {**contexts, "matrix": leg}
@@ -265,7 +274,8 @@ class Planner:
                 self.transcript.say(f"  matrix: {matrix_label(leg)}")
             before = set(self.outcomes)
             prefix = f"{leg_name}/"
-            self.workflow(called, prefix=prefix, inputs=inputs, depth=depth + 1, secrets=secrets)
+            with self.bounds.inside(path, uses):
+                self.workflow(called, None, prefix, inputs, depth + 1, secrets)
             inner = {k: v for k, v in self.outcomes.items() if k not in before}
             outcomes.append(worst_outcome(list(inner.values())))
             if note:
@@ -338,6 +348,7 @@ class Planner:
         would run conditional (its job's ``if:`` is known only at run time)."""
         steps = list(steps)  # each step's name is put in as the runner shows it
         for number, step in enumerate(steps, start=1):
+            self.bounds.count(1, f"job {job} step {prefix}{number}")
             if not isinstance(step, dict):
                 continue
             index: int | str = f"{prefix}{number}" if prefix else number
@@ -496,12 +507,16 @@ class Planner:
             plan.verdict = "other-action"
             plan.detail = f"local action {plan.uses}: no action.yml in the workspace (not judged)"
             return plan
-        _, action = found
+        folder, action = found
         runs = mapping(action.get("runs"))
         using = text_of(runs.get("using"))
         if using != "composite" or depth >= MAX_DEPTH:
             plan.verdict = "other-action"
             plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
+            return plan
+        chain = self.bounds.cycle(folder, plan.uses)
+        if chain is not None:
+            plan.verdict, plan.detail = "bad-input", cycle_detail("action", plan.uses, chain)
             return plan
         with_ = mapping(step.get("with"))
         declared = mapping(action.get("inputs"))
@@ -510,9 +525,9 @@ class Planner:
         state = JobState()
         self.transcript.say(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
         first = len(self.plans)
-        self.steps(
-            plan.job, runs.get("steps") or [], inner_ctx, state, f"{plan.index}.", "", depth + 1
-        )
+        with self.bounds.inside(folder, plan.uses):
+            steps = runs.get("steps") or []
+            self.steps(plan.job, steps, inner_ctx, state, f"{plan.index}.", "", depth + 1)
         inner = self.plans[first:]
         del self.plans[first:]
         plan.verdict = worst_verdict(p.judged for p in inner if p.judged and p.verdict != "skipped")

@@ -1,0 +1,98 @@
+"""How far a plan walks: a PR writes the workflow, so a workflow or action inside itself is bad
+input, and one count of jobs and steps ends a plan that would expand past it, in one line."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from dryrun.dryrun_testing import WORKFLOWS, dry_run, steps_of, write
+from gpuci.commands._dry_run import DryRunInputs
+from gpuci.errors import InputError
+from gpuci.runtime import Runtime
+from gpuci_testing import clean_env
+
+SELF_CALLING = """\
+on: [push, workflow_call]
+jobs:
+  a:
+    uses: ./.github/workflows/x.yml
+  b:
+    uses: ./.github/workflows/x.yml
+"""
+
+
+def test_a_reusable_workflow_that_calls_itself_is_bad_input(tmp_path):
+    """Before, each call was planned again down to MAX_DEPTH: 2 jobs were 2^8 plans, 6 jobs
+    1.7 million (the job hung)."""
+    wf = write(tmp_path, SELF_CALLING, f"{WORKFLOWS}/x.yml")
+    proc = dry_run(tmp_path, wf, "--json", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    steps = steps_of(proc)
+    assert len(steps) == 4  # a/a, a/b, b/a, b/b: the first call back is refused
+    assert {s["verdict"] for s in steps} == {"bad-input"}
+    detail = steps[0]["detail"]
+    chain = "./.github/workflows/x.yml -> ./.github/workflows/x.yml"
+    assert f"reusable workflow ./.github/workflows/x.yml calls itself ({chain})" in detail
+    assert "nest at most 10 levels" in detail
+
+
+def _action(tmp_path: Path, name: str, *uses: str) -> None:
+    body = "runs:\n  using: composite\n  steps:\n" + "".join(f"    - uses: {u}\n" for u in uses)
+    write(tmp_path, body, f"{name}/action.yml")
+
+
+def _job_using(tmp_path: Path, action: str) -> Path:
+    return write(
+        tmp_path,
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+        f"      - uses: actions/checkout@v4\n      - uses: {action}\n",
+        f"{WORKFLOWS}/wf.yml",
+    )
+
+
+def test_a_composite_action_that_uses_itself_is_bad_input(tmp_path):
+    """Before, 8 steps each using the action were 8^8 steps planned."""
+    _action(tmp_path, "act", "./act", "./act")
+    _action(tmp_path, "a", "./b")  # a cycle through another action
+    _action(tmp_path, "b", "./a")
+    for action, chain in (("./act", "./act -> ./act"), ("./a", "./a -> ./b -> ./a")):
+        proc = dry_run(tmp_path, _job_using(tmp_path, action), "--json", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        bad = "\n".join(s["detail"] for s in steps_of(proc) if s["verdict"] == "bad-input")
+        assert f"uses itself ({chain}): the runner fails the job" in bad, proc.stdout
+        assert len(steps_of(proc)) <= 5  # checkout, the action, its steps: no more
+
+
+def _plan(wf: Path) -> None:
+    from gpuci.dryrun import run
+
+    out = io.StringIO()
+    run(DryRunInputs(workflow=str(wf)), Runtime(clean_env(), stdout=out, stderr=out))
+
+
+def test_a_plan_past_its_count_ends_in_one_line(tmp_path, monkeypatch):
+    """No cycle, but 4 steps each using the next action, 4 levels deep: 4^4 steps. The count
+    (5,000 jobs, legs and steps; lowered here) ends it with one InputError naming where."""
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_PLANNED", 50)
+    for level in range(1, 5):
+        _action(tmp_path, f"a{level}", *[f"./a{level + 1}"] * 4)
+    _action(tmp_path, "a5", "actions/setup-python@v5")
+    with pytest.raises(InputError) as caught:
+        _plan(_job_using(tmp_path, "./a1"))
+    line = caught.value.one_line()
+    assert line.startswith("dry-run stopped at job j step 2.1.")
+    assert "over 50 jobs, matrix legs and steps planned" in line
+    assert "composite actions nest at most 10 levels" in line
+    assert "plan one job with --job" in line
+
+
+def test_a_wide_plan_within_the_count_is_planned_whole(tmp_path, monkeypatch):
+    """The same tree under the count: every step planned, nothing refused."""
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_PLANNED", 400)
+    for level in range(1, 4):
+        _action(tmp_path, f"a{level}", *[f"./a{level + 1}"] * 4)
+    _action(tmp_path, "a4", "actions/setup-python@v5")
+    _plan(_job_using(tmp_path, "./a1"))  # 1 job + 2 + 4 + 16 + 64 + 64 steps
