@@ -19,11 +19,14 @@ from pathlib import Path
 
 from gpuci.errors import InputError
 
-__all__ = ["MAX_PLANNED", "PlanBounds", "cycle_detail"]
+__all__ = ["MAX_JOBS", "MAX_PLANNED", "PlanBounds", "cycle_detail"]
 
 # Jobs, matrix legs and steps one dry run plans. GitHub sets no such count; a 256-leg matrix
 # (GitHub's most) of 18-step jobs fits, and judging 5,000 gpu-ci steps takes about 10 s here.
 MAX_PLANNED = 5_000
+# Jobs in one workflow file. GitHub documents no count of jobs (only 256 legs per matrix and a
+# 500 KB file): 1,000 is past any real workflow and keeps the needs order and the plan bounded.
+MAX_JOBS = 1_000
 
 _NESTING = (
     "GitHub nests reusable workflows at most 10 levels (4 on GitHub Enterprise Server), a "
@@ -51,6 +54,15 @@ class PlanBounds:
                 "matrix legs and steps planned, local reusable workflows and composite actions "
                 "expanded",
                 hint=f"{_NESTING}; call them fewer times, or plan one job with --job",
+            )
+
+    def check_jobs(self, number: int) -> None:
+        """Raises InputError for a workflow of more than :data:`MAX_JOBS` jobs."""
+        if number > MAX_JOBS:
+            raise InputError(
+                f"{self._file()} has {number:,} jobs: dry-run plans at most {MAX_JOBS:,}",
+                hint="GitHub documents no count of jobs but reads a workflow file of at most "
+                "500 KB and runs at most 256 legs per matrix; split the workflow",
             )
 
     def cycle(self, path: Path, named: str) -> str | None:

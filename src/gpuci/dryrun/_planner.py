@@ -115,6 +115,7 @@ class Planner:
         if secrets is not None:
             base["secrets"] = secrets
         env = layer_env({}, workflow.get("env"), base, nothing_failed)
+        self.bounds.check_jobs(len(jobs))
         for job_id in needs_order(jobs):
             job = jobs[job_id]
             if (wanted and job_id != wanted) or not isinstance(job, dict):
