@@ -182,3 +182,47 @@ def test_a_workflow_of_more_than_1000_jobs_is_refused_in_one_line(tmp_path):
     proc = dry_run(tmp_path, wf, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert proc.stdout.index("== job j999 ") < proc.stdout.index("== job j0 ")
+
+
+# ----- matrices ---------------------------------------------------------------------------------
+BIG_MATRIX = """\
+on: push
+jobs:
+  big:
+    runs-on: x
+    strategy:
+      matrix:
+        a: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+        b: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    steps:
+      - uses: acme/gpu-ci/actions/gpu-setup@v1
+        with: {min-memory-gb: 1}
+  after:
+    needs: big
+    runs-on: x
+    steps:
+      - run: echo
+  other:
+    runs-on: x
+    steps:
+      - uses: acme/gpu-ci/actions/gpu-setup@v1
+        with: {min-memory-gb: 1}
+"""
+
+
+def test_a_matrix_over_256_legs_is_its_jobs_one_bad_input_line(tmp_path):
+    """As GitHub refuses the run: the job is one bad-input line (not 289 legs planned), the
+    job needing it is skipped, the others are planned."""
+    wf = write(tmp_path, BIG_MATRIX, f"{WORKFLOWS}/x.yml")
+    proc = dry_run(tmp_path, wf, "--json", cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    found = {(s["job"], s["index"]): s for s in steps_of(proc)}
+    assert set(found) == {("big", "-"), ("after", 1), ("other", 1)}
+    big = found[("big", "-")]
+    assert (big["verdict"], big["name"]) == ("bad-input", "strategy.matrix")
+    assert big["detail"].startswith(
+        "strategy.matrix makes 289 legs (17 x 17 values): GitHub runs at most 256 legs per "
+        "matrix ('Strategy expansion exceeded 256 results') (fix: cut its axes"
+    )
+    assert found[("after", 1)]["verdict"] == "skipped"
+    assert found[("other", 1)]["verdict"] == "ok"

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import settings
-from gpuci.dryrun._contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
+from gpuci.dryrun._contexts import (
+    PLAN_FUNCTIONS,
+    evaluate_text,
+    evaluate_value,
+    first_unknown,
+    text_of,
+)
 from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
@@ -33,6 +39,7 @@ __all__ = [
     "cond_values",
     "docker_notes",
     "inputs_context",
+    "job_legs",
     "job_title",
     "merge_leg_outputs",
     "needs_order",
@@ -268,6 +275,28 @@ def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
         name = shown.why if isinstance(shown, Unknown) else shown
         notes.append(f"{what} {name}: needs Docker on the runner")
     return notes
+
+
+def job_legs(
+    name: str, job: dict[str, Any], contexts: Mapping[str, Any]
+) -> list[tuple[str, dict[str, Any], Any]]:
+    """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
+    matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
+    one unresolved run when only the run can build it.
+
+    Raises TooManyLegs (bad input) for a matrix of more than GitHub's 256 legs.
+    """
+    from gpuci.dryrun import _matrix as matrix
+
+    strategy = job.get("strategy")
+    raw = strategy.get("matrix") if isinstance(strategy, dict) else None
+    value = evaluate_value(raw, contexts, nothing_failed)
+    legs = None if first_unknown(value) is not None else matrix.expand(value)
+    if legs is None:
+        return [(name, job, Unknown("matrix"))]
+    if legs == [{}]:
+        return [(name, job, {})]
+    return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in matrix.named(name, legs)]
 
 
 def put_leg(value: Any, leg: dict[str, Any]) -> Any:

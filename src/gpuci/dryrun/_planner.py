@@ -22,7 +22,6 @@ from gpuci.dryrun._calls import (
 from gpuci.dryrun._contexts import (
     evaluate_text,
     evaluate_value,
-    first_unknown,
     layer_env,
     runner_context,
     runs_on_label,
@@ -41,15 +40,16 @@ from gpuci.dryrun._jobs import (
     cond_values,
     docker_notes,
     inputs_context,
+    job_legs,
     job_title,
     merge_leg_outputs,
     needs_order,
     nothing_failed,
     plan_condition,
-    put_leg,
     skipped_context,
     worst_outcome,
 )
+from gpuci.dryrun._matrix import TooManyLegs
 from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun._report import Transcript, plan_lines
 from gpuci.dryrun._steps import (
@@ -169,15 +169,25 @@ class Planner:
         if isinstance(held, Unknown):
             note = f"conditional: job if: {cond_text(cond)} ({held.why} is known at run time)"
         uses = str(job.get("uses") or "")
-        if uses:
-            if forced:
-                self._job_line(name, f"uses {uses}: {forced}")
-                self.job_outputs[name] = {}
+        try:
+            if uses:
+                if forced:
+                    self._job_line(name, f"uses {uses}: {forced}")
+                    self.job_outputs[name] = {}
+                    return
+                self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
                 return
-            self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
-            return
-        outcome = self.legs(name, job, contexts, note, forced)
-        self.outcomes[name] = "skipped" if forced else outcome
+            outcome = self.legs(name, job, contexts, note, forced)
+            self.outcomes[name] = "skipped" if forced else outcome
+        except TooManyLegs as exc:
+            self._too_many_legs(name, uses, exc)
+
+    def _too_many_legs(self, name: str, uses: str, exc: TooManyLegs) -> None:
+        """A matrix over GitHub's 256 legs: GitHub refuses the run, so the job fails and its
+        one bad-input line says why."""
+        self._job_line(name, f"BAD INPUT: {exc.message}")
+        self._job_verdict(name, "strategy.matrix", uses, "bad-input", exc.one_line())
+        self.outcomes[name], self.job_outputs[name] = "failure", {}
 
     def _keep_outputs(self, job: str, outputs: dict[str, Any]) -> None:
         """Record a job's outputs for the jobs that need it; an unknown one is named as they
@@ -202,21 +212,16 @@ class Planner:
     def _legs(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any]
     ) -> list[tuple[str, dict[str, Any], Any]]:
-        """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
-        matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
-        one unresolved run when only the run can build it."""
-        from gpuci.dryrun import _matrix as matrix
+        """The job's legs (:func:`job_legs`), each counted: job() counted the first."""
+        legs = job_legs(name, job, contexts)
+        self.bounds.count(len(legs) - 1, f"job {name}")
+        return legs
 
-        strategy = job.get("strategy")
-        raw = strategy.get("matrix") if isinstance(strategy, dict) else None
-        value = evaluate_value(raw, contexts, nothing_failed)
-        legs = None if first_unknown(value) is not None else matrix.expand(value)
-        if legs is None:
-            return [(name, job, Unknown("matrix"))]
-        self.bounds.count(len(legs) - 1, f"job {name}")  # job() counted the first
-        if legs == [{}]:
-            return [(name, job, {})]
-        return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in matrix.named(name, legs)]
+    def _job_verdict(self, job: str, name: str, uses: str, verdict: str, detail: str) -> None:
+        """A plan for the job as a whole: a call not inspected, a cycle, a matrix too large."""
+        plan = StepPlan(job=job, index="-", name=name, uses=uses)
+        plan.verdict, plan.detail = verdict, detail
+        self.plans.append(plan)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
@@ -246,17 +251,13 @@ class Planner:
                 else "not inspected: local reusable workflow not found in the workspace"
             )
             self._job_line(name, f"uses {uses}: {why}")
-            plan = StepPlan(job=name, index="-", name=uses, uses=uses)
-            plan.verdict, plan.detail = "not-inspected", why
-            self.plans.append(plan)
+            self._job_verdict(name, uses, uses, "not-inspected", why)
             return Unknown(f"needs.{name}.result")
         path, called = found
         chain = self.bounds.cycle(path, uses)
         if chain is not None:
             self._job_line(name, f"uses {uses}: BAD INPUT: a cycle ({chain})")
-            plan = StepPlan(job=name, index="-", name=uses, uses=uses)
-            plan.verdict, plan.detail = "bad-input", cycle_detail("workflow", uses, chain)
-            self.plans.append(plan)
+            self._job_verdict(name, uses, uses, "bad-input", cycle_detail("workflow", uses, chain))
             return "failure"
         outcomes, outputs = [], []
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
