@@ -84,7 +84,7 @@ def test_a_plan_past_its_count_ends_in_one_line(tmp_path, monkeypatch):
         _plan(_job_using(tmp_path, "./a1"))
     line = caught.value.one_line()
     assert line.startswith("dry-run stopped at job j step 2.1.")
-    assert "over 50 jobs, matrix legs and steps planned" in line
+    assert "over 50 jobs, matrix legs, steps and KiB of local reusable workflows and" in line
     assert "composite actions nest at most 10 levels" in line
     assert "plan one job with --job" in line
 
@@ -96,6 +96,37 @@ def test_a_wide_plan_within_the_count_is_planned_whole(tmp_path, monkeypatch):
         _action(tmp_path, f"a{level}", *[f"./a{level + 1}"] * 4)
     _action(tmp_path, "a4", "actions/setup-python@v5")
     _plan(_job_using(tmp_path, "./a1"))  # 1 job + 2 + 4 + 16 + 64 + 64 steps
+
+
+def test_a_local_action_is_read_once_and_each_use_counts_its_size(tmp_path, monkeypatch):
+    """Planning a called file walks all of it again (its env, its inputs): a 1 MiB workflow
+    called by a thousand jobs was parsed a thousand times, seconds each. Read once; each use
+    counts the file's KiB (3 here) with its steps."""
+    from gpuci.dryrun import _planner
+
+    reads: list[str] = []
+
+    def counting(workspace: Path, uses: str):
+        reads.append(uses)
+        return load_local_action(workspace, uses)
+
+    from gpuci.dryrun._workflow import load_local_action
+
+    monkeypatch.setattr(_planner, "load_local_action", counting)
+    _action(tmp_path, "act", "actions/setup-python@v5")
+    padded = tmp_path / "act/action.yml"
+    padded.write_text(padded.read_text() + "#" * 3 * 1024 + "\n")
+    steps = "".join("      - uses: ./act\n" for _ in range(10))
+    wf = write(
+        tmp_path,
+        f"on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n{steps}",
+        f"{WORKFLOWS}/w.yml",
+    )
+    _plan(wf)
+    assert reads == ["./act"]
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_PLANNED", 40)  # 1 job + 10 x (1 + 3 + 1)
+    with pytest.raises(InputError, match=r"stopped at job j step 8\.1 in \./act: over 40 jobs"):
+        _plan(wf)
 
 
 # ----- the needs order -------------------------------------------------------------------------

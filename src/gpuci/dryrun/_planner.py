@@ -243,7 +243,10 @@ class Planner:
         github = contexts.get("github")
         own = own_workflow(uses, github.get("repository") if isinstance(github, dict) else None)
         local = own or (uses if uses.startswith("./") else None)
-        found = load_local_workflow(self.workspace, local) if local else None
+        where = f"job {name}"
+        found = (
+            self.bounds.read(load_local_workflow, self.workspace, local, where) if local else None
+        )
         if found is None or depth >= MAX_DEPTH:
             why = (
                 "not inspected: remote reusable workflow"
@@ -504,7 +507,8 @@ class Planner:
         self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int
     ) -> StepPlan:
         """``uses: ./path``: a composite action is planned step by step, its inputs mapped."""
-        found = load_local_action(self.workspace, plan.uses)
+        where = f"job {plan.job} step {plan.index}"
+        found = self.bounds.read(load_local_action, self.workspace, plan.uses, where)
         if found is None:
             plan.verdict = "other-action"
             plan.detail = f"local action {plan.uses}: no action.yml in the workspace (not judged)"
