@@ -1,6 +1,11 @@
 """Matrix legs as GitHub Actions expands them (the examples of GitHub's own documentation)."""
 
+from types import SimpleNamespace
+
+import pytest
+
 from gpuci.dryrun import _matrix as matrix
+from gpuci.errors import InputError
 
 
 def test_include_adds_keys_to_fitting_legs_and_new_legs_for_the_rest():
@@ -89,3 +94,51 @@ def test_legs_are_named_by_the_fewest_keys_that_tell_them_apart():
 def test_an_object_value_is_named_as_short_json_not_a_python_dict():
     leg = {"config": {"name": "Fast PyTorch Pipeline CPU tests", "runner": "aws-general-8-plus"}}
     assert matrix.label(leg) == 'config={"name":"Fast PyTorch Pipeline CPU te...'
+
+
+def _axes(*lengths: int) -> dict:
+    return {f"a{i}": list(range(n)) for i, n in enumerate(lengths)}
+
+
+def test_a_matrix_over_256_legs_is_refused_from_its_size_before_a_leg_is_built(monkeypatch):
+    """GitHub: "a job matrix can generate a maximum of 256 jobs per workflow run". Eight axes
+    of ten values (a 478-byte workflow) were 10^8 legs built: a MemoryError, "internal error"."""
+
+    def no_product(*axes):
+        raise AssertionError("a leg was built")
+
+    monkeypatch.setattr(matrix, "itertools", SimpleNamespace(product=no_product))
+    with pytest.raises(InputError) as caught:
+        matrix.expand(_axes(*[10] * 8))
+    assert caught.value.one_line() == (
+        "strategy.matrix makes 100,000,000 legs (10 x 10 x 10 x 10 x 10 x 10 x 10 x 10 values): "
+        "GitHub runs at most 256 legs per matrix ('Strategy expansion exceeded 256 results') "
+        "(fix: cut its axes, or split the job)"
+    )
+
+
+def test_the_256_leg_limit_counts_the_legs_after_exclude_and_include():
+    """GitHub counts the legs it makes: exclude may bring a product under the limit, include
+    entries that fit no leg may push it over."""
+    with pytest.raises(InputError, match=r"makes 289 legs \(17 x 17 values\)"):
+        matrix.expand(_axes(17, 17))
+    under = matrix.expand({**_axes(20, 15), "exclude": [{"a0": 0}, {"a0": 1}, {"a0": 2}]})
+    assert under is not None and len(under) == 255
+    over = {**_axes(20, 15), "exclude": [{"a0": 0}, {"a0": 1}]}
+    with pytest.raises(InputError, match="more than 256 legs after its exclude entries"):
+        matrix.expand(over)
+    exact = matrix.expand({**_axes(16, 16), "include": [{"a0": 0, "extra": 1}]})
+    assert exact is not None and len(exact) == 256 and exact[0]["extra"] == 1  # fits: no new leg
+    with pytest.raises(InputError, match="more than 256 legs with its include entries"):
+        matrix.expand({**_axes(16, 16), "include": [{"a0": 99}]})
+
+
+def test_a_matrix_too_large_to_weigh_is_refused(monkeypatch):
+    """Combinations times exclude entries (legs times include entries) are compared: past
+    MAX_CHECKS (about a second's work; lowered here) the matrix is refused, not walked."""
+    monkeypatch.setattr(matrix, "MAX_CHECKS", 100)
+    with pytest.raises(InputError, match=r"100 combinations to weigh against 2 exclude entries"):
+        matrix.expand({**_axes(10, 10), "exclude": [{"a0": 0}, {"a0": 1}]})
+    with pytest.raises(InputError, match=r"50 legs to weigh against 3 include entries"):
+        matrix.expand({**_axes(10, 5), "include": [{"x": 1}, {"x": 2}, {"x": 3}]})
+    assert matrix.expand({**_axes(10, 10), "exclude": [{"a0": 0}]}) is not None  # 100 checks

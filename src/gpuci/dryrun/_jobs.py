@@ -5,13 +5,20 @@ what a container or service asks of the runner. Used by :mod:`._planner`'s walk.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import settings
-from gpuci.dryrun._contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value, text_of
+from gpuci.dryrun._contexts import (
+    PLAN_FUNCTIONS,
+    evaluate_text,
+    evaluate_value,
+    first_unknown,
+    text_of,
+)
 from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
@@ -32,6 +39,7 @@ __all__ = [
     "cond_values",
     "docker_notes",
     "inputs_context",
+    "job_legs",
     "job_title",
     "merge_leg_outputs",
     "needs_order",
@@ -117,22 +125,40 @@ def worst_outcome(outcomes: list[Any]) -> Any:
 
 
 def needs_order(jobs: Mapping[str, Any]) -> list[str]:
-    """Job ids in an order where each comes after what it needs (file order otherwise)."""
-    done: list[str] = []
-    pending = list(jobs)
-    while pending:
-        for job_id in pending:
-            job = jobs[job_id]
-            needs = job.get("needs") if isinstance(job, dict) else None
-            needs = [needs] if isinstance(needs, str) else list(needs or [])
-            if all(str(n) in done or str(n) not in jobs for n in needs):
-                done.append(job_id)
-                pending.remove(job_id)
-                break
-        else:  # a cycle: GitHub refuses the workflow; plan the rest in file order
-            done += pending
-            break
-    return done
+    """Job ids in an order where each comes after what it needs, file order otherwise: of the
+    jobs ready together, the first in the file goes first. A need the workflow lacks is
+    ignored; jobs in a cycle (GitHub refuses the workflow) follow the rest, in file order.
+
+    Kahn's topological sort, by file position, in time linear in the jobs and their needs.
+    """
+    position = {job_id: index for index, job_id in enumerate(jobs)}
+    waiting_on = [0] * len(position)  # how many of its needs each job still waits for
+    needed_by: dict[int, list[int]] = {}
+    for job_id, index in position.items():
+        for need in _known_needs(jobs[job_id], jobs):
+            waiting_on[index] += 1
+            needed_by.setdefault(position[need], []).append(index)
+    ready = [index for index, count in enumerate(waiting_on) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        index = heapq.heappop(ready)
+        order.append(index)
+        for after in needed_by.get(index, ()):
+            waiting_on[after] -= 1
+            if waiting_on[after] == 0:
+                heapq.heappush(ready, after)
+    placed = set(order)
+    order += [index for index in range(len(position)) if index not in placed]
+    ids = list(position)
+    return [ids[index] for index in order]
+
+
+def _known_needs(job: Any, jobs: Mapping[str, Any]) -> set[str]:
+    """The jobs of this workflow that ``job`` needs (``needs:`` a name or a list of them)."""
+    needs = job.get("needs") if isinstance(job, dict) else None
+    needs = [needs] if isinstance(needs, str) else list(needs or [])
+    return {str(n) for n in needs if str(n) in jobs}
 
 
 def inputs_context(
@@ -249,6 +275,28 @@ def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
         name = shown.why if isinstance(shown, Unknown) else shown
         notes.append(f"{what} {name}: needs Docker on the runner")
     return notes
+
+
+def job_legs(
+    name: str, job: dict[str, Any], contexts: Mapping[str, Any]
+) -> list[tuple[str, dict[str, Any], Any]]:
+    """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
+    matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
+    one unresolved run when only the run can build it.
+
+    Raises TooManyLegs (bad input) for a matrix of more than GitHub's 256 legs.
+    """
+    from gpuci.dryrun import _matrix as matrix
+
+    strategy = job.get("strategy")
+    raw = strategy.get("matrix") if isinstance(strategy, dict) else None
+    value = evaluate_value(raw, contexts, nothing_failed)
+    legs = None if first_unknown(value) is not None else matrix.expand(value)
+    if legs is None:
+        return [(name, job, Unknown("matrix"))]
+    if legs == [{}]:
+        return [(name, job, {})]
+    return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in matrix.named(name, legs)]
 
 
 def put_leg(value: Any, leg: dict[str, Any]) -> Any:

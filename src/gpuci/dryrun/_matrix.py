@@ -6,21 +6,35 @@ the matrix's own keys; ``exclude`` removes every combination that matches all of
 keys; each ``include`` entry is added to every combination whose original values it does not
 contradict (it may set new keys, and overwrite keys an earlier include added), and becomes a
 combination of its own when it fits none. A matrix built by an expression (``fromJSON(...)``)
-can't be expanded here: :func:`expand` returns None and the caller says so.
+can't be expanded here: :func:`expand` returns None and the caller says so. Past 256 legs
+GitHub refuses the run ("Strategy expansion exceeded 256 results"), and :func:`expand` raises
+:class:`TooManyLegs`, counting from the axes' lengths before it builds any leg.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from typing import Any
 
 from gpuci.dryrun._expressions import EMBEDDED, to_text
+from gpuci.errors import InputError
 
 _MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.([A-Za-z_][\w-]*)\s*\}\}")
 
 Leg = dict[str, Any]
+
+MAX_LEGS = 256  # GitHub: "a job matrix can generate a maximum of 256 jobs per workflow run"
+# Combinations times exclude entries (legs times include entries) compared to count the legs:
+# about a second here. Past it a matrix is refused, not weighed: it would take exclude entries
+# by the thousand to cut such a product to GitHub's 256 legs.
+MAX_CHECKS = 1 << 21
+
+
+class TooManyLegs(InputError):
+    """A literal matrix GitHub would refuse (over 256 legs): bad input for its job's plan."""
 
 
 def _literal(value: Any) -> bool:
@@ -34,7 +48,11 @@ def _literal(value: Any) -> bool:
 
 
 def expand(matrix: Any) -> list[Leg] | None:
-    """The legs of a literal matrix ([{}] when there is none); None when not literal."""
+    """The legs of a literal matrix ([{}] when there is none); None when not literal.
+
+    Raises TooManyLegs past GitHub's 256 legs: the size is counted from the axes' lengths
+    before any leg is built, so ten axes of ten values are refused, not built.
+    """
     if matrix is None:
         return [{}]
     if not isinstance(matrix, dict) or not _literal(matrix):
@@ -46,24 +64,51 @@ def expand(matrix: Any) -> list[Leg] | None:
         return None
     if any(not isinstance(v, list) for v in axes.values()):
         return None
-    legs: list[Leg] = [
-        dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())
-    ]
+    if any(not isinstance(entry, dict) for entry in include):
+        return None
+    legs = _combinations(axes, [e for e in exclude if isinstance(e, dict)])
+    _include(legs, include)
+    return legs or [{}]
+
+
+def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
+    """The product of the axes less every combination an exclude entry matches (all its keys).
+
+    Built only when it can come to 256 legs or fewer: a larger product with no exclude is
+    refused from its size, and the walk stops at the 257th leg kept.
+    """
     if not axes:
-        legs = []
-    legs = [
-        leg
-        for leg in legs
-        if not any(
-            isinstance(e, dict) and all(leg.get(k) == v for k, v in e.items()) for e in exclude
+        return []
+    size = math.prod(len(values) for values in axes.values())
+    if size > MAX_LEGS and not exclude:
+        lengths = " x ".join(str(len(values)) for values in axes.values())
+        raise _too_many(f"{size:,} legs ({lengths} values)")
+    if size * max(1, len(exclude)) > MAX_CHECKS:
+        raise _too_many(
+            f"{size:,} combinations to weigh against {len(exclude):,} exclude entries "
+            f"(over {MAX_CHECKS:,} comparisons)"
         )
-    ]
-    # Includes fit only the product's combinations (judged by their original values), never
-    # a combination an earlier include added.
+    kept: list[Leg] = []
+    for combo in itertools.product(*axes.values()):
+        leg = dict(zip(axes, combo, strict=True))
+        if not any(all(leg.get(k) == v for k, v in e.items()) for e in exclude):
+            kept.append(leg)
+            if len(kept) > MAX_LEGS:
+                raise _too_many(f"more than {MAX_LEGS} legs after its exclude entries")
+    return kept
+
+
+def _include(legs: list[Leg], include: list[Leg]) -> None:
+    """Put each include entry into ``legs``: into every combination whose original values it
+    does not contradict (judged by the product's values, never by one an earlier include
+    added), else as a leg of its own."""
     product = [(leg, dict(leg)) for leg in legs]
+    if len(product) * len(include) > MAX_CHECKS:
+        raise _too_many(
+            f"{len(product):,} legs to weigh against {len(include):,} include entries "
+            f"(over {MAX_CHECKS:,} comparisons)"
+        )
     for entry in include:
-        if not isinstance(entry, dict):
-            return None
         fitted = False
         for leg, original in product:
             if all(original[k] == v for k, v in entry.items() if k in original):
@@ -71,7 +116,16 @@ def expand(matrix: Any) -> list[Leg] | None:
                 fitted = True
         if not fitted:
             legs.append(dict(entry))
-    return legs or [{}]
+            if len(legs) > MAX_LEGS:
+                raise _too_many(f"more than {MAX_LEGS} legs with its include entries")
+
+
+def _too_many(what: str) -> TooManyLegs:
+    return TooManyLegs(
+        f"strategy.matrix makes {what}: GitHub runs at most {MAX_LEGS} legs per matrix "
+        "('Strategy expansion exceeded 256 results')",
+        hint="cut its axes, or split the job",
+    )
 
 
 def label(leg: Leg, keys: list[str] | None = None) -> str:
@@ -110,6 +164,19 @@ def naming_keys(legs: list[Leg]) -> list[str]:
         if groups == len(legs):
             break
     return keys
+
+
+def named(job: str, legs: list[Leg]) -> list[tuple[str, Leg]]:
+    """Each leg with its job's name as GitHub shows it: ``train (mem=40)``; numbered too when
+    values cut alike would name two legs the same."""
+    keys = naming_keys(legs)
+    labels = [label(leg, keys) for leg in legs]
+    if len(set(labels)) < len(labels):  # cut values alike: number the legs too
+        labels = [f"{index}: {text}" for index, text in enumerate(labels, 1)]
+    return [
+        (f"{job} ({text or index})", leg)
+        for index, (text, leg) in enumerate(zip(labels, legs, strict=True), 1)
+    ]
 
 
 def whole_reference(text: str) -> str | None:

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuci.dryrun._bounds import PlanBounds, cycle_detail
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
 from gpuci.dryrun._contexts import (
     evaluate_text,
     evaluate_value,
-    first_unknown,
     layer_env,
     runner_context,
     runs_on_label,
@@ -40,15 +40,16 @@ from gpuci.dryrun._jobs import (
     cond_values,
     docker_notes,
     inputs_context,
+    job_legs,
     job_title,
     merge_leg_outputs,
     needs_order,
     nothing_failed,
     plan_condition,
-    put_leg,
     skipped_context,
     worst_outcome,
 )
+from gpuci.dryrun._matrix import TooManyLegs
 from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun._report import Transcript, plan_lines
 from gpuci.dryrun._steps import (
@@ -92,6 +93,12 @@ class Planner:
     outcomes: dict[str, Any] = field(default_factory=dict)  # job -> success|failure|skipped|?
     job_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its outputs
     transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
+    source: Path | None = None  # the workflow file: a call back to it is a cycle
+    bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
+
+    def __post_init__(self) -> None:
+        if self.source is not None:
+            self.bounds.stack.append((self.source.resolve(), str(self.source)))
 
     # ----- workflows and jobs ------------------------------------------------------------
     def workflow(
@@ -108,6 +115,7 @@ class Planner:
         if secrets is not None:
             base["secrets"] = secrets
         env = layer_env({}, workflow.get("env"), base, nothing_failed)
+        self.bounds.check_jobs(len(jobs))
         for job_id in needs_order(jobs):
             job = jobs[job_id]
             if (wanted and job_id != wanted) or not isinstance(job, dict):
@@ -119,6 +127,7 @@ class Planner:
     def job(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], prefix: str, depth: int
     ) -> None:
+        self.bounds.count(1, f"job {name}")
         needs = job.get("needs") or []
         needs = [needs] if isinstance(needs, str) else [str(n) for n in needs]
         results = {
@@ -160,15 +169,25 @@ class Planner:
         if isinstance(held, Unknown):
             note = f"conditional: job if: {cond_text(cond)} ({held.why} is known at run time)"
         uses = str(job.get("uses") or "")
-        if uses:
-            if forced:
-                self._job_line(name, f"uses {uses}: {forced}")
-                self.job_outputs[name] = {}
+        try:
+            if uses:
+                if forced:
+                    self._job_line(name, f"uses {uses}: {forced}")
+                    self.job_outputs[name] = {}
+                    return
+                self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
                 return
-            self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
-            return
-        outcome = self.legs(name, job, contexts, note, forced)
-        self.outcomes[name] = "skipped" if forced else outcome
+            outcome = self.legs(name, job, contexts, note, forced)
+            self.outcomes[name] = "skipped" if forced else outcome
+        except TooManyLegs as exc:
+            self._too_many_legs(name, uses, exc)
+
+    def _too_many_legs(self, name: str, uses: str, exc: TooManyLegs) -> None:
+        """A matrix over GitHub's 256 legs: GitHub refuses the run, so the job fails and its
+        one bad-input line says why."""
+        self._job_line(name, f"BAD INPUT: {exc.message}")
+        self._job_verdict(name, "strategy.matrix", uses, "bad-input", exc.one_line())
+        self.outcomes[name], self.job_outputs[name] = "failure", {}
 
     def _keep_outputs(self, job: str, outputs: dict[str, Any]) -> None:
         """Record a job's outputs for the jobs that need it; an unknown one is named as they
@@ -193,31 +212,20 @@ class Planner:
     def _legs(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any]
     ) -> list[tuple[str, dict[str, Any], Any]]:
-        """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
-        matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
-        one unresolved run when only the run can build it."""
-        from gpuci.dryrun import _matrix as matrix
+        """The job's legs (:func:`job_legs`), each counted: job() counted the first."""
+        legs = job_legs(name, job, contexts)
+        self.bounds.count(len(legs) - 1, f"job {name}")
+        return legs
 
-        strategy = job.get("strategy")
-        raw = strategy.get("matrix") if isinstance(strategy, dict) else None
-        value = evaluate_value(raw, contexts, nothing_failed)
-        legs = None if first_unknown(value) is not None else matrix.expand(value)
-        if legs is None:
-            return [(name, job, Unknown("matrix"))]
-        if legs == [{}]:
-            return [(name, job, {})]
-        keys = matrix.naming_keys(legs)
-        labels = [matrix.label(leg, keys) for leg in legs]
-        if len(set(labels)) < len(labels):  # cut values alike: number the legs too
-            labels = [f"{index}: {text}" for index, text in enumerate(labels, 1)]
-        named = [
-            (f"{name} ({text or index})", leg)
-            for index, (text, leg) in enumerate(zip(labels, legs, strict=True), 1)
-        ]
-        return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in named]
+    def _job_verdict(self, job: str, name: str, uses: str, verdict: str, detail: str) -> None:
+        """A plan for the job as a whole: a call not inspected, a cycle, a matrix too large."""
+        plan = StepPlan(job=job, index="-", name=name, uses=uses)
+        plan.verdict, plan.detail = verdict, detail
+        self.plans.append(plan)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         for index, step in enumerate(job.get("steps") or [], start=1):
+            self.bounds.count(1, f"job {name} step {index}")
             if isinstance(step, dict):
                 self.plans.append(skipped_plan(name, index, step, why, ""))
 
@@ -235,7 +243,10 @@ class Planner:
         github = contexts.get("github")
         own = own_workflow(uses, github.get("repository") if isinstance(github, dict) else None)
         local = own or (uses if uses.startswith("./") else None)
-        found = load_local_workflow(self.workspace, local) if local else None
+        where = f"job {name}"
+        found = (
+            self.bounds.read(load_local_workflow, self.workspace, local, where) if local else None
+        )
         if found is None or depth >= MAX_DEPTH:
             why = (
                 "not inspected: remote reusable workflow"
@@ -243,11 +254,14 @@ class Planner:
                 else "not inspected: local reusable workflow not found in the workspace"
             )
             self._job_line(name, f"uses {uses}: {why}")
-            plan = StepPlan(job=name, index="-", name=uses, uses=uses)
-            plan.verdict, plan.detail = "not-inspected", why
-            self.plans.append(plan)
+            self._job_verdict(name, uses, uses, "not-inspected", why)
             return Unknown(f"needs.{name}.result")
         path, called = found
+        chain = self.bounds.cycle(path, uses)
+        if chain is not None:
+            self._job_line(name, f"uses {uses}: BAD INPUT: a cycle ({chain})")
+            self._job_verdict(name, uses, uses, "bad-input", cycle_detail("workflow", uses, chain))
+            return "failure"
         outcomes, outputs = [], []
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
             ctx = {**contexts, "matrix": leg}
@@ -265,7 +279,8 @@ class Planner:
                 self.transcript.say(f"  matrix: {matrix_label(leg)}")
             before = set(self.outcomes)
             prefix = f"{leg_name}/"
-            self.workflow(called, prefix=prefix, inputs=inputs, depth=depth + 1, secrets=secrets)
+            with self.bounds.inside(path, uses):
+                self.workflow(called, None, prefix, inputs, depth + 1, secrets)
             inner = {k: v for k, v in self.outcomes.items() if k not in before}
             outcomes.append(worst_outcome(list(inner.values())))
             if note:
@@ -338,6 +353,7 @@ class Planner:
         would run conditional (its job's ``if:`` is known only at run time)."""
         steps = list(steps)  # each step's name is put in as the runner shows it
         for number, step in enumerate(steps, start=1):
+            self.bounds.count(1, f"job {job} step {prefix}{number}")
             if not isinstance(step, dict):
                 continue
             index: int | str = f"{prefix}{number}" if prefix else number
@@ -491,17 +507,22 @@ class Planner:
         self, plan: StepPlan, step: dict[str, Any], ctx: dict[str, Any], depth: int
     ) -> StepPlan:
         """``uses: ./path``: a composite action is planned step by step, its inputs mapped."""
-        found = load_local_action(self.workspace, plan.uses)
+        where = f"job {plan.job} step {plan.index}"
+        found = self.bounds.read(load_local_action, self.workspace, plan.uses, where)
         if found is None:
             plan.verdict = "other-action"
             plan.detail = f"local action {plan.uses}: no action.yml in the workspace (not judged)"
             return plan
-        _, action = found
+        folder, action = found
         runs = mapping(action.get("runs"))
         using = text_of(runs.get("using"))
         if using != "composite" or depth >= MAX_DEPTH:
             plan.verdict = "other-action"
             plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
+            return plan
+        chain = self.bounds.cycle(folder, plan.uses)
+        if chain is not None:
+            plan.verdict, plan.detail = "bad-input", cycle_detail("action", plan.uses, chain)
             return plan
         with_ = mapping(step.get("with"))
         declared = mapping(action.get("inputs"))
@@ -510,9 +531,9 @@ class Planner:
         state = JobState()
         self.transcript.say(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
         first = len(self.plans)
-        self.steps(
-            plan.job, runs.get("steps") or [], inner_ctx, state, f"{plan.index}.", "", depth + 1
-        )
+        with self.bounds.inside(folder, plan.uses):
+            steps = runs.get("steps") or []
+            self.steps(plan.job, steps, inner_ctx, state, f"{plan.index}.", "", depth + 1)
         inner = self.plans[first:]
         del self.plans[first:]
         plan.verdict = worst_verdict(p.judged for p in inner if p.judged and p.verdict != "skipped")

@@ -1,0 +1,131 @@
+"""How far one plan may walk: a count of what it plans, and no workflow or action inside itself.
+
+A pull request writes the workflow, and the plan expands what it calls: a 284-byte workflow whose
+six jobs each call itself, or an action whose eight steps each use itself, would be planned
+millions of times (``MAX_DEPTH`` bounds the nesting, not the breadth). GitHub never runs either:
+a reusable workflow nests at most ten levels (four on GitHub Enterprise Server) and a workflow
+file calls at most 50 unique reusable workflows (20 on GHES); a composite action nests at most
+ten levels, and the runner fails the job at "Set up job" past that. So a workflow or action
+already being planned (a cycle) is bad input, and one count of the jobs, matrix legs and steps
+planned ends the plan with one line past :data:`MAX_PLANNED`. Each call of a local workflow or
+action counts its size too (planning it walks all of it again: its ``env``, its inputs), and
+each file is read and parsed once per plan: a 1 MiB workflow called by a thousand jobs took
+seconds a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuci.errors import InputError
+
+__all__ = ["MAX_JOBS", "MAX_PLANNED", "PlanBounds", "cycle_detail"]
+
+# Jobs, matrix legs, steps and KiB of called workflows and actions one dry run plans. GitHub sets
+# no such count; a 256-leg matrix (GitHub's most) of 18-step jobs fits, and judging 5,000 gpu-ci
+# steps takes about 10 s here.
+MAX_PLANNED = 5_000
+# Jobs in one workflow file. GitHub documents no count of jobs (only 256 legs per matrix and a
+# 500 KB file): 1,000 is past any real workflow and keeps the needs order and the plan bounded.
+MAX_JOBS = 1_000
+
+Loaded = tuple[Path, dict[str, Any]]  # (the file or the action's folder, what it holds)
+Loader = Callable[[Path, str], Loaded | None]  # load_local_workflow, load_local_action
+
+_NESTING = (
+    "GitHub nests reusable workflows at most 10 levels (4 on GitHub Enterprise Server), a "
+    "workflow calls at most 50 unique ones (20 on GHES) and composite actions nest at most 10 "
+    "levels"
+)
+
+
+@dataclass
+class PlanBounds:
+    """What the plan has walked so far: the count, and the files it is inside now."""
+
+    planned: int = 0
+    stack: list[tuple[Path, str]] = field(default_factory=list)  # (resolved file, as named)
+    files: dict[tuple[str, str], tuple[Loaded | None, int]] = field(default_factory=dict)
+
+    def read(self, load: Loader, workspace: Path, named: str, where: str) -> Loaded | None:
+        """The local workflow or action ``named`` (``load`` reads it), read once per plan; each
+        call counts its size in KiB, as planning it again walks all of it (``where``: the job)."""
+        key = (load.__name__, named)
+        if key not in self.files:
+            found = load(workspace, named)
+            self.files[key] = (found, _kib(found[0]) if found else 0)
+        found, kib = self.files[key]
+        if found is not None:
+            self.count(kib, where)
+        return found
+
+    def count(self, number: int, where: str) -> None:
+        """Count ``number`` more jobs, legs or steps (``where``: the job, named in the error).
+
+        Raises InputError past :data:`MAX_PLANNED`: the plan ends there, in one line.
+        """
+        self.planned += number
+        if self.planned > MAX_PLANNED:
+            raise InputError(
+                f"dry-run stopped at {where} in {self._file()}: over {MAX_PLANNED:,} jobs, "
+                "matrix legs, steps and KiB of local reusable workflows and composite actions "
+                "planned",
+                hint=f"{_NESTING}; call them fewer times, or plan one job with --job",
+            )
+
+    def check_jobs(self, number: int) -> None:
+        """Raises InputError for a workflow of more than :data:`MAX_JOBS` jobs."""
+        if number > MAX_JOBS:
+            raise InputError(
+                f"{self._file()} has {number:,} jobs: dry-run plans at most {MAX_JOBS:,}",
+                hint="GitHub documents no count of jobs but reads a workflow file of at most "
+                "500 KB and runs at most 256 legs per matrix; split the workflow",
+            )
+
+    def cycle(self, path: Path, named: str) -> str | None:
+        """``./a -> ./b -> ./a`` when ``path`` is already being planned, else None."""
+        resolved = path.resolve()
+        files = [file for file, _ in self.stack]
+        if resolved not in files:
+            return None
+        chain = [shown for _, shown in self.stack[files.index(resolved) :]]
+        return " -> ".join([*chain, named])
+
+    @contextmanager
+    def inside(self, path: Path, named: str) -> Iterator[None]:
+        """While the plan is inside the workflow or action at ``path`` (``named`` as written)."""
+        self.stack.append((path.resolve(), named))
+        try:
+            yield
+        finally:
+            self.stack.pop()
+
+    def _file(self) -> str:
+        """The file being planned: the innermost called one, else the workflow."""
+        return self.stack[-1][1] if self.stack else "the workflow"
+
+
+def cycle_detail(kind: str, named: str, chain: str) -> str:
+    """The bad-input line for a workflow (``kind``) or action inside itself: GitHub never runs
+    one, as the nesting never ends."""
+    if kind == "workflow":
+        return (
+            f"reusable workflow {named} calls itself ({chain}): GitHub refuses the run "
+            "(reusable workflows nest at most 10 levels, 4 on GitHub Enterprise Server); "
+            "break the cycle"
+        )
+    return (
+        f"composite action {named} uses itself ({chain}): the runner fails the job at 'Set up "
+        "job' (composite actions nest at most 10 levels); break the cycle"
+    )
+
+
+def _kib(path: Path) -> int:
+    """The size of a workflow file, or of the action.yml in an action's folder, in KiB."""
+    files = [path / "action.yml", path / "action.yaml"] if path.is_dir() else [path]
+    size = next((f.stat().st_size for f in files if f.is_file()), 0)
+    return size // 1024

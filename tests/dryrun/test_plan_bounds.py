@@ -1,0 +1,259 @@
+"""How far a plan walks: a PR writes the workflow, so a workflow or action inside itself is bad
+input, and one count of jobs and steps ends a plan that would expand past it, in one line."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from dryrun.dryrun_testing import WORKFLOWS, dry_run, steps_of, write
+from gpuci.commands._dry_run import DryRunInputs
+from gpuci.errors import InputError
+from gpuci.runtime import Runtime
+from gpuci_testing import clean_env
+
+SELF_CALLING = """\
+on: [push, workflow_call]
+jobs:
+  a:
+    uses: ./.github/workflows/x.yml
+  b:
+    uses: ./.github/workflows/x.yml
+"""
+
+
+def test_a_reusable_workflow_that_calls_itself_is_bad_input(tmp_path):
+    """Before, each call was planned again down to MAX_DEPTH: 2 jobs were 2^8 plans, 6 jobs
+    1.7 million (the job hung)."""
+    wf = write(tmp_path, SELF_CALLING, f"{WORKFLOWS}/x.yml")
+    proc = dry_run(tmp_path, wf, "--json", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    steps = steps_of(proc)
+    assert len(steps) == 4  # a/a, a/b, b/a, b/b: the first call back is refused
+    assert {s["verdict"] for s in steps} == {"bad-input"}
+    detail = steps[0]["detail"]
+    chain = "./.github/workflows/x.yml -> ./.github/workflows/x.yml"
+    assert f"reusable workflow ./.github/workflows/x.yml calls itself ({chain})" in detail
+    assert "nest at most 10 levels" in detail
+
+
+def _action(tmp_path: Path, name: str, *uses: str) -> None:
+    body = "runs:\n  using: composite\n  steps:\n" + "".join(f"    - uses: {u}\n" for u in uses)
+    write(tmp_path, body, f"{name}/action.yml")
+
+
+def _job_using(tmp_path: Path, action: str) -> Path:
+    return write(
+        tmp_path,
+        "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n"
+        f"      - uses: actions/checkout@v4\n      - uses: {action}\n",
+        f"{WORKFLOWS}/wf.yml",
+    )
+
+
+def test_a_composite_action_that_uses_itself_is_bad_input(tmp_path):
+    """Before, 8 steps each using the action were 8^8 steps planned."""
+    _action(tmp_path, "act", "./act", "./act")
+    _action(tmp_path, "a", "./b")  # a cycle through another action
+    _action(tmp_path, "b", "./a")
+    for action, chain in (("./act", "./act -> ./act"), ("./a", "./a -> ./b -> ./a")):
+        proc = dry_run(tmp_path, _job_using(tmp_path, action), "--json", cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        bad = "\n".join(s["detail"] for s in steps_of(proc) if s["verdict"] == "bad-input")
+        assert f"uses itself ({chain}): the runner fails the job" in bad, proc.stdout
+        assert len(steps_of(proc)) <= 5  # checkout, the action, its steps: no more
+
+
+def _plan(wf: Path) -> None:
+    from gpuci.dryrun import run
+
+    out = io.StringIO()
+    run(DryRunInputs(workflow=str(wf)), Runtime(clean_env(), stdout=out, stderr=out))
+
+
+def test_a_plan_past_its_count_ends_in_one_line(tmp_path, monkeypatch):
+    """No cycle, but 4 steps each using the next action, 4 levels deep: 4^4 steps. The count
+    (5,000 jobs, legs and steps; lowered here) ends it with one InputError naming where."""
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_PLANNED", 50)
+    for level in range(1, 5):
+        _action(tmp_path, f"a{level}", *[f"./a{level + 1}"] * 4)
+    _action(tmp_path, "a5", "actions/setup-python@v5")
+    with pytest.raises(InputError) as caught:
+        _plan(_job_using(tmp_path, "./a1"))
+    line = caught.value.one_line()
+    assert line.startswith("dry-run stopped at job j step 2.1.")
+    assert "over 50 jobs, matrix legs, steps and KiB of local reusable workflows and" in line
+    assert "composite actions nest at most 10 levels" in line
+    assert "plan one job with --job" in line
+
+
+def test_a_wide_plan_within_the_count_is_planned_whole(tmp_path, monkeypatch):
+    """The same tree under the count: every step planned, nothing refused."""
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_PLANNED", 400)
+    for level in range(1, 4):
+        _action(tmp_path, f"a{level}", *[f"./a{level + 1}"] * 4)
+    _action(tmp_path, "a4", "actions/setup-python@v5")
+    _plan(_job_using(tmp_path, "./a1"))  # 1 job + 2 + 4 + 16 + 64 + 64 steps
+
+
+def test_a_local_action_is_read_once_and_each_use_counts_its_size(tmp_path, monkeypatch):
+    """Planning a called file walks all of it again (its env, its inputs): a 1 MiB workflow
+    called by a thousand jobs was parsed a thousand times, seconds each. Read once; each use
+    counts the file's KiB (3 here) with its steps."""
+    from gpuci.dryrun import _planner
+
+    reads: list[str] = []
+
+    def counting(workspace: Path, uses: str):
+        reads.append(uses)
+        return load_local_action(workspace, uses)
+
+    from gpuci.dryrun._workflow import load_local_action
+
+    monkeypatch.setattr(_planner, "load_local_action", counting)
+    _action(tmp_path, "act", "actions/setup-python@v5")
+    padded = tmp_path / "act/action.yml"
+    padded.write_text(padded.read_text() + "#" * 3 * 1024 + "\n")
+    steps = "".join("      - uses: ./act\n" for _ in range(10))
+    wf = write(
+        tmp_path,
+        f"on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n{steps}",
+        f"{WORKFLOWS}/w.yml",
+    )
+    _plan(wf)
+    assert reads == ["./act"]
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_PLANNED", 40)  # 1 job + 10 x (1 + 3 + 1)
+    with pytest.raises(InputError, match=r"stopped at job j step 8\.1 in \./act: over 40 jobs"):
+        _plan(wf)
+
+
+# ----- the needs order -------------------------------------------------------------------------
+def _needs_order_as_before(jobs):
+    """The order before Kahn's sort (rescanning from the first job each time): the reference."""
+    done: list = []
+    pending = list(jobs)
+    while pending:
+        for job_id in pending:
+            job = jobs[job_id]
+            needs = job.get("needs") if isinstance(job, dict) else None
+            needs = [needs] if isinstance(needs, str) else list(needs or [])
+            if all(str(n) in done or str(n) not in jobs for n in needs):
+                done.append(job_id)
+                pending.remove(job_id)
+                break
+        else:
+            done += pending
+            break
+    return done
+
+
+def test_the_needs_order_is_the_same_as_before_for_any_graph():
+    """Ready together, the first in the file goes first; an unknown need is ignored; jobs in a
+    cycle (or after one) follow the rest in file order; a job that is no mapping has no needs."""
+    import random
+
+    from gpuci.dryrun._jobs import needs_order
+
+    rng = random.Random(7)
+    for _ in range(400):
+        names = [f"j{i}" for i in range(rng.randint(0, 12))]
+        jobs: dict = {}
+        for name in names:
+            pool = [*names, "nope"]
+            needs = rng.sample(pool, rng.randint(0, min(3, len(pool))))
+            shape = rng.choice(["list", "text", "none", "not-a-job"])
+            if shape == "not-a-job":
+                jobs[name] = "x"
+            elif shape == "text" and needs:
+                jobs[name] = {"needs": needs[0]}
+            else:
+                jobs[name] = {"needs": needs + needs[:1]} if shape == "list" else {}
+        assert needs_order(jobs) == _needs_order_as_before(jobs), jobs
+
+
+class _CountingJob(dict):
+    """A job that counts how often its ``needs`` is read."""
+
+    reads = 0
+
+    def get(self, key, default=None):
+        if key == "needs":
+            _CountingJob.reads += 1
+        return super().get(key, default)
+
+
+def test_the_needs_order_reads_each_job_once():
+    """A reverse chain (j0 needs j1 needs j2 ...): before, each placed job rescanned the rest
+    from the first (300 jobs: ~45,000 reads; 8,000 jobs never finished)."""
+    from gpuci.dryrun._jobs import needs_order
+
+    jobs = {f"j{i}": _CountingJob(needs=f"j{i + 1}") for i in range(300)}
+    jobs["j300"] = _CountingJob()
+    _CountingJob.reads = 0
+    assert needs_order(jobs) == [f"j{i}" for i in range(300, -1, -1)]
+    assert _CountingJob.reads <= len(jobs)
+
+
+def test_a_workflow_of_more_than_1000_jobs_is_refused_in_one_line(tmp_path):
+    """GitHub documents no count of jobs; past 1,000 the plan says so instead of walking them."""
+    jobs = "".join(f"  j{i}: {{needs: j{i + 1}}}\n" for i in range(1000))
+    last = "  j1000: {runs-on: x, steps: [{run: echo}]}\n"
+    wf = write(tmp_path, f"on: push\njobs:\n{jobs}{last}")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert proc.stdout.strip() == (
+        "dry-run: bad input: the workflow has 1,001 jobs: dry-run plans at most 1,000 (fix: "
+        "GitHub documents no count of jobs but reads a workflow file of at most 500 KB and runs "
+        "at most 256 legs per matrix; split the workflow)"
+    )
+    wf.write_text(wf.read_text().replace("  j999: {needs: j1000}\n", "  j999: {}\n"))
+    wf.write_text(wf.read_text().replace(last, ""))  # 1,000 jobs: planned, last first
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert proc.stdout.index("== job j999 ") < proc.stdout.index("== job j0 ")
+
+
+# ----- matrices ---------------------------------------------------------------------------------
+BIG_MATRIX = """\
+on: push
+jobs:
+  big:
+    runs-on: x
+    strategy:
+      matrix:
+        a: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+        b: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+    steps:
+      - uses: acme/gpu-ci/actions/gpu-setup@v1
+        with: {min-memory-gb: 1}
+  after:
+    needs: big
+    runs-on: x
+    steps:
+      - run: echo
+  other:
+    runs-on: x
+    steps:
+      - uses: acme/gpu-ci/actions/gpu-setup@v1
+        with: {min-memory-gb: 1}
+"""
+
+
+def test_a_matrix_over_256_legs_is_its_jobs_one_bad_input_line(tmp_path):
+    """As GitHub refuses the run: the job is one bad-input line (not 289 legs planned), the
+    job needing it is skipped, the others are planned."""
+    wf = write(tmp_path, BIG_MATRIX, f"{WORKFLOWS}/x.yml")
+    proc = dry_run(tmp_path, wf, "--json", cwd=tmp_path, GPUCI_FAKE_NVML="h200")
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    found = {(s["job"], s["index"]): s for s in steps_of(proc)}
+    assert set(found) == {("big", "-"), ("after", 1), ("other", 1)}
+    big = found[("big", "-")]
+    assert (big["verdict"], big["name"]) == ("bad-input", "strategy.matrix")
+    assert big["detail"].startswith(
+        "strategy.matrix makes 289 legs (17 x 17 values): GitHub runs at most 256 legs per "
+        "matrix ('Strategy expansion exceeded 256 results') (fix: cut its axes"
+    )
+    assert found[("after", 1)]["verdict"] == "skipped"
+    assert found[("other", 1)]["verdict"] == "ok"
