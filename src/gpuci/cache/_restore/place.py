@@ -3,10 +3,10 @@
 
 The manifest is fetched and verified by then; refuse anything that would write outside
 the target before touching the disk; build each root in a staging folder next to it (same
-filesystem, so the final rename is atomic); stream every file in with parallel ranged GETs,
-checking sha256 on the way; rename into place. Any failure removes the staging folder, and a
-killed restore's leftovers are swept by the next one, so a partial file never carries a final
-name.
+filesystem, so the final rename is atomic; :mod:`gpuci.cache._restore.staging`); stream every
+file in with parallel ranged GETs, checking sha256 on the way; rename into place. Any failure
+removes the staging folder, and a killed restore's leftovers are swept by the next one, so a
+partial file never carries a final name.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gpuci.cache._common import (
     throttle_signals,
 )
 from gpuci.cache._format import manifest as mf
+from gpuci.cache._restore import staging as stage
 from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.tier import LocalTier, Placed
@@ -32,9 +33,6 @@ from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.inputs import resolve_path
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
-
-_TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
-
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Headroom kept free on the target filesystem beyond the tree itself.
@@ -52,41 +50,13 @@ class _Root:
     index: int
     kind: str
     target: Path
-    staging: Path
-
-    @property
-    def trash(self) -> Path:
-        """Where a merge moves what stood in the way (swept like the staging folder)."""
-        return self.staging.with_name(self.staging.name + _TRASH_SUFFIX)
+    staging: stage.Staging | None = None  # made once the checks before writing passed
 
     @property
     def build(self) -> Path:
-        """Where entries of this root are created inside the staging folder."""
-        return self.staging if self.kind == "dir" else self.staging / self.target.name
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_stale(target: Path) -> None:
-    """Remove staging folders left by killed restores of ``target`` (their process is gone)."""
-    parent = target.parent
-    if not parent.is_dir():
-        return
-    stem = f"{layout.STAGING_PREFIX}{target.name}."
-    for item in parent.iterdir():
-        if not item.name.startswith(stem):
-            continue
-        pid = item.name[len(stem) :].removesuffix(_TRASH_SUFFIX)
-        if pid.isdigit() and not _alive(int(pid)):
-            _rmtree(item)
+        """Where this root is built: the folder, or the one file."""
+        assert self.staging is not None
+        return self.staging.tree
 
 
 def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
@@ -103,16 +73,14 @@ def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
 
 def _place(root: _Root) -> None:
     """Move a finished staging tree into place: one rename when the target is new."""
-    target = root.target
+    target, staging = root.target, root.staging
+    assert staging is not None
     if root.kind == "file":
-        if not os.path.lexists(root.build):  # a partial restore that picked nothing here
-            root.staging.rmdir()
-            return
-        os.replace(root.build, target)  # a rename replaces a link at target, never follows it
-        root.staging.rmdir()
+        if os.path.lexists(root.build):  # else a partial restore that picked nothing here
+            os.replace(root.build, target)  # a rename replaces a link there, never follows it
         return
     if not os.path.lexists(target):
-        os.rename(root.staging, target)
+        os.rename(root.build, target)
         return
     try:
         top = os.open(target, _DIR_FLAGS)
@@ -124,11 +92,9 @@ def _place(root: _Root) -> None:
             hint="remove it or restore to another path",
         ) from None
     try:
-        _merge(root.staging, top, root.trash)
+        _merge(root.build, top, staging)
     finally:
         os.close(top)
-    _rmtree(root.staging)
-    _rmtree(root.trash)
 
 
 # Descending into the target when merging: never through a symlink (ELOOP instead).
@@ -137,7 +103,7 @@ def _place(root: _Root) -> None:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _merge(src: Path, dest: int, trash: Path) -> None:
+def _merge(src: Path, dest: int, staging: stage.Staging) -> None:
     """Merge the staged folder ``src`` into the open folder ``dest``, one name at a time.
 
     Every step is relative to a folder descriptor opened with ``O_NOFOLLOW``, so a symlink
@@ -148,7 +114,7 @@ def _merge(src: Path, dest: int, trash: Path) -> None:
         name = item.name
         if not item.is_dir(follow_symlinks=False):  # a file or a link: one atomic rename
             if _is_real_dir(name, dest):
-                _move_aside(name, dest, trash)
+                _move_aside(name, dest, staging)
             os.replace(item.path, name, dst_dir_fd=dest)
             continue
         try:
@@ -159,11 +125,11 @@ def _merge(src: Path, dest: int, trash: Path) -> None:
         except OSError as exc:
             if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
-            _move_aside(name, dest, trash)  # a file or a (planted) link where a folder belongs
+            _move_aside(name, dest, staging)  # a file or a (planted) link where a folder belongs
             os.rename(item.path, name, dst_dir_fd=dest)
             continue
         try:
-            _merge(Path(item.path), sub, trash)
+            _merge(Path(item.path), sub, staging)
             os.fchmod(sub, stat.S_IMODE(item.stat(follow_symlinks=False).st_mode))
         finally:
             os.close(sub)
@@ -176,10 +142,10 @@ def _is_real_dir(name: str, dest: int) -> bool:
         return False
 
 
-def _move_aside(name: str, dest: int, trash: Path) -> None:
-    """Move whatever holds ``name`` into the staging trash (removed with the staging folder)."""
-    trash.mkdir(exist_ok=True)
-    os.rename(name, trash / f"{len(os.listdir(trash))}", src_dir_fd=dest)
+def _move_aside(name: str, dest: int, staging: stage.Staging) -> None:
+    """Move whatever holds ``name`` into the staging folder's trash, a folder this restore
+    made and reaches by descriptor only (removed with the staging folder)."""
+    os.rename(name, staging.trash_name(), src_dir_fd=dest, dst_dir_fd=staging.trash())
 
 
 def _refuse_escaping_links(manifest: mf.Manifest, roots: list[_Root]) -> None:
@@ -368,7 +334,9 @@ def restore_tree(
     moved = Moved(placed={})
     try:
         for root in roots:
-            root.staging.mkdir()
+            root.staging = stage.make(root.target)
+            if root.kind == "dir":
+                root.build.mkdir()
         files, dirs = _build_skeleton(manifest, roots)
         _fill_files(store, files, rt, label, tier, moved)
         _make_symlinks(manifest, roots)
@@ -383,26 +351,25 @@ def restore_tree(
     except BaseException:
         _cleanup(roots)
         raise
+    _cleanup(roots)
     if tier is not None:
         tier_evict.evict(tier)
     return moved
 
 
 def _roots(manifest: mf.Manifest, paths: list[str]) -> list[_Root]:
-    """One root per manifest root, each with a staging folder beside its target."""
-    roots: list[_Root] = []
-    for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
-        target = resolve_path(raw)
-        staging = target.parent / f"{layout.STAGING_PREFIX}{target.name}.{os.getpid()}"
-        roots.append(_Root(index, spec["kind"], target, staging))
-    return roots
+    """One root per manifest root (its staging folder is made once the checks passed)."""
+    return [
+        _Root(index, spec["kind"], resolve_path(raw))
+        for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True))
+    ]
 
 
 def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) -> None:
     """Make the parents, sweep a killed restore's leftovers, and check the free space."""
     for root in roots:
         root.target.parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale(root.target)
+        stage.sweep_stale(root.target)
     try:
         check_space(manifest, roots)
     except InfraError:  # only then ask the tier what it links (a lstat per file)
@@ -505,17 +472,8 @@ def retry_settings_for(rt: Runtime) -> tuple[str, int]:
 
 def _cleanup(roots: list[_Root]) -> None:
     for root in roots:
-        _rmtree(root.staging)
-        _rmtree(root.trash)
-
-
-def _rmtree(path: Path) -> None:
-    """Remove a staging or trash folder, if any (shutil loads only when there is one: a warm
-    restore into a new folder never needs it, and its import is a tenth of the start-up)."""
-    if os.path.lexists(path):
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
+        if root.staging is not None:
+            root.staging.remove()
 
 
 def read_entry(store: Store, entry: mf.Entry) -> bytes:

@@ -1,0 +1,134 @@
+# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
+"""What a job (or a co-tenant) can plant beside a restore's target: staging names, a trash
+link; and a live restore another container's sweep must not remove. Nothing outside the target
+changes, and the restore goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+    cache_cmd,
+    env,
+    file_store,
+    leftovers,
+    plant,
+    snapshot,
+)
+
+from gpuci.cache._restore import place
+
+PREFIX = ".gpuci-staging-"
+
+
+def _restore(store, env, key: str, *targets: Path):
+    paths = "\n".join(str(t) for t in targets)
+    return cache_cmd("restore", {**store.flags(), "key": key, "path": paths}, env)[0]
+
+
+def _models_over_a_file(store, tmp_path: Path) -> Path:
+    """A cache with a folder ``models`` and a job folder holding a file by that name."""
+    plant(
+        store,
+        "k",
+        [
+            {"type": "dir", "root": 0, "path": "models", "mode": 0o755},
+            {"type": "file", "root": 0, "path": "models/w.bin"},
+        ],
+        {"models/w.bin": b"weights"},
+    )
+    target = tmp_path / "w" / "t"
+    target.mkdir(parents=True)
+    (target / "models").write_bytes(b"ATTACKER PAYLOAD\n")
+    return target
+
+
+def test_a_planted_trash_link_moves_nothing_out_of_the_target(file_store, env, tmp_path):
+    """s03: ``<parent>/.gpuci-staging-t.<pid>-replaced -> victim`` made the merge move the
+    job's ``models`` through it, over ``victim/1``."""
+    target = _models_over_a_file(file_store, tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "1").write_bytes(b"victim's own file\n")
+    planted = target.parent / f"{PREFIX}t.{os.getpid()}-replaced"
+    os.symlink(victim, planted)
+    before = snapshot(victim)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert snapshot(victim) == before
+    assert (target / "models" / "w.bin").read_bytes() == b"weights"
+    assert not os.path.lexists(planted)  # swept: unlinked, never followed
+    assert leftovers(target.parent) == []
+
+
+def test_planted_staging_names_do_not_fail_the_restore(file_store, env, tmp_path):
+    """s08: links planted under the names the next pids would stage in."""
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w"})
+    (tmp_path / "w").mkdir()
+    target = tmp_path / "w" / "t"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for pid in range(os.getpid() - 2, os.getpid() + 3):
+        os.symlink("/nonexistent", target.parent / f"{PREFIX}t.{pid}")
+        os.symlink(elsewhere, target.parent / f"{PREFIX}t.{pid}-replaced")
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert (target / "w.bin").read_bytes() == b"w"
+    assert list(elsewhere.iterdir()) == []
+    assert leftovers(target.parent) == []
+
+
+def test_a_live_restore_in_another_pid_namespace_keeps_its_staging(
+    file_store, env, tmp_path, monkeypatch
+):
+    """s18: restore A's pid is not alive in restore B's pid namespace (containers sharing the
+    folder). B starts while A is filling its staging folder: B's sweep must leave it."""
+    files = {f"f{i}.bin": f"{i}".encode() for i in range(3)}
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": p} for p in files], files)
+    target = tmp_path / "w" / "t"
+    child = subprocess.Popen(["true"])
+    child.wait()
+    monkeypatch.setattr(os, "getpid", lambda: child.pid)  # A's pid, seen from B: nobody's
+    real_fill = place._fill_files
+    second: list = []
+
+    def fill_then_b_runs(*args, **kwargs):
+        real_fill(*args, **kwargs)
+        if not second:
+            second.append(None)
+            second[0] = _restore(file_store, env, "k", target)
+
+    monkeypatch.setattr(place, "_fill_files", fill_then_b_runs)
+    first = _restore(file_store, env, "k", target)
+    assert second[0].exit_code == 0, second[0].headline
+    assert first.exit_code == 0, first.headline
+    assert {p: (target / p).read_bytes() for p in files} == files
+    assert leftovers(target.parent) == []
+
+
+def test_a_dead_restores_staging_is_swept_and_an_unlocked_one_only_once_old(tmp_path):
+    from gpuci.cache._restore import staging
+
+    target = tmp_path / "t"
+    dead = staging.make(target)  # its restore died: the kernel dropped its lock
+    os.close(dead.lock)
+    live = staging.make(target)
+    old, young = tmp_path / f"{PREFIX}t.12345", tmp_path / f"{PREFIX}t.12346-replaced"
+    old.mkdir()  # an older gpu-ci's: no lock to look at
+    young.mkdir()
+    unlocked = tmp_path / f"{PREFIX}t.{'0' * 16}.1"  # killed before it locked: mode 0
+    unlocked.mkdir()
+    os.close(os.open(unlocked / staging.LOCK, os.O_CREAT | os.O_WRONLY, 0))
+    past = time.time() - staging.UNLOCKED_GRACE - 60
+    os.utime(old, (past, past))
+    other = tmp_path / f"{PREFIX}t.x.y"  # not a staging name: not ours to touch
+    other.mkdir()
+    staging.sweep_stale(target)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {live.path.name, young.name, unlocked.name, other.name}
+    live.remove()
+    os.close(dead.fd)
