@@ -1,16 +1,19 @@
 # ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
-"""What a job (or a co-tenant) can plant beside a restore's target: staging names, a trash
-link; and a live restore another container's sweep must not remove. Nothing outside the target
-changes, and the restore goes on.
+"""What a job (or a co-tenant) can plant beside or inside a restore's target: staging names,
+a trash link, a folder where a cached file goes, links that lead a cached link out; and a
+restore that fails once merging. Nothing outside the target changes, and a failed restore
+leaves the job's folder as it was.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
     env,
@@ -132,3 +135,134 @@ def test_a_dead_restores_staging_is_swept_and_an_unlocked_one_only_once_old(tmp_
     assert left == {live.path.name, young.name, unlocked.name, other.name}
     live.remove()
     os.close(dead.fd)
+
+
+def _job_folder(target: Path, outside: Path) -> None:
+    (target / "notes").mkdir(parents=True)
+    (target / "notes" / "mine.txt").write_text("the job's own work\n")
+    (target / "model.bin").write_text("job's model\n")
+    (target / "z.bin").write_text("job's z\n")
+
+
+CACHED = {"notes": b"cached notes", "model.bin": b"cached model", "z.bin": b"cached z"}
+
+
+def _plant_cached(store, link: bool) -> None:
+    entries = [{"type": "file", "root": 0, "path": p} for p in CACHED]
+    if link:
+        entries.append({"type": "symlink", "root": 0, "path": "c", "target": "a/x"})
+    plant(store, "k", entries, dict(CACHED))
+
+
+def test_a_link_leaving_through_the_jobs_links_is_refused_before_any_merge(
+    file_store, env, tmp_path
+):
+    """s04 A: the job's ``a -> outside``; the cache's ``c -> a/x`` would land outside."""
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    _job_folder(target, outside)
+    os.symlink(outside, target / "a")
+    _plant_cached(file_store, link=True)
+    before = snapshot(target)
+    result = _restore(file_store, env, "k", target)
+    assert snapshot(target) == before
+    assert result.exit_code == 2
+    assert "resolves to" in result.headline and "nothing was restored" in result.headline
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("over", ["file-over-jobs-folder", "folder-over-jobs-link"])
+def test_job_links_the_merge_replaces_do_not_count(file_store, env, tmp_path, over):
+    """Only links the merge keeps can lead a cached link out: one under a folder the cache
+    replaces with a file, or a job's link the cache replaces with a folder, cannot."""
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    target.mkdir()
+    if over == "file-over-jobs-folder":
+        (target / "x").mkdir()
+        os.symlink(outside, target / "x" / "y")
+        entries = [
+            {"type": "file", "root": 0, "path": "x"},
+            {"type": "symlink", "root": 0, "path": "l", "target": "x/y"},
+        ]
+    else:
+        os.symlink(outside, target / "x")
+        entries = [
+            {"type": "dir", "root": 0, "path": "x", "mode": 0o755},
+            {"type": "file", "root": 0, "path": "x/w"},
+            {"type": "symlink", "root": 0, "path": "l", "target": "x/y"},
+        ]
+    plant(file_store, "k", entries, {"x": b"cached x", "x/w": b"w"})
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert list(outside.iterdir()) == []
+    assert not (target / "x").is_symlink()
+    assert leftovers(tmp_path) == []
+
+
+def test_a_link_made_leaving_during_the_download_puts_everything_back(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The job makes ``a -> outside`` while the restore downloads: the check after the merge
+    refuses ``c``, and the merge is undone, the job's folder and files back."""
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    _job_folder(target, outside)
+    _plant_cached(file_store, link=True)
+    before = snapshot(target)
+    real_fill = place._fill_files
+
+    def fill_and_job_links(*args, **kwargs):
+        real_fill(*args, **kwargs)
+        os.symlink(outside, target / "a")
+
+    monkeypatch.setattr(place, "_fill_files", fill_and_job_links)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 2
+    assert "resolves to" in result.headline
+    os.unlink(target / "a")
+    assert snapshot(target) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_a_merge_that_fails_midway_puts_back_what_it_replaced(
+    file_store, env, tmp_path, monkeypatch
+):
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    _job_folder(target, outside)
+    _plant_cached(file_store, link=False)
+    before = snapshot(target)
+    real_replace = os.replace
+
+    def failing_on_z(src, dst, *args, **kwargs):
+        if dst == "z.bin":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), "z.bin")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing_on_z)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 3, result.headline
+    assert snapshot(target) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_a_second_root_of_the_wrong_type_is_refused_before_the_first_merges(
+    file_store, env, tmp_path
+):
+    """s04 B: the second path is a file where the cache has a folder."""
+    t0, t1 = tmp_path / "t0", tmp_path / "t1"
+    (t0 / "sub").mkdir(parents=True)
+    (t0 / "sub" / "work.txt").write_text("job\n")
+    t1.write_text("a file where the second cached folder goes\n")
+    plant(
+        file_store,
+        "k",
+        [{"type": "file", "root": 0, "path": "sub"}, {"type": "file", "root": 1, "path": "w"}],
+        {"sub": b"cached", "w": b"w"},
+        roots=[{"path": "t0", "kind": "dir"}, {"path": "t1", "kind": "dir"}],
+    )
+    before = snapshot(t0)
+    result = _restore(file_store, env, "k", t0, t1)
+    assert result.exit_code == 2
+    assert f"path '{t1}' exists and is not a folder" in result.headline
+    assert snapshot(t0) == before
