@@ -266,3 +266,41 @@ def test_a_second_root_of_the_wrong_type_is_refused_before_the_first_merges(
     assert result.exit_code == 2
     assert f"path '{t1}' exists and is not a folder" in result.headline
     assert snapshot(t0) == before
+
+
+def test_a_folder_where_the_cached_file_goes_is_bad_input(file_store, env, tmp_path):
+    """s11: the folder case said so (exit 2); the file case blamed the runner's disk."""
+    src = tmp_path / "src" / "model.bin"
+    src.parent.mkdir()
+    src.write_bytes(b"m" * 100)
+    saved = cache_cmd("save", {**file_store.flags(), "key": "f", "path": str(src)}, env)[0]
+    assert saved.exit_code == 0, saved.headline
+    target = tmp_path / "r" / "model.bin"
+    target.parent.mkdir()
+    target.mkdir()
+    (target / "x").write_text("job")
+    result = _restore(file_store, env, "f", target)
+    assert result.exit_code == 2
+    assert f"path '{target}' is a folder, so the cached file cannot go there" in result.headline
+    assert (target / "x").read_text() == "job"
+    assert leftovers(target.parent) == []
+
+
+@pytest.mark.parametrize("spelling", ["same", "trailing-slash"])
+def test_the_same_path_twice_is_bad_input_naming_it(file_store, env, tmp_path, spelling):
+    """s06: it failed as 'File exists' (exit 3), blamed on the disk."""
+    plant(
+        file_store,
+        "two",
+        [{"type": "file", "root": 0, "path": "f"}, {"type": "file", "root": 1, "path": "h"}],
+        {"f": b"1", "h": b"3"},
+        roots=[{"path": "a", "kind": "dir"}, {"path": "b", "kind": "dir"}],
+    )
+    target = tmp_path / "r"
+    again = f"{target}/" if spelling == "trailing-slash" else str(target)
+    result = cache_cmd(
+        "restore", {**file_store.flags(), "key": "two", "path": f"{target}\n{again}"}, env
+    )[0]
+    assert result.exit_code == 2
+    assert f"path '{target}' is given twice" in result.headline
+    assert not target.exists()

@@ -32,6 +32,13 @@ def not_a_folder(target: Path) -> InputError:
     )
 
 
+def not_a_file(target: Path) -> InputError:
+    return InputError(
+        f"path '{target}' is a folder, so the cached file cannot go there",
+        hint="remove it or restore to another path",
+    )
+
+
 def escaping_link(link: Path, entry: mf.Entry, resolved: str, root: Path) -> InputError:
     return InputError(
         f"restored symlink {link} -> {entry.target} resolves to {resolved}, outside {root}, "
@@ -88,11 +95,12 @@ class Placement:
     def _place_file(self, top: int) -> None:
         name = self.target.name
         try:
-            held: int | None = os.lstat(name, dir_fd=top).st_mode
+            held = os.lstat(name, dir_fd=top).st_mode
         except FileNotFoundError:
             held = None
-        held_file = held is not None and not stat.S_ISDIR(held)  # a folder: the rename refuses
-        aside = self._keep(name, top, atomic=True) if held_file else None
+        if held is not None and stat.S_ISDIR(held):
+            raise not_a_file(self.target)
+        aside = None if held is None else self._keep(name, top, atomic=True)
         self._put(str(self.staging.tree), top, (), name, aside)  # a link there is replaced
 
     def _place_dir(self, top: int) -> None:

@@ -3,7 +3,7 @@
 
 The manifest is fetched and verified by then; refuse anything that would write outside
 the target before touching the disk (and what the targets already hold would make fail: a
-target of the wrong type, a cached link leaving through the job's links);
+target of the wrong type, a path given twice, a cached link leaving through the job's links);
 build each root in a staging folder next to it (same filesystem, so the final rename is atomic;
 :mod:`gpuci.cache._restore.staging`); stream every file in with parallel ranged GETs, checking
 sha256 on the way; rename or merge into place (:mod:`gpuci.cache._restore.merge`). Any failure
@@ -30,6 +30,7 @@ from gpuci.cache._format import manifest as mf
 from gpuci.cache._restore import staging as stage
 from gpuci.cache._restore.merge import (
     Placement,
+    not_a_file,
     not_a_folder,
     refuse_escaping_links,
     refuse_links_leaving,
@@ -37,7 +38,7 @@ from gpuci.cache._restore.merge import (
 from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.tier import LocalTier, Placed
-from gpuci.errors import InfraError, IntegrityError
+from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.inputs import resolve_path
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
@@ -268,11 +269,20 @@ def restore_tree(
 
 
 def _roots(manifest: mf.Manifest, paths: list[str]) -> list[_Root]:
-    """One root per manifest root (its staging folder is made once the checks passed)."""
-    return [
-        _Root(index, spec["kind"], resolve_path(raw))
-        for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True))
-    ]
+    """One root per manifest root; a path given twice would have two roots fight over it."""
+    roots: list[_Root] = []
+    seen: set[Path] = set()
+    for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
+        target = resolve_path(raw)
+        if target in seen:
+            raise InputError(
+                f"path '{target}' is given twice: each of the cache's {len(paths)} roots needs "
+                "its own path",
+                hint="list each path once",
+            )
+        seen.add(target)
+        roots.append(_Root(index, spec["kind"], target))
+    return roots
 
 
 def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) -> None:
@@ -292,15 +302,16 @@ def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) 
 
 
 def _refuse_what_is_there(manifest: mf.Manifest, root: _Root) -> None:
-    """Anything but a folder where the cached folder goes, or a folder whose own links would
-    lead a cached link outside: refused before any merge."""
-    if root.kind == "file":
-        return
+    """A folder where the cached file goes, anything else where the cached folder goes, or a
+    folder whose own links would lead a cached link outside: refused before any merge."""
     try:
         mode = os.lstat(root.target).st_mode
     except FileNotFoundError:
         return
-    if not stat.S_ISDIR(mode):
+    if root.kind == "file":
+        if stat.S_ISDIR(mode) and any(e.root == root.index for e in manifest.entries):
+            raise not_a_file(root.target)
+    elif not stat.S_ISDIR(mode):
         raise not_a_folder(root.target)
     else:
         refuse_links_leaving(manifest, root.index, root.target)
