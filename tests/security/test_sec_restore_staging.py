@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -304,3 +305,33 @@ def test_the_same_path_twice_is_bad_input_naming_it(file_store, env, tmp_path, s
     assert result.exit_code == 2
     assert f"path '{target}' is given twice" in result.headline
     assert not target.exists()
+
+
+@pytest.mark.parametrize("name", ["t.4000000", f"t.{'0' * 16}.4000000"])
+def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_the_restore(
+    file_store, env, tmp_path, monkeypatch, name
+):
+    """s14: a folder 1,500 deep under a staging name the sweep removes (an old one of a pid
+    that is gone, or one whose lock is free): shutil.rmtree (one recursion per level before
+    Python 3.13) raised RecursionError, an internal error before anything was fetched. The
+    depth is played by rmtree itself here: a real one left behind would break every later
+    clean-up of pytest's temp folders."""
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w"})
+    (tmp_path / "w").mkdir()
+    target = tmp_path / "w" / "t"
+    deep = target.parent / f"{PREFIX}{name}"
+    (deep / "a" / "a").mkdir(parents=True)
+    os.close(os.open(deep / "lock", os.O_CREAT | os.O_WRONLY, 0o600))  # free: its restore died
+    past = time.time() - 2 * 24 * 3600
+    os.utime(deep, (past, past))
+    real_rmtree = shutil.rmtree
+
+    def too_deep(path, *args, **kwargs):
+        if Path(path) == deep:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", too_deep)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert (target / "w.bin").read_bytes() == b"w"

@@ -121,8 +121,8 @@ def sweep_stale(target: Path) -> None:
                 os.unlink(item.path)
             elif _abandoned(item.path):
                 _rmtree(Path(item.path))
-        except OSError:
-            continue  # gone meanwhile, or not ours to remove
+        except (OSError, RecursionError):  # shutil.rmtree recurses per level before 3.13
+            continue  # gone meanwhile, not ours to remove, or planted too deep: left there
 
 
 def _staging_suffix(rest: str) -> bool:
