@@ -2,11 +2,13 @@
 :mod:`gpuci.cache._restore.command`: lookup -> plan -> place -> report).
 
 The manifest is fetched and verified by then; refuse anything that would write outside
-the target before touching the disk; build each root in a staging folder next to it (same
-filesystem, so the final rename is atomic); stream every file in with parallel ranged GETs,
-checking sha256 on the way; rename into place. Any failure removes the staging folder, and a
-killed restore's leftovers are swept by the next one, so a partial file never carries a final
-name.
+the target before touching the disk (and what the targets already hold would make fail: a
+target of the wrong type, a path given twice, a cached link leaving through the job's links);
+build each root in a staging folder next to it (same filesystem, so the final rename is atomic;
+:mod:`gpuci.cache._restore.staging`); stream every file in with parallel ranged GETs, checking
+sha256 on the way; rename or merge into place (:mod:`gpuci.cache._restore.merge`). Any failure
+puts back what the merge replaced and removes the staging folder, and a killed restore's
+leftovers are swept by the next one, so a partial file never carries a final name.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from gpuci.cache._common import (
     throttle_signals,
 )
 from gpuci.cache._format import manifest as mf
+from gpuci.cache._restore import staging as stage
+from gpuci.cache._restore.merge import (
+    Placement,
+    not_a_file,
+    not_a_folder,
+    refuse_escaping_links,
+    refuse_links_leaving,
+)
 from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.tier import LocalTier, Placed
@@ -32,9 +42,6 @@ from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.inputs import resolve_path
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
-
-_TRASH_SUFFIX = "-replaced"  # the staging folder's sibling holding what a merge replaced
-
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Headroom kept free on the target filesystem beyond the tree itself.
@@ -52,41 +59,14 @@ class _Root:
     index: int
     kind: str
     target: Path
-    staging: Path
-
-    @property
-    def trash(self) -> Path:
-        """Where a merge moves what stood in the way (swept like the staging folder)."""
-        return self.staging.with_name(self.staging.name + _TRASH_SUFFIX)
+    staging: stage.Staging | None = None  # made once the checks before writing passed
+    placement: Placement | None = None
 
     @property
     def build(self) -> Path:
-        """Where entries of this root are created inside the staging folder."""
-        return self.staging if self.kind == "dir" else self.staging / self.target.name
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_stale(target: Path) -> None:
-    """Remove staging folders left by killed restores of ``target`` (their process is gone)."""
-    parent = target.parent
-    if not parent.is_dir():
-        return
-    stem = f"{layout.STAGING_PREFIX}{target.name}."
-    for item in parent.iterdir():
-        if not item.name.startswith(stem):
-            continue
-        pid = item.name[len(stem) :].removesuffix(_TRASH_SUFFIX)
-        if pid.isdigit() and not _alive(int(pid)):
-            _rmtree(item)
+        """Where this root is built: the folder, or the one file."""
+        assert self.staging is not None
+        return self.staging.tree
 
 
 def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
@@ -99,110 +79,6 @@ def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
         f"cannot write the restore into {where.parent}: {exc.strerror or exc}",
         hint="check the path is writable and on a healthy filesystem",
     )
-
-
-def _place(root: _Root) -> None:
-    """Move a finished staging tree into place: one rename when the target is new."""
-    target = root.target
-    if root.kind == "file":
-        if not os.path.lexists(root.build):  # a partial restore that picked nothing here
-            root.staging.rmdir()
-            return
-        os.replace(root.build, target)  # a rename replaces a link at target, never follows it
-        root.staging.rmdir()
-        return
-    if not os.path.lexists(target):
-        os.rename(root.staging, target)
-        return
-    try:
-        top = os.open(target, _DIR_FLAGS)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-            raise
-        raise InputError(
-            f"path '{target}' exists and is not a folder, so the cached folder cannot go there",
-            hint="remove it or restore to another path",
-        ) from None
-    try:
-        _merge(root.staging, top, root.trash)
-    finally:
-        os.close(top)
-    _rmtree(root.staging)
-    _rmtree(root.trash)
-
-
-# Descending into the target when merging: never through a symlink (ELOOP instead).
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _merge(src: Path, dest: int, trash: Path) -> None:
-    """Merge the staged folder ``src`` into the open folder ``dest``, one name at a time.
-
-    Every step is relative to a folder descriptor opened with ``O_NOFOLLOW``, so a symlink
-    planted in the target (``models -> /etc``) is replaced by what the manifest says, never
-    written through. A name the manifest makes a file or link replaces its namesake atomically.
-    """
-    for item in sorted(os.scandir(src), key=lambda i: i.name):
-        name = item.name
-        if not item.is_dir(follow_symlinks=False):  # a file or a link: one atomic rename
-            if _is_real_dir(name, dest):
-                _move_aside(name, dest, trash)
-            os.replace(item.path, name, dst_dir_fd=dest)
-            continue
-        try:
-            sub = os.open(name, _DIR_FLAGS, dir_fd=dest)
-        except FileNotFoundError:
-            os.rename(item.path, name, dst_dir_fd=dest)  # new here: the whole subtree at once
-            continue
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
-            _move_aside(name, dest, trash)  # a file or a (planted) link where a folder belongs
-            os.rename(item.path, name, dst_dir_fd=dest)
-            continue
-        try:
-            _merge(Path(item.path), sub, trash)
-            os.fchmod(sub, stat.S_IMODE(item.stat(follow_symlinks=False).st_mode))
-        finally:
-            os.close(sub)
-
-
-def _is_real_dir(name: str, dest: int) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(name, dir_fd=dest).st_mode)
-    except FileNotFoundError:
-        return False
-
-
-def _move_aside(name: str, dest: int, trash: Path) -> None:
-    """Move whatever holds ``name`` into the staging trash (removed with the staging folder)."""
-    trash.mkdir(exist_ok=True)
-    os.rename(name, trash / f"{len(os.listdir(trash))}", src_dir_fd=dest)
-
-
-def _refuse_escaping_links(manifest: mf.Manifest, roots: list[_Root]) -> None:
-    """A restored tree never holds a link that resolves outside it on the real filesystem.
-
-    The manifest's links were checked against each other before anything was written; a merge
-    into an existing folder can still meet links the job made there. A restored link that
-    leaves its target through those is removed again, and the restore fails.
-    """
-    for entry in manifest.entries:
-        if entry.type != "symlink":
-            continue
-        root = roots[entry.root].target
-        link = root / entry.path
-        inside = os.path.realpath(root)
-        resolved = os.path.realpath(link)
-        if resolved != inside and not resolved.startswith(inside + os.sep):
-            link.unlink(missing_ok=True)
-            raise InputError(
-                f"restored symlink {link} -> {entry.target} resolves to {resolved}, outside "
-                f"{root}, through links already in that folder; the link was removed",
-                hint="restore into an empty folder, or remove the links the job left there",
-            )
 
 
 def check_space(
@@ -368,41 +244,54 @@ def restore_tree(
     moved = Moved(placed={})
     try:
         for root in roots:
-            root.staging.mkdir()
+            root.staging = stage.make(root.target)
+            if root.kind == "dir":
+                root.build.mkdir()
         files, dirs = _build_skeleton(manifest, roots)
         _fill_files(store, files, rt, label, tier, moved)
         _make_symlinks(manifest, roots)
         for path, mode in reversed(dirs):
             path.chmod(mf.placed_mode(mode) | 0o700)
-        for root in roots:
-            _place(root)
-        _refuse_escaping_links(manifest, roots)
+        _place(roots)
+        refuse_escaping_links(manifest, [root.target for root in roots])
     except OSError as exc:
-        _cleanup(roots)
+        _put_back(roots)
         raise _disk_error(exc, roots[0].target, need) from None
     except BaseException:
-        _cleanup(roots)
+        _put_back(roots)
         raise
+    for root in roots:
+        assert root.staging is not None
+        root.staging.remove()
     if tier is not None:
         tier_evict.evict(tier)
     return moved
 
 
 def _roots(manifest: mf.Manifest, paths: list[str]) -> list[_Root]:
-    """One root per manifest root, each with a staging folder beside its target."""
+    """One root per manifest root; a path given twice would have two roots fight over it."""
     roots: list[_Root] = []
+    seen: set[Path] = set()
     for index, (spec, raw) in enumerate(zip(manifest.roots, paths, strict=True)):
         target = resolve_path(raw)
-        staging = target.parent / f"{layout.STAGING_PREFIX}{target.name}.{os.getpid()}"
-        roots.append(_Root(index, spec["kind"], target, staging))
+        if target in seen:
+            raise InputError(
+                f"path '{target}' is given twice: each of the cache's {len(paths)} roots needs "
+                "its own path",
+                hint="list each path once",
+            )
+        seen.add(target)
+        roots.append(_Root(index, spec["kind"], target))
     return roots
 
 
 def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) -> None:
-    """Make the parents, sweep a killed restore's leftovers, and check the free space."""
+    """Make the parents, sweep a killed restore's leftovers, refuse what the targets hold that
+    would fail the restore once merging (before a byte is fetched), and check the free space."""
     for root in roots:
         root.target.parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale(root.target)
+        stage.sweep_stale(root.target)
+        _refuse_what_is_there(manifest, root)
     try:
         check_space(manifest, roots)
     except InfraError:  # only then ask the tier what it links (a lstat per file)
@@ -410,6 +299,45 @@ def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) 
         if not linked:
             raise
         check_space(manifest, roots, linked)
+
+
+def _refuse_what_is_there(manifest: mf.Manifest, root: _Root) -> None:
+    """A folder where the cached file goes, anything else where the cached folder goes, or a
+    folder whose own links would lead a cached link outside: refused before any merge."""
+    try:
+        mode = os.lstat(root.target).st_mode
+    except FileNotFoundError:
+        return
+    if root.kind == "file":
+        if stat.S_ISDIR(mode) and any(e.root == root.index for e in manifest.entries):
+            raise not_a_file(root.target)
+    elif not stat.S_ISDIR(mode):
+        raise not_a_folder(root.target)
+    else:
+        refuse_links_leaving(manifest, root.index, root.target)
+
+
+def _place(roots: list[_Root]) -> None:
+    """Move each finished staging tree into place: one rename when the target is new."""
+    for root in roots:
+        assert root.staging is not None
+        if root.kind == "file" and not os.path.lexists(root.build):
+            continue  # a partial restore that picked nothing here
+        root.placement = Placement(root.target, root.staging)
+        root.placement.place(root.kind)
+
+
+def _put_back(roots: list[_Root]) -> None:
+    """A failed restore: what the merges replaced goes back, then the staging folders go."""
+    for root in reversed(roots):
+        if root.placement is not None:
+            try:
+                root.placement.undo()
+            except OSError:
+                pass  # the target's folder is gone: nothing to put back into
+    for root in roots:
+        if root.staging is not None:
+            root.staging.remove()
 
 
 def _build_skeleton(
@@ -501,21 +429,6 @@ def retry_settings_for(rt: Runtime) -> tuple[str, int]:
     from gpuci.retry import aws_max_attempts  # only when fetching
 
     return "standard", aws_max_attempts(rt.environ)
-
-
-def _cleanup(roots: list[_Root]) -> None:
-    for root in roots:
-        _rmtree(root.staging)
-        _rmtree(root.trash)
-
-
-def _rmtree(path: Path) -> None:
-    """Remove a staging or trash folder, if any (shutil loads only when there is one: a warm
-    restore into a new folder never needs it, and its import is a tenth of the start-up)."""
-    if os.path.lexists(path):
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def read_entry(store: Store, entry: mf.Entry) -> bytes:

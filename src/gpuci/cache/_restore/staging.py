@@ -1,0 +1,177 @@
+"""A restore's staging folders beside its targets: made by this process under a name nobody can
+guess, locked while the restore lives, and swept by a later restore only once that lock is free.
+
+A name that is predictable (the pid) lets a job plant a link there first, and the pid says
+nothing about a restore in another pid namespace (two containers sharing the folder), so:
+``.gpuci-staging-<name>.<random>.<pid>``, made with ``mkdir`` (which never follows a link and
+fails on any name that exists), holding ``lock`` (an ``flock`` the kernel drops when the
+process dies), ``tree`` (the root being built) and ``replaced`` (what a merge moved aside).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import time
+from pathlib import Path
+
+from gpuci.cache import _layout as layout
+
+LOCK = "lock"  # made mode 0 and given 0o600 once locked: 0 means "not locked yet"
+TREE = "tree"
+TRASH = "replaced"
+# A staging folder whose lock cannot be looked at (an older gpu-ci's, a filesystem without
+# flock, a restore killed before it locked) is swept only once this old.
+UNLOCKED_GRACE = 24 * 3600
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ATTEMPTS = 8
+
+
+class Staging:
+    """One root's staging folder, open and locked by this process."""
+
+    def __init__(self, path: Path, fd: int, lock: int) -> None:
+        self.path = path
+        self.fd = fd  # the folder itself, opened O_NOFOLLOW: the trash is reached through it
+        self.lock = lock
+        self._trash = -1
+        self.moved = 0  # names given in the trash so far
+
+    @property
+    def tree(self) -> Path:
+        return self.path / TREE
+
+    def trash(self) -> int:
+        """The trash folder (made on first use), as a descriptor: never reached by a path."""
+        if self._trash < 0:
+            os.mkdir(TRASH, 0o700, dir_fd=self.fd)
+            self._trash = os.open(TRASH, _DIR_FLAGS, dir_fd=self.fd)
+        return self._trash
+
+    def trash_name(self) -> str:
+        self.moved += 1
+        return str(self.moved)
+
+    def remove(self) -> None:
+        """Remove the folder (the lock last, so no sweep removes it under this restore)."""
+        if self._trash >= 0:
+            os.close(self._trash)
+            self._trash = -1
+        try:
+            os.unlink(LOCK, dir_fd=self.fd)
+            os.rmdir(self.path)  # a warm restore into a new folder: all that is left
+        except OSError:
+            _rmtree(self.path)
+        finally:
+            os.close(self.fd)
+            os.close(self.lock)
+
+
+def make(target: Path) -> Staging:
+    """A new staging folder beside ``target``, locked (a random name: one planted is skipped)."""
+    for _ in range(_ATTEMPTS):
+        name = f"{layout.STAGING_PREFIX}{target.name}.{os.urandom(8).hex()}.{os.getpid()}"
+        path = target.parent / name
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        fd = os.open(path, _DIR_FLAGS)
+        try:
+            return Staging(path, fd, _lock(fd))
+        except BaseException:
+            os.close(fd)
+            _rmtree(path)
+            raise
+    raise FileExistsError(errno.EEXIST, "no free staging name", str(target.parent))
+
+
+def _lock(folder: int) -> int:
+    """Create the lock file mode 0, lock it, then make it 0o600: a sweep that takes a lock of
+    mode 0 knows it was taken before its owner's, not after its owner died."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(LOCK, flags, 0, dir_fd=folder)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a sweep looking at it this instant: it lets go at once
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without flock: the folder is swept only once old
+        return fd
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def sweep_stale(target: Path) -> None:
+    """Remove the staging folders of ``target`` whose restore is gone, and any link or file
+    planted under such a name (unlinked, never followed)."""
+    parent = target.parent
+    stem = f"{layout.STAGING_PREFIX}{target.name}."
+    try:
+        items = list(os.scandir(parent))
+    except OSError:
+        return
+    for item in items:
+        if not item.name.startswith(stem) or not _staging_suffix(item.name[len(stem) :]):
+            continue
+        try:
+            if not item.is_dir(follow_symlinks=False):
+                os.unlink(item.path)
+            elif _abandoned(item.path):
+                _rmtree(Path(item.path))
+        except (OSError, RecursionError):  # shutil.rmtree recurses per level before 3.13
+            continue  # gone meanwhile, not ours to remove, or planted too deep: left there
+
+
+def _staging_suffix(rest: str) -> bool:
+    """``<random>.<pid>`` (this version), ``<pid>`` or ``<pid>-replaced`` (older ones)."""
+    token, _, pid = rest.partition(".")
+    if pid:
+        return len(token) == 16 and all(c in "0123456789abcdef" for c in token) and pid.isdigit()
+    return rest.removesuffix("-replaced").isdigit()
+
+
+def _abandoned(path: str) -> bool:
+    """Whether no live restore holds the folder: its lock is free, or it cannot be told and the
+    folder is older than the grace period."""
+    try:
+        folder = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        if _lock_free(folder):
+            return True
+        return os.fstat(folder).st_mtime < time.time() - UNLOCKED_GRACE
+    finally:
+        os.close(folder)
+
+
+def _lock_free(folder: int) -> bool:
+    """Whether the folder's lock was locked by its owner and is free now (its owner died)."""
+    try:
+        fd = os.open(
+            LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
+        )
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return stat.S_IMODE(os.fstat(fd).st_mode) != 0  # mode 0: taken before its owner's
+    except OSError:  # held by a live restore (EWOULDBLOCK), or flock unsupported
+        return False
+    finally:
+        os.close(fd)  # the kernel drops the lock with the descriptor
+
+
+def _rmtree(path: Path) -> None:
+    """Remove a staging folder (shutil loads only here: a warm restore into a new folder never
+    needs it, and its import is a tenth of the start-up). Never follows a link."""
+    if os.path.lexists(path):
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,337 @@
+# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
+"""What a job (or a co-tenant) can plant beside or inside a restore's target: staging names,
+a trash link, a folder where a cached file goes, links that lead a cached link out; and a
+restore that fails once merging. Nothing outside the target changes, and a failed restore
+leaves the job's folder as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+    cache_cmd,
+    env,
+    file_store,
+    leftovers,
+    plant,
+    snapshot,
+)
+
+from gpuci.cache._restore import place
+
+PREFIX = ".gpuci-staging-"
+
+
+def _restore(store, env, key: str, *targets: Path):
+    paths = "\n".join(str(t) for t in targets)
+    return cache_cmd("restore", {**store.flags(), "key": key, "path": paths}, env)[0]
+
+
+def _models_over_a_file(store, tmp_path: Path) -> Path:
+    """A cache with a folder ``models`` and a job folder holding a file by that name."""
+    plant(
+        store,
+        "k",
+        [
+            {"type": "dir", "root": 0, "path": "models", "mode": 0o755},
+            {"type": "file", "root": 0, "path": "models/w.bin"},
+        ],
+        {"models/w.bin": b"weights"},
+    )
+    target = tmp_path / "w" / "t"
+    target.mkdir(parents=True)
+    (target / "models").write_bytes(b"ATTACKER PAYLOAD\n")
+    return target
+
+
+def test_a_planted_trash_link_moves_nothing_out_of_the_target(file_store, env, tmp_path):
+    """s03: ``<parent>/.gpuci-staging-t.<pid>-replaced -> victim`` made the merge move the
+    job's ``models`` through it, over ``victim/1``."""
+    target = _models_over_a_file(file_store, tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "1").write_bytes(b"victim's own file\n")
+    planted = target.parent / f"{PREFIX}t.{os.getpid()}-replaced"
+    os.symlink(victim, planted)
+    before = snapshot(victim)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert snapshot(victim) == before
+    assert (target / "models" / "w.bin").read_bytes() == b"weights"
+    assert not os.path.lexists(planted)  # swept: unlinked, never followed
+    assert leftovers(target.parent) == []
+
+
+def test_planted_staging_names_do_not_fail_the_restore(file_store, env, tmp_path):
+    """s08: links planted under the names the next pids would stage in."""
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w"})
+    (tmp_path / "w").mkdir()
+    target = tmp_path / "w" / "t"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for pid in range(os.getpid() - 2, os.getpid() + 3):
+        os.symlink("/nonexistent", target.parent / f"{PREFIX}t.{pid}")
+        os.symlink(elsewhere, target.parent / f"{PREFIX}t.{pid}-replaced")
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert (target / "w.bin").read_bytes() == b"w"
+    assert list(elsewhere.iterdir()) == []
+    assert leftovers(target.parent) == []
+
+
+def test_a_live_restore_in_another_pid_namespace_keeps_its_staging(
+    file_store, env, tmp_path, monkeypatch
+):
+    """s18: restore A's pid is not alive in restore B's pid namespace (containers sharing the
+    folder). B starts while A is filling its staging folder: B's sweep must leave it."""
+    files = {f"f{i}.bin": f"{i}".encode() for i in range(3)}
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": p} for p in files], files)
+    target = tmp_path / "w" / "t"
+    child = subprocess.Popen(["true"])
+    child.wait()
+    monkeypatch.setattr(os, "getpid", lambda: child.pid)  # A's pid, seen from B: nobody's
+    real_fill = place._fill_files
+    second: list = []
+
+    def fill_then_b_runs(*args, **kwargs):
+        real_fill(*args, **kwargs)
+        if not second:
+            second.append(None)
+            second[0] = _restore(file_store, env, "k", target)
+
+    monkeypatch.setattr(place, "_fill_files", fill_then_b_runs)
+    first = _restore(file_store, env, "k", target)
+    assert second[0].exit_code == 0, second[0].headline
+    assert first.exit_code == 0, first.headline
+    assert {p: (target / p).read_bytes() for p in files} == files
+    assert leftovers(target.parent) == []
+
+
+def test_a_dead_restores_staging_is_swept_and_an_unlocked_one_only_once_old(tmp_path):
+    from gpuci.cache._restore import staging
+
+    target = tmp_path / "t"
+    dead = staging.make(target)  # its restore died: the kernel dropped its lock
+    os.close(dead.lock)
+    live = staging.make(target)
+    old, young = tmp_path / f"{PREFIX}t.12345", tmp_path / f"{PREFIX}t.12346-replaced"
+    old.mkdir()  # an older gpu-ci's: no lock to look at
+    young.mkdir()
+    unlocked = tmp_path / f"{PREFIX}t.{'0' * 16}.1"  # killed before it locked: mode 0
+    unlocked.mkdir()
+    os.close(os.open(unlocked / staging.LOCK, os.O_CREAT | os.O_WRONLY, 0))
+    past = time.time() - staging.UNLOCKED_GRACE - 60
+    os.utime(old, (past, past))
+    other = tmp_path / f"{PREFIX}t.x.y"  # not a staging name: not ours to touch
+    other.mkdir()
+    staging.sweep_stale(target)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {live.path.name, young.name, unlocked.name, other.name}
+    live.remove()
+    os.close(dead.fd)
+
+
+def _job_folder(target: Path, outside: Path) -> None:
+    (target / "notes").mkdir(parents=True)
+    (target / "notes" / "mine.txt").write_text("the job's own work\n")
+    (target / "model.bin").write_text("job's model\n")
+    (target / "z.bin").write_text("job's z\n")
+
+
+CACHED = {"notes": b"cached notes", "model.bin": b"cached model", "z.bin": b"cached z"}
+
+
+def _plant_cached(store, link: bool) -> None:
+    entries = [{"type": "file", "root": 0, "path": p} for p in CACHED]
+    if link:
+        entries.append({"type": "symlink", "root": 0, "path": "c", "target": "a/x"})
+    plant(store, "k", entries, dict(CACHED))
+
+
+def test_a_link_leaving_through_the_jobs_links_is_refused_before_any_merge(
+    file_store, env, tmp_path
+):
+    """s04 A: the job's ``a -> outside``; the cache's ``c -> a/x`` would land outside."""
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    _job_folder(target, outside)
+    os.symlink(outside, target / "a")
+    _plant_cached(file_store, link=True)
+    before = snapshot(target)
+    result = _restore(file_store, env, "k", target)
+    assert snapshot(target) == before
+    assert result.exit_code == 2
+    assert "resolves to" in result.headline and "nothing was restored" in result.headline
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("over", ["file-over-jobs-folder", "folder-over-jobs-link"])
+def test_job_links_the_merge_replaces_do_not_count(file_store, env, tmp_path, over):
+    """Only links the merge keeps can lead a cached link out: one under a folder the cache
+    replaces with a file, or a job's link the cache replaces with a folder, cannot."""
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    target.mkdir()
+    if over == "file-over-jobs-folder":
+        (target / "x").mkdir()
+        os.symlink(outside, target / "x" / "y")
+        entries = [
+            {"type": "file", "root": 0, "path": "x"},
+            {"type": "symlink", "root": 0, "path": "l", "target": "x/y"},
+        ]
+    else:
+        os.symlink(outside, target / "x")
+        entries = [
+            {"type": "dir", "root": 0, "path": "x", "mode": 0o755},
+            {"type": "file", "root": 0, "path": "x/w"},
+            {"type": "symlink", "root": 0, "path": "l", "target": "x/y"},
+        ]
+    plant(file_store, "k", entries, {"x": b"cached x", "x/w": b"w"})
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert list(outside.iterdir()) == []
+    assert not (target / "x").is_symlink()
+    assert leftovers(tmp_path) == []
+
+
+def test_a_link_made_leaving_during_the_download_puts_everything_back(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The job makes ``a -> outside`` while the restore downloads: the check after the merge
+    refuses ``c``, and the merge is undone, the job's folder and files back."""
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    outside.mkdir()
+    _job_folder(target, outside)
+    _plant_cached(file_store, link=True)
+    before = snapshot(target)
+    real_fill = place._fill_files
+
+    def fill_and_job_links(*args, **kwargs):
+        real_fill(*args, **kwargs)
+        os.symlink(outside, target / "a")
+
+    monkeypatch.setattr(place, "_fill_files", fill_and_job_links)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 2
+    assert "resolves to" in result.headline
+    os.unlink(target / "a")
+    assert snapshot(target) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_a_merge_that_fails_midway_puts_back_what_it_replaced(
+    file_store, env, tmp_path, monkeypatch
+):
+    target, outside = tmp_path / "t", tmp_path / "outside"
+    _job_folder(target, outside)
+    _plant_cached(file_store, link=False)
+    before = snapshot(target)
+    real_replace = os.replace
+
+    def failing_on_z(src, dst, *args, **kwargs):
+        if dst == "z.bin":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), "z.bin")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing_on_z)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 3, result.headline
+    assert snapshot(target) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_a_second_root_of_the_wrong_type_is_refused_before_the_first_merges(
+    file_store, env, tmp_path
+):
+    """s04 B: the second path is a file where the cache has a folder."""
+    t0, t1 = tmp_path / "t0", tmp_path / "t1"
+    (t0 / "sub").mkdir(parents=True)
+    (t0 / "sub" / "work.txt").write_text("job\n")
+    t1.write_text("a file where the second cached folder goes\n")
+    plant(
+        file_store,
+        "k",
+        [{"type": "file", "root": 0, "path": "sub"}, {"type": "file", "root": 1, "path": "w"}],
+        {"sub": b"cached", "w": b"w"},
+        roots=[{"path": "t0", "kind": "dir"}, {"path": "t1", "kind": "dir"}],
+    )
+    before = snapshot(t0)
+    result = _restore(file_store, env, "k", t0, t1)
+    assert result.exit_code == 2
+    assert f"path '{t1}' exists and is not a folder" in result.headline
+    assert snapshot(t0) == before
+
+
+def test_a_folder_where_the_cached_file_goes_is_bad_input(file_store, env, tmp_path):
+    """s11: the folder case said so (exit 2); the file case blamed the runner's disk."""
+    src = tmp_path / "src" / "model.bin"
+    src.parent.mkdir()
+    src.write_bytes(b"m" * 100)
+    saved = cache_cmd("save", {**file_store.flags(), "key": "f", "path": str(src)}, env)[0]
+    assert saved.exit_code == 0, saved.headline
+    target = tmp_path / "r" / "model.bin"
+    target.parent.mkdir()
+    target.mkdir()
+    (target / "x").write_text("job")
+    result = _restore(file_store, env, "f", target)
+    assert result.exit_code == 2
+    assert f"path '{target}' is a folder, so the cached file cannot go there" in result.headline
+    assert (target / "x").read_text() == "job"
+    assert leftovers(target.parent) == []
+
+
+@pytest.mark.parametrize("spelling", ["same", "trailing-slash"])
+def test_the_same_path_twice_is_bad_input_naming_it(file_store, env, tmp_path, spelling):
+    """s06: it failed as 'File exists' (exit 3), blamed on the disk."""
+    plant(
+        file_store,
+        "two",
+        [{"type": "file", "root": 0, "path": "f"}, {"type": "file", "root": 1, "path": "h"}],
+        {"f": b"1", "h": b"3"},
+        roots=[{"path": "a", "kind": "dir"}, {"path": "b", "kind": "dir"}],
+    )
+    target = tmp_path / "r"
+    again = f"{target}/" if spelling == "trailing-slash" else str(target)
+    result = cache_cmd(
+        "restore", {**file_store.flags(), "key": "two", "path": f"{target}\n{again}"}, env
+    )[0]
+    assert result.exit_code == 2
+    assert f"path '{target}' is given twice" in result.headline
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("name", ["t.4000000", f"t.{'0' * 16}.4000000"])
+def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_the_restore(
+    file_store, env, tmp_path, monkeypatch, name
+):
+    """s14: a folder 1,500 deep under a staging name the sweep removes (an old one of a pid
+    that is gone, or one whose lock is free): shutil.rmtree (one recursion per level before
+    Python 3.13) raised RecursionError, an internal error before anything was fetched. The
+    depth is played by rmtree itself here: a real one left behind would break every later
+    clean-up of pytest's temp folders."""
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w"})
+    (tmp_path / "w").mkdir()
+    target = tmp_path / "w" / "t"
+    deep = target.parent / f"{PREFIX}{name}"
+    (deep / "a" / "a").mkdir(parents=True)
+    os.close(os.open(deep / "lock", os.O_CREAT | os.O_WRONLY, 0o600))  # free: its restore died
+    past = time.time() - 2 * 24 * 3600
+    os.utime(deep, (past, past))
+    real_rmtree = shutil.rmtree
+
+    def too_deep(path, *args, **kwargs):
+        if Path(path) == deep:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", too_deep)
+    result = _restore(file_store, env, "k", target)
+    assert result.exit_code == 0, result.headline
+    assert (target / "w.bin").read_bytes() == b"w"
