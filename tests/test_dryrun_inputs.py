@@ -320,3 +320,15 @@ def test_the_runner_s_own_token_exists_without_any_secret_named(tmp_path):
     first, second = plan_steps(tmp_path, wf, cwd=tmp_path)
     assert first["verdict"] == "conditional"  # OTHER: known only at run time
     assert second["verdict"] == "ok"
+
+
+def test_a_vars_file_nested_past_what_github_reads_is_no_mapping_not_an_internal_error(tmp_path):
+    """The vars file is read by the same bounded loader as a workflow: past its depth it is
+    not a mapping (then read as dotenv, which it is not either), never a RecursionError."""
+    from gpuci.dryrun._given import _read_vars_file
+    from gpuci.errors import InputError
+
+    deep = tmp_path / "vars.yml"
+    deep.write_text("A: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(InputError):
+        _read_vars_file(str(deep))

@@ -76,7 +76,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
         f"planning {path} for a {event.name} to {event.ref} in {workspace}"
         + ("; read-only probes allowed (--probe)" if probe else "; no network (--probe to ask)")
     )
-    planner = Planner(rt, workspace, contexts, probe=probe)
+    planner = Planner(rt, workspace, contexts, probe=probe, source=path)
     planner.workflow(workflow, wanted)
     return result(path, planner.plans, wanted, rt, probe, notes, planner.transcript)
 

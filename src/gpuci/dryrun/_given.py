@@ -57,11 +57,13 @@ def vars_context(pairs: list[str], file: str) -> dict[str, str] | Unknown:
 def _read_vars_file(file: str) -> dict[str, str]:
     import yaml
 
+    from gpuci.dryrun import _yaml
+
     hint = "pass a YAML or JSON mapping (NAME: VALUE) or a dotenv file (NAME=VALUE per line)"
     text = untrusted_json.read_input(Path(file), "the vars file", hint, MAX_FILE_BYTES)
     try:
-        body: Any = yaml.safe_load(text)
-    except yaml.YAMLError:
+        body: Any = _yaml.load(text)  # bounded: a vars file 10,000 deep is no mapping
+    except yaml.YAMLError:  # _yaml.Refused is one
         body = None
     if not isinstance(body, dict):
         body = _dotenv(text, file, hint)

@@ -97,8 +97,11 @@ class Planner:
     bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
 
     def __post_init__(self) -> None:
-        if self.source is not None:
-            self.bounds.stack.append((self.source.resolve(), str(self.source)))
+        if self.source is not None:  # named as a ``uses:`` calling it back names it
+            real = self.source.resolve()
+            inside = real.is_relative_to(self.workspace.resolve())
+            label = f"./{real.relative_to(self.workspace.resolve())}" if inside else str(real)
+            self.bounds.stack.append((real, label))
 
     # ----- workflows and jobs ------------------------------------------------------------
     def workflow(
