@@ -91,3 +91,20 @@ def test_a_whole_listing_ends_by_one_deadline(evil, monkeypatch):
     line = info.value.one_line()
     assert "the deadline of 2s passed" in line, line
     assert 1 < len(evil.requests()) < rest.MAX_PAGES
+
+
+@pytest.mark.parametrize("route", [trickled_headers, endless_early_hints], ids=["headers", "1xx"])
+def test_a_runpod_request_ends_by_its_deadline_however_the_answer_trickles(evil, route):
+    """The RunPod client had the forge client's flaw: its body's deadline started only once
+    the headers were in (``pods up`` and ``reap`` talk to it; a cancel's cleanup too)."""
+    import dataclasses
+
+    from gpuci.pods._runpod import client as runpod
+
+    evil.route("/v1/pods", route())
+    once = dataclasses.replace(runpod.RETRY_POLICY, attempts=1)
+    api = runpod.RunPodClient(TOKEN, evil.url("/v1"), timeout=TIMEOUT, policy=once)
+    with api, pytest.raises(Exception) as info:
+        api.request("GET", "/pods", "list pods")
+    assert "the deadline of 1.5s passed" in str(info.value), info.value  # three timeouts
+    assert TOKEN not in str(info.value)

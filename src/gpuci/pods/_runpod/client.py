@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -327,10 +326,11 @@ class RunPodClient:
         self._read_only = read_only
         self._key, self._transport = api_key, transport
         self._policy = policy or RETRY_POLICY
-        self._body_seconds = 3 * timeout  # one answer's whole body, however it trickles
+        self._body_seconds = 3 * timeout  # one answer, headers to body, however it trickles
         self._http = httpclients.new_client(
             timeout=timeout,
             agent="pods",
+            read_bytes=1 << 16,  # httpcore's own read size: puts the client under deadline()
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}"},
             transport=transport,
@@ -394,21 +394,25 @@ class RunPodClient:
 
     def _bounded(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         """Send, and read at most :data:`MAX_ANSWER` bytes of the answer (a server's claim of
-        its length is not trusted): over it is one line, exit 3."""
+        its length is not trusted): over it is one line, exit 3. The whole request, from the
+        connect to the body's last byte, ends within its deadline (3 x the timeout)."""
         request = self._http.build_request(method, path, **kwargs)
-        deadline = time.monotonic() + self._body_seconds
-        streamed = self._http.send(request, stream=True)
-        try:
-            body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER, deadline)
-        except TimeoutError as exc:
-            raise httpx.ReadTimeout(str(exc), request=request) from None
-        except untrusted_json.Unusable as exc:
-            raise RunPodError(
-                f"{what}: RunPod API answered HTTP {streamed.status_code} with a body {exc}"[:300],
-                hint="check RUNPOD_API_URL points at RunPod's REST API v2",
-            ) from None
-        finally:
-            streamed.close()
+        limit = httpclients.Deadline.after(self._body_seconds)
+        with httpclients.deadline(limit):  # headers and endless 1xx answers too, not the body only
+            streamed = self._http.send(request, stream=True)
+            try:
+                body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER, limit.at)
+            except TimeoutError as exc:  # the body came too slowly: it says how much came
+                raise httpx.ReadTimeout(str(exc), request=request) from None
+            except untrusted_json.Unusable as exc:
+                raise RunPodError(
+                    f"{what}: RunPod API answered HTTP {streamed.status_code} with a body {exc}"[
+                        :300
+                    ],
+                    hint="check RUNPOD_API_URL points at RunPod's REST API v2",
+                ) from None
+            finally:
+                streamed.close()
         headers = [
             (k, v) for k, v in streamed.headers.multi_items() if k.lower() != "content-encoding"
         ]
