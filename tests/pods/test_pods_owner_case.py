@@ -99,3 +99,19 @@ def test_a_reservation_filed_under_alice_capitalised_counts_for_alice(fake, run,
     res = run("up", **UP, budget_usd="10", extra_env={**GITHUB, "GITHUB_ACTOR": "alice"})
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
     assert book.release(key) and book.reservations("ALICE")[0] == []
+
+
+def test_an_owner_filter_matches_an_owner_in_any_case_and_tags_are_written_folded():
+    """``pods down/ls/reap --owner Alice`` finds alice's pods, and the pods an older gpu-ci
+    tagged ``Alice``; a tag made now carries the folded name."""
+    from gpuci.pods._lifecycle.common import tagged_pods
+    from gpuci.pods._runpod.naming import ENV_OWNER, clean_owner
+
+    pods = [
+        {"id": "new", "env": {ENV_OWNER: "alice"}},
+        {"id": "old", "env": {ENV_OWNER: "Alice"}},
+        {"id": "bob", "env": {ENV_OWNER: "bob"}},
+    ]
+    for asked in ("Alice", "alice", "ALICE"):
+        assert [pod["id"] for pod, _ in tagged_pods(pods, asked)] == ["new", "old"]
+    assert clean_owner("Alice") == "alice"

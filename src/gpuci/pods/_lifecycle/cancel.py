@@ -21,8 +21,9 @@ from types import FrameType
 
 __all__ = ["CLEANUP_DEADLINE_S", "Cancelled", "Guard", "guarded"]
 
-#: The whole cleanup after a cancel: inside GitHub's 7.5 s between SIGINT and SIGTERM, with
-#: room left before SIGKILL (2.5 s after SIGTERM) for the ledger writes that come last.
+#: The whole cleanup after a cancel: inside GitHub's 7.5 s between SIGINT and SIGTERM. The pod
+#: is terminated first; the ledger writes run beside it and are waited for only within this
+#: (a store that does not answer never holds the terminate: up_cleanup).
 CLEANUP_DEADLINE_S = 6.0
 #: One request of the cleanup (find, terminate, unregister): short, one quick retry, so finding
 #: and terminating the pod take at most about 6.4 s, the part of the grace that matters most.

@@ -98,7 +98,7 @@ def tagged_pods(
         tag = tag_of(pod)
         if tag is None and not include_all:
             continue
-        if owner and (tag is None or tag.owner != owner):
+        if owner and (tag is None or tag.owner.lower() != owner.lower()):  # older tags kept case
             continue
         out.append((pod, tag))
     return out

@@ -55,7 +55,9 @@ def new_tag(owner: str, run_url: str, expires_at: float) -> PodTag:
 
 
 def clean_owner(owner: str) -> str:
-    return _OWNER_SAFE.sub("-", owner.strip()).strip("-") or "unknown"
+    """An owner as pod names and tags carry it: safe characters only, in lower case (GitHub
+    and GitLab usernames are case-insensitive: ``Alice`` and ``alice`` are one owner)."""
+    return (_OWNER_SAFE.sub("-", owner.strip()).strip("-") or "unknown").lower()
 
 
 def tag_of(pod: Mapping[str, Any]) -> PodTag | None:
