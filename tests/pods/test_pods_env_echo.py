@@ -6,9 +6,8 @@ the env is redacted, in the log, the JSON report and the journal, like a registe
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import fake_runpod
@@ -17,6 +16,7 @@ import pytest
 from pods_testing import FakeClock
 
 from gpuci.pods._runpod.client import ContractViolation, RunPodClient, RunPodError
+from security.hostile_runpod import Serving
 
 VALUE = "hf_S3cr3tV4lu3ThatIsNotNamedLikeOne"
 BODY = {"name": "t", "image": "img", "gpu": {"id": "NVIDIA L40S"}, "env": {"HF_HOME": VALUE}}
@@ -70,7 +70,7 @@ def test_a_contract_violation_quoting_the_env_never_shows_its_values():
     assert VALUE not in err.value.one_line() and "***" in err.value.one_line()
 
 
-class _EchoRunPod:
+class _EchoRunPod(Serving):
     """RunPod's catalog and an empty pod list; every create refused with its env quoted."""
 
     def __init__(self) -> None:
@@ -94,13 +94,7 @@ class _EchoRunPod:
                 sent = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self._send(400, _echo(sent.get("env") or {}))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

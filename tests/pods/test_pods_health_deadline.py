@@ -11,7 +11,13 @@ from fake_runpod import FakeRunPod
 from pods_testing import api_env
 
 from gpuci_testing import clean_env, run_cli
-from security.hostile_http import HostileServer, serve_bytes, serve_redirect, serve_trickle
+from security.hostile_http import (
+    HostileServer,
+    serve_bytes,
+    serve_redirect,
+    trickled_body,
+    trickled_headers,
+)
 
 LIVE_STEPS_TO_RUNNING = 0  # RUNNING at once: the health wait is all the timeout is spent on
 UP = dict(gpu_types="NVIDIA L40S", image="img", command="serve", ttl="30m", owner="alice")
@@ -28,7 +34,7 @@ def _up_cli(live: FakeRunPod, tmp_path: Path, url: str, timeout: str) -> subproc
 
 def test_a_health_server_trickling_its_headers_ends_at_the_timeout_with_one_line(live, tmp_path):
     with HostileServer() as evil:
-        evil.route("/health", serve_trickle(headers=True))
+        evil.route("/health", trickled_headers())
         proc = _up_cli(live, tmp_path, evil.url("/health"), "3s")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     url = evil.url("/health")
@@ -42,7 +48,7 @@ def test_a_health_server_trickling_its_headers_ends_at_the_timeout_with_one_line
 
 def test_a_health_answer_is_its_status_its_trickled_body_is_never_read(live, tmp_path):
     with HostileServer() as evil:
-        evil.route("/health", serve_trickle())
+        evil.route("/health", trickled_body())
         proc = _up_cli(live, tmp_path, evil.url("/health"), "1m")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"healthy: {evil.url('/health')} answered HTTP 200" in proc.stderr

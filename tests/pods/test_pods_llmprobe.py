@@ -14,7 +14,7 @@ import yaml
 from gpuci.pods.health import llmprobe
 from gpuci_testing import clean_env
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
-from security.hostile_http import HostileServer, serve_trickle
+from security.hostile_http import HostileServer, trickled_body, trickled_headers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,7 +114,7 @@ def test_a_trickled_answer_ends_the_probe_at_its_timeout_in_one_line(tmp_path, h
     probe, so the leg fails in one line (and its job goes on to end its pod)."""
     out = tmp_path / "leg.json"
     with HostileServer() as evil:
-        evil.route("/v1/models", serve_trickle(headers=headers))
+        evil.route("/v1/models", trickled_headers() if headers else trickled_body())
         args = ["probe", "--url", evil.url(""), "--model", "m", "--gpu", "g", "--timeout", "2"]
         proc = subprocess.run(
             [sys.executable, "-m", "gpuci.pods.health.llmprobe", *args, "--out", str(out)],

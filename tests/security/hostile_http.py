@@ -14,6 +14,7 @@ the ``serve_*`` factories below build the common ones.
 from __future__ import annotations
 
 import gzip
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -157,24 +158,39 @@ def serve_endless(announce: int | None = None) -> Route:
     return route
 
 
-def serve_trickle(headers: bool = False, every: float = 0.2) -> Route:
-    """A 200 that trickles a byte every ``every`` seconds until the client hangs up or the
-    server stops: its body (the status and headers come at once, announcing a terabyte) or,
-    with ``headers``, its header block (the status line, then one header a byte at a time).
-    Every read gets a byte in time: only a deadline on the whole request ends it."""
+# A trickle's own end, whatever the client does: far past any deadline a test sets, so a client
+# without one (the fault a test proves, run against the code before its fix) ends too.
+TRICKLE_FOR = 30.0
 
-    def route(h: Handler) -> None:
-        h.close_connection = True
-        if headers:
-            h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-        else:
-            h.send_response(200)
-            h.send_header("Content-Length", str(10**12))
-            h.end_headers()
-        while not h.server_ref.stop.wait(every):
-            h.write(b"x")
 
-    return route
+def trickle(h: Handler, send: bytes, first: bytes = b"", every: float = 0.2) -> None:
+    """Write ``first``, then ``send`` every ``every`` seconds (each write well inside a read's
+    timeout) until the client hangs up, the server stops, or :data:`TRICKLE_FOR` passed."""
+    h.close_connection = True
+    end = time.monotonic() + TRICKLE_FOR
+    try:
+        h.wfile.write(first)
+        h.wfile.flush()
+        while not h.server_ref.stop.wait(every) and time.monotonic() < end:
+            h.wfile.write(send)
+            h.wfile.flush()
+    except OSError:
+        pass  # the client hung up: the deadline worked
+
+
+def trickled_headers(every: float = 0.2) -> Route:
+    """A status line, then one header a byte at a time."""
+    return lambda h: trickle(h, b"a", b"HTTP/1.1 200 OK\r\nX-Slow: ", every)
+
+
+def endless_early_hints(every: float = 0.2) -> Route:
+    """``103 Early Hints`` answers without end: no final answer ever comes."""
+    return lambda h: trickle(h, b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n", every=every)
+
+
+def trickled_body(every: float = 0.2) -> Route:
+    """A 200 announcing a megabyte, then its body a byte at a time."""
+    return lambda h: trickle(h, b"a", b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n", every)
 
 
 def gzip_bomb(expanded: int = 100 * 1024 * 1024) -> bytes:

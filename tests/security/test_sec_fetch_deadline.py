@@ -21,39 +21,21 @@ import threading
 from pathlib import Path
 
 import pytest
-from hostile_http import Handler, HostileServer, Route, serve_bytes
+from hostile_http import (
+    Handler,
+    HostileServer,
+    Route,
+    endless_early_hints,
+    serve_bytes,
+    trickled_body,
+    trickled_headers,
+)
 
 from gpuci_testing import clean_env, run_cli
 
 DEADLINE = ["--deadline", "2s", "--timeout", "1s", "--attempts", "1"]
 ENDED_AT_ALL = 90  # seconds: the server below goes on far longer than this
 TRICKLE_S = 0.2
-
-
-def _until_stopped(h: Handler, send: bytes, first: bytes = b"") -> None:
-    """Write ``first``, then ``send`` every TRICKLE_S, until the client hangs up or the test
-    ends (each write stays well under the per-read timeout)."""
-    h.close_connection = True
-    try:
-        h.wfile.write(first)
-        h.wfile.flush()
-        while not h.server_ref.stop.wait(TRICKLE_S):
-            h.wfile.write(send)
-            h.wfile.flush()
-    except OSError:
-        pass  # the client hung up: the deadline worked
-
-
-def trickled_headers() -> Route:
-    return lambda h: _until_stopped(h, b"a", b"HTTP/1.1 200 OK\r\nX-Slow: ")
-
-
-def endless_early_hints() -> Route:
-    return lambda h: _until_stopped(h, b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
-
-
-def trickled_body() -> Route:
-    return lambda h: _until_stopped(h, b"a", b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@ deadline, and a whole listing by one (a review reproduced the hang).
 
 httpx's timeouts bound each read, so an API that answers ``103 Early Hints`` forever, or
 trickles its headers a byte at a time, held the report step open without end. Here the server
-gives up by itself after TRICKLE_FOR seconds (so a client without a deadline ends too, with
-another error); the client must end first, with one line naming its deadline. No test
-measures time.
+gives up by itself after ``hostile_http.TRICKLE_FOR`` seconds (so a client without a deadline
+ends too, with another error); the client must end first, with one line naming its deadline.
+No test measures time.
 """
 
 from __future__ import annotations
@@ -13,39 +13,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from hostile_http import Handler, HostileServer, Route
+from hostile_http import Handler, HostileServer, Route, endless_early_hints, trickled_headers
 
 from gpuci.errors import InfraError
 from gpuci.forges import _rest as rest
 from gpuci.forges._github import GitHub
 
 TIMEOUT = 0.5  # each read; one request's deadline is REQUEST_TIMEOUTS of these (1.5 s)
-TRICKLE_S = 0.1  # well under a read's timeout
-TRICKLE_FOR = 20.0  # the server's own end: far past any deadline here
 TOKEN = "ghp_" + "t" * 36
-
-
-def _trickle(h: Handler, send: bytes, first: bytes = b"") -> None:
-    """Write ``first``, then ``send`` every TRICKLE_S, until the client hangs up, the test
-    ends or TRICKLE_FOR passed."""
-    h.close_connection = True
-    end = time.monotonic() + TRICKLE_FOR
-    try:
-        h.wfile.write(first)
-        h.wfile.flush()
-        while not h.server_ref.stop.wait(TRICKLE_S) and time.monotonic() < end:
-            h.wfile.write(send)
-            h.wfile.flush()
-    except OSError:
-        pass  # the client hung up: the deadline worked
-
-
-def trickled_headers() -> Route:
-    return lambda h: _trickle(h, b"a", b"HTTP/1.1 200 OK\r\nX-Slow: ")
-
-
-def endless_early_hints() -> Route:
-    return lambda h: _trickle(h, b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
 
 
 def slow_endless_pages(delay: float) -> Route:
