@@ -3,15 +3,20 @@ picks whichever folder's conftest pytest loaded last)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
 from gpuci.commands import _pods as spec
 from gpuci.inputs import build, resolve
 from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.client import RunPodClient, RunPodError
 from gpuci.pods._runpod.naming import new_tag
 from gpuci.runtime import Runtime
 from gpuci_testing import clean_env, run_cli
@@ -114,3 +119,20 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+def refused_answer(call: str, answer: Any) -> RunPodError:
+    """What ``call`` raises when RunPod answers ``answer`` (200)."""
+    body = json.dumps(answer).encode()
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    with (
+        RunPodClient("rpa_test", "https://runpod.test", transport=transport) as client,
+        pytest.raises(RunPodError) as err,
+    ):
+        {
+            "catalog": lambda: client.list_gpu_types(),
+            "pods": client.list_pods,
+            "pod": lambda: client.get_pod("p1"),
+            "billing": lambda: client.pod_billing("a", "b"),
+        }[call]()
+    return err.value

@@ -5,14 +5,13 @@ an array) is one line naming the field, exit 3, never an internal error further 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import fake_runpod
-import httpx
 import pytest
+from pods_testing import refused_answer
 
-from gpuci.pods._runpod.client import RunPodClient, RunPodError
+from gpuci.pods._runpod.client import RunPodClient
 
 L40S = fake_runpod.CATALOG[1]
 UP = dict(image="img", command="serve", ttl="10m", gpu_types="NVIDIA L40S")
@@ -29,23 +28,6 @@ def _centres(*centres: Any) -> dict[str, Any]:
 
 def _pod(**fields: Any) -> dict[str, Any]:
     return {"id": "p1", "name": "x", "status": "RUNNING", "gpu": {"id": "NVIDIA L40S"}, **fields}
-
-
-def _refusal(call: str, answer: Any) -> RunPodError:
-    """What ``call`` raises when RunPod answers ``answer`` (200)."""
-    body = json.dumps(answer).encode()
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
-    with (
-        RunPodClient("rpa_test", "https://runpod.test", transport=transport) as client,
-        pytest.raises(RunPodError) as err,
-    ):
-        {
-            "catalog": lambda: client.list_gpu_types(),
-            "pods": client.list_pods,
-            "pod": lambda: client.get_pod("p1"),
-            "billing": lambda: client.pod_billing("a", "b"),
-        }[call]()
-    return err.value
 
 
 @pytest.mark.parametrize(
@@ -67,7 +49,7 @@ def _refusal(call: str, answer: Any) -> RunPodError:
     ],
 )  # fmt: skip
 def test_a_field_of_the_wrong_type_is_one_line_naming_it(call, answer, field):
-    err = _refusal(call, answer)
+    err = refused_answer(call, answer)
     assert "RunPod API answered" in err.message and field in err.message, err.message
     assert err.exit_code == 3 and "\n" not in err.one_line()
 

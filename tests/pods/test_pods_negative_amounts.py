@@ -9,30 +9,13 @@ import json
 from typing import Any
 
 import fake_runpod
-import httpx
 import pytest
+from pods_testing import refused_answer
 
 from gpuci.pods._budgets import ledger
-from gpuci.pods._runpod.client import RunPodClient, RunPodError
 
 L40S = fake_runpod.CATALOG[1]
 H100 = dict(image="img", command="serve", ttl="5h", gpu_types="NVIDIA H100 80GB HBM3")
-
-
-def _answer(call: str, answer: Any) -> RunPodError:
-    body = json.dumps(answer).encode()
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
-    with (
-        RunPodClient("rpa_test", "https://runpod.test", transport=transport) as client,
-        pytest.raises(RunPodError) as err,
-    ):
-        if call == "catalog":
-            client.list_gpu_types()
-        elif call == "pods":
-            client.list_pods()
-        else:
-            client.pod_billing("a", "b")
-    return err.value
 
 
 @pytest.mark.parametrize(
@@ -45,14 +28,14 @@ def _answer(call: str, answer: Any) -> RunPodError:
     ],
 )
 def test_a_negative_amount_is_one_line_exit_3(call, answer, field):
-    err = _answer(call, answer)
+    err = refused_answer(call, answer)
     assert f"{field} is the number -" in err.message, err.message
     assert "not a non-negative number" in err.message and err.exit_code == 3
 
 
 @pytest.mark.parametrize("amount", [float("inf"), float("nan")])
 def test_a_non_finite_amount_is_one_line_exit_3(amount):
-    err = _answer("billing", {"records": [{"podId": "p1", "totalAmount": amount}]})
+    err = refused_answer("billing", {"records": [{"podId": "p1", "totalAmount": amount}]})
     assert err.exit_code == 3 and "\n" not in err.one_line()
 
 
