@@ -253,6 +253,20 @@ def _refuse_chained_escapes(source: str, entries: list[Entry]) -> None:
             )
 
 
+def _refuse_nested_under_non_folders(source: str, entries: list[Entry]) -> None:
+    """An entry under a file or a link of the manifest: writing it would write through the
+    link, or cannot be done at all (``a`` a file and ``a/b``)."""
+    kinds = {(e.root, e.path): e.type for e in entries}
+    for entry in entries:
+        parts = entry.path.split("/")
+        for i in range(1, len(parts)):
+            kind = kinds.get((entry.root, "/".join(parts[:i])))
+            if kind == "symlink":
+                raise _bad(source, f"{_show(entry.path)} lies under a symlink")
+            if kind == "file":
+                raise _bad(source, f"{_show(entry.path)} lies under a file of the same manifest")
+
+
 def parse(data: bytes, source: str) -> Manifest:
     """Parse and validate a manifest: everything unsafe raises InputError before any write."""
     check_size(len(data), source)
@@ -278,19 +292,12 @@ def parse(data: bytes, source: str) -> Manifest:
         raise _bad(source, "no entries list")
     entries = [_entry(source, item, roots) for item in entries_raw]
     seen: set[tuple[int, str]] = set()
-    symlinks: set[tuple[int, str]] = set()
     for entry in entries:
         ident = (entry.root, entry.path)
         if ident in seen:
             raise _bad(source, f"{_show(entry.path)} appears twice")
         seen.add(ident)
-        if entry.type == "symlink":
-            symlinks.add(ident)
-    for entry in entries:  # writing through a symlink listed in the manifest is refused
-        parts = entry.path.split("/")
-        for i in range(1, len(parts)):
-            if (entry.root, "/".join(parts[:i])) in symlinks:
-                raise _bad(source, f"{_show(entry.path)} lies under a symlink")
+    _refuse_nested_under_non_folders(source, entries)
     _refuse_chained_escapes(source, entries)
     producer = raw.get("producer") or {}
     if not isinstance(producer, dict):

@@ -1,0 +1,48 @@
+# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
+"""A hostile manifest that parse must refuse as malformed (exit 2), quickly and in one line:
+links whose resolution would take hours (a target of megabytes, thousands of links through it),
+a path deeper than placement can walk, a file with a path under it; and the one drive-letter
+rule (``c:`` at the start) that save and restore share.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+    cache_cmd,
+    env,
+    file_store,
+    plant,
+)
+
+from gpuci.cache._format import manifest as mf
+from gpuci.errors import ExitCode
+
+
+@pytest.mark.parametrize("order", ["file-first", "child-first"])
+def test_a_manifest_with_a_path_under_a_file_is_malformed(file_store, env, tmp_path, order):
+    entries = [
+        {"type": "file", "root": 0, "path": "a"},
+        {"type": "file", "root": 0, "path": "a/b"},
+    ]
+    plant(file_store, "k", entries if order == "file-first" else entries[::-1], {"a/b": b"x"})
+    result, _ = cache_cmd(
+        "restore", {**file_store.flags(), "key": "k", "path": str(tmp_path / "t")}, env
+    )
+    assert result.exit_code == ExitCode.BAD_INPUT, result.headline
+    assert "lies under a file" in result.headline
+
+
+def _manifest(entries: list[dict]) -> bytes:
+    return mf.canonical_json(
+        {
+            "format": 1,
+            "key": "k",
+            "created": "",
+            "producer": {},
+            "roots": [{"path": "t", "kind": "dir"}],
+            "files": 0,
+            "bytes": 0,
+            "entries": entries,
+        }
+    )
