@@ -16,7 +16,18 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
 )
 
 from gpuci.cache._format import manifest as mf
-from gpuci.errors import ExitCode
+from gpuci.errors import ExitCode, InputError
+
+
+def test_only_a_drive_letter_reads_as_absolute():
+    assert mf.path_problem("1:2.bin") is None and mf.path_problem("::x") is None
+    assert mf.path_problem("c:x") == "is absolute" and mf.path_problem("Z:") == "is absolute"
+
+
+def test_a_manifest_entry_deeper_than_the_cap_is_malformed():
+    entries = [{"type": "dir", "root": 0, "path": "/".join(["a"] * 1500), "mode": 0o755}]
+    with pytest.raises(InputError, match="folders deep"):
+        mf.parse(_manifest(entries), "m")
 
 
 @pytest.mark.parametrize("order", ["file-first", "child-first"])

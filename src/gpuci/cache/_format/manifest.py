@@ -167,18 +167,43 @@ def _show(value: Any) -> str:
     return excerpt(repr(value), 120)
 
 
+# A path deeper than this many folders is refused (save skips it): placing and walking stay
+# shallow, and 256 short names still fit PATH_MAX. A link target over PATH_MAX bytes, or of more
+# components than a link at the deepest folder needs to climb to the top and down again, is no
+# link a kernel would follow: refused too, so resolving links costs at most that much each.
+MAX_DEPTH = 256
+MAX_TARGET_BYTES = 4096
+MAX_TARGET_PARTS = 2 * MAX_DEPTH
+
+
+def path_problem(path: str) -> str | None:
+    """Why restore would refuse ``path`` (a non-empty entry path), or None: save skips what
+    this names, so it never writes a manifest restore refuses."""
+    if path == "" or "\x00" in path or "\\" in path:
+        return "is empty or holds NUL or backslash"
+    if path.startswith("/") or _drive(path):
+        return "is absolute"
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "is not normalised or climbs out with '..'"
+    if len(parts) > MAX_DEPTH:
+        return f"is more than {MAX_DEPTH} folders deep"
+    return None
+
+
+def _drive(path: str) -> bool:
+    """A Windows drive (``c:``) only: ``1:2.bin`` or ``::x`` are plain POSIX names."""
+    return len(path) > 1 and path[1] == ":" and path[0].isascii() and path[0].isalpha()
+
+
 def _check_path(source: str, path: Any, allow_empty: bool) -> str:
     if not isinstance(path, str):
         raise _bad(source, f"path {_show(path)} is not text")
     if path == "" and allow_empty:
         return path
-    if path == "" or "\x00" in path or "\\" in path:
-        raise _bad(source, f"path {_show(path)} is empty or holds NUL or backslash")
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-        raise _bad(source, f"path {_show(path)} is absolute")
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise _bad(source, f"path {_show(path)} is not normalised or climbs out with '..'")
+    problem = path_problem(path)
+    if problem is not None:
+        raise _bad(source, f"path {_show(path)} {problem}")
     return path
 
 
