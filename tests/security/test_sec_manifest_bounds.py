@@ -19,6 +19,23 @@ from gpuci.cache._format import manifest as mf
 from gpuci.errors import ExitCode, InputError
 
 
+def test_a_link_target_over_path_max_is_refused_as_malformed():
+    entries = [{"type": "symlink", "root": 0, "path": "F", "target": "./" * 3000 + "x"}]
+    with pytest.raises(InputError, match="over 4096 bytes"):
+        mf.parse(_manifest(entries), "m")
+
+
+def test_each_link_is_resolved_once_and_the_walk_is_bounded(monkeypatch):
+    links = {"F": "/".join(["."] * 400 + ["x"])}
+    links.update({f"l{i}": "F" for i in range(2000)})
+    resolver = mf.LinkResolver(links, budget=3000)  # F once, then two steps per link
+    assert resolver.first_escape() is None and not resolver.exhausted
+    monkeypatch.setattr(mf, "MAX_WALKED", 1000)
+    entries = [{"type": "symlink", "root": 0, "path": p, "target": t} for p, t in links.items()]
+    with pytest.raises(InputError, match="steps to resolve"):
+        mf.parse(_manifest(entries), "m")
+
+
 def test_only_a_drive_letter_reads_as_absolute():
     assert mf.path_problem("1:2.bin") is None and mf.path_problem("::x") is None
     assert mf.path_problem("c:x") == "is absolute" and mf.path_problem("Z:") == "is absolute"
