@@ -284,7 +284,7 @@ def _record_use(saver: Saver, warnings: Warnings) -> None:
 def _keep_revision(tree: Tree, revision: str) -> None:
     """hf-revision on save: keep only that revision's ref, snapshot and the blobs it links."""
     root = resolve_path(tree.roots[0]["path"])
-    commit = hf.commit_of(root, revision)
+    commit = hf.commit_of(root, revision, tree.warnings)
     probe = mf.Manifest(key="", roots=tree.roots, entries=tree.entries)
     picked = hf.pick_revision(probe, revision, commit)
     keep = {(e.root, e.path) for e in picked.entries}
