@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +35,7 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._common import throttle_signals
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.packs import PackBuilder
-from gpuci.cache._format.tree import Tree
+from gpuci.cache._format.tree import Tree, shown
 from gpuci.cache._save.state import Saver
 from gpuci.cache._stores.base import SourceChanged, Store
 from gpuci.cache._stores.tier import LocalTier
@@ -99,11 +98,6 @@ def put_content(store: Store, key: str, data: bytes) -> None:
     """A blob or pack the caller has hashed: the store's cheapest way to take bytes as they are
     (:meth:`gpuci.cache._stores.s3.store.S3Store.put_content`), else its plain put."""
     getattr(store, "put_content", store.put)(key, data)
-
-
-def shown(path: Path) -> str:
-    """A local path fit to print: bytes that are not UTF-8 as escapes."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 class Unreadable(InputError):
