@@ -88,6 +88,14 @@ class SaveInputs:
     layout: str = _LAYOUT
     hf_repo: str = _HF_REPO
     hf_revision: str = _HF_REVISION
+    follow_symlinks: str = inp(
+        "Symlinks in the saved paths that point out of them: inside (default: skipped, with one "
+        "warning; a link that stays inside is kept as a link) or all (the file behind each is "
+        "saved as a file, each named in a warning). A link planted in a folder kept between "
+        "jobs could otherwise make a trusted save upload a secret it points at.",
+        default="inside",
+        choices=("inside", "all"),
+    )
 
 
 @options

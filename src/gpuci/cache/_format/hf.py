@@ -9,6 +9,9 @@ code already keeps in-tree symlinks as symlinks; this module only picks the fold
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
@@ -77,12 +80,58 @@ def paths(hf_repo: str, path: Sequence[str], environ: Mapping[str, str]) -> list
     return [str(base / repo_folder(repo))]
 
 
-def commit_of(folder: Path, revision: str) -> str:
-    """The commit a revision names in a local repo folder (a ref's content, or the name)."""
+# A ref file holds a 40-hex commit; more than this is no ref (huggingface_hub writes ~40 bytes).
+MAX_REF_BYTES = 4096
+
+
+def commit_of(folder: Path, revision: str, warnings: list[str] | None = None) -> str:
+    """The commit a revision names in a local repo folder (a ref's content, or the name).
+
+    ``refs/<revision>`` is read only as a regular file of at most :data:`MAX_REF_BYTES`, opened
+    without following a link: a job could plant a link there (to ``/proc/self/pagemap``, a FIFO)
+    or a sparse file of gigabytes. Anything else is said in ``warnings`` and the revision is
+    taken as the commit's name.
+    """
     ref = folder / "refs" / revision
-    if ref.is_file():
-        return ref.read_text().strip()
-    return revision
+    try:
+        text = _read_ref(folder, ref)
+    except FileNotFoundError:
+        return revision
+    except (OSError, ValueError) as exc:
+        if warnings is not None:
+            why = _why(exc)
+            warnings.append(f"not read {ref}: {why}; the revision '{revision}' is taken as commit")
+        return revision
+    return text.strip() or revision
+
+
+def _why(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+
+
+def _read_ref(folder: Path, ref: Path) -> str:
+    """A ref file's text: a regular file, not a link nor under one (below the repo folder), at
+    most MAX_REF_BYTES of UTF-8."""
+    for above in ref.relative_to(folder).parents:
+        if str(above) != "." and (folder / above).is_symlink():
+            raise ValueError(f"{folder / above} is a symlink, and gpu-ci reads no ref through one")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(ref, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("it is a symlink, and gpu-ci reads no ref through a link") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("it is not a regular file")
+        data = handle.read(MAX_REF_BYTES + 1)
+    if len(data) > MAX_REF_BYTES:
+        raise ValueError(f"it is over {MAX_REF_BYTES} bytes, so no ref")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text, so no ref") from None
 
 
 def saved_folder(manifest: mf.Manifest) -> str:

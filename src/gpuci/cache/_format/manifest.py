@@ -167,19 +167,55 @@ def _show(value: Any) -> str:
     return excerpt(repr(value), 120)
 
 
+# A path deeper than this many folders is refused (save skips it): placing and walking stay
+# shallow, and 256 short names still fit PATH_MAX. A link target over PATH_MAX bytes, or of more
+# components than a link at the deepest folder needs to climb to the top and down again, is no
+# link a kernel would follow: refused too, so resolving links costs at most that much each.
+MAX_DEPTH = 256
+MAX_TARGET_BYTES = 4096
+MAX_TARGET_PARTS = 2 * MAX_DEPTH
+
+
+def path_problem(path: str) -> str | None:
+    """Why restore would refuse ``path`` (a non-empty entry path), or None: save skips what
+    this names, so it never writes a manifest restore refuses."""
+    if path == "" or "\x00" in path or "\\" in path:
+        return "is empty or holds NUL or backslash"
+    if path.startswith("/") or _drive(path):
+        return "is absolute"
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "is not normalised or climbs out with '..'"
+    if len(parts) > MAX_DEPTH:
+        return f"is more than {MAX_DEPTH} folders deep"
+    return None
+
+
+def _drive(path: str) -> bool:
+    """A Windows drive (``c:``) only: ``1:2.bin`` or ``::x`` are plain POSIX names."""
+    return len(path) > 1 and path[1] == ":" and path[0].isascii() and path[0].isalpha()
+
+
 def _check_path(source: str, path: Any, allow_empty: bool) -> str:
     if not isinstance(path, str):
         raise _bad(source, f"path {_show(path)} is not text")
     if path == "" and allow_empty:
         return path
-    if path == "" or "\x00" in path or "\\" in path:
-        raise _bad(source, f"path {_show(path)} is empty or holds NUL or backslash")
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-        raise _bad(source, f"path {_show(path)} is absolute")
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise _bad(source, f"path {_show(path)} is not normalised or climbs out with '..'")
+    problem = path_problem(path)
+    if problem is not None:
+        raise _bad(source, f"path {_show(path)} {problem}")
     return path
+
+
+def target_problem(target: str) -> str | None:
+    """Why a link target is no link restore keeps (on its own), or None."""
+    if not target or "\x00" in target:
+        return "has no target"
+    if len(target.encode("utf-8", "surrogatepass")) > MAX_TARGET_BYTES:
+        return f"has a target over {MAX_TARGET_BYTES} bytes"
+    if target.count("/") >= MAX_TARGET_PARTS:
+        return f"has a target of more than {MAX_TARGET_PARTS} components"
+    return None
 
 
 def _int(source: str, value: Any, what: str, upper: int | None = None) -> int:
@@ -217,8 +253,11 @@ def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
             entry.offset = _int(source, raw.get("offset"), "offset", layout.MAX_FILE_BYTES)
     elif kind == "symlink":
         target = raw.get("target")
-        if not isinstance(target, str) or not target or "\x00" in target:
+        if not isinstance(target, str):
             raise _bad(source, f"symlink {_show(path)} has no target")
+        problem = target_problem(target)
+        if problem is not None:
+            raise _bad(source, f"symlink {_show(path)} {problem}")
         if target.startswith("/"):
             raise _bad(source, f"symlink {_show(path)} points at the absolute path {_show(target)}")
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
@@ -244,13 +283,32 @@ def _refuse_chained_escapes(source: str, entries: list[Entry]) -> None:
     for entry in entries:
         if entry.type == "symlink":
             by_root.setdefault(entry.root, {})[entry.path] = entry.target
+    resolver: LinkResolver | None = None
     for tree in by_root.values():
-        for path in escaping_links(tree)[:1]:
+        resolver = LinkResolver(tree, resolver.left if resolver else MAX_WALKED)
+        path = resolver.first_escape()
+        if resolver.exhausted:
+            raise _bad(source, f"its links take over {MAX_WALKED:,} steps to resolve")
+        if path is not None:
             raise _bad(
                 source,
                 f"symlink {_show(path)} -> {_show(tree[path])} leaves the target folder once the "
                 "links it passes through are followed (or loops)",
             )
+
+
+def _refuse_nested_under_non_folders(source: str, entries: list[Entry]) -> None:
+    """An entry under a file or a link of the manifest: writing it would write through the
+    link, or cannot be done at all (``a`` a file and ``a/b``)."""
+    kinds = {(e.root, e.path): e.type for e in entries}
+    for entry in entries:
+        parts = entry.path.split("/")
+        for i in range(1, len(parts)):
+            kind = kinds.get((entry.root, "/".join(parts[:i])))
+            if kind == "symlink":
+                raise _bad(source, f"{_show(entry.path)} lies under a symlink")
+            if kind == "file":
+                raise _bad(source, f"{_show(entry.path)} lies under a file of the same manifest")
 
 
 def parse(data: bytes, source: str) -> Manifest:
@@ -278,19 +336,12 @@ def parse(data: bytes, source: str) -> Manifest:
         raise _bad(source, "no entries list")
     entries = [_entry(source, item, roots) for item in entries_raw]
     seen: set[tuple[int, str]] = set()
-    symlinks: set[tuple[int, str]] = set()
     for entry in entries:
         ident = (entry.root, entry.path)
         if ident in seen:
             raise _bad(source, f"{_show(entry.path)} appears twice")
         seen.add(ident)
-        if entry.type == "symlink":
-            symlinks.add(ident)
-    for entry in entries:  # writing through a symlink listed in the manifest is refused
-        parts = entry.path.split("/")
-        for i in range(1, len(parts)):
-            if (entry.root, "/".join(parts[:i])) in symlinks:
-                raise _bad(source, f"{_show(entry.path)} lies under a symlink")
+    _refuse_nested_under_non_folders(source, entries)
     _refuse_chained_escapes(source, entries)
     producer = raw.get("producer") or {}
     if not isinstance(producer, dict):
@@ -306,6 +357,114 @@ def parse(data: bytes, source: str) -> Manifest:
 
 # The kernel gives up after this many links in one lookup (ELOOP); a loop never reaches a file.
 MAX_LINK_HOPS = 40
+# Components one manifest's (or one saved tree's) links may take to resolve, all together: each
+# link is resolved once (later ones reuse it), so a real tree takes a few per link; a hostile
+# one is refused past this, not walked for hours.
+MAX_WALKED = 10_000_000
+_TOO_FAR = MAX_LINK_HOPS + 1  # the hops of a link that does not resolve
+_CHARGE_BYTES = 256  # a step costs one more for each this many bytes of the name it builds
+
+
+class LinkResolver:
+    """Resolves a tree's links through each other, each link once.
+
+    ``links`` maps each link's path (posix, relative to the tree) to its target. A link's
+    resolution (where it ends and how many links that took, itself included) depends on nothing
+    else, so it is kept and reused: a thousand links through one long chain cost the chain once.
+    At most ``budget`` components are walked in all; past it every answer is None and
+    :attr:`exhausted` is set.
+    """
+
+    def __init__(self, links: Mapping[str, str], budget: int = MAX_WALKED) -> None:
+        self.links = links
+        self.left = budget
+        self.exhausted = False
+        self.known: dict[str, tuple[str | None, int]] = {}
+        self.active: set[str] = set()
+
+    def resolve(self, start: str, target: str) -> str | None:
+        """Where ``target``, read from the folder ``start``, ends inside the tree, or None."""
+        return self._walk(start, target, 0)[0]
+
+    def escapes(self, path: str) -> bool:
+        """Whether the link at ``path`` leaves the tree (or loops) once followed."""
+        return self._link(path, 0)[0] is None
+
+    def first_escape(self) -> str | None:
+        """The first link (in path order) that leaves the tree, or None when none does."""
+        for path in sorted(self.links):
+            if self.escapes(path) or self.exhausted:
+                return path
+        return None
+
+    def _link(self, path: str, depth: int) -> tuple[str | None, int, bool]:
+        """Where the link at ``path`` ends (None: out, a loop, too many links), the links that
+        took (itself included), and whether that answer is final: one cut short because it
+        was met more than MAX_LINK_HOPS links down is not (met nearer the top, it may resolve)
+        and is not kept."""
+        known = self.known.get(path)
+        if known is not None:
+            return (*known, True)
+        if path in self.active:  # it needs itself: a loop, whatever the depth
+            return None, _TOO_FAR, True
+        if depth > MAX_LINK_HOPS:
+            return None, _TOO_FAR, False
+        target = self.links[path]
+        if target.startswith("/") or target_problem(target) is not None:
+            return self._keep(path, None, _TOO_FAR, True)
+        self.active.add(path)
+        try:
+            end, hops, final = self._walk(_parent(path), target, depth + 1)
+        finally:
+            self.active.discard(path)
+        return self._keep(path, end, hops + 1, final)
+
+    def _keep(
+        self, path: str, end: str | None, hops: int, final: bool
+    ) -> tuple[str | None, int, bool]:
+        final = final and not self.exhausted
+        if final:
+            self.known[path] = (end, hops)
+        return end, hops, final
+
+    def _walk(self, start: str, target: str, depth: int) -> tuple[str | None, int, bool]:
+        """(where it ends or None, links passed, whether the answer holds whatever the depth).
+
+        ``here`` holds the path of each folder on the way down, so a step builds one name; each
+        step is charged to the budget by that name's length too (a path may be long)."""
+        here = _prefixes(start)
+        parts = target.split("/")
+        if not self._charge(len(parts) + len(start) // _CHARGE_BYTES):
+            return None, _TOO_FAR, False
+        hops, final = 0, True
+        for part in parts:
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not here:
+                    return None, hops, final
+                here.pop()
+                continue
+            name = f"{here[-1]}/{part}" if here else part
+            if not self._charge(len(name) // _CHARGE_BYTES):
+                return None, _TOO_FAR, False
+            if name not in self.links:
+                here.append(name)
+                continue
+            end, used, settled = self._link(name, depth)
+            hops += used
+            final = final and settled
+            if end is None or hops > MAX_LINK_HOPS or not self._charge(len(end) // _CHARGE_BYTES):
+                return None, hops, final
+            here = _prefixes(end)
+        return (here[-1] if here else ""), hops, final
+
+    def _charge(self, steps: int) -> bool:
+        """Take ``steps`` from the budget: False (and exhausted) once it is spent."""
+        self.left -= steps
+        if self.left < 0:
+            self.exhausted = True
+        return not self.exhausted
 
 
 def resolve_links(links: Mapping[str, str], start: str, target: str) -> str | None:
@@ -314,36 +473,23 @@ def resolve_links(links: Mapping[str, str], start: str, target: str) -> str | No
     ``links`` maps each link's path (posix, relative to the tree) to its target. None means the
     walk climbs above the tree, meets an absolute target, or loops.
     """
-    here = [p for p in start.split("/") if p]
-    pending = list(reversed(target.split("/")))
-    hops = 0
-    while pending:
-        part = pending.pop()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not here:
-                return None
-            here.pop()
-            continue
-        link = links.get("/".join([*here, part]))
-        if link is None:
-            here.append(part)
-            continue
-        hops += 1
-        if hops > MAX_LINK_HOPS or link.startswith("/"):
-            return None
-        pending.extend(reversed(link.split("/")))  # read on from the link's own folder
-    return "/".join(here)
+    return LinkResolver(links).resolve(start, target)
 
 
-def escaping_links(links: Mapping[str, str]) -> list[str]:
-    """The links (paths, sorted) that leave the tree once followed through the others."""
-    return sorted(
-        path
-        for path, target in links.items()
-        if resolve_links(links, _parent(path), target) is None
-    )
+def escaping_links(links: Mapping[str, str], budget: int = MAX_WALKED) -> list[str]:
+    """The links (paths, sorted) that leave the tree once followed through the others; past the
+    budget, every link not yet found inside counts as leaving."""
+    resolver = LinkResolver(links, budget)
+    return sorted(path for path in links if resolver.escapes(path))
+
+
+def _prefixes(path: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b", "a/b/c"]``: each folder on the way down to ``path``."""
+    out: list[str] = []
+    for part in path.split("/"):
+        if part:
+            out.append(f"{out[-1]}/{part}" if out else part)
+    return out
 
 
 def _parent(path: str) -> str:

@@ -124,7 +124,7 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     store = plan_store(inp, rt)
     url = store.url if store is not None else store_url(inp, rt)
     try:
-        tree = scan(paths)
+        tree = scan(paths, inp.follow_symlinks, linked_roots=not _computed_hf_folder(inp))
     except InputError:
         if rt.dry_run:
             seconds = time.monotonic() - start
@@ -153,6 +153,13 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     if not rt.dry_run:
         _record(done, rt)
     return done
+
+
+def _computed_hf_folder(inp: SaveInputs) -> bool:
+    """Whether the path is an hf repo folder gpu-ci named itself (layout hf, or the save of an
+    hf restore's populate-on-miss, which passes that folder with an empty layout): one a job
+    could have planted as a link to anywhere, so never saved through a link."""
+    return inp.layout == "hf" or (not inp.layout and bool(inp.hf_repo.strip()))
 
 
 def _open_tier(saver: Saver, inp: SaveInputs) -> tuple[list[str], TierChoice]:
@@ -284,7 +291,7 @@ def _record_use(saver: Saver, warnings: Warnings) -> None:
 def _keep_revision(tree: Tree, revision: str) -> None:
     """hf-revision on save: keep only that revision's ref, snapshot and the blobs it links."""
     root = resolve_path(tree.roots[0]["path"])
-    commit = hf.commit_of(root, revision)
+    commit = hf.commit_of(root, revision, tree.warnings)
     probe = mf.Manifest(key="", roots=tree.roots, entries=tree.entries)
     picked = hf.pick_revision(probe, revision, commit)
     keep = {(e.root, e.path) for e in picked.entries}

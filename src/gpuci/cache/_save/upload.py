@@ -35,11 +35,11 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._common import throttle_signals
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.packs import PackBuilder
-from gpuci.cache._format.tree import Tree
+from gpuci.cache._format.tree import Tree, shown
 from gpuci.cache._save.state import Saver
 from gpuci.cache._stores.base import SourceChanged, Store
 from gpuci.cache._stores.tier import LocalTier
-from gpuci.errors import StoreError
+from gpuci.errors import InputError, StoreError
 from gpuci.ranged._pool import WorkPool, laneless
 
 # File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to
@@ -100,6 +100,27 @@ def put_content(store: Store, key: str, data: bytes) -> None:
     getattr(store, "put_content", store.put)(key, data)
 
 
+class Unreadable(InputError):
+    """A file of the tree the scan could read failed when read (a ``/proc`` file behind a link
+    under ``follow-symlinks: all``, an I/O error, a permission taken away since): one line
+    naming it, never an internal error."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(
+            f"cannot read {shown(path)}, in the tree being saved: {exc.strerror or exc}",
+            hint="make it a readable regular file, or leave it out of the saved paths",
+        )
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Reads of ``path`` inside: an OSError becomes :class:`Unreadable`."""
+    try:
+        yield
+    except OSError as exc:
+        raise Unreadable(path, exc) from None
+
+
 def _read_exact(handle, length: int, path: Path) -> bytes:
     data = handle.read(length)
     while len(data) < length:  # a raw read may return less than asked
@@ -111,7 +132,8 @@ def _read_exact(handle, length: int, path: Path) -> bytes:
 
 
 def _hash_file(path: Path, size: int) -> str:
-    hasher, done = files.hash_file(path, chunk=layout.IO_CHUNK)
+    with _reading(path):
+        hasher, done = files.hash_file(path, chunk=layout.IO_CHUNK)
     if done != size:
         raise SourceChanged(path)
     return hasher.hexdigest()
@@ -251,7 +273,7 @@ class BlobUploads:
     ) -> tuple[list[bytes], str]:
         hasher = hashlib.sha256()
         chunks: list[bytes] = []
-        with open(path, "rb", buffering=0) as handle:
+        with _reading(path), open(path, "rb", buffering=0) as handle:
             for _number, _offset, length in parts:
                 data = _read_exact(handle, length, path)
                 hasher.update(data)
@@ -278,7 +300,7 @@ class BlobUploads:
         parts = self._cut(entry.size)
         self._open(key, cast(_Parts, upload), len(parts))
         hasher = hashlib.sha256()
-        with open(path, "rb", buffering=0) as handle:
+        with _reading(path), open(path, "rb", buffering=0) as handle:
             for number, _offset, length in parts:
                 self.budget.take(length)
                 data = _read_exact(handle, length, path)
@@ -422,7 +444,8 @@ class _PackUploads:
 
 def read_small(tree: Tree, entry: mf.Entry) -> bytes:
     """A small file's bytes, once; its size must still be the one the scan saw."""
-    data = tree.source(entry).read_bytes()
+    with _reading(tree.source(entry)):
+        data = tree.source(entry).read_bytes()
     if len(data) != entry.size:
         raise SourceChanged(tree.source(entry))
     return data
