@@ -186,3 +186,24 @@ def test_public_functions_say_args_returns_and_raises(module: str) -> None:
         doc = inspect.getdoc(func) or ""
         missing = [s for s in ("Args:", "Returns:", "Raises:") if s not in doc]
         assert missing == [], f"{module}.{func.__name__}"
+
+
+def test_the_api_saves_through_links_out_of_the_tree_only_when_asked(tmp_path: Path) -> None:
+    """``follow_symlinks`` is the save input's: by default a link leaving the saved folder is
+    skipped with a warning (a link a PR planted must not upload what it points at)."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("behind the link")
+    src = tmp_path / "src"
+    write_tree(src, {"own.txt": "own"})
+    (src / "out.txt").symlink_to(outside)
+    store = str(tmp_path / "store")
+    plain = api.save("k1", str(src), store=store, local_cache="off", runtime=_rt(tmp_path))
+    assert plain.files == 1 and any("follow-symlinks: all" in w for w in plain.warnings)
+    asked = api.save(
+        "k2", str(src), store=store, local_cache="off", follow_symlinks="all", runtime=_rt(tmp_path)
+    )
+    assert asked.files == 2
+    got = api.restore(
+        "k2", str(tmp_path / "out"), store=store, local_cache="off", runtime=_rt(tmp_path)
+    )
+    assert got.hit and (tmp_path / "out" / "out.txt").read_text() == "behind the link"

@@ -152,6 +152,7 @@ def save(
     local_cache: str = _SAVE.local_cache,
     layout: str = _SAVE.layout,
     hf_repo: str = _SAVE.hf_repo,
+    follow_symlinks: str = _SAVE.follow_symlinks,
     runtime: Runtime | None = None,
 ) -> SaveResult:
     """Save ``path`` under ``key``, uploading only the blobs the store lacks.
@@ -166,6 +167,9 @@ def save(
         local_cache: the runner-local blob folder: a folder, ``on``, ``off`` or ``auto``.
         layout: ``plain`` (the paths as they are) or ``hf`` (one Hugging Face repo).
         hf_repo: with ``layout="hf"``: the repo, ``org/name`` or ``datasets/org/name``.
+        follow_symlinks: ``inside`` (a link leaving the saved paths is skipped, with a
+            warning: a link a PR planted must not upload what it points at) or ``all`` (the
+            file behind such a link is saved as a file, each link said in a warning).
         runtime: the environment, output streams and masks; default: this process's.
 
     Returns:
@@ -185,6 +189,7 @@ def save(
         local_cache=local_cache,
         layout=layout,
         hf_repo=hf_repo,
+        follow_symlinks=follow_symlinks,
     )
     from gpuci.cache._save import operation, report  # loaded by the first save
 
