@@ -160,7 +160,11 @@ def read_json_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []
-    for line in untrusted_json.read_tail(path).splitlines():
+    try:
+        text = untrusted_json.read_tail(path)
+    except untrusted_json.Unusable:  # not a regular file (a FIFO planted there): no records
+        return []
+    for line in text.splitlines():
         try:
             item = untrusted_json.loads(line)
         except untrusted_json.Unusable:  # torn, or written by someone else: not ours

@@ -11,14 +11,17 @@ their own one-line error.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import math
+import os
 import re
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpuci.errors import InputError
 from gpuci.redact import json_kind
@@ -167,10 +170,30 @@ def _size(limit: int) -> str:
     return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
 
-def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file; :class:`Unusable` for anything
+    else (a FIFO a PR planted as its metrics file would hold ``open`` or ``read`` for ever; a
+    device never ends). Opened without waiting, and, unless ``follow``, never through a link.
+    OSError passes through for the caller to name."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise Unusable("it is a symlink, which is not followed here") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Unusable("it is not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_text(path: Path, limit: int = MAX_BYTES, *, follow: bool = True) -> str:
     """The whole file as UTF-8, or :class:`Unusable` when it is over ``limit`` bytes (only
-    ``limit + 1`` bytes are ever read). OSError passes through for the caller to name."""
-    with path.open("rb") as handle:
+    ``limit + 1`` bytes are ever read) or no regular file (:func:`open_regular`). OSError
+    passes through for the caller to name."""
+    with open_regular(path, follow=follow) as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise Unusable(f"it is over {_size(limit)}")
@@ -183,7 +206,7 @@ def read_text(path: Path, limit: int = MAX_BYTES) -> str:
 def read_tail(path: Path, limit: int = MAX_BYTES) -> str:
     """The last ``limit`` bytes as UTF-8 text, from the first whole line: the end of a log that
     may be longer than anything worth reading."""
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         size = handle.seek(0, 2)
         start = max(0, size - limit)
         handle.seek(start)

@@ -303,3 +303,30 @@ def test_a_gpu_setup_time_in_the_journal_never_stops_report(tmp_path):
     proc = run_cli("report", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "**GPU time:** not measured (the gpu-setup record's time is missing" in proc.stdout
+
+
+@pytest.mark.parametrize("reader", ["read_text", "read_tail"])
+def test_a_fifo_planted_as_a_metrics_file_is_refused_not_waited_on(tmp_path, reader):
+    """A PR's step can make ``metrics.json`` (or the log the gate reads from its end) a FIFO:
+    ``open`` would wait for a writer for ever. It is no regular file, so it is not usable."""
+    import os
+    import threading
+
+    fifo = tmp_path / "metrics.json"
+    os.mkfifo(fifo)
+    got: list[object] = []
+
+    def read() -> None:
+        try:
+            got.append(getattr(untrusted_json, reader)(fifo))
+        except Exception as exc:  # the test reads what came out
+            got.append(exc)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(20)
+    if not got:  # release the reader still waiting in open(), then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert got, "still waiting on the FIFO after 20 s"
+    (error,) = got
+    assert isinstance(error, untrusted_json.Unusable) and "not a regular file" in str(error)

@@ -9,13 +9,10 @@ code already keeps in-tree symlinks as symlinks; this module only picks the fold
 
 from __future__ import annotations
 
-import errno
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from gpuci import settings
+from gpuci import settings, untrusted_json
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.select import select
 from gpuci.errors import InputError
@@ -115,23 +112,10 @@ def _read_ref(folder: Path, ref: Path) -> str:
     for above in ref.relative_to(folder).parents:
         if str(above) != "." and (folder / above).is_symlink():
             raise ValueError(f"{folder / above} is a symlink, and gpu-ci reads no ref through one")
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(ref, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ValueError("it is a symlink, and gpu-ci reads no ref through a link") from None
-        raise
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ValueError("it is not a regular file")
-        data = handle.read(MAX_REF_BYTES + 1)
-    if len(data) > MAX_REF_BYTES:
-        raise ValueError(f"it is over {MAX_REF_BYTES} bytes, so no ref")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("it is not UTF-8 text, so no ref") from None
+        return untrusted_json.read_text(ref, MAX_REF_BYTES, follow=False)
+    except untrusted_json.Unusable as exc:
+        raise ValueError(f"{exc}, so no ref") from None
 
 
 def saved_folder(manifest: mf.Manifest) -> str:
