@@ -60,6 +60,7 @@ from gpuci.dryrun._steps import (
     judge,
     mark_conditional,
     plan_calls,
+    record_step,
     skipped_plan,
     step_name,
     titled,
@@ -75,7 +76,7 @@ from gpuci.dryrun._workflow import (
     trigger_mapping,
 )
 from gpuci.errors import InputError
-from gpuci.runtime import Runtime, format_output
+from gpuci.runtime import Runtime
 
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
@@ -267,37 +268,61 @@ class Planner:
             return "failure"
         outcomes, outputs = [], []
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
-            ctx = {**contexts, "matrix": leg}
-            status = JobState().status
-            declared = trigger_mapping(called, "workflow_call", "inputs") or {}
-            inputs = inputs_context(declared, mapping(leg_job.get("with")), ctx, status, typed=True)
-            secrets = callee_secrets(leg_job, ctx, status)
-            where = " (this repository's own: read from the checkout)" if own else ""
-            self._job_line(
-                leg_name, f"calls {uses} ({path.name}){where}" + (f"; {note}" if note else "")
+            outcome, leg_outputs = self._call_leg(
+                leg_name,
+                leg_job,
+                {**contexts, "matrix": leg},
+                (uses, path, called, own),
+                note,
+                depth,
             )
-            if isinstance(leg, Unknown):
-                self.transcript.say(f"  {UNRESOLVED_MATRIX}")
-            elif leg and len(leg) > 1:
-                self.transcript.say(f"  matrix: {matrix_label(leg)}")
-            before = set(self.outcomes)
-            prefix = f"{leg_name}/"
-            with self.bounds.inside(path, uses):
-                self.workflow(called, None, prefix, inputs, depth + 1, secrets)
-            inner = {k: v for k, v in self.outcomes.items() if k not in before}
-            outcomes.append(worst_outcome(list(inner.values())))
-            if note:
-                outcomes[-1] = Unknown(f"{leg_name} is conditional")
-            jobs_ctx = {
-                k[len(prefix) :]: {"result": v, "outputs": self._outputs_of(k)}
-                for k, v in inner.items()
-                if k.startswith(prefix) and "/" not in k[len(prefix) :]
-            }
-            outputs.append(
-                call_outputs(called, {**ctx, "inputs": inputs, "jobs": jobs_ctx}, nothing_failed)
-            )
+            outcomes.append(outcome)
+            outputs.append(leg_outputs)
         self._keep_outputs(name, merge_leg_outputs(outputs))
         return worst_outcome(outcomes)
+
+    def _call_leg(
+        self,
+        leg_name: str,
+        leg_job: dict[str, Any],
+        ctx: dict[str, Any],
+        call: tuple[str, Path, dict[str, Any], Any],
+        note: str,
+        depth: int,
+    ) -> tuple[Any, dict[str, Any]]:
+        """One leg of a job calling a local workflow (``call``: its ``uses``, file, body, and
+        whether it is this repository's own), planned as its jobs: the leg's outcome and the
+        outputs the callee declares."""
+        uses, path, called, own = call
+        leg = ctx["matrix"]
+        status = JobState().status
+        declared = trigger_mapping(called, "workflow_call", "inputs") or {}
+        inputs = inputs_context(declared, mapping(leg_job.get("with")), ctx, status, typed=True)
+        secrets = callee_secrets(leg_job, ctx, status)
+        where = " (this repository's own: read from the checkout)" if own else ""
+        self._job_line(
+            leg_name, f"calls {uses} ({path.name}){where}" + (f"; {note}" if note else "")
+        )
+        if isinstance(leg, Unknown):
+            self.transcript.say(f"  {UNRESOLVED_MATRIX}")
+        elif leg and len(leg) > 1:
+            self.transcript.say(f"  matrix: {matrix_label(leg)}")
+        before = set(self.outcomes)
+        prefix = f"{leg_name}/"
+        with self.bounds.inside(path, uses):
+            self.workflow(called, None, prefix, inputs, depth + 1, secrets)
+        inner = {k: v for k, v in self.outcomes.items() if k not in before}
+        outcome = (
+            Unknown(f"{leg_name} is conditional") if note else worst_outcome(list(inner.values()))
+        )
+        jobs_ctx = {
+            k[len(prefix) :]: {"result": v, "outputs": self._outputs_of(k)}
+            for k, v in inner.items()
+            if k.startswith(prefix) and "/" not in k[len(prefix) :]
+        }
+        return outcome, call_outputs(
+            called, {**ctx, "inputs": inputs, "jobs": jobs_ctx}, nothing_failed
+        )
 
     def legs(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str, forced: str
@@ -401,45 +426,13 @@ class Planner:
                 evaluate_value(step.get("continue-on-error", False), ctx, nothing_failed)
             )
             sure = not isinstance(held, Unknown) and tolerated is not None
-            self._after(plan, step_id, state, sure=sure, tolerated=bool(tolerated))
+            record_step(plan, step_id, state, sure=sure, tolerated=bool(tolerated))
 
     def _add(self, plan: StepPlan) -> None:
         """List the step, then a composite's own steps (logged as they were planned)."""
         self.plans.append(plan)
         self.transcript.extend(plan_lines(plan))
         self.plans += plan.children
-
-    def _after(
-        self, plan: StepPlan, step_id: str, state: JobState, sure: bool, tolerated: bool
-    ) -> None:
-        """Record the step's outputs and outcome for the steps and status functions after it
-        (``sure``: the step runs whenever its job does, and whether a failure of it is
-        tolerated, ``continue-on-error``, is known)."""
-        verdict = plan.planned if plan.verdict == "conditional" else plan.verdict
-        fails = verdict in ("would-fail", "bad-input")
-        if fails and not tolerated:
-            if not sure:  # it may not run, or its failure may be tolerated
-                if state.failed is False:
-                    state.failed = Unknown(f"the outcome of step {plan.index}", path=False)
-            else:
-                why = "has bad input" if verdict == "bad-input" else "would fail on this machine"
-                state.failed, state.failure = True, f"step {plan.index} ({plan.name}) {why}"
-        judged = plan.verdict in JUDGED or (sure and plan.verdict == "conditional")
-        known = judged and verdict != "not-evaluated" and plan.results
-        if known and not any(r.report.get("not_evaluated") for r in plan.results):
-            outputs: dict[str, str] = {}
-            for result in plan.results:
-                outputs.update({k: format_output(v) for k, v in result.outputs.items()})
-            outcome = "failure" if fails else "success"
-            state.steps[step_id] = {
-                # an output the plan did not produce (the all-in-one's prefixed names, say)
-                # is unknown, not empty
-                "outputs": Partial(f"steps.{step_id}.outputs", outputs),
-                "outcome": outcome,
-                "conclusion": "success" if tolerated else outcome,
-            }
-        else:
-            state.steps[step_id] = Unknown(f"steps.{step_id}")
 
     def step(
         self,

@@ -14,9 +14,10 @@ from typing import Any
 from gpuci import settings
 from gpuci.dryrun._calls import RUNPOD_KEY, network_needed, plan_command, verdict
 from gpuci.dryrun._contexts import evaluate_text, text_of
-from gpuci.dryrun._expressions import EMBEDDED, Unknown
+from gpuci.dryrun._expressions import EMBEDDED, Partial, Unknown
+from gpuci.dryrun._jobs import JobState
 from gpuci.dryrun._workflow import Call
-from gpuci.runtime import Result, Runtime
+from gpuci.runtime import Result, Runtime, format_output
 
 # The environment gpu-ci's commands read (their settings, AWS/HF/RunPod credentials, the GPU
 # and proxy conventions): an unknown value of one of these may change a plan; of others, not.
@@ -34,6 +35,7 @@ __all__ = [
     "judge",
     "mark_conditional",
     "plan_calls",
+    "record_step",
     "skipped_plan",
     "step_name",
     "titled",
@@ -191,3 +193,34 @@ def worst_verdict(verdicts: Iterable[str]) -> str:
     seen = set(verdicts)
     order = ("bad-input", "would-fail", "not-evaluated", "may-fail", "not-implemented", "ok")
     return next((worst for worst in order if worst in seen), "other-action")
+
+
+def record_step(plan: StepPlan, step_id: str, state: JobState, sure: bool, tolerated: bool) -> None:
+    """Record the step's outputs and outcome for the steps and status functions after it
+    (``sure``: the step runs whenever its job does, and whether a failure of it is
+    tolerated, ``continue-on-error``, is known)."""
+    verdict = plan.planned if plan.verdict == "conditional" else plan.verdict
+    fails = verdict in ("would-fail", "bad-input")
+    if fails and not tolerated:
+        if not sure:  # it may not run, or its failure may be tolerated
+            if state.failed is False:
+                state.failed = Unknown(f"the outcome of step {plan.index}", path=False)
+        else:
+            why = "has bad input" if verdict == "bad-input" else "would fail on this machine"
+            state.failed, state.failure = True, f"step {plan.index} ({plan.name}) {why}"
+    judged = plan.verdict in JUDGED or (sure and plan.verdict == "conditional")
+    known = judged and verdict != "not-evaluated" and plan.results
+    if known and not any(r.report.get("not_evaluated") for r in plan.results):
+        outputs: dict[str, str] = {}
+        for result in plan.results:
+            outputs.update({k: format_output(v) for k, v in result.outputs.items()})
+        outcome = "failure" if fails else "success"
+        state.steps[step_id] = {
+            # an output the plan did not produce (the all-in-one's prefixed names, say)
+            # is unknown, not empty
+            "outputs": Partial(f"steps.{step_id}.outputs", outputs),
+            "outcome": outcome,
+            "conclusion": "success" if tolerated else outcome,
+        }
+    else:
+        state.steps[step_id] = Unknown(f"steps.{step_id}")
