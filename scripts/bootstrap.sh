@@ -17,10 +17,11 @@
 # Each is built under *.incomplete.<pid>, verified, then renamed: a half-built one is never used.
 #
 # Nothing is run from a path another user could have written: the private folder and every
-# folder above it, both venvs found there (and the deps' site-packages), an inherited
-# GPUCI_PYTHON, and the base interpreter (the folder it is in, as given and through its links,
-# and the file) are checked for owner and mode first (docs/security.md, "The runner-local tier
-# and the bootstrap venv"). umask 077: what we create is private even where the umask is 002.
+# folder above it, both venvs found there (and the deps' site-packages), and every interpreter
+# run (an inherited GPUCI_PYTHON, the base, the venvs' bin/python: the folder each is in, as
+# given and through its links, and the file) are checked for owner and mode first
+# (docs/security.md, "The runner-local tier and the bootstrap venv"). umask 077: what we create
+# is private even where the umask is 002.
 #
 # Prints the interpreter's path on stdout; in GitHub Actions it also writes GPUCI_PYTHON to
 # $GITHUB_ENV for later steps. Elsewhere:  GPUCI_PYTHON="$(bash scripts/bootstrap.sh)"
@@ -221,7 +222,7 @@ site_chain_ours() { # venv -> 0 when its site-packages and the folders up to the
 deps_ready() { # -> 0 with $deps_site set when $deps is ours and imports the locked requirements
   [ -e "$deps" ] || [ -L "$deps" ] || return 1
   why="it cannot import the locked requirements"
-  if ours "$deps" && ours "$deps/bin" && site_chain_ours "$deps" &&
+  if ours "$deps" && ours "$deps/bin" && site_chain_ours "$deps" && trusted_python "$deps/bin/python" &&
     "$deps/bin/python" -c 'import sys
 from importlib.util import find_spec
 if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(1)' 2>/dev/null; then
@@ -250,11 +251,12 @@ in_place() { # built final check...: rename built to final, unless a racing boot
 [ -f "$lock" ] || fail "$lock is missing" "restore requirements.lock in the gpu-ci checkout" 2
 
 # 1. Already bootstrapped in this job (or handed an interpreter that runs this checkout): reuse,
-#    unless another user could have written the folder it lives in. One that runs gpu-ci from
+#    unless another user could have written the folder it lives in, or one its links lead
+#    through (our venv's bin/python is a link to its base interpreter). One that runs gpu-ci from
 #    another copy of it is this job's Python: the base for this checkout's venv.
 inherited=""
 if [ -n "${GPUCI_PYTHON:-}" ]; then
-  if ! trusted_chain "$(dirname "$GPUCI_PYTHON")"; then
+  if ! trusted_python "$GPUCI_PYTHON"; then
     log "not running GPUCI_PYTHON=$GPUCI_PYTHON: $why"
   elif works "$GPUCI_PYTHON"; then
     log "reusing $GPUCI_PYTHON"
@@ -278,7 +280,7 @@ trap 'rm -rf "$tmp_deps" "$tmp_venv"' EXIT
 # 2. This checkout's venv, if it is ours and works (and so is the deps venv it names).
 reuse_venv=false
 if [ -e "$venv" ] || [ -L "$venv" ]; then
-  if ours "$venv" && ours "$venv/bin" && site_chain_ours "$venv"; then
+  if ours "$venv" && ours "$venv/bin" && site_chain_ours "$venv" && trusted_python "$venv/bin/python"; then
     reuse_venv=true
   else
     log "not reusing $venv: $why; building a new one"
