@@ -80,6 +80,23 @@ if [ "${GITHUB_ACTIONS:-}" = "true" ] && [ -n "${RUNNER_TEMP:-}" ]; then
   read -r runner_uid _ <<<"$(owner_mode "$RUNNER_TEMP")" || true
 fi
 
+# On a GitHub-hosted runner, its tool cache (where setup-python puts the base interpreter): the
+# image makes /opt/hostedtoolcache mode 0777 (actions/runner-images, configure-environment.sh),
+# which trusted_python would refuse, leaving every hosted job without its pinned Python. That VM
+# is made for this one job and has no other user to write there, so the folders and files of the
+# tool cache are not checked there; everything else (a venv, /usr/bin, a folder outside the
+# cache) is, and a self-hosted runner's tool cache is checked as any folder.
+hosted_cache=""
+if [ "${GITHUB_ACTIONS:-}" = "true" ] && [ "${RUNNER_ENVIRONMENT:-}" = "github-hosted" ] &&
+  [ -n "${RUNNER_TOOL_CACHE:-}" ]; then
+  hosted_cache="$(cd -P -- "$RUNNER_TOOL_CACHE" 2>/dev/null && pwd -P)" || hosted_cache=""
+fi
+
+in_hosted_cache() { # resolved folder -> 0 when it is in a GitHub-hosted runner's tool cache
+  [ -n "$hosted_cache" ] || return 1
+  case "$1/" in "${hosted_cache%/}"/*) return 0 ;; *) return 1 ;; esac
+}
+
 trusted_entry() { # path -> 0 when its owner is us, root or the runner's user, and no other user
   # can write it (a sticky folder, such as /tmp, excepted: others cannot replace what is ours there)
   local owner mode sticky=0
@@ -116,7 +133,7 @@ trusted_python() { # path -> 0 when no other user can change what running it run
   while :; do
     dir="$(cd -P -- "$(dirname -- "$path")" 2>/dev/null && pwd -P)" ||
       { why="$(dirname -- "$path") is not a folder"; return 1; }
-    trusted_chain "$dir" || return 1
+    in_hosted_cache "$dir" || trusted_chain "$dir" || return 1
     path="${dir%/}/$(basename -- "$path")"
     [ -L "$path" ] || break
     hops=$((hops + 1))
@@ -128,7 +145,7 @@ trusted_python() { # path -> 0 when no other user can change what running it run
     esac
   done
   if [ ! -f "$path" ]; then why="$path is not a file"; return 1; fi
-  trusted_entry "$path"
+  in_hosted_cache "$dir" || trusted_entry "$path"
 }
 
 ours() { # path -> 0 when it is a real folder of ours that nobody else can write

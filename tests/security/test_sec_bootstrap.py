@@ -363,3 +363,42 @@ def test_a_reused_venv_whose_python_links_into_a_folder_others_can_write_is_not_
     assert f"not reusing {target}: {shared} can be written by other users" in proc.stderr
     assert not target.exists()  # removed, to be rebuilt (the stub Python builds nothing)
     assert proc.returncode == 3 and "venv failed" in proc.stderr
+
+
+@pytest.mark.parametrize("runner", ["github-hosted", "self-hosted"])
+def test_a_tool_cache_others_can_write_is_trusted_only_on_a_github_hosted_runner(
+    tmp_path: Path, runner: str
+) -> None:
+    """GitHub's hosted image makes /opt/hostedtoolcache mode 0777; that VM has no other user, so
+    setup-python's interpreter there stays the base. On a self-hosted runner the same folder is
+    another user's door, and outside the tool cache a hosted runner's folders are checked too."""
+    cache = tmp_path / "hostedtoolcache"
+    folder = cache / "Python" / "3.12.0" / "x64" / "bin"
+    marker = tmp_path / "ran"
+    python = plant_python(folder, marker, probe=True)
+    for path in (cache, folder, python):
+        path.chmod(0o777)
+    elsewhere = tmp_path / "world"
+    other = plant_python(elsewhere, tmp_path / "ran-elsewhere", probe=True)
+    elsewhere.chmod(0o777)
+    runner_temp = tmp_path / "_temp"
+    runner_temp.mkdir(mode=0o755)
+    github_env = tmp_path / "github_env"
+    github_env.touch()
+    job = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_ENV": str(github_env),
+        "RUNNER_TEMP": str(runner_temp),
+        "RUNNER_ENVIRONMENT": runner,
+        "RUNNER_TOOL_CACHE": str(cache),
+    }
+    proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(python), **job)
+    if runner == "github-hosted":
+        assert marker.exists(), proc.stdout + proc.stderr
+        assert "not running" not in proc.stderr and "venv failed" in proc.stdout
+    else:
+        assert not marker.exists(), proc.stdout + proc.stderr
+        assert f"not running {python}: {folder} can be written by other users" in proc.stderr
+    proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(other), **job)
+    assert not (tmp_path / "ran-elsewhere").exists(), proc.stdout + proc.stderr
+    assert f"not running {other}: {elsewhere} can be written by other users" in proc.stderr
