@@ -17,9 +17,11 @@
 # Each is built under *.incomplete.<pid>, verified, then renamed: a half-built one is never used.
 #
 # Nothing is run from a path another user could have written: the private folder and every
-# folder above it, both venvs found there (and the deps' site-packages), and an inherited
-# GPUCI_PYTHON are checked for owner and mode first (docs/security.md, "The runner-local tier
-# and the bootstrap venv"). umask 077: what we create is private even where the umask is 002.
+# folder above it, both venvs found there (and the deps' site-packages), and every interpreter
+# run (an inherited GPUCI_PYTHON, the base, the venvs' bin/python: the folder each is in, as
+# given and through its links, and the file) are checked for owner and mode first
+# (docs/security.md, "The runner-local tier and the bootstrap venv"). umask 077: what we create
+# is private even where the umask is 002.
 #
 # Prints the interpreter's path on stdout; in GitHub Actions it also writes GPUCI_PYTHON to
 # $GITHUB_ENV for later steps. Elsewhere:  GPUCI_PYTHON="$(bash scripts/bootstrap.sh)"
@@ -78,24 +80,72 @@ if [ "${GITHUB_ACTIONS:-}" = "true" ] && [ -n "${RUNNER_TEMP:-}" ]; then
   read -r runner_uid _ <<<"$(owner_mode "$RUNNER_TEMP")" || true
 fi
 
+# On a GitHub-hosted runner, its tool cache (where setup-python puts the base interpreter): the
+# image makes /opt/hostedtoolcache mode 0777 (actions/runner-images, configure-environment.sh),
+# which trusted_python would refuse, leaving every hosted job without its pinned Python. That VM
+# is made for this one job and has no other user to write there, so the folders and files of the
+# tool cache are not checked there; everything else (a venv, /usr/bin, a folder outside the
+# cache) is, and a self-hosted runner's tool cache is checked as any folder.
+hosted_cache=""
+if [ "${GITHUB_ACTIONS:-}" = "true" ] && [ "${RUNNER_ENVIRONMENT:-}" = "github-hosted" ] &&
+  [ -n "${RUNNER_TOOL_CACHE:-}" ]; then
+  hosted_cache="$(cd -P -- "$RUNNER_TOOL_CACHE" 2>/dev/null && pwd -P)" || hosted_cache=""
+fi
+
+in_hosted_cache() { # resolved folder -> 0 when it is in a GitHub-hosted runner's tool cache
+  [ -n "$hosted_cache" ] || return 1
+  case "$1/" in "${hosted_cache%/}"/*) return 0 ;; *) return 1 ;; esac
+}
+
+trusted_entry() { # path -> 0 when its owner is us, root or the runner's user, and no other user
+  # can write it (a sticky folder, such as /tmp, excepted: others cannot replace what is ours there)
+  local owner mode sticky=0
+  read -r owner mode <<<"$(owner_mode "$1")" || true
+  if [ -z "${mode:-}" ]; then why="cannot read the owner of $1"; return 1; fi
+  if [ -d "$1" ]; then sticky=$((8#$mode & 8#1000)); fi
+  if [ "$owner" != "$(id -u)" ] && [ "$owner" != 0 ] && [ "$owner" != "${runner_uid:-x}" ]; then
+    why="$1 is owned by uid $owner"
+    return 1
+  fi
+  if (((8#$mode & 8#022) && !sticky)); then
+    why="$1 can be written by other users (mode $mode)"
+    return 1
+  fi
+}
+
 trusted_chain() { # folder -> 0 when no other user can change it or any folder above it
-  local dir owner mode uid
-  uid="$(id -u)"
-  dir="$(cd "$1" 2>/dev/null && pwd -P)" || { why="$1 is not a folder"; return 1; }
+  local dir
+  dir="$(cd -P -- "$1" 2>/dev/null && pwd -P)" || { why="$1 is not a folder"; return 1; }
   while :; do
-    read -r owner mode <<<"$(owner_mode "$dir")" || true
-    if [ -z "${mode:-}" ]; then why="cannot read the owner of $dir"; return 1; fi
-    if [ "$owner" != "$uid" ] && [ "$owner" != 0 ] && [ "$owner" != "${runner_uid:-x}" ]; then
-      why="$dir is owned by uid $owner"
-      return 1
-    fi
-    if (((8#$mode & 8#022) && !(8#$mode & 8#1000))); then
-      why="$dir can be written by other users (mode $mode)"
-      return 1
-    fi
+    trusted_entry "$dir" || return 1
     [ "$dir" = / ] && return 0
-    dir="$(dirname "$dir")"
+    dir="$(dirname -- "$dir")"
   done
+}
+
+trusted_python() { # path -> 0 when no other user can change what running it runs: the folder of
+  # the path as given, of every link on the way (a venv's bin/python is always a link to its base
+  # interpreter, a tool cache's python3 one to python3.X) and of the file it resolves to, each
+  # with the folders above it, and that file. Checking only the folder named would let whoever can
+  # write the folder a link points into swap the interpreter. Links are read one at a time, with
+  # no realpath (not on every macOS), and each folder resolved as the kernel does (cd -P).
+  local path="$1" dir target hops=0
+  while :; do
+    dir="$(cd -P -- "$(dirname -- "$path")" 2>/dev/null && pwd -P)" ||
+      { why="$(dirname -- "$path") is not a folder"; return 1; }
+    in_hosted_cache "$dir" || trusted_chain "$dir" || return 1
+    path="${dir%/}/$(basename -- "$path")"
+    [ -L "$path" ] || break
+    hops=$((hops + 1))
+    if [ "$hops" -gt 40 ]; then why="$1 goes through more than 40 links"; return 1; fi
+    target="$(readlink -- "$path")" || { why="cannot read the link $path"; return 1; }
+    case "$target" in
+      /*) path="$target" ;;
+      *) path="$dir/$target" ;;
+    esac
+  done
+  if [ ! -f "$path" ]; then why="$path is not a file"; return 1; fi
+  in_hosted_cache "$dir" || trusted_entry "$path"
 }
 
 ours() { # path -> 0 when it is a real folder of ours that nobody else can write
@@ -131,11 +181,20 @@ sha256() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum | cut -c1-16; else shasum -a 256 | cut -c1-16; fi
 }
 
+refused="" # the base candidates not run, and why
+
 base_python() { # sets py_base (links resolved) and py_id (path and version): the first >= 3.10
+  # that no other user could have changed (trusted_python): the venvs are built from it, and
+  # probing it runs it with the job's env
   local cand path out
   for cand in "${GPUCI_BASE_PYTHON:-}" "${inherited:-}" python3 python; do
     [ -n "$cand" ] || continue
     path="$(command -v "$cand" 2>/dev/null)" || continue
+    if ! trusted_python "$path"; then
+      log "not running $path: $why"
+      refused="$refused; refused $path: $why"
+      continue
+    fi
     out="$("$path" -c 'import os, sys
 if sys.version_info < (3, 10): sys.exit(1)
 print(os.path.realpath(sys.executable))
@@ -180,7 +239,7 @@ site_chain_ours() { # venv -> 0 when its site-packages and the folders up to the
 deps_ready() { # -> 0 with $deps_site set when $deps is ours and imports the locked requirements
   [ -e "$deps" ] || [ -L "$deps" ] || return 1
   why="it cannot import the locked requirements"
-  if ours "$deps" && ours "$deps/bin" && site_chain_ours "$deps" &&
+  if ours "$deps" && ours "$deps/bin" && site_chain_ours "$deps" && trusted_python "$deps/bin/python" &&
     "$deps/bin/python" -c 'import sys
 from importlib.util import find_spec
 if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(1)' 2>/dev/null; then
@@ -209,11 +268,12 @@ in_place() { # built final check...: rename built to final, unless a racing boot
 [ -f "$lock" ] || fail "$lock is missing" "restore requirements.lock in the gpu-ci checkout" 2
 
 # 1. Already bootstrapped in this job (or handed an interpreter that runs this checkout): reuse,
-#    unless another user could have written the folder it lives in. One that runs gpu-ci from
+#    unless another user could have written the folder it lives in, or one its links lead
+#    through (our venv's bin/python is a link to its base interpreter). One that runs gpu-ci from
 #    another copy of it is this job's Python: the base for this checkout's venv.
 inherited=""
 if [ -n "${GPUCI_PYTHON:-}" ]; then
-  if ! trusted_chain "$(dirname "$GPUCI_PYTHON")"; then
+  if ! trusted_python "$GPUCI_PYTHON"; then
     log "not running GPUCI_PYTHON=$GPUCI_PYTHON: $why"
   elif works "$GPUCI_PYTHON"; then
     log "reusing $GPUCI_PYTHON"
@@ -225,7 +285,7 @@ fi
 
 private_home
 py_base="" py_id=""
-base_python || fail "no Python 3.10 or newer found (tried \$GPUCI_BASE_PYTHON, \$GPUCI_PYTHON, python3, python)" \
+base_python || fail "no Python 3.10 or newer found (tried \$GPUCI_BASE_PYTHON, \$GPUCI_PYTHON, python3, python$refused)" \
   "let actions/setup-python run, or set GPUCI_BASE_PYTHON to a Python >= 3.10" 2
 deps_key="$({ cat "$lock"; printf '%s\n' "$py_id"; } | sha256)"
 deps="$home/gpuci-deps-$deps_key"
@@ -237,7 +297,7 @@ trap 'rm -rf "$tmp_deps" "$tmp_venv"' EXIT
 # 2. This checkout's venv, if it is ours and works (and so is the deps venv it names).
 reuse_venv=false
 if [ -e "$venv" ] || [ -L "$venv" ]; then
-  if ours "$venv" && ours "$venv/bin" && site_chain_ours "$venv"; then
+  if ours "$venv" && ours "$venv/bin" && site_chain_ours "$venv" && trusted_python "$venv/bin/python"; then
     reuse_venv=true
   else
     log "not reusing $venv: $why; building a new one"

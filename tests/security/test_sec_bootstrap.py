@@ -203,3 +203,202 @@ def test_runner_temp_owned_by_the_runner_user_is_trusted_only_in_a_github_job(
     assert "no Python 3.10 or newer" in inside.stdout  # went on to build, privately
     home = runner_temp / "gpuci-venvs"
     assert home.stat().st_uid == os.geteuid() and stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+# ----- the interpreters bootstrap runs: the base, an inherited GPUCI_PYTHON, the venvs' python --
+def plant_python(folder: Path, marker: Path, name: str = "python3", probe: bool = False) -> Path:
+    """An 'interpreter' that leaves a marker whenever anything runs it; with ``probe`` it also
+    answers bootstrap's probe for a base interpreter (and can build nothing)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    python = folder / name
+    answer = f'[ "$1" = -c ] || exit 1\nprintf "%s\\n" "$0" "{STUB_VERSION}"\n' if probe else ""
+    python.write_text(f"#!/bin/sh\necho planted >>'{marker}'\n{answer}exit 0\n")
+    python.chmod(0o755)
+    return python
+
+
+OPEN_FOLDERS = {"world-writable": 0o777, "group-writable": 0o775}
+
+
+@pytest.mark.parametrize("case", OPEN_FOLDERS)
+def test_a_base_python_in_a_folder_others_can_write_is_not_run(tmp_path: Path, case: str) -> None:
+    """GPUCI_BASE_PYTHON in a shared Python another user can write (a team Python made group-
+    writable): probing it would run their code with the job's env, and the venvs would link to
+    it. It is skipped with one line, and the error that no Python is left names the refusal."""
+    folder = tmp_path / "shared-python" / "bin"
+    marker = tmp_path / "ran"
+    python = plant_python(folder, marker)
+    folder.chmod(OPEN_FOLDERS[case])
+    proc = run_bootstrap(
+        tmp_path, GPUCI_BASE_PYTHON=str(python), XDG_CACHE_HOME=str(tmp_path / "cache")
+    )
+    assert not marker.exists(), proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    why = f"{folder} can be written by other users (mode {OPEN_FOLDERS[case]:o})"
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == f"gpu-ci bootstrap: not running {python}: {why}"
+    assert len(lines) == 2 and "no Python 3.10 or newer found" in lines[1]
+    assert f"refused {python}: {why}" in lines[1]
+
+
+def test_a_python3_on_path_in_a_folder_others_can_write_is_not_run(tmp_path: Path) -> None:
+    folder = tmp_path / "open-bin"
+    marker = tmp_path / "ran"
+    for name in ("python3", "python"):
+        plant_python(folder, marker, name)
+    folder.chmod(0o777)
+    proc = run_bootstrap(
+        tmp_path, PATH=f"{folder}:/usr/bin:/bin", XDG_CACHE_HOME=str(tmp_path / "cache")
+    )
+    assert not marker.exists(), proc.stderr
+    assert proc.returncode == 2
+    assert f"not running {folder / 'python3'}: {folder} can be written" in proc.stderr
+
+
+def test_a_base_python_linking_into_a_folder_others_can_write_is_not_run(tmp_path: Path) -> None:
+    """The folder named is ours, the one its link points into is not: the resolved path counts."""
+    shared = tmp_path / "world"
+    marker = tmp_path / "ran"
+    planted = plant_python(shared, marker)
+    shared.chmod(0o777)
+    link = tmp_path / "team-python" / "bin" / "python3"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(planted)
+    proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(link), XDG_CACHE_HOME=str(tmp_path / "c"))
+    assert not marker.exists(), proc.stderr
+    assert proc.returncode == 2
+    assert f"not running {link}: {shared} can be written by other users (mode 777)" in proc.stderr
+
+
+def test_a_base_python_only_we_can_write_is_run_through_its_links(tmp_path: Path) -> None:
+    """A tool cache's python3 is a link to python3.X in the same folder: still the base."""
+    folder = tmp_path / "toolcache" / "Python" / "3.12.0" / "x64" / "bin"
+    marker = tmp_path / "ran"
+    plant_python(folder, marker, "python3.12", probe=True)
+    (folder / "python3").symlink_to("python3.12")
+    proc = run_bootstrap(
+        tmp_path, GPUCI_BASE_PYTHON=str(folder / "python3"), XDG_CACHE_HOME=str(tmp_path / "c")
+    )
+    assert marker.exists(), proc.stderr
+    assert "not running" not in proc.stderr
+    assert proc.returncode == 3 and "venv failed" in proc.stderr  # went on to build from it
+
+
+@ROOT_ONLY
+def test_a_base_python_owned_by_another_user_is_run_only_when_it_is_the_runners(
+    tmp_path: Path,
+) -> None:
+    """A container job's tool cache (/__t) belongs to the runner's host uid, the owner of
+    RUNNER_TEMP: trusted in a GitHub job, like RUNNER_TEMP; outside one, a stranger's."""
+    folder = tmp_path / "tool" / "bin"
+    marker = tmp_path / "ran"
+    python = plant_python(folder, marker, probe=True)
+    for path in (folder.parent, folder, python):
+        os.chown(path, 4242, 4242)
+    runner_temp = tmp_path / "_temp"
+    runner_temp.mkdir(mode=0o755)
+    os.chown(runner_temp, 4242, 4242)
+    outside = run_bootstrap(
+        tmp_path, GPUCI_BASE_PYTHON=str(python), XDG_CACHE_HOME=str(tmp_path / "c")
+    )
+    assert not marker.exists(), outside.stderr
+    assert f"not running {python}: {folder} is owned by uid 4242" in outside.stderr
+    github_env = tmp_path / "github_env"
+    github_env.touch()
+    inside = run_bootstrap(
+        tmp_path,
+        GPUCI_BASE_PYTHON=str(python),
+        RUNNER_TEMP=str(runner_temp),
+        GITHUB_ACTIONS="true",
+        GITHUB_ENV=str(github_env),
+    )
+    assert marker.exists(), inside.stderr
+    assert "not running" not in inside.stderr and "venv failed" in inside.stdout
+
+
+def test_an_inherited_gpuci_python_linking_into_a_folder_others_can_write_is_not_run(
+    tmp_path: Path,
+) -> None:
+    """GPUCI_PYTHON in a folder of ours, a link to an interpreter in a folder others can write
+    (as a venv's bin/python always links to its base): the folder it resolves to counts too."""
+    shared = tmp_path / "world"
+    marker = tmp_path / "ran"
+    planted = plant_python(shared, marker)
+    shared.chmod(0o777)
+    link = tmp_path / "job" / "bin" / "python"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(planted)
+    proc = run_bootstrap(tmp_path, GPUCI_PYTHON=str(link), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert not marker.exists(), proc.stderr
+    assert (
+        f"not running GPUCI_PYTHON={link}: {shared} can be written by other users (mode 777)"
+        in proc.stderr
+    )
+    assert str(link) not in proc.stdout
+
+
+@pytest.mark.parametrize("which", ["checkout venv", "deps venv"])
+def test_a_reused_venv_whose_python_links_into_a_folder_others_can_write_is_not_run(
+    tmp_path: Path, which: str
+) -> None:
+    """Both venvs are ours and private, but their bin/python is a link to the base interpreter:
+    one pointing into a folder another user can write is removed and rebuilt, never run."""
+    home = tmp_path / "cache" / "gpuci-venvs"
+    home.mkdir(parents=True, mode=0o700)
+    deps, venv = (home / name for name in names(tmp_path))
+    shared = tmp_path / "world"
+    marker = tmp_path / "ran"
+    planted = plant_python(shared, marker)
+    shared.chmod(0o777)
+    for made in (deps, venv):
+        (made / "lib" / "python3.12" / "site-packages").mkdir(parents=True)
+        (made / "bin").mkdir()
+    (deps / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")  # imports all it needs
+    (deps / "bin" / "python").chmod(0o755)
+    target = venv if which == "checkout venv" else deps
+    (target / "bin" / "python").unlink(missing_ok=True)
+    (target / "bin" / "python").symlink_to(planted)
+    proc = run_bootstrap(tmp_path, base=True, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    assert not marker.exists(), proc.stderr
+    assert f"not reusing {target}: {shared} can be written by other users" in proc.stderr
+    assert not target.exists()  # removed, to be rebuilt (the stub Python builds nothing)
+    assert proc.returncode == 3 and "venv failed" in proc.stderr
+
+
+@pytest.mark.parametrize("runner", ["github-hosted", "self-hosted"])
+def test_a_tool_cache_others_can_write_is_trusted_only_on_a_github_hosted_runner(
+    tmp_path: Path, runner: str
+) -> None:
+    """GitHub's hosted image makes /opt/hostedtoolcache mode 0777; that VM has no other user, so
+    setup-python's interpreter there stays the base. On a self-hosted runner the same folder is
+    another user's door, and outside the tool cache a hosted runner's folders are checked too."""
+    cache = tmp_path / "hostedtoolcache"
+    folder = cache / "Python" / "3.12.0" / "x64" / "bin"
+    marker = tmp_path / "ran"
+    python = plant_python(folder, marker, probe=True)
+    for path in (cache, folder, python):
+        path.chmod(0o777)
+    elsewhere = tmp_path / "world"
+    other = plant_python(elsewhere, tmp_path / "ran-elsewhere", probe=True)
+    elsewhere.chmod(0o777)
+    runner_temp = tmp_path / "_temp"
+    runner_temp.mkdir(mode=0o755)
+    github_env = tmp_path / "github_env"
+    github_env.touch()
+    job = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_ENV": str(github_env),
+        "RUNNER_TEMP": str(runner_temp),
+        "RUNNER_ENVIRONMENT": runner,
+        "RUNNER_TOOL_CACHE": str(cache),
+    }
+    proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(python), **job)
+    if runner == "github-hosted":
+        assert marker.exists(), proc.stdout + proc.stderr
+        assert "not running" not in proc.stderr and "venv failed" in proc.stdout
+    else:
+        assert not marker.exists(), proc.stdout + proc.stderr
+        assert f"not running {python}: {folder} can be written by other users" in proc.stderr
+    proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(other), **job)
+    assert not (tmp_path / "ran-elsewhere").exists(), proc.stdout + proc.stderr
+    assert f"not running {other}: {elsewhere} can be written by other users" in proc.stderr
