@@ -34,14 +34,11 @@ class Staging:
 
     def __init__(self, path: Path, fd: int, lock: int) -> None:
         self.path = path
+        self.tree = path / TREE  # where the root is built: a Path made once, read per file
         self.fd = fd  # the folder itself, opened O_NOFOLLOW: the trash is reached through it
         self.lock = lock
         self._trash = -1
         self.moved = 0  # names given in the trash so far
-
-    @property
-    def tree(self) -> Path:
-        return self.path / TREE
 
     def trash(self) -> int:
         """The trash folder (made on first use), as a descriptor: never reached by a path."""
