@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,35 @@ def install_lines() -> list[str]:
 def test_the_install_makes_no_venv_of_its_own_and_hands_over_to_bootstrap() -> None:
     text = "\n".join(install_lines())
     assert "-m venv" not in text and not re.search(r"\bpip\b", text)
-    assert 'bootstrap.sh")"' in text and "GPUCI_SOURCE_SHA256" in text
+    assert (
+        'GPUCI_PYTHON="$(bash .gpuci-src/scripts/bootstrap.sh)"' in text
+        and "GPUCI_SOURCE_SHA256" in text
+    )
+
+
+@pytest.mark.parametrize("template", PIPELINES, ids=lambda p: p.name)
+def test_every_job_that_runs_gpu_ci_installs_it_only_through_the_pinned_bootstrap(
+    template: Path,
+) -> None:
+    """F2: ``pip install "gpuci @ $GPUCI_PACKAGE"`` (a movable tag archive, and whatever the
+    index served within pyproject's ranges) was in all five templates. Each job that runs gpu-ci
+    now starts with .gpuci-install's lines, and nothing else installs gpu-ci or makes its venv."""
+    doc = merged(template)
+    text = template.read_text()
+    assert not re.search(r"gpuci @|GPUCI_VENV|/opt/gpuci|pip install[^\n]*gpuci", text)
+    assert set(doc["variables"]) >= {"GPUCI_SOURCE", "GPUCI_SOURCE_SHA256"}
+    users = [n for n in jobs(doc) if re.search(r"\bgpuci |GPUCI_PYTHON", all_lines(doc, n))]
+    assert users, template.name
+    for name in users:
+        before = resolve(doc, name).get("before_script", [])
+        assert before == install_lines(), name
+        rest = "\n".join(job_lines(doc, name)[len(before) :])
+        # a job's own venv (train-gated's numpy for the user's training) is not gpu-ci's
+        for line in rest.splitlines():
+            assert "bootstrap.sh" not in line or ".gpuci-src/scripts/bootstrap.sh" in line, line
+            made = re.search(r"-m venv|\bpip\b", line)
+            if made:  # a venv made, or a pip install, for gpu-ci
+                assert not re.search("gpuci", line[made.start() :], re.I), (name, line)
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +193,57 @@ def test_the_pinned_source_runs_gpu_ci_from_bootstrap_s_private_locked_venv(sour
     assert Path(where[0]).is_relative_to(tmp_path / "project" / ".gpuci-src" / "src")
     assert where[1] == lock_pins()["httpx"]
     assert "usage" in done.stdout.lower()  # gpuci ran
+
+
+@pytest.mark.parametrize("pin", ["other", "<sha256 of that archive>"])
+def test_other_bytes_are_refused_before_anything_in_them_runs(source, tmp_path, pin):
+    url, _ = source
+    sha256 = hashlib.sha256(b"another archive").hexdigest() if pin == "other" else pin
+    done = run_install(tmp_path, url, sha256)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: gpu-ci source: ") and "(fix: " in line
+    assert ("not GPUCI_SOURCE_SHA256" if pin == "other" else "is not a sha256") in line
+    assert not (tmp_path / "project" / ".gpuci-src").exists()
+    assert not (tmp_path / "home").exists()  # bootstrap never ran
+
+
+def test_an_index_serving_other_dependency_bytes_installs_nothing_of_them(source, tmp_path):
+    """F2: ``pip install "gpuci @ $GPUCI_PACKAGE"`` took whatever the index served within
+    pyproject's ranges. Now every dependency is requirements.lock's, by hash: an index that
+    serves the locked versions with other bytes (a payload .pth) fails the job (exit 3), and
+    the payload never runs."""
+    url, sha256 = source
+    index = tmp_path / "index"
+    index.mkdir()
+    marker = tmp_path / "PWNED"
+    for name, version in lock_pins().items():
+        dist = f"{re.sub(r'[-.]+', '_', name)}-{version}"
+        files = {
+            f"{dist}.dist-info/METADATA": (
+                f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            ),
+            f"{dist}.dist-info/WHEEL": (
+                "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+            ),
+            f"zz_{dist}.pth": f"import pathlib; pathlib.Path({str(marker)!r}).write_text('ran')\n",
+        }
+        files[f"{dist}.dist-info/RECORD"] = "".join(f"{k},,\n" for k in files)
+        with zipfile.ZipFile(index / f"{dist}-py3-none-any.whl", "w") as whl:
+            for key, value in files.items():
+                whl.writestr(key, value)
+    pip_only = tmp_path / "bin"  # python3 without uv: the pip branch, as on python:3.12-slim
+    pip_only.mkdir()
+    (pip_only / "python3").symlink_to(sys.executable)
+    done = run_install(
+        tmp_path,
+        url,
+        sha256,
+        path=os.pathsep.join([str(pip_only), "/usr/bin", "/bin"]),
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(index),
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "hash-locked requirements with pip failed" in done.stderr
+    assert "HASHES" in done.stderr  # pip's own refusal
+    assert not marker.exists()
