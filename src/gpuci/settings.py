@@ -289,8 +289,9 @@ SMOKE_PYTHON = _declare(
 PACKAGE = _declare(
     "GPUCI_PACKAGE",
     "",
-    "Where pip installs gpu-ci from (a pinned URL): a smoking pod whose image lacks it, and the "
-    "GitLab templates' jobs.",
+    "Where a smoking pod whose image lacks gpu-ci pip-installs it from (a pinned URL; the GitLab "
+    "pods template sets its pinned source archive). The templates' own jobs do not use it: they "
+    "run the pinned source's bootstrap.sh.",
     _POD,
 )
 POD_SITE = _declare(

@@ -1,14 +1,14 @@
-"""Both GitLab templates, verbatim, run by gitlab-ci-local (shell executor, no Docker).
+"""The GitLab templates, verbatim, run by gitlab-ci-local (shell executor, no Docker).
 
-gpu-ci is installed by the templates' own line, ``pip install "gpuci @ $GPUCI_PACKAGE"``, from
-a wheel (the templates document "an archive URL, a wheel or a path"). That wheel is built once
-per module by pip from a source archive of this checkout laid out as GitHub's tag archive is
-(file:// instead of https://), the templates' default, with build isolation as the templates'
-pip builds it: the archive is proved to build, and the jobs are spared a build each (pip caches
-no wheel for an archive named ``v1.tar.gz``, so every job of a pipeline rebuilt it). Its
-dependencies come from the dev venv (a .pth file in the template's venv), so the build needs at
-most the build backend from the index. gitlab-ci-local sets
-``GITLAB_CI=false``; the templates' docs say to pass ``GITLAB_CI=true``, and so do the tests.
+gpu-ci is installed by the templates' own lines, ``.gpuci-install`` (gpuci-install.gitlab-ci.yml,
+included from the project's .gitlab/ as a user's repository holds it): the source archive named
+by ``GPUCI_SOURCE``, refused unless it hashes to ``GPUCI_SOURCE_SHA256``, then its
+scripts/bootstrap.sh (requirements.lock with ``--require-hashes``, into a private venv under the
+test's HOME). The archive is this checkout laid out as GitHub's archive of a commit is
+(file:// instead of https://), pinned by its sha256 as a user pins theirs; the locked
+dependencies come from the developer's download caches (uv, pip) or the index. gitlab-ci-local
+sets ``GITLAB_CI=false``; the templates' docs say to pass ``GITLAB_CI=true``, and so do the
+tests.
 
 Each scenario runs once: the train template's push pipeline, then its merge-request pipeline
 (which must hit the cache the first filled, and note the MR), not a third run of the same.
@@ -16,11 +16,10 @@ Each scenario runs once: the train template's push pipeline, then its merge-requ
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
-import sys
-import sysconfig
 import tarfile
 from pathlib import Path
 
@@ -44,39 +43,27 @@ GL_RUNNERS = "/gitlab/api/v4/user/runners"
 
 @pytest.fixture(scope="module")
 def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """GPUCI_PACKAGE (a wheel pip built from an archive of this checkout) and GPUCI_VENV."""
-    root = tmp_path_factory.mktemp("gpuci-package")
-    tree = export_gpuci(root / "gpu-ci-1")
-    archive = root / "v1.tar.gz"
+    """GPUCI_SOURCE (an archive of this checkout, as GitHub's of a commit) and its sha256."""
+    root = tmp_path_factory.mktemp("gpuci-source")
+    tree = export_gpuci(root / "gpu-ci-0123abc")
+    archive = root / "0123abc.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        tar.add(tree, arcname="gpu-ci-1")
-    # What the templates' `pip install "gpuci @ <archive>"` builds before it installs
-    # (isolated: the build backend comes from the index, as in a fresh job).
-    wheels = root / "wheels"
-    build = ["wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w", str(wheels)]
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", *build, f"gpuci @ {archive.as_uri()}"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+        tar.add(tree, arcname=tree.name)
+    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
+    return {"GPUCI_SOURCE": archive.as_uri(), "GPUCI_SOURCE_SHA256": sha256}
+
+
+def project_with(root: Path, template: str, **files: str | Path) -> Path:
+    """A user's repository holding ``template`` as its .gitlab-ci.yml and the install it
+    includes, at the path the templates name."""
+    return make_project(
+        root,
+        {
+            ".gitlab-ci.yml": TEMPLATES / template,
+            ".gitlab/gpuci-install.gitlab-ci.yml": TEMPLATES / "gpuci-install.gitlab-ci.yml",
+            **files,
+        },
     )
-    assert built.returncode == 0, "the archive does not build: " + built.stderr[-3000:]
-    (wheel,) = wheels.glob("gpuci-*.whl")
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    site = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import sysconfig; print(sysconfig.get_path('purelib'))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    Path(site, "dev-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    return {"GPUCI_PACKAGE": wheel.as_uri(), "GPUCI_VENV": str(venv)}
 
 
 def pipeline(
@@ -89,7 +76,8 @@ def pipeline(
     done = subprocess.run(
         cmd,
         cwd=project,
-        env=client_env(tmp / "home"),
+        # PYTHONPATH="": the suite's src/ would shadow the pinned source bootstrap.sh links
+        env=client_env(tmp / "home", PYTHONPATH=""),
         capture_output=True,
         text=True,
         timeout=800,
@@ -108,9 +96,7 @@ def test_pods_template_deploys_lists_and_destroys(install, tmp_path):
     fake = FakeRunPod(steps_to_running=1).start()
     try:
         with http_ok_server() as proxy:
-            project = make_project(
-                tmp_path / "proj", {".gitlab-ci.yml": TEMPLATES / "gpu-pods.gitlab-ci.yml"}
-            )
+            project = project_with(tmp_path / "proj", "gpu-pods.gitlab-ci.yml")
             variables = {
                 **install,
                 "RUNPOD_API_KEY": fake.api_key,
@@ -144,12 +130,10 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(install, tmp_pat
     """The push pipeline on main populates the cache, passes and hands on its report; then an
     open MR gets a merge-request pipeline: train must run there (or no note is posted), hit
     what the first filled, find the first run's baseline, and note the MR."""
-    project = make_project(
+    project = project_with(
         tmp_path / "proj",
-        {
-            ".gitlab-ci.yml": TEMPLATES / "train-gated.gitlab-ci.yml",
-            "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
-        },
+        "train-gated.gitlab-ci.yml",
+        **{"examples/train_tiny.py": REPO / "examples" / "train_tiny.py"},
     )
     variables = {
         **install,
@@ -201,10 +185,10 @@ def test_runner_template_starts_trains_and_stops(install, tmp_path):
     fake = FakeRunPod(steps_to_running=1).start()
     try:
         with FakeGitLab() as gitlab:
-            project = make_project(
+            project = project_with(
                 tmp_path / "proj",
-                {
-                    ".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml",
+                "gpu-runner.gitlab-ci.yml",
+                **{
                     # the user's scripts: base weights and data on a miss, then a model
                     "prepare.py": (
                         "import pathlib\n\n"
@@ -275,10 +259,8 @@ def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_
     """GitLab gives protected variables only to protected refs: on a feature branch's MR the
     template must not start a runner (start-runner would fail without RUNPOD_API_KEY, and
     train would wait for a runner nobody makes); it says so and how to allow it."""
-    project = make_project(
-        tmp_path / "proj", {".gitlab-ci.yml": TEMPLATES / "gpu-runner.gitlab-ci.yml"}
-    )
-    variables = {  # no GPUCI_PACKAGE: no job that installs gpu-ci may run here
+    project = project_with(tmp_path / "proj", "gpu-runner.gitlab-ci.yml")
+    variables = {  # no GPUCI_SOURCE: no job that installs gpu-ci may run here
         "CI_PIPELINE_SOURCE": "merge_request_event",
         "CI_MERGE_REQUEST_IID": "3",
         "CI_COMMIT_REF_NAME": "feature-x",

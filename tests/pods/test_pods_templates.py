@@ -12,11 +12,12 @@ REPO = Path(__file__).resolve().parents[2]
 PODS = REPO / "examples" / "gitlab" / "gpu-pods.gitlab-ci.yml"
 VLLM = REPO / "examples" / "gitlab" / "vllm-pods.gitlab-ci.yml"
 RUNNER = REPO / "examples" / "gitlab" / "gpu-runner.gitlab-ci.yml"
+INSTALL = REPO / "examples" / "gitlab" / "gpuci-install.gitlab-ci.yml"  # the templates include it
 CHECKER = REPO / ".venv" / "bin" / "check-jsonschema"
 
 
 @pytest.mark.skipif(not CHECKER.exists(), reason="check-jsonschema absent (installed by dev.sh)")
-@pytest.mark.parametrize("path", [PODS, VLLM, RUNNER], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [PODS, VLLM, RUNNER, INSTALL], ids=lambda p: p.name)
 def test_templates_are_valid_gitlab_ci(path):
     proc = subprocess.run(
         [str(CHECKER), "--builtin-schema", "vendor.gitlab-ci", str(path)],

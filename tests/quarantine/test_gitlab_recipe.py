@@ -19,6 +19,10 @@ from gpuci_testing import REPO
 
 BINARY, WHY_NOT = gitlab_ci_local()
 TEMPLATE = REPO / "examples" / "gitlab" / "gpu-quarantine.gitlab-ci.yml"
+# gpu-ci's install, which the template includes from the user's repository
+INSTALL = {
+    ".gitlab/gpuci-install.gitlab-ci.yml": REPO / "examples/gitlab/gpuci-install.gitlab-ci.yml"
+}
 
 
 def test_the_recipe_retries_only_the_hardware_verdict():
@@ -42,14 +46,14 @@ def _list(project: Path, home: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(BINARY is None, reason=WHY_NOT)
 def test_gitlab_ci_local_accepts_the_recipe_and_refuses_a_broken_one(tmp_path):
-    good = make_project(tmp_path / "good", {".gitlab-ci.yml": TEMPLATE})
+    good = make_project(tmp_path / "good", {".gitlab-ci.yml": TEMPLATE, **INSTALL})
     done = _list(good, tmp_path / "home")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "json schema validated" in done.stdout + done.stderr
     assert "gpu-smoke" in done.stdout
 
     broken = TEMPLATE.read_text().replace("exit_codes: [1]", "exit_codes: [one]")
-    bad = make_project(tmp_path / "bad", {".gitlab-ci.yml": broken})
+    bad = make_project(tmp_path / "bad", {".gitlab-ci.yml": broken, **INSTALL})
     refused = _list(bad, tmp_path / "home")
     assert "exit_codes" in refused.stdout + refused.stderr
     assert "gpu-smoke   " not in refused.stdout

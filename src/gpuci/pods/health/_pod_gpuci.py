@@ -8,7 +8,7 @@ URL the pod installs gpu-ci from (into a private ``--target`` folder, only for t
 What ``up`` sends, from ``gpuci-source`` (default in the action: this action's own
 repository at the ref the workflow used, ``${{ github.action_repository }}@${{
 github.action_ref }}``, as an input default because composite steps see those two empty,
-actions/runner#2473; elsewhere: ``GPUCI_PACKAGE``, as the GitLab templates set it):
+actions/runner#2473; elsewhere: ``GPUCI_PACKAGE``, as the GitLab pods template sets it):
 
 - ``OWNER/REPO@REF``: the ref is resolved to its commit through GitHub's API (a 40-hex ref is
   taken as is), and the pod installs ``git+https://github.com/OWNER/REPO@SHA``: git checks
