@@ -72,6 +72,10 @@ def test_budget_usd_can_only_lower_the_files_budget(fake, run, tmp_path):
         ("period: soon\n", "is not a duration"),
         ("budget: 3\n", "unknown key(s) budget"),
         ("owners: {alice: 1\n", "not valid YAML"),
+        # the one bounded YAML reader: PyYAML alone kept the last, a budget of 100
+        ("owners: {alice: 1, alice: 100}\n", "names the key 'alice' twice"),
+        ("owners: " + "[" * 200 + "]" * 200 + "\n", "nests deeper than"),
+        ("owners:\n  alice: 1\n" + "x" * (300 << 10) + "\n", "is over 256 KiB"),
     ],
 )
 def test_a_bad_budgets_file_is_bad_input(fake, run, tmp_path, text, words):

@@ -57,7 +57,7 @@ def vars_context(pairs: list[str], file: str) -> dict[str, str] | Unknown:
 def _read_vars_file(file: str) -> dict[str, str]:
     import yaml
 
-    from gpuci.dryrun import _yaml
+    from gpuci import untrusted_yaml as _yaml
 
     hint = "pass a YAML or JSON mapping (NAME: VALUE) or a dotenv file (NAME=VALUE per line)"
     text = untrusted_json.read_input(Path(file), "the vars file", hint, MAX_FILE_BYTES)

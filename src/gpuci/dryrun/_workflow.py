@@ -126,7 +126,7 @@ def read_yaml(path: Path, what: str) -> Any:
     """A workflow or action file (a PR writes them): read bounded, then parsed."""
     import yaml
 
-    from gpuci.dryrun import _yaml
+    from gpuci import untrusted_yaml as _yaml
 
     text = untrusted_json.read_input(
         path, what, "point at a workflow or action file, saved as UTF-8", MAX_FILE_BYTES

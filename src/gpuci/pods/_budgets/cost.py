@@ -19,7 +19,7 @@ from typing import Any
 from gpuci.pods import _notify as notify
 from gpuci.pods._budgets import ledger
 from gpuci.pods._runpod.clock import SYSTEM, Clock
-from gpuci.pods._runpod.naming import tag_of
+from gpuci.pods._runpod.naming import clean_owner, fold_owner, tag_of
 from gpuci.pods.options import CostInputs
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import utc_iso
@@ -50,7 +50,7 @@ class Spend:
     reaped_by_owner: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def exposure(self, owner: str) -> float:
-        owner = ledger.fold_owner(owner)
+        owner = fold_owner(owner)
         return self.billed_by_owner.get(owner, 0.0) + self.committed_by_owner.get(owner, 0.0)
 
     def owners(self) -> list[str]:
@@ -71,7 +71,7 @@ def attribute(
     """Billing and live pods per owner (``only`` one owner, if given). ``covered`` maps pods
     to the ``until`` of the live reservation that holds their commitment up to then (counted
     by the caller); only what lies beyond it (a ``start --ttl`` extension) is counted here."""
-    fold = ledger.fold_owner  # a name recorded as "Alice" (pod tag, ledger) is alice's
+    fold = fold_owner  # a name recorded as "Alice" (pod tag, ledger) is alice's
     owner_of = {pid: fold(r.owner) if r.owner else UNATTRIBUTED for pid, r in book.items()}
     gpu_of: dict[str, str] = {pid: r.gpu or "?" for pid, r in book.items()}
     held = dict(covered or {})
@@ -127,7 +127,7 @@ def gather(
     held = covered(known) if covered else None
     spend = attribute(records, pods, known, now, grace_s, held, only)
     for owner, n in ledger.reaped_by_owner(known, since).items():
-        if not only or owner == ledger.fold_owner(only):
+        if not only or owner == fold_owner(only):
             spend.reaped_by_owner[owner] += n
     return spend, known
 
@@ -205,7 +205,7 @@ def run_cost(inp: CostInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     from gpuci.pods._runpod.client import RunPodClient
 
     period_s = float(inp.period or 30 * 86400)
-    only = ledger.owner_name(inp.owner) if inp.owner else ""
+    only = clean_owner(inp.owner) if inp.owner else ""
     now = clock.now()
     since = utc_iso(billing_start(now, period_s))
     result = Result(command="pods cost")

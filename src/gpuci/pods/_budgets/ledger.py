@@ -36,7 +36,7 @@ from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
-from gpuci.pods._runpod.naming import clean_owner
+from gpuci.pods._runpod.naming import fold_owner
 from gpuci.units import utc_iso
 
 ROOT = "pods-ledger"
@@ -69,19 +69,6 @@ def ledger_url(value: str | None, environ: Mapping[str, str]) -> str:
             )
         return path.as_uri()
     return text
-
-
-def fold_owner(owner: str) -> str:
-    """The one spelling of an owner that budgets, delegations and the ledger compare: GitHub
-    and GitLab usernames are case-insensitive, so ``Alice`` and ``alice`` are one account and
-    one budget (names recorded by an older gpu-ci, in their case, are folded when read)."""
-    return owner.lower()
-
-
-def owner_name(text: str) -> str:
-    """An owner name as it enters (CI identity, budgets file, ``owner`` input): cleaned for
-    pod names, then folded (:func:`fold_owner`)."""
-    return fold_owner(clean_owner(text))
 
 
 def owner_key(owner: str) -> str:

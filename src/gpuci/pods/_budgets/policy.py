@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import settings
+from gpuci import settings, untrusted_json, untrusted_yaml
 from gpuci.errors import InputError
 from gpuci.inputs import parse_duration
-from gpuci.pods._budgets.ledger import fold_owner, owner_name
+from gpuci.pods._runpod.naming import clean_owner, fold_owner
 from gpuci.pods.options import UpInputs
 from gpuci.untrusted_child import git
 
@@ -49,17 +49,17 @@ def ci_identity(environ: Mapping[str, str]) -> Identity:
         for actor in (settings.GITHUB_TRIGGERING_ACTOR, settings.GITHUB_ACTOR):
             login = actor.raw(environ)
             if login:
-                return Identity(owner_name(login), True, actor.name)
+                return Identity(clean_owner(login), True, actor.name)
     in_gitlab = settings.GITLAB_CI.raw(environ) == "true" or settings.CI_PIPELINE_URL.raw(environ)
     gitlab_login = settings.GITLAB_USER_LOGIN.raw(environ)
     if in_gitlab and gitlab_login:
-        return Identity(owner_name(gitlab_login), True, settings.GITLAB_USER_LOGIN.name)
+        return Identity(clean_owner(gitlab_login), True, settings.GITLAB_USER_LOGIN.name)
     git = _git_user(environ)
     if git:
-        return Identity(owner_name(git), False, "git config user.email")
+        return Identity(clean_owner(git), False, "git config user.email")
     for name in ("USER", "USERNAME"):
         if environ.get(name):
-            return Identity(owner_name(environ[name]), False, name)
+            return Identity(clean_owner(environ[name]), False, name)
     return Identity("unknown", False, "nothing")
 
 
@@ -140,7 +140,7 @@ def parse(data: Any, source: str) -> Budgets:
                 f"budgets file {source}: delegations.{key} must be a list of owners",
                 hint="write e.g. 'alice: [team-ml]'",
             )
-        out.delegations[ident] = {owner_name(str(a)) for a in allowed}
+        out.delegations[ident] = {clean_owner(str(a)) for a in allowed}
     return out
 
 
@@ -149,7 +149,7 @@ def _names(section: dict[Any, Any], where: str, source: str) -> dict[str, Any]:
     case-insensitive) -> the key as written; two keys naming one owner are refused."""
     out: dict[str, Any] = {}
     for key in section:
-        name = owner_name(str(key))
+        name = clean_owner(str(key))
         if name in out:
             raise InputError(
                 f"budgets file {source}: {where}.{out[name]} and {where}.{key} name one owner "
@@ -175,14 +175,15 @@ def load(value: str | None, cwd: Path | None = None) -> Budgets:
                 hint="commit it (see docs/pods.md) or leave budgets empty",
             )
         return Budgets()
-    if path.stat().st_size > MAX_FILE:
-        raise InputError(f"budgets file {path} is too large", hint="keep it under 256 KiB")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+    hint = "fix the file; see docs/pods.md for the format"
+    text = untrusted_json.read_input(path, "budgets file", hint, MAX_FILE)
+    try:  # the one bounded reader: no key twice, no alias bomb, no nesting past its bound
+        data = untrusted_yaml.load(text)
+    except untrusted_yaml.Refused as exc:
+        raise InputError(f"budgets file {path} is not usable: {exc.problem}", hint=hint) from None
+    except yaml.YAMLError as exc:
         raise InputError(
-            f"budgets file {path} is not valid YAML ({type(exc).__name__})",
-            hint="fix the file; see docs/pods.md for the format",
+            f"budgets file {path} is not valid YAML ({type(exc).__name__})", hint=hint
         ) from None
     return parse(data, str(value or DEFAULT_FILE))
 
@@ -200,7 +201,7 @@ def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -
     """The owner to bill and their budget; refuses (exit 2) an owner CI does not vouch for."""
     ident = ci_identity(environ)
     book = load(inp.budgets or None, cwd)
-    asked = owner_name(inp.owner) if inp.owner else ""
+    asked = clean_owner(inp.owner) if inp.owner else ""
     owner = asked or ident.login
     notes: list[str] = []
     if asked and asked != ident.login:

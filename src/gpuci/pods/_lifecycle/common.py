@@ -19,7 +19,7 @@ from gpuci.pods._budgets import ledger
 from gpuci.pods._runners import cleanup as runner_cleanup
 from gpuci.pods._runpod.client import API_KEY_ENV, NotFound, RunPodClient
 from gpuci.pods._runpod.clock import Clock
-from gpuci.pods._runpod.naming import PodTag, tag_of
+from gpuci.pods._runpod.naming import PodTag, fold_owner, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
 
 
@@ -98,7 +98,9 @@ def tagged_pods(
         tag = tag_of(pod)
         if tag is None and not include_all:
             continue
-        if owner and (tag is None or tag.owner.lower() != owner.lower()):  # older tags kept case
+        if owner and (
+            tag is None or fold_owner(tag.owner) != fold_owner(owner)
+        ):  # old tags: any case
             continue
         out.append((pod, tag))
     return out

@@ -55,9 +55,16 @@ def new_tag(owner: str, run_url: str, expires_at: float) -> PodTag:
 
 
 def clean_owner(owner: str) -> str:
-    """An owner as pod names and tags carry it: safe characters only, in lower case (GitHub
-    and GitLab usernames are case-insensitive: ``Alice`` and ``alice`` are one owner)."""
-    return (_OWNER_SAFE.sub("-", owner.strip()).strip("-") or "unknown").lower()
+    """An owner as it enters (CI identity, budgets file, ``owner`` input) and as pod names and
+    tags carry it: safe characters only, folded (:func:`fold_owner`)."""
+    return fold_owner(_OWNER_SAFE.sub("-", owner.strip()).strip("-") or "unknown")
+
+
+def fold_owner(owner: str) -> str:
+    """The one spelling of an owner that budgets, delegations, pod tags and the ledger compare:
+    GitHub and GitLab usernames are case-insensitive, so ``Alice`` and ``alice`` are one account
+    and one budget (names recorded by an older gpu-ci, in their case, are folded when read)."""
+    return owner.lower()
 
 
 def tag_of(pod: Mapping[str, Any]) -> PodTag | None:

@@ -1,4 +1,5 @@
-"""A workflow or action file's YAML, read with GitHub's own bounds.
+"""YAML a pull request may write (a workflow, an action, a budgets file), read with GitHub's own
+bounds: the one YAML reader for untrusted files, as :mod:`gpuci.untrusted_json` is for JSON.
 
 A pull request writes the files a dry run reads, and ``yaml.safe_load`` alone trusts their
 shape: 50,000 nested brackets end it in ``RecursionError``, and nine anchors of ten aliases
