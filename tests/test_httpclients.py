@@ -57,10 +57,14 @@ def test_a_download_client_leaves_httpcores_class_constant_alone(server):
     assert HTTP11Connection.READ_NUM_BYTES == before == 64 * 1024
 
 
-def test_other_clients_keep_httpcores_reads(server):
+def test_every_client_reads_at_httpcores_size_through_the_streams_a_deadline_bounds(server):
+    """No client is left outside :func:`httpclients.deadline`: one made without ``read_bytes``
+    reads httpcore's own 64 KiB through the same sized streams (a forge or RunPod client that
+    forgot to ask had no deadline on its headers)."""
     with httpclients.new_client(timeout=5) as client:
         resp = client.get(f"{server}/body")
-        assert not isinstance(resp.extensions["network_stream"], httpclients._SizedStream)
+        stream = resp.extensions["network_stream"]
+        assert isinstance(stream, httpclients._SizedStream) and stream.size == 1 << 16
 
 
 def test_a_sized_stream_asks_for_its_size_and_exact_readers_get_the_raw_stream():

@@ -105,7 +105,7 @@ def new_client(
     base_url: str = "",
     headers: Mapping[str, str] | None = None,
     connections: int = 8,
-    read_bytes: int | None = None,
+    read_bytes: int = 1 << 16,
     transport: httpx.BaseTransport | None = None,
 ) -> httpx.Client:
     """An httpx client under the module's policy (no redirects, env proxies and CAs, no jar).
@@ -116,8 +116,9 @@ def new_client(
         base_url: prefix of relative request URLs (a REST API's root).
         headers: sent with every request (the user agent is set here; these win otherwise).
         connections: connections pooled and kept alive at most.
-        read_bytes: bytes asked of the socket per read (httpcore's 64 KiB when None); for
-            clients that move large bodies.
+        read_bytes: bytes asked of the socket per read (httpcore's own 64 KiB by default;
+            more for clients that move large bodies). Every client made here reads through
+            these sized streams, which is also what puts it under :func:`deadline`.
         transport: a transport to send through instead (tests' fakes); then no env proxies.
 
     Returns:
@@ -134,7 +135,7 @@ def new_client(
         trust_env=True,
         transport=transport,
     )
-    if read_bytes is not None and transport is None:
+    if transport is None:
         _size_reads(client, read_bytes)
     return client
 
@@ -200,6 +201,40 @@ def deadline(limit: Deadline | None) -> Iterator[None]:
         yield
     finally:
         _deadline.reset(token)
+
+
+# What a body read whole no longer has: it is decoded, and its length is what was read.
+_BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+def read_bounded(
+    client: httpx.Client, request: httpx.Request, limit: Deadline, max_bytes: int
+) -> httpx.Response:
+    """Send ``request`` and read its answer whole, by ``limit``: the connect, the headers,
+    interim 1xx answers and the body, however they trickle (httpx's timeouts bound each read
+    only), and at most ``max_bytes`` of body, whatever length the server claims.
+
+    Returns:
+        The answer, its body in memory (decoded), without the headers that described the body
+        on the wire.
+
+    Raises:
+        untrusted_json.Unusable: the body passed ``max_bytes`` (the caller names it).
+        httpx.TimeoutException: ``limit`` passed.
+        httpx.TransportError: the connection failed.
+    """
+    from gpuci import untrusted_json
+
+    with deadline(limit):
+        response = client.send(request, stream=True)
+        try:
+            body = untrusted_json.read_chunks(response.iter_bytes(), max_bytes, limit.at)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout(f"{exc}: {limit.passed()}", request=request) from None
+        finally:
+            response.close()
+    plain = [(k, v) for k, v in response.headers.multi_items() if k not in _BODY_HEADERS]
+    return httpx.Response(response.status_code, headers=plain, content=body, request=request)
 
 
 def _time_left(timeout: float | None, expired: type[Exception]) -> float | None:

@@ -158,7 +158,7 @@ def test_a_ref_is_read_from_a_small_regular_file_only(tmp_path):
     with open(ref, "wb") as handle:  # sparse: a MiB that takes no disk, read 4 KiB at most
         handle.truncate(1 << 20)
     assert hf.commit_of(repo, "main", notes) == "main"
-    assert len(notes) == 2 and "over 4096 bytes" in notes[1]
+    assert len(notes) == 2 and "over 4 KiB" in notes[1]
 
 
 # ----- finding 4: link resolution bounded -------------------------------------------------------

@@ -37,9 +37,6 @@ REQUEST_TIMEOUTS = 3
 # A whole listing, every page and its retries, ends by this many: 200 s at the default 20 s
 # timeout (GitHub answers a page in about a second), not MAX_PAGES requests of 60 s each.
 LISTING_TIMEOUTS = 10
-# Bytes asked of the socket per read: httpcore's own 64 KiB. Given only because a client made
-# with a read size is one whose every connect, read and write obeys httpclients.deadline.
-_READ_BYTES = 1 << 16
 
 
 _Client = TypeVar("_Client", bound="ApiClient")
@@ -89,7 +86,6 @@ def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float
 
 
 # Headers that describe the body as it travelled: the answer kept is the decoded bytes.
-_BODY_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 
 class ApiClient:
@@ -119,7 +115,6 @@ class ApiClient:
             agent="forges",
             base_url=api_url.rstrip("/"),
             headers=headers,
-            read_bytes=_READ_BYTES,
         )
         self._policy = RetryPolicy(
             attempts=attempts,
@@ -174,23 +169,14 @@ class ApiClient:
     def _bounded(self, request: httpx.Request, within: Deadline | None = None) -> httpx.Response:
         """Send ``request`` and read its body, at most MAX_BODY bytes (decoded), all of it by
         its deadline; over the cap is one line (InfraError), past the deadline a timeout."""
-        limit = self._deadline(within)
-        with httpclients.deadline(limit):
-            response = self._client.send(request, stream=True)
-            try:
-                data = untrusted_json.read_chunks(response.iter_bytes(), MAX_BODY, limit.at)
-            except untrusted_json.Unusable:
-                raise InfraError(
-                    f"{self.service} API at {self.where} answered more than "
-                    f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
-                    hint=self._api_hint,
-                ) from None
-            except TimeoutError:
-                raise httpx.ReadTimeout(limit.passed(), request=request) from None
-            finally:
-                response.close()
-        plain = [(k, v) for k, v in response.headers.multi_items() if k not in _BODY_HEADERS]
-        return httpx.Response(response.status_code, headers=plain, content=data, request=request)
+        try:
+            return httpclients.read_bounded(self._client, request, self._deadline(within), MAX_BODY)
+        except untrusted_json.Unusable:
+            raise InfraError(
+                f"{self.service} API at {self.where} answered more than "
+                f"{MAX_BODY >> 20} MiB to {request.method} {redact_url(str(request.url))}",
+                hint=self._api_hint,
+            ) from None
 
     def _retried(self, fn: Callable[[], Any], method: str, url: str, *, repeat: bool = True) -> Any:
         """Run ``fn`` under the retry policy (once when ``repeat`` is False: a POST that lost

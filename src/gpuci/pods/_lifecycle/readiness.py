@@ -73,9 +73,6 @@ def health_url(raw: str, pod: dict[str, Any], url: str) -> str:
 HEALTH_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-#: httpcore's own read size, asked only so that the client is one ``httpclients.deadline``
-#: bounds (its sized streams): the health check reads headers, never a body.
-_READ_BYTES = 1 << 16
 
 
 def wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
@@ -83,7 +80,7 @@ def wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
     ``deadline`` (the job's timeout): httpx's timeouts bound each read only, so a server
     trickling its answer held a billing pod past the timeout."""
     last = "the timeout passed before it was asked"
-    with httpclients.new_client(timeout=10.0, agent="pods-health", read_bytes=_READ_BYTES) as http:
+    with httpclients.new_client(timeout=10.0, agent="pods-health") as http:
         while (left := deadline - clock.now()) > 0:
             try:
                 with httpclients.deadline(httpclients.Deadline.after(left)):

@@ -330,7 +330,6 @@ class RunPodClient:
         self._http = httpclients.new_client(
             timeout=timeout,
             agent="pods",
-            read_bytes=1 << 16,  # httpcore's own read size: puts the client under deadline()
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}"},
             transport=transport,
@@ -398,25 +397,13 @@ class RunPodClient:
         connect to the body's last byte, ends within its deadline (3 x the timeout)."""
         request = self._http.build_request(method, path, **kwargs)
         limit = httpclients.Deadline.after(self._body_seconds)
-        with httpclients.deadline(limit):  # headers and endless 1xx answers too, not the body only
-            streamed = self._http.send(request, stream=True)
-            try:
-                body = untrusted_json.read_chunks(streamed.iter_bytes(), MAX_ANSWER, limit.at)
-            except TimeoutError as exc:  # the body came too slowly: it says how much came
-                raise httpx.ReadTimeout(str(exc), request=request) from None
-            except untrusted_json.Unusable as exc:
-                raise RunPodError(
-                    f"{what}: RunPod API answered HTTP {streamed.status_code} with a body {exc}"[
-                        :300
-                    ],
-                    hint="check RUNPOD_API_URL points at RunPod's REST API v2",
-                ) from None
-            finally:
-                streamed.close()
-        headers = [
-            (k, v) for k, v in streamed.headers.multi_items() if k.lower() != "content-encoding"
-        ]
-        return httpx.Response(streamed.status_code, headers=headers, content=body, request=request)
+        try:
+            return httpclients.read_bounded(self._http, request, limit, MAX_ANSWER)
+        except untrusted_json.Unusable as exc:
+            raise RunPodError(
+                f"{what}: RunPod API answered with a body {exc}"[:300],
+                hint="check RUNPOD_API_URL points at RunPod's REST API v2",
+            ) from None
 
     def request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         for attempt in self._retrying():

@@ -26,9 +26,6 @@ from gpuci.redact import excerpt
 from gpuci.runtime import markdown_table
 
 MAX_BODY = 1 << 20
-#: httpcore's own read size, asked only so that the client is one ``httpclients.deadline``
-#: bounds (its sized streams).
-_READ_BYTES = 1 << 16
 
 
 def _answer(client: Any, method: str, url: str, what: str, **kwargs: Any) -> dict[str, Any]:
@@ -53,9 +50,7 @@ def probe(url: str, model: str, prompt: str, max_tokens: int, timeout: float) ->
     base = url.rstrip("/")
     limit = httpclients.Deadline.after(timeout)
     with (
-        httpclients.new_client(
-            timeout=timeout, agent="llm-probe", read_bytes=_READ_BYTES
-        ) as client,
+        httpclients.new_client(timeout=timeout, agent="llm-probe") as client,
         httpclients.deadline(limit),
     ):
         models = _answer(client, "GET", f"{base}/v1/models", "/v1/models")
