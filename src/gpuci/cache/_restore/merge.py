@@ -18,11 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuci.cache._format import manifest as mf
-from gpuci.cache._restore.staging import Staging
+from gpuci.cache._restore.staging import DIR_FLAGS, Staging
 from gpuci.errors import InputError
-
-# Descending into the target: never through a symlink (ELOOP instead).
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def not_a_folder(target: Path) -> InputError:
@@ -106,7 +103,7 @@ class Placement:
     def _place_dir(self, top: int) -> None:
         name = self.target.name
         try:
-            sub = os.open(name, _DIR_FLAGS, dir_fd=top)
+            sub = os.open(name, DIR_FLAGS, dir_fd=top)
         except FileNotFoundError:
             self._put(str(self.staging.tree), top, (), name, None)  # one rename
             return
@@ -129,7 +126,7 @@ class Placement:
                 self._put(item.path, dest, parts, name, self._keep(name, dest, atomic=True))
                 continue
             try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=dest)
+                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
             except FileNotFoundError:
                 self._put(item.path, dest, parts, name, None)  # new here: the whole subtree
                 continue
@@ -181,7 +178,7 @@ class Placement:
         dest = _walk(top, step.parts)
         try:
             if step.mode is not None:
-                sub = os.open(step.name, _DIR_FLAGS, dir_fd=dest)
+                sub = os.open(step.name, DIR_FLAGS, dir_fd=dest)
                 try:
                     os.fchmod(sub, step.mode)
                 finally:
@@ -204,7 +201,7 @@ def _walk(top: int, parts: tuple[str, ...]) -> int:
     fd = top
     try:
         for part in parts:
-            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            sub = os.open(part, DIR_FLAGS, dir_fd=fd)
             if fd != top:
                 os.close(fd)
             fd = sub
@@ -283,7 +280,7 @@ def _jobs_link(inside: str, parts: list[str]) -> bool:
     """Whether the folder holds a link at ``parts`` that the merge keeps (a folder on the way
     that is a link is replaced by the manifest's, so nothing under it is the job's)."""
     try:
-        top = os.open(inside, _DIR_FLAGS)
+        top = os.open(inside, DIR_FLAGS)
     except OSError:
         return False
     try:

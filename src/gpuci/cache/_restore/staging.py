@@ -25,7 +25,8 @@ TRASH = "replaced"
 # A staging folder whose lock cannot be looked at (an older gpu-ci's, a filesystem without
 # flock, a restore killed before it locked) is swept only once this old.
 UNLOCKED_GRACE = 24 * 3600
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Opening a folder: never through a symlink (ELOOP instead); merge.py descends the target so.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ATTEMPTS = 8
 
 
@@ -44,7 +45,7 @@ class Staging:
         """The trash folder (made on first use), as a descriptor: never reached by a path."""
         if self._trash < 0:
             os.mkdir(TRASH, 0o700, dir_fd=self.fd)
-            self._trash = os.open(TRASH, _DIR_FLAGS, dir_fd=self.fd)
+            self._trash = os.open(TRASH, DIR_FLAGS, dir_fd=self.fd)
         return self._trash
 
     def trash_name(self) -> str:
@@ -75,7 +76,7 @@ def make(target: Path) -> Staging:
             os.mkdir(path, 0o700)
         except FileExistsError:
             continue
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, DIR_FLAGS)
         try:
             return Staging(path, fd, _lock(fd))
         except BaseException:
@@ -134,7 +135,7 @@ def _abandoned(path: str) -> bool:
     """Whether no live restore holds the folder: its lock is free, or it cannot be told and the
     folder is older than the grace period."""
     try:
-        folder = os.open(path, _DIR_FLAGS)
+        folder = os.open(path, DIR_FLAGS)
     except OSError:
         return False
     try:
