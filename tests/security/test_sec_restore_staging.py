@@ -335,3 +335,59 @@ def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_the_restore(
     result = _restore(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert (target / "w.bin").read_bytes() == b"w"
+
+
+def _deep_folder(parent: Path, name: str, depth: int) -> None:
+    """``parent/name/a/a/...`` ``depth`` deep, made relative to folder descriptors (a path that
+    long is past PATH_MAX), with a file and a link to ``parent`` at the bottom."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    for part in [name] + ["a"] * depth:
+        os.mkdir(part, dir_fd=fd)
+        sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+    os.symlink(parent, "up", dir_fd=fd)
+    os.close(fd)
+
+
+def _remove_deep(parent: Path, name: str) -> None:
+    """Remove what ``_deep_folder`` made, without recursion (pytest's clean-up recurses)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd, depth = os.open(parent / name, flags), 0
+    while "a" in os.listdir(fd):
+        sub = os.open("a", flags, dir_fd=fd)
+        os.close(fd)
+        fd, depth = sub, depth + 1
+    for item in os.listdir(fd):
+        os.unlink(item, dir_fd=fd)
+    for _ in range(depth):
+        up = os.open("..", flags, dir_fd=fd)
+        os.close(fd)
+        fd = up
+        os.rmdir("a", dir_fd=fd)
+    os.close(fd)
+    os.rmdir(parent / name)
+
+
+def test_a_planted_staging_folder_deeper_than_the_recursion_limit_is_removed(tmp_path):
+    """s14, for real: the sweep removed a deep planted folder with shutil.rmtree, which recursed
+    per level, so one deeper than the recursion limit was left there for ever, its removal
+    tried again on every restore. It is removed now, never through the link at its bottom."""
+    import sys
+
+    from gpuci.cache._restore import staging
+
+    target = tmp_path / "t"
+    name = f"{PREFIX}t.4000000"
+    _deep_folder(tmp_path, name, sys.getrecursionlimit() + 200)
+    past = time.time() - staging.UNLOCKED_GRACE - 60
+    os.utime(tmp_path / name, (past, past))
+    (tmp_path / "keep.txt").write_text("the link at the bottom leads here\n")
+    try:
+        staging.sweep_stale(target)
+        assert not os.path.lexists(tmp_path / name)
+        assert (tmp_path / "keep.txt").read_text() == "the link at the bottom leads here\n"
+    finally:
+        if os.path.lexists(tmp_path / name):
+            _remove_deep(tmp_path, name)
