@@ -391,3 +391,90 @@ def test_a_planted_staging_folder_deeper_than_the_recursion_limit_is_removed(tmp
     finally:
         if os.path.lexists(tmp_path / name):
             _remove_deep(tmp_path, name)
+
+
+def _many_links_into_one_chain(store, tmp_path: Path) -> tuple[Path, int]:
+    """2,000 cached links ``m/<i> -> ../l0`` into a chain ``l0 -> l1 -> ... -> l29``, whose end
+    passes through the job's own link ``ok -> <target>/jobdir`` (absolute, inside), in a target
+    that already exists; returns it and the number of cached links."""
+    target = tmp_path / "t"
+    (target / "jobdir").mkdir(parents=True)
+    os.symlink(os.path.join(os.path.realpath(target), "jobdir"), target / "ok")
+    chain = [
+        {"type": "symlink", "root": 0, "path": f"l{i}", "target": f"l{i + 1}"} for i in range(29)
+    ]
+    chain.append({"type": "symlink", "root": 0, "path": "l29", "target": "ok/x"})
+    many = [
+        {"type": "symlink", "root": 0, "path": f"m/{i}", "target": "../l0"} for i in range(2000)
+    ]
+    folder = {"type": "dir", "root": 0, "path": "m", "mode": 0o755}
+    plant(store, "many", [folder, *chain, *many])
+    return target, len(chain) + len(many)
+
+
+def test_each_link_is_walked_once_through_the_jobs_links(file_store, env, tmp_path, monkeypatch):
+    """The check before the merge walked each cached link afresh, the whole chain each time,
+    and reopened the target from the top for every name the manifest does not list: each link
+    is walked once now, and each such name read on disk once."""
+    from collections import Counter
+
+    from gpuci.cache._format import manifest as mf
+    from gpuci.cache._restore import merge
+
+    target, links = _many_links_into_one_chain(file_store, tmp_path)
+    walks, asked = Counter(), Counter()
+    real_walk, real_target = mf.LinkResolver._walk, merge._JobsLinks.target
+
+    def counting_walk(self, start, to, depth):
+        walks[self.unlisted is not None] += 1
+        return real_walk(self, start, to, depth)
+
+    def counting_target(self, name):
+        asked[name] += 1
+        return real_target(self, name)
+
+    monkeypatch.setattr(mf.LinkResolver, "_walk", counting_walk)
+    monkeypatch.setattr(merge._JobsLinks, "target", counting_target)
+    result = _restore(file_store, env, "many", target)
+    assert result.exit_code == 0, result.headline
+    assert walks[True] == links + 1  # each cached link once, and the job's ``ok``
+    assert set(asked.values()) == {1} and {"ok", "jobdir", "jobdir/x"} <= set(asked)
+    assert os.readlink(target / "m" / "7") == "../l0" and (target / "jobdir").is_dir()
+
+
+def test_links_past_the_step_budget_are_refused_before_any_merge(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The check before the merge had no budget: a manifest within the cap could hold a million
+    such links, minutes of CPU. Past the budget (lowered here, once the manifest is parsed) the
+    restore is refused in one line, nothing written."""
+    from gpuci.cache._format import manifest as mf
+
+    target, _ = _many_links_into_one_chain(file_store, tmp_path)
+    before = snapshot(target)
+    real_check = place.refuse_links_leaving
+
+    def with_a_small_budget(*args, **kwargs):
+        monkeypatch.setattr(mf, "MAX_WALKED", 500)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(place, "refuse_links_leaving", with_a_small_budget)
+    result = _restore(file_store, env, "many", target)
+    assert result.exit_code == 2
+    assert "take over 500 steps to resolve" in result.headline
+    assert "nothing was restored" in result.headline
+    assert snapshot(target) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_a_link_looping_through_the_jobs_links_is_refused(file_store, env, tmp_path):
+    """The cache's ``c -> a/x`` and the job's ``a -> c``: it leads nowhere inside; it was let
+    through as if it stayed inside, and is refused now, as parse refuses a loop of the cache's."""
+    target = tmp_path / "t"
+    target.mkdir()
+    os.symlink("c", target / "a")
+    plant(file_store, "loop", [{"type": "symlink", "root": 0, "path": "c", "target": "a/x"}])
+    result = _restore(file_store, env, "loop", target)
+    assert result.exit_code == 2
+    assert "resolves to a loop" in result.headline and "nothing was restored" in result.headline
+    assert not os.path.lexists(target / "c")
