@@ -335,3 +335,146 @@ def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_the_restore(
     result = _restore(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert (target / "w.bin").read_bytes() == b"w"
+
+
+def _deep_folder(parent: Path, name: str, depth: int) -> None:
+    """``parent/name/a/a/...`` ``depth`` deep, made relative to folder descriptors (a path that
+    long is past PATH_MAX), with a file and a link to ``parent`` at the bottom."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    for part in [name] + ["a"] * depth:
+        os.mkdir(part, dir_fd=fd)
+        sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+    os.symlink(parent, "up", dir_fd=fd)
+    os.close(fd)
+
+
+def _remove_deep(parent: Path, name: str) -> None:
+    """Remove what ``_deep_folder`` made, without recursion (pytest's clean-up recurses)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd, depth = os.open(parent / name, flags), 0
+    while "a" in os.listdir(fd):
+        sub = os.open("a", flags, dir_fd=fd)
+        os.close(fd)
+        fd, depth = sub, depth + 1
+    for item in os.listdir(fd):
+        os.unlink(item, dir_fd=fd)
+    for _ in range(depth):
+        up = os.open("..", flags, dir_fd=fd)
+        os.close(fd)
+        fd = up
+        os.rmdir("a", dir_fd=fd)
+    os.close(fd)
+    os.rmdir(parent / name)
+
+
+def test_a_planted_staging_folder_deeper_than_the_recursion_limit_is_removed(tmp_path):
+    """s14, for real: the sweep removed a deep planted folder with shutil.rmtree, which recursed
+    per level, so one deeper than the recursion limit was left there for ever, its removal
+    tried again on every restore. It is removed now, never through the link at its bottom."""
+    import sys
+
+    from gpuci.cache._restore import staging
+
+    target = tmp_path / "t"
+    name = f"{PREFIX}t.4000000"
+    _deep_folder(tmp_path, name, sys.getrecursionlimit() + 200)
+    past = time.time() - staging.UNLOCKED_GRACE - 60
+    os.utime(tmp_path / name, (past, past))
+    (tmp_path / "keep.txt").write_text("the link at the bottom leads here\n")
+    try:
+        staging.sweep_stale(target)
+        assert not os.path.lexists(tmp_path / name)
+        assert (tmp_path / "keep.txt").read_text() == "the link at the bottom leads here\n"
+    finally:
+        if os.path.lexists(tmp_path / name):
+            _remove_deep(tmp_path, name)
+
+
+def _many_links_into_one_chain(store, tmp_path: Path) -> tuple[Path, int]:
+    """2,000 cached links ``m/<i> -> ../l0`` into a chain ``l0 -> l1 -> ... -> l29``, whose end
+    passes through the job's own link ``ok -> <target>/jobdir`` (absolute, inside), in a target
+    that already exists; returns it and the number of cached links."""
+    target = tmp_path / "t"
+    (target / "jobdir").mkdir(parents=True)
+    os.symlink(os.path.join(os.path.realpath(target), "jobdir"), target / "ok")
+    chain = [
+        {"type": "symlink", "root": 0, "path": f"l{i}", "target": f"l{i + 1}"} for i in range(29)
+    ]
+    chain.append({"type": "symlink", "root": 0, "path": "l29", "target": "ok/x"})
+    many = [
+        {"type": "symlink", "root": 0, "path": f"m/{i}", "target": "../l0"} for i in range(2000)
+    ]
+    folder = {"type": "dir", "root": 0, "path": "m", "mode": 0o755}
+    plant(store, "many", [folder, *chain, *many])
+    return target, len(chain) + len(many)
+
+
+def test_each_link_is_walked_once_through_the_jobs_links(file_store, env, tmp_path, monkeypatch):
+    """The check before the merge walked each cached link afresh, the whole chain each time,
+    and reopened the target from the top for every name the manifest does not list: each link
+    is walked once now, and each such name read on disk once."""
+    from collections import Counter
+
+    from gpuci.cache._format import manifest as mf
+    from gpuci.cache._restore import merge
+
+    target, links = _many_links_into_one_chain(file_store, tmp_path)
+    walks, asked = Counter(), Counter()
+    real_walk, real_target = mf.LinkResolver._walk, merge._JobsLinks.target
+
+    def counting_walk(self, start, to, depth):
+        walks[self.unlisted is not None] += 1
+        return real_walk(self, start, to, depth)
+
+    def counting_target(self, name):
+        asked[name] += 1
+        return real_target(self, name)
+
+    monkeypatch.setattr(mf.LinkResolver, "_walk", counting_walk)
+    monkeypatch.setattr(merge._JobsLinks, "target", counting_target)
+    result = _restore(file_store, env, "many", target)
+    assert result.exit_code == 0, result.headline
+    assert walks[True] == links + 1  # each cached link once, and the job's ``ok``
+    assert set(asked.values()) == {1} and {"ok", "jobdir", "jobdir/x"} <= set(asked)
+    assert os.readlink(target / "m" / "7") == "../l0" and (target / "jobdir").is_dir()
+
+
+def test_links_past_the_step_budget_are_refused_before_any_merge(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The check before the merge had no budget: a manifest within the cap could hold a million
+    such links, minutes of CPU. Past the budget (lowered here, once the manifest is parsed) the
+    restore is refused in one line, nothing written."""
+    from gpuci.cache._format import manifest as mf
+
+    target, _ = _many_links_into_one_chain(file_store, tmp_path)
+    before = snapshot(target)
+    real_check = place.refuse_links_leaving
+
+    def with_a_small_budget(*args, **kwargs):
+        monkeypatch.setattr(mf, "MAX_WALKED", 500)
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(place, "refuse_links_leaving", with_a_small_budget)
+    result = _restore(file_store, env, "many", target)
+    assert result.exit_code == 2
+    assert "take over 500 steps to resolve" in result.headline
+    assert "nothing was restored" in result.headline
+    assert snapshot(target) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_a_link_looping_through_the_jobs_links_is_refused(file_store, env, tmp_path):
+    """The cache's ``c -> a/x`` and the job's ``a -> c``: it leads nowhere inside; it was let
+    through as if it stayed inside, and is refused now, as parse refuses a loop of the cache's."""
+    target = tmp_path / "t"
+    target.mkdir()
+    os.symlink("c", target / "a")
+    plant(file_store, "loop", [{"type": "symlink", "root": 0, "path": "c", "target": "a/x"}])
+    result = _restore(file_store, env, "loop", target)
+    assert result.exit_code == 2
+    assert "resolves to a loop" in result.headline and "nothing was restored" in result.headline
+    assert not os.path.lexists(target / "c")

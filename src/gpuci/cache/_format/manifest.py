@@ -21,7 +21,7 @@ import hashlib
 import json
 import posixpath
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -373,14 +373,25 @@ class LinkResolver:
     else, so it is kept and reused: a thousand links through one long chain cost the chain once.
     At most ``budget`` components are walked in all; past it every answer is None and
     :attr:`exhausted` is set.
+
+    ``unlisted``, when given, is asked once per name ``links`` lacks for the target of a link
+    there all the same (a restore's target folder holds the job's own links, read on disk); its
+    answers are kept, and such a link is followed like the others.
     """
 
-    def __init__(self, links: Mapping[str, str], budget: int = MAX_WALKED) -> None:
+    def __init__(
+        self,
+        links: Mapping[str, str],
+        budget: int = MAX_WALKED,
+        unlisted: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.links = links
         self.left = budget
         self.exhausted = False
         self.known: dict[str, tuple[str | None, int]] = {}
         self.active: set[str] = set()
+        self.unlisted = unlisted
+        self.found: dict[str, str | None] = {}  # ``unlisted``'s answers
 
     def resolve(self, start: str, target: str) -> str | None:
         """Where ``target``, read from the folder ``start``, ends inside the tree, or None."""
@@ -409,8 +420,8 @@ class LinkResolver:
             return None, _TOO_FAR, True
         if depth > MAX_LINK_HOPS:
             return None, _TOO_FAR, False
-        target = self.links[path]
-        if target.startswith("/") or target_problem(target) is not None:
+        target = self._target(path)
+        if target is None or target.startswith("/") or target_problem(target) is not None:
             return self._keep(path, None, _TOO_FAR, True)
         self.active.add(path)
         try:
@@ -448,7 +459,7 @@ class LinkResolver:
             name = f"{here[-1]}/{part}" if here else part
             if not self._charge(len(name) // _CHARGE_BYTES):
                 return None, _TOO_FAR, False
-            if name not in self.links:
+            if name not in self.links and (self.unlisted is None or self._target(name) is None):
                 here.append(name)
                 continue
             end, used, settled = self._link(name, depth)
@@ -458,6 +469,15 @@ class LinkResolver:
                 return None, hops, final
             here = _prefixes(end)
         return (here[-1] if here else ""), hops, final
+
+    def _target(self, name: str) -> str | None:
+        """The target of the link at ``name``, or None where there is none."""
+        target = self.links.get(name)
+        if target is not None or self.unlisted is None:
+            return target
+        if name not in self.found:
+            self.found[name] = self.unlisted(name)
+        return self.found[name]
 
     def _charge(self, steps: int) -> bool:
         """Take ``steps`` from the budget: False (and exhausted) once it is spent."""

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuci.cache._format import manifest as mf
-from gpuci.cache._restore.staging import Staging
+from gpuci.cache._restore.staging import DIR_FLAGS, Staging
 from gpuci.errors import InputError
 
-# Descending into the target: never through a symlink (ELOOP instead).
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_OPEN = 256  # the job's folders kept open while its links are read: then all are closed
 
 
 def not_a_folder(target: Path) -> InputError:
@@ -106,7 +105,7 @@ class Placement:
     def _place_dir(self, top: int) -> None:
         name = self.target.name
         try:
-            sub = os.open(name, _DIR_FLAGS, dir_fd=top)
+            sub = os.open(name, DIR_FLAGS, dir_fd=top)
         except FileNotFoundError:
             self._put(str(self.staging.tree), top, (), name, None)  # one rename
             return
@@ -129,7 +128,7 @@ class Placement:
                 self._put(item.path, dest, parts, name, self._keep(name, dest, atomic=True))
                 continue
             try:
-                sub = os.open(name, _DIR_FLAGS, dir_fd=dest)
+                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
             except FileNotFoundError:
                 self._put(item.path, dest, parts, name, None)  # new here: the whole subtree
                 continue
@@ -181,7 +180,7 @@ class Placement:
         dest = _walk(top, step.parts)
         try:
             if step.mode is not None:
-                sub = os.open(step.name, _DIR_FLAGS, dir_fd=dest)
+                sub = os.open(step.name, DIR_FLAGS, dir_fd=dest)
                 try:
                     os.fchmod(sub, step.mode)
                 finally:
@@ -204,7 +203,7 @@ def _walk(top: int, parts: tuple[str, ...]) -> int:
     fd = top
     try:
         for part in parts:
-            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            sub = os.open(part, DIR_FLAGS, dir_fd=fd)
             if fd != top:
                 os.close(fd)
             fd = sub
@@ -217,28 +216,47 @@ def _walk(top: int, parts: tuple[str, ...]) -> int:
 
 def refuse_links_leaving(manifest: mf.Manifest, index: int, target: Path) -> None:
     """Before anything is written: refuse a cached link of root ``index`` that the folder
-    already at ``target`` would lead outside it, through a link the job made there.
+    already at ``target`` would lead outside it (or round a loop), through a link the job made
+    there; and the whole root once its links take over :data:`manifest.MAX_WALKED` steps.
 
     The manifest's links stay inside among themselves (checked at parse); only a name it does
-    not list can be one of the job's links, and only that is looked at on disk."""
+    not list can be one of the job's links, and only that is looked at on disk, once."""
     entries = [e for e in manifest.entries if e.root == index]
-    if not any(e.type == "symlink" for e in entries):
+    links = {e.path: e.target for e in entries if e.type == "symlink"}
+    if not links:
         return
-    tree = _Listed(entries, os.path.realpath(target))
-    for entry in entries:
-        if entry.type != "symlink":
-            continue
-        resolved = tree.lands(entry.path.rpartition("/")[0], entry.target)
-        if resolved != tree.inside and not resolved.startswith(tree.inside + os.sep):
-            raise escaping_link(target / entry.path, entry, resolved, target)
+    inside = os.path.realpath(target)
+    with _JobsLinks(entries, inside) as disk:
+        resolver = mf.LinkResolver(links, mf.MAX_WALKED, disk.target)
+        for entry in entries:
+            if entry.type != "symlink" or not resolver.escapes(entry.path):
+                continue
+            if resolver.exhausted:
+                raise InputError(
+                    f"the cached links, with those already in {target}, take over "
+                    f"{mf.MAX_WALKED:,} steps to resolve; nothing was restored",
+                    hint="restore into an empty folder, or remove the links the job left there",
+                )
+            shown = _shown(inside, entry)
+            raise escaping_link(target / entry.path, entry, shown, target)
 
 
-class _Listed:
-    """A root's entries as the merge will leave them over the folder ``inside``."""
+def _shown(inside: str, entry: mf.Entry) -> str:
+    """Where the link leads now, for the message (a loop, or a way out and back in, resolves
+    inside on the disk as it is, so it is said so)."""
+    real = os.path.realpath(os.path.join(inside, os.path.dirname(entry.path), entry.target))
+    if real == inside or real.startswith(inside + os.sep):
+        return f"a loop, or a way out and back in ({real})"
+    return real
+
+
+class _JobsLinks:
+    """The job's links in the folder the merge goes into, read where the manifest lists nothing:
+    the merge replaces what it lists, so nothing under a cached file, or under a folder of the
+    job's that is a link, is kept. Folders are opened O_NOFOLLOW, each once (a few kept open)."""
 
     def __init__(self, entries: list[mf.Entry], inside: str) -> None:
-        self.inside = inside
-        self.links = {e.path: e.target for e in entries if e.type == "symlink"}
+        self.inside = [p for p in inside.split("/") if p]
         self.files = {e.path for e in entries if e.type == "file"}
         self.listed = {e.path for e in entries}  # and the folders they imply
         self.listed.update(
@@ -247,58 +265,74 @@ class _Listed:
             for parts in [e.path.split("/")]
             for i in range(1, len(parts))
         )
+        self.fds: dict[str, int] = {}  # a folder's descriptor by its path; -1: not the job's
+        self.top = inside
 
-    def lands(self, start: str, to: str) -> str:
-        """Where the link target ``to``, read from the folder ``start``, ends once merged: the
-        manifest's links followed on paper, the job's on disk (from there, as realpath does)."""
-        here = [p for p in start.split("/") if p]
-        pending = list(reversed(to.split("/")))
-        hops = 0
-        while pending:
-            part = pending.pop()
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not here:  # above the target: parse refuses that; realpath, to be sure
-                    return os.path.realpath(os.path.join(self.inside, "..", *reversed(pending)))
-                here.pop()
-                continue
-            rel = "/".join([*here, part])
-            link = self.links.get(rel)
-            if link is not None:
-                hops += 1
-                if hops > mf.MAX_LINK_HOPS:
-                    return self.inside  # a loop leads nowhere
-                pending.extend(reversed(link.split("/")))
-                continue
-            if rel not in self.listed and _jobs_link(self.inside, [*here, part]):
-                return os.path.realpath(os.path.join(self.inside, rel, *reversed(pending)))
-            here.append(part)
-            if rel in self.files:
-                break  # nothing lies under a cached file: the link dangles here
-        return os.path.join(self.inside, *here)
+    def __enter__(self) -> _JobsLinks:
+        try:
+            self.fds[""] = os.open(self.top, DIR_FLAGS)
+        except OSError:
+            self.fds[""] = -1
+        return self
 
+    def __exit__(self, *_: object) -> None:
+        self._close(keep_top=False)
 
-def _jobs_link(inside: str, parts: list[str]) -> bool:
-    """Whether the folder holds a link at ``parts`` that the merge keeps (a folder on the way
-    that is a link is replaced by the manifest's, so nothing under it is the job's)."""
-    try:
-        top = os.open(inside, _DIR_FLAGS)
-    except OSError:
-        return False
-    try:
-        fd = _walk(top, tuple(parts[:-1]))
-    except OSError:
-        os.close(top)
-        return False
-    try:
-        return stat.S_ISLNK(os.lstat(parts[-1], dir_fd=fd).st_mode)
-    except OSError:
-        return False
-    finally:
-        if fd != top:
-            os.close(fd)
-        os.close(top)
+    def target(self, name: str) -> str | None:
+        """The target of the job's link at ``name`` (relative to the link's folder, an absolute
+        one inside made relative), or None where the merge keeps no link of the job's."""
+        if name in self.listed:
+            return None
+        if len(self.fds) > _MAX_OPEN:
+            self._close(keep_top=True)
+        folder, _, base = name.rpartition("/")
+        fd = self._folder(folder)
+        if fd < 0:
+            return None
+        try:
+            link = os.readlink(base, dir_fd=fd)  # EINVAL: not a link
+        except OSError:
+            return None
+        return self._relative(folder, link) if link.startswith("/") else link
+
+    def _folder(self, path: str) -> int:
+        """The folder ``path`` of the job's, open (-1: none, a link, or one the merge replaces
+        with a file), opened from the nearest one already open."""
+        todo: list[str] = []
+        up = path
+        while up not in self.fds:
+            up, _, part = up.rpartition("/")
+            todo.append(part)
+        fd = self.fds[up]
+        for part in reversed(todo):
+            up = f"{up}/{part}" if up else part
+            try:
+                fd = -1 if fd < 0 or up in self.files else os.open(part, DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                fd = -1
+            self.fds[up] = fd
+        return fd
+
+    def _relative(self, folder: str, link: str) -> str:
+        """An absolute target as one relative to ``folder``: inside only when it starts with the
+        target folder's real path, component by component (anything else leaves: "/", refused
+        like a cached absolute link; realpath would follow links outside to say more)."""
+        parts = [p for p in link.split("/") if p not in ("", ".")]
+        if parts[: len(self.inside)] != self.inside:
+            return "/"
+        ups = [".."] * (folder.count("/") + 1 if folder else 0)
+        return "/".join([*ups, *parts[len(self.inside) :]]) or "."
+
+    def _close(self, keep_top: bool) -> None:
+        top = self.fds.pop("")
+        for fd in self.fds.values():
+            if fd >= 0:
+                os.close(fd)
+        self.fds.clear()
+        if keep_top:
+            self.fds[""] = top
+        elif top >= 0:
+            os.close(top)
 
 
 def refuse_escaping_links(manifest: mf.Manifest, targets: list[Path]) -> None:

@@ -25,7 +25,8 @@ TRASH = "replaced"
 # A staging folder whose lock cannot be looked at (an older gpu-ci's, a filesystem without
 # flock, a restore killed before it locked) is swept only once this old.
 UNLOCKED_GRACE = 24 * 3600
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Opening a folder: never through a symlink (ELOOP instead); merge.py descends the target so.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ATTEMPTS = 8
 
 
@@ -44,7 +45,7 @@ class Staging:
         """The trash folder (made on first use), as a descriptor: never reached by a path."""
         if self._trash < 0:
             os.mkdir(TRASH, 0o700, dir_fd=self.fd)
-            self._trash = os.open(TRASH, _DIR_FLAGS, dir_fd=self.fd)
+            self._trash = os.open(TRASH, DIR_FLAGS, dir_fd=self.fd)
         return self._trash
 
     def trash_name(self) -> str:
@@ -75,7 +76,7 @@ def make(target: Path) -> Staging:
             os.mkdir(path, 0o700)
         except FileExistsError:
             continue
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, DIR_FLAGS)
         try:
             return Staging(path, fd, _lock(fd))
         except BaseException:
@@ -118,8 +119,8 @@ def sweep_stale(target: Path) -> None:
                 os.unlink(item.path)
             elif _abandoned(item.path):
                 _rmtree(Path(item.path))
-        except (OSError, RecursionError):  # shutil.rmtree recurses per level before 3.13
-            continue  # gone meanwhile, not ours to remove, or planted too deep: left there
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove: left there
 
 
 def _staging_suffix(rest: str) -> bool:
@@ -134,7 +135,7 @@ def _abandoned(path: str) -> bool:
     """Whether no live restore holds the folder: its lock is free, or it cannot be told and the
     folder is older than the grace period."""
     try:
-        folder = os.open(path, _DIR_FLAGS)
+        folder = os.open(path, DIR_FLAGS)
     except OSError:
         return False
     try:
@@ -166,9 +167,80 @@ def _lock_free(folder: int) -> bool:
 
 
 def _rmtree(path: Path) -> None:
-    """Remove a staging folder (shutil loads only here: a warm restore into a new folder never
-    needs it, and its import is a tenth of the start-up). Never follows a link."""
-    if os.path.lexists(path):
-        import shutil
+    """Remove a staging folder, or whatever was planted under its name; errors leave the rest.
 
-        shutil.rmtree(path, ignore_errors=True)
+    Iterative through folder descriptors opened O_NOFOLLOW: a folder planted deeper than
+    Python's recursion limit is removed too, no link is followed, and shutil (a tenth of the
+    start-up) is never imported."""
+    try:
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _remove(parent, path.name)
+    except OSError:
+        pass
+    finally:
+        os.close(parent)
+
+
+def _remove(parent: int, name: str) -> None:
+    """Remove ``name`` under the open folder ``parent``, deepest first, holding one folder open
+    at a time (a trail of names climbed back through ``..``, each checked by device and inode,
+    so depth costs no descriptors and a folder moved meanwhile stops the removal)."""
+    fd = _open_or_unlink(parent, name)
+    if fd is None:
+        return
+    trail: list[tuple[str, int, int, list[str]]] = []  # name, the folder above's id, its rest
+    try:
+        pending = _clear(fd)
+        while pending or trail:
+            if pending:
+                sub_name = pending.pop()
+                sub = _open_or_unlink(fd, sub_name)
+                if sub is not None:
+                    st = os.fstat(fd)
+                    trail.append((sub_name, st.st_dev, st.st_ino, pending))
+                    os.close(fd)
+                    fd = sub
+                    pending = _clear(fd)
+                continue
+            sub_name, dev, ino, pending = trail.pop()
+            up = os.open("..", DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                raise OSError(errno.ESTALE, "a folder moved during its removal", sub_name)
+            os.rmdir(sub_name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
+def _open_or_unlink(parent: int, name: str) -> int | None:
+    """The folder ``name`` opened, or None once whatever else held it (a link) is unlinked."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+    try:
+        os.unlink(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def _clear(folder: int) -> list[str]:
+    """Unlink all but the folders in ``folder`` (links unfollowed); the folders' names."""
+    folders = []
+    with os.scandir(folder) as items:
+        for item in items:
+            if item.is_dir(follow_symlinks=False):
+                folders.append(item.name)
+            else:
+                os.unlink(item.name, dir_fd=folder)
+    return folders
