@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuci import files
+from gpuci import files, untrusted_json
 from gpuci.errors import InfraError, InputError
 
 
@@ -58,13 +58,13 @@ def test_unwritable_places_name_the_cause_and_the_fix(tmp_path: Path) -> None:
 
 def test_json_lines_append_whole_records_and_skip_torn_ones(tmp_path: Path) -> None:
     log = tmp_path / "sub" / "log.jsonl"
-    assert files.read_json_lines(log) == []
+    assert untrusted_json.read_json_lines(log) == []
     files.append_json_line(log, {"b": 1, "a": "x"})
     with open(log, "a", encoding="utf-8") as handle:
         handle.write('{"torn": \n[1, 2]\n')  # a killed writer's half line, and a non-object
     files.append_json_line(log, {"c": None})
     assert log.read_text().splitlines()[0] == '{"a": "x", "b": 1}'
-    assert files.read_json_lines(log) == [{"a": "x", "b": 1}, {"c": None}]
+    assert untrusted_json.read_json_lines(log) == [{"a": "x", "b": 1}, {"c": None}]
 
 
 def test_json_lines_someone_else_wrote_are_skipped_not_a_traceback(tmp_path: Path):
@@ -72,7 +72,7 @@ def test_json_lines_someone_else_wrote_are_skipped_not_a_traceback(tmp_path: Pat
     log = tmp_path / "journal.jsonl"
     deep, huge = "[" * 100_000 + "]" * 100_000, '{"n": ' + "9" * 5001 + "}"
     log.write_text(f'{{"a": 1}}\n{deep}\n{huge}\n{{"b": 2}}\n')
-    assert files.read_json_lines(log) == [{"a": 1}, {"b": 2}]
+    assert untrusted_json.read_json_lines(log) == [{"a": 1}, {"b": 2}]
 
 
 def test_json_lines_are_read_bounded_from_the_end(tmp_path: Path):
@@ -80,7 +80,7 @@ def test_json_lines_are_read_bounded_from_the_end(tmp_path: Path):
     (where the job's newest records are) is read."""
     log = tmp_path / "journal.jsonl"
     log.write_bytes(b'{"old": 1}\n\xff\xfe\n' + b" " * (16 << 20) + b'\n{"new": 2}\n')
-    assert files.read_json_lines(log) == [{"new": 2}]
+    assert untrusted_json.read_json_lines(log) == [{"new": 2}]
 
 
 def test_hash_fd_is_the_one_hash_loop(tmp_path):

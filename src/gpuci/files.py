@@ -10,14 +10,16 @@ ledger) are JSON lines, each appended in one ``write``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci import settings, untrusted_json
+from gpuci import settings
 from gpuci.errors import InfraError, InputError, IntegrityError
 
 INCOMPLETE = ".incomplete"
@@ -153,22 +155,30 @@ def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
-def read_json_lines(path: Path) -> list[dict[str, Any]]:
-    """Every JSON object in ``path``'s last 16 MiB (none when it is absent); a line torn by a
-    killed writer is skipped, the rest kept. Any step of the job (the PR's code) may write the
-    file, so only its end is read: a job's own records are a few KiB, the newest last."""
-    if not path.exists():
-        return []
-    records = []
-    try:
-        text = untrusted_json.read_tail(path)
-    except untrusted_json.Unusable:  # not a regular file (a FIFO planted there): no records
-        return []
-    for line in text.splitlines():
-        try:
-            item = untrusted_json.loads(line)
-        except untrusted_json.Unusable:  # torn, or written by someone else: not ours
-            continue
-        if isinstance(item, dict):
-            records.append(item)
-    return records
+class NotRegular(OSError):
+    """What :func:`open_regular` found is no regular file (a FIFO, a device, a folder,
+    a socket); ``st_mode`` says which."""
+
+    def __init__(self, path: str, st_mode: int) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", path)
+        self.st_mode = st_mode
+
+
+def open_regular(path: str | Path, *, follow: bool = True, dir_fd: int | None = None) -> int:
+    """A descriptor of the regular file at ``path``, opened for reading without waiting (a FIFO
+    planted where a file is expected would hold ``open`` and every read for ever; a device
+    never ends) and, unless ``follow``, never through a link (``ELOOP`` then); its blocking
+    mode restored. The one way gpu-ci opens a file someone else may have put there.
+
+    Raises:
+        NotRegular: something there that is not a regular file.
+        OSError: it cannot be opened (missing, a link when not ``follow``, no permission).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegular(str(path), mode)
+    os.set_blocking(fd, True)
+    return fd

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpuci import files, settings
+from gpuci import files, settings, untrusted_json
 from gpuci.errors import JournalError
 
 
@@ -40,7 +40,7 @@ def record(kind: str, data: Mapping[str, Any], environ: Mapping[str, str] | None
 
 
 def read(kind: str | None = None, environ: Mapping[str, str] | None = None) -> list[dict]:
-    records = files.read_json_lines(journal_path(environ))
+    records = untrusted_json.read_json_lines(journal_path(environ))
     return [item for item in records if kind is None or item.get("kind") == kind]
 
 

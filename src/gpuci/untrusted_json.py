@@ -17,12 +17,12 @@ import json
 import math
 import os
 import re
-import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpuci import files
 from gpuci.errors import InputError
 from gpuci.redact import json_kind
 
@@ -171,22 +171,17 @@ def _size(limit: int) -> str:
 
 
 def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
-    """``path`` opened for reading when it is a regular file; :class:`Unusable` for anything
-    else (a FIFO a PR planted as its metrics file would hold ``open`` or ``read`` for ever; a
-    device never ends). Opened without waiting, and, unless ``follow``, never through a link.
-    OSError passes through for the caller to name."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    """``path`` opened for reading when it is a regular file (:func:`gpuci.files.open_regular`:
+    never waiting on a FIFO a PR planted as its metrics file), else :class:`Unusable`; unless
+    ``follow``, never through a link. OSError passes through for the caller to name."""
     try:
-        fd = os.open(path, flags)
+        return os.fdopen(files.open_regular(path, follow=follow), "rb")
+    except files.NotRegular:
+        raise Unusable("it is not a regular file") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise Unusable("it is a symlink, which is not followed here") from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise Unusable("it is not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
 
 
 def read_text(path: Path, limit: int = MAX_BYTES, *, follow: bool = True) -> str:
@@ -284,3 +279,24 @@ def skipped_warning(reader: str, skipped: dict[str, str], kind: str) -> str:
         f"{reader}: skipped {len(skipped)} object(s) that are not {kind}: "
         f"{name_skipped(skipped)}; delete them from the store"
     )
+
+
+def read_json_lines(path: Path) -> list[dict[str, Any]]:
+    """Every JSON object in ``path``'s last 16 MiB (none when it is absent); a line torn by a
+    killed writer is skipped, the rest kept. Any step of the job (the PR's code) may write the
+    file, so only its end is read: a job's own records are a few KiB, the newest last."""
+    if not path.exists():
+        return []
+    records = []
+    try:
+        text = read_tail(path)
+    except Unusable:  # not a regular file (a FIFO planted there): no records
+        return []
+    for line in text.splitlines():
+        try:
+            item = loads(line)
+        except Unusable:  # torn, or written by someone else: not ours
+            continue
+        if isinstance(item, dict):
+            records.append(item)
+    return records

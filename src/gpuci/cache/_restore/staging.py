@@ -17,6 +17,7 @@ import stat
 import time
 from pathlib import Path
 
+from gpuci import files
 from gpuci.cache import _layout as layout
 
 LOCK = "lock"  # made mode 0 and given 0o600 once locked: 0 means "not locked yet"
@@ -149,15 +150,10 @@ def _abandoned(path: str) -> bool:
 def _lock_free(folder: int) -> bool:
     """Whether the folder's lock was locked by its owner and is free now (its owner died)."""
     try:
-        fd = os.open(
-            LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder
-        )
-    except OSError:
+        fd = files.open_regular(LOCK, follow=False, dir_fd=folder)
+    except OSError:  # none, a link, or no regular file (NotRegular): not a lock of ours
         return False
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return stat.S_IMODE(os.fstat(fd).st_mode) != 0  # mode 0: taken before its owner's
     except OSError:  # held by a live restore (EWOULDBLOCK), or flock unsupported

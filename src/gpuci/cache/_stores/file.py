@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpuci import files
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores import copying
 from gpuci.cache._stores.base import ObjectInfo, RangeReader, SourceChanged, Store
@@ -32,23 +33,23 @@ from gpuci.errors import ConflictError, IntegrityError, StoreError
 # ----- the local store -------------------------------------------------------------------------
 
 
-# Opening an object: no link followed, no wait on a FIFO; fstat then refuses anything else.
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
 class NotAnObject(OSError):
     """A store entry that is no file gpu-ci wrote: a link, a FIFO, a device, a folder."""
 
 
 def open_object(path: Path) -> int:
-    """An open regular file at ``path``, its blocking mode restored.
+    """An open regular file at ``path`` (:func:`gpuci.files.open_regular`, never a link).
 
     Raises:
         FileNotFoundError: nothing there (or a folder above it is missing).
         NotAnObject: something there that is not a regular file (planted).
     """
     try:
-        fd = os.open(path, _READ)
+        return files.open_regular(path, follow=False)
+    except files.NotRegular as exc:
+        if stat.S_ISDIR(exc.st_mode):  # a folder of longer keys (``a/b`` beside ``a``)
+            raise FileNotFoundError(errno.EISDIR, "a folder", str(path)) from None
+        raise NotAnObject(errno.EINVAL, "not a regular file", str(path)) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise NotAnObject(
@@ -57,14 +58,6 @@ def open_object(path: Path) -> int:
         if exc.errno in (errno.ENOTDIR, errno.EISDIR):
             raise FileNotFoundError(exc.errno, exc.strerror, str(path)) from None
         raise
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        if stat.S_ISDIR(mode):  # a folder of longer keys (``a/b`` beside ``a``): no object
-            raise FileNotFoundError(errno.EISDIR, "a folder", str(path))
-        raise NotAnObject(errno.EINVAL, "not a regular file", str(path))
-    os.set_blocking(fd, True)
-    return fd
 
 
 class _FileRange:
