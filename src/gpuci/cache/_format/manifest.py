@@ -487,15 +487,6 @@ class LinkResolver:
         return not self.exhausted
 
 
-def resolve_links(links: Mapping[str, str], start: str, target: str) -> str | None:
-    """Where ``target``, read from the folder ``start``, ends inside the tree, or None.
-
-    ``links`` maps each link's path (posix, relative to the tree) to its target. None means the
-    walk climbs above the tree, meets an absolute target, or loops.
-    """
-    return LinkResolver(links).resolve(start, target)
-
-
 def escaping_links(links: Mapping[str, str], budget: int = MAX_WALKED) -> list[str]:
     """The links (paths, sorted) that leave the tree once followed through the others; past the
     budget, every link not yet found inside counts as leaving."""
