@@ -288,13 +288,10 @@ class _JobsLinks:
     def __init__(self, entries: list[mf.Entry], inside: str) -> None:
         self.inside = [p for p in inside.split("/") if p]
         self.files = {e.path for e in entries if e.type == "file"}
-        self.listed = {e.path for e in entries}  # and the folders they imply
-        self.listed.update(
-            "/".join(parts[:i])
-            for e in entries
-            for parts in [e.path.split("/")]
-            for i in range(1, len(parts))
-        )
+        self.listed = {e.path for e in entries}
+        # The folders they imply, found by bisection: never a set of every path's prefixes,
+        # O(depth^2) bytes per entry (gigabytes from one hostile manifest of deep paths).
+        self.sorted = sorted((e.root, e.path) for e in entries)
         self.fds: dict[str, int] = {}  # a folder's descriptor by its path; -1: not the job's
         self.top = inside
 
@@ -311,7 +308,7 @@ class _JobsLinks:
     def target(self, name: str) -> str | None:
         """The target of the job's link at ``name`` (relative to the link's folder, an absolute
         one inside made relative), or None where the merge keeps no link of the job's."""
-        if name in self.listed:
+        if self._listed(name):
             return None
         if len(self.fds) > _MAX_OPEN:
             self._close(keep_top=True)
@@ -324,6 +321,14 @@ class _JobsLinks:
         except OSError:
             return None
         return self._relative(folder, link) if link.startswith("/") else link
+
+    def _listed(self, name: str) -> bool:
+        """Whether the manifest lists ``name``, or a path under it (a folder it implies)."""
+        if name in self.listed:
+            return True
+        return (
+            bool(self.sorted) and mf.first_below(self.sorted, self.sorted[0][0], name) is not None
+        )
 
     def _folder(self, path: str) -> int:
         """The folder ``path`` of the job's, open (-1: none, a link, or one the merge replaces
