@@ -75,6 +75,12 @@ def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
             f"disk full while restoring into {where.parent} (the tree needs {human_bytes(need)})",
             hint="free disk space on the runner or restore to a larger volume",
         )
+    if exc.errno == errno.EXDEV:
+        return InfraError(
+            f"cannot move the restore into {where}: a folder in it is on another filesystem "
+            f"({exc.strerror or exc})",
+            hint="restore to a path with no mount point inside it",
+        )
     return InfraError(
         f"cannot write the restore into {where.parent}: {exc.strerror or exc}",
         hint="check the path is writable and on a healthy filesystem",
@@ -90,7 +96,7 @@ def check_space(
     """
     need_by_dev: dict[int, tuple[int, Path]] = {}
     for root in roots:
-        dev = os.stat(root.target.parent).st_dev
+        dev = os.stat(stage.home(root.target)).st_dev
         size = sum(
             e.size for e in manifest.files if e.root == root.index and e.sha256 not in linked
         )
