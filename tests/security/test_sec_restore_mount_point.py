@@ -30,11 +30,12 @@ def _restore(store, env, key: str, target: Path):
     return cache_cmd("restore", {**store.flags(), "key": key, "path": str(target)}, env)[0]
 
 
-def _mounted(folder: Path) -> Iterator[Path]:
+def _mounted(folder: Path, *options: str) -> Iterator[Path]:
     folder.mkdir(parents=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    made = subprocess.run(["mount", "-t", "tmpfs", "none", str(folder)], capture_output=True)
+    command = ["mount", "-t", "tmpfs", *options, "none", str(folder)]
+    made = subprocess.run(command, capture_output=True)
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {made.stderr.decode(errors='replace').strip()}")
     try:
@@ -114,3 +115,11 @@ def test_a_mount_point_inside_the_target_fails_naming_it(file_store, env, tmp_pa
         assert "writable" not in result.headline
         assert os.listdir(sub) == []
     assert leftovers(tmp_path) == []
+
+
+def test_the_space_is_checked_on_the_mount_points_filesystem(file_store, env, tmp_path):
+    plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w" * 4096})
+    for small in _mounted(tmp_path / "models", "-o", "size=1m"):
+        result = _restore(file_store, env, "k", small)
+        assert result.exit_code == 3, result.headline
+        assert result.headline.startswith(f"not enough disk to restore into {small}:")

@@ -96,12 +96,13 @@ def check_space(
     """
     need_by_dev: dict[int, tuple[int, Path]] = {}
     for root in roots:
-        dev = os.stat(stage.home(root.target)).st_dev
+        home = stage.home(root.target)  # the filesystem the root is built on
+        dev = os.stat(home).st_dev
         size = sum(
             e.size for e in manifest.files if e.root == root.index and e.sha256 not in linked
         )
-        prior = need_by_dev.get(dev, (0, root.target.parent))[0]
-        need_by_dev[dev] = (prior + size, root.target.parent)
+        prior = need_by_dev.get(dev, (0, home))[0]
+        need_by_dev[dev] = (prior + size, home)
     for need, where in need_by_dev.values():
         fs = os.statvfs(where)  # what shutil.disk_usage reads, without importing shutil
         free = fs.f_bavail * fs.f_frsize
@@ -222,7 +223,7 @@ def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root])
     """Digests the tier holds and will hardlink (same filesystem, see LocalTier.links)."""
     if tier is None or tier.mode != "link" or not tier.root.is_dir():
         return set()
-    devs = {os.stat(r.target.parent).st_dev for r in roots}
+    devs = {os.stat(stage.home(r.target)).st_dev for r in roots}
     if devs != {os.stat(tier.root).st_dev}:
         return set()
     return {
