@@ -73,14 +73,15 @@ def test_a_failed_merge_leaves_a_name_another_restore_took_meanwhile(
     file_store, env, tmp_path, monkeypatch
 ):
     """Inside a merge: ``sub`` was missing, the other restore made it before this one's rename
-    (which failed), and a later step failed too. The undo leaves ``sub`` as the other made it."""
+    (which failed: it is merged into instead), and a later step failed. The undo leaves ``sub``
+    as the other made it."""
     _plant_models(file_store)
     target = tmp_path / "t"
     target.mkdir()
     real_put = merge.Placement._put
 
     def other_takes_sub_then_fail_on_z(self, src, dest, parts, name, aside):
-        if name == "sub":
+        if name == "sub" and not (target / "sub").exists():
             _other_restore_takes(target / "sub")
         if name == "z.bin":
             raise OSError(5, "Input/output error", name)
@@ -91,6 +92,7 @@ def test_a_failed_merge_leaves_a_name_another_restore_took_meanwhile(
     assert result.exit_code == 3, result.headline
     assert (target / "sub" / "theirs.bin").read_bytes() == b"the other job's restore\n"
     assert sorted(os.listdir(target)) == ["sub"]
+    assert sorted(os.listdir(target / "sub")) == ["theirs.bin"]
     assert leftovers(tmp_path) == []
 
 

@@ -108,7 +108,7 @@ class Placement:
         try:
             sub = os.open(name, DIR_FLAGS, dir_fd=top)
         except FileNotFoundError:
-            if self._put_new(top, name):
+            if self._put_new(str(self.staging.tree), top, (), name):
                 return
             sub = os.open(name, DIR_FLAGS, dir_fd=top)
         except OSError as exc:
@@ -120,11 +120,11 @@ class Placement:
         finally:
             os.close(sub)
 
-    def _put_new(self, top: int, name: str) -> bool:
-        """One rename onto a target that was missing; False when a folder appeared there
+    def _put_new(self, src: str, dest: int, parts: tuple[str, ...], name: str) -> bool:
+        """One rename onto a name that was missing; False when a folder appeared there
         meanwhile (another job's restore of the same cache): it is merged into instead."""
         try:
-            self._put(str(self.staging.tree), top, (), name, None)
+            self._put(src, dest, parts, name, None)
         except OSError as exc:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
@@ -143,8 +143,9 @@ class Placement:
             try:
                 sub = os.open(name, DIR_FLAGS, dir_fd=dest)
             except FileNotFoundError:
-                self._put(item.path, dest, parts, name, None)  # new here: the whole subtree
-                continue
+                if self._put_new(item.path, dest, parts, name):  # new here: the whole subtree
+                    continue
+                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                     raise
