@@ -54,6 +54,7 @@ class _Step:
     name: str
     aside: str | None  # what held ``name`` before, by its name in the trash; None: nothing
     mode: int | None = None  # a merged folder's mode before (only that changed)
+    placed: tuple[int, int] | None = None  # (st_dev, st_ino) this restore renamed onto ``name``
 
 
 class Placement:
@@ -107,8 +108,9 @@ class Placement:
         try:
             sub = os.open(name, DIR_FLAGS, dir_fd=top)
         except FileNotFoundError:
-            self._put(str(self.staging.tree), top, (), name, None)  # one rename
-            return
+            if self._put_new(str(self.staging.tree), top, (), name):
+                return
+            sub = os.open(name, DIR_FLAGS, dir_fd=top)
         except OSError as exc:
             if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
@@ -117,6 +119,17 @@ class Placement:
             self._merge(str(self.staging.tree), sub, (name,))
         finally:
             os.close(sub)
+
+    def _put_new(self, src: str, dest: int, parts: tuple[str, ...], name: str) -> bool:
+        """One rename onto a name that was missing; False when a folder appeared there
+        meanwhile (another job's restore of the same cache): it is merged into instead."""
+        try:
+            self._put(src, dest, parts, name, None)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            return False
+        return True
 
     def _merge(self, src: str, dest: int, parts: tuple[str, ...]) -> None:
         """Merge the staged folder ``src`` into the open folder ``dest``, one name at a time:
@@ -130,8 +143,9 @@ class Placement:
             try:
                 sub = os.open(name, DIR_FLAGS, dir_fd=dest)
             except FileNotFoundError:
-                self._put(item.path, dest, parts, name, None)  # new here: the whole subtree
-                continue
+                if self._put_new(item.path, dest, parts, name):  # new here: the whole subtree
+                    continue
+                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                     raise
@@ -166,8 +180,17 @@ class Placement:
     def _put(
         self, src: str, dest: int, parts: tuple[str, ...], name: str, aside: str | None
     ) -> None:
-        self.steps.append(_Step(parts, name, aside))  # first: a failed rename is undone too
-        os.replace(src, name, dst_dir_fd=dest)  # a rename replaces a link, never follows it
+        """Rename ``src`` onto ``name``, then record the inode placed there: the undo moves back
+        only that one. A rename that failed changed nothing at ``name`` (another restore's
+        folder may hold it by now), so it is recorded only to put back what was moved aside."""
+        st = os.lstat(src)
+        try:
+            os.replace(src, name, dst_dir_fd=dest)  # a rename replaces a link, never follows it
+        except OSError:
+            if aside is not None:
+                self.steps.append(_Step(parts, name, aside))
+            raise
+        self.steps.append(_Step(parts, name, aside, placed=(st.st_dev, st.st_ino)))
 
     def _set_mode(self, sub: int, item: os.DirEntry[str], parts: tuple[str, ...]) -> None:
         mode = stat.S_IMODE(item.stat(follow_symlinks=False).st_mode)
@@ -187,15 +210,23 @@ class Placement:
                     os.close(sub)
                 return
             trash = self.staging.trash()
-            try:
+            if step.placed is not None and _holds(dest, step.name) == step.placed:
                 os.rename(step.name, self.staging.trash_name(), src_dir_fd=dest, dst_dir_fd=trash)
-            except FileNotFoundError:
-                pass
-            if step.aside is not None:
+            if step.aside is not None and _holds(dest, step.name) is None:
                 os.rename(step.aside, step.name, src_dir_fd=trash, dst_dir_fd=dest)
         finally:
             if dest != top:
                 os.close(dest)
+
+
+def _holds(dest: int, name: str) -> tuple[int, int] | None:
+    """The (st_dev, st_ino) of what holds ``name`` in ``dest`` now (a link unfollowed); None:
+    nothing. The undo touches a name only while it holds what this restore put there."""
+    try:
+        st = os.lstat(name, dir_fd=dest)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _walk(top: int, parts: tuple[str, ...]) -> int:
@@ -258,13 +289,10 @@ class _JobsLinks:
     def __init__(self, entries: list[mf.Entry], inside: str) -> None:
         self.inside = [p for p in inside.split("/") if p]
         self.files = {e.path for e in entries if e.type == "file"}
-        self.listed = {e.path for e in entries}  # and the folders they imply
-        self.listed.update(
-            "/".join(parts[:i])
-            for e in entries
-            for parts in [e.path.split("/")]
-            for i in range(1, len(parts))
-        )
+        self.listed = {e.path for e in entries}
+        # The folders they imply, found by bisection: never a set of every path's prefixes,
+        # O(depth^2) bytes per entry (gigabytes from one hostile manifest of deep paths).
+        self.sorted = sorted((e.root, e.path) for e in entries)
         self.fds: dict[str, int] = {}  # a folder's descriptor by its path; -1: not the job's
         self.top = inside
 
@@ -281,7 +309,7 @@ class _JobsLinks:
     def target(self, name: str) -> str | None:
         """The target of the job's link at ``name`` (relative to the link's folder, an absolute
         one inside made relative), or None where the merge keeps no link of the job's."""
-        if name in self.listed:
+        if self._listed(name):
             return None
         if len(self.fds) > _MAX_OPEN:
             self._close(keep_top=True)
@@ -294,6 +322,14 @@ class _JobsLinks:
         except OSError:
             return None
         return self._relative(folder, link) if link.startswith("/") else link
+
+    def _listed(self, name: str) -> bool:
+        """Whether the manifest lists ``name``, or a path under it (a folder it implies)."""
+        if name in self.listed:
+            return True
+        return (
+            bool(self.sorted) and mf.first_below(self.sorted, self.sorted[0][0], name) is not None
+        )
 
     def _folder(self, path: str) -> int:
         """The folder ``path`` of the job's, open (-1: none, a link, or one the merge replaces

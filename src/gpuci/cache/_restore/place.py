@@ -75,6 +75,12 @@ def _disk_error(exc: OSError, where: Path, need: int) -> InfraError:
             f"disk full while restoring into {where.parent} (the tree needs {human_bytes(need)})",
             hint="free disk space on the runner or restore to a larger volume",
         )
+    if exc.errno == errno.EXDEV:
+        return InfraError(
+            f"cannot move the restore into {where}: a folder in it is on another filesystem "
+            f"({exc.strerror or exc})",
+            hint="restore to a path with no mount point inside it",
+        )
     return InfraError(
         f"cannot write the restore into {where.parent}: {exc.strerror or exc}",
         hint="check the path is writable and on a healthy filesystem",
@@ -90,12 +96,13 @@ def check_space(
     """
     need_by_dev: dict[int, tuple[int, Path]] = {}
     for root in roots:
-        dev = os.stat(root.target.parent).st_dev
+        home = stage.home(root.target)  # the filesystem the root is built on
+        dev = os.stat(home).st_dev
         size = sum(
             e.size for e in manifest.files if e.root == root.index and e.sha256 not in linked
         )
-        prior = need_by_dev.get(dev, (0, root.target.parent))[0]
-        need_by_dev[dev] = (prior + size, root.target.parent)
+        prior = need_by_dev.get(dev, (0, home))[0]
+        need_by_dev[dev] = (prior + size, home)
     for need, where in need_by_dev.values():
         fs = os.statvfs(where)  # what shutil.disk_usage reads, without importing shutil
         free = fs.f_bavail * fs.f_frsize
@@ -216,7 +223,7 @@ def _linkable(tier: LocalTier | None, manifest: mf.Manifest, roots: list[_Root])
     """Digests the tier holds and will hardlink (same filesystem, see LocalTier.links)."""
     if tier is None or tier.mode != "link" or not tier.root.is_dir():
         return set()
-    devs = {os.stat(r.target.parent).st_dev for r in roots}
+    devs = {os.stat(stage.home(r.target)).st_dev for r in roots}
     if devs != {os.stat(tier.root).st_dev}:
         return set()
     return {

@@ -1,5 +1,6 @@
-"""A restore's staging folders beside its targets: made by this process under a name nobody can
-guess, locked while the restore lives, and swept by a later restore only once that lock is free.
+"""A restore's staging folders beside its targets (inside one that is a mount point, so every
+rename stays on one filesystem): made by this process under a name nobody can guess, locked
+while the restore lives, and swept by a later restore only once that lock is free.
 
 A name that is predictable (the pid) lets a job plant a link there first, and the pid says
 nothing about a restore in another pid namespace (two containers sharing the folder), so:
@@ -68,11 +69,26 @@ class Staging:
             os.close(self.lock)
 
 
+def home(target: Path) -> Path:
+    """The folder ``target``'s staging goes in: beside it, or inside it where it is a folder on
+    another filesystem than its parent (a mount point: a model disk at ``/models``), so every
+    rename of the placement, its trash and its undo stays on one filesystem (never EXDEV)."""
+    try:
+        held = os.lstat(target)
+        if stat.S_ISDIR(held.st_mode) and held.st_dev != os.stat(target.parent).st_dev:
+            return target
+    except OSError:
+        pass
+    return target.parent
+
+
 def make(target: Path) -> Staging:
-    """A new staging folder beside ``target``, locked (a random name: one planted is skipped)."""
+    """A new staging folder for ``target`` (in :func:`home`), locked (a random name: one
+    planted is skipped)."""
+    folder = home(target)
     for _ in range(_ATTEMPTS):
         name = f"{layout.STAGING_PREFIX}{target.name}.{os.urandom(8).hex()}.{os.getpid()}"
-        path = target.parent / name
+        path = folder / name
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
@@ -84,7 +100,7 @@ def make(target: Path) -> Staging:
             os.close(fd)
             _rmtree(path)
             raise
-    raise FileExistsError(errno.EEXIST, "no free staging name", str(target.parent))
+    raise FileExistsError(errno.EEXIST, "no free staging name", str(folder))
 
 
 def _lock(folder: int) -> int:
@@ -105,11 +121,17 @@ def _lock(folder: int) -> int:
 
 def sweep_stale(target: Path) -> None:
     """Remove the staging folders of ``target`` whose restore is gone, and any link or file
-    planted under such a name (unlinked, never followed)."""
-    parent = target.parent
+    planted under such a name (unlinked, never followed): beside it, and inside it where it
+    is a mount point (:func:`home`)."""
     stem = f"{layout.STAGING_PREFIX}{target.name}."
+    _sweep_in(target.parent, stem)
+    if home(target) == target:
+        _sweep_in(target, stem)
+
+
+def _sweep_in(folder: Path, stem: str) -> None:
     try:
-        items = list(os.scandir(parent))
+        items = list(os.scandir(folder))
     except OSError:
         return
     for item in items:
