@@ -291,13 +291,38 @@ class LocalStore(Store):
             temp.unlink(missing_ok=True)
         return _etag(data)
 
-    @_os_errors
     def upload_file(
         self, key: str, path: Path, size: int, on_bytes: Callable[[int], None], sha256: str
     ) -> None:
+        """:meth:`upload_fd` of the regular file at ``path``, never through a link, never
+        waiting on a FIFO (either is a file that changed since it was hashed)."""
+        try:
+            src = files.open_regular(path, follow=False)
+        except files.NotRegular:
+            raise SourceChanged(path) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SourceChanged(path) from None
+            raise self.os_error(exc) from None
+        try:
+            self.upload_fd(key, src, path, size, on_bytes, sha256)
+        finally:
+            os.close(src)
+
+    @_os_errors
+    def upload_fd(
+        self,
+        key: str,
+        src: int,
+        path: Path,
+        size: int,
+        on_bytes: Callable[[int], None],
+        sha256: str,
+    ) -> None:
+        """Copy the open file ``src`` (the save checked it is the file it scanned at ``path``)
+        in whole; published only when the bytes copied in hash to ``sha256``."""
         final = self._target(key)
         temp = self._temp(final)
-        src = os.open(path, os.O_RDONLY)
         try:
             dst = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
             try:
@@ -317,7 +342,6 @@ class LocalStore(Store):
             on_bytes(size)
             os.replace(temp, final)
         finally:
-            os.close(src)
             temp.unlink(missing_ok=True)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
