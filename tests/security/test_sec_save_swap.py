@@ -133,3 +133,32 @@ def test_a_followed_link_pointed_elsewhere_after_the_scan_is_never_read(
     assert not hung and result is not None and not result.ok
     assert "model.bin changed while it was being saved" in result.headline
     assert not any(SECRET in data for data in _stored_bytes(file_store.root))
+
+
+def test_a_link_swapped_for_a_file_as_the_scan_looks_at_it_is_skipped_with_a_warning(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The scan's lstat sees a link, its readlink then finds a file (EINVAL): skipped, said in
+    a warning, never an internal error."""
+    root = tmp_path / "weights"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"a" * 10)
+    link = root / "model.bin"
+    link.symlink_to("a.bin")
+    real_lstat = Path.lstat
+
+    def lstat(self: Path) -> os.stat_result:
+        st = real_lstat(self)
+        if self == link and os.path.islink(link):
+            os.unlink(link)
+            link.write_bytes(b"w" * 64)
+        return st
+
+    monkeypatch.setattr(Path, "lstat", lstat)
+    hung, result = _save_bounded(file_store, env, root)
+
+    assert not hung and result is not None and result.ok, result and result.headline
+    warnings = [a.message for a in result.annotations if a.level == "warning"]
+    assert any(f"skipped {link}: it changed while the scan looked at it" in w for w in warnings), (
+        warnings
+    )

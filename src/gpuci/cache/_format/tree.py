@@ -145,7 +145,11 @@ def _readable_file(
 
 
 def _add_link(scan: _Scan, index: int, root: Path, rel: str, full: Path) -> None:
-    target = os.readlink(full)
+    try:
+        target = os.readlink(full)
+    except OSError as exc:  # no longer a link (swapped since its lstat), or gone
+        scan.skipped.add(f"it changed while the scan looked at it ({exc.strerror})", shown(full))
+        return
     if not _utf8(target):
         scan.skipped.add("a symlink whose target is not UTF-8", shown(full))
         return
