@@ -118,17 +118,17 @@ def test_uploads_start_before_the_whole_tree_is_hashed(file_store, env, tmp_path
     src = write_tree(tmp_path / "src", {"a.bin": first, "b.bin": second})
     stored = file_store.root / layout.blob_key(hashlib.sha256(first).hexdigest())
     seen_first: list[bool] = []
-    real_open = open
+    real_open = upload.open_source
 
-    def gated(path, *args, **kwargs):
-        if Path(path).name == "b.bin":
+    def gated(tree, entry):
+        if entry.path == "b.bin":
             deadline = time.monotonic() + 30
             while not stored.exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
             seen_first.append(stored.exists())
-        return real_open(path, *args, **kwargs)
+        return real_open(tree, entry)
 
-    monkeypatch.setattr(upload, "open", gated, raising=False)
+    monkeypatch.setattr(upload, "open_source", gated)
     saved, _ = cache_cmd("save", _flags(file_store, "k", src), env)
     assert saved.ok, saved.headline
     assert seen_first and all(seen_first), "b.bin was read before a.bin's blob was stored"
@@ -192,9 +192,10 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
     hashed: list[Path] = []
     original = upload._hash_file
 
-    def hash_then_rewrite(path: Path, size: int) -> str:
-        digest = original(path, size)
-        path.write_bytes(os.urandom(size))
+    def hash_then_rewrite(tree, entry) -> str:
+        digest = original(tree, entry)
+        path = tree.source(entry)
+        path.write_bytes(os.urandom(entry.size))  # in place: the same file, other bytes
         hashed.append(path)
         return digest
 

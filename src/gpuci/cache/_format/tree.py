@@ -35,15 +35,29 @@ FOLLOW_SYMLINKS = ("inside", "all")
 NAMED_LINKS = 10
 
 
+@dataclass(frozen=True)
+class Seen:
+    """Which file the scan saw at a file entry's path: a later open must find that very file
+    (a job that can write the tree may swap in a link to a secret, or a FIFO, since)."""
+
+    dev: int
+    ino: int
+    follow: bool  # reached through a link (a root, or a link under follow-symlinks: all)
+
+
 @dataclass
 class Tree:
     roots: list[dict[str, str]] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
     sources: dict[int, Path] = field(default_factory=dict)  # id(entry) -> local file
+    seen: dict[int, Seen] = field(default_factory=dict)  # id(file entry) -> what the scan saw
     warnings: list[str] = field(default_factory=list)
 
     def source(self, entry: Entry) -> Path:
         return self.sources[id(entry)]
+
+    def seen_at(self, entry: Entry) -> Seen:
+        return self.seen[id(entry)]
 
 
 def shown(path: Path | str) -> str:
@@ -109,23 +123,33 @@ def _inside(rel: str, target: str) -> str | None:
     return target
 
 
-def _add_file(tree: Tree, index: int, rel: str, full: Path, st: os.stat_result) -> None:
+def _add_file(
+    tree: Tree, index: int, rel: str, full: Path, st: os.stat_result, *, follow: bool
+) -> None:
+    """A file entry, with the file ``st`` is the stat of (``follow``: of a link's target)."""
     entry = Entry("file", index, rel, mode=stat.S_IMODE(st.st_mode) & 0o777, size=st.st_size)
     tree.entries.append(entry)
     tree.sources[id(entry)] = full
+    tree.seen[id(entry)] = Seen(st.st_dev, st.st_ino, follow)
 
 
-def _readable_file(scan: _Scan, index: int, rel: str, full: Path, st: os.stat_result) -> bool:
+def _readable_file(
+    scan: _Scan, index: int, rel: str, full: Path, st: os.stat_result, *, follow: bool
+) -> bool:
     """A regular file, added when the job may read it; else skipped, as an unlistable folder is."""
     if not os.access(full, os.R_OK):
         scan.skipped.add("this job cannot read it (permission denied)", shown(full))
         return False
-    _add_file(scan.tree, index, rel, full, st)
+    _add_file(scan.tree, index, rel, full, st, follow=follow)
     return True
 
 
 def _add_link(scan: _Scan, index: int, root: Path, rel: str, full: Path) -> None:
-    target = os.readlink(full)
+    try:
+        target = os.readlink(full)
+    except OSError as exc:  # no longer a link (swapped since its lstat), or gone
+        scan.skipped.add(f"it changed while the scan looked at it ({exc.strerror})", shown(full))
+        return
     if not _utf8(target):
         scan.skipped.add("a symlink whose target is not UTF-8", shown(full))
         return
@@ -160,7 +184,7 @@ def _leaving(scan: _Scan, index: int, rel: str, full: Path, target: str) -> None
             f"{shown(full)} (-> {shown(target)})",
         )
         return
-    if _readable_file(scan, index, rel, full, st):
+    if _readable_file(scan, index, rel, full, st, follow=True):
         scan.followed.append(f"{shown(full)} -> {shown(target)}")
 
 
@@ -199,7 +223,7 @@ def _entry_of(scan: _Scan, index: int, root: Path, rel: str, full: Path) -> bool
         scan.tree.entries.append(Entry("dir", index, rel, mode=stat.S_IMODE(lst.st_mode) & 0o777))
         return True
     elif stat.S_ISREG(lst.st_mode):
-        _readable_file(scan, index, rel, full, lst)
+        _readable_file(scan, index, rel, full, lst, follow=False)
     else:
         scan.skipped.add("not a regular file", shown(full))
     return False
@@ -250,7 +274,7 @@ def scan(paths: list[str], follow: str = "inside", linked_roots: bool = True) ->
         st = _root_stat(raw, root, not linked_roots)
         if stat.S_ISREG(st.st_mode):
             state.tree.roots.append({"path": raw.strip(), "kind": "file"})
-            _add_file(state.tree, index, "", root, st)
+            _add_file(state.tree, index, "", root, st, follow=True)  # root.stat() follows
             continue
         if not stat.S_ISDIR(st.st_mode):
             raise InputError(

@@ -16,6 +16,9 @@ Hashing runs on threads of its own and hands each file to the upload pool the mo
 name is known, so uploads start while the rest of the tree is still being read; HEADs, whole
 PUTs and parts all run in the save's one pool, under its one concurrency controller.
 
+Every read is of the very file the scan saw (:func:`open_source`: its device and inode, never a
+link or a FIFO swapped in since by a job that can write the tree).
+
 The save's small files: read, hashed and packed together (a few requests for thousands of
 files); a file whose bytes a pack the store still has already holds is not sent again.
 """
@@ -23,7 +26,9 @@ files); a file whose bytes a pack the store still has already holds is not sent 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -121,21 +126,62 @@ def _reading(path: Path) -> Iterator[None]:
         raise Unreadable(path, exc) from None
 
 
-def _read_exact(handle, length: int, path: Path) -> bytes:
-    data = handle.read(length)
-    while len(data) < length:  # a raw read may return less than asked
-        more = handle.read(length - len(data))
+def open_source(tree: Tree, entry: mf.Entry) -> int:
+    """The very file the scan saw at ``entry`` (device, inode, size), open for reading.
+
+    The scan and the reads are apart in time: a job that can write the tree may swap the file
+    for a link to a secret of the same size, or for a FIFO, in between. So the file is opened
+    without waiting and, unless the scan followed a link there, never through one; then it must
+    be the one the scan saw, else it changed while being saved and none of it is sent.
+
+    Raises:
+        SourceChanged: another file, a link, a FIFO or a size the scan did not see.
+        Unreadable: it cannot be opened at all (gone, permission taken away).
+    """
+    path, seen = tree.source(entry), tree.seen_at(entry)
+    try:
+        fd = files.open_regular(path, follow=seen.follow)
+    except files.NotRegular:
+        raise SourceChanged(path) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a link where the scan saw a file
+            raise SourceChanged(path) from None
+        raise Unreadable(path, exc) from None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino, st.st_size) != (seen.dev, seen.ino, entry.size):
+        os.close(fd)
+        raise SourceChanged(path)
+    return fd
+
+
+@contextlib.contextmanager
+def _source(tree: Tree, entry: mf.Entry) -> Iterator[int]:
+    """:func:`open_source` for the block inside, closed after; read errors are Unreadable."""
+    path = tree.source(entry)
+    fd = open_source(tree, entry)
+    try:
+        with _reading(path):
+            yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_at(fd: int, offset: int, length: int, path: Path) -> bytes:
+    """``length`` bytes from ``offset``; a file that ends sooner changed since it was scanned."""
+    data = os.pread(fd, length, offset)
+    while len(data) < length:  # a read may return less than asked
+        more = os.pread(fd, length - len(data), offset + len(data))
         if not more:
             raise SourceChanged(path)
         data += more
     return data
 
 
-def _hash_file(path: Path, size: int) -> str:
-    with _reading(path):
-        hasher, done = files.hash_file(path, chunk=layout.IO_CHUNK)
-    if done != size:
-        raise SourceChanged(path)
+def _hash_file(tree: Tree, entry: mf.Entry) -> str:
+    with _source(tree, entry) as fd:
+        hasher, done = files.hash_fd(fd, chunk=layout.IO_CHUNK)
+    if done != entry.size:
+        raise SourceChanged(tree.source(entry))
     return hasher.hexdigest()
 
 
@@ -223,17 +269,16 @@ class BlobUploads:
                 self.hold.__exit__(None, None, None)
 
     def _one(self, entry: mf.Entry) -> None:
-        path = self.tree.source(entry)
         if not self._hold(entry.size):
-            entry.sha256 = _hash_file(path, entry.size)
+            entry.sha256 = _hash_file(self.tree, entry)
             if self.dry_run:
                 self.pool.submit(laneless(self._look_up, entry))
             else:
-                self._streamed(entry, path)
+                self._streamed(entry)
             return
         parts = self._parts(entry.size)
         try:
-            chunks, entry.sha256 = self._read_hashed(path, parts)
+            chunks, entry.sha256 = self._read_hashed(entry, parts)
         except BaseException:
             self.budget.give(entry.size)
             raise
@@ -269,20 +314,21 @@ class BlobUploads:
         return layout.upload_parts(size, max(1, self.uploads.ceiling), self.saver.threshold)
 
     def _read_hashed(
-        self, path: Path, parts: list[tuple[int, int, int]]
+        self, entry: mf.Entry, parts: list[tuple[int, int, int]]
     ) -> tuple[list[bytes], str]:
+        path = self.tree.source(entry)
         hasher = hashlib.sha256()
         chunks: list[bytes] = []
-        with _reading(path), open(path, "rb", buffering=0) as handle:
-            for _number, _offset, length in parts:
-                data = _read_exact(handle, length, path)
+        with _source(self.tree, entry) as fd:
+            for _number, offset, length in parts:
+                data = _read_at(fd, offset, length, path)
                 hasher.update(data)
                 chunks.append(data)
-            if handle.read(1):
+            if os.pread(fd, 1, entry.size):
                 raise SourceChanged(path)
         return chunks, hasher.hexdigest()
 
-    def _streamed(self, entry: mf.Entry, path: Path) -> None:
+    def _streamed(self, entry: mf.Entry) -> None:
         """A file over the budget: its name is known (hashed), now send it if the store lacks it,
         reading it again in order; the upload completes only if these bytes hash to the name."""
         key = layout.blob_key(entry.sha256)
@@ -294,21 +340,34 @@ class BlobUploads:
             # file store) checks the bytes it copied in against the name before publishing.
             upload = self.store.multipart(key) if self.in_parts else None
             if upload is None:
-                self.store.upload_file(key, path, entry.size, self._sent, entry.sha256)
-                self.saver.stats.add(data_bytes=entry.size, blobs=1)
+                self._upload_whole(entry, key)
                 return
+        path = self.tree.source(entry)
         parts = self._cut(entry.size)
         self._open(key, cast(_Parts, upload), len(parts))
         hasher = hashlib.sha256()
-        with _reading(path), open(path, "rb", buffering=0) as handle:
-            for number, _offset, length in parts:
+        with _source(self.tree, entry) as fd:
+            for number, offset, length in parts:
                 self.budget.take(length)
-                data = _read_exact(handle, length, path)
+                data = _read_at(fd, offset, length, path)
                 hasher.update(data)
-                if number == len(parts) and (handle.read(1) or hasher.hexdigest() != entry.sha256):
+                last = number == len(parts)
+                if last and (os.pread(fd, 1, entry.size) or hasher.hexdigest() != entry.sha256):
                     self.budget.give(length)
                     raise SourceChanged(path)
                 self.pool.submit(laneless(self._part, entry, key, number, data))
+
+    def _upload_whole(self, entry: mf.Entry, key: str) -> None:
+        """A store without parts copies the file in: from the descriptor checked to be the
+        file the scan saw where the store takes one (the file store's ``upload_fd``)."""
+        path = self.tree.source(entry)
+        upload_fd = getattr(self.store, "upload_fd", None)
+        if upload_fd is None:
+            self.store.upload_file(key, path, entry.size, self._sent, entry.sha256)
+        else:
+            with _source(self.tree, entry) as fd:
+                upload_fd(key, fd, path, entry.size, self._sent, entry.sha256)
+        self.saver.stats.add(data_bytes=entry.size, blobs=1)
 
     # ----- uploads, in the pool under the controller ------------------------------------------
     def _claim(self, entry: mf.Entry) -> bool:
@@ -443,11 +502,12 @@ class _PackUploads:
 
 
 def read_small(tree: Tree, entry: mf.Entry) -> bytes:
-    """A small file's bytes, once; its size must still be the one the scan saw."""
-    with _reading(tree.source(entry)):
-        data = tree.source(entry).read_bytes()
-    if len(data) != entry.size:
-        raise SourceChanged(tree.source(entry))
+    """A small file's bytes, once, from the file the scan saw (:func:`open_source`), of the
+    size it saw."""
+    with _source(tree, entry) as fd:
+        data = _read_at(fd, 0, entry.size, tree.source(entry))
+        if os.pread(fd, 1, entry.size):
+            raise SourceChanged(tree.source(entry))
     return data
 
 

@@ -5,8 +5,10 @@ The folder is untrusted like any store (docs/security.md): another job that can 
 plant anything there. So an object is opened without blocking and without following a link,
 and served only when it is a regular file (a FIFO planted as a ref would hang every restore);
 the store's own folders are real folders, never links (a planted ``blobs -> ~/x`` would make a
-save write, and prune delete, outside the store); walks are iterative (a planted tree a
-thousand levels deep is just deep).
+save write, and prune delete, outside the store): every write and delete walks down from the
+root by descriptors, one ``O_NOFOLLOW`` folder at a time, and acts in the folder it reached
+(:meth:`LocalStore._folder`), so a folder swapped for a link after it was reached is never
+gone through; walks are iterative (a planted tree a thousand levels deep is just deep).
 """
 
 from __future__ import annotations
@@ -37,15 +39,16 @@ class NotAnObject(OSError):
     """A store entry that is no file gpu-ci wrote: a link, a FIFO, a device, a folder."""
 
 
-def open_object(path: Path) -> int:
-    """An open regular file at ``path`` (:func:`gpuci.files.open_regular`, never a link).
+def open_object(path: Path | str, dir_fd: int | None = None) -> int:
+    """An open regular file at ``path`` (:func:`gpuci.files.open_regular`, never a link),
+    relative to the folder ``dir_fd`` when given.
 
     Raises:
         FileNotFoundError: nothing there (or a folder above it is missing).
         NotAnObject: something there that is not a regular file (planted).
     """
     try:
-        return files.open_regular(path, follow=False)
+        return files.open_regular(path, follow=False, dir_fd=dir_fd)
     except files.NotRegular as exc:
         if stat.S_ISDIR(exc.st_mode):  # a folder of longer keys (``a/b`` beside ``a``)
             raise FileNotFoundError(errno.EISDIR, "a folder", str(path)) from None
@@ -163,64 +166,120 @@ class LocalStore(Store):
             )
         return self.root.joinpath(*(_component(p) for p in parts))
 
-    def _target(self, key: str) -> Path:
-        """Where ``key`` is written: its folders made, the names of long components recorded."""
-        final = self._path(key)
-        self._real_folders(final.parent)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        folder = self.root
-        for part in key.split("/"):
-            name = _component(part)
-            if name != part:
-                self._record_name(folder / (name + NAME_SUFFIX), part)
-            folder = folder / name
-        return final
+    @contextlib.contextmanager
+    def _target(self, key: str) -> Iterator[tuple[int, str]]:
+        """The folder ``key`` is written in, open (made as needed, never through a link), and
+        the file's name in it; the names of long components recorded on the way."""
+        self._path(key)  # refuses a key that would name a file outside its place
+        parts = key.split("/")
 
-    def _real_folders(self, folder: Path) -> None:
-        """Refuse a link (or a file) where the store has a folder, from the root down to
-        ``folder``; what does not exist yet is made by us, as folders.
+        def record(folder: int, index: int) -> None:
+            name = _component(parts[index])
+            if name != parts[index]:
+                self._record_name(folder, name + NAME_SUFFIX, parts[index])
+
+        names = [_component(p) for p in parts]
+        with self._folder(names[:-1], create=True, each=record) as fd:
+            assert fd is not None  # made, when missing
+            record(fd, len(parts) - 1)
+            yield fd, names[-1]
+
+    @contextlib.contextmanager
+    def _folder(
+        self,
+        names: list[str],
+        *,
+        create: bool,
+        each: Callable[[int, int], None] | None = None,
+    ) -> Iterator[int | None]:
+        """The store's folder ``root/names...``, open: walked from the root one folder at a
+        time, each opened ``O_NOFOLLOW`` in the one above (made first when ``create``), so a
+        link planted or swapped in anywhere on the way is met, never followed; every write,
+        rename and delete then happens relative to this descriptor, not by its path again.
+        None when a folder is missing (and not ``create``). ``each(folder, i)`` is called in
+        every folder before going down into ``names[i]`` (:meth:`_target` records long names).
 
         Raises:
-            NotAnObject: a link planted in the store's own tree.
+            NotAnObject: a link (or a file) where the store keeps a folder.
         """
-        at = self.root
-        for name in folder.relative_to(self.root).parts:
-            at = at / name
+        fd = self._open_root(create)
+        try:
+            at = self.root
+            for index, name in enumerate(names):
+                if fd is None:
+                    break
+                if each is not None:
+                    each(fd, index)
+                at = at / name
+                inner = self._step(fd, name, at, create)
+                os.close(fd)
+                fd = inner
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _open_root(self, create: bool) -> int | None:
+        """The store's root folder, open (a link there is the user's own choice of place)."""
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            return os.open(self.root, _FOLDER)
+        except FileNotFoundError:
+            return None
+
+    @staticmethod
+    def _step(folder: int, name: str, at: Path, create: bool) -> int | None:
+        """The folder ``name`` in ``folder``, opened without following a link; made first when
+        missing and ``create`` (by whoever gets there first); None when missing otherwise."""
+        for _ in range(_MAKE_TRIES):
             try:
-                mode = os.lstat(at).st_mode
+                return os.open(name, _FOLDER | os.O_NOFOLLOW, dir_fd=folder)
             except FileNotFoundError:
-                return
-            if not stat.S_ISDIR(mode):
+                if not create:
+                    return None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=folder)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
                 why = "a link" if stat.S_ISLNK(mode) else "not a folder"
-                raise NotAnObject(errno.ENOTDIR, f"{why} where the store keeps a folder", str(at))
+                raise NotAnObject(
+                    errno.ENOTDIR, f"{why} where the store keeps a folder", str(at)
+                ) from None
+        raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))
 
-    def _record_name(self, path: Path, part: str) -> None:
-        if path.exists():
+    def _record_name(self, folder: int, record: str, part: str) -> None:
+        try:
+            os.stat(record, dir_fd=folder, follow_symlinks=False)
             return
-        temp = self._write_temp(path, part.encode())
-        os.replace(temp, path)
+        except FileNotFoundError:
+            pass
+        temp = self._write_temp(folder, record, part.encode())
+        os.replace(temp, record, src_dir_fd=folder, dst_dir_fd=folder)
 
-    def _temp(self, final: Path) -> Path:
-        return final.with_name(f"{final.name}{layout.INCOMPLETE}-{os.urandom(6).hex()}")
+    @staticmethod
+    def _temp(name: str) -> str:
+        return f"{name}{layout.INCOMPLETE}-{os.urandom(6).hex()}"
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
-        locks = self.root / "locks"
-        self._real_folders(locks)
-        locks.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(key.encode()).hexdigest()[:32]
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(locks / f"{name}.lock", flags, 0o644)
+        with self._folder(["locks"], create=True) as locks:
+            fd = os.open(f"{name}.lock", flags, 0o644, dir_fd=locks)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
-    def _write_temp(self, final: Path, data: bytes, *, durable: bool = True) -> Path:
-        """``data`` in a temporary file beside ``final``, flushed to disk when ``durable``."""
-        temp = self._temp(final)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    def _write_temp(self, folder: int, name: str, data: bytes, *, durable: bool = True) -> str:
+        """``data`` in a temporary file beside ``name`` in ``folder`` (its name returned),
+        flushed to disk when ``durable``."""
+        temp = self._temp(name)
+        fd = os.open(temp, _NEW_FILE, 0o666, dir_fd=folder)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -228,7 +287,7 @@ class LocalStore(Store):
                 if durable:
                     os.fsync(handle.fileno())
         except BaseException:
-            temp.unlink(missing_ok=True)  # a full disk leaves no partial temp file behind
+            _unlink_quietly(temp, folder)  # a full disk leaves no partial temp file behind
             raise
         return temp
 
@@ -255,70 +314,100 @@ class LocalStore(Store):
 
     @_os_errors
     def put(self, key: str, data: bytes) -> str:
-        final = self._target(key)
         # A last-use record (uses/) is only a date that prune and ls read from the listing's
         # mtime: losing it in a crash costs nothing, so it skips the fsync (a visible share of
         # every warm restore: docs/benchmarks.md, "Issue 28 on main, retaken in a quiet
         # window"). It is still renamed into place: never seen half-written.
         durable = not key.startswith(layout.USES + "/")
-        os.replace(self._write_temp(final, data, durable=durable), final)
+        with self._target(key) as (folder, name):
+            temp = self._write_temp(folder, name, data, durable=durable)
+            os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
         return _etag(data)
 
     @_os_errors
     def put_if_absent(self, key: str, data: bytes) -> str:
-        final = self._target(key)
-        temp = self._write_temp(final, data)
-        try:
-            with self._lock(key):
-                os.link(temp, final)  # atomic create-if-absent, like If-None-Match: *
-        except FileExistsError:
-            raise ConflictError(f"{key} was created by someone else first") from None
-        finally:
-            temp.unlink(missing_ok=True)
+        with self._target(key) as (folder, name):
+            temp = self._write_temp(folder, name, data)
+            try:
+                with self._lock(key):  # atomic create-if-absent, like If-None-Match: *
+                    os.link(temp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+            except FileExistsError:
+                raise ConflictError(f"{key} was created by someone else first") from None
+            finally:
+                _unlink_quietly(temp, folder)
         return _etag(data)
 
     @_os_errors
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        final = self._target(key)
-        temp = self._write_temp(final, data)
-        try:
-            with self._lock(key):
-                current = self.get(key)
-                if current is None or current[1] != etag:
-                    raise ConflictError(f"{key} was changed by someone else since it was read")
-                os.replace(temp, final)
-        finally:
-            temp.unlink(missing_ok=True)
+        with self._target(key) as (folder, name):
+            temp = self._write_temp(folder, name, data)
+            try:
+                with self._lock(key):
+                    if _etag_in(folder, name) != etag:
+                        raise ConflictError(f"{key} was changed by someone else since it was read")
+                    os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            finally:
+                _unlink_quietly(temp, folder)
         return _etag(data)
 
-    @_os_errors
     def upload_file(
         self, key: str, path: Path, size: int, on_bytes: Callable[[int], None], sha256: str
     ) -> None:
-        final = self._target(key)
-        temp = self._temp(final)
-        src = os.open(path, os.O_RDONLY)
+        """:meth:`upload_fd` of the regular file at ``path``, never through a link, never
+        waiting on a FIFO (either is a file that changed since it was hashed)."""
         try:
-            dst = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-            try:
-                # In the kernel where it can (reflinks on btrfs/xfs), else read/write: no
-                # buffer of ours between the bytes copied and the bytes hashed below.
-                try:
-                    copying.copy_fd(src, dst, size)
-                except copying.Mismatch:  # shorter than when it was hashed
-                    raise SourceChanged(path) from None
-                if os.pread(src, 1, size):  # longer
-                    raise SourceChanged(path)
-                # What is published is what was copied in: hash that, not the source again.
-                if copying.hash_fd(dst) != sha256:
-                    raise SourceChanged(path)
-            finally:
-                os.close(dst)
-            on_bytes(size)
-            os.replace(temp, final)
+            src = files.open_regular(path, follow=False)
+        except files.NotRegular:
+            raise SourceChanged(path) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SourceChanged(path) from None
+            raise self.os_error(exc) from None
+        try:
+            self.upload_fd(key, src, path, size, on_bytes, sha256)
         finally:
             os.close(src)
-            temp.unlink(missing_ok=True)
+
+    @_os_errors
+    def upload_fd(
+        self,
+        key: str,
+        src: int,
+        path: Path,
+        size: int,
+        on_bytes: Callable[[int], None],
+        sha256: str,
+    ) -> None:
+        """Copy the open file ``src`` (the save checked it is the file it scanned at ``path``)
+        in whole; published only when the bytes copied in hash to ``sha256``."""
+        with self._target(key) as (folder, name):
+            temp = self._temp(name)
+            try:
+                self._copy_in(folder, temp, src, path, size, sha256)
+                on_bytes(size)
+                os.replace(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            finally:
+                _unlink_quietly(temp, folder)
+
+    @staticmethod
+    def _copy_in(folder: int, temp: str, src: int, path: Path, size: int, sha256: str) -> None:
+        """``src`` copied to a new ``temp`` in ``folder``; SourceChanged unless the bytes copied
+        in are ``size`` long and hash to ``sha256``."""
+        dst = os.open(temp, _NEW_FILE, 0o666, dir_fd=folder)
+        try:
+            # In the kernel where it can (reflinks on btrfs/xfs), else read/write: no
+            # buffer of ours between the bytes copied and the bytes hashed below.
+            try:
+                copying.copy_fd(src, dst, size)
+            except copying.Mismatch:  # shorter than when it was hashed
+                raise SourceChanged(path) from None
+            if os.pread(src, 1, size):  # longer
+                raise SourceChanged(path)
+            # What is published is what was copied in: hash that, not the source again.
+            if copying.hash_fd(dst) != sha256:
+                raise SourceChanged(path)
+        finally:
+            os.close(dst)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         try:
@@ -329,7 +418,8 @@ class LocalStore(Store):
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder, _, _ = prefix.rpartition("/")
         base = self._path(folder) if folder else self.root
-        self._real_folders(base)
+        with self._folder(_names_under(self.root, base), create=False):
+            pass  # a link on the way refused; what is listed is read again below (see docs)
         for dirpath, filenames in _walk(base):
             for name in filenames:
                 if layout.INCOMPLETE in name or _is_name_record(name):
@@ -400,20 +490,26 @@ class LocalStore(Store):
 
     @_os_errors
     def remove_leftover(self, rel: str) -> None:
-        (self.root / rel).unlink(missing_ok=True)
+        self._unlink(_names_under(self.root, self.root / rel))
 
     @_os_errors
     def delete(self, key: str) -> None:
-        path = self._path(key)
-        self._real_folders(path.parent)
-        path.unlink(missing_ok=True)
+        self._unlink(_names_under(self.root, self._path(key)))
+
+    def _unlink(self, names: builtins.list[str]) -> None:
+        """Remove ``root/names...`` in the folder reached by :meth:`_folder`; gone is fine."""
+        with self._folder(names[:-1], create=False) as folder:
+            if folder is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(names[-1], dir_fd=folder)
 
     @_os_errors
     def touch(self, key: str) -> None:
-        try:
-            os.utime(self._path(key), follow_symlinks=False)
-        except FileNotFoundError:
-            pass
+        names = _names_under(self.root, self._path(key))
+        with self._folder(names[:-1], create=False) as folder:
+            if folder is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.utime(names[-1], dir_fd=folder, follow_symlinks=False)
 
     @_os_errors
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
@@ -425,6 +521,38 @@ class LocalStore(Store):
                 f"{self.url}/{key} is missing from the cache store",
                 hint="the store was pruned or damaged; save the key again",
             ) from None
+
+
+# A store folder, opened to reach what is in it; a new file there: never through a link.
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# A folder made, then gone before it could be opened, this many times: someone removes it as
+# it is made; one line then, not a loop for ever.
+_MAKE_TRIES = 8
+
+
+def _names_under(root: Path, path: Path) -> list[str]:
+    """The names from ``root`` down to ``path``; a ``..`` or ``.`` on the way is refused (a
+    backstop: keys are checked by ``_path``, leftovers are ours or listed)."""
+    names = list(path.relative_to(root).parts)
+    if any(name in (".", "..") for name in names):
+        raise NotAnObject(errno.EINVAL, "a name that leaves its folder", str(path))
+    return names
+
+
+def _unlink_quietly(name: str, folder: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=folder)
+
+
+def _etag_in(folder: int, name: str) -> str | None:
+    """The etag of the object ``name`` in ``folder``, None when there is none."""
+    try:
+        fd = open_object(name, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return _etag(handle.read())
 
 
 def _is_name_record(name: str) -> bool:
