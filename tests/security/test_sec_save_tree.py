@@ -293,3 +293,17 @@ def test_populate_on_miss_never_saves_through_a_linked_hf_repo_folder(file_store
     )
     assert result.exit_code == ExitCode.BAD_INPUT, result.headline
     assert "models--org--m is a symlink" in result.headline
+
+
+def test_a_restores_staging_folder_at_the_top_of_a_saved_folder_is_never_saved(
+    file_store, env, tmp_path
+):
+    """A restore into a mount point stages inside it; killed, it leaves that folder until the
+    next restore's sweep: a save meanwhile must not put gpu-ci's own working files in the key."""
+    root = tmp_path / "t"
+    (root / ".gpuci-staging-t.0123456789abcdef.42" / "tree").mkdir(parents=True)
+    (root / ".gpuci-staging-t.0123456789abcdef.42" / "tree" / "half.bin").write_bytes(b"x")
+    (root / "model.bin").write_bytes(b"m")
+    result, _ = _save(file_store, env, root)
+    assert result.ok, result.headline
+    assert _saved_paths(file_store, result) == {"model.bin": "file"}

@@ -21,6 +21,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest
 from gpuci.cache._format.manifest import Entry
 from gpuci.errors import InputError
@@ -242,6 +243,8 @@ def _walk(scan: _Scan, index: int, root: Path) -> None:
             continue
         folders = []
         for name in names:
+            if not rel_dir and name.startswith(layout.STAGING_PREFIX):
+                continue  # a restore's own staging, inside a mount-point target: never data
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if _entry_of(scan, index, root, rel, base / name):
                 folders.append(rel)
