@@ -9,8 +9,10 @@ test module re-exports the fixtures it uses (``from hostile_store_kit import sto
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ __all__ = [
     "StoreCase",
     "aws_env",
     "cache_cmd",
+    "deep_folder",
     "env",
     "file_store",
     "leftovers",
@@ -43,6 +46,9 @@ __all__ = [
     "plant",
     "proxy",
     "record_retries",
+    "remove_deep",
+    "replace_fails_on",
+    "restore_to",
     "snapshot",
     "store",
 ]
@@ -105,3 +111,54 @@ def put_ref(store: StoreCase, quoted_key: str, digest: str, namespace: str = "de
 
 def canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def restore_to(store: StoreCase, env: dict[str, str], key: str, *targets: Path) -> Any:
+    """``cache-weights restore`` of ``key`` into ``targets`` (one path line each): its Result."""
+    paths = "\n".join(str(t) for t in targets)
+    return cache_cmd("restore", {**store.flags(), "key": key, "path": paths}, env)[0]
+
+
+def replace_fails_on(monkeypatch: Any, name: str) -> None:
+    """``os.replace`` onto ``name`` fails with EIO (a merge failing midway), others work."""
+    real_replace = os.replace
+
+    def failing(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        if dst == name:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), name)
+        real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing)
+
+
+def deep_folder(parent: Path, name: str, depth: int) -> None:
+    """``parent/name/a/a/...`` ``depth`` deep, made relative to folder descriptors (a path that
+    long is past PATH_MAX), with a file and a link to ``parent`` at the bottom."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    for part in [name] + ["a"] * depth:
+        os.mkdir(part, dir_fd=fd)
+        sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+    os.symlink(parent, "up", dir_fd=fd)
+    os.close(fd)
+
+
+def remove_deep(parent: Path, name: str) -> None:
+    """Remove what :func:`deep_folder` made, without recursion (pytest's clean-up recurses)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd, depth = os.open(parent / name, flags), 0
+    while "a" in os.listdir(fd):
+        sub = os.open("a", flags, dir_fd=fd)
+        os.close(fd)
+        fd, depth = sub, depth + 1
+    for item in os.listdir(fd):
+        os.unlink(item, dir_fd=fd)
+    for _ in range(depth):
+        up = os.open("..", flags, dir_fd=fd)
+        os.close(fd)
+        fd = up
+        os.rmdir("a", dir_fd=fd)
+    os.close(fd)
+    os.rmdir(parent / name)

@@ -16,8 +16,10 @@ import pytest
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     StoreCase,
     cache_cmd,
+    deep_folder,
     env,
     file_store,
+    remove_deep,
 )
 
 from gpuci.cache import _layout as layout
@@ -132,46 +134,17 @@ def test_prune_never_deletes_through_a_folder_planted_as_a_link(
         list(store.list(layout.BLOBS + "/"))  # nothing listed through the link either
 
 
-def _chain(folder: Path, depth: int) -> None:
-    """``folder/d/d/.../d``, ``depth`` deep, made relative to folder fds (the path itself
-    would pass PATH_MAX)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-    finally:
-        os.close(fd)
-
-
-def _unchain(folder: Path) -> None:
-    """Remove what :func:`_chain` made, bottom up without recursing (pytest's clean-up of
-    its temp folders recurses, and would overflow on it)."""
-    fds = [os.open(folder, os.O_RDONLY | os.O_DIRECTORY)]
-    while True:
-        try:
-            fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
-        except FileNotFoundError:
-            break
-    while len(fds) > 1:
-        os.close(fds.pop())
-        os.rmdir("d", dir_fd=fds[-1])
-    os.close(fds[0])
-
-
 def test_a_store_tree_deeper_than_the_interpreter_recurses_is_listed(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
     assert _save(file_store, env, "w-1", _tree(tmp_path / "src")).ok
     assert file_store.root is not None
     refs = file_store.root / layout.refs_prefix("default")
-    _chain(refs, sys.getrecursionlimit() + 100)
+    deep_folder(refs, "d", sys.getrecursionlimit() + 100)
     try:
         flags = {**file_store.flags(), "key": "w-2", "restore-keys": "w-"}
         got, _ = cache_cmd("restore", {**flags, "path": str(tmp_path / "o")}, env)
     finally:
-        _unchain(refs)
+        remove_deep(refs, "d")
     assert got.ok, got.headline
     assert got.outputs["matched-key"] == "w-1"

@@ -7,7 +7,6 @@ tmpfs; skipped otherwise.
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,18 +15,18 @@ from pathlib import Path
 import pytest
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
+    deep_folder,
     env,
     file_store,
     leftovers,
     plant,
+    remove_deep,
+    replace_fails_on,
+    restore_to,
     snapshot,
 )
 
 from gpuci.cache._restore import staging
-
-
-def _restore(store, env, key: str, target: Path):
-    return cache_cmd("restore", {**store.flags(), "key": key, "path": str(target)}, env)[0]
 
 
 def _mounted(folder: Path, *options: str) -> Iterator[Path]:
@@ -68,7 +67,7 @@ def _plant_models(store) -> None:
 
 def test_a_restore_into_a_mount_point_merges_into_it(file_store, env, disk):
     _plant_models(file_store)
-    result = _restore(file_store, env, "k", disk)
+    result = restore_to(file_store, env, "k", disk)
     assert result.exit_code == 0, result.headline
     assert (disk / "sub" / "w.bin").read_bytes() == b"weights"
     assert (disk / "README").read_bytes() == b"cached readme\n"
@@ -79,15 +78,8 @@ def test_a_restore_into_a_mount_point_merges_into_it(file_store, env, disk):
 def test_a_failed_merge_into_a_mount_point_puts_everything_back(file_store, env, disk, monkeypatch):
     _plant_models(file_store)
     before = snapshot(disk)
-    real_replace = os.replace
-
-    def failing_on_z(src, dst, *args, **kwargs):
-        if dst == "z.bin":
-            raise OSError(errno.EIO, os.strerror(errno.EIO), "z.bin")
-        return real_replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", failing_on_z)
-    result = _restore(file_store, env, "k", disk)
+    replace_fails_on(monkeypatch, "z.bin")
+    result = restore_to(file_store, env, "k", disk)
     assert result.exit_code == 3, result.headline
     assert snapshot(disk) == before
     assert leftovers(disk) == []
@@ -109,7 +101,7 @@ def test_a_mount_point_inside_the_target_fails_naming_it(file_store, env, tmp_pa
     _plant_models(file_store)
     target = tmp_path / "t"
     for sub in _mounted(target / "sub"):
-        result = _restore(file_store, env, "k", target)
+        result = restore_to(file_store, env, "k", target)
         assert result.exit_code == 3, result.headline
         assert "another filesystem" in result.headline
         assert "writable" not in result.headline
@@ -120,6 +112,6 @@ def test_a_mount_point_inside_the_target_fails_naming_it(file_store, env, tmp_pa
 def test_the_space_is_checked_on_the_mount_points_filesystem(file_store, env, tmp_path):
     plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w" * 4096})
     for small in _mounted(tmp_path / "models", "-o", "size=1m"):
-        result = _restore(file_store, env, "k", small)
+        result = restore_to(file_store, env, "k", small)
         assert result.exit_code == 3, result.headline
         assert result.headline.startswith(f"not enough disk to restore into {small}:")

@@ -14,17 +14,17 @@ from pathlib import Path
 
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
+    deep_folder,
     env,
     file_store,
     leftovers,
     plant,
+    remove_deep,
+    replace_fails_on,
+    restore_to,
 )
 
 from gpuci.cache._restore import merge
-
-
-def _restore(store, env, key: str, target: Path):
-    return cache_cmd("restore", {**store.flags(), "key": key, "path": str(target)}, env)[0]
 
 
 def _plant_models(store) -> None:
@@ -62,7 +62,7 @@ def test_a_folder_restored_meanwhile_by_another_job_is_kept_and_merged_into(
         return real_put(self, src, dest, parts, name, aside)
 
     monkeypatch.setattr(merge.Placement, "_put", other_restore_first)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert (target / "theirs.bin").read_bytes() == b"the other job's restore\n"
     assert (target / "sub" / "w.bin").read_bytes() == b"weights"
@@ -88,7 +88,7 @@ def test_a_failed_merge_leaves_a_name_another_restore_took_meanwhile(
         return real_put(self, src, dest, parts, name, aside)
 
     monkeypatch.setattr(merge.Placement, "_put", other_takes_sub_then_fail_on_z)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 3, result.headline
     assert (target / "sub" / "theirs.bin").read_bytes() == b"the other job's restore\n"
     assert sorted(os.listdir(target)) == ["sub"]
@@ -114,6 +114,6 @@ def test_the_undo_leaves_what_replaced_a_placed_file_meanwhile(
         return real_put(self, src, dest, parts, name, aside)
 
     monkeypatch.setattr(merge.Placement, "_put", other_replaces_sub_then_fail_on_z)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 3, result.headline
     assert (target / "sub" / "theirs.bin").read_bytes() == b"the other job's restore\n"

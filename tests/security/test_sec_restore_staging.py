@@ -7,7 +7,6 @@ leaves the job's folder as it was.
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import subprocess
@@ -17,21 +16,20 @@ from pathlib import Path
 import pytest
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
+    deep_folder,
     env,
     file_store,
     leftovers,
     plant,
+    remove_deep,
+    replace_fails_on,
+    restore_to,
     snapshot,
 )
 
 from gpuci.cache._restore import place
 
 PREFIX = ".gpuci-staging-"
-
-
-def _restore(store, env, key: str, *targets: Path):
-    paths = "\n".join(str(t) for t in targets)
-    return cache_cmd("restore", {**store.flags(), "key": key, "path": paths}, env)[0]
 
 
 def _models_over_a_file(store, tmp_path: Path) -> Path:
@@ -61,7 +59,7 @@ def test_a_planted_trash_link_moves_nothing_out_of_the_target(file_store, env, t
     planted = target.parent / f"{PREFIX}t.{os.getpid()}-replaced"
     os.symlink(victim, planted)
     before = snapshot(victim)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert snapshot(victim) == before
     assert (target / "models" / "w.bin").read_bytes() == b"weights"
@@ -69,7 +67,7 @@ def test_a_planted_trash_link_moves_nothing_out_of_the_target(file_store, env, t
     assert leftovers(target.parent) == []
 
 
-def test_planted_staging_names_do_not_fail_the_restore(file_store, env, tmp_path):
+def test_planted_staging_names_do_not_fail_therestore_to(file_store, env, tmp_path):
     """s08: links planted under the names the next pids would stage in."""
     plant(file_store, "k", [{"type": "file", "root": 0, "path": "w.bin"}], {"w.bin": b"w"})
     (tmp_path / "w").mkdir()
@@ -79,7 +77,7 @@ def test_planted_staging_names_do_not_fail_the_restore(file_store, env, tmp_path
     for pid in range(os.getpid() - 2, os.getpid() + 3):
         os.symlink("/nonexistent", target.parent / f"{PREFIX}t.{pid}")
         os.symlink(elsewhere, target.parent / f"{PREFIX}t.{pid}-replaced")
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert (target / "w.bin").read_bytes() == b"w"
     assert list(elsewhere.iterdir()) == []
@@ -104,10 +102,10 @@ def test_a_live_restore_in_another_pid_namespace_keeps_its_staging(
         real_fill(*args, **kwargs)
         if not second:
             second.append(None)
-            second[0] = _restore(file_store, env, "k", target)
+            second[0] = restore_to(file_store, env, "k", target)
 
     monkeypatch.setattr(place, "_fill_files", fill_then_b_runs)
-    first = _restore(file_store, env, "k", target)
+    first = restore_to(file_store, env, "k", target)
     assert second[0].exit_code == 0, second[0].headline
     assert first.exit_code == 0, first.headline
     assert {p: (target / p).read_bytes() for p in files} == files
@@ -165,7 +163,7 @@ def test_a_link_leaving_through_the_jobs_links_is_refused_before_any_merge(
     os.symlink(outside, target / "a")
     _plant_cached(file_store, link=True)
     before = snapshot(target)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert snapshot(target) == before
     assert result.exit_code == 2
     assert "resolves to" in result.headline and "nothing was restored" in result.headline
@@ -194,7 +192,7 @@ def test_job_links_the_merge_replaces_do_not_count(file_store, env, tmp_path, ov
             {"type": "symlink", "root": 0, "path": "l", "target": "x/y"},
         ]
     plant(file_store, "k", entries, {"x": b"cached x", "x/w": b"w"})
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert list(outside.iterdir()) == []
     assert not (target / "x").is_symlink()
@@ -218,7 +216,7 @@ def test_a_link_made_leaving_during_the_download_puts_everything_back(
         os.symlink(outside, target / "a")
 
     monkeypatch.setattr(place, "_fill_files", fill_and_job_links)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 2
     assert "resolves to" in result.headline
     os.unlink(target / "a")
@@ -233,15 +231,8 @@ def test_a_merge_that_fails_midway_puts_back_what_it_replaced(
     _job_folder(target, outside)
     _plant_cached(file_store, link=False)
     before = snapshot(target)
-    real_replace = os.replace
-
-    def failing_on_z(src, dst, *args, **kwargs):
-        if dst == "z.bin":
-            raise OSError(errno.EIO, os.strerror(errno.EIO), "z.bin")
-        return real_replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(os, "replace", failing_on_z)
-    result = _restore(file_store, env, "k", target)
+    replace_fails_on(monkeypatch, "z.bin")
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 3, result.headline
     assert snapshot(target) == before
     assert leftovers(tmp_path) == []
@@ -263,7 +254,7 @@ def test_a_second_root_of_the_wrong_type_is_refused_before_the_first_merges(
         roots=[{"path": "t0", "kind": "dir"}, {"path": "t1", "kind": "dir"}],
     )
     before = snapshot(t0)
-    result = _restore(file_store, env, "k", t0, t1)
+    result = restore_to(file_store, env, "k", t0, t1)
     assert result.exit_code == 2
     assert f"path '{t1}' exists and is not a folder" in result.headline
     assert snapshot(t0) == before
@@ -280,7 +271,7 @@ def test_a_folder_where_the_cached_file_goes_is_bad_input(file_store, env, tmp_p
     target.parent.mkdir()
     target.mkdir()
     (target / "x").write_text("job")
-    result = _restore(file_store, env, "f", target)
+    result = restore_to(file_store, env, "f", target)
     assert result.exit_code == 2
     assert f"path '{target}' is a folder, so the cached file cannot go there" in result.headline
     assert (target / "x").read_text() == "job"
@@ -308,7 +299,7 @@ def test_the_same_path_twice_is_bad_input_naming_it(file_store, env, tmp_path, s
 
 
 @pytest.mark.parametrize("name", ["t.4000000", f"t.{'0' * 16}.4000000"])
-def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_the_restore(
+def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_therestore_to(
     file_store, env, tmp_path, monkeypatch, name
 ):
     """s14: a folder 1,500 deep under a staging name the sweep removes (an old one of a pid
@@ -332,42 +323,9 @@ def test_a_planted_staging_folder_too_deep_to_remove_does_not_fail_the_restore(
         return real_rmtree(path, *args, **kwargs)
 
     monkeypatch.setattr(shutil, "rmtree", too_deep)
-    result = _restore(file_store, env, "k", target)
+    result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 0, result.headline
     assert (target / "w.bin").read_bytes() == b"w"
-
-
-def _deep_folder(parent: Path, name: str, depth: int) -> None:
-    """``parent/name/a/a/...`` ``depth`` deep, made relative to folder descriptors (a path that
-    long is past PATH_MAX), with a file and a link to ``parent`` at the bottom."""
-    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-    for part in [name] + ["a"] * depth:
-        os.mkdir(part, dir_fd=fd)
-        sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = sub
-    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
-    os.symlink(parent, "up", dir_fd=fd)
-    os.close(fd)
-
-
-def _remove_deep(parent: Path, name: str) -> None:
-    """Remove what ``_deep_folder`` made, without recursion (pytest's clean-up recurses)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    fd, depth = os.open(parent / name, flags), 0
-    while "a" in os.listdir(fd):
-        sub = os.open("a", flags, dir_fd=fd)
-        os.close(fd)
-        fd, depth = sub, depth + 1
-    for item in os.listdir(fd):
-        os.unlink(item, dir_fd=fd)
-    for _ in range(depth):
-        up = os.open("..", flags, dir_fd=fd)
-        os.close(fd)
-        fd = up
-        os.rmdir("a", dir_fd=fd)
-    os.close(fd)
-    os.rmdir(parent / name)
 
 
 def test_a_planted_staging_folder_deeper_than_the_recursion_limit_is_removed(tmp_path):
@@ -380,7 +338,7 @@ def test_a_planted_staging_folder_deeper_than_the_recursion_limit_is_removed(tmp
 
     target = tmp_path / "t"
     name = f"{PREFIX}t.4000000"
-    _deep_folder(tmp_path, name, sys.getrecursionlimit() + 200)
+    deep_folder(tmp_path, name, sys.getrecursionlimit() + 200)
     past = time.time() - staging.UNLOCKED_GRACE - 60
     os.utime(tmp_path / name, (past, past))
     (tmp_path / "keep.txt").write_text("the link at the bottom leads here\n")
@@ -390,7 +348,7 @@ def test_a_planted_staging_folder_deeper_than_the_recursion_limit_is_removed(tmp
         assert (tmp_path / "keep.txt").read_text() == "the link at the bottom leads here\n"
     finally:
         if os.path.lexists(tmp_path / name):
-            _remove_deep(tmp_path, name)
+            remove_deep(tmp_path, name)
 
 
 def _many_links_into_one_chain(store, tmp_path: Path) -> tuple[Path, int]:
@@ -435,7 +393,7 @@ def test_each_link_is_walked_once_through_the_jobs_links(file_store, env, tmp_pa
 
     monkeypatch.setattr(mf.LinkResolver, "_walk", counting_walk)
     monkeypatch.setattr(merge._JobsLinks, "target", counting_target)
-    result = _restore(file_store, env, "many", target)
+    result = restore_to(file_store, env, "many", target)
     assert result.exit_code == 0, result.headline
     assert walks[True] == links + 1  # each cached link once, and the job's ``ok``
     assert set(asked.values()) == {1} and {"ok", "jobdir", "jobdir/x"} <= set(asked)
@@ -459,7 +417,7 @@ def test_links_past_the_step_budget_are_refused_before_any_merge(
         return real_check(*args, **kwargs)
 
     monkeypatch.setattr(place, "refuse_links_leaving", with_a_small_budget)
-    result = _restore(file_store, env, "many", target)
+    result = restore_to(file_store, env, "many", target)
     assert result.exit_code == 2
     assert "take over 500 steps to resolve" in result.headline
     assert "nothing was restored" in result.headline
@@ -474,7 +432,7 @@ def test_a_link_looping_through_the_jobs_links_is_refused(file_store, env, tmp_p
     target.mkdir()
     os.symlink("c", target / "a")
     plant(file_store, "loop", [{"type": "symlink", "root": 0, "path": "c", "target": "a/x"}])
-    result = _restore(file_store, env, "loop", target)
+    result = restore_to(file_store, env, "loop", target)
     assert result.exit_code == 2
     assert "resolves to a loop" in result.headline and "nothing was restored" in result.headline
     assert not os.path.lexists(target / "c")
