@@ -41,6 +41,7 @@ __all__ = [
     "env",
     "file_store",
     "leftovers",
+    "manifest_body",
     "new_bucket",
     "next_store_second",
     "plant",
@@ -162,3 +163,19 @@ def remove_deep(parent: Path, name: str) -> None:
         os.rmdir("a", dir_fd=fd)
     os.close(fd)
     os.rmdir(parent / name)
+
+
+def manifest_body(**over: object) -> dict[str, object]:
+    """An empty manifest's fields, ``over`` replacing any: the base of a hostile one."""
+    body: dict[str, object] = {
+        "format": 1,
+        "key": "k",
+        "created": "",
+        "producer": {},
+        "roots": [{"path": "t", "kind": "dir"}],
+        "files": 0,
+        "bytes": 0,
+        "entries": [],
+    }
+    body.update(over)
+    return body

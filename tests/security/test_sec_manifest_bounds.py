@@ -12,6 +12,7 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
     env,
     file_store,
+    manifest_body,
     plant,
 )
 
@@ -62,15 +63,4 @@ def test_a_manifest_with_a_path_under_a_file_is_malformed(file_store, env, tmp_p
 
 
 def _manifest(entries: list[dict]) -> bytes:
-    return mf.canonical_json(
-        {
-            "format": 1,
-            "key": "k",
-            "created": "",
-            "producer": {},
-            "roots": [{"path": "t", "kind": "dir"}],
-            "files": 0,
-            "bytes": 0,
-            "entries": entries,
-        }
-    )
+    return mf.canonical_json(manifest_body(entries=entries))

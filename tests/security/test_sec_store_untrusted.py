@@ -13,7 +13,15 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import StoreCase, cache_cmd, canonical, plant, put_ref, sha
+from hostile_store_kit import (
+    StoreCase,
+    cache_cmd,
+    canonical,
+    manifest_body,
+    plant,
+    put_ref,
+    sha,
+)
 
 from gpuci.cache._format import refs
 
@@ -99,23 +107,8 @@ def test_a_ref_that_is_not_an_object_ends_in_one_line(store, env, tmp_path):
 
 
 # ----- manifests ------------------------------------------------------------------------------
-def _manifest(**over: object) -> dict[str, object]:
-    body: dict[str, object] = {
-        "format": 1,
-        "key": "k",
-        "created": "",
-        "producer": {},
-        "roots": [{"path": "t", "kind": "dir"}],
-        "files": 0,
-        "bytes": 0,
-        "entries": [],
-    }
-    body.update(over)
-    return body
-
-
 def test_a_deeply_nested_manifest_ends_the_restore_in_one_line(store, env, tmp_path):
-    text = json.dumps(_manifest()).replace('"entries": []', f'"entries": [{DEEP}]')
+    text = json.dumps(manifest_body()).replace('"entries": []', f'"entries": [{DEEP}]')
     _put_manifest(store, text.encode(), "deep")
     result, log = _restore(store, env, "deep", tmp_path / "t")
     assert int(result.exit_code) == 2, log
@@ -123,7 +116,7 @@ def test_a_deeply_nested_manifest_ends_the_restore_in_one_line(store, env, tmp_p
 
 
 def test_a_manifest_with_an_endless_number_ends_the_restore_in_one_line(store, env, tmp_path):
-    text = json.dumps(_manifest()).replace('"files": 0', f'"files": {LONG_INT}')
+    text = json.dumps(manifest_body()).replace('"files": 0', f'"files": {LONG_INT}')
     _put_manifest(store, text.encode(), "long")
     result, log = _restore(store, env, "long", tmp_path / "t")
     assert int(result.exit_code) == 2, log
@@ -135,7 +128,7 @@ def test_a_manifest_with_an_endless_number_ends_the_restore_in_one_line(store, e
     [{"producer": ["not", "an", "object"]}, {"producer": "text"}, {"roots": {"0": "dir"}}],
 )
 def test_a_manifest_with_wrong_types_ends_the_restore_in_one_line(store, env, tmp_path, over):
-    _put_manifest(store, canonical(_manifest(**over)), "typed")
+    _put_manifest(store, canonical(manifest_body(**over)), "typed")
     result, log = _restore(store, env, "typed", tmp_path / "t")
     assert int(result.exit_code) == 2, log
     assert "manifest" in _one_line(result)
