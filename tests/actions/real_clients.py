@@ -13,12 +13,14 @@ working tree would give) and stands in for ``my-org/gpu-ci@v1``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,6 +70,16 @@ def export_gpuci(dest: Path) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
     return dest
+
+
+def pinned_source(root: Path) -> tuple[str, str]:
+    """(GPUCI_SOURCE, GPUCI_SOURCE_SHA256) for the GitLab templates' install: this checkout as
+    GitHub's archive of a commit (``gpu-ci-<commit>/`` inside), under ``root``."""
+    tree = export_gpuci(root / "gpu-ci-0123abc")
+    archive = root / "0123abc.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tree, arcname=tree.name)
+    return archive.as_uri(), hashlib.sha256(archive.read_bytes()).hexdigest()
 
 
 def make_project(root: Path, files: dict[str, str | Path], tree: Path | None = None) -> Path:

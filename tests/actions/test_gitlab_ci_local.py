@@ -16,15 +16,19 @@ Each scenario runs once: the train template's push pipeline, then its merge-requ
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
-from real_clients import client_env, export_gpuci, gitlab_ci_local, http_ok_server, make_project
+from real_clients import (
+    client_env,
+    gitlab_ci_local,
+    http_ok_server,
+    make_project,
+    pinned_source,
+)
 
 from forges.fake_gitlab import FakeGitLab
 from gpuci_testing import REPO
@@ -44,13 +48,8 @@ GL_RUNNERS = "/gitlab/api/v4/user/runners"
 @pytest.fixture(scope="module")
 def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """GPUCI_SOURCE (an archive of this checkout, as GitHub's of a commit) and its sha256."""
-    root = tmp_path_factory.mktemp("gpuci-source")
-    tree = export_gpuci(root / "gpu-ci-0123abc")
-    archive = root / "0123abc.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(tree, arcname=tree.name)
-    sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
-    return {"GPUCI_SOURCE": archive.as_uri(), "GPUCI_SOURCE_SHA256": sha256}
+    source, sha256 = pinned_source(tmp_path_factory.mktemp("gpuci-source"))
+    return {"GPUCI_SOURCE": source, "GPUCI_SOURCE_SHA256": sha256}
 
 
 def project_with(root: Path, template: str, **files: str | Path) -> Path:

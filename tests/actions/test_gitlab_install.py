@@ -18,14 +18,13 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from real_clients import export_gpuci
+from real_clients import pinned_source
 
 from gpuci_testing import REPO
 
@@ -133,12 +132,7 @@ def test_every_job_that_runs_gpu_ci_installs_it_only_through_the_pinned_bootstra
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     """(GPUCI_SOURCE, GPUCI_SOURCE_SHA256): this checkout as GitHub's archive of a commit."""
-    root = tmp_path_factory.mktemp("gpuci-source")
-    tree = export_gpuci(root / "gpu-ci-0123abc")
-    archive = root / "0123abc.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(tree, arcname=tree.name)
-    return archive.as_uri(), hashlib.sha256(archive.read_bytes()).hexdigest()
+    return pinned_source(tmp_path_factory.mktemp("gpuci-source"))
 
 
 def run_install(
