@@ -22,7 +22,7 @@ from cache_testing import store_flags as _flags
 from treeutil import write_tree
 
 from gpuci.cache import _layout as layout
-from gpuci.cache._save import upload
+from gpuci.cache._save import sources, upload
 
 BIG = 12 << 20  # above the lowered multipart threshold: three parts of 5, 5 and 2 MiB
 
@@ -118,7 +118,7 @@ def test_uploads_start_before_the_whole_tree_is_hashed(file_store, env, tmp_path
     src = write_tree(tmp_path / "src", {"a.bin": first, "b.bin": second})
     stored = file_store.root / layout.blob_key(hashlib.sha256(first).hexdigest())
     seen_first: list[bool] = []
-    real_open = upload.open_source
+    real_open = sources.open_source
 
     def gated(tree, entry):
         if entry.path == "b.bin":
@@ -128,7 +128,7 @@ def test_uploads_start_before_the_whole_tree_is_hashed(file_store, env, tmp_path
             seen_first.append(stored.exists())
         return real_open(tree, entry)
 
-    monkeypatch.setattr(upload, "open_source", gated)
+    monkeypatch.setattr(sources, "open_source", gated)
     saved, _ = cache_cmd("save", _flags(file_store, "k", src), env)
     assert saved.ok, saved.headline
     assert seen_first and all(seen_first), "b.bin was read before a.bin's blob was stored"
@@ -190,7 +190,7 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
     """Every file hashed by the over-the-budget path is rewritten (same size, other bytes)
     right after its hash is taken: the job still writing its checkpoint, at the worst time."""
     hashed: list[Path] = []
-    original = upload._hash_file
+    original = sources.hash_source
 
     def hash_then_rewrite(tree, entry) -> str:
         digest = original(tree, entry)
@@ -199,7 +199,7 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
         hashed.append(path)
         return digest
 
-    monkeypatch.setattr(upload, "_hash_file", hash_then_rewrite)
+    monkeypatch.setattr(sources, "hash_source", hash_then_rewrite)
     monkeypatch.setattr(upload, "HELD_BYTES", 1 << 20)
     return hashed
 

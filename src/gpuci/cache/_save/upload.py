@@ -16,8 +16,8 @@ Hashing runs on threads of its own and hands each file to the upload pool the mo
 name is known, so uploads start while the rest of the tree is still being read; HEADs, whole
 PUTs and parts all run in the save's one pool, under its one concurrency controller.
 
-Every read is of the very file the scan saw (:func:`open_source`: its device and inode, never a
-link or a FIFO swapped in since by a job that can write the tree).
+Every read is of the very file the scan saw (:mod:`gpuci.cache._save.sources`: its device and
+inode, never a link or a FIFO swapped in since by a job that can write the tree).
 
 The save's small files: read, hashed and packed together (a few requests for thousands of
 files); a file whose bytes a pack the store still has already holds is not sent again.
@@ -26,25 +26,23 @@ files); a file whose bytes a pack the store still has already holds is not sent 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Protocol, cast
 
-from gpuci import files
 from gpuci.cache import _layout as layout
 from gpuci.cache._common import throttle_signals
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.packs import PackBuilder
-from gpuci.cache._format.tree import Tree, shown
+from gpuci.cache._format.tree import Tree
+from gpuci.cache._save import sources
 from gpuci.cache._save.state import Saver
 from gpuci.cache._stores.base import SourceChanged, Store
 from gpuci.cache._stores.tier import LocalTier
-from gpuci.errors import InputError, StoreError
+from gpuci.errors import StoreError
 from gpuci.ranged._pool import WorkPool, laneless
 
 # File bytes held in memory at once (read, hashed, waiting for or on the wire). A file up to
@@ -103,86 +101,6 @@ def put_content(store: Store, key: str, data: bytes) -> None:
     """A blob or pack the caller has hashed: the store's cheapest way to take bytes as they are
     (:meth:`gpuci.cache._stores.s3.store.S3Store.put_content`), else its plain put."""
     getattr(store, "put_content", store.put)(key, data)
-
-
-class Unreadable(InputError):
-    """A file of the tree the scan could read failed when read (a ``/proc`` file behind a link
-    under ``follow-symlinks: all``, an I/O error, a permission taken away since): one line
-    naming it, never an internal error."""
-
-    def __init__(self, path: Path, exc: OSError) -> None:
-        super().__init__(
-            f"cannot read {shown(path)}, in the tree being saved: {exc.strerror or exc}",
-            hint="make it a readable regular file, or leave it out of the saved paths",
-        )
-
-
-@contextlib.contextmanager
-def _reading(path: Path) -> Iterator[None]:
-    """Reads of ``path`` inside: an OSError becomes :class:`Unreadable`."""
-    try:
-        yield
-    except OSError as exc:
-        raise Unreadable(path, exc) from None
-
-
-def open_source(tree: Tree, entry: mf.Entry) -> int:
-    """The very file the scan saw at ``entry`` (device, inode, size), open for reading.
-
-    The scan and the reads are apart in time: a job that can write the tree may swap the file
-    for a link to a secret of the same size, or for a FIFO, in between. So the file is opened
-    without waiting and, unless the scan followed a link there, never through one; then it must
-    be the one the scan saw, else it changed while being saved and none of it is sent.
-
-    Raises:
-        SourceChanged: another file, a link, a FIFO or a size the scan did not see.
-        Unreadable: it cannot be opened at all (gone, permission taken away).
-    """
-    path, seen = tree.source(entry), tree.seen_at(entry)
-    try:
-        fd = files.open_regular(path, follow=seen.follow)
-    except files.NotRegular:
-        raise SourceChanged(path) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a link where the scan saw a file
-            raise SourceChanged(path) from None
-        raise Unreadable(path, exc) from None
-    st = os.fstat(fd)
-    if (st.st_dev, st.st_ino, st.st_size) != (seen.dev, seen.ino, entry.size):
-        os.close(fd)
-        raise SourceChanged(path)
-    return fd
-
-
-@contextlib.contextmanager
-def _source(tree: Tree, entry: mf.Entry) -> Iterator[int]:
-    """:func:`open_source` for the block inside, closed after; read errors are Unreadable."""
-    path = tree.source(entry)
-    fd = open_source(tree, entry)
-    try:
-        with _reading(path):
-            yield fd
-    finally:
-        os.close(fd)
-
-
-def _read_at(fd: int, offset: int, length: int, path: Path) -> bytes:
-    """``length`` bytes from ``offset``; a file that ends sooner changed since it was scanned."""
-    data = os.pread(fd, length, offset)
-    while len(data) < length:  # a read may return less than asked
-        more = os.pread(fd, length - len(data), offset + len(data))
-        if not more:
-            raise SourceChanged(path)
-        data += more
-    return data
-
-
-def _hash_file(tree: Tree, entry: mf.Entry) -> str:
-    with _source(tree, entry) as fd:
-        hasher, done = files.hash_fd(fd, chunk=layout.IO_CHUNK)
-    if done != entry.size:
-        raise SourceChanged(tree.source(entry))
-    return hasher.hexdigest()
 
 
 class BlobUploads:
@@ -270,7 +188,7 @@ class BlobUploads:
 
     def _one(self, entry: mf.Entry) -> None:
         if not self._hold(entry.size):
-            entry.sha256 = _hash_file(self.tree, entry)
+            entry.sha256 = sources.hash_source(self.tree, entry)
             if self.dry_run:
                 self.pool.submit(laneless(self._look_up, entry))
             else:
@@ -319,9 +237,9 @@ class BlobUploads:
         path = self.tree.source(entry)
         hasher = hashlib.sha256()
         chunks: list[bytes] = []
-        with _source(self.tree, entry) as fd:
+        with sources.source(self.tree, entry) as fd:
             for _number, offset, length in parts:
-                data = _read_at(fd, offset, length, path)
+                data = sources.read_at(fd, offset, length, path)
                 hasher.update(data)
                 chunks.append(data)
             if os.pread(fd, 1, entry.size):
@@ -346,10 +264,10 @@ class BlobUploads:
         parts = self._cut(entry.size)
         self._open(key, cast(_Parts, upload), len(parts))
         hasher = hashlib.sha256()
-        with _source(self.tree, entry) as fd:
+        with sources.source(self.tree, entry) as fd:
             for number, offset, length in parts:
                 self.budget.take(length)
-                data = _read_at(fd, offset, length, path)
+                data = sources.read_at(fd, offset, length, path)
                 hasher.update(data)
                 last = number == len(parts)
                 if last and (os.pread(fd, 1, entry.size) or hasher.hexdigest() != entry.sha256):
@@ -365,7 +283,7 @@ class BlobUploads:
         if upload_fd is None:
             self.store.upload_file(key, path, entry.size, self._sent, entry.sha256)
         else:
-            with _source(self.tree, entry) as fd:
+            with sources.source(self.tree, entry) as fd:
                 upload_fd(key, fd, path, entry.size, self._sent, entry.sha256)
         self.saver.stats.add(data_bytes=entry.size, blobs=1)
 
@@ -501,16 +419,6 @@ class _PackUploads:
             self.slots.release()
 
 
-def read_small(tree: Tree, entry: mf.Entry) -> bytes:
-    """A small file's bytes, once, from the file the scan saw (:func:`open_source`), of the
-    size it saw."""
-    with _source(tree, entry) as fd:
-        data = _read_at(fd, 0, entry.size, tree.source(entry))
-        if os.pread(fd, 1, entry.size):
-            raise SourceChanged(tree.source(entry))
-    return data
-
-
 def pack_small(
     saver: Saver, tree: Tree, small: list[mf.Entry], known: dict[str, mf.Entry], dry_run: bool
 ) -> None:
@@ -522,7 +430,7 @@ def pack_small(
     with throttle_signals(saver.store, saver.uploads):
         try:
             for entry in small:
-                data = read_small(tree, entry)
+                data = sources.read_small(tree, entry)
                 entry.sha256 = hashlib.sha256(data).hexdigest()
                 if tier is not None and not tier.keeps_runs:
                     tier.keep(entry.sha256, (data,))  # link mode: a blob per file

@@ -20,7 +20,6 @@ import fcntl
 import functools
 import hashlib
 import os
-import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,37 +29,10 @@ from gpuci import files
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores import copying
 from gpuci.cache._stores.base import ObjectInfo, RangeReader, SourceChanged, Store
+from gpuci.cache._stores.file_folders import NotAnObject, open_object, walk_down
 from gpuci.errors import ConflictError, IntegrityError, StoreError
 
 # ----- the local store -------------------------------------------------------------------------
-
-
-class NotAnObject(OSError):
-    """A store entry that is no file gpu-ci wrote: a link, a FIFO, a device, a folder."""
-
-
-def open_object(path: Path | str, dir_fd: int | None = None) -> int:
-    """An open regular file at ``path`` (:func:`gpuci.files.open_regular`, never a link),
-    relative to the folder ``dir_fd`` when given.
-
-    Raises:
-        FileNotFoundError: nothing there (or a folder above it is missing).
-        NotAnObject: something there that is not a regular file (planted).
-    """
-    try:
-        return files.open_regular(path, follow=False, dir_fd=dir_fd)
-    except files.NotRegular as exc:
-        if stat.S_ISDIR(exc.st_mode):  # a folder of longer keys (``a/b`` beside ``a``)
-            raise FileNotFoundError(errno.EISDIR, "a folder", str(path)) from None
-        raise NotAnObject(errno.EINVAL, "not a regular file", str(path)) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise NotAnObject(
-                errno.ELOOP, "a link, which the file store never writes", str(path)
-            ) from None
-        if exc.errno in (errno.ENOTDIR, errno.EISDIR):
-            raise FileNotFoundError(exc.errno, exc.strerror, str(path)) from None
-        raise
 
 
 class _FileRange:
@@ -179,76 +151,10 @@ class LocalStore(Store):
                 self._record_name(folder, name + NAME_SUFFIX, parts[index])
 
         names = [_component(p) for p in parts]
-        with self._folder(names[:-1], create=True, each=record) as fd:
+        with walk_down(self.root, names[:-1], create=True, each=record) as fd:
             assert fd is not None  # made, when missing
             record(fd, len(parts) - 1)
             yield fd, names[-1]
-
-    @contextlib.contextmanager
-    def _folder(
-        self,
-        names: list[str],
-        *,
-        create: bool,
-        each: Callable[[int, int], None] | None = None,
-    ) -> Iterator[int | None]:
-        """The store's folder ``root/names...``, open: walked from the root one folder at a
-        time, each opened ``O_NOFOLLOW`` in the one above (made first when ``create``), so a
-        link planted or swapped in anywhere on the way is met, never followed; every write,
-        rename and delete then happens relative to this descriptor, not by its path again.
-        None when a folder is missing (and not ``create``). ``each(folder, i)`` is called in
-        every folder before going down into ``names[i]`` (:meth:`_target` records long names).
-
-        Raises:
-            NotAnObject: a link (or a file) where the store keeps a folder.
-        """
-        fd = self._open_root(create)
-        try:
-            at = self.root
-            for index, name in enumerate(names):
-                if fd is None:
-                    break
-                if each is not None:
-                    each(fd, index)
-                at = at / name
-                inner = self._step(fd, name, at, create)
-                os.close(fd)
-                fd = inner
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _open_root(self, create: bool) -> int | None:
-        """The store's root folder, open (a link there is the user's own choice of place)."""
-        if create:
-            self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            return os.open(self.root, _FOLDER)
-        except FileNotFoundError:
-            return None
-
-    @staticmethod
-    def _step(folder: int, name: str, at: Path, create: bool) -> int | None:
-        """The folder ``name`` in ``folder``, opened without following a link; made first when
-        missing and ``create`` (by whoever gets there first); None when missing otherwise."""
-        for _ in range(_MAKE_TRIES):
-            try:
-                return os.open(name, _FOLDER | os.O_NOFOLLOW, dir_fd=folder)
-            except FileNotFoundError:
-                if not create:
-                    return None
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o777, dir_fd=folder)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
-                why = "a link" if stat.S_ISLNK(mode) else "not a folder"
-                raise NotAnObject(
-                    errno.ENOTDIR, f"{why} where the store keeps a folder", str(at)
-                ) from None
-        raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))
 
     def _record_name(self, folder: int, record: str, part: str) -> None:
         try:
@@ -267,7 +173,7 @@ class LocalStore(Store):
     def _lock(self, key: str) -> Iterator[None]:
         name = hashlib.sha256(key.encode()).hexdigest()[:32]
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        with self._folder(["locks"], create=True) as locks:
+        with walk_down(self.root, ["locks"], create=True) as locks:
             fd = os.open(f"{name}.lock", flags, 0o644, dir_fd=locks)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -418,7 +324,7 @@ class LocalStore(Store):
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder, _, _ = prefix.rpartition("/")
         base = self._path(folder) if folder else self.root
-        with self._folder(_names_under(self.root, base), create=False):
+        with walk_down(self.root, _names_under(self.root, base), create=False):
             pass  # a link on the way refused; what is listed is read again below (see docs)
         for dirpath, filenames in _walk(base):
             for name in filenames:
@@ -498,7 +404,7 @@ class LocalStore(Store):
 
     def _unlink(self, names: builtins.list[str]) -> None:
         """Remove ``root/names...`` in the folder reached by :meth:`_folder`; gone is fine."""
-        with self._folder(names[:-1], create=False) as folder:
+        with walk_down(self.root, names[:-1], create=False) as folder:
             if folder is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(names[-1], dir_fd=folder)
@@ -506,7 +412,7 @@ class LocalStore(Store):
     @_os_errors
     def touch(self, key: str) -> None:
         names = _names_under(self.root, self._path(key))
-        with self._folder(names[:-1], create=False) as folder:
+        with walk_down(self.root, names[:-1], create=False) as folder:
             if folder is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.utime(names[-1], dir_fd=folder, follow_symlinks=False)
@@ -524,13 +430,11 @@ class LocalStore(Store):
 
 
 # A store folder, opened to reach what is in it; a new file there: never through a link.
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 # A folder made, then gone before it could be opened, this many times: someone removes it as
 # it is made; one line then, not a loop for ever.
-_MAKE_TRIES = 8
-
-
 def _names_under(root: Path, path: Path) -> list[str]:
     """The names from ``root`` down to ``path``; a ``..`` or ``.`` on the way is refused (a
     backstop: keys are checked by ``_path``, leftovers are ours or listed)."""
