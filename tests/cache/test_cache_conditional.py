@@ -142,19 +142,23 @@ def test_s3rver_race_one_saved_one_lost_naming_the_winner(
     tmp_path, s3rver_endpoint, s3rver_url, monkeypatch
 ):
     """Two jobs write the ref at the same moment: the server takes both, the last one stands.
-    (The barrier only makes "the same moment" certain; the writes are s3rver's own.)"""
+    (The barrier only makes "the same moment" certain; the writes are s3rver's own. Each PUT
+    is whole, as S3's are: s3rver writes an object in place, so two PUTs of one key that
+    overlap in time interleave their bytes there, a "ref" no S3 would ever hold.)"""
     env = _env(tmp_path, CREDENTIALS)
     trees = [make_tree(tmp_path / "one", seed=1, small=2), make_tree(tmp_path / "two", seed=2)]
     both_writing = threading.Barrier(2, timeout=120)
     both_written = threading.Barrier(2, timeout=120)
+    one_put_at_a_time = threading.Lock()
     original = s3.S3Store.put_if_absent
 
     def together(self, key, data):
         if not key.startswith("refs/"):
             return original(self, key, data)
-        both_writing.wait()
+        both_writing.wait()  # both decided to write, neither has
         try:
-            return original(self, key, data)
+            with one_put_at_a_time:
+                return original(self, key, data)
         finally:
             both_written.wait()
 
