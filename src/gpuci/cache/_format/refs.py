@@ -41,6 +41,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from gpuci import untrusted_json
@@ -51,6 +52,9 @@ from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.file import LocalStore
 from gpuci.errors import ConflictError, GpuciError, InputError, IntegrityError, StoreError
 from gpuci.redact import excerpt
+
+if TYPE_CHECKING:  # imported where the thread starts: a file store's restore starts none
+    from gpuci.background import Background
 
 MAX_KEY = 512
 # C0 and C1 control characters (and DEL): one regex scan, not a Python loop per character
@@ -483,32 +487,18 @@ class UseRecording:
 
     def __init__(self, store: Store, namespace: str, key: str) -> None:
         self._args = (store, namespace, key)
-        self._why: str | None = None
-        self._error: BaseException | None = None
-        self._thread = None
+        self._write: Background[str | None] | None = None
         if not isinstance(store, LocalStore):
-            import threading
+            from gpuci.background import Background
 
-            self._thread = threading.Thread(
-                target=self._run, args=self._args, name="gpuci-last-use", daemon=True
-            )
-            self._thread.start()
-
-    def _run(self, store: Store, namespace: str, key: str) -> None:
-        try:
-            self._why = touch_use(store, namespace, key)
-        except BaseException as exc:  # re-raised where the caller waits: a bug stays visible
-            self._error = exc
+            self._write = Background(lambda: touch_use(*self._args), "gpuci-last-use")
 
     def result(self) -> str | None:
         """Wait for the write (or, on a file store, make it now); returns what :func:`touch_use`
-        returns."""
-        if self._thread is None:
+        returns. A bug in it is raised here, where the caller waits."""
+        if self._write is None:
             return touch_use(*self._args)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._why
+        return self._write.result()
 
 
 def last_uses(store: Store, namespace: str) -> dict[str, float]:

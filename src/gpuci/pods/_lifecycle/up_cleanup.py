@@ -17,11 +17,11 @@ forgotten, so a second call does nothing twice).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gpuci.background import Background
 from gpuci.errors import GpuciError
 from gpuci.pods._budgets import ledger
 from gpuci.pods._lifecycle.cancel import CLEANUP_DEADLINE_S, CLEANUP_REQUEST_S
@@ -31,6 +31,10 @@ from gpuci.pods._runpod.client import NotFound, RunPodClient
 from gpuci.pods._runpod.clock import Clock
 from gpuci.pods._runpod.naming import PodTag
 from gpuci.runtime import Runtime
+
+# The ledger's writes run on threads of this name: the cleanup waits for them only as long as
+# it has, and one still writing at the process's exit ends with it.
+LEDGER_THREAD = "gpuci-pods-ledger"
 
 
 class Job(Protocol):
@@ -60,7 +64,7 @@ def undo(job: Job, log: Callable[[str], None]) -> list[str]:
     done: list[str] = []
     pod = _pod_made(job, log, done)
     # Its owner goes into the ledger while it is being ended, never first: the store may hang.
-    owner = _Background(lambda: job.remember(pod)) if pod is not None else None
+    owner = Background(lambda: job.remember(pod), LEDGER_THREAD) if pod is not None else None
     ended = pod is not None and _end_pod(job, pod, log, done)
     left = deadline - time.monotonic()
     if job.runner is not None and job.runner.attempted:
@@ -101,7 +105,7 @@ def _end_pod(job: Job, pod: dict[str, Any], log: Callable[[str], None], done: li
 def _bookkeep(
     job: Job,
     ended: dict[str, Any] | None,
-    owner: _Background | None,
+    owner: Background[None] | None,
     log: Callable[[str], None],
     done: list[str],
     deadline: float,
@@ -122,7 +126,7 @@ def _bookkeep(
             said.append("released the budget reservation")
 
     try:
-        finished = _Background(write).wait(deadline)
+        finished = Background(write, LEDGER_THREAD).wait(deadline)
     finally:  # forgotten, done or not: a second call never releases it twice
         job.reservation, job.reserve_name = None, ""
     if finished:
@@ -131,34 +135,6 @@ def _bookkeep(
     line = "the pods ledger did not answer in time: this pod's records may be missing from it"
     log(f"warning: {line}")
     done.append(line)
-
-
-class _Background:
-    """One call on a daemon thread, for ledger writes: the cleanup waits for it only as long
-    as it has, and a thread still writing at the process's exit ends with it."""
-
-    def __init__(self, work: Callable[[], None]) -> None:
-        self.error: BaseException | None = None
-        self._work = work
-        self._thread = threading.Thread(target=self._run, name="gpuci-pods-ledger", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._work()
-        except BaseException as exc:  # handed to whoever waits, who raises it
-            self.error = exc
-
-    def wait(self, deadline: float | None = None) -> bool:
-        """True once the call is over (its exception raised here); False at ``deadline``
-        (``time.monotonic()``) while it still runs."""
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        self._thread.join(left)
-        if self._thread.is_alive():
-            return False
-        if self.error is not None:
-            raise self.error
-        return True
 
 
 def _record_end(job: Job, pod: dict[str, Any]) -> None:
