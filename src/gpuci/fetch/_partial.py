@@ -27,7 +27,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from gpuci.fetch._policy import RangeMismatch
 from gpuci.fetch._urls import public_url
 from gpuci.files import incomplete_path
 from gpuci.hashcursor import HashCursor
+from gpuci.ownership import not_ours_alone
 from gpuci.ranged._extents import merge
 from gpuci.ranged._plan import Segment
 from gpuci.ranged._sink import HelperSink
@@ -84,7 +84,8 @@ class Found:
 
 
 def _trusted(st: os.stat_result, uid: int) -> bool:
-    return stat.S_ISREG(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o022
+    """Ours alone (:func:`gpuci.ownership.not_ours_alone`): the tier's rule for its blobs."""
+    return not_ours_alone(st, uid) is None
 
 
 def _read_meta(meta: Path, uid: int) -> dict[str, Any] | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import time
+
+from gpuci.ownership import OTHERS_WRITE, not_ours_alone
 
 __all__ = ["FROZEN_MTIME", "OTHERS_WRITE", "TOUCH_AFTER", "current_uid", "touch", "untrusted"]
 
@@ -19,7 +20,6 @@ FROZEN_MTIME = 946684800
 # A blob's last use (its atime) is rewritten only when older than this: eviction needs no finer
 # order, and a warm restore of 1,000 small files then writes no inode of the tier.
 TOUCH_AFTER = 3600
-OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def current_uid() -> int:
@@ -28,17 +28,9 @@ def current_uid() -> int:
 
 
 def untrusted(st: os.stat_result, uid: int | None = None) -> str | None:
-    """Why an existing tier entry must not be served (None: it may be)."""
-    if stat.S_ISLNK(st.st_mode):
-        return "a symlink"
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
-    uid = current_uid() if uid is None else uid
-    if st.st_uid != uid:
-        return f"owned by uid {st.st_uid}, not {uid}"
-    if st.st_mode & OTHERS_WRITE:
-        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
+    """Why an existing tier entry must not be served (None: it may be): the one rule for a
+    file of ours in a folder others can write (:func:`gpuci.ownership.not_ours_alone`)."""
+    return not_ours_alone(st, current_uid() if uid is None else uid)
 
 
 def touch(blob: int | str, st: os.stat_result) -> None:
