@@ -258,3 +258,29 @@ def test_a_file_changed_after_save_read_it_leaves_the_tier_with_what_was_hashed(
     tier_is_honest(runner.tier, runner.store)
     assert runner.blob(sha(files[WEIGHTS])).read_bytes() == files[WEIGHTS]
     assert not runner.blob(sha(b"E" * BIG)).exists()
+
+
+def test_a_file_swapped_after_save_read_it_is_not_copied_into_the_tier(
+    runner: Runner, monkeypatch
+) -> None:
+    """A file too large to hold is copied into the tier after its upload: from the very file
+    the save read and sent (device, inode, size), never from whatever the name holds by then.
+    A regular file swapped in since (another job's, larger than the tier made room for) is not
+    copied at all: under the save's hash or under its own."""
+    monkeypatch.setattr(upload_module, "HELD_BYTES", 0)
+    files = model_tree(runner.base / "src")
+    swapped = b"S" * (2 * BIG)
+    fill = save_module.Saver.fill_tier
+
+    def swap_then_fill(self, tree, entries):  # the window between the upload and the copy
+        victim = runner.base / "src" / WEIGHTS
+        (runner.base / "src" / "other").write_bytes(swapped)
+        os.replace(runner.base / "src" / "other", victim)  # a new inode under the name
+        return fill(self, tree, entries)
+
+    monkeypatch.setattr(save_module.Saver, "fill_tier", swap_then_fill)
+    got = runner.save("m", runner.base / "src")
+    tier_is_honest(runner.tier, runner.store)
+    assert not runner.blob(sha(files[WEIGHTS])).exists()  # never the swapped bytes under it
+    assert not runner.blob(sha(swapped)).exists()  # nor a copy of a file the save never read
+    assert any("replaced after the save read it" in w for w in warnings(got)), warnings(got)

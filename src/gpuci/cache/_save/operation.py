@@ -146,7 +146,7 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     digest, outcome = _publish(saver, planned, current, warnings)
     if not rt.dry_run:
         saver.fill_tier(tree, planned.manifest.files)
-    for note in tier_notes + (saver.tier.warnings() if saver.tier else []):
+    for note in tier_notes + saver.tier_notes():
         warnings.append((note, "gpu-ci local cache"))
     done = _done(saver, paths, planned.manifest, digest, outcome, start)
     done.tier_choice, done.warnings = tier_choice, warnings

@@ -18,8 +18,9 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format import refs
 from gpuci.cache._format.tree import Tree
+from gpuci.cache._save import sources
 from gpuci.cache._stores import tier_evict
-from gpuci.cache._stores.base import ObjectInfo, Store
+from gpuci.cache._stores.base import ObjectInfo, SourceChanged, Store
 from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
 from gpuci.ranged._pool import parallel
@@ -55,6 +56,7 @@ class Saver:
         self.threshold = layout.multipart_threshold(rt.environ)
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
+        self.not_copied: list[str] = []  # saved files replaced before the tier's copy
 
     def load_manifest(self, digest: str) -> mf.Manifest | None:
         got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
@@ -140,6 +142,29 @@ class Saver:
         added = 0
         if self.tier.room_for(sum(e.size for e in lacking.values())):
             for entry in lacking.values():
-                added += self.tier.copy_in(tree.source(entry), entry.sha256)
+                added += self._copy_in(self.tier, tree, entry)
         tier_evict.evict(self.tier)
         return added
+
+    def _copy_in(self, tier: LocalTier, tree: Tree, entry: mf.Entry) -> bool:
+        """One file into the tier from the very file the save read and sent (its device, inode
+        and size: :func:`~gpuci.cache._save.sources.open_source`). A file swapped in under its
+        name since is not copied at all: its bytes were never sent, and it may be larger than
+        the room the tier made."""
+        try:
+            with sources.source(tree, entry) as fd:
+                return tier.copy_in(tree.source(entry), entry.sha256, fd)
+        except (SourceChanged, sources.Unreadable):
+            self.not_copied.append(str(tree.source(entry)))
+            return False
+
+    def tier_notes(self) -> list[str]:
+        """The tier's warnings, and one for the files replaced before they could be copied in."""
+        notes = self.tier.warnings() if self.tier is not None else []
+        if self.not_copied:
+            more = f" (and {len(self.not_copied) - 1} more)" if len(self.not_copied) > 1 else ""
+            notes.append(
+                f"local cache: {self.not_copied[0]} was replaced after the save read it{more}; "
+                "not copied into the local cache (the store has what the save read)"
+            )
+        return notes

@@ -309,15 +309,18 @@ class LocalTier:
         tier's disk has it to spare, as for any other fill."""
         return not self.filled_up and self.room_for(size) and self.copy_in(path, digest)
 
-    def copy_in(self, path: Path, digest: str) -> bool:
+    def copy_in(self, path: Path, digest: str, source: int | None = None) -> bool:
         """Copy a file in, hashing exactly the bytes stored; used by save and restore.
 
-        The blob is named by what was copied: a source that changed after the caller hashed it
-        is stored under its new hash (which no manifest names), never under ``digest``.
+        ``source`` is the file already open (the save's, checked to be the very file it read
+        and sent: a file swapped in under ``path`` since is never copied), left open; else
+        ``path`` is opened, never through a link. The blob is named by what was copied: a
+        source that changed after the caller hashed it is stored under its new hash (which no
+        manifest names), never under ``digest``.
         """
         temp = None
         try:
-            src = os.open(path, _READ)
+            src = os.open(path, _READ) if source is None else source
             try:
                 st = os.fstat(src)
                 if not stat.S_ISREG(st.st_mode) or self.has(digest, st.st_size):
@@ -335,7 +338,8 @@ class LocalTier:
                 finally:
                     os.close(dst)
             finally:
-                os.close(src)
+                if source is None:
+                    os.close(src)
             if actual != digest:
                 self.changed.append(str(path))
             self._publish(temp, actual)
