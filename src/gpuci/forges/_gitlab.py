@@ -41,11 +41,6 @@ class GitLab(ApiClient):
     def _notes_url(self, iid: int) -> str:
         return f"/projects/{self.project}/merge_requests/{iid}/notes"
 
-    def marked_notes(self, iid: int, marker: str) -> list[dict[str, Any]]:
-        """Our notes on the merge request whose body starts with ``marker``, each as its id
-        only (``{"id": ...}``), following pages: :meth:`ours`, all of them."""
-        return list(self.ours(iid, marker))
-
     def ours(self, iid: int, marker: str) -> Iterator[dict[str, Any]]:
         """Each user note the token's own user wrote whose body starts with ``marker`` (the
         report writes it first; one quoted further down is not this note's), as
