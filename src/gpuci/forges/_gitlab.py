@@ -18,14 +18,23 @@ from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.forges._rest import ApiClient, Forbidden
 
-__all__ = ["Forbidden", "GitLab"]
+__all__ = ["Forbidden", "GitLab", "GitLabApi"]
 
 TOKEN_ENV = settings.GITLAB_TOKEN.name  # declared in gpuci.settings; named here for hints
 
 
-class GitLab(ApiClient):
+class GitLabApi(ApiClient):
+    """A GitLab REST client, the token sent as ``PRIVATE-TOKEN``: the base of every GitLab
+    client (notes, runners), each naming what a 401, 403 and 404 mean for it in its hints."""
+
     service = "GitLab"
     url_env = settings.CI_API_V4_URL.name
+
+    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+
+
+class GitLab(GitLabApi):
     hint_401 = f"set {TOKEN_ENV} to a valid project access token with the api scope"
     hint_403 = (
         f"give the token in {TOKEN_ENV} the api scope and at least the Reporter role "
@@ -34,7 +43,7 @@ class GitLab(ApiClient):
     hint_404 = "check CI_PROJECT_ID, the merge request IID and CI_API_V4_URL"
 
     def __init__(self, api_url: str, token: str, project: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+        super().__init__(api_url, token, **kwargs)
         self.project = quote(str(project), safe="")  # an id, or group/name URL-encoded
         self._me: int | bool | None = False  # False: not asked yet
 
