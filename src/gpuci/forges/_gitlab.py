@@ -99,15 +99,11 @@ class GitLab(GitLabApi):
 
     def upsert(self, iid: int, marker: str, body: str) -> tuple[str, dict[str, Any]]:
         """Update our marked note in place, or create it: ``("updated"|"created", note)``."""
-
-        def find_ours() -> dict[str, Any] | None:
-            return next(self.ours(iid, marker), None)  # the first: no page past it read
-
         return self.sticky(
             self._notes_url(iid),
             body,
-            find_ours,
-            lambda found: self.update_note(iid, self.item_id(found), body),
+            lambda: self.ours(iid, marker),
+            lambda note_id: self.update_note(iid, note_id, body),
         )
 
 
