@@ -122,7 +122,7 @@ def test_a_note_quoting_the_marker_further_down_is_not_the_sticky_note(gitlab):
     gitlab.state.note(PROJECT, 3, f"### other report\n\n`{MARKER}`", author_id=BOT_ID)
     ours = gitlab.state.note(PROJECT, 3, f"{MARKER}\n\n### report", author_id=BOT_ID)
     with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, PROJECT) as client:
-        found = client.marked_notes(3, MARKER)
+        found = list(client.ours(3, MARKER))
     assert [n["id"] for n in found] == [ours["id"]]
 
 
@@ -136,7 +136,7 @@ def test_others_marked_notes_are_dropped_as_read_and_the_search_stops_at_ours(gi
     for n in range(6):  # three more pages of two
         gitlab.state.note(PROJECT, 3, f"{MARKER} pasted again {n}")
     with GitLab(gitlab.gitlab_api, gitlab.state.gitlab_token, PROJECT) as client:
-        assert client.marked_notes(3, MARKER) == [{"id": ours["id"]}]
+        assert list(client.ours(3, MARKER)) == [{"id": ours["id"]}]
         gitlab.state.requests.clear()
         assert client.upsert(3, MARKER, f"{MARKER} second")[0] == "updated"
     listed = [path for method, path, _ in gitlab.state.requests if method == "GET"]

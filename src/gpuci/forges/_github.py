@@ -137,15 +137,11 @@ class GitHub(GitHubReader):
         Only a comment the token's own account wrote is updated: the marker is plain text, so
         anyone can paste it into a comment of theirs.
         """
-
-        def find_ours() -> dict[str, Any] | None:
-            return next(self.ours(number, marker), None)  # the first: no page past it read
-
         return self.sticky(
             f"/repos/{self.repository}/issues/{number}/comments",
             body,
-            find_ours,
-            lambda found: self.update_comment(self.item_id(found), body),
+            lambda: self.ours(number, marker),
+            lambda comment_id: self.update_comment(comment_id, body),
         )
 
 

@@ -18,14 +18,23 @@ from gpuci import settings
 from gpuci.errors import InputError
 from gpuci.forges._rest import ApiClient, Forbidden
 
-__all__ = ["Forbidden", "GitLab"]
+__all__ = ["Forbidden", "GitLab", "GitLabApi"]
 
 TOKEN_ENV = settings.GITLAB_TOKEN.name  # declared in gpuci.settings; named here for hints
 
 
-class GitLab(ApiClient):
+class GitLabApi(ApiClient):
+    """A GitLab REST client, the token sent as ``PRIVATE-TOKEN``: the base of every GitLab
+    client (notes, runners), each naming what a 401, 403 and 404 mean for it in its hints."""
+
     service = "GitLab"
     url_env = settings.CI_API_V4_URL.name
+
+    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
+        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+
+
+class GitLab(GitLabApi):
     hint_401 = f"set {TOKEN_ENV} to a valid project access token with the api scope"
     hint_403 = (
         f"give the token in {TOKEN_ENV} the api scope and at least the Reporter role "
@@ -34,17 +43,12 @@ class GitLab(ApiClient):
     hint_404 = "check CI_PROJECT_ID, the merge request IID and CI_API_V4_URL"
 
     def __init__(self, api_url: str, token: str, project: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+        super().__init__(api_url, token, **kwargs)
         self.project = quote(str(project), safe="")  # an id, or group/name URL-encoded
         self._me: int | bool | None = False  # False: not asked yet
 
     def _notes_url(self, iid: int) -> str:
         return f"/projects/{self.project}/merge_requests/{iid}/notes"
-
-    def marked_notes(self, iid: int, marker: str) -> list[dict[str, Any]]:
-        """Our notes on the merge request whose body starts with ``marker``, each as its id
-        only (``{"id": ...}``), following pages: :meth:`ours`, all of them."""
-        return list(self.ours(iid, marker))
 
     def ours(self, iid: int, marker: str) -> Iterator[dict[str, Any]]:
         """Each user note the token's own user wrote whose body starts with ``marker`` (the
@@ -95,15 +99,11 @@ class GitLab(ApiClient):
 
     def upsert(self, iid: int, marker: str, body: str) -> tuple[str, dict[str, Any]]:
         """Update our marked note in place, or create it: ``("updated"|"created", note)``."""
-
-        def find_ours() -> dict[str, Any] | None:
-            return next(self.ours(iid, marker), None)  # the first: no page past it read
-
         return self.sticky(
             self._notes_url(iid),
             body,
-            find_ours,
-            lambda found: self.update_note(iid, self.item_id(found), body),
+            lambda: self.ours(iid, marker),
+            lambda note_id: self.update_note(iid, note_id, body),
         )
 
 

@@ -324,20 +324,22 @@ class ApiClient:
         self,
         create_url: str,
         body: str,
-        find_ours: Callable[[], dict[str, Any] | None],
-        update: Callable[[dict[str, Any]], dict[str, Any]],
+        ours: Callable[[], Iterator[dict[str, Any]]],
+        update: Callable[[int], dict[str, Any]],
     ) -> tuple[str, dict[str, Any]]:
         """Update our marked comment in place, or create it: ``("updated"|"created", item)``.
 
-        A POST is not idempotent: when its answer is lost (5xx, dropped connection) the comment
-        may exist all the same. So a retry starts over from the search, and a comment that the
-        lost POST did create is updated instead of posted twice.
+        ``ours()`` yields our marked comments oldest first; the first is updated (by its id)
+        and no page past it is read. A POST is not idempotent: when its answer is lost (5xx,
+        dropped connection) the comment may exist all the same. So a retry starts over from
+        the search, and a comment that the lost POST did create is updated instead of posted
+        twice.
         """
 
         def attempt() -> tuple[str, dict[str, Any]]:
-            existing = find_ours()
+            existing = next(ours(), None)
             if existing is not None:
-                return "updated", update(existing)
+                return "updated", update(self.item_id(existing))
             response = self._once("POST", create_url, json={"body": body})
             return "created", self._json(response, "the created comment", dict)
 

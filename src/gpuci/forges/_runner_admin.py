@@ -19,6 +19,7 @@ from urllib.parse import quote
 from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import _github as gh
+from gpuci.forges._gitlab import GitLabApi
 from gpuci.forges._rest import ApiClient
 
 _GITHUB_TOKEN = settings.RUNNER_TOKEN.name
@@ -160,11 +161,9 @@ def _label_names(labels: Any) -> tuple[str, ...]:
     )
 
 
-class GitLabRunnerPause(ApiClient):
+class GitLabRunnerPause(GitLabApi):
     """``PUT /runners/:id`` with ``paused``: a paused runner picks up no job."""
 
-    service = "GitLab"
-    url_env = settings.CI_API_V4_URL.name
     hint_401 = f"set {_GITLAB_TOKEN} to a valid token that can manage the runner"
     hint_403 = (
         f"give the token in {_GITLAB_TOKEN} the api scope and the role GitLab asks to manage "
@@ -173,9 +172,6 @@ class GitLabRunnerPause(ApiClient):
     )
     hint_404 = "check CI_RUNNER_ID and CI_API_V4_URL"
     forbidden_what = "the token may not manage this runner"
-
-    def __init__(self, api_url: str, token: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
 
     def set_paused(self, runner_id: int, paused: bool) -> dict[str, Any]:
         url = f"/runners/{int(runner_id)}"

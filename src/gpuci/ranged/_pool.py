@@ -81,10 +81,7 @@ class WorkPool:
         try:
             yield
         finally:
-            with self._lock:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.notify_all()
+            self._task_done()
 
     def fail(self, exc: BaseException) -> None:
         """Stop the pool as a failed task would: ``exc`` is raised by :meth:`run`."""
@@ -108,15 +105,16 @@ class WorkPool:
                     with self.concurrency.slot():
                         fn(lane)
             except BaseException as exc:
-                with self._lock:
-                    if self.error is None and not isinstance(exc, Cancelled):
-                        self.error = exc
-                self.cancelled.set()
+                self.fail(exc)
             finally:
-                with self._lock:
-                    self._pending -= 1
-                    if self._pending == 0:
-                        self._idle.notify_all()
+                self._task_done()
+
+    def _task_done(self) -> None:
+        """One task (or :meth:`hold`) less; the last one wakes :meth:`run`."""
+        with self._lock:
+            self._pending -= 1
+            if self._pending == 0:
+                self._idle.notify_all()
 
     def _grow(self) -> None:
         """Start threads up to the current limit, never more than the tasks waiting."""

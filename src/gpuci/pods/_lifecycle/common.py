@@ -150,12 +150,24 @@ def need_ids(ids: Sequence[str], command: str) -> list[str]:
     return list(ids)
 
 
-def terminate_pod(client: RunPodClient, pod_id: str) -> str:
+def end_pod(
+    client: RunPodClient,
+    rt: Runtime,
+    book: ledger.Ledger | None,
+    clock: Clock,
+    pod_id: str,
+    event: str = "terminated",
+    **fields: Any,
+) -> str:
+    """Terminate a pod (one already gone is success) and :func:`record_end` it as ``event``:
+    ``terminated`` or ``already gone``, for :func:`each_pod`."""
     try:
         client.delete_pod(pod_id)
+        outcome = "terminated"
     except NotFound:
-        return "already gone"
-    return "terminated"
+        outcome = "already gone"
+    record_end(rt, book, event, pod_id, clock.now(), **fields)
+    return outcome
 
 
 def clean_runners(

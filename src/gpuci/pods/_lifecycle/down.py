@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods._budgets import ledger
 from gpuci.pods._lifecycle.common import (
     clean_runners,
     each_pod,
+    end_pod,
     ledger_quietly,
     offline_plan,
     open_client,
-    record_end,
     tagged_pods,
-    terminate_pod,
 )
 from gpuci.pods._runpod.clock import SYSTEM, Clock
 from gpuci.pods._runpod.naming import run_url
@@ -54,13 +55,8 @@ def down(inp: DownInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 outputs={"pod-ids": "", "count": 0},
             )
         else:
-
-            def one(pod_id: str) -> str:
-                outcome = terminate_pod(client, pod_id)
-                record_end(rt, book, "terminated", pod_id, clock.now(), reason="down")
-                return outcome
-
-            result = each_pod(ids, one, "pods down", rt)
+            end = functools.partial(end_pod, client, rt, book, clock, reason="down")
+            result = each_pod(ids, end, "pods down", rt)
         if listing is not None:
             gone = set(result.report.get("done") or {})
             ours = _run_runners(rt, book, this_run, clock.now()) if not inp.pod_id else set()

@@ -19,7 +19,7 @@ import httpx
 
 from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
-from gpuci.forges._rest import Forbidden
+from gpuci.forges._rest import Forbidden, origin
 from gpuci.pods._runners.registry import Request
 from gpuci.pods._runpod.client import RunPodClient
 from gpuci.pods._runpod.clock import Clock
@@ -72,7 +72,6 @@ def health_url(raw: str, pod: dict[str, Any], url: str) -> str:
 #: Redirects a health check follows, each on the health URL's own origin.
 HEALTH_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def wait_healthy(url: str, clock: Clock, deadline: float, rt: Runtime) -> None:
@@ -114,14 +113,10 @@ def _ask(http: httpx.Client, url: str) -> tuple[bool, str]:
             target = current.join(location)
         except httpx.InvalidURL:
             return False, f"HTTP {status} to a Location that is no URL (not followed)"
-        if _origin(target) != _origin(current):
+        if origin(target) != origin(current):
             return False, f"HTTP {status} to another origin (not followed)"
         current = target
     return False, f"more than {HEALTH_REDIRECTS} redirects"
-
-
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
 
 
 REFUSED = " refused: "

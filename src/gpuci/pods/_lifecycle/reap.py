@@ -4,6 +4,7 @@ ones); a missing pod is success, so it is safe to run on a schedule.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -16,13 +17,12 @@ from gpuci.pods._budgets.cost import LIVE, usd
 from gpuci.pods._lifecycle.common import (
     clean_runners,
     each_pod,
+    end_pod,
     ledger_quietly,
     offline_plan,
     open_client,
-    record_end,
     record_event,
     tagged_pods,
-    terminate_pod,
 )
 from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
 from gpuci.pods._runpod.clock import SYSTEM, Clock
@@ -64,12 +64,7 @@ def reap(inp: ReapInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         result = _terminate_expired(client, book, found, now, rt, clock)
         stopped = _stop_hand_made(client, book, found.hand_made, rt, clock)
         gone = {r["pod"] for r in result.report.get("reaped") or []}
-
-        def end_runnerless(pod_id: str) -> str:
-            outcome = terminate_pod(client, pod_id)
-            record_end(rt, book, "terminated", pod_id, clock.now(), reason="runner gone")
-            return outcome
-
+        end_runnerless = functools.partial(end_pod, client, rt, book, clock, reason="runner gone")
         clean_runners(result, rt, inp.runner_scope, every, gone, clock, end_runnerless)
     _report_reap(result, stopped, found.unknown, untagged_s, targets, rt)
     repeat_failures.add_to_report(result, inp.health_store, inp.failure_days, rt, now)
@@ -122,14 +117,14 @@ def _terminate_expired(
         return result
 
     def one(pod_id: str) -> str:
-        outcome = terminate_pod(client, pod_id)
         row = rows[pod_id]
-        record_end(
+        return end_pod(
+            client,
             rt,
             book,
-            "reaped",
+            clock,
             pod_id,
-            clock.now(),
+            "reaped",
             owner=row["owner"],
             gpu=row["gpu"],
             costPerHr=row["usd_per_hr"],
@@ -138,7 +133,6 @@ def _terminate_expired(
             pastTtlUsd=row["past_ttl_usd"],
             spentUsd=row["spent_usd"],
         )
-        return outcome
 
     result = each_pod(list(rows), one, "pods reap", rt)
     done = [rows[k] for k in result.report.get("done", {})]

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import _github as gh
+from gpuci.forges._gitlab import GitLabApi
 from gpuci.forges._rest import ApiClient, Forbidden
 from gpuci.forges._runner_admin import github_runners
 
@@ -84,11 +85,9 @@ def _delete(client: ApiClient, url: str) -> bool:
     return True
 
 
-class GitHubRunners(ApiClient):
+class GitHubRunners(gh.GitHubReader):
     """``generate-jitconfig``, list and delete self-hosted runners of a repository or org."""
 
-    service = "GitHub"
-    url_env = settings.GITHUB_API_URL.name
     hint_401 = f"set {settings.RUNNER_TOKEN.name} to a valid token with administration rights"
     hint_403 = (
         f"give the token in {settings.RUNNER_TOKEN.name} 'Administration: read and write' on the "
@@ -102,12 +101,7 @@ class GitHubRunners(ApiClient):
     forbidden_what = "the token may not manage self-hosted runners"
 
     def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
-        super().__init__(
-            api_url,
-            token,
-            gh.api_headers(token),
-            **kwargs,
-        )
+        super().__init__(api_url, token, **kwargs)
         kind, _, where = scope.partition(":")
         self.base = f"/orgs/{quote(where, safe='')}" if kind == "org" else f"/repos/{where}"
 
@@ -167,18 +161,16 @@ class GitHubRunners(ApiClient):
         return _delete(self, f"{self.base}/actions/runners/{int(runner_id)}")
 
 
-class GitLabRunners(ApiClient):
+class GitLabRunners(GitLabApi):
     """``POST /user/runners``, list a project's runners, ``DELETE /runners/:id``."""
 
-    service = "GitLab"
-    url_env = settings.CI_API_V4_URL.name
     hint_401 = f"set {settings.GITLAB_TOKEN.name} to a valid token with the create_runner scope"
     hint_403 = GITLAB_TOKEN_HELP
     hint_404 = "check CI_PROJECT_ID and CI_API_V4_URL"
     forbidden_what = "the token may not manage runners"
 
     def __init__(self, api_url: str, token: str, scope: str, **kwargs: Any) -> None:
-        super().__init__(api_url, token, {"PRIVATE-TOKEN": token}, **kwargs)
+        super().__init__(api_url, token, **kwargs)
         self.project = scope.partition(":")[2]
 
     def jit_call(self, name: str, labels: Sequence[str], group_id: int) -> dict[str, Any]:
