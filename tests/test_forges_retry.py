@@ -41,7 +41,7 @@ def sleeps(monkeypatch) -> list[float]:
 
 def _comments(server: FakeGitHub, **kwargs: Any) -> list[dict[str, Any]]:
     with GitHub(server.github_api, server.state.github_token, "o/r", **kwargs) as gh:
-        return gh.marked_comments(1, "<!-- m -->")
+        return list(gh.ours(1, "<!-- m -->"))
 
 
 def test_a_429_waits_its_retry_after(sleeps):

@@ -62,7 +62,7 @@ def test_a_whole_listing_ends_by_one_deadline(evil, monkeypatch):
     monkeypatch.setattr(rest, "LISTING_TIMEOUTS", 4)  # 2 s: about ten pages
     evil.route("/api/v3/repos/o/r/issues/1/comments", slow_endless_pages(0.2))
     with client(evil) as gh, pytest.raises(InfraError) as info:
-        gh.marked_comments(1, "<!-- m -->")
+        list(gh.ours(1, "<!-- m -->"))
     line = info.value.one_line()
     assert "the deadline of 2s passed" in line, line
     assert 1 < len(evil.requests()) < rest.MAX_PAGES

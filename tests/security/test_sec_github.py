@@ -156,7 +156,7 @@ def test_others_marked_comments_are_judged_as_read_and_only_our_ids_kept(github)
     github.state.comment(REPO, PR, f"quoting `{MARKER}` further down", user="bot")
     ours = github.state.comment(REPO, PR, f"{MARKER}\nthe report", user="bot")
     with GitHub(github.github_api, github.state.github_token, REPO) as gh:
-        assert gh.marked_comments(PR, MARKER) == [{"id": ours["id"]}]
+        assert list(gh.ours(PR, MARKER)) == [{"id": ours["id"]}]
 
 
 def test_the_search_for_our_comment_stops_at_it(github):

@@ -59,11 +59,6 @@ class GitHub(GitHubReader):
         self.repository = repository
         self._identity: Identity | bool | None = False  # False: not asked yet
 
-    def marked_comments(self, number: int, marker: str) -> list[dict[str, Any]]:
-        """Our comments on the issue/PR whose body starts with ``marker``, each as its id
-        only (``{"id": ...}``), following pages: :meth:`ours`, all of them."""
-        return list(self.ours(number, marker))
-
     def ours(self, number: int, marker: str) -> Iterator[dict[str, Any]]:
         """Each comment the token's own account wrote whose body starts with ``marker``, as
         ``{"id": ...}``, oldest first, page by page as the caller asks.

@@ -11,9 +11,9 @@ import contextlib
 import os
 import time
 
-from gpuci.ownership import OTHERS_WRITE, not_ours_alone
+from gpuci.ownership import not_ours_alone
 
-__all__ = ["FROZEN_MTIME", "OTHERS_WRITE", "TOUCH_AFTER", "current_uid", "touch", "untrusted"]
+__all__ = ["FROZEN_MTIME", "TOUCH_AFTER", "current_uid", "touch", "untrusted"]
 
 # 2000-01-01T00:00:00Z: every tier blob carries this mtime; anything else means it was written.
 FROZEN_MTIME = 946684800

@@ -16,9 +16,9 @@ from pathlib import Path
 from gpuci import inputs, settings
 from gpuci.cache._stores import tier_entry
 from gpuci.cache._stores.tier import LocalTier, parse_mode
-from gpuci.cache._stores.tier_entry import OTHERS_WRITE
 from gpuci.cache._stores.tier_policy import TierChoice, choose
 from gpuci.errors import InputError
+from gpuci.ownership import OTHERS_WRITE
 
 __all__ = ["DEFAULT_SIZE", "open_tier", "parse_size", "private_root_problem", "runner_uid"]
 
