@@ -3,20 +3,19 @@
 image has no gpu-ci installs it and then smokes; a refused install is named in one line.
 
 The pod's image is simulated by a python whose path hides gpu-ci (a stub ``gpuci`` that will
-not import); what it installs is a wheel of this checkout, pinned by ``#sha256=``.
+not import); what it installs is a source archive of this checkout, pinned by ``#sha256=``, whose
+requirements.lock pins one toy wheel pip finds offline (pod_sources); what the pod runs to
+install it: test_pods_pod_install.py.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
 from pod_host import PodHost
+from pod_sources import gpuci_files, offline_pip, pinned, source_archive, toy_lock, wheel
 
-import gpuci
 from gpuci.pods.health import _pod_gpuci as pod_gpuci
 
 GPU = "NVIDIA GeForce RTX 4090"
@@ -32,33 +31,6 @@ BAD_DCS = ()  # the conftest's ``host``: pods boot with this checkout's gpu-ci, 
 def _posted_env(fake) -> dict[str, str]:
     (call,) = fake.calls("POST", "/v2/pods")
     return call.body["env"]
-
-
-def _wheel(where: Path) -> str:
-    """A wheel of this checkout's gpu-ci (no dependencies: the pod's python has them), as a
-    pinned file URL."""
-    src = Path(gpuci.__file__).parent
-    path = where / "gpuci-0.0.0-py3-none-any.whl"
-    record = []
-    with zipfile.ZipFile(path, "w") as whl:
-        files = [(f"gpuci/{p.relative_to(src)}", p.read_bytes()) for p in src.rglob("*.py")]
-        files += [
-            (
-                "gpuci-0.0.0.dist-info/METADATA",
-                b"Metadata-Version: 2.1\nName: gpuci\nVersion: 0.0.0\n",
-            ),
-            (
-                "gpuci-0.0.0.dist-info/WHEEL",
-                b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-            ),
-        ]
-        for name, data in files:
-            whl.writestr(name, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record.append(f"{name},sha256={digest.decode()},{len(data)}")
-        record.append("gpuci-0.0.0.dist-info/RECORD,,")
-        whl.writestr("gpuci-0.0.0.dist-info/RECORD", "\n".join(record) + "\n")
-    return f"{path.as_uri()}#sha256={hashlib.sha256(path.read_bytes()).hexdigest()}"
 
 
 def _stock_image(tmp_path: Path) -> str:
@@ -112,11 +84,16 @@ def test_the_default_outside_actions_is_gpuci_package(fake, run, host):
     assert not any("GPUCI_PACKAGE" in a["message"] for a in res.json["annotations"])
 
 
+def _stock_host(fake, clock, tmp_path: Path) -> PodHost:
+    """Pods whose image has no gpu-ci, whose pip finds only the toy wheel."""
+    env = {"PYTHONPATH": _stock_image(tmp_path), **offline_pip(tmp_path)}
+    return PodHost(fake, tmp_path, (), **env).attach(clock)
+
+
 def test_a_stock_image_installs_gpu_ci_then_smokes(fake, run, clock, tmp_path):
-    host = PodHost(fake, tmp_path, (), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1").attach(
-        clock
-    )
-    res = run("up", smoke="true", gpuci_source=_wheel(tmp_path), **UP)
+    host = _stock_host(fake, clock, tmp_path)
+    source = pinned(source_archive(tmp_path, toy_lock(tmp_path)))
+    res = run("up", smoke="true", gpuci_source=source, **UP)
     assert res.code == 0, res.stdout + res.stderr
     (log,) = host.booted.values()
     assert "installing gpu-ci for the smoke" in log, log
@@ -126,15 +103,26 @@ def test_a_stock_image_installs_gpu_ci_then_smokes(fake, run, clock, tmp_path):
 
 
 def test_a_refused_install_is_named_in_one_line(fake, run, clock, tmp_path):
-    host = PodHost(fake, tmp_path, (), PYTHONPATH=_stock_image(tmp_path), PIP_NO_INDEX="1").attach(
-        clock
-    )
-    pinned = _wheel(tmp_path)
-    wrong = pinned.rsplit("=", 1)[0] + "=" + "0" * 64  # bytes that are not the pinned ones
+    host = _stock_host(fake, clock, tmp_path)
+    source = pinned(source_archive(tmp_path, toy_lock(tmp_path)))
+    wrong = source.rsplit("=", 1)[0] + "=" + "0" * 64  # bytes that are not the pinned ones
     res = run("up", smoke="true", gpuci_source=wrong, **UP)
     assert res.code == 0, res.stdout + res.stderr
     (line,) = [a["message"] for a in res.json["annotations"] if "unchecked" in a["message"]]
     assert "gpu-ci install from GPUCI_PACKAGE failed" in line and "\n" not in line
+    (log,) = host.booted.values()
+    assert "smoke skipped" in log and "Traceback" not in log
+
+
+def test_a_wheel_is_handed_over_unchecked_with_one_line_saying_why(fake, run, clock, tmp_path):
+    """A pinned wheel pins gpu-ci alone: its dependencies would come unpinned from the index,
+    so the pod installs nothing and the smoke is skipped, named in one line."""
+    host = _stock_host(fake, clock, tmp_path)
+    path = wheel(tmp_path / "gpuci-0.0.0-py3-none-any.whl", "gpuci", "0.0.0", gpuci_files())
+    res = run("up", smoke="true", gpuci_source=pinned(path), **UP)
+    assert res.code == 0, res.stdout + res.stderr
+    (line,) = [a["message"] for a in res.json["annotations"] if "unchecked" in a["message"]]
+    assert "requirements.lock" in line and "cannot be pinned" in line and "\n" not in line
     (log,) = host.booted.values()
     assert "smoke skipped" in log and "Traceback" not in log
 

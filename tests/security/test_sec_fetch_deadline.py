@@ -175,12 +175,21 @@ def test_the_min_rate_input_and_setting_set_the_rate(
     assert_rate_line(run_bounded(tmp_path, "retry-fetch", *args, env=env), rate)
 
 
-@pytest.mark.parametrize("where", ["input", "setting"])
-def test_min_rate_0_turns_the_check_off(evil, tmp_path: Path, where: str):
+@pytest.mark.parametrize(
+    ("flags", "variables"),
+    [
+        (["--min-rate", "0"], {}),
+        ([], {"GPUCI_FETCH_MIN_RATE": "0"}),
+        ([], {"INPUT_MIN-RATE": "none"}),  # an Action's `min-rate: none`
+    ],
+    ids=["input", "setting", "action-input-none"],
+)
+def test_min_rate_0_turns_the_check_off(
+    evil, tmp_path: Path, flags: list[str], variables: dict[str, str]
+):
     """With the check off only the deadline ends a trickle (here 2 s), as before."""
     evil.route("/f.bin", trickled_body())
-    flags = ["--min-rate", "0"] if where == "input" else []
-    env = clean_env(**({"GPUCI_FETCH_MIN_RATE": "0"} if where == "setting" else {}))
+    env = clean_env(**variables)
     args = [*DEADLINE, *flags, "--url", evil.url("/f.bin"), "--dest", "f.bin"]
     proc = run_bounded(tmp_path, "retry-fetch", *args, env=env)
     assert_deadline_line(proc)

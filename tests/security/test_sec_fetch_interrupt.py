@@ -13,9 +13,12 @@ interrupt, and the process with it: its waits now end at the abort too.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,3 +136,39 @@ def test_ctrl_c_ends_the_retry_waits_of_parallel_downloads(slow, tmp_path: Path)
     assert "Traceback" not in text, text
     assert len(slow.requests()) == len(names)  # no retry was sent
     assert not [n for n in names if (tmp_path / n).exists()], os.listdir(tmp_path)
+
+
+def stalled_until_hung_up(hung_up: threading.Event) -> Route:
+    """No answer at all: the request is held until the client closes its connection (the
+    server reads EOF, or a reset), which sets ``hung_up``; or until the test's server stops."""
+
+    def route(h: Handler) -> None:
+        sock = h.connection
+        while not h.server_ref.stop.is_set():
+            if select.select([sock], [], [], 0.05)[0]:
+                try:
+                    closed = sock.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    closed = True
+                if closed:
+                    hung_up.set()
+                    return
+
+    return route
+
+
+def test_ctrl_c_closes_every_probe_of_a_dry_run(slow, tmp_path: Path):
+    """A dry run's probes run on a pool too: Ctrl-C while one server holds its answer (a read
+    timeout of ten minutes) and another probe has failed (404) closes the held connection at
+    once, as the downloads' pool does, instead of leaving it open until its timeout."""
+    hung_up = threading.Event()
+    slow.route("/held.bin", stalled_until_hung_up(hung_up))  # /gone.bin: 404
+    flags = ("--dry-run", "--probe", "--timeout", "600s", "--deadline", "2h")
+    proc = interrupted(tmp_path, slow, ["held.bin", "gone.bin"], flags)
+    try:
+        closed = hung_up.wait(ENDED_AT_ALL)
+    finally:
+        text = ended(proc)
+    assert closed, f"the held probe's connection stayed open after Ctrl-C: {text}"
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text, text

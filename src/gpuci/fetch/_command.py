@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -33,6 +33,7 @@ from gpuci.runtime import Result, Runtime, markdown_table, probes_allowed
 from gpuci.units import human_bytes
 
 COMMAND = "retry-fetch"
+T = TypeVar("T")
 
 
 def run(inp: FetchInputs, rt: Runtime) -> Result:
@@ -78,12 +79,10 @@ def run(inp: FetchInputs, rt: Runtime) -> Result:
 
 
 def _fetch_all(
-    jobs: list[Job],
-    workers: int,
-    client: httpx.Client,
-    one: Callable[[Job], FetchResult | GpuciError],
-) -> list[FetchResult | GpuciError]:
-    """Each job's outcome, in order; ``workers`` at a time.
+    jobs: list[Job], workers: int, client: httpx.Client, one: Callable[[Job], T]
+) -> list[T]:
+    """Each job's outcome, in order; ``workers`` at a time: the downloads, and a dry run's
+    probes (their requests go through the same client, so the same abort closes them).
 
     Ctrl-C must stop the step, not wait for it: one at a time, the jobs run on this (the main)
     thread, where the interrupt lands inside the download itself. Several at a time, an
@@ -269,8 +268,7 @@ def _probe_all(
                 return Probe(job, None, None, False, "fail", exc.one_line())
         return probe(client, job, headers, policy)
 
-    with ThreadPoolExecutor(workers, thread_name_prefix="probe") as pool:
-        return list(pool.map(one, jobs))
+    return _fetch_all(jobs, workers, client, one)  # Ctrl-C aborts the probes' requests too
 
 
 def _plan_table(probes: list[Probe]) -> str:

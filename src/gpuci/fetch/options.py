@@ -1,7 +1,9 @@
 """The typed inputs of ``retry-fetch``: one frozen dataclass, parsed once at the edge.
 
 Each field declares one input (:func:`gpuci.inputs.inp`). ``max_bytes`` is ``None`` when the
-user wrote ``none`` (no limit).
+user wrote ``none`` (no limit). ``min_rate`` stays text until :meth:`FetchInputs.policy`: ``""``
+(not given, so ``GPUCI_FETCH_MIN_RATE`` decides) must differ from ``none`` (the check off), and a
+size input reads both as ``None``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from gpuci import settings
 from gpuci.errors import InputError
-from gpuci.inputs import inp, options
+from gpuci.inputs import inp, options, parse_size
+from gpuci.redact import excerpt
 
 if TYPE_CHECKING:  # the policy's module loads httpx: only a run needs it, never --help
     from gpuci.fetch._policy import FetchPolicy
@@ -21,6 +24,9 @@ __all__ = ["FetchInputs"]
 # Longest times a socket or a sleep accepts without overflowing (a week, a year): a
 # "99999999999999w" is a typo to report, not a number to hand to the OS.
 _TIME_LIMITS = {"timeout": 7 * 86400.0, "max_wait": 7 * 86400.0, "deadline": 366 * 86400.0}
+# The min-rate words that turn the check off, as 0 does (the docs' "0 turns the check off").
+_RATE_OFF = frozenset({"none", "off"})
+_RATE_WANTED = "a rate in bytes a second such as 256KiB or 1MB, or 0, none or off (no check)"
 
 
 @options
@@ -64,12 +70,11 @@ class FetchInputs:
         kind="duration",
         default="60s",
     )
-    min_rate: int | None = inp(
+    min_rate: str = inp(
         "Slowest body accepted, in bytes a second (e.g. 256KiB, 1MB): once a response's first "
         "timeout has passed, one that delivered less than this rate fails its attempt, which "
-        "is retried and resumes. 0 turns the check off; default GPUCI_FETCH_MIN_RATE, else "
-        "256KiB.",
-        kind="size",
+        "is retried and resumes. 0, none or off turn the check off; default "
+        "GPUCI_FETCH_MIN_RATE, else 256KiB."
     )
     parallel: int = inp("How many files to download at once.", default="4", minimum=1)
     connections: int = inp(
@@ -115,7 +120,26 @@ class FetchInputs:
         )
 
     def _min_rate(self, environ: Mapping[str, str] | None) -> float:
-        """The min-rate input, else ``GPUCI_FETCH_MIN_RATE`` (bytes a second; 0: off)."""
-        if self.min_rate is not None:
-            return float(self.min_rate)
-        return settings.FETCH_MIN_RATE.number(environ)
+        """The min-rate input, else ``GPUCI_FETCH_MIN_RATE`` (bytes a second; 0: off), both
+        read by one rule."""
+        if self.min_rate.strip():
+            return _rate(self.min_rate, "input 'min-rate'", "min-rate")
+        variable = settings.FETCH_MIN_RATE
+        return _rate(variable.value(environ), variable.name, f"{variable.name} (or unset it)")
+
+
+def _rate(text: str, where: str, what: str) -> float:
+    """``text`` as bytes a second, 0 for the words that turn the check off.
+
+    Raises:
+        InputError: not a rate, in one line naming ``where`` and the values accepted.
+    """
+    if text.strip().lower() in _RATE_OFF:
+        return 0.0
+    try:
+        return float(parse_size(text) or 0)
+    except ValueError:
+        shown = excerpt(text.strip(), 40)
+        raise InputError(
+            f"{where} is '{shown}', not {_RATE_WANTED}", hint=f"set {what} to one of those"
+        ) from None

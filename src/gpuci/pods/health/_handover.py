@@ -15,7 +15,8 @@ another pod away from that data centre (:mod:`gpuci.pods.health._replace`).
 Only a hardware verdict stops a pod (gpu-smoke exit 1 with failed checks that are findings
 about the GPU, :func:`gpuci.quarantine.hardware_findings`): an environment error, a skipped
 check, or a pod without gpu-ci that could not install it (:mod:`gpuci.pods.health._pod_gpuci`: the
-pod installs ``GPUCI_PACKAGE``, pinned by ``up``, into a private folder used only by the smoke)
+pod installs ``GPUCI_PACKAGE``'s source, pinned by ``up``, and the dependencies its lock pins, into
+a private folder used only by the smoke: :mod:`gpuci.pods.health._pod_install`)
 hands the pod over with a ``smoke skipped`` mark naming why, and ``up`` warns in one line.
 
 The name is written whole (any number of GPUs; 8 UUIDs are about 330 characters, and the spec
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuci import settings
+from gpuci.pods.health import _pod_install as pod_install
 from gpuci.retry import RetryPolicy, parse_retry_after
 
 ENV_SMOKE = settings.SMOKE.name
@@ -55,8 +57,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9:,._=/+-]+")
 
 # ``gpuci_smoke_gate``: run after STOP_FUNCTION (it uses ``gpuci_stop`` and ``gpuci_pod_call``).
 # Returns 0 to hand the pod over, HARDWARE_RC after marking the pod and stopping it (the
-# caller then exits).
-SHELL = r"""
+# caller then exits). ``gpuci_install`` is :data:`gpuci.pods.health._pod_install.SHELL`'s.
+_GATE = r"""
 gpuci_py() {
   # the smoke's python: with the gpu-ci this pod installed (gpuci_install) first on its path
   if [ -n "${gpuci_site:-}" ]; then
@@ -64,35 +66,6 @@ gpuci_py() {
   else
     "${GPUCI_SMOKE_PYTHON:-python3}" "$@"
   fi
-}
-gpuci_install() {
-  # gpu-ci for the smoke: the image's, else GPUCI_PACKAGE (pinned by up) into a private folder
-  gpuci_why=""
-  gpuci_ok=1
-  gpuci_py -c 'import gpuci.pods.health._handover' >/dev/null 2>&1 && return 0
-  gpuci_ok=0
-  if [ -z "${GPUCI_PACKAGE:-}" ]; then
-    gpuci_why="no gpu-ci on the image and no GPUCI_PACKAGE to install it from"
-    return 1
-  fi
-  site="${GPUCI_POD_SITE:-${HOME:-/root}/.cache/gpuci/pod-site}"
-  echo "gpu-ci: installing gpu-ci for the smoke from GPUCI_PACKAGE (its dependencies: the index)"
-  mkdir -p "$site" 2>/dev/null
-  if ! "${GPUCI_SMOKE_PYTHON:-python3}" -m pip install -q --disable-pip-version-check \
-      --no-input --target "$site" "gpuci @ $GPUCI_PACKAGE" >"$site.log" 2>&1; then
-    last=$(grep -v '^ *$' "$site.log" | tail -n 1 | tr -c 'A-Za-z0-9 .,:_=/+()@#-' ' ')
-    last=$(printf '%s' "$last" | cut -c 1-160)
-    gpuci_why="gpu-ci install from GPUCI_PACKAGE failed: ${last:-pip gave no reason}"
-    return 1
-  fi
-  gpuci_site="$site"
-  if ! gpuci_py -c 'import gpuci.pods.health._handover' >/dev/null 2>&1; then
-    gpuci_why="gpu-ci installed from GPUCI_PACKAGE does not import"
-    gpuci_site=""
-    return 1
-  fi
-  gpuci_ok=1
-  return 0
 }
 gpuci_rename_pod() {
   # this pod's new name, with RunPod's pod-scoped key: the one channel back to up
@@ -141,6 +114,7 @@ gpuci_smoke_gate() {
   return 10
 }
 """.strip()
+SHELL = pod_install.SHELL + "\n" + _GATE
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Where a pod gets gpu-ci for its smoke before handover, pinned, so stock images smoke too.
 
 Stock GPU images (runpod/pytorch, nvidia/cuda) have no gpu-ci, so without this every pod said
-``smoke skipped``. ``up`` therefore gives a smoking pod ``GPUCI_PACKAGE``: a pip requirement
-URL the pod installs gpu-ci from (into a private ``--target`` folder, only for the smoke) when
-``python3 -m gpuci`` is missing (:data:`gpuci.pods.health._handover.SHELL`).
+``smoke skipped``. ``up`` therefore gives a smoking pod ``GPUCI_PACKAGE``: where the pod gets
+gpu-ci's source when ``python3 -m gpuci`` is missing, and with it the ``requirements.lock`` whose
+hash-pinned dependencies it installs (into a private folder, only for the smoke:
+:mod:`gpuci.pods.health._pod_install`).
 
 What ``up`` sends, from ``gpuci-source`` (default in the action: this action's own
 repository at the ref the workflow used, ``${{ github.action_repository }}@${{
@@ -13,11 +14,13 @@ actions/runner#2473; elsewhere: ``GPUCI_PACKAGE``, as the GitLab pods template s
 - ``OWNER/REPO@REF``: the ref is resolved to its commit through GitHub's API (a 40-hex ref is
   taken as is), and the pod installs ``git+https://github.com/OWNER/REPO@SHA``: git checks
   every object against the SHA, so the pod runs gpu-ci's code at exactly the commit the
-  workflow's action ran, even if a tag moves later. Its dependencies (httpx, botocore, ...)
-  come from the package index unpinned. The image needs git (runpod/pytorch has it).
-- a pip URL: as given. Pinned when it is a ``git+`` URL naming a commit (``@<40 hex>``) or
-  carries ``#sha256=<64 hex>`` (pip refuses other bytes); otherwise ``up`` warns that it is
-  not, with any credentials in the URL redacted.
+  workflow's action ran, even if a tag moves later; its dependencies are the versions and
+  hashes that commit's ``requirements.lock`` pins. The image needs git and pip (runpod/pytorch
+  has both).
+- a URL: as given. Pinned when it is a ``git+`` URL naming a commit (``@<40 hex>``) or an
+  archive with ``#sha256=<64 hex>`` (the pod refuses other bytes); otherwise ``up`` warns that
+  it is not, with any credentials in the URL redacted. It must hold gpu-ci's source with its
+  lock (a wheel does not: the pod refuses it rather than install unpinned dependencies).
 - ``none``: nothing is installed (the image's gpu-ci or ``smoke skipped``).
 
 A ref that cannot be resolved is one warning naming the cause and the fix, and the pod gets
