@@ -187,9 +187,9 @@ S3_MIN_RATE = _declare(
 FETCH_MIN_RATE = _declare(
     "GPUCI_FETCH_MIN_RATE",
     "262144",
-    "Bytes a second a retry-fetch body must keep after the timeout input's grace, when no "
-    "min-rate input is given; a slower response fails its attempt (retried, resuming). 0 turns "
-    "the check off.",
+    "Bytes a second (or a size such as 512KiB) a retry-fetch body must keep after the timeout "
+    "input's grace, when no min-rate input is given; a slower response fails its attempt "
+    "(retried, resuming). 0, none or off turns the check off.",
 )
 GPU_HEALTH_STORE = _declare(
     "GPUCI_GPU_HEALTH_STORE",
