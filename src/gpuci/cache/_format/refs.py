@@ -35,9 +35,9 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import os
 import re
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -411,7 +411,7 @@ def _recorded(store: Store) -> bool | None:
 
 def probe_conditional_writes(store: Store) -> bool:
     """Ask the server itself: create a probe object twice, then replace it with a wrong ETag."""
-    name = f"{layout.CONDITIONAL_PROBES}/{uuid.uuid4().hex}"
+    name = f"{layout.CONDITIONAL_PROBES}/{os.urandom(16).hex()}"  # uuid costs a restore ~3 ms
     try:
         store.put_if_absent(name, b"1")
         if not _refused(lambda: store.put_if_absent(name, b"2")):
