@@ -165,8 +165,7 @@ def _place_local(
     # Runs first for packed files, whatever their size: a blob of one is only an older tier's.
     packed = [f for f in files if f[0].pack] if tier.keeps_runs else []
     others = [f for f in files if not f[0].pack] if packed else files
-    big = sorted((f for f in others if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
-    small = [f for f in others if f[0].size < PARALLEL_MIN]
+    big, small = _big_copies(tier, others)
     if big and len(files) > 1 and PLACE_THREADS > 1:
         from concurrent.futures import ThreadPoolExecutor  # (and logging): only when it pays
 
@@ -189,6 +188,35 @@ def _place_local(
     if not tier.keeps_runs:  # ``link``: its blobs first (hardlinks), then any runs
         left = _place_from_runs(tier, left, moved)
     return left
+
+
+def _big_copies(
+    tier: LocalTier, files: list[tuple[mf.Entry, Path]]
+) -> tuple[list[tuple[mf.Entry, Path]], list[tuple[mf.Entry, Path]]]:
+    """(the big files the tier copies, largest first; the rest). A file ``link`` mode links is
+    no copy, whatever its size: a link (or a clone) only writes an inode, so it is made inline
+    like a small file's, and a warm ``link`` restore starts no thread (nor imports the pool's
+    modules; docs/benchmarks.md#figures-behind-the-code)."""
+    big: list[tuple[mf.Entry, Path]] = []
+    small: list[tuple[mf.Entry, Path]] = []
+    tier_dev = _device(tier.root) if tier.mode == "link" else None
+    for item in files:
+        entry, path = item
+        copies = entry.size >= PARALLEL_MIN and not (
+            tier.links(entry.size, entry.mode) and _device(path.parent) == tier_dev
+        )
+        (big if copies else small).append(item)
+    big.sort(key=lambda f: -f[0].size)
+    return big, small
+
+
+def _device(path: Path) -> int | None:
+    """The filesystem ``path`` is on (None when it cannot be looked at): a hardlink from the
+    tier needs the tier's."""
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
 
 
 def _place_from_runs(
