@@ -54,7 +54,8 @@ NOT_LOADED = (
 )
 # A file store also makes no request to retry (S3's control requests need the retry policy),
 # starts no thread and removes no folder.
-FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil")
+# Nor does it convert a time (S3's signer needs datetime, gpuci.units only when converting).
+FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil", "datetime")
 _PROBE = (
     "import sys, json, contextlib, io\n"
     "from gpuci.cli import main\n"
