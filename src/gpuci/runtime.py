@@ -35,6 +35,8 @@ OutputValue = str | int | float | bool | None
 
 @dataclass(frozen=True)
 class Annotation:
+    """One annotation of a step's result: an error, warning or notice, with its title."""
+
     level: Level
     message: str
     title: str = ""

@@ -95,6 +95,8 @@ class Entry:
 
 @dataclass
 class Manifest:
+    """One saved tree: its key, roots and entries, and when and by what job it was saved."""
+
     key: str
     roots: list[dict[str, str]]
     entries: list[Entry]

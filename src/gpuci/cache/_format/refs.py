@@ -69,6 +69,9 @@ MAX_IGNORED = 10
 
 @dataclass(frozen=True)
 class Ref:
+    """A key and the manifest it names, with what the ref says of that tree; read from the
+    store, also the ETag it came with (a save's conditional replace) and its time."""
+
     key: str
     manifest: str
     etag: str = ""
@@ -179,6 +182,8 @@ def read(store: Store, namespace: str, key: str) -> Ref | None:
 
 @dataclass(frozen=True)
 class RefInfo:
+    """A ref as a listing names it, unread: its key, object key, time and size."""
+
     key: str
     object_key: str
     modified: float

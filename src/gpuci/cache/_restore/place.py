@@ -57,6 +57,8 @@ _File = tuple[mf.Entry, str]  # a file to fill and where, in staging
 
 @dataclass
 class _Root:
+    """One path the restore places a root of the manifest at, and where it is built."""
+
     index: int
     kind: str
     target: Path
