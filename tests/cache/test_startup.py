@@ -55,7 +55,9 @@ NOT_LOADED = (
 # A file store also makes no request to retry (S3's control requests need the retry policy),
 # starts no thread and removes no folder.
 # Nor does it convert a time (S3's signer needs datetime, gpuci.units only when converting).
-FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil", "datetime")
+# Nor does an exact hit list refs (heapq keeps the newest under a restore-keys prefix; S3's
+# client loads it anyway).
+FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil", "datetime", "heapq")
 _PROBE = (
     "import sys, json, contextlib, io\n"
     "from gpuci.cli import main\n"

@@ -33,7 +33,6 @@ effort: a job whose credentials may only read (a fork's pull request) still rest
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import os
 import re
@@ -251,7 +250,9 @@ def newest(
 ) -> list[RefInfo]:
     """The ``count`` newest refs under ``prefix``, newest first, holding no more than that many
     while the listing streams by (a listing of millions of keys, or of endless pages, costs a
-    restore time, never memory)."""
+    restore time, never memory). ``heapq`` is imported here: an exact hit lists nothing."""
+    import heapq
+
     return heapq.nlargest(count, refs_under(store, namespace, prefix, ignored), key=_age)
 
 
