@@ -389,12 +389,12 @@ def _build_skeleton(
         base = bases[entry.root]
         path = f"{base}/{entry.path}" if entry.path else base
         if entry.type == "dir":
-            os.makedirs(path, exist_ok=True)
+            Path(path).mkdir(parents=True, exist_ok=True)  # a Path per folder, not per file
             dirs.append((path, entry.mode))
         elif entry.type == "file":
             parent = os.path.dirname(path)
             if parent not in made:  # one mkdir per folder, not one per file
-                os.makedirs(parent, exist_ok=True)
+                Path(parent).mkdir(parents=True, exist_ok=True)
                 made.add(parent)
             if entry.size == 0:
                 if entry.sha256 != EMPTY_SHA256:
