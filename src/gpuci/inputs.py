@@ -35,7 +35,8 @@ from gpuci.redact import excerpt
 
 _TRUE = {"true", "yes", "1", "on", "y"}
 _FALSE = {"false", "no", "0", "off", "n"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$", re.IGNORECASE)
+# Text, compiled by ``re`` on first use: a compile at import is a share of every start-up.
+_DURATION = r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
 _NO_LIMIT = {"none", "unlimited"}
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -92,7 +93,7 @@ def parse_duration(raw: str) -> float:
     The cap keeps "now + duration" a date every clock and ``datetime`` can hold: an expiry
     of ``99999999999999w`` would overflow ``time_t`` far from here, as an internal error.
     """
-    match = _DURATION.match(raw)
+    match = re.match(_DURATION, raw)
     if not match:
         raise ValueError("expected a duration such as 30s, 45m, 2h or 14d")
     seconds = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]

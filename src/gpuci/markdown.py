@@ -40,7 +40,7 @@ class Link(str):
     clickable as an autolink when it is a plain http(s) URL, else shown as a code span."""
 
 
-_PLAIN_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+\Z")
+_PLAIN_URL = r"https?://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+\Z"  # text: compiled on first use
 
 
 def text(value: str) -> str:
@@ -71,7 +71,7 @@ def cell(value: Any) -> str:
     from gpuci.units import format_output
 
     if isinstance(value, Link):
-        return f"<{value}>" if _PLAIN_URL.match(value) else code(value)
+        return f"<{value}>" if re.match(_PLAIN_URL, value) else code(value)
     if isinstance(value, Code):
         return code(value)
     shown = format_output(value) if isinstance(value, bool | float) or value is None else value

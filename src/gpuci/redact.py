@@ -22,9 +22,10 @@ ELLIPSIS = "…"
 
 # Query parameters whose value is a credential: presigned S3 URLs (X-Amz-Signature,
 # X-Amz-Credential, X-Amz-Security-Token), SAS tokens (sig), OAuth (access_token, code), keys.
-_SECRET_PARAM = re.compile(
-    r"(sig|signature|token|secret|passw|pwd|key|auth|credential|session|code|private)",
-    re.IGNORECASE,
+# Patterns a command may never use are kept as text: ``re`` compiles one on its first use (and
+# keeps it), where compiling every pattern at import cost each start-up its share of a ms.
+_SECRET_PARAM = (
+    r"(?i)(sig|signature|token|secret|passw|pwd|key|auth|credential|session|code|private)"
 )
 # A URL inside free text: scheme://, then up to whitespace or a quote/bracket that ends it.
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s'\"<>`]+")
@@ -34,7 +35,7 @@ _QUERY_PAIR = re.compile(r"([?&])([A-Za-z0-9_.%-]+)=([^&\s'\"<>`#]*)")
 # reorders the text after it, so a metric shown as 0.1 can read 1.0: the embeddings and
 # overrides (U+202A-202E), the isolates (U+2066-2069) and the marks (U+200E, U+200F, U+061C).
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-_BIDI_CHAR = re.compile(f"[{_BIDI}]")
+_BIDI_CHAR = f"[{_BIDI}]"  # compiled on first use, as _SECRET_PARAM
 # Control characters other than tab: C0, DEL and C1, each of which could end or rewrite a line,
 # and the bidi ones, which rewrite how it reads.
 _CONTROL = re.compile(f"[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f{_BIDI}]")
@@ -65,7 +66,9 @@ def _redact_params(text: str) -> str:
     parts = []
     for part in text.split("&"):
         name, sep, _ = part.partition("=")
-        parts.append(f"{name}={REDACTED}" if sep and _SECRET_PARAM.search(unquote(name)) else part)
+        parts.append(
+            f"{name}={REDACTED}" if sep and re.search(_SECRET_PARAM, unquote(name)) else part
+        )
     return "&".join(parts)
 
 
@@ -108,7 +111,8 @@ def redact_urls(text: str) -> str:
 
 def _pair(match: re.Match[str]) -> str:
     name = match.group(2)
-    return f"{match.group(1)}{name}={REDACTED}" if _SECRET_PARAM.search(name) else match.group(0)
+    secret = re.search(_SECRET_PARAM, name)
+    return f"{match.group(1)}{name}={REDACTED}" if secret else match.group(0)
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -131,7 +135,7 @@ def single_line(text: str) -> str:
 def escape_bidi(text: str) -> str:
     """Only the bidi characters as visible escapes (``\\u202e``), for text that handles the
     other control characters its own way (a chart label makes them spaces)."""
-    return _BIDI_CHAR.sub(_escaped, text)
+    return re.sub(_BIDI_CHAR, _escaped, text)
 
 
 def clip(text: str, limit: int) -> str:

@@ -35,6 +35,8 @@ OutputValue = str | int | float | bool | None
 
 @dataclass(frozen=True)
 class Annotation:
+    """One annotation of a step's result: an error, warning or notice, with its title."""
+
     level: Level
     message: str
     title: str = ""
@@ -144,7 +146,7 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-_FILE_COMMAND_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_FILE_COMMAND_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"  # text: ``re`` compiles it on first use
 
 
 _COLOURS = {"error": "31", "warning": "33", "notice": "36", "ok": "32", "bold": "1", "dim": "2"}
@@ -349,7 +351,7 @@ class Runtime:
         The name is checked too: a name holding ``<<``, ``=`` or a newline would let a value
         end the entry early and write a variable of its own choosing.
         """
-        if not _FILE_COMMAND_NAME.match(name):
+        if not re.match(_FILE_COMMAND_NAME, name):
             raise InputError(
                 f"refusing to write the variable name {_redact.single_line(name)!r}",
                 hint="names are letters, digits, '_', '-' and '.', starting with a letter",

@@ -36,7 +36,9 @@ GROUPS = (
 
 ALL: list[Setting] = []
 # What :meth:`Setting.number` reads: plain decimals only (no nan, inf, exponent or sign).
-_NUMBER = re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?|\.[0-9]{1,18}")
+# Text, compiled by ``re`` on first use: most commands read no number, and a compile at import
+# is a share of every start-up.
+_NUMBER = r"[0-9]{1,18}(?:\.[0-9]{1,18})?|\.[0-9]{1,18}"
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ class Setting:
             gpuci.errors.InputError: it is not one, in one line naming the variable.
         """
         text = self.value(environ)
-        if _NUMBER.fullmatch(text) and float(text) >= minimum:
+        if re.fullmatch(_NUMBER, text) and float(text) >= minimum:
             return float(text)
         raise self._bad(text, f"a number of at least {minimum:g}")
 

@@ -48,10 +48,16 @@ NOT_LOADED = (
     "gpuci.cache._upkeep.pins",
     "gpuci.cache._upkeep.listing",
     "argparse",  # a plain command line is read without it (gpuci.cli._plain_args)
+    # issue 33: a probe name needs no uuid (which imports platform and its nine regexes)
+    "uuid",
+    "platform",
 )
 # A file store also makes no request to retry (S3's control requests need the retry policy),
 # starts no thread and removes no folder.
-FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil")
+# Nor does it convert a time (S3's signer needs datetime, gpuci.units only when converting).
+# Nor does an exact hit list refs (heapq keeps the newest under a restore-keys prefix; S3's
+# client loads it anyway).
+FILE_NOT_LOADED = ("gpuci.retry", "gpuci.adaptive", "threading", "shutil", "datetime", "heapq")
 _PROBE = (
     "import sys, json, contextlib, io\n"
     "from gpuci.cli import main\n"
@@ -130,3 +136,36 @@ def test_a_restore_keys_match_lists_without_boto3(warm, tmp_path):
     assert outputs["cache-hit"] == "false" and outputs["matched-key"] == "warm"
     assert snapshot(tmp_path / "out") == snapshot(src)
     assert not {"boto3", "botocore", "httpx"} & set(got["modules"])
+
+
+def test_a_warm_link_restore_of_big_files_starts_no_thread(tmp_path):
+    """``link`` mode links a big file as it links a small one (an inode written, no bytes), so
+    a warm restore of model shards has nothing to copy in parallel: no placing pool, none of
+    its modules (concurrent.futures, logging, threading)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "INPUT_"))}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        GPUCI_LOCAL_CACHE=str(tmp_path / "tier"),
+        PYTHONPATH=str(REPO_ROOT / "src"),
+    )
+    env.pop("CI", None)
+    src = make_tree(tmp_path / "src", big=9 << 20, small=8)  # over place.PARALLEL_MIN
+    args = ["cache-weights", "restore", "--store", (tmp_path / "store").as_uri(), "--key", "big"]
+    args += ["--local-cache-mode", "link"]
+    save = [sys.executable, "-m", "gpuci", "cache-weights", "save", *args[2:6], "--path", str(src)]
+    saved = subprocess.run(save, env=env, capture_output=True, text=True, timeout=120)
+    assert saved.returncode == 0, saved.stdout + saved.stderr
+    _restore(args, env, tmp_path / "warm")  # the tier keeps a blob per file
+    got = _restore(args, env, tmp_path / "out")
+    placed = json.loads(got["out"])["report"]["placed"]
+    if "reflink" in placed:
+        pytest.skip("this filesystem clones: link mode reflinks")
+    assert placed.get("hardlink", 0) >= 9, placed  # the big file and the small ones
+
+    def contents(root: Path) -> dict[str, object]:  # linked files are the tier's 0444 inodes
+        return {path: (what[0], what[-1]) for path, what in snapshot(root).items()}
+
+    assert contents(tmp_path / "out") == contents(src)
+    loaded = [m for m in ("concurrent.futures", "logging", "threading") if m in got["modules"]]
+    assert loaded == [], f"a warm link restore of big files imported {loaded}"

@@ -228,7 +228,7 @@ def test_a_failed_parallel_placement_leaves_no_tree_and_no_staging(tmp_path, env
 
     def place(self, digest, size, dest, mode):
         placed = real_place(self, digest, size, dest, mode)
-        if dest.name == "shard-1.bin":  # a copy that fails after writing (the disk filled)
+        if os.path.basename(dest) == "shard-1.bin":  # a copy that fails after writing (disk full)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))
         return placed
 

@@ -95,6 +95,8 @@ class Entry:
 
 @dataclass
 class Manifest:
+    """One saved tree: its key, roots and entries, and when and by what job it was saved."""
+
     key: str
     roots: list[dict[str, str]]
     entries: list[Entry]
@@ -175,6 +177,7 @@ def _show(value: Any) -> str:
 MAX_DEPTH = 256
 MAX_TARGET_BYTES = 4096
 MAX_TARGET_PARTS = 2 * MAX_DEPTH
+_NOT_NORMAL = frozenset(("", ".", ".."))  # path components no normalised relative path has
 
 
 def path_problem(path: str) -> str | None:
@@ -185,7 +188,7 @@ def path_problem(path: str) -> str | None:
     if path.startswith("/") or _drive(path):
         return "is absolute"
     parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    if not _NOT_NORMAL.isdisjoint(parts):
         return "is not normalised or climbs out with '..'"
     if len(parts) > MAX_DEPTH:
         return f"is more than {MAX_DEPTH} folders deep"
@@ -227,49 +230,67 @@ def _int(source: str, value: Any, what: str, upper: int | None = None) -> int:
     return value
 
 
-def _entry(source: str, raw: Any, roots: list[dict[str, str]]) -> Entry:
+def _entry(source: str, raw: Any, file_roots: list[bool]) -> Entry:
+    """One entry, every field checked. ``file_roots[i]``: whether root ``i`` is a single file.
+
+    A manifest holds an entry per file (1,000s): the usual values (plain ``int``s in range) are
+    let through by one test each, anything else goes to :func:`_int` for its refusal."""
     if not isinstance(raw, dict):
         raise _bad(source, "an entry is not an object")
     kind = raw.get("type")
     if kind not in ("file", "symlink", "dir"):
         raise _bad(source, f"entry type {_show(kind)} is unknown")
-    root = _int(source, raw.get("root"), "root")
-    if root >= len(roots):
-        raise _bad(source, f"entry names root {root}, the manifest has {len(roots)}")
-    file_root = roots[root].get("kind") == "file"
+    root = raw.get("root")
+    if type(root) is not int or root < 0:  # a bool is no int here (its type is bool)
+        root = _int(source, root, "root")
+    if root >= len(file_roots):
+        raise _bad(source, f"entry names root {root}, the manifest has {len(file_roots)}")
+    file_root = file_roots[root]
     path = _check_path(source, raw.get("path"), allow_empty=file_root and kind == "file")
     if file_root and path != "":
         raise _bad(source, f"root {root} is a single file but an entry names {_show(path)}")
-    entry = Entry(type=kind, root=root, path=path)
     if kind == "file":
-        entry.size = _int(source, raw.get("size"), "size", layout.MAX_FILE_BYTES)
-        entry.mode = _int(source, raw.get("mode"), "mode", 0o7777)
-        entry.sha256 = str(raw.get("sha256", ""))
-        if not layout.is_sha256(entry.sha256):
-            raise _bad(source, f"{_show(path)} has no valid sha256")
-        if "pack" in raw:
-            entry.pack = str(raw["pack"])
-            if not layout.is_sha256(entry.pack):
-                raise _bad(source, f"{_show(path)} names an invalid pack")
-            entry.offset = _int(source, raw.get("offset"), "offset", layout.MAX_FILE_BYTES)
-    elif kind == "symlink":
-        target = raw.get("target")
-        if not isinstance(target, str):
-            raise _bad(source, f"symlink {_show(path)} has no target")
-        problem = target_problem(target)
-        if problem is not None:
-            raise _bad(source, f"symlink {_show(path)} {problem}")
-        if target.startswith("/"):
-            raise _bad(source, f"symlink {_show(path)} points at the absolute path {_show(target)}")
-        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-        if resolved == ".." or resolved.startswith("../"):
-            raise _bad(
-                source, f"symlink {_show(path)} -> {_show(target)} escapes the target folder"
-            )
-        entry.target = target
-    else:
-        entry.mode = _int(source, raw.get("mode", 0o755), "mode", 0o7777)
-    return entry
+        return _file_entry(source, raw, root, path)
+    if kind == "symlink":
+        return Entry("symlink", root, path, target=_link_target(source, raw, path))
+    mode = raw.get("mode", 0o755)
+    if type(mode) is not int or not 0 <= mode <= 0o7777:
+        mode = _int(source, mode, "mode", 0o7777)
+    return Entry("dir", root, path, mode)
+
+
+def _file_entry(source: str, raw: dict[str, Any], root: int, path: str) -> Entry:
+    size, mode = raw.get("size"), raw.get("mode")
+    if type(size) is not int or not 0 <= size <= layout.MAX_FILE_BYTES:
+        size = _int(source, size, "size", layout.MAX_FILE_BYTES)
+    if type(mode) is not int or not 0 <= mode <= 0o7777:
+        mode = _int(source, mode, "mode", 0o7777)
+    sha256 = str(raw.get("sha256", ""))
+    if not layout.is_sha256(sha256):
+        raise _bad(source, f"{_show(path)} has no valid sha256")
+    if "pack" not in raw:
+        return Entry("file", root, path, mode, size, sha256)
+    pack = str(raw["pack"])
+    if not layout.is_sha256(pack):
+        raise _bad(source, f"{_show(path)} names an invalid pack")
+    offset = _int(source, raw.get("offset"), "offset", layout.MAX_FILE_BYTES)
+    return Entry("file", root, path, mode, size, sha256, pack=pack, offset=offset)
+
+
+def _link_target(source: str, raw: dict[str, Any], path: str) -> str:
+    """A symlink entry's target, refused when it leaves the tree on its own."""
+    target = raw.get("target")
+    if not isinstance(target, str):
+        raise _bad(source, f"symlink {_show(path)} has no target")
+    problem = target_problem(target)
+    if problem is not None:
+        raise _bad(source, f"symlink {_show(path)} {problem}")
+    if target.startswith("/"):
+        raise _bad(source, f"symlink {_show(path)} points at the absolute path {_show(target)}")
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    if resolved == ".." or resolved.startswith("../"):
+        raise _bad(source, f"symlink {_show(path)} -> {_show(target)} escapes the target folder")
+    return target
 
 
 def check_size(size: int, source: str) -> None:
@@ -350,7 +371,8 @@ def parse(data: bytes, source: str) -> Manifest:
     entries_raw = raw.get("entries")
     if not isinstance(entries_raw, list):
         raise _bad(source, "no entries list")
-    entries = [_entry(source, item, roots) for item in entries_raw]
+    file_roots = [root["kind"] == "file" for root in roots]
+    entries = [_entry(source, item, file_roots) for item in entries_raw]
     seen: set[tuple[int, str]] = set()
     for entry in entries:
         ident = (entry.root, entry.path)

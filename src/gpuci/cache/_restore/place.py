@@ -52,10 +52,13 @@ DISK_MARGIN = 64 << 20
 # only queue on the same disk.
 PLACE_THREADS = min(4, os.cpu_count() or 1)
 PARALLEL_MIN = 8 << 20  # files this large go to the placing threads; smaller ones are copied inline
+_File = tuple[mf.Entry, str]  # a file to fill and where, in staging
 
 
 @dataclass
 class _Root:
+    """One path the restore places a root of the manifest at, and where it is built."""
+
     index: int
     kind: str
     target: Path
@@ -140,9 +143,7 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]], room: bool
             tier.copy_in(path, entry.sha256)  # executable or private: the job keeps its own
 
 
-def _place_local(
-    tier: LocalTier, files: list[tuple[mf.Entry, Path]], moved: Moved
-) -> list[tuple[mf.Entry, Path]]:
+def _place_local(tier: LocalTier, files: list[_File], moved: Moved) -> list[_File]:
     """Place what the tier holds, several files at once; returns the files left to fetch.
 
     The kernel copies (``copy_file_range`` and ``FICLONE`` release the GIL), so on a runner
@@ -154,19 +155,18 @@ def _place_local(
     copy still writing into staging.
     """
 
-    def one(item: tuple[mf.Entry, Path]) -> Placed | None:
+    def one(item: _File) -> Placed | None:
         entry, path = item
         return tier.place(entry.sha256, entry.size, path, mf.placed_mode(entry.mode))
 
-    def small_ones() -> tuple[list[tuple[mf.Entry, Path]], list[Placed | None]]:
+    def small_ones() -> tuple[list[_File], list[Placed | None]]:
         rest = small + (_place_from_runs(tier, packed, moved) if packed else [])
         return rest, [one(item) for item in rest]
 
     # Runs first for packed files, whatever their size: a blob of one is only an older tier's.
     packed = [f for f in files if f[0].pack] if tier.keeps_runs else []
     others = [f for f in files if not f[0].pack] if packed else files
-    big = sorted((f for f in others if f[0].size >= PARALLEL_MIN), key=lambda f: -f[0].size)
-    small = [f for f in others if f[0].size < PARALLEL_MIN]
+    big, small = _big_copies(tier, others)
     if big and len(files) > 1 and PLACE_THREADS > 1:
         from concurrent.futures import ThreadPoolExecutor  # (and logging): only when it pays
 
@@ -191,14 +191,39 @@ def _place_local(
     return left
 
 
-def _place_from_runs(
-    tier: LocalTier, files: list[tuple[mf.Entry, Path]], moved: Moved
-) -> list[tuple[mf.Entry, Path]]:
+def _big_copies(tier: LocalTier, files: list[_File]) -> tuple[list[_File], list[_File]]:
+    """(the big files the tier copies, largest first; the rest). A file ``link`` mode links is
+    no copy, whatever its size: a link (or a clone) only writes an inode, so it is made inline
+    like a small file's, and a warm ``link`` restore starts no thread (nor imports the pool's
+    modules; docs/benchmarks.md#figures-behind-the-code)."""
+    big: list[_File] = []
+    small: list[_File] = []
+    tier_dev = _device(tier.root) if tier.mode == "link" else None
+    for item in files:
+        entry, path = item
+        copies = entry.size >= PARALLEL_MIN and not (
+            tier.links(entry.size, entry.mode) and _device(os.path.dirname(path)) == tier_dev
+        )
+        (big if copies else small).append(item)
+    big.sort(key=lambda f: -f[0].size)
+    return big, small
+
+
+def _device(path: str | Path) -> int | None:
+    """The filesystem ``path`` is on (None when it cannot be looked at): a hardlink from the
+    tier needs the tier's."""
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
+
+
+def _place_from_runs(tier: LocalTier, files: list[_File], moved: Moved) -> list[_File]:
     """Place the packed files the tier's runs hold (each hashed on its way out); returns the
     files left: the unpacked ones, and packed ones no run holds (a blob may, from ``link``
     mode or an older tier). ``link`` mode, which keeps a blob per file, adopts the files it
     cut from a run, so its next restore hardlinks them."""
-    by_pack: dict[str, list[tuple[mf.Entry, Path]]] = {}
+    by_pack: dict[str, list[_File]] = {}
     left = []
     for item in files:
         if item[0].pack:
@@ -207,13 +232,13 @@ def _place_from_runs(
             left.append(item)
     assert moved.placed is not None
     for pack, items in by_pack.items():
-        wanted = [(e.offset, e.size, e.sha256, p, mf.placed_mode(e.mode)) for e, p in items]
+        wanted = [(e.offset, e.size, e.sha256, Path(p), mf.placed_mode(e.mode)) for e, p in items]
         for item, placed in zip(items, tier.runs.place(pack, wanted), strict=True):
             if placed:
                 moved.from_local += item[0].size
                 moved.placed["copy"] = moved.placed.get("copy", 0) + 1
                 if tier.links(item[0].size, item[0].mode):
-                    tier.adopt(item[1], item[0].sha256)
+                    tier.adopt(Path(item[1]), item[0].sha256)
             else:
                 left.append(item)
     return left
@@ -258,7 +283,7 @@ def restore_tree(
         _fill_files(store, files, rt, label, tier, moved)
         _make_symlinks(manifest, roots)
         for path, mode in reversed(dirs):
-            path.chmod(mf.placed_mode(mode) | 0o700)
+            os.chmod(path, mf.placed_mode(mode) | 0o700)
         _place(roots)
         refuse_escaping_links(manifest, [root.target for root in roots])
     except OSError as exc:
@@ -349,29 +374,36 @@ def _put_back(roots: list[_Root]) -> None:
 
 def _build_skeleton(
     manifest: mf.Manifest, roots: list[_Root]
-) -> tuple[list[tuple[mf.Entry, Path]], list[tuple[Path, int]]]:
-    """Make the folders and empty files in staging; return the files to fill and the folders."""
-    files: list[tuple[mf.Entry, Path]] = []
-    dirs: list[tuple[Path, int]] = []
-    made: set[Path] = set()
+) -> tuple[list[_File], list[tuple[str, int]]]:
+    """Make the folders and empty files in staging; return the files to fill and the folders.
+
+    Paths are ``str``s: a ``Path`` per file cost more than placing it from the tier
+    (docs/benchmarks.md#figures-behind-the-code); the manifest's paths are normalised and
+    relative (:func:`gpuci.cache._format.manifest.path_problem`), so joining them is one format.
+    """
+    files: list[_File] = []
+    dirs: list[tuple[str, int]] = []
+    made: set[str] = set()
+    bases = [str(root.build) for root in roots]
     for entry in manifest.entries:
-        base = roots[entry.root].build
-        path = base / entry.path if entry.path else base
+        base = bases[entry.root]
+        path = f"{base}/{entry.path}" if entry.path else base
         if entry.type == "dir":
-            path.mkdir(parents=True, exist_ok=True)
+            Path(path).mkdir(parents=True, exist_ok=True)  # a Path per folder, not per file
             dirs.append((path, entry.mode))
         elif entry.type == "file":
-            if path.parent not in made:  # one mkdir per folder, not one per file
-                path.parent.mkdir(parents=True, exist_ok=True)
-                made.add(path.parent)
+            parent = os.path.dirname(path)
+            if parent not in made:  # one mkdir per folder, not one per file
+                Path(parent).mkdir(parents=True, exist_ok=True)
+                made.add(parent)
             if entry.size == 0:
                 if entry.sha256 != EMPTY_SHA256:
                     raise IntegrityError(
                         f"{entry.path}: the manifest gives an empty file a non-empty hash",
                         hint="the manifest is corrupt; save the key again",
                     )
-                path.touch()
-                path.chmod(mf.placed_mode(entry.mode))
+                Path(path).touch()
+                os.chmod(path, mf.placed_mode(entry.mode))
             else:
                 files.append((entry, path))
     return files, dirs
@@ -379,7 +411,7 @@ def _build_skeleton(
 
 def _fill_files(
     store: Store,
-    files: list[tuple[mf.Entry, Path]],
+    files: list[_File],
     rt: Runtime,
     label: str,
     tier: LocalTier | None,
@@ -390,9 +422,10 @@ def _fill_files(
         files = _place_local(tier, files, moved)
     if not files:  # a warm restore from the tier skips the network machinery entirely
         return
-    moved.downloaded, moved.connections, room = _download(store, files, rt, label, tier)
+    fetched = [(entry, Path(path)) for entry, path in files]
+    moved.downloaded, moved.connections, room = _download(store, fetched, rt, label, tier)
     if tier is not None:
-        _fill_tier(tier, files, room)
+        _fill_tier(tier, fetched, room)
 
 
 def _make_symlinks(manifest: mf.Manifest, roots: list[_Root]) -> None:

@@ -375,7 +375,7 @@ class LocalTier:
         ]
 
     # ----- placing -------------------------------------------------------------------------
-    def place(self, digest: str, size: int, dest: Path, mode: int) -> Placed | None:
+    def place(self, digest: str, size: int, dest: str | Path, mode: int) -> Placed | None:
         """Put the blob at ``dest`` as the trust mode says; None when the blob is not usable
         (gone, untrusted, or in ``verify`` mode not hashing to its name): the caller fetches it.
 
@@ -417,7 +417,7 @@ class LocalTier:
             os.close(src)
 
     def _place_from(
-        self, src: int, st: os.stat_result, digest: str, dest: Path, mode: int, linkable: bool
+        self, src: int, st: os.stat_result, digest: str, dest: str | Path, mode: int, linkable: bool
     ) -> Placed:
         dst = os.open(dest, _CREATE, 0o600)
         try:
@@ -442,7 +442,7 @@ class LocalTier:
                 os.close(dst)
         return Placed("reflink" if reflinked else "copy", st.st_size)
 
-    def _hardlink(self, digest: str, st: os.stat_result, dest: Path) -> str:
+    def _hardlink(self, digest: str, st: os.stat_result, dest: str | Path) -> str:
         """``link`` mode: link the very inode that was checked, else leave nothing at dest.
 
         Returns ``linked``, ``refused`` (another filesystem, a link count at its limit) or
