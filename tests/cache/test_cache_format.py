@@ -129,3 +129,10 @@ def test_local_store_save_never_imports_boto3(tmp_path):
         timeout=60,
     )
     assert proc.stdout.strip().endswith("NO-BOTO3 0"), proc.stdout + proc.stderr
+
+
+def test_a_digest_with_a_trailing_newline_is_not_a_sha256():
+    """``$`` matches before a final newline: the check is the whole text, 64 hex digits."""
+    digest = "a" * 64
+    assert layout.is_sha256(digest)
+    assert not layout.is_sha256(digest + "\n")

@@ -82,13 +82,13 @@ TOUCH_AFTER = 3600
 INCOMPLETE = ".incomplete"
 STAGING_PREFIX = ".gpuci-staging-"
 
-_HEX = re.compile(r"^[0-9a-f]{64}$")
+_HEX = re.compile(r"[0-9a-f]{64}")
 # Keys are quoted char by char, so quote(prefix) is a prefix of quote(key): prefix listing works.
 _KEY_SAFE = "-_.~+=@,:"
 
 
 def is_sha256(text: str) -> bool:
-    return bool(_HEX.match(text))
+    return bool(_HEX.fullmatch(text))
 
 
 def manifest_digest(text: str, what: str = "manifest") -> str:

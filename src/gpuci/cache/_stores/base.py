@@ -27,6 +27,8 @@ class SourceChanged(InputError):
 
 @dataclass(frozen=True)
 class ObjectInfo:
+    """What a store says of one object: its key, size, age and tag (as read, untrusted)."""
+
     key: str  # relative to the store's root
     size: int
     modified: float  # seconds since the epoch
