@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,11 @@ from gpuci.errors import InfraError, InputError, IntegrityError
 
 INCOMPLETE = ".incomplete"
 _BLOCK = 1 << 20
+FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Deeper than any path gpu-ci names (a manifest's 256 folders, a key of 512 characters): a
+# descent past it is refused before anything is opened, and a walk holds at most this many.
+MAX_DEPTH = 512
+_MAKE_TRIES = 8  # a folder made, then gone before it was opened, this often: one error, no loop
 
 
 def incomplete_path(path: Path) -> Path:
@@ -182,3 +187,81 @@ def open_regular(path: str | Path, *, follow: bool = True, dir_fd: int | None = 
         raise NotRegular(str(path), mode)
     os.set_blocking(fd, True)
     return fd
+
+
+class Blocked(OSError):
+    """What stands where :func:`open_below` goes down: a link (``link``; errno ``ELOOP``),
+    anything else that is no folder (``ENOTDIR``), a name that leaves its folder (``EINVAL``)."""
+
+    def __init__(self, code: int, why: str, path: str, *, link: bool = False) -> None:
+        super().__init__(code, why, path)
+        self.link = link
+
+
+def open_below(
+    base: Path | int,
+    names: Sequence[str],
+    *,
+    create: bool = False,
+    each: Callable[[int, int], object] | None = None,
+) -> int:
+    """The folder ``base/names...``, open: the one way gpu-ci goes down from a base folder
+    without following a link on the way. Each name is opened ``O_NOFOLLOW`` inside the folder
+    above (two descriptors at a time, whatever the depth), so a link planted or swapped in
+    anywhere below ``base`` is met, never followed; the caller then acts relative to the
+    descriptor, never by the path again. ``base`` is the caller's own choice of place: a path
+    is opened as given (made first when ``create``), a descriptor is used and left open.
+    ``each(folder, i)`` runs in every folder before going down into ``names[i]``.
+
+    The rules, one set for every caller (each says them in its own words):
+    a link on the way is :class:`Blocked` with ``link`` set; anything else that is no folder,
+    or a name that is empty, ``.``, ``..`` or holds a ``/``, is :class:`Blocked`; a missing
+    folder is FileNotFoundError naming it (made instead, by whoever gets there first, when
+    ``create``); more than :data:`MAX_DEPTH` names is OSError ``ENAMETOOLONG``, before anything
+    is opened.
+
+    Returns:
+        A new descriptor of the folder reached, for the caller to close.
+    """
+    at = Path(".") if isinstance(base, int) else Path(base)
+    if len(names) > MAX_DEPTH:
+        raise OSError(errno.ENAMETOOLONG, f"more than {MAX_DEPTH} folders deep", str(at))
+    if isinstance(base, int):
+        fd = os.dup(base)
+    else:
+        if create:
+            base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(base, FOLDER)
+    try:
+        for index, name in enumerate(names):
+            if each is not None:
+                each(fd, index)
+            at = at / name
+            inner = _step(fd, name, at, create)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _step(folder: int, name: str, at: Path, create: bool) -> int:
+    """The folder ``name`` in ``folder``, opened without following a link (:func:`open_below`)."""
+    if name in ("", ".", "..") or "/" in name:
+        raise Blocked(errno.EINVAL, "a name that leaves its folder", str(at))
+    for _ in range(_MAKE_TRIES):
+        try:
+            return os.open(name, FOLDER | os.O_NOFOLLOW, dir_fd=folder)
+        except FileNotFoundError:
+            if not create:
+                raise FileNotFoundError(errno.ENOENT, "no such folder", str(at)) from None
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=folder)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+                raise Blocked(errno.ELOOP, "a link", str(at), link=True) from None
+            raise Blocked(errno.ENOTDIR, "not a folder", str(at)) from None
+    raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))

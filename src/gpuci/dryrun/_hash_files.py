@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -75,11 +74,12 @@ def _files(root: Path, parts: list[str], room: int | None) -> set[Path]:
     """The files under ``root`` that ``parts`` match; no link is followed on the way (only a
     matched file's own link, as the runner reads it); _TooMany past ``room`` matches."""
     fixed = next((i for i, part in enumerate(parts) if _is_magic(part)), len(parts))
-    start = root
-    for part in parts[:-1] if fixed == len(parts) else parts[:fixed]:
-        start = start / part
-        if not _is_real_folder(start):
-            return set()
+    above = parts[:-1] if fixed == len(parts) else parts[:fixed]
+    try:
+        os.close(files.open_below(root, above))  # no link on the way: the runner follows none
+    except (FileNotFoundError, files.Blocked):
+        return set()
+    start = root.joinpath(*above)
     if fixed == len(parts):  # no wildcard: one path
         target = start / parts[-1] if parts else root
         return {target} if parts and target.is_file() else set()
@@ -97,14 +97,6 @@ def _files(root: Path, parts: list[str], room: int | None) -> set[Path]:
 
 def _raise(error: OSError) -> None:
     raise error
-
-
-def _is_real_folder(path: Path) -> bool:
-    """A folder that is no symbolic link (the runner does not follow one either)."""
-    try:
-        return stat.S_ISDIR(path.lstat().st_mode)
-    except FileNotFoundError:
-        return False
 
 
 def _is_magic(part: str) -> bool:

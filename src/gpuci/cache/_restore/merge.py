@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuci import files
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._restore.staging import DIR_FLAGS, Staging
 from gpuci.errors import InputError
@@ -200,7 +201,7 @@ class Placement:
             os.fchmod(sub, mode)
 
     def _undo(self, top: int, step: _Step) -> None:
-        dest = _walk(top, step.parts)
+        dest = files.open_below(top, step.parts)  # no link followed on the way back either
         try:
             if step.mode is not None:
                 sub = os.open(step.name, DIR_FLAGS, dir_fd=dest)
@@ -215,8 +216,7 @@ class Placement:
             if step.aside is not None and _holds(dest, step.name) is None:
                 os.rename(step.aside, step.name, src_dir_fd=trash, dst_dir_fd=dest)
         finally:
-            if dest != top:
-                os.close(dest)
+            os.close(dest)
 
 
 def _holds(dest: int, name: str) -> tuple[int, int] | None:
@@ -227,22 +227,6 @@ def _holds(dest: int, name: str) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino
-
-
-def _walk(top: int, parts: tuple[str, ...]) -> int:
-    """The folder ``parts`` below ``top``, opened without following a link."""
-    fd = top
-    try:
-        for part in parts:
-            sub = os.open(part, DIR_FLAGS, dir_fd=fd)
-            if fd != top:
-                os.close(fd)
-            fd = sub
-    except BaseException:
-        if fd != top:
-            os.close(fd)
-        raise
-    return fd
 
 
 def refuse_links_leaving(manifest: mf.Manifest, index: int, target: Path) -> None:
