@@ -121,15 +121,17 @@ def restore_to(store: StoreCase, env: dict[str, str], key: str, *targets: Path) 
 
 
 def replace_fails_on(monkeypatch: Any, name: str) -> None:
-    """``os.replace`` onto ``name`` fails with EIO (a merge failing midway), others work."""
-    real_replace = os.replace
+    """Placing onto ``name`` (``os.replace``, or ``os.link`` where it was missing) fails with
+    EIO (a merge failing midway), others work."""
+    for call in ("replace", "link"):
+        real = getattr(os, call)
 
-    def failing(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        if dst == name:
-            raise OSError(errno.EIO, os.strerror(errno.EIO), name)
-        real_replace(src, dst, *args, **kwargs)
+        def failing(src: Any, dst: Any, *args: Any, real: Any = real, **kwargs: Any) -> None:
+            if dst == name:
+                raise OSError(errno.EIO, os.strerror(errno.EIO), name)
+            real(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(os, "replace", failing)
+        monkeypatch.setattr(os, call, failing)
 
 
 def deep_folder(parent: Path, name: str, depth: int) -> None:

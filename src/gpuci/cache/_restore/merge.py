@@ -22,6 +22,8 @@ from gpuci.cache._format import manifest as mf
 from gpuci.cache._restore.staging import DIR_FLAGS, Staging
 from gpuci.errors import InputError
 
+# What ``link`` says where a filesystem (or its settings) allows no hard link.
+_NO_LINKS = (errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP)
 _MAX_OPEN = 256  # the job's folders kept open while its links are read: then all are closed
 
 
@@ -181,17 +183,29 @@ class Placement:
     def _put(
         self, src: str, dest: int, parts: tuple[str, ...], name: str, aside: str | None
     ) -> None:
-        """Rename ``src`` onto ``name``, then record the inode placed there: the undo moves back
-        only that one. A rename that failed changed nothing at ``name`` (another restore's
-        folder may hold it by now), so it is recorded only to put back what was moved aside."""
+        """Put ``src`` at ``name``, then record the inode placed there: the undo moves back only
+        that one. A file or link goes onto a name found missing by :func:`_link_new`, never
+        over one that appeared meanwhile (kept when it holds the same, else moved aside); a
+        folder, or onto a name held (``aside``), by a rename. A rename that failed changed
+        nothing at ``name`` (another restore's folder may hold it by now), so it is recorded
+        only to put back what was moved aside."""
         st = os.lstat(src)
+        placed = (st.st_dev, st.st_ino)
+        if aside is None and not stat.S_ISDIR(st.st_mode):
+            linked = _link_new(src, dest, name)
+            if linked is not None:
+                if linked:
+                    self.steps.append(_Step(parts, name, None, placed=placed))
+                    os.unlink(src)
+                return
+            aside = self._keep(name, dest, atomic=True)
         try:
             os.replace(src, name, dst_dir_fd=dest)  # a rename replaces a link, never follows it
         except OSError:
             if aside is not None:
                 self.steps.append(_Step(parts, name, aside))
             raise
-        self.steps.append(_Step(parts, name, aside, placed=(st.st_dev, st.st_ino)))
+        self.steps.append(_Step(parts, name, aside, placed=placed))
 
     def _set_mode(self, sub: int, item: os.DirEntry[str], parts: tuple[str, ...]) -> None:
         mode = stat.S_IMODE(item.stat(follow_symlinks=False).st_mode)
@@ -217,6 +231,40 @@ class Placement:
                 os.rename(step.aside, step.name, src_dir_fd=trash, dst_dir_fd=dest)
         finally:
             os.close(dest)
+
+
+def _link_new(src: str, dest: int, name: str) -> bool | None:
+    """Put the staged ``src`` onto ``name``, found missing, by a hard link (the staged name is
+    the caller's to unlink): unlike a rename, it never replaces what appeared there meanwhile,
+    another restore of the same cache placing it too. True: placed; False: that other holds
+    the same (its file is kept); None: placed nothing (something else holds it now, or this
+    filesystem refuses hard links): the caller renames over it."""
+    try:
+        os.link(src, name, dst_dir_fd=dest, follow_symlinks=False)
+    except FileExistsError:
+        return False if _same(src, dest, name) else None
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        return None
+    return True
+
+
+def _same(src: str, dest: int, name: str) -> bool:
+    """Whether ``name`` in ``dest`` holds what the staged ``src`` holds: the same link
+    target, or a regular file of the same bytes (opened as someone else's file)."""
+    try:
+        if os.path.islink(src):
+            return os.readlink(name, dir_fd=dest) == os.readlink(src)
+        theirs = files.open_regular(name, follow=False, dir_fd=dest)
+    except OSError:
+        return False
+    try:
+        if os.fstat(theirs).st_size != os.lstat(src).st_size:
+            return False
+        return files.hash_fd(theirs)[0].digest() == files.hash_file(Path(src))[0].digest()
+    finally:
+        os.close(theirs)
 
 
 def _holds(dest: int, name: str) -> tuple[int, int] | None:
