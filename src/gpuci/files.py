@@ -206,19 +206,18 @@ def open_below(
     each: Callable[[int, int], object] | None = None,
 ) -> int:
     """The folder ``base/names...``, open: the one way gpu-ci goes down from a base folder
-    without following a link on the way. Each name is opened ``O_NOFOLLOW`` inside the folder
+    without following a link on the way. Each name is opened ``O_NOFOLLOW`` in the folder
     above (two descriptors at a time, whatever the depth), so a link planted or swapped in
-    anywhere below ``base`` is met, never followed; the caller then acts relative to the
-    descriptor, never by the path again. ``base`` is the caller's own choice of place: a path
-    is opened as given (made first when ``create``), a descriptor is used and left open.
-    ``each(folder, i)`` runs in every folder before going down into ``names[i]``.
+    below ``base`` is met, never followed; the caller then acts relative to the descriptor.
+    ``base`` is the caller's own place: a path is opened as given (made first when
+    ``create``), a descriptor is used and left open. ``each(folder, i)`` runs in every folder
+    before going down into ``names[i]``.
 
-    The rules, one set for every caller (each says them in its own words):
-    a link on the way is :class:`Blocked` with ``link`` set; anything else that is no folder,
-    or a name that is empty, ``.``, ``..`` or holds a ``/``, is :class:`Blocked`; a missing
-    folder is FileNotFoundError naming it (made instead, by whoever gets there first, when
-    ``create``); more than :data:`MAX_DEPTH` names is OSError ``ENAMETOOLONG``, before anything
-    is opened.
+    One set of rules for every caller (each says them in its own words): a link on the way is
+    :class:`Blocked` with ``link`` set; anything else that is no folder, or a name that is
+    empty, ``.``, ``..`` or holds a ``/``, :class:`Blocked`; a missing folder FileNotFoundError
+    naming it (made instead when ``create``, by whoever gets there first); more than
+    :data:`MAX_DEPTH` names OSError ``ENAMETOOLONG``, before anything is opened.
 
     Returns:
         A new descriptor of the folder reached, for the caller to close.

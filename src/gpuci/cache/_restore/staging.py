@@ -28,7 +28,7 @@ TRASH = "replaced"
 # flock, a restore killed before it locked) is swept only once this old.
 UNLOCKED_GRACE = 24 * 3600
 # Opening a folder: never through a symlink (ELOOP instead); merge.py descends the target so.
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = files.FOLDER | os.O_NOFOLLOW
 _ATTEMPTS = 8
 
 
