@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,3 +264,75 @@ def _step(folder: int, name: str, at: Path, create: bool) -> int:
                 raise Blocked(errno.ELOOP, "a link", str(at), link=True) from None
             raise Blocked(errno.ENOTDIR, "not a folder", str(at)) from None
     raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))
+
+
+def walk(
+    top: int, *, strict: bool = False
+) -> Iterator[tuple[list[int], list[str], list[os.DirEntry[str]]]]:
+    """For every folder under the open folder ``top``, top first, in sorted order: the open
+    folders from ``top`` down to it, their names below ``top``, and its entries that are no
+    folder (files, links, FIFOs: the caller picks).
+
+    Iterative (a planted tree a thousand levels deep is just deep, where ``os.walk`` before
+    Python 3.12 recursed past the interpreter's limit), each folder opened by
+    :func:`open_below` in the one above and held while its own are walked, so no link is
+    followed. A folder that cannot be opened or listed (gone, or swapped for a link since it
+    was listed) or lies deeper than :data:`MAX_DEPTH` is passed over, as ``os.walk`` does;
+    OSError instead when ``strict``.
+    """
+    folders, names, todo = [top], [], []  # type: list[int], list[str], list[list[str]]
+    try:
+        while True:
+            found, below = _listed(folders[-1], strict)
+            yield folders, names, found
+            if below and len(names) >= MAX_DEPTH:
+                if strict:
+                    raise OSError(errno.ENAMETOOLONG, f"more than {MAX_DEPTH} folders deep")
+                below = []
+            todo.append(below[::-1])
+            while not _go_into_next(folders, names, todo[-1], strict):
+                if len(folders) == 1:
+                    return
+                os.close(folders.pop())
+                names.pop()
+                todo.pop()
+    finally:
+        for fd in folders[1:]:
+            os.close(fd)
+
+
+def _go_into_next(folders: list[int], names: list[str], todo: list[str], strict: bool) -> bool:
+    """Open the next folder of ``todo`` in the deepest open folder; False when none is left."""
+    while todo:
+        name = todo.pop()
+        try:
+            folders.append(open_below(folders[-1], [name]))
+        except OSError:
+            if strict:
+                raise
+            continue
+        names.append(name)
+        return True
+    return False
+
+
+def _listed(folder: int, strict: bool) -> tuple[list[os.DirEntry[str]], list[str]]:
+    """The open folder's entries that are no folder, and its folders' names, sorted by name."""
+    try:
+        with os.scandir(folder) as listed:
+            entries = sorted(listed, key=lambda entry: entry.name)
+    except OSError:
+        if strict:
+            raise
+        return [], []
+    found, below = [], []
+    for entry in entries:
+        try:
+            is_folder = entry.is_dir(follow_symlinks=False)
+        except OSError:  # gone since it was listed
+            continue
+        if is_folder:
+            below.append(entry.name)
+        else:
+            found.append(entry)
+    return found, below

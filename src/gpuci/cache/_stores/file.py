@@ -30,7 +30,7 @@ from gpuci import files
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores import copying
 from gpuci.cache._stores.base import ObjectInfo, RangeReader, SourceChanged, Store
-from gpuci.cache._stores.file_folders import NotAnObject, open_object, walk, walk_down
+from gpuci.cache._stores.file_folders import NotAnObject, open_object, walk_down
 from gpuci.errors import ConflictError, IntegrityError, StoreError
 
 # ----- the local store -------------------------------------------------------------------------
@@ -349,9 +349,9 @@ class LocalStore(Store):
             self._path(folder)  # refuses a prefix that would name a folder outside the store
         start = [_component(p) for p in above]
         with walk_down(self.root, start, create=False) as top:
-            for folders, names, found in walk(top):
+            for folders, names, found in files.walk(top) if top is not None else ():
                 for entry in found:
-                    if layout.INCOMPLETE in entry.name or _is_name_record(entry.name):
+                    if not _is_object(entry) or _is_name_record(entry.name):
                         continue
                     below = _key_of(folders, [*names, entry.name])
                     key = "/".join([*above, *below]) if below is not None else ""
@@ -381,9 +381,9 @@ class LocalStore(Store):
         now, found = time.time(), []
         try:
             with walk_down(self.root, [], create=False) as top:
-                for _, names, entries in walk(top):
+                for _, names, entries in files.walk(top) if top is not None else ():
                     for entry in entries:
-                        if f"{layout.INCOMPLETE}-" not in entry.name:
+                        if f"{layout.INCOMPLETE}-" not in entry.name or not _is_file(entry):
                             continue
                         try:
                             st = entry.stat(follow_symlinks=False)
@@ -483,6 +483,19 @@ def _key_of(folders: list[int], names: list[str]) -> list[str] | None:
             return None  # a record that does not name this file: planted
         parts.append(part)
     return parts
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file (links, FIFOs and the like are no objects); False when gone."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _is_object(entry: os.DirEntry[str]) -> bool:
+    """A regular file that is no save's temporary file."""
+    return layout.INCOMPLETE not in entry.name and _is_file(entry)
 
 
 def _is_name_record(name: str) -> bool:

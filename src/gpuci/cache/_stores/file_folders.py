@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpuci import files
 
-__all__ = ["NotAnObject", "open_object", "walk", "walk_down"]
+__all__ = ["NotAnObject", "open_object", "walk_down"]
 
 
 class NotAnObject(OSError):
@@ -80,64 +80,3 @@ def walk_down(
     finally:
         if fd is not None:
             os.close(fd)
-
-
-def walk(top: int | None) -> Iterator[tuple[list[int], list[str], list[os.DirEntry[str]]]]:
-    """(the open folders from ``top`` down, their names below it, the last one's regular files)
-    for every folder under the open folder ``top`` (None: nothing), in sorted order, top first.
-
-    Iterative (a planted tree a thousand levels deep would overflow a recursive walk), each
-    folder opened inside the one above by :func:`gpuci.files.open_below` and held while its own
-    are walked (at most :data:`gpuci.files.MAX_DEPTH`: folders deeper hold nothing gpu-ci
-    wrote); links, FIFOs and the like are no objects and are not listed; a folder that cannot
-    be opened or listed is passed over, as ``os.walk`` does.
-    """
-    if top is None:
-        return
-    folders, names, todo = [top], [], []  # type: list[int], list[str], list[list[str]]
-    try:
-        while True:
-            found, below = _listed(folders[-1])
-            yield folders, names, found
-            todo.append(below[::-1] if len(names) < files.MAX_DEPTH else [])
-            while not _go_into_next(folders, names, todo[-1]):
-                if len(folders) == 1:
-                    return
-                os.close(folders.pop())
-                names.pop()
-                todo.pop()
-    finally:
-        for fd in folders[1:]:
-            os.close(fd)
-
-
-def _go_into_next(folders: list[int], names: list[str], todo: list[str]) -> bool:
-    """Open the next folder of ``todo`` in the deepest open folder; False when none is left."""
-    while todo:
-        name = todo.pop()
-        try:
-            folders.append(files.open_below(folders[-1], [name]))
-        except OSError:  # gone, or swapped for a link, since it was listed: passed over
-            continue
-        names.append(name)
-        return True
-    return False
-
-
-def _listed(folder: int) -> tuple[list[os.DirEntry[str]], list[str]]:
-    """The open folder's regular files and the names of its folders, sorted by name."""
-    try:
-        with os.scandir(folder) as listed:
-            entries = sorted(listed, key=lambda entry: entry.name)
-    except OSError:
-        return [], []
-    found, below = [], []
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                below.append(entry.name)
-            elif entry.is_file(follow_symlinks=False):
-                found.append(entry)
-        except OSError:
-            continue
-    return found, below
