@@ -109,14 +109,12 @@ class Placement:
     def _place_dir(self, top: int) -> None:
         name = self.target.name
         try:
-            sub = os.open(name, DIR_FLAGS, dir_fd=top)
+            sub = files.open_below(top, [name])
         except FileNotFoundError:
             if self._put_new(str(self.staging.tree), top, (), name):
                 return
-            sub = os.open(name, DIR_FLAGS, dir_fd=top)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
+            sub = files.open_below(top, [name])
+        except files.Blocked:
             raise not_a_folder(self.target) from None
         try:
             self._merge(str(self.staging.tree), sub, (name,))
@@ -144,14 +142,12 @@ class Placement:
                 self._put(item.path, dest, parts, name, self._keep(name, dest, atomic=True))
                 continue
             try:
-                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
+                sub = files.open_below(dest, [name])
             except FileNotFoundError:
                 if self._put_new(item.path, dest, parts, name):  # new here: the whole subtree
                     continue
-                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                    raise
+                sub = files.open_below(dest, [name])
+            except files.Blocked:
                 self._put(item.path, dest, parts, name, self._keep(name, dest, atomic=False))
                 continue
             try:
