@@ -355,23 +355,12 @@ class LocalStore(Store):
                         continue
                     below = _key_of(folders, [*names, entry.name])
                     key = "/".join([*above, *below]) if below is not None else ""
-                    if key.startswith(prefix) and self._names(key, [*start, *names, entry.name]):
+                    if below is not None and key.startswith(prefix):
                         try:
                             st = entry.stat(follow_symlinks=False)
                         except FileNotFoundError:
                             continue
                         yield ObjectInfo(key, st.st_size, st.st_mtime)
-
-    def _names(self, key: str, names: builtins.list[str]) -> bool:
-        """Whether ``key`` is the name this file is stored under (``names`` from the root): a
-        key is text (a file name that is not UTF-8 is no object gpu-ci wrote) and maps back to
-        this very file."""
-        try:
-            key.encode()
-            self._path(key)
-        except (UnicodeEncodeError, StoreError):
-            return False
-        return [_component(p) for p in key.split("/")] == names
 
     def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
         """Temp files (``*.incomplete-*``) a killed save left, older than ``older_than`` s.
@@ -461,28 +450,35 @@ def _etag_in(folder: int, name: str) -> str | None:
 
 
 def _key_of(folders: list[int], names: list[str]) -> list[str] | None:
-    """The key's parts that ``names`` stand for (each in the open folder ``folders[i]``),
-    long components read back from their name records.
+    """The key's parts that ``names`` stand for (each in the open folder ``folders[i]``), long
+    components read back from their name records; None when it is no object gpu-ci wrote.
 
-    A record is the store's input like any file in it: it is read only as a small regular
-    file (never a link, never waiting on a FIFO), and counts only when the name it sits
-    beside is the mark and sha256 of exactly its text, one component, so a planted record
-    cannot name another object (``../../blobs/...``) nor a file outside the store.
+    A name must map back to this very file: text (a name that is not UTF-8 is not ours), no
+    longer than a plain component may be, or the mark and sha256 of its record's text. A
+    record is the store's input like any file in it: read only as a small regular file (never
+    a link, never waiting on a FIFO), and it counts only as exactly one component naming the
+    file beside it, so a planted record cannot name another object (``../../blobs/...``) nor a
+    file outside the store.
     """
     parts: list[str] = []
     for folder, name in zip(folders, names, strict=True):
-        if not name.startswith(LONG_MARK):
-            parts.append(name)
-            continue
+        part = _record(folder, name) if name.startswith(LONG_MARK) else name
         try:
-            with os.fdopen(open_object(name + NAME_SUFFIX, dir_fd=folder), "rb") as handle:
-                part = handle.read(_MAX_RECORD).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None  # no record (or a damaged one): not an object we wrote
-        if "/" in part or _component(part) != name:
-            return None  # a record that does not name this file: planted
+            if part is None or "/" in part or _component(part) != name:
+                return None
+        except UnicodeEncodeError:
+            return None
         parts.append(part)
     return parts
+
+
+def _record(folder: int, name: str) -> str | None:
+    """The text of the record beside the long name ``name``; None without a usable one."""
+    try:
+        with os.fdopen(open_object(name + NAME_SUFFIX, dir_fd=folder), "rb") as handle:
+            return handle.read(_MAX_RECORD).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _is_file(entry: os.DirEntry[str]) -> bool:
