@@ -173,3 +173,36 @@ def reflink_fs(base: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True, timeout=60, check=False)
+
+
+def deep_folder(parent: Path, name: str, depth: int) -> None:
+    """``parent/name/a/a/...`` ``depth`` deep, made relative to folder descriptors (a path that
+    long is past PATH_MAX), with a file and a link to ``parent`` at the bottom."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    for part in [name] + ["a"] * depth:
+        os.mkdir(part, dir_fd=fd)
+        sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+    os.symlink(parent, "up", dir_fd=fd)
+    os.close(fd)
+
+
+def remove_deep(parent: Path, name: str) -> None:
+    """Remove what :func:`deep_folder` made, without recursion (pytest's clean-up recurses)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd, depth = os.open(parent / name, flags), 0
+    while "a" in os.listdir(fd):
+        sub = os.open("a", flags, dir_fd=fd)
+        os.close(fd)
+        fd, depth = sub, depth + 1
+    for item in os.listdir(fd):
+        os.unlink(item, dir_fd=fd)
+    for _ in range(depth):
+        up = os.open("..", flags, dir_fd=fd)
+        os.close(fd)
+        fd = up
+        os.rmdir("a", dir_fd=fd)
+    os.close(fd)
+    os.rmdir(parent / name)

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,11 @@ from gpuci.errors import InfraError, InputError, IntegrityError
 
 INCOMPLETE = ".incomplete"
 _BLOCK = 1 << 20
+FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# Deeper than any path gpu-ci names (a manifest's 256 folders, a key of 512 characters): a
+# descent past it is refused before anything is opened, and a walk holds at most this many.
+MAX_DEPTH = 512
+_MAKE_TRIES = 8  # a folder made, then gone before it was opened, this often: one error, no loop
 
 
 def incomplete_path(path: Path) -> Path:
@@ -182,3 +187,152 @@ def open_regular(path: str | Path, *, follow: bool = True, dir_fd: int | None = 
         raise NotRegular(str(path), mode)
     os.set_blocking(fd, True)
     return fd
+
+
+class Blocked(OSError):
+    """What stands where :func:`open_below` goes down: a link (``link``; errno ``ELOOP``),
+    anything else that is no folder (``ENOTDIR``), a name that leaves its folder (``EINVAL``)."""
+
+    def __init__(self, code: int, why: str, path: str, *, link: bool = False) -> None:
+        super().__init__(code, why, path)
+        self.link = link
+
+
+def open_below(
+    base: Path | int,
+    names: Sequence[str],
+    *,
+    create: bool = False,
+    each: Callable[[int, int], object] | None = None,
+) -> int:
+    """The folder ``base/names...``, open: the one way gpu-ci goes down from a base folder
+    without following a link on the way. Each name is opened ``O_NOFOLLOW`` in the folder
+    above (two descriptors at a time, whatever the depth), so a link planted or swapped in
+    below ``base`` is met, never followed; the caller then acts relative to the descriptor.
+    ``base`` is the caller's own place: a path is opened as given (made first when
+    ``create``), a descriptor is used and left open. ``each(folder, i)`` runs in every folder
+    before going down into ``names[i]``.
+
+    One set of rules for every caller (each says them in its own words): a link on the way is
+    :class:`Blocked` with ``link`` set; anything else that is no folder, or a name that is
+    empty, ``.``, ``..`` or holds a ``/``, :class:`Blocked`; a missing folder FileNotFoundError
+    naming it (made instead when ``create``, by whoever gets there first); more than
+    :data:`MAX_DEPTH` names OSError ``ENAMETOOLONG``, before anything is opened.
+
+    Returns:
+        A new descriptor of the folder reached, for the caller to close.
+    """
+    at = Path(".") if isinstance(base, int) else Path(base)
+    if len(names) > MAX_DEPTH:
+        raise OSError(errno.ENAMETOOLONG, f"more than {MAX_DEPTH} folders deep", str(at))
+    if isinstance(base, int):
+        fd = os.dup(base)
+    else:
+        if create:
+            base.mkdir(parents=True, exist_ok=True)
+        fd = os.open(base, FOLDER)
+    try:
+        for index, name in enumerate(names):
+            if each is not None:
+                each(fd, index)
+            at = at / name
+            inner = _step(fd, name, at, create)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _step(folder: int, name: str, at: Path, create: bool) -> int:
+    """The folder ``name`` in ``folder``, opened without following a link (:func:`open_below`)."""
+    if name in ("", ".", "..") or "/" in name:
+        raise Blocked(errno.EINVAL, "a name that leaves its folder", str(at))
+    for _ in range(_MAKE_TRIES):
+        try:
+            return os.open(name, FOLDER | os.O_NOFOLLOW, dir_fd=folder)
+        except FileNotFoundError:
+            if not create:
+                raise FileNotFoundError(errno.ENOENT, "no such folder", str(at)) from None
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=folder)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+                raise Blocked(errno.ELOOP, "a link", str(at), link=True) from None
+            raise Blocked(errno.ENOTDIR, "not a folder", str(at)) from None
+    raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))
+
+
+def walk(
+    top: int, *, strict: bool = False
+) -> Iterator[tuple[list[int], list[str], list[os.DirEntry[str]]]]:
+    """For every folder under the open folder ``top``, top first, in sorted order: the open
+    folders from ``top`` down to it, their names below ``top``, and its entries that are no
+    folder (files, links, FIFOs: the caller picks).
+
+    Iterative (a planted tree a thousand levels deep is just deep, where ``os.walk`` before
+    Python 3.12 recursed past the interpreter's limit), each folder opened by
+    :func:`open_below` in the one above and held while its own are walked, so no link is
+    followed. A folder that cannot be opened or listed (gone, or swapped for a link since it
+    was listed) or lies deeper than :data:`MAX_DEPTH` is passed over, as ``os.walk`` does;
+    OSError instead when ``strict``.
+    """
+    folders, names, todo = [top], [], []  # type: list[int], list[str], list[list[str]]
+    try:
+        while True:
+            found, below = _listed(folders[-1], strict)
+            yield folders, names, found
+            if below and len(names) >= MAX_DEPTH:
+                if strict:
+                    raise OSError(errno.ENAMETOOLONG, f"more than {MAX_DEPTH} folders deep")
+                below = []
+            todo.append(below[::-1])
+            while not _go_into_next(folders, names, todo[-1], strict):
+                if len(folders) == 1:
+                    return
+                os.close(folders.pop())
+                names.pop()
+                todo.pop()
+    finally:
+        for fd in folders[1:]:
+            os.close(fd)
+
+
+def _go_into_next(folders: list[int], names: list[str], todo: list[str], strict: bool) -> bool:
+    """Open the next folder of ``todo`` in the deepest open folder; False when none is left."""
+    while todo:
+        name = todo.pop()
+        try:
+            folders.append(open_below(folders[-1], [name]))
+        except OSError:
+            if strict:
+                raise
+            continue
+        names.append(name)
+        return True
+    return False
+
+
+def _listed(folder: int, strict: bool) -> tuple[list[os.DirEntry[str]], list[str]]:
+    """The open folder's entries that are no folder, and its folders' names, sorted by name."""
+    try:
+        with os.scandir(folder) as listed:
+            entries = sorted(listed, key=lambda entry: entry.name)
+    except OSError:
+        if strict:
+            raise
+        return [], []
+    found, below = [], []
+    for entry in entries:
+        try:
+            is_folder = entry.is_dir(follow_symlinks=False)
+        except OSError:  # gone since it was listed
+            continue
+        if is_folder:
+            below.append(entry.name)
+        else:
+            found.append(entry)
+    return found, below

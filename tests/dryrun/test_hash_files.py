@@ -12,6 +12,7 @@ from dryrun.dryrun_testing import runner_hash_files
 from gpuci.dryrun import _contexts
 from gpuci.dryrun._contexts import hash_files
 from gpuci.dryrun._expressions import Unknown
+from gpuci_testing import deep_folder, remove_deep
 
 
 def checkout(tmp_path: Path) -> tuple[Path, dict]:
@@ -22,14 +23,18 @@ def checkout(tmp_path: Path) -> tuple[Path, dict]:
     return root, {"github": {"workspace": str(root)}}
 
 
+def real_path(path) -> str:
+    """The real path of a folder ``os.scandir`` lists, given by path or by descriptor."""
+    return os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else os.path.realpath(path)
+
+
 def listed_folders(monkeypatch) -> list[str]:
-    """Every folder listed from now on (os.scandir, which pathlib and os.walk both use), as
-    its real path."""
+    """Every folder listed from now on (os.scandir, which every walk uses), as its real path."""
     seen: list[str] = []
     real_scandir = os.scandir
 
     def spy(path=".", *rest):
-        seen.append(os.path.realpath(path))
+        seen.append(real_path(path))
         return real_scandir(path, *rest)
 
     monkeypatch.setattr(os, "scandir", spy)
@@ -81,10 +86,22 @@ def test_a_file_gone_mid_walk_leaves_the_value_to_the_run(tmp_path, monkeypatch)
     real_scandir = os.scandir
 
     def vanishing(path=".", *rest):
-        if Path(path).name == "a":
+        if Path(real_path(path)).name == "a":
             raise FileNotFoundError(2, "No such file or directory", str(path))
         return real_scandir(path, *rest)
 
     monkeypatch.setattr(os, "scandir", vanishing)
     assert isinstance(hash_files(ctx, ["**/*.lock"]), Unknown)
     assert _contexts.PLAN_FUNCTIONS["hashfiles"] is hash_files
+
+
+def test_a_tree_deeper_than_the_interpreter_recurses_leaves_the_value_to_the_run(tmp_path):
+    """``os.walk`` recursed once per folder (before Python 3.12): a committed tree deeper than
+    the recursion limit ended the dry run with a RecursionError."""
+    root, ctx = checkout(tmp_path)
+    deep_folder(root, "deep", sys.getrecursionlimit() + 100)
+    try:
+        assert isinstance(hash_files(ctx, ["deep/**"]), Unknown)  # deeper than a walk holds
+        assert hash_files(ctx, ["a/**"]) == runner_hash_files(b"one")
+    finally:
+        remove_deep(root, "deep")

@@ -32,6 +32,8 @@ from cache_testing import (  # noqa: E402
 )
 from treeutil import leftovers, snapshot  # noqa: E402
 
+from gpuci_testing import deep_folder, remove_deep  # noqa: E402  (re-exported)
+
 __all__ = [
     "CREDS",
     "StoreCase",
@@ -121,48 +123,17 @@ def restore_to(store: StoreCase, env: dict[str, str], key: str, *targets: Path) 
 
 
 def replace_fails_on(monkeypatch: Any, name: str) -> None:
-    """``os.replace`` onto ``name`` fails with EIO (a merge failing midway), others work."""
-    real_replace = os.replace
+    """Placing onto ``name`` (``os.replace``, or ``os.link`` where it was missing) fails with
+    EIO (a merge failing midway), others work."""
+    for call in ("replace", "link"):
+        real = getattr(os, call)
 
-    def failing(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-        if dst == name:
-            raise OSError(errno.EIO, os.strerror(errno.EIO), name)
-        real_replace(src, dst, *args, **kwargs)
+        def failing(src: Any, dst: Any, *args: Any, real: Any = real, **kwargs: Any) -> None:
+            if dst == name:
+                raise OSError(errno.EIO, os.strerror(errno.EIO), name)
+            real(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(os, "replace", failing)
-
-
-def deep_folder(parent: Path, name: str, depth: int) -> None:
-    """``parent/name/a/a/...`` ``depth`` deep, made relative to folder descriptors (a path that
-    long is past PATH_MAX), with a file and a link to ``parent`` at the bottom."""
-    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-    for part in [name] + ["a"] * depth:
-        os.mkdir(part, dir_fd=fd)
-        sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = sub
-    os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
-    os.symlink(parent, "up", dir_fd=fd)
-    os.close(fd)
-
-
-def remove_deep(parent: Path, name: str) -> None:
-    """Remove what :func:`deep_folder` made, without recursion (pytest's clean-up recurses)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    fd, depth = os.open(parent / name, flags), 0
-    while "a" in os.listdir(fd):
-        sub = os.open("a", flags, dir_fd=fd)
-        os.close(fd)
-        fd, depth = sub, depth + 1
-    for item in os.listdir(fd):
-        os.unlink(item, dir_fd=fd)
-    for _ in range(depth):
-        up = os.open("..", flags, dir_fd=fd)
-        os.close(fd)
-        fd = up
-        os.rmdir("a", dir_fd=fd)
-    os.close(fd)
-    os.rmdir(parent / name)
+        monkeypatch.setattr(os, call, failing)
 
 
 def manifest_body(**over: object) -> dict[str, object]:

@@ -148,3 +148,54 @@ def test_a_store_tree_deeper_than_the_interpreter_recurses_is_listed(
         remove_deep(refs, "d")
     assert got.ok, got.headline
     assert got.outputs["matched-key"] == "w-1"
+
+
+def test_reads_never_go_through_a_folder_of_the_store_planted_as_a_link(
+    file_store: StoreCase, env: dict[str, str], tmp_path: Path
+) -> None:
+    """head, get, open_range and a restore walk down to an object as saves and prunes do: a
+    folder of the store swapped for a link (to the very same bytes, even) is refused, in one
+    line, never read through."""
+    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert file_store.root is not None
+    blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
+    folder = (file_store.root / blob).parent
+    outside = tmp_path / "outside"
+    folder.rename(outside)
+    folder.symlink_to(outside)
+    store = LocalStore(file_store.root)
+    for read in (store.head, store.get, lambda key: store.open_range(key, 0, 1)):
+        with pytest.raises(StoreError, match="a link where the store keeps a folder"):
+            read(blob)
+    got, _ = cache_cmd(
+        "restore", {**file_store.flags(), "key": "k", "path": str(tmp_path / "o")}, env
+    )
+    assert not got.ok and got.exit_code == 3
+    assert "a link where the store keeps a folder" in got.headline
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_long_name_record_planted_as_a_fifo_is_not_waited_on_by_a_listing(
+    file_store: StoreCase, tmp_path: Path
+) -> None:
+    """A listing reads the record beside a long name (``%%<sha256>.name``) to give the key back:
+    a FIFO planted there would hold the listing (every ``ls``, every restore-keys lookup)."""
+    from gpuci.cache._stores import file as file_store_module
+
+    assert file_store.root is not None
+    folder = file_store.root / layout.refs_prefix("default")
+    folder.mkdir(parents=True)
+    name = file_store_module._component("k" * (file_store_module.LONG_NAME + 1))
+    (folder / name).write_bytes(b"{}")
+    record = folder / (name + file_store_module.NAME_SUFFIX)
+    os.mkfifo(record)
+    listed: list[object] = []
+    store = LocalStore(file_store.root)
+    worker = threading.Thread(
+        target=lambda: listed.append(list(store.list(layout.REFS + "/"))), daemon=True
+    )
+    worker.start()
+    worker.join(20)
+    if worker.is_alive():  # release the reader blocked in open()
+        os.close(os.open(record, os.O_WRONLY | os.O_NONBLOCK))
+    assert listed == [[]], "the listing waited on the FIFO (or listed the planted name)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
     deep_folder,
@@ -25,6 +26,7 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
 )
 
 from gpuci.cache._restore import merge
+from gpuci.cache._restore import staging as stage
 
 
 def _plant_models(store) -> None:
@@ -117,3 +119,47 @@ def test_the_undo_leaves_what_replaced_a_placed_file_meanwhile(
     result = restore_to(file_store, env, "k", target)
     assert result.exit_code == 3, result.headline
     assert (target / "sub" / "theirs.bin").read_bytes() == b"the other job's restore\n"
+
+
+@pytest.mark.parametrize("theirs", [b"weights", b"another revision"])
+def test_a_file_placed_meanwhile_by_another_restore_is_there_after_this_one_fails(
+    tmp_path, monkeypatch, theirs
+):
+    """A root that is one file: this restore found the target missing, the other restore
+    placed the file before this one did, and this one then failed (a later root). Its rename
+    replaced the other's file, and its undo left nothing there. Now the file is placed without
+    replacing one that appeared (a hard link): the other's is kept when it holds the same bytes,
+    else moved aside and put back by the undo."""
+    target = tmp_path / "model.bin"
+    staging = stage.make(target)
+    staging.tree.write_bytes(b"weights")
+    placement = merge.Placement(target, staging)
+    real_put = merge.Placement._put
+
+    def other_restore_first(self, src, dest, parts, name, aside):
+        if not os.path.lexists(target):
+            target.write_bytes(theirs)
+        return real_put(self, src, dest, parts, name, aside)
+
+    monkeypatch.setattr(merge.Placement, "_put", other_restore_first)
+    placement.place("file")
+    assert target.read_bytes() == b"weights"
+    placement.undo()
+    staging.remove()
+    assert target.read_bytes() == theirs
+    assert leftovers(tmp_path) == []
+
+
+def test_a_file_is_renamed_into_place_where_hard_links_are_refused(tmp_path, monkeypatch):
+    target = tmp_path / "model.bin"
+    staging = stage.make(target)
+    staging.tree.write_bytes(b"weights")
+
+    def refused(*_args, **_kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refused)
+    merge.Placement(target, staging).place("file")
+    staging.remove()
+    assert target.read_bytes() == b"weights"
+    assert leftovers(tmp_path) == []

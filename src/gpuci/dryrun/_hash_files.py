@@ -3,16 +3,16 @@
 The runner globs without following symbolic links (actions/runner ``hashFiles.ts``:
 ``followSymbolicLinks`` only with ``--follow-symbolic-links``), hashes only what lies under the
 workspace, and skips folders. ``Path.glob`` would follow a committed ``sys -> /`` link and walk
-the whole machine before any filter or limit; here the walk never leaves the checkout, stops as
-soon as the matches pass :data:`MAX_HASHED_FILES`, and a file that vanishes or cannot be read
-leaves the value to the run.
+the whole machine before any filter or limit; here the walk never leaves the checkout
+(:func:`gpuci.files.open_below`, :func:`gpuci.files.walk`: by descriptors, iterative), stops as
+soon as the matches pass :data:`MAX_HASHED_FILES`, and a file that vanishes or cannot be read,
+or a tree too deep to walk, leaves the value to the run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -75,36 +75,27 @@ def _files(root: Path, parts: list[str], room: int | None) -> set[Path]:
     """The files under ``root`` that ``parts`` match; no link is followed on the way (only a
     matched file's own link, as the runner reads it); _TooMany past ``room`` matches."""
     fixed = next((i for i, part in enumerate(parts) if _is_magic(part)), len(parts))
-    start = root
-    for part in parts[:-1] if fixed == len(parts) else parts[:fixed]:
-        start = start / part
-        if not _is_real_folder(start):
-            return set()
-    if fixed == len(parts):  # no wildcard: one path
-        target = start / parts[-1] if parts else root
-        return {target} if parts and target.is_file() else set()
-    wanted = parts[fixed:]
-    found: set[Path] = set()
-    for folder, _, names in os.walk(start, onerror=_raise):
-        for name in names:
-            path = Path(folder, name)
-            if _matches(wanted, path.relative_to(start).parts) and path.is_file():
-                found.add(path)
-                if room is not None and len(found) > room:
-                    raise _TooMany
-    return found
-
-
-def _raise(error: OSError) -> None:
-    raise error
-
-
-def _is_real_folder(path: Path) -> bool:
-    """A folder that is no symbolic link (the runner does not follow one either)."""
+    above = parts[:-1] if fixed == len(parts) else parts[:fixed]
     try:
-        return stat.S_ISDIR(path.lstat().st_mode)
-    except FileNotFoundError:
-        return False
+        folder = files.open_below(root, above)  # no link on the way: the runner follows none
+    except (FileNotFoundError, files.Blocked):
+        return set()
+    start = root.joinpath(*above)
+    found: set[Path] = set()
+    try:
+        if fixed == len(parts):  # no wildcard: one path
+            target = start / parts[-1] if parts else root
+            return {target} if parts and target.is_file() else set()
+        for _, names, entries in files.walk(folder, strict=True):
+            for entry in entries:
+                relative = (*names, entry.name)
+                if _matches(parts[fixed:], relative) and entry.is_file():
+                    found.add(start.joinpath(*relative))
+                    if room is not None and len(found) > room:
+                        raise _TooMany
+    finally:
+        os.close(folder)
+    return found
 
 
 def _is_magic(part: str) -> bool:

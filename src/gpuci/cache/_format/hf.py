@@ -9,10 +9,12 @@ code already keeps in-tree symlinks as symlinks; this module only picks the fold
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from gpuci import settings, untrusted_json
+from gpuci import files, settings
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.select import select
 from gpuci.errors import InputError
@@ -91,7 +93,7 @@ def commit_of(folder: Path, revision: str, warnings: list[str] | None = None) ->
     """
     ref = folder / "refs" / revision
     try:
-        text = _read_ref(folder, ref)
+        text = _read_ref(folder, revision)
     except FileNotFoundError:
         return revision
     except (OSError, ValueError) as exc:
@@ -106,16 +108,29 @@ def _why(exc: Exception) -> str:
     return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
-def _read_ref(folder: Path, ref: Path) -> str:
-    """A ref file's text: a regular file, not a link nor under one (below the repo folder), at
-    most MAX_REF_BYTES of UTF-8."""
-    for above in ref.relative_to(folder).parents:
-        if str(above) != "." and (folder / above).is_symlink():
-            raise ValueError(f"{folder / above} is a symlink, and gpu-ci reads no ref through one")
+def _read_ref(folder: Path, revision: str) -> str:
+    """A ref file's text: a regular file reached below the repo folder through no link
+    (:func:`gpuci.files.open_below`), at most MAX_REF_BYTES of UTF-8."""
+    *above, name = ["refs", *revision.split("/")]
     try:
-        return untrusted_json.read_text(ref, MAX_REF_BYTES, follow=False)
-    except untrusted_json.Unusable as exc:
-        raise ValueError(f"{exc}, so no ref") from None
+        refs = files.open_below(folder, above)
+        try:
+            fd = files.open_regular(name, follow=False, dir_fd=refs)
+        finally:
+            os.close(refs)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        link = exc.filename if isinstance(exc, files.Blocked) else folder / "refs" / revision
+        raise ValueError(f"{link} is a symlink, and gpu-ci reads no ref through one") from None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_REF_BYTES + 1)
+    if len(data) > MAX_REF_BYTES:
+        raise ValueError(f"it is over {MAX_REF_BYTES >> 10} KiB, so no ref")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text, so no ref") from None
 
 
 def saved_folder(manifest: mf.Manifest) -> str:

@@ -17,10 +17,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuci import files
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._restore.staging import DIR_FLAGS, Staging
 from gpuci.errors import InputError
 
+# What ``link`` says where a filesystem (or its settings) allows no hard link.
+_NO_LINKS = (errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP)
 _MAX_OPEN = 256  # the job's folders kept open while its links are read: then all are closed
 
 
@@ -106,14 +109,12 @@ class Placement:
     def _place_dir(self, top: int) -> None:
         name = self.target.name
         try:
-            sub = os.open(name, DIR_FLAGS, dir_fd=top)
+            sub = files.open_below(top, [name])
         except FileNotFoundError:
             if self._put_new(str(self.staging.tree), top, (), name):
                 return
-            sub = os.open(name, DIR_FLAGS, dir_fd=top)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
+            sub = files.open_below(top, [name])
+        except files.Blocked:
             raise not_a_folder(self.target) from None
         try:
             self._merge(str(self.staging.tree), sub, (name,))
@@ -141,14 +142,12 @@ class Placement:
                 self._put(item.path, dest, parts, name, self._keep(name, dest, atomic=True))
                 continue
             try:
-                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
+                sub = files.open_below(dest, [name])
             except FileNotFoundError:
                 if self._put_new(item.path, dest, parts, name):  # new here: the whole subtree
                     continue
-                sub = os.open(name, DIR_FLAGS, dir_fd=dest)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                    raise
+                sub = files.open_below(dest, [name])
+            except files.Blocked:
                 self._put(item.path, dest, parts, name, self._keep(name, dest, atomic=False))
                 continue
             try:
@@ -180,17 +179,29 @@ class Placement:
     def _put(
         self, src: str, dest: int, parts: tuple[str, ...], name: str, aside: str | None
     ) -> None:
-        """Rename ``src`` onto ``name``, then record the inode placed there: the undo moves back
-        only that one. A rename that failed changed nothing at ``name`` (another restore's
-        folder may hold it by now), so it is recorded only to put back what was moved aside."""
+        """Put ``src`` at ``name``, then record the inode placed there: the undo moves back only
+        that one. A file or link goes onto a name found missing by :func:`_link_new`, never
+        over one that appeared meanwhile (kept when it holds the same, else moved aside); a
+        folder, or onto a name held (``aside``), by a rename. A rename that failed changed
+        nothing at ``name`` (another restore's folder may hold it by now), so it is recorded
+        only to put back what was moved aside."""
         st = os.lstat(src)
+        placed = (st.st_dev, st.st_ino)
+        if aside is None and not stat.S_ISDIR(st.st_mode):
+            linked = _link_new(src, dest, name)
+            if linked is not None:
+                if linked:
+                    self.steps.append(_Step(parts, name, None, placed=placed))
+                    os.unlink(src)
+                return
+            aside = self._keep(name, dest, atomic=True)
         try:
             os.replace(src, name, dst_dir_fd=dest)  # a rename replaces a link, never follows it
         except OSError:
             if aside is not None:
                 self.steps.append(_Step(parts, name, aside))
             raise
-        self.steps.append(_Step(parts, name, aside, placed=(st.st_dev, st.st_ino)))
+        self.steps.append(_Step(parts, name, aside, placed=placed))
 
     def _set_mode(self, sub: int, item: os.DirEntry[str], parts: tuple[str, ...]) -> None:
         mode = stat.S_IMODE(item.stat(follow_symlinks=False).st_mode)
@@ -200,7 +211,7 @@ class Placement:
             os.fchmod(sub, mode)
 
     def _undo(self, top: int, step: _Step) -> None:
-        dest = _walk(top, step.parts)
+        dest = files.open_below(top, step.parts)  # no link followed on the way back either
         try:
             if step.mode is not None:
                 sub = os.open(step.name, DIR_FLAGS, dir_fd=dest)
@@ -215,8 +226,41 @@ class Placement:
             if step.aside is not None and _holds(dest, step.name) is None:
                 os.rename(step.aside, step.name, src_dir_fd=trash, dst_dir_fd=dest)
         finally:
-            if dest != top:
-                os.close(dest)
+            os.close(dest)
+
+
+def _link_new(src: str, dest: int, name: str) -> bool | None:
+    """Put the staged ``src`` onto ``name``, found missing, by a hard link (the staged name is
+    the caller's to unlink): unlike a rename, it never replaces what appeared there meanwhile,
+    another restore of the same cache placing it too. True: placed; False: that other holds
+    the same (its file is kept); None: placed nothing (something else holds it now, or this
+    filesystem refuses hard links): the caller renames over it."""
+    try:
+        os.link(src, name, dst_dir_fd=dest, follow_symlinks=False)
+    except FileExistsError:
+        return False if _same(src, dest, name) else None
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        return None
+    return True
+
+
+def _same(src: str, dest: int, name: str) -> bool:
+    """Whether ``name`` in ``dest`` holds what the staged ``src`` holds: the same link
+    target, or a regular file of the same bytes (opened as someone else's file)."""
+    try:
+        if os.path.islink(src):
+            return os.readlink(name, dir_fd=dest) == os.readlink(src)
+        theirs = files.open_regular(name, follow=False, dir_fd=dest)
+    except OSError:
+        return False
+    try:
+        if os.fstat(theirs).st_size != os.lstat(src).st_size:
+            return False
+        return files.hash_fd(theirs)[0].digest() == files.hash_file(Path(src))[0].digest()
+    finally:
+        os.close(theirs)
 
 
 def _holds(dest: int, name: str) -> tuple[int, int] | None:
@@ -227,22 +271,6 @@ def _holds(dest: int, name: str) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino
-
-
-def _walk(top: int, parts: tuple[str, ...]) -> int:
-    """The folder ``parts`` below ``top``, opened without following a link."""
-    fd = top
-    try:
-        for part in parts:
-            sub = os.open(part, DIR_FLAGS, dir_fd=fd)
-            if fd != top:
-                os.close(fd)
-            fd = sub
-    except BaseException:
-        if fd != top:
-            os.close(fd)
-        raise
-    return fd
 
 
 def refuse_links_leaving(manifest: mf.Manifest, index: int, target: Path) -> None:

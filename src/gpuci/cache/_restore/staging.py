@@ -11,6 +11,7 @@ process dies), ``tree`` (the root being built) and ``replaced`` (what a merge mo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -28,7 +29,7 @@ TRASH = "replaced"
 # flock, a restore killed before it locked) is swept only once this old.
 UNLOCKED_GRACE = 24 * 3600
 # Opening a folder: never through a symlink (ELOOP instead); merge.py descends the target so.
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = files.FOLDER | os.O_NOFOLLOW
 _ATTEMPTS = 8
 
 
@@ -239,16 +240,13 @@ def _remove(parent: int, name: str) -> None:
 def _open_or_unlink(parent: int, name: str) -> int | None:
     """The folder ``name`` opened, or None once whatever else held it (a link) is unlinked."""
     try:
-        return os.open(name, DIR_FLAGS, dir_fd=parent)
+        return files.open_below(parent, [name])
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-            raise
-    try:
-        os.unlink(name, dir_fd=parent)
-    except FileNotFoundError:
+    except files.Blocked:
         pass
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=parent)
     return None
 
 

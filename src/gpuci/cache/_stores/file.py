@@ -5,10 +5,11 @@ The folder is untrusted like any store (docs/security.md): another job that can 
 plant anything there. So an object is opened without blocking and without following a link,
 and served only when it is a regular file (a FIFO planted as a ref would hang every restore);
 the store's own folders are real folders, never links (a planted ``blobs -> ~/x`` would make a
-save write, and prune delete, outside the store): every write and delete walks down from the
-root by descriptors, one ``O_NOFOLLOW`` folder at a time, and acts in the folder it reached
-(:meth:`LocalStore._folder`), so a folder swapped for a link after it was reached is never
-gone through; walks are iterative (a planted tree a thousand levels deep is just deep).
+save write, prune delete, or a restore read, outside the store): every read, listing, write and
+delete walks down from the root by descriptors, one ``O_NOFOLLOW`` folder at a time, and acts
+in the folder it reached (:meth:`LocalStore._place`), so a folder swapped for a link after it
+was reached is never gone through; walks are iterative (a planted tree a thousand levels deep
+is just deep).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from gpuci.errors import ConflictError, IntegrityError, StoreError
 
 
 class _FileRange:
-    def __init__(self, path: Path, offset: int, length: int) -> None:
-        self._fd = open_object(path)
+    def __init__(self, fd: int, path: Path, offset: int, length: int) -> None:
+        self._fd = fd
         self._path = path
         self._pos = offset
         self._left = length
@@ -139,22 +140,40 @@ class LocalStore(Store):
         return self.root.joinpath(*(_component(p) for p in parts))
 
     @contextlib.contextmanager
-    def _target(self, key: str) -> Iterator[tuple[int, str]]:
-        """The folder ``key`` is written in, open (made as needed, never through a link), and
-        the file's name in it; the names of long components recorded on the way."""
+    def _place(self, key: str, *, create: bool = False) -> Iterator[tuple[int | None, str]]:
+        """The folder ``key``'s object is in, open (never through a link: :func:`walk_down`;
+        None when missing, made when ``create``, the names of long components then recorded on
+        the way), and the object's name in it."""
         self._path(key)  # refuses a key that would name a file outside its place
         parts = key.split("/")
+        names = [_component(p) for p in parts]
 
         def record(folder: int, index: int) -> None:
-            name = _component(parts[index])
-            if name != parts[index]:
-                self._record_name(folder, name + NAME_SUFFIX, parts[index])
+            if names[index] != parts[index]:
+                self._record_name(folder, names[index] + NAME_SUFFIX, parts[index])
 
-        names = [_component(p) for p in parts]
-        with walk_down(self.root, names[:-1], create=True, each=record) as fd:
-            assert fd is not None  # made, when missing
-            record(fd, len(parts) - 1)
+        with walk_down(self.root, names[:-1], create=create, each=record if create else None) as fd:
+            if fd is not None and create:
+                record(fd, len(parts) - 1)
             yield fd, names[-1]
+
+    @contextlib.contextmanager
+    def _target(self, key: str) -> Iterator[tuple[int, str]]:
+        """The folder a write of ``key`` goes in (:meth:`_place`, made as needed)."""
+        with self._place(key, create=True) as (folder, name):
+            assert folder is not None  # made, when missing
+            yield folder, name
+
+    def _open(self, key: str) -> int | None:
+        """The object ``key``, open (:func:`open_object` in the folder :meth:`_place` reached);
+        None when there is none."""
+        with self._place(key) as (folder, name):
+            if folder is None:
+                return None
+            try:
+                return open_object(name, dir_fd=folder)
+            except FileNotFoundError:
+                return None
 
     def _record_name(self, folder: int, record: str, part: str) -> None:
         try:
@@ -202,17 +221,19 @@ class LocalStore(Store):
 
     @_os_errors
     def head(self, key: str) -> ObjectInfo | None:
-        try:
-            st = self._path(key).stat()
-        except (FileNotFoundError, NotADirectoryError):
+        fd = self._open(key)
+        if fd is None:
             return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
     @_os_errors
     def get(self, key: str, limit: int | None = None) -> tuple[bytes, str] | None:
-        try:
-            fd = open_object(self._path(key))
-        except FileNotFoundError:
+        fd = self._open(key)
+        if fd is None:
             return None
         with os.fdopen(fd, "rb") as handle:
             data = handle.read() if limit is None else handle.read(limit + 1)
@@ -323,53 +344,23 @@ class LocalStore(Store):
 
     def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         folder, _, _ = prefix.rpartition("/")
-        base = self._path(folder) if folder else self.root
-        with walk_down(self.root, _names_under(self.root, base), create=False):
-            pass  # a link on the way refused; what is listed is read again below (see docs)
-        for dirpath, filenames in _walk(base):
-            for name in filenames:
-                if layout.INCOMPLETE in name or _is_name_record(name):
-                    continue
-                full = Path(dirpath) / name
-                key = self._key_of(full)
-                if key is not None and key.startswith(prefix) and self._names(key, full):
-                    try:
-                        st = full.stat()
-                    except FileNotFoundError:
+        above = folder.split("/") if folder else []
+        if folder:
+            self._path(folder)  # refuses a prefix that would name a folder outside the store
+        start = [_component(p) for p in above]
+        with walk_down(self.root, start, create=False) as top:
+            for folders, names, found in files.walk(top) if top is not None else ():
+                for entry in found:
+                    if not _is_object(entry) or _is_name_record(entry.name):
                         continue
-                    yield ObjectInfo(key, st.st_size, st.st_mtime)
-
-    def _key_of(self, full: Path) -> str | None:
-        """The object key a file holds, long components read back from their name records.
-
-        A record is the store's input like any file in it: it counts only when the name it
-        sits beside is the mark and sha256 of exactly its text, one component, so a planted
-        record cannot name another object (``../../blobs/...``) nor a file outside the store.
-        """
-        parts: list[str] = []
-        folder = self.root
-        for name in full.relative_to(self.root).parts:
-            if name.startswith(LONG_MARK):
-                try:
-                    part = (folder / (name + NAME_SUFFIX)).read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    return None  # no record (or a damaged one): not an object we wrote
-                if "/" in part or _component(part) != name:
-                    return None  # a record that does not name this file: planted
-                parts.append(part)
-            else:
-                parts.append(name)
-            folder = folder / name
-        return "/".join(parts)
-
-    def _names(self, key: str, full: Path) -> bool:
-        """Whether ``key`` is the name this file is stored under: a key is text (a file name
-        that is not UTF-8 is no object gpu-ci wrote) and maps back to this very file."""
-        try:
-            key.encode()
-            return self._path(key) == full
-        except (UnicodeEncodeError, StoreError):
-            return False
+                    below = _key_of(folders, [*names, entry.name])
+                    key = "/".join([*above, *below]) if below is not None else ""
+                    if below is not None and key.startswith(prefix):
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
         """Temp files (``*.incomplete-*``) a killed save left, older than ``older_than`` s.
@@ -378,18 +369,18 @@ class LocalStore(Store):
         """
         now, found = time.time(), []
         try:
-            for dirpath, filenames in _walk(self.root):
-                for name in filenames:
-                    if f"{layout.INCOMPLETE}-" not in name:
-                        continue
-                    full = Path(dirpath) / name
-                    try:
-                        st = full.lstat()
-                    except FileNotFoundError:
-                        continue
-                    if now - st.st_mtime > older_than:
-                        rel = full.relative_to(self.root).as_posix()
-                        found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
+            with walk_down(self.root, [], create=False) as top:
+                for _, names, entries in files.walk(top) if top is not None else ():
+                    for entry in entries:
+                        if f"{layout.INCOMPLETE}-" not in entry.name or not _is_file(entry):
+                            continue
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        if now - st.st_mtime > older_than:
+                            rel = "/".join([*names, entry.name])
+                            found.append(ObjectInfo(rel, st.st_size, st.st_mtime))
         except OSError as exc:
             raise self.os_error(exc) from None
         return sorted(found, key=lambda o: o.key)
@@ -403,7 +394,7 @@ class LocalStore(Store):
         self._unlink(_names_under(self.root, self._path(key)))
 
     def _unlink(self, names: builtins.list[str]) -> None:
-        """Remove ``root/names...`` in the folder reached by :meth:`_folder`; gone is fine."""
+        """Remove ``root/names...`` in the folder :func:`walk_down` reached; gone is fine."""
         with walk_down(self.root, names[:-1], create=False) as folder:
             if folder is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -411,30 +402,29 @@ class LocalStore(Store):
 
     @_os_errors
     def touch(self, key: str) -> None:
-        names = _names_under(self.root, self._path(key))
-        with walk_down(self.root, names[:-1], create=False) as folder:
+        with self._place(key) as (folder, name):
             if folder is not None:
                 with contextlib.suppress(FileNotFoundError):
-                    os.utime(names[-1], dir_fd=folder, follow_symlinks=False)
+                    os.utime(name, dir_fd=folder, follow_symlinks=False)
 
     @_os_errors
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
-        path = self._path(key)
-        try:
-            return _FileRange(path, offset, length)
-        except FileNotFoundError:
-            raise StoreError(
-                f"{self.url}/{key} is missing from the cache store",
-                hint="the store was pruned or damaged; save the key again",
-            ) from None
+        fd = self._open(key)
+        if fd is not None:
+            return _FileRange(fd, self._path(key), offset, length)
+        raise StoreError(
+            f"{self.url}/{key} is missing from the cache store",
+            hint="the store was pruned or damaged; save the key again",
+        )
 
 
-# A store folder, opened to reach what is in it; a new file there: never through a link.
+# A long name's record holds one stored component: at most 512 characters of a key, each
+# quoted to at most 12 bytes (a 4-byte character as %XX%XX%XX%XX).
+_MAX_RECORD = 8192
+# A new file in a store folder: never through a link.
 _NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-# A folder made, then gone before it could be opened, this many times: someone removes it as
-# it is made; one line then, not a loop for ever.
 def _names_under(root: Path, path: Path) -> list[str]:
     """The names from ``root`` down to ``path``; a ``..`` or ``.`` on the way is refused (a
     backstop: keys are checked by ``_path``, leftovers are ours or listed)."""
@@ -459,33 +449,50 @@ def _etag_in(folder: int, name: str) -> str | None:
         return _etag(handle.read())
 
 
+def _key_of(folders: list[int], names: list[str]) -> list[str] | None:
+    """The key's parts that ``names`` stand for (each in the open folder ``folders[i]``), long
+    components read back from their name records; None when it is no object gpu-ci wrote.
+
+    A name must map back to this very file: text (a name that is not UTF-8 is not ours), no
+    longer than a plain component may be, or the mark and sha256 of its record's text. A
+    record is the store's input like any file in it: read only as a small regular file (never
+    a link, never waiting on a FIFO), and it counts only as exactly one component naming the
+    file beside it, so a planted record cannot name another object (``../../blobs/...``) nor a
+    file outside the store.
+    """
+    parts: list[str] = []
+    for folder, name in zip(folders, names, strict=True):
+        part = _record(folder, name) if name.startswith(LONG_MARK) else name
+        try:
+            if part is None or "/" in part or _component(part) != name:
+                return None
+        except UnicodeEncodeError:
+            return None
+        parts.append(part)
+    return parts
+
+
+def _record(folder: int, name: str) -> str | None:
+    """The text of the record beside the long name ``name``; None without a usable one."""
+    try:
+        with os.fdopen(open_object(name + NAME_SUFFIX, dir_fd=folder), "rb") as handle:
+            return handle.read(_MAX_RECORD).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """A regular file (links, FIFOs and the like are no objects); False when gone."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _is_object(entry: os.DirEntry[str]) -> bool:
+    """A regular file that is no save's temporary file."""
+    return layout.INCOMPLETE not in entry.name and _is_file(entry)
+
+
 def _is_name_record(name: str) -> bool:
     return name.startswith(LONG_MARK) and name.endswith(NAME_SUFFIX)
-
-
-def _walk(top: Path) -> Iterator[tuple[str, list[str]]]:
-    """(folder, its regular files' names) under ``top``, in sorted order, top first.
-
-    Iterative (a planted tree a thousand levels deep would overflow a recursive walk), never
-    through a link; links, FIFOs and the like are no objects and are not listed; a folder that
-    cannot be listed is passed over, as ``os.walk`` does.
-    """
-    stack = [str(top)]
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as listed:
-                entries = sorted(listed, key=lambda entry: entry.name)
-        except OSError:
-            continue
-        names, below = [], []
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    below.append(entry)
-                elif entry.is_file(follow_symlinks=False):
-                    names.append(entry.name)
-            except OSError:
-                continue
-        yield folder, names
-        stack.extend(entry.path for entry in reversed(below))

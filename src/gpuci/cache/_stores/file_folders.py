@@ -1,10 +1,11 @@
 """Reaching a file store's folders: by descriptors, never by a path checked then used again.
 
 The store's folder is untrusted like any store (docs/security.md): another job that can write it
-may plant a link where a folder goes, or swap one in between a check and a write. So every
-folder on the way to an object is opened ``O_NOFOLLOW`` inside the one above (made first when
-asked), and every write, rename and delete happens relative to the last descriptor; objects are
-opened without following a link or waiting on a FIFO, and served only as regular files.
+may plant a link where a folder goes, or swap one in between a check and a use. So every
+folder on the way to an object is opened ``O_NOFOLLOW`` inside the one above
+(:func:`gpuci.files.open_below`, made first when asked), and every read, listing, write, rename
+and delete happens relative to the last descriptor; objects are opened without following a link
+or waiting on a FIFO, and served only as regular files.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ from pathlib import Path
 
 from gpuci import files
 
-__all__ = ["FOLDER", "NotAnObject", "open_object", "walk_down"]
-
-FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_MAKE_TRIES = 8
+__all__ = ["NotAnObject", "open_object", "walk_down"]
 
 
 class NotAnObject(OSError):
@@ -58,63 +56,27 @@ def walk_down(
     names: list[str],
     *,
     create: bool,
-    each: Callable[[int, int], None] | None = None,
+    each: Callable[[int, int], object] | None = None,
 ) -> Iterator[int | None]:
-    """The store's folder ``root/names...``, open: walked from the root one folder at a
-    time, each opened ``O_NOFOLLOW`` in the one above (made first when ``create``), so a
-    link planted or swapped in anywhere on the way is met, never followed; every write,
-    rename and delete then happens relative to this descriptor, not by its path again.
-    None when a folder is missing (and not ``create``). ``each(folder, i)`` is called in
-    every folder before going down into ``names[i]`` (the store records long names).
+    """The store's folder ``root/names...``, open (:func:`gpuci.files.open_below`: made as
+    needed when ``create``, never through a link): every read, write, rename and delete then
+    happens relative to it, not by its path again. None when a folder is missing (and not
+    ``create``). ``each`` is called in every folder on the way (the store records long names).
 
     Raises:
         NotAnObject: a link (or a file) where the store keeps a folder.
     """
-    fd = _open_root(root, create)
     try:
-        at = root
-        for index, name in enumerate(names):
-            if fd is None:
-                break
-            if each is not None:
-                each(fd, index)
-            at = at / name
-            inner = _step(fd, name, at, create)
-            os.close(fd)
-            fd = inner
+        fd: int | None = files.open_below(root, names, create=create, each=each)
+    except FileNotFoundError:
+        if create:  # the root cannot be made (``/proc/x``): the store's error, not a miss
+            raise
+        fd = None
+    except files.Blocked as exc:
+        why = f"{exc.strerror} where the store keeps a folder"
+        raise NotAnObject(errno.ENOTDIR, why, exc.filename) from None
+    try:
         yield fd
     finally:
         if fd is not None:
             os.close(fd)
-
-
-def _open_root(root: Path, create: bool) -> int | None:
-    """The store's root folder, open (a link there is the user's own choice of place)."""
-    if create:
-        root.mkdir(parents=True, exist_ok=True)
-    try:
-        return os.open(root, FOLDER)
-    except FileNotFoundError:
-        return None
-
-
-def _step(folder: int, name: str, at: Path, create: bool) -> int | None:
-    """The folder ``name`` in ``folder``, opened without following a link; made first when
-    missing and ``create`` (by whoever gets there first); None when missing otherwise."""
-    for _ in range(_MAKE_TRIES):
-        try:
-            return os.open(name, FOLDER | os.O_NOFOLLOW, dir_fd=folder)
-        except FileNotFoundError:
-            if not create:
-                return None
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, 0o777, dir_fd=folder)
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-            mode = os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
-            why = "a link" if stat.S_ISLNK(mode) else "not a folder"
-            raise NotAnObject(
-                errno.ENOTDIR, f"{why} where the store keeps a folder", str(at)
-            ) from None
-    raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))
