@@ -83,6 +83,7 @@ def open_response(
     credentials: Mapping[str, str] | None = None,
     timeout: httpx.Timeout | float | None = None,
     deadline: httpclients.Deadline | None = None,
+    scope: httpclients.Scope | None = None,
 ) -> Iterator[httpx.Response]:
     """Send ``method url`` and follow redirects; yields the final response, streaming.
 
@@ -91,8 +92,9 @@ def open_response(
     ``timeout`` bounds each connect and read; ``deadline`` the whole exchange, read in this
     thread: every hop, its headers and interim 1xx answers, and the body read in the block
     (a server trickling its headers a byte at a time passes every read's timeout).
+    ``scope``: the download whose connections these are, shut together when it fails.
     """
-    with httpclients.deadline(deadline):
+    with httpclients.deadline(deadline, scope):
         yield from _follow(client, method, url, headers, credentials, timeout)
 
 
