@@ -209,3 +209,20 @@ def test_a_scopes_abort_shuts_its_own_requests_and_leaves_the_clients_others():
         client.close()
         for conn in (*held, listener):
             conn.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://h/x", ("http", "h", 80)),
+        ("HTTPS://Example.COM:443/x", ("https", "example.com", 443)),
+        ("https://h:8443/x", ("https", "h", 8443)),
+        ("http://[::1]/x", ("http", "::1", 80)),
+        ("http://[::1]:8080/x", ("http", "::1", 8080)),
+        ("http://user:pass@h/x?q=1", ("http", "h", 80)),
+    ],
+)
+def test_one_origin_rule_for_text_and_httpx_urls(url, expected):
+    """retry-fetch's redirects (text) and the forges' and health checks' links (httpx.URL)
+    decide where credentials may go by the same rule."""
+    assert httpclients.origin(url) == httpclients.origin(httpx.URL(url)) == expected

@@ -39,6 +39,10 @@ health and model probes):
   :class:`Scope` (the requests sent within it, :func:`deadline`'s ``scope``): one download's
   connections, shut when that download fails for good while others share the client.
 
+- **Origins** (:func:`origin`): scheme, host and port with defaults filled in, the one rule
+  for where a user's credentials (or a forge's token) may be sent: a redirect or a ``next``
+  link to another origin never receives them.
+
 Retries are not the client's: each caller declares a :class:`gpuci.retry.RetryPolicy`.
 """
 
@@ -73,6 +77,7 @@ __all__ = [
     "deadline",
     "exact_stream",
     "new_client",
+    "origin",
     "stopped",
     "tls_context",
     "user_agent",
@@ -80,6 +85,7 @@ __all__ = [
 
 #: What every request says it is; :func:`user_agent` adds the part of gpu-ci that asks.
 USER_AGENT = f"gpu-ci/{__version__}"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _CA_SETTINGS = (settings.SSL_CERT_FILE, settings.SSL_CERT_DIR)
 
 _tls_lock = threading.Lock()
@@ -89,6 +95,25 @@ _tls_contexts: dict[tuple[str, ...], ssl.SSLContext] = {}
 def user_agent(part: str = "") -> str:
     """``gpu-ci/<version>`` followed by ``part`` (``"retry-fetch"``) when given."""
     return f"{USER_AGENT} {part}" if part else USER_AGENT
+
+
+def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    """What credentials may be sent to: two URLs of equal origins may share them.
+
+    Args:
+        url: a URL as text (read as httpx reads what it sends) or an ``httpx.URL``.
+
+    Returns:
+        The scheme and host, lowercased (an IPv6 host without its brackets), and the port,
+        the scheme's default filled in (``http://h`` and ``HTTP://H:80`` are one origin).
+
+    Raises:
+        httpx.InvalidURL: text httpx cannot read (check it first:
+            :func:`gpuci.fetch._urls.check_url`).
+    """
+    parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    scheme = parsed.scheme.lower()
+    return scheme, parsed.host.lower(), parsed.port or _DEFAULT_PORTS.get(scheme)
 
 
 class _NoCookies(http.cookiejar.DefaultCookiePolicy):

@@ -25,7 +25,7 @@ import httpx
 from gpuci import httpclients
 from gpuci.errors import InputError
 from gpuci.fetch._policy import Refused
-from gpuci.fetch._urls import check_url, origin, shown_url
+from gpuci.fetch._urls import check_url, shown_url
 from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def _follow(
     """:func:`open_response`'s hops: redirects followed by hand, credentials kept home."""
     current, from_url = split_userinfo(url)
     secret = {**from_url, **(credentials or {})}
-    home = origin(current)
+    home = httpclients.origin(current)
     for _hop in range(MAX_REDIRECTS + 1):
         send = httpx.Headers(secret)
         for name, value in (headers or {}).items():
@@ -126,7 +126,7 @@ def _follow(
             return
         resp.close()
         current = _redirect_target(resp.url, location)
-        if origin(current) != home:
+        if httpclients.origin(current) != home:
             secret = {}  # another origin chose where we go next: it never sees credentials
     raise Refused(
         f"more than {MAX_REDIRECTS} redirects starting at {shown_url(url)}",
