@@ -176,15 +176,23 @@ def test_ctrl_c_closes_every_probe_of_a_dry_run(slow, tmp_path: Path):
 
 
 BIG = 64 << 20  # eight default segments: the first round opens four connections
+# How a segment's range fails for good, and the line that says so.
+ENDINGS = {
+    "404": (lambda h: h.reply(404, b""), "HTTP 404"),
+    "changed-etag": (  # with one attempt, a file that changed ends the download too
+        lambda h: h.reply(206, b"x", {"ETag": '"v2"', "Content-Range": f"bytes 0-0/{BIG}"}),
+        "the file changed during the download",
+    ),
+}
 
 
 def one_range_fails_another_is_held(
-    head_hung_up: threading.Event, range_hung_up: threading.Event
+    fail: Route, head_hung_up: threading.Event, range_hung_up: threading.Event
 ) -> Route:
     """A file that segments: the first answer (slow enough to look far, so the first round
     opens several connections) sends a few bytes of its body and holds the rest, until the
     client closes it (``head_hung_up``); the first ranged request is held without an answer
-    (``range_hung_up`` once closed); the next one gets a 404, which ends the download."""
+    (``range_hung_up`` once closed); the next one is answered by ``fail``."""
     ranged: list[str] = []
 
     def route(h: Handler) -> None:
@@ -206,34 +214,28 @@ def one_range_fails_another_is_held(
         with h.server_ref.lock:
             ranged.append(asked)
             first = len(ranged) == 1
-        if first:
-            stalled_until_hung_up(range_hung_up)(
-                h
-            )  # never answered: waits for headers until its timeout, or a hang-up
+        if first:  # never answered: it waits for headers until its timeout, or a hang-up
+            stalled_until_hung_up(range_hung_up)(h)
         else:
-            h.reply(404, b"")  # after the held one was asked: it is in flight
+            fail(h)  # after the held one was asked: it is in flight
 
     return route
 
 
-def test_a_segment_that_fails_for_good_closes_the_other_segments_connections(slow, tmp_path: Path):
-    """One segment's 404 ends a segmented download: the other segments' requests (one still
-    waiting for its headers, the first answer holding its body) are closed at once, not left
-    to their ten-minute timeout, and the step ends with exit 3 and one line."""
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_segment_that_fails_for_good_closes_the_other_segments_connections(
+    slow, tmp_path: Path, ending: str
+):
+    """One segment's 404 (or a changed ETag, on the last attempt) ends a segmented download:
+    the other segments' requests (one still waiting for its headers, the first answer holding
+    its body) are closed at once, not left to their ten-minute timeout, and the step ends
+    with exit 3 and one line."""
+    fail, said = ENDINGS[ending]
     head_hung_up, range_hung_up = threading.Event(), threading.Event()
-    slow.route("/big.bin", one_range_fails_another_is_held(head_hung_up, range_hung_up))
-    cmd = [
-        sys.executable,
-        "-m",
-        "gpuci",
-        "retry-fetch",
-        "--timeout",
-        "600s",
-        "--deadline",
-        "2h",
-        "--url",
-        f"{slow.url('/big.bin')} - big.bin",
-    ]
+    slow.route("/big.bin", one_range_fails_another_is_held(fail, head_hung_up, range_hung_up))
+    flags = ["--timeout", "600s", "--deadline", "2h", "--attempts", "1"]
+    cmd = [sys.executable, "-m", "gpuci", "retry-fetch", *flags]
+    cmd += ["--url", f"{slow.url('/big.bin')} - big.bin"]
     proc = subprocess.Popen(
         cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -244,6 +246,6 @@ def test_a_segment_that_fails_for_good_closes_the_other_segments_connections(slo
     assert closed, f"a held segment's connection stayed open after another failed: {text}"
     assert proc.returncode == 3, text
     assert "Traceback" not in text and "Aborted" not in text, text
-    errors = [line for line in text.splitlines() if "HTTP 404" in line]
+    errors = [line for line in text.splitlines() if said in line]
     assert len(errors) == 1 and "big.bin" in errors[0], text
     assert not (tmp_path / "big.bin").exists()
