@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import select
 import shutil
+import socket
 import ssl
 import threading
 from pathlib import Path
@@ -167,3 +169,60 @@ def test_a_download_through_a_corporate_proxy_and_private_ca(tmp_path, monkeypat
         result = fetch_file(url, tmp_path / "out.bin", hashlib.sha256(BODY).hexdigest())
     assert (tmp_path / "out.bin").read_bytes() == BODY and result.verified
     assert f"CONNECT {name}:{front.port}" in proxy.seen
+
+
+def test_a_scopes_abort_shuts_its_own_requests_and_leaves_the_clients_others():
+    """Two downloads share a client, each request held without an answer: aborting one's
+    :class:`httpclients.Scope` closes its connection at once (its thread ends), while the
+    other's stays open, and the client is not aborted."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/held"
+    client = download_client(FetchPolicy(timeout=600))
+    scopes = [httpclients.Scope(), httpclients.Scope()]
+    ended: list[BaseException] = []
+
+    def ask(scope: httpclients.Scope) -> None:
+        try:
+            with httpclients.deadline(None, scope):
+                client.get(url)
+        except BaseException as exc:  # Aborted, or the shut connection's read error
+            ended.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(s,), daemon=True) for s in scopes]
+    held = []
+    for thread in threads:  # one at a time: each accepted connection is that thread's
+        thread.start()
+        conn, _ = listener.accept()
+        conn.recv(65536)  # its request: it now waits for headers
+        held.append(conn)
+    try:
+        scopes[0].abort()
+        threads[0].join(60)
+        assert not threads[0].is_alive() and len(ended) == 1
+        held[0].settimeout(60)
+        assert held[0].recv(1) == b""  # the aborted scope's connection: closed
+        assert select.select([held[1]], [], [], 0)[0] == []  # the other's: still open
+        assert threads[1].is_alive() and not httpclients.stopped(client).is_set()
+    finally:
+        httpclients.abort(client)
+        threads[1].join(60)
+        client.close()
+        for conn in (*held, listener):
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://h/x", ("http", "h", 80)),
+        ("HTTPS://Example.COM:443/x", ("https", "example.com", 443)),
+        ("https://h:8443/x", ("https", "h", 8443)),
+        ("http://[::1]/x", ("http", "::1", 80)),
+        ("http://[::1]:8080/x", ("http", "::1", 8080)),
+        ("http://user:pass@h/x?q=1", ("http", "h", 80)),
+    ],
+)
+def test_one_origin_rule_for_text_and_httpx_urls(url, expected):
+    """retry-fetch's redirects (text) and the forges' and health checks' links (httpx.URL)
+    decide where credentials may go by the same rule."""
+    assert httpclients.origin(url) == httpclients.origin(httpx.URL(url)) == expected

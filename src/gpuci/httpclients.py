@@ -35,7 +35,13 @@ health and model probes):
   of that client's streams waits at most until it, then raises ``ReadTimeout`` naming it.
 - **Abort** (:func:`abort`): shuts every connection of such a client and refuses new ones, so
   threads blocked in a read (a Ctrl-C's other downloads) end at once instead of finishing;
-  its event (:func:`stopped`) ends their retries' waits too.
+  its event (:func:`stopped`) ends their retries' waits too. The same abort, narrowed to a
+  :class:`Scope` (the requests sent within it, :func:`deadline`'s ``scope``): one download's
+  connections, shut when that download fails for good while others share the client.
+
+- **Origins** (:func:`origin`): scheme, host and port with defaults filled in, the one rule
+  for where a user's credentials (or a forge's token) may be sent: a redirect or a ``next``
+  link to another origin never receives them.
 
 Retries are not the client's: each caller declares a :class:`gpuci.retry.RetryPolicy`.
 """
@@ -66,10 +72,12 @@ __all__ = [
     "USER_AGENT",
     "Aborted",
     "Deadline",
+    "Scope",
     "abort",
     "deadline",
     "exact_stream",
     "new_client",
+    "origin",
     "stopped",
     "tls_context",
     "user_agent",
@@ -77,6 +85,7 @@ __all__ = [
 
 #: What every request says it is; :func:`user_agent` adds the part of gpu-ci that asks.
 USER_AGENT = f"gpu-ci/{__version__}"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _CA_SETTINGS = (settings.SSL_CERT_FILE, settings.SSL_CERT_DIR)
 
 _tls_lock = threading.Lock()
@@ -86,6 +95,25 @@ _tls_contexts: dict[tuple[str, ...], ssl.SSLContext] = {}
 def user_agent(part: str = "") -> str:
     """``gpu-ci/<version>`` followed by ``part`` (``"retry-fetch"``) when given."""
     return f"{USER_AGENT} {part}" if part else USER_AGENT
+
+
+def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    """What credentials may be sent to: two URLs of equal origins may share them.
+
+    Args:
+        url: a URL as text (read as httpx reads what it sends) or an ``httpx.URL``.
+
+    Returns:
+        The scheme and host, lowercased (an IPv6 host without its brackets), and the port,
+        the scheme's default filled in (``http://h`` and ``HTTP://H:80`` are one origin).
+
+    Raises:
+        httpx.InvalidURL: text httpx cannot read (check it first:
+            :func:`gpuci.fetch._urls.check_url`).
+    """
+    parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    scheme = parsed.scheme.lower()
+    return scheme, parsed.host.lower(), parsed.port or _DEFAULT_PORTS.get(scheme)
 
 
 class _NoCookies(http.cookiejar.DefaultCookiePolicy):
@@ -190,16 +218,22 @@ class Deadline:
 _deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
     "gpuci_http_deadline", default=None
 )
+_scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
+    "gpuci_http_scope", default=None
+)
 
 
 @contextmanager
-def deadline(limit: Deadline | None) -> Iterator[None]:
+def deadline(limit: Deadline | None, scope: Scope | None = None) -> Iterator[None]:
     """Within the block (this thread), every connect, read and write of a client made with
-    ``read_bytes`` ends by ``limit``: headers, interim 1xx answers and bodies included."""
+    ``read_bytes`` ends by ``limit``: headers, interim 1xx answers and bodies included; with
+    ``scope``, the connections it uses are that scope's, which :meth:`Scope.abort` shuts."""
     token = _deadline.set(limit)
+    owner = _scope.set(scope)
     try:
         yield
     finally:
+        _scope.reset(owner)
         _deadline.reset(token)
 
 
@@ -304,6 +338,29 @@ class _Gate:
             _shut(raw)
 
 
+class Scope(_Gate):
+    """The abort of :func:`abort`, for the requests sent within it (:func:`deadline`): one
+    download's segments, which end together when one fails for good, while other downloads
+    go on over the same client.
+
+    A connection is the scope's from the moment a request within it writes to it or reads
+    from it, until a request of another scope does: the connections a download's requests
+    hold (a reader on another thread included, as the first answer's is) are shut by
+    :meth:`abort`; pooled ones last used by it too (the pool then drops them unused)."""
+
+    def claim(self, stream: _SizedStream) -> None:
+        """``stream`` serves this scope's request now; :class:`Aborted` once aborted."""
+        stream.scope = self
+        self.add(stream)
+
+    def abort(self) -> None:
+        self.aborted.set()
+        with self._lock:
+            streams = [s for s in self._streams if s.scope is self]
+        for stream in streams:
+            _shut(stream)
+
+
 def _shut(raw: Any) -> None:
     """Shut the socket under ``raw`` both ways: a ``recv`` blocked on it returns now (a
     ``close`` from another thread would not wake it)."""
@@ -360,6 +417,8 @@ class _SizedBackend:
         self, connect: Any, where: tuple[Any, ...], timeout: float | None, kwargs: dict[str, Any]
     ) -> _SizedStream:
         self.gate.check()
+        if (scope := _scope.get()) is not None:
+            scope.check()  # an aborted download opens no connection
         expired = httpcore.ConnectTimeout
         raw = _bounded(lambda t: connect(*where, timeout=t, **kwargs), timeout, expired)
         self.gate.add(raw)
@@ -382,16 +441,28 @@ class _SizedStream:
         self.raw = raw
         self.size = size
         self.gate = gate or _Gate()
+        self.scope: Scope | None = None  # whose request used it last (:class:`Scope`)
+
+    def _check(self) -> Scope | None:
+        """Raise :class:`Aborted` once the client or this request's scope was aborted; the
+        scope, which now holds this connection."""
+        self.gate.check()
+        scope = _scope.get()
+        if scope is not None:
+            scope.claim(self)
+        return scope
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self.gate.check()
+        scope = self._check()
         size = max(max_bytes, self.size)
         data: bytes = _bounded(lambda t: self.raw.read(size, t), timeout, httpcore.ReadTimeout)
         self.gate.check()  # woken by an abort: what it returned is not a server's answer
+        if scope is not None:
+            scope.check()
         return data
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self.gate.check()
+        self._check()
         _bounded(lambda t: self.raw.write(buffer, t), timeout, httpcore.WriteTimeout)
 
     def close(self) -> None:

@@ -505,6 +505,10 @@ def test_fetch_file_api_rejects_a_bad_url_as_bad_input(tmp_path):
         ("http://h/x", "https://h/x", False),  # so is an upgrade (give the https URL instead)
         ("http://h/x", "http://h:8080/x", False),
         ("http://127.0.0.1/x", "http://localhost/x", False),
+        ("HTTPS://h/x", "https://h:443/y", True),  # so are schemes
+        ("http://[::1]/x", "http://[::1]:80/y", True),  # an IPv6 host, its port defaulted
+        ("http://[::1]:8080/x", "http://[::1]/x", False),
+        ("http://[::1]/x", "http://[::2]/x", False),
     ],
 )
 def test_what_counts_as_the_same_origin(a, b, same):

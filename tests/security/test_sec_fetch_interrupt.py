@@ -89,13 +89,14 @@ def interrupted(
 
 
 def ended(proc: subprocess.Popen[str]) -> str:
-    """What the CLI printed, once it ended (within ENDED_AT_ALL of the Ctrl-C)."""
+    """What the CLI printed, once it ended (within ENDED_AT_ALL of the Ctrl-C, or of the
+    failure that should stop it)."""
     try:
         out, _ = proc.communicate(timeout=ENDED_AT_ALL)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        pytest.fail(f"retry-fetch still ran {ENDED_AT_ALL}s after Ctrl-C")
+        pytest.fail(f"retry-fetch still ran {ENDED_AT_ALL}s after it was told to stop")
     return out.decode(errors="replace")
 
 
@@ -172,3 +173,79 @@ def test_ctrl_c_closes_every_probe_of_a_dry_run(slow, tmp_path: Path):
     assert closed, f"the held probe's connection stayed open after Ctrl-C: {text}"
     assert proc.returncode == 130, text
     assert "Traceback" not in text, text
+
+
+BIG = 64 << 20  # eight default segments: the first round opens four connections
+# How a segment's range fails for good, and the line that says so.
+ENDINGS = {
+    "404": (lambda h: h.reply(404, b""), "HTTP 404"),
+    "changed-etag": (  # with one attempt, a file that changed ends the download too
+        lambda h: h.reply(206, b"x", {"ETag": '"v2"', "Content-Range": f"bytes 0-0/{BIG}"}),
+        "the file changed during the download",
+    ),
+}
+
+
+def one_range_fails_another_is_held(
+    fail: Route, head_hung_up: threading.Event, range_hung_up: threading.Event
+) -> Route:
+    """A file that segments: the first answer (slow enough to look far, so the first round
+    opens several connections) sends a few bytes of its body and holds the rest, until the
+    client closes it (``head_hung_up``); the first ranged request is held without an answer
+    (``range_hung_up`` once closed); the next one is answered by ``fail``."""
+    ranged: list[str] = []
+
+    def route(h: Handler) -> None:
+        asked = h.headers.get("Range")
+        if asked is None:
+            h.server_ref.stop.wait(0.1)  # a far server's first answer (FAR_S is 25 ms)
+            h.send_response(200)
+            for key, value in {
+                "Content-Length": BIG,
+                "ETag": '"v1"',
+                "Accept-Ranges": "bytes",
+            }.items():
+                h.send_header(key, str(value))
+            h.end_headers()
+            h.wfile.write(b"x" * 1000)
+            h.wfile.flush()
+            stalled_until_hung_up(head_hung_up)(h)
+            return
+        with h.server_ref.lock:
+            ranged.append(asked)
+            first = len(ranged) == 1
+        if first:  # never answered: it waits for headers until its timeout, or a hang-up
+            stalled_until_hung_up(range_hung_up)(h)
+        else:
+            fail(h)  # after the held one was asked: it is in flight
+
+    return route
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_segment_that_fails_for_good_closes_the_other_segments_connections(
+    slow, tmp_path: Path, ending: str
+):
+    """One segment's 404 (or a changed ETag, on the last attempt) ends a segmented download:
+    the other segments' requests (one still waiting for its headers, the first answer holding
+    its body) are closed at once, not left to their ten-minute timeout, and the step ends
+    with exit 3 and one line."""
+    fail, said = ENDINGS[ending]
+    head_hung_up, range_hung_up = threading.Event(), threading.Event()
+    slow.route("/big.bin", one_range_fails_another_is_held(fail, head_hung_up, range_hung_up))
+    flags = ["--timeout", "600s", "--deadline", "2h", "--attempts", "1"]
+    cmd = [sys.executable, "-m", "gpuci", "retry-fetch", *flags]
+    cmd += ["--url", f"{slow.url('/big.bin')} - big.bin"]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        closed = range_hung_up.wait(ENDED_AT_ALL) and head_hung_up.wait(ENDED_AT_ALL)
+    finally:
+        text = ended(proc)
+    assert closed, f"a held segment's connection stayed open after another failed: {text}"
+    assert proc.returncode == 3, text
+    assert "Traceback" not in text and "Aborted" not in text, text
+    errors = [line for line in text.splitlines() if said in line]
+    assert len(errors) == 1 and "big.bin" in errors[0], text
+    assert not (tmp_path / "big.bin").exists()

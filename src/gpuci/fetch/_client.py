@@ -25,7 +25,7 @@ import httpx
 from gpuci import httpclients
 from gpuci.errors import InputError
 from gpuci.fetch._policy import Refused
-from gpuci.fetch._urls import check_url, origin, shown_url
+from gpuci.fetch._urls import check_url, shown_url
 from gpuci.redact import excerpt
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def open_response(
     credentials: Mapping[str, str] | None = None,
     timeout: httpx.Timeout | float | None = None,
     deadline: httpclients.Deadline | None = None,
+    scope: httpclients.Scope | None = None,
 ) -> Iterator[httpx.Response]:
     """Send ``method url`` and follow redirects; yields the final response, streaming.
 
@@ -91,8 +92,9 @@ def open_response(
     ``timeout`` bounds each connect and read; ``deadline`` the whole exchange, read in this
     thread: every hop, its headers and interim 1xx answers, and the body read in the block
     (a server trickling its headers a byte at a time passes every read's timeout).
+    ``scope``: the download whose connections these are, shut together when it fails.
     """
-    with httpclients.deadline(deadline):
+    with httpclients.deadline(deadline, scope):
         yield from _follow(client, method, url, headers, credentials, timeout)
 
 
@@ -107,7 +109,7 @@ def _follow(
     """:func:`open_response`'s hops: redirects followed by hand, credentials kept home."""
     current, from_url = split_userinfo(url)
     secret = {**from_url, **(credentials or {})}
-    home = origin(current)
+    home = httpclients.origin(current)
     for _hop in range(MAX_REDIRECTS + 1):
         send = httpx.Headers(secret)
         for name, value in (headers or {}).items():
@@ -124,7 +126,7 @@ def _follow(
             return
         resp.close()
         current = _redirect_target(resp.url, location)
-        if origin(current) != home:
+        if httpclients.origin(current) != home:
             secret = {}  # another origin chose where we go next: it never sees credentials
     raise Refused(
         f"more than {MAX_REDIRECTS} redirects starting at {shown_url(url)}",

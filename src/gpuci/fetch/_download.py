@@ -57,7 +57,7 @@ from gpuci.fetch._segments import Segmenter
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
 from gpuci.fetch._widths import segmentable
-from gpuci.httpclients import Deadline
+from gpuci.httpclients import Deadline, Scope
 from gpuci.redact import excerpt
 from gpuci.units import human_bytes
 
@@ -99,6 +99,7 @@ class _Download(DownloadJob):
             headers["If-Range"] = part.validator or ""
         timeout = httpx.Timeout(max(0.001, min(self.policy.timeout, self.remaining())))
         deadline = Deadline.after(self.policy.deadline, self.started)  # headers and 1xx too
+        scope = Scope()  # this attempt's connections: its segments' too, shut if it fails
         asked = time.monotonic()
         with open_response(
             self.client,
@@ -108,6 +109,7 @@ class _Download(DownloadJob):
             credentials=self.headers,
             timeout=timeout,
             deadline=deadline,
+            scope=scope,
         ) as resp:
             self.first_byte_s = time.monotonic() - asked  # connect + wait: how far the server is
             self._check_status(resp, url, offset)
@@ -119,7 +121,7 @@ class _Download(DownloadJob):
             if self.partial.extents and not wide:
                 self.partial.drop_extents()  # one connection rewrites them in order
                 self.sync_progress()
-            Segmenter(self, resp, total, wide, end).run(resp)
+            Segmenter(self, resp, total, wide, end, scope).run(resp)
 
     def _check_status(self, resp: httpx.Response, url: str, offset: int) -> None:
         check_retryable(resp, url)

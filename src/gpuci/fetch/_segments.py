@@ -82,7 +82,7 @@ from gpuci.fetch._policy import (
 )
 from gpuci.fetch._validators import version_of
 from gpuci.fetch._widths import wide_start
-from gpuci.httpclients import Deadline
+from gpuci.httpclients import Deadline, Scope
 from gpuci.ranged import _extents as extents
 from gpuci.ranged._drive import pump
 from gpuci.ranged._plan import Plan, Segment
@@ -147,6 +147,7 @@ class Segmenter:
         total: int | None,
         wide: bool,
         body_end: int | None = None,  # where ``resp``'s body ends: a 206's span, or total
+        scope: Scope | None = None,  # the attempt's connections (``resp``'s included)
     ):
         self.job = job
         self.part = job.partial
@@ -168,6 +169,7 @@ class Segmenter:
         )
         self.lock = threading.Lock()  # the plan's segments and the counts below
         self.stop = threading.Event()
+        self.scope = scope if scope is not None else Scope()  # shut by _fail
         self.error: BaseException | None = None
         self.running = 0
         self.most_running = 0  # what the connections output reports
@@ -323,10 +325,15 @@ class Segmenter:
             last = written
 
     def _fail(self, exc: BaseException) -> None:
+        """End the run on ``exc``, and shut every connection of it (its scope: the client's
+        abort narrowed to this download): a segment blocked waiting for headers or in a read
+        ends now, not at its timeout or min-rate, as the stop flag is only seen between reads.
+        Its thread ends with :class:`gpuci.httpclients.Aborted`, which never replaces ``exc``."""
         with self.lock:
             if self.error is None or isinstance(exc, FileChanged):
                 self.error = exc
             self.stop.set()
+        self.scope.abort()
 
     # ----- workers -----------------------------------------------------------------------------
     def _work(self, seg: Segment, resp: httpx.Response | None) -> None:
@@ -408,6 +415,7 @@ class Segmenter:
             credentials=self.credentials,
             timeout=httpx.Timeout(left),
             deadline=Deadline.after(self.policy.deadline, self.job.started),  # headers too
+            scope=self.scope,
         ) as resp:
             waited = time.monotonic() - asked
             with self.lock:

@@ -3,8 +3,8 @@
 Python's ``urlsplit``, httpx and the resolver each reject different malformed URLs, each with
 its own exception (``ValueError: Invalid IPv6 URL``, ``InvalidURL``, ``UnicodeError`` from the
 IDNA codec for a 64-character label). :func:`check_url` runs all three checks and answers with
-one :class:`InputError`; :func:`origin` is what decides whether credentials may follow a
-redirect.
+one :class:`InputError`. Whether credentials may follow a redirect is
+:func:`gpuci.httpclients.origin`'s rule.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ SCHEMES = ("http", "https")
 _MAX_HOST = 253  # RFC 1035: a DNS name, dots included, without the trailing dot
 _MAX_LABEL = 63
 _USERINFO = re.compile(r"//[^/?#]*@")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class BadURL(InputError):
@@ -81,10 +80,11 @@ def shown_url(url: str, limit: int = 120) -> str:
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with default ports filled in: equal origins may share credentials."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+    """:func:`gpuci.httpclients.origin`, the one rule for where credentials may go (imported
+    when called: this module loads without httpx)."""
+    from gpuci.httpclients import origin as rule
+
+    return rule(url)
 
 
 def _host_problem(host: str) -> str | None:

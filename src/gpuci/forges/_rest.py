@@ -24,7 +24,7 @@ import httpx
 
 from gpuci import httpclients, untrusted_json
 from gpuci.errors import GpuciError, InfraError, InputError
-from gpuci.httpclients import Deadline
+from gpuci.httpclients import Deadline, origin
 from gpuci.redact import excerpt, json_kind, redact_url
 from gpuci.retry import RetryPolicy, parse_retry_after
 
@@ -354,9 +354,3 @@ class ApiClient:
                 hint=self._api_hint,
             )
         return cid
-
-
-def origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    """Scheme, host and effective port: what a token may be sent to."""
-    default = {"http": 80, "https": 443}.get(url.scheme)
-    return url.scheme, url.host.lower(), url.port or default

@@ -19,7 +19,8 @@ import httpx
 
 from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
-from gpuci.forges._rest import Forbidden, origin
+from gpuci.forges._rest import Forbidden
+from gpuci.httpclients import origin
 from gpuci.pods._runners.registry import Request
 from gpuci.pods._runpod.client import RunPodClient
 from gpuci.pods._runpod.clock import Clock
