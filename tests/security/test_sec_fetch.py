@@ -512,6 +512,6 @@ def test_fetch_file_api_rejects_a_bad_url_as_bad_input(tmp_path):
     ],
 )
 def test_what_counts_as_the_same_origin(a, b, same):
-    from gpuci.fetch._urls import origin
+    from gpuci.httpclients import origin
 
     assert (origin(a) == origin(b)) is same

@@ -22,8 +22,9 @@ from urllib.parse import unquote, urlsplit
 
 from gpuci.errors import FetchError, InputError
 from gpuci.fetch._partial import META, meta_path
-from gpuci.fetch._urls import SCHEMES, check_url, origin, public_url, url_secrets
+from gpuci.fetch._urls import SCHEMES, check_url, public_url, url_secrets
 from gpuci.files import INCOMPLETE, incomplete_path
+from gpuci.httpclients import origin
 from gpuci.redact import excerpt
 
 if TYPE_CHECKING:

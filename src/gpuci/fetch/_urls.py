@@ -79,14 +79,6 @@ def shown_url(url: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def origin(url: str) -> tuple[str, str, int | None]:
-    """:func:`gpuci.httpclients.origin`, the one rule for where credentials may go (imported
-    when called: this module loads without httpx)."""
-    from gpuci.httpclients import origin as rule
-
-    return rule(url)
-
-
 def _host_problem(host: str) -> str | None:
     try:
         ipaddress.ip_address(host.strip("[]"))
