@@ -373,11 +373,9 @@ def render_yaml(action: ActionDef) -> str:
 
 
 def run_lines(part: Part) -> list[str]:
-    """The step's shell: ``exec gpuci <command>``; for a dispatching action, the sub-command its
-    input names, checked first (the value is escaped, %, CR, LF, so it cannot start a workflow
-    command of its own when the error quotes it). ``exec``: a cancelled job's runner signals the
-    step's process alone (SIGINT, then SIGTERM), and a bash waiting for gpu-ci passes neither
-    on, so gpu-ci must be that process to end what it started (``pods up``'s pod)."""
+    """The step's shell: ``exec gpuci <command>`` (a cancel signals the step's process alone:
+    docs/actions.md); for a dispatching action, the sub-command its input names, checked first
+    (escaped, %, CR, LF, so it cannot start a workflow command when the error quotes it)."""
     if part.dispatch is None:
         return [f'exec "$GPUCI_PYTHON" -m gpuci {part.command}']
     assert part.dispatch.dispatch is not None
