@@ -373,11 +373,11 @@ def render_yaml(action: ActionDef) -> str:
 
 
 def run_lines(part: Part) -> list[str]:
-    """The step's shell: ``gpuci <command>``; for a dispatching action, the sub-command its
-    input names, checked first (the value is escaped, %, CR, LF, so it cannot start a workflow
-    command of its own when the error quotes it)."""
+    """The step's shell: ``exec gpuci <command>`` (a cancel signals the step's process alone:
+    docs/actions.md); for a dispatching action, the sub-command its input names, checked first
+    (escaped, %, CR, LF, so it cannot start a workflow command when the error quotes it)."""
     if part.dispatch is None:
-        return [f'"$GPUCI_PYTHON" -m gpuci {part.command}']
+        return [f'exec "$GPUCI_PYTHON" -m gpuci {part.command}']
     assert part.dispatch.dispatch is not None
     choice = part.dispatch.dispatch
     var = "$" + env_name(Input(choice, ""))
@@ -392,7 +392,7 @@ def run_lines(part: Part) -> list[str]:
         f"    printf '::error title=gpu-ci%%3A bad input::{choice} is %s, not one of "
         f"{', '.join(subs)} (fix: set {choice})\\n' \"'$shown'\"; exit 2 ;;",
         "esac",
-        f'"$GPUCI_PYTHON" -m gpuci {part.command} "{var}"',
+        f'exec "$GPUCI_PYTHON" -m gpuci {part.command} "{var}"',
     ]
 
 

@@ -120,8 +120,9 @@ def test_a_hostile_name_renders_as_text_and_adds_nothing(browser, tmp_path):
             charts.mermaid(chart), screenshot=_shot("hostile", tmp_path) if i == 0 else None
         )
         assert out.title == "rendered", out.title
-        shown = charts.text(HOSTILE)[1:-1]  # what the label says: the name, made inert
-        assert shown in out.texts
+        # what a label or the title says: the name, made inert (a title cut shorter, to fit)
+        shown = {charts.text(n)[1:-1] for n in (HOSTILE, charts.fit(HOSTILE, charts.TITLE_EM))}
+        assert shown & set(out.texts)
         ticks = [float(t) for t in out.texts if re.fullmatch(r"-?\d+(\.\d+)?", t)]
         assert ticks and max(ticks) < 10  # the injected `line [999]` moved no axis
         assert sum(c.startswith("line-plot-") for c in out.classes) == len(chart.lines)
@@ -224,3 +225,38 @@ def test_a_comment_with_hostile_metric_and_rule_names_renders_as_text(browser, t
     main = out.dom.split("<main>", 1)[1].split("</main>", 1)[0]
     assert not re.search(r"<(img|script|iframe|a )", main), "a name became an element"
     assert _visible_rects(out.svg, "#dd2e44") == 1  # the names moved no bar
+
+
+# Where each text of a drawn chart lies against the chart's own box: (class of its group, text,
+# px left over on the left, right, top, bottom); a negative figure is text cut off there.
+_MARGINS = """(() => {
+  const svg = document.querySelector('svg'); const box = svg.getBoundingClientRect();
+  return JSON.stringify(Array.from(svg.querySelectorAll('.chart-title text, .title text'))
+    .map(t => { const r = t.getBoundingClientRect();
+      return [t.closest('g').getAttribute('class'), t.textContent,
+              r.left - box.left, box.right - r.right, r.top - box.top, box.bottom - r.bottom]; }));
+})()"""
+
+
+@pytest.mark.parametrize(
+    "name", ["eval/mmlu_pro/accuracy_5shot_chain_of_thought_strict", "MMLU_WMT_" * 12]
+)
+def test_a_long_metric_name_leaves_the_titles_whole_inside_the_chart(name, browser, tmp_path):
+    """The chart's title and its y-axis title stay inside the chart, however long the metric's
+    name: a 52-character name cut the title off on both sides and the y-axis title at both ends
+    (seen in a screenshot at the default 20 runs)."""
+    rows = [{"kind": "min", "metric": name, "value": 0.61, "limit": 0.6, "threshold": 0.6,
+             "baseline": 0.63, "rule": "r", "passed": True}]  # fmt: skip
+    past = [
+        {"commit": f"{i:040x}", "date": f"2026-11-{1 + i // 2:02d}T00:00:00Z",
+         "metrics": {name: 0.6 + 0.0075 * (i % 5)}}
+        for i in range(20)
+    ]  # fmt: skip
+    chart = metric_charts(rows, past)[0]
+    out = browser.render(charts.mermaid(chart), screenshot=_shot("long-name", tmp_path))
+    assert out.title == "rendered", out.title
+    texts = json.loads(browser._evaluate(_MARGINS))  # the page Mermaid just drew
+    assert {group for group, *_ in texts} == {"chart-title", "title"}
+    for group, shown, *margins in texts:
+        assert shown.startswith(name[:12]), shown  # the name's start is what a reader needs
+        assert min(margins) >= 0, f"{group} {shown!r} cut off: {margins}"

@@ -50,6 +50,15 @@ HEIGHT = 400  # px, of Mermaid's default 700 x 500: ten charts in a comment stay
 # gives None); the gate still judges it and its table still shows it.
 MAX_DRAWN = 1e30
 
+# What fits in a chart: Mermaid draws it 700 px wide and HEIGHT tall, the title in 20 px type
+# across it, the y-axis title in 16 px type along its height (Chromium, as GitHub shows it). A
+# longer text runs off both ends, so each is cut to fit, measured in ems by a generous table of
+# character widths (:func:`_em`: Arial's and Trebuchet's rounded up, Verdana's wide letters).
+TITLE_EM = (700 - 20) / 20
+AXIS_TITLE_EM = (HEIGHT - 20) / 16
+_NARROW = frozenset("ijlrtfI.,:;|!'` ()[]-")
+_WIDE = frozenset("mwMW@%")
+
 # Series colours: each a colour Mermaid draws and the emoji square a legend shows for it.
 # Mid-tones, readable on GitHub's and GitLab's light and dark themes.
 PALETTE = {
@@ -110,6 +119,26 @@ def cut(value: Any, limit: int = MAX_TEXT) -> str:
     """``value`` as text of at most ``limit`` characters (a legend names a rule in one line)."""
     shown = str(value)
     return shown if len(shown) <= limit else shown[: limit - 1].rstrip() + "\u2026"
+
+
+def _em(char: str) -> float:
+    """About how wide ``char`` is drawn, in ems, rounded up (any non-ASCII character: 1)."""
+    if not char.isascii() or char in _WIDE:
+        return 1.0
+    if char in _NARROW:
+        return 0.35
+    return 0.75 if char.isupper() else 0.6
+
+
+def fit(value: str, ems: float) -> str:
+    """``value`` cut (ending in an ellipsis) to be drawn at most ``ems`` ems wide."""
+    if sum(map(_em, value)) <= ems:
+        return value
+    used, keep = 1.0, 0  # the ellipsis's em
+    while keep < len(value) and used + _em(value[keep]) <= ems:
+        used += _em(value[keep])
+        keep += 1
+    return value[:keep].rstrip() + "\u2026"
 
 
 def number(value: float) -> str:
@@ -225,7 +254,8 @@ def mermaid(chart: Chart) -> str:
     cats = chart.categories[-MAX_CATEGORIES:]
     keep = len(cats)
     low, high, broken = y_axis(chart)
-    y_title = (chart.y_label or "value") + (f" (axis cut at {number(low)})" if broken else "")
+    note = f" (axis cut at {number(low)})" if broken else ""
+    y_title = fit(chart.y_label or "value", AXIS_TITLE_EM - sum(map(_em, note))) + note
     palette = ", ".join(PALETTE[s.colour][0] for s in (*chart.bars, *chart.lines))
 
     # No bar: a value under the axis. Mermaid draws a bar from the plot's bottom edge, which
@@ -246,7 +276,7 @@ def mermaid(chart: Chart) -> str:
         + palette
         + '"}}}}%%',
         "xychart-beta",
-        f"    title {text(chart.title)}",
+        f"    title {text(fit(chart.title, TITLE_EM))}",
         "    x-axis [" + ", ".join(_labels(cats, chart.thin)) + "]",
         f"    y-axis {text(y_title)} {number(low)} --> {number(high)}",
     ]

@@ -147,9 +147,9 @@ def test_root_action_is_gpu_setup_then_cache_then_smoke() -> None:
     steps = action["runs"]["steps"]
     runs = [s["run"].strip() for s in steps if 'GPUCI_PYTHON" -m gpuci' in s.get("run", "")]
     assert runs == [
-        '"$GPUCI_PYTHON" -m gpuci gpu-setup',
-        '"$GPUCI_PYTHON" -m gpuci cache-weights restore',
-        '"$GPUCI_PYTHON" -m gpuci gpu-smoke',
+        'exec "$GPUCI_PYTHON" -m gpuci gpu-setup',
+        'exec "$GPUCI_PYTHON" -m gpuci cache-weights restore',
+        'exec "$GPUCI_PYTHON" -m gpuci gpu-smoke',
     ]
     inputs = action["inputs"]
     assert {"report", "smoke-report", "cache-key", "cache-path", "smoke", "min-memory-gb"} <= set(
