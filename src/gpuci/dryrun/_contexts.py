@@ -128,11 +128,34 @@ def triggered_by(workflow: Mapping[Any, Any], event: str) -> list[str] | None:
 
 
 def runner_context(runs_on: Any) -> Partial:
-    """``runner.os`` from the job's labels (Linux unless they say otherwise), ``runner.temp``."""
+    """``runner.os`` from the job's labels (Linux unless they say otherwise), ``runner.temp``,
+    and ``runner.environment`` where the labels tell: what the gpu-ci commands the job runs
+    see as ``RUNNER_ENVIRONMENT`` (the runner-local tier is off on a GitHub-hosted one)."""
     text = runs_on_label(runs_on).lower()
     system = "Windows" if "windows" in text else "macOS" if "macos" in text else "Linux"
     temp = settings.RUNNER_TEMP.value() or str(Path(tempfile.gettempdir()) / "runner-temp")
-    return Partial("runner", {"os": system, "temp": temp, "name": Unknown("runner.name")})
+    known = {"os": system, "temp": temp, "name": Unknown("runner.name")}
+    return Partial("runner", {**known, "environment": runner_environment(runs_on)})
+
+
+# GitHub's own images (docs.github.com, "GitHub-hosted runners": ubuntu-latest, ubuntu-24.04,
+# ubuntu-24.04-arm, windows-2025, macos-15-xlarge, ...); a larger runner's label is its owner's
+# choice and tells nothing.
+_HOSTED_LABEL = re.compile(r"(ubuntu|windows|macos)-(latest|\d+(\.\d+)?)(-arm|-large|-xlarge)?")
+
+
+def runner_environment(runs_on: Any) -> str | Unknown:
+    """``github-hosted`` when every label of ``runs-on`` is one of GitHub's images,
+    ``self-hosted`` when one is ``self-hosted``, else unknown (a group, a custom label)."""
+    labels = runs_on if isinstance(runs_on, list) else [runs_on]
+    names = [label.strip().lower() for label in labels if isinstance(label, str)]
+    if len(names) != len(labels) or not names:
+        return Unknown("runner.environment")
+    if "self-hosted" in names:
+        return "self-hosted"
+    if all(_HOSTED_LABEL.fullmatch(name) for name in names):
+        return "github-hosted"
+    return Unknown("runner.environment")
 
 
 def runs_on_label(runs_on: Any) -> str:

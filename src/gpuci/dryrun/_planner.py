@@ -471,7 +471,7 @@ class Planner:
             plan.verdict, plan.detail = "bad-input", exc.message
             return plan
         plan.command = " + ".join(full for full, _, _ in calls)
-        plan_calls(plan, calls, env, self.probe, self.rt)
+        plan_calls(plan, calls, env, self.probe, self.rt, ctx.get("runner"))
         judge(plan, missing_paths_of(steps, number, calls, self.workspace))
         return plan
 

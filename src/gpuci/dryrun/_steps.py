@@ -166,11 +166,16 @@ def plan_calls(
     env: Mapping[str, str | Unknown],
     probe: bool,
     rt: Runtime,
+    runner: Mapping[str, Any] | None = None,
 ) -> None:
     """Each call's dry run, in an environment like the step's (no INPUT_*, this probe
-    setting); a call that would need the network without --probe is not evaluated."""
+    setting, the runner's ``RUNNER_ENVIRONMENT`` where its labels tell); a call that would
+    need the network without --probe is not evaluated."""
     inner_env = {k: v for k, v in os.environ.items() if not k.startswith("INPUT_")}
     inner_env.update({k: v for k, v in env.items() if isinstance(v, str) and k != "*"})
+    where = (runner or {}).get("environment")
+    if isinstance(where, str):
+        inner_env[settings.RUNNER_ENVIRONMENT.name] = where
     inner_env[settings.PROBE.name] = "true" if probe else "false"
     for full_name, cmd, values in calls:
         offline = None if probe else network_needed(full_name, values, inner_env)
