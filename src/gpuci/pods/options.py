@@ -123,13 +123,15 @@ class UpInputs:
     smoke: bool | None = inp(
         "Run gpu-smoke on the pod before it is handed over (before the runner starts, or "
         "before command); a hardware failure stops that pod and up places another in another "
-        "data centre. A stock image installs gpu-ci for it (gpuci-source). Default: true "
-        "with runner."
+        "data centre. A stock image installs gpu-ci for it (gpuci-source). gpu-smoke's own "
+        "inputs (checks, min-gemm-tflops, ...) go to the pod as INPUT_* lines in env. Default: "
+        "true with runner."
     )
     gpuci_source: str = inp(
         "Where a smoking pod whose image lacks gpu-ci installs it: OWNER/REPO@REF (resolved to "
-        "its commit, installed from git at that SHA), a pip URL pinned by @<commit SHA> or "
-        "#sha256=, or none. Default: this action at the ref the workflow used; outside "
+        "its commit, installed from git at that SHA), a git URL pinned by @<commit SHA> or a "
+        "source archive's URL with #sha256= (its requirements.lock pins the dependencies; a "
+        "wheel cannot), or none. Default: this action at the ref the workflow used; outside "
         "Actions, env GPUCI_PACKAGE.",
         action_default="${{ github.action_repository }}@${{ github.action_ref }}",
     )
