@@ -9,7 +9,9 @@ The window is opened deterministically by a hook at ``Placement._put`` (no sleep
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -128,8 +130,8 @@ def test_a_file_placed_meanwhile_by_another_restore_is_there_after_this_one_fail
     """A root that is one file: this restore found the target missing, the other restore
     placed the file before this one did, and this one then failed (a later root). Its rename
     replaced the other's file, and its undo left nothing there. Now the file is placed without
-    replacing one that appeared (a hard link): the other's is kept when it holds the same bytes,
-    else moved aside and put back by the undo."""
+    replacing one that appeared unseen (a hard link): the other's is moved aside, whatever it
+    holds, and put back by the undo."""
     target = tmp_path / "model.bin"
     staging = stage.make(target)
     staging.tree.write_bytes(b"weights")
@@ -163,3 +165,103 @@ def test_a_file_is_renamed_into_place_where_hard_links_are_refused(tmp_path, mon
     staging.remove()
     assert target.read_bytes() == b"weights"
     assert leftovers(tmp_path) == []
+
+
+def _appears_in_the_window(target: Path, monkeypatch, other) -> None:
+    """Run ``other()`` once, in the window of a restore's ``_put``: the name was found missing."""
+    real_put = merge.Placement._put
+    ran: list[bool] = []
+
+    def first(self, src, dest, parts, name, aside):
+        if not ran and self.target == target and not os.path.lexists(target):
+            ran.append(True)
+            other()
+        return real_put(self, src, dest, parts, name, aside)
+
+    monkeypatch.setattr(merge.Placement, "_put", first)
+
+
+def _staged(target: Path, data: bytes = b"weights", mode: int = 0o644) -> stage.Staging:
+    staging = stage.make(target)
+    staging.tree.write_bytes(data)
+    os.chmod(staging.tree, mode)
+    return staging
+
+
+def test_the_undo_of_one_restore_leaves_the_file_another_restore_placed_after_it(
+    tmp_path, monkeypatch
+):
+    """rvA F1: A placed the file in B's window; B kept A's file (the same bytes) as its own and
+    succeeded; A then failed, and its undo moved "its" file away from B's finished restore. Now
+    B places its own file (A's moved aside), and A's undo leaves a name it no longer holds."""
+    target = tmp_path / "model.bin"
+    a = merge.Placement(target, _staged(target))
+    b = merge.Placement(target, _staged(target))
+    _appears_in_the_window(target, monkeypatch, lambda: a.place("file"))
+    b.place("file")
+    b.staging.remove()
+    a.undo()
+    a.staging.remove()
+    assert target.read_bytes() == b"weights"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_file_planted_in_the_window_with_the_same_bytes_is_not_kept_as_the_restored_one(
+    tmp_path, monkeypatch
+):
+    """rvA F2: a file another user put at the name in the window, with the cached bytes, was kept
+    as the restored file: its mode (0o666) and owner stayed, and its owner could rewrite it
+    after the restore succeeded. Now the restore's own file, of the manifest's mode, is there."""
+    target = tmp_path / "run.sh"
+    staging = _staged(target, b"#!/bin/sh\necho trusted\n", 0o755)
+    planted: list[os.stat_result] = []
+
+    def plant_it() -> None:
+        target.write_bytes(b"#!/bin/sh\necho trusted\n")
+        os.chmod(target, 0o666)
+        planted.append(os.lstat(target))
+
+    _appears_in_the_window(target, monkeypatch, plant_it)
+    merge.Placement(target, staging).place("file")
+    staging.remove()
+    held = os.lstat(target)
+    assert not os.path.samestat(held, planted[0])
+    assert stat.S_IMODE(held.st_mode) == 0o755
+    assert held.st_uid == os.getuid()
+    assert target.read_bytes() == b"#!/bin/sh\necho trusted\n"
+
+
+def test_a_file_planted_in_the_window_and_grown_is_never_read_past_its_size(tmp_path, monkeypatch):
+    """rvA F5: the file found at the name was hashed until its end, and its owner grew it (to
+    1 TiB, sparse) after its size was looked at: the restore read on and on. Now nothing past
+    the size it had when it appeared is read from it (the reads are cut at 1 MiB here, as an
+    I/O error, so the unfixed code ends too)."""
+    target = tmp_path / "model.bin"
+    staging = _staged(target)
+    theirs: list[int] = []
+    read = [0]
+    real_preadv = os.preadv
+
+    def plant_it() -> None:
+        theirs.append(os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+        os.write(theirs[0], b"weights")
+
+    def preadv(fd, buffers, offset, *args):
+        if theirs and os.path.samestat(os.fstat(fd), os.fstat(theirs[0])):
+            os.ftruncate(theirs[0], 1 << 40)  # its owner grows it after any look at its size
+            if read[0] > 1 << 20:
+                raise OSError(errno.EIO, "cut by the test", str(target))
+            n = real_preadv(fd, buffers, offset, *args)
+            read[0] += n
+            return n
+        return real_preadv(fd, buffers, offset, *args)
+
+    _appears_in_the_window(target, monkeypatch, plant_it)
+    monkeypatch.setattr(os, "preadv", preadv)
+    try:
+        merge.Placement(target, staging).place("file")
+    finally:
+        staging.remove()
+        os.close(theirs[0])
+    assert read[0] <= len(b"weights")
+    assert target.read_bytes() == b"weights"

@@ -180,19 +180,19 @@ class Placement:
         self, src: str, dest: int, parts: tuple[str, ...], name: str, aside: str | None
     ) -> None:
         """Put ``src`` at ``name``, then record the inode placed there: the undo moves back only
-        that one. A file or link goes onto a name found missing by :func:`_link_new`, never
-        over one that appeared meanwhile (kept when it holds the same, else moved aside); a
-        folder, or onto a name held (``aside``), by a rename. A rename that failed changed
-        nothing at ``name`` (another restore's folder may hold it by now), so it is recorded
-        only to put back what was moved aside."""
+        that one, so it never takes away what another restore put there later. A file or link
+        goes onto a name found missing by :func:`_link_new`, never over one that appeared
+        meanwhile: that one is moved aside like any other (whoever put it there; the undo puts
+        it back) and this restore's own file renamed over it; a folder, or onto a name held
+        (``aside``), by a rename. A rename that failed changed nothing at ``name`` (another
+        restore's folder may hold it by now), so it is recorded only to put back what was
+        moved aside."""
         st = os.lstat(src)
         placed = (st.st_dev, st.st_ino)
         if aside is None and not stat.S_ISDIR(st.st_mode):
-            linked = _link_new(src, dest, name)
-            if linked is not None:
-                if linked:
-                    self.steps.append(_Step(parts, name, None, placed=placed))
-                    os.unlink(src)
+            if _link_new(src, dest, name):
+                self.steps.append(_Step(parts, name, None, placed=placed))
+                os.unlink(src)
                 return
             aside = self._keep(name, dest, atomic=True)
         try:
@@ -229,38 +229,23 @@ class Placement:
             os.close(dest)
 
 
-def _link_new(src: str, dest: int, name: str) -> bool | None:
+def _link_new(src: str, dest: int, name: str) -> bool:
     """Put the staged ``src`` onto ``name``, found missing, by a hard link (the staged name is
-    the caller's to unlink): unlike a rename, it never replaces what appeared there meanwhile,
-    another restore of the same cache placing it too. True: placed; False: that other holds
-    the same (its file is kept); None: placed nothing (something else holds it now, or this
-    filesystem refuses hard links): the caller renames over it."""
+    the caller's to unlink): unlike a rename, it never replaces what appeared there meanwhile
+    (another restore of the same cache placing it too, or a file another user planted). True:
+    placed; False: placed nothing (something holds the name now, or this filesystem refuses
+    hard links): the caller moves that aside and renames its own file there. What holds the
+    name is never read nor kept as this restore's: the restore places its own inode, with the
+    manifest's mode and this user as owner."""
     try:
         os.link(src, name, dst_dir_fd=dest, follow_symlinks=False)
     except FileExistsError:
-        return False if _same(src, dest, name) else None
+        return False
     except OSError as exc:
         if exc.errno not in _NO_LINKS:
             raise
-        return None
-    return True
-
-
-def _same(src: str, dest: int, name: str) -> bool:
-    """Whether ``name`` in ``dest`` holds what the staged ``src`` holds: the same link
-    target, or a regular file of the same bytes (opened as someone else's file)."""
-    try:
-        if os.path.islink(src):
-            return os.readlink(name, dir_fd=dest) == os.readlink(src)
-        theirs = files.open_regular(name, follow=False, dir_fd=dest)
-    except OSError:
         return False
-    try:
-        if os.fstat(theirs).st_size != os.lstat(src).st_size:
-            return False
-        return files.hash_fd(theirs)[0].digest() == files.hash_file(Path(src))[0].digest()
-    finally:
-        os.close(theirs)
+    return True
 
 
 def _holds(dest: int, name: str) -> tuple[int, int] | None:
