@@ -436,3 +436,24 @@ def test_a_link_looping_through_the_jobs_links_is_refused(file_store, env, tmp_p
     assert result.exit_code == 2
     assert "resolves to a loop" in result.headline and "nothing was restored" in result.headline
     assert not os.path.lexists(target / "c")
+
+
+@pytest.mark.parametrize("kind", ["dir", "file"])
+def test_the_filesystem_root_as_the_target_is_refused_up_front_in_its_own_words(
+    file_store, env, kind
+):
+    """rvA F7: ``--path /`` of a folder key was downloaded into a staging folder in ``/``, then
+    refused as "exists and is not a folder" (Path('/').name is ''). Now one line names the cause,
+    before anything is written there."""
+    plant(
+        file_store,
+        "k",
+        [{"type": "file", "root": 0, "path": "" if kind == "file" else "f"}],
+        {"" if kind == "file" else "f": b"1"},
+        roots=[{"path": "a", "kind": kind}],
+    )
+    before = sorted(os.listdir("/"))
+    result = restore_to(file_store, env, "k", Path("/"))
+    assert result.exit_code == 2, result.headline
+    assert "path '/' is the filesystem root" in result.headline
+    assert sorted(os.listdir("/")) == before

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gpuci import files
 from gpuci.cache import _layout as layout
+from gpuci.errors import InputError
 
 LOCK = "lock"  # made mode 0 and given 0o600 once locked: 0 means "not locked yet"
 TREE = "tree"
@@ -83,9 +84,26 @@ def home(target: Path) -> Path:
     return target.parent
 
 
+def refuse_nameless(target: Path) -> None:
+    """A target with no name, the filesystem root, has none for its staging folder nor for the
+    placement to rename onto: refused with its own line before anything is swept or fetched
+    (it failed after the download, said to be "not a folder").
+
+    Raises:
+        InputError: ``target`` has no name.
+    """
+    if not target.name:
+        raise InputError(
+            f"path '{target}' is the filesystem root, which a cache cannot be restored onto; "
+            "nothing was restored",
+            hint="restore to a folder below it, such as /models",
+        )
+
+
 def make(target: Path) -> Staging:
     """A new staging folder for ``target`` (in :func:`home`), locked (a random name: one
     planted is skipped)."""
+    refuse_nameless(target)
     folder = home(target)
     for _ in range(_ATTEMPTS):
         name = f"{layout.STAGING_PREFIX}{target.name}.{os.urandom(8).hex()}.{os.getpid()}"
@@ -123,7 +141,9 @@ def _lock(folder: int) -> int:
 def sweep_stale(target: Path) -> None:
     """Remove the staging folders of ``target`` whose restore is gone, and any link or file
     planted under such a name (unlinked, never followed): beside it, and inside it where it
-    is a mount point (:func:`home`)."""
+    is a mount point (:func:`home`). The first look at a target: one with no name is refused
+    (:func:`refuse_nameless`)."""
+    refuse_nameless(target)
     stem = f"{layout.STAGING_PREFIX}{target.name}."
     _sweep_in(target.parent, stem)
     if home(target) == target:
