@@ -265,3 +265,39 @@ def test_a_file_planted_in_the_window_and_grown_is_never_read_past_its_size(tmp_
         os.close(theirs[0])
     assert read[0] <= len(b"weights")
     assert target.read_bytes() == b"weights"
+
+
+def test_the_undo_leaves_a_folder_it_placed_that_another_restore_merged_into(tmp_path, monkeypatch):
+    """F1's folder form: A renamed its folder into B's window, B merged into it (its rename
+    failed) and succeeded, then A failed: A's undo moved the whole folder, B's files in it,
+    away. Now a folder that holds what A did not stage under it is left."""
+    target = tmp_path / "models"
+
+    def staged_folder() -> stage.Staging:
+        staging = stage.make(target)
+        staging.tree.mkdir()
+        (staging.tree / "w.bin").write_bytes(b"weights")
+        return staging
+
+    a = merge.Placement(target, staged_folder())
+    b = merge.Placement(target, staged_folder())
+    _appears_in_the_window(target, monkeypatch, lambda: a.place("dir"))
+    b.place("dir")
+    b.staging.remove()
+    a.undo()
+    a.staging.remove()
+    assert (target / "w.bin").read_bytes() == b"weights"
+    assert leftovers(tmp_path) == []
+
+
+def test_the_undo_still_takes_back_a_folder_holding_only_what_it_placed(tmp_path):
+    target = tmp_path / "models"
+    staging = stage.make(target)
+    (staging.tree / "sub").mkdir(parents=True)
+    (staging.tree / "sub" / "w.bin").write_bytes(b"weights")
+    placement = merge.Placement(target, staging)
+    placement.place("dir")
+    placement.undo()
+    staging.remove()
+    assert not os.path.lexists(target)
+    assert leftovers(tmp_path) == []

@@ -58,6 +58,7 @@ class _Step:
     aside: str | None  # what held ``name`` before, by its name in the trash; None: nothing
     mode: int | None = None  # a merged folder's mode before (only that changed)
     placed: tuple[int, int] | None = None  # (st_dev, st_ino) this restore renamed onto ``name``
+    inside: set[int] | None = None  # a placed folder: the inodes staged under it
 
 
 class Placement:
@@ -184,12 +185,14 @@ class Placement:
         goes onto a name found missing by :func:`_link_new`, never over one that appeared
         meanwhile: that one is moved aside like any other (whoever put it there; the undo puts
         it back) and this restore's own file renamed over it; a folder, or onto a name held
-        (``aside``), by a rename. A rename that failed changed nothing at ``name`` (another
-        restore's folder may hold it by now), so it is recorded only to put back what was
-        moved aside."""
+        (``aside``), by a rename, recording the inodes under it (the undo leaves a folder
+        another restore merged into since: :func:`_only_ours`). A rename that failed changed
+        nothing at ``name`` (another restore's folder may hold it by now), so it is recorded
+        only to put back what was moved aside."""
         st = os.lstat(src)
         placed = (st.st_dev, st.st_ino)
-        if aside is None and not stat.S_ISDIR(st.st_mode):
+        inside = _inodes(src) if stat.S_ISDIR(st.st_mode) else None
+        if inside is None and aside is None:
             if _link_new(src, dest, name):
                 self.steps.append(_Step(parts, name, None, placed=placed))
                 os.unlink(src)
@@ -201,7 +204,7 @@ class Placement:
             if aside is not None:
                 self.steps.append(_Step(parts, name, aside))
             raise
-        self.steps.append(_Step(parts, name, aside, placed=placed))
+        self.steps.append(_Step(parts, name, aside, placed=placed, inside=inside))
 
     def _set_mode(self, sub: int, item: os.DirEntry[str], parts: tuple[str, ...]) -> None:
         mode = stat.S_IMODE(item.stat(follow_symlinks=False).st_mode)
@@ -221,7 +224,11 @@ class Placement:
                     os.close(sub)
                 return
             trash = self.staging.trash()
-            if step.placed is not None and _holds(dest, step.name) == step.placed:
+            if (
+                step.placed is not None
+                and _holds(dest, step.name) == step.placed
+                and (step.inside is None or _only_ours(dest, step.name, step.inside))
+            ):
                 os.rename(step.name, self.staging.trash_name(), src_dir_fd=dest, dst_dir_fd=trash)
             if step.aside is not None and _holds(dest, step.name) is None:
                 os.rename(step.aside, step.name, src_dir_fd=trash, dst_dir_fd=dest)
@@ -256,6 +263,40 @@ def _holds(dest: int, name: str) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _inodes(folder: str) -> set[int]:
+    """The inodes under the staged ``folder`` (this restore's own, in its staging folder)."""
+    found: set[int] = set()
+    todo = [folder]
+    while todo:
+        with os.scandir(todo.pop()) as items:
+            for item in items:
+                found.add(item.inode())
+                if item.is_dir(follow_symlinks=False):
+                    todo.append(item.path)
+    return found
+
+
+def _only_ours(dest: int, name: str, ours: set[int]) -> bool:
+    """Whether the folder this restore placed at ``name`` holds nothing but ``ours`` (by inode,
+    each folder opened ``O_NOFOLLOW``): one another restore merged into since is its now, and
+    the undo leaves it. At most ``len(ours)`` entries are looked at."""
+    todo, seen = [[name]], 0
+    while todo:
+        parts = todo.pop()
+        fd = files.open_below(dest, parts)
+        try:
+            with os.scandir(fd) as items:
+                for item in items:
+                    seen += 1
+                    if seen > len(ours) or item.inode() not in ours:
+                        return False
+                    if item.is_dir(follow_symlinks=False):
+                        todo.append([*parts, item.name])
+        finally:
+            os.close(fd)
+    return True
 
 
 def refuse_links_leaving(manifest: mf.Manifest, index: int, target: Path) -> None:
