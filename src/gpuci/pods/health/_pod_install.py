@@ -21,20 +21,40 @@ two folders go on its path (:data:`gpuci.pods.health._handover.SHELL`'s ``gpuci_
 
 A source without ``requirements.lock`` (a wheel) cannot pin its dependencies: the pod refuses it
 in one line and hands over ``smoke skipped``, never an unpinned install in its place.
+
+No line the pod writes (its log, ``gpuci_why``, so its name) holds the URL's userinfo: the
+archive fetch never prints the URL, and ``gpuci_unsecret`` takes it out of git's last line.
 """
 
 from __future__ import annotations
 
 # An archive's bytes, checked and unpacked: stdlib only (the pod has no gpu-ci yet). Exit 1 with
-# one line on stderr (what ``gpuci_install`` quotes), the folder left absent.
+# one line on stderr (what ``gpuci_install`` quotes), the folder left absent. The URL's userinfo
+# (``user:token@``, which urllib cannot parse) travels as a Basic Authorization header, never to
+# a host a redirect names; no line holds the URL or an exception's text that could quote it.
 _UNPACK = r"""
-import hashlib, io, os, sys, tarfile, urllib.request, zipfile
+import base64, hashlib, io, sys, tarfile, urllib.error, urllib.parse, urllib.request, zipfile
 url, want = sys.argv[1].partition("#sha256=")[::2]
+def fetch(url):
+    parts = urllib.parse.urlsplit(url)
+    who, at, host = parts.netloc.rpartition("@")
+    request = urllib.request.Request(urllib.parse.urlunsplit(parts._replace(netloc=host)))
+    if at:
+        pair = ":".join(urllib.parse.unquote(p) for p in who.partition(":")[::2])
+        basic = base64.b64encode(pair.encode()).decode()
+        request.add_unredirected_header("Authorization", "Basic " + basic)
+    with urllib.request.urlopen(request, timeout=300) as answer:
+        return answer.read((256 << 20) + 1)
+def cause(exc):
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    inner = exc.reason if isinstance(getattr(exc, "reason", None), BaseException) else exc
+    text = getattr(inner, "strerror", None) if isinstance(inner, OSError) else None
+    return type(inner).__name__ + (f" ({text})" if isinstance(text, str) and text else "")
 try:
-    with urllib.request.urlopen(url, timeout=300) as answer:
-        data = answer.read((256 << 20) + 1)
-except (OSError, ValueError) as exc:
-    sys.exit(f"cannot download it: {exc}")
+    data = fetch(url)
+except Exception as exc:
+    sys.exit(f"cannot download it: {cause(exc)}")
 if len(data) > 256 << 20:
     sys.exit("the archive is over 256 MiB, more than any gpu-ci source")
 got = hashlib.sha256(data).hexdigest()
@@ -47,8 +67,8 @@ try:
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(sys.argv[2], **safe)
-except (OSError, tarfile.TarError, zipfile.BadZipFile) as exc:
-    sys.exit(f"cannot unpack it: {exc}")
+except Exception as exc:
+    sys.exit(f"cannot unpack it: {type(exc).__name__}: {exc}")
 """
 
 # ``gpuci_source DIR``: GPUCI_PACKAGE's source into DIR (git, else an archive), then
@@ -79,9 +99,26 @@ UNPACK_PY
       ;;
   esac
 }
+gpuci_unsecret() {
+  # stdin without GPUCI_PACKAGE's userinfo (user:token@) or its token alone, each as ***
+  authority="${GPUCI_PACKAGE#*://}"
+  authority="${authority%%/*}"
+  case "$authority" in *@*) userinfo="${authority%@*}" ;; *) userinfo="" ;; esac
+  case "$userinfo" in *:*) secret="${userinfo#*:}" ;; *) secret="$userinfo" ;; esac
+  url_who="$userinfo" url_token="$secret" awk '
+    function cut(line, s,   out, i) {
+      out = ""
+      while (s != "" && (i = index(line, s)) > 0) {
+        out = out substr(line, 1, i - 1) "***"
+        line = substr(line, i + length(s))
+      }
+      return out line
+    }
+    { print cut(cut($0, ENVIRON["url_who"]), ENVIRON["url_token"]) }'
+}
 gpuci_last() {
-  # the last line of $1, from a fixed character set, for gpuci_why
-  last=$(grep -v '^ *$' "$1" | tail -n 1 | tr -c 'A-Za-z0-9 .,:_=/+()@#-' ' ')
+  # the last line of $1, no secret of the URL in it, from a fixed character set, for gpuci_why
+  last=$(grep -v '^ *$' "$1" | tail -n 1 | gpuci_unsecret | tr -c 'A-Za-z0-9 .,:_=/+()@#*-' ' ')
   printf '%s' "${last:-$2}" | cut -c 1-160
 }
 gpuci_install() {
