@@ -30,6 +30,7 @@ from pod_sources import (
 )
 from pods_testing import executable
 
+from gpuci.pods.health import _pod_gpuci as pod_gpuci
 from gpuci.pods.health._handover import SHELL
 from gpuci_testing import clean_env
 
@@ -213,3 +214,60 @@ def test_git_s_own_last_line_is_quoted_without_the_url_s_secret(tmp_path: Path, 
     )
     assert SECRET not in proc.stdout and "unable to access" in proc.stdout, proc.stdout
     assert "git.example/gpu-ci/" in proc.stdout and "403" in proc.stdout
+
+
+# ----- a git URL is pinned by a full commit alone, for up and the pod alike ----------------
+def _moved_repository(tmp_path: Path) -> tuple[Path, str]:
+    """A repository whose ``main`` moved on past the returned commit (a later push)."""
+    root = tmp_path / "repo"
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, timeout=60)
+    for who in ("pinned", "later push"):
+        (root / "who").write_text(who)
+        subprocess.run([*git, "add", "-A"], check=True, timeout=60)
+        subprocess.run([*git, "commit", "-qm", who], check=True, timeout=60)
+        if who == "pinned":
+            sha = subprocess.run(
+                [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60
+            ).stdout.strip()
+    return root, sha
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        "@{sha}",
+        "@{sha}#egg=gpuci",
+        "@{SHA}",
+        "@main",
+        "@main#sha256=" + "0" * 64,  # a hash no clone checks
+        "@main#x@{sha}",  # a commit in the fragment
+        "#sha256=" + "0" * 64,  # no ref at all
+        "",
+    ],
+)
+def test_up_calls_a_git_url_pinned_exactly_when_the_pod_installs_that_commit(
+    tmp_path: Path, tail: str
+):
+    """One rule on both sides: the ref after the last @ before the first # is 40 hex. A URL up
+    warns about the pod refuses in one line (smoke skipped), never cloning the branch tip."""
+    root, sha = _moved_repository(tmp_path)
+    url = f"git+{root.as_uri()}" + tail.format(sha=sha, SHA=sha.upper())
+    warned: list[str] = []
+    assert pod_gpuci.resolve(url, {}, warned.append) == url
+    dest = tmp_path / "source"
+    proc = subprocess.run(
+        ["sh", "-c", f'{SHELL}\ngpuci_source "$DEST"'],
+        env=clean_env(GPUCI_PACKAGE=url, DEST=str(dest), HOME=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if not warned:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (dest / "who").read_text() == "pinned"
+        return
+    assert "commit SHA" in warned[0], warned
+    assert proc.returncode == 1 and not dest.exists(), proc.stdout
+    (line,) = proc.stdout.splitlines()
+    assert "full 40-hex commit SHA" in line, line

@@ -7,9 +7,11 @@ served that minute, on a pod about to be handed a job. So the pod does what
 (:mod:`gpuci.pods.health._pod_gpuci`):
 
 1. gpu-ci's **source** at that version, into a private folder, nothing in it built or run: a
-   ``git+URL@<commit>`` is cloned and checked out (git checks it object by object), an archive
-   (``URL#sha256=<hex>``, as the GitLab template's source archive) is refused unless its bytes
-   hash to that;
+   ``git+URL@<commit>`` is cloned and checked out (git checks it object by object), and a
+   ``git+`` URL whose ref (after the last ``@`` before the first ``#``) is not a full 40-hex
+   commit is refused, as a branch or tag can move (the rule of ``_pod_gpuci.is_pinned``); an
+   archive (``URL#sha256=<hex>``, as the GitLab template's source archive) is refused unless its
+   bytes hash to that;
 2. that source's ``requirements.lock`` with ``pip install --require-hashes --no-deps`` (the
    flags bootstrap.sh gives pip): every dependency at its locked version, each download checked
    against its hash, nothing resolved from the index; ``--target`` a folder only the smoke uses;
@@ -83,10 +85,16 @@ gpuci_source() {
       u="${GPUCI_PACKAGE#git+}"
       u="${u%%#*}"
       ref="${u##*@}"
-      case "$ref" in "$u" | */*) ref="" ;; *) u="${u%@*}" ;; esac
+      case "$ref" in "$u" | *[!0-9A-Fa-f]*) ref="" ;; esac
+      if [ "${#ref}" != 40 ]; then
+        echo "a git URL is installed only at a full 40-hex commit SHA, not a branch or tag," \
+          "which can move: name the commit after its last @"
+        return 1
+      fi
+      u="${u%@*}"
+      command -v git >/dev/null 2>&1 || { echo "no git on the image to clone it"; return 1; }
       git clone -q --filter=blob:none --no-checkout -- "$u" "$1" ||
         { rm -rf "$1" && git clone -q --no-checkout -- "$u" "$1"; } || return 1
-      [ -n "$ref" ] || { git -C "$1" checkout -q; return; }
       git -C "$1" checkout -q --detach "$ref" 2>/dev/null ||
         { git -C "$1" fetch -q origin "$ref" && git -C "$1" checkout -q --detach FETCH_HEAD; }
       ;;
