@@ -93,6 +93,27 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
 
 
+def url_secrets(url: str) -> list[str]:
+    """What :func:`redact_url` hides in ``url``, as text for :func:`secrets_out`: its userinfo,
+    its password (or token) alone, each also percent-decoded, and secret-looking query values.
+
+    For text that quotes a URL's secret without the URL around it (another program's message),
+    where no URL pattern would find it. Read without a URL parser, so no URL is too odd for it.
+    """
+    authority = url.partition("://")[2]
+    for end in "/?#":
+        authority = authority.partition(end)[0]
+    who = authority.rpartition("@")[0]
+    found = [who, who.partition(":")[2] if ":" in who else who]
+    query = url.partition("?")[2].partition("#")[0]
+    for pair in query.split("&"):
+        name, sep, value = pair.partition("=")
+        if sep and re.search(_SECRET_PARAM, unquote(name)):
+            found.append(value)
+    found += [unquote(s) for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
 def redact_urls(text: str) -> str:
     """Every URL inside ``text`` passed through :func:`redact_url`.
 

@@ -9,11 +9,15 @@ without a network. A wheel of gpu-ci holds no lock.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import http.server
 import shutil
 import subprocess
 import tarfile
+import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import gpuci
@@ -101,3 +105,33 @@ def source_repository(where: Path, lock: str) -> str:
         [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True, timeout=60
     ).stdout.strip()
     return f"git+{root.as_uri()}@{sha}"
+
+
+@contextlib.contextmanager
+def served(path: Path, user: str, password: str) -> Iterator[tuple[str, list[str]]]:
+    """``path`` served over HTTP on 127.0.0.1 only with Basic ``user:password`` (403 without):
+    the URL's ``scheme://host:port`` and every Authorization header the server was sent."""
+    seen: list[str] = []
+    want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the name http.server calls
+            seen.append(self.headers.get("Authorization") or "")
+            body = path.read_bytes() if seen[-1] == want else b"no"
+            self.send_response(200 if seen[-1] == want else 403)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)

@@ -11,11 +11,13 @@ install it: test_pods_pod_install.py.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from pod_host import PodHost
 from pod_sources import gpuci_files, offline_pip, pinned, source_archive, toy_lock, wheel
 
+from gpuci.pods.health import _handover as handover
 from gpuci.pods.health import _pod_gpuci as pod_gpuci
 
 GPU = "NVIDIA GeForce RTX 4090"
@@ -146,3 +148,36 @@ def test_a_repository_of_dots_is_not_a_repository():
     warned: list[str] = []
     got = pod_gpuci.resolve("../..@main", {}, warned.append)
     assert got == "../..@main" and "names no commit or hash" in warned[0]  # a URL, unpinned
+
+
+SECRET = "s3cretTok3n"
+
+
+def test_credentials_in_gpuci_source_reach_no_name_log_or_warning(fake, run, clock, tmp_path):
+    """urllib read the password as a port and its error quoted it: the pod wrote it into its
+    log and, through RunPod's API, its name, and up printed it. Now the pod says why in one
+    line without it (and no traceback), and up's warning holds none of it."""
+    host = _stock_host(fake, clock, tmp_path)
+    source = pinned(source_archive(tmp_path, toy_lock(tmp_path)))
+    url = f"https://deploy:{SECRET}@localhost/gpu-ci.tar.gz#{source.split('#')[1]}"
+    res = run("up", smoke="true", gpuci_source=url, **UP)
+    assert res.code == 0, res.stdout + res.stderr
+    (log,) = host.booted.values()
+    pod = fake.pods[res.outputs["pod-id"]]
+    for said in (log, pod["name"], res.stdout, res.stderr):
+        assert SECRET not in said and "Traceback" not in said, said
+    (line,) = [a["message"] for a in res.json["annotations"] if "unchecked" in a["message"]]
+    assert "cannot download it" in line, line
+
+
+@pytest.mark.parametrize("password", [SECRET, "p@ss w0rd!x"])
+def test_up_takes_the_url_s_secret_out_of_what_a_pod_wrote(password: str):
+    """The second line of defence: a secret that reached the pod's name anyway (as sent, or
+    as the name's character set left it) never reaches up's warning."""
+    package = f"https://deploy:{quote(password, safe='')}@h.example/g.tar.gz"
+    pod = {"name": f"gpuci-1 smoke skipped: failed: port: deploy:{password}@h.example"}
+    verdict = handover.verdict_of(pod)
+    assert verdict is not None and verdict.kind == "skipped"
+    said = handover.reason(verdict, package)
+    assert "failed: port" in said and "h.example" in said, said
+    assert "s3cret" not in said and "w0rd" not in said, said

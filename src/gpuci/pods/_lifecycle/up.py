@@ -301,7 +301,8 @@ def _smoke_said(job: _Up, verdict: handover.Verdict | None) -> None:
     if verdict is not None and verdict.kind == "skipped":
         job.result.warning(
             f"gpu-smoke before handover gave no verdict on {(job.pod or {}).get('id')} "
-            f"({verdict.detail}): the pod was handed over unchecked; a stock image installs "
+            f"({handover.reason(verdict, job.spec.gpuci_package)}): the pod was handed over "
+            "unchecked; a stock image installs "
             "gpu-ci from gpuci-source (docs/pods.md)"
         )
     elif verdict is not None:

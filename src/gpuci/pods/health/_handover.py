@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuci import settings
+from gpuci import redact, settings
 from gpuci.pods.health import _pod_install as pod_install
 from gpuci.retry import RetryPolicy, parse_retry_after
 
@@ -131,6 +131,15 @@ class Verdict:
         gpus = ", ".join(self.uuids) or "a GPU"
         why = f" ({self.detail})" if self.detail and not self.uuids else ""
         return f"{gpus} failed {', '.join(self.checks) or 'gpu-smoke'}{why}"
+
+
+def reason(verdict: Verdict, package: str) -> str:
+    """A verdict's detail fit to print: no secret of ``package`` (``GPUCI_PACKAGE``) in it, as
+    sent or as the pod's character set left it (the pod takes them out; this is the second
+    line, as its name went through RunPod's API).
+    """
+    secrets = redact.url_secrets(package)
+    return redact.excerpt(verdict.detail, 200, [*secrets, *(_UNSAFE.sub(" ", s) for s in secrets)])
 
 
 def pod_env(name: str, package: str = "") -> dict[str, str]:

@@ -17,10 +17,13 @@ actions/runner#2473; elsewhere: ``GPUCI_PACKAGE``, as the GitLab pods template s
   workflow's action ran, even if a tag moves later; its dependencies are the versions and
   hashes that commit's ``requirements.lock`` pins. The image needs git and pip (runpod/pytorch
   has both).
-- a URL: as given. Pinned when it is a ``git+`` URL naming a commit (``@<40 hex>``) or an
-  archive with ``#sha256=<64 hex>`` (the pod refuses other bytes); otherwise ``up`` warns that
-  it is not, with any credentials in the URL redacted. It must hold gpu-ci's source with its
-  lock (a wheel does not: the pod refuses it rather than install unpinned dependencies).
+- a URL: as given. Pinned (:func:`is_pinned`, the pod's rule too) when it is a ``git+`` URL
+  whose ref is a full commit (``@<40 hex>`` before any ``#``) or an archive with
+  ``#sha256=<64 hex>`` (the pod refuses other bytes); otherwise ``up`` warns that it is not,
+  with any credentials in the URL redacted, and the pod refuses a ``git+`` URL at a branch, a
+  tag or no ref (``smoke skipped``) where it installs an unpinned archive. It must hold
+  gpu-ci's source with its lock (a wheel does not: the pod refuses it rather than install
+  unpinned dependencies).
 - ``none``: nothing is installed (the image's gpu-ci or ``smoke skipped``).
 
 A ref that cannot be resolved is one warning naming the cause and the fix, and the pod gets
@@ -39,8 +42,8 @@ from gpuci.redact import redact_url
 
 _REPO_AT = re.compile(r"((?!\.\.?/)[A-Za-z0-9_.-]+/(?!\.\.?@)[A-Za-z0-9_.-]+)@([^\s@]+)")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-# A commit pins only a git URL (git checks the tree against it); an archive needs its hash.
-_PINNED = re.compile(r"^git\+\S+@[0-9a-f]{40}(?:#|$)|#sha256=[0-9a-f]{64}$")
+_GIT_COMMIT = re.compile(r"[0-9a-fA-F]{40}")
+_ARCHIVE_HASH = re.compile(r"#sha256=[0-9a-fA-F]{64}$")
 _REF = re.compile(r"[A-Za-z0-9_./+-]{1,200}")
 
 
@@ -74,7 +77,13 @@ def resolve(source: str, environ: Mapping[str, str], warn: Callable[[str], None]
         return ""
     m = _REPO_AT.fullmatch(text)
     if m is None:
-        if not _PINNED.search(text):
+        if text.startswith("git+") and not is_pinned(text):
+            warn(
+                f"the pod refuses gpu-ci from {redact_url(text)}, which names no full "
+                "commit SHA: a git URL installs only at one, so the smoke is skipped; pin it "
+                "with @<commit SHA>"
+            )
+        elif not is_pinned(text):
             warn(
                 f"the pod installs gpu-ci from {redact_url(text)}, which names no commit or "
                 "hash: pin it "
@@ -94,6 +103,19 @@ def resolve(source: str, environ: Mapping[str, str], warn: Callable[[str], None]
         return ""
     server = settings.GITHUB_SERVER_URL.value(environ).rstrip("/")
     return f"git+{server}/{repo}@{sha}"
+
+
+def is_pinned(url: str) -> bool:
+    """Whether the pod installs exactly one version from ``url``: the rule its ``gpuci_source``
+    applies (:mod:`gpuci.pods.health._pod_install`).
+
+    A ``git+`` URL is pinned only by a full commit, the text after the last ``@`` before the
+    first ``#`` being 40 hex (git checks the tree against it; a ``#sha256=`` is never checked on
+    a clone); any other URL, an archive, only by ``#sha256=<64 hex>`` at its end.
+    """
+    if url.startswith("git+"):
+        return bool(_GIT_COMMIT.fullmatch(url.partition("#")[0].rpartition("@")[2]))
+    return bool(_ARCHIVE_HASH.search(url))
 
 
 def planned(source: str, environ: Mapping[str, str], warn: Callable[[str], None]) -> str:
