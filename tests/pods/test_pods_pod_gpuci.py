@@ -86,6 +86,15 @@ def test_the_default_outside_actions_is_gpuci_package(fake, run, host):
     assert not any("GPUCI_PACKAGE" in a["message"] for a in res.json["annotations"])
 
 
+def test_the_gpuci_sources_credentials_are_masked_for_the_runners_log(run):
+    """The pod needs a private archive's user:token, so up sends it; in Actions it is
+    registered with the runner's masker first, so no later line of any step shows it."""
+    url = f"https://deploy:{SECRET}@x.test/gpu-ci.tar.gz#sha256={'a' * 64}"
+    github = {"GITHUB_ACTIONS": "true"}
+    plan = run("up", dry_run=True, smoke="true", gpuci_source=url, extra_env=github, **UP)
+    assert f"::add-mask::{SECRET}" in plan.stderr.splitlines()
+
+
 def _stock_host(fake, clock, tmp_path: Path) -> PodHost:
     """Pods whose image has no gpu-ci, whose pip finds only the toy wheel."""
     env = {"PYTHONPATH": _stock_image(tmp_path), **offline_pip(tmp_path)}

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import journal, settings
+from gpuci import journal, redact, settings
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.markdown import Link
 from gpuci.pods import _notify as notify
@@ -53,6 +53,8 @@ def up(inp: UpInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     if spec.smoke:
         find = pod_gpuci.planned if rt.dry_run else pod_gpuci.resolve
         spec.gpuci_package = find(inp.gpuci_source, rt.environ, said.append)
+        for secret in redact.url_secrets(spec.gpuci_package or ""):
+            rt.mask(secret)  # a private archive's user:token: in no log line, the runner's too
     first = plan.Candidate((inp.gpu_types or [""])[0])
     plan.check_env_count(plan.create_body(spec, tag, first, api_url(rt.environ)), spec.env)
     book = open_ledger(inp.ledger, rt)
