@@ -221,3 +221,50 @@ def test_a_summary_within_the_limit_is_written_whole(gh_env):
     Runtime(env, stdout=io.StringIO()).render(result)
     text = files["GITHUB_STEP_SUMMARY"].read_text(encoding="utf-8")
     assert text == result.summary[0] + "\n\n"
+
+
+def _unencodable() -> Result:
+    """A result quoting text no UTF-8 can hold: a PR's "\\ud800" escape, a name not UTF-8."""
+    result = Result(command="dry-run", exit_code=ExitCode.CHECK_FAILED, headline="a\ud800b")
+    result.outputs = {"path": "models/\udcff.bin"}
+    result.summary.append("| \ud800 |")
+    result.warning("pattern \udfff", title="hashFiles \ud83d")
+    return result
+
+
+def _strict_utf8() -> tuple[io.TextIOWrapper, io.BytesIO]:
+    """A stream as sys.stdout is under a UTF-8 locale (a lone surrogate fails to encode), and
+    the bytes it holds."""
+    raw = io.BytesIO()
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True), raw
+
+
+@pytest.mark.parametrize("platform", ["terminal", "github", "gitlab"])
+def test_text_no_stream_can_encode_is_written_escaped(gh_env, tmp_path, platform):
+    """Writing the result raised UnicodeEncodeError: an internal error, the result unsaid."""
+    env, files = gh_env
+    env = {
+        "terminal": {},
+        "github": env,
+        "gitlab": {
+            "GITLAB_CI": "true",
+            "GPUCI_SUMMARY": str(tmp_path / "summary.md"),
+            "GPUCI_DOTENV": str(tmp_path / "out.env"),
+            "GPUCI_DOTENV_OUTPUTS": "path",
+        },
+    }[platform]
+    (out, out_bytes), (err, err_bytes) = _strict_utf8(), _strict_utf8()
+    rt = Runtime(env, stdout=out, stderr=err)
+    with rt.group("step \ud800"):
+        rt.log("log \ud800")
+    assert rt.render(_unencodable()) == 1
+    printed = out_bytes.getvalue().decode()
+    assert "a\\ud800b" in printed and "\\udfff" in printed
+    assert "step \\ud800" in err_bytes.getvalue().decode()
+    if platform == "github":
+        outputs = parse_file_command(files["GITHUB_OUTPUT"].read_text(), "GITHUB_OUTPUT")
+        assert outputs == {"path": "models/\\udcff.bin"}
+        assert "| \\ud800 |" in files["GITHUB_STEP_SUMMARY"].read_text()
+    if platform == "gitlab":
+        assert "GPUCI_PATH=models/\\udcff.bin" in (tmp_path / "out.env").read_text()
+        assert "| \\ud800 |" in (tmp_path / "summary.md").read_text()

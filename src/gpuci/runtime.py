@@ -103,11 +103,18 @@ def _escape_mask(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
+def _encodable(text: str) -> str:
+    """``text`` with each lone surrogate as its escape (``\\ud800``): one a PR's JSON or YAML
+    escaped, or a file name that is not UTF-8, is no text a UTF-8 stream or file can take, and
+    writing it raised UnicodeEncodeError (an internal error, the result unsaid)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _escape_data(text: str) -> str:
     """A workflow command's data: the runner's own escapes, other control characters made
     visible (an escape sequence could rewrite the log line), and no ``##[`` inside."""
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return _redact.single_line(text).replace("##[", "##%5B")
+    return _encodable(_redact.single_line(text)).replace("##[", "##%5B")
 
 
 def _escape_property(text: str) -> str:
@@ -123,9 +130,11 @@ def inert(line: str) -> str:
     """One printed line that the runner cannot read as a workflow command (second layer).
 
     Values are already escaped onto one line where they are put into text; this catches what
-    a multi-line block (a summary, an output) still carries, whatever its source.
+    a multi-line block (a summary, an output) still carries, whatever its source. Every line
+    printed passes here, so it is also where text no stream can encode is escaped
+    (:func:`_encodable`).
     """
-    return _COMMAND_START.sub(r"\1%3A%3A", line).replace("##[", "##%5B")
+    return _COMMAND_START.sub(r"\1%3A%3A", _encodable(line)).replace("##[", "##%5B")
 
 
 def inert_block(text: str) -> str:
@@ -230,7 +239,7 @@ class Runtime:
     def group(self, title: str) -> Iterator[None]:
         """A collapsible log section (GitHub group, GitLab section, a heading elsewhere)."""
         stream = self._log_stream
-        title = self.line(title)
+        title = _encodable(self.line(title))
         if self.platform == "github":
             stream.write(f"::group::{_escape_data(title)}\n")
         elif self.platform == "gitlab":
@@ -364,7 +373,9 @@ class Runtime:
         return f"{name}<<{delimiter}\n{value}\n{delimiter}\n"
 
     def _append(self, var: settings.Setting, text: str) -> None:
-        with open(self._file_var(var), "a", encoding="utf-8") as handle:
+        """Append to a file command's file; an output holding a lone surrogate (a name that is
+        not UTF-8) is written with its escape (:func:`_encodable`), never an internal error."""
+        with open(self._file_var(var), "a", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
 
     def _render_github(self, result: Result) -> None:
@@ -415,11 +426,12 @@ class Runtime:
         self.stdout.write("\n".join(self._text_lines(result)) + "\n")
         pairs = {dotenv.variable_name(k): format_output(v) for k, v in result.outputs.items()}
         pairs.update(result.env)
+        pairs = {name: _encodable(value) for name, value in pairs.items()}  # a UTF-8 file
         # Only what later jobs need, at most GitLab's limit (see gpuci.dotenv).
         dotenv.write(self.environ, pairs, lambda message: self.log(f"warning: {message}"))
         summary_file = settings.SUMMARY.value(self.environ)
         if summary_file and result.summary:
-            with open(summary_file, "a", encoding="utf-8") as handle:
+            with open(summary_file, "a", encoding="utf-8", errors="backslashreplace") as handle:
                 handle.write(self._summary(result))  # a file for the job: each command's cut
 
     # ----- progress ----------------------------------------------------------------------

@@ -65,12 +65,27 @@ def _parse_int(digits: str) -> int:
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')
 _NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+# A UTF-16 surrogate's escape (``\\ud800``): only text that has one can parse to a string that
+# holds a lone surrogate, so only then is the parsed value checked (a pair is one character).
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = "it holds a lone surrogate (\\ud800-\\udfff), which is no Unicode text"
 
 
 def _nesting(text: str) -> int:
     """How deep the text's arrays and objects nest (brackets inside strings do not count)."""
     brackets = _NOT_A_BRACKET.sub("", _STRING.sub("", text))
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _encodes(text: str) -> bool:
+    """Whether UTF-8 can hold ``text``: a lone surrogate (JSON's ``"\\ud800"``) is no Unicode
+    text, and printing, sending or naming a file with it ends in UnicodeEncodeError far from
+    where it was read."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse_constant(name: str) -> float:
@@ -97,6 +112,8 @@ def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False)
     ``unique_keys``: also refuse an object that names a key twice (:class:`DuplicateKey`), as
     a metrics file must (a value may not hide another); off by default, so every other reader
     keeps JSON's usual last-one-wins.
+    A string holding a lone surrogate (``"\\ud800"``: valid JSON, no UTF-8 text) is refused
+    always, as bytes that are not UTF-8 are.
 
     The nesting is measured before parsing: a parser's RecursionError is caught too, but where
     the caller's stack is already deep it can surface outside the parser, so it is not relied on.
@@ -106,6 +123,8 @@ def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False)
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise Unusable("it is not UTF-8 text") from None
+    elif not _encodes(text):  # a str that holds a surrogate itself
+        raise Unusable(_LONE_SURROGATE)
     if _nesting(text) > MAX_DEPTH:
         raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep")
     try:
@@ -121,6 +140,8 @@ def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False)
         raise Unusable(f"it is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except ValueError as exc:  # e.g. bytes that are not UTF-8
         raise Unusable(f"it is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if _ESCAPED_SURROGATE.search(text) and not _encodes(json.dumps(data, ensure_ascii=False)):
+        raise Unusable(_LONE_SURROGATE)
     return data
 
 

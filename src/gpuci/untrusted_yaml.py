@@ -11,11 +11,14 @@ GitHub's template reader refuses both; so does this loader, with the line and th
 - size: at most :data:`MAX_NODES` values, an alias counted as everything its anchor holds each
   time it is used (GitHub accepts anchors since September 2025 and reads a document within
   1,000,000 parse events, ``ParseOptions.MaxParseEvents``), and no alias inside its own anchor;
-- keys: none twice in one mapping (GitHub: "'key' is already defined"; PyYAML keeps the last).
+- keys: none twice in one mapping (GitHub: "'key' is already defined"; PyYAML keeps the last);
+- escapes: none of a UTF-16 surrogate, paired or not (YamlDotNet's scanner: "found invalid
+  Unicode character escape code"; PyYAML makes a string of it that no UTF-8 can hold).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -23,6 +26,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
+_SURROGATE = re.compile("[\ud800-\udfff]")  # only an escape makes one (the reader refuses it raw)
 
 
 class Refused(yaml.MarkedYAMLError):
@@ -89,6 +93,17 @@ class _BoundedLoader(yaml.SafeLoader):
                 "all its anchor holds; use fewer aliases of large anchors",
                 event.start_mark,
             )
+
+    def compose_scalar_node(self, anchor: Any) -> ScalarNode:
+        node = super().compose_scalar_node(anchor)
+        if _SURROGATE.search(node.value):
+            raise Refused(
+                "holds an escape of a surrogate (\\ud800-\\udfff), which names no character",
+                "GitHub refuses such an escape as an invalid Unicode character escape code; "
+                "write the character itself, or \\U0001F600 for one beyond \\uffff",
+                node.start_mark,
+            )
+        return node
 
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
         node = super().compose_mapping_node(anchor)

@@ -97,13 +97,27 @@ def test_a_key_named_twice_is_refused(tmp_path):
     assert load_workflow(merged)["x"] == {"A": 3, "B": 2}
 
 
+def test_an_escape_of_a_surrogate_is_refused_as_github_refuses_it(tmp_path):
+    """PyYAML reads "\\ud800" as a string no UTF-8 can hold (printing the plan that quotes it
+    was an internal error); GitHub's reader refuses any surrogate escape, a pair too."""
+    for escaped in ("a\\ud800/*", "\\ud83d\\ude00", "\\U0000dfff"):
+        message = refused(tmp_path, f'on: push\n{JOB}x: "{escaped}"\n')
+        assert "holds an escape of a surrogate" in message and "at line 7" in message
+    path = write(tmp_path, 'on: push\nx: "\\U0001F600 \\u00e9"\n' + JOB)
+    assert load_workflow(path)["x"] == "\U0001f600 \u00e9"
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
         ("on: push\njobs: {j: {steps: " + "[" * 50_000 + "]" * 50_000 + "}}\n", "nests deeper"),
         ("on: push\n" + JOB + "    runs-on: y\n", "names the key 'runs-on' twice"),
+        (
+            "on: push\n" + JOB + "      - run: \"echo ${{ hashFiles('a\\ud800/*') }}\"\n",
+            "holds an escape of a surrogate",
+        ),
     ],
-    ids=["deep", "duplicate-key"],
+    ids=["deep", "duplicate-key", "surrogate-escape"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")

@@ -7,6 +7,8 @@ rule (``c:`` at the start) that save and restore share.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     cache_cmd,
@@ -14,6 +16,8 @@ from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
     file_store,
     manifest_body,
     plant,
+    put_ref,
+    sha,
 )
 
 from gpuci.cache._format import manifest as mf
@@ -60,6 +64,31 @@ def test_a_manifest_with_a_path_under_a_file_is_malformed(file_store, env, tmp_p
     )
     assert result.exit_code == ExitCode.BAD_INPUT, result.headline
     assert "lies under a file" in result.headline
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"type": "file", "root": 0, "path": "a\ud800b", "size": 1, "mode": 0o644},
+        {"type": "symlink", "root": 0, "path": "l", "target": "x\udfff"},
+    ],
+    ids=["path", "link-target"],
+)
+def test_a_lone_surrogate_in_a_path_or_link_target_is_malformed(file_store, env, tmp_path, entry):
+    """JSON's "\\ud800" is valid JSON but no UTF-8 text: os.open and os.symlink refuse it, which
+    was an internal error midway through the restore, not the bad manifest's one line."""
+    entry = {**entry, "sha256": sha(b"x")} if entry["type"] == "file" else entry
+    file_store.put_raw(f"blobs/sha256/{sha(b'x')[:2]}/{sha(b'x')}", b"x")
+    body = json.dumps(manifest_body(entries=[entry]), sort_keys=True).encode()  # "\\ud800"
+    file_store.put_raw(f"manifests/{sha(body)}.json", body)
+    put_ref(file_store, "k", sha(body))
+    result, _ = cache_cmd(
+        "restore", {**file_store.flags(), "key": "k", "path": str(tmp_path / "t")}, env
+    )
+    assert result.exit_code == ExitCode.BAD_INPUT, result.headline
+    assert "unsafe or malformed" in result.headline and "lone surrogate" in result.headline
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+    assert mf.path_problem("a\ud800b") and mf.target_problem("x\udfff")  # save skips them too
 
 
 def _manifest(entries: list[dict]) -> bytes:

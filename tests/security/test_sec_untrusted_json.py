@@ -43,3 +43,22 @@ def test_metrics_keep_nan_so_the_gate_can_name_it():
     name, so a metrics file is not refused whole."""
     got = untrusted_json.loads('{"loss": NaN}')
     assert got["loss"] != got["loss"]
+
+
+@pytest.mark.parametrize("text", ['{"path": "a\\ud800b"}', '{"k\\udfff": 1}', '{"k": ["\\ud83d"]}'])
+def test_a_lone_surrogate_is_refused_as_no_text(text):
+    """JSON lets "\\ud800" stand alone; no UTF-8 can hold it, so a ref's key, a pin's reason or
+    a manifest's path holding one ended in UnicodeEncodeError wherever it was printed, quoted
+    into a URL or opened (an internal error, far from the read). The one reader refuses it, as
+    it refuses bytes that are not UTF-8."""
+    for given in (text, text.encode()):
+        with pytest.raises(untrusted_json.Unusable, match="lone surrogate"):
+            untrusted_json.parse_object(given)
+    with pytest.raises(untrusted_json.Unusable, match="lone surrogate"):
+        untrusted_json.loads('"\\ude00\\ud83d"')  # a pair in the wrong order is two lone ones
+    with pytest.raises(untrusted_json.Unusable, match="lone surrogate"):
+        untrusted_json.loads('"x\ud800"')  # a str that holds one itself
+
+
+def test_an_escaped_surrogate_pair_and_an_escaped_backslash_still_read():
+    assert untrusted_json.loads('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]

@@ -21,6 +21,7 @@ import bisect
 import hashlib
 import json
 import posixpath
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -178,13 +179,16 @@ MAX_DEPTH = 256
 MAX_TARGET_BYTES = 4096
 MAX_TARGET_PARTS = 2 * MAX_DEPTH
 _NOT_NORMAL = frozenset(("", ".", ".."))  # path components no normalised relative path has
+# What no entry path or link target holds: NUL, and a lone surrogate (JSON "\ud800": no UTF-8
+# text, which save never writes and os.open or os.symlink would refuse midway through a restore).
+_NO_NAME_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
 def path_problem(path: str) -> str | None:
     """Why restore would refuse ``path`` (a non-empty entry path), or None: save skips what
     this names, so it never writes a manifest restore refuses."""
-    if path == "" or "\x00" in path or "\\" in path:
-        return "is empty or holds NUL or backslash"
+    if path == "" or "\\" in path or _NO_NAME_CHAR.search(path):
+        return "is empty or holds NUL, backslash or a lone surrogate (no UTF-8 text)"
     if path.startswith("/") or _drive(path):
         return "is absolute"
     parts = path.split("/")
@@ -213,9 +217,9 @@ def _check_path(source: str, path: Any, allow_empty: bool) -> str:
 
 def target_problem(target: str) -> str | None:
     """Why a link target is no link restore keeps (on its own), or None."""
-    if not target or "\x00" in target:
-        return "has no target"
-    if len(target.encode("utf-8", "surrogatepass")) > MAX_TARGET_BYTES:
+    if not target or _NO_NAME_CHAR.search(target):
+        return "has no target, or one holding NUL or a lone surrogate (no UTF-8 text)"
+    if len(target.encode()) > MAX_TARGET_BYTES:
         return f"has a target over {MAX_TARGET_BYTES} bytes"
     if target.count("/") >= MAX_TARGET_PARTS:
         return f"has a target of more than {MAX_TARGET_PARTS} components"
