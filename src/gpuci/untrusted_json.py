@@ -210,7 +210,13 @@ def read_text(path: Path, limit: int = MAX_BYTES, *, follow: bool = True) -> str
     ``limit + 1`` bytes are ever read) or no regular file (:func:`open_regular`). OSError
     passes through for the caller to name."""
     with open_regular(path, follow=follow) as handle:
-        data = handle.read(limit + 1)
+        return read_handle(handle, limit)
+
+
+def read_handle(handle: BinaryIO, limit: int = MAX_BYTES) -> str:
+    """The rest of an open file as UTF-8 (a caller that reached it by descriptors), or
+    :class:`Unusable` past ``limit`` bytes (only ``limit + 1`` are read) or not UTF-8."""
+    data = handle.read(limit + 1)
     if len(data) > limit:
         raise Unusable(f"it is over {_size(limit)}")
     try:

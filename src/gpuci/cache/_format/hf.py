@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from gpuci import files, settings
+from gpuci import files, settings, untrusted_json
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format.select import select
 from gpuci.errors import InputError
@@ -124,13 +124,7 @@ def _read_ref(folder: Path, revision: str) -> str:
         link = exc.filename if isinstance(exc, files.Blocked) else folder / "refs" / revision
         raise ValueError(f"{link} is a symlink, and gpu-ci reads no ref through one") from None
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_REF_BYTES + 1)
-    if len(data) > MAX_REF_BYTES:
-        raise ValueError(f"it is over {MAX_REF_BYTES >> 10} KiB, so no ref")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError("it is not UTF-8 text, so no ref") from None
+        return untrusted_json.read_handle(handle, MAX_REF_BYTES)  # Unusable: a ValueError
 
 
 def saved_folder(manifest: mf.Manifest) -> str:
