@@ -453,3 +453,52 @@ def test_sts_refusing_the_web_identity_role_is_one_line(tmp_path):
         run = _restore(_web_identity_env(tmp_path, sts), tmp_path)
     one_error_line(run, 3, "AWS credentials", "STS (web identity", "AccessDenied")
     assert "LeakedSecret42" not in run.output and "web-identity-token-value" not in run.output
+
+
+# ----- the AWS files themselves (review C, finding 3) --------------------------------------------
+
+
+def _bad_input_line(run, *words: str) -> None:
+    """Exit 2 with exactly one "bad input" line holding ``words``, no traceback."""
+    assert run.code == 2, run.output
+    assert "Traceback" not in run.output and "internal error" not in run.output, run.output
+    lines = [line for line in run.output.splitlines() if "bad input" in line]
+    assert len(lines) == 1 and all(word in lines[0] for word in words), run.output
+
+
+@pytest.mark.parametrize(
+    ("variable", "planted", "profile"),
+    [
+        ("AWS_SHARED_CREDENTIALS_FILE", "fifo", ""),
+        ("AWS_CONFIG_FILE", "fifo", ""),
+        ("AWS_CONFIG_FILE", "fifo", "lab"),  # botocore is asked too, and must not wait either
+        ("AWS_CONFIG_FILE", "/dev/zero", ""),
+    ],
+)
+def test_an_aws_file_that_is_a_fifo_or_a_device_is_skipped_as_botocore_does(
+    tmp_path, variable, planted, profile
+):
+    """botocore skips an AWS file that is no regular file (``os.path.isfile``), so gpu-ci does
+    too, never opening it: the chain goes on without it, as the AWS CLI would. Before: the
+    restore waited for ever opening the FIFO (reading /dev/zero: for ever, into memory)."""
+    path = tmp_path / "fifo"
+    if planted == "fifo":
+        os.mkfifo(path)
+    else:
+        path = Path(planted)
+    env = _env(tmp_path, **{variable: str(path)}, **({"AWS_PROFILE": profile} if profile else {}))
+    run = _restore(env, tmp_path)
+    if profile:  # the config file skipped: botocore does not know the profile
+        _bad_input_line(run, f"AWS profile '{profile}'")
+    else:  # nothing else in the chain
+        one_error_line(run, 3, "no AWS credentials found")
+
+
+@pytest.mark.parametrize("variable", ["AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"])
+def test_an_aws_file_over_1_mib_is_one_line_naming_it(tmp_path, variable):
+    """botocore would read it whole into memory; gpu-ci reads 1 MiB and one byte, then says
+    which file. Before: read whole (the config file twice), then handed to botocore."""
+    big = tmp_path / "big"
+    big.write_text("[default]\n" + "# padding\n" * 110_000)
+    run = _restore(_env(tmp_path, **{variable: str(big)}), tmp_path)
+    _bad_input_line(run, "AWS file", str(big), "over 1 MiB")

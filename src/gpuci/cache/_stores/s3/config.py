@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuci import settings
 from gpuci.cache._stores.s3.network import Limits
-from gpuci.cache._stores.s3.profile import static_profile
+from gpuci.cache._stores.s3.profile import aws_file_bytes, static_profile
 from gpuci.cache._stores.s3.signer import (
     Address,
     EnvCredentials,
@@ -160,11 +160,10 @@ def _aws_file(environ: Mapping[str, str], setting: Setting, name: str) -> Path:
 
 
 def _config_text(environ: Mapping[str, str]) -> str:
-    """The AWS config file's text ("" when absent): whether botocore has more to say."""
-    try:
-        return _aws_file(environ, settings.AWS_CONFIG_FILE, "config").read_text(errors="replace")
-    except OSError:
-        return ""
+    """The AWS config file's text ("" when absent or no regular file, as botocore reads it;
+    at most 1 MiB: :func:`aws_file_bytes`): whether botocore has more to say."""
+    data = aws_file_bytes(_aws_file(environ, settings.AWS_CONFIG_FILE, "config"))
+    return (data or b"").decode(errors="replace")
 
 
 @dataclass(frozen=True)

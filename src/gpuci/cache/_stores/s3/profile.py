@@ -12,18 +12,20 @@ setting), the environment names no other source, and the files parse. Anything e
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuci import settings
+from gpuci import files, settings
 from gpuci.cache._stores.s3.signer import EnvCredentials
+from gpuci.errors import InputError
 
 if TYPE_CHECKING:
     import configparser
 
-__all__ = ["StaticProfile", "static_profile"]
+__all__ = ["StaticProfile", "aws_file_bytes", "static_profile"]
 
 _KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 # What a profile section may hold for the answer to be botocore's without botocore.
@@ -38,7 +40,7 @@ _OTHER_SOURCES = (
     settings.AWS_ROLE_ARN,
     settings.AWS_DEFAULT_PROFILE,
 )
-_MAX_BYTES = 1 << 20  # an AWS file larger than this is botocore's to read
+_MAX_BYTES = 1 << 20  # an AWS file larger than this is refused: botocore would read it all
 
 
 @dataclass(frozen=True)
@@ -79,20 +81,40 @@ def static_profile(
     return None  # no keys: the container endpoint or the instance role, botocore's
 
 
+def aws_file_bytes(path: Path) -> bytes | None:
+    """The AWS config or credentials file's bytes, read the one way gpu-ci reads a file someone
+    else may have put there (:func:`gpuci.files.open_regular`): b"" when it is absent or no
+    regular file (a FIFO, a device, a folder: botocore's ``os.path.isfile`` skips those as
+    absent, and opening one here would wait for ever), None when it cannot be opened (botocore
+    skips it too, and says what it then misses).
+
+    Raises:
+        InputError: it is over 1 MiB (botocore would read it all into memory).
+    """
+    try:
+        handle = os.fdopen(files.open_regular(path), "rb")
+    except (FileNotFoundError, files.NotRegular):
+        return b""
+    except OSError:
+        return None
+    with handle:
+        data = handle.read(_MAX_BYTES + 1)
+    if len(data) > _MAX_BYTES:
+        raise InputError(
+            f"the AWS file {path} is over {_MAX_BYTES >> 20} MiB, too large to be AWS settings",
+            hint="point AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE at the real AWS files",
+        )
+    return data
+
+
 def _parse(path: Path) -> configparser.RawConfigParser | None:
-    """The file as botocore parses it (an empty one when absent); None when it cannot be read
-    or parsed, or is too large: botocore then says why."""
+    """The file as botocore parses it (an empty one when absent or no regular file:
+    :func:`aws_file_bytes`); None when it cannot be read or parsed: botocore then says why."""
     import configparser  # only when no keys are in the environment: a warm restore skips it
 
     parser = configparser.RawConfigParser()
-    try:
-        with path.open("rb") as file:
-            data = file.read(_MAX_BYTES + 1)
-    except FileNotFoundError:
-        return parser
-    except OSError:
-        return None
-    if len(data) > _MAX_BYTES:
+    data = aws_file_bytes(path)
+    if data is None:
         return None
     try:
         parser.read_string(data.decode())
