@@ -132,3 +132,35 @@ def test_the_library_leaves_the_sigterm_handler_alone():
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, mine)
+
+
+# ----- a bounded communicate() (review C, finding 4) ---------------------------------------------
+
+
+def test_a_capped_child_s_answer_within_the_limit_is_read_whole():
+    groups = procgroup.Groups()
+    proc = groups.popen(
+        ["sh", "-c", "echo answer; echo said >&2; exit 3"],
+        max_output=1024,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.communicate() == (b"answer\n", b"said\n")
+    assert proc.returncode == 3
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_capped_child_printing_past_the_limit_is_killed_with_its_group(tmp_path, stream):
+    """Before: ``communicate()`` read it all into memory (an endless one: for ever). Now reading
+    stops past the limit and the group dies, the background child with it."""
+    pids = tmp_path / "pids"
+    flood = "yes flood" + (" >&2" if stream == "stderr" else "")
+    script = f"sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {pids}\n{flood}\n"
+    groups = procgroup.Groups()
+    proc = groups.popen(
+        ["sh", "-c", script], max_output=1 << 20, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    with pytest.raises(procgroup.OutputFlood, match="printed more than 1,048,576 bytes"):
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    wait_until(lambda: _dead(int(pids.read_text())), what="the helper's child killed")

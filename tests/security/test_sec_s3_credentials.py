@@ -502,3 +502,17 @@ def test_an_aws_file_over_1_mib_is_one_line_naming_it(tmp_path, variable):
     big.write_text("[default]\n" + "# padding\n" * 110_000)
     run = _restore(_env(tmp_path, **{variable: str(big)}), tmp_path)
     _bad_input_line(run, "AWS file", str(big), "over 1 MiB")
+
+
+def test_a_credential_process_printing_200_mb_is_cut_off_and_killed(tmp_path):
+    """Review C, finding 4: botocore's ``communicate()`` held all a helper printed (400 MB: peak
+    RSS 1.2 GiB). Now it reads 1 MiB of each pipe, then the helper's group is killed."""
+    pids = tmp_path / "pids"
+    env = _process_profile(
+        tmp_path, f"echo $$ > {pids}\nhead -c 200000000 /dev/zero | tr '\\0' x\n"
+    )
+    run = _restore(env, tmp_path)
+    assert 0 < run.peak_kib < 150 << 10, f"peak RSS {run.peak_kib} KiB"  # before: ~600 MiB
+    one_error_line(run, 3, "credential_process printed more than 1 MiB")
+    pid = int(pids.read_text())
+    wait_until(lambda: _dead(pid), what="the flooding helper killed")

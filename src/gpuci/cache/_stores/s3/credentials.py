@@ -9,8 +9,10 @@ at a time meets no limit at all. So the store never waits on botocore directly:
 only until the operation's deadline. Past it the step ends with one line naming the source
 that did not answer (exit 3), never a secret. Every ``credential_process`` runs in a session of
 its own (:mod:`gpuci.procgroup`): at the deadline, and when the step ends however it ends
-(Ctrl-C, the runner's SIGTERM), its whole group is killed, whatever it started with it. The
-thread, if a server still holds it, is a daemon: it ends with the step.
+(Ctrl-C, the runner's SIGTERM), its whole group is killed, whatever it started with it; and
+botocore reads at most 1 MiB of what it prints (its ``communicate()`` would hold all of it in
+memory): past that, its group is killed too. The thread, if a server still holds it, is a
+daemon: it ends with the step.
 
 Credentials that need no refresh (static keys, role credentials far from expiry) are frozen
 at once on the caller's thread: a restore's thousands of signatures start no thread. Inside
@@ -22,6 +24,7 @@ when an advisory refresh fails: a helper that hangs or breaks then costs nothing
 from __future__ import annotations
 
 import errno
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +53,9 @@ _SOURCES = {
 # How often a wait for the chain wakes, so a signal's handler runs that soon (see _Job.wait).
 _WAKE_S = 0.2
 # A helper or a file the AWS config names that is not there or cannot be run.
+# What botocore may read of a credential_process's stdout, and of its stderr: its JSON answer
+# is a few KiB.
+_MAX_HELPER_OUTPUT = 1 << 20
 _CANNOT_RUN = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.ENOEXEC}
 
 
@@ -98,6 +104,7 @@ class Chain:
         self._lock = threading.Lock()
         self._job: _Job[Any] | None = None
         self._helpers = procgroup.Groups()  # every credential_process, in a session of its own
+        self._popen = functools.partial(self._helpers.popen, max_output=_MAX_HELPER_OUTPUT)
         self.source = ""  # the provider running or last used (botocore's METHOD)
         self._hook(timeout)
 
@@ -113,7 +120,7 @@ class Chain:
         resolver = session.get_component("credential_provider")
         for provider in getattr(resolver, "providers", []):
             if isinstance(provider, ProcessProvider):
-                provider._popen = self._helpers.popen
+                provider._popen = self._popen
             builder = getattr(provider, "_profile_provider_builder", None)
             create = getattr(builder, "_create_process_provider", None)
             if builder is not None and create is not None:  # a role's source profile
@@ -125,7 +132,7 @@ class Chain:
     def _hooked_create(self, create: Callable[[str], Any]) -> Callable[[str], Any]:
         def hooked(profile_name: str) -> Any:
             provider = create(profile_name)
-            provider._popen = self._helpers.popen
+            provider._popen = self._popen
             provider.load = self._named_load(provider.load, str(provider.METHOD))
             return provider
 
@@ -193,6 +200,12 @@ class Chain:
         source, what = self.describe(), type(error).__name__
         if isinstance(error, aws.BotoCoreError):
             return error
+        if isinstance(error, procgroup.OutputFlood):
+            return StoreError(
+                f"the AWS credentials for {self._url} cannot be read: {source} printed more "
+                f"than {error.limit >> 20} MiB (its group was killed)",
+                hint=f"make {source} print only its JSON answer",
+            )
         if isinstance(error, aws.ClientError):
             code = excerpt(str(error.response.get("Error", {}).get("Code") or "no code"), 40)
             return StoreError(
