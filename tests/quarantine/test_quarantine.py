@@ -15,6 +15,7 @@ import pytest
 
 from forges.fake_forges import FakeForges
 from gpuci_testing import clean_env, run_cli
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 BAD_GPU = "h200:ecc+=1,h200"
 GOOD_GPU = "h200,h200"
@@ -393,3 +394,32 @@ def test_an_enterprise_runners_own_file_finds_it_without_the_setting(tmp_path, a
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "gpu-large" not in ent_twin.names() and "gpu-large" in repo_twin.names()
+
+
+class _AnswersUnpaused(JsonAPIHandler):
+    """A GitLab whose PUT /runners/:id answers 200 and a runner still taking jobs (one that
+    ignored ``paused``, as GitLab before 14.8 does)."""
+
+    answer: dict = {}
+
+    def do_PUT(self) -> None:
+        self._body()
+        self._reply(200, type(self).answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"id": 7, "paused": False, "active": True}, {"id": 7, "active": True}, {"id": 7}],
+    ids=["paused-false", "before-14.8", "neither"],
+)
+def test_a_gitlab_answer_that_the_runner_is_not_paused_is_not_quarantined(tmp_path, api, answer):
+    _AnswersUnpaused.answer = answer
+    with LoopbackHTTPServer(_AnswersUnpaused) as gitlab:
+        url = f"http://127.0.0.1:{gitlab.port}/api/v4"
+        env = gl(api, CI_RUNNER_ID="7", CI_RUNNER_DESCRIPTION="gpu-b", CI_API_V4_URL=url)
+        proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = proc.stdout + proc.stderr
+    (warned,) = [ln for ln in text.splitlines() if "quarantined" in ln]
+    assert "runner not quarantined: GitLab answered PUT /runners/7 with" in warned
+    assert "runner 7 was not paused" in warned
