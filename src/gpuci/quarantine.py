@@ -16,6 +16,8 @@ runner was not quarantined: the smoke never passes or crashes because of it. gpu
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -145,19 +147,7 @@ def _identity(environ: Any, admin: Any) -> Any:
     is two folders above ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE`` (``<root>/_work/...``). None
     when no such file is readable: the caller falls back to the name. ``admin``:
     :mod:`gpuci.forges._runner_admin`, loaded only here."""
-    roots = {
-        Path(v).parent.parent
-        for v in (settings.RUNNER_TEMP.raw(environ), settings.RUNNER_WORKSPACE.raw(environ))
-        if v
-    }
-    for root in sorted(roots):
-        try:
-            text = untrusted_json.read_text(root / ".runner", MAX_RUNNER_FILE).lstrip("\ufeff")
-            found = untrusted_json.loads(text)
-        except (OSError, untrusted_json.Unusable):
-            continue
-        if not isinstance(found, dict):
-            continue
+    for found in _runner_files(environ):
         rid, url = found.get("agentId"), found.get("gitHubUrl")
         if isinstance(rid, bool) or not isinstance(rid, int) or not isinstance(url, str):
             continue
@@ -171,6 +161,24 @@ def _identity(environ: Any, admin: Any) -> Any:
                 rid, f"/repos/{quote(parts[0], safe='')}/{quote(parts[1], safe='')}"
             )
     return None
+
+
+def _runner_files(environ: Any) -> Iterator[dict[str, Any]]:
+    """The readable ``.runner`` files (JSON objects) in the runner's root: two folders above
+    ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE``."""
+    roots = {
+        Path(v).parent.parent
+        for v in (settings.RUNNER_TEMP.raw(environ), settings.RUNNER_WORKSPACE.raw(environ))
+        if v
+    }
+    for root in sorted(roots):
+        try:
+            text = untrusted_json.read_text(root / ".runner", MAX_RUNNER_FILE).lstrip("\ufeff")
+            found = untrusted_json.loads(text)
+        except (OSError, untrusted_json.Unusable):
+            continue
+        if isinstance(found, dict):
+            yield found
 
 
 class _NotDone(Exception):
@@ -349,12 +357,7 @@ def release(inp: ReleaseInputs, rt: Runtime) -> Result:
 
 def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str | Result:
     """Run gpu-smoke on this machine, which must be the runner; its Result when it fails."""
-    here = (settings.RUNNER_NAME if forge == "github" else settings.CI_RUNNER_ID).raw(rt.environ)
-    if here and here != name:
-        raise InputError(
-            f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
-            hint="run release on the quarantined runner itself, or pass --force",
-        )
+    _check_this_is(name, forge, rt.environ)
     from gpuci.gpu._smoke import smoke
 
     verdict = smoke(inp.smoke_inputs(), rt)
@@ -366,6 +369,35 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
         )
         return verdict
     return "the smoke here passed"
+
+
+def _check_this_is(name: str, forge: str, environ: Any) -> None:
+    """Refuse (InputError) unless this machine says it is runner ``name``: the job's
+    ``RUNNER_NAME`` (``CI_RUNNER_ID`` on GitLab), else on GitHub the name in the runner's own
+    ``.runner`` file or the hostname (actions/runner's default name). A smoke of another
+    machine's GPUs must never put a bad runner back into service."""
+    setting = settings.RUNNER_NAME if forge == "github" else settings.CI_RUNNER_ID
+    here = str(setting.raw(environ) or "")
+    if here and here != name:
+        raise InputError(
+            f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
+            hint="run release on the quarantined runner itself, or pass --force",
+        )
+    if here == name:
+        return
+    host = socket.gethostname()
+    if forge == "github" and (
+        name in (host, host.partition(".")[0])
+        or any(f.get("agentName") == name for f in _runner_files(environ))
+    ):
+        return
+    others = ", no .runner file names it and the hostname is not it" if forge == "github" else ""
+    raise InputError(
+        f"nothing says this machine is runner {name!r} ({setting.name} is not set{others}): "
+        "a smoke here may say nothing about it",
+        hint=f"run release on the quarantined runner itself (in a job there, or with "
+        f"{setting.name}={name} in a shell on it), or pass --force after checking it by hand",
+    )
 
 
 def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], repository: str) -> str:

@@ -423,3 +423,20 @@ def test_a_gitlab_answer_that_the_runner_is_not_paused_is_not_quarantined(tmp_pa
     (warned,) = [ln for ln in text.splitlines() if "quarantined" in ln]
     assert "runner not quarantined: GitLab answered PUT /runners/7 with" in warned
     assert "runner 7 was not paused" in warned
+
+
+def test_release_off_the_runner_needs_proof_this_is_it_or_force(tmp_path, api):
+    this = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpuci-quarantined"])
+    laptop = {k: v for k, v in gh(api).items() if k != "GITHUB_ACTIONS"}
+    elsewhere = release(tmp_path, api, "gpu-twin", nvml=GOOD_GPU, **laptop)
+    assert elsewhere.returncode == 2, elsewhere.stdout + elsewhere.stderr
+    (said,) = [
+        ln for ln in (elsewhere.stdout + elsewhere.stderr).splitlines() if "this machine" in ln
+    ]
+    assert "nothing says this machine is runner 'gpu-twin'" in said and "--force" in said
+    assert "gpu-large" not in this.names() and api.state.writes() == []
+
+    files = _runner_root(tmp_path, this.id, f"{api.base}/octo/gpu")  # its .runner: gpu-twin
+    on_it = release(tmp_path, api, "gpu-twin", nvml=GOOD_GPU, **laptop, **files)
+    assert on_it.returncode == 0, on_it.stdout + on_it.stderr
+    assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()
