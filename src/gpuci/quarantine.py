@@ -113,7 +113,7 @@ def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
                 "not on a GitHub Actions or GitLab CI runner (GITHUB_ACTIONS/GITLAB_CI unset)"
             )
     except _NotDone as exc:
-        result.warning(f"runner not quarantined: {exc}", TITLE)
+        result.warning(f"{exc.lead}: {exc}", TITLE)
         return result
     except GpuciError as exc:  # the forge refused or is down: the verdict stands
         result.warning(f"runner not quarantined: {exc.one_line()}", TITLE)
@@ -182,7 +182,12 @@ def _runner_files(environ: Any) -> Iterator[dict[str, Any]]:
 
 
 class _NotDone(Exception):
-    """Why the runner was not quarantined (a warning, never a failure of its own)."""
+    """Why the runner was not quarantined (a warning, never a failure of its own); ``lead``
+    says how much of it was done, when not simply nothing."""
+
+    def __init__(self, why: str, lead: str = "runner not quarantined") -> None:
+        super().__init__(why)
+        self.lead = lead
 
 
 def _token(env: Any, setting: settings.Setting, rt: Runtime) -> str:
@@ -212,16 +217,46 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
             raise _NotDone(exc.one_line()) from None
         if runner is None:
             raise _NotDone(_nowhere(name, repository, env))
-        present = {lb.lower(): lb for lb in runner.labels}
-        removed = [
-            present[lb.lower()]
-            for lb in labels
-            if lb.lower() in present and client.remove_label(runner, present[lb.lower()])
-        ]
-        client.add_labels(runner, [QUARANTINE_LABEL])
-    back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
-    what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
+        back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
+        what = _take_labels(client, runner, labels, back)
     return f"{name} (id {runner.runner_id}; {what})", back
+
+
+def _take_labels(client: Any, runner: Any, labels: list[str], back: str) -> str:
+    """Remove the runner's quarantine labels, then mark it; what was done, in words.
+
+    Removing comes first: it is what takes the runner out of service, and it frees a label
+    slot for the marker. Every failure says truthfully what was already done: a refusal
+    before any label is gone is raised as it is (nothing done); some removed, then a
+    refusal, is :class:`_NotDone` naming them and ``back``; a marker refused after the
+    labels are gone leaves the runner out of service, said in the returned words.
+    """
+    where = f"runner {runner.name} (id {runner.runner_id})"
+    present = {lb.lower(): lb for lb in runner.labels}
+    todo = list(dict.fromkeys(present[lb.lower()] for lb in labels if lb.lower() in present))
+    removed: list[str] = []
+    tried = 0
+    try:
+        for label in todo:
+            if client.remove_label(runner, label):  # False: gone already
+                removed.append(label)
+            tried += 1
+    except GpuciError as exc:
+        if not removed:
+            raise
+        raise _NotDone(
+            f"labels {', '.join(removed)} removed, then {exc.one_line()}; it keeps "
+            f"{', '.join(todo[tried:])}; put it back with: {back}",
+            lead=f"{where} only partly taken out of service",
+        ) from None
+    what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
+    try:
+        client.add_labels(runner, [QUARANTINE_LABEL])
+    except GpuciError as exc:
+        if not removed:  # nothing done
+            raise
+        return f"{what}; not marked {QUARANTINE_LABEL}: {exc.one_line()}"
+    return what
 
 
 def _nowhere(name: str, repository: str, env: Any) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from forges.fake_forges import FakeForges
+from forges.forge_base import GH
 from gpuci_testing import clean_env, run_cli
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
@@ -343,6 +344,35 @@ def test_a_runner_at_githubs_100_labels_is_one_warning_and_the_same_verdict(tmp_
     (warned,) = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert "HTTP 422" in warned and "at most 100 labels" in warned
     assert len(this.names()) == 100 and "gpuci-quarantined" not in this.names()
+
+
+def test_a_marker_refused_after_the_labels_are_gone_is_said_with_the_way_back(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    labels = f"{GH}/repos/octo/gpu/actions/runners/{this.id}/labels"
+    api.state.answers[("POST", labels)] = (422, {"message": "Validation Failed"}, {})
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64"]  # out of service, unmarked
+    (said,) = [ln for ln in lines(proc, "::error") if "quarantined" in ln]
+    assert "labels gpu-large removed; not marked gpuci-quarantined" in said and "HTTP 422" in said
+    assert "return it with: python -m gpuci runners release gpu-node --labels gpu-large" in said
+    assert not [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+
+
+def test_a_label_refused_after_another_was_removed_names_both_and_the_way_back(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large", "gpu-small"])
+    small = f"{GH}/repos/octo/gpu/actions/runners/{this.id}/labels/gpu-small"
+    api.state.answers[("DELETE", small)] = (422, {"message": "Validation Failed"}, {})
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large,gpu-small", **gh(api, RUNNER_NAME="gpu-node")
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpu-small"]
+    (warned,) = [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+    assert f"runner gpu-node (id {this.id}) only partly taken out of service" in warned
+    assert "labels gpu-large removed, then" in warned and "it keeps gpu-small" in warned
+    assert "python -m gpuci runners release gpu-node --labels gpu-large,gpu-small" in warned
+    assert "not quarantined" not in warned
 
 
 def test_an_enterprise_runner_is_searched_when_the_enterprise_is_named(tmp_path, api):
