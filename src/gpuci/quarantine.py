@@ -230,6 +230,7 @@ def _take_labels(client: Any, runner: Any, labels: list[str], back: str) -> str:
     before any label is gone is raised as it is (nothing done); some removed, then a
     refusal, is :class:`_NotDone` naming them and ``back``; a marker refused after the
     labels are gone leaves the runner out of service, said in the returned words.
+    A runner with none of the labels stays in service, unmarked: :class:`_NotDone`.
     """
     where = f"runner {runner.name} (id {runner.runner_id})"
     present = {lb.lower(): lb for lb in runner.labels}
@@ -249,12 +250,15 @@ def _take_labels(client: Any, runner: Any, labels: list[str], back: str) -> str:
             f"{', '.join(todo[tried:])}; put it back with: {back}",
             lead=f"{where} only partly taken out of service",
         ) from None
-    what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
+    if not removed:
+        raise _NotDone(
+            f"it has none of {', '.join(labels)}; its labels are {', '.join(runner.labels)}",
+            lead=f"{where} not taken out of service",
+        )
+    what = f"labels {', '.join(removed)} removed"
     try:
         client.add_labels(runner, [QUARANTINE_LABEL])
     except GpuciError as exc:
-        if not removed:  # nothing done
-            raise
         return f"{what}; not marked {QUARANTINE_LABEL}: {exc.one_line()}"
     return what
 

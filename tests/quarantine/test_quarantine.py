@@ -337,13 +337,27 @@ def test_a_label_is_matched_whatever_its_case_as_github_does(tmp_path, api):
     assert "labels GPU-Large removed" in proc.stdout + proc.stderr
 
 
-def test_a_runner_at_githubs_100_labels_is_one_warning_and_the_same_verdict(tmp_path, api):
-    this = api.state.add("gpu-node", "/repos/octo/gpu", [f"l{i}" for i in range(97)])
+def test_a_runner_at_githubs_100_labels_loses_its_label_first_so_the_marker_fits(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", [f"l{i}" for i in range(96)] + ["gpu-xl"])
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-xl", **gh(api, RUNNER_NAME="gpu-node"))
-    assert proc.returncode == 1
-    (warned,) = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
-    assert "HTTP 422" in warned and "at most 100 labels" in warned
-    assert len(this.names()) == 100 and "gpuci-quarantined" not in this.names()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(this.names()) == 100 and "gpu-xl" not in this.names()
+    assert "gpuci-quarantined" in this.names()
+    assert not [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+
+
+def test_a_runner_with_none_of_the_labels_is_one_warning_naming_its_labels(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-h200"])  # runs-on: gpu-h200
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (warned,) = [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+    assert (
+        f"runner gpu-node (id {this.id}) not taken out of service: it has none of gpu-large; "
+        "its labels are self-hosted, Linux, X64, gpu-h200" in warned
+    )
+    assert not [ln for ln in lines(proc, "::error") if "quarantined" in ln]
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpu-h200"]
+    assert api.state.writes() == []  # no marker on a runner still in service
 
 
 def test_a_marker_refused_after_the_labels_are_gone_is_said_with_the_way_back(tmp_path, api):
