@@ -16,6 +16,8 @@ runner was not quarantined: the smoke never passes or crashes because of it. gpu
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -111,7 +113,7 @@ def after_verdict(result: Result, inp: SmokeInputs, rt: Runtime) -> Result:
                 "not on a GitHub Actions or GitLab CI runner (GITHUB_ACTIONS/GITLAB_CI unset)"
             )
     except _NotDone as exc:
-        result.warning(f"runner not quarantined: {exc}", TITLE)
+        result.warning(f"{exc.lead}: {exc}", TITLE)
         return result
     except GpuciError as exc:  # the forge refused or is down: the verdict stands
         result.warning(f"runner not quarantined: {exc.one_line()}", TITLE)
@@ -145,19 +147,7 @@ def _identity(environ: Any, admin: Any) -> Any:
     is two folders above ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE`` (``<root>/_work/...``). None
     when no such file is readable: the caller falls back to the name. ``admin``:
     :mod:`gpuci.forges._runner_admin`, loaded only here."""
-    roots = {
-        Path(v).parent.parent
-        for v in (settings.RUNNER_TEMP.raw(environ), settings.RUNNER_WORKSPACE.raw(environ))
-        if v
-    }
-    for root in sorted(roots):
-        try:
-            text = untrusted_json.read_text(root / ".runner", MAX_RUNNER_FILE).lstrip("\ufeff")
-            found = untrusted_json.loads(text)
-        except (OSError, untrusted_json.Unusable):
-            continue
-        if not isinstance(found, dict):
-            continue
+    for found in _runner_files(environ):
         rid, url = found.get("agentId"), found.get("gitHubUrl")
         if isinstance(rid, bool) or not isinstance(rid, int) or not isinstance(url, str):
             continue
@@ -173,8 +163,31 @@ def _identity(environ: Any, admin: Any) -> Any:
     return None
 
 
+def _runner_files(environ: Any) -> Iterator[dict[str, Any]]:
+    """The readable ``.runner`` files (JSON objects) in the runner's root: two folders above
+    ``RUNNER_TEMP`` or ``RUNNER_WORKSPACE``."""
+    roots = {
+        Path(v).parent.parent
+        for v in (settings.RUNNER_TEMP.raw(environ), settings.RUNNER_WORKSPACE.raw(environ))
+        if v
+    }
+    for root in sorted(roots):
+        try:
+            text = untrusted_json.read_text(root / ".runner", MAX_RUNNER_FILE).lstrip("\ufeff")
+            found = untrusted_json.loads(text)
+        except (OSError, untrusted_json.Unusable):
+            continue
+        if isinstance(found, dict):
+            yield found
+
+
 class _NotDone(Exception):
-    """Why the runner was not quarantined (a warning, never a failure of its own)."""
+    """Why the runner was not quarantined (a warning, never a failure of its own); ``lead``
+    says how much of it was done, when not simply nothing."""
+
+    def __init__(self, why: str, lead: str = "runner not quarantined") -> None:
+        super().__init__(why)
+        self.lead = lead
 
 
 def _token(env: Any, setting: settings.Setting, rt: Runtime) -> str:
@@ -204,16 +217,50 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
             raise _NotDone(exc.one_line()) from None
         if runner is None:
             raise _NotDone(_nowhere(name, repository, env))
-        present = {lb.lower(): lb for lb in runner.labels}
-        removed = [
-            present[lb.lower()]
-            for lb in labels
-            if lb.lower() in present and client.remove_label(runner, present[lb.lower()])
-        ]
-        client.add_labels(runner, [QUARANTINE_LABEL])
-    back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
-    what = f"labels {', '.join(removed)} removed" if removed else "none of its labels to remove"
+        back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
+        what = _take_labels(client, runner, labels, back)
     return f"{name} (id {runner.runner_id}; {what})", back
+
+
+def _take_labels(client: Any, runner: Any, labels: list[str], back: str) -> str:
+    """Remove the runner's quarantine labels, then mark it; what was done, in words.
+
+    Removing comes first: it is what takes the runner out of service, and it frees a label
+    slot for the marker. Every failure says truthfully what was already done: a refusal
+    before any label is gone is raised as it is (nothing done); some removed, then a
+    refusal, is :class:`_NotDone` naming them and ``back``; a marker refused after the
+    labels are gone leaves the runner out of service, said in the returned words.
+    A runner with none of the labels stays in service, unmarked: :class:`_NotDone`.
+    """
+    where = f"runner {runner.name} (id {runner.runner_id})"
+    present = {lb.lower(): lb for lb in runner.labels}
+    todo = list(dict.fromkeys(present[lb.lower()] for lb in labels if lb.lower() in present))
+    removed: list[str] = []
+    tried = 0
+    try:
+        for label in todo:
+            if client.remove_label(runner, label):  # False: gone already
+                removed.append(label)
+            tried += 1
+    except GpuciError as exc:
+        if not removed:
+            raise
+        raise _NotDone(
+            f"labels {', '.join(removed)} removed, then {exc.one_line()}; it keeps "
+            f"{', '.join(todo[tried:])}; put it back with: {back}",
+            lead=f"{where} only partly taken out of service",
+        ) from None
+    if not removed:
+        raise _NotDone(
+            f"it has none of {', '.join(labels)}; its labels are {', '.join(runner.labels)}",
+            lead=f"{where} not taken out of service",
+        )
+    what = f"labels {', '.join(removed)} removed"
+    try:
+        client.add_labels(runner, [QUARANTINE_LABEL])
+    except GpuciError as exc:
+        return f"{what}; not marked {QUARANTINE_LABEL}: {exc.one_line()}"
+    return what
 
 
 def _nowhere(name: str, repository: str, env: Any) -> str:
@@ -349,12 +396,7 @@ def release(inp: ReleaseInputs, rt: Runtime) -> Result:
 
 def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str | Result:
     """Run gpu-smoke on this machine, which must be the runner; its Result when it fails."""
-    here = (settings.RUNNER_NAME if forge == "github" else settings.CI_RUNNER_ID).raw(rt.environ)
-    if here and here != name:
-        raise InputError(
-            f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
-            hint="run release on the quarantined runner itself, or pass --force",
-        )
+    _check_this_is(name, forge, rt.environ)
     from gpuci.gpu._smoke import smoke
 
     verdict = smoke(inp.smoke_inputs(), rt)
@@ -366,6 +408,35 @@ def _smoke_first(inp: ReleaseInputs, rt: Runtime, name: str, forge: str) -> str 
         )
         return verdict
     return "the smoke here passed"
+
+
+def _check_this_is(name: str, forge: str, environ: Any) -> None:
+    """Refuse (InputError) unless this machine says it is runner ``name``: the job's
+    ``RUNNER_NAME`` (``CI_RUNNER_ID`` on GitLab), else on GitHub the name in the runner's own
+    ``.runner`` file or the hostname (actions/runner's default name). A smoke of another
+    machine's GPUs must never put a bad runner back into service."""
+    setting = settings.RUNNER_NAME if forge == "github" else settings.CI_RUNNER_ID
+    here = str(setting.raw(environ) or "")
+    if here and here != name:
+        raise InputError(
+            f"this job runs on runner {here!r}, not {name!r}: a smoke here says nothing about it",
+            hint="run release on the quarantined runner itself, or pass --force",
+        )
+    if here == name:
+        return
+    host = socket.gethostname()
+    if forge == "github" and (
+        name in (host, host.partition(".")[0])
+        or any(f.get("agentName") == name for f in _runner_files(environ))
+    ):
+        return
+    others = ", no .runner file names it and the hostname is not it" if forge == "github" else ""
+    raise InputError(
+        f"nothing says this machine is runner {name!r} ({setting.name} is not set{others}): "
+        "a smoke here may say nothing about it",
+        hint=f"run release on the quarantined runner itself (in a job there, or with "
+        f"{setting.name}={name} in a shell on it), or pass --force after checking it by hand",
+    )
 
 
 def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], repository: str) -> str:

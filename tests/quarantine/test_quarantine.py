@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from forges.fake_forges import FakeForges
+from forges.forge_base import GH
 from gpuci_testing import clean_env, run_cli
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 BAD_GPU = "h200:ecc+=1,h200"
 GOOD_GPU = "h200,h200"
@@ -335,13 +337,56 @@ def test_a_label_is_matched_whatever_its_case_as_github_does(tmp_path, api):
     assert "labels GPU-Large removed" in proc.stdout + proc.stderr
 
 
-def test_a_runner_at_githubs_100_labels_is_one_warning_and_the_same_verdict(tmp_path, api):
-    this = api.state.add("gpu-node", "/repos/octo/gpu", [f"l{i}" for i in range(97)])
+def test_a_runner_at_githubs_100_labels_loses_its_label_first_so_the_marker_fits(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", [f"l{i}" for i in range(96)] + ["gpu-xl"])
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-xl", **gh(api, RUNNER_NAME="gpu-node"))
-    assert proc.returncode == 1
-    (warned,) = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
-    assert "HTTP 422" in warned and "at most 100 labels" in warned
-    assert len(this.names()) == 100 and "gpuci-quarantined" not in this.names()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(this.names()) == 100 and "gpu-xl" not in this.names()
+    assert "gpuci-quarantined" in this.names()
+    assert not [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+
+
+def test_a_runner_with_none_of_the_labels_is_one_warning_naming_its_labels(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-h200"])  # runs-on: gpu-h200
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (warned,) = [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+    assert (
+        f"runner gpu-node (id {this.id}) not taken out of service: it has none of gpu-large; "
+        "its labels are self-hosted, Linux, X64, gpu-h200" in warned
+    )
+    assert not [ln for ln in lines(proc, "::error") if "quarantined" in ln]
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpu-h200"]
+    assert api.state.writes() == []  # no marker on a runner still in service
+
+
+def test_a_marker_refused_after_the_labels_are_gone_is_said_with_the_way_back(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    labels = f"{GH}/repos/octo/gpu/actions/runners/{this.id}/labels"
+    api.state.answers[("POST", labels)] = (422, {"message": "Validation Failed"}, {})
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64"]  # out of service, unmarked
+    (said,) = [ln for ln in lines(proc, "::error") if "quarantined" in ln]
+    assert "labels gpu-large removed; not marked gpuci-quarantined" in said and "HTTP 422" in said
+    assert "return it with: python -m gpuci runners release gpu-node --labels gpu-large" in said
+    assert not [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+
+
+def test_a_label_refused_after_another_was_removed_names_both_and_the_way_back(tmp_path, api):
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large", "gpu-small"])
+    small = f"{GH}/repos/octo/gpu/actions/runners/{this.id}/labels/gpu-small"
+    api.state.answers[("DELETE", small)] = (422, {"message": "Validation Failed"}, {})
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large,gpu-small", **gh(api, RUNNER_NAME="gpu-node")
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert this.names() == ["self-hosted", "Linux", "X64", "gpu-small"]
+    (warned,) = [ln for ln in lines(proc, "::warning") if "quarantin" in ln]
+    assert f"runner gpu-node (id {this.id}) only partly taken out of service" in warned
+    assert "labels gpu-large removed, then" in warned and "it keeps gpu-small" in warned
+    assert "python -m gpuci runners release gpu-node --labels gpu-large,gpu-small" in warned
+    assert "not quarantined" not in warned
 
 
 def test_an_enterprise_runner_is_searched_when_the_enterprise_is_named(tmp_path, api):
@@ -393,3 +438,49 @@ def test_an_enterprise_runners_own_file_finds_it_without_the_setting(tmp_path, a
     proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "gpu-large" not in ent_twin.names() and "gpu-large" in repo_twin.names()
+
+
+class _AnswersUnpaused(JsonAPIHandler):
+    """A GitLab whose PUT /runners/:id answers 200 and a runner still taking jobs (one that
+    ignored ``paused``, as GitLab before 14.8 does)."""
+
+    answer: dict = {}
+
+    def do_PUT(self) -> None:
+        self._body()
+        self._reply(200, type(self).answer)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [{"id": 7, "paused": False, "active": True}, {"id": 7, "active": True}, {"id": 7}],
+    ids=["paused-false", "before-14.8", "neither"],
+)
+def test_a_gitlab_answer_that_the_runner_is_not_paused_is_not_quarantined(tmp_path, api, answer):
+    _AnswersUnpaused.answer = answer
+    with LoopbackHTTPServer(_AnswersUnpaused) as gitlab:
+        url = f"http://127.0.0.1:{gitlab.port}/api/v4"
+        env = gl(api, CI_RUNNER_ID="7", CI_RUNNER_DESCRIPTION="gpu-b", CI_API_V4_URL=url)
+        proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = proc.stdout + proc.stderr
+    (warned,) = [ln for ln in text.splitlines() if "quarantined" in ln]
+    assert "runner not quarantined: GitLab answered PUT /runners/7 with" in warned
+    assert "runner 7 was not paused" in warned
+
+
+def test_release_off_the_runner_needs_proof_this_is_it_or_force(tmp_path, api):
+    this = api.state.add("gpu-twin", "/repos/octo/gpu", ["gpuci-quarantined"])
+    laptop = {k: v for k, v in gh(api).items() if k != "GITHUB_ACTIONS"}
+    elsewhere = release(tmp_path, api, "gpu-twin", nvml=GOOD_GPU, **laptop)
+    assert elsewhere.returncode == 2, elsewhere.stdout + elsewhere.stderr
+    (said,) = [
+        ln for ln in (elsewhere.stdout + elsewhere.stderr).splitlines() if "this machine" in ln
+    ]
+    assert "nothing says this machine is runner 'gpu-twin'" in said and "--force" in said
+    assert "gpu-large" not in this.names() and api.state.writes() == []
+
+    files = _runner_root(tmp_path, this.id, f"{api.base}/octo/gpu")  # its .runner: gpu-twin
+    on_it = release(tmp_path, api, "gpu-twin", nvml=GOOD_GPU, **laptop, **files)
+    assert on_it.returncode == 0, on_it.stdout + on_it.stderr
+    assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()

@@ -174,5 +174,27 @@ class GitLabRunnerPause(GitLabApi):
     forbidden_what = "the token may not manage this runner"
 
     def set_paused(self, runner_id: int, paused: bool) -> dict[str, Any]:
+        """Pause or unpause the runner; its details as GitLab answers them.
+
+        GitLab answers the runner after the update: only an answer that says ``paused`` is
+        now as asked (``active`` the opposite, where an older GitLab lists only that) counts.
+        GitLab refuses ``active`` and ``paused`` together, so only ``paused`` is sent.
+
+        Raises:
+            InfraError: the answer says the runner is not, or may not be, as asked (an old
+                GitLab that ignored ``paused``, a proxy's 2xx).
+        """
         url = f"/runners/{int(runner_id)}"
-        return self._json(self._send("PUT", url, json={"paused": paused}), "a runner", dict)
+        found = self._json(self._send("PUT", url, json={"paused": paused}), "a runner", dict)
+        now = found.get("paused")
+        if not isinstance(now, bool) and isinstance(found.get("active"), bool):
+            now = not found["active"]
+        if now is not paused:
+            said = f"paused: {str(now).lower()}" if isinstance(now, bool) else "no paused or active"
+            want = "paused" if paused else "unpaused"
+            raise InfraError(
+                f"GitLab answered PUT {url} with {said}: runner {int(runner_id)} was not {want}",
+                hint="GitLab 14.8 or later pauses with paused=true; else pause or resume it "
+                "in Settings > CI/CD > Runners",
+            )
+        return found
