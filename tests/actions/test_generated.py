@@ -119,7 +119,7 @@ def test_a_dispatching_action_offers_every_input_of_every_sub_command() -> None:
             for name in action["inputs"]:
                 env = "INPUT_" + name.upper().replace("-", "_")
                 assert step["env"][env] == f"${{{{ inputs.{name} }}}}", name
-            assert '-m gpuci gpu-pod "$INPUT_ACTION"' in step["run"]
+            assert f'{RUN_GPUCI} gpu-pod "$INPUT_ACTION"' in step["run"]
             assert "${{" not in step["run"]
     for name in ("smoke", "smoke-attempts", "placement-timeout", "health-store", "all", "grace"):
         assert name in yaml.safe_load((REPO / "actions/gpu-pod/action.yml").read_text())["inputs"]
