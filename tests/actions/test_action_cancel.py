@@ -25,6 +25,9 @@ sys.path.insert(0, str(REPO / "tests" / "pods"))
 from fake_runpod import FakeRunPod
 from pods_testing import api_env
 
+sys.path.insert(0, str(REPO / "scripts"))
+from gen_actions import RUN_GPUCI
+
 SIGINT_WAIT_S, SIGTERM_WAIT_S = 7.5, 2.5  # actions/runner's _sigintTimeout, _sigtermTimeout
 
 
@@ -94,8 +97,8 @@ def test_every_generated_step_execs_gpu_ci() -> None:
     actions = [REPO / "action.yml", *sorted(REPO.glob("actions/**/action.yml"))]
     for path in actions:
         steps = yaml.safe_load(path.read_text())["runs"]["steps"]
-        runs = [s["run"] for s in steps if "-m gpuci" in s.get("run", "")]
+        runs = [s["run"] for s in steps if "from gpuci.cli import main" in s.get("run", "")]
         assert runs, path
         for run in runs:
             last = run.strip().splitlines()[-1]
-            assert last.startswith('exec "$GPUCI_PYTHON" -m gpuci '), f"{path}: {last}"
+            assert last.startswith(RUN_GPUCI + " "), f"{path}: {last}"

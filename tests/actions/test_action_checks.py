@@ -167,7 +167,7 @@ def test_every_action_is_thin_and_injection_free(path: Path) -> None:
             if key.startswith("INPUT_"):
                 assert re.fullmatch(r"INPUT_[A-Z0-9_]+", key), key
                 passed |= set(re.findall(r"inputs\.([A-Za-z0-9_-]+)", str(value)))
-        if re.search(r'"\$GPUCI_PYTHON" -m gpuci ', script):
+        if re.search(r'"\$GPUCI_PYTHON" -c ".*from gpuci\.cli import main', script):
             gpuci_steps += 1
             assert step.get("shell") == "bash"
         if "bootstrap.sh" in script:

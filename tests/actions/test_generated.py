@@ -15,6 +15,8 @@ sys.path.insert(0, str(REPO / "src"))
 from gpuci.commands import iter_leaf_commands
 
 GEN = REPO / "scripts" / "gen_actions.py"
+sys.path.insert(0, str(GEN.parent))
+from gen_actions import RUN_GPUCI  # noqa: E402
 
 
 def gen(*args: str, root: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -117,7 +119,7 @@ def test_a_dispatching_action_offers_every_input_of_every_sub_command() -> None:
             for name in action["inputs"]:
                 env = "INPUT_" + name.upper().replace("-", "_")
                 assert step["env"][env] == f"${{{{ inputs.{name} }}}}", name
-            assert '-m gpuci gpu-pod "$INPUT_ACTION"' in step["run"]
+            assert f'{RUN_GPUCI} gpu-pod "$INPUT_ACTION"' in step["run"]
             assert "${{" not in step["run"]
     for name in ("smoke", "smoke-attempts", "placement-timeout", "health-store", "all", "grace"):
         assert name in yaml.safe_load((REPO / "actions/gpu-pod/action.yml").read_text())["inputs"]
@@ -145,11 +147,11 @@ def test_every_action_folder_is_generated() -> None:
 def test_root_action_is_gpu_setup_then_cache_then_smoke() -> None:
     action = yaml.safe_load((REPO / "action.yml").read_text())
     steps = action["runs"]["steps"]
-    runs = [s["run"].strip() for s in steps if 'GPUCI_PYTHON" -m gpuci' in s.get("run", "")]
+    runs = [s["run"].strip() for s in steps if s.get("run", "").startswith(RUN_GPUCI)]
     assert runs == [
-        'exec "$GPUCI_PYTHON" -m gpuci gpu-setup',
-        'exec "$GPUCI_PYTHON" -m gpuci cache-weights restore',
-        'exec "$GPUCI_PYTHON" -m gpuci gpu-smoke',
+        f"{RUN_GPUCI} gpu-setup",
+        f"{RUN_GPUCI} cache-weights restore",
+        f"{RUN_GPUCI} gpu-smoke",
     ]
     inputs = action["inputs"]
     assert {"report", "smoke-report", "cache-key", "cache-path", "smoke", "min-memory-gb"} <= set(

@@ -219,3 +219,30 @@ def test_a_t4_at_its_default_applications_clock_is_not_reported(setup_run) -> No
     # T4: 585 MHz default applications clock, 1590 max (autoboost): stock, not lowered.
     result = setup_run(FakeNvml(["t4"]))
     assert not any("applications clock" in a.message for a in result.annotations)
+
+
+# CUDA reads ordinals in ASCII: a Unicode digit names no device (str.isdigit() said it did: a
+# fullwidth one selected GPU 1; '²' and a 5000-digit number raised in int(): an internal error).
+ODD_ORDINALS = ["²", "\uff11", "\u0663", "9" * 5000, "1" * 10]
+
+
+@pytest.mark.parametrize("odd", ODD_ORDINALS)
+def test_a_unicode_digit_or_an_overlong_ordinal_ends_the_list(setup_run, odd: str) -> None:
+    fake = FakeNvml(["h100-sxm"] * 4)
+    result = setup_run(fake, visible=odd, export_visible_devices="true")
+    assert result.exit_code == 1, result.headline  # one line about the job's GPUs, no error
+    assert result.outputs["gpu-count"] == 0 and result.outputs["visible-devices"] == ""
+    assert "CUDA_VISIBLE_DEVICES" not in result.env  # never a GPU CUDA would not see
+    with open_nvml({}, fake) as session:
+        gpus = session.snapshot().gpus
+    vis = resolve(f"2,{odd},3", "", gpus)
+    assert vis.selected == (2,) and vis.stopped_at == odd
+
+
+@pytest.mark.parametrize("gi", ["\uff12", "9" * 5000])
+def test_the_r450_mig_form_takes_ascii_instance_numbers_only(gi: str) -> None:
+    fake = FakeNvml(["a100-mig"])
+    with open_nvml({}, fake) as session:
+        gpus = session.snapshot().gpus
+    vis = resolve(f"MIG-{fake.devices[0].uuid}/{gi}/0", "", gpus)
+    assert vis.selected == () and vis.mig == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -236,8 +237,35 @@ def untimed_bus(indices: list[int], n: int) -> list[tuple[float, float]]:
 
 
 def hostile_stdout(indices: list[int], n: int) -> list[tuple[float, float]]:
-    """A child whose stdout ends in the line in ``$SMOKE_HOSTILE_FILE`` instead of gpu-ci's
-    answer (a framework printing there, or a broken child): the parent reads it as an input."""
+    """A child whose answer line holds the text in ``$SMOKE_HOSTILE_FILE`` instead of gpu-ci's
+    answer (a broken child): the parent reads it as an input."""
+    from gpuci.gpu._smoke.allreduce import ANSWER
+
     with open(os.environ["SMOKE_HOSTILE_FILE"], encoding="utf-8") as handle:
-        print(handle.read(), flush=True)
+        print(ANSWER + handle.read(), flush=True)
+    os._exit(0)
+
+
+def chatty_sum(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A correct all-reduce whose framework logs a JSON line at exit, after the answer (a
+    structured logger's atexit hook, a process group's teardown on stderr)."""
+    import atexit
+
+    line = '{"level": "info", "msg": "process group destroyed"}'
+    atexit.register(lambda: print(line, file=sys.stderr, flush=True))
+    atexit.register(lambda: print("{not json at all", flush=True))
+    return [(float(len(indices)), float(len(indices)))] * len(indices)
+
+
+def unreadable_answer(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A child whose answer line is there but broken (gpu-ci's own bug, say)."""
+    from gpuci.gpu._smoke.allreduce import ANSWER
+
+    print(ANSWER + '{"result": [[2, 2], [2', flush=True)
+    os._exit(0)
+
+
+def silent_exit(indices: list[int], n: int) -> list[tuple[float, float]]:
+    """A child that prints a '{' line of its own and exits 0 before answering."""
+    print('{"result": [[2, 2], [2, 2]]}', flush=True)  # not the answer: no ANSWER prefix
     os._exit(0)

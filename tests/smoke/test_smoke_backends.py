@@ -11,13 +11,14 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from smoke_helpers import matched
+from smoke_helpers import backend_reducing_with, matched, outcome, run
 
 from gpuci.gpu import _smoke as smoke
 from gpuci.gpu._smoke import allreduce, backends
 from gpuci.gpu._smoke.backends import BackendUnavailable, resolve_framework
 from gpuci.gpu._smoke.backends import torch_backend as tb
 from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
+from gpuci.gpu._smoke.checks import OWN_ERROR_REASON, about_the_gpu
 from gpuci.gpu.fake.nvml import FakeNvml
 
 
@@ -148,5 +149,49 @@ def test_a_hostile_all_reduce_answer_is_an_error_in_one_short_line(monkeypatch, 
     answer = allreduce.run_child("smoke_helpers:hostile_stdout", [0, 1], 8, timeout_s=60)
     assert answer.result is None and not answer.hung
     assert answer.error is None or len(answer.error) < 300
-    if '"error"' not in line:
-        assert answer.error.startswith("all-reduce process exited with code 0: ")
+    if '"error"' not in line:  # an answer gpu-ci cannot read is its own error, not the GPU's
+        assert answer.error is None and answer.own_error is not None
+        assert answer.own_error.startswith("all-reduce answer unreadable (")
+        assert len(answer.own_error) < 300
+
+
+def test_a_log_line_after_the_all_reduce_answer_does_not_replace_it():
+    """Before: the last line starting with '{' (stdout and stderr) was the answer, so a JSON
+    log line at exit left no result: 'answered for 0 of 2 GPUs', a finding about the GPU."""
+    answer = allreduce.run_child("smoke_helpers:chatty_sum", [0, 1], 8, timeout_s=60)
+    assert answer.result == [(2.0, 2.0), (2.0, 2.0)], answer
+    assert answer.error is None and answer.own_error is None
+
+
+def test_an_unreadable_all_reduce_answer_is_gpu_cis_own_error(tmp_path):
+    answer = allreduce.run_child("smoke_helpers:unreadable_answer", [0, 1], 8, timeout_s=60)
+    assert answer.result is None and answer.error is None
+    assert answer.own_error and answer.own_error.startswith("all-reduce answer unreadable (")
+    fake = FakeNvml(["h100-sxm", "h100-sxm"])
+    result = run(tmp_path, fake, backend_reducing_with("unreadable_answer"), checks=["nccl"])
+    nccl = outcome(result, "nccl")
+    assert nccl["status"] == "fail" and nccl["reason"].startswith(OWN_ERROR_REASON), nccl
+    assert not about_the_gpu(nccl["reason"])  # quarantine never acts on it
+
+
+def test_a_child_exiting_0_without_its_answer_is_gpu_cis_own_error(monkeypatch, tmp_path):
+    (tmp_path / "line").write_text("{}", encoding="utf-8")
+    monkeypatch.setenv("SMOKE_HOSTILE_FILE", str(tmp_path / "line"))
+    answer = allreduce.run_child("smoke_helpers:silent_exit", [0, 1], 8, timeout_s=60)
+    assert answer.error is None and answer.result is None
+    assert answer.own_error and "exited 0 without its answer line" in answer.own_error
+
+
+def test_the_all_reduce_child_never_imports_from_the_current_folder(monkeypatch, tmp_path):
+    """The smoke runs in the job's checkout: ``-m`` put it first on the child's sys.path (and
+    the parent's sys.path, cwd included, went into the child's PYTHONPATH), so its gpuci/ or
+    numpy.py ran in the child."""
+    forged = "raise SystemExit('PR CODE RAN')\n"
+    (tmp_path / "gpuci").mkdir()
+    (tmp_path / "gpuci" / "__init__.py").write_text(forged)
+    (tmp_path / "numpy.py").write_text(forged)
+    (tmp_path / "smoke_helpers.py").write_text(forged)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), *sys.path])
+    answer = allreduce.run_child("smoke_helpers:chatty_sum", [0, 1], 8, timeout_s=60)
+    assert answer.result == [(2.0, 2.0), (2.0, 2.0)], answer

@@ -11,7 +11,9 @@ CUDA's rules, as its programming guide (environment variables) and driver behave
   (it and everything after it are ignored). So ``""``, ``-1`` and ``NoDevFiles`` (what the
   NVIDIA container runtime sets when no device is given) select nothing, and ``0,7,1`` on a
   4-GPU host selects device 0 only;
-- an integer is an ordinal in CUDA's order. ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` orders by PCI bus
+- an integer is an ordinal in CUDA's order: ASCII digits only, as CUDA parses it, and at most
+  9 of them (far above any device count), so a Unicode digit (``²``, a fullwidth U+FF11) or a
+  longer number ends the list. ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` orders by PCI bus
   id, which is how NVML enumerates; the default ``FASTEST_FIRST`` ranks by a speed heuristic
   NVML cannot see. On a host of one model the heuristic ties and CUDA falls back to bus order,
   so we resolve ordinals in PCI bus order and warn when models are mixed and the order is not
@@ -38,7 +40,9 @@ from gpuci.gpu._nvml import pci_address
 
 ENV = settings.CUDA_VISIBLE_DEVICES.name
 ORDER_ENV = settings.CUDA_DEVICE_ORDER.name
-_OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)")
+# ASCII digits only (``\d`` and str.isdigit() take any Unicode digit, which CUDA does not read)
+_ORDINAL = re.compile(r"[0-9]{1,9}")
+_OLD_MIG = re.compile(r"MIG-(GPU-[0-9a-fA-F-]+)/([0-9]{1,9})/([0-9]{1,9})")
 # Why a list stops at a device it names twice ('0,0'): the device exists, it is a repeat.
 _REPEAT = "a duplicate: it names a device an earlier entry already named"
 
@@ -109,7 +113,7 @@ def resolve(raw: str | None, order: str, gpus: tuple[GpuInfo, ...] | list[GpuInf
             break
         seen.add(_key(found))
         index, mig_uuid = found
-        by_ordinal = by_ordinal or token.isdigit()
+        by_ordinal = by_ordinal or _ORDINAL.fullmatch(token) is not None
         if index not in selected:
             selected.append(index)
         if mig_uuid is not None:
@@ -144,7 +148,7 @@ def _key(found: tuple[int, str | None]) -> str:
 
 def _one(token: str, ordered: list[GpuInfo]) -> tuple[int, str | None] | None:
     """``(NVML index, MIG UUID or None)`` for one entry, or None when CUDA would stop here."""
-    if token.isdigit():
+    if _ORDINAL.fullmatch(token):
         ordinal = int(token)
         return (ordered[ordinal].index, None) if ordinal < len(ordered) else None
     low = token.lower()

@@ -3,10 +3,14 @@
 A hung collective blocks inside the CUDA/NCCL library: a thread waiting on it can neither be
 interrupted nor stop the interpreter from exiting. A child process can be killed (its whole
 process group, since NCCL starts helper threads and sometimes processes), which is why the
-``nccl`` check runs here. The child runs ``python -m gpuci.gpu._smoke.allreduce REDUCER JSON``
+``nccl`` check runs here. The child runs this module's :func:`main` with ``REDUCER JSON``
+(started as :mod:`gpuci.safe_start` says: never from the job's checkout, the current folder)
 where ``REDUCER`` is ``module:function`` (the backend's all-reduce, importable in a fresh
-interpreter) and prints one JSON line: ``{"result": [[min, max], ...]}``, ``{"unavailable":
-reason}`` (no NCCL: a skip) or ``{"error": reason}``.
+interpreter) and prints its answer as one line on stdout, :data:`ANSWER` then JSON:
+``{"result": [[min, max], ...]}``, ``{"unavailable": reason}`` (no NCCL: a skip) or ``{"error":
+reason}``. Only that line is the answer: a framework's own log lines (a JSON one at exit
+included) never replace it, and an answer line that cannot be read is gpu-ci's own error
+(:attr:`Answer.own_error`), never a finding about the GPU.
 
 Before that, the child reports its phases as it enters them (``{"phase": "import", "t": s}``,
 then ``contexts``, then ``collective``, ``t`` seconds since it started), so a timeout can tell
@@ -32,11 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci import untrusted_child, untrusted_json
+from gpuci import safe_start, untrusted_child, untrusted_json
 from gpuci.redact import excerpt
 
 RUNS = 5  # timed runs, each reported: the spread shows a link that comes and goes
 PER_RUN = 4  # all-reduces per run, back to back: host launch and sync costs amortised
+ANSWER = "GPUCI-ALLREDUCE-ANSWER "  # begins the child's answer line: no framework prints it
 _STARTED = time.monotonic()
 
 
@@ -96,6 +101,7 @@ class Answer:
     unavailable: str | None = None
     error: str | None = None
     hung: bool = False
+    own_error: str | None = None  # the child's answer could not be read: gpu-ci's, not the GPU's
     phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds into the child
     timing: Timing | None = None  # the timed runs, when the reducer reported them
 
@@ -143,10 +149,11 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
     the last :data:`MAX_OUTPUT` bytes are kept, where the answer line is."""
     env = dict(os.environ)
     # The child imports what this process can import (a venv, tests' helpers), nothing more.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    args = [sys.executable, "-m", "gpuci.gpu._smoke.allreduce", reducer, json.dumps([indices, n])]
+    env["PYTHONPATH"] = os.pathsep.join(safe_start.without_cwd(sys.path))
+    code = safe_start.code("gpuci.gpu._smoke.allreduce", "main(sys.argv[1:])")
+    args = [sys.executable, "-c", code, reducer, json.dumps([indices, n])]
     try:
-        code, out = untrusted_child.run(
+        status, out = untrusted_child.run(
             args, timeout=timeout_s, limit=MAX_OUTPUT, env=env, stderr=True, tail=True
         )
     except untrusted_child.Hung as hung:
@@ -155,26 +162,38 @@ def run_child(reducer: str, indices: list[int], n: int, timeout_s: float) -> Ans
         return Answer(error=f"all-reduce process could not be started: {exc.strerror or exc}")
     phases = _phases(out)
     lines = out.splitlines()
-    for line in reversed(lines):
-        if line.startswith("{") and not line.startswith(('{"phase"', '{"timing"')):
-            try:  # the child's stdout is an input (a framework may print there too)
-                body = untrusted_json.parse_object(line)
-                result = body.get("result")
-                pairs = [(float(lo), float(hi)) for lo, hi in result] if result else None
-            except (ValueError, TypeError, OverflowError):
-                break
-            unavailable, error = (untrusted_json.text(body, k) for k in ("unavailable", "error"))
-            return Answer(
-                result=pairs,
-                unavailable=excerpt(unavailable) if unavailable else None,
-                error=excerpt(error) if error else None,
-                phases=phases,
-                timing=_timing(out),
-            )
+    answers = [line[len(ANSWER) :] for line in lines if line.startswith(ANSWER)]
+    if answers:
+        return _read_answer(answers[-1], phases, _timing(out))
     last = next((line for line in reversed(lines) if line.strip()), "no output")
+    if status == 0:  # it finished without saying how: ours to explain, not the GPU's
+        return Answer(
+            own_error=f"all-reduce process exited 0 without its answer line: "
+            f"{excerpt(last.strip())}",
+            phases=phases,
+        )
     return Answer(
-        error=f"all-reduce process exited with code {code}: {excerpt(last.strip())}",
+        error=f"all-reduce process exited with code {status}: {excerpt(last.strip())}",
         phases=phases,
+    )
+
+
+def _read_answer(line: str, phases: dict[str, float], timing: Timing | None) -> Answer:
+    """The child's answer line (an input: checked), or :attr:`Answer.own_error` saying why not."""
+    try:
+        body = untrusted_json.parse_object(line)
+        result = body.get("result")
+        pairs = [(float(lo), float(hi)) for lo, hi in result] if result else None
+    except (ValueError, TypeError, OverflowError) as exc:
+        why = f"{type(exc).__name__}: {excerpt(str(exc))}"
+        return Answer(own_error=f"all-reduce answer unreadable ({why})", phases=phases)
+    unavailable, error = (untrusted_json.text(body, k) for k in ("unavailable", "error"))
+    return Answer(
+        result=pairs,
+        unavailable=excerpt(unavailable) if unavailable else None,
+        error=excerpt(error) if error else None,
+        phases=phases,
+        timing=timing,
     )
 
 
@@ -197,7 +216,7 @@ def main(argv: list[str]) -> int:
     phase("start")
     reducer, spec = argv
     indices, n = json.loads(spec)
-    print(json.dumps(_answer(reducer, indices, n)), flush=True)
+    print(ANSWER + json.dumps(_answer(reducer, indices, n)), flush=True)
     return 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from gpuci.gpu._nvml import cpu_list
 from gpuci.gpu._smoke import allreduce
 from gpuci.gpu._smoke.backends import Backend, Device
-from gpuci.gpu._smoke.checks import CheckError, CheckSkipped, Context
+from gpuci.gpu._smoke.checks import OWN_ERROR_REASON, CheckError, CheckSkipped, Context
 from gpuci.gpu._smoke.health import LinkReport, LinkSampler
 from gpuci.gpu._smoke.models import GpuLink, Minimums, all_reduce_bus, lookup
 from gpuci.redact import excerpt
@@ -323,6 +323,8 @@ def nccl(backend: Backend, targets: list[Target], ctx: Context, sizes: Sizes) ->
         )
     if answer.unavailable:
         raise CheckSkipped(f"NCCL not available: {answer.unavailable}")
+    if answer.own_error:  # never a verdict on the GPU: quarantine does not act on it
+        raise CheckError(f"{OWN_ERROR_REASON} {answer.own_error}; rerun, and report it", figures)
     if answer.error:
         raise CheckError(f"all-reduce failed: {answer.error}", figures)
     want = float(len(indices))
