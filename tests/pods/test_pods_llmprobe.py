@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuci import safe_start
 from gpuci.pods.health import llmprobe
 from gpuci_testing import clean_env
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
@@ -67,9 +68,11 @@ def test_the_matrix_examples_name_the_same_probe():
     assert len(legs) >= 2 and gh["jobs"]["serve"]["strategy"]["fail-fast"] is False
     matrix = yaml.safe_load(lab_text)["serve"]["parallel"]["matrix"][0]["GPU_TYPE"]
     assert len(matrix) >= 2
+    start = f'"$GPUCI_PYTHON" -c "{safe_start.code("gpuci.pods.health.llmprobe")}"'
     for text in (gh_text, lab_text):
-        assert "gpuci.pods.health.llmprobe probe" in text
-        assert "gpuci.pods.health.llmprobe table" in text
+        # in the checkout, never `-m`: the PR's own gpuci/ would run (gpuci.safe_start)
+        assert f"{start} probe" in text and f"{start} table" in text
+        assert "-m gpuci" not in text
         assert ("/v1/models" in text and "pods down --pod-id" in text) or "action: down" in text
     # a leg tears down only its own pod: `down` without an id would end the other legs' pods
     assert "steps.pod.outputs.pod-id != ''" in gh_text
