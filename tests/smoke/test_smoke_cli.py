@@ -209,3 +209,69 @@ def test_auto_framework_on_fake_nvml_runs_health_only(tmp_path):
     assert body["report"]["framework"] == "none"
     skipped = {c["reason"] for c in body["report"]["checks"] if c["status"] == "skip"}
     assert skipped == {"fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"}
+
+
+HUNG_GEMM = """
+import os, sys, threading
+from functools import partial
+from gpuci.gpu._smoke import command, schedule, smoke
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
+class HungGemm(NumpyDevice):
+    def matmul(self, a, b):
+        threading.Event().wait()  # the kernel never completes
+def after_hang(result):  # what gpu-smoke's command would do next: record, quarantine
+    result.warning("the caller's steps after a hang ran", "test")
+    return result
+backend = NumpyBackend()
+backend.device_class = HungGemm
+steps = {"after_hang": after_hang} if os.environ.get("TEST_AFTER_HANG") else {}
+command.smoke = partial(smoke, backend=backend, **steps)
+schedule.GRACE_SECONDS = 0.0  # the deadline is the budget itself: the test need not wait
+from gpuci.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def hung_smoke(tmp_path: Path, **env: str) -> tuple[int, dict]:
+    """gpu-smoke (the CLI) on one GPU whose GEMM never returns: exit code, --json body."""
+    import subprocess
+
+    environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"), **env)
+    args = ["gpu-smoke", "--json", "--checks", "context,gemm,memory,health",
+            "--budget-seconds", "5", "--report", str(tmp_path / "r.json")]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", HUNG_GEMM, *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=120,  # a guard only: the watchdog ends the process at the deadline
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_a_check_that_never_returns_ends_the_smoke_as_failed_naming_it(tmp_path):
+    """A hung kernel runs in this process and cannot be interrupted: the watchdog reports it
+    as a failed check, outputs and report written, and ends the process with exit 1."""
+    code, body = hung_smoke(tmp_path)
+    assert code == 1, body
+    assert body["outputs"]["passed"] == "false"
+    assert body["outputs"]["failed-checks"] == "gpu0:gemm"
+    assert body["outputs"]["skipped-checks"] == "gpu0:memory"
+    assert body["headline"].startswith(
+        "1 check(s) failed: gpu0:gemm (did not return within 0s past the 5s budget: hung in "
+        "the GPU or its driver"
+    )
+    on_disk = json.loads((tmp_path / "r.json").read_text())
+    assert on_disk["passed"] is False and on_disk["failed_checks"] == ["gpu0:gemm"]
+    assert [c["status"] for c in on_disk["checks"] if c["name"] == "context"] == ["pass"]
+    said = [a["message"] for a in body["annotations"]]
+    assert "a check hung: the smoke ended there, health after the load not read" in said
+
+
+def test_a_hang_runs_the_callers_steps_before_the_process_ends(tmp_path):
+    code, body = hung_smoke(tmp_path, TEST_AFTER_HANG="1")
+    assert code == 1 and body["outputs"]["failed-checks"] == "gpu0:gemm"
+    assert "the caller's steps after a hang ran" in [a["message"] for a in body["annotations"]]

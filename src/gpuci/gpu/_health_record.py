@@ -4,13 +4,16 @@ Beside the pods ledger and in the same stores (``s3://bucket/prefix`` or ``file:
 every runner reads one history: ``gpu-health/verdicts/<gpu>/<ms>-<pass|fail>-<nonce>.json``,
 one immutable object per GPU per smoke (UUID, serial where known, host, runner, checks and
 their figures, time), written create-if-absent. The time is in the key, so a report for the
-last N days reads only those objects. Objects are inputs like any other from a store: each
-read is capped, the listing is capped, malformed objects are skipped. Writing is a courtesy:
-a failure is a warning, never the smoke's verdict.
+last N days reads only those objects, and older ones never count against the read's cap.
+Objects are inputs like any other from a store: each read is capped, the listing is bounded,
+malformed objects are skipped. Writing is a courtesy: a failure is a warning, never the smoke's
+verdict. Nothing here deletes a verdict (a runner needs no delete right on the shared store):
+old ones are removed by the store's lifecycle rule (docs/quarantine.md#the-health-record).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 import secrets
@@ -18,7 +21,7 @@ import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import settings, untrusted_json
@@ -30,6 +33,7 @@ from gpuci.units import utc_iso
 
 __all__ = [
     "MAX_KEYS",
+    "MAX_LISTED",
     "MAX_OBJECT",
     "ROOT",
     "recent_failures",
@@ -41,7 +45,8 @@ __all__ = [
 
 ROOT = "gpu-health/verdicts"
 MAX_OBJECT = 64 * 1024  # a verdict is a few kB; anything bigger is not ours
-MAX_KEYS = 20_000  # listing cap: a report reads no more than this many keys
+MAX_KEYS = 20_000  # a report reads no more than the newest this many verdicts in its window
+MAX_LISTED = 20 * MAX_KEYS  # the listing's bound: keys named, in the window or not
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _KEY_TIME = re.compile(r"/(\d{15})-(pass|fail)-[0-9a-f]+\.json$")
 
@@ -183,29 +188,51 @@ class _Read:
 
     items: list[dict[str, Any]]
     skipped: dict[str, str]
+    notes: list[str] = field(default_factory=list)  # where the read is not the whole window
 
     def warning(self) -> str:
-        """One line naming what was skipped, or empty."""
-        return untrusted_json.skipped_warning("GPU health record", self.skipped, "verdicts")
+        """One line naming what was skipped or left unread, or empty."""
+        said = untrusted_json.skipped_warning("GPU health record", self.skipped, "verdicts")
+        return "; ".join(w for w in [*self.notes, said] if w)
 
 
 def _read(store: Any, since: float) -> _Read:
-    keys = []
+    """The verdicts written at or after ``since``: at most the newest :data:`MAX_KEYS` of them.
+
+    A key names its time, so verdicts outside the window are passed over by name, never read
+    nor counted against the cap: old verdicts pile up (nothing in gpu-ci deletes them), and
+    they must not make the recent ones unreadable. More than the cap inside the window reads
+    the newest, with one warning; the listing itself stops at :data:`MAX_LISTED` keys.
+    """
     out = _Read([], {})
+    newest: list[tuple[int, str, int]] = []  # a min-heap of (ms, key, size) in the window
+    in_window = 0
     for n, info in enumerate(store.list(ROOT + "/")):
-        if n >= MAX_KEYS:
-            raise InfraError(
-                f"the GPU health record lists more than {MAX_KEYS} verdicts",
-                hint="move old verdicts away (gpu-health/verdicts/) and rerun",
+        if n >= MAX_LISTED:
+            out.notes.append(
+                f"GPU health record: stopped listing after {MAX_LISTED} keys, so verdicts may be "
+                f"missing; remove verdicts older than any window read ({ROOT}/, see "
+                "docs/quarantine.md#the-health-record)"
             )
+            break
         m = _KEY_TIME.search("/" + info.key)
         if not m or int(m[1]) / 1000 < since:
             continue
-        if info.size > MAX_OBJECT:  # by its listed size: never read
-            out.skipped[info.key] = f"{info.size} bytes, over {MAX_OBJECT >> 10} KiB"
-        else:
-            keys.append(info.key)
-    for key in keys:
+        in_window += 1
+        entry = (int(m[1]), info.key, info.size)
+        if len(newest) < MAX_KEYS:
+            heapq.heappush(newest, entry)
+        elif entry > newest[0]:
+            heapq.heapreplace(newest, entry)
+    if in_window > MAX_KEYS:
+        out.notes.append(
+            f"GPU health record: {in_window} verdicts in the window, over the {MAX_KEYS} read: "
+            f"the newest {MAX_KEYS} are reported; ask for fewer days for a complete count"
+        )
+    for _, key, size in sorted(newest):
+        if size > MAX_OBJECT:  # by its listed size: never read
+            out.skipped[key] = f"{size} bytes, over {MAX_OBJECT >> 10} KiB"
+            continue
         got = store.get(key, limit=MAX_OBJECT)
         if not got:
             continue

@@ -37,7 +37,7 @@ from gpuci.gpu._smoke.health_judge import health_checks, watch
 from gpuci.gpu._smoke.load import Sizes, Target
 from gpuci.gpu._smoke.plan import Plan, dry_run, params, plan_load, render_plan
 from gpuci.gpu._smoke.report import SCHEMA, Smoke, judge, render, report_path
-from gpuci.gpu._smoke.schedule import run_plan
+from gpuci.gpu._smoke.schedule import Watchdog, run_plan
 from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu._visible import Visibility, job_view
 from gpuci.gpu.options import SmokeInputs
@@ -91,6 +91,7 @@ def smoke(
     backend: Backend | None = None,
     sizes: Sizes | None = None,
     clock: Callable[[], float] = time.monotonic,
+    after_hang: Callable[[Result], Result] | None = None,
 ) -> Result:
     """The smoke as a step reports it: :func:`examine`, rendered.
 
@@ -99,6 +100,9 @@ def smoke(
 
     Args:
         inp, rt, nvml, backend, sizes, clock: as :func:`examine`'s.
+        after_hang: when a check hangs, the smoke renders its Result and ends the process
+            itself (:class:`~gpuci.gpu._smoke.schedule.Watchdog`), so this never returns; the
+            steps a caller would take after it (the health record, the quarantine) go here.
 
     Returns:
         The command's Result; a lost GPU or missing NVML is a Result with exit 3 (and a report
@@ -108,6 +112,7 @@ def smoke(
         InputError: an unknown check or a memory fraction outside (0, 1].
     """
     ready = _Ready.of(inp, backend, sizes, clock)
+    ready.after_hang = after_hang
     try:
         done = ready.examine(inp, rt, nvml)
     except (NvmlUnavailable, InputError) as exc:  # no GPU, or one fell off the bus mid-run
@@ -155,6 +160,7 @@ class _Ready:
     framework: str
     backend: Backend | None
     sizes: Sizes
+    after_hang: Callable[[Result], Result] | None = None  # smoke's, for a hung check
 
     @classmethod
     def of(
@@ -197,7 +203,7 @@ class _Ready:
                 return dry_run(inp, checks, framework, sizes, snapshot, None)
             return _run(
                 inp, rt, session, snapshot, checks, framework, self.backend, sizes, self.budget,
-                host, visibility,
+                host, visibility, self.after_hang,
             )  # fmt: skip
         finally:
             session.close()
@@ -259,20 +265,14 @@ def _run(
     budget: Budget,
     host: Snapshot | None = None,
     visibility: Visibility | None = None,
+    after_hang: Callable[[Result], Result] | None = None,
 ) -> Smoke:
     """Scope (which GPUs, which framework) -> watch (XIDs, clocks) -> checks -> result."""
     gpus = list(snapshot.gpus)
     outcomes: list[Outcome] = []
     notes: list[str] = []  # warnings: the run tested less than asked
     info: dict[str, Any] = {}  # report-only facts
-    for skipped in host.skipped if host else ():
-        notes.append(
-            f"GPU {skipped.index} could not be opened (NVML: {skipped.reason}): skipped, not "
-            "tested (a device cgroup such as Slurm ConstrainDevices hides it)"
-        )
-    if visibility is not None and visibility.restricted:
-        notes += list(visibility.notes)
-        info["visibility"] = visibility.to_dict()
+    _scope_notes(host, visibility, notes, info)
     load = _Load(backend, framework)
     if any(c in LOAD_CHECKS for c in checks):
         _prepare_load(load, inp, session, snapshot, notes, info)
@@ -284,9 +284,24 @@ def _run(
     names = {g.index: g.name for g in gpus if g.index in watched}
     # Health before: the snapshot's read; then XIDs and clock events for the run's length.
     xids, sampler = watch(session, checks, watched, load.targets, sizes, notes)
-    with rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}"):
-        _run_checks(inp, rt, session, snapshot, checks, load, sizes, budget, watched,
-                    (xids, sampler), outcomes, notes)  # fmt: skip
+    record = _recorder(rt, outcomes)
+    group = rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}")
+
+    def finish(ended: list[Outcome]) -> int:
+        """The load hung: report it now, the step's way (the process ends after this)."""
+        for outcome in ended:
+            record(outcome)
+        group.__exit__(None, None, None)  # the log section ends here: this thread ends the run
+        notes.append("a check hung: the smoke ended there, health after the load not read")
+        done = judge(inp, rt, snapshot, list(outcomes), notes, info, load.framework,
+                     load.backend, budget, names)  # fmt: skip
+        result = render(done)
+        return rt.render(after_hang(result) if after_hang is not None else result)
+
+    # A hang is reported by the watchdog's thread, which ends the process; this one waits.
+    with group, Watchdog(budget, finish) as watchdog:
+        _run_checks(inp, session, snapshot, checks, load, sizes, budget, watched,
+                    (xids, sampler), record, notes, watchdog)  # fmt: skip
     environment = _environment_problem(
         outcomes, load.broken, load.framework, load.built_cuda, snapshot, rt.environ
     )
@@ -294,6 +309,21 @@ def _run(
         inp, rt, snapshot, outcomes, notes, info, load.framework, load.backend, budget, names,
         environment,
     )  # fmt: skip
+
+
+def _scope_notes(
+    host: Snapshot | None, visibility: Visibility | None, notes: list[str], info: dict[str, Any]
+) -> None:
+    """What the run leaves out before it starts: GPUs it may not open, GPUs the job was not
+    given (CUDA_VISIBLE_DEVICES)."""
+    for skipped in host.skipped if host else ():
+        notes.append(
+            f"GPU {skipped.index} could not be opened (NVML: {skipped.reason}): skipped, not "
+            "tested (a device cgroup such as Slurm ConstrainDevices hides it)"
+        )
+    if visibility is not None and visibility.restricted:
+        notes += list(visibility.notes)
+        info["visibility"] = visibility.to_dict()
 
 
 @dataclass
@@ -350,7 +380,6 @@ def _prepare_load(
 
 def _run_checks(
     inp: SmokeInputs,
-    rt: Runtime,
     session: NvmlSession,
     snapshot: Snapshot,
     checks: list[str],
@@ -359,16 +388,17 @@ def _run_checks(
     budget: Budget,
     watched: list[int],
     watching: tuple[XidListener | None, LoadSampler | None],
-    outcomes: list[Outcome],
+    record: Callable[[Outcome], None],
     notes: list[str],
+    watchdog: Watchdog | None = None,
 ) -> None:
     """The load, dcgm and health checks while XIDs and clock events are watched; each outcome
-    logged as it lands."""
+    goes to ``record`` as it lands. ``watchdog`` ends the process if the load hangs."""
     xids, sampler = watching
-    record = _recorder(rt, outcomes)
     if load.targets and load.backend is not None:
         # Each GPU's own checks on its own thread; NCCL and PCIe one at a time.
-        run_plan(plan_load(load.backend, load.targets, checks, inp, sizes), budget, record)
+        plan = plan_load(load.backend, load.targets, checks, inp, sizes)
+        run_plan(plan, budget, record, watchdog=watchdog)
     _record_no_load(load, checks, watched, record)
     if "dcgm" in checks:
         record(run_check(_dcgm_check(inp, sizes, watched), budget))

@@ -13,16 +13,127 @@ something run alone, in plan order:
 
 The plan's order is kept within each GPU, and waves run in the plan's order, so a budget that
 runs out still skips the same checks on every GPU, never only the last GPUs'.
+
+A check that never returns (a hung kernel, a hung synchronize) cannot be interrupted: it runs
+in this process, and a thread stuck in a CUDA call can be neither cancelled nor joined. The
+:class:`Watchdog` gives the load a hard deadline instead, the budget plus
+:data:`GRACE_SECONDS`: past it, the checks still running fail as hung, the smoke reports (the
+caller's ``finish``) and the process ends with ``os._exit``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
 
 from gpuci.gpu._smoke.checks import Budget, Outcome, Planned, run_check
 
 SERIAL = frozenset({"nccl", "pcie"})  # checks that share a resource between GPUs
+# How long past the budget a check may still return before the load is judged hung: a check
+# starts only when its estimate fits (seconds each; a first GEMM's set-up, 3 s on an H200, is
+# the worst seen: docs/gpu-smoke.md) and the memory test stops at the deadline, so a check
+# still running 20 s later is stuck in the GPU or its driver, not slow.
+GRACE_SECONDS = 20.0
+
+
+class Watchdog:
+    """The load's hard deadline: past the budget plus :data:`GRACE_SECONDS`, every check still
+    running fails as hung, those not started are skipped, ``finish`` reports them all (and
+    returns the exit code) and the process ends with that code.
+
+    Used as a context manager around the load; leaving it in time stops the watch.
+    """
+
+    def __init__(self, budget: Budget, finish: Callable[[list[Outcome]], int]) -> None:
+        self._budget, self._finish = budget, finish
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[Planned, float]] = {}  # thread -> (check, started)
+        self._waiting: list[Planned] = []  # planned, not started
+        self._over = threading.Event()  # the load ended in time
+        self._fired = False
+        self.limit = 0.0  # seconds from the watch's start to the deadline
+
+    def __enter__(self) -> Watchdog:
+        self.limit = max(self._budget.left(), 0.0) + GRACE_SECONDS
+        threading.Thread(target=self._watch, name="gpuci-watchdog", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._over.set()
+            fired = self._fired
+        if fired:  # the watch is reporting the hang: the process ends there, not here
+            threading.Event().wait()
+
+    def expect(self, plan: list[Planned]) -> None:
+        """The checks this load will run, so a hang can name those it never started."""
+        with self._lock:
+            self._waiting += plan
+
+    @contextmanager
+    def running(self, item: Planned) -> Iterator[None]:
+        """Mark ``item`` as running on this thread for as long as the block lasts."""
+        key = threading.get_ident()
+        with self._lock:
+            self._running[key] = (item, time.monotonic())
+            self._waiting = [w for w in self._waiting if w is not item]
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+
+    def _watch(self) -> None:
+        if self._over.wait(self.limit):
+            return
+        with self._lock:
+            if self._over.is_set() or not self._running:
+                return  # ended just now, or between checks: nothing is stuck
+            self._fired = True
+            stuck, waiting = list(self._running.values()), list(self._waiting)
+        first = stuck[0][0]
+        label = first.name if first.gpu is None else f"gpu{first.gpu}:{first.name}"
+        ended = [self._hung(item, started) for item, started in stuck]
+        ended += [
+            Outcome(w.name, w.gpu, "skip", f"not run: the smoke ended at {label}'s hang")
+            for w in waiting
+        ]
+        code = 1  # ExitCode.CHECK_FAILED, should the report itself fail
+        try:
+            code = self._finish(ended)
+        except Exception as exc:  # the process ends anyway: say what hung, in one line
+            sys.stdout.write(
+                f"gpu-smoke: check failed: {label} {ended[0].reason} (the report could not be "
+                f"written: {type(exc).__name__}: {exc})\n"
+            )
+        finally:
+            _flush(sys.stdout, sys.stderr)
+            os._exit(code)
+
+    def _hung(self, item: Planned, started: float) -> Outcome:
+        """A check that did not return: a finding about the GPU or its driver, as an
+        all-reduce hung in the collective is."""
+        reason = (
+            f"did not return within {GRACE_SECONDS:g}s past the {self._budget.total:g}s "
+            "budget: hung in the GPU or its driver (a kernel or synchronize that never "
+            "completes); gpu-smoke ended its process"
+        )
+        seconds = time.monotonic() - started
+        return Outcome(item.name, item.gpu, "fail", reason, seconds=seconds, params=item.params)
+
+
+def _flush(*streams: Any) -> None:
+    for stream in streams:
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or gone: nothing more can be said there
+            pass
 
 
 def waves(plan: list[Planned]) -> list[list[Planned]]:
@@ -47,21 +158,32 @@ def run_plan(
     budget: Budget,
     record: Callable[[Outcome], None],
     concurrent: bool = True,
+    watchdog: Watchdog | None = None,
 ) -> None:
-    """Run ``plan`` within ``budget``, calling ``record`` with each outcome as it ends."""
+    """Run ``plan`` within ``budget``, calling ``record`` with each outcome as it ends; with
+    ``watchdog``, each check is marked running while it runs (the watch names a hung one)."""
+    if watchdog is not None:
+        watchdog.expect(plan)
+
+    def one(item: Planned) -> Outcome:
+        if watchdog is None:
+            return run_check(item, budget)
+        with watchdog.running(item):
+            return run_check(item, budget)
+
     for wave in waves(plan):
         per_gpu: dict[object, list[Planned]] = {}
         for item in wave:
             per_gpu.setdefault(item.gpu, []).append(item)
         if not concurrent or len(per_gpu) < 2:
             for item in wave:
-                record(run_check(item, budget))
+                record(one(item))
             continue
 
         def sequence(items: list[Planned]) -> list[Outcome]:
             done = []
             for item in items:
-                outcome = run_check(item, budget)
+                outcome = one(item)
                 record(outcome)
                 done.append(outcome)
             return done
