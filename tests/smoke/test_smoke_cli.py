@@ -219,26 +219,22 @@ from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 class HungGemm(NumpyDevice):
     def matmul(self, a, b):
         threading.Event().wait()  # the kernel never completes
-def after_hang(result):  # what gpu-smoke's command would do next: record, quarantine
-    result.warning("the caller's steps after a hang ran", "test")
-    return result
 backend = NumpyBackend()
 backend.device_class = HungGemm
-steps = {"after_hang": after_hang} if os.environ.get("TEST_AFTER_HANG") else {}
-command.smoke = partial(smoke, backend=backend, **steps)
+command.smoke = partial(smoke, backend=backend)
 schedule.GRACE_SECONDS = 0.0  # the deadline is the budget itself: the test need not wait
 from gpuci.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def hung_smoke(tmp_path: Path, **env: str) -> tuple[int, dict]:
+def hung_smoke(tmp_path: Path, *more: str) -> tuple[int, dict]:
     """gpu-smoke (the CLI) on one GPU whose GEMM never returns: exit code, --json body."""
     import subprocess
 
-    environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"), **env)
+    environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     args = ["gpu-smoke", "--json", "--checks", "context,gemm,memory,health",
-            "--budget-seconds", "5", "--report", str(tmp_path / "r.json")]  # fmt: skip
+            "--budget-seconds", "5", "--report", str(tmp_path / "r.json"), *more]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-c", HUNG_GEMM, *args],
         capture_output=True,
@@ -271,7 +267,11 @@ def test_a_check_that_never_returns_ends_the_smoke_as_failed_naming_it(tmp_path)
     assert "a check hung: the smoke ended there, health after the load not read" in said
 
 
-def test_a_hang_runs_the_callers_steps_before_the_process_ends(tmp_path):
-    code, body = hung_smoke(tmp_path, TEST_AFTER_HANG="1")
+def test_a_hang_is_recorded_in_the_health_store_before_the_process_ends(tmp_path):
+    """gpu-smoke's steps after a verdict (the health record, quarantine) run on a hang too:
+    the watchdog ends the process, so the command hands them to the smoke."""
+    store = tmp_path / "health"
+    code, body = hung_smoke(tmp_path, "--health-store", store.as_uri())
     assert code == 1 and body["outputs"]["failed-checks"] == "gpu0:gemm"
-    assert "the caller's steps after a hang ran" in [a["message"] for a in body["annotations"]]
+    (verdict,) = [json.loads(p.read_text()) for p in store.rglob("*.json")]
+    assert verdict["passed"] is False, verdict

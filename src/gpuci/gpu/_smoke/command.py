@@ -35,6 +35,10 @@ def run(inp: SmokeInputs, rt: Runtime) -> Result:
     """
     if inp.on_failure == "quarantine":
         quarantine.check_labels(inp.quarantine_labels)
-    result = smoke(inp, rt)
-    health_record.record(result, inp.health_store, rt)
-    return quarantine.after_verdict(result, inp, rt)
+
+    def after_verdict(result: Result) -> Result:
+        health_record.record(result, inp.health_store, rt)
+        return quarantine.after_verdict(result, inp, rt)
+
+    # a check that hangs ends the process from the smoke's watchdog: the same steps run first
+    return after_verdict(smoke(inp, rt, after_hang=after_verdict))
