@@ -69,7 +69,7 @@ def test_every_client_reads_at_httpcores_size_through_the_streams_a_deadline_bou
         assert isinstance(stream, httpclients._SizedStream) and stream.size == 1 << 16
 
 
-def test_a_sized_stream_asks_for_its_size_and_exact_readers_get_the_raw_stream():
+def test_a_sized_stream_asks_for_its_size_and_exact_readers_exactly_theirs():
     asked: list[int] = []
 
     class Raw:
@@ -82,8 +82,31 @@ def test_a_sized_stream_asks_for_its_size_and_exact_readers_get_the_raw_stream()
     sized.read(64 * 1024)  # httpcore's read
     sized.read(2 << 20)  # a larger ask stays as asked
     assert asked == [1 << 20, 2 << 20]
-    assert httpclients.exact_stream(sized) is raw
-    assert httpclients.exact_stream(raw) is raw
+    httpclients.exact_stream(sized).read(100)  # exactly what it asks, through the same checks
+    assert asked[-1] == 100
+    assert httpclients.exact_stream(raw) is raw  # not ours: itself
+
+
+@pytest.mark.parametrize("aborted", ["client", "scope"])
+def test_an_exact_read_woken_by_an_abort_returns_no_bytes(aborted):
+    """What a read returns once the client or the scope holding its connection was aborted
+    is not the server's (review B, 1): :class:`Aborted`, on a reader's thread with no scope of
+    its own too (the first answer's worker)."""
+    sized = httpclients._SizedStream(None, 1 << 20)
+    scope = sized.scope = httpclients.Scope()
+    gate = sized.gate if aborted == "client" else scope
+
+    class Raw:
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            gate.abort()  # while it waited
+            return b"\x17\x03\x03 ciphertext"
+
+        def get_extra_info(self, info: str) -> None:
+            return None
+
+    sized.raw = Raw()
+    with pytest.raises(httpclients.Aborted):
+        httpclients.exact_stream(sized).read(100)
 
 
 def test_the_policy_no_redirects_no_cookies_one_user_agent(server):

@@ -188,9 +188,10 @@ def tls_context() -> ssl.SSLContext | bool:
 def exact_stream(stream: Any) -> Any:
     """The connection under ``stream`` that reads exactly what it is asked (no more), for a
     reader that counts a body's last bytes itself; ``stream`` itself when it is not ours.
-    Its reads keep their own timeout (the reader checks the deadline between them), and an
-    :func:`abort` ends them too: it shuts the socket under them."""
-    return stream.raw if isinstance(stream, _SizedStream) else stream
+    Its reads are the sized stream's but for their size: under the deadline, and an
+    :func:`abort` (the client's, or the scope's holding the connection) ends them and makes
+    what they returned :class:`Aborted`, never body bytes."""
+    return _ExactStream(stream) if isinstance(stream, _SizedStream) else stream
 
 
 # ----- a deadline for whole requests, and abort ------------------------------------------------
@@ -363,11 +364,15 @@ class Scope(_Gate):
 
 def _shut(raw: Any) -> None:
     """Shut the socket under ``raw`` both ways: a ``recv`` blocked on it returns now (a
-    ``close`` from another thread would not wake it)."""
+    ``close`` from another thread would not wake it).
+
+    The descriptor's own shutdown, never ``SSLSocket.shutdown``: that one drops the TLS
+    object, and a later read then returns the ciphertext still queued in the socket as if it
+    were the server's bytes."""
     with suppress(Exception):
         sock = raw.get_extra_info("socket")
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
+        if isinstance(sock, socket.socket):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 # ----- the read size, per client ---------------------------------------------------------------
@@ -434,7 +439,8 @@ class _SizedStream:
     A read returns what already arrived, up to that size; h11 buffers whatever it is given,
     so a larger read changes how often Python runs, not what is parsed. A reader that must
     not read past a point (``gpuci.fetch._client.Body``, which counts a body's last bytes)
-    reads from :attr:`raw` (:func:`exact_stream`), which asks for exactly what it is told.
+    reads through :meth:`read_exactly` (:func:`exact_stream`), which asks for exactly what it
+    is told, under the same deadline and abort.
     """
 
     def __init__(self, raw: Any, size: int, gate: _Gate | None = None) -> None:
@@ -453,8 +459,19 @@ class _SizedStream:
         return scope
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        scope = self._check()
-        size = max(max_bytes, self.size)
+        return self._read(max(max_bytes, self.size), timeout, self._check())
+
+    def read_exactly(self, size: int, timeout: float | None = None) -> bytes:
+        """At most ``size`` bytes, under the deadline. The scope that holds the connection is
+        checked whichever thread reads (the first answer's body is read on a worker with no
+        scope of its own); such a body's connection is never pooled again (h11 never sees
+        its end), so no other request inherits that scope."""
+        scope = self._check() or self.scope
+        if scope is not None:
+            scope.check()
+        return self._read(size, timeout, scope)
+
+    def _read(self, size: int, timeout: float | None, scope: Scope | None) -> bytes:
         data: bytes = _bounded(lambda t: self.raw.read(size, t), timeout, httpcore.ReadTimeout)
         self.gate.check()  # woken by an abort: what it returned is not a server's answer
         if scope is not None:
@@ -480,3 +497,13 @@ class _SizedStream:
 
     def get_extra_info(self, info: str) -> Any:
         return self.raw.get_extra_info(info)
+
+
+class _ExactStream:
+    """:func:`exact_stream`'s reader: a sized stream's reads at exactly the size asked."""
+
+    def __init__(self, sized: _SizedStream) -> None:
+        self.sized = sized
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.sized.read_exactly(max_bytes, timeout)
