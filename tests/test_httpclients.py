@@ -27,9 +27,9 @@ class _Handler(JsonAPIHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        if self.path == "/away":
+        if self.path in ("/away", "/no-idna"):
             self.send_response(302)
-            self.send_header("Location", "/body")
+            self.send_header("Location", "/body" if self.path == "/away" else "http://xn--/")
             self.send_header("Set-Cookie", "session=1")
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -117,6 +117,16 @@ def test_the_policy_no_redirects_no_cookies_one_user_agent(server):
         got = client.get(f"{server}/body")
         assert got.headers["X-Agent"] == f"gpu-ci/{httpclients.__version__} probe"
         assert client.timeout.read == 5
+
+
+def test_a_redirect_to_a_host_that_is_no_idna_name_is_answered_as_any_other(server):
+    """httpx builds the redirect it will not follow, and ``Location: http://xn--/`` made it
+    raise idna's error out of ``send`` (review B, 4): the 302 now comes back, its Location
+    on another origin as far as :func:`httpclients.origin` tells."""
+    with httpclients.new_client(timeout=5) as client:
+        away = client.get(f"{server}/no-idna")
+    assert away.status_code == 302 and away.headers["Location"] == "http://xn--/"
+    assert httpclients.origin(away.url.join(away.headers["Location"])) != httpclients.origin(server)
 
 
 def test_ssl_cert_file_is_honoured_for_sized_connections_too(tmp_path, monkeypatch):
@@ -243,9 +253,13 @@ def test_a_scopes_abort_shuts_its_own_requests_and_leaves_the_clients_others():
         ("http://[::1]/x", ("http", "::1", 80)),
         ("http://[::1]:8080/x", ("http", "::1", 8080)),
         ("http://user:pass@h/x?q=1", ("http", "h", 80)),
+        ("http://xn--/x", ("http", "xn--", 80)),  # no IDNA name: a host all the same
+        ("https://B\u00fccher.de/", ("https", "xn--bcher-kva.de", 443)),  # as it is sent
+        ("https://XN--BCHER-KVA.de/", ("https", "xn--bcher-kva.de", 443)),
     ],
 )
 def test_one_origin_rule_for_text_and_httpx_urls(url, expected):
     """retry-fetch's redirects (text) and the forges' and health checks' links (httpx.URL)
-    decide where credentials may go by the same rule."""
+    decide where credentials may go by the same rule, which never raises on a URL httpx
+    accepts (a server picks ``http://xn--/``: idna raised, review B, 4)."""
     assert httpclients.origin(url) == httpclients.origin(httpx.URL(url)) == expected

@@ -104,8 +104,9 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
         url: a URL as text (read as httpx reads what it sends) or an ``httpx.URL``.
 
     Returns:
-        The scheme and host, lowercased (an IPv6 host without its brackets), and the port,
-        the scheme's default filled in (``http://h`` and ``HTTP://H:80`` are one origin).
+        The scheme and host, lowercased (an IPv6 host without its brackets, an international
+        name IDNA-encoded as sent), and the port, the scheme's default filled in (``http://h``
+        and ``HTTP://H:80`` are one origin). Never raises on a URL httpx accepted.
 
     Raises:
         httpx.InvalidURL: text httpx cannot read (check it first:
@@ -113,7 +114,29 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
     """
     parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
     scheme = parsed.scheme.lower()
-    return scheme, parsed.host.lower(), parsed.port or _DEFAULT_PORTS.get(scheme)
+    # raw_host: the host as sent (IDNA-encoded, ASCII); ``host`` decodes it and raises on a
+    # label such as ``xn--`` that a server may choose (a Link: rel=next, a Location)
+    host = parsed.raw_host.decode("ascii").lower()
+    return scheme, host, parsed.port or _DEFAULT_PORTS.get(scheme)
+
+
+class _Client(httpx.Client):
+    """httpx's client, answering a redirect whose ``Location`` it cannot resolve as any other.
+
+    httpx builds the request a redirect would send (``next_request``) even when it does not
+    follow it, and reading that URL's ``host`` decodes IDNA: ``Location: http://xn--/``, a
+    server's choice, raised ``idna.IDNAError`` out of ``send``. No client here follows
+    redirects, so the answer is returned as it came and its caller, which reads ``Location``
+    itself, finds another origin (:func:`origin`); ``next_request`` is then the request sent.
+    """
+
+    def _build_redirect_request(
+        self, request: httpx.Request, response: httpx.Response
+    ) -> httpx.Request:
+        try:
+            return super()._build_redirect_request(request, response)
+        except UnicodeError:  # idna.IDNAError among them
+            return request
 
 
 class _NoCookies(http.cookiejar.DefaultCookiePolicy):
@@ -152,7 +175,7 @@ def new_client(
     Returns:
         The client; close it (or use it as a context manager) when done.
     """
-    client = httpx.Client(
+    client = _Client(
         base_url=base_url,
         headers={"User-Agent": user_agent(agent), **(headers or {})},
         timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
