@@ -27,9 +27,9 @@ class _Handler(JsonAPIHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        if self.path == "/away":
+        if self.path in ("/away", "/no-idna"):
             self.send_response(302)
-            self.send_header("Location", "/body")
+            self.send_header("Location", "/body" if self.path == "/away" else "http://xn--/")
             self.send_header("Set-Cookie", "session=1")
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -69,7 +69,7 @@ def test_every_client_reads_at_httpcores_size_through_the_streams_a_deadline_bou
         assert isinstance(stream, httpclients._SizedStream) and stream.size == 1 << 16
 
 
-def test_a_sized_stream_asks_for_its_size_and_exact_readers_get_the_raw_stream():
+def test_a_sized_stream_asks_for_its_size_and_exact_readers_exactly_theirs():
     asked: list[int] = []
 
     class Raw:
@@ -82,8 +82,31 @@ def test_a_sized_stream_asks_for_its_size_and_exact_readers_get_the_raw_stream()
     sized.read(64 * 1024)  # httpcore's read
     sized.read(2 << 20)  # a larger ask stays as asked
     assert asked == [1 << 20, 2 << 20]
-    assert httpclients.exact_stream(sized) is raw
-    assert httpclients.exact_stream(raw) is raw
+    httpclients.exact_stream(sized).read(100)  # exactly what it asks, through the same checks
+    assert asked[-1] == 100
+    assert httpclients.exact_stream(raw) is raw  # not ours: itself
+
+
+@pytest.mark.parametrize("aborted", ["client", "scope"])
+def test_an_exact_read_woken_by_an_abort_returns_no_bytes(aborted):
+    """What a read returns once the client or the scope holding its connection was aborted
+    is not the server's (review B, 1): :class:`Aborted`, on a reader's thread with no scope of
+    its own too (the first answer's worker)."""
+    sized = httpclients._SizedStream(None, 1 << 20)
+    scope = sized.scope = httpclients.Scope()
+    gate = sized.gate if aborted == "client" else scope
+
+    class Raw:
+        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+            gate.abort()  # while it waited
+            return b"\x17\x03\x03 ciphertext"
+
+        def get_extra_info(self, info: str) -> None:
+            return None
+
+    sized.raw = Raw()
+    with pytest.raises(httpclients.Aborted):
+        httpclients.exact_stream(sized).read(100)
 
 
 def test_the_policy_no_redirects_no_cookies_one_user_agent(server):
@@ -94,6 +117,16 @@ def test_the_policy_no_redirects_no_cookies_one_user_agent(server):
         got = client.get(f"{server}/body")
         assert got.headers["X-Agent"] == f"gpu-ci/{httpclients.__version__} probe"
         assert client.timeout.read == 5
+
+
+def test_a_redirect_to_a_host_that_is_no_idna_name_is_answered_as_any_other(server):
+    """httpx builds the redirect it will not follow, and ``Location: http://xn--/`` made it
+    raise idna's error out of ``send`` (review B, 4): the 302 now comes back, its Location
+    on another origin as far as :func:`httpclients.origin` tells."""
+    with httpclients.new_client(timeout=5) as client:
+        away = client.get(f"{server}/no-idna")
+    assert away.status_code == 302 and away.headers["Location"] == "http://xn--/"
+    assert httpclients.origin(away.url.join(away.headers["Location"])) != httpclients.origin(server)
 
 
 def test_ssl_cert_file_is_honoured_for_sized_connections_too(tmp_path, monkeypatch):
@@ -220,9 +253,13 @@ def test_a_scopes_abort_shuts_its_own_requests_and_leaves_the_clients_others():
         ("http://[::1]/x", ("http", "::1", 80)),
         ("http://[::1]:8080/x", ("http", "::1", 8080)),
         ("http://user:pass@h/x?q=1", ("http", "h", 80)),
+        ("http://xn--/x", ("http", "xn--", 80)),  # no IDNA name: a host all the same
+        ("https://B\u00fccher.de/", ("https", "xn--bcher-kva.de", 443)),  # as it is sent
+        ("https://XN--BCHER-KVA.de/", ("https", "xn--bcher-kva.de", 443)),
     ],
 )
 def test_one_origin_rule_for_text_and_httpx_urls(url, expected):
     """retry-fetch's redirects (text) and the forges' and health checks' links (httpx.URL)
-    decide where credentials may go by the same rule."""
+    decide where credentials may go by the same rule, which never raises on a URL httpx
+    accepts (a server picks ``http://xn--/``: idna raised, review B, 4)."""
     assert httpclients.origin(url) == httpclients.origin(httpx.URL(url)) == expected

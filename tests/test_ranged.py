@@ -122,6 +122,22 @@ def test_the_driver_keeps_what_arrived_when_a_check_fails():
     assert sink.got == [b"abc"] and sink.closed  # flushed, so a resume goes on from byte 3
 
 
+def test_the_driver_drops_a_chunk_that_arrives_after_the_stop():
+    """A read blocked when the run stopped was woken by the abort that shut its connection:
+    what it returned (a TLS socket's queued ciphertext) never reaches the sink."""
+    seg = Segment(0, 0, 100, 0)
+    sink = _ListSink()
+    stopped = threading.Event()
+
+    def chunks():
+        yield b"abc"
+        stopped.set()  # another segment failed for good while this read waited
+        yield b"garbage"
+
+    pump(seg, chunks(), sink, stop=stopped.is_set)
+    assert sink.got == [b"abc"] and seg.pos == 3 and sink.closed
+
+
 def test_a_parts_plan_hands_out_its_parts_then_steals_only_well_ahead_of_a_near_read():
     plan = Plan.parts(total=40 * MIB, part=16 * MIB, steal_bytes=4 * MIB)
     assert [(s.start, s.end) for s in plan.pending] == [

@@ -104,8 +104,9 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
         url: a URL as text (read as httpx reads what it sends) or an ``httpx.URL``.
 
     Returns:
-        The scheme and host, lowercased (an IPv6 host without its brackets), and the port,
-        the scheme's default filled in (``http://h`` and ``HTTP://H:80`` are one origin).
+        The scheme and host, lowercased (an IPv6 host without its brackets, an international
+        name IDNA-encoded as sent), and the port, the scheme's default filled in (``http://h``
+        and ``HTTP://H:80`` are one origin). Never raises on a URL httpx accepted.
 
     Raises:
         httpx.InvalidURL: text httpx cannot read (check it first:
@@ -113,7 +114,29 @@ def origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
     """
     parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
     scheme = parsed.scheme.lower()
-    return scheme, parsed.host.lower(), parsed.port or _DEFAULT_PORTS.get(scheme)
+    # raw_host: the host as sent (IDNA-encoded, ASCII); ``host`` decodes it and raises on a
+    # label such as ``xn--`` that a server may choose (a Link: rel=next, a Location)
+    host = parsed.raw_host.decode("ascii").lower()
+    return scheme, host, parsed.port or _DEFAULT_PORTS.get(scheme)
+
+
+class _Client(httpx.Client):
+    """httpx's client, answering a redirect whose ``Location`` it cannot resolve as any other.
+
+    httpx builds the request a redirect would send (``next_request``) even when it does not
+    follow it, and reading that URL's ``host`` decodes IDNA: ``Location: http://xn--/``, a
+    server's choice, raised ``idna.IDNAError`` out of ``send``. No client here follows
+    redirects, so the answer is returned as it came and its caller, which reads ``Location``
+    itself, finds another origin (:func:`origin`); ``next_request`` is then the request sent.
+    """
+
+    def _build_redirect_request(
+        self, request: httpx.Request, response: httpx.Response
+    ) -> httpx.Request:
+        try:
+            return super()._build_redirect_request(request, response)
+        except UnicodeError:  # idna.IDNAError among them
+            return request
 
 
 class _NoCookies(http.cookiejar.DefaultCookiePolicy):
@@ -152,7 +175,7 @@ def new_client(
     Returns:
         The client; close it (or use it as a context manager) when done.
     """
-    client = httpx.Client(
+    client = _Client(
         base_url=base_url,
         headers={"User-Agent": user_agent(agent), **(headers or {})},
         timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
@@ -188,9 +211,10 @@ def tls_context() -> ssl.SSLContext | bool:
 def exact_stream(stream: Any) -> Any:
     """The connection under ``stream`` that reads exactly what it is asked (no more), for a
     reader that counts a body's last bytes itself; ``stream`` itself when it is not ours.
-    Its reads keep their own timeout (the reader checks the deadline between them), and an
-    :func:`abort` ends them too: it shuts the socket under them."""
-    return stream.raw if isinstance(stream, _SizedStream) else stream
+    Its reads are the sized stream's but for their size: under the deadline, and an
+    :func:`abort` (the client's, or the scope's holding the connection) ends them and makes
+    what they returned :class:`Aborted`, never body bytes."""
+    return _ExactStream(stream) if isinstance(stream, _SizedStream) else stream
 
 
 # ----- a deadline for whole requests, and abort ------------------------------------------------
@@ -363,11 +387,15 @@ class Scope(_Gate):
 
 def _shut(raw: Any) -> None:
     """Shut the socket under ``raw`` both ways: a ``recv`` blocked on it returns now (a
-    ``close`` from another thread would not wake it)."""
+    ``close`` from another thread would not wake it).
+
+    The descriptor's own shutdown, never ``SSLSocket.shutdown``: that one drops the TLS
+    object, and a later read then returns the ciphertext still queued in the socket as if it
+    were the server's bytes."""
     with suppress(Exception):
         sock = raw.get_extra_info("socket")
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
+        if isinstance(sock, socket.socket):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 # ----- the read size, per client ---------------------------------------------------------------
@@ -434,7 +462,8 @@ class _SizedStream:
     A read returns what already arrived, up to that size; h11 buffers whatever it is given,
     so a larger read changes how often Python runs, not what is parsed. A reader that must
     not read past a point (``gpuci.fetch._client.Body``, which counts a body's last bytes)
-    reads from :attr:`raw` (:func:`exact_stream`), which asks for exactly what it is told.
+    reads through :meth:`read_exactly` (:func:`exact_stream`), which asks for exactly what it
+    is told, under the same deadline and abort.
     """
 
     def __init__(self, raw: Any, size: int, gate: _Gate | None = None) -> None:
@@ -453,8 +482,19 @@ class _SizedStream:
         return scope
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        scope = self._check()
-        size = max(max_bytes, self.size)
+        return self._read(max(max_bytes, self.size), timeout, self._check())
+
+    def read_exactly(self, size: int, timeout: float | None = None) -> bytes:
+        """At most ``size`` bytes, under the deadline. The scope that holds the connection is
+        checked whichever thread reads (the first answer's body is read on a worker with no
+        scope of its own); such a body's connection is never pooled again (h11 never sees
+        its end), so no other request inherits that scope."""
+        scope = self._check() or self.scope
+        if scope is not None:
+            scope.check()
+        return self._read(size, timeout, scope)
+
+    def _read(self, size: int, timeout: float | None, scope: Scope | None) -> bytes:
         data: bytes = _bounded(lambda t: self.raw.read(size, t), timeout, httpcore.ReadTimeout)
         self.gate.check()  # woken by an abort: what it returned is not a server's answer
         if scope is not None:
@@ -480,3 +520,13 @@ class _SizedStream:
 
     def get_extra_info(self, info: str) -> Any:
         return self.raw.get_extra_info(info)
+
+
+class _ExactStream:
+    """:func:`exact_stream`'s reader: a sized stream's reads at exactly the size asked."""
+
+    def __init__(self, sized: _SizedStream) -> None:
+        self.sized = sized
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.sized.read_exactly(max_bytes, timeout)

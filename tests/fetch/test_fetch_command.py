@@ -250,7 +250,7 @@ def test_the_headers_reach_a_checksum_file_on_the_downloads_origin(
     server, tmp_path: Path, dry_run: bool
 ):
     """A private repository's SHA256SUMS needs the same token as its files (same origin only:
-    ``checksum_credentials``); both the run and the probing dry run send it."""
+    ``home_credentials``); both the run and the probing dry run send it."""
     server.add("/SHA256SUMS", f"{SHA}  data.bin\n".encode())
     flags = {
         "url": server.url("/data.bin"),

@@ -25,7 +25,7 @@ def min_rate(flags: Mapping[str, str], environ: Mapping[str, str]) -> float:
     return build(FetchInputs, values).policy(environ).min_rate
 
 
-@pytest.mark.parametrize("word", ["none", "off", "0", "OFF", " None ", "0KiB"])
+@pytest.mark.parametrize("word", ["none", "off", "0", "OFF", " None ", "0KiB", "0.0"])
 def test_min_rate_words_that_turn_the_check_off(word: str):
     assert min_rate({"min-rate": word}, {}) == 0  # the flag
     assert min_rate({}, {"INPUT_MIN-RATE": word}) == 0  # an Action's input
@@ -46,6 +46,9 @@ def test_min_rate_not_given_is_the_setting_else_the_default():
         ({"min-rate": "fast"}, {}, "input 'min-rate'"),
         ({}, {"INPUT_MIN-RATE": "-1"}, "input 'min-rate'"),
         ({}, {"GPUCI_FETCH_MIN_RATE": "never"}, "GPUCI_FETCH_MIN_RATE"),
+        # under 1 B/s: a byte count rounded it to 0, which silently turned the check off
+        ({"min-rate": "0.5"}, {}, "input 'min-rate'"),
+        ({}, {"GPUCI_FETCH_MIN_RATE": "0.0001K"}, "GPUCI_FETCH_MIN_RATE"),
     ],
 )
 def test_a_bad_min_rate_is_one_line_naming_the_values_accepted(flags, environ, named):

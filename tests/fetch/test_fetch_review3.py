@@ -174,19 +174,19 @@ def test_a_dest_that_is_another_lines_partial_is_refused_up_front(tmp_path, suff
 # ----- finding 9: --headers go to a checksum URL on the download's origin -----------------------
 def test_the_users_headers_reach_a_checksum_file_on_the_same_origin_only(server, policy):
     from gpuci.fetch._client import new_client
-    from gpuci.fetch._sources import checksum_credentials, fetch_checksum  # new with this fix
+    from gpuci.fetch._sources import fetch_checksum, home_credentials  # new with this fix
 
     server.add("/SHA256SUMS", f"{SHA}  data.bin\n".encode())
     url, sums = server.url("/data.bin"), server.url("/SHA256SUMS")
     secret = {"Authorization": "Bearer s3cr3t"}
     with new_client(policy) as client:
         got = fetch_checksum(
-            client, sums, "data.bin", policy, credentials=checksum_credentials(sums, url, secret)
+            client, sums, "data.bin", policy, credentials=home_credentials(sums, url, secret)
         )
     assert got == SHA
     assert server.gets("/SHA256SUMS")[0].headers.get("Authorization") == "Bearer s3cr3t"
-    assert checksum_credentials("https://elsewhere.example/SHA256SUMS", url, secret) == {}
-    assert checksum_credentials(sums.replace("127.0.0.1", "localhost"), url, secret) == {}
+    assert home_credentials("https://elsewhere.example/SHA256SUMS", url, secret) == {}
+    assert home_credentials(sums.replace("127.0.0.1", "localhost"), url, secret) == {}
 
 
 # ----- finding 10: a server's header text is cut in the one-line error --------------------------

@@ -67,3 +67,13 @@ def test_a_redirect_is_followed_on_the_health_urls_origin_only(fake, run):
     assert away.code == 3, away.stdout
     assert "HTTP 307 to another origin (not followed)" in away.json["headline"]
     assert list(fake.pods) == [home.outputs["pod-id"]]  # the second up ended its pod
+
+
+def test_a_redirect_to_a_host_that_is_no_idna_name_is_another_origin(fake, run):
+    """``Location: http://xn--/ok``: httpx accepts it but its host decodes to no name (idna
+    raised from ``origin()``, past ``wait_healthy``'s handling: a traceback, review B, 4)."""
+    with HostileServer() as pod:
+        pod.route("/v1/models", serve_redirect("http://xn--/ok", 307))
+        away = run("up", **UP, health_url=pod.url("/v1/models"), timeout="1m")
+    assert away.code == 3, away.stdout
+    assert "HTTP 307 to another origin (not followed)" in away.json["headline"]

@@ -140,6 +140,24 @@ def test_headers_stay_dropped_when_another_origin_redirects_back(tmp_path, evil,
     assert evil.requests("/file")[0].header("X-Api-Key") is None
 
 
+def test_a_mirror_on_another_origin_gets_no_user_headers(tmp_path, evil, other):
+    """``headers`` are sent only to the first URL's origin: a mirror on another origin (a
+    public CDN, anyone's server) was sent them all the same (review B, 5); one on the same
+    origin still gets them (a private repository's second path)."""
+    other.route("/file", serve_bytes(DATA))
+    evil.route("/copy", serve_bytes(DATA))
+    headers = "\n".join(f"{k}: {v}" for k, v in SECRETS.items())
+    for mirror in (other.url("/file"), evil.url("/copy")):
+        (tmp_path / "f.bin").unlink(missing_ok=True)
+        args = ["--url", evil.url("/gone"), "--mirrors", mirror, "--dest", "f.bin"]
+        rc, text = cli(tmp_path, *args, "--headers", headers)
+        assert rc == 0, text
+        assert (tmp_path / "f.bin").read_bytes() == DATA
+    assert all(r.header(k) == v for r in evil.requests() for k, v in SECRETS.items())
+    received = json.dumps([r.headers for r in other.requests("/file")])
+    assert other.requests("/file") and not [v for v in SECRETS.values() if v in received]
+
+
 def test_a_cookie_set_by_one_origin_is_not_sent_to_another(tmp_path, evil, other):
     evil.route("/start", serve_redirect(other.url("/file"), cookie="sid=planted-cookie; Path=/"))
     other.route("/file", serve_bytes(DATA))

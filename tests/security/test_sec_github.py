@@ -61,6 +61,18 @@ def test_a_next_page_on_another_origin_is_not_followed(tmp_path, github, thief):
     assert not [ln for ln in shown if github.state.github_token in ln]
 
 
+def test_a_next_page_whose_host_is_no_idna_name_is_another_origin(tmp_path, github):
+    """``Link: <http://xn--/...>; rel="next"``: httpx accepts the URL but its host decodes to
+    no name (idna raised from ``origin()``: an internal error, review B, 4); it is now what
+    any other origin is, not followed, with the usual warning."""
+    github.state.comment(REPO, PR, "an ordinary first comment")
+    github.state.next_link = f"http://xn--{LIST}?per_page=100&page=2"
+    proc = report(report_env(tmp_path, github))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "to another origin (http://xn--" in proc.stdout and "not followed" in proc.stdout
+
+
 def test_a_next_page_on_another_port_or_scheme_of_the_same_host_is_not_followed(
     tmp_path, github, thief
 ):

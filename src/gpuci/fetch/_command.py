@@ -20,9 +20,9 @@ from gpuci.fetch._policy import FetchPolicy
 from gpuci.fetch._sources import (
     Job,
     build_jobs,
-    checksum_credentials,
     fetch_checksum,
     file_name,
+    home_credentials,
     parse_headers,
     public_url,
     url_secrets,
@@ -123,7 +123,7 @@ def _one(
     started = time.monotonic()  # the checksum file's deadline counts from the job's start
     try:
         if job.sha256_url:
-            creds = checksum_credentials(job.sha256_url, job.url, headers)
+            creds = home_credentials(job.sha256_url, job.url, headers)
             name = file_name(job.url)
             digest = fetch_checksum(client, job.sha256_url, name, policy, creds, started)
             job = replace(job, sha256=digest)
@@ -261,7 +261,7 @@ def _probe_all(
             return offline(job, policy)
         if job.sha256_url:
             try:
-                creds = checksum_credentials(job.sha256_url, job.url, headers)
+                creds = home_credentials(job.sha256_url, job.url, headers)
                 digest = fetch_checksum(client, job.sha256_url, file_name(job.url), policy, creds)
                 job = replace(job, sha256=digest)
             except GpuciError as exc:

@@ -54,6 +54,7 @@ from gpuci.fetch._policy import (
     check_retryable,
 )
 from gpuci.fetch._segments import Segmenter
+from gpuci.fetch._sources import home_credentials
 from gpuci.fetch._urls import check_url, shown_url
 from gpuci.fetch._validators import strong_validator
 from gpuci.fetch._widths import segmentable
@@ -83,8 +84,10 @@ class FetchResult:
 class _Download(DownloadJob):
     """One file's download: its attempts, each over one connection or handed to segments."""
 
-    def attempt(self, url: str) -> None:
-        """One GET; returns when ``partial`` holds the whole file, raises otherwise."""
+    def attempt(self, url: str, credentials: Mapping[str, str]) -> None:
+        """One GET; returns when ``partial`` holds the whole file, raises otherwise.
+        ``credentials``: the user's headers when ``url`` is on the first URL's origin, else
+        none (:func:`~gpuci.fetch._sources.home_credentials`)."""
         self.attempts += 1
         part = self.partial
         part.bind(url)
@@ -106,7 +109,7 @@ class _Download(DownloadJob):
             "GET",
             url,
             headers=headers,
-            credentials=self.headers,
+            credentials=credentials,
             timeout=timeout,
             deadline=deadline,
             scope=scope,
@@ -310,7 +313,8 @@ def fetch_file(
         sha256: the hex digest the bytes must have, checked before the rename; when ``dest``
             already holds a file with it, nothing is fetched.
         policy: attempts, timeouts, the deadline and size cap; default :class:`FetchPolicy`.
-        headers: request headers, sent only to ``url``'s origin.
+        headers: request headers, sent only to ``url``'s origin (a mirror on another origin,
+            or a redirect to one, gets none).
         mirrors: URLs tried in order after ``url``, each with the full ``policy.attempts``,
             all within one ``policy.deadline``.
         client: a shared httpx client, to reuse connections across files.
@@ -369,8 +373,9 @@ def _walk_sources(
     errors: list[tuple[str, BaseException, int]] = []
     for source in sources:
         before = job.attempts
+        credentials = home_credentials(source, sources[0], job.headers)  # a mirror elsewhere: none
         try:
-            return _from_source(job, source, sha256, started)
+            return _from_source(job, source, credentials, sha256, started)
         except IntegrityError as exc:  # a mirror may still hold the right bytes
             errors.append((source, exc, job.attempts - before))
         except (httpx.HTTPError, httpx.InvalidURL, FetchError, RetryableError) as exc:
@@ -388,7 +393,13 @@ def _walk_sources(
     raise error
 
 
-def _from_source(job: _Download, source: str, sha256: str | None, started: float) -> FetchResult:
+def _from_source(
+    job: _Download,
+    source: str,
+    credentials: Mapping[str, str],
+    sha256: str | None,
+    started: float,
+) -> FetchResult:
     """One source's attempts, then its digest check. Kept bytes that fail the sha256 (a
     crash's zeros, a same-user neighbour's partial: both pass every ownership check) were
     deleted by the check; the file is then fetched once more from byte 0, never in a loop."""
@@ -396,7 +407,7 @@ def _from_source(job: _Download, source: str, sha256: str | None, started: float
     while True:
         for attempt in job.policy.retrying(started, cancel=job.cancel):
             with attempt:
-                job.attempt(source)
+                job.attempt(source, credentials)
         resumed = job.resumed_bytes  # before the check, which forgets them with the bytes
         try:
             return job.finish(source, sha256)

@@ -322,12 +322,11 @@ def parse_checksums(text: str, name: str, where: str) -> str:
     )
 
 
-def checksum_credentials(
-    sha256_url: str, url: str, headers: Mapping[str, str] | None
-) -> dict[str, str]:
-    """The user's headers for a checksum file on the download's own origin (a private
-    repo's SHA256SUMS needs them); one on another origin never sees them."""
-    return dict(headers or {}) if origin(sha256_url) == origin(url) else {}
+def home_credentials(target: str, url: str, headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The user's headers for a request to ``target`` (a mirror, a checksum file) when it is on
+    the origin of ``url``, the download's first URL (a private repo's mirror or SHA256SUMS
+    needs them); a target on another origin never sees them. The one rule for both."""
+    return dict(headers or {}) if origin(target) == origin(url) else {}
 
 
 def fetch_checksum(
@@ -367,7 +366,7 @@ def fetch_checksum(
                     "GET",
                     url,
                     headers=IDENTITY,
-                    credentials=credentials,  # checksum_credentials: same origin only
+                    credentials=credentials,  # home_credentials: same origin only
                     timeout=policy.timeout,
                     deadline=deadline,
                 ) as resp,

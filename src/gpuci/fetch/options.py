@@ -129,17 +129,24 @@ class FetchInputs:
 
 
 def _rate(text: str, where: str, what: str) -> float:
-    """``text`` as bytes a second, 0 for the words that turn the check off.
+    """``text`` as bytes a second, 0 for the words that turn the check off (and a zero), never
+    for a rate under 1 B/s, which a byte count would silently round to "off".
 
     Raises:
         InputError: not a rate, in one line naming ``where`` and the values accepted.
     """
     if text.strip().lower() in _RATE_OFF:
         return 0.0
+    shown = excerpt(text.strip(), 40)
     try:
-        return float(parse_size(text) or 0)
+        rate = parse_size(text) or 0
     except ValueError:
-        shown = excerpt(text.strip(), 40)
         raise InputError(
             f"{where} is '{shown}', not {_RATE_WANTED}", hint=f"set {what} to one of those"
         ) from None
+    if rate == 0 and any(digit in text for digit in "123456789"):  # 0.5 B/s: not "off"
+        raise InputError(
+            f"{where} is '{shown}', under 1 byte a second, not {_RATE_WANTED}",
+            hint=f"set {what} to one of those",
+        )
+    return float(rate)

@@ -44,13 +44,16 @@ def pump(
             the connection).
         sink: closed in every case, so the bytes received before a failure are kept.
         lock: shared with the planner (retry-fetch); None for a segment no one else touches.
-        stop: the run's stop flag, read after each chunk.
+        stop: the run's stop flag, read as each chunk arrives (one read after it was set is
+            dropped unwritten: an abort's shut connection may return anything) and after.
         on_bytes: progress and the controller, told of every byte delivered.
         check: run after each chunk that did not end the segment (a deadline); may raise.
     """
     guard = lock if lock is not None else contextlib.nullcontext()
     try:
         for chunk in chunks:
+            if stop is not None and stop():
+                break  # read after the run stopped (an abort woke it): not the source's bytes
             with guard:
                 take = min(len(chunk), seg.end - seg.pos)
                 seg.pos += take

@@ -112,7 +112,7 @@ def _ask(http: httpx.Client, url: str) -> tuple[bool, str]:
             return False, f"HTTP {status}"
         try:
             target = current.join(location)
-        except httpx.InvalidURL:
+        except (httpx.InvalidURL, ValueError):  # ValueError: a UnicodeError of a host name
             return False, f"HTTP {status} to a Location that is no URL (not followed)"
         if origin(target) != origin(current):
             return False, f"HTTP {status} to another origin (not followed)"
