@@ -135,12 +135,21 @@ class Redirected(Exception):
     """S3 sent the request elsewhere and following it is not safe or did not help."""
 
     def __init__(self, reply: Reply, region: str) -> None:
-        where = reply.headers.get("location", "")
-        host = urlsplit(where).hostname or "" if where.startswith(("http:", "https:")) else ""
         self.status, self.code = reply.status, reply.code
         self.region = region  # a valid region name, or ""
-        self.host = host[:100]
+        self.host = _location_host(reply.headers.get("location", ""))[:100]
         super().__init__(f"{reply.status} {reply.code}")
+
+
+def _location_host(where: str) -> str:
+    """The host a redirect's ``Location`` names, or "" when it names none that can be read
+    (``http://[evil/x`` makes urlsplit raise: the redirect is refused the same way)."""
+    if not where.startswith(("http:", "https:")):
+        return ""
+    try:
+        return urlsplit(where).hostname or ""
+    except ValueError:
+        return ""
 
 
 class RestClient:
