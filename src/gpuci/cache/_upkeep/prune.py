@@ -31,7 +31,7 @@ from gpuci.cache import _layout as layout
 from gpuci.cache._common import CREDENTIAL_SOURCES, plan_store, store_url
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format import refs
-from gpuci.cache._stores.base import ObjectInfo, Store
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED, ObjectInfo, Store
 from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._upkeep import pins
 from gpuci.cache._upkeep.options import PruneInputs
@@ -303,7 +303,7 @@ def _drop_manifests(
         fresh = None if digest in rescued else store.head(item.key)
         if digest not in rescued and fresh is None:
             return  # gone already (another prune): not ours to count
-        if fresh is not None and time.time() - fresh.modified > grace:
+        if fresh is not None and _older(fresh, grace):
             store.delete(item.key)
             done.deleted(done.manifests, item)
             return
@@ -328,7 +328,7 @@ def _drop_data(store: Store, work: Plan, grace: float, protected: set[str], done
         fresh = store.head(item.key)
         if fresh is None:
             return  # gone already (another prune): not ours to count
-        if time.time() - fresh.modified > grace:
+        if _older(fresh, grace):
             store.delete(item.key)
             done.deleted(done.data, item)
         else:
@@ -365,6 +365,12 @@ def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[s
     return rescued
 
 
+def _older(info: ObjectInfo, seconds: float) -> bool:
+    """Whether a HEAD says the object is older than ``seconds``: never when it did not say
+    (UNKNOWN_MODIFIED), so an unreadable Last-Modified keeps the object."""
+    return info.modified != UNKNOWN_MODIFIED and time.time() - info.modified > seconds
+
+
 def _still_stale(
     stale: StaleRef, ref: ObjectInfo | None, use: ObjectInfo | None, older_than: float
 ) -> bool:
@@ -376,6 +382,7 @@ def _still_stale(
         or now - ref.modified <= older_than
     ):
         return False
+    # an unknown time (UNKNOWN_MODIFIED, the newest) reads as a save or restore since the plan
     return use is None or (use.modified <= stale.used and now - use.modified > older_than)
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import unquote_plus, urlsplit
 
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED
 from gpuci.cache._stores.s3.pool import Pool
 from gpuci.cache._stores.s3.signer import Address, Presigner
 from gpuci.cache._stores.s3.transport import CONTROL_CAP, BadResponse, count
@@ -443,13 +444,23 @@ def _iso_time(value: str) -> float:
 
 
 def http_time(value: str) -> float:
-    """An HTTP date (``Last-Modified: Mon, 30 Nov 2026 15:20:00 GMT``) as epoch seconds; 0.0
-    when unreadable (the caller only orders objects by it)."""
+    """A HEAD's ``Last-Modified`` as epoch seconds, in the forms botocore reads: an HTTP date
+    (``Mon, 30 Nov 2026 15:20:00 GMT``, or ``UTC``) or ISO 8601 (``Z`` or an offset);
+    :data:`~gpuci.cache._stores.base.UNKNOWN_MODIFIED` when missing or unreadable (a bad
+    number too): never 0.0, which would make a young object look decades old to prune."""
+    text = value.strip()
+    if not text or not text.isascii() or len(text) > 40:
+        return UNKNOWN_MODIFIED
+    for zone in ("GMT", "UTC"):
+        try:
+            stamp = datetime.datetime.strptime(text, f"%a, %d %b %Y %H:%M:%S {zone}")
+        except ValueError:
+            continue
+        return stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
     try:
-        stamp = datetime.datetime.strptime(value.strip(), "%a, %d %b %Y %H:%M:%S GMT")
+        return _iso_time(text)
     except ValueError:
-        return 0.0
-    return stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+        return UNKNOWN_MODIFIED
 
 
 def _transient(reply: Reply) -> bool:
