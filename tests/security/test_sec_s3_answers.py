@@ -6,6 +6,8 @@ live or young objects, restore-keys matching another key, or an internal error."
 from __future__ import annotations
 
 import calendar
+import os
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +120,45 @@ def test_a_redirect_to_an_unparseable_location_is_the_redirect_line(where):
     assert "redirected" in error.message and "without naming a region" in error.message
     ranged = store._status_error(301, body, "k", {"location": where})
     assert isinstance(ranged, StoreError) and "without naming a region" in ranged.message
+
+
+def _blob_listing(tmp_path: Path, count: int):
+    """A file store whose blob listing is ``count`` old objects nothing names (as a hostile
+    listing inside the client's caps, or a big honest store, sends them)."""
+    store = open_store((tmp_path / "store").as_uri(), environ={})
+
+    def listed(prefix: str) -> Iterator[ObjectInfo]:
+        if prefix == f"{layout.BLOBS}/":
+            for i in range(count):
+                yield ObjectInfo(f"{layout.BLOBS}/{i:06d}{i % 1000:03d}", 1, 978_307_200.0)
+
+    store.list = listed  # type: ignore[method-assign]
+    return store
+
+
+def test_a_prune_plan_holds_a_bounded_number_of_objects_however_long_the_listing(tmp_path):
+    store = _blob_listing(tmp_path, 600_000)
+    tracemalloc.start()
+    try:
+        work = prune.plan(store, "default", "", 86_400.0, 0, 3_600.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(work.data) == 200_000 and work.cut == 200_000
+    assert peak < 64 << 20, peak  # all 600,000 held took ~130 MiB
+
+
+def test_a_cut_prune_deletes_what_it_planned_and_the_next_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(prune, "MAX_PLANNED", 3)
+    store = open_store((tmp_path / "store").as_uri(), environ={})
+    blobs = [layout.blob_key(f"{i:02x}" * 32) for i in range(5)]
+    for key in blobs:
+        store.put(key, b"x")
+    for path in (tmp_path / "store").rglob("*"):
+        os.utime(path, (978_307_200, 978_307_200))  # saved in 2001
+    work = prune.plan(store, "default", "", 60.0, 0, 3_600.0)
+    assert work.cut == 3 and len(prune.execute(store, work, 3_600.0, "default").data) == 3
+    assert len(list(store.list(f"{layout.BLOBS}/"))) == 2
+    work = prune.plan(store, "default", "", 60.0, 0, 3_600.0)
+    assert work.cut == 0 and len(prune.execute(store, work, 3_600.0, "default").data) == 2
+    assert list(store.list(f"{layout.BLOBS}/")) == []

@@ -32,7 +32,7 @@ class SourceChanged(InputError):
 UNKNOWN_MODIFIED = math.inf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """What a store says of one object: its key, size, age and tag (as read, untrusted)."""
 
