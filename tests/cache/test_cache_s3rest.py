@@ -82,7 +82,7 @@ def _store(port: int) -> S3Store:
 @pytest.mark.parametrize(
     ("answer", "chunked", "says"),
     [
-        (_page(["other/refs/default/k"]), False, "a key outside 'cache/'"),
+        (_page(["other/refs/default/k"]), False, "a key outside 'cache/refs/default/'"),
         (_page(["cache/refs/default/k"], token="same"), False, "repeats a continuation token"),
         (b"<ListBucketResult><Contents><Key>", False, "not valid XML"),
         (

@@ -5,6 +5,7 @@ Backends: :mod:`gpuci.cache._stores.file` and :mod:`gpuci.cache._stores.s3`;
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,13 +26,19 @@ class SourceChanged(InputError):
         )
 
 
-@dataclass(frozen=True)
+# An object's modified time when the store does not say it in a form that can be read (a HEAD
+# without a readable Last-Modified): the newest time there is, so every "older than" test is
+# false and prune keeps the object. Read as 0.0 (1970), it made anything look ancient.
+UNKNOWN_MODIFIED = math.inf
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """What a store says of one object: its key, size, age and tag (as read, untrusted)."""
 
     key: str  # relative to the store's root
     size: int
-    modified: float  # seconds since the epoch
+    modified: float  # seconds since the epoch; UNKNOWN_MODIFIED when the store did not say
     etag: str = ""
 
 

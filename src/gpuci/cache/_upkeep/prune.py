@@ -7,6 +7,9 @@ Three passes, in the order that keeps every surviving ref whole:
    older than ``grace``;
 3. blobs and packs no surviving manifest names, once older than ``grace``.
 
+An object whose age the store does not say (a HEAD without a readable Last-Modified) is never
+old enough: it stays. One run plans at most ``MAX_PLANNED`` objects; a later run goes on.
+
 Why a save running meanwhile is safe: it uploads blobs first, then its manifest, then its ref,
 so everything it wrote is younger than the grace period; a young manifest also protects every
 blob it names; a blob the save *reuses* it touches first when old (``Store.touch``), and each
@@ -24,103 +27,31 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import replace
 
 from gpuci.cache import _layout as layout
-from gpuci.cache._common import CREDENTIAL_SOURCES, plan_store, store_url
+from gpuci.cache._common import plan_store, store_url
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format import refs
-from gpuci.cache._stores.base import ObjectInfo, Store
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED, ObjectInfo, Store
 from gpuci.cache._stores.file import LocalStore
 from gpuci.cache._upkeep import pins
 from gpuci.cache._upkeep.options import PruneInputs
+from gpuci.cache._upkeep.prune_plan import Outcome, Plan, StaleRef
+from gpuci.cache._upkeep.prune_report import report, without_credentials
 from gpuci.errors import InputError
 from gpuci.ranged._pool import parallel
 from gpuci.redact import excerpt
-from gpuci.runtime import Result, Runtime, markdown_table
+from gpuci.runtime import Result, Runtime
 from gpuci.units import human_age, human_bytes
 
-__all__ = ["Outcome", "Plan", "StaleRef", "execute", "group_of", "plan", "run"]
+__all__ = ["MAX_PLANNED", "Outcome", "Plan", "StaleRef", "execute", "group_of", "plan", "run"]
 
-
-@dataclass(frozen=True)
-class StaleRef:
-    """A ref the plan found unused, as the listing saw it: execute deletes it only if it is
-    still so (a save or a restore since then keeps it)."""
-
-    object_key: str
-    modified: float  # the ref's last save
-    used: float  # its use record's last restore; 0.0 when none
-    etag: str = ""  # where the store's listing gives one
-
-
-@dataclass
-class Plan:
-    refs: list[StaleRef] = field(default_factory=list)
-    older_than: float = 0.0  # a ref saved or restored this recently since the plan stays
-    manifests: list[ObjectInfo] = field(default_factory=list)
-    data: list[ObjectInfo] = field(default_factory=list)  # blobs and packs
-    kept_young: int = 0  # unnamed manifests, blobs and packs younger than the grace period
-    # Everything the grace period holds back: those young objects, plus the blobs and packs
-    # only a young unnamed manifest still reaches (they go with it).
-    held_manifests: list[ObjectInfo] = field(default_factory=list)
-    held_data: list[ObjectInfo] = field(default_factory=list)
-    # Temp files (``*.incomplete-*``) killed saves left in a file store, older than the grace.
-    leftovers: list[ObjectInfo] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
-    pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
-    # Kept manifests this gpu-ci cannot read (warnings): no blob or pack is deleted then.
-    unreadable: list[str] = field(default_factory=list)
-
-    @property
-    def bytes(self) -> int:
-        return sum(o.size for o in self.manifests + self.data + self.leftovers)
-
-    @property
-    def held_bytes(self) -> int:
-        return sum(o.size for o in self.held_manifests) + sum(o.size for o in self.held_data)
-
-    def held_until(self, grace: float) -> float | None:
-        """When the last held object is older than the grace period (a later prune frees all)."""
-        held = self.held_manifests + self.held_data
-        return max(o.modified for o in held) + grace if held else None
-
-
-@dataclass
-class Outcome:
-    """What a prune deleted (planning: would delete), and what its re-checks just before each
-    delete kept: the store may change between the listing and the deletes."""
-
-    refs: list[str] = field(default_factory=list)  # object keys
-    manifests: list[ObjectInfo] = field(default_factory=list)
-    data: list[ObjectInfo] = field(default_factory=list)
-    leftovers: list[ObjectInfo] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # saved, restored, pinned or reused meanwhile
-    warnings: list[str] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    @classmethod
-    def planned(cls, work: Plan) -> Outcome:
-        """A dry run's outcome: everything the plan lists."""
-        refs = [r.object_key for r in work.refs]
-        return cls(refs, list(work.manifests), list(work.data), list(work.leftovers))
-
-    @property
-    def bytes(self) -> int:
-        return sum(o.size for o in self.manifests + self.data + self.leftovers)
-
-    def deleted(self, into: list[ObjectInfo], item: ObjectInfo) -> None:
-        with self.lock:
-            into.append(item)
-
-    def deleted_ref(self, key: str) -> None:
-        with self.lock:
-            self.refs.append(key)
-
-    def keep(self, key: str) -> None:
-        with self.lock:
-            self.kept.append(key)
+# The most manifests, blobs and packs one prune holds in its plan (to delete, or held back by the
+# grace period): a listing inside the client's caps (1,000,000 keys) held whole took ~440 MiB.
+# Past it the plan stops listing and the run deletes what it planned; a later prune goes on
+# (a subset of what nothing reaches is as safe to delete as all of it).
+MAX_PLANNED = 200_000
 
 
 def group_of(key: str) -> str:
@@ -242,12 +173,35 @@ def plan(
         if digest in named:
             live.append(digest)
             out.pinned += digest in pinned
+        elif _full(out):
+            out.cut = MAX_PLANNED  # live manifests not listed yet: no data is planned this run
+            break
         elif now - item.modified <= grace:
             young.append(digest)  # a save may be about to write its ref
             out.kept_young += 1
             out.held_manifests.append(item)
         else:
             out.manifests.append(item)
+    if not out.cut:
+        _plan_data(store, out, live, young, now, grace)
+    if out.unreadable:
+        out.data = []  # a kept manifest may name any of them
+    if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
+        out.leftovers = store.leftovers(grace)
+    return out
+
+
+def _full(out: Plan) -> bool:
+    """Whether the plan holds :data:`MAX_PLANNED` objects (it then stops listing)."""
+    held = len(out.held_manifests) + len(out.held_data)
+    return len(out.manifests) + len(out.data) + held >= MAX_PLANNED
+
+
+def _plan_data(
+    store: Store, out: Plan, live: list[str], young: list[str], now: float, grace: float
+) -> None:
+    """The blobs and packs no live manifest reaches, minus what the grace period holds (young,
+    or reached only by a young manifest); listing stops once the plan is full."""
     reached, unreadable = _reached(store, live)
     young_reached, young_unreadable = _reached(store, young)
     reached_young = young_reached - reached
@@ -256,6 +210,9 @@ def plan(
         for item in store.list(f"{base}/"):
             if item.key in reached:
                 continue
+            if _full(out):
+                out.cut = MAX_PLANNED
+                return
             if item.key in reached_young:
                 out.held_data.append(item)  # kept with the young manifest that names it
             elif now - item.modified <= grace:
@@ -263,11 +220,6 @@ def plan(
                 out.held_data.append(item)
             else:
                 out.data.append(item)
-    if out.unreadable:
-        out.data = []  # a kept manifest may name any of them
-    if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
-        out.leftovers = store.leftovers(grace)
-    return out
 
 
 def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
@@ -303,7 +255,7 @@ def _drop_manifests(
         fresh = None if digest in rescued else store.head(item.key)
         if digest not in rescued and fresh is None:
             return  # gone already (another prune): not ours to count
-        if fresh is not None and time.time() - fresh.modified > grace:
+        if fresh is not None and _older(fresh, grace):
             store.delete(item.key)
             done.deleted(done.manifests, item)
             return
@@ -328,7 +280,7 @@ def _drop_data(store: Store, work: Plan, grace: float, protected: set[str], done
         fresh = store.head(item.key)
         if fresh is None:
             return  # gone already (another prune): not ours to count
-        if time.time() - fresh.modified > grace:
+        if _older(fresh, grace):
             store.delete(item.key)
             done.deleted(done.data, item)
         else:
@@ -365,6 +317,12 @@ def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[s
     return rescued
 
 
+def _older(info: ObjectInfo, seconds: float) -> bool:
+    """Whether a HEAD says the object is older than ``seconds``: never when it did not say
+    (UNKNOWN_MODIFIED), so an unreadable Last-Modified keeps the object."""
+    return info.modified != UNKNOWN_MODIFIED and time.time() - info.modified > seconds
+
+
 def _still_stale(
     stale: StaleRef, ref: ObjectInfo | None, use: ObjectInfo | None, older_than: float
 ) -> bool:
@@ -376,6 +334,7 @@ def _still_stale(
         or now - ref.modified <= older_than
     ):
         return False
+    # an unknown time (UNKNOWN_MODIFIED, the newest) reads as a save or restore since the plan
     return use is None or (use.modified <= stale.used and now - use.modified > older_than)
 
 
@@ -402,7 +361,7 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
     """
     store = plan_store(inp, rt)
     if store is None:
-        return _plan_without_credentials(store_url(inp, rt))
+        return without_credentials(store_url(inp, rt))
     namespace = layout.namespace(rt.environ)
     older_than, keep, grace, prefix = inp.older_than, inp.keep, inp.grace, inp.prefix
     result = Result(command="cache-weights prune")
@@ -417,113 +376,5 @@ def run(inp: PruneInputs, rt: Runtime) -> Result:
         return result
     work = plan(store, namespace, prefix, older_than, keep, grace)
     done = Outcome.planned(work) if rt.dry_run else execute(store, work, grace, namespace)
-    _report_prune(result, store.url, namespace, (work, done), grace, rt.dry_run)
+    report(result, store.url, namespace, (work, done), grace, rt.dry_run)
     return result
-
-
-def _report_prune(
-    result: Result,
-    url: str,
-    namespace: str,
-    what: tuple[Plan, Outcome],
-    grace: float,
-    dry_run: bool,
-) -> None:
-    """What was (or would be) deleted, what the re-checks kept, and what the grace period held
-    back."""
-    work, done = what
-    verb = "would delete" if dry_run else "deleted"
-    for warning in work.ignored:
-        result.warning(warning, "gpu-ci cache prune: ref ignored")
-    for warning in work.unreadable + done.warnings:
-        result.warning(warning, "gpu-ci cache prune: data kept")
-    keys = [layout.key_from_ref(namespace, k) for k in done.refs]
-    swept = f", {len(done.leftovers)} temp file(s) left by killed saves" if done.leftovers else ""
-    kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""
-    if done.kept:
-        kept += (
-            f"; kept {len(done.kept)} object(s) saved, restored, pinned or reused since the listing"
-        )
-    result.headline = (
-        f"{verb} {len(keys)} key(s), {len(done.manifests)} manifest(s), "
-        f"{len(done.data)} blob(s)/pack(s){swept}, freeing {human_bytes(done.bytes)}{kept}"
-    ) + _held_note(work, grace, dry_run)
-    rows = [["key", k, ""] for k in keys]
-    rows += [["manifest", o.key, human_bytes(o.size)] for o in done.manifests]
-    rows += [["data", o.key, human_bytes(o.size)] for o in done.data]
-    rows += [["temp file", o.key, human_bytes(o.size)] for o in done.leftovers]
-    if rows:
-        result.summary.append(markdown_table(["kind", "object", "size"], rows[:200]))
-    if work.held_manifests or work.held_data:
-        note = _held_note(work, grace, dry_run).removeprefix("; ")
-        result.summary.append(f"{note[0].upper()}{note[1:]}.")
-    result.report = {
-        "store": url,
-        "namespace": namespace,
-        "dry_run": dry_run,
-        "keys": keys,
-        "manifests": [o.key for o in done.manifests],
-        "data": [o.key for o in done.data],
-        "leftovers": [o.key for o in done.leftovers],
-        "bytes_freed": done.bytes,
-        "kept_changed": done.kept,
-        "kept_young": work.kept_young,
-        "kept_pinned": work.pinned,
-        "held_by_grace": {
-            "grace_seconds": grace,
-            "manifests": [o.key for o in work.held_manifests],
-            "data": [o.key for o in work.held_data],
-            "bytes": work.held_bytes,
-            "deletable_after": _iso(work.held_until(grace)),
-        },
-    }
-
-
-def _plan_without_credentials(url: str) -> Result:
-    """A dry run with no AWS credentials here: nothing to list, so say what a run needs."""
-    result = Result(command="cache-weights prune")
-    result.headline = (
-        f"would need credentials: listing {url} skipped, no AWS credentials on this machine; "
-        f"a real run needs list, read and delete access to the bucket ({CREDENTIAL_SOURCES})"
-    )
-    result.report = {
-        "store": url,
-        "dry_run": True,
-        "lookup": "skipped",
-        "reason": "no AWS credentials on this machine",
-        "needs": f"list, read and delete access to the bucket: {CREDENTIAL_SOURCES}",
-    }
-    return result
-
-
-def _iso(when: float | None) -> str | None:
-    """A time for the report; "far future" for one no date can show (a store's clock or a
-    hostile object's time past year 9999 must not fail a prune that already deleted)."""
-    if when is None:
-        return None
-    try:
-        return datetime.fromtimestamp(when, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (OverflowError, ValueError, OSError):
-        return "far future"
-
-
-def _held_note(work: Plan, grace: float, plan: bool) -> str:
-    """Why unnamed data stays: the grace period (a save may be writing it), and until when."""
-    until = work.held_until(grace)
-    if until is None:
-        return ""
-    keeps = "would keep" if plan else "kept"
-    return (
-        f"; the {human_age(grace)} grace period {keeps} {len(work.held_manifests)} manifest(s) and "
-        f"{len(work.held_data)} blob(s)/pack(s) ({human_bytes(work.held_bytes)}) that no "
-        f"remaining key names, since a save may still be writing them: a prune after "
-        f"{_iso(until)} (in {_wait(until - time.time())}) deletes them"
-    )
-
-
-def _wait(seconds: float) -> str:
-    minutes = max(1, int(seconds + 59) // 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    parts = [f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n]
-    return "".join(parts)

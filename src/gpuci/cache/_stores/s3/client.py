@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import unquote_plus, urlsplit
 
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED
 from gpuci.cache._stores.s3.pool import Pool
 from gpuci.cache._stores.s3.signer import Address, Presigner
 from gpuci.cache._stores.s3.transport import CONTROL_CAP, BadResponse, count
@@ -135,12 +136,21 @@ class Redirected(Exception):
     """S3 sent the request elsewhere and following it is not safe or did not help."""
 
     def __init__(self, reply: Reply, region: str) -> None:
-        where = reply.headers.get("location", "")
-        host = urlsplit(where).hostname or "" if where.startswith(("http:", "https:")) else ""
         self.status, self.code = reply.status, reply.code
         self.region = region  # a valid region name, or ""
-        self.host = host[:100]
+        self.host = _location_host(reply.headers.get("location", ""))[:100]
         super().__init__(f"{reply.status} {reply.code}")
+
+
+def _location_host(where: str) -> str:
+    """The host a redirect's ``Location`` names, or "" when it names none that can be read
+    (``http://[evil/x`` makes urlsplit raise: the redirect is refused the same way)."""
+    if not where.startswith(("http:", "https:")):
+        return ""
+    try:
+        return urlsplit(where).hostname or ""
+    except ValueError:
+        return ""
 
 
 class RestClient:
@@ -434,13 +444,23 @@ def _iso_time(value: str) -> float:
 
 
 def http_time(value: str) -> float:
-    """An HTTP date (``Last-Modified: Mon, 30 Nov 2026 15:20:00 GMT``) as epoch seconds; 0.0
-    when unreadable (the caller only orders objects by it)."""
+    """A HEAD's ``Last-Modified`` as epoch seconds, in the forms botocore reads: an HTTP date
+    (``Mon, 30 Nov 2026 15:20:00 GMT``, or ``UTC``) or ISO 8601 (``Z`` or an offset);
+    :data:`~gpuci.cache._stores.base.UNKNOWN_MODIFIED` when missing or unreadable (a bad
+    number too): never 0.0, which would make a young object look decades old to prune."""
+    text = value.strip()
+    if not text or not text.isascii() or len(text) > 40:
+        return UNKNOWN_MODIFIED
+    for zone in ("GMT", "UTC"):
+        try:
+            stamp = datetime.datetime.strptime(text, f"%a, %d %b %Y %H:%M:%S {zone}")
+        except ValueError:
+            continue
+        return stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
     try:
-        stamp = datetime.datetime.strptime(value.strip(), "%a, %d %b %Y %H:%M:%S GMT")
+        return _iso_time(text)
     except ValueError:
-        return 0.0
-    return stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+        return UNKNOWN_MODIFIED
 
 
 def _transient(reply: Reply) -> bool:

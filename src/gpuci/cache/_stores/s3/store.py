@@ -156,13 +156,16 @@ class S3Store(S3Errors, Store):
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object under ``prefix``, a page at a time: nothing beyond one page is held
-        here (the listing's caps: :mod:`gpuci.cache._stores.s3.client`)."""
-        strip = len(self.prefix)
+        here (the listing's caps: :mod:`gpuci.cache._stores.s3.client`). A key outside the
+        prefix asked for is a bad answer (a server or proxy that ignores ``prefix=``): prune
+        would take it for data nothing names, restore-keys for a match. A file store lists
+        only under the prefix by construction."""
+        strip, asked = len(self.prefix), self.prefix + prefix
         try:
-            for entries in self._rest.list_pages(self.prefix + prefix):
+            for entries in self._rest.list_pages(asked):
                 for item in entries:
-                    if not item.key.startswith(self.prefix):
-                        raise self._bad_answer("list", prefix, f"a key outside {self.prefix!r}")
+                    if not item.key.startswith(asked):
+                        raise self._bad_answer("list", prefix, f"a key outside {asked!r}")
                     yield ObjectInfo(item.key[strip:], item.size, item.modified, item.etag)
         except ListingRefused as exc:
             raise self._coded_error(exc.reply.code, exc.reply.message, "list", prefix) from None
