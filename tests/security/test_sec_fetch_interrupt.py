@@ -249,3 +249,38 @@ def test_a_segment_that_fails_for_good_closes_the_other_segments_connections(
     errors = [line for line in text.splitlines() if said in line]
     assert len(errors) == 1 and "big.bin" in errors[0], text
     assert not (tmp_path / "big.bin").exists()
+
+
+def test_a_ctrl_c_the_kernel_hands_to_a_download_thread_still_stops_the_step():
+    """The kernel delivers a process's SIGINT to any of its threads. When a download thread
+    took it, Python only set its flag, and the main thread, blocked in one untimed wait for the
+    downloads, slept through it until every download ended (1 run in ~30 under load: the
+    parallel Ctrl-C test above hung). The signal is sent here to a worker thread itself."""
+    from gpuci import httpclients
+    from gpuci.fetch._command import _fetch_all
+
+    ready = threading.Barrier(3)
+    finish = threading.Event()  # the downloads end when the test says so, or after 20 s
+    workers: list[int] = []
+    returned: list[int] = []
+
+    def download(job: int) -> int:
+        workers.append(threading.get_ident())
+        ready.wait(30)
+        finish.wait(20)
+        returned.append(job)
+        return job
+
+    def interrupt() -> None:
+        ready.wait(30)
+        signal.pthread_kill(workers[0], signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    client = httpclients.new_client(timeout=5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _fetch_all([1, 2], 2, client, download)  # type: ignore[list-item]
+        assert returned == []  # the interrupt ended the wait, not the downloads' end
+    finally:
+        finish.set()
+        client.close()

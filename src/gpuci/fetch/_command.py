@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +33,7 @@ from gpuci.runtime import Result, Runtime, markdown_table, probes_allowed
 from gpuci.units import human_bytes
 
 COMMAND = "retry-fetch"
+_WAKE_SECONDS = 0.25  # how often the main thread looks for a signal a worker took
 T = TypeVar("T")
 
 
@@ -96,13 +97,30 @@ def _fetch_all(
         return [one(job) for job in jobs]
     pool = ThreadPoolExecutor(workers, thread_name_prefix="fetch")
     try:
-        outcomes = list(pool.map(one, jobs))
+        outcomes = _outcomes([pool.submit(one, job) for job in jobs])
     except BaseException:
         httpclients.abort(client)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     return outcomes
+
+
+def _outcomes(futures: list[Future[T]]) -> list[T]:
+    """Each future's result, in order, the first exception raised as it comes.
+
+    The main thread waits in short slices: the kernel hands a process's Ctrl-C to any of its
+    threads, and when a worker takes it, Python only sets a flag that the main thread reads
+    when it runs; blocked in one wait with no timeout it would sleep through the interrupt
+    until every download ended.
+    """
+    pending: set[Future[T]] = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=_WAKE_SECONDS, return_when=FIRST_EXCEPTION)
+        for future in done:
+            if future.exception() is not None:
+                future.result()  # raises it: the caller aborts the others
+    return [f.result() for f in futures]
 
 
 def headline(done: list[FetchResult]) -> str:
