@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from harness import ActionRun, run_action
 
 from gpuci_testing import REPO, clean_env
@@ -38,3 +39,12 @@ def run_gpuci_action(
         runner_temp=runner_temp,
         timeout=60,
     )
+
+
+def step_script(action: str, tmp_path: Path) -> Path:
+    """The ``run:`` of the action's gpu-ci step (id ``run``), as the runner writes it to a file."""
+    spec = yaml.safe_load((REPO / action / "action.yml").read_text())
+    step = next(s for s in spec["runs"]["steps"] if s.get("id") == "run")
+    script = tmp_path / "step.sh"
+    script.write_text(step["run"])
+    return script

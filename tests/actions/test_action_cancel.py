@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from action_env import REPO
+from action_env import REPO, step_script
 
 from gpuci_testing import clean_env, wait_until
 
@@ -29,15 +29,6 @@ sys.path.insert(0, str(REPO / "scripts"))
 from gen_actions import RUN_GPUCI
 
 SIGINT_WAIT_S, SIGTERM_WAIT_S = 7.5, 2.5  # actions/runner's _sigintTimeout, _sigtermTimeout
-
-
-def _step_script(action: str, tmp_path: Path) -> Path:
-    """The ``run:`` of the action's gpu-ci step, as the runner writes it to a file."""
-    spec = yaml.safe_load((REPO / action / "action.yml").read_text())
-    step = next(s for s in spec["runs"]["steps"] if s.get("id") == "run")
-    script = tmp_path / "step.sh"
-    script.write_text(step["run"])
-    return script
 
 
 def _cancel_as_the_runner(proc: subprocess.Popen[str]) -> None:
@@ -54,7 +45,7 @@ def _cancel_as_the_runner(proc: subprocess.Popen[str]) -> None:
 
 
 def test_a_cancelled_gpu_pod_up_step_terminates_its_pod(tmp_path: Path) -> None:
-    script = _step_script("actions/gpu-pod", tmp_path)
+    script = step_script("actions/gpu-pod", tmp_path)
     with FakeRunPod(steps_to_running=10**6) as fake:  # up waits for RUNNING until cancelled
         env = clean_env(
             **api_env(fake, tmp_path, GPUCI_PODS_POLL_S="0.05"),

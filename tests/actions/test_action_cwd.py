@@ -12,22 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-from action_env import REPO
+from action_env import REPO, step_script
 
 from gpuci_testing import gh_env
 
 FORGED = (
     "import os\nprint('PR CODE RAN', os.environ.get('GPUCI_RUNNER_TOKEN'))\nraise SystemExit(0)\n"
 )
-
-
-def _step_script(action: str, tmp_path: Path) -> Path:
-    spec = yaml.safe_load((REPO / action / "action.yml").read_text())
-    step = next(s for s in spec["runs"]["steps"] if s.get("id") == "run")
-    script = tmp_path / "step.sh"
-    script.write_text(step["run"])
-    return script
 
 
 def _hostile_checkout(root: Path) -> Path:
@@ -41,7 +32,7 @@ def _hostile_checkout(root: Path) -> Path:
 
 
 def test_the_gpu_smoke_step_runs_gpu_ci_not_the_checkouts_package(tmp_path: Path) -> None:
-    script = _step_script("actions/gpu-smoke", tmp_path)
+    script = step_script("actions/gpu-smoke", tmp_path)
     workspace = _hostile_checkout(tmp_path / "workspace")
     report = tmp_path / "report.json"
     env = gh_env(
@@ -70,7 +61,7 @@ def test_the_gpu_smoke_step_runs_gpu_ci_not_the_checkouts_package(tmp_path: Path
 
 def test_the_step_keeps_pythonpath_for_the_smokes_framework(tmp_path: Path) -> None:
     """The cwd is dropped, PYTHONPATH is not (-I would drop it: a job's torch comes that way)."""
-    script = _step_script("actions/gpu-setup", tmp_path)
+    script = step_script("actions/gpu-setup", tmp_path)
     extra = tmp_path / "extra"
     (extra / "gpuci_probe_mod").mkdir(parents=True)
     (extra / "gpuci_probe_mod" / "__init__.py").write_text("")
