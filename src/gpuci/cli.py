@@ -19,6 +19,7 @@ from gpuci import __version__, settings
 from gpuci.commands import Command, aliases_of, all_commands, command_named
 from gpuci.commands._dispatch import run_command
 from gpuci.errors import ExitCode, GpuciError, InputError
+from gpuci.lost_signals import interrupt_signum, redelivered
 from gpuci.runtime import Result, Runtime, detect_platform, inert
 
 if TYPE_CHECKING:
@@ -270,6 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     environ = {**os.environ, settings.PROBE.name: "true"} if args.probe else None
     runtime = Runtime(environ, json_mode=args.json, dry_run=dry_run)
     _kill_helpers_on_sigterm()
+    with redelivered(interrupt_signum):  # a Ctrl-C that a finalizer swallowed counts too
+        return _run(cmd, args, runtime)
+
+
+def _run(cmd: Command, args: argparse.Namespace | SimpleNamespace, runtime: Runtime) -> int:
+    """Run ``cmd`` and render what it did; every failure as its one line and exit code."""
     try:
         runtime.preflight()
         try:

@@ -51,6 +51,7 @@ def _sigterm_once_the_pod_exists(
     """Run ``pods up ARGS``, send ``sig`` once the fake holds its pod (``before_signal`` checks
     that moment, ``after_signal`` may send another); (pod id, stdout, stderr)."""
     env = clean_env(**api_env(fake, tmp_path, GPUCI_PODS_POLL_S="0.05", **ci))
+    env["PYTHONFAULTHANDLER"] = "1"  # a stalled up dumps every thread's stack on SIGABRT
     up = ["pods", "up", "--gpu-types", "NVIDIA L40S", "--ttl", "10m", *args]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuci", *up],
@@ -76,6 +77,16 @@ def _sigterm_once_the_pod_exists(
         f"terminated pod {pod_id}" + cancelled[0].partition(pod_id)[2]
     ], err
     return pod_id, out, err
+
+
+def _stacks_of(proc: subprocess.Popen[str]) -> str:
+    """What a stalled ``up`` was doing: its stderr, ending in every thread's stack."""
+    proc.send_signal(signal.SIGABRT)
+    try:
+        return proc.communicate(timeout=20)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1]
 
 
 @WAITING_OR_CREATING
@@ -114,7 +125,8 @@ def test_sigterm_during_the_cleanup_after_sigint_does_not_cut_it_short(tmp_path,
     with FakeRunPod(steps_to_running=10**6, delete_delay=1.0) as fake:
 
         def sigterm_mid_delete(proc: subprocess.Popen[str]) -> None:
-            assert fake.delete_started.wait(10), "up never began to terminate its pod"
+            if not fake.delete_started.wait(30):
+                pytest.fail("up never began to terminate its pod:\n" + _stacks_of(proc))
             proc.send_signal(signal.SIGTERM)
 
         pod_id, _, err = _sigterm_once_the_pod_exists(

@@ -5,7 +5,8 @@ SIGTERM. Whatever ``up`` was doing when the first signal came (creating the pod,
 registering its runner), :class:`Cancelled` is raised there, and ``up`` ends what it made.
 While that cleanup runs (:meth:`Guard.hold`), a later signal is noted, never raised: the
 cleanup is bounded (:data:`CLEANUP_DEADLINE_S`) and finishes; SIGKILL stays the backstop,
-with the pod's TTL and ``pods reap`` behind it.
+with the pod's TTL and ``pods reap`` behind it. A :class:`Cancelled` that Python swallowed
+(the signal came while a finalizer ran) is raised again (:mod:`gpuci.lost_signals`).
 
 ``Cancelled`` is a ``SystemExit`` whose code is what a shell reports for the signal (130 for
 SIGINT, 143 for SIGTERM), so the process ends with it after the cleanup has said its one line.
@@ -18,6 +19,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from gpuci.lost_signals import redelivered
 
 __all__ = ["CLEANUP_DEADLINE_S", "Cancelled", "Guard", "guarded"]
 
@@ -53,17 +56,32 @@ class Guard:
         self.signum: int | None = None  # the first signal received
         self.later: list[int] = []  # signals received after it, or during a hold
         self._holding = 0
+        self._raised: Cancelled | None = None  # the one raised, until Python swallows it
+        self._lost = False  # it was swallowed: the signal, sent again, raises it again
 
     def deliver(self, signum: int, frame: FrameType | None = None) -> None:
         """The signal handler: raise once, outside a hold; otherwise note it and return."""
+        if self._lost and not self._holding:
+            self._lost = False  # the first signal, delivered again (:meth:`lost`)
+            self._raised = Cancelled(self.signum or signum)
+            raise self._raised
         if self.signum is not None or self._holding:
             if self.signum is None:
                 self.signum = signum
-            else:
+            elif not self._lost:
                 self.later.append(signum)
             return
         self.signum = signum
-        raise Cancelled(signum)
+        self._raised = Cancelled(signum)
+        raise self._raised
+
+    def lost(self, exc: BaseException) -> int | None:
+        """``exc`` was swallowed by a finalizer: if it is the cancel raised, its signal (sent
+        again, so :meth:`deliver` raises it again); None when it is not this guard's."""
+        if exc is not self._raised or self.signum is None:
+            return None
+        self._raised, self._lost = None, True
+        return self.signum
 
     @contextmanager
     def hold(self) -> Iterator[None]:
@@ -81,13 +99,15 @@ class Guard:
 
 @contextmanager
 def guarded(guard: Guard) -> Iterator[Guard]:
-    """Install ``guard`` for SIGINT and SIGTERM (main thread only), restoring what was there."""
+    """Install ``guard`` for SIGINT and SIGTERM (main thread only), restoring what was there;
+    a cancel swallowed by a finalizer meanwhile is raised again."""
     if threading.current_thread() is not threading.main_thread():
         yield guard
         return
     previous = {sig: signal.signal(sig, guard.deliver) for sig in SIGNALS}
     try:
-        yield guard
+        with redelivered(guard.lost):
+            yield guard
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
