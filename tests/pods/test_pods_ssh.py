@@ -97,7 +97,8 @@ def test_exec_runs_over_ssh_with_a_private_key_file_that_is_gone_afterwards(fake
     assert res.code == 0, res.stdout
     rec = json.loads(Path(fake_ssh["FAKE_SSH_LOG"]).read_text())
     port = fake.pods[pod_id]["ssh"]["direct"]["port"]
-    assert rec["argv"][-3:] == ["root@203.0.113.7", "--", "nvidia-smi -L"]
+    assert rec["argv"][-3:] == ["--", "203.0.113.7", "nvidia-smi -L"]
+    assert rec["argv"][rec["argv"].index("-l") + 1] == "root"
     assert rec["argv"][rec["argv"].index("-p") + 1] == str(port)
     assert "BatchMode=yes" in rec["argv"] and "StrictHostKeyChecking=accept-new" in rec["argv"]
     assert rec["key"] == PRIVATE + "\n" and rec["key_mode"] == "0o600"
@@ -139,6 +140,26 @@ def test_the_cli_takes_the_command_after_double_dash(live, fake_ssh, tmp_path):
     rec = json.loads(Path(fake_ssh["FAKE_SSH_LOG"]).read_text())
     assert rec["argv"][-1] == "python -c 'print('\"'\"'a b'\"'\"')'"
     assert PRIVATE.splitlines()[1] not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("username", "-Epwned"), ("username", "-Fcfg"), ("host", "-oProxyCommand.x")],
+)
+def test_an_endpoint_ssh_would_read_as_an_option_is_refused_unrun(fake_ssh, field, value):
+    """RunPod's answer names the user and host: ``-Fcfg@HOST`` was ssh's -F (a config file
+    from the working folder, whose ProxyCommand ran), ``-Epwned`` its -E (a log file written).
+    A leading '-' is refused (exit 3) before ssh starts; what passes goes after ``--``."""
+    from gpuci.errors import InfraError
+    from gpuci.pods._lifecycle import ssh
+
+    direct = {"host": "203.0.113.7", "port": 22, "username": "root", field: value}
+    pod = {"id": "p1", "ssh": {"direct": direct, "proxy": None}}
+    assert ssh.endpoint(pod) is None
+    with pytest.raises(InfraError, match=r"ssh\.direct endpoint is unusable") as err:
+        ssh.run_remote(pod, "nvidia-smi", fake_ssh, 60)
+    assert err.value.exit_code == 3 and "\n" not in err.value.one_line()
+    assert not Path(fake_ssh["FAKE_SSH_LOG"]).exists()  # ssh never ran
 
 
 LOUD_SSH = """#!/bin/sh

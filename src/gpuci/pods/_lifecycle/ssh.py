@@ -27,8 +27,10 @@ from gpuci.pods.options import ExecInputs
 
 # RunPod's UpdateSshKeysRequest pattern: an authorized_keys line.
 _KEY = re.compile(r"^(ssh|ecdsa|sk)-[^\s]+ [^\s]+([ \t][^\n\r]*)?$")
-_HOST = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
-_USER = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+# A host or username from RunPod's answer goes on ssh's command line: one starting with '-'
+# would be read as an option (``-Fcfg``: a config file from the working folder, ProxyCommand).
+_HOST = re.compile(r"^(?!-)[A-Za-z0-9.:-]{1,253}$")
+_USER = re.compile(r"^(?!-)[A-Za-z0-9._-]{1,128}$")
 OUTPUT_CAP = 64 * 1024
 
 
@@ -69,6 +71,24 @@ def command_line(ep: Mapping[str, Any]) -> str:
     return f"ssh {ep['user']}@{ep['host']} -p {ep['port']}"
 
 
+def _direct_endpoint(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's checked direct endpoint; none (exit 2) or one ssh cannot take (exit 3)."""
+    ep = endpoint(pod, direct_only=True)
+    if ep is not None:
+        return ep
+    block = pod.get("ssh")
+    if isinstance(block, dict) and block.get("direct") is not None:
+        raise InfraError(
+            f"pod {pod.get('id')}: RunPod's ssh.direct endpoint is unusable (a host, port or "
+            "username ssh cannot take as given, e.g. one starting with '-')",
+            hint="check RUNPOD_API_URL points at RunPod's REST API v2; retry, or recreate the pod",
+        )
+    raise InputError(
+        f"pod {pod.get('id')} has no direct SSH endpoint",
+        hint="create it with ssh-public-keys (which publishes 22/tcp) and wait for RUNNING",
+    )
+
+
 def run_remote(
     pod: Mapping[str, Any], command: str, environ: Mapping[str, str], timeout_s: float
 ) -> tuple[int, str]:
@@ -79,12 +99,7 @@ def run_remote(
             f"pods exec needs {settings.RUNPOD_SSH_PRIVATE_KEY.name}",
             hint="set it from a secret: the private key matching ssh-public-keys",
         )
-    ep = endpoint(pod, direct_only=True)
-    if ep is None:
-        raise InputError(
-            f"pod {pod.get('id')} has no direct SSH endpoint",
-            hint="create it with ssh-public-keys (which publishes 22/tcp) and wait for RUNNING",
-        )
+    ep = _direct_endpoint(pod)
     ssh = shutil.which("ssh", path=environ.get("PATH"))
     if ssh is None:
         raise InfraError("no ssh client on PATH", hint="install openssh-client")
@@ -99,14 +114,15 @@ def run_remote(
         argv = [
             ssh,
             "-i", str(key_file),
+            "-l", ep["user"],
             "-p", str(ep["port"]),
             "-o", "BatchMode=yes",
             "-o", "IdentitiesOnly=yes",
             "-o", "StrictHostKeyChecking=accept-new",  # a pod is new every time
             "-o", f"UserKnownHostsFile={Path(folder) / 'known_hosts'}",
             "-o", "ConnectTimeout=20",
-            f"{ep['user']}@{ep['host']}",
-            "--",
+            "--",  # nothing after it is an option, whatever RunPod answered
+            ep["host"],
             command,
         ]  # fmt: skip
         try:
