@@ -44,6 +44,9 @@ def _pod(**fields: Any) -> dict[str, Any]:
         ("pods", {"pods": [_pod(gpu={"id": ["NVIDIA L40S"]})]}, "'gpu.id' is a JSON array"),
         ("pod", _pod(gpu={"id": 4090}), "'gpu.id' is the number 4090"),
         ("pods", {"pods": [_pod(dataCenterId=True)]}, "'dataCenterId' is a JSON boolean"),
+        ("pods", {}, "'pods' is missing, not an array of objects"),
+        ("pods", {"title": "Error", "status": 200}, "'pods' is missing"),
+        ("pods", {"pods": None}, "'pods' is missing"),
         ("billing", {"records": [{"totalAmount": 1.0}]}, "'podId' is missing"),
         ("billing", {"records": [{"podId": "p", "totalAmount": "1"}]}, "Amount' is a JSON string"),
     ],
@@ -82,3 +85,21 @@ def test_a_pod_whose_gpu_id_is_an_array_is_one_line_in_cost(fake, run):
     fake.pods[pod_id]["gpu"] = {"id": ["NVIDIA L40S"], "count": 1}
     res = run("cost")
     assert res.code == 3 and "'gpu.id' is a JSON array" in res.json["headline"], res.stdout
+
+
+def test_a_listing_without_pods_fails_reap_and_down_instead_of_ending_nothing(fake, run, clock):
+    """ListPodsResponse requires ``pods``: an answer without it (a proxy's JSON error page
+    with 200) was read as "no pods", so reap and down exited 0 and the expired pod billed on."""
+    ci = {"GITHUB_RUN_ID": "77", "GITHUB_REPOSITORY": "org/repo"}
+    pod = run("up", **{**UP, "ttl": "30m"}, extra_env=ci).outputs["pod-id"]
+    clock.advance(2 * 3600)
+    fake.fail("GET /v2/pods", (200, {}), (200, {}))
+    for res in (run("reap"), run("down", extra_env=ci)):
+        assert res.code == 3, res.stdout
+        assert (
+            "list pods: RunPod API answered an object whose 'pods' is missing"
+            in (res.json["headline"])
+        )
+    assert fake.pods[pod]["status"] == "RUNNING"
+    assert fake.calls("DELETE") == []
+    assert run("reap").outputs["pod-ids"] == pod  # a listing with pods: reaped as before

@@ -248,7 +248,9 @@ def _list_in(
         raise _shape_error(what, f"a JSON {json_kind(found)} where an object belongs")
     items = found.get(field)
     if not isinstance(items, list) or not _objects(items):
-        raise _shape_error(what, f"an object whose '{field}' is not an array of objects")
+        raise _shape_error(
+            what, f"an object whose '{field}' is {_seen(items)}, not an array of objects"
+        )
     for item in items:
         _check(item, shape, what, noun)
     return items
@@ -414,8 +416,8 @@ class RunPodClient:
     # ----- pods ---------------------------------------------------------------------------
     def list_pods(self) -> list[dict[str, Any]]:
         found = _json(self.request("GET", "/v2/pods", "list pods"), "list pods")
-        if isinstance(found, dict) and "pods" not in found:
-            return []
+        # ListPodsResponse requires ``pods``: an answer without it (a proxy's error page with
+        # 200, a wrong URL) is not "no pods", or reap and down would end nothing and exit 0.
         return [_pod(p, "list pods") for p in _list_in(found, "pods", "list pods", {}, "a pod")]
 
     def get_pod(self, pod_id: str) -> dict[str, Any] | None:
