@@ -76,6 +76,28 @@ def test_a_digest_with_a_trailing_newline_is_not_a_sha256():
         runner_release.pick([item], NOW)
 
 
+@pytest.mark.parametrize("assets", [7, True, "actions-runner.tar.gz", {"name": "x"}])
+def test_assets_that_are_no_array_list_none(assets):
+    """``"assets": 7`` was a TypeError that resolve() did not catch: `pods up --runner github`
+    ended in an internal error. Such a release lists no asset: the notes' sha256 still counts,
+    and with no notes either it is not used (the pinned fallback, with its warning)."""
+    item = {**release(*NEWER, "2026-11-30T00:00:00Z"), "assets": assets}
+    assert runner_release.pick([item], NOW).sha256 == NEWER[1]
+    bare = {**release(*NEWER, "2026-11-30T00:00:00Z", notes=False), "assets": assets}
+    with pytest.raises(ValueError, match="publishes no sha256"):
+        runner_release.pick([bare], NOW)
+
+
+def test_up_falls_back_to_the_pin_when_the_releases_answer_has_no_asset_list(run, fake, api):
+    api.state.releases.insert(0, release(*NEWER, "2026-11-30T00:00:00Z", notes=False))
+    api.state.releases[0]["assets"] = 7
+    r = up_runner(run, api.github_env(**RUN_ENV))
+    assert r.code == 0, r.stdout + r.stderr
+    env = fake.calls("POST", "/v2/pods")[0].body["env"]
+    assert env["GPUCI_ACTIONS_RUNNER_VERSION"] == runner_boot.RUNNER_VERSION
+    assert f"using the pinned {runner_boot.RUNNER_VERSION}" in r.stdout + r.stderr
+
+
 def test_drafts_and_prereleases_are_skipped_and_the_oldest_accepted_follows_the_grace():
     items = [
         {**release("2.400.0", "ef" * 32, "2027-01-14T00:00:00Z"), "prerelease": True},

@@ -93,7 +93,8 @@ def sha256_of(item: Mapping[str, Any], version: str) -> str:
     Both GitHub's asset digest and the release notes' line count; a mismatch is refused."""
     found: set[str] = set()
     name = ASSET.format(version=version)
-    for asset in item.get("assets") or []:
+    assets = item.get("assets")  # GitHub's answer: anything but an array lists no asset
+    for asset in assets if isinstance(assets, list) else []:
         if isinstance(asset, dict) and asset.get("name") == name:
             digest = str(asset.get("digest") or "")
             if digest.startswith("sha256:") and _HEX.fullmatch(digest[7:].lower()):
