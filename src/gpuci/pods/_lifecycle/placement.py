@@ -157,16 +157,19 @@ def place(
     tag: PodTag,
     cands: Sequence[plan.Candidate],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Rounds over the candidates (400/403: next one) with backoff between rounds."""
+    """Rounds over the candidates (400/403: next one) with backoff between rounds, all ending
+    by ``placement-timeout``: the rounds' waits and each create's own retries (a 429's
+    ``Retry-After``) alike."""
     attempts: list[dict[str, Any]] = []
     api = api_url(rt.environ)
     last = [""]
+    end = clock.now() + inp.placement_timeout
 
     def one_round() -> dict[str, Any]:
         for cand in cands:
             body = plan.create_body(spec, tag, cand, api)
             try:
-                pod = client.create_pod(body)
+                pod = client.create_pod(body, deadline=end)
             except CandidateRejected as exc:
                 last[0] = exc.detail or exc.message
                 attempts.append(
@@ -181,7 +184,7 @@ def place(
 
     rounds = ROUNDS.retrying(
         _NonePlaced,
-        deadline=inp.placement_timeout,
+        deadline=end - clock.now(),
         sleep=clock.sleep,
         now=clock.now,
         on_retry=lambda _exc: rt.log("no candidate placed; next round after the backoff"),

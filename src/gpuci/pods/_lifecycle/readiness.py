@@ -36,9 +36,11 @@ def poll_s(rt: Runtime) -> float:
 def wait_running(
     client: RunPodClient, clock: Clock, pod_id: str, deadline: float, rt: Runtime
 ) -> dict[str, Any]:
+    """Until the pod is RUNNING; by ``deadline`` (the job's timeout), each poll's retries
+    (a 429's ``Retry-After``) included."""
     last = ""
     while True:
-        pod = client.get_pod(pod_id)
+        pod = client.get_pod(pod_id, deadline)
         status = (pod or {}).get("status", "TERMINATED")
         if status != last:
             rt.log(f"{pod_id}: {status}")
@@ -150,7 +152,7 @@ def wait_online(
     with runner.target.client() as api:
         last = ""
         while True:
-            pod = client.get_pod(pod_id)
+            pod = client.get_pod(pod_id, deadline)
             why = refusal(pod)
             if why:
                 raise InfraError(why, hint=hint)

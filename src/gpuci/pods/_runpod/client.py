@@ -14,7 +14,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
@@ -33,6 +33,7 @@ API_URL_ENV = settings.RUNPOD_API_URL.name
 MAX_RETRY_AFTER_S = 300.0
 # The most of one answer read: a listing of a thousand pods with their env is a few MiB.
 MAX_ANSWER = untrusted_json.MAX_BYTES
+T = TypeVar("T")
 
 
 class RunPodError(InfraError):
@@ -373,8 +374,32 @@ class RunPodClient:
         self.close()
 
     # ----- plumbing -----------------------------------------------------------------------
-    def _retrying(self) -> Retrying:
-        return self._policy.retrying(Transient, sleep=self._clock.sleep)
+    def _retrying(self, deadline: float | None = None) -> Retrying:
+        """The policy's controller on this client's clock. ``deadline`` (the phase's end, as
+        ``clock.now()`` reads it: ``timeout``, ``placement-timeout``) bounds its waits: one
+        that would end past it (a 300 s ``Retry-After``) is not started, the last failure is
+        raised instead, so no request outlasts the phase that made it."""
+        left = None if deadline is None else deadline - self._clock.now()
+        return self._policy.retrying(
+            Transient, deadline=left, sleep=self._clock.sleep, now=self._clock.now
+        )
+
+    def _retried(self, attempt: Callable[[int], T], deadline: float | None) -> T:
+        """``attempt(n)`` (n from 1) under :meth:`_retrying`; a failure whose retry the
+        deadline cut short, not the attempts running out, says so and names the fix."""
+        tried = 0
+        try:
+            for state in self._retrying(deadline):
+                with state:
+                    tried = state.retry_state.attempt_number
+                    return attempt(tried)
+        except Transient as exc:
+            if deadline is None or tried >= self._policy.attempts:
+                raise
+            cut = Transient(f"{exc.message}; its retry would end past the timeout", exc.status)
+            cut.hint = "retry later, or raise timeout / placement-timeout: RunPod is throttling"
+            raise cut from None
+        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     def _once(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         if self._read_only and method != "GET":
@@ -407,45 +432,49 @@ class RunPodClient:
                 hint="check RUNPOD_API_URL points at RunPod's REST API v2",
             ) from None
 
-    def request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
-        for attempt in self._retrying():
-            with attempt:
-                return self._once(method, path, what, **kwargs)
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+    def request(
+        self, method: str, path: str, what: str, *, deadline: float | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """One request under the retry policy, its waits ending by ``deadline`` if given."""
+        return self._retried(lambda _n: self._once(method, path, what, **kwargs), deadline)
 
     # ----- pods ---------------------------------------------------------------------------
-    def list_pods(self) -> list[dict[str, Any]]:
-        found = _json(self.request("GET", "/v2/pods", "list pods"), "list pods")
+    def list_pods(self, deadline: float | None = None) -> list[dict[str, Any]]:
+        answer = self.request("GET", "/v2/pods", "list pods", deadline=deadline)
+        found = _json(answer, "list pods")
         # ListPodsResponse requires ``pods``: an answer without it (a proxy's error page with
         # 200, a wrong URL) is not "no pods", or reap and down would end nothing and exit 0.
         return [_pod(p, "list pods") for p in _list_in(found, "pods", "list pods", {}, "a pod")]
 
-    def get_pod(self, pod_id: str) -> dict[str, Any] | None:
+    def get_pod(self, pod_id: str, deadline: float | None = None) -> dict[str, Any] | None:
         what = f"get pod {pod_id}"
         try:
-            return _pod(_json(self.request("GET", f"/v2/pods/{pod_id}", what), what), what)
+            answer = self.request("GET", f"/v2/pods/{pod_id}", what, deadline=deadline)
+            return _pod(_json(answer, what), what)
         except NotFound:
             return None
 
-    def create_pod(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST once per attempt; before a retry, look for the pod by its unique name.
+    def create_pod(self, body: dict[str, Any], deadline: float | None = None) -> dict[str, Any]:
+        """POST once per attempt; before a retry, look for the pod by its unique name. Every
+        wait, the look-up's included, ends by ``deadline`` (the placement timeout) if given.
 
         A create that timed out may still have placed the pod; retrying blindly would start a
         second, forgotten one. Our names carry a nonce, so a name match is our pod.
         """
         what = f"create pod on {body.get('gpu', {}).get('id', '?')}"
-        for attempt in self._retrying():
-            with attempt:
-                if attempt.retry_state.attempt_number > 1:
-                    existing = self.find_by_name(body["name"])
-                    if existing is not None:
-                        return existing
-                return _pod(_json(self._once("POST", "/v2/pods", what, json=body), what), what)
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def find_by_name(self, name: str) -> dict[str, Any] | None:
+        def attempt(number: int) -> dict[str, Any]:
+            if number > 1:
+                existing = self.find_by_name(body["name"], deadline)
+                if existing is not None:
+                    return existing
+            return _pod(_json(self._once("POST", "/v2/pods", what, json=body), what), what)
+
+        return self._retried(attempt, deadline)
+
+    def find_by_name(self, name: str, deadline: float | None = None) -> dict[str, Any] | None:
         """The pod named ``name``, also after its smoke gate appended its verdict to it."""
-        return next((p for p in self.list_pods() if _named(p, name)), None)
+        return next((p for p in self.list_pods(deadline) if _named(p, name)), None)
 
     def update_pod(self, pod_id: str, body: dict[str, Any]) -> dict[str, Any]:
         what = f"update pod {pod_id}"
