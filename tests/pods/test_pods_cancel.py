@@ -18,6 +18,7 @@ from pods_testing import api_env, call
 from gpuci.pods._budgets import ledger
 from gpuci.pods._lifecycle import up_cleanup
 from gpuci.pods._lifecycle.cancel import Cancelled
+from gpuci.pods._runpod.client import RunPodClient
 from gpuci.runtime import Runtime
 from gpuci_testing import REPO, clean_env
 
@@ -184,3 +185,30 @@ def test_a_cancel_while_the_ledger_hangs_ends_the_pod_without_waiting_for_the_st
     ]
     record = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()[pod_id]
     assert record.owner == "tester" and record.ended()
+
+
+def test_a_cancel_whose_cleanup_cannot_look_the_pod_up_never_says_none_was_made(
+    fake, env, clock, monkeypatch
+):
+    """The cancel lands as the create's answer comes back, and every listing then fails: the
+    pod exists, unseen. The one line says it may still be there (its TTL and reap end it),
+    never that no pod was made."""
+    create = RunPodClient.create_pod
+
+    def create_then_cancel(self: RunPodClient, *args: object, **kwargs: object) -> object:
+        create(self, *args, **kwargs)
+        fake.fail("GET /v2/pods", *[(500, {})] * 100)
+        signal.raise_signal(signal.SIGINT)  # the cancel, before the answer is read
+        raise AssertionError("the cancel did not land")
+
+    monkeypatch.setattr(RunPodClient, "create_pod", create_then_cancel)
+    err = io.StringIO()
+    rt = Runtime(env, json_mode=True, stdout=io.StringIO(), stderr=err)
+    with pytest.raises(Cancelled):
+        call("up", rt, clock, gpu_types="NVIDIA L40S", image="img", command="serve", ttl="10m")
+    [pod] = fake.pods.values()  # made, unseen: left to its TTL and reap
+    lines = [line for line in err.getvalue().splitlines() if "pods up cancelled by" in line]
+    assert lines == [
+        f"gpu-ci: pods up cancelled by SIGINT: pod {pod['name']} may still exist, unseen (its "
+        "TTL and reap will end it)"
+    ], err.getvalue()

@@ -81,8 +81,14 @@ def _pod_made(job: Job, log: Callable[[str], None], done: list[str]) -> dict[str
     """This run's pod, looked up by name if its create's answer never came; None: none."""
     if job.pod is not None or not job.create_sent:
         return job.pod
+    name = job.tag.name()
     with job.client.bounded(CLEANUP_REQUEST_S) as client:
-        pod = find_quietly(client, job.tag.name(), log)
+        try:
+            pod = client.find_by_name(name)
+        except GpuciError as exc:  # unseen is not absent: create_sent stays, a retry looks again
+            log(f"warning: could not look for pod {name} to clean it up: {exc.one_line()}")
+            done.append(f"pod {name} may still exist, unseen (its TTL and reap will end it)")
+            return None
     if pod is None:
         job.create_sent = False
         done.append("no pod was made")
@@ -173,16 +179,6 @@ def _release(
         log(f"warning: could not release the budget reservation: {exc}")
         return reservation is not None
     return False
-
-
-def find_quietly(
-    client: RunPodClient, name: str, log: Callable[[str], None]
-) -> dict[str, Any] | None:
-    try:
-        return client.find_by_name(name)
-    except GpuciError as exc:
-        log(f"warning: could not look for pod {name} to clean it up: {exc.one_line()}")
-        return None
 
 
 def terminate_quietly(client: RunPodClient, pod_id: str, log: Callable[[str], None]) -> bool:
