@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import email.utils
+import io
 import math
 import time
 
 import pytest
 
 from gpuci.pods._runpod.client import MAX_RETRY_AFTER_S, RunPodClient, Transient
+from gpuci.pods.health import _replace as replace
+from gpuci.runtime import Runtime
 
 
 @pytest.mark.parametrize("garbage", ["nan", "NaN", "-5", "inf", "", "soon", "1e3"])
@@ -85,3 +88,14 @@ def test_retries_that_run_out_before_the_deadline_say_so_as_before(fake, clock):
     with RunPodClient(fake.api_key, fake.url, clock=clock) as c, pytest.raises(Transient) as err:
         c.list_pods(deadline=clock.now() + 3600)
     assert len(clock.sleeps) == 5 and "past the timeout" not in err.value.one_line()
+
+
+def test_the_wait_for_a_smoke_verdict_bounds_the_retry_after_of_each_poll(fake, clock):
+    """The last poll of ``up`` without a runner (its pod's smoke verdict): each read waited
+    5 x 300 s under RunPod's throttling, whatever the job's timeout."""
+    pod_id = fake.hand_made("smoking", status="RUNNING")
+    fake.fail(rf"GET /v2/pods/{pod_id}", *BUSY)
+    rt = Runtime({"GPUCI_PODS_POLL_S": "5"}, json_mode=True, stdout=io.StringIO())
+    with RunPodClient(fake.api_key, fake.url, clock=clock) as c, pytest.raises(Transient) as err:
+        replace.wait_verdict(c, clock, pod_id, clock.now() + 60, rt)
+    assert 300 not in clock.sleeps and "past the timeout" in err.value.one_line()

@@ -273,7 +273,7 @@ def _wait_ready(job: _Up) -> tuple[dict[str, Any], str]:
         readiness.wait_online(client, clock, pod["id"], runner, deadline, rt)
         if job.spec.smoke:  # the gate ran before the runner started: what did it say?
             try:
-                _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"])))
+                _smoke_said(job, handover.verdict_of(client.get_pod(pod["id"], deadline)))
             except GpuciError as exc:  # the runner is online: this read is only for the log
                 rt.log(f"warning: could not read the smoke verdict: {exc.one_line()}")
     url = pod_url(pod, rt.environ)

@@ -143,7 +143,7 @@ def wait_verdict(
 ) -> Verdict:
     """A pod without a runner: until its start script has written its smoke verdict."""
     while True:
-        pod = client.get_pod(pod_id)
+        pod = client.get_pod(pod_id, deadline)
         verdict = verdict_of(pod)
         if verdict is not None and verdict.kind == "failed":
             raise SmokeFailed(pod_id, verdict)
