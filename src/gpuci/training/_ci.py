@@ -48,7 +48,15 @@ def github_event(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _github_pr(env: Mapping[str, str]) -> int | None:
-    """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
+    """The PR number from ``refs/pull/<n>/`` in ``GITHUB_REF``, else from the event payload.
+
+    The runner sets ``GITHUB_REF`` for the step and no step can change it, while any earlier
+    step (the PR's code) may rewrite the event file: it is read only where the ref names no
+    pull request (``pull_request_target`` and ``issue_comment`` run on the default branch).
+    """
+    match = re.match(r"^refs/pull/(\d+)/", settings.GITHUB_REF.value(env))
+    if match:
+        return int(match.group(1))
     event = github_event(env)
     pull, issue = (event.get(k) for k in ("pull_request", "issue"))
     for number in (
@@ -57,8 +65,7 @@ def _github_pr(env: Mapping[str, str]) -> int | None:
     ):
         if isinstance(number, int) and not isinstance(number, bool):
             return number
-    match = re.match(r"^refs/pull/(\d+)/", settings.GITHUB_REF.value(env))
-    return int(match.group(1)) if match else None
+    return None
 
 
 def detect(env: Mapping[str, str]) -> RunContext:
