@@ -29,3 +29,18 @@ def test_the_event_file_names_the_pr_when_the_ref_is_a_branch(tmp_path):
     event.write_text(json.dumps({"issue": {"number": 9, "pull_request": {"url": "u"}}}))
     env = {"GITHUB_EVENT_PATH": str(event), "GITHUB_REF": "refs/heads/main"}
     assert ci._github_pr(env) == 9
+
+
+def test_a_merge_request_iid_is_ascii_digits_or_none():
+    """``"²".isdigit()`` is true and int() refuses it; ``"٣"`` is a digit int() reads as 3:
+    neither is a merge request GitLab wrote, and neither may end the job in a traceback."""
+    for iid in ("\u00b2", "\u0663", "9" * 5000, "-3"):
+        env = {"GITLAB_CI": "true", "CI_MERGE_REQUEST_IID": iid}
+        assert ci.detect(env).pull_request is None, iid
+    assert ci.detect({"GITLAB_CI": "true", "CI_MERGE_REQUEST_IID": "3"}).pull_request == 3
+
+
+def test_a_pull_ref_is_ascii_digits_or_no_pull_request(tmp_path):
+    for number in ("\u0663", "\u00b2", "9" * 5000):
+        env = {"GITHUB_EVENT_PATH": str(tmp_path / "none.json")}
+        assert ci._github_pr({**env, "GITHUB_REF": f"refs/pull/{number}/merge"}) is None
