@@ -11,6 +11,7 @@ For the same reason a value may not hide another: a key named twice in an object
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +153,13 @@ def lookup(metrics: Metrics, name: str) -> tuple[str, Any] | None:
 
 
 def as_number(value: Any) -> tuple[float | None, str]:
-    """``(number, "")`` for a finite int/float, else ``(None, why)``: booleans are not numbers."""
+    """``(number, "")`` for a finite int/float, else ``(None, why)``: booleans are not numbers,
+    nor is an integer beyond a float's range (JSON allows 400 digits; float() would raise)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = "null" if value is None else type(value).__name__
         return None, f"not a number ({kind})"
+    if isinstance(value, int) and abs(value) > sys.float_info.max:  # exact: int vs float
+        return None, "too large (beyond a float's range)"
     number = float(value)
     if math.isnan(number):
         return None, "NaN"

@@ -22,6 +22,7 @@ from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training._charts import metric_charts
+from gpuci.training._metrics import as_number
 from gpuci.training._rules import fmt, table_markdown
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 
@@ -86,7 +87,7 @@ def _numeric_deltas(deltas: Any) -> list[tuple[str, float, float]]:
         for d in rows
         if isinstance(d, list | tuple)
         and len(d) == 3
-        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in d[1:])
+        and all(as_number(v)[0] is not None for v in d[1:])  # a 400-digit int: no float
     ]
 
 

@@ -10,6 +10,7 @@ metric, NaN or a non-number is a failing row, never a silent pass.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,6 +237,8 @@ def fmt(value: Any, signed: bool = False) -> str:
         return "true" if value else "false"
     if not isinstance(value, int | float):
         return f"({json_kind(value)})"
+    if isinstance(value, int) and abs(value) > sys.float_info.max:  # .4g would raise
+        return "(too large)"
     return f"{value:+.4g}" if signed else f"{value:.4g}"
 
 
