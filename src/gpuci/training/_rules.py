@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuci.errors import InputError
 from gpuci.redact import json_kind
-from gpuci.training._metrics import Metrics, as_number, lookup
+from gpuci.training._metrics import AmbiguousName, Metrics, as_number, lookup
 
 _NAME = re.compile(r"^[^\s=]+$")
 MAX_CELL = 200  # a name, rule or verdict in the gate table: a PR names its metrics
@@ -172,13 +172,20 @@ def judge(
         lower = lower_is_better(rule.metric, rules, lower_better_names)
         row = Row(rule=rule, rule_text=rule.describe(lower), metric=rule.metric)
         verdict.rows.append(row)
-        found = lookup(metrics, rule.metric)
+        found = None
+        try:  # the files are the PR's: a name they make ambiguous fails its row
+            found = lookup(metrics, rule.metric)
+            if found is not None:
+                row.metric, row.value = found
+                row.baseline = _baseline_number(baseline, row.metric, rule.metric)
+        except AmbiguousName as exc:
+            where = " in the baseline" if found is not None else ""
+            row.verdict = f"FAIL: {exc.message}{where}; name it in full"
+            continue
         if found is None:
             row.verdict = "FAIL: metric missing"
             continue
-        row.metric, row.value = found
         number, why = as_number(row.value)
-        row.baseline = _baseline_number(baseline, row.metric, rule.metric)
         if number is not None and row.baseline is not None:
             row.delta = number - row.baseline
         if number is None:
