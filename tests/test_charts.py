@@ -311,3 +311,35 @@ def test_gpu_smoke_on_several_gpus_charts_measured_against_minimum():
     assert len(blocks) == 3  # the chart (no min_gbs: no bandwidth chart), then the two tables
     one_gpu = summary_tables(outcomes[:1], {0: "H100"})
     assert "```mermaid" not in "".join(one_gpu)
+
+
+@pytest.mark.parametrize("value", [5e-324, 1e-310, 1e-300, 3e-7, 0.93, 1e30])
+def test_nice_reaches_a_round_figure_from_any_positive_value(value):
+    """10.0 ** -324 is 0.0: no multiple of it reached a denormal (StopIteration)."""
+    assert value <= charts._nice(value) < float("inf")
+
+
+def test_a_denormal_value_is_drawn_as_zero():
+    """A loss that reached 5e-324 is a bar of 0 on an axis from 0, not an internal error
+    after gate.json was written."""
+    chart = charts.Chart("t", ["a", "b"], [charts.Series("s", [5e-324, 1e-310])])
+    chart.lines.append(charts.Series("limit", [0.0, 0.0], "orange"))
+    assert charts.y_axis(chart) == (0.0, 1.0, False)
+    assert "    bar [0, 0]" in charts.mermaid(chart)
+    assert charts.fenced(chart).startswith("```mermaid\n")
+    assert charts.number(-5e-324) == "0"
+
+
+def test_the_backstop_drops_a_chart_whatever_its_maths_raise(monkeypatch):
+    """Not only ArithmeticError/ValueError: a StopIteration from the axis maths once ended the
+    gate in an internal error; any exception is the same warning line."""
+    chart = charts.Chart("acc: this run", ["this run"], [charts.Series("s", [0.5])])
+
+    def stop(_chart: charts.Chart) -> tuple[float, float, bool]:
+        raise StopIteration
+
+    monkeypatch.setattr(charts, "y_axis", stop)
+    said: list[str] = []
+    assert charts.fenced(chart, said.append) == charts.not_drawn(chart)
+    assert said == [charts.not_drawn(chart)]
+    assert chart.as_dict()["y_axis"] is None

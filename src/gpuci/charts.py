@@ -49,6 +49,10 @@ HEIGHT = 400  # px, of Mermaid's default 700 x 500: ten charts in a comment stay
 # -1.7e308 and 1.7e308 is infinite). A value beyond it is no point of a chart (:func:`finite`
 # gives None); the gate still judges it and its table still shows it.
 MAX_DRAWN = 1e30
+# The smallest magnitude drawn as itself; anything nearer 0 is drawn as 0 (a loss that reached
+# 5e-324). Below about 1e-308 floats lose precision, and the powers of ten the axis rounds to
+# become 0.0, so no round figure is ever reached; no bar shows such a value apart from 0 anyway.
+MIN_DRAWN = 1e-300
 
 # What fits in a chart: Mermaid draws it 700 px wide and HEIGHT tall, the title in 20 px type
 # across it, the y-axis title in 16 px type along its height (Chromium, as GitHub shows it). A
@@ -143,7 +147,7 @@ def fit(value: str, ems: float) -> str:
 
 def number(value: float) -> str:
     """A finite number as Mermaid reads one: no exponent, no ``nan``."""
-    if not math.isfinite(value):
+    if not math.isfinite(value) or abs(value) < MIN_DRAWN:
         return "0"
     shown = f"{value:.6f}".rstrip("0").rstrip(".")
     if shown in ("-0", ""):
@@ -182,7 +186,7 @@ class Chart:
         try:
             low, high, broken = y_axis(self)
             axis: dict[str, Any] | None = {"min": low, "max": high, "from_zero": not broken}
-        except (ArithmeticError, ValueError):
+        except Exception:  # the backstop, as in fenced(): a chart not drawn, never a traceback
             axis = None
         return {
             "title": self.title,
@@ -198,8 +202,10 @@ def _nice(value: float) -> float:
     """``value`` rounded up to a round figure (1, 2, 2.5 or 5 times a power of ten)."""
     if value <= 0:
         return 1.0
-    step = 10 ** math.floor(math.log10(value))
-    return next(m * step for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * step >= value)
+    step = 10.0 ** math.floor(math.log10(value))
+    multiples = (m * step for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10))
+    # a denormal's power of ten is 0.0 (10.0 ** -324), which no multiple lifts to the value
+    return next((m for m in multiples if m >= value), value)
 
 
 def drawable(value: float | None) -> bool:
@@ -210,7 +216,8 @@ def drawable(value: float | None) -> bool:
 def _values(chart: Chart) -> list[float]:
     """The values the axis spans: the drawable ones, so its arithmetic cannot overflow."""
     found = [v for s in (*chart.bars, *chart.lines) for v in s.values[-MAX_CATEGORIES:]]
-    return [v for v in found if v is not None and drawable(v)] or [0.0]
+    drawn = [v if abs(v) >= MIN_DRAWN else 0.0 for v in found if v is not None and drawable(v)]
+    return drawn or [0.0]
 
 
 def y_axis(chart: Chart) -> tuple[float, float, bool]:
@@ -303,7 +310,7 @@ def fenced(chart: Chart, left_out: Callable[[str], None] | None = None) -> str:
     reader sees it without opening the summary)."""
     try:
         return f"```mermaid\n{mermaid(chart)}\n```\n\n{legend(chart)}"
-    except (ArithmeticError, ValueError):
+    except Exception:  # any: the chart is a courtesy, and its values are input (a PR's metrics)
         line = not_drawn(chart)
         if left_out is not None:
             left_out(line)

@@ -78,14 +78,23 @@ def test_unusable_objects_are_skipped_never_raised(tmp_path):
     assert [r["metrics"] for r in runs] == [{}, {"eval.accuracy": 0.5}]
 
 
+_GL_MAIN = {"GITLAB_CI": "true", "CI_COMMIT_BRANCH": "main", "CI_DEFAULT_BRANCH": "main"}
+
+
 @pytest.mark.parametrize(
     ("env", "wanted"),
     [
         ({"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "schedule"}, True),
         ({"GITHUB_ACTIONS": "true", "GITHUB_EVENT_NAME": "pull_request"}, False),
-        ({"GITLAB_CI": "true", "CI_COMMIT_BRANCH": "main", "CI_DEFAULT_BRANCH": "main"}, True),
-        ({"GITLAB_CI": "true", "CI_COMMIT_BRANCH": "feat", "CI_DEFAULT_BRANCH": "main"}, False),
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "push"}, True),
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "web"}, True),
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "push", "CI_COMMIT_BRANCH": "feat"}, False),
         ({"GITLAB_CI": "true", "CI_PIPELINE_SOURCE": "schedule"}, True),
+        # a pipeline run for a merge request or by another project is not the branch's own
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "push", "CI_MERGE_REQUEST_IID": "3"}, False),
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "merge_request_event"}, False),
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "pipeline"}, False),
+        ({**_GL_MAIN}, False),
         ({}, False),
     ],
 )
@@ -99,8 +108,30 @@ def test_github_push_to_default_branch_appends(tmp_path):
     event = tmp_path / "event.json"
     event.write_text(json.dumps({"repository": {"default_branch": "trunk"}}))
     env = {"GITHUB_ACTIONS": "true", "GITHUB_EVENT_PATH": str(event)}
-    assert history.should_append("auto", {**env, "GITHUB_REF": "refs/heads/trunk"})[0]
-    assert not history.should_append("auto", {**env, "GITHUB_REF": "refs/heads/main"})[0]
+    for name in ("push", "workflow_dispatch"):
+        on = {**env, "GITHUB_EVENT_NAME": name}
+        assert history.should_append("auto", {**on, "GITHUB_REF": "refs/heads/trunk"})[0]
+        assert not history.should_append("auto", {**on, "GITHUB_REF": "refs/heads/main"})[0]
+        assert not history.should_append("auto", {**on, "GITHUB_REF": "refs/tags/trunk"})[0]
+
+
+@pytest.mark.parametrize(
+    "event", ["pull_request_target", "issue_comment", "pull_request", "workflow_run", ""]
+)
+def test_a_pull_request_event_on_the_default_branch_does_not_append(tmp_path, event):
+    """pull_request_target and issue_comment run on the default branch (GITHUB_REF names
+    it) for a pull request, often a fork's: its values are not the branch's history."""
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps({"repository": {"default_branch": "main"}, "number": 7}))
+    env = {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_EVENT_PATH": str(path),
+        "GITHUB_EVENT_NAME": event,
+        "GITHUB_REF": "refs/heads/main",
+    }
+    wanted, why = history.should_append("auto", env)
+    assert not wanted
+    assert why == f"the event {event or 'unknown'} is not a push, schedule or manual run"
 
 
 def _gate_cli(tmp_path: Path, value: float, env: dict[str, str]):

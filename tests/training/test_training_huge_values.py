@@ -20,10 +20,13 @@ from gpuci import charts
 from gpuci.runtime import Result
 from gpuci.training import _history as history
 from gpuci.training._charts import metric_charts
-from gpuci.training._report import charts_markdown
+from gpuci.training._metrics import as_number
+from gpuci.training._report import charts_markdown, gate_markdown
+from gpuci.training._rules import fmt, numeric_deltas
 from gpuci_testing import clean_env, run_cli
 
 HUGE = 1.7e308
+BIG_INT = 10**350  # valid JSON (untrusted_json allows 400 digits), beyond any float
 REPO = "acme/models"
 MARKER = "<!-- gpuci-report:training -->"
 
@@ -61,6 +64,34 @@ def test_a_huge_metric_updates_the_pr_comment_it_fails(tmp_path):
         ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
     assert len(ours) == 1
     assert "❌ Model gate failed" in ours[0]["body"] and "above 1" in ours[0]["body"]
+
+
+def test_an_integer_beyond_a_float_fails_its_row_and_the_gate_finishes(tmp_path):
+    """float(10**350) raises OverflowError: the gate judged it an internal error (exit 3)."""
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    metrics = {"accuracy": BIG_INT, "tokens": BIG_INT}
+    baseline = {"accuracy": 0.4, "tokens": 1}
+    proc = run_gate(
+        tmp_path, metrics, "--min", "accuracy=0.5", "--json", env=env, baseline=baseline
+    )
+    _no_internal_error(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = json.loads(proc.stdout)["report"]["gate"]["rows"]
+    assert row["verdict"] == "FAIL: too large (beyond a float's range)"
+    assert "| (too large) |" in json.loads(proc.stdout)["summary_markdown"]
+
+
+def test_an_integer_beyond_a_float_is_no_number_anywhere_it_is_shown():
+    assert as_number(BIG_INT) == (None, "too large (beyond a float's range)")
+    assert as_number(-BIG_INT)[0] is None
+    assert as_number(10**300) == (1e300, "")
+    assert fmt(BIG_INT) == fmt(-BIG_INT) == "(too large)"
+    assert numeric_deltas({"t": BIG_INT, "a": 2}, {"t": 1, "a": 1}) == [("a", 2.0, 1.0)]
+    # an edited gate.json given to ``report``: its rows and deltas are input
+    gate = {"passed": True, "rows": [{"metric": "t", "value": BIG_INT, "rule": "t >= 0"}],
+            "deltas": [["t", BIG_INT, 1.5], ["a", 2, 1]]}  # fmt: skip
+    shown = gate_markdown(gate, None)
+    assert "(too large)" in shown and "All metrics vs baseline" in shown
 
 
 def _history_with(store: Path, value: float) -> None:

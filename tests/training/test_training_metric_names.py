@@ -11,6 +11,7 @@ from training_cli import run_gate
 from gpuci import untrusted_json
 from gpuci.errors import CheckFailed
 from gpuci.training._metrics import load
+from gpuci.training._rules import judge, parse_rules
 
 COLLIDING = [
     '{"acc": 0.95, "a.cc": 1, "a": {"cc": 0.1}}',
@@ -72,3 +73,39 @@ def test_distinct_names_still_flatten_as_before(tmp_path):
     path = tmp_path / "m.json"
     path.write_text('{"a": {"b": 1, "c": [2, {"d": 3}]}, "a.e": 4, "x": {}, "y": []}')
     assert load(path) == {"a.b": 1, "a.c.0": 2, "a.c.1.d": 3, "a.e": 4, "x": {}, "y": []}
+
+
+def _rule(kind: str, line: str):
+    return parse_rules(kind, [line])
+
+
+def test_a_name_the_metrics_make_ambiguous_fails_its_row_and_the_others_are_judged():
+    """``junk.accuracy`` beside ``eval.accuracy`` made ``accuracy`` bad input (exit 2, no
+    gate.json, no comment): the file is the PR's, so it is a failing row like any bad data."""
+    metrics = {"eval.accuracy": 0.1, "junk.accuracy": 1, "loss": 0.2}
+    verdict = judge(metrics, [*_rule("min", "accuracy=0.5"), *_rule("max", "loss=0.3")], None)
+    assert [r.passed for r in verdict.rows] == [False, True]
+    assert verdict.rows[0].verdict == (
+        "FAIL: metric 'accuracy' is ambiguous: 2 matches (eval.accuracy, junk.accuracy); "
+        "name it in full"
+    )
+    baseline = {"x.eval.accuracy": 0.5, "y.eval.accuracy": 0.5}
+    (row,) = judge(metrics, _rule("max-regression", "eval.accuracy=1%"), baseline).rows
+    assert not row.passed and row.verdict.endswith("in the baseline; name it in full")
+
+
+def test_an_ambiguity_lists_three_names_however_many_match():
+    metrics = {f"k{i}.acc": 0.5 for i in range(200_000)}
+    (row,) = judge(metrics, _rule("min", "acc=0.5"), None).rows
+    assert not row.passed
+    assert row.verdict.endswith(
+        "200000 matches (k0.acc, k1.acc, k10.acc and 199997 more); name it in full"
+    )
+
+
+def test_the_gate_fails_an_ambiguous_name_and_writes_its_report(tmp_path):
+    metrics = {"eval": {"accuracy": 0.1}, "junk": {"accuracy": 1}}
+    proc = run_gate(tmp_path, metrics, "--min", "accuracy=0.5", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = json.loads((tmp_path / "o" / "gate.json").read_text())["rows"]
+    assert "is ambiguous: 2 matches" in row["verdict"]

@@ -17,6 +17,9 @@ from gpuci.untrusted_child import git
 
 # GitHub caps a webhook's payload at 25 MB; the event file is that payload.
 _MAX_EVENT = 32 << 20
+# A PR or MR number as the platform writes it: ASCII digits (``str.isdigit`` and ``\d`` also
+# take "²" or "٣"), few enough for int() (which refuses over 4,300 digits).
+_NUMBER = r"[0-9]{1,15}"
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,15 @@ def github_event(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _github_pr(env: Mapping[str, str]) -> int | None:
-    """The PR number from the event payload, else from ``refs/pull/<n>/merge``."""
+    """The PR number from ``refs/pull/<n>/`` in ``GITHUB_REF``, else from the event payload.
+
+    The runner sets ``GITHUB_REF`` for the step and no step can change it, while any earlier
+    step (the PR's code) may rewrite the event file: it is read only where the ref names no
+    pull request (``pull_request_target`` and ``issue_comment`` run on the default branch).
+    """
+    match = re.match(rf"^refs/pull/({_NUMBER})/", settings.GITHUB_REF.value(env))
+    if match:
+        return int(match.group(1))
     event = github_event(env)
     pull, issue = (event.get(k) for k in ("pull_request", "issue"))
     for number in (
@@ -57,8 +68,7 @@ def _github_pr(env: Mapping[str, str]) -> int | None:
     ):
         if isinstance(number, int) and not isinstance(number, bool):
             return number
-    match = re.match(r"^refs/pull/(\d+)/", settings.GITHUB_REF.value(env))
-    return int(match.group(1)) if match else None
+    return None
 
 
 def detect(env: Mapping[str, str]) -> RunContext:
@@ -97,7 +107,7 @@ def detect(env: Mapping[str, str]) -> RunContext:
             run_url=settings.CI_JOB_URL.value(env) or settings.CI_PIPELINE_URL.value(env),
             job=settings.CI_JOB_NAME.value(env),
             runner=settings.CI_RUNNER_ID.value(env),
-            pull_request=int(mr) if mr.isdigit() else None,
+            pull_request=int(mr) if re.fullmatch(_NUMBER, mr) else None,
         )
     remote = git("config", "--get", "remote.origin.url")
     return RunContext(

@@ -166,13 +166,24 @@ def run(inp: GateInputs, rt: Runtime) -> Result:
     """``python -m gpuci gate``: judge, write gate.json, then provenance, pins, history, report.
 
     Raises InputError for no rules, a malformed rule or an unusable baseline; a failed rule
-    is the Result's exit code 1, not an exception.
+    is the Result's exit code 1, not an exception. With ``comment``, an error raised once the
+    rules are read first replaces the sticky report with one saying the gate errored.
     """
     result = Result(command="gate")
     rules = parse_all(inp)
     result.outputs = dict(_BLANK_OUTPUTS)
     if rt.dry_run:
         return _dry_run(inp, rules, rt, result)
+    try:
+        return _judge(inp, rules, rt, result)
+    except Exception as exc:  # re-raised: the CLI says it in its one line and exit code
+        if inp.comment:
+            _report_error(inp, rt, exc)
+        raise
+
+
+def _judge(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) -> Result:
+    """Judge, write gate.json and the journal record, then provenance, pins, history, report."""
     record, warnings = evaluate(inp, rules)
     for warning in warnings:
         result.warning(warning, "gpu-ci gate")
@@ -290,3 +301,24 @@ def _report(
         report.publish(inp, rt, body, result)
     except GpuciError as exc:  # the comment is a courtesy: it never hides the gate's verdict
         result.warning(f"PR comment not posted: {exc.one_line()}", "gpu-ci report")
+
+
+def _report_error(inp: GateInputs, rt: Runtime, error: Exception) -> None:
+    """Replace the sticky report with "the gate errored" and one line why: left alone, the last
+    push's "passed" would stay up over a job that failed. Its own failure is only logged, so
+    the gate's error is the one the job ends with."""
+    from gpuci.training import _ci as ci
+
+    if isinstance(error, GpuciError):
+        why = rt.line(error.one_line())
+    else:  # a bug's message may hold the PR's data: its type only, the job log has the rest
+        why = f"internal error in gpu-ci ({type(error).__name__}); the job log has the details"
+    said = Result(command="gate")
+    try:
+        body = report.error_body(inp.marker or DEFAULT_MARKER, why, ci.detect(rt.environ))
+        report.publish(inp, rt, body, said)
+    except Exception as exc:  # the gate's own error is the one raised
+        shown = exc.one_line() if isinstance(exc, GpuciError) else type(exc).__name__
+        rt.log(f"PR comment not updated to say the gate errored: {shown}")
+    for note in said.annotations:
+        rt.log(note.message)

@@ -27,6 +27,7 @@ from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store
 from gpuci.charts import finite
+from gpuci.redact import clip
 from gpuci.training import _ci as ci
 from gpuci.units import utc_iso
 
@@ -100,27 +101,52 @@ def _default_branch_github(environ: Mapping[str, str]) -> str:
     return branch if isinstance(branch, str) else ""
 
 
+# What ran the job when its commit is the branch's own: a push, a schedule, a manual run.
+# pull_request_target and issue_comment set GITHUB_REF to the default branch too, but run for
+# a pull request (whose values are not the branch's history); GitLab's merge request
+# pipelines likewise. Schedules run on the default branch (GitHub) or a branch a maintainer set.
+_GITHUB_EVENTS = frozenset({"push", "schedule", "workflow_dispatch"})
+_GITLAB_SOURCES = frozenset({"push", "schedule", "web"})
+
+
 def should_append(mode: str, environ: Mapping[str, str]) -> tuple[bool, str]:
-    """``auto``: on the default branch and on schedules only (a PR's values are not history)."""
+    """``auto``: a push or manual run on the default branch, or a schedule (a PR's values are
+    not history, whatever branch its job runs on); ``always``; ``never``."""
     if mode == "always":
         return True, "history-append is always"
     if mode == "never":
         return False, "history-append is never"
     if settings.GITHUB_ACTIONS.is_true(environ) or settings.GITHUB_REPOSITORY.is_set(environ):
-        if settings.GITHUB_EVENT_NAME.value(environ) == "schedule":
-            return True, "a scheduled run"
+        event = settings.GITHUB_EVENT_NAME.value(environ)
+        ref = settings.GITHUB_REF.value(environ)
+        branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else ""
         default = _default_branch_github(environ)
-        if default and settings.GITHUB_REF.value(environ) == f"refs/heads/{default}":
-            return True, f"a push to the default branch {default}"
-        return False, "not the default branch or a schedule"
+        return _on_default_branch(event, _GITHUB_EVENTS, branch, default)
     if settings.GITLAB_CI.is_true(environ):
-        if settings.CI_PIPELINE_SOURCE.value(environ) == "schedule":
-            return True, "a scheduled pipeline"
+        if settings.CI_MERGE_REQUEST_IID.is_set(environ):
+            return False, "a merge request pipeline"
+        source = settings.CI_PIPELINE_SOURCE.value(environ)
         branch = settings.CI_COMMIT_BRANCH.value(environ)
-        if branch and branch == settings.CI_DEFAULT_BRANCH.value(environ):
-            return True, f"the default branch {branch}"
-        return False, "not the default branch or a schedule"
+        default = settings.CI_DEFAULT_BRANCH.value(environ)
+        return _on_default_branch(source, _GITLAB_SOURCES, branch, default)
     return False, "not in CI (set history-append: always to record a local run)"
+
+
+def _on_default_branch(
+    event: str, events: frozenset[str], branch: str, default: str
+) -> tuple[bool, str]:
+    """Whether ``event`` on ``branch`` is the default branch's own run, and why (or why not)."""
+    if event not in events:
+        shown = clip(event, 40) or "unknown"
+        return False, f"the event {shown} is not a push, schedule or manual run"
+    if event == "schedule":
+        return True, "a scheduled run"
+    if default and branch == default:
+        return (
+            True,
+            f"a {'push' if event == 'push' else 'manual run'} on the default branch {default}",
+        )
+    return False, "not the default branch or a schedule"
 
 
 def gated_metrics(gate: Mapping[str, Any]) -> dict[str, float]:
@@ -273,8 +299,8 @@ def record_run(
 ) -> None:
     """Append this run to ``series`` of the history when it belongs there.
 
-    ``mode`` is the history-append input (auto: on the default branch and on schedules;
-    always; never). A store that fails is a warning: nothing is raised.
+    ``mode`` is the history-append input (auto: a push or manual run on the default branch, or
+    a schedule; always; never). A store that fails is a warning: nothing is raised.
     """
     from gpuci import journal
     from gpuci.errors import GpuciError

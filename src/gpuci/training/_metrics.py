@@ -11,6 +11,7 @@ For the same reason a value may not hide another: a key named twice in an object
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,30 +133,50 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
         ) from None
 
 
+class AmbiguousName(InputError):
+    """A rule's name is the dotted suffix of several metrics (``accuracy``: ``eval.accuracy``
+    and ``junk.accuracy``): the metrics file is the PR's, so its judge fails the rule's row."""
+
+    def __init__(self, name: str, matches: list[str]) -> None:
+        self.matches = matches
+        shown = ", ".join(clip(m, 60) for m in matches[:_MAX_LISTED])
+        more = len(matches) - _MAX_LISTED
+        super().__init__(
+            f"metric '{clip(name, 60)}' is ambiguous: {len(matches)} matches ({shown}"
+            + (f" and {more} more)" if more > 0 else ")"),
+            hint="name the metric in full, with its dotted path",
+        )
+
+
+_MAX_LISTED = 3  # names an ambiguity lists: the file may hold 200,000 that match
+
+
 def lookup(metrics: Metrics, name: str) -> tuple[str, Any] | None:
     """Find ``name``: exactly, else as the unique dotted suffix (``accuracy`` -> ``eval.accuracy``).
 
-    Returns ``(full name, value)`` or ``None`` when absent; an ambiguous suffix is bad input,
-    never a guess.
+    Returns ``(full name, value)`` or ``None`` when absent.
+
+    Raises:
+        AmbiguousName: the name is the suffix of several metrics; never a guess.
     """
     if name in metrics:
         return name, metrics[name]
     matches = sorted(k for k in metrics if k.endswith("." + name))
     if len(matches) > 1:
-        raise InputError(
-            f"metric '{name}' is ambiguous: it matches {', '.join(matches)}",
-            hint="name the metric in full, with its dotted path",
-        )
+        raise AmbiguousName(name, matches)
     if matches:
         return matches[0], metrics[matches[0]]
     return None
 
 
 def as_number(value: Any) -> tuple[float | None, str]:
-    """``(number, "")`` for a finite int/float, else ``(None, why)``: booleans are not numbers."""
+    """``(number, "")`` for a finite int/float, else ``(None, why)``: booleans are not numbers,
+    nor is an integer beyond a float's range (JSON allows 400 digits; float() would raise)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = "null" if value is None else type(value).__name__
         return None, f"not a number ({kind})"
+    if isinstance(value, int) and abs(value) > sys.float_info.max:  # exact: int vs float
+        return None, "too large (beyond a float's range)"
     number = float(value)
     if math.isnan(number):
         return None, "NaN"

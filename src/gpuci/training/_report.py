@@ -22,6 +22,7 @@ from gpuci.markdown import text as md_text
 from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training._charts import metric_charts
+from gpuci.training._metrics import as_number
 from gpuci.training._rules import fmt, table_markdown
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_NAME",
     "charts_markdown",
     "collect",
+    "error_body",
     "fit",
     "gate_markdown",
     "gpu_minutes",
@@ -50,6 +52,7 @@ MAX_DELTA_ROWS = 50
 MAX_JOB_S = 31 * 24 * 3600  # longer than any CI job runs (GitHub: 5 days self-hosted)
 MAX_SKEW_S = 300  # a gpu-setup time this far ahead of now is a clock's skew, not a lie
 MAX_NAME = 200  # a metric's name in a table cell: a PR names its metrics
+MAX_WHY = 300  # the error line of a report that says the gate errored
 
 
 def marker_comment(marker: str) -> str:
@@ -86,7 +89,7 @@ def _numeric_deltas(deltas: Any) -> list[tuple[str, float, float]]:
         for d in rows
         if isinstance(d, list | tuple)
         and len(d) == 3
-        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in d[1:])
+        and all(as_number(v)[0] is not None for v in d[1:])  # a 400-digit int: no float
     ]
 
 
@@ -229,6 +232,20 @@ def render(
     return fit(marker_comment(marker), "\n\n".join(parts[1:]))
 
 
+def error_body(marker: str, why: str, ctx: ci.RunContext) -> str:
+    """The comment body when the gate ended in an error before its verdict: what happened in
+    one line (the error's, made inert), so an older report never stands for this run."""
+    parts = [
+        "### \u26a0\ufe0f Model gate errored",
+        "The gate stopped before its verdict: " + md_text(charts.cut(why, MAX_WHY)),
+    ]
+    where = _run_fact(ctx)
+    if where:
+        parts.append(f"- {where}")
+    parts.append("<sub>Updated in place by gpu-ci on every run.</sub>")
+    return fit(marker_comment(marker), "\n\n".join(parts))
+
+
 def fit(marker: str, rest: str, limit: int = MAX_BODY) -> str:
     """``marker`` and ``rest``, within ``limit`` characters: when too long, ``rest`` is cut
     by :func:`gpuci.markdown.cut` (whole lines, open blocks closed, then the truncation note)."""
@@ -248,14 +265,20 @@ def _facts(
         if value is not None
         else f"**GPU time:** not measured ({how})"
     )
+    where = _run_fact(ctx)
+    if where:
+        facts.append(where)
+    return facts
+
+
+def _run_fact(ctx: ci.RunContext) -> str:
+    """``**Run:**`` and links to the run and the commit; empty when neither is known."""
     where = []
     if ctx.run_url:
         where.append(f"[run]({ctx.run_url})")
     if ctx.commit:
         where.append(f"commit `{ctx.commit[:12]}`")
-    if where:
-        facts.append("**Run:** " + ", ".join(where))
-    return facts
+    return "**Run:** " + ", ".join(where) if where else ""
 
 
 def provenance_fact(prov: dict[str, Any]) -> str:

@@ -10,12 +10,13 @@ metric, NaN or a non-number is a failing row, never a silent pass.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci.errors import InputError
 from gpuci.redact import json_kind
-from gpuci.training._metrics import Metrics, as_number, lookup
+from gpuci.training._metrics import AmbiguousName, Metrics, as_number, lookup
 
 _NAME = re.compile(r"^[^\s=]+$")
 MAX_CELL = 200  # a name, rule or verdict in the gate table: a PR names its metrics
@@ -171,13 +172,20 @@ def judge(
         lower = lower_is_better(rule.metric, rules, lower_better_names)
         row = Row(rule=rule, rule_text=rule.describe(lower), metric=rule.metric)
         verdict.rows.append(row)
-        found = lookup(metrics, rule.metric)
+        found = None
+        try:  # the files are the PR's: a name they make ambiguous fails its row
+            found = lookup(metrics, rule.metric)
+            if found is not None:
+                row.metric, row.value = found
+                row.baseline = _baseline_number(baseline, row.metric, rule.metric)
+        except AmbiguousName as exc:
+            where = " in the baseline" if found is not None else ""
+            row.verdict = f"FAIL: {exc.message}{where}; name it in full"
+            continue
         if found is None:
             row.verdict = "FAIL: metric missing"
             continue
-        row.metric, row.value = found
         number, why = as_number(row.value)
-        row.baseline = _baseline_number(baseline, row.metric, rule.metric)
         if number is not None and row.baseline is not None:
             row.delta = number - row.baseline
         if number is None:
@@ -236,6 +244,8 @@ def fmt(value: Any, signed: bool = False) -> str:
         return "true" if value else "false"
     if not isinstance(value, int | float):
         return f"({json_kind(value)})"
+    if isinstance(value, int) and abs(value) > sys.float_info.max:  # .4g would raise
+        return "(too large)"
     return f"{value:+.4g}" if signed else f"{value:.4g}"
 
 
