@@ -165,10 +165,7 @@ def run_action(
     unknown = set(inputs or {}) - set(declared)
     if unknown:
         raise HarnessError(f"unexpected input(s) {sorted(unknown)}; valid: {sorted(declared)}")
-    input_values = {
-        name: _text((inputs or {}).get(name, (meta or {}).get("default", "")))
-        for name, meta in declared.items()
-    }
+    input_values = {name: _text((inputs or {}).get(name, "")) for name in declared}
     machine = {
         k: v
         for k, v in (os.environ if base_env is None else base_env).items()
@@ -201,6 +198,11 @@ def run_action(
             },
             "runner": {"temp": str(runner_temp), "os": "Linux"},
         }
+
+    for name, meta in declared.items():  # a default is evaluated by the runner, as ${{ }}
+        if name not in (inputs or {}):
+            default = _text((meta or {}).get("default", ""))
+            input_values[name] = _text(interpolate(default, contexts(), status))
 
     for index, step in enumerate(spec["runs"].get("steps") or []):
         name = step.get("name") or step.get("run") or step.get("uses") or f"step {index}"

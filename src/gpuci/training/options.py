@@ -61,7 +61,12 @@ class CommentInputs:
         "REST API root (default: GITHUB_API_URL, for GHES; on GitLab: CI_API_V4_URL)."
     )
     repository: str = inp("owner/name (default: GITHUB_REPOSITORY).")
-    pr: int | None = inp("Pull request number (default: from the event).", minimum=1)
+    pr: int | None = inp(
+        "Pull request number (default: the runner's own copy of the event's PR or issue "
+        "number, which no earlier step can rewrite; else the event file).",
+        minimum=1,
+        action_default="${{ github.event.pull_request.number || github.event.issue.number }}",
+    )
     marker: str = inp(
         ("Name in the hidden marker that finds the comment again; one comment per marker."),
         default="training",
