@@ -27,6 +27,7 @@ from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
+from gpuci.training._report import gate_passed
 from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes, utc_iso
 
@@ -213,7 +214,7 @@ def build_record(
         "python": py,
         "metrics": metrics,
         "gate": gate,
-        "verdict": "not gated" if gate is None else ("passed" if gate.get("passed") else "failed"),
+        "verdict": "not gated" if gate is None else ("passed" if gate_passed(gate) else "failed"),
     }
     return record, warnings
 

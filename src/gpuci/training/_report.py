@@ -33,6 +33,7 @@ __all__ = [
     "collect",
     "fit",
     "gate_markdown",
+    "gate_passed",
     "gpu_minutes",
     "marker_comment",
     "minutes_text",
@@ -152,14 +153,20 @@ def row_dicts(gate: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
+def gate_passed(gate: dict[str, Any]) -> bool:
+    """Whether a gate report says it passed: ``passed`` is ``true`` and so is every row's. The
+    report is a file or a journal record (input): ``"false"``, ``1`` or ``[0]`` is no pass."""
+    return gate.get("passed") is True and all(r.get("passed") is True for r in row_dicts(gate))
+
+
 def verdict_markdown(gate: dict[str, Any]) -> str:
     """The heading and, when it failed, why: each failed rule with its metric's value and the
     verdict, before anything else (a reader sees the answer before the charts)."""
-    if gate.get("passed"):
+    if gate_passed(gate):
         return "### ✅ Model gate passed"
     lines = ["### ❌ Model gate failed", ""]
     rows = row_dicts(gate)
-    failed = [r for r in rows if not r.get("passed")]
+    failed = [r for r in rows if r.get("passed") is not True]
     if not failed:  # an edited report: the rule names are all there is
         listed = gate.get("failed_rules")
         names = [charts.cut(r) for r in listed] if isinstance(listed, list) else []
@@ -429,7 +436,7 @@ def run(inp: ReportInputs, rt: Runtime) -> Result:
         "no gate ran in this job"
         if gate is None
         else "gate passed"
-        if gate.get("passed")
+        if gate_passed(gate)
         else "gate failed"
     )
     result.headline = f"{verdict}; comment {result.outputs['comment']}"
