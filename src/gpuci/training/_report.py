@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import charts, journal, settings, untrusted_json
-from gpuci.markdown import Code
+from gpuci.markdown import Code, is_plain_url
 from gpuci.markdown import code as md_code
 from gpuci.markdown import cut as md_cut
 from gpuci.markdown import text as md_text
@@ -407,7 +407,8 @@ def _post_sticky(
     finally:  # what the client refused to do (a foreign next page, an unknown identity)
         for text in client.warnings:
             result.warning(text, "gpu-ci report")
-    result.outputs.update({"comment": action, "comment-url": url_of(posted)})
+    url = url_of(posted)  # the forge's answer: a later step may put it in a message or a shell
+    result.outputs.update({"comment": action, "comment-url": url if is_plain_url(url) else ""})
     result.report["comment"] = {"action": action, "id": posted.get("id"), "pr": sticky.number}
     rt.log(f"{action} the report {sticky.noun} on {sticky.target}")
 
