@@ -147,3 +147,22 @@ def test_provenance_warns_of_a_link_out(tmp_path):
         f"{ckpt}/run/shard.safetensors",
     ]
     assert any("shard2.safetensors is a link out of" in w for w in warnings)
+
+
+def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path):
+    """provenance hashed the metrics file by a plain open(): an unreadable one was an internal
+    error after the gate had judged (or failed) it."""
+    ckpt = checkpoint(tmp_path)
+    (tmp_path / "m.json").symlink_to("/proc/self/mem")
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    produced = provenance.produce(
+        [str(ckpt)],
+        environ=env,
+        out_dir=str(tmp_path / "o"),
+        metrics_path=str(tmp_path / "m.json"),
+        python="python3",
+    )
+    assert produced.record["metrics"]["sha256"] == ""
+    assert any(
+        w.startswith(f"metrics file {tmp_path}/m.json not hashed") for w in produced.warnings
+    )
