@@ -150,14 +150,40 @@ def write_file(path: Path, payload: bytes) -> str:
 
 
 def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
-    """One line, one ``write`` under ``O_APPEND``: parallel writers never interleave records."""
+    """One line, one ``write`` under ``O_APPEND``: parallel writers never interleave records.
+
+    Opened without waiting, and only onto a regular file: a FIFO planted where the log lives
+    would hold ``open`` (or the ``write``) for ever, a device would swallow the line.
+
+    Raises:
+        NotRegular: something there that is not a regular file (a FIFO, a socket, a device).
+        OSError: it cannot be made, opened or written.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(dict(record), sort_keys=True) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
     try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # a FIFO no one reads, a socket: no regular file
+            raise
+        raise NotRegular(str(path), _mode(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular(str(path), mode)
+        os.set_blocking(fd, True)
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _mode(path: Path) -> int:
+    """What ``path`` is (its ``st_mode``, not following a link); 0 when it is gone."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 class NotRegular(OSError):

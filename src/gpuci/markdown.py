@@ -43,6 +43,12 @@ class Link(str):
 _PLAIN_URL = r"https?://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+\Z"  # text: compiled on first use
 
 
+def is_plain_url(value: object) -> bool:
+    """Whether ``value`` is one plain http(s) URL: a string of URL characters only (no space,
+    no line break, no ``javascript:``), safe as an autolink or a step's output."""
+    return isinstance(value, str) and re.match(_PLAIN_URL, value) is not None
+
+
 def text(value: str) -> str:
     """``value`` as one line of inert Markdown text, shown as written."""
     line = _redact.single_line(value)
@@ -71,7 +77,7 @@ def cell(value: Any) -> str:
     from gpuci.units import format_output
 
     if isinstance(value, Link):
-        return f"<{value}>" if re.match(_PLAIN_URL, value) else code(value)
+        return f"<{value}>" if is_plain_url(value) else code(value)
     if isinstance(value, Code):
         return code(value)
     shown = format_output(value) if isinstance(value, bool | float) or value is None else value

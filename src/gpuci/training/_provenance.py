@@ -10,7 +10,6 @@ kept as a build artifact. The other steps of the job tell us what they did throu
 
 from __future__ import annotations
 
-import glob
 import shlex
 import shutil
 import sys
@@ -22,11 +21,13 @@ from typing import Any
 from gpuci import journal, untrusted_child, untrusted_json
 from gpuci.cache import _layout as layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
-from gpuci.files import json_bytes, sha256_file, write_file
+from gpuci.files import json_bytes, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
+from gpuci.training._artifacts import Artifact, digest, find_artifacts
 from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
+from gpuci.training._report import gate_passed
 from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes, utc_iso
 
@@ -57,7 +58,6 @@ FILES = {
     "predicate": "predicate.json",
 }
 SCHEMA = "gpuci.provenance/v1"
-_GLOB_CHARS = set("*?[")
 
 _PACKAGES_SCRIPT = """
 import importlib.metadata as m, json, platform, sys
@@ -73,13 +73,6 @@ print(json.dumps({"version": platform.python_version(),
 """
 
 
-@dataclass(frozen=True)
-class Artifact:
-    path: str
-    size: int
-    sha256: str = ""
-
-
 @dataclass
 class Produced:
     record: dict[str, Any]
@@ -87,35 +80,6 @@ class Produced:
     files: dict[str, str] = field(default_factory=dict)  # record/statement/predicate -> path
     digest: str = ""  # sha256:<hex> of the statement file
     warnings: list[str] = field(default_factory=list)
-
-
-def find_artifacts(patterns: list[str], *, hash_files: bool = True) -> list[Artifact]:
-    """Expand paths, folders and globs to files; a pattern matching nothing fails the check
-    (CheckFailed, exit 1)."""
-    found: dict[str, Path] = {}
-    for pattern in patterns:
-        if _GLOB_CHARS & set(pattern):
-            paths = [Path(p) for p in sorted(glob.glob(pattern, recursive=True))]
-        else:
-            paths = [Path(pattern)] if Path(pattern).exists() else []
-        files: list[Path] = []
-        for path in paths:
-            if path.is_dir():
-                files += sorted(p for p in path.rglob("*") if p.is_file())
-            elif path.is_file():
-                files.append(path)
-        files = [f for f in files if not f.name.endswith(".incomplete")]
-        if not files:
-            raise CheckFailed(
-                f"artifact '{pattern}' matches no file",
-                hint="run this after training wrote the model, or fix the artifacts path",
-            )
-        for file in files:
-            found.setdefault(file.as_posix(), file)
-    return [
-        Artifact(name, path.stat().st_size, sha256_file(path) if hash_files else "")
-        for name, path in sorted(found.items())
-    ]
 
 
 def python_environment(python: str | None) -> tuple[dict[str, Any] | None, str]:
@@ -158,6 +122,30 @@ def _downloads(environ: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _metrics(metrics_path: str | None, warnings: list[str]) -> dict[str, Any] | None:
+    """The metrics file's path, sha256 and values; what cannot be read is a warning, not fatal
+    here (the gate has judged them already)."""
+    if not metrics_path:
+        return None
+    path = Path(metrics_path)
+    if not path.is_file():
+        warnings.append(f"metrics file {metrics_path} not found: not recorded")
+        return None
+    from gpuci.training._metrics import load
+
+    try:
+        values = load(path)
+    except GpuciError as exc:
+        values = None
+        warnings.append(f"metrics file {path} not recorded as values: {exc.message}")
+    try:
+        sha256 = digest(path)[0]
+    except OSError as exc:
+        sha256 = ""
+        warnings.append(f"metrics file {path} not hashed: {exc.strerror or exc}")
+    return {"path": path.as_posix(), "sha256": sha256, "values": values}
+
+
 def build_record(
     artifacts: list[Artifact],
     *,
@@ -172,19 +160,7 @@ def build_record(
     py, why = python_environment(python)
     if why:
         warnings.append(why)
-    metrics: dict[str, Any] | None = None
-    if metrics_path and Path(metrics_path).is_file():
-        from gpuci.training._metrics import load
-
-        path = Path(metrics_path)
-        try:
-            values = load(path)
-        except GpuciError as exc:  # unreadable metrics are recorded as such, not fatal here
-            values = None
-            warnings.append(f"metrics file {path} not recorded as values: {exc.message}")
-        metrics = {"path": path.as_posix(), "sha256": sha256_file(path), "values": values}
-    elif metrics_path:
-        warnings.append(f"metrics file {metrics_path} not found: not recorded")
+    metrics = _metrics(metrics_path, warnings)
     record = {
         "schema": SCHEMA,
         "created": utc_iso(time.time()),
@@ -213,7 +189,7 @@ def build_record(
         "python": py,
         "metrics": metrics,
         "gate": gate,
-        "verdict": "not gated" if gate is None else ("passed" if gate.get("passed") else "failed"),
+        "verdict": "not gated" if gate is None else ("passed" if gate_passed(gate) else "failed"),
     }
     return record, warnings
 
@@ -228,10 +204,11 @@ def produce(
     python: str | None = None,
 ) -> Produced:
     """Hash the artifacts, build the record and the statement, write all three atomically."""
-    artifacts = find_artifacts(patterns)
+    artifacts, skipped = find_artifacts(patterns)
     record, warnings = build_record(
         artifacts, environ=environ, metrics_path=metrics_path, gate=gate, python=python
     )
+    warnings[:0] = skipped
     stmt = statement(record)
     paths = {what: Path(out_dir) / name for what, name in FILES.items()}
     produced = Produced(record=record, statement=stmt, warnings=warnings)
@@ -255,7 +232,7 @@ def plan(patterns: list[str], out_dir: str, environ: Any) -> list[str]:
     lines: list[str] = []
     for pattern in patterns:
         try:
-            arts = find_artifacts([pattern], hash_files=False)
+            arts, _ = find_artifacts([pattern], hash_files=False)
         except CheckFailed:
             lines.append(f"would hash '{pattern}': nothing there yet (training writes it)")
             continue

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import charts, journal, settings, untrusted_json
-from gpuci.markdown import Code
+from gpuci.markdown import Code, is_plain_url
 from gpuci.markdown import code as md_code
 from gpuci.markdown import cut as md_cut
 from gpuci.markdown import text as md_text
@@ -35,6 +35,7 @@ __all__ = [
     "error_body",
     "fit",
     "gate_markdown",
+    "gate_passed",
     "gpu_minutes",
     "marker_comment",
     "minutes_text",
@@ -155,14 +156,20 @@ def row_dicts(gate: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
+def gate_passed(gate: dict[str, Any]) -> bool:
+    """Whether a gate report says it passed: ``passed`` is ``true`` and so is every row's. The
+    report is a file or a journal record (input): ``"false"``, ``1`` or ``[0]`` is no pass."""
+    return gate.get("passed") is True and all(r.get("passed") is True for r in row_dicts(gate))
+
+
 def verdict_markdown(gate: dict[str, Any]) -> str:
     """The heading and, when it failed, why: each failed rule with its metric's value and the
     verdict, before anything else (a reader sees the answer before the charts)."""
-    if gate.get("passed"):
+    if gate_passed(gate):
         return "### ✅ Model gate passed"
     lines = ["### ❌ Model gate failed", ""]
     rows = row_dicts(gate)
-    failed = [r for r in rows if not r.get("passed")]
+    failed = [r for r in rows if r.get("passed") is not True]
     if not failed:  # an edited report: the rule names are all there is
         listed = gate.get("failed_rules")
         names = [charts.cut(r) for r in listed] if isinstance(listed, list) else []
@@ -423,7 +430,8 @@ def _post_sticky(
     finally:  # what the client refused to do (a foreign next page, an unknown identity)
         for text in client.warnings:
             result.warning(text, "gpu-ci report")
-    result.outputs.update({"comment": action, "comment-url": url_of(posted)})
+    url = url_of(posted)  # the forge's answer: a later step may put it in a message or a shell
+    result.outputs.update({"comment": action, "comment-url": url if is_plain_url(url) else ""})
     result.report["comment"] = {"action": action, "id": posted.get("id"), "pr": sticky.number}
     rt.log(f"{action} the report {sticky.noun} on {sticky.target}")
 
@@ -452,7 +460,7 @@ def run(inp: ReportInputs, rt: Runtime) -> Result:
         "no gate ran in this job"
         if gate is None
         else "gate passed"
-        if gate.get("passed")
+        if gate_passed(gate)
         else "gate failed"
     )
     result.headline = f"{verdict}; comment {result.outputs['comment']}"

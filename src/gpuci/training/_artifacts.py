@@ -1,0 +1,161 @@
+"""The trained artifacts a provenance record names: found without going down a link, hashed
+through the one hash loop.
+
+The PR's training writes the folders these are found in, so what is there is input. A folder
+link (``ckpt/a -> .``) would send ``glob``'s ``**`` round a loop, so the folders are walked by
+:func:`gpuci.files.walk` (no link followed) and the pattern matched name by name
+(:mod:`gpuci.globs`). A file link counts only when it points at a regular file inside the
+folder walked; one that leaves it (``shard -> /proc/self/mem``, a secret) is named in a warning
+and not hashed. Each file is opened by :func:`gpuci.files.open_regular` and hashed by
+:func:`gpuci.files.hash_fd`; one that cannot be read is one line naming it (InputError).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuci import files, globs
+from gpuci.errors import CheckFailed, InputError
+
+__all__ = ["MAX_ARTIFACT_FILES", "Artifact", "digest", "find_artifacts"]
+
+MAX_ARTIFACT_FILES = 100_000  # far more files than a model is saved as; a walk stops past it
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str
+    size: int
+    sha256: str = ""
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What is opened to read an artifact, and whether through a link (a path the workflow
+    named itself, as given)."""
+
+    opened: Path
+    follow: bool = False
+
+
+def find_artifacts(
+    patterns: list[str], *, hash_files: bool = True
+) -> tuple[list[Artifact], list[str]]:
+    """Expand paths, folders and globs to files, sorted by path, each hashed (sized only
+    without ``hash_files``).
+
+    Returns:
+        The artifacts, and a warning for each link that leaves its folder (not hashed).
+
+    Raises:
+        CheckFailed: a pattern matches no file (exit 1: training did not write it).
+        InputError: more than :data:`MAX_ARTIFACT_FILES` files, or one that cannot be read.
+    """
+    found: dict[str, _Found] = {}
+    skipped: list[str] = []
+    for pattern in patterns:
+        matched = _matching(pattern, MAX_ARTIFACT_FILES - len(found), skipped)
+        matched = {k: v for k, v in matched.items() if not k.endswith(files.INCOMPLETE)}
+        if not matched:
+            raise CheckFailed(
+                f"artifact '{pattern}' matches no file",
+                hint="run this after training wrote the model, or fix the artifacts path",
+            )
+        for name, item in matched.items():
+            found.setdefault(name, item)
+    artifacts = [_artifact(name, item, hash_files) for name, item in sorted(found.items())]
+    return artifacts, skipped
+
+
+def _matching(pattern: str, room: int, skipped: list[str]) -> dict[str, _Found]:
+    """The files one pattern names: a file as given, every file below a folder, or what a
+    glob matches below the folder its fixed names lead to."""
+    base, rest = globs.split(pattern)
+    if rest:
+        return _walk(Path(base), rest, room, skipped)
+    path = Path(pattern)
+    if path.is_dir():
+        return _walk(path, None, room, skipped)
+    return {path.as_posix(): _Found(path, follow=True)} if path.is_file() else {}
+
+
+def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> dict[str, _Found]:
+    """The files below ``base`` that ``rest`` matches (a file, or a folder above it, as
+    ``glob`` matches folders too), every file when ``rest`` is None; no link followed down."""
+    try:
+        top = os.open(base, files.FOLDER)
+    except OSError:
+        return {}
+    root = os.path.realpath(base)
+    found: dict[str, _Found] = {}
+    # A folder matched takes every file below it (``ckpt/**`` matches ``ckpt/`` itself).
+    taken: dict[tuple[str, ...], bool] = {(): rest is None or globs.matches(rest, ())}
+    try:
+        for _, names, entries in files.walk(top):
+            here = tuple(names)
+            if here not in taken:  # a folder comes after the one above it
+                taken[here] = taken[here[:-1]] or globs.matches(rest or [], here, dot_files=False)
+            for entry in entries:
+                relative = (*here, entry.name)
+                if taken[here] or globs.matches(rest or [], relative, dot_files=False):
+                    path = base.joinpath(*relative)
+                    item = _file(entry, path, root, skipped)
+                    if item is not None:
+                        found[path.as_posix()] = item
+                if len(found) > room:
+                    raise InputError(
+                        f"artifacts match more than {MAX_ARTIFACT_FILES:,} files",
+                        hint="name the model's files, or the folder that holds only them",
+                    )
+    finally:
+        os.close(top)
+    return found
+
+
+def _file(entry: os.DirEntry[str], path: Path, root: str, skipped: list[str]) -> _Found | None:
+    """A regular file, or a link to one inside ``root``; else None (a FIFO, a device, a
+    folder link: its files are walked where they are), with a warning for a link out."""
+    if entry.is_file(follow_symlinks=False):
+        return _Found(path)
+    if not entry.is_symlink():
+        return None
+    target = os.path.realpath(path)
+    if os.path.commonpath([root, target]) != root:
+        skipped.append(
+            f"artifact {path.as_posix()} is a link out of {root}: not hashed "
+            "(save the file itself there, or name it in artifacts)"
+        )
+        return None
+    return _Found(Path(target)) if os.path.isfile(target) else None
+
+
+def _artifact(name: str, item: _Found, hash_files: bool) -> Artifact:
+    """Its size and sha256 (:func:`digest`); one that cannot be read is InputError naming it."""
+    try:
+        if not hash_files:
+            return Artifact(name, os.stat(item.opened, follow_symlinks=item.follow).st_size)
+        sha256, size = digest(item.opened, follow=item.follow)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read the artifact {name}: {exc.strerror or exc}",
+            hint="make it a readable regular file, or leave it out of artifacts",
+        ) from None
+    return Artifact(name, size, sha256)
+
+
+def digest(path: Path, *, follow: bool = True) -> tuple[str, int]:
+    """The sha256 (hex) and size of the regular file at ``path``: opened by
+    :func:`gpuci.files.open_regular` (a FIFO is refused, never waited on; a link only when
+    ``follow``), read by :func:`gpuci.files.hash_fd`.
+
+    Raises:
+        OSError: it cannot be opened or read, or is no regular file.
+    """
+    fd = files.open_regular(path, follow=follow)
+    try:
+        hasher, size = files.hash_fd(fd)
+    finally:
+        os.close(fd)
+    return hasher.hexdigest(), size

@@ -1,0 +1,63 @@
+"""The job journal is appended to, never waited on: a FIFO (or anything else that is no
+regular file) planted where it lives is refused in one line."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from gpuci import journal
+from gpuci.errors import JournalError
+
+
+def record_in_thread(env: dict[str, str]) -> list[object]:
+    """``journal.record`` in a thread: what it raised (or None), once it ended."""
+    got: list[object] = []
+
+    def write() -> None:
+        try:
+            journal.record("gate", {"passed": True}, env)
+            got.append(None)
+        except Exception as exc:  # the test reads what came out
+            got.append(exc)
+
+    worker = threading.Thread(target=write, daemon=True)
+    worker.start()
+    worker.join(20)
+    return got
+
+
+def test_a_fifo_no_one_reads_is_refused_not_waited_on(tmp_path):
+    """A PR's step made RUNNER_TEMP/gpuci-journal.jsonl a FIFO: open() for writing waited for
+    a reader for ever, and with it the gate."""
+    fifo = tmp_path / "gpuci-journal.jsonl"
+    os.mkfifo(fifo)
+    got = record_in_thread({"RUNNER_TEMP": str(tmp_path)})
+    if not got:  # release the writer still waiting in open(), then fail
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    assert got, "still waiting on the FIFO after 20 s"
+    (error,) = got
+    assert isinstance(error, JournalError), error
+    assert "not a regular file" in error.one_line() and str(fifo) in error.one_line()
+
+
+def test_a_fifo_someone_reads_is_refused_too(tmp_path):
+    """With a reader on the other end the line would go down the pipe, not into the journal
+    the later steps read."""
+    fifo = tmp_path / "journal.jsonl"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(JournalError, match="not a regular file"):
+            journal.record("gate", {"passed": True}, {"GPUCI_JOURNAL": str(fifo)})
+    finally:
+        os.close(reader)
+
+
+def test_records_are_appended_and_read_back(tmp_path):
+    env = {"GPUCI_JOURNAL": str(tmp_path / "j" / "journal.jsonl")}
+    journal.record("gate", {"passed": True}, env)
+    journal.record("gate", {"passed": False}, env)
+    assert [r["passed"] for r in journal.read("gate", env)] == [True, False]

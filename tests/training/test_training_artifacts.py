@@ -1,0 +1,168 @@
+"""The artifacts provenance hashes are found without going down a link and read through the
+one hash loop: a link loop the PR's training leaves in its checkpoint folder is not walked, a
+link out of the folder is a warning and not hashed, an unreadable file is one line naming it."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from training_cli import run_gate
+
+from forges.fake_github import FakeGitHub
+from gpuci.errors import CheckFailed, InputError
+from gpuci.training import _provenance as provenance
+from gpuci_testing import clean_env
+
+
+def checkpoint(tmp_path: Path) -> Path:
+    """ckpt/model.safetensors and ckpt/run/shard.safetensors."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "run").mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    (ckpt / "run" / "shard.safetensors").write_bytes(b"shard")
+    return ckpt
+
+
+def recorded(tmp_path: Path, patterns: list[str]) -> tuple[list[dict], list[str]]:
+    """The artifacts ``provenance.produce`` records (path, size, sha256) and its warnings."""
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    out = str(tmp_path / "o")
+    produced = provenance.produce(patterns, environ=env, out_dir=out, python="python3")
+    return produced.record["artifacts"], produced.warnings
+
+
+def paths(tmp_path: Path, patterns: list[str]) -> list[str]:
+    return [a["path"] for a in recorded(tmp_path, patterns)[0]]
+
+
+def test_a_folder_link_loop_is_not_walked(tmp_path):
+    """glob's ``**`` followed ckpt/a -> . round and round (with two such links, 2**40 paths:
+    the gate never ended); every file is found once, where it is."""
+    ckpt = checkpoint(tmp_path)
+    (ckpt / "a").symlink_to(".")
+    for pattern in (f"{ckpt}/**/*.safetensors", str(ckpt), f"{ckpt}/*"):
+        assert paths(tmp_path, [pattern]) == [
+            f"{ckpt}/model.safetensors",
+            f"{ckpt}/run/shard.safetensors",
+        ], pattern
+
+
+def test_a_link_out_of_the_folder_is_a_warning_and_not_hashed(tmp_path):
+    ckpt = checkpoint(tmp_path)
+    secret = tmp_path / "outside" / "deep"
+    secret.mkdir(parents=True)
+    (secret / "token.safetensors").write_bytes(b"secret")
+    (ckpt / "sys").symlink_to(tmp_path / "outside")  # a folder: not walked
+    (ckpt / "stolen.safetensors").symlink_to(secret / "token.safetensors")  # a file: not read
+    (ckpt / "latest.safetensors").symlink_to("model.safetensors")  # inside: hashed
+    found, warnings = recorded(tmp_path, [f"{ckpt}/**/*.safetensors"])
+    assert [a["path"] for a in found] == [
+        f"{ckpt}/latest.safetensors",
+        f"{ckpt}/model.safetensors",
+        f"{ckpt}/run/shard.safetensors",
+    ]
+    assert found[0]["sha256"] == found[1]["sha256"] == hashlib.sha256(b"weights").hexdigest()
+    assert warnings == [
+        f"artifact {ckpt}/stolen.safetensors is a link out of {ckpt}: not hashed "
+        "(save the file itself there, or name it in artifacts)"
+    ]
+
+
+def test_globs_match_as_glob_did_without_links(tmp_path):
+    """The walk finds what ``glob`` (and a folder's ``rglob``) found in a tree with no link:
+    ``*`` passes over dot names, a folder a glob matches gives every file below it, a file
+    still being written (``.incomplete``) is none."""
+    ckpt = checkpoint(tmp_path)
+    (ckpt / ".hidden").mkdir()
+    (ckpt / ".hidden" / "x.safetensors").write_bytes(b"x")
+    (ckpt / ".dot.safetensors").write_bytes(b"d")
+    (ckpt / "run" / ".state").write_bytes(b"s")
+    (ckpt / "run" / "part.safetensors.incomplete").write_bytes(b"p")
+    (ckpt / "run.safetensors").mkdir()
+    (ckpt / "run.safetensors" / "inner.bin").write_bytes(b"i")
+    for pattern in ("**/*.safetensors", "*", "r*", "run/*", "**", "*/*.safetensors", "?un"):
+        full = f"{ckpt}/{pattern}"
+        expected: set[str] = set()
+        for path in map(Path, glob.glob(full, recursive=True)):
+            below = path.rglob("*") if path.is_dir() else [path]
+            expected |= {p.as_posix() for p in below if p.is_file()}
+        expected = {p for p in expected if not p.endswith(".incomplete")}
+        assert paths(tmp_path, [full]) == sorted(expected), pattern
+
+
+def test_more_files_than_the_cap_is_one_line(tmp_path, monkeypatch):
+    from gpuci.training import _artifacts as artifacts
+
+    ckpt = checkpoint(tmp_path)
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_FILES", 1)
+    with pytest.raises(InputError, match="artifacts match more than 1 files"):
+        artifacts.find_artifacts([str(ckpt)])
+
+
+def test_a_fifo_in_the_folder_is_no_artifact(tmp_path):
+    ckpt = checkpoint(tmp_path)
+    os.mkfifo(ckpt / "pipe.safetensors")
+    assert paths(tmp_path, [f"{ckpt}/*.safetensors"]) == [f"{ckpt}/model.safetensors"]
+    with pytest.raises(CheckFailed, match="matches no file"):
+        recorded(tmp_path, [str(ckpt / "pipe.safetensors")])
+
+
+def test_an_unreadable_artifact_is_one_line_and_the_gate_goes_on(tmp_path):
+    """An artifact named in the workflow that the PR's training made unreadable (here a link
+    to /proc/self/mem: EIO on read, as root too) ended the gate in an internal error after
+    gate.json, so no PR comment and no history."""
+    ckpt = checkpoint(tmp_path)
+    (ckpt / "shard2.safetensors").symlink_to("/proc/self/mem")
+    with FakeGitHub() as github:
+        env = github.pull_request_env(tmp_path, "acme/models", 7)
+        proc = run_gate(
+            tmp_path,
+            {"accuracy": 0.95},
+            "--min",
+            "accuracy=0.5",
+            "--artifacts",
+            str(ckpt / "shard2.safetensors"),
+            "--comment",
+            env=env,
+        )
+        comments = github.state.comments.get("acme/models#7", [])
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "internal error" not in text and "Traceback" not in text
+    assert f"cannot read the artifact {ckpt}/shard2.safetensors: Input/output error" in text
+    assert (tmp_path / "o" / "gate.json").is_file()
+    assert len(comments) == 1
+
+
+def test_provenance_warns_of_a_link_out(tmp_path):
+    ckpt = checkpoint(tmp_path)
+    (ckpt / "shard2.safetensors").symlink_to("/proc/self/mem")
+    found, warnings = recorded(tmp_path, [str(ckpt)])
+    assert [a["path"] for a in found] == [
+        f"{ckpt}/model.safetensors",
+        f"{ckpt}/run/shard.safetensors",
+    ]
+    assert any("shard2.safetensors is a link out of" in w for w in warnings)
+
+
+def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path):
+    """provenance hashed the metrics file by a plain open(): an unreadable one was an internal
+    error after the gate had judged (or failed) it."""
+    ckpt = checkpoint(tmp_path)
+    (tmp_path / "m.json").symlink_to("/proc/self/mem")
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    produced = provenance.produce(
+        [str(ckpt)],
+        environ=env,
+        out_dir=str(tmp_path / "o"),
+        metrics_path=str(tmp_path / "m.json"),
+        python="python3",
+    )
+    assert produced.record["metrics"]["sha256"] == ""
+    assert any(
+        w.startswith(f"metrics file {tmp_path}/m.json not hashed") for w in produced.warnings
+    )
