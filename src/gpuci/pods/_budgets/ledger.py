@@ -13,7 +13,8 @@ concurrent jobs never overwrite each other:
   hour, CI run URL, time.
 - ``pods-ledger/reservations/<owner>/<seq>.json``: a budget reservation made before a create.
   Sequence numbers are the serialisation point: two ``up``\\ s of one owner that read the same
-  state both try to create the same next number; one wins, the other re-reads and decides again.
+  state both try to create the same next (lowest free) number; one wins, the other re-reads and
+  decides again.
 - ``pods-ledger/releases/<owner>/<seq>.json``: the reservation of a pod that has ended.
 
 Objects are inputs like any other from a store: sizes are capped, malformed ones skipped.
@@ -47,6 +48,7 @@ MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is no
 RESERVE_ATTEMPTS = 20
 EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
 _POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SEQ = re.compile(r"/(\d{10})\.json$")  # a reservation's sequence number, as reserve() writes it
 
 
 def default_url() -> str:
@@ -280,19 +282,20 @@ class Ledger:
         return _merge(pod_id, events)
 
     def reservations(self, owner: str) -> tuple[list[Reservation], set[str], int]:
-        """(live reservations, keys of released ones, next sequence number) of one owner,
-        whatever the case their name was written in."""
+        """(live reservations, keys of released ones, the lowest free sequence number) of one
+        owner, whatever the case their name was written in. The lowest free number, not the
+        highest plus one: a planted ``9999999999.json`` then leaves the next one as it was."""
         own = owner_key(owner)
         keys = self._owner_keys(RESERVATIONS, own)
         released = {
             k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
             for k in self._owner_keys(RELEASES, own)
         }
-        seqs = [
+        taken = {
             int(m.group(1))
             for k in keys
-            if k.startswith(f"{RESERVATIONS}/{own}/") and (m := re.search(r"/(\d{10})\.json$", k))
-        ]
+            if k.startswith(f"{RESERVATIONS}/{own}/") and (m := _SEQ.search(k))
+        }
         live = []
         for key, item in self._get_many(k for k in keys if k not in released).items():
             if item is None or fold_owner(str(item.get("owner") or "")) != fold_owner(owner):
@@ -307,7 +310,7 @@ class Ledger:
                     str(item.get("podName") or ""),
                 )
             )
-        return live, released, (max(seqs) + 1 if seqs else 0)
+        return live, released, _lowest_free(taken)
 
     def _owner_keys(self, root: str, own: str) -> list[str]:
         """The keys under ``root`` in the folder ``own`` (an :func:`owner_key`) and in those an
@@ -404,6 +407,13 @@ def _wanted(key: str, pods: Collection[str], since: float | None) -> bool:
     if not match:
         return False
     return match.group(1) in pods or (since is not None and int(match.group(2)) / 1000 >= since)
+
+
+def _lowest_free(taken: set[int]) -> int:
+    seq = 0
+    while seq in taken:
+        seq += 1
+    return seq
 
 
 def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
