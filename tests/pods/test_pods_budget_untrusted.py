@@ -7,11 +7,60 @@ fields, ``Ledger.reserve``'s key), so only their content is hostile.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from pods_testing import L40S
 
+from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types=L40S, owner="alice")  # $0.86/h
+
+
+def _plant_event(root: Path, folder: str, at: float, item: dict, nonce: str) -> None:
+    path = root / ledger.EVENTS / folder / f"{int(at * 1000):015d}-{item['event']}-{nonce}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(item))
+
+
+def _count_gets(monkeypatch) -> list[int]:
+    gets = [0]
+    original = LocalStore.get
+
+    def counting(self, key, limit=None):
+        gets[0] += "/events/" in key
+        return original(self, key, limit)
+
+    monkeypatch.setattr(LocalStore, "get", counting)
+    return gets
+
+
+def test_events_of_no_pod_are_never_read_for_the_budget(fake, run, clock, tmp_path, monkeypatch):
+    """F8: 300 objects planted under ``events/_/`` were each fetched by every budgeted up."""
+    gets = _count_gets(monkeypatch)
+    assert run("up", budget_usd="50", **UP).code == 0
+    for i in range(300):
+        item = {"event": "budget-refused", "podId": None, "owner": "x", "time": clock.now()}
+        _plant_event(tmp_path / "ledger", "_", clock.now(), item, f"{i:08x}")
+    gets[0] = 0
+    assert run("up", budget_usd="50", **UP).code == 0
+    assert gets[0] < 10
+
+
+def test_more_event_objects_than_one_read_takes_are_refused_unread(
+    fake, run, clock, tmp_path, monkeypatch
+):
+    """F8: no cap on the events a budgeted up fetched; over it, one line and none fetched."""
+    monkeypatch.setattr(ledger, "MAX_EVENT_READS", 20, raising=False)  # absent before the cap
+    gets = _count_gets(monkeypatch)
+    for i in range(30):
+        item = {"event": "reaped", "podId": f"pod{i}", "owner": "x", "time": clock.now()}
+        _plant_event(tmp_path / "ledger", f"pod{i}", clock.now(), item, f"{i:08x}")
+    res = run("up", budget_usd="50", **UP)
+    assert res.code == 3 and "30 event objects" in res.json["headline"], res.stdout
+    assert "over the 20 one command reads" in res.json["headline"]
+    assert gets[0] == 0 and fake.calls("POST", "/v2/pods") == []
 
 
 def test_a_planted_last_sequence_number_never_blocks_an_owner(fake, run, tmp_path):

@@ -17,7 +17,8 @@ concurrent jobs never overwrite each other:
   decides again.
 - ``pods-ledger/releases/<owner>/<seq>.json``: the reservation of a pod that has ended.
 
-Objects are inputs like any other from a store: sizes are capped, malformed ones skipped.
+Objects are inputs like any other from a store: sizes and counts are capped, malformed ones
+skipped.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ EVENTS = f"{ROOT}/events"
 RESERVATIONS = f"{ROOT}/reservations"
 RELEASES = f"{ROOT}/releases"
 MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is not ours
+#: Event objects one read of the ledger fetches at most (each is a GET): more are refused in
+#: one line, never fetched, whoever wrote them.
+MAX_EVENT_READS = 20_000
 RESERVE_ATTEMPTS = 20
 EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
 _POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -252,6 +256,13 @@ class Ledger:
         keys = self._list(prefix)
         if pods is not None or since is not None:
             keys = [k for k in keys if _wanted(k, pods or (), since)]
+        if len(keys) > MAX_EVENT_READS:
+            raise InfraError(
+                f"the pods ledger {self.where} holds {len(keys)} event objects to read here "
+                f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
+                hint="look for objects gpu-ci did not write under pods-ledger/events/ and remove "
+                "them, or shorten the budgets file's period",
+            )
         out = []
         for key, item in self._get_many(keys).items():
             if item is None or item.get("event") not in EVENT_KINDS:
@@ -406,7 +417,10 @@ def _wanted(key: str, pods: Collection[str], since: float | None) -> bool:
     match = _KEY.match(key)
     if not match:
         return False
-    return match.group(1) in pods or (since is not None and int(match.group(2)) / 1000 >= since)
+    if match.group(1) in pods:
+        return True
+    # "_" holds only events of no pod (budget-refused): no book needs them
+    return since is not None and match.group(1) != "_" and int(match.group(2)) / 1000 >= since
 
 
 def _lowest_free(taken: set[int]) -> int:
