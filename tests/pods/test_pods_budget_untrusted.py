@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from pods_testing import L40S
 
 from gpuci.cache._stores.file import LocalStore
-from gpuci.pods._budgets import ledger
+from gpuci.pods._budgets import cost, ledger
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types=L40S, owner="alice")  # $0.86/h
 
@@ -22,6 +23,53 @@ def _plant_event(root: Path, folder: str, at: float, item: dict, nonce: str) -> 
     path = root / ledger.EVENTS / folder / f"{int(at * 1000):015d}-{item['event']}-{nonce}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(item))
+
+
+def _alice_spent(run) -> float:
+    return run("cost", owner="alice").json["report"]["owners"]["alice"]["spent_usd"]
+
+
+def _ended_pod_of_alice(run, clock) -> str:
+    """An L40S pod of alice's that billed 3 h ($2.58), then ended."""
+    pod = run("up", budget_usd="5", **UP).outputs["pod-id"]
+    clock.advance(3 * 3600)
+    assert run("down", pod_id=pod).code == 0
+    return pod
+
+
+@pytest.mark.parametrize("folder", ["pod", "_"])
+def test_a_planted_created_event_adds_an_owner_and_never_moves_the_spend(
+    fake, run, clock, tmp_path, folder
+):
+    """F1: a later ``created`` event naming mallory (in the pod's folder, or in ``_``, the
+    folder of events of no pod) left alice's $2.58 with mallory, and her refused up passed."""
+    pod = _ended_pod_of_alice(run, clock)
+    before = _alice_spent(run)
+    assert before > 2 and run("up", budget_usd="3", **UP).code == 1
+    planted = {"event": "created", "podId": pod, "owner": "mallory", "time": clock.now()}
+    _plant_event(tmp_path / "ledger", pod if folder == "pod" else "_", clock.now(), planted, "0bad")
+    assert _alice_spent(run) == before
+    assert run("up", budget_usd="3", **UP).code == 1
+    owners = run("cost").json["report"]["owners"]
+    if folder == "pod":  # what it names is added: mallory is counted too
+        assert owners["mallory"]["spent_usd"] == before
+    else:  # an event of a pod filed under "_" is ignored, as the docs say
+        assert "mallory" not in owners
+
+
+def test_a_reservation_a_planted_event_names_never_shortens_the_pods_count(fake):
+    """Of the live reservations a pod's events name, the earliest ``until`` holds it."""
+    real = ledger.Reservation("r/real", "alice", 0.86, 2000.0)
+    planted = ledger.Reservation("r/planted", "alice", 0.0, 9e9)
+    rec = ledger._merge(
+        "p1",
+        [
+            {"event": "created", "podId": "p1", "owner": "alice", "reservation": "r/real"},
+            {"event": "created", "podId": "p1", "owner": "x", "reservation": "r/planted"},
+        ],
+    )
+    assert cost.covered_by([real, planted])({"p1": rec}) == {"p1": 2000.0}
+    assert rec.owners == ["alice", "x"]
 
 
 def _count_gets(monkeypatch) -> list[int]:

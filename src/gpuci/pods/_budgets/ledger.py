@@ -18,7 +18,7 @@ concurrent jobs never overwrite each other:
 - ``pods-ledger/releases/<owner>/<seq>.json``: the reservation of a pod that has ended.
 
 Objects are inputs like any other from a store: sizes and counts are capped, malformed ones
-skipped.
+skipped, and what an event says can only add to an owner's spend (see :func:`_merge`).
 """
 
 from __future__ import annotations
@@ -141,15 +141,17 @@ def _amount(value: Any, default: float = 0.0) -> float:
 
 @dataclass
 class PodRecord:
-    """What the ledger knows of one pod, merged over its events (the created event wins)."""
+    """What the ledger knows of one pod, merged over its events (see :func:`_merge`)."""
 
     pod_id: str
-    owner: str = ""
+    owner: str = ""  # the first of ``owners``
+    owners: list[str] = field(default_factory=list)  # every owner its spend counts for
     gpu: str = ""
     cost_per_hr: float = 0.0
     run_url: str = ""
     expires_at: float = float("nan")
-    reservation: str = ""  # the reservation key ``up`` made for it, if any
+    reservation: str = ""  # the reservation released when it ends: the last one named
+    reservations: list[str] = field(default_factory=list)  # every reservation key named
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def ended(self) -> bool:
@@ -268,8 +270,8 @@ class Ledger:
             if item is None or item.get("event") not in EVENT_KINDS:
                 continue
             pid = key[len(EVENTS) + 1 :].partition("/")[0]
-            if pid != "_" and item.get("podId") != pid:
-                continue  # an object filed under another pod's folder is not trusted
+            if (item.get("podId") or None) != (None if pid == "_" else pid):
+                continue  # filed under another pod's folder, or a pod's event under "_"
             out.append(item)
         return sorted(out, key=lambda e: _num(e.get("time")))
 
@@ -431,17 +433,27 @@ def _lowest_free(taken: set[int]) -> int:
 
 
 def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
-    """One pod's events, oldest first, folded: the created event's attributes win."""
-    rec = PodRecord(pod_id)
-    for event in events:
-        rec.events.append(event)
-        if not rec.owner or event.get("event") == "created":
-            rec.owner = str(event.get("owner") or rec.owner)
-            rec.gpu = str(event.get("gpu") or rec.gpu)
-            rec.cost_per_hr = _amount(event.get("costPerHr"), rec.cost_per_hr)
-            rec.run_url = str(event.get("runUrl") or rec.run_url)
+    """One pod's events, oldest first, folded so that an event anyone can plant only adds:
+    every owner a created event names owns its spend (without a created event, every owner
+    any event names), and every reservation a created event names is the pod's.
+    The rest (GPU, rate, run) is the first given, for reports."""
+    rec = PodRecord(pod_id, events=list(events))
+    named = [e for e in events if e.get("event") == "created"] or events
+    for event in named:
+        owner = str(event.get("owner") or "")
+        if owner and owner not in rec.owners:
+            rec.owners.append(owner)
+        rec.gpu = rec.gpu or str(event.get("gpu") or "")
+        rec.cost_per_hr = rec.cost_per_hr or _amount(event.get("costPerHr"))
+        rec.run_url = rec.run_url or str(event.get("runUrl") or "")
+        if rec.expires_at != rec.expires_at:
             rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
-            rec.reservation = str(event.get("reservation") or rec.reservation)
+    for event in events:
+        key = str(event.get("reservation") or "")
+        if event.get("event") == "created" and key and key not in rec.reservations:
+            rec.reservations.append(key)
+    rec.owner = rec.owners[0] if rec.owners else ""
+    rec.reservation = rec.reservations[-1] if rec.reservations else ""
     return rec
 
 

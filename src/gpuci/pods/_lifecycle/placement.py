@@ -7,7 +7,7 @@ The walk follows RunPod's createPod table: 400 and 403 move to the next candidat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gpuci.errors import CheckFailed, GpuciError, InfraError
@@ -47,9 +47,7 @@ def affordable(
     budget = float(decision.budget)
     now = clock.now()
     grace = inp.reap_interval
-    live, _, _ = book.reservations(tag.owner)
-    spend, _ = cost.gather(client, book, decision.period_s, now, grace, _covered_by(live))
-    base = spend.exposure(tag.owner)
+    base = cost.exposure(client, book, tag.owner, decision.period_s, now, grace)
     until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
     ok: list[plan.Candidate] = []
@@ -73,18 +71,6 @@ def affordable(
         f"until {utc_iso(until)} in {book.where}"
     )
     return list(ok), list(refused), reservation
-
-
-def _covered_by(
-    live: Sequence[ledger.Reservation],
-) -> Callable[[Mapping[str, ledger.PodRecord]], dict[str, float]]:
-    """Live pods held by one of these reservations, and until when (cost counts them once)."""
-    until_of = {r.key: r.until for r in live}
-
-    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
-        return {p: until_of[r.reservation] for p, r in records.items() if r.reservation in until_of}
-
-    return covered
 
 
 def _judge(
