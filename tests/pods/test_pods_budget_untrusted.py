@@ -15,6 +15,8 @@ from pods_testing import L40S
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import cost, ledger
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.naming import new_tag
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types=L40S, owner="alice")  # $0.86/h
 
@@ -70,6 +72,28 @@ def test_a_reservation_a_planted_event_names_never_shortens_the_pods_count(fake)
     )
     assert cost.covered_by([real, planted])({"p1": rec}) == {"p1": 2000.0}
     assert rec.owners == ["alice", "x"]
+
+
+def test_the_jobs_ttl_and_reap_interval_never_shrink_what_the_budget_counts(fake, run):
+    """F3: ttl 1s and reap-interval 0 reserved 0.86 x 1 s; the reap interval counted is the
+    budgets file's (else 15 min), which the job can only lengthen."""
+    tiny = dict(UP, ttl="1s", reap_interval="0", command="")
+    res = run("up", budget_usd="0.2", **tiny)  # 0.86 x (1 s + 15 min) = $0.215
+    assert res.code == 1 and "would pass budget $0.20" in res.json["headline"], res.stdout
+    assert run("up", budget_usd="0.22", **tiny).code == 0
+
+
+def test_a_live_pod_past_its_expiry_counts_until_it_can_be_reaped(fake, clock):
+    """F3: a pod that outlived expiry + reap interval (no self-stop, no reaper yet) counted
+    nothing until billing caught up; it counts one more reap interval from now."""
+    tag = new_tag("alice", "local", clock.now() - 3600)  # expired an hour ago
+    body = plan.create_body(plan.PodSpec(image="img"), tag, plan.Candidate(L40S), fake.url)
+    status, pod = fake.api("POST", "/v2/pods", body)
+    assert status == 201
+    live = fake.view(fake.pods[pod["id"]])
+    live["status"] = "RUNNING"
+    spend = cost.attribute([], [live], {}, clock.now(), grace_s=900)
+    assert spend.committed_by_owner["alice"] == pytest.approx(0.86 * 0.25)
 
 
 def _count_gets(monkeypatch) -> list[int]:

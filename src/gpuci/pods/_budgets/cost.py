@@ -72,7 +72,9 @@ def attribute(
     its owner; a gone pod's spend counts for every owner its ledger record names (a planted
     event can add an owner, never take the spend from one). ``covered`` maps pods to the
     ``until`` of the live reservation that holds their commitment up to then (counted by the
-    caller); only what lies beyond it (a ``start --ttl`` extension) is counted here."""
+    caller); only what lies beyond it (a ``start --ttl`` extension) is counted here. A live
+    pod counts until it can be reaped: its expiry, or now when it is past that, plus
+    ``grace_s``."""
     fold = fold_owner  # a name recorded as "Alice" (pod tag, ledger) is alice's
     owners_of = {pid: _folded(r.owners) for pid, r in book.items()}
     gpu_of: dict[str, str] = {pid: r.gpu or "?" for pid, r in book.items()}
@@ -93,10 +95,8 @@ def attribute(
         spend.live_by_owner[owner].add(pod["id"])
         spend.running_by_gpu[gpu_of[pod["id"]]] += 1
         start = max(now, held.get(pod["id"], now))  # the reservation holds up to its until
-        left_h = (
-            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - start) / 3600
-        )
-        spend.committed_by_owner[owner] += rate * left_h
+        end = now if math.isnan(tag.expires_at) else max(now, tag.expires_at) + grace_s
+        spend.committed_by_owner[owner] += rate * max(0.0, end - start) / 3600
     for rec in records:
         pid = rec["podId"]
         amount = float(rec.get("totalAmount") or 0.0)

@@ -46,7 +46,7 @@ def affordable(
         return cands, [], None
     budget = float(decision.budget)
     now = clock.now()
-    grace = inp.reap_interval
+    grace = decision.grace_s  # the budgets file's reap interval or the floor; never the job's less
     base = cost.exposure(client, book, tag.owner, decision.period_s, now, grace)
     until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
