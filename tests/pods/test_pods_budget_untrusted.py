@@ -19,6 +19,7 @@ from gpuci.pods._runpod import plan
 from gpuci.pods._runpod.naming import new_tag
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types=L40S, owner="alice")  # $0.86/h
+CI_BOB = {"GITHUB_ACTIONS": "true", "GITHUB_RUN_ID": "7", "GITHUB_ACTOR": "bob"}
 
 
 def _plant_event(root: Path, folder: str, at: float, item: dict, nonce: str) -> None:
@@ -94,6 +95,37 @@ def test_a_live_pod_past_its_expiry_counts_until_it_can_be_reaped(fake, clock):
     live["status"] = "RUNNING"
     spend = cost.attribute([], [live], {}, clock.now(), grace_s=900)
     assert spend.committed_by_owner["alice"] == pytest.approx(0.86 * 0.25)
+
+
+def _stopped_pod_of_alice(run, **flags) -> str:
+    pod = run("up", **{**UP, **flags}).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    return pod
+
+
+def test_start_ttl_follows_the_owner_rule(fake, run, tmp_path, monkeypatch):
+    """F7: bob's CI job gave alice's stopped pod a 30-day expiry; now only a delegation does."""
+    pod = _stopped_pod_of_alice(run)
+    res = run("start", pod_id=pod, ttl="30d", extra_env=CI_BOB)
+    assert res.code == 2 and "may not give it a new expiry" in res.json["headline"], res.stdout
+    assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"
+    (tmp_path / ".gpuci").mkdir()
+    (tmp_path / ".gpuci" / "budgets.yml").write_text("delegations:\n  bob: [alice]\n")
+    monkeypatch.chdir(tmp_path)
+    assert run("start", pod_id=pod, ttl="1h", extra_env=CI_BOB).code == 0
+
+
+def test_start_ttl_is_held_to_the_budget_the_pod_was_admitted_under(fake, run, tmp_path):
+    """F7: a pod admitted under $1 for 45 min ran for 30 days after ``start --ttl``."""
+    pod = _stopped_pod_of_alice(run, budget_usd="1")
+    res = run("start", pod_id=pod, ttl="30d")
+    assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
+    assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"
+    assert run("start", pod_id=pod, ttl="30m").code == 0  # its own reservation is replaced
+    book = ledger.Ledger.open(str(tmp_path / "ledger"), {})
+    live, released, _ = book.reservations("alice")
+    assert [r.name for r in live] == [fake.pods[pod]["name"]] and len(released) == 1
+    assert book.pod(pod).reservations[-1] == live[0].key  # the pod counts once, until then
 
 
 def _count_gets(monkeypatch) -> list[int]:

@@ -105,6 +105,8 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "expiresEpoch": _NUMBER,
     "untilEpoch": _NUMBER,
     "createdEpoch": _NUMBER,
+    "budgetUsd": _NUMBER,
+    "periodS": _NUMBER,
 }
 
 
@@ -166,10 +168,23 @@ class Reservation:
     until: float  # the pod's expiry plus one reaper interval: the most it can bill to
     run_url: str = ""
     name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
+    budget: float | None = None  # the budget (USD) the pod was admitted under, if written
+    period_s: float | None = None  # and that budget's period
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
         return max(0.0, self.cost_per_hr) * max(0.0, self.until - now) / 3600
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a reservation says besides its amount: for whom and under which budget."""
+
+    run_url: str = ""
+    name: str = ""  # the pod name it is made for
+    budget: float | None = None  # the budget it was admitted under: a later extension's cap
+    period_s: float | None = None
+    replaces: str = ""  # a pod name whose older reservations this one takes over
 
 
 class Ledger:
@@ -321,6 +336,8 @@ class Ledger:
                     _num(item.get("untilEpoch")),
                     str(item.get("runUrl") or ""),
                     str(item.get("podName") or ""),
+                    None if item.get("budgetUsd") is None else _amount(item.get("budgetUsd")),
+                    None if item.get("periodS") is None else _amount(item.get("periodS")),
                 )
             )
         return live, released, _lowest_free(taken)
@@ -360,19 +377,22 @@ class Ledger:
         now: float,
         until: float,
         decide: Callable[[float], float],
-        run_url: str = "",
-        name: str = "",
+        hold: Hold | None = None,
     ) -> Reservation:
         """Reserve budget for a pod; ``decide(reserved_usd)`` returns the USD/h to reserve or
-        raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold.
+        raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold
+        (those made for ``hold.replaces``, a pod name, are not counted: this one replaces
+        them, and releases them once it is written).
 
         The write is create-if-absent on the owner's next sequence number, so of two
         concurrent ``up``\\ s that both saw the same reservations, one wins and the other
         decides again with the winner's reservation counted.
         """
+        hold = hold or Hold()
         for _ in range(RESERVE_ATTEMPTS):
             live, _, seq = self.reservations(owner)
-            rate = decide(sum(r.remaining(now) for r in live))
+            mine = {r.key for r in live if hold.replaces and r.name == hold.replaces}
+            rate = decide(sum(r.remaining(now) for r in live if r.key not in mine))
             key = f"{RESERVATIONS}/{owner_key(owner)}/{seq:010d}.json"
             item = {
                 "owner": owner,
@@ -380,14 +400,20 @@ class Ledger:
                 "untilEpoch": until,
                 "until": utc_iso(until),
                 "createdEpoch": now,
-                "runUrl": run_url,
-                "podName": name,
+                "runUrl": hold.run_url,
+                "podName": hold.name,
+                **({} if hold.budget is None else {"budgetUsd": hold.budget}),
+                **({} if hold.period_s is None else {"periodS": hold.period_s}),
             }
             try:
                 self._put_new(key, item)
             except ConflictError:
                 continue  # someone reserved first: decide again with theirs counted
-            return Reservation(key, owner, rate, until, run_url, name)
+            for old in sorted(mine):
+                self.release(old)
+            return Reservation(
+                key, owner, rate, until, hold.run_url, hold.name, hold.budget, hold.period_s
+            )
         raise CheckFailed(
             f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "
             "won first",
@@ -435,7 +461,7 @@ def _lowest_free(taken: set[int]) -> int:
 def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
     """One pod's events, oldest first, folded so that an event anyone can plant only adds:
     every owner a created event names owns its spend (without a created event, every owner
-    any event names), and every reservation a created event names is the pod's.
+    any event names), and every reservation a created or started event names is the pod's.
     The rest (GPU, rate, run) is the first given, for reports."""
     rec = PodRecord(pod_id, events=list(events))
     named = [e for e in events if e.get("event") == "created"] or events
@@ -450,7 +476,7 @@ def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
             rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
     for event in events:
         key = str(event.get("reservation") or "")
-        if event.get("event") == "created" and key and key not in rec.reservations:
+        if event.get("event") in ("created", "started") and key and key not in rec.reservations:
             rec.reservations.append(key)
     rec.owner = rec.owners[0] if rec.owners else ""
     rec.reservation = rec.reservations[-1] if rec.reservations else ""

@@ -240,3 +240,27 @@ def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -
     period = book.period_s if book.source else float(inp.budget_period or 0)
     grace = max(book.reap_interval_s, float(inp.reap_interval or 0))
     return Decision(owner, ident, limit, period or DEFAULT_PERIOD_S, tuple(notes), grace)
+
+
+def decide_extension(
+    owner: str,
+    environ: Mapping[str, str],
+    admitted_budget: float | None,
+    admitted_period_s: float | None,
+    cwd: Path | None = None,
+) -> Decision:
+    """Whose money ``pods start --ttl`` spends, and under which budget: ``up``'s owner rule
+    (the CI identity, or a delegation in the budgets file; exit 2 otherwise), and the lower of
+    the budgets file's amount and the one the pod was admitted under (its reservation's)."""
+    ident = ci_identity(environ)
+    book = load(None, cwd)
+    if ident.from_ci and not book.may_act_for(ident.login, owner):
+        raise InputError(
+            f"the pod is {owner}'s: the CI identity '{ident.login}' ({ident.source}) may not "
+            "give it a new expiry, and the budgets file does not delegate it",
+            hint=f"let {owner} run it, or add '{ident.login}: [{owner}]' under delegations in "
+            f"{book.source or DEFAULT_FILE}",
+        )
+    limits = [x for x in (book.limit(owner), admitted_budget) if x is not None]
+    period = book.period_s if book.source else admitted_period_s or DEFAULT_PERIOD_S
+    return Decision(owner, ident, min(limits) if limits else None, period, (), book.reap_interval_s)

@@ -65,7 +65,8 @@ def affordable(
             )
         return max(rates)
 
-    reservation = book.reserve(tag.owner, now, until, decide, tag.run_url, tag.name())
+    hold = ledger.Hold(tag.run_url, tag.name(), budget, decision.period_s)
+    reservation = book.reserve(tag.owner, now, until, decide, hold)
     rt.log(
         f"budget: reserved ${cost.usd(reservation.remaining(now))} for {tag.owner} "
         f"until {utc_iso(until)} in {book.where}"
