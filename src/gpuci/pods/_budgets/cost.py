@@ -68,11 +68,15 @@ def attribute(
     covered: Mapping[str, float] | None = None,
     only: str = "",
 ) -> Spend:
-    """Billing and live pods per owner (``only`` one owner, if given). ``covered`` maps pods
-    to the ``until`` of the live reservation that holds their commitment up to then (counted
-    by the caller); only what lies beyond it (a ``start --ttl`` extension) is counted here."""
+    """Billing and live pods per owner (``only`` one owner, if given). A live pod's tag names
+    its owner; a gone pod's spend counts for every owner its ledger record names (a planted
+    event can add an owner, never take the spend from one). ``covered`` maps pods to the
+    ``until`` of the live reservation that holds their commitment up to then (counted by the
+    caller); only what lies beyond it (a ``start --ttl`` extension) is counted here. A live
+    pod counts until it can be reaped: its expiry, or now when it is past that, plus
+    ``grace_s``."""
     fold = fold_owner  # a name recorded as "Alice" (pod tag, ledger) is alice's
-    owner_of = {pid: fold(r.owner) if r.owner else UNATTRIBUTED for pid, r in book.items()}
+    owners_of = {pid: _folded(r.owners) for pid, r in book.items()}
     gpu_of: dict[str, str] = {pid: r.gpu or "?" for pid, r in book.items()}
     held = dict(covered or {})
     spend = Spend()
@@ -80,31 +84,52 @@ def attribute(
     for pod in pods:
         tag = tag_of(pod)
         if tag is not None:
-            owner_of[pod["id"]] = fold(tag.owner)
+            owners_of[pod["id"]] = [fold(tag.owner)]
         gpu_of[pod["id"]] = (pod.get("gpu") or {}).get("id", "cpu")
-        owner = owner_of.get(pod["id"], UNATTRIBUTED)
-        if tag is None or pod.get("status") not in LIVE or (only and owner != only):
+        if tag is None or pod.get("status") not in LIVE or (only and fold(tag.owner) != only):
             continue
+        owner = fold(tag.owner)
         rate = float(pod.get("cost") or 0.0)
         spend.rate_by_owner[owner] += rate
         spend.pods_by_owner[owner].add(pod["id"])
         spend.live_by_owner[owner].add(pod["id"])
         spend.running_by_gpu[gpu_of[pod["id"]]] += 1
         start = max(now, held.get(pod["id"], now))  # the reservation holds up to its until
-        left_h = (
-            0.0 if math.isnan(tag.expires_at) else max(0.0, tag.expires_at + grace_s - start) / 3600
-        )
-        spend.committed_by_owner[owner] += rate * left_h
+        end = now if math.isnan(tag.expires_at) else max(now, tag.expires_at) + grace_s
+        spend.committed_by_owner[owner] += rate * max(0.0, end - start) / 3600
     for rec in records:
         pid = rec["podId"]
         amount = float(rec.get("totalAmount") or 0.0)
-        owner = owner_of.get(pid, UNATTRIBUTED)
-        if only and owner != only:
-            continue
-        spend.billed_by_owner[owner] += amount
-        spend.billed_by_gpu[gpu_of.get(pid, "?")] += amount
-        spend.pods_by_owner[owner].add(pid)
+        counted = [o for o in owners_of.get(pid) or [UNATTRIBUTED] if not only or o == only]
+        for owner in counted:
+            spend.billed_by_owner[owner] += amount
+            spend.pods_by_owner[owner].add(pid)
+        if counted:
+            spend.billed_by_gpu[gpu_of.get(pid, "?")] += amount
     return spend
+
+
+def _folded(owners: Iterable[str]) -> list[str]:
+    """Owners folded, each once, in order."""
+    return list(dict.fromkeys(fold_owner(o) for o in owners if o))
+
+
+def covered_by(
+    live: Sequence[ledger.Reservation],
+) -> Callable[[Mapping[str, ledger.PodRecord]], dict[str, float]]:
+    """Live pods held by one of these reservations, and until when (so they count once): the
+    earliest ``until`` of those the pod's record names, so a named one only adds."""
+    until_of = {r.key: r.until for r in live}
+
+    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
+        out = {}
+        for pid, rec in records.items():
+            untils = [until_of[k] for k in rec.reservations if k in until_of]
+            if untils:
+                out[pid] = min(untils)
+        return out
+
+    return covered
 
 
 def gather(
@@ -130,6 +155,16 @@ def gather(
         if not only or owner == fold_owner(only):
             spend.reaped_by_owner[owner] += n
     return spend, known
+
+
+def exposure(
+    client: Any, book: ledger.Ledger, owner: str, period_s: float, now: float, grace_s: float
+) -> float:
+    """``owner``'s billed spend in the period plus what their live pods may still bill beyond
+    their reservations (which the caller counts, as :meth:`ledger.Ledger.reserve` does)."""
+    live, _, _ = book.reservations(owner)
+    spend, _ = gather(client, book, period_s, now, grace_s, covered_by(live))
+    return spend.exposure(owner)
 
 
 def billing_start(now: float, period_s: float) -> float:

@@ -13,10 +13,12 @@ concurrent jobs never overwrite each other:
   hour, CI run URL, time.
 - ``pods-ledger/reservations/<owner>/<seq>.json``: a budget reservation made before a create.
   Sequence numbers are the serialisation point: two ``up``\\ s of one owner that read the same
-  state both try to create the same next number; one wins, the other re-reads and decides again.
+  state both try to create the same next (lowest free) number; one wins, the other re-reads and
+  decides again.
 - ``pods-ledger/releases/<owner>/<seq>.json``: the reservation of a pod that has ended.
 
-Objects are inputs like any other from a store: sizes are capped, malformed ones skipped.
+Objects are inputs like any other from a store: sizes and counts are capped, malformed ones
+skipped, and what an event says can only add to an owner's spend (see :func:`_merge`).
 """
 
 from __future__ import annotations
@@ -44,9 +46,13 @@ EVENTS = f"{ROOT}/events"
 RESERVATIONS = f"{ROOT}/reservations"
 RELEASES = f"{ROOT}/releases"
 MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is not ours
+#: Event objects one read of the ledger fetches at most (each is a GET): more are refused in
+#: one line, never fetched, whoever wrote them.
+MAX_EVENT_READS = 20_000
 RESERVE_ATTEMPTS = 20
 EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
 _POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SEQ = re.compile(r"/(\d{10})\.json$")  # a reservation's sequence number, as reserve() writes it
 
 
 def default_url() -> str:
@@ -99,6 +105,8 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "expiresEpoch": _NUMBER,
     "untilEpoch": _NUMBER,
     "createdEpoch": _NUMBER,
+    "budgetUsd": _NUMBER,
+    "periodS": _NUMBER,
 }
 
 
@@ -135,15 +143,17 @@ def _amount(value: Any, default: float = 0.0) -> float:
 
 @dataclass
 class PodRecord:
-    """What the ledger knows of one pod, merged over its events (the created event wins)."""
+    """What the ledger knows of one pod, merged over its events (see :func:`_merge`)."""
 
     pod_id: str
-    owner: str = ""
+    owner: str = ""  # the first of ``owners``
+    owners: list[str] = field(default_factory=list)  # every owner its spend counts for
     gpu: str = ""
     cost_per_hr: float = 0.0
     run_url: str = ""
     expires_at: float = float("nan")
-    reservation: str = ""  # the reservation key ``up`` made for it, if any
+    reservation: str = ""  # the reservation released when it ends: the last one named
+    reservations: list[str] = field(default_factory=list)  # every reservation key named
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def ended(self) -> bool:
@@ -158,10 +168,23 @@ class Reservation:
     until: float  # the pod's expiry plus one reaper interval: the most it can bill to
     run_url: str = ""
     name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
+    budget: float | None = None  # the budget (USD) the pod was admitted under, if written
+    period_s: float | None = None  # and that budget's period
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
         return max(0.0, self.cost_per_hr) * max(0.0, self.until - now) / 3600
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a reservation says besides its amount: for whom and under which budget."""
+
+    run_url: str = ""
+    name: str = ""  # the pod name it is made for
+    budget: float | None = None  # the budget it was admitted under: a later extension's cap
+    period_s: float | None = None
+    replaces: str = ""  # a pod name whose older reservations this one takes over
 
 
 class Ledger:
@@ -250,13 +273,20 @@ class Ledger:
         keys = self._list(prefix)
         if pods is not None or since is not None:
             keys = [k for k in keys if _wanted(k, pods or (), since)]
+        if len(keys) > MAX_EVENT_READS:
+            raise InfraError(
+                f"the pods ledger {self.where} holds {len(keys)} event objects to read here "
+                f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
+                hint="look for objects gpu-ci did not write under pods-ledger/events/ and remove "
+                "them, or shorten the budgets file's period",
+            )
         out = []
         for key, item in self._get_many(keys).items():
             if item is None or item.get("event") not in EVENT_KINDS:
                 continue
             pid = key[len(EVENTS) + 1 :].partition("/")[0]
-            if pid != "_" and item.get("podId") != pid:
-                continue  # an object filed under another pod's folder is not trusted
+            if (item.get("podId") or None) != (None if pid == "_" else pid):
+                continue  # filed under another pod's folder, or a pod's event under "_"
             out.append(item)
         return sorted(out, key=lambda e: _num(e.get("time")))
 
@@ -280,19 +310,20 @@ class Ledger:
         return _merge(pod_id, events)
 
     def reservations(self, owner: str) -> tuple[list[Reservation], set[str], int]:
-        """(live reservations, keys of released ones, next sequence number) of one owner,
-        whatever the case their name was written in."""
+        """(live reservations, keys of released ones, the lowest free sequence number) of one
+        owner, whatever the case their name was written in. The lowest free number, not the
+        highest plus one: a planted ``9999999999.json`` then leaves the next one as it was."""
         own = owner_key(owner)
         keys = self._owner_keys(RESERVATIONS, own)
         released = {
             k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
             for k in self._owner_keys(RELEASES, own)
         }
-        seqs = [
+        taken = {
             int(m.group(1))
             for k in keys
-            if k.startswith(f"{RESERVATIONS}/{own}/") and (m := re.search(r"/(\d{10})\.json$", k))
-        ]
+            if k.startswith(f"{RESERVATIONS}/{own}/") and (m := _SEQ.search(k))
+        }
         live = []
         for key, item in self._get_many(k for k in keys if k not in released).items():
             if item is None or fold_owner(str(item.get("owner") or "")) != fold_owner(owner):
@@ -305,9 +336,11 @@ class Ledger:
                     _num(item.get("untilEpoch")),
                     str(item.get("runUrl") or ""),
                     str(item.get("podName") or ""),
+                    None if item.get("budgetUsd") is None else _amount(item.get("budgetUsd")),
+                    None if item.get("periodS") is None else _amount(item.get("periodS")),
                 )
             )
-        return live, released, (max(seqs) + 1 if seqs else 0)
+        return live, released, _lowest_free(taken)
 
     def _owner_keys(self, root: str, own: str) -> list[str]:
         """The keys under ``root`` in the folder ``own`` (an :func:`owner_key`) and in those an
@@ -344,19 +377,22 @@ class Ledger:
         now: float,
         until: float,
         decide: Callable[[float], float],
-        run_url: str = "",
-        name: str = "",
+        hold: Hold | None = None,
     ) -> Reservation:
         """Reserve budget for a pod; ``decide(reserved_usd)`` returns the USD/h to reserve or
-        raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold.
+        raises CheckFailed when nothing fits beside what ``owner``'s live reservations hold
+        (those made for ``hold.replaces``, a pod name, are not counted: this one replaces
+        them, and releases them once it is written).
 
         The write is create-if-absent on the owner's next sequence number, so of two
         concurrent ``up``\\ s that both saw the same reservations, one wins and the other
         decides again with the winner's reservation counted.
         """
+        hold = hold or Hold()
         for _ in range(RESERVE_ATTEMPTS):
             live, _, seq = self.reservations(owner)
-            rate = decide(sum(r.remaining(now) for r in live))
+            mine = {r.key for r in live if hold.replaces and r.name == hold.replaces}
+            rate = decide(sum(r.remaining(now) for r in live if r.key not in mine))
             key = f"{RESERVATIONS}/{owner_key(owner)}/{seq:010d}.json"
             item = {
                 "owner": owner,
@@ -364,14 +400,20 @@ class Ledger:
                 "untilEpoch": until,
                 "until": utc_iso(until),
                 "createdEpoch": now,
-                "runUrl": run_url,
-                "podName": name,
+                "runUrl": hold.run_url,
+                "podName": hold.name,
+                **({} if hold.budget is None else {"budgetUsd": hold.budget}),
+                **({} if hold.period_s is None else {"periodS": hold.period_s}),
             }
             try:
                 self._put_new(key, item)
             except ConflictError:
                 continue  # someone reserved first: decide again with theirs counted
-            return Reservation(key, owner, rate, until, run_url, name)
+            for old in sorted(mine):
+                self.release(old)
+            return Reservation(
+                key, owner, rate, until, hold.run_url, hold.name, hold.budget, hold.period_s
+            )
         raise CheckFailed(
             f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "
             "won first",
@@ -403,21 +445,41 @@ def _wanted(key: str, pods: Collection[str], since: float | None) -> bool:
     match = _KEY.match(key)
     if not match:
         return False
-    return match.group(1) in pods or (since is not None and int(match.group(2)) / 1000 >= since)
+    if match.group(1) in pods:
+        return True
+    # "_" holds only events of no pod (budget-refused): no book needs them
+    return since is not None and match.group(1) != "_" and int(match.group(2)) / 1000 >= since
+
+
+def _lowest_free(taken: set[int]) -> int:
+    seq = 0
+    while seq in taken:
+        seq += 1
+    return seq
 
 
 def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
-    """One pod's events, oldest first, folded: the created event's attributes win."""
-    rec = PodRecord(pod_id)
-    for event in events:
-        rec.events.append(event)
-        if not rec.owner or event.get("event") == "created":
-            rec.owner = str(event.get("owner") or rec.owner)
-            rec.gpu = str(event.get("gpu") or rec.gpu)
-            rec.cost_per_hr = _amount(event.get("costPerHr"), rec.cost_per_hr)
-            rec.run_url = str(event.get("runUrl") or rec.run_url)
+    """One pod's events, oldest first, folded so that an event anyone can plant only adds:
+    every owner a created event names owns its spend (without a created event, every owner
+    any event names), and every reservation a created or started event names is the pod's.
+    The rest (GPU, rate, run) is the first given, for reports."""
+    rec = PodRecord(pod_id, events=list(events))
+    named = [e for e in events if e.get("event") == "created"] or events
+    for event in named:
+        owner = str(event.get("owner") or "")
+        if owner and owner not in rec.owners:
+            rec.owners.append(owner)
+        rec.gpu = rec.gpu or str(event.get("gpu") or "")
+        rec.cost_per_hr = rec.cost_per_hr or _amount(event.get("costPerHr"))
+        rec.run_url = rec.run_url or str(event.get("runUrl") or "")
+        if rec.expires_at != rec.expires_at:
             rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
-            rec.reservation = str(event.get("reservation") or rec.reservation)
+    for event in events:
+        key = str(event.get("reservation") or "")
+        if event.get("event") in ("created", "started") and key and key not in rec.reservations:
+            rec.reservations.append(key)
+    rec.owner = rec.owners[0] if rec.owners else ""
+    rec.reservation = rec.reservations[-1] if rec.reservations else ""
     return rec
 
 

@@ -4,6 +4,7 @@ The budgets file lives in the repository (default ``.gpuci/budgets.yml``) so tha
 budget is a reviewed commit; protect it with CODEOWNERS and a protected branch::
 
     period: 30d            # the window spend is counted over
+    reap-interval: 15m     # how often your reaper runs (at least this is counted past a TTL)
     default: 50            # USD per period for anyone not listed (omit: no limit)
     owners:
       alice: 100
@@ -12,7 +13,8 @@ budget is a reviewed commit; protect it with CODEOWNERS and a protected branch::
       alice: [team-ml]
       ci-bot: [team-ml]
 
-``budget-usd`` (an input anyone can pass) can only lower what the file allows, never raise it.
+``budget-usd`` (an input anyone can pass) can only lower what the file allows, never raise it;
+``reap-interval`` (an input too) can only lengthen the time a pod is counted past its TTL.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from gpuci.untrusted_child import git
 
 DEFAULT_FILE = ".gpuci/budgets.yml"
 DEFAULT_PERIOD_S = 30 * 86400.0
+#: How long past its expiry a pod is counted when the budgets file names no reap interval;
+#: the job's own ``reap-interval`` can lengthen it, never shorten it.
+REAP_INTERVAL_FLOOR_S = 15 * 60.0
 MAX_FILE = 256 * 1024
 
 
@@ -75,6 +80,7 @@ def _git_user(environ: Mapping[str, str]) -> str:
 @dataclass
 class Budgets:
     period_s: float = DEFAULT_PERIOD_S
+    reap_interval_s: float = REAP_INTERVAL_FLOOR_S
     default: float | None = None
     owners: dict[str, float] = field(default_factory=dict)
     delegations: dict[str, set[str]] = field(default_factory=dict)
@@ -103,21 +109,15 @@ def parse(data: Any, source: str) -> Budgets:
         return Budgets(source=source)
     if not isinstance(data, dict):
         raise InputError(f"budgets file {source} is not a mapping", hint="see docs/pods.md")
-    unknown = set(data) - {"period", "default", "owners", "delegations"}
+    unknown = set(data) - {"period", "reap-interval", "default", "owners", "delegations"}
     if unknown:
         raise InputError(
             f"budgets file {source}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
-            hint="use period, default, owners and delegations",
+            hint="use period, reap-interval, default, owners and delegations",
         )
     out = Budgets(source=source)
-    if data.get("period") is not None:
-        try:
-            out.period_s = parse_duration(str(data["period"]))
-        except ValueError:
-            raise InputError(
-                f"budgets file {source}: period {data['period']!r} is not a duration",
-                hint="write e.g. period: 30d",
-            ) from None
+    out.period_s = _duration(data, "period", source, out.period_s)
+    out.reap_interval_s = _duration(data, "reap-interval", source, out.reap_interval_s)
     if data.get("default") is not None:
         out.default = _usd(data["default"], "default")
     owners = data.get("owners") or {}
@@ -142,6 +142,18 @@ def parse(data: Any, source: str) -> Budgets:
             )
         out.delegations[ident] = {clean_owner(str(a)) for a in allowed}
     return out
+
+
+def _duration(data: dict[Any, Any], key: str, source: str, default: float) -> float:
+    if data.get(key) is None:
+        return default
+    try:
+        return parse_duration(str(data[key]))
+    except ValueError:
+        raise InputError(
+            f"budgets file {source}: {key} {data[key]!r} is not a duration",
+            hint=f"write e.g. {key}: {'30d' if key == 'period' else '15m'}",
+        ) from None
 
 
 def _names(section: dict[Any, Any], where: str, source: str) -> dict[str, Any]:
@@ -195,6 +207,7 @@ class Decision:
     budget: float | None
     period_s: float
     notes: tuple[str, ...] = ()
+    grace_s: float = REAP_INTERVAL_FLOOR_S  # how long past its expiry a pod is counted
 
 
 def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -> Decision:
@@ -225,4 +238,29 @@ def decide(inp: UpInputs, environ: Mapping[str, str], cwd: Path | None = None) -
             )
         limit = asked_budget if limit is None else min(limit, asked_budget)
     period = book.period_s if book.source else float(inp.budget_period or 0)
-    return Decision(owner, ident, limit, period or DEFAULT_PERIOD_S, tuple(notes))
+    grace = max(book.reap_interval_s, float(inp.reap_interval or 0))
+    return Decision(owner, ident, limit, period or DEFAULT_PERIOD_S, tuple(notes), grace)
+
+
+def decide_extension(
+    owner: str,
+    environ: Mapping[str, str],
+    admitted_budget: float | None,
+    admitted_period_s: float | None,
+    cwd: Path | None = None,
+) -> Decision:
+    """Whose money ``pods start --ttl`` spends, and under which budget: ``up``'s owner rule
+    (the CI identity, or a delegation in the budgets file; exit 2 otherwise), and the lower of
+    the budgets file's amount and the one the pod was admitted under (its reservation's)."""
+    ident = ci_identity(environ)
+    book = load(None, cwd)
+    if ident.from_ci and not book.may_act_for(ident.login, owner):
+        raise InputError(
+            f"the pod is {owner}'s: the CI identity '{ident.login}' ({ident.source}) may not "
+            "give it a new expiry, and the budgets file does not delegate it",
+            hint=f"let {owner} run it, or add '{ident.login}: [{owner}]' under delegations in "
+            f"{book.source or DEFAULT_FILE}",
+        )
+    limits = [x for x in (book.limit(owner), admitted_budget) if x is not None]
+    period = book.period_s if book.source else admitted_period_s or DEFAULT_PERIOD_S
+    return Decision(owner, ident, min(limits) if limits else None, period, (), book.reap_interval_s)

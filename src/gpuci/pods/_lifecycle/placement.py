@@ -7,7 +7,7 @@ The walk follows RunPod's createPod table: 400 and 403 move to the next candidat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gpuci.errors import CheckFailed, GpuciError, InfraError
@@ -46,10 +46,8 @@ def affordable(
         return cands, [], None
     budget = float(decision.budget)
     now = clock.now()
-    grace = inp.reap_interval
-    live, _, _ = book.reservations(tag.owner)
-    spend, _ = cost.gather(client, book, decision.period_s, now, grace, _covered_by(live))
-    base = spend.exposure(tag.owner)
+    grace = decision.grace_s  # the budgets file's reap interval or the floor; never the job's less
+    base = cost.exposure(client, book, tag.owner, decision.period_s, now, grace)
     until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
     ok: list[plan.Candidate] = []
@@ -67,24 +65,13 @@ def affordable(
             )
         return max(rates)
 
-    reservation = book.reserve(tag.owner, now, until, decide, tag.run_url, tag.name())
+    hold = ledger.Hold(tag.run_url, tag.name(), budget, decision.period_s)
+    reservation = book.reserve(tag.owner, now, until, decide, hold)
     rt.log(
         f"budget: reserved ${cost.usd(reservation.remaining(now))} for {tag.owner} "
         f"until {utc_iso(until)} in {book.where}"
     )
     return list(ok), list(refused), reservation
-
-
-def _covered_by(
-    live: Sequence[ledger.Reservation],
-) -> Callable[[Mapping[str, ledger.PodRecord]], dict[str, float]]:
-    """Live pods held by one of these reservations, and until when (cost counts them once)."""
-    until_of = {r.key: r.until for r in live}
-
-    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
-        return {p: until_of[r.reservation] for p, r in records.items() if r.reservation in until_of}
-
-    return covered
 
 
 def _judge(

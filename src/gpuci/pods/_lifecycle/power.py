@@ -8,18 +8,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuci.errors import GpuciError, InfraError, InputError
+from gpuci.errors import CheckFailed, GpuciError, InfraError, InputError
+from gpuci.pods._budgets import cost, ledger
+from gpuci.pods._budgets import policy as budgets
 from gpuci.pods._budgets.cost import LIVE
 from gpuci.pods._lifecycle.common import (
     each_pod,
     ledger_quietly,
     need_ids,
     open_client,
+    open_ledger,
     record_event,
 )
 from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
 from gpuci.pods._runpod.clock import SYSTEM, Clock
-from gpuci.pods._runpod.naming import tag_of
+from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.options import StartInputs, StopInputs
 from gpuci.runtime import Result, Runtime
 from gpuci.units import utc_iso
@@ -48,7 +51,8 @@ def stop(inp: StopInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
 
 
 def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
-    """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting.
+    """Start stopped pods; ``ttl`` moves the expiry (name and env) before starting, once the
+    pod's owner may be acted for and can afford it (:func:`_hold_budget`).
 
     A running pod's env is never PATCHed (RunPod restarts a pod whose env changes): ``ttl`` on
     one is refused (exit 2), saying so."""
@@ -57,7 +61,8 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     if rt.dry_run:
         extra = f" with expiry now+{ttl:.0f}s" if ttl else ""
         return Result(command="pods start", headline="would start " + ", ".join(ids) + extra)
-    book = ledger_quietly(inp.ledger, rt)
+    # a new expiry may need the budget, which cannot be checked without the ledger
+    book = open_ledger(inp.ledger, rt) if ttl else ledger_quietly(inp.ledger, rt)
     with open_client(rt, clock) as client:
 
         def one(pod_id: str) -> str:
@@ -75,8 +80,11 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     hint=f"stop it first (pods stop {pod_id}), then pods start --ttl; or let "
                     "it end at its expiry and start a new one",
                 )
-            if ttl and tag is not None:
+            held: dict[str, str] = {}
+            if ttl and tag is not None and book is not None:
                 new = tag.with_expiry(clock.now() + float(ttl))
+                reservation = _hold_budget(rt, client, book, pod, new, clock.now())
+                held = {"reservation": reservation.key} if reservation else {}
                 env = {**(pod.get("env") or {}), **new.env()}
                 client.update_pod(pod_id, {"name": new.name(), "env": env})
                 note = f", expires {utc_iso(new.expires_at)}"
@@ -89,7 +97,7 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
             if live:
                 return "already running" + note
             started = client.action(pod_id, "start") or client.get_pod(pod_id) or {}
-            record_event(rt, book, "started", pod_id, clock.now(), reason="start")
+            record_event(rt, book, "started", pod_id, clock.now(), reason="start", **held)
             if _gpus(pod) and _gpus(started) == 0:
                 _stop_again(client, pod_id)
                 record_event(rt, book, "stopped", pod_id, clock.now(), reason="0 GPUs")
@@ -103,6 +111,54 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
             return "started" + note
 
         return each_pod(ids, one, "pods start", rt)
+
+
+def _hold_budget(
+    rt: Runtime,
+    client: RunPodClient,
+    book: ledger.Ledger,
+    pod: Mapping[str, Any],
+    new: PodTag,
+    now: float,
+) -> ledger.Reservation | None:
+    """The check ``up`` runs, for a stopped pod about to get expiry ``new``: the owner rule,
+    then its rate until the new expiry plus the reap interval, beside the owner's spend and
+    other reservations, under the lower of the budgets file's budget and the one the pod was
+    admitted under. The reservation written takes over the pod's own (found by its name),
+    which are released; none when the owner has no budget. Raises CheckFailed (exit 1) when
+    it does not fit, InputError (exit 2) when the CI identity may not act for the owner."""
+    name = str(pod.get("name") or "")
+    own = [r for r in book.reservations(new.owner)[0] if name and r.name == name]
+    decision = budgets.decide_extension(
+        new.owner,
+        rt.environ,
+        min((r.budget for r in own if r.budget is not None), default=None),
+        max((r.period_s for r in own if r.period_s), default=None),
+    )
+    if decision.budget is None:
+        return None
+    budget = decision.budget
+    known = book.pod(str(pod.get("id") or ""))  # a stopped pod's cost may read 0
+    rates = [float(pod.get("cost") or 0.0), known.cost_per_hr if known else 0.0]
+    rate = max([*rates, *(r.cost_per_hr for r in own)])
+    if rate <= 0:
+        return None  # nothing to hold: once running, its listed rate counts until it ends
+    until = new.expires_at + decision.grace_s
+    base = cost.exposure(client, book, new.owner, decision.period_s, now, decision.grace_s)
+
+    def decide(reserved: float) -> float:
+        fits, projected = cost.verdict(budget, base + reserved, rate, until - now)
+        if not fits:
+            raise CheckFailed(
+                f"owner {new.owner} would pass budget ${budget:.2f}: the new expiry "
+                f"{utc_iso(new.expires_at)} at ${cost.usd(rate)}/h makes ${cost.usd(projected)}",
+                hint="pass a shorter ttl, stop or down other pods, or ask for a larger budget "
+                "in the budgets file",
+            )
+        return rate
+
+    hold = ledger.Hold(new.run_url, new.name(), budget, decision.period_s, replaces=name)
+    return book.reserve(new.owner, now, until, decide, hold)
 
 
 def _gpus(pod: Mapping[str, Any]) -> int | None:
