@@ -34,6 +34,7 @@ from typing import Any
 
 from gpuci import files
 from gpuci.dryrun._expressions import Unknown, to_text
+from gpuci.redact import clip
 
 MAX_HASHED_FILES = 10_000  # files one hashFiles() may match; more is left to the run
 MAX_HASHED_BYTES = 1 << 30  # bytes one plan hashes (about a second or two of sha256)
@@ -143,7 +144,7 @@ def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
 def _shown(text: str | None) -> str:
     if text is None:
         return "?"
-    return repr(text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "...")
+    return repr(clip(text, _SHOWN))
 
 
 def _value(root: Path, texts: list[str], work: PlanHashes, shown: str) -> str | Unknown:
