@@ -249,3 +249,5 @@ def test_what_the_runner_reads_and_a_plan_does_not_is_left_to_the_run(tmp_path):
     assert isinstance(hash_files(ctx, ["--follow-symbolic-links", "a/x.lock"]), Unknown)
     assert isinstance(hash_files(ctx, ["a/./x.lock"]), Unknown)  # the runner refuses it
     assert isinstance(hash_files(ctx, ["~/x.lock"]), Unknown)  # the runner's home
+    for nul in ("a/x\0.lock", "a\0/*"):  # no path holds one: not an internal error
+        assert isinstance(hash_files(ctx, [nul]), Unknown)

@@ -167,7 +167,8 @@ def _value(root: Path, texts: list[str], work: PlanHashes, shown: str) -> str | 
 def _parse(texts: list[str]) -> list[_Glob] | None:
     """The runner's patterns (each with its implicit descendants); None for one leaving the
     checkout, one the run refuses or follows links for, or one this matcher can't read as
-    minimatch does (a ``\\`` escape, a ``[[:class:]]``)."""
+    minimatch does (a ``\\`` escape, a ``[[:class:]]``); a NUL no path holds (the runner
+    passes the patterns in an environment variable, which cannot hold one)."""
     if texts and texts[0].startswith("--"):  # --follow-symbolic-links, or an option it refuses
         return None
     globs: list[_Glob] = []
@@ -177,7 +178,7 @@ def _parse(texts: list[str]) -> list[_Glob] | None:
         negate = False
         while line.startswith("!"):
             negate, line = not negate, line[1:].strip()
-        if not line or line.startswith(("/", "~")) or "\\" in line or "[[:" in line:
+        if not line or line.startswith(("/", "~")) or any(c in line for c in ("\\", "[[:", "\0")):
             return None
         names = [part for part in line.split("/") if part]
         if "." in names[1:] or ".." in names or len(names) > MAX_PARTS:
