@@ -98,6 +98,7 @@ class PlanHashes:
             raise _OverBudget
 
     def spent(self) -> bool:
+        """Whether the plan has done all it may: a new call is left to the run unwalked."""
         return (
             self.walked >= MAX_WALKED
             or self.compared >= MAX_COMPARED
@@ -125,19 +126,20 @@ def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
     are left out. What matches nothing here (a file an earlier step makes) is left to the run,
     and so is a call past the plan's budget (see the module docstring)."""
     texts = [None if isinstance(a, Unknown) else to_text(a) for a in args]
-    shown = "hashFiles({})".format(", ".join(_shown(t) for t in texts))
+    shown = clip("hashFiles({})".format(", ".join(_shown(t) for t in texts)), 4 * _SHOWN)
     github = contexts.get("github")
     workspace = github.get("workspace") if isinstance(github, Mapping) else None
     if None in texts or not isinstance(workspace, str):
         return Unknown(shown, path=False)
     work = plan_hashes(github)
-    key = hashlib.sha256("\0".join([workspace, *map(str, texts)]).encode(errors="replace"))
-    if key.digest() in work.values:
-        return work.values[key.digest()]
+    call = "\0".join([workspace, *map(str, texts)]).encode(errors="replace")
+    key = hashlib.sha256(call).digest()  # a pattern may be 21,000 characters: kept as 32 bytes
+    if key in work.values:
+        return work.values[key]
     if work.spent():
         return Unknown(f"{shown} (past what a plan hashes)", path=False)
     value = _value(Path(workspace), [str(t) for t in texts], work, shown)
-    work.values[key.digest()] = value
+    work.values[key] = value
     return value
 
 
