@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from dryrun.dryrun_testing import runner_hash_files
-from gpuci.dryrun import _contexts
+from gpuci import files
+from gpuci.dryrun import _contexts, _hash_files
 from gpuci.dryrun._contexts import hash_files
 from gpuci.dryrun._expressions import Unknown
 from gpuci_testing import deep_folder, remove_deep
@@ -105,3 +106,148 @@ def test_a_tree_deeper_than_the_interpreter_recurses_leaves_the_value_to_the_run
         assert hash_files(ctx, ["a/**"]) == runner_hash_files(b"one")
     finally:
         remove_deep(root, "deep")
+
+
+def plan_checkout(tmp_path: Path) -> tuple[Path, dict]:
+    """The checkout of :func:`checkout` with the contexts as a plan makes them: one ``github``
+    context for the whole plan (:func:`github_context`), which its hashing work lasts with."""
+    root, _ = checkout(tmp_path)
+    return root, {"github": _contexts.github_context(_contexts.Event(), root)}
+
+
+def hashing_count(monkeypatch) -> list[Path]:
+    """Every file hashed from now on."""
+    hashed: list[Path] = []
+    real = files.hash_file
+
+    def spy(path, *rest):
+        hashed.append(Path(path))
+        return real(path, *rest)
+
+    monkeypatch.setattr(files, "hash_file", spy)
+    return hashed
+
+
+def test_one_plan_hashes_each_file_once_however_many_calls_name_it(tmp_path, monkeypatch):
+    """An env: block of 20,000 keys each ${{ hashFiles('data.bin') }} (4 MiB) hashed 78 GiB."""
+    root, ctx = plan_checkout(tmp_path)
+    hashed = hashing_count(monkeypatch)
+    for _ in range(50):
+        assert hash_files(ctx, ["a/x.lock"]) == runner_hash_files(b"one")
+        assert hash_files(ctx, ["a/*", "a/x.lock"]) == runner_hash_files(b"one")
+    assert hashed == [root / "a" / "x.lock"]
+    _, other = plan_checkout(tmp_path / "next")  # another plan starts afresh
+    assert hash_files(other, ["a/x.lock"]) == runner_hash_files(b"one")
+    assert len(hashed) == 2
+
+
+def test_past_the_bytes_a_plan_hashes_the_value_is_left_to_the_run(tmp_path, monkeypatch):
+    root, ctx = plan_checkout(tmp_path)
+    (root / "big.bin").write_bytes(b"x" * 1000)
+    monkeypatch.setattr(_hash_files, "MAX_HASHED_BYTES", 1500, raising=False)
+    hashed = hashing_count(monkeypatch)
+    first = hash_files(ctx, ["big.bin"])
+    assert first == runner_hash_files(b"x" * 1000)
+    second = hash_files(ctx, ["big.bin", "a/x.lock"])  # the same file counts once: 1003 bytes
+    assert second == runner_hash_files(b"x" * 1000, b"one")
+    (root / "more.bin").write_bytes(b"y" * 1000)
+    past = hash_files(ctx, ["more.bin"])  # 2003 bytes: past the plan's budget
+    assert isinstance(past, Unknown) and "past what a plan hashes" in past.why, past
+    assert isinstance(hash_files(ctx, ["*.bin"]), Unknown)  # nothing more walked or read
+    assert len(hashed) == 2
+
+
+def test_past_the_entries_a_plan_walks_the_value_is_left_to_the_run(tmp_path, monkeypatch):
+    """Each distinct pattern walked the checkout again; the walk of a search path is kept for
+    the plan, and the entries listed and names compared are counted against its budget."""
+    root, ctx = plan_checkout(tmp_path)
+    for n in range(20):
+        (root / "a" / f"f{n:02}.lock").write_bytes(b"x")
+    seen = listed_folders(monkeypatch)
+    for n in range(20):
+        assert isinstance(hash_files(ctx, ["a/*.lock", f"!a/f{n:02}.lock"]), str)
+    assert len(seen) == 1, seen  # a/ listed once for the 20 calls
+    monkeypatch.setattr(_hash_files, "MAX_COMPARED", 100, raising=False)
+    past = hash_files(ctx, ["**/*.lock", "!a/x.lock"])
+    assert isinstance(past, Unknown) and "past what a plan hashes" in past.why, past
+
+
+def python_lines_run(module, call) -> int:
+    """How many lines of ``module`` ran during ``call()``: its work, counted, not timed."""
+    count = 0
+    code_file = module.__file__
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if frame.f_code.co_filename != code_file:
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_a_pattern_of_many_globstars_costs_no_more_than_one(tmp_path):
+    """hashFiles('**/**/.../nomatch') (6,900 '**', within GitHub's 21,000 characters) walked
+    every state's run of '**' for every name: O(parts^2) per name, a dry run of hours."""
+    _, ctx = checkout(tmp_path)
+    many = python_lines_run(_hash_files, lambda: hash_files(ctx, ["**/" * 600 + "nomatch"]))
+    one = python_lines_run(_hash_files, lambda: hash_files(ctx, ["**/nomatch"]))
+    assert many < one + 3 * 600, (many, one)  # reading the parts, once: no work per name
+    long = "/".join(["*", "**"] * 100) + "/x"  # no run to collapse: past the parts a plan reads
+    assert isinstance(hash_files(ctx, [long]), Unknown)
+
+
+def test_the_files_come_in_the_runners_order(tmp_path):
+    """@actions/glob: search path by search path in the patterns' order (not all sorted), each
+    walked depth first in byte order of the names."""
+    root, ctx = checkout(tmp_path)
+    (root / "a" / "sub").mkdir()
+    (root / "a" / "sub" / "y.lock").write_bytes(b"two")
+    (root / "b").mkdir()
+    (root / "b" / "z.lock").write_bytes(b"three")
+    assert hash_files(ctx, ["b/**", "a/**"]) == runner_hash_files(b"three", b"two", b"one")
+    assert hash_files(ctx, ["b/z.lock\na/x.lock"]) == runner_hash_files(b"three", b"one")
+    assert hash_files(ctx, ["b/z.lock", "a/x.lock"]) == runner_hash_files(b"three", b"one")
+    # a search path below another's is walked with it: one walk of the root, in byte order
+    both = runner_hash_files(b"two", b"one", b"three")
+    assert hash_files(ctx, ["b/z.lock", "**/*.lock"]) == both
+
+
+def test_a_pattern_also_matches_what_lies_below_it(tmp_path):
+    """implicitDescendants (on by default): 'a' and 'a/*' hash every file under a/, a '#'
+    line is a comment, each '!' flips, and an exclusion takes the folder's files with it."""
+    root, ctx = checkout(tmp_path)
+    (root / "a" / "sub").mkdir()
+    (root / "a" / "sub" / "y.lock").write_bytes(b"two")
+    both = runner_hash_files(b"two", b"one")
+    for patterns in (["a"], ["a/"], ["a/*"], ["./a"], ["# a comment\na"], ["!!a"]):
+        assert hash_files(ctx, patterns) == both, patterns
+    assert hash_files(ctx, ["a", "!a/sub"]) == runner_hash_files(b"one")
+    assert hash_files(ctx, ["a", "!a/sub", "a/sub/y.lock"]) == both  # the last that decides
+    assert hash_files(ctx, ["a/x.lock/**"]) == runner_hash_files(b"one")
+
+
+def test_what_the_runner_reads_and_a_plan_does_not_is_left_to_the_run(tmp_path):
+    """A definite key must be the runner's: a link it reads out of the checkout, a walk it
+    makes through a link, links it follows on request, are left to the run."""
+    root, ctx = checkout(tmp_path)
+    outside = tmp_path / "outside.lock"
+    outside.write_bytes(b"secret")
+    (root / "a" / "out.lock").symlink_to(outside)
+    (root / "c").symlink_to(root / "a")
+    (root / "a" / "in.lock").symlink_to(root / "a" / "x.lock")
+    assert isinstance(hash_files(ctx, ["a/*.lock"]), Unknown)
+    assert hash_files(ctx, ["a/*.lock", "!a/out.lock"]) == runner_hash_files(b"one", b"one")
+    assert isinstance(hash_files(ctx, ["c/x.lock", "a/x.lock"]), Unknown)
+    assert isinstance(hash_files(ctx, ["--follow-symbolic-links", "a/x.lock"]), Unknown)
+    assert isinstance(hash_files(ctx, ["a/./x.lock"]), Unknown)  # the runner refuses it
+    assert isinstance(hash_files(ctx, ["~/x.lock"]), Unknown)  # the runner's home
+    for nul in ("a/x\0.lock", "a\0/*"):  # no path holds one: not an internal error
+        assert isinstance(hash_files(ctx, [nul]), Unknown)

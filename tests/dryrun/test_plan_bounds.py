@@ -10,6 +10,10 @@ import pytest
 
 from dryrun.dryrun_testing import WORKFLOWS, dry_run, steps_of, write
 from gpuci.commands._dry_run import DryRunInputs
+from gpuci.dryrun import _jobs
+from gpuci.dryrun._contexts import base_contexts
+from gpuci.dryrun._expressions import Partial, Unknown
+from gpuci.dryrun._matrix import label
 from gpuci.errors import InputError
 from gpuci.runtime import Runtime
 from gpuci_testing import clean_env
@@ -258,3 +262,34 @@ def test_a_matrix_over_256_legs_is_its_jobs_one_bad_input_line(tmp_path):
     )
     assert found[("after", 1)]["verdict"] == "skipped"
     assert found[("other", 1)]["verdict"] == "ok"
+
+
+def test_each_leg_copies_only_the_parts_of_its_job_that_read_the_matrix(monkeypatch):
+    """job_legs deep-copied the whole job (its strategy.matrix of ~961k values by aliases too)
+    once per leg, 256 legs before any was planned: a 10 KB workflow, a MemoryError."""
+    shared_env = {f"K{i}": "v" for i in range(100)}
+    job = {
+        "runs-on": "${{ matrix.os }}",
+        "env": shared_env,
+        "strategy": {"matrix": {"os": ["a", "b", "c"], "big": [[shared_env] * 100]}},
+        "steps": [{"run": "echo ${{ matrix.os }}", "env": shared_env}, {"run": "make"}],
+    }
+    legs = _jobs.job_legs("j", job, base_contexts(Partial("github", {})))
+    assert [leg_job["runs-on"] for _, leg_job, _ in legs] == ["a", "b", "c"]
+    assert [leg_job["steps"][0]["run"] for _, leg_job, _ in legs] == [f"echo {x}" for x in "abc"]
+    for _, leg_job, _ in legs:  # what reads no matrix is the job's own, not a copy
+        assert leg_job["strategy"] is job["strategy"]
+        assert leg_job["env"] is shared_env and leg_job["steps"][0]["env"] is shared_env
+        assert leg_job["steps"][1] is job["steps"][1]
+    assert job["runs-on"] == "${{ matrix.os }}"  # the job itself untouched
+    monkeypatch.setattr(_jobs, "MAX_LEG_COPIES", 8, raising=False)  # 3 legs x 4 entries
+    ((name, _, leg),) = _jobs.job_legs("j", job, base_contexts(Partial("github", {})))
+    assert name == "j" and isinstance(leg, Unknown) and "too large" in leg.why
+
+
+def test_a_legs_name_encodes_a_large_value_only_as_far_as_it_shows():
+    """A leg's name cut the value's JSON to 40 characters after encoding all of it: 256 legs
+    of a ~961k-value list encoded it 256 times. Past what it shows, nothing is encoded (an
+    object json cannot encode, at the end, is never reached)."""
+    leg = {"n": 1, "cfg": ["x" * 30, {"k": "v" * 30}, object()]}
+    assert label(leg) == 'n=1, cfg=["' + "x" * 30 + '",{"k...'

@@ -45,7 +45,6 @@ __all__ = [
     "needs_order",
     "nothing_failed",
     "plan_condition",
-    "put_leg",
     "skipped_context",
     "worst_outcome",
 ]
@@ -277,12 +276,19 @@ def docker_notes(job: Mapping[str, Any], ctx: Mapping[str, Any]) -> list[str]:
     return notes
 
 
+# Entries copied to put the legs into a job (the job's parts that read ``matrix``, times its
+# legs): past it the matrix is judged once, unresolved. A real job copies a few hundred a leg.
+MAX_LEG_COPIES = 1_000_000
+
+
 def job_legs(
     name: str, job: dict[str, Any], contexts: Mapping[str, Any]
 ) -> list[tuple[str, dict[str, Any], Any]]:
     """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
     matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
-    one unresolved run when only the run can build it.
+    one unresolved run when only the run can build it, or when putting the legs in would copy
+    more than :data:`MAX_LEG_COPIES` entries (only the parts that read ``matrix`` are copied,
+    the rest shared: ``strategy`` itself is never copied, as the runner reads it before legs).
 
     Raises TooManyLegs (bad input) for a matrix of more than GitHub's 256 legs.
     """
@@ -296,22 +302,56 @@ def job_legs(
         return [(name, job, Unknown("matrix"))]
     if legs == [{}]:
         return [(name, job, {})]
-    return [(leg_name, put_leg(job, leg), leg) for leg_name, leg in matrix.named(name, legs)]
+    reading = _reading_matrix(job)
+    copies = sum(len(part) for part in reading.values())
+    if copies * len(legs) > MAX_LEG_COPIES:
+        return [(name, job, Unknown("matrix (too large to plan leg by leg)"))]
+    return [
+        (leg_name, _put(job, leg, reading, {}), leg) for leg_name, leg in matrix.named(name, legs)
+    ]
 
 
-def put_leg(value: Any, leg: dict[str, Any]) -> Any:
-    """The job with the leg's values put in for ``${{ matrix.<key> }}``; a value that is one
-    whole reference takes the leg's value itself, so ``continue-on-error: ${{ matrix.x }}``
-    stays a boolean (the text 'false' would be truthy)."""
+def _reading_matrix(job: Any) -> dict[int, Any]:
+    """Each list and mapping of ``job`` (by id: an alias is one) that holds a ``matrix``
+    reference, itself (so the id stays its); the job's ``strategy`` is left out."""
+    reading: dict[int, Any] = {}
+    seen: set[int] = set()
+
+    def holds(value: Any) -> bool:
+        if isinstance(value, str):
+            return "matrix" in value
+        if not isinstance(value, list | dict) or id(value) in seen:
+            return id(value) in reading
+        seen.add(id(value))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        found = [holds(v) for k, v in items if not (value is job and k == "strategy")]
+        if any(found):
+            reading[id(value)] = value
+        return any(found)
+
+    holds(job)
+    return reading
+
+
+def _put(value: Any, leg: dict[str, Any], reading: dict[int, Any], done: dict[int, Any]) -> Any:
+    """``value`` with the leg's values put in for ``${{ matrix.<key> }}``, copying only what
+    :func:`_reading_matrix` found (each part once a leg, ``done``); a value that is one whole
+    reference takes the leg's value itself, so ``continue-on-error: ${{ matrix.x }}`` stays a
+    boolean (the text 'false' would be truthy)."""
     from gpuci.dryrun import _matrix as matrix
 
     if isinstance(value, str):
+        if "matrix" not in value:
+            return value
         whole = matrix.whole_reference(value)
         if whole is not None and whole in leg and leg[whole] is not None:
             return leg[whole]
         return matrix.substitute(value, leg)
-    if isinstance(value, list):
-        return [put_leg(v, leg) for v in value]
-    if isinstance(value, dict):
-        return {k: put_leg(v, leg) for k, v in value.items()}
-    return value
+    if not isinstance(value, list | dict) or id(value) not in reading:
+        return value
+    if id(value) not in done:
+        if isinstance(value, list):
+            done[id(value)] = [_put(v, leg, reading, done) for v in value]
+        else:
+            done[id(value)] = {k: _put(v, leg, reading, done) for k, v in value.items()}
+    return done[id(value)]

@@ -141,8 +141,13 @@ MAX_SHOWN = 40  # a value longer than this is cut in a leg's name (the plan show
 
 def _short(value: Any) -> str:
     """A value as a name shows it: an object or array as compact JSON, cut when long."""
-    if isinstance(value, dict | list):
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if isinstance(value, dict | list):  # encoded only as far as is shown: a value may be huge
+        encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+        text = ""
+        for chunk in encoder.iterencode(value):
+            text += chunk
+            if len(text) > MAX_SHOWN:
+                break
     else:
         text = to_text(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."

@@ -8,12 +8,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuci.errors import ExitCode
+from gpuci.redact import clip
 from gpuci.runtime import OutputValue, Result, Runtime, format_output, markdown_table
 
 if TYPE_CHECKING:
     from gpuci.dryrun._steps import StepPlan
 
-__all__ = ["MARKS", "Transcript", "mark", "plan_lines", "result"]
+__all__ = ["MARKS", "MAX_PLAN_LINE", "Transcript", "mark", "plan_lines", "result"]
+
+# Characters of one line of the plan (and of a step's detail and each headline in the report and
+# the summary's table): a with: value of 5 Mi characters that a command's plan quoted was
+# printed whole, once a step. The plan never holds a secret's value (secrets are opaque), so a
+# cut splits none that redaction would then miss.
+MAX_PLAN_LINE = 1_000
 
 MARKS = {
     "ok": "ok",
@@ -74,13 +81,13 @@ class Transcript:
     entries: list[tuple[bool, str]] = field(default_factory=list)  # (is a heading, text)
 
     def heading(self, text: str) -> None:
-        self.entries.append((True, text))
+        self.entries.append((True, clip(text, MAX_PLAN_LINE)))
 
     def say(self, text: str) -> None:
-        self.entries.append((False, text))
+        self.entries.append((False, clip(text, MAX_PLAN_LINE)))
 
     def extend(self, lines: list[str]) -> None:
-        self.entries += [(False, line) for line in lines]
+        self.entries += [(False, clip(line, MAX_PLAN_LINE)) for line in lines]
 
     def text(self, rt: Runtime) -> str:
         """Every line made one printable line (redacted, CR/LF escaped), headings marked."""
@@ -192,7 +199,10 @@ def result(
     else:
         if rt.platform != "json":
             transcript.replay(rt)
-        rows = [(p.job, p.index, p.name, p.command, p.verdict, p.detail) for p in tally.judged]
+        rows = [
+            (p.job, p.index, p.name, p.command, p.verdict, clip(p.detail, MAX_PLAN_LINE))
+            for p in tally.judged
+        ]
         out.summary.append(
             f"### gpu-ci dry run of `{path}`\n\n"
             + markdown_table(["job", "step", "name", "command", "verdict", "detail"], rows)
@@ -211,7 +221,8 @@ def result(
         out.warning(note, "gpu-ci dry run")
     for p in tally.risky:
         for warning in p.warnings:
-            out.warning(f"job {p.job}, step {p.index} ({p.name}): {warning}", "gpu-ci dry run")
+            where = f"job {p.job}, step {p.index} ({p.name}): {warning}"
+            out.warning(clip(where, MAX_PLAN_LINE), "gpu-ci dry run")
     if not tally.judged:
         out.headline = f"no gpu-ci steps found in {path}"
         if tally.uninspected:
@@ -225,40 +236,54 @@ def result(
 
 
 def _step_report(p: StepPlan) -> dict[str, Any]:
-    """One step of the JSON report: what was planned, its verdict, and each command's plan."""
-    return {
-        "job": p.job,
-        "index": p.index,
-        "name": p.name,
-        "uses": p.uses,
-        "command": p.command,
-        "verdict": p.verdict,
-        "planned": p.planned,
-        "condition": p.condition,
-        "detail": p.detail,
-        "unresolved": p.unresolved,
-        "why": p.why,
-        "warnings": p.warnings,
-        "notes": p.notes,
-        "plans": [
-            {
-                "command": r.command,
-                "exit_code": int(r.exit_code),
-                "headline": r.headline,
-                "outputs": {k: format_output(v) for k, v in r.outputs.items()},
-                "report": r.report,
-            }
-            for r in p.results
-        ],
-    }
+    """One step of the JSON report: what was planned, its verdict, and each command's plan;
+    each text in it cut to :data:`MAX_PLAN_LINE` (a name or a value a command's report quotes
+    may be megabytes)."""
+    return _cut_texts(
+        {
+            "job": p.job,
+            "index": p.index,
+            "name": p.name,
+            "uses": p.uses,
+            "command": p.command,
+            "verdict": p.verdict,
+            "planned": p.planned,
+            "condition": p.condition,
+            "detail": p.detail,
+            "unresolved": p.unresolved,
+            "why": p.why,
+            "warnings": p.warnings,
+            "notes": p.notes,
+            "plans": [
+                {
+                    "command": r.command,
+                    "exit_code": int(r.exit_code),
+                    "headline": r.headline,
+                    "outputs": {k: format_output(v) for k, v in r.outputs.items()},
+                    "report": r.report,
+                }
+                for r in p.results
+            ],
+        }
+    )
+
+
+def _cut_texts(value: Any) -> Any:
+    """``value`` with each text in it cut to :data:`MAX_PLAN_LINE` characters."""
+    if isinstance(value, str):
+        return clip(value, MAX_PLAN_LINE)
+    if isinstance(value, dict):
+        return {k: _cut_texts(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_cut_texts(v) for v in value]
+    return value
 
 
 def _report_bad_input(out: Result, tally: _Tally) -> None:
     out.exit_code = ExitCode.BAD_INPUT
     for p in tally.bad:
-        out.error(
-            f"job {p.job}, step {p.index} ({p.name}): {p.detail}", "gpu-ci dry run: bad input"
-        )
+        where = f"job {p.job}, step {p.index} ({p.name}): {p.detail}"
+        out.error(clip(where, MAX_PLAN_LINE), "gpu-ci dry run: bad input")
     out.headline = (
         f"{len(tally.bad)} of {len(tally.judged)} gpu-ci step(s) have bad input; "
         "fix them before paying for a GPU"

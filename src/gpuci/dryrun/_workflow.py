@@ -10,6 +10,9 @@ from typing import Any
 from gpuci import untrusted_json
 from gpuci.commands import Command, command_for_action
 from gpuci.errors import InputError
+from gpuci.redact import clip
+
+MAX_QUOTED = 40  # characters of a with: value a bad-input line quotes back
 
 # owner/repo/actions/<name>@ref, ./actions/<name>, and the root all-in-one action.
 _REMOTE_SUB = re.compile(r"^[\w.-]+/[\w.-]+/(?P<folder>actions/[\w./-]+?)/?@[\w./-]+$")
@@ -101,7 +104,8 @@ def calls_for(folder: str, cmd: Command | None, given: dict[str, str]) -> list[C
         subs = {sub.name: sub for sub in cmd.subcommands}
         if choice not in subs:
             raise InputError(
-                f"input '{cmd.dispatch}' is '{choice}', not one of: {', '.join(subs)}",
+                f"input '{cmd.dispatch}' is '{clip(choice, MAX_QUOTED)}', not one of: "
+                f"{', '.join(subs)}",
                 hint=f"set {cmd.dispatch} to one of them",
             )
         cmd, full_name = subs[choice], f"{cmd.name} {choice}"

@@ -11,9 +11,14 @@ from gpuci.gpu._checks import CheckOutcome, Unit, gb
 from gpuci.gpu._nvml import GpuInfo, Snapshot
 from gpuci.gpu._setup.operation import COMMAND, Setup
 from gpuci.gpu._visible import Visibility
+from gpuci.redact import clip
 from gpuci.runtime import Result, markdown_table
 
 __all__ = ["render"]
+
+# Characters of each requirement and reason a dry run's headline quotes: an input such as
+# gpu-name (``matches /<pattern>/``) is a with: value, of up to 5 Mi characters in a plan.
+MAX_QUOTED = 120
 
 
 def render(done: Setup) -> Result:
@@ -103,7 +108,9 @@ def _describe(result: Result, seen: Setup) -> None:
 def _plan_only(result: Result, seen: Setup) -> Result:
     """Dry run: say what this machine lacks, write nothing, fail nothing."""
     failed = seen.failed
-    lacking = "; ".join(f"{c.check} ({c.required}): {c.reason}" for c in failed)
+    lacking = "; ".join(
+        f"{c.check} ({clip(c.required, MAX_QUOTED)}): {clip(c.reason, MAX_QUOTED)}" for c in failed
+    )
     result.headline = (
         f"dry run: this machine lacks what the job needs: {lacking}"
         if failed
