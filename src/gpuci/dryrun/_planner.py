@@ -49,7 +49,7 @@ from gpuci.dryrun._jobs import (
     skipped_context,
     worst_outcome,
 )
-from gpuci.dryrun._matrix import TooManyLegs
+from gpuci.dryrun._matrix import BadMatrix
 from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun._report import Transcript, plan_lines
 from gpuci.dryrun._steps import (
@@ -183,12 +183,12 @@ class Planner:
                 return
             outcome = self.legs(name, job, contexts, note, forced)
             self.outcomes[name] = "skipped" if forced else outcome
-        except TooManyLegs as exc:
-            self._too_many_legs(name, uses, exc)
+        except BadMatrix as exc:
+            self._bad_matrix(name, uses, exc)
 
-    def _too_many_legs(self, name: str, uses: str, exc: TooManyLegs) -> None:
-        """A matrix over GitHub's 256 legs: GitHub refuses the run, so the job fails and its
-        one bad-input line says why."""
+    def _bad_matrix(self, name: str, uses: str, exc: BadMatrix) -> None:
+        """A matrix GitHub refuses (over 256 legs, an empty axis): the job fails and its one
+        bad-input line says why."""
         self._job_line(name, f"BAD INPUT: {exc.message}")
         self._job_verdict(name, "strategy.matrix", uses, "bad-input", exc.one_line())
         self.outcomes[name], self.job_outputs[name] = "failure", {}
