@@ -452,7 +452,7 @@ class Planner:
         if not uses:
             plan.verdict, plan.detail = "run", "a plain run: step (not judged)"
             return plan
-        classified = classify_uses(uses)
+        classified = classify_uses(uses, self.workspace)
         if classified is None:
             return self._not_gpuci(plan, step, steps[: number - 1], ctx, depth)
         with_ = step.get("with") or {}
