@@ -28,6 +28,9 @@ from gpuci.dryrun._expressions import (
     evaluate,
     interpolate,
 )
+from gpuci.dryrun._expressions import (
+    first_unknown as first_unknown,  # the one walk, named here for _jobs
+)
 from gpuci.dryrun._hash_files import hash_files
 from gpuci.dryrun._workflow import local_target, triggers
 from gpuci.errors import InputError
@@ -241,14 +244,6 @@ def evaluate_value(value: Any, contexts: Mapping[str, Any], status: Status) -> A
     if isinstance(value, dict):
         return {k: evaluate_value(v, contexts, status) for k, v in value.items()}
     return value
-
-
-def first_unknown(value: Any) -> Unknown | None:
-    """The first :class:`Unknown` anywhere inside ``value``; None when it is all known."""
-    if isinstance(value, Unknown):
-        return value
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
-    return next((u for u in map(first_unknown, items) if u is not None), None)
 
 
 def layer_env(

@@ -191,6 +191,25 @@ def _first_unknown(*values: Any) -> Unknown | None:
     return None if found is None else Unknown(found.why, path=False)
 
 
+def first_unknown(value: Any) -> Unknown | None:
+    """The first :class:`Unknown` anywhere inside ``value`` (a :class:`Partial` that lacks
+    properties is one: ``toJSON(github)`` holds what only the run knows); None when all is
+    known. What renders a value whole (``toJSON``, ``format``, text with ``${{ steps }}`` in
+    it) asks this first: the rendering of an unknown is unknown, never an error."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Unknown):
+            return Unknown(item.why, path=False)
+        if isinstance(item, Partial) and item.open != frozenset():
+            return Unknown(item.name, path=False)
+        if isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return None
+
+
 class _Parser:
     def __init__(
         self,
@@ -350,13 +369,31 @@ class _Parser:
             if isinstance(self.functions, frozenset):
                 return Unknown(f"{name}()", path=False)
             return self.functions[low](self.contexts, args)
-        unknown = _first_unknown(*args)
-        if unknown and low in ("contains", "startswith", "endswith", "format", "join", "tojson"):
+        if low in _RENDERING:
+            return self.rendering(low, name, args)
+        if low == "fromjson" and len(args) == 1:
+            if unknown := _first_unknown(*args):
+                return unknown
+            try:
+                return untrusted_json.loads(to_text(args[0]))
+            except ValueError:
+                message = f"fromJSON of text that is not JSON in {self.text!r}"
+                raise ExpressionError(message) from None
+        raise ExpressionError(f"function {name}() is not supported here")
+
+    def rendering(self, low: str, name: str, args: list[Any]) -> Any:
+        """A function that reads its arguments as text (or, ``contains``, searches a list):
+        unknown when any part of them is, else as the runner computes it."""
+        hay = args[0] if low == "contains" and len(args) == 2 else None
+        if isinstance(hay, list) and any(equal(item, args[1]) for item in hay):
+            return True  # found: what else the list holds does not matter
+        unknown = first_unknown(args)
+        if unknown:
             return unknown
         if low in ("contains", "startswith", "endswith") and len(args) == 2:
             hay, needle = args
             if low == "contains" and isinstance(hay, list):
-                return any(equal(item, needle) for item in hay)
+                return False
             h, n = to_text(hay).casefold(), to_text(needle).casefold()
             if low == "contains":
                 return n in h
@@ -367,15 +404,10 @@ class _Parser:
             return _join(args)
         if low == "tojson" and len(args) == 1:
             return _bounded(json.dumps(args[0], indent=2), "toJSON()")
-        if low == "fromjson" and len(args) == 1:
-            if unknown:
-                return unknown
-            try:
-                return untrusted_json.loads(to_text(args[0]))
-            except ValueError:
-                message = f"fromJSON of text that is not JSON in {self.text!r}"
-                raise ExpressionError(message) from None
         raise ExpressionError(f"function {name}() is not supported here")
+
+
+_RENDERING = frozenset({"contains", "startswith", "endswith", "format", "join", "tojson"})
 
 
 def _too_long(size: int, what: str) -> ExpressionError:
@@ -449,6 +481,8 @@ def _index(value: Any, key: Any) -> Any:
                 return value.missing(key)
         return None
     if isinstance(value, list) and isinstance(key, int | float) and not isinstance(key, bool):
+        if not math.isfinite(key):
+            return None  # NaN or infinity names no item (the runner: null)
         index = int(key)
         return value[index] if 0 <= index < len(value) else None
     return None
@@ -460,11 +494,19 @@ def evaluate(
     status: Status,
     functions: Functions = frozenset(),
 ) -> Any:
-    """Evaluate one expression (without the ``${{ }}``)."""
+    """Evaluate one expression (without the ``${{ }}``).
+
+    Raises ExpressionError for one this evaluator cannot (or GitHub would not) evaluate: a
+    value of a shape no rule here foresaw (a TypeError, an OverflowError) is one too, so a
+    plan leaves it to the run instead of ending in an internal error."""
     try:
         return _Parser(text, contexts, status, functions).parse()
     except RecursionError:  # MAX_DEPTH keeps it shallow; this, when the caller is deep already
         raise ExpressionError(f"an expression nested deeper than {MAX_DEPTH} levels") from None
+    except ExpressionError:
+        raise
+    except (ArithmeticError, TypeError, ValueError) as exc:
+        raise ExpressionError(f"{type(exc).__name__} evaluating {text[:80]!r}") from None
 
 
 def interpolate(
@@ -482,8 +524,9 @@ def interpolate(
     def put(match: re.Match[str]) -> str:
         nonlocal size
         value = evaluate(match.group(1), contexts, status, functions)
-        if isinstance(value, Unknown):
-            unknown.append(value)
+        found = first_unknown(value) if isinstance(value, dict | list | Unknown) else None
+        if found is not None:
+            unknown.append(value if isinstance(value, Unknown) else found)
             return ""
         size += len(shown := to_text(value))
         if size > MAX_TEXT:

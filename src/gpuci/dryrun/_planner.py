@@ -41,6 +41,7 @@ from gpuci.dryrun._jobs import (
     docker_notes,
     inputs_context,
     job_legs,
+    job_needs,
     job_title,
     merge_leg_outputs,
     needs_order,
@@ -132,10 +133,9 @@ class Planner:
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], prefix: str, depth: int
     ) -> None:
         self.bounds.count(1, f"job {name}")
-        needs = job.get("needs") or []
-        needs = [needs] if isinstance(needs, str) else [str(n) for n in needs]
         results = {
-            n: self.outcomes.get(f"{prefix}{n}", Unknown(f"needs.{n}.result")) for n in needs
+            n: self.outcomes.get(f"{prefix}{n}", Unknown(f"needs.{n}.result"))
+            for n in job_needs(job)
         }
         contexts = {
             **contexts,
