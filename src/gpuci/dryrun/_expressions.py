@@ -12,9 +12,10 @@ parentheses, the status functions, ``contains``/``startsWith``/``endsWith``/``fo
 mixed types are coerced to numbers; ``NaN`` equals nothing.
 
 What a planner cannot know (a secret, a ``vars`` value, the outputs of a ``run:`` step) is an
-:class:`Unknown`: it flows through operators (``unknown && false`` is still false, ``unknown ||
-'x'`` still truthy) and names what it came from, so a plan says *why* it could not decide.
-Anything else raises :class:`ExpressionError`: nothing is silently evaluated wrongly.
+:class:`Unknown` (:mod:`._values` holds the values and how the runner reads them): it flows
+through operators (``unknown && false`` is still false, ``unknown || 'x'`` still truthy) and
+names what it came from, so a plan says *why* it could not decide. Anything else raises
+:class:`ExpressionError`: nothing is silently evaluated wrongly.
 """
 
 from __future__ import annotations
@@ -26,6 +27,39 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuci import untrusted_json
+from gpuci.dryrun._values import (
+    Partial,
+    Unknown,
+    equal,
+    first_unknown,
+    opaque,
+    to_number,
+    to_text,
+    truth_of,
+    truthy,
+)
+
+__all__ = [
+    "EMBEDDED",
+    "MAX_TEXT",
+    "ExpressionError",
+    "Function",
+    "Functions",
+    "Partial",
+    "Status",
+    "Unknown",
+    "condition",
+    "condition_expression",
+    "equal",
+    "evaluate",
+    "first_unknown",
+    "interpolate",
+    "opaque",
+    "to_number",
+    "to_text",
+    "truth_of",
+    "truthy",
+]
 
 TOKEN = re.compile(
     r"\s*(?:"
@@ -57,56 +91,6 @@ class ExpressionError(ValueError):
     """An expression we cannot (or GitHub would not) evaluate."""
 
 
-class Unknown:
-    """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
-
-    __slots__ = ("path", "truth", "why")
-
-    def __init__(self, why: str, path: bool = True, truth: bool | None = None) -> None:
-        self.why = why
-        self.path = path  # ``why`` is a context path that a property access may extend
-        self.truth = truth  # known even when the value is not: ``vars.X || 'default'``
-
-    def child(self, key: Any) -> Unknown:
-        if self.path and isinstance(key, str):
-            return Unknown(f"{self.why}.{key}")
-        return Unknown(self.why, path=False)
-
-    def with_truth(self, truth: bool) -> Unknown:
-        return Unknown(self.why, path=False, truth=truth)
-
-    def __repr__(self) -> str:
-        return f"Unknown({self.why!r})"
-
-
-class Partial(dict):
-    """A context of which only some properties are known; the rest are :class:`Unknown`.
-
-    With ``open`` given, only the properties it names are unknown and any other is null: an
-    event's payload carries a fixed set of fields, so ``github.event.pull_request`` on a push is
-    null at plan time as it is at run time.
-    """
-
-    def __init__(
-        self, name: str, known: Mapping[str, Any], open: frozenset[str] | None = None
-    ) -> None:
-        super().__init__(known)
-        self.name = name
-        self.open = None if open is None else frozenset(k.casefold() for k in open)
-
-    def missing(self, key: str) -> Unknown | None:
-        """What a property this context does not hold is: unknown, or null."""
-        if self.open is None or key.casefold() in self.open:
-            return Unknown(f"{self.name}.{key}")
-        return None
-
-
-def opaque(why: str) -> Unknown:
-    """A value that exists but is never read (a secret named by ``--secret``): truthy and not
-    empty, so ``secrets.X != ''`` and ``secrets.X && ...`` decide, while its text stays unknown."""
-    return Unknown(why, path=False, truth=True)
-
-
 def tokenize(text: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0
@@ -121,62 +105,6 @@ def tokenize(text: str) -> list[tuple[str, str]]:
     return tokens
 
 
-def to_number(value: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "":
-            return 0.0
-        try:
-            return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
-        except ValueError:
-            return math.nan
-    return math.nan
-
-
-def truthy(value: Any) -> bool:
-    if value is None or value is False or value == "":
-        return False
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return not (value == 0 or math.isnan(value))
-    return True
-
-
-def truth_of(value: Any) -> bool | None:
-    """Whether a value is truthy; None for an :class:`Unknown` whose truth is unknown too."""
-    if isinstance(value, Unknown):
-        return value.truth
-    return truthy(value)
-
-
-def equal(left: Any, right: Any) -> bool:
-    if isinstance(left, str) and isinstance(right, str):
-        return left.casefold() == right.casefold()
-    if type(left) is type(right) and not isinstance(left, int | float | bool | type(None)):
-        return left is right  # objects and arrays compare by identity
-    if left is None and right is None:
-        return True
-    return to_number(left) == to_number(right)
-
-
-def to_text(value: Any) -> str:
-    """How the runner renders a value inside a string."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, dict | list):
-        return json.dumps(value, indent=2)
-    return str(value)
-
-
 def _nonempty_against_empty(left: Any, right: Any) -> bool | None:
     """``x == ''`` (or null) where x is unknown but surely truthy: False, known at plan time."""
     for a, b in ((left, right), (right, left)):
@@ -189,25 +117,6 @@ def _first_unknown(*values: Any) -> Unknown | None:
     """The first unknown operand, as the unknown result of an operation on it."""
     found = next((v for v in values if isinstance(v, Unknown)), None)
     return None if found is None else Unknown(found.why, path=False)
-
-
-def first_unknown(value: Any) -> Unknown | None:
-    """The first :class:`Unknown` anywhere inside ``value`` (a :class:`Partial` that lacks
-    properties is one: ``toJSON(github)`` holds what only the run knows); None when all is
-    known. What renders a value whole (``toJSON``, ``format``, text with ``${{ steps }}`` in
-    it) asks this first: the rendering of an unknown is unknown, never an error."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Unknown):
-            return Unknown(item.why, path=False)
-        if isinstance(item, Partial) and item.open != frozenset():
-            return Unknown(item.name, path=False)
-        if isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-        elif isinstance(item, list):
-            stack.extend(reversed(item))
-    return None
 
 
 class _Parser:
