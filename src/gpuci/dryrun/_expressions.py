@@ -27,7 +27,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuci import untrusted_json
+from gpuci.dryrun._budget import KEY_COST, spend
 from gpuci.dryrun._values import (
+    ExpressionError,
     Partial,
     Unknown,
     equal,
@@ -37,6 +39,7 @@ from gpuci.dryrun._values import (
     to_text,
     truth_of,
     truthy,
+    walk,
 )
 
 __all__ = [
@@ -87,10 +90,6 @@ MAX_DEPTH = 50
 MAX_TEXT = (10 << 20) // 2
 
 
-class ExpressionError(ValueError):
-    """An expression we cannot (or GitHub would not) evaluate."""
-
-
 def tokenize(text: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0
@@ -131,6 +130,7 @@ class _Parser:
             raise ExpressionError(
                 f"an expression of {len(text):,} characters (GitHub allows {MAX_LENGTH:,})"
             )
+        spend(len(text) + 1)
         self.tokens = tokenize(text)
         self.pos = 0
         self.depth = 0  # how deep the parse is nested: (, !, [ and a call's arguments
@@ -192,6 +192,7 @@ class _Parser:
         while self.peek() in ("==", "!="):
             op = self.take()[1]
             right = self.comparison()
+            _spend_strings(value, right)
             known = _nonempty_against_empty(value, right)
             same = equal(value, right) if known is None else known
             unknown = None if known is not None else _first_unknown(value, right)
@@ -207,6 +208,7 @@ class _Parser:
             if unknown:
                 value = unknown
                 continue
+            _spend_strings(value, right)
             a: Any
             b: Any
             a, b = (
@@ -283,8 +285,9 @@ class _Parser:
         if low == "fromjson" and len(args) == 1:
             if unknown := _first_unknown(*args):
                 return unknown
+            spend(len(source := to_text(args[0])))
             try:
-                return untrusted_json.loads(to_text(args[0]))
+                return untrusted_json.loads(source)
             except ValueError:
                 message = f"fromJSON of text that is not JSON in {self.text!r}"
                 raise ExpressionError(message) from None
@@ -293,10 +296,11 @@ class _Parser:
     def rendering(self, low: str, name: str, args: list[Any]) -> Any:
         """A function that reads its arguments as text (or, ``contains``, searches a list):
         unknown when any part of them is, else as the runner computes it."""
+        unknown, size = walk(args)
+        spend(size)
         hay = args[0] if low == "contains" and len(args) == 2 else None
         if isinstance(hay, list) and any(equal(item, args[1]) for item in hay):
             return True  # found: what else the list holds does not matter
-        unknown = first_unknown(args)
         if unknown:
             return unknown
         if low in ("contains", "startswith", "endswith") and len(args) == 2:
@@ -312,11 +316,19 @@ class _Parser:
         if low == "join" and 1 <= len(args) <= 2:
             return _join(args)
         if low == "tojson" and len(args) == 1:
-            return _bounded(json.dumps(args[0], indent=2), "toJSON()")
+            made = _bounded(json.dumps(args[0], indent=2), "toJSON()")
+            spend(len(made))
+            return made
         raise ExpressionError(f"function {name}() is not supported here")
 
 
 _RENDERING = frozenset({"contains", "startswith", "endswith", "format", "join", "tojson"})
+
+
+def _spend_strings(left: Any, right: Any) -> None:
+    """Count a comparison of two strings (both are case-folded: read whole)."""
+    if isinstance(left, str) and isinstance(right, str):
+        spend(len(left) + len(right))
 
 
 def _too_long(size: int, what: str) -> ExpressionError:
@@ -375,6 +387,7 @@ def _index(value: Any, key: Any) -> Any:
     if isinstance(key, Unknown):
         return key
     if isinstance(value, _Filtered):
+        spend(len(value) * KEY_COST)
         picked = (_index(item, key) for item in value)
         return _Filtered(v for v in picked if v is not None)
     if key == "*":
@@ -383,6 +396,7 @@ def _index(value: Any, key: Any) -> Any:
         return _Filtered(value) if isinstance(value, list) else _Filtered()
     if isinstance(value, Mapping):
         if isinstance(key, str):
+            spend(len(value) * KEY_COST)
             for k, v in value.items():  # contexts are case-insensitive
                 if k.casefold() == key.casefold():
                     return v
@@ -429,15 +443,18 @@ def interpolate(
     An :class:`Unknown` when any part is known only at run time."""
     unknown: list[Unknown] = []
     size = len(text)
+    spend(size)
 
     def put(match: re.Match[str]) -> str:
         nonlocal size
         value = evaluate(match.group(1), contexts, status, functions)
-        found = first_unknown(value) if isinstance(value, dict | list | Unknown) else None
+        found, walked = walk(value) if isinstance(value, dict | list | Unknown) else (None, 0)
+        spend(walked)
         if found is not None:
             unknown.append(value if isinstance(value, Unknown) else found)
             return ""
         size += len(shown := to_text(value))
+        spend(len(shown))
         if size > MAX_TEXT:
             raise _too_long(size, "the text with its ${{ }} put in")
         return shown

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.dryrun._bounds import PlanBounds, cycle_detail
+from gpuci.dryrun._budget import Budget
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
@@ -97,6 +98,7 @@ class Planner:
     transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
     source: Path | None = None  # the workflow file: a call back to it is a cycle
     bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
+    budget: Budget = field(default_factory=Budget)  # what its expressions may scan
 
     def __post_init__(self) -> None:
         if self.source is not None:  # named as a ``uses:`` calling it back names it
@@ -119,15 +121,18 @@ class Planner:
         base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
         if secrets is not None:
             base["secrets"] = secrets
-        env = layer_env({}, workflow.get("env"), base, nothing_failed)
-        self.bounds.check_jobs(len(jobs))
-        for job_id in needs_order(jobs):
-            job = jobs[job_id]
-            if (wanted and job_id != wanted) or not isinstance(job, dict):
-                # outside the plan (--job): a job that needs it plans as if it succeeded
-                self.outcomes.setdefault(f"{prefix}{job_id}", "success")
-                continue
-            self.job(f"{prefix}{job_id}", job, {**base, "env": env}, prefix, depth)
+        with self.budget.active():
+            env = layer_env({}, workflow.get("env"), base, nothing_failed)
+            self.bounds.check_jobs(len(jobs))
+            for job_id in needs_order(jobs):
+                job = jobs[job_id]
+                if (wanted and job_id != wanted) or not isinstance(job, dict):
+                    # outside the plan (--job): a job that needs it plans as if it succeeded
+                    self.outcomes.setdefault(f"{prefix}{job_id}", "success")
+                    continue
+                self.job(f"{prefix}{job_id}", job, {**base, "env": env}, prefix, depth)
+        if depth == 0 and self.budget.spent:  # once, at the end of the plan
+            self.transcript.say(self.budget.line())
 
     def job(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], prefix: str, depth: int

@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 
+class ExpressionError(ValueError):
+    """An expression we cannot (or GitHub would not) evaluate."""
+
+
 class Unknown:
     """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
 
@@ -126,15 +130,24 @@ def first_unknown(value: Any) -> Unknown | None:
     properties is one: ``toJSON(github)`` holds what only the run knows); None when all is
     known. What renders a value whole (``toJSON``, ``format``, text with ``${{ steps }}`` in
     it) asks this first: the rendering of an unknown is unknown, never an error."""
+    return walk(value)[0]
+
+
+def walk(value: Any) -> tuple[Unknown | None, int]:
+    """:func:`first_unknown`, and how much of ``value`` the walk read to find it: one for each
+    value and key, and each string's length (what rendering all of it would scan)."""
     stack = [value]
+    size = 0
     while stack:
         item = stack.pop()
+        size += 1 + (len(item) if isinstance(item, str) else 0)
         if isinstance(item, Unknown):
-            return Unknown(item.why, path=False)
+            return Unknown(item.why, path=False), size
         if isinstance(item, Partial) and item.open != frozenset():
-            return Unknown(item.name, path=False)
+            return Unknown(item.name, path=False), size
         if isinstance(item, dict):
+            size += sum(len(k) if isinstance(k, str) else 1 for k in item)
             stack.extend(reversed(list(item.values())))
         elif isinstance(item, list):
             stack.extend(reversed(item))
-    return None
+    return None, size
