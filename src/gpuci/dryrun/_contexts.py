@@ -8,6 +8,7 @@ knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is a
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from collections.abc import Mapping
@@ -27,8 +28,12 @@ from gpuci.dryrun._expressions import (
     evaluate,
     interpolate,
 )
+from gpuci.dryrun._expressions import (
+    first_unknown as first_unknown,  # the one walk, named here for _jobs
+)
 from gpuci.dryrun._hash_files import hash_files
-from gpuci.dryrun._workflow import triggers
+from gpuci.dryrun._workflow import local_target, triggers
+from gpuci.errors import InputError
 from gpuci.untrusted_child import git
 
 _REMOTE = re.compile(
@@ -65,12 +70,28 @@ def _event_names(workflow: Mapping[Any, Any]) -> list[str]:
 
 def workspace_of(workflow: Path) -> Path:
     """The checkout the workflow belongs to: the folder holding its ``.github/workflows``, else
-    its git top level, else the current folder."""
-    folder = workflow.resolve().parent
+    its git top level, else the current folder. Found from the path as given, never from where
+    a symbolic link points: the runner reads the workflow from the checkout itself.
+
+    Raises InputError for a workflow file that is a symbolic link leaving that checkout (its
+    target would move ``hashFiles()`` and local actions to another checkout on this machine).
+    """
+    given = Path(os.path.abspath(workflow))
+    folder = given.parent
     if folder.name == "workflows" and folder.parent.name == ".github":
-        return folder.parent.parent
-    top = git("rev-parse", "--show-toplevel", cwd=folder)
-    return Path(top) if top else Path.cwd()
+        workspace = folder.parent.parent
+    else:
+        top = git("rev-parse", "--show-toplevel", cwd=folder)
+        workspace = Path(top) if top else Path.cwd()
+    inside = given.is_relative_to(workspace)  # as named; a file named elsewhere is planned too
+    if inside and local_target(workspace, f"./{given.relative_to(workspace)}") is None:
+        raise InputError(
+            f"workflow file {workflow} is (or lies behind) a symbolic link that leaves the "
+            f"checkout {workspace}",
+            hint="dry-run a workflow file inside the checkout (GitHub reads it from the "
+            "repository, never through a link)",
+        )
+    return workspace
 
 
 def github_context(
@@ -223,14 +244,6 @@ def evaluate_value(value: Any, contexts: Mapping[str, Any], status: Status) -> A
     if isinstance(value, dict):
         return {k: evaluate_value(v, contexts, status) for k, v in value.items()}
     return value
-
-
-def first_unknown(value: Any) -> Unknown | None:
-    """The first :class:`Unknown` anywhere inside ``value``; None when it is all known."""
-    if isinstance(value, Unknown):
-        return value
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
-    return next((u for u in map(first_unknown, items) if u is not None), None)
 
 
 def layer_env(

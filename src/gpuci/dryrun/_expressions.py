@@ -12,9 +12,10 @@ parentheses, the status functions, ``contains``/``startsWith``/``endsWith``/``fo
 mixed types are coerced to numbers; ``NaN`` equals nothing.
 
 What a planner cannot know (a secret, a ``vars`` value, the outputs of a ``run:`` step) is an
-:class:`Unknown`: it flows through operators (``unknown && false`` is still false, ``unknown ||
-'x'`` still truthy) and names what it came from, so a plan says *why* it could not decide.
-Anything else raises :class:`ExpressionError`: nothing is silently evaluated wrongly.
+:class:`Unknown` (:mod:`._values` holds the values and how the runner reads them): it flows
+through operators (``unknown && false`` is still false, ``unknown || 'x'`` still truthy) and
+names what it came from, so a plan says *why* it could not decide. Anything else raises
+:class:`ExpressionError`: nothing is silently evaluated wrongly.
 """
 
 from __future__ import annotations
@@ -26,6 +27,42 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuci import untrusted_json
+from gpuci.dryrun._budget import KEY_COST, spend
+from gpuci.dryrun._values import (
+    ExpressionError,
+    Partial,
+    Unknown,
+    equal,
+    first_unknown,
+    opaque,
+    to_number,
+    to_text,
+    truth_of,
+    truthy,
+    walk,
+)
+
+__all__ = [
+    "EMBEDDED",
+    "MAX_TEXT",
+    "ExpressionError",
+    "Function",
+    "Functions",
+    "Partial",
+    "Status",
+    "Unknown",
+    "condition",
+    "condition_expression",
+    "equal",
+    "evaluate",
+    "first_unknown",
+    "interpolate",
+    "opaque",
+    "to_number",
+    "to_text",
+    "truth_of",
+    "truthy",
+]
 
 TOKEN = re.compile(
     r"\s*(?:"
@@ -53,60 +90,6 @@ MAX_DEPTH = 50
 MAX_TEXT = (10 << 20) // 2
 
 
-class ExpressionError(ValueError):
-    """An expression we cannot (or GitHub would not) evaluate."""
-
-
-class Unknown:
-    """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
-
-    __slots__ = ("path", "truth", "why")
-
-    def __init__(self, why: str, path: bool = True, truth: bool | None = None) -> None:
-        self.why = why
-        self.path = path  # ``why`` is a context path that a property access may extend
-        self.truth = truth  # known even when the value is not: ``vars.X || 'default'``
-
-    def child(self, key: Any) -> Unknown:
-        if self.path and isinstance(key, str):
-            return Unknown(f"{self.why}.{key}")
-        return Unknown(self.why, path=False)
-
-    def with_truth(self, truth: bool) -> Unknown:
-        return Unknown(self.why, path=False, truth=truth)
-
-    def __repr__(self) -> str:
-        return f"Unknown({self.why!r})"
-
-
-class Partial(dict):
-    """A context of which only some properties are known; the rest are :class:`Unknown`.
-
-    With ``open`` given, only the properties it names are unknown and any other is null: an
-    event's payload carries a fixed set of fields, so ``github.event.pull_request`` on a push is
-    null at plan time as it is at run time.
-    """
-
-    def __init__(
-        self, name: str, known: Mapping[str, Any], open: frozenset[str] | None = None
-    ) -> None:
-        super().__init__(known)
-        self.name = name
-        self.open = None if open is None else frozenset(k.casefold() for k in open)
-
-    def missing(self, key: str) -> Unknown | None:
-        """What a property this context does not hold is: unknown, or null."""
-        if self.open is None or key.casefold() in self.open:
-            return Unknown(f"{self.name}.{key}")
-        return None
-
-
-def opaque(why: str) -> Unknown:
-    """A value that exists but is never read (a secret named by ``--secret``): truthy and not
-    empty, so ``secrets.X != ''`` and ``secrets.X && ...`` decide, while its text stays unknown."""
-    return Unknown(why, path=False, truth=True)
-
-
 def tokenize(text: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0
@@ -119,62 +102,6 @@ def tokenize(text: str) -> list[tuple[str, str]]:
         tokens.append((kind, match.group(kind)))
         pos = match.end()
     return tokens
-
-
-def to_number(value: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "":
-            return 0.0
-        try:
-            return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
-        except ValueError:
-            return math.nan
-    return math.nan
-
-
-def truthy(value: Any) -> bool:
-    if value is None or value is False or value == "":
-        return False
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return not (value == 0 or math.isnan(value))
-    return True
-
-
-def truth_of(value: Any) -> bool | None:
-    """Whether a value is truthy; None for an :class:`Unknown` whose truth is unknown too."""
-    if isinstance(value, Unknown):
-        return value.truth
-    return truthy(value)
-
-
-def equal(left: Any, right: Any) -> bool:
-    if isinstance(left, str) and isinstance(right, str):
-        return left.casefold() == right.casefold()
-    if type(left) is type(right) and not isinstance(left, int | float | bool | type(None)):
-        return left is right  # objects and arrays compare by identity
-    if left is None and right is None:
-        return True
-    return to_number(left) == to_number(right)
-
-
-def to_text(value: Any) -> str:
-    """How the runner renders a value inside a string."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, dict | list):
-        return json.dumps(value, indent=2)
-    return str(value)
 
 
 def _nonempty_against_empty(left: Any, right: Any) -> bool | None:
@@ -203,6 +130,7 @@ class _Parser:
             raise ExpressionError(
                 f"an expression of {len(text):,} characters (GitHub allows {MAX_LENGTH:,})"
             )
+        spend(len(text) + 1)
         self.tokens = tokenize(text)
         self.pos = 0
         self.depth = 0  # how deep the parse is nested: (, !, [ and a call's arguments
@@ -264,6 +192,7 @@ class _Parser:
         while self.peek() in ("==", "!="):
             op = self.take()[1]
             right = self.comparison()
+            _spend_strings(value, right)
             known = _nonempty_against_empty(value, right)
             same = equal(value, right) if known is None else known
             unknown = None if known is not None else _first_unknown(value, right)
@@ -279,6 +208,7 @@ class _Parser:
             if unknown:
                 value = unknown
                 continue
+            _spend_strings(value, right)
             a: Any
             b: Any
             a, b = (
@@ -350,13 +280,33 @@ class _Parser:
             if isinstance(self.functions, frozenset):
                 return Unknown(f"{name}()", path=False)
             return self.functions[low](self.contexts, args)
-        unknown = _first_unknown(*args)
-        if unknown and low in ("contains", "startswith", "endswith", "format", "join", "tojson"):
+        if low in _RENDERING:
+            return self.rendering(low, name, args)
+        if low == "fromjson" and len(args) == 1:
+            if unknown := _first_unknown(*args):
+                return unknown
+            spend(len(source := to_text(args[0])))
+            try:
+                return untrusted_json.loads(source)
+            except ValueError:
+                message = f"fromJSON of text that is not JSON in {self.text!r}"
+                raise ExpressionError(message) from None
+        raise ExpressionError(f"function {name}() is not supported here")
+
+    def rendering(self, low: str, name: str, args: list[Any]) -> Any:
+        """A function that reads its arguments as text (or, ``contains``, searches a list):
+        unknown when any part of them is, else as the runner computes it."""
+        unknown, size = walk(args)
+        spend(size)
+        hay = args[0] if low == "contains" and len(args) == 2 else None
+        if isinstance(hay, list) and any(equal(item, args[1]) for item in hay):
+            return True  # found: what else the list holds does not matter
+        if unknown:
             return unknown
         if low in ("contains", "startswith", "endswith") and len(args) == 2:
             hay, needle = args
             if low == "contains" and isinstance(hay, list):
-                return any(equal(item, needle) for item in hay)
+                return False
             h, n = to_text(hay).casefold(), to_text(needle).casefold()
             if low == "contains":
                 return n in h
@@ -366,16 +316,19 @@ class _Parser:
         if low == "join" and 1 <= len(args) <= 2:
             return _join(args)
         if low == "tojson" and len(args) == 1:
-            return _bounded(json.dumps(args[0], indent=2), "toJSON()")
-        if low == "fromjson" and len(args) == 1:
-            if unknown:
-                return unknown
-            try:
-                return untrusted_json.loads(to_text(args[0]))
-            except ValueError:
-                message = f"fromJSON of text that is not JSON in {self.text!r}"
-                raise ExpressionError(message) from None
+            made = _bounded(json.dumps(args[0], indent=2), "toJSON()")
+            spend(len(made))
+            return made
         raise ExpressionError(f"function {name}() is not supported here")
+
+
+_RENDERING = frozenset({"contains", "startswith", "endswith", "format", "join", "tojson"})
+
+
+def _spend_strings(left: Any, right: Any) -> None:
+    """Count a comparison of two strings (both are case-folded: read whole)."""
+    if isinstance(left, str) and isinstance(right, str):
+        spend(len(left) + len(right))
 
 
 def _too_long(size: int, what: str) -> ExpressionError:
@@ -434,6 +387,7 @@ def _index(value: Any, key: Any) -> Any:
     if isinstance(key, Unknown):
         return key
     if isinstance(value, _Filtered):
+        spend(len(value) * KEY_COST)
         picked = (_index(item, key) for item in value)
         return _Filtered(v for v in picked if v is not None)
     if key == "*":
@@ -442,6 +396,7 @@ def _index(value: Any, key: Any) -> Any:
         return _Filtered(value) if isinstance(value, list) else _Filtered()
     if isinstance(value, Mapping):
         if isinstance(key, str):
+            spend(len(value) * KEY_COST)
             for k, v in value.items():  # contexts are case-insensitive
                 if k.casefold() == key.casefold():
                     return v
@@ -449,6 +404,8 @@ def _index(value: Any, key: Any) -> Any:
                 return value.missing(key)
         return None
     if isinstance(value, list) and isinstance(key, int | float) and not isinstance(key, bool):
+        if not math.isfinite(key):
+            return None  # NaN or infinity names no item (the runner: null)
         index = int(key)
         return value[index] if 0 <= index < len(value) else None
     return None
@@ -460,11 +417,19 @@ def evaluate(
     status: Status,
     functions: Functions = frozenset(),
 ) -> Any:
-    """Evaluate one expression (without the ``${{ }}``)."""
+    """Evaluate one expression (without the ``${{ }}``).
+
+    Raises ExpressionError for one this evaluator cannot (or GitHub would not) evaluate: a
+    value of a shape no rule here foresaw (a TypeError, an OverflowError) is one too, so a
+    plan leaves it to the run instead of ending in an internal error."""
     try:
         return _Parser(text, contexts, status, functions).parse()
     except RecursionError:  # MAX_DEPTH keeps it shallow; this, when the caller is deep already
         raise ExpressionError(f"an expression nested deeper than {MAX_DEPTH} levels") from None
+    except ExpressionError:
+        raise
+    except (ArithmeticError, TypeError, ValueError) as exc:
+        raise ExpressionError(f"{type(exc).__name__} evaluating {text[:80]!r}") from None
 
 
 def interpolate(
@@ -478,14 +443,18 @@ def interpolate(
     An :class:`Unknown` when any part is known only at run time."""
     unknown: list[Unknown] = []
     size = len(text)
+    spend(size)
 
     def put(match: re.Match[str]) -> str:
         nonlocal size
         value = evaluate(match.group(1), contexts, status, functions)
-        if isinstance(value, Unknown):
-            unknown.append(value)
+        found, walked = walk(value) if isinstance(value, dict | list | Unknown) else (None, 0)
+        spend(walked)
+        if found is not None:
+            unknown.append(value if isinstance(value, Unknown) else found)
             return ""
         size += len(shown := to_text(value))
+        spend(len(shown))
         if size > MAX_TEXT:
             raise _too_long(size, "the text with its ${{ }} put in")
         return shown

@@ -155,9 +155,15 @@ def needs_order(jobs: Mapping[str, Any]) -> list[str]:
 
 def _known_needs(job: Any, jobs: Mapping[str, Any]) -> set[str]:
     """The jobs of this workflow that ``job`` needs (``needs:`` a name or a list of them)."""
+    return {n for n in job_needs(job) if n in jobs}
+
+
+def job_needs(job: Any) -> list[str]:
+    """``needs:`` as names: one name or a list of them (a YAML number read as its text); a
+    shape GitHub refuses (a mapping, a list in the list) names nothing."""
     needs = job.get("needs") if isinstance(job, dict) else None
-    needs = [needs] if isinstance(needs, str) else list(needs or [])
-    return {str(n) for n in needs if str(n) in jobs}
+    items = needs if isinstance(needs, list) else [] if needs is None else [needs]
+    return [text_of(n) for n in items if isinstance(n, str | int | float | bool)]
 
 
 def inputs_context(

@@ -8,7 +8,9 @@ contradict (it may set new keys, and overwrite keys an earlier include added), a
 combination of its own when it fits none. A matrix built by an expression (``fromJSON(...)``)
 can't be expanded here: :func:`expand` returns None and the caller says so. Past 256 legs
 GitHub refuses the run ("Strategy expansion exceeded 256 results"), and :func:`expand` raises
-:class:`TooManyLegs`, counting from the axes' lengths before it builds any leg.
+:class:`TooManyLegs`, counting from the axes' lengths before it builds any leg. An axis with no
+values, or a matrix with neither axes nor ``include``, fails the job at "Evaluate strategy"
+("Matrix vector 'gpu' does not contain any values"): :func:`expand` raises :class:`BadMatrix`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,12 @@ MAX_LEGS = 256  # GitHub: "a job matrix can generate a maximum of 256 jobs per w
 MAX_CHECKS = 1 << 21
 
 
-class TooManyLegs(InputError):
-    """A literal matrix GitHub would refuse (over 256 legs): bad input for its job's plan."""
+class BadMatrix(InputError):
+    """A literal matrix GitHub refuses (an empty axis, no axes): bad input for its job's plan."""
+
+
+class TooManyLegs(BadMatrix):
+    """A literal matrix of over 256 legs, which GitHub refuses too."""
 
 
 def _literal(value: Any) -> bool:
@@ -51,7 +57,8 @@ def expand(matrix: Any) -> list[Leg] | None:
     """The legs of a literal matrix ([{}] when there is none); None when not literal.
 
     Raises TooManyLegs past GitHub's 256 legs: the size is counted from the axes' lengths
-    before any leg is built, so ten axes of ten values are refused, not built.
+    before any leg is built, so ten axes of ten values are refused, not built. Raises BadMatrix
+    for an axis with no values, or no axis and no ``include`` entry: GitHub fails such a job.
     """
     if matrix is None:
         return [{}]
@@ -66,9 +73,28 @@ def expand(matrix: Any) -> list[Leg] | None:
         return None
     if any(not isinstance(entry, dict) for entry in include):
         return None
+    _refuse_empty(axes, include)
     legs = _combinations(axes, [e for e in exclude if isinstance(e, dict)])
     _include(legs, include)
     return legs or [{}]
+
+
+def _refuse_empty(axes: dict[str, list[Any]], include: list[Leg]) -> None:
+    """Raises BadMatrix, as GitHub fails the job at 'Evaluate strategy', for an axis with no
+    values (the product would be empty) or a matrix with no axis and no include entry."""
+    empty = next((key for key, values in axes.items() if not values), None)
+    if empty is not None:
+        raise BadMatrix(
+            f"strategy.matrix axis '{_short(empty)}' has no values: GitHub fails the job "
+            f"(\"Matrix vector '{_short(empty)}' does not contain any values\")",
+            hint="give the axis at least one value, or leave the axis out",
+        )
+    if not axes and not include:
+        raise BadMatrix(
+            "strategy.matrix has no axis and no include entry: GitHub fails the job "
+            '("Matrix must define at least one vector")',
+            hint="give the matrix an axis with values, or remove strategy.matrix",
+        )
 
 
 def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:

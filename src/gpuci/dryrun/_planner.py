@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.dryrun._bounds import PlanBounds, cycle_detail
+from gpuci.dryrun._budget import Budget
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
@@ -41,6 +42,7 @@ from gpuci.dryrun._jobs import (
     docker_notes,
     inputs_context,
     job_legs,
+    job_needs,
     job_title,
     merge_leg_outputs,
     needs_order,
@@ -49,7 +51,7 @@ from gpuci.dryrun._jobs import (
     skipped_context,
     worst_outcome,
 )
-from gpuci.dryrun._matrix import TooManyLegs
+from gpuci.dryrun._matrix import BadMatrix
 from gpuci.dryrun._matrix import label as matrix_label
 from gpuci.dryrun._report import Transcript, plan_lines
 from gpuci.dryrun._steps import (
@@ -96,6 +98,7 @@ class Planner:
     transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
     source: Path | None = None  # the workflow file: a call back to it is a cycle
     bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
+    budget: Budget = field(default_factory=Budget)  # what its expressions may scan
 
     def __post_init__(self) -> None:
         if self.source is not None:  # named as a ``uses:`` calling it back names it
@@ -118,24 +121,26 @@ class Planner:
         base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
         if secrets is not None:
             base["secrets"] = secrets
-        env = layer_env({}, workflow.get("env"), base, nothing_failed)
-        self.bounds.check_jobs(len(jobs))
-        for job_id in needs_order(jobs):
-            job = jobs[job_id]
-            if (wanted and job_id != wanted) or not isinstance(job, dict):
-                # outside the plan (--job): a job that needs it plans as if it succeeded
-                self.outcomes.setdefault(f"{prefix}{job_id}", "success")
-                continue
-            self.job(f"{prefix}{job_id}", job, {**base, "env": env}, prefix, depth)
+        with self.budget.active():
+            env = layer_env({}, workflow.get("env"), base, nothing_failed)
+            self.bounds.check_jobs(len(jobs))
+            for job_id in needs_order(jobs):
+                job = jobs[job_id]
+                if (wanted and job_id != wanted) or not isinstance(job, dict):
+                    # outside the plan (--job): a job that needs it plans as if it succeeded
+                    self.outcomes.setdefault(f"{prefix}{job_id}", "success")
+                    continue
+                self.job(f"{prefix}{job_id}", job, {**base, "env": env}, prefix, depth)
+        if depth == 0 and self.budget.spent:  # once, at the end of the plan
+            self.transcript.say(self.budget.line())
 
     def job(
         self, name: str, job: dict[str, Any], contexts: dict[str, Any], prefix: str, depth: int
     ) -> None:
         self.bounds.count(1, f"job {name}")
-        needs = job.get("needs") or []
-        needs = [needs] if isinstance(needs, str) else [str(n) for n in needs]
         results = {
-            n: self.outcomes.get(f"{prefix}{n}", Unknown(f"needs.{n}.result")) for n in needs
+            n: self.outcomes.get(f"{prefix}{n}", Unknown(f"needs.{n}.result"))
+            for n in job_needs(job)
         }
         contexts = {
             **contexts,
@@ -183,12 +188,12 @@ class Planner:
                 return
             outcome = self.legs(name, job, contexts, note, forced)
             self.outcomes[name] = "skipped" if forced else outcome
-        except TooManyLegs as exc:
-            self._too_many_legs(name, uses, exc)
+        except BadMatrix as exc:
+            self._bad_matrix(name, uses, exc)
 
-    def _too_many_legs(self, name: str, uses: str, exc: TooManyLegs) -> None:
-        """A matrix over GitHub's 256 legs: GitHub refuses the run, so the job fails and its
-        one bad-input line says why."""
+    def _bad_matrix(self, name: str, uses: str, exc: BadMatrix) -> None:
+        """A matrix GitHub refuses (over 256 legs, an empty axis): the job fails and its one
+        bad-input line says why."""
         self._job_line(name, f"BAD INPUT: {exc.message}")
         self._job_verdict(name, "strategy.matrix", uses, "bad-input", exc.one_line())
         self.outcomes[name], self.job_outputs[name] = "failure", {}
@@ -452,7 +457,7 @@ class Planner:
         if not uses:
             plan.verdict, plan.detail = "run", "a plain run: step (not judged)"
             return plan
-        classified = classify_uses(uses)
+        classified = classify_uses(uses, self.workspace)
         if classified is None:
             return self._not_gpuci(plan, step, steps[: number - 1], ctx, depth)
         with_ = step.get("with") or {}

@@ -1,0 +1,153 @@
+"""Values as GitHub's expressions see them: what a plan knows only in part, and how the runner
+reads a value as a truth, a number, a comparison or text.
+
+What a planner cannot know (a secret, a ``vars`` value, the outputs of a ``run:`` step) is an
+:class:`Unknown`: it names what it came from, so a plan says *why* it could not decide. A
+context the plan knows only some properties of is a :class:`Partial`. The evaluator
+(:mod:`gpuci.dryrun._expressions`) computes with these; this module holds no parser.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+class ExpressionError(ValueError):
+    """An expression we cannot (or GitHub would not) evaluate."""
+
+
+class Unknown:
+    """A value known only at run time; ``why`` names it (``vars.MODEL_URL``)."""
+
+    __slots__ = ("path", "truth", "why")
+
+    def __init__(self, why: str, path: bool = True, truth: bool | None = None) -> None:
+        self.why = why
+        self.path = path  # ``why`` is a context path that a property access may extend
+        self.truth = truth  # known even when the value is not: ``vars.X || 'default'``
+
+    def child(self, key: Any) -> Unknown:
+        if self.path and isinstance(key, str):
+            return Unknown(f"{self.why}.{key}")
+        return Unknown(self.why, path=False)
+
+    def with_truth(self, truth: bool) -> Unknown:
+        return Unknown(self.why, path=False, truth=truth)
+
+    def __repr__(self) -> str:
+        return f"Unknown({self.why!r})"
+
+
+class Partial(dict):
+    """A context of which only some properties are known; the rest are :class:`Unknown`.
+
+    With ``open`` given, only the properties it names are unknown and any other is null: an
+    event's payload carries a fixed set of fields, so ``github.event.pull_request`` on a push is
+    null at plan time as it is at run time.
+    """
+
+    def __init__(
+        self, name: str, known: Mapping[str, Any], open: frozenset[str] | None = None
+    ) -> None:
+        super().__init__(known)
+        self.name = name
+        self.open = None if open is None else frozenset(k.casefold() for k in open)
+
+    def missing(self, key: str) -> Unknown | None:
+        """What a property this context does not hold is: unknown, or null."""
+        if self.open is None or key.casefold() in self.open:
+            return Unknown(f"{self.name}.{key}")
+        return None
+
+
+def opaque(why: str) -> Unknown:
+    """A value that exists but is never read (a secret named by ``--secret``): truthy and not
+    empty, so ``secrets.X != ''`` and ``secrets.X && ...`` decide, while its text stays unknown."""
+    return Unknown(why, path=False, truth=True)
+
+
+def to_number(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "":
+            return 0.0
+        try:
+            return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def truthy(value: Any) -> bool:
+    if value is None or value is False or value == "":
+        return False
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return not (value == 0 or math.isnan(value))
+    return True
+
+
+def truth_of(value: Any) -> bool | None:
+    """Whether a value is truthy; None for an :class:`Unknown` whose truth is unknown too."""
+    if isinstance(value, Unknown):
+        return value.truth
+    return truthy(value)
+
+
+def equal(left: Any, right: Any) -> bool:
+    if isinstance(left, str) and isinstance(right, str):
+        return left.casefold() == right.casefold()
+    if type(left) is type(right) and not isinstance(left, int | float | bool | type(None)):
+        return left is right  # objects and arrays compare by identity
+    if left is None and right is None:
+        return True
+    return to_number(left) == to_number(right)
+
+
+def to_text(value: Any) -> str:
+    """How the runner renders a value inside a string."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict | list):
+        return json.dumps(value, indent=2)
+    return str(value)
+
+
+def first_unknown(value: Any) -> Unknown | None:
+    """The first :class:`Unknown` anywhere inside ``value`` (a :class:`Partial` that lacks
+    properties is one: ``toJSON(github)`` holds what only the run knows); None when all is
+    known. What renders a value whole (``toJSON``, ``format``, text with ``${{ steps }}`` in
+    it) asks this first: the rendering of an unknown is unknown, never an error."""
+    return walk(value)[0]
+
+
+def walk(value: Any) -> tuple[Unknown | None, int]:
+    """:func:`first_unknown`, and how much of ``value`` the walk read to find it: one for each
+    value and key, and each string's length (what rendering all of it would scan)."""
+    stack = [value]
+    size = 0
+    while stack:
+        item = stack.pop()
+        size += 1 + (len(item) if isinstance(item, str) else 0)
+        if isinstance(item, Unknown):
+            return Unknown(item.why, path=False), size
+        if isinstance(item, Partial) and item.open != frozenset():
+            return Unknown(item.name, path=False), size
+        if isinstance(item, dict):
+            size += sum(len(k) if isinstance(k, str) else 1 for k in item)
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return None, size

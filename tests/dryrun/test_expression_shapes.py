@@ -1,0 +1,93 @@
+"""Everyday expressions over what a plan half knows end in a value or an Unknown, never in an
+internal error (review E, finding 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dryrun.dryrun_testing import dry_run, one_job, write
+from gpuci.dryrun._contexts import Event, base_contexts, evaluate_text, github_context
+from gpuci.dryrun._expressions import ExpressionError, Unknown, evaluate, interpolate
+from gpuci.dryrun._jobs import nothing_failed as ok
+
+
+@pytest.fixture
+def contexts(tmp_path):
+    found = base_contexts(github_context(Event(), tmp_path))
+    found["steps"] = {"a": {"outputs": {"v": Unknown("steps.a.outputs.v")}, "outcome": "success"}}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("toJSON(steps)", "steps.a.outputs.v"),
+        ("toJSON(runner)", "runner"),
+        ("toJSON(github)", "github"),
+        ("format('{0}', runner)", "runner"),
+        ("join(fromJSON('[1]'), runner)", "runner"),
+        ("contains(toJSON(secrets), 'x')", "secrets"),
+    ],
+)
+def test_a_value_holding_an_unknown_renders_as_unknown(contexts, expression, why):
+    found = evaluate(expression, contexts, ok)
+    assert isinstance(found, Unknown) and found.why == why
+
+
+def test_text_with_a_whole_context_in_it_is_unknown(contexts):
+    found = interpolate("x ${{ steps }}", contexts, ok)
+    assert isinstance(found, Unknown) and found.why == "steps.a.outputs.v"
+    assert interpolate("x ${{ fromJSON('[1]') }}", contexts, ok) == "x [\n  1\n]"
+
+
+def test_contains_in_a_list_is_true_when_found_whatever_else_it_holds(contexts):
+    assert evaluate("contains(fromJSON('[1, 2]'), 2)", contexts, ok) is True
+    contexts["env"] = {"L": [Unknown("vars.X"), "a"]}
+    assert evaluate("contains(env.L, 'a')", contexts, ok) is True
+    assert isinstance(evaluate("contains(env.L, 'b')", contexts, ok), Unknown)
+
+
+@pytest.mark.parametrize("index", ["fromJSON('NaN')", "1e999", "-1e999", "fromJSON('-Infinity')"])
+def test_a_non_finite_index_names_no_item(contexts, index):
+    assert evaluate(f"fromJSON('[1]')[{index}]", contexts, ok) is None
+
+
+def test_an_error_no_rule_foresaw_is_an_expression_error(contexts):
+    def broken(_contexts, _args):
+        raise TypeError("a shape nobody foresaw")
+
+    with pytest.raises(ExpressionError, match="TypeError"):
+        evaluate("broken()", contexts, ok, {"broken": broken})
+    found = evaluate_text("${{ fromJSON('[1]')[0] }}", contexts, ok)
+    assert found == "1"
+
+
+@pytest.mark.parametrize("needs", ["5", "{a: b}", "[[a]]", "[5]"])
+def test_needs_of_any_shape_is_planned(tmp_path, needs):
+    wf = write(
+        tmp_path,
+        f"on: push\njobs:\n  5: {{runs-on: x, steps: [{{run: a}}]}}\n"
+        f"  j: {{runs-on: x, needs: {needs}, steps: [{{run: echo}}]}}\n",
+        ".github/workflows/wf.yml",
+    )
+    proc = dry_run(tmp_path, wf)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_workflow_rendering_its_contexts_is_planned(tmp_path):
+    wf = one_job(
+        tmp_path,
+        """
+        - id: a
+          run: echo
+        - run: echo
+          env:
+            A: ${{ toJSON(steps) }}
+            B: ${{ toJSON(runner) }}
+            C: x ${{ steps }}
+            D: ${{ fromJSON('[1]')[fromJSON('NaN')] }}
+        """,
+        ".github/workflows/wf.yml",
+    )
+    proc = dry_run(tmp_path, wf)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
