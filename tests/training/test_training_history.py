@@ -168,3 +168,15 @@ def test_gate_appends_on_schedule_and_reports_history_before_this_run(tmp_path):
     ]
     assert report["history"]["appended"]["key"] == ""
     assert len(list((tmp_path / "hist" / "metrics-history").rglob("*.json"))) == 3
+
+
+@pytest.mark.parametrize("said", ["false", 1, [0]])
+def test_a_report_that_does_not_say_true_is_recorded_as_failed(said):
+    """The gate report is a file (input): a "passed" that is not ``true`` never enters the
+    history as a passing run, nor does one with a failed row."""
+    ctx = RunContext("local")
+    rows = [{"metric": "acc", "passed": True, "value": 0.9}]
+    assert history.entry({"passed": said, "rows": rows}, None, ctx, 0.0)["passed"] is False
+    failed_row = [{"metric": "acc", "passed": False, "value": 0.1}]
+    assert history.entry({"passed": True, "rows": failed_row}, None, ctx, 0.0)["passed"] is False
+    assert history.entry({"passed": True, "rows": rows}, None, ctx, 0.0)["passed"] is True

@@ -29,6 +29,7 @@ from gpuci.cache._stores.base import Store
 from gpuci.charts import finite
 from gpuci.redact import clip
 from gpuci.training import _ci as ci
+from gpuci.training._rules import gate_passed
 from gpuci.units import utc_iso
 
 __all__ = [
@@ -177,7 +178,7 @@ def entry(
         "commit": ctx.commit,
         "ref": ctx.ref,
         "run_url": ctx.run_url,
-        "passed": bool(gate.get("passed")),
+        "passed": gate_passed(gate),  # a report is input: "false" or 1 is no pass
         "model_digest": str((prov or {}).get("statement_digest") or ""),
         "metrics": gated_metrics(gate),
     }

@@ -27,7 +27,7 @@ from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training._artifacts import Artifact, digest, find_artifacts
 from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
-from gpuci.training._report import gate_passed
+from gpuci.training._rules import gate_passed
 from gpuci.training.options import ProvenanceInputs
 from gpuci.units import human_bytes, utc_iso
 

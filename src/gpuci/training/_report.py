@@ -23,7 +23,7 @@ from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training._charts import metric_charts
 from gpuci.training._metrics import as_number
-from gpuci.training._rules import fmt, table_markdown
+from gpuci.training._rules import fmt, gate_passed, row_dicts, table_markdown
 from gpuci.training.options import DEFAULT_MARKER, CommentInputs, ReportInputs
 
 __all__ = [
@@ -147,19 +147,6 @@ def charts_markdown(
             result.warning(line, "gpu-ci report")
 
     return "".join(charts.fenced(chart, left_out) + "\n\n" for chart in found)
-
-
-def row_dicts(gate: dict[str, Any]) -> list[dict[str, Any]]:
-    """A gate report's rows that are objects: the report is a file, so input (``"rows":
-    "abc"`` or ``[1, 2]`` is left out, not a traceback)."""
-    rows = gate.get("rows")
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-
-
-def gate_passed(gate: dict[str, Any]) -> bool:
-    """Whether a gate report says it passed: ``passed`` is ``true`` and so is every row's. The
-    report is a file or a journal record (input): ``"false"``, ``1`` or ``[0]`` is no pass."""
-    return gate.get("passed") is True and all(r.get("passed") is True for r in row_dicts(gate))
 
 
 def verdict_markdown(gate: dict[str, Any]) -> str:
