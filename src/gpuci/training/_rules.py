@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,14 +274,14 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
     return markdown_table(["metric", "value", "rule", "baseline", "delta", "verdict"], body)
 
 
-def row_dicts(gate: dict[str, Any]) -> list[dict[str, Any]]:
+def row_dicts(gate: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A gate report's rows that are objects: the report is a file, so input (``"rows":
     "abc"`` or ``[1, 2]`` is left out, not a traceback)."""
     rows = gate.get("rows")
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
-def gate_passed(gate: dict[str, Any]) -> bool:
+def gate_passed(gate: Mapping[str, Any]) -> bool:
     """Whether a gate report says it passed: ``passed`` is ``true`` and so is every row's. The
     report is a file or a journal record (input): ``"false"``, ``1`` or ``[0]`` is no pass."""
     return gate.get("passed") is True and all(r.get("passed") is True for r in row_dicts(gate))
