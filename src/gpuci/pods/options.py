@@ -93,7 +93,8 @@ class UpInputs:
     )
     reap_interval: float = inp(
         "How often the reaper runs: the budget counts each pod for ttl plus this, the longest"
-        " it can outlive a failed self-stop.",
+        " it can outlive a failed self-stop. Only lengthens the budgets file's reap-interval"
+        " (else 15m), never shortens it.",
         kind="duration",
         default="15m",
     )

@@ -19,8 +19,8 @@ from gpuci.units import utc_iso
 
 BUDGET_RULE = (
     "refuse a candidate when billed spend + live pods' committed cost "
-    "+ live reservations + catalog USD/h x (ttl + reap-interval) exceeds the "
-    "budget (checked against the API and the ledger at run time)"
+    "+ live reservations + catalog USD/h x (ttl + reap-interval, the budgets file's or "
+    "longer) exceeds the budget (checked against the API and the ledger at run time)"
 )
 
 
