@@ -9,7 +9,7 @@ matched by :func:`matches`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 
 __all__ = ["has_wildcard", "matches", "split"]
@@ -32,12 +32,22 @@ def split(pattern: str) -> tuple[str, list[str]]:
     return base, [part for part in parts[fixed:] if part not in ("", ".")]
 
 
-def matches(pattern: Sequence[str], names: Sequence[str], *, dot_files: bool = True) -> bool:
+def matches(
+    pattern: Sequence[str],
+    names: Sequence[str],
+    *,
+    dot_files: bool = True,
+    spend: Callable[[int], None] | None = None,
+) -> bool:
     """Whether a relative path's names match a glob's parts: ``**`` any number of folders,
-    else one name each (``fnmatch``: ``*``, ``?``, ``[...]``). Without ``dot_files`` a name
-    starting with ``.`` is matched only by a part that starts with one, as ``glob`` does."""
+    else one name each (``fnmatch``: ``*``, ``?``, ``[...]``), run as a set of states, so the
+    work is names times parts. Without ``dot_files`` a name starting with ``.`` is matched only
+    by a part that starts with one, as ``glob`` does. ``spend`` hears each name's comparisons
+    (a caller with a budget: the dry run's hashFiles)."""
     states = _past_globstars({0}, pattern)
     for name in names:
+        if spend is not None:
+            spend(len(states))
         hidden = not dot_files and name.startswith(".")
         states = _past_globstars(
             {

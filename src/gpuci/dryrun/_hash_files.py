@@ -28,11 +28,10 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from gpuci import files
+from gpuci import files, globs
 from gpuci.dryrun._expressions import Unknown, to_text
 from gpuci.redact import clip
 
@@ -262,30 +261,9 @@ def _selected(globs: list[_Glob], names: Names, kind: str, work: PlanHashes) -> 
 
 
 def _matches(glob: _Glob, names: Names, work: PlanHashes) -> bool:
-    """Whether a path's names match a glob's parts: ``**`` any number of folders, else one
-    name each (``fnmatch``: ``*``, ``?``, ``[...]``; dot files match), run as a set of states
-    so the work is names times parts, counted against the plan's budget."""
-    pattern = glob.parts
-    states = _past_globstar({0}, pattern)
-    for name in names:
-        work.spend(compared=len(states))
-        states = _past_globstar(
-            {
-                i if pattern[i] == "**" else i + 1
-                for i in states
-                if i < len(pattern) and (pattern[i] == "**" or fnmatchcase(name, pattern[i]))
-            },
-            pattern,
-        )
-        if not states:
-            return False
-    return len(pattern) in states
-
-
-def _past_globstar(states: set[int], pattern: Names) -> set[int]:
-    """``states`` and where each gets by letting its ``**`` match no folder (no two ``**``
-    follow each other: :func:`_collapsed`)."""
-    return states | {i + 1 for i in states if i < len(pattern) and pattern[i] == "**"}
+    """Whether a path's names match a glob's parts (dot files match, as the runner's glob
+    does), each name's comparisons counted against the plan's budget."""
+    return globs.matches(glob.parts, names, spend=lambda compared: work.spend(compared=compared))
 
 
 def _listing(root: Path, start: Names, work: PlanHashes) -> Iterator[tuple[Names, str]]:
