@@ -75,3 +75,14 @@ def test_lists_and_durations():
     assert parse_duration("90") == 90
     with pytest.raises(ValueError):
         parse_duration("soon")
+
+
+def test_a_regex_input_of_more_than_a_name_needs_is_refused_uncompiled():
+    """A 5 Mi-character ``gpu-name`` (a workflow's ``format()``) was compiled, for seconds, on
+    every step a dry run planned; now it is one short line before any compile."""
+    specs = (Input("gpu-name", "g", "regex"),)
+    assert resolve(specs, {"gpu-name": "H100|H200"}, {})["gpu-name"].pattern == "H100|H200"
+    with pytest.raises(InputError) as info:
+        resolve(specs, {"gpu-name": "A" * 5_000_000}, {})
+    assert "a pattern of 5,000,000 characters; at most 1,000" in info.value.message
+    assert len(info.value.one_line()) < 400

@@ -141,6 +141,18 @@ def resolve_path(raw: str) -> Path:
     return Path(os.path.abspath(os.path.expanduser(raw.strip())))
 
 
+#: The longest pattern a ``regex`` input takes: a GPU or model name needs tens of characters;
+#: a workflow's 5 Mi-character value took seconds to compile on every step of a dry run.
+MAX_REGEX = 1000
+
+
+def parse_regex(raw: str) -> re.Pattern[str]:
+    text = raw.strip()
+    if len(text) > MAX_REGEX:
+        raise ValueError(f"a pattern of {len(text):,} characters; at most {MAX_REGEX:,}")
+    return re.compile(text)
+
+
 PARSERS: dict[str, Callable[[str], Any]] = {
     "str": parse_str,
     "bool": parse_bool,
@@ -151,7 +163,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "duration": parse_duration,
     "size": parse_size,
     "version": parse_version,
-    "regex": lambda raw: re.compile(raw.strip()),
+    "regex": parse_regex,
 }
 
 
