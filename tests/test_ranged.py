@@ -5,14 +5,16 @@ the cache (tests/cache/test_cache_datapath.py) and retry-fetch (tests/fetch/) dr
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from gpuci.adaptive import Concurrency
 from gpuci.ranged import _extents as extents
+from gpuci.ranged import _pool
 from gpuci.ranged._drive import pump
 from gpuci.ranged._plan import Plan, Segment
-from gpuci.ranged._pool import WorkPool
+from gpuci.ranged._pool import WorkPool, laneless
 from gpuci.ranged._retry import retry_segment, throttles, work_through
 from gpuci.ranged._sink import HelperSink
 from gpuci.retry import RetryPolicy
@@ -92,6 +94,29 @@ class _ListSink:
 
     def close(self) -> None:
         self.closed = True
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["before-it-ran", "once-it-ran"])
+def test_a_ctrl_c_while_the_pool_starts_a_thread_is_the_ctrl_c(monkeypatch, started):
+    """Ctrl-C lands in ``Thread.start`` (which waits for the new thread to say it started):
+    the pool stops and the interrupt is what comes out, never "cannot join thread before it
+    is started" (an internal error where the user pressed Ctrl-C)."""
+    pool = WorkPool(2)
+    ran: list[int] = []
+    pool.submit(laneless(ran.append, 1))
+
+    class Interrupted(threading.Thread):
+        def start(self) -> None:
+            if started:
+                super().start()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_pool, "threading", SimpleNamespace(Thread=Interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        pool.run()
+    assert pool.cancelled.is_set()
+    if not started:
+        assert not ran  # nothing ran on a thread that never started
 
 
 def test_the_driver_stops_at_a_lowered_end_and_never_delivers_past_it():

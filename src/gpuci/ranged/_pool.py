@@ -153,7 +153,10 @@ class WorkPool:
             for _ in self._threads:
                 self._queue.put(None)
             for thread in self._threads:
-                thread.join()
+                # A Ctrl-C inside _grow's start() can leave a thread not started (join would
+                # raise, hiding the interrupt): it ends on its None if it starts after all.
+                if thread.is_alive():
+                    thread.join()
         if self.error is not None:
             raise self.error
 

@@ -8,7 +8,8 @@ build each root in a staging folder next to it (same filesystem, so the final re
 :mod:`gpuci.cache._restore.staging`); stream every file in with parallel ranged GETs, checking
 sha256 on the way; rename or merge into place (:mod:`gpuci.cache._restore.merge`). Any failure
 puts back what the merge replaced and removes the staging folder, and a killed restore's
-leftovers are swept by the next one, so a partial file never carries a final name.
+leftovers are swept by the next one, so a partial file never carries a final name. The
+runner's SIGTERM waits out the merge and its undo (:mod:`gpuci.sigterm_hold`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from gpuci.cache._stores.tier import LocalTier, Placed
 from gpuci.errors import InfraError, InputError, IntegrityError
 from gpuci.inputs import resolve_path
 from gpuci.runtime import Runtime
+from gpuci.sigterm_hold import sigterm_held
 from gpuci.units import human_bytes
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -284,8 +286,8 @@ def restore_tree(
         _make_symlinks(manifest, roots)
         for path, mode in reversed(dirs):
             os.chmod(path, mf.placed_mode(mode) | 0o700)
-        _place(roots)
-        refuse_escaping_links(manifest, [root.target for root in roots])
+        with sigterm_held():
+            _merge_or_undo(manifest, roots)
     except OSError as exc:
         _put_back(roots)
         raise _disk_error(exc, roots[0].target, need) from None
@@ -359,14 +361,32 @@ def _place(roots: list[_Root]) -> None:
         root.placement.place(root.kind)
 
 
-def _put_back(roots: list[_Root]) -> None:
-    """A failed restore: what the merges replaced goes back, then the staging folders go."""
+def _merge_or_undo(manifest: mf.Manifest, roots: list[_Root]) -> None:
+    """Place every root, and on any failure undo what the merges did. The caller holds the
+    runner's SIGTERM over both (:mod:`gpuci.sigterm_hold`), so a cancel never leaves a
+    target half old, half new; both are renames within the target's filesystem, so the
+    hold is as short as the merge itself (no download, no staging folder's removal)."""
+    try:
+        _place(roots)
+        refuse_escaping_links(manifest, [root.target for root in roots])
+    except BaseException:
+        _undo(roots)
+        raise
+
+
+def _undo(roots: list[_Root]) -> None:
+    """What the merges replaced goes back (once: an undone placement has nothing left)."""
     for root in reversed(roots):
         if root.placement is not None:
             try:
                 root.placement.undo()
             except OSError:
                 pass  # the target's folder is gone: nothing to put back into
+
+
+def _put_back(roots: list[_Root]) -> None:
+    """A failed restore: what the merges replaced goes back, then the staging folders go."""
+    _undo(roots)
     for root in roots:
         if root.staging is not None:
             root.staging.remove()

@@ -4,6 +4,10 @@ Composite actions have no post step, so ``actions/cache-weights`` fills a miss i
 step: run ``populate`` (e.g. ``huggingface-cli download ...``) through bash, stream its output
 through the runtime (so masked secrets stay masked), and save the paths under ``key``. The
 command's text is never echoed: it may carry a token.
+
+The command runs in a process group of its own (:mod:`gpuci.procgroup`): a download it forks
+(bash runs ``a; b`` as children) must not outlive the step and write into the job's folder, so
+Ctrl-C, the CLI's SIGTERM handler and the command's own end kill its whole group.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import shutil
 import subprocess
 import time
 
+from gpuci import procgroup
 from gpuci.cache._common import summary_table
 from gpuci.cache.options import RestoreInputs
 from gpuci.errors import InfraError, InputError
@@ -25,10 +30,12 @@ def _shell() -> list[str]:
 
 
 def run_command(command: str, rt: Runtime) -> None:
-    """Run ``command``; its output goes to the log line by line, redacted."""
+    """Run ``command``; its output goes to the log line by line, redacted. What it started is
+    killed once it ends (or is interrupted): the save that follows must not race a straggler."""
     rt.log("populate: running the populate command (its text is not echoed)")
+    children = procgroup.Groups()
     try:
-        proc = subprocess.Popen(
+        proc = children.popen(
             [*_shell(), command],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -47,10 +54,9 @@ def run_command(command: str, rt: Runtime) -> None:
         for line in proc.stdout:
             rt.log(f"populate: {line.rstrip()}")
         code = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
+    finally:
+        children.kill()  # the group: bash and whatever it forked, interrupted or done
+        proc.stdout.close()
     if code == 127:
         raise InputError(
             "the populate command was not found (exit 127)",

@@ -35,6 +35,42 @@ from gpuci.errors import ConflictError, IntegrityError, StoreError
 
 # ----- the local store -------------------------------------------------------------------------
 
+#: How long a conditional write waits for its key's lock. A write holds it for one link or
+#: rename (and reading the small ref it replaces): well under a second. Anyone who can open
+#: the lock file (a hung or stopped job, any job that can read the store) can hold it for
+#: ever, so the wait is bounded and the write gives up (:class:`LockBusy`).
+LOCK_WAIT_S = 10.0
+#: The lock is asked for again after this pause, doubled each time up to ``_LOCK_PAUSE_MAX_S``.
+_LOCK_PAUSE_S = 0.002
+_LOCK_PAUSE_MAX_S = 0.25
+
+
+class LockBusy(ConflictError):
+    """A key's lock stayed held past :data:`LOCK_WAIT_S`: the write was not made. A conflict,
+    as another job's write is: a save ends with the key naming what it named (the save goes
+    on, with a warning), never waiting for ever."""
+
+
+def _take_lock(fd: int) -> bool:
+    """Take the exclusive ``flock`` on ``fd`` within :data:`LOCK_WAIT_S`; False if not."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    pause = _LOCK_PAUSE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+        _pause(min(pause, left))
+        pause = min(2 * pause, _LOCK_PAUSE_MAX_S)
+
+
+def _pause(seconds: float) -> None:
+    """Wait between two asks for a lock (tests stage a release here)."""
+    time.sleep(seconds)
+
 
 class _FileRange:
     def __init__(self, fd: int, path: Path, offset: int, length: int) -> None:
@@ -190,12 +226,19 @@ class LocalStore(Store):
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
-        name = hashlib.sha256(key.encode()).hexdigest()[:32]
+        """Hold ``key``'s lock file; :class:`LockBusy` once :data:`LOCK_WAIT_S` went by."""
+        name = f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.lock"
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         with walk_down(self.root, ["locks"], create=True) as locks:
-            fd = os.open(f"{name}.lock", flags, 0o644, dir_fd=locks)
+            fd = os.open(name, flags, 0o644, dir_fd=locks)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not _take_lock(fd):
+                raise LockBusy(
+                    f"{key} was not written: another process held its lock "
+                    f"{self.root / 'locks' / name} for over {LOCK_WAIT_S:g} s",
+                    hint="end the job that holds it (a hung or stopped save; `fuser` names it), "
+                    "or use a store only trusted jobs can open",
+                )
             yield
         finally:
             os.close(fd)

@@ -1,0 +1,92 @@
+"""populate's children end with the step: Ctrl-C, the runner's SIGTERM, or the command's end.
+
+The populate command runs through bash, which forks what it runs (``a; b``, ``a &``): killing
+bash alone left the download running, writing into the job's folder after the step ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gpuci
+from gpuci.cache._restore import populate
+from gpuci.runtime import Runtime
+from gpuci_testing import clean_env, hears_ctrl_c, wait_until
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie waiting for its reaper has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def _forking_command(pid_file: Path) -> str:
+    """A command whose download is a grandchild: it records its pid, then says it started."""
+    return f"sleep 1000 & echo $! > {pid_file}; echo started; wait"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_cancelled_populate_kills_what_its_command_started(tmp_path, signum):
+    pid_file = tmp_path / "download.pid"
+    env = clean_env(
+        HOME=str(tmp_path / "home"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        GPUCI_LOCAL_CACHE="off",
+        PYTHONPATH=str(Path(gpuci.__file__).parents[1]),  # the gpuci under test
+    )
+    args = ["--store", (tmp_path / "store").as_uri(), "--key", "k", "--path", str(tmp_path / "w")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuci", "cache-weights", "restore", *args,
+         "--populate", _forking_command(pid_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+        preexec_fn=hears_ctrl_c,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the command has started its download: cancel the step now
+            if b"populate: started" in line:
+                break
+        download = int(pid_file.read_text())
+        proc.send_signal(signum)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (130, -signal.SIGTERM), proc.returncode
+    wait_until(lambda: _gone(download), what="the populate command's download to end")
+
+
+def test_what_a_populate_command_left_running_ends_with_it(tmp_path):
+    pid_file = tmp_path / "download.pid"
+    command = f"sleep 1000 >/dev/null 2>&1 & echo $! > {pid_file}"
+    populate.run_command(command, Runtime(dict(os.environ)))
+    download = int(pid_file.read_text())
+    wait_until(lambda: _gone(download), what="the straggler to end before the save reads")
+
+
+def test_a_ctrl_c_while_populate_runs_kills_its_group(tmp_path, monkeypatch):
+    pid_file = tmp_path / "download.pid"
+    rt = Runtime(dict(os.environ))
+
+    def log(message: str) -> None:
+        if message == "populate: started":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(rt, "log", log)
+    with pytest.raises(KeyboardInterrupt):
+        populate.run_command(_forking_command(pid_file), rt)
+    download = int(pid_file.read_text())
+    wait_until(lambda: _gone(download), what="the download to end with its step")
