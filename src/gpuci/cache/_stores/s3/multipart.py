@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from gpuci.cache._stores.base import SourceChanged
 from gpuci.cache._stores.s3.client import Reply
 from gpuci.errors import InputError, StoreError
+from gpuci.retry import Interrupted
 
 _UPLOAD_ID = re.compile(rb"<UploadId>([^<]{1,1024})</UploadId>")
 _ETAG = re.compile(rb"<ETag>([^<]{1,200})</ETag>")
@@ -94,7 +95,8 @@ class Multipart:
         )  # fmt: skip
 
     def abort(self) -> None:
-        with contextlib.suppress(StoreError, InputError):
+        """Best effort: a store stopped by a Ctrl-C sends nothing (the upload stays open)."""
+        with contextlib.suppress(StoreError, InputError, Interrupted):
             self._store._ok(
                 "abort", "DELETE", self._key, "AbortMultipartUpload", query={"uploadId": self._id}
             )

@@ -30,7 +30,7 @@ from gpuci.cache._stores.s3.client import (
 )
 from gpuci.cache._stores.s3.errors import S3Errors
 from gpuci.cache._stores.s3.multipart import Multipart, copy_in_parts, upload_id_of
-from gpuci.cache._stores.s3.pool import Pool
+from gpuci.cache._stores.s3.pool import Pool, Stop
 from gpuci.cache._stores.s3.transport import count
 
 __all__ = ["S3Store"]
@@ -92,6 +92,11 @@ class S3Store(S3Errors, Store):
         if not 200 <= reply.status < 300 or (complete and reply.error_body):
             raise self._coded_error(reply.code, reply.message, op, key, operation=operation)
         return reply
+
+    def stop_flag(self) -> Stop:
+        """A transfer's stop flag (its WorkPool's ``cancelled``): once set, the store's requests
+        in flight end at once, none is sent after and no retry waits on (:mod:`.pool`)."""
+        return self.pool.stop_flag()
 
     def _heard_transient(self) -> None:
         """An attempt was refused or dropped: the transfer's controller hears it."""
