@@ -121,6 +121,55 @@ def test_a_fresh_flag_lets_the_store_work_again():
     assert len(handler.requests) == 1
 
 
+def _uploads_page(uploads: list[tuple[str, str, str]], next_marker: str = "") -> bytes:
+    items = "".join(
+        f"<Upload><Key>{key}</Key><UploadId>{upload_id}</UploadId><Initiated>{when}</Initiated>"
+        "<Initiator><ID>x</ID></Initiator></Upload>"
+        for key, upload_id, when in uploads
+    )
+    more = (
+        f"<IsTruncated>true</IsTruncated><NextKeyMarker>{next_marker}</NextKeyMarker>"
+        "<NextUploadIdMarker>u</NextUploadIdMarker>"
+        if next_marker
+        else "<IsTruncated>false</IsTruncated>"
+    )
+    ns = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    return f"<ListMultipartUploadsResult {ns}>{more}{items}</ListMultipartUploadsResult>".encode()
+
+
+class _Uploads(_Counting):
+    """ListMultipartUploads: one page, truncated with the same markers every time (a server
+    that would page for ever), holding an old, a young, a foreign and an unusable upload."""
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        old, young = "2020-01-01T00:00:00.000Z", "2999-01-01T00:00:00.000Z"
+        body = _uploads_page(
+            [
+                ("cache/blobs/sha256/ab/old", "id-old_1.x~", old),
+                ("cache/blobs/sha256/ab/young", "id-young", young),
+                ("cache/other/old", "id-other", old),  # not gpu-ci's
+                ("elsewhere/blobs/old", "id-outside", old),  # outside the store's prefix
+                ("cache/blobs/sha256/ab/odd", "id with space", old),  # not an id: not sent
+                ("cache/blobs/sha256/ab/undated", "id-undated", "yesterday"),
+            ],
+            next_marker="cache/blobs/sha256/ab/undated",
+        )
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_open_uploads_are_those_under_blobs_older_than_the_grace_and_the_listing_ends():
+    handler = _handler(_Uploads)
+    with LoopbackHTTPServer(handler) as server:
+        left = _store(server.port).leftovers(3600)
+    assert [o.key for o in left] == ["blobs/sha256/ab/old?uploadId=id-old_1.x~"]
+    assert len(handler.requests) == 2, handler.requests  # the repeated markers end it
+    assert all("uploads" in r and "prefix=cache%2Fblobs%2F" in r for r in handler.requests)
+
+
 class _RefusingStore:
     """A store whose every range fails for good (or is interrupted); it counts the stop flags
     it hands out."""
@@ -154,3 +203,23 @@ def test_a_failed_fetch_leaves_the_store_usable_an_interrupted_one_stopped(tmp_p
         down.fetch([(entry, tmp_path / "w.bin")])
     assert store.flags[0].is_set()  # the failure stopped the transfer's requests
     assert len(store.flags) == (2 if isinstance(failure, Exception) else 1)
+
+
+class _NoUploadListing(_Counting):
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        body = b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
+        self.send_response(403)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_credentials_that_cannot_list_uploads_make_a_note_not_a_failed_prune():
+    from gpuci.cache._upkeep import prune
+
+    handler = _handler(_NoUploadListing)
+    notes: list[str] = []
+    with LoopbackHTTPServer(handler) as server:
+        assert prune._leftovers(_store(server.port), 3600, notes) == []
+    assert len(notes) == 1 and "AccessDenied" in notes[0], notes
