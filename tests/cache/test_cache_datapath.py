@@ -580,6 +580,9 @@ class _SlowFirstPartStore:
         self.asked: list[tuple[int, int]] = []
         self.stolen = threading.Event()
 
+    def stop_flag(self) -> threading.Event:
+        return threading.Event()
+
     def open_range(self, key: str, offset: int, length: int):
         self.asked.append((offset, length))
         if offset % self.part:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cache_testing import cache_cmd, next_store_second
+from cache_testing import cache_cmd, next_store_second, s3_client
 from cache_testing import store_flags as _flags
 from treeutil import snapshot
 
@@ -275,3 +275,31 @@ def test_touch_makes_an_s3_object_young(s3_store, env):
 def test_prune_inputs_are_checked(store, env):
     bad, _ = _prune(store, env, **{"older-than": "soon"})
     assert bad.exit_code == 2 and "older-than" in bad.headline
+
+
+def test_prune_aborts_the_multipart_uploads_killed_saves_left_open(s3_store, env):
+    """A save killed mid-upload (SIGTERM, a runner gone) leaves its multipart upload open, its
+    parts billed: prune aborts those under blobs/ older than its grace, and reports them; one
+    outside blobs/ (not gpu-ci's) stays (review H, 7). moto dates every upload 2010: the
+    grace's own test is test_cache_s3_stop's, on a canned listing."""
+    client = s3_client(s3_store.endpoint)
+    blob = f"{s3_store.prefix}/blobs/sha256/ab/" + "ab" * 32
+    other = f"{s3_store.prefix}/elsewhere/upload.bin"
+    for key in (blob, other):
+        client.create_multipart_upload(Bucket=s3_store.bucket, Key=key)
+
+    def open_keys() -> list[str]:
+        listed = client.list_multipart_uploads(Bucket=s3_store.bucket)
+        return sorted(u["Key"] for u in listed.get("Uploads", []))
+
+    next_store_second()
+    planned, _ = _prune(s3_store, env, dry_run=True, **{"older-than": "0s", "grace": "0s"})
+    assert planned.ok and open_keys() == sorted([blob, other]), planned.headline
+    assert "1 temp file(s)" in planned.headline, planned.headline
+    done, _ = _prune(s3_store, env, **{"older-than": "0s", "grace": "0s"})
+    assert done.ok and "1 temp file(s)" in done.headline, done.headline
+    assert open_keys() == [other]
+    (left,) = done.report["leftovers"]
+    assert left.startswith("blobs/sha256/ab/" + "ab" * 32 + "?uploadId="), left
+    again, _ = _prune(s3_store, env, **{"older-than": "0s", "grace": "0s"})
+    assert again.ok and "temp file" not in again.headline, again.headline

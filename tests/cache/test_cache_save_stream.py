@@ -282,6 +282,9 @@ class _PartsStore:
     def multipart(self, key: str) -> None:
         return None
 
+    def stop_flag(self) -> threading.Event:
+        return threading.Event()
+
 
 def test_a_file_is_cut_for_the_connections_the_controller_may_reach_not_the_few_it_starts_with():
     """A file read while the controller still allows its start (8 connections) outlives the

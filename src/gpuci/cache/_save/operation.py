@@ -17,7 +17,6 @@ knows nothing of action outputs: the command (:mod:`gpuci.cache._save.command`) 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -35,6 +34,7 @@ from gpuci.cache._stores.tier_open import open_tier
 from gpuci.cache._stores.tier_policy import TierChoice, choose
 from gpuci.cache.options import SaveInputs
 from gpuci.errors import ConflictError, InputError
+from gpuci.retry import Interrupted
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
 
@@ -240,10 +240,13 @@ def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Plann
     blobs.start()  # large files hash and upload on their own threads while small ones pack
     try:
         pack_small(saver, tree, small, known, rt.dry_run)
-    except BaseException:
-        blobs.cancel()
-        with contextlib.suppress(Exception):
-            blobs.finish()
+    except BaseException as exc:
+        blobs.cancel()  # the store's requests in flight end now (a Ctrl-C waits on none)
+        try:
+            blobs.finish(interrupted=not isinstance(exc, Exception))
+        except BaseException as failed:  # the packs' failure (or Ctrl-C) stays the one raised,
+            if isinstance(exc, Interrupted) and not isinstance(failed, Interrupted):
+                raise failed from None  # unless a blob's failure stopped the packs: its cause
         raise
     blobs.finish()
     manifest = mf.Manifest(

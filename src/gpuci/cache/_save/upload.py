@@ -111,7 +111,9 @@ class BlobUploads:
         self.saver, self.store, self.tree = saver, saver.store, tree
         self.large, self.dry_run = large, dry_run
         self.uploads = saver.uploads
-        self.pool = WorkPool(saver.uploads)
+        # The store's stop flag for this save: a Ctrl-C or an upload failed for good ends every
+        # request of the save in flight (the packs' too) and their retries at once.
+        self.pool = WorkPool(saver.uploads, cancelled=saver.store.stop_flag())
         self.budget = _Budget(HELD_BYTES, self.pool.cancelled)
         self.in_parts = type(saver.store).multipart is not Store.multipart
         self.lock = threading.Lock()
@@ -142,23 +144,41 @@ class BlobUploads:
         self.runner.start()
 
     def cancel(self) -> None:
+        """Stop the uploads: the store's requests in flight end now, none is sent after."""
         self.pool.cancelled.set()
 
-    def finish(self) -> None:
+    def finish(self, interrupted: bool = False) -> None:
+        """Wait for the last upload and raise the first failure. ``interrupted`` (Ctrl-C, or
+        one landing here; the caller raises it): the uploads left open are not aborted, which
+        would wait on a store that may never answer; prune aborts them once past its grace."""
         if self.runner is None:
             return
         try:
-            self.runner.join()
-            for thread in self.hashers:
-                thread.join()
+            try:
+                self.runner.join()
+                for thread in self.hashers:
+                    thread.join()
+            except BaseException:
+                interrupted = True
+                self.cancel()
+                raise
         finally:
-            for upload in self.open.values():
-                upload.abort()
+            self._abort_open(interrupted)
             self.stack.close()
             if self.meter:
                 self.meter.close()
-        if self.error is not None:
+        if self.error is not None and not interrupted:  # else the caller raises the interrupt
             raise self.error
+
+    def _abort_open(self, interrupted: bool) -> None:
+        """Drop the multipart uploads a failed save left open (best effort), on a fresh stop
+        flag: the save's own was set when it failed, and refuses every request."""
+        if interrupted:
+            return
+        if self.pool.cancelled.is_set():
+            self.store.stop_flag()
+        for upload in self.open.values():
+            upload.abort()
 
     def _run(self) -> None:
         try:
@@ -394,8 +414,10 @@ class _PackUploads:
         for future in self.futures:
             future.result()
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait: bool = True) -> None:
+        """Drop the packs not started; ``wait`` for those in flight, which a failed or
+        interrupted save does not: its stop flag (:meth:`BlobUploads.cancel`) ends them."""
+        self.pool.shutdown(wait=wait, cancel_futures=True)
 
     def _send(self, data: bytes, members: list[mf.Entry]) -> None:
         saver = self.saver
@@ -445,8 +467,10 @@ def pack_small(
             packs.finish()
             if reused is not None:
                 reused.flush()
-        finally:
-            packs.close()
+        except BaseException:
+            packs.close(wait=False)
+            raise
+        packs.close()
 
 
 class _ReusedRuns:

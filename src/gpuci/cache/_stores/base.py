@@ -5,7 +5,9 @@ Backends: :mod:`gpuci.cache._stores.file` and :mod:`gpuci.cache._stores.s3`;
 
 from __future__ import annotations
 
+import builtins
 import math
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -141,6 +143,22 @@ class Store(ABC):
     @abstractmethod
     def open_range(self, key: str, offset: int, length: int) -> RangeReader:
         """A reader over ``length`` bytes from ``offset``; raises TransientError to retry."""
+
+    def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
+        """What killed saves left behind, older than ``older_than`` seconds (a running save's
+        is younger), for prune to remove: a file store's temp files, an S3 store's open
+        multipart uploads; none by default."""
+        return []
+
+    def remove_leftover(self, rel: str) -> None:  # noqa: B027 (a store with none has none to remove)
+        """Remove one of :meth:`leftovers` (one gone already is fine)."""
+
+    def stop_flag(self) -> threading.Event:
+        """A transfer's stop flag (its WorkPool's ``cancelled``, set on Ctrl-C or a failure for
+        good). A network store ends its requests in flight the moment it is set and sends none
+        after (:meth:`gpuci.cache._stores.s3.pool.Pool.stop_flag`); here a plain event: a
+        folder's reads and writes end on their own."""
+        return threading.Event()
 
 
 # ----- opening a store from its URL ------------------------------------------------------------

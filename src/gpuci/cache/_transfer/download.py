@@ -140,17 +140,27 @@ class Downloader:
         """
         self._fills = self._tier_has_room(files)
         try:
-            self._fetch(files)
-        except OSError as exc:
-            if not (self._fills and exc.errno in _DISK_FULL):
-                raise
-            assert self.tier is not None
-            self.tier.filled_up, self._fills = True, False
-            self._fetch([(e, p) for e, p in files if p not in self._placed])
+            try:
+                self._fetch(files)
+            except OSError as exc:
+                if not (self._fills and exc.errno in _DISK_FULL):
+                    raise
+                assert self.tier is not None
+                self.tier.filled_up, self._fills = True, False
+                self._fetch([(e, p) for e, p in files if p not in self._placed])
+        except Exception:
+            # The failure stopped the store's requests (its stop flag): the restore words it
+            # and may go on with the store; an interrupt leaves it stopped.
+            self.store.stop_flag()
+            raise
 
     def _fetch(self, files: list[tuple[Entry, Path]]) -> None:
+        # The store's stop flag: a Ctrl-C (or a part failed for good) ends the GETs in flight
+        # and their retries at once, so the pool's workers end instead of waiting them out.
         pool = self._pool = WorkPool(
-            self.concurrency, functools.partial(lane_chunk, connections=self.workers)
+            self.concurrency,
+            functools.partial(lane_chunk, connections=self.workers),
+            cancelled=self.store.stop_flag(),
         )
         blobs = [
             BlobTarget(e, p, fill=self._fill_for(e)) for e, p in files if not e.pack and e.size
@@ -343,10 +353,18 @@ class Downloader:
     ) -> Any:
         """``attempt(seg)`` on the engine's retry wrapper: :data:`DATA_PATH`, transient failures
         only, each retry telling the controller to back off (the store tells it of a SlowDown
-        or a 429 as well)."""
+        or a 429 as well); a wait ends when the pool stops (the next attempt, refused by the
+        store's stop flag, sends nothing)."""
+        assert self._pool is not None
         policy, backoff = replace(DATA_PATH, attempts=max(1, self.attempts)), self.concurrency
         return retry_segment(
-            seg, attempt, policy, TransientError, throttle=lambda _: backoff.throttled(), lock=lock
+            seg,
+            attempt,
+            policy,
+            TransientError,
+            throttle=lambda _: backoff.throttled(),
+            lock=lock,
+            stop=self._pool.cancelled,
         )
 
     def _hash_spliced(self, target: BlobTarget, chunk: OnDisk, pos: int) -> bool:

@@ -9,6 +9,8 @@ Three passes, in the order that keeps every surviving ref whole:
 
 An object whose age the store does not say (a HEAD without a readable Last-Modified) is never
 old enough: it stays. One run plans at most ``MAX_PLANNED`` objects; a later run goes on.
+What killed saves left behind (a file store's temp files, an S3 store's open multipart uploads:
+``Store.leftovers``) goes too, once older than ``grace``.
 
 Why a save running meanwhile is safe: it uploads blobs first, then its manifest, then its ref,
 so everything it wrote is younger than the grace period; a young manifest also protects every
@@ -39,7 +41,7 @@ from gpuci.cache._upkeep import pins
 from gpuci.cache._upkeep.options import PruneInputs
 from gpuci.cache._upkeep.prune_plan import Outcome, Plan, StaleRef
 from gpuci.cache._upkeep.prune_report import report, without_credentials
-from gpuci.errors import InputError
+from gpuci.errors import InputError, StoreError
 from gpuci.ranged._pool import parallel
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
@@ -186,9 +188,21 @@ def plan(
         _plan_data(store, out, live, young, now, grace)
     if out.unreadable:
         out.data = []  # a kept manifest may name any of them
-    if isinstance(store, LocalStore):  # S3 keeps no temp objects (multipart is all or nothing)
-        out.leftovers = store.leftovers(grace)
+    out.leftovers = _leftovers(store, grace, out.notes)
     return out
+
+
+def _leftovers(store: Store, grace: float, notes: list[str]) -> list[ObjectInfo]:
+    """Temp files (a file store) and open multipart uploads (S3) killed saves left, older than
+    ``grace``; a store that refuses to list its uploads (no s3:ListBucketMultipartUploads) is
+    a note, never the prune's failure."""
+    try:
+        return store.leftovers(grace)
+    except StoreError as exc:
+        if store.local_disk:
+            raise
+        notes.append(f"open multipart uploads were not looked for: {exc.message}")
+        return []
 
 
 def _full(out: Plan) -> bool:
@@ -236,10 +250,13 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
         done.warnings += unreadable
     else:
         _drop_data(store, work, grace, protected, done)
-    if isinstance(store, LocalStore):
-        for item in work.leftovers:
+    for item in work.leftovers:
+        try:
             store.remove_leftover(item.key)
-            done.leftovers.append(item)
+        except StoreError as exc:  # never the prune's failure: the rest is done
+            done.warnings.append(f"{item.key} was left as it is: {exc.message}")
+            continue
+        done.leftovers.append(item)
     return done
 
 

@@ -37,6 +37,7 @@ class Plan:
     # Temp files (``*.incomplete-*``) killed saves left in a file store, older than the grace.
     leftovers: list[ObjectInfo] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # refs whose names no save could write
+    notes: list[str] = field(default_factory=list)  # what the plan could not look at (warnings)
     pinned: int = 0  # manifests kept by a pin (pins/<sha256>.json) whatever the refs say
     # Kept manifests this gpu-ci cannot read (warnings): no blob or pack is deleted then.
     unreadable: list[str] = field(default_factory=list)

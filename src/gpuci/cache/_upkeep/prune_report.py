@@ -31,6 +31,8 @@ def report(
         result.warning(warning, "gpu-ci cache prune: ref ignored")
     for warning in work.unreadable + done.warnings:
         result.warning(warning, "gpu-ci cache prune: data kept")
+    for warning in work.notes:
+        result.warning(warning, "gpu-ci cache prune: leftovers")
     keys = [layout.key_from_ref(namespace, k) for k in done.refs]
     swept = f", {len(done.leftovers)} temp file(s) left by killed saves" if done.leftovers else ""
     kept = f"; {work.pinned} pinned manifest(s) kept" if work.pinned else ""

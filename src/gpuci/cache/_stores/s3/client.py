@@ -163,13 +163,13 @@ class RestClient:
         attempts: int,
         pool: Pool,
         bucket: str,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.presigner = presigner
         self.bucket = bucket
         self.attempts = max(1, attempts)
         self.pool = pool
-        self._sleep = sleep
+        self._sleep = sleep  # None: a wait on the pool's stop flag (tests pass a fake clock's)
         # Told of each attempt that failed for a reason worth slowing down for (a dropped
         # connection, 5xx, 429, SlowDown), as botocore's retry hook tells the store's.
         self.on_transient: Callable[[], None] | None = None
@@ -250,7 +250,9 @@ class RestClient:
     def _retrying(self, once: Callable[[], Reply], until: float) -> Reply:
         """botocore's standard retry mode (:data:`gpuci.retry.BOTOCORE_STANDARD`): connection
         errors, 5xx and throttling, ``attempts`` in all; a wait that would end past ``until``
-        shrinks to leave a second for one last attempt (``last_try``).
+        shrinks to leave a second for one last attempt (``last_try``). Each wait waits on the
+        pool's stop flag (:meth:`~gpuci.cache._stores.s3.pool.Pool.stop_flag`): once a Ctrl-C
+        set it, no attempt follows (:class:`gpuci.retry.Interrupted`).
         The last transient answer is returned for the caller to word; a connection that never
         answered is :class:`Unreachable`. A first answer that is final imports no tenacity."""
 
@@ -272,6 +274,7 @@ class RestClient:
                 (OSError, _Transient),
                 deadline=max(0.0, until - time.monotonic()),
                 sleep=self._sleep,
+                cancel=self.pool.stop,
             )
         except _Transient as exc:
             return exc.reply

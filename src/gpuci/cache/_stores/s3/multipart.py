@@ -15,10 +15,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote_plus
 
-from gpuci.cache._stores.base import SourceChanged
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED, ObjectInfo, SourceChanged
 from gpuci.cache._stores.s3.client import Reply
 from gpuci.errors import InputError, StoreError
+from gpuci.retry import Interrupted
 
 _UPLOAD_ID = re.compile(rb"<UploadId>([^<]{1,1024})</UploadId>")
 _ETAG = re.compile(rb"<ETag>([^<]{1,200})</ETag>")
@@ -94,7 +96,8 @@ class Multipart:
         )  # fmt: skip
 
     def abort(self) -> None:
-        with contextlib.suppress(StoreError, InputError):
+        """Best effort: a store stopped by a Ctrl-C sends nothing (prune aborts it later)."""
+        with contextlib.suppress(StoreError, InputError, Interrupted):
             self._store._ok(
                 "abort", "DELETE", self._key, "AbortMultipartUpload", query={"uploadId": self._id}
             )
@@ -131,3 +134,124 @@ def copy_in_parts(store: Any, key: str, source: str, size: int) -> None:
 def _escape(text: str) -> str:
     """XML text (xml.sax.saxutils would import urllib.request on a restore's path)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# ----- uploads a killed save left open (prune) ----------------------------------------------------
+
+#: The most open uploads one prune aborts (a later prune goes on); pages of at most 1,000.
+MAX_OPEN_UPLOADS = 10_000
+_UPLOADS_PAGE = 1_000
+# An UploadId as S3 and compatible servers write it; anything else is left alone, never sent.
+_SAFE_ID = re.compile(r"[A-Za-z0-9._~+/=-]{1,1024}")
+_LEFTOVER = "?uploadId="
+
+
+def open_uploads(store: Caller, older_than: float) -> list[ObjectInfo]:
+    """The multipart uploads under the store's ``blobs/`` a killed save left open, started over
+    ``older_than`` seconds ago (a running save's are younger): ListMultipartUploads, page by
+    page, at most :data:`MAX_OPEN_UPLOADS` uploads and one operation's time limit. Each is an
+    ObjectInfo whose key is ``<key>?uploadId=<id>`` (:func:`abort_open`), of size 0: the
+    parts are not listed. An upload outside ``blobs/``, or whose id or time cannot be read,
+    is not gpu-ci's and is left alone."""
+    from gpuci.cache._stores.s3.client import MAX_LISTING_PAGE
+
+    found: dict[str, ObjectInfo] = {}  # a server repeating a page lists an upload once
+    markers = ("", "")
+    seen: set[tuple[str, str]] = set()
+    until = time.monotonic() + store.limits.operation
+    now = time.time()
+    while len(found) < MAX_OPEN_UPLOADS:
+        query = {"uploads": "", "prefix": store.prefix + "blobs/", "encoding-type": "url"}
+        query["max-uploads"] = str(_UPLOADS_PAGE)
+        if markers[0]:
+            query["key-marker"], query["upload-id-marker"] = markers
+        reply = store._ok(
+            "prune", "GET", "", "ListMultipartUploads",
+            query=query, limit=MAX_LISTING_PAGE, until=until,
+        )  # fmt: skip
+        if len(reply.body) > MAX_LISTING_PAGE:
+            raise store._bad_answer("prune", "", "a multipart listing page is over 8 MiB")
+        uploads, markers = parse_uploads(reply.body)
+        for key, upload_id, started in uploads:
+            rel = key.removeprefix(store.prefix)
+            ours = key.startswith(store.prefix + "blobs/") and _SAFE_ID.fullmatch(upload_id)
+            if ours and now - started > older_than:
+                name = f"{rel}{_LEFTOVER}{upload_id}"
+                found[name] = ObjectInfo(name, 0, started)
+        if not markers[0] or markers in seen:
+            break  # the last page, or a server repeating its markers
+        seen.add(markers)
+    return sorted(found.values(), key=lambda o: o.key)[:MAX_OPEN_UPLOADS]
+
+
+def abort_open(store: Caller, leftover: str) -> None:
+    """AbortMultipartUpload for one of :func:`open_uploads`' keys; one already gone is fine."""
+    key, _, upload_id = leftover.partition(_LEFTOVER)
+    if not upload_id or not _SAFE_ID.fullmatch(upload_id):
+        return
+    try:
+        store._ok("prune", "DELETE", key, "AbortMultipartUpload", query={"uploadId": upload_id})
+    except StoreError as exc:
+        if "NoSuchUpload" not in exc.message:
+            raise
+
+
+def parse_uploads(body: bytes) -> tuple[list[tuple[str, str, float]], tuple[str, str]]:
+    """((key, upload id, started) per upload, (next key marker, next upload id marker)) from a
+    ListMultipartUploads answer; markers empty on the last page. Parsed as listings are:
+    expat, DTDs and entities refused, at most :data:`MAX_PAGE_ENTRIES` uploads a page; an
+    upload whose time cannot be read gets UNKNOWN_MODIFIED (never old enough)."""
+    from xml.parsers import expat
+
+    from gpuci.cache._stores.s3.client import (
+        MAX_PAGE_ENTRIES,
+        BadAnswer,
+        _iso_time,
+        _refuse_declarations,
+    )
+
+    top: dict[str, str] = {}
+    items: list[dict[str, str]] = []
+    path: list[str] = []
+    text: list[str] = []
+
+    def start(name: str, _attrs: object) -> None:
+        path.append(name.rpartition("}")[2])
+        text.clear()
+        if path == ["ListMultipartUploadsResult", "Upload"]:
+            if len(items) >= MAX_PAGE_ENTRIES:
+                raise BadAnswer(f"a multipart listing page has over {MAX_PAGE_ENTRIES:,} uploads")
+            items.append({})
+
+    def end(_name: str) -> None:
+        local = path.pop()
+        if len(path) == 2 and path[1] == "Upload" and items:
+            items[-1][local] = "".join(text)
+        elif len(path) == 1:
+            top[local] = "".join(text)
+        text.clear()
+
+    parser = expat.ParserCreate(namespace_separator="}")
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    parser.StartDoctypeDeclHandler = _refuse_declarations
+    parser.EntityDeclHandler = _refuse_declarations
+    parser.UnparsedEntityDeclHandler = _refuse_declarations
+    parser.ExternalEntityRefHandler = _refuse_declarations  # type: ignore[assignment]
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = lambda data: text.append(data) if len(path) in (2, 3) else None
+    try:
+        parser.Parse(body, True)
+    except expat.ExpatError as exc:
+        raise BadAnswer(f"a multipart listing is not valid XML ({exc})") from None
+    decode = unquote_plus if top.get("EncodingType", "") == "url" else (lambda k: k)
+    uploads = []
+    for item in items:
+        try:
+            started = _iso_time(item.get("Initiated", ""))
+        except ValueError:
+            started = UNKNOWN_MODIFIED
+        uploads.append((decode(item.get("Key", "")), item.get("UploadId", ""), started))
+    if top.get("IsTruncated", "").strip().lower() != "true":
+        return uploads, ("", "")
+    return uploads, (decode(top.get("NextKeyMarker", "")), top.get("NextUploadIdMarker", ""))

@@ -5,6 +5,12 @@ only after its answer was read to the end. :meth:`Pool.exchange` is one bounded 
 request; :meth:`Pool.open` starts a ranged GET whose body the caller reads (:class:`Ranged`).
 Every request runs under the watchdog: headers within the timeout, the body at the minimum
 rate, and never past the operation's own deadline (``until``).
+
+A transfer stops the store's requests with its stop flag (:meth:`Pool.stop_flag`, the flag its
+:class:`~gpuci.ranged._pool.WorkPool` stops on): once set (Ctrl-C, or a task that failed for
+good), every request in flight ends at once (the watchdog fires its guard), none is sent
+after, and the client's retry waits on the same flag end with :class:`gpuci.retry.Interrupted`,
+as retry-fetch's aborted downloads do (:func:`gpuci.httpclients.abort`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from gpuci.cache._stores.s3.transport import (
     release,
 )
 from gpuci.ranged._pace import body_due
+from gpuci.retry import Interrupted
 
 if TYPE_CHECKING:
     import ssl
@@ -38,6 +45,20 @@ if TYPE_CHECKING:
 AnyConnection = Connection | TLSConnection
 
 
+class Stop(threading.Event):
+    """A transfer's stop flag on a store (:meth:`Pool.stop_flag`): setting it ends the store's
+    requests in flight at once and refuses new ones, while it is the store's current flag."""
+
+    def __init__(self, pool: Pool) -> None:
+        super().__init__()
+        self._pool = pool
+
+    def set(self) -> None:
+        super().set()
+        if self._pool.stop is self:
+            WATCHDOG.fire(self._pool)
+
+
 class Pool:
     def __init__(self, environ: Mapping[str, str], limits: Limits) -> None:
         self.environ, self.limits = environ, limits
@@ -45,6 +66,17 @@ class Pool:
         self._routes: dict[tuple[str, str], Route] = {}
         self._context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
+        self.stop = Stop(self)  # the current transfer's flag (:meth:`stop_flag`)
+
+    def stop_flag(self) -> Stop:
+        """A fresh stop flag for one transfer, made the store's current one: a flag set by an
+        earlier transfer (a restore's first try, cut short by a full disk) stops nothing now."""
+        self.stop = Stop(self)
+        return self.stop
+
+    def _check_stop(self) -> None:
+        if self.stop.is_set():
+            raise Interrupted("the store's requests were stopped")
 
     # ----- connections ----------------------------------------------------------------------
     def _route(self, scheme: str, netloc: str) -> Route:
@@ -97,13 +129,15 @@ class Pool:
         closed by the server while idle. The guard stays live for the body."""
         parts = urlsplit(url)
         target = f"{parts.path}?{parts.query}" if parts.query else parts.path
+        self._check_stop()
         conn, reused = self._take(parts.scheme, parts.netloc)
         route = self._route(parts.scheme, parts.netloc)
         while True:
             # A body to send (a part of an upload) may take as long as one to receive.
             sending = self.limits.body_time(len(body)) if body else self.limits.timeout
-            guard = WATCHDOG.guard(conn, self._budget(until, sending))
+            guard = WATCHDOG.guard(conn, self._budget(until, sending), self)
             try:
+                self._check_stop()  # set before the guard was watched: nothing is sent
                 resp = transport.send(conn, method, target, headers, body, parts.netloc, route)
                 if guard.fired:
                     raise DeadlineExceeded("no answer within the time limit")
@@ -111,6 +145,7 @@ class Pool:
             except BaseException as exc:
                 release(guard)
                 conn.close()
+                self._check_stop()
                 if guard.fired:
                     raise DeadlineExceeded("no answer within the time limit") from None
                 if reused and isinstance(exc, OSError):
@@ -141,6 +176,7 @@ class Pool:
                 raise DeadlineExceeded("the answer did not arrive within the time limit")
         except BaseException as exc:
             conn.close()
+            self._check_stop()
             if guard.fired:
                 raise DeadlineExceeded("the answer did not arrive within the time limit") from None
             raise _mapped(exc) from None
@@ -241,6 +277,7 @@ class Ranged:
         except OSError as exc:
             fired = self._guard.fired
             self._abandon()
+            self._pool._check_stop()
             if fired:
                 raise DeadlineExceeded("the body did not arrive within the time limit") from None
             raise exc

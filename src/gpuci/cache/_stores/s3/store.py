@@ -12,6 +12,7 @@ and one set of words for its failures (:class:`gpuci.cache._stores.s3.errors.S3E
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -29,8 +30,14 @@ from gpuci.cache._stores.s3.client import (
     http_time,
 )
 from gpuci.cache._stores.s3.errors import S3Errors
-from gpuci.cache._stores.s3.multipart import Multipart, copy_in_parts, upload_id_of
-from gpuci.cache._stores.s3.pool import Pool
+from gpuci.cache._stores.s3.multipart import (
+    Multipart,
+    abort_open,
+    copy_in_parts,
+    open_uploads,
+    upload_id_of,
+)
+from gpuci.cache._stores.s3.pool import Pool, Stop
 from gpuci.cache._stores.s3.transport import count
 
 __all__ = ["S3Store"]
@@ -92,6 +99,11 @@ class S3Store(S3Errors, Store):
         if not 200 <= reply.status < 300 or (complete and reply.error_body):
             raise self._coded_error(reply.code, reply.message, op, key, operation=operation)
         return reply
+
+    def stop_flag(self) -> Stop:
+        """A transfer's stop flag (its WorkPool's ``cancelled``): once set, the store's requests
+        in flight end at once, none is sent after and no retry waits on (:mod:`.pool`)."""
+        return self.pool.stop_flag()
 
     def _heard_transient(self) -> None:
         """An attempt was refused or dropped: the transfer's controller hears it."""
@@ -178,6 +190,14 @@ class S3Store(S3Errors, Store):
 
     def delete(self, key: str) -> None:
         self._ok("delete", "DELETE", key)
+
+    def leftovers(self, older_than: float) -> builtins.list[ObjectInfo]:
+        """The multipart uploads killed saves left open under ``blobs/``, older than
+        ``older_than`` s (their parts are billed until aborted): :func:`.multipart.open_uploads`."""
+        return open_uploads(self, older_than)
+
+    def remove_leftover(self, rel: str) -> None:
+        abort_open(self, rel)
 
     def touch(self, key: str) -> None:
         """A server-side copy onto itself: no bytes leave S3 (in parts above 5 GiB)."""

@@ -94,12 +94,15 @@ class TooLarge(BadResponse):
 
 
 class _Guard:
-    __slots__ = ("conn", "deadline", "fired", "live")
+    __slots__ = ("conn", "deadline", "fired", "live", "owner")
 
-    def __init__(self, conn: http.client.HTTPConnection, deadline: float) -> None:
+    def __init__(
+        self, conn: http.client.HTTPConnection, deadline: float, owner: object = None
+    ) -> None:
         self.conn, self.deadline = conn, deadline
         self.fired = False
         self.live = True
+        self.owner = owner  # the pool whose request it bounds (:meth:`Watchdog.fire`)
 
 
 class Watchdog:
@@ -111,10 +114,22 @@ class Watchdog:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def guard(self, conn: http.client.HTTPConnection, seconds: float) -> _Guard:
-        guard = _Guard(conn, 0.0)
+    def guard(
+        self, conn: http.client.HTTPConnection, seconds: float, owner: object = None
+    ) -> _Guard:
+        guard = _Guard(conn, 0.0, owner)
         self._push(guard, seconds)
         return guard
+
+    def fire(self, owner: object) -> None:
+        """End every live request of ``owner`` now, as if its deadline had come (a Ctrl-C's
+        stop: :meth:`gpuci.cache._stores.s3.pool.Pool.stop_flag`)."""
+        with self._cond:
+            guards = {id(g): g for _, _, g in self._heap if g.live and g.owner is owner}
+            for guard in guards.values():
+                guard.fired = True
+        for guard in guards.values():
+            _shut(guard)
 
     def extend(self, guard: _Guard, seconds: float) -> None:
         """Move a live guard's deadline to ``seconds`` from now (the body's own budget)."""
@@ -151,12 +166,18 @@ class Watchdog:
                     self._cond.wait(wait)
                 _, _, guard = heapq.heappop(self._heap)
                 guard.fired = True
-            sock = getattr(guard.conn, "last_sock", None)
-            if sock is not None:
-                try:  # wakes a blocked recv with an end of file (the base method: not TLS's)
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shut(guard)
+
+
+def _shut(guard: _Guard) -> None:
+    """Shut the guarded request's socket both ways: a blocked ``recv`` (or ``connect``) wakes
+    with an end of file (the base method: TLS's own would drop the TLS object)."""
+    sock = getattr(guard.conn, "last_sock", None)
+    if sock is not None:
+        try:
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 WATCHDOG = Watchdog()

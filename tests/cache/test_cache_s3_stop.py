@@ -1,0 +1,225 @@
+"""A transfer's stop flag on the S3 store (Ctrl-C, or a task failed for good): the requests in
+flight end at once, none is sent after, and no retry waits on (review H, findings 3 and 4).
+Staged with a loopback server that holds its answer and counts requests; nothing is timed."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+from cache_testing import CREDS
+
+from gpuci.cache._stores.s3.store import S3Store
+from gpuci.errors import StoreError
+from gpuci.retry import Interrupted
+from loopback_http import LoopbackHTTPServer
+
+HELD = 120.0  # how long the silent server holds an answer: far past any test's guard
+
+
+class _Counting(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests: list[str]
+    arrived: threading.Event
+    release: threading.Event
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _Silent(_Counting):
+    """Reads each request and never answers it (until the test ends)."""
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        type(self).arrived.set()
+        type(self).release.wait(HELD)
+
+
+class _SlowDown(_Counting):
+    """Answers every request 503 SlowDown: a retry follows each."""
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        body = b"<Error><Code>SlowDown</Code><Message>slow</Message></Error>"
+        self.send_response(503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _handler(base: type[_Counting]) -> type[_Counting]:
+    attrs = {"requests": [], "arrived": threading.Event(), "release": threading.Event()}
+    return type("H", (base,), attrs)
+
+
+def _store(port: int) -> S3Store:
+    env = {**CREDS, "AWS_MAX_ATTEMPTS": "5", "GPUCI_S3_TIMEOUT": "100"}
+    url = f"http://127.0.0.1:{port}"
+    return S3Store("bkt", "cache", endpoint_url=url, region=None, environ=env, mask=None)
+
+
+def _in_thread(call) -> tuple[threading.Thread, list[BaseException]]:
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, raised
+
+
+@pytest.mark.parametrize("what", ["get", "range"])
+def test_the_stop_flag_ends_a_request_the_store_never_answers(what):
+    handler = _handler(_Silent)
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        stop = store.stop_flag()
+        if what == "get":
+            thread, raised = _in_thread(lambda: store.get("refs/default/k"))
+        else:
+            thread, raised = _in_thread(lambda: store.open_range("blobs/sha256/ab", 0, 10))
+        assert handler.arrived.wait(30), "no request"
+        stop.set()
+        thread.join(30)
+        alive = thread.is_alive()
+        handler.release.set()
+    assert not alive, "the request waited out the store's timeout"
+    assert len(raised) == 1 and isinstance(raised[0], Interrupted), raised
+    assert len(handler.requests) == 1, handler.requests  # nothing sent after the stop
+
+
+def test_a_retry_wait_ends_on_the_stop_flag_and_sends_nothing_after():
+    handler = _handler(_SlowDown)
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        stop = store.stop_flag()
+        store.on_throttle = stop.set  # a Ctrl-C right after the first SlowDown
+        with pytest.raises(Interrupted):
+            store.get("refs/default/k")
+    assert len(handler.requests) == 1, handler.requests
+
+
+def test_a_fresh_flag_lets_the_store_work_again():
+    handler = _handler(_SlowDown)
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        store.stop_flag().set()
+        with pytest.raises(Interrupted):
+            store.get("refs/default/k")
+        assert handler.requests == []
+        store.stop_flag()  # the next transfer (a restore's refetch after a full disk)
+        store._rest.attempts = 1
+        with pytest.raises(Exception) as caught:
+            store.get("refs/default/k")
+    assert not isinstance(caught.value, Interrupted)
+    assert len(handler.requests) == 1
+
+
+def _uploads_page(uploads: list[tuple[str, str, str]], next_marker: str = "") -> bytes:
+    items = "".join(
+        f"<Upload><Key>{key}</Key><UploadId>{upload_id}</UploadId><Initiated>{when}</Initiated>"
+        "<Initiator><ID>x</ID></Initiator></Upload>"
+        for key, upload_id, when in uploads
+    )
+    more = (
+        f"<IsTruncated>true</IsTruncated><NextKeyMarker>{next_marker}</NextKeyMarker>"
+        "<NextUploadIdMarker>u</NextUploadIdMarker>"
+        if next_marker
+        else "<IsTruncated>false</IsTruncated>"
+    )
+    ns = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    return f"<ListMultipartUploadsResult {ns}>{more}{items}</ListMultipartUploadsResult>".encode()
+
+
+class _Uploads(_Counting):
+    """ListMultipartUploads: one page, truncated with the same markers every time (a server
+    that would page for ever), holding an old, a young, a foreign and an unusable upload."""
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        old, young = "2020-01-01T00:00:00.000Z", "2999-01-01T00:00:00.000Z"
+        body = _uploads_page(
+            [
+                ("cache/blobs/sha256/ab/old", "id-old_1.x~", old),
+                ("cache/blobs/sha256/ab/young", "id-young", young),
+                ("cache/other/old", "id-other", old),  # not gpu-ci's
+                ("elsewhere/blobs/old", "id-outside", old),  # outside the store's prefix
+                ("cache/blobs/sha256/ab/odd", "id with space", old),  # not an id: not sent
+                ("cache/blobs/sha256/ab/undated", "id-undated", "yesterday"),
+            ],
+            next_marker="cache/blobs/sha256/ab/undated",
+        )
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_open_uploads_are_those_under_blobs_older_than_the_grace_and_the_listing_ends():
+    handler = _handler(_Uploads)
+    with LoopbackHTTPServer(handler) as server:
+        left = _store(server.port).leftovers(3600)
+    assert [o.key for o in left] == ["blobs/sha256/ab/old?uploadId=id-old_1.x~"]
+    assert len(handler.requests) == 2, handler.requests  # the repeated markers end it
+    assert all("uploads" in r and "prefix=cache%2Fblobs%2F" in r for r in handler.requests)
+
+
+class _RefusingStore:
+    """A store whose every range fails for good (or is interrupted); it counts the stop flags
+    it hands out."""
+
+    url = "mem://refusing"
+    local_disk = False
+
+    def __init__(self, failure: BaseException) -> None:
+        self.failure = failure
+        self.flags: list[threading.Event] = []
+
+    def stop_flag(self) -> threading.Event:
+        self.flags.append(threading.Event())
+        return self.flags[-1]
+
+    def open_range(self, key: str, offset: int, length: int):
+        raise self.failure
+
+
+@pytest.mark.parametrize("failure", [StoreError("refused"), Interrupted("stopped")])
+def test_a_failed_fetch_leaves_the_store_usable_an_interrupted_one_stopped(tmp_path, failure):
+    """A restore words a failed download and may go on with its store (a fresh flag): a part
+    that failed for good must not leave every later request refused. An interrupt does."""
+    from gpuci.cache._format.manifest import Entry
+    from gpuci.cache._transfer.download import Downloader
+
+    store = _RefusingStore(failure)
+    entry = Entry("file", 0, "w.bin", size=1 << 20, sha256="ab" * 32)
+    down = Downloader(store, 2, on_bytes=lambda _n: None, attempts=1)  # type: ignore[arg-type]
+    with pytest.raises(type(failure)):
+        down.fetch([(entry, tmp_path / "w.bin")])
+    assert store.flags[0].is_set()  # the failure stopped the transfer's requests
+    assert len(store.flags) == (2 if isinstance(failure, Exception) else 1)
+
+
+class _NoUploadListing(_Counting):
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        body = b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
+        self.send_response(403)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_credentials_that_cannot_list_uploads_make_a_note_not_a_failed_prune():
+    from gpuci.cache._upkeep import prune
+
+    handler = _handler(_NoUploadListing)
+    notes: list[str] = []
+    with LoopbackHTTPServer(handler) as server:
+        assert prune._leftovers(_store(server.port), 3600, notes) == []
+    assert len(notes) == 1 and "AccessDenied" in notes[0], notes
