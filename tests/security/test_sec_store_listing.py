@@ -4,6 +4,9 @@ must not grow its warnings without bound."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,31 +36,54 @@ def _long_keys() -> Iterator[str]:
         yield f"pre-{i:08d}-" + "x" * (KEY_CHARS - 13)
 
 
-def test_restore_keys_keep_only_the_newest_matches_while_the_listing_streams(tmp_path):
+def _peak_in_a_process_of_its_own(tmp_path: Path, lookup: str) -> int:
+    """Peak traced memory of one ``lookup`` (``newest`` or ``absent``) over the endless
+    listing, in a fresh interpreter: tracemalloc counts every thread's allocations, and an
+    earlier test's server thread still relaying in this worker is no part of the lookup."""
+    code = (
+        "import sys, tracemalloc\n"
+        "from pathlib import Path\n"
+        "import test_sec_store_listing as t\n"
+        f"print(t._peak_of({lookup!r}, Path(sys.argv[1])))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return int(done.stdout.split()[-1])
+
+
+def _peak_of(lookup: str, tmp_path: Path) -> int:
     store = _store(tmp_path, _long_keys())
     tracemalloc.start()
     try:
-        found = refs.newest(store, "default", "pre-", refs.NEWEST)
-        _, peak = tracemalloc.get_traced_memory()
+        if lookup == "newest":
+            found = refs.newest(store, "default", "pre-", refs.NEWEST)
+            assert len(found) == refs.NEWEST
+            assert found[0].modified == 9_972 and found == sorted(
+                found, key=lambda r: (r.modified, r.key), reverse=True
+            )
+        else:
+            assert refs.lookup(store, "default", "absent", ["pre-"]) is None  # none readable
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(found) == refs.NEWEST
-    assert found[0].modified == 9_972 and found == sorted(
-        found, key=lambda r: (r.modified, r.key), reverse=True
-    )
+
+
+def test_restore_keys_keep_only_the_newest_matches_while_the_listing_streams(tmp_path):
     # every key held would be ~40,000 x 1 KiB (key, object key, RefInfo): tens of MiB
+    peak = _peak_in_a_process_of_its_own(tmp_path, "newest")
     assert peak < 4 << 20, peak
 
 
 def test_a_restore_keys_lookup_over_an_endless_listing_stays_small(tmp_path):
     """The lookup itself (it used to sort every key of the listing first)."""
-    store = _store(tmp_path, _long_keys())
-    tracemalloc.start()
-    try:
-        assert refs.lookup(store, "default", "absent", ["pre-"]) is None  # no ref readable
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak = _peak_in_a_process_of_its_own(tmp_path, "absent")
     assert peak < 4 << 20, peak
 
 
