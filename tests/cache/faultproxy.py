@@ -8,10 +8,12 @@ body slowly (so a test can kill a client mid-transfer).
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
 
@@ -25,6 +27,46 @@ class Rule:
     times: int = 1
     seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
     fired: int = 0
+
+
+class _Relays(ThreadingHTTPServer):
+    """The proxy's server, which keeps each connection and its thread until they end."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.live: dict[socket.socket, threading.Thread] = {}
+        self.live_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self._serve_one, args=(request, client_address), daemon=True
+        )
+        with self.live_lock:
+            self.live[request] = thread
+        thread.start()
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self.live_lock:
+                self.live.pop(request, None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a relay cut by the client or by end_relays: nothing to report
+
+    def end_relays(self, wait_s: float = 10.0) -> None:
+        """Shut every live connection (its thread's reads and writes fail at once) and wait
+        for the threads, each at most ``wait_s``."""
+        with self.live_lock:
+            live = list(self.live.items())
+        for sock, _ in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for _, thread in live:
+            thread.join(wait_s)
 
 
 class FaultProxy:
@@ -129,7 +171,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _proxy
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Relays(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -143,8 +185,12 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        """Stop serving, and end the relays still under way: a killed client's request may
+        still be relaying megabytes, which a later test in this worker would count as its
+        own memory (tracemalloc traces every thread)."""
         self.server.shutdown()
         self.server.server_close()
+        self.server.end_relays()
 
     def add(self, method: str, contains: str, action: str, times: int = 1, seconds: float = 0.0):
         rule = Rule(method, contains, action, times, seconds)
