@@ -13,6 +13,7 @@ from gpuci.dryrun._workflow import calls_for
 from gpuci.errors import InputError
 
 LONG = "x" * 20_000
+PATTERN = "x" * 900  # a regex input takes at most 1,000 characters (gpuci.inputs.MAX_REGEX)
 MAX_PLAN_LINE = 1_000  # gpuci.dryrun._report.MAX_PLAN_LINE: characters of one plan line
 
 ECHOING = f"""\
@@ -25,7 +26,7 @@ jobs:
         run: echo
       - uses: acme/gpu-ci/actions/gpu-setup@v1
         with:
-          gpu-name: {LONG}
+          gpu-name: {PATTERN}
       - uses: acme/gpu-ci/actions/gpu-pod@v1
         with:
           action: {LONG}
