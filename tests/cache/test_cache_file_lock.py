@@ -93,5 +93,7 @@ def test_a_save_whose_ref_lock_is_held_goes_on_and_keeps_the_key(tmp_path, env, 
         os.close(fd)
     assert second.ok and second.exit_code == 0, second.headline  # a cache reason fails no job
     assert second.outputs["outcome"] == "lost-race"
-    assert second.annotations  # said in a warning
+    said = " ".join(a.message for a in second.annotations)  # said in a warning, as it was
+    assert "was not updated" in said and lock.name in said, said
+    assert "another job saved" not in said, said  # no other job did
     assert json.loads(ref.read_bytes())["manifest"] == named  # the key still names its tree

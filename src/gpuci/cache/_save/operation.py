@@ -331,22 +331,41 @@ def _publish_tree(
         refs.write(store, namespace, key, ref_body, current)
         saver.stats.add(meta_bytes=len(ref_body))
         return digest, "saved" if current is None else "updated"
-    except ConflictError:
-        outcome = _lost_race(store, namespace, key, manifest, saver, warnings)
+    except ConflictError as exc:
+        outcome = _lost_race(store, namespace, key, manifest, saver, warnings, current, exc)
         winner = refs.read(store, namespace, key)
         return (winner.manifest if winner else digest), outcome
 
 
 def _lost_race(
-    store: Store, namespace: str, key: str, ours: mf.Manifest, saver: Saver, warnings: Warnings
+    store: Store,
+    namespace: str,
+    key: str,
+    ours: mf.Manifest,
+    saver: Saver,
+    warnings: Warnings,
+    read: refs.Ref | None,
+    refused: ConflictError,
 ) -> str:
-    """Another job moved the ref between our read and our write: theirs stands, say so."""
+    """The ref was not moved: another job moved it between our read and our write (theirs
+    stands), or, when it still names what we ``read``, the store refused the write (a lock
+    another process holds): say which."""
     winner = refs.read(store, namespace, key)
     if winner is not None:
         theirs = saver.load_manifest(winner.manifest)
         if theirs is not None and theirs.same_tree(ours):
             _record_use(saver, warnings)
             return "saved by another job (same content)"
+    unmoved = (winner.manifest if winner else None) == (read.manifest if read else None)
+    if unmoved:
+        warnings.append(
+            (
+                f"{key} was not updated: {refused.one_line()}; this job's blobs are stored "
+                "but the key still names its old tree",
+                "gpu-ci cache: ref not moved",
+            )
+        )
+        return "lost race"
     won = f" (manifest {winner.manifest})" if winner is not None else ""
     warnings.append(
         (
