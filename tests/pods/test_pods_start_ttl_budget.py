@@ -78,3 +78,15 @@ def test_a_pod_the_catalog_cannot_price_gets_no_new_expiry(fake, run, tmp_path, 
     assert res.code == 1 and "cannot be priced" in res.json["headline"], res.stdout
     assert "NVIDIA Retired GPU" in res.json["headline"] and "\n" not in res.json["headline"]
     assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"
+
+
+def test_a_smoke_renamed_pod_is_held_to_the_budget_it_was_admitted_under(fake, run, tmp_path):
+    """G11: gpu-smoke appends its verdict to the pod's name; its reservation (made under the
+    name up gave it) was not found, so a budget-usd pod's 30-day expiry was never checked."""
+    pod = _stopped_pod(run, budget_usd="10")
+    fake.pods[pod]["name"] += " smoke passed"
+    _refused_at_list_price(run("start", pod_id=pod, ttl="30d"))
+    assert run("start", pod_id=pod, ttl="30m").code == 0
+    live, released, _ = ledger.Ledger.open(str(tmp_path / "ledger"), {}).reservations("alice")
+    assert [r.name for r in live] == [fake.pods[pod]["name"]]  # its own one was replaced
+    assert len(released) == 1 and live[0].budget == 10

@@ -21,7 +21,7 @@ from gpuci.pods._lifecycle.common import (
     record_event,
 )
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient, _named
 from gpuci.pods._runpod.clock import SYSTEM, Clock
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.options import StartInputs, StopInputs
@@ -126,11 +126,12 @@ def _hold_budget(
     then its rate (:func:`_rate`) until the new expiry plus the reap interval, beside the
     owner's spend and other reservations, under the lower of the budgets file's budget and the
     one the pod was admitted under. The reservation written takes over the pod's own (found by
-    its name), which are released; none when the owner has no budget. Raises CheckFailed
-    (exit 1) when it does not fit or cannot be priced, InputError (exit 2) when the CI identity
-    may not act for the owner."""
+    its name as up made it, as the client finds a pod: gpu-smoke appends its verdict), which
+    are released; none when the owner has no budget. Raises CheckFailed (exit 1) when it does
+    not fit or cannot be priced, InputError (exit 2) when the CI identity may not act for the
+    owner."""
     name = str(pod.get("name") or "")
-    own = [r for r in book.reservations(new.owner)[0] if name and r.name == name]
+    own = [r for r in book.reservations(new.owner)[0] if r.name and _named(pod, r.name)]
     decision = budgets.decide_extension(
         new.owner,
         rt.environ,
@@ -155,7 +156,8 @@ def _hold_budget(
             )
         return rate
 
-    hold = ledger.Hold(new.run_url, new.name(), budget, decision.period_s, replaces=name)
+    replaces = own[-1].name if own else name
+    hold = ledger.Hold(new.run_url, new.name(), budget, decision.period_s, replaces=replaces)
     return book.reserve(new.owner, now, until, decide, hold)
 
 
