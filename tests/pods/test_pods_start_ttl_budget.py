@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pods_testing import L40S
 
-from gpuci.pods._budgets import ledger
+from gpuci.pods._budgets import ledger, policy
 
 UP = dict(image="img", command="serve", ttl="45m", gpu_types=L40S, owner="alice")  # $0.86/h
 ALICE_10 = "owners:\n  alice: 10\n"
@@ -90,3 +90,16 @@ def test_a_smoke_renamed_pod_is_held_to_the_budget_it_was_admitted_under(fake, r
     live, released, _ = ledger.Ledger.open(str(tmp_path / "ledger"), {}).reservations("alice")
     assert [r.name for r in live] == [fake.pods[pod]["name"]]  # its own one was replaced
     assert len(released) == 1 and live[0].budget == 10
+
+
+def test_a_planted_reservation_period_is_bounded(fake, run, tmp_path):
+    """G4: a planted reservation of the pod with periodS 1e300 crashed start --ttl
+    (OverflowError, "internal error"); a period read from the ledger is at most 366 days."""
+    pod = _stopped_pod(run, budget_usd="10")
+    folder = tmp_path / "ledger" / ledger.RESERVATIONS / ledger.owner_key("alice")
+    planted = {"owner": "alice", "podName": fake.pods[pod]["name"], "costPerHr": 0}
+    planted.update({"untilEpoch": 0, "budgetUsd": 10, "periodS": 1e300})
+    (folder / "0000000100.json").write_text(json.dumps(planted))
+    assert run("start", pod_id=pod, ttl="2h").code == 0
+    decision = policy.decide_extension("alice", {}, 10.0, 1e300, cwd=tmp_path)
+    assert decision.period_s == policy.MAX_ADMITTED_PERIOD_S == 366 * 86400
