@@ -103,3 +103,18 @@ def test_a_planted_reservation_period_is_bounded(fake, run, tmp_path):
     assert run("start", pod_id=pod, ttl="2h").code == 0
     decision = policy.decide_extension("alice", {}, 10.0, 1e300, cwd=tmp_path)
     assert decision.period_s == policy.MAX_ADMITTED_PERIOD_S == 366 * 86400
+
+
+def test_start_ttl_reads_the_budgets_file_the_job_names(fake, run, tmp_path, monkeypatch):
+    """G8: start --ttl always read .gpuci/budgets.yml: with up's ``budgets: ci/budgets.yml`` a
+    delegated CI identity was refused and a budget lowered since was ignored."""
+    where = "ci/budgets.yml"
+    _budgets_file(tmp_path, ALICE_10 + "delegations:\n  ci-bot: [alice]\n", monkeypatch, where)
+    bot = {"GITHUB_ACTIONS": "true", "GITHUB_ACTOR": "ci-bot"}
+    pod = _stopped_pod(run, budgets=where, extra_env=bot)
+    assert run("start", pod_id=pod, ttl="2h", budgets=where, extra_env=bot).code == 0
+    assert run("stop", pod_id=pod).code == 0
+    (tmp_path / where).write_text("owners:\n  alice: 1\n")  # lowered to $1
+    alice = {"GITHUB_ACTIONS": "true", "GITHUB_ACTOR": "alice"}
+    res = run("start", pod_id=pod, ttl="8h", budgets=where, extra_env=alice)
+    _refused_at_list_price(res, "$1.00")

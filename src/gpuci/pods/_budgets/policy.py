@@ -249,15 +249,16 @@ def decide_extension(
     environ: Mapping[str, str],
     admitted_budget: float | None,
     admitted_period_s: float | None,
+    budgets: str = "",
     cwd: Path | None = None,
 ) -> Decision:
     """Whose money ``pods start --ttl`` spends, and under which budget: ``up``'s owner rule
-    (the CI identity, or a delegation in the budgets file; exit 2 otherwise), and the lower of
-    the budgets file's amount and the one the pod was admitted under (its reservation's).
-    Without a file the period is the admitted one, which the ledger (anyone with write access
-    to its store) wrote: at most :data:`MAX_ADMITTED_PERIOD_S`."""
+    (the CI identity, or a delegation in the budgets file ``budgets``, read as ``up`` reads
+    it; exit 2 otherwise), and the lower of the file's amount and the one the pod was admitted
+    under (its reservation's). Without a file the period is the admitted one, which the ledger
+    (anyone with write access to its store) wrote: at most :data:`MAX_ADMITTED_PERIOD_S`."""
     ident = ci_identity(environ)
-    book = load(None, cwd)
+    book = load(budgets or None, cwd)
     if ident.from_ci and not book.may_act_for(ident.login, owner):
         raise InputError(
             f"the pod is {owner}'s: the CI identity '{ident.login}' ({ident.source}) may not "

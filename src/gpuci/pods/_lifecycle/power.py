@@ -84,7 +84,7 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
             held: dict[str, str] = {}
             if ttl and tag is not None and book is not None:
                 new = tag.with_expiry(clock.now() + float(ttl))
-                reservation = _hold_budget(rt, client, book, pod, new, clock.now())
+                reservation = _hold_budget(rt, client, book, pod, new, clock.now(), inp.budgets)
                 held = {"reservation": reservation.key} if reservation else {}
                 env = {**(pod.get("env") or {}), **new.env()}
                 client.update_pod(pod_id, {"name": new.name(), "env": env})
@@ -121,6 +121,7 @@ def _hold_budget(
     pod: Mapping[str, Any],
     new: PodTag,
     now: float,
+    budgets_file: str = "",
 ) -> ledger.Reservation | None:
     """The check ``up`` runs, for a stopped pod about to get expiry ``new``: the owner rule,
     then its rate (:func:`_rate`) until the new expiry plus the reap interval, beside the
@@ -137,6 +138,7 @@ def _hold_budget(
         rt.environ,
         min((r.budget for r in own if r.budget is not None), default=None),
         max((r.period_s for r in own if r.period_s), default=None),
+        budgets_file,
     )
     if decision.budget is None:
         return None
