@@ -73,7 +73,7 @@ def test_a_pod_the_catalog_cannot_price_gets_no_new_expiry(fake, run, tmp_path, 
     """G10: no rate at all skipped the check; now it refuses in one line, touching nothing."""
     _budgets_file(tmp_path, ALICE_10, monkeypatch)
     pod = _stopped_pod(run)
-    fake.pods[pod]["gpu"]["id"] = "NVIDIA Retired GPU"  # no longer in the catalog
+    fake.pods[pod]["gpu"]["id"] = "NVIDIA Retired\nGPU"  # no longer in the catalog
     res = run("start", pod_id=pod, ttl="1h")
     assert res.code == 1 and "cannot be priced" in res.json["headline"], res.stdout
     assert "NVIDIA Retired GPU" in res.json["headline"] and "\n" not in res.json["headline"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuci import redact
 from gpuci.errors import CheckFailed, GpuciError, InfraError, InputError
 from gpuci.pods._budgets import cost, ledger
 from gpuci.pods._budgets import policy as budgets
@@ -175,10 +176,11 @@ def _rate(client: RunPodClient, pod: Mapping[str, Any], owner: str) -> float:
     if gpu_id and cloud in ("SECURE", "COMMUNITY"):
         price = plan.price_per_hr(client.list_gpu_types(cloud, count), gpu_id, cloud, count)
     if price is None or price <= 0:
+        shown = redact.excerpt(gpu_id or "none", 80)  # RunPod's text: one printable line
         raise CheckFailed(
-            f"pod {pod.get('id')} cannot be priced: RunPod's catalog has no {cloud or '?'} "
-            f"price for its GPU ({gpu_id or 'none'}), so a new expiry cannot be held to "
-            f"{owner}'s budget",
+            f"pod {redact.excerpt(str(pod.get('id')), 40)} cannot be priced: RunPod's catalog "
+            f"has no price for its GPU type {shown} in its cloud, so a new expiry cannot be "
+            f"held to {owner}'s budget",
             hint="start it without ttl while its expiry is ahead, or pods down it and pods up "
             "a new one",
         )
