@@ -22,6 +22,11 @@ __all__ = [
 ]
 
 
+_BUDGETS = inp(
+    "The budgets file in the repository: per-owner and default USD per period, the "
+    "period, delegations (protect it with CODEOWNERS).",
+    default=".gpuci/budgets.yml",
+)
 _HEALTH_STORE = inp(
     "The per-GPU health record gpu-smoke writes (s3://bucket/prefix or file:///dir; default: "
     "GPUCI_GPU_HEALTH_STORE; empty: not consulted)."
@@ -77,11 +82,7 @@ class UpInputs:
     )
     owner: str = _OWNER
     ledger: str = _LEDGER
-    budgets: str = inp(
-        "The budgets file in the repository: per-owner and default USD per period, the "
-        "period, delegations (protect it with CODEOWNERS).",
-        default=".gpuci/budgets.yml",
-    )
+    budgets: str = _BUDGETS
     budget_usd: float | None = inp(
         "Refuse the pod if the owner's spend would pass this; can only lower the budgets "
         "file's amount."
@@ -191,6 +192,7 @@ class StartInputs:
     pod_id: list[str] = _POD_ID
     ttl: float | None = inp("New lifetime from now.", kind="duration")
     ledger: str = _LEDGER
+    budgets: str = _BUDGETS
 
 
 @options

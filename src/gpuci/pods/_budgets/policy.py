@@ -37,6 +37,8 @@ DEFAULT_PERIOD_S = 30 * 86400.0
 #: the job's own ``reap-interval`` can lengthen it, never shorten it.
 REAP_INTERVAL_FLOOR_S = 15 * 60.0
 MAX_FILE = 256 * 1024
+#: The longest budget period ``start --ttl`` takes from a pod's reservation (a ledger object).
+MAX_ADMITTED_PERIOD_S = 366 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -247,13 +249,16 @@ def decide_extension(
     environ: Mapping[str, str],
     admitted_budget: float | None,
     admitted_period_s: float | None,
+    budgets: str = "",
     cwd: Path | None = None,
 ) -> Decision:
     """Whose money ``pods start --ttl`` spends, and under which budget: ``up``'s owner rule
-    (the CI identity, or a delegation in the budgets file; exit 2 otherwise), and the lower of
-    the budgets file's amount and the one the pod was admitted under (its reservation's)."""
+    (the CI identity, or a delegation in the budgets file ``budgets``, read as ``up`` reads
+    it; exit 2 otherwise), and the lower of the file's amount and the one the pod was admitted
+    under (its reservation's). Without a file the period is the admitted one, which the ledger
+    (anyone with write access to its store) wrote: at most :data:`MAX_ADMITTED_PERIOD_S`."""
     ident = ci_identity(environ)
-    book = load(None, cwd)
+    book = load(budgets or None, cwd)
     if ident.from_ci and not book.may_act_for(ident.login, owner):
         raise InputError(
             f"the pod is {owner}'s: the CI identity '{ident.login}' ({ident.source}) may not "
@@ -262,5 +267,6 @@ def decide_extension(
             f"{book.source or DEFAULT_FILE}",
         )
     limits = [x for x in (book.limit(owner), admitted_budget) if x is not None]
-    period = book.period_s if book.source else admitted_period_s or DEFAULT_PERIOD_S
+    admitted = min(admitted_period_s or DEFAULT_PERIOD_S, MAX_ADMITTED_PERIOD_S)
+    period = book.period_s if book.source else admitted
     return Decision(owner, ident, min(limits) if limits else None, period, (), book.reap_interval_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuci import redact
 from gpuci.errors import CheckFailed, GpuciError, InfraError, InputError
 from gpuci.pods._budgets import cost, ledger
 from gpuci.pods._budgets import policy as budgets
@@ -20,7 +21,8 @@ from gpuci.pods._lifecycle.common import (
     open_ledger,
     record_event,
 )
-from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod import plan
+from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient, _named
 from gpuci.pods._runpod.clock import SYSTEM, Clock
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.options import StartInputs, StopInputs
@@ -83,7 +85,7 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
             held: dict[str, str] = {}
             if ttl and tag is not None and book is not None:
                 new = tag.with_expiry(clock.now() + float(ttl))
-                reservation = _hold_budget(rt, client, book, pod, new, clock.now())
+                reservation = _hold_budget(rt, client, book, pod, new, clock.now(), inp.budgets)
                 held = {"reservation": reservation.key} if reservation else {}
                 env = {**(pod.get("env") or {}), **new.env()}
                 client.update_pod(pod_id, {"name": new.name(), "env": env})
@@ -120,29 +122,29 @@ def _hold_budget(
     pod: Mapping[str, Any],
     new: PodTag,
     now: float,
+    budgets_file: str = "",
 ) -> ledger.Reservation | None:
     """The check ``up`` runs, for a stopped pod about to get expiry ``new``: the owner rule,
-    then its rate until the new expiry plus the reap interval, beside the owner's spend and
-    other reservations, under the lower of the budgets file's budget and the one the pod was
-    admitted under. The reservation written takes over the pod's own (found by its name),
-    which are released; none when the owner has no budget. Raises CheckFailed (exit 1) when
-    it does not fit, InputError (exit 2) when the CI identity may not act for the owner."""
+    then its rate (:func:`_rate`) until the new expiry plus the reap interval, beside the
+    owner's spend and other reservations, under the lower of the budgets file's budget and the
+    one the pod was admitted under. The reservation written takes over the pod's own (found by
+    its name as up made it, as the client finds a pod: gpu-smoke appends its verdict), which
+    are released; none when the owner has no budget. Raises CheckFailed (exit 1) when it does
+    not fit or cannot be priced, InputError (exit 2) when the CI identity may not act for the
+    owner."""
     name = str(pod.get("name") or "")
-    own = [r for r in book.reservations(new.owner)[0] if name and r.name == name]
+    own = [r for r in book.reservations(new.owner)[0] if r.name and _named(pod, r.name)]
     decision = budgets.decide_extension(
         new.owner,
         rt.environ,
         min((r.budget for r in own if r.budget is not None), default=None),
         max((r.period_s for r in own if r.period_s), default=None),
+        budgets_file,
     )
     if decision.budget is None:
         return None
     budget = decision.budget
-    known = book.pod(str(pod.get("id") or ""))  # a stopped pod's cost may read 0
-    rates = [float(pod.get("cost") or 0.0), known.cost_per_hr if known else 0.0]
-    rate = max([*rates, *(r.cost_per_hr for r in own)])
-    if rate <= 0:
-        return None  # nothing to hold: once running, its listed rate counts until it ends
+    rate = max([_rate(client, pod, new.owner), *(r.cost_per_hr for r in own)])
     until = new.expires_at + decision.grace_s
     base = cost.exposure(client, book, new.owner, decision.period_s, now, decision.grace_s)
 
@@ -157,8 +159,32 @@ def _hold_budget(
             )
         return rate
 
-    hold = ledger.Hold(new.run_url, new.name(), budget, decision.period_s, replaces=name)
+    replaces = own[-1].name if own else name
+    hold = ledger.Hold(new.run_url, new.name(), budget, decision.period_s, replaces=replaces)
     return book.reserve(new.owner, now, until, decide, hold)
+
+
+def _rate(client: RunPodClient, pod: Mapping[str, Any], owner: str) -> float:
+    """What the pod will bill per hour once started: RunPod's catalog price of its GPU type in
+    its cloud times its GPU count (a stopped pod lists cost 0, and the ledger, which anyone
+    with write access to its store writes, may only raise it). Raises CheckFailed when the
+    catalog has no price for it: a new expiry that cannot be priced is never given."""
+    gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
+    gpu_id, cloud = str((gpu or {}).get("id") or ""), str(pod.get("cloud") or "")
+    count = _gpus(pod) or 1  # a pod stopped after it came back with 0 GPUs asks for its own
+    price = None
+    if gpu_id and cloud in ("SECURE", "COMMUNITY"):
+        price = plan.price_per_hr(client.list_gpu_types(cloud, count), gpu_id, cloud, count)
+    if price is None or price <= 0:
+        shown = redact.excerpt(gpu_id or "none", 80)  # RunPod's text: one printable line
+        raise CheckFailed(
+            f"pod {redact.excerpt(str(pod.get('id')), 40)} cannot be priced: RunPod's catalog "
+            f"has no price for its GPU type {shown} in its cloud, so a new expiry cannot be "
+            f"held to {owner}'s budget",
+            hint="start it without ttl while its expiry is ahead, or pods down it and pods up "
+            "a new one",
+        )
+    return max(price, float(pod.get("cost") or 0.0))
 
 
 def _gpus(pod: Mapping[str, Any]) -> int | None:
