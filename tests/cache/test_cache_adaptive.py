@@ -161,7 +161,7 @@ def test_the_pool_starts_threads_only_as_the_limit_allows():
     time.sleep(0.2)
     assert pool.threads == 5 and max(seen) == 5
     release.set()
-    runner.join(10)
+    runner.join(60)
     assert not runner.is_alive() and len(seen) == 10 and pool.threads == 5
 
 
