@@ -286,7 +286,7 @@ def test_a_416_that_contradicts_the_known_size_is_not_a_finished_file(tmp_path):
         code = _CHILD.format(paths=[str(ROOT / "src")], url=srv.url("/big"), dest=str(dest))
         child = subprocess.Popen([sys.executable, "-c", code])
         sidecar = tmp_path / "out.bin.incomplete.json"
-        deadline, prefix = time.monotonic() + 20, 0
+        deadline, prefix = time.monotonic() + 60, 0  # a hang guard
         while time.monotonic() < deadline and not prefix:
             time.sleep(0.05)
             found = inspect(dest, srv.url("/big"))
@@ -317,7 +317,7 @@ def test_a_killed_process_resumes_every_segment(tmp_path, changed):
         code = _CHILD.format(paths=paths, url=srv.url("/big"), dest=str(dest))
         child = subprocess.Popen([sys.executable, "-c", code])
         sidecar = tmp_path / "out.bin.incomplete.json"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a hang guard
         while time.monotonic() < deadline:  # kill once every segment has bytes on record
             time.sleep(0.05)
             try:
