@@ -84,7 +84,7 @@ def test_one_burst_of_refused_whole_uploads_halves_once(s3_store, proxy, env, tm
     for i in range(8):
         (src / f"shard-{i}.bin").write_bytes(os.urandom(2 << 20))  # blobs, not packed
     via = StoreCase("s3", s3_store.url, proxy.url)
-    proxy.add("PUT", "/blobs/", "503-together", times=8)
+    proxy.add("PUT", "/blobs/", "503-together", times=8, seconds=60)  # held until all 8 came
     saved, _ = cache_cmd("save", _flags(via, "k", src), env)
     assert saved.ok, saved.headline
     assert all(rule.fired == rule.times for rule in proxy.rules), proxy.rules
