@@ -8,6 +8,10 @@ import pytest
 
 from gpuci.adaptive import Concurrency
 
+# How long a thread's step may take before the test calls it hung: sized for a busy CI
+# machine, and only ever waited in full when something is broken.
+HANG_S = 60
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -92,17 +96,18 @@ def test_no_verdict_without_enough_work_to_fill_the_slots() -> None:
 
 def test_slots_block_beyond_the_limit() -> None:
     ctl = Concurrency.fixed(2)
-    entered = threading.Event()
+    entered = threading.Barrier(3, timeout=HANG_S)  # both holders and the test
     release = threading.Event()
 
     def hold() -> None:
         with ctl.slot():
-            entered.set()
-            release.wait(5)
+            entered.wait()
+            release.wait(HANG_S)
 
     first = [threading.Thread(target=hold) for _ in range(2)]
     for t in first:
         t.start()
+    entered.wait()  # both slots taken before the third asks: not left to the scheduler
     third_in = threading.Event()
 
     def third() -> None:
@@ -114,9 +119,9 @@ def test_slots_block_beyond_the_limit() -> None:
     assert not third_in.wait(0.3)
     assert ctl.active == 2
     release.set()
-    assert third_in.wait(5)
+    assert third_in.wait(HANG_S)
     for t in [*first, t3]:
-        t.join(5)
+        t.join(HANG_S)
     assert ctl.active == 0
 
 
@@ -133,15 +138,15 @@ def test_one_burst_of_refusals_halves_once() -> None:
 
     def request() -> None:
         with ctl.slot():
-            inside.wait(5)  # all eight began before any cut
+            inside.wait(HANG_S)  # all eight began before any cut
             ctl.throttled()
-            refused.wait(5)
+            refused.wait(HANG_S)
 
     threads = [threading.Thread(target=request) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(5)
+        t.join(HANG_S)
     assert ctl.limit == 8 and ctl.throttles == 8
     with ctl.slot():  # a request that began after the cut and is refused again: news
         ctl.throttled()

@@ -57,7 +57,7 @@ def test_a_fed_pool_runs_what_its_planner_submits_within_the_limit():
     pool = WorkPool(control, chunk=lambda _index: 0)
     lock = threading.Lock()
     state = {"planned": 0, "done": 0, "running": 0, "peak": 0}
-    together = threading.Barrier(3, timeout=10)  # three tasks must run at once to pass it
+    together = threading.Barrier(3, timeout=60)  # three tasks must run at once to pass it
     fourth = threading.Event()  # set only if a fourth task ran beside them: a broken limit
 
     def task(_lane) -> None:

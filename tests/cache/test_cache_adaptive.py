@@ -84,7 +84,7 @@ def test_one_burst_of_refused_whole_uploads_halves_once(s3_store, proxy, env, tm
     for i in range(8):
         (src / f"shard-{i}.bin").write_bytes(os.urandom(2 << 20))  # blobs, not packed
     via = StoreCase("s3", s3_store.url, proxy.url)
-    proxy.add("PUT", "/blobs/", "503-together", times=8)
+    proxy.add("PUT", "/blobs/", "503-together", times=8, seconds=60)  # held until all 8 came
     saved, _ = cache_cmd("save", _flags(via, "k", src), env)
     assert saved.ok, saved.headline
     assert all(rule.fired == rule.times for rule in proxy.rules), proxy.rules
@@ -161,7 +161,7 @@ def test_the_pool_starts_threads_only_as_the_limit_allows():
     time.sleep(0.2)
     assert pool.threads == 5 and max(seen) == 5
     release.set()
-    runner.join(10)
+    runner.join(60)
     assert not runner.is_alive() and len(seen) == 10 and pool.threads == 5
 
 

@@ -595,7 +595,7 @@ class _SlowFirstPartStore:
             def readinto(self, buf: memoryview) -> int:
                 if offset == 0 and self.pos >= 1 << 20 and not self.stalled:
                     self.stalled = True  # once: without work stealing nobody ever sets it
-                    store.stolen.wait(10)
+                    store.stolen.wait(60)
                 n = min(len(buf), len(view) - self.pos, 1 << 20)
                 buf[:n] = view[self.pos : self.pos + n]
                 self.pos += n

@@ -317,11 +317,11 @@ def _kill_cli_once(sub: str, via: StoreCase, path: Path, env, ready, settle: flo
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(ready, 20, "the CLI to get as far as the kill needs")
+        wait_until(ready, 60, "the CLI to get as far as the kill needs")
         time.sleep(settle)
     finally:
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(60)
 
 
 def test_restore_killed_midway_leaves_no_final_name_and_a_rerun_completes(

@@ -21,8 +21,10 @@ def server() -> Iterator[FaultyServer]:
 
 @pytest.fixture
 def policy() -> FetchPolicy:
-    """Tiny waits so retries cost milliseconds; a short read timeout so stalls end fast."""
-    return FetchPolicy(attempts=4, timeout=0.5, deadline=20, max_wait=0.05, initial_wait=0.01)
+    """Tiny waits so retries cost milliseconds, with a read timeout long enough for a loaded
+    machine (the attempts a test counts are the server's faults, never a slow thread's); a
+    test of a stall sets its own short one."""
+    return FetchPolicy(attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01)
 
 
 @pytest.fixture

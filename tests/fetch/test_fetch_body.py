@@ -83,9 +83,9 @@ def test_a_cut_then_a_stall_on_the_direct_path_still_resume_to_the_right_bytes(
 ):
     """The retry policy knows the direct path's errors: a cut (RemoteProtocolError) and a
     stall (ReadTimeout) are both retried with Range, and the file verifies."""
-    big_server.faults("/big", Fault(drop_after=2 << 20), Fault(stall=3.0, stall_after=1 << 20))
-    policy = FetchPolicy(
-        attempts=4, timeout=0.5, deadline=30, max_wait=0.05, initial_wait=0.01, connections=1
+    big_server.faults("/big", Fault(drop_after=2 << 20), Fault(stall=600, stall_after=1 << 20))
+    policy = FetchPolicy(  # a read timeout past a busy machine's pauses, not the stall's
+        attempts=4, timeout=2, deadline=60, max_wait=0.05, initial_wait=0.01, connections=1
     )
     res = fetch_file(
         big_server.url("/big"),

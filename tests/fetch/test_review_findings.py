@@ -203,8 +203,8 @@ def test_ctrl_c_on_a_stalled_one_connection_download_does_not_wait_for_the_serve
     """F1: the one connection was read on a pool thread, and the main thread's KeyboardInterrupt
     waited in the pool's join until that read returned (the stall's end, or the read timeout:
     60 s by default). Ordering, not timing: the interrupt must be honoured while the server
-    still stalls (10 s), so the server has sent only the bytes before its stall; the rerun
-    resumes."""
+    still stalls (20 s, short of the 30 s read timeout, so a wait for the read would see the
+    stall end), so the server has sent only the bytes before its stall; the rerun resumes."""
     from gpuci.fetch import _client as client
 
     reading = threading.Event()  # the body's first chunk was taken; the next read stalls
@@ -221,10 +221,10 @@ def test_ctrl_c_on_a_stalled_one_connection_download_does_not_wait_for_the_serve
     )
     with FaultyServer() as srv:
         srv.add("/data.bin", DATA)
-        srv.faults("/data.bin", Fault(stall=10, stall_after=50_000))
+        srv.faults("/data.bin", Fault(stall=20, stall_after=50_000))
 
         def interrupt() -> None:
-            if reading.wait(30):
+            if reading.wait(60):
                 os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt, daemon=True).start()

@@ -54,8 +54,8 @@ def run_container(
         while time.time() < deadline and not done():
             time.sleep(0.05)
         if exits:
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
     finally:
         os.killpg(proc.pid, 9)
-        out, err = proc.communicate(timeout=5)
+        out, err = proc.communicate(timeout=30)
     return out, err, proc.returncode

@@ -68,7 +68,7 @@ def test_two_concurrent_ups_of_one_owner_where_one_fits_make_one_pod(
 ):
     """Both read the owner's reservations before either writes: only the conditional write
     on the next sequence number keeps them from both passing the budget."""
-    barrier = threading.Barrier(2, timeout=10)
+    barrier = threading.Barrier(2, timeout=60)
     seen = threading.local()
     original = ledger.Ledger.reservations
 

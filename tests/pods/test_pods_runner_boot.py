@@ -65,7 +65,7 @@ def _github_env(idle_s: int = 30) -> dict[str, str]:
     return runners.pod_env(tgt, "gpuci-abc123-1795000000", 7, JIT, idle_s)
 
 
-def _boot(fake, pod_id, env, args, tmp_path, extra=None, wait_s=30.0):
+def _boot(fake, pod_id, env, args, tmp_path, extra=None, wait_s=60.0):
     """Start the container command as RunPod would; wait until the pod is gone and the script
     has exited (it exits once its pod is terminated)."""
     home = tmp_path / "home"
@@ -316,7 +316,7 @@ def test_idle_stop_reaches_the_listener_by_its_ctrl_c_path(live, tmp_path, liste
     # the listener ended by its own Ctrl-C path before the pod ended, not by the test's cleanup
     assert (runner_dir / "listener.ended").exists(), out + err + _signals(runner_dir)
     assert (runner_dir / "listener.ended").read_text().strip() == "stopped-by-int", out + err
-    deadline = time.time() + 10
+    deadline = time.time() + 60
     while _alive(pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(pid)

@@ -21,7 +21,7 @@ def _pod(fake: FakeRunPod, expires_in: float) -> tuple[str, dict[str, str], str]
     return pod_id, env, args
 
 
-def _run_pod(fake, pod_id, env, args, path, wait_s=8.0):
+def _run_pod(fake, pod_id, env, args, path, wait_s=60.0):
     """Start the container command as RunPod would; wait while the pod is RUNNING."""
     out, err, _ = run_container(
         fake,

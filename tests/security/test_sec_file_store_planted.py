@@ -40,7 +40,7 @@ def _save(store: StoreCase, env: dict[str, str], key: str, src: Path):
 
 
 def _get_in_a_thread(store: LocalStore, key: str) -> list[object]:
-    """store.get(key), given 20 s: a FIFO would hold ``open`` until someone writes to it."""
+    """store.get(key), given 60 s: a FIFO would hold ``open`` until someone writes to it."""
     got: list[object] = []
 
     def get() -> None:
@@ -51,7 +51,7 @@ def _get_in_a_thread(store: LocalStore, key: str) -> list[object]:
 
     worker = threading.Thread(target=get, daemon=True)
     worker.start()
-    worker.join(20)
+    worker.join(60)
     return got
 
 
@@ -75,7 +75,7 @@ def test_a_fifo_planted_as_an_object_is_refused_in_one_line_not_waited_on(
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         except OSError:
             pass
-    assert got, "still waiting on the FIFO after 20 s"
+    assert got, "still waiting on the FIFO after 60 s"
     (error,) = got
     assert isinstance(error, StoreError)
     assert "not a regular file" in error.one_line() and "another job" in error.one_line()
@@ -195,7 +195,7 @@ def test_a_long_name_record_planted_as_a_fifo_is_not_waited_on_by_a_listing(
         target=lambda: listed.append(list(store.list(layout.REFS + "/"))), daemon=True
     )
     worker.start()
-    worker.join(20)
+    worker.join(60)
     if worker.is_alive():  # release the reader blocked in open()
         os.close(os.open(record, os.O_WRONLY | os.O_NONBLOCK))
     assert listed == [[]], "the listing waited on the FIFO (or listed the planted name)"

@@ -59,8 +59,9 @@ def test_a_request_ends_by_its_deadline_however_the_answer_trickles(evil, route)
 def test_a_whole_listing_ends_by_one_deadline(evil, monkeypatch):
     """Each page within its own deadline, but pages without end: the listing's deadline
     (LISTING_TIMEOUTS timeouts) ends it long before MAX_PAGES."""
-    monkeypatch.setattr(rest, "LISTING_TIMEOUTS", 4)  # 2 s: about ten pages
-    evil.route("/api/v3/repos/o/r/issues/1/comments", slow_endless_pages(0.2))
+    monkeypatch.setattr(rest, "LISTING_TIMEOUTS", 4)  # 2 s: at most twenty pages
+    # 0.1 s a page: far inside the 0.5 s read timeout even when a busy machine is late
+    evil.route("/api/v3/repos/o/r/issues/1/comments", slow_endless_pages(0.1))
     with client(evil) as gh, pytest.raises(InfraError) as info:
         list(gh.ours(1, "<!-- m -->"))
     line = info.value.one_line()

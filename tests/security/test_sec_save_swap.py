@@ -50,7 +50,7 @@ def _swap_after_scan(monkeypatch: pytest.MonkeyPatch, victim: Path, secret: Path
 
 
 def _save_bounded(store, env, root: Path, **flags: str):
-    """The save on a thread, waited for at most 20 s: a save blocked in a FIFO's open never
+    """The save on a thread, waited for at most 60 s: a save blocked in a FIFO's open never
     returns (the FIFO is then opened for writing, so the blocked open ends and the thread with
     it)."""
     done: dict[str, object] = {}
@@ -62,7 +62,7 @@ def _save_bounded(store, env, root: Path, **flags: str):
 
     thread = threading.Thread(target=save, daemon=True)
     thread.start()
-    thread.join(20)
+    thread.join(60)
     hung = thread.is_alive()
     if hung:
         fifo = root / "model.bin"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import time
+import threading
+from typing import Any
 
 from smoke_helpers import backend_with, outcome, run
 
@@ -10,6 +11,34 @@ from gpuci.gpu._nvml import Health
 from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend, NumpyDevice
 from gpuci.gpu._smoke.health import LoadSampler, Streaks, judge
 from gpuci.gpu.fake.nvml import FakeNvml
+from gpuci_testing import wait_until
+
+
+class SamplesSeen(FakeNvml):
+    """A fake NVML that notes which thread read the link and the clock-event reasons, so a
+    load can wait until a sampler's thread has read a state it set (a sleep sized for a quiet
+    machine let a busy one run no sample in it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.readers: dict[str, list[int]] = {"link": [], "clocks": []}
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        self.readers["link"].append(threading.get_ident())
+        return super().nvmlDeviceGetCurrPcieLinkGeneration(handle)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        self.readers["clocks"].append(threading.get_ident())
+        return super().nvmlDeviceGetCurrentClocksEventReasons(handle)
+
+    def sampled(self, what: str, since: int, times: int = 1) -> None:
+        """Wait until another thread (a sampler) read ``what`` ``times`` times after the
+        ``since``-th read."""
+        me = threading.get_ident()
+        wait_until(
+            lambda: sum(ident != me for ident in self.readers[what][since:]) >= times,
+            what=f"{times} sample(s) of the {what} by the sampler",
+        )
 
 
 def test_healthy_h200_passes_every_check(tmp_path):
@@ -97,13 +126,14 @@ def test_pcie_link_at_x8_under_load_fails_the_pcie_check(tmp_path):
 
 
 def test_idle_downtrained_link_that_trains_up_under_load_passes(tmp_path):
-    fake = FakeNvml(["t4"])  # idles at Gen1 of Gen3, as real T4s do
+    fake = SamplesSeen(["t4"])  # idles at Gen1 of Gen3, as real T4s do
 
     class TrainsUp(NumpyDevice):
         def h2d(self, dst, host):
             fake.set(0, pcie_gen=(3, 3))
+            since = len(fake.readers["link"])
             super().h2d(dst, host)
-            time.sleep(0.03)  # a real copy takes this long; the sampler polls every 20 ms
+            fake.sampled("link", since)  # a real copy lasts a few of the sampler's periods
 
         def d2h(self, host, src):
             super().d2h(host, src)
@@ -134,13 +164,13 @@ def test_thermal_clock_event_during_the_run_fails(tmp_path):
 
 
 def test_clock_event_held_under_load_fails(tmp_path):
-    fake = FakeNvml(["h200"])
+    fake = SamplesSeen(["h200"])
 
     class Throttles(NumpyDevice):
         def fill(self, buf, byte):
             if fake.devices[0].p.clock_events == 0x1:
                 fake.set(0, clock_events=0x8)  # hardware slowdown for the memory test's length
-                time.sleep(0.05)  # ten sampler periods: seen in consecutive samples
+                fake.sampled("clocks", len(fake.readers["clocks"]), times=2)  # in a row
             super().fill(buf, byte)
 
     result = run(tmp_path, fake, backend_with(Throttles), checks=["health", "memory"])
