@@ -13,7 +13,11 @@ GitHub's template reader refuses both; so does this loader, with the line and th
   1,000,000 parse events, ``ParseOptions.MaxParseEvents``), and no alias inside its own anchor;
 - keys: none twice in one mapping (GitHub: "'key' is already defined"; PyYAML keeps the last);
 - escapes: none of a UTF-16 surrogate, paired or not (YamlDotNet's scanner: "found invalid
-  Unicode character escape code"; PyYAML makes a string of it that no UTF-8 can hold).
+  Unicode character escape code"; PyYAML makes a string of it that no UTF-8 can hold);
+- integers: at most :data:`MAX_INT_DIGITS` digits (GitHub reads a number as a double, 17
+  significant digits; Python refuses to read or print one of more than 4,300 digits with a
+  ``ValueError``, which no caller expects of a YAML reader), and a value tagged ``!!int`` or
+  ``!!float`` that is no number is no YAML rather than a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
+MAX_INT_DIGITS = 100  # a run count or a size needs 20; Python stops at 4,300 (int_max_str_digits)
 _SURROGATE = re.compile("[\ud800-\udfff]")  # only an escape makes one (the reader refuses it raw)
 
 
@@ -109,6 +114,39 @@ class _BoundedLoader(yaml.SafeLoader):
         node = super().compose_mapping_node(anchor)
         _refuse_duplicate_keys(node)  # as written: construction merges (``<<``) into it
         return node
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        """An integer of at most :data:`MAX_INT_DIGITS` digits (in any base: a longer one
+        cannot even be printed); a ``!!int`` that is none is a ``ConstructorError``."""
+        text = node.value.replace("_", "").lstrip("+-") if isinstance(node.value, str) else ""
+        if len(text) > MAX_INT_DIGITS:
+            raise Refused(
+                f"holds an integer of {len(text):,} digits",
+                f"write a number of at most {MAX_INT_DIGITS} digits (GitHub reads one as a "
+                "double, 17 significant digits), or quote it to keep it as text",
+                node.start_mark,
+            )
+        try:
+            return int(super().construct_yaml_int(node))
+        except (ValueError, IndexError):  # PyYAML reads value[0] of an empty ``!!int ""``
+            raise _not_a_number(node, "integer") from None
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        """A float; a ``!!float`` that is none is a ``ConstructorError``."""
+        try:
+            return float(super().construct_yaml_float(node))
+        except (ValueError, IndexError):
+            raise _not_a_number(node, "float") from None
+
+
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
+
+
+def _not_a_number(node: ScalarNode, kind: str) -> yaml.constructor.ConstructorError:
+    return yaml.constructor.ConstructorError(
+        None, None, f"a value tagged as {kind} is no {kind}", node.start_mark
+    )
 
 
 def _refuse_duplicate_keys(node: MappingNode) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 from dryrun.dryrun_testing import runner_hash_files
@@ -116,15 +117,15 @@ def plan_checkout(tmp_path: Path) -> tuple[Path, dict]:
 
 
 def hashing_count(monkeypatch) -> list[Path]:
-    """Every file hashed from now on."""
+    """Every file opened to be hashed from now on."""
     hashed: list[Path] = []
-    real = files.hash_file
+    real = files.open_regular
 
-    def spy(path, *rest):
+    def spy(path, *rest, **named):
         hashed.append(Path(path))
-        return real(path, *rest)
+        return real(path, *rest, **named)
 
-    monkeypatch.setattr(files, "hash_file", spy)
+    monkeypatch.setattr(files, "open_regular", spy)
     return hashed
 
 
@@ -197,9 +198,9 @@ def test_a_pattern_of_many_globstars_costs_no_more_than_one(tmp_path):
     """hashFiles('**/**/.../nomatch') (6,900 '**', within GitHub's 21,000 characters) walked
     every state's run of '**' for every name: O(parts^2) per name, a dry run of hours."""
     _, ctx = checkout(tmp_path)
-    many = python_lines_run(_hash_files, lambda: hash_files(ctx, ["**/" * 600 + "nomatch"]))
+    many = python_lines_run(_hash_files, lambda: hash_files(ctx, ["**/" * 300 + "nomatch"]))
     one = python_lines_run(_hash_files, lambda: hash_files(ctx, ["**/nomatch"]))
-    assert many < one + 3 * 600, (many, one)  # reading the parts, once: no work per name
+    assert many < one + 3 * 300, (many, one)  # reading the parts, once: no work per name
     long = "/".join(["*", "**"] * 100) + "/x"  # no run to collapse: past the parts a plan reads
     assert isinstance(hash_files(ctx, [long]), Unknown)
 
@@ -251,3 +252,45 @@ def test_what_the_runner_reads_and_a_plan_does_not_is_left_to_the_run(tmp_path):
     assert isinstance(hash_files(ctx, ["~/x.lock"]), Unknown)  # the runner's home
     for nul in ("a/x\0.lock", "a\0/*"):  # no path holds one: not an internal error
         assert isinstance(hash_files(ctx, [nul]), Unknown)
+
+
+def test_a_link_to_a_fifo_is_left_to_the_run_not_waited_on(tmp_path):
+    """A committed link a/y.lock -> ../pipe, a FIFO in the checkout: the file was opened with a
+    plain open(), which waits for a writer for ever, and with it the dry run."""
+    root, ctx = checkout(tmp_path)
+    os.mkfifo(root / "pipe")
+    (root / "a" / "y.lock").symlink_to("../pipe")
+    got: list = []
+    worker = threading.Thread(target=lambda: got.append(hash_files(ctx, ["a/*.lock"])))
+    worker.daemon = True
+    worker.start()
+    worker.join(20)
+    if not got:  # release the reader still waiting in open(), then fail
+        os.close(os.open(root / "pipe", os.O_RDWR | os.O_NONBLOCK))
+    assert got, "still waiting on the FIFO after 20 s"
+    assert isinstance(got[0], Unknown), got
+    assert hash_files(ctx, ["a/x.lock"]) == runner_hash_files(b"one")
+
+
+def test_a_call_holding_a_nul_is_left_to_the_run_after_the_call_it_spells(tmp_path):
+    """The memo keyed a call on its texts joined by NUL: hashFiles('a/x.lock', 'a') and then
+    hashFiles('a/x.lock\\0a') shared one key, so the second got the first's definite value."""
+    _, ctx = plan_checkout(tmp_path)
+    assert hash_files(ctx, ["a/x.lock", "a"]) == runner_hash_files(b"one")
+    assert isinstance(hash_files(ctx, ["a/x.lock\0a"]), Unknown)
+    assert isinstance(hash_files(ctx, ["a/x.lock\0", "a"]), Unknown)
+
+
+def test_a_pattern_longer_than_a_plan_compiles_is_left_to_the_run(tmp_path, monkeypatch):
+    """A 400,000-character pattern from env was compiled by fnmatch on every call, counted
+    nowhere: a line past MAX_PATTERN is left to the run, and compiling one counts against the
+    names a plan compares."""
+    _, ctx = plan_checkout(tmp_path)
+    long = "a/" + "*" * _hash_files.MAX_PATTERN + ".lock"  # it would match a/x.lock
+    assert isinstance(hash_files(ctx, [long]), Unknown)
+    assert isinstance(hash_files(ctx, ["a/x.lock\n" + long]), Unknown)
+    monkeypatch.setattr(_hash_files, "MAX_COMPARED", 5_000)
+    past = hash_files(ctx, ["a/" + "*" * 600 + "x.lock"])  # 607 characters to compile
+    assert isinstance(past, Unknown) and "past what a plan hashes" in past.why, past
+    _, fresh = plan_checkout(tmp_path / "next")
+    assert hash_files(fresh, ["a/" + "*" * 60 + "x.lock"]) == runner_hash_files(b"one")

@@ -107,6 +107,21 @@ def test_an_escape_of_a_surrogate_is_refused_as_github_refuses_it(tmp_path):
     assert load_workflow(path)["x"] == "\U0001f600 \u00e9"
 
 
+def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
+    """An integer of 5,000 digits was a ValueError (Python reads at most 4,300), an internal
+    error of the dry run; a !!int or !!float that is no number (an empty one too) was a
+    ValueError or an IndexError, where it is no YAML."""
+    message = refused(tmp_path, f"on: push\n{JOB}x: {'9' * 5_000}\n")
+    assert "holds an integer of 5,000 digits" in message and "at line 7" in message
+    assert "quote it" in message
+    for bad in ("!!int abc", '!!int ""', "!!int 0x", "!!float abc", '!!float ""', "!!int -_"):
+        path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+        with pytest.raises(InputError, match="is not valid YAML at line 7"):
+            read_yaml(path, "workflow")
+    path = write(tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1_f', !!float '1.5', 1:2]\n" + JOB)
+    assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5, 62]
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
@@ -116,8 +131,9 @@ def test_an_escape_of_a_surrogate_is_refused_as_github_refuses_it(tmp_path):
             "on: push\n" + JOB + "      - run: \"echo ${{ hashFiles('a\\ud800/*') }}\"\n",
             "holds an escape of a surrogate",
         ),
+        ("on: push\n" + JOB + "env: {N: " + "9" * 5_000 + "}\n", "holds an integer of 5,000"),
     ],
-    ids=["deep", "duplicate-key", "surrogate-escape"],
+    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")

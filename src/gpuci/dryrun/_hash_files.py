@@ -17,13 +17,18 @@ exactly) leaves the value to the run, never a key that differs from the runner's
 writes the patterns and the checkout, and one ``env:`` block may call ``hashFiles`` 20,000
 times: within one plan each call's value and each file's digest are kept
 (:class:`PlanHashes`), and the plan walks at most :data:`MAX_WALKED` entries, compares at most
-:data:`MAX_COMPARED` names to pattern parts and hashes at most :data:`MAX_HASHED_BYTES`; past
-any of them, or past :data:`MAX_HASHED_FILES` matches in one call, the value is left to the run.
+:data:`MAX_COMPARED` names to pattern parts (compiling a pattern counted as
+:data:`COMPILE_COST` names a character) and hashes at most :data:`MAX_HASHED_BYTES`; past any
+of them, or past :data:`MAX_HASHED_FILES` matches in one call, the value is left to the run, and
+so is a pattern line longer than :data:`MAX_PATTERN` characters. A matched file is opened
+without waiting and only when regular (:func:`gpuci.files.open_regular`): a link to a FIFO
+would hold a plain ``open`` for ever.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Iterator, Mapping
@@ -40,6 +45,8 @@ MAX_HASHED_BYTES = 1 << 30  # bytes one plan hashes (about a second or two of sh
 MAX_WALKED = 250_000  # folder entries one plan lists (a large monorepo's checkout, twice)
 MAX_COMPARED = 5_000_000  # names compared to pattern parts in one plan (a few seconds)
 MAX_PARTS = 64  # parts of one pattern, '**' runs counted once: a real one has a handful
+MAX_PATTERN = 1_000  # characters of one pattern line (a real one has tens)
+COMPILE_COST = 10  # names compared per character compiled (fnmatch: microseconds a character)
 _SHOWN = 40  # characters of each pattern a plan line shows
 
 Names = tuple[str, ...]  # a path below the workspace, one name a part
@@ -130,8 +137,10 @@ def hash_files(contexts: Mapping[str, Any], args: list[Any]) -> str | Unknown:
     workspace = github.get("workspace") if isinstance(github, Mapping) else None
     if None in texts or not isinstance(workspace, str):
         return Unknown(shown, path=False)
+    if any("\0" in str(t) for t in texts):  # no path holds one, nor the runner's environment
+        return Unknown(shown, path=False)
     work = plan_hashes(github)
-    call = "\0".join([workspace, *map(str, texts)]).encode(errors="replace")
+    call = json.dumps([workspace, *texts]).encode()  # one text per call, never two alike
     key = hashlib.sha256(call).digest()  # a pattern may be 21,000 characters: kept as 32 bytes
     if key in work.values:
         return work.values[key]
@@ -154,6 +163,7 @@ def _value(root: Path, texts: list[str], work: PlanHashes, shown: str) -> str | 
     if globs is None:
         return Unknown(shown, path=False)
     try:
+        work.spend(compared=COMPILE_COST * sum(len(part) for g in globs for part in g.parts))
         found = _matched(root, globs, work)
         digests = [d for d in (_digest(root, names, work) for names in found) if d is not None]
         if not digests:  # only folders (links to them): the runner hashes nothing
@@ -168,8 +178,8 @@ def _value(root: Path, texts: list[str], work: PlanHashes, shown: str) -> str | 
 def _parse(texts: list[str]) -> list[_Glob] | None:
     """The runner's patterns (each with its implicit descendants); None for one leaving the
     checkout, one the run refuses or follows links for, or one this matcher can't read as
-    minimatch does (a ``\\`` escape, a ``[[:class:]]``); a NUL no path holds (the runner
-    passes the patterns in an environment variable, which cannot hold one)."""
+    minimatch does (a ``\\`` escape, a ``[[:class:]]``), or one longer than
+    :data:`MAX_PATTERN` (a 400,000-character line was compiled anew on every call)."""
     if texts and texts[0].startswith("--"):  # --follow-symbolic-links, or an option it refuses
         return None
     globs: list[_Glob] = []
@@ -179,7 +189,9 @@ def _parse(texts: list[str]) -> list[_Glob] | None:
         negate = False
         while line.startswith("!"):
             negate, line = not negate, line[1:].strip()
-        if not line or line.startswith(("/", "~")) or any(c in line for c in ("\\", "[[:", "\0")):
+        if not line or line.startswith(("/", "~")) or any(c in line for c in ("\\", "[[:")):
+            return None
+        if len(line) > MAX_PATTERN:
             return None
         names = [part for part in line.split("/") if part]
         if "." in names[1:] or ".." in names or len(names) > MAX_PARTS:
@@ -323,7 +335,13 @@ def _digest(root: Path, names: Names, work: PlanHashes) -> bytes | None:
         return None
     if root.resolve() not in real.parents:
         raise _LeftToRun  # the runner reads a link out of the checkout: a plan does not
-    work.spend(hashed=real.stat().st_size)
-    digest = files.hash_file(real)[0].digest()
+    work.spend(hashed=real.stat().st_size)  # before opening: past the budget, nothing is read
+    # A link to a FIFO would hold a plain open() for ever: NotRegular (an OSError) leaves it to
+    # the run, and so does a link put where ``real`` was resolved (not followed now).
+    fd = files.open_regular(real, follow=False)
+    try:
+        digest = files.hash_fd(fd)[0].digest()
+    finally:
+        os.close(fd)
     work.digests[names] = digest
     return digest
