@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import builtins
 import math
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from gpuci.errors import InputError
+
+if TYPE_CHECKING:  # a warm file-store restore starts no thread: threading loads on first use
+    import threading
 
 
 class SourceChanged(InputError):
@@ -158,6 +160,8 @@ class Store(ABC):
         good). A network store ends its requests in flight the moment it is set and sends none
         after (:meth:`gpuci.cache._stores.s3.pool.Pool.stop_flag`); here a plain event: a
         folder's reads and writes end on their own."""
+        import threading
+
         return threading.Event()
 
 
