@@ -23,10 +23,13 @@ class Rule:
     method: str
     contains: str
     # 503 | 503-together | 429 | 500 | drop | truncate | corrupt | delay | throttle | badlength
+    # | hold-until (held until a request matching ``until`` has come, or ``seconds`` have passed)
     action: str
     times: int = 1
     seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
     fired: int = 0
+    until: tuple[str, str] | None = None  # hold-until's (method, path part) to wait for
+    released: int = 0  # hold-until: requests let go because that one came, not by the deadline
 
 
 class _Relays(ThreadingHTTPServer):
@@ -131,6 +134,13 @@ class FaultProxy:
                     return
                 if action == "delay":
                     time.sleep(rule.seconds)
+                if action == "hold-until":
+                    assert rule is not None and rule.until is not None
+                    deadline = time.monotonic() + (rule.seconds or 10.0)
+                    while not proxy.count(*rule.until) and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                    if proxy.count(*rule.until):
+                        rule.released += 1
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
                 headers.pop("Expect", None)
@@ -192,8 +202,16 @@ class FaultProxy:
         self.server.server_close()
         self.server.end_relays()
 
-    def add(self, method: str, contains: str, action: str, times: int = 1, seconds: float = 0.0):
-        rule = Rule(method, contains, action, times, seconds)
+    def add(
+        self,
+        method: str,
+        contains: str,
+        action: str,
+        times: int = 1,
+        seconds: float = 0.0,
+        until: tuple[str, str] | None = None,
+    ) -> Rule:
+        rule = Rule(method, contains, action, times, seconds, until=until)
         with self.lock:
             self.rules.append(rule)
         return rule

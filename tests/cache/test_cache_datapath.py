@@ -484,19 +484,15 @@ def test_the_last_use_is_written_while_the_tree_is_still_coming(
     via = StoreCase("s3", s3_store.url, proxy.url)
     src = write_tree(tmp_path / "src", {"model.bin": random.Random(13).randbytes(2 << 20)})
     assert cache_cmd("save", _flags(via, "k", src), env)[0].ok
-    proxy.add("GET", "/blobs/", "delay", times=100, seconds=0.2)  # 4 waves of 2 GETs
+    # the tree's first GET is answered only once the use record has come (or after 60 s): a
+    # restore writing it after the tree's last byte holds that GET out to the deadline
+    held = proxy.add("GET", "/blobs/", "hold-until", seconds=60, until=("PUT", "/uses/"))
     got, _ = cache_cmd(
         "restore", _flags(via, "k", tmp_path / "out"), {**env, "GPUCI_CACHE_WORKERS": "2"}
     )
     assert got.ok, got.headline
     assert snapshot(tmp_path / "out") == snapshot(src)
-    order = [
-        (method, "/uses/" in path)
-        for method, path in proxy.seen
-        if "/uses/" in path or "/blobs/" in path
-    ]
-    last_get = max(i for i, (method, _) in enumerate(order) if method == "GET")
-    assert order.index(("PUT", True)) < last_get, order
+    assert held.fired == 1 and held.released == 1, "the use record waited for the tree"
 
 
 # ----- the hash cursor ----------------------------------------------------------------------------
