@@ -621,12 +621,16 @@ def test_an_abort_ends_the_retry_waits_and_places_nothing(
 
         worker = threading.Thread(target=fetch, daemon=True)
         worker.start()
-        waiting = 3 if wide else 1  # every ranged request (or the one GET) answered 503
-        # only the waits are left: each 503's wait chosen, and the first answer's range done (an
-        # abort mid-transfer is another story, Aborted; a 1 s sleep was a busy machine's guess)
-        wait_until(lambda: len(waits) >= waiting, 60, "every 503 answer's retry wait")
-        if wide:
-            assert first_done.wait(60), "the first answer's range never finished"
+
+        # only the waits are left: the first answer's own range done (an abort mid-transfer is
+        # another story, Aborted) and every request answered 503 has its wait chosen (a 1 s sleep
+        # was a busy machine's guess; how many segments ask before the first ends is the
+        # segmenter's choice)
+        def only_waits_left() -> bool:
+            refused = sum(g.status == 503 for g in srv.gets("/big"))
+            return (first_done.is_set() or not wide) and 0 < refused <= len(waits)
+
+        wait_until(only_waits_left, 60, "the first range done and every 503's retry wait chosen")
         httpclients.abort(client)
         worker.join(30)
         assert not worker.is_alive(), "the download still waited out its Retry-After"
