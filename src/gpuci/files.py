@@ -152,12 +152,15 @@ def write_file(path: Path, payload: bytes) -> str:
 def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
     """One line, one ``write`` under ``O_APPEND``: parallel writers never interleave records.
 
-    Opened without waiting, and only onto a regular file: a FIFO planted where the log lives
-    would hold ``open`` (or the ``write``) for ever, a device would swallow the line.
+    Opened without waiting. A regular file gets the line; a character device (``/dev/null``,
+    the usual way to turn a log off) gets it written as before, still without waiting; anything
+    else is refused: a FIFO planted where the log lives would hold ``open`` (or the ``write``)
+    for ever, or pass the line to whoever reads it instead of the later steps.
 
     Raises:
-        NotRegular: something there that is not a regular file (a FIFO, a socket, a device).
-        OSError: it cannot be made, opened or written.
+        NotRegular: something there that is neither a regular file nor a character device (a
+            FIFO, a socket, a folder, a block device).
+        OSError: it cannot be made, opened or written (a device that would wait: ``EAGAIN``).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(dict(record), sort_keys=True) + "\n"
@@ -170,9 +173,10 @@ def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
         raise NotRegular(str(path), _mode(path)) from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
             raise NotRegular(str(path), mode)
-        os.set_blocking(fd, True)
+        if stat.S_ISREG(mode):  # a device stays non-blocking: a terminal held never waits
+            os.set_blocking(fd, True)
         os.write(fd, line.encode())
     finally:
         os.close(fd)
