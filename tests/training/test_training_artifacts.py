@@ -1,6 +1,7 @@
 """The artifacts provenance hashes are found without going down a link and read through the
 one hash loop: a link loop the PR's training leaves in its checkpoint folder is not walked, a
-link out of the folder is a warning and not hashed, an unreadable file is one line naming it."""
+link out of the folder is a warning and not hashed, an unreadable file (or one that reads on
+past its size) is one line naming it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from training_cli import run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci.errors import CheckFailed, InputError
+from gpuci.training import _artifacts as artifacts
 from gpuci.training import _provenance as provenance
 from gpuci_testing import clean_env
 
@@ -95,8 +97,6 @@ def test_globs_match_as_glob_did_without_links(tmp_path):
 
 
 def test_more_files_than_the_cap_is_one_line(tmp_path, monkeypatch):
-    from gpuci.training import _artifacts as artifacts
-
     ckpt = checkpoint(tmp_path)
     monkeypatch.setattr(artifacts, "MAX_ARTIFACT_FILES", 1)
     with pytest.raises(InputError, match="artifacts match more than 1 files"):
@@ -138,6 +138,17 @@ def test_an_unreadable_artifact_is_one_line_and_the_gate_goes_on(tmp_path):
     assert len(comments) == 1
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="Linux's pagemap")
+def test_an_artifact_that_reads_on_past_its_size_is_one_line():
+    """/proc/self/pagemap is a regular file of 0 bytes that reads on for hundreds of GiB: the
+    gate hashed it for ever. A file is read up to the size it states, refused past it."""
+    with pytest.raises(InputError) as caught:
+        artifacts.find_artifacts(["/proc/self/pagemap"])
+    assert str(caught.value) == (
+        "cannot read the artifact /proc/self/pagemap: it reads on past the 0 bytes it states"
+    )
+
+
 def test_provenance_warns_of_a_link_out(tmp_path):
     ckpt = checkpoint(tmp_path)
     (ckpt / "shard2.safetensors").symlink_to("/proc/self/mem")
@@ -149,11 +160,13 @@ def test_provenance_warns_of_a_link_out(tmp_path):
     assert any("shard2.safetensors is a link out of" in w for w in warnings)
 
 
-def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path):
+@pytest.mark.parametrize("target", ["/proc/self/mem", "/proc/self/pagemap"])
+def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path, target):
     """provenance hashed the metrics file by a plain open(): an unreadable one was an internal
-    error after the gate had judged (or failed) it."""
+    error after the gate had judged (or failed) it; one that reads on past its size (pagemap:
+    0 bytes stated, hundreds of GiB read) held the gate for ever."""
     ckpt = checkpoint(tmp_path)
-    (tmp_path / "m.json").symlink_to("/proc/self/mem")
+    (tmp_path / "m.json").symlink_to(target)
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     produced = provenance.produce(
         [str(ckpt)],

@@ -7,7 +7,8 @@ link (``ckpt/a -> .``) would send ``glob``'s ``**`` round a loop, so the folders
 (:mod:`gpuci.globs`). A file link counts only when it points at a regular file inside the
 folder walked; one that leaves it (``shard -> /proc/self/mem``, a secret) is named in a warning
 and not hashed. Each file is opened by :func:`gpuci.files.open_regular` and hashed by
-:func:`gpuci.files.hash_fd`; one that cannot be read is one line naming it (InputError).
+:func:`gpuci.files.hash_fd` up to its size (a file that reads on past it is refused); one that
+cannot be read is one line naming it (InputError).
 """
 
 from __future__ import annotations
@@ -148,14 +149,15 @@ def _artifact(name: str, item: _Found, hash_files: bool) -> Artifact:
 def digest(path: Path, *, follow: bool = True) -> tuple[str, int]:
     """The sha256 (hex) and size of the regular file at ``path``: opened by
     :func:`gpuci.files.open_regular` (a FIFO is refused, never waited on; a link only when
-    ``follow``), read by :func:`gpuci.files.hash_fd`.
+    ``follow``), read by :func:`gpuci.files.hash_fd` up to the size it states.
 
     Raises:
-        OSError: it cannot be opened or read, or is no regular file.
+        OSError: it cannot be opened or read, is no regular file, or reads on past its size
+            (``/proc/self/pagemap`` states 0 bytes and reads on for hundreds of GiB).
     """
     fd = files.open_regular(path, follow=follow)
     try:
-        hasher, size = files.hash_fd(fd)
+        hasher, size = files.hash_fd(fd, size=os.fstat(fd).st_size)
     finally:
         os.close(fd)
     return hasher.hexdigest(), size
