@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -104,3 +105,16 @@ def test_hash_fd_is_the_one_hash_loop(tmp_path):
         resumed, _ = files.hash_fd(handle.fileno(), head)
     assert resumed.hexdigest() == hashlib.sha256(b"head" + data).hexdigest()
     assert files.hash_file(target, chunk=999)[1] == len(data)
+
+
+def test_hash_fd_reads_no_further_than_the_size_it_is_given(tmp_path):
+    """A file someone else put there is read up to the size it states: one that reads on past
+    it (``/proc/self/pagemap``: 0 bytes stated, hundreds of GiB read) is EFBIG, not read."""
+    target = tmp_path / "f.bin"
+    target.write_bytes(b"x" * 10_000)
+    with open(target, "rb", buffering=0) as handle:
+        hasher, count = files.hash_fd(handle.fileno(), chunk=4096, size=10_000)
+        assert (hasher.hexdigest(), count) == (hashlib.sha256(b"x" * 10_000).hexdigest(), 10_000)
+        with pytest.raises(OSError) as caught:
+            files.hash_fd(handle.fileno(), chunk=4096, size=5000)
+        assert caught.value.errno == errno.EFBIG

@@ -61,3 +61,22 @@ def test_records_are_appended_and_read_back(tmp_path):
     journal.record("gate", {"passed": True}, env)
     journal.record("gate", {"passed": False}, env)
     assert [r["passed"] for r in journal.read("gate", env)] == [True, False]
+
+
+def test_dev_null_turns_the_journal_off_as_before(tmp_path):
+    """``GPUCI_JOURNAL=/dev/null`` threw the records away before FIFOs were refused; since,
+    every step that records failed (exit 3), the gate with ``passed: false``."""
+    env = {"GPUCI_JOURNAL": os.devnull}
+    journal.record("gate", {"passed": True}, env)
+    assert journal.read("gate", env) == []
+
+
+def test_a_socket_is_refused(tmp_path):
+    """A socket (like a FIFO) would take the line away from the later steps."""
+    import socket
+
+    path = tmp_path / "journal.jsonl"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        with pytest.raises(JournalError, match="not a regular file"):
+            journal.record("gate", {"passed": True}, {"GPUCI_JOURNAL": str(path)})

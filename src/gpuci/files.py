@@ -42,6 +42,7 @@ def hash_fd(
     *,
     chunk: int = _BLOCK,
     each: Callable[[memoryview, int], object] | None = None,
+    size: int | None = None,
 ) -> tuple[hashlib._Hash, int]:
     """The one loop in gpu-ci that hashes a file: from offset 0 to its end, ``chunk`` bytes a
     ``pread`` into one reused buffer (the file position is neither used nor moved).
@@ -52,24 +53,35 @@ def hash_fd(
         chunk: bytes per read (1 MiB; the cache reads in its own sizes).
         each: called with every block and its offset after it is hashed, before the buffer is
             reused (a copy that writes exactly the bytes it hashed).
+        size: the most bytes to read (the ``st_size`` of a file someone else put there); a
+            file that reads on past it is refused, so ``/proc/self/pagemap`` (0 bytes, read
+            for hundreds of GiB) is no endless read.
 
     Returns:
         The hasher and the number of bytes hashed.
 
     Raises:
-        OSError: a read failed.
+        OSError: a read failed, or (``EFBIG``) the file reads on past ``size``.
     """
     hasher = hasher if hasher is not None else hashlib.sha256()
     buffer = bytearray(chunk)
     view = memoryview(buffer)
     offset = 0
-    while n := os.preadv(fd, [buffer], offset):
+    while n := os.preadv(fd, [_room(view, offset, size)], offset):
         block = view[:n]
         hasher.update(block)
         if each is not None:
             each(block, offset)
         offset += n
+    if size is not None and os.preadv(fd, [bytearray(8)], offset):  # 8: pagemap reads in 8s
+        raise OSError(errno.EFBIG, f"it reads on past the {size:,} bytes it states")
     return hasher, offset
+
+
+def _room(view: memoryview, offset: int, size: int | None) -> memoryview:
+    """The buffer to read into at ``offset``: the whole of it, or what is left of ``size``
+    (empty when it is reached, so the loop ends)."""
+    return view if size is None else view[: max(0, min(len(view), size - offset))]
 
 
 def hash_file(path: Path, chunk: int = _BLOCK) -> tuple[hashlib._Hash, int]:
@@ -152,12 +164,15 @@ def write_file(path: Path, payload: bytes) -> str:
 def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
     """One line, one ``write`` under ``O_APPEND``: parallel writers never interleave records.
 
-    Opened without waiting, and only onto a regular file: a FIFO planted where the log lives
-    would hold ``open`` (or the ``write``) for ever, a device would swallow the line.
+    Opened without waiting. A regular file gets the line; a character device (``/dev/null``,
+    the usual way to turn a log off) gets it written as before, still without waiting; anything
+    else is refused: a FIFO planted where the log lives would hold ``open`` (or the ``write``)
+    for ever, or pass the line to whoever reads it instead of the later steps.
 
     Raises:
-        NotRegular: something there that is not a regular file (a FIFO, a socket, a device).
-        OSError: it cannot be made, opened or written.
+        NotRegular: something there that is neither a regular file nor a character device (a
+            FIFO, a socket, a folder, a block device).
+        OSError: it cannot be made, opened or written (a device that would wait: ``EAGAIN``).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(dict(record), sort_keys=True) + "\n"
@@ -170,9 +185,10 @@ def append_json_line(path: Path, record: Mapping[str, Any]) -> None:
         raise NotRegular(str(path), _mode(path)) from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
             raise NotRegular(str(path), mode)
-        os.set_blocking(fd, True)
+        if stat.S_ISREG(mode):  # a device stays non-blocking: a terminal held never waits
+            os.set_blocking(fd, True)
         os.write(fd, line.encode())
     finally:
         os.close(fd)

@@ -1,6 +1,7 @@
 """The artifacts provenance hashes are found without going down a link and read through the
 one hash loop: a link loop the PR's training leaves in its checkpoint folder is not walked, a
-link out of the folder is a warning and not hashed, an unreadable file is one line naming it."""
+link out of the folder (or of the workspace, for the path a pattern names) is a warning and not
+hashed, an unreadable file (or one that reads on past its size) is one line naming it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from training_cli import run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci.errors import CheckFailed, InputError
+from gpuci.training import _artifacts as artifacts
 from gpuci.training import _provenance as provenance
 from gpuci_testing import clean_env
+
+FIX = "(save the file itself there, or name its real path in artifacts)"
 
 
 def checkpoint(tmp_path: Path) -> Path:
@@ -67,8 +71,42 @@ def test_a_link_out_of_the_folder_is_a_warning_and_not_hashed(tmp_path):
     ]
     assert found[0]["sha256"] == found[1]["sha256"] == hashlib.sha256(b"weights").hexdigest()
     assert warnings == [
-        f"artifact {ckpt}/stolen.safetensors is a link out of {ckpt}: not hashed "
-        "(save the file itself there, or name it in artifacts)"
+        f"artifact {ckpt}/stolen.safetensors is a link out of {ckpt}: not hashed {FIX}"
+    ]
+
+
+def test_a_named_folder_or_file_that_links_out_of_the_workspace_is_a_warning(tmp_path, monkeypatch):
+    """The training made ``ckpt`` a link to ~ (the whole home walked, its secrets' hashes in
+    the record) or ``model.safetensors`` one to a secret, in the checkout or in a folder the
+    workflow named: what a pattern names is resolved once and must stay in its workspace."""
+    home = tmp_path / "home"
+    (home / "keys").mkdir(parents=True)
+    (home / "keys" / "id.safetensors").write_bytes(b"secret")
+    work, temp = tmp_path / "work", tmp_path / "runner-temp"
+    (work / "real").mkdir(parents=True)
+    (work / "real" / "model.safetensors").write_bytes(b"weights")
+    temp.mkdir()
+    (work / "ckpt").symlink_to(home)
+    (work / "model.safetensors").symlink_to(home / "keys" / "id.safetensors")
+    (temp / "model.safetensors").symlink_to(home / "keys" / "id.safetensors")
+    monkeypatch.chdir(work)
+    here, out_of_temp = os.getcwd(), os.path.realpath(temp)
+    for pattern, named, workspace in (
+        ("ckpt", "ckpt", here),
+        ("ckpt/**/*.safetensors", "ckpt", here),
+        ("model.safetensors", "model.safetensors", here),
+        (f"{temp}/model.safetensors", f"{temp}/model.safetensors", out_of_temp),
+    ):
+        found, warnings = recorded(tmp_path, [pattern])
+        assert found == [], pattern
+        assert warnings == [f"artifact {named} is a link out of {workspace}: not hashed {FIX}"], (
+            pattern
+        )
+    (work / "out").symlink_to("real")  # links that stay inside are followed once
+    (work / "latest.safetensors").symlink_to("real/model.safetensors")
+    assert paths(tmp_path, ["out", "latest.safetensors"]) == [
+        "latest.safetensors",
+        "out/model.safetensors",
     ]
 
 
@@ -95,8 +133,6 @@ def test_globs_match_as_glob_did_without_links(tmp_path):
 
 
 def test_more_files_than_the_cap_is_one_line(tmp_path, monkeypatch):
-    from gpuci.training import _artifacts as artifacts
-
     ckpt = checkpoint(tmp_path)
     monkeypatch.setattr(artifacts, "MAX_ARTIFACT_FILES", 1)
     with pytest.raises(InputError, match="artifacts match more than 1 files"):
@@ -112,11 +148,9 @@ def test_a_fifo_in_the_folder_is_no_artifact(tmp_path):
 
 
 def test_an_unreadable_artifact_is_one_line_and_the_gate_goes_on(tmp_path):
-    """An artifact named in the workflow that the PR's training made unreadable (here a link
-    to /proc/self/mem: EIO on read, as root too) ended the gate in an internal error after
-    gate.json, so no PR comment and no history."""
-    ckpt = checkpoint(tmp_path)
-    (ckpt / "shard2.safetensors").symlink_to("/proc/self/mem")
+    """An artifact named in the workflow that cannot be read (here /proc/self/mem: EIO on
+    read, as root too) ended the gate in an internal error after gate.json, so no PR comment
+    and no history."""
     with FakeGitHub() as github:
         env = github.pull_request_env(tmp_path, "acme/models", 7)
         proc = run_gate(
@@ -125,7 +159,7 @@ def test_an_unreadable_artifact_is_one_line_and_the_gate_goes_on(tmp_path):
             "--min",
             "accuracy=0.5",
             "--artifacts",
-            str(ckpt / "shard2.safetensors"),
+            "/proc/self/mem",
             "--comment",
             env=env,
         )
@@ -133,9 +167,20 @@ def test_an_unreadable_artifact_is_one_line_and_the_gate_goes_on(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text
     assert "internal error" not in text and "Traceback" not in text
-    assert f"cannot read the artifact {ckpt}/shard2.safetensors: Input/output error" in text
+    assert "cannot read the artifact /proc/self/mem: Input/output error" in text
     assert (tmp_path / "o" / "gate.json").is_file()
     assert len(comments) == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="Linux's pagemap")
+def test_an_artifact_that_reads_on_past_its_size_is_one_line():
+    """/proc/self/pagemap is a regular file of 0 bytes that reads on for hundreds of GiB: the
+    gate hashed it for ever. A file is read up to the size it states, refused past it."""
+    with pytest.raises(InputError) as caught:
+        artifacts.find_artifacts(["/proc/self/pagemap"])
+    assert str(caught.value) == (
+        "cannot read the artifact /proc/self/pagemap: it reads on past the 0 bytes it states"
+    )
 
 
 def test_provenance_warns_of_a_link_out(tmp_path):
@@ -149,11 +194,13 @@ def test_provenance_warns_of_a_link_out(tmp_path):
     assert any("shard2.safetensors is a link out of" in w for w in warnings)
 
 
-def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path):
+@pytest.mark.parametrize("target", ["/proc/self/mem", "/proc/self/pagemap"])
+def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path, target):
     """provenance hashed the metrics file by a plain open(): an unreadable one was an internal
-    error after the gate had judged (or failed) it."""
+    error after the gate had judged (or failed) it; one that reads on past its size (pagemap:
+    0 bytes stated, hundreds of GiB read) held the gate for ever."""
     ckpt = checkpoint(tmp_path)
-    (tmp_path / "m.json").symlink_to("/proc/self/mem")
+    (tmp_path / "m.json").symlink_to(target)
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     produced = provenance.produce(
         [str(ckpt)],

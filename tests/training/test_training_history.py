@@ -94,6 +94,7 @@ _GL_MAIN = {"GITLAB_CI": "true", "CI_COMMIT_BRANCH": "main", "CI_DEFAULT_BRANCH"
         ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "push", "CI_MERGE_REQUEST_IID": "3"}, False),
         ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "merge_request_event"}, False),
         ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "pipeline"}, False),
+        ({**_GL_MAIN, "CI_PIPELINE_SOURCE": "parent_pipeline"}, False),
         ({**_GL_MAIN}, False),
         ({}, False),
     ],
@@ -102,6 +103,18 @@ def test_only_default_branch_and_schedules_append(env, wanted):
     assert history.should_append("auto", env)[0] is wanted
     assert history.should_append("always", env)[0] is True
     assert history.should_append("never", env)[0] is False
+
+
+@pytest.mark.parametrize("source", ["parent_pipeline", "pipeline"])
+def test_a_downstream_gitlab_pipeline_says_why_it_does_not_append(source):
+    """A child pipeline's parent may be a merge request's (CI_PIPELINE_SOURCE says only
+    parent_pipeline): never the branch's history unless the workflow says so."""
+    env = {**_GL_MAIN, "CI_PIPELINE_SOURCE": source}
+    assert history.should_append("auto", env) == (
+        False,
+        f"a downstream pipeline ({source}): what started its parent is not known "
+        "(set history-append: always on the jobs that should record it)",
+    )
 
 
 def test_github_push_to_default_branch_appends(tmp_path):

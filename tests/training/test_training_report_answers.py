@@ -1,6 +1,6 @@
 """What the report takes from a file or a forge is input: a gate report's ``passed`` counts
 only when it is ``true`` and so is every row's, and the forge's link becomes the
-``comment-url`` output only when it is one plain http(s) URL."""
+``comment-url`` output only when it is one plain http(s) URL of shell-inert characters."""
 
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def test_a_passed_report_is_still_passed():
         "https://github.example/acme/models/pull/7#issuecomment-5\n$(touch /tmp/pwned)",
         "https://github.example/a b",
         42,
+        # a URL's characters, a shell's too: pasted into a run: line they would run
+        "https://github.example/acme/models/pull/7#$(id)",
+        "https://github.example/x';id;'",
+        "https://github.example/x?a=1&id",
+        "https://github.example/%PATH%",
+        "https://github.example/*",
     ],
 )
 def test_a_comment_url_that_is_no_plain_url_is_not_an_output(tmp_path, html_url):

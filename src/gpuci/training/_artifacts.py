@@ -6,8 +6,13 @@ link (``ckpt/a -> .``) would send ``glob``'s ``**`` round a loop, so the folders
 :func:`gpuci.files.walk` (no link followed) and the pattern matched name by name
 (:mod:`gpuci.globs`). A file link counts only when it points at a regular file inside the
 folder walked; one that leaves it (``shard -> /proc/self/mem``, a secret) is named in a warning
-and not hashed. Each file is opened by :func:`gpuci.files.open_regular` and hashed by
-:func:`gpuci.files.hash_fd`; one that cannot be read is one line naming it (InputError).
+and not hashed. What a pattern names itself (the folder it starts at, a file named as given) is
+resolved once and must stay in its workspace (the current folder, or for a path outside it the
+folder that holds it): the training may have made ``ckpt`` a link to ``~`` or ``model.pt`` one
+to ``/proc/self/pagemap``; the same warning then. Each file is opened by
+:func:`gpuci.files.open_regular` and hashed by :func:`gpuci.files.hash_fd` up to its size (a
+file that reads on past it is refused); one that cannot be read is one line naming it
+(InputError).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from gpuci.errors import CheckFailed, InputError
 __all__ = ["MAX_ARTIFACT_FILES", "Artifact", "digest", "find_artifacts"]
 
 MAX_ARTIFACT_FILES = 100_000  # far more files than a model is saved as; a walk stops past it
+_LINK_OUT_FIX = "(save the file itself there, or name its real path in artifacts)"
 
 
 @dataclass(frozen=True)
@@ -33,11 +39,10 @@ class Artifact:
 
 @dataclass(frozen=True)
 class _Found:
-    """What is opened to read an artifact, and whether through a link (a path the workflow
-    named itself, as given)."""
+    """What is opened to read an artifact: a file found where it is, or the resolved target of
+    a link that stays inside (never opened through a link)."""
 
     opened: Path
-    follow: bool = False
 
 
 def find_artifacts(
@@ -47,18 +52,21 @@ def find_artifacts(
     without ``hash_files``).
 
     Returns:
-        The artifacts, and a warning for each link that leaves its folder (not hashed).
+        The artifacts, and a warning for each link that leaves its folder or workspace (not
+        hashed).
 
     Raises:
-        CheckFailed: a pattern matches no file (exit 1: training did not write it).
+        CheckFailed: a pattern matches no file and no link out (exit 1: training did not
+            write it).
         InputError: more than :data:`MAX_ARTIFACT_FILES` files, or one that cannot be read.
     """
     found: dict[str, _Found] = {}
     skipped: list[str] = []
     for pattern in patterns:
+        warned = len(skipped)
         matched = _matching(pattern, MAX_ARTIFACT_FILES - len(found), skipped)
         matched = {k: v for k, v in matched.items() if not k.endswith(files.INCOMPLETE)}
-        if not matched:
+        if not matched and len(skipped) == warned:  # a link out is named in its warning
             raise CheckFailed(
                 f"artifact '{pattern}' matches no file",
                 hint="run this after training wrote the model, or fix the artifacts path",
@@ -78,17 +86,41 @@ def _matching(pattern: str, room: int, skipped: list[str]) -> dict[str, _Found]:
     path = Path(pattern)
     if path.is_dir():
         return _walk(path, None, room, skipped)
-    return {path.as_posix(): _Found(path, follow=True)} if path.is_file() else {}
+    target = _inside_workspace(path, skipped)
+    if target is None or not os.path.isfile(target):
+        return {}
+    return {path.as_posix(): _Found(Path(target))}
+
+
+def _inside_workspace(named: Path, skipped: list[str]) -> str | None:
+    """``named`` resolved once, when it stays in its workspace: the current folder (the
+    checkout) for a path inside it, else the folder that holds it (a path the workflow chose,
+    e.g. in ``RUNNER_TEMP``, whose own links the workflow chose too). A link out is a warning
+    and None: training wrote it."""
+    here = os.getcwd()
+    absolute = os.path.abspath(named)
+    inside_here = os.path.commonpath([here, absolute]) == here
+    workspace = os.path.realpath(here if inside_here else os.path.dirname(absolute))
+    target = os.path.realpath(absolute)
+    if os.path.commonpath([workspace, target]) == workspace:
+        return target
+    skipped.append(
+        f"artifact {named.as_posix()} is a link out of {workspace}: not hashed {_LINK_OUT_FIX}"
+    )
+    return None
 
 
 def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> dict[str, _Found]:
     """The files below ``base`` that ``rest`` matches (a file, or a folder above it, as
-    ``glob`` matches folders too), every file when ``rest`` is None; no link followed down."""
+    ``glob`` matches folders too), every file when ``rest`` is None; no link followed down,
+    not even ``base`` itself once resolved."""
+    root = _inside_workspace(base, skipped)
+    if root is None:
+        return {}
     try:
-        top = os.open(base, files.FOLDER)
+        top = os.open(root, files.FOLDER | os.O_NOFOLLOW)
     except OSError:
         return {}
-    root = os.path.realpath(base)
     found: dict[str, _Found] = {}
     # A folder matched takes every file below it (``ckpt/**`` matches ``ckpt/`` itself).
     taken: dict[tuple[str, ...], bool] = {(): rest is None or globs.matches(rest, ())}
@@ -124,8 +156,7 @@ def _file(entry: os.DirEntry[str], path: Path, root: str, skipped: list[str]) ->
     target = os.path.realpath(path)
     if os.path.commonpath([root, target]) != root:
         skipped.append(
-            f"artifact {path.as_posix()} is a link out of {root}: not hashed "
-            "(save the file itself there, or name it in artifacts)"
+            f"artifact {path.as_posix()} is a link out of {root}: not hashed {_LINK_OUT_FIX}"
         )
         return None
     return _Found(Path(target)) if os.path.isfile(target) else None
@@ -135,8 +166,8 @@ def _artifact(name: str, item: _Found, hash_files: bool) -> Artifact:
     """Its size and sha256 (:func:`digest`); one that cannot be read is InputError naming it."""
     try:
         if not hash_files:
-            return Artifact(name, os.stat(item.opened, follow_symlinks=item.follow).st_size)
-        sha256, size = digest(item.opened, follow=item.follow)
+            return Artifact(name, os.stat(item.opened, follow_symlinks=False).st_size)
+        sha256, size = digest(item.opened, follow=False)
     except OSError as exc:
         raise InputError(
             f"cannot read the artifact {name}: {exc.strerror or exc}",
@@ -148,14 +179,15 @@ def _artifact(name: str, item: _Found, hash_files: bool) -> Artifact:
 def digest(path: Path, *, follow: bool = True) -> tuple[str, int]:
     """The sha256 (hex) and size of the regular file at ``path``: opened by
     :func:`gpuci.files.open_regular` (a FIFO is refused, never waited on; a link only when
-    ``follow``), read by :func:`gpuci.files.hash_fd`.
+    ``follow``), read by :func:`gpuci.files.hash_fd` up to the size it states.
 
     Raises:
-        OSError: it cannot be opened or read, or is no regular file.
+        OSError: it cannot be opened or read, is no regular file, or reads on past its size
+            (``/proc/self/pagemap`` states 0 bytes and reads on for hundreds of GiB).
     """
     fd = files.open_regular(path, follow=follow)
     try:
-        hasher, size = files.hash_fd(fd)
+        hasher, size = files.hash_fd(fd, size=os.fstat(fd).st_size)
     finally:
         os.close(fd)
     return hasher.hexdigest(), size

@@ -108,6 +108,9 @@ def _default_branch_github(environ: Mapping[str, str]) -> str:
 # pipelines likewise. Schedules run on the default branch (GitHub) or a branch a maintainer set.
 _GITHUB_EVENTS = frozenset({"push", "schedule", "workflow_dispatch"})
 _GITLAB_SOURCES = frozenset({"push", "schedule", "web"})
+# A child (parent_pipeline) or multi-project (pipeline) pipeline: GitLab gives it no variable
+# saying what started its parent (a merge request's, a push's), so auto never appends it.
+_GITLAB_DOWNSTREAM = frozenset({"parent_pipeline", "pipeline"})
 
 
 def should_append(mode: str, environ: Mapping[str, str]) -> tuple[bool, str]:
@@ -127,6 +130,11 @@ def should_append(mode: str, environ: Mapping[str, str]) -> tuple[bool, str]:
         if settings.CI_MERGE_REQUEST_IID.is_set(environ):
             return False, "a merge request pipeline"
         source = settings.CI_PIPELINE_SOURCE.value(environ)
+        if source in _GITLAB_DOWNSTREAM:
+            return False, (
+                f"a downstream pipeline ({source}): what started its parent is not known "
+                "(set history-append: always on the jobs that should record it)"
+            )
         branch = settings.CI_COMMIT_BRANCH.value(environ)
         default = settings.CI_DEFAULT_BRANCH.value(environ)
         return _on_default_branch(source, _GITLAB_SOURCES, branch, default)

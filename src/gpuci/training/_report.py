@@ -8,6 +8,7 @@ report says so and skips: a missing comment must never fail a training job.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -418,7 +419,7 @@ def _post_sticky(
         for text in client.warnings:
             result.warning(text, "gpu-ci report")
     url = url_of(posted)  # the forge's answer: a later step may put it in a message or a shell
-    result.outputs.update({"comment": action, "comment-url": url if is_plain_url(url) else ""})
+    result.outputs.update({"comment": action, "comment-url": url if _inert_url(url) else ""})
     result.report["comment"] = {"action": action, "id": posted.get("id"), "pr": sticky.number}
     rt.log(f"{action} the report {sticky.noun} on {sticky.target}")
 
@@ -457,3 +458,15 @@ def run(inp: ReportInputs, rt: Runtime) -> Result:
     if gate is not None:
         charts_markdown(gate, past, result)
     return result
+
+
+# What a comment's link needs (https://host/o/r/pull/7#issuecomment-5, or a merge request's
+# .../-/merge_requests/3#note_9), none of it a shell's, cmd's or PowerShell's: a step that pastes
+# ${{ ...comment-url }} into a run: line runs no $(...), `;`, `&`, `'`, `%VAR%` or glob the
+# forge put in it.
+_INERT_URL_CHARS = re.compile(r"[A-Za-z0-9._~:/#@+=-]+\Z")
+
+
+def _inert_url(url: object) -> bool:
+    """Whether the forge's link is one plain http(s) URL of shell-inert characters only."""
+    return is_plain_url(url) and _INERT_URL_CHARS.match(str(url)) is not None
