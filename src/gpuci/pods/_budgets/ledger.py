@@ -38,6 +38,7 @@ from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
+from gpuci.pods._budgets.holds import Hold, Reservation
 from gpuci.pods._runpod.naming import fold_owner
 from gpuci.units import utc_iso
 
@@ -158,33 +159,6 @@ class PodRecord:
 
     def ended(self) -> bool:
         return any(e.get("event") in ("terminated", "reaped") for e in self.events)
-
-
-@dataclass
-class Reservation:
-    key: str
-    owner: str
-    cost_per_hr: float
-    until: float  # the pod's expiry plus one reaper interval: the most it can bill to
-    run_url: str = ""
-    name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
-    budget: float | None = None  # the budget (USD) the pod was admitted under, if written
-    period_s: float | None = None  # and that budget's period
-
-    def remaining(self, now: float) -> float:
-        """USD the reserved pod may still bill from ``now``."""
-        return max(0.0, self.cost_per_hr) * max(0.0, self.until - now) / 3600
-
-
-@dataclass(frozen=True)
-class Hold:
-    """What a reservation says besides its amount: for whom and under which budget."""
-
-    run_url: str = ""
-    name: str = ""  # the pod name it is made for
-    budget: float | None = None  # the budget it was admitted under: a later extension's cap
-    period_s: float | None = None
-    replaces: str = ""  # a pod name whose older reservations this one takes over
 
 
 class Ledger:
