@@ -142,13 +142,13 @@ def gather(
     only: str = "",
 ) -> tuple[Spend, dict[str, ledger.PodRecord]]:
     """Billing for [now - period, now) (from that day's midnight: ``billing_start``) plus the
-    live pods, attributed through the ledger (which reads only the events of those pods and of
-    the period); also returns the records.
+    live pods, attributed through the ledger (which reads only the events of those pods: no
+    object planted elsewhere is fetched); also returns the records.
     ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
     since = billing_start(now, period_s)
     records = client.pod_billing(utc_iso(since), utc_iso(now))
     pods = client.list_pods()
-    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, since)
+    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods})
     held = covered(known) if covered else None
     spend = attribute(records, pods, known, now, grace_s, held, only)
     for owner, n in ledger.reaped_by_owner(known, since).items():

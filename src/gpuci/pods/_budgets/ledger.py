@@ -50,6 +50,9 @@ MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is no
 #: Event objects one read of the ledger fetches at most (each is a GET): more are refused in
 #: one line, never fetched, whoever wrote them.
 MAX_EVENT_READS = 20_000
+#: Events of one pod one read fetches at most (its ``created`` events first, then the oldest):
+#: a pod has a handful, so a folder holding more was flooded; the rest are skipped, said once.
+MAX_POD_EVENTS = 100
 RESERVE_ATTEMPTS = 20
 EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
 _POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -242,12 +245,15 @@ class Ledger:
     ) -> list[dict[str, Any]]:
         """Events oldest first (malformed objects skipped): of one pod; or, with ``pods`` or
         ``since``, every event of those pods plus every event written since then. The filter
-        works on key names (pod folder, time), so one listing decides what is read."""
+        works on key names (pod folder, time), so one listing decides what is read: at most
+        :data:`MAX_POD_EVENTS` of a pod, and with ``since`` at most :data:`MAX_EVENT_READS`
+        (more is refused in one line, none read)."""
         prefix = f"{EVENTS}/{pod_id}/" if pod_id else f"{EVENTS}/"
         keys = self._list(prefix)
         if pods is not None or since is not None:
             keys = [k for k in keys if _wanted(k, pods or (), since)]
-        if len(keys) > MAX_EVENT_READS:
+        keys = self._capped(keys)  # a pod's folder, flooded, costs at most its cap
+        if (pods is None or since is not None) and len(keys) > MAX_EVENT_READS:  # pods: capped
             raise InfraError(
                 f"the pods ledger {self.where} holds {len(keys)} event objects to read here "
                 f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
@@ -263,6 +269,22 @@ class Ledger:
                 continue  # filed under another pod's folder, or a pod's event under "_"
             out.append(item)
         return sorted(out, key=lambda e: _num(e.get("time")))
+
+    def _capped(self, keys: list[str]) -> list[str]:
+        """At most :data:`MAX_POD_EVENTS` of each pod folder's ``keys``, its ``created`` events
+        first, then by time; a folder cut short is named in :meth:`skipped_line`."""
+        by_pod: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            by_pod[key[len(EVENTS) + 1 :].partition("/")[0]].append(key)
+        out = []
+        for pid, found in by_pod.items():
+            if len(found) > MAX_POD_EVENTS:
+                found = sorted(found, key=lambda k: ("-created-" not in k, k))[:MAX_POD_EVENTS]
+                self.skipped[f"{EVENTS}/{pid}/"] = (
+                    f"{len(by_pod[pid])} event objects, over the {MAX_POD_EVENTS} read of a pod"
+                )
+            out.extend(found)
+        return out
 
     def book(
         self, pods: Collection[str] | None = None, since: float | None = None
