@@ -60,18 +60,25 @@ def test_a_planted_created_event_adds_an_owner_and_never_moves_the_spend(
         assert "mallory" not in owners
 
 
-def test_a_reservation_a_planted_event_names_never_shortens_the_pods_count(fake):
+def test_a_reservation_a_planted_event_names_never_shortens_the_pods_count(fake, tmp_path):
     """Of the live reservations a pod's events name, the earliest ``until`` holds it."""
-    real = ledger.Reservation("r/real", "alice", 0.86, 2000.0)
-    planted = ledger.Reservation("r/planted", "alice", 0.0, 9e9)
+    name = new_tag("alice", "local", 1000.0).name()
+    folder = tmp_path / "ledger" / ledger.RESERVATIONS / ledger.owner_key("alice")
+    folder.mkdir(parents=True)
+    for seq, rate, until in [(0, 0.86, 2000.0), (1, 0.86, 9e9)]:
+        item = {"owner": "alice", "costPerHr": rate, "untilEpoch": until, "podName": name}
+        (folder / f"{seq:010d}.json").write_text(json.dumps(item))
+    real, planted = (f"{ledger.RESERVATIONS}/{folder.name}/{s:010d}.json" for s in (0, 1))
     rec = ledger._merge(
         "p1",
         [
-            {"event": "created", "podId": "p1", "owner": "alice", "reservation": "r/real"},
-            {"event": "created", "podId": "p1", "owner": "x", "reservation": "r/planted"},
+            {"event": "created", "podId": "p1", "owner": "alice", "reservation": real},
+            {"event": "created", "podId": "p1", "owner": "x", "reservation": planted},
         ],
     )
-    assert cost.covered_by([real, planted])({"p1": rec}) == {"p1": 2000.0}
+    book = ledger.Ledger.open(str(tmp_path / "ledger"), {})
+    pods = [{"id": "p1", "name": name, "cost": 0.86, "status": "RUNNING"}]
+    assert cost.covered_by(book, "alice")({"p1": rec}, pods) == {"p1": 2000.0}
     assert rec.owners == ["alice", "x"]
 
 
