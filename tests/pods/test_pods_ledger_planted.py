@@ -58,6 +58,23 @@ def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, ru
     assert run("up", budget_usd="10", **UP).code == 0  # a pod ended by down: released
 
 
+def test_gpuci_releases_only_the_reservation_made_for_the_pod_it_ends(fake, run, tmp_path, clock):
+    """G1b: a planted ``started`` event in mallory's pod naming alice's reservation made
+    ``pods down`` of mallory's pod release alice's."""
+    alices = run("up", budget_usd="10", **UP).outputs["pod-id"]
+    assert run("stop", pod_id=alices).code == 0
+    mallorys = run("up", **dict(UP, owner="mallory", ttl="1h")).outputs["pod-id"]
+    (reservation,) = _folder(tmp_path, ledger.RESERVATIONS).iterdir()
+    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
+    ms = int(clock.now() * 1000) + 1
+    item = {"event": "started", "podId": mallorys, "time": ms / 1000, "reservation": key}
+    _plant(tmp_path / "ledger" / ledger.EVENTS / mallorys / f"{ms:015d}-started-0bad.json", item)
+    assert run("down", pod_id=mallorys).code == 0
+    assert not (_folder(tmp_path, ledger.RELEASES) / reservation.name).exists()
+    assert run("down", pod_id=alices).code == 0  # its own down still releases it
+    assert (_folder(tmp_path, ledger.RELEASES) / reservation.name).exists()
+
+
 def test_a_planted_reservation_covers_no_pod_it_was_not_made_for(fake, run, tmp_path, clock):
     """G6: a $0 reservation and a planted event naming it made a live pod without a
     reservation of its own count $0, and a second pod passed the budget."""
