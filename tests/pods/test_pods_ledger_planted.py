@@ -1,7 +1,7 @@
 """Objects planted in the ledger never hide spend: a release counts only for a reservation whose
 pod is gone, gpu-ci releases only the reservation made for the pod it ended, a reservation
 covers only its own pod, and floods of planted objects are bounded (review I's G1, G1b, G6,
-G5, G7)."""
+G5, G7), and the reads before placement end within the job's timeout (G9)."""
 
 from __future__ import annotations
 
@@ -120,3 +120,32 @@ def test_reservation_reads_are_only_gpucis_keys_and_capped(fake, run, tmp_path, 
     res = run("up", budget_usd="50", **dict(UP, ttl="1h"))
     assert res.code == 3 and "over the 5 one command reads" in res.json["headline"], res.stdout
     assert gets[0] == 0
+
+
+def test_the_budget_reads_end_within_the_jobs_timeout(fake, run, clock):
+    """G9: 429s with ``Retry-After: 300`` on the budget's billing and pod-list reads ran an up
+    with a 5 min timeout for 40 min of the job's clock, then created a pod that failed at
+    once; the timeout now bounds their waits, and nothing is created."""
+    busy = [(429, {"Retry-After": "300"})] * 4
+    for route in ("GET /v2/billing/pods", "GET /v2/pods"):
+        fake.fail(route, *busy)
+    start = clock.now()
+    res = run("up", budget_usd="50", **dict(UP, ttl="30m", timeout="5m", placement_timeout="1m"))
+    assert res.code == 3 and clock.now() - start <= 5 * 60, res.stdout
+    assert "retry would end past the timeout" in res.json["headline"]
+    assert fake.calls("POST", "/v2/pods") == []
+
+
+def test_up_creates_nothing_once_the_ledger_reads_spent_its_timeout(fake, run, clock, monkeypatch):
+    """G9: a ledger that answers slowly (each listing 2 min of the job's clock here) spent a
+    5 min timeout before placement, then a pod was created that failed at once."""
+    original = LocalStore.list
+
+    def slow(self, prefix):
+        clock.t += 120
+        return original(self, prefix)
+
+    monkeypatch.setattr(LocalStore, "list", slow)
+    res = run("up", budget_usd="50", **dict(UP, ttl="30m", timeout="5m", placement_timeout="1m"))
+    assert res.code == 3 and "no pod was created" in res.json["headline"], res.stdout
+    assert fake.calls("POST", "/v2/pods") == []

@@ -159,14 +159,16 @@ def gather(
     ]
     | None = None,
     only: str = "",
+    deadline: float | None = None,
 ) -> tuple[Spend, dict[str, ledger.PodRecord]]:
     """Billing for [now - period, now) (from that day's midnight: ``billing_start``) plus the
     live pods, attributed through the ledger (which reads only the events of those pods: no
     object planted elsewhere is fetched); also returns the records.
-    ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
+    ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them;
+    ``deadline`` (the job's timeout) bounds RunPod's retry waits (``Retry-After``)."""
     since = billing_start(now, period_s)
-    records = client.pod_billing(utc_iso(since), utc_iso(now))
-    pods = client.list_pods()
+    records = client.pod_billing(utc_iso(since), utc_iso(now), deadline)
+    pods = client.list_pods(deadline)
     book.seen_pods(pods)
     known = book.book({r["podId"] for r in records} | {p["id"] for p in pods})
     held = covered(known, pods) if covered else None
@@ -178,11 +180,18 @@ def gather(
 
 
 def exposure(
-    client: Any, book: ledger.Ledger, owner: str, period_s: float, now: float, grace_s: float
+    client: Any,
+    book: ledger.Ledger,
+    owner: str,
+    period_s: float,
+    now: float,
+    grace_s: float,
+    deadline: float | None = None,
 ) -> float:
     """``owner``'s billed spend in the period plus what their live pods may still bill beyond
     their reservations (which the caller counts, as :meth:`ledger.Ledger.reserve` does)."""
-    spend, _ = gather(client, book, period_s, now, grace_s, covered_by(book, owner))
+    held = covered_by(book, owner)
+    spend, _ = gather(client, book, period_s, now, grace_s, held, deadline=deadline)
     return spend.exposure(owner)
 
 
