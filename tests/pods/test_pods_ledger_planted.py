@@ -58,6 +58,20 @@ def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, ru
     assert run("up", budget_usd="10", **UP).code == 0  # a pod ended by down: released
 
 
+def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted_under(
+    fake, run, tmp_path
+):
+    """G1: a release planted for a stopped pod's reservation hid the budget it was admitted
+    under from ``start --ttl``, which then gave it 30 days with no budget check."""
+    pod = run("up", budget_usd="1", **dict(UP, ttl="45m")).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    for reservation in _folder(tmp_path, ledger.RESERVATIONS).iterdir():
+        _release_as_gpuci_would(tmp_path, reservation)
+    res = run("start", pod_id=pod, ttl="30d")
+    assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
+    assert fake.pods[pod]["status"] == "EXITED"
+
+
 def test_gpuci_releases_only_the_reservation_made_for_the_pod_it_ends(fake, run, tmp_path, clock):
     """G1b: a planted ``started`` event in mallory's pod naming alice's reservation made
     ``pods down`` of mallory's pod release alice's."""

@@ -128,6 +128,7 @@ def _hold_budget(
     which are released; none when the owner has no budget. Raises CheckFailed (exit 1) when
     it does not fit, InputError (exit 2) when the CI identity may not act for the owner."""
     name = str(pod.get("name") or "")
+    book.seen_pods([pod])  # it is on RunPod: a release of its reservation is not believed
     own = [r for r in book.reservations(new.owner)[0] if name and r.name == name]
     decision = budgets.decide_extension(
         new.owner,
