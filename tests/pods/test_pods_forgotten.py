@@ -16,8 +16,9 @@ def test_reap_names_who_forgot_what_and_stops_old_hand_made_pods(fake, run, cloc
     clock.advance(1.5 * 3600)  # old: 12.5 h, young: 1.5 h
     alice = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
     bob = run("up", **UP, gpu_types="NVIDIA GeForce RTX 4090", owner="bob").outputs["pod-id"]
-    fake._set_status(fake.pods[bob], "EXITED")  # bob's pod stopped itself at its TTL
-    clock.advance(3600)  # both 30 min past their TTL
+    clock.advance(1800)
+    fake._set_status(fake.pods[bob], "EXITED")  # bob's pod stopped itself at its TTL (billed)
+    clock.advance(1800)  # both 30 min past their TTL
     res = run("reap", untagged_older_than="12h")
     assert res.code == 0, res.stdout
     rows = {r["pod"]: r for r in res.json["report"]["reaped"]}

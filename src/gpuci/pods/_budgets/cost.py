@@ -115,18 +115,34 @@ def _folded(owners: Iterable[str]) -> list[str]:
 
 
 def covered_by(
-    live: Sequence[ledger.Reservation],
-) -> Callable[[Mapping[str, ledger.PodRecord]], dict[str, float]]:
-    """Live pods held by one of these reservations, and until when (so they count once): the
-    earliest ``until`` of those the pod's record names, so a named one only adds."""
-    until_of = {r.key: r.until for r in live}
+    book: ledger.Ledger, owner: str
+) -> Callable[[Mapping[str, ledger.PodRecord], Sequence[Mapping[str, Any]]], dict[str, float]]:
+    """Live pods held by one of ``owner``'s live reservations, and until when (so they count
+    once): the earliest ``until`` of those the pod's record names that were made for that pod
+    (its name, :func:`ledger.made_for`), for its owner, at no less than its rate. A planted
+    reservation then covers no pod it does not pay for. The reservations are read when the
+    returned function is called: after the pods were listed, which a release is checked
+    against (:meth:`ledger.Ledger.reservations`)."""
 
-    def covered(records: Mapping[str, ledger.PodRecord]) -> dict[str, float]:
+    def covered(
+        records: Mapping[str, ledger.PodRecord], pods: Sequence[Mapping[str, Any]]
+    ) -> dict[str, float]:
+        live = {r.key: r for r in book.reservations(owner)[0]}
         out = {}
-        for pid, rec in records.items():
-            untils = [until_of[k] for k in rec.reservations if k in until_of]
+        for pod in pods:
+            tag, rec = tag_of(pod), records.get(str(pod.get("id")))
+            if tag is None or rec is None or fold_owner(tag.owner) != fold_owner(owner):
+                continue
+            rate = float(pod.get("cost") or 0.0)
+            untils = [
+                r.until
+                for k in rec.reservations
+                if (r := live.get(k)) is not None
+                and ledger.made_for(r.name, str(pod.get("name") or ""))
+                and r.cost_per_hr >= rate
+            ]
             if untils:
-                out[pid] = min(untils)
+                out[str(pod["id"])] = min(untils)
         return out
 
     return covered
@@ -138,18 +154,24 @@ def gather(
     period_s: float,
     now: float,
     grace_s: float = 0.0,
-    covered: Callable[[Mapping[str, ledger.PodRecord]], Mapping[str, float]] | None = None,
+    covered: Callable[
+        [Mapping[str, ledger.PodRecord], Sequence[Mapping[str, Any]]], Mapping[str, float]
+    ]
+    | None = None,
     only: str = "",
+    deadline: float | None = None,
 ) -> tuple[Spend, dict[str, ledger.PodRecord]]:
     """Billing for [now - period, now) (from that day's midnight: ``billing_start``) plus the
-    live pods, attributed through the ledger (which reads only the events of those pods and of
-    the period); also returns the records.
-    ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them."""
+    live pods, attributed through the ledger (which reads only the events of those pods: no
+    object planted elsewhere is fetched); also returns the records.
+    ``covered`` maps, from the records, pods to the ``until`` of the reservation holding them;
+    ``deadline`` (the job's timeout) bounds RunPod's retry waits (``Retry-After``)."""
     since = billing_start(now, period_s)
-    records = client.pod_billing(utc_iso(since), utc_iso(now))
-    pods = client.list_pods()
-    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods}, since)
-    held = covered(known) if covered else None
+    records = client.pod_billing(utc_iso(since), utc_iso(now), deadline)
+    pods = client.list_pods(deadline)
+    book.seen_pods(pods)
+    known = book.book({r["podId"] for r in records} | {p["id"] for p in pods})
+    held = covered(known, pods) if covered else None
     spend = attribute(records, pods, known, now, grace_s, held, only)
     for owner, n in ledger.reaped_by_owner(known, since).items():
         if not only or owner == fold_owner(only):
@@ -158,12 +180,18 @@ def gather(
 
 
 def exposure(
-    client: Any, book: ledger.Ledger, owner: str, period_s: float, now: float, grace_s: float
+    client: Any,
+    book: ledger.Ledger,
+    owner: str,
+    period_s: float,
+    now: float,
+    grace_s: float,
+    deadline: float | None = None,
 ) -> float:
     """``owner``'s billed spend in the period plus what their live pods may still bill beyond
     their reservations (which the caller counts, as :meth:`ledger.Ledger.reserve` does)."""
-    live, _, _ = book.reservations(owner)
-    spend, _ = gather(client, book, period_s, now, grace_s, covered_by(live))
+    held = covered_by(book, owner)
+    spend, _ = gather(client, book, period_s, now, grace_s, held, deadline=deadline)
     return spend.exposure(owner)
 
 

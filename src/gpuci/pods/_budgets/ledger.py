@@ -38,7 +38,8 @@ from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
-from gpuci.pods._runpod.naming import fold_owner
+from gpuci.pods._budgets.holds import Hold, Reservation, made_for
+from gpuci.pods._runpod.naming import fold_owner, tag_of
 from gpuci.units import utc_iso
 
 ROOT = "pods-ledger"
@@ -49,10 +50,17 @@ MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is no
 #: Event objects one read of the ledger fetches at most (each is a GET): more are refused in
 #: one line, never fetched, whoever wrote them.
 MAX_EVENT_READS = 20_000
+#: Events of one pod one read fetches at most (its ``created`` events first, then the oldest):
+#: a pod has a handful, so a folder holding more was flooded; the rest are skipped, said once.
+MAX_POD_EVENTS = 100
+#: Reservation objects of one owner one read fetches at most: more are refused in one line
+#: (skipping some would hide spend), and only keys named as :meth:`Ledger.reserve` names them.
+MAX_RESERVATION_READS = 2_000
 RESERVE_ATTEMPTS = 20
 EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
 _POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_SEQ = re.compile(r"/(\d{10})\.json$")  # a reservation's sequence number, as reserve() writes it
+_RESERVATION = re.compile(r"^" + RESERVATIONS + r"/[^/]+/\d{10}\.json$")  # reserve()'s keys
+_TAKEN = re.compile(r"/(\d{10})\.json(?:/|$)")  # a folder of that name takes the number too
 
 
 def default_url() -> str:
@@ -160,33 +168,6 @@ class PodRecord:
         return any(e.get("event") in ("terminated", "reaped") for e in self.events)
 
 
-@dataclass
-class Reservation:
-    key: str
-    owner: str
-    cost_per_hr: float
-    until: float  # the pod's expiry plus one reaper interval: the most it can bill to
-    run_url: str = ""
-    name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
-    budget: float | None = None  # the budget (USD) the pod was admitted under, if written
-    period_s: float | None = None  # and that budget's period
-
-    def remaining(self, now: float) -> float:
-        """USD the reserved pod may still bill from ``now``."""
-        return max(0.0, self.cost_per_hr) * max(0.0, self.until - now) / 3600
-
-
-@dataclass(frozen=True)
-class Hold:
-    """What a reservation says besides its amount: for whom and under which budget."""
-
-    run_url: str = ""
-    name: str = ""  # the pod name it is made for
-    budget: float | None = None  # the budget it was admitted under: a later extension's cap
-    period_s: float | None = None
-    replaces: str = ""  # a pod name whose older reservations this one takes over
-
-
 class Ledger:
     """Events and reservations in one store; every write is create-if-absent."""
 
@@ -195,6 +176,7 @@ class Ledger:
         self._cache: dict[str, dict[str, Any] | None] = {}  # immutable objects, read once
         self._sizes: dict[str, int] = {}  # as listed: an object over MAX_OBJECT is never read
         self.skipped: dict[str, str] = {}  # key -> why it was not used (said once, by skipped_line)
+        self._pods: list[dict[str, Any]] | None = None  # as RunPod listed them: seen_pods
 
     @classmethod
     def open(
@@ -268,12 +250,15 @@ class Ledger:
     ) -> list[dict[str, Any]]:
         """Events oldest first (malformed objects skipped): of one pod; or, with ``pods`` or
         ``since``, every event of those pods plus every event written since then. The filter
-        works on key names (pod folder, time), so one listing decides what is read."""
+        works on key names (pod folder, time), so one listing decides what is read: at most
+        :data:`MAX_POD_EVENTS` of a pod, and with ``since`` at most :data:`MAX_EVENT_READS`
+        (more is refused in one line, none read)."""
         prefix = f"{EVENTS}/{pod_id}/" if pod_id else f"{EVENTS}/"
         keys = self._list(prefix)
         if pods is not None or since is not None:
             keys = [k for k in keys if _wanted(k, pods or (), since)]
-        if len(keys) > MAX_EVENT_READS:
+        keys = self._capped(keys)  # a pod's folder, flooded, costs at most its cap
+        if (pods is None or since is not None) and len(keys) > MAX_EVENT_READS:  # pods: capped
             raise InfraError(
                 f"the pods ledger {self.where} holds {len(keys)} event objects to read here "
                 f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
@@ -289,6 +274,22 @@ class Ledger:
                 continue  # filed under another pod's folder, or a pod's event under "_"
             out.append(item)
         return sorted(out, key=lambda e: _num(e.get("time")))
+
+    def _capped(self, keys: list[str]) -> list[str]:
+        """At most :data:`MAX_POD_EVENTS` of each pod folder's ``keys``, its ``created`` events
+        first, then by time; a folder cut short is named in :meth:`skipped_line`."""
+        by_pod: dict[str, list[str]] = defaultdict(list)
+        for key in keys:
+            by_pod[key[len(EVENTS) + 1 :].partition("/")[0]].append(key)
+        out = []
+        for pid, found in by_pod.items():
+            if len(found) > MAX_POD_EVENTS:
+                found = sorted(found, key=lambda k: ("-created-" not in k, k))[:MAX_POD_EVENTS]
+                self.skipped[f"{EVENTS}/{pid}/"] = (
+                    f"{len(by_pod[pid])} event objects, over the {MAX_POD_EVENTS} read of a pod"
+                )
+            out.extend(found)
+        return out
 
     def book(
         self, pods: Collection[str] | None = None, since: float | None = None
@@ -312,23 +313,71 @@ class Ledger:
     def reservations(self, owner: str) -> tuple[list[Reservation], set[str], int]:
         """(live reservations, keys of released ones, the lowest free sequence number) of one
         owner, whatever the case their name was written in. The lowest free number, not the
-        highest plus one: a planted ``9999999999.json`` then leaves the next one as it was."""
+        highest plus one: a planted ``9999999999.json`` then leaves the next one as it was.
+
+        A release object is anyone's to plant, so it counts only when it is gpu-ci's own
+        (its listed size is that of ``{"released": <key>}``) and, once :meth:`seen_pods` has
+        the pods RunPod lists, only for a reservation whose pod is not among them (any
+        status: a stopped pod is held by its reservation alone)."""
         own = owner_key(owner)
-        keys = self._owner_keys(RESERVATIONS, own)
+        listed = self._owner_keys(RESERVATIONS, own)
+        keys = [k for k in listed if _RESERVATION.match(k)]  # only what reserve() names
+        mine = f"{RESERVATIONS}/{own}/"
+        taken = {int(m.group(1)) for k in listed if k.startswith(mine) and (m := _TAKEN.search(k))}
         released = {
             k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
             for k in self._owner_keys(RELEASES, own)
+            if self._sizes.get(k) == len(_release_bytes(k))
         }
-        taken = {
-            int(m.group(1))
-            for k in keys
-            if k.startswith(f"{RESERVATIONS}/{own}/") and (m := _SEQ.search(k))
-        }
-        live = []
-        for key, item in self._get_many(k for k in keys if k not in released).items():
+        released &= set(keys)
+        live = self._read_reservations(owner, [k for k in keys if k not in released])
+        orphans = self._unheld(owner, live)
+        if orphans:  # a pod still on RunPod: its reservation holds, whatever says released
+            newest = sorted(released, reverse=True)[:MAX_RESERVATION_READS]
+            for res in self._read_reservations(owner, newest):
+                if any(made_for(res.name, name) for name in orphans):
+                    live.append(res)
+                    released.discard(res.key)
+        return live, released, _lowest_free(taken)
+
+    def reservation_names(self, keys: Iterable[str]) -> dict[str, str]:
+        """Reservation key -> the pod name it was made for, of those of ``keys`` that are
+        reservation objects (at most :data:`MAX_RESERVATION_READS` read)."""
+        wanted = [k for k in keys if _RESERVATION.match(k)]
+        got = self._get_many(wanted[:MAX_RESERVATION_READS])
+        return {k: str(item.get("podName") or "") for k, item in got.items() if item}
+
+    def seen_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """The pods RunPod lists now (any status): a release of a reservation made for one of
+        them is not believed (see :meth:`reservations`)."""
+        self._pods = [dict(p) for p in pods]
+
+    def _unheld(self, owner: str, live: list[Reservation]) -> list[str]:
+        """Names of ``owner``'s pods on RunPod that none of ``live`` was made for."""
+        out = []
+        for pod in self._pods or []:
+            tag, name = tag_of(pod), str(pod.get("name") or "")
+            if tag is None or fold_owner(tag.owner) != fold_owner(owner):
+                continue
+            if not any(made_for(r.name, name) for r in live):
+                out.append(name)
+        return out
+
+    def _read_reservations(self, owner: str, keys: list[str]) -> list[Reservation]:
+        """The reservations of ``owner`` at ``keys`` (others' and malformed ones skipped);
+        over :data:`MAX_RESERVATION_READS` of them is refused in one line, none read."""
+        if len(keys) > MAX_RESERVATION_READS:
+            raise InfraError(
+                f"the pods ledger {self.where} holds {len(keys)} reservations of {owner} to "
+                f"read, over the {MAX_RESERVATION_READS} one command reads; none were read",
+                hint=f"look for objects gpu-ci did not write under {RESERVATIONS}/"
+                f"{owner_key(owner)}/ and remove them",
+            )
+        out = []
+        for key, item in self._get_many(keys).items():
             if item is None or fold_owner(str(item.get("owner") or "")) != fold_owner(owner):
                 continue
-            live.append(
+            out.append(
                 Reservation(
                     key,
                     owner,
@@ -340,7 +389,7 @@ class Ledger:
                     None if item.get("periodS") is None else _amount(item.get("periodS")),
                 )
             )
-        return live, released, _lowest_free(taken)
+        return out
 
     def _owner_keys(self, root: str, own: str) -> list[str]:
         """The keys under ``root`` in the folder ``own`` (an :func:`owner_key`) and in those an
@@ -432,7 +481,7 @@ class Ledger:
             return False
         key = reservation_key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1)
         try:
-            self._put_new(key, {"released": reservation_key})
+            self._put_new(key, _release_item(key))
         except ConflictError:
             return False
         return True
@@ -449,6 +498,15 @@ def _wanted(key: str, pods: Collection[str], since: float | None) -> bool:
         return True
     # "_" holds only events of no pod (budget-refused): no book needs them
     return since is not None and match.group(1) != "_" and int(match.group(2)) / 1000 >= since
+
+
+def _release_item(release_key: str) -> dict[str, str]:
+    """The release object gpu-ci writes at ``release_key``: it names its reservation."""
+    return {"released": release_key.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)}
+
+
+def _release_bytes(release_key: str) -> bytes:
+    return json.dumps(_release_item(release_key), sort_keys=True, separators=(",", ":")).encode()
 
 
 def _lowest_free(taken: set[int]) -> int:

@@ -66,9 +66,18 @@ def record_event(
 
 
 def record_end(
-    rt: Runtime, book: ledger.Ledger | None, event: str, pod_id: str, at: float, **fields: Any
+    rt: Runtime,
+    book: ledger.Ledger | None,
+    event: str,
+    pod_id: str,
+    at: float,
+    *,
+    pod_name: str = "",
+    **fields: Any,
 ) -> None:
-    """The pod is gone: record it and release its budget reservation."""
+    """The pod is gone: record it and release its budget reservation: of those its record
+    names (an event anyone can plant may name anyone's), only ones made for ``pod_name``,
+    the name RunPod listed it under (unknown: none; its reservation lapses at its end)."""
     if book is None:
         return
     try:
@@ -84,10 +93,18 @@ def record_end(
             if known.owner:  # who created it, as recorded then: a renamed pod blames no one
                 fields["owner"] = known.owner
         book.record(event, pod_id, at, **fields)
-        if known is not None and known.reservation:
-            book.release(known.reservation)
+        for key in _made_for(book, known, pod_name):
+            book.release(key)
     except (OSError, GpuciError) as exc:
         rt.log(f"warning: could not write the pods ledger {book.where}: {exc}")
+
+
+def _made_for(book: ledger.Ledger, known: ledger.PodRecord | None, pod_name: str) -> list[str]:
+    """The reservations ``known`` names that were made for the pod named ``pod_name``."""
+    if known is None or not pod_name or not known.reservations:
+        return []
+    found = book.reservation_names(known.reservations)
+    return [k for k in known.reservations if ledger.made_for(found.get(k, ""), pod_name)]
 
 
 def tagged_pods(
@@ -160,13 +177,20 @@ def end_pod(
     **fields: Any,
 ) -> str:
     """Terminate a pod (one already gone is success) and :func:`record_end` it as ``event``:
-    ``terminated`` or ``already gone``, for :func:`each_pod`."""
+    ``terminated`` or ``already gone``, for :func:`each_pod`. Its name is read first: the
+    reservation released is the one made for it."""
+    try:
+        pod = client.get_pod(pod_id) if book is not None else None
+    except GpuciError as exc:  # the name only decides a release: the pod still goes
+        rt.log(f"warning: could not read {pod_id}'s name, its reservation stays: {exc}")
+        pod = None
     try:
         client.delete_pod(pod_id)
         outcome = "terminated"
     except NotFound:
         outcome = "already gone"
-    record_end(rt, book, event, pod_id, clock.now(), **fields)
+    name = str((pod or {}).get("name") or "")
+    record_end(rt, book, event, pod_id, clock.now(), pod_name=name, **fields)
     return outcome
 
 

@@ -34,6 +34,7 @@ def affordable(
     catalog: list[dict[str, Any]],
     cands: list[plan.Candidate],
     book: ledger.Ledger,
+    deadline: float | None = None,
 ) -> tuple[list[plan.Candidate], list[dict[str, Any]], ledger.Reservation | None]:
     r"""The candidates the owner can afford, why the others were skipped, and the budget
     reservation that holds them (none fits: exit 1).
@@ -41,13 +42,14 @@ def affordable(
     Exposure is billed spend in the period, plus what live pods without a reservation may
     still bill, plus the owner's live reservations; the reservation is for the dearest
     affordable candidate, written create-if-absent so concurrent ``up``\ s serialise.
+    ``deadline`` (the job's timeout) bounds RunPod's retry waits in the billing reads.
     """
     if decision.budget is None:
         return cands, [], None
     budget = float(decision.budget)
     now = clock.now()
     grace = decision.grace_s  # the budgets file's reap interval or the floor; never the job's less
-    base = cost.exposure(client, book, tag.owner, decision.period_s, now, grace)
+    base = cost.exposure(client, book, tag.owner, decision.period_s, now, grace, deadline)
     until = tag.expires_at + grace
     refused: list[dict[str, Any]] = []
     ok: list[plan.Candidate] = []

@@ -22,7 +22,7 @@ from gpuci.pods._lifecycle.common import (
     record_event,
 )
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient, _named
+from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
 from gpuci.pods._runpod.clock import SYSTEM, Clock
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.options import StartInputs, StopInputs
@@ -133,7 +133,8 @@ def _hold_budget(
     not fit or cannot be priced, InputError (exit 2) when the CI identity may not act for the
     owner."""
     name = str(pod.get("name") or "")
-    own = [r for r in book.reservations(new.owner)[0] if r.name and _named(pod, r.name)]
+    book.seen_pods([pod])  # it is on RunPod: a release of its reservation is not believed
+    own = [r for r in book.reservations(new.owner)[0] if ledger.made_for(r.name, name)]
     decision = budgets.decide_extension(
         new.owner,
         rt.environ,

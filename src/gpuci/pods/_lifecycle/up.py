@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuci import journal, redact, settings
-from gpuci.errors import CheckFailed, GpuciError, InputError
+from gpuci.errors import CheckFailed, GpuciError, InfraError, InputError
 from gpuci.markdown import Link
 from gpuci.pods import _notify as notify
 from gpuci.pods._budgets import ledger
@@ -171,14 +171,15 @@ def _place(job: _Up) -> None:
     """Pick the affordable candidates, register the runner, create the pod and record it."""
     inp, rt, client, clock = job.inp, job.rt, job.client, job.clock
     spec, tag = job.spec, job.tag
-    catalog = client.list_gpu_types(spec.cloud, spec.gpu_count)
+    deadline = job.now + inp.timeout  # the reads before placement are the job's time too
+    catalog = client.list_gpu_types(spec.cloud, spec.gpu_count, deadline)
     cands = plan.candidates(inp.gpu_types, inp.data_centers, catalog)
     cands = _avoid_failed(job, cands)
     if job.decision.budget is not None:
         job.reserve_name = tag.name()
     try:
         affordable, refused, job.reservation = placement.affordable(
-            job.decision, inp, rt, client, clock, spec, tag, catalog, cands, job.book
+            job.decision, inp, rt, client, clock, spec, tag, catalog, cands, job.book, deadline
         )
     except CheckFailed as exc:
         _tell_refusal(job.targets, rt, tag, exc)
@@ -187,7 +188,20 @@ def _place(job: _Up) -> None:
     if job.book.skipped_line():  # a planted or broken object: said once, never a blocker
         job.result.warning(job.book.skipped_line())
     job.cands = affordable
+    _in_time(job)
     _create(job, affordable)  # after the budget: a refused pod registers nothing
+
+
+def _in_time(job: _Up) -> None:
+    """The reads before placement (catalog, budget) may have spent the job's whole timeout in
+    RunPod's ``Retry-After`` waits: past it, create nothing (the pod would fail at once)."""
+    spent = job.clock.now() - job.now
+    if spent >= job.inp.timeout:
+        raise InfraError(
+            f"the catalog and budget reads took {spent / 60:.0f} min, past the "
+            f"{job.inp.timeout / 60:.0f} min timeout: no pod was created",
+            hint="retry later, or raise timeout: RunPod is throttling",
+        )
 
 
 def _place_again(job: _Up, verdict: handover.Verdict) -> None:

@@ -497,16 +497,20 @@ class RunPodClient:
         self.request("DELETE", f"/v2/pods/{pod_id}", f"terminate pod {pod_id}")
 
     # ----- catalog and billing ------------------------------------------------------------
-    def list_gpu_types(self, cloud: str = "SECURE", count: int = 1) -> list[dict[str, Any]]:
+    def list_gpu_types(
+        self, cloud: str = "SECURE", count: int = 1, deadline: float | None = None
+    ) -> list[dict[str, Any]]:
         """The catalog with each type's availability for pods of ``count`` GPUs in ``cloud``
         (availability differs by count: 8 GPUs on one machine are scarcer than 1)."""
         params = {"include": "AVAILABILITY", "product": "POD", "cloud": cloud, "count": count}
         what = "read GPU catalog"
-        response = self.request("GET", "/v2/catalog/gpus", what, params=params)
+        response = self.request("GET", "/v2/catalog/gpus", what, params=params, deadline=deadline)
         return _list_in(_json(response, what), "gpus", what, _GPU_TYPE_SHAPE, "a GPU type")
 
-    def pod_billing(self, start_time: str, end_time: str) -> list[dict[str, Any]]:
+    def pod_billing(
+        self, start_time: str, end_time: str, deadline: float | None = None
+    ) -> list[dict[str, Any]]:
         params = {"startTime": start_time, "endTime": end_time, "bucketSize": "day"}
         what = "read pod billing"
-        response = self.request("GET", "/v2/billing/pods", what, params=params)
+        response = self.request("GET", "/v2/billing/pods", what, params=params, deadline=deadline)
         return _list_in(_json(response, what), "records", what, _BILLING_SHAPE, "a billing record")
