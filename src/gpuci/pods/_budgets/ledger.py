@@ -30,7 +30,6 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,8 @@ from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
 from gpuci.pods._budgets.holds import Hold, Reservation, made_for
+from gpuci.pods._budgets.records import MAX_OBJECT, PodRecord, _amount, _decode, _merge, _num
+from gpuci.pods._budgets.records import reaped_by_owner as reaped_by_owner
 from gpuci.pods._runpod.naming import fold_owner, tag_of
 from gpuci.units import utc_iso
 
@@ -46,7 +47,6 @@ ROOT = "pods-ledger"
 EVENTS = f"{ROOT}/events"
 RESERVATIONS = f"{ROOT}/reservations"
 RELEASES = f"{ROOT}/releases"
-MAX_OBJECT = 64 * 1024  # an event is a few hundred bytes; anything bigger is not ours
 #: Event objects one read of the ledger fetches at most (each is a GET): more are refused in
 #: one line, never fetched, whoever wrote them.
 MAX_EVENT_READS = 20_000
@@ -91,81 +91,6 @@ def owner_key(owner: str) -> str:
     owner = fold_owner(owner)
     readable = re.sub(r"[^A-Za-z0-9_-]+", "_", owner)[:40] or "_"
     return f"{readable}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
-
-
-# The fields the ledger reads, and the JSON types each must have (absent or null is fine):
-# an object with any other type is not ours and is skipped, never half-read.
-_STR = (str,)
-_NUMBER = (int, float)
-_FIELDS: dict[str, tuple[type, ...]] = {
-    "event": _STR,
-    "podId": _STR,
-    "owner": _STR,
-    "gpu": _STR,
-    "runUrl": _STR,
-    "reservation": _STR,
-    "runner": _STR,
-    "reason": _STR,
-    "podName": _STR,
-    "released": _STR,
-    "time": _NUMBER,
-    "costPerHr": _NUMBER,
-    "expiresEpoch": _NUMBER,
-    "untilEpoch": _NUMBER,
-    "createdEpoch": _NUMBER,
-    "budgetUsd": _NUMBER,
-    "periodS": _NUMBER,
-}
-
-
-def _decode(data: bytes) -> tuple[dict[str, Any] | None, str]:
-    """A ledger object from its bytes, or (None, why it is not one)."""
-    if len(data) > MAX_OBJECT:
-        return None, f"over {MAX_OBJECT >> 10} KiB"
-    try:
-        item = untrusted_json.loads(data, finite=True)
-    except untrusted_json.Unusable as exc:
-        return None, str(exc)
-    if not isinstance(item, dict):
-        return None, f"a JSON {type(item).__name__}, not an object"
-    for name, kinds in _FIELDS.items():
-        value = item.get(name)
-        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
-            return None, f"its '{name}' is a {type(value).__name__}"
-    return item, ""
-
-
-def _num(value: Any, default: float = 0.0) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return out if out == out and abs(out) != float("inf") else default
-
-
-def _amount(value: Any, default: float = 0.0) -> float:
-    """USD (or USD/h) from a record: never below 0, so no object in the store, written by
-    whoever can write there, lowers anyone's spending."""
-    return max(0.0, _num(value, default))
-
-
-@dataclass
-class PodRecord:
-    """What the ledger knows of one pod, merged over its events (see :func:`_merge`)."""
-
-    pod_id: str
-    owner: str = ""  # the first of ``owners``
-    owners: list[str] = field(default_factory=list)  # every owner its spend counts for
-    gpu: str = ""
-    cost_per_hr: float = 0.0
-    run_url: str = ""
-    expires_at: float = float("nan")
-    reservation: str = ""  # the reservation released when it ends: the last one named
-    reservations: list[str] = field(default_factory=list)  # every reservation key named
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    def ended(self) -> bool:
-        return any(e.get("event") in ("terminated", "reaped") for e in self.events)
 
 
 class Ledger:
@@ -514,37 +439,3 @@ def _lowest_free(taken: set[int]) -> int:
     while seq in taken:
         seq += 1
     return seq
-
-
-def _merge(pod_id: str, events: list[dict[str, Any]]) -> PodRecord:
-    """One pod's events, oldest first, folded so that an event anyone can plant only adds:
-    every owner a created event names owns its spend (without a created event, every owner
-    any event names), and every reservation a created or started event names is the pod's.
-    The rest (GPU, rate, run) is the first given, for reports."""
-    rec = PodRecord(pod_id, events=list(events))
-    named = [e for e in events if e.get("event") == "created"] or events
-    for event in named:
-        owner = str(event.get("owner") or "")
-        if owner and owner not in rec.owners:
-            rec.owners.append(owner)
-        rec.gpu = rec.gpu or str(event.get("gpu") or "")
-        rec.cost_per_hr = rec.cost_per_hr or _amount(event.get("costPerHr"))
-        rec.run_url = rec.run_url or str(event.get("runUrl") or "")
-        if rec.expires_at != rec.expires_at:
-            rec.expires_at = _num(event.get("expiresEpoch"), rec.expires_at)
-    for event in events:
-        key = str(event.get("reservation") or "")
-        if event.get("event") in ("created", "started") and key and key not in rec.reservations:
-            rec.reservations.append(key)
-    rec.owner = rec.owners[0] if rec.owners else ""
-    rec.reservation = rec.reservations[-1] if rec.reservations else ""
-    return rec
-
-
-def reaped_by_owner(book: Mapping[str, PodRecord], since: float) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for rec in book.values():
-        for event in rec.events:
-            if event.get("event") == "reaped" and _num(event.get("time")) >= since:
-                counts[fold_owner(str(event.get("owner") or rec.owner or "(unattributed)"))] += 1
-    return counts
