@@ -169,7 +169,7 @@ def gather(
     since = billing_start(now, period_s)
     records = client.pod_billing(utc_iso(since), utc_iso(now), deadline)
     pods = client.list_pods(deadline)
-    book.seen_pods(pods)
+    book.seen_pods(pods, at=now)  # all of them, listed after now
     known = book.book({r["podId"] for r in records} | {p["id"] for p in pods})
     held = covered(known, pods) if covered else None
     spend = attribute(records, pods, known, now, grace_s, held, only)

@@ -21,6 +21,7 @@ class Reservation:
     name: str = ""  # the pod name it was made for: how a cancelled ``up`` finds its own
     budget: float | None = None  # the budget (USD) the pod was admitted under, if written
     period_s: float | None = None  # and that budget's period
+    place_by: float | None = None  # no pod is created under it after this (older: unknown)
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""
@@ -36,6 +37,7 @@ class Hold:
     budget: float | None = None  # the budget it was admitted under: a later extension's cap
     period_s: float | None = None
     replaces: str = ""  # a pod name whose older reservations this one takes over
+    place_by: float | None = None  # the writer creates no pod under it after this time
 
 
 def made_for(reserved: str, pod_name: str) -> bool:

@@ -36,7 +36,7 @@ from typing import Any
 from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
-from gpuci.errors import CheckFailed, ConflictError, InfraError, InputError
+from gpuci.errors import CheckFailed, ConflictError, GpuciError, InfraError, InputError
 from gpuci.pods._budgets.holds import Hold, Reservation, made_for
 from gpuci.pods._budgets.records import MAX_OBJECT, PodRecord, _amount, _decode, _merge, _num
 from gpuci.pods._budgets.records import reaped_by_owner as reaped_by_owner
@@ -57,6 +57,14 @@ MAX_POD_EVENTS = 100
 #: (skipping some would hide spend), and only keys named as :meth:`Ledger.reserve` names them.
 MAX_RESERVATION_READS = 2_000
 RESERVE_ATTEMPTS = 20
+#: A reservation holds nothing once its ``until`` passed, or once no pod made for it is on
+#: RunPod (any status) in a list read this long after its ``placeByEpoch``, the time after
+#: which its writer creates no pod under it: the margin covers a create sent just before
+#: then and two runners' clocks. The owner's next reserve then releases it (:meth:`_sweep`),
+#: so it is never read again: a pod that ended itself frees its budget without a release.
+PLACE_MARGIN_S = 15 * 60
+#: Releases one reserve writes at most; the next writes the rest.
+MAX_SWEEP = 100
 EVENT_KINDS = ("created", "started", "stopped", "terminated", "reaped", "budget-refused")
 _POD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _RESERVATION = re.compile(r"^" + RESERVATIONS + r"/[^/]+/\d{10}\.json$")  # reserve()'s keys
@@ -102,6 +110,8 @@ class Ledger:
         self._sizes: dict[str, int] = {}  # as listed: an object over MAX_OBJECT is never read
         self.skipped: dict[str, str] = {}  # key -> why it was not used (said once, by skipped_line)
         self._pods: list[dict[str, Any]] | None = None  # as RunPod listed them: seen_pods
+        self._listed_at: float | None = None  # when: only a whole list, read after then
+        self._unusable: dict[str, list[str]] = {}  # owner key -> unreleased keys not theirs
 
     @classmethod
     def open(
@@ -255,7 +265,10 @@ class Ledger:
             if self._sizes.get(k) == len(_release_bytes(k))
         }
         released &= set(keys)
-        live = self._read_reservations(owner, [k for k in keys if k not in released])
+        unreleased = [k for k in keys if k not in released]
+        live = self._read_reservations(owner, unreleased)
+        usable = {r.key for r in live}
+        self._unusable[own] = [k for k in unreleased if k not in usable]
         orphans = self._unheld(owner, live)
         if orphans:  # a pod still on RunPod: its reservation holds, whatever says released
             newest = sorted(released, reverse=True)[:MAX_RESERVATION_READS]
@@ -272,10 +285,46 @@ class Ledger:
         got = self._get_many(wanted[:MAX_RESERVATION_READS])
         return {k: str(item.get("podName") or "") for k, item in got.items() if item}
 
-    def seen_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+    def seen_pods(self, pods: Iterable[Mapping[str, Any]], at: float | None = None) -> None:
         """The pods RunPod lists now (any status): a release of a reservation made for one of
-        them is not believed (see :meth:`reservations`)."""
+        them is not believed (see :meth:`reservations`). ``at``: the list is all of them,
+        read after that time, so a reservation none of them was made for may be swept."""
         self._pods = [dict(p) for p in pods]
+        self._listed_at = at
+
+    def _sweep(
+        self, owner: str, live: list[Reservation], released: set[str], now: float
+    ) -> set[str]:
+        """Release ``owner``'s reservations that hold nothing (see :data:`PLACE_MARGIN_S`) and
+        the unreleased objects at their keys that are not theirs: the keys released (at most
+        :data:`MAX_SWEEP`). Only a reservation's own fields (its writer's), RunPod's list
+        and the clock decide, never another object; a release that fails leaves it counted,
+        and the next reserve tries again."""
+        names = [str(p.get("name") or "") for p in self._pods or []]
+        listed_at = self._listed_at
+
+        def done(r: Reservation) -> bool:
+            if r.until <= now:
+                return True
+            return (
+                r.place_by is not None
+                and listed_at is not None
+                and r.place_by + PLACE_MARGIN_S <= listed_at
+                and not any(made_for(r.name, name) for name in names)
+            )
+
+        keys = [r.key for r in live if r.key not in released and done(r)]
+        keys += self._unusable.get(owner_key(owner), [])
+
+        def one(key: str) -> str:
+            try:
+                self.release(key)
+            except (OSError, GpuciError):
+                return ""
+            return key
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return {k for k in pool.map(one, keys[:MAX_SWEEP]) if k}
 
     def _unheld(self, owner: str, live: list[Reservation]) -> list[str]:
         """Names of ``owner``'s pods on RunPod that none of ``live`` was made for."""
@@ -312,6 +361,7 @@ class Ledger:
                     str(item.get("podName") or ""),
                     None if item.get("budgetUsd") is None else _amount(item.get("budgetUsd")),
                     None if item.get("periodS") is None else _amount(item.get("periodS")),
+                    None if item.get("placeByEpoch") is None else _num(item.get("placeByEpoch")),
                 )
             )
         return out
@@ -364,7 +414,9 @@ class Ledger:
         """
         hold = hold or Hold()
         for _ in range(RESERVE_ATTEMPTS):
-            live, _, seq = self.reservations(owner)
+            live, released, seq = self.reservations(owner)
+            swept = self._sweep(owner, live, released, now)
+            live = [r for r in live if r.key not in swept]
             mine = {r.key for r in live if hold.replaces and r.name == hold.replaces}
             rate = decide(sum(r.remaining(now) for r in live if r.key not in mine))
             key = f"{RESERVATIONS}/{owner_key(owner)}/{seq:010d}.json"
@@ -378,6 +430,7 @@ class Ledger:
                 "podName": hold.name,
                 **({} if hold.budget is None else {"budgetUsd": hold.budget}),
                 **({} if hold.period_s is None else {"periodS": hold.period_s}),
+                **({} if hold.place_by is None else {"placeByEpoch": hold.place_by}),
             }
             try:
                 self._put_new(key, item)
@@ -386,7 +439,15 @@ class Ledger:
             for old in sorted(mine):
                 self.release(old)
             return Reservation(
-                key, owner, rate, until, hold.run_url, hold.name, hold.budget, hold.period_s
+                key,
+                owner,
+                rate,
+                until,
+                hold.run_url,
+                hold.name,
+                hold.budget,
+                hold.period_s,
+                hold.place_by,
             )
         raise CheckFailed(
             f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "

@@ -39,6 +39,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "createdEpoch": _NUMBER,
     "budgetUsd": _NUMBER,
     "periodS": _NUMBER,
+    "placeByEpoch": _NUMBER,
 }
 
 

@@ -35,6 +35,7 @@ def affordable(
     cands: list[plan.Candidate],
     book: ledger.Ledger,
     deadline: float | None = None,
+    place_by: float | None = None,
 ) -> tuple[list[plan.Candidate], list[dict[str, Any]], ledger.Reservation | None]:
     r"""The candidates the owner can afford, why the others were skipped, and the budget
     reservation that holds them (none fits: exit 1).
@@ -42,7 +43,8 @@ def affordable(
     Exposure is billed spend in the period, plus what live pods without a reservation may
     still bill, plus the owner's live reservations; the reservation is for the dearest
     affordable candidate, written create-if-absent so concurrent ``up``\ s serialise.
-    ``deadline`` (the job's timeout) bounds RunPod's retry waits in the billing reads.
+    ``deadline`` (the job's timeout) bounds RunPod's retry waits in the billing reads;
+    ``place_by``, written into the reservation, is when ``up`` stops creating pods under it.
     """
     if decision.budget is None:
         return cands, [], None
@@ -67,7 +69,7 @@ def affordable(
             )
         return max(rates)
 
-    hold = ledger.Hold(tag.run_url, tag.name(), budget, decision.period_s)
+    hold = ledger.Hold(tag.run_url, tag.name(), budget, decision.period_s, place_by=place_by)
     reservation = book.reserve(tag.owner, now, until, decide, hold)
     rt.log(
         f"budget: reserved ${cost.usd(reservation.remaining(now))} for {tag.owner} "
@@ -145,14 +147,17 @@ def place(
     spec: plan.PodSpec,
     tag: PodTag,
     cands: Sequence[plan.Candidate],
+    place_by: float | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Rounds over the candidates (400/403: next one) with backoff between rounds, all ending
-    by ``placement-timeout``: the rounds' waits and each create's own retries (a 429's
-    ``Retry-After``) alike."""
+    by ``placement-timeout`` (and ``place_by``, the budget reservation's): the rounds' waits
+    and each create's own retries (a 429's ``Retry-After``) alike."""
     attempts: list[dict[str, Any]] = []
     api = api_url(rt.environ)
     last = [""]
     end = clock.now() + inp.placement_timeout
+    if place_by is not None:
+        end = min(end, place_by)
 
     def one_round() -> dict[str, Any]:
         for cand in cands:

@@ -161,7 +161,9 @@ def _hold_budget(
         return rate
 
     replaces = own[-1].name if own else name
-    hold = ledger.Hold(new.run_url, new.name(), budget, decision.period_s, replaces=replaces)
+    hold = ledger.Hold(
+        new.run_url, new.name(), budget, decision.period_s, replaces=replaces, place_by=now
+    )  # the pod exists: it takes the new name at once, or never
     return book.reserve(new.owner, now, until, decide, hold)
 
 

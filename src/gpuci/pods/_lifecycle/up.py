@@ -177,9 +177,23 @@ def _place(job: _Up) -> None:
     cands = _avoid_failed(job, cands)
     if job.decision.budget is not None:
         job.reserve_name = tag.name()
+    # no pod is created under the reservation after this: the first placement starts
+    # before the timeout (_in_time), so only a smoke replacement that starts later is cut
+    place_by = job.now + inp.timeout + inp.placement_timeout
     try:
         affordable, refused, job.reservation = placement.affordable(
-            job.decision, inp, rt, client, clock, spec, tag, catalog, cands, job.book, deadline
+            job.decision,
+            inp,
+            rt,
+            client,
+            clock,
+            spec,
+            tag,
+            catalog,
+            cands,
+            job.book,
+            deadline,
+            place_by,
         )
     except CheckFailed as exc:
         _tell_refusal(job.targets, rt, tag, exc)
@@ -249,8 +263,17 @@ def _create(job: _Up, cands: Sequence[plan.Candidate]) -> None:
         job.release = job.release or _runner_release(job.inp, runner, clock.now(), job.result)
         job.spec.runner_env = _runner_env(registered, rt, job.release)
         rt.log(f"registered {runner.target.platform} runner {runner.name}")
+    place_by = job.reservation.place_by if job.reservation else None
+    if place_by is not None and clock.now() >= place_by:
+        raise InfraError(
+            f"no pod was created: past {utc_iso(place_by)}, the end of placement its budget "
+            "reservation allows (timeout plus placement-timeout)",
+            hint="raise timeout or placement-timeout",
+        )
     job.create_sent = True  # from here, a lost answer may still have made the pod
-    job.pod, attempts = placement.place(job.inp, rt, job.client, clock, job.spec, job.tag, cands)
+    job.pod, attempts = placement.place(
+        job.inp, rt, job.client, clock, job.spec, job.tag, cands, place_by
+    )
     job.result.report.setdefault("attempts", []).extend(attempts)
     job.attempts.add(job.pod, clock.now())
     job.remember()

@@ -1,0 +1,96 @@
+"""Reservations that hold nothing are released by their owner's next reserve, so they are
+never read again and never count toward the per-owner read cap: one whose ``until`` passed, and
+one whose pod is gone (none on RunPod was made for it, in a list read well after the time its
+``up`` stopped creating pods under it). Only the reservation's own fields, RunPod's list and the
+clock decide: no planted object releases someone's live reservation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pods_testing import L40S
+
+from gpuci.cache._stores.file import LocalStore
+from gpuci.pods._budgets import ledger
+
+UP = dict(image="img", command="serve", ttl="8h", gpu_types=L40S, owner="alice")  # $0.86/h
+
+
+def _folder(tmp_path: Path, root: str, owner: str = "alice") -> Path:
+    return tmp_path / "ledger" / root / ledger.owner_key(owner)
+
+
+def _plant(path: Path, item: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(item))
+
+
+def _counting_gets(monkeypatch) -> list[int]:
+    gets = [0]
+    original = LocalStore.get
+
+    def counting(self, key, limit=None):
+        gets[0] += "/reservations/" in key
+        return original(self, key, limit)
+
+    monkeypatch.setattr(LocalStore, "get", counting)
+    return gets
+
+
+def test_a_pod_gone_on_its_own_frees_its_budget_at_the_next_up(fake, run, tmp_path, clock):
+    """A pod that ended itself (a runner pod after its job) left its reservation holding the
+    owner's budget until its expiry: ``down`` found it gone, knew no name, released nothing."""
+    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
+    assert run("up", budget_usd="10", **UP).code == 1  # its reservation holds $7
+    fake.api("DELETE", f"/v2/pods/{pod}")  # it ended itself
+    assert run("down", pod_id=pod).json["report"]["done"] == {pod: "already gone"}
+    assert not _folder(tmp_path, ledger.RELEASES).exists()
+    clock.t += 3600  # past the time its up could still create a pod under it, and the margin
+    res = run("up", budget_usd="10", **UP)
+    assert res.code == 0, res.stdout
+    assert (_folder(tmp_path, ledger.RELEASES) / "0000000000.json").is_file()
+
+
+def test_a_reservation_whose_pod_is_on_runpod_or_may_still_be_created_is_kept(
+    fake, run, tmp_path, clock
+):
+    """A stopped pod is held by its reservation alone, and a reservation just written may have
+    no pod yet: neither is released, whatever the ledger says besides."""
+    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    clock.t += 3600
+    assert run("up", budget_usd="10", **UP).code == 1
+    assert run("down", pod_id=pod).code == 0  # released by its own down
+    fresh = _folder(tmp_path, ledger.RESERVATIONS) / "0000000001.json"
+    now = clock.now()
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": now + 8 * 3600}
+    _plant(fresh, {**item, "podName": "pod-of-an-up-under-way", "placeByEpoch": now + 600})
+    res = run("up", budget_usd="10", **UP)
+    assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
+    assert not (_folder(tmp_path, ledger.RELEASES) / fresh.name).exists()
+
+
+def test_expired_and_foreign_reservations_are_read_once_then_released(
+    fake, run, tmp_path, clock, monkeypatch
+):
+    """Unreleased reservations piled up: each was read on every budgeted ``up``, and 2,000 of
+    them refused the owner for good (the read cap)."""
+    monkeypatch.setattr(ledger, "MAX_RESERVATION_READS", 5)
+    for seq in range(3):
+        old = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": clock.now() - 60}
+        _plant(_folder(tmp_path, ledger.RESERVATIONS) / f"{seq:010d}.json", old)
+    bobs = {"owner": "bob", "costPerHr": 1.0, "untilEpoch": clock.now() + 3600}
+    _plant(_folder(tmp_path, ledger.RESERVATIONS) / "0000000003.json", bobs)
+    gets = _counting_gets(monkeypatch)
+    short = dict(UP, ttl="30m")
+    for _ in range(4):  # each one's reservation has expired by the next
+        res = run("up", budget_usd="50", **short)
+        assert res.code == 0, res.stdout
+        assert run("down", pod_id=res.outputs["pod-id"]).code == 0
+        clock.t += 3600
+    released = {p.name for p in _folder(tmp_path, ledger.RELEASES).iterdir()}
+    assert {f"{seq:010d}.json" for seq in range(4)} <= released
+    gets[0] = 0
+    assert run("up", budget_usd="50", **short).code == 0
+    assert gets[0] <= 1  # at most its own, read back: none of the released ones
