@@ -94,3 +94,40 @@ def test_expired_and_foreign_reservations_are_read_once_then_released(
     gets[0] = 0
     assert run("up", budget_usd="50", **short).code == 0
     assert gets[0] <= 1  # at most its own, read back: none of the released ones
+
+
+def test_a_pod_without_a_reservation_costs_no_reads_of_released_ones(
+    fake, run, tmp_path, monkeypatch
+):
+    """A live pod no reservation covers (started without a budget) made every budgeted ``up``
+    re-read up to 2,000 released reservations, looking for one made for it; now only those its
+    own events name are read (its ``created`` event names none)."""
+    short = dict(UP, ttl="30m")
+    for _ in range(3):
+        assert run("down", pod_id=run("up", budget_usd="50", **short).outputs["pod-id"]).code == 0
+    assert run("up", **short).code == 0  # no budget: no reservation
+    gets = _counting_gets(monkeypatch)
+    res = run("up", budget_usd="50", **short)
+    assert res.code == 0, res.stdout
+    assert gets[0] == 0
+
+
+def test_a_flooded_pod_folder_never_hides_its_released_reservation(
+    fake, run, tmp_path, monkeypatch
+):
+    """Only the reservations a pod's events name are looked at: planted ``created`` events that
+    push gpu-ci's out of the read (the folder's cap) make every released one looked at again,
+    so a planted release still never frees a stopped pod's reservation."""
+    monkeypatch.setattr(ledger, "MAX_POD_EVENTS", 3)
+    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    for i in range(4):  # older than gpu-ci's: read first
+        item = {"event": "created", "podId": pod, "time": i, "owner": "alice"}
+        _plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{i:015d}-created-0bad.json", item)
+    (reservation,) = _folder(tmp_path, ledger.RESERVATIONS).iterdir()
+    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
+    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
+    (_folder(tmp_path, ledger.RELEASES)).mkdir(parents=True, exist_ok=True)
+    (_folder(tmp_path, ledger.RELEASES) / reservation.name).write_text(data)
+    res = run("up", budget_usd="10", **UP)
+    assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout

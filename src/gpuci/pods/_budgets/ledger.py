@@ -112,6 +112,7 @@ class Ledger:
         self._pods: list[dict[str, Any]] | None = None  # as RunPod listed them: seen_pods
         self._listed_at: float | None = None  # when: only a whole list, read after then
         self._unusable: dict[str, list[str]] = {}  # owner key -> unreleased keys not theirs
+        self._records: dict[str, PodRecord] = {}  # what book() last made of each pod
 
     @classmethod
     def open(
@@ -234,7 +235,9 @@ class Ledger:
         for event in self.events(pods=pods, since=since):
             if event.get("podId"):
                 by_pod[str(event["podId"])].append(event)
-        return {pid: _merge(pid, events) for pid, events in by_pod.items()}
+        out = {pid: _merge(pid, events) for pid, events in by_pod.items()}
+        self._records.update(out)
+        return out
 
     def pod(self, pod_id: str) -> PodRecord | None:
         """What the ledger knows of one pod (one listing of its folder), or None."""
@@ -271,9 +274,11 @@ class Ledger:
         self._unusable[own] = [k for k in unreleased if k not in usable]
         orphans = self._unheld(owner, live)
         if orphans:  # a pod still on RunPod: its reservation holds, whatever says released
-            newest = sorted(released, reverse=True)[:MAX_RESERVATION_READS]
-            for res in self._read_reservations(owner, newest):
-                if any(made_for(res.name, name) for name in orphans):
+            named = self._named_by(orphans)
+            wanted = sorted(released if named is None else released & named, reverse=True)
+            names = [str(p.get("name") or "") for p in orphans]
+            for res in self._read_reservations(owner, wanted[:MAX_RESERVATION_READS]):
+                if any(made_for(res.name, name) for name in names):
                     live.append(res)
                     released.discard(res.key)
         return live, released, _lowest_free(taken)
@@ -326,15 +331,31 @@ class Ledger:
         with ThreadPoolExecutor(max_workers=8) as pool:
             return {k for k in pool.map(one, keys[:MAX_SWEEP]) if k}
 
-    def _unheld(self, owner: str, live: list[Reservation]) -> list[str]:
-        """Names of ``owner``'s pods on RunPod that none of ``live`` was made for."""
+    def _unheld(self, owner: str, live: list[Reservation]) -> list[dict[str, Any]]:
+        """``owner``'s pods on RunPod that none of ``live`` was made for."""
         out = []
         for pod in self._pods or []:
             tag, name = tag_of(pod), str(pod.get("name") or "")
             if tag is None or fold_owner(tag.owner) != fold_owner(owner):
                 continue
             if not any(made_for(r.name, name) for r in live):
-                out.append(name)
+                out.append(pod)
+        return out
+
+    def _named_by(self, pods: list[dict[str, Any]]) -> set[str] | None:
+        """The reservation keys ``pods``' own events name (``up`` names the one it placed a
+        pod under in its ``created`` event, ``start --ttl`` in its ``started``): a planted
+        event can add keys, never take gpu-ci's away. None when a pod's events cannot say:
+        no ``created`` event read, or its folder cut short by a flood; then every released
+        reservation is looked at."""
+        out: set[str] = set()
+        for pod in pods:
+            pid = str(pod.get("id") or "")
+            rec = self._records[pid] if pid in self._records else self.pod(pid)
+            cut = f"{EVENTS}/{pid}/" in self.skipped
+            if rec is None or cut or not any(e.get("event") == "created" for e in rec.events):
+                return None
+            out.update(rec.reservations)
         return out
 
     def _read_reservations(self, owner: str, keys: list[str]) -> list[Reservation]:
