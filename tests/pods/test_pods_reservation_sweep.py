@@ -131,3 +131,41 @@ def test_a_flooded_pod_folder_never_hides_its_released_reservation(
     (_folder(tmp_path, ledger.RELEASES) / reservation.name).write_text(data)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
+
+
+def test_a_held_ledger_lock_ends_the_reservation_at_once(fake, run, monkeypatch):
+    """A lock held past the file store's wait (LockBusy, a ConflictError) was retried as a race
+    20 times (200 s of waits) and blamed on concurrent reservations; now one line, exit 3."""
+    from gpuci.cache._stores.file import LockBusy
+
+    tries = [0]
+    original = LocalStore.put_if_absent
+
+    def busy(self, key, data):
+        if "/reservations/" in key:
+            tries[0] += 1
+            raise LockBusy(f"{key} was not written: another process held its lock /x.lock")
+        return original(self, key, data)
+
+    monkeypatch.setattr(LocalStore, "put_if_absent", busy)
+    res = run("up", budget_usd="50", **dict(UP, ttl="1h"))
+    assert res.code == 3 and "held its lock /x.lock" in res.json["headline"], res.stdout
+    assert "concurrent" not in res.json["headline"] and tries[0] == 1
+    assert fake.calls("POST", "/v2/pods") == []
+
+
+def test_a_release_a_held_lock_kept_out_is_never_taken_for_done(tmp_path, monkeypatch):
+    """A LockBusy on a release's write read as "released already": the caller went on as if
+    the reservation were released."""
+    import pytest
+
+    from gpuci.cache._stores.file import LockBusy
+    from gpuci.errors import InfraError
+
+    def busy(self, key, data):
+        raise LockBusy(f"{key} was not written: another process held its lock /x.lock")
+
+    book = ledger.Ledger.open((tmp_path / "l").as_uri(), {})
+    monkeypatch.setattr(LocalStore, "put_if_absent", busy)
+    with pytest.raises(InfraError, match="held its lock"):
+        book.release(f"{ledger.RESERVATIONS}/alice-x/0000000000.json")

@@ -36,6 +36,7 @@ from typing import Any
 from gpuci import settings, untrusted_json
 from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
+from gpuci.cache._stores.file import LockBusy
 from gpuci.errors import CheckFailed, ConflictError, GpuciError, InfraError, InputError
 from gpuci.pods._budgets.holds import Hold, Reservation, made_for
 from gpuci.pods._budgets.records import MAX_OBJECT, PodRecord, _amount, _decode, _merge, _num
@@ -56,6 +57,9 @@ MAX_POD_EVENTS = 100
 #: Reservation objects of one owner one read fetches at most: more are refused in one line
 #: (skipping some would hide spend), and only keys named as :meth:`Ledger.reserve` names them.
 MAX_RESERVATION_READS = 2_000
+#: Writes of a reservation that another ``up`` of the owner won first. A key's lock held past
+#: the file store's wait (LockBusy) is no such race: it ends the reserve at once (see
+#: :func:`_lock_held`).
 RESERVE_ATTEMPTS = 20
 #: A reservation holds nothing once its ``until`` passed, or once no pod made for it is on
 #: RunPod (any status) in a list read this long after its ``placeByEpoch``, the time after
@@ -455,10 +459,15 @@ class Ledger:
             }
             try:
                 self._put_new(key, item)
+            except LockBusy as exc:
+                raise _lock_held(exc, f"no budget was reserved for {owner}") from None
             except ConflictError:
                 continue  # someone reserved first: decide again with theirs counted
             for old in sorted(mine):
-                self.release(old)
+                try:
+                    self.release(old)
+                except InfraError:  # a held lock: counted until a later reserve sweeps it
+                    pass
             return Reservation(
                 key,
                 owner,
@@ -489,9 +498,18 @@ class Ledger:
         key = reservation_key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1)
         try:
             self._put_new(key, _release_item(key))
+        except LockBusy as exc:  # not written: never "released already"
+            raise _lock_held(exc, f"{reservation_key} was not released") from None
         except ConflictError:
             return False
         return True
+
+
+def _lock_held(exc: LockBusy, what: str) -> InfraError:
+    """A key's lock held past the file store's wait: a hung or stopped writer, never a race
+    another reservation won (a write holds it for milliseconds), so no retry: each would wait
+    the same again on the same key. One line, exit 3, naming the lock."""
+    return InfraError(f"pods ledger: {what}: {exc.message}", hint=exc.hint)
 
 
 _KEY = re.compile(r"^" + EVENTS + r"/([^/]+)/(\d{15})-[a-z-]+-[0-9a-f]+\.json$")
