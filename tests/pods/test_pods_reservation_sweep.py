@@ -169,3 +169,15 @@ def test_a_release_a_held_lock_kept_out_is_never_taken_for_done(tmp_path, monkey
     monkeypatch.setattr(LocalStore, "put_if_absent", busy)
     with pytest.raises(InfraError, match="held its lock"):
         book.release(f"{ledger.RESERVATIONS}/alice-x/0000000000.json")
+
+
+def test_a_failed_up_whose_pod_would_not_end_keeps_its_reservation(fake, run, tmp_path):
+    """A failed ``up`` released its reservation even when its pod could not be terminated
+    (left to its TTL and reap): a pod still billing, its reservation released."""
+    fake.fail(r"GET /v2/pods/\w+", *[(500, {})] * 50)  # waiting for RUNNING fails
+    fake.fail(r"DELETE /v2/pods/\w+", *[(500, {})] * 50)  # and so does the cleanup's terminate
+    res = run("up", budget_usd="10", **dict(UP, timeout="2m"))
+    assert res.code == 3, res.stdout
+    assert len(fake.pods) == 1
+    assert not _folder(tmp_path, ledger.RELEASES).exists()
+    assert run("up", budget_usd="10", **UP).code == 1  # it still holds the budget

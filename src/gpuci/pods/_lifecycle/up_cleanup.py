@@ -122,13 +122,16 @@ def _bookkeep(
     if owner is None and reservation is None and not reserve_name:
         return
     said: list[str] = []
+    # a pod that would not end, or may exist unseen, still bills: its reservation holds it
+    # (the owner's next reservation releases it once the pod is gone)
+    held = job.pod is not None or job.create_sent
 
     def write() -> None:
         if owner is not None:
             owner.wait()
         if ended is not None:
             _record_end(job, ended)
-        if _release(job, reservation, reserve_name, log):
+        if not held and _release(job, reservation, reserve_name, log):
             said.append("released the budget reservation")
 
     try:
@@ -177,7 +180,6 @@ def _release(
             return bool(job.book.release_named(job.tag.owner, reserve_name))
     except (OSError, GpuciError) as exc:
         log(f"warning: could not release the budget reservation: {exc}")
-        return reservation is not None
     return False
 
 
