@@ -181,3 +181,22 @@ def test_a_failed_up_whose_pod_would_not_end_keeps_its_reservation(fake, run, tm
     assert len(fake.pods) == 1
     assert not _folder(tmp_path, ledger.RELEASES).exists()
     assert run("up", budget_usd="10", **UP).code == 1  # it still holds the budget
+
+
+def test_an_extended_pod_missing_its_started_event_has_every_release_looked_at(fake, run, tmp_path):
+    """Only the reservations a pod's events name are looked at, so a pod ``start --ttl``
+    extended, whose ``started`` event (written last) is missing, had its new reservation,
+    released by a planted object, hidden: its expiry is no ``created`` event's, so every
+    released one is looked at."""
+    pod = run("up", budget_usd="10", **dict(UP, ttl="45m")).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    assert run("start", pod_id=pod, ttl="8h").code == 0
+    assert run("stop", pod_id=pod).code == 0  # held by its reservation alone
+    for event in (tmp_path / "ledger" / ledger.EVENTS / pod).glob("*-started-*"):
+        event.unlink()  # its write was lost
+    newest = max(_folder(tmp_path, ledger.RESERVATIONS).iterdir())
+    key = f"{ledger.RESERVATIONS}/{newest.parent.name}/{newest.name}"
+    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
+    (_folder(tmp_path, ledger.RELEASES) / newest.name).write_text(data)
+    res = run("up", budget_usd="10", **UP)
+    assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout

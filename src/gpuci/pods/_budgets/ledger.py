@@ -348,16 +348,19 @@ class Ledger:
 
     def _named_by(self, pods: list[dict[str, Any]]) -> set[str] | None:
         """The reservation keys ``pods``' own events name (``up`` names the one it placed a
-        pod under in its ``created`` event, ``start --ttl`` in its ``started``): a planted
-        event can add keys, never take gpu-ci's away. None when a pod's events cannot say:
-        no ``created`` event read, or its folder cut short by a flood; then every released
-        reservation is looked at."""
+        pod under in its ``created`` event): a planted event can add keys, never take
+        gpu-ci's away. None when a pod's events cannot say: no ``created`` event read, its
+        folder cut short by a flood, or an expiry no ``created`` event gave it (``start
+        --ttl`` moved it, and its ``started`` event, written last, may be missing); then every
+        released reservation is looked at."""
         out: set[str] = set()
         for pod in pods:
-            pid = str(pod.get("id") or "")
+            pid, tag = str(pod.get("id") or ""), tag_of(pod)
             rec = self._records[pid] if pid in self._records else self.pod(pid)
-            cut = f"{EVENTS}/{pid}/" in self.skipped
-            if rec is None or cut or not any(e.get("event") == "created" for e in rec.events):
+            if rec is None or tag is None or f"{EVENTS}/{pid}/" in self.skipped:
+                return None
+            made = [e for e in rec.events if e.get("event") == "created"]
+            if not any(abs(_num(e.get("expiresEpoch")) - tag.expires_at) < 1 for e in made):
                 return None
             out.update(rec.reservations)
         return out
