@@ -200,3 +200,15 @@ def test_an_extended_pod_missing_its_started_event_has_every_release_looked_at(f
     (_folder(tmp_path, ledger.RELEASES) / newest.name).write_text(data)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
+
+
+def test_the_sweep_never_releases_a_reservation_of_an_owner_whose_folder_reads_alike(
+    fake, run, tmp_path
+):
+    """Owners ``alice.x`` and ``alice@x`` have folders of one readable name (``alice_x-``),
+    which each one's reads list: ``alice@x``'s reserve released ``alice.x``'s live
+    reservation as an object that was not its own."""
+    assert run("up", budget_usd="10", **dict(UP, owner="alice.x")).code == 0
+    assert run("up", budget_usd="10", **dict(UP, owner="alice@x")).code == 0
+    assert not (tmp_path / "ledger" / ledger.RELEASES).exists()
+    assert run("up", budget_usd="10", **dict(UP, owner="alice.x")).code == 1

@@ -275,7 +275,8 @@ class Ledger:
         unreleased = [k for k in keys if k not in released]
         live = self._read_reservations(owner, unreleased)
         usable = {r.key for r in live}
-        self._unusable[own] = [k for k in unreleased if k not in usable]
+        # only in its own folder: one of another name read alike is listed here too
+        self._unusable[own] = [k for k in unreleased if k not in usable and k.startswith(mine)]
         orphans = self._unheld(owner, live)
         if orphans:  # a pod still on RunPod: its reservation holds, whatever says released
             named = self._named_by(orphans)
