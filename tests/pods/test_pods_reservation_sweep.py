@@ -212,3 +212,33 @@ def test_the_sweep_never_releases_a_reservation_of_an_owner_whose_folder_reads_a
     assert run("up", budget_usd="10", **dict(UP, owner="alice@x")).code == 0
     assert not (tmp_path / "ledger" / ledger.RELEASES).exists()
     assert run("up", budget_usd="10", **dict(UP, owner="alice.x")).code == 1
+
+
+def _placing_by(monkeypatch, clock, after_s: float) -> None:
+    """``up``'s reservation says it creates no pod under it ``after_s`` from when it is made."""
+    original = ledger.Ledger.reserve
+
+    def reserve(self, owner, now, until, decide, hold=None):
+        res = original(self, owner, now, until, decide, hold)
+        res.place_by = clock.now() + after_s
+        return res
+
+    monkeypatch.setattr(ledger.Ledger, "reserve", reserve)
+
+
+def test_up_creates_no_pod_under_a_reservation_past_its_place_by(fake, run, clock, monkeypatch):
+    """The sweep counts on it: past ``placeByEpoch`` no pod is created under the reservation."""
+    _placing_by(monkeypatch, clock, -1)
+    res = run("up", budget_usd="10", **UP)
+    assert res.code == 3 and "no pod was created" in res.json["headline"], res.stdout
+    assert fake.calls("POST", "/v2/pods") == []
+
+
+def test_placement_ends_by_its_reservations_place_by(fake, run, clock, monkeypatch):
+    """Rounds over the candidates stop at ``placeByEpoch``, however long placement-timeout."""
+    _placing_by(monkeypatch, clock, 60)
+    fake.fail("POST /v2/pods", *[(400, {})] * 100)  # no candidate takes it
+    start = clock.now()
+    res = run("up", budget_usd="10", **dict(UP, placement_timeout="30m"))
+    assert res.code == 3 and "no candidate placed" in res.json["headline"], res.stdout
+    assert clock.now() - start <= 60
