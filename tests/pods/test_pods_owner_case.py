@@ -90,15 +90,29 @@ def test_a_live_pod_tagged_alice_capitalised_counts_against_alices_budget(fake, 
 
 
 def test_a_reservation_filed_under_alice_capitalised_counts_for_alice(fake, run, clock, tmp_path):
+    """An older gpu-ci filed Alice's reservation under her name's case: it is found through the
+    pod it holds (stopped: its reservation alone holds it), whose tag carries that case; her
+    folder is listed by its own name, never with every folder of a like name."""
+    tag = PodTag("Alice", "local", clock.now() + 3600, "abc123")
+    body = plan.create_body(plan.PodSpec(image="img"), tag, plan.Candidate(L40S), fake.url)
+    status, created = fake.api("POST", "/v2/pods", body)
+    assert status == 201
+    fake.pods[created["id"]]["status"] = "EXITED"
     book = ledger.Ledger.open(str(tmp_path / "ledger"), {})
     key = f"{ledger.RESERVATIONS}/{_legacy_key('Alice')}/0000000000.json"
     item = {"owner": "Alice", "costPerHr": 4.0, "untilEpoch": clock.now() + 2 * 3600}
+    item.update(podName=tag.name(), createdEpoch=clock.now())
     book.store.put_if_absent(key, json.dumps(item).encode())  # $8 held for 2 more hours
+    assert book.reservations("alice")[0] == []  # no pod seen tagged 'Alice': not looked for
+    book.seen_pods(fake.pods.values())
     live, _, seq = book.reservations("alice")
     assert [r.key for r in live] == [key] and seq == 0  # alice's own folder is still empty
     res = run("up", **UP, budget_usd="10", extra_env={**GITHUB, "GITHUB_ACTOR": "alice"})
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
-    assert book.release(key) and book.reservations("ALICE")[0] == []
+    assert book.release(key)  # beside it, in its folder
+    assert (
+        tmp_path / "ledger" / ledger.RELEASES / _legacy_key("Alice") / "0000000000.json"
+    ).exists()
 
 
 def test_an_owner_filter_matches_an_owner_in_any_case_and_tags_are_written_folded():

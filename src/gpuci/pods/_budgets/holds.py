@@ -6,8 +6,11 @@ for (:func:`made_for`), so one planted in the ledger names no pod it does not pa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from gpuci.pods._budgets.records import _amount, _num
 from gpuci.pods._runpod.naming import fold_owner, tag_of
 
 
@@ -22,6 +25,21 @@ class Reservation:
     budget: float | None = None  # the budget (USD) the pod was admitted under, if written
     period_s: float | None = None  # and that budget's period
     place_by: float | None = None  # no pod is created under it after this (older: unknown)
+
+    @classmethod
+    def of(cls, key: str, owner: str, item: Mapping[str, Any]) -> Reservation:
+        """The reservation a ledger object at ``key`` says (decoded: :mod:`.records`)."""
+        return cls(
+            key,
+            owner,
+            _amount(item.get("costPerHr")),
+            _num(item.get("untilEpoch")),
+            str(item.get("runUrl") or ""),
+            str(item.get("podName") or ""),
+            None if item.get("budgetUsd") is None else _amount(item.get("budgetUsd")),
+            None if item.get("periodS") is None else _amount(item.get("periodS")),
+            None if item.get("placeByEpoch") is None else _num(item.get("placeByEpoch")),
+        )
 
     def remaining(self, now: float) -> float:
         """USD the reserved pod may still bill from ``now``."""

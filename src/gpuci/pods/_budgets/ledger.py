@@ -23,7 +23,6 @@ skipped, and what an event says can only add to an owner's spend (see :func:`_me
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import secrets
@@ -38,8 +37,9 @@ from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.cache._stores.file import LockBusy
 from gpuci.errors import CheckFailed, ConflictError, GpuciError, InfraError, InputError
+from gpuci.pods._budgets import listing
 from gpuci.pods._budgets.holds import Hold, Reservation, made_for
-from gpuci.pods._budgets.records import MAX_OBJECT, PodRecord, _amount, _decode, _merge, _num
+from gpuci.pods._budgets.records import MAX_OBJECT, PodRecord, _decode, _merge, _num
 from gpuci.pods._budgets.records import reaped_by_owner as reaped_by_owner
 from gpuci.pods._runpod.naming import fold_owner, tag_of
 from gpuci.units import utc_iso
@@ -100,9 +100,7 @@ def ledger_url(value: str | None, environ: Mapping[str, str]) -> str:
 def owner_key(owner: str) -> str:
     """A store-safe, collision-free path component for an owner (never ``..`` or ``/``), the
     same for every case of the name."""
-    owner = fold_owner(owner)
-    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", owner)[:40] or "_"
-    return f"{readable}-{hashlib.sha256(owner.encode()).hexdigest()[:12]}"
+    return listing.folder_of(fold_owner(owner))
 
 
 class Ledger:
@@ -174,37 +172,47 @@ class Ledger:
             f"pods ledger {self.where}", self.skipped, "ledger records"
         )
 
-    def _list(self, prefix: str) -> list[str]:
+    def _list(self, prefix: str, cap: int) -> tuple[list[str], bool]:
+        """The keys of one folder (``prefix`` ends in ``/``), at most ``cap`` of them, and
+        whether it holds more (see :mod:`gpuci.pods._budgets.listing`)."""
         try:
-            listed = list(self.store.list(prefix))
+            found, more = listing.listed(self.store, prefix, cap)
         except OSError as exc:
             raise InfraError(
                 f"cannot list the pods ledger {self.where}: {exc}",
                 hint="check the ledger URL and its permissions",
             ) from None
-        self._sizes.update((i.key, i.size) for i in listed)
-        return [i.key for i in listed]
+        self._sizes.update((i.key, i.size) for i in found)
+        return [i.key for i in found], more
+
+    def _pod_keys(self, pod_id: str) -> list[str]:
+        """The event keys of one pod's folder: at most :data:`listing.MAX_POD_LISTED` listed
+        (more: named in :meth:`skipped_line`), at most :data:`MAX_POD_EVENTS` kept."""
+        keys, more = self._list(f"{EVENTS}/{pod_id}/", listing.MAX_POD_LISTED)
+        kept = self._capped(keys)
+        if more:
+            self.skipped[f"{EVENTS}/{pod_id}/"] = (
+                f"over {listing.MAX_POD_LISTED} objects listed, the rest not looked at"
+            )
+        return kept
 
     def events(
         self, pod_id: str = "", pods: Collection[str] | None = None, since: float | None = None
     ) -> list[dict[str, Any]]:
-        """Events oldest first (malformed objects skipped): of one pod; or, with ``pods`` or
-        ``since``, every event of those pods plus every event written since then. The filter
-        works on key names (pod folder, time), so one listing decides what is read: at most
-        :data:`MAX_POD_EVENTS` of a pod, and with ``since`` at most :data:`MAX_EVENT_READS`
-        (more is refused in one line, none read)."""
-        prefix = f"{EVENTS}/{pod_id}/" if pod_id else f"{EVENTS}/"
-        keys = self._list(prefix)
-        if pods is not None or since is not None:
-            keys = [k for k in keys if _wanted(k, pods or (), since)]
-        keys = self._capped(keys)  # a pod's folder, flooded, costs at most its cap
-        if (pods is None or since is not None) and len(keys) > MAX_EVENT_READS:  # pods: capped
-            raise InfraError(
-                f"the pods ledger {self.where} holds {len(keys)} event objects to read here "
-                f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
-                hint="look for objects gpu-ci did not write under pods-ledger/events/ and remove "
-                "them, or shorten the budgets file's period",
-            )
+        """Events oldest first (malformed objects skipped): of one pod; of ``pods`` (each
+        pod's folder listed on its own, never the others); or, with ``since``, every event
+        of ``pods`` plus every event written since then (one listing of every event, filtered
+        on key names). At most :data:`MAX_POD_EVENTS` of a pod are read, and with ``since``
+        at most :data:`MAX_EVENT_READS` (more is refused in one line, none read)."""
+        if pod_id:
+            keys = self._pod_keys(pod_id) if _POD_ID.match(pod_id) else []
+        elif pods is not None and since is None:  # each pod's own folder, never the others
+            wanted = sorted({p for p in pods if p != "_" and _POD_ID.match(p)})
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                keys = [k for got in pool.map(self._pod_keys, wanted) for k in got]
+            keys = [k for k in keys if _KEY.match(k)]
+        else:
+            keys = self._all_events(pods, since)
         out = []
         for key, item in self._get_many(keys).items():
             if item is None or item.get("event") not in EVENT_KINDS:
@@ -215,21 +223,31 @@ class Ledger:
             out.append(item)
         return sorted(out, key=lambda e: _num(e.get("time")))
 
+    def _all_events(self, pods: Collection[str] | None, since: float | None) -> list[str]:
+        """The keys of every pod's events (of ``pods`` and since ``since``, if given): at
+        most :data:`listing.MAX_EVENTS_LISTED` listed and :data:`MAX_EVENT_READS` kept, more
+        refused in one line, none read."""
+        prefix = f"{EVENTS}/"
+        keys, more = self._list(prefix, listing.MAX_EVENTS_LISTED)
+        if pods is not None or since is not None:
+            keys = [k for k in keys if _wanted(k, pods or (), since)]
+        keys = self._capped(keys)  # a pod's folder, flooded, costs at most its cap
+        if more or len(keys) > MAX_EVENT_READS:
+            held = f"over {listing.MAX_EVENTS_LISTED}" if more else str(len(keys))
+            raise InfraError(
+                f"the pods ledger {self.where} holds {held} event objects to read here "
+                f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
+                hint="look for objects gpu-ci did not write under pods-ledger/events/ and remove "
+                "them, or shorten the budgets file's period",
+            )
+        return keys
+
     def _capped(self, keys: list[str]) -> list[str]:
-        """At most :data:`MAX_POD_EVENTS` of each pod folder's ``keys``, its ``created`` events
-        first, then by time; a folder cut short is named in :meth:`skipped_line`."""
-        by_pod: dict[str, list[str]] = defaultdict(list)
-        for key in keys:
-            by_pod[key[len(EVENTS) + 1 :].partition("/")[0]].append(key)
-        out = []
-        for pid, found in by_pod.items():
-            if len(found) > MAX_POD_EVENTS:
-                found = sorted(found, key=lambda k: ("-created-" not in k, k))[:MAX_POD_EVENTS]
-                self.skipped[f"{EVENTS}/{pid}/"] = (
-                    f"{len(by_pod[pid])} event objects, over the {MAX_POD_EVENTS} read of a pod"
-                )
-            out.extend(found)
-        return out
+        """At most :data:`MAX_POD_EVENTS` of each pod folder's ``keys`` (see
+        :func:`listing.capped`); a folder cut short is named in :meth:`skipped_line`."""
+        kept, cut = listing.capped(keys, EVENTS, MAX_POD_EVENTS)
+        self.skipped.update(cut)
+        return kept
 
     def book(
         self, pods: Collection[str] | None = None, since: float | None = None
@@ -262,13 +280,13 @@ class Ledger:
         the pods RunPod lists, only for a reservation whose pod is not among them (any
         status: a stopped pod is held by its reservation alone)."""
         own = owner_key(owner)
-        listed = self._owner_keys(RESERVATIONS, own)
+        listed = self._owner_keys(RESERVATIONS, owner)
         keys = [k for k in listed if _RESERVATION.match(k)]  # only what reserve() names
         mine = f"{RESERVATIONS}/{own}/"
         taken = {int(m.group(1)) for k in listed if k.startswith(mine) and (m := _TAKEN.search(k))}
         released = {
             k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
-            for k in self._owner_keys(RELEASES, own)
+            for k in self._owner_keys(RELEASES, owner)
             if self._sizes.get(k) == len(_release_bytes(k))
         }
         released &= set(keys)
@@ -380,32 +398,26 @@ class Ledger:
         for key, item in self._get_many(keys).items():
             if item is None or fold_owner(str(item.get("owner") or "")) != fold_owner(owner):
                 continue
-            out.append(
-                Reservation(
-                    key,
-                    owner,
-                    _amount(item.get("costPerHr")),
-                    _num(item.get("untilEpoch")),
-                    str(item.get("runUrl") or ""),
-                    str(item.get("podName") or ""),
-                    None if item.get("budgetUsd") is None else _amount(item.get("budgetUsd")),
-                    None if item.get("periodS") is None else _amount(item.get("periodS")),
-                    None if item.get("placeByEpoch") is None else _num(item.get("placeByEpoch")),
-                )
-            )
+            out.append(Reservation.of(key, owner, item))
         return out
 
-    def _owner_keys(self, root: str, own: str) -> list[str]:
-        """The keys under ``root`` in the folder ``own`` (an :func:`owner_key`) and in those an
-        older gpu-ci filed under another case of the same name (its keys kept the case): one
-        listing per case of the name's first letter, all that case-sensitive prefixes allow."""
-        readable = own.rpartition("-")[0]
+    def _owner_keys(self, root: str, owner: str) -> list[str]:
+        """The keys under ``root`` in ``owner``'s folder (:func:`owner_key`) and in those an
+        older gpu-ci filed under another case of the name (:func:`listing.case_folders`),
+        each listed as one folder; one holding over :data:`listing.MAX_OWNER_LISTED` objects
+        is refused in one line (exit 3), none read."""
         found = []
-        for first in sorted({readable[:1].lower(), readable[:1].upper()}):
-            for key in self._list(f"{root}/{first}"):
-                folder = key[len(root) + 1 :].partition("/")[0]
-                if folder.rpartition("-")[0].lower() == readable:
-                    found.append(key)
+        for folder in [owner_key(owner), *listing.case_folders(owner, self._pods or [])]:
+            keys, more = self._list(f"{root}/{folder}/", listing.MAX_OWNER_LISTED)
+            if more:
+                raise InfraError(
+                    f"the pods ledger {self.where} holds over {listing.MAX_OWNER_LISTED} "
+                    f"objects under {root}/{folder}/, over what one command lists; none were read",
+                    hint="look for objects gpu-ci did not write there and remove them, and "
+                    "remove released reservations (and their releases) older than the budget "
+                    "period",
+                )
+            found.extend(keys)
         return found
 
     # ----- writing -------------------------------------------------------------------------
@@ -472,17 +484,7 @@ class Ledger:
                     self.release(old)
                 except InfraError:  # a held lock: counted until a later reserve sweeps it
                     pass
-            return Reservation(
-                key,
-                owner,
-                rate,
-                until,
-                hold.run_url,
-                hold.name,
-                hold.budget,
-                hold.period_s,
-                hold.place_by,
-            )
+            return Reservation.of(key, owner, item)
         raise CheckFailed(
             f"could not reserve budget for {owner}: {RESERVE_ATTEMPTS} concurrent reservations "
             "won first",
