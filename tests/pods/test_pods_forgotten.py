@@ -55,7 +55,13 @@ def test_hand_made_pods_are_left_alone_by_default(fake, run, clock):
     assert fake.calls("POST", f"/v2/pods/{old}/action") == []
 
 
-def test_a_renamed_pod_is_still_traced_to_who_created_it(fake, run, clock, env):
+def test_a_renamed_pod_is_reaped_as_its_tag_says_and_its_spend_stays_with_its_creator(
+    fake, run, clock, env
+):
+    """A pod re-tagged on RunPod is reaped under the owner its tag names, the one its budget
+    counted it for while it lived (the ledger's first ``created`` event is anyone's to plant,
+    so it no longer decides), and the event names both; its billed spend still counts for
+    every owner its ``created`` events name."""
     pod = run("up", **UP, gpu_types="NVIDIA L40S", owner="alice").outputs["pod-id"]
     live = fake.pods[pod]  # someone with the API key re-tags it to blame bob
     live["env"]["GPUCI_OWNER"] = "bob"
@@ -63,6 +69,7 @@ def test_a_renamed_pod_is_still_traced_to_who_created_it(fake, run, clock, env):
     clock.advance(2 * 3600)
     assert run("reap").code == 0
     book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
-    assert [e["owner"] for e in book[pod].events if e["event"] == "reaped"] == ["alice"]
+    (reaped,) = [e for e in book[pod].events if e["event"] == "reaped"]
+    assert (reaped["owner"], reaped["ownerFrom"], reaped["ledgerOwner"]) == ("bob", "pod", "alice")
     owners = run("cost").json["report"]["owners"]
-    assert owners["alice"]["reaped_pods"] == 1 and "bob" not in owners
+    assert owners["alice"]["spent_usd"] > 0 and owners["bob"]["spent_usd"] == 0

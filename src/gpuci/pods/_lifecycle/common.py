@@ -10,7 +10,7 @@ can simulate a day of CI.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuci import settings
@@ -73,30 +73,50 @@ def record_end(
     at: float,
     *,
     pod_name: str = "",
+    pod: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> None:
     """The pod is gone: record it and release its budget reservation: of those its record
     names (an event anyone can plant may name anyone's), only ones made for ``pod_name``,
-    the name RunPod listed it under (unknown: none; its reservation lapses at its end)."""
+    the name RunPod listed it under (unknown: none; its reservation lapses at its end).
+
+    The owner recorded is the pod's own, as its budget counted it while it lived: the tag of
+    ``pod`` (as RunPod listed it), else the ``owner`` the caller read from that tag, and only
+    for a pod RunPod no longer shows the ledger's (its first ``created`` event, which anyone
+    can plant); ``ownerFrom`` says which (``pod`` or ``ledger``), and ``ledgerOwner`` names the
+    ledger's when it differs."""
     if book is None:
         return
     try:
         known = book.pod(pod_id)
         if known is not None:
             fields = {
-                "owner": known.owner,
                 "gpu": known.gpu,
                 "costPerHr": known.cost_per_hr,
                 "runUrl": known.run_url,
                 **{k: v for k, v in fields.items() if v not in (None, "")},
             }
-            if known.owner:  # who created it, as recorded then: a renamed pod blames no one
-                fields["owner"] = known.owner
+        fields.update(_owner_of(pod, str(fields.get("owner") or ""), known))
         book.record(event, pod_id, at, **fields)
         for key in _made_for(book, known, pod_name):
             book.release(key)
     except (OSError, GpuciError) as exc:
         rt.log(f"warning: could not write the pods ledger {book.where}: {exc}")
+
+
+def _owner_of(
+    pod: Mapping[str, Any] | None, told: str, known: ledger.PodRecord | None
+) -> dict[str, str]:
+    """The ended pod's owner and where it came from (see :func:`record_end`)."""
+    tag = tag_of(pod) if pod is not None else None
+    ledger_owner = known.owner if known is not None else ""
+    if tag is None and not told:
+        return {"owner": ledger_owner, "ownerFrom": "ledger"} if ledger_owner else {}
+    owner = tag.owner if tag is not None else told
+    out = {"owner": owner, "ownerFrom": "pod"}
+    if ledger_owner and fold_owner(ledger_owner) != fold_owner(owner):
+        out["ledgerOwner"] = ledger_owner  # for whoever reads the event: spend goes by created
+    return out
 
 
 def _made_for(book: ledger.Ledger, known: ledger.PodRecord | None, pod_name: str) -> list[str]:
@@ -190,7 +210,7 @@ def end_pod(
     except NotFound:
         outcome = "already gone"
     name = str((pod or {}).get("name") or "")
-    record_end(rt, book, event, pod_id, clock.now(), pod_name=name, **fields)
+    record_end(rt, book, event, pod_id, clock.now(), pod_name=name, pod=pod, **fields)
     return outcome
 
 

@@ -156,6 +156,7 @@ def _record_end(job: Job, pod: dict[str, Any]) -> None:
         "terminated",
         pod["id"],
         job.clock.now(),
+        pod=pod,
         reason="up failed",
         owner=tag.owner,
         runUrl=tag.run_url,
