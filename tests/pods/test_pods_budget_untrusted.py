@@ -67,6 +67,7 @@ def test_a_reservation_a_planted_event_names_never_shortens_the_pods_count(fake,
     folder.mkdir(parents=True)
     for seq, rate, until in [(0, 0.86, 2000.0), (1, 0.86, 9e9)]:
         item = {"owner": "alice", "costPerHr": rate, "untilEpoch": until, "podName": name}
+        item["createdEpoch"] = 900.0
         (folder / f"{seq:010d}.json").write_text(json.dumps(item))
     real, planted = (f"{ledger.RESERVATIONS}/{folder.name}/{s:010d}.json" for s in (0, 1))
     rec = ledger._merge(
@@ -78,7 +79,7 @@ def test_a_reservation_a_planted_event_names_never_shortens_the_pods_count(fake,
     )
     book = ledger.Ledger.open(str(tmp_path / "ledger"), {})
     pods = [{"id": "p1", "name": name, "cost": 0.86, "status": "RUNNING"}]
-    assert cost.covered_by(book, "alice")({"p1": rec}, pods) == {"p1": 2000.0}
+    assert cost.covered_by(book, "alice", 1000.0)({"p1": rec}, pods) == {"p1": 2000.0}
     assert rec.owners == ["alice", "x"]
 
 

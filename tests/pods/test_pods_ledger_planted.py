@@ -44,11 +44,13 @@ def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, ru
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
 
-def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, run, tmp_path):
+def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, run, tmp_path, clock):
     """G1: any object at a release's key hid a reservation; now only gpu-ci's own does, and
     only for a reservation whose pod RunPod no longer lists."""
     held = _folder(tmp_path, ledger.RESERVATIONS) / "0000000000.json"
-    _plant(held, {"owner": "alice", "costPerHr": 1.0, "untilEpoch": 4e9, "podName": "gone"})
+    now = clock.now()
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": now + 20 * 86400}
+    _plant(held, {**item, "podName": "gone", "createdEpoch": now})
     _plant(_folder(tmp_path, ledger.RELEASES) / held.name, "{}")
     assert run("up", budget_usd="10", **UP).code == 1  # not gpu-ci's release: it holds
     _release_as_gpuci_would(tmp_path, held)

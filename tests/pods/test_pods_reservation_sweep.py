@@ -64,7 +64,7 @@ def test_a_reservation_whose_pod_is_on_runpod_or_may_still_be_created_is_kept(
     assert run("down", pod_id=pod).code == 0  # released by its own down
     fresh = _folder(tmp_path, ledger.RESERVATIONS) / "0000000001.json"
     now = clock.now()
-    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": now + 8 * 3600}
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": now + 8 * 3600, "createdEpoch": now}
     _plant(fresh, {**item, "podName": "pod-of-an-up-under-way", "placeByEpoch": now + 600})
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout

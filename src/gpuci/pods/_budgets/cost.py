@@ -115,11 +115,12 @@ def _folded(owners: Iterable[str]) -> list[str]:
 
 
 def covered_by(
-    book: ledger.Ledger, owner: str
+    book: ledger.Ledger, owner: str, now: float
 ) -> Callable[[Mapping[str, ledger.PodRecord], Sequence[Mapping[str, Any]]], dict[str, float]]:
     """Live pods held by one of ``owner``'s live reservations, and until when (so they count
-    once): the earliest ``until`` of those the pod's record names that were made for that pod
-    (its name, :func:`ledger.made_for`), for its owner, at no less than its rate. A planted
+    once): the earliest ``until`` (as read at ``now``: ``Reservation.end``) of those the
+    pod's record names that were made for that pod (its name, :func:`ledger.made_for`), for
+    its owner, at no less than its rate. A planted
     reservation then covers no pod it does not pay for. The reservations are read when the
     returned function is called: after the pods were listed, which a release is checked
     against (:meth:`ledger.Ledger.reservations`)."""
@@ -135,7 +136,7 @@ def covered_by(
                 continue
             rate = float(pod.get("cost") or 0.0)
             untils = [
-                r.until
+                r.end(now)
                 for k in rec.reservations
                 if (r := live.get(k)) is not None
                 and ledger.made_for(r.name, str(pod.get("name") or ""))
@@ -190,7 +191,7 @@ def exposure(
 ) -> float:
     """``owner``'s billed spend in the period plus what their live pods may still bill beyond
     their reservations (which the caller counts, as :meth:`ledger.Ledger.reserve` does)."""
-    held = covered_by(book, owner)
+    held = covered_by(book, owner, now)
     spend, _ = gather(client, book, period_s, now, grace_s, held, deadline=deadline)
     return spend.exposure(owner)
 

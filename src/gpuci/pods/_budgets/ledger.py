@@ -38,7 +38,7 @@ from gpuci.cache._stores.base import Store, redact_url
 from gpuci.cache._stores.file import LockBusy
 from gpuci.errors import CheckFailed, ConflictError, GpuciError, InfraError, InputError
 from gpuci.pods._budgets import listing
-from gpuci.pods._budgets.holds import Hold, Reservation, made_for
+from gpuci.pods._budgets.holds import Hold, Reservation, check_hold, made_for
 from gpuci.pods._budgets.records import MAX_OBJECT, PodRecord, _decode, _merge, _num
 from gpuci.pods._budgets.records import reaped_by_owner as reaped_by_owner
 from gpuci.pods._runpod.naming import fold_owner, tag_of
@@ -332,7 +332,7 @@ class Ledger:
         listed_at = self._listed_at
 
         def done(r: Reservation) -> bool:
-            if r.until <= now:
+            if r.end(now) <= now:
                 return True
             return (
                 r.place_by is not None
@@ -454,6 +454,7 @@ class Ledger:
         decides again with the winner's reservation counted.
         """
         hold = hold or Hold()
+        check_hold(now, until)
         for _ in range(RESERVE_ATTEMPTS):
             live, released, seq = self.reservations(owner)
             swept = self._sweep(owner, live, released, now)
