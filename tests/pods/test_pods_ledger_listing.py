@@ -118,7 +118,20 @@ def test_a_read_of_every_event_is_capped_and_refused_in_one_line(tmp_path, monke
     try:
         book.events(since=0)
     except ledger.InfraError as exc:
-        assert "over 10 event objects" in exc.message
+        assert "over 10 event objects" in exc.message, exc.message
     else:
         raise AssertionError("not refused")
     assert len(seen) <= 11
+
+
+def test_objects_not_named_as_gpuci_names_events_take_no_read_of_a_pod(
+    fake, run, tmp_path, monkeypatch
+):
+    """Objects in a pod's folder under names ``record`` never writes are dropped before the
+    per-pod read cap: they never push the pod's own events out of it."""
+    monkeypatch.setattr(ledger, "MAX_POD_EVENTS", 3)
+    pod = run("up", budget_usd="50", **UP).outputs["pod-id"]
+    for i in range(10):
+        _plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"0-{i}.json")
+    res = run("up", budget_usd="50", **UP)
+    assert res.code == 0 and f"{ledger.EVENTS}/{pod}/" not in res.stdout, res.stdout

@@ -189,7 +189,7 @@ class Ledger:
         """The event keys of one pod's folder: at most :data:`listing.MAX_POD_LISTED` listed
         (more: named in :meth:`skipped_line`), at most :data:`MAX_POD_EVENTS` kept."""
         keys, more = self._list(f"{EVENTS}/{pod_id}/", listing.MAX_POD_LISTED)
-        kept = self._capped(keys)
+        kept = self._capped([k for k in keys if _KEY.match(k)])  # only record()'s names
         if more:
             self.skipped[f"{EVENTS}/{pod_id}/"] = (
                 f"over {listing.MAX_POD_LISTED} objects listed, the rest not looked at"
@@ -210,7 +210,6 @@ class Ledger:
             wanted = sorted({p for p in pods if p != "_" and _POD_ID.match(p)})
             with ThreadPoolExecutor(max_workers=8) as pool:
                 keys = [k for got in pool.map(self._pod_keys, wanted) for k in got]
-            keys = [k for k in keys if _KEY.match(k)]
         else:
             keys = self._all_events(pods, since)
         out = []
@@ -233,10 +232,11 @@ class Ledger:
             keys = [k for k in keys if _wanted(k, pods or (), since)]
         keys = self._capped(keys)  # a pod's folder, flooded, costs at most its cap
         if more or len(keys) > MAX_EVENT_READS:
-            held = f"over {listing.MAX_EVENTS_LISTED}" if more else str(len(keys))
+            held, most = (listing.MAX_EVENTS_LISTED, "lists") if more else (len(keys), "reads")
             raise InfraError(
-                f"the pods ledger {self.where} holds {held} event objects to read here "
-                f"(under {prefix}), over the {MAX_EVENT_READS} one command reads; none were read",
+                f"the pods ledger {self.where} holds {'over ' if more else ''}{held} event "
+                f"objects to read here (under {prefix}), over what one command {most}; none "
+                "were read",
                 hint="look for objects gpu-ci did not write under pods-ledger/events/ and remove "
                 "them, or shorten the budgets file's period",
             )
