@@ -62,3 +62,9 @@ def test_ups_and_starts_past_the_longest_hold_are_refused_with_a_budget(fake, ru
     res = run("start", pod_id=pod, ttl="40d")
     assert res.code == 2 and "over the 31" in res.json["headline"], res.stdout
     assert run("up", **dict(UP, ttl="40d")).code == 0  # no budget: no reservation to bound
+
+
+def test_the_dry_run_says_a_reservation_past_the_longest_hold_would_stop_the_up(run):
+    done = run("up", dry_run=True, budget_usd="10000", **dict(UP, ttl="31d"))
+    assert "a budget reservation holds; a real run would stop here" in done.stdout, done.stdout
+    assert "a real run would stop here" not in run("up", dry_run=True, **dict(UP, ttl="31d")).stdout

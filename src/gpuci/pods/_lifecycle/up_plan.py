@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuci import settings
-from gpuci.pods._budgets import ledger
+from gpuci.pods._budgets import holds, ledger
 from gpuci.pods._budgets import policy as budgets
 from gpuci.pods._runners import registry as runners
 from gpuci.pods._runpod import plan
@@ -41,6 +41,11 @@ def plan_up(
         result.warning(warn)
     if not settings.RUNPOD_API_KEY.is_set(rt.environ):
         result.warning(f"{API_KEY_ENV} is not set; a real run would stop here")
+    if decision.budget is not None and inp.ttl + decision.grace_s > holds.MAX_HOLD_S:
+        result.warning(  # as ledger.Ledger.reserve refuses it (exit 2)
+            f"ttl plus the reap interval is over the {holds.MAX_HOLD_S / 86400:.0f} days a "
+            "budget reservation holds; a real run would stop here"
+        )
     result.outputs = {
         "pod-id": "",
         "status": "PLANNED",
