@@ -60,8 +60,9 @@ def case_folders(owner: str, pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """The folders an older gpu-ci (before owners were folded) filed ``owner``'s objects
     under, for each other case of the name a pod on RunPod is tagged with: the pods it made
     carry the name in the case it wrote, and their reservations are the ones still holding
-    (one of a pod gone holds only until its ``until``). Each is listed as its own folder:
-    never a listing of every folder of a like name."""
+    (one of a pod gone holds at most :data:`gpuci.pods._budgets.holds.MAX_HOLD_S` from its
+    writing, so none left from before the folding holds for long). Each is listed as its own
+    folder: never a listing of every folder of a like name."""
     names = set()
     for pod in pods:
         tag = tag_of(pod)
