@@ -78,7 +78,10 @@ class UpInputs:
     cloud: str = inp("RunPod cloud tier.", default="SECURE", choices=("SECURE", "COMMUNITY"))
     data_centers: list[str] = inp("Data centre ids to try, in order (default: any).")
     ttl: float = inp(
-        "Lifetime: the pod stops itself and is reaped after this.", kind="duration", default="1h"
+        "Lifetime: the pod stops itself and is reaped after this. With a budget, ttl plus the"
+        " reap interval is at most 31 days (a reservation holds no longer).",
+        kind="duration",
+        default="1h",
     )
     owner: str = _OWNER
     ledger: str = _LEDGER
@@ -190,7 +193,10 @@ class StopInputs:
 @options
 class StartInputs:
     pod_id: list[str] = _POD_ID
-    ttl: float | None = inp("New lifetime from now.", kind="duration")
+    ttl: float | None = inp(
+        "New lifetime from now; with a budget, at most 31 days with the reap interval.",
+        kind="duration",
+    )
     ledger: str = _LEDGER
     budgets: str = _BUDGETS
 
