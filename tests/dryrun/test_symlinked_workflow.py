@@ -27,3 +27,33 @@ def test_a_symlinked_workflow_inside_the_checkout_keeps_the_links_checkout(tmp_p
     proc = dry_run(tmp_path, checkout / WORKFLOWS / "wf.yml", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"in {checkout};" in proc.stderr
+
+
+def _readable(link: str) -> bool:
+    try:
+        os.readlink(link)
+    except OSError:
+        return False
+    return True
+
+
+def test_a_local_uses_that_cannot_be_resolved_is_planned_not_an_internal_error(tmp_path):
+    """``uses: ./<a name of 300 characters>`` (ENAMETOOLONG from is_file) and, where this user
+    may not read it, ``uses: ./pid1/act`` with ``pid1 -> /proc/1/cwd`` (EACCES from resolve:
+    so on any runner that is not root) ended the plan in an internal error. The PR writes both:
+    each is a step whose action the plan cannot read, or a reusable workflow not inspected."""
+    long = "y" * 300
+    uses = [f"./{long}", f"./.github/workflows/{long}.yml"]
+    if not _readable("/proc/1/cwd"):
+        os.symlink("/proc/1/cwd", tmp_path / "pid1")
+        uses += ["./pid1/act", "./pid1/w.yml"]
+    steps = "".join(
+        f"  s{i}: {{runs-on: x, steps: [{{uses: '{u}'}}]}}\n" for i, u in enumerate(uses)
+    )
+    calls = "".join(f"  c{i}: {{uses: '{u}'}}\n" for i, u in enumerate(uses))
+    wf = write(tmp_path, "on: push\njobs:\n" + steps + calls, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    text = proc.stdout + proc.stderr
+    assert "internal error" not in text and "Traceback" not in text, text
+    assert proc.returncode == 0, text
+    assert text.count("not inspected: local reusable workflow not found") == len(uses), text
