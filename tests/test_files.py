@@ -118,3 +118,45 @@ def test_hash_fd_reads_no_further_than_the_size_it_is_given(tmp_path):
         with pytest.raises(OSError) as caught:
             files.hash_fd(handle.fileno(), chunk=4096, size=5000)
         assert caught.value.errno == errno.EFBIG
+
+
+def _walked(top: Path, limit: int | None) -> list[str]:
+    """The names below ``top`` a walk with ``limit`` lists (folders as ``name/``)."""
+    fd = os.open(top, files.FOLDER)
+    try:
+        return [
+            "/".join([*names, entry.name])
+            for _, names, entries in files.walk(fd, limit=limit)
+            for entry in entries
+        ]
+    finally:
+        os.close(fd)
+
+
+def test_a_walk_lists_at_most_its_limit_of_names(tmp_path, monkeypatch):
+    """A tree of empty folders holds no file a caller counts, and one folder's names were all
+    read (and sorted) before the first was seen: a walk with a limit counts every name as it
+    is listed and stops one past it, the rest never read."""
+    for i in range(30):
+        (tmp_path / f"d{i:02}").mkdir()
+    (tmp_path / "d00" / "f").write_bytes(b"")
+    assert _walked(tmp_path, 31) == ["d00/f"]  # 30 folders and a file: within the limit
+    read: list[str] = []
+    real_scandir = os.scandir
+
+    def scandir(folder):
+        class Listing:
+            def __enter__(self):
+                self.listed = real_scandir(folder)
+                return (read.append(e.name) or e for e in self.listed)
+
+            def __exit__(self, *exc):
+                self.listed.close()
+
+        return Listing()
+
+    monkeypatch.setattr(files.os, "scandir", scandir)
+    with pytest.raises(files.TooMany, match="more than 10 entries to walk") as caught:
+        _walked(tmp_path, 10)
+    assert caught.value.errno == errno.E2BIG
+    assert len(read) == 11  # the one past the limit, then no more

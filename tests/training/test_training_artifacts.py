@@ -240,3 +240,21 @@ def test_a_link_that_cannot_be_read_is_a_warning_not_an_internal_error(tmp_path,
             pattern,
             warnings,
         )
+
+
+def test_a_walk_over_more_names_than_the_cap_is_one_line(tmp_path, monkeypatch):
+    """The training may leave millions of empty folders (or of files the pattern does not
+    match) beside the model: no count of files saw them, so the walk went on through all of
+    them. It lists at most MAX_ARTIFACT_WALKED names, then stops in one line."""
+    ckpt = checkpoint(tmp_path)
+    for i in range(20):
+        (ckpt / "empty" / f"d{i:02}").mkdir(parents=True)
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_WALKED", 10)
+    for pattern in (str(ckpt), f"{ckpt}/**/*.safetensors"):
+        with pytest.raises(InputError, match=r"holds more than 10 files and folders to walk"):
+            artifacts.find_artifacts([pattern])
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_WALKED", 25)  # 2 files, 22 folders
+    assert paths(tmp_path, [f"{ckpt}/**/*.safetensors"]) == [
+        f"{ckpt}/model.safetensors",
+        f"{ckpt}/run/shard.safetensors",
+    ]

@@ -25,9 +25,12 @@ from pathlib import Path
 from gpuci import files, globs
 from gpuci.errors import CheckFailed, InputError
 
-__all__ = ["MAX_ARTIFACT_FILES", "Artifact", "digest", "find_artifacts"]
+__all__ = ["MAX_ARTIFACT_FILES", "MAX_ARTIFACT_WALKED", "Artifact", "digest", "find_artifacts"]
 
 MAX_ARTIFACT_FILES = 100_000  # far more files than a model is saved as; a walk stops past it
+# Names (files, folders, links) one pattern's walk lists: the training may leave millions of
+# empty folders, or of files the pattern does not match, that no count of files would see.
+MAX_ARTIFACT_WALKED = 1_000_000
 _LINK_OUT_FIX = "(save the file itself there, or name its real path in artifacts)"
 
 
@@ -59,7 +62,8 @@ def find_artifacts(
     Raises:
         CheckFailed: a pattern matches no file and no link out (exit 1: training did not
             write it).
-        InputError: more than :data:`MAX_ARTIFACT_FILES` files, or one that cannot be read.
+        InputError: more than :data:`MAX_ARTIFACT_FILES` files, a walk that lists more than
+            :data:`MAX_ARTIFACT_WALKED` names, or a file that cannot be read.
     """
     found: dict[str, _Found] = {}
     skipped: list[str] = []
@@ -128,7 +132,7 @@ def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> 
     # A folder matched takes every file below it (``ckpt/**`` matches ``ckpt/`` itself).
     taken: dict[tuple[str, ...], bool] = {(): rest is None or globs.matches(rest, ())}
     try:
-        for _, names, entries in files.walk(top):
+        for _, names, entries in files.walk(top, limit=MAX_ARTIFACT_WALKED):
             here = tuple(names)
             if here not in taken:  # a folder comes after the one above it
                 taken[here] = taken[here[:-1]] or globs.matches(rest or [], here, dot_files=False)
@@ -144,6 +148,12 @@ def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> 
                         f"artifacts match more than {MAX_ARTIFACT_FILES:,} files",
                         hint="name the model's files, or the folder that holds only them",
                     )
+    except files.TooMany:
+        raise InputError(
+            f"artifacts '{base.as_posix()}' holds more than {MAX_ARTIFACT_WALKED:,} files "
+            "and folders to walk",
+            hint="name the model's files, or the folder that holds only them",
+        ) from None
     finally:
         os.close(top)
     return found
