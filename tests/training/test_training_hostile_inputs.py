@@ -378,3 +378,36 @@ def test_a_journal_record_naming_no_usable_path_is_passed_over(tmp_path, path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert "internal error" not in text and "Traceback" not in text, text
+
+
+def test_a_metrics_file_gone_or_swapped_after_it_was_read_is_not_hashed_blindly(
+    tmp_path, monkeypatch
+):
+    """The PR's training may leave a process behind that removes ``metrics.json`` once the
+    gate has read it, or puts a FIFO there: gate.json's metrics_sha256 was a second, plain
+    ``open`` (FileNotFoundError: an internal error; a FIFO: a wait for ever). It is hashed as
+    a file someone else put there, and one that is gone or no file is an empty hash."""
+    import os
+
+    from gpuci.training import _gate
+    from gpuci.training import _metrics as metrics_mod
+    from gpuci.training.options import GateInputs
+
+    path = tmp_path / "m.json"
+    real_load = metrics_mod.load
+
+    def load_then(change):
+        def load(named, **kwargs):
+            found = real_load(named, **kwargs)
+            if Path(named) == path:
+                change()
+            return found
+
+        return load
+
+    inp = GateInputs(metrics=str(path), min=["a=1"])
+    for change in (path.unlink, lambda: (path.unlink(), os.mkfifo(path))):
+        path.write_text('{"a": 2}')
+        monkeypatch.setattr(metrics_mod, "load", load_then(change))
+        record, _ = _gate.evaluate(inp, _gate.parse_all(inp))
+        assert record["passed"] is True and record["metrics_sha256"] == ""
