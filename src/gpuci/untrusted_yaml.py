@@ -17,7 +17,8 @@ GitHub's template reader refuses both; so does this loader, with the line and th
 - integers: at most :data:`MAX_INT_DIGITS` digits (GitHub reads a number as a double, 17
   significant digits; Python refuses to read or print one of more than 4,300 digits with a
   ``ValueError``, which no caller expects of a YAML reader), and a value tagged ``!!int`` or
-  ``!!float`` that is no number is no YAML rather than a ``ValueError``.
+  ``!!float`` that is no number is no YAML rather than a ``ValueError``;
+- dates: the text written (GitHub has no timestamp type), never a datetime or a ValueError.
 """
 
 from __future__ import annotations
@@ -138,8 +139,17 @@ class _BoundedLoader(yaml.SafeLoader):
         except (ValueError, IndexError):
             raise _not_a_number(node, "float") from None
 
+    def construct_yaml_timestamp(self, node: ScalarNode) -> str:  # type: ignore[override]
+        """The text as written: GitHub's reader has no timestamp (``2001-12-14`` is that text,
+        ``2001-02-30`` too). PyYAML made a datetime, printed otherwise, and raised ValueError
+        for a day no month has (an internal error of the dry run)."""
+        return str(self.construct_scalar(node))
+
 
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
+)
 _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 

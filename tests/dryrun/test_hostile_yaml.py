@@ -142,3 +142,18 @@ def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
     assert line.startswith("dry-run: bad input: workflow ") and reason in line
     assert "internal error" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2001-02-30", "2001-12-14t21:59:43.10+99:00", "2001-12-14 21:59:43.10 -5", "2001-12-14"],
+)
+def test_a_date_is_the_text_github_reads_not_a_python_datetime(tmp_path, value):
+    """GitHub's reader has no timestamp: ``2001-02-30`` is that text. PyYAML made a datetime
+    of each (printed otherwise: ``21:59:43.100000-05:00``) and raised ValueError for a day no
+    month has or an offset past a day, an internal error of the dry run."""
+    path = write(tmp_path, f"on: push\nenv:\n  D: {value}\n" + JOB)
+    assert load_workflow(path)["env"]["D"] == value
+    wf = write(tmp_path, f"on: push\nenv:\n  D: {value}\n" + JOB, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
