@@ -171,3 +171,31 @@ def test_an_env_block_larger_than_github_evaluates_leaves_the_rest_to_the_run(mo
     assert env["X1"] == "x" * 40 and env["X2"] == "a" + "x" * 40
     assert isinstance(env["X3"], Unknown) and "larger than GitHub evaluates" in env["X3"].why
     assert isinstance(env["X4"], Unknown)
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        # A number is a double, printed with 15 significant digits (ExpressionConstants
+        # .NumberFormat "G15"): Python printed 17, or every digit of an integer.
+        ("format('{0}', 1.23456789012345678)", "1.23456789012346"),
+        ("format('{0}', 1e20)", "1E+20"),
+        ("format('{0}', 0.00001)", "1E-05"),
+        ("format('{0}', fromJSON('12345678901234567890'))", "1.23456789012346E+19"),
+        ("format('{0}', 3.5)", "3.5"),
+        ("format('{0}', 40)", "40"),
+        ("format('{0}', fromJSON('{\"a\": 1}'))", "Object"),  # not its JSON
+        ("format('{0}', fromJSON('[1, 2]'))", "Array"),
+        ("join(fromJSON('[[1], {\"a\": 1}, 2]'))", "Array,Object,2"),
+        ("join(fromJSON('[1, 2]'), fromJSON('[0]'))", "1,2"),  # a separator no primitive
+        ("join(fromJSON('{\"a\": 1}'))", ""),
+        ("contains(fromJSON('{\"title\": 1}'), 'title')", False),  # JSON's text was searched
+        ("contains('Object', fromJSON('{}'))", False),
+        ("startsWith(fromJSON('[\"ab\"]'), '[')", False),
+        ("endsWith('x]', fromJSON('[]'))", False),
+    ],
+)
+def test_values_are_text_as_the_runner_makes_them(expr: str, expected: object) -> None:
+    """ConvertToString, Contains, StartsWith, EndsWith and Join of actions/runner's
+    ``Expressions2``: a plan showed (and compared) text the run never has."""
+    assert evaluate(expr, CTX, ok) == expected

@@ -34,6 +34,7 @@ from gpuci.dryrun._values import (
     Unknown,
     equal,
     first_unknown,
+    is_primitive,
     opaque,
     to_number,
     to_text,
@@ -305,8 +306,8 @@ class _Parser:
             return unknown
         if low in ("contains", "startswith", "endswith") and len(args) == 2:
             hay, needle = args
-            if low == "contains" and isinstance(hay, list):
-                return False
+            if not (is_primitive(hay) and is_primitive(needle)):
+                return False  # the runner searches no object's or array's text
             h, n = to_text(hay).casefold(), to_text(needle).casefold()
             if low == "contains":
                 return n in h
@@ -367,8 +368,8 @@ def _format(template: str, args: list[str], where: str) -> str:
 
 def _join(args: list[Any]) -> str:
     """``join(items, sep)``, measured before it is built."""
-    sep = to_text(args[1]) if len(args) == 2 else ","
-    items = args[0] if isinstance(args[0], list) else [args[0]]
+    sep = to_text(args[1]) if len(args) == 2 and is_primitive(args[1]) else ","
+    items = args[0] if isinstance(args[0], list) else [args[0]] if is_primitive(args[0]) else []
     texts = [to_text(i) for i in items]
     size = sum(map(len, texts)) + len(sep) * max(len(texts) - 1, 0)
     if size > MAX_TEXT:

@@ -9,7 +9,6 @@ context the plan knows only some properties of is a :class:`Partial`. The evalua
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -113,16 +112,39 @@ def equal(left: Any, right: Any) -> bool:
 
 
 def to_text(value: Any) -> str:
-    """How the runner renders a value inside a string."""
+    """How the runner renders a value inside a string (``EvaluationResult.ConvertToString``):
+    a number as a double to 15 significant digits, an object or array by its kind's name (its
+    JSON is ``toJSON``'s)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, dict | list):
-        return json.dumps(value, indent=2)
+    if isinstance(value, int | float):
+        return number_text(value)
+    if isinstance(value, dict):
+        return "Object"
+    if isinstance(value, list):
+        return "Array"
     return str(value)
+
+
+def number_text(value: int | float) -> str:
+    """A number as .NET prints a double with ``G15``: ``1E+20``, ``1.23456789012346``."""
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a double's range
+        return "Infinity" if value > 0 else "-Infinity"
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return format(number, ".15g").replace("e", "E")
+
+
+def is_primitive(value: Any) -> bool:
+    """Whether the runner reads ``value`` as a primitive (null, boolean, number, string):
+    ``contains``, ``startsWith`` and ``endsWith`` of anything else are false."""
+    return not isinstance(value, dict | list)
 
 
 def first_unknown(value: Any) -> Unknown | None:
