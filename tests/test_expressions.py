@@ -199,3 +199,13 @@ def test_values_are_text_as_the_runner_makes_them(expr: str, expected: object) -
     """ConvertToString, Contains, StartsWith, EndsWith and Join of actions/runner's
     ``Expressions2``: a plan showed (and compared) text the run never has."""
     assert evaluate(expr, CTX, ok) == expected
+
+
+@pytest.mark.parametrize("template", ["a{b", "a}b", "{0:x}", "{x}", "{ 0}", "{0", "}{"])
+def test_a_format_string_the_runner_refuses_is_an_error(template: str) -> None:
+    """The runner's format() throws on a brace that is neither escaped (``{{``, ``}}``) nor a
+    ``{N}`` (a format specifier only for a date): the step fails. The plan printed the text
+    as it was, a value the run never has."""
+    with pytest.raises(ExpressionError, match="format"):
+        evaluate(f"format('{template}', 1)", CTX, ok)
+    assert evaluate("format('{{{0}}}}}', 1)", CTX, ok) == "{1}}"

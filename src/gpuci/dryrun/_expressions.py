@@ -355,6 +355,8 @@ def _format(template: str, args: list[str], where: str) -> str:
         token = match.group(0)
         if token in ("{{", "}}"):
             return token[0]
+        if match.group(1) is None:  # a lone brace, a {0:spec}: the runner throws
+            raise ExpressionError(f"format() string is invalid (a lone {token!r}) in {where!r}")
         index = int(match.group(1))
         if index >= len(args):
             raise ExpressionError(f"format() has no argument {index} in {where!r}")
@@ -363,7 +365,7 @@ def _format(template: str, args: list[str], where: str) -> str:
             raise _too_long(size, "format()")
         return args[index]
 
-    return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
+    return re.sub(r"\{\{|\}\}|\{(\d+)\}|[{}]", put, template)
 
 
 def _join(args: list[Any]) -> str:
