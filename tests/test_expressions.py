@@ -209,3 +209,19 @@ def test_a_format_string_the_runner_refuses_is_an_error(template: str) -> None:
     with pytest.raises(ExpressionError, match="format"):
         evaluate(f"format('{template}', 1)", CTX, ok)
     assert evaluate("format('{{{0}}}}}', 1)", CTX, ok) == "{1}}"
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("toJSON(fromJSON('[1.0, 2.5, 1e20]'))", "[\n  1,\n  2.5,\n  1E+20\n]"),
+        ('toJSON(fromJSON(\'{"é": "ü", "n": null}\'))', '{\n  "é": "ü",\n  "n": null\n}'),
+        ("toJSON(fromJSON('[[], {}, [true]]'))", "[\n  [],\n  {},\n  [\n    true\n  ]\n]"),
+        ("toJSON(12345678901234567890)", "1.23456789012346E+19"),
+        ("toJSON('a\"b')", '"a\\"b"'),
+    ],
+)
+def test_to_json_writes_as_the_runner_writes(expr: str, expected: str) -> None:
+    """The runner's toJSON writes each number as its text (G15: ``1``, not ``1.0``) and a
+    string's characters as they are (Python's json escaped every one past ASCII)."""
+    assert evaluate(expr, CTX, ok) == expected

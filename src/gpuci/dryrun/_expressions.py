@@ -20,7 +20,6 @@ names what it came from, so a plan says *why* it could not decide. Anything else
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -35,6 +34,7 @@ from gpuci.dryrun._values import (
     equal,
     first_unknown,
     is_primitive,
+    json_text,
     opaque,
     to_number,
     to_text,
@@ -317,7 +317,7 @@ class _Parser:
         if low == "join" and 1 <= len(args) <= 2:
             return _join(args)
         if low == "tojson" and len(args) == 1:
-            made = _bounded(json.dumps(args[0], indent=2), "toJSON()")
+            made = _bounded(json_text(args[0]), "toJSON()")
             spend(len(made))
             return made
         raise ExpressionError(f"function {name}() is not supported here")

@@ -9,6 +9,7 @@ context the plan knows only some properties of is a :class:`Partial`. The evalua
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -139,6 +140,25 @@ def number_text(value: int | float) -> str:
     if math.isinf(number):
         return "Infinity" if number > 0 else "-Infinity"
     return format(number, ".15g").replace("e", "E")
+
+
+def json_text(value: Any, level: int = 0) -> str:
+    """``toJSON`` as the runner writes it (``ToJson``): two spaces a level, each number as its
+    text (``1``, not Python's ``1.0``; ``1E+20``), a string's characters as they are."""
+    pad = "\n" + "  " * (level + 1)
+    if isinstance(value, dict):
+        pairs = [f"{pad}{_quoted(to_text(k))}: {json_text(v, level + 1)}" for k, v in value.items()]
+        return "{" + ",".join(pairs) + "\n" + "  " * level + "}" if pairs else "{}"
+    if isinstance(value, list):
+        items = [pad + json_text(item, level + 1) for item in value]
+        return "[" + ",".join(items) + "\n" + "  " * level + "]" if items else "[]"
+    if isinstance(value, str):
+        return _quoted(value)
+    return "null" if value is None else to_text(value)
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
 
 
 def is_primitive(value: Any) -> bool:
