@@ -225,3 +225,28 @@ def test_to_json_writes_as_the_runner_writes(expr: str, expected: str) -> None:
     """The runner's toJSON writes each number as its text (G15: ``1``, not ``1.0``) and a
     string's characters as they are (Python's json escaped every one past ASCII)."""
     assert evaluate(expr, CTX, ok) == expected
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("'1_000' == 1000", False),  # Python's float() reads underscores; .NET's does not
+        ("'infinity' > 1", False),  # Python: inf; the runner: NaN (only 'Infinity' is one)
+        ("'inf' > 1", False),
+        ("'Infinity' > 1", True),
+        ("'-Infinity' < 1", True),
+        ("'0X10' == 16", False),  # only a lowercase 0x
+        ("'0x10' == 16", True),
+        ("'0o17' == 15", True),  # Python: NaN
+        ("'0xffffffff' == -1", True),  # an Int32, as .NET parses it
+        ("'0x100000000' == 4294967296", False),  # past an Int32: NaN
+        ("' 1.5e1 ' == 15", True),
+        ("'1.' == 1", True),
+        ("'.' == 0", False),
+    ],
+)
+def test_text_is_a_number_as_the_runner_parses_one(expr: str, expected: bool) -> None:
+    """ExpressionUtility.ParseNumber: .NET's Double.TryParse, then 0x and 0o as an Int32,
+    then 'Infinity'; anything else NaN. Python's float() read more, so a comparison the run
+    finds false was true in the plan."""
+    assert evaluate(expr, CTX, ok) is expected

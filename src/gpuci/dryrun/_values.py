@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,14 +78,32 @@ def to_number(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        text = value.strip()
-        if text == "":
-            return 0.0
-        try:
-            return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
-        except ValueError:
-            return math.nan
+        return _parsed_number(value.strip())
     return math.nan
+
+
+# What ``ExpressionUtility.ParseNumber`` reads: .NET's Double.TryParse (sign, point, exponent;
+# no ``_``, no ``inf`` or ``nan``), then ``0x``/``0o`` as an Int32, then ``Infinity``.
+_DOUBLE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")
+_INFINITIES = {"Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _parsed_number(text: str) -> float:
+    """A string as the runner reads it as a number: NaN for anything else (Python's float()
+    reads ``1_000``, ``inf`` and ``nan`` too)."""
+    if text == "":
+        return 0.0
+    if _DOUBLE.fullmatch(text):
+        return float(text)
+    found = _INT32.fullmatch(text)
+    if found:
+        hexa, octal = found.groups()
+        number = int(hexa, 16) if hexa else int(octal, 8)
+        if number >= 1 << 32:
+            return math.nan  # past an Int32
+        return float(number - (1 << 32) if number >= 1 << 31 else number)
+    return _INFINITIES.get(text, math.nan)
 
 
 def truthy(value: Any) -> bool:
