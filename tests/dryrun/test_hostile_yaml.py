@@ -187,3 +187,15 @@ def test_a_plain_scalar_is_what_githubs_reader_makes_of_it(tmp_path, written, re
     path = write(tmp_path, f"on: push\nenv:\n  V: {written}\n" + JOB)
     found = load_workflow(path)["env"]["V"]
     assert found == read and type(found) is type(read), found
+
+
+@pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true"])
+def test_steps_that_are_no_list_are_planned_not_an_internal_error(tmp_path, steps):
+    """``steps: 1`` in a job that runs, or in one an ``if:`` skips: ``list(1)`` was a
+    TypeError, an internal error of the dry run."""
+    body = f"on: push\njobs:\n  a: {{runs-on: x, steps: {steps}}}\n"
+    body += f"  b: {{runs-on: x, if: false, steps: {steps}}}\n"
+    wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert "internal error" not in proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
