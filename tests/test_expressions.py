@@ -250,3 +250,15 @@ def test_text_is_a_number_as_the_runner_parses_one(expr: str, expected: bool) ->
     then 'Infinity'; anything else NaN. Python's float() read more, so a comparison the run
     finds false was true in the plan."""
     assert evaluate(expr, CTX, ok) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(12.0, "12"), (1e3, "1000"), (1e20, "1E+20"), (0.1, "0.1"), (40, "40"), (True, "true")],
+)
+def test_a_yaml_number_is_text_as_the_runner_makes_it(value: object, text: str) -> None:
+    """``env: {CUDA: 12.0}``: the runner's NumberToken is a double printed with G15, so the
+    step's env holds ``12``; the plan had Python's ``12.0`` (and compared that)."""
+    from gpuci.dryrun._contexts import text_of
+
+    assert text_of(value) == text
