@@ -160,3 +160,37 @@ def test_a_walk_lists_at_most_its_limit_of_names(tmp_path, monkeypatch):
         _walked(tmp_path, 10)
     assert caught.value.errno == errno.E2BIG
     assert len(read) == 11  # the one past the limit, then no more
+
+
+def test_a_planted_temporary_is_replaced_never_written_through(tmp_path: Path) -> None:
+    """The folder a report goes to may be the PR's (gate.json under its output dir): a link
+    planted at ``<name>.incomplete`` had the bytes written through it into its target (then
+    the link renamed over the name), and a FIFO held ``open`` until the job was killed, so the
+    gate never said it errored. What is there is removed and the file made anew."""
+    import threading
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    target = tmp_path / "out" / "gate.json"
+    target.parent.mkdir()
+    files.incomplete_path(target).symlink_to(victim)
+    files.atomic_write_bytes(target, b"report")
+    assert victim.read_bytes() == b"keep"
+    assert target.read_bytes() == b"report" and not target.is_symlink()
+
+    os.mkfifo(files.incomplete_path(target))
+    done: list[object] = []
+
+    def write() -> None:
+        try:
+            done.append(files.atomic_write_bytes(target, b"again"))
+        except Exception as exc:  # the test reads what came out
+            done.append(exc)
+
+    worker = threading.Thread(target=write, daemon=True)
+    worker.start()
+    worker.join(60)
+    if not done:  # release the writer still waiting in open(), then fail
+        os.close(os.open(files.incomplete_path(target), os.O_RDONLY | os.O_NONBLOCK))
+    assert done == [hashlib.sha256(b"again").hexdigest()], done
+    assert target.read_bytes() == b"again"

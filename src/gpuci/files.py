@@ -112,25 +112,40 @@ def atomic_write_bytes(path: Path, payload: bytes) -> str:
 
     Raises ``OSError`` (the caller names the fix: a user's path or the runner's disk) with the
     temporary file removed, or ``IntegrityError`` when the disk returns other bytes.
+
+    The temporary is made anew (``O_EXCL``, no link followed) once whatever is at its name is
+    removed: the folder may be the PR's, and a link planted there had the bytes written through
+    it into its target, a FIFO held ``open`` for ever.
     """
     expected = hashlib.sha256(payload).hexdigest()
     temp = incomplete_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temp, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if sha256_file(temp) != expected:
-            raise IntegrityError(
-                f"{temp} does not read back as written", hint="check the disk and rerun"
-            )
+        temp.unlink(missing_ok=True)  # a stale temporary, or a link or FIFO put there
+        made = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, made, 0o666)
+        try:
+            write_all(fd, payload)
+            os.fsync(fd)
+            same = _same_file(fd, temp)  # read back through it: no name opened again
+            if hash_fd(fd)[0].hexdigest() != expected or not same:
+                raise IntegrityError(
+                    f"{temp} does not read back as written", hint="check the disk and rerun"
+                )
+        finally:
+            os.close(fd)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             temp.unlink(missing_ok=True)
         raise
     return expected
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` (not followed) is still the file open as ``fd``."""
+    here, there = os.fstat(fd), os.lstat(path)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def report_path(report: str | None, environ: Mapping[str, str], name: str) -> Path:
