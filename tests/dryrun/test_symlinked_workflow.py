@@ -57,3 +57,18 @@ def test_a_local_uses_that_cannot_be_resolved_is_planned_not_an_internal_error(t
     assert "internal error" not in text and "Traceback" not in text, text
     assert proc.returncode == 0, text
     assert text.count("not inspected: local reusable workflow not found") == len(uses), text
+
+
+def test_a_workflow_the_system_will_not_stat_is_one_bad_input_line(tmp_path):
+    """The workflow named is the PR's file: a link to a name too long (ENAMETOOLONG) or, where
+    this user may not read it, into /proc/1/cwd (EACCES) was an internal error from is_file."""
+    (tmp_path / WORKFLOWS).mkdir(parents=True)
+    links = {"long.yml": "y" * 300}
+    if not _readable("/proc/1/cwd"):
+        links["pid1.yml"] = "/proc/1/cwd/w.yml"
+    for name, target in links.items():
+        os.symlink(target, tmp_path / WORKFLOWS / name)
+        proc = dry_run(tmp_path, tmp_path / WORKFLOWS / name, cwd=tmp_path)
+        text = proc.stdout + proc.stderr
+        assert "internal error" not in text and proc.returncode == 2, text
+        assert f"cannot read workflow {tmp_path / WORKFLOWS / name}" in text, text

@@ -38,7 +38,11 @@ def _workflow_hint(root: Path | None = None) -> str:
 
 
 def load_workflow(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError:  # a link into /proc/1/cwd (EACCES), a name too long: the read names it
+        found = True
+    if not found:
         what = "is a folder, not a workflow file" if path.is_dir() else "not found"
         raise InputError(f"workflow file {path} {what}", hint=_workflow_hint())
     data = read_yaml(path, "workflow")
