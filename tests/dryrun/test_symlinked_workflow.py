@@ -72,3 +72,14 @@ def test_a_workflow_the_system_will_not_stat_is_one_bad_input_line(tmp_path):
         text = proc.stdout + proc.stderr
         assert "internal error" not in text and proc.returncode == 2, text
         assert f"cannot read workflow {tmp_path / WORKFLOWS / name}" in text, text
+
+
+def test_a_save_path_the_system_will_not_stat_is_judged_missing_not_an_error(tmp_path):
+    """A save's ``path`` is the PR's text: ``Path.exists`` raised ENAMETOOLONG for a name of
+    300 characters (an internal error of the plan); such a path is one no step makes."""
+    from gpuci.dryrun._path_origins import missing_paths
+
+    long = "m" * 300
+    steps = [{"run": "echo"}, {"uses": "./actions/cache-weights/save", "with": {"path": long}}]
+    (found,) = missing_paths(steps, 1, [long], tmp_path)
+    assert found.path == long and found.reason == "no step before this one makes it"
