@@ -171,3 +171,94 @@ def test_an_env_block_larger_than_github_evaluates_leaves_the_rest_to_the_run(mo
     assert env["X1"] == "x" * 40 and env["X2"] == "a" + "x" * 40
     assert isinstance(env["X3"], Unknown) and "larger than GitHub evaluates" in env["X3"].why
     assert isinstance(env["X4"], Unknown)
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        # A number is a double, printed with 15 significant digits (ExpressionConstants
+        # .NumberFormat "G15"): Python printed 17, or every digit of an integer.
+        ("format('{0}', 1.23456789012345678)", "1.23456789012346"),
+        ("format('{0}', 1e20)", "1E+20"),
+        ("format('{0}', 0.00001)", "1E-05"),
+        ("format('{0}', fromJSON('12345678901234567890'))", "1.23456789012346E+19"),
+        ("format('{0}', 3.5)", "3.5"),
+        ("format('{0}', 40)", "40"),
+        ("format('{0}', fromJSON('{\"a\": 1}'))", "Object"),  # not its JSON
+        ("format('{0}', fromJSON('[1, 2]'))", "Array"),
+        ("join(fromJSON('[[1], {\"a\": 1}, 2]'))", "Array,Object,2"),
+        ("join(fromJSON('[1, 2]'), fromJSON('[0]'))", "1,2"),  # a separator no primitive
+        ("join(fromJSON('{\"a\": 1}'))", ""),
+        ("contains(fromJSON('{\"title\": 1}'), 'title')", False),  # JSON's text was searched
+        ("contains('Object', fromJSON('{}'))", False),
+        ("startsWith(fromJSON('[\"ab\"]'), '[')", False),
+        ("endsWith('x]', fromJSON('[]'))", False),
+    ],
+)
+def test_values_are_text_as_the_runner_makes_them(expr: str, expected: object) -> None:
+    """ConvertToString, Contains, StartsWith, EndsWith and Join of actions/runner's
+    ``Expressions2``: a plan showed (and compared) text the run never has."""
+    assert evaluate(expr, CTX, ok) == expected
+
+
+@pytest.mark.parametrize("template", ["a{b", "a}b", "{0:x}", "{x}", "{ 0}", "{0", "}{"])
+def test_a_format_string_the_runner_refuses_is_an_error(template: str) -> None:
+    """The runner's format() throws on a brace that is neither escaped (``{{``, ``}}``) nor a
+    ``{N}`` (a format specifier only for a date): the step fails. The plan printed the text
+    as it was, a value the run never has."""
+    with pytest.raises(ExpressionError, match="format"):
+        evaluate(f"format('{template}', 1)", CTX, ok)
+    assert evaluate("format('{{{0}}}}}', 1)", CTX, ok) == "{1}}"
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("toJSON(fromJSON('[1.0, 2.5, 1e20]'))", "[\n  1,\n  2.5,\n  1E+20\n]"),
+        ('toJSON(fromJSON(\'{"é": "ü", "n": null}\'))', '{\n  "é": "ü",\n  "n": null\n}'),
+        ("toJSON(fromJSON('[[], {}, [true]]'))", "[\n  [],\n  {},\n  [\n    true\n  ]\n]"),
+        ("toJSON(12345678901234567890)", "1.23456789012346E+19"),
+        ("toJSON('a\"b')", '"a\\"b"'),
+    ],
+)
+def test_to_json_writes_as_the_runner_writes(expr: str, expected: str) -> None:
+    """The runner's toJSON writes each number as its text (G15: ``1``, not ``1.0``) and a
+    string's characters as they are (Python's json escaped every one past ASCII)."""
+    assert evaluate(expr, CTX, ok) == expected
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("'1_000' == 1000", False),  # Python's float() reads underscores; .NET's does not
+        ("'infinity' > 1", False),  # Python: inf; the runner: NaN (only 'Infinity' is one)
+        ("'inf' > 1", False),
+        ("'Infinity' > 1", True),
+        ("'-Infinity' < 1", True),
+        ("'0X10' == 16", False),  # only a lowercase 0x
+        ("'0x10' == 16", True),
+        ("'0o17' == 15", True),  # Python: NaN
+        ("'0xffffffff' == -1", True),  # an Int32, as .NET parses it
+        ("'0x100000000' == 4294967296", False),  # past an Int32: NaN
+        ("' 1.5e1 ' == 15", True),
+        ("'1.' == 1", True),
+        ("'.' == 0", False),
+    ],
+)
+def test_text_is_a_number_as_the_runner_parses_one(expr: str, expected: bool) -> None:
+    """ExpressionUtility.ParseNumber: .NET's Double.TryParse, then 0x and 0o as an Int32,
+    then 'Infinity'; anything else NaN. Python's float() read more, so a comparison the run
+    finds false was true in the plan."""
+    assert evaluate(expr, CTX, ok) is expected
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(12.0, "12"), (1e3, "1000"), (1e20, "1E+20"), (0.1, "0.1"), (40, "40"), (True, "true")],
+)
+def test_a_yaml_number_is_text_as_the_runner_makes_it(value: object, text: str) -> None:
+    """``env: {CUDA: 12.0}``: the runner's NumberToken is a double printed with G15, so the
+    step's env holds ``12``; the plan had Python's ``12.0`` (and compared that)."""
+    from gpuci.dryrun._contexts import text_of
+
+    assert text_of(value) == text

@@ -118,3 +118,79 @@ def test_hash_fd_reads_no_further_than_the_size_it_is_given(tmp_path):
         with pytest.raises(OSError) as caught:
             files.hash_fd(handle.fileno(), chunk=4096, size=5000)
         assert caught.value.errno == errno.EFBIG
+
+
+def _walked(top: Path, limit: int | None) -> list[str]:
+    """The names below ``top`` a walk with ``limit`` lists (folders as ``name/``)."""
+    fd = os.open(top, files.FOLDER)
+    try:
+        return [
+            "/".join([*names, entry.name])
+            for _, names, entries in files.walk(fd, limit=limit)
+            for entry in entries
+        ]
+    finally:
+        os.close(fd)
+
+
+def test_a_walk_lists_at_most_its_limit_of_names(tmp_path, monkeypatch):
+    """A tree of empty folders holds no file a caller counts, and one folder's names were all
+    read (and sorted) before the first was seen: a walk with a limit counts every name as it
+    is listed and stops one past it, the rest never read."""
+    for i in range(30):
+        (tmp_path / f"d{i:02}").mkdir()
+    (tmp_path / "d00" / "f").write_bytes(b"")
+    assert _walked(tmp_path, 31) == ["d00/f"]  # 30 folders and a file: within the limit
+    read: list[str] = []
+    real_scandir = os.scandir
+
+    def scandir(folder):
+        class Listing:
+            def __enter__(self):
+                self.listed = real_scandir(folder)
+                return (read.append(e.name) or e for e in self.listed)
+
+            def __exit__(self, *exc):
+                self.listed.close()
+
+        return Listing()
+
+    monkeypatch.setattr(files.os, "scandir", scandir)
+    with pytest.raises(files.TooMany, match="more than 10 entries to walk") as caught:
+        _walked(tmp_path, 10)
+    assert caught.value.errno == errno.E2BIG
+    assert len(read) == 11  # the one past the limit, then no more
+
+
+def test_a_planted_temporary_is_replaced_never_written_through(tmp_path: Path) -> None:
+    """The folder a report goes to may be the PR's (gate.json under its output dir): a link
+    planted at ``<name>.incomplete`` had the bytes written through it into its target (then
+    the link renamed over the name), and a FIFO held ``open`` until the job was killed, so the
+    gate never said it errored. What is there is removed and the file made anew."""
+    import threading
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    target = tmp_path / "out" / "gate.json"
+    target.parent.mkdir()
+    files.incomplete_path(target).symlink_to(victim)
+    files.atomic_write_bytes(target, b"report")
+    assert victim.read_bytes() == b"keep"
+    assert target.read_bytes() == b"report" and not target.is_symlink()
+
+    os.mkfifo(files.incomplete_path(target))
+    done: list[object] = []
+
+    def write() -> None:
+        try:
+            done.append(files.atomic_write_bytes(target, b"again"))
+        except Exception as exc:  # the test reads what came out
+            done.append(exc)
+
+    worker = threading.Thread(target=write, daemon=True)
+    worker.start()
+    worker.join(60)
+    if not done:  # release the writer still waiting in open(), then fail
+        os.close(os.open(files.incomplete_path(target), os.O_RDONLY | os.O_NONBLOCK))
+    assert done == [hashlib.sha256(b"again").hexdigest()], done
+    assert target.read_bytes() == b"again"

@@ -112,25 +112,40 @@ def atomic_write_bytes(path: Path, payload: bytes) -> str:
 
     Raises ``OSError`` (the caller names the fix: a user's path or the runner's disk) with the
     temporary file removed, or ``IntegrityError`` when the disk returns other bytes.
+
+    The temporary is made anew (``O_EXCL``, no link followed) once whatever is at its name is
+    removed: the folder may be the PR's, and a link planted there had the bytes written through
+    it into its target, a FIFO held ``open`` for ever.
     """
     expected = hashlib.sha256(payload).hexdigest()
     temp = incomplete_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(temp, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if sha256_file(temp) != expected:
-            raise IntegrityError(
-                f"{temp} does not read back as written", hint="check the disk and rerun"
-            )
+        temp.unlink(missing_ok=True)  # a stale temporary, or a link or FIFO put there
+        made = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, made, 0o666)
+        try:
+            write_all(fd, payload)
+            os.fsync(fd)
+            same = _same_file(fd, temp)  # read back through it: no name opened again
+            if hash_fd(fd)[0].hexdigest() != expected or not same:
+                raise IntegrityError(
+                    f"{temp} does not read back as written", hint="check the disk and rerun"
+                )
+        finally:
+            os.close(fd)
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             temp.unlink(missing_ok=True)
         raise
     return expected
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` (not followed) is still the file open as ``fd``."""
+    here, there = os.fstat(fd), os.lstat(path)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def report_path(report: str | None, environ: Mapping[str, str], name: str) -> Path:
@@ -308,8 +323,16 @@ def _step(folder: int, name: str, at: Path, create: bool) -> int:
     raise FileNotFoundError(errno.ENOENT, "removed each time it was made", str(at))
 
 
+class TooMany(OSError):
+    """A :func:`walk` listed more entries than its ``limit`` (errno ``E2BIG``)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(errno.E2BIG, f"more than {limit:,} entries to walk")
+        self.limit = limit
+
+
 def walk(
-    top: int, *, strict: bool = False
+    top: int, *, strict: bool = False, limit: int | None = None
 ) -> Iterator[tuple[list[int], list[str], list[os.DirEntry[str]]]]:
     """For every folder under the open folder ``top``, top first, in sorted order: the open
     folders from ``top`` down to it, their names below ``top``, and its entries that are no
@@ -321,11 +344,17 @@ def walk(
     followed. A folder that cannot be opened or listed (gone, or swapped for a link since it
     was listed) or lies deeper than :data:`MAX_DEPTH` is passed over, as ``os.walk`` does;
     OSError instead when ``strict``.
+
+    ``limit``: the most entries (files, links, folders: every name listed) the whole walk may
+    list; past it :class:`TooMany`, strict or not. Each name is counted as it is listed, before
+    any sort, so a tree of millions of empty folders (nothing a caller's count of files sees)
+    or one folder of millions of names is bounded in time and memory both.
     """
     folders, names, todo = [top], [], []  # type: list[int], list[str], list[list[str]]
+    room = _Room(limit)
     try:
         while True:
-            found, below = _listed(folders[-1], strict)
+            found, below = _listed(folders[-1], strict, room)
             yield folders, names, found
             if below and len(names) >= MAX_DEPTH:
                 if strict:
@@ -358,15 +387,19 @@ def _go_into_next(folders: list[int], names: list[str], todo: list[str], strict:
     return False
 
 
-def _listed(folder: int, strict: bool) -> tuple[list[os.DirEntry[str]], list[str]]:
-    """The open folder's entries that are no folder, and its folders' names, sorted by name."""
+def _listed(folder: int, strict: bool, room: _Room) -> tuple[list[os.DirEntry[str]], list[str]]:
+    """The open folder's entries that are no folder, and its folders' names, sorted by name;
+    each counted in ``room`` as it is listed (:class:`TooMany` past its limit)."""
     try:
         with os.scandir(folder) as listed:
-            entries = sorted(listed, key=lambda entry: entry.name)
+            entries = [room.take(entry) for entry in listed]
+    except TooMany:
+        raise
     except OSError:
         if strict:
             raise
         return [], []
+    entries.sort(key=lambda entry: entry.name)
     found, below = [], []
     for entry in entries:
         try:
@@ -378,3 +411,18 @@ def _listed(folder: int, strict: bool) -> tuple[list[os.DirEntry[str]], list[str
         else:
             found.append(entry)
     return found, below
+
+
+class _Room:
+    """How many entries a :func:`walk` has listed, against its ``limit`` (None: no limit)."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.listed = 0
+
+    def take(self, entry: os.DirEntry[str]) -> os.DirEntry[str]:
+        """``entry``, counted; :class:`TooMany` when it is one past the limit."""
+        self.listed += 1
+        if self.limit is not None and self.listed > self.limit:
+            raise TooMany(self.limit)
+        return entry

@@ -17,7 +17,10 @@ GitHub's template reader refuses both; so does this loader, with the line and th
 - integers: at most :data:`MAX_INT_DIGITS` digits (GitHub reads a number as a double, 17
   significant digits; Python refuses to read or print one of more than 4,300 digits with a
   ``ValueError``, which no caller expects of a YAML reader), and a value tagged ``!!int`` or
-  ``!!float`` that is no number is no YAML rather than a ``ValueError``.
+  ``!!float`` that is no number is no YAML rather than a ``ValueError``;
+- dates: the text written (GitHub has no timestamp type), never a datetime or a ValueError;
+- plain scalars: read by GitHub's YAML 1.2 core schema, not PyYAML's YAML 1.1 (``yes`` is text,
+  ``0755`` is 755), so a plan prints and compares the values the run has.
 """
 
 from __future__ import annotations
@@ -126,6 +129,8 @@ class _BoundedLoader(yaml.SafeLoader):
                 "double, 17 significant digits), or quote it to keep it as text",
                 node.start_mark,
             )
+        if _DECIMAL.fullmatch(text):  # ``0755`` is 755 to GitHub; PyYAML read it as octal
+            return int(node.value, 10)
         try:
             return int(super().construct_yaml_int(node))
         except (ValueError, IndexError):  # PyYAML reads value[0] of an empty ``!!int ""``
@@ -138,8 +143,38 @@ class _BoundedLoader(yaml.SafeLoader):
         except (ValueError, IndexError):
             raise _not_a_number(node, "float") from None
 
+    def construct_yaml_timestamp(self, node: ScalarNode) -> str:  # type: ignore[override]
+        """The text as written: GitHub's reader has no timestamp (``2001-12-14`` is that text,
+        ``2001-02-30`` too). PyYAML made a datetime, printed otherwise, and raised ValueError
+        for a day no month has (an internal error of the dry run)."""
+        return str(self.construct_scalar(node))
 
+
+# What a plain scalar is, as GitHub's reader (``YamlObjectReader``: the YAML 1.2 core schema)
+# tells it, not PyYAML's YAML 1.1: ``yes``, ``on`` and ``12:30`` are text, ``0755`` is 755,
+# ``1e3`` a number, a lone ``=`` text (PyYAML had no constructor for it); the rest is text.
+_DECIMAL = re.compile(r"[-+]?[0-9]+")
+_CORE_SCHEMA = (
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?[0-9]+|0x[0-9a-fA-F]+|0o[0-7]+", "-+0123456789"),
+    (
+        "float",
+        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+        "-+.0123456789",
+    ),
+    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+)
+_BoundedLoader.yaml_implicit_resolvers = {}
+_BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+for _kind, _pattern, _first in _CORE_SCHEMA:  # int before float: "12" is an integer
+    _BoundedLoader.add_implicit_resolver(
+        f"tag:yaml.org,2002:{_kind}", re.compile(rf"^(?:{_pattern})$"), list(_first)
+    )
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
+)
 _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 

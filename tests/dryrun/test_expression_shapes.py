@@ -37,7 +37,8 @@ def test_a_value_holding_an_unknown_renders_as_unknown(contexts, expression, why
 def test_text_with_a_whole_context_in_it_is_unknown(contexts):
     found = interpolate("x ${{ steps }}", contexts, ok)
     assert isinstance(found, Unknown) and found.why == "steps.a.outputs.v"
-    assert interpolate("x ${{ fromJSON('[1]') }}", contexts, ok) == "x [\n  1\n]"
+    # an array in text is its kind's name, as the runner's ConvertToString makes it
+    assert interpolate("x ${{ fromJSON('[1]') }}", contexts, ok) == "x Array"
 
 
 def test_contains_in_a_list_is_true_when_found_whatever_else_it_holds(contexts):

@@ -294,3 +294,33 @@ def test_a_pattern_longer_than_a_plan_compiles_is_left_to_the_run(tmp_path, monk
     assert isinstance(past, Unknown) and "past what a plan hashes" in past.why, past
     _, fresh = plan_checkout(tmp_path / "next")
     assert hash_files(fresh, ["a/" + "*" * 60 + "x.lock"]) == runner_hash_files(b"one")
+
+
+def test_a_folder_of_more_names_than_a_plan_walks_is_not_read_whole(tmp_path, monkeypatch):
+    """The walk counted a folder's names against MAX_WALKED only once all of them were read
+    and sorted: a checkout's folder of millions of empty files was held whole in memory before
+    the value was left to the run. The names are counted as they are listed."""
+    root, ctx = plan_checkout(tmp_path)
+    (root / "many").mkdir()
+    for i in range(200):
+        (root / "many" / f"f{i:03}").write_bytes(b"")
+    monkeypatch.setattr(_hash_files, "MAX_WALKED", 50)
+    read: list[str] = []
+    real_scandir = os.scandir
+
+    def scandir(folder):
+        class Listing:
+            def __enter__(self):
+                self.listed = real_scandir(folder)
+                return (read.append(e.name) or e for e in self.listed)
+
+            def __exit__(self, *exc):
+                self.listed.close()
+
+        return Listing()
+
+    monkeypatch.setattr(files.os, "scandir", scandir)
+    value = hash_files(ctx, ["many/**"])
+    assert isinstance(value, Unknown) and "past what a plan hashes" in value.why, value
+    assert len(read) <= 51
+    assert isinstance(hash_files(ctx, ["a/x.lock"]), Unknown)  # the plan's walk is spent

@@ -118,7 +118,9 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
         path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
         with pytest.raises(InputError, match="is not valid YAML at line 7"):
             read_yaml(path, "workflow")
-    path = write(tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1_f', !!float '1.5', 1:2]\n" + JOB)
+    path = write(
+        tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1_f', !!float '1.5', !!int 1:2]\n" + JOB
+    )
     assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5, 62]
 
 
@@ -142,3 +144,58 @@ def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
     assert line.startswith("dry-run: bad input: workflow ") and reason in line
     assert "internal error" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["2001-02-30", "2001-12-14t21:59:43.10+99:00", "2001-12-14 21:59:43.10 -5", "2001-12-14"],
+)
+def test_a_date_is_the_text_github_reads_not_a_python_datetime(tmp_path, value):
+    """GitHub's reader has no timestamp: ``2001-02-30`` is that text. PyYAML made a datetime
+    of each (printed otherwise: ``21:59:43.100000-05:00``) and raised ValueError for a day no
+    month has or an offset past a day, an internal error of the dry run."""
+    path = write(tmp_path, f"on: push\nenv:\n  D: {value}\n" + JOB)
+    assert load_workflow(path)["env"]["D"] == value
+    wf = write(tmp_path, f"on: push\nenv:\n  D: {value}\n" + JOB, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("yes", "yes"),  # YAML 1.1 (PyYAML): True, printed "true"
+        ("off", "off"),
+        ("Y", "Y"),
+        ("12:30", "12:30"),  # YAML 1.1: 750, sexagesimal
+        ("0755", 755),  # YAML 1.1: 493, octal
+        ("1_000", "1_000"),  # YAML 1.1: 1000
+        ("0b101", "0b101"),
+        ("=", "="),  # YAML 1.1: a value tag PyYAML has no constructor for (no YAML)
+        ("1e3", 1000.0),  # YAML 1.1: text, its floats need a dot
+        ("0o17", 15),
+        ("0x1F", 31),
+        ("True", True),
+        ("-.inf", float("-inf")),
+        ("~", None),
+    ],
+)
+def test_a_plain_scalar_is_what_githubs_reader_makes_of_it(tmp_path, written, read):
+    """GitHub reads plain scalars by the YAML 1.2 core schema (YamlObjectReader): ``env: {CI:
+    yes}`` is the text ``yes`` in the run, where PyYAML's YAML 1.1 made it true, and ``MODE:
+    0755`` is 755, not 493: the plan printed and compared values the run never has."""
+    path = write(tmp_path, f"on: push\nenv:\n  V: {written}\n" + JOB)
+    found = load_workflow(path)["env"]["V"]
+    assert found == read and type(found) is type(read), found
+
+
+@pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true"])
+def test_steps_that_are_no_list_are_planned_not_an_internal_error(tmp_path, steps):
+    """``steps: 1`` in a job that runs, or in one an ``if:`` skips: ``list(1)`` was a
+    TypeError, an internal error of the dry run."""
+    body = f"on: push\njobs:\n  a: {{runs-on: x, steps: {steps}}}\n"
+    body += f"  b: {{runs-on: x, if: false, steps: {steps}}}\n"
+    wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert "internal error" not in proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -213,3 +213,48 @@ def test_a_metrics_file_that_cannot_be_read_is_a_warning(tmp_path, target):
     assert any(
         w.startswith(f"metrics file {tmp_path}/m.json not hashed") for w in produced.warnings
     )
+
+
+def test_a_link_that_cannot_be_read_is_a_warning_not_an_internal_error(tmp_path, monkeypatch):
+    """A link whose target the runner's user may not read (``ckpt/pid1 -> /proc/1/cwd``:
+    readlink is EACCES for another user's process) made ``realpath`` raise PermissionError:
+    the gate ended in an internal error. It is a warning and not hashed, named or walked."""
+    ckpt = checkpoint(tmp_path)
+    (ckpt / "pid1").symlink_to("/proc/1/cwd")
+    real_readlink = os.readlink
+
+    def readlink(path, *args, **kwargs):  # as a runner that is not root finds it
+        if os.fspath(path) == "/proc/1/cwd":
+            raise PermissionError(13, "Permission denied", path)
+        return real_readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    for pattern in (str(ckpt), f"{ckpt}/*", f"{ckpt}/pid1", f"{ckpt}/pid1/*"):
+        found, warnings = recorded(tmp_path, [pattern, f"{ckpt}/model.safetensors"])
+        assert [a["path"] for a in found] == (
+            [f"{ckpt}/model.safetensors"]
+            if "pid1" in pattern
+            else [f"{ckpt}/model.safetensors", f"{ckpt}/run/shard.safetensors"]
+        ), pattern
+        assert any(f"{ckpt}/pid1 is a link that cannot be resolved" in w for w in warnings), (
+            pattern,
+            warnings,
+        )
+
+
+def test_a_walk_over_more_names_than_the_cap_is_one_line(tmp_path, monkeypatch):
+    """The training may leave millions of empty folders (or of files the pattern does not
+    match) beside the model: no count of files saw them, so the walk went on through all of
+    them. It lists at most MAX_ARTIFACT_WALKED names, then stops in one line."""
+    ckpt = checkpoint(tmp_path)
+    for i in range(20):
+        (ckpt / "empty" / f"d{i:02}").mkdir(parents=True)
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_WALKED", 10)
+    for pattern in (str(ckpt), f"{ckpt}/**/*.safetensors"):
+        with pytest.raises(InputError, match=r"holds more than 10 files and folders to walk"):
+            artifacts.find_artifacts([pattern])
+    monkeypatch.setattr(artifacts, "MAX_ARTIFACT_WALKED", 25)  # 2 files, 22 folders
+    assert paths(tmp_path, [f"{ckpt}/**/*.safetensors"]) == [
+        f"{ckpt}/model.safetensors",
+        f"{ckpt}/run/shard.safetensors",
+    ]

@@ -330,3 +330,84 @@ def test_a_fifo_planted_as_a_metrics_file_is_refused_not_waited_on(tmp_path, rea
     assert got, "still waiting on the FIFO after 60 s"
     (error,) = got
     assert isinstance(error, untrusted_json.Unusable) and "not a regular file" in str(error)
+
+
+# A name longer than a file system allows: Path.is_file() raised ENAMETOOLONG (and EACCES for a
+# link into /proc/1/cwd), where a missing file is False.
+TOO_LONG = "m" * 300 + ".json"
+
+
+def test_a_metrics_path_that_cannot_be_looked_at_fails_the_gate_in_one_line(tmp_path):
+    """The metrics file is the PR's to place: one the system refuses to stat ended the gate in
+    an internal error, with no gate.json; it is unusable metrics (exit 1), a baseline so is
+    bad input (exit 2)."""
+    proc = gate(tmp_path, tmp_path / TOO_LONG)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc, "is not usable metrics: it cannot be read (File name too long)")
+    assert json.loads((tmp_path / "o" / "gate.json").read_text())["passed"] is False
+    proc = run_gate(
+        tmp_path,
+        '{"eval": {"accuracy": 0.9}}',
+        "--min",
+        "accuracy=0.5",
+        "--baseline",
+        str(tmp_path / TOO_LONG),
+        env=gh_env(tmp_path),
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc, "baseline file")
+    too_long = str(tmp_path / TOO_LONG)
+    flags = ("--metrics", too_long, "--baseline", too_long, "--min", "a=1")
+    proc = run_cli("gate", *flags, env=clean_env(GPUCI_DRY_RUN="true"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not there yet (training writes it)" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("path", [5, ["a"], {"a": 1}, TOO_LONG])
+def test_a_journal_record_naming_no_usable_path_is_passed_over(tmp_path, path):
+    """The journal lies in RUNNER_TEMP, where the PR's code writes too: a provenance record
+    whose ``record`` (or a gate record whose ``metrics_path``) is no path, or one too long,
+    ended report and provenance in an internal error (Path(5): TypeError)."""
+    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
+    journal.record("provenance", {"record": path}, env)
+    proc = run_cli("report", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    journal.record("gate", {"passed": False, "rows": [], "metrics_path": path}, env)
+    (tmp_path / "model.pt").write_bytes(b"w")
+    proc = run_cli("provenance", "--artifacts", "model.pt", env=env, cwd=tmp_path)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    assert "internal error" not in text and "Traceback" not in text, text
+
+
+def test_a_metrics_file_gone_or_swapped_after_it_was_read_is_not_hashed_blindly(
+    tmp_path, monkeypatch
+):
+    """The PR's training may leave a process behind that removes ``metrics.json`` once the
+    gate has read it, or puts a FIFO there: gate.json's metrics_sha256 was a second, plain
+    ``open`` (FileNotFoundError: an internal error; a FIFO: a wait for ever). It is hashed as
+    a file someone else put there, and one that is gone or no file is an empty hash."""
+    import os
+
+    from gpuci.training import _gate
+    from gpuci.training import _metrics as metrics_mod
+    from gpuci.training.options import GateInputs
+
+    path = tmp_path / "m.json"
+    real_load = metrics_mod.load
+
+    def load_then(change):
+        def load(named, **kwargs):
+            found = real_load(named, **kwargs)
+            if Path(named) == path:
+                change()
+            return found
+
+        return load
+
+    inp = GateInputs(metrics=str(path), min=["a=1"])
+    for change in (path.unlink, lambda: (path.unlink(), os.mkfifo(path))):
+        path.write_text('{"a": 2}')
+        monkeypatch.setattr(metrics_mod, "load", load_then(change))
+        record, _ = _gate.evaluate(inp, _gate.parse_all(inp))
+        assert record["passed"] is True and record["metrics_sha256"] == ""

@@ -161,3 +161,14 @@ def test_malformed_rules_are_bad_input(kind, line, match):
 def test_duplicate_rule_is_bad_input():
     with pytest.raises(InputError, match="given twice"):
         parse_rules("min", ["a=1", "a=2"])
+
+
+def test_bounds_on_both_sides_say_nothing_of_which_way_is_worse():
+    """``min: loss=0`` and ``max: loss=2`` bound a loss on both sides: the min rule made it
+    higher-is-better, so a regression rule let a loss that rose from 1.0 to 1.5 pass (and
+    failed one that fell). Both bounds: the name decides, as the docs say."""
+    both = rules(min=["loss=0"], max=["loss=2"], max_regression=["loss=0.05"])
+    assert lower_is_better("loss", both, None)
+    assert not judge({"loss": 1.5}, both, {"loss": 1.0}).passed
+    assert judge({"loss": 0.5}, both, {"loss": 1.0}).passed
+    assert not lower_is_better("accuracy", rules(min=["accuracy=0"], max=["accuracy=1"]), None)

@@ -32,6 +32,7 @@ from gpuci.dryrun._expressions import (
     first_unknown as first_unknown,  # the one walk, named here for _jobs
 )
 from gpuci.dryrun._hash_files import hash_files
+from gpuci.dryrun._values import number_text
 from gpuci.dryrun._workflow import local_target, triggers
 from gpuci.errors import InputError
 from gpuci.untrusted_child import git
@@ -212,9 +213,12 @@ def base_contexts(github: Partial) -> dict[str, Any]:
 
 
 def text_of(value: Any) -> str:
-    """A YAML scalar as the runner reads it (``true`` for a YAML boolean)."""
+    """A YAML scalar as the runner reads it (``true`` for a YAML boolean, a number as its
+    NumberToken prints a double: ``12.0`` is ``12``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int | float):
+        return number_text(value)
     return "" if value is None else str(value)
 
 

@@ -20,7 +20,6 @@ names what it came from, so a plan says *why* it could not decide. Anything else
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -34,6 +33,8 @@ from gpuci.dryrun._values import (
     Unknown,
     equal,
     first_unknown,
+    is_primitive,
+    json_text,
     opaque,
     to_number,
     to_text,
@@ -305,8 +306,8 @@ class _Parser:
             return unknown
         if low in ("contains", "startswith", "endswith") and len(args) == 2:
             hay, needle = args
-            if low == "contains" and isinstance(hay, list):
-                return False
+            if not (is_primitive(hay) and is_primitive(needle)):
+                return False  # the runner searches no object's or array's text
             h, n = to_text(hay).casefold(), to_text(needle).casefold()
             if low == "contains":
                 return n in h
@@ -316,7 +317,7 @@ class _Parser:
         if low == "join" and 1 <= len(args) <= 2:
             return _join(args)
         if low == "tojson" and len(args) == 1:
-            made = _bounded(json.dumps(args[0], indent=2), "toJSON()")
+            made = _bounded(json_text(args[0]), "toJSON()")
             spend(len(made))
             return made
         raise ExpressionError(f"function {name}() is not supported here")
@@ -354,6 +355,8 @@ def _format(template: str, args: list[str], where: str) -> str:
         token = match.group(0)
         if token in ("{{", "}}"):
             return token[0]
+        if match.group(1) is None:  # a lone brace, a {0:spec}: the runner throws
+            raise ExpressionError(f"format() string is invalid (a lone {token!r}) in {where!r}")
         index = int(match.group(1))
         if index >= len(args):
             raise ExpressionError(f"format() has no argument {index} in {where!r}")
@@ -362,13 +365,13 @@ def _format(template: str, args: list[str], where: str) -> str:
             raise _too_long(size, "format()")
         return args[index]
 
-    return re.sub(r"\{\{|\}\}|\{(\d+)\}", put, template)
+    return re.sub(r"\{\{|\}\}|\{(\d+)\}|[{}]", put, template)
 
 
 def _join(args: list[Any]) -> str:
     """``join(items, sep)``, measured before it is built."""
-    sep = to_text(args[1]) if len(args) == 2 else ","
-    items = args[0] if isinstance(args[0], list) else [args[0]]
+    sep = to_text(args[1]) if len(args) == 2 and is_primitive(args[1]) else ","
+    items = args[0] if isinstance(args[0], list) else [args[0]] if is_primitive(args[0]) else []
     texts = [to_text(i) for i in items]
     size = sum(map(len, texts)) + len(sep) * max(len(texts) - 1, 0)
     if size > MAX_TEXT:

@@ -312,11 +312,14 @@ def _walked(root: Path, start: Names, work: PlanHashes) -> Iterator[tuple[Names,
         folder = files.open_below(above, start[-1:])
     finally:
         os.close(above)
-    try:
-        for _, names, entries in files.walk(folder, strict=True):
+    try:  # a folder's names counted as they are listed: one of millions is never read whole
+        for _, names, entries in files.walk(folder, strict=True, limit=MAX_WALKED - work.walked):
             work.spend(walked=len(entries) + 1)
             for entry in entries:
                 yield (*start, *names, entry.name), _kind(entry.stat(follow_symlinks=False).st_mode)
+    except files.TooMany:
+        work.walked = MAX_WALKED  # spent: a later call is left to the run unwalked
+        raise _OverBudget from None
     finally:
         os.close(folder)
 

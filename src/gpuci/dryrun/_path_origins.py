@@ -22,6 +22,7 @@ naming it as ``$HOME/...`` makes it too.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,7 +96,8 @@ def missing_paths(
     found: list[Missing] = []
     for raw in paths:
         path = raw.strip().removeprefix("./").rstrip("/") or raw.strip()
-        if not judgeable(path) or (not path.startswith(("/", "~")) and (root / path).exists()):
+        # os.path.exists: False, not OSError, for a name too long or a link it may not read
+        if not judgeable(path) or (not path.startswith(("/", "~")) and os.path.exists(root / path)):
             continue
         makers = [(n, s) for n, s in enumerate(steps[:index], 1) if _makes(s, path)]
         always = [n for n, s in makers if _condition(s) in ("", own)]

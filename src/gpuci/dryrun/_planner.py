@@ -233,7 +233,8 @@ class Planner:
         self.plans.append(plan)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
-        for index, step in enumerate(job.get("steps") or [], start=1):
+        steps = job.get("steps")  # the PR's file: ``steps: 1`` is no list
+        for index, step in enumerate(steps if isinstance(steps, list) else [], start=1):
             self.bounds.count(1, f"job {name} step {index}")
             if isinstance(step, dict):
                 self.plans.append(skipped_plan(name, index, step, why, ""))
@@ -384,7 +385,7 @@ class Planner:
     ) -> None:
         """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
         would run conditional (its job's ``if:`` is known only at run time)."""
-        steps = list(steps)  # each step's name is put in as the runner shows it
+        steps = list(steps) if isinstance(steps, list) else []  # ``steps: 1``: no steps
         for number, step in enumerate(steps, start=1):
             self.bounds.count(1, f"job {job} step {prefix}{number}")
             if not isinstance(step, dict):

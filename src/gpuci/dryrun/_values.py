@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,14 +78,32 @@ def to_number(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        text = value.strip()
-        if text == "":
-            return 0.0
-        try:
-            return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
-        except ValueError:
-            return math.nan
+        return _parsed_number(value.strip())
     return math.nan
+
+
+# What ``ExpressionUtility.ParseNumber`` reads: .NET's Double.TryParse (sign, point, exponent;
+# no ``_``, no ``inf`` or ``nan``), then ``0x``/``0o`` as an Int32, then ``Infinity``.
+_DOUBLE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")
+_INFINITIES = {"Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _parsed_number(text: str) -> float:
+    """A string as the runner reads it as a number: NaN for anything else (Python's float()
+    reads ``1_000``, ``inf`` and ``nan`` too)."""
+    if text == "":
+        return 0.0
+    if _DOUBLE.fullmatch(text):
+        return float(text)
+    found = _INT32.fullmatch(text)
+    if found:
+        hexa, octal = found.groups()
+        number = int(hexa, 16) if hexa else int(octal, 8)
+        if number >= 1 << 32:
+            return math.nan  # past an Int32
+        return float(number - (1 << 32) if number >= 1 << 31 else number)
+    return _INFINITIES.get(text, math.nan)
 
 
 def truthy(value: Any) -> bool:
@@ -113,16 +132,58 @@ def equal(left: Any, right: Any) -> bool:
 
 
 def to_text(value: Any) -> str:
-    """How the runner renders a value inside a string."""
+    """How the runner renders a value inside a string (``EvaluationResult.ConvertToString``):
+    a number as a double to 15 significant digits, an object or array by its kind's name (its
+    JSON is ``toJSON``'s)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, dict | list):
-        return json.dumps(value, indent=2)
+    if isinstance(value, int | float):
+        return number_text(value)
+    if isinstance(value, dict):
+        return "Object"
+    if isinstance(value, list):
+        return "Array"
     return str(value)
+
+
+def number_text(value: int | float) -> str:
+    """A number as .NET prints a double with ``G15``: ``1E+20``, ``1.23456789012346``."""
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a double's range
+        return "Infinity" if value > 0 else "-Infinity"
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    return format(number, ".15g").replace("e", "E")
+
+
+def json_text(value: Any, level: int = 0) -> str:
+    """``toJSON`` as the runner writes it (``ToJson``): two spaces a level, each number as its
+    text (``1``, not Python's ``1.0``; ``1E+20``), a string's characters as they are."""
+    pad = "\n" + "  " * (level + 1)
+    if isinstance(value, dict):
+        pairs = [f"{pad}{_quoted(to_text(k))}: {json_text(v, level + 1)}" for k, v in value.items()]
+        return "{" + ",".join(pairs) + "\n" + "  " * level + "}" if pairs else "{}"
+    if isinstance(value, list):
+        items = [pad + json_text(item, level + 1) for item in value]
+        return "[" + ",".join(items) + "\n" + "  " * level + "]" if items else "[]"
+    if isinstance(value, str):
+        return _quoted(value)
+    return "null" if value is None else to_text(value)
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def is_primitive(value: Any) -> bool:
+    """Whether the runner reads ``value`` as a primitive (null, boolean, number, string):
+    ``contains``, ``startsWith`` and ``endsWith`` of anything else are false."""
+    return not isinstance(value, dict | list)
 
 
 def first_unknown(value: Any) -> Unknown | None:

@@ -38,7 +38,11 @@ def _workflow_hint(root: Path | None = None) -> str:
 
 
 def load_workflow(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError:  # a link into /proc/1/cwd (EACCES), a name too long: the read names it
+        found = True
+    if not found:
         what = "is a folder, not a workflow file" if path.is_dir() else "not found"
         raise InputError(f"workflow file {path} {what}", hint=_workflow_hint())
     data = read_yaml(path, "workflow")
@@ -174,9 +178,14 @@ def read_yaml(path: Path, what: str) -> Any:
 
 
 def local_target(workspace: Path, uses: str) -> Path | None:
-    """The file a ``./path`` ``uses:`` names inside the workspace; None when it leaves it."""
-    root = workspace.resolve()
-    target = (root / uses.strip()).resolve()
+    """The file a ``./path`` ``uses:`` names inside the workspace; None when it leaves it or
+    a link on the way cannot be read (the PR's ``pid1 -> /proc/1/cwd`` is EACCES for a user
+    that is not root: ``resolve`` raised it, an internal error of the dry run)."""
+    try:
+        root = workspace.resolve()
+        target = (root / uses.strip()).resolve()
+    except OSError:
+        return None
     if target != root and root not in target.parents:
         return None
     return target
@@ -189,7 +198,7 @@ def load_local_action(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]]
         return None
     for name in ("action.yml", "action.yaml"):
         path = folder / name
-        if path.is_file():
+        if _is_file(path):
             data = read_yaml(path, "action")
             return (folder, data) if isinstance(data, dict) else None
     return None
@@ -198,12 +207,21 @@ def load_local_action(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]]
 def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]] | None:
     """(path, workflow) of a local reusable workflow ``uses: ./.github/workflows/x.yml``."""
     path = local_target(workspace, uses.split("@", 1)[0])
-    if path is None or not path.is_file():
+    if path is None or not _is_file(path):
         return None
     data = read_yaml(path, "reusable workflow")
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
         return None
     return path, data
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False, not an OSError, for a name too long for the system
+    (``uses: ./<300 characters>``: ``is_file`` swallows only a missing file)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 _REMOTE_WORKFLOW = re.compile(

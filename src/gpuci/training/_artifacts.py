@@ -9,7 +9,8 @@ folder walked; one that leaves it (``shard -> /proc/self/mem``, a secret) is nam
 and not hashed. What a pattern names itself (the folder it starts at, a file named as given) is
 resolved once and must stay in its workspace (the current folder, or for a path outside it the
 folder that holds it): the training may have made ``ckpt`` a link to ``~`` or ``model.pt`` one
-to ``/proc/self/pagemap``; the same warning then. Each file is opened by
+to ``/proc/self/pagemap``; the same warning then, and for a link that cannot be
+resolved (``/proc/1/cwd``: EACCES). Each file is opened by
 :func:`gpuci.files.open_regular` and hashed by :func:`gpuci.files.hash_fd` up to its size (a
 file that reads on past it is refused); one that cannot be read is one line naming it
 (InputError).
@@ -24,9 +25,12 @@ from pathlib import Path
 from gpuci import files, globs
 from gpuci.errors import CheckFailed, InputError
 
-__all__ = ["MAX_ARTIFACT_FILES", "Artifact", "digest", "find_artifacts"]
+__all__ = ["MAX_ARTIFACT_FILES", "MAX_ARTIFACT_WALKED", "Artifact", "digest", "find_artifacts"]
 
 MAX_ARTIFACT_FILES = 100_000  # far more files than a model is saved as; a walk stops past it
+# Names (files, folders, links) one pattern's walk lists: the training may leave millions of
+# empty folders, or of files the pattern does not match, that no count of files would see.
+MAX_ARTIFACT_WALKED = 1_000_000
 _LINK_OUT_FIX = "(save the file itself there, or name its real path in artifacts)"
 
 
@@ -58,7 +62,8 @@ def find_artifacts(
     Raises:
         CheckFailed: a pattern matches no file and no link out (exit 1: training did not
             write it).
-        InputError: more than :data:`MAX_ARTIFACT_FILES` files, or one that cannot be read.
+        InputError: more than :data:`MAX_ARTIFACT_FILES` files, a walk that lists more than
+            :data:`MAX_ARTIFACT_WALKED` names, or a file that cannot be read.
     """
     found: dict[str, _Found] = {}
     skipped: list[str] = []
@@ -84,7 +89,7 @@ def _matching(pattern: str, room: int, skipped: list[str]) -> dict[str, _Found]:
     if rest:
         return _walk(Path(base), rest, room, skipped)
     path = Path(pattern)
-    if path.is_dir():
+    if _is_dir(path):
         return _walk(path, None, room, skipped)
     target = _inside_workspace(path, skipped)
     if target is None or not os.path.isfile(target):
@@ -100,8 +105,10 @@ def _inside_workspace(named: Path, skipped: list[str]) -> str | None:
     here = os.getcwd()
     absolute = os.path.abspath(named)
     inside_here = os.path.commonpath([here, absolute]) == here
-    workspace = os.path.realpath(here if inside_here else os.path.dirname(absolute))
-    target = os.path.realpath(absolute)
+    workspace = _resolved(here if inside_here else os.path.dirname(absolute), named, skipped)
+    target = _resolved(absolute, named, skipped) if workspace is not None else None
+    if workspace is None or target is None:
+        return None
     if os.path.commonpath([workspace, target]) == workspace:
         return target
     skipped.append(
@@ -125,7 +132,7 @@ def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> 
     # A folder matched takes every file below it (``ckpt/**`` matches ``ckpt/`` itself).
     taken: dict[tuple[str, ...], bool] = {(): rest is None or globs.matches(rest, ())}
     try:
-        for _, names, entries in files.walk(top):
+        for _, names, entries in files.walk(top, limit=MAX_ARTIFACT_WALKED):
             here = tuple(names)
             if here not in taken:  # a folder comes after the one above it
                 taken[here] = taken[here[:-1]] or globs.matches(rest or [], here, dot_files=False)
@@ -141,6 +148,12 @@ def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> 
                         f"artifacts match more than {MAX_ARTIFACT_FILES:,} files",
                         hint="name the model's files, or the folder that holds only them",
                     )
+    except files.TooMany:
+        raise InputError(
+            f"artifacts '{base.as_posix()}' holds more than {MAX_ARTIFACT_WALKED:,} files "
+            "and folders to walk",
+            hint="name the model's files, or the folder that holds only them",
+        ) from None
     finally:
         os.close(top)
     return found
@@ -153,13 +166,38 @@ def _file(entry: os.DirEntry[str], path: Path, root: str, skipped: list[str]) ->
         return _Found(path)
     if not entry.is_symlink():
         return None
-    target = os.path.realpath(path)
+    target = _resolved(path, path, skipped)
+    if target is None:
+        return None
     if os.path.commonpath([root, target]) != root:
         skipped.append(
             f"artifact {path.as_posix()} is a link out of {root}: not hashed {_LINK_OUT_FIX}"
         )
         return None
     return _Found(Path(target)) if os.path.isfile(target) else None
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder, links followed; False when it cannot be told (a link on
+    the way that cannot be read: :func:`_resolved` names it)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _resolved(path: str | Path, named: Path, skipped: list[str]) -> str | None:
+    """``path`` with every link resolved; None, with a warning naming ``named``, when a link on
+    the way cannot be read: ``ckpt/pid1 -> /proc/1/cwd`` is EACCES for a runner that is not
+    root, and realpath raised it (the gate ended in an internal error)."""
+    try:
+        return os.path.realpath(path)
+    except OSError as exc:
+        skipped.append(
+            f"artifact {named.as_posix()} is a link that cannot be resolved "
+            f"({exc.strerror or type(exc).__name__}): not hashed {_LINK_OUT_FIX}"
+        )
+        return None
 
 
 def _artifact(name: str, item: _Found, hash_files: bool) -> Artifact:

@@ -9,18 +9,20 @@ before failing, so a failed gate is recorded and shown too.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from gpuci import journal
 from gpuci.cache import _layout as layout
 from gpuci.errors import CheckFailed, ExitCode, GpuciError, InputError
-from gpuci.files import json_bytes, sha256_file, write_file
+from gpuci.files import json_bytes, write_file
 from gpuci.runtime import OutputValue, Result, Runtime
 from gpuci.training import _history as history
 from gpuci.training import _metrics as metrics_mod
 from gpuci.training import _provenance as provenance
 from gpuci.training import _report as report
+from gpuci.training._artifacts import digest
 from gpuci.training._rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 from gpuci.training.options import DEFAULT_MARKER, GateInputs
 
@@ -88,7 +90,7 @@ def evaluate(inp: GateInputs, rules: list[Rule]) -> tuple[dict[str, Any], list[s
         "rows": [row.as_dict() for row in verdict.rows],
         "rules": inp.rule_lines(),
         "metrics_path": metrics_path.as_posix(),
-        "metrics_sha256": sha256_file(metrics_path) if metrics is not None else "",
+        "metrics_sha256": _sha256(metrics_path) if metrics is not None else "",
         "metrics_error": error,
         "baseline_path": baseline_path or "",
         "baseline_found": baseline is not None,
@@ -97,12 +99,22 @@ def evaluate(inp: GateInputs, rules: list[Rule]) -> tuple[dict[str, Any], list[s
     return record, warnings
 
 
+def _sha256(path: Path) -> str:
+    """The judged metrics file's sha256, read as a file someone else put there (no FIFO waited
+    on, nothing read past its size); empty when it is gone or no regular file since it was read
+    (a process the PR's training left behind: a plain open() waited or raised)."""
+    try:
+        return digest(path)[0]
+    except OSError:
+        return ""
+
+
 def _dry_run(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) -> Result:
     """Plan only: judge the metrics if they already exist, say what would be written and posted."""
     lines = [f"would check {len(rules)} rule(s): " + "; ".join(r.describe() for r in rules)]
     head = [f"would check {len(rules)} rule(s)"]
     result.outputs = {}  # nothing was judged for real: no verdict to hand to later steps
-    if Path(inp.metrics).is_file():
+    if os.path.isfile(inp.metrics):  # False, not OSError, for a name too long
         record, _ = evaluate(inp, rules)
         would = "pass" if record["passed"] else "FAIL"
         lines.append(f"metrics {inp.metrics} is here: the gate would {would}")
@@ -120,7 +132,7 @@ def _dry_run(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) ->
     else:
         lines.append(f"metrics {inp.metrics} not there yet (training writes it)")
     if inp.baseline:
-        found = Path(inp.baseline).is_file()
+        found = os.path.isfile(inp.baseline)
         lines.append(f"baseline {inp.baseline}: {'found' if found else 'not there yet'}")
     lines.append(f"would write {(Path(inp.output_dir) / GATE_NAME).as_posix()}")
     if inp.artifacts:

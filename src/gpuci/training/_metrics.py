@@ -88,7 +88,11 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
     length capped; anything else is one :class:`CheckFailed` line, never a traceback.
     """
     path = Path(path)
-    if not path.is_file():
+    try:
+        present = path.is_file()
+    except OSError as exc:  # a name too long, a link into /proc/1/cwd (EACCES): no missing file
+        raise _unusable(what, path, f"it cannot be read ({exc.strerror or exc})") from None
+    if not present:
         if missing_ok:
             return None
         raise CheckFailed(

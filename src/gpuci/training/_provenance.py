@@ -10,6 +10,7 @@ kept as a build artifact. The other steps of the job tell us what they did throu
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -128,7 +129,7 @@ def _metrics(metrics_path: str | None, warnings: list[str]) -> dict[str, Any] | 
     if not metrics_path:
         return None
     path = Path(metrics_path)
-    if not path.is_file():
+    if not os.path.isfile(path):  # False, not OSError, for a name too long
         warnings.append(f"metrics file {metrics_path} not found: not recorded")
         return None
     from gpuci.training._metrics import load
@@ -318,7 +319,8 @@ def run(inp: ProvenanceInputs, rt: Runtime) -> Result:
         result.report = {"plan": lines}
         return result
     gate = journal.latest("gate", rt.environ)
-    metrics_path = inp.metrics or (gate or {}).get("metrics_path")
+    named = (gate or {}).get("metrics_path")  # the journal is the job's: the PR may write it
+    metrics_path = inp.metrics or (named if isinstance(named, str) else None)
     with rt.group("provenance: hashing artifacts"):
         produced = produce(
             patterns,

@@ -8,6 +8,7 @@ report says so and skips: a missing comment must never fail a training job.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -75,10 +76,11 @@ def collect(
     if provenance:
         prov = _load_json(provenance, "provenance record")
     else:
-        entry = journal.latest("provenance", environ)
+        entry = journal.latest("provenance", environ) or {}
         prov = None
-        if entry and Path(entry.get("record", "")).is_file():
-            prov = _load_json(entry["record"], "provenance record")
+        named = entry.get("record")  # the journal is the job's: the PR's code may write it
+        if isinstance(named, str) and named and os.path.isfile(named):  # never OSError
+            prov = _load_json(named, "provenance record")
     return gate, prov
 
 

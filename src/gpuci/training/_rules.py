@@ -137,14 +137,14 @@ def parse_rules(kind: str, lines: list[str] | None) -> list[Rule]:
 
 
 def lower_is_better(name: str, rules: list[Rule], declared: list[str] | None) -> bool:
-    """Declared names win; then a lone ``max`` rule says lower is better; then the name's words."""
+    """Declared names win; then a lone ``max`` rule says lower is better, a lone ``min`` rule
+    higher; then the name's words (bounds on both sides, ``min: loss=0`` and ``max: loss=2``,
+    say nothing of which way is worse: the min made a rising loss pass its regression rule)."""
     if declared and (name in declared or name.rsplit(".", 1)[-1] in declared):
         return True
-    kinds = {r.kind for r in rules if r.metric == name}
-    if "max" in kinds and "min" not in kinds:
-        return True
-    if "min" in kinds:
-        return False
+    kinds = {r.kind for r in rules if r.metric == name} & {"min", "max"}
+    if len(kinds) == 1:
+        return kinds == {"max"}
     words = set(re.split(r"[._\-/]", name.lower()))
     return bool(words & LOWER_BETTER_WORDS)
 
