@@ -191,3 +191,22 @@ def test_a_dry_run_without_aws_credentials_plans_and_a_real_run_still_fails(
     assert prune.exit_code == 0 and "no AWS credentials on this machine" in prune.headline
     assert cache_cmd("save", _flags("s3://team-bucket/cache", "k1", src), bare)[0].exit_code == 3
     assert cache_cmd("prune", prune_flags, bare)[0].exit_code == 3
+
+
+def test_a_save_path_the_system_cannot_stat_is_one_bad_input_line(env, tmp_path):
+    """A path too long for the filesystem (ENAMETOOLONG) or one it may not look into (a link
+    into /proc/1/cwd, EACCES for a runner that is not root) is the path input's error, exit 2,
+    not an internal error from the root's stat."""
+    root = tmp_path / "store"
+    too_long = str(tmp_path / ("x" * 300))
+    unreadable = tmp_path / "pid1"
+    unreadable.mkdir()
+    unreadable.chmod(0)
+    paths = [too_long] + ([] if os.geteuid() == 0 else [str(unreadable / "model")])
+    try:
+        for path in paths:
+            saved, _ = cache_cmd("save", _flags(root.as_uri(), "k1", path), env)
+            assert saved.exit_code == 2, saved.headline
+            assert "cannot be read" in saved.headline and path[-40:] in saved.headline
+    finally:
+        unreadable.chmod(0o700)

@@ -252,18 +252,26 @@ def _walk(scan: _Scan, index: int, root: Path) -> None:
 
 
 def _root_stat(raw: str, root: Path, linked_root: bool) -> os.stat_result:
-    if linked_root and root.is_symlink():
-        raise InputError(
-            f"the folder {shown(root)} is a symlink (to {shown(os.readlink(root))}), and gpu-ci "
-            "does not save through a folder it names itself: a job could point it anywhere",
-            hint="make it a real folder (download into the hub cache again), then save",
-        )
+    """The stat of a path input (followed); a path the system refuses to look at (a name too
+    long for it, a folder this user may not enter: ``/proc/1/cwd``) is the input's error."""
     try:
+        if linked_root and root.is_symlink():
+            raise InputError(
+                f"the folder {shown(root)} is a symlink (to {shown(os.readlink(root))}), and "
+                "gpu-ci does not save through a folder it names itself: a job could point it "
+                "anywhere",
+                hint="make it a real folder (download into the hub cache again), then save",
+            )
         return root.stat()
     except FileNotFoundError:
         raise InputError(
             f"path '{raw}' does not exist, so there is nothing to save",
             hint="save after the step that creates it, or fix the path input",
+        ) from None
+    except OSError as exc:
+        raise InputError(
+            f"path {shown(raw)} cannot be read: {exc.strerror or exc}",
+            hint="name a folder or file this job can read, with a shorter path",
         ) from None
 
 
