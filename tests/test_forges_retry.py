@@ -113,3 +113,22 @@ def test_a_hostile_body_is_one_line(body, why):
         _comments(server)
     line = info.value.one_line()
     assert why in line and "\n" not in line and server.seen == 1
+
+
+@pytest.mark.parametrize("reset", ["²", "¹²³"])
+def test_a_rate_limit_reset_in_other_digits_waits_the_cap_not_an_internal_error(sleeps, reset):
+    """``x-ratelimit-reset`` is the server's text: before, ``str.isdigit()`` passed ``²`` and
+    ``int()`` then raised ValueError out of the client (an internal error, exit 3)."""
+    limited = (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset})
+    with _RateLimited(limited) as server:
+        assert _comments(server) == []
+    assert server.seen == 2 and sleeps == [rest.RETRY_AFTER_CAP]
+
+
+def test_a_header_value_that_is_not_ascii_is_kept_as_sent():
+    """A server's header in Latin-1 (``X-Served-By: café``): before, the answer, read whole,
+    was rebuilt from decoded header text that httpx refused to encode as ASCII again, and
+    every request to that server ended in UnicodeEncodeError (an internal error)."""
+    with _RateLimited((200, {"X-Served-By": "café"}, b"[]")) as server:
+        assert _comments(server) == []
+    assert server.seen == 1

@@ -79,7 +79,8 @@ def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float
     if headers.get("x-ratelimit-remaining", "").strip() != "0":
         return None
     reset = headers.get("x-ratelimit-reset", "").strip()
-    if not reset.isdigit() or len(reset) > 12:
+    # ASCII digits only: isdigit() passes "²", which int() refuses (an internal error)
+    if not (reset.isascii() and reset.isdigit()) or len(reset) > 12:
         return RETRY_AFTER_CAP
     at = time.time() if now is None else now
     return min(max(0.0, int(reset) - at), RETRY_AFTER_CAP)
