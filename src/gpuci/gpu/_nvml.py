@@ -40,6 +40,7 @@ from gpuci.gpu._nvml_abi import (
     FEATURE_ENABLED,
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
+    MIG_MAX_SLOTS,
     NVLINK_ERRORS,
     NVLINK_MAX_LINKS,
     SUCCESS,
@@ -205,7 +206,7 @@ class NvmlSession(NvmlCalls):
     def _mig_devices(self, h: Any, notes: list[str]) -> tuple[MigDevice, ...]:
         slots = self._optional("nvmlDeviceGetMaxMigDeviceCount", h, notes=notes) or 0
         found = []
-        for slot in range(slots):
+        for slot in range(min(int(slots), MIG_MAX_SLOTS)):
             mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", h, slot)
             if mig is None:
                 continue  # an empty slot: NVML says NotFound

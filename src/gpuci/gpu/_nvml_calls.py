@@ -19,6 +19,7 @@ from gpuci.gpu._nvml_abi import (
     ERROR_NO_PERMISSION,
     ERROR_TIMEOUT,
     EVENT_XID_CRITICAL_ERROR,
+    MAX_DEVICES,
     NO_INSTANCE,
     UNSUPPORTED_CODES,
 )
@@ -96,6 +97,12 @@ class NvmlCalls:
             raise NvmlUnavailable(message, hint) from None
         self._open = True
         count = self._required("nvmlDeviceGetCount")
+        if not 0 <= count <= MAX_DEVICES:  # garbage: each "GPU" would be asked for a handle
+            self.close()
+            raise NvmlUnavailable(
+                f"NVML counts {count} GPUs, more than any machine has (at most {MAX_DEVICES})",
+                "check nvidia-smi and dmesg on this machine; the driver may need a reset",
+            )
         for i in range(count):
             try:
                 self._handles[i] = self._nvml.nvmlDeviceGetHandleByIndex(i)
