@@ -16,9 +16,10 @@ snapshot.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuci import settings
 from gpuci.errors import NvmlUnavailable
@@ -62,6 +63,7 @@ __all__ = [
     "Health",
     "MigDevice",
     "NvmlSession",
+    "NvmlStuck",
     "SkippedGpu",
     "Snapshot",
     "XidEvent",
@@ -69,6 +71,7 @@ __all__ = [
     "cpu_list",
     "open_nvml",
     "pci_address",
+    "within_deadline",
 ]
 
 
@@ -383,6 +386,47 @@ def load_pynvml() -> Any:
             "pip install nvidia-ml-py (gpu-ci's requirements include it)",
         ) from None
     return pynvml
+
+
+_T = TypeVar("_T")
+
+
+class NvmlStuck(NvmlUnavailable):
+    """NVML did not answer by the deadline: its call still waits on another thread, so the
+    session must not be closed (``nvmlShutdown`` would wait on the same lock)."""
+
+
+def within_deadline(environ: Mapping[str, str], work: Callable[[], _T], what: str) -> _T:
+    """``work()`` (NVML calls), given ``GPUCI_NVML_TIMEOUT`` seconds.
+
+    A GPU that fell off the bus, or a driver mid-reset, can hold ``nvmlInit`` or a query in
+    the kernel for ever (nvidia-smi hangs the same way), and the job with it until the CI
+    platform's own timeout. So ``work`` runs on a daemon thread: past the deadline the step
+    fails with one line (:class:`NvmlUnavailable`, exit 3) and the stuck thread is left to
+    the process's end. Its errors are raised here as they are.
+    """
+    seconds = settings.NVML_TIMEOUT.number(environ, minimum=0.001)
+    done: list[_T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # raised again on the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="gpuci-nvml", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise NvmlStuck(
+            f"NVML did not answer within {seconds:g}s ({what}): a GPU or the driver is stuck",
+            "drain this node and check nvidia-smi and dmesg (Xid errors); "
+            f"{settings.NVML_TIMEOUT.name} sets the wait",
+        )
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 def open_nvml(environ: Mapping[str, str], nvml: Any = None) -> NvmlSession:

@@ -123,6 +123,11 @@ class NvmlCalls:
             except self._errors:
                 pass  # shutting down a broken NVML must not mask the real error
 
+    def abandon(self) -> None:
+        """Never shut down: a call of this session is stuck in the driver (see
+        :class:`gpuci.gpu._nvml.NvmlStuck`), and closing would wait behind it."""
+        self._open = False
+
     def __enter__(self: _Calls) -> _Calls:
         return self if self._open else self.open()
 
