@@ -218,6 +218,7 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         if runner is None:
             raise _NotDone(_nowhere(name, repository, env))
         back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
+        _saying_first(rt, f"runner {name} (id {runner.runner_id})", back)
         what = _take_labels(client, runner, labels, back)
     return f"{name} (id {runner.runner_id}; {what})", back
 
@@ -274,17 +275,36 @@ def _nowhere(name: str, repository: str, env: Any) -> str:
 
 def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
     rid = str(settings.CI_RUNNER_ID.raw(env) or "")
-    if not rid.isdigit():
+    if not rid:
         raise _NotDone("CI_RUNNER_ID is not set")
+    if not _is_id(rid):
+        raise _NotDone(f"CI_RUNNER_ID={excerpt(rid, 40)!r} is not a runner id")
     token = _token(env, settings.GITLAB_TOKEN, rt)
     api = str(settings.CI_API_V4_URL.raw(env) or "")
     if not api:
         raise _NotDone("CI_API_V4_URL is not set")
+    back = f"python -m gpuci runners release {rid} --forge gitlab"
     with _admin().GitLabRunnerPause(api, token) as client:
+        _saying_first(rt, f"runner id {rid}", back)
         client.set_paused(int(rid), True)
     desc = str(settings.CI_RUNNER_DESCRIPTION.raw(env) or "")
     where = f"{desc} (id {rid}; paused)" if desc else f"id {rid} (paused)"
-    return where, f"python -m gpuci runners release {rid} --forge gitlab"
+    return where, back
+
+
+def _saying_first(rt: Runtime, runner: str, back: str) -> None:
+    """The way back, in the log before the first change: a cancel (the runner's SIGTERM ends
+    the process at once) or Ctrl-C midway left a runner out of service, no word said."""
+    rt.log(
+        f"{TITLE}: taking {runner} out of service; should this step end before it says it "
+        f"did, put it back with: {back}"
+    )
+
+
+def _is_id(text: str) -> bool:
+    """A GitLab runner id: ASCII digits, few enough for an integer (``str.isdigit()`` passes
+    ``²``, and 5,000 digits, each of which ``int()`` refuses: an internal error)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _gpu_text(result: Result, findings: list[Finding], env: Any) -> str:
@@ -365,9 +385,9 @@ def release(inp: ReleaseInputs, rt: Runtime) -> Result:
                 hint="pass --labels with the quarantine-labels the smoke removed, e.g. gpu-large",
             )
         check_labels(labels)
-    elif not name.isdigit():
+    elif not _is_id(name):
         raise InputError(
-            f"GitLab runners are released by numeric id, not {name!r}",
+            f"GitLab runners are released by numeric id, not {excerpt(name, 40)!r}",
             hint="pass the runner id the quarantine annotation names (CI_RUNNER_ID)",
         )
     if rt.dry_run:
