@@ -303,3 +303,36 @@ def test_a_garbage_gpu_count_is_one_clear_error() -> None:
     _GarbageCounts.calls = 0
     with pytest.raises(NvmlUnavailable, match="NVML counts 4294967295 GPUs"):
         open_nvml({}, _Counted(["h100-sxm"]))
+
+
+class _Garbled(FakeNvml):
+    """pynvml decodes NVML's strings as UTF-8, strictly: a garbled InfoROM's bytes raise."""
+
+    garbled = ("nvmlDeviceGetSerial",)
+
+    def __getattribute__(self, name: str):
+        if name in type(self).garbled:
+
+            def undecodable(*_args):
+                return b"\xff\xfe serial".decode()
+
+            return undecodable
+        return super().__getattribute__(name)
+
+
+def test_a_field_that_is_not_utf8_is_unreadable_and_noted() -> None:
+    """Before: UnicodeDecodeError out of the snapshot, an internal error of gpu-setup."""
+    with open_nvml({}, _Garbled(["h100-sxm"])) as session:
+        (g,) = session.snapshot().gpus
+    assert g.serial is None
+    assert any("nvmlDeviceGetSerial answered bytes that are not UTF-8" in n for n in g.notes)
+
+
+def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
+    class _GarbledName(_Garbled):
+        garbled = ("nvmlDeviceGetName",)
+
+    session = open_nvml({}, _GarbledName(["h100-sxm"]))
+    with pytest.raises(NvmlUnavailable, match="nvmlDeviceGetName answered bytes that are not"):
+        session.snapshot()
+    session.close()

@@ -56,6 +56,11 @@ _INIT_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
+# pynvml decodes every string NVML answers as UTF-8, strictly: a board's garbled InfoROM (its
+# serial, its name) raised UnicodeDecodeError out of the session, an internal error.
+NOT_TEXT = "answered bytes that are not UTF-8 text"
+NOT_TEXT_HINT = "check nvidia-smi -q on this machine: the board's InfoROM may be corrupt"
+
 # nvmlDeviceGetNvLinkState on a link number the board does not have
 NO_SUCH_LINK = frozenset({ERROR_INVALID_ARGUMENT})
 
@@ -145,6 +150,8 @@ class NvmlCalls:
                 f"NVML call {name} failed: {exc}",
                 "check nvidia-smi and dmesg on this machine; the driver may need a reset",
             ) from None
+        except UnicodeDecodeError:
+            raise NvmlUnavailable(f"NVML call {name} {NOT_TEXT}", NOT_TEXT_HINT) from None
 
     def _optional(
         self,
@@ -170,6 +177,10 @@ class NvmlCalls:
             quiet = UNSUPPORTED_CODES | expected
             if code is not None and code not in quiet and notes is not None:
                 notes.append(f"{name}: {exc}")
+            return None
+        except UnicodeDecodeError:  # unreadable, as a field the driver does not report
+            if notes is not None:
+                notes.append(f"{name} {NOT_TEXT}")
             return None
 
     def _lost(self, args: tuple[Any, ...]) -> NvmlUnavailable:
