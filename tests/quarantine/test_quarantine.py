@@ -552,3 +552,14 @@ def test_a_cancel_midway_finds_the_way_back_already_in_the_log(monkeypatch, api,
     with pytest.raises(KeyboardInterrupt):
         quarantine.after_verdict(_hardware_verdict(), inputs, rt)
     assert f"put it back with: {back}" in logged.getvalue()
+
+
+def test_an_api_url_that_is_no_url_is_one_warning_and_the_same_verdict(tmp_path, api):
+    """Before: httpx.InvalidURL out of the forge client: the smoke's verdict (exit 1) became
+    an internal error (exit 3)."""
+    this = api.state.add("gpu-b", "project:42")
+    env = gl(api, CI_RUNNER_ID=str(this.id), CI_API_V4_URL="http://[::1")
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "internal error" not in text and "runner not quarantined: CI_API_V4_URL=" in text

@@ -111,12 +111,18 @@ class ApiClient:
     ) -> None:
         self._token = token
         # No redirect is followed (the factory's rule): one would carry the token elsewhere.
-        self._client = httpclients.new_client(
-            timeout=timeout,
-            agent="forges",
-            base_url=api_url.rstrip("/"),
-            headers=headers,
-        )
+        try:
+            self._client = httpclients.new_client(
+                timeout=timeout,
+                agent="forges",
+                base_url=api_url.rstrip("/"),
+                headers=headers,
+            )
+        except httpx.InvalidURL as exc:  # the variable's text: else an internal error
+            raise InputError(
+                f"{self.url_env}={excerpt(redact_url(api_url), 80)!r} is no URL ({exc})",
+                hint=f"set {self.url_env} to the {self.service} REST API's address",
+            ) from None
         self._policy = RetryPolicy(
             attempts=attempts,
             initial=0.25,
