@@ -16,6 +16,7 @@ runner was not quarantined: the smoke never passes or crashes because of it. gpu
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -205,6 +206,8 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("quarantine-labels is empty: name the labels your GPU jobs use")
     if not name or "/" not in repository:
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
+    if not _is_repository(repository):
+        raise _NotDone(f"GITHUB_REPOSITORY={excerpt(repository, 80)!r} is not owner/name")
     token = _token(env, settings.RUNNER_TOKEN, rt)
     api = settings.GITHUB_API_URL.value(env)
     admin = _admin()
@@ -298,6 +301,15 @@ def _saying_first(rt: Runtime, runner: str, back: str) -> None:
     rt.log(
         f"{TITLE}: taking {runner} out of service; should this step end before it says it "
         f"did, put it back with: {back}"
+    )
+
+
+def _is_repository(text: str) -> bool:
+    """``owner/name`` as GitHub spells them, and nothing that would change the API path it is
+    put in (``..``, ``?``, ``#``, a control character: httpx.InvalidURL, an internal error)."""
+    parts = text.split("/")
+    return len(parts) == 2 and all(
+        re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", p) and p.strip(".") for p in parts
     )
 
 
@@ -468,9 +480,10 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
         )
     rt.mask(token)
     repository = repository or str(settings.GITHUB_REPOSITORY.raw(env) or "")
-    if "/" not in repository:
+    if not _is_repository(repository):
+        said = f" ({excerpt(repository, 80)!r} is not one)" if repository else ""
         raise InputError(
-            "no repository: runners release needs owner/name",
+            f"no repository: runners release needs owner/name{said}",
             hint="pass --repository owner/name or set GITHUB_REPOSITORY",
         )
     api = settings.GITHUB_API_URL.value(env)

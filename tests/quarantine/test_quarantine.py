@@ -563,3 +563,30 @@ def test_an_api_url_that_is_no_url_is_one_warning_and_the_same_verdict(tmp_path,
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
     assert "internal error" not in text and "runner not quarantined: CI_API_V4_URL=" in text
+
+
+NOT_A_REPOSITORY = pytest.mark.parametrize(
+    "repository", ["octo/g\npu", "octo/gpu\x1b", "octo/gpu/../../orgs/x", "octo/gpu?x=1", "../x"]
+)
+
+
+@NOT_A_REPOSITORY
+def test_a_repository_that_is_no_owner_name_is_bad_input_for_release(tmp_path, api, repository):
+    """Before: a control character was httpx.InvalidURL (an internal error), and ``..`` or
+    ``?`` went into the API path as they were."""
+    proc = release(tmp_path, api, "gpu-node", "--force", "--repository", repository, **gh(api))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "internal error" not in text and "runners release needs owner/name" in text
+    assert api.state.writes() == []
+
+
+@NOT_A_REPOSITORY
+def test_a_github_repository_that_is_no_owner_name_is_one_warning(tmp_path, api, repository):
+    api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = gh(api, RUNNER_NAME="gpu-node", GITHUB_REPOSITORY=repository)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "internal error" not in text and "is not owner/name" in text
+    assert api.state.writes() == []
