@@ -146,3 +146,18 @@ def test_an_api_url_that_is_no_url_is_one_line_naming_its_variable(url):
     assert "GITHUB_API_URL=" in info.value.one_line() and "\n" not in info.value.one_line()
     with pytest.raises(InputError, match="CI_API_V4_URL="):
         GitLab(url, "tok-123", "42")
+
+
+def test_a_request_path_httpx_cannot_send_is_one_line():
+    """A path made from an input holding a control character: before, httpx.InvalidURL out of
+    the client (an internal error of the training report's comment, say)."""
+    from gpuci.errors import InputError
+
+    with (
+        FakeGitHub() as server,
+        GitHub(server.github_api, server.state.github_token, "o/r\x1b") as gh,
+        pytest.raises(InputError) as info,
+    ):
+        list(gh.ours(1, "<!-- m -->"))
+    line = info.value.one_line()
+    assert "cannot make a GitHub API request of GET" in line and "\x1b" not in line

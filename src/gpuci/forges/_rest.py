@@ -199,6 +199,12 @@ class ApiClient:
                 if limited
                 else f"{self.service} may be degraded; rerun the job later",
             ) from None
+        except httpx.InvalidURL as exc:  # a path built from an input (a repository, a project)
+            raise InputError(
+                f"cannot make a {self.service} API request of {method} "
+                f"{excerpt(redact_url(url), 120)!r}: {excerpt(str(exc), 80)}",
+                hint="check the inputs that name it (repository, project, number)",
+            ) from None
         except httpx.HTTPError as exc:
             # a timeout says which: a read's, or the request's or listing's deadline
             why = f" ({excerpt(str(exc), 80)})" if isinstance(exc, httpx.TimeoutException) else ""
