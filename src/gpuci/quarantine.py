@@ -338,16 +338,21 @@ def _gpu_text(result: Result, findings: list[Finding], env: Any) -> str:
     return ", ".join(parts)
 
 
+#: Seconds the bus ids may take: a courtesy, read after the runner is out of service and
+#: before the annotation that says so.
+BUS_ID_WAIT = 10.0
+
+
 def _bus_ids(env: Any) -> dict[int, str]:
     """PCI bus ids from NVML (the smoke's report lacks them); empty when NVML cannot answer."""
-    try:
-        from gpuci.gpu._nvml import open_nvml
+    from gpuci.gpu._nvml import open_nvml, within_deadline
 
-        session = open_nvml(env)
-        try:
+    def read() -> dict[int, str]:
+        with open_nvml(env) as session:
             return {g.index: g.pci_bus_id for g in session.snapshot().gpus if g.pci_bus_id}
-        finally:
-            session.close()
+
+    try:  # a GPU just found failing is the one most likely to hold NVML: bounded
+        return within_deadline(env, read, "reading the bus ids", at_most=BUS_ID_WAIT)
     except Exception:  # the verdict is already made; the bus id is a courtesy
         return {}
 

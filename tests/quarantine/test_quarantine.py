@@ -590,3 +590,39 @@ def test_a_github_repository_that_is_no_owner_name_is_one_warning(tmp_path, api,
     assert proc.returncode == 1, text
     assert "internal error" not in text and "is not owner/name" in text
     assert api.state.writes() == []
+
+
+def test_the_bus_ids_of_a_stuck_nvml_are_left_out_not_waited_for(monkeypatch):
+    """The GPU just found failing is the one most likely to hold NVML: before, reading its bus
+    id (after the labels were gone, before the annotation saying so) waited with it."""
+    import threading
+
+    from gpuci import quarantine
+    from gpuci.gpu import _nvml
+
+    released = threading.Event()
+
+    class _Answered:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+        def snapshot(self):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(gpus=[SimpleNamespace(index=0, pci_bus_id="0000:18:00.0")])
+
+    def stuck(_env):
+        released.wait(30)  # a test of the old code fails after this, rather than hangs
+        return _Answered()
+
+    monkeypatch.setattr(_nvml, "open_nvml", stuck)
+    try:
+        assert quarantine._bus_ids({"GPUCI_NVML_TIMEOUT": "0.05"}) == {}
+    finally:
+        released.set()

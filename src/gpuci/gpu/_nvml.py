@@ -396,16 +396,20 @@ class NvmlStuck(NvmlUnavailable):
     session must not be closed (``nvmlShutdown`` would wait on the same lock)."""
 
 
-def within_deadline(environ: Mapping[str, str], work: Callable[[], _T], what: str) -> _T:
+def within_deadline(
+    environ: Mapping[str, str], work: Callable[[], _T], what: str, at_most: float | None = None
+) -> _T:
     """``work()`` (NVML calls), given ``GPUCI_NVML_TIMEOUT`` seconds.
 
     A GPU that fell off the bus, or a driver mid-reset, can hold ``nvmlInit`` or a query in
     the kernel for ever (nvidia-smi hangs the same way), and the job with it until the CI
     platform's own timeout. So ``work`` runs on a daemon thread: past the deadline the step
     fails with one line (:class:`NvmlUnavailable`, exit 3) and the stuck thread is left to
-    the process's end. Its errors are raised here as they are.
+    the process's end. Its errors are raised here as they are. ``at_most``: fewer seconds,
+    for a read that is only a courtesy.
     """
     seconds = settings.NVML_TIMEOUT.number(environ, minimum=0.001)
+    seconds = seconds if at_most is None else min(seconds, at_most)
     done: list[_T] = []
     failed: list[BaseException] = []
 
