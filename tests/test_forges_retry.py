@@ -113,3 +113,51 @@ def test_a_hostile_body_is_one_line(body, why):
         _comments(server)
     line = info.value.one_line()
     assert why in line and "\n" not in line and server.seen == 1
+
+
+@pytest.mark.parametrize("reset", ["²", "¹²³"])
+def test_a_rate_limit_reset_in_other_digits_waits_the_cap_not_an_internal_error(sleeps, reset):
+    """``x-ratelimit-reset`` is the server's text: before, ``str.isdigit()`` passed ``²`` and
+    ``int()`` then raised ValueError out of the client (an internal error, exit 3)."""
+    limited = (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": reset})
+    with _RateLimited(limited) as server:
+        assert _comments(server) == []
+    assert server.seen == 2 and sleeps == [rest.RETRY_AFTER_CAP]
+
+
+def test_a_header_value_that_is_not_ascii_is_kept_as_sent():
+    """A server's header in Latin-1 (``X-Served-By: café``): before, the answer, read whole,
+    was rebuilt from decoded header text that httpx refused to encode as ASCII again, and
+    every request to that server ended in UnicodeEncodeError (an internal error)."""
+    with _RateLimited((200, {"X-Served-By": "café"}, b"[]")) as server:
+        assert _comments(server) == []
+    assert server.seen == 1
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://h\n/api", "http://h/\x00"])
+def test_an_api_url_that_is_no_url_is_one_line_naming_its_variable(url):
+    """Before: httpx.InvalidURL out of the client's constructor, an internal error (and in
+    gpu-smoke's quarantine, after its verdict, the verdict lost with it)."""
+    from gpuci.errors import InputError
+    from gpuci.forges._gitlab import GitLab
+
+    with pytest.raises(InputError) as info:
+        GitHub(url, "tok-123", "o/r")
+    assert "GITHUB_API_URL=" in info.value.one_line() and "\n" not in info.value.one_line()
+    with pytest.raises(InputError, match="CI_API_V4_URL="):
+        GitLab(url, "tok-123", "42")
+
+
+def test_a_request_path_httpx_cannot_send_is_one_line():
+    """A path made from an input holding a control character: before, httpx.InvalidURL out of
+    the client (an internal error of the training report's comment, say)."""
+    from gpuci.errors import InputError
+
+    with (
+        FakeGitHub() as server,
+        GitHub(server.github_api, server.state.github_token, "o/r\x1b") as gh,
+        pytest.raises(InputError) as info,
+    ):
+        list(gh.ours(1, "<!-- m -->"))
+    line = info.value.one_line()
+    assert "cannot make a GitHub API request of GET" in line and "\x1b" not in line

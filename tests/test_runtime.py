@@ -268,3 +268,46 @@ def test_text_no_stream_can_encode_is_written_escaped(gh_env, tmp_path, platform
     if platform == "gitlab":
         assert "GPUCI_PATH=models/\\udcff.bin" in (tmp_path / "out.env").read_text()
         assert "| \\ud800 |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.fixture
+def fifo_with_a_reader(tmp_path):
+    """A FIFO something reads (so opening it to write does not wait): the fix refuses it."""
+    import os
+
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    yield path
+    os.close(reader)
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+@pytest.mark.parametrize("var", ["GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"])
+def test_a_file_command_path_that_is_no_regular_file_is_one_line(
+    gh_env, tmp_path, fifo_with_a_reader, var, what
+):
+    """The runner's files sit where a job's earlier step can replace them: before, a FIFO
+    there was written (or, with no reader, held ``open`` for ever) and a folder was an
+    internal error (IsADirectoryError out of render)."""
+    env, _ = gh_env
+    env[var] = str(fifo_with_a_reader if what == "fifo" else tmp_path)
+    with pytest.raises(InfraError) as info:
+        Runtime(env, stdout=io.StringIO()).render(sample())
+    line = info.value.one_line()
+    assert f"cannot write ${var}" in line and "\n" not in line
+
+
+def test_a_gitlab_summary_path_that_is_a_fifo_is_one_line(tmp_path, fifo_with_a_reader):
+    env = {"GITLAB_CI": "true", "GPUCI_SUMMARY": str(fifo_with_a_reader)}
+    env["GPUCI_DOTENV"] = str(tmp_path / "out.env")
+    with pytest.raises(InfraError, match="cannot write GPUCI_SUMMARY"):
+        Runtime(env, stdout=io.StringIO()).render(sample())
+
+
+def test_a_file_command_name_ending_in_a_newline_is_refused():
+    """``re.match`` with ``$`` passed ``name\\n``: the entry's first line would be ``name``."""
+    from gpuci.errors import InputError
+
+    with pytest.raises(InputError, match="refusing to write the variable name"):
+        Runtime._heredoc("name\n", "value")

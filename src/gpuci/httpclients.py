@@ -291,7 +291,11 @@ def read_bounded(
             raise httpx.ReadTimeout(f"{exc}: {limit.passed()}", request=request) from None
         finally:
             response.close()
-    plain = [(k, v) for k, v in response.headers.multi_items() if k not in _BODY_HEADERS]
+    # as bytes: a value a server sent in Latin-1 (``café``) decodes to text that a new
+    # response's headers refuse to encode as ASCII (UnicodeEncodeError: an internal error)
+    plain = [
+        (k, v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in _BODY_HEADERS
+    ]
     return httpx.Response(response.status_code, headers=plain, content=body, request=request)
 
 

@@ -16,6 +16,7 @@ runner was not quarantined: the smoke never passes or crashes because of it. gpu
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -205,6 +206,8 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         raise _NotDone("quarantine-labels is empty: name the labels your GPU jobs use")
     if not name or "/" not in repository:
         raise _NotDone("RUNNER_NAME or GITHUB_REPOSITORY is not set")
+    if not _is_repository(repository):
+        raise _NotDone(f"GITHUB_REPOSITORY={excerpt(repository, 80)!r} is not owner/name")
     token = _token(env, settings.RUNNER_TOKEN, rt)
     api = settings.GITHUB_API_URL.value(env)
     admin = _admin()
@@ -218,6 +221,7 @@ def _unlabel_github(env: Any, rt: Runtime, labels: list[str]) -> tuple[str, str]
         if runner is None:
             raise _NotDone(_nowhere(name, repository, env))
         back = f"python -m gpuci runners release {name} --labels {','.join(labels)}"
+        _saying_first(rt, f"runner {name} (id {runner.runner_id})", back)
         what = _take_labels(client, runner, labels, back)
     return f"{name} (id {runner.runner_id}; {what})", back
 
@@ -274,17 +278,45 @@ def _nowhere(name: str, repository: str, env: Any) -> str:
 
 def _pause_gitlab(env: Any, rt: Runtime) -> tuple[str, str]:
     rid = str(settings.CI_RUNNER_ID.raw(env) or "")
-    if not rid.isdigit():
+    if not rid:
         raise _NotDone("CI_RUNNER_ID is not set")
+    if not _is_id(rid):
+        raise _NotDone(f"CI_RUNNER_ID={excerpt(rid, 40)!r} is not a runner id")
     token = _token(env, settings.GITLAB_TOKEN, rt)
     api = str(settings.CI_API_V4_URL.raw(env) or "")
     if not api:
         raise _NotDone("CI_API_V4_URL is not set")
+    back = f"python -m gpuci runners release {rid} --forge gitlab"
     with _admin().GitLabRunnerPause(api, token) as client:
+        _saying_first(rt, f"runner id {rid}", back)
         client.set_paused(int(rid), True)
     desc = str(settings.CI_RUNNER_DESCRIPTION.raw(env) or "")
     where = f"{desc} (id {rid}; paused)" if desc else f"id {rid} (paused)"
-    return where, f"python -m gpuci runners release {rid} --forge gitlab"
+    return where, back
+
+
+def _saying_first(rt: Runtime, runner: str, back: str) -> None:
+    """The way back, in the log before the first change: a cancel (the runner's SIGTERM ends
+    the process at once) or Ctrl-C midway left a runner out of service, no word said."""
+    rt.log(
+        f"{TITLE}: taking {runner} out of service; should this step end before it says it "
+        f"did, put it back with: {back}"
+    )
+
+
+def _is_repository(text: str) -> bool:
+    """``owner/name`` as GitHub spells them, and nothing that would change the API path it is
+    put in (``..``, ``?``, ``#``, a control character: httpx.InvalidURL, an internal error)."""
+    parts = text.split("/")
+    return len(parts) == 2 and all(
+        re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", p) and p.strip(".") for p in parts
+    )
+
+
+def _is_id(text: str) -> bool:
+    """A GitLab runner id: ASCII digits, few enough for an integer (``str.isdigit()`` passes
+    ``²``, and 5,000 digits, each of which ``int()`` refuses: an internal error)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _gpu_text(result: Result, findings: list[Finding], env: Any) -> str:
@@ -306,16 +338,21 @@ def _gpu_text(result: Result, findings: list[Finding], env: Any) -> str:
     return ", ".join(parts)
 
 
+#: Seconds the bus ids may take: a courtesy, read after the runner is out of service and
+#: before the annotation that says so.
+BUS_ID_WAIT = 10.0
+
+
 def _bus_ids(env: Any) -> dict[int, str]:
     """PCI bus ids from NVML (the smoke's report lacks them); empty when NVML cannot answer."""
-    try:
-        from gpuci.gpu._nvml import open_nvml
+    from gpuci.gpu._nvml import open_nvml, within_deadline
 
-        session = open_nvml(env)
-        try:
+    def read() -> dict[int, str]:
+        with open_nvml(env) as session:
             return {g.index: g.pci_bus_id for g in session.snapshot().gpus if g.pci_bus_id}
-        finally:
-            session.close()
+
+    try:  # a GPU just found failing is the one most likely to hold NVML: bounded
+        return within_deadline(env, read, "reading the bus ids", at_most=BUS_ID_WAIT)
     except Exception:  # the verdict is already made; the bus id is a courtesy
         return {}
 
@@ -365,9 +402,9 @@ def release(inp: ReleaseInputs, rt: Runtime) -> Result:
                 hint="pass --labels with the quarantine-labels the smoke removed, e.g. gpu-large",
             )
         check_labels(labels)
-    elif not name.isdigit():
+    elif not _is_id(name):
         raise InputError(
-            f"GitLab runners are released by numeric id, not {name!r}",
+            f"GitLab runners are released by numeric id, not {excerpt(name, 40)!r}",
             hint="pass the runner id the quarantine annotation names (CI_RUNNER_ID)",
         )
     if rt.dry_run:
@@ -448,9 +485,10 @@ def _relabel_github(env: Any, rt: Runtime, name: str, labels: list[str], reposit
         )
     rt.mask(token)
     repository = repository or str(settings.GITHUB_REPOSITORY.raw(env) or "")
-    if "/" not in repository:
+    if not _is_repository(repository):
+        said = f" ({excerpt(repository, 80)!r} is not one)" if repository else ""
         raise InputError(
-            "no repository: runners release needs owner/name",
+            f"no repository: runners release needs owner/name{said}",
             hint="pass --repository owner/name or set GITHUB_REPOSITORY",
         )
     api = settings.GITHUB_API_URL.value(env)

@@ -155,7 +155,46 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-_FILE_COMMAND_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"  # text: ``re`` compiles it on first use
+_FILE_COMMAND_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"  # text: ``re`` compiles it on first use
+
+
+def _append_to(path: Path, what: str, text: str) -> None:
+    """Append ``text`` to the regular file (or character device: ``/dev/null``) at ``path``,
+    opened without waiting: a FIFO where the runner's file was (a job's step can replace it)
+    held ``open`` or the write for ever, and a folder or a file that cannot be written was an
+    internal error. Each is one line (InfraError) naming ``what`` the file is. Text no UTF-8
+    can hold (a lone surrogate) is written as its escape (:func:`_encodable`)."""
+    import errno
+    import stat
+
+    from gpuci.files import write_all
+
+    data = text.encode("utf-8", "backslashreplace")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:  # ENXIO: a FIFO no one reads; EISDIR, EACCES, ENOENT...
+        why = "not a regular file" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+        raise _unwritable(path, what, why) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):
+            raise _unwritable(path, what, "not a regular file")
+        if stat.S_ISREG(mode):  # a device stays non-blocking: a terminal held never waits
+            os.set_blocking(fd, True)
+        try:
+            write_all(fd, data)
+        except OSError as exc:  # ENOSPC; EAGAIN of a device that would wait
+            raise _unwritable(path, what, exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def _unwritable(path: Path, what: str, why: str) -> InfraError:
+    return InfraError(
+        f"cannot write {what} ({_redact.single_line(str(path))}): {why}",
+        hint=f"point {what.lstrip('$')} at a regular file this job can write",
+    )
 
 
 _COLOURS = {"error": "31", "warning": "33", "notice": "36", "ok": "32", "bold": "1", "dim": "2"}
@@ -360,7 +399,7 @@ class Runtime:
         The name is checked too: a name holding ``<<``, ``=`` or a newline would let a value
         end the entry early and write a variable of its own choosing.
         """
-        if not re.match(_FILE_COMMAND_NAME, name):
+        if not re.fullmatch(_FILE_COMMAND_NAME, name):  # match's $ passes a final newline
             raise InputError(
                 f"refusing to write the variable name {_redact.single_line(name)!r}",
                 hint="names are letters, digits, '_', '-' and '.', starting with a letter",
@@ -375,8 +414,7 @@ class Runtime:
     def _append(self, var: settings.Setting, text: str) -> None:
         """Append to a file command's file; an output holding a lone surrogate (a name that is
         not UTF-8) is written with its escape (:func:`_encodable`), never an internal error."""
-        with open(self._file_var(var), "a", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
+        _append_to(self._file_var(var), f"${var.name}", text)
 
     def _render_github(self, result: Result) -> None:
         for note in result.annotations:
@@ -431,8 +469,8 @@ class Runtime:
         dotenv.write(self.environ, pairs, lambda message: self.log(f"warning: {message}"))
         summary_file = settings.SUMMARY.value(self.environ)
         if summary_file and result.summary:
-            with open(summary_file, "a", encoding="utf-8", errors="backslashreplace") as handle:
-                handle.write(self._summary(result))  # a file for the job: each command's cut
+            # a file for the job: each command's summary cut on its own
+            _append_to(Path(summary_file), settings.SUMMARY.name, self._summary(result))
 
     # ----- progress ----------------------------------------------------------------------
     def progress(self, label: str, total: int | None):

@@ -349,6 +349,12 @@ GITLAB_API_URL = _declare("GPUCI_GITLAB_API_URL", "", "Its REST API root.", _POD
 GITLAB_RUNNER_TOKEN = _declare(
     "GPUCI_GITLAB_RUNNER_TOKEN", "", "The GitLab runner's token (secret; unset once read).", _POD
 )
+NVML_TIMEOUT = _declare(
+    "GPUCI_NVML_TIMEOUT",
+    "120",
+    "Seconds NVML may take to open and read every GPU (a stuck GPU or driver holds nvmlInit "
+    "or a query for ever); past them gpu-setup and gpu-smoke fail with one line, exit 3.",
+)
 FAKE_NVML = _declare(
     "GPUCI_FAKE_NVML",
     "",

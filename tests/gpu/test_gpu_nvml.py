@@ -262,3 +262,77 @@ def test_a_serial_is_a_plain_token_or_none(raw, want) -> None:
     from gpuci.gpu._nvml import _serial
 
     assert _serial(raw) == want
+
+
+class _GarbageCounts(FakeNvml):
+    """A driver answering 2**32 - 1 for a count; each call past a sane loop's is refused so
+    a test of the old code fails instead of looping 4 billion times."""
+
+    calls = 0
+
+    def _counted(self) -> None:
+        type(self).calls += 1
+        if type(self).calls > 1000:
+            raise AssertionError("asked NVML past any real count")
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle):
+        super().nvmlDeviceGetMaxMigDeviceCount(handle)
+        return 2**32 - 1
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle, index):
+        self._counted()
+        return super().nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+
+
+def test_a_garbage_mig_slot_count_asks_a_bounded_number_of_slots() -> None:
+    _GarbageCounts.calls = 0
+    with open_nvml({}, _GarbageCounts(["a100-mig"])) as session:
+        (g,) = session.snapshot().gpus
+    assert len(g.mig_devices) == 2 and _GarbageCounts.calls <= abi.MIG_MAX_SLOTS
+
+
+def test_a_garbage_gpu_count_is_one_clear_error() -> None:
+    class _Counted(_GarbageCounts):
+        def nvmlDeviceGetCount(self):
+            return 2**32 - 1
+
+        def nvmlDeviceGetHandleByIndex(self, index):
+            self._counted()
+            return super().nvmlDeviceGetHandleByIndex(index)
+
+    _GarbageCounts.calls = 0
+    with pytest.raises(NvmlUnavailable, match="NVML counts 4294967295 GPUs"):
+        open_nvml({}, _Counted(["h100-sxm"]))
+
+
+class _Garbled(FakeNvml):
+    """pynvml decodes NVML's strings as UTF-8, strictly: a garbled InfoROM's bytes raise."""
+
+    garbled = ("nvmlDeviceGetSerial",)
+
+    def __getattribute__(self, name: str):
+        if name in type(self).garbled:
+
+            def undecodable(*_args):
+                return b"\xff\xfe serial".decode()
+
+            return undecodable
+        return super().__getattribute__(name)
+
+
+def test_a_field_that_is_not_utf8_is_unreadable_and_noted() -> None:
+    """Before: UnicodeDecodeError out of the snapshot, an internal error of gpu-setup."""
+    with open_nvml({}, _Garbled(["h100-sxm"])) as session:
+        (g,) = session.snapshot().gpus
+    assert g.serial is None
+    assert any("nvmlDeviceGetSerial answered bytes that are not UTF-8" in n for n in g.notes)
+
+
+def test_a_name_that_is_not_utf8_is_one_clear_error() -> None:
+    class _GarbledName(_Garbled):
+        garbled = ("nvmlDeviceGetName",)
+
+    session = open_nvml({}, _GarbledName(["h100-sxm"]))
+    with pytest.raises(NvmlUnavailable, match="nvmlDeviceGetName answered bytes that are not"):
+        session.snapshot()
+    session.close()

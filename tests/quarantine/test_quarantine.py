@@ -484,3 +484,145 @@ def test_release_off_the_runner_needs_proof_this_is_it_or_force(tmp_path, api):
     on_it = release(tmp_path, api, "gpu-twin", nvml=GOOD_GPU, **laptop, **files)
     assert on_it.returncode == 0, on_it.stdout + on_it.stderr
     assert "gpu-large" in this.names() and "gpuci-quarantined" not in this.names()
+
+
+# str.isdigit() passes "²" and 5,000 digits, and int() refuses both: before, each was an
+# internal error (exit 3), of the release command, or of the smoke's last step over its verdict.
+NOT_AN_ID = pytest.mark.parametrize("rid", ["²", "9" * 5000], ids=["superscript", "5000-digits"])
+
+
+@NOT_AN_ID
+def test_a_gitlab_release_of_no_plain_number_is_bad_input(tmp_path, api, rid):
+    proc = cli(tmp_path, api, "runners", "release", rid, "--force", **gl(api))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "internal error" not in text and "released by numeric id" in text
+    assert max(len(ln) for ln in text.splitlines()) < 1000  # the name is not echoed whole
+    assert api.state.writes() == []
+
+
+@NOT_AN_ID
+def test_a_ci_runner_id_of_no_plain_number_is_one_warning_and_the_same_verdict(tmp_path, api, rid):
+    env = gl(api, CI_RUNNER_ID=rid)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "internal error" not in text and "is not a runner id" in text
+    assert api.state.writes() == []
+
+
+def _hardware_verdict():
+    from gpuci.errors import ExitCode
+    from gpuci.runtime import Result
+
+    result = Result(command="gpu-smoke", exit_code=ExitCode.CHECK_FAILED)
+    result.report = {"checks": [{"name": "health", "gpu": 0, "status": "fail", "reason": "ECC"}]}
+    return result
+
+
+@pytest.mark.parametrize("forge", ["github", "gitlab"])
+def test_a_cancel_midway_finds_the_way_back_already_in_the_log(monkeypatch, api, forge):
+    """The runner's SIGTERM ends the process at once (and Ctrl-C raises wherever it lands):
+    before, one between the first change and the annotation left the runner out of service
+    with no word in the log. Now the way back is logged before the first change."""
+    import io
+
+    from gpuci import quarantine
+    from gpuci.forges import _runner_admin as admin
+    from gpuci.gpu.options import SmokeInputs
+    from gpuci.runtime import Runtime
+
+    logged = io.StringIO()
+
+    def cancelled(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt  # where the cancel lands: the first change
+
+    if forge == "github":
+        api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+        env = gh(api, RUNNER_NAME="gpu-node")
+        monkeypatch.setattr(admin.GitHubRunnerLabels, "remove_label", cancelled)
+        back = "python -m gpuci runners release gpu-node --labels gpu-large"
+    else:
+        this = api.state.add("gpu-b", "project:42")
+        env = gl(api, CI_RUNNER_ID=str(this.id))
+        monkeypatch.setattr(admin.GitLabRunnerPause, "set_paused", cancelled)
+        back = f"python -m gpuci runners release {this.id} --forge gitlab"
+    inputs = SmokeInputs(on_failure="quarantine", quarantine_labels=["gpu-large"])
+    rt = Runtime(env, stdout=io.StringIO(), stderr=logged)
+    with pytest.raises(KeyboardInterrupt):
+        quarantine.after_verdict(_hardware_verdict(), inputs, rt)
+    assert f"put it back with: {back}" in logged.getvalue()
+
+
+def test_an_api_url_that_is_no_url_is_one_warning_and_the_same_verdict(tmp_path, api):
+    """Before: httpx.InvalidURL out of the forge client: the smoke's verdict (exit 1) became
+    an internal error (exit 3)."""
+    this = api.state.add("gpu-b", "project:42")
+    env = gl(api, CI_RUNNER_ID=str(this.id), CI_API_V4_URL="http://[::1")
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "internal error" not in text and "runner not quarantined: CI_API_V4_URL=" in text
+
+
+NOT_A_REPOSITORY = pytest.mark.parametrize(
+    "repository", ["octo/g\npu", "octo/gpu\x1b", "octo/gpu/../../orgs/x", "octo/gpu?x=1", "../x"]
+)
+
+
+@NOT_A_REPOSITORY
+def test_a_repository_that_is_no_owner_name_is_bad_input_for_release(tmp_path, api, repository):
+    """Before: a control character was httpx.InvalidURL (an internal error), and ``..`` or
+    ``?`` went into the API path as they were."""
+    proc = release(tmp_path, api, "gpu-node", "--force", "--repository", repository, **gh(api))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2, text
+    assert "internal error" not in text and "runners release needs owner/name" in text
+    assert api.state.writes() == []
+
+
+@NOT_A_REPOSITORY
+def test_a_github_repository_that_is_no_owner_name_is_one_warning(tmp_path, api, repository):
+    api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    env = gh(api, RUNNER_NAME="gpu-node", GITHUB_REPOSITORY=repository)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "internal error" not in text and "is not owner/name" in text
+    assert api.state.writes() == []
+
+
+def test_the_bus_ids_of_a_stuck_nvml_are_left_out_not_waited_for(monkeypatch):
+    """The GPU just found failing is the one most likely to hold NVML: before, reading its bus
+    id (after the labels were gone, before the annotation saying so) waited with it."""
+    import threading
+
+    from gpuci import quarantine
+    from gpuci.gpu import _nvml
+
+    released = threading.Event()
+
+    class _Answered:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+        def snapshot(self):
+            from types import SimpleNamespace
+
+            return SimpleNamespace(gpus=[SimpleNamespace(index=0, pci_bus_id="0000:18:00.0")])
+
+    def stuck(_env):
+        released.wait(30)  # a test of the old code fails after this, rather than hangs
+        return _Answered()
+
+    monkeypatch.setattr(_nvml, "open_nvml", stuck)
+    try:
+        assert quarantine._bus_ids({"GPUCI_NVML_TIMEOUT": "0.05"}) == {}
+    finally:
+        released.set()

@@ -79,7 +79,8 @@ def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float
     if headers.get("x-ratelimit-remaining", "").strip() != "0":
         return None
     reset = headers.get("x-ratelimit-reset", "").strip()
-    if not reset.isdigit() or len(reset) > 12:
+    # ASCII digits only: isdigit() passes "²", which int() refuses (an internal error)
+    if not (reset.isascii() and reset.isdigit()) or len(reset) > 12:
         return RETRY_AFTER_CAP
     at = time.time() if now is None else now
     return min(max(0.0, int(reset) - at), RETRY_AFTER_CAP)
@@ -110,12 +111,18 @@ class ApiClient:
     ) -> None:
         self._token = token
         # No redirect is followed (the factory's rule): one would carry the token elsewhere.
-        self._client = httpclients.new_client(
-            timeout=timeout,
-            agent="forges",
-            base_url=api_url.rstrip("/"),
-            headers=headers,
-        )
+        try:
+            self._client = httpclients.new_client(
+                timeout=timeout,
+                agent="forges",
+                base_url=api_url.rstrip("/"),
+                headers=headers,
+            )
+        except httpx.InvalidURL as exc:  # the variable's text: else an internal error
+            raise InputError(
+                f"{self.url_env}={excerpt(redact_url(api_url), 80)!r} is no URL ({exc})",
+                hint=f"set {self.url_env} to the {self.service} REST API's address",
+            ) from None
         self._policy = RetryPolicy(
             attempts=attempts,
             initial=0.25,
@@ -191,6 +198,12 @@ class ApiClient:
                 hint=f"the {self.service} rate limit is spent; rerun the job once it resets"
                 if limited
                 else f"{self.service} may be degraded; rerun the job later",
+            ) from None
+        except httpx.InvalidURL as exc:  # a path built from an input (a repository, a project)
+            raise InputError(
+                f"cannot make a {self.service} API request of {method} "
+                f"{excerpt(redact_url(url), 120)!r}: {excerpt(str(exc), 80)}",
+                hint="check the inputs that name it (repository, project, number)",
             ) from None
         except httpx.HTTPError as exc:
             # a timeout says which: a read's, or the request's or listing's deadline

@@ -16,9 +16,10 @@ snapshot.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuci import settings
 from gpuci.errors import NvmlUnavailable
@@ -40,6 +41,7 @@ from gpuci.gpu._nvml_abi import (
     FEATURE_ENABLED,
     MEMORY_ERROR_TYPE_UNCORRECTED,
     MEMORY_V2,
+    MIG_MAX_SLOTS,
     NVLINK_ERRORS,
     NVLINK_MAX_LINKS,
     SUCCESS,
@@ -61,6 +63,7 @@ __all__ = [
     "Health",
     "MigDevice",
     "NvmlSession",
+    "NvmlStuck",
     "SkippedGpu",
     "Snapshot",
     "XidEvent",
@@ -68,6 +71,7 @@ __all__ = [
     "cpu_list",
     "open_nvml",
     "pci_address",
+    "within_deadline",
 ]
 
 
@@ -205,7 +209,7 @@ class NvmlSession(NvmlCalls):
     def _mig_devices(self, h: Any, notes: list[str]) -> tuple[MigDevice, ...]:
         slots = self._optional("nvmlDeviceGetMaxMigDeviceCount", h, notes=notes) or 0
         found = []
-        for slot in range(slots):
+        for slot in range(min(int(slots), MIG_MAX_SLOTS)):
             mig = self._optional("nvmlDeviceGetMigDeviceHandleByIndex", h, slot)
             if mig is None:
                 continue  # an empty slot: NVML says NotFound
@@ -382,6 +386,51 @@ def load_pynvml() -> Any:
             "pip install nvidia-ml-py (gpu-ci's requirements include it)",
         ) from None
     return pynvml
+
+
+_T = TypeVar("_T")
+
+
+class NvmlStuck(NvmlUnavailable):
+    """NVML did not answer by the deadline: its call still waits on another thread, so the
+    session must not be closed (``nvmlShutdown`` would wait on the same lock)."""
+
+
+def within_deadline(
+    environ: Mapping[str, str], work: Callable[[], _T], what: str, at_most: float | None = None
+) -> _T:
+    """``work()`` (NVML calls), given ``GPUCI_NVML_TIMEOUT`` seconds.
+
+    A GPU that fell off the bus, or a driver mid-reset, can hold ``nvmlInit`` or a query in
+    the kernel for ever (nvidia-smi hangs the same way), and the job with it until the CI
+    platform's own timeout. So ``work`` runs on a daemon thread: past the deadline the step
+    fails with one line (:class:`NvmlUnavailable`, exit 3) and the stuck thread is left to
+    the process's end. Its errors are raised here as they are. ``at_most``: fewer seconds,
+    for a read that is only a courtesy.
+    """
+    seconds = settings.NVML_TIMEOUT.number(environ, minimum=0.001)
+    seconds = seconds if at_most is None else min(seconds, at_most)
+    done: list[_T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # raised again on the caller's thread
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="gpuci-nvml", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise NvmlStuck(
+            f"NVML did not answer within {seconds:g}s ({what}): a GPU or the driver is stuck",
+            "drain this node and check nvidia-smi and dmesg (Xid errors); "
+            f"{settings.NVML_TIMEOUT.name} sets the wait",
+        )
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 def open_nvml(environ: Mapping[str, str], nvml: Any = None) -> NvmlSession:

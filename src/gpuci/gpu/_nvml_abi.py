@@ -31,6 +31,11 @@ TEMPERATURE_GPU = 0
 FEATURE_ENABLED = 1
 MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
 EVENT_XID_CRITICAL_ERROR = 0x8
+# How many MIG slots one GPU is asked for at most: 7 on every MIG GPU so far; a driver that
+# answers 4 billion (garbage) would otherwise be asked 4 billion times.
+MIG_MAX_SLOTS = 64
+# How many GPUs NVML may count: no machine has more; past it the count is garbage, not GPUs.
+MAX_DEVICES = 1024
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS (Hopper: 18 links per GPU)
 CLOCK_SM = 1  # NVML_CLOCK_SM
 CLOCK_MEM = 2  # NVML_CLOCK_MEM

@@ -19,6 +19,7 @@ from gpuci.gpu._nvml_abi import (
     ERROR_NO_PERMISSION,
     ERROR_TIMEOUT,
     EVENT_XID_CRITICAL_ERROR,
+    MAX_DEVICES,
     NO_INSTANCE,
     UNSUPPORTED_CODES,
 )
@@ -54,6 +55,11 @@ _INIT_ERRORS: dict[int, tuple[str, str]] = {
     ),
 }
 
+
+# pynvml decodes every string NVML answers as UTF-8, strictly: a board's garbled InfoROM (its
+# serial, its name) raised UnicodeDecodeError out of the session, an internal error.
+NOT_TEXT = "answered bytes that are not UTF-8 text"
+NOT_TEXT_HINT = "check nvidia-smi -q on this machine: the board's InfoROM may be corrupt"
 
 # nvmlDeviceGetNvLinkState on a link number the board does not have
 NO_SUCH_LINK = frozenset({ERROR_INVALID_ARGUMENT})
@@ -96,6 +102,12 @@ class NvmlCalls:
             raise NvmlUnavailable(message, hint) from None
         self._open = True
         count = self._required("nvmlDeviceGetCount")
+        if not 0 <= count <= MAX_DEVICES:  # garbage: each "GPU" would be asked for a handle
+            self.close()
+            raise NvmlUnavailable(
+                f"NVML counts {count} GPUs, more than any machine has (at most {MAX_DEVICES})",
+                "check nvidia-smi and dmesg on this machine; the driver may need a reset",
+            )
         for i in range(count):
             try:
                 self._handles[i] = self._nvml.nvmlDeviceGetHandleByIndex(i)
@@ -116,6 +128,11 @@ class NvmlCalls:
             except self._errors:
                 pass  # shutting down a broken NVML must not mask the real error
 
+    def abandon(self) -> None:
+        """Never shut down: a call of this session is stuck in the driver (see
+        :class:`gpuci.gpu._nvml.NvmlStuck`), and closing would wait behind it."""
+        self._open = False
+
     def __enter__(self: _Calls) -> _Calls:
         return self if self._open else self.open()
 
@@ -133,6 +150,8 @@ class NvmlCalls:
                 f"NVML call {name} failed: {exc}",
                 "check nvidia-smi and dmesg on this machine; the driver may need a reset",
             ) from None
+        except UnicodeDecodeError:
+            raise NvmlUnavailable(f"NVML call {name} {NOT_TEXT}", NOT_TEXT_HINT) from None
 
     def _optional(
         self,
@@ -158,6 +177,10 @@ class NvmlCalls:
             quiet = UNSUPPORTED_CODES | expected
             if code is not None and code not in quiet and notes is not None:
                 notes.append(f"{name}: {exc}")
+            return None
+        except UnicodeDecodeError:  # unreadable, as a field the driver does not report
+            if notes is not None:
+                notes.append(f"{name} {NOT_TEXT}")
             return None
 
     def _lost(self, args: tuple[Any, ...]) -> NvmlUnavailable:

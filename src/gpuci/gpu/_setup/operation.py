@@ -29,7 +29,7 @@ from gpuci.gpu._checks import (
     usable_units,
     version_text,
 )
-from gpuci.gpu._nvml import GpuInfo, Snapshot, open_nvml
+from gpuci.gpu._nvml import GpuInfo, Snapshot, open_nvml, within_deadline
 from gpuci.gpu._visible import Visibility, job_view
 from gpuci.gpu.options import SetupInputs
 from gpuci.runtime import OutputValue, Runtime
@@ -153,9 +153,13 @@ def read_snapshot(
     environ: Mapping[str, str], nvml: Any = None
 ) -> tuple[Snapshot | None, NvmlUnavailable | None]:
     """This machine's GPUs, or the reason NVML could not be used."""
-    try:
+
+    def read() -> Snapshot:
         with open_nvml(environ, nvml) as session:
-            return session.snapshot(), None
+            return session.snapshot()
+
+    try:
+        return within_deadline(environ, read, "opening it and reading the GPUs"), None
     except NvmlUnavailable as exc:
         return None, exc
 

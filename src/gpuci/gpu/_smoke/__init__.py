@@ -20,7 +20,7 @@ from typing import Any
 from gpuci import files
 from gpuci.errors import GpuciError, InputError, NvmlUnavailable
 from gpuci.gpu._gpu_info import Snapshot
-from gpuci.gpu._nvml import NvmlSession, open_nvml
+from gpuci.gpu._nvml import NvmlSession, NvmlStuck, open_nvml, within_deadline
 from gpuci.gpu._smoke import dcgm
 from gpuci.gpu._smoke.backends import Backend, BackendUnavailable, installed, resolve_framework
 from gpuci.gpu._smoke.checks import (
@@ -185,7 +185,7 @@ class _Ready:
         """Open NVML, take the job's GPUs, then plan (a dry run) or run the checks."""
         checks, framework, sizes = self.checks, self.framework, self.sizes
         try:
-            session = open_nvml(rt.environ, nvml)
+            session = within_deadline(rt.environ, lambda: open_nvml(rt.environ, nvml), "opening it")
         except NvmlUnavailable as exc:
             if rt.dry_run:
                 return dry_run(inp, checks, framework, sizes, None, exc.message)
@@ -194,7 +194,11 @@ class _Ready:
         if self.backend is None and inp.framework == "auto" and session.source.startswith("fake:"):
             framework = "none"  # fake NVML: there is no real GPU for torch or cupy to load
         try:
-            host = session.snapshot()
+            try:
+                host = within_deadline(rt.environ, session.snapshot, "reading the GPUs")
+            except NvmlStuck:
+                session.abandon()  # closing would wait behind the stuck call
+                raise
             # The job's GPUs only: CUDA_VISIBLE_DEVICES applied (another tenant's is not ours).
             snapshot, visibility = job_view(host, rt.environ)
             if not snapshot.gpus and not rt.dry_run:

@@ -1,0 +1,81 @@
+"""A driver that never answers: gpu-setup and gpu-smoke end by GPUCI_NVML_TIMEOUT, one line.
+
+A GPU that fell off the bus, or a driver mid-reset, holds nvmlInit or a query in the kernel
+(nvidia-smi hangs the same way). Before, both commands waited with it until the CI platform's
+own timeout, and said nothing. The fake here waits until the test ends (at most 30 s, so a
+test of the old code fails rather than hangs).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpuci.errors import NvmlUnavailable
+from gpuci.gpu._setup.operation import read_snapshot
+from gpuci.gpu._smoke import smoke
+from gpuci.gpu.fake.nvml import FakeNvml
+from gpuci.runtime import Runtime
+from smoke.smoke_helpers import values
+
+FAST = {"GPUCI_NVML_TIMEOUT": "0.05"}
+
+
+class _Stuck(FakeNvml):
+    """``stuck_in`` waits on ``released`` (the driver that never answers); counts shutdowns."""
+
+    def __init__(self, stuck_in: str, released: threading.Event) -> None:
+        super().__init__(["h100-sxm"])
+        self.stuck_in, self.released, self.shutdowns = stuck_in, released, 0
+
+    def _wait(self, name: str) -> None:
+        if name == self.stuck_in:
+            self.released.wait(30)
+
+    def nvmlInit(self) -> None:
+        self._wait("nvmlInit")
+        super().nvmlInit()
+
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        self._wait("nvmlDeviceGetName")
+        return super().nvmlDeviceGetName(handle)
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+        super().nvmlShutdown()
+
+
+@pytest.fixture
+def released() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # the stuck thread ends with the test
+
+
+@pytest.mark.parametrize("stuck_in", ["nvmlInit", "nvmlDeviceGetName"])
+def test_gpu_setup_reads_nvml_by_the_deadline(released, stuck_in):
+    snapshot, error = read_snapshot(FAST, _Stuck(stuck_in, released))
+    assert snapshot is None and isinstance(error, NvmlUnavailable)
+    assert "NVML did not answer within 0.05s" in error.one_line()
+    assert "GPUCI_NVML_TIMEOUT" in error.one_line()
+
+
+@pytest.mark.parametrize("stuck_in", ["nvmlInit", "nvmlDeviceGetName"])
+def test_gpu_smoke_reads_nvml_by_the_deadline(released, tmp_path, stuck_in):
+    fake = _Stuck(stuck_in, released)
+    rt = Runtime({**FAST, "GPUCI_JOURNAL": str(tmp_path / "j.jsonl")}, stdout=io.StringIO())
+    result = smoke(values(tmp_path), rt, nvml=fake)
+    assert int(result.exit_code) == 3
+    assert "NVML did not answer within 0.05s" in result.headline
+    assert fake.shutdowns == 0  # never closed behind the stuck call: that would wait too
+
+
+def test_a_timeout_that_is_no_number_is_bad_input(released):
+    from gpuci.errors import InputError
+
+    with pytest.raises(InputError, match="GPUCI_NVML_TIMEOUT"):
+        read_snapshot({"GPUCI_NVML_TIMEOUT": "soon"}, _Stuck("nvmlInit", released))
