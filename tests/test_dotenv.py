@@ -92,16 +92,14 @@ def test_a_train_job_writes_at_most_twenty(tmp_path):
     assert "GPUCI_CACHE_HIT=v" in written and "GPUCI_PASSED=v" in written
 
 
-def test_a_name_that_would_forge_another_variable_is_refused(tmp_path):
-    import pytest
-
-    from gpuci.errors import InputError
-
+@pytest.mark.parametrize("name", ["X\nGPUCI_PASSED", "GPUCI_X\n"])
+def test_a_name_that_would_forge_another_variable_is_refused(tmp_path, name):
+    """A newline inside a name, or at its end (``re.match``'s ``$`` lets one through)."""
     report = tmp_path / "out.env"
     with pytest.raises(InputError, match="refusing to write the variable name"):
         dotenv.write(
             {"GPUCI_DOTENV": str(report), "GPUCI_DOTENV_OUTPUTS": "all"},
-            {"X\nGPUCI_PASSED": "true"},
+            {name: "true"},
             lambda message: None,
         )
     assert not report.exists()

@@ -76,7 +76,7 @@ def _read(path: Path) -> dict[str, str]:
     return pairs
 
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
 def write(
@@ -90,7 +90,7 @@ def write(
     if not chosen:
         return
     for key in chosen:
-        if not _NAME.match(key):  # a name with '=' or a newline would forge other variables
+        if not _NAME.fullmatch(key):  # a name with '=' or a newline would forge other variables
             raise InputError(
                 f"refusing to write the variable name {key[:80]!r} to the dotenv report",
                 hint="names are letters, digits, '_', '-' and '.'",
