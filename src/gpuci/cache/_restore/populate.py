@@ -23,6 +23,8 @@ from gpuci.errors import InfraError, InputError
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
 
+MAX_LINE = 64 << 10  # characters of the command's output logged as one line
+
 
 def _shell() -> list[str]:
     bash = shutil.which("bash")
@@ -57,7 +59,9 @@ def run_command(command: str, rt: Runtime) -> None:
     # the read below until it ended: the group is killed as bash itself ends.
     threading.Thread(target=_end_with_bash, args=(proc, children), daemon=True).start()
     try:
-        for line in proc.stdout:
+        # At most MAX_LINE characters a read: output with no line break (a binary dumped to
+        # stdout, a file of zeros) is logged in pieces, never held whole.
+        while line := proc.stdout.readline(MAX_LINE):
             rt.log(f"populate: {line.rstrip()}")
         code = proc.wait()
     finally:
