@@ -228,7 +228,9 @@ class LocalStore(Store):
     def _lock(self, key: str) -> Iterator[None]:
         """Hold ``key``'s lock file; :class:`LockBusy` once :data:`LOCK_WAIT_S` went by."""
         name = f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.lock"
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        # Read-only: flock needs no more, and another user's lock file (0644) opens so too;
+        # O_NONBLOCK: a FIFO planted there does not hold the open (it is only a lock).
+        flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with walk_down(self.root, ["locks"], create=True) as locks:
             fd = os.open(name, flags, 0o644, dir_fd=locks)
         try:
