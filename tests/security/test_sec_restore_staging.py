@@ -496,3 +496,26 @@ def test_a_staging_lock_held_by_another_process_is_not_waited_for_for_ever(tmp_p
     assert isinstance(made_staging, staging.Staging)
     assert os.stat(made_staging.path / staging.LOCK).st_mode & 0o777 == 0  # never locked
     made_staging.remove()
+
+
+@pytest.mark.parametrize("where", ["in-a-file", "below-a-file", "name-too-long"])
+def test_a_target_below_a_file_or_with_a_name_too_long_is_bad_input(
+    file_store, env, tmp_path, where
+):
+    """Making the target's folder met a file ("File exists") or a name over 255 bytes: that
+    was said as the runner's disk failing (exit 3); it is the path input's fault (exit 2)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.txt").write_text("cached")
+    saved = cache_cmd("save", {**file_store.flags(), "key": "k", "path": str(src)}, env)[0]
+    assert saved.exit_code == 0, saved.headline
+    (tmp_path / "a-file").write_text("the job's")
+    target = {
+        "in-a-file": tmp_path / "a-file" / "t",  # its folder is a file: EEXIST
+        "below-a-file": tmp_path / "a-file" / "sub" / "t",  # ENOTDIR
+        "name-too-long": tmp_path / ("n" * 300) / "t",
+    }[where]
+    result = restore_to(file_store, env, "k", target)
+    assert result.exit_code == 2, result.headline
+    assert f"path '{target}' cannot be restored to" in result.headline, result.headline
+    assert (tmp_path / "a-file").read_text() == "the job's"
