@@ -97,3 +97,63 @@ def test_a_save_whose_ref_lock_is_held_goes_on_and_keeps_the_key(tmp_path, env, 
     assert "was not updated" in said and lock.name in said, said
     assert "another job saved" not in said, said  # no other job did
     assert json.loads(ref.read_bytes())["manifest"] == named  # the key still names its tree
+
+
+def test_a_lock_file_another_user_made_is_taken_read_only(tmp_path):
+    """A store shared by users of one group (its folders group-writable): the first user's
+    lock file is 0644, and another user opened it for writing to lock it, EACCES: every
+    conditional write of that key failed ("cannot use the cache store"). flock needs only a
+    read-only open."""
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as a second user")
+    root = tmp_path / "store"
+    LocalStore(root).put_if_absent(REF, b"first")  # root's lock file, 0644
+    assert _lock_path(root, REF).exists()
+    for path in [tmp_path, *tmp_path.parents]:
+        if path == Path("/"):
+            break
+        path.chmod(path.stat().st_mode | 0o055)  # the second user reaches the store
+    for path in [root, *root.rglob("*")]:
+        if path.is_dir():
+            path.chmod(0o777)  # folders writable by the group (all, here)
+    pid = os.fork()
+    if pid == 0:  # the second user: the modules are loaded, only the store is reached
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            store = LocalStore(root)
+            got = store.get(REF)
+            assert got is not None
+            store.put_if_match(REF, b"second", got[1])
+            code = 0
+        except BaseException as exc:  # said on stderr, the exit code tells the test
+            sys.stderr.write(f"second user: {exc!r}\n")
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the second user's write failed"
+    assert LocalStore(root).get(REF)[0] == b"second"
+
+
+def test_a_fifo_planted_as_a_lock_file_does_not_hold_the_write(tmp_path):
+    """The lock file is opened read-only, which waits on a FIFO for a writer: never, here."""
+    import threading
+
+    lock = _lock_path(tmp_path / "store", REF)
+    lock.parent.mkdir(parents=True)
+    os.mkfifo(lock)
+    store = LocalStore(tmp_path / "store")
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(store.put_if_absent(REF, b"new")))
+    worker.daemon = True
+    worker.start()
+    worker.join(60)
+    hung = worker.is_alive()
+    if hung:  # let the blocked open go
+        os.close(os.open(lock, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(60)
+    assert not hung, "the write waited on a FIFO planted as its lock file"
+    assert store.get(REF) is not None and store.get(REF)[0] == b"new"  # type: ignore[index]

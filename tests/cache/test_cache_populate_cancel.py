@@ -90,3 +90,40 @@ def test_a_ctrl_c_while_populate_runs_kills_its_group(tmp_path, monkeypatch):
         populate.run_command(_forking_command(pid_file), rt)
     download = int(pid_file.read_text())
     wait_until(lambda: _gone(download), what="the download to end with its step")
+
+
+def test_a_straggler_holding_the_commands_output_does_not_hold_the_step(tmp_path):
+    """``sleep 1000 &`` keeps the command's output open: the log's read waited for it (1000 s)
+    although bash had ended; the group is killed as bash ends, which closes the output."""
+    import threading
+
+    pid_file = tmp_path / "download.pid"
+    command = f"sleep 1000 & echo $! > {pid_file}; echo started"
+    done: list[object] = []
+    worker = threading.Thread(
+        target=lambda: done.append(populate.run_command(command, Runtime(dict(os.environ)))),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(60)
+    hung = worker.is_alive()
+    download = int(pid_file.read_text())
+    if hung:  # let the blocked read end
+        os.kill(download, signal.SIGKILL)
+        worker.join(60)
+    assert not hung, "the step waited for a straggler that held the command's output"
+    assert done == [None]
+    wait_until(lambda: _gone(download), what="the straggler to end with the command")
+
+
+def test_output_without_line_breaks_is_logged_in_pieces_not_held_whole(monkeypatch):
+    """A command dumping a binary (or a file of zeros) to stdout prints no line break for
+    gigabytes: the log read it as one line, all in memory."""
+    monkeypatch.setattr(populate, "MAX_LINE", 1000, raising=False)
+    rt = Runtime(dict(os.environ))
+    logged: list[str] = []
+    monkeypatch.setattr(rt, "log", logged.append)
+    populate.run_command("head -c 100000 /dev/zero | tr '\\0' x", rt)
+    pieces = [m for m in logged if m.startswith("populate: x")]
+    assert sum(len(m) - len("populate: ") for m in pieces) == 100_000
+    assert max(len(m) for m in pieces) <= len("populate: ") + 1000, max(map(len, pieces))

@@ -223,3 +223,35 @@ def test_credentials_that_cannot_list_uploads_make_a_note_not_a_failed_prune():
     with LoopbackHTTPServer(handler) as server:
         assert prune._leftovers(_store(server.port), 3600, notes) == []
     assert len(notes) == 1 and "AccessDenied" in notes[0], notes
+
+
+class _SilentPut(_Counting):
+    """Reads each PUT and never answers it (until the test ends)."""
+
+    def do_PUT(self) -> None:
+        type(self).requests.append(self.path)
+        type(self).arrived.set()
+        type(self).release.wait(HELD)
+
+
+def test_a_transfer_stopped_beside_the_use_record_leaves_it_a_warning():
+    """A restore records the key's use on a thread of its own, beside its transfer, on the same
+    store. A part that failed for good stops the store's requests in flight, the record's too,
+    and the restore may go on (a tier disk that filled: the rest fetched again with a fresh
+    flag) and succeed: the record's end is its failure, a warning, never an Interrupted raised
+    where the restore waits for it (a traceback and exit 1 after a restore that worked)."""
+    from gpuci.cache._format import refs
+
+    handler = _handler(_SilentPut)
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        stop = store.stop_flag()  # the transfer's flag
+        recording = refs.UseRecording(store, "default", "k")
+        assert handler.arrived.wait(30), "no request"
+        stop.set()  # a part failed for good (WorkPool.fail)
+        store.stop_flag()  # the refetch's fresh flag
+        try:
+            unrecorded = recording.result()
+        finally:
+            handler.release.set()
+    assert unrecorded and "stopped" in unrecorded, unrecorded

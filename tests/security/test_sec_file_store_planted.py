@@ -199,3 +199,26 @@ def test_a_long_name_record_planted_as_a_fifo_is_not_waited_on_by_a_listing(
     if worker.is_alive():  # release the reader blocked in open()
         os.close(os.open(record, os.O_WRONLY | os.O_NONBLOCK))
     assert listed == [[]], "the listing waited on the FIFO (or listed the planted name)"
+
+
+def test_a_huge_file_at_a_ref_is_not_read_whole_by_a_conditional_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ref is moved under its lock once its etag there matches the one the save read: a
+    planted sparse file of any size (swapped in after the save read the ref) must not be read
+    into memory whole to hash it; the write is a lost race, as for any other change."""
+    from gpuci.cache._stores import file as file_store_module
+    from gpuci.errors import ConflictError
+
+    store = LocalStore(tmp_path / "store")
+    key = f"{layout.refs_prefix('default')}k"
+    etag = store.put(key, b"{}")
+    os.truncate(tmp_path / "store" / key, 64 << 20)  # a sparse 64 MiB: stands for a terabyte
+    hashed: list[int] = []
+    real_etag = file_store_module._etag
+    monkeypatch.setattr(
+        file_store_module, "_etag", lambda data: hashed.append(len(data)) or real_etag(data)
+    )
+    with pytest.raises(ConflictError, match="changed by someone else"):
+        store.put_if_match(key, b'{"new": 1}', etag)
+    assert all(n <= 1 << 20 for n in hashed), f"hashed {hashed} bytes of the planted ref"

@@ -457,3 +457,65 @@ def test_the_filesystem_root_as_the_target_is_refused_up_front_in_its_own_words(
     assert result.exit_code == 2, result.headline
     assert "path '/' is the filesystem root" in result.headline
     assert sorted(os.listdir("/")) == before
+
+
+def test_a_staging_lock_held_by_another_process_is_not_waited_for_for_ever(tmp_path, monkeypatch):
+    """A new staging folder's lock is taken without blocking; a sweep holding it that instant
+    lets go at once, so the restore waited for it. Anyone else who can open it (root opens a
+    mode-0 file) and holds it held the restore for ever: the wait is bounded, and the folder
+    is left unlocked, mode 0 (swept only once old)."""
+    import fcntl
+    import threading
+
+    from gpuci.cache._restore import staging
+
+    if os.geteuid() != 0:
+        pytest.skip("only root opens another's mode-0 lock file, as the attacker does here")
+    held: list[int] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, operation: int) -> None:
+        if not held and operation == fcntl.LOCK_EX | fcntl.LOCK_NB:
+            # another process opens the new lock (its own open file) and holds it first
+            held.append(os.open(f"/proc/self/fd/{fd}", os.O_RDONLY))
+            real_flock(held[0], fcntl.LOCK_EX)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(staging.fcntl, "flock", flock)
+    monkeypatch.setattr(staging, "_LOCK_WAIT_S", 0.2, raising=False)
+    made: list[object] = []
+    worker = threading.Thread(target=lambda: made.append(staging.make(tmp_path / "t")))
+    worker.daemon = True
+    worker.start()
+    worker.join(60)
+    hung = worker.is_alive()
+    os.close(held[0])  # lets a blocked flock go, whatever the outcome
+    worker.join(60)
+    assert not hung, "the restore waited for ever on a staging lock another process held"
+    (made_staging,) = made
+    assert isinstance(made_staging, staging.Staging)
+    assert os.stat(made_staging.path / staging.LOCK).st_mode & 0o777 == 0  # never locked
+    made_staging.remove()
+
+
+@pytest.mark.parametrize("where", ["in-a-file", "below-a-file", "name-too-long"])
+def test_a_target_below_a_file_or_with_a_name_too_long_is_bad_input(
+    file_store, env, tmp_path, where
+):
+    """Making the target's folder met a file ("File exists") or a name over 255 bytes: that
+    was said as the runner's disk failing (exit 3); it is the path input's fault (exit 2)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.txt").write_text("cached")
+    saved = cache_cmd("save", {**file_store.flags(), "key": "k", "path": str(src)}, env)[0]
+    assert saved.exit_code == 0, saved.headline
+    (tmp_path / "a-file").write_text("the job's")
+    target = {
+        "in-a-file": tmp_path / "a-file" / "t",  # its folder is a file: EEXIST
+        "below-a-file": tmp_path / "a-file" / "sub" / "t",  # ENOTDIR
+        "name-too-long": tmp_path / ("n" * 300) / "t",
+    }[where]
+    result = restore_to(file_store, env, "k", target)
+    assert result.exit_code == 2, result.headline
+    assert f"path '{target}' cannot be restored to" in result.headline, result.headline
+    assert (tmp_path / "a-file").read_text() == "the job's"

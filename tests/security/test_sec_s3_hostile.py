@@ -225,3 +225,30 @@ def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_p
     assert hostile.rule.fired
     one_error_line(run, 3)
     assert "S3 CreateMultipartUpload of" in run.output and "400" in run.output
+
+
+def test_prune_stops_aborting_open_uploads_once_the_store_fails_one(moto, tmp_path):
+    """A store that stalls every AbortMultipartUpload held prune its time limit (8 timeouts)
+    for each open upload it listed, up to 10,000 a run: weeks at the default timeout. The
+    first abort that fails ends the leftovers, with a warning counting the rest (a later prune
+    goes on); the prune itself still succeeds."""
+    import boto3
+
+    bucket = "hostile-prune-" + os.urandom(4).hex()
+    client = boto3.client(
+        "s3", endpoint_url=moto, region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing-secret-key",
+    )  # fmt: skip
+    client.create_bucket(Bucket=bucket)
+    for n in range(3):  # moto dates every upload 2010: all past the grace
+        client.create_multipart_upload(Bucket=bucket, Key=f"c/blobs/sha256/ab/{n:064x}")
+    with HostileS3(moto) as hostile:
+        hostile.rule = Rule("silent", "DELETE", "uploadId=")
+        args = ["cache-weights", "prune", "--store", f"s3://{bucket}/c", "--endpoint-url"]
+        args += [hostile.url, "--older-than", "0s", "--grace", "0s"]
+        run = run_measured(args, _env(tmp_path, GPUCI_S3_TIMEOUT="0.5"), REPO)
+    assert hostile.rule.fired, hostile.seen
+    aborted = {target for method, target in hostile.seen if "uploadId=" in target}
+    assert run.code == 0, run.output
+    assert len(aborted) == 1, aborted  # one upload tried (its retries included), not three
+    assert "2 more were not tried" in run.output, run.output

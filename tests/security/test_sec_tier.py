@@ -284,3 +284,23 @@ def test_a_file_swapped_after_save_read_it_is_not_copied_into_the_tier(
     assert not runner.blob(sha(files[WEIGHTS])).exists()  # never the swapped bytes under it
     assert not runner.blob(sha(swapped)).exists()  # nor a copy of a file the save never read
     assert any("replaced after the save read it" in w for w in warnings(got)), warnings(got)
+
+
+@pytest.mark.parametrize("where", ["below-a-file", "name-too-long"])
+def test_a_tier_path_the_system_cannot_look_at_is_a_warning_not_an_internal_error(
+    tmp_path: Path, where: str
+) -> None:
+    """local-cache under a file, or with a name over 255 bytes: lstat fails with ENOTDIR or
+    ENAMETOOLONG, which was an internal error (exit 3, a gpu-ci bug); a tier that cannot be
+    used is a warning, and the job goes on with the store alone."""
+    from gpuci.cache._stores.tier_open import open_tier
+
+    (tmp_path / "a-file").write_text("x")
+    root = {
+        "below-a-file": tmp_path / "a-file" / "tier",
+        "name-too-long": tmp_path / ("t" * 300) / "tier",
+    }[where]
+    tier, notes, choice = open_tier({}, local_cache=str(root))
+    assert tier is None and not choice.on
+    (note,) = notes
+    assert "local cache not used" in note and "cannot be looked at" in note, note

@@ -211,8 +211,9 @@ class Partial:
         if found is None:
             self.reset()
             return
-        try:  # the name may have changed since lstat: check what we actually opened
-            fd = os.open(self.path, os.O_RDONLY | _NOFOLLOW)
+        try:  # the name may have changed since lstat (a FIFO swapped in must not hang the
+            # open: O_NONBLOCK), so check what we actually opened
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
         except OSError:
             self.reset()
             return

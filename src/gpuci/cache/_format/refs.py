@@ -497,7 +497,7 @@ class UseRecording:
         if not isinstance(store, LocalStore):
             from gpuci.background import Background
 
-            self._write = Background(lambda: touch_use(*self._args), "gpuci-last-use")
+            self._write = Background(lambda: _touch_beside(*self._args), "gpuci-last-use")
 
     def result(self) -> str | None:
         """Wait for the write (or, on a file store, make it now); returns what :func:`touch_use`
@@ -505,6 +505,18 @@ class UseRecording:
         if self._write is None:
             return touch_use(*self._args)
         return self._write.result()
+
+
+def _touch_beside(store: Store, namespace: str, key: str) -> str | None:
+    """:func:`touch_use` beside a transfer on the same store: a transfer that stops the store's
+    requests (a part failed for good; the restore may go on with a fresh flag) ends this one
+    too, which is the record's failure, never an Interrupted where the restore waits."""
+    from gpuci.retry import Interrupted  # loaded with the S3 store already
+
+    try:
+        return touch_use(store, namespace, key)
+    except Interrupted as exc:
+        return str(exc)
 
 
 def last_uses(store: Store, namespace: str) -> dict[str, float]:

@@ -323,7 +323,7 @@ def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) 
     """Make the parents, sweep a killed restore's leftovers, refuse what the targets hold that
     would fail the restore once merging (before a byte is fetched), and check the free space."""
     for root in roots:
-        root.target.parent.mkdir(parents=True, exist_ok=True)
+        _make_parent(root.target)
         stage.sweep_stale(root.target)
         _refuse_what_is_there(manifest, root)
     try:
@@ -333,6 +333,21 @@ def _prepare(roots: list[_Root], manifest: mf.Manifest, tier: LocalTier | None) 
         if not linked:
             raise
         check_space(manifest, roots, linked)
+
+
+def _make_parent(target: Path) -> None:
+    """The target's folder, made as needed; a file on the way, or a name over the system's
+    limit, is the path input's fault (exit 2), not the runner's disk."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG):
+            raise
+        why = "a name too long" if exc.errno == errno.ENAMETOOLONG else "a file on the way"
+        raise InputError(
+            f"path '{target}' cannot be restored to: {why} ({exc.filename})",
+            hint="restore to a path whose folders are folders, with names of at most 255 bytes",
+        ) from None
 
 
 def _refuse_what_is_there(manifest: mf.Manifest, root: _Root) -> None:

@@ -23,6 +23,8 @@ from gpuci.errors import InfraError, InputError
 from gpuci.runtime import Result, Runtime
 from gpuci.units import human_bytes
 
+MAX_LINE = 64 << 10  # characters of the command's output logged as one line
+
 
 def _shell() -> list[str]:
     bash = shutil.which("bash")
@@ -31,7 +33,8 @@ def _shell() -> list[str]:
 
 def run_command(command: str, rt: Runtime) -> None:
     """Run ``command``; its output goes to the log line by line, redacted. What it started is
-    killed once it ends (or is interrupted): the save that follows must not race a straggler."""
+    killed once bash ends (or is interrupted): the save that follows must not race a straggler,
+    nor the step wait for one that holds the output."""
     rt.log("populate: running the populate command (its text is not echoed)")
     children = procgroup.Groups()
     try:
@@ -50,8 +53,15 @@ def run_command(command: str, rt: Runtime) -> None:
             hint="check that bash is installed on the runner",
         ) from None
     assert proc.stdout is not None
+    import threading  # only when populating: a restore starts none
+
+    # A straggler that kept the command's output open (``a &`` without a redirect) would hold
+    # the read below until it ended: the group is killed as bash itself ends.
+    threading.Thread(target=_end_with_bash, args=(proc, children), daemon=True).start()
     try:
-        for line in proc.stdout:
+        # At most MAX_LINE characters a read: output with no line break (a binary dumped to
+        # stdout, a file of zeros) is logged in pieces, never held whole.
+        while line := proc.stdout.readline(MAX_LINE):
             rt.log(f"populate: {line.rstrip()}")
         code = proc.wait()
     finally:
@@ -67,6 +77,18 @@ def run_command(command: str, rt: Runtime) -> None:
             f"the populate command failed with exit code {code}; nothing was saved",
             hint="see its output above; fix the command, its network access or its token",
         )
+
+
+def _end_with_bash(proc: subprocess.Popen[str], children: procgroup.Groups) -> None:
+    """Kill the command's group once bash has ended (waited for without reaping it, so its
+    pid still names the group); one the main thread reaped first is its to kill."""
+    import os
+
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    except ChildProcessError:
+        return
+    children.kill(reap=False)
 
 
 def fill_on_miss(

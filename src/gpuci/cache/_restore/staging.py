@@ -32,6 +32,7 @@ UNLOCKED_GRACE = 24 * 3600
 # Opening a folder: never through a symlink (ELOOP instead); merge.py descends the target so.
 DIR_FLAGS = files.FOLDER | os.O_NOFOLLOW
 _ATTEMPTS = 8
+_LOCK_WAIT_S = 2.0  # a new staging folder's lock: a sweep holds it for a moment, no longer
 
 
 class Staging:
@@ -124,16 +125,22 @@ def make(target: Path) -> Staging:
 
 def _lock(folder: int) -> int:
     """Create the lock file mode 0, lock it, then make it 0o600: a sweep that takes a lock of
-    mode 0 knows it was taken before its owner's, not after its owner died."""
+    mode 0 knows it was taken before its owner's, not after its owner died. A sweep looking at
+    it lets go at once; anyone else holding it (root can open a mode-0 file) is waited for at
+    most :data:`_LOCK_WAIT_S`: the folder then stays unlocked, mode 0, swept only once old."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(LOCK, flags, 0, dir_fd=folder)
-    try:
+    deadline = time.monotonic() + _LOCK_WAIT_S
+    while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # a sweep looking at it this instant: it lets go at once
-            fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a filesystem without flock: the folder is swept only once old
-        return fd
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return fd
+            time.sleep(0.01)
+        except OSError:  # a filesystem without flock: the folder is swept only once old
+            return fd
     os.fchmod(fd, 0o600)
     return fd
 

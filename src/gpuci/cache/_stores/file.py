@@ -228,7 +228,9 @@ class LocalStore(Store):
     def _lock(self, key: str) -> Iterator[None]:
         """Hold ``key``'s lock file; :class:`LockBusy` once :data:`LOCK_WAIT_S` went by."""
         name = f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.lock"
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        # Read-only: flock needs no more, and another user's lock file (0644) opens so too;
+        # O_NONBLOCK: a FIFO planted there does not hold the open (it is only a lock).
+        flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         with walk_down(self.root, ["locks"], create=True) as locks:
             fd = os.open(name, flags, 0o644, dir_fd=locks)
         try:
@@ -464,6 +466,8 @@ class LocalStore(Store):
 # A long name's record holds one stored component: at most 512 characters of a key, each
 # quoted to at most 12 bytes (a 4-byte character as %XX%XX%XX%XX).
 _MAX_RECORD = 8192
+# A conditional write's object (a ref, a record: 64 KiB at most) is read this far at most.
+_MAX_MATCHED = 1 << 20
 # A new file in a store folder: never through a link.
 _NEW_FILE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -483,13 +487,15 @@ def _unlink_quietly(name: str, folder: int) -> None:
 
 
 def _etag_in(folder: int, name: str) -> str | None:
-    """The etag of the object ``name`` in ``folder``, None when there is none."""
+    """The etag of the object ``name`` in ``folder``, None when there is none. One over
+    :data:`_MAX_MATCHED` (a planted sparse file) is read no further: no writer read it whole."""
     try:
         fd = open_object(name, dir_fd=folder)
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        return _etag(handle.read())
+        data = handle.read(_MAX_MATCHED + 1)
+    return _etag(data) if len(data) <= _MAX_MATCHED else "over the cap"
 
 
 def _key_of(folders: list[int], names: list[str]) -> list[str] | None:

@@ -103,6 +103,8 @@ def private_root_problem(root: Path, runner: int | None = None) -> str | None:
             st = os.lstat(parent)
         except FileNotFoundError:
             break  # we create the rest, as ourselves
+        except OSError as exc:  # a name too long, a folder this user may not enter
+            return f"{parent} cannot be looked at: {exc.strerror or exc}"
         if st.st_uid not in (0, uid, runner):
             return f"{parent} is owned by uid {st.st_uid}, who could replace the folder"
         if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
@@ -111,6 +113,8 @@ def private_root_problem(root: Path, runner: int | None = None) -> str | None:
         st = os.lstat(root)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a name too long, a file where a folder goes above it
+        return f"{root} cannot be looked at: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode):
         return f"{root} is not a folder"
     if st.st_uid != uid:

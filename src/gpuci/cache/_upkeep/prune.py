@@ -250,12 +250,16 @@ def execute(store: Store, work: Plan, grace: float, namespace: str) -> Outcome:
         done.warnings += unreadable
     else:
         _drop_data(store, work, grace, protected, done)
-    for item in work.leftovers:
+    for index, item in enumerate(work.leftovers):
         try:
             store.remove_leftover(item.key)
         except StoreError as exc:  # never the prune's failure: the rest is done
-            done.warnings.append(f"{item.key} was left as it is: {exc.message}")
-            continue
+            # ... and the end of the leftovers: a store that stalls each abort for its time
+            # limit would hold the prune that long for each of 10,000 (a later prune goes on).
+            left = len(work.leftovers) - index - 1
+            more = f"; {left} more were not tried" if left else ""
+            done.warnings.append(f"{item.key} was left as it is: {exc.message}{more}")
+            break
         done.leftovers.append(item)
     return done
 
