@@ -341,9 +341,14 @@ def test_invalid_url_is_bad_input_before_any_request(tmp_path, policy):
     assert "invalid port" in info.value.message and info.value.exit_code == ExitCode.BAD_INPUT
 
 
-def test_unwritable_destination_is_one_fetch_error(server, tmp_path, policy):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a folder")
-    with pytest.raises(FetchError) as info:
-        fetch_file(server.url("/data.bin"), blocker / "out.bin", policy=policy)
-    assert "cannot prepare" in info.value.message and info.value.hint
+@pytest.mark.parametrize("below", ["file", "x" * 300], ids=["under-a-file", "name-too-long"])
+def test_a_destination_no_folder_can_be_made_at_is_bad_input(server, tmp_path, policy, below):
+    """Under a file, or a folder name past 255 bytes: the dest input's one line, exit 2 (it
+    said "cannot prepare ...: File exists", exit 3, blaming the runner's disk)."""
+    from gpuci.errors import InputError
+
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(InputError) as info:
+        fetch_file(server.url("/data.bin"), tmp_path / below / "out.bin", policy=policy)
+    assert info.value.exit_code == 2 and "cannot make the destination" in info.value.message
+    assert info.value.hint

@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from gpuci import files
-from gpuci.errors import FetchError, GpuciError, IntegrityError
+from gpuci.errors import FetchError, GpuciError, InputError, IntegrityError
 from gpuci.fetch._client import (
     answered_span,
     check_identity,
@@ -354,11 +354,19 @@ def fetch_file(
 
 
 def _open_partial(dest: Path, url: str, policy: FetchPolicy) -> Partial:
-    """The destination's folder and its resumable partial file; cannot: exit 3, saying why."""
+    """The destination's folder and its resumable partial file; a path no folder can be made
+    at (a part of it is a file, a name too long) is the dest input's error (exit 2), any other
+    failure the runner's (exit 3), saying why."""
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         return Partial(dest, url, max_bytes=policy.max_bytes)
     except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTDIR, errno.ENAMETOOLONG):
+            reason = "a name is too long" if exc.errno == errno.ENAMETOOLONG else "a part is a file"
+            raise InputError(
+                f"cannot make the destination {dest}: {reason}",
+                hint="name a destination below folders (no part of it a file), names under 255 B",
+            ) from None
         raise FetchError(
             f"cannot prepare {dest}: {exc.strerror or exc}",
             hint="check the destination folder is writable",
