@@ -211,6 +211,25 @@ def test_bad_input_is_exit_2_before_any_request(tmp_path: Path, flags, needle):
     assert "(fix: " in result.headline
 
 
+def test_a_url_list_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path):
+    """'@urls.txt' names a file in the checkout, which a PR writes: a FIFO there held open()
+    until something wrote to it. Run on a thread given 60 s, then unblocked."""
+    import threading
+
+    fifo = tmp_path / "urls.txt"
+    os.mkfifo(fifo)
+    got: list[tuple[Result, str]] = []
+    worker = threading.Thread(target=lambda: got.append(fetch({"url": "@urls.txt"}, tmp_path)))
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # unblock the old code's open(), then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(60)
+    assert got, "the url list's open() waited on the FIFO"
+    result, text = got[0]
+    assert result.exit_code == 2 and "cannot read the url list" in result.headline, text
+
+
 def test_cli_one_line_error_and_exit_code(server, tmp_path: Path):
     env = clean_env(INPUT_URL=server.url("/missing.bin"), INPUT_ATTEMPTS="2")
     proc = run_cli("retry-fetch", "--json", env=env, cwd=tmp_path, timeout=30)

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from gpuci import files
 from gpuci.errors import FetchError, InputError
 from gpuci.fetch._partial import META, meta_path
 from gpuci.fetch._urls import SCHEMES, check_url, public_url, url_secrets
@@ -131,8 +132,10 @@ def _lines(raw: Sequence[str], base: Path) -> list[tuple[list[str], str]]:
 
 
 def _read_list(path: Path) -> str:
+    """The ``@FILE`` list, read as a regular file only (it may sit in a checkout a PR wrote: a
+    FIFO there would hold ``open`` for ever) and at most :data:`_LIST_MAX` bytes."""
     try:
-        with open(path, "rb") as handle:
+        with open(files.open_regular(path), "rb") as handle:
             data = handle.read(_LIST_MAX + 1)
     except OSError as exc:
         raise InputError(
