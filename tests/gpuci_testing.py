@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -206,3 +207,25 @@ def remove_deep(parent: Path, name: str) -> None:
         os.rmdir("a", dir_fd=fd)
     os.close(fd)
     os.rmdir(parent / name)
+
+
+def count_listed(monkeypatch: Any) -> list[str]:
+    """Every name gpuci.files' walks list from now on, in the order read: what a test of a
+    walk's bound checks (the names past the bound must never be read, not only not kept)."""
+    from gpuci import files
+
+    read: list[str] = []
+    real_scandir = os.scandir
+
+    class Listing:
+        def __init__(self, folder: Any) -> None:
+            self.listed = real_scandir(folder)
+
+        def __enter__(self) -> Iterator[os.DirEntry[str]]:
+            return (read.append(e.name) or e for e in self.listed)  # type: ignore[func-returns-value]
+
+        def __exit__(self, *exc: object) -> None:
+            self.listed.close()
+
+    monkeypatch.setattr(files.os, "scandir", Listing)
+    return read

@@ -12,6 +12,7 @@ import pytest
 
 from gpuci import files, untrusted_json
 from gpuci.errors import InfraError, InputError
+from gpuci_testing import count_listed
 
 
 def test_atomic_write_returns_the_digest_and_leaves_no_incomplete(tmp_path: Path) -> None:
@@ -141,21 +142,7 @@ def test_a_walk_lists_at_most_its_limit_of_names(tmp_path, monkeypatch):
         (tmp_path / f"d{i:02}").mkdir()
     (tmp_path / "d00" / "f").write_bytes(b"")
     assert _walked(tmp_path, 31) == ["d00/f"]  # 30 folders and a file: within the limit
-    read: list[str] = []
-    real_scandir = os.scandir
-
-    def scandir(folder):
-        class Listing:
-            def __enter__(self):
-                self.listed = real_scandir(folder)
-                return (read.append(e.name) or e for e in self.listed)
-
-            def __exit__(self, *exc):
-                self.listed.close()
-
-        return Listing()
-
-    monkeypatch.setattr(files.os, "scandir", scandir)
+    read = count_listed(monkeypatch)
     with pytest.raises(files.TooMany, match="more than 10 entries to walk") as caught:
         _walked(tmp_path, 10)
     assert caught.value.errno == errno.E2BIG

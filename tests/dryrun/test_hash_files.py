@@ -14,7 +14,7 @@ from gpuci import files
 from gpuci.dryrun import _contexts, _hash_files
 from gpuci.dryrun._contexts import hash_files
 from gpuci.dryrun._expressions import Unknown
-from gpuci_testing import deep_folder, remove_deep
+from gpuci_testing import count_listed, deep_folder, remove_deep
 
 
 def checkout(tmp_path: Path) -> tuple[Path, dict]:
@@ -305,21 +305,7 @@ def test_a_folder_of_more_names_than_a_plan_walks_is_not_read_whole(tmp_path, mo
     for i in range(200):
         (root / "many" / f"f{i:03}").write_bytes(b"")
     monkeypatch.setattr(_hash_files, "MAX_WALKED", 50)
-    read: list[str] = []
-    real_scandir = os.scandir
-
-    def scandir(folder):
-        class Listing:
-            def __enter__(self):
-                self.listed = real_scandir(folder)
-                return (read.append(e.name) or e for e in self.listed)
-
-            def __exit__(self, *exc):
-                self.listed.close()
-
-        return Listing()
-
-    monkeypatch.setattr(files.os, "scandir", scandir)
+    read = count_listed(monkeypatch)
     value = hash_files(ctx, ["many/**"])
     assert isinstance(value, Unknown) and "past what a plan hashes" in value.why, value
     assert len(read) <= 51
