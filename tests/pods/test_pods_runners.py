@@ -446,3 +446,12 @@ def test_one_github_runner_listing_with_one_check_for_pods_and_quarantine(monkey
     quarantine = GitHubRunnerLabels("http://127.0.0.1:9", "token")
     found = quarantine.find("gpu-1", "/repos/o/r")
     assert found is not None and (found.runner_id, found.labels) == (5, ("gpu",))
+
+
+@pytest.mark.parametrize("rid", ["²", "١٢", "-1", " 7"])
+def test_a_runner_pods_id_no_int_reads_is_no_id(rid):
+    """The pod's env is RunPod's answer: "²" passed isdigit() and int() raised, so one such
+    pod stopped down/reap's runner sweep with a traceback."""
+    env = {runners.ENV_PLATFORM: "github", runners.ENV_NAME: "gpuci-abcdef-1700000000"}
+    found = runners.scope_of({"id": "p1", "env": {**env, runners.ENV_ID: rid}})
+    assert found == ("github", "", "gpuci-abcdef-1700000000", None)

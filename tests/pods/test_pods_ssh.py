@@ -194,3 +194,13 @@ def test_exec_output_of_megabytes_is_held_to_its_tail(tmp_path, then):
     finally:
         tracemalloc.stop()
     assert peak < 4_000_000, peak
+
+
+@pytest.mark.parametrize(("field", "value"), [("host", "203.0.113.7\n"), ("username", "root\n")])
+def test_an_endpoint_with_a_final_newline_is_refused(field, value):
+    """``$`` matched before a final "\\n": RunPod's ``root\\n`` went to ssh and into the
+    printed ssh-command as a line break. Whole strings only."""
+    from gpuci.pods._lifecycle import ssh
+
+    direct = {"host": "203.0.113.7", "port": 22, "username": "root", field: value}
+    assert ssh.endpoint({"id": "p1", "ssh": {"direct": direct}}) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from fake_runpod import VALIDATORS
 from pods_testing import api_env
 
@@ -174,3 +175,18 @@ def test_budget_skips_what_does_not_fit_and_refuses_when_nothing_does(fake, run,
     assert fake.calls("POST", "/v2/pods") == []  # refused before any create
     bob = run("up", **{**UP, "gpu_types": order, "owner": "bob"}, budget_usd="9")
     assert bob.code == 0 and bob.outputs["gpu-type"] == "NVIDIA H100 80GB HBM3"  # per owner
+
+
+def test_a_pod_id_no_url_holds_goes_into_no_url():
+    """RunPod's answer names the pod id; ``evil.example/#`` in the proxy template sent the
+    health check (and the url output) to another host."""
+    from gpuci.errors import InfraError
+    from gpuci.pods._lifecycle import common, readiness
+
+    pod = {"id": "evil.example/#", "ports": ["8000/http"]}
+    assert common.pod_url(pod, {}) == ""
+    with pytest.raises(InfraError, match="pod id no URL can hold"):
+        readiness.health_url("https://{pod_id}-8000.proxy.runpod.net/health", pod, "")
+    good = {"id": "abc123", "ports": ["8000/http"]}
+    assert common.pod_url(good, {}) == "https://abc123-8000.proxy.runpod.net"
+    assert readiness.health_url("/h", good, "https://x") == "https://x/h"

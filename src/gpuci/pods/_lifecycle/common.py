@@ -10,6 +10,7 @@ can simulate a day of CI.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -29,9 +30,17 @@ def open_client(rt: Runtime, clock: Clock) -> RunPodClient:
     return RunPodClient.from_env(rt.environ, rt.mask, clock, read_only=rt.dry_run)
 
 
+# A pod id as it may stand in a URL: RunPod's answer names it, and "evil.example/#" in
+# ``https://{pod_id}-8000.proxy.runpod.net`` would send the health check and the job's calls
+# to the pod's URL to another host.
+URL_SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def pod_url(pod: dict[str, Any], environ: Any) -> str:
-    """The RunPod proxy URL of the first HTTP port, or empty."""
+    """The RunPod proxy URL of the first HTTP port, or empty (also for an id no URL holds)."""
     template = settings.RUNPOD_PROXY_URL.value(environ)
+    if not URL_SAFE_ID.fullmatch(str(pod.get("id"))):
+        return ""
     for port in pod.get("ports") or []:
         number, _, proto = str(port).partition("/")
         if proto == "http":

@@ -21,6 +21,7 @@ from gpuci import httpclients, settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges._rest import Forbidden
 from gpuci.httpclients import origin
+from gpuci.pods._lifecycle.common import URL_SAFE_ID
 from gpuci.pods._runners.registry import Request
 from gpuci.pods._runpod.client import RunPodClient
 from gpuci.pods._runpod.clock import Clock
@@ -61,6 +62,12 @@ def wait_running(
 
 
 def health_url(raw: str, pod: dict[str, Any], url: str) -> str:
+    """The health URL for this pod: ``{pod_id}`` filled in, a path joined to the pod's URL."""
+    if not URL_SAFE_ID.fullmatch(str(pod.get("id"))):
+        raise InfraError(
+            f"RunPod answered a pod id no URL can hold: {excerpt(str(pod.get('id')), 80)!r}",
+            hint="check RUNPOD_API_URL points at RunPod's REST API v2",
+        )
     text = raw.strip().replace("{pod_id}", pod["id"])
     if text.startswith("/"):
         if not url:

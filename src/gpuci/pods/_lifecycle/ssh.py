@@ -29,8 +29,8 @@ from gpuci.pods.options import ExecInputs
 _KEY = re.compile(r"^(ssh|ecdsa|sk)-[^\s]+ [^\s]+([ \t][^\n\r]*)?$")
 # A host or username from RunPod's answer goes on ssh's command line: one starting with '-'
 # would be read as an option (``-Fcfg``: a config file from the working folder, ProxyCommand).
-_HOST = re.compile(r"^(?!-)[A-Za-z0-9.:-]{1,253}$")
-_USER = re.compile(r"^(?!-)[A-Za-z0-9._-]{1,128}$")
+_HOST = re.compile(r"(?!-)[A-Za-z0-9.:-]{1,253}")  # fullmatch: `$` lets a final "\n" through
+_USER = re.compile(r"(?!-)[A-Za-z0-9._-]{1,128}")
 OUTPUT_CAP = 64 * 1024
 
 
@@ -57,11 +57,11 @@ def endpoint(pod: Mapping[str, Any], direct_only: bool = False) -> dict[str, Any
         host, port, user = item.get("host"), item.get("port"), item.get("username")
         if (
             isinstance(host, str)
-            and _HOST.match(host)
+            and _HOST.fullmatch(host)
             and isinstance(port, int)
             and 0 < port < 65536
             and isinstance(user, str)
-            and _USER.match(user)
+            and _USER.fullmatch(user)
         ):
             return {"kind": kind, "host": host, "port": port, "user": user}
     return None

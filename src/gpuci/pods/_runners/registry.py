@@ -248,8 +248,9 @@ def scope_of(pod: Mapping[str, Any]) -> tuple[str, str, str, int | None] | None:
     platform, name = env.get(ENV_PLATFORM), env.get(ENV_NAME)
     if platform not in PLATFORMS or not isinstance(name, str) or not name:
         return None
-    rid = str(env.get(ENV_ID) or "")
-    return platform, str(env.get(ENV_SCOPE) or ""), name, int(rid) if rid.isdigit() else None
+    rid = str(env.get(ENV_ID) or "")  # RunPod's answer: "²" is isdigit() but no int()
+    ok = rid.isascii() and rid.isdigit()
+    return platform, str(env.get(ENV_SCOPE) or ""), name, int(rid) if ok else None
 
 
 @dataclass
