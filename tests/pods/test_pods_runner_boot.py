@@ -172,6 +172,24 @@ def test_a_tampered_runner_tarball_is_refused_before_unpacking(live, api, tmp_pa
     assert _terminated_itself(live, pod_id)
 
 
+def test_a_runner_release_past_its_size_cap_is_refused_and_removed(live, api, tmp_path):
+    """The release answer is untrusted too: past GPUCI_RUNNER_MAX_BYTES the download stops
+    (curl's --max-filesize, else a cut copy), is removed and never unpacked, before its sha256
+    is even read; the pod still ends itself."""
+    data = _tarball(SERVES_ONE_JOB)
+    url = _serve_release(api, data)
+    pod_id, env, args = _pod(live, _github_env())
+    env = {**env, "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest()}
+    extra = {"GPUCI_RUNNER_RELEASE_URL": url, "GPUCI_RUNNER_MAX_BYTES": str(len(data) - 1)}
+    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, extra)
+    assert f"refusing the runner download: over {len(data) - 1} bytes" in out, out + err
+    assert rc == 3
+    home = tmp_path / "home"
+    assert not (home / "gpuci-actions-runner" / "run.sh").exists()  # never unpacked
+    assert not (home / "gpuci-actions-runner.tar.gz").exists()
+    assert _terminated_itself(live, pod_id)
+
+
 GITLAB_RUNNER = """#!/bin/sh
 printf '%s\\n' "$@" > "$GPUCI_TEST_OUT/args.txt"
 env > "$GPUCI_TEST_OUT/env.txt"

@@ -53,20 +53,39 @@ gpuci_end() {
   exit "$1"
 }
 gpuci_fetch() {
+  max="${GPUCI_RUNNER_MAX_BYTES:-1073741824}"
   if command -v curl >/dev/null 2>&1; then
-    curl -fsSL --retry 3 -m 600 -o "$2" "$1"
+    curl -fsSL --retry 3 -m 600 --max-filesize "$max" -o "$2" "$1"
   elif command -v wget >/dev/null 2>&1; then
-    wget -q -T 600 -O "$2" "$1"
+    wget -q -T 600 -O - "$1" | head -c "$((max + 1))" > "$2"
   else
-    python3 -c 'import sys, urllib.request as r; r.urlretrieve(sys.argv[1], sys.argv[2])' "$1" "$2"
+    python3 -c 'import sys, urllib.request as r
+most = int(sys.argv[3])
+with r.urlopen(sys.argv[1], timeout=600) as answer, open(sys.argv[2], "wb") as out:
+    while block := answer.read(1 << 20):
+        out.write(block)
+        if out.tell() > most:
+            sys.exit(63)' "$1" "$2" "$max"
   fi
+  got=$?
+  size=$( { wc -c < "$2"; } 2>/dev/null || echo 0)
+  if [ "$got" = 63 ] || [ "$size" -gt "$max" ]; then
+    gpuci_log "refusing the runner download: over $max bytes (GPUCI_RUNNER_MAX_BYTES)"
+    got=1
+  fi
+  [ "$got" = 0 ] || rm -f "$2"
+  return "$got"
 }
 gpuci_sha256() {
   if command -v sha256sum >/dev/null 2>&1; then
     sha256sum "$1" | cut -d ' ' -f 1
   else
     python3 -c 'import hashlib, sys
-print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())' "$1"
+digest = hashlib.sha256()
+with open(sys.argv[1], "rb") as data:
+    while block := data.read(1 << 20):
+        digest.update(block)
+print(digest.hexdigest())' "$1"
   fi
 }
 gpuci_install_runner() {
