@@ -150,7 +150,12 @@ def parse_regex(raw: str) -> re.Pattern[str]:
     text = raw.strip()
     if len(text) > MAX_REGEX:
         raise ValueError(f"a pattern of {len(text):,} characters; at most {MAX_REGEX:,}")
-    return re.compile(text)
+    try:
+        return re.compile(text)
+    except RecursionError:  # 500 nested groups fit in MAX_REGEX and go past Python's stack
+        raise ValueError("its groups nest too deep") from None
+    except OverflowError as exc:  # a{4294967296}
+        raise ValueError(str(exc)) from None
 
 
 PARSERS: dict[str, Callable[[str], Any]] = {
@@ -218,10 +223,16 @@ class Input:
             )
         if self.maximum is not None and isinstance(value, int | float) and value > self.maximum:
             raise InputError(
-                f"input '{self.name}' ({source}) is {value:g}, above the maximum {self.maximum:g}",
+                f"input '{self.name}' ({source}) is {_number(value)}, above the maximum "
+                f"{self.maximum:g}",
                 hint=f"set {self.name} to at most {self.maximum:g}",
             )
         return value
+
+
+def _number(value: float) -> str:
+    """A number for a message: ``:g`` overflows on an int past a float (a 400-digit input)."""
+    return f"{value:g}" if isinstance(value, float) else excerpt(str(value), 40)
 
 
 def resolve(
@@ -414,9 +425,11 @@ def checked(given: T) -> T:
     for f in fields(given):  # type: ignore[arg-type]
         spec: Input = f.metadata["input"]
         value = getattr(given, f.name)
+        want, said = _PYTHON_TYPES.get(spec.kind, (object, KIND_TYPES[spec.kind]))
+        if value is None and "None" not in str(f.type):  # read as its type further on
+            raise InputError(f"{spec.name} is None, not {said}", hint=f"pass {said} as {spec.name}")
         if value is None or spec.kind not in _PYTHON_TYPES:
             continue
-        want, said = _PYTHON_TYPES[spec.kind]
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not (number if want in (int, float) else isinstance(value, want)):
             raise InputError(
@@ -424,5 +437,16 @@ def checked(given: T) -> T:
                 hint=f"pass {said} as {spec.name}",
             )
         if spec.kind != "bool":
-            spec.parse(str(value), "argument")
+            spec.parse(_text_of(spec.name, value), "argument")
     return given
+
+
+def _text_of(name: str, value: object) -> str:
+    """A Python value as the CLI's text; an int past Python's 4,300-digit string limit has
+    none (``str`` raises ValueError), so it is refused here as input, not left to escape."""
+    try:
+        return str(value)
+    except ValueError:
+        raise InputError(
+            f"{name} is a number of more than 4,300 digits", hint=f"fix {name}"
+        ) from None
