@@ -123,3 +123,20 @@ def test_checked_refuses_none_and_a_number_with_no_text_as_input():
 
     with pytest.raises(InputError, match="more than 4,300 digits"):
         checked(Counts(tries=10**5000))
+
+
+def test_checked_refuses_a_nul_and_a_list_of_other_things():
+    """A NUL (which no flag or INPUT_* carries) in the Python API's local_cache raised
+    ValueError 'embedded null byte' deep in a restore; a list field got whatever it was given."""
+    from dataclasses import replace
+
+    from gpuci.cache.options import RestoreInputs
+    from gpuci.inputs import checked
+
+    with pytest.raises(InputError, match="local-cache holds a NUL"):
+        checked(replace(RestoreInputs(), local_cache="/tmp/a\0b"))
+    with pytest.raises(InputError, match="include holds a NUL"):
+        checked(replace(RestoreInputs(), include=["a\0"]))
+    with pytest.raises(InputError, match="include is not a list of strings"):
+        checked(replace(RestoreInputs(), include=[1]))
+    assert checked(replace(RestoreInputs(), include=["*.json"])).include == ["*.json"]

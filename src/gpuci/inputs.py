@@ -428,6 +428,7 @@ def checked(given: T) -> T:
         want, said = _PYTHON_TYPES.get(spec.kind, (object, KIND_TYPES[spec.kind]))
         if value is None and "None" not in str(f.type):  # read as its type further on
             raise InputError(f"{spec.name} is None, not {said}", hint=f"pass {said} as {spec.name}")
+        _no_nul(spec, value)
         if value is None or spec.kind not in _PYTHON_TYPES:
             continue
         number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -450,3 +451,17 @@ def _text_of(name: str, value: object) -> str:
         raise InputError(
             f"{name} is a number of more than 4,300 digits", hint=f"fix {name}"
         ) from None
+
+
+def _no_nul(spec: Input, value: object) -> None:
+    """A list input is a list of strings, and no text holds a NUL: no flag or ``INPUT_*`` can
+    carry one, and a path or URL with one ends in ValueError far off (an internal error)."""
+    items = value if isinstance(value, list) else [value]
+    if spec.kind in ("list", "lines") and not (
+        isinstance(value, list) and all(isinstance(item, str) for item in value)
+    ):
+        raise InputError(
+            f"{spec.name} is not a list of strings", hint=f"pass {spec.name} as a list"
+        )
+    if any(isinstance(item, str) and "\0" in item for item in items):
+        raise InputError(f"{spec.name} holds a NUL character", hint=f"fix {spec.name}")
