@@ -140,3 +140,15 @@ def test_checked_refuses_a_nul_and_a_list_of_other_things():
     with pytest.raises(InputError, match="include is not a list of strings"):
         checked(replace(RestoreInputs(), include=[1]))
     assert checked(replace(RestoreInputs(), include=["*.json"])).include == ["*.json"]
+
+
+def test_a_number_of_thousands_of_digits_is_said_in_a_short_line():
+    """Below the minimum, a 4,000-digit int was quoted whole; a version part past Python's
+    4,300-digit limit said Python's own advice (sys.set_int_max_str_digits) as the fix."""
+    specs = (Input("tries", "n", "int", minimum=0), Input("cuda", "c", "version"))
+    with pytest.raises(InputError, match="below the minimum 0") as info:
+        resolve(specs, {"tries": "-" + "9" * 4000}, {})
+    assert len(info.value.one_line()) < 400
+    with pytest.raises(InputError, match="expected a version such as") as info:
+        resolve(specs, {"cuda": "1." + "9" * 5000}, {})
+    assert "set_int_max_str_digits" not in info.value.one_line()

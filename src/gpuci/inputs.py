@@ -129,7 +129,10 @@ def parse_version(raw: str) -> tuple[int, ...]:
     text = raw.strip()
     if not re.fullmatch(r"\d+(\.\d+)*", text):
         raise ValueError("expected a version such as 8.0 or 12.4")
-    return tuple(int(p) for p in text.split("."))
+    try:
+        return tuple(int(p) for p in text.split("."))
+    except ValueError:  # a part past Python's 4,300-digit limit
+        raise ValueError("expected a version such as 8.0 or 12.4") from None
 
 
 def parse_str(raw: str) -> str:
@@ -218,7 +221,8 @@ class Input:
             ) from None
         if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
             raise InputError(
-                f"input '{self.name}' ({source}) is {value}, below the minimum {self.minimum:g}",
+                f"input '{self.name}' ({source}) is {excerpt(str(value), 40)}, below the minimum "
+                f"{self.minimum:g}",
                 hint=f"set {self.name} to at least {self.minimum:g}",
             )
         if self.maximum is not None and isinstance(value, int | float) and value > self.maximum:
