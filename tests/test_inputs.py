@@ -86,3 +86,69 @@ def test_a_regex_input_of_more_than_a_name_needs_is_refused_uncompiled():
         resolve(specs, {"gpu-name": "A" * 5_000_000}, {})
     assert "a pattern of 5,000,000 characters; at most 1,000" in info.value.message
     assert len(info.value.one_line()) < 400
+
+
+@pytest.mark.parametrize("pattern", ["(" * 499 + ")" * 499, "a{4294967296}"])
+def test_a_regex_re_cannot_compile_is_bad_input(pattern):
+    """499 nested groups (under the length cap) raised RecursionError and ``a{4294967296}``
+    OverflowError: an internal error with a traceback, not the input's one line."""
+    with pytest.raises(InputError) as info:
+        resolve((Input("gpu-name", "g", "regex"),), {"gpu-name": pattern}, {})
+    assert info.value.message.startswith("input 'gpu-name' (flag --gpu-name) is ")
+
+
+def test_a_whole_number_past_any_float_above_the_maximum_is_bad_input():
+    """``{value:g}`` of a 400-digit int raised OverflowError while saying it was too big."""
+    with pytest.raises(InputError) as info:
+        resolve((Input("retries", "r", "int", maximum=10),), {"retries": "9" * 400}, {})
+    assert "above the maximum 10" in info.value.message and len(info.value.one_line()) < 400
+
+
+def test_checked_refuses_none_and_a_number_with_no_text_as_input():
+    """None where the field's type admits none got past to crash later; an int past Python's
+    4,300-digit limit raised ValueError from ``str()``, neither as InputError."""
+    from dataclasses import replace
+
+    from gpuci.cache.options import RestoreInputs
+    from gpuci.inputs import checked, inp, options
+
+    with pytest.raises(InputError, match="local-cache is None"):
+        checked(replace(RestoreInputs(), local_cache=None))
+    with pytest.raises(InputError, match="path is None"):
+        checked(replace(RestoreInputs(), path=None))
+
+    @options
+    class Counts:
+        tries: "int" = inp("How many.", default="1", maximum=5)
+
+    with pytest.raises(InputError, match="more than 4,300 digits"):
+        checked(Counts(tries=10**5000))
+
+
+def test_checked_refuses_a_nul_and_a_list_of_other_things():
+    """A NUL (which no flag or INPUT_* carries) in the Python API's local_cache raised
+    ValueError 'embedded null byte' deep in a restore; a list field got whatever it was given."""
+    from dataclasses import replace
+
+    from gpuci.cache.options import RestoreInputs
+    from gpuci.inputs import checked
+
+    with pytest.raises(InputError, match="local-cache holds a NUL"):
+        checked(replace(RestoreInputs(), local_cache="/tmp/a\0b"))
+    with pytest.raises(InputError, match="include holds a NUL"):
+        checked(replace(RestoreInputs(), include=["a\0"]))
+    with pytest.raises(InputError, match="include is not a list of strings"):
+        checked(replace(RestoreInputs(), include=[1]))
+    assert checked(replace(RestoreInputs(), include=["*.json"])).include == ["*.json"]
+
+
+def test_a_number_of_thousands_of_digits_is_said_in_a_short_line():
+    """Below the minimum, a 4,000-digit int was quoted whole; a version part past Python's
+    4,300-digit limit said Python's own advice (sys.set_int_max_str_digits) as the fix."""
+    specs = (Input("tries", "n", "int", minimum=0), Input("cuda", "c", "version"))
+    with pytest.raises(InputError, match="below the minimum 0") as info:
+        resolve(specs, {"tries": "-" + "9" * 4000}, {})
+    assert len(info.value.one_line()) < 400
+    with pytest.raises(InputError, match="expected a version such as") as info:
+        resolve(specs, {"cuda": "1." + "9" * 5000}, {})
+    assert "set_int_max_str_digits" not in info.value.one_line()

@@ -80,3 +80,13 @@ def test_a_socket_is_refused(tmp_path):
         server.bind(str(path))
         with pytest.raises(JournalError, match="not a regular file"):
             journal.record("gate", {"passed": True}, {"GPUCI_JOURNAL": str(path)})
+
+
+def test_a_journal_that_cannot_be_read_is_one_line_not_an_internal_error(tmp_path):
+    """An OSError reading it (a name past the limit here; a file a PR's step made unreadable
+    on a runner not run as root) escaped ``read`` as a bare OSError: 'internal error'."""
+    env = {"GPUCI_JOURNAL": str(tmp_path / ("j" * 300))}
+    with pytest.raises(JournalError, match="cannot read the job journal"):
+        journal.read("gate", env)
+    with pytest.raises(JournalError):
+        journal.latest("gate", env)

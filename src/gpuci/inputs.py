@@ -129,7 +129,10 @@ def parse_version(raw: str) -> tuple[int, ...]:
     text = raw.strip()
     if not re.fullmatch(r"\d+(\.\d+)*", text):
         raise ValueError("expected a version such as 8.0 or 12.4")
-    return tuple(int(p) for p in text.split("."))
+    try:
+        return tuple(int(p) for p in text.split("."))
+    except ValueError:  # a part past Python's 4,300-digit limit
+        raise ValueError("expected a version such as 8.0 or 12.4") from None
 
 
 def parse_str(raw: str) -> str:
@@ -150,7 +153,12 @@ def parse_regex(raw: str) -> re.Pattern[str]:
     text = raw.strip()
     if len(text) > MAX_REGEX:
         raise ValueError(f"a pattern of {len(text):,} characters; at most {MAX_REGEX:,}")
-    return re.compile(text)
+    try:
+        return re.compile(text)
+    except RecursionError:  # 500 nested groups fit in MAX_REGEX and go past Python's stack
+        raise ValueError("its groups nest too deep") from None
+    except OverflowError as exc:  # a{4294967296}
+        raise ValueError(str(exc)) from None
 
 
 PARSERS: dict[str, Callable[[str], Any]] = {
@@ -213,15 +221,22 @@ class Input:
             ) from None
         if self.minimum is not None and isinstance(value, int | float) and value < self.minimum:
             raise InputError(
-                f"input '{self.name}' ({source}) is {value}, below the minimum {self.minimum:g}",
+                f"input '{self.name}' ({source}) is {excerpt(str(value), 40)}, below the minimum "
+                f"{self.minimum:g}",
                 hint=f"set {self.name} to at least {self.minimum:g}",
             )
         if self.maximum is not None and isinstance(value, int | float) and value > self.maximum:
             raise InputError(
-                f"input '{self.name}' ({source}) is {value:g}, above the maximum {self.maximum:g}",
+                f"input '{self.name}' ({source}) is {_number(value)}, above the maximum "
+                f"{self.maximum:g}",
                 hint=f"set {self.name} to at most {self.maximum:g}",
             )
         return value
+
+
+def _number(value: float) -> str:
+    """A number for a message: ``:g`` overflows on an int past a float (a 400-digit input)."""
+    return f"{value:g}" if isinstance(value, float) else excerpt(str(value), 40)
 
 
 def resolve(
@@ -414,9 +429,12 @@ def checked(given: T) -> T:
     for f in fields(given):  # type: ignore[arg-type]
         spec: Input = f.metadata["input"]
         value = getattr(given, f.name)
+        want, said = _PYTHON_TYPES.get(spec.kind, (object, KIND_TYPES[spec.kind]))
+        if value is None and "None" not in str(f.type):  # read as its type further on
+            raise InputError(f"{spec.name} is None, not {said}", hint=f"pass {said} as {spec.name}")
+        _no_nul(spec, value)
         if value is None or spec.kind not in _PYTHON_TYPES:
             continue
-        want, said = _PYTHON_TYPES[spec.kind]
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not (number if want in (int, float) else isinstance(value, want)):
             raise InputError(
@@ -424,5 +442,30 @@ def checked(given: T) -> T:
                 hint=f"pass {said} as {spec.name}",
             )
         if spec.kind != "bool":
-            spec.parse(str(value), "argument")
+            spec.parse(_text_of(spec.name, value), "argument")
     return given
+
+
+def _text_of(name: str, value: object) -> str:
+    """A Python value as the CLI's text; an int past Python's 4,300-digit string limit has
+    none (``str`` raises ValueError), so it is refused here as input, not left to escape."""
+    try:
+        return str(value)
+    except ValueError:
+        raise InputError(
+            f"{name} is a number of more than 4,300 digits", hint=f"fix {name}"
+        ) from None
+
+
+def _no_nul(spec: Input, value: object) -> None:
+    """A list input is a list of strings, and no text holds a NUL: no flag or ``INPUT_*`` can
+    carry one, and a path or URL with one ends in ValueError far off (an internal error)."""
+    items = value if isinstance(value, list) else [value]
+    if spec.kind in ("list", "lines") and not (
+        isinstance(value, list) and all(isinstance(item, str) for item in value)
+    ):
+        raise InputError(
+            f"{spec.name} is not a list of strings", hint=f"pass {spec.name} as a list"
+        )
+    if any(isinstance(item, str) and "\0" in item for item in items):
+        raise InputError(f"{spec.name} holds a NUL character", hint=f"fix {spec.name}")

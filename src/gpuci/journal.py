@@ -40,7 +40,16 @@ def record(kind: str, data: Mapping[str, Any], environ: Mapping[str, str] | None
 
 
 def read(kind: str | None = None, environ: Mapping[str, str] | None = None) -> list[dict]:
-    records = untrusted_json.read_json_lines(journal_path(environ))
+    """The records (of ``kind``), oldest first. Raises :class:`JournalError` when the file is
+    there but cannot be read (a step of the PR's may have made it unreadable)."""
+    path = journal_path(environ)
+    try:
+        records = untrusted_json.read_json_lines(path)
+    except OSError as exc:
+        raise JournalError(
+            f"cannot read the job journal {path}: {exc.strerror or exc}",
+            hint="set GPUCI_JOURNAL to a readable file, or remove the one there",
+        ) from exc
     return [item for item in records if kind is None or item.get("kind") == kind]
 
 

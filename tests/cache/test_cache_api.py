@@ -207,3 +207,19 @@ def test_the_api_saves_through_links_out_of_the_tree_only_when_asked(tmp_path: P
         "k2", str(tmp_path / "out"), store=store, local_cache="off", runtime=_rt(tmp_path)
     )
     assert got.hit and (tmp_path / "out" / "out.txt").read_text() == "behind the link"
+
+
+def test_a_path_object_is_one_path_and_a_string_list_argument_one_item(tmp_path: Path) -> None:
+    """``Path("models")`` raised TypeError (iterated); ``restore_keys="weights-"`` became nine
+    one-letter prefixes, so ``w`` restored an unrelated key; bytes became numbered paths."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a")
+    kw = {"store": (tmp_path / "store").as_uri(), "local_cache": "off", "runtime": _rt(tmp_path)}
+    assert api.save("wrong-v1", src, **kw).files == 1  # type: ignore[arg-type]
+    got = api.restore("weights-v2", tmp_path / "d", restore_keys="weights-", **kw)  # type: ignore[arg-type]
+    assert not got.hit and got.matched_key == ""
+    for bad in ({"path": b"src"}, {"path": [1]}, {"path": "a\0b"}, {"include": None}):
+        args = {"path": str(src), **bad}
+        with pytest.raises(InputError):
+            api.restore("k", args.pop("path"), **args, **kw)  # type: ignore[arg-type]

@@ -74,3 +74,50 @@ def test_hf_revision_keeps_the_hubs_tree_listing_and_no_exist_records(store, env
     assert (repo / "trees" / f"{COMMIT_OLD}.json").is_file()
     assert (repo / ".no_exist" / COMMIT_OLD / "generation_config.json").exists()
     assert not (repo / "trees" / f"{COMMIT_MAIN}.json").exists()
+
+
+def test_a_tilde_user_no_one_is_stays_a_name_not_an_internal_error():
+    """``Path.expanduser`` raises RuntimeError for ``~nosuchuser``: the path input or
+    HF_HUB_CACHE set so ended an hf save or restore as an internal error."""
+    from gpuci.cache._format import hf
+
+    odd = "~gpuci-no-such-user-x9/hub"
+    assert hf.paths("org/name", [odd], {}) == [f"{odd}/models--org--name"]
+    assert str(hf.hub_cache({"HF_HUB_CACHE": odd})) == odd
+    assert str(hf.hub_cache({"HF_HOME": odd})) == f"{odd}/hub"
+
+
+def test_a_ref_holding_a_glob_picks_no_other_snapshot():
+    """A ref file is anyone's text: one holding ``*`` made ``snapshots/*/*`` the revision's,
+    so a save or restore of hf-revision main took every snapshot in the folder."""
+    import pytest
+
+    from gpuci.cache._format import hf
+    from gpuci.cache._format import manifest as mf
+    from gpuci.errors import InputError
+
+    entries = [
+        mf.Entry("file", 0, f"snapshots/{c}/config.json", size=1, sha256="0" * 64)
+        for c in ("a" * 40, "b" * 40, "*")
+    ]
+    entries.append(mf.Entry("file", 0, "refs/main", size=1, sha256="0" * 64))
+    manifest = mf.Manifest(key="", roots=[{"path": "/h/models--o--m"}], entries=entries)
+    with pytest.raises(InputError, match="has no snapshot"):
+        hf.pick_revision(manifest, "main", "?" * 40)
+    picked = hf.pick_revision(manifest, "main", "*")  # a snapshot named so is its own
+    assert sorted(e.path for e in picked.entries if e.type == "file") == [
+        "refs/main",
+        "snapshots/*/config.json",
+    ]
+
+
+def test_a_repo_id_holding_a_nul_is_no_repo_id():
+    """The Python API's ``hf_repo`` may hold a NUL, which no file name does: it went on to a
+    ValueError ('embedded null byte') deep in the save, an internal error."""
+    import pytest
+
+    from gpuci.cache._format import hf
+    from gpuci.errors import InputError
+
+    with pytest.raises(InputError, match="not a Hugging Face repo id"):
+        hf.repo_folder("org/na\0me")

@@ -22,6 +22,7 @@ It lives in ``gpuci.cache.api`` rather than ``gpuci.cache`` so that importing
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -76,7 +77,7 @@ _SAVE = SaveInputs()
 
 def restore(
     key: str,
-    path: str | Sequence[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     store: str = _RESTORE.store,
     restore_keys: Sequence[str] = (),
@@ -116,9 +117,9 @@ def restore(
     inp = RestoreInputs(
         key=_text("key", key),
         path=_paths(path),
-        restore_keys=list(restore_keys),
-        include=list(include),
-        exclude=list(exclude),
+        restore_keys=_texts("restore_keys", restore_keys),
+        include=_texts("include", include),
+        exclude=_texts("exclude", exclude),
         store=store,
         endpoint_url=endpoint_url,
         region=region,
@@ -144,7 +145,7 @@ def restore(
 
 def save(
     key: str,
-    path: str | Sequence[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     store: str = _SAVE.store,
     endpoint_url: str = _SAVE.endpoint_url,
@@ -210,8 +211,25 @@ def _text(name: str, value: object) -> str:
     return value.strip()
 
 
-def _paths(path: str | Sequence[str]) -> list[str]:
-    paths = [path] if isinstance(path, str) else [str(p) for p in path]
-    if not paths or not all(str(p).strip() for p in paths):
+def _texts(name: str, value: object) -> list[str]:
+    """A list argument's strings; one string is one item: ``list("weights-")`` would be nine
+    one-letter items, a restore-keys prefix ``w`` that restores any key starting with it."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, Sequence) or isinstance(items, bytes):
+        raise InputError(f"{name} must be a list of strings", hint=f"pass {name} as [str, ...]")
+    if not all(isinstance(item, str) and "\0" not in item for item in items):
+        raise InputError(f"{name} must hold strings only", hint=f"pass {name} as [str, ...]")
+    return list(items)
+
+
+def _paths(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """One path (a str or a ``Path``) or several; bytes (a sequence of numbers) is refused."""
+    many = [path] if isinstance(path, str | os.PathLike) else path
+    if not isinstance(many, Sequence) or isinstance(many, bytes):
+        raise InputError("path must be a path or a list of paths", hint="pass path as a str")
+    paths = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in many]
+    if not all(isinstance(p, str) and "\0" not in p for p in paths):
+        raise InputError("path must hold str or Path items", hint="pass path as a str")
+    if not paths or not all(p.strip() for p in paths):
         raise InputError("no path given", hint="pass the folders or files as path")
-    return [str(p) for p in paths]
+    return paths

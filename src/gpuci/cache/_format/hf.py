@@ -35,11 +35,12 @@ REPO_TYPES = ("models", "datasets", "spaces")
 
 
 def hub_cache(environ: Mapping[str, str]) -> Path:
-    """``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    """``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``. A ``~user``
+    no one is stays as written (``Path.expanduser`` raised RuntimeError: an internal error)."""
     if settings.HF_HUB_CACHE.is_set(environ):
-        return Path(settings.HF_HUB_CACHE.value(environ)).expanduser()
+        return Path(os.path.expanduser(settings.HF_HUB_CACHE.value(environ)))
     if settings.HF_HOME.is_set(environ):
-        return Path(settings.HF_HOME.value(environ)).expanduser() / "hub"
+        return Path(os.path.expanduser(settings.HF_HOME.value(environ))) / "hub"
     home = environ.get("HOME") or str(Path.home())
     return Path(home) / ".cache" / "huggingface" / "hub"
 
@@ -47,13 +48,18 @@ def hub_cache(environ: Mapping[str, str]) -> Path:
 def repo_folder(repo: str) -> str:
     """``org/name`` -> ``models--org--name``; ``datasets/org/name`` -> ``datasets--org--name``.
 
-    Raises InputError for anything else (empty, too many parts, ``..`` or ``--`` in a part).
+    Raises InputError for anything else (empty, too many parts, ``..``, ``--`` or a NUL, which
+    no file name holds, in a part).
     """
     parts = [p for p in repo.strip().strip("/").split("/") if p]
     kind = "models"
     if len(parts) == 3 and parts[0] in REPO_TYPES:
         kind, parts = parts[0], parts[1:]
-    if not parts or len(parts) > 2 or any(p in (".", "..") or "--" in p for p in parts):
+    if (
+        not parts
+        or len(parts) > 2
+        or any(p in (".", "..") or "--" in p or "\0" in p for p in parts)
+    ):
         raise InputError(
             f"hf-repo '{repo}' is not a Hugging Face repo id",
             hint="set hf-repo to org/name, or datasets/org/name for a dataset",
@@ -75,7 +81,7 @@ def paths(hf_repo: str, path: Sequence[str], environ: Mapping[str, str]) -> list
             "layout hf takes one path (the hub cache folder), this lists several",
             hint="set path to the HF_HUB_CACHE folder, or leave it empty for the default",
         )
-    base = Path(path[0]).expanduser() if path and path[0] else hub_cache(environ)
+    base = Path(os.path.expanduser(path[0])) if path and path[0] else hub_cache(environ)
     return [str(base / repo_folder(repo))]
 
 
@@ -146,11 +152,20 @@ def foreign_folder(manifest: mf.Manifest, hf_repo: str) -> str | None:
 def revision_patterns(revision: str, commit: str) -> list[str]:
     """Include globs for one revision: its ref file, its snapshot (links bring the blobs),
     and huggingface_hub's own records of it: the file listing ``trees/<commit>.json`` and
-    ``.no_exist/<commit>/`` (files the hub said are absent, so offline loads skip them)."""
+    ``.no_exist/<commit>/`` (files the hub said are absent, so offline loads skip them).
+
+    Both names match as written: a ref file is anyone's text, and one holding ``*`` picked
+    every snapshot of the folder (``snapshots/*/*``) as that revision's."""
+    commit, revision = _literal(commit), _literal(revision)
     patterns = [f"snapshots/{commit}/*", f"trees/{commit}.json", f".no_exist/{commit}/*"]
     if revision != commit:
         patterns.append(f"refs/{revision}")
     return patterns
+
+
+def _literal(name: str) -> str:
+    """``name`` as an fnmatch pattern matching only itself (``glob.escape``'s brackets)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def pick_revision(manifest: mf.Manifest, revision: str, commit: str) -> mf.Manifest:
