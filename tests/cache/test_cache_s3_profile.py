@@ -103,3 +103,19 @@ def test_a_plain_profile_resolves_without_importing_botocore(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert proc.stdout.split() == ["AKIDPLAIN", "eu-west-1", "True", "False"], proc.stdout
+
+
+def test_a_config_file_under_a_home_no_user_has_is_read_as_botocore_reads_it():
+    """AWS_CONFIG_FILE=~nobody-here/config: botocore's os.path.expanduser leaves it as written
+    (no such file, no config); Path.expanduser raised RuntimeError, an internal error."""
+    from gpuci.cache._stores.s3 import config
+
+    env = {
+        "AWS_ACCESS_KEY_ID": "AKIDENV",
+        "AWS_SECRET_ACCESS_KEY": "env-secret",
+        "AWS_CONFIG_FILE": "~gpuci-no-such-user/config",
+        "AWS_SHARED_CREDENTIALS_FILE": "~gpuci-no-such-user/credentials",
+        "AWS_REGION": "us-east-1",
+    }
+    got = config.resolve("b", None, None, env, lambda secret: None)
+    assert got.creds(None).access_key == "AKIDENV" and got.address.region == "us-east-1"

@@ -156,7 +156,7 @@ def _aws_file(environ: Mapping[str, str], setting: Setting, name: str) -> Path:
     if not path:
         home = environ.get("HOME", "").strip()
         path = str(Path(home) / ".aws" / name) if home else f"~/.aws/{name}"
-    return Path(path).expanduser()
+    return Path(os.path.expanduser(path))  # as botocore: an unknown ~user stays as written
 
 
 def _config_text(environ: Mapping[str, str]) -> str:
