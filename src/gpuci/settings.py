@@ -336,11 +336,7 @@ RUNNER_RELEASE_URL = _declare(
     _POD,
 )
 RUNNER_MAX_BYTES = _declare(
-    "GPUCI_RUNNER_MAX_BYTES",
-    "1073741824",
-    "The most bytes the pod downloads of the actions runner release (about 200 MB today): an "
-    "answer past it is refused before it fills the pod's disk.",
-    _POD,
+    "GPUCI_RUNNER_MAX_BYTES", "1073741824", "Most bytes of the runner release a pod takes.", _POD
 )
 ACTIONS_RUNNER_VERSION = _declare(
     "GPUCI_ACTIONS_RUNNER_VERSION", "", "The actions runner release to install.", _POD
