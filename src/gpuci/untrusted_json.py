@@ -18,7 +18,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -145,9 +145,16 @@ def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False)
     return data
 
 
-def parse_object(data: str | bytes, limit: int = MAX_BYTES, what: str = "") -> dict[str, Any]:
+def parse_object(
+    data: str | bytes,
+    limit: int = MAX_BYTES,
+    what: str = "",
+    fields: Mapping[str, tuple[type, ...]] | None = None,
+) -> dict[str, Any]:
     """A JSON object from untrusted bytes: the size first (over ``limit``: refused unparsed),
-    then nesting and numbers (:func:`loads`), then the type (an object, not a list or a string).
+    then nesting and numbers (:func:`loads`), then the type (an object, not a list or a string),
+    then, when ``fields`` names them, the JSON type of each field read (absent or null is fine;
+    a JSON ``true`` is no number unless ``bool`` is among its types).
 
     ``what`` names the kind of object in the size refusal (``over the 64 KiB cap for a ref``).
     Read the fields with :func:`text`, :func:`count` and :func:`mapping`, which check each
@@ -161,6 +168,12 @@ def parse_object(data: str | bytes, limit: int = MAX_BYTES, what: str = "") -> d
     value = loads(data, finite=True)
     if not isinstance(value, dict):
         raise Unusable(f"it is a JSON {json_kind(value)}, not an object")
+    for name, kinds in (fields or {}).items():
+        field = value.get(name)
+        if field is None:
+            continue
+        if not isinstance(field, kinds) or (isinstance(field, bool) and bool not in kinds):
+            raise Unusable(f"its '{name}' is a JSON {json_kind(field)}")
     return value
 
 

@@ -45,19 +45,10 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 
 def _decode(data: bytes) -> tuple[dict[str, Any] | None, str]:
     """A ledger object from its bytes, or (None, why it is not one)."""
-    if len(data) > MAX_OBJECT:
-        return None, f"over {MAX_OBJECT >> 10} KiB"
     try:
-        item = untrusted_json.loads(data, finite=True)
+        return untrusted_json.parse_object(data, MAX_OBJECT, fields=_FIELDS), ""
     except untrusted_json.Unusable as exc:
         return None, str(exc)
-    if not isinstance(item, dict):
-        return None, f"a JSON {type(item).__name__}, not an object"
-    for name, kinds in _FIELDS.items():
-        value = item.get(name)
-        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
-            return None, f"its '{name}' is a {type(value).__name__}"
-    return item, ""
 
 
 def _num(value: Any, default: float = 0.0) -> float:
