@@ -136,3 +136,31 @@ def refused_answer(call: str, answer: Any) -> RunPodError:
             "billing": lambda: client.pod_billing("a", "b"),
         }[call]()
     return err.value
+
+
+def ledger_folder(tmp_path: Path, root: str, owner: str = "alice") -> Path:
+    """An owner's folder under ``root`` (reservations, releases) of the test's file ledger."""
+    from gpuci.pods._budgets import ledger
+
+    return tmp_path / "ledger" / root / ledger.owner_key(owner)
+
+
+def plant(path: Path, item: object) -> None:
+    """Put an object in the ledger as anyone with write access could: JSON, or text as given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(item if isinstance(item, str) else json.dumps(item))
+
+
+def counting_reservation_gets(monkeypatch: Any) -> list[int]:
+    """A one-item list counting the file store's reads of reservation objects from now on."""
+    from gpuci.cache._stores.file import LocalStore
+
+    gets = [0]
+    original = LocalStore.get
+
+    def counting(self: Any, key: str, limit: int | None = None) -> Any:
+        gets[0] += "/reservations/" in key
+        return original(self, key, limit)
+
+    monkeypatch.setattr(LocalStore, "get", counting)
+    return gets

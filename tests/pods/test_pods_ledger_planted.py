@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pods_testing import L40S
+from pods_testing import L40S, counting_reservation_gets, ledger_folder, plant
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -16,20 +16,11 @@ from gpuci.pods._budgets import ledger
 UP = dict(image="img", command="serve", ttl="8h", gpu_types=L40S, owner="alice")  # $0.86/h
 
 
-def _folder(tmp_path: Path, root: str, owner: str = "alice") -> Path:
-    return tmp_path / "ledger" / root / ledger.owner_key(owner)
-
-
-def _plant(path: Path, item: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(item if isinstance(item, str) else json.dumps(item))
-
-
 def _release_as_gpuci_would(tmp_path: Path, reservation: Path) -> None:
     """A release object with gpu-ci's own bytes: only where it is planted is hostile."""
     key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
     data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    _plant(_folder(tmp_path, ledger.RELEASES) / reservation.name, data)
+    plant(ledger_folder(tmp_path, ledger.RELEASES) / reservation.name, data)
 
 
 def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, run, tmp_path):
@@ -38,7 +29,7 @@ def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, ru
     pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
     assert run("stop", pod_id=pod).code == 0
     assert run("up", budget_usd="10", **UP).code == 1  # its reservation holds it
-    for reservation in _folder(tmp_path, ledger.RESERVATIONS).iterdir():
+    for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
         _release_as_gpuci_would(tmp_path, reservation)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
@@ -47,11 +38,11 @@ def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, ru
 def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, run, tmp_path, clock):
     """G1: any object at a release's key hid a reservation; now only gpu-ci's own does, and
     only for a reservation whose pod RunPod no longer lists."""
-    held = _folder(tmp_path, ledger.RESERVATIONS) / "0000000000.json"
+    held = ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000000.json"
     now = clock.now()
     item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": now + 20 * 86400}
-    _plant(held, {**item, "podName": "gone", "createdEpoch": now})
-    _plant(_folder(tmp_path, ledger.RELEASES) / held.name, "{}")
+    plant(held, {**item, "podName": "gone", "createdEpoch": now})
+    plant(ledger_folder(tmp_path, ledger.RELEASES) / held.name, "{}")
     assert run("up", budget_usd="10", **UP).code == 1  # not gpu-ci's release: it holds
     _release_as_gpuci_would(tmp_path, held)
     first = run("up", budget_usd="10", **UP)  # gpu-ci's, and no pod "gone" is listed
@@ -67,7 +58,7 @@ def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted
     under from ``start --ttl``, which then gave it 30 days with no budget check."""
     pod = run("up", budget_usd="1", **dict(UP, ttl="45m")).outputs["pod-id"]
     assert run("stop", pod_id=pod).code == 0
-    for reservation in _folder(tmp_path, ledger.RESERVATIONS).iterdir():
+    for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
         _release_as_gpuci_would(tmp_path, reservation)
     res = run("start", pod_id=pod, ttl="30d")
     assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
@@ -80,15 +71,15 @@ def test_gpuci_releases_only_the_reservation_made_for_the_pod_it_ends(fake, run,
     alices = run("up", budget_usd="10", **UP).outputs["pod-id"]
     assert run("stop", pod_id=alices).code == 0
     mallorys = run("up", **dict(UP, owner="mallory", ttl="1h")).outputs["pod-id"]
-    (reservation,) = _folder(tmp_path, ledger.RESERVATIONS).iterdir()
+    (reservation,) = ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()
     key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
     ms = int(clock.now() * 1000) + 1
     item = {"event": "started", "podId": mallorys, "time": ms / 1000, "reservation": key}
-    _plant(tmp_path / "ledger" / ledger.EVENTS / mallorys / f"{ms:015d}-started-0bad.json", item)
+    plant(tmp_path / "ledger" / ledger.EVENTS / mallorys / f"{ms:015d}-started-0bad.json", item)
     assert run("down", pod_id=mallorys).code == 0
-    assert not (_folder(tmp_path, ledger.RELEASES) / reservation.name).exists()
+    assert not (ledger_folder(tmp_path, ledger.RELEASES) / reservation.name).exists()
     assert run("down", pod_id=alices).code == 0  # its own down still releases it
-    assert (_folder(tmp_path, ledger.RELEASES) / reservation.name).exists()
+    assert (ledger_folder(tmp_path, ledger.RELEASES) / reservation.name).exists()
 
 
 def test_a_planted_reservation_covers_no_pod_it_was_not_made_for(fake, run, tmp_path, clock):
@@ -98,40 +89,33 @@ def test_a_planted_reservation_covers_no_pod_it_was_not_made_for(fake, run, tmp_
     assert run("up", budget_usd="10", **UP).code == 1
     key = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}/0000000500.json"
     free = {"owner": "alice", "costPerHr": 0, "untilEpoch": 4e9}
-    _plant(tmp_path / "ledger" / key, {**free, "podName": fake.pods[pod]["name"]})
+    plant(tmp_path / "ledger" / key, {**free, "podName": fake.pods[pod]["name"]})
     ms = int(clock.now() * 1000)
     item = {"event": "started", "podId": pod, "time": ms / 1000, "reservation": key}
-    _plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{ms:015d}-started-0bad.json", item)
+    plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{ms:015d}-started-0bad.json", item)
     res = run("up", budget_usd="10", **UP)  # its name, but not its rate: covers nothing
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
 
 def test_a_planted_folder_named_like_a_sequence_number_takes_it(fake, run, tmp_path):
     """G5: ``0000000000.json/x`` was not taken, yet every write of that key conflicted."""
-    _plant(_folder(tmp_path, ledger.RESERVATIONS) / "0000000000.json" / "x", "{}")
+    plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000000.json" / "x", "{}")
     res = run("up", budget_usd="50", **dict(UP, ttl="1h"))
     assert res.code == 0, res.stdout
-    assert (_folder(tmp_path, ledger.RESERVATIONS) / "0000000001.json").is_file()
+    assert (ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000001.json").is_file()
 
 
 def test_reservation_reads_are_only_gpucis_keys_and_capped(fake, run, tmp_path, monkeypatch):
     """G7: every object in an owner's reservation folder was fetched, without a cap."""
-    gets = [0]
-    original = LocalStore.get
-
-    def counting(self, key, limit=None):
-        gets[0] += "/reservations/" in key
-        return original(self, key, limit)
-
-    monkeypatch.setattr(LocalStore, "get", counting)
+    gets = counting_reservation_gets(monkeypatch)
     monkeypatch.setattr(ledger, "MAX_RESERVATION_READS", 5, raising=False)  # absent before
     free = {"owner": "alice", "costPerHr": 0, "untilEpoch": 0}
     for i in range(30):
-        _plant(_folder(tmp_path, ledger.RESERVATIONS) / f"x{i:06d}.json", free)
+        plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / f"x{i:06d}.json", free)
     assert run("up", budget_usd="50", **dict(UP, ttl="1h")).code == 0
     assert gets[0] < 5
     for i in range(10):
-        _plant(_folder(tmp_path, ledger.RESERVATIONS) / f"{i + 100:010d}.json", free)
+        plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / f"{i + 100:010d}.json", free)
     gets[0] = 0
     res = run("up", budget_usd="50", **dict(UP, ttl="1h"))
     assert res.code == 3 and "over the 5 one command reads" in res.json["headline"], res.stdout

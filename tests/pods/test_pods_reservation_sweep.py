@@ -7,35 +7,13 @@ clock decide: no planted object releases someone's live reservation."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from pods_testing import L40S
+from pods_testing import L40S, counting_reservation_gets, ledger_folder, plant
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
 
 UP = dict(image="img", command="serve", ttl="8h", gpu_types=L40S, owner="alice")  # $0.86/h
-
-
-def _folder(tmp_path: Path, root: str, owner: str = "alice") -> Path:
-    return tmp_path / "ledger" / root / ledger.owner_key(owner)
-
-
-def _plant(path: Path, item: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(item))
-
-
-def _counting_gets(monkeypatch) -> list[int]:
-    gets = [0]
-    original = LocalStore.get
-
-    def counting(self, key, limit=None):
-        gets[0] += "/reservations/" in key
-        return original(self, key, limit)
-
-    monkeypatch.setattr(LocalStore, "get", counting)
-    return gets
 
 
 def test_a_pod_gone_on_its_own_frees_its_budget_at_the_next_up(fake, run, tmp_path, clock):
@@ -45,11 +23,11 @@ def test_a_pod_gone_on_its_own_frees_its_budget_at_the_next_up(fake, run, tmp_pa
     assert run("up", budget_usd="10", **UP).code == 1  # its reservation holds $7
     fake.api("DELETE", f"/v2/pods/{pod}")  # it ended itself
     assert run("down", pod_id=pod).json["report"]["done"] == {pod: "already gone"}
-    assert not _folder(tmp_path, ledger.RELEASES).exists()
+    assert not ledger_folder(tmp_path, ledger.RELEASES).exists()
     clock.t += 3600  # past the time its up could still create a pod under it, and the margin
     res = run("up", budget_usd="10", **UP)
     assert res.code == 0, res.stdout
-    assert (_folder(tmp_path, ledger.RELEASES) / "0000000000.json").is_file()
+    assert (ledger_folder(tmp_path, ledger.RELEASES) / "0000000000.json").is_file()
 
 
 def test_a_reservation_whose_pod_is_on_runpod_or_may_still_be_created_is_kept(
@@ -62,13 +40,13 @@ def test_a_reservation_whose_pod_is_on_runpod_or_may_still_be_created_is_kept(
     clock.t += 3600
     assert run("up", budget_usd="10", **UP).code == 1
     assert run("down", pod_id=pod).code == 0  # released by its own down
-    fresh = _folder(tmp_path, ledger.RESERVATIONS) / "0000000001.json"
+    fresh = ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000001.json"
     now = clock.now()
     item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": now + 8 * 3600, "createdEpoch": now}
-    _plant(fresh, {**item, "podName": "pod-of-an-up-under-way", "placeByEpoch": now + 600})
+    plant(fresh, {**item, "podName": "pod-of-an-up-under-way", "placeByEpoch": now + 600})
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
-    assert not (_folder(tmp_path, ledger.RELEASES) / fresh.name).exists()
+    assert not (ledger_folder(tmp_path, ledger.RELEASES) / fresh.name).exists()
 
 
 def test_expired_and_foreign_reservations_are_read_once_then_released(
@@ -79,17 +57,17 @@ def test_expired_and_foreign_reservations_are_read_once_then_released(
     monkeypatch.setattr(ledger, "MAX_RESERVATION_READS", 5)
     for seq in range(3):
         old = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": clock.now() - 60}
-        _plant(_folder(tmp_path, ledger.RESERVATIONS) / f"{seq:010d}.json", old)
+        plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / f"{seq:010d}.json", old)
     bobs = {"owner": "bob", "costPerHr": 1.0, "untilEpoch": clock.now() + 3600}
-    _plant(_folder(tmp_path, ledger.RESERVATIONS) / "0000000003.json", bobs)
-    gets = _counting_gets(monkeypatch)
+    plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000003.json", bobs)
+    gets = counting_reservation_gets(monkeypatch)
     short = dict(UP, ttl="30m")
     for _ in range(4):  # each one's reservation has expired by the next
         res = run("up", budget_usd="50", **short)
         assert res.code == 0, res.stdout
         assert run("down", pod_id=res.outputs["pod-id"]).code == 0
         clock.t += 3600
-    released = {p.name for p in _folder(tmp_path, ledger.RELEASES).iterdir()}
+    released = {p.name for p in ledger_folder(tmp_path, ledger.RELEASES).iterdir()}
     assert {f"{seq:010d}.json" for seq in range(4)} <= released
     gets[0] = 0
     assert run("up", budget_usd="50", **short).code == 0
@@ -106,7 +84,7 @@ def test_a_pod_without_a_reservation_costs_no_reads_of_released_ones(
     for _ in range(3):
         assert run("down", pod_id=run("up", budget_usd="50", **short).outputs["pod-id"]).code == 0
     assert run("up", **short).code == 0  # no budget: no reservation
-    gets = _counting_gets(monkeypatch)
+    gets = counting_reservation_gets(monkeypatch)
     res = run("up", budget_usd="50", **short)
     assert res.code == 0, res.stdout
     assert gets[0] == 0
@@ -123,12 +101,12 @@ def test_a_flooded_pod_folder_never_hides_its_released_reservation(
     assert run("stop", pod_id=pod).code == 0
     for i in range(4):  # older than gpu-ci's: read first
         item = {"event": "created", "podId": pod, "time": i, "owner": "alice"}
-        _plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{i:015d}-created-0bad.json", item)
-    (reservation,) = _folder(tmp_path, ledger.RESERVATIONS).iterdir()
+        plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{i:015d}-created-0bad.json", item)
+    (reservation,) = ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()
     key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
     data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    (_folder(tmp_path, ledger.RELEASES)).mkdir(parents=True, exist_ok=True)
-    (_folder(tmp_path, ledger.RELEASES) / reservation.name).write_text(data)
+    (ledger_folder(tmp_path, ledger.RELEASES)).mkdir(parents=True, exist_ok=True)
+    (ledger_folder(tmp_path, ledger.RELEASES) / reservation.name).write_text(data)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
@@ -179,7 +157,7 @@ def test_a_failed_up_whose_pod_would_not_end_keeps_its_reservation(fake, run, tm
     res = run("up", budget_usd="10", **dict(UP, timeout="2m"))
     assert res.code == 3, res.stdout
     assert len(fake.pods) == 1
-    assert not _folder(tmp_path, ledger.RELEASES).exists()
+    assert not ledger_folder(tmp_path, ledger.RELEASES).exists()
     assert run("up", budget_usd="10", **UP).code == 1  # it still holds the budget
 
 
@@ -194,10 +172,10 @@ def test_an_extended_pod_missing_its_started_event_has_every_release_looked_at(f
     assert run("stop", pod_id=pod).code == 0  # held by its reservation alone
     for event in (tmp_path / "ledger" / ledger.EVENTS / pod).glob("*-started-*"):
         event.unlink()  # its write was lost
-    newest = max(_folder(tmp_path, ledger.RESERVATIONS).iterdir())
+    newest = max(ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir())
     key = f"{ledger.RESERVATIONS}/{newest.parent.name}/{newest.name}"
     data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    (_folder(tmp_path, ledger.RELEASES) / newest.name).write_text(data)
+    (ledger_folder(tmp_path, ledger.RELEASES) / newest.name).write_text(data)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 

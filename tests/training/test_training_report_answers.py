@@ -64,6 +64,20 @@ def test_a_passed_report_is_still_passed():
     assert report.verdict_markdown(gate) == "### ✅ Model gate passed"
 
 
+def _outputs_when_github_answers(tmp_path, html_url) -> dict[str, str]:
+    """The gate's outputs when GitHub answers its new PR comment with this ``html_url``."""
+    with FakeGitHub() as github:
+        env = github.pull_request_env(tmp_path, "acme/models", 7)
+        github.state.answers[("POST", "/api/v3/repos/acme/models/issues/7/comments")] = (
+            201,
+            {"id": 5, "html_url": html_url},
+            {},
+        )
+        proc = run_gate(tmp_path, {"accuracy": 0.95}, "--min", "accuracy=0.5", "--comment", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return parse_file_command((tmp_path / "out").read_text(), "GITHUB_OUTPUT")
+
+
 @pytest.mark.parametrize(
     "html_url",
     [
@@ -81,30 +95,11 @@ def test_a_passed_report_is_still_passed():
     ],
 )
 def test_a_comment_url_that_is_no_plain_url_is_not_an_output(tmp_path, html_url):
-    with FakeGitHub() as github:
-        env = github.pull_request_env(tmp_path, "acme/models", 7)
-        github.state.answers[("POST", "/api/v3/repos/acme/models/issues/7/comments")] = (
-            201,
-            {"id": 5, "html_url": html_url},
-            {},
-        )
-        proc = run_gate(tmp_path, {"accuracy": 0.95}, "--min", "accuracy=0.5", "--comment", env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    outputs = parse_file_command((tmp_path / "out").read_text(), "GITHUB_OUTPUT")
+    outputs = _outputs_when_github_answers(tmp_path, html_url)
     assert outputs["comment"] == "created"
     assert outputs["comment-url"] == ""
 
 
 def test_a_plain_comment_url_is_the_output(tmp_path):
     url = "https://github.example/acme/models/pull/7#issuecomment-5"
-    with FakeGitHub() as github:
-        env = github.pull_request_env(tmp_path, "acme/models", 7)
-        github.state.answers[("POST", "/api/v3/repos/acme/models/issues/7/comments")] = (
-            201,
-            {"id": 5, "html_url": url},
-            {},
-        )
-        proc = run_gate(tmp_path, {"accuracy": 0.95}, "--min", "accuracy=0.5", "--comment", env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    outputs = parse_file_command((tmp_path / "out").read_text(), "GITHUB_OUTPUT")
-    assert outputs["comment-url"] == url
+    assert _outputs_when_github_answers(tmp_path, url)["comment-url"] == url
