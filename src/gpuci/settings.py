@@ -103,423 +103,384 @@ class Setting:
         )
 
 
-def _declare(name: str, default: str, meaning: str, group: str = "gpu-ci") -> Setting:
-    if group not in GROUPS:
-        raise ValueError(f"{name}: unknown group {group}")
-    setting = Setting(name, default, meaning, group)
-    ALL.append(setting)
-    return setting
+class _Section:
+    """The declarer of one section's rows (name, meaning, default): no row repeats its group."""
+
+    def __init__(self, group: str) -> None:
+        if group not in GROUPS:
+            raise ValueError(f"unknown group {group}")
+        self.group = group
+
+    def __call__(self, name: str, meaning: str, default: str = "") -> Setting:
+        setting = Setting(name, default, meaning, self.group)
+        ALL.append(setting)
+        return setting
+
+
+_gpuci = _Section("gpu-ci")
+_pod = _Section("gpu-ci on a pod")
+_github = _Section("GitHub Actions")
+_gitlab = _Section("GitLab CI")
+_aws = _Section("AWS and S3")
+_runpod = _Section("RunPod")
+_other = _Section("Other")
 
 
 # ----- gpu-ci: what a user or a workflow sets ---------------------------------------------------
-DRY_RUN = _declare("GPUCI_DRY_RUN", "false", "true: every command plans only (as --dry-run).")
-PROBE = _declare(
-    "GPUCI_PROBE", "false", "true: a dry run may make read-only network probes (as --probe)."
+DRY_RUN = _gpuci("GPUCI_DRY_RUN", "true: every command plans only (as --dry-run).", default="false")
+PROBE = _gpuci(
+    "GPUCI_PROBE",
+    "true: a dry run may make read-only network probes (as --probe).",
+    default="false",
 )
-DEBUG = _declare(
-    "GPUCI_DEBUG", "", "Set: an internal error raises with its traceback instead of one line."
+DEBUG = _gpuci(
+    "GPUCI_DEBUG", "Set: an internal error raises with its traceback instead of one line."
 )
-SUMMARY = _declare(
+SUMMARY = _gpuci(
     "GPUCI_SUMMARY",
-    "",
     "A file each command appends its Markdown summary to (outside GitHub's job summary).",
 )
-PROGRESS_INTERVAL = _declare(
-    "GPUCI_PROGRESS_INTERVAL", "5", "Seconds between progress lines of long transfers."
+PROGRESS_INTERVAL = _gpuci(
+    "GPUCI_PROGRESS_INTERVAL", "Seconds between progress lines of long transfers.", default="5"
 )
-JOURNAL = _declare(
+JOURNAL = _gpuci(
     "GPUCI_JOURNAL",
-    "",
     "The job journal (JSON lines the later steps read); default "
     "$RUNNER_TEMP/gpuci-journal.jsonl, else ./.gpuci/gpuci-journal.jsonl.",
 )
-DOTENV = _declare(
-    "GPUCI_DOTENV", "gpuci-outputs.env", "GitLab: the dotenv report file outputs go to."
+DOTENV = _gpuci(
+    "GPUCI_DOTENV", "GitLab: the dotenv report file outputs go to.", default="gpuci-outputs.env"
 )
-DOTENV_OUTPUTS = _declare(
+DOTENV_OUTPUTS = _gpuci(
     "GPUCI_DOTENV_OUTPUTS",
-    "",
     "GitLab: which outputs the dotenv report carries (names, comma- or space-separated; all: "
     "every one); default: the few later jobs act on.",
 )
-DOTENV_LIMIT = _declare(
-    "GPUCI_DOTENV_LIMIT", "20", "GitLab: most variables in the dotenv report (its limit)."
+DOTENV_LIMIT = _gpuci(
+    "GPUCI_DOTENV_LIMIT", "GitLab: most variables in the dotenv report (its limit).", default="20"
 )
-STORE = _declare(
+STORE = _gpuci(
     "GPUCI_STORE",
-    "",
     "The cache store when no store input is given: s3://bucket/prefix or file:///dir; default "
     "the embedded local store ($RUNNER_TOOL_CACHE/gpuci/store, else ~/.cache/gpuci/store).",
 )
-CACHE_NAMESPACE = _declare(
-    "GPUCI_CACHE_NAMESPACE", "default", "The refs namespace cache keys live in (refs/NAMESPACE/)."
+CACHE_NAMESPACE = _gpuci(
+    "GPUCI_CACHE_NAMESPACE",
+    "The refs namespace cache keys live in (refs/NAMESPACE/).",
+    default="default",
 )
-LOCAL_CACHE = _declare(
+LOCAL_CACHE = _gpuci(
     "GPUCI_LOCAL_CACHE",
-    "",
     "The runner-local blob tier when no local-cache input is given: a folder, on, off or auto "
     "(the default: off on runners thrown away after the job - GitHub-hosted, GitLab.com hosted, "
     "gpu-ci RunPod runner pods - else on, at $RUNNER_TOOL_CACHE/gpuci/local or "
     "~/.cache/gpuci/local).",
 )
-CACHE_WORKERS = _declare(
-    "GPUCI_CACHE_WORKERS", "", "A fixed connection count for cache transfers; default adaptive."
+CACHE_WORKERS = _gpuci(
+    "GPUCI_CACHE_WORKERS", "A fixed connection count for cache transfers; default adaptive."
 )
-CACHE_DIRECT_IO = _declare(
-    "GPUCI_CACHE_DIRECT_IO", "off", "on: restores write with O_DIRECT (off by default)."
+CACHE_DIRECT_IO = _gpuci(
+    "GPUCI_CACHE_DIRECT_IO", "on: restores write with O_DIRECT (off by default).", default="off"
 )
-MULTIPART_THRESHOLD = _declare(
+MULTIPART_THRESHOLD = _gpuci(
     "GPUCI_MULTIPART_THRESHOLD",
-    "67108864",
     "Bytes (or NMiB) from which a blob is uploaded in parts; lower it for a server with a "
     "small body limit.",
+    default="67108864",
 )
-S3_TIMEOUT = _declare(
+S3_TIMEOUT = _gpuci(
     "GPUCI_S3_TIMEOUT",
-    "30",
     "Seconds without progress that end one S3 request; 8x it bounds resolving or refreshing AWS "
     "credentials (botocore's chain), whose STS and SSO clients use it as their socket timeout.",
+    default="30",
 )
-S3_MIN_RATE = _declare(
+S3_MIN_RATE = _gpuci(
     "GPUCI_S3_MIN_RATE",
-    "262144",
     "Bytes a second an S3 body must keep after GPUCI_S3_TIMEOUT's grace; one range's attempts "
     "share that deadline, so a trickling store ends the step within minutes.",
+    default="262144",
 )
-FETCH_MIN_RATE = _declare(
+FETCH_MIN_RATE = _gpuci(
     "GPUCI_FETCH_MIN_RATE",
-    "262144",
     "Bytes a second (or a size such as 512KiB) a retry-fetch body must keep after the timeout "
     "input's grace, when no min-rate input is given; a slower response fails its attempt "
     "(retried, resuming). 0, none or off turns the check off.",
+    default="262144",
 )
-GPU_HEALTH_STORE = _declare(
+GPU_HEALTH_STORE = _gpuci(
     "GPUCI_GPU_HEALTH_STORE",
-    "",
     "The per-GPU health record (s3:// or file://) when no health-store input is given.",
 )
-GPU_HEALTH_ENDPOINT_URL = _declare(
-    "GPUCI_GPU_HEALTH_ENDPOINT_URL", "", "The S3 endpoint of the GPU health store."
+GPU_HEALTH_ENDPOINT_URL = _gpuci(
+    "GPUCI_GPU_HEALTH_ENDPOINT_URL", "The S3 endpoint of the GPU health store."
 )
-NODE_NAME = _declare(
-    "GPUCI_NODE_NAME", "", "This machine's name in the GPU health record; default the hostname."
+NODE_NAME = _gpuci(
+    "GPUCI_NODE_NAME", "This machine's name in the GPU health record; default the hostname."
 )
-DATA_CENTER = _declare(
-    "GPUCI_DATA_CENTER", "", "This machine's data centre in the GPU health record."
-)
-METRICS_HISTORY = _declare(
+DATA_CENTER = _gpuci("GPUCI_DATA_CENTER", "This machine's data centre in the GPU health record.")
+METRICS_HISTORY = _gpuci(
     "GPUCI_METRICS_HISTORY",
-    "",
     "The metrics history store (s3:// or file://) when no history input is given.",
 )
-METRICS_HISTORY_ENDPOINT_URL = _declare(
-    "GPUCI_METRICS_HISTORY_ENDPOINT_URL", "", "The S3 endpoint of the metrics history store."
+METRICS_HISTORY_ENDPOINT_URL = _gpuci(
+    "GPUCI_METRICS_HISTORY_ENDPOINT_URL", "The S3 endpoint of the metrics history store."
 )
-PODS_LEDGER = _declare(
+PODS_LEDGER = _gpuci(
     "GPUCI_PODS_LEDGER",
-    "",
     "The pods ledger (s3:// or file://) when no ledger input is given; default "
     "~/.cache/gpuci/pods-ledger (this machine only).",
 )
-PODS_LEDGER_ENDPOINT_URL = _declare(
-    "GPUCI_PODS_LEDGER_ENDPOINT_URL", "", "The S3 endpoint of the pods ledger."
+PODS_LEDGER_ENDPOINT_URL = _gpuci(
+    "GPUCI_PODS_LEDGER_ENDPOINT_URL", "The S3 endpoint of the pods ledger."
 )
-PODS_POLL_S = _declare("GPUCI_PODS_POLL_S", "5", "Seconds between polls while a pod starts.")
-PODS_MAX_ATTEMPTS = _declare(
-    "GPUCI_PODS_MAX_ATTEMPTS", "6", "Tries of one RunPod API request (transient failures)."
+PODS_POLL_S = _gpuci("GPUCI_PODS_POLL_S", "Seconds between polls while a pod starts.", default="5")
+PODS_MAX_ATTEMPTS = _gpuci(
+    "GPUCI_PODS_MAX_ATTEMPTS", "Tries of one RunPod API request (transient failures).", default="6"
 )
-RUNPOD_PROXY_URL = _declare(
+RUNPOD_PROXY_URL = _gpuci(
     "GPUCI_RUNPOD_PROXY_URL",
-    "https://{pod_id}-{port}.proxy.runpod.net",
     "The template of a pod's proxy URL (a test server's).",
+    default="https://{pod_id}-{port}.proxy.runpod.net",
 )
-RUNNER_TOKEN = _declare(
+RUNNER_TOKEN = _gpuci(
     "GPUCI_RUNNER_TOKEN",
-    "",
     "GitHub token that registers and deletes one-job runners (pods up --runner github, down, "
     "reap); masked.",
 )
-GITHUB_ENTERPRISE = _declare(
+GITHUB_ENTERPRISE = _gpuci(
     "GPUCI_GITHUB_ENTERPRISE",
-    "",
     "The GitHub enterprise (its slug) whose runner list quarantine and runners release also "
     "search for a runner by name, after the repository's and the organisation's.",
 )
-GITLAB_TOKEN = _declare(
-    "GPUCI_GITLAB_TOKEN",
-    "",
-    "GitLab token (api scope) for MR notes, runners and quarantine; masked.",
+GITLAB_TOKEN = _gpuci(
+    "GPUCI_GITLAB_TOKEN", "GitLab token (api scope) for MR notes, runners and quarantine; masked."
 )
 
 # ----- gpu-ci on a pod: set by `pods up` in the pod's environment, read by its boot scripts -----
-_POD = "gpu-ci on a pod"
-OWNER = _declare("GPUCI_OWNER", "", "The pod's owner (budget and cost).", _POD)
-RUN_URL = _declare("GPUCI_RUN_URL", "local", "The CI run that made the pod.", _POD)
-EXPIRES_AT = _declare("GPUCI_EXPIRES_AT", "", "When the pod stops itself (UTC, ISO 8601).", _POD)
-EXPIRES_EPOCH = _declare(
-    "GPUCI_EXPIRES_EPOCH", "0", "The same, in epoch seconds, for the self-stop timer.", _POD
+OWNER = _pod("GPUCI_OWNER", "The pod's owner (budget and cost).")
+RUN_URL = _pod("GPUCI_RUN_URL", "The CI run that made the pod.", default="local")
+EXPIRES_AT = _pod("GPUCI_EXPIRES_AT", "When the pod stops itself (UTC, ISO 8601).")
+EXPIRES_EPOCH = _pod(
+    "GPUCI_EXPIRES_EPOCH", "The same, in epoch seconds, for the self-stop timer.", default="0"
 )
-WRAPPER = _declare(
-    "GPUCI_WRAPPER", "", "The self-stop timer's shell, which runs the start command.", _POD
+WRAPPER = _pod("GPUCI_WRAPPER", "The self-stop timer's shell, which runs the start command.")
+START_COMMAND = _pod("GPUCI_START_COMMAND", "The user's start command, run by the wrapper.")
+RUNPOD_API_URL_ON_POD = _pod(
+    "GPUCI_RUNPOD_API_URL", "The API the pod's self-stop calls.", default="https://api.runpod.io"
 )
-START_COMMAND = _declare(
-    "GPUCI_START_COMMAND", "", "The user's start command, run by the wrapper.", _POD
+SELF_STOP_ACTION = _pod(
+    "GPUCI_SELF_STOP_ACTION", "What the self-stop does: stop or terminate.", default="stop"
 )
-RUNPOD_API_URL_ON_POD = _declare(
-    "GPUCI_RUNPOD_API_URL",
-    "https://api.runpod.io",
-    "The API the pod's self-stop calls.",
-    _POD,
+SELF_STOP_RETRY_S = _pod(
+    "GPUCI_SELF_STOP_RETRY_S", "Seconds between self-stop attempts.", default="30"
 )
-SELF_STOP_ACTION = _declare(
-    "GPUCI_SELF_STOP_ACTION", "stop", "What the self-stop does: stop or terminate.", _POD
-)
-SELF_STOP_RETRY_S = _declare(
-    "GPUCI_SELF_STOP_RETRY_S", "30", "Seconds between self-stop attempts.", _POD
-)
-HANDOVER_RETRY_S = _declare(
+HANDOVER_RETRY_S = _pod(
     "GPUCI_HANDOVER_RETRY_S",
-    "1",
     "First wait, in seconds, between tries of the smoke verdict's rename (six tries, doubling).",
-    _POD,
+    default="1",
 )
-POD_NAME = _declare("GPUCI_POD_NAME", "gpuci", "The pod's name, renamed with its verdict.", _POD)
-SMOKE = _declare("GPUCI_SMOKE", "", "1: run gpu-smoke on the pod before hand-over.", _POD)
-SMOKE_PYTHON = _declare(
-    "GPUCI_SMOKE_PYTHON", "python3", "The interpreter with gpu-ci on the pod.", _POD
+POD_NAME = _pod("GPUCI_POD_NAME", "The pod's name, renamed with its verdict.", default="gpuci")
+SMOKE = _pod("GPUCI_SMOKE", "1: run gpu-smoke on the pod before hand-over.")
+SMOKE_PYTHON = _pod(
+    "GPUCI_SMOKE_PYTHON", "The interpreter with gpu-ci on the pod.", default="python3"
 )
-PACKAGE = _declare(
+PACKAGE = _pod(
     "GPUCI_PACKAGE",
-    "",
     "Where a smoking pod whose image lacks gpu-ci pip-installs it from (a pinned URL; the GitLab "
     "pods template sets its pinned source archive). The templates' own jobs do not use it: they "
     "run the pinned source's bootstrap.sh.",
-    _POD,
 )
-POD_SITE = _declare(
+POD_SITE = _pod(
     "GPUCI_POD_SITE",
-    "~/.cache/gpuci/pod-site",
     "Where a pod installs GPUCI_PACKAGE for its smoke (pip --target, only for the smoke).",
-    _POD,
+    default="~/.cache/gpuci/pod-site",
 )
-RUNNER_PLATFORM = _declare(
-    "GPUCI_RUNNER_PLATFORM", "", "github or gitlab: the one-job runner to start.", _POD
+RUNNER_PLATFORM = _pod("GPUCI_RUNNER_PLATFORM", "github or gitlab: the one-job runner to start.")
+RUNNER_NAME_ON_POD = _pod("GPUCI_RUNNER_NAME", "The runner's registered name.")
+RUNNER_ID = _pod("GPUCI_RUNNER_ID", "The runner's id on its platform.")
+RUNNER_SCOPE = _pod("GPUCI_RUNNER_SCOPE", "repo or org: where it is registered.", default="repo")
+RUNNER_JITCONFIG = _pod(
+    "GPUCI_RUNNER_JITCONFIG", "GitHub's just-in-time runner config (secret; unset once read)."
 )
-RUNNER_NAME_ON_POD = _declare("GPUCI_RUNNER_NAME", "", "The runner's registered name.", _POD)
-RUNNER_ID = _declare("GPUCI_RUNNER_ID", "", "The runner's id on its platform.", _POD)
-RUNNER_SCOPE = _declare("GPUCI_RUNNER_SCOPE", "repo", "repo or org: where it is registered.", _POD)
-RUNNER_JITCONFIG = _declare(
-    "GPUCI_RUNNER_JITCONFIG",
-    "",
-    "GitHub's just-in-time runner config (secret; unset once read).",
-    _POD,
+RUNNER_IDLE_S = _pod(
+    "GPUCI_RUNNER_IDLE_S", "Seconds a runner waits for its job before ending.", default="600"
 )
-RUNNER_IDLE_S = _declare(
-    "GPUCI_RUNNER_IDLE_S", "600", "Seconds a runner waits for its job before ending.", _POD
+RUNNER_REPORT_S = _pod(
+    "GPUCI_RUNNER_REPORT_S", "Seconds between the runner's status reports.", default="30"
 )
-RUNNER_REPORT_S = _declare(
-    "GPUCI_RUNNER_REPORT_S", "30", "Seconds between the runner's status reports.", _POD
-)
-RUNNER_DIR = _declare(
-    "GPUCI_RUNNER_DIR", "", "Where the image keeps the actions runner (searched first).", _POD
-)
-RUNNER_HOME = _declare(
+RUNNER_DIR = _pod("GPUCI_RUNNER_DIR", "Where the image keeps the actions runner (searched first).")
+RUNNER_HOME = _pod(
     "GPUCI_RUNNER_HOME",
-    "~/gpuci-actions-runner",
     "Where the runner is unpacked when the image has none.",
-    _POD,
+    default="~/gpuci-actions-runner",
 )
-RUNNER_RELEASE_URL = _declare(
+RUNNER_RELEASE_URL = _pod(
     "GPUCI_RUNNER_RELEASE_URL",
-    "https://github.com/actions/runner/releases/download",
     "Where the actions runner release is downloaded (a mirror; the sha256 still holds).",
-    _POD,
+    default="https://github.com/actions/runner/releases/download",
 )
-RUNNER_MAX_BYTES = _declare(
-    "GPUCI_RUNNER_MAX_BYTES", "1073741824", "Most bytes of the runner release a pod takes.", _POD
+RUNNER_MAX_BYTES = _pod(
+    "GPUCI_RUNNER_MAX_BYTES", "Most bytes of the runner release a pod takes.", default="1073741824"
 )
-ACTIONS_RUNNER_VERSION = _declare(
-    "GPUCI_ACTIONS_RUNNER_VERSION", "", "The actions runner release to install.", _POD
+ACTIONS_RUNNER_VERSION = _pod(
+    "GPUCI_ACTIONS_RUNNER_VERSION", "The actions runner release to install."
 )
-ACTIONS_RUNNER_SHA256 = _declare(
-    "GPUCI_ACTIONS_RUNNER_SHA256", "", "Its tarball's sha256 (64 hex digits).", _POD
+ACTIONS_RUNNER_SHA256 = _pod("GPUCI_ACTIONS_RUNNER_SHA256", "Its tarball's sha256 (64 hex digits).")
+ACTIONS_RUNNER_MIN_VERSION = _pod(
+    "GPUCI_ACTIONS_RUNNER_MIN_VERSION", "The oldest runner the image may bring."
 )
-ACTIONS_RUNNER_MIN_VERSION = _declare(
-    "GPUCI_ACTIONS_RUNNER_MIN_VERSION", "", "The oldest runner the image may bring.", _POD
+GITLAB_URL = _pod("GPUCI_GITLAB_URL", "The GitLab instance the runner serves.")
+GITLAB_API_URL = _pod("GPUCI_GITLAB_API_URL", "Its REST API root.")
+GITLAB_RUNNER_TOKEN = _pod(
+    "GPUCI_GITLAB_RUNNER_TOKEN", "The GitLab runner's token (secret; unset once read)."
 )
-GITLAB_URL = _declare("GPUCI_GITLAB_URL", "", "The GitLab instance the runner serves.", _POD)
-GITLAB_API_URL = _declare("GPUCI_GITLAB_API_URL", "", "Its REST API root.", _POD)
-GITLAB_RUNNER_TOKEN = _declare(
-    "GPUCI_GITLAB_RUNNER_TOKEN", "", "The GitLab runner's token (secret; unset once read).", _POD
-)
-NVML_TIMEOUT = _declare(
+NVML_TIMEOUT = _gpuci(
     "GPUCI_NVML_TIMEOUT",
-    "120",
     "Seconds NVML may take to open and read every GPU (a stuck GPU or driver holds nvmlInit "
     "or a query for ever); past them gpu-setup and gpu-smoke fail with one line, exit 3.",
+    default="120",
 )
-FAKE_NVML = _declare(
+FAKE_NVML = _other(
     "GPUCI_FAKE_NVML",
-    "",
     "Tests and demos: a fake NVML with these GPU profiles (e.g. h100-sxm,h100-sxm).",
-    "Other",
 )
 
 # ----- GitHub Actions: set by the runner ------------------------------------------------------
-_GH = "GitHub Actions"
-GITHUB_ACTIONS = _declare("GITHUB_ACTIONS", "", "true on a GitHub runner: GitHub output.", _GH)
-GITHUB_OUTPUT = _declare("GITHUB_OUTPUT", "", "The step's outputs file.", _GH)
-GITHUB_ENV = _declare("GITHUB_ENV", "", "The file of variables for later steps.", _GH)
-GITHUB_PATH = _declare("GITHUB_PATH", "", "The file of PATH entries for later steps.", _GH)
-GITHUB_STATE = _declare("GITHUB_STATE", "", "The step's state file.", _GH)
-GITHUB_STEP_SUMMARY = _declare("GITHUB_STEP_SUMMARY", "", "The job summary file.", _GH)
-GITHUB_REPOSITORY = _declare("GITHUB_REPOSITORY", "", "owner/name of the repository.", _GH)
-GITHUB_SERVER_URL = _declare(
-    "GITHUB_SERVER_URL", "https://github.com", "The GitHub server (GHES).", _GH
+GITHUB_ACTIONS = _github("GITHUB_ACTIONS", "true on a GitHub runner: GitHub output.")
+GITHUB_OUTPUT = _github("GITHUB_OUTPUT", "The step's outputs file.")
+GITHUB_ENV = _github("GITHUB_ENV", "The file of variables for later steps.")
+GITHUB_PATH = _github("GITHUB_PATH", "The file of PATH entries for later steps.")
+GITHUB_STATE = _github("GITHUB_STATE", "The step's state file.")
+GITHUB_STEP_SUMMARY = _github("GITHUB_STEP_SUMMARY", "The job summary file.")
+GITHUB_REPOSITORY = _github("GITHUB_REPOSITORY", "owner/name of the repository.")
+GITHUB_SERVER_URL = _github(
+    "GITHUB_SERVER_URL", "The GitHub server (GHES).", default="https://github.com"
 )
-GITHUB_API_URL = _declare(
-    "GITHUB_API_URL", "https://api.github.com", "The REST API root (GHES).", _GH
+GITHUB_API_URL = _github(
+    "GITHUB_API_URL", "The REST API root (GHES).", default="https://api.github.com"
 )
-GITHUB_TOKEN = _declare(
-    "GITHUB_TOKEN", "", "The job's token, where the workflow passes it (masked).", _GH
+GITHUB_TOKEN = _github("GITHUB_TOKEN", "The job's token, where the workflow passes it (masked).")
+GITHUB_RUN_ID = _github("GITHUB_RUN_ID", "The run's id (pod owner tags, provenance).")
+GITHUB_RUN_ATTEMPT = _github("GITHUB_RUN_ATTEMPT", "The run's attempt.")
+GITHUB_JOB = _github("GITHUB_JOB", "The job's id.")
+GITHUB_SHA = _github("GITHUB_SHA", "The commit.")
+GITHUB_REF = _github("GITHUB_REF", "The ref (a PR's number comes from it).")
+GITHUB_EVENT_NAME = _github("GITHUB_EVENT_NAME", "The event (schedule: history).")
+GITHUB_EVENT_PATH = _github("GITHUB_EVENT_PATH", "The event payload file.")
+GITHUB_WORKFLOW = _github("GITHUB_WORKFLOW", "The workflow's name.")
+GITHUB_WORKFLOW_REF = _github("GITHUB_WORKFLOW_REF", "The workflow file and ref.")
+GITHUB_ACTOR = _github("GITHUB_ACTOR", "Who started the run (default pod owner).")
+GITHUB_TRIGGERING_ACTOR = _github(
+    "GITHUB_TRIGGERING_ACTOR", "Who triggered this attempt (default pod owner)."
 )
-GITHUB_RUN_ID = _declare("GITHUB_RUN_ID", "", "The run's id (pod owner tags, provenance).", _GH)
-GITHUB_RUN_ATTEMPT = _declare("GITHUB_RUN_ATTEMPT", "", "The run's attempt.", _GH)
-GITHUB_JOB = _declare("GITHUB_JOB", "", "The job's id.", _GH)
-GITHUB_SHA = _declare("GITHUB_SHA", "", "The commit.", _GH)
-GITHUB_REF = _declare("GITHUB_REF", "", "The ref (a PR's number comes from it).", _GH)
-GITHUB_EVENT_NAME = _declare("GITHUB_EVENT_NAME", "", "The event (schedule: history).", _GH)
-GITHUB_EVENT_PATH = _declare("GITHUB_EVENT_PATH", "", "The event payload file.", _GH)
-GITHUB_WORKFLOW = _declare("GITHUB_WORKFLOW", "", "The workflow's name.", _GH)
-GITHUB_WORKFLOW_REF = _declare("GITHUB_WORKFLOW_REF", "", "The workflow file and ref.", _GH)
-GITHUB_ACTOR = _declare("GITHUB_ACTOR", "", "Who started the run (default pod owner).", _GH)
-GITHUB_TRIGGERING_ACTOR = _declare(
-    "GITHUB_TRIGGERING_ACTOR", "", "Who triggered this attempt (default pod owner).", _GH
+RUNNER_NAME = _github("RUNNER_NAME", "The runner's name (quarantine, health).")
+RUNNER_TEMP = _github("RUNNER_TEMP", "The job's temporary folder.")
+RUNNER_WORKSPACE = _github(
+    "RUNNER_WORKSPACE", "The runner's work folder (quarantine finds the .runner file)."
 )
-RUNNER_NAME = _declare("RUNNER_NAME", "", "The runner's name (quarantine, health).", _GH)
-RUNNER_TEMP = _declare("RUNNER_TEMP", "", "The job's temporary folder.", _GH)
-RUNNER_WORKSPACE = _declare(
-    "RUNNER_WORKSPACE", "", "The runner's work folder (quarantine finds the .runner file).", _GH
+RUNNER_TOOL_CACHE = _github(
+    "RUNNER_TOOL_CACHE", "The runner's tool cache: the local store and tier live here."
 )
-RUNNER_TOOL_CACHE = _declare(
-    "RUNNER_TOOL_CACHE", "", "The runner's tool cache: the local store and tier live here.", _GH
-)
-RUNNER_ENVIRONMENT = _declare(
-    "RUNNER_ENVIRONMENT",
-    "",
-    "github-hosted or self-hosted (provenance; the tier's auto policy).",
-    _GH,
+RUNNER_ENVIRONMENT = _github(
+    "RUNNER_ENVIRONMENT", "github-hosted or self-hosted (provenance; the tier's auto policy)."
 )
 
 # ----- GitLab CI: set by the runner -----------------------------------------------------------
-_GL = "GitLab CI"
-GITLAB_CI = _declare("GITLAB_CI", "", "true in a GitLab job: GitLab output.", _GL)
-CI_API_V4_URL = _declare("CI_API_V4_URL", "", "The REST API root.", _GL)
-CI_SERVER_URL = _declare("CI_SERVER_URL", "", "The GitLab server.", _GL)
-CI_PROJECT_ID = _declare("CI_PROJECT_ID", "", "The project's id.", _GL)
-CI_PROJECT_PATH = _declare("CI_PROJECT_PATH", "", "group/project.", _GL)
-CI_PROJECT_URL = _declare("CI_PROJECT_URL", "", "The project's web URL.", _GL)
-CI_JOB_TOKEN = _declare("CI_JOB_TOKEN", "", "The job's token (masked).", _GL)
-CI_JOB_ID = _declare("CI_JOB_ID", "", "The job's id.", _GL)
-CI_JOB_NAME = _declare("CI_JOB_NAME", "", "The job's name.", _GL)
-CI_JOB_URL = _declare("CI_JOB_URL", "", "The job's web URL.", _GL)
-CI_PIPELINE_ID = _declare("CI_PIPELINE_ID", "", "The pipeline's id.", _GL)
-CI_PIPELINE_URL = _declare("CI_PIPELINE_URL", "", "The pipeline's web URL.", _GL)
-CI_PIPELINE_SOURCE = _declare("CI_PIPELINE_SOURCE", "", "What started it (schedule).", _GL)
-CI_COMMIT_SHA = _declare("CI_COMMIT_SHA", "", "The commit.", _GL)
-CI_COMMIT_BRANCH = _declare("CI_COMMIT_BRANCH", "", "The branch.", _GL)
-CI_COMMIT_REF_NAME = _declare("CI_COMMIT_REF_NAME", "", "The branch or tag.", _GL)
-CI_DEFAULT_BRANCH = _declare("CI_DEFAULT_BRANCH", "", "The project's default branch.", _GL)
-CI_MERGE_REQUEST_IID = _declare("CI_MERGE_REQUEST_IID", "", "The merge request.", _GL)
-CI_RUNNER_ID = _declare("CI_RUNNER_ID", "", "The runner's id (quarantine).", _GL)
-CI_RUNNER_DESCRIPTION = _declare("CI_RUNNER_DESCRIPTION", "", "The runner's description.", _GL)
-CI_RUNNER_TAGS = _declare(
-    "CI_RUNNER_TAGS", "", "The runner's tags (saas-* marks GitLab.com's hosted runners).", _GL
+GITLAB_CI = _gitlab("GITLAB_CI", "true in a GitLab job: GitLab output.")
+CI_API_V4_URL = _gitlab("CI_API_V4_URL", "The REST API root.")
+CI_SERVER_URL = _gitlab("CI_SERVER_URL", "The GitLab server.")
+CI_PROJECT_ID = _gitlab("CI_PROJECT_ID", "The project's id.")
+CI_PROJECT_PATH = _gitlab("CI_PROJECT_PATH", "group/project.")
+CI_PROJECT_URL = _gitlab("CI_PROJECT_URL", "The project's web URL.")
+CI_JOB_TOKEN = _gitlab("CI_JOB_TOKEN", "The job's token (masked).")
+CI_JOB_ID = _gitlab("CI_JOB_ID", "The job's id.")
+CI_JOB_NAME = _gitlab("CI_JOB_NAME", "The job's name.")
+CI_JOB_URL = _gitlab("CI_JOB_URL", "The job's web URL.")
+CI_PIPELINE_ID = _gitlab("CI_PIPELINE_ID", "The pipeline's id.")
+CI_PIPELINE_URL = _gitlab("CI_PIPELINE_URL", "The pipeline's web URL.")
+CI_PIPELINE_SOURCE = _gitlab("CI_PIPELINE_SOURCE", "What started it (schedule).")
+CI_COMMIT_SHA = _gitlab("CI_COMMIT_SHA", "The commit.")
+CI_COMMIT_BRANCH = _gitlab("CI_COMMIT_BRANCH", "The branch.")
+CI_COMMIT_REF_NAME = _gitlab("CI_COMMIT_REF_NAME", "The branch or tag.")
+CI_DEFAULT_BRANCH = _gitlab("CI_DEFAULT_BRANCH", "The project's default branch.")
+CI_MERGE_REQUEST_IID = _gitlab("CI_MERGE_REQUEST_IID", "The merge request.")
+CI_RUNNER_ID = _gitlab("CI_RUNNER_ID", "The runner's id (quarantine).")
+CI_RUNNER_DESCRIPTION = _gitlab("CI_RUNNER_DESCRIPTION", "The runner's description.")
+CI_RUNNER_TAGS = _gitlab(
+    "CI_RUNNER_TAGS", "The runner's tags (saas-* marks GitLab.com's hosted runners)."
 )
-CI_SERVER_HOST = _declare("CI_SERVER_HOST", "", "The GitLab server's host (gitlab.com).", _GL)
-GITLAB_USER_LOGIN = _declare("GITLAB_USER_LOGIN", "", "Who started it (default owner).", _GL)
+CI_SERVER_HOST = _gitlab("CI_SERVER_HOST", "The GitLab server's host (gitlab.com).")
+GITLAB_USER_LOGIN = _gitlab("GITLAB_USER_LOGIN", "Who started it (default owner).")
 
 # ----- AWS and S3: the AWS conventions, read as botocore reads them ----------------------------
-_AWS = "AWS and S3"
-AWS_ACCESS_KEY_ID = _declare("AWS_ACCESS_KEY_ID", "", "S3 access key.", _AWS)
-AWS_SECRET_ACCESS_KEY = _declare("AWS_SECRET_ACCESS_KEY", "", "S3 secret key (masked).", _AWS)
-AWS_SESSION_TOKEN = _declare("AWS_SESSION_TOKEN", "", "Temporary credentials' token.", _AWS)
-AWS_SECURITY_TOKEN = _declare("AWS_SECURITY_TOKEN", "", "Its older name.", _AWS)
-AWS_PROFILE = _declare("AWS_PROFILE", "", "The AWS config profile.", _AWS)
-AWS_DEFAULT_PROFILE = _declare("AWS_DEFAULT_PROFILE", "", "Its older name.", _AWS)
-AWS_CONFIG_FILE = _declare("AWS_CONFIG_FILE", "~/.aws/config", "The AWS config file.", _AWS)
-AWS_SHARED_CREDENTIALS_FILE = _declare(
-    "AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", "The AWS credentials file.", _AWS
+AWS_ACCESS_KEY_ID = _aws("AWS_ACCESS_KEY_ID", "S3 access key.")
+AWS_SECRET_ACCESS_KEY = _aws("AWS_SECRET_ACCESS_KEY", "S3 secret key (masked).")
+AWS_SESSION_TOKEN = _aws("AWS_SESSION_TOKEN", "Temporary credentials' token.")
+AWS_SECURITY_TOKEN = _aws("AWS_SECURITY_TOKEN", "Its older name.")
+AWS_PROFILE = _aws("AWS_PROFILE", "The AWS config profile.")
+AWS_DEFAULT_PROFILE = _aws("AWS_DEFAULT_PROFILE", "Its older name.")
+AWS_CONFIG_FILE = _aws("AWS_CONFIG_FILE", "The AWS config file.", default="~/.aws/config")
+AWS_SHARED_CREDENTIALS_FILE = _aws(
+    "AWS_SHARED_CREDENTIALS_FILE", "The AWS credentials file.", default="~/.aws/credentials"
 )
-AWS_WEB_IDENTITY_TOKEN_FILE = _declare(
-    "AWS_WEB_IDENTITY_TOKEN_FILE", "", "OIDC token for STS (botocore resolves the role).", _AWS
+AWS_WEB_IDENTITY_TOKEN_FILE = _aws(
+    "AWS_WEB_IDENTITY_TOKEN_FILE", "OIDC token for STS (botocore resolves the role)."
 )
-AWS_ROLE_ARN = _declare("AWS_ROLE_ARN", "", "The role a web identity assumes.", _AWS)
-AWS_REGION = _declare("AWS_REGION", "", "The S3 region.", _AWS)
-AWS_DEFAULT_REGION = _declare("AWS_DEFAULT_REGION", "", "Its older name.", _AWS)
-AWS_ENDPOINT_URL = _declare("AWS_ENDPOINT_URL", "", "An S3-compatible endpoint.", _AWS)
-AWS_ENDPOINT_URL_S3 = _declare("AWS_ENDPOINT_URL_S3", "", "The same, for S3 only.", _AWS)
-AWS_IGNORE_CONFIGURED_ENDPOINT_URLS = _declare(
-    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "", "true: ignore configured endpoints.", _AWS
+AWS_ROLE_ARN = _aws("AWS_ROLE_ARN", "The role a web identity assumes.")
+AWS_REGION = _aws("AWS_REGION", "The S3 region.")
+AWS_DEFAULT_REGION = _aws("AWS_DEFAULT_REGION", "Its older name.")
+AWS_ENDPOINT_URL = _aws("AWS_ENDPOINT_URL", "An S3-compatible endpoint.")
+AWS_ENDPOINT_URL_S3 = _aws("AWS_ENDPOINT_URL_S3", "The same, for S3 only.")
+AWS_IGNORE_CONFIGURED_ENDPOINT_URLS = _aws(
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true: ignore configured endpoints."
 )
-AWS_CA_BUNDLE = _declare("AWS_CA_BUNDLE", "", "CA certificates for the S3 endpoint.", _AWS)
-AWS_MAX_ATTEMPTS = _declare("AWS_MAX_ATTEMPTS", "", "Tries of one S3 request.", _AWS)
-AWS_RETRY_MODE = _declare("AWS_RETRY_MODE", "standard", "botocore's retry mode.", _AWS)
+AWS_CA_BUNDLE = _aws("AWS_CA_BUNDLE", "CA certificates for the S3 endpoint.")
+AWS_MAX_ATTEMPTS = _aws("AWS_MAX_ATTEMPTS", "Tries of one S3 request.")
+AWS_RETRY_MODE = _aws("AWS_RETRY_MODE", "botocore's retry mode.", default="standard")
 _BOTOCORE_ONLY = "Set: only botocore knows the endpoint, so the request goes through it."
-AWS_USE_FIPS_ENDPOINT = _declare("AWS_USE_FIPS_ENDPOINT", "", _BOTOCORE_ONLY, _AWS)
-AWS_USE_DUALSTACK_ENDPOINT = _declare("AWS_USE_DUALSTACK_ENDPOINT", "", _BOTOCORE_ONLY, _AWS)
-AWS_S3_USE_ARN_REGION = _declare("AWS_S3_USE_ARN_REGION", "", _BOTOCORE_ONLY, _AWS)
-AWS_S3_DISABLE_MULTIREGION_ACCESS_POINTS = _declare(
-    "AWS_S3_DISABLE_MULTIREGION_ACCESS_POINTS", "", _BOTOCORE_ONLY, _AWS
+AWS_USE_FIPS_ENDPOINT = _aws("AWS_USE_FIPS_ENDPOINT", _BOTOCORE_ONLY)
+AWS_USE_DUALSTACK_ENDPOINT = _aws("AWS_USE_DUALSTACK_ENDPOINT", _BOTOCORE_ONLY)
+AWS_S3_USE_ARN_REGION = _aws("AWS_S3_USE_ARN_REGION", _BOTOCORE_ONLY)
+AWS_S3_DISABLE_MULTIREGION_ACCESS_POINTS = _aws(
+    "AWS_S3_DISABLE_MULTIREGION_ACCESS_POINTS", _BOTOCORE_ONLY
 )
 
 # ----- RunPod ---------------------------------------------------------------------------------
-_RP = "RunPod"
-RUNPOD_API_KEY = _declare("RUNPOD_API_KEY", "", "The RunPod API key (masked).", _RP)
-RUNPOD_API_URL = _declare("RUNPOD_API_URL", "https://api.runpod.io", "The RunPod API.", _RP)
-RUNPOD_SSH_PUBLIC_KEYS = _declare(
-    "RUNPOD_SSH_PUBLIC_KEYS", "", "authorized_keys lines for pods up's SSH.", _RP
+RUNPOD_API_KEY = _runpod("RUNPOD_API_KEY", "The RunPod API key (masked).")
+RUNPOD_API_URL = _runpod("RUNPOD_API_URL", "The RunPod API.", default="https://api.runpod.io")
+RUNPOD_SSH_PUBLIC_KEYS = _runpod(
+    "RUNPOD_SSH_PUBLIC_KEYS", "authorized_keys lines for pods up's SSH."
 )
-RUNPOD_SSH_PRIVATE_KEY = _declare(
-    "RUNPOD_SSH_PRIVATE_KEY", "", "The key pods exec connects with (masked).", _RP
+RUNPOD_SSH_PRIVATE_KEY = _runpod(
+    "RUNPOD_SSH_PRIVATE_KEY", "The key pods exec connects with (masked)."
 )
-RUNPOD_POD_ID = _declare("RUNPOD_POD_ID", "", "Set by RunPod on a pod: its id.", _RP)
-RUNPOD_DC_ID = _declare("RUNPOD_DC_ID", "", "Set by RunPod on a pod: its data centre.", _RP)
+RUNPOD_POD_ID = _runpod("RUNPOD_POD_ID", "Set by RunPod on a pod: its id.")
+RUNPOD_DC_ID = _runpod("RUNPOD_DC_ID", "Set by RunPod on a pod: its data centre.")
 
 # ----- Other conventions ----------------------------------------------------------------------
-_O = "Other"
-XDG_CACHE_HOME = _declare("XDG_CACHE_HOME", "~/.cache", "Where ~/.cache is.", _O)
-HF_HOME = _declare("HF_HOME", "~/.cache/huggingface", "Hugging Face's home (hub/ inside).", _O)
-HF_HUB_CACHE = _declare("HF_HUB_CACHE", "", "The hub cache (layout hf).", _O)
-BUILDKITE_COMMIT = _declare(
-    "BUILDKITE_COMMIT", "", "Buildkite's commit (a manifest's producer).", _O
+XDG_CACHE_HOME = _other("XDG_CACHE_HOME", "Where ~/.cache is.", default="~/.cache")
+HF_HOME = _other("HF_HOME", "Hugging Face's home (hub/ inside).", default="~/.cache/huggingface")
+HF_HUB_CACHE = _other("HF_HUB_CACHE", "The hub cache (layout hf).")
+BUILDKITE_COMMIT = _other("BUILDKITE_COMMIT", "Buildkite's commit (a manifest's producer).")
+BUILDKITE_BUILD_ID = _other("BUILDKITE_BUILD_ID", "Buildkite's build (the producer's run).")
+GIT_COMMIT = _other("GIT_COMMIT", "Jenkins' commit (a manifest's producer).")
+BUILD_ID = _other("BUILD_ID", "Jenkins' build (the producer's run).")
+CUDA_VISIBLE_DEVICES = _other(
+    "CUDA_VISIBLE_DEVICES", "The GPUs this job may use (gpu-setup exports it)."
 )
-BUILDKITE_BUILD_ID = _declare(
-    "BUILDKITE_BUILD_ID", "", "Buildkite's build (the producer's run).", _O
+CUDA_DEVICE_ORDER = _other("CUDA_DEVICE_ORDER", "How CUDA numbers the GPUs.")
+NVIDIA_DRIVER_CAPABILITIES = _other(
+    "NVIDIA_DRIVER_CAPABILITIES", "What a container may use of the driver (smoke)."
 )
-GIT_COMMIT = _declare("GIT_COMMIT", "", "Jenkins' commit (a manifest's producer).", _O)
-BUILD_ID = _declare("BUILD_ID", "", "Jenkins' build (the producer's run).", _O)
-CUDA_VISIBLE_DEVICES = _declare(
-    "CUDA_VISIBLE_DEVICES", "", "The GPUs this job may use (gpu-setup exports it).", _O
+DISCOURSE_API_KEY = _other("DISCOURSE_API_KEY", "notify's Discourse key (masked).")
+DISCOURSE_API_USERNAME = _other(
+    "DISCOURSE_API_USERNAME", "The user notify posts to Discourse as.", default="system"
 )
-CUDA_DEVICE_ORDER = _declare("CUDA_DEVICE_ORDER", "", "How CUDA numbers the GPUs.", _O)
-NVIDIA_DRIVER_CAPABILITIES = _declare(
-    "NVIDIA_DRIVER_CAPABILITIES", "", "What a container may use of the driver (smoke).", _O
+NO_COLOR = _other("NO_COLOR", "Present: no colour in a terminal.")
+SSL_CERT_FILE = _other(
+    "SSL_CERT_FILE", "CA certificates for HTTPS downloads and REST (else certifi's)."
 )
-DISCOURSE_API_KEY = _declare("DISCOURSE_API_KEY", "", "notify's Discourse key (masked).", _O)
-DISCOURSE_API_USERNAME = _declare(
-    "DISCOURSE_API_USERNAME", "system", "The user notify posts to Discourse as.", _O
-)
-NO_COLOR = _declare("NO_COLOR", "", "Present: no colour in a terminal.", _O)
-SSL_CERT_FILE = _declare(
-    "SSL_CERT_FILE", "", "CA certificates for HTTPS downloads and REST (else certifi's).", _O
-)
-SSL_CERT_DIR = _declare("SSL_CERT_DIR", "", "A folder of CA certificates, the same way.", _O)
-
-
-def by_name() -> dict[str, Setting]:
-    """Every declared setting, by variable name."""
-    return {s.name: s for s in ALL}
+SSL_CERT_DIR = _other("SSL_CERT_DIR", "A folder of CA certificates, the same way.")
 
 
 def markdown() -> str:
