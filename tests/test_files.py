@@ -18,7 +18,8 @@ from gpuci_testing import count_listed
 def test_atomic_write_returns_the_digest_and_leaves_no_incomplete(tmp_path: Path) -> None:
     target = tmp_path / "deep" / "out.json"
     digest = files.atomic_write_bytes(target, b"payload")
-    assert digest == hashlib.sha256(b"payload").hexdigest() == files.sha256_file(target)
+    hasher, _ = files.hash_file(target)
+    assert digest == hashlib.sha256(b"payload").hexdigest() == hasher.hexdigest()
     assert target.read_bytes() == b"payload"
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]
 

@@ -90,11 +90,6 @@ def hash_file(path: Path, chunk: int = _BLOCK) -> tuple[hashlib._Hash, int]:
         return hash_fd(handle.fileno(), chunk=chunk)
 
 
-def sha256_file(path: Path) -> str:
-    """The sha256 of a file's bytes, as hex."""
-    return hash_file(path)[0].hexdigest()
-
-
 def json_bytes(data: Any, *, sort_keys: bool = True) -> bytes:
     """Indented JSON plus a newline; sorted keys make the same record the same bytes."""
     return (json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n").encode()
