@@ -5,12 +5,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from hostile_runpod import Canned
 
 from gpuci_testing import clean_env, run_cli
 
@@ -46,20 +41,6 @@ def test_a_ttl_past_every_clock(ttl):
     )
     one_line(proc, 2)
     assert "'ttl'" in proc.stdout
-
-
-@pytest.fixture
-def runpod() -> Iterator[Any]:
-    made: list[Canned] = []
-
-    def make(status: int, body: Any) -> str:
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        made.append(Canned(status, raw))
-        return made[-1].url
-
-    yield make
-    for server in made:
-        server.close()
 
 
 @pytest.mark.parametrize(

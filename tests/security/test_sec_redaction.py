@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from hostile_runpod import Canned
 
 from forges.fake_github import FakeGitHub
 from gpuci import redact
@@ -30,19 +27,6 @@ def leaked_part(text: str, secret: str, shortest: int = 6) -> str | None:
     return None
 
 
-@pytest.fixture
-def canned() -> Iterator[Any]:
-    made: list[Canned] = []
-
-    def make(status: int, body: bytes) -> Canned:
-        made.append(Canned(status, body))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
-
-
 # ----- redact first, then cut ------------------------------------------------------------------
 def test_a_github_token_straddling_the_cut_is_not_printed_in_part(tmp_path):
     with FakeGitHub() as github:
@@ -60,9 +44,9 @@ def test_a_github_token_straddling_the_cut_is_not_printed_in_part(tmp_path):
     assert leaked_part(proc.stdout + proc.stderr, token) is None  # ...without a piece of it
 
 
-def test_a_runpod_key_straddling_the_cut_is_not_printed_in_part(canned):
-    server = canned(418, ("y" * 190 + KEY + " tail").encode())  # not JSON: the raw text
-    env = clean_env(RUNPOD_API_KEY=KEY, RUNPOD_API_URL=server.url, GITHUB_ACTIONS="false")
+def test_a_runpod_key_straddling_the_cut_is_not_printed_in_part(runpod):
+    url = runpod(418, ("y" * 190 + KEY + " tail").encode())  # not JSON: the raw text
+    env = clean_env(RUNPOD_API_KEY=KEY, RUNPOD_API_URL=url, GITHUB_ACTIONS="false")
     proc = run_cli("pods", "ls", env=env)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "yyyyyyyy" in proc.stdout
