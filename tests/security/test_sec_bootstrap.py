@@ -255,19 +255,29 @@ def test_a_python3_on_path_in_a_folder_others_can_write_is_not_run(tmp_path: Pat
     assert f"not running {folder / 'python3'}: {folder} can be written" in proc.stderr
 
 
-def test_a_base_python_linking_into_a_folder_others_can_write_is_not_run(tmp_path: Path) -> None:
-    """The folder named is ours, the one its link points into is not: the resolved path counts."""
+@pytest.mark.parametrize(
+    ("variable", "named"),
+    [("GPUCI_BASE_PYTHON", "{link}"), ("GPUCI_PYTHON", "GPUCI_PYTHON={link}")],
+)
+def test_a_python_linking_into_a_folder_others_can_write_is_not_run(
+    tmp_path: Path, variable: str, named: str
+) -> None:
+    """The folder named is ours, the one its link points into is not: the resolved path counts.
+    GPUCI_BASE_PYTHON, or an inherited GPUCI_PYTHON (a venv's bin/python always links to its
+    base)."""
     shared = tmp_path / "world"
     marker = tmp_path / "ran"
     planted = plant_python(shared, marker)
     shared.chmod(0o777)
-    link = tmp_path / "team-python" / "bin" / "python3"
+    link = tmp_path / "ours" / "bin" / "python3"
     link.parent.mkdir(parents=True)
     link.symlink_to(planted)
-    proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(link), XDG_CACHE_HOME=str(tmp_path / "c"))
+    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=str(tmp_path / "c"), **{variable: str(link)})
     assert not marker.exists(), proc.stderr
     assert proc.returncode == 2
-    assert f"not running {link}: {shared} can be written by other users (mode 777)" in proc.stderr
+    shown = named.format(link=link)
+    assert f"not running {shown}: {shared} can be written by other users (mode 777)" in proc.stderr
+    assert str(link) not in proc.stdout
 
 
 def test_a_base_python_only_we_can_write_is_run_through_its_links(tmp_path: Path) -> None:
@@ -314,27 +324,6 @@ def test_a_base_python_owned_by_another_user_is_run_only_when_it_is_the_runners(
     )
     assert marker.exists(), inside.stderr
     assert "not running" not in inside.stderr and "venv failed" in inside.stdout
-
-
-def test_an_inherited_gpuci_python_linking_into_a_folder_others_can_write_is_not_run(
-    tmp_path: Path,
-) -> None:
-    """GPUCI_PYTHON in a folder of ours, a link to an interpreter in a folder others can write
-    (as a venv's bin/python always links to its base): the folder it resolves to counts too."""
-    shared = tmp_path / "world"
-    marker = tmp_path / "ran"
-    planted = plant_python(shared, marker)
-    shared.chmod(0o777)
-    link = tmp_path / "job" / "bin" / "python"
-    link.parent.mkdir(parents=True)
-    link.symlink_to(planted)
-    proc = run_bootstrap(tmp_path, GPUCI_PYTHON=str(link), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    assert not marker.exists(), proc.stderr
-    assert (
-        f"not running GPUCI_PYTHON={link}: {shared} can be written by other users (mode 777)"
-        in proc.stderr
-    )
-    assert str(link) not in proc.stdout
 
 
 @pytest.mark.parametrize("which", ["checkout venv", "deps venv"])
