@@ -27,16 +27,19 @@ def test_light_install_runs_the_dry_run_without_test_tools(tmp_path: Path) -> No
     env = clean_env(PATH=path, HOME=str(tmp_path / "home"), GPUCI_RUN_VENV=str(venv))
     # The developer's download cache (content-addressed, safe to share), not the new HOME's.
     env.setdefault("UV_CACHE_DIR", str(Path.home() / ".cache" / "uv"))
-    cmd = ["bash", str(DEV), "--light", "python", "-m", "gpuci", "dry-run"]
-    done = subprocess.run(
-        [*cmd, "examples/workflows/train.yml"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+
+    def light(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(DEV), "--light", "python", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    done = light("-m", "gpuci", "dry-run", "examples/workflows/train.yml", timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "planning examples/workflows/train.yml" in done.stdout + done.stderr
     assert (venv / ".gpuci-run-stamp").is_file()
@@ -51,13 +54,5 @@ def test_light_install_runs_the_dry_run_without_test_tools(tmp_path: Path) -> No
         ).stdout
         assert found.strip() == (repr(list(mods)) if wanted else "[]"), (wanted, found)
     # A second run reuses the venv: nothing prepared again.
-    again = subprocess.run(
-        ["bash", str(DEV), "--light", "python", "-c", "import gpuci"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    again = light("-c", "import gpuci", timeout=120)
     assert again.returncode == 0 and "preparing" not in again.stderr, again.stderr
