@@ -86,9 +86,6 @@ def rate_limit_wait(response: httpx.Response, now: float | None = None) -> float
     return min(max(0.0, int(reset) - at), RETRY_AFTER_CAP)
 
 
-# Headers that describe the body as it travelled: the answer kept is the decoded bytes.
-
-
 class ApiClient:
     """Retries, error mapping, shape checks and origin-only pagination for one REST API."""
 
