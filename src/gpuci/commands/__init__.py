@@ -81,19 +81,17 @@ class Command(Generic[OptionsT]):
 
     def load_options(self) -> type[OptionsT] | None:
         """The class named by ``options``, imported now; None for a group."""
-        if self.options is None:
-            return None
-        module, _, name = self.options.partition(":")
-        cls: type[OptionsT] = getattr(importlib.import_module(module), name)
-        return cls
+        return None if self.options is None else _imported(self.options)
 
     def load(self) -> Callable[[OptionsT, Runtime], Result] | None:
         """The function named by ``target``, imported now (so ``--help`` loads none)."""
-        if self.target is None:
-            return None
-        module, _, func = self.target.partition(":")
-        run: Callable[[OptionsT, Runtime], Result] = getattr(importlib.import_module(module), func)
-        return run
+        return None if self.target is None else _imported(self.target)
+
+
+def _imported(path: str) -> Any:
+    """What ``package.module:name`` names, its module imported now."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 # Where each top-level command is defined, in --help's order: the CLI imports only the module
