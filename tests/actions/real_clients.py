@@ -120,10 +120,19 @@ def client_env(home: Path, **extra: str) -> dict[str, str]:
     return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **caches, **extra)
 
 
-def act_command(
-    project: Path, gpuci: Path, cache: Path, workflow: str, event: str = "push"
-) -> list[str]:
-    """act in host mode, offline: every action it would download is a local folder."""
+def run_act(
+    project: Path,
+    gpuci: Path,
+    workflow: str,
+    tmp: Path,
+    *args: str,
+    event: str = "push",
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
+) -> subprocess.CompletedProcess[str]:
+    """act run once on ``event`` in ``project``, in host mode and offline: every action it
+    would download is a local folder, and it never clones one (asserted). ``env`` goes to the
+    job; act's cache and home are under ``tmp``."""
     binary = act_binary()
     assert binary is not None
     cmd = [
@@ -140,14 +149,27 @@ def act_command(
         "--action-offline-mode",
         "--no-cache-server",
         "--action-cache-path",
-        str(cache),
+        str(tmp / "act-cache"),
         "--local-repository",
         f"my-org/gpu-ci@v1={gpuci}",
     ]
     for repo, refs in STAND_INS.items():
         for ref in refs:
             cmd += ["--local-repository", f"{repo}@{ref}={STUBS / repo.split('/')[1]}"]
-    return cmd
+    for key, value in {"PYTHONPATH": str(STUBS / "runner_env"), **(env or {})}.items():
+        cmd += ["--env", f"{key}={value}"]
+    done = subprocess.run(
+        [*cmd, *args],
+        cwd=project,
+        env=client_env(tmp / "act-home", ACT_DISABLE_VERSION_CHECK="1"),  # no call home
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    text = done.stdout + done.stderr
+    # Offline for real: act never clones an action or pulls an image.
+    assert "git clone" not in text and "Unable to clone" not in text, text[-3000:]
+    return done
 
 
 @contextmanager
