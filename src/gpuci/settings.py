@@ -52,8 +52,7 @@ class Setting:
 
     def value(self, environ: Mapping[str, str] | None = None) -> str:
         """The variable's text, stripped; the default when it is unset or blank."""
-        env = os.environ if environ is None else environ
-        return env.get(self.name, "").strip() or self.default
+        return (self.raw(environ) or "").strip() or self.default
 
     def is_true(self, environ: Mapping[str, str] | None = None) -> bool:
         """True when the variable says ``true`` (any case), as the CI platforms write it."""
@@ -61,8 +60,7 @@ class Setting:
 
     def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
         """True when the variable is present and not blank (its value not read)."""
-        env = os.environ if environ is None else environ
-        return env.get(self.name, "").strip() != ""
+        return (self.raw(environ) or "").strip() != ""
 
     def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The text as set, None when unset: for a variable whose empty value means something
