@@ -131,27 +131,25 @@ def test_an_unknown_identity_creates_rather_than_updates(tmp_path, github):
 
 
 @pytest.mark.parametrize(
-    "answer",
+    ("method", "answer", "said"),
     [
-        {"message": "an object"},
-        "a string",
-        [1, 2],
-        [{"body": MARKER, "id": "x", "user": {"login": "bot", "id": BOT_ID}}],
+        ("GET", {"message": "an object"}, "a JSON object where a list of comments belongs"),
+        ("GET", "a string", "a JSON string where a list of comments belongs"),
+        ("GET", [1, 2], "a list holding something other than comments"),
+        (
+            "GET",
+            [{"body": MARKER, "id": "x", "user": {"login": "bot", "id": BOT_ID}}],
+            "a comment without a numeric id",
+        ),
+        ("POST", [], "a JSON array where the created comment belongs"),
     ],
 )
-def test_an_answer_of_the_wrong_shape_is_one_line_exit_3(tmp_path, github, answer):
-    github.state.answers[("GET", LIST)] = (200, answer, {})
+def test_an_answer_of_the_wrong_shape_is_one_line_exit_3(tmp_path, github, method, answer, said):
+    github.state.answers[(method, LIST)] = (200 if method == "GET" else 201, answer, {})
     proc = report(report_env(tmp_path, github))
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "internal error" not in proc.stdout and "Traceback" not in proc.stderr
-    assert "GitHub API" in proc.stdout
-
-
-def test_an_answer_that_is_not_json_is_one_line_exit_3(tmp_path, github):
-    github.state.answers[("POST", LIST)] = (201, [], {})  # a list where the comment belongs
-    proc = report(report_env(tmp_path, github))
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert "where the created comment belongs" in proc.stdout
+    assert "GitHub API" in proc.stdout and said in proc.stdout
 
 
 def _comment_pages_read(fake: FakeGitHub) -> int:
