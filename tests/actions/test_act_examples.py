@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,14 @@ USER_REPO = {
 @pytest.fixture(scope="module")
 def gpuci(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_gpuci(tmp_path_factory.mktemp("gpu-ci"))
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeRunPod]:
+    """A fake RunPod API whose pods run at the first poll, stopped after the test."""
+    server = FakeRunPod(steps_to_running=1).start()
+    yield server
+    server.stop()
 
 
 def act(
@@ -173,17 +182,15 @@ def act_pod_example(
         )
 
 
-def test_gpu_pods_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -> None:
-    fake = FakeRunPod(steps_to_running=1).start()
-    try:
-        text = act_pod_example(gpuci, tmp_path, fake, "gpu-pods.yml")
-        assert "Success - Main Talk to the pod" in text
-        created = fake.calls("POST", "/v2/pods")
-        assert len(created) == 1
-        assert fake.api_key not in text  # masked
-        assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # destroy ended it
-    finally:
-        fake.stop()
+def test_gpu_pods_example_against_the_fake_runpod(
+    gpuci: Path, tmp_path: Path, fake: FakeRunPod
+) -> None:
+    text = act_pod_example(gpuci, tmp_path, fake, "gpu-pods.yml")
+    assert "Success - Main Talk to the pod" in text
+    created = fake.calls("POST", "/v2/pods")
+    assert len(created) == 1
+    assert fake.api_key not in text  # masked
+    assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # destroy ended it
 
 
 def test_dry_run_and_act_agree_on_each_matrix_leg(gpuci: Path, tmp_path: Path) -> None:
@@ -253,25 +260,23 @@ def test_an_input_missing_from_the_actions_env_is_lost_as_on_github(
     assert "INPUT_MIN-MEMORY-GB" in (tmp_path / "inputs-dropped.log").read_text()
 
 
-def test_vllm_pod_example_against_the_fake_runpod(gpuci: Path, tmp_path: Path) -> None:
+def test_vllm_pod_example_against_the_fake_runpod(
+    gpuci: Path, tmp_path: Path, fake: FakeRunPod
+) -> None:
     model = "Qwen/Qwen2.5-0.5B-Instruct"
     vllm = {
         "/v1/models": {"data": [{"id": model}]},
         "/v1/completions": {"choices": [{"text": " 4"}]},
     }
-    fake = FakeRunPod(steps_to_running=1).start()
-    try:
-        text = act_pod_example(
-            gpuci, tmp_path, fake, "vllm-pod.yml", "HF_TOKEN=hf_secret_for_the_pod", answers=vllm
-        )
-        assert "Success - Main Check the endpoint" in text
-        assert "serving ['Qwen/Qwen2.5-0.5B-Instruct']" in text
-        (created,) = fake.calls("POST", "/v2/pods")
-        assert created.body["env"]["HF_TOKEN"] == "hf_secret_for_the_pod"
-        assert "hf_secret_for_the_pod" not in text and fake.api_key not in text
-        assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # torn down
-    finally:
-        fake.stop()
+    text = act_pod_example(
+        gpuci, tmp_path, fake, "vllm-pod.yml", "HF_TOKEN=hf_secret_for_the_pod", answers=vllm
+    )
+    assert "Success - Main Check the endpoint" in text
+    assert "serving ['Qwen/Qwen2.5-0.5B-Instruct']" in text
+    (created,) = fake.calls("POST", "/v2/pods")
+    assert created.body["env"]["HF_TOKEN"] == "hf_secret_for_the_pod"
+    assert "hf_secret_for_the_pod" not in text and fake.api_key not in text
+    assert len(fake.calls("DELETE")) == 1 and fake.pods == {}  # torn down
 
 
 # What examples/workflows/gpu-runner.yml's `train` job must find: its runs-on, run id resolved.
@@ -306,7 +311,9 @@ def _runner_step_plan(env: dict[str, str]) -> dict:
     return json.loads(done.stdout)["report"]["plan"]["runner"]
 
 
-def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path: Path) -> None:
+def test_gpu_runner_example_start_train_stop_against_fakes(
+    gpuci: Path, tmp_path: Path, fake: FakeRunPod
+) -> None:
     """The whole runner example under act: start-runner's real ``pods up --runner github``
     registers a just-in-time runner with a fake GitHub and creates its pod on a fake RunPod;
     act runs ``train`` on this machine as if that pod had taken it (the runner's own part is
@@ -315,162 +322,150 @@ def test_gpu_runner_example_start_train_stop_against_fakes(gpuci: Path, tmp_path
     from forges.fake_github import FakeGitHub
 
     workflow = ".github/workflows/gpu-runner.yml"
-    fake = FakeRunPod(steps_to_running=1).start()
-    try:
-        with FakeGitHub() as github:
-            project = make_project(
-                tmp_path / "proj",
-                {**USER_REPO, workflow: EXAMPLES / "gpu-runner.yml", "train.py": TRAIN_PY},
-            )
-            env = {
-                "RUNPOD_API_URL": fake.url,
-                "GPUCI_PODS_POLL_S": "0.2",
-                "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
-                "GITHUB_API_URL": github.github_api,
-                "GITHUB_RUN_ID": RUN_ID,
-                "GITHUB_REPOSITORY": "my-org/trainer",  # act sets none for a non-GitHub origin
-                "GPUCI_FAKE_NVML": "h200",
-                "GPUCI_STORE": (tmp_path / "store").as_uri(),
-            }
-            planned = run_cli(
-                "dry-run",
-                str(project / workflow),
-                "--json",
-                "--event",
-                "workflow_dispatch",  # as act runs it below: the fork check is then decided
-                env=clean_env(HOME=str(tmp_path / "dry-home"), **env),
-            )
-            assert planned.returncode == 0, planned.stdout + planned.stderr
-            done = act(
-                project,
-                gpuci,
-                workflow,
-                tmp_path,
-                "-s",
-                f"RUNPOD_API_KEY={fake.api_key}",
-                "-s",
-                f"GPUCI_RUNNER_TOKEN={github.state.github_token}",
-                event="workflow_dispatch",
-                env=env,
-            )
-            text = passed(done)
-
-            # start-runner: one just-in-time runner for this repository, labelled for this run.
-            ((path, jit),) = [(p, b) for m, p, b in github.state.requests if "jitconfig" in p]
-            assert path == "/api/v3/repos/my-org/trainer/actions/runners/generate-jitconfig"
-            assert jit["runner_group_id"] == 1
-            assert jit["labels"] == [f"run-{RUN_ID}"]  # this run's only: no other job takes it
-            # GitHub gives a job to a runner only when every runs-on label is one of its labels
-            # (a just-in-time runner has only the labels it was registered with).
-            have = {label.lower() for label in jit["labels"]}
-            missing = [label for label in TRAIN_RUNS_ON if label.lower() not in have]
-            assert not missing, f"GitHub would never give train to this runner: lacks {missing}"
-            (config,) = github.state.issued
-            (created,) = fake.calls("POST", "/v2/pods")
-            pod_env = created.body["env"]
-            assert pod_env["GPUCI_RUNNER_JITCONFIG"] == config  # only in the create request
-            assert pod_env["GPUCI_RUNNER_NAME"] == jit["name"]
-            assert github.state.github_token not in json.dumps(
-                created.body
-            )  # never the admin token
-            assert fake.api_key not in json.dumps(created.body)  # nor the CI's RunPod key
-            assert f"runner-name={jit['name']}" in text  # the action's output
-
-            # train ran (on "the pod"), after start-runner and before stop-runner.
-            steps = _step_results(text)
-            for step in ("Check the GPUs", "Train", "Save the weights for the next run"):
-                assert steps[("train", step)] == "Success", step
-            assert text.index("[gpu-runner/start-runner]") < text.index("[gpu-runner/train")
-            first_stop = text.index("[gpu-runner/stop-runner")
-            assert text.rindex("[gpu-runner/train") < first_stop
-
-            # stop-runner: the pod is terminated and no runner is left registered.
-            assert fake.pods == {}
-            (pod_id,) = fake.terminated_at
-            assert [c.path for c in fake.calls("DELETE")] == [f"/v2/pods/{pod_id}"]
-            assert github.state.runners == {}
-            deleted = [p for m, p, _ in github.state.requests if m == "DELETE"]
-            assert len(deleted) == 1 and deleted[0].endswith("/actions/runners/101"), deleted
-
-            # Nothing secret in the log: the RunPod key, the admin token, the JIT configuration.
-            for secret in (fake.api_key, github.state.github_token, config):
-                assert secret not in text
-
-            # The dry run judged every gpu-ci step it could evaluate ok, and act ran each of
-            # them successfully; what waits for the run is said, never shown "ok": the pod
-            # steps read the workflow's S3 ledger and the restore its S3 store (no network
-            # without --probe), and the save runs on the restore's miss.
-            verdicts = {
-                (s["job"], s["name"]): s["verdict"]
-                for s in json.loads(planned.stdout)["report"]["steps"]
-                if s["command"]
-            }
-            waiting = {k: v for k, v in verdicts.items() if v != "ok"}
-            assert waiting == {
-                (
-                    "start-runner",
-                    "End pods past their TTL (a reaper that no schedule can switch off)",
-                ): "not-evaluated",
-                ("start-runner", "Rent a GPU pod that runs this run's GPU job"): "not-evaluated",
-                ("train", "Restore base weights and the dataset"): "not-evaluated",
-                ("train", "Save the weights for the next run"): "conditional",
-                (
-                    "stop-runner",
-                    "End every pod of this run and delete its runner (a missing one is success)",
-                ): "not-evaluated",
-            }, verdicts
-            for (job, name), verdict in verdicts.items():
-                if verdict == "ok":
-                    assert steps.get((job, name)) == "Success", (job, name, steps)
-            # The workflow's dry run cannot know the run id, so it leaves runner-labels to run
-            # time; with the id given, start-runner's own plan names the very call act made
-            # (but the runner's name, new each time) and a placeholder for the credential.
-            plan = _runner_step_plan(env)
-            assert plan["request"]["url"] == github.base + path
-            assert {**plan["request"]["body"], "name": jit["name"]} == jit
-            assert config not in json.dumps(plan)
-    finally:
-        fake.stop()
-
-
-def test_gpu_runner_example_skips_a_fork_pull_request_with_a_notice(
-    gpuci: Path, tmp_path: Path
-) -> None:
-    """A PR from a fork gets no secrets: the example must not try to rent a pod (it would fail
-    with "RUNPOD_API_KEY is not set", or train would wait a day); it says why instead."""
-    workflow = ".github/workflows/gpu-runner.yml"
-    fake = FakeRunPod(steps_to_running=1).start()
-    try:
+    with FakeGitHub() as github:
         project = make_project(
             tmp_path / "proj",
             {**USER_REPO, workflow: EXAMPLES / "gpu-runner.yml", "train.py": TRAIN_PY},
         )
-        event = tmp_path / "fork-pr.json"
-        event.write_text(
-            json.dumps(
-                {
-                    "action": "opened",
-                    "number": 7,
-                    "repository": {"full_name": "my-org/trainer", "name": "trainer"},
-                    "pull_request": {
-                        "number": 7,
-                        "head": {"ref": "patch-1", "repo": {"full_name": "someone/trainer"}},
-                        "base": {"ref": "main", "repo": {"full_name": "my-org/trainer"}},
-                    },
-                }
-            )
+        env = {
+            "RUNPOD_API_URL": fake.url,
+            "GPUCI_PODS_POLL_S": "0.2",
+            "GPUCI_PODS_LEDGER": str(tmp_path / "ledger"),
+            "GITHUB_API_URL": github.github_api,
+            "GITHUB_RUN_ID": RUN_ID,
+            "GITHUB_REPOSITORY": "my-org/trainer",  # act sets none for a non-GitHub origin
+            "GPUCI_FAKE_NVML": "h200",
+            "GPUCI_STORE": (tmp_path / "store").as_uri(),
+        }
+        planned = run_cli(
+            "dry-run",
+            str(project / workflow),
+            "--json",
+            "--event",
+            "workflow_dispatch",  # as act runs it below: the fork check is then decided
+            env=clean_env(HOME=str(tmp_path / "dry-home"), **env),
         )
-        env = {"RUNPOD_API_URL": fake.url, "GPUCI_PODS_LEDGER": str(tmp_path / "ledger")}
+        assert planned.returncode == 0, planned.stdout + planned.stderr
         done = act(
-            project, gpuci, workflow, tmp_path, "-e", str(event), event="pull_request", env=env
+            project,
+            gpuci,
+            workflow,
+            tmp_path,
+            "-s",
+            f"RUNPOD_API_KEY={fake.api_key}",
+            "-s",
+            f"GPUCI_RUNNER_TOKEN={github.state.github_token}",
+            event="workflow_dispatch",
+            env=env,
         )
         text = passed(done)
-        assert "gpu-runner skipped" in text and "forks and Dependabot get" in text, text[-4000:]
-        for job in ("start-runner", "train", "stop-runner"):
-            assert f"[gpu-runner/{job}" not in text, job
-        assert fake.calls("POST", "/v2/pods") == []
-    finally:
-        fake.stop()
+
+        # start-runner: one just-in-time runner for this repository, labelled for this run.
+        ((path, jit),) = [(p, b) for m, p, b in github.state.requests if "jitconfig" in p]
+        assert path == "/api/v3/repos/my-org/trainer/actions/runners/generate-jitconfig"
+        assert jit["runner_group_id"] == 1
+        assert jit["labels"] == [f"run-{RUN_ID}"]  # this run's only: no other job takes it
+        # GitHub gives a job to a runner only when every runs-on label is one of its labels
+        # (a just-in-time runner has only the labels it was registered with).
+        have = {label.lower() for label in jit["labels"]}
+        missing = [label for label in TRAIN_RUNS_ON if label.lower() not in have]
+        assert not missing, f"GitHub would never give train to this runner: lacks {missing}"
+        (config,) = github.state.issued
+        (created,) = fake.calls("POST", "/v2/pods")
+        pod_env = created.body["env"]
+        assert pod_env["GPUCI_RUNNER_JITCONFIG"] == config  # only in the create request
+        assert pod_env["GPUCI_RUNNER_NAME"] == jit["name"]
+        assert github.state.github_token not in json.dumps(created.body)  # never the admin token
+        assert fake.api_key not in json.dumps(created.body)  # nor the CI's RunPod key
+        assert f"runner-name={jit['name']}" in text  # the action's output
+
+        # train ran (on "the pod"), after start-runner and before stop-runner.
+        steps = _step_results(text)
+        for step in ("Check the GPUs", "Train", "Save the weights for the next run"):
+            assert steps[("train", step)] == "Success", step
+        assert text.index("[gpu-runner/start-runner]") < text.index("[gpu-runner/train")
+        first_stop = text.index("[gpu-runner/stop-runner")
+        assert text.rindex("[gpu-runner/train") < first_stop
+
+        # stop-runner: the pod is terminated and no runner is left registered.
+        assert fake.pods == {}
+        (pod_id,) = fake.terminated_at
+        assert [c.path for c in fake.calls("DELETE")] == [f"/v2/pods/{pod_id}"]
+        assert github.state.runners == {}
+        deleted = [p for m, p, _ in github.state.requests if m == "DELETE"]
+        assert len(deleted) == 1 and deleted[0].endswith("/actions/runners/101"), deleted
+
+        # Nothing secret in the log: the RunPod key, the admin token, the JIT configuration.
+        for secret in (fake.api_key, github.state.github_token, config):
+            assert secret not in text
+
+        # The dry run judged every gpu-ci step it could evaluate ok, and act ran each of
+        # them successfully; what waits for the run is said, never shown "ok": the pod
+        # steps read the workflow's S3 ledger and the restore its S3 store (no network
+        # without --probe), and the save runs on the restore's miss.
+        verdicts = {
+            (s["job"], s["name"]): s["verdict"]
+            for s in json.loads(planned.stdout)["report"]["steps"]
+            if s["command"]
+        }
+        waiting = {k: v for k, v in verdicts.items() if v != "ok"}
+        assert waiting == {
+            (
+                "start-runner",
+                "End pods past their TTL (a reaper that no schedule can switch off)",
+            ): "not-evaluated",
+            ("start-runner", "Rent a GPU pod that runs this run's GPU job"): "not-evaluated",
+            ("train", "Restore base weights and the dataset"): "not-evaluated",
+            ("train", "Save the weights for the next run"): "conditional",
+            (
+                "stop-runner",
+                "End every pod of this run and delete its runner (a missing one is success)",
+            ): "not-evaluated",
+        }, verdicts
+        for (job, name), verdict in verdicts.items():
+            if verdict == "ok":
+                assert steps.get((job, name)) == "Success", (job, name, steps)
+        # The workflow's dry run cannot know the run id, so it leaves runner-labels to run
+        # time; with the id given, start-runner's own plan names the very call act made
+        # (but the runner's name, new each time) and a placeholder for the credential.
+        plan = _runner_step_plan(env)
+        assert plan["request"]["url"] == github.base + path
+        assert {**plan["request"]["body"], "name": jit["name"]} == jit
+        assert config not in json.dumps(plan)
+
+
+def test_gpu_runner_example_skips_a_fork_pull_request_with_a_notice(
+    gpuci: Path, tmp_path: Path, fake: FakeRunPod
+) -> None:
+    """A PR from a fork gets no secrets: the example must not try to rent a pod (it would fail
+    with "RUNPOD_API_KEY is not set", or train would wait a day); it says why instead."""
+    workflow = ".github/workflows/gpu-runner.yml"
+    project = make_project(
+        tmp_path / "proj",
+        {**USER_REPO, workflow: EXAMPLES / "gpu-runner.yml", "train.py": TRAIN_PY},
+    )
+    event = tmp_path / "fork-pr.json"
+    event.write_text(
+        json.dumps(
+            {
+                "action": "opened",
+                "number": 7,
+                "repository": {"full_name": "my-org/trainer", "name": "trainer"},
+                "pull_request": {
+                    "number": 7,
+                    "head": {"ref": "patch-1", "repo": {"full_name": "someone/trainer"}},
+                    "base": {"ref": "main", "repo": {"full_name": "my-org/trainer"}},
+                },
+            }
+        )
+    )
+    env = {"RUNPOD_API_URL": fake.url, "GPUCI_PODS_LEDGER": str(tmp_path / "ledger")}
+    done = act(project, gpuci, workflow, tmp_path, "-e", str(event), event="pull_request", env=env)
+    text = passed(done)
+    assert "gpu-runner skipped" in text and "forks and Dependabot get" in text, text[-4000:]
+    for job in ("start-runner", "train", "stop-runner"):
+        assert f"[gpu-runner/{job}" not in text, job
+    assert fake.calls("POST", "/v2/pods") == []
 
 
 # A restore that placed files (from the store or the runner-local tier): act's workspace is new
