@@ -151,15 +151,16 @@ def plant(path: Path, item: object) -> None:
     path.write_text(item if isinstance(item, str) else json.dumps(item))
 
 
-def counting_reservation_gets(monkeypatch: Any) -> list[int]:
-    """A one-item list counting the file store's reads of reservation objects from now on."""
+def counting_gets(monkeypatch: Any, folder: str = "reservations") -> list[int]:
+    """A one-item list counting the file store's reads of objects under the ledger's
+    ``folder`` (reservations, events) from now on."""
     from gpuci.cache._stores.file import LocalStore
 
     gets = [0]
     original = LocalStore.get
 
     def counting(self: Any, key: str, limit: int | None = None) -> Any:
-        gets[0] += "/reservations/" in key
+        gets[0] += f"/{folder}/" in key
         return original(self, key, limit)
 
     monkeypatch.setattr(LocalStore, "get", counting)

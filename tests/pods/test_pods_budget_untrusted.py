@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from pods_testing import L40S
+from pods_testing import L40S, counting_gets, plant
 
-from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import cost, ledger
 from gpuci.pods._runpod import plan
 from gpuci.pods._runpod.naming import new_tag
@@ -23,9 +22,9 @@ CI_BOB = {"GITHUB_ACTIONS": "true", "GITHUB_RUN_ID": "7", "GITHUB_ACTOR": "bob"}
 
 
 def _plant_event(root: Path, folder: str, at: float, item: dict, nonce: str) -> None:
-    path = root / ledger.EVENTS / folder / f"{int(at * 1000):015d}-{item['event']}-{nonce}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(item))
+    plant(
+        root / ledger.EVENTS / folder / f"{int(at * 1000):015d}-{item['event']}-{nonce}.json", item
+    )
 
 
 def _alice_spent(run) -> float:
@@ -136,21 +135,9 @@ def test_start_ttl_is_held_to_the_budget_the_pod_was_admitted_under(fake, run, t
     assert book.pod(pod).reservations[-1] == live[0].key  # the pod counts once, until then
 
 
-def _count_gets(monkeypatch) -> list[int]:
-    gets = [0]
-    original = LocalStore.get
-
-    def counting(self, key, limit=None):
-        gets[0] += "/events/" in key
-        return original(self, key, limit)
-
-    monkeypatch.setattr(LocalStore, "get", counting)
-    return gets
-
-
 def test_events_of_no_pod_are_never_read_for_the_budget(fake, run, clock, tmp_path, monkeypatch):
     """F8: 300 objects planted under ``events/_/`` were each fetched by every budgeted up."""
-    gets = _count_gets(monkeypatch)
+    gets = counting_gets(monkeypatch, "events")
     assert run("up", budget_usd="50", **UP).code == 0
     for i in range(300):
         item = {"event": "budget-refused", "podId": None, "owner": "x", "time": clock.now()}
@@ -168,7 +155,7 @@ def test_a_flood_of_planted_events_is_skipped_and_never_refuses_every_owner(
     ``MAX_POD_EVENTS`` of a pod, the rest skipped in one warning."""
     monkeypatch.setattr(ledger, "MAX_EVENT_READS", 20)
     monkeypatch.setattr(ledger, "MAX_POD_EVENTS", 5, raising=False)  # absent before
-    gets = _count_gets(monkeypatch)
+    gets = counting_gets(monkeypatch, "events")
     for i in range(30):  # pods RunPod never billed nor lists: never fetched
         item = {"event": "reaped", "podId": f"pod{i}", "owner": "x", "time": clock.now()}
         _plant_event(tmp_path / "ledger", f"pod{i}", clock.now(), item, f"{i:08x}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pods_testing import L40S, counting_reservation_gets, ledger_folder, plant
+from pods_testing import L40S, counting_gets, ledger_folder, plant
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -107,7 +107,7 @@ def test_a_planted_folder_named_like_a_sequence_number_takes_it(fake, run, tmp_p
 
 def test_reservation_reads_are_only_gpucis_keys_and_capped(fake, run, tmp_path, monkeypatch):
     """G7: every object in an owner's reservation folder was fetched, without a cap."""
-    gets = counting_reservation_gets(monkeypatch)
+    gets = counting_gets(monkeypatch)
     monkeypatch.setattr(ledger, "MAX_RESERVATION_READS", 5, raising=False)  # absent before
     free = {"owner": "alice", "costPerHr": 0, "untilEpoch": 0}
     for i in range(30):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from pods_testing import L40S, counting_reservation_gets, ledger_folder, plant
+from pods_testing import L40S, counting_gets, ledger_folder, plant
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -60,7 +60,7 @@ def test_expired_and_foreign_reservations_are_read_once_then_released(
         plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / f"{seq:010d}.json", old)
     bobs = {"owner": "bob", "costPerHr": 1.0, "untilEpoch": clock.now() + 3600}
     plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000003.json", bobs)
-    gets = counting_reservation_gets(monkeypatch)
+    gets = counting_gets(monkeypatch)
     short = dict(UP, ttl="30m")
     for _ in range(4):  # each one's reservation has expired by the next
         res = run("up", budget_usd="50", **short)
@@ -84,7 +84,7 @@ def test_a_pod_without_a_reservation_costs_no_reads_of_released_ones(
     for _ in range(3):
         assert run("down", pod_id=run("up", budget_usd="50", **short).outputs["pod-id"]).code == 0
     assert run("up", **short).code == 0  # no budget: no reservation
-    gets = counting_reservation_gets(monkeypatch)
+    gets = counting_gets(monkeypatch)
     res = run("up", budget_usd="50", **short)
     assert res.code == 0, res.stdout
     assert gets[0] == 0
