@@ -151,6 +151,16 @@ def plant(path: Path, item: object) -> None:
     path.write_text(item if isinstance(item, str) else json.dumps(item))
 
 
+def plant_release(tmp_path: Path, reservation: Path) -> None:
+    """A release of the file ledger's ``reservation`` with gpu-ci's own bytes: only where it
+    is planted is hostile."""
+    from gpuci.pods._budgets import ledger
+
+    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
+    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
+    plant(ledger_folder(tmp_path, ledger.RELEASES) / reservation.name, data)
+
+
 def counting_gets(monkeypatch: Any, folder: str = "reservations") -> list[int]:
     """A one-item list counting the file store's reads of objects under the ledger's
     ``folder`` (reservations, events) from now on."""

@@ -5,22 +5,12 @@ G5, G7), and the reads before placement end within the job's timeout (G9)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from pods_testing import L40S, counting_gets, ledger_folder, plant
+from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
 
 UP = dict(image="img", command="serve", ttl="8h", gpu_types=L40S, owner="alice")  # $0.86/h
-
-
-def _release_as_gpuci_would(tmp_path: Path, reservation: Path) -> None:
-    """A release object with gpu-ci's own bytes: only where it is planted is hostile."""
-    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
-    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    plant(ledger_folder(tmp_path, ledger.RELEASES) / reservation.name, data)
 
 
 def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, run, tmp_path):
@@ -30,7 +20,7 @@ def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, ru
     assert run("stop", pod_id=pod).code == 0
     assert run("up", budget_usd="10", **UP).code == 1  # its reservation holds it
     for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
-        _release_as_gpuci_would(tmp_path, reservation)
+        plant_release(tmp_path, reservation)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
@@ -44,7 +34,7 @@ def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, ru
     plant(held, {**item, "podName": "gone", "createdEpoch": now})
     plant(ledger_folder(tmp_path, ledger.RELEASES) / held.name, "{}")
     assert run("up", budget_usd="10", **UP).code == 1  # not gpu-ci's release: it holds
-    _release_as_gpuci_would(tmp_path, held)
+    plant_release(tmp_path, held)
     first = run("up", budget_usd="10", **UP)  # gpu-ci's, and no pod "gone" is listed
     assert first.code == 0, first.stdout
     assert run("down", pod_id=first.outputs["pod-id"]).code == 0
@@ -59,7 +49,7 @@ def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted
     pod = run("up", budget_usd="1", **dict(UP, ttl="45m")).outputs["pod-id"]
     assert run("stop", pod_id=pod).code == 0
     for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
-        _release_as_gpuci_would(tmp_path, reservation)
+        plant_release(tmp_path, reservation)
     res = run("start", pod_id=pod, ttl="30d")
     assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
     assert fake.pods[pod]["status"] == "EXITED"

@@ -6,9 +6,7 @@ clock decide: no planted object releases someone's live reservation."""
 
 from __future__ import annotations
 
-import json
-
-from pods_testing import L40S, counting_gets, ledger_folder, plant
+from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -103,10 +101,7 @@ def test_a_flooded_pod_folder_never_hides_its_released_reservation(
         item = {"event": "created", "podId": pod, "time": i, "owner": "alice"}
         plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{i:015d}-created-0bad.json", item)
     (reservation,) = ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()
-    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
-    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    (ledger_folder(tmp_path, ledger.RELEASES)).mkdir(parents=True, exist_ok=True)
-    (ledger_folder(tmp_path, ledger.RELEASES) / reservation.name).write_text(data)
+    plant_release(tmp_path, reservation)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
@@ -172,10 +167,7 @@ def test_an_extended_pod_missing_its_started_event_has_every_release_looked_at(f
     assert run("stop", pod_id=pod).code == 0  # held by its reservation alone
     for event in (tmp_path / "ledger" / ledger.EVENTS / pod).glob("*-started-*"):
         event.unlink()  # its write was lost
-    newest = max(ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir())
-    key = f"{ledger.RESERVATIONS}/{newest.parent.name}/{newest.name}"
-    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    (ledger_folder(tmp_path, ledger.RELEASES) / newest.name).write_text(data)
+    plant_release(tmp_path, max(ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()))
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
