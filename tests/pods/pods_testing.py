@@ -151,6 +151,13 @@ def plant(path: Path, item: object) -> None:
     path.write_text(item if isinstance(item, str) else json.dumps(item))
 
 
+def stopped_pod(run: Any, up: dict[str, str], **flags: Any) -> str:
+    """The id of a pod ``up`` made (its inputs and ``flags``) and ``stop`` then stopped."""
+    pod = run("up", **{**up, **flags}).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    return pod
+
+
 def plant_release(tmp_path: Path, reservation: Path) -> None:
     """A release of the file ledger's ``reservation`` with gpu-ci's own bytes: only where it
     is planted is hostile."""

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pods_testing import L40S, counting_gets, plant
+from pods_testing import L40S, counting_gets, plant, stopped_pod
 
 from gpuci.pods._budgets import cost, ledger
 from gpuci.pods._runpod import plan
@@ -104,15 +104,9 @@ def test_a_live_pod_past_its_expiry_counts_until_it_can_be_reaped(fake, clock):
     assert spend.committed_by_owner["alice"] == pytest.approx(0.86 * 0.25)
 
 
-def _stopped_pod_of_alice(run, **flags) -> str:
-    pod = run("up", **{**UP, **flags}).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
-    return pod
-
-
 def test_start_ttl_follows_the_owner_rule(fake, run, tmp_path, monkeypatch):
     """F7: bob's CI job gave alice's stopped pod a 30-day expiry; now only a delegation does."""
-    pod = _stopped_pod_of_alice(run)
+    pod = stopped_pod(run, UP)
     res = run("start", pod_id=pod, ttl="30d", extra_env=CI_BOB)
     assert res.code == 2 and "may not give it a new expiry" in res.json["headline"], res.stdout
     assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"
@@ -124,7 +118,7 @@ def test_start_ttl_follows_the_owner_rule(fake, run, tmp_path, monkeypatch):
 
 def test_start_ttl_is_held_to_the_budget_the_pod_was_admitted_under(fake, run, tmp_path):
     """F7: a pod admitted under $1 for 45 min ran for 30 days after ``start --ttl``."""
-    pod = _stopped_pod_of_alice(run, budget_usd="1")
+    pod = stopped_pod(run, UP, budget_usd="1")
     res = run("start", pod_id=pod, ttl="30d")
     assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
     assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"

@@ -5,7 +5,7 @@ G5, G7), and the reads before placement end within the job's timeout (G9)."""
 
 from __future__ import annotations
 
-from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release
+from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release, stopped_pod
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -16,8 +16,7 @@ UP = dict(image="img", command="serve", ttl="8h", gpu_types=L40S, owner="alice")
 def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, run, tmp_path):
     """G1: a release planted for a stopped pod's reservation let a second pod in, and the
     stopped one started: two pods for a budget of one."""
-    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    stopped_pod(run, UP, budget_usd="10")
     assert run("up", budget_usd="10", **UP).code == 1  # its reservation holds it
     for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
         plant_release(tmp_path, reservation)
@@ -46,8 +45,7 @@ def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted
 ):
     """G1: a release planted for a stopped pod's reservation hid the budget it was admitted
     under from ``start --ttl``, which then gave it 30 days with no budget check."""
-    pod = run("up", budget_usd="1", **dict(UP, ttl="45m")).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="1", ttl="45m")
     for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
         plant_release(tmp_path, reservation)
     res = run("start", pod_id=pod, ttl="30d")
@@ -58,8 +56,7 @@ def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted
 def test_gpuci_releases_only_the_reservation_made_for_the_pod_it_ends(fake, run, tmp_path, clock):
     """G1b: a planted ``started`` event in mallory's pod naming alice's reservation made
     ``pods down`` of mallory's pod release alice's."""
-    alices = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=alices).code == 0
+    alices = stopped_pod(run, UP, budget_usd="10")
     mallorys = run("up", **dict(UP, owner="mallory", ttl="1h")).outputs["pod-id"]
     (reservation,) = ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()
     key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"

@@ -6,7 +6,7 @@ clock decide: no planted object releases someone's live reservation."""
 
 from __future__ import annotations
 
-from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release
+from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release, stopped_pod
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -33,8 +33,7 @@ def test_a_reservation_whose_pod_is_on_runpod_or_may_still_be_created_is_kept(
 ):
     """A stopped pod is held by its reservation alone, and a reservation just written may have
     no pod yet: neither is released, whatever the ledger says besides."""
-    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10")
     clock.t += 3600
     assert run("up", budget_usd="10", **UP).code == 1
     assert run("down", pod_id=pod).code == 0  # released by its own down
@@ -95,8 +94,7 @@ def test_a_flooded_pod_folder_never_hides_its_released_reservation(
     push gpu-ci's out of the read (the folder's cap) make every released one looked at again,
     so a planted release still never frees a stopped pod's reservation."""
     monkeypatch.setattr(ledger, "MAX_POD_EVENTS", 3)
-    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10")
     for i in range(4):  # older than gpu-ci's: read first
         item = {"event": "created", "podId": pod, "time": i, "owner": "alice"}
         plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{i:015d}-created-0bad.json", item)
@@ -161,8 +159,7 @@ def test_an_extended_pod_missing_its_started_event_has_every_release_looked_at(f
     extended, whose ``started`` event (written last) is missing, had its new reservation,
     released by a planted object, hidden: its expiry is no ``created`` event's, so every
     released one is looked at."""
-    pod = run("up", budget_usd="10", **dict(UP, ttl="45m")).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10", ttl="45m")
     assert run("start", pod_id=pod, ttl="8h").code == 0
     assert run("stop", pod_id=pod).code == 0  # held by its reservation alone
     for event in (tmp_path / "ledger" / ledger.EVENTS / pod).glob("*-started-*"):
