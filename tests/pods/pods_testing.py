@@ -121,10 +121,10 @@ class FakeClock:
         self.t += seconds
 
 
-def refused_answer(call: str, answer: Any) -> RunPodError:
-    """What ``call`` raises when RunPod answers ``answer`` (200)."""
+def refused_answer(call: str, answer: Any = None, handler: Any = None) -> RunPodError:
+    """What ``call`` raises when RunPod answers ``answer`` (200), or as ``handler`` does."""
     body = json.dumps(answer).encode()
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    transport = httpx.MockTransport(handler or (lambda request: httpx.Response(200, content=body)))
     with (
         RunPodClient("rpa_test", "https://runpod.test", transport=transport) as client,
         pytest.raises(RunPodError) as err,
