@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -54,50 +55,41 @@ VALIDATORS = {
     for name in ("CreatePodRequest", "UpdatePodRequest", "PodActionRequest", "Pod")
 }
 
+
+def _gpu(
+    gpu_id: str, name: str, pool: str, memory: int, price: tuple[float, float],
+    most: tuple[int, int], availability: str, *dcs: tuple[str, str, str],
+) -> dict[str, Any]:  # fmt: skip
+    """One listGpuTypes entry: ``price`` and ``most`` (maxCount) secure then community; a
+    cloud with no price does not offer the type."""
+    return {
+        "id": gpu_id,
+        "name": name,
+        "pool": pool,
+        "manufacturer": "NVIDIA",
+        "memory": memory,
+        "secure": price[0] > 0,
+        "community": price[1] > 0,
+        "price": {"secure": price[0], "community": price[1]},
+        "maxCount": {"secure": most[0], "community": most[1]},
+        "availability": availability,
+        "dataCenters": [{"id": i, "name": n, "availability": a} for i, n, a in dcs],
+    }
+
+
+TX3 = "US-TX-3", "US Texas 3"
 CATALOG = [
-    {
-        "id": "NVIDIA GeForce RTX 4090",
-        "name": "RTX 4090",
-        "pool": "ADA_24",
-        "manufacturer": "NVIDIA",
-        "memory": 24,
-        "secure": True,
-        "community": True,
-        "price": {"secure": 0.44, "community": 0.31},
-        "maxCount": {"secure": 8, "community": 4},
-        "availability": "HIGH",
-        "dataCenters": [
-            {"id": "US-KS-2", "name": "US Kansas 2", "availability": "LOW"},
-            {"id": "EU-RO-1", "name": "EU Romania 1", "availability": "HIGH"},
-        ],
-    },
-    {
-        "id": "NVIDIA L40S",
-        "name": "L40S",
-        "pool": "ADA_48_PRO",
-        "manufacturer": "NVIDIA",
-        "memory": 48,
-        "secure": True,
-        "community": False,
-        "price": {"secure": 0.86, "community": 0.0},
-        "maxCount": {"secure": 8, "community": 0},
-        "availability": "MEDIUM",
-        "dataCenters": [{"id": "US-TX-3", "name": "US Texas 3", "availability": "MEDIUM"}],
-    },
-    {
-        "id": "NVIDIA H100 80GB HBM3",
-        "name": "H100 SXM",
-        "pool": "HOPPER_80",
-        "manufacturer": "NVIDIA",
-        "memory": 80,
-        "secure": True,
-        "community": False,
-        "price": {"secure": 2.99, "community": 0.0},
-        "maxCount": {"secure": 8, "community": 0},
-        "availability": "LOW",
-        "dataCenters": [{"id": "US-TX-3", "name": "US Texas 3", "availability": "LOW"}],
-    },
-]
+    _gpu(
+        "NVIDIA GeForce RTX 4090", "RTX 4090", "ADA_24", 24, (0.44, 0.31), (8, 4), "HIGH",
+        ("US-KS-2", "US Kansas 2", "LOW"), ("EU-RO-1", "EU Romania 1", "HIGH"),
+    ),
+    _gpu("NVIDIA L40S", "L40S", "ADA_48_PRO", 48, (0.86, 0.0), (8, 0), "MEDIUM", (*TX3, "MEDIUM")),
+    _gpu(
+        "NVIDIA H100 80GB HBM3", "H100 SXM", "HOPPER_80", 80, (2.99, 0.0), (8, 0), "LOW",
+        (*TX3, "LOW"),
+    ),
+]  # fmt: skip
+
 PRICE = {g["id"]: g["price"] for g in CATALOG}
 TRANSITIONS = {
     "RUNNING": ("stop", "restart", "terminate"),
@@ -336,10 +328,7 @@ class FakeRunPod:
         return {"proxy": proxy, "direct": direct}
 
     def view(self, pod: dict[str, Any]) -> dict[str, Any]:
-        out = dict(pod)
-        out.pop("_steps", None)
-        out.pop("_rate", None)
-        out.pop("_ssh", None)
+        out = {k: v for k, v in pod.items() if k not in ("_steps", "_rate", "_ssh")}
         out["cost"] = (
             pod["_rate"] if pod["status"] in ("PROVISIONING", "STARTING", "RUNNING") else 0.0
         )
@@ -381,32 +370,23 @@ class FakeRunPod:
 
     @staticmethod
     def problem(status: int, detail: str, errors: list[str] | None = None) -> dict[str, Any]:
-        titles = {
-            400: "Bad Request",
-            401: "Unauthorized",
-            402: "Payment Required",
-            403: "Forbidden",
-            404: "Not Found",
-            409: "Conflict",
-            422: "Unprocessable Entity",
-            429: "Too Many Requests",
-            500: "Internal Server Error",
-            503: "Service Unavailable",
-        }
-        out: dict[str, Any] = {
-            "title": titles.get(status, "Error"),
-            "status": status,
-            "detail": detail,
-        }
+        # RunPod's spec names 422 as HTTP/1.1 did ("Unprocessable Entity"); Python 3.13's
+        # HTTPStatus says "Unprocessable Content"
+        title = "Unprocessable Entity" if status == 422 else HTTPStatus(status).phrase
+        out: dict[str, Any] = {"title": title, "status": status, "detail": detail}
         if errors:
             out["errors"] = errors
         return out
 
-    def _invalid(self, schema: str, body: Any) -> list[str]:
-        return [
+    def _invalid(self, schema: str, body: Any) -> tuple[int, dict[str, str], Any] | None:
+        """RunPod's 422 for a ``body`` its ``schema`` refuses; None for a valid one."""
+        errors = [
             f"$.{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
             for e in VALIDATORS[schema].iter_errors(body)
         ]
+        return (
+            (422, {}, self.problem(422, "Request validation failed.", errors)) if errors else None
+        )
 
     def pod_key(self, pod_id: str) -> str:
         """The pod-scoped key RunPod puts in ``pod_id``'s env (the account key for a pod the
@@ -431,8 +411,7 @@ class FakeRunPod:
     def _route(self, method: str, path: str, rec: Recorded) -> tuple[int, dict[str, str], Any]:
         if rec.auth != f"Bearer {self.api_key}":
             if rec.auth in {f"Bearer {k}" for k in self.pod_keys.values()}:
-                refused = self._pod_key_refusal(method, path, rec)
-                if refused:
+                if refused := self._pod_key_refusal(method, path, rec):
                     return refused
             else:
                 detail = f"invalid key {rec.auth}" if self.echo_key_in_401 else "invalid key"
@@ -456,9 +435,8 @@ class FakeRunPod:
         pod_id, is_action = m.group(1), bool(m.group(2))
         pod = self.pods.get(pod_id)
         if is_action and method == "POST":
-            errors = self._invalid("PodActionRequest", rec.body)
-            if errors:
-                return 422, {}, self.problem(422, "Request validation failed.", errors)
+            if refused := self._invalid("PodActionRequest", rec.body):
+                return refused
             if pod is None:
                 return 404, {}, self.problem(404, "pod not found")
             return self._action(pod, rec.body["action"])
@@ -474,11 +452,9 @@ class FakeRunPod:
                     self._set_status(pod, "STARTING")
             return 200, {}, self.view(pod)
         if method == "PATCH":
-            errors = self._invalid("UpdatePodRequest", rec.body)
-            if errors:
-                return 422, {}, self.problem(422, "Request validation failed.", errors)
-            too_many = self._env_refusal(rec.body.get("env"))
-            if too_many:
+            if refused := self._invalid("UpdatePodRequest", rec.body):
+                return refused
+            if too_many := self._env_refusal(rec.body.get("env")):
                 return too_many
             restart = any(  # RunPod's docs: updating env (or the image) restarts the pod
                 k in rec.body and rec.body[k] != pod.get(k) for k in ("env", "image", "args")
@@ -496,13 +472,11 @@ class FakeRunPod:
         return 405, {"Allow": "GET, PATCH, DELETE"}, self.problem(405, "method not allowed")
 
     def _create(self, body: Any) -> tuple[int, dict[str, str], Any]:
-        errors = self._invalid("CreatePodRequest", body)
-        if errors:
-            return 422, {}, self.problem(422, "Request validation failed.", errors)
+        if refused := self._invalid("CreatePodRequest", body):
+            return refused
         if ("gpu" in body) == ("cpu" in body):
             return 400, {}, self.problem(400, "exactly one of gpu or cpu must be set")
-        too_many = self._env_refusal(body.get("env"))
-        if too_many:
+        if too_many := self._env_refusal(body.get("env")):
             return too_many
         if self.balance_low:
             return 402, {}, self.problem(402, "insufficient balance")

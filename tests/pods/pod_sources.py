@@ -11,16 +11,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import http.server
 import shutil
 import subprocess
 import tarfile
-import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import gpuci
+from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 TOY = "gpucitoy"
 TOY_WHEEL = f"{TOY}-1.0-py3-none-any.whl"
@@ -114,24 +113,11 @@ def served(path: Path, user: str, password: str) -> Iterator[tuple[str, list[str
     seen: list[str] = []
     want = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(JsonAPIHandler):
         def do_GET(self) -> None:  # the name http.server calls
             seen.append(self.headers.get("Authorization") or "")
-            body = path.read_bytes() if seen[-1] == want else b"no"
-            self.send_response(200 if seen[-1] == want else 403)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            ok = seen[-1] == want
+            self._reply(200 if ok else 403, path.read_bytes() if ok else b"no")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with LoopbackHTTPServer(Handler) as server:
+        yield f"http://127.0.0.1:{server.port}", seen

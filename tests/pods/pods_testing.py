@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,10 +121,10 @@ class FakeClock:
         self.t += seconds
 
 
-def refused_answer(call: str, answer: Any) -> RunPodError:
-    """What ``call`` raises when RunPod answers ``answer`` (200)."""
+def refused_answer(call: str, answer: Any = None, handler: Any = None) -> RunPodError:
+    """What ``call`` raises when RunPod answers ``answer`` (200), or as ``handler`` does."""
     body = json.dumps(answer).encode()
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    transport = httpx.MockTransport(handler or (lambda request: httpx.Response(200, content=body)))
     with (
         RunPodClient("rpa_test", "https://runpod.test", transport=transport) as client,
         pytest.raises(RunPodError) as err,
@@ -151,16 +151,56 @@ def plant(path: Path, item: object) -> None:
     path.write_text(item if isinstance(item, str) else json.dumps(item))
 
 
-def counting_reservation_gets(monkeypatch: Any) -> list[int]:
-    """A one-item list counting the file store's reads of reservation objects from now on."""
+def stopped_pod(run: Any, up: dict[str, str], **flags: Any) -> str:
+    """The id of a pod ``up`` made (its inputs and ``flags``) and ``stop`` then stopped."""
+    pod = run("up", **{**up, **flags}).outputs["pod-id"]
+    assert run("stop", pod_id=pod).code == 0
+    return pod
+
+
+def plant_release(tmp_path: Path, reservation: Path) -> None:
+    """A release of the file ledger's ``reservation`` with gpu-ci's own bytes: only where it
+    is planted is hostile."""
+    from gpuci.pods._budgets import ledger
+
+    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
+    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
+    plant(ledger_folder(tmp_path, ledger.RELEASES) / reservation.name, data)
+
+
+def counting_gets(monkeypatch: Any, folder: str = "reservations") -> list[int]:
+    """A one-item list counting the file store's reads of objects under the ledger's
+    ``folder`` (reservations, events) from now on."""
     from gpuci.cache._stores.file import LocalStore
 
     gets = [0]
     original = LocalStore.get
 
     def counting(self: Any, key: str, limit: int | None = None) -> Any:
-        gets[0] += "/reservations/" in key
+        gets[0] += f"/{folder}/" in key
         return original(self, key, limit)
 
     monkeypatch.setattr(LocalStore, "get", counting)
     return gets
+
+
+# ----- the simulated day and month of CI (test_pods_day.py, test_pods_month.py) -----------
+# Six 503s in a row: enough that ``pods down`` gives up (the simulations expect exit 3).
+_TEARDOWN_FAILURES = [(503, {})] * 6
+
+
+def up_or_refused(res: Any, stats: MutableMapping[str, int]) -> str | None:
+    """Count one ``pods up`` run: refused over budget (exit 1, None) or up (its pod id)."""
+    if res.code == 1:
+        stats["refused"] += 1
+        assert "budget" in res.json["headline"]
+        return None
+    assert res.code == 0, res.stdout
+    stats["up"] += 1
+    return res.outputs["pod-id"]
+
+
+def fail_teardown(fake: Any, pod_id: str, stats: MutableMapping[str, int]) -> None:
+    """Make the next ``pods down`` of ``pod_id`` fail: the API answers every DELETE with 503."""
+    fake.fail(f"DELETE /v2/pods/{pod_id}", *_TEARDOWN_FAILURES)
+    stats["failed_down"] += 1

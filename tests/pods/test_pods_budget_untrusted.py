@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from pods_testing import L40S
+from pods_testing import L40S, counting_gets, plant, stopped_pod
 
-from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import cost, ledger
 from gpuci.pods._runpod import plan
 from gpuci.pods._runpod.naming import new_tag
@@ -23,9 +22,9 @@ CI_BOB = {"GITHUB_ACTIONS": "true", "GITHUB_RUN_ID": "7", "GITHUB_ACTOR": "bob"}
 
 
 def _plant_event(root: Path, folder: str, at: float, item: dict, nonce: str) -> None:
-    path = root / ledger.EVENTS / folder / f"{int(at * 1000):015d}-{item['event']}-{nonce}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(item))
+    plant(
+        root / ledger.EVENTS / folder / f"{int(at * 1000):015d}-{item['event']}-{nonce}.json", item
+    )
 
 
 def _alice_spent(run) -> float:
@@ -105,15 +104,9 @@ def test_a_live_pod_past_its_expiry_counts_until_it_can_be_reaped(fake, clock):
     assert spend.committed_by_owner["alice"] == pytest.approx(0.86 * 0.25)
 
 
-def _stopped_pod_of_alice(run, **flags) -> str:
-    pod = run("up", **{**UP, **flags}).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
-    return pod
-
-
 def test_start_ttl_follows_the_owner_rule(fake, run, tmp_path, monkeypatch):
     """F7: bob's CI job gave alice's stopped pod a 30-day expiry; now only a delegation does."""
-    pod = _stopped_pod_of_alice(run)
+    pod = stopped_pod(run, UP)
     res = run("start", pod_id=pod, ttl="30d", extra_env=CI_BOB)
     assert res.code == 2 and "may not give it a new expiry" in res.json["headline"], res.stdout
     assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"
@@ -125,7 +118,7 @@ def test_start_ttl_follows_the_owner_rule(fake, run, tmp_path, monkeypatch):
 
 def test_start_ttl_is_held_to_the_budget_the_pod_was_admitted_under(fake, run, tmp_path):
     """F7: a pod admitted under $1 for 45 min ran for 30 days after ``start --ttl``."""
-    pod = _stopped_pod_of_alice(run, budget_usd="1")
+    pod = stopped_pod(run, UP, budget_usd="1")
     res = run("start", pod_id=pod, ttl="30d")
     assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
     assert fake.calls("PATCH") == [] and fake.pods[pod]["status"] == "EXITED"
@@ -136,21 +129,9 @@ def test_start_ttl_is_held_to_the_budget_the_pod_was_admitted_under(fake, run, t
     assert book.pod(pod).reservations[-1] == live[0].key  # the pod counts once, until then
 
 
-def _count_gets(monkeypatch) -> list[int]:
-    gets = [0]
-    original = LocalStore.get
-
-    def counting(self, key, limit=None):
-        gets[0] += "/events/" in key
-        return original(self, key, limit)
-
-    monkeypatch.setattr(LocalStore, "get", counting)
-    return gets
-
-
 def test_events_of_no_pod_are_never_read_for_the_budget(fake, run, clock, tmp_path, monkeypatch):
     """F8: 300 objects planted under ``events/_/`` were each fetched by every budgeted up."""
-    gets = _count_gets(monkeypatch)
+    gets = counting_gets(monkeypatch, "events")
     assert run("up", budget_usd="50", **UP).code == 0
     for i in range(300):
         item = {"event": "budget-refused", "podId": None, "owner": "x", "time": clock.now()}
@@ -168,7 +149,7 @@ def test_a_flood_of_planted_events_is_skipped_and_never_refuses_every_owner(
     ``MAX_POD_EVENTS`` of a pod, the rest skipped in one warning."""
     monkeypatch.setattr(ledger, "MAX_EVENT_READS", 20)
     monkeypatch.setattr(ledger, "MAX_POD_EVENTS", 5, raising=False)  # absent before
-    gets = _count_gets(monkeypatch)
+    gets = counting_gets(monkeypatch, "events")
     for i in range(30):  # pods RunPod never billed nor lists: never fetched
         item = {"event": "reaped", "podId": f"pod{i}", "owner": "x", "time": clock.now()}
         _plant_event(tmp_path / "ledger", f"pod{i}", clock.now(), item, f"{i:08x}")

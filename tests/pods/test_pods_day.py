@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from pod_simulation import fail_teardown, up_or_refused
+from pods_testing import fail_teardown, up_or_refused
 
 from gpuci.pods._budgets import ledger
 from gpuci.pods._runpod.naming import tag_of

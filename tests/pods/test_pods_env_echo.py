@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import fake_runpod
@@ -16,6 +15,7 @@ import pytest
 from pods_testing import FakeClock
 
 from gpuci.pods._runpod.client import ContractViolation, RunPodClient, RunPodError
+from loopback_http import JsonAPIHandler
 from security.hostile_runpod import Serving
 
 VALUE = "hf_S3cr3tV4lu3ThatIsNotNamedLikeOne"
@@ -74,25 +74,13 @@ class _EchoRunPod(Serving):
     """RunPod's catalog and an empty pod list; every create refused with its env quoted."""
 
     def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonAPIHandler):
             def do_GET(self) -> None:
                 catalog = self.path.startswith("/v2/catalog/gpus")
-                self._send(200, {"gpus": fake_runpod.CATALOG} if catalog else {"pods": []})
+                self._reply(200, {"gpus": fake_runpod.CATALOG} if catalog else {"pods": []})
 
             def do_POST(self) -> None:
-                sent = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._send(400, _echo(sent.get("env") or {}))
+                self._reply(400, _echo(self._body().get("env") or {}))
 
         super().__init__(Handler)
 

@@ -9,6 +9,7 @@ import json
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pods_testing import api_env
@@ -63,11 +64,45 @@ def test_spend_of_a_pod_ended_on_runner_a_is_attributed_on_runner_b(live, tmp_pa
     assert not list((tmp_path / "b").rglob("pods-ledger"))  # B read nothing local
 
 
+def _racing_creates(monkeypatch) -> None:
+    """On moto, hold the first create of a reservation between its ``If-None-Match`` check
+    and its write until the second create has reached the server: the interleaving a loaded
+    machine makes now and then, made every time."""
+    from moto.s3.responses import S3Response
+
+    arrived, held, first = threading.Condition(), [], []
+    received, checksum = S3Response._key_response_put, S3Response._get_checksum
+
+    def racing(self: S3Response) -> bool:
+        return "/reservations/" in self.path and self.headers.get("If-None-Match") == "*"
+
+    def key_put(self: S3Response, *args: Any) -> Any:
+        if racing(self):
+            with arrived:
+                held.append(self.path)
+                arrived.notify_all()
+        return received(self, *args)
+
+    def checked(self: S3Response, *args: Any) -> Any:
+        if racing(self):
+            with arrived:
+                if not first:  # the first here waits for the second to reach the server
+                    first.append(self.path)
+                    arrived.wait_for(lambda: len(held) > 1, timeout=60)
+        return checksum(self, *args)
+
+    monkeypatch.setattr(S3Response, "_key_response_put", key_put)
+    monkeypatch.setattr(S3Response, "_get_checksum", checked)
+
+
 def test_two_concurrent_ups_of_one_owner_where_one_fits_make_one_pod(
     fake, run, shared_ledger, monkeypatch
 ):
     """Both read the owner's reservations before either writes: only the conditional write
-    on the next sequence number keeps them from both passing the budget."""
+    on the next sequence number keeps them from both passing the budget, however the two
+    writes interleave in the store."""
+    if "s3://" in shared_ledger["GPUCI_PODS_LEDGER"]:
+        _racing_creates(monkeypatch)
     barrier = threading.Barrier(2, timeout=60)
     seen = threading.local()
     original = ledger.Ledger.reservations

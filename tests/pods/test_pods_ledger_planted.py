@@ -5,10 +5,7 @@ G5, G7), and the reads before placement end within the job's timeout (G9)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from pods_testing import L40S, counting_reservation_gets, ledger_folder, plant
+from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release, stopped_pod
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -16,21 +13,13 @@ from gpuci.pods._budgets import ledger
 UP = dict(image="img", command="serve", ttl="8h", gpu_types=L40S, owner="alice")  # $0.86/h
 
 
-def _release_as_gpuci_would(tmp_path: Path, reservation: Path) -> None:
-    """A release object with gpu-ci's own bytes: only where it is planted is hostile."""
-    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
-    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    plant(ledger_folder(tmp_path, ledger.RELEASES) / reservation.name, data)
-
-
 def test_a_planted_release_never_frees_the_reservation_of_a_stopped_pod(fake, run, tmp_path):
     """G1: a release planted for a stopped pod's reservation let a second pod in, and the
     stopped one started: two pods for a budget of one."""
-    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    stopped_pod(run, UP, budget_usd="10")
     assert run("up", budget_usd="10", **UP).code == 1  # its reservation holds it
     for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
-        _release_as_gpuci_would(tmp_path, reservation)
+        plant_release(tmp_path, reservation)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
@@ -44,7 +33,7 @@ def test_a_release_counts_only_in_gpucis_shape_and_once_the_pod_is_gone(fake, ru
     plant(held, {**item, "podName": "gone", "createdEpoch": now})
     plant(ledger_folder(tmp_path, ledger.RELEASES) / held.name, "{}")
     assert run("up", budget_usd="10", **UP).code == 1  # not gpu-ci's release: it holds
-    _release_as_gpuci_would(tmp_path, held)
+    plant_release(tmp_path, held)
     first = run("up", budget_usd="10", **UP)  # gpu-ci's, and no pod "gone" is listed
     assert first.code == 0, first.stdout
     assert run("down", pod_id=first.outputs["pod-id"]).code == 0
@@ -56,10 +45,9 @@ def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted
 ):
     """G1: a release planted for a stopped pod's reservation hid the budget it was admitted
     under from ``start --ttl``, which then gave it 30 days with no budget check."""
-    pod = run("up", budget_usd="1", **dict(UP, ttl="45m")).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="1", ttl="45m")
     for reservation in ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir():
-        _release_as_gpuci_would(tmp_path, reservation)
+        plant_release(tmp_path, reservation)
     res = run("start", pod_id=pod, ttl="30d")
     assert res.code == 1 and "would pass budget $1.00" in res.json["headline"], res.stdout
     assert fake.pods[pod]["status"] == "EXITED"
@@ -68,8 +56,7 @@ def test_a_planted_release_never_frees_start_ttl_from_the_budget_it_was_admitted
 def test_gpuci_releases_only_the_reservation_made_for_the_pod_it_ends(fake, run, tmp_path, clock):
     """G1b: a planted ``started`` event in mallory's pod naming alice's reservation made
     ``pods down`` of mallory's pod release alice's."""
-    alices = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=alices).code == 0
+    alices = stopped_pod(run, UP, budget_usd="10")
     mallorys = run("up", **dict(UP, owner="mallory", ttl="1h")).outputs["pod-id"]
     (reservation,) = ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()
     key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
@@ -107,7 +94,7 @@ def test_a_planted_folder_named_like_a_sequence_number_takes_it(fake, run, tmp_p
 
 def test_reservation_reads_are_only_gpucis_keys_and_capped(fake, run, tmp_path, monkeypatch):
     """G7: every object in an owner's reservation folder was fetched, without a cap."""
-    gets = counting_reservation_gets(monkeypatch)
+    gets = counting_gets(monkeypatch)
     monkeypatch.setattr(ledger, "MAX_RESERVATION_READS", 5, raising=False)  # absent before
     free = {"owner": "alice", "costPerHr": 0, "untilEpoch": 0}
     for i in range(30):

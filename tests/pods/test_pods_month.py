@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from pod_simulation import fail_teardown, up_or_refused
+from pods_testing import fail_teardown, up_or_refused
 
 from gpuci.pods._budgets import ledger
 

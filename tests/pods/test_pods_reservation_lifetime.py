@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pods_testing import L40S
+from pods_testing import L40S, stopped_pod
 
 from gpuci.pods._budgets import holds, ledger
 
@@ -57,8 +57,7 @@ def test_ups_and_starts_past_the_longest_hold_are_refused_with_a_budget(fake, ru
     res = run("up", budget_usd="10000", **dict(UP, ttl="31d"))
     assert res.code == 2 and "over the 31 a budget reservation holds" in res.json["headline"]
     assert not fake.pods
-    pod = run("up", budget_usd="10000", **dict(UP, ttl="30d")).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10000", ttl="30d")
     res = run("start", pod_id=pod, ttl="40d")
     assert res.code == 2 and "over the 31" in res.json["headline"], res.stdout
     assert run("up", **dict(UP, ttl="40d")).code == 0  # no budget: no reservation to bound

@@ -6,9 +6,7 @@ clock decide: no planted object releases someone's live reservation."""
 
 from __future__ import annotations
 
-import json
-
-from pods_testing import L40S, counting_reservation_gets, ledger_folder, plant
+from pods_testing import L40S, counting_gets, ledger_folder, plant, plant_release, stopped_pod
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger
@@ -35,8 +33,7 @@ def test_a_reservation_whose_pod_is_on_runpod_or_may_still_be_created_is_kept(
 ):
     """A stopped pod is held by its reservation alone, and a reservation just written may have
     no pod yet: neither is released, whatever the ledger says besides."""
-    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10")
     clock.t += 3600
     assert run("up", budget_usd="10", **UP).code == 1
     assert run("down", pod_id=pod).code == 0  # released by its own down
@@ -60,7 +57,7 @@ def test_expired_and_foreign_reservations_are_read_once_then_released(
         plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / f"{seq:010d}.json", old)
     bobs = {"owner": "bob", "costPerHr": 1.0, "untilEpoch": clock.now() + 3600}
     plant(ledger_folder(tmp_path, ledger.RESERVATIONS) / "0000000003.json", bobs)
-    gets = counting_reservation_gets(monkeypatch)
+    gets = counting_gets(monkeypatch)
     short = dict(UP, ttl="30m")
     for _ in range(4):  # each one's reservation has expired by the next
         res = run("up", budget_usd="50", **short)
@@ -84,7 +81,7 @@ def test_a_pod_without_a_reservation_costs_no_reads_of_released_ones(
     for _ in range(3):
         assert run("down", pod_id=run("up", budget_usd="50", **short).outputs["pod-id"]).code == 0
     assert run("up", **short).code == 0  # no budget: no reservation
-    gets = counting_reservation_gets(monkeypatch)
+    gets = counting_gets(monkeypatch)
     res = run("up", budget_usd="50", **short)
     assert res.code == 0, res.stdout
     assert gets[0] == 0
@@ -97,16 +94,12 @@ def test_a_flooded_pod_folder_never_hides_its_released_reservation(
     push gpu-ci's out of the read (the folder's cap) make every released one looked at again,
     so a planted release still never frees a stopped pod's reservation."""
     monkeypatch.setattr(ledger, "MAX_POD_EVENTS", 3)
-    pod = run("up", budget_usd="10", **UP).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10")
     for i in range(4):  # older than gpu-ci's: read first
         item = {"event": "created", "podId": pod, "time": i, "owner": "alice"}
         plant(tmp_path / "ledger" / ledger.EVENTS / pod / f"{i:015d}-created-0bad.json", item)
     (reservation,) = ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()
-    key = f"{ledger.RESERVATIONS}/{reservation.parent.name}/{reservation.name}"
-    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    (ledger_folder(tmp_path, ledger.RELEASES)).mkdir(parents=True, exist_ok=True)
-    (ledger_folder(tmp_path, ledger.RELEASES) / reservation.name).write_text(data)
+    plant_release(tmp_path, reservation)
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 
@@ -166,16 +159,12 @@ def test_an_extended_pod_missing_its_started_event_has_every_release_looked_at(f
     extended, whose ``started`` event (written last) is missing, had its new reservation,
     released by a planted object, hidden: its expiry is no ``created`` event's, so every
     released one is looked at."""
-    pod = run("up", budget_usd="10", **dict(UP, ttl="45m")).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
+    pod = stopped_pod(run, UP, budget_usd="10", ttl="45m")
     assert run("start", pod_id=pod, ttl="8h").code == 0
     assert run("stop", pod_id=pod).code == 0  # held by its reservation alone
     for event in (tmp_path / "ledger" / ledger.EVENTS / pod).glob("*-started-*"):
         event.unlink()  # its write was lost
-    newest = max(ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir())
-    key = f"{ledger.RESERVATIONS}/{newest.parent.name}/{newest.name}"
-    data = json.dumps({"released": key}, sort_keys=True, separators=(",", ":"))
-    (ledger_folder(tmp_path, ledger.RELEASES) / newest.name).write_text(data)
+    plant_release(tmp_path, max(ledger_folder(tmp_path, ledger.RESERVATIONS).iterdir()))
     res = run("up", budget_usd="10", **UP)
     assert res.code == 1 and "would pass budget $10.00" in res.json["headline"], res.stdout
 

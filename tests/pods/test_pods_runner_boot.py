@@ -141,48 +141,45 @@ def _tarball(run_sh: str) -> bytes:
     return buf.getvalue()
 
 
-def _serve_release(api: FakeRunnersAPI, data: bytes) -> str:
-    ver = runner_boot.RUNNER_VERSION
+def _release_pod(
+    live: FakeRunPod, api: FakeRunnersAPI, published: bool = True
+) -> tuple[str, dict[str, str], str, dict[str, str], bytes]:
+    """A GitHub runner pod that downloads its runner from the fake release: (pod id, its env,
+    its args, the boot's extra env, the tarball served). ``published``: the pod's sha256 is
+    the tarball's; else the pinned release's, which the tarball is not."""
+    data, ver = _tarball(SERVES_ONE_JOB), runner_boot.RUNNER_VERSION
     api.state.files[f"/releases/v{ver}/actions-runner-linux-x64-{ver}.tar.gz"] = data
-    return api.base + "/releases"
+    pod_id, env, args = _pod(live, _github_env())
+    assert env["GPUCI_ACTIONS_RUNNER_SHA256"] == runner_boot.RUNNER_SHA256
+    if published:
+        env = {**env, "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest()}
+    return pod_id, env, args, {"GPUCI_RUNNER_RELEASE_URL": api.base + "/releases"}, data
 
 
 def test_the_runner_release_is_installed_when_its_sha256_matches(live, api, tmp_path):
-    data = _tarball(SERVES_ONE_JOB)
-    url = _serve_release(api, data)
-    pod_id, env, args = _pod(live, _github_env())
-    env = {**env, "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest()}
+    pod_id, env, args, extra, _ = _release_pod(live, api)
     home_runner = tmp_path / "home" / "gpuci-actions-runner"
-    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_RELEASE_URL": url})
+    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, extra)
     assert rc == 0, out + err
     assert (home_runner / "args.txt").read_text().splitlines() == ["--jitconfig", JIT]
     assert _terminated_itself(live, pod_id)
 
 
-def test_a_tampered_runner_tarball_is_refused_before_unpacking(live, api, tmp_path):
-    url = _serve_release(api, _tarball(SERVES_ONE_JOB))  # not the published release
-    pod_id, env, args = _pod(live, _github_env())
-    assert env["GPUCI_ACTIONS_RUNNER_SHA256"] == runner_boot.RUNNER_SHA256
-    out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, {"GPUCI_RUNNER_RELEASE_URL": url})
-    assert "refusing the runner download: sha256" in out, out + err
-    assert rc == 3
-    home = tmp_path / "home"
-    assert not (home / "gpuci-actions-runner" / "run.sh").exists()  # never unpacked
-    assert not (home / "gpuci-actions-runner.tar.gz").exists()
-    assert _terminated_itself(live, pod_id)
-
-
-def test_a_runner_release_past_its_size_cap_is_refused_and_removed(live, api, tmp_path):
-    """The release answer is untrusted too: past GPUCI_RUNNER_MAX_BYTES the download stops
-    (curl's --max-filesize, else a cut copy), is removed and never unpacked, before its sha256
-    is even read; the pod still ends itself."""
-    data = _tarball(SERVES_ONE_JOB)
-    url = _serve_release(api, data)
-    pod_id, env, args = _pod(live, _github_env())
-    env = {**env, "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest()}
-    extra = {"GPUCI_RUNNER_RELEASE_URL": url, "GPUCI_RUNNER_MAX_BYTES": str(len(data) - 1)}
+@pytest.mark.parametrize("capped", [False, True])
+def test_a_tampered_or_oversized_runner_release_is_refused_and_never_unpacked(
+    live, api, tmp_path, capped
+):
+    """A tarball that is not the published release is refused before unpacking. The release
+    answer is untrusted too: past GPUCI_RUNNER_MAX_BYTES the download stops (curl's
+    --max-filesize, else a cut copy), is removed and never unpacked, before its sha256 is
+    even read. Either way the pod still ends itself."""
+    pod_id, env, args, extra, data = _release_pod(live, api, published=capped)
+    said = "refusing the runner download: sha256"
+    if capped:
+        extra["GPUCI_RUNNER_MAX_BYTES"] = str(len(data) - 1)
+        said = f"refusing the runner download: over {len(data) - 1} bytes"
     out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, extra)
-    assert f"refusing the runner download: over {len(data) - 1} bytes" in out, out + err
+    assert said in out, out + err
     assert rc == 3
     home = tmp_path / "home"
     assert not (home / "gpuci-actions-runner" / "run.sh").exists()  # never unpacked
@@ -358,15 +355,9 @@ def test_a_deprecated_runner_is_reported_in_the_pods_name_and_ends_the_pod(live,
 
 def test_an_image_runner_older_than_github_accepts_is_replaced_by_the_release(live, api, tmp_path):
     image_dir = _real_layout(tmp_path / "actions-runner", LISTENER_DEPRECATED)  # 2.328.0
-    data = _tarball(SERVES_ONE_JOB)
-    url = _serve_release(api, data)
-    pod_id, env, args = _pod(live, _github_env())
-    env = {
-        **env,
-        "GPUCI_ACTIONS_RUNNER_SHA256": hashlib.sha256(data).hexdigest(),
-        "GPUCI_ACTIONS_RUNNER_MIN_VERSION": "2.330.0",
-    }
-    extra = {"GPUCI_RUNNER_DIR": str(image_dir), "GPUCI_RUNNER_RELEASE_URL": url}
+    pod_id, env, args, extra, _ = _release_pod(live, api)
+    env["GPUCI_ACTIONS_RUNNER_MIN_VERSION"] = "2.330.0"
+    extra["GPUCI_RUNNER_DIR"] = str(image_dir)
     out, err, rc, _ = _boot(live, pod_id, env, args, tmp_path, extra)
     assert rc == 0, out + err
     assert "actions runner 2.328.0 is older than 2.330.0" in out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pods_testing import L40S
+from pods_testing import L40S, stopped_pod
 
 from gpuci.pods._budgets import ledger, policy
 
@@ -27,12 +27,6 @@ def _budgets_file(folder: Path, text: str, monkeypatch, where: str = ".gpuci/bud
     monkeypatch.chdir(folder)
 
 
-def _stopped_pod(run, **flags) -> str:
-    pod = run("up", **{**UP, **flags}).outputs["pod-id"]
-    assert run("stop", pod_id=pod).code == 0
-    return pod
-
-
 def _refused_at_list_price(res, budget: str = "$10.00") -> None:
     headline = res.json["headline"]
     assert res.code == 1 and f"would pass budget {budget}" in headline, res.stdout
@@ -45,7 +39,7 @@ def test_a_ledger_that_does_not_know_the_pod_never_skips_the_budget(
     """G10: a stopped pod lists cost 0, so with a ledger that did not know it (the job's own
     ledger input, an empty folder) the rate was 0 and a 30-day expiry passed a $10 budget."""
     _budgets_file(tmp_path, ALICE_10, monkeypatch)
-    pod = _stopped_pod(run)
+    pod = stopped_pod(run, UP)
     empty = tmp_path / "empty-ledger"
     empty.mkdir()
     _refused_at_list_price(run("start", pod_id=pod, ttl="30d", ledger=str(empty)))
@@ -56,7 +50,7 @@ def test_planted_ledger_objects_never_lower_the_rate(fake, run, clock, tmp_path,
     """G2: a planted release hid the pod's reservation and a planted ``created`` event (time 0,
     costPerHr 1e-9) set its rate: a 30-day expiry was priced at ~$0/h."""
     _budgets_file(tmp_path, ALICE_10, monkeypatch)
-    pod = _stopped_pod(run)
+    pod = stopped_pod(run, UP)
     root = tmp_path / "ledger"
     for reservation in (root / ledger.RESERVATIONS / ledger.owner_key("alice")).iterdir():
         released = root / ledger.RELEASES / ledger.owner_key("alice") / reservation.name
@@ -72,7 +66,7 @@ def test_planted_ledger_objects_never_lower_the_rate(fake, run, clock, tmp_path,
 def test_a_pod_the_catalog_cannot_price_gets_no_new_expiry(fake, run, tmp_path, monkeypatch):
     """G10: no rate at all skipped the check; now it refuses in one line, touching nothing."""
     _budgets_file(tmp_path, ALICE_10, monkeypatch)
-    pod = _stopped_pod(run)
+    pod = stopped_pod(run, UP)
     fake.pods[pod]["gpu"]["id"] = "NVIDIA Retired\nGPU"  # no longer in the catalog
     res = run("start", pod_id=pod, ttl="1h")
     assert res.code == 1 and "cannot be priced" in res.json["headline"], res.stdout
@@ -83,7 +77,7 @@ def test_a_pod_the_catalog_cannot_price_gets_no_new_expiry(fake, run, tmp_path, 
 def test_a_smoke_renamed_pod_is_held_to_the_budget_it_was_admitted_under(fake, run, tmp_path):
     """G11: gpu-smoke appends its verdict to the pod's name; its reservation (made under the
     name up gave it) was not found, so a budget-usd pod's 30-day expiry was never checked."""
-    pod = _stopped_pod(run, budget_usd="10")
+    pod = stopped_pod(run, UP, budget_usd="10")
     fake.pods[pod]["name"] += " smoke passed"
     _refused_at_list_price(run("start", pod_id=pod, ttl="30d"))
     assert run("start", pod_id=pod, ttl="30m").code == 0
@@ -95,7 +89,7 @@ def test_a_smoke_renamed_pod_is_held_to_the_budget_it_was_admitted_under(fake, r
 def test_a_planted_reservation_period_is_bounded(fake, run, tmp_path):
     """G4: a planted reservation of the pod with periodS 1e300 crashed start --ttl
     (OverflowError, "internal error"); a period read from the ledger is at most 366 days."""
-    pod = _stopped_pod(run, budget_usd="10")
+    pod = stopped_pod(run, UP, budget_usd="10")
     folder = tmp_path / "ledger" / ledger.RESERVATIONS / ledger.owner_key("alice")
     planted = {"owner": "alice", "podName": fake.pods[pod]["name"], "costPerHr": 0}
     planted.update({"untilEpoch": 0, "budgetUsd": 10, "periodS": 1e300})
@@ -111,7 +105,7 @@ def test_start_ttl_reads_the_budgets_file_the_job_names(fake, run, tmp_path, mon
     where = "ci/budgets.yml"
     _budgets_file(tmp_path, ALICE_10 + "delegations:\n  ci-bot: [alice]\n", monkeypatch, where)
     bot = {"GITHUB_ACTIONS": "true", "GITHUB_ACTOR": "ci-bot"}
-    pod = _stopped_pod(run, budgets=where, extra_env=bot)
+    pod = stopped_pod(run, UP, budgets=where, extra_env=bot)
     assert run("start", pod_id=pod, ttl="2h", budgets=where, extra_env=bot).code == 0
     assert run("stop", pod_id=pod).code == 0
     (tmp_path / where).write_text("owners:\n  alice: 1\n")  # lowered to $1

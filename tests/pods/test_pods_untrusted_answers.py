@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from pods_testing import refused_answer
 
 from gpuci.pods._runpod import client as client_mod
 from gpuci.pods._runpod.client import RunPodClient, RunPodError
@@ -28,22 +29,13 @@ class _Endless(httpx.SyncByteStream):
             yield chunk
 
 
-def _refusal(handler) -> RunPodError:
-    """What listing pods raises when ``handler`` answers for RunPod."""
-    transport = httpx.MockTransport(handler)
-    with (
-        RunPodClient("rpa_test", "https://runpod.test", transport=transport) as c,
-        pytest.raises(RunPodError) as err,
-    ):
-        c.list_pods()
-    return err.value
-
-
 def test_an_endless_answer_is_read_only_to_the_cap_and_is_one_line(monkeypatch):
     monkeypatch.setattr(client_mod, "MAX_ANSWER", 1 << 20)
     body = _Endless()
     claims = {"Content-Length": str(10**12)}
-    err = _refusal(lambda request: httpx.Response(200, headers=claims, stream=body))
+    err = refused_answer(
+        "pods", handler=lambda request: httpx.Response(200, headers=claims, stream=body)
+    )
     assert "over the 1 MiB cap" in err.message and "\n" not in err.message
     assert body.pulled <= (1 << 20) + 65536  # stopped at the cap, not at the claim
 
@@ -59,14 +51,14 @@ def test_an_endless_answer_is_read_only_to_the_cap_and_is_one_line(monkeypatch):
 )
 def test_a_hostile_json_answer_is_one_line_never_a_traceback(text, why):
     data = text.encode("latin-1")
-    err = _refusal(lambda request: httpx.Response(200, content=data))
+    err = refused_answer("pods", handler=lambda request: httpx.Response(200, content=data))
     assert "no usable JSON" in err.message and "\n" not in err.message
     assert why in err.message
 
 
 def test_a_hostile_error_body_still_names_the_status():
     deep = ("[" * 100_000).encode()
-    err = _refusal(lambda request: httpx.Response(400, content=deep))
+    err = refused_answer("pods", handler=lambda request: httpx.Response(400, content=deep))
     assert "400" in err.one_line() and "\n" not in err.one_line()
 
 
