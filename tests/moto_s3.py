@@ -21,11 +21,39 @@ FAKE_S3_CREDENTIALS = {
 }
 
 
+def atomic_conditional_puts() -> None:
+    """Make moto's conditional PUTs (``If-None-Match``/``If-Match``) atomic, as S3's are.
+
+    moto checks the condition and then writes, with no lock between, in a threaded server:
+    two racing creates of one key could both succeed, which S3 never allows and the pods
+    ledger's reservations and the cache's refs rely on (a loaded machine made it happen).
+    Conditional PUTs run one at a time; others keep running in parallel. Idempotent.
+    """
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    original = S3Response.put_object
+    if getattr(original, "gpuci_atomic", False):
+        return
+    lock = threading.Lock()
+
+    def put_object(self: S3Response) -> object:
+        if self.headers.get("If-None-Match") is None and self.headers.get("If-Match") is None:
+            return original(self)
+        with lock:
+            return original(self)
+
+    put_object.gpuci_atomic = True  # type: ignore[attr-defined]
+    S3Response.put_object = put_object  # type: ignore[method-assign]
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
     """Run moto's standalone S3 server on an ephemeral loopback port; yields its endpoint URL."""
     from moto.server import ThreadedMotoServer  # imported lazily: moto is slow to import
 
+    atomic_conditional_puts()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -38,7 +66,10 @@ def moto_server() -> Iterator[str]:
 # A moto server in a child process: binds port 0 itself, says the port, serves until stdin closes.
 _CHILD = (
     "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
     "from moto.server import ThreadedMotoServer\n"
+    "from moto_s3 import atomic_conditional_puts\n"
+    "atomic_conditional_puts()\n"
     "server = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)\n"
     "server.start()\n"
     "print(server.get_host_and_port()[1], flush=True)\n"
@@ -57,7 +88,7 @@ def moto_process(**environ: str) -> Iterator[str]:
     import sys
 
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD],
+        [sys.executable, "-c", _CHILD, os.path.dirname(os.path.abspath(__file__))],
         env={**os.environ, **environ},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

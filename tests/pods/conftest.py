@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -111,25 +110,6 @@ def unreadable_health(moto_endpoint, monkeypatch) -> dict[str, str]:
     }
 
 
-_PUTS = threading.Lock()
-
-
-def _one_put_at_a_time(monkeypatch) -> None:
-    """moto checks ``If-None-Match: *`` and then writes with no lock between, in a threaded
-    server: two racing creates of one key could both succeed, which S3 never allows and the
-    ledger's reservations rely on (a loaded machine made it happen). Its PUTs run one at a
-    time here, so its conditional writes are atomic as S3's are."""
-    from moto.s3.responses import S3Response
-
-    original = S3Response.put_object
-
-    def put_object(self: S3Response) -> Any:
-        with _PUTS:
-            return original(self)
-
-    monkeypatch.setattr(S3Response, "put_object", put_object)
-
-
 @pytest.fixture(params=["file", "s3"])
 def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
     """The one thing two runners share: the ledger URL (plus S3 credentials for s3://)."""
@@ -141,7 +121,6 @@ def shared_ledger(request, tmp_path, monkeypatch) -> dict[str, str]:
     for key, value in FAKE_S3_CREDENTIALS.items():  # boto3 in in-process runs reads os.environ
         monkeypatch.setenv(key, value)
     bucket = new_bucket(endpoint)  # with the credentials just set
-    _one_put_at_a_time(monkeypatch)
     return {
         **FAKE_S3_CREDENTIALS,
         "GPUCI_PODS_LEDGER": f"s3://{bucket}/team/ledger",
