@@ -189,6 +189,16 @@ def test_a_plain_scalar_is_what_githubs_reader_makes_of_it(tmp_path, written, re
     assert found == read and type(found) is type(read), found
 
 
+@pytest.mark.parametrize("value", ["1e400", "-1.5E+309", "!!float 1e400"])
+def test_a_float_past_a_doubles_range_is_refused(tmp_path, value):
+    """GitHub's reader refuses ``1e400`` (MatchFloat: exceeds range); PyYAML read infinity,
+    so the plan compared and printed a value the run never has."""
+    message = refused(tmp_path, f"on: push\nenv:\n  V: {value}\n" + JOB)
+    assert "past a double's range at line 3" in message and "quote it" in message
+    path = write(tmp_path, "on: push\nenv:\n  V: -.inf\n  W: 1e308\n" + JOB)
+    assert load_workflow(path)["env"] == {"V": float("-inf"), "W": 1e308}
+
+
 @pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true"])
 def test_steps_that_are_no_list_are_planned_not_an_internal_error(tmp_path, steps):
     """``steps: 1`` in a job that runs, or in one an ``if:`` skips: ``list(1)`` was a
