@@ -199,13 +199,29 @@ def test_a_float_past_a_doubles_range_is_refused(tmp_path, value):
     assert load_workflow(path)["env"] == {"V": float("-inf"), "W": 1e308}
 
 
-@pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true"])
-def test_steps_that_are_no_list_are_planned_not_an_internal_error(tmp_path, steps):
-    """``steps: 1`` in a job that runs, or in one an ``if:`` skips: ``list(1)`` was a
-    TypeError, an internal error of the dry run."""
-    body = f"on: push\njobs:\n  a: {{runs-on: x, steps: {steps}}}\n"
-    body += f"  b: {{runs-on: x, if: false, steps: {steps}}}\n"
+@pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true", "{run: echo}", "''", "null"])
+@pytest.mark.parametrize("skipped", [False, True])
+def test_steps_that_are_no_list_fail_the_workflow_naming_the_job(tmp_path, steps, skipped):
+    """``steps: 1``, in a job that runs or in one an ``if:`` skips, fails the workflow on
+    GitHub; the plan read it as a job of no steps (and, before that, ``list(1)`` was a
+    TypeError, an internal error of the dry run)."""
+    body = "on: push\njobs:\n  a: {runs-on: x, steps: [{run: echo}]}\n"
+    body += f"  b: {{runs-on: x, {'if: false, ' if skipped else ''}steps: {steps}}}\n"
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
     proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if "bad input" in line]
+    assert len(lines) == 1 and "job 'b' has steps:" in lines[0] and "not a list" in lines[0], out
     assert "internal error" not in proc.stdout + proc.stderr
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_called_workflow_whose_steps_are_no_list_fails_the_plan(tmp_path):
+    write(
+        tmp_path,
+        "on: workflow_call\njobs:\n  inner: {runs-on: x, steps: 7}\n",
+        f"{WORKFLOWS}/called.yml",
+    )
+    body = f"on: push\njobs:\n  outer:\n    uses: ./{WORKFLOWS}/called.yml\n"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2 and "job 'inner' has steps: 7, not a list" in proc.stdout
