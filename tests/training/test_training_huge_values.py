@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from training_cli import run_gate
+from training_cli import REPO, marked, run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci import charts
@@ -27,8 +27,6 @@ from gpuci_testing import clean_env, run_cli
 
 HUGE = 1.7e308
 BIG_INT = 10**350  # valid JSON (untrusted_json allows 400 digits), beyond any float
-REPO = "acme/models"
-MARKER = "<!-- gpuci-report:training -->"
 
 
 def _no_internal_error(proc) -> None:
@@ -61,9 +59,8 @@ def test_a_huge_metric_updates_the_pr_comment_it_fails(tmp_path):
             proc = run_gate(tmp_path, {"accuracy": value}, *flags, env=env)
             _no_internal_error(proc)
             assert proc.returncode == rc, proc.stdout + proc.stderr
-        ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
-    assert len(ours) == 1
-    assert "❌ Model gate failed" in ours[0]["body"] and "above 1" in ours[0]["body"]
+        (body,) = marked(github)
+    assert "❌ Model gate failed" in body and "above 1" in body
 
 
 def test_an_integer_beyond_a_float_fails_its_row_and_the_gate_finishes(tmp_path):
