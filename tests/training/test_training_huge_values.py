@@ -40,8 +40,7 @@ def _no_internal_error(proc) -> None:
     ids=["min-passes", "max-fails"],
 )
 def test_a_huge_metric_is_judged_by_its_rule_and_the_gate_finishes(tmp_path, rule, rc, verdict):
-    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    proc = run_gate(tmp_path, {"accuracy": HUGE}, *rule, "--json", env=env)
+    proc = run_gate(tmp_path, {"accuracy": HUGE}, *rule, "--json")
     _no_internal_error(proc)
     assert proc.returncode == rc, proc.stdout + proc.stderr
     answer = json.loads(proc.stdout)
@@ -65,12 +64,9 @@ def test_a_huge_metric_updates_the_pr_comment_it_fails(tmp_path):
 
 def test_an_integer_beyond_a_float_fails_its_row_and_the_gate_finishes(tmp_path):
     """float(10**350) raises OverflowError: the gate judged it an internal error (exit 3)."""
-    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     metrics = {"accuracy": BIG_INT, "tokens": BIG_INT}
     baseline = {"accuracy": 0.4, "tokens": 1}
-    proc = run_gate(
-        tmp_path, metrics, "--min", "accuracy=0.5", "--json", env=env, baseline=baseline
-    )
+    proc = run_gate(tmp_path, metrics, "--min", "accuracy=0.5", "--json", baseline=baseline)
     _no_internal_error(proc)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (row,) = json.loads(proc.stdout)["report"]["gate"]["rows"]

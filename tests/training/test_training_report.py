@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from training_cli import MARKER, REPO, marked, run_gate
+from training_cli import MARKER, REPO, marked, run_gate, write_json
 
 from forges.fake_github import FakeGitHub
 from gpuci import journal
@@ -228,8 +228,7 @@ def test_a_marker_quoted_in_another_report_does_not_make_it_that_reports(tmp_pat
 
 @pytest.mark.parametrize("marker", ["x-->y", "a b", "<b>", "ev\nal"])
 def test_a_marker_that_could_end_its_html_comment_is_bad_input(tmp_path, marker):
-    path = tmp_path / "gate.json"
-    path.write_text(json.dumps({"passed": True, "rows": []}))
+    path = write_json(tmp_path / "gate.json", {"passed": True, "rows": []})
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     proc = run_cli("report", "--gate-report", str(path), "--marker", marker, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
