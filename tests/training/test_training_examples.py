@@ -42,27 +42,11 @@ def train_tiny(workdir: Path, *args: str) -> None:
 def trained(workdir: Path) -> Path:
     """make-data, train and evaluate as the example workflow does; returns the model path."""
     train_tiny(workdir, "make-data", "--out", "data/tiny.npz")
+    data = ("--data", "data/tiny.npz")
+    outputs = ("--out", "out/model.npz", "--log", "out/train.jsonl")
+    train_tiny(workdir, "train", *data, "--init", "weights/base.npz", *outputs)
     train_tiny(
-        workdir,
-        "train",
-        "--data",
-        "data/tiny.npz",
-        "--init",
-        "weights/base.npz",
-        "--out",
-        "out/model.npz",
-        "--log",
-        "out/train.jsonl",
-    )
-    train_tiny(
-        workdir,
-        "evaluate",
-        "--data",
-        "data/tiny.npz",
-        "--model",
-        "out/model.npz",
-        "--metrics",
-        "out/metrics.json",
+        workdir, "evaluate", *data, "--model", "out/model.npz", "--metrics", "out/metrics.json"
     )
     return workdir / "out" / "model.npz"
 
