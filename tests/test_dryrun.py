@@ -94,14 +94,7 @@ def test_malformed_input_names_step_and_input(tmp_path):
 
 
 def test_unknown_input_is_bad_input(tmp_path):
-    wf = one_job(
-        tmp_path,
-        """
-              - uses: acme/gpu-ci/actions/gpu-setup@v1
-                with:
-                  min-memory: 40
-    """,
-    )
+    wf = one_job(tmp_path, "- uses: acme/gpu-ci/actions/gpu-setup@v1\n  with: {min-memory: 40}")
     proc = dry_run(tmp_path, wf, "--json")
     assert proc.returncode == 2
     step = steps_of(proc)[0]
@@ -110,14 +103,8 @@ def test_unknown_input_is_bad_input(tmp_path):
 
 
 def test_expressions_are_reported_not_guessed(tmp_path):
-    wf = one_job(
-        tmp_path,
-        """
-              - uses: acme/gpu-ci/actions/retry-fetch@v1
-                with:
-                  url: ${{ vars.MODEL_URL }}
-    """,
-    )
+    fetch = "- uses: acme/gpu-ci/actions/retry-fetch@v1\n  with: {url: '${{ vars.MODEL_URL }}'}"
+    wf = one_job(tmp_path, fetch)
     (step,) = plan_steps(tmp_path, wf)
     assert step["unresolved"] == ["url"]
     assert "needs run-time value(s) for url" in step["plans"][0]["headline"]

@@ -341,15 +341,8 @@ def test_a_metrics_path_that_cannot_be_looked_at_fails_the_gate_in_one_line(tmp_
     assert proc.returncode == 1, proc.stdout + proc.stderr
     _one_line_no_traceback(proc, "is not usable metrics: it cannot be read (File name too long)")
     assert json.loads((tmp_path / "o" / "gate.json").read_text())["passed"] is False
-    proc = run_gate(
-        tmp_path,
-        '{"eval": {"accuracy": 0.9}}',
-        "--min",
-        "accuracy=0.5",
-        "--baseline",
-        str(tmp_path / TOO_LONG),
-        env=gh_env(tmp_path),
-    )
+    flags = ("--min", "accuracy=0.5", "--baseline", str(tmp_path / TOO_LONG))
+    proc = run_gate(tmp_path, '{"eval": {"accuracy": 0.9}}', *flags, env=gh_env(tmp_path))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     _one_line_no_traceback(proc, "baseline file")
     too_long = str(tmp_path / TOO_LONG)
