@@ -24,9 +24,9 @@ def _searching_env(keys: int) -> dict[str, str]:
 def test_past_the_budget_each_value_is_left_to_the_run(monkeypatch):
     """A budget of ten searches of BIG: about ten keys are evaluated, the other 990 are
     Unknown at once (before, each of the 1,000 scanned BIG again)."""
-    from gpuci.dryrun._budget import Budget
+    from gpuci.dryrun._bounds import Budget
 
-    monkeypatch.setattr("gpuci.dryrun._budget.MAX_EVALUATED", 10 * BIG)
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 10 * BIG)
     budget = Budget()
     with budget.active():
         env = layer_env({"BIG": "x" * BIG}, _searching_env(1_000), {"env": {}}, ok)
@@ -40,7 +40,7 @@ def test_past_the_budget_each_value_is_left_to_the_run(monkeypatch):
 
 
 def test_what_an_expression_reads_is_what_it_spends():
-    from gpuci.dryrun._budget import Budget
+    from gpuci.dryrun._bounds import Budget
 
     budget = Budget()
     with budget.active():
@@ -50,12 +50,12 @@ def test_what_an_expression_reads_is_what_it_spends():
 
 
 def test_without_a_plan_nothing_is_counted(monkeypatch):
-    monkeypatch.setattr("gpuci.dryrun._budget.MAX_EVALUATED", 1)
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 1)
     assert evaluate("contains('abc', 'b')", {}, ok) is True
 
 
 def test_a_plan_past_its_budget_says_so_once(tmp_path, monkeypatch):
-    monkeypatch.setattr("gpuci.dryrun._budget.MAX_EVALUATED", 10 * BIG)
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 10 * BIG)
     keys = "\n".join(f'      {k}: "{v}"' for k, v in _searching_env(200).items())
     wf = write(
         tmp_path,

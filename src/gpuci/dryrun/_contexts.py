@@ -28,9 +28,6 @@ from gpuci.dryrun._expressions import (
     evaluate,
     interpolate,
 )
-from gpuci.dryrun._expressions import (
-    first_unknown as first_unknown,  # the one walk, named here for _jobs
-)
 from gpuci.dryrun._hash_files import hash_files
 from gpuci.dryrun._values import number_text
 from gpuci.dryrun._workflow import local_target, triggers

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuci import untrusted_json
-from gpuci.dryrun._budget import KEY_COST, spend
+from gpuci.dryrun._bounds import KEY_COST, spend
 from gpuci.dryrun._values import (
     ExpressionError,
     Partial,

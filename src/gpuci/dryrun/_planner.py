@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun._bounds import PlanBounds, cycle_detail
-from gpuci.dryrun._budget import Budget
+from gpuci.dryrun._bounds import Budget, PlanBounds, cycle_detail
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
