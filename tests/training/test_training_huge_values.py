@@ -132,18 +132,18 @@ def test_a_chart_holding_huge_values_draws_them_as_no_bar():
     assert chart.as_dict()["y_axis"] == {"min": 0.0, "max": 1.0, "from_zero": True}
 
 
+def _overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
+    """The axis maths failing as a value beyond a float makes them fail."""
+    raise OverflowError("int too large to convert to float")
+
+
 def test_a_chart_that_cannot_be_drawn_is_a_warning_line(monkeypatch):
     """The backstop: whatever the axis maths raise, the chart is dropped for a line."""
     (chart,) = metric_charts([{"metric": "acc", "value": 0.5, "passed": True}], None)
-
-    def overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
-        raise OverflowError("int too large to convert to float")
-
-    monkeypatch.setattr(charts, "y_axis", overflow)
+    monkeypatch.setattr(charts, "y_axis", _overflow)
     shown = charts.fenced(chart)
-    assert shown == "\u26a0\ufe0f Chart not drawn, its values are beyond what a chart shows: " + (
-        "acc: this run"
-    )
+    warning = "\u26a0\ufe0f Chart not drawn, its values are beyond what a chart shows: "
+    assert shown == warning + "acc: this run"
     assert chart.as_dict()["y_axis"] is None
 
 
@@ -151,11 +151,7 @@ def test_a_chart_left_out_is_also_a_warning_annotation_said_once(monkeypatch):
     """In Actions the reader sees a left-out chart without opening the summary; the report
     renders its charts for the body and again for ``--json``, and says it once."""
     gate = {"rows": [{"metric": "acc", "value": 0.5, "passed": True}]}
-
-    def overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
-        raise OverflowError("int too large to convert to float")
-
-    monkeypatch.setattr(charts, "y_axis", overflow)
+    monkeypatch.setattr(charts, "y_axis", _overflow)
     result = Result(command="report")
     shown = charts_markdown(gate, None, result)
     charts_markdown(gate, None, result)
