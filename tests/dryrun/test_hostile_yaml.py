@@ -134,8 +134,9 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
             "holds an escape of a surrogate",
         ),
         ("on: push\n" + JOB + "env: {N: " + "9" * 5_000 + "}\n", "holds an integer of 5,000"),
+        ("on: push\n" + JOB + "env: {N: 1e400}\n", "holds the number 1e400, past a double's"),
     ],
-    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer"],
+    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
