@@ -76,12 +76,8 @@ def test_training_is_deterministic_and_passes_the_example_gate(tmp_path):
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     statement = json.loads((first / body["outputs"]["statement"]).read_text())
-    assert statement["subject"] == [
-        {
-            "name": "out/model.npz",
-            "digest": {"sha256": hashlib.sha256(model.read_bytes()).hexdigest()},
-        }
-    ]
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    assert statement["subject"] == [{"name": "out/model.npz", "digest": {"sha256": digest}}]
 
 
 def test_example_workflow_passes_the_dry_run(tmp_path):

@@ -85,13 +85,9 @@ def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_pa
     store = LocalStore(tmp_path / "hist")
     for i, value in enumerate((0.931, 0.935)):  # two default-branch runs before this PR
         ctx = ci.RunContext(platform="github", commit=f"{i}" * 40)
-        item = history.entry(
-            {"rows": [{"metric": "eval.accuracy", "value": value}]},
-            None,
-            ctx,
-            now=1_700_000_000 + i * 86_400,  # 2023-11-14, then the next day
-        )
-        history.append(store, "training", item)
+        rows = [{"metric": "eval.accuracy", "value": value}]
+        day = 1_700_000_000 + i * 86_400  # 2023-11-14, then the next day
+        history.append(store, "training", history.entry({"rows": rows}, None, ctx, now=day))
     env = pr_env(tmp_path, github)
     extra = ("--comment", "--history", (tmp_path / "hist").as_uri())
     assert gate(tmp_path, env, 0.95, *extra).returncode == 0
