@@ -9,6 +9,7 @@ from counting_server import CountingServer
 from dryrun.dryrun_testing import (
     WORKFLOWS,
     dry_run,
+    matrix_job,
     one_job,
     plan,
     plan_steps,
@@ -93,14 +94,7 @@ def test_malformed_input_names_step_and_input(tmp_path):
 
 
 def test_unknown_input_is_bad_input(tmp_path):
-    wf = one_job(
-        tmp_path,
-        """
-              - uses: acme/gpu-ci/actions/gpu-setup@v1
-                with:
-                  min-memory: 40
-    """,
-    )
+    wf = one_job(tmp_path, "- uses: acme/gpu-ci/actions/gpu-setup@v1\n  with: {min-memory: 40}")
     proc = dry_run(tmp_path, wf, "--json")
     assert proc.returncode == 2
     step = steps_of(proc)[0]
@@ -109,14 +103,8 @@ def test_unknown_input_is_bad_input(tmp_path):
 
 
 def test_expressions_are_reported_not_guessed(tmp_path):
-    wf = one_job(
-        tmp_path,
-        """
-              - uses: acme/gpu-ci/actions/retry-fetch@v1
-                with:
-                  url: ${{ vars.MODEL_URL }}
-    """,
-    )
+    fetch = "- uses: acme/gpu-ci/actions/retry-fetch@v1\n  with: {url: '${{ vars.MODEL_URL }}'}"
+    wf = one_job(tmp_path, fetch)
     (step,) = plan_steps(tmp_path, wf)
     assert step["unresolved"] == ["url"]
     assert "needs run-time value(s) for url" in step["plans"][0]["headline"]
@@ -234,29 +222,8 @@ def test_every_example_workflow_has_a_valid_plan(workflow, tmp_path):
 
 def test_each_matrix_leg_is_judged_on_its_own(tmp_path):
     """Legs 40 and 200 on an H200: the 200 leg fails, as it does under act."""
-    wf = write(
-        tmp_path,
-        """
-        on: push
-        jobs:
-          train:
-            runs-on: gpu-large
-            strategy:
-              matrix:
-                mem: [40, 200]
-                exclude:
-                  - mem: 40
-                include:
-                  - mem: 40
-                  - mem: 100
-                    extra: x
-            steps:
-              - name: Check
-                uses: acme/gpu-ci/actions/gpu-setup@v1
-                with:
-                  min-memory-gb: ${{ matrix.mem }}
-        """,
-    )
+    legs = "{mem: [40, 200], exclude: [{mem: 40}], include: [{mem: 40}, {mem: 100, extra: x}]}"
+    wf = matrix_job(tmp_path, legs, "{min-memory-gb: '${{ matrix.mem }}'}")
     steps = plan_steps(tmp_path, wf, GPUCI_FAKE_NVML="h200")
     verdicts = {s["job"]: s["verdict"] for s in steps}
     assert verdicts == {
@@ -268,21 +235,8 @@ def test_each_matrix_leg_is_judged_on_its_own(tmp_path):
 
 
 def test_a_matrix_built_at_run_time_is_judged_once_unresolved(tmp_path):
-    wf = write(
-        tmp_path,
-        """
-        on: push
-        jobs:
-          train:
-            runs-on: gpu-large
-            strategy:
-              matrix: ${{ fromJSON(vars.LEGS) }}
-            steps:
-              - uses: acme/gpu-ci/actions/gpu-setup@v1
-                with:
-                  min-memory-gb: ${{ matrix.mem }}
-        """,
-    )
+    legs = "${{ fromJSON(vars.LEGS) }}"
+    wf = matrix_job(tmp_path, legs, "{min-memory-gb: '${{ matrix.mem }}'}")
     proc = dry_run(tmp_path, wf, "--json")
     (step,) = steps_of(proc)
     assert step["unresolved"] == ["min-memory-gb"]

@@ -18,6 +18,8 @@ GitHub's template reader refuses both; so does this loader, with the line and th
   significant digits; Python refuses to read or print one of more than 4,300 digits with a
   ``ValueError``, which no caller expects of a YAML reader), and a value tagged ``!!int`` or
   ``!!float`` that is no number is no YAML rather than a ``ValueError``;
+- floats: none past a double's range (``1e400``: GitHub's reader refuses it, PyYAML made it
+  infinity);
 - dates: the text written (GitHub has no timestamp type), never a datetime or a ValueError;
 - plain scalars: read by GitHub's YAML 1.2 core schema, not PyYAML's YAML 1.1 (``yes`` is text,
   ``0755`` is 755), so a plan prints and compares the values the run has.
@@ -25,6 +27,7 @@ GitHub's template reader refuses both; so does this loader, with the line and th
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -137,11 +140,21 @@ class _BoundedLoader(yaml.SafeLoader):
             raise _not_a_number(node, "integer") from None
 
     def construct_yaml_float(self, node: ScalarNode) -> float:
-        """A float; a ``!!float`` that is none is a ``ConstructorError``."""
+        """A float; a ``!!float`` that is none is a ``ConstructorError``, and one past a
+        double's range (``1e400``; Python reads infinity) is refused, as GitHub's reader
+        refuses it (``MatchFloat``: "exceeds range", invalid for the type)."""
         try:
-            return float(super().construct_yaml_float(node))
+            number = float(super().construct_yaml_float(node))
         except (ValueError, IndexError):
             raise _not_a_number(node, "float") from None
+        if math.isinf(number) and str(node.value).lstrip("+-").lower() != ".inf":
+            raise Refused(
+                f"holds the number {str(node.value)[:40]}, past a double's range",
+                "GitHub refuses a number beyond 1.7976931348623157E+308 as invalid for its type; "
+                "quote it to keep it as text, or write .inf for infinity",
+                node.start_mark,
+            )
+        return number
 
     def construct_yaml_timestamp(self, node: ScalarNode) -> str:  # type: ignore[override]
         """The text as written: GitHub's reader has no timestamp (``2001-12-14`` is that text,

@@ -32,6 +32,14 @@ def one_job(tmp_path: Path, steps: str, name: str = "wf.yml") -> Path:
     return write(tmp_path, "on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n" + items, name)
 
 
+def matrix_job(tmp_path: Path, matrix: str, with_: str = "{require-gpu: 'false'}") -> Path:
+    """A workflow on push whose job ``train`` (runs-on x) runs gpu-setup ``with_`` (flow YAML)
+    once per leg of ``matrix`` (flow YAML, or an expression)."""
+    lines = ["on: push", "jobs:", "  train:", "    runs-on: x", "    strategy:"]
+    lines += [f"      matrix: {matrix}", "    steps:", "      - uses: ./actions/gpu-setup"]
+    return write(tmp_path, "\n".join([*lines, f"        with: {with_}\n"]), f"{WORKFLOWS}/wf.yml")
+
+
 def dry_run(
     tmp_path: Path, wf: Path | str, *args: str, cwd: Path | None = None, **env: str
 ) -> subprocess.CompletedProcess[str]:

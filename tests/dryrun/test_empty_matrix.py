@@ -4,31 +4,12 @@ line, as GitHub fails the job at 'Evaluate strategy' (review E, finding 10)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from dryrun.dryrun_testing import WORKFLOWS, dry_run, steps_of, write
-
-
-def _matrix_job(tmp_path: Path, matrix: str) -> Path:
-    return write(
-        tmp_path,
-        f"""\
-        on: push
-        jobs:
-          train:
-            runs-on: x
-            strategy:
-              matrix: {matrix}
-            steps:
-              - uses: ./actions/gpu-setup
-                with: {{require-gpu: 'false'}}
-        """,
-        f"{WORKFLOWS}/wf.yml",
-    )
+from dryrun.dryrun_testing import dry_run, matrix_job, steps_of
 
 
 def test_an_empty_matrix_axis_is_the_jobs_bad_input(tmp_path):
-    proc = dry_run(tmp_path, _matrix_job(tmp_path, "{gpu: []}"), "--json")
+    proc = dry_run(tmp_path, matrix_job(tmp_path, "{gpu: []}"), "--json")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     steps = steps_of(proc)
     assert [(s["index"], s["verdict"]) for s in steps] == [("-", "bad-input")]
@@ -36,12 +17,12 @@ def test_an_empty_matrix_axis_is_the_jobs_bad_input(tmp_path):
 
 
 def test_an_empty_axis_built_by_an_expression_is_bad_input_too(tmp_path):
-    wf = _matrix_job(tmp_path, '"${{ fromJSON(\'{\\"gpu\\": []}\') }}"')
+    wf = matrix_job(tmp_path, '"${{ fromJSON(\'{\\"gpu\\": []}\') }}"')
     steps = steps_of(dry_run(tmp_path, wf, "--json"))
     assert [s["verdict"] for s in steps] == ["bad-input"], json.dumps(steps)
 
 
 def test_a_matrix_with_no_axis_is_bad_input(tmp_path):
-    steps = steps_of(dry_run(tmp_path, _matrix_job(tmp_path, "{exclude: [{gpu: a}]}"), "--json"))
+    steps = steps_of(dry_run(tmp_path, matrix_job(tmp_path, "{exclude: [{gpu: a}]}"), "--json"))
     assert [s["verdict"] for s in steps] == ["bad-input"]
     assert "at least one vector" in steps[0]["detail"]

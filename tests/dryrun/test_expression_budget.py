@@ -8,6 +8,7 @@ import io
 
 from dryrun.dryrun_testing import WORKFLOWS, write
 from gpuci.commands._dry_run import DryRunInputs
+from gpuci.dryrun._bounds import Budget
 from gpuci.dryrun._contexts import layer_env
 from gpuci.dryrun._expressions import Unknown, evaluate
 from gpuci.dryrun._jobs import nothing_failed as ok
@@ -24,9 +25,7 @@ def _searching_env(keys: int) -> dict[str, str]:
 def test_past_the_budget_each_value_is_left_to_the_run(monkeypatch):
     """A budget of ten searches of BIG: about ten keys are evaluated, the other 990 are
     Unknown at once (before, each of the 1,000 scanned BIG again)."""
-    from gpuci.dryrun._budget import Budget
-
-    monkeypatch.setattr("gpuci.dryrun._budget.MAX_EVALUATED", 10 * BIG)
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 10 * BIG)
     budget = Budget()
     with budget.active():
         env = layer_env({"BIG": "x" * BIG}, _searching_env(1_000), {"env": {}}, ok)
@@ -40,8 +39,6 @@ def test_past_the_budget_each_value_is_left_to_the_run(monkeypatch):
 
 
 def test_what_an_expression_reads_is_what_it_spends():
-    from gpuci.dryrun._budget import Budget
-
     budget = Budget()
     with budget.active():
         evaluate("contains(env.BIG, 'needle')", {"env": {"BIG": "x" * BIG}}, ok)
@@ -50,12 +47,12 @@ def test_what_an_expression_reads_is_what_it_spends():
 
 
 def test_without_a_plan_nothing_is_counted(monkeypatch):
-    monkeypatch.setattr("gpuci.dryrun._budget.MAX_EVALUATED", 1)
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 1)
     assert evaluate("contains('abc', 'b')", {}, ok) is True
 
 
 def test_a_plan_past_its_budget_says_so_once(tmp_path, monkeypatch):
-    monkeypatch.setattr("gpuci.dryrun._budget.MAX_EVALUATED", 10 * BIG)
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 10 * BIG)
     keys = "\n".join(f'      {k}: "{v}"' for k, v in _searching_env(200).items())
     wf = write(
         tmp_path,

@@ -92,3 +92,33 @@ def test_a_workflow_rendering_its_contexts_is_planned(tmp_path):
     )
     proc = dry_run(tmp_path, wf)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("NaN == NaN", False),  # a keyword, as in the runner's LexicalAnalyzer; equals nothing
+        ("Infinity > 1e308", True),
+        ("-Infinity < -1e308", True),
+        ("format('{0} {1}', Infinity, NaN)", "Infinity NaN"),
+        (".5 == 0.5", True),  # a leading dot where no property can follow
+        ("(.5) < 1 && fromJSON('[7, 8]')[.5] == 7", True),
+        ("0o17 == 15", True),
+        ("0x1F == 31", True),
+        ("+2e1 == 20", True),
+        ("5. == 5", True),
+        ("env.NaN", None),  # after a dot: a property name, not the keyword
+    ],
+)
+def test_number_literals_the_runner_reads(contexts, expression, expected):
+    """``NaN``, ``Infinity``, ``.5`` and ``0o17`` were refused ("cannot parse"): the plan
+    left to the run a step the runner evaluates."""
+    assert evaluate(expression, contexts, ok) == expected
+
+
+@pytest.mark.parametrize("expression", ["1.2.3", "-0x1", "- 1", "0x", "1e", "nan == 1", "1_0"])
+def test_text_the_runner_reads_as_no_number_is_refused(contexts, expression):
+    """The runner reads a number up to the next boundary and refuses what does not parse
+    (``-0x1`` was NaN here, ``1.2.3`` a property access)."""
+    with pytest.raises(ExpressionError):
+        evaluate(expression, contexts, ok)

@@ -74,9 +74,7 @@ def test_the_walk_stops_once_the_matches_pass_the_cap(tmp_path, monkeypatch):
     for n in range(30):
         (root / f"d{n:02}").mkdir()
         (root / f"d{n:02}" / "f.lock").write_bytes(b"x")
-    for module in (_contexts, sys.modules.get("gpuci.dryrun._hash_files")):  # where it lives
-        if module is not None:
-            monkeypatch.setattr(module, "MAX_HASHED_FILES", 3, raising=False)
+    monkeypatch.setattr(_hash_files, "MAX_HASHED_FILES", 3)
     seen = listed_folders(monkeypatch)
     assert isinstance(hash_files(ctx, ["**/*.lock"]), Unknown)
     assert len(seen) < 10, len(seen)  # not all 31 folders
@@ -145,7 +143,7 @@ def test_one_plan_hashes_each_file_once_however_many_calls_name_it(tmp_path, mon
 def test_past_the_bytes_a_plan_hashes_the_value_is_left_to_the_run(tmp_path, monkeypatch):
     root, ctx = plan_checkout(tmp_path)
     (root / "big.bin").write_bytes(b"x" * 1000)
-    monkeypatch.setattr(_hash_files, "MAX_HASHED_BYTES", 1500, raising=False)
+    monkeypatch.setattr(_hash_files, "MAX_HASHED_BYTES", 1500)
     hashed = hashing_count(monkeypatch)
     first = hash_files(ctx, ["big.bin"])
     assert first == runner_hash_files(b"x" * 1000)
@@ -168,7 +166,7 @@ def test_past_the_entries_a_plan_walks_the_value_is_left_to_the_run(tmp_path, mo
     for n in range(20):
         assert isinstance(hash_files(ctx, ["a/*.lock", f"!a/f{n:02}.lock"]), str)
     assert len(seen) == 1, seen  # a/ listed once for the 20 calls
-    monkeypatch.setattr(_hash_files, "MAX_COMPARED", 100, raising=False)
+    monkeypatch.setattr(_hash_files, "MAX_COMPARED", 100)
     past = hash_files(ctx, ["**/*.lock", "!a/x.lock"])
     assert isinstance(past, Unknown) and "past what a plan hashes" in past.why, past
 

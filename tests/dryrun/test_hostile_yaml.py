@@ -134,8 +134,9 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
             "holds an escape of a surrogate",
         ),
         ("on: push\n" + JOB + "env: {N: " + "9" * 5_000 + "}\n", "holds an integer of 5,000"),
+        ("on: push\n" + JOB + "env: {N: 1e400}\n", "holds the number 1e400, past a double's"),
     ],
-    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer"],
+    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
@@ -189,13 +190,39 @@ def test_a_plain_scalar_is_what_githubs_reader_makes_of_it(tmp_path, written, re
     assert found == read and type(found) is type(read), found
 
 
-@pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true"])
-def test_steps_that_are_no_list_are_planned_not_an_internal_error(tmp_path, steps):
-    """``steps: 1`` in a job that runs, or in one an ``if:`` skips: ``list(1)`` was a
-    TypeError, an internal error of the dry run."""
-    body = f"on: push\njobs:\n  a: {{runs-on: x, steps: {steps}}}\n"
-    body += f"  b: {{runs-on: x, if: false, steps: {steps}}}\n"
+@pytest.mark.parametrize("value", ["1e400", "-1.5E+309", "!!float 1e400"])
+def test_a_float_past_a_doubles_range_is_refused(tmp_path, value):
+    """GitHub's reader refuses ``1e400`` (MatchFloat: exceeds range); PyYAML read infinity,
+    so the plan compared and printed a value the run never has."""
+    message = refused(tmp_path, f"on: push\nenv:\n  V: {value}\n" + JOB)
+    assert "past a double's range at line 3" in message and "quote it" in message
+    path = write(tmp_path, "on: push\nenv:\n  V: -.inf\n  W: 1e308\n" + JOB)
+    assert load_workflow(path)["env"] == {"V": float("-inf"), "W": 1e308}
+
+
+@pytest.mark.parametrize("steps", ["1", "-1", "1.5", "true", "{run: echo}", "''", "null"])
+@pytest.mark.parametrize("skipped", [False, True])
+def test_steps_that_are_no_list_fail_the_workflow_naming_the_job(tmp_path, steps, skipped):
+    """``steps: 1``, in a job that runs or in one an ``if:`` skips, fails the workflow on
+    GitHub; the plan read it as a job of no steps (and, before that, ``list(1)`` was a
+    TypeError, an internal error of the dry run)."""
+    body = "on: push\njobs:\n  a: {runs-on: x, steps: [{run: echo}]}\n"
+    body += f"  b: {{runs-on: x, {'if: false, ' if skipped else ''}steps: {steps}}}\n"
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
     proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    lines = [line for line in out.splitlines() if "bad input" in line]
+    assert len(lines) == 1 and "job 'b' has steps:" in lines[0] and "not a list" in lines[0], out
     assert "internal error" not in proc.stdout + proc.stderr
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_called_workflow_whose_steps_are_no_list_fails_the_plan(tmp_path):
+    write(
+        tmp_path,
+        "on: workflow_call\njobs:\n  inner: {runs-on: x, steps: 7}\n",
+        f"{WORKFLOWS}/called.yml",
+    )
+    body = f"on: push\njobs:\n  outer:\n    uses: ./{WORKFLOWS}/called.yml\n"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2 and "job 'inner' has steps: 7, not a list" in proc.stdout

@@ -24,15 +24,8 @@ runs:
 
 def test_the_checkouts_own_root_action_is_planned_as_a_local_action(tmp_path):
     write(tmp_path, OWN_ACTION, "action.yml")
-    wf = one_job(
-        tmp_path,
-        """
-        - uses: actions/checkout@v4
-        - uses: ./
-          with: {greeting: hello}
-        """,
-        f"{WORKFLOWS}/wf.yml",
-    )
+    steps = "- uses: actions/checkout@v4\n- uses: ./\n  with: {greeting: hello}"
+    wf = one_job(tmp_path, steps, f"{WORKFLOWS}/wf.yml")
     steps = plan_steps(tmp_path, wf)
     root = next(s for s in steps if s["uses"] == "./")
     assert root["verdict"] != "bad-input", root

@@ -16,6 +16,7 @@ from dryrun.dryrun_testing import WORKFLOWS, plan, runner_hash_files
 from gpuci.dryrun import classify_uses
 
 FIXTURES = Path(__file__).parent / "fixtures"
+AXOLOTL = {"full_name": "axolotl-ai-cloud/axolotl"}  # the payload's repository
 
 
 def project_plan(project: str, workflow: str, tmp_path: Path, gpus: str, *args: str) -> dict:
@@ -134,7 +135,7 @@ def test_axolotl_draft_gates_needs_outputs_and_the_e2e_matrix(tmp_path):
     """On a push the draft gates read null and hold; the first e2e job reads the gate's output
     through a need it does not declare (null: it runs); the rest wait for that output."""
     payload = tmp_path / "push.json"
-    payload.write_text(json.dumps({"repository": {"full_name": "axolotl-ai-cloud/axolotl"}}))
+    payload.write_text(json.dumps({"repository": AXOLOTL}))
     body = project_plan("axolotl", "tests.yml", tmp_path, "h200", "--event-payload", str(payload))
     expected = {}
     for torch in ("2.8.0", "2.9.1"):
@@ -154,14 +155,8 @@ def test_axolotl_draft_gates_needs_outputs_and_the_e2e_matrix(tmp_path):
 
 def test_axolotl_on_a_draft_pull_request_skips_every_gpu_step(tmp_path):
     payload = tmp_path / "pr.json"
-    payload.write_text(
-        json.dumps(
-            {
-                "pull_request": {"draft": True, "labels": [{"name": "gpu"}]},
-                "repository": {"full_name": "axolotl-ai-cloud/axolotl"},
-            }
-        )
-    )
+    draft = {"draft": True, "labels": [{"name": "gpu"}]}
+    payload.write_text(json.dumps({"pull_request": draft, "repository": AXOLOTL}))
     body = project_plan(
         "axolotl", "tests.yml", tmp_path, "h200",
         "--event", "pull_request", "--event-payload", str(payload),

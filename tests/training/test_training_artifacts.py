@@ -153,16 +153,8 @@ def test_an_unreadable_artifact_is_one_line_and_the_gate_goes_on(tmp_path):
     and no history."""
     with FakeGitHub() as github:
         env = github.pull_request_env(tmp_path, "acme/models", 7)
-        proc = run_gate(
-            tmp_path,
-            {"accuracy": 0.95},
-            "--min",
-            "accuracy=0.5",
-            "--artifacts",
-            "/proc/self/mem",
-            "--comment",
-            env=env,
-        )
+        flags = ("--min", "accuracy=0.5", "--artifacts", "/proc/self/mem", "--comment")
+        proc = run_gate(tmp_path, {"accuracy": 0.95}, *flags, env=env)
         comments = github.state.comments.get("acme/models#7", [])
     text = proc.stdout + proc.stderr
     assert proc.returncode == 2, text

@@ -42,27 +42,11 @@ def train_tiny(workdir: Path, *args: str) -> None:
 def trained(workdir: Path) -> Path:
     """make-data, train and evaluate as the example workflow does; returns the model path."""
     train_tiny(workdir, "make-data", "--out", "data/tiny.npz")
+    data = ("--data", "data/tiny.npz")
+    outputs = ("--out", "out/model.npz", "--log", "out/train.jsonl")
+    train_tiny(workdir, "train", *data, "--init", "weights/base.npz", *outputs)
     train_tiny(
-        workdir,
-        "train",
-        "--data",
-        "data/tiny.npz",
-        "--init",
-        "weights/base.npz",
-        "--out",
-        "out/model.npz",
-        "--log",
-        "out/train.jsonl",
-    )
-    train_tiny(
-        workdir,
-        "evaluate",
-        "--data",
-        "data/tiny.npz",
-        "--model",
-        "out/model.npz",
-        "--metrics",
-        "out/metrics.json",
+        workdir, "evaluate", *data, "--model", "out/model.npz", "--metrics", "out/metrics.json"
     )
     return workdir / "out" / "model.npz"
 
@@ -92,12 +76,8 @@ def test_training_is_deterministic_and_passes_the_example_gate(tmp_path):
     body = json.loads(proc.stdout)
     assert proc.returncode == 0, body
     statement = json.loads((first / body["outputs"]["statement"]).read_text())
-    assert statement["subject"] == [
-        {
-            "name": "out/model.npz",
-            "digest": {"sha256": hashlib.sha256(model.read_bytes()).hexdigest()},
-        }
-    ]
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    assert statement["subject"] == [{"name": "out/model.npz", "digest": {"sha256": digest}}]
 
 
 def test_example_workflow_passes_the_dry_run(tmp_path):

@@ -6,20 +6,13 @@ from __future__ import annotations
 import io
 
 import pytest
-from training_cli import run_gate
+from training_cli import MARKER, REPO, marked, run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci.runtime import Runtime
 from gpuci.training import _gate as gate_mod
 from gpuci.training import _report as report
 from gpuci.training.options import GateInputs
-
-REPO = "acme/models"
-MARKER = "<!-- gpuci-report:training -->"
-
-
-def _ours(github: FakeGitHub) -> list[str]:
-    return [c["body"] for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
 
 
 def test_an_unusable_baseline_after_a_passing_push_says_the_gate_errored(tmp_path):
@@ -32,7 +25,7 @@ def test_an_unusable_baseline_after_a_passing_push_says_the_gate_errored(tmp_pat
         assert first.returncode == 0, first.stdout + first.stderr
         second = run_gate(tmp_path, {"accuracy": 0.95}, *flags, env=env, baseline="{not json")
         assert second.returncode == 2, second.stdout + second.stderr
-        (body,) = _ours(github)
+        (body,) = marked(github)
     assert "Model gate passed" not in body
     heading, why = body.split("\n\n")[1:3]
     assert heading == "### \u26a0\ufe0f Model gate errored"

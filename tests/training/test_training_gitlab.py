@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from training_cli import answer, run_gate
+from training_cli import MARKER, answer, run_gate
 
 from forges.fake_gitlab import BOT_ID, FakeGitLab
 from gpuci_testing import clean_env
 
 PROJECT = "9"
-MARKER = "<!-- gpuci-report:training -->"
 
 
 @pytest.fixture

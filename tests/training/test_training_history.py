@@ -51,13 +51,8 @@ def test_keys_sort_newest_first_and_last_n_reads_only_n_of_10000(tmp_path):
     store.gets = store.listed = 0
     runs, skipped = history.last(store, "training", 5)
     assert skipped == 0
-    assert [r["metrics"]["eval.accuracy"] for r in runs] == [
-        0.9995,
-        0.9996,
-        0.9997,
-        0.9998,
-        0.9999,
-    ]  # the newest five, oldest first
+    newest = [r["metrics"]["eval.accuracy"] for r in runs]
+    assert newest == [0.9995, 0.9996, 0.9997, 0.9998, 0.9999]  # the newest five, oldest first
     assert store.gets == 5
     assert store.listed == 5  # the listing is stopped after five keys
 
@@ -174,11 +169,8 @@ def test_gate_appends_on_schedule_and_reports_history_before_this_run(tmp_path):
     )
     proc = _gate_cli(tmp_path, 0.97, env)
     report = json.loads(proc.stdout)["report"]
-    assert [r["metrics"]["eval.accuracy"] for r in report["history"]["runs"]] == [
-        0.91,
-        0.93,
-        0.95,
-    ]
+    read = [r["metrics"]["eval.accuracy"] for r in report["history"]["runs"]]
+    assert read == [0.91, 0.93, 0.95]
     assert report["history"]["appended"]["key"] == ""
     assert len(list((tmp_path / "hist" / "metrics-history").rglob("*.json"))) == 3
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from training_cli import run_gate
+from training_cli import run_gate, write_json
 
 from gpuci import journal, markdown, untrusted_json
 from gpuci.runtime import markdown_table
@@ -135,8 +135,7 @@ def test_report_comment_is_inert_whatever_the_gate_report_holds(tmp_path):
     assert _live(re.sub(ours, "", body)) == [], body
     assert "+0.25" in body  # the numeric delta row is kept, the others left out
 
-    path = tmp_path / "gate.json"
-    path.write_text(json.dumps(record))
+    path = write_json(tmp_path / "gate.json", record)
     proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -259,10 +258,8 @@ def test_the_provenance_line_is_inert_whatever_the_record_holds():
     ],
 )
 def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, prov, shown):
-    gate_path = tmp_path / "gate.json"
-    gate_path.write_text(json.dumps({"passed": True, "rows": []}))
-    prov_path = tmp_path / "p.json"
-    prov_path.write_text(json.dumps(prov))
+    gate_path = write_json(tmp_path / "gate.json", {"passed": True, "rows": []})
+    prov_path = write_json(tmp_path / "p.json", prov)
     args = ("--gate-report", str(gate_path), "--provenance", str(prov_path))
     proc = run_cli("report", *args, env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -280,8 +277,7 @@ def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, 
     ],
 )
 def test_a_gate_report_of_another_shape_is_reported_not_a_crash(tmp_path, record):
-    path = tmp_path / "gate.json"
-    path.write_text(json.dumps(record))
+    path = write_json(tmp_path / "gate.json", record)
     proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdict = "gate passed" if record["passed"] else "gate failed"
@@ -345,15 +341,8 @@ def test_a_metrics_path_that_cannot_be_looked_at_fails_the_gate_in_one_line(tmp_
     assert proc.returncode == 1, proc.stdout + proc.stderr
     _one_line_no_traceback(proc, "is not usable metrics: it cannot be read (File name too long)")
     assert json.loads((tmp_path / "o" / "gate.json").read_text())["passed"] is False
-    proc = run_gate(
-        tmp_path,
-        '{"eval": {"accuracy": 0.9}}',
-        "--min",
-        "accuracy=0.5",
-        "--baseline",
-        str(tmp_path / TOO_LONG),
-        env=gh_env(tmp_path),
-    )
+    flags = ("--min", "accuracy=0.5", "--baseline", str(tmp_path / TOO_LONG))
+    proc = run_gate(tmp_path, '{"eval": {"accuracy": 0.9}}', *flags, env=gh_env(tmp_path))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     _one_line_no_traceback(proc, "baseline file")
     too_long = str(tmp_path / TOO_LONG)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from training_cli import run_gate
+from training_cli import REPO, marked, run_gate
 
 from forges.fake_github import FakeGitHub
 from gpuci import charts
@@ -27,8 +27,6 @@ from gpuci_testing import clean_env, run_cli
 
 HUGE = 1.7e308
 BIG_INT = 10**350  # valid JSON (untrusted_json allows 400 digits), beyond any float
-REPO = "acme/models"
-MARKER = "<!-- gpuci-report:training -->"
 
 
 def _no_internal_error(proc) -> None:
@@ -42,8 +40,7 @@ def _no_internal_error(proc) -> None:
     ids=["min-passes", "max-fails"],
 )
 def test_a_huge_metric_is_judged_by_its_rule_and_the_gate_finishes(tmp_path, rule, rc, verdict):
-    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    proc = run_gate(tmp_path, {"accuracy": HUGE}, *rule, "--json", env=env)
+    proc = run_gate(tmp_path, {"accuracy": HUGE}, *rule, "--json")
     _no_internal_error(proc)
     assert proc.returncode == rc, proc.stdout + proc.stderr
     answer = json.loads(proc.stdout)
@@ -61,19 +58,15 @@ def test_a_huge_metric_updates_the_pr_comment_it_fails(tmp_path):
             proc = run_gate(tmp_path, {"accuracy": value}, *flags, env=env)
             _no_internal_error(proc)
             assert proc.returncode == rc, proc.stdout + proc.stderr
-        ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
-    assert len(ours) == 1
-    assert "❌ Model gate failed" in ours[0]["body"] and "above 1" in ours[0]["body"]
+        (body,) = marked(github)
+    assert "❌ Model gate failed" in body and "above 1" in body
 
 
 def test_an_integer_beyond_a_float_fails_its_row_and_the_gate_finishes(tmp_path):
     """float(10**350) raises OverflowError: the gate judged it an internal error (exit 3)."""
-    env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     metrics = {"accuracy": BIG_INT, "tokens": BIG_INT}
     baseline = {"accuracy": 0.4, "tokens": 1}
-    proc = run_gate(
-        tmp_path, metrics, "--min", "accuracy=0.5", "--json", env=env, baseline=baseline
-    )
+    proc = run_gate(tmp_path, metrics, "--min", "accuracy=0.5", "--json", baseline=baseline)
     _no_internal_error(proc)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (row,) = json.loads(proc.stdout)["report"]["gate"]["rows"]
@@ -139,18 +132,18 @@ def test_a_chart_holding_huge_values_draws_them_as_no_bar():
     assert chart.as_dict()["y_axis"] == {"min": 0.0, "max": 1.0, "from_zero": True}
 
 
+def _overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
+    """The axis maths failing as a value beyond a float makes them fail."""
+    raise OverflowError("int too large to convert to float")
+
+
 def test_a_chart_that_cannot_be_drawn_is_a_warning_line(monkeypatch):
     """The backstop: whatever the axis maths raise, the chart is dropped for a line."""
     (chart,) = metric_charts([{"metric": "acc", "value": 0.5, "passed": True}], None)
-
-    def overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
-        raise OverflowError("int too large to convert to float")
-
-    monkeypatch.setattr(charts, "y_axis", overflow)
+    monkeypatch.setattr(charts, "y_axis", _overflow)
     shown = charts.fenced(chart)
-    assert shown == "\u26a0\ufe0f Chart not drawn, its values are beyond what a chart shows: " + (
-        "acc: this run"
-    )
+    warning = "\u26a0\ufe0f Chart not drawn, its values are beyond what a chart shows: "
+    assert shown == warning + "acc: this run"
     assert chart.as_dict()["y_axis"] is None
 
 
@@ -158,11 +151,7 @@ def test_a_chart_left_out_is_also_a_warning_annotation_said_once(monkeypatch):
     """In Actions the reader sees a left-out chart without opening the summary; the report
     renders its charts for the body and again for ``--json``, and says it once."""
     gate = {"rows": [{"metric": "acc", "value": 0.5, "passed": True}]}
-
-    def overflow(_chart: charts.Chart) -> tuple[float, float, bool]:
-        raise OverflowError("int too large to convert to float")
-
-    monkeypatch.setattr(charts, "y_axis", overflow)
+    monkeypatch.setattr(charts, "y_axis", _overflow)
     result = Result(command="report")
     shown = charts_markdown(gate, None, result)
     charts_markdown(gate, None, result)

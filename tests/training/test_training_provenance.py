@@ -21,35 +21,14 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
     model = tmp_path / "out" / "model.npz"
     model.parent.mkdir()
     model.write_bytes(b"weights" * 1000)
-    (tmp_path / "out" / "tokenizer.json").write_text("{}")
+    tokenizer = tmp_path / "out" / "tokenizer.json"
+    tokenizer.write_text("{}")
     (tmp_path / "out" / "junk.incomplete").write_text("half")
-    journal.record(
-        "cache-restore",
-        {
-            "key": "data-v1",
-            "matched_key": "data-v1",
-            "manifest": "b" * 64,
-            "path": ["data"],
-            "files": 3,
-            "bytes": 1234,
-        },
-        env,
-    )
+    data = {"key": "data-v1", "matched_key": "data-v1", "manifest": "b" * 64, "path": ["data"]}
+    journal.record("cache-restore", {**data, "files": 3, "bytes": 1234}, env)
     journal.record("cache-restore", {"key": "weights-v2", "matched_key": "", "manifest": ""}, env)
-    journal.record(
-        "retry-fetch",
-        {
-            "files": [
-                {
-                    "url": "https://example.com/base.npz",
-                    "path": "weights/base.npz",
-                    "sha256": "d" * 64,
-                    "bytes": 99,
-                }
-            ]
-        },
-        env,
-    )
+    base = {"url": "https://example.com/base.npz", "path": "weights/base.npz"}
+    journal.record("retry-fetch", {"files": [{**base, "sha256": "d" * 64, "bytes": 99}]}, env)
     journal.record("gpu-setup", {"gpus": [{"name": "NVIDIA H100"}], "driver": "550.54"}, env)
 
     metrics = {"eval": {"accuracy": 0.95}}
@@ -68,12 +47,7 @@ def test_gate_with_artifacts_writes_record_and_statement(tmp_path):
 
     # subjects: every real file, with its real digest; never the half-written one
     subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
-    assert subjects == {
-        (tmp_path / "out" / "model.npz").as_posix(): sha256(model),
-        (tmp_path / "out" / "tokenizer.json").as_posix(): sha256(
-            tmp_path / "out" / "tokenizer.json"
-        ),
-    }
+    assert subjects == {model.as_posix(): sha256(model), tokenizer.as_posix(): sha256(tokenizer)}
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
     assert predicate == statement["predicate"]

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from training_cli import run_gate
+from training_cli import MARKER, REPO, marked, run_gate, write_json
 
 from forges.fake_github import FakeGitHub
 from gpuci import journal
@@ -16,9 +16,6 @@ from gpuci.training import _ci as ci
 from gpuci.training import _history as history
 from gpuci.training import _report as report
 from gpuci_testing import clean_env, run_cli
-
-REPO = "acme/models"
-MARKER = "<!-- gpuci-report:training -->"
 
 
 @pytest.fixture
@@ -54,9 +51,7 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
 
     first = gate(tmp_path, env, 0.95, "--comment")
     assert first.returncode == 0, first.stdout + first.stderr
-    ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
-    assert len(ours) == 1
-    body = ours[0]["body"]
+    (body,) = marked(github)
     assert body.startswith(MARKER)
     assert "✅ Model gate passed" in body
     assert "| `eval.accuracy` | 0.95 | eval.accuracy >= 0.92 | 0.93 | +0.02 | ✅ pass |" in body
@@ -74,9 +69,8 @@ def test_comment_created_then_updated_in_place_never_duplicated(tmp_path, github
 
     second = gate(tmp_path, env, 0.90, "--comment")
     assert second.returncode == 1  # the gate fails, and the comment still says so
-    ours = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
-    assert len(ours) == 1, "a second run must update, not add"
-    assert "❌ Model gate failed" in ours[0]["body"] and "FAIL: below 0.92" in ours[0]["body"]
+    (body,) = marked(github)  # a second run updates, never adds
+    assert "❌ Model gate failed" in body and "FAIL: below 0.92" in body
     assert len(github.state.comments[f"{REPO}#7"]) == 6
     methods = [m for m, *_ in github.state.requests]
     assert methods.count("POST") == 1 and methods.count("PATCH") == 1
@@ -91,19 +85,14 @@ def test_the_chart_in_the_sticky_comment_is_updated_in_place_with_history(tmp_pa
     store = LocalStore(tmp_path / "hist")
     for i, value in enumerate((0.931, 0.935)):  # two default-branch runs before this PR
         ctx = ci.RunContext(platform="github", commit=f"{i}" * 40)
-        item = history.entry(
-            {"rows": [{"metric": "eval.accuracy", "value": value}]},
-            None,
-            ctx,
-            now=1_700_000_000 + i * 86_400,  # 2023-11-14, then the next day
-        )
-        history.append(store, "training", item)
+        rows = [{"metric": "eval.accuracy", "value": value}]
+        day = 1_700_000_000 + i * 86_400  # 2023-11-14, then the next day
+        history.append(store, "training", history.entry({"rows": rows}, None, ctx, now=day))
     env = pr_env(tmp_path, github)
     extra = ("--comment", "--history", (tmp_path / "hist").as_uri())
     assert gate(tmp_path, env, 0.95, *extra).returncode == 0
     assert gate(tmp_path, env, 0.94, *extra).returncode == 0
-    (ours,) = [c for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
-    body = ours["body"]
+    (body,) = marked(github)
     chart = body.split("```mermaid\n", 1)[1].split("\n```", 1)[0]
     assert '    x-axis ["Nov 14", "Nov 15", "this run"]' in chart  # days, not commits
     # the default branch's runs, then the PR's value, updated, as a series of its own
@@ -235,8 +224,7 @@ def test_a_marker_quoted_in_another_report_does_not_make_it_that_reports(tmp_pat
 
 @pytest.mark.parametrize("marker", ["x-->y", "a b", "<b>", "ev\nal"])
 def test_a_marker_that_could_end_its_html_comment_is_bad_input(tmp_path, marker):
-    path = tmp_path / "gate.json"
-    path.write_text(json.dumps({"passed": True, "rows": []}))
+    path = write_json(tmp_path / "gate.json", {"passed": True, "rows": []})
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     proc = run_cli("report", "--gate-report", str(path), "--marker", marker, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -14,15 +14,9 @@ from gpuci import journal
 from gpuci.training import _report as report
 from gpuci_testing import clean_env, parse_file_command, run_cli
 
-FAILED_ROW = {
-    "kind": "min",
-    "metric": "acc",
-    "value": 0.1,
-    "rule": "acc >= 0.5",
-    "passed": False,
-    "verdict": "FAIL: below 0.5",
-}
-PASSED_ROW = {**FAILED_ROW, "value": 0.9, "passed": True, "verdict": "ok"}
+_RULE = {"kind": "min", "metric": "acc", "rule": "acc >= 0.5"}
+FAILED_ROW = {**_RULE, "value": 0.1, "passed": False, "verdict": "FAIL: below 0.5"}
+PASSED_ROW = {**_RULE, "value": 0.9, "passed": True, "verdict": "ok"}
 
 
 @pytest.mark.parametrize(

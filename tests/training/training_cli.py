@@ -1,5 +1,5 @@
 """What the training tests share: a GitHub job's env, a metrics file written and ``gpuci gate``
-run on it, and a command's ``--json`` answer read with its exit code."""
+run on it, a command's ``--json`` answer read with its exit code, and the sticky report."""
 
 from __future__ import annotations
 
@@ -9,6 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from gpuci_testing import clean_env, run_cli
+
+REPO = "acme/models"
+MARKER = "<!-- gpuci-report:training -->"
+
+
+def marked(github: Any) -> list[str]:
+    """The bodies of PR 7's comments on a fake GitHub that carry the training report's marker."""
+    return [c["body"] for c in github.state.comments[f"{REPO}#7"] if MARKER in c["body"]]
 
 
 def github_env(tmp_path: Path) -> dict[str, str]:

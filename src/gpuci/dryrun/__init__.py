@@ -41,8 +41,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
         triggered_by,
         workspace_of,
     )
-    from gpuci.dryrun._events import load_payload
-    from gpuci.dryrun._given import secrets_context, vars_context
+    from gpuci.dryrun._given import load_payload, secrets_context, vars_context
     from gpuci.dryrun._planner import Planner
     from gpuci.dryrun._report import result
     from gpuci.runtime import probes_allowed

@@ -4,6 +4,12 @@ What the runner would know and this machine can tell (the event and ref asked fo
 checkout's commit and origin, the runner's OS from its labels) is filled in; what only the run
 knows (``secrets``, ``vars``, ``github.run_id``, a ``run:`` step's outputs) is an
 :class:`~gpuci.dryrun._expressions.Unknown` naming itself, so a plan says what it waited for.
+
+``github.event``: a payload is the run's, but which top-level fields it has is fixed per event
+(GitHub's webhook payloads, docs.github.com/en/webhooks/webhook-events-and-payloads): a push has
+no ``pull_request``, so ``!github.event.pull_request.draft`` on a push reads null and holds, as
+it does at run time. Fields the planned event does carry stay unknown (a PR's labels, its draft
+flag) until ``--event-payload`` gives them (:mod:`._given`).
 """
 
 from __future__ import annotations
@@ -27,9 +33,6 @@ from gpuci.dryrun._expressions import (
     Unknown,
     evaluate,
     interpolate,
-)
-from gpuci.dryrun._expressions import (
-    first_unknown as first_unknown,  # the one walk, named here for _jobs
 )
 from gpuci.dryrun._hash_files import hash_files
 from gpuci.dryrun._values import number_text
@@ -95,6 +98,51 @@ def workspace_of(workflow: Path) -> Path:
     return workspace
 
 
+# In every payload (some only for an organisation's or an app's repository: unknown, not null).
+_COMMON = ("action", "sender", "repository", "organization", "installation", "enterprise")
+_PR = (
+    *("number", "pull_request", "changes", "label", "assignee", "requested_reviewer"),
+    *("requested_team", "milestone", "before", "after", "reason"),
+)
+FIELDS: dict[str, tuple[str, ...]] = {
+    "push": (
+        *("ref", "before", "after", "base_ref", "created", "deleted", "forced", "compare"),
+        *("commits", "head_commit", "pusher"),
+    ),
+    "pull_request": _PR,
+    "pull_request_target": _PR,
+    "pull_request_review": ("review", "pull_request", "changes"),
+    "pull_request_review_comment": ("comment", "pull_request", "changes"),
+    "workflow_dispatch": ("inputs", "ref", "workflow"),
+    "schedule": ("schedule", "workflow"),
+    "merge_group": ("merge_group",),
+    "release": ("release", "changes"),
+    "issue_comment": ("issue", "comment", "changes"),
+    "issues": ("issue", "changes", "label", "assignee", "milestone"),
+    "workflow_run": ("workflow_run", "workflow"),
+    "repository_dispatch": ("branch", "client_payload"),
+    "create": ("ref", "ref_type", "master_branch", "description", "pusher_type"),
+    "delete": ("ref", "ref_type", "pusher_type"),
+}
+
+
+def event_context(
+    event: str, payload: dict[str, Any] | None, dispatch_inputs: dict[str, str] | None = None
+) -> Any:
+    """``github.event``: the given payload (what it lacks is null), else the event's fields as
+    unknowns and every other field null; an event this table lacks is unknown throughout. A
+    dispatch's ``inputs`` are its declared defaults, as text (the form left untouched)."""
+    if payload is not None:
+        return payload
+    fields = FIELDS.get(event)
+    if fields is None:
+        return Partial("github.event", {})
+    known: dict[str, Any] = {}
+    if event == "workflow_dispatch" and dispatch_inputs is not None:
+        known["inputs"] = Partial("github.event.inputs", dispatch_inputs, open=frozenset())
+    return Partial("github.event", known, open=frozenset(_COMMON + fields))
+
+
 def github_context(
     event: Event,
     workspace: Path,
@@ -103,8 +151,6 @@ def github_context(
 ) -> Partial:
     """``github.*`` as far as this checkout, the chosen event and its payload (if given) tell
     it; ``dispatch_inputs``: a dispatch's declared defaults, for ``github.event.inputs``."""
-    from gpuci.dryrun._events import event_context
-
     known: dict[str, Any] = {
         "event_name": event.name,
         "ref": event.ref,

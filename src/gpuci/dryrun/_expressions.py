@@ -4,7 +4,8 @@ One evaluator for the whole project: ``dry-run`` plans a workflow with it, and t
 harness runs our composite actions with it. No library on PyPI evaluates ``${{ }}`` the way
 the runner does (actions/runner ``src/Sdk/Expressions``), and the subset is small.
 
-Supported: literals (``'text'`` with ``''`` escapes, numbers, ``true``, ``false``, ``null``),
+Supported: literals (``'text'`` with ``''`` escapes, numbers as the runner reads them: ``1e3``,
+``.5``, ``0x1F``, ``0o17``, ``NaN``, ``Infinity``; ``true``, ``false``, ``null``),
 context lookups (``inputs.x``, ``steps.id.outputs.y``, ``env.X``, ``a['b']``), ``!``, ``==``,
 ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``&&``, ``||`` (which return an operand, as in GitHub),
 parentheses, the status functions, ``contains``/``startsWith``/``endsWith``/``format``/``join``/
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuci import untrusted_json
-from gpuci.dryrun._budget import KEY_COST, spend
+from gpuci.dryrun._bounds import KEY_COST, spend
 from gpuci.dryrun._values import (
     ExpressionError,
     Partial,
@@ -65,14 +66,22 @@ __all__ = [
     "truthy",
 ]
 
+# A number is read as the runner's LexicalAnalyzer reads one: from a sign or a digit (or a dot
+# where no property can follow) up to the next boundary, dots included, then parsed as text is
+# (``to_number``: ``.5``, ``1e3``, ``0x1F``, ``0o17``, ``-Infinity``); one that parses to NaN is
+# no number (``1.2.3``, ``-0x1``). ``NaN`` and ``Infinity`` are keywords (primary reads them).
 TOKEN = re.compile(
     r"\s*(?:"
     r"(?P<str>'(?:[^']|'')*')"
-    r"|(?P<num>-?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:[eE][+-]?\d+)?))"
+    r"|(?P<num>[-+0-9][^\s()\[\],!<>=&|]*)"
     r"|(?P<op>==|!=|<=|>=|&&|\|\||[!<>().\[\],*])"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)"
     r")"
 )
+_DOT_NUMBER = re.compile(r"\s*(?P<num>\.[^\s()\[\],!<>=&|]*)")
+# after these (or at the start) a dot begins a number, as in the runner; elsewhere a property
+_BEFORE_NUMBER = frozenset({",", "(", "[", "!", "==", "!=", "<", "<=", ">", ">=", "&&", "||"})
+KEYWORD_NUMBERS = {"NaN": math.nan, "Infinity": math.inf}
 STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
 EMBEDDED = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 Status = Callable[[str], "bool | Unknown"]
@@ -96,11 +105,15 @@ def tokenize(text: str) -> list[tuple[str, str]]:
     pos = 0
     text = text.rstrip()
     while pos < len(text):
-        match = TOKEN.match(text, pos)
+        dot = not tokens or tokens[-1][1] in _BEFORE_NUMBER  # a string keeps its quotes
+        match = (dot and _DOT_NUMBER.match(text, pos)) or TOKEN.match(text, pos)
         if not match or match.end() == pos:
             raise ExpressionError(f"cannot parse expression at {text[pos:]!r}")
         kind = match.lastgroup or ""
-        tokens.append((kind, match.group(kind)))
+        token = match.group(kind)
+        if kind == "num" and math.isnan(to_number(token)):
+            raise ExpressionError(f"cannot parse the number {token!r} in {text!r}")
+        tokens.append((kind, token))
         pos = match.end()
     return tokens
 
@@ -259,6 +272,8 @@ class _Parser:
             return text == "true"
         if text == "null":
             return None
+        if text in KEYWORD_NUMBERS:
+            return KEYWORD_NUMBERS[text]
         if self.peek() == "(":
             return self.call(text)
         found = next((k for k in self.contexts if k.casefold() == text.casefold()), None)

@@ -5,6 +5,9 @@
 printed, and it evaluates as an opaque, non-empty value (``secrets.X != ''`` holds, its text
 stays unknown). Once any is given, a name not given is empty, as in act and in GitHub for an
 unset variable or secret; with none given, ``vars``/``secrets`` stay unknown throughout.
+
+``--event-payload`` is the event as act's ``-e`` takes it: that JSON *is* ``github.event``
+(:func:`gpuci.dryrun._contexts.event_context`), and what it lacks is null.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from gpuci.dryrun._expressions import Partial, Unknown, opaque
 from gpuci.dryrun._workflow import MAX_FILE_BYTES
 from gpuci.errors import InputError
 
-__all__ = ["ALWAYS_SECRETS", "secrets_context", "vars_context"]
+__all__ = ["ALWAYS_SECRETS", "load_payload", "secrets_context", "vars_context"]
 
 ALWAYS_SECRETS = (settings.GITHUB_TOKEN.name,)  # the runner makes it for every job
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -107,3 +110,17 @@ def secrets_context(names: list[str]) -> dict[str, Any]:
         name = _check_name(raw.strip(), "--secret", "pass --secret NAME")
         found[name] = opaque(f"secrets.{name}")
     return found
+
+
+MAX_PAYLOAD_BYTES = 4 << 20  # GitHub caps webhook payloads at 25 MB; a test event is KiBs
+
+
+def load_payload(path: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (``--event-payload``), as act's ``-e`` reads it.
+
+    Raises InputError for a file that is missing, too large, or not a JSON object.
+    """
+    hint = 'pass a JSON file holding the payload, e.g. {"pull_request": {"draft": true}}'
+    return untrusted_json.object_input(
+        Path(path), "the event payload", hint, MAX_PAYLOAD_BYTES, finite=True
+    )

@@ -66,7 +66,6 @@ class _Glob:
 
     parts: Names  # folders and names below the workspace; '**' runs collapsed to one
     negate: bool = False
-    implicit: bool = False  # the '<pattern>/**' the runner adds: one name or more below
     dirs_only: bool = False  # written with a trailing '/': matches folders, never a file
 
     def search(self) -> Names:
@@ -200,7 +199,7 @@ def _parse(texts: list[str]) -> list[_Glob] | None:
         explicit = _Glob(parts, negate, dirs_only=line.endswith("/"))
         globs.append(explicit)
         if explicit.dirs_only or parts[-1:] != ("**",):
-            globs.append(_Glob((*parts, "*", "**"), negate, implicit=True))
+            globs.append(_Glob((*parts, "*", "**"), negate))  # the runner's implicit '/**'
     return globs
 
 

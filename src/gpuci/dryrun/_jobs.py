@@ -16,7 +16,6 @@ from gpuci.dryrun._contexts import (
     PLAN_FUNCTIONS,
     evaluate_text,
     evaluate_value,
-    first_unknown,
     text_of,
 )
 from gpuci.dryrun._expressions import (
@@ -25,6 +24,7 @@ from gpuci.dryrun._expressions import (
     Unknown,
     condition,
     evaluate,
+    first_unknown,
     opaque,
     to_number,
     to_text,

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun._bounds import PlanBounds, cycle_detail
-from gpuci.dryrun._budget import Budget
+from gpuci.dryrun._bounds import Budget, PlanBounds, cycle_detail
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
@@ -233,8 +232,8 @@ class Planner:
         self.plans.append(plan)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
-        steps = job.get("steps")  # the PR's file: ``steps: 1`` is no list
-        for index, step in enumerate(steps if isinstance(steps, list) else [], start=1):
+        # a list, or none: load_workflow refuses ``steps: 1``
+        for index, step in enumerate(job.get("steps") or [], start=1):
             self.bounds.count(1, f"job {name} step {index}")
             if isinstance(step, dict):
                 self.plans.append(skipped_plan(name, index, step, why, ""))
@@ -385,7 +384,7 @@ class Planner:
     ) -> None:
         """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
         would run conditional (its job's ``if:`` is known only at run time)."""
-        steps = list(steps) if isinstance(steps, list) else []  # ``steps: 1``: no steps
+        steps = list(steps) if isinstance(steps, list) else []  # a composite's ``steps: 1``
         for number, step in enumerate(steps, start=1):
             self.bounds.count(1, f"job {job} step {prefix}{number}")
             if not isinstance(step, dict):

@@ -86,7 +86,7 @@ def to_number(value: Any) -> float:
 # no ``_``, no ``inf`` or ``nan``), then ``0x``/``0o`` as an Int32, then ``Infinity``.
 _DOUBLE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")
-_INFINITIES = {"Infinity": math.inf, "-Infinity": -math.inf}
+_INFINITIES = {"Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _parsed_number(text: str) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 from gpuci import untrusted_json
 from gpuci.commands import Command, command_for_action
 from gpuci.errors import InputError
-from gpuci.redact import clip
+from gpuci.redact import clip, excerpt
 
 MAX_QUOTED = 40  # characters of a with: value a bad-input line quotes back
 
@@ -52,7 +52,21 @@ def load_workflow(path: Path) -> dict[str, Any]:
             hint="point dry-run at a GitHub Actions workflow file; for GitLab CI, run the job "
             "with GPUCI_DRY_RUN=true (every gpuci command then plans only)",
         )
-    return data
+    return _steps_listed(path, data, "workflow")
+
+
+def _steps_listed(path: Path, workflow: dict[str, Any], what: str) -> dict[str, Any]:
+    """``workflow``, unless a job's ``steps:`` is no list (``steps: 1``): GitHub fails such a
+    workflow, where a plan read it as a job of no steps."""
+    for name, job in workflow["jobs"].items():
+        if isinstance(job, dict) and "steps" in job and not isinstance(job["steps"], list):
+            raise InputError(
+                f"{what} {path} job '{excerpt(str(name), MAX_QUOTED)}' has steps: "
+                f"{excerpt(str(job['steps']), MAX_QUOTED)}, not a list",
+                hint="GitHub fails a workflow whose job's steps is no sequence; write each "
+                "step as a list item (- run: ... or - uses: ...)",
+            )
+    return workflow
 
 
 ROOT = "."  # the all-in-one action at the repository root
@@ -212,7 +226,7 @@ def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any
     data = read_yaml(path, "reusable workflow")
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
         return None
-    return path, data
+    return path, _steps_listed(path, data, "reusable workflow")
 
 
 def _is_file(path: Path) -> bool:

@@ -43,14 +43,11 @@ def parse_all(inp: GateInputs) -> list[Rule]:
 
 
 def _missing_file_verdict(rules: list[Rule], message: str) -> Verdict:
-    verdict = Verdict()
-    for rule in rules:
-        verdict.rows.append(
-            Row(
-                rule=rule, rule_text=rule.describe(), metric=rule.metric, verdict=f"FAIL: {message}"
-            )
-        )
-    return verdict
+    """Every rule failed by ``message``: there are no metrics to judge."""
+    fail = f"FAIL: {message}"
+    return Verdict(
+        [Row(rule=r, rule_text=r.describe(), metric=r.metric, verdict=fail) for r in rules]
+    )
 
 
 def evaluate(inp: GateInputs, rules: list[Rule]) -> tuple[dict[str, Any], list[str]]:

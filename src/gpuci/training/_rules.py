@@ -79,7 +79,6 @@ class Row:
 @dataclass
 class Verdict:
     rows: list[Row] = field(default_factory=list)
-    baseline_found: bool = False
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -168,7 +167,7 @@ def judge(
     require_baseline: bool = False,
 ) -> Verdict:
     """Judge every rule; the verdict passes only when every row passes."""
-    verdict = Verdict(baseline_found=baseline is not None)
+    verdict = Verdict()
     for rule in rules:
         lower = lower_is_better(rule.metric, rules, lower_better_names)
         row = Row(rule=rule, rule_text=rule.describe(lower), metric=rule.metric)
