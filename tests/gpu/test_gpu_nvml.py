@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from operator import attrgetter
 
 import pynvml
 import pytest
@@ -85,31 +86,26 @@ def test_old_driver_falls_back_to_memory_info_v1() -> None:
     assert s.gpus[0].memory_total == 16160 * 1024 * 1024
 
 
-def test_unexpected_errors_on_optional_fields_become_notes() -> None:
+@pytest.mark.parametrize(
+    ("call", "code", "note", "unread"),
+    [
+        ("PcieReplayCounter", abi.ERROR_UNKNOWN, "Unknown Error", "health.pcie_replay_counter"),
+        ("PowerManagementLimit", abi.ERROR_INVALID_ARGUMENT, "Invalid Argument", "power_limit_w"),
+    ],
+)
+def test_unexpected_errors_on_optional_fields_become_notes(call, code, note, unread) -> None:
+    """INVALID_ARGUMENT too is a note, not unsupported: it means the call was wrong, and hiding
+    it as "unsupported" would hide our bug."""
     fake = FakeNvml(["l4"])
 
     def broken(handle: object) -> int:
-        raise fake.NVMLError(999)
+        raise fake.NVMLError(code)
 
-    fake.nvmlDeviceGetPcieReplayCounter = broken  # type: ignore[method-assign]
+    setattr(fake, f"nvmlDeviceGet{call}", broken)
     with open_nvml({}, fake) as session:
         (g,) = session.snapshot().gpus
-    assert g.health.pcie_replay_counter is None
-    assert g.notes == ("nvmlDeviceGetPcieReplayCounter: Unknown Error",)
-
-
-def test_invalid_argument_is_a_note_not_unsupported() -> None:
-    """INVALID_ARGUMENT means the call was wrong: hiding it as "unsupported" hides our bug."""
-    fake = FakeNvml(["h200"])
-
-    def wrong(handle: object) -> int:
-        raise fake.NVMLError(abi.ERROR_INVALID_ARGUMENT)
-
-    fake.nvmlDeviceGetPowerManagementLimit = wrong  # type: ignore[method-assign]
-    with open_nvml({}, fake) as session:
-        (g,) = session.snapshot().gpus
-    assert g.power_limit_w is None
-    assert g.notes == ("nvmlDeviceGetPowerManagementLimit: Invalid Argument",)
+    assert attrgetter(unread)(g) is None
+    assert g.notes == (f"nvmlDeviceGet{call}: {note}",)
 
 
 def test_pci_bus_id_cpu_affinity_and_numa_node() -> None:

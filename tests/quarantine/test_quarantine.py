@@ -271,19 +271,9 @@ def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path,
         GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
         **gh(api, RUNNER_NAME="gpu-node"),
     )
+    command = "gpu-smoke --framework none --on-failure quarantine --quarantine-labels gpu-large"
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            NO_HTTPX,
-            "gpu-smoke",
-            "--framework",
-            "none",
-            "--on-failure",
-            "quarantine",
-            "--quarantine-labels",
-            "gpu-large",
-        ],
+        [sys.executable, "-c", NO_HTTPX, *command.split()],
         capture_output=True,
         text=True,
         env=env,

@@ -150,28 +150,17 @@ def _per_unit(
 
 
 def _ecc_check(req: Requirements, gpus: tuple[GpuInfo, ...]) -> CheckOutcome:
-    required = "no uncorrected ECC errors or pending remaps"
-    if not req.fail_on_ecc_errors:
-        required = "report only"
-    problems = [
-        f"GPU {g.index}: {', '.join(g.health.memory_problems())}"
-        for g in gpus
-        if g.health.memory_problems()
-    ]
+    check, fail = "fail-on-ecc-errors", req.fail_on_ecc_errors
+    required = "no uncorrected ECC errors or pending remaps" if fail else "report only"
     if not any(g.health.memory_counters_supported() for g in gpus):
-        return CheckOutcome(
-            "fail-on-ecc-errors", required, "unsupported", "ECC counters not reported (ECC off?)"
-        )
-    if problems and req.fail_on_ecc_errors:
-        return CheckOutcome("fail-on-ecc-errors", required, "fail", "; ".join(problems))
-    if problems:
-        return CheckOutcome(
-            "fail-on-ecc-errors",
-            required,
-            "pass",
-            "; ".join(problems) + " (not failing: fail-on-ecc-errors is false)",
-        )
-    return CheckOutcome("fail-on-ecc-errors", required, "pass", "no ECC errors, no pending remaps")
+        return CheckOutcome(check, required, "unsupported", "ECC counters not reported (ECC off?)")
+    found = [f"GPU {g.index}: {', '.join(p)}" for g in gpus if (p := g.health.memory_problems())]
+    if not found:
+        return CheckOutcome(check, required, "pass", "no ECC errors, no pending remaps")
+    if fail:
+        return CheckOutcome(check, required, "fail", "; ".join(found))
+    why = "; ".join(found) + f" (not failing: {check} is false)"
+    return CheckOutcome(check, required, "pass", why)
 
 
 def _name_check(pattern: re.Pattern[str], units: list[Unit]) -> CheckOutcome:

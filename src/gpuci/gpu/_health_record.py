@@ -236,6 +236,16 @@ def _read(store: Any, since: float) -> _Read:
     return out
 
 
+def _read_store(url: str, environ: Mapping[str, str], rt: Runtime | None, since: float) -> _Read:
+    """:func:`_read` on the store at ``url``; InfraError when it cannot be read."""
+    try:
+        return _read(_open(url, environ, rt), since)
+    except OSError as exc:
+        raise InfraError(
+            f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
+        ) from None
+
+
 def recent_failures(
     url: str,
     environ: Mapping[str, str],
@@ -248,12 +258,7 @@ def recent_failures(
 
     Raises InfraError when the store cannot be read.
     """
-    try:
-        got = _read(_open(url, environ, rt), since)
-    except OSError as exc:
-        raise InfraError(
-            f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
-        ) from None
+    got = _read_store(url, environ, rt, since)
     if got.warning() and warn is not None:
         warn(got.warning())
     return [i for i in got.items if i.get("passed") is False]
@@ -272,12 +277,7 @@ def report(inp: ReportInputs, rt: Runtime) -> Result:
         )
     days = inp.days or 7.0  # 0 reads as the default, as before
     since = time.time() - days * 86400
-    try:
-        got = _read(_open(url, rt.environ, rt), since)
-    except OSError as exc:
-        raise InfraError(
-            f"cannot read the GPU health record: {exc}", hint="check the store URL and access"
-        ) from None
+    got = _read_store(url, rt.environ, rt, since)
     items = got.items
     rows = _by_gpu(items)
     failing = sorted(

@@ -65,7 +65,7 @@ def _visibility_notes(result: Result, host: Snapshot | None, vis: Visibility | N
         result.warning(
             f"GPU {skipped.index} could not be opened (NVML: {skipped.reason}): skipped and not "
             "judged, as nvidia-smi does (a device cgroup, e.g. Slurm ConstrainDevices, hides it)",
-            "gpu-setup",
+            COMMAND,
         )
     if vis is None or not vis.restricted:
         return
@@ -98,7 +98,7 @@ def _describe(result: Result, seen: Setup) -> None:
             "gpu-setup: MIG",
         )
     for note in [n for g in seen.gpus for n in g.notes]:
-        result.warning(f"unexpected NVML answer: {note}", "gpu-setup")
+        result.warning(f"unexpected NVML answer: {note}", COMMAND)
     _visibility_notes(result, seen.host, seen.visibility)
     for g in seen.gpus:
         for finding in g.mode_findings():
@@ -127,7 +127,7 @@ def _verdict(result: Result, done: Setup) -> Result:
     result.outputs = done.outputs()
     result.headline = _headline(failed, done.units, done.cpu_only)
     for check in failed:
-        result.error(f"{check.check}: {check.reason} (required {check.required})", "gpu-setup")
+        result.error(f"{check.check}: {check.reason} (required {check.required})", COMMAND)
     if not failed:
         for g in done.gpus:
             if g.health.memory_problems():

@@ -36,7 +36,7 @@ from gpuci.gpu._smoke.health import LoadSampler, XidListener
 from gpuci.gpu._smoke.health_judge import health_checks, watch
 from gpuci.gpu._smoke.load import Sizes, Target
 from gpuci.gpu._smoke.plan import Plan, dry_run, params, plan_load, render_plan
-from gpuci.gpu._smoke.report import SCHEMA, Smoke, judge, render, report_path
+from gpuci.gpu._smoke.report import COMMAND, SCHEMA, Smoke, judge, render, report_path
 from gpuci.gpu._smoke.schedule import Watchdog, run_plan
 from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu._visible import Visibility, job_view
@@ -45,8 +45,6 @@ from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
 
 __all__ = ["Plan", "Smoke", "examine", "selected_checks", "smoke"]
-
-COMMAND = "gpu-smoke"
 
 NO_GPU_HINT = (
     "run gpu-smoke on a GPU runner (containers need the NVIDIA container toolkit, e.g. "

@@ -123,6 +123,8 @@ _MAMF = "ml-engineering MAMF table, S. Bekman, BF16 torch.mm best shape"
 # i.e. half the "with sparsity" figure, memory size), as the comment on each row says.
 # Measured: the lowest of the published sustained figures read for that board (the others
 # read are in the comment and the docs); none means the row reports that figure only.
+# Each row: Model(key, pattern, peak GB/s, peak FP16 TFLOP/s, PCIe (gen, width), GB, ...).
+# fmt: off
 MODELS: tuple[Model, ...] = (
     # NVIDIA H200 NVL datasheet: 4.8 TB/s HBM3e, FP16 tensor 1,671 sparse / 835 dense, 141 GB,
     # up to 600 W (PCIe card, NVLink bridge 2- or 4-way). Measured: none found.
@@ -132,71 +134,36 @@ MODELS: tuple[Model, ...] = (
     # announced in November 2024; the file names no variant); Azure ND H200
     # v5 (8x H200 SXM) BabelStream copy 4.01 TB/s. GEMM: the MAMF table's H100 SXM row (794.5)
     # notes "H200 is the same" (its FP8 rows: H200 1453.4, H100 1402.6).
-    Model(
-        "H200",
-        r"\bH200\b",
-        4800,
-        989,
-        (5, 16),
-        141,
-        copy=Measured(3165, f"{_STREAM}, H200, 2023-12"),
-        gemm=Measured(794.5, f"{_MAMF}, H100 SXM row: 'H200 is the same'"),
-    ),
+    Model("H200", r"\bH200\b", 4800, 989, (5, 16), 141,
+          copy=Measured(3165, f"{_STREAM}, H200, 2023-12"),
+          gemm=Measured(794.5, f"{_MAMF}, H100 SXM row: 'H200 is the same'")),
     # NVIDIA H100 NVL datasheet: 3.9 TB/s, FP16 tensor 1,671 sparse / 835 dense, 94 GB.
     # Measured: none found.
     Model("H100-NVL", r"\bH100 NVL\b", 3900, 835, (5, 16), 94),
     # NVIDIA H100 SXM5 datasheet: 3.35 TB/s, FP16 tensor 1,979 sparse / 989 dense, 80 GB.
     # Copy: Azure ND H100 v5 (H100 80GB HBM3) BabelStream copy 2.90 TB/s. GEMM: MAMF H100 SXM
     # 794.5 TFLOP/s (torch 2.7.0+cu126, best shape 2048x2048x13312).
-    Model(
-        "H100-SXM",
-        r"\bH100\b.*(SXM|HBM3)",
-        3350,
-        989,
-        (5, 16),
-        80,
-        copy=Measured(2900, f"{_AZURE}, ND H100 v5 BabelStream copy, 2024-09"),
-        gemm=Measured(794.5, f"{_MAMF}, H100 SXM"),
-    ),
+    Model("H100-SXM", r"\bH100\b.*(SXM|HBM3)", 3350, 989, (5, 16), 80,
+          copy=Measured(2900, f"{_AZURE}, ND H100 v5 BabelStream copy, 2024-09"),
+          gemm=Measured(794.5, f"{_MAMF}, H100 SXM")),
     # NVIDIA H100 PCIe datasheet: 2.0 TB/s, FP16 tensor 1,513 sparse / 756 dense, 80 GB.
     # Copy: gpu-stream h100_pcie.txt 1704 GB/s (CUDA 11.7). GEMM: none found.
-    Model(
-        "H100-PCIe",
-        r"\bH100\b",
-        2000,
-        756,
-        (5, 16),
-        80,
-        copy=Measured(1704, f"{_STREAM}, H100 PCIe, 2023-01"),
-    ),
+    Model("H100-PCIe", r"\bH100\b", 2000, 756, (5, 16), 80,
+          copy=Measured(1704, f"{_STREAM}, H100 PCIe, 2023-01")),
     # NVIDIA A100 datasheet, 80GB SXM: 2,039 GB/s (the 80GB PCIe card: 1,935), FP16 tensor 312
     # dense (624 sparse). Copy: Azure ND A100 v4 (A100-SXM4-80GB) BabelStream copy 1.61 TB/s;
     # gpu-stream a100_80.txt 1732. GEMM: MAMF A100 PCIe 252.9 (torch 2.5.1+cu124, memory size
     # not stated; the PCIe card shares this row); Azure A100-SXM4-80GB cuBLASLt FP16 8192^3
     # 253.7; MAMF A100 SXM 271.2.
-    Model(
-        "A100-80GB",
-        r"\bA100\b.*80GB",
-        2039,
-        312,
-        (4, 16),
-        80,
-        copy=Measured(1610, f"{_AZURE}, ND A100 v4 BabelStream copy, 2024-09"),
-        gemm=Measured(252.9, f"{_MAMF}, A100 PCIe"),
-    ),
+    Model("A100-80GB", r"\bA100\b.*80GB", 2039, 312, (4, 16), 80,
+          copy=Measured(1610, f"{_AZURE}, ND A100 v4 BabelStream copy, 2024-09"),
+          gemm=Measured(252.9, f"{_MAMF}, A100 PCIe")),
     # NVIDIA A100 datasheet, 40GB: 1,555 GB/s, FP16 tensor 312 dense. Copy: gpu-stream
     # a100_40.txt 1381 GB/s. GEMM: MAMF A100 PCIe 252.9 (the lowest of it, A100 SXM 271.2, and
     # H. He's A100 8192^3 cuBLAS on random inputs, 257, thonking.ai 2024).
-    Model(
-        "A100-40GB",
-        r"\bA100\b",
-        1555,
-        312,
-        (4, 16),
-        40,
-        copy=Measured(1381, f"{_STREAM}, A100 40GB, 2023-01"),
-        gemm=Measured(252.9, f"{_MAMF}, A100 PCIe"),
-    ),
+    Model("A100-40GB", r"\bA100\b", 1555, 312, (4, 16), 40,
+          copy=Measured(1381, f"{_STREAM}, A100 40GB, 2023-01"),
+          gemm=Measured(252.9, f"{_MAMF}, A100 PCIe")),
     # NVIDIA L40S datasheet: 864 GB/s GDDR6, FP16 tensor 362 dense (733 sparse), 48 GB, 350 W.
     # Measured: none found (gpu-stream's L40, 770 GB/s, is another board).
     Model("L40S", r"\bL40S\b", 864, 362, (4, 16), 48, capped=True),
@@ -210,23 +177,15 @@ MODELS: tuple[Model, ...] = (
     # 24 TFLOP/s sustained (cuBLAS FP16 4096^3, mean of 100 products), which NVIDIA's forum
     # moderator calls expected under the 70 W cap (forums.developer.nvidia.com/t/264462).
     # Copy: none found.
-    Model(
-        "T4",
-        r"\bT4\b",
-        320,
-        65,
-        (3, 16),
-        16,
-        capped=True,
-        gemm=Measured(24, "NVIDIA developer forum topic 264462, T4 cuBLAS FP16 4096^3, 70 W"),
-    ),
+    Model("T4", r"\bT4\b", 320, 65, (3, 16), 16, capped=True,
+          gemm=Measured(24, "NVIDIA developer forum topic 264462, T4 cuBLAS FP16 4096^3, 70 W")),
     # NVIDIA V100 datasheet, SXM2: 900 GB/s, 125 TFLOP/s tensor, 16 GB (32 GB boards share the
     # row; the PCIe card's tensor figure is 112). Copy: gpu-stream v100.txt 802 GB/s (the
     # variant is not named). GEMM: none found.
-    Model(
-        "V100", r"\bV100\b", 900, 125, (3, 16), 16, copy=Measured(802, f"{_STREAM}, V100, 2023-01")
-    ),
+    Model("V100", r"\bV100\b", 900, 125, (3, 16), 16,
+          copy=Measured(802, f"{_STREAM}, V100, 2023-01")),
 )
+# fmt: on
 
 
 def lookup(name: str | None) -> Model | None:

@@ -19,12 +19,10 @@ from gpuci.gpu._smoke.backends import Backend, installed
 from gpuci.gpu._smoke.checks import LOAD_CHECKS, CheckFn, Planned
 from gpuci.gpu._smoke.load import Rates, Sizes, Target
 from gpuci.gpu._smoke.models import minimums
-from gpuci.gpu._smoke.report import SCHEMA
+from gpuci.gpu._smoke.report import COMMAND, SCHEMA
 from gpuci.gpu._smoke.schedule import SERIAL
 from gpuci.gpu.options import SmokeInputs
 from gpuci.runtime import Result
-
-COMMAND = "gpu-smoke"
 
 # What the health check reads, named for the plan and the report.
 HEALTH_READS = {

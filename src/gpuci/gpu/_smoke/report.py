@@ -137,7 +137,7 @@ def render(done: Smoke) -> Result:
     }
     result.report = done.report
     for warning in done.warnings:
-        result.warning(warning, "gpu-smoke")
+        result.warning(warning, COMMAND)
     return result
 
 
@@ -213,15 +213,15 @@ def _annotate(
 ) -> None:
     """An error per failed check, a warning per note, one for the checks the budget cut."""
     for o in failed:
-        result.error(f"{o.label}: {o.reason}", "gpu-smoke")
+        result.error(f"{o.label}: {o.reason}", COMMAND)
     for note in notes:
-        result.warning(note, "gpu-smoke")
+        result.warning(note, COMMAND)
     budget_skips = [o for o in skipped if o.reason.startswith("skipped to keep the budget")]
     if budget_skips:
         result.warning(
             f"{len(budget_skips)} check(s) skipped to keep the {budget.total:g}s budget: "
             + ", ".join(o.label for o in budget_skips),
-            "gpu-smoke",
+            COMMAND,
         )
 
 

@@ -7,6 +7,7 @@ the fake's behaviour lives in :mod:`gpuci.gpu.fake.nvml` and :mod:`gpuci.gpu.fak
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuci.gpu import _nvml_abi as abi
 
@@ -88,125 +89,74 @@ NO_REMAPS = (0, 0, False, False)  # row remapping (Ampere and later) with nothin
 # PCI buses of the eight GPUs in an HGX H100 board, as nvidia-smi shows them.
 HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
+# NVML's architecture number of each compute capability below (nvml.h's NVML_DEVICE_ARCH_*).
+_ARCH = {(7, 0): 5, (7, 5): 6, (8, 0): 7, (8, 9): 8, (9, 0): 9}  # Volta Turing Ampere Ada Hopper
+
+
+def _board(
+    name: str,
+    memory_mib: int,
+    cc: tuple[int, int],
+    driver: str,
+    cuda: int,
+    power_w: int,
+    pcie_gen: tuple[int, int],
+    temperature_c: int,
+    serial_prefix: str,
+    **more: Any,
+) -> Profile:
+    """One recorded board. Its NVML architecture follows from ``cc``, and so does the memory
+    counter its generation has: row remapping from Ampere on, retired pages before it."""
+    counter = {"remapped_rows": NO_REMAPS} if cc >= (8, 0) else {"retired_pages_pending": False}
+    fields = {"temperature_c": temperature_c, "serial_prefix": serial_prefix, **counter, **more}
+    return Profile(
+        name, memory_mib, cc, _ARCH[cc], driver, cuda, power_w * 1000, pcie_gen, **fields
+    )
+
+
+# Each row: _board(name, memory MiB, compute capability, driver, CUDA, power limit W,
+# PCIe (current, max) generation, temperature C, serial prefix, then what differs).
+# fmt: off
 PROFILES: dict[str, Profile] = {
     # nvidia-smi on an H200 SXM: 143771 MiB FB (141 GB HBM3e), 700 W, PCIe Gen5 x16.
-    "h200": Profile(
-        name="NVIDIA H200",
-        memory_mib=143771,
-        reserved_mib=579,
-        cc=(9, 0),
-        arch=9,
-        driver="550.90.07",
-        cuda=12040,
-        power_limit_mw=700000,
-        pcie_gen=(5, 5),
-        temperature_c=31,
-        remapped_rows=NO_REMAPS,
-        mig=[],
-        nvlinks=18,
-        mem_clocks=(3201, 3201, 3201, 3201),
-        serial_prefix="165242100",
+    "h200": _board(
+        "NVIDIA H200", 143771, (9, 0), "550.90.07", 12040, 700, (5, 5), 31, "165242100",
+        reserved_mib=579, mig=[], nvlinks=18, mem_clocks=(3201, 3201, 3201, 3201),
     ),
     # H100 SXM5 80GB: 81559 MiB FB, 700 W, driver 535 / CUDA 12.2.
-    "h100-sxm": Profile(
-        name="NVIDIA H100 80GB HBM3",
-        memory_mib=81559,
-        reserved_mib=551,
-        cc=(9, 0),
-        arch=9,
-        driver="535.129.03",
-        cuda=12020,
-        power_limit_mw=700000,
-        pcie_gen=(5, 5),
-        temperature_c=29,
-        remapped_rows=NO_REMAPS,
-        mig=[],
-        nvlinks=18,
-        serial_prefix="165232100",
+    "h100-sxm": _board(
+        "NVIDIA H100 80GB HBM3", 81559, (9, 0), "535.129.03", 12020, 700, (5, 5), 29, "165232100",
+        reserved_mib=551, mig=[], nvlinks=18,
     ),
     # A100 SXM4 40GB in MIG mode with two 3g.20gb GPU instances (19968 MiB each).
-    "a100-mig": Profile(
-        name="NVIDIA A100-SXM4-40GB",
-        memory_mib=40960,
-        cc=(8, 0),
-        arch=7,
-        driver="525.85.12",
-        cuda=12000,
-        power_limit_mw=400000,
-        pcie_gen=(4, 4),
-        temperature_c=27,
-        remapped_rows=NO_REMAPS,
+    "a100-mig": _board(
+        "NVIDIA A100-SXM4-40GB", 40960, (8, 0), "525.85.12", 12000, 400, (4, 4), 27, "132102200",
         mig=[MigProfile("3g.20gb", 19968, 1), MigProfile("3g.20gb", 19968, 2)],
-        serial_prefix="132102200",
     ),
     # L4: 23034 MiB GDDR6, 72 W, PCIe Gen4 x16, Ada (cc 8.9).
-    "l4": Profile(
-        name="NVIDIA L4",
-        memory_mib=23034,
-        reserved_mib=428,
-        cc=(8, 9),
-        arch=8,
-        driver="535.104.05",
-        cuda=12020,
-        power_limit_mw=72000,
-        pcie_gen=(4, 4),
-        temperature_c=38,
-        remapped_rows=NO_REMAPS,
-        mig=None,
-        serial_prefix="132432300",
+    "l4": _board(
+        "NVIDIA L4", 23034, (8, 9), "535.104.05", 12020, 72, (4, 4), 38, "132432300",
+        reserved_mib=428, mig=None,
     ),
     # T4: 15360 MiB GDDR6, 70 W, PCIe Gen3 x16, Turing (cc 7.5): retired pages, no remapping.
-    "t4": Profile(
-        name="Tesla T4",
-        memory_mib=15360,
-        cc=(7, 5),
-        arch=6,
-        driver="535.104.05",
-        cuda=12020,
-        power_limit_mw=70000,
-        pcie_gen=(1, 3),  # idles at Gen1 to save power, as nvidia-smi shows
-        temperature_c=41,
-        retired_pages_pending=False,
-        mig=None,
-        # T4's default applications clock is 585 MHz (boost to 1590 is automatic): not lowered
-        sm_clocks=(300, 585, 585, 1590),
-        mem_clocks=(405, 5001, 5001, 5001),
-        serial_prefix="132352000",
+    # It idles at PCIe Gen1 to save power, as nvidia-smi shows. Its default applications clock
+    # is 585 MHz (boost to 1590 is automatic): not lowered.
+    "t4": _board(
+        "Tesla T4", 15360, (7, 5), "535.104.05", 12020, 70, (1, 3), 41, "132352000",
+        mig=None, sm_clocks=(300, 585, 585, 1590), mem_clocks=(405, 5001, 5001, 5001),
     ),
     # An A100 80GB with 2 volatile uncorrected ECC errors and a row remap pending a reset.
-    "ecc-bad": Profile(
-        name="NVIDIA A100-SXM4-80GB",
-        memory_mib=81920,
-        cc=(8, 0),
-        arch=7,
-        driver="535.129.03",
-        cuda=12020,
-        power_limit_mw=400000,
-        pcie_gen=(4, 4),
-        temperature_c=35,
-        ecc_volatile_uncorrected=2,
-        remapped_rows=(0, 1, True, False),
-        pcie_replay=3,
-        mig=[],
-        serial_prefix="132102300",
+    "ecc-bad": _board(
+        "NVIDIA A100-SXM4-80GB", 81920, (8, 0), "535.129.03", 12020, 400, (4, 4), 35, "132102300",
+        ecc_volatile_uncorrected=2, remapped_rows=(0, 1, True, False), pcie_replay=3, mig=[],
     ),
     # V100 on driver 470 (CUDA 11.4): no nvmlDeviceGetMemoryInfo_v2, retired pages only.
-    "old-driver": Profile(
-        name="Tesla V100-SXM2-16GB",
-        memory_mib=16160,
-        cc=(7, 0),
-        arch=5,
-        driver="470.57.02",
-        cuda=11040,
-        power_limit_mw=300000,
-        pcie_gen=(3, 3),
-        temperature_c=36,
-        retired_pages_pending=False,
-        mig=None,
-        memory_v2=False,
-        serial_prefix="032371800",
+    "old-driver": _board(
+        "Tesla V100-SXM2-16GB", 16160, (7, 0), "470.57.02", 11040, 300, (3, 3), 36, "032371800",
+        mig=None, memory_v2=False,
     ),
 }
+# fmt: on
 
 # Whole-machine states, not GPUs: selectable alone through GPUCI_FAKE_NVML.
 MACHINE_STATES = {
