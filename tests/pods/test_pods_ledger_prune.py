@@ -118,6 +118,25 @@ def test_each_run_stays_within_its_caps_and_a_cut_listing_deletes_nothing_wrong(
     assert _keys(book) == set(recent)  # the pod ended in the horizon kept both events
 
 
+def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book, monkeypatch):
+    """Two reaps at once: one freed the number and an ``up`` wrote there before the other's
+    delete; the other reads it again first and keeps the new reservation."""
+    key = _reservation(book, 0, OLD, "pod-gone", released=False)
+    fresh = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": NOW + 3600, "createdEpoch": NOW}
+    original, swapped = book.store.get, []
+
+    def get(k: str, limit: int | None = None) -> Any:
+        got = original(k, limit)
+        if k == key and not swapped:  # read as planned, then replaced
+            swapped.append(_put(book, key, fresh))
+        return got
+
+    monkeypatch.setattr(book.store, "get", get)
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == [] and "changed since it was read" in done.notes[0]
+    assert json.loads(original(key)[0]) == fresh
+
+
 def test_a_reservation_pruned_between_listing_and_read_gets_no_release(tmp_path, monkeypatch):
     """A release left at a free number would release the next reservation written there."""
     book = ledger.Ledger(LocalStore(tmp_path))

@@ -47,6 +47,7 @@ from gpuci.pods._budgets.ledger import (
     owner_key,
 )
 from gpuci.pods._budgets.policy import MAX_ADMITTED_PERIOD_S
+from gpuci.pods._budgets.records import MAX_OBJECT, _decode
 
 #: How far back the ledger can be asked about: the longest budget period and two days
 #: (billing starts at the midnight before the period; runners' clocks differ).
@@ -66,6 +67,7 @@ class Pruned:
     kept: int = 0
     notes: list[str] = field(default_factory=list)  # caps reached, billing unread
     reads: int = 0
+    planned: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # reservations as read
 
     def take(self, keys: list[str]) -> list[str]:
         """As many of ``keys`` as the read cap leaves, counted as read."""
@@ -100,6 +102,9 @@ def prune(
         listed = {str(p.get("id") or "") for p in pods}
         plan += _events(book, horizon, listed | set(billed), out)
     for key in plan[:MAX_DELETES]:
+        if not dry_run and key in out.planned and _changed(book, key, out.planned[key]):
+            out._note(f"{key} changed since it was read (another prune ran): kept")
+            continue
         if not dry_run:
             try:
                 book.store.delete(key)
@@ -149,7 +154,16 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
             book.skipped[release] = "not a release gpu-ci wrote (its reservation is kept)"
             continue
         plan += ([release] if size is not None else []) + [key]
+        out.planned[key] = item
     return plan
+
+
+def _changed(book: Ledger, key: str, item: Mapping[str, Any]) -> bool:
+    """Whether the reservation at ``key`` is no longer the one planned: a concurrent prune
+    deleted it and an ``up`` wrote a new one at the freed number (read again just before the
+    delete: a store has no delete-if-unchanged)."""
+    got = book.store.get(key, limit=MAX_OBJECT)
+    return got is None or _decode(got[0])[0] != item
 
 
 def _ours(key: str, item: Mapping[str, Any]) -> bool:
