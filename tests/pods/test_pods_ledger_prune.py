@@ -7,6 +7,8 @@ The rules run on a file store and on a real moto S3 server (``shared_ledger``)."
 from __future__ import annotations
 
 import json
+import os
+import time
 from typing import Any
 
 import pytest
@@ -156,6 +158,7 @@ def test_a_scheduled_reap_prunes_and_says_how_many(fake, run, tmp_path, clock):
     folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
     item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": old, "createdEpoch": old}
     plant(folder / "0000000000.json", {**item, "podName": "gone"})
+    os.utime(folder / "0000000000.json", (old, old))  # written then, as the store says
     pod = run("up", image="img", command="serve", ttl="1h", gpu_types=L40S, owner="alice")
     assert pod.code == 0, pod.stdout
     planned = run("reap", dry_run=True)
@@ -169,3 +172,30 @@ def test_a_scheduled_reap_prunes_and_says_how_many(fake, run, tmp_path, clock):
     assert len(pruned["deleted"]) == 1 and pruned["kept"] >= 1  # the new pod's own objects
     assert not (folder / "0000000000.json").exists()
     assert "pods ledger: deleted 1 object(s)" in res.stdout + res.stderr
+    plant(folder / "0000000005.json", {**item, "podName": "gone"})
+    os.utime(folder / "0000000005.json", (old, old))
+    again = run("reap")  # the same day: one prune a day
+    assert "ledger_prune" not in again.json["report"] and (folder / "0000000005.json").exists()
+    clock.t += 86400
+    assert run("reap").json["report"]["ledger_prune"]["deleted"] == [
+        f"{ledger.RESERVATIONS}/{folder.name}/0000000005.json"
+    ]
+
+
+def test_a_reservation_the_store_says_was_written_inside_the_horizon_is_kept_unread(book):
+    """gpu-ci writes each at its createdEpoch: one with older times, written since, is odd
+    (or a copied bucket), and reading every reservation on every prune is what the listing
+    time spares."""
+    now = time.time()
+    key = _reservation(book, 0, now - 400 * 86400, "pod-gone", released=False)
+    done = prune.prune(book, [], set(), now)
+    assert done.deleted == [] and done.reads == 0 and key in _keys(book)
+
+
+def test_the_days_first_reap_prunes_and_markers_over_a_week_old_go(book):
+    old = _put(book, f"{prune.PRUNED}/2033-05-01.json", {})  # NOW is 2033-05-18
+    week = _put(book, f"{prune.PRUNED}/2033-05-12.json", {})
+    odd = _put(book, f"{prune.PRUNED}/notes.txt", b"not a marker")
+    assert prune.due(book, NOW) and not prune.due(book, NOW + 60)
+    assert old not in _keys(book) and {week, odd} <= _keys(book)
+    assert prune.due(book, NOW + 86400)

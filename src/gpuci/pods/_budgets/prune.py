@@ -12,26 +12,31 @@ the budgets file's period: reap reads no budgets file, each workflow may name it
 What goes, and only then (each judged by its own object, so a listing cut at the cap deletes
 a subset of what may go, never anything else):
 
-- a reservation whose ``until`` and ``createdEpoch`` are both before the horizon and no pod
-  RunPod lists (any status) was made for, with its release deleted first (a release left
-  behind would release the next reservation written at that free number);
+- a reservation whose ``until`` and ``createdEpoch`` are both before the horizon, listed as
+  written before it (the others are never read: each prune reads only what may go), and that
+  no pod RunPod lists (any status) was made for, with its release deleted first (a release
+  left behind would release the next reservation written at that free number);
 - the events of a pod RunPod does not list, that billed nothing since the horizon, and whose
   every event is from before it (by its name and its ``time``); and events of no pod
   (``budget-refused``, under ``_``) from before it.
 
 An object whose name or content is not gpu-ci's shape is kept and named in one warning; each
 run lists at most :data:`MAX_PLANNED` objects per folder tree, reads at most :data:`MAX_READS`
-and deletes at most :data:`MAX_DELETES`: the next run goes on.
+and deletes at most :data:`MAX_DELETES`: the next run goes on. ``pods reap`` prunes once a
+day (:func:`due`).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuci.errors import GpuciError
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED, ObjectInfo
+from gpuci.errors import ConflictError, GpuciError
 from gpuci.pods._budgets import listing
 from gpuci.pods._budgets.holds import made_for
 from gpuci.pods._budgets.ledger import (
@@ -42,12 +47,14 @@ from gpuci.pods._budgets.ledger import (
     EVENTS,
     RELEASES,
     RESERVATIONS,
+    ROOT,
     Ledger,
     _release_bytes,
     owner_key,
 )
 from gpuci.pods._budgets.policy import MAX_ADMITTED_PERIOD_S
 from gpuci.pods._budgets.records import MAX_OBJECT, _decode
+from gpuci.units import utc_iso
 
 #: How far back the ledger can be asked about: the longest budget period and two days
 #: (billing starts at the midnight before the period; runners' clocks differ).
@@ -57,6 +64,9 @@ MAX_PLANNED = 200_000
 #: Objects (and release heads) one prune reads, and objects it deletes.
 MAX_READS = 20_000
 MAX_DELETES = 20_000
+#: One marker a day (``<YYYY-MM-DD>.json``): the day's first reap prunes, the others do not.
+PRUNED = f"{ROOT}/pruned"
+_MARKER = re.compile(r"^" + PRUNED + r"/(\d{4}-\d{2}-\d{2})\.json$")
 
 
 @dataclass
@@ -118,24 +128,46 @@ def prune(
     return out
 
 
-def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[str], bool]:
-    """The first :data:`MAX_PLANNED` keys under ``root`` and whether there were more."""
-    keys, more = book._list(f"{root}/", MAX_PLANNED)
-    out.kept += len(keys)
+def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], bool]:
+    """The first :data:`MAX_PLANNED` objects under ``root`` and whether there were more."""
+    found, more = listing.listed(book.store, f"{root}/", MAX_PLANNED)
+    book._sizes.update((i.key, i.size) for i in found)
+    out.kept += len(found)
     if more:
         out._note(f"over {MAX_PLANNED} objects under {root}/: the rest are looked at next run")
-    return keys, more
+    return found, more
+
+
+def due(book: Ledger, now: float) -> bool:
+    """Whether this is the day's first prune (a scheduled reap runs every few minutes; one
+    prune a day keeps the ledger bounded): it writes the day's marker, create-if-absent, and
+    deletes markers over a week old."""
+    day = utc_iso(now)[:10]
+    try:
+        book.store.put_if_absent(f"{PRUNED}/{day}.json", json.dumps({"time": now}).encode())
+    except ConflictError:
+        return False
+    found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
+    for info in found:
+        match = _MARKER.match(info.key)
+        if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
+            book.store.delete(info.key)
+    return True
 
 
 def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -> list[str]:
     """Release then reservation keys of the reservations past the horizon (see the module)."""
-    keys, _ = _listed(book, RESERVATIONS, out)
-    releases, cut = _listed(book, RELEASES, out)
-    for key in keys:
-        if not _RESERVATION.match(key):
-            book.skipped[key] = "not a name gpu-ci writes"
+    infos, _ = _listed(book, RESERVATIONS, out)
+    listed, cut = _listed(book, RELEASES, out)
+    releases = {i.key for i in listed}
+    for info in infos:
+        if not _RESERVATION.match(info.key):
+            book.skipped[info.key] = "not a name gpu-ci writes"
+    # one the store says was written since the horizon is kept unread: gpu-ci writes each at
+    # its createdEpoch, so only an odd one (or a copied bucket) says otherwise
+    old = [i.key for i in infos if _RESERVATION.match(i.key) and not _since(i, horizon)]
     plan = []
-    for key, item in book._get_many(out.take([k for k in keys if _RESERVATION.match(k)])).items():
+    for key, item in book._get_many(out.take(old)).items():
         if item is None or not _ours(key, item):
             if item is not None:
                 book.skipped[key] = "not a reservation gpu-ci wrote"
@@ -182,7 +214,7 @@ def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[s
     """Event keys of pods out of every period, and of no pod, before the horizon."""
     listed, more = _listed(book, EVENTS, out)
     by_pod: dict[str, list[str]] = defaultdict(list)
-    for key in listed:
+    for key in (i.key for i in listed):
         match = _KEY.match(key)
         pid = match.group(1) if match else ""
         if match is None:
@@ -192,8 +224,9 @@ def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[s
     plan = []
     for pid, keys in by_pod.items():
         if more:  # a cut listing may hold part of a folder: each is listed again, on its own
-            found, cut = book._list(f"{EVENTS}/{pid}/", listing.MAX_POD_LISTED)
-            keys = [] if cut else [k for k in found if _KEY.match(k)]
+            found, cut = listing.listed(book.store, f"{EVENTS}/{pid}/", listing.MAX_POD_LISTED)
+            book._sizes.update((i.key, i.size) for i in found)
+            keys = [] if cut else [i.key for i in found if _KEY.match(i.key)]
         if pid != "_" and any(_time(k) >= horizon for k in keys):
             continue  # a recent event: the pod may be counted
         wanted = out.take(keys)
@@ -222,6 +255,10 @@ def _old_events(book: Ledger, pid: str, keys: list[str], horizon: float) -> list
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _since(info: ObjectInfo, horizon: float) -> bool:
+    return info.modified != UNKNOWN_MODIFIED and info.modified >= horizon
 
 
 def _time(key: str) -> float:

@@ -224,11 +224,14 @@ def _prune_ledger(
     result: Result,
 ) -> None:
     """Delete (a dry run: name) the ledger objects no budget period can count, so the ledger
-    stays bounded on a scheduled reap (see :mod:`gpuci.pods._budgets.prune`); bookkeeping: a
-    failure warns, never fails the reap."""
+    stays bounded on a scheduled reap: the day's first (see :mod:`gpuci.pods._budgets.prune`);
+    bookkeeping: a failure warns, never fails the reap."""
     if book is None:
         return
     try:
+        if not rt.dry_run and not prune.due(book, now):
+            rt.log("pods ledger: pruned already today")
+            return
         billed = _billed_quietly(client, billing_start(now, prune.HORIZON_S), now, rt)
         done = prune.prune(book, every, billed, now, rt.dry_run)
     except (OSError, GpuciError) as exc:
