@@ -118,6 +118,8 @@ def test_each_run_stays_within_its_caps_and_a_cut_listing_deletes_nothing_wrong(
     while prune.prune(book, [], set(), NOW).deleted:  # later runs go on
         pass
     assert _keys(book) == set(recent)  # the pod ended in the horizon kept both events
+    _event(book, "_", RECENT, "budget-refused")
+    assert prune.prune(book, [], set(), NOW).reads == 0  # nothing recent is read
 
 
 def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book, monkeypatch):

@@ -142,9 +142,11 @@ def due(book: Ledger, now: float) -> bool:
     """Whether this is the day's first prune (a scheduled reap runs every few minutes; one
     prune a day keeps the ledger bounded): it writes the day's marker, create-if-absent, and
     deletes markers over a week old."""
-    day = utc_iso(now)[:10]
+    marker = f"{PRUNED}/{utc_iso(now)[:10]}.json"
+    if book.store.head(marker) is not None:  # the day's other reaps: one look, no write
+        return False
     try:
-        book.store.put_if_absent(f"{PRUNED}/{day}.json", json.dumps({"time": now}).encode())
+        book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
     except ConflictError:
         return False
     found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
@@ -227,7 +229,9 @@ def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[s
             found, cut = listing.listed(book.store, f"{EVENTS}/{pid}/", listing.MAX_POD_LISTED)
             book._sizes.update((i.key, i.size) for i in found)
             keys = [] if cut else [i.key for i in found if _KEY.match(i.key)]
-        if pid != "_" and any(_time(k) >= horizon for k in keys):
+        if pid == "_":  # events of no pod, each on its own: the recent ones never read
+            keys = [k for k in keys if _time(k) < horizon]
+        elif any(_time(k) >= horizon for k in keys):
             continue  # a recent event: the pod may be counted
         wanted = out.take(keys)
         if len(wanted) < len(keys):
