@@ -19,7 +19,7 @@ CALLS = {
 CI_RUN = {"GITHUB_RUN_ID": "7", "GITHUB_REPOSITORY": "org/repo"}
 # The read-only look-ups docs/pods.md promises for a dry run with a key, per sub-command.
 # `ls` lists only with --probe (GPUCI_PROBE=true): a listing is a network call.
-READS = {"down": ["/v2/pods"], "reap": ["/v2/pods"]}
+READS = {"down": ["/v2/pods"], "reap": ["/v2/pods", "/v2/billing/pods"]}  # reap: its prune
 
 
 @pytest.mark.parametrize("sub", sorted(CALLS))

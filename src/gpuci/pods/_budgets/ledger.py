@@ -293,8 +293,10 @@ class Ledger:
         unreleased = [k for k in keys if k not in released]
         live = self._read_reservations(owner, unreleased)
         usable = {r.key for r in live}
-        # only in its own folder: one of another name read alike is listed here too
-        self._unusable[own] = [k for k in unreleased if k not in usable and k.startswith(mine)]
+        # only in its own folder (one of another name read alike is listed here too), and
+        # only one there to read: one gone since it was listed (pruned) needs no release
+        there = {k for k in unreleased if k in self.skipped or self._cache.get(k)}
+        self._unusable[own] = [k for k in sorted(there - usable) if k.startswith(mine)]
         orphans = self._unheld(owner, live)
         if orphans:  # a pod still on RunPod: its reservation holds, whatever says released
             named = self._named_by(orphans)
@@ -413,9 +415,8 @@ class Ledger:
                 raise InfraError(
                     f"the pods ledger {self.where} holds over {listing.MAX_OWNER_LISTED} "
                     f"objects under {root}/{folder}/, over what one command lists; none were read",
-                    hint="look for objects gpu-ci did not write there and remove them, and "
-                    "remove released reservations (and their releases) older than the budget "
-                    "period",
+                    hint="look for objects gpu-ci did not write there and remove them; a "
+                    "scheduled pods reap prunes reservations past every budget period",
                 )
             found.extend(keys)
         return found

@@ -27,7 +27,8 @@ MAX_POD_LISTED = 1_000
 #: warns and goes on): more is refused in one line, none read.
 MAX_EVENTS_LISTED = 200_000
 #: Objects one listing of an owner's reservation or release folder takes (each ``up`` with
-#: a budget adds one of each, and none is ever deleted): more is refused in one line (exit 3),
+#: a budget adds one of each; a scheduled ``pods reap`` deletes those past every budget period,
+#: :mod:`gpuci.pods._budgets.prune`): more is refused in one line (exit 3),
 #: since a cut listing could miss a live reservation and hide spend; the folder is the
 #: owner's alone, so only that owner is stopped.
 MAX_OWNER_LISTED = 100_000

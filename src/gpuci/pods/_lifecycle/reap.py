@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 from gpuci import redact, settings
 from gpuci.errors import GpuciError
 from gpuci.pods import _notify as notify
-from gpuci.pods._budgets import ledger
-from gpuci.pods._budgets.cost import LIVE, usd
+from gpuci.pods._budgets import ledger, prune
+from gpuci.pods._budgets.cost import LIVE, billing_start, usd
 from gpuci.pods._lifecycle.common import (
     clean_runners,
     each_pod,
@@ -52,7 +52,7 @@ def reap(inp: ReapInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
         every = client.list_pods()
         found = _find(every, owner, grace, untagged_s, now)
         if rt.dry_run:
-            return Result(
+            planned = Result(
                 command="pods reap",
                 headline=f"would terminate {len(found.expired)} expired pod(s)"
                 + (f" and stop {len(found.hand_made)} hand-made pod(s)" if found.hand_made else ""),
@@ -61,11 +61,14 @@ def reap(inp: ReapInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     "count": len(found.expired),
                 },
             )
+            _prune_ledger(client, book, every, now, rt, planned)
+            return planned
         result = _terminate_expired(client, book, found, now, rt, clock)
         stopped = _stop_hand_made(client, book, found.hand_made, rt, clock)
         gone = {r["pod"] for r in result.report.get("reaped") or []}
         end_runnerless = functools.partial(end_pod, client, rt, book, clock, reason="runner gone")
         clean_runners(result, rt, inp.runner_scope, every, gone, clock, end_runnerless)
+        _prune_ledger(client, book, every, now, rt, result)
     _report_reap(result, stopped, found.unknown, untagged_s, targets, rt)
     repeat_failures.add_to_report(result, inp.health_store, inp.failure_days, rt, now)
     return result
@@ -109,7 +112,7 @@ def _terminate_expired(
 ) -> Result:
     """Terminate the expired pods, recording who forgot each and what it cost."""
     expired = found.expired
-    billed = _billed_quietly(client, now, rt) if expired else {}
+    billed = _billed_quietly(client, now - 30 * 86400, now, rt) if expired else {}
     rows = {p["id"]: _forgotten(p, t, now, billed) for p, t in expired}
     if not expired:
         result = Result(command="pods reap", headline=f"no expired pods of {len(found.pods)}")
@@ -197,9 +200,12 @@ def _forgotten(
     }
 
 
-def _billed_quietly(client: RunPodClient, now: float, rt: Runtime) -> dict[str, float] | None:
+def _billed_quietly(
+    client: RunPodClient, since: float, now: float, rt: Runtime
+) -> dict[str, float] | None:
+    """USD billed per pod since ``since``; None (said in a warning) when billing is unread."""
     try:
-        records = client.pod_billing(utc_iso(now - 30 * 86400), utc_iso(now))
+        records = client.pod_billing(utc_iso(since), utc_iso(now))
     except GpuciError as exc:
         rt.log(f"warning: no billing for the reap report: {exc.one_line()}")
         return None
@@ -207,6 +213,45 @@ def _billed_quietly(client: RunPodClient, now: float, rt: Runtime) -> dict[str, 
     for rec in records:
         out[rec["podId"]] = out.get(rec["podId"], 0.0) + float(rec.get("totalAmount") or 0.0)
     return out
+
+
+def _prune_ledger(
+    client: RunPodClient,
+    book: ledger.Ledger | None,
+    every: list[dict[str, Any]],
+    now: float,
+    rt: Runtime,
+    result: Result,
+) -> None:
+    """Delete (a dry run: name) the ledger objects no budget period can count, so the ledger
+    stays bounded on a scheduled reap: the day's first (see :mod:`gpuci.pods._budgets.prune`);
+    bookkeeping: a failure warns, never fails the reap."""
+    if book is None:
+        return
+    try:
+        if not rt.dry_run and not prune.due(book, now):
+            rt.log("pods ledger: pruned already today")
+            return
+        billed = _billed_quietly(client, billing_start(now, prune.HORIZON_S), now, rt)
+        done = prune.prune(book, every, billed, now, rt.dry_run)
+    except (OSError, GpuciError) as exc:
+        result.warning(f"pods ledger {book.where} not pruned: {exc}")
+        return
+    verb = "would delete" if rt.dry_run else "deleted"
+    line = (
+        f"pods ledger: {verb} {len(done.deleted)} object(s) no budget period can count "
+        f"(older than {prune.HORIZON_S / 86400:.0f} days), kept {done.kept}"
+    )
+    rt.log(line)
+    result.summary.append(f"### Pods ledger\n\n{line}" + "".join(f"; {n}" for n in done.notes))
+    result.report["ledger_prune"] = {
+        "dry_run": rt.dry_run,
+        "deleted": done.deleted,
+        "kept": done.kept,
+        "notes": done.notes,
+    }
+    if book.skipped_line():
+        result.warning(book.skipped_line())
 
 
 def _reap_message(

@@ -1,0 +1,270 @@
+"""Pruning the pods ledger (``pods reap`` runs it): the objects no budget period can count.
+
+Every ``up`` with a budget adds a reservation and a release, and every pod a few events; none
+were ever deleted, so a heavy owner's reservation folder reached the 100,000 objects one
+command lists (``up`` exits 3) and ``down``'s read of every event its 200,000. A budget is
+counted over its period, at most :data:`~gpuci.pods._budgets.policy.MAX_ADMITTED_PERIOD_S`
+(366 days), so an object that can fall into no such period is dead weight; :data:`HORIZON_S`
+adds a margin for billing's midnight snap and two runners' clocks. The horizon is fixed, not
+the budgets file's period: reap reads no budgets file, each workflow may name its own (or
+``budget-period``), and ``pods cost --period`` may look further back than any of them.
+
+What goes, and only then (each judged by its own object, so a listing cut at the cap deletes
+a subset of what may go, never anything else):
+
+- a reservation whose ``until`` and ``createdEpoch`` are both before the horizon, listed as
+  written before it (the others are never read: each prune reads only what may go), and that
+  no pod RunPod lists (any status) was made for, with its release deleted first (a release
+  left behind would release the next reservation written at that free number);
+- the events of a pod RunPod does not list, that billed nothing since the horizon, and whose
+  every event is from before it (by its name and its ``time``); and events of no pod
+  (``budget-refused``, under ``_``) from before it.
+
+An object whose name or content is not gpu-ci's shape is kept and named in one warning; each
+run lists at most :data:`MAX_PLANNED` objects per folder tree, reads at most :data:`MAX_READS`
+and deletes at most :data:`MAX_DELETES`: the next run goes on. ``pods reap`` prunes once a
+day (:func:`due`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuci.cache._stores.base import UNKNOWN_MODIFIED, ObjectInfo
+from gpuci.errors import ConflictError, GpuciError
+from gpuci.pods._budgets import listing
+from gpuci.pods._budgets.holds import made_for
+from gpuci.pods._budgets.ledger import (
+    _KEY,
+    _POD_ID,
+    _RESERVATION,
+    EVENT_KINDS,
+    EVENTS,
+    RELEASES,
+    RESERVATIONS,
+    ROOT,
+    Ledger,
+    _release_bytes,
+    owner_key,
+)
+from gpuci.pods._budgets.policy import MAX_ADMITTED_PERIOD_S
+from gpuci.pods._budgets.records import MAX_OBJECT, _decode
+from gpuci.units import utc_iso
+
+#: How far back the ledger can be asked about: the longest budget period and two days
+#: (billing starts at the midnight before the period; runners' clocks differ).
+HORIZON_S = MAX_ADMITTED_PERIOD_S + 2 * 86400
+#: Objects one prune lists under each of reservations/ and events/ (as the cache's prune plans).
+MAX_PLANNED = 200_000
+#: Objects (and release heads) one prune reads, and objects it deletes.
+MAX_READS = 20_000
+MAX_DELETES = 20_000
+#: One marker a day (``<YYYY-MM-DD>.json``): the day's first reap prunes, the others do not.
+PRUNED = f"{ROOT}/pruned"
+_MARKER = re.compile(r"^" + PRUNED + r"/(\d{4}-\d{2}-\d{2})\.json$")
+
+
+@dataclass
+class Pruned:
+    """What one prune deleted (or, in a dry run, would delete) and what it looked at and kept."""
+
+    deleted: list[str] = field(default_factory=list)
+    kept: int = 0
+    notes: list[str] = field(default_factory=list)  # caps reached, billing unread
+    reads: int = 0
+    planned: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # reservations as read
+
+    def take(self, keys: list[str]) -> list[str]:
+        """As many of ``keys`` as the read cap leaves, counted as read."""
+        if self.reads + len(keys) > MAX_READS:
+            self._note(f"read cap ({MAX_READS}) reached; the next run goes on")
+        keys = keys[: max(0, MAX_READS - self.reads)]
+        self.reads += len(keys)
+        return keys
+
+    def _note(self, line: str) -> None:
+        if line not in self.notes:
+            self.notes.append(line)
+
+
+def prune(
+    book: Ledger,
+    pods: Sequence[Mapping[str, Any]],
+    billed: Collection[str] | None,
+    now: float,
+    dry_run: bool = False,
+) -> Pruned:
+    """Delete (``dry_run``: only list) what :data:`HORIZON_S` puts out of every period.
+    ``pods``: every pod RunPod lists, any status, listed before this call; ``billed``: the
+    pods billed since the horizon (None: unknown, and no event is deleted)."""
+    out = Pruned()
+    horizon = now - HORIZON_S
+    names = [str(p.get("name") or "") for p in pods]
+    plan = _reservations(book, horizon, names, out)
+    if billed is None:
+        out._note("pod billing unread: no events pruned")
+    else:
+        listed = {str(p.get("id") or "") for p in pods}
+        plan += _events(book, horizon, listed | set(billed), out)
+    for key in plan[:MAX_DELETES]:
+        if not dry_run and key in out.planned and _changed(book, key, out.planned[key]):
+            out._note(f"{key} changed since it was read (another prune ran): kept")
+            continue
+        if not dry_run:
+            try:
+                book.store.delete(key)
+            except (OSError, GpuciError):
+                out._note(f"could not delete {key}; stopped there")
+                break  # a release not deleted keeps its reservation: stop here
+        out.deleted.append(key)
+    if len(plan) > MAX_DELETES:
+        out._note(f"delete cap ({MAX_DELETES}) reached; the next run goes on")
+    out.kept = max(0, out.kept - len(out.deleted))
+    return out
+
+
+def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], bool]:
+    """The first :data:`MAX_PLANNED` objects under ``root`` and whether there were more."""
+    found, more = listing.listed(book.store, f"{root}/", MAX_PLANNED)
+    book._sizes.update((i.key, i.size) for i in found)
+    out.kept += len(found)
+    if more:
+        out._note(f"over {MAX_PLANNED} objects under {root}/: the rest are looked at next run")
+    return found, more
+
+
+def due(book: Ledger, now: float) -> bool:
+    """Whether this is the day's first prune (a scheduled reap runs every few minutes; one
+    prune a day keeps the ledger bounded): it writes the day's marker, create-if-absent, and
+    deletes markers over a week old."""
+    marker = f"{PRUNED}/{utc_iso(now)[:10]}.json"
+    if book.store.head(marker) is not None:  # the day's other reaps: one look, no write
+        return False
+    try:
+        book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
+    except ConflictError:
+        return False
+    found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
+    for info in found:
+        match = _MARKER.match(info.key)
+        if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
+            book.store.delete(info.key)
+    return True
+
+
+def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -> list[str]:
+    """Release then reservation keys of the reservations past the horizon (see the module)."""
+    infos, _ = _listed(book, RESERVATIONS, out)
+    listed, cut = _listed(book, RELEASES, out)
+    releases = {i.key for i in listed}
+    for info in infos:
+        if not _RESERVATION.match(info.key):
+            book.skipped[info.key] = "not a name gpu-ci writes"
+    # one the store says was written since the horizon is kept unread: gpu-ci writes each at
+    # its createdEpoch, so only an odd one (or a copied bucket) says otherwise
+    old = [i.key for i in infos if _RESERVATION.match(i.key) and not _since(i, horizon)]
+    plan = []
+    for key, item in book._get_many(out.take(old)).items():
+        if item is None or not _ours(key, item):
+            if item is not None:
+                book.skipped[key] = "not a reservation gpu-ci wrote"
+            continue
+        ends = (item["untilEpoch"], item["createdEpoch"])
+        if max(ends) >= horizon or any(made_for(str(item.get("podName") or ""), n) for n in names):
+            continue
+        release = key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1)
+        size = book._sizes.get(release) if release in releases else None
+        if cut and release not in releases:  # the listing may have missed it: asked for
+            if not out.take([release]):
+                break
+            found = book.store.head(release)
+            size = None if found is None else found.size
+        if size is not None and size != len(_release_bytes(release)):
+            book.skipped[release] = "not a release gpu-ci wrote (its reservation is kept)"
+            continue
+        plan += ([release] if size is not None else []) + [key]
+        out.planned[key] = item
+    return plan
+
+
+def _changed(book: Ledger, key: str, item: Mapping[str, Any]) -> bool:
+    """Whether the reservation at ``key`` is no longer the one planned: a concurrent prune
+    deleted it and an ``up`` wrote a new one at the freed number (read again just before the
+    delete: a store has no delete-if-unchanged)."""
+    got = book.store.get(key, limit=MAX_OBJECT)
+    return got is None or _decode(got[0])[0] != item
+
+
+def _ours(key: str, item: Mapping[str, Any]) -> bool:
+    """Whether a reservation object has the shape ``reserve`` writes: its owner's folder
+    (folded, or as an older gpu-ci named it) and both times as numbers."""
+    owner, folder = str(item.get("owner") or ""), key.split("/")[-2]
+    times = [item.get("untilEpoch"), item.get("createdEpoch")]
+    return (
+        bool(owner)
+        and folder in (owner_key(owner), listing.folder_of(owner))
+        and all(_number(t) for t in times)
+    )
+
+
+def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[str]:
+    """Event keys of pods out of every period, and of no pod, before the horizon."""
+    listed, more = _listed(book, EVENTS, out)
+    by_pod: dict[str, list[str]] = defaultdict(list)
+    for key in (i.key for i in listed):
+        match = _KEY.match(key)
+        pid = match.group(1) if match else ""
+        if match is None:
+            book.skipped[key] = "not a name gpu-ci writes"
+        elif pid not in keep and (pid == "_" or _POD_ID.match(pid)):
+            by_pod[pid].append(key)
+    plan = []
+    for pid, keys in by_pod.items():
+        if more:  # a cut listing may hold part of a folder: each is listed again, on its own
+            found, cut = listing.listed(book.store, f"{EVENTS}/{pid}/", listing.MAX_POD_LISTED)
+            book._sizes.update((i.key, i.size) for i in found)
+            keys = [] if cut else [i.key for i in found if _KEY.match(i.key)]
+        if pid == "_":  # events of no pod, each on its own: the recent ones never read
+            keys = [k for k in keys if _time(k) < horizon]
+        elif any(_time(k) >= horizon for k in keys):
+            continue  # a recent event: the pod may be counted
+        wanted = out.take(keys)
+        if len(wanted) < len(keys):
+            break  # a folder read in part could hide a recent event
+        plan += _old_events(book, pid, wanted, horizon)
+    return plan
+
+
+def _old_events(book: Ledger, pid: str, keys: list[str], horizon: float) -> list[str]:
+    """Those of ``keys`` (one folder's) that are gpu-ci's events of ``pid`` (of no pod under
+    ``_``) from before ``horizon``; none of a pod with a later one. Others are kept, named."""
+    old = []
+    for key, item in book._get_many(keys).items():
+        if item is None:
+            continue  # gone, or not JSON gpu-ci writes (named by the ledger's read)
+        of = (item.get("podId") or None) == (None if pid == "_" else pid)
+        if not of or item.get("event") not in EVENT_KINDS or not _number(item.get("time")):
+            book.skipped[key] = f"not an event gpu-ci wrote under {pid}/"
+        elif float(item["time"]) < horizon:
+            old.append(key)
+        elif pid != "_":
+            return []  # a recent event: the pod may be counted
+    return old
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _since(info: ObjectInfo, horizon: float) -> bool:
+    return info.modified != UNKNOWN_MODIFIED and info.modified >= horizon
+
+
+def _time(key: str) -> float:
+    match = _KEY.match(key)
+    return int(match.group(2)) / 1000 if match else float("inf")

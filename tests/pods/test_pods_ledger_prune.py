@@ -1,0 +1,203 @@
+"""``pods reap`` prunes the ledger: reservations and events no budget period (366 days at
+most) can count go, so a heavy owner's folder never reaches the listing caps; anything of a pod
+RunPod lists or billed in the horizon, and anything not gpu-ci's shape, stays.
+
+The rules run on a file store and on a real moto S3 server (``shared_ledger``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import pytest
+from pods_testing import L40S, ledger_folder, plant
+
+from gpuci.cache._stores.file import LocalStore
+from gpuci.pods._budgets import ledger, prune
+
+NOW = 2_000_000_000.0
+OLD = NOW - 400 * 86400  # before the horizon (368 days)
+RECENT = NOW - 100 * 86400
+
+
+def _put(book: ledger.Ledger, key: str, item: Any) -> str:
+    book.store.put(key, item if isinstance(item, bytes) else json.dumps(item).encode())
+    return key
+
+
+def _reservation(book: ledger.Ledger, seq: int, when: float, name: str, released: bool) -> str:
+    key = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}/{seq:010d}.json"
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": when + 3600, "createdEpoch": when}
+    _put(book, key, {**item, "podName": name})
+    if released:
+        book.release(key)
+    return key
+
+
+def _event(book: ledger.Ledger, pod: str, when: float, kind: str = "created") -> str:
+    key = f"{ledger.EVENTS}/{pod}/{int(when * 1000):015d}-{kind}-ab12cd34.json"
+    pod_id = None if pod == "_" else pod
+    return _put(book, key, {"event": kind, "podId": pod_id, "time": when, "owner": "alice"})
+
+
+def _keys(book: ledger.Ledger) -> set[str]:
+    return {i.key for i in book.store.list(f"{ledger.ROOT}/")}
+
+
+@pytest.fixture
+def book(shared_ledger) -> ledger.Ledger:
+    return ledger.Ledger.open(None, shared_ledger)
+
+
+def test_what_no_period_can_count_goes_and_the_rest_stays(book):
+    gone_res = _reservation(book, 0, OLD, "pod-gone", released=True)
+    lapsed = _reservation(book, 1, OLD, "pod-lapsed", released=False)
+    held = _reservation(book, 2, OLD, "pod-stopped", released=True)  # its pod is listed
+    recent = _reservation(book, 3, RECENT, "pod-recent", released=True)
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    odd_name = _put(book, f"{folder}/evil.json", {"owner": "alice", "untilEpoch": OLD})
+    not_json = _put(book, f"{folder}/0000000007.json", b"not json")
+    foreign = _put(book, f"{folder}/0000000008.json", {"owner": "bob", "untilEpoch": OLD})
+    no_times = _put(book, f"{folder}/0000000009.json", {"owner": "alice", "untilEpoch": "x"})
+    ended = [_event(book, "oldpod", OLD), _event(book, "oldpod", OLD + 60, "terminated")]
+    planted = _put(book, f"{ledger.EVENTS}/oldpod/notes.txt", b"hello")
+    odd_event = _put(book, f"{ledger.EVENTS}/oldpod/{int(OLD * 1000):015d}-reaped-00.json", {})
+    refused = _event(book, "_", OLD, "budget-refused")
+    kept_events = [
+        _event(book, "livepod", OLD),  # listed (stopped): its events stay
+        _event(book, "billedpod", OLD),  # billed since the horizon
+        _event(book, "mixed", OLD),
+        _event(book, "mixed", RECENT, "terminated"),  # ended inside the horizon
+        _event(book, "_", RECENT, "budget-refused"),
+    ]
+    pods = [{"id": "livepod", "name": "pod-stopped", "status": "EXITED"}]
+    before = _keys(book)
+
+    plan = prune.prune(book, pods, {"billedpod"}, NOW, dry_run=True)
+    assert _keys(book) == before  # a dry run lists, deletes nothing
+    done = prune.prune(book, pods, {"billedpod"}, NOW)
+    gone = {gone_res, gone_res.replace("reservations/", "releases/", 1), lapsed, *ended, refused}
+    assert set(done.deleted) == set(plan.deleted) == gone
+    release_first = done.deleted.index(gone_res.replace("reservations/", "releases/", 1))
+    assert release_first < done.deleted.index(gone_res)  # never a release left unpaired
+    assert _keys(book) == before - gone
+    assert done.kept == len(before) - len(gone)
+    kept = {held, recent, odd_name, not_json, foreign, no_times, planted, odd_event, *kept_events}
+    assert kept <= _keys(book)
+    assert "skipped 6 object(s)" in book.skipped_line()  # each named, in one warning
+    assert {odd_name, not_json, foreign, no_times, planted, odd_event} == set(book.skipped)
+
+
+def test_unread_billing_prunes_no_event_and_an_odd_release_keeps_its_reservation(book):
+    ended = _event(book, "oldpod", OLD)
+    res = _reservation(book, 0, OLD, "pod-gone", released=False)
+    odd = _put(book, res.replace("reservations/", "releases/", 1), {"released": "x" * 50})
+    done = prune.prune(book, [], None, NOW)
+    assert done.deleted == [] and {ended, res, odd} <= _keys(book)
+    assert "pod billing unread" in " ".join(done.notes)
+    assert "not a release gpu-ci wrote" in book.skipped_line()
+
+
+def test_each_run_stays_within_its_caps_and_a_cut_listing_deletes_nothing_wrong(book, monkeypatch):
+    for n in range(6):
+        _event(book, f"old{n}", OLD)
+    recent = [_event(book, "mixed", OLD), _event(book, "mixed", RECENT)]
+    monkeypatch.setattr(prune, "MAX_PLANNED", 4)  # each listing cut short
+    monkeypatch.setattr(prune, "MAX_DELETES", 1)
+    done = prune.prune(book, [], set(), NOW)
+    assert len(done.deleted) == 1 and any("delete cap" in n for n in done.notes)
+    assert any("over 4 objects" in n for n in done.notes)
+    monkeypatch.setattr(prune, "MAX_PLANNED", 100)
+    monkeypatch.setattr(prune, "MAX_DELETES", 100)
+    monkeypatch.setattr(prune, "MAX_READS", 3)
+    done = prune.prune(book, [], set(), NOW)
+    assert done.reads <= 3 and any("read cap" in n for n in done.notes)
+    monkeypatch.setattr(prune, "MAX_READS", 100)
+    while prune.prune(book, [], set(), NOW).deleted:  # later runs go on
+        pass
+    assert _keys(book) == set(recent)  # the pod ended in the horizon kept both events
+    _event(book, "_", RECENT, "budget-refused")
+    assert prune.prune(book, [], set(), NOW).reads == 0  # nothing recent is read
+
+
+def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book, monkeypatch):
+    """Two reaps at once: one freed the number and an ``up`` wrote there before the other's
+    delete; the other reads it again first and keeps the new reservation."""
+    key = _reservation(book, 0, OLD, "pod-gone", released=False)
+    fresh = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": NOW + 3600, "createdEpoch": NOW}
+    original, swapped = book.store.get, []
+
+    def get(k: str, limit: int | None = None) -> Any:
+        got = original(k, limit)
+        if k == key and not swapped:  # read as planned, then replaced
+            swapped.append(_put(book, key, fresh))
+        return got
+
+    monkeypatch.setattr(book.store, "get", get)
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == [] and "changed since it was read" in done.notes[0]
+    assert json.loads(original(key)[0]) == fresh
+
+
+def test_a_reservation_pruned_between_listing_and_read_gets_no_release(tmp_path, monkeypatch):
+    """A release left at a free number would release the next reservation written there."""
+    book = ledger.Ledger(LocalStore(tmp_path))
+    gone = _reservation(book, 0, NOW - 7200, "pod-gone", released=False)
+    original = LocalStore.get
+
+    def pruned_meanwhile(self: Any, key: str, limit: int | None = None) -> Any:
+        return None if key == gone else original(self, key, limit)
+
+    monkeypatch.setattr(LocalStore, "get", pruned_meanwhile)
+    book.reserve("alice", NOW, NOW + 3600, lambda reserved: 1.0)
+    assert gone.replace("reservations/", "releases/", 1) not in _keys(book)
+
+
+def test_a_scheduled_reap_prunes_and_says_how_many(fake, run, tmp_path, clock):
+    old = clock.now() - 400 * 86400
+    folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": old, "createdEpoch": old}
+    plant(folder / "0000000000.json", {**item, "podName": "gone"})
+    os.utime(folder / "0000000000.json", (old, old))  # written then, as the store says
+    pod = run("up", image="img", command="serve", ttl="1h", gpu_types=L40S, owner="alice")
+    assert pod.code == 0, pod.stdout
+    planned = run("reap", dry_run=True)
+    assert planned.json["report"]["ledger_prune"]["deleted"] == [
+        f"{ledger.RESERVATIONS}/{folder.name}/0000000000.json"
+    ]
+    assert (folder / "0000000000.json").is_file()
+    res = run("reap")
+    assert res.code == 0, res.stdout
+    pruned = res.json["report"]["ledger_prune"]
+    assert len(pruned["deleted"]) == 1 and pruned["kept"] >= 1  # the new pod's own objects
+    assert not (folder / "0000000000.json").exists()
+    assert "pods ledger: deleted 1 object(s)" in res.stdout + res.stderr
+    plant(folder / "0000000005.json", {**item, "podName": "gone"})
+    os.utime(folder / "0000000005.json", (old, old))
+    again = run("reap")  # the same day: one prune a day
+    assert "ledger_prune" not in again.json["report"] and (folder / "0000000005.json").exists()
+    clock.t += 86400
+    assert run("reap").json["report"]["ledger_prune"]["deleted"] == [
+        f"{ledger.RESERVATIONS}/{folder.name}/0000000005.json"
+    ]
+
+
+def test_a_reservation_the_store_says_was_written_inside_the_horizon_is_kept_unread(book):
+    """gpu-ci writes each at its createdEpoch: one with older times, written since, is odd
+    (or a copied bucket), and reading every reservation on every prune is what the listing
+    time spares."""
+    now = time.time()
+    key = _reservation(book, 0, now - 400 * 86400, "pod-gone", released=False)
+    done = prune.prune(book, [], set(), now)
+    assert done.deleted == [] and done.reads == 0 and key in _keys(book)
+
+
+def test_the_days_first_reap_prunes_and_markers_over_a_week_old_go(book):
+    old = _put(book, f"{prune.PRUNED}/2033-05-01.json", {})  # NOW is 2033-05-18
+    week = _put(book, f"{prune.PRUNED}/2033-05-12.json", {})
+    odd = _put(book, f"{prune.PRUNED}/notes.txt", b"not a marker")
+    assert prune.due(book, NOW) and not prune.due(book, NOW + 60)
+    assert old not in _keys(book) and {week, odd} <= _keys(book)
+    assert prune.due(book, NOW + 86400)
