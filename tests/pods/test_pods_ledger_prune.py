@@ -201,3 +201,27 @@ def test_the_days_first_reap_prunes_and_markers_over_a_week_old_go(book):
     assert prune.due(book, NOW) and not prune.due(book, NOW + 60)
     assert old not in _keys(book) and {week, odd} <= _keys(book)
     assert prune.due(book, NOW + 86400)
+
+
+def test_deletes_stop_at_the_time_budget_and_say_the_next_reap_goes_on(book):
+    gone = _reservation(book, 0, OLD, "pod-gone", released=True)
+    done = prune.prune(book, [], set(), NOW, seconds=0)
+    assert done.deleted == [] and done.cut and gone in _keys(book)
+    assert any("time budget (0 s) spent" in n for n in done.notes)
+    assert prune.prune(book, [], set(), NOW, dry_run=True, seconds=0).deleted  # lists all
+
+
+def test_a_prune_cut_short_goes_on_at_the_days_next_reap(fake, run, tmp_path, clock, monkeypatch):
+    """A long-kept ledger's first prune takes several reaps, each short, not one long one."""
+    old = clock.now() - 400 * 86400
+    folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": old, "createdEpoch": old}
+    for seq in (0, 1):
+        plant(folder / f"000000000{seq}.json", {**item, "podName": "gone"})
+        os.utime(folder / f"000000000{seq}.json", (old, old))
+    assert run("up", image="img", command="s", ttl="1h", gpu_types=L40S, owner="alice").code == 0
+    monkeypatch.setattr(prune, "MAX_DELETES", 1)
+    first, second = run("reap"), run("reap")  # the same day: the cut one re-arms the next
+    assert [len(r.json["report"]["ledger_prune"]["deleted"]) for r in (first, second)] == [1, 1]
+    assert not list(folder.glob("000000000[01].json"))
+    assert "ledger_prune" not in run("reap").json["report"]  # done: once a day again

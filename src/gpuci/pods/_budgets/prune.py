@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ MAX_PLANNED = 200_000
 #: Objects (and release heads) one prune reads, and objects it deletes.
 MAX_READS = 20_000
 MAX_DELETES = 20_000
+#: Seconds one prune spends deleting (each a round trip, serial): a scheduled reap stays short,
+#: and a prune cut by this or a cap lets the day's next reap go on (:func:`rearm`).
+PRUNE_SECONDS = 120.0
 #: One marker a day (``<YYYY-MM-DD>.json``): the day's first reap prunes, the others do not.
 PRUNED = f"{ROOT}/pruned"
 _MARKER = re.compile(r"^" + PRUNED + r"/(\d{4}-\d{2}-\d{2})\.json$")
@@ -78,6 +82,7 @@ class Pruned:
     notes: list[str] = field(default_factory=list)  # caps reached, billing unread
     reads: int = 0
     planned: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # reservations as read
+    cut: bool = False  # stopped by the time budget or the delete cap: more may be due
 
     def take(self, keys: list[str]) -> list[str]:
         """As many of ``keys`` as the read cap leaves, counted as read."""
@@ -98,11 +103,14 @@ def prune(
     billed: Collection[str] | None,
     now: float,
     dry_run: bool = False,
+    seconds: float = PRUNE_SECONDS,
 ) -> Pruned:
     """Delete (``dry_run``: only list) what :data:`HORIZON_S` puts out of every period.
     ``pods``: every pod RunPod lists, any status, listed before this call; ``billed``: the
-    pods billed since the horizon (None: unknown, and no event is deleted)."""
+    pods billed since the horizon (None: unknown, and no event is deleted); ``seconds``: the
+    time the deletes may take (the reads are capped by count)."""
     out = Pruned()
+    ends = time.monotonic() + seconds
     horizon = now - HORIZON_S
     names = [str(p.get("name") or "") for p in pods]
     plan = _reservations(book, horizon, names, out)
@@ -112,6 +120,10 @@ def prune(
         listed = {str(p.get("id") or "") for p in pods}
         plan += _events(book, horizon, listed | set(billed), out)
     for key in plan[:MAX_DELETES]:
+        if not dry_run and time.monotonic() > ends:
+            out._note(f"time budget ({seconds:g} s) spent; the next reap goes on")
+            out.cut = True
+            break
         if not dry_run and key in out.planned and _changed(book, key, out.planned[key]):
             out._note(f"{key} changed since it was read (another prune ran): kept")
             continue
@@ -124,6 +136,7 @@ def prune(
         out.deleted.append(key)
     if len(plan) > MAX_DELETES:
         out._note(f"delete cap ({MAX_DELETES}) reached; the next run goes on")
+        out.cut = True
     out.kept = max(0, out.kept - len(out.deleted))
     return out
 
@@ -155,6 +168,12 @@ def due(book: Ledger, now: float) -> bool:
         if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
             book.store.delete(info.key)
     return True
+
+
+def rearm(book: Ledger, now: float) -> None:
+    """Remove the day's marker, so the next reap prunes again: one cut short with progress
+    made (a first prune of a long-kept ledger takes several reaps, never one long one)."""
+    book.store.delete(f"{PRUNED}/{utc_iso(now)[:10]}.json")
 
 
 def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -> list[str]:

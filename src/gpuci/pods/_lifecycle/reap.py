@@ -234,6 +234,8 @@ def _prune_ledger(
             return
         billed = _billed_quietly(client, billing_start(now, prune.HORIZON_S), now, rt)
         done = prune.prune(book, every, billed, now, rt.dry_run)
+        if done.cut and done.deleted and not rt.dry_run:
+            prune.rearm(book, now)
     except (OSError, GpuciError) as exc:
         result.warning(f"pods ledger {book.where} not pruned: {exc}")
         return
