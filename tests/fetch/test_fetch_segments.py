@@ -16,30 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer, http_date
+from fetch_server import BIG, BIG_SHA, DATA, SHA, SIZE, Fault, FaultyServer, http_date, leftovers
 
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import inspect
 
-SHA = hashlib.sha256(DATA).hexdigest()
-SIZE = len(DATA)
-BIG = os.urandom(2_000_000)  # for paced runs: long enough that the segments overlap in time
-BIG_SHA = hashlib.sha256(BIG).hexdigest()
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def seg_policy(policy: FetchPolicy) -> FetchPolicy:
-    """Four connections from the start (no ramp to wait for), 32 KiB segments."""
-    return replace(policy, connections=4, connections_start=4, segment_bytes=32 << 10)
 
 
 def ranged(server: FaultyServer, path: str = "/data.bin") -> list:
     return [g for g in server.gets(path) if g.range]
-
-
-def leftovers(dest: Path) -> list[str]:
-    return sorted(p.name for p in dest.parent.iterdir())
 
 
 def test_segmented_download_completes_and_verifies(server, tmp_path, seg_policy):
