@@ -110,17 +110,14 @@ class Saver:
         return info if info is not None and size in (None, info.size) else None
 
     def _present_packs(self, packs: list[str]) -> set[str]:
-        present: set[str] = set()
-
-        def check(pack: str) -> None:
+        def there(pack: str) -> bool:
             info = self.head(layout.pack_key(pack))
-            if info is not None:
-                present.add(pack)
-                if not self.rt.dry_run:
-                    self.refresh(info)
+            if info is not None and not self.rt.dry_run:
+                self.refresh(info)
+            return info is not None
 
-        parallel(check, packs, self.uploads)  # HEADs under the save's one controller
-        return present
+        found = parallel(there, packs, self.uploads)  # HEADs under the save's one controller
+        return {pack for pack, yes in zip(packs, found, strict=True) if yes}
 
     def refresh(self, info: ObjectInfo) -> None:
         """Reusing an old object: make it young, so a concurrent prune's grace period keeps it."""
