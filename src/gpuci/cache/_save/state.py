@@ -8,7 +8,6 @@ The phases of a save (:mod:`gpuci.cache._save.command`, which also publishes) ea
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -60,14 +59,8 @@ class Saver:
 
     def load_manifest(self, digest: str) -> mf.Manifest | None:
         got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-        if (
-            got is None
-            or len(got[0]) > mf.MAX_MANIFEST
-            or hashlib.sha256(got[0]).hexdigest() != digest
-        ):
-            return None
         try:
-            return mf.parse(got[0], digest[:12])
+            return None if got is None else refs.parse_checked(got[0], digest)
         except InputError:
             return None
 

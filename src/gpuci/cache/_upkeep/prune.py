@@ -26,7 +26,7 @@ manifest's age is re-read before its delete.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import time
 from dataclasses import replace
 
@@ -44,7 +44,7 @@ from gpuci.errors import InputError, StoreError
 from gpuci.ranged._pool import parallel
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
-from gpuci.units import human_age, human_bytes
+from gpuci.units import human_age
 
 __all__ = ["MAX_PLANNED", "Outcome", "Plan", "StaleRef", "execute", "group_of", "plan", "run"]
 
@@ -89,20 +89,16 @@ def _named_manifests(store: Store, dropping: list[StaleRef]) -> tuple[set[str], 
     """Manifests named by every ref in every namespace, except the refs being dropped; and
     those refs with the etag this listing gives them where it saw the same version."""
     planned = {r.object_key: r for r in dropping}
-    items: list[ObjectInfo] = []
+    kept: list[str] = []
     etags: dict[str, str] = {}
     for item in store.list(f"{layout.REFS}/"):
         stale = planned.get(item.key)
         if stale is None:
-            items.append(item)
+            kept.append(item.key)
         elif item.modified == stale.modified:
             etags[item.key] = item.etag
-
-    def read(item: ObjectInfo) -> str | None:
-        got = store.get(item.key, limit=refs.MAX_REF)
-        return None if got is None else refs.manifest_of(got[0])
-
-    names = {digest for digest in parallel(read, items, 8) if digest is not None}
+    named = parallel(functools.partial(_manifest_named, store), kept, 8)
+    names = {digest for digest in named if digest is not None}
     with_etags = [replace(r, etag=etags.get(r.object_key, "")) for r in dropping]
     return names, with_etags
 
@@ -118,7 +114,7 @@ def _reached(store: Store, manifests: list[str]) -> tuple[set[str], list[str]]:
         """The keys the manifest names (none when gone), or why it cannot be read."""
         got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
         try:
-            return pins.data_keys(_parse_checked(got[0], digest)) if got is not None else set()
+            return pins.data_keys(refs.parse_checked(got[0], digest)) if got is not None else set()
         except InputError as exc:
             return _unreadable(digest, exc.message)
 
@@ -128,16 +124,6 @@ def _reached(store: Store, manifests: list[str]) -> tuple[set[str], list[str]]:
         else:
             keys.update(found)
     return keys, sorted(unreadable)
-
-
-def _parse_checked(data: bytes, digest: str) -> mf.Manifest:
-    """A manifest read back, checked against its name; InputError when unusable."""
-    if len(data) > mf.MAX_MANIFEST:
-        raise InputError(f"over {human_bytes(mf.MAX_MANIFEST)}")
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise InputError(f"it hashes to {actual[:12]}")
-    return mf.parse(data, digest[:12])
 
 
 def _unreadable(digest: str, why: str) -> str:
