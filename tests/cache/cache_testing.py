@@ -15,9 +15,12 @@ from __future__ import annotations
 import importlib.util
 import io
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,3 +204,16 @@ def record_retries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(transfer, "retry_segment", recording)
     return retried
+
+
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A disk of ``size`` (``2m``) at ``mount``, which a test can fill; skips without root."""
+    mount.mkdir()
+    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)]
+    if subprocess.run(command, capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

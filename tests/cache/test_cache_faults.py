@@ -21,6 +21,7 @@ from cache_testing import (
     next_store_second,
     record_retries,
     s3_client,
+    tmpfs,
 )
 from cache_testing import store_flags as _flags
 from treeutil import leftovers, make_tree, snapshot, write_tree
@@ -348,17 +349,8 @@ def test_restore_killed_midway_leaves_no_final_name_and_a_rerun_completes(
 
 @pytest.fixture
 def tiny_disk(tmp_path: Path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    with tmpfs(tmp_path / "tiny", "2m") as mount:
+        yield mount
 
 
 def test_disk_full_is_a_clean_error_and_staging_is_removed(

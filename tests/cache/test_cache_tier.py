@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cache_testing import CREDS, REPO_ROOT, cache_cmd
+from cache_testing import CREDS, REPO_ROOT, cache_cmd, tmpfs
 from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot, write_tree
 
@@ -226,16 +226,7 @@ def test_sizes_parse():
 
 
 def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, monkeypatch):
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "small-disk", "8m") as mount:
         from gpuci.cache._restore import place as restore
 
         monkeypatch.setattr(restore, "DISK_MARGIN", 0)
@@ -247,8 +238,6 @@ def test_a_warm_restore_needs_no_disk_for_what_it_links(store, env, tmp_path, mo
         second, _ = cache_cmd("restore", _flags(store, "disk", mount / "b", **flags), env)
         assert second.ok, second.headline  # a copy would not fit; a link does
         assert second.outputs["bytes-from-local"] == 5_000_000
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_cold_restore_in_copy_mode_fills_the_tier_with_exactly_the_hashed_bytes(

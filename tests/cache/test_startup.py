@@ -14,7 +14,6 @@ scripts/bench_startup.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,8 @@ from pathlib import Path
 import pytest
 from cache_testing import CREDS, REPO_ROOT, s3_case, seaweedfs_server
 from treeutil import make_tree, snapshot
+
+from gpuci_testing import clean_env
 
 # Loaded by a tier-hit restore's code paths only when something else is needed.
 NOT_LOADED = (
@@ -71,15 +72,7 @@ _PROBE = (
 @pytest.fixture(params=["file", "moto-endpoint-url", "seaweedfs-AWS_ENDPOINT_URL"])
 def warm(request, tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
     """(restore arguments without --path, environment, source tree) with the tier filled."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "INPUT_"))}
-    env.update(
-        CREDS,
-        HOME=str(tmp_path / "home"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-        GPUCI_LOCAL_CACHE=str(tmp_path / "tier"),
-        PYTHONPATH=str(REPO_ROOT / "src"),
-    )
-    env.pop("CI", None)
+    env = _child_env(tmp_path, **CREDS)
     if request.param == "file":
         args = ["--store", (tmp_path / "store").as_uri()]
     elif request.param == "moto-endpoint-url":
@@ -96,6 +89,18 @@ def warm(request, tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return ["cache-weights", "restore", *args, "--key", "warm"], env, src
+
+
+def _child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """A child's environment: this machine's without CI's or AWS's settings, the home, journal
+    and tier under ``tmp_path``, and this checkout's gpuci."""
+    return clean_env(
+        HOME=str(tmp_path / "home"),
+        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
+        GPUCI_LOCAL_CACHE=str(tmp_path / "tier"),
+        PYTHONPATH=str(REPO_ROOT / "src"),
+        **extra,
+    )
 
 
 def _restore(args: list[str], env: dict[str, str], out: Path, *extra: str) -> dict:
@@ -142,14 +147,7 @@ def test_a_warm_link_restore_of_big_files_starts_no_thread(tmp_path):
     """``link`` mode links a big file as it links a small one (an inode written, no bytes), so
     a warm restore of model shards has nothing to copy in parallel: no placing pool, none of
     its modules (concurrent.futures, logging, threading)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GITHUB_", "INPUT_"))}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
-        GPUCI_LOCAL_CACHE=str(tmp_path / "tier"),
-        PYTHONPATH=str(REPO_ROOT / "src"),
-    )
-    env.pop("CI", None)
+    env = _child_env(tmp_path)
     src = make_tree(tmp_path / "src", big=9 << 20, small=8)  # over place.PARALLEL_MIN
     args = ["cache-weights", "restore", "--store", (tmp_path / "store").as_uri(), "--key", "big"]
     args += ["--local-cache-mode", "link"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import tenacity
@@ -25,6 +26,12 @@ def policy() -> FetchPolicy:
     machine (the attempts a test counts are the server's faults, never a slow thread's); a
     test of a stall sets its own short one."""
     return FetchPolicy(attempts=4, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01)
+
+
+@pytest.fixture
+def seg_policy(policy: FetchPolicy) -> FetchPolicy:
+    """Four connections from the start (no ramp to wait for), 32 KiB segments."""
+    return replace(policy, connections=4, connections_start=4, segment_bytes=32 << 10)
 
 
 @pytest.fixture

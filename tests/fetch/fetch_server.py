@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import gzip
 import hashlib
+import json
 import os
 import socket
 import threading
@@ -21,11 +22,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from gpuci.fetch._partial import url_key
 from loopback_http import LoopbackHTTPServer
 
 # The tests' file: a few hundred KB, several network chunks, fast everywhere. Here, not in
 # conftest.py: ``from conftest import`` picks whichever folder's conftest pytest loaded last.
 DATA = os.urandom(300_000)
+SHA = hashlib.sha256(DATA).hexdigest()
+SIZE = len(DATA)
+BIG = os.urandom(2_000_000)  # for paced runs: long enough that the segments overlap in time
+BIG_SHA = hashlib.sha256(BIG).hexdigest()
 
 
 @dataclass
@@ -364,6 +370,25 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                     time.sleep(ahead)
 
     return Handler
+
+
+def leftovers(dest: Path) -> list[str]:
+    """What lies in ``dest``'s folder: the file, and anything a download left beside it."""
+    return sorted(p.name for p in dest.parent.iterdir())
+
+
+def plant_partial(
+    dest: Path, data: bytes, url: str, validator: str = '"v1"', **meta: object
+) -> None:
+    """What an earlier run of ``url`` left: ``dest.incomplete`` holding ``data``, and its sidecar
+    (the URL's hash, the validator, and any other ``meta`` fields), as a run writes them."""
+    part = dest.with_name(dest.name + ".incomplete")
+    part.write_bytes(data)
+    part.chmod(0o644)
+    record = {"url": url, "url_sha256": url_key(url), "validator": validator, **meta}
+    sidecar = dest.with_name(dest.name + ".incomplete.json")
+    sidecar.write_text(json.dumps(record))
+    sidecar.chmod(0o600)
 
 
 def http_date(seconds_from_now: float) -> str:

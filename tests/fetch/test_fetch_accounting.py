@@ -15,23 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer
+from fetch_server import BIG, BIG_SHA, SHA, SIZE, Fault, FaultyServer
 from test_fetch_command import fetch as run_fetch
 
 import gpuci
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import inspect
 
-SHA = hashlib.sha256(DATA).hexdigest()
-SIZE = len(DATA)
-BIG = os.urandom(2_000_000)
-BIG_SHA = hashlib.sha256(BIG).hexdigest()
 SRC = Path(gpuci.__file__).resolve().parents[1]  # the child runs the code under test
-
-
-@pytest.fixture
-def seg_policy(policy: FetchPolicy) -> FetchPolicy:
-    return replace(policy, connections=4, connections_start=4, segment_bytes=32 << 10)
 
 
 class Meter:

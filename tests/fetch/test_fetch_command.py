@@ -11,15 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer
+from fetch_server import DATA, SHA, Fault, FaultyServer, plant_partial
 
 from gpuci.cli import run_command
 from gpuci.commands import _retry_fetch as retry_fetch
-from gpuci.fetch._partial import url_key
 from gpuci.runtime import Result, Runtime
 from gpuci_testing import clean_env, run_cli
 
-SHA = hashlib.sha256(DATA).hexdigest()
 FAST = {"attempts": "4", "timeout": "1s", "max-wait": "50ms", "deadline": "20s"}
 
 
@@ -129,9 +127,7 @@ def test_progress_lines_per_file(server, tmp_path: Path):
 
 
 def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):
-    (tmp_path / "big.bin.incomplete").write_bytes(DATA[:1000])
-    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
-    (tmp_path / "big.bin.incomplete.json").write_text(json.dumps(meta))
+    plant_partial(tmp_path / "big.bin", DATA[:1000], server.url("/data.bin"))
     before = sorted(p.name for p in tmp_path.iterdir())
     result, text = fetch(
         {"url": server.url("/data.bin"), "dest": "big.bin"},
@@ -150,9 +146,7 @@ def test_dry_run_probes_and_writes_nothing(server, tmp_path: Path):
 
 def test_dry_run_without_probe_contacts_nobody(server, tmp_path: Path):
     """No network unless --probe: the plan says what would be fetched and verified."""
-    (tmp_path / "big.bin.incomplete").write_bytes(DATA[:1000])
-    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
-    (tmp_path / "big.bin.incomplete.json").write_text(json.dumps(meta))
+    plant_partial(tmp_path / "big.bin", DATA[:1000], server.url("/data.bin"))
     flags = {
         "url": server.url("/data.bin") + "\n" + server.url("/nope.bin"),
         "dest": "dl/",

@@ -9,19 +9,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fetch_server import DATA, Fault, FaultyServer, http_date
+from fetch_server import DATA, SHA, SIZE, Fault, FaultyServer, http_date, leftovers, plant_partial
 
 from gpuci.errors import ExitCode, FetchError, InputError, IntegrityError
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import url_key
 from gpuci.retry import parse_retry_after
-
-SHA = hashlib.sha256(DATA).hexdigest()
-SIZE = len(DATA)
-
-
-def leftovers(dest: Path) -> list[str]:
-    return sorted(p.name for p in dest.parent.iterdir())
 
 
 def test_plain_download_is_verified_and_renamed(server: FaultyServer, tmp_path: Path, policy):
@@ -233,9 +226,7 @@ def test_redirect_is_followed(server, tmp_path, policy):
 def test_416_at_full_length_means_done(server, tmp_path, policy):
     """A previous run got every byte but died before the rename."""
     dest = tmp_path / "out.bin"
-    (tmp_path / "out.bin.incomplete").write_bytes(DATA)
-    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
-    (tmp_path / "out.bin.incomplete.json").write_text(json.dumps(meta))
+    plant_partial(dest, DATA, server.url("/data.bin"))
     res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
     assert server.gets()[0].status == 416
     assert server.served() == 0

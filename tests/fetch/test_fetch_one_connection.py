@@ -6,21 +6,15 @@ the accounting holds as on the segmented path (issue 33: ``attempts`` is 1 plus 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import replace
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer
+from fetch_server import BIG, BIG_SHA, DATA, SHA, SIZE, Fault, FaultyServer
 from test_fetch_accounting import Meter
 
 from gpuci.errors import FetchError
 from gpuci.fetch import FetchPolicy, fetch_file
-
-SHA = hashlib.sha256(DATA).hexdigest()
-SIZE = len(DATA)
-BIG = os.urandom(2_000_000)
-BIG_SHA = hashlib.sha256(BIG).hexdigest()
 
 
 def test_a_body_of_unannounced_size_ends_the_file_where_it_ends(server, tmp_path, policy):

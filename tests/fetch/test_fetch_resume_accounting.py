@@ -6,17 +6,12 @@ is read as untrusted JSON."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import os
 
-from fetch_server import Fault, FaultyServer
+from fetch_server import BIG, BIG_SHA, Fault, FaultyServer
 
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import incomplete_path, inspect, meta_path
-
-BIG = os.urandom(2_000_000)
-BIG_SHA = hashlib.sha256(BIG).hexdigest()
 
 
 def test_a_cut_segment_then_a_refused_range_counts_kept_bytes_once(tmp_path, four_segments):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -11,35 +10,24 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from fetch_server import DATA, Fault, FaultyServer, raw_server
+from fetch_server import DATA, SHA, SIZE, Fault, FaultyServer, plant_partial, raw_server
 
 from gpuci.errors import FetchError, InputError
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch._partial import Partial, url_key
+from gpuci.fetch._partial import Partial
 from gpuci.fetch._plan import offline
 from gpuci.fetch._policy import RangeMismatch
 from gpuci.fetch._sources import Job, build_jobs
 
-SHA = hashlib.sha256(DATA).hexdigest()
-SIZE = len(DATA)
 KEPT = ((0, 100_000), (150_000, 200_000), (250_000, SIZE))  # a killed segmented run's ranges
 
 
 def plant_segmented_partial(dest: Path, url: str) -> None:
     """What a segmented run killed mid-way leaves: three ranges written, two holes."""
-    with open(f"{dest}.incomplete", "wb") as handle:
-        handle.truncate(SIZE)
-        for start, end in KEPT:
-            handle.seek(start)
-            handle.write(DATA[start:end])
-    meta = {
-        "url": url,
-        "url_sha256": url_key(url),
-        "validator": '"v1"',
-        "total": SIZE,
-        "segments": [list(span) for span in KEPT],
-    }
-    Path(f"{dest}.incomplete.json").write_text(json.dumps(meta))
+    kept = bytearray(SIZE)
+    for start, end in KEPT:
+        kept[start:end] = DATA[start:end]
+    plant_partial(dest, bytes(kept), url, total=SIZE, segments=[list(span) for span in KEPT])
 
 
 def bounded_ranges(server: FaultyServer) -> list[str]:
@@ -77,9 +65,7 @@ def test_a_complete_leftover_of_wrong_bytes_is_fetched_again_from_byte_zero(
     """A leftover at full length whose bytes are wrong (a crash's zeros): the server's 416
     says every byte is held, the sha256 says they are wrong, so they come once more from 0."""
     dest = tmp_path / "out.bin"
-    Path(f"{dest}.incomplete").write_bytes(bytes(SIZE))
-    meta = {"validator": '"v1"', "url_sha256": url_key(server.url("/data.bin"))}
-    Path(f"{dest}.incomplete.json").write_text(json.dumps(meta))
+    plant_partial(dest, bytes(SIZE), server.url("/data.bin"))
     res = fetch_file(server.url("/data.bin"), dest, SHA, policy=policy)
     gets = server.gets()
     assert gets[0].status == 416 and gets[-1].range is None

@@ -16,30 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer, http_date
+from fetch_server import BIG, BIG_SHA, DATA, SHA, SIZE, Fault, FaultyServer, http_date, leftovers
 
 from gpuci.fetch import FetchPolicy, fetch_file
 from gpuci.fetch._partial import inspect
 
-SHA = hashlib.sha256(DATA).hexdigest()
-SIZE = len(DATA)
-BIG = os.urandom(2_000_000)  # for paced runs: long enough that the segments overlap in time
-BIG_SHA = hashlib.sha256(BIG).hexdigest()
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def seg_policy(policy: FetchPolicy) -> FetchPolicy:
-    """Four connections from the start (no ramp to wait for), 32 KiB segments."""
-    return replace(policy, connections=4, connections_start=4, segment_bytes=32 << 10)
 
 
 def ranged(server: FaultyServer, path: str = "/data.bin") -> list:
     return [g for g in server.gets(path) if g.range]
-
-
-def leftovers(dest: Path) -> list[str]:
-    return sorted(p.name for p in dest.parent.iterdir())
 
 
 def test_segmented_download_completes_and_verifies(server, tmp_path, seg_policy):
@@ -308,7 +294,7 @@ def test_a_416_that_contradicts_the_known_size_is_not_a_finished_file(tmp_path):
 
 
 @pytest.mark.parametrize("changed", [False, True], ids=["same-file", "file-changed-meanwhile"])
-def test_a_killed_process_resumes_every_segment(tmp_path, changed):
+def test_a_killed_process_resumes_every_segment(tmp_path, changed, four_segments):
     big = os.urandom(12 << 20)
     with FaultyServer(rate=2_000_000) as srv:  # 4 x 2 MB/s: about 1.5 s for 12 MiB
         srv.add("/big", big)
@@ -337,10 +323,7 @@ def test_a_killed_process_resumes_every_segment(tmp_path, changed):
             big = os.urandom(len(big))
             srv.entries["/big"].data, srv.entries["/big"].etag = big, '"v2"'
         served_before, before = srv.served(), len(srv.gets("/big"))
-        policy = FetchPolicy(
-            attempts=3, timeout=5, deadline=60, max_wait=0.05, initial_wait=0.01,
-            connections=4, connections_start=4, segment_bytes=128 << 10,
-        )  # fmt: skip
+        policy = replace(four_segments, attempts=3)
         res = fetch_file(srv.url("/big"), dest, hashlib.sha256(big).hexdigest(), policy=policy)
         assert dest.read_bytes() == big
         resumed = srv.gets("/big")[before:]
@@ -522,33 +505,30 @@ def test_a_client_that_cannot_keep_up_adds_no_connection(tmp_path, policy, monke
 def test_a_link_that_caps_each_connection_still_ramps(tmp_path, policy):
     """8 MB/s per connection: each read gets what arrived since the last, the client keeps
     up, and the controller adds connections as before."""
-    big = os.urandom(4 << 20)
-    with FaultyServer(rate=8_000_000) as srv:
-        srv.add("/big", big)
-        policy = replace(
-            policy, connections=4, connections_start=1, segment_bytes=256 << 10, timeout=10
-        )
-        res = fetch_file(
-            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
-        )
-        assert (tmp_path / "out.bin").read_bytes() == big
-        assert res.connections >= 2
+    res, _ = _ramped(tmp_path, policy, 4 << 20, 256 << 10, rate=8_000_000)
+    assert res.connections >= 2
 
 
 def _one_connection_for_a_slow_client(tmp_path, policy) -> None:
     """A 64 MiB download (more than the queues and socket buffers hold) uses one connection
     and one GET, and arrives whole."""
-    big = os.urandom(64 << 20)
-    with FaultyServer() as srv:
+    res, gets = _ramped(tmp_path, policy, 64 << 20, 1 << 20)
+    assert (res.connections, gets) == (1, 1)
+
+
+def _ramped(tmp_path, policy, size: int, segment: int, rate: float | None = None):
+    """A ``size``-byte file fetched on one connection at first, up to 4 as the controller
+    allows (each paced at ``rate`` bytes a second), checked whole: the result and its GETs."""
+    big = os.urandom(size)
+    with FaultyServer(rate=rate) as srv:
         srv.add("/big", big)
         policy = replace(
-            policy, connections=4, connections_start=1, segment_bytes=1 << 20, timeout=10
+            policy, connections=4, connections_start=1, segment_bytes=segment, timeout=10
         )
-        res = fetch_file(
-            srv.url("/big"), tmp_path / "out.bin", hashlib.sha256(big).hexdigest(), policy=policy
-        )
-        assert (tmp_path / "out.bin").read_bytes() == big
-        assert (res.connections, len(srv.gets("/big"))) == (1, 1)
+        dest, sha = tmp_path / "out.bin", hashlib.sha256(big).hexdigest()
+        res = fetch_file(srv.url("/big"), dest, sha, policy=policy)
+        assert dest.read_bytes() == big
+        return res, len(srv.gets("/big"))
 
 
 def test_segments_slower_than_min_rate_fail_their_attempts(tmp_path, four_segments):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import signal
@@ -12,13 +10,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from fetch_server import DATA, Fault, FaultyServer, raw_server
+from fetch_server import DATA, SHA, Fault, FaultyServer, plant_partial, raw_server
 
 from gpuci.errors import FetchError
 from gpuci.fetch import FetchPolicy, fetch_file
-from gpuci.fetch._partial import url_key
 
-SHA = hashlib.sha256(DATA).hexdigest()
 POLICY = FetchPolicy(attempts=3, timeout=5, deadline=30, max_wait=0.05, initial_wait=0.01)
 
 
@@ -109,11 +105,7 @@ def test_a_wide_resume_whose_206_runs_past_its_content_range_fetches_the_rest_by
     the rest comes over ranged requests in the same attempt."""
     body = bytes(range(256)) * 4096  # 1 MiB
     url, sock = raw_server(_short_span_liar(body))
-    (tmp_path / "o.incomplete").write_bytes(body[:100])
-    (tmp_path / "o.incomplete").chmod(0o644)
-    record = {"url": url, "url_sha256": url_key(url), "validator": '"v"', "total": len(body)}
-    (tmp_path / "o.incomplete.json").write_text(json.dumps(record))
-    (tmp_path / "o.incomplete.json").chmod(0o600)
+    plant_partial(tmp_path / "o", body[:100], url, '"v"', total=len(body))
     try:
         res = fetch_file(url, tmp_path / "o", None, policy=WIDE)
     finally:
@@ -143,11 +135,7 @@ def test_a_resumed_prefix_that_fails_the_sha256_is_fetched_again_from_zero(tmp_p
     with FaultyServer() as srv:
         srv.add("/data.bin", DATA)
         url = srv.url("/data.bin")
-        (tmp_path / "o.incomplete").write_bytes(b"\0" * 100_000)
-        (tmp_path / "o.incomplete").chmod(0o644)
-        record = {"url": url, "url_sha256": url_key(url), "validator": '"v1"', "total": len(DATA)}
-        (tmp_path / "o.incomplete.json").write_text(json.dumps(record))
-        (tmp_path / "o.incomplete.json").chmod(0o600)
+        plant_partial(tmp_path / "o", b"\0" * 100_000, url, total=len(DATA))
         res = fetch_file(url, tmp_path / "o", SHA, policy=POLICY)
         ranges = [r.headers.get("Range") for r in srv.gets()]
     assert (tmp_path / "o").read_bytes() == DATA and res.resumed_bytes == 0
@@ -159,11 +147,7 @@ def test_a_refetch_from_zero_that_still_fails_the_sha256_ends_the_run_once(tmp_p
     with FaultyServer() as srv:
         srv.add("/data.bin", DATA)
         url = srv.url("/data.bin")
-        (tmp_path / "o.incomplete").write_bytes(DATA[:100_000])
-        (tmp_path / "o.incomplete").chmod(0o644)
-        record = {"url": url, "url_sha256": url_key(url), "validator": '"v1"', "total": len(DATA)}
-        (tmp_path / "o.incomplete.json").write_text(json.dumps(record))
-        (tmp_path / "o.incomplete.json").chmod(0o600)
+        plant_partial(tmp_path / "o", DATA[:100_000], url, total=len(DATA))
         with pytest.raises(Exception, match="sha256 mismatch") as info:
             fetch_file(url, tmp_path / "o", "0" * 64, policy=POLICY)
         assert len(srv.gets()) == 2

@@ -12,7 +12,7 @@ from gpuci.cache._stores import open_store
 from gpuci.cache._stores.base import Store, redact_url
 from gpuci.cache.options import StoreFields
 from gpuci.errors import NoCredentials
-from gpuci.runtime import Runtime, markdown_table
+from gpuci.runtime import Result, Runtime, markdown_table
 from gpuci.units import human_bytes
 
 if TYPE_CHECKING:  # the controller (and threading) load only for a transfer
@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # the controller (and threading) load only for a transfer
     from gpuci.cache._stores.tier_policy import TierChoice
 
 __all__ = [
-    "CREDENTIAL_SOURCES",
     "Connections",
+    "no_credentials",
     "outputs",
     "plan_store",
     "store_from",
@@ -35,6 +35,25 @@ CREDENTIAL_SOURCES = (
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY from secrets, an AWS profile, or "
     "aws-actions/configure-aws-credentials"
 )
+
+
+def no_credentials(command: str, url: str, skipped: str, access: str, **report: Any) -> Result:
+    """A dry run with no AWS credentials here (the store is not asked, not failed): the
+    headline says what was ``skipped``, it and the report what ``access`` a real run needs."""
+    result = Result(command=command)
+    result.headline = (
+        f"would need credentials: {skipped}; a real run needs {access} access to the bucket "
+        f"({CREDENTIAL_SOURCES})"
+    )
+    result.report = {
+        **report,
+        "store": url,
+        "dry_run": True,
+        "lookup": "skipped",
+        "reason": "no AWS credentials on this machine",
+        "needs": f"{access} access to the bucket: {CREDENTIAL_SOURCES}",
+    }
+    return result
 
 
 def store_from(where: StoreFields, rt: Runtime) -> Store:

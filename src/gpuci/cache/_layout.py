@@ -73,10 +73,9 @@ DOWNLOAD_CONNECTIONS = 32  # 32 x 16 MiB/s is more than two cores can write and 
 UPLOAD_CONNECTIONS = 64  # parts stream from disk: a connection holds almost nothing
 MEMORY_BUDGET = 192 << 20
 
-# Prune: objects no ref reaches are deleted only once older than this, so a save that is
-# uploading right now (blobs first, ref last) never loses a blob. A save touches any blob it
-# reuses that is older than TOUCH_AFTER, which must stay well below the grace period.
-PRUNE_GRACE = 6 * 3600
+# Prune deletes objects no ref reaches only once older than its grace (``--grace``, 6h), so a
+# save uploading right now (blobs first, ref last) never loses a blob. A save touches any blob it
+# reuses that is older than TOUCH_AFTER, which prune keeps under half the grace.
 TOUCH_AFTER = 3600
 
 INCOMPLETE = ".incomplete"

@@ -207,18 +207,14 @@ class Body:
     def _direct(self) -> tuple[Any, int, float | None] | None:
         """(stream, length, read timeout) when the body may be read straight, else None."""
         resp = self.resp
-        headers = resp.headers
-        if resp.http_version != "HTTP/1.1" or "Transfer-Encoding" in headers:
+        if resp.http_version != "HTTP/1.1" or "Transfer-Encoding" in resp.headers:
             return None
         bodiless = resp.status_code < 200 or resp.status_code in (204, 304)
         if bodiless or resp.request.method == "HEAD":
             return None  # no body whatever Content-Length says (RFC 9112 6.3): h11 knows
-        try:
-            length = int(headers.get("Content-Length", ""))
-        except ValueError:
-            return None
+        length = content_length(resp)
         stream = httpclients.exact_stream(resp.extensions.get("network_stream"))
-        if length < 0 or not callable(getattr(stream, "read", None)):
+        if length is None or length < 0 or not callable(getattr(stream, "read", None)):
             return None
         timeout = resp.request.extensions.get("timeout", {}).get("read")
         return stream, length, timeout
@@ -284,6 +280,14 @@ def answered_span(
     if length is not None and length.strip() != str(last - first + 1):
         return None
     return span
+
+
+def content_length(resp: httpx.Response) -> int | None:
+    """The ``Content-Length`` announced; None when there is none or it is not a number."""
+    try:
+        return int(resp.headers["Content-Length"])
+    except (KeyError, ValueError):
+        return None
 
 
 def parse_content_range(value: str | None) -> tuple[int, int, int | None] | None:

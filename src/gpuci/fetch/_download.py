@@ -38,6 +38,7 @@ from gpuci.errors import FetchError, GpuciError, InputError, IntegrityError
 from gpuci.fetch._client import (
     answered_span,
     check_identity,
+    content_length,
     new_client,
     open_response,
     parse_content_range,
@@ -168,7 +169,7 @@ class _Download(DownloadJob):
         else:
             if resuming or part.size or part.extents:
                 part.reset()  # Range ignored or the file changed: a clean restart
-            total = end = _int(resp.headers.get("Content-Length"))
+            total = end = content_length(resp)
         if total is not None:
             self._check_room(total, part.size)
         part.adopt(validator, total)
@@ -265,13 +266,6 @@ def _write_failed(partial: Partial, exc: OSError) -> FetchError:
         hint=f"free space on the disk holding {partial.path.parent}, or set dest to a larger "
         "disk, then rerun",
     )
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _hint_for_status(status: int) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from gpuci.errors import GpuciError
-from gpuci.fetch._client import IDENTITY, check_identity, open_response
+from gpuci.fetch._client import IDENTITY, check_identity, content_length, open_response
 from gpuci.fetch._download import already_present, describe, parse_content_range, strong_validator
 from gpuci.fetch._partial import inspect
 from gpuci.fetch._policy import FetchPolicy
@@ -74,7 +74,7 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
     deadline = Deadline.after(policy.deadline)  # both asks, as a real run's whole download
     try:
         resp = _ask(client, "HEAD", job.url, headers, policy, deadline)
-        if resp.status_code != 200 or _length(resp) is None:  # HEAD refused (or signed for GET)
+        if resp.status_code != 200 or content_length(resp) is None:  # refused, or signed for GET
             resp = _ask(client, "GET", job.url, headers, policy, deadline)
         check_identity(resp)
     except httpx.HTTPError as exc:
@@ -85,7 +85,7 @@ def probe(client: httpx.Client, job: Job, headers: dict[str, str], policy: Fetch
     if status not in (200, 206):
         return Probe(job, status, None, False, "fail", f"HTTP {status} {resp.reason_phrase}")
     span = parse_content_range(resp.headers.get("Content-Range"))
-    size = span[2] if status == 206 and span else _length(resp)
+    size = span[2] if status == 206 and span else content_length(resp)
     resumable = status == 206 or resp.headers.get("Accept-Ranges", "").lower() == "bytes"
     resumable = resumable and strong_validator(resp.headers) is not None
     partial = incomplete_path(job.dest)
@@ -127,10 +127,3 @@ def _ask(
         deadline=deadline,
     ) as resp:
         return resp
-
-
-def _length(resp: httpx.Response) -> int | None:
-    try:
-        return int(resp.headers["Content-Length"])
-    except (KeyError, ValueError):
-        return None

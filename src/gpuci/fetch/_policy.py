@@ -43,7 +43,6 @@ __all__ = [
 # every model shard we know of; small enough that an endless or lying body stops long before
 # it fills a GPU runner's disk. A larger file needs ``max-bytes`` set on purpose.
 DEFAULT_MAX_BYTES = 64 << 30
-DEFAULT_MAX_BYTES_TEXT = "64GiB"
 
 # Segmented downloads (gpuci.fetch._segments): at most this many ranged connections per file
 # (about 6 MiB of buffers each), none for a range under 8 MiB (a 30 ms first byte would cost

@@ -15,12 +15,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuci.adaptive import Concurrency
 
 #: A lane's buffer size unless the pool is told otherwise (the cache's IO_CHUNK).
 CHUNK = 4 << 20
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Cancelled(Exception):
@@ -175,10 +178,18 @@ def laneless(fn: Callable[..., None], *args: Any) -> Callable[[Lane], None]:
     return lambda _lane: fn(*args)
 
 
-def parallel(fn: Callable[[Any], None], items: Iterable[Any], workers: int | Concurrency) -> None:
+def parallel(fn: Callable[[T], R], items: Iterable[T], workers: int | Concurrency) -> list[R]:
     """Run ``fn(item)`` for every item, ``workers`` at once (a count or a controller);
-    re-raise the first failure."""
+    re-raise the first failure, else return what each call returned, in the items' order
+    (the callers then need no lock of their own to gather them)."""
+    todo = list(items)
+    results: list[Any] = [None] * len(todo)
+
+    def one(index: int) -> None:
+        results[index] = fn(todo[index])
+
     pool = WorkPool(workers)
-    for item in items:
-        pool.submit(laneless(fn, item))
+    for index in range(len(todo)):
+        pool.submit(laneless(one, index))
     pool.run()
+    return results

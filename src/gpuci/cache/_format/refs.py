@@ -51,6 +51,7 @@ from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.file import LocalStore
 from gpuci.errors import ConflictError, GpuciError, InputError, IntegrityError, StoreError
 from gpuci.redact import excerpt
+from gpuci.units import human_bytes
 
 if TYPE_CHECKING:  # imported where the thread starts: a file store's restore starts none
     from gpuci.background import Background
@@ -362,6 +363,17 @@ def fetch_manifest(store: Store, digest: str) -> tuple[mf.Manifest, int]:
             hint="the store holds a corrupt manifest; delete it and save the key again",
         )
     return mf.parse(data, digest[:12]), len(data)
+
+
+def parse_checked(data: bytes, digest: str) -> mf.Manifest:
+    """A manifest read back, checked against its name; InputError (saying why) when unusable:
+    what prune and a save's reuse of small files read, where an unusable one is skipped."""
+    if len(data) > mf.MAX_MANIFEST:
+        raise InputError(f"over {human_bytes(mf.MAX_MANIFEST)}")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise InputError(f"it hashes to {actual[:12]}")
+    return mf.parse(data, digest[:12])
 
 
 def fetch_by_digest(store: Store, digest: str) -> tuple[mf.Manifest, int]:

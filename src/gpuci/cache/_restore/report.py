@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuci.cache._common import CREDENTIAL_SOURCES, summary_table, tier_line
+from gpuci.cache._common import no_credentials, summary_table, tier_line
 from gpuci.cache._common import outputs as shared_outputs
 from gpuci.cache._restore.operation import Match, Request, Restore
 from gpuci.cache._stores.base import describe
@@ -159,21 +159,10 @@ def _report_restore(done: Restore, req: Request, match: Match, result: Result) -
 def _plan_without_credentials(done: Restore) -> Result:
     """A dry run with no AWS credentials here: the lookup is skipped, not failed."""
     key, url, seconds = done.key, done.store, done.seconds
-    result = Result(command="cache-weights restore")
-    result.headline = (
-        f"would need credentials: lookup of {key} in {url} skipped, no AWS credentials on this "
-        f"machine; a real run needs read access to the bucket ({CREDENTIAL_SOURCES})"
-    )
+    skipped = f"lookup of {key} in {url} skipped, no AWS credentials on this machine"
+    result = no_credentials("cache-weights restore", url, skipped, "read", key=key)
     result.outputs = _outputs(
         hit=False, matched="", manifest="", down=0, up=0, files=0, seconds=seconds
     )
     result.summary.append(summary_table(key, "lookup skipped: no credentials", 0, 0, 0, seconds))
-    result.report = {
-        "key": key,
-        "store": url,
-        "dry_run": True,
-        "lookup": "skipped",
-        "reason": "no AWS credentials on this machine",
-        "needs": f"read access to the bucket: {CREDENTIAL_SOURCES}",
-    }
     return result

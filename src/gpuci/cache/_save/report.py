@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuci.cache._common import CREDENTIAL_SOURCES, Connections, summary_table, tier_line
+from gpuci.cache._common import Connections, no_credentials, summary_table, tier_line
 from gpuci.cache._save.operation import OUTCOMES, Save
 from gpuci.cache._save.state import SaveStats
 from gpuci.runtime import Result
@@ -95,27 +95,18 @@ def _report(done: Save) -> Result:
 def _plan_without_credentials(done: Save) -> Result:
     """A dry run with no AWS credentials here: the tree is measured, the store is not asked."""
     key, url, files, size, seconds = done.key, done.store, done.files, done.size, done.seconds
-    result = Result(command="cache-weights save")
-    result.headline = (
-        f"would need credentials: would save {key} ({files} files, {human_bytes(size)}) "
-        f"to {url}, but no AWS credentials on this machine to ask what it lacks (at most "
-        f"{human_bytes(size)} to upload); a real run needs read and write access to the "
-        f"bucket ({CREDENTIAL_SOURCES})"
+    skipped = (
+        f"would save {key} ({files} files, {human_bytes(size)}) to {url}, but no AWS "
+        f"credentials on this machine to ask what it lacks (at most {human_bytes(size)} to "
+        "upload)"
+    )
+    result = no_credentials(
+        "cache-weights save", url, skipped, "read and write", key=key, files=files, bytes=size
     )
     result.outputs = _outputs("would save", "", 0, files, seconds)
     result.summary.append(
         summary_table(key, "would save: store not asked (no credentials)", files, size, 0, 0)
     )
-    result.report = {
-        "key": key,
-        "store": url,
-        "dry_run": True,
-        "files": files,
-        "bytes": size,
-        "lookup": "skipped",
-        "reason": "no AWS credentials on this machine",
-        "needs": f"read and write access to the bucket: {CREDENTIAL_SOURCES}",
-    }
     return result
 
 

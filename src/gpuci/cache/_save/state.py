@@ -8,7 +8,6 @@ The phases of a save (:mod:`gpuci.cache._save.command`, which also publishes) ea
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -60,14 +59,8 @@ class Saver:
 
     def load_manifest(self, digest: str) -> mf.Manifest | None:
         got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-        if (
-            got is None
-            or len(got[0]) > mf.MAX_MANIFEST
-            or hashlib.sha256(got[0]).hexdigest() != digest
-        ):
-            return None
         try:
-            return mf.parse(got[0], digest[:12])
+            return None if got is None else refs.parse_checked(got[0], digest)
         except InputError:
             return None
 
@@ -110,17 +103,14 @@ class Saver:
         return info if info is not None and size in (None, info.size) else None
 
     def _present_packs(self, packs: list[str]) -> set[str]:
-        present: set[str] = set()
-
-        def check(pack: str) -> None:
+        def there(pack: str) -> bool:
             info = self.head(layout.pack_key(pack))
-            if info is not None:
-                present.add(pack)
-                if not self.rt.dry_run:
-                    self.refresh(info)
+            if info is not None and not self.rt.dry_run:
+                self.refresh(info)
+            return info is not None
 
-        parallel(check, packs, self.uploads)  # HEADs under the save's one controller
-        return present
+        found = parallel(there, packs, self.uploads)  # HEADs under the save's one controller
+        return {pack for pack, yes in zip(packs, found, strict=True) if yes}
 
     def refresh(self, info: ObjectInfo) -> None:
         """Reusing an old object: make it young, so a concurrent prune's grace period keeps it."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 from gpuci.cache import _layout as layout
@@ -82,20 +81,18 @@ def _read_refs(
     """Each listed ref read in parallel. One gone since the listing is left out; one unusable
     is left out with a warning in ``ignored`` (the first :data:`refs.MAX_IGNORED`, then a
     count), so one bad object does not hide every good key."""
+
+    def read(info: refs.RefInfo) -> tuple[str, refs.Ref | None, list[str]]:
+        why: list[str] = []
+        return info.key, refs.read_listed(store, info, why), why
+
     details: dict[str, refs.Ref] = {}
     unusable: list[str] = []
-    lock = threading.Lock()
-
-    def read(info: refs.RefInfo) -> None:
-        why: list[str] = []
-        ref = refs.read_listed(store, info, why)
-        with lock:
-            if ref is not None:
-                details[info.key] = ref
-            unusable.extend(why)
-
-    parallel(read, infos, layout.workers(rt.environ))
-    unusable.sort()  # the threads' order is not the listing's
+    for key, ref, why in parallel(read, infos, layout.workers(rt.environ)):
+        if ref is not None:
+            details[key] = ref
+        unusable.extend(why)
+    unusable.sort()
     ignored.extend(unusable[: refs.MAX_IGNORED])
     if len(unusable) > refs.MAX_IGNORED:
         ignored.append(

@@ -9,7 +9,6 @@ add protection: a pin that is malformed still protects the manifest its object n
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -82,10 +81,8 @@ def read_all(store: Store) -> list[Pin]:
         for i in store.list(f"{layout.PINS}/")
         if layout.is_sha256(i.key.rsplit("/", 1)[-1].removesuffix(".json"))
     ]
-    found: list[Pin] = []
-    lock = threading.Lock()
 
-    def read(item: Any) -> None:
+    def read(item: Any) -> Pin:
         digest = item.key.rsplit("/", 1)[-1].removesuffix(".json")
         raw: dict[str, Any] = {}
         got = store.get(item.key, limit=MAX_PIN)
@@ -94,18 +91,15 @@ def read_all(store: Store) -> list[Pin]:
                 raw = untrusted_json.parse_object(got[0], MAX_PIN, "a pin")
             except untrusted_json.Unusable:
                 raw = {}
-        pin = Pin(
+        return Pin(
             manifest=digest,
             reason=untrusted_json.text(raw, "reason", "(unreadable pin)")[:MAX_REASON],
             created=untrusted_json.text(raw, "created"),
             modified=item.modified,
             producer=untrusted_json.mapping(raw, "producer"),
         )
-        with lock:
-            found.append(pin)
 
-    parallel(read, items, 8)
-    return sorted(found, key=lambda p: p.modified, reverse=True)
+    return sorted(parallel(read, items, 8), key=lambda p: p.modified, reverse=True)
 
 
 def check_reason(text: Any) -> str:
@@ -125,20 +119,18 @@ def missing_data(store: Store, manifest: mf.Manifest, refresh: bool = False) -> 
     """Blob and pack keys the manifest names that the store lacks (a blob of another size than
     the manifest's is not the blob: never made young by copying what a HEAD claims); with
     ``refresh``, each one present is made young when old (:func:`refresh_age`)."""
-    missing: list[str] = []
-    lock = threading.Lock()
     sizes = {layout.blob_key(e.sha256): e.size for e in manifest.files if e.size and not e.pack}
 
-    def check(key: str) -> None:
+    def missing(key: str) -> bool:
         info = store.head(key)
         if info is None or info.size != sizes.get(key, info.size):
-            with lock:
-                missing.append(key)
-        elif refresh:
+            return True
+        if refresh:
             refresh_age(store, info)
+        return False
 
-    parallel(check, sorted(data_keys(manifest)), 8)
-    return sorted(missing)
+    keys = sorted(data_keys(manifest))
+    return [key for key, gone in zip(keys, parallel(missing, keys, 8), strict=True) if gone]
 
 
 def refresh_age(store: Store, info: ObjectInfo) -> None:

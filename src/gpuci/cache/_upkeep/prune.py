@@ -26,8 +26,7 @@ manifest's age is re-read before its delete.
 
 from __future__ import annotations
 
-import hashlib
-import threading
+import functools
 import time
 from dataclasses import replace
 
@@ -45,7 +44,7 @@ from gpuci.errors import InputError, StoreError
 from gpuci.ranged._pool import parallel
 from gpuci.redact import excerpt
 from gpuci.runtime import Result, Runtime
-from gpuci.units import human_age, human_bytes
+from gpuci.units import human_age
 
 __all__ = ["MAX_PLANNED", "Outcome", "Plan", "StaleRef", "execute", "group_of", "plan", "run"]
 
@@ -89,26 +88,17 @@ def _stale_refs(
 def _named_manifests(store: Store, dropping: list[StaleRef]) -> tuple[set[str], list[StaleRef]]:
     """Manifests named by every ref in every namespace, except the refs being dropped; and
     those refs with the etag this listing gives them where it saw the same version."""
-    names: set[str] = set()
-    lock = threading.Lock()
     planned = {r.object_key: r for r in dropping}
-    items: list[ObjectInfo] = []
+    kept: list[str] = []
     etags: dict[str, str] = {}
     for item in store.list(f"{layout.REFS}/"):
         stale = planned.get(item.key)
         if stale is None:
-            items.append(item)
+            kept.append(item.key)
         elif item.modified == stale.modified:
             etags[item.key] = item.etag
-
-    def read(item: ObjectInfo) -> None:
-        got = store.get(item.key, limit=refs.MAX_REF)
-        digest = None if got is None else refs.manifest_of(got[0])
-        if digest is not None:
-            with lock:
-                names.add(digest)
-
-    parallel(read, items, 8)
+    named = parallel(functools.partial(_manifest_named, store), kept, 8)
+    names = {digest for digest in named if digest is not None}
     with_etags = [replace(r, etag=etags.get(r.object_key, "")) for r in dropping]
     return names, with_etags
 
@@ -119,33 +109,21 @@ def _reached(store: Store, manifests: list[str]) -> tuple[set[str], list[str]]:
     caller deletes no blob or pack at all. A manifest that is gone names nothing."""
     keys: set[str] = set()
     unreadable: list[str] = []
-    lock = threading.Lock()
 
-    def read(digest: str) -> None:
+    def read(digest: str) -> set[str] | str:
+        """The keys the manifest names (none when gone), or why it cannot be read."""
         got = store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
-        if got is None:
-            return
         try:
-            found = pins.data_keys(_parse_checked(got[0], digest))
+            return pins.data_keys(refs.parse_checked(got[0], digest)) if got is not None else set()
         except InputError as exc:
-            with lock:
-                unreadable.append(_unreadable(digest, exc.message))
-            return
-        with lock:
+            return _unreadable(digest, exc.message)
+
+    for found in parallel(read, manifests, 8):
+        if isinstance(found, str):
+            unreadable.append(found)
+        else:
             keys.update(found)
-
-    parallel(read, manifests, 8)
     return keys, sorted(unreadable)
-
-
-def _parse_checked(data: bytes, digest: str) -> mf.Manifest:
-    """A manifest read back, checked against its name; InputError when unusable."""
-    if len(data) > mf.MAX_MANIFEST:
-        raise InputError(f"over {human_bytes(mf.MAX_MANIFEST)}")
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != digest:
-        raise InputError(f"it hashes to {actual[:12]}")
-    return mf.parse(data, digest[:12])
 
 
 def _unreadable(digest: str, why: str) -> str:
@@ -269,22 +247,21 @@ def _drop_manifests(
 ) -> set[str]:
     """Delete the planned manifests no kept ref or pin names and still older than ``grace``
     (a pin or a save makes its manifest young); returns the digests of those kept."""
-    kept: set[str] = set()
 
-    def drop(item: ObjectInfo) -> None:
+    def drop(item: ObjectInfo) -> str | None:
+        """The manifest deleted when still old; its digest when kept."""
         digest = _digest_of(item.key)
         fresh = None if digest in rescued else store.head(item.key)
         if digest not in rescued and fresh is None:
-            return  # gone already (another prune): not ours to count
+            return None  # gone already (another prune): not ours to count
         if fresh is not None and _older(fresh, grace):
             store.delete(item.key)
             done.deleted(done.manifests, item)
-            return
+            return None
         done.keep(item.key)
-        with done.lock:
-            kept.add(digest)
+        return digest
 
-    parallel(drop, work.manifests, 8)
+    kept = {digest for digest in parallel(drop, work.manifests, 8) if digest is not None}
     gone = {item.key for item in done.manifests}
     done.manifests = [item for item in work.manifests if item.key in gone]  # the plan's order
     return kept
@@ -315,9 +292,9 @@ def _drop_data(store: Store, work: Plan, grace: float, protected: set[str], done
 def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[str]:
     """Delete each stale ref (and its use record) that is still unused and unchanged; returns
     the manifests the refs kept name (saved or restored since the plan)."""
-    rescued: set[str] = set()
 
-    def check(stale: StaleRef) -> None:
+    def check(stale: StaleRef) -> str | None:
+        """The ref deleted when still stale; else the manifest it names now."""
         use_key = layout.use_key(namespace, layout.key_from_ref(namespace, stale.object_key))
         ref, use = store.head(stale.object_key), store.head(use_key)
         if _still_stale(stale, ref, use, work.older_than):
@@ -325,14 +302,11 @@ def _drop_refs(store: Store, work: Plan, namespace: str, done: Outcome) -> set[s
                 store.delete(stale.object_key)
                 done.deleted_ref(stale.object_key)
             store.delete(use_key)
-            return
+            return None
         done.keep(stale.object_key)
-        digest = _manifest_named(store, stale.object_key)
-        if digest is not None:
-            with done.lock:
-                rescued.add(digest)
+        return _manifest_named(store, stale.object_key)
 
-    parallel(check, work.refs, 8)
+    rescued = {digest for digest in parallel(check, work.refs, 8) if digest is not None}
     gone = set(done.refs)
     done.refs = [r.object_key for r in work.refs if r.object_key in gone]  # the plan's order
     return rescued

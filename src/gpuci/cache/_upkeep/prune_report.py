@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from gpuci.cache import _layout as layout
-from gpuci.cache._common import CREDENTIAL_SOURCES
+from gpuci.cache._common import no_credentials
 from gpuci.cache._upkeep.prune_plan import Outcome, Plan
 from gpuci.runtime import Result, markdown_table
 from gpuci.units import human_age, human_bytes
@@ -80,19 +80,8 @@ def report(
 
 def without_credentials(url: str) -> Result:
     """A dry run with no AWS credentials here: nothing to list, so say what a run needs."""
-    result = Result(command="cache-weights prune")
-    result.headline = (
-        f"would need credentials: listing {url} skipped, no AWS credentials on this machine; "
-        f"a real run needs list, read and delete access to the bucket ({CREDENTIAL_SOURCES})"
-    )
-    result.report = {
-        "store": url,
-        "dry_run": True,
-        "lookup": "skipped",
-        "reason": "no AWS credentials on this machine",
-        "needs": f"list, read and delete access to the bucket: {CREDENTIAL_SOURCES}",
-    }
-    return result
+    skipped = f"listing {url} skipped, no AWS credentials on this machine"
+    return no_credentials("cache-weights prune", url, skipped, "list, read and delete")
 
 
 def _iso(when: float | None) -> str | None:

@@ -7,7 +7,6 @@ endpoint, and live here so the store's module reads as what it does, not how it 
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -34,7 +33,6 @@ _CRED_CODES = {
 _CONFLICT_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 # Answers that mean "slow down": the concurrency controller halves on each burst of them.
 _THROTTLE_CODES = {"SlowDown", "TooManyRequests", "Throttling", "RequestLimitExceeded"}
-_CODE_RE = re.compile(r"<Code>([^<]+)</Code>")
 _TOO_LARGE = {"413", "EntityTooLarge", "RequestEntityTooLarge"}
 # S3's names for what the store does (errors name them, as the AWS CLI does).
 _OPERATIONS = {
@@ -195,13 +193,13 @@ class S3Errors:
     def _status_error(
         self, status: int, body: bytes, key: str, answer: Mapping[str, str] | None = None
     ) -> Exception:
-        found = _CODE_RE.search(body.decode("utf-8", "replace"))
-        code = found.group(1) if found else str(status)
+        from gpuci.cache._stores.s3.client import Redirected, Reply  # the store loaded it
+
+        reply = Reply(status, dict(answer or {}), body)
+        code = reply.code  # S3's code in the error body, else the status
         if 300 <= status < 400:  # a ranged GET's redirect: the region or endpoint to set
-            from gpuci.cache._stores.s3.client import Redirected, Reply
             from gpuci.cache._stores.s3.signer import is_region
 
-            reply = Reply(status, dict(answer or {}), body)
             region = reply.region if is_region(reply.region) else ""
             return self._redirected(Redirected(reply, region), "get", key, "")
         if status == 416 or code == "InvalidRange":
