@@ -226,3 +226,21 @@ def test_a_called_workflow_whose_steps_are_no_list_fails_the_plan(tmp_path):
     body = f"on: push\njobs:\n  outer:\n    uses: ./{WORKFLOWS}/called.yml\n"
     proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
     assert proc.returncode == 2 and "job 'inner' has steps: 7, not a list" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("item", "shown"), [("1", "1"), ("null", "null"), ("[run: echo]", "[{'run': 'echo'}]")]
+)
+@pytest.mark.parametrize("skipped", [False, True])
+def test_a_step_that_is_no_mapping_fails_the_workflow_naming_it(tmp_path, item, shown, skipped):
+    """``steps: [{run: echo}, 1]``: GitHub's schema (``steps-item``: a run or uses mapping)
+    fails the workflow; the plan skipped the item silently and planned the rest."""
+    body = "on: push\njobs:\n  a: {runs-on: x, steps: [{run: echo}]}\n"
+    cond = "if: false, " if skipped else ""
+    body += f"  b: {{runs-on: x, {cond}steps: [{{run: echo}}, {item}]}}\n"
+    wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: workflow {wf} job 'b' step 2 is {shown}, not a ")
+    assert "write the step as - run:" in line

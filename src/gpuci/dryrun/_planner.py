@@ -232,11 +232,10 @@ class Planner:
         self.plans.append(plan)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
-        # a list, or none: load_workflow refuses ``steps: 1``
+        # a list of mappings, or none: load_workflow refuses ``steps: 1`` and ``steps: [1]``
         for index, step in enumerate(job.get("steps") or [], start=1):
             self.bounds.count(1, f"job {name} step {index}")
-            if isinstance(step, dict):
-                self.plans.append(skipped_plan(name, index, step, why, ""))
+            self.plans.append(skipped_plan(name, index, step, why, ""))
 
     def calls(
         self,
