@@ -244,3 +244,26 @@ def test_a_step_that_is_no_mapping_fails_the_workflow_naming_it(tmp_path, item, 
     (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
     assert line.startswith(f"dry-run: bad input: workflow {wf} job 'b' step 2 is {shown}, not a ")
     assert "write the step as - run:" in line
+
+
+@pytest.mark.parametrize(
+    ("runs", "reason"),
+    [
+        ("{using: composite, steps: 1}", "has steps: 1, not a list"),
+        ("{using: composite, steps: null}", "has steps: null, not a list"),
+        ("{using: composite, steps: {run: echo}}", "has steps: {'run': 'echo'}, not a list"),
+        ("{using: Composite, steps: [{run: echo, shell: bash}, 7]}", "step 2 is 7, not a mapping"),
+        ("{using: composite}", "has no runs.steps"),
+    ],
+)
+def test_a_composite_action_whose_steps_are_no_list_fails_the_plan_naming_it(
+    tmp_path, runs, reason
+):
+    """The runner fails the job at 'Set up job' loading such an action.yml (steps: a sequence
+    of mappings, required); the plan read it as an action of no steps."""
+    action = write(tmp_path, f"name: act\nruns: {runs}\n", "act/action.yml")
+    body = "on: push\njobs:\n  j: {runs-on: x, steps: [{uses: actions/checkout@v4}, {uses: ./act}]}"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: composite action {action} {reason}"), line

@@ -383,11 +383,9 @@ class Planner:
     ) -> None:
         """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
         would run conditional (its job's ``if:`` is known only at run time)."""
-        steps = list(steps) if isinstance(steps, list) else []  # a composite's ``steps: 1``
+        steps = list(steps)  # mappings: the loaders refuse ``steps: 1`` and ``steps: [1]``
         for number, step in enumerate(steps, start=1):
             self.bounds.count(1, f"job {job} step {prefix}{number}")
-            if not isinstance(step, dict):
-                continue
             index: int | str = f"{prefix}{number}" if prefix else number
             step_id = str(step.get("id") or f"__{number}")
             env = layer_env(
@@ -532,7 +530,7 @@ class Planner:
         self.transcript.say(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
         first = len(self.plans)
         with self.bounds.inside(folder, plan.uses):
-            steps = runs.get("steps") or []
+            steps = runs["steps"]  # a list of mappings: load_local_action refuses others
             self.steps(plan.job, steps, inner_ctx, state, f"{plan.index}.", "", depth + 1)
         inner = self.plans[first:]
         del self.plans[first:]

@@ -234,8 +234,25 @@ def load_local_action(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]]
         path = folder / name
         if _is_file(path):
             data = read_yaml(path, "action")
-            return (folder, data) if isinstance(data, dict) else None
+            return (folder, _composite_listed(path, data)) if isinstance(data, dict) else None
     return None
+
+
+def _composite_listed(path: Path, action: dict[str, Any]) -> dict[str, Any]:
+    """``action``, unless it is a composite one whose ``runs.steps`` is missing, no list, or
+    holds an item that is no mapping: the runner fails the job at 'Set up job' loading it
+    (ActionManifestManager), where a plan read an action of no steps."""
+    runs = action.get("runs")
+    if not isinstance(runs, dict) or str(runs.get("using")).lower() != "composite":
+        return action
+    if "steps" not in runs:
+        raise InputError(
+            f"composite action {path} has no runs.steps",
+            hint="the runner fails the job at 'Set up job' for a composite action without "
+            "steps; list them under runs.steps (- run: ... or - uses: ...)",
+        )
+    _refuse_bad_steps(runs["steps"], f"composite action {path}")
+    return action
 
 
 def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]] | None:
