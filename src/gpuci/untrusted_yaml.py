@@ -16,8 +16,9 @@ GitHub's template reader refuses both; so does this loader, with the line and th
   Unicode character escape code"; PyYAML makes a string of it that no UTF-8 can hold);
 - integers: at most :data:`MAX_INT_DIGITS` digits (GitHub reads a number as a double, 17
   significant digits; Python refuses to read or print one of more than 4,300 digits with a
-  ``ValueError``, which no caller expects of a YAML reader), and a value tagged ``!!int`` or
-  ``!!float`` that is no number is no YAML rather than a ``ValueError``;
+  ``ValueError``, which no caller expects of a YAML reader); ``0x``/``0o`` ones within 32 bits,
+  as GitHub's reader takes them (``0x1FFFFFFFF`` is refused, ``0xFFFFFFFF`` is -1); and a value
+  tagged ``!!int`` or ``!!float`` that is no number is no YAML rather than a ``ValueError``;
 - floats: none past a double's range (``1e400``: GitHub's reader refuses it, PyYAML made it
   infinity);
 - dates: the text written (GitHub has no timestamp type), never a datetime or a ValueError;
@@ -122,22 +123,32 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
-        """An integer of at most :data:`MAX_INT_DIGITS` digits (in any base: a longer one
-        cannot even be printed); a ``!!int`` that is none is a ``ConstructorError``."""
-        text = node.value.replace("_", "").lstrip("+-") if isinstance(node.value, str) else ""
-        if len(text) > MAX_INT_DIGITS:
+        """An integer as GitHub's reader reads one, tagged ``!!int`` or not (``MatchInteger``):
+        ``[-+]?[0-9]+`` of at most :data:`MAX_INT_DIGITS` digits, or ``0x``/``0o`` digits as
+        :func:`int32` reads them, refused past 32 bits; any other ``!!int`` (``1_000``, ``1:2``,
+        ``+-5``) is a ``ConstructorError``."""
+        text = node.value if isinstance(node.value, str) else ""
+        digits = text[1:] if text[:1] in ("-", "+") else text
+        if _DECIMAL.fullmatch(text) and len(digits) > MAX_INT_DIGITS:
             raise Refused(
-                f"holds an integer of {len(text):,} digits",
+                f"holds an integer of {len(digits):,} digits",
                 f"write a number of at most {MAX_INT_DIGITS} digits (GitHub reads one as a "
                 "double, 17 significant digits), or quote it to keep it as text",
                 node.start_mark,
             )
         if _DECIMAL.fullmatch(text):  # ``0755`` is 755 to GitHub; PyYAML read it as octal
-            return int(node.value, 10)
-        try:
-            return int(super().construct_yaml_int(node))
-        except (ValueError, IndexError):  # PyYAML reads value[0] of an empty ``!!int ""``
-            raise _not_a_number(node, "integer") from None
+            return int(text, 10)
+        number = int32(text)
+        if number is None:
+            raise _not_a_number(node, "integer")
+        if math.isnan(number):
+            raise Refused(
+                f"holds the integer {text[:40]}, past 32 bits",
+                "GitHub reads a 0x or 0o integer as an Int32 (at most 0xFFFFFFFF, "
+                "0o37777777777) and refuses a larger one; write it in decimal, or quote it",
+                node.start_mark,
+            )
+        return int(number)
 
     def construct_yaml_float(self, node: ScalarNode) -> float:
         """A float; a ``!!float`` that is none is a ``ConstructorError``, and one past a
@@ -189,6 +200,24 @@ _BoundedLoader.add_constructor(
     "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
 )
 _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
+
+
+_INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")  # only a lowercase x or o, no sign
+
+
+def int32(text: str) -> float | None:
+    """``0x1F`` or ``0o17`` as the runner reads it, in YAML and in an expression's text alike:
+    .NET's ``Int32.TryParse`` (hex) and ``Convert.ToInt32(text, 8)`` take 32 bits, those past
+    0x7FFFFFFF negative (``0xFFFFFFFF`` is -1), and fail past them (NaN here). None when
+    ``text`` is no such number."""
+    found = _INT32.fullmatch(text)
+    if found is None:
+        return None
+    hexa, octal = found.groups()
+    number = int(hexa, 16) if hexa else int(octal, 8)
+    if number >= 1 << 32:
+        return math.nan
+    return float(number - (1 << 32) if number >= 1 << 31 else number)
 
 
 def _not_a_number(node: ScalarNode, kind: str) -> yaml.constructor.ConstructorError:

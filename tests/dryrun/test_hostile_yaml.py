@@ -118,10 +118,47 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
         path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
         with pytest.raises(InputError, match="is not valid YAML at line 7"):
             read_yaml(path, "workflow")
-    path = write(
-        tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1_f', !!float '1.5', !!int 1:2]\n" + JOB
-    )
-    assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5, 62]
+    path = write(tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1f', !!float '1.5']\n" + JOB)
+    assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5]
+
+
+@pytest.mark.parametrize(
+    "bad", ["!!int 0x1_f", "!!int 1:2", "!!int 1_000", "!!int +-5", "!!int -0x1"]
+)
+def test_an_int_tag_reads_only_what_githubs_reader_reads(tmp_path, bad):
+    """GitHub reads a ``!!int`` as it reads a plain integer (``MatchInteger``: digits with one
+    sign, ``0x``, ``0o``) and refuses the rest; PyYAML read ``0x1_f`` as 31 and ``1:2`` as 62,
+    and ``+-5`` was a ValueError, an internal error of the dry run."""
+    path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+    with pytest.raises(InputError, match="is not valid YAML at line 7"):
+        read_yaml(path, "workflow")
+
+
+@pytest.mark.parametrize("value", ["0x1FFFFFFFF", "0x100000000", "0o40000000000"])
+def test_a_hex_or_octal_integer_past_32_bits_is_refused(tmp_path, value):
+    """GitHub's reader takes ``0x``/``0o`` digits as an Int32 (Int32.TryParse, hex;
+    Convert.ToInt32, base 8) and refuses a value past 32 bits; PyYAML read any size."""
+    message = refused(tmp_path, f"on: push\nenv:\n  V: {value}\n" + JOB)
+    assert f"holds the integer {value}, past 32 bits at line 3" in message
+    assert "write it in decimal, or quote it" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ("0x7FFFFFFF", 2**31 - 1),
+        ("0x80000000", -(2**31)),
+        ("0xFFFFFFFF", -1),
+        ("0x000000000ff", 255),
+        ("0o37777777777", -1),
+        ("0o17", 15),
+    ],
+)
+def test_a_hex_or_octal_integer_is_the_int32_githubs_reader_makes(tmp_path, value, read):
+    """.NET reads 32 hex or octal bits as an Int32's two's complement: 0xFFFFFFFF is -1 in
+    the run (PyYAML: 4294967295); leading zeros do not count."""
+    path = write(tmp_path, f"on: push\nenv:\n  V: {value}\n" + JOB)
+    assert load_workflow(path)["env"]["V"] == read
 
 
 @pytest.mark.parametrize(
@@ -135,8 +172,9 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
         ),
         ("on: push\n" + JOB + "env: {N: " + "9" * 5_000 + "}\n", "holds an integer of 5,000"),
         ("on: push\n" + JOB + "env: {N: 1e400}\n", "holds the number 1e400, past a double's"),
+        ("on: push\n" + JOB + "env: {N: 0x1FFFFFFFF}\n", "holds the integer 0x1FFFFFFFF, past"),
     ],
-    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range"],
+    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range", "hex"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")

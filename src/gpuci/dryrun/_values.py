@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpuci.untrusted_yaml import int32
+
 
 class ExpressionError(ValueError):
     """An expression we cannot (or GitHub would not) evaluate."""
@@ -85,7 +87,6 @@ def to_number(value: Any) -> float:
 # What ``ExpressionUtility.ParseNumber`` reads: .NET's Double.TryParse (sign, point, exponent;
 # no ``_``, no ``inf`` or ``nan``), then ``0x``/``0o`` as an Int32, then ``Infinity``.
 _DOUBLE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")
 _INFINITIES = {"Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -96,13 +97,9 @@ def _parsed_number(text: str) -> float:
         return 0.0
     if _DOUBLE.fullmatch(text):
         return float(text)
-    found = _INT32.fullmatch(text)
-    if found:
-        hexa, octal = found.groups()
-        number = int(hexa, 16) if hexa else int(octal, 8)
-        if number >= 1 << 32:
-            return math.nan  # past an Int32
-        return float(number - (1 << 32) if number >= 1 << 31 else number)
+    number = int32(text)
+    if number is not None:
+        return number
     return _INFINITIES.get(text, math.nan)
 
 
