@@ -514,7 +514,7 @@ class Planner:
         folder, action = found
         runs = mapping(action.get("runs"))
         using = text_of(runs.get("using"))
-        if using != "composite" or depth >= MAX_DEPTH:
+        if using.lower() != "composite" or depth >= MAX_DEPTH:  # the runner: case-blind
             plan.verdict = "other-action"
             plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
             return plan
