@@ -115,23 +115,42 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
     assert "holds an integer of 5,000 digits" in message and "at line 7" in message
     assert "quote it" in message
     for bad in ("!!int abc", '!!int ""', "!!int 0x", "!!float abc", '!!float ""', "!!int -_"):
-        path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
-        with pytest.raises(InputError, match="is not valid YAML at line 7"):
-            read_yaml(path, "workflow")
-    path = write(tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1f', !!float '1.5']\n" + JOB)
+        message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+        assert "a value GitHub refuses for that tag at line 7" in message
+    path = write(tmp_path, f"on: push\nx: [{'9' * 100}, !!int 0x1f, !!float 1.5]\n" + JOB)
     assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5]
 
 
 @pytest.mark.parametrize(
-    "bad", ["!!int 0x1_f", "!!int 1:2", "!!int 1_000", "!!int +-5", "!!int -0x1"]
+    "bad",
+    [
+        *("!!int 0x1_f", "!!int 1:2", "!!int 1_000", "!!int +-5", "!!int -0x1", "!!int '0x1f'"),
+        *("!!float '1.5'", "!!float 1_0.5", "!!bool yes", '!!bool "true"', "!!null foo"),
+    ],
 )
-def test_an_int_tag_reads_only_what_githubs_reader_reads(tmp_path, bad):
-    """GitHub reads a ``!!int`` as it reads a plain integer (``MatchInteger``: digits with one
-    sign, ``0x``, ``0o``) and refuses the rest; PyYAML read ``0x1_f`` as 31 and ``1:2`` as 62,
-    and ``+-5`` was a ValueError, an internal error of the dry run."""
-    path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
-    with pytest.raises(InputError, match="is not valid YAML at line 7"):
-        read_yaml(path, "workflow")
+def test_a_tagged_value_reads_only_what_githubs_reader_reads(tmp_path, bad):
+    """GitHub reads a ``!!int`` (``!!float``, ``!!bool``, ``!!null``) only unquoted and as it
+    reads an untagged one (``MatchInteger``: digits with one sign, ``0x``, ``0o``), and refuses
+    the rest; PyYAML read ``0x1_f`` as 31, ``1:2`` as 62 and ``yes`` as true, and ``+-5`` was a
+    ValueError, an internal error of the dry run."""
+    message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+    assert "a value GitHub refuses for that tag at line 7" in message
+    assert "drop the tag, or write !!str to keep it as text" in message
+
+
+@pytest.mark.parametrize("bad", ["!!binary aGk=", "!!timestamp 2001-12-14", "!foo bar"])
+def test_a_value_of_a_tag_github_does_not_read_is_refused(tmp_path, bad):
+    """GitHub's reader refuses a scalar's tag outside the core schema ('Unexpected tag');
+    PyYAML made bytes of ``!!binary`` and a datetime of ``!!timestamp``."""
+    message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+    assert f"tags a value {bad.split()[0]}, a tag GitHub does not read at line 7" in message
+
+
+def test_a_tag_on_a_mapping_or_list_is_read_as_none(tmp_path):
+    """GitHub's reader ignores a mapping's or list's tag; PyYAML made a set of ``!!set`` and
+    tuples of ``!!omap``, and refused ``!foo {}`` as no YAML."""
+    path = write(tmp_path, "on: push\nx: [!!set {a, b}, !!omap [a: 1], !foo {c: 2}]\n" + JOB)
+    assert load_workflow(path)["x"] == [{"a": None, "b": None}, [{"a": 1}], {"c": 2}]
 
 
 @pytest.mark.parametrize("value", ["0x1FFFFFFFF", "0x100000000", "0o40000000000"])
