@@ -16,11 +16,15 @@ GitHub's template reader refuses both; so does this loader, with the line and th
   Unicode character escape code"; PyYAML makes a string of it that no UTF-8 can hold);
 - integers: at most :data:`MAX_INT_DIGITS` digits (GitHub reads a number as a double, 17
   significant digits; Python refuses to read or print one of more than 4,300 digits with a
-  ``ValueError``, which no caller expects of a YAML reader), and a value tagged ``!!int`` or
-  ``!!float`` that is no number is no YAML rather than a ``ValueError``;
+  ``ValueError``, which no caller expects of a YAML reader); ``0x``/``0o`` ones within 32 bits,
+  as GitHub's reader takes them (``0x1FFFFFFFF`` is refused, ``0xFFFFFFFF`` is -1); and a value
+  tagged ``!!int`` or ``!!float`` that is no number is no YAML rather than a ``ValueError``;
 - floats: none past a double's range (``1e400``: GitHub's reader refuses it, PyYAML made it
   infinity);
 - dates: the text written (GitHub has no timestamp type), never a datetime or a ValueError;
+- tags: on a value, only the core schema's (``!!int`` on a plain ``0x1f``, not on ``'0x1f'``
+  or ``1_000``), as GitHub's reader takes them; on a mapping or list, none (``!!set`` is the
+  mapping written);
 - plain scalars: read by GitHub's YAML 1.2 core schema, not PyYAML's YAML 1.1 (``yes`` is text,
   ``0755`` is 755), so a plan prints and compares the values the run has.
 """
@@ -32,7 +36,7 @@ import re
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
@@ -106,7 +110,10 @@ class _BoundedLoader(yaml.SafeLoader):
             )
 
     def compose_scalar_node(self, anchor: Any) -> ScalarNode:
+        tagged = self.peek_event().tag not in (None, "!")
         node = super().compose_scalar_node(anchor)
+        if tagged and node.tag != f"{_CORE}str":
+            _refuse_tagged(node)
         if _SURROGATE.search(node.value):
             raise Refused(
                 "holds an escape of a surrogate (\\ud800-\\udfff), which names no character",
@@ -119,34 +126,46 @@ class _BoundedLoader(yaml.SafeLoader):
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
         node = super().compose_mapping_node(anchor)
         _refuse_duplicate_keys(node)  # as written: construction merges (``<<``) into it
+        node.tag = f"{_CORE}map"  # GitHub reads a mapping's tag (``!!set``, ``!foo``) as none
+        return node
+
+    def compose_sequence_node(self, anchor: Any) -> SequenceNode:
+        node = super().compose_sequence_node(anchor)
+        node.tag = f"{_CORE}seq"  # and a list's (``!!omap``, ``!!pairs``)
         return node
 
     def construct_yaml_int(self, node: ScalarNode) -> int:
-        """An integer of at most :data:`MAX_INT_DIGITS` digits (in any base: a longer one
-        cannot even be printed); a ``!!int`` that is none is a ``ConstructorError``."""
-        text = node.value.replace("_", "").lstrip("+-") if isinstance(node.value, str) else ""
-        if len(text) > MAX_INT_DIGITS:
+        """An integer as GitHub's reader reads one, tagged ``!!int`` or not (``MatchInteger``):
+        ``[-+]?[0-9]+`` of at most :data:`MAX_INT_DIGITS` digits, or ``0x``/``0o`` digits as
+        :func:`int32` reads them, refused past 32 bits (``compose_scalar_node`` lets no other
+        ``!!int`` through: ``1_000``, ``1:2``, ``+-5``)."""
+        text = node.value if isinstance(node.value, str) else ""
+        digits = text[1:] if text[:1] in ("-", "+") else text
+        if _DECIMAL.fullmatch(text) and len(digits) > MAX_INT_DIGITS:
             raise Refused(
-                f"holds an integer of {len(text):,} digits",
+                f"holds an integer of {len(digits):,} digits",
                 f"write a number of at most {MAX_INT_DIGITS} digits (GitHub reads one as a "
                 "double, 17 significant digits), or quote it to keep it as text",
                 node.start_mark,
             )
         if _DECIMAL.fullmatch(text):  # ``0755`` is 755 to GitHub; PyYAML read it as octal
-            return int(node.value, 10)
-        try:
-            return int(super().construct_yaml_int(node))
-        except (ValueError, IndexError):  # PyYAML reads value[0] of an empty ``!!int ""``
-            raise _not_a_number(node, "integer") from None
+            return int(text, 10)
+        number = int32(text)
+        assert number is not None  # compose_scalar_node let only digits, 0x and 0o through
+        if math.isnan(number):
+            raise Refused(
+                f"holds the integer {text[:40]}, past 32 bits",
+                "GitHub reads a 0x or 0o integer as an Int32 (at most 0xFFFFFFFF, "
+                "0o37777777777) and refuses a larger one; write it in decimal, or quote it",
+                node.start_mark,
+            )
+        return int(number)
 
     def construct_yaml_float(self, node: ScalarNode) -> float:
-        """A float; a ``!!float`` that is none is a ``ConstructorError``, and one past a
+        """A float (``compose_scalar_node`` let only the core schema's through); one past a
         double's range (``1e400``; Python reads infinity) is refused, as GitHub's reader
         refuses it (``MatchFloat``: "exceeds range", invalid for the type)."""
-        try:
-            number = float(super().construct_yaml_float(node))
-        except (ValueError, IndexError):
-            raise _not_a_number(node, "float") from None
+        number = float(super().construct_yaml_float(node))
         if math.isinf(number) and str(node.value).lstrip("+-").lower() != ".inf":
             raise Refused(
                 f"holds the number {str(node.value)[:40]}, past a double's range",
@@ -156,16 +175,11 @@ class _BoundedLoader(yaml.SafeLoader):
             )
         return number
 
-    def construct_yaml_timestamp(self, node: ScalarNode) -> str:  # type: ignore[override]
-        """The text as written: GitHub's reader has no timestamp (``2001-12-14`` is that text,
-        ``2001-02-30`` too). PyYAML made a datetime, printed otherwise, and raised ValueError
-        for a day no month has (an internal error of the dry run)."""
-        return str(self.construct_scalar(node))
-
 
 # What a plain scalar is, as GitHub's reader (``YamlObjectReader``: the YAML 1.2 core schema)
 # tells it, not PyYAML's YAML 1.1: ``yes``, ``on`` and ``12:30`` are text, ``0755`` is 755,
 # ``1e3`` a number, a lone ``=`` text (PyYAML had no constructor for it); the rest is text.
+_CORE = "tag:yaml.org,2002:"
 _DECIMAL = re.compile(r"[-+]?[0-9]+")
 _CORE_SCHEMA = (
     ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
@@ -178,6 +192,7 @@ _CORE_SCHEMA = (
     ),
     ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
 )
+_KINDS = {kind: re.compile(pattern) for kind, pattern, _ in _CORE_SCHEMA}
 _BoundedLoader.yaml_implicit_resolvers = {}
 _BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
 for _kind, _pattern, _first in _CORE_SCHEMA:  # int before float: "12" is an integer
@@ -185,16 +200,47 @@ for _kind, _pattern, _first in _CORE_SCHEMA:  # int before float: "12" is an int
         f"tag:yaml.org,2002:{_kind}", re.compile(rf"^(?:{_pattern})$"), list(_first)
     )
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
-_BoundedLoader.add_constructor(
-    "tag:yaml.org,2002:timestamp", _BoundedLoader.construct_yaml_timestamp
-)
 _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 
-def _not_a_number(node: ScalarNode, kind: str) -> yaml.constructor.ConstructorError:
-    return yaml.constructor.ConstructorError(
-        None, None, f"a value tagged as {kind} is no {kind}", node.start_mark
-    )
+_INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")  # only a lowercase x or o, no sign
+
+
+def int32(text: str) -> float | None:
+    """``0x1F`` or ``0o17`` as the runner reads it, in YAML and in an expression's text alike:
+    .NET's ``Int32.TryParse`` (hex) and ``Convert.ToInt32(text, 8)`` take 32 bits, those past
+    0x7FFFFFFF negative (``0xFFFFFFFF`` is -1), and fail past them (NaN here). None when
+    ``text`` is no such number."""
+    found = _INT32.fullmatch(text)
+    if found is None:
+        return None
+    hexa, octal = found.groups()
+    number = int(hexa, 16) if hexa else int(octal, 8)
+    if number >= 1 << 32:
+        return math.nan
+    return float(number - (1 << 32) if number >= 1 << 31 else number)
+
+
+def _refuse_tagged(node: ScalarNode) -> None:
+    """A value tagged other than ``!!str`` as GitHub's reader takes it (``AllowLiteral``): a
+    tag of the core schema on a plain value it matches (``!!int 0x1f``), else refused: PyYAML
+    read ``!!int '0x1_f'`` as 31, ``!!bool yes`` as true, ``!!binary`` as bytes, and made a
+    ValueError (an internal error) of ``!!int +-5``."""
+    tag = node.tag.replace(_CORE, "!!")
+    pattern = _KINDS.get(tag[2:]) if tag.startswith("!!") else None
+    if pattern is None:
+        raise Refused(
+            f"tags a value {tag[:40]}, a tag GitHub does not read",
+            "GitHub reads only !!str, !!int, !!float, !!bool and !!null on a value; drop the tag",
+            node.start_mark,
+        )
+    if node.style is not None or not pattern.fullmatch(node.value):
+        raise Refused(
+            f"holds {node.value[:40]!r} tagged {tag}, a value GitHub refuses for that tag",
+            f"GitHub reads a value tagged {tag} only unquoted and written as an untagged one "
+            "would be (YAML 1.2 core schema); drop the tag, or write !!str to keep it as text",
+            node.start_mark,
+        )
 
 
 def _refuse_duplicate_keys(node: MappingNode) -> None:

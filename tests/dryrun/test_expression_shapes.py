@@ -106,6 +106,8 @@ def test_a_workflow_rendering_its_contexts_is_planned(tmp_path):
         ("0o17 == 15", True),
         ("0x1F == 31", True),
         ("+2e1 == 20", True),
+        ("-infinity < -1e308", True),  # read to its boundary, then parsed as text is
+        ("+INFINITY > 1e308", True),
         ("5. == 5", True),
         ("env.NaN", None),  # after a dot: a property name, not the keyword
     ],
@@ -116,7 +118,9 @@ def test_number_literals_the_runner_reads(contexts, expression, expected):
     assert evaluate(expression, contexts, ok) == expected
 
 
-@pytest.mark.parametrize("expression", ["1.2.3", "-0x1", "- 1", "0x", "1e", "nan == 1", "1_0"])
+@pytest.mark.parametrize(
+    "expression", ["1.2.3", "-0x1", "- 1", "0x", "1e", "nan == 1", "1_0", "-nan", "+NaN == 1"]
+)
 def test_text_the_runner_reads_as_no_number_is_refused(contexts, expression):
     """The runner reads a number up to the next boundary and refuses what does not parse
     (``-0x1`` was NaN here, ``1.2.3`` a property access)."""

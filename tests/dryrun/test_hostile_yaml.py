@@ -115,13 +115,69 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
     assert "holds an integer of 5,000 digits" in message and "at line 7" in message
     assert "quote it" in message
     for bad in ("!!int abc", '!!int ""', "!!int 0x", "!!float abc", '!!float ""', "!!int -_"):
-        path = write(tmp_path, f"on: push\n{JOB}x: {bad}\n")
-        with pytest.raises(InputError, match="is not valid YAML at line 7"):
-            read_yaml(path, "workflow")
-    path = write(
-        tmp_path, f"on: push\nx: [{'9' * 100}, !!int '0x1_f', !!float '1.5', !!int 1:2]\n" + JOB
-    )
-    assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5, 62]
+        message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+        assert "a value GitHub refuses for that tag at line 7" in message
+    path = write(tmp_path, f"on: push\nx: [{'9' * 100}, !!int 0x1f, !!float 1.5]\n" + JOB)
+    assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        *("!!int 0x1_f", "!!int 1:2", "!!int 1_000", "!!int +-5", "!!int -0x1", "!!int '0x1f'"),
+        *("!!float '1.5'", "!!float 1_0.5", "!!bool yes", '!!bool "true"', "!!null foo"),
+    ],
+)
+def test_a_tagged_value_reads_only_what_githubs_reader_reads(tmp_path, bad):
+    """GitHub reads a ``!!int`` (``!!float``, ``!!bool``, ``!!null``) only unquoted and as it
+    reads an untagged one (``MatchInteger``: digits with one sign, ``0x``, ``0o``), and refuses
+    the rest; PyYAML read ``0x1_f`` as 31, ``1:2`` as 62 and ``yes`` as true, and ``+-5`` was a
+    ValueError, an internal error of the dry run."""
+    message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+    assert "a value GitHub refuses for that tag at line 7" in message
+    assert "drop the tag, or write !!str to keep it as text" in message
+
+
+@pytest.mark.parametrize("bad", ["!!binary aGk=", "!!timestamp 2001-12-14", "!foo bar"])
+def test_a_value_of_a_tag_github_does_not_read_is_refused(tmp_path, bad):
+    """GitHub's reader refuses a scalar's tag outside the core schema ('Unexpected tag');
+    PyYAML made bytes of ``!!binary`` and a datetime of ``!!timestamp``."""
+    message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
+    assert f"tags a value {bad.split()[0]}, a tag GitHub does not read at line 7" in message
+
+
+def test_a_tag_on_a_mapping_or_list_is_read_as_none(tmp_path):
+    """GitHub's reader ignores a mapping's or list's tag; PyYAML made a set of ``!!set`` and
+    tuples of ``!!omap``, and refused ``!foo {}`` as no YAML."""
+    path = write(tmp_path, "on: push\nx: [!!set {a, b}, !!omap [a: 1], !foo {c: 2}]\n" + JOB)
+    assert load_workflow(path)["x"] == [{"a": None, "b": None}, [{"a": 1}], {"c": 2}]
+
+
+@pytest.mark.parametrize("value", ["0x1FFFFFFFF", "0x100000000", "0o40000000000"])
+def test_a_hex_or_octal_integer_past_32_bits_is_refused(tmp_path, value):
+    """GitHub's reader takes ``0x``/``0o`` digits as an Int32 (Int32.TryParse, hex;
+    Convert.ToInt32, base 8) and refuses a value past 32 bits; PyYAML read any size."""
+    message = refused(tmp_path, f"on: push\nenv:\n  V: {value}\n" + JOB)
+    assert f"holds the integer {value}, past 32 bits at line 3" in message
+    assert "write it in decimal, or quote it" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ("0x7FFFFFFF", 2**31 - 1),
+        ("0x80000000", -(2**31)),
+        ("0xFFFFFFFF", -1),
+        ("0x000000000ff", 255),
+        ("0o37777777777", -1),
+        ("0o17", 15),
+    ],
+)
+def test_a_hex_or_octal_integer_is_the_int32_githubs_reader_makes(tmp_path, value, read):
+    """.NET reads 32 hex or octal bits as an Int32's two's complement: 0xFFFFFFFF is -1 in
+    the run (PyYAML: 4294967295); leading zeros do not count."""
+    path = write(tmp_path, f"on: push\nenv:\n  V: {value}\n" + JOB)
+    assert load_workflow(path)["env"]["V"] == read
 
 
 @pytest.mark.parametrize(
@@ -135,8 +191,9 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
         ),
         ("on: push\n" + JOB + "env: {N: " + "9" * 5_000 + "}\n", "holds an integer of 5,000"),
         ("on: push\n" + JOB + "env: {N: 1e400}\n", "holds the number 1e400, past a double's"),
+        ("on: push\n" + JOB + "env: {N: 0x1FFFFFFFF}\n", "holds the integer 0x1FFFFFFFF, past"),
     ],
-    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range"],
+    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range", "hex"],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
@@ -226,3 +283,44 @@ def test_a_called_workflow_whose_steps_are_no_list_fails_the_plan(tmp_path):
     body = f"on: push\njobs:\n  outer:\n    uses: ./{WORKFLOWS}/called.yml\n"
     proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
     assert proc.returncode == 2 and "job 'inner' has steps: 7, not a list" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("item", "shown"), [("1", "1"), ("null", "null"), ("[run: echo]", "[{'run': 'echo'}]")]
+)
+@pytest.mark.parametrize("skipped", [False, True])
+def test_a_step_that_is_no_mapping_fails_the_workflow_naming_it(tmp_path, item, shown, skipped):
+    """``steps: [{run: echo}, 1]``: GitHub's schema (``steps-item``: a run or uses mapping)
+    fails the workflow; the plan skipped the item silently and planned the rest."""
+    body = "on: push\njobs:\n  a: {runs-on: x, steps: [{run: echo}]}\n"
+    cond = "if: false, " if skipped else ""
+    body += f"  b: {{runs-on: x, {cond}steps: [{{run: echo}}, {item}]}}\n"
+    wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: workflow {wf} job 'b' step 2 is {shown}, not a ")
+    assert "write the step as - run:" in line
+
+
+@pytest.mark.parametrize(
+    ("runs", "reason"),
+    [
+        ("{using: composite, steps: 1}", "has steps: 1, not a list"),
+        ("{using: composite, steps: null}", "has steps: null, not a list"),
+        ("{using: composite, steps: {run: echo}}", "has steps: {'run': 'echo'}, not a list"),
+        ("{using: Composite, steps: [{run: echo, shell: bash}, 7]}", "step 2 is 7, not a mapping"),
+        ("{using: composite}", "has no runs.steps"),
+    ],
+)
+def test_a_composite_action_whose_steps_are_no_list_fails_the_plan_naming_it(
+    tmp_path, runs, reason
+):
+    """The runner fails the job at 'Set up job' loading such an action.yml (steps: a sequence
+    of mappings, required); the plan read it as an action of no steps."""
+    action = write(tmp_path, f"name: act\nruns: {runs}\n", "act/action.yml")
+    body = "on: push\njobs:\n  j: {runs-on: x, steps: [{uses: actions/checkout@v4}, {uses: ./act}]}"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: composite action {action} {reason}"), line

@@ -32,6 +32,16 @@ def test_the_checkouts_own_root_action_is_planned_as_a_local_action(tmp_path):
     assert "local composite action ./" in root["detail"]
 
 
+def test_a_composite_action_of_using_in_any_case_is_planned_step_by_step(tmp_path):
+    """The runner compares ``using:`` case-blind (OrdinalIgnoreCase): ``using: Composite`` runs
+    its steps; the plan called it another action, not judged."""
+    write(tmp_path, OWN_ACTION.replace("using: composite", "using: Composite"), "act/action.yml")
+    wf = one_job(tmp_path, "- uses: actions/checkout@v4\n- uses: ./act", f"{WORKFLOWS}/wf.yml")
+    action = next(s for s in plan_steps(tmp_path, wf) if s["uses"] == "./act")
+    assert action["detail"] == "local composite action ./act: no gpu-ci step inside", action
+    assert action["command"] == "composite action (1 step(s))", action
+
+
 def test_gpu_cis_generated_action_at_the_root_is_still_gpu_cis(tmp_path):
     (tmp_path / "action.yml").write_bytes((REPO / "action.yml").read_bytes())
     assert classify_uses("./", tmp_path) == (".", None)

@@ -232,11 +232,10 @@ class Planner:
         self.plans.append(plan)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
-        # a list, or none: load_workflow refuses ``steps: 1``
+        # a list of mappings, or none: load_workflow refuses ``steps: 1`` and ``steps: [1]``
         for index, step in enumerate(job.get("steps") or [], start=1):
             self.bounds.count(1, f"job {name} step {index}")
-            if isinstance(step, dict):
-                self.plans.append(skipped_plan(name, index, step, why, ""))
+            self.plans.append(skipped_plan(name, index, step, why, ""))
 
     def calls(
         self,
@@ -384,11 +383,9 @@ class Planner:
     ) -> None:
         """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
         would run conditional (its job's ``if:`` is known only at run time)."""
-        steps = list(steps) if isinstance(steps, list) else []  # a composite's ``steps: 1``
+        steps = list(steps)  # mappings: the loaders refuse ``steps: 1`` and ``steps: [1]``
         for number, step in enumerate(steps, start=1):
             self.bounds.count(1, f"job {job} step {prefix}{number}")
-            if not isinstance(step, dict):
-                continue
             index: int | str = f"{prefix}{number}" if prefix else number
             step_id = str(step.get("id") or f"__{number}")
             env = layer_env(
@@ -517,7 +514,7 @@ class Planner:
         folder, action = found
         runs = mapping(action.get("runs"))
         using = text_of(runs.get("using"))
-        if using != "composite" or depth >= MAX_DEPTH:
+        if using.lower() != "composite" or depth >= MAX_DEPTH:  # the runner: case-blind
             plan.verdict = "other-action"
             plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
             return plan
@@ -533,7 +530,7 @@ class Planner:
         self.transcript.say(f"  step {plan.index}: {plan.name} [composite action {plan.uses}]")
         first = len(self.plans)
         with self.bounds.inside(folder, plan.uses):
-            steps = runs.get("steps") or []
+            steps = runs["steps"]  # a list of mappings: load_local_action refuses others
             self.steps(plan.job, steps, inner_ctx, state, f"{plan.index}.", "", depth + 1)
         inner = self.plans[first:]
         del self.plans[first:]

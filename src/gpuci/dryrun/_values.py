@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gpuci.untrusted_yaml import int32
+
 
 class ExpressionError(ValueError):
     """An expression we cannot (or GitHub would not) evaluate."""
@@ -78,32 +80,32 @@ def to_number(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        return _parsed_number(value.strip())
+        return _parsed_number(value.strip(_NET_WHITE))
     return math.nan
 
 
-# What ``ExpressionUtility.ParseNumber`` reads: .NET's Double.TryParse (sign, point, exponent;
-# no ``_``, no ``inf`` or ``nan``), then ``0x``/``0o`` as an Int32, then ``Infinity``.
+# What ``ExpressionUtility.ParseNumber`` reads (on .NET 8, the runner's): the text trimmed of
+# .NET's white space (Python's also strips U+001C-U+001F), then Double.TryParse (sign, point,
+# exponent, trailing NULs; no ``_``, no ``inf``; ``Infinity``, ``-Infinity`` and ``NaN`` in any
+# case, as OrdinalIgnoreCase compares: a dotless i is no i), then ``0x``/``0o`` as an Int32.
+_NET_WHITE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+_NET_WHITE += "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 _DOUBLE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-_INT32 = re.compile(r"0(?:x([0-9a-fA-F]+)|o([0-7]+))")
-_INFINITIES = {"Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
+_INFINITIES = {"INFINITY": math.inf, "+INFINITY": math.inf, "-INFINITY": -math.inf}
 
 
 def _parsed_number(text: str) -> float:
     """A string as the runner reads it as a number: NaN for anything else (Python's float()
-    reads ``1_000``, ``inf`` and ``nan`` too)."""
+    reads ``1_000``, ``inf`` and ``nan`` too). A NaN spelled out is NaN either way."""
     if text == "":
         return 0.0
-    if _DOUBLE.fullmatch(text):
-        return float(text)
-    found = _INT32.fullmatch(text)
-    if found:
-        hexa, octal = found.groups()
-        number = int(hexa, 16) if hexa else int(octal, 8)
-        if number >= 1 << 32:
-            return math.nan  # past an Int32
-        return float(number - (1 << 32) if number >= 1 << 31 else number)
-    return _INFINITIES.get(text, math.nan)
+    written = text.rstrip("\0")  # .NET reads NULs after a number as its end
+    if _DOUBLE.fullmatch(written):
+        return float(written)
+    number = int32(text)
+    if number is not None:
+        return number
+    return _INFINITIES.get(text.upper(), math.nan) if text.isascii() else math.nan
 
 
 def truthy(value: Any) -> bool:

@@ -56,17 +56,37 @@ def load_workflow(path: Path) -> dict[str, Any]:
 
 
 def _steps_listed(path: Path, workflow: dict[str, Any], what: str) -> dict[str, Any]:
-    """``workflow``, unless a job's ``steps:`` is no list (``steps: 1``): GitHub fails such a
-    workflow, where a plan read it as a job of no steps."""
+    """``workflow``, unless a job's ``steps:`` is no list of mappings (``steps: 1``, ``steps:
+    [1]``): GitHub fails such a workflow, where a plan read no steps or skipped the item."""
     for name, job in workflow["jobs"].items():
-        if isinstance(job, dict) and "steps" in job and not isinstance(job["steps"], list):
-            raise InputError(
-                f"{what} {path} job '{excerpt(str(name), MAX_QUOTED)}' has steps: "
-                f"{excerpt(str(job['steps']), MAX_QUOTED)}, not a list",
-                hint="GitHub fails a workflow whose job's steps is no sequence; write each "
-                "step as a list item (- run: ... or - uses: ...)",
-            )
+        if isinstance(job, dict) and "steps" in job:
+            _refuse_bad_steps(job["steps"], f"{what} {path} job '{excerpt(str(name), MAX_QUOTED)}'")
     return workflow
+
+
+def _refuse_bad_steps(steps: Any, where: str) -> None:
+    """One bad-input line when ``steps`` is no list or holds an item that is no mapping: the
+    schema of a workflow (``steps-item``) and of an action (``composite-step``) fail it."""
+    if not isinstance(steps, list):
+        raise InputError(
+            f"{where} has steps: {_written(steps)}, not a list",
+            hint="GitHub fails a workflow or action whose steps is no sequence; write each "
+            "step as a list item (- run: ... or - uses: ...)",
+        )
+    for index, step in enumerate(steps, start=1):
+        if not isinstance(step, dict):
+            raise InputError(
+                f"{where} step {index} is {_written(step)}, not a mapping",
+                hint="GitHub fails a workflow or action whose step is no mapping; write the "
+                "step as - run: ... or - uses: ... with its keys",
+            )
+
+
+def _written(value: Any) -> str:
+    """A YAML value as a bad-input line quotes it: ``null``, ``true``, at most MAX_QUOTED."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return excerpt(str(value), MAX_QUOTED)
 
 
 ROOT = "."  # the all-in-one action at the repository root
@@ -214,8 +234,25 @@ def load_local_action(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]]
         path = folder / name
         if _is_file(path):
             data = read_yaml(path, "action")
-            return (folder, data) if isinstance(data, dict) else None
+            return (folder, _composite_listed(path, data)) if isinstance(data, dict) else None
     return None
+
+
+def _composite_listed(path: Path, action: dict[str, Any]) -> dict[str, Any]:
+    """``action``, unless it is a composite one whose ``runs.steps`` is missing, no list, or
+    holds an item that is no mapping: the runner fails the job at 'Set up job' loading it
+    (ActionManifestManager), where a plan read an action of no steps."""
+    runs = action.get("runs")
+    if not isinstance(runs, dict) or str(runs.get("using")).lower() != "composite":
+        return action
+    if "steps" not in runs:
+        raise InputError(
+            f"composite action {path} has no runs.steps",
+            hint="the runner fails the job at 'Set up job' for a composite action without "
+            "steps; list them under runs.steps (- run: ... or - uses: ...)",
+        )
+    _refuse_bad_steps(runs["steps"], f"composite action {path}")
+    return action
 
 
 def load_local_workflow(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]] | None:
