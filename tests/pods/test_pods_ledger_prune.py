@@ -225,3 +225,14 @@ def test_a_prune_cut_short_goes_on_at_the_days_next_reap(fake, run, tmp_path, cl
     assert [len(r.json["report"]["ledger_prune"]["deleted"]) for r in (first, second)] == [1, 1]
     assert not list(folder.glob("000000000[01].json"))
     assert "ledger_prune" not in run("reap").json["report"]  # done: once a day again
+
+
+@pytest.mark.parametrize("digits", ["1" + "0" * 350, "-" + "1" * 350])
+def test_an_event_time_past_any_float_is_kept_or_pruned_never_a_traceback(book, digits):
+    """A JSON integer of 351 digits parses (400 are allowed) but is no float."""
+    for pod in ("oldpod", "_"):
+        key = f"{ledger.EVENTS}/{pod}/{int(OLD * 1000):015d}-created-ab12cd34.json"
+        pod_id = "null" if pod == "_" else '"oldpod"'
+        _put(book, key, f'{{"event":"created","podId":{pod_id},"time":{digits}}}'.encode())
+    done = prune.prune(book, [], set(), NOW)
+    assert len(done.deleted) == (2 if digits.startswith("-") else 0)  # as their time says
