@@ -236,3 +236,24 @@ def test_an_event_time_past_any_float_is_kept_or_pruned_never_a_traceback(book, 
         _put(book, key, f'{{"event":"created","podId":{pod_id},"time":{digits}}}'.encode())
     done = prune.prune(book, [], set(), NOW)
     assert len(done.deleted) == (2 if digits.startswith("-") else 0)  # as their time says
+
+
+def test_a_runner_clock_years_ahead_prunes_by_the_stores_time(fake, run, tmp_path, clock):
+    """The marker's time as the store wrote it bounds the horizon: with the runner's clock
+    three years ahead, a reservation written just now (its pod not listed yet: an ``up``
+    placing it) and a pod's events from last month stay."""
+    real = time.time()
+    folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": real + 3600, "createdEpoch": real}
+    plant(folder / "0000000000.json", {**item, "podName": "placing"})
+    events = tmp_path / "ledger" / ledger.EVENTS / "endedpod"
+    when = real - 30 * 86400
+    plant(
+        events / f"{int(when * 1000):015d}-terminated-ab12cd34.json",
+        {"event": "terminated", "podId": "endedpod", "time": when, "owner": "alice"},
+    )
+    clock.t = real + 3 * 365 * 86400
+    res = run("reap")
+    assert res.code == 0, res.stdout
+    assert res.json["report"]["ledger_prune"]["deleted"] == []
+    assert (folder / "0000000000.json").is_file() and len(list(events.iterdir())) == 1

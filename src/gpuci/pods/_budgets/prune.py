@@ -151,23 +151,27 @@ def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], boo
     return found, more
 
 
-def due(book: Ledger, now: float) -> bool:
-    """Whether this is the day's first prune (a scheduled reap runs every few minutes; one
-    prune a day keeps the ledger bounded): it writes the day's marker, create-if-absent, and
-    deletes markers over a week old."""
+def due(book: Ledger, now: float) -> float | None:
+    """The time to prune at if this is the day's first prune (a scheduled reap runs every few
+    minutes; one prune a day keeps the ledger bounded), else None: it writes the day's marker,
+    create-if-absent, and deletes markers over a week old. The time is the earlier of ``now``
+    and the store's time of the marker: a runner whose clock runs years ahead would otherwise
+    put the horizon past every live reservation and every event still counted."""
     marker = f"{PRUNED}/{utc_iso(now)[:10]}.json"
     if book.store.head(marker) is not None:  # the day's other reaps: one look, no write
-        return False
+        return None
     try:
         book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
     except ConflictError:
-        return False
+        return None
+    written = book.store.head(marker)
     found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
     for info in found:
         match = _MARKER.match(info.key)
         if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
             book.store.delete(info.key)
-    return True
+    # UNKNOWN_MODIFIED (inf) and a NaN are not earlier: ``now`` then
+    return written.modified if written is not None and written.modified < now else now
 
 
 def rearm(book: Ledger, now: float) -> None:
