@@ -257,3 +257,23 @@ def test_a_runner_clock_years_ahead_prunes_by_the_stores_time(fake, run, tmp_pat
     assert res.code == 0, res.stdout
     assert res.json["report"]["ledger_prune"]["deleted"] == []
     assert (folder / "0000000000.json").is_file() and len(list(events.iterdir())) == 1
+
+
+def test_slow_reads_of_planted_events_leave_the_deletes_their_time(tmp_path, monkeypatch):
+    """Planted events under old names are read (and kept) by every day's prune: the delete
+    time budget starts after the reads, or they would spend it and nothing would ever go."""
+    book = ledger.Ledger(LocalStore(tmp_path))
+    gone = _reservation(book, 0, OLD, "pod-gone", released=True)
+    os.utime(tmp_path / gone, (OLD, OLD))
+    _put(book, f"{ledger.EVENTS}/junk/{int(OLD * 1000):015d}-created-ab.json", {"event": 1})
+    clock = [0.0]
+    original = LocalStore.get
+
+    def slow(self: Any, key: str, limit: int | None = None) -> Any:
+        clock[0] += 1000 if f"{ledger.EVENTS}/" in key else 0
+        return original(self, key, limit)
+
+    monkeypatch.setattr(LocalStore, "get", slow)
+    monkeypatch.setattr(prune.time, "monotonic", lambda: clock[0])
+    done = prune.prune(book, [], set(), NOW)
+    assert gone in done.deleted and not done.cut

@@ -110,7 +110,6 @@ def prune(
     pods billed since the horizon (None: unknown, and no event is deleted); ``seconds``: the
     time the deletes may take (the reads are capped by count)."""
     out = Pruned()
-    ends = time.monotonic() + seconds
     horizon = now - HORIZON_S
     names = [str(p.get("name") or "") for p in pods]
     plan = _reservations(book, horizon, names, out)
@@ -119,6 +118,9 @@ def prune(
     else:
         listed = {str(p.get("id") or "") for p in pods}
         plan += _events(book, horizon, listed | set(billed), out)
+    # from here, not from the start: reads of planted objects (kept, read again each day)
+    # spending the budget would leave every day's prune deleting nothing
+    ends = time.monotonic() + seconds
     for key in plan[:MAX_DELETES]:
         if not dry_run and time.monotonic() > ends:
             out._note(f"time budget ({seconds:g} s) spent; the next reap goes on")
