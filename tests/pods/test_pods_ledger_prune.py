@@ -122,10 +122,15 @@ def test_each_run_stays_within_its_caps_and_a_cut_listing_deletes_nothing_wrong(
     assert prune.prune(book, [], set(), NOW).reads == 0  # nothing recent is read
 
 
-def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book, monkeypatch):
+@pytest.mark.parametrize("released", [False, True])
+def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(
+    book, monkeypatch, released
+):
     """Two reaps at once: one freed the number and an ``up`` wrote there before the other's
-    delete; the other reads it again first and keeps the new reservation."""
-    key = _reservation(book, 0, OLD, "pod-gone", released=False)
+    delete (and its pod ended: released); the other reads it again before deleting the
+    release and keeps the new reservation and its release (one left unreleased would count
+    again)."""
+    key = _reservation(book, 0, OLD, "pod-gone", released=released)
     fresh = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": NOW + 3600, "createdEpoch": NOW}
     original, swapped = book.store.get, []
 
@@ -139,6 +144,7 @@ def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book
     done = prune.prune(book, [], set(), NOW)
     assert done.deleted == [] and "changed since it was read" in done.notes[0]
     assert json.loads(original(key)[0]) == fresh
+    assert (key.replace("reservations/", "releases/", 1) in _keys(book)) == released
 
 
 def test_a_reservation_pruned_between_listing_and_read_gets_no_release(tmp_path, monkeypatch):

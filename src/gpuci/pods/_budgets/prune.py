@@ -126,8 +126,9 @@ def prune(
             out._note(f"time budget ({seconds:g} s) spent; the next reap goes on")
             out.cut = True
             break
-        if not dry_run and key in out.planned and _changed(book, key, out.planned[key]):
-            out._note(f"{key} changed since it was read (another prune ran): kept")
+        res = key.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)  # a release: its reservation's
+        if not dry_run and res in out.planned and _changed(book, res, out.planned[res]):
+            out._note(f"{res} changed since it was read (another prune ran): kept")
             continue
         if not dry_run:
             try:
