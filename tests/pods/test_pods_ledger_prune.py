@@ -283,3 +283,26 @@ def test_slow_reads_of_planted_events_leave_the_deletes_their_time(tmp_path, mon
     monkeypatch.setattr(prune.time, "monotonic", lambda: clock[0])
     done = prune.prune(book, [], set(), NOW)
     assert gone in done.deleted and not done.cut
+
+
+def test_a_cut_event_listing_lists_again_only_folders_that_may_go_within_the_read_cap(
+    book, monkeypatch
+):
+    """Past MAX_PLANNED objects under events/, each folder of a pod not listed is listed
+    again on its own: planted folders (one object each) must not each cost a request."""
+    for n in range(6):
+        _event(book, f"new{n}", RECENT)  # recent by name: kept, never listed again
+        _event(book, f"old{n}", OLD)
+        _put(book, f"{ledger.EVENTS}/old{n}/{int(OLD * 1000):015d}-created-ff.json", {})
+    original, folders = book.store.list, []
+
+    def listed(prefix: str) -> Any:
+        folders.append(prefix)
+        return original(prefix)
+
+    monkeypatch.setattr(book.store, "list", listed)
+    monkeypatch.setattr(prune, "MAX_PLANNED", 12)  # the events/ listing is cut
+    monkeypatch.setattr(prune, "MAX_READS", 5)
+    done = prune.prune(book, [], set(), NOW)
+    again = [f for f in folders if f.count("/") == 3]
+    assert again and all("/old" in f for f in again) and len(again) <= done.reads <= 5

@@ -251,7 +251,11 @@ def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[s
             by_pod[pid].append(key)
     plan = []
     for pid, keys in by_pod.items():
+        if pid != "_" and any(_time(k) >= horizon for k in keys):
+            continue  # a recent event: the pod may be counted (its folder never listed again)
         if more:  # a cut listing may hold part of a folder: each is listed again, on its own
+            if not out.take([f"{EVENTS}/{pid}/"]):  # a request, counted as a read: 200,000
+                break  # planted folders would be 200,000 listings
             found, cut = listing.listed(book.store, f"{EVENTS}/{pid}/", listing.MAX_POD_LISTED)
             book._sizes.update((i.key, i.size) for i in found)
             keys = [] if cut else [i.key for i in found if _KEY.match(i.key)]
