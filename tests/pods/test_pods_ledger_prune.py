@@ -306,3 +306,19 @@ def test_a_cut_event_listing_lists_again_only_folders_that_may_go_within_the_rea
     done = prune.prune(book, [], set(), NOW)
     again = [f for f in folders if f.count("/") == 3]
     assert again and all("/old" in f for f in again) and len(again) <= done.reads <= 5
+
+
+def test_a_number_past_any_float_in_any_ledger_field_is_no_number_never_a_traceback(book):
+    """Anyone who can write to the bucket could plant one in a pod's folder or an owner's:
+    every command reading that pod or owner ended in an OverflowError."""
+    huge = "1" + "0" * 350
+    key = f"{ledger.EVENTS}/pod1/{int(RECENT * 1000):015d}-created-ab12cd34.json"
+    raw = '{"event":"created","podId":"pod1","time":%s,"owner":"alice","expiresEpoch":%s}'
+    _put(book, key, (raw % (RECENT, huge)).encode())
+    rec = book.pod("pod1")
+    assert rec is not None and rec.expires_at != rec.expires_at  # unknown: NaN
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    item = '{"owner":"alice","costPerHr":%s,"untilEpoch":%s,"createdEpoch":%s}'
+    _put(book, f"{folder}/0000000000.json", (item % (huge, huge, RECENT)).encode())
+    live, _, _ = book.reservations("alice")
+    assert [r.cost_per_hr for r in live] == [0.0]
