@@ -322,3 +322,20 @@ def test_a_number_past_any_float_in_any_ledger_field_is_no_number_never_a_traceb
     _put(book, f"{folder}/0000000000.json", (item % (huge, huge, RECENT)).encode())
     live, _, _ = book.reservations("alice")
     assert [r.cost_per_hr for r in live] == [0.0]
+
+
+def test_a_release_an_up_writes_while_its_reservation_is_pruned_goes_with_it(book, monkeypatch):
+    """An ``up`` read the old reservation after the prune deleted its release and before the
+    reservation itself, and released it (its sweep): that release, left at the freed number,
+    would release the next reservation an ``up`` writes there, uncounted."""
+    key = _reservation(book, 0, OLD, "pod-gone", released=True)
+    original = book.store.delete
+
+    def delete(k: str) -> None:
+        if k == key:
+            book.release(key)  # the concurrent up's sweep, just before
+        original(k)
+
+    monkeypatch.setattr(book.store, "delete", delete)
+    prune.prune(book, [], set(), NOW)
+    assert not {k for k in _keys(book) if "/releases/" in k or "/reservations/" in k}

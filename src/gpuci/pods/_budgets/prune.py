@@ -132,7 +132,7 @@ def prune(
             continue
         if not dry_run:
             try:
-                book.store.delete(key)
+                _delete(book, key, out.planned)
             except (OSError, GpuciError):
                 out._note(f"could not delete {key}; stopped there")
                 break  # a release not deleted keeps its reservation: stop here
@@ -142,6 +142,15 @@ def prune(
         out.cut = True
     out.kept = max(0, out.kept - len(out.deleted))
     return out
+
+
+def _delete(book: Ledger, key: str, planned: Collection[str]) -> None:
+    """Delete ``key``; after a reservation, its release again: an ``up`` that read the
+    reservation before it went may have released it since (its sweep), and a release left at
+    a free number would release the next reservation written there."""
+    book.store.delete(key)
+    if key in planned:
+        book.store.delete(key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1))
 
 
 def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], bool]:
