@@ -339,3 +339,21 @@ def test_a_release_an_up_writes_while_its_reservation_is_pruned_goes_with_it(boo
     monkeypatch.setattr(book.store, "delete", delete)
     prune.prune(book, [], set(), NOW)
     assert not {k for k in _keys(book) if "/releases/" in k or "/reservations/" in k}
+
+
+def test_planted_objects_kept_every_day_never_take_every_days_reads(tmp_path, monkeypatch):
+    """Objects of gpu-ci's names but not its shape are kept, so read again every day: read
+    first each day, as many as the read cap would leave what may go unread for ever."""
+    book = ledger.Ledger(LocalStore(tmp_path))
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    for seq in range(4):  # sorted first
+        _put(book, f"{folder}/{seq:010d}.json", {"owner": "bob", "untilEpoch": OLD})
+        os.utime(tmp_path / folder / f"{seq:010d}.json", (OLD, OLD))
+        _put(book, f"{ledger.EVENTS}/a{seq}/{int(OLD * 1000):015d}-created-ff.json", {})
+    gone = _reservation(book, 4, OLD, "pod-gone", released=False)
+    os.utime(tmp_path / gone, (OLD, OLD))
+    ended = _event(book, "zz", OLD)
+    monkeypatch.setattr(prune, "MAX_READS", 2)
+    for day in range(5):
+        prune.prune(ledger.Ledger(book.store), [], set(), NOW + day * 86400)
+    assert not {gone, ended} & _keys(book)

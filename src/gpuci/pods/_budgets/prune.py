@@ -84,11 +84,12 @@ class Pruned:
     planned: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # reservations as read
     cut: bool = False  # stopped by the time budget or the delete cap: more may be due
 
-    def take(self, keys: list[str]) -> list[str]:
-        """As many of ``keys`` as the read cap leaves, counted as read."""
-        if self.reads + len(keys) > MAX_READS:
-            self._note(f"read cap ({MAX_READS}) reached; the next run goes on")
-        keys = keys[: max(0, MAX_READS - self.reads)]
+    def take(self, keys: list[str], most: int | None = None) -> list[str]:
+        """As many of ``keys`` as the read cap (or ``most`` reads in all) leaves, counted."""
+        most = MAX_READS if most is None else min(most, MAX_READS)
+        if self.reads + len(keys) > most:
+            self._note(f"read cap ({most}) reached; the next run goes on")
+        keys = keys[: max(0, most - self.reads)]
         self.reads += len(keys)
         return keys
 
@@ -204,7 +205,8 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
     # its createdEpoch, so only an odd one (or a copied bucket) says otherwise
     old = [i.key for i in infos if _RESERVATION.match(i.key) and not _since(i, horizon)]
     plan = []
-    for key, item in book._get_many(out.take(old)).items():
+    # half the reads at most: planted ones kept (so read) every day never starve the events'
+    for key, item in book._get_many(out.take(_rotated(old, horizon), MAX_READS // 2)).items():
         if item is None or not _ours(key, item):
             if item is not None:
                 book.skipped[key] = "not a reservation gpu-ci wrote"
@@ -215,7 +217,7 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
         release = key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1)
         size = book._sizes.get(release) if release in releases else None
         if cut and release not in releases:  # the listing may have missed it: asked for
-            if not out.take([release]):
+            if not out.take([release], MAX_READS // 2):
                 break
             found = book.store.head(release)
             size = None if found is None else found.size
@@ -259,7 +261,8 @@ def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[s
         elif pid not in keep and (pid == "_" or _POD_ID.match(pid)):
             by_pod[pid].append(key)
     plan = []
-    for pid, keys in by_pod.items():
+    for pid in _rotated(list(by_pod), horizon):
+        keys = by_pod[pid]
         if pid != "_" and any(_time(k) >= horizon for k in keys):
             continue  # a recent event: the pod may be counted (its folder never listed again)
         if more:  # a cut listing may hold part of a folder: each is listed again, on its own
@@ -294,6 +297,14 @@ def _old_events(book: Ledger, pid: str, keys: list[str], horizon: float) -> list
         elif pid != "_":
             return []  # a recent event: the pod may be counted
     return old
+
+
+def _rotated(items: list[str], horizon: float) -> list[str]:
+    """``items`` from a place that jumps each day (the day times Knuth's multiplicative hash
+    constant): objects kept every day (planted, not gpu-ci's shape) and read first would take
+    every day's read cap from those that may go, whatever the caps and the folders' sizes."""
+    start = int(horizon // 86400) * 2654435761 % max(1, len(items))
+    return items[start:] + items[:start]
 
 
 def _number(value: Any) -> bool:
